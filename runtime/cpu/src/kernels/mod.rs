@@ -1,0 +1,6 @@
+//! Kernels, one op family per file. Each works on one sample (the executor loops over the
+//! batch), reads weights through [`WeightView`](kestrel_format::WeightView) in any encoding,
+//! computes in f32, never allocates, and takes its temporary memory from a caller's scratch
+//! slice whose length comes from the matching `*_scratch` function.
+
+pub mod linear;

@@ -1,0 +1,57 @@
+//! Scalar f32 math for `no_std` (libm), shared by every kernel.
+
+use kestrel_format::ops::Activation;
+
+/// e^x.
+#[inline]
+pub fn exp(x: f32) -> f32 {
+    libm::expf(x)
+}
+
+/// Logistic sigmoid, stable for large |x|.
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    if x >= 0.0 {
+        1.0 / (1.0 + libm::expf(-x))
+    } else {
+        let e = libm::expf(x);
+        e / (1.0 + e)
+    }
+}
+
+/// Exact GELU: x·Φ(x) = 0.5·x·(1 + erf(x/√2)).
+#[inline]
+pub fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + libm::erff(x * core::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// tanh-approximated GELU: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+#[inline]
+pub fn gelu_tanh(x: f32) -> f32 {
+    const K: f32 = 0.797_884_6; // sqrt(2/pi)
+    0.5 * x * (1.0 + libm::tanhf(K * (x + 0.044_715 * x * x * x)))
+}
+
+/// Applies a fused activation in place.
+#[inline]
+pub fn activate(act: Activation, y: &mut [f32]) {
+    match act {
+        Activation::None => {}
+        Activation::Relu => y.iter_mut().for_each(|v| *v = v.max(0.0)),
+        Activation::Gelu => y.iter_mut().for_each(|v| *v = gelu(*v)),
+        Activation::GeluTanh => y.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
+    }
+}
+
+/// Softmax of `row` in place (max subtracted before exp).
+#[inline]
+pub fn softmax_in_place(row: &mut [f32]) {
+    let m = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let mut s = 0.0;
+    for v in row.iter_mut() {
+        *v = libm::expf(*v - m);
+        s += *v;
+    }
+    let inv = 1.0 / s;
+    row.iter_mut().for_each(|v| *v *= inv);
+}
