@@ -8,4 +8,8 @@ extern crate alloc;
 extern crate std;
 
 pub mod kernels;
+pub mod error;
 pub mod math;
+
+pub use error::ShapeError;
+pub use kernels::linear::{linear, ProjW};

@@ -29,3 +29,45 @@ pub fn linear(
         activate(act, y);
     }
 }
+
+/// A dense projection's weights: `w [out, in]` and optional bias `[out]`, in any encoding.
+#[derive(Clone, Copy, Debug)]
+pub struct ProjW<'a> {
+    /// Weight `[out, in]`.
+    pub w: WeightView<'a>,
+    /// Bias, viewed as `[1, out]`.
+    pub b: Option<WeightView<'a>>,
+}
+
+impl ProjW<'_> {
+    /// Output features.
+    pub fn out_features(&self) -> usize {
+        self.w.rows()
+    }
+
+    /// Input features.
+    pub fn in_features(&self) -> usize {
+        self.w.cols()
+    }
+
+    /// `y [rows, out] = x [rows, in] · Wᵀ + b`.
+    #[inline]
+    pub fn apply(&self, x: &[f32], rows: usize, y: &mut [f32]) {
+        linear(x, rows, &self.w, self.b.as_ref(), Activation::None, y);
+    }
+
+    /// Checks `w` is `[out, in]` and the bias has `out` elements.
+    pub fn check(
+        &self,
+        op: &'static str,
+        out: usize,
+        inp: usize,
+    ) -> Result<(), crate::error::ShapeError> {
+        crate::error::expect_eq(op, "weight rows (out features)", out, self.w.rows())?;
+        crate::error::expect_eq(op, "weight cols (in features)", inp, self.w.cols())?;
+        if let Some(b) = &self.b {
+            crate::error::expect_eq(op, "bias length", out, b.len())?;
+        }
+        Ok(())
+    }
+}
