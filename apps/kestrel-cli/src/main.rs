@@ -1,1 +1,148 @@
-fn main() {}
+//! `kestrel`: the command-line tool.
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use kestrel::format::{DType, TensorKind};
+use kestrel::{Input, Model};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(name = "kestrel", version, about = "On-device inference for efficient-attention models")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Weights {
+    F32,
+    F16,
+    Int8,
+    Int4,
+}
+
+impl From<Weights> for DType {
+    fn from(w: Weights) -> Self {
+        match w {
+            Weights::F32 => DType::F32,
+            Weights::F16 => DType::F16,
+            Weights::Int8 => DType::I8,
+            Weights::Int4 => DType::I4,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build the demo model (every attention mechanism) in code, write it as a .kes file,
+    /// memory-map it back and classify a batch of synthetic images with it.
+    Demo {
+        /// Weight encoding.
+        #[arg(long, value_enum, default_value = "f32")]
+        weights: Weights,
+        /// Where to write the model.
+        #[arg(long, short, default_value = "target/kestrel-demo.kes")]
+        out: PathBuf,
+        /// Images in the batch.
+        #[arg(long, default_value_t = 3)]
+        batch: usize,
+    },
+    /// Print a model file's metadata, graph, tensors and memory plan.
+    Inspect {
+        /// The .kes file.
+        model: PathBuf,
+    },
+}
+
+fn main() {
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Demo { weights, out, batch } => demo(weights.into(), &out, batch),
+        Command::Inspect { model } => inspect(&model),
+    }
+}
+
+fn demo(dtype: DType, out: &PathBuf, batch: usize) -> Result<()> {
+    if batch == 0 {
+        bail!("--batch must be at least 1");
+    }
+    let t0 = Instant::now();
+    let bytes = kestrel::demo::image_model(7, dtype).context("building the demo model")?;
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(out, &bytes).with_context(|| format!("writing {}", out.display()))?;
+    let built = t0.elapsed();
+    let model = Model::load(out)?;
+    let mut session = model.session(batch)?;
+    let cpu = session.model();
+    println!("model      {} ({} bytes, weights {}, {} nodes)", out.display(), bytes.len(), dtype.name(), cpu.file().op_count());
+    println!("mechanisms {}", kestrel::demo::MECHANISMS.join(", "));
+    println!("arena      {} bytes for batch {batch}", cpu.arena_bytes(batch).unwrap_or(0));
+    println!("built      in {:.1} ms", built.as_secs_f64() * 1e3);
+    // Synthetic images: smooth patterns that differ per sample.
+    let mut images = vec![0f32; batch * 256];
+    for (s, img) in images.chunks_mut(256).enumerate() {
+        for (i, v) in img.iter_mut().enumerate() {
+            let (r, c) = ((i / 16) as f32, (i % 16) as f32);
+            *v = ((r * 0.3 + s as f32).sin() * (c * 0.2 - s as f32 * 0.5).cos()) * 0.8;
+        }
+    }
+    let t1 = Instant::now();
+    let probs = session.run_vec(&[Input::F32(&images)])?;
+    let ran = t1.elapsed();
+    println!("ran        batch {batch} in {:.3} ms", ran.as_secs_f64() * 1e3);
+    println!();
+    println!("{:<8} {:<10} {:>8}   top-3", "image", "class", "prob");
+    for (s, p) in probs[0].chunks(10).enumerate() {
+        let mut idx: Vec<usize> = (0..10).collect();
+        idx.sort_by(|&a, &b| p[b].total_cmp(&p[a]));
+        let top: Vec<String> = idx[..3].iter().map(|&i| format!("{i}:{:.3}", p[i])).collect();
+        println!("{:<8} {:<10} {:>8.4}   {}", s, format!("class-{}", idx[0]), p[idx[0]], top.join(" "));
+    }
+    Ok(())
+}
+
+fn inspect(path: &PathBuf) -> Result<()> {
+    let model = Model::load(path)?;
+    let cpu = model.cpu()?;
+    let f = cpu.file();
+    let meta = f.meta();
+    let (major, minor) = f.version();
+    println!("file       {} ({} bytes, format {major}.{minor})", path.display(), model.bytes().len());
+    println!("name       {}", meta.name());
+    println!("task       {}", meta.task());
+    let plan = cpu.plan();
+    println!("arena      {} bytes/sample + {} scratch bytes", plan.arena_bytes_per_sample, plan.scratch_bytes);
+    println!();
+    println!("{:>4}  {:<12} {:<24} {:<7} {:>12}", "id", "kind", "name", "dtype", "bytes");
+    let mut weight_bytes = 0u64;
+    for id in 0..f.tensor_count() {
+        let t = f.tensor(id)?;
+        let kind = match t.kind {
+            TensorKind::Weight => "weight",
+            TensorKind::Activation => "activation",
+        };
+        if t.kind == TensorKind::Weight {
+            weight_bytes += t.len + t.scale_len;
+        }
+        println!("{id:>4}  {kind:<12} {:<24} {:<7} {:>12}  {}", t.name, t.dtype.name(), t.len + t.scale_len, t.shape);
+    }
+    println!();
+    println!("weights    {weight_bytes} bytes");
+    println!();
+    println!("{:>4}  {:<12} output", "node", "op");
+    for n in 0..f.op_count() {
+        let op = f.op(n)?;
+        let y = f.tensor(op.output())?;
+        println!("{n:>4}  {:<12} {} {}", op.name(), y.name, y.shape);
+    }
+    Ok(())
+}

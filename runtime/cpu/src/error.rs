@@ -39,3 +39,198 @@ pub fn expect_eq(
         Err(ShapeError::Mismatch { op, what, expected, found })
     }
 }
+
+/// Why a model file was rejected by the CPU runtime.
+#[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
+pub enum LoadError {
+    /// The container is malformed (see [`kestrel_format::Error`]).
+    #[error(transparent)]
+    Format(#[from] kestrel_format::Error),
+    /// A tensor's shape does not fit the op.
+    #[error("node {node} ({op}): {source}")]
+    Shape {
+        /// Node index.
+        node: u32,
+        /// Op name.
+        op: &'static str,
+        /// The mismatch.
+        source: ShapeError,
+    },
+    /// A tensor slot holds the wrong kind of tensor (a weight where an activation is read, an
+    /// i32 tensor where f32 is needed, ...).
+    #[error("node {node} ({op}): tensor {tensor} in slot `{slot}` must be {expected}, found {found}")]
+    TensorRole {
+        /// Node index.
+        node: u32,
+        /// Op name.
+        op: &'static str,
+        /// Tensor id.
+        tensor: u32,
+        /// Slot name.
+        slot: &'static str,
+        /// What the slot needs.
+        expected: &'static str,
+        /// What the tensor is.
+        found: &'static str,
+    },
+    /// The declared output shape differs from the one the op computes.
+    #[error("node {node} ({op}): output tensor {tensor} is declared {declared}, the op computes {computed}")]
+    OutputShape {
+        /// Node index.
+        node: u32,
+        /// Op name.
+        op: &'static str,
+        /// Output tensor id.
+        tensor: u32,
+        /// Shape in the tensor table.
+        declared: kestrel_format::Shape,
+        /// Shape the op produces.
+        computed: kestrel_format::Shape,
+    },
+    /// An activation is read before any node (or the caller) provides it.
+    #[error("node {node} ({op}): reads tensor {tensor} before any node writes it")]
+    UseBeforeDefinition {
+        /// Node index.
+        node: u32,
+        /// Op name.
+        op: &'static str,
+        /// Tensor id.
+        tensor: u32,
+    },
+    /// An activation is written twice (by two nodes, or a node writes a graph input).
+    #[error("node {node} ({op}): writes tensor {tensor}, which is already defined")]
+    Redefinition {
+        /// Node index.
+        node: u32,
+        /// Op name.
+        op: &'static str,
+        /// Tensor id.
+        tensor: u32,
+    },
+    /// A node's output overlaps one of its inputs in the arena.
+    #[error("node {node} ({op}): output tensor {output} overlaps input tensor {input} in the arena plan")]
+    Overlap {
+        /// Node index.
+        node: u32,
+        /// Op name.
+        op: &'static str,
+        /// Output tensor id.
+        output: u32,
+        /// Input tensor id.
+        input: u32,
+    },
+    /// A reshape's output does not share its input's arena bytes.
+    #[error("node {node} (Reshape): output offset {output_offset} must equal input offset {input_offset}")]
+    ReshapeAlias {
+        /// Node index.
+        node: u32,
+        /// Input arena offset.
+        input_offset: u64,
+        /// Output arena offset.
+        output_offset: u64,
+    },
+    /// The plan's scratch region is smaller than the ops need.
+    #[error("memory plan: scratch is {found} bytes, the ops need {required}")]
+    ScratchTooSmall {
+        /// Bytes needed.
+        required: u64,
+        /// Bytes in the plan.
+        found: u64,
+    },
+    /// A graph output is never produced.
+    #[error("graph output tensor {tensor} is never written")]
+    OutputNeverWritten {
+        /// Tensor id.
+        tensor: u32,
+    },
+}
+
+/// Why a run (or session creation) failed. Nothing is silently clamped or truncated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    /// A token id is negative or not below the vocabulary size.
+    #[error("token id {id} at position {position} is outside the vocabulary (0..{vocab})")]
+    TokenIdOutOfRange {
+        /// Flat position of the id in the input.
+        position: usize,
+        /// The id.
+        id: i32,
+        /// Vocabulary size.
+        vocab: usize,
+    },
+    /// An i64 token id does not fit in i32.
+    #[error("input {input}: token id {id} at position {position} does not fit in i32")]
+    IdTooLarge {
+        /// Input index.
+        input: usize,
+        /// Flat position.
+        position: usize,
+        /// The id.
+        id: i64,
+    },
+    /// The caller's arena is too small.
+    #[error("arena too small: need {needed} bytes for batch {batch}, got {found}")]
+    ArenaTooSmall {
+        /// Bytes needed (including 64 bytes of alignment slack).
+        needed: usize,
+        /// Bytes given.
+        found: usize,
+        /// Batch capacity asked for.
+        batch: usize,
+    },
+    /// Batch capacity 0, or a size overflow.
+    #[error("batch capacity must be between 1 and {max}, got {found}")]
+    BadCapacity {
+        /// Largest capacity whose arena size fits in usize.
+        max: usize,
+        /// Capacity asked for.
+        found: usize,
+    },
+    /// Wrong number of inputs or outputs.
+    #[error("expected {expected} {what}, got {found}")]
+    Arity {
+        /// "inputs" or "outputs".
+        what: &'static str,
+        /// Expected count.
+        expected: usize,
+        /// Given count.
+        found: usize,
+    },
+    /// An input or output has a length that is not `batch × per-sample elements`.
+    #[error("{what} {index}: {found} elements is not a whole batch of {per_sample}-element samples (batch 1..={capacity})")]
+    Length {
+        /// "input" or "output".
+        what: &'static str,
+        /// Index.
+        index: usize,
+        /// Elements per sample.
+        per_sample: usize,
+        /// Elements given.
+        found: usize,
+        /// Session batch capacity.
+        capacity: usize,
+    },
+    /// The inputs imply different batch sizes.
+    #[error("input {index} has batch {found}, input 0 has batch {expected}")]
+    BatchMismatch {
+        /// Input index.
+        index: usize,
+        /// Batch of input 0.
+        expected: usize,
+        /// Batch of this input.
+        found: usize,
+    },
+    /// An input's element type does not match the model.
+    #[error("input {index}: the model takes {expected}, got {found}")]
+    InputDType {
+        /// Input index.
+        index: usize,
+        /// What the model takes.
+        expected: &'static str,
+        /// What was given.
+        found: &'static str,
+    },
+    /// The model changed under the session (cannot happen with a validated model).
+    #[error("internal error: {0}")]
+    Internal(&'static str),
+}

@@ -10,6 +10,7 @@ extern crate std;
 pub mod kernels;
 pub mod error;
 pub mod math;
+pub mod shapes;
 
-pub use error::ShapeError;
+pub use error::{LoadError, RunError, ShapeError};
 pub use kernels::linear::{linear, ProjW};

@@ -692,6 +692,11 @@ impl Op {
         kind_name(self.encode().kind).unwrap_or("?")
     }
 
+    /// True for the fused attention mechanisms (kind ids 32 and up).
+    pub fn kind_is_mechanism(&self) -> bool {
+        self.encode().kind >= kind::ATTENTION
+    }
+
     /// The single output tensor.
     pub fn output(&self) -> TensorId {
         let r = self.encode();

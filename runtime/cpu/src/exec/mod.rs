@@ -1,0 +1,121 @@
+//! Maps each validated op to its kernel: slot roles, scratch sizes, and per-sample execution.
+//!
+//! `scratch_elems` and `execute` build the same kernel params from the tensor table, so the
+//! checks done at load are exactly the ones `run` relies on.
+
+use crate::error::{RunError, ShapeError};
+use crate::model::Role;
+use kestrel_format::ops::{kind, Op, TensorId, NONE};
+use kestrel_format::{KesFile, TensorInfo};
+
+mod layers;
+mod mechanisms;
+
+/// The arena as one node sees it: its output region (capacity-sized), everything before and
+/// after it (for reading inputs), and the scratch region.
+pub(crate) struct OpIo<'s> {
+    /// Activations before the output region.
+    pub head: &'s mut [f32],
+    /// Activations after the output region.
+    pub tail: &'s mut [f32],
+    /// The output region, `cap × per-sample` elements.
+    pub out: &'s mut [f32],
+    /// f32 index of `out` in the activation area.
+    pub out_start: usize,
+    /// Batch capacity (regions are laid out for it).
+    pub cap: usize,
+    /// Samples in this run.
+    pub batch: usize,
+    /// Scratch region.
+    pub scratch: &'s mut [f32],
+}
+
+/// Read-only view of the activations around the output region.
+#[derive(Clone, Copy)]
+pub(crate) struct Acts<'s> {
+    head: &'s [f32],
+    tail: &'s [f32],
+    out_start: usize,
+    out_len: usize,
+    cap: usize,
+}
+
+impl<'s> Acts<'s> {
+    /// The capacity region of activation `t` (it never overlaps the output: checked at load).
+    pub fn region(&self, t: &TensorInfo<'_>) -> Result<&'s [f32], RunError> {
+        let start = crate::session::region_start(t, self.cap)?;
+        let len = crate::session::numel(t)? * self.cap;
+        let out_end = self.out_start + self.out_len;
+        if start + len <= self.out_start {
+            self.head.get(start..start + len)
+        } else if start >= out_end {
+            self.tail.get(start - out_end..start - out_end + len)
+        } else {
+            None
+        }
+        .ok_or(RunError::Internal("input region overlaps the output"))
+    }
+}
+
+impl<'s> OpIo<'s> {
+    /// Splits into the read-only activations, the output region and the scratch.
+    pub fn split(&mut self) -> (Acts<'_>, &mut [f32], &mut [f32]) {
+        let acts = Acts {
+            head: &*self.head,
+            tail: &*self.tail,
+            out_start: self.out_start,
+            out_len: self.out.len(),
+            cap: self.cap,
+        };
+        (acts, &mut *self.out, &mut *self.scratch)
+    }
+}
+
+/// Calls `f(slot name, tensor id, role)` for every present input slot of `op`.
+pub(crate) fn for_each_slot(op: &Op, mut f: impl FnMut(&'static str, TensorId, Role)) {
+    let rec = op.encode();
+    let ts = rec.tensors();
+    let n = ts.len() - 1; // the last slot is the output
+    for (i, &id) in ts[..n].iter().enumerate() {
+        if id == NONE {
+            continue;
+        }
+        let (slot, role) = match (rec.kind, i) {
+            (kind::EMBEDDING, 0) => ("ids", Role::Ids),
+            (kind::BINARY, 0) => ("a", Role::ActOrWeight),
+            (kind::BINARY, 1) => ("b", Role::ActOrWeight),
+            (kind::MATMUL, 1) => ("b", Role::ActOrWeight),
+            (_, 0) => ("x", Role::Act),
+            _ => ("weight", Role::Weight),
+        };
+        f(slot, id, role);
+    }
+}
+
+/// Scratch (f32 elements) `op` needs for one sample; also runs the kernel's weight-shape check.
+pub(crate) fn scratch_elems(file: &KesFile<'_>, op: &Op) -> Result<usize, ShapeError> {
+    if op.kind_is_mechanism() {
+        mechanisms::scratch_elems(file, op)
+    } else {
+        layers::scratch_elems(file, op)
+    }
+}
+
+/// Runs `op` on every sample of the batch.
+pub(crate) fn execute(file: &KesFile<'_>, op: &Op, io: &mut OpIo<'_>) -> Result<(), RunError> {
+    if op.kind_is_mechanism() {
+        mechanisms::execute(file, op, io)
+    } else {
+        layers::execute(file, op, io)
+    }
+}
+
+/// Tensor info, with a file error mapped to an internal error (the model was validated).
+pub(crate) fn info<'a>(file: &KesFile<'a>, id: TensorId) -> Result<TensorInfo<'a>, RunError> {
+    file.tensor(id).map_err(|_| RunError::Internal("tensor lookup"))
+}
+
+/// A shape error from a lookup that validation already passed.
+pub(crate) fn lookup_err(_: kestrel_format::Error) -> ShapeError {
+    ShapeError::Invalid { op: "?", what: "tensor lookup failed" }
+}

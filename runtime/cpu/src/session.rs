@@ -1,0 +1,207 @@
+//! Sessions: a model plus a caller's arena. `run` performs no heap allocation.
+//!
+//! Arena layout for batch capacity `B` (see `docs/FORMAT.md`): activation `t` lives at
+//! `B·offset(t)` and spans `B·len(t)` bytes (sample `s` at `B·offset(t) + s·len(t)`); the plan's
+//! scratch region follows at `B·arena_bytes_per_sample`. Scaling a valid per-sample plan by `B`
+//! keeps every two regions disjoint that were disjoint, so one plan serves every batch size.
+
+use crate::error::RunError;
+use crate::exec::{self, OpIo};
+use crate::model::{Model, ARENA_ALIGN};
+use kestrel_format::{DType, TensorInfo};
+
+/// One input's data. The batch is the leading axis: `len = batch × per-sample elements`.
+#[derive(Clone, Copy, Debug)]
+pub enum Input<'x> {
+    /// f32 data.
+    F32(&'x [f32]),
+    /// i32 token ids.
+    I32(&'x [i32]),
+    /// i64 token ids (as ONNX exports them); each must fit in i32.
+    I64(&'x [i64]),
+}
+
+impl Input<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Input::F32(d) => d.len(),
+            Input::I32(d) => d.len(),
+            Input::I64(d) => d.len(),
+        }
+    }
+    fn type_name(&self) -> &'static str {
+        match self {
+            Input::F32(_) => "f32",
+            Input::I32(_) => "i32",
+            Input::I64(_) => "i64",
+        }
+    }
+}
+
+/// A model bound to an arena with a batch capacity.
+pub struct Session<'m, 'a, 'r> {
+    model: &'m Model<'a>,
+    arena: &'r mut [f32],
+    capacity: usize,
+}
+
+impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
+    /// Binds `model` to `arena` for batches of up to `capacity` samples. The arena needs
+    /// [`Model::arena_bytes`]`(capacity)` bytes; its alignment does not matter.
+    pub fn new(model: &'m Model<'a>, arena: &'r mut [u8], capacity: usize) -> Result<Self, RunError> {
+        let max = max_capacity(model);
+        if capacity == 0 || capacity > max {
+            return Err(RunError::BadCapacity { max, found: capacity });
+        }
+        let needed = model.arena_bytes(capacity).ok_or(RunError::BadCapacity { max, found: capacity })?;
+        if arena.len() < needed {
+            return Err(RunError::ArenaTooSmall { needed, found: arena.len(), batch: capacity });
+        }
+        let skip = arena.as_ptr().align_offset(ARENA_ALIGN);
+        let usable = needed - ARENA_ALIGN;
+        let bytes = arena
+            .get_mut(skip..skip + usable)
+            .ok_or(RunError::ArenaTooSmall { needed, found: arena.len(), batch: capacity })?;
+        let arena: &mut [f32] = bytemuck::try_cast_slice_mut(bytes).map_err(|_| RunError::Internal("arena cast"))?;
+        Ok(Self { model, arena, capacity })
+    }
+
+    /// Batch capacity.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The model.
+    pub fn model(&self) -> &'m Model<'a> {
+        self.model
+    }
+
+    /// Runs the model on a batch of `1..=capacity` samples (the batch is inferred from the
+    /// input lengths) and writes every graph output (`batch × per-sample` elements each).
+    /// Returns the batch size. Allocates nothing.
+    pub fn run(&mut self, inputs: &[Input<'_>], outputs: &mut [&mut [f32]]) -> Result<usize, RunError> {
+        self.run_with(inputs, outputs, |_, _| {}, |_, _| {})
+    }
+
+    /// [`run`](Self::run) with hooks called before and after each node (for profilers).
+    pub fn run_with(
+        &mut self,
+        inputs: &[Input<'_>],
+        outputs: &mut [&mut [f32]],
+        mut before: impl FnMut(u32, &kestrel_format::Op),
+        mut after: impl FnMut(u32, &kestrel_format::Op),
+    ) -> Result<usize, RunError> {
+        let file = *self.model.file();
+        let cap = self.capacity;
+        if inputs.len() != self.model.input_count() {
+            return Err(RunError::Arity { what: "inputs", expected: self.model.input_count(), found: inputs.len() });
+        }
+        if outputs.len() != self.model.output_count() {
+            return Err(RunError::Arity { what: "outputs", expected: self.model.output_count(), found: outputs.len() });
+        }
+        let acts_len = self.acts_len();
+        // Inputs: batch size, dtype, copy into the arena.
+        let mut batch = 0;
+        for (i, input) in inputs.iter().enumerate() {
+            let t = self.model.input(i)?;
+            let n = numel(&t)?;
+            let b = whole_batch("input", i, input.len(), n, cap)?;
+            if i == 0 {
+                batch = b;
+            } else if b != batch {
+                return Err(RunError::BatchMismatch { index: i, expected: batch, found: b });
+            }
+            let start = region_start(&t, cap)?;
+            let dst = self.arena.get_mut(start..start + b * n).ok_or(RunError::Internal("input region"))?;
+            match (t.dtype, input) {
+                (DType::F32, Input::F32(src)) => dst.copy_from_slice(src),
+                (DType::I32, Input::I32(src)) => dst.copy_from_slice(bytemuck::cast_slice(src)),
+                (DType::I32, Input::I64(src)) => {
+                    let dst: &mut [i32] = bytemuck::cast_slice_mut(dst);
+                    for (p, (d, &v)) in dst.iter_mut().zip(src.iter()).enumerate() {
+                        *d = i32::try_from(v).map_err(|_| RunError::IdTooLarge { input: i, position: p, id: v })?;
+                    }
+                }
+                (dt, inp) => {
+                    return Err(RunError::InputDType {
+                        index: i,
+                        expected: if dt == DType::I32 { "i32 or i64 token ids" } else { "f32" },
+                        found: inp.type_name(),
+                    })
+                }
+            }
+        }
+        // Check output lengths before doing any work.
+        for (i, out) in outputs.iter().enumerate() {
+            let t = self.model.output(i)?;
+            let n = numel(&t)?;
+            if out.len() != batch * n {
+                return Err(RunError::Length { what: "output", index: i, per_sample: n, found: out.len(), capacity: batch });
+            }
+        }
+        // Nodes.
+        let (acts, scratch) = self.arena.split_at_mut(acts_len);
+        for node in 0..file.op_count() {
+            let op = file.op(node).map_err(|_| RunError::Internal("op decode"))?;
+            if let kestrel_format::Op::Reshape(_) = op {
+                continue; // a view: the output aliases the input's bytes
+            }
+            before(node, &op);
+            let y = file.tensor(op.output()).map_err(|_| RunError::Internal("output tensor"))?;
+            let out_start = region_start(&y, cap)?;
+            let out_len = cap * numel(&y)?;
+            let (head, rest) = acts.split_at_mut(out_start);
+            let (out, tail) = rest.split_at_mut(out_len);
+            let mut io = OpIo { head, tail, out, out_start, cap, batch, scratch: &mut *scratch };
+            exec::execute(&file, &op, &mut io)?;
+            after(node, &op);
+        }
+        // Outputs.
+        for (i, out) in outputs.iter_mut().enumerate() {
+            let t = self.model.output(i)?;
+            let start = region_start(&t, cap)?;
+            let src = self.arena.get(start..start + out.len()).ok_or(RunError::Internal("output region"))?;
+            if t.dtype != DType::F32 {
+                return Err(RunError::Internal("graph outputs are f32"));
+            }
+            out.copy_from_slice(src);
+        }
+        Ok(batch)
+    }
+
+    fn acts_len(&self) -> usize {
+        (self.model.plan().arena_bytes_per_sample as usize * self.capacity) / 4
+    }
+}
+
+/// The largest batch capacity whose arena size fits in `usize`.
+fn max_capacity(model: &Model<'_>) -> usize {
+    let per = model.plan().arena_bytes_per_sample.max(1);
+    let room = (usize::MAX / 2).saturating_sub(model.plan().scratch_bytes as usize);
+    usize::try_from(room as u64 / per).unwrap_or(usize::MAX).max(1)
+}
+
+pub(crate) fn numel(t: &TensorInfo<'_>) -> Result<usize, RunError> {
+    t.shape.numel().ok_or(RunError::Internal("tensor size"))
+}
+
+/// f32 index of a tensor's batch region for capacity `cap`.
+pub(crate) fn region_start(t: &TensorInfo<'_>, cap: usize) -> Result<usize, RunError> {
+    usize::try_from(t.offset)
+        .ok()
+        .and_then(|o| o.checked_mul(cap))
+        .map(|b| b / 4)
+        .ok_or(RunError::Internal("tensor offset"))
+}
+
+fn whole_batch(what: &'static str, index: usize, len: usize, per_sample: usize, cap: usize) -> Result<usize, RunError> {
+    let err = RunError::Length { what, index, per_sample, found: len, capacity: cap };
+    if per_sample == 0 || len == 0 || len % per_sample != 0 {
+        return Err(err);
+    }
+    let b = len / per_sample;
+    if b > cap {
+        return Err(err);
+    }
+    Ok(b)
+}

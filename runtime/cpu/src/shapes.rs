@@ -1,0 +1,215 @@
+//! Output-shape inference for every op, shared by the loader (which checks the declared output
+//! shape) and by model builders (which create the output tensor from it).
+//!
+//! Shapes are per sample: an activation has no batch axis. A weight operand of `Binary` or
+//! `MatMul` broadcasts over the batch like any leading axis.
+
+use crate::error::ShapeError;
+use kestrel_format::ops::{Op, TensorId};
+use kestrel_format::{Shape, MAX_RANK};
+
+fn mismatch(op: &'static str, what: &'static str, expected: usize, found: usize) -> ShapeError {
+    ShapeError::Mismatch { op, what, expected, found }
+}
+
+fn shape(op: &'static str, dims: &[usize]) -> Result<Shape, ShapeError> {
+    Shape::from_usize(dims).ok_or(ShapeError::Invalid { op, what: "output rank or dim too large" })
+}
+
+/// Numpy broadcasting of two shapes (aligned on the right).
+pub fn broadcast(op: &'static str, a: &Shape, b: &Shape) -> Result<Shape, ShapeError> {
+    let rank = a.rank().max(b.rank());
+    let mut dims = [0usize; MAX_RANK];
+    for i in 0..rank {
+        let da = if i < rank - a.rank() { 1 } else { a.dim(i - (rank - a.rank())) };
+        let db = if i < rank - b.rank() { 1 } else { b.dim(i - (rank - b.rank())) };
+        dims[i] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            (x, y) => return Err(mismatch(op, "broadcast dim", x, y)),
+        };
+    }
+    shape(op, &dims[..rank])
+}
+
+/// The output shape of `op`, given a lookup of every tensor's shape. For `Reshape` the output
+/// shape cannot be inferred: it returns `declared` after checking the element counts agree.
+pub fn output_shape(
+    op: &Op,
+    shape_of: impl Fn(TensorId) -> Shape,
+    declared: Option<Shape>,
+) -> Result<Shape, ShapeError> {
+    let name = op.name();
+    let d2 = |id: TensorId| -> Result<(usize, usize), ShapeError> {
+        shape_of(id).as_matrix().ok_or(ShapeError::Invalid { op: name, what: "weight too large" })
+    };
+    match op {
+        Op::Dense(o) => {
+            let x = shape_of(o.x);
+            let (out, inp) = d2(o.proj.w)?;
+            if x.rank() == 0 {
+                return Err(ShapeError::Invalid { op: name, what: "input must have rank >= 1" });
+            }
+            if x.last() != inp {
+                return Err(mismatch(name, "input features (weight cols)", inp, x.last()));
+            }
+            let mut dims = [0usize; MAX_RANK];
+            for (i, &d) in x.dims().iter().enumerate() {
+                dims[i] = d as usize;
+            }
+            dims[x.rank() - 1] = out;
+            shape(name, &dims[..x.rank()])
+        }
+        Op::LayerNorm(o) => nonscalar(name, shape_of(o.x)),
+        Op::Unary(o) => Ok(shape_of(o.x)),
+        Op::Softmax(o) => nonscalar(name, shape_of(o.x)),
+        Op::Binary(o) => broadcast(name, &shape_of(o.a), &shape_of(o.b)),
+        Op::PatchEmbed(o) => {
+            let x = shape_of(o.x);
+            if x.rank() != 3 {
+                return Err(mismatch(name, "input rank ([C, H, W])", 3, x.rank()));
+            }
+            let (c, h, w, p) = (x.dim(0), x.dim(1), x.dim(2), o.patch as usize);
+            if h % p != 0 || w % p != 0 {
+                return Err(ShapeError::Invalid { op: name, what: "image H and W must be multiples of the patch size" });
+            }
+            let (d, k) = d2(o.proj.w)?;
+            if k != c * p * p {
+                return Err(mismatch(name, "weight cols (C·p·p)", c * p * p, k));
+            }
+            shape(name, &[(h / p) * (w / p), d])
+        }
+        Op::Embedding(o) => {
+            let ids = shape_of(o.ids);
+            if ids.rank() != 1 {
+                return Err(mismatch(name, "ids rank", 1, ids.rank()));
+            }
+            let (_, d) = d2(o.table)?;
+            shape(name, &[ids.dim(0), d])
+        }
+        Op::Reduce(o) => {
+            let x = shape_of(o.x);
+            let axis = o.axis as usize;
+            if axis >= x.rank() {
+                return Err(mismatch(name, "axis (< rank)", x.rank(), axis));
+            }
+            let mut dims = [0usize; MAX_RANK];
+            let mut n = 0;
+            for (i, &d) in x.dims().iter().enumerate() {
+                if i == axis {
+                    if o.keep_dims {
+                        dims[n] = 1;
+                        n += 1;
+                    }
+                } else {
+                    dims[n] = d as usize;
+                    n += 1;
+                }
+            }
+            shape(name, &dims[..n])
+        }
+        Op::Reshape(o) => {
+            let declared = declared.ok_or(ShapeError::Invalid { op: name, what: "reshape needs a declared output shape" })?;
+            let (a, b) = (shape_of(o.x).numel(), declared.numel());
+            if a != b {
+                return Err(mismatch(name, "element count", a.unwrap_or(usize::MAX), b.unwrap_or(usize::MAX)));
+            }
+            Ok(declared)
+        }
+        Op::Transpose(o) => {
+            let x = shape_of(o.x);
+            let mut seen = [false; MAX_RANK];
+            let mut dims = [0usize; MAX_RANK];
+            for i in 0..x.rank() {
+                let p = o.perm[i] as usize;
+                if p >= x.rank() || seen[p] {
+                    return Err(ShapeError::Invalid { op: name, what: "perm is not a permutation of the input axes" });
+                }
+                seen[p] = true;
+                dims[i] = x.dim(p);
+            }
+            shape(name, &dims[..x.rank()])
+        }
+        Op::MatMul(o) => {
+            let (a, b) = (shape_of(o.a), shape_of(o.b));
+            if a.rank() < 2 || b.rank() < 2 {
+                return Err(ShapeError::Invalid { op: name, what: "operands must have rank >= 2" });
+            }
+            let (m, k) = (a.dim(a.rank() - 2), a.dim(a.rank() - 1));
+            let (kb, n) = if o.transpose_b {
+                (b.dim(b.rank() - 1), b.dim(b.rank() - 2))
+            } else {
+                (b.dim(b.rank() - 2), b.dim(b.rank() - 1))
+            };
+            if k != kb {
+                return Err(mismatch(name, "inner dimension K", k, kb));
+            }
+            let la = Shape::new(&a.dims()[..a.rank() - 2]).unwrap_or(a);
+            let lb = Shape::new(&b.dims()[..b.rank() - 2]).unwrap_or(b);
+            let lead = broadcast(name, &la, &lb)?;
+            let mut dims = [0usize; MAX_RANK];
+            for (i, &d) in lead.dims().iter().enumerate() {
+                dims[i] = d as usize;
+            }
+            let r = lead.rank();
+            if r + 2 > MAX_RANK {
+                return Err(ShapeError::Invalid { op: name, what: "output rank too large" });
+            }
+            dims[r] = m;
+            dims[r + 1] = n;
+            shape(name, &dims[..r + 2])
+        }
+        Op::Conv2d(o) => {
+            let x = shape_of(o.x);
+            let w = shape_of(o.proj.w);
+            if x.rank() != 3 {
+                return Err(mismatch(name, "input rank ([C, H, W])", 3, x.rank()));
+            }
+            if w.rank() != 4 {
+                return Err(mismatch(name, "weight rank ([O, C/g, kh, kw])", 4, w.rank()));
+            }
+            let g = o.groups as usize;
+            let (c, h, wd) = (x.dim(0), x.dim(1), x.dim(2));
+            let (oc, cg, kh, kw) = (w.dim(0), w.dim(1), w.dim(2), w.dim(3));
+            if c % g != 0 || oc % g != 0 {
+                return Err(ShapeError::Invalid { op: name, what: "channels must be divisible by groups" });
+            }
+            if cg != c / g {
+                return Err(mismatch(name, "weight in-channels (C/groups)", c / g, cg));
+            }
+            let out = |len: usize, k: usize, s: u32, d: u32, p0: u32, p1: u32| -> Option<usize> {
+                let eff = (k - 1).checked_mul(d as usize)? + 1;
+                let padded = len.checked_add(p0 as usize)?.checked_add(p1 as usize)?;
+                padded.checked_sub(eff).map(|v| v / s as usize + 1)
+            };
+            let ho = out(h, kh, o.stride[0], o.dilation[0], o.pad[0], o.pad[2]);
+            let wo = out(wd, kw, o.stride[1], o.dilation[1], o.pad[1], o.pad[3]);
+            match (ho, wo, kh > 0 && kw > 0) {
+                (Some(ho), Some(wo), true) if ho > 0 && wo > 0 => shape(name, &[oc, ho, wo]),
+                _ => Err(ShapeError::Invalid { op: name, what: "kernel larger than the padded input" }),
+            }
+        }
+        Op::Attention(o) => tokens(name, shape_of(o.x)),
+        Op::AftFull(o) => tokens(name, shape_of(o.x)),
+        Op::AftLocal(o) => tokens(name, shape_of(o.x)),
+        Op::AftSimple(o) => tokens(name, shape_of(o.x)),
+        Op::AftConv(o) => tokens(name, shape_of(o.x)),
+        Op::Fastformer(o) => tokens(name, shape_of(o.x)),
+    }
+}
+
+fn nonscalar(op: &'static str, s: Shape) -> Result<Shape, ShapeError> {
+    if s.rank() == 0 {
+        Err(ShapeError::Invalid { op, what: "input must have rank >= 1" })
+    } else {
+        Ok(s)
+    }
+}
+
+fn tokens(op: &'static str, s: Shape) -> Result<Shape, ShapeError> {
+    if s.rank() != 2 {
+        return Err(mismatch(op, "input rank ([T, d])", 2, s.rank()));
+    }
+    Ok(s)
+}

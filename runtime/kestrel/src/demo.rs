@@ -1,0 +1,185 @@
+//! Demonstration models built in code: a small image classifier that chains every attention
+//! mechanism, and a small text classifier. They are the README's default job until trained
+//! models exist, and the fixtures of the round-trip and no-allocation tests.
+//!
+//! The weights are pseudo-random (a fixed-seed generator), so outputs are meaningful as numbers,
+//! not as predictions.
+
+use crate::{Error, ModelBuilder};
+use kestrel_format::ops::*;
+use kestrel_format::DType;
+
+/// Deterministic xorshift generator for demo weights and inputs.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed (0 is replaced by a fixed constant).
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    /// Uniform in [-1, 1).
+    pub fn uniform(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    /// `n` uniform values in [-scale, scale).
+    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.uniform() * scale).collect()
+    }
+}
+
+/// Every mechanism, in the order the demo model chains them.
+pub const MECHANISMS: &[&str] = &[
+    "standard(h=2)",
+    "optimised(h=4, causal)",
+    "efficient(h=1)",
+    "super(h=2)",
+    "aft-full(factorised, causal)",
+    "aft-local(s=3)",
+    "aft-simple",
+    "aft-conv(h=2, 3x3)",
+    "fastformer(h=4)",
+];
+
+struct Ctx<'b> {
+    b: &'b mut ModelBuilder,
+    rng: Rng,
+    n: usize,
+}
+
+impl Ctx<'_> {
+    fn w(&mut self, shape: &[usize], fan_in: usize) -> Result<TensorId, Error> {
+        self.n += 1;
+        let n: usize = shape.iter().product();
+        let v = self.rng.vec(n, 1.0 / (fan_in as f32).sqrt());
+        self.b.weight(&format!("w{}", self.n), shape, v)
+    }
+    fn proj(&mut self, out: usize, inp: usize) -> Result<Proj, Error> {
+        Ok(Proj { w: self.w(&[out, inp], inp)?, b: Some(self.w(&[out], inp)?) })
+    }
+    fn layer_norm(&mut self, x: TensorId, d: usize) -> Result<TensorId, Error> {
+        self.n += 1;
+        let g: Vec<f32> = self.rng.vec(d, 0.2).into_iter().map(|v| 1.0 + v).collect();
+        let gamma = self.b.weight_as(&format!("ln{}_g", self.n), &[d], g, DType::F32)?;
+        let beta = self.b.weight_as(&format!("ln{}_b", self.n), &[d], self.rng.vec(d, 0.1), DType::F32)?;
+        self.b.op(|y| Op::LayerNorm(LayerNorm { x, gamma, beta: Some(beta), eps: 1e-6, y }))
+    }
+    fn residual(&mut self, x: TensorId, f: TensorId) -> Result<TensorId, Error> {
+        self.b.op(|y| Op::Binary(Binary { a: x, b: f, op: BinaryOp::Add, y }))
+    }
+}
+
+fn mechanism(c: &mut Ctx<'_>, which: usize, x: TensorId, t: usize, d: usize, grid: [u32; 2]) -> Result<TensorId, Error> {
+    let attention = |c: &mut Ctx<'_>, variant, heads: usize, causal| -> Result<TensorId, Error> {
+        let q = c.proj(d, d)?;
+        let k = matches!(variant, AttentionVariant::Standard | AttentionVariant::Optimised).then(|| c.proj(d, d)).transpose()?;
+        let v = matches!(variant, AttentionVariant::Standard).then(|| c.proj(d, d)).transpose()?;
+        let align = matches!(variant, AttentionVariant::Super).then(|| c.proj(t, t)).transpose()?;
+        let o = c.proj(d, d)?;
+        let scale = 1.0 / ((d / heads) as f32).sqrt();
+        c.b.op(|y| Op::Attention(Attention { x, variant, heads: heads as u32, causal, scale, q, k, v, align, o, y }))
+    };
+    match which {
+        0 => attention(c, AttentionVariant::Standard, 2, false),
+        1 => attention(c, AttentionVariant::Optimised, 4, true),
+        2 => attention(c, AttentionVariant::Efficient, 1, false),
+        3 => attention(c, AttentionVariant::Super, 2, false),
+        4 => {
+            let (q, k, v) = (c.proj(d, d)?, c.proj(d, d)?, c.proj(d, d)?);
+            let u = c.w(&[t, 8], 8)?;
+            let vv = c.w(&[t, 8], 8)?;
+            let o = c.proj(d, d)?;
+            c.b.op(|y| Op::AftFull(AftFull { x, causal: true, q, k, v, bias: AftBias::Factorised { u, v: vv }, o, y }))
+        }
+        5 => {
+            let (q, k, v) = (c.proj(d, d)?, c.proj(d, d)?, c.proj(d, d)?);
+            let w = c.w(&[t, t], t)?;
+            let o = c.proj(d, d)?;
+            c.b.op(|y| Op::AftLocal(AftLocal { x, causal: false, window: 3, q, k, v, w, o, y }))
+        }
+        6 => {
+            let (q, k, v, o) = (c.proj(d, d)?, c.proj(d, d)?, c.proj(d, d)?, c.proj(d, d)?);
+            c.b.op(|y| Op::AftSimple(AftSimple { x, causal: false, q, k, v, o, y }))
+        }
+        7 => {
+            let heads = 2;
+            let (q, k, v) = (c.proj(d, d)?, c.proj(heads, d)?, c.proj(d, d)?);
+            let w = c.w(&[heads, 3, 3], 9)?;
+            let o = c.proj(d, d)?;
+            c.b.op(|y| Op::AftConv(AftConv { x, heads: heads as u32, kernel: 3, grid, q, k, v, w, o, y }))
+        }
+        _ => {
+            let heads = 4;
+            let (q, k, v) = (c.proj(d, d)?, c.proj(d, d)?, c.proj(d, d)?);
+            let wqa = c.w(&[heads, d], d)?;
+            let wka = c.w(&[heads, d], d)?;
+            let r = c.proj(d, d)?;
+            let scale = 1.0 / ((d / heads) as f32).sqrt();
+            c.b.op(|y| Op::Fastformer(Fastformer { x, heads: heads as u32, scale, q, k, v, wqa, wka, r, y }))
+        }
+    }
+}
+
+/// A ViT-style classifier over a 1×16×16 image: 4×4 patches (T = 16, d = 32), position
+/// embedding, one pre-LN block per mechanism in [`MECHANISMS`] (each followed by a GELU MLP),
+/// mean pooling and a 10-way softmax head. Weights are stored as `dtype` (norms stay f32).
+pub fn image_model(seed: u64, dtype: DType) -> Result<Vec<u8>, Error> {
+    let (t, d, p, side) = (16usize, 32usize, 4usize, 16usize);
+    let mut b = ModelBuilder::new("kestrel-demo-every-mechanism");
+    b.set_weight_dtype(dtype);
+    b.meta.task = "image-classification".into();
+    b.meta.labels = (0..10).map(|i| format!("class-{i}")).collect();
+    let img = b.input("image", &[1, side, side])?;
+    let mut c = Ctx { b: &mut b, rng: Rng::new(seed), n: 0 };
+    let proj = c.proj(d, p * p)?;
+    let patches = c.b.op(|y| Op::PatchEmbed(PatchEmbed { x: img, proj, patch: p as u32, y }))?;
+    let pos = c.w(&[t, d], 4)?;
+    let mut x = c.b.op(|y| Op::Binary(Binary { a: patches, b: pos, op: BinaryOp::Add, y }))?;
+    let grid = [(side / p) as u32, (side / p) as u32];
+    for which in 0..MECHANISMS.len() {
+        let h = c.layer_norm(x, d)?;
+        let a = mechanism(&mut c, which, h, t, d, grid)?;
+        x = c.residual(x, a)?;
+        let h = c.layer_norm(x, d)?;
+        let (p1, p2) = (c.proj(2 * d, d)?, c.proj(d, 2 * d)?);
+        let act = if which % 2 == 0 { Activation::Gelu } else { Activation::GeluTanh };
+        let m = c.b.op(|y| Op::Dense(Dense { x: h, proj: p1, act, y }))?;
+        let m = c.b.op(|y| Op::Dense(Dense { x: m, proj: p2, act: Activation::None, y }))?;
+        x = c.residual(x, m)?;
+    }
+    let x = c.layer_norm(x, d)?;
+    let pooled = c.b.op(|y| Op::Reduce(Reduce { x, op: ReduceOp::Mean, axis: 0, keep_dims: false, y }))?;
+    let head = c.proj(10, d)?;
+    let logits = c.b.op(|y| Op::Dense(Dense { x: pooled, proj: head, act: Activation::None, y }))?;
+    let probs = c.b.op(|y| Op::Softmax(Softmax { x: logits, y }))?;
+    b.output(probs);
+    b.build()
+}
+
+/// A text classifier: 24 token ids (vocabulary 100) → token + position embedding (d = 16) →
+/// Fastformer and standard-attention blocks (post-LN) → mean pooling → 2 logits.
+pub fn text_model(seed: u64, dtype: DType) -> Result<Vec<u8>, Error> {
+    let (t, d, vocab) = (24usize, 16usize, 100usize);
+    let mut b = ModelBuilder::new("kestrel-demo-text");
+    b.set_weight_dtype(dtype);
+    b.meta.task = "text-classification".into();
+    b.meta.labels = vec!["negative".into(), "positive".into()];
+    let ids = b.input_ids("tokens", t)?;
+    let mut c = Ctx { b: &mut b, rng: Rng::new(seed), n: 0 };
+    let table = c.w(&[vocab, d], 1)?;
+    let pos = c.w(&[t, d], 1)?;
+    let mut x = c.b.op(|y| Op::Embedding(Embedding { ids, table, pos: Some(pos), y }))?;
+    for which in [8usize, 0] {
+        let a = mechanism(&mut c, which, x, t, d, [1, t as u32])?;
+        let r = c.residual(x, a)?;
+        x = c.layer_norm(r, d)?;
+    }
+    let pooled = c.b.op(|y| Op::Reduce(Reduce { x, op: ReduceOp::Mean, axis: 0, keep_dims: false, y }))?;
+    let head = c.proj(2, d)?;
+    let logits = c.b.op(|y| Op::Dense(Dense { x: pooled, proj: head, act: Activation::Relu, y }))?;
+    b.output(logits);
+    b.build()
+}

@@ -1,0 +1,112 @@
+//! The memory planner: assigns every activation a 64-byte-aligned per-sample arena offset so
+//! that no two tensors whose lifetimes overlap share bytes, reusing memory otherwise.
+//!
+//! A reshape's output shares its input's bytes: the two form one alias class with the union of
+//! their lifetimes. Lifetimes are closed intervals of node indices `[def, last use]`; graph inputs
+//! are defined at -1 and graph outputs live to the end, so a node's output never overlaps any of
+//! its inputs (they meet at the node's index). Placement is greedy first-fit in definition order,
+//! largest first among ties.
+
+use kestrel_format::ops::{Op, TensorId};
+use kestrel_format::reader::TENSOR_ALIGN;
+
+/// One activation the planner places.
+#[derive(Clone, Copy, Debug)]
+pub struct PlanTensor {
+    /// Tensor id.
+    pub id: TensorId,
+    /// Per-sample bytes.
+    pub bytes: u64,
+}
+
+/// Offsets (per sample) for `tensors`, and the arena bytes per sample.
+pub fn plan(
+    tensors: &[PlanTensor],
+    ops: &[Op],
+    inputs: &[TensorId],
+    outputs: &[TensorId],
+) -> (Vec<(TensorId, u64)>, u64) {
+    let n_ops = ops.len() as i64;
+    let idx = |id: TensorId| tensors.iter().position(|t| t.id == id);
+    // Alias classes through reshapes: root[i] is the class representative of tensor i.
+    let mut root: Vec<usize> = (0..tensors.len()).collect();
+    for op in ops {
+        if let Op::Reshape(r) = op {
+            if let (Some(x), Some(y)) = (idx(r.x), idx(r.y)) {
+                let rx = find(&root, x);
+                root[y] = rx;
+            }
+        }
+    }
+    let mut def = vec![i64::MAX; tensors.len()];
+    let mut last = vec![i64::MIN; tensors.len()];
+    for &i in inputs {
+        if let Some(k) = idx(i) {
+            def[k] = -1;
+        }
+    }
+    for (n, op) in ops.iter().enumerate() {
+        let n = n as i64;
+        if let Some(k) = idx(op.output()) {
+            def[k] = def[k].min(n);
+        }
+        op.for_each_input(|id| {
+            if let Some(k) = idx(id) {
+                last[k] = last[k].max(n);
+            }
+        });
+    }
+    for &o in outputs {
+        if let Some(k) = idx(o) {
+            last[k] = n_ops;
+        }
+    }
+    // Class lifetimes and sizes.
+    let mut cdef = vec![i64::MAX; tensors.len()];
+    let mut clast = vec![i64::MIN; tensors.len()];
+    let mut csize = vec![0u64; tensors.len()];
+    for k in 0..tensors.len() {
+        let r = find(&root, k);
+        cdef[r] = cdef[r].min(def[k]);
+        clast[r] = clast[r].max(last[k].max(def[k]));
+        csize[r] = csize[r].max(tensors[k].bytes);
+    }
+    let mut classes: Vec<usize> = (0..tensors.len()).filter(|&k| find(&root, k) == k).collect();
+    classes.sort_by_key(|&c| (cdef[c], std::cmp::Reverse(csize[c])));
+    let align = TENSOR_ALIGN as u64;
+    let mut placed: Vec<(usize, u64)> = Vec::new(); // (class, offset)
+    let mut arena = 0u64;
+    for &c in &classes {
+        let size = csize[c].div_ceil(align) * align;
+        let mut busy: Vec<(u64, u64)> = placed
+            .iter()
+            .filter(|&&(p, _)| cdef[p] <= clast[c] && cdef[c] <= clast[p])
+            .map(|&(p, off)| (off, off + csize[p].div_ceil(align) * align))
+            .collect();
+        busy.sort_unstable();
+        let mut off = 0u64;
+        for (s, e) in busy {
+            if off + size <= s {
+                break;
+            }
+            off = off.max(e);
+        }
+        placed.push((c, off));
+        arena = arena.max(off + size);
+    }
+    let offsets = (0..tensors.len())
+        .map(|k| {
+            let r = find(&root, k);
+            let off = placed.iter().find(|&&(c, _)| c == r).map_or(0, |&(_, o)| o);
+            (tensors[k].id, off)
+        })
+        .collect();
+    (offsets, arena)
+}
+
+fn find(root: &[usize], mut k: usize) -> usize {
+    while root[k] != k {
+        k = root[k];
+    }
+    k
+}
