@@ -1,4 +1,8 @@
 //! Kestrel's CPU runtime: `no_std`, no allocation in `run`.
+//!
+//! [`Model::parse`] validates a `.kes` file once (every node's tensor roles, shapes, kernel
+//! weights, the arena plan); a [`Session`] binds it to a caller's arena (any alignment, size from
+//! [`Model::arena_bytes`]) and [`Session::run`] executes batches without touching the heap.
 #![no_std]
 #![warn(missing_docs)]
 
@@ -7,10 +11,15 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
-pub mod kernels;
 pub mod error;
+mod exec;
+pub mod kernels;
 pub mod math;
+pub mod model;
+pub mod session;
 pub mod shapes;
 
 pub use error::{LoadError, RunError, ShapeError};
 pub use kernels::linear::{linear, ProjW};
+pub use model::{required_scratch_bytes, Model};
+pub use session::{Input, Session};

@@ -215,3 +215,15 @@ fn validate_node(file: &KesFile<'_>, node: u32, op: &Op) -> Result<(), LoadError
     }
     Ok(())
 }
+
+/// Scratch bytes the nodes of `file` need (the largest over nodes), without checking the file's
+/// own plan: model builders call this to fill in the plan before the final write.
+pub fn required_scratch_bytes(file: &KesFile<'_>) -> Result<u64, LoadError> {
+    let mut elems = 0usize;
+    for node in 0..file.op_count() {
+        let op = file.op(node)?;
+        let s = exec::scratch_elems(file, &op).map_err(|source| LoadError::Shape { node, op: op.name(), source })?;
+        elems = elems.max(s);
+    }
+    Ok(elems as u64 * 4)
+}

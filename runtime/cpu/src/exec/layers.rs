@@ -1,0 +1,229 @@
+//! Dispatch of the layer and generic ops (everything but the fused mechanisms).
+
+use super::{info, lookup_err, OpIo};
+use crate::error::{RunError, ShapeError};
+use crate::kernels::conv::{conv2d, conv2d_scratch, Conv2dParams};
+use crate::kernels::elementwise::{binary, unary, BinaryParams, Operand, UnaryParams};
+use crate::kernels::embed::{embedding, embedding_scratch, patch_embed, patch_embed_scratch, EmbeddingParams, PatchEmbedParams};
+use crate::kernels::matmul::{matmul, matmul_scratch, MatMulParams};
+use crate::kernels::norm::{layer_norm, layer_norm_scratch, LayerNormParams};
+use crate::kernels::reduce::{reduce, ReduceParams};
+use crate::kernels::softmax::{softmax, SoftmaxParams};
+use crate::kernels::transpose::{transpose, TransposeParams};
+use crate::kernels::linear::{linear, ProjW};
+use crate::session::numel;
+use kestrel_format::ops::{Activation, Op, Proj, TensorId};
+use kestrel_format::{KesFile, Shape, TensorKind, WeightView};
+
+/// A weight view from a validated file.
+pub(crate) fn weight<'a>(file: &KesFile<'a>, id: TensorId) -> Result<WeightView<'a>, ShapeError> {
+    file.weight(id).map_err(lookup_err)
+}
+
+/// A projection's weight views.
+pub(crate) fn proj<'a>(file: &KesFile<'a>, p: Proj) -> Result<ProjW<'a>, ShapeError> {
+    Ok(ProjW { w: weight(file, p.w)?, b: p.b.map(|b| weight(file, b)).transpose()? })
+}
+
+/// Per-sample shape of a tensor.
+pub(crate) fn shape(file: &KesFile<'_>, id: TensorId) -> Result<Shape, ShapeError> {
+    Ok(file.tensor(id).map_err(lookup_err)?.shape)
+}
+
+/// Where an operand comes from: an activation (per-sample slices) or a weight (shared).
+#[derive(Clone, Copy)]
+enum Src<'a> {
+    Act(TensorId),
+    Weight(WeightView<'a>),
+}
+
+fn src<'a>(file: &KesFile<'a>, id: TensorId) -> Result<Src<'a>, ShapeError> {
+    let t = file.tensor(id).map_err(lookup_err)?;
+    Ok(if t.kind == TensorKind::Weight { Src::Weight(weight(file, id)?) } else { Src::Act(id) })
+}
+
+/// Kernel params and weights of one layer node.
+enum Prep<'a> {
+    Dense { proj: ProjW<'a>, rows: usize, act: Activation },
+    LayerNorm { p: LayerNormParams, gamma: WeightView<'a>, beta: Option<WeightView<'a>> },
+    Unary(UnaryParams),
+    Binary { p: BinaryParams, a: Src<'a>, b: Src<'a> },
+    Softmax(SoftmaxParams),
+    PatchEmbed { p: PatchEmbedParams, proj: ProjW<'a> },
+    Embedding { p: EmbeddingParams, table: WeightView<'a>, pos: Option<WeightView<'a>> },
+    Reduce(ReduceParams),
+    Transpose(TransposeParams),
+    MatMul { p: MatMulParams, b: Src<'a> },
+    Conv2d { p: Conv2dParams, proj: ProjW<'a> },
+    Reshape,
+}
+
+fn operand<'a>(s: &Src<'a>, region: Option<&'a [f32]>) -> Operand<'a> {
+    match (s, region) {
+        (Src::Weight(w), _) => Operand::Weight(*w),
+        (Src::Act(_), Some(r)) => Operand::Act(r),
+        (Src::Act(_), None) => Operand::Act(&[]),
+    }
+}
+
+fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
+    let shp = |id| shape(file, id);
+    Ok(match *op {
+        Op::Dense(o) => {
+            let x = shp(o.x)?;
+            let proj = proj(file, o.proj)?;
+            proj.check("Dense", proj.out_features(), x.last())?;
+            let rows = x.numel().unwrap_or(0) / x.last().max(1);
+            Prep::Dense { proj, rows, act: o.act }
+        }
+        Op::LayerNorm(o) => {
+            let gamma = weight(file, o.gamma)?;
+            let beta = o.beta.map(|b| weight(file, b)).transpose()?;
+            Prep::LayerNorm { p: LayerNormParams::new(&shp(o.x)?, &gamma, beta.as_ref(), o.eps)?, gamma, beta }
+        }
+        Op::Unary(o) => Prep::Unary(UnaryParams::new(o.op, &shp(o.x)?)?),
+        Op::Binary(o) => {
+            let p = BinaryParams::new(o.op, &shp(o.a)?, &shp(o.b)?)?;
+            let (a, b) = (src(file, o.a)?, src(file, o.b)?);
+            if let (Src::Weight(wa), Src::Weight(wb)) = (a, b) {
+                p.check_operands(&Operand::Weight(wa), &Operand::Weight(wb))?;
+            }
+            Prep::Binary { p, a, b }
+        }
+        Op::Softmax(o) => Prep::Softmax(SoftmaxParams::new(&shp(o.x)?)?),
+        Op::PatchEmbed(o) => {
+            let proj = proj(file, o.proj)?;
+            Prep::PatchEmbed { p: PatchEmbedParams::new(&shp(o.x)?, o.patch as usize, &proj)?, proj }
+        }
+        Op::Embedding(o) => {
+            let table = weight(file, o.table)?;
+            let pos = o.pos.map(|p| weight(file, p)).transpose()?;
+            Prep::Embedding { p: EmbeddingParams::new(&shp(o.ids)?, &table, pos.as_ref())?, table, pos }
+        }
+        Op::Reduce(o) => Prep::Reduce(ReduceParams::new(o.op, &shp(o.x)?, o.axis as usize, o.keep_dims)?),
+        Op::Transpose(o) => {
+            let x = shp(o.x)?;
+            Prep::Transpose(TransposeParams::new(&x, &o.perm[..x.rank()])?)
+        }
+        Op::MatMul(o) => {
+            let b = src(file, o.b)?;
+            let p = MatMulParams::new(&shp(o.a)?, &shp(o.b)?, o.transpose_b, matches!(b, Src::Weight(_)))?;
+            Prep::MatMul { p, b }
+        }
+        Op::Conv2d(o) => {
+            let proj = proj(file, o.proj)?;
+            let u = |v: u32| v as usize;
+            let p = Conv2dParams::new(
+                &shp(o.x)?,
+                &shp(o.proj.w)?,
+                [u(o.stride[0]), u(o.stride[1])],
+                [u(o.pad[0]), u(o.pad[1]), u(o.pad[2]), u(o.pad[3])],
+                [u(o.dilation[0]), u(o.dilation[1])],
+                u(o.groups),
+            )?;
+            p.check_weights(&proj)?;
+            Prep::Conv2d { p, proj }
+        }
+        Op::Reshape(_) => Prep::Reshape,
+        _ => return Err(ShapeError::Invalid { op: op.name(), what: "not a layer op" }),
+    })
+}
+
+pub(super) fn scratch_elems(file: &KesFile<'_>, op: &Op) -> Result<usize, ShapeError> {
+    Ok(match prepare(file, op)? {
+        Prep::LayerNorm { p, .. } => layer_norm_scratch(&p),
+        Prep::PatchEmbed { p, .. } => patch_embed_scratch(&p),
+        Prep::Embedding { p, .. } => embedding_scratch(&p),
+        Prep::MatMul { p, .. } => matmul_scratch(&p),
+        Prep::Conv2d { p, .. } => conv2d_scratch(&p),
+        Prep::Dense { .. }
+        | Prep::Unary(_)
+        | Prep::Binary { .. }
+        | Prep::Softmax(_)
+        | Prep::Reduce(_)
+        | Prep::Transpose(_)
+        | Prep::Reshape => 0,
+    })
+}
+
+pub(super) fn execute(file: &KesFile<'_>, op: &Op, io: &mut OpIo<'_>) -> Result<(), RunError> {
+    let prep = prepare(file, op).map_err(|_| RunError::Internal("a validated node failed its check"))?;
+    let batch = io.batch;
+    let (acts, out, scratch) = io.split();
+    let y_n = numel(&info(file, op.output())?)?;
+    // The main activation input, sliced per sample.
+    let main = |id: TensorId| -> Result<(&[f32], usize), RunError> {
+        let t = info(file, id)?;
+        Ok((acts.region(&t)?, numel(&t)?))
+    };
+    let sample = |n: usize, s: usize| s * n..(s + 1) * n;
+    for s in 0..batch {
+        let y = &mut out[s * y_n..(s + 1) * y_n];
+        match (&prep, op) {
+            (Prep::Dense { proj, rows, act }, Op::Dense(o)) => {
+                let (x, n) = main(o.x)?;
+                linear(&x[sample(n, s)], *rows, &proj.w, proj.b.as_ref(), *act, y);
+            }
+            (Prep::LayerNorm { p, gamma, beta }, Op::LayerNorm(o)) => {
+                let (x, n) = main(o.x)?;
+                layer_norm(p, gamma, beta.as_ref(), &x[sample(n, s)], y, scratch);
+            }
+            (Prep::Unary(p), Op::Unary(o)) => {
+                let (x, n) = main(o.x)?;
+                unary(p, &x[sample(n, s)], y, scratch);
+            }
+            (Prep::Binary { p, a, b }, Op::Binary(o)) => {
+                let ra = match a {
+                    Src::Act(_) => Some(main(o.a)?).map(|(x, n)| &x[sample(n, s)]),
+                    Src::Weight(_) => None,
+                };
+                let rb = match b {
+                    Src::Act(_) => Some(main(o.b)?).map(|(x, n)| &x[sample(n, s)]),
+                    Src::Weight(_) => None,
+                };
+                binary(p, operand(a, ra), operand(b, rb), y, scratch);
+            }
+            (Prep::Softmax(p), Op::Softmax(o)) => {
+                let (x, n) = main(o.x)?;
+                softmax(p, &x[sample(n, s)], y, scratch);
+            }
+            (Prep::PatchEmbed { p, proj }, Op::PatchEmbed(o)) => {
+                let (x, n) = main(o.x)?;
+                patch_embed(p, proj, &x[sample(n, s)], y, scratch);
+            }
+            (Prep::Embedding { p, table, pos }, Op::Embedding(o)) => {
+                let (x, n) = main(o.ids)?;
+                let ids: &[i32] = bytemuck::cast_slice(&x[sample(n, s)]);
+                embedding(p, table, pos.as_ref(), ids, y, scratch).map_err(|e| match e {
+                    RunError::TokenIdOutOfRange { position, id, vocab } => {
+                        RunError::TokenIdOutOfRange { position: s * n + position, id, vocab }
+                    }
+                    other => other,
+                })?;
+            }
+            (Prep::Reduce(p), Op::Reduce(o)) => {
+                let (x, n) = main(o.x)?;
+                reduce(p, &x[sample(n, s)], y, scratch);
+            }
+            (Prep::Transpose(p), Op::Transpose(o)) => {
+                let (x, n) = main(o.x)?;
+                transpose(p, &x[sample(n, s)], y, scratch);
+            }
+            (Prep::MatMul { p, b }, Op::MatMul(o)) => {
+                let (a, n) = main(o.a)?;
+                let rb = match b {
+                    Src::Act(_) => Some(main(o.b)?).map(|(x, n)| &x[sample(n, s)]),
+                    Src::Weight(_) => None,
+                };
+                matmul(p, &a[sample(n, s)], operand(b, rb), y, scratch);
+            }
+            (Prep::Conv2d { p, proj }, Op::Conv2d(o)) => {
+                let (x, n) = main(o.x)?;
+                conv2d(p, proj, &x[sample(n, s)], y, scratch);
+            }
+            (Prep::Reshape, _) => {}
+            _ => return Err(RunError::Internal("op and prepared kernel disagree")),
+        }
+    }
+    Ok(())
+}
