@@ -4,3 +4,6 @@
 //! slice whose length comes from the matching `*_scratch` function.
 
 pub mod linear;
+pub mod attention;
+pub mod aft;
+pub mod fastformer;
