@@ -4,7 +4,7 @@
 
 mod common_mech;
 
-use common_mech::{max_diff, run, to_f64, Rng, TProj, TW, DTYPES};
+use common_mech::{max_diff, run, to_f64, Rng, TProj, DTYPES, TW};
 use kestrel_cpu::kernels::aft::*;
 use kestrel_cpu::kernels::attention::*;
 use kestrel_cpu::kernels::fastformer::*;
@@ -75,7 +75,9 @@ impl AttnLayer {
             o: self.o.view(),
         };
         p.check(&w).expect("valid attention shapes");
-        run(p.t * p.d, attention_scratch(p), |y, s| attention(p, &w, x, y, s))
+        run(p.t * p.d, attention_scratch(p), |y, s| {
+            attention(p, &w, x, y, s)
+        })
     }
 }
 
@@ -83,9 +85,22 @@ fn variant(i: usize) -> AttentionVariant {
     AttentionVariant::ALL[i]
 }
 
-fn attn_params(t: usize, d: usize, heads: usize, causal: bool, v: AttentionVariant) -> AttentionParams {
+fn attn_params(
+    t: usize,
+    d: usize,
+    heads: usize,
+    causal: bool,
+    v: AttentionVariant,
+) -> AttentionParams {
     let scale = 1.0 / ((d / heads) as f32).sqrt();
-    AttentionParams { t, d, heads, causal, scale, variant: v }
+    AttentionParams {
+        t,
+        d,
+        heads,
+        causal,
+        scale,
+        variant: v,
+    }
 }
 
 // ---------------------------------------------------------------- AFT
@@ -109,7 +124,12 @@ impl Proj4 {
     }
 
     fn dense(&self) -> Qkvo<'_> {
-        Qkvo { q: self.q.dense(), k: self.k.dense(), v: self.v.dense(), o: self.o.dense() }
+        Qkvo {
+            q: self.q.dense(),
+            k: self.k.dense(),
+            v: self.v.dense(),
+            o: self.o.dense(),
+        }
     }
 }
 
@@ -124,12 +144,20 @@ impl AftFullLayer {
     fn random(rng: &mut Rng, dtype: DType, p: &AftFullParams, kshift: f32) -> Self {
         let proj = Proj4::random(rng, dtype, p.d, p.d, kshift);
         if p.rank == 0 {
-            Self { p: proj, w: Some(TW::random(rng, dtype, p.t, p.t, 1.0)), uv: None }
+            Self {
+                p: proj,
+                w: Some(TW::random(rng, dtype, p.t, p.t, 1.0)),
+                uv: None,
+            }
         } else {
             let a = 1.0 / (p.rank as f64).sqrt();
             let u = TW::random(rng, dtype, p.t, p.rank, a);
             let v = TW::random(rng, dtype, p.t, p.rank, a);
-            Self { p: proj, w: None, uv: Some((u, v)) }
+            Self {
+                p: proj,
+                w: None,
+                uv: Some((u, v)),
+            }
         }
     }
 
@@ -142,19 +170,37 @@ impl AftFullLayer {
     }
 
     fn reference(&self, p: &AftFullParams, x: &[f32]) -> Vec<f64> {
-        reference::aft_full(&to_f64(x), p.t, p.d, p.causal, &self.p.dense(), &self.bias(p))
+        reference::aft_full(
+            &to_f64(x),
+            p.t,
+            p.d,
+            p.causal,
+            &self.p.dense(),
+            &self.bias(p),
+        )
     }
 
     fn run(&mut self, p: &AftFullParams, x: &[f32]) -> Vec<f32> {
         let bias = match (&mut self.w, &mut self.uv) {
             (Some(w), _) => AftBiasW::Full(w.view()),
-            (None, Some((u, v))) => AftBiasW::Factorised { u: u.view(), v: v.view() },
+            (None, Some((u, v))) => AftBiasW::Factorised {
+                u: u.view(),
+                v: v.view(),
+            },
             (None, None) => unreachable!(),
         };
         let pr = &mut self.p;
-        let w = AftFullWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), bias, o: pr.o.view() };
+        let w = AftFullWeights {
+            q: pr.q.view(),
+            k: pr.k.view(),
+            v: pr.v.view(),
+            bias,
+            o: pr.o.view(),
+        };
         p.check(&w).expect("valid aft_full shapes");
-        run(p.t * p.d, aft_full_scratch(p), |y, s| aft_full(p, &w, x, y, s))
+        run(p.t * p.d, aft_full_scratch(p), |y, s| {
+            aft_full(p, &w, x, y, s)
+        })
     }
 }
 
@@ -165,12 +211,23 @@ struct AftLocalLayer {
 
 impl AftLocalLayer {
     fn random(rng: &mut Rng, dtype: DType, p: &AftLocalParams, kshift: f32) -> Self {
-        Self { p: Proj4::random(rng, dtype, p.d, p.d, kshift), w: TW::random(rng, dtype, p.t, p.t, 1.0) }
+        Self {
+            p: Proj4::random(rng, dtype, p.d, p.d, kshift),
+            w: TW::random(rng, dtype, p.t, p.t, 1.0),
+        }
     }
 
     fn reference(&self, p: &AftLocalParams, x: &[f32]) -> Vec<f64> {
         let dense = self.p.dense();
-        reference::aft_local(&to_f64(x), p.t, p.d, p.causal, p.window, &dense, &self.w.dec)
+        reference::aft_local(
+            &to_f64(x),
+            p.t,
+            p.d,
+            p.causal,
+            p.window,
+            &dense,
+            &self.w.dec,
+        )
     }
 
     fn run(&mut self, p: &AftLocalParams, x: &[f32]) -> Vec<f32> {
@@ -183,7 +240,9 @@ impl AftLocalLayer {
             o: pr.o.view(),
         };
         p.check(&w).expect("valid aft_local shapes");
-        run(p.t * p.d, aft_local_scratch(p), |y, s| aft_local(p, &w, x, y, s))
+        run(p.t * p.d, aft_local_scratch(p), |y, s| {
+            aft_local(p, &w, x, y, s)
+        })
     }
 }
 
@@ -192,9 +251,16 @@ fn simple_reference(l: &Proj4, p: &AftSimpleParams, x: &[f32]) -> Vec<f64> {
 }
 
 fn simple_run(l: &mut Proj4, p: &AftSimpleParams, x: &[f32]) -> Vec<f32> {
-    let w = AftSimpleWeights { q: l.q.view(), k: l.k.view(), v: l.v.view(), o: l.o.view() };
+    let w = AftSimpleWeights {
+        q: l.q.view(),
+        k: l.k.view(),
+        v: l.v.view(),
+        o: l.o.view(),
+    };
     p.check(&w).expect("valid aft_simple shapes");
-    run(p.t * p.d, aft_simple_scratch(p), |y, s| aft_simple(p, &w, x, y, s))
+    run(p.t * p.d, aft_simple_scratch(p), |y, s| {
+        aft_simple(p, &w, x, y, s)
+    })
 }
 
 struct AftConvLayer {
@@ -212,7 +278,15 @@ impl AftConvLayer {
 
     fn reference(&self, p: &AftConvParams, x: &[f32]) -> Vec<f64> {
         let (grid, dense) = ([p.grid_h, p.grid_w], self.p.dense());
-        reference::aft_conv(&to_f64(x), grid, p.d, p.heads, p.kernel, &dense, &self.w.dec)
+        reference::aft_conv(
+            &to_f64(x),
+            grid,
+            p.d,
+            p.heads,
+            p.kernel,
+            &dense,
+            &self.w.dec,
+        )
     }
 
     fn run(&mut self, p: &AftConvParams, x: &[f32]) -> Vec<f32> {
@@ -225,7 +299,9 @@ impl AftConvLayer {
             o: pr.o.view(),
         };
         p.check(&w).expect("valid aft_conv shapes");
-        run(p.t * p.d, aft_conv_scratch(p), |y, s| aft_conv(p, &w, x, y, s))
+        run(p.t * p.d, aft_conv_scratch(p), |y, s| {
+            aft_conv(p, &w, x, y, s)
+        })
     }
 }
 
@@ -272,12 +348,19 @@ impl FfLayer {
             r: pr.o.view(),
         };
         p.check(&w).expect("valid fastformer shapes");
-        run(p.t * p.d, fastformer_scratch(p), |y, s| fastformer(p, &w, x, y, s))
+        run(p.t * p.d, fastformer_scratch(p), |y, s| {
+            fastformer(p, &w, x, y, s)
+        })
     }
 }
 
 fn ff_params(t: usize, d: usize, heads: usize) -> FastformerParams {
-    FastformerParams { t, d, heads, scale: 1.0 / ((d / heads) as f32).sqrt() }
+    FastformerParams {
+        t,
+        d,
+        heads,
+        scale: 1.0 / ((d / heads) as f32).sqrt(),
+    }
 }
 
 // ---------------------------------------------------------------- strategies
@@ -434,32 +517,84 @@ fn large_keys_are_stable() {
             let x = rng.normal_vec(t * d);
             let what = format!("{dt:?} causal={causal}");
 
-            let p = AftFullParams { t, d, causal, rank: 0 };
+            let p = AftFullParams {
+                t,
+                d,
+                causal,
+                rank: 0,
+            };
             let mut l = AftFullLayer::random(&mut rng, dt, &p, 100.0);
-            assert_close(&format!("aft_full {what}"), &l.run(&p, &x), &l.reference(&p, &x), F32_KERNEL);
+            assert_close(
+                &format!("aft_full {what}"),
+                &l.run(&p, &x),
+                &l.reference(&p, &x),
+                F32_KERNEL,
+            );
 
-            let p = AftFullParams { t, d, causal, rank: 3 };
+            let p = AftFullParams {
+                t,
+                d,
+                causal,
+                rank: 3,
+            };
             let mut l = AftFullLayer::random(&mut rng, dt, &p, 100.0);
             let got = l.run(&p, &x);
-            assert_close(&format!("aft_full factorised {what}"), &got, &l.reference(&p, &x), F32_KERNEL);
+            assert_close(
+                &format!("aft_full factorised {what}"),
+                &got,
+                &l.reference(&p, &x),
+                F32_KERNEL,
+            );
 
-            let p = AftLocalParams { t, d, causal, window: 2 };
+            let p = AftLocalParams {
+                t,
+                d,
+                causal,
+                window: 2,
+            };
             let mut l = AftLocalLayer::random(&mut rng, dt, &p, 100.0);
-            assert_close(&format!("aft_local {what}"), &l.run(&p, &x), &l.reference(&p, &x), F32_KERNEL);
+            assert_close(
+                &format!("aft_local {what}"),
+                &l.run(&p, &x),
+                &l.reference(&p, &x),
+                F32_KERNEL,
+            );
 
             let p = AftSimpleParams { t, d, causal };
             let mut l = Proj4::random(&mut rng, dt, d, d, 100.0);
             let got = simple_run(&mut l, &p, &x);
-            assert_close(&format!("aft_simple {what}"), &got, &simple_reference(&l, &p, &x), F32_KERNEL);
+            assert_close(
+                &format!("aft_simple {what}"),
+                &got,
+                &simple_reference(&l, &p, &x),
+                F32_KERNEL,
+            );
 
-            let p = AftConvParams { t: 12, d, heads: 2, kernel: 3, grid_h: 3, grid_w: 4 };
+            let p = AftConvParams {
+                t: 12,
+                d,
+                heads: 2,
+                kernel: 3,
+                grid_h: 3,
+                grid_w: 4,
+            };
             let xc = rng.normal_vec(12 * d);
             let mut l = AftConvLayer::random(&mut rng, dt, &p, 100.0);
-            assert_close(&format!("aft_conv {dt:?}"), &l.run(&p, &xc), &l.reference(&p, &xc), F32_KERNEL);
+            assert_close(
+                &format!("aft_conv {dt:?}"),
+                &l.run(&p, &xc),
+                &l.reference(&p, &xc),
+                F32_KERNEL,
+            );
 
             let p = ff_params(t, d, 2);
             let mut l = FfLayer::random(&mut rng, dt, &p, 100.0);
-            assert_close(&format!("fastformer {dt:?}"), &l.run(&p, &x), &l.reference(&p, &x), F32_KERNEL);
+            assert_close(
+                &format!("fastformer {dt:?}"),
+                &l.run(&p, &x),
+                &l.reference(&p, &x),
+                F32_KERNEL,
+            );
         }
     }
 }
@@ -478,7 +613,12 @@ fn aft_simple_causal_survives_rising_keys() {
     let mut l = Proj4::random(&mut rng, DType::F32, d, d, 0.0);
     let got = simple_run(&mut l, &p, &x);
     assert!(got.iter().all(|v| v.is_finite()));
-    assert_close("aft_simple rising keys", &got, &simple_reference(&l, &p, &x), F32_KERNEL);
+    assert_close(
+        "aft_simple rising keys",
+        &got,
+        &simple_reference(&l, &p, &x),
+        F32_KERNEL,
+    );
 }
 
 /// With s ≥ T every pair is inside the window, so AFT-local is AFT-full with the same w.
@@ -490,14 +630,33 @@ fn aft_local_with_window_at_least_t_equals_aft_full() {
                 let mut rng = Rng::new(40 + n as u64);
                 let d = 8;
                 let x = rng.normal_vec(t * d);
-                let pl = AftLocalParams { t, d, causal, window: t + extra };
+                let pl = AftLocalParams {
+                    t,
+                    d,
+                    causal,
+                    window: t + extra,
+                };
                 let mut local = AftLocalLayer::random(&mut rng, dt, &pl, 0.0);
-                let pf = AftFullParams { t, d, causal, rank: 0 };
+                let pf = AftFullParams {
+                    t,
+                    d,
+                    causal,
+                    rank: 0,
+                };
                 let w = Some(TW::new(DType::F32, t, t, &local.w_values()));
-                let mut full = AftFullLayer { p: local.p_decoded(), w, uv: None };
+                let mut full = AftFullLayer {
+                    p: local.p_decoded(),
+                    w,
+                    uv: None,
+                };
                 let yl = local.run(&pl, &x);
                 let yf = full.run(&pf, &x);
-                assert_close(&format!("local==full {dt:?} t={t}"), &yl, &to_f64(&yf), F32_KERNEL);
+                assert_close(
+                    &format!("local==full {dt:?} t={t}"),
+                    &yl,
+                    &to_f64(&yf),
+                    F32_KERNEL,
+                );
             }
         }
     }
@@ -513,11 +672,25 @@ impl AftLocalLayer {
     fn p_decoded(&self) -> Proj4 {
         let re = |p: &TProj| {
             let vals: Vec<f32> = p.w.dec.iter().map(|&v| v as f32).collect();
-            let b: Vec<f32> = p.b.as_ref().unwrap().dec.iter().map(|&v| v as f32).collect();
+            let b: Vec<f32> =
+                p.b.as_ref()
+                    .unwrap()
+                    .dec
+                    .iter()
+                    .map(|&v| v as f32)
+                    .collect();
             let (out, inp) = (b.len(), vals.len() / b.len());
-            TProj { w: TW::new(DType::F32, out, inp, &vals), b: Some(TW::new(DType::F32, 1, out, &b)) }
+            TProj {
+                w: TW::new(DType::F32, out, inp, &vals),
+                b: Some(TW::new(DType::F32, 1, out, &b)),
+            }
         };
-        Proj4 { q: re(&self.p.q), k: re(&self.p.k), v: re(&self.p.v), o: re(&self.p.o) }
+        Proj4 {
+            q: re(&self.p.q),
+            k: re(&self.p.k),
+            v: re(&self.p.v),
+            o: re(&self.p.o),
+        }
     }
 }
 
@@ -529,7 +702,12 @@ fn aft_local_keeps_global_connectivity() {
         let (t, d) = (16, 8);
         let mut rng = Rng::new(11);
         let x = rng.normal_vec(t * d);
-        let p = AftLocalParams { t, d, causal, window: 1 };
+        let p = AftLocalParams {
+            t,
+            d,
+            causal,
+            window: 1,
+        };
         let mut l = AftLocalLayer::random(&mut rng, DType::F32, &p, 0.0);
         let mut x2 = x.clone();
         // Token 10 is outside the s = 1 window of tokens 0..10 and of 11..16.
@@ -542,7 +720,12 @@ fn aft_local_keeps_global_connectivity() {
             max_diff(&y1[far * d..], &y2[far * d..], d) > 1e-3,
             "token {far} ignores token 10 (causal={causal})"
         );
-        assert_close("global connectivity", &y2, &l.reference(&p, &x2), F32_KERNEL);
+        assert_close(
+            "global connectivity",
+            &y2,
+            &l.reference(&p, &x2),
+            F32_KERNEL,
+        );
     }
 }
 
@@ -579,7 +762,14 @@ fn super_causal_ignores_upper_triangle_of_wa() {
 /// asymmetric kernel on a non-square grid distinguishes it from a flipped convolution.
 #[test]
 fn aft_conv_kernel_orientation() {
-    let p = AftConvParams { t: 15, d: 4, heads: 1, kernel: 3, grid_h: 3, grid_w: 5 };
+    let p = AftConvParams {
+        t: 15,
+        d: 4,
+        heads: 1,
+        kernel: 3,
+        grid_h: 3,
+        grid_w: 5,
+    };
     let mut rng = Rng::new(5);
     let x = rng.normal_vec(p.t * p.d);
     let mut l = AftConvLayer::random(&mut rng, DType::F32, &p, 0.0);
@@ -599,7 +789,13 @@ fn check_rejects_bad_shapes() {
     let mut rng = Rng::new(9);
     let p = attn_params(4, 8, 2, false, AttentionVariant::Standard);
     let mut l = AttnLayer::random(&mut rng, DType::F32, &p);
-    let w = AttentionWeights { q: l.q.view(), k: None, v: None, align: None, o: l.o.view() };
+    let w = AttentionWeights {
+        q: l.q.view(),
+        k: None,
+        v: None,
+        align: None,
+        o: l.o.view(),
+    };
     assert!(matches!(p.check(&w), Err(ShapeError::Mismatch { .. })));
     let bad = AttentionParams { heads: 3, ..p };
     let mut l = AttnLayer::random(&mut rng, DType::F32, &p);
@@ -613,29 +809,67 @@ fn check_rejects_bad_shapes() {
     assert!(p.check(&w).is_ok());
     assert!(matches!(bad.check(&w), Err(ShapeError::Invalid { .. })));
 
-    let p = AftLocalParams { t: 5, d: 4, causal: false, window: 2 };
+    let p = AftLocalParams {
+        t: 5,
+        d: 4,
+        causal: false,
+        window: 2,
+    };
     let mut l = AftLocalLayer::random(&mut rng, DType::F32, &p, 0.0);
     let pr = &mut l.p;
-    let w = AftLocalWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), w: l.w.view(), o: pr.o.view() };
+    let w = AftLocalWeights {
+        q: pr.q.view(),
+        k: pr.k.view(),
+        v: pr.v.view(),
+        w: l.w.view(),
+        o: pr.o.view(),
+    };
     assert!(p.check(&w).is_ok());
     assert!(AftLocalParams { window: 0, ..p }.check(&w).is_err());
     assert!(AftLocalParams { t: 6, ..p }.check(&w).is_err());
 
-    let p = AftConvParams { t: 6, d: 4, heads: 2, kernel: 3, grid_h: 2, grid_w: 3 };
+    let p = AftConvParams {
+        t: 6,
+        d: 4,
+        heads: 2,
+        kernel: 3,
+        grid_h: 2,
+        grid_w: 3,
+    };
     let mut l = AftConvLayer::random(&mut rng, DType::F32, &p, 0.0);
     let pr = &mut l.p;
-    let w = AftConvWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), w: l.w.view(), o: pr.o.view() };
+    let w = AftConvWeights {
+        q: pr.q.view(),
+        k: pr.k.view(),
+        v: pr.v.view(),
+        w: l.w.view(),
+        o: pr.o.view(),
+    };
     assert!(p.check(&w).is_ok());
     assert!(AftConvParams { grid_w: 2, ..p }.check(&w).is_err());
     assert!(AftConvParams { kernel: 2, ..p }.check(&w).is_err());
     assert!(AftConvParams { heads: 1, ..p }.check(&w).is_err());
 
-    let p = AftFullParams { t: 5, d: 4, causal: false, rank: 2 };
+    let p = AftFullParams {
+        t: 5,
+        d: 4,
+        causal: false,
+        rank: 2,
+    };
     let mut l = AftFullLayer::random(&mut rng, DType::F32, &p, 0.0);
     let (u, v) = l.uv.as_mut().unwrap();
     let pr = &mut l.p;
-    let bias = AftBiasW::Factorised { u: u.view(), v: v.view() };
-    let w = AftFullWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), bias, o: pr.o.view() };
+    let bias = AftBiasW::Factorised {
+        u: u.view(),
+        v: v.view(),
+    };
+    let w = AftFullWeights {
+        q: pr.q.view(),
+        k: pr.k.view(),
+        v: pr.v.view(),
+        bias,
+        o: pr.o.view(),
+    };
     assert!(p.check(&w).is_ok());
     assert!(AftFullParams { rank: 0, ..p }.check(&w).is_err());
     assert!(AftFullParams { rank: 3, ..p }.check(&w).is_err());

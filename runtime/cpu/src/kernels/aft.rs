@@ -177,7 +177,10 @@ impl AftFullParams {
             }
             AftBiasW::Factorised { u, v } => {
                 if self.rank == 0 {
-                    return Err(ShapeError::Invalid { op: OP, what: "factorised bias needs rank ≥ 1" });
+                    return Err(ShapeError::Invalid {
+                        op: OP,
+                        what: "factorised bias needs rank ≥ 1",
+                    });
                 }
                 expect_eq(OP, "u rows", self.t, u.rows())?;
                 expect_eq(OP, "u cols (rank)", self.rank, u.cols())?;
@@ -194,7 +197,10 @@ impl AftLocalParams {
         const OP: &str = "aft_local";
         check_dims(OP, self.t, self.d, 1)?;
         if self.window == 0 {
-            return Err(ShapeError::Invalid { op: OP, what: "window must be at least 1" });
+            return Err(ShapeError::Invalid {
+                op: OP,
+                what: "window must be at least 1",
+            });
         }
         check_qkvo(OP, self.d, self.d, &w.q, &w.k, &w.v, &w.o)?;
         expect_eq(OP, "w rows", self.t, w.w.rows())?;
@@ -222,11 +228,19 @@ impl AftConvParams {
         check_dims(OP, self.t, self.d, self.heads)?;
         expect_eq(OP, "T (grid_h · grid_w)", self.grid_h * self.grid_w, self.t)?;
         if self.kernel % 2 == 0 {
-            return Err(ShapeError::Invalid { op: OP, what: "kernel size must be odd" });
+            return Err(ShapeError::Invalid {
+                op: OP,
+                what: "kernel size must be odd",
+            });
         }
         check_qkvo(OP, self.d, self.heads, &w.q, &w.k, &w.v, &w.o)?;
         expect_eq(OP, "w rows (heads)", self.heads, w.w.rows())?;
-        expect_eq(OP, "w cols (kernel²)", self.kernel * self.kernel, w.w.cols())
+        expect_eq(
+            OP,
+            "w cols (kernel²)",
+            self.kernel * self.kernel,
+            w.w.cols(),
+        )
     }
 }
 
@@ -389,7 +403,11 @@ pub fn aft_local(
         // w is 0 outside the band, so the row's largest bias is at least 0.
         let m = band.iter().fold(0.0f32, |m, &v| m.max(v));
         let g = exp(-m);
-        for (((n, dn), &se), &sv) in num.iter_mut().zip(den.iter_mut()).zip(&*sum_e).zip(&*sum_ev)
+        for (((n, dn), &se), &sv) in num
+            .iter_mut()
+            .zip(den.iter_mut())
+            .zip(&*sum_e)
+            .zip(&*sum_ev)
         {
             *n = g * sv;
             *dn = g * se;
@@ -515,7 +533,10 @@ pub fn aft_conv(
             let ti = yy * p.grid_w + xx;
             for i in 0..h {
                 den[i] = g[i] * sum_e[i];
-                for (n, &sv) in num[i * c..(i + 1) * c].iter_mut().zip(&sum_ev[i * c..(i + 1) * c]) {
+                for (n, &sv) in num[i * c..(i + 1) * c]
+                    .iter_mut()
+                    .zip(&sum_ev[i * c..(i + 1) * c])
+                {
                     *n = g[i] * sv;
                 }
             }
@@ -531,13 +552,20 @@ pub fn aft_conv(
                     for i in 0..h {
                         let k = kappa[i * taps + a * s + b];
                         den[i] += k * e[tj * h + i];
-                        axpy(&mut num[i * c..(i + 1) * c], k, &ev[tj * d + i * c..tj * d + (i + 1) * c]);
+                        axpy(
+                            &mut num[i * c..(i + 1) * c],
+                            k,
+                            &ev[tj * d + i * c..tj * d + (i + 1) * c],
+                        );
                     }
                 }
             }
             let qi = &mut qb[ti * d..(ti + 1) * d];
             for i in 0..h {
-                for (q, &n) in qi[i * c..(i + 1) * c].iter_mut().zip(&num[i * c..(i + 1) * c]) {
+                for (q, &n) in qi[i * c..(i + 1) * c]
+                    .iter_mut()
+                    .zip(&num[i * c..(i + 1) * c])
+                {
                     *q = sigmoid(*q) * n / den[i];
                 }
             }

@@ -62,10 +62,16 @@ pub(crate) fn check_dims(
     heads: usize,
 ) -> Result<(), ShapeError> {
     if t == 0 || d == 0 || heads == 0 {
-        return Err(ShapeError::Invalid { op, what: "T, d and heads must be at least 1" });
+        return Err(ShapeError::Invalid {
+            op,
+            what: "T, d and heads must be at least 1",
+        });
     }
     if d % heads != 0 {
-        return Err(ShapeError::Invalid { op, what: "heads must divide d" });
+        return Err(ShapeError::Invalid {
+            op,
+            what: "heads must divide d",
+        });
     }
     Ok(())
 }
@@ -98,7 +104,10 @@ pub(crate) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
 
 impl AttentionParams {
     fn has_k(&self) -> bool {
-        matches!(self.variant, AttentionVariant::Standard | AttentionVariant::Optimised)
+        matches!(
+            self.variant,
+            AttentionVariant::Standard | AttentionVariant::Optimised
+        )
     }
 
     fn has_v(&self) -> bool {
@@ -113,14 +122,22 @@ impl AttentionParams {
     pub fn check(&self, w: &AttentionWeights<'_>) -> Result<(), ShapeError> {
         check_dims(OP, self.t, self.d, self.heads)?;
         if !self.scale.is_finite() {
-            return Err(ShapeError::Invalid { op: OP, what: "scale must be finite" });
+            return Err(ShapeError::Invalid {
+                op: OP,
+                what: "scale must be finite",
+            });
         }
         let d = self.d;
         w.q.check(OP, d, d)?;
         w.o.check(OP, d, d)?;
         check_present(OP, "W^K present (1) or absent (0)", self.has_k(), &w.k)?;
         check_present(OP, "W^V present (1) or absent (0)", self.has_v(), &w.v)?;
-        check_present(OP, "W^A present (1) or absent (0)", self.is_super(), &w.align)?;
+        check_present(
+            OP,
+            "W^A present (1) or absent (0)",
+            self.is_super(),
+            &w.align,
+        )?;
         if let Some(k) = &w.k {
             k.check(OP, d, d)?;
         }

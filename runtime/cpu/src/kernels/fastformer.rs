@@ -49,7 +49,10 @@ impl FastformerParams {
     pub fn check(&self, w: &FastformerWeights<'_>) -> Result<(), ShapeError> {
         check_dims(OP, self.t, self.d, self.heads)?;
         if !self.scale.is_finite() {
-            return Err(ShapeError::Invalid { op: OP, what: "scale must be finite" });
+            return Err(ShapeError::Invalid {
+                op: OP,
+                what: "scale must be finite",
+            });
         }
         let d = self.d;
         w.q.check(OP, d, d)?;
