@@ -4,364 +4,20 @@
 
 mod common_mech;
 
-use common_mech::{max_diff, run, to_f64, Rng, TProj, DTYPES, TW};
+use common_mech::layers::*;
+use common_mech::{max_diff, to_f64, Rng, TProj, DTYPES, TW};
 use kestrel_cpu::kernels::aft::*;
 use kestrel_cpu::kernels::attention::*;
 use kestrel_cpu::kernels::fastformer::*;
 use kestrel_cpu::ShapeError;
 use kestrel_format::ops::AttentionVariant;
 use kestrel_format::DType;
-use kestrel_reference::mechanisms::{self as reference, AttentionKind, AttentionRef, Qkvo};
+use kestrel_reference::mechanisms as reference;
 use kestrel_reference::tolerance::F32_KERNEL;
 use kestrel_reference::{assert_close, compare};
 use proptest::prelude::*;
 
 const CASES: u32 = 192;
-
-// ---------------------------------------------------------------- attention
-
-struct AttnLayer {
-    q: TProj,
-    k: Option<TProj>,
-    v: Option<TProj>,
-    align: Option<TProj>,
-    o: TProj,
-}
-
-impl AttnLayer {
-    fn random(rng: &mut Rng, dtype: DType, p: &AttentionParams) -> Self {
-        let (t, d) = (p.t, p.d);
-        let (std, opt, sup) = (
-            p.variant == AttentionVariant::Standard,
-            p.variant == AttentionVariant::Optimised,
-            p.variant == AttentionVariant::Super,
-        );
-        Self {
-            q: TProj::random(rng, dtype, d, d, 0.0),
-            k: (std || opt).then(|| TProj::random(rng, dtype, d, d, 0.0)),
-            v: std.then(|| TProj::random(rng, dtype, d, d, 0.0)),
-            align: sup.then(|| TProj::random(rng, dtype, t, t, 0.0)),
-            o: TProj::random(rng, dtype, d, d, 0.0),
-        }
-    }
-
-    fn reference(&self, p: &AttentionParams, x: &[f32]) -> Vec<f64> {
-        let kind = match p.variant {
-            AttentionVariant::Standard => AttentionKind::Standard,
-            AttentionVariant::Optimised => AttentionKind::Optimised,
-            AttentionVariant::Efficient => AttentionKind::Efficient,
-            AttentionVariant::Super => AttentionKind::Super,
-        };
-        let a = AttentionRef {
-            kind,
-            heads: p.heads,
-            causal: p.causal,
-            scale: f64::from(p.scale),
-            q: self.q.dense(),
-            k: self.k.as_ref().map(TProj::dense),
-            v: self.v.as_ref().map(TProj::dense),
-            align: self.align.as_ref().map(TProj::dense),
-            o: self.o.dense(),
-        };
-        reference::attention(&to_f64(x), p.t, p.d, &a)
-    }
-
-    fn run(&mut self, p: &AttentionParams, x: &[f32]) -> Vec<f32> {
-        let w = AttentionWeights {
-            q: self.q.view(),
-            k: self.k.as_mut().map(TProj::view),
-            v: self.v.as_mut().map(TProj::view),
-            align: self.align.as_mut().map(TProj::view),
-            o: self.o.view(),
-        };
-        p.check(&w).expect("valid attention shapes");
-        run(p.t * p.d, attention_scratch(p), |y, s| {
-            attention(p, &w, x, y, s)
-        })
-    }
-}
-
-fn variant(i: usize) -> AttentionVariant {
-    AttentionVariant::ALL[i]
-}
-
-fn attn_params(
-    t: usize,
-    d: usize,
-    heads: usize,
-    causal: bool,
-    v: AttentionVariant,
-) -> AttentionParams {
-    let scale = 1.0 / ((d / heads) as f32).sqrt();
-    AttentionParams {
-        t,
-        d,
-        heads,
-        causal,
-        scale,
-        variant: v,
-    }
-}
-
-// ---------------------------------------------------------------- AFT
-
-/// Q, K, V, O projections; K has `kout` outputs and its bias is shifted by `kshift`.
-struct Proj4 {
-    q: TProj,
-    k: TProj,
-    v: TProj,
-    o: TProj,
-}
-
-impl Proj4 {
-    fn random(rng: &mut Rng, dtype: DType, d: usize, kout: usize, kshift: f32) -> Self {
-        Self {
-            q: TProj::random(rng, dtype, d, d, 0.0),
-            k: TProj::random(rng, dtype, kout, d, kshift),
-            v: TProj::random(rng, dtype, d, d, 0.0),
-            o: TProj::random(rng, dtype, d, d, 0.0),
-        }
-    }
-
-    fn dense(&self) -> Qkvo<'_> {
-        Qkvo {
-            q: self.q.dense(),
-            k: self.k.dense(),
-            v: self.v.dense(),
-            o: self.o.dense(),
-        }
-    }
-}
-
-/// An AFT-full layer; `u`/`v` present for a factorised bias, else `w` is `[T, T]`.
-struct AftFullLayer {
-    p: Proj4,
-    w: Option<TW>,
-    uv: Option<(TW, TW)>,
-}
-
-impl AftFullLayer {
-    fn random(rng: &mut Rng, dtype: DType, p: &AftFullParams, kshift: f32) -> Self {
-        let proj = Proj4::random(rng, dtype, p.d, p.d, kshift);
-        if p.rank == 0 {
-            Self {
-                p: proj,
-                w: Some(TW::random(rng, dtype, p.t, p.t, 1.0)),
-                uv: None,
-            }
-        } else {
-            let a = 1.0 / (p.rank as f64).sqrt();
-            let u = TW::random(rng, dtype, p.t, p.rank, a);
-            let v = TW::random(rng, dtype, p.t, p.rank, a);
-            Self {
-                p: proj,
-                w: None,
-                uv: Some((u, v)),
-            }
-        }
-    }
-
-    fn bias(&self, p: &AftFullParams) -> Vec<f64> {
-        match (&self.w, &self.uv) {
-            (Some(w), _) => w.dec.clone(),
-            (None, Some((u, v))) => reference::aft_bias_from_factors(&u.dec, &v.dec, p.t, p.rank),
-            (None, None) => unreachable!(),
-        }
-    }
-
-    fn reference(&self, p: &AftFullParams, x: &[f32]) -> Vec<f64> {
-        reference::aft_full(
-            &to_f64(x),
-            p.t,
-            p.d,
-            p.causal,
-            &self.p.dense(),
-            &self.bias(p),
-        )
-    }
-
-    fn run(&mut self, p: &AftFullParams, x: &[f32]) -> Vec<f32> {
-        let bias = match (&mut self.w, &mut self.uv) {
-            (Some(w), _) => AftBiasW::Full(w.view()),
-            (None, Some((u, v))) => AftBiasW::Factorised {
-                u: u.view(),
-                v: v.view(),
-            },
-            (None, None) => unreachable!(),
-        };
-        let pr = &mut self.p;
-        let w = AftFullWeights {
-            q: pr.q.view(),
-            k: pr.k.view(),
-            v: pr.v.view(),
-            bias,
-            o: pr.o.view(),
-        };
-        p.check(&w).expect("valid aft_full shapes");
-        run(p.t * p.d, aft_full_scratch(p), |y, s| {
-            aft_full(p, &w, x, y, s)
-        })
-    }
-}
-
-struct AftLocalLayer {
-    p: Proj4,
-    w: TW,
-}
-
-impl AftLocalLayer {
-    fn random(rng: &mut Rng, dtype: DType, p: &AftLocalParams, kshift: f32) -> Self {
-        Self {
-            p: Proj4::random(rng, dtype, p.d, p.d, kshift),
-            w: TW::random(rng, dtype, p.t, p.t, 1.0),
-        }
-    }
-
-    fn reference(&self, p: &AftLocalParams, x: &[f32]) -> Vec<f64> {
-        let dense = self.p.dense();
-        reference::aft_local(
-            &to_f64(x),
-            p.t,
-            p.d,
-            p.causal,
-            p.window,
-            &dense,
-            &self.w.dec,
-        )
-    }
-
-    fn run(&mut self, p: &AftLocalParams, x: &[f32]) -> Vec<f32> {
-        let pr = &mut self.p;
-        let w = AftLocalWeights {
-            q: pr.q.view(),
-            k: pr.k.view(),
-            v: pr.v.view(),
-            w: self.w.view(),
-            o: pr.o.view(),
-        };
-        p.check(&w).expect("valid aft_local shapes");
-        run(p.t * p.d, aft_local_scratch(p), |y, s| {
-            aft_local(p, &w, x, y, s)
-        })
-    }
-}
-
-fn simple_reference(l: &Proj4, p: &AftSimpleParams, x: &[f32]) -> Vec<f64> {
-    reference::aft_simple(&to_f64(x), p.t, p.d, p.causal, &l.dense())
-}
-
-fn simple_run(l: &mut Proj4, p: &AftSimpleParams, x: &[f32]) -> Vec<f32> {
-    let w = AftSimpleWeights {
-        q: l.q.view(),
-        k: l.k.view(),
-        v: l.v.view(),
-        o: l.o.view(),
-    };
-    p.check(&w).expect("valid aft_simple shapes");
-    run(p.t * p.d, aft_simple_scratch(p), |y, s| {
-        aft_simple(p, &w, x, y, s)
-    })
-}
-
-struct AftConvLayer {
-    p: Proj4,
-    w: TW,
-}
-
-impl AftConvLayer {
-    fn random(rng: &mut Rng, dtype: DType, p: &AftConvParams, kshift: f32) -> Self {
-        Self {
-            p: Proj4::random(rng, dtype, p.d, p.heads, kshift),
-            w: TW::random(rng, dtype, p.heads, p.kernel * p.kernel, 1.0),
-        }
-    }
-
-    fn reference(&self, p: &AftConvParams, x: &[f32]) -> Vec<f64> {
-        let (grid, dense) = ([p.grid_h, p.grid_w], self.p.dense());
-        reference::aft_conv(
-            &to_f64(x),
-            grid,
-            p.d,
-            p.heads,
-            p.kernel,
-            &dense,
-            &self.w.dec,
-        )
-    }
-
-    fn run(&mut self, p: &AftConvParams, x: &[f32]) -> Vec<f32> {
-        let pr = &mut self.p;
-        let w = AftConvWeights {
-            q: pr.q.view(),
-            k: pr.k.view(),
-            v: pr.v.view(),
-            w: self.w.view(),
-            o: pr.o.view(),
-        };
-        p.check(&w).expect("valid aft_conv shapes");
-        run(p.t * p.d, aft_conv_scratch(p), |y, s| {
-            aft_conv(p, &w, x, y, s)
-        })
-    }
-}
-
-// ---------------------------------------------------------------- Fastformer
-
-struct FfLayer {
-    p: Proj4,
-    wqa: TW,
-    wka: TW,
-}
-
-impl FfLayer {
-    fn random(rng: &mut Rng, dtype: DType, p: &FastformerParams, kshift: f32) -> Self {
-        let a = 1.0 / (p.d as f64).sqrt();
-        Self {
-            p: Proj4::random(rng, dtype, p.d, p.d, kshift),
-            wqa: TW::random(rng, dtype, p.heads, p.d, a),
-            wka: TW::random(rng, dtype, p.heads, p.d, a),
-        }
-    }
-
-    fn reference(&self, p: &FastformerParams, x: &[f32]) -> Vec<f64> {
-        let f = reference::FastformerRef {
-            heads: p.heads,
-            scale: f64::from(p.scale),
-            q: self.p.q.dense(),
-            k: self.p.k.dense(),
-            v: self.p.v.dense(),
-            wqa: &self.wqa.dec,
-            wka: &self.wka.dec,
-            r: self.p.o.dense(),
-        };
-        reference::fastformer(&to_f64(x), p.t, p.d, &f)
-    }
-
-    fn run(&mut self, p: &FastformerParams, x: &[f32]) -> Vec<f32> {
-        let pr = &mut self.p;
-        let w = FastformerWeights {
-            q: pr.q.view(),
-            k: pr.k.view(),
-            v: pr.v.view(),
-            wqa: self.wqa.view(),
-            wka: self.wka.view(),
-            r: pr.o.view(),
-        };
-        p.check(&w).expect("valid fastformer shapes");
-        run(p.t * p.d, fastformer_scratch(p), |y, s| {
-            fastformer(p, &w, x, y, s)
-        })
-    }
-}
-
-fn ff_params(t: usize, d: usize, heads: usize) -> FastformerParams {
-    FastformerParams {
-        t,
-        d,
-        heads,
-        scale: 1.0 / ((d / heads) as f32).sqrt(),
-    }
-}
 
 // ---------------------------------------------------------------- strategies
 
@@ -662,38 +318,6 @@ fn aft_local_with_window_at_least_t_equals_aft_full() {
     }
 }
 
-impl AftLocalLayer {
-    /// The decoded w as f32 (exact: every encoding decodes to f32 values).
-    fn w_values(&self) -> Vec<f32> {
-        self.w.dec.iter().map(|&v| v as f32).collect()
-    }
-
-    /// The projections re-encoded as f32 from their decoded values (the same numbers).
-    fn p_decoded(&self) -> Proj4 {
-        let re = |p: &TProj| {
-            let vals: Vec<f32> = p.w.dec.iter().map(|&v| v as f32).collect();
-            let b: Vec<f32> =
-                p.b.as_ref()
-                    .unwrap()
-                    .dec
-                    .iter()
-                    .map(|&v| v as f32)
-                    .collect();
-            let (out, inp) = (b.len(), vals.len() / b.len());
-            TProj {
-                w: TW::new(DType::F32, out, inp, &vals),
-                b: Some(TW::new(DType::F32, 1, out, &b)),
-            }
-        };
-        Proj4 {
-            q: re(&self.p.q),
-            k: re(&self.p.k),
-            v: re(&self.p.v),
-            o: re(&self.p.o),
-        }
-    }
-}
-
 /// AFT-local keeps global connectivity: with s = 1, a token far outside every window still
 /// changes token 0's output (w is 0 there, not −∞), in line with the reference.
 #[test]
@@ -887,4 +511,87 @@ fn check_rejects_bad_shapes() {
     };
     assert!(p.check(&w).is_ok());
     assert!(FastformerParams { heads: 4, ..p }.check(&w).is_err());
+}
+
+/// The paper's benchmark size (T = d = 64, as in MNIST and Amazon): longer reductions than the
+/// property tests reach, still within the f32 kernel tolerance.
+#[test]
+fn benchmark_size_matches_reference() {
+    let (t, d) = (64, 64);
+    for (n, dt) in DTYPES.into_iter().enumerate() {
+        let mut rng = Rng::new(1000 + n as u64);
+        let x = rng.normal_vec(t * d);
+        for (v, h, causal) in [(0, 4, false), (1, 2, true), (2, 1, false), (3, 1, true)] {
+            let p = attn_params(t, d, h, causal, variant(v));
+            let mut l = AttnLayer::random(&mut rng, dt, &p);
+            assert_close(
+                &format!("{p:?} {dt:?}"),
+                &l.run(&p, &x),
+                &l.reference(&p, &x),
+                F32_KERNEL,
+            );
+        }
+        let p = AftFullParams {
+            t,
+            d,
+            causal: false,
+            rank: 16,
+        };
+        let mut l = AftFullLayer::random(&mut rng, dt, &p, 0.0);
+        assert_close(
+            &format!("{p:?} {dt:?}"),
+            &l.run(&p, &x),
+            &l.reference(&p, &x),
+            F32_KERNEL,
+        );
+        let p = AftLocalParams {
+            t,
+            d,
+            causal: true,
+            window: 7,
+        };
+        let mut l = AftLocalLayer::random(&mut rng, dt, &p, 0.0);
+        assert_close(
+            &format!("{p:?} {dt:?}"),
+            &l.run(&p, &x),
+            &l.reference(&p, &x),
+            F32_KERNEL,
+        );
+        let p = AftSimpleParams {
+            t,
+            d,
+            causal: false,
+        };
+        let mut l = Proj4::random(&mut rng, dt, d, d, 0.0);
+        let got = simple_run(&mut l, &p, &x);
+        assert_close(
+            &format!("{p:?} {dt:?}"),
+            &got,
+            &simple_reference(&l, &p, &x),
+            F32_KERNEL,
+        );
+        let p = AftConvParams {
+            t,
+            d,
+            heads: 4,
+            kernel: 5,
+            grid_h: 8,
+            grid_w: 8,
+        };
+        let mut l = AftConvLayer::random(&mut rng, dt, &p, 0.0);
+        assert_close(
+            &format!("{p:?} {dt:?}"),
+            &l.run(&p, &x),
+            &l.reference(&p, &x),
+            F32_KERNEL,
+        );
+        let p = ff_params(t, d, 4);
+        let mut l = FfLayer::random(&mut rng, dt, &p, 0.0);
+        assert_close(
+            &format!("{p:?} {dt:?}"),
+            &l.run(&p, &x),
+            &l.reference(&p, &x),
+            F32_KERNEL,
+        );
+    }
 }

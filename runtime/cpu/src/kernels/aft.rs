@@ -208,7 +208,7 @@ impl AftLocalParams {
     }
 
     fn band(&self) -> usize {
-        (2 * self.window - 1).min(self.t)
+        self.window.saturating_mul(2).saturating_sub(1).min(self.t)
     }
 }
 
@@ -226,11 +226,17 @@ impl AftConvParams {
     pub fn check(&self, w: &AftConvWeights<'_>) -> Result<(), ShapeError> {
         const OP: &str = "aft_conv";
         check_dims(OP, self.t, self.d, self.heads)?;
-        expect_eq(OP, "T (grid_h · grid_w)", self.grid_h * self.grid_w, self.t)?;
-        if self.kernel % 2 == 0 {
+        let cells = self.grid_h.checked_mul(self.grid_w);
+        expect_eq(
+            OP,
+            "T (grid_h · grid_w)",
+            cells.unwrap_or(usize::MAX),
+            self.t,
+        )?;
+        if self.kernel % 2 == 0 || self.kernel.checked_mul(self.kernel).is_none() {
             return Err(ShapeError::Invalid {
                 op: OP,
-                what: "kernel size must be odd",
+                what: "kernel size must be odd (and its square fit in usize)",
             });
         }
         check_qkvo(OP, self.d, self.heads, &w.q, &w.k, &w.v, &w.o)?;
@@ -318,7 +324,7 @@ fn project_exp(
 }
 
 /// AFT-full, one sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
-/// `scratch.len() >= aft_full_scratch(p)`.
+/// `scratch.len() >= aft_full_scratch(p)`; `x` and `y` hold at least T·d elements.
 pub fn aft_full(
     p: &AftFullParams,
     w: &AftFullWeights<'_>,
@@ -362,7 +368,7 @@ pub fn aft_full(
 }
 
 /// AFT-local, one sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
-/// `scratch.len() >= aft_local_scratch(p)`.
+/// `scratch.len() >= aft_local_scratch(p)`; `x` and `y` hold at least T·d elements.
 pub fn aft_local(
     p: &AftLocalParams,
     w: &AftLocalWeights<'_>,
@@ -395,7 +401,11 @@ pub fn aft_local(
             axpy(sum_e, 1.0, &e[i * d..(i + 1) * d]);
         }
         let lo = i.saturating_sub(s - 1);
-        let hi = if p.causal { i } else { (i + s - 1).min(t - 1) };
+        let hi = if p.causal {
+            i
+        } else {
+            i.saturating_add(s - 1).min(t - 1)
+        };
         let band = &mut band[..hi - lo + 1];
         for (j, b) in band.iter_mut().enumerate() {
             *b = w.w.get(i, lo + j);
@@ -424,7 +434,7 @@ pub fn aft_local(
 }
 
 /// AFT-simple, one sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
-/// `scratch.len() >= aft_simple_scratch(p)`.
+/// `scratch.len() >= aft_simple_scratch(p)`; `x` and `y` hold at least T·d elements.
 pub fn aft_simple(
     p: &AftSimpleParams,
     w: &AftSimpleWeights<'_>,
@@ -481,7 +491,7 @@ pub fn aft_simple(
 
 /// AFT-conv, one sample: `x [T, d] -> y [T, d]` with tokens on a row-major
 /// `grid_h × grid_w` grid. Requires `p.check(w)` to have passed and
-/// `scratch.len() >= aft_conv_scratch(p)`.
+/// `scratch.len() >= aft_conv_scratch(p)`; `x` and `y` hold at least T·d elements.
 pub fn aft_conv(
     p: &AftConvParams,
     w: &AftConvWeights<'_>,

@@ -162,7 +162,7 @@ pub fn attention_scratch(p: &AttentionParams) -> usize {
 }
 
 /// One sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
-/// `scratch.len() >= attention_scratch(p)`.
+/// `scratch.len() >= attention_scratch(p)`; `x` and `y` hold at least T·d elements.
 pub fn attention(
     p: &AttentionParams,
     w: &AttentionWeights<'_>,

@@ -94,7 +94,7 @@ fn pool(
 }
 
 /// One sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
-/// `scratch.len() >= fastformer_scratch(p)`.
+/// `scratch.len() >= fastformer_scratch(p)`; `x` and `y` hold at least T·d elements.
 pub fn fastformer(
     p: &FastformerParams,
     w: &FastformerWeights<'_>,

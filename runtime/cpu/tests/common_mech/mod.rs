@@ -2,6 +2,8 @@
 //! decoded f64 values (what the reference sees), and a kernel runner with poisoned scratch.
 #![allow(dead_code)]
 
+pub mod layers;
+
 use kestrel_cpu::ProjW;
 use kestrel_format::weight::{EncodedWeight, ViewStore};
 use kestrel_format::{DType, WeightView};
@@ -74,6 +76,11 @@ impl TW {
         Self::new(dtype, rows, cols, &rng.uniform_vec(rows * cols, amp))
     }
 
+    /// `(rows, cols)`.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.enc.rows, self.enc.cols)
+    }
+
     pub fn view(&mut self) -> WeightView<'_> {
         self.enc.view(&mut self.store)
     }
@@ -86,9 +93,11 @@ pub struct TProj {
 }
 
 impl TProj {
-    /// Weights uniform(-1, 1)/√inp, bias uniform(-0.5, 0.5) shifted by `bias_shift`.
+    /// Weights uniform(-1, 1)/√inp; bias uniform(-0.5, 0.5) shifted by `bias_shift`, absent
+    /// one time in eight when the shift is zero.
     pub fn random(rng: &mut Rng, dtype: DType, out: usize, inp: usize, bias_shift: f32) -> Self {
         let w = TW::random(rng, dtype, out, inp, 1.0 / (inp as f64).sqrt());
+        let with_bias = bias_shift != 0.0 || rng.next_u64() % 8 != 0;
         let b: Vec<f32> = rng
             .uniform_vec(out, 0.5)
             .iter()
@@ -96,7 +105,7 @@ impl TProj {
             .collect();
         Self {
             w,
-            b: Some(TW::new(dtype, 1, out, &b)),
+            b: with_bias.then(|| TW::new(dtype, 1, out, &b)),
         }
     }
 
