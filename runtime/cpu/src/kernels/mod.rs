@@ -3,4 +3,7 @@
 //! computes in f32, never allocates, and takes its temporary memory from a caller's scratch
 //! slice whose length comes from the matching `*_scratch` function.
 
+pub mod aft;
+pub mod attention;
+pub mod fastformer;
 pub mod linear;

@@ -1,0 +1,585 @@
+//! Attention Free Transformer mechanisms (DESIGN.md §2): AFT-full, AFT-local, AFT-simple and
+//! AFT-conv, each fused with its Q/K/V projections and the output projection W^O.
+//!
+//! All four compute `Y_t = σ(Q_t) ⊙ Σ_t' exp(K_t' + w_tt') ⊙ V_t' / Σ_t' exp(K_t' + w_tt')`
+//! with a different position bias w, then `y = Y W^Oᵀ + b^O`. Keys enter as
+//! `E = exp(K − max_t' K)` (per channel; the ratio is unchanged, and K ≈ 100 cannot overflow)
+//! and biases as `exp(w − M)` with M the largest bias that row (or head kernel) uses.
+//!
+//! * AFT-full: `num = exp(w)(E ⊙ V)`, `den = exp(w) E`, one bias row at a time: memory O(T·d).
+//! * AFT-local and AFT-conv: w is zero outside a window, so `exp(w) = 1 + (exp(w) − 1)`: global
+//!   sums over all t' plus a banded (or s×s neighbourhood) correction with `exp(w) − 1`.
+//! * AFT-simple: `w = 0`, a per-channel softmax over t'.
+//!
+//! Causal mode (full, local, simple) sums over `t' ≤ t` only. Limitation of the shared per-channel
+//! key maximum in causal full/local: a channel whose keys rise by more than ~80 after token t
+//! underflows token t's sums (AFT-simple uses a running maximum and has no such limit).
+
+use crate::error::{expect_eq, ShapeError};
+use crate::kernels::attention::{axpy, check_dims};
+use crate::kernels::linear::ProjW;
+use crate::math::{exp, sigmoid};
+use kestrel_format::WeightView;
+
+/// Sizes and flags of an AFT-full layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AftFullParams {
+    /// Tokens T.
+    pub t: usize,
+    /// Features d.
+    pub d: usize,
+    /// Sum over t' ≤ t only.
+    pub causal: bool,
+    /// 0 for a full `[T, T]` bias; r for a factorised bias with u, v `[T, r]`.
+    pub rank: usize,
+}
+
+/// AFT-full's pairwise position bias w.
+#[derive(Clone, Copy, Debug)]
+pub enum AftBiasW<'a> {
+    /// Full `[T, T]` matrix.
+    Full(WeightView<'a>),
+    /// w = u vᵀ.
+    Factorised {
+        /// u `[T, r]`.
+        u: WeightView<'a>,
+        /// v `[T, r]`.
+        v: WeightView<'a>,
+    },
+}
+
+/// The weights of an AFT-full layer.
+#[derive(Clone, Copy, Debug)]
+pub struct AftFullWeights<'a> {
+    /// W^Q `[d, d]` and bias.
+    pub q: ProjW<'a>,
+    /// W^K `[d, d]` and bias.
+    pub k: ProjW<'a>,
+    /// W^V `[d, d]` and bias.
+    pub v: ProjW<'a>,
+    /// Position bias.
+    pub bias: AftBiasW<'a>,
+    /// W^O `[d, d]` and bias.
+    pub o: ProjW<'a>,
+}
+
+/// Sizes and flags of an AFT-local layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AftLocalParams {
+    /// Tokens T.
+    pub t: usize,
+    /// Features d.
+    pub d: usize,
+    /// Sum over t' ≤ t only.
+    pub causal: bool,
+    /// Window s ≥ 1: w_tt' is used where |t − t'| < s and is 0 elsewhere.
+    pub window: usize,
+}
+
+/// The weights of an AFT-local layer.
+#[derive(Clone, Copy, Debug)]
+pub struct AftLocalWeights<'a> {
+    /// W^Q `[d, d]` and bias.
+    pub q: ProjW<'a>,
+    /// W^K `[d, d]` and bias.
+    pub k: ProjW<'a>,
+    /// W^V `[d, d]` and bias.
+    pub v: ProjW<'a>,
+    /// w `[T, T]` (only the band |t − t'| < s is read).
+    pub w: WeightView<'a>,
+    /// W^O `[d, d]` and bias.
+    pub o: ProjW<'a>,
+}
+
+/// Sizes and flags of an AFT-simple layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AftSimpleParams {
+    /// Tokens T.
+    pub t: usize,
+    /// Features d.
+    pub d: usize,
+    /// Sum over t' ≤ t only.
+    pub causal: bool,
+}
+
+/// The weights of an AFT-simple layer.
+#[derive(Clone, Copy, Debug)]
+pub struct AftSimpleWeights<'a> {
+    /// W^Q `[d, d]` and bias.
+    pub q: ProjW<'a>,
+    /// W^K `[d, d]` and bias.
+    pub k: ProjW<'a>,
+    /// W^V `[d, d]` and bias.
+    pub v: ProjW<'a>,
+    /// W^O `[d, d]` and bias.
+    pub o: ProjW<'a>,
+}
+
+/// Sizes of an AFT-conv layer on a `grid_h × grid_w` token grid (row-major, T = grid_h·grid_w).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AftConvParams {
+    /// Tokens T = grid_h · grid_w.
+    pub t: usize,
+    /// Features d.
+    pub d: usize,
+    /// Heads h ≥ 1, dividing d (one key channel per head).
+    pub heads: usize,
+    /// Odd kernel size s.
+    pub kernel: usize,
+    /// Grid rows.
+    pub grid_h: usize,
+    /// Grid columns.
+    pub grid_w: usize,
+}
+
+/// The weights of an AFT-conv layer.
+#[derive(Clone, Copy, Debug)]
+pub struct AftConvWeights<'a> {
+    /// W^Q `[d, d]` and bias.
+    pub q: ProjW<'a>,
+    /// W^K `[h, d]` and bias `[h]`: one key channel per head.
+    pub k: ProjW<'a>,
+    /// W^V `[d, d]` and bias.
+    pub v: ProjW<'a>,
+    /// w `[h, s, s]` viewed as `[h, s·s]`; as a PyTorch (cross-correlation) kernel, tap `(a, b)`
+    /// links token `(y, x)` to `(y + a − s/2, x + b − s/2)`.
+    pub w: WeightView<'a>,
+    /// W^O `[d, d]` and bias.
+    pub o: ProjW<'a>,
+}
+
+fn check_qkvo(
+    op: &'static str,
+    d: usize,
+    kout: usize,
+    q: &ProjW<'_>,
+    k: &ProjW<'_>,
+    v: &ProjW<'_>,
+    o: &ProjW<'_>,
+) -> Result<(), ShapeError> {
+    q.check(op, d, d)?;
+    k.check(op, kout, d)?;
+    v.check(op, d, d)?;
+    o.check(op, d, d)
+}
+
+impl AftFullParams {
+    /// Checks every weight against the sizes.
+    pub fn check(&self, w: &AftFullWeights<'_>) -> Result<(), ShapeError> {
+        const OP: &str = "aft_full";
+        check_dims(OP, self.t, self.d, 1)?;
+        check_qkvo(OP, self.d, self.d, &w.q, &w.k, &w.v, &w.o)?;
+        match &w.bias {
+            AftBiasW::Full(b) => {
+                expect_eq(OP, "rank (0 for a full bias)", 0, self.rank)?;
+                expect_eq(OP, "w rows", self.t, b.rows())?;
+                expect_eq(OP, "w cols", self.t, b.cols())
+            }
+            AftBiasW::Factorised { u, v } => {
+                if self.rank == 0 {
+                    return Err(ShapeError::Invalid {
+                        op: OP,
+                        what: "factorised bias needs rank ≥ 1",
+                    });
+                }
+                expect_eq(OP, "u rows", self.t, u.rows())?;
+                expect_eq(OP, "u cols (rank)", self.rank, u.cols())?;
+                expect_eq(OP, "v rows", self.t, v.rows())?;
+                expect_eq(OP, "v cols (rank)", self.rank, v.cols())
+            }
+        }
+    }
+}
+
+impl AftLocalParams {
+    /// Checks every weight against the sizes.
+    pub fn check(&self, w: &AftLocalWeights<'_>) -> Result<(), ShapeError> {
+        const OP: &str = "aft_local";
+        check_dims(OP, self.t, self.d, 1)?;
+        if self.window == 0 {
+            return Err(ShapeError::Invalid {
+                op: OP,
+                what: "window must be at least 1",
+            });
+        }
+        check_qkvo(OP, self.d, self.d, &w.q, &w.k, &w.v, &w.o)?;
+        expect_eq(OP, "w rows", self.t, w.w.rows())?;
+        expect_eq(OP, "w cols", self.t, w.w.cols())
+    }
+
+    fn band(&self) -> usize {
+        self.window.saturating_mul(2).saturating_sub(1).min(self.t)
+    }
+}
+
+impl AftSimpleParams {
+    /// Checks every weight against the sizes.
+    pub fn check(&self, w: &AftSimpleWeights<'_>) -> Result<(), ShapeError> {
+        const OP: &str = "aft_simple";
+        check_dims(OP, self.t, self.d, 1)?;
+        check_qkvo(OP, self.d, self.d, &w.q, &w.k, &w.v, &w.o)
+    }
+}
+
+impl AftConvParams {
+    /// Checks every weight against the sizes.
+    pub fn check(&self, w: &AftConvWeights<'_>) -> Result<(), ShapeError> {
+        const OP: &str = "aft_conv";
+        check_dims(OP, self.t, self.d, self.heads)?;
+        let cells = self.grid_h.checked_mul(self.grid_w);
+        expect_eq(
+            OP,
+            "T (grid_h · grid_w)",
+            cells.unwrap_or(usize::MAX),
+            self.t,
+        )?;
+        if self.kernel % 2 == 0 || self.kernel.checked_mul(self.kernel).is_none() {
+            return Err(ShapeError::Invalid {
+                op: OP,
+                what: "kernel size must be odd (and its square fit in usize)",
+            });
+        }
+        check_qkvo(OP, self.d, self.heads, &w.q, &w.k, &w.v, &w.o)?;
+        expect_eq(OP, "w rows (heads)", self.heads, w.w.rows())?;
+        expect_eq(
+            OP,
+            "w cols (kernel²)",
+            self.kernel * self.kernel,
+            w.w.cols(),
+        )
+    }
+}
+
+/// f32 scratch elements [`aft_full`] needs for one sample.
+pub fn aft_full_scratch(p: &AftFullParams) -> usize {
+    3 * p.t * p.d + p.t + 2 * p.d + p.t.max(p.rank)
+}
+
+/// f32 scratch elements [`aft_local`] needs for one sample.
+pub fn aft_local_scratch(p: &AftLocalParams) -> usize {
+    3 * p.t * p.d + 4 * p.d + p.band()
+}
+
+/// f32 scratch elements [`aft_simple`] needs for one sample.
+pub fn aft_simple_scratch(p: &AftSimpleParams) -> usize {
+    3 * p.t * p.d + 3 * p.d
+}
+
+/// f32 scratch elements [`aft_conv`] needs for one sample.
+pub fn aft_conv_scratch(p: &AftConvParams) -> usize {
+    let taps = p.kernel * p.kernel;
+    2 * p.t * p.d + p.t * p.heads + p.heads * taps + taps + 2 * p.d + 3 * p.heads
+}
+
+/// `exp(w − m) − exp(−m)` for `m ≥ max(w, 0)`, without overflow or cancellation near w = 0.
+#[inline]
+fn exp_excess(w: f32, m: f32) -> f32 {
+    if w >= 0.0 {
+        -exp(w - m) * libm::expm1f(-w)
+    } else {
+        exp(-m) * libm::expm1f(w)
+    }
+}
+
+/// Replaces each column of `k [rows, cols]` by `exp(k − max over rows)`; `m` is `[cols]` scratch.
+fn exp_keys(k: &mut [f32], cols: usize, m: &mut [f32]) {
+    m.fill(f32::NEG_INFINITY);
+    for row in k.chunks_exact(cols) {
+        for (m, &v) in m.iter_mut().zip(row) {
+            *m = m.max(v);
+        }
+    }
+    for row in k.chunks_exact_mut(cols) {
+        for (v, &m) in row.iter_mut().zip(m.iter()) {
+            *v = exp(*v - m);
+        }
+    }
+}
+
+/// `q ← σ(q) ⊙ num / den`.
+#[inline]
+fn gate(q: &mut [f32], num: &[f32], den: &[f32]) {
+    for ((q, &n), &dn) in q.iter_mut().zip(num).zip(den) {
+        *q = sigmoid(*q) * n / dn;
+    }
+}
+
+/// Projects Q, K, V, turns K into `E = exp(K − max)` and V into `E ⊙ V` (same-width keys).
+fn project_exp(
+    x: &[f32],
+    t: usize,
+    d: usize,
+    (q, k, v): (&ProjW<'_>, &ProjW<'_>, &ProjW<'_>),
+    (qb, kb, vb): (&mut [f32], &mut [f32], &mut [f32]),
+    m: &mut [f32],
+) {
+    let x = &x[..t * d];
+    q.apply(x, t, qb);
+    k.apply(x, t, kb);
+    v.apply(x, t, vb);
+    exp_keys(kb, d, m);
+    for (v, &e) in vb.iter_mut().zip(kb.iter()) {
+        *v *= e;
+    }
+}
+
+/// AFT-full, one sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
+/// `scratch.len() >= aft_full_scratch(p)`; `x` and `y` hold at least T·d elements.
+pub fn aft_full(
+    p: &AftFullParams,
+    w: &AftFullWeights<'_>,
+    x: &[f32],
+    y: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let (t, d) = (p.t, p.d);
+    let (qb, rest) = scratch.split_at_mut(t * d);
+    let (e, rest) = rest.split_at_mut(t * d);
+    let (ev, rest) = rest.split_at_mut(t * d);
+    let (ew, rest) = rest.split_at_mut(t);
+    let (num, rest) = rest.split_at_mut(d);
+    let (den, rest) = rest.split_at_mut(d);
+    let wbuf = &mut rest[..t.max(p.rank)];
+    project_exp(x, t, d, (&w.q, &w.k, &w.v), (qb, e, ev), num);
+
+    for i in 0..t {
+        let n = if p.causal { i + 1 } else { t };
+        let ew = &mut ew[..n];
+        match &w.bias {
+            AftBiasW::Full(b) => ew.copy_from_slice(&b.row(i, wbuf)[..n]),
+            AftBiasW::Factorised { u, v } => {
+                let ui = u.row(i, wbuf);
+                for (j, wj) in ew.iter_mut().enumerate() {
+                    *wj = v.dot_row(j, ui);
+                }
+            }
+        }
+        let mw = ew.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        num.fill(0.0);
+        den.fill(0.0);
+        for (j, wj) in ew.iter_mut().enumerate() {
+            let a = exp(*wj - mw);
+            axpy(num, a, &ev[j * d..(j + 1) * d]);
+            axpy(den, a, &e[j * d..(j + 1) * d]);
+        }
+        gate(&mut qb[i * d..(i + 1) * d], num, den);
+    }
+    w.o.apply(qb, t, &mut y[..t * d]);
+}
+
+/// AFT-local, one sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
+/// `scratch.len() >= aft_local_scratch(p)`; `x` and `y` hold at least T·d elements.
+pub fn aft_local(
+    p: &AftLocalParams,
+    w: &AftLocalWeights<'_>,
+    x: &[f32],
+    y: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let (t, d, s) = (p.t, p.d, p.window);
+    let (qb, rest) = scratch.split_at_mut(t * d);
+    let (e, rest) = rest.split_at_mut(t * d);
+    let (ev, rest) = rest.split_at_mut(t * d);
+    let (sum_ev, rest) = rest.split_at_mut(d);
+    let (sum_e, rest) = rest.split_at_mut(d);
+    let (num, rest) = rest.split_at_mut(d);
+    let (den, rest) = rest.split_at_mut(d);
+    let band = &mut rest[..p.band()];
+    project_exp(x, t, d, (&w.q, &w.k, &w.v), (qb, e, ev), num);
+
+    sum_ev.fill(0.0);
+    sum_e.fill(0.0);
+    if !p.causal {
+        for (evj, ej) in ev.chunks_exact(d).zip(e.chunks_exact(d)) {
+            axpy(sum_ev, 1.0, evj);
+            axpy(sum_e, 1.0, ej);
+        }
+    }
+    for i in 0..t {
+        if p.causal {
+            axpy(sum_ev, 1.0, &ev[i * d..(i + 1) * d]);
+            axpy(sum_e, 1.0, &e[i * d..(i + 1) * d]);
+        }
+        let lo = i.saturating_sub(s - 1);
+        let hi = if p.causal {
+            i
+        } else {
+            i.saturating_add(s - 1).min(t - 1)
+        };
+        let band = &mut band[..hi - lo + 1];
+        for (j, b) in band.iter_mut().enumerate() {
+            *b = w.w.get(i, lo + j);
+        }
+        // w is 0 outside the band, so the row's largest bias is at least 0.
+        let m = band.iter().fold(0.0f32, |m, &v| m.max(v));
+        let g = exp(-m);
+        for (((n, dn), &se), &sv) in num
+            .iter_mut()
+            .zip(den.iter_mut())
+            .zip(&*sum_e)
+            .zip(&*sum_ev)
+        {
+            *n = g * sv;
+            *dn = g * se;
+        }
+        for (j, &b) in band.iter().enumerate() {
+            let a = exp_excess(b, m);
+            let r = (lo + j) * d;
+            axpy(num, a, &ev[r..r + d]);
+            axpy(den, a, &e[r..r + d]);
+        }
+        gate(&mut qb[i * d..(i + 1) * d], num, den);
+    }
+    w.o.apply(qb, t, &mut y[..t * d]);
+}
+
+/// AFT-simple, one sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
+/// `scratch.len() >= aft_simple_scratch(p)`; `x` and `y` hold at least T·d elements.
+pub fn aft_simple(
+    p: &AftSimpleParams,
+    w: &AftSimpleWeights<'_>,
+    x: &[f32],
+    y: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let (t, d) = (p.t, p.d);
+    let (qb, rest) = scratch.split_at_mut(t * d);
+    let (kb, rest) = rest.split_at_mut(t * d);
+    let (vb, rest) = rest.split_at_mut(t * d);
+    let (num, rest) = rest.split_at_mut(d);
+    let (den, rest) = rest.split_at_mut(d);
+    let m = &mut rest[..d];
+    let xs = &x[..t * d];
+    w.q.apply(xs, t, qb);
+    w.k.apply(xs, t, kb);
+    w.v.apply(xs, t, vb);
+    num.fill(0.0);
+    den.fill(0.0);
+    if p.causal {
+        // Running per-channel maximum: prefix sums are rescaled when the maximum grows.
+        m.fill(f32::NEG_INFINITY);
+        for i in 0..t {
+            let r = i * d..(i + 1) * d;
+            for c in 0..d {
+                let (kc, vc) = (kb[r.start + c], vb[r.start + c]);
+                if kc > m[c] {
+                    let f = exp(m[c] - kc);
+                    num[c] *= f;
+                    den[c] *= f;
+                    m[c] = kc;
+                }
+                let a = exp(kc - m[c]);
+                num[c] += a * vc;
+                den[c] += a;
+            }
+            gate(&mut qb[r], num, den);
+        }
+    } else {
+        exp_keys(kb, d, m);
+        for (kj, vj) in kb.chunks_exact(d).zip(vb.chunks_exact(d)) {
+            for c in 0..d {
+                num[c] += kj[c] * vj[c];
+                den[c] += kj[c];
+            }
+        }
+        for qi in qb.chunks_exact_mut(d) {
+            gate(qi, num, den);
+        }
+    }
+    w.o.apply(qb, t, &mut y[..t * d]);
+}
+
+/// AFT-conv, one sample: `x [T, d] -> y [T, d]` with tokens on a row-major
+/// `grid_h × grid_w` grid. Requires `p.check(w)` to have passed and
+/// `scratch.len() >= aft_conv_scratch(p)`; `x` and `y` hold at least T·d elements.
+pub fn aft_conv(
+    p: &AftConvParams,
+    w: &AftConvWeights<'_>,
+    x: &[f32],
+    y: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let (t, d, h, s) = (p.t, p.d, p.heads, p.kernel);
+    let (c, taps, half) = (d / h, s * s, s / 2);
+    let (qb, rest) = scratch.split_at_mut(t * d);
+    let (e, rest) = rest.split_at_mut(t * h);
+    let (ev, rest) = rest.split_at_mut(t * d);
+    let (kappa, rest) = rest.split_at_mut(h * taps);
+    let (wrow, rest) = rest.split_at_mut(taps);
+    let (sum_ev, rest) = rest.split_at_mut(d);
+    let (num, rest) = rest.split_at_mut(d);
+    let (sum_e, rest) = rest.split_at_mut(h);
+    let (den, rest) = rest.split_at_mut(h);
+    let g = &mut rest[..h];
+
+    let xs = &x[..t * d];
+    w.q.apply(xs, t, qb);
+    w.k.apply(xs, t, e);
+    w.v.apply(xs, t, ev);
+    exp_keys(e, h, den);
+    for (evj, ej) in ev.chunks_exact_mut(d).zip(e.chunks_exact(h)) {
+        for (evh, &eh) in evj.chunks_exact_mut(c).zip(ej) {
+            evh.iter_mut().for_each(|v| *v *= eh);
+        }
+    }
+    sum_ev.fill(0.0);
+    sum_e.fill(0.0);
+    for (evj, ej) in ev.chunks_exact(d).zip(e.chunks_exact(h)) {
+        axpy(sum_ev, 1.0, evj);
+        axpy(sum_e, 1.0, ej);
+    }
+    // Per head: exp(w − M) − exp(−M) on the taps, exp(−M) on the global sums, M = max(w, 0).
+    for i in 0..h {
+        let wi = w.w.row(i, wrow);
+        let m = wi.iter().fold(0.0f32, |m, &v| m.max(v));
+        g[i] = exp(-m);
+        for (k, &wv) in kappa[i * taps..(i + 1) * taps].iter_mut().zip(wi) {
+            *k = exp_excess(wv, m);
+        }
+    }
+
+    for yy in 0..p.grid_h {
+        for xx in 0..p.grid_w {
+            let ti = yy * p.grid_w + xx;
+            for i in 0..h {
+                den[i] = g[i] * sum_e[i];
+                for (n, &sv) in num[i * c..(i + 1) * c]
+                    .iter_mut()
+                    .zip(&sum_ev[i * c..(i + 1) * c])
+                {
+                    *n = g[i] * sv;
+                }
+            }
+            for a in 0..s {
+                let Some(ny) = (yy + a).checked_sub(half).filter(|&v| v < p.grid_h) else {
+                    continue;
+                };
+                for b in 0..s {
+                    let Some(nx) = (xx + b).checked_sub(half).filter(|&v| v < p.grid_w) else {
+                        continue;
+                    };
+                    let tj = ny * p.grid_w + nx;
+                    for i in 0..h {
+                        let k = kappa[i * taps + a * s + b];
+                        den[i] += k * e[tj * h + i];
+                        axpy(
+                            &mut num[i * c..(i + 1) * c],
+                            k,
+                            &ev[tj * d + i * c..tj * d + (i + 1) * c],
+                        );
+                    }
+                }
+            }
+            let qi = &mut qb[ti * d..(ti + 1) * d];
+            for i in 0..h {
+                for (q, &n) in qi[i * c..(i + 1) * c]
+                    .iter_mut()
+                    .zip(&num[i * c..(i + 1) * c])
+                {
+                    *q = sigmoid(*q) * n / den[i];
+                }
+            }
+        }
+    }
+    w.o.apply(qb, t, &mut y[..t * d]);
+}

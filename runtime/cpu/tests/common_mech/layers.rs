@@ -1,0 +1,380 @@
+//! Test layers for every mechanism: random weights in one encoding, the f64 reference on the
+//! decoded weights, and the kernel run through `check` with exactly `*_scratch` elements.
+
+use super::{run, to_f64, Rng, TProj, TW};
+use kestrel_cpu::kernels::aft::*;
+use kestrel_cpu::kernels::attention::*;
+use kestrel_cpu::kernels::fastformer::*;
+use kestrel_format::ops::AttentionVariant;
+use kestrel_format::DType;
+use kestrel_reference::mechanisms::{self as reference, AttentionKind, AttentionRef, Qkvo};
+
+// ---------------------------------------------------------------- attention
+
+pub struct AttnLayer {
+    pub q: TProj,
+    pub k: Option<TProj>,
+    pub v: Option<TProj>,
+    pub align: Option<TProj>,
+    pub o: TProj,
+}
+
+impl AttnLayer {
+    pub fn random(rng: &mut Rng, dtype: DType, p: &AttentionParams) -> Self {
+        let (t, d) = (p.t, p.d);
+        let (std, opt, sup) = (
+            p.variant == AttentionVariant::Standard,
+            p.variant == AttentionVariant::Optimised,
+            p.variant == AttentionVariant::Super,
+        );
+        Self {
+            q: TProj::random(rng, dtype, d, d, 0.0),
+            k: (std || opt).then(|| TProj::random(rng, dtype, d, d, 0.0)),
+            v: std.then(|| TProj::random(rng, dtype, d, d, 0.0)),
+            align: sup.then(|| TProj::random(rng, dtype, t, t, 0.0)),
+            o: TProj::random(rng, dtype, d, d, 0.0),
+        }
+    }
+
+    pub fn reference(&self, p: &AttentionParams, x: &[f32]) -> Vec<f64> {
+        let kind = match p.variant {
+            AttentionVariant::Standard => AttentionKind::Standard,
+            AttentionVariant::Optimised => AttentionKind::Optimised,
+            AttentionVariant::Efficient => AttentionKind::Efficient,
+            AttentionVariant::Super => AttentionKind::Super,
+        };
+        let a = AttentionRef {
+            kind,
+            heads: p.heads,
+            causal: p.causal,
+            scale: f64::from(p.scale),
+            q: self.q.dense(),
+            k: self.k.as_ref().map(TProj::dense),
+            v: self.v.as_ref().map(TProj::dense),
+            align: self.align.as_ref().map(TProj::dense),
+            o: self.o.dense(),
+        };
+        reference::attention(&to_f64(x), p.t, p.d, &a)
+    }
+
+    pub fn run(&mut self, p: &AttentionParams, x: &[f32]) -> Vec<f32> {
+        let w = AttentionWeights {
+            q: self.q.view(),
+            k: self.k.as_mut().map(TProj::view),
+            v: self.v.as_mut().map(TProj::view),
+            align: self.align.as_mut().map(TProj::view),
+            o: self.o.view(),
+        };
+        p.check(&w).expect("valid attention shapes");
+        run(p.t * p.d, attention_scratch(p), |y, s| {
+            attention(p, &w, x, y, s)
+        })
+    }
+}
+
+pub fn variant(i: usize) -> AttentionVariant {
+    AttentionVariant::ALL[i]
+}
+
+pub fn attn_params(
+    t: usize,
+    d: usize,
+    heads: usize,
+    causal: bool,
+    v: AttentionVariant,
+) -> AttentionParams {
+    let scale = 1.0 / ((d / heads) as f32).sqrt();
+    AttentionParams {
+        t,
+        d,
+        heads,
+        causal,
+        scale,
+        variant: v,
+    }
+}
+
+// ---------------------------------------------------------------- AFT
+
+/// Q, K, V, O projections; K has `kout` outputs and its bias is shifted by `kshift`.
+pub struct Proj4 {
+    pub q: TProj,
+    pub k: TProj,
+    pub v: TProj,
+    pub o: TProj,
+}
+
+impl Proj4 {
+    pub fn random(rng: &mut Rng, dtype: DType, d: usize, kout: usize, kshift: f32) -> Self {
+        Self {
+            q: TProj::random(rng, dtype, d, d, 0.0),
+            k: TProj::random(rng, dtype, kout, d, kshift),
+            v: TProj::random(rng, dtype, d, d, 0.0),
+            o: TProj::random(rng, dtype, d, d, 0.0),
+        }
+    }
+
+    pub fn dense(&self) -> Qkvo<'_> {
+        Qkvo {
+            q: self.q.dense(),
+            k: self.k.dense(),
+            v: self.v.dense(),
+            o: self.o.dense(),
+        }
+    }
+}
+
+/// An AFT-full layer; `u`/`v` present for a factorised bias, else `w` is `[T, T]`.
+pub struct AftFullLayer {
+    pub p: Proj4,
+    pub w: Option<TW>,
+    pub uv: Option<(TW, TW)>,
+}
+
+impl AftFullLayer {
+    pub fn random(rng: &mut Rng, dtype: DType, p: &AftFullParams, kshift: f32) -> Self {
+        let proj = Proj4::random(rng, dtype, p.d, p.d, kshift);
+        if p.rank == 0 {
+            Self {
+                p: proj,
+                w: Some(TW::random(rng, dtype, p.t, p.t, 1.0)),
+                uv: None,
+            }
+        } else {
+            let a = 1.0 / (p.rank as f64).sqrt();
+            let u = TW::random(rng, dtype, p.t, p.rank, a);
+            let v = TW::random(rng, dtype, p.t, p.rank, a);
+            Self {
+                p: proj,
+                w: None,
+                uv: Some((u, v)),
+            }
+        }
+    }
+
+    pub fn bias(&self, p: &AftFullParams) -> Vec<f64> {
+        match (&self.w, &self.uv) {
+            (Some(w), _) => w.dec.clone(),
+            (None, Some((u, v))) => reference::aft_bias_from_factors(&u.dec, &v.dec, p.t, p.rank),
+            (None, None) => unreachable!(),
+        }
+    }
+
+    pub fn reference(&self, p: &AftFullParams, x: &[f32]) -> Vec<f64> {
+        reference::aft_full(
+            &to_f64(x),
+            p.t,
+            p.d,
+            p.causal,
+            &self.p.dense(),
+            &self.bias(p),
+        )
+    }
+
+    pub fn run(&mut self, p: &AftFullParams, x: &[f32]) -> Vec<f32> {
+        let bias = match (&mut self.w, &mut self.uv) {
+            (Some(w), _) => AftBiasW::Full(w.view()),
+            (None, Some((u, v))) => AftBiasW::Factorised {
+                u: u.view(),
+                v: v.view(),
+            },
+            (None, None) => unreachable!(),
+        };
+        let pr = &mut self.p;
+        let w = AftFullWeights {
+            q: pr.q.view(),
+            k: pr.k.view(),
+            v: pr.v.view(),
+            bias,
+            o: pr.o.view(),
+        };
+        p.check(&w).expect("valid aft_full shapes");
+        run(p.t * p.d, aft_full_scratch(p), |y, s| {
+            aft_full(p, &w, x, y, s)
+        })
+    }
+}
+
+pub struct AftLocalLayer {
+    pub p: Proj4,
+    pub w: TW,
+}
+
+impl AftLocalLayer {
+    pub fn random(rng: &mut Rng, dtype: DType, p: &AftLocalParams, kshift: f32) -> Self {
+        Self {
+            p: Proj4::random(rng, dtype, p.d, p.d, kshift),
+            w: TW::random(rng, dtype, p.t, p.t, 1.0),
+        }
+    }
+
+    pub fn reference(&self, p: &AftLocalParams, x: &[f32]) -> Vec<f64> {
+        let dense = self.p.dense();
+        reference::aft_local(
+            &to_f64(x),
+            p.t,
+            p.d,
+            p.causal,
+            p.window,
+            &dense,
+            &self.w.dec,
+        )
+    }
+
+    pub fn run(&mut self, p: &AftLocalParams, x: &[f32]) -> Vec<f32> {
+        let pr = &mut self.p;
+        let w = AftLocalWeights {
+            q: pr.q.view(),
+            k: pr.k.view(),
+            v: pr.v.view(),
+            w: self.w.view(),
+            o: pr.o.view(),
+        };
+        p.check(&w).expect("valid aft_local shapes");
+        run(p.t * p.d, aft_local_scratch(p), |y, s| {
+            aft_local(p, &w, x, y, s)
+        })
+    }
+}
+
+pub fn simple_reference(l: &Proj4, p: &AftSimpleParams, x: &[f32]) -> Vec<f64> {
+    reference::aft_simple(&to_f64(x), p.t, p.d, p.causal, &l.dense())
+}
+
+pub fn simple_run(l: &mut Proj4, p: &AftSimpleParams, x: &[f32]) -> Vec<f32> {
+    let w = AftSimpleWeights {
+        q: l.q.view(),
+        k: l.k.view(),
+        v: l.v.view(),
+        o: l.o.view(),
+    };
+    p.check(&w).expect("valid aft_simple shapes");
+    run(p.t * p.d, aft_simple_scratch(p), |y, s| {
+        aft_simple(p, &w, x, y, s)
+    })
+}
+
+pub struct AftConvLayer {
+    pub p: Proj4,
+    pub w: TW,
+}
+
+impl AftConvLayer {
+    pub fn random(rng: &mut Rng, dtype: DType, p: &AftConvParams, kshift: f32) -> Self {
+        Self {
+            p: Proj4::random(rng, dtype, p.d, p.heads, kshift),
+            w: TW::random(rng, dtype, p.heads, p.kernel * p.kernel, 1.0),
+        }
+    }
+
+    pub fn reference(&self, p: &AftConvParams, x: &[f32]) -> Vec<f64> {
+        let (grid, dense) = ([p.grid_h, p.grid_w], self.p.dense());
+        reference::aft_conv(
+            &to_f64(x),
+            grid,
+            p.d,
+            p.heads,
+            p.kernel,
+            &dense,
+            &self.w.dec,
+        )
+    }
+
+    pub fn run(&mut self, p: &AftConvParams, x: &[f32]) -> Vec<f32> {
+        let pr = &mut self.p;
+        let w = AftConvWeights {
+            q: pr.q.view(),
+            k: pr.k.view(),
+            v: pr.v.view(),
+            w: self.w.view(),
+            o: pr.o.view(),
+        };
+        p.check(&w).expect("valid aft_conv shapes");
+        run(p.t * p.d, aft_conv_scratch(p), |y, s| {
+            aft_conv(p, &w, x, y, s)
+        })
+    }
+}
+
+// ---------------------------------------------------------------- Fastformer
+
+pub struct FfLayer {
+    pub p: Proj4,
+    pub wqa: TW,
+    pub wka: TW,
+}
+
+impl FfLayer {
+    pub fn random(rng: &mut Rng, dtype: DType, p: &FastformerParams, kshift: f32) -> Self {
+        let a = 1.0 / (p.d as f64).sqrt();
+        Self {
+            p: Proj4::random(rng, dtype, p.d, p.d, kshift),
+            wqa: TW::random(rng, dtype, p.heads, p.d, a),
+            wka: TW::random(rng, dtype, p.heads, p.d, a),
+        }
+    }
+
+    pub fn reference(&self, p: &FastformerParams, x: &[f32]) -> Vec<f64> {
+        let f = reference::FastformerRef {
+            heads: p.heads,
+            scale: f64::from(p.scale),
+            q: self.p.q.dense(),
+            k: self.p.k.dense(),
+            v: self.p.v.dense(),
+            wqa: &self.wqa.dec,
+            wka: &self.wka.dec,
+            r: self.p.o.dense(),
+        };
+        reference::fastformer(&to_f64(x), p.t, p.d, &f)
+    }
+
+    pub fn run(&mut self, p: &FastformerParams, x: &[f32]) -> Vec<f32> {
+        let pr = &mut self.p;
+        let w = FastformerWeights {
+            q: pr.q.view(),
+            k: pr.k.view(),
+            v: pr.v.view(),
+            wqa: self.wqa.view(),
+            wka: self.wka.view(),
+            r: pr.o.view(),
+        };
+        p.check(&w).expect("valid fastformer shapes");
+        run(p.t * p.d, fastformer_scratch(p), |y, s| {
+            fastformer(p, &w, x, y, s)
+        })
+    }
+}
+
+pub fn ff_params(t: usize, d: usize, heads: usize) -> FastformerParams {
+    FastformerParams {
+        t,
+        d,
+        heads,
+        scale: 1.0 / ((d / heads) as f32).sqrt(),
+    }
+}
+
+impl AftLocalLayer {
+    /// The decoded w as f32 (exact: every encoding decodes to f32 values).
+    pub fn w_values(&self) -> Vec<f32> {
+        self.w.dec.iter().map(|&v| v as f32).collect()
+    }
+
+    /// The projections re-encoded as f32 from their decoded values (the same numbers).
+    pub fn p_decoded(&self) -> Proj4 {
+        let re = |p: &TProj| {
+            let f32s = |w: &TW| w.dec.iter().map(|&v| v as f32).collect::<Vec<f32>>();
+            let (out, inp) = p.w.shape();
+            TProj {
+                w: TW::new(DType::F32, out, inp, &f32s(&p.w)),
+                b: p.b.as_ref().map(|b| TW::new(DType::F32, 1, out, &f32s(b))),
+            }
+        };
+        Proj4 {
+            q: re(&self.p.q),
+            k: re(&self.p.k),
+            v: re(&self.p.v),
+            o: re(&self.p.o),
+        }
+    }
+}

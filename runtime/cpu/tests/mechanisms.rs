@@ -1,0 +1,597 @@
+//! Property tests of the fused mechanism kernels (attention, AFT, Fastformer) against the plain
+//! f64 references in `kestrel_reference::mechanisms`, in every weight encoding, plus named
+//! checks of the properties the efficient forms must keep (stability, locality, causality).
+
+mod common_mech;
+
+use common_mech::layers::*;
+use common_mech::{max_diff, to_f64, Rng, TProj, DTYPES, TW};
+use kestrel_cpu::kernels::aft::*;
+use kestrel_cpu::kernels::attention::*;
+use kestrel_cpu::kernels::fastformer::*;
+use kestrel_cpu::ShapeError;
+use kestrel_format::ops::AttentionVariant;
+use kestrel_format::DType;
+use kestrel_reference::mechanisms as reference;
+use kestrel_reference::tolerance::F32_KERNEL;
+use kestrel_reference::{assert_close, compare};
+use proptest::prelude::*;
+
+const CASES: u32 = 192;
+
+// ---------------------------------------------------------------- strategies
+
+fn dim() -> impl Strategy<Value = usize> {
+    prop::sample::select(vec![4usize, 8, 12, 16])
+}
+
+fn heads() -> impl Strategy<Value = usize> {
+    prop::sample::select(vec![1usize, 2, 4])
+}
+
+fn dtype() -> impl Strategy<Value = DType> {
+    prop::sample::select(DTYPES.to_vec())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+    #[test]
+    fn attention_matches_reference(
+        t in 1usize..=24, d in dim(), h in heads(), causal: bool, v in 0usize..4,
+        dt in dtype(), seed: u64,
+    ) {
+        let p = attn_params(t, d, h, causal, variant(v));
+        let mut rng = Rng::new(seed);
+        let x = rng.normal_vec(t * d);
+        let mut layer = AttnLayer::random(&mut rng, dt, &p);
+        let want = layer.reference(&p, &x);
+        assert_close(&format!("{p:?} {dt:?}"), &layer.run(&p, &x), &want, F32_KERNEL);
+    }
+
+    #[test]
+    fn aft_full_matches_reference(
+        t in 1usize..=24, d in dim(), causal: bool, rank in 0usize..=5, dt in dtype(), seed: u64,
+    ) {
+        let p = AftFullParams { t, d, causal, rank };
+        let mut rng = Rng::new(seed);
+        let x = rng.normal_vec(t * d);
+        let mut layer = AftFullLayer::random(&mut rng, dt, &p, 0.0);
+        let want = layer.reference(&p, &x);
+        assert_close(&format!("{p:?} {dt:?}"), &layer.run(&p, &x), &want, F32_KERNEL);
+    }
+
+    #[test]
+    fn aft_local_matches_reference(
+        t in 1usize..=24, d in dim(), causal: bool, window in 1usize..=28, dt in dtype(),
+        seed: u64,
+    ) {
+        let p = AftLocalParams { t, d, causal, window };
+        let mut rng = Rng::new(seed);
+        let x = rng.normal_vec(t * d);
+        let mut layer = AftLocalLayer::random(&mut rng, dt, &p, 0.0);
+        let want = layer.reference(&p, &x);
+        assert_close(&format!("{p:?} {dt:?}"), &layer.run(&p, &x), &want, F32_KERNEL);
+    }
+
+    #[test]
+    fn aft_simple_matches_reference(
+        t in 1usize..=24, d in dim(), causal: bool, dt in dtype(), seed: u64,
+    ) {
+        let p = AftSimpleParams { t, d, causal };
+        let mut rng = Rng::new(seed);
+        let x = rng.normal_vec(t * d);
+        let mut layer = Proj4::random(&mut rng, dt, d, d, 0.0);
+        let want = simple_reference(&layer, &p, &x);
+        assert_close(&format!("{p:?} {dt:?}"), &simple_run(&mut layer, &p, &x), &want, F32_KERNEL);
+    }
+
+    #[test]
+    fn aft_conv_matches_direct_reference(
+        gh in 1usize..=5, gw in 1usize..=5, d in dim(), h in heads(),
+        kernel in prop::sample::select(vec![1usize, 3, 5]), dt in dtype(), seed: u64,
+    ) {
+        let p = AftConvParams { t: gh * gw, d, heads: h, kernel, grid_h: gh, grid_w: gw };
+        let mut rng = Rng::new(seed);
+        let x = rng.normal_vec(p.t * d);
+        let mut layer = AftConvLayer::random(&mut rng, dt, &p, 0.0);
+        let want = layer.reference(&p, &x);
+        assert_close(&format!("{p:?} {dt:?}"), &layer.run(&p, &x), &want, F32_KERNEL);
+    }
+
+    #[test]
+    fn fastformer_matches_reference(
+        t in 1usize..=24, d in dim(), h in heads(), dt in dtype(), seed: u64,
+    ) {
+        let p = ff_params(t, d, h);
+        let mut rng = Rng::new(seed);
+        let x = rng.normal_vec(t * d);
+        let mut layer = FfLayer::random(&mut rng, dt, &p, 0.0);
+        let want = layer.reference(&p, &x);
+        assert_close(&format!("{p:?} {dt:?}"), &layer.run(&p, &x), &want, F32_KERNEL);
+    }
+
+    /// Perturbing tokens after `cut` leaves outputs up to `cut` unchanged: bit for bit where the
+    /// kernel reads nothing later (attention, AFT-simple), within f32 rounding for AFT-full and
+    /// AFT-local (their shared per-channel key maximum spans all tokens).
+    #[test]
+    fn causal_outputs_ignore_later_tokens(
+        t in 2usize..=16, d in dim(), h in heads(), mech in 0usize..7, cut_frac in 0.0f64..1.0,
+        dt in dtype(), seed: u64,
+    ) {
+        let cut = ((t - 1) as f64 * cut_frac) as usize;
+        let mut rng = Rng::new(seed);
+        let x = rng.normal_vec(t * d);
+        let mut x2 = x.clone();
+        for v in &mut x2[(cut + 1) * d..] {
+            *v += 3.0 * rng.normal();
+        }
+        let n = (cut + 1) * d;
+        let (y1, y2, exact) = match mech {
+            0..=3 => {
+                let p = attn_params(t, d, h, true, variant(mech));
+                let mut l = AttnLayer::random(&mut rng, dt, &p);
+                (l.run(&p, &x), l.run(&p, &x2), true)
+            }
+            4 => {
+                let p = AftFullParams { t, d, causal: true, rank: 0 };
+                let mut l = AftFullLayer::random(&mut rng, dt, &p, 0.0);
+                (l.run(&p, &x), l.run(&p, &x2), false)
+            }
+            5 => {
+                let p = AftLocalParams { t, d, causal: true, window: 1 + (seed % 4) as usize };
+                let mut l = AftLocalLayer::random(&mut rng, dt, &p, 0.0);
+                (l.run(&p, &x), l.run(&p, &x2), false)
+            }
+            _ => {
+                let p = AftSimpleParams { t, d, causal: true };
+                let mut l = Proj4::random(&mut rng, dt, d, d, 0.0);
+                (simple_run(&mut l, &p, &x), simple_run(&mut l, &p, &x2), true)
+            }
+        };
+        // The perturbation must reach the later outputs, or the test proves nothing.
+        prop_assert!(max_diff(&y1[n..], &y2[n..], t * d - n) > 1e-3);
+        if exact {
+            prop_assert_eq!(&y1[..n], &y2[..n]);
+        } else {
+            assert_close("causal prefix", &y2[..n], &to_f64(&y1[..n]), F32_KERNEL);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- named properties
+
+/// Keys near 100 (exp(100) overflows f32) stay finite and accurate in every AFT variant and in
+/// Fastformer, in every encoding.
+#[test]
+fn large_keys_are_stable() {
+    for (n, dt) in DTYPES.into_iter().enumerate() {
+        for causal in [false, true] {
+            let seed = 7 + n as u64 + 100 * u64::from(causal);
+            let mut rng = Rng::new(seed);
+            let (t, d) = (9, 8);
+            let x = rng.normal_vec(t * d);
+            let what = format!("{dt:?} causal={causal}");
+
+            let p = AftFullParams {
+                t,
+                d,
+                causal,
+                rank: 0,
+            };
+            let mut l = AftFullLayer::random(&mut rng, dt, &p, 100.0);
+            assert_close(
+                &format!("aft_full {what}"),
+                &l.run(&p, &x),
+                &l.reference(&p, &x),
+                F32_KERNEL,
+            );
+
+            let p = AftFullParams {
+                t,
+                d,
+                causal,
+                rank: 3,
+            };
+            let mut l = AftFullLayer::random(&mut rng, dt, &p, 100.0);
+            let got = l.run(&p, &x);
+            assert_close(
+                &format!("aft_full factorised {what}"),
+                &got,
+                &l.reference(&p, &x),
+                F32_KERNEL,
+            );
+
+            let p = AftLocalParams {
+                t,
+                d,
+                causal,
+                window: 2,
+            };
+            let mut l = AftLocalLayer::random(&mut rng, dt, &p, 100.0);
+            assert_close(
+                &format!("aft_local {what}"),
+                &l.run(&p, &x),
+                &l.reference(&p, &x),
+                F32_KERNEL,
+            );
+
+            let p = AftSimpleParams { t, d, causal };
+            let mut l = Proj4::random(&mut rng, dt, d, d, 100.0);
+            let got = simple_run(&mut l, &p, &x);
+            assert_close(
+                &format!("aft_simple {what}"),
+                &got,
+                &simple_reference(&l, &p, &x),
+                F32_KERNEL,
+            );
+
+            let p = AftConvParams {
+                t: 12,
+                d,
+                heads: 2,
+                kernel: 3,
+                grid_h: 3,
+                grid_w: 4,
+            };
+            let xc = rng.normal_vec(12 * d);
+            let mut l = AftConvLayer::random(&mut rng, dt, &p, 100.0);
+            assert_close(
+                &format!("aft_conv {dt:?}"),
+                &l.run(&p, &xc),
+                &l.reference(&p, &xc),
+                F32_KERNEL,
+            );
+
+            let p = ff_params(t, d, 2);
+            let mut l = FfLayer::random(&mut rng, dt, &p, 100.0);
+            assert_close(
+                &format!("fastformer {dt:?}"),
+                &l.run(&p, &x),
+                &l.reference(&p, &x),
+                F32_KERNEL,
+            );
+        }
+    }
+}
+
+/// A single key channel that rises by 100 over the sequence (the running maximum in causal
+/// AFT-simple must rescale its prefix sums).
+#[test]
+fn aft_simple_causal_survives_rising_keys() {
+    let (t, d) = (12, 4);
+    let mut rng = Rng::new(3);
+    let mut x = rng.normal_vec(t * d);
+    for (i, row) in x.chunks_exact_mut(d).enumerate() {
+        row[0] = 12.0 * i as f32;
+    }
+    let p = AftSimpleParams { t, d, causal: true };
+    let mut l = Proj4::random(&mut rng, DType::F32, d, d, 0.0);
+    let got = simple_run(&mut l, &p, &x);
+    assert!(got.iter().all(|v| v.is_finite()));
+    assert_close(
+        "aft_simple rising keys",
+        &got,
+        &simple_reference(&l, &p, &x),
+        F32_KERNEL,
+    );
+}
+
+/// With s ≥ T every pair is inside the window, so AFT-local is AFT-full with the same w.
+#[test]
+fn aft_local_with_window_at_least_t_equals_aft_full() {
+    for (n, dt) in DTYPES.into_iter().enumerate() {
+        for causal in [false, true] {
+            for (t, extra) in [(1, 0), (5, 0), (11, 3)] {
+                let mut rng = Rng::new(40 + n as u64);
+                let d = 8;
+                let x = rng.normal_vec(t * d);
+                let pl = AftLocalParams {
+                    t,
+                    d,
+                    causal,
+                    window: t + extra,
+                };
+                let mut local = AftLocalLayer::random(&mut rng, dt, &pl, 0.0);
+                let pf = AftFullParams {
+                    t,
+                    d,
+                    causal,
+                    rank: 0,
+                };
+                let w = Some(TW::new(DType::F32, t, t, &local.w_values()));
+                let mut full = AftFullLayer {
+                    p: local.p_decoded(),
+                    w,
+                    uv: None,
+                };
+                let yl = local.run(&pl, &x);
+                let yf = full.run(&pf, &x);
+                assert_close(
+                    &format!("local==full {dt:?} t={t}"),
+                    &yl,
+                    &to_f64(&yf),
+                    F32_KERNEL,
+                );
+            }
+        }
+    }
+}
+
+/// AFT-local keeps global connectivity: with s = 1, a token far outside every window still
+/// changes token 0's output (w is 0 there, not −∞), in line with the reference.
+#[test]
+fn aft_local_keeps_global_connectivity() {
+    for causal in [false, true] {
+        let (t, d) = (16, 8);
+        let mut rng = Rng::new(11);
+        let x = rng.normal_vec(t * d);
+        let p = AftLocalParams {
+            t,
+            d,
+            causal,
+            window: 1,
+        };
+        let mut l = AftLocalLayer::random(&mut rng, DType::F32, &p, 0.0);
+        let mut x2 = x.clone();
+        // Token 10 is outside the s = 1 window of tokens 0..10 and of 11..16.
+        for v in &mut x2[10 * d..11 * d] {
+            *v += 2.0;
+        }
+        let (y1, y2) = (l.run(&p, &x), l.run(&p, &x2));
+        let far = if causal { 12 } else { 0 };
+        assert!(
+            max_diff(&y1[far * d..], &y2[far * d..], d) > 1e-3,
+            "token {far} ignores token 10 (causal={causal})"
+        );
+        assert_close(
+            "global connectivity",
+            &y2,
+            &l.reference(&p, &x2),
+            F32_KERNEL,
+        );
+    }
+}
+
+/// Causal Super attention reads only the lower triangle of W^A: changing the strict upper
+/// triangle leaves the output bit for bit unchanged (f32 weights, so the lower triangle keeps its
+/// exact values; quantised rows would rescale).
+#[test]
+fn super_causal_ignores_upper_triangle_of_wa() {
+    for h in [1, 2, 4] {
+        let (t, d) = (10, 8);
+        let mut rng = Rng::new(h as u64);
+        let x = rng.normal_vec(t * d);
+        let p = attn_params(t, d, h, true, AttentionVariant::Super);
+        let mut l = AttnLayer::random(&mut rng, DType::F32, &p);
+        let y1 = l.run(&p, &x);
+        assert_close("super causal", &y1, &l.reference(&p, &x), F32_KERNEL);
+        let a = l.align.as_mut().unwrap();
+        let mut vals: Vec<f32> = a.w.dec.iter().map(|&v| v as f32).collect();
+        for i in 0..t {
+            for j in i + 1..t {
+                vals[i * t + j] = 5.0 * rng.normal();
+            }
+        }
+        a.w = TW::new(DType::F32, t, t, &vals);
+        assert_eq!(y1, l.run(&p, &x));
+        // Non-causal Super does read the upper triangle.
+        let pn = attn_params(t, d, h, false, AttentionVariant::Super);
+        let yn = l.run(&pn, &x);
+        assert_close("super non-causal", &yn, &l.reference(&pn, &x), F32_KERNEL);
+    }
+}
+
+/// The AFT-conv kernel treats w as a cross-correlation kernel (PyTorch's conv2d): an
+/// asymmetric kernel on a non-square grid distinguishes it from a flipped convolution.
+#[test]
+fn aft_conv_kernel_orientation() {
+    let p = AftConvParams {
+        t: 15,
+        d: 4,
+        heads: 1,
+        kernel: 3,
+        grid_h: 3,
+        grid_w: 5,
+    };
+    let mut rng = Rng::new(5);
+    let x = rng.normal_vec(p.t * p.d);
+    let mut l = AftConvLayer::random(&mut rng, DType::F32, &p, 0.0);
+    let mut taps = vec![0.0f32; 9];
+    taps[5] = 4.0; // (a, b) = (1, 2): the right-hand neighbour
+    l.w = TW::new(DType::F32, 1, 9, &taps);
+    let got = l.run(&p, &x);
+    assert_close("conv orientation", &got, &l.reference(&p, &x), F32_KERNEL);
+    let flipped: Vec<f64> = l.w.dec.iter().rev().copied().collect();
+    let wrong = reference::aft_conv(&to_f64(&x), [3, 5], 4, 1, 3, &l.p.dense(), &flipped);
+    assert!(!compare(&got, &wrong, F32_KERNEL).pass);
+}
+
+/// `check` rejects shapes the kernels cannot run.
+#[test]
+fn check_rejects_bad_shapes() {
+    let mut rng = Rng::new(9);
+    let p = attn_params(4, 8, 2, false, AttentionVariant::Standard);
+    let mut l = AttnLayer::random(&mut rng, DType::F32, &p);
+    let w = AttentionWeights {
+        q: l.q.view(),
+        k: None,
+        v: None,
+        align: None,
+        o: l.o.view(),
+    };
+    assert!(matches!(p.check(&w), Err(ShapeError::Mismatch { .. })));
+    let bad = AttentionParams { heads: 3, ..p };
+    let mut l = AttnLayer::random(&mut rng, DType::F32, &p);
+    let w = AttentionWeights {
+        q: l.q.view(),
+        k: l.k.as_mut().map(TProj::view),
+        v: l.v.as_mut().map(TProj::view),
+        align: None,
+        o: l.o.view(),
+    };
+    assert!(p.check(&w).is_ok());
+    assert!(matches!(bad.check(&w), Err(ShapeError::Invalid { .. })));
+
+    let p = AftLocalParams {
+        t: 5,
+        d: 4,
+        causal: false,
+        window: 2,
+    };
+    let mut l = AftLocalLayer::random(&mut rng, DType::F32, &p, 0.0);
+    let pr = &mut l.p;
+    let w = AftLocalWeights {
+        q: pr.q.view(),
+        k: pr.k.view(),
+        v: pr.v.view(),
+        w: l.w.view(),
+        o: pr.o.view(),
+    };
+    assert!(p.check(&w).is_ok());
+    assert!(AftLocalParams { window: 0, ..p }.check(&w).is_err());
+    assert!(AftLocalParams { t: 6, ..p }.check(&w).is_err());
+
+    let p = AftConvParams {
+        t: 6,
+        d: 4,
+        heads: 2,
+        kernel: 3,
+        grid_h: 2,
+        grid_w: 3,
+    };
+    let mut l = AftConvLayer::random(&mut rng, DType::F32, &p, 0.0);
+    let pr = &mut l.p;
+    let w = AftConvWeights {
+        q: pr.q.view(),
+        k: pr.k.view(),
+        v: pr.v.view(),
+        w: l.w.view(),
+        o: pr.o.view(),
+    };
+    assert!(p.check(&w).is_ok());
+    assert!(AftConvParams { grid_w: 2, ..p }.check(&w).is_err());
+    assert!(AftConvParams { kernel: 2, ..p }.check(&w).is_err());
+    assert!(AftConvParams { heads: 1, ..p }.check(&w).is_err());
+
+    let p = AftFullParams {
+        t: 5,
+        d: 4,
+        causal: false,
+        rank: 2,
+    };
+    let mut l = AftFullLayer::random(&mut rng, DType::F32, &p, 0.0);
+    let (u, v) = l.uv.as_mut().unwrap();
+    let pr = &mut l.p;
+    let bias = AftBiasW::Factorised {
+        u: u.view(),
+        v: v.view(),
+    };
+    let w = AftFullWeights {
+        q: pr.q.view(),
+        k: pr.k.view(),
+        v: pr.v.view(),
+        bias,
+        o: pr.o.view(),
+    };
+    assert!(p.check(&w).is_ok());
+    assert!(AftFullParams { rank: 0, ..p }.check(&w).is_err());
+    assert!(AftFullParams { rank: 3, ..p }.check(&w).is_err());
+
+    let p = ff_params(5, 8, 2);
+    let mut l = FfLayer::random(&mut rng, DType::F32, &p, 0.0);
+    let pr = &mut l.p;
+    let w = FastformerWeights {
+        q: pr.q.view(),
+        k: pr.k.view(),
+        v: pr.v.view(),
+        wqa: l.wqa.view(),
+        wka: l.wka.view(),
+        r: pr.o.view(),
+    };
+    assert!(p.check(&w).is_ok());
+    assert!(FastformerParams { heads: 4, ..p }.check(&w).is_err());
+}
+
+/// The paper's benchmark size (T = d = 64, as in MNIST and Amazon): longer reductions than the
+/// property tests reach, still within the f32 kernel tolerance.
+#[test]
+fn benchmark_size_matches_reference() {
+    let (t, d) = (64, 64);
+    for (n, dt) in DTYPES.into_iter().enumerate() {
+        let mut rng = Rng::new(1000 + n as u64);
+        let x = rng.normal_vec(t * d);
+        for (v, h, causal) in [(0, 4, false), (1, 2, true), (2, 1, false), (3, 1, true)] {
+            let p = attn_params(t, d, h, causal, variant(v));
+            let mut l = AttnLayer::random(&mut rng, dt, &p);
+            assert_close(
+                &format!("{p:?} {dt:?}"),
+                &l.run(&p, &x),
+                &l.reference(&p, &x),
+                F32_KERNEL,
+            );
+        }
+        let p = AftFullParams {
+            t,
+            d,
+            causal: false,
+            rank: 16,
+        };
+        let mut l = AftFullLayer::random(&mut rng, dt, &p, 0.0);
+        assert_close(
+            &format!("{p:?} {dt:?}"),
+            &l.run(&p, &x),
+            &l.reference(&p, &x),
+            F32_KERNEL,
+        );
+        let p = AftLocalParams {
+            t,
+            d,
+            causal: true,
+            window: 7,
+        };
+        let mut l = AftLocalLayer::random(&mut rng, dt, &p, 0.0);
+        assert_close(
+            &format!("{p:?} {dt:?}"),
+            &l.run(&p, &x),
+            &l.reference(&p, &x),
+            F32_KERNEL,
+        );
+        let p = AftSimpleParams {
+            t,
+            d,
+            causal: false,
+        };
+        let mut l = Proj4::random(&mut rng, dt, d, d, 0.0);
+        let got = simple_run(&mut l, &p, &x);
+        assert_close(
+            &format!("{p:?} {dt:?}"),
+            &got,
+            &simple_reference(&l, &p, &x),
+            F32_KERNEL,
+        );
+        let p = AftConvParams {
+            t,
+            d,
+            heads: 4,
+            kernel: 5,
+            grid_h: 8,
+            grid_w: 8,
+        };
+        let mut l = AftConvLayer::random(&mut rng, dt, &p, 0.0);
+        assert_close(
+            &format!("{p:?} {dt:?}"),
+            &l.run(&p, &x),
+            &l.reference(&p, &x),
+            F32_KERNEL,
+        );
+        let p = ff_params(t, d, 4);
+        let mut l = FfLayer::random(&mut rng, dt, &p, 0.0);
+        assert_close(
+            &format!("{p:?} {dt:?}"),
+            &l.run(&p, &x),
+            &l.reference(&p, &x),
+            F32_KERNEL,
+        );
+    }
+}
