@@ -1,0 +1,140 @@
+//! Dispatch of the fused attention mechanisms.
+
+use super::layers::{proj, shape, weight};
+use super::{info, OpIo};
+use crate::error::{RunError, ShapeError};
+use crate::kernels::aft::*;
+use crate::kernels::attention::{attention, attention_scratch, AttentionParams, AttentionWeights};
+use crate::kernels::fastformer::{fastformer, fastformer_scratch, FastformerParams, FastformerWeights};
+use crate::session::numel;
+use kestrel_format::ops::{AftBias, Op, Proj};
+use kestrel_format::KesFile;
+
+/// Kernel params and weights of one mechanism node.
+enum Prep<'a> {
+    Attention(AttentionParams, AttentionWeights<'a>),
+    AftFull(AftFullParams, AftFullWeights<'a>),
+    AftLocal(AftLocalParams, AftLocalWeights<'a>),
+    AftSimple(AftSimpleParams, AftSimpleWeights<'a>),
+    AftConv(AftConvParams, AftConvWeights<'a>),
+    Fastformer(FastformerParams, FastformerWeights<'a>),
+}
+
+fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
+    let td = |x| -> Result<(usize, usize), ShapeError> {
+        let s = shape(file, x)?;
+        if s.rank() != 2 {
+            return Err(ShapeError::Mismatch { op: op.name(), what: "input rank ([T, d])", expected: 2, found: s.rank() });
+        }
+        Ok((s.dim(0), s.dim(1)))
+    };
+    let pj = |p: Proj| proj(file, p);
+    let opj = |p: Option<Proj>| p.map(|p| proj(file, p)).transpose();
+    let prep = match *op {
+        Op::Attention(o) => {
+            let (t, d) = td(o.x)?;
+            let p = AttentionParams { t, d, heads: o.heads as usize, causal: o.causal, scale: o.scale, variant: o.variant };
+            let w = AttentionWeights { q: pj(o.q)?, k: opj(o.k)?, v: opj(o.v)?, align: opj(o.align)?, o: pj(o.o)? };
+            p.check(&w)?;
+            Prep::Attention(p, w)
+        }
+        Op::AftFull(o) => {
+            let (t, d) = td(o.x)?;
+            let (bias, rank) = match o.bias {
+                AftBias::Full(w) => (AftBiasW::Full(weight(file, w)?), 0),
+                AftBias::Factorised { u, v } => {
+                    let (u, v) = (weight(file, u)?, weight(file, v)?);
+                    let rank = u.cols();
+                    (AftBiasW::Factorised { u, v }, rank)
+                }
+            };
+            let p = AftFullParams { t, d, causal: o.causal, rank };
+            let w = AftFullWeights { q: pj(o.q)?, k: pj(o.k)?, v: pj(o.v)?, bias, o: pj(o.o)? };
+            p.check(&w)?;
+            Prep::AftFull(p, w)
+        }
+        Op::AftLocal(o) => {
+            let (t, d) = td(o.x)?;
+            let p = AftLocalParams { t, d, causal: o.causal, window: o.window as usize };
+            let w = AftLocalWeights { q: pj(o.q)?, k: pj(o.k)?, v: pj(o.v)?, w: weight(file, o.w)?, o: pj(o.o)? };
+            p.check(&w)?;
+            Prep::AftLocal(p, w)
+        }
+        Op::AftSimple(o) => {
+            let (t, d) = td(o.x)?;
+            let p = AftSimpleParams { t, d, causal: o.causal };
+            let w = AftSimpleWeights { q: pj(o.q)?, k: pj(o.k)?, v: pj(o.v)?, o: pj(o.o)? };
+            p.check(&w)?;
+            Prep::AftSimple(p, w)
+        }
+        Op::AftConv(o) => {
+            let (t, d) = td(o.x)?;
+            let p = AftConvParams {
+                t,
+                d,
+                heads: o.heads as usize,
+                kernel: o.kernel as usize,
+                grid_h: o.grid[0] as usize,
+                grid_w: o.grid[1] as usize,
+            };
+            let w = AftConvWeights { q: pj(o.q)?, k: pj(o.k)?, v: pj(o.v)?, w: weight(file, o.w)?, o: pj(o.o)? };
+            p.check(&w)?;
+            Prep::AftConv(p, w)
+        }
+        Op::Fastformer(o) => {
+            let (t, d) = td(o.x)?;
+            let p = FastformerParams { t, d, heads: o.heads as usize, scale: o.scale };
+            let w = FastformerWeights {
+                q: pj(o.q)?,
+                k: pj(o.k)?,
+                v: pj(o.v)?,
+                wqa: weight(file, o.wqa)?,
+                wka: weight(file, o.wka)?,
+                r: pj(o.r)?,
+            };
+            p.check(&w)?;
+            Prep::Fastformer(p, w)
+        }
+        _ => return Err(ShapeError::Invalid { op: op.name(), what: "not a mechanism" }),
+    };
+    Ok(prep)
+}
+
+pub(super) fn scratch_elems(file: &KesFile<'_>, op: &Op) -> Result<usize, ShapeError> {
+    Ok(match prepare(file, op)? {
+        Prep::Attention(p, _) => attention_scratch(&p),
+        Prep::AftFull(p, _) => aft_full_scratch(&p),
+        Prep::AftLocal(p, _) => aft_local_scratch(&p),
+        Prep::AftSimple(p, _) => aft_simple_scratch(&p),
+        Prep::AftConv(p, _) => aft_conv_scratch(&p),
+        Prep::Fastformer(p, _) => fastformer_scratch(&p),
+    })
+}
+
+pub(super) fn execute(file: &KesFile<'_>, op: &Op, io: &mut OpIo<'_>) -> Result<(), RunError> {
+    let prep = prepare(file, op).map_err(|_| RunError::Internal("a validated node failed its check"))?;
+    let batch = io.batch;
+    let (acts, out, scratch) = io.split();
+    let mut x_id = 0;
+    op.for_each_input(|id| {
+        if x_id == 0 {
+            x_id = id + 1;
+        }
+    });
+    let x_info = info(file, x_id.wrapping_sub(1))?;
+    let x_all = acts.region(&x_info)?;
+    let n = numel(&x_info)?;
+    for s in 0..batch {
+        let x = &x_all[s * n..(s + 1) * n];
+        let y = &mut out[s * n..(s + 1) * n];
+        match &prep {
+            Prep::Attention(p, w) => attention(p, w, x, y, scratch),
+            Prep::AftFull(p, w) => aft_full(p, w, x, y, scratch),
+            Prep::AftLocal(p, w) => aft_local(p, w, x, y, scratch),
+            Prep::AftSimple(p, w) => aft_simple(p, w, x, y, scratch),
+            Prep::AftConv(p, w) => aft_conv(p, w, x, y, scratch),
+            Prep::Fastformer(p, w) => fastformer(p, w, x, y, scratch),
+        }
+    }
+    Ok(())
+}
