@@ -39,3 +39,18 @@ pub fn expect_eq(
         Err(ShapeError::Mismatch { op, what, expected, found })
     }
 }
+
+/// A failure found while running a model on concrete inputs (shapes were already validated).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    /// A token id is negative or not below the vocabulary size.
+    #[error("token id {id} at position {position} is out of range for a vocabulary of {vocab}")]
+    TokenIdOutOfRange {
+        /// Index of the offending id in the input.
+        position: usize,
+        /// The id found.
+        id: i32,
+        /// Rows of the embedding table.
+        vocab: usize,
+    },
+}

@@ -3,4 +3,12 @@
 //! computes in f32, never allocates, and takes its temporary memory from a caller's scratch
 //! slice whose length comes from the matching `*_scratch` function.
 
+pub mod conv;
+pub mod elementwise;
+pub mod embed;
 pub mod linear;
+pub mod matmul;
+pub mod norm;
+pub mod reduce;
+pub mod softmax;
+pub mod transpose;
