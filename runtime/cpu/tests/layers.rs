@@ -20,12 +20,14 @@ use kestrel_cpu::{linear, ProjW};
 use kestrel_format::ops::{Activation, BinaryOp, ReduceOp, UnaryOp};
 use kestrel_format::{DType, WeightView};
 use kestrel_reference::layers as r;
-use kestrel_reference::tolerance::{F32_KERNEL, EXACT};
+use kestrel_reference::tolerance::{EXACT, F32_KERNEL};
 use kestrel_reference::assert_close;
 use proptest::prelude::*;
 
+/// 64 cases per property (fast), unless `PROPTEST_CASES` asks for another count.
 fn config() -> ProptestConfig {
-    ProptestConfig { cases: 64, ..ProptestConfig::default() }
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
+    ProptestConfig { cases, ..ProptestConfig::default() }
 }
 
 // ---------------------------------------------------------------- dense (linear / ProjW)
@@ -45,15 +47,23 @@ proptest! {
         dt in dtype(),
         bias in any::<bool>(),
     ) {
-        let mut wt = TestWeight::matrix(dt, out, inp, &w);
-        let mut bt = TestWeight::matrix(dt, 1, out, &b);
-        let (wd, bd) = (wt.decoded.clone(), bt.decoded.clone());
-        let (wv, bv) = (wt.view(), bt.view());
-        for &a in Activation::ALL {
+        let run = |x: &[f32], w: &[f32], b: &[f32], a: Activation| {
+            let mut wt = TestWeight::matrix(dt, out, inp, w);
+            let mut bt = TestWeight::matrix(dt, 1, out, b);
+            let want = r::dense(&f64s(x), rows, &wt.decoded, out, bias.then_some(&bt.decoded[..]), act(a));
+            let (wv, bv) = (wt.view(), bt.view());
             let mut y = out_buf(rows * out);
-            linear(&x, rows, &wv, bias.then_some(&bv), a, &mut y);
-            let want = r::dense(&f64s(&x), rows, &wd, out, bias.then_some(&bd[..]), act(a));
-            assert_close(&format!("linear {a:?} {dt:?}"), &y, &want, F32_KERNEL);
+            linear(x, rows, &wv, bias.then_some(&bv), a, &mut y);
+            (y, want)
+        };
+        let (mag, mag_want) = run(&abs(&x), &abs(&w), &abs(&b), Activation::None);
+        let (z, z_want) = run(&x, &w, &b, Activation::None);
+        assert_close_dot(&format!("linear None {dt:?}"), &z, &z_want, &mag, &mag_want);
+        for &a in &Activation::ALL[1..] {
+            // The floor comes from Σ|x·w| (see `assert_close_dot`); f32 GELU's 1 + erf(·),
+            // which cancels for z < 0, also has an absolute error of that scale.
+            let (y, want) = run(&x, &w, &b, a);
+            assert_close_dot(&format!("linear {a:?} {dt:?}"), &y, &want, &mag, &mag_want);
         }
     }
 
@@ -390,16 +400,21 @@ proptest! {
 
     #[test]
     fn matmul_matches_reference((sa, sb, tb, av, bv) in matmul_case(), b_w in weight_choice()) {
-        let mut bt = b_w.map(|dt| TestWeight::new(dt, &sb, &bv));
-        let rb = bt.as_ref().map_or_else(|| f64s(&bv), |t| t.decoded.clone());
-        let b = bt.as_mut().map_or(Operand::Act(&bv), |t| Operand::Weight(t.view()));
-        let p = MatMulParams::new(&shape(&sa), &shape(&sb), tb, b_w.is_some()).unwrap();
-        p.check_operands(&av, &b).unwrap();
-        let (want, ys) = r::matmul(&f64s(&av), &sa, &rb, &sb, tb);
-        prop_assert_eq!(p.y, shape(&ys));
-        let mut y = out(want.len());
-        matmul(&p, &av, b, &mut y, &mut scratch(matmul_scratch(&p)));
-        assert_close(&format!("matmul {sa:?} {sb:?} tb:{tb} b:{b_w:?}"), &y, &want, F32_KERNEL);
+        let run = |av: &[f32], bv: &[f32]| {
+            let mut bt = b_w.map(|dt| TestWeight::new(dt, &sb, bv));
+            let rb = bt.as_ref().map_or_else(|| f64s(bv), |t| t.decoded.clone());
+            let b = bt.as_mut().map_or(Operand::Act(bv), |t| Operand::Weight(t.view()));
+            let p = MatMulParams::new(&shape(&sa), &shape(&sb), tb, b_w.is_some()).unwrap();
+            p.check_operands(av, &b).unwrap();
+            let (want, ys) = r::matmul(&f64s(av), &sa, &rb, &sb, tb);
+            assert_eq!(p.y, shape(&ys));
+            let mut y = out(want.len());
+            matmul(&p, av, b, &mut y, &mut scratch(matmul_scratch(&p)));
+            (y, want)
+        };
+        let (y, want) = run(&av, &bv);
+        let (mag, mag_want) = run(&abs(&av), &abs(&bv));
+        assert_close_dot(&format!("matmul {sa:?} {sb:?} tb:{tb} b:{b_w:?}"), &y, &want, &mag, &mag_want);
     }
 }
 
@@ -460,20 +475,25 @@ proptest! {
         let (c, h, w, o, kh, kw, stride, pad, dilation, groups) = CONV_CASES[case];
         let cg = c / groups;
         let ws_shape = [o, cg, kh, kw];
-        let mut wt = TestWeight::new(dt, &ws_shape, &ws[..o * cg * kh * kw]);
-        let mut bt = TestWeight::new(dt, &[o], &ws[..o]);
-        let (wd, bd) = (wt.decoded.clone(), bt.decoded.clone());
-        let proj = ProjW { w: wt.view(), b: bias.then(|| bt.view()) };
         let p = Conv2dParams::new(&shape(&[c, h, w]), &shape(&ws_shape), stride, pad, dilation, groups).unwrap();
-        p.check_weights(&proj).unwrap();
+        let run = |x: &[f32], ws: &[f32]| {
+            let mut wt = TestWeight::new(dt, &ws_shape, &ws[..o * cg * kh * kw]);
+            let mut bt = TestWeight::new(dt, &[o], &ws[..o]);
+            let spec = r::ConvSpec { stride, pad, dilation, groups };
+            let (want, oh, ow) =
+                r::conv2d(&f64s(x), [c, h, w], &wt.decoded, ws_shape, bias.then_some(&bt.decoded[..]), spec);
+            assert_eq!((p.oh, p.ow), (oh, ow));
+            assert_eq!(p.y_shape(), Some(shape(&[o, oh, ow])));
+            let proj = ProjW { w: wt.view(), b: bias.then(|| bt.view()) };
+            p.check_weights(&proj).unwrap();
+            let mut y = out(o * oh * ow);
+            conv2d(&p, &proj, x, &mut y, &mut scratch(conv2d_scratch(&p)));
+            (y, want)
+        };
         let x = &xs[..c * h * w];
-        let spec = r::ConvSpec { stride, pad, dilation, groups };
-        let (want, oh, ow) = r::conv2d(&f64s(x), [c, h, w], &wd, ws_shape, bias.then_some(&bd[..]), spec);
-        prop_assert_eq!((p.oh, p.ow), (oh, ow));
-        prop_assert_eq!(p.y_shape(), Some(shape(&[o, oh, ow])));
-        let mut y = out(o * oh * ow);
-        conv2d(&p, &proj, x, &mut y, &mut scratch(conv2d_scratch(&p)));
-        assert_close(&format!("conv2d case {case} {dt:?}"), &y, &want, F32_KERNEL);
+        let (y, want) = run(x, &ws);
+        let (mag, mag_want) = run(&abs(x), &abs(&ws));
+        assert_close_dot(&format!("conv2d case {case} {dt:?}"), &y, &want, &mag, &mag_want);
     }
 }
 

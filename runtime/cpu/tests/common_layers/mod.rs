@@ -142,3 +142,18 @@ pub fn perms(r: usize) -> Vec<Vec<usize>> {
     }
     all
 }
+
+/// `|v|` element-wise.
+pub fn abs(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|x| x.abs()).collect()
+}
+
+/// Asserts `got ≈ want` under `F32_KERNEL` with the tolerance floor taken from a companion
+/// "magnitude" run (the same kernel on |inputs|, i.e. Σ|a·b| per output, against its own
+/// reference, compared too). A dot product's rounding error scales with Σ|a·b|, not with the
+/// possibly cancelled result; without this a tensor whose outputs all cancel has no floor.
+pub fn assert_close_dot(what: &str, got: &[f32], want: &[f64], got_mag: &[f32], want_mag: &[f64]) {
+    let g: Vec<f32> = got.iter().chain(got_mag).copied().collect();
+    let w: Vec<f64> = want.iter().chain(want_mag).copied().collect();
+    kestrel_reference::assert_close(what, &g, &w, kestrel_reference::tolerance::F32_KERNEL);
+}
