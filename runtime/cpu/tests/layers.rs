@@ -7,9 +7,12 @@ mod common_layers;
 use common_layers::*;
 use kestrel_cpu::error::{RunError, ShapeError};
 use kestrel_cpu::kernels::conv::{conv2d, conv2d_scratch, Conv2dParams};
-use kestrel_cpu::kernels::elementwise::{binary, binary_scratch, unary, unary_scratch, BinaryParams, Operand, UnaryParams};
+use kestrel_cpu::kernels::elementwise::{
+    binary, binary_scratch, unary, unary_scratch, BinaryParams, Operand, UnaryParams,
+};
 use kestrel_cpu::kernels::embed::{
-    embedding, embedding_scratch, patch_embed, patch_embed_scratch, EmbeddingParams, PatchEmbedParams,
+    embedding, embedding_scratch, patch_embed, patch_embed_scratch, EmbeddingParams,
+    PatchEmbedParams,
 };
 use kestrel_cpu::kernels::matmul::{matmul, matmul_scratch, MatMulParams};
 use kestrel_cpu::kernels::norm::{layer_norm, layer_norm_scratch, LayerNormParams};
@@ -19,22 +22,35 @@ use kestrel_cpu::kernels::transpose::{transpose, transpose_scratch, TransposePar
 use kestrel_cpu::{linear, ProjW};
 use kestrel_format::ops::{Activation, BinaryOp, ReduceOp, UnaryOp};
 use kestrel_format::{DType, WeightView};
+use kestrel_reference::assert_close;
 use kestrel_reference::layers as r;
 use kestrel_reference::tolerance::{EXACT, F32_KERNEL};
-use kestrel_reference::assert_close;
 use proptest::prelude::*;
 
 /// 64 cases per property (fast), unless `PROPTEST_CASES` asks for another count.
 fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
-    ProptestConfig { cases, ..ProptestConfig::default() }
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    ProptestConfig {
+        cases,
+        ..ProptestConfig::default()
+    }
 }
 
 // ---------------------------------------------------------------- dense (linear / ProjW)
 
 fn dense_case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>, Vec<f32>)> {
     (1usize..5, 1usize..40, 2usize..8).prop_flat_map(|(rows, inp, out)| {
-        (Just(rows), Just(inp), Just(out), vals(rows * inp), vals(out * inp), vals(out))
+        (
+            Just(rows),
+            Just(inp),
+            Just(out),
+            vals(rows * inp),
+            vals(out * inp),
+            vals(out),
+        )
     })
 }
 
@@ -88,10 +104,33 @@ fn out_buf(n: usize) -> Vec<f32> {
 fn proj_check_rejects_wrong_shapes() {
     let w = [1.0f32; 6];
     let b = [1.0f32; 3];
-    let proj = ProjW { w: WeightView::f32(2, 3, &w).unwrap(), b: Some(WeightView::f32(1, 3, &b).unwrap()) };
-    assert!(matches!(proj.check("Dense", 3, 3), Err(ShapeError::Mismatch { expected: 3, found: 2, .. })));
-    assert!(matches!(proj.check("Dense", 2, 4), Err(ShapeError::Mismatch { expected: 4, found: 3, .. })));
-    assert!(matches!(proj.check("Dense", 2, 3), Err(ShapeError::Mismatch { what: "bias length", .. })));
+    let proj = ProjW {
+        w: WeightView::f32(2, 3, &w).unwrap(),
+        b: Some(WeightView::f32(1, 3, &b).unwrap()),
+    };
+    assert!(matches!(
+        proj.check("Dense", 3, 3),
+        Err(ShapeError::Mismatch {
+            expected: 3,
+            found: 2,
+            ..
+        })
+    ));
+    assert!(matches!(
+        proj.check("Dense", 2, 4),
+        Err(ShapeError::Mismatch {
+            expected: 4,
+            found: 3,
+            ..
+        })
+    ));
+    assert!(matches!(
+        proj.check("Dense", 2, 3),
+        Err(ShapeError::Mismatch {
+            what: "bias length",
+            ..
+        })
+    ));
 }
 
 // ---------------------------------------------------------------- layer norm
@@ -127,14 +166,30 @@ fn layer_norm_check_rejects_wrong_shapes() {
     let bad = WeightView::f32(1, 3, &g[..3]).unwrap();
     assert!(matches!(
         LayerNormParams::new(&shape(&[2, 5]), &gv, None, 1e-5),
-        Err(ShapeError::Mismatch { what: "gamma elements", expected: 5, found: 4, .. })
+        Err(ShapeError::Mismatch {
+            what: "gamma elements",
+            expected: 5,
+            found: 4,
+            ..
+        })
     ));
     assert!(matches!(
         LayerNormParams::new(&shape(&[2, 4]), &gv, Some(&bad), 1e-5),
-        Err(ShapeError::Mismatch { what: "beta elements", expected: 4, found: 3, .. })
+        Err(ShapeError::Mismatch {
+            what: "beta elements",
+            expected: 4,
+            found: 3,
+            ..
+        })
     ));
-    assert!(matches!(LayerNormParams::new(&shape(&[2, 0]), &gv, None, 1e-5), Err(ShapeError::Invalid { .. })));
-    assert!(matches!(LayerNormParams::new(&shape(&[2, 4]), &gv, None, f32::NAN), Err(ShapeError::Invalid { .. })));
+    assert!(matches!(
+        LayerNormParams::new(&shape(&[2, 0]), &gv, None, 1e-5),
+        Err(ShapeError::Invalid { .. })
+    ));
+    assert!(matches!(
+        LayerNormParams::new(&shape(&[2, 4]), &gv, None, f32::NAN),
+        Err(ShapeError::Invalid { .. })
+    ));
 }
 
 // ---------------------------------------------------------------- unary
@@ -170,33 +225,72 @@ fn broadcast_pair(max_rank: usize) -> impl Strategy<Value = (Vec<usize>, Vec<usi
         })
         .prop_map(|(full, ra, rb, ma, mb)| {
             let rk = full.len();
-            let pick = |len: usize, m: &[bool]| (rk - len..rk).map(|i| if m[i] { 1 } else { full[i] }).collect();
+            let pick = |len: usize, m: &[bool]| {
+                (rk - len..rk)
+                    .map(|i| if m[i] { 1 } else { full[i] })
+                    .collect()
+            };
             (pick(ra, &ma), pick(rb, &mb))
         })
 }
 
 /// Runs one binary case; `a_w`/`b_w` make that operand a weight in the given encoding.
-fn check_binary(op: BinaryOp, sa: &[usize], sb: &[usize], av: &[f32], bv: &[f32], a_w: Option<DType>, b_w: Option<DType>) {
+fn check_binary(
+    op: BinaryOp,
+    sa: &[usize],
+    sb: &[usize],
+    av: &[f32],
+    bv: &[f32],
+    a_w: Option<DType>,
+    b_w: Option<DType>,
+) {
     let mut at = a_w.map(|dt| TestWeight::new(dt, sa, av));
     let mut bt = b_w.map(|dt| TestWeight::new(dt, sb, bv));
     let ra = at.as_ref().map_or_else(|| f64s(av), |t| t.decoded.clone());
     let rb = bt.as_ref().map_or_else(|| f64s(bv), |t| t.decoded.clone());
-    let a = at.as_mut().map_or(Operand::Act(av), |t| Operand::Weight(t.view()));
-    let b = bt.as_mut().map_or(Operand::Act(bv), |t| Operand::Weight(t.view()));
+    let a = at
+        .as_mut()
+        .map_or(Operand::Act(av), |t| Operand::Weight(t.view()));
+    let b = bt
+        .as_mut()
+        .map_or(Operand::Act(bv), |t| Operand::Weight(t.view()));
     let p = BinaryParams::new(op, &shape(sa), &shape(sb)).unwrap();
     p.check_operands(&a, &b).unwrap();
     let (want, ys) = r::binary(binary_fn(op), &ra, sa, &rb, sb);
     assert_eq!(p.y, shape(&ys), "broadcast shape of {sa:?} and {sb:?}");
     let mut y = out(p.n);
     binary(&p, a, b, &mut y, &mut scratch(binary_scratch(&p)));
-    assert_close(&format!("binary {op:?} {sa:?} {sb:?} a:{a_w:?} b:{b_w:?}"), &y, &want, F32_KERNEL);
+    assert_close(
+        &format!("binary {op:?} {sa:?} {sb:?} a:{a_w:?} b:{b_w:?}"),
+        &y,
+        &want,
+        F32_KERNEL,
+    );
 }
 
 /// Operand values for `op`: `a` positive for Pow and `|b| ≥ 0.5` for Div, so that no encoding
 /// rounds them to zero (a NaN/inf result would compare as a failure).
 fn binary_values(op: BinaryOp, a: &[f32], b: &[f32]) -> (Vec<f32>, Vec<f32>) {
-    let a = a.iter().map(|&v| if op == BinaryOp::Pow { v.abs().max(0.5) } else { v }).collect();
-    let b = b.iter().map(|&v| if op == BinaryOp::Div { v.signum() * v.abs().max(0.5) } else { v }).collect();
+    let a = a
+        .iter()
+        .map(|&v| {
+            if op == BinaryOp::Pow {
+                v.abs().max(0.5)
+            } else {
+                v
+            }
+        })
+        .collect();
+    let b = b
+        .iter()
+        .map(|&v| {
+            if op == BinaryOp::Div {
+                v.signum() * v.abs().max(0.5)
+            } else {
+                v
+            }
+        })
+        .collect();
     (a, b)
 }
 
@@ -226,19 +320,21 @@ proptest! {
 #[test]
 fn binary_named_broadcast_cases() {
     let cases: &[(&[usize], &[usize])] = &[
-        (&[3, 4], &[]),           // scalar
-        (&[], &[2, 3]),           // scalar on the left
-        (&[3, 4], &[4]),          // row
-        (&[3, 4], &[3, 1]),       // column
-        (&[2, 1, 4], &[3, 1]),    // both broadcast, rank mismatch
-        (&[2, 3, 4], &[1, 3, 4]), // leading 1
+        (&[3, 4], &[]),                          // scalar
+        (&[], &[2, 3]),                          // scalar on the left
+        (&[3, 4], &[4]),                         // row
+        (&[3, 4], &[3, 1]),                      // column
+        (&[2, 1, 4], &[3, 1]),                   // both broadcast, rank mismatch
+        (&[2, 3, 4], &[1, 3, 4]),                // leading 1
         (&[1, 2, 1, 3, 1, 2], &[2, 1, 3, 2, 1]), // rank 6
     ];
     for &(sa, sb) in cases {
         let na: usize = sa.iter().product();
         let nb: usize = sb.iter().product();
         let av: Vec<f32> = (0..na).map(|i| 0.3 + (i as f32 * 0.71).sin()).collect();
-        let bv: Vec<f32> = (0..nb).map(|i| 0.9 + 0.5 * (i as f32 * 1.3).cos()).collect();
+        let bv: Vec<f32> = (0..nb)
+            .map(|i| 0.9 + 0.5 * (i as f32 * 1.3).cos())
+            .collect();
         for &op in BinaryOp::ALL {
             let (a, b) = binary_values(op, &av, &bv);
             check_binary(op, sa, sb, &a, &b, None, None);
@@ -253,13 +349,35 @@ fn binary_named_broadcast_cases() {
 #[test]
 fn binary_check_rejects_incompatible_shapes() {
     let e = BinaryParams::new(BinaryOp::Add, &shape(&[2, 3]), &shape(&[4, 3])).unwrap_err();
-    assert_eq!(e, ShapeError::Mismatch { op: "Binary", what: "broadcast dim", expected: 2, found: 4 });
+    assert_eq!(
+        e,
+        ShapeError::Mismatch {
+            op: "Binary",
+            what: "broadcast dim",
+            expected: 2,
+            found: 4
+        }
+    );
     let p = BinaryParams::new(BinaryOp::Add, &shape(&[2, 3]), &shape(&[3])).unwrap();
     let a = [0.0f32; 6];
     let w = [0.0f32; 4];
     let bw = Operand::Weight(WeightView::f32(1, 4, &w).unwrap());
-    assert!(matches!(p.check_operands(&Operand::Act(&a), &bw), Err(ShapeError::Mismatch { expected: 3, found: 4, .. })));
-    assert!(matches!(p.check_operands(&Operand::Act(&a[..5]), &bw), Err(ShapeError::Mismatch { expected: 6, found: 5, .. })));
+    assert!(matches!(
+        p.check_operands(&Operand::Act(&a), &bw),
+        Err(ShapeError::Mismatch {
+            expected: 3,
+            found: 4,
+            ..
+        })
+    ));
+    assert!(matches!(
+        p.check_operands(&Operand::Act(&a[..5]), &bw),
+        Err(ShapeError::Mismatch {
+            expected: 6,
+            found: 5,
+            ..
+        })
+    ));
 }
 
 // ---------------------------------------------------------------- softmax
@@ -283,7 +401,10 @@ proptest! {
 
 #[test]
 fn softmax_check_rejects_empty_rows() {
-    assert!(matches!(SoftmaxParams::new(&shape(&[3, 0])), Err(ShapeError::Invalid { op: "Softmax", .. })));
+    assert!(matches!(
+        SoftmaxParams::new(&shape(&[3, 0])),
+        Err(ShapeError::Invalid { op: "Softmax", .. })
+    ));
 }
 
 // ---------------------------------------------------------------- reduce
@@ -330,9 +451,17 @@ proptest! {
 fn reduce_check_rejects_bad_axis() {
     assert!(matches!(
         ReduceParams::new(ReduceOp::Sum, &shape(&[2, 3]), 2, false),
-        Err(ShapeError::Mismatch { op: "Reduce", expected: 2, found: 2, .. })
+        Err(ShapeError::Mismatch {
+            op: "Reduce",
+            expected: 2,
+            found: 2,
+            ..
+        })
     ));
-    assert!(matches!(ReduceParams::new(ReduceOp::Max, &shape(&[2, 0]), 1, false), Err(ShapeError::Invalid { .. })));
+    assert!(matches!(
+        ReduceParams::new(ReduceOp::Max, &shape(&[2, 0]), 1, false),
+        Err(ShapeError::Invalid { .. })
+    ));
 }
 
 // ---------------------------------------------------------------- transpose
@@ -375,9 +504,18 @@ fn transpose_rank_6_and_op_perm_array() {
 
 #[test]
 fn transpose_check_rejects_non_permutations() {
-    assert!(matches!(TransposeParams::new(&shape(&[2, 3]), &[0, 0]), Err(ShapeError::Invalid { .. })));
-    assert!(matches!(TransposeParams::new(&shape(&[2, 3]), &[0, 2]), Err(ShapeError::Invalid { .. })));
-    assert!(matches!(TransposeParams::new(&shape(&[2, 3]), &[0]), Err(ShapeError::Mismatch { .. })));
+    assert!(matches!(
+        TransposeParams::new(&shape(&[2, 3]), &[0, 0]),
+        Err(ShapeError::Invalid { .. })
+    ));
+    assert!(matches!(
+        TransposeParams::new(&shape(&[2, 3]), &[0, 2]),
+        Err(ShapeError::Invalid { .. })
+    ));
+    assert!(matches!(
+        TransposeParams::new(&shape(&[2, 3]), &[0]),
+        Err(ShapeError::Mismatch { .. })
+    ));
 }
 
 // ---------------------------------------------------------------- matmul
@@ -385,14 +523,21 @@ fn transpose_check_rejects_non_permutations() {
 type MatMulCase = (Vec<usize>, Vec<usize>, bool, Vec<f32>, Vec<f32>);
 
 fn matmul_case() -> impl Strategy<Value = MatMulCase> {
-    (broadcast_pair(3), 1usize..5, 1usize..9, 1usize..5, any::<bool>()).prop_flat_map(|((ba, bb), m, k, n, tb)| {
-        let mut sa = ba;
-        sa.extend([m, k]);
-        let mut sb = bb;
-        sb.extend(if tb { [n, k] } else { [k, n] });
-        let (na, nb) = (sa.iter().product(), sb.iter().product());
-        (Just(sa), Just(sb), Just(tb), vals(na), vals(nb))
-    })
+    (
+        broadcast_pair(3),
+        1usize..5,
+        1usize..9,
+        1usize..5,
+        any::<bool>(),
+    )
+        .prop_flat_map(|((ba, bb), m, k, n, tb)| {
+            let mut sa = ba;
+            sa.extend([m, k]);
+            let mut sb = bb;
+            sb.extend(if tb { [n, k] } else { [k, n] });
+            let (na, nb) = (sa.iter().product(), sb.iter().product());
+            (Just(sa), Just(sb), Just(tb), vals(na), vals(nb))
+        })
 }
 
 proptest! {
@@ -432,29 +577,65 @@ fn matmul_broadcasts_batch_axes_of_a_weight() {
         let mut y = out(2 * 3 * 2 * 5);
         matmul(&p, &av, b, &mut y, &mut scratch(matmul_scratch(&p)));
         let (want, _) = r::matmul(&f64s(&av), &sa, &bt.decoded, &sb, false);
-        assert_close(&format!("matmul weight batch {dt:?}"), &y, &want, F32_KERNEL);
+        assert_close(
+            &format!("matmul weight batch {dt:?}"),
+            &y,
+            &want,
+            F32_KERNEL,
+        );
     }
 }
 
 #[test]
 fn matmul_check_rejects_wrong_shapes() {
     let k_mismatch = MatMulParams::new(&shape(&[2, 3]), &shape(&[4, 5]), false, false).unwrap_err();
-    assert_eq!(k_mismatch, ShapeError::Mismatch { op: "MatMul", what: "contraction length of b", expected: 3, found: 4 });
-    assert!(matches!(MatMulParams::new(&shape(&[3]), &shape(&[3, 5]), false, false), Err(ShapeError::Invalid { .. })));
+    assert_eq!(
+        k_mismatch,
+        ShapeError::Mismatch {
+            op: "MatMul",
+            what: "contraction length of b",
+            expected: 3,
+            found: 4
+        }
+    );
+    assert!(matches!(
+        MatMulParams::new(&shape(&[3]), &shape(&[3, 5]), false, false),
+        Err(ShapeError::Invalid { .. })
+    ));
     assert!(matches!(
         MatMulParams::new(&shape(&[2, 2, 3]), &shape(&[3, 3, 4]), false, false),
-        Err(ShapeError::Mismatch { what: "broadcast dim", .. })
+        Err(ShapeError::Mismatch {
+            what: "broadcast dim",
+            ..
+        })
     ));
     let p = MatMulParams::new(&shape(&[2, 3]), &shape(&[3, 4]), false, true).unwrap();
     let w = [0.0f32; 12];
     let flat = Operand::Weight(WeightView::f32(1, 12, &w).unwrap());
-    assert!(matches!(p.check_operands(&[0.0; 6], &flat), Err(ShapeError::Mismatch { what: "b weight matrix rows", .. })));
+    assert!(matches!(
+        p.check_operands(&[0.0; 6], &flat),
+        Err(ShapeError::Mismatch {
+            what: "b weight matrix rows",
+            ..
+        })
+    ));
 }
 
 // ---------------------------------------------------------------- conv2d
 
 /// `(C, H, W, O, kh, kw, stride, pad, dilation, groups)`.
-type ConvCase = (usize, usize, usize, usize, usize, usize, [usize; 2], [usize; 4], [usize; 2], usize);
+type ConvCase = (
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    [usize; 2],
+    [usize; 4],
+    [usize; 2],
+    usize,
+);
 
 const CONV_CASES: &[ConvCase] = &[
     (1, 5, 5, 2, 3, 3, [1, 1], [0, 0, 0, 0], [1, 1], 1),
@@ -499,18 +680,58 @@ proptest! {
 
 #[test]
 fn conv2d_check_rejects_wrong_shapes() {
-    let new = |x: &[usize], w: &[usize], pad, dil, g| Conv2dParams::new(&shape(x), &shape(w), [1, 1], pad, dil, g);
+    let new = |x: &[usize], w: &[usize], pad, dil, g| {
+        Conv2dParams::new(&shape(x), &shape(w), [1, 1], pad, dil, g)
+    };
     let z = [0usize; 4];
-    assert!(matches!(new(&[4, 5, 5], &[4, 3, 3, 3], z, [1, 1], 2), Err(ShapeError::Mismatch { expected: 2, found: 3, .. })));
-    assert!(matches!(new(&[3, 5, 5], &[3, 1, 3, 3], z, [1, 1], 2), Err(ShapeError::Invalid { .. })));
-    assert!(matches!(new(&[1, 2, 5], &[1, 1, 3, 3], z, [1, 1], 1), Err(ShapeError::Invalid { what: "output height would be < 1", .. })));
-    assert!(matches!(new(&[1, 5, 4], &[1, 1, 3, 3], z, [1, 2], 1), Err(ShapeError::Invalid { what: "output width would be < 1", .. })));
+    assert!(matches!(
+        new(&[4, 5, 5], &[4, 3, 3, 3], z, [1, 1], 2),
+        Err(ShapeError::Mismatch {
+            expected: 2,
+            found: 3,
+            ..
+        })
+    ));
+    assert!(matches!(
+        new(&[3, 5, 5], &[3, 1, 3, 3], z, [1, 1], 2),
+        Err(ShapeError::Invalid { .. })
+    ));
+    assert!(matches!(
+        new(&[1, 2, 5], &[1, 1, 3, 3], z, [1, 1], 1),
+        Err(ShapeError::Invalid {
+            what: "output height would be < 1",
+            ..
+        })
+    ));
+    assert!(matches!(
+        new(&[1, 5, 4], &[1, 1, 3, 3], z, [1, 2], 1),
+        Err(ShapeError::Invalid {
+            what: "output width would be < 1",
+            ..
+        })
+    ));
     assert!(new(&[1, 2, 5], &[1, 1, 3, 3], [1, 0, 0, 0], [1, 1], 1).is_ok());
-    assert!(matches!(new(&[1, 5], &[1, 1, 3, 3], z, [1, 1], 1), Err(ShapeError::Mismatch { what: "input rank", .. })));
+    assert!(matches!(
+        new(&[1, 5], &[1, 1, 3, 3], z, [1, 1], 1),
+        Err(ShapeError::Mismatch {
+            what: "input rank",
+            ..
+        })
+    ));
     let p = new(&[2, 5, 5], &[3, 2, 3, 3], z, [1, 1], 1).unwrap();
     let w = [0.0f32; 3 * 17];
-    let proj = ProjW { w: WeightView::f32(3, 17, &w).unwrap(), b: None };
-    assert!(matches!(p.check_weights(&proj), Err(ShapeError::Mismatch { expected: 18, found: 17, .. })));
+    let proj = ProjW {
+        w: WeightView::f32(3, 17, &w).unwrap(),
+        b: None,
+    };
+    assert!(matches!(
+        p.check_weights(&proj),
+        Err(ShapeError::Mismatch {
+            expected: 18,
+            found: 17,
+            ..
+        })
+    ));
 }
 
 // ---------------------------------------------------------------- embeddings
@@ -593,21 +814,51 @@ fn embedding_checks_reject_wrong_shapes() {
     let table = WeightView::f32(6, 4, &w).unwrap();
     let short_pos = WeightView::f32(2, 4, &w[..8]).unwrap();
     let narrow_pos = WeightView::f32(4, 3, &w[..12]).unwrap();
-    assert!(matches!(EmbeddingParams::new(&shape(&[2, 3]), &table, None), Err(ShapeError::Mismatch { what: "ids rank", .. })));
+    assert!(matches!(
+        EmbeddingParams::new(&shape(&[2, 3]), &table, None),
+        Err(ShapeError::Mismatch {
+            what: "ids rank",
+            ..
+        })
+    ));
     assert!(matches!(
         EmbeddingParams::new(&shape(&[3]), &table, Some(&short_pos)),
-        Err(ShapeError::Mismatch { expected: 3, found: 2, .. })
+        Err(ShapeError::Mismatch {
+            expected: 3,
+            found: 2,
+            ..
+        })
     ));
     assert!(matches!(
         EmbeddingParams::new(&shape(&[3]), &table, Some(&narrow_pos)),
-        Err(ShapeError::Mismatch { expected: 4, found: 3, .. })
+        Err(ShapeError::Mismatch {
+            expected: 4,
+            found: 3,
+            ..
+        })
     ));
-    let proj = ProjW { w: WeightView::f32(2, 12, &w).unwrap(), b: None };
-    assert!(matches!(PatchEmbedParams::new(&shape(&[3, 4, 5]), 2, &proj), Err(ShapeError::Invalid { .. })));
+    let proj = ProjW {
+        w: WeightView::f32(2, 12, &w).unwrap(),
+        b: None,
+    };
+    assert!(matches!(
+        PatchEmbedParams::new(&shape(&[3, 4, 5]), 2, &proj),
+        Err(ShapeError::Invalid { .. })
+    ));
     assert!(matches!(
         PatchEmbedParams::new(&shape(&[2, 4, 4]), 2, &proj),
-        Err(ShapeError::Mismatch { expected: 8, found: 12, .. })
+        Err(ShapeError::Mismatch {
+            expected: 8,
+            found: 12,
+            ..
+        })
     ));
     assert!(PatchEmbedParams::new(&shape(&[3, 4, 4]), 2, &proj).is_ok());
-    assert!(matches!(PatchEmbedParams::new(&shape(&[4, 4]), 2, &proj), Err(ShapeError::Mismatch { what: "input rank", .. })));
+    assert!(matches!(
+        PatchEmbedParams::new(&shape(&[4, 4]), 2, &proj),
+        Err(ShapeError::Mismatch {
+            what: "input rank",
+            ..
+        })
+    ));
 }
