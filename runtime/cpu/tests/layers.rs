@@ -4,6 +4,7 @@
 
 mod common_layers;
 
+use common_layers::cases::*;
 use common_layers::*;
 use kestrel_cpu::error::{RunError, ShapeError};
 use kestrel_cpu::kernels::conv::{conv2d, conv2d_scratch, Conv2dParams};
@@ -40,19 +41,6 @@ fn config() -> ProptestConfig {
 }
 
 // ---------------------------------------------------------------- dense (linear / ProjW)
-
-fn dense_case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>, Vec<f32>)> {
-    (1usize..5, 1usize..40, 2usize..8).prop_flat_map(|(rows, inp, out)| {
-        (
-            Just(rows),
-            Just(inp),
-            Just(out),
-            vals(rows * inp),
-            vals(out * inp),
-            vals(out),
-        )
-    })
-}
 
 proptest! {
     #![proptest_config(config())]
@@ -215,25 +203,6 @@ proptest! {
 
 // ---------------------------------------------------------------- binary
 
-/// Two shapes that broadcast: suffixes of a common shape with some dims set to 1.
-fn broadcast_pair(max_rank: usize) -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> {
-    prop::collection::vec(1usize..5, 0..=max_rank)
-        .prop_flat_map(|full| {
-            let rk = full.len();
-            let mask = prop::collection::vec(any::<bool>(), rk);
-            (Just(full), 0..=rk, 0..=rk, mask.clone(), mask)
-        })
-        .prop_map(|(full, ra, rb, ma, mb)| {
-            let rk = full.len();
-            let pick = |len: usize, m: &[bool]| {
-                (rk - len..rk)
-                    .map(|i| if m[i] { 1 } else { full[i] })
-                    .collect()
-            };
-            (pick(ra, &ma), pick(rb, &mb))
-        })
-}
-
 /// Runs one binary case; `a_w`/`b_w` make that operand a weight in the given encoding.
 fn check_binary(
     op: BinaryOp,
@@ -266,36 +235,6 @@ fn check_binary(
         &want,
         F32_KERNEL,
     );
-}
-
-/// Operand values for `op`: `a` positive for Pow and `|b| ≥ 0.5` for Div, so that no encoding
-/// rounds them to zero (a NaN/inf result would compare as a failure).
-fn binary_values(op: BinaryOp, a: &[f32], b: &[f32]) -> (Vec<f32>, Vec<f32>) {
-    let a = a
-        .iter()
-        .map(|&v| {
-            if op == BinaryOp::Pow {
-                v.abs().max(0.5)
-            } else {
-                v
-            }
-        })
-        .collect();
-    let b = b
-        .iter()
-        .map(|&v| {
-            if op == BinaryOp::Div {
-                v.signum() * v.abs().max(0.5)
-            } else {
-                v
-            }
-        })
-        .collect();
-    (a, b)
-}
-
-fn weight_choice() -> impl Strategy<Value = Option<DType>> {
-    prop_oneof![Just(None), dtype().prop_map(Some)]
 }
 
 proptest! {
@@ -397,6 +336,23 @@ proptest! {
         softmax(&p, &x, &mut y, &mut scratch(softmax_scratch(&p)));
         assert_close("softmax", &y, &r::softmax(&f64s(&x), *dims.last().unwrap()), F32_KERNEL);
     }
+}
+
+#[test]
+fn element_count_overflow_is_a_shape_error() {
+    let huge = shape(&[u32::MAX as usize; 3]);
+    assert!(matches!(
+        UnaryParams::new(UnaryOp::Exp, &huge),
+        Err(ShapeError::Invalid { op: "Unary", .. })
+    ));
+    assert!(matches!(
+        SoftmaxParams::new(&huge),
+        Err(ShapeError::Invalid { op: "Softmax", .. })
+    ));
+    assert!(matches!(
+        BinaryParams::new(BinaryOp::Add, &huge, &shape(&[1])),
+        Err(ShapeError::Invalid { op: "Binary", .. })
+    ));
 }
 
 #[test]
@@ -520,26 +476,6 @@ fn transpose_check_rejects_non_permutations() {
 
 // ---------------------------------------------------------------- matmul
 
-type MatMulCase = (Vec<usize>, Vec<usize>, bool, Vec<f32>, Vec<f32>);
-
-fn matmul_case() -> impl Strategy<Value = MatMulCase> {
-    (
-        broadcast_pair(3),
-        1usize..5,
-        1usize..9,
-        1usize..5,
-        any::<bool>(),
-    )
-        .prop_flat_map(|((ba, bb), m, k, n, tb)| {
-            let mut sa = ba;
-            sa.extend([m, k]);
-            let mut sb = bb;
-            sb.extend(if tb { [n, k] } else { [k, n] });
-            let (na, nb) = (sa.iter().product(), sb.iter().product());
-            (Just(sa), Just(sb), Just(tb), vals(na), vals(nb))
-        })
-}
-
 proptest! {
     #![proptest_config(config())]
 
@@ -622,31 +558,6 @@ fn matmul_check_rejects_wrong_shapes() {
 }
 
 // ---------------------------------------------------------------- conv2d
-
-/// `(C, H, W, O, kh, kw, stride, pad, dilation, groups)`.
-type ConvCase = (
-    usize,
-    usize,
-    usize,
-    usize,
-    usize,
-    usize,
-    [usize; 2],
-    [usize; 4],
-    [usize; 2],
-    usize,
-);
-
-const CONV_CASES: &[ConvCase] = &[
-    (1, 5, 5, 2, 3, 3, [1, 1], [0, 0, 0, 0], [1, 1], 1),
-    (2, 7, 6, 3, 3, 3, [2, 2], [1, 1, 1, 1], [1, 1], 1), // stride 2, same-ish padding
-    (2, 7, 7, 2, 3, 2, [1, 2], [0, 2, 1, 0], [2, 2], 1), // dilation 2, asymmetric padding
-    (4, 6, 5, 6, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 2), // groups 2
-    (3, 6, 6, 3, 3, 3, [2, 1], [1, 1, 1, 1], [1, 1], 3), // depth-wise
-    (4, 5, 5, 8, 1, 1, [1, 1], [0, 0, 0, 0], [1, 1], 4), // depth-wise, multiplier 2, 1×1
-    (2, 9, 8, 4, 3, 3, [2, 2], [2, 2, 2, 2], [2, 2], 2), // everything at once
-    (3, 4, 4, 2, 5, 5, [1, 1], [2, 2, 2, 2], [1, 1], 1), // kernel larger than the input
-];
 
 proptest! {
     #![proptest_config(config())]
@@ -749,17 +660,21 @@ proptest! {
     ) {
         let (h, w) = (gh * p, gw * p);
         let k = c * p * p;
-        let mut wt = TestWeight::matrix(dt, d, k, &ws[..d * k]);
-        let mut bt = TestWeight::new(dt, &[d], &ws[..d]);
-        let (wd, bd) = (wt.decoded.clone(), bt.decoded.clone());
-        let proj = ProjW { w: wt.view(), b: bias.then(|| bt.view()) };
-        let prm = PatchEmbedParams::new(&shape(&[c, h, w]), p, &proj).unwrap();
-        prop_assert_eq!(prm.tokens(), gh * gw);
+        let run = |x: &[f32], ws: &[f32]| {
+            let mut wt = TestWeight::matrix(dt, d, k, &ws[..d * k]);
+            let mut bt = TestWeight::new(dt, &[d], &ws[..d]);
+            let want = r::patch_embed(&f64s(x), [c, h, w], p, &wt.decoded, d, bias.then_some(&bt.decoded[..]));
+            let proj = ProjW { w: wt.view(), b: bias.then(|| bt.view()) };
+            let prm = PatchEmbedParams::new(&shape(&[c, h, w]), p, &proj).unwrap();
+            assert_eq!(prm.tokens(), gh * gw);
+            let mut y = out(gh * gw * d);
+            patch_embed(&prm, &proj, x, &mut y, &mut scratch(patch_embed_scratch(&prm)));
+            (y, want)
+        };
         let x = &xs[..c * h * w];
-        let mut y = out(gh * gw * d);
-        patch_embed(&prm, &proj, x, &mut y, &mut scratch(patch_embed_scratch(&prm)));
-        let want = r::patch_embed(&f64s(x), [c, h, w], p, &wd, d, bias.then_some(&bd[..]));
-        assert_close(&format!("patch_embed {dt:?}"), &y, &want, F32_KERNEL);
+        let (y, want) = run(x, &ws);
+        let (mag, mag_want) = run(&abs(x), &abs(&ws));
+        assert_close_dot(&format!("patch_embed {dt:?}"), &y, &want, &mag, &mag_want);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Helpers shared by the layer-kernel tests: strategies, weight encodings, enum mapping.
 #![allow(dead_code)]
 
+pub mod cases;
+
 use kestrel_format::ops::{Activation, BinaryOp, ReduceOp, UnaryOp};
 use kestrel_format::weight::{EncodedWeight, ViewStore};
 use kestrel_format::{DType, Shape, WeightView};
