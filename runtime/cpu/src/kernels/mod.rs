@@ -5,5 +5,13 @@
 
 pub mod aft;
 pub mod attention;
+pub mod conv;
+pub mod elementwise;
+pub mod embed;
 pub mod fastformer;
 pub mod linear;
+pub mod matmul;
+pub mod norm;
+pub mod reduce;
+pub mod softmax;
+pub mod transpose;

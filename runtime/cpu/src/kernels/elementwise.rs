@@ -1,0 +1,323 @@
+//! Element-wise ops: every [`UnaryOp`], and every [`BinaryOp`] with numpy broadcasting of
+//! per-sample shapes (rank ≤ [`MAX_RANK`]), where either operand may be a weight.
+
+use crate::error::{expect_eq, ShapeError};
+use crate::math;
+use kestrel_format::ops::{BinaryOp, UnaryOp};
+use kestrel_format::{Shape, WeightData, WeightView, MAX_RANK};
+
+/// One input of an element-wise or matmul kernel, row-major in its logical shape (the shape
+/// itself lives in the kernel's params): an activation, or a weight in any encoding.
+#[derive(Clone, Copy, Debug)]
+pub enum Operand<'a> {
+    /// An f32 activation of this sample.
+    Act(&'a [f32]),
+    /// A weight, flattened row-major; its matrix view is [`Shape::as_matrix`] of its shape.
+    Weight(WeightView<'a>),
+}
+
+impl<'a> Operand<'a> {
+    /// Element count.
+    pub fn len(&self) -> usize {
+        match self {
+            Operand::Act(s) => s.len(),
+            Operand::Weight(w) => w.len(),
+        }
+    }
+
+    /// True when the operand has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The whole operand as f32 without copying, when it is stored as f32.
+    #[inline]
+    pub fn as_f32(&self) -> Option<&'a [f32]> {
+        match self {
+            Operand::Act(s) => Some(s),
+            Operand::Weight(w) => w.as_f32(),
+        }
+    }
+
+    /// Flat element `i` in f32 (weights decoded on the fly).
+    #[inline]
+    pub fn at(&self, i: usize) -> f32 {
+        match self {
+            Operand::Act(s) => s[i],
+            Operand::Weight(w) => match w.data() {
+                WeightData::F32(d) => d[i],
+                _ => {
+                    let c = w.cols();
+                    w.get(i / c, i % c)
+                }
+            },
+        }
+    }
+
+    /// Checks the operand holds exactly `numel` elements.
+    pub fn check_len(
+        &self,
+        op: &'static str,
+        what: &'static str,
+        numel: usize,
+    ) -> Result<(), ShapeError> {
+        expect_eq(op, what, numel, self.len())
+    }
+}
+
+/// Dims of `s` as `usize`, padded with zeros, and its rank.
+pub(crate) fn dims_of(s: &Shape) -> ([usize; MAX_RANK], usize) {
+    let mut d = [0usize; MAX_RANK];
+    for (o, &v) in d.iter_mut().zip(s.dims()) {
+        *o = v as usize;
+    }
+    (d, s.rank())
+}
+
+/// numpy broadcasting of two dim lists aligned on the right: the output dims and rank.
+pub(crate) fn broadcast_dims(
+    op: &'static str,
+    a: &[usize],
+    b: &[usize],
+) -> Result<([usize; MAX_RANK], usize), ShapeError> {
+    let r = a.len().max(b.len());
+    if r > MAX_RANK {
+        return Err(ShapeError::Invalid {
+            op,
+            what: "broadcast rank exceeds 6",
+        });
+    }
+    let mut out = [0usize; MAX_RANK];
+    for i in 0..r {
+        let da = if i + a.len() >= r {
+            a[i + a.len() - r]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= r {
+            b[i + b.len() - r]
+        } else {
+            1
+        };
+        out[i] = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            return Err(ShapeError::Mismatch {
+                op,
+                what: "broadcast dim",
+                expected: da,
+                found: db,
+            });
+        };
+    }
+    Ok((out, r))
+}
+
+/// Strides (in elements) with which an operand of dims `src` is read along each axis of an
+/// output of rank `r`: 0 on a broadcast (size-1 or missing) axis.
+pub(crate) fn broadcast_strides(src: &[usize], r: usize) -> [usize; MAX_RANK] {
+    let mut st = [0usize; MAX_RANK];
+    let off = r - src.len();
+    let mut acc = 1usize;
+    for j in (0..src.len()).rev() {
+        st[off + j] = if src[j] == 1 { 0 } else { acc };
+        acc *= src[j];
+    }
+    st
+}
+
+/// Element-wise unary op over `n` elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnaryParams {
+    /// The function.
+    pub op: UnaryOp,
+    /// Element count of input and output.
+    pub n: usize,
+}
+
+impl UnaryParams {
+    /// Params for `op` over an input of shape `x` (the output has the same shape).
+    pub fn new(op: UnaryOp, x: &Shape) -> Result<Self, ShapeError> {
+        let n = x.numel().ok_or(ShapeError::Invalid {
+            op: "Unary",
+            what: "element count overflows",
+        })?;
+        Ok(Self { op, n })
+    }
+}
+
+/// Scratch for [`unary`]: none.
+pub fn unary_scratch(_p: &UnaryParams) -> usize {
+    0
+}
+
+/// The scalar function of a [`UnaryOp`] in f32.
+#[inline]
+pub fn unary_fn(op: UnaryOp, x: f32) -> f32 {
+    match op {
+        UnaryOp::Relu => x.max(0.0),
+        UnaryOp::Gelu => math::gelu(x),
+        UnaryOp::GeluTanh => math::gelu_tanh(x),
+        UnaryOp::Sigmoid => math::sigmoid(x),
+        UnaryOp::Tanh => libm::tanhf(x),
+        UnaryOp::Exp => libm::expf(x),
+        UnaryOp::Log => libm::logf(x),
+        UnaryOp::Sqrt => libm::sqrtf(x),
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => libm::fabsf(x),
+        UnaryOp::Erf => libm::erff(x),
+        UnaryOp::Reciprocal => 1.0 / x,
+        UnaryOp::Silu => x * math::sigmoid(x),
+    }
+}
+
+/// `y[i] = op(x[i])`; `x` and `y` hold `p.n` elements. `scratch` is unused.
+pub fn unary(p: &UnaryParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
+    let (x, y) = (&x[..p.n], &mut y[..p.n]);
+    macro_rules! map {
+        ($f:expr) => {
+            for (o, &v) in y.iter_mut().zip(x) {
+                *o = $f(v);
+            }
+        };
+    }
+    // One loop per function so each vectorises or at least avoids a per-element branch.
+    match p.op {
+        UnaryOp::Relu => map!(|v: f32| v.max(0.0)),
+        UnaryOp::Neg => map!(|v: f32| -v),
+        UnaryOp::Abs => map!(libm::fabsf),
+        UnaryOp::Reciprocal => map!(|v: f32| 1.0 / v),
+        op => map!(|v| unary_fn(op, v)),
+    }
+}
+
+/// Element-wise binary op with numpy broadcasting of the two operands' per-sample shapes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BinaryParams {
+    /// The function.
+    pub op: BinaryOp,
+    /// Left operand's shape.
+    pub a: Shape,
+    /// Right operand's shape.
+    pub b: Shape,
+    /// Output (broadcast) shape.
+    pub y: Shape,
+    /// Output element count.
+    pub n: usize,
+    a_elems: usize,
+    b_elems: usize,
+    a_strides: [usize; MAX_RANK],
+    b_strides: [usize; MAX_RANK],
+}
+
+impl BinaryParams {
+    /// Broadcasts `a` against `b`; a typed error if a pair of dims is neither equal nor 1.
+    pub fn new(op: BinaryOp, a: &Shape, b: &Shape) -> Result<Self, ShapeError> {
+        const OP: &str = "Binary";
+        let (da, ra) = dims_of(a);
+        let (db, rb) = dims_of(b);
+        let (dy, r) = broadcast_dims(OP, &da[..ra], &db[..rb])?;
+        let y = Shape::from_usize(&dy[..r]).ok_or(ShapeError::Invalid {
+            op: OP,
+            what: "output dim overflows u32",
+        })?;
+        let overflow = ShapeError::Invalid {
+            op: OP,
+            what: "element count overflows",
+        };
+        Ok(Self {
+            op,
+            a: *a,
+            b: *b,
+            y,
+            n: y.numel().ok_or(overflow)?,
+            a_elems: a.numel().ok_or(overflow)?,
+            b_elems: b.numel().ok_or(overflow)?,
+            a_strides: broadcast_strides(&da[..ra], r),
+            b_strides: broadcast_strides(&db[..rb], r),
+        })
+    }
+
+    /// Checks the operands (activations or weights) hold as many elements as their shapes.
+    pub fn check_operands(&self, a: &Operand<'_>, b: &Operand<'_>) -> Result<(), ShapeError> {
+        a.check_len("Binary", "left operand elements", self.a_elems)?;
+        b.check_len("Binary", "right operand elements", self.b_elems)
+    }
+}
+
+/// Scratch for [`binary`]: none (non-f32 weights are decoded element by element).
+pub fn binary_scratch(_p: &BinaryParams) -> usize {
+    0
+}
+
+/// The scalar function of a [`BinaryOp`] in f32.
+#[inline]
+pub fn binary_fn(op: BinaryOp, a: f32, b: f32) -> f32 {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        BinaryOp::Max => a.max(b),
+        BinaryOp::Min => a.min(b),
+        BinaryOp::Pow => libm::powf(a, b),
+    }
+}
+
+/// `y = op(a, b)` broadcast to `p.y`; `y` holds `p.n` elements. `scratch` is unused.
+pub fn binary(
+    p: &BinaryParams,
+    a: Operand<'_>,
+    b: Operand<'_>,
+    y: &mut [f32],
+    _scratch: &mut [f32],
+) {
+    match (a.as_f32(), b.as_f32()) {
+        (Some(sa), Some(sb)) => binary_loop(p, |i| sa[i], |i| sb[i], y),
+        (Some(sa), None) => binary_loop(p, |i| sa[i], |i| b.at(i), y),
+        (None, Some(sb)) => binary_loop(p, |i| a.at(i), |i| sb[i], y),
+        (None, None) => binary_loop(p, |i| a.at(i), |i| b.at(i), y),
+    }
+}
+
+fn binary_loop(
+    p: &BinaryParams,
+    ga: impl Fn(usize) -> f32,
+    gb: impl Fn(usize) -> f32,
+    y: &mut [f32],
+) {
+    let r = p.y.rank();
+    if p.n == 0 {
+        return;
+    }
+    let last = p.y.last();
+    let (sa, sb) = if r == 0 {
+        (0, 0)
+    } else {
+        (p.a_strides[r - 1], p.b_strides[r - 1])
+    };
+    let op = p.op;
+    let mut idx = [0usize; MAX_RANK];
+    let (mut oa, mut ob) = (0usize, 0usize);
+    for row in y[..p.n].chunks_exact_mut(last) {
+        for (j, o) in row.iter_mut().enumerate() {
+            *o = binary_fn(op, ga(oa + j * sa), gb(ob + j * sb));
+        }
+        // Advance the multi-index over the outer axes (0..r-1), odometer style.
+        let mut ax = r.saturating_sub(1);
+        while ax > 0 {
+            ax -= 1;
+            idx[ax] += 1;
+            oa += p.a_strides[ax];
+            ob += p.b_strides[ax];
+            if idx[ax] < p.y.dim(ax) {
+                break;
+            }
+            oa -= p.a_strides[ax] * idx[ax];
+            ob -= p.b_strides[ax] * idx[ax];
+            idx[ax] = 0;
+        }
+    }
+}

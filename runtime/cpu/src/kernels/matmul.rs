@@ -1,0 +1,197 @@
+//! Batched matrix product over the last two axes, numpy broadcasting of the leading (batch)
+//! axes: `a [.., M, K] · b [.., K, N]`, or `b [.., N, K]` with `transpose_b`; `b` may be a
+//! weight in any encoding.
+
+use crate::error::{expect_eq, ShapeError};
+use crate::kernels::elementwise::{broadcast_dims, broadcast_strides, dims_of, Operand};
+use kestrel_format::weight::dot_f32;
+use kestrel_format::{Shape, MAX_RANK};
+
+/// Shapes of a batched matmul.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatMulParams {
+    /// Rows of each `a` matrix.
+    pub m: usize,
+    /// Contraction length.
+    pub k: usize,
+    /// Columns of each output matrix.
+    pub n: usize,
+    /// `b` is read as `[.., N, K]`.
+    pub transpose_b: bool,
+    /// `b` is a weight (its rows are decoded through scratch when not stored as f32).
+    pub b_is_weight: bool,
+    /// `b`'s shape.
+    pub b: Shape,
+    /// Output shape: broadcast batch axes, then `[M, N]`.
+    pub y: Shape,
+    a_numel: usize,
+    b_numel: usize,
+    b_matrix: (usize, usize),
+    batch_rank: usize,
+    batch_dims: [usize; MAX_RANK],
+    a_strides: [usize; MAX_RANK],
+    b_strides: [usize; MAX_RANK],
+}
+
+impl MatMulParams {
+    /// Params for `a` and `b` of rank ≥ 2 with matching contraction length and broadcastable
+    /// batch axes.
+    pub fn new(
+        a: &Shape,
+        b: &Shape,
+        transpose_b: bool,
+        b_is_weight: bool,
+    ) -> Result<Self, ShapeError> {
+        const OP: &str = "MatMul";
+        let (da, ra) = dims_of(a);
+        let (db, rb) = dims_of(b);
+        if ra < 2 || rb < 2 {
+            return Err(ShapeError::Invalid {
+                op: OP,
+                what: "operands must have rank at least 2",
+            });
+        }
+        let (m, k) = (da[ra - 2], da[ra - 1]);
+        let (kb, n) = if transpose_b {
+            (db[rb - 1], db[rb - 2])
+        } else {
+            (db[rb - 2], db[rb - 1])
+        };
+        expect_eq(OP, "contraction length of b", k, kb)?;
+        let (batch_dims, batch_rank) = broadcast_dims(OP, &da[..ra - 2], &db[..rb - 2])?;
+        let mut a_strides = broadcast_strides(&da[..ra - 2], batch_rank);
+        let mut b_strides = broadcast_strides(&db[..rb - 2], batch_rank);
+        a_strides.iter_mut().for_each(|s| *s *= m * k);
+        b_strides.iter_mut().for_each(|s| *s *= k * n);
+        let mut yd = batch_dims;
+        yd[batch_rank] = m;
+        yd[batch_rank + 1] = n;
+        let overflow = ShapeError::Invalid {
+            op: OP,
+            what: "element count overflows",
+        };
+        let y = Shape::from_usize(&yd[..batch_rank + 2]).ok_or(overflow)?;
+        y.numel().ok_or(overflow)?;
+        Ok(Self {
+            m,
+            k,
+            n,
+            transpose_b,
+            b_is_weight,
+            b: *b,
+            y,
+            a_numel: a.numel().ok_or(overflow)?,
+            b_numel: b.numel().ok_or(overflow)?,
+            b_matrix: b.as_matrix().ok_or(overflow)?,
+            batch_rank,
+            batch_dims,
+            a_strides,
+            b_strides,
+        })
+    }
+
+    /// Checks the operands' lengths, and that a weight `b` is viewed as its shape's matrix
+    /// (`[shape[0], product(rest)]`), which the kernel relies on to decode rows.
+    pub fn check_operands(&self, a: &[f32], b: &Operand<'_>) -> Result<(), ShapeError> {
+        const OP: &str = "MatMul";
+        expect_eq(OP, "a elements", self.a_numel, a.len())?;
+        b.check_len(OP, "b elements", self.b_numel)?;
+        match b {
+            Operand::Weight(w) => {
+                if !self.b_is_weight {
+                    return Err(ShapeError::Invalid {
+                        op: OP,
+                        what: "b is a weight but params say activation",
+                    });
+                }
+                expect_eq(OP, "b weight matrix rows", self.b_matrix.0, w.rows())?;
+                expect_eq(OP, "b weight matrix cols", self.b_matrix.1, w.cols())
+            }
+            Operand::Act(_) => Ok(()),
+        }
+    }
+}
+
+/// Scratch for [`matmul`]: one decoded row of a weight `b`'s matrix view, 0 for an activation.
+pub fn matmul_scratch(p: &MatMulParams) -> usize {
+    if p.b_is_weight {
+        p.b_matrix.1
+    } else {
+        0
+    }
+}
+
+/// `len` consecutive elements of `b` from flat index `start` in f32: borrowed when stored as
+/// f32, else decoded (the whole matrix row holding them, cached by row index) into `buf`.
+fn segment<'r>(
+    b: &Operand<'r>,
+    start: usize,
+    len: usize,
+    buf: &'r mut [f32],
+    cached: &mut usize,
+) -> &'r [f32] {
+    match b {
+        Operand::Act(s) => &s[start..start + len],
+        Operand::Weight(w) => match w.as_f32() {
+            Some(s) => &s[start..start + len],
+            None => {
+                let c = w.cols();
+                let r = start / c;
+                if *cached != r {
+                    w.decode_row(r, &mut buf[..c]);
+                    *cached = r;
+                }
+                &buf[start % c..][..len]
+            }
+        },
+    }
+}
+
+/// `y [.., M, N] = a [.., M, K] · b` per broadcast batch index.
+pub fn matmul(p: &MatMulParams, a: &[f32], b: Operand<'_>, y: &mut [f32], scratch: &mut [f32]) {
+    let (m, k, n) = (p.m, p.k, p.n);
+    let mn = m * n;
+    if mn == 0 {
+        return;
+    }
+    let batches = p.batch_dims[..p.batch_rank].iter().product::<usize>();
+    let mut idx = [0usize; MAX_RANK];
+    let (mut oa, mut ob) = (0usize, 0usize);
+    let mut cached = usize::MAX;
+    for ym in y[..batches * mn].chunks_exact_mut(mn) {
+        let am = &a[oa..oa + m * k];
+        if p.transpose_b {
+            for j in 0..n {
+                let seg = segment(&b, ob + j * k, k, &mut *scratch, &mut cached);
+                for i in 0..m {
+                    ym[i * n + j] = dot_f32(&am[i * k..(i + 1) * k], seg);
+                }
+            }
+        } else {
+            ym.fill(0.0);
+            for kk in 0..k {
+                let seg = segment(&b, ob + kk * n, n, &mut *scratch, &mut cached);
+                for i in 0..m {
+                    let av = am[i * k + kk];
+                    ym[i * n..(i + 1) * n]
+                        .iter_mut()
+                        .zip(seg)
+                        .for_each(|(o, &bv)| *o += av * bv);
+                }
+            }
+        }
+        let mut ax = p.batch_rank;
+        while ax > 0 {
+            ax -= 1;
+            idx[ax] += 1;
+            oa += p.a_strides[ax];
+            ob += p.b_strides[ax];
+            if idx[ax] < p.batch_dims[ax] {
+                break;
+            }
+            oa -= p.a_strides[ax] * idx[ax];
+            ob -= p.b_strides[ax] * idx[ax];
+            idx[ax] = 0;
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Test cases as data: shape/value strategies and fixed configurations shared by the layer
+//! tests (and usable by GPU tests and benchmarks).
+
+use super::{dtype, vals};
+use kestrel_format::ops::BinaryOp;
+use kestrel_format::DType;
+use proptest::prelude::*;
+
+/// Dense: `(rows, in, out, x, w, b)`.
+pub fn dense_case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>, Vec<f32>)> {
+    (1usize..5, 1usize..40, 2usize..8).prop_flat_map(|(rows, inp, out)| {
+        (
+            Just(rows),
+            Just(inp),
+            Just(out),
+            vals(rows * inp),
+            vals(out * inp),
+            vals(out),
+        )
+    })
+}
+
+/// Two shapes that broadcast: suffixes of a common shape with some dims set to 1.
+pub fn broadcast_pair(max_rank: usize) -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> {
+    prop::collection::vec(1usize..5, 0..=max_rank)
+        .prop_flat_map(|full| {
+            let rk = full.len();
+            let mask = prop::collection::vec(any::<bool>(), rk);
+            (Just(full), 0..=rk, 0..=rk, mask.clone(), mask)
+        })
+        .prop_map(|(full, ra, rb, ma, mb)| {
+            let rk = full.len();
+            let pick = |len: usize, m: &[bool]| {
+                (rk - len..rk)
+                    .map(|i| if m[i] { 1 } else { full[i] })
+                    .collect()
+            };
+            (pick(ra, &ma), pick(rb, &mb))
+        })
+}
+
+/// Operand values for `op`: `a` positive for Pow and `|b| ≥ 0.5` for Div, so that no encoding
+/// rounds them to zero (a NaN/inf result would compare as a failure).
+pub fn binary_values(op: BinaryOp, a: &[f32], b: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let a = a
+        .iter()
+        .map(|&v| {
+            if op == BinaryOp::Pow {
+                v.abs().max(0.5)
+            } else {
+                v
+            }
+        })
+        .collect();
+    let b = b
+        .iter()
+        .map(|&v| {
+            if op == BinaryOp::Div {
+                v.signum() * v.abs().max(0.5)
+            } else {
+                v
+            }
+        })
+        .collect();
+    (a, b)
+}
+
+/// An activation operand (`None`) or a weight in any encoding.
+pub fn weight_choice() -> impl Strategy<Value = Option<DType>> {
+    prop_oneof![Just(None), dtype().prop_map(Some)]
+}
+
+/// `(a shape, b shape, transpose_b, a, b)`.
+pub type MatMulCase = (Vec<usize>, Vec<usize>, bool, Vec<f32>, Vec<f32>);
+
+/// MatMul with broadcast batch axes (rank ≤ 3 each) and both `b` layouts.
+pub fn matmul_case() -> impl Strategy<Value = MatMulCase> {
+    (
+        broadcast_pair(3),
+        1usize..5,
+        1usize..9,
+        1usize..5,
+        any::<bool>(),
+    )
+        .prop_flat_map(|((ba, bb), m, k, n, tb)| {
+            let mut sa = ba;
+            sa.extend([m, k]);
+            let mut sb = bb;
+            sb.extend(if tb { [n, k] } else { [k, n] });
+            let (na, nb) = (sa.iter().product(), sb.iter().product());
+            (Just(sa), Just(sb), Just(tb), vals(na), vals(nb))
+        })
+}
+
+/// `(C, H, W, O, kh, kw, stride, pad, dilation, groups)`.
+pub type ConvCase = (
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    [usize; 2],
+    [usize; 4],
+    [usize; 2],
+    usize,
+);
+
+/// Conv configurations: every feature alone, then together.
+pub const CONV_CASES: &[ConvCase] = &[
+    (1, 5, 5, 2, 3, 3, [1, 1], [0, 0, 0, 0], [1, 1], 1),
+    (2, 7, 6, 3, 3, 3, [2, 2], [1, 1, 1, 1], [1, 1], 1), // stride 2, same-ish padding
+    (2, 7, 7, 2, 3, 2, [1, 2], [0, 2, 1, 0], [2, 2], 1), // dilation 2, asymmetric padding
+    (4, 6, 5, 6, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 2), // groups 2
+    (3, 6, 6, 3, 3, 3, [2, 1], [1, 1, 1, 1], [1, 1], 3), // depth-wise
+    (4, 5, 5, 8, 1, 1, [1, 1], [0, 0, 0, 0], [1, 1], 4), // depth-wise, multiplier 2, 1×1
+    (2, 9, 8, 4, 3, 3, [2, 2], [2, 2, 2, 2], [2, 2], 2), // everything at once
+    (3, 4, 4, 2, 5, 5, [1, 1], [2, 2, 2, 2], [1, 1], 1), // kernel larger than the input
+];

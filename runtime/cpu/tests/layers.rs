@@ -1,0 +1,779 @@
+//! Property tests of the layer and generic op kernels against the f64 references in
+//! `kestrel_reference::layers`, for every op variant and every weight encoding (the reference
+//! gets the decoded weights, so encodings share one tolerance), plus shape-check errors.
+
+mod common_layers;
+
+use common_layers::cases::*;
+use common_layers::*;
+use kestrel_cpu::error::{RunError, ShapeError};
+use kestrel_cpu::kernels::conv::{conv2d, conv2d_scratch, Conv2dParams};
+use kestrel_cpu::kernels::elementwise::{
+    binary, binary_scratch, unary, unary_scratch, BinaryParams, Operand, UnaryParams,
+};
+use kestrel_cpu::kernels::embed::{
+    embedding, embedding_scratch, patch_embed, patch_embed_scratch, EmbeddingParams,
+    PatchEmbedParams,
+};
+use kestrel_cpu::kernels::matmul::{matmul, matmul_scratch, MatMulParams};
+use kestrel_cpu::kernels::norm::{layer_norm, layer_norm_scratch, LayerNormParams};
+use kestrel_cpu::kernels::reduce::{reduce, reduce_scratch, ReduceParams};
+use kestrel_cpu::kernels::softmax::{softmax, softmax_scratch, SoftmaxParams};
+use kestrel_cpu::kernels::transpose::{transpose, transpose_scratch, TransposeParams};
+use kestrel_cpu::{linear, ProjW};
+use kestrel_format::ops::{Activation, BinaryOp, ReduceOp, UnaryOp};
+use kestrel_format::{DType, WeightView};
+use kestrel_reference::assert_close;
+use kestrel_reference::layers as r;
+use kestrel_reference::tolerance::{EXACT, F32_KERNEL};
+use proptest::prelude::*;
+
+/// 64 cases per property (fast), unless `PROPTEST_CASES` asks for another count.
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    ProptestConfig {
+        cases,
+        ..ProptestConfig::default()
+    }
+}
+
+// ---------------------------------------------------------------- dense (linear / ProjW)
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn linear_matches_reference_for_every_activation_and_encoding(
+        (rows, inp, out, x, w, b) in dense_case(),
+        dt in dtype(),
+        bias in any::<bool>(),
+    ) {
+        let run = |x: &[f32], w: &[f32], b: &[f32], a: Activation| {
+            let mut wt = TestWeight::matrix(dt, out, inp, w);
+            let mut bt = TestWeight::matrix(dt, 1, out, b);
+            let want = r::dense(&f64s(x), rows, &wt.decoded, out, bias.then_some(&bt.decoded[..]), act(a));
+            let (wv, bv) = (wt.view(), bt.view());
+            let mut y = out_buf(rows * out);
+            linear(x, rows, &wv, bias.then_some(&bv), a, &mut y);
+            (y, want)
+        };
+        let (mag, mag_want) = run(&abs(&x), &abs(&w), &abs(&b), Activation::None);
+        let (z, z_want) = run(&x, &w, &b, Activation::None);
+        assert_close_dot(&format!("linear None {dt:?}"), &z, &z_want, &mag, &mag_want);
+        for &a in &Activation::ALL[1..] {
+            // The floor comes from Σ|x·w| (see `assert_close_dot`); f32 GELU's 1 + erf(·),
+            // which cancels for z < 0, also has an absolute error of that scale.
+            let (y, want) = run(&x, &w, &b, a);
+            assert_close_dot(&format!("linear {a:?} {dt:?}"), &y, &want, &mag, &mag_want);
+        }
+    }
+
+    #[test]
+    fn proj_apply_is_dense_without_activation((rows, inp, out, x, w, b) in dense_case(), dt in dtype()) {
+        let mut wt = TestWeight::matrix(dt, out, inp, &w);
+        let mut bt = TestWeight::matrix(dt, 1, out, &b);
+        let proj = ProjW { w: wt.view(), b: Some(bt.view()) };
+        proj.check("Dense", out, inp).unwrap();
+        let mut y = out_buf(rows * out);
+        proj.apply(&x, rows, &mut y);
+        let want = r::dense(&f64s(&x), rows, &wt.decoded, out, Some(&bt.decoded), r::Act::None);
+        assert_close("ProjW::apply", &y, &want, F32_KERNEL);
+    }
+}
+
+fn out_buf(n: usize) -> Vec<f32> {
+    out(n)
+}
+
+#[test]
+fn proj_check_rejects_wrong_shapes() {
+    let w = [1.0f32; 6];
+    let b = [1.0f32; 3];
+    let proj = ProjW {
+        w: WeightView::f32(2, 3, &w).unwrap(),
+        b: Some(WeightView::f32(1, 3, &b).unwrap()),
+    };
+    assert!(matches!(
+        proj.check("Dense", 3, 3),
+        Err(ShapeError::Mismatch {
+            expected: 3,
+            found: 2,
+            ..
+        })
+    ));
+    assert!(matches!(
+        proj.check("Dense", 2, 4),
+        Err(ShapeError::Mismatch {
+            expected: 4,
+            found: 3,
+            ..
+        })
+    ));
+    assert!(matches!(
+        proj.check("Dense", 2, 3),
+        Err(ShapeError::Mismatch {
+            what: "bias length",
+            ..
+        })
+    ));
+}
+
+// ---------------------------------------------------------------- layer norm
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn layer_norm_matches_reference(
+        (rows, d, x, g, b) in (1usize..4, 4usize..40).prop_flat_map(|(rows, d)| {
+            (Just(rows), Just(d), vals(rows * d), vals(d), vals(d))
+        }),
+        dt in dtype(),
+        with_beta in any::<bool>(),
+        eps in prop::sample::select(vec![1e-6f32, 1e-5, 1e-3]),
+    ) {
+        let mut gt = TestWeight::new(dt, &[d], &g);
+        let mut bt = TestWeight::new(dt, &[d], &b);
+        let (gv, bv) = (gt.view(), bt.view());
+        let beta = with_beta.then_some(&bv);
+        let p = LayerNormParams::new(&shape(&[rows, d]), &gv, beta, eps).unwrap();
+        let mut y = out(rows * d);
+        layer_norm(&p, &gv, beta, &x, &mut y, &mut scratch(layer_norm_scratch(&p)));
+        let want = r::layer_norm(&f64s(&x), d, &gt.decoded, with_beta.then_some(&bt.decoded[..]), f64::from(eps));
+        assert_close("layer_norm", &y, &want, F32_KERNEL);
+    }
+}
+
+#[test]
+fn layer_norm_check_rejects_wrong_shapes() {
+    let g = [1.0f32; 4];
+    let gv = WeightView::f32(1, 4, &g).unwrap();
+    let bad = WeightView::f32(1, 3, &g[..3]).unwrap();
+    assert!(matches!(
+        LayerNormParams::new(&shape(&[2, 5]), &gv, None, 1e-5),
+        Err(ShapeError::Mismatch {
+            what: "gamma elements",
+            expected: 5,
+            found: 4,
+            ..
+        })
+    ));
+    assert!(matches!(
+        LayerNormParams::new(&shape(&[2, 4]), &gv, Some(&bad), 1e-5),
+        Err(ShapeError::Mismatch {
+            what: "beta elements",
+            expected: 4,
+            found: 3,
+            ..
+        })
+    ));
+    assert!(matches!(
+        LayerNormParams::new(&shape(&[2, 0]), &gv, None, 1e-5),
+        Err(ShapeError::Invalid { .. })
+    ));
+    assert!(matches!(
+        LayerNormParams::new(&shape(&[2, 4]), &gv, None, f32::NAN),
+        Err(ShapeError::Invalid { .. })
+    ));
+}
+
+// ---------------------------------------------------------------- unary
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn every_unary_op_matches_reference(dims in prop::collection::vec(1usize..5, 0..4), seed in vals(256)) {
+        let s = shape(&dims);
+        let n = s.numel().unwrap();
+        for &op in UnaryOp::ALL {
+            let positive_domain = matches!(op, UnaryOp::Log | UnaryOp::Sqrt);
+            let x: Vec<f32> = seed[..n].iter().map(|&v| if positive_domain { v.abs() } else { v }).collect();
+            let p = UnaryParams::new(op, &s).unwrap();
+            let mut y = out(n);
+            unary(&p, &x, &mut y, &mut scratch(unary_scratch(&p)));
+            let want = r::unary(unary_fn(op), &f64s(&x));
+            assert_close(&format!("unary {op:?}"), &y, &want, F32_KERNEL);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- binary
+
+/// Runs one binary case; `a_w`/`b_w` make that operand a weight in the given encoding.
+fn check_binary(
+    op: BinaryOp,
+    sa: &[usize],
+    sb: &[usize],
+    av: &[f32],
+    bv: &[f32],
+    a_w: Option<DType>,
+    b_w: Option<DType>,
+) {
+    let mut at = a_w.map(|dt| TestWeight::new(dt, sa, av));
+    let mut bt = b_w.map(|dt| TestWeight::new(dt, sb, bv));
+    let ra = at.as_ref().map_or_else(|| f64s(av), |t| t.decoded.clone());
+    let rb = bt.as_ref().map_or_else(|| f64s(bv), |t| t.decoded.clone());
+    let a = at
+        .as_mut()
+        .map_or(Operand::Act(av), |t| Operand::Weight(t.view()));
+    let b = bt
+        .as_mut()
+        .map_or(Operand::Act(bv), |t| Operand::Weight(t.view()));
+    let p = BinaryParams::new(op, &shape(sa), &shape(sb)).unwrap();
+    p.check_operands(&a, &b).unwrap();
+    let (want, ys) = r::binary(binary_fn(op), &ra, sa, &rb, sb);
+    assert_eq!(p.y, shape(&ys), "broadcast shape of {sa:?} and {sb:?}");
+    let mut y = out(p.n);
+    binary(&p, a, b, &mut y, &mut scratch(binary_scratch(&p)));
+    assert_close(
+        &format!("binary {op:?} {sa:?} {sb:?} a:{a_w:?} b:{b_w:?}"),
+        &y,
+        &want,
+        F32_KERNEL,
+    );
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn every_binary_op_broadcasts_like_numpy(
+        (sa, sb) in broadcast_pair(4),
+        av in vals(256),
+        bv in vals(256),
+        a_w in weight_choice(),
+        b_w in weight_choice(),
+    ) {
+        let (na, nb) = (shape(&sa).numel().unwrap(), shape(&sb).numel().unwrap());
+        for &op in BinaryOp::ALL {
+            let (a, b) = binary_values(op, &av[..na], &bv[..nb]);
+            check_binary(op, &sa, &sb, &a, &b, a_w, b_w);
+        }
+    }
+}
+
+#[test]
+fn binary_named_broadcast_cases() {
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[3, 4], &[]),                          // scalar
+        (&[], &[2, 3]),                          // scalar on the left
+        (&[3, 4], &[4]),                         // row
+        (&[3, 4], &[3, 1]),                      // column
+        (&[2, 1, 4], &[3, 1]),                   // both broadcast, rank mismatch
+        (&[2, 3, 4], &[1, 3, 4]),                // leading 1
+        (&[1, 2, 1, 3, 1, 2], &[2, 1, 3, 2, 1]), // rank 6
+    ];
+    for &(sa, sb) in cases {
+        let na: usize = sa.iter().product();
+        let nb: usize = sb.iter().product();
+        let av: Vec<f32> = (0..na).map(|i| 0.3 + (i as f32 * 0.71).sin()).collect();
+        let bv: Vec<f32> = (0..nb)
+            .map(|i| 0.9 + 0.5 * (i as f32 * 1.3).cos())
+            .collect();
+        for &op in BinaryOp::ALL {
+            let (a, b) = binary_values(op, &av, &bv);
+            check_binary(op, sa, sb, &a, &b, None, None);
+            for dt in DTYPES {
+                check_binary(op, sa, sb, &a, &b, None, Some(dt));
+                check_binary(op, sa, sb, &a, &b, Some(dt), None);
+            }
+        }
+    }
+}
+
+#[test]
+fn binary_check_rejects_incompatible_shapes() {
+    let e = BinaryParams::new(BinaryOp::Add, &shape(&[2, 3]), &shape(&[4, 3])).unwrap_err();
+    assert_eq!(
+        e,
+        ShapeError::Mismatch {
+            op: "Binary",
+            what: "broadcast dim",
+            expected: 2,
+            found: 4
+        }
+    );
+    let p = BinaryParams::new(BinaryOp::Add, &shape(&[2, 3]), &shape(&[3])).unwrap();
+    let a = [0.0f32; 6];
+    let w = [0.0f32; 4];
+    let bw = Operand::Weight(WeightView::f32(1, 4, &w).unwrap());
+    assert!(matches!(
+        p.check_operands(&Operand::Act(&a), &bw),
+        Err(ShapeError::Mismatch {
+            expected: 3,
+            found: 4,
+            ..
+        })
+    ));
+    assert!(matches!(
+        p.check_operands(&Operand::Act(&a[..5]), &bw),
+        Err(ShapeError::Mismatch {
+            expected: 6,
+            found: 5,
+            ..
+        })
+    ));
+}
+
+// ---------------------------------------------------------------- softmax
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn softmax_matches_reference(
+        (dims, x) in prop::collection::vec(1usize..6, 1..4).prop_flat_map(|d| {
+            let n: usize = d.iter().product();
+            (Just(d), prop::collection::vec(-8.0f32..8.0, n))
+        }),
+    ) {
+        let p = SoftmaxParams::new(&shape(&dims)).unwrap();
+        let mut y = out(x.len());
+        softmax(&p, &x, &mut y, &mut scratch(softmax_scratch(&p)));
+        assert_close("softmax", &y, &r::softmax(&f64s(&x), *dims.last().unwrap()), F32_KERNEL);
+    }
+}
+
+#[test]
+fn element_count_overflow_is_a_shape_error() {
+    let huge = shape(&[u32::MAX as usize; 3]);
+    assert!(matches!(
+        UnaryParams::new(UnaryOp::Exp, &huge),
+        Err(ShapeError::Invalid { op: "Unary", .. })
+    ));
+    assert!(matches!(
+        SoftmaxParams::new(&huge),
+        Err(ShapeError::Invalid { op: "Softmax", .. })
+    ));
+    assert!(matches!(
+        BinaryParams::new(BinaryOp::Add, &huge, &shape(&[1])),
+        Err(ShapeError::Invalid { op: "Binary", .. })
+    ));
+}
+
+#[test]
+fn softmax_check_rejects_empty_rows() {
+    assert!(matches!(
+        SoftmaxParams::new(&shape(&[3, 0])),
+        Err(ShapeError::Invalid { op: "Softmax", .. })
+    ));
+}
+
+// ---------------------------------------------------------------- reduce
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn every_reduce_op_matches_reference(
+        (dims, axis, x) in prop::collection::vec(1usize..5, 1..5).prop_flat_map(|d| {
+            let n: usize = d.iter().product();
+            (Just(d.clone()), 0..d.len(), vals(n))
+        }),
+        keep_dims in any::<bool>(),
+    ) {
+        let out_n = x.len() / dims[axis];
+        // With fewer than 4 outputs a mixed-sign sum can cancel to ~0 in every output, where
+        // f32 cannot give 1e-5 relative; use one sign there (the kernel does not branch on it).
+        let x: Vec<f32> = if out_n < 4 { x.iter().map(|v| v.abs()).collect() } else { x };
+        for &op in ReduceOp::ALL {
+            let p = ReduceParams::new(op, &shape(&dims), axis, keep_dims).unwrap();
+            let mut want_shape = dims.clone();
+            if keep_dims { want_shape[axis] = 1 } else { want_shape.remove(axis); }
+            prop_assert_eq!(p.y, shape(&want_shape));
+            let mut y = out(out_n);
+            reduce(&p, &x, &mut y, &mut scratch(reduce_scratch(&p)));
+            let tol = if matches!(op, ReduceOp::Max | ReduceOp::Min) { EXACT } else { F32_KERNEL };
+            assert_close(&format!("reduce {op:?}"), &y, &r::reduce(reduce_fn(op), &f64s(&x), &dims, axis), tol);
+        }
+    }
+
+    #[test]
+    fn mean_pooling_over_tokens((t, d, x) in (1usize..12, 4usize..16).prop_flat_map(|(t, d)| (Just(t), Just(d), vals(t * d)))) {
+        let p = ReduceParams::new(ReduceOp::Mean, &shape(&[t, d]), 0, false).unwrap();
+        prop_assert_eq!(p.y, shape(&[d]));
+        let mut y = out(d);
+        reduce(&p, &x, &mut y, &mut []);
+        let want: Vec<f64> = (0..d).map(|j| (0..t).map(|i| f64::from(x[i * d + j])).sum::<f64>() / t as f64).collect();
+        assert_close("mean pool", &y, &want, F32_KERNEL);
+    }
+}
+
+#[test]
+fn reduce_check_rejects_bad_axis() {
+    assert!(matches!(
+        ReduceParams::new(ReduceOp::Sum, &shape(&[2, 3]), 2, false),
+        Err(ShapeError::Mismatch {
+            op: "Reduce",
+            expected: 2,
+            found: 2,
+            ..
+        })
+    ));
+    assert!(matches!(
+        ReduceParams::new(ReduceOp::Max, &shape(&[2, 0]), 1, false),
+        Err(ShapeError::Invalid { .. })
+    ));
+}
+
+// ---------------------------------------------------------------- transpose
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn every_permutation_up_to_rank_4_matches_reference(dims in prop::collection::vec(1usize..5, 4), x in vals(256)) {
+        for rank in 0..=4 {
+            let d = &dims[..rank];
+            let n: usize = d.iter().product();
+            for perm in perms(rank) {
+                let pu8: Vec<u8> = perm.iter().map(|&v| v as u8).collect();
+                let p = TransposeParams::new(&shape(d), &pu8).unwrap();
+                let (want, ys) = r::transpose(&f64s(&x[..n]), d, &perm);
+                prop_assert_eq!(p.y, shape(&ys));
+                let mut y = out(n);
+                transpose(&p, &x[..n], &mut y, &mut scratch(transpose_scratch(&p)));
+                assert_close(&format!("transpose {d:?} {perm:?}"), &y, &want, EXACT);
+            }
+        }
+    }
+}
+
+#[test]
+fn transpose_rank_6_and_op_perm_array() {
+    let d = [2usize, 1, 3, 2, 2, 3];
+    let x: Vec<f32> = (0..72).map(|i| i as f32).collect();
+    let perm = [5u8, 0, 3, 1, 4, 2];
+    let p = TransposeParams::new(&shape(&d), &perm).unwrap();
+    let mut y = out(72);
+    transpose(&p, &x, &mut y, &mut []);
+    let (want, _) = r::transpose(&f64s(&x), &d, &[5, 0, 3, 1, 4, 2]);
+    assert_close("transpose rank 6", &y, &want, EXACT);
+    // The op stores 6 entries; only the first `rank` are read.
+    let p2 = TransposeParams::new(&shape(&[3, 4]), &[1, 0, 7, 7, 7, 7]).unwrap();
+    assert_eq!(p2.y, shape(&[4, 3]));
+}
+
+#[test]
+fn transpose_check_rejects_non_permutations() {
+    assert!(matches!(
+        TransposeParams::new(&shape(&[2, 3]), &[0, 0]),
+        Err(ShapeError::Invalid { .. })
+    ));
+    assert!(matches!(
+        TransposeParams::new(&shape(&[2, 3]), &[0, 2]),
+        Err(ShapeError::Invalid { .. })
+    ));
+    assert!(matches!(
+        TransposeParams::new(&shape(&[2, 3]), &[0]),
+        Err(ShapeError::Mismatch { .. })
+    ));
+}
+
+// ---------------------------------------------------------------- matmul
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn matmul_matches_reference((sa, sb, tb, av, bv) in matmul_case(), b_w in weight_choice()) {
+        let run = |av: &[f32], bv: &[f32]| {
+            let mut bt = b_w.map(|dt| TestWeight::new(dt, &sb, bv));
+            let rb = bt.as_ref().map_or_else(|| f64s(bv), |t| t.decoded.clone());
+            let b = bt.as_mut().map_or(Operand::Act(bv), |t| Operand::Weight(t.view()));
+            let p = MatMulParams::new(&shape(&sa), &shape(&sb), tb, b_w.is_some()).unwrap();
+            p.check_operands(av, &b).unwrap();
+            let (want, ys) = r::matmul(&f64s(av), &sa, &rb, &sb, tb);
+            assert_eq!(p.y, shape(&ys));
+            let mut y = out(want.len());
+            matmul(&p, av, b, &mut y, &mut scratch(matmul_scratch(&p)));
+            (y, want)
+        };
+        let (y, want) = run(&av, &bv);
+        let (mag, mag_want) = run(&abs(&av), &abs(&bv));
+        assert_close_dot(&format!("matmul {sa:?} {sb:?} tb:{tb} b:{b_w:?}"), &y, &want, &mag, &mag_want);
+    }
+}
+
+#[test]
+fn matmul_broadcasts_batch_axes_of_a_weight() {
+    // a [2, 3, 2, 4] · b [3, 4, 5] (a rank-3 weight): batch [2] of a against [3] of b.
+    let (sa, sb) = ([2usize, 3, 2, 4], [3usize, 4, 5]);
+    let av: Vec<f32> = (0..48).map(|i| (i as f32 * 0.37).sin() + 0.1).collect();
+    let bv: Vec<f32> = (0..60).map(|i| (i as f32 * 0.53).cos() - 0.2).collect();
+    for dt in DTYPES {
+        let mut bt = TestWeight::new(dt, &sb, &bv);
+        let p = MatMulParams::new(&shape(&sa), &shape(&sb), false, true).unwrap();
+        let b = Operand::Weight(bt.view());
+        p.check_operands(&av, &b).unwrap();
+        let mut y = out(2 * 3 * 2 * 5);
+        matmul(&p, &av, b, &mut y, &mut scratch(matmul_scratch(&p)));
+        let (want, _) = r::matmul(&f64s(&av), &sa, &bt.decoded, &sb, false);
+        assert_close(
+            &format!("matmul weight batch {dt:?}"),
+            &y,
+            &want,
+            F32_KERNEL,
+        );
+    }
+}
+
+#[test]
+fn matmul_check_rejects_wrong_shapes() {
+    let k_mismatch = MatMulParams::new(&shape(&[2, 3]), &shape(&[4, 5]), false, false).unwrap_err();
+    assert_eq!(
+        k_mismatch,
+        ShapeError::Mismatch {
+            op: "MatMul",
+            what: "contraction length of b",
+            expected: 3,
+            found: 4
+        }
+    );
+    assert!(matches!(
+        MatMulParams::new(&shape(&[3]), &shape(&[3, 5]), false, false),
+        Err(ShapeError::Invalid { .. })
+    ));
+    assert!(matches!(
+        MatMulParams::new(&shape(&[2, 2, 3]), &shape(&[3, 3, 4]), false, false),
+        Err(ShapeError::Mismatch {
+            what: "broadcast dim",
+            ..
+        })
+    ));
+    let p = MatMulParams::new(&shape(&[2, 3]), &shape(&[3, 4]), false, true).unwrap();
+    let w = [0.0f32; 12];
+    let flat = Operand::Weight(WeightView::f32(1, 12, &w).unwrap());
+    assert!(matches!(
+        p.check_operands(&[0.0; 6], &flat),
+        Err(ShapeError::Mismatch {
+            what: "b weight matrix rows",
+            ..
+        })
+    ));
+}
+
+// ---------------------------------------------------------------- conv2d
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn conv2d_matches_reference(case in 0..CONV_CASES.len(), dt in dtype(), bias in any::<bool>(), xs in vals(512), ws in vals(512)) {
+        let (c, h, w, o, kh, kw, stride, pad, dilation, groups) = CONV_CASES[case];
+        let cg = c / groups;
+        let ws_shape = [o, cg, kh, kw];
+        let p = Conv2dParams::new(&shape(&[c, h, w]), &shape(&ws_shape), stride, pad, dilation, groups).unwrap();
+        let run = |x: &[f32], ws: &[f32]| {
+            let mut wt = TestWeight::new(dt, &ws_shape, &ws[..o * cg * kh * kw]);
+            let mut bt = TestWeight::new(dt, &[o], &ws[..o]);
+            let spec = r::ConvSpec { stride, pad, dilation, groups };
+            let (want, oh, ow) =
+                r::conv2d(&f64s(x), [c, h, w], &wt.decoded, ws_shape, bias.then_some(&bt.decoded[..]), spec);
+            assert_eq!((p.oh, p.ow), (oh, ow));
+            assert_eq!(p.y_shape(), Some(shape(&[o, oh, ow])));
+            let proj = ProjW { w: wt.view(), b: bias.then(|| bt.view()) };
+            p.check_weights(&proj).unwrap();
+            let mut y = out(o * oh * ow);
+            conv2d(&p, &proj, x, &mut y, &mut scratch(conv2d_scratch(&p)));
+            (y, want)
+        };
+        let x = &xs[..c * h * w];
+        let (y, want) = run(x, &ws);
+        let (mag, mag_want) = run(&abs(x), &abs(&ws));
+        assert_close_dot(&format!("conv2d case {case} {dt:?}"), &y, &want, &mag, &mag_want);
+    }
+}
+
+#[test]
+fn conv2d_check_rejects_wrong_shapes() {
+    let new = |x: &[usize], w: &[usize], pad, dil, g| {
+        Conv2dParams::new(&shape(x), &shape(w), [1, 1], pad, dil, g)
+    };
+    let z = [0usize; 4];
+    assert!(matches!(
+        new(&[4, 5, 5], &[4, 3, 3, 3], z, [1, 1], 2),
+        Err(ShapeError::Mismatch {
+            expected: 2,
+            found: 3,
+            ..
+        })
+    ));
+    assert!(matches!(
+        new(&[3, 5, 5], &[3, 1, 3, 3], z, [1, 1], 2),
+        Err(ShapeError::Invalid { .. })
+    ));
+    assert!(matches!(
+        new(&[1, 2, 5], &[1, 1, 3, 3], z, [1, 1], 1),
+        Err(ShapeError::Invalid {
+            what: "output height would be < 1",
+            ..
+        })
+    ));
+    assert!(matches!(
+        new(&[1, 5, 4], &[1, 1, 3, 3], z, [1, 2], 1),
+        Err(ShapeError::Invalid {
+            what: "output width would be < 1",
+            ..
+        })
+    ));
+    assert!(new(&[1, 2, 5], &[1, 1, 3, 3], [1, 0, 0, 0], [1, 1], 1).is_ok());
+    assert!(matches!(
+        new(&[1, 5], &[1, 1, 3, 3], z, [1, 1], 1),
+        Err(ShapeError::Mismatch {
+            what: "input rank",
+            ..
+        })
+    ));
+    let p = new(&[2, 5, 5], &[3, 2, 3, 3], z, [1, 1], 1).unwrap();
+    let w = [0.0f32; 3 * 17];
+    let proj = ProjW {
+        w: WeightView::f32(3, 17, &w).unwrap(),
+        b: None,
+    };
+    assert!(matches!(
+        p.check_weights(&proj),
+        Err(ShapeError::Mismatch {
+            expected: 18,
+            found: 17,
+            ..
+        })
+    ));
+}
+
+// ---------------------------------------------------------------- embeddings
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn patch_embed_matches_reference(
+        (c, p, gh, gw, d) in (1usize..4, 1usize..5, 1usize..4, 1usize..4, 2usize..7),
+        dt in dtype(),
+        bias in any::<bool>(),
+        xs in vals(3 * 16 * 9),
+        ws in vals(6 * 48),
+    ) {
+        let (h, w) = (gh * p, gw * p);
+        let k = c * p * p;
+        let run = |x: &[f32], ws: &[f32]| {
+            let mut wt = TestWeight::matrix(dt, d, k, &ws[..d * k]);
+            let mut bt = TestWeight::new(dt, &[d], &ws[..d]);
+            let want = r::patch_embed(&f64s(x), [c, h, w], p, &wt.decoded, d, bias.then_some(&bt.decoded[..]));
+            let proj = ProjW { w: wt.view(), b: bias.then(|| bt.view()) };
+            let prm = PatchEmbedParams::new(&shape(&[c, h, w]), p, &proj).unwrap();
+            assert_eq!(prm.tokens(), gh * gw);
+            let mut y = out(gh * gw * d);
+            patch_embed(&prm, &proj, x, &mut y, &mut scratch(patch_embed_scratch(&prm)));
+            (y, want)
+        };
+        let x = &xs[..c * h * w];
+        let (y, want) = run(x, &ws);
+        let (mag, mag_want) = run(&abs(x), &abs(&ws));
+        assert_close_dot(&format!("patch_embed {dt:?}"), &y, &want, &mag, &mag_want);
+    }
+
+    #[test]
+    fn embedding_matches_reference(
+        (vocab, d, t, extra) in (1usize..10, 1usize..9, 1usize..7, 0usize..3),
+        ids in prop::collection::vec(any::<u32>(), 6),
+        dt in dtype(),
+        dt_pos in dtype(),
+        with_pos in any::<bool>(),
+        table in vals(10 * 8),
+        pos in vals(9 * 8),
+    ) {
+        let ids: Vec<i32> = ids[..t].iter().map(|&i| (i as usize % vocab) as i32).collect();
+        let mut tt = TestWeight::matrix(dt, vocab, d, &table[..vocab * d]);
+        let mut pt = TestWeight::matrix(dt_pos, t + extra, d, &pos[..(t + extra) * d]);
+        let (tv, pv) = (tt.view(), pt.view());
+        let posv = with_pos.then_some(&pv);
+        let p = EmbeddingParams::new(&shape(&[t]), &tv, posv).unwrap();
+        let mut y = out(t * d);
+        embedding(&p, &tv, posv, &ids, &mut y, &mut scratch(embedding_scratch(&p))).unwrap();
+        let want = r::embedding(&ids, &tt.decoded, d, with_pos.then_some(&pt.decoded[..])).unwrap();
+        assert_close(&format!("embedding {dt:?} pos {with_pos} {dt_pos:?}"), &y, &want, F32_KERNEL);
+    }
+
+    #[test]
+    fn out_of_range_token_ids_are_run_time_errors(
+        (vocab, t) in (1usize..10, 1usize..7),
+        at in 0usize..6,
+        bad in prop_oneof![Just(-1i32), Just(i32::MIN), Just(0i32), Just(7i32), Just(i32::MAX)],
+        dt in dtype(),
+    ) {
+        let at = at % t;
+        // Non-negative choices are shifted to ≥ vocab.
+        let bad = if bad >= 0 { bad.saturating_add(vocab as i32) } else { bad };
+        let mut ids = vec![0i32; t];
+        ids[at] = bad;
+        let d = 3;
+        let table: Vec<f32> = (0..vocab * d).map(|i| 0.5 + i as f32).collect();
+        let mut tt = TestWeight::matrix(dt, vocab, d, &table);
+        let tv = tt.view();
+        let p = EmbeddingParams::new(&shape(&[t]), &tv, None).unwrap();
+        let mut y = out(t * d);
+        let e = embedding(&p, &tv, None, &ids, &mut y, &mut []).unwrap_err();
+        prop_assert_eq!(e, RunError::TokenIdOutOfRange { position: at, id: bad, vocab });
+        prop_assert_eq!(r::embedding(&ids, &tt.decoded, d, None), Err(at));
+    }
+}
+
+#[test]
+fn embedding_checks_reject_wrong_shapes() {
+    let w = [0.0f32; 24];
+    let table = WeightView::f32(6, 4, &w).unwrap();
+    let short_pos = WeightView::f32(2, 4, &w[..8]).unwrap();
+    let narrow_pos = WeightView::f32(4, 3, &w[..12]).unwrap();
+    assert!(matches!(
+        EmbeddingParams::new(&shape(&[2, 3]), &table, None),
+        Err(ShapeError::Mismatch {
+            what: "ids rank",
+            ..
+        })
+    ));
+    assert!(matches!(
+        EmbeddingParams::new(&shape(&[3]), &table, Some(&short_pos)),
+        Err(ShapeError::Mismatch {
+            expected: 3,
+            found: 2,
+            ..
+        })
+    ));
+    assert!(matches!(
+        EmbeddingParams::new(&shape(&[3]), &table, Some(&narrow_pos)),
+        Err(ShapeError::Mismatch {
+            expected: 4,
+            found: 3,
+            ..
+        })
+    ));
+    let proj = ProjW {
+        w: WeightView::f32(2, 12, &w).unwrap(),
+        b: None,
+    };
+    assert!(matches!(
+        PatchEmbedParams::new(&shape(&[3, 4, 5]), 2, &proj),
+        Err(ShapeError::Invalid { .. })
+    ));
+    assert!(matches!(
+        PatchEmbedParams::new(&shape(&[2, 4, 4]), 2, &proj),
+        Err(ShapeError::Mismatch {
+            expected: 8,
+            found: 12,
+            ..
+        })
+    ));
+    assert!(PatchEmbedParams::new(&shape(&[3, 4, 4]), 2, &proj).is_ok());
+    assert!(matches!(
+        PatchEmbedParams::new(&shape(&[4, 4]), 2, &proj),
+        Err(ShapeError::Mismatch {
+            what: "input rank",
+            ..
+        })
+    ));
+}

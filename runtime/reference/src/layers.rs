@@ -1,0 +1,444 @@
+//! References for the layer and generic ops: dense, layer norm, unary, binary (numpy
+//! broadcasting), softmax, reduce, transpose, batched matmul, conv2d, patch and token
+//! embedding. Plain loops over multi-indices, in f64, straight from each op's definition.
+//! Tensors are row-major `Vec<f64>` with an explicit `&[usize]` shape.
+
+/// Activation fused into a dense layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    /// Identity.
+    None,
+    /// max(x, 0).
+    Relu,
+    /// x·Φ(x) with erf.
+    Gelu,
+    /// tanh approximation of GELU.
+    GeluTanh,
+}
+
+/// Element-wise unary functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnaryFn {
+    /// max(x, 0).
+    Relu,
+    /// x·Φ(x).
+    Gelu,
+    /// tanh-approximated GELU.
+    GeluTanh,
+    /// 1 / (1 + e^-x).
+    Sigmoid,
+    /// tanh.
+    Tanh,
+    /// e^x.
+    Exp,
+    /// ln x.
+    Log,
+    /// √x.
+    Sqrt,
+    /// −x.
+    Neg,
+    /// |x|.
+    Abs,
+    /// erf x.
+    Erf,
+    /// 1/x.
+    Reciprocal,
+    /// x·σ(x).
+    Silu,
+}
+
+/// Element-wise binary functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryFn {
+    /// a + b.
+    Add,
+    /// a − b.
+    Sub,
+    /// a·b.
+    Mul,
+    /// a / b.
+    Div,
+    /// max(a, b).
+    Max,
+    /// min(a, b).
+    Min,
+    /// a^b.
+    Pow,
+}
+
+/// Reductions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceFn {
+    /// Mean.
+    Mean,
+    /// Sum.
+    Sum,
+    /// Maximum.
+    Max,
+    /// Minimum.
+    Min,
+}
+
+fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// Multi-index of flat index `i` in `shape` (row-major).
+fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
+    let mut idx = vec![0; shape.len()];
+    for a in (0..shape.len()).rev() {
+        idx[a] = i % shape[a];
+        i /= shape[a];
+    }
+    idx
+}
+
+/// Flat index of multi-index `idx` in `shape` (row-major).
+fn ravel(idx: &[usize], shape: &[usize]) -> usize {
+    idx.iter().zip(shape).fold(0, |acc, (&i, &d)| acc * d + i)
+}
+
+/// The scalar activation.
+pub fn act(a: Act, x: f64) -> f64 {
+    match a {
+        Act::None => x,
+        Act::Relu => unary_scalar(UnaryFn::Relu, x),
+        Act::Gelu => unary_scalar(UnaryFn::Gelu, x),
+        Act::GeluTanh => unary_scalar(UnaryFn::GeluTanh, x),
+    }
+}
+
+/// Dense layer: `y[r, o] = act(Σ_i x[r, i]·w[o, i] + b[o])`, `w` is `[out, in]`.
+pub fn dense(x: &[f64], rows: usize, w: &[f64], out: usize, b: Option<&[f64]>, a: Act) -> Vec<f64> {
+    let inp = w.len() / out.max(1);
+    let mut y = vec![0.0; rows * out];
+    for r in 0..rows {
+        for o in 0..out {
+            let s: f64 = (0..inp).map(|i| x[r * inp + i] * w[o * inp + i]).sum();
+            y[r * out + o] = act(a, s + b.map_or(0.0, |b| b[o]));
+        }
+    }
+    y
+}
+
+/// Layer norm over rows of `d`: `(x − mean)/√(var + eps)·γ + β`, biased variance.
+pub fn layer_norm(x: &[f64], d: usize, gamma: &[f64], beta: Option<&[f64]>, eps: f64) -> Vec<f64> {
+    let mut y = vec![0.0; x.len()];
+    for (xr, yr) in x.chunks(d).zip(y.chunks_mut(d)) {
+        let mean = xr.iter().sum::<f64>() / d as f64;
+        let var = xr.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / d as f64;
+        for j in 0..d {
+            yr[j] = (xr[j] - mean) / (var + eps).sqrt() * gamma[j] + beta.map_or(0.0, |b| b[j]);
+        }
+    }
+    y
+}
+
+/// The scalar unary function.
+pub fn unary_scalar(f: UnaryFn, x: f64) -> f64 {
+    let sigmoid = |v: f64| 1.0 / (1.0 + (-v).exp());
+    match f {
+        UnaryFn::Relu => x.max(0.0),
+        UnaryFn::Gelu => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
+        UnaryFn::GeluTanh => {
+            let k = (2.0 / std::f64::consts::PI).sqrt();
+            0.5 * x * (1.0 + (k * (x + 0.044715 * x.powi(3))).tanh())
+        }
+        UnaryFn::Sigmoid => sigmoid(x),
+        UnaryFn::Tanh => x.tanh(),
+        UnaryFn::Exp => x.exp(),
+        UnaryFn::Log => x.ln(),
+        UnaryFn::Sqrt => x.sqrt(),
+        UnaryFn::Neg => -x,
+        UnaryFn::Abs => x.abs(),
+        UnaryFn::Erf => libm::erf(x),
+        UnaryFn::Reciprocal => 1.0 / x,
+        UnaryFn::Silu => x * sigmoid(x),
+    }
+}
+
+/// `f` applied to every element.
+pub fn unary(f: UnaryFn, x: &[f64]) -> Vec<f64> {
+    x.iter().map(|&v| unary_scalar(f, v)).collect()
+}
+
+/// The scalar binary function.
+pub fn binary_scalar(f: BinaryFn, a: f64, b: f64) -> f64 {
+    match f {
+        BinaryFn::Add => a + b,
+        BinaryFn::Sub => a - b,
+        BinaryFn::Mul => a * b,
+        BinaryFn::Div => a / b,
+        BinaryFn::Max => a.max(b),
+        BinaryFn::Min => a.min(b),
+        BinaryFn::Pow => a.powf(b),
+    }
+}
+
+/// numpy broadcast shape of two shapes, `None` if incompatible.
+pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let r = a.len().max(b.len());
+    let pad = |s: &[usize]| -> Vec<usize> {
+        vec![1; r - s.len()]
+            .into_iter()
+            .chain(s.iter().copied())
+            .collect()
+    };
+    let (pa, pb) = (pad(a), pad(b));
+    pa.iter()
+        .zip(&pb)
+        .map(|(&x, &y)| match (x, y) {
+            _ if x == y => Some(x),
+            (1, _) => Some(y),
+            (_, 1) => Some(x),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Index into a tensor of shape `src` for output multi-index `out_idx` under broadcasting.
+fn broadcast_index(out_idx: &[usize], src: &[usize]) -> usize {
+    let off = out_idx.len() - src.len();
+    let idx: Vec<usize> = src
+        .iter()
+        .enumerate()
+        .map(|(j, &d)| if d == 1 { 0 } else { out_idx[off + j] })
+        .collect();
+    ravel(&idx, src)
+}
+
+/// `f(a, b)` with numpy broadcasting; returns the output and its shape. Panics if the shapes
+/// are incompatible.
+pub fn binary(
+    f: BinaryFn,
+    a: &[f64],
+    a_shape: &[usize],
+    b: &[f64],
+    b_shape: &[usize],
+) -> (Vec<f64>, Vec<usize>) {
+    let ys = broadcast_shape(a_shape, b_shape).expect("incompatible shapes");
+    let y = (0..numel(&ys))
+        .map(|i| {
+            let idx = unravel(i, &ys);
+            binary_scalar(
+                f,
+                a[broadcast_index(&idx, a_shape)],
+                b[broadcast_index(&idx, b_shape)],
+            )
+        })
+        .collect();
+    (y, ys)
+}
+
+/// Softmax over rows of `n`: `e^{x_j} / Σ_k e^{x_k}` (max subtracted; mathematically equal).
+pub fn softmax(x: &[f64], n: usize) -> Vec<f64> {
+    let mut y = Vec::with_capacity(x.len());
+    for r in x.chunks(n) {
+        let m = r.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let s: f64 = r.iter().map(|v| (v - m).exp()).sum();
+        y.extend(r.iter().map(|v| (v - m).exp() / s));
+    }
+    y
+}
+
+/// Reduces `axis` of `x` (shape `shape`); the output is in row-major order of the remaining
+/// axes (with or without a kept size-1 axis the order is the same).
+pub fn reduce(f: ReduceFn, x: &[f64], shape: &[usize], axis: usize) -> Vec<f64> {
+    let mut ys = shape.to_vec();
+    ys[axis] = 1;
+    (0..numel(&ys))
+        .map(|i| {
+            let mut idx = unravel(i, &ys);
+            let vals: Vec<f64> = (0..shape[axis])
+                .map(|k| {
+                    idx[axis] = k;
+                    x[ravel(&idx, shape)]
+                })
+                .collect();
+            match f {
+                ReduceFn::Sum => vals.iter().sum(),
+                ReduceFn::Mean => vals.iter().sum::<f64>() / vals.len() as f64,
+                ReduceFn::Max => vals.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+                ReduceFn::Min => vals.iter().cloned().fold(f64::INFINITY, f64::min),
+            }
+        })
+        .collect()
+}
+
+/// Permute copy: output axis `k` is input axis `perm[k]`. Returns the output and its shape.
+pub fn transpose(x: &[f64], shape: &[usize], perm: &[usize]) -> (Vec<f64>, Vec<usize>) {
+    let ys: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let y = (0..numel(&ys))
+        .map(|i| {
+            let oi = unravel(i, &ys);
+            let mut ii = vec![0; shape.len()];
+            for (k, &p) in perm.iter().enumerate() {
+                ii[p] = oi[k];
+            }
+            x[ravel(&ii, shape)]
+        })
+        .collect();
+    (y, ys)
+}
+
+/// Batched matmul over the last two axes with broadcast batch axes: `a [.., M, K]`,
+/// `b [.., K, N]` (or `[.., N, K]` when `transpose_b`). Returns the output and its shape.
+pub fn matmul(
+    a: &[f64],
+    a_shape: &[usize],
+    b: &[f64],
+    b_shape: &[usize],
+    transpose_b: bool,
+) -> (Vec<f64>, Vec<usize>) {
+    let (ra, rb) = (a_shape.len(), b_shape.len());
+    let (m, k) = (a_shape[ra - 2], a_shape[ra - 1]);
+    let n = if transpose_b {
+        b_shape[rb - 2]
+    } else {
+        b_shape[rb - 1]
+    };
+    let batch =
+        broadcast_shape(&a_shape[..ra - 2], &b_shape[..rb - 2]).expect("incompatible batch axes");
+    let mut ys = batch.clone();
+    ys.extend([m, n]);
+    let y = (0..numel(&ys))
+        .map(|flat| {
+            let idx = unravel(flat, &ys);
+            let (bi, i, j) = (&idx[..batch.len()], idx[batch.len()], idx[batch.len() + 1]);
+            (0..k)
+                .map(|kk| {
+                    let mut ia = bi[bi.len() + 2 - ra..].to_vec();
+                    ia.extend([i, kk]);
+                    let ia: Vec<usize> = ia
+                        .iter()
+                        .zip(a_shape)
+                        .map(|(&v, &d)| if d == 1 { 0 } else { v })
+                        .collect();
+                    let mut ib = bi[bi.len() + 2 - rb..].to_vec();
+                    ib.extend(if transpose_b { [j, kk] } else { [kk, j] });
+                    let ib: Vec<usize> = ib
+                        .iter()
+                        .zip(b_shape)
+                        .map(|(&v, &d)| if d == 1 { 0 } else { v })
+                        .collect();
+                    a[ravel(&ia, a_shape)] * b[ravel(&ib, b_shape)]
+                })
+                .sum()
+        })
+        .collect();
+    (y, ys)
+}
+
+/// 2-D convolution hyper-parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvSpec {
+    /// Stride (h, w).
+    pub stride: [usize; 2],
+    /// Zero padding (top, left, bottom, right).
+    pub pad: [usize; 4],
+    /// Dilation (h, w).
+    pub dilation: [usize; 2],
+    /// Groups.
+    pub groups: usize,
+}
+
+/// conv2d of `x [C, H, W]` with `w [O, C/g, kh, kw]` and optional bias `[O]`:
+/// `y[o, i, j] = b[o] + Σ_{c, u, v} x[g·C/g + c, i·sh + u·dh − pt, j·sw + v·dw − pl] · w[o, c, u, v]`
+/// (zero outside the input). Returns `y [O, H', W']` and `(H', W')`.
+pub fn conv2d(
+    x: &[f64],
+    x_shape: [usize; 3],
+    w: &[f64],
+    w_shape: [usize; 4],
+    b: Option<&[f64]>,
+    s: ConvSpec,
+) -> (Vec<f64>, usize, usize) {
+    let [c, h, wd] = x_shape;
+    let [o, cg, kh, kw] = w_shape;
+    let oh = (h + s.pad[0] + s.pad[2] - s.dilation[0] * (kh - 1) - 1) / s.stride[0] + 1;
+    let ow = (wd + s.pad[1] + s.pad[3] - s.dilation[1] * (kw - 1) - 1) / s.stride[1] + 1;
+    let og = o / s.groups;
+    assert_eq!(cg * s.groups, c);
+    let mut y = vec![0.0; o * oh * ow];
+    for oc in 0..o {
+        let g = oc / og;
+        for i in 0..oh {
+            for j in 0..ow {
+                let mut acc = b.map_or(0.0, |b| b[oc]);
+                for ci in 0..cg {
+                    for u in 0..kh {
+                        for v in 0..kw {
+                            let yy =
+                                (i * s.stride[0] + u * s.dilation[0]) as isize - s.pad[0] as isize;
+                            let xx =
+                                (j * s.stride[1] + v * s.dilation[1]) as isize - s.pad[1] as isize;
+                            if yy < 0 || xx < 0 || yy >= h as isize || xx >= wd as isize {
+                                continue;
+                            }
+                            let xv = x[((g * cg + ci) * h + yy as usize) * wd + xx as usize];
+                            acc += xv * w[((oc * cg + ci) * kh + u) * kw + v];
+                        }
+                    }
+                }
+                y[(oc * oh + i) * ow + j] = acc;
+            }
+        }
+    }
+    (y, oh, ow)
+}
+
+/// Patch embedding of `x [C, H, W]` with `p×p` patches and weight `[d, C·p·p]` (flattened
+/// `(c, i, j)`): token `t = py·(W/p) + px`, `y[t, e] = b[e] + Σ w[e, (c·p + i)·p + j] ·
+/// x[c, py·p + i, px·p + j]`. Returns `[T, d]`.
+pub fn patch_embed(
+    x: &[f64],
+    x_shape: [usize; 3],
+    p: usize,
+    w: &[f64],
+    d: usize,
+    b: Option<&[f64]>,
+) -> Vec<f64> {
+    let [c, h, wd] = x_shape;
+    let (gh, gw) = (h / p, wd / p);
+    let k = c * p * p;
+    let mut y = vec![0.0; gh * gw * d];
+    for py in 0..gh {
+        for px in 0..gw {
+            let t = py * gw + px;
+            for e in 0..d {
+                let mut acc = b.map_or(0.0, |b| b[e]);
+                for ch in 0..c {
+                    for i in 0..p {
+                        for j in 0..p {
+                            acc += w[e * k + (ch * p + i) * p + j]
+                                * x[(ch * h + py * p + i) * wd + px * p + j];
+                        }
+                    }
+                }
+                y[t * d + e] = acc;
+            }
+        }
+    }
+    y
+}
+
+/// Token embedding: `y[t] = table[ids[t]] + pos[t]` (`table [vocab, d]`, `pos [≥T, d]`).
+/// `Err(t)` with the first position whose id is outside `0..vocab`.
+pub fn embedding(
+    ids: &[i32],
+    table: &[f64],
+    d: usize,
+    pos: Option<&[f64]>,
+) -> Result<Vec<f64>, usize> {
+    let vocab = table.len() / d;
+    let mut y = Vec::with_capacity(ids.len() * d);
+    for (t, &id) in ids.iter().enumerate() {
+        if id < 0 || id as usize >= vocab {
+            return Err(t);
+        }
+        for e in 0..d {
+            y.push(table[id as usize * d + e] + pos.map_or(0.0, |p| p[t * d + e]));
+        }
+    }
+    Ok(y)
+}
