@@ -19,17 +19,19 @@ pub fn sigmoid(x: f32) -> f32 {
     }
 }
 
-/// Exact GELU: x·Φ(x) = 0.5·x·(1 + erf(x/√2)).
+/// Exact GELU: x·Φ(x) = 0.5·x·erfc(−x/√2) (the erfc form keeps relative accuracy in the
+/// negative tail, where 1 + erf(·) cancels).
 #[inline]
 pub fn gelu(x: f32) -> f32 {
-    0.5 * x * (1.0 + libm::erff(x * core::f32::consts::FRAC_1_SQRT_2))
+    0.5 * x * libm::erfcf(-x * core::f32::consts::FRAC_1_SQRT_2)
 }
 
-/// tanh-approximated GELU: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+/// tanh-approximated GELU: 0.5·x·(1 + tanh(u)), u = √(2/π)·(x + 0.044715·x³), computed as
+/// x·σ(2u) (identical maths, no cancellation for negative x).
 #[inline]
 pub fn gelu_tanh(x: f32) -> f32 {
     const K: f32 = 0.797_884_6; // sqrt(2/pi)
-    0.5 * x * (1.0 + libm::tanhf(K * (x + 0.044_715 * x * x * x)))
+    x * sigmoid(2.0 * K * (x + 0.044_715 * x * x * x))
 }
 
 /// Applies a fused activation in place.
