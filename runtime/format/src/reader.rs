@@ -178,7 +178,6 @@ impl<'a> KesFile<'a> {
             return Err(Error::SectionMisaligned { id: 0, offset: table_at, required: SECTION_ALIGN });
         }
         let table = sub(bytes, table_at, u64::from(n) * SECTION_ENTRY_LEN, "section table")?;
-        let table_end = table_at + table.len() as u64;
         let entry = |i: u32| -> Result<Section, Error> {
             let at = u64::from(i) * SECTION_ENTRY_LEN;
             let id = u32_at(table, at, "section entry")?;
@@ -199,7 +198,9 @@ impl<'a> KesFile<'a> {
             let overlaps = |a: &Section, b: &Section| {
                 a.len > 0 && b.len > 0 && a.offset < b.offset + b.len && b.offset < a.offset + a.len
             };
-            if overlaps(&s, &Section { id: 0, offset: 0, len: table_end }) {
+            let header = Section { id: 0, offset: 0, len: HEADER_LEN };
+            let table_region = Section { id: 0, offset: table_at, len: table.len() as u64 };
+            if overlaps(&s, &header) || overlaps(&s, &table_region) {
                 return Err(Error::SectionOverlap { a: s.id, b: 0 });
             }
             for j in 0..i {
