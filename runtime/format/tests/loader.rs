@@ -529,3 +529,60 @@ proptest! {
         let _ = parse(&b);
     }
 }
+
+#[test]
+fn every_op_kind_round_trips() {
+    use kestrel_format::ops::*;
+    let p = |w| Proj { w, b: Some(w + 1) };
+    let (x, y) = (0, 13);
+    let all = vec![
+        Op::Dense(Dense { x, proj: p(1), act: Activation::GeluTanh, y }),
+        Op::LayerNorm(LayerNorm { x, gamma: 1, beta: None, eps: 1e-5, y }),
+        Op::Unary(Unary { x, op: UnaryOp::Silu, y }),
+        Op::Binary(Binary { a: x, b: 2, op: BinaryOp::Pow, y }),
+        Op::Softmax(Softmax { x, y }),
+        Op::PatchEmbed(PatchEmbed { x, proj: p(1), patch: 4, y }),
+        Op::Embedding(Embedding { ids: x, table: 1, pos: Some(2), y }),
+        Op::Reduce(Reduce { x, op: ReduceOp::Max, axis: 1, keep_dims: true, y }),
+        Op::Reshape(Reshape { x, y }),
+        Op::Transpose(Transpose { x, perm: [1, 0, 2, 3, 4, 5], y }),
+        Op::MatMul(MatMul { a: x, b: 3, transpose_b: true, y }),
+        Op::Conv2d(Conv2d { x, proj: p(1), stride: [1, 2], pad: [0, 1, 2, 3], dilation: [1, 1], groups: 1, y }),
+        Op::Attention(Attention {
+            x,
+            variant: AttentionVariant::Super,
+            heads: 2,
+            causal: true,
+            scale: 0.25,
+            q: p(1),
+            k: None,
+            v: None,
+            align: Some(p(3)),
+            o: p(5),
+            y,
+        }),
+        Op::AftFull(AftFull { x, causal: false, q: p(1), k: p(3), v: p(5), bias: AftBias::Factorised { u: 7, v: 8 }, o: p(9), y }),
+        Op::AftFull(AftFull { x, causal: true, q: p(1), k: p(3), v: p(5), bias: AftBias::Full(7), o: p(9), y }),
+        Op::AftLocal(AftLocal { x, causal: false, window: 3, q: p(1), k: p(3), v: p(5), w: 7, o: p(9), y }),
+        Op::AftSimple(AftSimple { x, causal: true, q: p(1), k: p(3), v: p(5), o: p(7), y }),
+        Op::AftConv(AftConv { x, heads: 2, kernel: 3, grid: [2, 2], q: p(1), k: p(3), v: p(5), w: 7, o: p(9), y }),
+        Op::Fastformer(Fastformer { x, heads: 2, scale: 0.5, q: p(1), k: p(3), v: p(5), wqa: 7, wka: 8, r: p(9), y }),
+    ];
+    let mut tensors = vec![act("x", &[4, 8], 0)];
+    for i in 1..13 {
+        tensors.push(weight(&format!("w{i}"), DType::F32, &[8, 8], i as f32));
+    }
+    tensors.push(act("y", &[4, 8], 128));
+    let s = ModelSpec {
+        meta: MetadataSpec::default(),
+        tensors,
+        ops: all.clone(),
+        inputs: vec![0],
+        outputs: vec![13],
+        plan: MemoryPlan { arena_bytes_per_sample: 256, scratch_bytes: 0 },
+    };
+    let bytes = write_model(&s).unwrap();
+    let buf = aligned_copy(&bytes);
+    let f = KesFile::parse(&buf).unwrap();
+    assert_eq!(f.ops().collect::<Result<Vec<_>, _>>().unwrap(), all);
+}
