@@ -1030,7 +1030,7 @@ impl Op {
                 Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v, align, o, y })
             }
             kind::AFT_FULL => {
-                let mut r = rd(12, 1)?;
+                let mut r = rd(13, 1)?;
                 let (x, q, k, v) = (r.t("x")?, r.proj("wq")?, r.proj("wk")?, r.proj("wv")?);
                 let bias = match (r.opt(), r.opt(), r.opt()) {
                     (Some(w), None, None) => AftBias::Full(w),
@@ -1049,7 +1049,7 @@ impl Op {
                 })
             }
             kind::AFT_LOCAL => {
-                let mut r = rd(10, 2)?;
+                let mut r = rd(11, 2)?;
                 Op::AftLocal(AftLocal {
                     x: r.t("x")?,
                     q: r.proj("wq")?,

@@ -602,8 +602,8 @@ mod tests {
                 let want: f64 = decoded.iter().zip(&x).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
                 let got = view.dot_row(row, &x);
                 prop_assert!((f64::from(got) - want).abs() <= 1e-5 * (1.0 + want.abs()) * (c as f64).sqrt());
-                for j in 0..c {
-                    prop_assert_eq!(view.get(row, j), decoded[j]);
+                for (j, &d) in decoded.iter().enumerate() {
+                    prop_assert_eq!(view.get(row, j), d);
                 }
             }
         }

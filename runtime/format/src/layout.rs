@@ -1,0 +1,195 @@
+//! Byte layout constants of the `.kes` container (see `docs/FORMAT.md`), bounds-checked
+//! little-endian field access, and the checksum.
+
+use crate::error::Error;
+
+/// The eight magic bytes at offset 0.
+pub const MAGIC: [u8; 8] = *b"KESTREL\0";
+/// The major version this crate reads and writes. Files with another major are rejected.
+pub const VERSION_MAJOR: u16 = 1;
+/// The minor version this crate writes. Files with a newer minor (same major) are read.
+pub const VERSION_MINOR: u16 = 0;
+/// Alignment of the buffer base, of every weight and scale offset, and of every activation
+/// arena offset.
+pub const TENSOR_ALIGN: usize = 64;
+
+pub(crate) const HEADER_LEN: u64 = 64;
+pub(crate) const OFF_MAJOR: usize = 8;
+pub(crate) const OFF_MINOR: usize = 10;
+pub(crate) const OFF_FLAGS: usize = 12;
+pub(crate) const OFF_FILE_LEN: usize = 16;
+pub(crate) const OFF_CHECKSUM: usize = 24;
+pub(crate) const OFF_SECTION_COUNT: usize = 28;
+pub(crate) const OFF_SECTION_TABLE: usize = 32;
+pub(crate) const SECTION_ENTRY_LEN: u64 = 24;
+pub(crate) const MAX_SECTIONS: u32 = 64;
+/// Alignment of every section offset (the weights section: [`TENSOR_ALIGN`]).
+pub(crate) const SECTION_ALIGN: u64 = 8;
+
+pub(crate) const TENSOR_HEADER_LEN: u64 = 16;
+pub(crate) const TENSOR_ENTRY_LEN: u64 = 72;
+pub(crate) const GRAPH_HEADER_LEN: u64 = 16;
+pub(crate) const META_HEADER_LEN: u64 = 48;
+pub(crate) const META_STRREF_LEN: u64 = 8;
+pub(crate) const META_INPUT_LEN: u64 = 72;
+pub(crate) const META_OUTPUT_LEN: u64 = 16;
+
+/// Section ids.
+pub mod section {
+    /// Model metadata.
+    pub const META: u32 = 1;
+    /// Tensor table.
+    pub const TENSORS: u32 = 2;
+    /// Graph: op records, inputs, outputs.
+    pub const GRAPH: u32 = 3;
+    /// Memory plan.
+    pub const PLAN: u32 = 4;
+    /// Weights blob.
+    pub const WEIGHTS: u32 = 5;
+
+    /// The name of a known section id.
+    pub fn name(id: u32) -> &'static str {
+        match id {
+            META => "metadata",
+            TENSORS => "tensors",
+            GRAPH => "graph",
+            PLAN => "plan",
+            WEIGHTS => "weights",
+            _ => "unknown",
+        }
+    }
+}
+
+/// `b[off..off + len]`, or [`Error::Truncated`].
+pub(crate) fn sub<'a>(
+    b: &'a [u8],
+    off: u64,
+    len: u64,
+    what: &'static str,
+) -> Result<&'a [u8], Error> {
+    let available = b.len() as u64;
+    let trunc = |needed| Error::Truncated {
+        what,
+        needed,
+        available,
+    };
+    let end = off.checked_add(len).ok_or(trunc(u64::MAX))?;
+    if end > available {
+        return Err(trunc(end));
+    }
+    // Both fit in `b.len()`, hence in usize.
+    b.get(off as usize..end as usize).ok_or(trunc(end))
+}
+
+fn arr<const N: usize>(b: &[u8], off: u64, what: &'static str) -> Result<[u8; N], Error> {
+    let s = sub(b, off, N as u64, what)?;
+    let mut a = [0u8; N];
+    a.copy_from_slice(s);
+    Ok(a)
+}
+
+/// Little-endian `u8` at `off`.
+pub(crate) fn u8_at(b: &[u8], off: u64, what: &'static str) -> Result<u8, Error> {
+    Ok(arr::<1>(b, off, what)?[0])
+}
+
+/// Little-endian `u16` at `off`.
+pub(crate) fn u16_at(b: &[u8], off: u64, what: &'static str) -> Result<u16, Error> {
+    arr(b, off, what).map(u16::from_le_bytes)
+}
+
+/// Little-endian `u32` at `off`.
+pub(crate) fn u32_at(b: &[u8], off: u64, what: &'static str) -> Result<u32, Error> {
+    arr(b, off, what).map(u32::from_le_bytes)
+}
+
+/// Little-endian `u64` at `off`.
+pub(crate) fn u64_at(b: &[u8], off: u64, what: &'static str) -> Result<u64, Error> {
+    arr(b, off, what).map(u64::from_le_bytes)
+}
+
+/// `a * b + c` in u64, or [`Error::Truncated`] naming `what` on overflow.
+pub(crate) fn mul_add(a: u64, b: u64, c: u64, what: &'static str) -> Result<u64, Error> {
+    a.checked_mul(b)
+        .and_then(|x| x.checked_add(c))
+        .ok_or(Error::Truncated {
+            what,
+            needed: u64::MAX,
+            available: 0,
+        })
+}
+
+/// The CRC32 (IEEE, as `crc32fast`) of the whole file with the 4-byte checksum field at offset
+/// 24 taken as zero. `None` if `bytes` is shorter than the header.
+pub fn checksum(bytes: &[u8]) -> Option<u32> {
+    if (bytes.len() as u64) < HEADER_LEN {
+        return None;
+    }
+    let mut h = crc32fast::Hasher::new();
+    h.update(bytes.get(..OFF_CHECKSUM)?);
+    h.update(&[0u8; 4]);
+    h.update(bytes.get(OFF_CHECKSUM + 4..)?);
+    Some(h.finalize())
+}
+
+/// Recomputes and stores the header checksum of an edited file. For tests and tools that patch
+/// files on purpose (a reader never calls it). Returns `false` if `bytes` is shorter than the
+/// header.
+#[doc(hidden)]
+pub fn reseal(bytes: &mut [u8]) -> bool {
+    match (
+        checksum(bytes),
+        bytes.get_mut(OFF_CHECKSUM..OFF_CHECKSUM + 4),
+    ) {
+        (Some(c), Some(field)) => {
+            field.copy_from_slice(&c.to_le_bytes());
+            true
+        }
+        _ => false,
+    }
+}
+
+/// A shape stored as `rank` and six `u32` dims at `dims_off`; dims past the rank must be zero.
+pub(crate) fn shape_at(
+    b: &[u8],
+    rank: u8,
+    dims_off: u64,
+    what: &'static str,
+) -> Result<crate::Shape, Error> {
+    use crate::MAX_RANK;
+    if usize::from(rank) > MAX_RANK {
+        return Err(Error::BadRank {
+            what,
+            found: rank,
+            max: MAX_RANK as u8,
+        });
+    }
+    let mut dims = [0u32; MAX_RANK];
+    for (i, d) in dims.iter_mut().enumerate() {
+        *d = u32_at(b, dims_off.saturating_add(4 * i as u64), what)?;
+        if i >= usize::from(rank) && *d != 0 {
+            return Err(Error::NonZeroReserved {
+                what: "dims past the rank",
+                found: u64::from(*d),
+            });
+        }
+    }
+    crate::Shape::new(&dims[..usize::from(rank)]).ok_or(Error::BadRank {
+        what,
+        found: rank,
+        max: MAX_RANK as u8,
+    })
+}
+
+/// A UTF-8 string `(offset u32, len u32)` at `at` in `b`, pointing into `pool`.
+pub(crate) fn str_at<'a>(
+    b: &[u8],
+    at: u64,
+    pool: &'a [u8],
+    what: &'static str,
+) -> Result<&'a str, Error> {
+    let off = u32_at(b, at, what)?;
+    let len = u32_at(b, at.saturating_add(4), what)?;
+    let s = sub(pool, u64::from(off), u64::from(len), what)?;
+    core::str::from_utf8(s).map_err(|_| Error::BadUtf8 { what })
+}
