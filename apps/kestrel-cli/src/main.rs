@@ -117,7 +117,7 @@ fn inspect(path: &PathBuf) -> Result<()> {
     let meta = f.meta();
     let (major, minor) = f.version();
     println!("file       {} ({} bytes, format {major}.{minor})", path.display(), model.bytes().len());
-    println!("name       {}", meta.name());
+    println!("name       {}", meta.model_name());
     println!("task       {}", meta.task());
     let plan = cpu.plan();
     println!("arena      {} bytes/sample + {} scratch bytes", plan.arena_bytes_per_sample, plan.scratch_bytes);

@@ -116,14 +116,14 @@ pub(crate) enum Role {
     ActOrWeight,
 }
 
-fn check_role(
-    file: &KesFile<'_>,
+fn check_role<'a>(
+    file: &KesFile<'a>,
     node: u32,
     op: &Op,
     slot: &'static str,
     id: TensorId,
     role: Role,
-) -> Result<TensorInfo<'_>, LoadError> {
+) -> Result<TensorInfo<'a>, LoadError> {
     let t = file.tensor(id)?;
     let ok = match role {
         Role::Act => t.kind == TensorKind::Activation && t.dtype == DType::F32,

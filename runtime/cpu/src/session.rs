@@ -59,9 +59,8 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
         }
         let skip = arena.as_ptr().align_offset(ARENA_ALIGN);
         let usable = needed - ARENA_ALIGN;
-        let bytes = arena
-            .get_mut(skip..skip + usable)
-            .ok_or(RunError::ArenaTooSmall { needed, found: arena.len(), batch: capacity })?;
+        let found = arena.len();
+        let bytes = arena.get_mut(skip..skip + usable).ok_or(RunError::ArenaTooSmall { needed, found, batch: capacity })?;
         let arena: &mut [f32] = bytemuck::try_cast_slice_mut(bytes).map_err(|_| RunError::Internal("arena cast"))?;
         Ok(Self { model, arena, capacity })
     }

@@ -6,7 +6,7 @@ use crate::Error;
 use kestrel_cpu::shapes::output_shape;
 use kestrel_format::ops::{Op, TensorId};
 use kestrel_format::weight::EncodedWeight;
-use kestrel_format::writer::{write_model, MetadataSpec, ModelSpec, TensorSpec};
+use kestrel_format::{write_model, MetadataSpec, ModelSpec, TensorSpec};
 use kestrel_format::{DType, KesFile, MemoryPlan, Shape};
 
 enum Draft {

@@ -8,7 +8,7 @@
 //! largest first among ties.
 
 use kestrel_format::ops::{Op, TensorId};
-use kestrel_format::reader::TENSOR_ALIGN;
+use kestrel_format::TENSOR_ALIGN;
 
 /// One activation the planner places.
 #[derive(Clone, Copy, Debug)]

@@ -4,19 +4,30 @@ use kestrel::demo::{image_model, text_model, Rng};
 use kestrel::format::DType;
 use kestrel::{Input, Model};
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::cell::Cell;
 
 struct Counting;
 
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+// Per thread: the test harness runs tests on parallel threads, and only the thread inside
+// `count` is measured. `const` thread-locals never allocate.
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCS: Cell<usize> = const { Cell::new(0) };
+}
+
+fn note_alloc() {
+    // `try_with`: the allocator can be called while thread-locals are being torn down.
+    let _ = COUNTING.try_with(|c| {
+        if c.get() {
+            let _ = ALLOCS.try_with(|n| n.set(n.get() + 1));
+        }
+    });
+}
 
 // SAFETY: forwards to the system allocator; only adds a counter.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::SeqCst) {
-            ALLOCS.fetch_add(1, Ordering::SeqCst);
-        }
+        note_alloc();
         // SAFETY: same contract as the caller's.
         unsafe { System.alloc(layout) }
     }
@@ -25,9 +36,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::SeqCst) {
-            ALLOCS.fetch_add(1, Ordering::SeqCst);
-        }
+        note_alloc();
         // SAFETY: same contract as the caller's.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -37,11 +46,11 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 fn count<R>(f: impl FnOnce() -> R) -> (R, usize) {
-    ALLOCS.store(0, Ordering::SeqCst);
-    COUNTING.store(true, Ordering::SeqCst);
+    ALLOCS.with(|n| n.set(0));
+    COUNTING.with(|c| c.set(true));
     let r = f();
-    COUNTING.store(false, Ordering::SeqCst);
-    (r, ALLOCS.load(Ordering::SeqCst))
+    COUNTING.with(|c| c.set(false));
+    (r, ALLOCS.with(|n| n.get()))
 }
 
 #[test]

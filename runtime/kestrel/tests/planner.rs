@@ -69,10 +69,14 @@ proptest! {
                     continue;
                 }
                 // Lifetimes of the alias classes.
-                let class = |r: u32| (0..tensors.len() as u32).filter(move |&t| root(&ops, t) == r);
-                let (ra, rb) = (root(&ops, a), root(&ops, b));
-                let (da, la) = class(ra).fold((i64::MAX, i64::MIN), |(d, l), t| (d.min(def(t)), l.max(last(t))));
-                let (db, lb) = class(rb).fold((i64::MAX, i64::MIN), |(d, l), t| (d.min(def(t)), l.max(last(t))));
+                let ops = &ops;
+                let class_life = |r: u32| {
+                    (0..tensors.len() as u32)
+                        .filter(|&t| root(ops, t) == r)
+                        .fold((i64::MAX, i64::MIN), |(d, l), t| (d.min(def(t)), l.max(last(t))))
+                };
+                let (da, la) = class_life(root(ops, a));
+                let (db, lb) = class_life(root(ops, b));
                 if da <= lb && db <= la {
                     let disjoint = off(a) + size(a) <= off(b) || off(b) + size(b) <= off(a);
                     prop_assert!(disjoint, "tensors {} and {} are live together but overlap", a, b);

@@ -33,13 +33,13 @@ pub(crate) fn shape(file: &KesFile<'_>, id: TensorId) -> Result<Shape, ShapeErro
 /// Where an operand comes from: an activation (per-sample slices) or a weight (shared).
 #[derive(Clone, Copy)]
 enum Src<'a> {
-    Act(TensorId),
+    Act,
     Weight(WeightView<'a>),
 }
 
 fn src<'a>(file: &KesFile<'a>, id: TensorId) -> Result<Src<'a>, ShapeError> {
     let t = file.tensor(id).map_err(lookup_err)?;
-    Ok(if t.kind == TensorKind::Weight { Src::Weight(weight(file, id)?) } else { Src::Act(id) })
+    Ok(if t.kind == TensorKind::Weight { Src::Weight(weight(file, id)?) } else { Src::Act })
 }
 
 /// Kernel params and weights of one layer node.
@@ -61,8 +61,8 @@ enum Prep<'a> {
 fn operand<'a>(s: &Src<'a>, region: Option<&'a [f32]>) -> Operand<'a> {
     match (s, region) {
         (Src::Weight(w), _) => Operand::Weight(*w),
-        (Src::Act(_), Some(r)) => Operand::Act(r),
-        (Src::Act(_), None) => Operand::Act(&[]),
+        (Src::Act, Some(r)) => Operand::Act(r),
+        (Src::Act, None) => Operand::Act(&[]),
     }
 }
 
@@ -174,11 +174,11 @@ pub(super) fn execute(file: &KesFile<'_>, op: &Op, io: &mut OpIo<'_>) -> Result<
             }
             (Prep::Binary { p, a, b }, Op::Binary(o)) => {
                 let ra = match a {
-                    Src::Act(_) => Some(main(o.a)?).map(|(x, n)| &x[sample(n, s)]),
+                    Src::Act => Some(main(o.a)?).map(|(x, n)| &x[sample(n, s)]),
                     Src::Weight(_) => None,
                 };
                 let rb = match b {
-                    Src::Act(_) => Some(main(o.b)?).map(|(x, n)| &x[sample(n, s)]),
+                    Src::Act => Some(main(o.b)?).map(|(x, n)| &x[sample(n, s)]),
                     Src::Weight(_) => None,
                 };
                 binary(p, operand(a, ra), operand(b, rb), y, scratch);
@@ -212,7 +212,7 @@ pub(super) fn execute(file: &KesFile<'_>, op: &Op, io: &mut OpIo<'_>) -> Result<
             (Prep::MatMul { p, b }, Op::MatMul(o)) => {
                 let (a, n) = main(o.a)?;
                 let rb = match b {
-                    Src::Act(_) => Some(main(o.b)?).map(|(x, n)| &x[sample(n, s)]),
+                    Src::Act => Some(main(o.b)?).map(|(x, n)| &x[sample(n, s)]),
                     Src::Weight(_) => None,
                 };
                 matmul(p, &a[sample(n, s)], operand(b, rb), y, scratch);
