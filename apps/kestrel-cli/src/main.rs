@@ -83,7 +83,13 @@ fn demo(dtype: DType, out: &PathBuf, batch: usize) -> Result<()> {
     let model = Model::load(out)?;
     let mut session = model.session(batch)?;
     let cpu = session.model();
-    println!("model      {} ({} bytes, weights {}, {} nodes)", out.display(), bytes.len(), dtype.name(), cpu.file().op_count());
+    println!(
+        "model      {} ({} bytes, weights {}, {} nodes)",
+        out.display(),
+        bytes.len(),
+        dtype.name(),
+        cpu.file().op_count()
+    );
     println!("mechanisms {}", kestrel::demo::MECHANISMS.join(", "));
     println!("arena      {} bytes for batch {batch}", cpu.arena_bytes(batch).unwrap_or(0));
     println!("built      in {:.1} ms", built.as_secs_f64() * 1e3);

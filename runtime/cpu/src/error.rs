@@ -27,12 +27,7 @@ pub enum ShapeError {
 
 /// Shorthand for a [`ShapeError::Mismatch`] check.
 #[inline]
-pub fn expect_eq(
-    op: &'static str,
-    what: &'static str,
-    expected: usize,
-    found: usize,
-) -> Result<(), ShapeError> {
+pub fn expect_eq(op: &'static str, what: &'static str, expected: usize, found: usize) -> Result<(), ShapeError> {
     if expected == found {
         Ok(())
     } else {
@@ -197,7 +192,9 @@ pub enum RunError {
         found: usize,
     },
     /// An input or output has a length that is not `batch × per-sample elements`.
-    #[error("{what} {index}: {found} elements is not a whole batch of {per_sample}-element samples (batch 1..={capacity})")]
+    #[error(
+        "{what} {index}: {found} elements is not a whole batch of {per_sample}-element samples (batch 1..={capacity})"
+    )]
     Length {
         /// "input" or "output".
         what: &'static str,

@@ -28,11 +28,8 @@ impl<'a> Model<'a> {
         for node in 0..file.op_count() {
             let op = file.op(node)?;
             validate_node(&file, node, &op)?;
-            let s = exec::scratch_elems(&file, &op).map_err(|source| LoadError::Shape {
-                node,
-                op: op.name(),
-                source,
-            })?;
+            let s =
+                exec::scratch_elems(&file, &op).map_err(|source| LoadError::Shape { node, op: op.name(), source })?;
             scratch_elems = scratch_elems.max(s);
         }
         for id in file.outputs() {
@@ -208,8 +205,8 @@ fn validate_node(file: &KesFile<'_>, node: u32, op: &Op) -> Result<(), LoadError
     result?;
     // The output shape.
     let shape_of = |id: TensorId| file.tensor(id).map(|t| t.shape).unwrap_or(Shape::new(&[]).unwrap_or(y.shape));
-    let computed = output_shape(op, shape_of, Some(y.shape))
-        .map_err(|source| LoadError::Shape { node, op: name, source })?;
+    let computed =
+        output_shape(op, shape_of, Some(y.shape)).map_err(|source| LoadError::Shape { node, op: name, source })?;
     if computed != y.shape {
         return Err(LoadError::OutputShape { node, op: name, tensor: y_id, declared: y.shape, computed });
     }

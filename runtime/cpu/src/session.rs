@@ -60,7 +60,8 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
         let skip = arena.as_ptr().align_offset(ARENA_ALIGN);
         let usable = needed - ARENA_ALIGN;
         let found = arena.len();
-        let bytes = arena.get_mut(skip..skip + usable).ok_or(RunError::ArenaTooSmall { needed, found, batch: capacity })?;
+        let bytes =
+            arena.get_mut(skip..skip + usable).ok_or(RunError::ArenaTooSmall { needed, found, batch: capacity })?;
         let arena: &mut [f32] = bytemuck::try_cast_slice_mut(bytes).map_err(|_| RunError::Internal("arena cast"))?;
         Ok(Self { model, arena, capacity })
     }
@@ -135,7 +136,13 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
             let t = self.model.output(i)?;
             let n = numel(&t)?;
             if out.len() != batch * n {
-                return Err(RunError::Length { what: "output", index: i, per_sample: n, found: out.len(), capacity: batch });
+                return Err(RunError::Length {
+                    what: "output",
+                    index: i,
+                    per_sample: n,
+                    found: out.len(),
+                    capacity: batch,
+                });
             }
         }
         // Nodes.

@@ -20,10 +20,10 @@ fn shape(op: &'static str, dims: &[usize]) -> Result<Shape, ShapeError> {
 pub fn broadcast(op: &'static str, a: &Shape, b: &Shape) -> Result<Shape, ShapeError> {
     let rank = a.rank().max(b.rank());
     let mut dims = [0usize; MAX_RANK];
-    for i in 0..rank {
+    for (i, out) in dims.iter_mut().enumerate().take(rank) {
         let da = if i < rank - a.rank() { 1 } else { a.dim(i - (rank - a.rank())) };
         let db = if i < rank - b.rank() { 1 } else { b.dim(i - (rank - b.rank())) };
-        dims[i] = match (da, db) {
+        *out = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
             (x, 1) => x,
@@ -72,7 +72,10 @@ pub fn output_shape(
             }
             let (c, h, w, p) = (x.dim(0), x.dim(1), x.dim(2), o.patch as usize);
             if h % p != 0 || w % p != 0 {
-                return Err(ShapeError::Invalid { op: name, what: "image H and W must be multiples of the patch size" });
+                return Err(ShapeError::Invalid {
+                    op: name,
+                    what: "image H and W must be multiples of the patch size",
+                });
             }
             let (d, k) = d2(o.proj.w)?;
             if k != c * p * p {
@@ -110,7 +113,8 @@ pub fn output_shape(
             shape(name, &dims[..n])
         }
         Op::Reshape(o) => {
-            let declared = declared.ok_or(ShapeError::Invalid { op: name, what: "reshape needs a declared output shape" })?;
+            let declared =
+                declared.ok_or(ShapeError::Invalid { op: name, what: "reshape needs a declared output shape" })?;
             let (a, b) = (shape_of(o.x).numel(), declared.numel());
             if a != b {
                 return Err(mismatch(name, "element count", a.unwrap_or(usize::MAX), b.unwrap_or(usize::MAX)));
@@ -121,13 +125,13 @@ pub fn output_shape(
             let x = shape_of(o.x);
             let mut seen = [false; MAX_RANK];
             let mut dims = [0usize; MAX_RANK];
-            for i in 0..x.rank() {
+            for (i, out) in dims.iter_mut().enumerate().take(x.rank()) {
                 let p = o.perm[i] as usize;
                 if p >= x.rank() || seen[p] {
                     return Err(ShapeError::Invalid { op: name, what: "perm is not a permutation of the input axes" });
                 }
                 seen[p] = true;
-                dims[i] = x.dim(p);
+                *out = x.dim(p);
             }
             shape(name, &dims[..x.rank()])
         }

@@ -12,8 +12,7 @@ use kestrel_cpu::kernels::elementwise::{
     binary, binary_scratch, unary, unary_scratch, BinaryParams, Operand, UnaryParams,
 };
 use kestrel_cpu::kernels::embed::{
-    embedding, embedding_scratch, patch_embed, patch_embed_scratch, EmbeddingParams,
-    PatchEmbedParams,
+    embedding, embedding_scratch, patch_embed, patch_embed_scratch, EmbeddingParams, PatchEmbedParams,
 };
 use kestrel_cpu::kernels::matmul::{matmul, matmul_scratch, MatMulParams};
 use kestrel_cpu::kernels::norm::{layer_norm, layer_norm_scratch, LayerNormParams};
@@ -30,14 +29,8 @@ use proptest::prelude::*;
 
 /// 64 cases per property (fast), unless `PROPTEST_CASES` asks for another count.
 fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64);
-    ProptestConfig {
-        cases,
-        ..ProptestConfig::default()
-    }
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
+    ProptestConfig { cases, ..ProptestConfig::default() }
 }
 
 // ---------------------------------------------------------------- dense (linear / ProjW)
@@ -92,33 +85,10 @@ fn out_buf(n: usize) -> Vec<f32> {
 fn proj_check_rejects_wrong_shapes() {
     let w = [1.0f32; 6];
     let b = [1.0f32; 3];
-    let proj = ProjW {
-        w: WeightView::f32(2, 3, &w).unwrap(),
-        b: Some(WeightView::f32(1, 3, &b).unwrap()),
-    };
-    assert!(matches!(
-        proj.check("Dense", 3, 3),
-        Err(ShapeError::Mismatch {
-            expected: 3,
-            found: 2,
-            ..
-        })
-    ));
-    assert!(matches!(
-        proj.check("Dense", 2, 4),
-        Err(ShapeError::Mismatch {
-            expected: 4,
-            found: 3,
-            ..
-        })
-    ));
-    assert!(matches!(
-        proj.check("Dense", 2, 3),
-        Err(ShapeError::Mismatch {
-            what: "bias length",
-            ..
-        })
-    ));
+    let proj = ProjW { w: WeightView::f32(2, 3, &w).unwrap(), b: Some(WeightView::f32(1, 3, &b).unwrap()) };
+    assert!(matches!(proj.check("Dense", 3, 3), Err(ShapeError::Mismatch { expected: 3, found: 2, .. })));
+    assert!(matches!(proj.check("Dense", 2, 4), Err(ShapeError::Mismatch { expected: 4, found: 3, .. })));
+    assert!(matches!(proj.check("Dense", 2, 3), Err(ShapeError::Mismatch { what: "bias length", .. })));
 }
 
 // ---------------------------------------------------------------- layer norm
@@ -154,30 +124,14 @@ fn layer_norm_check_rejects_wrong_shapes() {
     let bad = WeightView::f32(1, 3, &g[..3]).unwrap();
     assert!(matches!(
         LayerNormParams::new(&shape(&[2, 5]), &gv, None, 1e-5),
-        Err(ShapeError::Mismatch {
-            what: "gamma elements",
-            expected: 5,
-            found: 4,
-            ..
-        })
+        Err(ShapeError::Mismatch { what: "gamma elements", expected: 5, found: 4, .. })
     ));
     assert!(matches!(
         LayerNormParams::new(&shape(&[2, 4]), &gv, Some(&bad), 1e-5),
-        Err(ShapeError::Mismatch {
-            what: "beta elements",
-            expected: 4,
-            found: 3,
-            ..
-        })
+        Err(ShapeError::Mismatch { what: "beta elements", expected: 4, found: 3, .. })
     ));
-    assert!(matches!(
-        LayerNormParams::new(&shape(&[2, 0]), &gv, None, 1e-5),
-        Err(ShapeError::Invalid { .. })
-    ));
-    assert!(matches!(
-        LayerNormParams::new(&shape(&[2, 4]), &gv, None, f32::NAN),
-        Err(ShapeError::Invalid { .. })
-    ));
+    assert!(matches!(LayerNormParams::new(&shape(&[2, 0]), &gv, None, 1e-5), Err(ShapeError::Invalid { .. })));
+    assert!(matches!(LayerNormParams::new(&shape(&[2, 4]), &gv, None, f32::NAN), Err(ShapeError::Invalid { .. })));
 }
 
 // ---------------------------------------------------------------- unary
@@ -217,24 +171,15 @@ fn check_binary(
     let mut bt = b_w.map(|dt| TestWeight::new(dt, sb, bv));
     let ra = at.as_ref().map_or_else(|| f64s(av), |t| t.decoded.clone());
     let rb = bt.as_ref().map_or_else(|| f64s(bv), |t| t.decoded.clone());
-    let a = at
-        .as_mut()
-        .map_or(Operand::Act(av), |t| Operand::Weight(t.view()));
-    let b = bt
-        .as_mut()
-        .map_or(Operand::Act(bv), |t| Operand::Weight(t.view()));
+    let a = at.as_mut().map_or(Operand::Act(av), |t| Operand::Weight(t.view()));
+    let b = bt.as_mut().map_or(Operand::Act(bv), |t| Operand::Weight(t.view()));
     let p = BinaryParams::new(op, &shape(sa), &shape(sb)).unwrap();
     p.check_operands(&a, &b).unwrap();
     let (want, ys) = r::binary(binary_fn(op), &ra, sa, &rb, sb);
     assert_eq!(p.y, shape(&ys), "broadcast shape of {sa:?} and {sb:?}");
     let mut y = out(p.n);
     binary(&p, a, b, &mut y, &mut scratch(binary_scratch(&p)));
-    assert_close(
-        &format!("binary {op:?} {sa:?} {sb:?} a:{a_w:?} b:{b_w:?}"),
-        &y,
-        &want,
-        F32_KERNEL,
-    );
+    assert_close(&format!("binary {op:?} {sa:?} {sb:?} a:{a_w:?} b:{b_w:?}"), &y, &want, F32_KERNEL);
 }
 
 proptest! {
@@ -271,9 +216,7 @@ fn binary_named_broadcast_cases() {
         let na: usize = sa.iter().product();
         let nb: usize = sb.iter().product();
         let av: Vec<f32> = (0..na).map(|i| 0.3 + (i as f32 * 0.71).sin()).collect();
-        let bv: Vec<f32> = (0..nb)
-            .map(|i| 0.9 + 0.5 * (i as f32 * 1.3).cos())
-            .collect();
+        let bv: Vec<f32> = (0..nb).map(|i| 0.9 + 0.5 * (i as f32 * 1.3).cos()).collect();
         for &op in BinaryOp::ALL {
             let (a, b) = binary_values(op, &av, &bv);
             check_binary(op, sa, sb, &a, &b, None, None);
@@ -288,34 +231,18 @@ fn binary_named_broadcast_cases() {
 #[test]
 fn binary_check_rejects_incompatible_shapes() {
     let e = BinaryParams::new(BinaryOp::Add, &shape(&[2, 3]), &shape(&[4, 3])).unwrap_err();
-    assert_eq!(
-        e,
-        ShapeError::Mismatch {
-            op: "Binary",
-            what: "broadcast dim",
-            expected: 2,
-            found: 4
-        }
-    );
+    assert_eq!(e, ShapeError::Mismatch { op: "Binary", what: "broadcast dim", expected: 2, found: 4 });
     let p = BinaryParams::new(BinaryOp::Add, &shape(&[2, 3]), &shape(&[3])).unwrap();
     let a = [0.0f32; 6];
     let w = [0.0f32; 4];
     let bw = Operand::Weight(WeightView::f32(1, 4, &w).unwrap());
     assert!(matches!(
         p.check_operands(&Operand::Act(&a), &bw),
-        Err(ShapeError::Mismatch {
-            expected: 3,
-            found: 4,
-            ..
-        })
+        Err(ShapeError::Mismatch { expected: 3, found: 4, .. })
     ));
     assert!(matches!(
         p.check_operands(&Operand::Act(&a[..5]), &bw),
-        Err(ShapeError::Mismatch {
-            expected: 6,
-            found: 5,
-            ..
-        })
+        Err(ShapeError::Mismatch { expected: 6, found: 5, .. })
     ));
 }
 
@@ -341,14 +268,8 @@ proptest! {
 #[test]
 fn element_count_overflow_is_a_shape_error() {
     let huge = shape(&[u32::MAX as usize; 3]);
-    assert!(matches!(
-        UnaryParams::new(UnaryOp::Exp, &huge),
-        Err(ShapeError::Invalid { op: "Unary", .. })
-    ));
-    assert!(matches!(
-        SoftmaxParams::new(&huge),
-        Err(ShapeError::Invalid { op: "Softmax", .. })
-    ));
+    assert!(matches!(UnaryParams::new(UnaryOp::Exp, &huge), Err(ShapeError::Invalid { op: "Unary", .. })));
+    assert!(matches!(SoftmaxParams::new(&huge), Err(ShapeError::Invalid { op: "Softmax", .. })));
     assert!(matches!(
         BinaryParams::new(BinaryOp::Add, &huge, &shape(&[1])),
         Err(ShapeError::Invalid { op: "Binary", .. })
@@ -357,10 +278,7 @@ fn element_count_overflow_is_a_shape_error() {
 
 #[test]
 fn softmax_check_rejects_empty_rows() {
-    assert!(matches!(
-        SoftmaxParams::new(&shape(&[3, 0])),
-        Err(ShapeError::Invalid { op: "Softmax", .. })
-    ));
+    assert!(matches!(SoftmaxParams::new(&shape(&[3, 0])), Err(ShapeError::Invalid { op: "Softmax", .. })));
 }
 
 // ---------------------------------------------------------------- reduce
@@ -407,17 +325,9 @@ proptest! {
 fn reduce_check_rejects_bad_axis() {
     assert!(matches!(
         ReduceParams::new(ReduceOp::Sum, &shape(&[2, 3]), 2, false),
-        Err(ShapeError::Mismatch {
-            op: "Reduce",
-            expected: 2,
-            found: 2,
-            ..
-        })
+        Err(ShapeError::Mismatch { op: "Reduce", expected: 2, found: 2, .. })
     ));
-    assert!(matches!(
-        ReduceParams::new(ReduceOp::Max, &shape(&[2, 0]), 1, false),
-        Err(ShapeError::Invalid { .. })
-    ));
+    assert!(matches!(ReduceParams::new(ReduceOp::Max, &shape(&[2, 0]), 1, false), Err(ShapeError::Invalid { .. })));
 }
 
 // ---------------------------------------------------------------- transpose
@@ -460,18 +370,9 @@ fn transpose_rank_6_and_op_perm_array() {
 
 #[test]
 fn transpose_check_rejects_non_permutations() {
-    assert!(matches!(
-        TransposeParams::new(&shape(&[2, 3]), &[0, 0]),
-        Err(ShapeError::Invalid { .. })
-    ));
-    assert!(matches!(
-        TransposeParams::new(&shape(&[2, 3]), &[0, 2]),
-        Err(ShapeError::Invalid { .. })
-    ));
-    assert!(matches!(
-        TransposeParams::new(&shape(&[2, 3]), &[0]),
-        Err(ShapeError::Mismatch { .. })
-    ));
+    assert!(matches!(TransposeParams::new(&shape(&[2, 3]), &[0, 0]), Err(ShapeError::Invalid { .. })));
+    assert!(matches!(TransposeParams::new(&shape(&[2, 3]), &[0, 2]), Err(ShapeError::Invalid { .. })));
+    assert!(matches!(TransposeParams::new(&shape(&[2, 3]), &[0]), Err(ShapeError::Mismatch { .. })));
 }
 
 // ---------------------------------------------------------------- matmul
@@ -513,12 +414,7 @@ fn matmul_broadcasts_batch_axes_of_a_weight() {
         let mut y = out(2 * 3 * 2 * 5);
         matmul(&p, &av, b, &mut y, &mut scratch(matmul_scratch(&p)));
         let (want, _) = r::matmul(&f64s(&av), &sa, &bt.decoded, &sb, false);
-        assert_close(
-            &format!("matmul weight batch {dt:?}"),
-            &y,
-            &want,
-            F32_KERNEL,
-        );
+        assert_close(&format!("matmul weight batch {dt:?}"), &y, &want, F32_KERNEL);
     }
 }
 
@@ -527,33 +423,19 @@ fn matmul_check_rejects_wrong_shapes() {
     let k_mismatch = MatMulParams::new(&shape(&[2, 3]), &shape(&[4, 5]), false, false).unwrap_err();
     assert_eq!(
         k_mismatch,
-        ShapeError::Mismatch {
-            op: "MatMul",
-            what: "contraction length of b",
-            expected: 3,
-            found: 4
-        }
+        ShapeError::Mismatch { op: "MatMul", what: "contraction length of b", expected: 3, found: 4 }
     );
-    assert!(matches!(
-        MatMulParams::new(&shape(&[3]), &shape(&[3, 5]), false, false),
-        Err(ShapeError::Invalid { .. })
-    ));
+    assert!(matches!(MatMulParams::new(&shape(&[3]), &shape(&[3, 5]), false, false), Err(ShapeError::Invalid { .. })));
     assert!(matches!(
         MatMulParams::new(&shape(&[2, 2, 3]), &shape(&[3, 3, 4]), false, false),
-        Err(ShapeError::Mismatch {
-            what: "broadcast dim",
-            ..
-        })
+        Err(ShapeError::Mismatch { what: "broadcast dim", .. })
     ));
     let p = MatMulParams::new(&shape(&[2, 3]), &shape(&[3, 4]), false, true).unwrap();
     let w = [0.0f32; 12];
     let flat = Operand::Weight(WeightView::f32(1, 12, &w).unwrap());
     assert!(matches!(
         p.check_operands(&[0.0; 6], &flat),
-        Err(ShapeError::Mismatch {
-            what: "b weight matrix rows",
-            ..
-        })
+        Err(ShapeError::Mismatch { what: "b weight matrix rows", .. })
     ));
 }
 
@@ -591,58 +473,27 @@ proptest! {
 
 #[test]
 fn conv2d_check_rejects_wrong_shapes() {
-    let new = |x: &[usize], w: &[usize], pad, dil, g| {
-        Conv2dParams::new(&shape(x), &shape(w), [1, 1], pad, dil, g)
-    };
+    let new = |x: &[usize], w: &[usize], pad, dil, g| Conv2dParams::new(&shape(x), &shape(w), [1, 1], pad, dil, g);
     let z = [0usize; 4];
     assert!(matches!(
         new(&[4, 5, 5], &[4, 3, 3, 3], z, [1, 1], 2),
-        Err(ShapeError::Mismatch {
-            expected: 2,
-            found: 3,
-            ..
-        })
+        Err(ShapeError::Mismatch { expected: 2, found: 3, .. })
     ));
-    assert!(matches!(
-        new(&[3, 5, 5], &[3, 1, 3, 3], z, [1, 1], 2),
-        Err(ShapeError::Invalid { .. })
-    ));
+    assert!(matches!(new(&[3, 5, 5], &[3, 1, 3, 3], z, [1, 1], 2), Err(ShapeError::Invalid { .. })));
     assert!(matches!(
         new(&[1, 2, 5], &[1, 1, 3, 3], z, [1, 1], 1),
-        Err(ShapeError::Invalid {
-            what: "output height would be < 1",
-            ..
-        })
+        Err(ShapeError::Invalid { what: "output height would be < 1", .. })
     ));
     assert!(matches!(
         new(&[1, 5, 4], &[1, 1, 3, 3], z, [1, 2], 1),
-        Err(ShapeError::Invalid {
-            what: "output width would be < 1",
-            ..
-        })
+        Err(ShapeError::Invalid { what: "output width would be < 1", .. })
     ));
     assert!(new(&[1, 2, 5], &[1, 1, 3, 3], [1, 0, 0, 0], [1, 1], 1).is_ok());
-    assert!(matches!(
-        new(&[1, 5], &[1, 1, 3, 3], z, [1, 1], 1),
-        Err(ShapeError::Mismatch {
-            what: "input rank",
-            ..
-        })
-    ));
+    assert!(matches!(new(&[1, 5], &[1, 1, 3, 3], z, [1, 1], 1), Err(ShapeError::Mismatch { what: "input rank", .. })));
     let p = new(&[2, 5, 5], &[3, 2, 3, 3], z, [1, 1], 1).unwrap();
     let w = [0.0f32; 3 * 17];
-    let proj = ProjW {
-        w: WeightView::f32(3, 17, &w).unwrap(),
-        b: None,
-    };
-    assert!(matches!(
-        p.check_weights(&proj),
-        Err(ShapeError::Mismatch {
-            expected: 18,
-            found: 17,
-            ..
-        })
-    ));
+    let proj = ProjW { w: WeightView::f32(3, 17, &w).unwrap(), b: None };
+    assert!(matches!(p.check_weights(&proj), Err(ShapeError::Mismatch { expected: 18, found: 17, .. })));
 }
 
 // ---------------------------------------------------------------- embeddings
@@ -731,49 +582,25 @@ fn embedding_checks_reject_wrong_shapes() {
     let narrow_pos = WeightView::f32(4, 3, &w[..12]).unwrap();
     assert!(matches!(
         EmbeddingParams::new(&shape(&[2, 3]), &table, None),
-        Err(ShapeError::Mismatch {
-            what: "ids rank",
-            ..
-        })
+        Err(ShapeError::Mismatch { what: "ids rank", .. })
     ));
     assert!(matches!(
         EmbeddingParams::new(&shape(&[3]), &table, Some(&short_pos)),
-        Err(ShapeError::Mismatch {
-            expected: 3,
-            found: 2,
-            ..
-        })
+        Err(ShapeError::Mismatch { expected: 3, found: 2, .. })
     ));
     assert!(matches!(
         EmbeddingParams::new(&shape(&[3]), &table, Some(&narrow_pos)),
-        Err(ShapeError::Mismatch {
-            expected: 4,
-            found: 3,
-            ..
-        })
+        Err(ShapeError::Mismatch { expected: 4, found: 3, .. })
     ));
-    let proj = ProjW {
-        w: WeightView::f32(2, 12, &w).unwrap(),
-        b: None,
-    };
-    assert!(matches!(
-        PatchEmbedParams::new(&shape(&[3, 4, 5]), 2, &proj),
-        Err(ShapeError::Invalid { .. })
-    ));
+    let proj = ProjW { w: WeightView::f32(2, 12, &w).unwrap(), b: None };
+    assert!(matches!(PatchEmbedParams::new(&shape(&[3, 4, 5]), 2, &proj), Err(ShapeError::Invalid { .. })));
     assert!(matches!(
         PatchEmbedParams::new(&shape(&[2, 4, 4]), 2, &proj),
-        Err(ShapeError::Mismatch {
-            expected: 8,
-            found: 12,
-            ..
-        })
+        Err(ShapeError::Mismatch { expected: 8, found: 12, .. })
     ));
     assert!(PatchEmbedParams::new(&shape(&[3, 4, 4]), 2, &proj).is_ok());
     assert!(matches!(
         PatchEmbedParams::new(&shape(&[4, 4]), 2, &proj),
-        Err(ShapeError::Mismatch {
-            what: "input rank",
-            ..
-        })
+        Err(ShapeError::Mismatch { what: "input rank", .. })
     ));
 }

@@ -173,84 +173,32 @@ fn large_keys_are_stable() {
             let x = rng.normal_vec(t * d);
             let what = format!("{dt:?} causal={causal}");
 
-            let p = AftFullParams {
-                t,
-                d,
-                causal,
-                rank: 0,
-            };
+            let p = AftFullParams { t, d, causal, rank: 0 };
             let mut l = AftFullLayer::random(&mut rng, dt, &p, 100.0);
-            assert_close(
-                &format!("aft_full {what}"),
-                &l.run(&p, &x),
-                &l.reference(&p, &x),
-                F32_KERNEL,
-            );
+            assert_close(&format!("aft_full {what}"), &l.run(&p, &x), &l.reference(&p, &x), F32_KERNEL);
 
-            let p = AftFullParams {
-                t,
-                d,
-                causal,
-                rank: 3,
-            };
+            let p = AftFullParams { t, d, causal, rank: 3 };
             let mut l = AftFullLayer::random(&mut rng, dt, &p, 100.0);
             let got = l.run(&p, &x);
-            assert_close(
-                &format!("aft_full factorised {what}"),
-                &got,
-                &l.reference(&p, &x),
-                F32_KERNEL,
-            );
+            assert_close(&format!("aft_full factorised {what}"), &got, &l.reference(&p, &x), F32_KERNEL);
 
-            let p = AftLocalParams {
-                t,
-                d,
-                causal,
-                window: 2,
-            };
+            let p = AftLocalParams { t, d, causal, window: 2 };
             let mut l = AftLocalLayer::random(&mut rng, dt, &p, 100.0);
-            assert_close(
-                &format!("aft_local {what}"),
-                &l.run(&p, &x),
-                &l.reference(&p, &x),
-                F32_KERNEL,
-            );
+            assert_close(&format!("aft_local {what}"), &l.run(&p, &x), &l.reference(&p, &x), F32_KERNEL);
 
             let p = AftSimpleParams { t, d, causal };
             let mut l = Proj4::random(&mut rng, dt, d, d, 100.0);
             let got = simple_run(&mut l, &p, &x);
-            assert_close(
-                &format!("aft_simple {what}"),
-                &got,
-                &simple_reference(&l, &p, &x),
-                F32_KERNEL,
-            );
+            assert_close(&format!("aft_simple {what}"), &got, &simple_reference(&l, &p, &x), F32_KERNEL);
 
-            let p = AftConvParams {
-                t: 12,
-                d,
-                heads: 2,
-                kernel: 3,
-                grid_h: 3,
-                grid_w: 4,
-            };
+            let p = AftConvParams { t: 12, d, heads: 2, kernel: 3, grid_h: 3, grid_w: 4 };
             let xc = rng.normal_vec(12 * d);
             let mut l = AftConvLayer::random(&mut rng, dt, &p, 100.0);
-            assert_close(
-                &format!("aft_conv {dt:?}"),
-                &l.run(&p, &xc),
-                &l.reference(&p, &xc),
-                F32_KERNEL,
-            );
+            assert_close(&format!("aft_conv {dt:?}"), &l.run(&p, &xc), &l.reference(&p, &xc), F32_KERNEL);
 
             let p = ff_params(t, d, 2);
             let mut l = FfLayer::random(&mut rng, dt, &p, 100.0);
-            assert_close(
-                &format!("fastformer {dt:?}"),
-                &l.run(&p, &x),
-                &l.reference(&p, &x),
-                F32_KERNEL,
-            );
+            assert_close(&format!("fastformer {dt:?}"), &l.run(&p, &x), &l.reference(&p, &x), F32_KERNEL);
         }
     }
 }
@@ -269,12 +217,7 @@ fn aft_simple_causal_survives_rising_keys() {
     let mut l = Proj4::random(&mut rng, DType::F32, d, d, 0.0);
     let got = simple_run(&mut l, &p, &x);
     assert!(got.iter().all(|v| v.is_finite()));
-    assert_close(
-        "aft_simple rising keys",
-        &got,
-        &simple_reference(&l, &p, &x),
-        F32_KERNEL,
-    );
+    assert_close("aft_simple rising keys", &got, &simple_reference(&l, &p, &x), F32_KERNEL);
 }
 
 /// With s ≥ T every pair is inside the window, so AFT-local is AFT-full with the same w.
@@ -286,33 +229,14 @@ fn aft_local_with_window_at_least_t_equals_aft_full() {
                 let mut rng = Rng::new(40 + n as u64);
                 let d = 8;
                 let x = rng.normal_vec(t * d);
-                let pl = AftLocalParams {
-                    t,
-                    d,
-                    causal,
-                    window: t + extra,
-                };
+                let pl = AftLocalParams { t, d, causal, window: t + extra };
                 let mut local = AftLocalLayer::random(&mut rng, dt, &pl, 0.0);
-                let pf = AftFullParams {
-                    t,
-                    d,
-                    causal,
-                    rank: 0,
-                };
+                let pf = AftFullParams { t, d, causal, rank: 0 };
                 let w = Some(TW::new(DType::F32, t, t, &local.w_values()));
-                let mut full = AftFullLayer {
-                    p: local.p_decoded(),
-                    w,
-                    uv: None,
-                };
+                let mut full = AftFullLayer { p: local.p_decoded(), w, uv: None };
                 let yl = local.run(&pl, &x);
                 let yf = full.run(&pf, &x);
-                assert_close(
-                    &format!("local==full {dt:?} t={t}"),
-                    &yl,
-                    &to_f64(&yf),
-                    F32_KERNEL,
-                );
+                assert_close(&format!("local==full {dt:?} t={t}"), &yl, &to_f64(&yf), F32_KERNEL);
             }
         }
     }
@@ -326,12 +250,7 @@ fn aft_local_keeps_global_connectivity() {
         let (t, d) = (16, 8);
         let mut rng = Rng::new(11);
         let x = rng.normal_vec(t * d);
-        let p = AftLocalParams {
-            t,
-            d,
-            causal,
-            window: 1,
-        };
+        let p = AftLocalParams { t, d, causal, window: 1 };
         let mut l = AftLocalLayer::random(&mut rng, DType::F32, &p, 0.0);
         let mut x2 = x.clone();
         // Token 10 is outside the s = 1 window of tokens 0..10 and of 11..16.
@@ -340,16 +259,8 @@ fn aft_local_keeps_global_connectivity() {
         }
         let (y1, y2) = (l.run(&p, &x), l.run(&p, &x2));
         let far = if causal { 12 } else { 0 };
-        assert!(
-            max_diff(&y1[far * d..], &y2[far * d..], d) > 1e-3,
-            "token {far} ignores token 10 (causal={causal})"
-        );
-        assert_close(
-            "global connectivity",
-            &y2,
-            &l.reference(&p, &x2),
-            F32_KERNEL,
-        );
+        assert!(max_diff(&y1[far * d..], &y2[far * d..], d) > 1e-3, "token {far} ignores token 10 (causal={causal})");
+        assert_close("global connectivity", &y2, &l.reference(&p, &x2), F32_KERNEL);
     }
 }
 
@@ -386,14 +297,7 @@ fn super_causal_ignores_upper_triangle_of_wa() {
 /// asymmetric kernel on a non-square grid distinguishes it from a flipped convolution.
 #[test]
 fn aft_conv_kernel_orientation() {
-    let p = AftConvParams {
-        t: 15,
-        d: 4,
-        heads: 1,
-        kernel: 3,
-        grid_h: 3,
-        grid_w: 5,
-    };
+    let p = AftConvParams { t: 15, d: 4, heads: 1, kernel: 3, grid_h: 3, grid_w: 5 };
     let mut rng = Rng::new(5);
     let x = rng.normal_vec(p.t * p.d);
     let mut l = AftConvLayer::random(&mut rng, DType::F32, &p, 0.0);
@@ -413,13 +317,7 @@ fn check_rejects_bad_shapes() {
     let mut rng = Rng::new(9);
     let p = attn_params(4, 8, 2, false, AttentionVariant::Standard);
     let mut l = AttnLayer::random(&mut rng, DType::F32, &p);
-    let w = AttentionWeights {
-        q: l.q.view(),
-        k: None,
-        v: None,
-        align: None,
-        o: l.o.view(),
-    };
+    let w = AttentionWeights { q: l.q.view(), k: None, v: None, align: None, o: l.o.view() };
     assert!(matches!(p.check(&w), Err(ShapeError::Mismatch { .. })));
     let bad = AttentionParams { heads: 3, ..p };
     let mut l = AttnLayer::random(&mut rng, DType::F32, &p);
@@ -433,67 +331,29 @@ fn check_rejects_bad_shapes() {
     assert!(p.check(&w).is_ok());
     assert!(matches!(bad.check(&w), Err(ShapeError::Invalid { .. })));
 
-    let p = AftLocalParams {
-        t: 5,
-        d: 4,
-        causal: false,
-        window: 2,
-    };
+    let p = AftLocalParams { t: 5, d: 4, causal: false, window: 2 };
     let mut l = AftLocalLayer::random(&mut rng, DType::F32, &p, 0.0);
     let pr = &mut l.p;
-    let w = AftLocalWeights {
-        q: pr.q.view(),
-        k: pr.k.view(),
-        v: pr.v.view(),
-        w: l.w.view(),
-        o: pr.o.view(),
-    };
+    let w = AftLocalWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), w: l.w.view(), o: pr.o.view() };
     assert!(p.check(&w).is_ok());
     assert!(AftLocalParams { window: 0, ..p }.check(&w).is_err());
     assert!(AftLocalParams { t: 6, ..p }.check(&w).is_err());
 
-    let p = AftConvParams {
-        t: 6,
-        d: 4,
-        heads: 2,
-        kernel: 3,
-        grid_h: 2,
-        grid_w: 3,
-    };
+    let p = AftConvParams { t: 6, d: 4, heads: 2, kernel: 3, grid_h: 2, grid_w: 3 };
     let mut l = AftConvLayer::random(&mut rng, DType::F32, &p, 0.0);
     let pr = &mut l.p;
-    let w = AftConvWeights {
-        q: pr.q.view(),
-        k: pr.k.view(),
-        v: pr.v.view(),
-        w: l.w.view(),
-        o: pr.o.view(),
-    };
+    let w = AftConvWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), w: l.w.view(), o: pr.o.view() };
     assert!(p.check(&w).is_ok());
     assert!(AftConvParams { grid_w: 2, ..p }.check(&w).is_err());
     assert!(AftConvParams { kernel: 2, ..p }.check(&w).is_err());
     assert!(AftConvParams { heads: 1, ..p }.check(&w).is_err());
 
-    let p = AftFullParams {
-        t: 5,
-        d: 4,
-        causal: false,
-        rank: 2,
-    };
+    let p = AftFullParams { t: 5, d: 4, causal: false, rank: 2 };
     let mut l = AftFullLayer::random(&mut rng, DType::F32, &p, 0.0);
     let (u, v) = l.uv.as_mut().unwrap();
     let pr = &mut l.p;
-    let bias = AftBiasW::Factorised {
-        u: u.view(),
-        v: v.view(),
-    };
-    let w = AftFullWeights {
-        q: pr.q.view(),
-        k: pr.k.view(),
-        v: pr.v.view(),
-        bias,
-        o: pr.o.view(),
-    };
+    let bias = AftBiasW::Factorised { u: u.view(), v: v.view() };
+    let w = AftFullWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), bias, o: pr.o.view() };
     assert!(p.check(&w).is_ok());
     assert!(AftFullParams { rank: 0, ..p }.check(&w).is_err());
     assert!(AftFullParams { rank: 3, ..p }.check(&w).is_err());
@@ -524,74 +384,23 @@ fn benchmark_size_matches_reference() {
         for (v, h, causal) in [(0, 4, false), (1, 2, true), (2, 1, false), (3, 1, true)] {
             let p = attn_params(t, d, h, causal, variant(v));
             let mut l = AttnLayer::random(&mut rng, dt, &p);
-            assert_close(
-                &format!("{p:?} {dt:?}"),
-                &l.run(&p, &x),
-                &l.reference(&p, &x),
-                F32_KERNEL,
-            );
+            assert_close(&format!("{p:?} {dt:?}"), &l.run(&p, &x), &l.reference(&p, &x), F32_KERNEL);
         }
-        let p = AftFullParams {
-            t,
-            d,
-            causal: false,
-            rank: 16,
-        };
+        let p = AftFullParams { t, d, causal: false, rank: 16 };
         let mut l = AftFullLayer::random(&mut rng, dt, &p, 0.0);
-        assert_close(
-            &format!("{p:?} {dt:?}"),
-            &l.run(&p, &x),
-            &l.reference(&p, &x),
-            F32_KERNEL,
-        );
-        let p = AftLocalParams {
-            t,
-            d,
-            causal: true,
-            window: 7,
-        };
+        assert_close(&format!("{p:?} {dt:?}"), &l.run(&p, &x), &l.reference(&p, &x), F32_KERNEL);
+        let p = AftLocalParams { t, d, causal: true, window: 7 };
         let mut l = AftLocalLayer::random(&mut rng, dt, &p, 0.0);
-        assert_close(
-            &format!("{p:?} {dt:?}"),
-            &l.run(&p, &x),
-            &l.reference(&p, &x),
-            F32_KERNEL,
-        );
-        let p = AftSimpleParams {
-            t,
-            d,
-            causal: false,
-        };
+        assert_close(&format!("{p:?} {dt:?}"), &l.run(&p, &x), &l.reference(&p, &x), F32_KERNEL);
+        let p = AftSimpleParams { t, d, causal: false };
         let mut l = Proj4::random(&mut rng, dt, d, d, 0.0);
         let got = simple_run(&mut l, &p, &x);
-        assert_close(
-            &format!("{p:?} {dt:?}"),
-            &got,
-            &simple_reference(&l, &p, &x),
-            F32_KERNEL,
-        );
-        let p = AftConvParams {
-            t,
-            d,
-            heads: 4,
-            kernel: 5,
-            grid_h: 8,
-            grid_w: 8,
-        };
+        assert_close(&format!("{p:?} {dt:?}"), &got, &simple_reference(&l, &p, &x), F32_KERNEL);
+        let p = AftConvParams { t, d, heads: 4, kernel: 5, grid_h: 8, grid_w: 8 };
         let mut l = AftConvLayer::random(&mut rng, dt, &p, 0.0);
-        assert_close(
-            &format!("{p:?} {dt:?}"),
-            &l.run(&p, &x),
-            &l.reference(&p, &x),
-            F32_KERNEL,
-        );
+        assert_close(&format!("{p:?} {dt:?}"), &l.run(&p, &x), &l.reference(&p, &x), F32_KERNEL);
         let p = ff_params(t, d, 4);
         let mut l = FfLayer::random(&mut rng, dt, &p, 0.0);
-        assert_close(
-            &format!("{p:?} {dt:?}"),
-            &l.run(&p, &x),
-            &l.reference(&p, &x),
-            F32_KERNEL,
-        );
+        assert_close(&format!("{p:?} {dt:?}"), &l.run(&p, &x), &l.reference(&p, &x), F32_KERNEL);
     }
 }

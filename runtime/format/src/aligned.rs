@@ -41,9 +41,7 @@ mod owned {
 
     impl core::fmt::Debug for AlignedBuf {
         fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.debug_struct("AlignedBuf")
-                .field("len", &self.len)
-                .finish()
+            f.debug_struct("AlignedBuf").field("len", &self.len).finish()
         }
     }
 
@@ -69,9 +67,6 @@ mod owned {
         let mut blocks = alloc::vec![Block([0; 64]); bytes.len().div_ceil(64)];
         let all: &mut [u8] = bytemuck::cast_slice_mut(&mut blocks);
         all[..bytes.len()].copy_from_slice(bytes);
-        AlignedBuf {
-            blocks,
-            len: bytes.len(),
-        }
+        AlignedBuf { blocks, len: bytes.len() }
     }
 }

@@ -120,9 +120,7 @@ impl Shape {
 
     /// Number of elements, `None` on overflow.
     pub fn numel(&self) -> Option<usize> {
-        self.dims()
-            .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d as usize))
+        self.dims().iter().try_fold(1usize, |acc, &d| acc.checked_mul(d as usize))
     }
 
     /// The 2-D view weights use: `[shape[0], product(rest)]`; a vector `[n]` is `[1, n]`,
@@ -132,9 +130,7 @@ impl Shape {
             0 => Some((1, 1)),
             1 => Some((1, self.dim(0))),
             _ => {
-                let cols = self.dims()[1..]
-                    .iter()
-                    .try_fold(1usize, |acc, &d| acc.checked_mul(d as usize))?;
+                let cols = self.dims()[1..].iter().try_fold(1usize, |acc, &d| acc.checked_mul(d as usize))?;
                 Some((self.dim(0), cols))
             }
         }

@@ -52,10 +52,7 @@ impl ShortName {
         }
         let mut bytes = [0u8; 40];
         bytes[..end].copy_from_slice(&s.as_bytes()[..end]);
-        Self {
-            bytes,
-            len: end as u8,
-        }
+        Self { bytes, len: end as u8 }
     }
 
     /// The (possibly truncated) name.

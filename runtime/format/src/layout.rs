@@ -61,18 +61,9 @@ pub mod section {
 }
 
 /// `b[off..off + len]`, or [`Error::Truncated`].
-pub(crate) fn sub<'a>(
-    b: &'a [u8],
-    off: u64,
-    len: u64,
-    what: &'static str,
-) -> Result<&'a [u8], Error> {
+pub(crate) fn sub<'a>(b: &'a [u8], off: u64, len: u64, what: &'static str) -> Result<&'a [u8], Error> {
     let available = b.len() as u64;
-    let trunc = |needed| Error::Truncated {
-        what,
-        needed,
-        available,
-    };
+    let trunc = |needed| Error::Truncated { what, needed, available };
     let end = off.checked_add(len).ok_or(trunc(u64::MAX))?;
     if end > available {
         return Err(trunc(end));
@@ -110,13 +101,7 @@ pub(crate) fn u64_at(b: &[u8], off: u64, what: &'static str) -> Result<u64, Erro
 
 /// `a * b + c` in u64, or [`Error::Truncated`] naming `what` on overflow.
 pub(crate) fn mul_add(a: u64, b: u64, c: u64, what: &'static str) -> Result<u64, Error> {
-    a.checked_mul(b)
-        .and_then(|x| x.checked_add(c))
-        .ok_or(Error::Truncated {
-            what,
-            needed: u64::MAX,
-            available: 0,
-        })
+    a.checked_mul(b).and_then(|x| x.checked_add(c)).ok_or(Error::Truncated { what, needed: u64::MAX, available: 0 })
 }
 
 /// The CRC32 (IEEE, as `crc32fast`) of the whole file with the 4-byte checksum field at offset
@@ -137,10 +122,7 @@ pub fn checksum(bytes: &[u8]) -> Option<u32> {
 /// header.
 #[doc(hidden)]
 pub fn reseal(bytes: &mut [u8]) -> bool {
-    match (
-        checksum(bytes),
-        bytes.get_mut(OFF_CHECKSUM..OFF_CHECKSUM + 4),
-    ) {
+    match (checksum(bytes), bytes.get_mut(OFF_CHECKSUM..OFF_CHECKSUM + 4)) {
         (Some(c), Some(field)) => {
             field.copy_from_slice(&c.to_le_bytes());
             true
@@ -150,44 +132,23 @@ pub fn reseal(bytes: &mut [u8]) -> bool {
 }
 
 /// A shape stored as `rank` and six `u32` dims at `dims_off`; dims past the rank must be zero.
-pub(crate) fn shape_at(
-    b: &[u8],
-    rank: u8,
-    dims_off: u64,
-    what: &'static str,
-) -> Result<crate::Shape, Error> {
+pub(crate) fn shape_at(b: &[u8], rank: u8, dims_off: u64, what: &'static str) -> Result<crate::Shape, Error> {
     use crate::MAX_RANK;
     if usize::from(rank) > MAX_RANK {
-        return Err(Error::BadRank {
-            what,
-            found: rank,
-            max: MAX_RANK as u8,
-        });
+        return Err(Error::BadRank { what, found: rank, max: MAX_RANK as u8 });
     }
     let mut dims = [0u32; MAX_RANK];
     for (i, d) in dims.iter_mut().enumerate() {
         *d = u32_at(b, dims_off.saturating_add(4 * i as u64), what)?;
         if i >= usize::from(rank) && *d != 0 {
-            return Err(Error::NonZeroReserved {
-                what: "dims past the rank",
-                found: u64::from(*d),
-            });
+            return Err(Error::NonZeroReserved { what: "dims past the rank", found: u64::from(*d) });
         }
     }
-    crate::Shape::new(&dims[..usize::from(rank)]).ok_or(Error::BadRank {
-        what,
-        found: rank,
-        max: MAX_RANK as u8,
-    })
+    crate::Shape::new(&dims[..usize::from(rank)]).ok_or(Error::BadRank { what, found: rank, max: MAX_RANK as u8 })
 }
 
 /// A UTF-8 string `(offset u32, len u32)` at `at` in `b`, pointing into `pool`.
-pub(crate) fn str_at<'a>(
-    b: &[u8],
-    at: u64,
-    pool: &'a [u8],
-    what: &'static str,
-) -> Result<&'a str, Error> {
+pub(crate) fn str_at<'a>(b: &[u8], at: u64, pool: &'a [u8], what: &'static str) -> Result<&'a str, Error> {
     let off = u32_at(b, at, what)?;
     let len = u32_at(b, at.saturating_add(4), what)?;
     let s = sub(pool, u64::from(off), u64::from(len), what)?;

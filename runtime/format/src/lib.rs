@@ -30,9 +30,9 @@ pub mod weight;
 #[cfg(feature = "std")]
 pub mod writer;
 
+pub use aligned::Aligned;
 #[cfg(feature = "alloc")]
 pub use aligned::{aligned_copy, AlignedBuf};
-pub use aligned::Aligned;
 pub use dtype::{DType, Shape, INT4_GROUP, MAX_RANK};
 pub use error::{Error, Referrer, ShortName};
 pub use layout::{checksum, reseal, TENSOR_ALIGN, VERSION_MAJOR, VERSION_MINOR};

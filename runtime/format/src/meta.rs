@@ -5,8 +5,7 @@
 use crate::dtype::Shape;
 use crate::error::{Error, Referrer};
 use crate::layout::{
-    mul_add, shape_at, str_at, sub, u32_at, u8_at, META_HEADER_LEN, META_INPUT_LEN,
-    META_OUTPUT_LEN, META_STRREF_LEN,
+    mul_add, shape_at, str_at, sub, u32_at, u8_at, META_HEADER_LEN, META_INPUT_LEN, META_OUTPUT_LEN, META_STRREF_LEN,
 };
 use crate::ops::TensorId;
 
@@ -154,23 +153,11 @@ pub struct Metadata<'a> {
 impl<'a> Metadata<'a> {
     /// A placeholder with no records (before the section is validated).
     pub(crate) fn empty() -> Self {
-        Self {
-            sec: &[],
-            pool: &[],
-            floats: &[],
-            n_labels: 0,
-            n_inputs: 0,
-            n_outputs: 0,
-            inputs_at: 0,
-            outputs_at: 0,
-        }
+        Self { sec: &[], pool: &[], floats: &[], n_labels: 0, n_inputs: 0, n_outputs: 0, inputs_at: 0, outputs_at: 0 }
     }
 
     /// Validates the section; `check` vets each referenced tensor id.
-    pub(crate) fn parse(
-        sec: &'a [u8],
-        check: &dyn Fn(Referrer, u32) -> Result<(), Error>,
-    ) -> Result<Self, Error> {
+    pub(crate) fn parse(sec: &'a [u8], check: &dyn Fn(Referrer, u32) -> Result<(), Error>) -> Result<Self, Error> {
         let what = "metadata header";
         let n_labels = u32_at(sec, 24, what)?;
         let n_inputs = u32_at(sec, 28, what)?;
@@ -179,43 +166,16 @@ impl<'a> Metadata<'a> {
         let strings_len = u32_at(sec, 40, what)?;
         let reserved = u32_at(sec, 44, what)?;
         if reserved != 0 {
-            return Err(Error::NonZeroReserved {
-                what: "metadata header",
-                found: reserved.into(),
-            });
+            return Err(Error::NonZeroReserved { what: "metadata header", found: reserved.into() });
         }
-        let inputs_at = mul_add(
-            n_labels.into(),
-            META_STRREF_LEN,
-            META_HEADER_LEN,
-            "metadata labels",
-        )?;
-        let outputs_at = mul_add(
-            n_inputs.into(),
-            META_INPUT_LEN,
-            inputs_at,
-            "metadata inputs",
-        )?;
-        let floats_at = mul_add(
-            n_outputs.into(),
-            META_OUTPUT_LEN,
-            outputs_at,
-            "metadata outputs",
-        )?;
+        let inputs_at = mul_add(n_labels.into(), META_STRREF_LEN, META_HEADER_LEN, "metadata labels")?;
+        let outputs_at = mul_add(n_inputs.into(), META_INPUT_LEN, inputs_at, "metadata inputs")?;
+        let floats_at = mul_add(n_outputs.into(), META_OUTPUT_LEN, outputs_at, "metadata outputs")?;
         let floats_len = u64::from(n_floats) * 4;
         let pool_at = mul_add(1, floats_at, floats_len, "metadata floats")?;
         let floats = sub(sec, floats_at, floats_len, "metadata floats")?;
         let pool = sub(sec, pool_at, strings_len.into(), "metadata strings")?;
-        let m = Self {
-            sec,
-            pool,
-            floats,
-            n_labels,
-            n_inputs,
-            n_outputs,
-            inputs_at,
-            outputs_at,
-        };
+        let m = Self { sec, pool, floats, n_labels, n_inputs, n_outputs, inputs_at, outputs_at };
         str_at(sec, 0, pool, "model name")?;
         str_at(sec, 8, pool, "task")?;
         str_at(sec, 16, pool, "producer")?;
@@ -226,12 +186,8 @@ impl<'a> Metadata<'a> {
             let input = m.input_at(i)?;
             check(Referrer::MetaInput(i), input.tensor)?;
             if let Some(p) = &input.preprocess {
-                if !p.pixel_scale.is_finite()
-                    || p.mean.clone().chain(p.std.clone()).any(|v| !v.is_finite())
-                {
-                    return Err(Error::NonFinite {
-                        what: "input preprocessing",
-                    });
+                if !p.pixel_scale.is_finite() || p.mean.clone().chain(p.std.clone()).any(|v| !v.is_finite()) {
+                    return Err(Error::NonFinite { what: "input preprocessing" });
                 }
             }
         }
@@ -275,26 +231,17 @@ impl<'a> Metadata<'a> {
     /// The graph inputs' descriptions.
     pub fn inputs(&self) -> impl ExactSizeIterator<Item = InputMeta<'a>> + Clone + 'a {
         let m = *self;
-        (0..self.n_inputs)
-            .filter_map(move |i| m.input_at(i).ok())
-            .collect_exact(self.n_inputs)
+        (0..self.n_inputs).filter_map(move |i| m.input_at(i).ok()).collect_exact(self.n_inputs)
     }
 
     /// The graph outputs' descriptions.
     pub fn outputs(&self) -> impl ExactSizeIterator<Item = OutputMeta<'a>> + Clone + 'a {
         let m = *self;
-        (0..self.n_outputs)
-            .filter_map(move |i| m.output_at(i).ok())
-            .collect_exact(self.n_outputs)
+        (0..self.n_outputs).filter_map(move |i| m.output_at(i).ok()).collect_exact(self.n_outputs)
     }
 
     fn label_at(&self, i: u32) -> Result<&'a str, Error> {
-        let at = mul_add(
-            i.into(),
-            META_STRREF_LEN,
-            META_HEADER_LEN,
-            "metadata labels",
-        )?;
+        let at = mul_add(i.into(), META_STRREF_LEN, META_HEADER_LEN, "metadata labels")?;
         str_at(self.sec, at, self.pool, "class label")
     }
 
@@ -309,19 +256,13 @@ impl<'a> Metadata<'a> {
         let name = str_at(r, 0, self.pool, "input name")?;
         let tensor = u32_at(r, 8, "metadata input")?;
         let code = |off, what| -> Result<u8, Error> { u8_at(r, off, what) };
-        let bad = |what, v: u8| Error::UnknownCode {
-            what,
-            found: v.into(),
-        };
+        let bad = |what, v: u8| Error::UnknownCode { what, found: v.into() };
         let feed = code(12, "input dtype")?;
         let feed = FeedDType::from_u8(feed).ok_or(bad("input dtype", feed))?;
         let shape = shape_at(r, code(13, "input rank")?, 20, "input shape")?;
         let reserved = u32::from(crate::layout::u16_at(r, 18, "metadata input")?);
         if reserved != 0 {
-            return Err(Error::NonZeroReserved {
-                what: "metadata input",
-                found: reserved.into(),
-            });
+            return Err(Error::NonZeroReserved { what: "metadata input", found: reserved.into() });
         }
         let preprocess = match code(14, "has preprocessing")? {
             0 => None,
@@ -338,41 +279,20 @@ impl<'a> Metadata<'a> {
                 let pixel_scale = f32::from_bits(u32_at(r, 52, "pixel scale")?);
                 let mean = self.floats(u32_at(r, 56, "mean")?, u32_at(r, 60, "mean")?, "mean")?;
                 let std = self.floats(u32_at(r, 64, "std")?, u32_at(r, 68, "std")?, "std")?;
-                Some(Preprocess {
-                    layout,
-                    colour,
-                    resize,
-                    mean,
-                    std,
-                    pixel_scale,
-                })
+                Some(Preprocess { layout, colour, resize, mean, std, pixel_scale })
             }
             v => return Err(bad("has preprocessing", v)),
         };
-        Ok(InputMeta {
-            name,
-            tensor,
-            feed,
-            shape,
-            preprocess,
-        })
+        Ok(InputMeta { name, tensor, feed, shape, preprocess })
     }
 
     fn output_at(&self, i: u32) -> Result<OutputMeta<'a>, Error> {
-        let at = mul_add(
-            i.into(),
-            META_OUTPUT_LEN,
-            self.outputs_at,
-            "metadata outputs",
-        )?;
+        let at = mul_add(i.into(), META_OUTPUT_LEN, self.outputs_at, "metadata outputs")?;
         let r = sub(self.sec, at, META_OUTPUT_LEN, "metadata output")?;
         let name = str_at(r, 0, self.pool, "output name")?;
         let tensor = u32_at(r, 8, "metadata output")?;
         let kind = u8_at(r, 12, "output kind")?;
-        let kind = OutputKind::from_u8(kind).ok_or(Error::UnknownCode {
-            what: "output kind",
-            found: kind.into(),
-        })?;
+        let kind = OutputKind::from_u8(kind).ok_or(Error::UnknownCode { what: "output kind", found: kind.into() })?;
         Ok(OutputMeta { name, tensor, kind })
     }
 
@@ -404,11 +324,7 @@ impl<'a> Metadata<'a> {
                 .collect(),
             outputs: self
                 .outputs()
-                .map(|o| OutputSpec {
-                    name: o.name.to_string(),
-                    tensor: o.tensor,
-                    kind: o.kind,
-                })
+                .map(|o| OutputSpec { name: o.name.to_string(), tensor: o.tensor, kind: o.kind })
                 .collect(),
         }
     }
@@ -427,10 +343,7 @@ trait CollectExact: Sized {
 
 impl<I: Iterator> CollectExact for I {
     fn collect_exact(self, n: u32) -> Exact<Self> {
-        Exact {
-            inner: self,
-            left: n as usize,
-        }
+        Exact { inner: self, left: n as usize }
     }
 }
 

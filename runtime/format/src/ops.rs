@@ -598,13 +598,7 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn new(
-        op: &'static str,
-        tensors: &'a [u32],
-        attrs: &'a [u32],
-        nt: usize,
-        na: usize,
-    ) -> Result<Self, OpError> {
+    fn new(op: &'static str, tensors: &'a [u32], attrs: &'a [u32], nt: usize, na: usize) -> Result<Self, OpError> {
         if tensors.len() != nt {
             return Err(OpError::TensorCount { op, expected: nt, found: tensors.len() });
         }
@@ -924,12 +918,7 @@ impl Op {
             }
             kind::BINARY => {
                 let mut r = rd(3, 1)?;
-                Op::Binary(Binary {
-                    a: r.t("a")?,
-                    b: r.t("b")?,
-                    y: r.t("y")?,
-                    op: r.code("op", BinaryOp::from_u32)?,
-                })
+                Op::Binary(Binary { a: r.t("a")?, b: r.t("b")?, y: r.t("y")?, op: r.code("op", BinaryOp::from_u32)? })
             }
             kind::SOFTMAX => {
                 let mut r = rd(2, 0)?;
@@ -937,21 +926,11 @@ impl Op {
             }
             kind::PATCH_EMBED => {
                 let mut r = rd(4, 1)?;
-                Op::PatchEmbed(PatchEmbed {
-                    x: r.t("x")?,
-                    proj: r.proj("w")?,
-                    y: r.t("y")?,
-                    patch: r.pos("patch")?,
-                })
+                Op::PatchEmbed(PatchEmbed { x: r.t("x")?, proj: r.proj("w")?, y: r.t("y")?, patch: r.pos("patch")? })
             }
             kind::EMBEDDING => {
                 let mut r = rd(4, 0)?;
-                Op::Embedding(Embedding {
-                    ids: r.t("ids")?,
-                    table: r.t("table")?,
-                    pos: r.opt(),
-                    y: r.t("y")?,
-                })
+                Op::Embedding(Embedding { ids: r.t("ids")?, table: r.t("table")?, pos: r.opt(), y: r.t("y")? })
             }
             kind::REDUCE => {
                 let mut r = rd(2, 3)?;
@@ -982,12 +961,7 @@ impl Op {
             }
             kind::MATMUL => {
                 let mut r = rd(3, 1)?;
-                Op::MatMul(MatMul {
-                    a: r.t("a")?,
-                    b: r.t("b")?,
-                    y: r.t("y")?,
-                    transpose_b: r.bool("transpose_b")?,
-                })
+                Op::MatMul(MatMul { a: r.t("a")?, b: r.t("b")?, y: r.t("y")?, transpose_b: r.bool("transpose_b")? })
             }
             kind::CONV2D => {
                 let mut r = rd(4, 9)?;
@@ -1016,11 +990,9 @@ impl Op {
                 let causal = r.bool("causal")?;
                 let scale = r.f32("scale")?;
                 let need = |present: bool, want: bool, slot| match (present, want) {
-                    (true, false) | (false, true) => Err(OpError::BadAttr {
-                        op: name,
-                        attr: slot,
-                        value: variant as u32,
-                    }),
+                    (true, false) | (false, true) => {
+                        Err(OpError::BadAttr { op: name, attr: slot, value: variant as u32 })
+                    }
                     _ => Ok(()),
                 };
                 use AttentionVariant::*;
@@ -1037,16 +1009,7 @@ impl Op {
                     (None, Some(u), Some(v)) => AftBias::Factorised { u, v },
                     _ => return Err(OpError::MissingTensor { op: name, slot: "w (or u and v)" }),
                 };
-                Op::AftFull(AftFull {
-                    x,
-                    q,
-                    k,
-                    v,
-                    bias,
-                    o: r.proj("wo")?,
-                    y: r.t("y")?,
-                    causal: r.bool("causal")?,
-                })
+                Op::AftFull(AftFull { x, q, k, v, bias, o: r.proj("wo")?, y: r.t("y")?, causal: r.bool("causal")? })
             }
             kind::AFT_LOCAL => {
                 let mut r = rd(11, 2)?;

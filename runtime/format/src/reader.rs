@@ -150,26 +150,16 @@ impl<'a> KesFile<'a> {
         let major = u16_at(header, OFF_MAJOR as u64, "version")?;
         let minor = u16_at(header, OFF_MINOR as u64, "version")?;
         if major != VERSION_MAJOR {
-            return Err(Error::UnsupportedVersion {
-                major,
-                minor,
-                supported_major: VERSION_MAJOR,
-            });
+            return Err(Error::UnsupportedVersion { major, minor, supported_major: VERSION_MAJOR });
         }
         let address_mod = bytes.as_ptr() as usize % TENSOR_ALIGN;
         if address_mod != 0 {
-            return Err(Error::UnalignedBuffer {
-                required: TENSOR_ALIGN,
-                address_mod,
-            });
+            return Err(Error::UnalignedBuffer { required: TENSOR_ALIGN, address_mod });
         }
         let file_len = u64_at(header, OFF_FILE_LEN as u64, "file length")?;
         let actual = bytes.len() as u64;
         if file_len != actual {
-            return Err(Error::FileLength {
-                header: file_len,
-                actual,
-            });
+            return Err(Error::FileLength { header: file_len, actual });
         }
         let stored = u32_at(header, OFF_CHECKSUM as u64, "checksum")?;
         let computed = checksum(bytes).unwrap_or(0);
@@ -181,25 +171,13 @@ impl<'a> KesFile<'a> {
         let mut known: [Option<Section>; 6] = [None; 6];
         let n = u32_at(header, OFF_SECTION_COUNT as u64, "section count")?;
         if n > MAX_SECTIONS {
-            return Err(Error::TooManySections {
-                found: n,
-                max: MAX_SECTIONS,
-            });
+            return Err(Error::TooManySections { found: n, max: MAX_SECTIONS });
         }
         let table_at = u64_at(header, OFF_SECTION_TABLE as u64, "section table offset")?;
         if table_at < HEADER_LEN || table_at % SECTION_ALIGN != 0 {
-            return Err(Error::SectionMisaligned {
-                id: 0,
-                offset: table_at,
-                required: SECTION_ALIGN,
-            });
+            return Err(Error::SectionMisaligned { id: 0, offset: table_at, required: SECTION_ALIGN });
         }
-        let table = sub(
-            bytes,
-            table_at,
-            u64::from(n) * SECTION_ENTRY_LEN,
-            "section table",
-        )?;
+        let table = sub(bytes, table_at, u64::from(n) * SECTION_ENTRY_LEN, "section table")?;
         let entry = |i: u32| -> Result<Section, Error> {
             let at = u64::from(i) * SECTION_ENTRY_LEN;
             let id = u32_at(table, at, "section entry")?;
@@ -211,38 +189,17 @@ impl<'a> KesFile<'a> {
             let s = entry(i)?;
             let end = s.offset.checked_add(s.len).filter(|&e| e <= file_len);
             if end.is_none() {
-                return Err(Error::SectionOutOfRange {
-                    id: s.id,
-                    offset: s.offset,
-                    len: s.len,
-                    file_len,
-                });
+                return Err(Error::SectionOutOfRange { id: s.id, offset: s.offset, len: s.len, file_len });
             }
-            let required = if s.id == section::WEIGHTS {
-                TENSOR_ALIGN as u64
-            } else {
-                SECTION_ALIGN
-            };
+            let required = if s.id == section::WEIGHTS { TENSOR_ALIGN as u64 } else { SECTION_ALIGN };
             if s.offset % required != 0 {
-                return Err(Error::SectionMisaligned {
-                    id: s.id,
-                    offset: s.offset,
-                    required,
-                });
+                return Err(Error::SectionMisaligned { id: s.id, offset: s.offset, required });
             }
             let overlaps = |a: &Section, b: &Section| {
                 a.len > 0 && b.len > 0 && a.offset < b.offset + b.len && b.offset < a.offset + a.len
             };
-            let header = Section {
-                id: 0,
-                offset: 0,
-                len: HEADER_LEN,
-            };
-            let table_region = Section {
-                id: 0,
-                offset: table_at,
-                len: table.len() as u64,
-            };
+            let header = Section { id: 0, offset: 0, len: HEADER_LEN };
+            let table_region = Section { id: 0, offset: table_at, len: table.len() as u64 };
             if overlaps(&s, &header) || overlaps(&s, &table_region) {
                 return Err(Error::SectionOverlap { a: s.id, b: 0 });
             }
@@ -264,22 +221,13 @@ impl<'a> KesFile<'a> {
                 .get(id as usize)
                 .copied()
                 .flatten()
-                .ok_or(Error::MissingSection {
-                    id,
-                    name: section::name(id),
-                })?;
+                .ok_or(Error::MissingSection { id, name: section::name(id) })?;
             sub(bytes, s.offset, s.len, section::name(id))
         };
-        let weights_sec = known[section::WEIGHTS as usize].ok_or(Error::MissingSection {
-            id: section::WEIGHTS,
-            name: "weights",
-        })?;
-        let (meta_sec, tensor_sec, graph_sec, plan_sec) = (
-            get(section::META)?,
-            get(section::TENSORS)?,
-            get(section::GRAPH)?,
-            get(section::PLAN)?,
-        );
+        let weights_sec =
+            known[section::WEIGHTS as usize].ok_or(Error::MissingSection { id: section::WEIGHTS, name: "weights" })?;
+        let (meta_sec, tensor_sec, graph_sec, plan_sec) =
+            (get(section::META)?, get(section::TENSORS)?, get(section::GRAPH)?, get(section::PLAN)?);
 
         let plan = MemoryPlan {
             arena_bytes_per_sample: u64_at(plan_sec, 0, "memory plan")?,
@@ -291,47 +239,25 @@ impl<'a> KesFile<'a> {
         let pool_len = u32_at(tensor_sec, 8, "tensor table header")?;
         let reserved = u32_at(tensor_sec, 12, "tensor table header")?;
         if reserved != 0 {
-            return Err(Error::NonZeroReserved {
-                what: "tensor table header",
-                found: reserved.into(),
-            });
+            return Err(Error::NonZeroReserved { what: "tensor table header", found: reserved.into() });
         }
         if u64::from(entry_size) < TENSOR_ENTRY_LEN || entry_size % 8 != 0 {
-            return Err(Error::EntrySize {
-                what: "tensor table",
-                minimum: TENSOR_ENTRY_LEN as u32,
-                found: entry_size,
-            });
+            return Err(Error::EntrySize { what: "tensor table", minimum: TENSOR_ENTRY_LEN as u32, found: entry_size });
         }
         let entries_len = u64::from(tensor_count) * u64::from(entry_size);
         let tensor_entries = sub(tensor_sec, TENSOR_HEADER_LEN, entries_len, "tensor table")?;
-        let tensor_pool = sub(
-            tensor_sec,
-            TENSOR_HEADER_LEN + entries_len,
-            pool_len.into(),
-            "tensor names",
-        )?;
+        let tensor_pool = sub(tensor_sec, TENSOR_HEADER_LEN + entries_len, pool_len.into(), "tensor names")?;
 
         let what = "graph header";
         let op_count = u32_at(graph_sec, 0, what)?;
         let n_in = u64::from(u32_at(graph_sec, 4, what)?);
         let n_out = u64::from(u32_at(graph_sec, 8, what)?);
         let records_len = u64::from(u32_at(graph_sec, 12, what)?);
-        let op_offsets = sub(
-            graph_sec,
-            GRAPH_HEADER_LEN,
-            u64::from(op_count) * 4,
-            "op offsets",
-        )?;
+        let op_offsets = sub(graph_sec, GRAPH_HEADER_LEN, u64::from(op_count) * 4, "op offsets")?;
         let in_at = GRAPH_HEADER_LEN + u64::from(op_count) * 4;
         let inputs = sub(graph_sec, in_at, n_in * 4, "graph inputs")?;
         let outputs = sub(graph_sec, in_at + n_in * 4, n_out * 4, "graph outputs")?;
-        let records = sub(
-            graph_sec,
-            in_at + (n_in + n_out) * 4,
-            records_len,
-            "op records",
-        )?;
+        let records = sub(graph_sec, in_at + (n_in + n_out) * 4, records_len, "op records")?;
 
         let mut file = KesFile {
             bytes,
@@ -376,42 +302,21 @@ impl<'a> KesFile<'a> {
     /// Tensor `id`'s table entry; [`Error::BadTensorId`] if out of range.
     pub fn tensor(&self, id: TensorId) -> Result<TensorInfo<'a>, Error> {
         if id >= self.tensor_count {
-            return Err(Error::BadTensorId {
-                by: Referrer::Lookup,
-                id,
-                count: self.tensor_count,
-            });
+            return Err(Error::BadTensorId { by: Referrer::Lookup, id, count: self.tensor_count });
         }
-        let e = sub(
-            self.tensor_entries,
-            u64::from(id) * self.entry_size,
-            TENSOR_ENTRY_LEN,
-            "tensor entry",
-        )?;
+        let e = sub(self.tensor_entries, u64::from(id) * self.entry_size, TENSOR_ENTRY_LEN, "tensor entry")?;
         let name = str_at(e, 0, self.tensor_pool, "tensor name")?;
         let kind = match u8_at(e, 8, "tensor entry")? {
             0 => TensorKind::Weight,
             1 => TensorKind::Activation,
-            v => {
-                return Err(Error::UnknownCode {
-                    what: "tensor kind",
-                    found: v.into(),
-                })
-            }
+            v => return Err(Error::UnknownCode { what: "tensor kind", found: v.into() }),
         };
         let tag = u8_at(e, 9, "tensor entry")?;
-        let dtype = DType::from_u8(tag).ok_or(Error::UnknownDType {
-            tensor: id,
-            found: tag,
-        })?;
+        let dtype = DType::from_u8(tag).ok_or(Error::UnknownDType { tensor: id, found: tag })?;
         let shape = shape_at(e, u8_at(e, 10, "tensor entry")?, 12, "tensor shape")?;
-        let reserved =
-            u64::from(u8_at(e, 11, "tensor entry")?) | u64::from(u32_at(e, 36, "tensor entry")?);
+        let reserved = u64::from(u8_at(e, 11, "tensor entry")?) | u64::from(u32_at(e, 36, "tensor entry")?);
         if reserved != 0 {
-            return Err(Error::NonZeroReserved {
-                what: "tensor entry",
-                found: reserved,
-            });
+            return Err(Error::NonZeroReserved { what: "tensor entry", found: reserved });
         }
         Ok(TensorInfo {
             name,
@@ -431,20 +336,11 @@ impl<'a> KesFile<'a> {
         if t.kind != TensorKind::Weight {
             return Err(Error::NotAWeight { id });
         }
-        let (rows, cols) = t.shape.as_matrix().ok_or(Error::ShapeOverflow {
-            tensor: id,
-            shape: t.shape,
-        })?;
+        let (rows, cols) = t.shape.as_matrix().ok_or(Error::ShapeOverflow { tensor: id, shape: t.shape })?;
         let data = sub(self.bytes, t.offset, t.len, "weight data")?;
         let scales = sub(self.bytes, t.scale_offset, t.scale_len, "weight scales")?;
-        let misaligned = |what, offset| {
-            move |_| Error::MisalignedTensor {
-                tensor: id,
-                what,
-                offset,
-                required: TENSOR_ALIGN as u64,
-            }
-        };
+        let misaligned =
+            |what, offset| move |_| Error::MisalignedTensor { tensor: id, what, offset, required: TENSOR_ALIGN as u64 };
         let d = misaligned("data", t.offset);
         let s = misaligned("scales", t.scale_offset);
         let wd = match t.dtype {
@@ -454,17 +350,8 @@ impl<'a> KesFile<'a> {
                 q: bytemuck::try_cast_slice(data).map_err(d)?,
                 scales: bytemuck::try_cast_slice(scales).map_err(s)?,
             },
-            DType::I4 => WeightData::I4 {
-                q: data,
-                scales: bytemuck::try_cast_slice(scales).map_err(s)?,
-            },
-            DType::I32 => {
-                return Err(Error::DTypeNotAllowed {
-                    tensor: id,
-                    kind: "weight",
-                    dtype: t.dtype,
-                })
-            }
+            DType::I4 => WeightData::I4 { q: data, scales: bytemuck::try_cast_slice(scales).map_err(s)? },
+            DType::I32 => return Err(Error::DTypeNotAllowed { tensor: id, kind: "weight", dtype: t.dtype }),
         };
         WeightView::new(rows, cols, wd).map_err(|source| Error::Weight {
             tensor: id,
@@ -481,10 +368,7 @@ impl<'a> KesFile<'a> {
     /// Op `index` (execution order).
     pub fn op(&self, index: u32) -> Result<Op, Error> {
         if index >= self.op_count {
-            return Err(Error::BadOpIndex {
-                index,
-                count: self.op_count,
-            });
+            return Err(Error::BadOpIndex { index, count: self.op_count });
         }
         let at = u32_at(self.op_offsets, u64::from(index) * 4, "op offsets")?;
         self.record(index, at.into()).map(|(op, _)| op)
@@ -492,10 +376,7 @@ impl<'a> KesFile<'a> {
 
     /// All ops in execution order.
     pub fn ops(&self) -> Ops<'a> {
-        Ops {
-            file: *self,
-            next: 0,
-        }
+        Ops { file: *self, next: 0 }
     }
 
     /// Graph input tensor ids (activations).
@@ -528,12 +409,11 @@ impl<'a> KesFile<'a> {
         if crate::ops::kind_name(kind).is_none() {
             return Err(Error::UnknownOp { node, kind });
         }
-        let words: &[u32] =
-            bytemuck::try_cast_slice(body).map_err(|_| Error::SectionMisaligned {
-                id: section::GRAPH,
-                offset: at,
-                required: 4,
-            })?;
+        let words: &[u32] = bytemuck::try_cast_slice(body).map_err(|_| Error::SectionMisaligned {
+            id: section::GRAPH,
+            offset: at,
+            required: 4,
+        })?;
         let (tensors, attrs) = words.split_at(usize::from(nt).min(words.len()));
         let op = Op::decode(kind, tensors, attrs).map_err(|source| match source {
             OpError::UnknownKind(kind) => Error::UnknownOp { node, kind },
@@ -544,11 +424,7 @@ impl<'a> KesFile<'a> {
 
     fn check_activation(&self, by: Referrer, id: TensorId) -> Result<(), Error> {
         if id >= self.tensor_count {
-            return Err(Error::BadTensorId {
-                by,
-                id,
-                count: self.tensor_count,
-            });
+            return Err(Error::BadTensorId { by, id, count: self.tensor_count });
         }
         match self.tensor(id)?.kind {
             TensorKind::Activation => Ok(()),
@@ -561,21 +437,13 @@ impl<'a> KesFile<'a> {
         for node in 0..self.op_count {
             let found = u32_at(self.op_offsets, u64::from(node) * 4, "op offsets")?;
             if u64::from(found) != pos {
-                return Err(Error::OpTable {
-                    node,
-                    expected: pos,
-                    found: found.into(),
-                });
+                return Err(Error::OpTable { node, expected: pos, found: found.into() });
             }
             let (op, size) = self.record(node, pos)?;
             let rec = op.encode();
             for &id in rec.tensors() {
                 if id != NONE && id >= self.tensor_count {
-                    return Err(Error::BadTensorId {
-                        by: Referrer::Node(node),
-                        id,
-                        count: self.tensor_count,
-                    });
+                    return Err(Error::BadTensorId { by: Referrer::Node(node), id, count: self.tensor_count });
                 }
             }
             self.check_activation(Referrer::Node(node), op.output())?;
@@ -583,11 +451,7 @@ impl<'a> KesFile<'a> {
         }
         let end = self.records.len() as u64;
         if pos != end {
-            return Err(Error::OpTable {
-                node: self.op_count,
-                expected: pos,
-                found: end,
-            });
+            return Err(Error::OpTable { node: self.op_count, expected: pos, found: end });
         }
         for (i, id) in self.inputs().enumerate() {
             self.check_activation(Referrer::GraphInput(i as u32), id)?;
@@ -601,10 +465,7 @@ impl<'a> KesFile<'a> {
     fn validate_tensor(&self, id: TensorId) -> Result<(), Error> {
         let t = self.tensor(id)?;
         let align = TENSOR_ALIGN as u64;
-        let overflow = Error::ShapeOverflow {
-            tensor: id,
-            shape: t.shape,
-        };
+        let overflow = Error::ShapeOverflow { tensor: id, shape: t.shape };
         let mismatch = |what, expected, found| Error::LengthMismatch {
             tensor: id,
             what,
@@ -616,17 +477,9 @@ impl<'a> KesFile<'a> {
         match t.kind {
             TensorKind::Activation => {
                 if !matches!(t.dtype, DType::F32 | DType::I32) {
-                    return Err(Error::DTypeNotAllowed {
-                        tensor: id,
-                        kind: "activation",
-                        dtype: t.dtype,
-                    });
+                    return Err(Error::DTypeNotAllowed { tensor: id, kind: "activation", dtype: t.dtype });
                 }
-                let expected = t
-                    .shape
-                    .numel()
-                    .and_then(|n| (n as u64).checked_mul(4))
-                    .ok_or(overflow)?;
+                let expected = t.shape.numel().and_then(|n| (n as u64).checked_mul(4)).ok_or(overflow)?;
                 if t.len != expected {
                     return Err(mismatch("data", expected, t.len));
                 }
@@ -643,22 +496,13 @@ impl<'a> KesFile<'a> {
                 }
                 let arena = self.plan.arena_bytes_per_sample;
                 if t.offset.checked_add(t.len).is_none_or(|end| end > arena) {
-                    return Err(Error::ActivationOutOfArena {
-                        tensor: id,
-                        offset: t.offset,
-                        len: t.len,
-                        arena,
-                    });
+                    return Err(Error::ActivationOutOfArena { tensor: id, offset: t.offset, len: t.len, arena });
                 }
                 Ok(())
             }
             TensorKind::Weight => {
                 if t.dtype == DType::I32 {
-                    return Err(Error::DTypeNotAllowed {
-                        tensor: id,
-                        kind: "weight",
-                        dtype: t.dtype,
-                    });
+                    return Err(Error::DTypeNotAllowed { tensor: id, kind: "weight", dtype: t.dtype });
                 }
                 let (rows, cols) = t.shape.as_matrix().ok_or(overflow)?;
                 let (d, s) = storage_bytes(t.dtype, rows, cols).ok_or(overflow)?;
@@ -682,36 +526,15 @@ impl<'a> KesFile<'a> {
         }
     }
 
-    fn check_blob(
-        &self,
-        tensor: u32,
-        what: &'static str,
-        offset: u64,
-        len: u64,
-    ) -> Result<(), Error> {
+    fn check_blob(&self, tensor: u32, what: &'static str, offset: u64, len: u64) -> Result<(), Error> {
         let align = TENSOR_ALIGN as u64;
         if offset % align != 0 {
-            return Err(Error::MisalignedTensor {
-                tensor,
-                what,
-                offset,
-                required: align,
-            });
+            return Err(Error::MisalignedTensor { tensor, what, offset, required: align });
         }
         let (blob_offset, blob_len) = self.weights;
-        let inside = offset >= blob_offset
-            && offset
-                .checked_add(len)
-                .is_some_and(|end| end <= blob_offset + blob_len);
+        let inside = offset >= blob_offset && offset.checked_add(len).is_some_and(|end| end <= blob_offset + blob_len);
         if !inside {
-            return Err(Error::TensorOutOfRange {
-                tensor,
-                what,
-                offset,
-                len,
-                blob_offset,
-                blob_len,
-            });
+            return Err(Error::TensorOutOfRange { tensor, what, offset, len, blob_offset, blob_len });
         }
         Ok(())
     }

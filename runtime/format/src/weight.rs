@@ -103,10 +103,7 @@ pub fn storage_counts(dtype: DType, rows: usize, cols: usize) -> Option<(usize, 
     Some(match dtype {
         DType::F32 | DType::F16 | DType::I32 => (n, 0),
         DType::I8 => (n, rows),
-        DType::I4 => (
-            rows.checked_mul(int4_row_bytes(cols))?,
-            rows.checked_mul(int4_groups(cols))?,
-        ),
+        DType::I4 => (rows.checked_mul(int4_row_bytes(cols))?, rows.checked_mul(int4_groups(cols))?),
     })
 }
 
@@ -274,8 +271,7 @@ impl<'a> WeightView<'a> {
             WeightData::I8 { q, scales } => f32::from(q[i]) * scales[r],
             WeightData::I4 { q, scales } => {
                 let b = q[r * int4_row_bytes(self.cols) + c / 2];
-                f32::from(int4_nibble(b, c % 2 == 1))
-                    * scales[r * int4_groups(self.cols) + c / INT4_GROUP].to_f32()
+                f32::from(int4_nibble(b, c % 2 == 1)) * scales[r * int4_groups(self.cols) + c / INT4_GROUP].to_f32()
             }
         }
     }
@@ -286,17 +282,9 @@ impl<'a> WeightView<'a> {
         let c = self.cols;
         match self.data {
             WeightData::F32(d) => dot_f32(&d[r * c..(r + 1) * c], x),
-            WeightData::F16(d) => d[r * c..(r + 1) * c]
-                .iter()
-                .zip(x)
-                .map(|(w, x)| w.to_f32() * x)
-                .sum(),
+            WeightData::F16(d) => d[r * c..(r + 1) * c].iter().zip(x).map(|(w, x)| w.to_f32() * x).sum(),
             WeightData::I8 { q, scales } => {
-                let acc: f32 = q[r * c..(r + 1) * c]
-                    .iter()
-                    .zip(x)
-                    .map(|(&w, x)| f32::from(w) * x)
-                    .sum();
+                let acc: f32 = q[r * c..(r + 1) * c].iter().zip(x).map(|(&w, x)| f32::from(w) * x).sum();
                 acc * scales[r]
             }
             WeightData::I4 { q, scales } => {
@@ -370,21 +358,10 @@ mod encode {
 
     impl EncodedWeight {
         /// Encodes `values` (`rows * cols` f32, row-major) as `dtype`.
-        pub fn encode(
-            dtype: DType,
-            rows: usize,
-            cols: usize,
-            values: &[f32],
-        ) -> Result<Self, WeightError> {
+        pub fn encode(dtype: DType, rows: usize, cols: usize, values: &[f32]) -> Result<Self, WeightError> {
             let expected = rows * cols;
             if values.len() != expected {
-                return Err(WeightError::DataLength {
-                    dtype: DType::F32,
-                    rows,
-                    cols,
-                    expected,
-                    found: values.len(),
-                });
+                return Err(WeightError::DataLength { dtype: DType::F32, rows, cols, expected, found: values.len() });
             }
             if let Some(index) = values.iter().position(|v| !v.is_finite()) {
                 return Err(WeightError::NonFinite { index });
@@ -446,7 +423,8 @@ mod encode {
             self.f16s.clear();
             self.i8s.clear();
             self.u8s.clear();
-            let f32s = |b: &[u8]| b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<_>>();
+            let f32s =
+                |b: &[u8]| b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<_>>();
             let f16s = |b: &[u8]| b.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]])).collect::<Vec<_>>();
             match w.dtype {
                 DType::F32 | DType::I32 => self.f32s = f32s(&w.data),
@@ -484,11 +462,7 @@ mod encode {
 
     /// Symmetric grouped int4 (group 32 along the row): `scale = max|group| / 7` rounded to
     /// f16, `q = round(x / scale)` in `-7..=7`, packed two per byte, low nibble first.
-    pub fn quantize_i4(
-        rows: usize,
-        cols: usize,
-        values: &[f32],
-    ) -> Result<(Vec<u8>, Vec<f16>), WeightError> {
+    pub fn quantize_i4(rows: usize, cols: usize, values: &[f32]) -> Result<(Vec<u8>, Vec<f16>), WeightError> {
         let g = int4_groups(cols);
         let rb = int4_row_bytes(cols);
         let mut q = vec![0u8; rows * rb];
@@ -542,9 +516,8 @@ mod tests {
     use proptest::prelude::*;
 
     fn matrix() -> impl Strategy<Value = (usize, usize, Vec<f32>)> {
-        (1usize..6, 1usize..80).prop_flat_map(|(r, c)| {
-            (Just(r), Just(c), proptest::collection::vec(-4.0f32..4.0, r * c))
-        })
+        (1usize..6, 1usize..80)
+            .prop_flat_map(|(r, c)| (Just(r), Just(c), proptest::collection::vec(-4.0f32..4.0, r * c)))
     }
 
     proptest! {

@@ -201,11 +201,7 @@ fn weights_blob(spec: &ModelSpec) -> Result<(Vec<u8>, Vec<Placed>), Error> {
     let mut placed = Vec::with_capacity(spec.tensors.len());
     for (id, t) in spec.tensors.iter().enumerate() {
         let p = match t {
-            TensorSpec::Weight {
-                name,
-                shape,
-                weight,
-            } => {
+            TensorSpec::Weight { name, shape, weight } => {
                 let (rows, cols) = shape.as_matrix().unwrap_or((usize::MAX, usize::MAX));
                 if (rows, cols) != (weight.rows, weight.cols) {
                     return Err(Error::WeightShape {
@@ -227,26 +223,12 @@ fn weights_blob(spec: &ModelSpec) -> Result<(Vec<u8>, Vec<Placed>), Error> {
                     blob.extend_from_slice(&weight.scales);
                     at
                 });
-                Placed {
-                    offset,
-                    len: weight.data.len() as u64,
-                    scale_offset,
-                    scale_len: weight.scales.len() as u64,
-                }
+                Placed { offset, len: weight.data.len() as u64, scale_offset, scale_len: weight.scales.len() as u64 }
             }
             TensorSpec::Activation { shape, offset, .. } => {
-                let numel = shape.numel().ok_or(Error::TooLarge {
-                    what: "activation shape",
-                })?;
-                let len = (numel as u64).checked_mul(4).ok_or(Error::TooLarge {
-                    what: "activation shape",
-                })?;
-                Placed {
-                    offset: *offset,
-                    len,
-                    scale_offset: None,
-                    scale_len: 0,
-                }
+                let numel = shape.numel().ok_or(Error::TooLarge { what: "activation shape" })?;
+                let len = (numel as u64).checked_mul(4).ok_or(Error::TooLarge { what: "activation shape" })?;
+                Placed { offset: *offset, len, scale_offset: None, scale_len: 0 }
             }
         };
         placed.push(p);
@@ -265,14 +247,8 @@ fn tensor_section(spec: &ModelSpec, placed: &[Placed], weights_at: u64) -> Resul
     out.u32(0);
     for (t, p) in spec.tensors.iter().zip(placed) {
         let (name, kind, dtype, shape, base) = match t {
-            TensorSpec::Weight {
-                name,
-                shape,
-                weight,
-            } => (name, 0u8, weight.dtype, shape, weights_at),
-            TensorSpec::Activation {
-                name, dtype, shape, ..
-            } => (name, 1u8, *dtype, shape, 0),
+            TensorSpec::Weight { name, shape, weight } => (name, 0u8, weight.dtype, shape, weights_at),
+            TensorSpec::Activation { name, dtype, shape, .. } => (name, 1u8, *dtype, shape, 0),
         };
         pool.put(&mut out, name)?;
         out.u8(kind);
@@ -307,25 +283,14 @@ pub fn write_model(spec: &ModelSpec) -> Result<Vec<u8>, Error> {
             TensorSpec::Weight { name, .. } | TensorSpec::Activation { name, .. } => name.len(),
         })
         .sum();
-    let tensors_len =
-        TENSOR_HEADER_LEN as usize + spec.tensors.len() * TENSOR_ENTRY_LEN as usize + names;
+    let tensors_len = TENSOR_HEADER_LEN as usize + spec.tensors.len() * TENSOR_ENTRY_LEN as usize + names;
 
-    let order = [
-        section::META,
-        section::TENSORS,
-        section::GRAPH,
-        section::PLAN,
-        section::WEIGHTS,
-    ];
+    let order = [section::META, section::TENSORS, section::GRAPH, section::PLAN, section::WEIGHTS];
     let lens = [meta.len(), tensors_len, graph.len(), plan.len(), blob.len()];
     let mut at = HEADER_LEN as usize + order.len() * SECTION_ENTRY_LEN as usize;
     let mut offsets = [0usize; 5];
     for (i, (&id, &len)) in order.iter().zip(&lens).enumerate() {
-        let align = if id == section::WEIGHTS {
-            TENSOR_ALIGN
-        } else {
-            SECTION_ALIGN as usize
-        };
+        let align = if id == section::WEIGHTS { TENSOR_ALIGN } else { SECTION_ALIGN as usize };
         at = at.next_multiple_of(align);
         offsets[i] = at;
         at += len;
@@ -348,10 +313,7 @@ pub fn write_model(spec: &ModelSpec) -> Result<Vec<u8>, Error> {
         out.u64(off as u64);
         out.u64(len as u64);
     }
-    for (bytes, &off) in [&meta, &tensors, &graph, &plan, &blob]
-        .into_iter()
-        .zip(&offsets)
-    {
+    for (bytes, &off) in [&meta, &tensors, &graph, &plan, &blob].into_iter().zip(&offsets) {
         out.resize(off, 0);
         out.extend_from_slice(bytes);
     }

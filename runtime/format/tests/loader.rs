@@ -12,29 +12,18 @@ fn shape(d: &[u32]) -> Shape {
 }
 
 fn values(n: usize, seed: f32) -> Vec<f32> {
-    (0..n)
-        .map(|i| ((i as f32 + seed) * 0.731).sin() * 1.5)
-        .collect()
+    (0..n).map(|i| ((i as f32 + seed) * 0.731).sin() * 1.5).collect()
 }
 
 fn weight(name: &str, dtype: DType, dims: &[u32], seed: f32) -> TensorSpec {
     let s = shape(dims);
     let (rows, cols) = s.as_matrix().unwrap();
     let weight = EncodedWeight::encode(dtype, rows, cols, &values(rows * cols, seed)).unwrap();
-    TensorSpec::Weight {
-        name: name.into(),
-        shape: s,
-        weight,
-    }
+    TensorSpec::Weight { name: name.into(), shape: s, weight }
 }
 
 fn act(name: &str, dims: &[u32], offset: u64) -> TensorSpec {
-    TensorSpec::Activation {
-        name: name.into(),
-        dtype: DType::F32,
-        shape: shape(dims),
-        offset,
-    }
+    TensorSpec::Activation { name: name.into(), dtype: DType::F32, shape: shape(dims), offset }
 }
 
 /// Dense (int8) → LayerNorm (f16 γ) → Efficient attention (int4 W^Q, f16 W^O) → mean pool.
@@ -56,19 +45,8 @@ fn spec() -> ModelSpec {
         weight("ünïcode.scalar", DType::F32, &[], 9.0),    // 13
     ];
     let ops = vec![
-        Op::Dense(Dense {
-            x: 0,
-            proj: Proj { w: 1, b: Some(2) },
-            act: Activation::Gelu,
-            y: 3,
-        }),
-        Op::LayerNorm(LayerNorm {
-            x: 3,
-            gamma: 4,
-            beta: Some(5),
-            eps: 1e-6,
-            y: 6,
-        }),
+        Op::Dense(Dense { x: 0, proj: Proj { w: 1, b: Some(2) }, act: Activation::Gelu, y: 3 }),
+        Op::LayerNorm(LayerNorm { x: 3, gamma: 4, beta: Some(5), eps: 1e-6, y: 6 }),
         Op::Attention(Attention {
             x: 6,
             variant: AttentionVariant::Efficient,
@@ -82,13 +60,7 @@ fn spec() -> ModelSpec {
             o: Proj { w: 9, b: None },
             y: 10,
         }),
-        Op::Reduce(Reduce {
-            x: 10,
-            op: ReduceOp::Mean,
-            axis: 0,
-            keep_dims: false,
-            y: 11,
-        }),
+        Op::Reduce(Reduce { x: 10, op: ReduceOp::Mean, axis: 0, keep_dims: false, y: 11 }),
     ];
     let meta = MetadataSpec {
         name: "tiny".into(),
@@ -109,11 +81,7 @@ fn spec() -> ModelSpec {
                 pixel_scale: 1.0 / 255.0,
             }),
         }],
-        outputs: vec![OutputSpec {
-            name: "embedding".into(),
-            tensor: 11,
-            kind: OutputKind::Embedding,
-        }],
+        outputs: vec![OutputSpec { name: "embedding".into(), tensor: 11, kind: OutputKind::Embedding }],
     };
     ModelSpec {
         meta,
@@ -121,10 +89,7 @@ fn spec() -> ModelSpec {
         ops,
         inputs: vec![0],
         outputs: vec![11],
-        plan: MemoryPlan {
-            arena_bytes_per_sample: 3008,
-            scratch_bytes: 256,
-        },
+        plan: MemoryPlan { arena_bytes_per_sample: 3008, scratch_bytes: 256 },
     }
 }
 
@@ -162,12 +127,7 @@ fn touch_all(f: &KesFile<'_>) {
     for op in f.ops() {
         op.expect("validated op");
     }
-    let _ = (
-        f.inputs().count(),
-        f.outputs().count(),
-        f.plan(),
-        f.version(),
-    );
+    let _ = (f.inputs().count(), f.outputs().count(), f.plan(), f.version());
 }
 
 /// Offset and length of section `id`, read from the section table.
@@ -236,11 +196,7 @@ fn round_trip() {
     for (id, t) in spec.tensors.iter().enumerate() {
         let info = f.tensor(id as u32).unwrap();
         match t {
-            TensorSpec::Weight {
-                name,
-                shape,
-                weight,
-            } => {
+            TensorSpec::Weight { name, shape, weight } => {
                 assert_eq!(
                     (info.name, info.kind, info.dtype, info.shape),
                     (&name[..], TensorKind::Weight, weight.dtype, *shape)
@@ -249,10 +205,7 @@ fn round_trip() {
                 assert_eq!(info.scale_offset % 64, 0);
                 assert_eq!(info.len as usize, weight.data.len());
                 assert_eq!(info.scale_len as usize, weight.scales.len());
-                assert_eq!(
-                    &bytes[info.offset as usize..][..weight.data.len()],
-                    &weight.data[..]
-                );
+                assert_eq!(&bytes[info.offset as usize..][..weight.data.len()], &weight.data[..]);
                 let view = f.weight(id as u32).unwrap();
                 assert_eq!(view.dtype(), weight.dtype);
                 let mut got = vec![0.0; view.len()];
@@ -260,36 +213,18 @@ fn round_trip() {
                 assert_eq!(got, weight.decode(), "weight {name}");
                 assert!(view.as_ptr_aligned());
             }
-            TensorSpec::Activation {
-                name,
-                dtype,
-                shape,
-                offset,
-            } => {
+            TensorSpec::Activation { name, dtype, shape, offset } => {
                 assert_eq!(
                     (info.name, info.kind, info.dtype, info.shape),
                     (&name[..], TensorKind::Activation, *dtype, *shape)
                 );
-                assert_eq!(
-                    (info.offset, info.len),
-                    (*offset, shape.numel().unwrap() as u64 * 4)
-                );
+                assert_eq!((info.offset, info.len), (*offset, shape.numel().unwrap() as u64 * 4));
                 assert!(matches!(f.weight(id as u32), Err(Error::NotAWeight { .. })));
             }
         }
     }
-    assert!(matches!(
-        f.tensor(99),
-        Err(Error::BadTensorId {
-            by: Referrer::Lookup,
-            id: 99,
-            count: 14
-        })
-    ));
-    assert!(matches!(
-        f.op(4),
-        Err(Error::BadOpIndex { index: 4, count: 4 })
-    ));
+    assert!(matches!(f.tensor(99), Err(Error::BadTensorId { by: Referrer::Lookup, id: 99, count: 14 })));
+    assert!(matches!(f.op(4), Err(Error::BadOpIndex { index: 4, count: 4 })));
     assert_eq!(f.bytes(), &bytes[..]);
 }
 
@@ -359,14 +294,7 @@ fn bad_magic() {
 fn other_major_versions_are_rejected() {
     for major in [0u16, 2, 0xffff] {
         let r = patched(|b| b[8..10].copy_from_slice(&major.to_le_bytes()));
-        assert_eq!(
-            r,
-            Err(Error::UnsupportedVersion {
-                major,
-                minor: 0,
-                supported_major: 1
-            })
-        );
+        assert_eq!(r, Err(Error::UnsupportedVersion { major, minor: 0, supported_major: 1 }));
     }
 }
 
@@ -414,39 +342,21 @@ fn section_table_errors() {
     let t = get_u64(&file(), 32) as usize;
     // First entry (metadata): offset past the end.
     let r = patched(|b| put_u64(b, t + 8, 1 << 40));
-    assert!(
-        matches!(r, Err(Error::SectionOutOfRange { id: 1, .. })),
-        "{r:?}"
-    );
+    assert!(matches!(r, Err(Error::SectionOutOfRange { id: 1, .. })), "{r:?}");
     // Tensors section moved onto the metadata section.
     let r = patched(|b| {
         let meta = get_u64(b, t + 8);
         put_u64(b, t + 24 + 8, meta);
     });
-    assert!(
-        matches!(r, Err(Error::SectionOverlap { a: 1, b: 2 })),
-        "{r:?}"
-    );
+    assert!(matches!(r, Err(Error::SectionOverlap { a: 1, b: 2 })), "{r:?}");
     let r = patched(|b| put_u64(b, t + 8, 12));
     assert!(matches!(r, Err(Error::SectionMisaligned { .. })), "{r:?}");
     let r = patched(|b| put_u32(b, t + 24, 1));
     assert_eq!(r, Err(Error::DuplicateSection { id: 1 }));
     let r = patched(|b| put_u32(b, t + 48, 77));
-    assert_eq!(
-        r,
-        Err(Error::MissingSection {
-            id: 3,
-            name: "graph"
-        })
-    );
+    assert_eq!(r, Err(Error::MissingSection { id: 3, name: "graph" }));
     let r = patched(|b| put_u32(b, 28, 1000));
-    assert_eq!(
-        r,
-        Err(Error::TooManySections {
-            found: 1000,
-            max: 64
-        })
-    );
+    assert_eq!(r, Err(Error::TooManySections { found: 1000, max: 64 }));
 }
 
 #[test]
@@ -456,33 +366,12 @@ fn weight_offset_out_of_range() {
         let v = get_u64(b, at) + (1 << 20);
         put_u64(b, at, v);
     });
-    assert!(
-        matches!(
-            r,
-            Err(Error::TensorOutOfRange {
-                tensor: 1,
-                what: "data",
-                ..
-            })
-        ),
-        "{r:?}"
-    );
+    assert!(matches!(r, Err(Error::TensorOutOfRange { tensor: 1, what: "data", .. })), "{r:?}");
     let r = patched(|b| {
         let at = tensor_field(b, 1, 56);
         put_u64(b, at, 0)
     });
-    assert!(
-        matches!(
-            r,
-            Err(Error::TensorOutOfRange {
-                tensor: 1,
-                what: "scales",
-                offset: 0,
-                ..
-            })
-        ),
-        "{r:?}"
-    );
+    assert!(matches!(r, Err(Error::TensorOutOfRange { tensor: 1, what: "scales", offset: 0, .. })), "{r:?}");
 }
 
 #[test]
@@ -492,18 +381,7 @@ fn misaligned_weight_offset() {
         let v = get_u64(b, at) + 4;
         put_u64(b, at, v);
     });
-    assert!(
-        matches!(
-            r,
-            Err(Error::MisalignedTensor {
-                tensor: 2,
-                what: "data",
-                required: 64,
-                ..
-            })
-        ),
-        "{r:?}"
-    );
+    assert!(matches!(r, Err(Error::MisalignedTensor { tensor: 2, what: "data", required: 64, .. })), "{r:?}");
 }
 
 #[test]
@@ -514,16 +392,7 @@ fn shape_and_length_must_agree() {
         put_u32(b, at, 47)
     });
     assert!(
-        matches!(
-            r,
-            Err(Error::LengthMismatch {
-                tensor: 1,
-                what: "data",
-                expected: 1504,
-                found: 1536,
-                ..
-            })
-        ),
+        matches!(r, Err(Error::LengthMismatch { tensor: 1, what: "data", expected: 1504, found: 1536, .. })),
         "{r:?}"
     );
     // Activation length.
@@ -531,18 +400,7 @@ fn shape_and_length_must_agree() {
         let at = tensor_field(b, 3, 48);
         put_u64(b, at, 4)
     });
-    assert!(
-        matches!(
-            r,
-            Err(Error::LengthMismatch {
-                tensor: 3,
-                expected: 768,
-                found: 4,
-                ..
-            })
-        ),
-        "{r:?}"
-    );
+    assert!(matches!(r, Err(Error::LengthMismatch { tensor: 3, expected: 768, found: 4, .. })), "{r:?}");
     // Rank above the maximum.
     let r = patched(|b| {
         let at = tensor_field(b, 3, 10);
@@ -557,28 +415,12 @@ fn bad_dtypes() {
         let at = tensor_field(b, 1, 9);
         b[at] = 9;
     });
-    assert_eq!(
-        r,
-        Err(Error::UnknownDType {
-            tensor: 1,
-            found: 9
-        })
-    );
+    assert_eq!(r, Err(Error::UnknownDType { tensor: 1, found: 9 }));
     let r = patched(|b| {
         let at = tensor_field(b, 3, 9);
         b[at] = DType::F16 as u8;
     });
-    assert!(
-        matches!(
-            r,
-            Err(Error::DTypeNotAllowed {
-                tensor: 3,
-                kind: "activation",
-                ..
-            })
-        ),
-        "{r:?}"
-    );
+    assert!(matches!(r, Err(Error::DTypeNotAllowed { tensor: 3, kind: "activation", .. })), "{r:?}");
 }
 
 #[test]
@@ -587,32 +429,12 @@ fn activations_must_fit_the_arena() {
         let at = section(b, layout::section::PLAN).0;
         put_u64(b, at, 3000)
     });
-    assert!(
-        matches!(
-            r,
-            Err(Error::ActivationOutOfArena {
-                tensor: 11,
-                arena: 3000,
-                ..
-            })
-        ),
-        "{r:?}"
-    );
+    assert!(matches!(r, Err(Error::ActivationOutOfArena { tensor: 11, arena: 3000, .. })), "{r:?}");
     let r = patched(|b| {
         let at = tensor_field(b, 3, 40);
         put_u64(b, at, 520)
     });
-    assert!(
-        matches!(
-            r,
-            Err(Error::MisalignedTensor {
-                tensor: 3,
-                what: "arena",
-                ..
-            })
-        ),
-        "{r:?}"
-    );
+    assert!(matches!(r, Err(Error::MisalignedTensor { tensor: 3, what: "arena", .. })), "{r:?}");
 }
 
 #[test]
@@ -631,43 +453,20 @@ fn bad_op_records() {
         let at = first_record(b) + 4;
         put_u32(b, at, 1000);
     });
-    assert_eq!(
-        r,
-        Err(Error::BadTensorId {
-            by: Referrer::Node(0),
-            id: 1000,
-            count: 14
-        })
-    );
+    assert_eq!(r, Err(Error::BadTensorId { by: Referrer::Node(0), id: 1000, count: 14 }));
     // Dense's output slot -> a weight.
     let r = patched(|b| {
         let at = first_record(b) + 4 + 12;
         put_u32(b, at, 1);
     });
-    assert_eq!(
-        r,
-        Err(Error::NotAnActivation {
-            by: Referrer::Node(0),
-            id: 1
-        })
-    );
+    assert_eq!(r, Err(Error::NotAnActivation { by: Referrer::Node(0), id: 1 }));
     // Dense's activation attribute -> 42.
     let r = patched(|b| {
         let at = first_record(b) + 4 + 16;
         put_u32(b, at, 42);
     });
     assert!(
-        matches!(
-            r,
-            Err(Error::Op {
-                node: 0,
-                source: OpError::BadAttr {
-                    attr: "activation",
-                    value: 42,
-                    ..
-                }
-            })
-        ),
+        matches!(r, Err(Error::Op { node: 0, source: OpError::BadAttr { attr: "activation", value: 42, .. } })),
         "{r:?}"
     );
 }
@@ -679,13 +478,7 @@ fn graph_inputs_must_be_activations() {
         let n_ops = u32::from_le_bytes(b[g..g + 4].try_into().unwrap()) as usize;
         put_u32(b, g + 16 + 4 * n_ops, 2);
     });
-    assert_eq!(
-        r,
-        Err(Error::NotAnActivation {
-            by: Referrer::GraphInput(0),
-            id: 2
-        })
-    );
+    assert_eq!(r, Err(Error::NotAnActivation { by: Referrer::GraphInput(0), id: 2 }));
 }
 
 #[test]
@@ -695,12 +488,7 @@ fn names_must_be_utf8() {
         let pool = t + 16 + 72 * 14;
         b[pool] = 0xff;
     });
-    assert_eq!(
-        r,
-        Err(Error::BadUtf8 {
-            what: "tensor name"
-        })
-    );
+    assert_eq!(r, Err(Error::BadUtf8 { what: "tensor name" }));
     let r = patched(|b| {
         let (m, len) = section(b, layout::section::META);
         b[m + len - 1] = 0xc3;
@@ -714,13 +502,7 @@ fn unaligned_buffers_are_rejected() {
     let mut shifted = vec![0u8];
     shifted.extend_from_slice(&b);
     let buf = aligned_copy(&shifted);
-    assert_eq!(
-        KesFile::parse(&buf[1..]).unwrap_err(),
-        Error::UnalignedBuffer {
-            required: 64,
-            address_mod: 1
-        }
-    );
+    assert_eq!(KesFile::parse(&buf[1..]).unwrap_err(), Error::UnalignedBuffer { required: 64, address_mod: 1 });
 }
 
 #[test]
@@ -737,43 +519,20 @@ fn writer_rejects_inconsistent_specs() {
     if let TensorSpec::Weight { shape, .. } = &mut s.tensors[1] {
         *shape = Shape::new(&[32, 48]).unwrap();
     }
-    assert!(matches!(
-        write_model(&s),
-        Err(Error::WeightShape { tensor: 1, .. })
-    ));
+    assert!(matches!(write_model(&s), Err(Error::WeightShape { tensor: 1, .. })));
     let mut s = spec();
     s.tensors[3] = act("h", &[4, 48], 520);
-    assert!(matches!(
-        write_model(&s),
-        Err(Error::MisalignedTensor { tensor: 3, .. })
-    ));
+    assert!(matches!(write_model(&s), Err(Error::MisalignedTensor { tensor: 3, .. })));
     let mut s = spec();
     s.outputs = vec![5];
-    assert_eq!(
-        write_model(&s),
-        Err(Error::NotAnActivation {
-            by: Referrer::GraphOutput(0),
-            id: 5
-        })
-    );
+    assert_eq!(write_model(&s), Err(Error::NotAnActivation { by: Referrer::GraphOutput(0), id: 5 }));
 }
 
 #[test]
 fn errors_display_expected_and_found() {
-    let e = Error::Truncated {
-        what: "tensor table",
-        needed: 100,
-        available: 64,
-    };
-    assert_eq!(
-        e.to_string(),
-        "truncated tensor table: needs 100 bytes, 64 available"
-    );
-    let e = Error::Weight {
-        tensor: 3,
-        name: ShortName::new("a.b"),
-        source: WeightError::NonFinite { index: 2 },
-    };
+    let e = Error::Truncated { what: "tensor table", needed: 100, available: 64 };
+    assert_eq!(e.to_string(), "truncated tensor table: needs 100 bytes, 64 available");
+    let e = Error::Weight { tensor: 3, name: ShortName::new("a.b"), source: WeightError::NonFinite { index: 2 } };
     assert!(e.to_string().starts_with("weight 3 `a.b`:"));
 }
 
@@ -816,71 +575,18 @@ fn every_op_kind_round_trips() {
     let p = |w| Proj { w, b: Some(w + 1) };
     let (x, y) = (0, 13);
     let all = vec![
-        Op::Dense(Dense {
-            x,
-            proj: p(1),
-            act: Activation::GeluTanh,
-            y,
-        }),
-        Op::LayerNorm(LayerNorm {
-            x,
-            gamma: 1,
-            beta: None,
-            eps: 1e-5,
-            y,
-        }),
-        Op::Unary(Unary {
-            x,
-            op: UnaryOp::Silu,
-            y,
-        }),
-        Op::Binary(Binary {
-            a: x,
-            b: 2,
-            op: BinaryOp::Pow,
-            y,
-        }),
+        Op::Dense(Dense { x, proj: p(1), act: Activation::GeluTanh, y }),
+        Op::LayerNorm(LayerNorm { x, gamma: 1, beta: None, eps: 1e-5, y }),
+        Op::Unary(Unary { x, op: UnaryOp::Silu, y }),
+        Op::Binary(Binary { a: x, b: 2, op: BinaryOp::Pow, y }),
         Op::Softmax(Softmax { x, y }),
-        Op::PatchEmbed(PatchEmbed {
-            x,
-            proj: p(1),
-            patch: 4,
-            y,
-        }),
-        Op::Embedding(Embedding {
-            ids: x,
-            table: 1,
-            pos: Some(2),
-            y,
-        }),
-        Op::Reduce(Reduce {
-            x,
-            op: ReduceOp::Max,
-            axis: 1,
-            keep_dims: true,
-            y,
-        }),
+        Op::PatchEmbed(PatchEmbed { x, proj: p(1), patch: 4, y }),
+        Op::Embedding(Embedding { ids: x, table: 1, pos: Some(2), y }),
+        Op::Reduce(Reduce { x, op: ReduceOp::Max, axis: 1, keep_dims: true, y }),
         Op::Reshape(Reshape { x, y }),
-        Op::Transpose(Transpose {
-            x,
-            perm: [1, 0, 2, 3, 4, 5],
-            y,
-        }),
-        Op::MatMul(MatMul {
-            a: x,
-            b: 3,
-            transpose_b: true,
-            y,
-        }),
-        Op::Conv2d(Conv2d {
-            x,
-            proj: p(1),
-            stride: [1, 2],
-            pad: [0, 1, 2, 3],
-            dilation: [1, 1],
-            groups: 1,
-            y,
-        }),
+        Op::Transpose(Transpose { x, perm: [1, 0, 2, 3, 4, 5], y }),
+        Op::MatMul(MatMul { a: x, b: 3, transpose_b: true, y }),
+        Op::Conv2d(Conv2d { x, proj: p(1), stride: [1, 2], pad: [0, 1, 2, 3], dilation: [1, 1], groups: 1, y }),
         Op::Attention(Attention {
             x,
             variant: AttentionVariant::Super,
@@ -904,60 +610,11 @@ fn every_op_kind_round_trips() {
             o: p(9),
             y,
         }),
-        Op::AftFull(AftFull {
-            x,
-            causal: true,
-            q: p(1),
-            k: p(3),
-            v: p(5),
-            bias: AftBias::Full(7),
-            o: p(9),
-            y,
-        }),
-        Op::AftLocal(AftLocal {
-            x,
-            causal: false,
-            window: 3,
-            q: p(1),
-            k: p(3),
-            v: p(5),
-            w: 7,
-            o: p(9),
-            y,
-        }),
-        Op::AftSimple(AftSimple {
-            x,
-            causal: true,
-            q: p(1),
-            k: p(3),
-            v: p(5),
-            o: p(7),
-            y,
-        }),
-        Op::AftConv(AftConv {
-            x,
-            heads: 2,
-            kernel: 3,
-            grid: [2, 2],
-            q: p(1),
-            k: p(3),
-            v: p(5),
-            w: 7,
-            o: p(9),
-            y,
-        }),
-        Op::Fastformer(Fastformer {
-            x,
-            heads: 2,
-            scale: 0.5,
-            q: p(1),
-            k: p(3),
-            v: p(5),
-            wqa: 7,
-            wka: 8,
-            r: p(9),
-            y,
-        }),
+        Op::AftFull(AftFull { x, causal: true, q: p(1), k: p(3), v: p(5), bias: AftBias::Full(7), o: p(9), y }),
+        Op::AftLocal(AftLocal { x, causal: false, window: 3, q: p(1), k: p(3), v: p(5), w: 7, o: p(9), y }),
+        Op::AftSimple(AftSimple { x, causal: true, q: p(1), k: p(3), v: p(5), o: p(7), y }),
+        Op::AftConv(AftConv { x, heads: 2, kernel: 3, grid: [2, 2], q: p(1), k: p(3), v: p(5), w: 7, o: p(9), y }),
+        Op::Fastformer(Fastformer { x, heads: 2, scale: 0.5, q: p(1), k: p(3), v: p(5), wqa: 7, wka: 8, r: p(9), y }),
     ];
     let mut tensors = vec![act("x", &[4, 8], 0)];
     for i in 1..13 {
@@ -970,10 +627,7 @@ fn every_op_kind_round_trips() {
         ops: all.clone(),
         inputs: vec![0],
         outputs: vec![13],
-        plan: MemoryPlan {
-            arena_bytes_per_sample: 256,
-            scratch_bytes: 0,
-        },
+        plan: MemoryPlan { arena_bytes_per_sample: 256, scratch_bytes: 0 },
     };
     let bytes = write_model(&s).unwrap();
     let buf = aligned_copy(&bytes);

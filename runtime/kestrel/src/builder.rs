@@ -44,7 +44,8 @@ impl ModelBuilder {
     }
 
     fn shape(dims: &[usize]) -> Result<Shape, Error> {
-        Shape::from_usize(dims).ok_or_else(|| Error::Build(format!("shape {dims:?} has too many axes or too large a dim")))
+        Shape::from_usize(dims)
+            .ok_or_else(|| Error::Build(format!("shape {dims:?} has too many axes or too large a dim")))
     }
 
     fn push(&mut self, d: Draft) -> TensorId {
@@ -78,7 +79,13 @@ impl ModelBuilder {
         self.weight_impl(name, dims, values, Some(dtype))
     }
 
-    fn weight_impl(&mut self, name: &str, dims: &[usize], values: Vec<f32>, dtype: Option<DType>) -> Result<TensorId, Error> {
+    fn weight_impl(
+        &mut self,
+        name: &str,
+        dims: &[usize],
+        values: Vec<f32>,
+        dtype: Option<DType>,
+    ) -> Result<TensorId, Error> {
         let shape = Self::shape(dims)?;
         let n = shape.numel().unwrap_or(usize::MAX);
         if values.len() != n {
@@ -143,7 +150,9 @@ impl ModelBuilder {
             .iter()
             .enumerate()
             .filter_map(|(i, t)| match t {
-                Draft::Act { shape, .. } => Some(PlanTensor { id: i as TensorId, bytes: shape.numel().unwrap_or(0) as u64 * 4 }),
+                Draft::Act { shape, .. } => {
+                    Some(PlanTensor { id: i as TensorId, bytes: shape.numel().unwrap_or(0) as u64 * 4 })
+                }
                 Draft::Weight { .. } => None,
             })
             .collect();
@@ -153,7 +162,8 @@ impl ModelBuilder {
             tensors.push(match t {
                 Draft::Weight { name, shape, values, dtype } => {
                     let dtype = dtype.unwrap_or(self.weight_dtype);
-                    let (rows, cols) = shape.as_matrix().ok_or_else(|| Error::Build(format!("weight `{name}` too large")))?;
+                    let (rows, cols) =
+                        shape.as_matrix().ok_or_else(|| Error::Build(format!("weight `{name}` too large")))?;
                     let weight = EncodedWeight::encode(dtype, rows, cols, values)
                         .map_err(|e| Error::Build(format!("weight `{name}`: {e}")))?;
                     TensorSpec::Weight { name: name.clone(), shape: *shape, weight }

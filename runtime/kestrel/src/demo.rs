@@ -72,10 +72,19 @@ impl Ctx<'_> {
     }
 }
 
-fn mechanism(c: &mut Ctx<'_>, which: usize, x: TensorId, t: usize, d: usize, grid: [u32; 2]) -> Result<TensorId, Error> {
+fn mechanism(
+    c: &mut Ctx<'_>,
+    which: usize,
+    x: TensorId,
+    t: usize,
+    d: usize,
+    grid: [u32; 2],
+) -> Result<TensorId, Error> {
     let attention = |c: &mut Ctx<'_>, variant, heads: usize, causal| -> Result<TensorId, Error> {
         let q = c.proj(d, d)?;
-        let k = matches!(variant, AttentionVariant::Standard | AttentionVariant::Optimised).then(|| c.proj(d, d)).transpose()?;
+        let k = matches!(variant, AttentionVariant::Standard | AttentionVariant::Optimised)
+            .then(|| c.proj(d, d))
+            .transpose()?;
         let v = matches!(variant, AttentionVariant::Standard).then(|| c.proj(d, d)).transpose()?;
         let align = matches!(variant, AttentionVariant::Super).then(|| c.proj(t, t)).transpose()?;
         let o = c.proj(d, d)?;

@@ -57,9 +57,8 @@ impl Model {
     /// A session for batches of up to `capacity` samples, with its arena allocated once here.
     pub fn session(&self, capacity: usize) -> Result<Session<'_>, Error> {
         let model = self.cpu()?;
-        let bytes = model
-            .arena_bytes(capacity)
-            .ok_or(kestrel_cpu::RunError::BadCapacity { max: 0, found: capacity })?;
+        let bytes =
+            model.arena_bytes(capacity).ok_or(kestrel_cpu::RunError::BadCapacity { max: 0, found: capacity })?;
         let mut s = Session { model, arena: vec![0u8; bytes], capacity };
         // Bind once so a bad capacity fails here, not at the first run.
         kestrel_cpu::Session::new(&s.model, &mut s.arena, capacity)?;

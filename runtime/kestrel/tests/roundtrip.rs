@@ -76,7 +76,7 @@ fn quantised_weights_stay_close_to_f32() {
 fn text_model_runs_with_i32_and_i64_ids_and_rejects_bad_ids() {
     let model = Model::from_bytes(&text_model(2, DType::I8).unwrap()).unwrap();
     let mut sess = model.session(2).unwrap();
-    let ids: Vec<i32> = (0..48).map(|i| (i * 7 % 100) as i32).collect();
+    let ids: Vec<i32> = (0..48i32).map(|i| i * 7 % 100).collect();
     let ids64: Vec<i64> = ids.iter().map(|&v| i64::from(v)).collect();
     let a = sess.run_vec(&[Input::I32(&ids)]).unwrap().remove(0);
     let b = sess.run_vec(&[Input::I64(&ids64)]).unwrap().remove(0);

@@ -178,12 +178,7 @@ pub fn binary_scalar(f: BinaryFn, a: f64, b: f64) -> f64 {
 /// numpy broadcast shape of two shapes, `None` if incompatible.
 pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     let r = a.len().max(b.len());
-    let pad = |s: &[usize]| -> Vec<usize> {
-        vec![1; r - s.len()]
-            .into_iter()
-            .chain(s.iter().copied())
-            .collect()
-    };
+    let pad = |s: &[usize]| -> Vec<usize> { vec![1; r - s.len()].into_iter().chain(s.iter().copied()).collect() };
     let (pa, pb) = (pad(a), pad(b));
     pa.iter()
         .zip(&pb)
@@ -199,32 +194,18 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 /// Index into a tensor of shape `src` for output multi-index `out_idx` under broadcasting.
 fn broadcast_index(out_idx: &[usize], src: &[usize]) -> usize {
     let off = out_idx.len() - src.len();
-    let idx: Vec<usize> = src
-        .iter()
-        .enumerate()
-        .map(|(j, &d)| if d == 1 { 0 } else { out_idx[off + j] })
-        .collect();
+    let idx: Vec<usize> = src.iter().enumerate().map(|(j, &d)| if d == 1 { 0 } else { out_idx[off + j] }).collect();
     ravel(&idx, src)
 }
 
 /// `f(a, b)` with numpy broadcasting; returns the output and its shape. Panics if the shapes
 /// are incompatible.
-pub fn binary(
-    f: BinaryFn,
-    a: &[f64],
-    a_shape: &[usize],
-    b: &[f64],
-    b_shape: &[usize],
-) -> (Vec<f64>, Vec<usize>) {
+pub fn binary(f: BinaryFn, a: &[f64], a_shape: &[usize], b: &[f64], b_shape: &[usize]) -> (Vec<f64>, Vec<usize>) {
     let ys = broadcast_shape(a_shape, b_shape).expect("incompatible shapes");
     let y = (0..numel(&ys))
         .map(|i| {
             let idx = unravel(i, &ys);
-            binary_scalar(
-                f,
-                a[broadcast_index(&idx, a_shape)],
-                b[broadcast_index(&idx, b_shape)],
-            )
+            binary_scalar(f, a[broadcast_index(&idx, a_shape)], b[broadcast_index(&idx, b_shape)])
         })
         .collect();
     (y, ys)
@@ -283,22 +264,11 @@ pub fn transpose(x: &[f64], shape: &[usize], perm: &[usize]) -> (Vec<f64>, Vec<u
 
 /// Batched matmul over the last two axes with broadcast batch axes: `a [.., M, K]`,
 /// `b [.., K, N]` (or `[.., N, K]` when `transpose_b`). Returns the output and its shape.
-pub fn matmul(
-    a: &[f64],
-    a_shape: &[usize],
-    b: &[f64],
-    b_shape: &[usize],
-    transpose_b: bool,
-) -> (Vec<f64>, Vec<usize>) {
+pub fn matmul(a: &[f64], a_shape: &[usize], b: &[f64], b_shape: &[usize], transpose_b: bool) -> (Vec<f64>, Vec<usize>) {
     let (ra, rb) = (a_shape.len(), b_shape.len());
     let (m, k) = (a_shape[ra - 2], a_shape[ra - 1]);
-    let n = if transpose_b {
-        b_shape[rb - 2]
-    } else {
-        b_shape[rb - 1]
-    };
-    let batch =
-        broadcast_shape(&a_shape[..ra - 2], &b_shape[..rb - 2]).expect("incompatible batch axes");
+    let n = if transpose_b { b_shape[rb - 2] } else { b_shape[rb - 1] };
+    let batch = broadcast_shape(&a_shape[..ra - 2], &b_shape[..rb - 2]).expect("incompatible batch axes");
     let mut ys = batch.clone();
     ys.extend([m, n]);
     let y = (0..numel(&ys))
@@ -309,18 +279,10 @@ pub fn matmul(
                 .map(|kk| {
                     let mut ia = bi[bi.len() + 2 - ra..].to_vec();
                     ia.extend([i, kk]);
-                    let ia: Vec<usize> = ia
-                        .iter()
-                        .zip(a_shape)
-                        .map(|(&v, &d)| if d == 1 { 0 } else { v })
-                        .collect();
+                    let ia: Vec<usize> = ia.iter().zip(a_shape).map(|(&v, &d)| if d == 1 { 0 } else { v }).collect();
                     let mut ib = bi[bi.len() + 2 - rb..].to_vec();
                     ib.extend(if transpose_b { [j, kk] } else { [kk, j] });
-                    let ib: Vec<usize> = ib
-                        .iter()
-                        .zip(b_shape)
-                        .map(|(&v, &d)| if d == 1 { 0 } else { v })
-                        .collect();
+                    let ib: Vec<usize> = ib.iter().zip(b_shape).map(|(&v, &d)| if d == 1 { 0 } else { v }).collect();
                     a[ravel(&ia, a_shape)] * b[ravel(&ib, b_shape)]
                 })
                 .sum()
@@ -368,10 +330,8 @@ pub fn conv2d(
                 for ci in 0..cg {
                     for u in 0..kh {
                         for v in 0..kw {
-                            let yy =
-                                (i * s.stride[0] + u * s.dilation[0]) as isize - s.pad[0] as isize;
-                            let xx =
-                                (j * s.stride[1] + v * s.dilation[1]) as isize - s.pad[1] as isize;
+                            let yy = (i * s.stride[0] + u * s.dilation[0]) as isize - s.pad[0] as isize;
+                            let xx = (j * s.stride[1] + v * s.dilation[1]) as isize - s.pad[1] as isize;
                             if yy < 0 || xx < 0 || yy >= h as isize || xx >= wd as isize {
                                 continue;
                             }
@@ -390,14 +350,7 @@ pub fn conv2d(
 /// Patch embedding of `x [C, H, W]` with `p×p` patches and weight `[d, C·p·p]` (flattened
 /// `(c, i, j)`): token `t = py·(W/p) + px`, `y[t, e] = b[e] + Σ w[e, (c·p + i)·p + j] ·
 /// x[c, py·p + i, px·p + j]`. Returns `[T, d]`.
-pub fn patch_embed(
-    x: &[f64],
-    x_shape: [usize; 3],
-    p: usize,
-    w: &[f64],
-    d: usize,
-    b: Option<&[f64]>,
-) -> Vec<f64> {
+pub fn patch_embed(x: &[f64], x_shape: [usize; 3], p: usize, w: &[f64], d: usize, b: Option<&[f64]>) -> Vec<f64> {
     let [c, h, wd] = x_shape;
     let (gh, gw) = (h / p, wd / p);
     let k = c * p * p;
@@ -410,8 +363,7 @@ pub fn patch_embed(
                 for ch in 0..c {
                     for i in 0..p {
                         for j in 0..p {
-                            acc += w[e * k + (ch * p + i) * p + j]
-                                * x[(ch * h + py * p + i) * wd + px * p + j];
+                            acc += w[e * k + (ch * p + i) * p + j] * x[(ch * h + py * p + i) * wd + px * p + j];
                         }
                     }
                 }
@@ -424,12 +376,7 @@ pub fn patch_embed(
 
 /// Token embedding: `y[t] = table[ids[t]] + pos[t]` (`table [vocab, d]`, `pos [≥T, d]`).
 /// `Err(t)` with the first position whose id is outside `0..vocab`.
-pub fn embedding(
-    ids: &[i32],
-    table: &[f64],
-    d: usize,
-    pos: Option<&[f64]>,
-) -> Result<Vec<f64>, usize> {
+pub fn embedding(ids: &[i32], table: &[f64], d: usize, pos: Option<&[f64]>) -> Result<Vec<f64>, usize> {
     let vocab = table.len() / d;
     let mut y = Vec::with_capacity(ids.len() * d);
     for (t, &id) in ids.iter().enumerate() {

@@ -25,9 +25,7 @@ impl Dense64<'_> {
         let mut y = vec![0.0; rows * out];
         for r in 0..rows {
             for o in 0..out {
-                let dot: f64 = (0..inp)
-                    .map(|i| x[r * inp + i] * self.w[o * inp + i])
-                    .sum::<f64>();
+                let dot: f64 = (0..inp).map(|i| x[r * inp + i] * self.w[o * inp + i]).sum::<f64>();
                 y[r * out + o] = dot + self.b.map_or(0.0, |b| b[o]);
             }
         }
@@ -117,10 +115,7 @@ pub fn attention(x: &[f64], t: usize, d: usize, a: &AttentionRef<'_>) -> Vec<f64
                     if a.causal && j > i {
                         f64::NEG_INFINITY
                     } else {
-                        (0..c)
-                            .map(|f| q[i * d + h * c + f] * k[j * d + h * c + f])
-                            .sum::<f64>()
-                            * a.scale
+                        (0..c).map(|f| q[i * d + h * c + f] * k[j * d + h * c + f]).sum::<f64>() * a.scale
                     }
                 })
                 .collect();
@@ -184,15 +179,7 @@ fn aft_direct(
 /// AFT-full with a `[t, t]` bias w.
 pub fn aft_full(x: &[f64], t: usize, d: usize, causal: bool, p: &Qkvo<'_>, w: &[f64]) -> Vec<f64> {
     let (q, k, v) = (p.q.apply(x, t, d), p.k.apply(x, t, d), p.v.apply(x, t, d));
-    let y = aft_direct(
-        &q,
-        &v,
-        t,
-        d,
-        causal,
-        |j, f| k[j * d + f],
-        |i, j, _| w[i * t + j],
-    );
+    let y = aft_direct(&q, &v, t, d, causal, |j, f| k[j * d + f], |i, j, _| w[i * t + j]);
     p.o.apply(&y, t, d)
 }
 
@@ -208,15 +195,7 @@ pub fn aft_bias_from_factors(u: &[f64], v: &[f64], t: usize, r: usize) -> Vec<f6
 }
 
 /// AFT-local: AFT-full with w zeroed where |t − t'| ≥ window.
-pub fn aft_local(
-    x: &[f64],
-    t: usize,
-    d: usize,
-    causal: bool,
-    window: usize,
-    p: &Qkvo<'_>,
-    w: &[f64],
-) -> Vec<f64> {
+pub fn aft_local(x: &[f64], t: usize, d: usize, causal: bool, window: usize, p: &Qkvo<'_>, w: &[f64]) -> Vec<f64> {
     let mut wl = vec![0.0; t * t];
     for i in 0..t {
         for j in 0..t {
@@ -292,14 +271,8 @@ pub fn fastformer(x: &[f64], t: usize, d: usize, f: &FastformerRef<'_>) -> Vec<f
     let pool = |rows: &[f64], score: &[f64]| {
         let mut out = vec![0.0; d];
         for i in 0..f.heads {
-            let mut a: Vec<f64> = (0..t)
-                .map(|j| {
-                    (0..d)
-                        .map(|e| rows[j * d + e] * score[i * d + e])
-                        .sum::<f64>()
-                        * f.scale
-                })
-                .collect();
+            let mut a: Vec<f64> =
+                (0..t).map(|j| (0..d).map(|e| rows[j * d + e] * score[i * d + e]).sum::<f64>() * f.scale).collect();
             softmax(&mut a);
             for e in i * c..(i + 1) * c {
                 out[e] = (0..t).map(|j| a[j] * rows[j * d + e]).sum();

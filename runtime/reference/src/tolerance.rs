@@ -49,14 +49,7 @@ pub struct Comparison {
 pub fn compare(got: &[f32], want: &[f64], tol: Tolerance) -> Comparison {
     assert_eq!(got.len(), want.len(), "length mismatch: got {}, want {}", got.len(), want.len());
     let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
-    let mut c = Comparison {
-        worst_index: 0,
-        got: 0.0,
-        want: 0.0,
-        max_abs_err: 0.0,
-        max_rel_err: 0.0,
-        pass: true,
-    };
+    let mut c = Comparison { worst_index: 0, got: 0.0, want: 0.0, max_abs_err: 0.0, max_rel_err: 0.0, pass: true };
     let mut worst_ratio = -1.0f64;
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let g = f64::from(g);

@@ -4,13 +4,15 @@ use super::{info, lookup_err, OpIo};
 use crate::error::{RunError, ShapeError};
 use crate::kernels::conv::{conv2d, conv2d_scratch, Conv2dParams};
 use crate::kernels::elementwise::{binary, unary, BinaryParams, Operand, UnaryParams};
-use crate::kernels::embed::{embedding, embedding_scratch, patch_embed, patch_embed_scratch, EmbeddingParams, PatchEmbedParams};
+use crate::kernels::embed::{
+    embedding, embedding_scratch, patch_embed, patch_embed_scratch, EmbeddingParams, PatchEmbedParams,
+};
+use crate::kernels::linear::{linear, ProjW};
 use crate::kernels::matmul::{matmul, matmul_scratch, MatMulParams};
 use crate::kernels::norm::{layer_norm, layer_norm_scratch, LayerNormParams};
 use crate::kernels::reduce::{reduce, ReduceParams};
 use crate::kernels::softmax::{softmax, SoftmaxParams};
 use crate::kernels::transpose::{transpose, TransposeParams};
-use crate::kernels::linear::{linear, ProjW};
 use crate::session::numel;
 use kestrel_format::ops::{Activation, Op, Proj, TensorId};
 use kestrel_format::{KesFile, Shape, TensorKind, WeightView};

@@ -24,7 +24,12 @@ fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
     let td = |x| -> Result<(usize, usize), ShapeError> {
         let s = shape(file, x)?;
         if s.rank() != 2 {
-            return Err(ShapeError::Mismatch { op: op.name(), what: "input rank ([T, d])", expected: 2, found: s.rank() });
+            return Err(ShapeError::Mismatch {
+                op: op.name(),
+                what: "input rank ([T, d])",
+                expected: 2,
+                found: s.rank(),
+            });
         }
         Ok((s.dim(0), s.dim(1)))
     };
@@ -33,7 +38,8 @@ fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
     let prep = match *op {
         Op::Attention(o) => {
             let (t, d) = td(o.x)?;
-            let p = AttentionParams { t, d, heads: o.heads as usize, causal: o.causal, scale: o.scale, variant: o.variant };
+            let p =
+                AttentionParams { t, d, heads: o.heads as usize, causal: o.causal, scale: o.scale, variant: o.variant };
             let w = AttentionWeights { q: pj(o.q)?, k: opj(o.k)?, v: opj(o.v)?, align: opj(o.align)?, o: pj(o.o)? };
             p.check(&w)?;
             Prep::Attention(p, w)

@@ -177,10 +177,7 @@ impl AftFullParams {
             }
             AftBiasW::Factorised { u, v } => {
                 if self.rank == 0 {
-                    return Err(ShapeError::Invalid {
-                        op: OP,
-                        what: "factorised bias needs rank ≥ 1",
-                    });
+                    return Err(ShapeError::Invalid { op: OP, what: "factorised bias needs rank ≥ 1" });
                 }
                 expect_eq(OP, "u rows", self.t, u.rows())?;
                 expect_eq(OP, "u cols (rank)", self.rank, u.cols())?;
@@ -197,10 +194,7 @@ impl AftLocalParams {
         const OP: &str = "aft_local";
         check_dims(OP, self.t, self.d, 1)?;
         if self.window == 0 {
-            return Err(ShapeError::Invalid {
-                op: OP,
-                what: "window must be at least 1",
-            });
+            return Err(ShapeError::Invalid { op: OP, what: "window must be at least 1" });
         }
         check_qkvo(OP, self.d, self.d, &w.q, &w.k, &w.v, &w.o)?;
         expect_eq(OP, "w rows", self.t, w.w.rows())?;
@@ -227,26 +221,13 @@ impl AftConvParams {
         const OP: &str = "aft_conv";
         check_dims(OP, self.t, self.d, self.heads)?;
         let cells = self.grid_h.checked_mul(self.grid_w);
-        expect_eq(
-            OP,
-            "T (grid_h · grid_w)",
-            cells.unwrap_or(usize::MAX),
-            self.t,
-        )?;
+        expect_eq(OP, "T (grid_h · grid_w)", cells.unwrap_or(usize::MAX), self.t)?;
         if self.kernel % 2 == 0 || self.kernel.checked_mul(self.kernel).is_none() {
-            return Err(ShapeError::Invalid {
-                op: OP,
-                what: "kernel size must be odd (and its square fit in usize)",
-            });
+            return Err(ShapeError::Invalid { op: OP, what: "kernel size must be odd (and its square fit in usize)" });
         }
         check_qkvo(OP, self.d, self.heads, &w.q, &w.k, &w.v, &w.o)?;
         expect_eq(OP, "w rows (heads)", self.heads, w.w.rows())?;
-        expect_eq(
-            OP,
-            "w cols (kernel²)",
-            self.kernel * self.kernel,
-            w.w.cols(),
-        )
+        expect_eq(OP, "w cols (kernel²)", self.kernel * self.kernel, w.w.cols())
     }
 }
 
@@ -325,13 +306,7 @@ fn project_exp(
 
 /// AFT-full, one sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
 /// `scratch.len() >= aft_full_scratch(p)`; `x` and `y` hold at least T·d elements.
-pub fn aft_full(
-    p: &AftFullParams,
-    w: &AftFullWeights<'_>,
-    x: &[f32],
-    y: &mut [f32],
-    scratch: &mut [f32],
-) {
+pub fn aft_full(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (t, d) = (p.t, p.d);
     let (qb, rest) = scratch.split_at_mut(t * d);
     let (e, rest) = rest.split_at_mut(t * d);
@@ -369,13 +344,7 @@ pub fn aft_full(
 
 /// AFT-local, one sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
 /// `scratch.len() >= aft_local_scratch(p)`; `x` and `y` hold at least T·d elements.
-pub fn aft_local(
-    p: &AftLocalParams,
-    w: &AftLocalWeights<'_>,
-    x: &[f32],
-    y: &mut [f32],
-    scratch: &mut [f32],
-) {
+pub fn aft_local(p: &AftLocalParams, w: &AftLocalWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (t, d, s) = (p.t, p.d, p.window);
     let (qb, rest) = scratch.split_at_mut(t * d);
     let (e, rest) = rest.split_at_mut(t * d);
@@ -401,11 +370,7 @@ pub fn aft_local(
             axpy(sum_e, 1.0, &e[i * d..(i + 1) * d]);
         }
         let lo = i.saturating_sub(s - 1);
-        let hi = if p.causal {
-            i
-        } else {
-            i.saturating_add(s - 1).min(t - 1)
-        };
+        let hi = if p.causal { i } else { i.saturating_add(s - 1).min(t - 1) };
         let band = &mut band[..hi - lo + 1];
         for (j, b) in band.iter_mut().enumerate() {
             *b = w.w.get(i, lo + j);
@@ -413,12 +378,7 @@ pub fn aft_local(
         // w is 0 outside the band, so the row's largest bias is at least 0.
         let m = band.iter().fold(0.0f32, |m, &v| m.max(v));
         let g = exp(-m);
-        for (((n, dn), &se), &sv) in num
-            .iter_mut()
-            .zip(den.iter_mut())
-            .zip(&*sum_e)
-            .zip(&*sum_ev)
-        {
+        for (((n, dn), &se), &sv) in num.iter_mut().zip(den.iter_mut()).zip(&*sum_e).zip(&*sum_ev) {
             *n = g * sv;
             *dn = g * se;
         }
@@ -435,13 +395,7 @@ pub fn aft_local(
 
 /// AFT-simple, one sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
 /// `scratch.len() >= aft_simple_scratch(p)`; `x` and `y` hold at least T·d elements.
-pub fn aft_simple(
-    p: &AftSimpleParams,
-    w: &AftSimpleWeights<'_>,
-    x: &[f32],
-    y: &mut [f32],
-    scratch: &mut [f32],
-) {
+pub fn aft_simple(p: &AftSimpleParams, w: &AftSimpleWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (t, d) = (p.t, p.d);
     let (qb, rest) = scratch.split_at_mut(t * d);
     let (kb, rest) = rest.split_at_mut(t * d);
@@ -492,13 +446,7 @@ pub fn aft_simple(
 /// AFT-conv, one sample: `x [T, d] -> y [T, d]` with tokens on a row-major
 /// `grid_h × grid_w` grid. Requires `p.check(w)` to have passed and
 /// `scratch.len() >= aft_conv_scratch(p)`; `x` and `y` hold at least T·d elements.
-pub fn aft_conv(
-    p: &AftConvParams,
-    w: &AftConvWeights<'_>,
-    x: &[f32],
-    y: &mut [f32],
-    scratch: &mut [f32],
-) {
+pub fn aft_conv(p: &AftConvParams, w: &AftConvWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (t, d, h, s) = (p.t, p.d, p.heads, p.kernel);
     let (c, taps, half) = (d / h, s * s, s / 2);
     let (qb, rest) = scratch.split_at_mut(t * d);
@@ -543,10 +491,7 @@ pub fn aft_conv(
             let ti = yy * p.grid_w + xx;
             for i in 0..h {
                 den[i] = g[i] * sum_e[i];
-                for (n, &sv) in num[i * c..(i + 1) * c]
-                    .iter_mut()
-                    .zip(&sum_ev[i * c..(i + 1) * c])
-                {
+                for (n, &sv) in num[i * c..(i + 1) * c].iter_mut().zip(&sum_ev[i * c..(i + 1) * c]) {
                     *n = g[i] * sv;
                 }
             }
@@ -562,20 +507,13 @@ pub fn aft_conv(
                     for i in 0..h {
                         let k = kappa[i * taps + a * s + b];
                         den[i] += k * e[tj * h + i];
-                        axpy(
-                            &mut num[i * c..(i + 1) * c],
-                            k,
-                            &ev[tj * d + i * c..tj * d + (i + 1) * c],
-                        );
+                        axpy(&mut num[i * c..(i + 1) * c], k, &ev[tj * d + i * c..tj * d + (i + 1) * c]);
                     }
                 }
             }
             let qi = &mut qb[ti * d..(ti + 1) * d];
             for i in 0..h {
-                for (q, &n) in qi[i * c..(i + 1) * c]
-                    .iter_mut()
-                    .zip(&num[i * c..(i + 1) * c])
-                {
+                for (q, &n) in qi[i * c..(i + 1) * c].iter_mut().zip(&num[i * c..(i + 1) * c]) {
                     *q = sigmoid(*q) * n / den[i];
                 }
             }

@@ -55,23 +55,12 @@ pub struct AttentionWeights<'a> {
 }
 
 /// Checks `t ≥ 1`, `d ≥ 1`, `heads ≥ 1` and `heads | d` (shared by the mechanism kernels).
-pub(crate) fn check_dims(
-    op: &'static str,
-    t: usize,
-    d: usize,
-    heads: usize,
-) -> Result<(), ShapeError> {
+pub(crate) fn check_dims(op: &'static str, t: usize, d: usize, heads: usize) -> Result<(), ShapeError> {
     if t == 0 || d == 0 || heads == 0 {
-        return Err(ShapeError::Invalid {
-            op,
-            what: "T, d and heads must be at least 1",
-        });
+        return Err(ShapeError::Invalid { op, what: "T, d and heads must be at least 1" });
     }
     if d % heads != 0 {
-        return Err(ShapeError::Invalid {
-            op,
-            what: "heads must divide d",
-        });
+        return Err(ShapeError::Invalid { op, what: "heads must divide d" });
     }
     Ok(())
 }
@@ -84,12 +73,9 @@ pub(crate) fn check_present<T>(
     w: &Option<T>,
 ) -> Result<(), ShapeError> {
     match (needed, w.is_some()) {
-        (true, false) | (false, true) => Err(ShapeError::Mismatch {
-            op,
-            what,
-            expected: usize::from(needed),
-            found: usize::from(w.is_some()),
-        }),
+        (true, false) | (false, true) => {
+            Err(ShapeError::Mismatch { op, what, expected: usize::from(needed), found: usize::from(w.is_some()) })
+        }
         _ => Ok(()),
     }
 }
@@ -104,10 +90,7 @@ pub(crate) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
 
 impl AttentionParams {
     fn has_k(&self) -> bool {
-        matches!(
-            self.variant,
-            AttentionVariant::Standard | AttentionVariant::Optimised
-        )
+        matches!(self.variant, AttentionVariant::Standard | AttentionVariant::Optimised)
     }
 
     fn has_v(&self) -> bool {
@@ -122,22 +105,14 @@ impl AttentionParams {
     pub fn check(&self, w: &AttentionWeights<'_>) -> Result<(), ShapeError> {
         check_dims(OP, self.t, self.d, self.heads)?;
         if !self.scale.is_finite() {
-            return Err(ShapeError::Invalid {
-                op: OP,
-                what: "scale must be finite",
-            });
+            return Err(ShapeError::Invalid { op: OP, what: "scale must be finite" });
         }
         let d = self.d;
         w.q.check(OP, d, d)?;
         w.o.check(OP, d, d)?;
         check_present(OP, "W^K present (1) or absent (0)", self.has_k(), &w.k)?;
         check_present(OP, "W^V present (1) or absent (0)", self.has_v(), &w.v)?;
-        check_present(
-            OP,
-            "W^A present (1) or absent (0)",
-            self.is_super(),
-            &w.align,
-        )?;
+        check_present(OP, "W^A present (1) or absent (0)", self.is_super(), &w.align)?;
         if let Some(k) = &w.k {
             k.check(OP, d, d)?;
         }
@@ -163,13 +138,7 @@ pub fn attention_scratch(p: &AttentionParams) -> usize {
 
 /// One sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
 /// `scratch.len() >= attention_scratch(p)`; `x` and `y` hold at least T·d elements.
-pub fn attention(
-    p: &AttentionParams,
-    w: &AttentionWeights<'_>,
-    x: &[f32],
-    y: &mut [f32],
-    scratch: &mut [f32],
-) {
+pub fn attention(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (t, d) = (p.t, p.d);
     let td = t * d;
     let (q, rest) = scratch.split_at_mut(td);
@@ -221,15 +190,7 @@ pub fn attention(
 }
 
 /// `v = W^A x + b^A` (token mixing); causal reads only `W^A[i, j]` with `j ≤ i`.
-fn align_tokens(
-    a: &ProjW<'_>,
-    causal: bool,
-    x: &[f32],
-    t: usize,
-    d: usize,
-    v: &mut [f32],
-    arow: &mut [f32],
-) {
+fn align_tokens(a: &ProjW<'_>, causal: bool, x: &[f32], t: usize, d: usize, v: &mut [f32], arow: &mut [f32]) {
     for i in 0..t {
         let row = a.w.row(i, arow);
         let out = &mut v[i * d..(i + 1) * d];

@@ -50,24 +50,15 @@ impl Conv2dParams {
         expect_eq(OP, "input rank", 3, x.rank())?;
         expect_eq(OP, "weight rank", 4, w.rank())?;
         if stride.contains(&0) || dilation.contains(&0) || groups == 0 {
-            return Err(ShapeError::Invalid {
-                op: OP,
-                what: "stride, dilation and groups must be ≥ 1",
-            });
+            return Err(ShapeError::Invalid { op: OP, what: "stride, dilation and groups must be ≥ 1" });
         }
         let (c, h, wd) = (x.dim(0), x.dim(1), x.dim(2));
         let (o, cg, kh, kw) = (w.dim(0), w.dim(1), w.dim(2), w.dim(3));
         if kh == 0 || kw == 0 {
-            return Err(ShapeError::Invalid {
-                op: OP,
-                what: "empty kernel",
-            });
+            return Err(ShapeError::Invalid { op: OP, what: "empty kernel" });
         }
         if c % groups != 0 || o % groups != 0 {
-            return Err(ShapeError::Invalid {
-                op: OP,
-                what: "channels must be multiples of groups",
-            });
+            return Err(ShapeError::Invalid { op: OP, what: "channels must be multiples of groups" });
         }
         expect_eq(OP, "weight input channels (C/groups)", c / groups, cg)?;
         let out = |len: usize, p0: usize, p1: usize, k: usize, s: usize, d: usize| {
@@ -75,29 +66,11 @@ impl Conv2dParams {
             let padded = len.checked_add(p0)?.checked_add(p1)?;
             (padded >= span).then(|| (padded - span) / s + 1)
         };
-        let oh = out(h, pad[0], pad[2], kh, stride[0], dilation[0]).ok_or(ShapeError::Invalid {
-            op: OP,
-            what: "output height would be < 1",
-        })?;
-        let ow =
-            out(wd, pad[1], pad[3], kw, stride[1], dilation[1]).ok_or(ShapeError::Invalid {
-                op: OP,
-                what: "output width would be < 1",
-            })?;
-        Ok(Self {
-            c,
-            h,
-            w: wd,
-            o,
-            kh,
-            kw,
-            stride,
-            pad,
-            dilation,
-            groups,
-            oh,
-            ow,
-        })
+        let oh = out(h, pad[0], pad[2], kh, stride[0], dilation[0])
+            .ok_or(ShapeError::Invalid { op: OP, what: "output height would be < 1" })?;
+        let ow = out(wd, pad[1], pad[3], kw, stride[1], dilation[1])
+            .ok_or(ShapeError::Invalid { op: OP, what: "output width would be < 1" })?;
+        Ok(Self { c, h, w: wd, o, kh, kw, stride, pad, dilation, groups, oh, ow })
     }
 
     /// Input channels per group times kernel area: the weight matrix's columns.

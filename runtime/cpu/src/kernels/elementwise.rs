@@ -55,12 +55,7 @@ impl<'a> Operand<'a> {
     }
 
     /// Checks the operand holds exactly `numel` elements.
-    pub fn check_len(
-        &self,
-        op: &'static str,
-        what: &'static str,
-        numel: usize,
-    ) -> Result<(), ShapeError> {
+    pub fn check_len(&self, op: &'static str, what: &'static str, numel: usize) -> Result<(), ShapeError> {
         expect_eq(op, what, numel, self.len())
     }
 }
@@ -82,34 +77,18 @@ pub(crate) fn broadcast_dims(
 ) -> Result<([usize; MAX_RANK], usize), ShapeError> {
     let r = a.len().max(b.len());
     if r > MAX_RANK {
-        return Err(ShapeError::Invalid {
-            op,
-            what: "broadcast rank exceeds 6",
-        });
+        return Err(ShapeError::Invalid { op, what: "broadcast rank exceeds 6" });
     }
     let mut out = [0usize; MAX_RANK];
     for i in 0..r {
-        let da = if i + a.len() >= r {
-            a[i + a.len() - r]
-        } else {
-            1
-        };
-        let db = if i + b.len() >= r {
-            b[i + b.len() - r]
-        } else {
-            1
-        };
+        let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
+        let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
         out[i] = if da == db || db == 1 {
             da
         } else if da == 1 {
             db
         } else {
-            return Err(ShapeError::Mismatch {
-                op,
-                what: "broadcast dim",
-                expected: da,
-                found: db,
-            });
+            return Err(ShapeError::Mismatch { op, what: "broadcast dim", expected: da, found: db });
         };
     }
     Ok((out, r))
@@ -140,10 +119,7 @@ pub struct UnaryParams {
 impl UnaryParams {
     /// Params for `op` over an input of shape `x` (the output has the same shape).
     pub fn new(op: UnaryOp, x: &Shape) -> Result<Self, ShapeError> {
-        let n = x.numel().ok_or(ShapeError::Invalid {
-            op: "Unary",
-            what: "element count overflows",
-        })?;
+        let n = x.numel().ok_or(ShapeError::Invalid { op: "Unary", what: "element count overflows" })?;
         Ok(Self { op, n })
     }
 }
@@ -219,14 +195,8 @@ impl BinaryParams {
         let (da, ra) = dims_of(a);
         let (db, rb) = dims_of(b);
         let (dy, r) = broadcast_dims(OP, &da[..ra], &db[..rb])?;
-        let y = Shape::from_usize(&dy[..r]).ok_or(ShapeError::Invalid {
-            op: OP,
-            what: "output dim overflows u32",
-        })?;
-        let overflow = ShapeError::Invalid {
-            op: OP,
-            what: "element count overflows",
-        };
+        let y = Shape::from_usize(&dy[..r]).ok_or(ShapeError::Invalid { op: OP, what: "output dim overflows u32" })?;
+        let overflow = ShapeError::Invalid { op: OP, what: "element count overflows" };
         Ok(Self {
             op,
             a: *a,
@@ -267,13 +237,7 @@ pub fn binary_fn(op: BinaryOp, a: f32, b: f32) -> f32 {
 }
 
 /// `y = op(a, b)` broadcast to `p.y`; `y` holds `p.n` elements. `scratch` is unused.
-pub fn binary(
-    p: &BinaryParams,
-    a: Operand<'_>,
-    b: Operand<'_>,
-    y: &mut [f32],
-    _scratch: &mut [f32],
-) {
+pub fn binary(p: &BinaryParams, a: Operand<'_>, b: Operand<'_>, y: &mut [f32], _scratch: &mut [f32]) {
     match (a.as_f32(), b.as_f32()) {
         (Some(sa), Some(sb)) => binary_loop(p, |i| sa[i], |i| sb[i], y),
         (Some(sa), None) => binary_loop(p, |i| sa[i], |i| b.at(i), y),
@@ -282,22 +246,13 @@ pub fn binary(
     }
 }
 
-fn binary_loop(
-    p: &BinaryParams,
-    ga: impl Fn(usize) -> f32,
-    gb: impl Fn(usize) -> f32,
-    y: &mut [f32],
-) {
+fn binary_loop(p: &BinaryParams, ga: impl Fn(usize) -> f32, gb: impl Fn(usize) -> f32, y: &mut [f32]) {
     let r = p.y.rank();
     if p.n == 0 {
         return;
     }
     let last = p.y.last();
-    let (sa, sb) = if r == 0 {
-        (0, 0)
-    } else {
-        (p.a_strides[r - 1], p.b_strides[r - 1])
-    };
+    let (sa, sb) = if r == 0 { (0, 0) } else { (p.a_strides[r - 1], p.b_strides[r - 1]) };
     let op = p.op;
     let mut idx = [0usize; MAX_RANK];
     let (mut oa, mut ob) = (0usize, 0usize);

@@ -28,21 +28,12 @@ impl PatchEmbedParams {
         expect_eq(OP, "input rank", 3, x.rank())?;
         let (c, h, w) = (x.dim(0), x.dim(1), x.dim(2));
         if patch == 0 {
-            return Err(ShapeError::Invalid {
-                op: OP,
-                what: "patch size is 0",
-            });
+            return Err(ShapeError::Invalid { op: OP, what: "patch size is 0" });
         }
         if h % patch != 0 || w % patch != 0 {
-            return Err(ShapeError::Invalid {
-                op: OP,
-                what: "H and W must be multiples of the patch size",
-            });
+            return Err(ShapeError::Invalid { op: OP, what: "H and W must be multiples of the patch size" });
         }
-        let k = c.checked_mul(patch * patch).ok_or(ShapeError::Invalid {
-            op: OP,
-            what: "patch length overflows",
-        })?;
+        let k = c.checked_mul(patch * patch).ok_or(ShapeError::Invalid { op: OP, what: "patch length overflows" })?;
         let d = proj.out_features();
         proj.check(OP, d, k)?;
         Ok(Self { c, h, w, patch, d })
@@ -61,13 +52,7 @@ pub fn patch_embed_scratch(p: &PatchEmbedParams) -> usize {
 
 /// `y [T, d]`: token `t = py·(W/p) + px` is `W · patch(py, px) + b`, the patch flattened in
 /// `(c, i, j)` order.
-pub fn patch_embed(
-    p: &PatchEmbedParams,
-    proj: &ProjW<'_>,
-    x: &[f32],
-    y: &mut [f32],
-    scratch: &mut [f32],
-) {
+pub fn patch_embed(p: &PatchEmbedParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (c, h, w, ps) = (p.c, p.h, p.w, p.patch);
     let (gh, gw) = (h / ps, w / ps);
     let k = c * ps * ps;
@@ -84,14 +69,7 @@ pub fn patch_embed(
             }
         }
     }
-    linear(
-        patches,
-        t,
-        &proj.w,
-        proj.b.as_ref(),
-        Activation::None,
-        &mut y[..t * p.d],
-    );
+    linear(patches, t, &proj.w, proj.b.as_ref(), Activation::None, &mut y[..t * p.d]);
 }
 
 /// Token embedding: `y[t] = table[ids[t]] + pos[t]` for ids `[T]`, table `[vocab, d]` and an
@@ -110,20 +88,13 @@ pub struct EmbeddingParams {
 
 impl EmbeddingParams {
     /// Checks `ids` is `[T]`, and `pos` (if any) has `d` columns and at least `T` rows.
-    pub fn new(
-        ids: &Shape,
-        table: &WeightView<'_>,
-        pos: Option<&WeightView<'_>>,
-    ) -> Result<Self, ShapeError> {
+    pub fn new(ids: &Shape, table: &WeightView<'_>, pos: Option<&WeightView<'_>>) -> Result<Self, ShapeError> {
         const OP: &str = "Embedding";
         expect_eq(OP, "ids rank", 1, ids.rank())?;
         let tokens = ids.dim(0);
         let (vocab, d) = (table.rows(), table.cols());
         if vocab == 0 || d == 0 {
-            return Err(ShapeError::Invalid {
-                op: OP,
-                what: "empty embedding table",
-            });
+            return Err(ShapeError::Invalid { op: OP, what: "empty embedding table" });
         }
         if let Some(pv) = pos {
             expect_eq(OP, "position table cols", d, pv.cols())?;
@@ -136,12 +107,7 @@ impl EmbeddingParams {
                 });
             }
         }
-        Ok(Self {
-            tokens,
-            vocab,
-            d,
-            has_pos: pos.is_some(),
-        })
+        Ok(Self { tokens, vocab, d, has_pos: pos.is_some() })
     }
 }
 
@@ -166,18 +132,12 @@ pub fn embedding(
     scratch: &mut [f32],
 ) -> Result<(), RunError> {
     let d = p.d;
-    for (t, (&id, yr)) in ids[..p.tokens]
-        .iter()
-        .zip(y[..p.tokens * d].chunks_exact_mut(d))
-        .enumerate()
-    {
-        let row = usize::try_from(id).ok().filter(|&r| r < p.vocab).ok_or(
-            RunError::TokenIdOutOfRange {
-                position: t,
-                id,
-                vocab: p.vocab,
-            },
-        )?;
+    for (t, (&id, yr)) in ids[..p.tokens].iter().zip(y[..p.tokens * d].chunks_exact_mut(d)).enumerate() {
+        let row = usize::try_from(id).ok().filter(|&r| r < p.vocab).ok_or(RunError::TokenIdOutOfRange {
+            position: t,
+            id,
+            vocab: p.vocab,
+        })?;
         table.decode_row(row, yr);
         if let Some(pv) = pos {
             let pr = pv.row(t, &mut scratch[..d]);

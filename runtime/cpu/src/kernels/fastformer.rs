@@ -49,10 +49,7 @@ impl FastformerParams {
     pub fn check(&self, w: &FastformerWeights<'_>) -> Result<(), ShapeError> {
         check_dims(OP, self.t, self.d, self.heads)?;
         if !self.scale.is_finite() {
-            return Err(ShapeError::Invalid {
-                op: OP,
-                what: "scale must be finite",
-            });
+            return Err(ShapeError::Invalid { op: OP, what: "scale must be finite" });
         }
         let d = self.d;
         w.q.check(OP, d, d)?;
@@ -72,13 +69,7 @@ pub fn fastformer_scratch(p: &FastformerParams) -> usize {
 }
 
 /// `out[head cols] = Σ_t softmax_t(rows_t · score[head] · scale) rows_t[head cols]`, per head.
-fn pool(
-    rows: &[f32],
-    p: &FastformerParams,
-    score: &WeightView<'_>,
-    alpha: &mut [f32],
-    out: &mut [f32],
-) {
+fn pool(rows: &[f32], p: &FastformerParams, score: &WeightView<'_>, alpha: &mut [f32], out: &mut [f32]) {
     let (d, c) = (p.d, p.d / p.heads);
     out.fill(0.0);
     for i in 0..p.heads {
@@ -95,13 +86,7 @@ fn pool(
 
 /// One sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
 /// `scratch.len() >= fastformer_scratch(p)`; `x` and `y` hold at least T·d elements.
-pub fn fastformer(
-    p: &FastformerParams,
-    w: &FastformerWeights<'_>,
-    x: &[f32],
-    y: &mut [f32],
-    scratch: &mut [f32],
-) {
+pub fn fastformer(p: &FastformerParams, w: &FastformerWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (t, d) = (p.t, p.d);
     let (qb, rest) = scratch.split_at_mut(t * d);
     let (kb, rest) = rest.split_at_mut(t * d);

@@ -8,14 +8,7 @@ use kestrel_format::WeightView;
 ///
 /// * `x`: `[rows, in]`, `w`: `[out, in]` (any encoding), `b`: `[out]` (a `[1, out]` view),
 ///   `y`: `[rows, out]`. Dequantisation is fused into the dot products: no scratch needed.
-pub fn linear(
-    x: &[f32],
-    rows: usize,
-    w: &WeightView<'_>,
-    b: Option<&WeightView<'_>>,
-    act: Activation,
-    y: &mut [f32],
-) {
+pub fn linear(x: &[f32], rows: usize, w: &WeightView<'_>, b: Option<&WeightView<'_>>, act: Activation, y: &mut [f32]) {
     let (out, inp) = (w.rows(), w.cols());
     debug_assert_eq!(x.len(), rows * inp);
     debug_assert_eq!(y.len(), rows * out);
@@ -57,12 +50,7 @@ impl ProjW<'_> {
     }
 
     /// Checks `w` is `[out, in]` and the bias has `out` elements.
-    pub fn check(
-        &self,
-        op: &'static str,
-        out: usize,
-        inp: usize,
-    ) -> Result<(), crate::error::ShapeError> {
+    pub fn check(&self, op: &'static str, out: usize, inp: usize) -> Result<(), crate::error::ShapeError> {
         crate::error::expect_eq(op, "weight rows (out features)", out, self.w.rows())?;
         crate::error::expect_eq(op, "weight cols (in features)", inp, self.w.cols())?;
         if let Some(b) = &self.b {

@@ -36,27 +36,15 @@ pub struct MatMulParams {
 impl MatMulParams {
     /// Params for `a` and `b` of rank ≥ 2 with matching contraction length and broadcastable
     /// batch axes.
-    pub fn new(
-        a: &Shape,
-        b: &Shape,
-        transpose_b: bool,
-        b_is_weight: bool,
-    ) -> Result<Self, ShapeError> {
+    pub fn new(a: &Shape, b: &Shape, transpose_b: bool, b_is_weight: bool) -> Result<Self, ShapeError> {
         const OP: &str = "MatMul";
         let (da, ra) = dims_of(a);
         let (db, rb) = dims_of(b);
         if ra < 2 || rb < 2 {
-            return Err(ShapeError::Invalid {
-                op: OP,
-                what: "operands must have rank at least 2",
-            });
+            return Err(ShapeError::Invalid { op: OP, what: "operands must have rank at least 2" });
         }
         let (m, k) = (da[ra - 2], da[ra - 1]);
-        let (kb, n) = if transpose_b {
-            (db[rb - 1], db[rb - 2])
-        } else {
-            (db[rb - 2], db[rb - 1])
-        };
+        let (kb, n) = if transpose_b { (db[rb - 1], db[rb - 2]) } else { (db[rb - 2], db[rb - 1]) };
         expect_eq(OP, "contraction length of b", k, kb)?;
         let (batch_dims, batch_rank) = broadcast_dims(OP, &da[..ra - 2], &db[..rb - 2])?;
         let mut a_strides = broadcast_strides(&da[..ra - 2], batch_rank);
@@ -66,10 +54,7 @@ impl MatMulParams {
         let mut yd = batch_dims;
         yd[batch_rank] = m;
         yd[batch_rank + 1] = n;
-        let overflow = ShapeError::Invalid {
-            op: OP,
-            what: "element count overflows",
-        };
+        let overflow = ShapeError::Invalid { op: OP, what: "element count overflows" };
         let y = Shape::from_usize(&yd[..batch_rank + 2]).ok_or(overflow)?;
         y.numel().ok_or(overflow)?;
         Ok(Self {
@@ -99,10 +84,7 @@ impl MatMulParams {
         match b {
             Operand::Weight(w) => {
                 if !self.b_is_weight {
-                    return Err(ShapeError::Invalid {
-                        op: OP,
-                        what: "b is a weight but params say activation",
-                    });
+                    return Err(ShapeError::Invalid { op: OP, what: "b is a weight but params say activation" });
                 }
                 expect_eq(OP, "b weight matrix rows", self.b_matrix.0, w.rows())?;
                 expect_eq(OP, "b weight matrix cols", self.b_matrix.1, w.cols())
@@ -123,13 +105,7 @@ pub fn matmul_scratch(p: &MatMulParams) -> usize {
 
 /// `len` consecutive elements of `b` from flat index `start` in f32: borrowed when stored as
 /// f32, else decoded (the whole matrix row holding them, cached by row index) into `buf`.
-fn segment<'r>(
-    b: &Operand<'r>,
-    start: usize,
-    len: usize,
-    buf: &'r mut [f32],
-    cached: &mut usize,
-) -> &'r [f32] {
+fn segment<'r>(b: &Operand<'r>, start: usize, len: usize, buf: &'r mut [f32], cached: &mut usize) -> &'r [f32] {
     match b {
         Operand::Act(s) => &s[start..start + len],
         Operand::Weight(w) => match w.as_f32() {
@@ -173,10 +149,7 @@ pub fn matmul(p: &MatMulParams, a: &[f32], b: Operand<'_>, y: &mut [f32], scratc
                 let seg = segment(&b, ob + kk * n, n, &mut *scratch, &mut cached);
                 for i in 0..m {
                     let av = am[i * k + kk];
-                    ym[i * n..(i + 1) * n]
-                        .iter_mut()
-                        .zip(seg)
-                        .for_each(|(o, &bv)| *o += av * bv);
+                    ym[i * n..(i + 1) * n].iter_mut().zip(seg).for_each(|(o, &bv)| *o += av * bv);
                 }
             }
         }

@@ -17,39 +17,21 @@ pub struct LayerNormParams {
 impl LayerNormParams {
     /// Params for an input of shape `x` (output the same), checking `gamma` and `beta` hold
     /// `d` elements each (any encoding, any matrix view of a `[d]` vector).
-    pub fn new(
-        x: &Shape,
-        gamma: &WeightView<'_>,
-        beta: Option<&WeightView<'_>>,
-        eps: f32,
-    ) -> Result<Self, ShapeError> {
+    pub fn new(x: &Shape, gamma: &WeightView<'_>, beta: Option<&WeightView<'_>>, eps: f32) -> Result<Self, ShapeError> {
         const OP: &str = "LayerNorm";
-        let n = x.numel().ok_or(ShapeError::Invalid {
-            op: OP,
-            what: "element count overflows",
-        })?;
+        let n = x.numel().ok_or(ShapeError::Invalid { op: OP, what: "element count overflows" })?;
         let d = x.last();
         if d == 0 {
-            return Err(ShapeError::Invalid {
-                op: OP,
-                what: "last axis is empty",
-            });
+            return Err(ShapeError::Invalid { op: OP, what: "last axis is empty" });
         }
         if !(eps >= 0.0 && eps.is_finite()) {
-            return Err(ShapeError::Invalid {
-                op: OP,
-                what: "eps must be finite and non-negative",
-            });
+            return Err(ShapeError::Invalid { op: OP, what: "eps must be finite and non-negative" });
         }
         expect_eq(OP, "gamma elements", d, gamma.len())?;
         if let Some(b) = beta {
             expect_eq(OP, "beta elements", d, b.len())?;
         }
-        Ok(Self {
-            rows: n / d,
-            d,
-            eps,
-        })
+        Ok(Self { rows: n / d, d, eps })
     }
 }
 
@@ -78,10 +60,7 @@ pub fn layer_norm(
         None => None,
     };
     let inv_d = 1.0 / d as f32;
-    for (xr, yr) in x[..p.rows * d]
-        .chunks_exact(d)
-        .zip(y[..p.rows * d].chunks_exact_mut(d))
-    {
+    for (xr, yr) in x[..p.rows * d].chunks_exact(d).zip(y[..p.rows * d].chunks_exact_mut(d)) {
         let mean = xr.iter().sum::<f32>() * inv_d;
         let var = xr.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() * inv_d;
         let inv = 1.0 / libm::sqrtf(var + p.eps);

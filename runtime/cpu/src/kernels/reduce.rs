@@ -34,15 +34,9 @@ impl ReduceParams {
         }
         let n = x.dim(axis);
         if n == 0 {
-            return Err(ShapeError::Invalid {
-                op: OP,
-                what: "reduced axis is empty",
-            });
+            return Err(ShapeError::Invalid { op: OP, what: "reduced axis is empty" });
         }
-        let overflow = ShapeError::Invalid {
-            op: OP,
-            what: "element count overflows",
-        };
+        let overflow = ShapeError::Invalid { op: OP, what: "element count overflows" };
         let prod = |s: &[u32]| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d as usize));
         let outer = prod(&x.dims()[..axis]).ok_or(overflow)?;
         let inner = prod(&x.dims()[axis + 1..]).ok_or(overflow)?;
@@ -58,13 +52,7 @@ impl ReduceParams {
             }
         }
         let y = Shape::new(&dims[..k]).ok_or(overflow)?;
-        Ok(Self {
-            op,
-            outer,
-            n,
-            inner,
-            y,
-        })
+        Ok(Self { op, outer, n, inner, y })
     }
 }
 
@@ -80,10 +68,7 @@ pub fn reduce(p: &ReduceParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) 
     if inner == 0 || p.outer == 0 {
         return;
     }
-    for (xs, ys) in x[..p.outer * slab]
-        .chunks_exact(slab)
-        .zip(y[..p.outer * inner].chunks_exact_mut(inner))
-    {
+    for (xs, ys) in x[..p.outer * slab].chunks_exact(slab).zip(y[..p.outer * inner].chunks_exact_mut(inner)) {
         ys.copy_from_slice(&xs[..inner]);
         for xr in xs.chunks_exact(inner).skip(1) {
             match p.op {

@@ -17,16 +17,10 @@ impl SoftmaxParams {
     /// Params for an input of shape `x` (output the same); the last axis must be non-empty.
     pub fn new(x: &Shape) -> Result<Self, ShapeError> {
         const OP: &str = "Softmax";
-        let total = x.numel().ok_or(ShapeError::Invalid {
-            op: OP,
-            what: "element count overflows",
-        })?;
+        let total = x.numel().ok_or(ShapeError::Invalid { op: OP, what: "element count overflows" })?;
         let n = x.last();
         if n == 0 {
-            return Err(ShapeError::Invalid {
-                op: OP,
-                what: "last axis is empty",
-            });
+            return Err(ShapeError::Invalid { op: OP, what: "last axis is empty" });
         }
         Ok(Self { rows: total / n, n })
     }

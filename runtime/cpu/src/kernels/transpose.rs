@@ -22,28 +22,17 @@ impl TransposeParams {
         const OP: &str = "Transpose";
         let r = x.rank();
         if perm.len() < r {
-            return Err(ShapeError::Mismatch {
-                op: OP,
-                what: "perm entries",
-                expected: r,
-                found: perm.len(),
-            });
+            return Err(ShapeError::Mismatch { op: OP, what: "perm entries", expected: r, found: perm.len() });
         }
         let mut seen = [false; MAX_RANK];
         for &p in &perm[..r] {
             let p = p as usize;
             if p >= r || seen[p] {
-                return Err(ShapeError::Invalid {
-                    op: OP,
-                    what: "perm is not a permutation of the axes",
-                });
+                return Err(ShapeError::Invalid { op: OP, what: "perm is not a permutation of the axes" });
             }
             seen[p] = true;
         }
-        let n = x.numel().ok_or(ShapeError::Invalid {
-            op: OP,
-            what: "element count overflows",
-        })?;
+        let n = x.numel().ok_or(ShapeError::Invalid { op: OP, what: "element count overflows" })?;
         let mut in_strides = [0usize; MAX_RANK];
         let mut acc = 1usize;
         for i in (0..r).rev() {
@@ -57,10 +46,7 @@ impl TransposeParams {
             dims[k] = x.dims()[p];
             src_strides[k] = in_strides[p];
         }
-        let y = Shape::new(&dims[..r]).ok_or(ShapeError::Invalid {
-            op: OP,
-            what: "rank exceeds 6",
-        })?;
+        let y = Shape::new(&dims[..r]).ok_or(ShapeError::Invalid { op: OP, what: "rank exceeds 6" })?;
         Ok(Self { y, n, src_strides })
     }
 }

@@ -9,14 +9,7 @@ use proptest::prelude::*;
 /// Dense: `(rows, in, out, x, w, b)`.
 pub fn dense_case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>, Vec<f32>)> {
     (1usize..5, 1usize..40, 2usize..8).prop_flat_map(|(rows, inp, out)| {
-        (
-            Just(rows),
-            Just(inp),
-            Just(out),
-            vals(rows * inp),
-            vals(out * inp),
-            vals(out),
-        )
+        (Just(rows), Just(inp), Just(out), vals(rows * inp), vals(out * inp), vals(out))
     })
 }
 
@@ -30,11 +23,7 @@ pub fn broadcast_pair(max_rank: usize) -> impl Strategy<Value = (Vec<usize>, Vec
         })
         .prop_map(|(full, ra, rb, ma, mb)| {
             let rk = full.len();
-            let pick = |len: usize, m: &[bool]| {
-                (rk - len..rk)
-                    .map(|i| if m[i] { 1 } else { full[i] })
-                    .collect()
-            };
+            let pick = |len: usize, m: &[bool]| (rk - len..rk).map(|i| if m[i] { 1 } else { full[i] }).collect();
             (pick(ra, &ma), pick(rb, &mb))
         })
 }
@@ -42,26 +31,8 @@ pub fn broadcast_pair(max_rank: usize) -> impl Strategy<Value = (Vec<usize>, Vec
 /// Operand values for `op`: `a` positive for Pow and `|b| ≥ 0.5` for Div, so that no encoding
 /// rounds them to zero (a NaN/inf result would compare as a failure).
 pub fn binary_values(op: BinaryOp, a: &[f32], b: &[f32]) -> (Vec<f32>, Vec<f32>) {
-    let a = a
-        .iter()
-        .map(|&v| {
-            if op == BinaryOp::Pow {
-                v.abs().max(0.5)
-            } else {
-                v
-            }
-        })
-        .collect();
-    let b = b
-        .iter()
-        .map(|&v| {
-            if op == BinaryOp::Div {
-                v.signum() * v.abs().max(0.5)
-            } else {
-                v
-            }
-        })
-        .collect();
+    let a = a.iter().map(|&v| if op == BinaryOp::Pow { v.abs().max(0.5) } else { v }).collect();
+    let b = b.iter().map(|&v| if op == BinaryOp::Div { v.signum() * v.abs().max(0.5) } else { v }).collect();
     (a, b)
 }
 
@@ -75,36 +46,18 @@ pub type MatMulCase = (Vec<usize>, Vec<usize>, bool, Vec<f32>, Vec<f32>);
 
 /// MatMul with broadcast batch axes (rank ≤ 3 each) and both `b` layouts.
 pub fn matmul_case() -> impl Strategy<Value = MatMulCase> {
-    (
-        broadcast_pair(3),
-        1usize..5,
-        1usize..9,
-        1usize..5,
-        any::<bool>(),
-    )
-        .prop_flat_map(|((ba, bb), m, k, n, tb)| {
-            let mut sa = ba;
-            sa.extend([m, k]);
-            let mut sb = bb;
-            sb.extend(if tb { [n, k] } else { [k, n] });
-            let (na, nb) = (sa.iter().product(), sb.iter().product());
-            (Just(sa), Just(sb), Just(tb), vals(na), vals(nb))
-        })
+    (broadcast_pair(3), 1usize..5, 1usize..9, 1usize..5, any::<bool>()).prop_flat_map(|((ba, bb), m, k, n, tb)| {
+        let mut sa = ba;
+        sa.extend([m, k]);
+        let mut sb = bb;
+        sb.extend(if tb { [n, k] } else { [k, n] });
+        let (na, nb) = (sa.iter().product(), sb.iter().product());
+        (Just(sa), Just(sb), Just(tb), vals(na), vals(nb))
+    })
 }
 
 /// `(C, H, W, O, kh, kw, stride, pad, dilation, groups)`.
-pub type ConvCase = (
-    usize,
-    usize,
-    usize,
-    usize,
-    usize,
-    usize,
-    [usize; 2],
-    [usize; 4],
-    [usize; 2],
-    usize,
-);
+pub type ConvCase = (usize, usize, usize, usize, usize, usize, [usize; 2], [usize; 4], [usize; 2], usize);
 
 /// Conv configurations: every feature alone, then together.
 pub const CONV_CASES: &[ConvCase] = &[

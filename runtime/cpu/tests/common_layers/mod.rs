@@ -52,11 +52,7 @@ impl TestWeight {
         let (rows, cols) = shape(dims).as_matrix().unwrap();
         let enc = EncodedWeight::encode(dtype, rows, cols, values).unwrap();
         let decoded = f64s(&enc.decode());
-        Self {
-            enc,
-            decoded,
-            store: ViewStore::default(),
-        }
+        Self { enc, decoded, store: ViewStore::default() }
     }
 
     /// A `[rows, cols]` matrix weight.

@@ -66,9 +66,7 @@ impl AttnLayer {
             o: self.o.view(),
         };
         p.check(&w).expect("valid attention shapes");
-        run(p.t * p.d, attention_scratch(p), |y, s| {
-            attention(p, &w, x, y, s)
-        })
+        run(p.t * p.d, attention_scratch(p), |y, s| attention(p, &w, x, y, s))
     }
 }
 
@@ -76,22 +74,9 @@ pub fn variant(i: usize) -> AttentionVariant {
     AttentionVariant::ALL[i]
 }
 
-pub fn attn_params(
-    t: usize,
-    d: usize,
-    heads: usize,
-    causal: bool,
-    v: AttentionVariant,
-) -> AttentionParams {
+pub fn attn_params(t: usize, d: usize, heads: usize, causal: bool, v: AttentionVariant) -> AttentionParams {
     let scale = 1.0 / ((d / heads) as f32).sqrt();
-    AttentionParams {
-        t,
-        d,
-        heads,
-        causal,
-        scale,
-        variant: v,
-    }
+    AttentionParams { t, d, heads, causal, scale, variant: v }
 }
 
 // ---------------------------------------------------------------- AFT
@@ -115,12 +100,7 @@ impl Proj4 {
     }
 
     pub fn dense(&self) -> Qkvo<'_> {
-        Qkvo {
-            q: self.q.dense(),
-            k: self.k.dense(),
-            v: self.v.dense(),
-            o: self.o.dense(),
-        }
+        Qkvo { q: self.q.dense(), k: self.k.dense(), v: self.v.dense(), o: self.o.dense() }
     }
 }
 
@@ -135,20 +115,12 @@ impl AftFullLayer {
     pub fn random(rng: &mut Rng, dtype: DType, p: &AftFullParams, kshift: f32) -> Self {
         let proj = Proj4::random(rng, dtype, p.d, p.d, kshift);
         if p.rank == 0 {
-            Self {
-                p: proj,
-                w: Some(TW::random(rng, dtype, p.t, p.t, 1.0)),
-                uv: None,
-            }
+            Self { p: proj, w: Some(TW::random(rng, dtype, p.t, p.t, 1.0)), uv: None }
         } else {
             let a = 1.0 / (p.rank as f64).sqrt();
             let u = TW::random(rng, dtype, p.t, p.rank, a);
             let v = TW::random(rng, dtype, p.t, p.rank, a);
-            Self {
-                p: proj,
-                w: None,
-                uv: Some((u, v)),
-            }
+            Self { p: proj, w: None, uv: Some((u, v)) }
         }
     }
 
@@ -161,37 +133,19 @@ impl AftFullLayer {
     }
 
     pub fn reference(&self, p: &AftFullParams, x: &[f32]) -> Vec<f64> {
-        reference::aft_full(
-            &to_f64(x),
-            p.t,
-            p.d,
-            p.causal,
-            &self.p.dense(),
-            &self.bias(p),
-        )
+        reference::aft_full(&to_f64(x), p.t, p.d, p.causal, &self.p.dense(), &self.bias(p))
     }
 
     pub fn run(&mut self, p: &AftFullParams, x: &[f32]) -> Vec<f32> {
         let bias = match (&mut self.w, &mut self.uv) {
             (Some(w), _) => AftBiasW::Full(w.view()),
-            (None, Some((u, v))) => AftBiasW::Factorised {
-                u: u.view(),
-                v: v.view(),
-            },
+            (None, Some((u, v))) => AftBiasW::Factorised { u: u.view(), v: v.view() },
             (None, None) => unreachable!(),
         };
         let pr = &mut self.p;
-        let w = AftFullWeights {
-            q: pr.q.view(),
-            k: pr.k.view(),
-            v: pr.v.view(),
-            bias,
-            o: pr.o.view(),
-        };
+        let w = AftFullWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), bias, o: pr.o.view() };
         p.check(&w).expect("valid aft_full shapes");
-        run(p.t * p.d, aft_full_scratch(p), |y, s| {
-            aft_full(p, &w, x, y, s)
-        })
+        run(p.t * p.d, aft_full_scratch(p), |y, s| aft_full(p, &w, x, y, s))
     }
 }
 
@@ -202,38 +156,19 @@ pub struct AftLocalLayer {
 
 impl AftLocalLayer {
     pub fn random(rng: &mut Rng, dtype: DType, p: &AftLocalParams, kshift: f32) -> Self {
-        Self {
-            p: Proj4::random(rng, dtype, p.d, p.d, kshift),
-            w: TW::random(rng, dtype, p.t, p.t, 1.0),
-        }
+        Self { p: Proj4::random(rng, dtype, p.d, p.d, kshift), w: TW::random(rng, dtype, p.t, p.t, 1.0) }
     }
 
     pub fn reference(&self, p: &AftLocalParams, x: &[f32]) -> Vec<f64> {
         let dense = self.p.dense();
-        reference::aft_local(
-            &to_f64(x),
-            p.t,
-            p.d,
-            p.causal,
-            p.window,
-            &dense,
-            &self.w.dec,
-        )
+        reference::aft_local(&to_f64(x), p.t, p.d, p.causal, p.window, &dense, &self.w.dec)
     }
 
     pub fn run(&mut self, p: &AftLocalParams, x: &[f32]) -> Vec<f32> {
         let pr = &mut self.p;
-        let w = AftLocalWeights {
-            q: pr.q.view(),
-            k: pr.k.view(),
-            v: pr.v.view(),
-            w: self.w.view(),
-            o: pr.o.view(),
-        };
+        let w = AftLocalWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), w: self.w.view(), o: pr.o.view() };
         p.check(&w).expect("valid aft_local shapes");
-        run(p.t * p.d, aft_local_scratch(p), |y, s| {
-            aft_local(p, &w, x, y, s)
-        })
+        run(p.t * p.d, aft_local_scratch(p), |y, s| aft_local(p, &w, x, y, s))
     }
 }
 
@@ -242,16 +177,9 @@ pub fn simple_reference(l: &Proj4, p: &AftSimpleParams, x: &[f32]) -> Vec<f64> {
 }
 
 pub fn simple_run(l: &mut Proj4, p: &AftSimpleParams, x: &[f32]) -> Vec<f32> {
-    let w = AftSimpleWeights {
-        q: l.q.view(),
-        k: l.k.view(),
-        v: l.v.view(),
-        o: l.o.view(),
-    };
+    let w = AftSimpleWeights { q: l.q.view(), k: l.k.view(), v: l.v.view(), o: l.o.view() };
     p.check(&w).expect("valid aft_simple shapes");
-    run(p.t * p.d, aft_simple_scratch(p), |y, s| {
-        aft_simple(p, &w, x, y, s)
-    })
+    run(p.t * p.d, aft_simple_scratch(p), |y, s| aft_simple(p, &w, x, y, s))
 }
 
 pub struct AftConvLayer {
@@ -269,30 +197,14 @@ impl AftConvLayer {
 
     pub fn reference(&self, p: &AftConvParams, x: &[f32]) -> Vec<f64> {
         let (grid, dense) = ([p.grid_h, p.grid_w], self.p.dense());
-        reference::aft_conv(
-            &to_f64(x),
-            grid,
-            p.d,
-            p.heads,
-            p.kernel,
-            &dense,
-            &self.w.dec,
-        )
+        reference::aft_conv(&to_f64(x), grid, p.d, p.heads, p.kernel, &dense, &self.w.dec)
     }
 
     pub fn run(&mut self, p: &AftConvParams, x: &[f32]) -> Vec<f32> {
         let pr = &mut self.p;
-        let w = AftConvWeights {
-            q: pr.q.view(),
-            k: pr.k.view(),
-            v: pr.v.view(),
-            w: self.w.view(),
-            o: pr.o.view(),
-        };
+        let w = AftConvWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), w: self.w.view(), o: pr.o.view() };
         p.check(&w).expect("valid aft_conv shapes");
-        run(p.t * p.d, aft_conv_scratch(p), |y, s| {
-            aft_conv(p, &w, x, y, s)
-        })
+        run(p.t * p.d, aft_conv_scratch(p), |y, s| aft_conv(p, &w, x, y, s))
     }
 }
 
@@ -339,19 +251,12 @@ impl FfLayer {
             r: pr.o.view(),
         };
         p.check(&w).expect("valid fastformer shapes");
-        run(p.t * p.d, fastformer_scratch(p), |y, s| {
-            fastformer(p, &w, x, y, s)
-        })
+        run(p.t * p.d, fastformer_scratch(p), |y, s| fastformer(p, &w, x, y, s))
     }
 }
 
 pub fn ff_params(t: usize, d: usize, heads: usize) -> FastformerParams {
-    FastformerParams {
-        t,
-        d,
-        heads,
-        scale: 1.0 / ((d / heads) as f32).sqrt(),
-    }
+    FastformerParams { t, d, heads, scale: 1.0 / ((d / heads) as f32).sqrt() }
 }
 
 impl AftLocalLayer {
@@ -370,11 +275,6 @@ impl AftLocalLayer {
                 b: p.b.as_ref().map(|b| TW::new(DType::F32, 1, out, &f32s(b))),
             }
         };
-        Proj4 {
-            q: re(&self.p.q),
-            k: re(&self.p.k),
-            v: re(&self.p.v),
-            o: re(&self.p.o),
-        }
+        Proj4 { q: re(&self.p.q), k: re(&self.p.k), v: re(&self.p.v), o: re(&self.p.o) }
     }
 }

@@ -64,11 +64,7 @@ impl TW {
     pub fn new(dtype: DType, rows: usize, cols: usize, values: &[f32]) -> Self {
         let enc = EncodedWeight::encode(dtype, rows, cols, values).expect("encodable weight");
         let dec = enc.decode().into_iter().map(f64::from).collect();
-        Self {
-            enc,
-            store: ViewStore::default(),
-            dec,
-        }
+        Self { enc, store: ViewStore::default(), dec }
     }
 
     /// Uniform(-amp, amp) values.
@@ -98,29 +94,16 @@ impl TProj {
     pub fn random(rng: &mut Rng, dtype: DType, out: usize, inp: usize, bias_shift: f32) -> Self {
         let w = TW::random(rng, dtype, out, inp, 1.0 / (inp as f64).sqrt());
         let with_bias = bias_shift != 0.0 || rng.next_u64() % 8 != 0;
-        let b: Vec<f32> = rng
-            .uniform_vec(out, 0.5)
-            .iter()
-            .map(|v| v + bias_shift)
-            .collect();
-        Self {
-            w,
-            b: with_bias.then(|| TW::new(dtype, 1, out, &b)),
-        }
+        let b: Vec<f32> = rng.uniform_vec(out, 0.5).iter().map(|v| v + bias_shift).collect();
+        Self { w, b: with_bias.then(|| TW::new(dtype, 1, out, &b)) }
     }
 
     pub fn dense(&self) -> Dense64<'_> {
-        Dense64 {
-            w: &self.w.dec,
-            b: self.b.as_ref().map(|b| b.dec.as_slice()),
-        }
+        Dense64 { w: &self.w.dec, b: self.b.as_ref().map(|b| b.dec.as_slice()) }
     }
 
     pub fn view(&mut self) -> ProjW<'_> {
-        ProjW {
-            w: self.w.view(),
-            b: self.b.as_mut().map(|b| b.view()),
-        }
+        ProjW { w: self.w.view(), b: self.b.as_mut().map(|b| b.view()) }
     }
 }
 
@@ -138,8 +121,5 @@ pub fn to_f64(v: &[f32]) -> Vec<f64> {
 
 /// Largest |a − b| over the first `n` elements.
 pub fn max_diff(a: &[f32], b: &[f32], n: usize) -> f32 {
-    a[..n]
-        .iter()
-        .zip(&b[..n])
-        .fold(0.0, |m, (a, b)| m.max((a - b).abs()))
+    a[..n].iter().zip(&b[..n]).fold(0.0, |m, (a, b)| m.max((a - b).abs()))
 }
