@@ -1,0 +1,614 @@
+//! The op set: what a graph node computes, its tensor slots and its attributes.
+//!
+//! Every op has exactly one output tensor. Activation shapes are per sample (the batch axis is
+//! implicit and leading); weights have no batch axis and broadcast over it. On disk an op is a
+//! record `{kind: u16, n_tensors: u8, n_attrs: u8, tensors: [u32; n_tensors], attrs:
+//! [u32; n_attrs]}` (see `docs/FORMAT.md`); absent optional tensors are [`NONE`], f32 attributes
+//! are stored as their bit patterns. [`Op::decode`] and [`Op::encode`] convert between the two.
+
+/// Index into the model's tensor table.
+pub type TensorId = u32;
+
+/// Tensor slot value meaning "absent" (an optional bias, say).
+pub const NONE: u32 = u32::MAX;
+
+/// Why an op record could not be decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OpError {
+    /// The kind id is not one this reader knows.
+    #[error("unknown op kind id {0} (this reader knows ids 1-12 and 32-37)")]
+    UnknownKind(u16),
+    /// The record has the wrong number of tensor slots.
+    #[error("op {op}: expected {expected} tensor slots, found {found}")]
+    TensorCount {
+        /// Op name.
+        op: &'static str,
+        /// Expected slot count.
+        expected: usize,
+        /// Found slot count.
+        found: usize,
+    },
+    /// The record has the wrong number of attributes.
+    #[error("op {op}: expected {expected} attributes, found {found}")]
+    AttrCount {
+        /// Op name.
+        op: &'static str,
+        /// Expected attribute count.
+        expected: usize,
+        /// Found attribute count.
+        found: usize,
+    },
+    /// An attribute has a value outside its domain.
+    #[error("op {op}: attribute `{attr}` has invalid value {value}")]
+    BadAttr {
+        /// Op name.
+        op: &'static str,
+        /// Attribute name.
+        attr: &'static str,
+        /// Raw value.
+        value: u32,
+    },
+    /// A required tensor slot holds [`NONE`].
+    #[error("op {op}: required tensor slot `{slot}` is absent")]
+    MissingTensor {
+        /// Op name.
+        op: &'static str,
+        /// Slot name.
+        slot: &'static str,
+    },
+}
+
+macro_rules! code_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $n:expr),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u32)]
+        pub enum $name { $($(#[$vm])* $v = $n),+ }
+        impl $name {
+            /// Decodes the on-disk code.
+            pub fn from_u32(v: u32) -> Option<Self> {
+                match v { $($n => Some(Self::$v),)+ _ => None }
+            }
+            /// Every value, in code order.
+            pub const ALL: &'static [Self] = &[$(Self::$v),+];
+        }
+    };
+}
+
+code_enum!(
+    /// Activation fused into a dense layer.
+    Activation {
+        /// Identity.
+        None = 0,
+        /// max(x, 0).
+        Relu = 1,
+        /// Exact GELU, x·Φ(x) with erf.
+        Gelu = 2,
+        /// tanh approximation of GELU.
+        GeluTanh = 3,
+    }
+);
+
+code_enum!(
+    /// Element-wise unary functions.
+    UnaryOp {
+        /// max(x, 0).
+        Relu = 0,
+        /// Exact GELU.
+        Gelu = 1,
+        /// tanh-approximated GELU.
+        GeluTanh = 2,
+        /// Logistic sigmoid.
+        Sigmoid = 3,
+        /// tanh.
+        Tanh = 4,
+        /// e^x.
+        Exp = 5,
+        /// Natural log.
+        Log = 6,
+        /// Square root.
+        Sqrt = 7,
+        /// -x.
+        Neg = 8,
+        /// |x|.
+        Abs = 9,
+        /// erf(x).
+        Erf = 10,
+        /// 1/x.
+        Reciprocal = 11,
+        /// x·σ(x).
+        Silu = 12,
+    }
+);
+
+code_enum!(
+    /// Element-wise binary functions with numpy broadcasting.
+    BinaryOp {
+        /// a + b.
+        Add = 0,
+        /// a - b.
+        Sub = 1,
+        /// a · b.
+        Mul = 2,
+        /// a / b.
+        Div = 3,
+        /// max(a, b).
+        Max = 4,
+        /// min(a, b).
+        Min = 5,
+        /// a^b.
+        Pow = 6,
+    }
+);
+
+code_enum!(
+    /// Reductions over one axis.
+    ReduceOp {
+        /// Arithmetic mean.
+        Mean = 0,
+        /// Sum.
+        Sum = 1,
+        /// Maximum.
+        Max = 2,
+        /// Minimum.
+        Min = 3,
+    }
+);
+
+code_enum!(
+    /// The four mechanisms of "You Need to Pay Better Attention" (DESIGN.md §1).
+    AttentionVariant {
+        /// softmax(QKᵀ/√c)V with Q, K, V projected.
+        Standard = 0,
+        /// V is the input itself (no W^V).
+        Optimised = 1,
+        /// K and V are the input itself.
+        Efficient = 2,
+        /// Efficient, with V = W^A X + b^A mixing tokens.
+        Super = 3,
+    }
+);
+
+/// A dense projection: weight `[out, in]` and an optional bias `[out]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Proj {
+    /// Weight tensor, `[out, in]`.
+    pub w: TensorId,
+    /// Optional bias tensor, `[out]`.
+    pub b: Option<TensorId>,
+}
+
+/// `y = act(x Wᵀ + b)` over the last axis of `x` (any rank).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Dense {
+    /// Input `[.., in]`.
+    pub x: TensorId,
+    /// Weight and bias.
+    pub proj: Proj,
+    /// Fused activation.
+    pub act: Activation,
+    /// Output `[.., out]`.
+    pub y: TensorId,
+}
+
+/// Layer norm over the last axis.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LayerNorm {
+    /// Input.
+    pub x: TensorId,
+    /// Scale γ, `[d]`.
+    pub gamma: TensorId,
+    /// Optional shift β, `[d]`.
+    pub beta: Option<TensorId>,
+    /// ε added to the variance.
+    pub eps: f32,
+    /// Output, same shape.
+    pub y: TensorId,
+}
+
+/// Element-wise unary op.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Unary {
+    /// Input.
+    pub x: TensorId,
+    /// Function.
+    pub op: UnaryOp,
+    /// Output, same shape.
+    pub y: TensorId,
+}
+
+/// Element-wise binary op with numpy broadcasting of per-sample shapes; either operand may be a
+/// weight (broadcast over the batch too).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Binary {
+    /// Left operand.
+    pub a: TensorId,
+    /// Right operand.
+    pub b: TensorId,
+    /// Function.
+    pub op: BinaryOp,
+    /// Output, the broadcast shape.
+    pub y: TensorId,
+}
+
+/// Softmax over the last axis.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Softmax {
+    /// Input.
+    pub x: TensorId,
+    /// Output, same shape.
+    pub y: TensorId,
+}
+
+/// Non-overlapping patch embedding: input `[C, H, W]`, patches `p×p` in row-major patch order,
+/// weight `[d, C·p·p]` (flattened in `(c, i, j)` order, as a conv kernel `[d, C, p, p]`),
+/// output `[(H/p)·(W/p), d]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PatchEmbed {
+    /// Image `[C, H, W]`.
+    pub x: TensorId,
+    /// Projection, weight `[d, C·p·p]`.
+    pub proj: Proj,
+    /// Patch size p.
+    pub patch: u32,
+    /// Output `[T, d]`.
+    pub y: TensorId,
+}
+
+/// Token embedding lookup plus optional position embedding: ids `[T]` (i32) → `[T, d]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Embedding {
+    /// Token ids `[T]`, i32.
+    pub ids: TensorId,
+    /// Table `[vocab, d]`.
+    pub table: TensorId,
+    /// Optional position table `[T_max ≥ T, d]`, row t added to token t.
+    pub pos: Option<TensorId>,
+    /// Output `[T, d]`.
+    pub y: TensorId,
+}
+
+/// Reduction over one per-sample axis.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Reduce {
+    /// Input.
+    pub x: TensorId,
+    /// Function.
+    pub op: ReduceOp,
+    /// Per-sample axis reduced.
+    pub axis: u32,
+    /// Keep the reduced axis with size 1.
+    pub keep_dims: bool,
+    /// Output.
+    pub y: TensorId,
+}
+
+/// Reshape/flatten: a view. The output shares the input's arena bytes (same offset).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Reshape {
+    /// Input.
+    pub x: TensorId,
+    /// Output, same element count, same arena offset.
+    pub y: TensorId,
+}
+
+/// Permutation of per-sample axes (materialised: our kernels read contiguous tensors).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Transpose {
+    /// Input.
+    pub x: TensorId,
+    /// `perm[i]` is the input axis that becomes output axis i; entries past the rank are unused.
+    pub perm: [u8; crate::dtype::MAX_RANK],
+    /// Output.
+    pub y: TensorId,
+}
+
+/// Batched matrix product over the last two axes with numpy broadcasting of leading axes:
+/// `a [.., M, K] · b [.., K, N]` (or `b [.., N, K]` with `transpose_b`). `b` may be a weight.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MatMul {
+    /// Left operand.
+    pub a: TensorId,
+    /// Right operand.
+    pub b: TensorId,
+    /// Read `b` as `[.., N, K]`.
+    pub transpose_b: bool,
+    /// Output `[.., M, N]`.
+    pub y: TensorId,
+}
+
+/// 2-D convolution, NCHW per sample: input `[C, H, W]`, weight `[O, C/groups, kh, kw]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Conv2d {
+    /// Input `[C, H, W]`.
+    pub x: TensorId,
+    /// Weight `[O, C/groups, kh, kw]` and optional bias `[O]`.
+    pub proj: Proj,
+    /// Stride (h, w).
+    pub stride: [u32; 2],
+    /// Padding (top, left, bottom, right).
+    pub pad: [u32; 4],
+    /// Dilation (h, w).
+    pub dilation: [u32; 2],
+    /// Groups.
+    pub groups: u32,
+    /// Output `[O, H', W']`.
+    pub y: TensorId,
+}
+
+/// Fused multi-head attention of the four variants (DESIGN.md §1), input and output `[T, d]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Attention {
+    /// Input `[T, d]`.
+    pub x: TensorId,
+    /// Which mechanism.
+    pub variant: AttentionVariant,
+    /// Heads h (c = d/h).
+    pub heads: u32,
+    /// Lower-triangular mask on the scores (and on W^A for Super).
+    pub causal: bool,
+    /// Score scale, normally 1/√c.
+    pub scale: f32,
+    /// W^Q `[d, d]`.
+    pub q: Proj,
+    /// W^K `[d, d]`: Standard and Optimised only.
+    pub k: Option<Proj>,
+    /// W^V `[d, d]`: Standard only.
+    pub v: Option<Proj>,
+    /// W^A `[T, T]`, b^A `[T]`: Super only.
+    pub align: Option<Proj>,
+    /// W^O `[d, d]`.
+    pub o: Proj,
+    /// Output `[T, d]`.
+    pub y: TensorId,
+}
+
+/// AFT-full (DESIGN.md §2): w is `[T, T]`, or factorised `u [T, r]`, `v [T, r]` with w = u vᵀ.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AftFull {
+    /// Input `[T, d]`.
+    pub x: TensorId,
+    /// Sum over t' ≤ t only.
+    pub causal: bool,
+    /// Query projection.
+    pub q: Proj,
+    /// Key projection.
+    pub k: Proj,
+    /// Value projection.
+    pub v: Proj,
+    /// Position biases.
+    pub bias: AftBias,
+    /// Output projection.
+    pub o: Proj,
+    /// Output `[T, d]`.
+    pub y: TensorId,
+}
+
+/// AFT-full's pairwise position bias.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AftBias {
+    /// Full `[T, T]` matrix.
+    Full(TensorId),
+    /// w = u vᵀ, u and v `[T, r]`.
+    Factorised {
+        /// u `[T, r]`.
+        u: TensorId,
+        /// v `[T, r]`.
+        v: TensorId,
+    },
+}
+
+/// AFT-local (DESIGN.md §2): w `[T, T]` used only where |t − t'| < window, 0 elsewhere; global
+/// connectivity kept.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AftLocal {
+    /// Input `[T, d]`.
+    pub x: TensorId,
+    /// Sum over t' ≤ t only.
+    pub causal: bool,
+    /// Window s ≥ 1.
+    pub window: u32,
+    /// Query projection.
+    pub q: Proj,
+    /// Key projection.
+    pub k: Proj,
+    /// Value projection.
+    pub v: Proj,
+    /// w `[T, T]`.
+    pub w: TensorId,
+    /// Output projection.
+    pub o: Proj,
+    /// Output `[T, d]`.
+    pub y: TensorId,
+}
+
+/// AFT-simple (DESIGN.md §2).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AftSimple {
+    /// Input `[T, d]`.
+    pub x: TensorId,
+    /// Sum over t' ≤ t only.
+    pub causal: bool,
+    /// Query projection.
+    pub q: Proj,
+    /// Key projection.
+    pub k: Proj,
+    /// Value projection.
+    pub v: Proj,
+    /// Output projection.
+    pub o: Proj,
+    /// Output `[T, d]`.
+    pub y: TensorId,
+}
+
+/// AFT-conv (DESIGN.md §2) on a `grid_h × grid_w` token grid (T = grid_h·grid_w, row-major).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AftConv {
+    /// Input `[T, d]`.
+    pub x: TensorId,
+    /// Heads h (c = d/h).
+    pub heads: u32,
+    /// Kernel size s (odd).
+    pub kernel: u32,
+    /// Token grid (h, w).
+    pub grid: [u32; 2],
+    /// Query projection `[d, d]`.
+    pub q: Proj,
+    /// Key projection `[h, d]` (one key channel per head).
+    pub k: Proj,
+    /// Value projection `[d, d]`.
+    pub v: Proj,
+    /// Kernel w `[h, s, s]` (the kernel applies exp(w) − 1).
+    pub w: TensorId,
+    /// Output projection.
+    pub o: Proj,
+    /// Output `[T, d]`.
+    pub y: TensorId,
+}
+
+/// Fastformer additive attention (DESIGN.md §3): output_t = W^R (G ⊙ v_t) + b^R + q_t.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fastformer {
+    /// Input `[T, d]`.
+    pub x: TensorId,
+    /// Heads h (c = d/h).
+    pub heads: u32,
+    /// Score scale, normally 1/√c.
+    pub scale: f32,
+    /// Query projection.
+    pub q: Proj,
+    /// Key projection.
+    pub k: Proj,
+    /// Value projection.
+    pub v: Proj,
+    /// Query scoring vectors `[h, d]`: head i's score is `q_t · wqa[i]` (a per-head
+    /// `c`-vector is the block-diagonal case).
+    pub wqa: TensorId,
+    /// Key scoring vectors `[h, d]`, applied to p_t = g ⊙ k_t.
+    pub wka: TensorId,
+    /// W^R `[d, d]` and b^R.
+    pub r: Proj,
+    /// Output `[T, d]`.
+    pub y: TensorId,
+}
+
+/// One graph node.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Op {
+    /// See [`Dense`].
+    Dense(Dense),
+    /// See [`LayerNorm`].
+    LayerNorm(LayerNorm),
+    /// See [`Unary`].
+    Unary(Unary),
+    /// See [`Binary`].
+    Binary(Binary),
+    /// See [`Softmax`].
+    Softmax(Softmax),
+    /// See [`PatchEmbed`].
+    PatchEmbed(PatchEmbed),
+    /// See [`Embedding`].
+    Embedding(Embedding),
+    /// See [`Reduce`].
+    Reduce(Reduce),
+    /// See [`Reshape`].
+    Reshape(Reshape),
+    /// See [`Transpose`].
+    Transpose(Transpose),
+    /// See [`MatMul`].
+    MatMul(MatMul),
+    /// See [`Conv2d`].
+    Conv2d(Conv2d),
+    /// See [`Attention`].
+    Attention(Attention),
+    /// See [`AftFull`].
+    AftFull(AftFull),
+    /// See [`AftLocal`].
+    AftLocal(AftLocal),
+    /// See [`AftSimple`].
+    AftSimple(AftSimple),
+    /// See [`AftConv`].
+    AftConv(AftConv),
+    /// See [`Fastformer`].
+    Fastformer(Fastformer),
+}
+
+/// Kind ids on disk.
+pub mod kind {
+    #![allow(missing_docs)]
+    pub const DENSE: u16 = 1;
+    pub const LAYER_NORM: u16 = 2;
+    pub const UNARY: u16 = 3;
+    pub const BINARY: u16 = 4;
+    pub const SOFTMAX: u16 = 5;
+    pub const PATCH_EMBED: u16 = 6;
+    pub const EMBEDDING: u16 = 7;
+    pub const REDUCE: u16 = 8;
+    pub const RESHAPE: u16 = 9;
+    pub const TRANSPOSE: u16 = 10;
+    pub const MATMUL: u16 = 11;
+    pub const CONV2D: u16 = 12;
+    pub const ATTENTION: u16 = 32;
+    pub const AFT_FULL: u16 = 33;
+    pub const AFT_LOCAL: u16 = 34;
+    pub const AFT_SIMPLE: u16 = 35;
+    pub const AFT_CONV: u16 = 36;
+    pub const FASTFORMER: u16 = 37;
+}
+
+impl Op {
+    /// The op's name as shown in reports and errors.
+    pub fn name(&self) -> &'static str {
+        kind_name(self.encode().kind).unwrap_or("?")
+    }
+
+    /// True for the fused attention mechanisms (kind ids 32 and up).
+    pub fn kind_is_mechanism(&self) -> bool {
+        self.encode().kind >= kind::ATTENTION
+    }
+
+    /// The single output tensor.
+    pub fn output(&self) -> TensorId {
+        let r = self.encode();
+        r.tensors()[r.tensors().len() - 1]
+    }
+
+    /// Every tensor the op reads (activations and weights), absent optional slots skipped, in
+    /// slot order. The first entry is the main activation input.
+    pub fn for_each_input(&self, mut f: impl FnMut(TensorId)) {
+        let r = self.encode();
+        let ts = r.tensors();
+        for &t in &ts[..ts.len() - 1] {
+            if t != NONE {
+                f(t);
+            }
+        }
+    }
+}
+/// The name of an op kind id, `None` if unknown.
+pub fn kind_name(kind_id: u16) -> Option<&'static str> {
+    Some(match kind_id {
+        kind::DENSE => "Dense",
+        kind::LAYER_NORM => "LayerNorm",
+        kind::UNARY => "Unary",
+        kind::BINARY => "Binary",
+        kind::SOFTMAX => "Softmax",
+        kind::PATCH_EMBED => "PatchEmbed",
+        kind::EMBEDDING => "Embedding",
+        kind::REDUCE => "Reduce",
+        kind::RESHAPE => "Reshape",
+        kind::TRANSPOSE => "Transpose",
+        kind::MATMUL => "MatMul",
+        kind::CONV2D => "Conv2d",
+        kind::ATTENTION => "Attention",
+        kind::AFT_FULL => "AftFull",
+        kind::AFT_LOCAL => "AftLocal",
+        kind::AFT_SIMPLE => "AftSimple",
+        kind::AFT_CONV => "AftConv",
+        kind::FASTFORMER => "Fastformer",
+        _ => return None,
+    })
+}
+
+mod record;
+pub use record::{OpRecordBuf, MAX_OP_ATTRS, MAX_OP_TENSORS};
