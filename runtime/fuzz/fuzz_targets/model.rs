@@ -1,0 +1,54 @@
+//! The CPU runtime's loader on arbitrary bytes: `kestrel_cpu::Model::parse` (container checks
+//! plus every node's roles, shapes, kernel weights and the arena plan), on the bytes as given
+//! and resealed. When a model validates, it is run on a batch of one with an arena from
+//! `arena_bytes` and deterministic inputs: a run may return an error (a token id out of range),
+//! never panic.
+#![no_main]
+
+use kestrel_cpu::{Input, Model, Session};
+use kestrel_format::{aligned_copy, reseal, DType};
+use libfuzzer_sys::fuzz_target;
+
+/// Models whose arena or inputs exceed these are validated but not run (keeps the fuzzer fast).
+const MAX_ARENA: usize = 4 << 20;
+const MAX_INPUT: usize = 1 << 16;
+
+fn exercise(bytes: &[u8]) {
+    let Ok(model) = Model::parse(bytes) else { return };
+    let Some(arena_len) = model.arena_bytes(1).filter(|&n| n <= MAX_ARENA) else { return };
+    let mut f32s: Vec<Vec<f32>> = Vec::new();
+    let mut i32s: Vec<Vec<i32>> = Vec::new();
+    for i in 0..model.input_count() {
+        let t = model.input(i).expect("input info after a successful parse");
+        let n = t.shape.numel().expect("validated shape");
+        if n > MAX_INPUT {
+            return;
+        }
+        match t.dtype {
+            DType::I32 => i32s.push((0..n as i32).map(|v| v % 3).collect()),
+            _ => f32s.push((0..n).map(|v| (v as f32 * 0.37).sin()).collect()),
+        }
+    }
+    let (mut fi, mut ii) = (f32s.iter(), i32s.iter());
+    let inputs: Vec<Input<'_>> = (0..model.input_count())
+        .map(|i| match model.input(i).map(|t| t.dtype) {
+            Ok(DType::I32) => Input::I32(ii.next().expect("counted above")),
+            _ => Input::F32(fi.next().expect("counted above")),
+        })
+        .collect();
+    let mut outs: Vec<Vec<f32>> = (0..model.output_count())
+        .map(|i| vec![0.0; model.output(i).ok().and_then(|t| t.shape.numel()).unwrap_or(0)])
+        .collect();
+    let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
+    let mut arena = vec![0u8; arena_len];
+    let mut session = Session::new(&model, &mut arena, 1).expect("arena sized by arena_bytes");
+    let _ = session.run(&inputs, &mut refs);
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut buf = aligned_copy(data);
+    exercise(&buf);
+    if reseal(&mut buf) {
+        exercise(&buf);
+    }
+});
