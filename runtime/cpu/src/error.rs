@@ -124,6 +124,16 @@ pub enum LoadError {
         /// Output arena offset.
         output_offset: u64,
     },
+    /// A memory-plan size is not a multiple of its required alignment.
+    #[error("memory plan: {what} is {value} bytes, not a multiple of {align}")]
+    PlanAlignment {
+        /// Which size.
+        what: &'static str,
+        /// The size.
+        value: u64,
+        /// Required multiple.
+        align: u64,
+    },
     /// The plan's scratch region is smaller than the ops need.
     #[error("memory plan: scratch is {found} bytes, the ops need {required}")]
     ScratchTooSmall {

@@ -24,6 +24,19 @@ impl<'a> Model<'a> {
     pub fn parse(bytes: &'a [u8]) -> Result<Self, LoadError> {
         let file = KesFile::parse(bytes)?;
         let plan = file.plan();
+        // Regions for batch B start at B·offset: the per-sample size must keep them 64-aligned,
+        // and scratch is viewed as f32.
+        let align = kestrel_format::TENSOR_ALIGN as u64;
+        if plan.arena_bytes_per_sample % align != 0 {
+            return Err(LoadError::PlanAlignment {
+                what: "arena_bytes_per_sample",
+                value: plan.arena_bytes_per_sample,
+                align,
+            });
+        }
+        if plan.scratch_bytes % 4 != 0 {
+            return Err(LoadError::PlanAlignment { what: "scratch_bytes", value: plan.scratch_bytes, align: 4 });
+        }
         let mut scratch_elems = 0usize;
         for node in 0..file.op_count() {
             let op = file.op(node)?;
