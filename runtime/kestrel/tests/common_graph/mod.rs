@@ -275,8 +275,15 @@ impl<'a> Interp<'a> {
                     groups: u(o.groups),
                 };
                 let b = o.proj.b.map(|b| self.weight(b));
-                r::conv2d(x_of(o.x), [xd[0], xd[1], xd[2]], self.weight(o.proj.w), [wd[0], wd[1], wd[2], wd[3]], b, spec)
-                    .0
+                r::conv2d(
+                    x_of(o.x),
+                    [xd[0], xd[1], xd[2]],
+                    self.weight(o.proj.w),
+                    [wd[0], wd[1], wd[2], wd[3]],
+                    b,
+                    spec,
+                )
+                .0
             }
             Op::Attention(o) => {
                 let xd = self.dims(o.x);
