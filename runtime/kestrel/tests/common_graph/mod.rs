@@ -1,0 +1,366 @@
+//! A plain f64 graph interpreter over a loaded `.kes` file, for session-level tests: it walks the
+//! file's op list, reads every weight decoded from the file (what the kernels see) and every shape
+//! from the tensor table, and evaluates one sample at a time with the `kestrel_reference`
+//! functions. It shares nothing with the CPU executor but the file reader.
+#![allow(dead_code)]
+
+use kestrel::format::ops::{Activation, AftBias, AttentionVariant, BinaryOp, Op, Proj, ReduceOp, TensorId, UnaryOp};
+use kestrel::format::{KesFile, TensorKind};
+use kestrel::{Input, Model};
+use kestrel_reference::layers::{self as r, Act, BinaryFn, ConvSpec, ReduceFn, UnaryFn};
+use kestrel_reference::mechanisms::{self as m, AttentionKind, AttentionRef, Dense64, FastformerRef, Qkvo};
+use std::collections::HashMap;
+
+/// The four weight encodings.
+pub const DTYPES: [kestrel::format::DType; 4] =
+    [kestrel::format::DType::F32, kestrel::format::DType::F16, kestrel::format::DType::I8, kestrel::format::DType::I4];
+
+/// SplitMix64: deterministic test values.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in (0, 1).
+    pub fn unit(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    /// Uniform in (-a, a).
+    pub fn uniform(&mut self, a: f64) -> f32 {
+        ((2.0 * self.unit() - 1.0) * a) as f32
+    }
+    /// Non-zero: magnitude uniform in [0.05·a, a), random sign.
+    pub fn nz(&mut self, a: f64) -> f32 {
+        let m = (0.05 + 0.95 * self.unit()) * a;
+        (if self.next_u64() & 1 == 0 { m } else { -m }) as f32
+    }
+    /// Standard normal (Box–Muller).
+    pub fn normal(&mut self) -> f32 {
+        let (u, v) = (self.unit(), self.unit());
+        ((-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()) as f32
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// One graph input's data for a whole batch (samples back to back).
+#[derive(Clone, Debug)]
+pub enum Feed {
+    F32(Vec<f32>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+}
+
+impl Feed {
+    pub fn input(&self) -> Input<'_> {
+        match self {
+            Feed::F32(v) => Input::F32(v),
+            Feed::I32(v) => Input::I32(v),
+            Feed::I64(v) => Input::I64(v),
+        }
+    }
+    pub fn len(&self) -> usize {
+        match self {
+            Feed::F32(v) => v.len(),
+            Feed::I32(v) => v.len(),
+            Feed::I64(v) => v.len(),
+        }
+    }
+    /// Sample `s` of a batch of `batch`, as f64 (ids are small integers, exact).
+    pub fn sample_f64(&self, s: usize, batch: usize) -> Vec<f64> {
+        let n = self.len() / batch;
+        let rg = s * n..(s + 1) * n;
+        match self {
+            Feed::F32(v) => v[rg].iter().map(|&x| f64::from(x)).collect(),
+            Feed::I32(v) => v[rg].iter().map(|&x| f64::from(x)).collect(),
+            Feed::I64(v) => v[rg].iter().map(|&x| x as f64).collect(),
+        }
+    }
+    /// Sample `s` of a batch of `batch` as a batch of one.
+    pub fn sample(&self, s: usize, batch: usize) -> Feed {
+        let n = self.len() / batch;
+        let rg = s * n..(s + 1) * n;
+        match self {
+            Feed::F32(v) => Feed::F32(v[rg].to_vec()),
+            Feed::I32(v) => Feed::I32(v[rg].to_vec()),
+            Feed::I64(v) => Feed::I64(v[rg].to_vec()),
+        }
+    }
+}
+
+/// Runs `feeds` (a batch of `feeds[0].len() / per-sample` samples) through a session of
+/// `capacity`; returns every output.
+pub fn run_session(model: &Model, capacity: usize, feeds: &[Feed]) -> Vec<Vec<f32>> {
+    let mut s = model.session(capacity).expect("session");
+    let inputs: Vec<Input<'_>> = feeds.iter().map(Feed::input).collect();
+    s.run_vec(&inputs).expect("run")
+}
+
+pub fn act(a: Activation) -> Act {
+    match a {
+        Activation::None => Act::None,
+        Activation::Relu => Act::Relu,
+        Activation::Gelu => Act::Gelu,
+        Activation::GeluTanh => Act::GeluTanh,
+    }
+}
+
+pub fn unary_fn(op: UnaryOp) -> UnaryFn {
+    match op {
+        UnaryOp::Relu => UnaryFn::Relu,
+        UnaryOp::Gelu => UnaryFn::Gelu,
+        UnaryOp::GeluTanh => UnaryFn::GeluTanh,
+        UnaryOp::Sigmoid => UnaryFn::Sigmoid,
+        UnaryOp::Tanh => UnaryFn::Tanh,
+        UnaryOp::Exp => UnaryFn::Exp,
+        UnaryOp::Log => UnaryFn::Log,
+        UnaryOp::Sqrt => UnaryFn::Sqrt,
+        UnaryOp::Neg => UnaryFn::Neg,
+        UnaryOp::Abs => UnaryFn::Abs,
+        UnaryOp::Erf => UnaryFn::Erf,
+        UnaryOp::Reciprocal => UnaryFn::Reciprocal,
+        UnaryOp::Silu => UnaryFn::Silu,
+    }
+}
+
+pub fn binary_fn(op: BinaryOp) -> BinaryFn {
+    match op {
+        BinaryOp::Add => BinaryFn::Add,
+        BinaryOp::Sub => BinaryFn::Sub,
+        BinaryOp::Mul => BinaryFn::Mul,
+        BinaryOp::Div => BinaryFn::Div,
+        BinaryOp::Max => BinaryFn::Max,
+        BinaryOp::Min => BinaryFn::Min,
+        BinaryOp::Pow => BinaryFn::Pow,
+    }
+}
+
+pub fn reduce_fn(op: ReduceOp) -> ReduceFn {
+    match op {
+        ReduceOp::Mean => ReduceFn::Mean,
+        ReduceOp::Sum => ReduceFn::Sum,
+        ReduceOp::Max => ReduceFn::Max,
+        ReduceOp::Min => ReduceFn::Min,
+    }
+}
+
+fn attention_kind(v: AttentionVariant) -> AttentionKind {
+    match v {
+        AttentionVariant::Standard => AttentionKind::Standard,
+        AttentionVariant::Optimised => AttentionKind::Optimised,
+        AttentionVariant::Efficient => AttentionKind::Efficient,
+        AttentionVariant::Super => AttentionKind::Super,
+    }
+}
+
+/// The f64 interpreter over one loaded file.
+pub struct Interp<'a> {
+    file: KesFile<'a>,
+    /// Every weight, decoded from the file.
+    weights: HashMap<TensorId, Vec<f64>>,
+}
+
+impl<'a> Interp<'a> {
+    pub fn new(file: KesFile<'a>) -> Self {
+        let mut weights = HashMap::new();
+        for id in 0..file.tensor_count() {
+            let t = file.tensor(id).expect("tensor");
+            if t.kind == TensorKind::Weight {
+                let w = file.weight(id).expect("weight view");
+                let mut buf = vec![0f32; w.len()];
+                w.decode_into(&mut buf);
+                weights.insert(id, buf.into_iter().map(f64::from).collect());
+            }
+        }
+        Self { file, weights }
+    }
+
+    /// The decoded values of weight `id`.
+    pub fn weight(&self, id: TensorId) -> &[f64] {
+        &self.weights[&id]
+    }
+
+    /// Per-sample dims of activation `id`, or the full dims of weight `id`.
+    pub fn dims(&self, id: TensorId) -> Vec<usize> {
+        self.file.tensor(id).expect("tensor").shape.dims().iter().map(|&d| d as usize).collect()
+    }
+
+    fn dense(&self, p: Proj) -> Dense64<'_> {
+        Dense64 { w: self.weight(p.w), b: p.b.map(|b| self.weight(b)) }
+    }
+
+    /// Evaluates one sample: `inputs[i]` is graph input i of that sample. Returns every graph
+    /// output of the sample.
+    pub fn eval(&self, inputs: &[Vec<f64>]) -> Vec<Vec<f64>> {
+        let mut vals: HashMap<TensorId, Vec<f64>> = HashMap::new();
+        let n_in = self.file.inputs().len();
+        assert_eq!(n_in, inputs.len(), "input count");
+        for (i, v) in inputs.iter().enumerate() {
+            let id = self.file.inputs().get(i).expect("input id");
+            vals.insert(id, v.clone());
+        }
+        for i in 0..self.file.op_count() {
+            let op = self.file.op(i).expect("op");
+            let y = self.eval_op(&op, &vals);
+            let want = self.dims(op.output()).iter().product::<usize>();
+            assert_eq!(y.len(), want, "node {i} ({}) output length", op.name());
+            vals.insert(op.output(), y);
+        }
+        (0..self.file.outputs().len()).map(|i| vals[&self.file.outputs().get(i).expect("output id")].clone()).collect()
+    }
+
+    /// An operand: an activation of this sample or a weight.
+    fn get<'v>(&'v self, vals: &'v HashMap<TensorId, Vec<f64>>, id: TensorId) -> &'v [f64] {
+        match vals.get(&id) {
+            Some(v) => v,
+            None => self.weight(id),
+        }
+    }
+
+    fn eval_op(&self, op: &Op, vals: &HashMap<TensorId, Vec<f64>>) -> Vec<f64> {
+        let x_of = |id: TensorId| self.get(vals, id);
+        match *op {
+            Op::Dense(o) => {
+                let xd = self.dims(o.x);
+                let inp = *xd.last().unwrap();
+                let rows = xd.iter().product::<usize>() / inp;
+                let out = self.dims(o.proj.w)[0];
+                let b = o.proj.b.map(|b| self.weight(b));
+                r::dense(x_of(o.x), rows, self.weight(o.proj.w), out, b, act(o.act))
+            }
+            Op::LayerNorm(o) => {
+                let d = *self.dims(o.x).last().unwrap();
+                let beta = o.beta.map(|b| self.weight(b));
+                r::layer_norm(x_of(o.x), d, self.weight(o.gamma), beta, f64::from(o.eps))
+            }
+            Op::Unary(o) => r::unary(unary_fn(o.op), x_of(o.x)),
+            Op::Binary(o) => r::binary(binary_fn(o.op), x_of(o.a), &self.dims(o.a), x_of(o.b), &self.dims(o.b)).0,
+            Op::Softmax(o) => r::softmax(x_of(o.x), *self.dims(o.x).last().unwrap()),
+            Op::PatchEmbed(o) => {
+                let xd = self.dims(o.x);
+                let d = self.dims(o.proj.w)[0];
+                let b = o.proj.b.map(|b| self.weight(b));
+                r::patch_embed(x_of(o.x), [xd[0], xd[1], xd[2]], o.patch as usize, self.weight(o.proj.w), d, b)
+            }
+            Op::Embedding(o) => {
+                let ids: Vec<i32> = x_of(o.ids).iter().map(|&v| v as i32).collect();
+                let d = self.dims(o.table)[1];
+                let pos = o.pos.map(|p| self.weight(p));
+                r::embedding(&ids, self.weight(o.table), d, pos).expect("ids in range")
+            }
+            Op::Reduce(o) => r::reduce(reduce_fn(o.op), x_of(o.x), &self.dims(o.x), o.axis as usize),
+            Op::Reshape(o) => x_of(o.x).to_vec(),
+            Op::Transpose(o) => {
+                let xd = self.dims(o.x);
+                let perm: Vec<usize> = o.perm[..xd.len()].iter().map(|&p| p as usize).collect();
+                r::transpose(x_of(o.x), &xd, &perm).0
+            }
+            Op::MatMul(o) => r::matmul(x_of(o.a), &self.dims(o.a), x_of(o.b), &self.dims(o.b), o.transpose_b).0,
+            Op::Conv2d(o) => {
+                let (xd, wd) = (self.dims(o.x), self.dims(o.proj.w));
+                let u = |v: u32| v as usize;
+                let spec = ConvSpec {
+                    stride: o.stride.map(u),
+                    pad: o.pad.map(u),
+                    dilation: o.dilation.map(u),
+                    groups: u(o.groups),
+                };
+                let b = o.proj.b.map(|b| self.weight(b));
+                r::conv2d(
+                    x_of(o.x),
+                    [xd[0], xd[1], xd[2]],
+                    self.weight(o.proj.w),
+                    [wd[0], wd[1], wd[2], wd[3]],
+                    b,
+                    spec,
+                )
+                .0
+            }
+            Op::Attention(o) => {
+                let xd = self.dims(o.x);
+                let a = AttentionRef {
+                    kind: attention_kind(o.variant),
+                    heads: o.heads as usize,
+                    causal: o.causal,
+                    scale: f64::from(o.scale),
+                    q: self.dense(o.q),
+                    k: o.k.map(|p| self.dense(p)),
+                    v: o.v.map(|p| self.dense(p)),
+                    align: o.align.map(|p| self.dense(p)),
+                    o: self.dense(o.o),
+                };
+                m::attention(x_of(o.x), xd[0], xd[1], &a)
+            }
+            Op::AftFull(o) => {
+                let xd = self.dims(o.x);
+                let t = xd[0];
+                let w = match o.bias {
+                    AftBias::Full(w) => self.weight(w).to_vec(),
+                    AftBias::Factorised { u, v } => {
+                        m::aft_bias_from_factors(self.weight(u), self.weight(v), t, self.dims(u)[1])
+                    }
+                };
+                let p = Qkvo { q: self.dense(o.q), k: self.dense(o.k), v: self.dense(o.v), o: self.dense(o.o) };
+                m::aft_full(x_of(o.x), t, xd[1], o.causal, &p, &w)
+            }
+            Op::AftLocal(o) => {
+                let xd = self.dims(o.x);
+                let p = Qkvo { q: self.dense(o.q), k: self.dense(o.k), v: self.dense(o.v), o: self.dense(o.o) };
+                m::aft_local(x_of(o.x), xd[0], xd[1], o.causal, o.window as usize, &p, self.weight(o.w))
+            }
+            Op::AftSimple(o) => {
+                let xd = self.dims(o.x);
+                let p = Qkvo { q: self.dense(o.q), k: self.dense(o.k), v: self.dense(o.v), o: self.dense(o.o) };
+                m::aft_simple(x_of(o.x), xd[0], xd[1], o.causal, &p)
+            }
+            Op::AftConv(o) => {
+                let xd = self.dims(o.x);
+                let p = Qkvo { q: self.dense(o.q), k: self.dense(o.k), v: self.dense(o.v), o: self.dense(o.o) };
+                let grid = o.grid.map(|g| g as usize);
+                m::aft_conv(x_of(o.x), grid, xd[1], o.heads as usize, o.kernel as usize, &p, self.weight(o.w))
+            }
+            Op::Fastformer(o) => {
+                let xd = self.dims(o.x);
+                let f = FastformerRef {
+                    heads: o.heads as usize,
+                    scale: f64::from(o.scale),
+                    q: self.dense(o.q),
+                    k: self.dense(o.k),
+                    v: self.dense(o.v),
+                    wqa: self.weight(o.wqa),
+                    wka: self.weight(o.wka),
+                    r: self.dense(o.r),
+                };
+                m::fastformer(x_of(o.x), xd[0], xd[1], &f)
+            }
+        }
+    }
+}
+
+/// Runs `feeds` (a batch of `batch`) through the interpreter, one sample at a time; returns
+/// per output the concatenated samples.
+pub fn reference_batch(model: &Model, feeds: &[Feed], batch: usize) -> Vec<Vec<f64>> {
+    let cpu = model.cpu().expect("cpu model");
+    let interp = Interp::new(*cpu.file());
+    let mut outs: Vec<Vec<f64>> = Vec::new();
+    for s in 0..batch {
+        let ins: Vec<Vec<f64>> = feeds.iter().map(|f| f.sample_f64(s, batch)).collect();
+        let ys = interp.eval(&ins);
+        if outs.is_empty() {
+            outs = vec![Vec::new(); ys.len()];
+        }
+        for (o, y) in outs.iter_mut().zip(ys) {
+            o.extend(y);
+        }
+    }
+    outs
+}

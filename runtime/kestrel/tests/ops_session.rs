@@ -1,0 +1,561 @@
+//! Every op kind through the whole stack — `ModelBuilder` → `.kes` bytes → `Model` → `Session` —
+//! against the f64 references, with the weights decoded from the loaded file (so the four
+//! encodings share one tolerance, `F32_KERNEL`). Each case is a one- or two-node model run
+//! with batch 3 (capacity 3) and batch 1; every sample is compared with the reference, and each
+//! batch-3 sample must equal its batch-1 run bit for bit.
+//!
+//! Ops built on dot products (Dense, MatMul, Conv2d, PatchEmbed, Sum/Mean) take the tolerance
+//! floor from a companion "magnitude" model (same case on |inputs| and |weights|, no
+//! activation, itself compared too), as the kernel tests' `assert_close_dot` does: rounding
+//! scales with Σ|a·b|, not with a possibly cancelled result.
+
+mod common_graph;
+
+use common_graph::{reference_batch, run_session, Feed, Rng, DTYPES};
+use kestrel::format::ops::*;
+use kestrel::format::{DType, MAX_RANK};
+use kestrel::{Error, Model, ModelBuilder};
+use kestrel_reference::assert_close;
+use kestrel_reference::tolerance::{Tolerance, F32_KERNEL};
+use std::collections::BTreeMap;
+
+const BATCH: usize = 3;
+
+/// How a test value is drawn: magnitude uniform in `[lo, hi)`, random sign unless `pos`;
+/// `normal` draws N(0, 1) instead.
+#[derive(Clone, Copy)]
+struct Dist {
+    lo: f64,
+    hi: f64,
+    pos: bool,
+    normal: bool,
+}
+
+const NZ: Dist = Dist { lo: 0.05, hi: 2.0, pos: false, normal: false };
+const POS: Dist = Dist { lo: 0.05, hi: 2.0, pos: true, normal: false };
+const NORMAL: Dist = Dist { lo: 0.0, hi: 0.0, pos: false, normal: true };
+
+fn dist(lo: f64, hi: f64, pos: bool) -> Dist {
+    Dist { lo, hi, pos, normal: false }
+}
+
+/// Builder state of one case: the graph, its batch-3 input data, and the "magnitude" switch.
+struct Ctx {
+    b: ModelBuilder,
+    rng: Rng,
+    mag: bool,
+    feeds: Vec<Feed>,
+    weights: usize,
+}
+
+impl Ctx {
+    fn draw(&mut self, n: usize, d: Dist) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                let v = if d.normal {
+                    self.rng.normal()
+                } else {
+                    let m = (d.lo + (d.hi - d.lo) * self.rng.unit()) as f32;
+                    if d.pos || self.rng.next_u64() & 1 == 0 {
+                        m
+                    } else {
+                        -m
+                    }
+                };
+                if self.mag {
+                    v.abs()
+                } else {
+                    v
+                }
+            })
+            .collect()
+    }
+
+    /// An f32 graph input with per-sample `dims`.
+    fn input(&mut self, dims: &[usize], d: Dist) -> Result<TensorId, Error> {
+        let n: usize = dims.iter().product();
+        let id = self.b.input(&format!("x{}", self.feeds.len()), dims)?;
+        let v = self.draw(BATCH * n, d);
+        self.feeds.push(Feed::F32(v));
+        Ok(id)
+    }
+
+    /// A token-id input of `len` ids below `vocab`, fed as i64 when `wide`.
+    fn ids(&mut self, len: usize, vocab: usize, wide: bool) -> Result<TensorId, Error> {
+        let id = self.b.input_ids("ids", len)?;
+        let v: Vec<i32> = (0..BATCH * len).map(|_| self.rng.below(vocab) as i32).collect();
+        self.feeds.push(if wide { Feed::I64(v.iter().map(|&x| i64::from(x)).collect()) } else { Feed::I32(v) });
+        Ok(id)
+    }
+
+    /// A weight in the case's encoding.
+    fn w(&mut self, dims: &[usize], d: Dist) -> Result<TensorId, Error> {
+        let v = self.draw(dims.iter().product(), d);
+        self.weights += 1;
+        self.b.weight(&format!("w{}", self.weights), dims, v)
+    }
+
+    /// A projection `[out, inp]` (uniform ±1/√inp) with an optional bias (±0.5).
+    fn proj(&mut self, out: usize, inp: usize, bias: bool) -> Result<Proj, Error> {
+        let a = 1.0 / (inp as f64).sqrt();
+        let w = self.w(&[out, inp], dist(0.02 * a, a, false))?;
+        let b = if bias { Some(self.w(&[out], dist(0.01, 0.5, false))?) } else { None };
+        Ok(Proj { w, b })
+    }
+
+    fn act(&self, a: Activation) -> Activation {
+        if self.mag {
+            Activation::None
+        } else {
+            a
+        }
+    }
+}
+
+type Build = Box<dyn Fn(&mut Ctx) -> Result<TensorId, Error>>;
+
+/// One case: a family (for the error report), a name, whether its floor comes from a magnitude
+/// run, and the graph.
+struct Case {
+    family: &'static str,
+    name: String,
+    floor: bool,
+    build: Build,
+}
+
+fn case(
+    family: &'static str,
+    name: String,
+    floor: bool,
+    build: impl Fn(&mut Ctx) -> Result<TensorId, Error> + 'static,
+) -> Case {
+    Case { family, name, floor, build: Box::new(build) }
+}
+
+fn build(c: &Case, dtype: DType, seed: u64, mag: bool) -> (Model, Vec<Feed>, usize) {
+    let mut b = ModelBuilder::new(&c.name);
+    b.set_weight_dtype(dtype);
+    let mut ctx = Ctx { b, rng: Rng::new(seed), mag, feeds: Vec::new(), weights: 0 };
+    let y = (c.build)(&mut ctx).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+    ctx.b.output(y);
+    let bytes = ctx.b.build().unwrap_or_else(|e| panic!("{}: {e}", c.name));
+    (Model::from_bytes(&bytes).expect("loads"), ctx.feeds, ctx.weights)
+}
+
+/// Largest error / allowance over `got` vs `want` (≤ 1 passes).
+fn ratio(got: &[f32], want: &[f64], tol: Tolerance) -> f64 {
+    let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+    got.iter()
+        .zip(want)
+        .fold(0f64, |m, (&g, &w)| m.max((f64::from(g) - w).abs() / (tol.rtol * w.abs() + tol.atol_frac * scale)))
+}
+
+/// Runs a model at batch 3 and at batch 1 per sample; asserts the batch-1 runs equal the batch-3
+/// samples bit for bit and returns the batch-3 output and its reference.
+fn run_checked(what: &str, model: &Model, feeds: &[Feed]) -> (Vec<f32>, Vec<f64>) {
+    let got = run_session(model, BATCH, feeds).remove(0);
+    let n = got.len() / BATCH;
+    for s in 0..BATCH {
+        let one: Vec<Feed> = feeds.iter().map(|f| f.sample(s, BATCH)).collect();
+        for cap in [1, BATCH] {
+            let single = run_session(model, cap, &one).remove(0);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&single),
+                bits(&got[s * n..(s + 1) * n]),
+                "{what}: sample {s}, batch 1 (capacity {cap}) differs from batch 3"
+            );
+        }
+    }
+    let want = reference_batch(model, feeds, BATCH).remove(0);
+    assert_eq!(got.len(), want.len(), "{what}: output length");
+    (got, want)
+}
+
+/// Runs every case in every encoding (weightless cases once); returns the worst ratio per family.
+fn check_all(cases: &[Case]) -> BTreeMap<&'static str, f64> {
+    let mut worst: BTreeMap<&'static str, f64> = BTreeMap::new();
+    for (ci, c) in cases.iter().enumerate() {
+        for dtype in DTYPES {
+            let seed = 0x5E55_1000 + ci as u64 * 31 + dtype as u64;
+            let (model, feeds, n_weights) = build(c, dtype, seed, false);
+            let what = format!("{} {dtype:?}", c.name);
+            let (got, want) = run_checked(&what, &model, &feeds);
+            let n = got.len() / BATCH;
+            // (A ReLU may zero one sample; a whole batch of zeros would test nothing.)
+            assert!(want.iter().any(|v| *v != 0.0), "{what}: reference output is all zeros");
+            let mag = c.floor.then(|| {
+                let (m, f, _) = build(c, dtype, seed, true);
+                run_checked(&format!("{what} (magnitude)"), &m, &f)
+            });
+            for s in 0..BATCH {
+                let (g, w) = (&got[s * n..(s + 1) * n], &want[s * n..(s + 1) * n]);
+                let (g, w) = match &mag {
+                    Some((gm, wm)) => (
+                        g.iter().chain(&gm[s * n..(s + 1) * n]).copied().collect::<Vec<_>>(),
+                        w.iter().chain(&wm[s * n..(s + 1) * n]).copied().collect::<Vec<_>>(),
+                    ),
+                    None => (g.to_vec(), w.to_vec()),
+                };
+                assert_close(&format!("{what} sample {s}"), &g, &w, F32_KERNEL);
+                let e = worst.entry(c.family).or_default();
+                *e = e.max(ratio(&g, &w, F32_KERNEL));
+            }
+            if n_weights == 0 {
+                break;
+            }
+        }
+    }
+    for (f, r) in &worst {
+        eprintln!("{f}: worst error / allowance = {r:.3}");
+    }
+    worst
+}
+
+// ---------------------------------------------------------------- layer and generic ops
+
+#[test]
+fn dense_every_activation_and_rank() {
+    let mut cases = Vec::new();
+    for &a in Activation::ALL {
+        for (dims, out, bias) in [(vec![4usize, 7], 5usize, true), (vec![9], 5, false), (vec![2, 2, 6], 4, true)] {
+            cases.push(case("Dense", format!("Dense {a:?} {dims:?}->{out} bias {bias}"), true, move |c| {
+                let x = c.input(&dims, NZ)?;
+                let proj = c.proj(out, *dims.last().unwrap(), bias)?;
+                let act = c.act(a);
+                c.b.op(|y| Op::Dense(Dense { x, proj, act, y }))
+            }));
+        }
+    }
+    check_all(&cases);
+}
+
+#[test]
+fn layer_norm_with_and_without_beta() {
+    let cases: Vec<Case> = [true, false]
+        .into_iter()
+        .map(|with_beta| {
+            case("LayerNorm", format!("LayerNorm beta {with_beta}"), false, move |c| {
+                let x = c.input(&[4, 12], NORMAL)?;
+                let g: Vec<f32> = (0..12).map(|_| 1.0 + c.rng.uniform(0.3)).collect();
+                let gamma = c.b.weight("gamma", &[12], g)?;
+                let beta = if with_beta { Some(c.w(&[12], dist(0.01, 0.5, false))?) } else { None };
+                c.weights += 1;
+                c.b.op(|y| Op::LayerNorm(LayerNorm { x, gamma, beta, eps: 1e-5, y }))
+            })
+        })
+        .collect();
+    check_all(&cases);
+}
+
+#[test]
+fn every_unary_op() {
+    let cases: Vec<Case> = UnaryOp::ALL
+        .iter()
+        .map(|&op| {
+            let d = if matches!(op, UnaryOp::Log | UnaryOp::Sqrt) { POS } else { NZ };
+            case("Unary", format!("Unary {op:?}"), false, move |c| {
+                let x = c.input(&[3, 5], d)?;
+                c.b.op(|y| Op::Unary(Unary { x, op, y }))
+            })
+        })
+        .collect();
+    check_all(&cases);
+}
+
+#[test]
+fn every_binary_op_with_broadcasting_and_weight_operands() {
+    // (a dims, b dims, a is a weight, b is a weight)
+    let shapes: [(&[usize], &[usize], bool, bool); 6] = [
+        (&[3, 4], &[3, 4], false, false),
+        (&[3, 4], &[4], false, false),
+        (&[2, 1, 4], &[3, 1], false, false),
+        (&[2, 3, 4], &[3, 1], false, true),
+        (&[4], &[3, 4], true, false),
+        (&[], &[2, 3], false, true),
+    ];
+    let mut cases = Vec::new();
+    for &op in BinaryOp::ALL {
+        // Pow: a > 0; Div: |b| ≥ 0.5 (no encoding rounds them to zero).
+        let da = if op == BinaryOp::Pow { dist(0.5, 2.0, true) } else { NZ };
+        let db = if op == BinaryOp::Div { dist(0.5, 2.0, false) } else { NZ };
+        for (sa, sb, wa, wb) in shapes {
+            cases.push(case(
+                "Binary",
+                format!("Binary {op:?} {sa:?}{} {sb:?}{}", if wa { "w" } else { "" }, if wb { "w" } else { "" }),
+                false,
+                move |c| {
+                    let a = if wa { c.w(sa, da)? } else { c.input(sa, da)? };
+                    let b = if wb { c.w(sb, db)? } else { c.input(sb, db)? };
+                    c.b.op(|y| Op::Binary(Binary { a, b, op, y }))
+                },
+            ));
+        }
+    }
+    check_all(&cases);
+}
+
+#[test]
+fn softmax_reshape_transpose() {
+    let mut cases = vec![
+        case("Softmax", "Softmax [3, 7]".into(), false, |c| {
+            let x = c.input(&[3, 7], dist(0.05, 3.0, false))?;
+            c.b.op(|y| Op::Softmax(Softmax { x, y }))
+        }),
+        // A reshape view, then a node reading it with the new row length.
+        case("Reshape", "Reshape [2, 6] -> [3, 4] -> Softmax".into(), false, |c| {
+            let x = c.input(&[2, 6], NZ)?;
+            let r = c.b.reshape(x, &[3, 4])?;
+            c.b.op(|y| Op::Softmax(Softmax { x: r, y }))
+        }),
+        // A node's output reshaped as the graph output.
+        case("Reshape", "Neg -> Reshape [12]".into(), false, |c| {
+            let x = c.input(&[3, 4], NZ)?;
+            let n = c.b.op(|y| Op::Unary(Unary { x, op: UnaryOp::Neg, y }))?;
+            c.b.reshape(n, &[12])
+        }),
+    ];
+    for (dims, p) in [
+        (vec![3usize, 5], vec![1usize, 0]),
+        (vec![2, 3, 4], vec![2, 0, 1]),
+        (vec![2, 3, 4], vec![1, 0, 2]),
+        (vec![2, 1, 3, 2], vec![3, 1, 0, 2]),
+    ] {
+        cases.push(case("Transpose", format!("Transpose {dims:?} {p:?}"), false, move |c| {
+            let x = c.input(&dims, NZ)?;
+            let mut perm = [0u8; MAX_RANK];
+            for (i, v) in perm.iter_mut().enumerate() {
+                *v = p.get(i).map_or(i as u8, |&a| a as u8);
+            }
+            c.b.op(|y| Op::Transpose(Transpose { x, perm, y }))
+        }));
+    }
+    check_all(&cases);
+}
+
+#[test]
+fn every_reduce_op_axis_and_keep_dims() {
+    let mut cases = Vec::new();
+    for &op in ReduceOp::ALL {
+        for axis in 0..3u32 {
+            for keep_dims in [false, true] {
+                let floor = matches!(op, ReduceOp::Sum | ReduceOp::Mean);
+                cases.push(case("Reduce", format!("Reduce {op:?} axis {axis} keep {keep_dims}"), floor, move |c| {
+                    let x = c.input(&[3, 4, 5], NZ)?;
+                    c.b.op(|y| Op::Reduce(Reduce { x, op, axis, keep_dims, y }))
+                }));
+            }
+        }
+    }
+    check_all(&cases);
+}
+
+#[test]
+fn patch_embed_and_embedding() {
+    let mut cases = vec![
+        case("PatchEmbed", "PatchEmbed [2, 8, 8] p4 d6 bias".into(), true, |c| {
+            let x = c.input(&[2, 8, 8], NZ)?;
+            let proj = c.proj(6, 2 * 16, true)?;
+            c.b.op(|y| Op::PatchEmbed(PatchEmbed { x, proj, patch: 4, y }))
+        }),
+        case("PatchEmbed", "PatchEmbed [1, 4, 6] p2 d5".into(), true, |c| {
+            let x = c.input(&[1, 4, 6], NZ)?;
+            let proj = c.proj(5, 4, false)?;
+            c.b.op(|y| Op::PatchEmbed(PatchEmbed { x, proj, patch: 2, y }))
+        }),
+    ];
+    for with_pos in [false, true] {
+        for wide in [false, true] {
+            cases.push(case("Embedding", format!("Embedding pos {with_pos} i64 {wide}"), false, move |c| {
+                let ids = c.ids(5, 11, wide)?;
+                let table = c.w(&[11, 6], NZ)?;
+                let pos = if with_pos { Some(c.w(&[7, 6], dist(0.05, 0.5, false))?) } else { None };
+                c.b.op(|y| Op::Embedding(Embedding { ids, table, pos, y }))
+            }));
+        }
+    }
+    check_all(&cases);
+}
+
+#[test]
+fn matmul_activation_and_weight_operands() {
+    // (a dims, b dims, transpose_b, b is a weight)
+    let shapes: [(&[usize], &[usize], bool, bool); 7] = [
+        (&[2, 3, 4], &[2, 4, 5], false, false),
+        (&[3, 4], &[2, 5, 4], true, false),
+        (&[2, 1, 3, 4], &[3, 4, 2], false, false),
+        (&[2, 3, 4], &[4, 5], false, true),
+        (&[3, 4], &[5, 4], true, true),
+        (&[2, 3, 4], &[2, 4, 3], false, true),
+        (&[2, 3, 4], &[2, 3, 4], true, true),
+    ];
+    let cases: Vec<Case> = shapes
+        .into_iter()
+        .map(|(sa, sb, transpose_b, wb)| {
+            case(
+                "MatMul",
+                format!("MatMul {sa:?} {sb:?}{} tb {transpose_b}", if wb { "w" } else { "" }),
+                true,
+                move |c| {
+                    let a = c.input(sa, NZ)?;
+                    let b = if wb { c.w(sb, NZ)? } else { c.input(sb, NZ)? };
+                    c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b, y }))
+                },
+            )
+        })
+        .collect();
+    check_all(&cases);
+}
+
+#[test]
+fn conv2d_stride_pad_dilation_groups() {
+    // (C, H, W, O, kh, kw, stride, pad, dilation, groups), as in the kernel tests.
+    type Conv = (usize, usize, usize, usize, usize, usize, [u32; 2], [u32; 4], [u32; 2], u32);
+    const CONV: &[Conv] = &[
+        (1, 5, 5, 2, 3, 3, [1, 1], [0, 0, 0, 0], [1, 1], 1),
+        (2, 7, 6, 3, 3, 3, [2, 2], [1, 1, 1, 1], [1, 1], 1),
+        (2, 7, 7, 2, 3, 2, [1, 2], [0, 2, 1, 0], [2, 2], 1),
+        (4, 6, 5, 6, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 2),
+        (3, 6, 6, 3, 3, 3, [2, 1], [1, 1, 1, 1], [1, 1], 3),
+        (4, 5, 5, 8, 1, 1, [1, 1], [0, 0, 0, 0], [1, 1], 4),
+        (2, 9, 8, 4, 3, 3, [2, 2], [2, 2, 2, 2], [2, 2], 2),
+        (3, 4, 4, 2, 5, 5, [1, 1], [2, 2, 2, 2], [1, 1], 1),
+    ];
+    let cases: Vec<Case> = CONV
+        .iter()
+        .enumerate()
+        .map(|(i, &(ch, h, w, o, kh, kw, stride, pad, dilation, groups))| {
+            case("Conv2d", format!("Conv2d case {i}"), true, move |c| {
+                let x = c.input(&[ch, h, w], NZ)?;
+                let cg = ch / groups as usize;
+                let a = 1.0 / ((cg * kh * kw) as f64).sqrt();
+                let wt = c.w(&[o, cg, kh, kw], dist(0.02 * a, a, false))?;
+                let b = if i % 2 == 0 { Some(c.w(&[o], dist(0.01, 0.5, false))?) } else { None };
+                c.b.op(|y| Op::Conv2d(Conv2d { x, proj: Proj { w: wt, b }, stride, pad, dilation, groups, y }))
+            })
+        })
+        .collect();
+    check_all(&cases);
+}
+
+// ---------------------------------------------------------------- fused mechanisms
+
+const T: usize = 6;
+const D: usize = 8;
+
+#[test]
+fn attention_every_variant_heads_and_mask() {
+    let mut cases = Vec::new();
+    for &variant in AttentionVariant::ALL {
+        for heads in [1usize, 2, 4] {
+            for causal in [false, true] {
+                cases.push(case(
+                    "Attention",
+                    format!("Attention {variant:?} h{heads} causal {causal}"),
+                    false,
+                    move |c| {
+                        use AttentionVariant::*;
+                        let x = c.input(&[T, D], NORMAL)?;
+                        let q = c.proj(D, D, true)?;
+                        let k = matches!(variant, Standard | Optimised).then(|| c.proj(D, D, true)).transpose()?;
+                        let v = (variant == Standard).then(|| c.proj(D, D, causal)).transpose()?;
+                        let align = (variant == Super).then(|| c.proj(T, T, true)).transpose()?;
+                        let o = c.proj(D, D, !causal)?;
+                        let scale = 1.0 / ((D / heads) as f32).sqrt();
+                        c.b.op(|y| {
+                            Op::Attention(Attention {
+                                x,
+                                variant,
+                                heads: heads as u32,
+                                causal,
+                                scale,
+                                q,
+                                k,
+                                v,
+                                align,
+                                o,
+                                y,
+                            })
+                        })
+                    },
+                ));
+            }
+        }
+    }
+    check_all(&cases);
+}
+
+fn qkv(c: &mut Ctx, kout: usize) -> Result<(Proj, Proj, Proj), Error> {
+    Ok((c.proj(D, D, true)?, c.proj(kout, D, true)?, c.proj(D, D, true)?))
+}
+
+#[test]
+fn aft_every_variant() {
+    let mut cases = Vec::new();
+    for causal in [false, true] {
+        for factorised in [false, true] {
+            cases.push(case("AftFull", format!("AftFull factorised {factorised} causal {causal}"), false, move |c| {
+                let x = c.input(&[T, D], NORMAL)?;
+                let (q, k, v) = qkv(c, D)?;
+                let bias = if factorised {
+                    let a = 1.0 / 3f64.sqrt();
+                    AftBias::Factorised {
+                        u: c.w(&[T, 3], dist(0.02, a, false))?,
+                        v: c.w(&[T, 3], dist(0.02, a, false))?,
+                    }
+                } else {
+                    AftBias::Full(c.w(&[T, T], dist(0.02, 1.0, false))?)
+                };
+                let o = c.proj(D, D, true)?;
+                c.b.op(|y| Op::AftFull(AftFull { x, causal, q, k, v, bias, o, y }))
+            }));
+        }
+        for window in [1u32, 2, 4] {
+            cases.push(case("AftLocal", format!("AftLocal s{window} causal {causal}"), false, move |c| {
+                let x = c.input(&[T, D], NORMAL)?;
+                let (q, k, v) = qkv(c, D)?;
+                let w = c.w(&[T, T], dist(0.02, 1.0, false))?;
+                let o = c.proj(D, D, true)?;
+                c.b.op(|y| Op::AftLocal(AftLocal { x, causal, window, q, k, v, w, o, y }))
+            }));
+        }
+        cases.push(case("AftSimple", format!("AftSimple causal {causal}"), false, move |c| {
+            let x = c.input(&[T, D], NORMAL)?;
+            let (q, k, v) = qkv(c, D)?;
+            let o = c.proj(D, D, true)?;
+            c.b.op(|y| Op::AftSimple(AftSimple { x, causal, q, k, v, o, y }))
+        }));
+    }
+    for (grid, heads, kernel) in [([2u32, 3u32], 1usize, 3u32), ([2, 3], 2, 1), ([3, 3], 4, 3), ([1, 6], 2, 5)] {
+        cases.push(case("AftConv", format!("AftConv grid {grid:?} h{heads} s{kernel}"), false, move |c| {
+            let t = (grid[0] * grid[1]) as usize;
+            let x = c.input(&[t, D], NORMAL)?;
+            let (q, k, v) = qkv(c, heads)?;
+            let s = kernel as usize;
+            let w = c.w(&[heads, s, s], dist(0.02, 1.0, false))?;
+            let o = c.proj(D, D, true)?;
+            c.b.op(|y| Op::AftConv(AftConv { x, heads: heads as u32, kernel, grid, q, k, v, w, o, y }))
+        }));
+    }
+    check_all(&cases);
+}
+
+#[test]
+fn fastformer_every_head_count() {
+    let cases: Vec<Case> = [1usize, 2, 4]
+        .into_iter()
+        .map(|heads| {
+            case("Fastformer", format!("Fastformer h{heads}"), false, move |c| {
+                let x = c.input(&[T, D], NORMAL)?;
+                let (q, k, v) = qkv(c, D)?;
+                let a = 1.0 / (D as f64).sqrt();
+                let wqa = c.w(&[heads, D], dist(0.02 * a, a, false))?;
+                let wka = c.w(&[heads, D], dist(0.02 * a, a, false))?;
+                let r = c.proj(D, D, true)?;
+                let scale = 1.0 / ((D / heads) as f32).sqrt();
+                c.b.op(|y| Op::Fastformer(Fastformer { x, heads: heads as u32, scale, q, k, v, wqa, wka, r, y }))
+            })
+        })
+        .collect();
+    check_all(&cases);
+}
