@@ -4,6 +4,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use kestrel::format::{DType, TensorKind};
 use kestrel::{Input, Model};
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -56,20 +58,30 @@ enum Command {
 }
 
 fn main() {
-    if let Err(e) = run(Cli::parse()) {
+    let mut out = String::new();
+    let result = run(Cli::parse(), &mut out);
+    // A closed pipe (`kestrel inspect m.kes | head`) is not an error worth a panic.
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_all(out.as_bytes()).and_then(|()| stdout.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("error: writing output: {e}");
+            std::process::exit(1);
+        }
+    }
+    if let Err(e) = result {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
 }
 
-fn run(cli: Cli) -> Result<()> {
+fn run(cli: Cli, w: &mut String) -> Result<()> {
     match cli.command {
-        Command::Demo { weights, out, batch } => demo(weights.into(), &out, batch),
-        Command::Inspect { model } => inspect(&model),
+        Command::Demo { weights, out, batch } => demo(w, weights.into(), &out, batch),
+        Command::Inspect { model } => inspect(w, &model),
     }
 }
 
-fn demo(dtype: DType, out: &PathBuf, batch: usize) -> Result<()> {
+fn demo(w: &mut String, dtype: DType, out: &PathBuf, batch: usize) -> Result<()> {
     if batch == 0 {
         bail!("--batch must be at least 1");
     }
@@ -80,19 +92,20 @@ fn demo(dtype: DType, out: &PathBuf, batch: usize) -> Result<()> {
     }
     std::fs::write(out, &bytes).with_context(|| format!("writing {}", out.display()))?;
     let built = t0.elapsed();
-    let model = Model::load(out)?;
+    let model = Model::load(out).with_context(|| format!("loading {}", out.display()))?;
     let mut session = model.session(batch)?;
     let cpu = session.model();
-    println!(
+    writeln!(
+        w,
         "model      {} ({} bytes, weights {}, {} nodes)",
         out.display(),
         bytes.len(),
         dtype.name(),
         cpu.file().op_count()
-    );
-    println!("mechanisms {}", kestrel::demo::MECHANISMS.join(", "));
-    println!("arena      {} bytes for batch {batch}", cpu.arena_bytes(batch).unwrap_or(0));
-    println!("built      in {:.1} ms", built.as_secs_f64() * 1e3);
+    )?;
+    writeln!(w, "mechanisms {}", kestrel::demo::MECHANISMS.join(", "))?;
+    writeln!(w, "arena      {} bytes for batch {batch}", cpu.arena_bytes(batch).unwrap_or(0))?;
+    writeln!(w, "built      in {:.1} ms", built.as_secs_f64() * 1e3)?;
     // Synthetic images: smooth patterns that differ per sample.
     let mut images = vec![0f32; batch * 256];
     for (s, img) in images.chunks_mut(256).enumerate() {
@@ -104,31 +117,31 @@ fn demo(dtype: DType, out: &PathBuf, batch: usize) -> Result<()> {
     let t1 = Instant::now();
     let probs = session.run_vec(&[Input::F32(&images)])?;
     let ran = t1.elapsed();
-    println!("ran        batch {batch} in {:.3} ms", ran.as_secs_f64() * 1e3);
-    println!();
-    println!("{:<8} {:<10} {:>8}   top-3", "image", "class", "prob");
+    writeln!(w, "ran        batch {batch} in {:.3} ms", ran.as_secs_f64() * 1e3)?;
+    writeln!(w)?;
+    writeln!(w, "{:<8} {:<10} {:>8}   top-3", "image", "class", "prob")?;
     for (s, p) in probs[0].chunks(10).enumerate() {
         let mut idx: Vec<usize> = (0..10).collect();
         idx.sort_by(|&a, &b| p[b].total_cmp(&p[a]));
         let top: Vec<String> = idx[..3].iter().map(|&i| format!("{i}:{:.3}", p[i])).collect();
-        println!("{:<8} {:<10} {:>8.4}   {}", s, format!("class-{}", idx[0]), p[idx[0]], top.join(" "));
+        writeln!(w, "{:<8} {:<10} {:>8.4}   {}", s, format!("class-{}", idx[0]), p[idx[0]], top.join(" "))?;
     }
     Ok(())
 }
 
-fn inspect(path: &PathBuf) -> Result<()> {
-    let model = Model::load(path)?;
+fn inspect(w: &mut String, path: &PathBuf) -> Result<()> {
+    let model = Model::load(path).with_context(|| format!("loading {}", path.display()))?;
     let cpu = model.cpu()?;
     let f = cpu.file();
     let meta = f.meta();
     let (major, minor) = f.version();
-    println!("file       {} ({} bytes, format {major}.{minor})", path.display(), model.bytes().len());
-    println!("name       {}", meta.model_name());
-    println!("task       {}", meta.task());
+    writeln!(w, "file       {} ({} bytes, format {major}.{minor})", path.display(), model.bytes().len())?;
+    writeln!(w, "name       {}", meta.model_name())?;
+    writeln!(w, "task       {}", meta.task())?;
     let plan = cpu.plan();
-    println!("arena      {} bytes/sample + {} scratch bytes", plan.arena_bytes_per_sample, plan.scratch_bytes);
-    println!();
-    println!("{:>4}  {:<12} {:<24} {:<7} {:>12}", "id", "kind", "name", "dtype", "bytes");
+    writeln!(w, "arena      {} bytes/sample + {} scratch bytes", plan.arena_bytes_per_sample, plan.scratch_bytes)?;
+    writeln!(w)?;
+    writeln!(w, "{:>4}  {:<12} {:<24} {:<7} {:>12}", "id", "kind", "name", "dtype", "bytes")?;
     let mut weight_bytes = 0u64;
     for id in 0..f.tensor_count() {
         let t = f.tensor(id)?;
@@ -139,16 +152,23 @@ fn inspect(path: &PathBuf) -> Result<()> {
         if t.kind == TensorKind::Weight {
             weight_bytes += t.len + t.scale_len;
         }
-        println!("{id:>4}  {kind:<12} {:<24} {:<7} {:>12}  {}", t.name, t.dtype.name(), t.len + t.scale_len, t.shape);
+        writeln!(
+            w,
+            "{id:>4}  {kind:<12} {:<24} {:<7} {:>12}  {}",
+            t.name,
+            t.dtype.name(),
+            t.len + t.scale_len,
+            t.shape
+        )?;
     }
-    println!();
-    println!("weights    {weight_bytes} bytes");
-    println!();
-    println!("{:>4}  {:<12} output", "node", "op");
+    writeln!(w)?;
+    writeln!(w, "weights    {weight_bytes} bytes")?;
+    writeln!(w)?;
+    writeln!(w, "{:>4}  {:<12} output", "node", "op")?;
     for n in 0..f.op_count() {
         let op = f.op(n)?;
         let y = f.tensor(op.output())?;
-        println!("{n:>4}  {:<12} {} {}", op.name(), y.name, y.shape);
+        writeln!(w, "{n:>4}  {:<12} {} {}", op.name(), y.name, y.shape)?;
     }
     Ok(())
 }
