@@ -121,13 +121,7 @@ pub(super) fn execute(file: &KesFile<'_>, op: &Op, io: &mut OpIo<'_>) -> Result<
     let prep = prepare(file, op).map_err(|_| RunError::Internal("a validated node failed its check"))?;
     let batch = io.batch;
     let (acts, out, scratch) = io.split();
-    let mut x_id = 0;
-    op.for_each_input(|id| {
-        if x_id == 0 {
-            x_id = id + 1;
-        }
-    });
-    let x_info = info(file, x_id.wrapping_sub(1))?;
+    let x_info = info(file, op.main_input())?;
     let x_all = acts.region(&x_info)?;
     let n = numel(&x_info)?;
     for s in 0..batch {

@@ -567,6 +567,11 @@ impl Op {
         self.encode().kind >= kind::ATTENTION
     }
 
+    /// The main activation input (slot 0: `x`, `a` or `ids`).
+    pub fn main_input(&self) -> TensorId {
+        self.encode().tensors()[0]
+    }
+
     /// The single output tensor.
     pub fn output(&self) -> TensorId {
         let r = self.encode();
