@@ -7,6 +7,7 @@
 
 pub mod layers;
 pub mod mechanisms;
+pub mod testing;
 pub mod tolerance;
 
 pub use tolerance::{assert_close, compare, Comparison, Tolerance};

@@ -3,14 +3,11 @@
 
 pub mod cases;
 
-use kestrel_format::ops::{Activation, BinaryOp, ReduceOp, UnaryOp};
 use kestrel_format::weight::{EncodedWeight, ViewStore};
 use kestrel_format::{DType, Shape, WeightView};
-use kestrel_reference::layers::{Act, BinaryFn, ReduceFn, UnaryFn};
 use proptest::prelude::*;
 
-/// The four weight encodings.
-pub const DTYPES: [DType; 4] = [DType::F32, DType::F16, DType::I8, DType::I4];
+pub use kestrel_reference::testing::{act, binary_fn, reduce_fn, unary_fn, DTYPES};
 
 /// Any weight encoding.
 pub fn dtype() -> impl Strategy<Value = DType> {
@@ -63,58 +60,6 @@ impl TestWeight {
     /// The view kernels read.
     pub fn view(&mut self) -> WeightView<'_> {
         self.enc.view(&mut self.store)
-    }
-}
-
-/// Reference activation for a format activation.
-pub fn act(a: Activation) -> Act {
-    match a {
-        Activation::None => Act::None,
-        Activation::Relu => Act::Relu,
-        Activation::Gelu => Act::Gelu,
-        Activation::GeluTanh => Act::GeluTanh,
-    }
-}
-
-/// Reference unary function for a format unary op.
-pub fn unary_fn(op: UnaryOp) -> UnaryFn {
-    match op {
-        UnaryOp::Relu => UnaryFn::Relu,
-        UnaryOp::Gelu => UnaryFn::Gelu,
-        UnaryOp::GeluTanh => UnaryFn::GeluTanh,
-        UnaryOp::Sigmoid => UnaryFn::Sigmoid,
-        UnaryOp::Tanh => UnaryFn::Tanh,
-        UnaryOp::Exp => UnaryFn::Exp,
-        UnaryOp::Log => UnaryFn::Log,
-        UnaryOp::Sqrt => UnaryFn::Sqrt,
-        UnaryOp::Neg => UnaryFn::Neg,
-        UnaryOp::Abs => UnaryFn::Abs,
-        UnaryOp::Erf => UnaryFn::Erf,
-        UnaryOp::Reciprocal => UnaryFn::Reciprocal,
-        UnaryOp::Silu => UnaryFn::Silu,
-    }
-}
-
-/// Reference binary function for a format binary op.
-pub fn binary_fn(op: BinaryOp) -> BinaryFn {
-    match op {
-        BinaryOp::Add => BinaryFn::Add,
-        BinaryOp::Sub => BinaryFn::Sub,
-        BinaryOp::Mul => BinaryFn::Mul,
-        BinaryOp::Div => BinaryFn::Div,
-        BinaryOp::Max => BinaryFn::Max,
-        BinaryOp::Min => BinaryFn::Min,
-        BinaryOp::Pow => BinaryFn::Pow,
-    }
-}
-
-/// Reference reduction for a format reduce op.
-pub fn reduce_fn(op: ReduceOp) -> ReduceFn {
-    match op {
-        ReduceOp::Mean => ReduceFn::Mean,
-        ReduceOp::Sum => ReduceFn::Sum,
-        ReduceOp::Max => ReduceFn::Max,
-        ReduceOp::Min => ReduceFn::Min,
     }
 }
 

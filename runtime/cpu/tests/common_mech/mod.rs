@@ -9,49 +9,7 @@ use kestrel_format::weight::{EncodedWeight, ViewStore};
 use kestrel_format::{DType, WeightView};
 use kestrel_reference::mechanisms::Dense64;
 
-/// The four weight encodings.
-pub const DTYPES: [DType; 4] = [DType::F32, DType::F16, DType::I8, DType::I4];
-
-/// SplitMix64: deterministic values from a proptest-chosen seed (shrinking stays on shapes).
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in (0, 1).
-    pub fn unit(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-
-    /// Uniform in (-a, a).
-    pub fn uniform(&mut self, a: f64) -> f32 {
-        ((2.0 * self.unit() - 1.0) * a) as f32
-    }
-
-    /// Standard normal (Box–Muller).
-    pub fn normal(&mut self) -> f32 {
-        let (u, v) = (self.unit(), self.unit());
-        ((-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()) as f32
-    }
-
-    pub fn uniform_vec(&mut self, n: usize, a: f64) -> Vec<f32> {
-        (0..n).map(|_| self.uniform(a)).collect()
-    }
-
-    pub fn normal_vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.normal()).collect()
-    }
-}
+pub use kestrel_reference::testing::{Rng, DTYPES};
 
 /// A weight encoded as `dtype`, with its decoded values in f64.
 pub struct TW {

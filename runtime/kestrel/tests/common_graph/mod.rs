@@ -4,53 +4,14 @@
 //! functions. It shares nothing with the CPU executor but the file reader.
 #![allow(dead_code)]
 
-use kestrel::format::ops::{Activation, AftBias, AttentionVariant, BinaryOp, Op, Proj, ReduceOp, TensorId, UnaryOp};
+use kestrel::format::ops::{AftBias, Op, Proj, TensorId};
 use kestrel::format::{KesFile, TensorKind};
 use kestrel::{Input, Model};
-use kestrel_reference::layers::{self as r, Act, BinaryFn, ConvSpec, ReduceFn, UnaryFn};
-use kestrel_reference::mechanisms::{self as m, AttentionKind, AttentionRef, Dense64, FastformerRef, Qkvo};
+use kestrel_reference::layers::{self as r, ConvSpec};
+use kestrel_reference::mechanisms::{self as m, AttentionRef, Dense64, FastformerRef, Qkvo};
 use std::collections::HashMap;
 
-/// The four weight encodings.
-pub const DTYPES: [kestrel::format::DType; 4] =
-    [kestrel::format::DType::F32, kestrel::format::DType::F16, kestrel::format::DType::I8, kestrel::format::DType::I4];
-
-/// SplitMix64: deterministic test values.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in (0, 1).
-    pub fn unit(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    /// Uniform in (-a, a).
-    pub fn uniform(&mut self, a: f64) -> f32 {
-        ((2.0 * self.unit() - 1.0) * a) as f32
-    }
-    /// Non-zero: magnitude uniform in [0.05·a, a), random sign.
-    pub fn nz(&mut self, a: f64) -> f32 {
-        let m = (0.05 + 0.95 * self.unit()) * a;
-        (if self.next_u64() & 1 == 0 { m } else { -m }) as f32
-    }
-    /// Standard normal (Box–Muller).
-    pub fn normal(&mut self) -> f32 {
-        let (u, v) = (self.unit(), self.unit());
-        ((-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()) as f32
-    }
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-}
+pub use kestrel_reference::testing::{act, attention_kind, binary_fn, reduce_fn, unary_fn, Rng, DTYPES};
 
 /// One graph input's data for a whole batch (samples back to back).
 #[derive(Clone, Debug)]
@@ -103,63 +64,6 @@ pub fn run_session(model: &Model, capacity: usize, feeds: &[Feed]) -> Vec<Vec<f3
     let mut s = model.session(capacity).expect("session");
     let inputs: Vec<Input<'_>> = feeds.iter().map(Feed::input).collect();
     s.run_vec(&inputs).expect("run")
-}
-
-pub fn act(a: Activation) -> Act {
-    match a {
-        Activation::None => Act::None,
-        Activation::Relu => Act::Relu,
-        Activation::Gelu => Act::Gelu,
-        Activation::GeluTanh => Act::GeluTanh,
-    }
-}
-
-pub fn unary_fn(op: UnaryOp) -> UnaryFn {
-    match op {
-        UnaryOp::Relu => UnaryFn::Relu,
-        UnaryOp::Gelu => UnaryFn::Gelu,
-        UnaryOp::GeluTanh => UnaryFn::GeluTanh,
-        UnaryOp::Sigmoid => UnaryFn::Sigmoid,
-        UnaryOp::Tanh => UnaryFn::Tanh,
-        UnaryOp::Exp => UnaryFn::Exp,
-        UnaryOp::Log => UnaryFn::Log,
-        UnaryOp::Sqrt => UnaryFn::Sqrt,
-        UnaryOp::Neg => UnaryFn::Neg,
-        UnaryOp::Abs => UnaryFn::Abs,
-        UnaryOp::Erf => UnaryFn::Erf,
-        UnaryOp::Reciprocal => UnaryFn::Reciprocal,
-        UnaryOp::Silu => UnaryFn::Silu,
-    }
-}
-
-pub fn binary_fn(op: BinaryOp) -> BinaryFn {
-    match op {
-        BinaryOp::Add => BinaryFn::Add,
-        BinaryOp::Sub => BinaryFn::Sub,
-        BinaryOp::Mul => BinaryFn::Mul,
-        BinaryOp::Div => BinaryFn::Div,
-        BinaryOp::Max => BinaryFn::Max,
-        BinaryOp::Min => BinaryFn::Min,
-        BinaryOp::Pow => BinaryFn::Pow,
-    }
-}
-
-pub fn reduce_fn(op: ReduceOp) -> ReduceFn {
-    match op {
-        ReduceOp::Mean => ReduceFn::Mean,
-        ReduceOp::Sum => ReduceFn::Sum,
-        ReduceOp::Max => ReduceFn::Max,
-        ReduceOp::Min => ReduceFn::Min,
-    }
-}
-
-fn attention_kind(v: AttentionVariant) -> AttentionKind {
-    match v {
-        AttentionVariant::Standard => AttentionKind::Standard,
-        AttentionVariant::Optimised => AttentionKind::Optimised,
-        AttentionVariant::Efficient => AttentionKind::Efficient,
-        AttentionVariant::Super => AttentionKind::Super,
-    }
 }
 
 /// The f64 interpreter over one loaded file.

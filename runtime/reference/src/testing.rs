@@ -1,0 +1,122 @@
+//! Shared test support: a seeded generator, the weight encodings, and the mapping from the file
+//! format's op enums to the reference's own (the reference keeps its own enums so its maths does
+//! not depend on how the format spells things).
+
+use crate::layers::{Act, BinaryFn, ReduceFn, UnaryFn};
+use crate::mechanisms::AttentionKind;
+use kestrel_format::ops::{Activation, AttentionVariant, BinaryOp, ReduceOp, UnaryOp};
+use kestrel_format::DType;
+
+/// The four weight encodings.
+pub const DTYPES: [DType; 4] = [DType::F32, DType::F16, DType::I8, DType::I4];
+
+/// SplitMix64: deterministic test values from a seed.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in (0, 1).
+    pub fn unit(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    /// Uniform in (-a, a).
+    pub fn uniform(&mut self, a: f64) -> f32 {
+        ((2.0 * self.unit() - 1.0) * a) as f32
+    }
+    /// Non-zero: magnitude uniform in [0.05·a, a), random sign.
+    pub fn nz(&mut self, a: f64) -> f32 {
+        let m = (0.05 + 0.95 * self.unit()) * a;
+        (if self.next_u64() & 1 == 0 { m } else { -m }) as f32
+    }
+    /// Standard normal (Box–Muller).
+    pub fn normal(&mut self) -> f32 {
+        let (u, v) = (self.unit(), self.unit());
+        ((-2.0 * u.ln()).sqrt() * (2.0 * core::f64::consts::PI * v).cos()) as f32
+    }
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+    /// `n` values uniform in (-a, a).
+    pub fn uniform_vec(&mut self, n: usize, a: f64) -> Vec<f32> {
+        (0..n).map(|_| self.uniform(a)).collect()
+    }
+    /// `n` standard normal values.
+    pub fn normal_vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.normal()).collect()
+    }
+}
+
+/// Reference activation for a format activation.
+pub fn act(a: Activation) -> Act {
+    match a {
+        Activation::None => Act::None,
+        Activation::Relu => Act::Relu,
+        Activation::Gelu => Act::Gelu,
+        Activation::GeluTanh => Act::GeluTanh,
+    }
+}
+
+/// Reference unary function for a format unary op.
+pub fn unary_fn(op: UnaryOp) -> UnaryFn {
+    match op {
+        UnaryOp::Relu => UnaryFn::Relu,
+        UnaryOp::Gelu => UnaryFn::Gelu,
+        UnaryOp::GeluTanh => UnaryFn::GeluTanh,
+        UnaryOp::Sigmoid => UnaryFn::Sigmoid,
+        UnaryOp::Tanh => UnaryFn::Tanh,
+        UnaryOp::Exp => UnaryFn::Exp,
+        UnaryOp::Log => UnaryFn::Log,
+        UnaryOp::Sqrt => UnaryFn::Sqrt,
+        UnaryOp::Neg => UnaryFn::Neg,
+        UnaryOp::Abs => UnaryFn::Abs,
+        UnaryOp::Erf => UnaryFn::Erf,
+        UnaryOp::Reciprocal => UnaryFn::Reciprocal,
+        UnaryOp::Silu => UnaryFn::Silu,
+    }
+}
+
+/// Reference binary function for a format binary op.
+pub fn binary_fn(op: BinaryOp) -> BinaryFn {
+    match op {
+        BinaryOp::Add => BinaryFn::Add,
+        BinaryOp::Sub => BinaryFn::Sub,
+        BinaryOp::Mul => BinaryFn::Mul,
+        BinaryOp::Div => BinaryFn::Div,
+        BinaryOp::Max => BinaryFn::Max,
+        BinaryOp::Min => BinaryFn::Min,
+        BinaryOp::Pow => BinaryFn::Pow,
+    }
+}
+
+/// Reference reduction for a format reduce op.
+pub fn reduce_fn(op: ReduceOp) -> ReduceFn {
+    match op {
+        ReduceOp::Mean => ReduceFn::Mean,
+        ReduceOp::Sum => ReduceFn::Sum,
+        ReduceOp::Max => ReduceFn::Max,
+        ReduceOp::Min => ReduceFn::Min,
+    }
+}
+
+/// Reference attention kind for a format attention variant.
+pub fn attention_kind(v: AttentionVariant) -> AttentionKind {
+    match v {
+        AttentionVariant::Standard => AttentionKind::Standard,
+        AttentionVariant::Optimised => AttentionKind::Optimised,
+        AttentionVariant::Efficient => AttentionKind::Efficient,
+        AttentionVariant::Super => AttentionKind::Super,
+    }
+}
