@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use kestrel::format::{DType, TensorKind};
-use kestrel::{Input, Model};
+use kestrel::{npy, Input, Model};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -50,6 +50,17 @@ enum Command {
         #[arg(long, default_value_t = 3)]
         batch: usize,
     },
+    /// Run a model on .npy inputs (batch = first axis) and write its outputs as .npy.
+    Run {
+        /// The .kes file.
+        model: PathBuf,
+        /// Input arrays in the model's input order (float32/float64 or int32/int64 token ids).
+        #[arg(long = "input", short, required = true)]
+        inputs: Vec<PathBuf>,
+        /// Where to write each output (float32), in the model's output order.
+        #[arg(long = "output", short)]
+        outputs: Vec<PathBuf>,
+    },
     /// Print a model file's metadata, graph, tensors and memory plan.
     Inspect {
         /// The .kes file.
@@ -78,6 +89,7 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
     match cli.command {
         Command::Demo { weights, out, batch } => demo(w, weights.into(), &out, batch),
         Command::Inspect { model } => inspect(w, &model),
+        Command::Run { model, inputs, outputs } => run_model(w, &model, &inputs, &outputs),
     }
 }
 
@@ -125,6 +137,46 @@ fn demo(w: &mut String, dtype: DType, out: &PathBuf, batch: usize) -> Result<()>
         idx.sort_by(|&a, &b| p[b].total_cmp(&p[a]));
         let top: Vec<String> = idx[..3].iter().map(|&i| format!("{i}:{:.3}", p[i])).collect();
         writeln!(w, "{:<8} {:<10} {:>8.4}   {}", s, format!("class-{}", idx[0]), p[idx[0]], top.join(" "))?;
+    }
+    Ok(())
+}
+
+fn run_model(w: &mut String, path: &PathBuf, inputs: &[PathBuf], outputs: &[PathBuf]) -> Result<()> {
+    let model = Model::load(path).with_context(|| format!("loading {}", path.display()))?;
+    let cpu = model.cpu()?;
+    if inputs.len() != cpu.input_count() {
+        bail!("the model takes {} input(s), {} given with --input", cpu.input_count(), inputs.len());
+    }
+    if outputs.len() > cpu.output_count() {
+        bail!("the model has {} output(s), {} given with --output", cpu.output_count(), outputs.len());
+    }
+    let mut arrays = Vec::new();
+    let mut batch = 0;
+    for (i, p) in inputs.iter().enumerate() {
+        let a = npy::read(p)?;
+        let t = cpu.input(i)?;
+        let b = npy::batch_of(&a, t.shape.dims(), &format!("input {i} ({})", p.display()))?;
+        if i > 0 && b != batch {
+            bail!("input {i} has batch {b}, input 0 has batch {batch}");
+        }
+        batch = b;
+        arrays.push(a);
+    }
+    let mut session = model.session(batch)?;
+    let feeds: Vec<Input<'_>> = arrays.iter().map(npy::Array::input).collect();
+    let t0 = Instant::now();
+    let results = session.run_vec(&feeds)?;
+    let elapsed = t0.elapsed();
+    writeln!(w, "ran        {} on batch {batch} in {:.3} ms", path.display(), elapsed.as_secs_f64() * 1e3)?;
+    for (i, data) in results.iter().enumerate() {
+        let t = cpu.output(i)?;
+        let mut shape = vec![batch];
+        shape.extend(t.shape.dims().iter().map(|&d| d as usize));
+        writeln!(w, "output {i}   {} {:?}", t.name, shape)?;
+        if let Some(out) = outputs.get(i) {
+            npy::write_f32(out, &shape, data)?;
+            writeln!(w, "           written to {}", out.display())?;
+        }
     }
     Ok(())
 }

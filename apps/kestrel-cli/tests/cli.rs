@@ -41,3 +41,34 @@ fn bad_files_are_clear_errors_not_panics() {
     assert!(!ok && stderr.contains("missing.kes"), "{stderr}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn run_reads_npy_batches_and_writes_npy_outputs() {
+    let dir = std::env::temp_dir().join(format!("kestrel-cli-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("demo.kes");
+    let (ok, _, stderr) = kestrel(&["demo", "--out", model.to_str().unwrap(), "--batch", "1"]);
+    assert!(ok, "{stderr}");
+    let x = dir.join("x.npy");
+    let data: Vec<f32> = (0..4 * 256).map(|i| ((i % 97) as f32 * 0.13).sin()).collect();
+    kestrel::npy::write_f32(&x, &[4, 1, 16, 16], &data).unwrap();
+    let y = dir.join("y.npy");
+    let (ok, stdout, stderr) =
+        kestrel(&["run", model.to_str().unwrap(), "--input", x.to_str().unwrap(), "--output", y.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("batch 4"), "{stdout}");
+    let kestrel::npy::Array::F32 { shape, data: probs } = kestrel::npy::read(&y).unwrap() else { panic!("f32 output") };
+    assert_eq!(shape, vec![4, 10]);
+    for p in probs.chunks(10) {
+        assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+    }
+    // The same samples through the library give the same numbers.
+    let m = kestrel::Model::load(&model).unwrap();
+    let want = m.session(4).unwrap().run_vec(&[kestrel::Input::F32(&data)]).unwrap().remove(0);
+    assert_eq!(probs, want);
+    // A wrong shape is a clear error.
+    kestrel::npy::write_f32(&x, &[4, 16, 16], &data).unwrap();
+    let (ok, _, stderr) = kestrel(&["run", model.to_str().unwrap(), "--input", x.to_str().unwrap()]);
+    assert!(!ok && stderr.contains("expected shape"), "{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}

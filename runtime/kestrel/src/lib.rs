@@ -7,6 +7,7 @@
 pub mod builder;
 pub mod demo;
 mod model;
+pub mod npy;
 pub mod plan;
 
 pub use builder::ModelBuilder;
@@ -34,6 +35,9 @@ pub enum Error {
     /// A run failed.
     #[error(transparent)]
     Run(#[from] kestrel_cpu::RunError),
+    /// A `.npy` file is unreadable or has the wrong shape or dtype.
+    #[error("{0}")]
+    Npy(String),
     /// Building a model in code failed.
     #[error("building the model: {0}")]
     Build(String),
