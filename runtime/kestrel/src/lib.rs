@@ -6,6 +6,7 @@
 
 pub mod builder;
 pub mod demo;
+pub mod fuse;
 mod model;
 pub mod npy;
 pub mod plan;

@@ -1,6 +1,10 @@
 //! Building models in code: add inputs, weights and ops; the builder infers every output
 //! shape, plans the arena, encodes the weights and writes a validated `.kes` file.
 
+mod edit;
+
+pub use edit::Region;
+
 use crate::plan::{plan, PlanTensor};
 use crate::Error;
 use kestrel_cpu::shapes::output_shape;
@@ -9,12 +13,14 @@ use kestrel_format::weight::EncodedWeight;
 use kestrel_format::{write_model, MetadataSpec, ModelSpec, TensorSpec};
 use kestrel_format::{DType, KesFile, MemoryPlan, Shape};
 
+#[derive(Clone, Debug)]
 enum Draft {
     Weight { name: String, shape: Shape, values: Vec<f32>, dtype: Option<DType> },
     Act { name: String, dtype: DType, shape: Shape },
 }
 
 /// Builds a model graph in code and writes it as a `.kes` file.
+#[derive(Clone, Debug)]
 pub struct ModelBuilder {
     tensors: Vec<Draft>,
     ops: Vec<Op>,
@@ -145,6 +151,11 @@ impl ModelBuilder {
     /// Plans the arena, encodes the weights, writes the file and validates it with the CPU
     /// runtime's loader.
     pub fn build(&self) -> Result<Vec<u8>, Error> {
+        let compact = self.compacted()?;
+        compact.build_compacted()
+    }
+
+    fn build_compacted(&self) -> Result<Vec<u8>, Error> {
         let acts: Vec<PlanTensor> = self
             .tensors
             .iter()

@@ -1,0 +1,253 @@
+//! Graph queries and rewrites on a [`ModelBuilder`]: what fusion passes and converters need.
+//!
+//! Tensor ids stay stable while editing; nodes removed by a rewrite leave their intermediate
+//! tensors behind, and [`ModelBuilder::build`] drops every tensor nothing references.
+
+use super::{Draft, ModelBuilder};
+use crate::Error;
+use kestrel_cpu::shapes::output_shape;
+use kestrel_format::ops::{Op, TensorId, NONE};
+use kestrel_format::{DType, Shape};
+use std::collections::HashMap;
+
+/// A connected part of a graph: its nodes, the tensors it reads from outside (activations), and
+/// the one tensor it produces for the rest of the graph.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Region {
+    /// Node indices, ascending.
+    pub nodes: Vec<usize>,
+    /// Activations read from outside the region.
+    pub inputs: Vec<TensorId>,
+    /// The tensor the region produces.
+    pub output: TensorId,
+}
+
+/// Returns `op` with every tensor id passed through `f` (absent slots stay absent).
+pub fn remap_op(op: &Op, mut f: impl FnMut(TensorId) -> TensorId) -> Op {
+    let rec = op.encode();
+    let tensors: Vec<u32> = rec.tensors().iter().map(|&t| if t == NONE { NONE } else { f(t) }).collect();
+    Op::decode(rec.kind, &tensors, rec.attrs()).expect("re-decoding an encoded op with remapped ids")
+}
+
+impl ModelBuilder {
+    /// The nodes, in execution order.
+    pub fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+
+    /// Number of tensors created so far (ids are `0..count`).
+    pub fn tensor_count(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// Graph inputs.
+    pub fn inputs(&self) -> &[TensorId] {
+        &self.inputs
+    }
+
+    /// Graph outputs.
+    pub fn outputs(&self) -> &[TensorId] {
+        &self.outputs
+    }
+
+    /// True if `id` is a weight.
+    pub fn is_weight(&self, id: TensorId) -> bool {
+        matches!(self.tensors.get(id as usize), Some(Draft::Weight { .. }))
+    }
+
+    /// A weight's f32 values (before encoding), `None` for activations.
+    pub fn weight_values(&self, id: TensorId) -> Option<&[f32]> {
+        match self.tensors.get(id as usize)? {
+            Draft::Weight { values, .. } => Some(values),
+            Draft::Act { .. } => None,
+        }
+    }
+
+    /// A tensor's name.
+    pub fn tensor_name(&self, id: TensorId) -> Option<&str> {
+        match self.tensors.get(id as usize)? {
+            Draft::Weight { name, .. } | Draft::Act { name, .. } => Some(name),
+        }
+    }
+
+    /// The encoding a weight will be stored in.
+    pub fn weight_dtype(&self, id: TensorId) -> Option<DType> {
+        match self.tensors.get(id as usize)? {
+            Draft::Weight { dtype, .. } => Some(dtype.unwrap_or(self.weight_dtype)),
+            Draft::Act { .. } => None,
+        }
+    }
+
+    /// Sets the encoding of one weight.
+    pub fn set_weight_dtype_of(&mut self, id: TensorId, to: DType) {
+        if let Some(Draft::Weight { dtype, .. }) = self.tensors.get_mut(id as usize) {
+            *dtype = Some(to);
+        }
+    }
+
+    /// The node writing `id`, if any.
+    pub fn producer(&self, id: TensorId) -> Option<usize> {
+        self.ops.iter().position(|o| o.output() == id)
+    }
+
+    /// The nodes reading `id`, ascending.
+    pub fn consumers(&self, id: TensorId) -> Vec<usize> {
+        let mut out = Vec::new();
+        for (i, o) in self.ops.iter().enumerate() {
+            let mut reads = false;
+            o.for_each_input(|t| reads |= t == id);
+            if reads {
+                out.push(i);
+            }
+        }
+        out
+    }
+
+    /// A new activation tensor no node writes yet (for ops a rewrite inserts).
+    pub fn new_activation(&mut self, name: &str, dims: &[usize]) -> Result<TensorId, Error> {
+        let shape = Self::shape(dims)?;
+        Ok(self.push(Draft::Act { name: name.into(), dtype: DType::F32, shape }))
+    }
+
+    /// Replaces `region.nodes` by `new_ops` (in order), inserted where the region's last node
+    /// was. The last new op must write `region.output`; every other tensor the region wrote must
+    /// be used only inside it. Output shapes of the new ops are checked against their tensors.
+    /// Returns the indices of the inserted nodes.
+    pub fn replace(&mut self, region: &Region, new_ops: Vec<Op>) -> Result<Vec<usize>, Error> {
+        let set: Vec<usize> = region.nodes.clone();
+        let last = *set.last().ok_or_else(|| Error::Build("replace: empty region".into()))?;
+        if new_ops.last().map(Op::output) != Some(region.output) {
+            return Err(Error::Build("replace: the last new op must write the region's output".into()));
+        }
+        for &n in &set {
+            let y = self.ops.get(n).ok_or_else(|| Error::Build(format!("replace: no node {n}")))?.output();
+            if y == region.output {
+                continue;
+            }
+            let escapes = self.outputs.contains(&y) || self.consumers(y).iter().any(|c| !set.contains(c));
+            if escapes {
+                return Err(Error::Build(format!("replace: tensor {y} is used outside the region")));
+            }
+        }
+        let empty = Shape::new(&[]).expect("rank 0");
+        for op in &new_ops {
+            let declared = self.shape_of(op.output());
+            let got = output_shape(op, |id| self.shape_of(id).unwrap_or(empty), declared)
+                .map_err(|e| Error::Build(format!("replace: {}: {e}", op.name())))?;
+            if Some(got) != declared {
+                return Err(Error::Build(format!(
+                    "replace: {} computes {got}, its output tensor is {:?}",
+                    op.name(),
+                    declared
+                )));
+            }
+        }
+        let before = set.iter().filter(|&&n| n < last).count();
+        let at = last - before;
+        let mut kept: Vec<Op> = Vec::with_capacity(self.ops.len());
+        for (i, op) in self.ops.iter().enumerate() {
+            if !set.contains(&i) {
+                kept.push(*op);
+            }
+        }
+        let n_new = new_ops.len();
+        kept.splice(at..at, new_ops);
+        self.ops = kept;
+        Ok((at..at + n_new).collect())
+    }
+
+    /// The region as a standalone model: `region.inputs` become graph inputs, weights are
+    /// copied, `region.output` is the graph output (for numerical checks of a rewrite).
+    pub fn extract(&self, region: &Region) -> Result<ModelBuilder, Error> {
+        let mut out = ModelBuilder::new("region");
+        out.weight_dtype = DType::F32;
+        let mut map: HashMap<TensorId, TensorId> = HashMap::new();
+        for &i in &region.inputs {
+            let shape = self.shape_of(i).ok_or_else(|| Error::Build(format!("extract: no tensor {i}")))?;
+            let dims: Vec<usize> = shape.dims().iter().map(|&d| d as usize).collect();
+            let id = match &self.tensors[i as usize] {
+                Draft::Act { dtype: DType::I32, .. } => out.input_ids("in", dims.iter().product())?,
+                _ => out.input("in", &dims)?,
+            };
+            map.insert(i, id);
+        }
+        for &n in &region.nodes {
+            let op = self.ops[n];
+            let mut err = None;
+            op.for_each_input(|t| {
+                if map.contains_key(&t) || err.is_some() {
+                    return;
+                }
+                match &self.tensors[t as usize] {
+                    Draft::Weight { name, shape, values, .. } => {
+                        let dims: Vec<usize> = shape.dims().iter().map(|&d| d as usize).collect();
+                        match out.weight_as(name, &dims, values.clone(), DType::F32) {
+                            Ok(id) => {
+                                map.insert(t, id);
+                            }
+                            Err(e) => err = Some(e),
+                        }
+                    }
+                    Draft::Act { .. } => {
+                        err = Some(Error::Build(format!("extract: node {n} reads tensor {t} from outside the region")))
+                    }
+                }
+            });
+            if let Some(e) = err {
+                return Err(e);
+            }
+            let y = op.output();
+            let shape = self.shape_of(y).expect("node output exists");
+            let dims: Vec<usize> = shape.dims().iter().map(|&d| d as usize).collect();
+            let new_y = out.new_activation("t", &dims)?;
+            map.insert(y, new_y);
+            out.ops.push(remap_op(&op, |t| map[&t]));
+        }
+        let y = *map.get(&region.output).ok_or_else(|| Error::Build("extract: the output is not produced".into()))?;
+        out.output(y);
+        Ok(out)
+    }
+
+    /// A copy keeping only the tensors some node, input or output references, renumbered.
+    pub(super) fn compacted(&self) -> Result<ModelBuilder, Error> {
+        let mut used = vec![false; self.tensors.len()];
+        let mut mark = |t: TensorId| {
+            if let Some(u) = used.get_mut(t as usize) {
+                *u = true;
+            }
+        };
+        self.inputs.iter().for_each(|&t| mark(t));
+        self.outputs.iter().for_each(|&t| mark(t));
+        for op in &self.ops {
+            op.for_each_input(&mut mark);
+            mark(op.output());
+        }
+        if used.iter().all(|&u| u) {
+            return Ok(self.clone());
+        }
+        let mut new_id = vec![NONE; self.tensors.len()];
+        let mut tensors = Vec::new();
+        for (i, t) in self.tensors.iter().enumerate() {
+            if used[i] {
+                new_id[i] = tensors.len() as TensorId;
+                tensors.push(t.clone());
+            }
+        }
+        let map = |t: TensorId| new_id[t as usize];
+        let mut meta = self.meta.clone();
+        for i in &mut meta.inputs {
+            i.tensor = map(i.tensor);
+        }
+        for o in &mut meta.outputs {
+            o.tensor = map(o.tensor);
+        }
+        Ok(ModelBuilder {
+            tensors,
+            ops: self.ops.iter().map(|o| remap_op(o, map)).collect(),
+            inputs: self.inputs.iter().map(|&t| map(t)).collect(),
+            outputs: self.outputs.iter().map(|&t| map(t)).collect(),
+            weight_dtype: self.weight_dtype,
+            meta,
+        })
+    }
+}

@@ -1,0 +1,151 @@
+//! Fusion passes over a [`ModelBuilder`] graph: find a pattern, build the fused replacement,
+//! prove it numerically, then rewrite.
+//!
+//! Every rewrite is verified: the matched region and its replacement are each extracted as a
+//! standalone model, run on the same random inputs, and the rewrite is kept only if they agree
+//! within [`VERIFY_RTOL`] of the region's output scale. A pattern that matches the shape of a
+//! graph but not its maths is therefore rejected (and reported), never applied.
+
+mod elementwise;
+
+use crate::builder::Region;
+use crate::{Error, Input, Model, ModelBuilder};
+use kestrel_format::ops::Op;
+use kestrel_format::DType;
+use std::collections::BTreeMap;
+
+/// Largest error allowed between a region and its fused replacement, relative to the largest
+/// magnitude of the region's output.
+pub const VERIFY_RTOL: f32 = 1e-4;
+
+/// What the passes did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FusionReport {
+    /// Pattern name → number of regions fused.
+    pub fused: BTreeMap<String, usize>,
+    /// Patterns that matched structurally but were not applied, with the reason.
+    pub rejected: Vec<String>,
+}
+
+impl FusionReport {
+    fn count(&mut self, pattern: &str) {
+        *self.fused.entry(pattern.to_string()).or_default() += 1;
+    }
+}
+
+/// Runs every fusion pass until none applies.
+pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
+    let mut report = FusionReport::default();
+    loop {
+        let before = b.ops().len();
+        elementwise::gelu_erf(b, &mut report);
+        elementwise::dense_activation(b, &mut report);
+        if b.ops().len() == before {
+            break;
+        }
+    }
+    report
+}
+
+/// Applies `new_ops` in place of `region` if they compute the same thing; records the outcome.
+pub(crate) fn try_replace(
+    b: &mut ModelBuilder,
+    region: &Region,
+    new_ops: Vec<Op>,
+    pattern: &str,
+    report: &mut FusionReport,
+) -> bool {
+    match verified(b, region, new_ops) {
+        Ok(next) => {
+            *b = next;
+            report.count(pattern);
+            true
+        }
+        Err(why) => {
+            report.rejected.push(format!("{pattern} at node {}: {why}", region.nodes.last().copied().unwrap_or(0)));
+            false
+        }
+    }
+}
+
+fn verified(b: &ModelBuilder, region: &Region, new_ops: Vec<Op>) -> Result<ModelBuilder, Error> {
+    let mut next = b.clone();
+    let inserted = next.replace(region, new_ops)?;
+    let fused_region = Region { nodes: inserted, inputs: region.inputs.clone(), output: region.output };
+    let before = run_region(b, region)?;
+    let after = run_region(&next, &fused_region)?;
+    let scale = before.iter().fold(0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
+    let err = before.iter().zip(&after).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    if before.len() != after.len() || !(err <= VERIFY_RTOL * scale) {
+        return Err(Error::Build(format!("replacement differs by {:.2e} (relative {:.2e})", err, err / scale)));
+    }
+    Ok(next)
+}
+
+/// Runs a region on deterministic pseudo-random inputs (two samples) and returns its output.
+fn run_region(b: &ModelBuilder, region: &Region) -> Result<Vec<f32>, Error> {
+    let mut m = b.extract(region)?;
+    m.set_weight_dtype(DType::F32);
+    let model = Model::from_bytes(&m.build()?)?;
+    let cpu = model.cpu()?;
+    let mut rng = crate::demo::Rng::new(0x5eed);
+    let mut f32s = Vec::new();
+    let mut ids = Vec::new();
+    for i in 0..cpu.input_count() {
+        let t = cpu.input(i)?;
+        let n = t.shape.numel().unwrap_or(0) * 2;
+        if t.dtype == DType::I32 {
+            ids.push((0..n).map(|k| (k % 2) as i32).collect::<Vec<_>>());
+        } else {
+            f32s.push(rng.vec(n, 2.0));
+        }
+    }
+    let (mut fi, mut ii) = (f32s.iter(), ids.iter());
+    let inputs: Vec<Input<'_>> = (0..cpu.input_count())
+        .map(|i| match cpu.input(i).map(|t| t.dtype) {
+            Ok(DType::I32) => Input::I32(ii.next().expect("counted")),
+            _ => Input::F32(fi.next().expect("counted")),
+        })
+        .collect();
+    let mut s = model.session(2)?;
+    Ok(s.run_vec(&inputs)?.remove(0))
+}
+
+/// The single node consuming `id`, if exactly one does and `id` is not a graph output.
+pub(crate) fn sole_consumer(b: &ModelBuilder, id: u32) -> Option<usize> {
+    let c = b.consumers(id);
+    (c.len() == 1 && !b.outputs().contains(&id)).then(|| c[0])
+}
+
+/// The value of a one-element weight.
+pub(crate) fn scalar(b: &ModelBuilder, id: u32) -> Option<f32> {
+    match b.weight_values(id)? {
+        [v] => Some(*v),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kestrel_format::ops::{Unary, UnaryOp};
+
+    #[test]
+    fn a_wrong_replacement_is_rejected_and_the_graph_is_unchanged() {
+        let mut b = ModelBuilder::new("t");
+        let x = b.input("x", &[8]).unwrap();
+        let y = b.op(|y| Op::Unary(Unary { x, op: UnaryOp::Gelu, y })).unwrap();
+        b.output(y);
+        let region = Region { nodes: vec![0], inputs: vec![x], output: y };
+        let before = b.ops().to_vec();
+        let mut report = FusionReport::default();
+        let wrong = vec![Op::Unary(Unary { x, op: UnaryOp::Relu, y })];
+        assert!(!try_replace(&mut b, &region, wrong, "test", &mut report));
+        assert_eq!(b.ops(), &before[..]);
+        assert_eq!(report.rejected.len(), 1, "{report:?}");
+        assert!(report.rejected[0].contains("differs"), "{report:?}");
+        let right = vec![Op::Unary(Unary { x, op: UnaryOp::Gelu, y })];
+        assert!(try_replace(&mut b, &region, right, "test", &mut report));
+        assert_eq!(report.fused.get("test"), Some(&1));
+    }
+}
