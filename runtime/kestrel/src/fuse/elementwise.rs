@@ -61,8 +61,7 @@ fn match_gelu_erf(b: &ModelBuilder, erf_node: usize) -> Option<(Region, u32)> {
     }
     let other = if mb.a == ab.y { mb.b } else { mb.a };
     let mut nodes = vec![pre, erf_node, add, m1];
-    let output;
-    if other == x {
+    let output = if other == x {
         // ((1 + erf)·x)·0.5
         let m2 = sole_consumer(b, mb.y)?;
         let Op::Binary(hb) = ops[m2] else { return None };
@@ -70,7 +69,7 @@ fn match_gelu_erf(b: &ModelBuilder, erf_node: usize) -> Option<(Region, u32)> {
             return None;
         }
         nodes.push(m2);
-        output = hb.y;
+        hb.y
     } else {
         // (x·0.5)·(1 + erf)
         let half = b.producer(other)?;
@@ -80,8 +79,8 @@ fn match_gelu_erf(b: &ModelBuilder, erf_node: usize) -> Option<(Region, u32)> {
             return None;
         }
         nodes.push(half);
-        output = mb.y;
-    }
+        mb.y
+    };
     nodes.sort_unstable();
     Some((Region { nodes, inputs: vec![x], output }, x))
 }

@@ -76,7 +76,8 @@ fn verified(b: &ModelBuilder, region: &Region, new_ops: Vec<Op>) -> Result<Model
     let after = run_region(&next, &fused_region)?;
     let scale = before.iter().fold(0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
     let err = before.iter().zip(&after).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    if before.len() != after.len() || !(err <= VERIFY_RTOL * scale) {
+    // NaN must fail too, hence `is_nan`.
+    if before.len() != after.len() || err.is_nan() || err > VERIFY_RTOL * scale {
         return Err(Error::Build(format!("replacement differs by {:.2e} (relative {:.2e})", err, err / scale)));
     }
     Ok(next)
