@@ -99,3 +99,186 @@ fn a_lookalike_with_the_wrong_constant_is_left_alone() {
     assert!(report.fused.is_empty(), "{report:?}");
     assert_eq!(b.ops().len(), 5);
 }
+
+/// Attention written out the way converters lower it, at the batch-1 convention (`[1, T, d]`):
+/// dense projections, head split (reshape + transpose), QKᵀ, scale, optional causal mask,
+/// softmax, PV, head merge, output projection.
+struct Spelling {
+    variant: AttentionVariant,
+    /// For causal Super: keep W^A's upper triangle (which causal Super must not read).
+    full_wa: bool,
+    heads: usize,
+    scale_on_q: bool,
+    divide: bool,
+    explicit_kt: bool,
+    causal: bool,
+}
+
+fn decomposed_attention(sp: &Spelling) -> ModelBuilder {
+    let (t, d) = (6usize, 8usize);
+    let (h, c) = (sp.heads, d / sp.heads);
+    let mut b = ModelBuilder::new("attn");
+    let mut rng = Rng::new(17);
+    let x = b.input("x", &[1, t, d]).unwrap();
+    let mut dense = |b: &mut ModelBuilder, x: TensorId, out: usize, inp: usize| {
+        let w = b.weight("w", &[out, inp], rng.vec(out * inp, 0.5)).unwrap();
+        let bias = b.weight("b", &[out], rng.vec(out, 0.1)).unwrap();
+        b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: Some(bias) }, act: Activation::None, y })).unwrap()
+    };
+    let split = |b: &mut ModelBuilder, src: TensorId, perm: [u8; 6]| {
+        let r = b.reshape(src, &[1, t, h, c]).unwrap();
+        b.op(|y| Op::Transpose(Transpose { x: r, perm, y })).unwrap()
+    };
+    use AttentionVariant::*;
+    let mut q = dense(&mut b, x, d, d);
+    let k_src = if matches!(sp.variant, Standard | Optimised) { dense(&mut b, x, d, d) } else { x };
+    let v_src = match sp.variant {
+        Standard => dense(&mut b, x, d, d),
+        Super => {
+            let xt = b.op(|y| Op::Transpose(Transpose { x, perm: [0, 2, 1, 0, 0, 0], y })).unwrap();
+            let mixed = dense(&mut b, xt, t, t);
+            if sp.causal && !sp.full_wa {
+                // Causal Super mixes only earlier tokens: W^A is lower-triangular (DESIGN.md §1).
+                let Op::Dense(dn) = *b.ops().last().unwrap() else { unreachable!() };
+                let mut wa = b.weight_values(dn.proj.w).unwrap().to_vec();
+                for i in 0..t {
+                    for j in i + 1..t {
+                        wa[i * t + j] = 0.0;
+                    }
+                }
+                let tri = b.weight("wa_tril", &[t, t], wa).unwrap();
+                let n = b.ops().len() - 1;
+                let region = kestrel::builder::Region { nodes: vec![n], inputs: vec![xt], output: mixed };
+                b.replace(&region, vec![Op::Dense(Dense { proj: Proj { w: tri, ..dn.proj }, ..dn })]).unwrap();
+            }
+            b.op(|y| Op::Transpose(Transpose { x: mixed, perm: [0, 2, 1, 0, 0, 0], y })).unwrap()
+        }
+        _ => x,
+    };
+    let scale = 1.0 / (c as f32).sqrt();
+    let (sval, sop) = if sp.divide { ((c as f32).sqrt(), BinaryOp::Div) } else { (scale, BinaryOp::Mul) };
+    let sw = b.weight("scale", &[1], vec![sval]).unwrap();
+    if sp.scale_on_q {
+        q = b.op(|y| Op::Binary(Binary { a: q, b: sw, op: sop, y })).unwrap();
+    }
+    let qh = split(&mut b, q, [0, 2, 1, 3, 0, 0]);
+    let scores = if sp.explicit_kt {
+        let kt = split(&mut b, k_src, [0, 2, 3, 1, 0, 0]);
+        b.op(|y| Op::MatMul(MatMul { a: qh, b: kt, transpose_b: false, y })).unwrap()
+    } else {
+        let kh = split(&mut b, k_src, [0, 2, 1, 3, 0, 0]);
+        b.op(|y| Op::MatMul(MatMul { a: qh, b: kh, transpose_b: true, y })).unwrap()
+    };
+    let mut s = scores;
+    if !sp.scale_on_q {
+        s = b.op(|y| Op::Binary(Binary { a: s, b: sw, op: sop, y })).unwrap();
+    }
+    if sp.causal {
+        let m: Vec<f32> = (0..t * t).map(|k| if k % t <= k / t { 0.0 } else { -1e9 }).collect();
+        let mw = b.weight("mask", &[t, t], m).unwrap();
+        s = b.op(|y| Op::Binary(Binary { a: s, b: mw, op: BinaryOp::Add, y })).unwrap();
+    }
+    let p = b.op(|y| Op::Softmax(Softmax { x: s, y })).unwrap();
+    let vh = split(&mut b, v_src, [0, 2, 1, 3, 0, 0]);
+    let o = b.op(|y| Op::MatMul(MatMul { a: p, b: vh, transpose_b: false, y })).unwrap();
+    let ot = b.op(|y| Op::Transpose(Transpose { x: o, perm: [0, 2, 1, 3, 0, 0], y })).unwrap();
+    let merged = b.reshape(ot, &[1, t, d]).unwrap();
+    let out = dense(&mut b, merged, d, d);
+    // Something after the block, so the block output is not the graph output.
+    let r = b.op(|y| Op::Binary(Binary { a: out, b: x, op: BinaryOp::Add, y })).unwrap();
+    b.output(r);
+    b
+}
+
+fn run_attn(b: &ModelBuilder) -> Vec<f32> {
+    let model = Model::from_bytes(&b.build().unwrap()).unwrap();
+    let x = Rng::new(4).vec(3 * 48, 1.5);
+    model.session(3).unwrap().run_vec(&[Input::F32(&x)]).unwrap().remove(0)
+}
+
+#[test]
+fn written_out_attention_fuses_for_every_variant_and_spelling() {
+    use AttentionVariant::*;
+    let mut cases = 0;
+    for variant in [Standard, Optimised, Efficient, Super] {
+        for heads in [1, 2, 4] {
+            for (scale_on_q, divide, explicit_kt, causal) in [
+                (false, false, false, false),
+                (true, false, true, false),
+                (false, true, true, true),
+                (true, true, false, true),
+            ] {
+                let sp = Spelling { variant, full_wa: false, heads, scale_on_q, divide, explicit_kt, causal };
+                let mut b = decomposed_attention(&sp);
+                let want = run_attn(&b);
+                let report = fuse(&mut b);
+                assert_eq!(report.fused.get("attention"), Some(&1), "{variant:?} h={heads}: {report:?}");
+                let fused: Vec<&Op> = b.ops().iter().filter(|o| matches!(o, Op::Attention(_))).collect();
+                let Op::Attention(a) = fused[0] else { unreachable!() };
+                assert_eq!((a.variant, a.heads as usize, a.causal), (variant, heads, causal));
+                // Only views, the fused node and the residual add remain.
+                assert!(
+                    b.ops().iter().all(|o| matches!(o, Op::Reshape(_) | Op::Attention(_) | Op::Binary(_))),
+                    "{:?}",
+                    b.ops()
+                );
+                let got = run_attn(&b);
+                let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let err = got.iter().zip(&want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+                assert!(err <= 1e-5 * scale, "{variant:?} h={heads}: err {err}");
+                cases += 1;
+            }
+        }
+    }
+    assert_eq!(cases, 48);
+}
+
+#[test]
+fn attention_with_a_non_causal_mask_is_not_fused() {
+    let sp = Spelling {
+        variant: AttentionVariant::Standard,
+        full_wa: false,
+        heads: 2,
+        scale_on_q: false,
+        divide: false,
+        explicit_kt: false,
+        causal: true,
+    };
+    let mut b = decomposed_attention(&sp);
+    // Make the mask something other than causal: fusing would change the maths.
+    let mask = (0..b.tensor_count() as u32).find(|&i| b.tensor_name(i) == Some("mask")).unwrap();
+    let before = b.ops().len();
+    let mut m2 = b.clone();
+    let vals: Vec<f32> = b.weight_values(mask).unwrap().iter().map(|v| if *v == 0.0 { 0.5 } else { *v }).collect();
+    let shape: Vec<usize> = b.shape_of(mask).unwrap().dims().iter().map(|&d| d as usize).collect();
+    let nm = m2.weight("mask2", &shape, vals).unwrap();
+    let ops: Vec<Op> = m2.ops().to_vec();
+    let add = ops.iter().position(|o| matches!(o, Op::Binary(bn) if bn.b == mask)).unwrap();
+    let Op::Binary(bn) = ops[add] else { unreachable!() };
+    let region = kestrel::builder::Region { nodes: vec![add], inputs: vec![bn.a], output: bn.y };
+    m2.replace(&region, vec![Op::Binary(Binary { b: nm, ..bn })]).unwrap();
+    let report = fuse(&mut m2);
+    assert!(report.fused.get("attention").is_none(), "{report:?}");
+    assert_eq!(m2.ops().len(), before);
+}
+
+#[test]
+fn causal_super_reading_the_upper_triangle_of_wa_is_not_fused() {
+    // Structurally a causal Super block, but its W^A mixes in later tokens: the fused kernel
+    // (which masks W^A) would compute something else, and the numerical check must say so.
+    let sp = Spelling {
+        variant: AttentionVariant::Super,
+        full_wa: true,
+        heads: 2,
+        scale_on_q: false,
+        divide: false,
+        explicit_kt: false,
+        causal: true,
+    };
+    let mut b = decomposed_attention(&sp);
+    let before = b.ops().len();
+    let report = fuse(&mut b);
+    assert!(report.fused.get("attention").is_none(), "{report:?}");
+    assert!(report.rejected.iter().any(|r| r.contains("attention") && r.contains("differs")), "{report:?}");
+    assert_eq!(b.ops().len(), before);
+}

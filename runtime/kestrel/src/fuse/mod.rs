@@ -6,6 +6,7 @@
 //! within [`VERIFY_RTOL`] of the region's output scale. A pattern that matches the shape of a
 //! graph but not its maths is therefore rejected (and reported), never applied.
 
+mod attention;
 mod elementwise;
 
 use crate::builder::Region;
@@ -40,6 +41,7 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         let before = b.ops().len();
         elementwise::gelu_erf(b, &mut report);
         elementwise::dense_activation(b, &mut report);
+        attention::attention(b, &mut report);
         if b.ops().len() == before {
             break;
         }

@@ -1,0 +1,241 @@
+//! The four attention mechanisms of "You Need to Pay Better Attention", written out with dense
+//! layers, head reshapes/transposes, two matrix products, a scale and a softmax, fused into one
+//! `Attention` node.
+//!
+//! The matcher is deliberately loose about layout (any chain of reshapes and transposes between
+//! a projection and the score product, the scale on q, k or the scores, multiply or divide, an
+//! additive causal mask): it reads off the variant, the heads, the scale and the weights, and
+//! the numerical check decides whether the fused node really computes the same thing.
+
+use super::{scalar, sole_consumer, try_replace, FusionReport};
+use crate::builder::Region;
+use crate::ModelBuilder;
+use kestrel_format::ops::*;
+
+/// Walks back from `t` through reshapes, transposes and multiplications/divisions by a scalar
+/// (folded into `scale`), collecting the nodes; returns the first tensor that is none of those.
+fn through_layout(b: &ModelBuilder, mut t: TensorId, nodes: &mut Vec<usize>, scale: &mut f32) -> TensorId {
+    while let Some(p) = b.producer(t) {
+        match b.ops()[p] {
+            Op::Reshape(r) => t = r.x,
+            Op::Transpose(r) => t = r.x,
+            Op::Binary(bin) if matches!(bin.op, BinaryOp::Mul | BinaryOp::Div) => {
+                let (x, s) = if let Some(s) = scalar(b, bin.b) {
+                    (bin.a, if bin.op == BinaryOp::Div { 1.0 / s } else { s })
+                } else if let (Some(s), BinaryOp::Mul) = (scalar(b, bin.a), bin.op) {
+                    (bin.b, s)
+                } else {
+                    return t;
+                };
+                *scale *= s;
+                t = x;
+            }
+            _ => return t,
+        }
+        nodes.push(p);
+    }
+    t
+}
+
+/// Walks forward from `t` through sole-consumer reshapes and transposes.
+fn forward_layout(b: &ModelBuilder, mut t: TensorId, nodes: &mut Vec<usize>) -> TensorId {
+    while let Some(c) = sole_consumer(b, t) {
+        match b.ops()[c] {
+            Op::Reshape(r) => t = r.y,
+            Op::Transpose(r) => t = r.y,
+            _ => return t,
+        }
+        nodes.push(c);
+    }
+    t
+}
+
+/// Tokens and features of a `[T, d]` or `[1, T, d]` tensor.
+fn tokens(b: &ModelBuilder, t: TensorId) -> Option<(usize, usize)> {
+    let s = b.shape_of(t)?;
+    match s.dims() {
+        [t, d] => Some((*t as usize, *d as usize)),
+        [1, t, d] => Some((*t as usize, *d as usize)),
+        _ => None,
+    }
+}
+
+/// The projection producing `t` from `x`: a bias-optional, activation-free dense layer.
+fn projection(b: &ModelBuilder, t: TensorId) -> Option<(usize, Dense)> {
+    let p = b.producer(t)?;
+    match b.ops()[p] {
+        Op::Dense(d) if d.act == Activation::None => Some((p, d)),
+        _ => None,
+    }
+}
+
+/// `W^A X + b^A` written as transpose → dense over tokens (→ transpose, which the layout walk
+/// may already have passed): returns the nodes and the dense layer.
+fn token_mixing(b: &ModelBuilder, v: TensorId, x: TensorId) -> Option<(Vec<usize>, Proj)> {
+    let mut nodes = Vec::new();
+    let mut v = v;
+    if let Some(t2) = b.producer(v) {
+        if let Op::Transpose(tr2) = b.ops()[t2] {
+            nodes.push(t2);
+            v = tr2.x;
+        }
+    }
+    let (dn, d) = projection(b, v)?;
+    let t1 = b.producer(d.x)?;
+    let Op::Transpose(tr1) = b.ops()[t1] else { return None };
+    nodes.extend([t1, dn]);
+    (tr1.x == x).then_some((nodes, d.proj))
+}
+
+/// Is `m` a causal mask: 0 on and below the diagonal, very negative above?
+fn causal_mask(b: &ModelBuilder, m: TensorId, t: usize) -> bool {
+    let (Some(v), Some(s)) = (b.weight_values(m), b.shape_of(m)) else { return false };
+    if v.len() != t * t || s.last() != t {
+        return false;
+    }
+    (0..t).all(|i| (0..t).all(|j| if j <= i { v[i * t + j] == 0.0 } else { v[i * t + j] <= -1e4 }))
+}
+
+/// Fuses every attention block it can prove.
+pub(super) fn attention(b: &mut ModelBuilder, report: &mut FusionReport) {
+    let mut i = 0;
+    while i < b.ops().len() {
+        if let Op::Softmax(_) = b.ops()[i] {
+            if let Some((region, ops)) = match_attention(b, i) {
+                if try_replace(b, &region, ops, "attention", report) {
+                    continue;
+                }
+            }
+        }
+        i += 1;
+    }
+}
+
+fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<Op>)> {
+    let Op::Softmax(sm) = b.ops()[softmax] else { return None };
+    let mut nodes = vec![softmax];
+    let mut scale = 1.0f32;
+    // Scores: scalar scaling and an optional causal mask between the product and the softmax.
+    let mut s = sm.x;
+    let mut mask = None;
+    let scores = loop {
+        let p = b.producer(s)?;
+        match b.ops()[p] {
+            Op::MatMul(m) => break (p, m),
+            Op::Binary(bin) if bin.op == BinaryOp::Add && mask.is_none() => {
+                let (x, m) = if b.is_weight(bin.b) { (bin.a, bin.b) } else { (bin.b, bin.a) };
+                if !b.is_weight(m) {
+                    return None;
+                }
+                mask = Some(m);
+                s = x;
+            }
+            Op::Binary(_) => {
+                let mut n = Vec::new();
+                let x = through_layout(b, s, &mut n, &mut scale);
+                if n.is_empty() {
+                    return None;
+                }
+                s = x;
+                nodes.extend(n);
+                continue;
+            }
+            _ => return None,
+        }
+        nodes.push(p);
+    };
+    let (mm1, m1) = scores;
+    nodes.push(mm1);
+    let q_src = through_layout(b, m1.a, &mut nodes, &mut scale);
+    let k_src = through_layout(b, m1.b, &mut nodes, &mut scale);
+    // Weighted sum of values.
+    let mm2 = sole_consumer(b, sm.y)?;
+    let Op::MatMul(m2) = b.ops()[mm2] else { return None };
+    if m2.a != sm.y || m2.transpose_b {
+        return None;
+    }
+    nodes.push(mm2);
+    let mut unused = 1.0f32;
+    let v_src = through_layout(b, m2.b, &mut nodes, &mut unused);
+    if unused != 1.0 {
+        return None;
+    }
+    let merged = forward_layout(b, m2.y, &mut nodes);
+    let on = sole_consumer(b, merged)?;
+    let Op::Dense(od) = b.ops()[on] else { return None };
+    if od.act != Activation::None {
+        return None;
+    }
+    nodes.push(on);
+    // Projections and the variant.
+    let (qn, qd) = projection(b, q_src)?;
+    nodes.push(qn);
+    let x = qd.x;
+    let (t, d) = tokens(b, x)?;
+    let k = if k_src == x {
+        None
+    } else {
+        let (kn, kd) = projection(b, k_src)?;
+        (kd.x == x).then_some(())?;
+        nodes.push(kn);
+        Some(kd.proj)
+    };
+    let (v, align) = if v_src == x {
+        (None, None)
+    } else if let Some((vn, vd)) = projection(b, v_src).filter(|(_, vd)| vd.x == x) {
+        nodes.push(vn);
+        (Some(vd.proj), None)
+    } else {
+        let (mix, proj) = token_mixing(b, v_src, x)?;
+        nodes.extend(mix);
+        (None, Some(proj))
+    };
+    let variant = match (k.is_some(), v.is_some(), align.is_some()) {
+        (true, true, false) => AttentionVariant::Standard,
+        (true, false, false) => AttentionVariant::Optimised,
+        (false, false, false) => AttentionVariant::Efficient,
+        (false, false, true) => AttentionVariant::Super,
+        _ => return None,
+    };
+    let causal = match mask {
+        None => false,
+        Some(m) if causal_mask(b, m, t) => true,
+        Some(_) => return None,
+    };
+    let sdims = b.shape_of(m1.a)?;
+    let heads = if sdims.rank() >= 3 { sdims.dim(sdims.rank() - 3).max(1) } else { 1 };
+    if heads == 0 || d % heads != 0 {
+        return None;
+    }
+    nodes.sort_unstable();
+    nodes.dedup();
+    // Build: [1, T, d] inputs get reshape views around the [T, d] fused node.
+    let y = od.y;
+    let rank3 = b.shape_of(x)?.rank() == 3;
+    let mut ops = Vec::new();
+    let (xin, yout) = if rank3 {
+        let xr = b.new_activation("attention_in", &[t, d]).ok()?;
+        let yr = b.new_activation("attention_out", &[t, d]).ok()?;
+        ops.push(Op::Reshape(Reshape { x, y: xr }));
+        (xr, yr)
+    } else {
+        (x, y)
+    };
+    ops.push(Op::Attention(Attention {
+        x: xin,
+        variant,
+        heads: heads as u32,
+        causal,
+        scale,
+        q: qd.proj,
+        k,
+        v,
+        align,
+        o: od.proj,
+        y: yout,
+    }));
+    if rank3 {
+        ops.push(Op::Reshape(Reshape { x: yout, y }));
+    }
+    Some((Region { nodes, inputs: vec![x], output: y }, ops))
+}
