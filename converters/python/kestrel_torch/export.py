@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from . import models as M
+from .mechanisms import Attention
 
 OPSET = 18
 SAMPLES = 4
@@ -77,7 +78,7 @@ class Fixture:
     notes: str = ""
 
 
-MNIST_HEAD = (32,)
+MNIST_HEAD = (16,)
 TEXT_VOCAB = 2_000
 CIFAR_HEAD = (16,)
 CIFAR_LAYERS = 4
@@ -162,9 +163,28 @@ def _bind(fn: Callable[..., nn.Module], *args, **kw) -> Callable[[], nn.Module]:
     return lambda: fn(*args, **kw)
 
 
-def _randomise_norms(model: nn.Module, gen: torch.Generator) -> None:
-    """LayerNorm γ, β away from 1 and 0 (as after training), so the fixtures exercise them."""
+def _fixture_init(model: nn.Module, gen: torch.Generator) -> None:
+    """Re-draw the weights so that every part of the model visibly shapes the output.
+
+    PyTorch's default Linear init (uniform ±1/√in) gives near-uniform attention, so a converter
+    that got the mechanism wrong could still land within tolerance. Here dense and conv weights
+    are N(0, 1/fan_in) (unit gain: scores q·k/√c have variance ~1), biases N(0, 0.1²), Super's
+    W^A N(0, 1/T), and LayerNorm γ, β are moved away from 1 and 0 (as after training).
+    """
     with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, (nn.Linear, nn.Conv2d)):
+                fan_in = mod.weight[0].numel()
+                mod.weight.copy_(torch.randn(mod.weight.shape, generator=gen) / fan_in**0.5)
+                if mod.bias is not None:
+                    mod.bias.copy_(0.1 * torch.randn(mod.bias.shape, generator=gen))
+            elif isinstance(mod, nn.MultiheadAttention):
+                w = mod.in_proj_weight
+                w.copy_(torch.randn(w.shape, generator=gen) / w.shape[1] ** 0.5)
+                mod.in_proj_bias.copy_(0.1 * torch.randn(mod.in_proj_bias.shape, generator=gen))
+            elif isinstance(mod, Attention) and mod.wa is not None:
+                mod.wa.copy_(torch.randn(mod.wa.shape, generator=gen) / mod.wa.shape[1] ** 0.5)
+                mod.ba.copy_(0.1 * torch.randn(mod.ba.shape, generator=gen))
         for mod in model.modules():
             if isinstance(mod, nn.LayerNorm):
                 mod.weight.copy_(1.0 + 0.1 * torch.randn(mod.weight.shape, generator=gen))
@@ -186,7 +206,7 @@ def export_fixture(fx: Fixture, out_dir: Path) -> dict:
     torch.manual_seed(SEED)
     gen = torch.Generator().manual_seed(SEED)
     model = fx.build().eval()
-    _randomise_norms(model, gen)
+    _fixture_init(model, gen)
     x = make_inputs(fx, gen)
     with torch.no_grad():
         y = model(x)
@@ -238,7 +258,7 @@ def export_fixture(fx: Fixture, out_dir: Path) -> dict:
         "attention_parameters_per_layer": _per_layer_attention(model),
         "shrunk": fx.shrunk,
         "notes": fx.notes,
-        "weights": f"random (torch.manual_seed({SEED}), LayerNorm gamma/beta perturbed); not trained",
+        "weights": f"random (torch.manual_seed({SEED}), dense N(0, 1/fan_in), LayerNorm gamma/beta perturbed); not trained",
         "opset": OPSET,
         "exporter": f"torch {torch.__version__} torch.onnx.export(dynamo=True)",
         "ops": dict(sorted(Counter(n.op_type for n in proto.graph.node).items())),

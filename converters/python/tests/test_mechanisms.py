@@ -444,3 +444,31 @@ def test_mechanism_layer_shapes() -> None:
         kw = {"grid": (4, 4)} if mech == "aft_conv" else {}
         m = M.mechanism_layer(mech, d=32, tokens=16, heads=2 if mech in M.MULTI_HEAD else 1, **kw)
         assert m(torch.randn(3, 16, 32)).shape == (3, 16, 32)
+
+
+# --- export ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["layer_super_h2_causal", "layer_aft_conv_h2", "imdb_text_fastformer_h2"])
+def test_export_fixture_roundtrip(tmp_path, name: str) -> None:
+    """Export one fixture; export_fixture itself checks onnx.checker and onnxruntime vs PyTorch."""
+    import json
+
+    import numpy as np
+    import onnx
+
+    from kestrel_torch import export as E
+
+    torch.set_default_dtype(torch.float32)
+    try:
+        fx = next(f for f in E.fixtures() if f.name == name)
+        meta = E.export_fixture(fx, tmp_path)
+    finally:
+        torch.set_default_dtype(torch.float64)
+    d = tmp_path / name
+    assert sorted(p.name for p in d.iterdir()) == ["input.npy", "meta.json", "model.onnx", "output.npy"]
+    proto = onnx.load(d / "model.onnx", load_external_data=False)
+    assert all(t.data_location != onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)
+    assert json.loads((d / "meta.json").read_text())["name"] == name
+    assert np.load(d / "output.npy").dtype == np.float32
+    assert meta["onnxruntime"]["max_abs_diff"] < 1e-4
