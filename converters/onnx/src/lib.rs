@@ -26,7 +26,7 @@ pub use kestrel_format::DType;
 pub use npy::{read_npy, write_npy_f32};
 pub use quant::{parse_dtype, WeightQuant};
 pub use report::{FusedPattern, Report};
-pub use verify::{compare, run_kestrel, run_tract, verify, InputData, InputTensor, VerifyReport};
+pub use verify::{compare, run_kestrel, run_tract, verify, InputData, InputTensor, ShapedOutput, VerifyReport};
 
 use kestrel::ModelBuilder;
 use kestrel_format::{FeedDType, InputSpec, KesFile, OutputKind, OutputSpec, Shape};

@@ -23,6 +23,7 @@ pub(crate) fn load_typed(path: &Path, batch: usize) -> Result<(TypedModel, Vec<L
     std::fs::metadata(path).map_err(|source| ConvertError::Io { path: p.clone(), source })?;
     let mut model = tract_onnx::onnx().model_for_path(path).map_err(tract_err(&p, "load the ONNX file"))?;
     let mut inputs = Vec::new();
+    let mut symbols = SymbolValues::default();
     for i in 0..model.inputs.len() {
         let name = model.node(model.inputs[i].node).name.clone();
         let fact = model.input_fact(i).map_err(tract_err(&p, "read the input facts"))?.clone();
@@ -43,22 +44,32 @@ pub(crate) fn load_typed(path: &Path, batch: usize) -> Result<(TypedModel, Vec<L
             return Err(bad("a leading batch axis", "a scalar".into()));
         }
         let mut shape = Vec::with_capacity(dims.len());
+        let mut symbolic = false;
         for (axis, d) in dims.iter().enumerate() {
             let concrete = d.as_ref().and_then(|d| d.to_usize().ok());
-            match (axis, concrete) {
-                (0, None) => shape.push(batch),
-                (0, Some(n)) if n == batch || n == 1 => shape.push(batch),
-                (0, Some(n)) => return Err(bad("a symbolic or size-1 batch axis", format!("a fixed batch of {n}"))),
-                (_, Some(n)) => shape.push(n),
-                (_, None) => return Err(bad("concrete dims after the batch axis", format!("{dims:?}"))),
+            match (axis, concrete, d) {
+                (0, None, Some(TDim::Sym(s))) => {
+                    // Keep the symbol (intermediate value infos may name it) and bind it later.
+                    symbols.set(s, batch as i64);
+                    symbolic = true;
+                    shape.push(batch);
+                }
+                (0, None, _) => shape.push(batch),
+                (0, Some(n), _) if n == batch || n == 1 => shape.push(batch),
+                (0, Some(n), _) => return Err(bad("a symbolic or size-1 batch axis", format!("a fixed batch of {n}"))),
+                (_, Some(n), _) => shape.push(n),
+                (_, None, _) => return Err(bad("concrete dims after the batch axis", format!("{dims:?}"))),
             }
         }
-        model
-            .set_input_fact(i, InferenceFact::dt_shape(dt, &shape))
-            .map_err(tract_err(&p, "set the input facts"))?;
+        if !symbolic {
+            model
+                .set_input_fact(i, InferenceFact::dt_shape(dt, &shape))
+                .map_err(tract_err(&p, "set the input facts"))?;
+        }
         inputs.push(LoadedInput { name, dt, shape });
     }
     let typed = model.into_typed().map_err(tract_err(&p, "type the model"))?;
+    let typed = typed.concretize_dims(&symbols).map_err(tract_err(&p, "bind the batch size"))?;
     let typed = typed.into_decluttered().map_err(tract_err(&p, "declutter the model"))?;
     Ok((typed, inputs))
 }

@@ -19,9 +19,13 @@ pub fn read_npy(path: impl AsRef<Path>) -> Result<InputTensor, ConvertError> {
     };
     let data = match &descr[1..] {
         "f4" => InputData::F32(npy.into_vec::<f32>().map_err(|e| err(e.to_string()))?),
-        "f8" => InputData::F32(npy.into_vec::<f64>().map_err(|e| err(e.to_string()))?.into_iter().map(|v| v as f32).collect()),
+        "f8" => InputData::F32(
+            npy.into_vec::<f64>().map_err(|e| err(e.to_string()))?.into_iter().map(|v| v as f32).collect(),
+        ),
         "i8" => InputData::I64(npy.into_vec::<i64>().map_err(|e| err(e.to_string()))?),
-        "i4" => InputData::I64(npy.into_vec::<i32>().map_err(|e| err(e.to_string()))?.into_iter().map(i64::from).collect()),
+        "i4" => {
+            InputData::I64(npy.into_vec::<i32>().map_err(|e| err(e.to_string()))?.into_iter().map(i64::from).collect())
+        }
         _ => return Err(err(format!("expected dtype <f4 or <i8, found {descr}"))),
     };
     Ok(InputTensor { shape, data })

@@ -23,7 +23,7 @@ pub struct WeightQuant {
 /// Picks the encoding of a weight: 1-D weights (biases, norm scales) and scalars always stay f32;
 /// names matching `keep_f16` or flagged as first/last layer drop to at most f16 precision loss.
 pub(crate) fn choose(base: DType, shape: &[usize], name: &str, keep_f16: &[String], first_or_last: bool) -> DType {
-    if shape.len() <= 1 {
+    if shape.iter().filter(|&&d| d > 1).count() <= 1 {
         return DType::F32;
     }
     let keep = first_or_last || keep_f16.iter().any(|k| !k.is_empty() && name.contains(k.as_str()));

@@ -62,21 +62,13 @@ impl Report {
     pub fn to_table(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "model {} (weights {})", self.model, self.weights_dtype);
-        let _ = writeln!(
-            s,
-            "size: onnx {} -> kes {} (ratio {:.3})",
-            kib(self.onnx_bytes),
-            kib(self.kes_bytes),
-            self.ratio
-        );
+        let _ =
+            writeln!(s, "size: onnx {} -> kes {} (ratio {:.3})", kib(self.onnx_bytes), kib(self.kes_bytes), self.ratio);
         let _ = writeln!(s, "params: {}", self.params);
-        let _ = writeln!(
-            s,
-            "arena: {} per sample + {} scratch",
-            kib(self.arena_bytes_per_sample),
-            kib(self.scratch_bytes)
-        );
-        let ops = |m: &BTreeMap<String, usize>| m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ");
+        let _ =
+            writeln!(s, "arena: {} per sample + {} scratch", kib(self.arena_bytes_per_sample), kib(self.scratch_bytes));
+        let ops =
+            |m: &BTreeMap<String, usize>| m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ");
         let _ = writeln!(s, "tract nodes: {} ({})", self.tract_nodes, ops(&self.tract_ops));
         let _ = writeln!(s, "kestrel nodes: {} ({})", self.kestrel_nodes, ops(&self.kestrel_ops));
         let fused: Vec<String> = self.fused.iter().map(|f| format!("{} x{}", f.name, f.count)).collect();
@@ -84,7 +76,15 @@ impl Report {
         let _ = writeln!(s, "{:<32} {:<16} {:>6} {:>10} {:>10}", "weight", "shape", "dtype", "bytes", "SQNR dB");
         for w in &self.weights {
             let sqnr = w.sqnr_db.map_or("inf".to_string(), |d| format!("{d:.1}"));
-            let _ = writeln!(s, "{:<32} {:<16} {:>6} {:>10} {:>10}", w.name, format!("{:?}", w.shape), w.dtype, w.bytes, sqnr);
+            let _ = writeln!(
+                s,
+                "{:<32} {:<16} {:>6} {:>10} {:>10}",
+                w.name,
+                format!("{:?}", w.shape),
+                w.dtype,
+                w.bytes,
+                sqnr
+            );
         }
         s
     }

@@ -55,14 +55,20 @@ pub struct VerifyReport {
     pub kestrel: Vec<Vec<f32>>,
 }
 
+/// One output: full shape (batch first) and row-major values.
+pub type ShapedOutput = (Vec<usize>, Vec<f32>);
+
 /// Runs the ONNX model with tract at the inputs' batch size (typed and optimised).
-pub fn run_tract(onnx_path: impl AsRef<Path>, inputs: &[InputTensor]) -> Result<Vec<(Vec<usize>, Vec<f32>)>, ConvertError> {
+pub fn run_tract(onnx_path: impl AsRef<Path>, inputs: &[InputTensor]) -> Result<Vec<ShapedOutput>, ConvertError> {
     let path = onnx_path.as_ref();
     let p = path.display().to_string();
     let batch = inputs.first().and_then(|i| i.shape.first().copied()).unwrap_or(1);
     let (model, loaded) = load_typed(path, batch)?;
     if loaded.len() != inputs.len() {
-        return Err(ConvertError::Verify { expected: format!("{} inputs", loaded.len()), found: format!("{}", inputs.len()) });
+        return Err(ConvertError::Verify {
+            expected: format!("{} inputs", loaded.len()),
+            found: format!("{}", inputs.len()),
+        });
     }
     let mut tv = TVec::new();
     for (l, i) in loaded.iter().zip(inputs) {
@@ -107,14 +113,24 @@ pub fn run_kestrel(kes: &[u8], inputs: &[InputTensor]) -> Result<Vec<Vec<f32>>, 
 }
 
 /// Compares two sets of outputs; `last_dims[i]` is output i's last-axis length (for top-1).
-pub fn compare(tract: &[Vec<f32>], kestrel: &[Vec<f32>], last_dims: &[usize]) -> Result<(f64, f64, f64, usize), ConvertError> {
+pub fn compare(
+    tract: &[Vec<f32>],
+    kestrel: &[Vec<f32>],
+    last_dims: &[usize],
+) -> Result<(f64, f64, f64, usize), ConvertError> {
     if tract.len() != kestrel.len() {
-        return Err(ConvertError::Verify { expected: format!("{} outputs", tract.len()), found: format!("{}", kestrel.len()) });
+        return Err(ConvertError::Verify {
+            expected: format!("{} outputs", tract.len()),
+            found: format!("{}", kestrel.len()),
+        });
     }
     let (mut max_abs, mut max_ref, mut agree, mut rows) = (0f64, 0f64, 0usize, 0usize);
     for ((t, k), &last) in tract.iter().zip(kestrel).zip(last_dims) {
         if t.len() != k.len() {
-            return Err(ConvertError::Verify { expected: format!("{} output values", t.len()), found: format!("{}", k.len()) });
+            return Err(ConvertError::Verify {
+                expected: format!("{} output values", t.len()),
+                found: format!("{}", k.len()),
+            });
         }
         for (&a, &b) in t.iter().zip(k) {
             max_abs = max_abs.max((f64::from(a) - f64::from(b)).abs());

@@ -90,7 +90,8 @@ fn int8_keeps_first_last_and_named_weights_at_f16() {
     }
     let o = ConvertOptions { weights: DType::I8, keep_f16: vec![], keep_first_last: true };
     let conv = convert(data("mlp.onnx"), &o).unwrap();
-    let dtypes: Vec<&str> = conv.report.weights.iter().filter(|w| w.shape.len() > 1).map(|w| w.dtype.as_str()).collect();
+    let dtypes: Vec<&str> =
+        conv.report.weights.iter().filter(|w| w.shape.len() > 1).map(|w| w.dtype.as_str()).collect();
     assert_eq!(dtypes, ["f16", "int8", "f16"], "{}", conv.report.to_table());
 }
 

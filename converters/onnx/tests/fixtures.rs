@@ -6,12 +6,16 @@ use std::path::PathBuf;
 
 #[test]
 fn every_fixture_converts_and_matches_at_f32() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
+    // KESTREL_FIXTURES overrides the directory (to try fixtures that live elsewhere).
+    let dir = std::env::var_os("KESTREL_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures"));
     let Ok(entries) = std::fs::read_dir(&dir) else {
         println!("no fixtures at {}", dir.display());
         return;
     };
-    let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("model.onnx").exists()).collect();
+    let mut dirs: Vec<PathBuf> =
+        entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("model.onnx").exists()).collect();
     dirs.sort();
     let mut failures = Vec::new();
     for d in &dirs {

@@ -75,7 +75,8 @@ impl Lowerer<'_> {
         let ia = self.operand_id(a, &va)?;
         let ib = self.operand_id(b, &vb)?;
         let y = self.b.op(|y| Op::Binary(Binary { a: ia, b: ib, op, y }))?;
-        let ys: Vec<usize> = self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect()).unwrap_or_default();
+        let ys: Vec<usize> =
+            self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect()).unwrap_or_default();
         let y = self.reshape(y, &ys, &out)?;
         self.out(y, out);
         Ok(())

@@ -44,11 +44,10 @@ impl Lowerer<'_> {
         let kept: Vec<usize> = (0..labels.len()).filter(|&i| target.contains(&labels[i])).collect();
         let kept_dims: Vec<usize> = kept.iter().map(|&i| shape[i]).collect();
         let kept_labels: Vec<char> = kept.iter().map(|&i| labels[i]).collect();
-        let perm: Vec<usize> = target
-            .iter()
-            .map(|c| kept_labels.iter().position(|k| k == c))
-            .collect::<Option<_>>()
-            .ok_or_else(|| self.bad("every contraction axis in its operand", format!("{labels:?} vs {target:?}")))?;
+        let perm: Vec<usize> =
+            target.iter().map(|c| kept_labels.iter().position(|k| k == c)).collect::<Option<_>>().ok_or_else(|| {
+                self.bad("every contraction axis in its operand", format!("{labels:?} vs {target:?}"))
+            })?;
         let dims: Vec<usize> = perm.iter().map(|&p| kept_dims[p]).collect();
         match x {
             Operand::Act(id, s) => {
@@ -139,7 +138,12 @@ impl Lowerer<'_> {
         let lab = |v: &[(usize, char)]| v.iter().map(|x| x.1).collect::<Vec<char>>();
         let (batch, lfree, rfree, k) = (lab(&batch), lab(&lfree), lab(&rfree), lab(&k));
         let dim_of = |c: char| -> usize {
-            labels_l.iter().position(|&x| x == c).map(|p| sl[p]).or_else(|| labels_r.iter().position(|&x| x == c).map(|p| sr[p])).unwrap_or(1)
+            labels_l
+                .iter()
+                .position(|&x| x == c)
+                .map(|p| sl[p])
+                .or_else(|| labels_r.iter().position(|&x| x == c).map(|p| sr[p]))
+                .unwrap_or(1)
         };
         let bd: Vec<usize> = batch.iter().map(|&c| dim_of(c)).collect();
         let md: Vec<usize> = lfree.iter().map(|&c| dim_of(c)).collect();
@@ -203,7 +207,13 @@ impl Lowerer<'_> {
 
     /// A constant bias `[N]` added right after this contraction (its only consumer), when the
     /// Dense output's last axis is the output's last axis. Marks the Add as pending absorption.
-    fn dense_bias(&mut self, rfree: &[char], out_labels: &[char], out_shape: &[usize], n: usize) -> Res<Option<TensorId>> {
+    fn dense_bias(
+        &mut self,
+        rfree: &[char],
+        out_labels: &[char],
+        out_shape: &[usize],
+        n: usize,
+    ) -> Res<Option<TensorId>> {
         if rfree.len() != 1 || out_labels.last() != Some(&rfree[0]) {
             return Ok(None);
         }
@@ -281,7 +291,8 @@ impl Lowerer<'_> {
         let groups = op.group as u32;
         let y = self.b.op(|y| Op::Conv2d(Conv2d { x, proj: Proj { w, b }, stride, pad, dilation, groups, y }))?;
         let out = self.out_shape()?;
-        let ys = self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect::<Vec<_>>()).unwrap_or_default();
+        let ys =
+            self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect::<Vec<_>>()).unwrap_or_default();
         let y = self.reshape(y, &ys, &out)?;
         self.out(y, out);
         Ok(())

@@ -249,9 +249,7 @@ impl<'m> Lowerer<'m> {
                 let node = self.model.node(n);
                 let has_const = node.inputs.iter().any(|i| self.model.outlet_fact(*i).is_ok_and(|f| f.konst.is_some()));
                 let all_const = node.inputs.iter().all(|i| self.model.outlet_fact(*i).is_ok_and(|f| f.konst.is_some()));
-                has_const
-                    && !all_const
-                    && (node.op_is::<EinSum>() || node.op_is::<Conv>() || node.op_is::<Gather>())
+                has_const && !all_const && (node.op_is::<EinSum>() || node.op_is::<Conv>() || node.op_is::<Gather>())
             })
             .collect();
         self.first_last.extend(bearing.first().copied());

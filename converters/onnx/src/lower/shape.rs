@@ -2,8 +2,8 @@
 
 use super::{f32s, Lowerer, Res, Val};
 use kestrel_format::ops::{Binary, BinaryOp, Embedding, Op, Reduce, ReduceOp, Softmax};
-use tract_onnx::tract_core::ops::change_axes::AxisOp;
 use tract_onnx::tract_core::ops::array::Gather;
+use tract_onnx::tract_core::ops::change_axes::AxisOp;
 use tract_onnx::tract_core::ops::nn::{Reduce as TReduce, Reducer, Softmax as TSoftmax};
 
 impl Lowerer<'_> {
