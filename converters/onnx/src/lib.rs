@@ -139,3 +139,27 @@ pub fn convert(onnx_path: impl AsRef<Path>, opts: &ConvertOptions) -> Result<Con
     };
     Ok(Conversion { kes, report })
 }
+
+/// tract's typed, decluttered graph at batch 1, one node per line (for debugging a lowering).
+pub fn dump_tract_graph(onnx_path: impl AsRef<Path>) -> Result<String, ConvertError> {
+    let (model, _) = load::load_typed(onnx_path.as_ref(), 1)?;
+    let mut s = String::new();
+    let order = model.eval_order().unwrap_or_default();
+    for n in order {
+        let node = model.node(n);
+        let inputs: Vec<String> = node.inputs.iter().map(|i| format!("#{}", i.node)).collect();
+        let fact = &node.outputs[0].fact;
+        let konst = if fact.konst.is_some() { " const" } else { "" };
+        s.push_str(&format!(
+            "#{n} {} [{}] {:?} <- {}{konst}\n",
+            node.name,
+            node.op.name(),
+            fact.shape,
+            inputs.join(", ")
+        ));
+        if let Some(info) = node.op.info().ok().filter(|i| !i.is_empty()) {
+            s.push_str(&format!("    {}\n", info.join("; ")));
+        }
+    }
+    Ok(s)
+}

@@ -254,12 +254,16 @@ impl Lowerer<'_> {
             return Err(self.unsupported(&format!("{}-D convolution", ps.kernel_shape.len())));
         }
         let (x, xs) = self.act(node.inputs[0])?;
-        let chw = match (ps.data_format, xs.len()) {
-            (DataFormat::NCHW, 4) if xs[0] == 1 => xs[1..].to_vec(),
-            (DataFormat::CHW, 3) => xs.clone(),
+        // Channels-last layouts (tract's declutter may pick them) are transposed around Conv2d.
+        let (spatial, channels_last) = match (ps.data_format, xs.len()) {
+            (DataFormat::NCHW | DataFormat::NHWC, 4) if xs[0] == 1 => {
+                (xs[1..].to_vec(), ps.data_format == DataFormat::NHWC)
+            }
+            (DataFormat::CHW | DataFormat::HWC, 3) => (xs.clone(), ps.data_format == DataFormat::HWC),
             (f, r) => return Err(self.unsupported(&format!("data format {f:?} at rank {r}"))),
         };
-        let x = self.reshape(x, &xs, &chw)?;
+        let x = self.reshape(x, &xs, &spatial)?;
+        let (x, chw) = if channels_last { self.transpose(x, &spatial, &[2, 0, 1])? } else { (x, spatial) };
         let Val::Const(kernel) = self.val(node.inputs[1])? else {
             return Err(self.bad("a constant kernel", "an activation".into()));
         };
@@ -293,6 +297,7 @@ impl Lowerer<'_> {
         let out = self.out_shape()?;
         let ys =
             self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect::<Vec<_>>()).unwrap_or_default();
+        let (y, ys) = if channels_last { self.transpose(y, &ys, &[1, 2, 0])? } else { (y, ys) };
         let y = self.reshape(y, &ys, &out)?;
         self.out(y, out);
         Ok(())

@@ -6,6 +6,7 @@
 
 mod elementwise;
 mod linear;
+mod select;
 mod shape;
 
 use crate::error::{ConvertError, SUPPORTED};
@@ -39,6 +40,18 @@ pub(crate) enum Val {
     Const(Arc<Tensor>),
 }
 
+/// Weights are shared when the same constant is used the same way with the same values.
+type WeightKey = (OutletId, &'static str, Vec<usize>, u64);
+
+fn hash_values(v: &[f32]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for x in v {
+        x.to_bits().hash(&mut h);
+    }
+    h.finish()
+}
+
 /// Options the lowering needs from [`crate::ConvertOptions`].
 pub(crate) struct QuantChoice {
     pub base: DType,
@@ -51,7 +64,7 @@ pub(crate) struct Lowerer<'m> {
     pub model: &'m TypedModel,
     pub b: ModelBuilder,
     vals: HashMap<OutletId, Val>,
-    weights: HashMap<(OutletId, &'static str), TensorId>,
+    weights: HashMap<WeightKey, TensorId>,
     names: HashSet<String>,
     pub quant: Vec<WeightQuant>,
     choice: QuantChoice,
@@ -152,7 +165,40 @@ impl<'m> Lowerer<'m> {
 
     /// Adds (once per outlet and use) a weight from a constant, with the dtype the options pick.
     pub fn weight(&mut self, src: OutletId, usage: &'static str, shape: &[usize], values: Vec<f32>) -> Res<TensorId> {
-        if let Some(&id) = self.weights.get(&(src, usage)) {
+        self.weight_impl(src, usage, shape, values, false)
+    }
+
+    /// A weight that must stay exact (masks, one-hot selections): always f32.
+    pub fn weight_f32(
+        &mut self,
+        src: OutletId,
+        usage: &'static str,
+        shape: &[usize],
+        values: Vec<f32>,
+    ) -> Res<TensorId> {
+        self.weight_impl(src, usage, shape, values, true)
+    }
+
+    fn weight_impl(
+        &mut self,
+        src: OutletId,
+        usage: &'static str,
+        shape: &[usize],
+        values: Vec<f32>,
+        exact: bool,
+    ) -> Res<TensorId> {
+        let mut values = values;
+        if values.iter().any(|v| v.is_nan()) {
+            return Err(
+                self.bad("finite or infinite constants", format!("NaN in `{}`", self.model.node(src.node).name))
+            );
+        }
+        // The format stores finite values only: ±inf (masks) become ±f32::MAX.
+        for v in values.iter_mut().filter(|v| v.is_infinite()) {
+            *v = if *v > 0.0 { f32::MAX } else { f32::MIN };
+        }
+        let key = (src, usage, shape.to_vec(), hash_values(&values));
+        if let Some(&id) = self.weights.get(&key) {
             return Ok(id);
         }
         let base = self.model.node(src.node).name.clone();
@@ -163,10 +209,11 @@ impl<'m> Lowerer<'m> {
             name = format!("{base}.{k}");
         }
         let fl = self.choice.keep_first_last && self.first_last.contains(&self.node);
-        let dtype = quant::choose(self.choice.base, shape, &name, &self.choice.keep_f16, fl);
+        let dtype =
+            if exact { DType::F32 } else { quant::choose(self.choice.base, shape, &name, &self.choice.keep_f16, fl) };
         self.quant.push(quant::measure(&name, shape, &values, dtype));
         let id = self.b.weight_as(&name, shape, values, dtype)?;
-        self.weights.insert((src, usage), id);
+        self.weights.insert(key, id);
         Ok(id)
     }
 
@@ -285,7 +332,7 @@ impl<'m> Lowerer<'m> {
         if let Some(op) = node.op_as::<Conv>() {
             return self.conv(op);
         }
-        if self.try_elementwise()? || self.try_shape()? {
+        if self.try_elementwise()? || self.try_shape()? || self.try_select()? {
             return Ok(());
         }
         Err(self.unsupported(""))

@@ -67,7 +67,7 @@ impl Lowerer<'_> {
             self.out(x, shape);
             return Ok(true);
         }
-        if let Some(op) = node.op_as::<Gather>() {
+        if let Some(op) = node.op_as::<Gather>().filter(|_| matches!(self.val(node.inputs[0]), Ok(Val::Const(_)))) {
             let out = self.out_shape()?;
             let (Val::Const(table), Val::Act { id: ids, shape: ids_shape, int: true }) =
                 (self.val(node.inputs[0])?, self.val(node.inputs[1])?)

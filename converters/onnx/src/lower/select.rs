@@ -1,0 +1,140 @@
+//! Selections without a Kestrel op of their own, lowered exactly with generic ops:
+//! `Iff` with a constant condition (masked fill) → Mul by a 0/1 mask + Add of the filled values;
+//! `Gather` of constant indices from an activation and `Slice` → a Dense with a one-hot f32
+//! weight over the selected axis (moved last with a Transpose when needed).
+
+use super::{f32s, Lowerer, Res, Val};
+use kestrel_format::ops::{Activation, Binary, BinaryOp, Dense, Op, Proj, TensorId};
+use tract_onnx::prelude::*;
+use tract_onnx::tract_core::ops::array::{Gather, Slice};
+use tract_onnx::tract_core::ops::logic::Iff;
+
+fn squeeze_leading(shape: &[usize]) -> Vec<usize> {
+    let s: Vec<usize> = shape.iter().copied().skip_while(|&d| d == 1).collect();
+    if s.is_empty() {
+        vec![1]
+    } else {
+        s
+    }
+}
+
+impl Lowerer<'_> {
+    /// Lowers `Iff`, `Gather` on an activation and `Slice`; `Ok(false)` for anything else.
+    pub(super) fn try_select(&mut self) -> Res<bool> {
+        let node = self.model.node(self.node);
+        if node.op_is::<Iff>() {
+            self.iff()?;
+            return Ok(true);
+        }
+        if let Some(op) = node.op_as::<Gather>() {
+            let Val::Const(idx) = self.val(node.inputs[1])? else {
+                return Err(self.unsupported("gather from an activation with non-constant indices"));
+            };
+            let idx: Vec<i64> = idx
+                .cast_to::<i64>()
+                .ok()
+                .and_then(|t| t.as_slice::<i64>().ok().map(|s| s.to_vec()))
+                .ok_or_else(|| self.bad("integer indices", format!("{:?}", idx.datum_type())))?;
+            self.select(op.axis, &idx)?;
+            return Ok(true);
+        }
+        if let Some(op) = node.op_as::<Slice>() {
+            let (start, end) = (op.start.to_i64(), op.end.to_i64());
+            let (Ok(start), Ok(end)) = (start, end) else {
+                return Err(self.unsupported("slice with symbolic bounds"));
+            };
+            let idx: Vec<i64> = (start..end).collect();
+            self.select(op.axis, &idx)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// `y[.., j, ..] = x[.., idx[j], ..]` on `axis`, as a Dense with a one-hot weight.
+    fn select(&mut self, axis: usize, idx: &[i64]) -> Res<()> {
+        let node = self.model.node(self.node);
+        let out = self.out_shape()?;
+        let (x, xs) = self.act(node.inputs[0])?;
+        let r = xs.len();
+        let n = xs[axis];
+        let k = idx.len();
+        let mut w = vec![0f32; k * n];
+        for (j, &i) in idx.iter().enumerate() {
+            let i = if i < 0 { i + n as i64 } else { i };
+            if i < 0 || i as usize >= n {
+                return Err(self.bad(&format!("indices in 0..{n}"), format!("{i}")));
+            }
+            w[j * n + i as usize] = 1.0;
+        }
+        let w = self.weight_f32(node.inputs[0], "select", &[k, n], w)?;
+        let mut perm: Vec<usize> = (0..r).filter(|&a| a != axis).collect();
+        perm.push(axis);
+        let (x, ts) = self.transpose(x, &xs, &perm)?;
+        let y = self.b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: None }, act: Activation::None, y }))?;
+        let mut ys = ts.clone();
+        ys[r - 1] = k;
+        // Move the selected axis back to `axis`.
+        let mut back: Vec<usize> = (0..r - 1).collect();
+        back.insert(axis, r - 1);
+        let (y, ys) = self.transpose(y, &ys, &back)?;
+        let y = self.reshape(y, &ys, &out)?;
+        self.out(y, out);
+        self.count_fused("select-as-one-hot-dense");
+        Ok(())
+    }
+
+    /// `where(c, t, f)` with a constant condition: `t·c + f·(1−c)`, a constant branch folded
+    /// into an added f32 weight.
+    fn iff(&mut self) -> Res<()> {
+        let node = self.model.node(self.node);
+        let out = self.out_shape()?;
+        let Val::Const(cond) = self.val(node.inputs[0])? else {
+            return Err(self.unsupported("select with a non-constant condition"));
+        };
+        let bcast = |l: &Self, t: &Tensor| -> Res<Vec<f32>> {
+            let t = t.cast_to::<f32>().map_err(|e| l.bad("a numeric constant", format!("{e}")))?;
+            let b = t.broadcast_to_shape(&out).map_err(|e| l.bad("a broadcastable constant", format!("{e}")))?;
+            f32s(&b)
+        };
+        let keep = bcast(self, &cond)?;
+        let wshape = squeeze_leading(&out);
+        let mut acts: Vec<TensorId> = Vec::new();
+        let mut bias = vec![0f32; keep.len()];
+        let mut has_bias = false;
+        for (slot, usage) in [(1usize, "iff_true"), (2, "iff_false")] {
+            let mask: Vec<f32> = keep.iter().map(|&c| if slot == 1 { c } else { 1.0 - c }).collect();
+            match self.val(node.inputs[slot])? {
+                Val::Const(t) => {
+                    for ((b, v), m) in bias.iter_mut().zip(bcast(self, &t)?).zip(&mask) {
+                        if *m != 0.0 {
+                            *b += v;
+                        }
+                    }
+                    has_bias = true;
+                }
+                Val::Act { id, int: false, .. } => {
+                    let m = self.weight_f32(node.inputs[0], usage, &wshape, mask)?;
+                    acts.push(self.b.op(|y| Op::Binary(Binary { a: id, b: m, op: BinaryOp::Mul, y }))?);
+                }
+                Val::Act { int: true, .. } => return Err(self.bad("f32 branches", "integer ids".into())),
+            }
+        }
+        let mut y = acts[0];
+        if let Some(&other) = acts.get(1) {
+            let a = y;
+            y = self.b.op(|y| Op::Binary(Binary { a, b: other, op: BinaryOp::Add, y }))?;
+        }
+        if has_bias {
+            let src = node.inputs[if matches!(self.val(node.inputs[1])?, Val::Const(_)) { 1 } else { 2 }];
+            let w = self.weight_f32(src, "iff_fill", &wshape, bias)?;
+            let a = y;
+            y = self.b.op(|y| Op::Binary(Binary { a, b: w, op: BinaryOp::Add, y }))?;
+        }
+        let ys: Vec<usize> =
+            self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect()).unwrap_or_default();
+        let y = self.reshape(y, &ys, &out)?;
+        self.out(y, out);
+        self.count_fused("masked-fill");
+        Ok(())
+    }
+}
