@@ -1,13 +1,17 @@
 //! Selections without a Kestrel op of their own, lowered exactly with generic ops:
 //! `Iff` with a constant condition (masked fill) → Mul by a 0/1 mask + Add of the filled values;
 //! `Gather` of constant indices from an activation and `Slice` → a Dense with a one-hot f32
-//! weight over the selected axis (moved last with a Transpose when needed).
+//! weight over the selected axis (moved last with a Transpose when needed); a `Scan` that is an
+//! inclusive cumulative sum (ONNX CumSum) → a Dense with a lower-triangular f32 weight of ones.
 
 use super::{f32s, Lowerer, Res, Val};
 use kestrel_format::ops::{Activation, Binary, BinaryOp, Dense, Op, Proj, TensorId};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::array::{Gather, Slice};
+use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::logic::Iff;
+use tract_onnx::tract_core::ops::scan::{InputMapping, Scan};
+use tract_onnx::tract_core::ops::source::TypedSource;
 
 fn squeeze_leading(shape: &[usize]) -> Vec<usize> {
     let s: Vec<usize> = shape.iter().copied().skip_while(|&d| d == 1).collect();
@@ -38,6 +42,11 @@ impl Lowerer<'_> {
             self.select(op.axis, &idx)?;
             return Ok(true);
         }
+        if let Some(op) = node.op_as::<Scan>() {
+            let axis = self.cumsum_axis(op).ok_or_else(|| self.unsupported("a scan other than an inclusive cumsum"))?;
+            self.cumsum(axis)?;
+            return Ok(true);
+        }
         if let Some(op) = node.op_as::<Slice>() {
             let (start, end) = (op.start.to_i64(), op.end.to_i64());
             let (Ok(start), Ok(end)) = (start, end) else {
@@ -50,12 +59,64 @@ impl Lowerer<'_> {
         Ok(false)
     }
 
+    /// The axis of a Scan that computes an inclusive cumulative sum from a zero state: body
+    /// `state' = x_t + state`, emitted at every step, one element per step, forwards.
+    fn cumsum_axis(&self, op: &Scan) -> Option<usize> {
+        let node = self.model.node(self.node);
+        let (InputMapping::Scan(info), InputMapping::State) = (op.input_mapping.first()?, op.input_mapping.get(1)?)
+        else {
+            return None;
+        };
+        let simple = op.skip == 0 && !op.reset_every_turn && info.chunk == 1 && op.input_mapping.len() == 2;
+        let [out] = op.output_mapping.as_slice() else { return None };
+        let emits =
+            out.state && out.scan.as_ref().is_some_and(|(slot, i)| *slot == 0 && i.axis == info.axis && i.chunk == 1);
+        let zero_init =
+            matches!(self.val(node.inputs[1]).ok()?, Val::Const(t) if f32s(&t).ok()?.iter().all(|&v| v == 0.0));
+        let body = &op.body;
+        let ops: Vec<_> = body.nodes().iter().filter(|n| !n.op_is::<TypedSource>()).collect();
+        let [add] = ops.as_slice() else { return None };
+        let is_add = add.op_as::<TypedBinOp>().is_some_and(|b| b.0.name() == "Add")
+            && add.inputs.iter().all(|i| body.input_outlets().is_ok_and(|ins| ins.contains(i)))
+            && body.output_outlets().ok()?.first().is_some_and(|o| o.node == add.id);
+        (simple && emits && zero_init && is_add).then_some(info.axis)
+    }
+
+    /// Inclusive cumulative sum over `axis`: `y_t = Σ_{s≤t} x_s`, a Dense with `W[t, s] = [s ≤ t]`.
+    fn cumsum(&mut self, axis: usize) -> Res<()> {
+        let node = self.model.node(self.node);
+        let (x, xs) = self.act(node.inputs[0])?;
+        let n = xs[axis];
+        let w: Vec<f32> = (0..n * n).map(|i| if i % n <= i / n { 1.0 } else { 0.0 }).collect();
+        let w = self.weight_f32(OutletId::new(self.node, 0), "cumsum", &[n, n], w)?;
+        self.along_axis(x, &xs, axis, w, n)?;
+        self.count_fused("cumsum-as-triangular-dense");
+        Ok(())
+    }
+
+    /// Applies a Dense with weight `w [k, n]` along `axis` of `x` (moved last and back), and
+    /// records the node's output.
+    fn along_axis(&mut self, x: TensorId, xs: &[usize], axis: usize, w: TensorId, k: usize) -> Res<()> {
+        let out = self.out_shape()?;
+        let r = xs.len();
+        let mut perm: Vec<usize> = (0..r).filter(|&a| a != axis).collect();
+        perm.push(axis);
+        let (x, ts) = self.transpose(x, xs, &perm)?;
+        let y = self.b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: None }, act: Activation::None, y }))?;
+        let mut ys = ts.clone();
+        ys[r - 1] = k;
+        let mut back: Vec<usize> = (0..r - 1).collect();
+        back.insert(axis, r - 1);
+        let (y, ys) = self.transpose(y, &ys, &back)?;
+        let y = self.reshape(y, &ys, &out)?;
+        self.out(y, out);
+        Ok(())
+    }
+
     /// `y[.., j, ..] = x[.., idx[j], ..]` on `axis`, as a Dense with a one-hot weight.
     fn select(&mut self, axis: usize, idx: &[i64]) -> Res<()> {
         let node = self.model.node(self.node);
-        let out = self.out_shape()?;
         let (x, xs) = self.act(node.inputs[0])?;
-        let r = xs.len();
         let n = xs[axis];
         let k = idx.len();
         let mut w = vec![0f32; k * n];
@@ -67,18 +128,7 @@ impl Lowerer<'_> {
             w[j * n + i as usize] = 1.0;
         }
         let w = self.weight_f32(node.inputs[0], "select", &[k, n], w)?;
-        let mut perm: Vec<usize> = (0..r).filter(|&a| a != axis).collect();
-        perm.push(axis);
-        let (x, ts) = self.transpose(x, &xs, &perm)?;
-        let y = self.b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: None }, act: Activation::None, y }))?;
-        let mut ys = ts.clone();
-        ys[r - 1] = k;
-        // Move the selected axis back to `axis`.
-        let mut back: Vec<usize> = (0..r - 1).collect();
-        back.insert(axis, r - 1);
-        let (y, ys) = self.transpose(y, &ys, &back)?;
-        let y = self.reshape(y, &ys, &out)?;
-        self.out(y, out);
+        self.along_axis(x, &xs, axis, w, k)?;
         self.count_fused("select-as-one-hot-dense");
         Ok(())
     }
