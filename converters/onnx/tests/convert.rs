@@ -20,7 +20,8 @@ fn inputs(model: &str, batch: usize, seed: u64) -> Vec<InputTensor> {
         "mlp" => vec![f(&mut rng, &[batch, 16])],
         "vit" => vec![f(&mut rng, &[batch, 1, 16, 16])],
         "cnn" => vec![f(&mut rng, &[batch, 2, 9, 9])],
-        "misc" => vec![f(&mut rng, &[batch, 4, 6])],
+        "misc" | "select" => vec![f(&mut rng, &[batch, 4, 6])],
+        "nhwc" => vec![f(&mut rng, &[batch, 6, 6, 3])],
         "text" => {
             let ids = (0..batch * 8).map(|_| ((rng.uniform() + 1.0) * 25.0) as i64 % 50).collect();
             vec![InputTensor::i64(&[batch, 8], ids)]
@@ -29,7 +30,7 @@ fn inputs(model: &str, batch: usize, seed: u64) -> Vec<InputTensor> {
     }
 }
 
-const MODELS: &[&str] = &["mlp", "vit", "cnn", "text", "misc"];
+const MODELS: &[&str] = &["mlp", "vit", "cnn", "text", "misc", "select", "nhwc"];
 
 fn opts(weights: DType) -> ConvertOptions {
     ConvertOptions { weights, ..ConvertOptions::default() }
@@ -93,6 +94,21 @@ fn int8_keeps_first_last_and_named_weights_at_f16() {
     let dtypes: Vec<&str> =
         conv.report.weights.iter().filter(|w| w.shape.len() > 1).map(|w| w.dtype.as_str()).collect();
     assert_eq!(dtypes, ["f16", "int8", "f16"], "{}", conv.report.to_table());
+}
+
+#[test]
+fn selections_lower_to_exact_generic_ops() {
+    let conv = convert(data("select.onnx"), &opts(DType::I8)).unwrap();
+    let fused: Vec<&str> = conv.report.fused.iter().map(|f| f.name.as_str()).collect();
+    for p in ["masked-fill", "select-as-one-hot-dense", "cumsum-as-triangular-dense"] {
+        assert!(fused.contains(&p), "{p} not in {fused:?}");
+    }
+    // Masks, one-hot and triangular weights stay f32 even at int8: the results are exact.
+    let v = verify(data("select.onnx"), &conv.kes, &inputs("select", 3, 9)).unwrap();
+    assert!(v.max_rel_err < 1e-6, "{}", v.max_rel_err);
+    assert_eq!(v.tract.len(), 4);
+    let conv = convert(data("nhwc.onnx"), &ConvertOptions::default()).unwrap();
+    assert_eq!(conv.report.kestrel_ops.get("Conv2d"), Some(&1));
 }
 
 #[test]

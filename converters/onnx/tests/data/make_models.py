@@ -153,6 +153,34 @@ def misc():
     g.save("misc.onnx", [f32("x", ["N", 4, 6])], [f32("y", ["N", 6])])
 
 
+def select():
+    """Ops without a Kestrel op of their own: Where with a constant mask (masked fill with -inf)
+    before a softmax, Gather of constant indices from an activation, Slice, CumSum. Four outputs."""
+    g = G()
+    mask = np.triu(np.ones((4, 6), dtype=bool), k=1)
+    filled = g.op("Where", [g.const("mask", mask, np.bool_), g.const("ninf", -np.inf), "x"])
+    g.op("Softmax", [filled], axis=-1)
+    g.nodes[-1].output[0] = "masked"
+    g.op("Gather", ["x", g.const("idx", [2, 0, -1], np.int64)], axis=2)
+    g.nodes[-1].output[0] = "gathered"
+    g.op("Slice", ["x", g.const("starts", [1], np.int64), g.const("ends", [3], np.int64), g.const("axes", [1], np.int64)])
+    g.nodes[-1].output[0] = "sliced"
+    g.op("CumSum", ["x", g.const("axis", 1, np.int64)])
+    g.nodes[-1].output[0] = "cumsum"
+    outs = [f32("masked", ["N", 4, 6]), f32("gathered", ["N", 4, 3]), f32("sliced", ["N", 2, 6]), f32("cumsum", ["N", 4, 6])]
+    g.save("select.onnx", [f32("x", ["N", 4, 6])], outs)
+
+
+def nhwc():
+    """A channels-last image around a conv (tract may keep the conv in NHWC)."""
+    g = G()
+    h = g.op("Transpose", ["x"], perm=[0, 3, 1, 2])
+    h = g.op("Conv", [h, g.w("c", [4, 3, 3, 3], 27), g.w("cb", [4], 27)], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    g.op("Transpose", [h], perm=[0, 2, 3, 1])
+    g.nodes[-1].output[0] = "y"
+    g.save("nhwc.onnx", [f32("x", ["N", 6, 6, 3])], [f32("y", ["N", 6, 6, 4])])
+
+
 def unsupported():
     """Sin has no Kestrel lowering: the converter must name it."""
     g = G()
@@ -167,4 +195,6 @@ if __name__ == "__main__":
     cnn()
     text()
     misc()
+    select()
+    nhwc()
     unsupported()
