@@ -12,6 +12,16 @@ impl Lowerer<'_> {
         let node = self.model.node(self.node);
         if let Some(op) = node.op_as::<TypedBinOp>() {
             let name = op.0.name();
+            if name == "Mul" || name == "Div" {
+                for &x in &node.inputs {
+                    let Some(m) = self.match_gelu(x).filter(|m| m.nodes[0] == self.node) else { continue };
+                    let (xid, shape) = self.act(x)?;
+                    let y = self.b.op(|y| Op::Unary(Unary { x: xid, op: UnaryOp::Gelu, y }))?;
+                    self.take(&m, y, shape);
+                    self.count_fused("gelu");
+                    return Ok(true);
+                }
+            }
             let (kind, swap) = match name {
                 "Add" => (BinaryOp::Add, false),
                 "Sub" => (BinaryOp::Sub, false),

@@ -164,7 +164,16 @@ impl Lowerer<'_> {
             let x_dims: Vec<usize> = md.iter().copied().chain([kk]).collect();
             let x = self.reshape(lid, &la_dims, &x_dims)?;
             let bias = self.dense_bias(&rfree, &out_labels, &out_shape, n)?;
-            let y = self.b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: bias }, act: Activation::None, y }))?;
+            // An activation right after (bias) commutes with the reshapes and transposes below.
+            let tail = OutletId::new(self.pending_bias.unwrap_or(self.node), 0);
+            let act = match self.match_activation(tail) {
+                Some((act, m)) => {
+                    self.pending_act = Some((if act == Activation::Relu { "dense+relu" } else { "dense+gelu" }, m));
+                    act
+                }
+                None => Activation::None,
+            };
+            let y = self.b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: bias }, act, y }))?;
             let y_dims: Vec<usize> = md.iter().copied().chain([n]).collect();
             self.reshape(y, &y_dims, &mid_dims)?
         } else {
@@ -196,12 +205,21 @@ impl Lowerer<'_> {
         let perm: Vec<usize> = order.iter().map(|c| mid.iter().position(|x| x == c).unwrap_or(0)).collect();
         let (y, y_dims) = self.transpose(y, &mid_dims, &perm)?;
         let y = self.reshape(y, &y_dims, &out_shape)?;
-        let val = Val::Act { id: y, shape: out_shape, int: false };
-        if let Some(add) = self.pending_bias.take() {
-            self.absorb(add, val.clone());
+        let bias = self.pending_bias.take();
+        if let Some(add) = bias {
+            self.skip.insert(add);
             self.count_fused("dense+bias");
         }
-        self.set_out(val);
+        if let Some((name, m)) = self.pending_act.take() {
+            self.take(&m, y, out_shape);
+            self.count_fused(name);
+            return Ok(());
+        }
+        let val = Val::Act { id: y, shape: out_shape, int: false };
+        match bias {
+            Some(add) => self.absorb(add, val),
+            None => self.set_out(val),
+        }
         Ok(())
     }
 

@@ -5,6 +5,7 @@
 //! shape is tract's shape at batch 1, leading 1 included.
 
 mod elementwise;
+mod fuse;
 mod linear;
 mod select;
 mod shape;
@@ -69,10 +70,12 @@ pub(crate) struct Lowerer<'m> {
     pub quant: Vec<WeightQuant>,
     choice: QuantChoice,
     first_last: HashSet<usize>,
-    skip: HashSet<usize>,
+    pub(super) skip: HashSet<usize>,
     node: usize,
     /// An Add node a Dense being built absorbs as its bias.
     pub(super) pending_bias: Option<usize>,
+    /// An activation pattern a Dense being built absorbs.
+    pub(super) pending_act: Option<(&'static str, fuse::Matched)>,
     /// Fused patterns found (name, count).
     pub fused: Vec<(String, usize)>,
 }
@@ -95,6 +98,7 @@ impl<'m> Lowerer<'m> {
             node: 0,
             fused: Vec::new(),
             pending_bias: None,
+            pending_act: None,
         }
     }
 

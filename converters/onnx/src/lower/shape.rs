@@ -47,6 +47,9 @@ impl Lowerer<'_> {
             return Ok(true);
         }
         if let Some(op) = node.op_as::<TReduce>() {
+            if self.try_layer_norm()? {
+                return Ok(true);
+            }
             let kind = match op.reducer {
                 Reducer::Sum => ReduceOp::Sum,
                 Reducer::Max => ReduceOp::Max,
