@@ -13,6 +13,8 @@
 //! and scalars always stay f32**, whatever the choice. [`verify`] runs the ONNX model with tract
 //! and the `.kes` with Kestrel on the same inputs and compares them.
 
+#![warn(missing_docs)]
+
 mod error;
 mod load;
 mod lower;

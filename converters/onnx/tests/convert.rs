@@ -2,7 +2,9 @@
 //! with tract at batch 1 and 3.
 
 use kestrel::demo::Rng;
-use kestrel_onnx::{convert, verify, ConvertError, ConvertOptions, DType, InputTensor, Report};
+use kestrel_onnx::{
+    convert, read_npy, verify, write_npy_f32, ConvertError, ConvertOptions, DType, InputData, InputTensor, Report,
+};
 use std::path::PathBuf;
 
 fn data(name: &str) -> PathBuf {
@@ -182,4 +184,33 @@ fn metadata_describes_inputs_and_outputs() {
     let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
     let input = model.cpu().unwrap().input(0).unwrap();
     assert_eq!(input.shape.dims(), [1, 1, 16, 16]);
+}
+
+#[test]
+fn fusions_are_reported() {
+    let count = |r: &Report, name: &str| r.fused.iter().find(|f| f.name == name).map_or(0, |f| f.count);
+    let mlp = convert(data("mlp.onnx"), &ConvertOptions::default()).unwrap().report;
+    assert_eq!((count(&mlp, "dense+bias"), count(&mlp, "dense+relu"), count(&mlp, "dense+gelu")), (3, 1, 1));
+    assert_eq!(mlp.kestrel_ops.get("Dense"), Some(&3));
+    assert!(!mlp.kestrel_ops.contains_key("Unary"), "{:?}", mlp.kestrel_ops);
+    let vit = convert(data("vit.onnx"), &ConvertOptions::default()).unwrap().report;
+    assert_eq!(count(&vit, "layer-norm"), 3);
+    assert_eq!(vit.kestrel_ops.get("LayerNorm"), Some(&3));
+    assert_eq!(count(&vit, "dense+relu"), 1);
+}
+
+#[test]
+fn npy_inputs_feed_verify() {
+    let ids = read_npy(data("text_ids.npy")).unwrap();
+    assert_eq!(ids.shape, [2, 8]);
+    assert!(matches!(&ids.data, InputData::I64(v) if v[1] == 7));
+    let conv = convert(data("text.onnx"), &ConvertOptions::default()).unwrap();
+    let v = verify(data("text.onnx"), &conv.kes, &[ids]).unwrap();
+    assert!(v.max_rel_err < 1e-4, "{}", v.max_rel_err);
+    let out = std::env::temp_dir().join(format!("kestrel-onnx-{}.npy", std::process::id()));
+    write_npy_f32(&out, &[2, 4], &v.kestrel[0]).unwrap();
+    let back = read_npy(&out).unwrap();
+    let _ = std::fs::remove_file(&out);
+    assert_eq!(back, InputTensor::f32(&[2, 4], v.kestrel[0].clone()));
+    assert!(matches!(read_npy(data("mlp.onnx")), Err(ConvertError::Npy { .. })));
 }
