@@ -75,11 +75,12 @@ pub enum ConvertError {
 }
 
 /// The list of lowered ops shown in [`ConvertError::Unsupported`].
-pub const SUPPORTED: &str = "Const, Source, Cast (int ids / f32), EinSum/MatMul (-> Dense or MatMul), \
-Conv 2-D (-> Conv2d), Add/Sub/SubF/Mul/Div/Max/Min/Pow (-> Binary), Abs/Exp/Ln/Sqrt/Rsqrt/Recip/Square/\
-Tanh/Erf/Neg/Sigmoid (-> Unary), Softmax (one axis), Reduce Sum/Max/Min/MeanOfSquares (-> Reduce), \
-AxisOp Add/Rm/Reshape (-> Reshape view) and Move (-> Transpose), Gather axis 0 on a constant table \
-(-> Embedding), Identity";
+pub const SUPPORTED: &str = "Const, Source, Identity, Cast (int ids / f32), EinSum/MatMul (-> Dense or MatMul), \
+Conv 2-D NCHW/NHWC (-> Conv2d), Add/Sub/SubF/Mul/Div/Max/Min/Pow (-> Binary), Abs/Exp/Ln/Sqrt/Rsqrt/Recip/\
+Square/Tanh/Erf/Neg/Sigmoid (-> Unary), Softmax (one axis), Reduce Sum/Max/Min/MeanOfSquares (-> Reduce), \
+AxisOp (-> Reshape view or Transpose), Gather axis 0 on a constant table (-> Embedding), Gather of \
+constant indices / Slice / Pad / Concat / MultiBroadcastTo / inclusive CumSum Scan (-> Dense with \
+an exact 0/1 weight), Iff with a constant condition (-> Mul + Add)";
 
 pub(crate) fn tract_err<'a>(
     path: &'a str,

@@ -22,7 +22,7 @@ fn inputs(model: &str, batch: usize, seed: u64) -> Vec<InputTensor> {
         "mlp" => vec![f(&mut rng, &[batch, 16])],
         "vit" => vec![f(&mut rng, &[batch, 1, 16, 16])],
         "cnn" => vec![f(&mut rng, &[batch, 2, 9, 9])],
-        "misc" | "select" => vec![f(&mut rng, &[batch, 4, 6])],
+        "misc" | "select" | "assemble" => vec![f(&mut rng, &[batch, 4, 6])],
         "nhwc" => vec![f(&mut rng, &[batch, 6, 6, 3])],
         "text" => {
             let ids = (0..batch * 8).map(|_| ((rng.uniform() + 1.0) * 25.0) as i64 % 50).collect();
@@ -32,7 +32,7 @@ fn inputs(model: &str, batch: usize, seed: u64) -> Vec<InputTensor> {
     }
 }
 
-const MODELS: &[&str] = &["mlp", "vit", "cnn", "text", "misc", "select", "nhwc"];
+const MODELS: &[&str] = &["mlp", "vit", "cnn", "text", "misc", "select", "nhwc", "assemble"];
 
 fn opts(weights: DType) -> ConvertOptions {
     ConvertOptions { weights, ..ConvertOptions::default() }
@@ -109,6 +109,12 @@ fn selections_lower_to_exact_generic_ops() {
     let v = verify(data("select.onnx"), &conv.kes, &inputs("select", 3, 9)).unwrap();
     assert!(v.max_rel_err < 1e-6, "{}", v.max_rel_err);
     assert_eq!(v.tract.len(), 4);
+    let conv = convert(data("assemble.onnx"), &opts(DType::I4)).unwrap();
+    let fused: Vec<&str> = conv.report.fused.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(fused, ["concat-as-placing-dense", "pad-as-selecting-dense"]);
+    let v = verify(data("assemble.onnx"), &conv.kes, &inputs("assemble", 3, 10)).unwrap();
+    assert!(v.max_rel_err < 1e-6, "{}", v.max_rel_err);
+    assert_eq!(v.tract.len(), 5);
     let conv = convert(data("nhwc.onnx"), &ConvertOptions::default()).unwrap();
     assert_eq!(conv.report.kestrel_ops.get("Conv2d"), Some(&1));
 }

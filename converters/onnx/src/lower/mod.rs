@@ -4,6 +4,7 @@
 //! a Kestrel weight only when a lowered node reads it) or a Kestrel activation whose per-sample
 //! shape is tract's shape at batch 1, leading 1 included.
 
+mod assemble;
 mod elementwise;
 mod fuse;
 mod linear;
@@ -205,7 +206,9 @@ impl<'m> Lowerer<'m> {
         if let Some(&id) = self.weights.get(&key) {
             return Ok(id);
         }
-        let base = self.model.node(src.node).name.clone();
+        // Synthesised exact weights (masks, selections) are named after the node that needs them.
+        let base =
+            if exact { format!("{}.{usage}", self.tnode().name) } else { self.model.node(src.node).name.clone() };
         let mut name = base.clone();
         let mut k = 1;
         while !self.names.insert(name.clone()) {
@@ -336,7 +339,7 @@ impl<'m> Lowerer<'m> {
         if let Some(op) = node.op_as::<Conv>() {
             return self.conv(op);
         }
-        if self.try_elementwise()? || self.try_shape()? || self.try_select()? {
+        if self.try_elementwise()? || self.try_shape()? || self.try_select()? || self.try_assemble()? {
             return Ok(());
         }
         Err(self.unsupported(""))

@@ -13,7 +13,7 @@ use tract_onnx::tract_core::ops::logic::Iff;
 use tract_onnx::tract_core::ops::scan::{InputMapping, Scan};
 use tract_onnx::tract_core::ops::source::TypedSource;
 
-fn squeeze_leading(shape: &[usize]) -> Vec<usize> {
+pub(super) fn squeeze_leading(shape: &[usize]) -> Vec<usize> {
     let s: Vec<usize> = shape.iter().copied().skip_while(|&d| d == 1).collect();
     if s.is_empty() {
         vec![1]
@@ -98,6 +98,21 @@ impl Lowerer<'_> {
     /// records the node's output.
     fn along_axis(&mut self, x: TensorId, xs: &[usize], axis: usize, w: TensorId, k: usize) -> Res<()> {
         let out = self.out_shape()?;
+        let (y, ys) = self.dense_along(x, xs, axis, w, k)?;
+        let y = self.reshape(y, &ys, &out)?;
+        self.out(y, out);
+        Ok(())
+    }
+
+    /// A Dense with weight `w [k, n]` along `axis` of `x`; returns the result (axis now `k` long).
+    pub(super) fn dense_along(
+        &mut self,
+        x: TensorId,
+        xs: &[usize],
+        axis: usize,
+        w: TensorId,
+        k: usize,
+    ) -> Res<(TensorId, Vec<usize>)> {
         let r = xs.len();
         let mut perm: Vec<usize> = (0..r).filter(|&a| a != axis).collect();
         perm.push(axis);
@@ -107,10 +122,7 @@ impl Lowerer<'_> {
         ys[r - 1] = k;
         let mut back: Vec<usize> = (0..r - 1).collect();
         back.insert(axis, r - 1);
-        let (y, ys) = self.transpose(y, &ys, &back)?;
-        let y = self.reshape(y, &ys, &out)?;
-        self.out(y, out);
-        Ok(())
+        self.transpose(y, &ys, &back)
     }
 
     /// `y[.., j, ..] = x[.., idx[j], ..]` on `axis`, as a Dense with a one-hot weight.

@@ -172,6 +172,36 @@ def select():
     g.save("select.onnx", [f32("x", ["N", 4, 6])], outs)
 
 
+def assemble():
+    """Concat (a class token expanded over the batch, as torch exports it, and two activation
+    pieces), Pad (constant, reflect, edge), Expand of an activation. Five outputs."""
+    g = G()
+    batch = g.op("Gather", [g.op("Shape", ["x"]), g.const("zero", [0], np.int64)], axis=0)
+    shape = g.op("Concat", [batch, g.const("rest", [1, 6], np.int64)], axis=0)
+    cls = g.op("Expand", [g.w("cls", [1, 1, 6], 1), shape])
+    g.op("Concat", [cls, "x"], axis=1)
+    g.nodes[-1].output[0] = "with_cls"
+    g.op("Concat", ["x", g.op("Mul", ["x", g.const("two", 2.0)])], axis=2)
+    g.nodes[-1].output[0] = "doubled"
+    g.op("Pad", ["x", g.const("pads", [0, 1, 2, 0, 0, 1], np.int64), g.const("value", 0.5)], mode="constant")
+    g.nodes[-1].output[0] = "padded"
+    g.op("Pad", ["x", g.const("pads", [0, 0, 2, 0, 1, 1], np.int64)], mode="reflect")
+    reflect = g.nodes[-1].output[0]
+    g.op("Pad", [reflect, g.const("pads", [0, 1, 0, 0, 1, 0], np.int64)], mode="edge")
+    g.nodes[-1].output[0] = "reflect_edge"
+    col = g.op("ReduceMax", ["x", g.const("ax", [2], np.int64)], keepdims=1)
+    g.op("Expand", [col, g.const("to", [1, 4, 6], np.int64)])
+    g.nodes[-1].output[0] = "expanded"
+    outs = [
+        f32("with_cls", ["N", 5, 6]),
+        f32("doubled", ["N", 4, 12]),
+        f32("padded", ["N", 5, 9]),
+        f32("reflect_edge", ["N", 7, 9]),
+        f32("expanded", ["N", 4, 6]),
+    ]
+    g.save("assemble.onnx", [f32("x", ["N", 4, 6])], outs)
+
+
 def nhwc():
     """A channels-last image around a conv (tract may keep the conv in NHWC)."""
     g = G()
@@ -198,4 +228,5 @@ if __name__ == "__main__":
     misc()
     select()
     nhwc()
+    assemble()
     unsupported()
