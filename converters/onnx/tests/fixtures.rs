@@ -29,6 +29,17 @@ fn every_fixture_converts_and_matches_at_f32() {
             let last = expected.shape.last().copied().unwrap_or(1);
             let (abs, rel, top1, _) = compare(&[want], &got[..1], &[last]).map_err(|e| e.to_string())?;
             println!("{name}: max abs {abs:.3e}, max rel {rel:.3e}, top-1 {top1:.3}\n{}", conv.report.to_table());
+            // Informational: the same at int8 (random weights, so top-1 is only indicative).
+            let q = ConvertOptions { weights: kestrel_onnx::DType::I8, ..ConvertOptions::default() };
+            if let Ok(c8) = convert(d.join("model.onnx"), &q) {
+                let input = read_npy(d.join("input.npy")).map_err(|e| e.to_string())?;
+                let got8 = run_kestrel(&c8.kes, &[input]).map_err(|e| e.to_string())?;
+                let InputData::F32(want) = read_npy(d.join("output.npy")).map_err(|e| e.to_string())?.data else {
+                    return Err("output.npy is not f32".into());
+                };
+                let (_, rel8, top8, _) = compare(&[want], &got8[..1], &[last]).map_err(|e| e.to_string())?;
+                println!("{name} int8: max rel {rel8:.3e}, top-1 {top8:.3}, kes {} bytes", c8.kes.len());
+            }
             Ok(rel)
         })();
         match result {

@@ -303,7 +303,9 @@ impl<'m> Lowerer<'m> {
                 let node = self.model.node(n);
                 let has_const = node.inputs.iter().any(|i| self.model.outlet_fact(*i).is_ok_and(|f| f.konst.is_some()));
                 let all_const = node.inputs.iter().all(|i| self.model.outlet_fact(*i).is_ok_and(|f| f.konst.is_some()));
-                has_const && !all_const && (node.op_is::<EinSum>() || node.op_is::<Conv>() || node.op_is::<Gather>())
+                let table = node.op_is::<Gather>()
+                    && node.inputs.first().is_some_and(|i| self.model.outlet_fact(*i).is_ok_and(|f| f.konst.is_some()));
+                has_const && !all_const && (node.op_is::<EinSum>() || node.op_is::<Conv>() || table)
             })
             .collect();
         self.first_last.extend(bearing.first().copied());
