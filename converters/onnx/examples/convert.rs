@@ -1,0 +1,39 @@
+//! Converts an ONNX file and prints the report; optionally dumps tract's decluttered graph.
+//!
+//! ```text
+//! cargo run -p kestrel-onnx --example convert -- model.onnx [f32|f16|int8|int4] [--dump] [--out model.kes]
+//! ```
+
+use kestrel_onnx::{convert, dump_tract_graph, parse_dtype, ConvertOptions};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(path) = args.first() else {
+        eprintln!("usage: convert MODEL.onnx [f32|f16|int8|int4] [--dump] [--out FILE.kes]");
+        std::process::exit(2);
+    };
+    let weights = args.get(1).and_then(|s| parse_dtype(s)).unwrap_or(kestrel_onnx::DType::F32);
+    if args.iter().any(|a| a == "--dump") {
+        match dump_tract_graph(path) {
+            Ok(s) => println!("{s}"),
+            Err(e) => eprintln!("{e}"),
+        }
+    }
+    match convert(path, &ConvertOptions { weights, ..ConvertOptions::default() }) {
+        Ok(c) => {
+            println!("{}", c.report.to_table());
+            if let Some(i) = args.iter().position(|a| a == "--out") {
+                if let Some(out) = args.get(i + 1) {
+                    if let Err(e) = std::fs::write(out, &c.kes) {
+                        eprintln!("{out}: {e}");
+                        std::process::exit(1);
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(1);
+        }
+    }
+}

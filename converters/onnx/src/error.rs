@@ -1,0 +1,90 @@
+//! Typed errors of the converter and of verification.
+
+/// Why a conversion or a verification failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    /// Reading a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// tract could not load, type or run the ONNX model.
+    #[error("{path}: tract could not {stage}: {message}")]
+    Tract {
+        /// The ONNX file.
+        path: String,
+        /// What was being done (load, type, declutter, run, ...).
+        stage: &'static str,
+        /// tract's error, with its causes.
+        message: String,
+    },
+    /// A graph input has a shape or type the converter cannot take.
+    #[error("input `{input}`: expected {expected}, found {found}")]
+    BadInput {
+        /// Input name.
+        input: String,
+        /// What was expected.
+        expected: String,
+        /// What was found.
+        found: String,
+    },
+    /// An op with no Kestrel lowering.
+    #[error("node `{node}`: op `{op}` is not supported; supported: {supported}")]
+    Unsupported {
+        /// tract node name.
+        node: String,
+        /// tract op (with the detail that made it unsupported).
+        op: String,
+        /// What the converter lowers.
+        supported: &'static str,
+    },
+    /// A node's operands are not what its lowering needs (a weight that is not constant, say).
+    #[error("node `{node}` ({op}): expected {expected}, found {found}")]
+    BadNode {
+        /// tract node name.
+        node: String,
+        /// tract op.
+        op: String,
+        /// What was expected.
+        expected: String,
+        /// What was found.
+        found: String,
+    },
+    /// The Kestrel builder or runtime rejected the lowered graph.
+    #[error("kestrel: {0}")]
+    Kestrel(#[from] kestrel::Error),
+    /// Reading or writing a `.npy` file failed.
+    #[error("{path}: .npy: {message}")]
+    Npy {
+        /// The path.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Verification inputs do not match the model.
+    #[error("verify: expected {expected}, found {found}")]
+    Verify {
+        /// What was expected.
+        expected: String,
+        /// What was found.
+        found: String,
+    },
+}
+
+/// The list of lowered ops shown in [`ConvertError::Unsupported`].
+pub const SUPPORTED: &str = "Const, Source, Identity, Cast (int ids / f32), EinSum/MatMul (-> Dense or MatMul), \
+Conv 2-D NCHW/NHWC (-> Conv2d), Add/Sub/SubF/Mul/Div/Max/Min/Pow (-> Binary), Abs/Exp/Ln/Sqrt/Rsqrt/Recip/\
+Square/Tanh/Erf/Neg/Sigmoid (-> Unary), Softmax (one axis), Reduce Sum/Max/Min/MeanOfSquares (-> Reduce), \
+AxisOp (-> Reshape view or Transpose), Gather axis 0 on a constant table (-> Embedding), Gather of \
+constant indices / Slice / Pad / Concat / MultiBroadcastTo / inclusive CumSum Scan (-> Dense with \
+an exact 0/1 weight), Iff with a constant condition (-> Mul + Add)";
+
+pub(crate) fn tract_err<'a>(
+    path: &'a str,
+    stage: &'static str,
+) -> impl Fn(tract_onnx::prelude::TractError) -> ConvertError + 'a {
+    move |e| ConvertError::Tract { path: path.to_string(), stage, message: format!("{e:#}") }
+}

@@ -1,0 +1,167 @@
+//! ONNX → Kestrel (`.kes`) converter.
+//!
+//! [`convert`] loads an ONNX file with tract-onnx, fixes the batch axis of every input to 1,
+//! types and declutters the graph, and lowers every tract node to Kestrel ops through
+//! [`kestrel::ModelBuilder`]. Kestrel activations are per sample and the runtime loops over the
+//! batch, so the graph is converted **at batch 1** and keeps the leading 1 in every per-sample
+//! shape (an image input `[N, 1, 64, 64]` becomes per-sample `[1, 1, 64, 64]`); a reshape that
+//! folds the batch into other axes stays correct. Integer inputs (token ids) become flat i32
+//! `input_ids` tensors fed as i64.
+//!
+//! Constants are folded at conversion time and become weights only where a lowered node reads
+//! them. Weights are encoded as [`ConvertOptions::weights`]; **1-D weights (biases, norm scales)
+//! and scalars always stay f32**, whatever the choice. [`verify`] runs the ONNX model with tract
+//! and the `.kes` with Kestrel on the same inputs and compares them.
+
+#![warn(missing_docs)]
+
+mod error;
+mod load;
+mod lower;
+mod npy;
+mod quant;
+mod report;
+mod verify;
+
+pub use error::{ConvertError, SUPPORTED};
+pub use kestrel_format::DType;
+pub use npy::{read_npy, write_npy_f32};
+pub use quant::{parse_dtype, WeightQuant};
+pub use report::{FusedPattern, Report};
+pub use verify::{compare, run_kestrel, run_tract, verify, InputData, InputTensor, ShapedOutput, VerifyReport};
+
+use kestrel::ModelBuilder;
+use kestrel_format::{FeedDType, InputSpec, KesFile, OutputKind, OutputSpec, Shape};
+use lower::{Lowerer, QuantChoice, Val};
+use std::collections::BTreeMap;
+use std::path::Path;
+use tract_onnx::prelude::*;
+
+/// How to convert.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConvertOptions {
+    /// Encoding of weights of rank ≥ 2: f32, f16, int8 or int4 (1-D weights stay f32).
+    pub weights: DType,
+    /// Weight names (or substrings of names) kept at f16 when `weights` is int8 or int4.
+    pub keep_f16: Vec<String>,
+    /// Keep the first and last weight-bearing layers at f16 when `weights` is int8 or int4.
+    pub keep_first_last: bool,
+}
+
+impl Default for ConvertOptions {
+    fn default() -> Self {
+        Self { weights: DType::F32, keep_f16: Vec::new(), keep_first_last: false }
+    }
+}
+
+/// A converted model.
+#[derive(Clone, Debug)]
+pub struct Conversion {
+    /// The `.kes` file bytes.
+    pub kes: Vec<u8>,
+    /// What the conversion did.
+    pub report: Report,
+}
+
+/// Converts the ONNX file at `onnx_path` to a `.kes` model.
+pub fn convert(onnx_path: impl AsRef<Path>, opts: &ConvertOptions) -> Result<Conversion, ConvertError> {
+    let path = onnx_path.as_ref();
+    let p = path.display().to_string();
+    let (model, inputs) = load::load_typed(path, 1)?;
+    let name = path.file_stem().map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
+    let mut b = ModelBuilder::new(&name);
+    b.set_weight_dtype(opts.weights);
+    b.meta.producer = format!("kestrel-onnx {}", env!("CARGO_PKG_VERSION"));
+    let choice =
+        QuantChoice { base: opts.weights, keep_f16: opts.keep_f16.clone(), keep_first_last: opts.keep_first_last };
+    let mut l = Lowerer::new(&model, b, choice);
+    let input_outlets = model.input_outlets().map_err(error::tract_err(&p, "list the inputs"))?.to_vec();
+    for (inp, &outlet) in inputs.iter().zip(&input_outlets) {
+        let int = inp.dt != f32::datum_type();
+        let (id, kshape, feed) = if int {
+            let n = inp.shape.iter().product();
+            let feed = if inp.dt == i32::datum_type() { FeedDType::I32 } else { FeedDType::I64 };
+            (l.b.input_ids(&inp.name, n)?, vec![n], feed)
+        } else {
+            (l.b.input(&inp.name, &inp.shape)?, inp.shape.clone(), FeedDType::F32)
+        };
+        l.set_input(outlet, Val::Act { id, shape: inp.shape.clone(), int });
+        let shape = Shape::from_usize(&kshape).ok_or_else(|| ConvertError::BadInput {
+            input: inp.name.clone(),
+            expected: format!("at most {} axes", kestrel_format::MAX_RANK),
+            found: format!("{kshape:?}"),
+        })?;
+        l.b.meta.inputs.push(InputSpec { name: inp.name.clone(), tensor: id, feed, shape, preprocess: None });
+    }
+    l.run()?;
+    for &o in model.output_outlets().map_err(error::tract_err(&p, "list the outputs"))? {
+        let (id, _) = l.act(o)?;
+        let node = model.node(o.node);
+        let label = model.outlet_label(o).unwrap_or(&node.name).to_string();
+        let kind = if node.op.name() == "Softmax" {
+            OutputKind::Probabilities
+        } else if label.contains("logit") {
+            OutputKind::Logits
+        } else {
+            OutputKind::Other
+        };
+        l.b.output(id);
+        l.b.meta.outputs.push(OutputSpec { name: label, tensor: id, kind });
+    }
+    let kes = l.b.build()?;
+
+    let mut tract_ops = BTreeMap::new();
+    for n in model.nodes() {
+        *tract_ops.entry(n.op.name().to_string()).or_insert(0) += 1;
+    }
+    let aligned = kestrel_format::aligned_copy(&kes);
+    let file = KesFile::parse(&aligned).map_err(kestrel::Error::from)?;
+    let mut kestrel_ops = BTreeMap::new();
+    for op in file.ops() {
+        let op = op.map_err(kestrel::Error::from)?;
+        *kestrel_ops.entry(op.name().to_string()).or_insert(0) += 1;
+    }
+    let plan = file.plan();
+    let onnx_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let report = Report {
+        model: name,
+        weights_dtype: opts.weights.name().to_string(),
+        onnx_bytes,
+        kes_bytes: kes.len() as u64,
+        ratio: if onnx_bytes > 0 { kes.len() as f64 / onnx_bytes as f64 } else { 0.0 },
+        tract_nodes: model.nodes().len(),
+        tract_ops,
+        kestrel_nodes: file.op_count() as usize,
+        kestrel_ops,
+        fused: l.fused.iter().map(|(name, count)| FusedPattern { name: name.clone(), count: *count }).collect(),
+        params: l.quant.iter().map(|w| w.shape.iter().product::<usize>() as u64).sum(),
+        arena_bytes_per_sample: plan.arena_bytes_per_sample,
+        scratch_bytes: plan.scratch_bytes,
+        weights: l.quant,
+    };
+    Ok(Conversion { kes, report })
+}
+
+/// tract's typed, decluttered graph at batch 1, one node per line (for debugging a lowering).
+pub fn dump_tract_graph(onnx_path: impl AsRef<Path>) -> Result<String, ConvertError> {
+    let (model, _) = load::load_typed(onnx_path.as_ref(), 1)?;
+    let mut s = String::new();
+    let order = model.eval_order().unwrap_or_default();
+    for n in order {
+        let node = model.node(n);
+        let inputs: Vec<String> = node.inputs.iter().map(|i| format!("#{}", i.node)).collect();
+        let fact = &node.outputs[0].fact;
+        let konst = if fact.konst.is_some() { " const" } else { "" };
+        s.push_str(&format!(
+            "#{n} {} [{}] {:?} <- {}{konst}\n",
+            node.name,
+            node.op.name(),
+            fact.shape,
+            inputs.join(", ")
+        ));
+        if let Some(info) = node.op.info().ok().filter(|i| !i.is_empty()) {
+            s.push_str(&format!("    {}\n", info.join("; ")));
+        }
+    }
+    Ok(s)
+}

@@ -1,0 +1,75 @@
+//! Loading an ONNX file with tract at a fixed batch size, typed and decluttered.
+
+use crate::error::{tract_err, ConvertError};
+use std::path::Path;
+use tract_onnx::prelude::*;
+use tract_onnx::tract_hir::infer::Factoid;
+use tract_onnx::tract_hir::internal::DimLike;
+
+/// One graph input as loaded.
+#[derive(Clone, Debug)]
+pub(crate) struct LoadedInput {
+    /// ONNX input name.
+    pub name: String,
+    /// Element type (f32 or an integer type for ids).
+    pub dt: DatumType,
+    /// Full shape at the batch size asked for (leading axis = batch).
+    pub shape: Vec<usize>,
+}
+
+/// Loads `path`, fixes the leading (batch) axis of every input to `batch`, types and declutters.
+pub(crate) fn load_typed(path: &Path, batch: usize) -> Result<(TypedModel, Vec<LoadedInput>), ConvertError> {
+    let p = path.display().to_string();
+    std::fs::metadata(path).map_err(|source| ConvertError::Io { path: p.clone(), source })?;
+    let mut model = tract_onnx::onnx().model_for_path(path).map_err(tract_err(&p, "load the ONNX file"))?;
+    let mut inputs = Vec::new();
+    let mut symbols = SymbolValues::default();
+    for i in 0..model.inputs.len() {
+        let name = model.node(model.inputs[i].node).name.clone();
+        let fact = model.input_fact(i).map_err(tract_err(&p, "read the input facts"))?.clone();
+        let bad = |expected: &str, found: String| ConvertError::BadInput {
+            input: name.clone(),
+            expected: expected.to_string(),
+            found,
+        };
+        let dt = fact.datum_type.concretize().ok_or_else(|| bad("a known element type", "none".into()))?;
+        if !(dt == f32::datum_type() || dt == i64::datum_type() || dt == i32::datum_type()) {
+            return Err(bad("f32, i64 or i32", format!("{dt:?}")));
+        }
+        if fact.shape.is_open() {
+            return Err(bad("a known rank", "an open shape".into()));
+        }
+        let dims: Vec<_> = fact.shape.dims().map(|d| d.concretize()).collect();
+        if dims.is_empty() {
+            return Err(bad("a leading batch axis", "a scalar".into()));
+        }
+        let mut shape = Vec::with_capacity(dims.len());
+        let mut symbolic = false;
+        for (axis, d) in dims.iter().enumerate() {
+            let concrete = d.as_ref().and_then(|d| d.to_usize().ok());
+            match (axis, concrete, d) {
+                (0, None, Some(TDim::Sym(s))) => {
+                    // Keep the symbol (intermediate value infos may name it) and bind it later.
+                    symbols.set(s, batch as i64);
+                    symbolic = true;
+                    shape.push(batch);
+                }
+                (0, None, _) => shape.push(batch),
+                (0, Some(n), _) if n == batch || n == 1 => shape.push(batch),
+                (0, Some(n), _) => return Err(bad("a symbolic or size-1 batch axis", format!("a fixed batch of {n}"))),
+                (_, Some(n), _) => shape.push(n),
+                (_, None, _) => return Err(bad("concrete dims after the batch axis", format!("{dims:?}"))),
+            }
+        }
+        if !symbolic {
+            model
+                .set_input_fact(i, InferenceFact::dt_shape(dt, &shape))
+                .map_err(tract_err(&p, "set the input facts"))?;
+        }
+        inputs.push(LoadedInput { name, dt, shape });
+    }
+    let typed = model.into_typed().map_err(tract_err(&p, "type the model"))?;
+    let typed = typed.concretize_dims(&symbols).map_err(tract_err(&p, "bind the batch size"))?;
+    let typed = typed.into_decluttered().map_err(tract_err(&p, "declutter the model"))?;
+    Ok((typed, inputs))
+}

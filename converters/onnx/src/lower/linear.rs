@@ -1,0 +1,323 @@
+//! EinSum (ONNX MatMul, Gemm) → `Dense` or `MatMul`; Conv → `Conv2d`.
+
+use super::{f32s, Lowerer, Res, Val};
+use kestrel_format::ops::{Activation, Conv2d, Dense, MatMul, Op, Proj, TensorId};
+use tract_onnx::prelude::*;
+use tract_onnx::tract_core::ops::binary::TypedBinOp;
+use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat};
+use tract_onnx::tract_core::ops::einsum::EinSum;
+use tract_onnx::tract_core::ops::nn::DataFormat;
+
+/// One operand of a contraction: an activation or a constant, with its axes' labels.
+#[derive(Clone)]
+enum Operand {
+    Act(TensorId, Vec<usize>),
+    Const(OutletId, Arc<Tensor>),
+}
+
+impl Operand {
+    fn shape(&self) -> Vec<usize> {
+        match self {
+            Operand::Act(_, s) => s.clone(),
+            Operand::Const(_, t) => t.shape().to_vec(),
+        }
+    }
+}
+
+fn prod(dims: &[usize]) -> usize {
+    dims.iter().product()
+}
+
+impl Lowerer<'_> {
+    fn operand(&self, o: OutletId) -> Res<Operand> {
+        match self.val(o)? {
+            Val::Act { id, shape, int: false } => Ok(Operand::Act(id, shape)),
+            Val::Act { int: true, .. } => Err(self.bad("an f32 operand", "integer ids".into())),
+            Val::Const(t) => Ok(Operand::Const(o, t)),
+        }
+    }
+
+    /// Drops the axes of `labels` absent from `target` (all size 1) and permutes the rest into
+    /// `target` order. Returns the arranged activation or constant and its dims.
+    fn arrange(&mut self, x: &Operand, labels: &[char], target: &[char]) -> Res<(Operand, Vec<usize>)> {
+        let shape = x.shape();
+        let kept: Vec<usize> = (0..labels.len()).filter(|&i| target.contains(&labels[i])).collect();
+        let kept_dims: Vec<usize> = kept.iter().map(|&i| shape[i]).collect();
+        let kept_labels: Vec<char> = kept.iter().map(|&i| labels[i]).collect();
+        let perm: Vec<usize> =
+            target.iter().map(|c| kept_labels.iter().position(|k| k == c)).collect::<Option<_>>().ok_or_else(|| {
+                self.bad("every contraction axis in its operand", format!("{labels:?} vs {target:?}"))
+            })?;
+        let dims: Vec<usize> = perm.iter().map(|&p| kept_dims[p]).collect();
+        match x {
+            Operand::Act(id, s) => {
+                let id = self.reshape(*id, s, &kept_dims)?;
+                let (id, _) = self.transpose(id, &kept_dims, &perm)?;
+                Ok((Operand::Act(id, dims.clone()), dims))
+            }
+            Operand::Const(o, t) => {
+                let t = (**t)
+                    .clone()
+                    .into_shape(&kept_dims)
+                    .and_then(|t| t.permute_axes(&perm))
+                    .map_err(|e| self.bad("a reshapeable constant", format!("{e}")))?;
+                Ok((Operand::Const(*o, Arc::new(t)), dims))
+            }
+        }
+    }
+
+    fn weight_from(&mut self, x: &Operand, usage: &'static str, dims: &[usize]) -> Res<TensorId> {
+        match x {
+            Operand::Const(o, t) => {
+                let v = f32s(t)?;
+                self.weight(*o, usage, dims, v)
+            }
+            Operand::Act(..) => Err(self.bad("a constant weight", "an activation".into())),
+        }
+    }
+
+    /// Lowers a two-input EinSum.
+    pub(super) fn einsum(&mut self, op: &EinSum) -> Res<()> {
+        let node = self.model.node(self.node);
+        if node.inputs.len() != 2 || op.q_params.is_some() {
+            return Err(self.unsupported("only two-input float einsums"));
+        }
+        let ops = [self.operand(node.inputs[0])?, self.operand(node.inputs[1])?];
+        let (li, ri) = if matches!(ops[0], Operand::Act(..)) { (0, 1) } else { (1, 0) };
+        let (l, r) = (&ops[li], &ops[ri]);
+        let (sl, sr) = (l.shape(), r.shape());
+        let out_shape = self.out_shape()?;
+        let mut labels_l = vec!['?'; sl.len()];
+        let mut labels_r = vec!['?'; sr.len()];
+        let mut out_labels = vec!['?'; out_shape.len()];
+        let (mut batch, mut lfree, mut rfree, mut k) = (vec![], vec![], vec![], vec![]);
+        for axis in op.axes.iter_all_axes() {
+            let one = |v: &TVec<usize>| -> Res<Option<usize>> {
+                match v.len() {
+                    0 => Ok(None),
+                    1 => Ok(Some(v[0])),
+                    _ => Err(self.unsupported("repeated einsum axis")),
+                }
+            };
+            let (pl, pr, po) = (one(&axis.inputs[li])?, one(&axis.inputs[ri])?, one(&axis.outputs[0])?);
+            let c = axis.repr;
+            if let Some(p) = pl {
+                labels_l[p] = c;
+            }
+            if let Some(p) = pr {
+                labels_r[p] = c;
+            }
+            if let Some(p) = po {
+                out_labels[p] = c;
+            }
+            match (pl, pr, po) {
+                (Some(a), Some(b), Some(_)) => {
+                    let (dl, dr) = (sl[a], sr[b]);
+                    if dl == dr && dl > 1 {
+                        batch.push((a, c));
+                    } else if dr == 1 {
+                        lfree.push((a, c));
+                    } else if dl == 1 {
+                        rfree.push((b, c));
+                    } else {
+                        return Err(self.bad("broadcastable batch axes", format!("{dl} vs {dr}")));
+                    }
+                }
+                (Some(a), None, Some(_)) => lfree.push((a, c)),
+                (None, Some(b), Some(_)) => rfree.push((b, c)),
+                (Some(a), Some(_), None) => k.push((a, c)),
+                (Some(a), None, None) if sl[a] == 1 => {}
+                (None, Some(b), None) if sr[b] == 1 => {}
+                (None, None, Some(_)) => {}
+                _ => return Err(self.unsupported("sum over an axis of one operand only")),
+            }
+        }
+        for v in [&mut batch, &mut lfree, &mut rfree, &mut k] {
+            v.sort();
+        }
+        let lab = |v: &[(usize, char)]| v.iter().map(|x| x.1).collect::<Vec<char>>();
+        let (batch, lfree, rfree, k) = (lab(&batch), lab(&lfree), lab(&rfree), lab(&k));
+        let dim_of = |c: char| -> usize {
+            labels_l
+                .iter()
+                .position(|&x| x == c)
+                .map(|p| sl[p])
+                .or_else(|| labels_r.iter().position(|&x| x == c).map(|p| sr[p]))
+                .unwrap_or(1)
+        };
+        let bd: Vec<usize> = batch.iter().map(|&c| dim_of(c)).collect();
+        let md: Vec<usize> = lfree.iter().map(|&c| dim_of(c)).collect();
+        let nd: Vec<usize> = rfree.iter().map(|&c| dim_of(c)).collect();
+        let (m, n, kk) = (prod(&md), prod(&nd), k.iter().map(|&c| dim_of(c)).product::<usize>());
+
+        let target_l: Vec<char> = batch.iter().chain(&lfree).chain(&k).copied().collect();
+        let (la, la_dims) = self.arrange(l, &labels_l, &target_l)?;
+        let Operand::Act(lid, _) = la else { return Err(self.bad("an activation operand", "a constant".into())) };
+        let mid: Vec<char> = batch.iter().chain(&lfree).chain(&rfree).copied().collect();
+        let mid_dims: Vec<usize> = bd.iter().chain(&md).chain(&nd).copied().collect();
+
+        let y = if batch.is_empty() && matches!(r, Operand::Const(..)) {
+            // Dense: x [.., K] · Wᵀ with W stored [N, K].
+            let target_r: Vec<char> = rfree.iter().chain(&k).copied().collect();
+            let (ra, _) = self.arrange(r, &labels_r, &target_r)?;
+            let w = self.weight_from(&ra, "dense", &[n, kk])?;
+            let x_dims: Vec<usize> = md.iter().copied().chain([kk]).collect();
+            let x = self.reshape(lid, &la_dims, &x_dims)?;
+            let bias = self.dense_bias(&rfree, &out_labels, &out_shape, n)?;
+            // An activation right after (bias) commutes with the reshapes and transposes below.
+            let tail = OutletId::new(self.pending_bias.unwrap_or(self.node), 0);
+            let act = match self.match_activation(tail) {
+                Some((act, m)) => {
+                    self.pending_act = Some((if act == Activation::Relu { "dense+relu" } else { "dense+gelu" }, m));
+                    act
+                }
+                None => Activation::None,
+            };
+            let y = self.b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: bias }, act, y }))?;
+            let y_dims: Vec<usize> = md.iter().copied().chain([n]).collect();
+            self.reshape(y, &y_dims, &mid_dims)?
+        } else {
+            let a_dims: Vec<usize> = bd.iter().copied().chain([m, kk]).collect();
+            let a = self.reshape(lid, &la_dims, &a_dims)?;
+            let natural: Vec<char> = batch.iter().chain(&k).chain(&rfree).copied().collect();
+            let kept: Vec<char> = labels_r.iter().copied().filter(|c| natural.contains(c)).collect();
+            let (b, transpose_b) = match r {
+                Operand::Act(id, s) if kept == natural => {
+                    let dims: Vec<usize> = bd.iter().copied().chain([kk, n]).collect();
+                    (self.reshape(*id, s, &dims)?, false)
+                }
+                _ => {
+                    let target_r: Vec<char> = batch.iter().chain(&rfree).chain(&k).copied().collect();
+                    let (ra, ra_dims) = self.arrange(r, &labels_r, &target_r)?;
+                    let dims: Vec<usize> = bd.iter().copied().chain([n, kk]).collect();
+                    let id = match ra {
+                        Operand::Act(id, _) => self.reshape(id, &ra_dims, &dims)?,
+                        c @ Operand::Const(..) => self.weight_from(&c, "matmul", &dims)?,
+                    };
+                    (id, true)
+                }
+            };
+            let y = self.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b, y }))?;
+            let y_dims: Vec<usize> = bd.iter().copied().chain([m, n]).collect();
+            self.reshape(y, &y_dims, &mid_dims)?
+        };
+        let order: Vec<char> = out_labels.iter().copied().filter(|c| mid.contains(c)).collect();
+        let perm: Vec<usize> = order.iter().map(|c| mid.iter().position(|x| x == c).unwrap_or(0)).collect();
+        let (y, y_dims) = self.transpose(y, &mid_dims, &perm)?;
+        let y = self.reshape(y, &y_dims, &out_shape)?;
+        let bias = self.pending_bias.take();
+        if let Some(add) = bias {
+            self.skip.insert(add);
+            self.count_fused("dense+bias");
+        }
+        if let Some((name, m)) = self.pending_act.take() {
+            self.take(&m, y, out_shape);
+            self.count_fused(name);
+            return Ok(());
+        }
+        let val = Val::Act { id: y, shape: out_shape, int: false };
+        match bias {
+            Some(add) => self.absorb(add, val),
+            None => self.set_out(val),
+        }
+        Ok(())
+    }
+
+    /// A constant bias `[N]` added right after this contraction (its only consumer), when the
+    /// Dense output's last axis is the output's last axis. Marks the Add as pending absorption.
+    fn dense_bias(
+        &mut self,
+        rfree: &[char],
+        out_labels: &[char],
+        out_shape: &[usize],
+        n: usize,
+    ) -> Res<Option<TensorId>> {
+        if rfree.len() != 1 || out_labels.last() != Some(&rfree[0]) {
+            return Ok(None);
+        }
+        let outlet = OutletId::new(self.node, 0);
+        if self.model.output_outlets().is_ok_and(|o| o.contains(&outlet)) {
+            return Ok(None);
+        }
+        let succ = self.model.outlet_successors(outlet);
+        if succ.len() != 1 {
+            return Ok(None);
+        }
+        let add = self.model.node(succ[0].node);
+        let is_add = add.op_as::<TypedBinOp>().is_some_and(|b| b.0.name() == "Add");
+        let same_shape = add.outputs[0].fact.shape.as_concrete() == Some(out_shape);
+        if !is_add || !same_shape || add.inputs.len() != 2 {
+            return Ok(None);
+        }
+        let other = add.inputs[1 - succ[0].slot];
+        let Some(t) = self.model.outlet_fact(other).ok().and_then(|f| f.konst.clone()) else { return Ok(None) };
+        let squeezed: Vec<usize> = t.shape().iter().copied().skip_while(|&d| d == 1).collect();
+        if t.len() != n || !(squeezed == [n] || n == 1) {
+            return Ok(None);
+        }
+        let v = f32s(&t)?;
+        let id = self.weight(other, "bias", &[n], v)?;
+        self.pending_bias = Some(add.id);
+        Ok(Some(id))
+    }
+
+    /// Lowers a 2-D float convolution (NCHW at batch 1, or CHW) to `Conv2d`.
+    pub(super) fn conv(&mut self, op: &Conv) -> Res<()> {
+        let node = self.model.node(self.node);
+        if op.q_params.is_some() || node.inputs.len() != 3 {
+            return Err(self.unsupported("quantised convolution"));
+        }
+        let ps = &op.pool_spec;
+        if ps.kernel_shape.len() != 2 {
+            return Err(self.unsupported(&format!("{}-D convolution", ps.kernel_shape.len())));
+        }
+        let (x, xs) = self.act(node.inputs[0])?;
+        // Channels-last layouts (tract's declutter may pick them) are transposed around Conv2d.
+        let (spatial, channels_last) = match (ps.data_format, xs.len()) {
+            (DataFormat::NCHW | DataFormat::NHWC, 4) if xs[0] == 1 => {
+                (xs[1..].to_vec(), ps.data_format == DataFormat::NHWC)
+            }
+            (DataFormat::CHW | DataFormat::HWC, 3) => (xs.clone(), ps.data_format == DataFormat::HWC),
+            (f, r) => return Err(self.unsupported(&format!("data format {f:?} at rank {r}"))),
+        };
+        let x = self.reshape(x, &xs, &spatial)?;
+        let (x, chw) = if channels_last { self.transpose(x, &spatial, &[2, 0, 1])? } else { (x, spatial) };
+        let Val::Const(kernel) = self.val(node.inputs[1])? else {
+            return Err(self.bad("a constant kernel", "an activation".into()));
+        };
+        let perm: &[usize] = match op.kernel_fmt {
+            KernelFormat::OIHW => &[0, 1, 2, 3],
+            KernelFormat::HWIO => &[3, 2, 0, 1],
+            KernelFormat::OHWI => &[0, 3, 1, 2],
+        };
+        let kernel = (*kernel).clone().permute_axes(perm).map_err(|e| self.bad("a 4-D kernel", format!("{e}")))?;
+        let kdims = kernel.shape().to_vec();
+        let w = self.weight(node.inputs[1], "conv", &kdims, f32s(&kernel)?)?;
+        let b = match self.val(node.inputs[2])? {
+            Val::Const(t) => {
+                let v = f32s(&t)?;
+                if v.iter().all(|&x| x == 0.0) {
+                    None
+                } else {
+                    let v = if v.len() == 1 { vec![v[0]; kdims[0]] } else { v };
+                    Some(self.weight(node.inputs[2], "bias", &[kdims[0]], v)?)
+                }
+            }
+            Val::Act { .. } => return Err(self.bad("a constant bias", "an activation".into())),
+        };
+        let pads = ps.computed_padding(&chw[1..]);
+        let pad = [pads[0].pad_before, pads[1].pad_before, pads[0].pad_after, pads[1].pad_after].map(|p| p as u32);
+        let (s, d) = (ps.strides(), ps.dilations());
+        let stride = [s[0] as u32, s[1] as u32];
+        let dilation = [d[0] as u32, d[1] as u32];
+        let groups = op.group as u32;
+        let y = self.b.op(|y| Op::Conv2d(Conv2d { x, proj: Proj { w, b }, stride, pad, dilation, groups, y }))?;
+        let out = self.out_shape()?;
+        let ys =
+            self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect::<Vec<_>>()).unwrap_or_default();
+        let (y, ys) = if channels_last { self.transpose(y, &ys, &[1, 2, 0])? } else { (y, ys) };
+        let y = self.reshape(y, &ys, &out)?;
+        self.out(y, out);
+        Ok(())
+    }
+}

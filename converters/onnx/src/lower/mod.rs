@@ -1,0 +1,360 @@
+//! Lowering a typed, decluttered tract graph (at batch 1) to Kestrel nodes.
+//!
+//! Every tract outlet maps to a [`Val`]: a constant tensor (folded at conversion time; it becomes
+//! a Kestrel weight only when a lowered node reads it) or a Kestrel activation whose per-sample
+//! shape is tract's shape at batch 1, leading 1 included.
+
+mod assemble;
+mod elementwise;
+mod fuse;
+mod linear;
+mod select;
+mod shape;
+
+use crate::error::{ConvertError, SUPPORTED};
+use crate::quant::{self, WeightQuant};
+use kestrel::ModelBuilder;
+use kestrel_format::ops::{Op, TensorId, Transpose};
+use kestrel_format::{DType, MAX_RANK};
+use std::collections::{HashMap, HashSet};
+use tract_onnx::prelude::*;
+use tract_onnx::tract_core::ops::array::Gather;
+use tract_onnx::tract_core::ops::cast::Cast;
+use tract_onnx::tract_core::ops::cnn::Conv;
+use tract_onnx::tract_core::ops::einsum::EinSum;
+use tract_onnx::tract_core::ops::identity::Identity;
+use tract_onnx::tract_core::ops::source::TypedSource;
+
+/// What a tract outlet is on the Kestrel side.
+#[derive(Clone, Debug)]
+pub(crate) enum Val {
+    /// A Kestrel activation. `shape` is the logical (tract, batch 1) shape; for integer ids the
+    /// Kestrel tensor itself is flat `[numel]`.
+    Act {
+        /// Kestrel tensor.
+        id: TensorId,
+        /// Logical per-sample shape.
+        shape: Vec<usize>,
+        /// Integer ids (an `input_ids` input) rather than f32.
+        int: bool,
+    },
+    /// A constant folded at conversion time.
+    Const(Arc<Tensor>),
+}
+
+/// Weights are shared when the same constant is used the same way with the same values.
+type WeightKey = (OutletId, &'static str, Vec<usize>, u64);
+
+fn hash_values(v: &[f32]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for x in v {
+        x.to_bits().hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Options the lowering needs from [`crate::ConvertOptions`].
+pub(crate) struct QuantChoice {
+    pub base: DType,
+    pub keep_f16: Vec<String>,
+    pub keep_first_last: bool,
+}
+
+/// The lowering state.
+pub(crate) struct Lowerer<'m> {
+    pub model: &'m TypedModel,
+    pub b: ModelBuilder,
+    vals: HashMap<OutletId, Val>,
+    weights: HashMap<WeightKey, TensorId>,
+    names: HashSet<String>,
+    pub quant: Vec<WeightQuant>,
+    choice: QuantChoice,
+    first_last: HashSet<usize>,
+    pub(super) skip: HashSet<usize>,
+    node: usize,
+    /// An Add node a Dense being built absorbs as its bias.
+    pub(super) pending_bias: Option<usize>,
+    /// An activation pattern a Dense being built absorbs.
+    pub(super) pending_act: Option<(&'static str, fuse::Matched)>,
+    /// Fused patterns found (name, count).
+    pub fused: Vec<(String, usize)>,
+}
+
+/// The result of lowering one node.
+pub(crate) type Res<T> = Result<T, ConvertError>;
+
+impl<'m> Lowerer<'m> {
+    pub fn new(model: &'m TypedModel, b: ModelBuilder, choice: QuantChoice) -> Self {
+        Self {
+            model,
+            b,
+            vals: HashMap::new(),
+            weights: HashMap::new(),
+            names: HashSet::new(),
+            quant: Vec::new(),
+            choice,
+            first_last: HashSet::new(),
+            skip: HashSet::new(),
+            node: 0,
+            fused: Vec::new(),
+            pending_bias: None,
+            pending_act: None,
+        }
+    }
+
+    /// Registers a graph input outlet as an activation.
+    pub fn set_input(&mut self, outlet: OutletId, val: Val) {
+        self.vals.insert(outlet, val);
+    }
+
+    /// The Kestrel value of an outlet that must be an activation.
+    pub fn val(&self, o: OutletId) -> Res<Val> {
+        self.vals.get(&o).cloned().ok_or_else(|| self.bad("an input lowered earlier", format!("outlet {o:?} unknown")))
+    }
+
+    /// An f32 activation input.
+    pub fn act(&self, o: OutletId) -> Res<(TensorId, Vec<usize>)> {
+        match self.val(o)? {
+            Val::Act { id, shape, int: false } => Ok((id, shape)),
+            Val::Act { int: true, .. } => Err(self.bad("an f32 activation", "integer ids".into())),
+            Val::Const(t) => Err(self.bad("an activation", format!("a constant {:?}", t.shape()))),
+        }
+    }
+
+    fn tnode(&self) -> &'m TypedNode {
+        self.model.node(self.node)
+    }
+
+    /// A [`ConvertError::BadNode`] for the node being lowered.
+    pub fn bad(&self, expected: &str, found: String) -> ConvertError {
+        let n = self.tnode();
+        ConvertError::BadNode { node: n.name.clone(), op: n.op.name().to_string(), expected: expected.into(), found }
+    }
+
+    /// A [`ConvertError::Unsupported`] for the node being lowered.
+    pub fn unsupported(&self, detail: &str) -> ConvertError {
+        let n = self.tnode();
+        let op = if detail.is_empty() { n.op.name().to_string() } else { format!("{} ({detail})", n.op.name()) };
+        ConvertError::Unsupported { node: n.name.clone(), op, supported: SUPPORTED }
+    }
+
+    /// The output shape of the node being lowered (concrete at batch 1).
+    pub fn out_shape(&self) -> Res<Vec<usize>> {
+        let f = &self.tnode().outputs[0].fact;
+        f.shape.as_concrete().map(|s| s.to_vec()).ok_or_else(|| self.bad("a concrete output shape", format!("{f:?}")))
+    }
+
+    pub(super) fn set_out(&mut self, v: Val) {
+        self.vals.insert(OutletId::new(self.node, 0), v);
+    }
+
+    /// Records the output of the node being lowered as an f32 activation.
+    pub fn out(&mut self, id: TensorId, shape: Vec<usize>) {
+        self.set_out(Val::Act { id, shape, int: false });
+    }
+
+    /// Marks a later node as absorbed by the current one: its output is `val`.
+    pub fn absorb(&mut self, node: usize, val: Val) {
+        self.skip.insert(node);
+        self.vals.insert(OutletId::new(node, 0), val);
+    }
+
+    /// Counts one occurrence of a fused pattern.
+    pub fn count_fused(&mut self, name: &str) {
+        match self.fused.iter_mut().find(|(n, _)| n == name) {
+            Some((_, c)) => *c += 1,
+            None => self.fused.push((name.to_string(), 1)),
+        }
+    }
+
+    /// Adds (once per outlet and use) a weight from a constant, with the dtype the options pick.
+    pub fn weight(&mut self, src: OutletId, usage: &'static str, shape: &[usize], values: Vec<f32>) -> Res<TensorId> {
+        self.weight_impl(src, usage, shape, values, false)
+    }
+
+    /// A weight that must stay exact (masks, one-hot selections): always f32.
+    pub fn weight_f32(
+        &mut self,
+        src: OutletId,
+        usage: &'static str,
+        shape: &[usize],
+        values: Vec<f32>,
+    ) -> Res<TensorId> {
+        self.weight_impl(src, usage, shape, values, true)
+    }
+
+    fn weight_impl(
+        &mut self,
+        src: OutletId,
+        usage: &'static str,
+        shape: &[usize],
+        values: Vec<f32>,
+        exact: bool,
+    ) -> Res<TensorId> {
+        let mut values = values;
+        if values.iter().any(|v| v.is_nan()) {
+            return Err(
+                self.bad("finite or infinite constants", format!("NaN in `{}`", self.model.node(src.node).name))
+            );
+        }
+        // The format stores finite values only: ±inf (masks) become ±f32::MAX.
+        for v in values.iter_mut().filter(|v| v.is_infinite()) {
+            *v = if *v > 0.0 { f32::MAX } else { f32::MIN };
+        }
+        let key = (src, usage, shape.to_vec(), hash_values(&values));
+        if let Some(&id) = self.weights.get(&key) {
+            return Ok(id);
+        }
+        // Synthesised exact weights (masks, selections) are named after the node that needs them.
+        let base =
+            if exact { format!("{}.{usage}", self.tnode().name) } else { self.model.node(src.node).name.clone() };
+        let mut name = base.clone();
+        let mut k = 1;
+        while !self.names.insert(name.clone()) {
+            k += 1;
+            name = format!("{base}.{k}");
+        }
+        let fl = self.choice.keep_first_last && self.first_last.contains(&self.node);
+        let dtype =
+            if exact { DType::F32 } else { quant::choose(self.choice.base, shape, &name, &self.choice.keep_f16, fl) };
+        self.quant.push(quant::measure(&name, shape, &values, dtype));
+        let id = self.b.weight_as(&name, shape, values, dtype)?;
+        self.weights.insert(key, id);
+        Ok(id)
+    }
+
+    /// A reshape view, skipped when the shape does not change.
+    pub fn reshape(&mut self, id: TensorId, from: &[usize], to: &[usize]) -> Res<TensorId> {
+        if from == to {
+            return Ok(id);
+        }
+        Ok(self.b.reshape(id, to)?)
+    }
+
+    /// A materialised transpose, skipped for the identity. Returns the new id and shape.
+    pub fn transpose(&mut self, id: TensorId, shape: &[usize], perm: &[usize]) -> Res<(TensorId, Vec<usize>)> {
+        if perm.iter().enumerate().all(|(i, &p)| i == p) {
+            return Ok((id, shape.to_vec()));
+        }
+        if perm.len() > MAX_RANK {
+            return Err(self.unsupported(&format!("transpose of rank {} > {MAX_RANK}", perm.len())));
+        }
+        let mut p = [0u8; MAX_RANK];
+        for (i, &v) in perm.iter().enumerate() {
+            p[i] = v as u8;
+        }
+        let y = self.b.op(|y| Op::Transpose(Transpose { x: id, perm: p, y }))?;
+        Ok((y, perm.iter().map(|&i| shape[i]).collect()))
+    }
+
+    /// Lowers every node in evaluation order.
+    pub fn run(&mut self) -> Res<()> {
+        let order = self.model.eval_order().map_err(|e| self.bad("an acyclic graph", format!("{e}")))?;
+        self.mark_first_last(&order);
+        for &n in &order {
+            self.node = n;
+            if self.skip.contains(&n) || self.vals.contains_key(&OutletId::new(n, 0)) {
+                continue;
+            }
+            let node = self.model.node(n);
+            if let Some(k) = &node.outputs[0].fact.konst {
+                self.set_out(Val::Const(k.clone()));
+                continue;
+            }
+            if node.op_is::<TypedSource>() {
+                return Err(self.bad("a registered graph input", "an unregistered source".into()));
+            }
+            if !node.inputs.is_empty() && node.inputs.iter().all(|i| matches!(self.vals.get(i), Some(Val::Const(_)))) {
+                self.fold()?;
+                continue;
+            }
+            self.lower()?;
+        }
+        Ok(())
+    }
+
+    /// Evaluates a node whose inputs are all constants.
+    fn fold(&mut self) -> Res<()> {
+        let node = self.tnode();
+        if !node.op.is_stateless() {
+            return Err(self.unsupported("stateful op on constants"));
+        }
+        let inputs: TVec<TValue> = node
+            .inputs
+            .iter()
+            .map(|i| match &self.vals[i] {
+                Val::Const(t) => t.clone().into_tvalue(),
+                Val::Act { .. } => unreachable!("checked by the caller"),
+            })
+            .collect();
+        let out = node.op.eval(inputs).map_err(|e| self.bad("a foldable constant op", format!("{e}")))?;
+        let t = out.into_iter().next().ok_or_else(|| self.bad("one output", "none".into()))?;
+        self.set_out(Val::Const(t.into_arc_tensor()));
+        Ok(())
+    }
+
+    /// Weight-bearing nodes (a matmul or conv with a constant operand, a gather on a table).
+    fn mark_first_last(&mut self, order: &[usize]) {
+        let bearing: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|&n| {
+                let node = self.model.node(n);
+                let has_const = node.inputs.iter().any(|i| self.model.outlet_fact(*i).is_ok_and(|f| f.konst.is_some()));
+                let all_const = node.inputs.iter().all(|i| self.model.outlet_fact(*i).is_ok_and(|f| f.konst.is_some()));
+                let table = node.op_is::<Gather>()
+                    && node.inputs.first().is_some_and(|i| self.model.outlet_fact(*i).is_ok_and(|f| f.konst.is_some()));
+                has_const && !all_const && (node.op_is::<EinSum>() || node.op_is::<Conv>() || table)
+            })
+            .collect();
+        self.first_last.extend(bearing.first().copied());
+        self.first_last.extend(bearing.last().copied());
+    }
+
+    fn lower(&mut self) -> Res<()> {
+        let node = self.tnode();
+        if node.outputs.len() != 1 {
+            return Err(self.unsupported(&format!("{} outputs", node.outputs.len())));
+        }
+        if node.op_is::<Identity>() {
+            let v = self.val(node.inputs[0])?;
+            self.set_out(v);
+            return Ok(());
+        }
+        if let Some(c) = node.op_as::<Cast>() {
+            let v = self.val(node.inputs[0])?;
+            let ok = match &v {
+                Val::Act { int: true, .. } => c.to.is_integer(),
+                Val::Act { int: false, .. } => c.to == f32::datum_type(),
+                Val::Const(_) => false,
+            };
+            if !ok {
+                return Err(self.unsupported(&format!("cast to {:?}", c.to)));
+            }
+            self.set_out(v);
+            return Ok(());
+        }
+        if let Some(op) = node.op_as::<EinSum>() {
+            return self.einsum(op);
+        }
+        if let Some(op) = node.op_as::<Conv>() {
+            return self.conv(op);
+        }
+        if self.try_elementwise()? || self.try_shape()? || self.try_select()? || self.try_assemble()? {
+            return Ok(());
+        }
+        Err(self.unsupported(""))
+    }
+}
+
+/// A constant's values as f32.
+pub(crate) fn f32s(t: &Tensor) -> Res<Vec<f32>> {
+    let c = t.cast_to::<f32>().map_err(|e| ConvertError::BadNode {
+        node: String::new(),
+        op: "Const".into(),
+        expected: "a constant castable to f32".into(),
+        found: format!("{e}"),
+    })?;
+    Ok(c.as_slice::<f32>().map(|s| s.to_vec()).unwrap_or_default())
+}

@@ -1,0 +1,202 @@
+//! Selections without a Kestrel op of their own, lowered exactly with generic ops:
+//! `Iff` with a constant condition (masked fill) → Mul by a 0/1 mask + Add of the filled values;
+//! `Gather` of constant indices from an activation and `Slice` → a Dense with a one-hot f32
+//! weight over the selected axis (moved last with a Transpose when needed); a `Scan` that is an
+//! inclusive cumulative sum (ONNX CumSum) → a Dense with a lower-triangular f32 weight of ones.
+
+use super::{f32s, Lowerer, Res, Val};
+use kestrel_format::ops::{Activation, Binary, BinaryOp, Dense, Op, Proj, TensorId};
+use tract_onnx::prelude::*;
+use tract_onnx::tract_core::ops::array::{Gather, Slice};
+use tract_onnx::tract_core::ops::binary::TypedBinOp;
+use tract_onnx::tract_core::ops::logic::Iff;
+use tract_onnx::tract_core::ops::scan::{InputMapping, Scan};
+use tract_onnx::tract_core::ops::source::TypedSource;
+
+pub(super) fn squeeze_leading(shape: &[usize]) -> Vec<usize> {
+    let s: Vec<usize> = shape.iter().copied().skip_while(|&d| d == 1).collect();
+    if s.is_empty() {
+        vec![1]
+    } else {
+        s
+    }
+}
+
+impl Lowerer<'_> {
+    /// Lowers `Iff`, `Gather` on an activation and `Slice`; `Ok(false)` for anything else.
+    pub(super) fn try_select(&mut self) -> Res<bool> {
+        let node = self.model.node(self.node);
+        if node.op_is::<Iff>() {
+            self.iff()?;
+            return Ok(true);
+        }
+        if let Some(op) = node.op_as::<Gather>() {
+            let Val::Const(idx) = self.val(node.inputs[1])? else {
+                return Err(self.unsupported("gather from an activation with non-constant indices"));
+            };
+            let idx: Vec<i64> = idx
+                .cast_to::<i64>()
+                .ok()
+                .and_then(|t| t.as_slice::<i64>().ok().map(|s| s.to_vec()))
+                .ok_or_else(|| self.bad("integer indices", format!("{:?}", idx.datum_type())))?;
+            self.select(op.axis, &idx)?;
+            return Ok(true);
+        }
+        if let Some(op) = node.op_as::<Scan>() {
+            let axis = self.cumsum_axis(op).ok_or_else(|| self.unsupported("a scan other than an inclusive cumsum"))?;
+            self.cumsum(axis)?;
+            return Ok(true);
+        }
+        if let Some(op) = node.op_as::<Slice>() {
+            let (start, end) = (op.start.to_i64(), op.end.to_i64());
+            let (Ok(start), Ok(end)) = (start, end) else {
+                return Err(self.unsupported("slice with symbolic bounds"));
+            };
+            let idx: Vec<i64> = (start..end).collect();
+            self.select(op.axis, &idx)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// The axis of a Scan that computes an inclusive cumulative sum from a zero state: body
+    /// `state' = x_t + state`, emitted at every step, one element per step, forwards.
+    fn cumsum_axis(&self, op: &Scan) -> Option<usize> {
+        let node = self.model.node(self.node);
+        let (InputMapping::Scan(info), InputMapping::State) = (op.input_mapping.first()?, op.input_mapping.get(1)?)
+        else {
+            return None;
+        };
+        let simple = op.skip == 0 && !op.reset_every_turn && info.chunk == 1 && op.input_mapping.len() == 2;
+        let [out] = op.output_mapping.as_slice() else { return None };
+        let emits =
+            out.state && out.scan.as_ref().is_some_and(|(slot, i)| *slot == 0 && i.axis == info.axis && i.chunk == 1);
+        let zero_init =
+            matches!(self.val(node.inputs[1]).ok()?, Val::Const(t) if f32s(&t).ok()?.iter().all(|&v| v == 0.0));
+        let body = &op.body;
+        let ops: Vec<_> = body.nodes().iter().filter(|n| !n.op_is::<TypedSource>()).collect();
+        let [add] = ops.as_slice() else { return None };
+        let is_add = add.op_as::<TypedBinOp>().is_some_and(|b| b.0.name() == "Add")
+            && add.inputs.iter().all(|i| body.input_outlets().is_ok_and(|ins| ins.contains(i)))
+            && body.output_outlets().ok()?.first().is_some_and(|o| o.node == add.id);
+        (simple && emits && zero_init && is_add).then_some(info.axis)
+    }
+
+    /// Inclusive cumulative sum over `axis`: `y_t = Σ_{s≤t} x_s`, a Dense with `W[t, s] = [s ≤ t]`.
+    fn cumsum(&mut self, axis: usize) -> Res<()> {
+        let node = self.model.node(self.node);
+        let (x, xs) = self.act(node.inputs[0])?;
+        let n = xs[axis];
+        let w: Vec<f32> = (0..n * n).map(|i| if i % n <= i / n { 1.0 } else { 0.0 }).collect();
+        let w = self.weight_f32(OutletId::new(self.node, 0), "cumsum", &[n, n], w)?;
+        self.along_axis(x, &xs, axis, w, n)?;
+        self.count_fused("cumsum-as-triangular-dense");
+        Ok(())
+    }
+
+    /// Applies a Dense with weight `w [k, n]` along `axis` of `x` (moved last and back), and
+    /// records the node's output.
+    fn along_axis(&mut self, x: TensorId, xs: &[usize], axis: usize, w: TensorId, k: usize) -> Res<()> {
+        let out = self.out_shape()?;
+        let (y, ys) = self.dense_along(x, xs, axis, w, k)?;
+        let y = self.reshape(y, &ys, &out)?;
+        self.out(y, out);
+        Ok(())
+    }
+
+    /// A Dense with weight `w [k, n]` along `axis` of `x`; returns the result (axis now `k` long).
+    pub(super) fn dense_along(
+        &mut self,
+        x: TensorId,
+        xs: &[usize],
+        axis: usize,
+        w: TensorId,
+        k: usize,
+    ) -> Res<(TensorId, Vec<usize>)> {
+        let r = xs.len();
+        let mut perm: Vec<usize> = (0..r).filter(|&a| a != axis).collect();
+        perm.push(axis);
+        let (x, ts) = self.transpose(x, xs, &perm)?;
+        let y = self.b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: None }, act: Activation::None, y }))?;
+        let mut ys = ts.clone();
+        ys[r - 1] = k;
+        let mut back: Vec<usize> = (0..r - 1).collect();
+        back.insert(axis, r - 1);
+        self.transpose(y, &ys, &back)
+    }
+
+    /// `y[.., j, ..] = x[.., idx[j], ..]` on `axis`, as a Dense with a one-hot weight.
+    fn select(&mut self, axis: usize, idx: &[i64]) -> Res<()> {
+        let node = self.model.node(self.node);
+        let (x, xs) = self.act(node.inputs[0])?;
+        let n = xs[axis];
+        let k = idx.len();
+        let mut w = vec![0f32; k * n];
+        for (j, &i) in idx.iter().enumerate() {
+            let i = if i < 0 { i + n as i64 } else { i };
+            if i < 0 || i as usize >= n {
+                return Err(self.bad(&format!("indices in 0..{n}"), format!("{i}")));
+            }
+            w[j * n + i as usize] = 1.0;
+        }
+        let w = self.weight_f32(node.inputs[0], "select", &[k, n], w)?;
+        self.along_axis(x, &xs, axis, w, k)?;
+        self.count_fused("select-as-one-hot-dense");
+        Ok(())
+    }
+
+    /// `where(c, t, f)` with a constant condition: `t·c + f·(1−c)`, a constant branch folded
+    /// into an added f32 weight.
+    fn iff(&mut self) -> Res<()> {
+        let node = self.model.node(self.node);
+        let out = self.out_shape()?;
+        let Val::Const(cond) = self.val(node.inputs[0])? else {
+            return Err(self.unsupported("select with a non-constant condition"));
+        };
+        let bcast = |l: &Self, t: &Tensor| -> Res<Vec<f32>> {
+            let t = t.cast_to::<f32>().map_err(|e| l.bad("a numeric constant", format!("{e}")))?;
+            let b = t.broadcast_to_shape(&out).map_err(|e| l.bad("a broadcastable constant", format!("{e}")))?;
+            f32s(&b)
+        };
+        let keep = bcast(self, &cond)?;
+        let wshape = squeeze_leading(&out);
+        let mut acts: Vec<TensorId> = Vec::new();
+        let mut bias = vec![0f32; keep.len()];
+        let mut has_bias = false;
+        for (slot, usage) in [(1usize, "iff_true"), (2, "iff_false")] {
+            let mask: Vec<f32> = keep.iter().map(|&c| if slot == 1 { c } else { 1.0 - c }).collect();
+            match self.val(node.inputs[slot])? {
+                Val::Const(t) => {
+                    for ((b, v), m) in bias.iter_mut().zip(bcast(self, &t)?).zip(&mask) {
+                        if *m != 0.0 {
+                            *b += v;
+                        }
+                    }
+                    has_bias = true;
+                }
+                Val::Act { id, int: false, .. } => {
+                    let m = self.weight_f32(node.inputs[0], usage, &wshape, mask)?;
+                    acts.push(self.b.op(|y| Op::Binary(Binary { a: id, b: m, op: BinaryOp::Mul, y }))?);
+                }
+                Val::Act { int: true, .. } => return Err(self.bad("f32 branches", "integer ids".into())),
+            }
+        }
+        let mut y = acts[0];
+        if let Some(&other) = acts.get(1) {
+            let a = y;
+            y = self.b.op(|y| Op::Binary(Binary { a, b: other, op: BinaryOp::Add, y }))?;
+        }
+        if has_bias {
+            let src = node.inputs[if matches!(self.val(node.inputs[1])?, Val::Const(_)) { 1 } else { 2 }];
+            let w = self.weight_f32(src, "iff_fill", &wshape, bias)?;
+            let a = y;
+            y = self.b.op(|y| Op::Binary(Binary { a, b: w, op: BinaryOp::Add, y }))?;
+        }
+        let ys: Vec<usize> =
+            self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect()).unwrap_or_default();
+        let y = self.reshape(y, &ys, &out)?;
+        self.out(y, out);
+        self.count_fused("masked-fill");
+        Ok(())
+    }
+}

@@ -1,0 +1,93 @@
+//! Axis and reduction ops: AxisOp → `Reshape`/`Transpose`, Softmax, Reduce, Gather → `Embedding`.
+
+use super::{f32s, Lowerer, Res, Val};
+use kestrel_format::ops::{Binary, BinaryOp, Embedding, Op, Reduce, ReduceOp, Softmax};
+use tract_onnx::tract_core::ops::array::Gather;
+use tract_onnx::tract_core::ops::change_axes::AxisOp;
+use tract_onnx::tract_core::ops::nn::{Reduce as TReduce, Reducer, Softmax as TSoftmax};
+
+impl Lowerer<'_> {
+    /// Lowers the node if it is an axis, softmax, reduce or gather op; `Ok(false)` otherwise.
+    pub(super) fn try_shape(&mut self) -> Res<bool> {
+        let node = self.model.node(self.node);
+        if let Some(op) = node.op_as::<AxisOp>() {
+            let out = self.out_shape()?;
+            match (self.val(node.inputs[0])?, op) {
+                (Val::Act { id, int: true, .. }, AxisOp::Add(_) | AxisOp::Rm(_) | AxisOp::Reshape(..)) => {
+                    self.set_out(Val::Act { id, shape: out, int: true });
+                }
+                (Val::Act { int: true, .. }, _) => return Err(self.unsupported("moving axes of integer ids")),
+                (Val::Act { id, shape, .. }, AxisOp::Move(from, to)) => {
+                    let mut perm: Vec<usize> = (0..shape.len()).collect();
+                    let a = perm.remove(*from);
+                    perm.insert(*to, a);
+                    let (y, ys) = self.transpose(id, &shape, &perm)?;
+                    self.out(y, ys);
+                }
+                (Val::Act { id, shape, .. }, _) => {
+                    let y = self.reshape(id, &shape, &out)?;
+                    self.out(y, out);
+                }
+                (Val::Const(_), _) => return Err(self.bad("an activation", "a constant".into())),
+            }
+            return Ok(true);
+        }
+        if let Some(op) = node.op_as::<TSoftmax>() {
+            if op.axes.len() != 1 || op.quant_output_dt.is_some() {
+                return Err(self.unsupported(&format!("softmax over axes {:?}", op.axes)));
+            }
+            let (x, shape) = self.act(node.inputs[0])?;
+            let r = shape.len();
+            let mut perm: Vec<usize> = (0..r).collect();
+            perm.swap(op.axes[0], r - 1);
+            let (x, xs) = self.transpose(x, &shape, &perm)?;
+            let y = self.b.op(|y| Op::Softmax(Softmax { x, y }))?;
+            let (y, ys) = self.transpose(y, &xs, &perm)?;
+            self.out(y, ys);
+            return Ok(true);
+        }
+        if let Some(op) = node.op_as::<TReduce>() {
+            if self.try_layer_norm()? {
+                return Ok(true);
+            }
+            let kind = match op.reducer {
+                Reducer::Sum => ReduceOp::Sum,
+                Reducer::Max => ReduceOp::Max,
+                Reducer::Min => ReduceOp::Min,
+                Reducer::MeanOfSquares => ReduceOp::Mean,
+                other => return Err(self.unsupported(&format!("reducer {other:?}"))),
+            };
+            let (mut x, mut shape) = self.act(node.inputs[0])?;
+            if op.reducer == Reducer::MeanOfSquares {
+                let xx = x;
+                x = self.b.op(|y| Op::Binary(Binary { a: xx, b: xx, op: BinaryOp::Mul, y }))?;
+            }
+            for &axis in &op.axes {
+                let xx = x;
+                x = self.b.op(|y| Op::Reduce(Reduce { x: xx, op: kind, axis: axis as u32, keep_dims: true, y }))?;
+                shape[axis] = 1;
+            }
+            self.out(x, shape);
+            return Ok(true);
+        }
+        if let Some(op) = node.op_as::<Gather>().filter(|_| matches!(self.val(node.inputs[0]), Ok(Val::Const(_)))) {
+            let out = self.out_shape()?;
+            let (Val::Const(table), Val::Act { id: ids, shape: ids_shape, int: true }) =
+                (self.val(node.inputs[0])?, self.val(node.inputs[1])?)
+            else {
+                return Err(self.unsupported("gather needs a constant table and integer ids"));
+            };
+            if op.axis != 0 || table.rank() != 2 {
+                return Err(self.unsupported(&format!("gather on axis {} of a rank-{} table", op.axis, table.rank())));
+            }
+            let dims = table.shape().to_vec();
+            let table = self.weight(node.inputs[0], "embedding", &dims, f32s(&table)?)?;
+            let y = self.b.op(|y| Op::Embedding(Embedding { ids, table, pos: None, y }))?;
+            let n: usize = ids_shape.iter().product();
+            let y = self.reshape(y, &[n, dims[1]], &out)?;
+            self.out(y, out);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}

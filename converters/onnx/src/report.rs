@@ -1,0 +1,91 @@
+//! The conversion report: sizes, node counts, fused patterns, parameters, arena and the
+//! quantisation error of every weight.
+
+use crate::quant::WeightQuant;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// A fused pattern and how many times it was found.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FusedPattern {
+    /// Pattern name (e.g. `dense+bias`).
+    pub name: String,
+    /// Occurrences.
+    pub count: usize,
+}
+
+/// What a conversion did. Serialises to JSON with serde; [`Report::to_table`] renders text.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Model name (the ONNX file stem).
+    pub model: String,
+    /// Default weight encoding asked for.
+    pub weights_dtype: String,
+    /// ONNX file size in bytes.
+    pub onnx_bytes: u64,
+    /// `.kes` file size in bytes.
+    pub kes_bytes: u64,
+    /// `kes_bytes / onnx_bytes`.
+    pub ratio: f64,
+    /// tract nodes after typing and decluttering (sources and constants included).
+    pub tract_nodes: usize,
+    /// tract nodes by op name.
+    pub tract_ops: BTreeMap<String, usize>,
+    /// Kestrel nodes.
+    pub kestrel_nodes: usize,
+    /// Kestrel nodes by op kind.
+    pub kestrel_ops: BTreeMap<String, usize>,
+    /// Fused patterns (names and counts).
+    pub fused: Vec<FusedPattern>,
+    /// Parameters (elements of every weight).
+    pub params: u64,
+    /// Activation arena bytes per sample.
+    pub arena_bytes_per_sample: u64,
+    /// Scratch bytes (independent of the batch).
+    pub scratch_bytes: u64,
+    /// Every weight: encoding, size and quantisation error.
+    pub weights: Vec<WeightQuant>,
+}
+
+fn kib(b: u64) -> String {
+    format!("{:.1} KiB", b as f64 / 1024.0)
+}
+
+impl Report {
+    /// JSON text (pretty-printed).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
+    /// A human-readable table.
+    pub fn to_table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "model {} (weights {})", self.model, self.weights_dtype);
+        let _ =
+            writeln!(s, "size: onnx {} -> kes {} (ratio {:.3})", kib(self.onnx_bytes), kib(self.kes_bytes), self.ratio);
+        let _ = writeln!(s, "params: {}", self.params);
+        let _ =
+            writeln!(s, "arena: {} per sample + {} scratch", kib(self.arena_bytes_per_sample), kib(self.scratch_bytes));
+        let ops =
+            |m: &BTreeMap<String, usize>| m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ");
+        let _ = writeln!(s, "tract nodes: {} ({})", self.tract_nodes, ops(&self.tract_ops));
+        let _ = writeln!(s, "kestrel nodes: {} ({})", self.kestrel_nodes, ops(&self.kestrel_ops));
+        let fused: Vec<String> = self.fused.iter().map(|f| format!("{} x{}", f.name, f.count)).collect();
+        let _ = writeln!(s, "fused: {}", if fused.is_empty() { "none".into() } else { fused.join(", ") });
+        let _ = writeln!(s, "{:<32} {:<16} {:>6} {:>10} {:>10}", "weight", "shape", "dtype", "bytes", "SQNR dB");
+        for w in &self.weights {
+            let sqnr = w.sqnr_db.map_or("inf".to_string(), |d| format!("{d:.1}"));
+            let _ = writeln!(
+                s,
+                "{:<32} {:<16} {:>6} {:>10} {:>10}",
+                w.name,
+                format!("{:?}", w.shape),
+                w.dtype,
+                w.bytes,
+                sqnr
+            );
+        }
+        s
+    }
+}

@@ -1,0 +1,162 @@
+//! Running the ONNX model with tract and the `.kes` with Kestrel on the same inputs.
+
+use crate::error::{tract_err, ConvertError};
+use crate::load::load_typed;
+use kestrel::Input;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use tract_onnx::prelude::*;
+
+/// Input values.
+#[derive(Clone, Debug, PartialEq)]
+pub enum InputData {
+    /// f32 values.
+    F32(Vec<f32>),
+    /// i64 values (token ids).
+    I64(Vec<i64>),
+}
+
+/// One input with its full shape (leading axis = batch).
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputTensor {
+    /// Full shape, batch first.
+    pub shape: Vec<usize>,
+    /// Row-major values.
+    pub data: InputData,
+}
+
+impl InputTensor {
+    /// An f32 input.
+    pub fn f32(shape: &[usize], data: Vec<f32>) -> Self {
+        Self { shape: shape.to_vec(), data: InputData::F32(data) }
+    }
+    /// An i64 input.
+    pub fn i64(shape: &[usize], data: Vec<i64>) -> Self {
+        Self { shape: shape.to_vec(), data: InputData::I64(data) }
+    }
+}
+
+/// How close Kestrel is to tract.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VerifyReport {
+    /// Batch size run.
+    pub batch: usize,
+    /// Largest |kestrel − tract| over every output element.
+    pub max_abs_err: f64,
+    /// `max_abs_err` / largest |tract output|.
+    pub max_rel_err: f64,
+    /// Fraction of rows (last-axis vectors of every output) whose argmax agrees.
+    pub top1_agreement: f64,
+    /// Rows compared for top-1.
+    pub rows: usize,
+    /// tract's outputs (flattened, batch included).
+    pub tract: Vec<Vec<f32>>,
+    /// Kestrel's outputs (flattened, batch included).
+    pub kestrel: Vec<Vec<f32>>,
+}
+
+/// One output: full shape (batch first) and row-major values.
+pub type ShapedOutput = (Vec<usize>, Vec<f32>);
+
+/// Runs the ONNX model with tract at the inputs' batch size (typed and optimised).
+pub fn run_tract(onnx_path: impl AsRef<Path>, inputs: &[InputTensor]) -> Result<Vec<ShapedOutput>, ConvertError> {
+    let path = onnx_path.as_ref();
+    let p = path.display().to_string();
+    let batch = inputs.first().and_then(|i| i.shape.first().copied()).unwrap_or(1);
+    let (model, loaded) = load_typed(path, batch)?;
+    if loaded.len() != inputs.len() {
+        return Err(ConvertError::Verify {
+            expected: format!("{} inputs", loaded.len()),
+            found: format!("{}", inputs.len()),
+        });
+    }
+    let mut tv = TVec::new();
+    for (l, i) in loaded.iter().zip(inputs) {
+        if l.shape != i.shape {
+            return Err(ConvertError::Verify {
+                expected: format!("input `{}` of shape {:?}", l.name, l.shape),
+                found: format!("{:?}", i.shape),
+            });
+        }
+        let t = match &i.data {
+            InputData::F32(d) => Tensor::from_shape(&i.shape, d),
+            InputData::I64(d) => Tensor::from_shape(&i.shape, d),
+        }
+        .and_then(|t| t.cast_to_dt(l.dt).map(|c| c.into_owned()))
+        .map_err(tract_err(&p, "build an input tensor"))?;
+        tv.push(t.into_tvalue());
+    }
+    let plan = model.into_optimized().and_then(|m| m.into_runnable()).map_err(tract_err(&p, "optimise the model"))?;
+    let outs = plan.run(tv).map_err(tract_err(&p, "run the model"))?;
+    outs.into_iter()
+        .map(|o| {
+            let t = o.cast_to::<f32>().map_err(tract_err(&p, "read an output"))?;
+            let v = t.as_slice::<f32>().map_err(tract_err(&p, "read an output"))?.to_vec();
+            Ok((o.shape().to_vec(), v))
+        })
+        .collect()
+}
+
+/// Runs a `.kes` model with Kestrel on `inputs` (batch = leading axis of the first input).
+pub fn run_kestrel(kes: &[u8], inputs: &[InputTensor]) -> Result<Vec<Vec<f32>>, ConvertError> {
+    let batch = inputs.first().and_then(|i| i.shape.first().copied()).unwrap_or(1);
+    let model = kestrel::Model::from_bytes(kes)?;
+    let mut session = model.session(batch.max(1))?;
+    let feeds: Vec<Input<'_>> = inputs
+        .iter()
+        .map(|i| match &i.data {
+            InputData::F32(d) => Input::F32(d),
+            InputData::I64(d) => Input::I64(d),
+        })
+        .collect();
+    Ok(session.run_vec(&feeds)?)
+}
+
+/// Compares two sets of outputs; `last_dims[i]` is output i's last-axis length (for top-1).
+pub fn compare(
+    tract: &[Vec<f32>],
+    kestrel: &[Vec<f32>],
+    last_dims: &[usize],
+) -> Result<(f64, f64, f64, usize), ConvertError> {
+    if tract.len() != kestrel.len() {
+        return Err(ConvertError::Verify {
+            expected: format!("{} outputs", tract.len()),
+            found: format!("{}", kestrel.len()),
+        });
+    }
+    let (mut max_abs, mut max_ref, mut agree, mut rows) = (0f64, 0f64, 0usize, 0usize);
+    for ((t, k), &last) in tract.iter().zip(kestrel).zip(last_dims) {
+        if t.len() != k.len() {
+            return Err(ConvertError::Verify {
+                expected: format!("{} output values", t.len()),
+                found: format!("{}", k.len()),
+            });
+        }
+        for (&a, &b) in t.iter().zip(k) {
+            max_abs = max_abs.max((f64::from(a) - f64::from(b)).abs());
+            max_ref = max_ref.max(f64::from(a).abs());
+        }
+        let last = last.max(1);
+        for (rt, rk) in t.chunks(last).zip(k.chunks(last)) {
+            rows += 1;
+            agree += usize::from(argmax(rt) == argmax(rk));
+        }
+    }
+    let rel = if max_ref > 0.0 { max_abs / max_ref } else { max_abs };
+    Ok((max_abs, rel, if rows == 0 { 1.0 } else { agree as f64 / rows as f64 }, rows))
+}
+
+fn argmax(v: &[f32]) -> usize {
+    v.iter().enumerate().fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &x)| if x > bv { (i, x) } else { (bi, bv) }).0
+}
+
+/// Runs both and compares: max abs error, max error relative to max |tract output|, top-1.
+pub fn verify(onnx_path: impl AsRef<Path>, kes: &[u8], inputs: &[InputTensor]) -> Result<VerifyReport, ConvertError> {
+    let batch = inputs.first().and_then(|i| i.shape.first().copied()).unwrap_or(1);
+    let t = run_tract(onnx_path, inputs)?;
+    let k = run_kestrel(kes, inputs)?;
+    let last: Vec<usize> = t.iter().map(|(s, _)| s.last().copied().unwrap_or(1)).collect();
+    let tract: Vec<Vec<f32>> = t.into_iter().map(|(_, v)| v).collect();
+    let (max_abs_err, max_rel_err, top1_agreement, rows) = compare(&tract, &k, &last)?;
+    Ok(VerifyReport { batch, max_abs_err, max_rel_err, top1_agreement, rows, tract, kestrel: k })
+}

@@ -1,0 +1,222 @@
+//! Converts the tiny ONNX models of `tests/data` with every weight encoding and compares Kestrel
+//! with tract at batch 1 and 3.
+
+use kestrel::demo::Rng;
+use kestrel_onnx::{
+    convert, read_npy, verify, write_npy_f32, ConvertError, ConvertOptions, DType, InputData, InputTensor, Report,
+};
+use std::path::PathBuf;
+
+fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
+}
+
+/// Random inputs for a test model at `batch`.
+fn inputs(model: &str, batch: usize, seed: u64) -> Vec<InputTensor> {
+    let mut rng = Rng::new(seed);
+    let f = |rng: &mut Rng, dims: &[usize]| {
+        let n: usize = dims.iter().product();
+        InputTensor::f32(dims, rng.vec(n, 2.0))
+    };
+    match model {
+        "mlp" => vec![f(&mut rng, &[batch, 16])],
+        "vit" => vec![f(&mut rng, &[batch, 1, 16, 16])],
+        "cnn" => vec![f(&mut rng, &[batch, 2, 9, 9])],
+        "misc" | "select" | "assemble" => vec![f(&mut rng, &[batch, 4, 6])],
+        "nhwc" => vec![f(&mut rng, &[batch, 6, 6, 3])],
+        "text" => {
+            let ids = (0..batch * 8).map(|_| ((rng.uniform() + 1.0) * 25.0) as i64 % 50).collect();
+            vec![InputTensor::i64(&[batch, 8], ids)]
+        }
+        _ => unreachable!(),
+    }
+}
+
+const MODELS: &[&str] = &["mlp", "vit", "cnn", "text", "misc", "select", "nhwc", "assemble"];
+
+fn opts(weights: DType) -> ConvertOptions {
+    ConvertOptions { weights, ..ConvertOptions::default() }
+}
+
+fn check(model: &str, weights: DType, max_rel: f64) -> f64 {
+    let conv = convert(data(&format!("{model}.onnx")), &opts(weights)).unwrap_or_else(|e| panic!("{model}: {e}"));
+    let mut worst_top1 = 1.0f64;
+    for (batch, seed) in [(1, 11), (3, 12)] {
+        let v = verify(data(&format!("{model}.onnx")), &conv.kes, &inputs(model, batch, seed))
+            .unwrap_or_else(|e| panic!("{model} {weights:?} batch {batch}: {e}"));
+        println!(
+            "{model:5} {:5} batch {batch}: max abs {:.3e}, max rel {:.3e}, top-1 {:.3} over {} rows",
+            weights.name(),
+            v.max_abs_err,
+            v.max_rel_err,
+            v.top1_agreement,
+            v.rows
+        );
+        assert!(v.max_rel_err <= max_rel, "{model} {weights:?} batch {batch}: rel {} > {max_rel}", v.max_rel_err);
+        worst_top1 = worst_top1.min(v.top1_agreement);
+    }
+    worst_top1
+}
+
+#[test]
+fn f32_matches_tract() {
+    for m in MODELS {
+        check(m, DType::F32, 1e-4);
+    }
+}
+
+#[test]
+fn f16_matches_tract() {
+    for m in MODELS {
+        check(m, DType::F16, 1e-2);
+    }
+}
+
+#[test]
+fn int8_and_int4_top1() {
+    for m in MODELS {
+        let top1 = check(m, DType::I8, 1.0);
+        if *m == "mlp" || *m == "vit" {
+            assert!(top1 >= 0.9, "{m}: int8 top-1 agreement {top1} < 0.9");
+        }
+        check(m, DType::I4, f64::INFINITY);
+    }
+}
+
+#[test]
+fn int8_keeps_first_last_and_named_weights_at_f16() {
+    let o = ConvertOptions { weights: DType::I8, keep_f16: vec!["w_".into()], keep_first_last: true };
+    let conv = convert(data("mlp.onnx"), &o).unwrap();
+    for w in &conv.report.weights {
+        let expected = if w.shape.len() <= 1 { "f32" } else { "f16" };
+        assert_eq!(w.dtype, expected, "{}", w.name);
+    }
+    let o = ConvertOptions { weights: DType::I8, keep_f16: vec![], keep_first_last: true };
+    let conv = convert(data("mlp.onnx"), &o).unwrap();
+    let dtypes: Vec<&str> =
+        conv.report.weights.iter().filter(|w| w.shape.len() > 1).map(|w| w.dtype.as_str()).collect();
+    assert_eq!(dtypes, ["f16", "int8", "f16"], "{}", conv.report.to_table());
+}
+
+#[test]
+fn selections_lower_to_exact_generic_ops() {
+    let conv = convert(data("select.onnx"), &opts(DType::I8)).unwrap();
+    let fused: Vec<&str> = conv.report.fused.iter().map(|f| f.name.as_str()).collect();
+    for p in ["masked-fill", "select-as-one-hot-dense", "cumsum-as-triangular-dense"] {
+        assert!(fused.contains(&p), "{p} not in {fused:?}");
+    }
+    // Masks, one-hot and triangular weights stay f32 even at int8: the results are exact.
+    let v = verify(data("select.onnx"), &conv.kes, &inputs("select", 3, 9)).unwrap();
+    assert!(v.max_rel_err < 1e-6, "{}", v.max_rel_err);
+    assert_eq!(v.tract.len(), 4);
+    let conv = convert(data("assemble.onnx"), &opts(DType::I4)).unwrap();
+    let fused: Vec<&str> = conv.report.fused.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(fused, ["concat-as-placing-dense", "pad-as-selecting-dense"]);
+    let v = verify(data("assemble.onnx"), &conv.kes, &inputs("assemble", 3, 10)).unwrap();
+    assert!(v.max_rel_err < 1e-6, "{}", v.max_rel_err);
+    assert_eq!(v.tract.len(), 5);
+    let conv = convert(data("nhwc.onnx"), &ConvertOptions::default()).unwrap();
+    assert_eq!(conv.report.kestrel_ops.get("Conv2d"), Some(&1));
+}
+
+#[test]
+fn unsupported_op_is_named() {
+    match convert(data("unsupported.onnx"), &ConvertOptions::default()) {
+        Err(ConvertError::Unsupported { node, op, supported }) => {
+            assert!(op.contains("Sin"), "{op}");
+            assert!(!node.is_empty());
+            assert!(supported.contains("EinSum"));
+        }
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_files_are_typed_errors() {
+    let missing = convert(data("nope.onnx"), &ConvertOptions::default());
+    assert!(matches!(missing, Err(ConvertError::Io { .. })), "{missing:?}");
+    let not_onnx = convert(data("make_models.py"), &ConvertOptions::default());
+    assert!(matches!(not_onnx, Err(ConvertError::Tract { .. })), "{not_onnx:?}");
+    let conv = convert(data("mlp.onnx"), &ConvertOptions::default()).unwrap();
+    let wrong = verify(data("mlp.onnx"), &conv.kes, &inputs("misc", 1, 1));
+    assert!(matches!(wrong, Err(ConvertError::Verify { .. })), "{wrong:?}");
+}
+
+#[test]
+fn verify_numbers_are_consistent() {
+    let conv = convert(data("mlp.onnx"), &ConvertOptions::default()).unwrap();
+    let v = verify(data("mlp.onnx"), &conv.kes, &inputs("mlp", 3, 5)).unwrap();
+    assert_eq!(v.batch, 3);
+    assert_eq!(v.rows, 3);
+    assert_eq!(v.tract.len(), 1);
+    assert_eq!(v.tract[0].len(), 30);
+    let max_abs = v.tract[0].iter().zip(&v.kestrel[0]).map(|(a, b)| f64::from((a - b).abs())).fold(0.0, f64::max);
+    assert_eq!(v.max_abs_err, max_abs);
+    let max_ref = v.tract[0].iter().map(|a| f64::from(a.abs())).fold(0.0, f64::max);
+    assert!((v.max_rel_err - max_abs / max_ref).abs() < 1e-12);
+    assert_eq!(v.top1_agreement, 1.0);
+    // Probabilities: each row sums to 1.
+    for row in v.kestrel[0].chunks(10) {
+        assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+    }
+}
+
+#[test]
+fn report_round_trips_through_json() {
+    let conv = convert(data("vit.onnx"), &opts(DType::I8)).unwrap();
+    let r = &conv.report;
+    println!("{}", r.to_table());
+    assert_eq!(r.model, "vit");
+    assert_eq!(r.kes_bytes as usize, conv.kes.len());
+    assert!(r.params > 0 && r.arena_bytes_per_sample > 0);
+    assert!(r.kestrel_ops.contains_key("Conv2d") && r.kestrel_ops.contains_key("Softmax"));
+    assert!(r.weights.iter().any(|w| w.dtype == "int8" && w.sqnr_db.is_some_and(|d| d > 30.0)));
+    assert!(r.weights.iter().filter(|w| w.shape.len() <= 1).all(|w| w.dtype == "f32" && w.sqnr_db.is_none()));
+    let back: Report = serde_json::from_str(&r.to_json()).unwrap();
+    assert_eq!(&back, r);
+}
+
+#[test]
+fn metadata_describes_inputs_and_outputs() {
+    let conv = convert(data("text.onnx"), &ConvertOptions::default()).unwrap();
+    let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
+    let cpu = model.cpu().unwrap();
+    let meta = cpu.file().meta();
+    assert_eq!(meta.model_name(), "text");
+    let input = meta.inputs().next().unwrap();
+    assert_eq!(input.name, "ids");
+    assert_eq!(input.feed, kestrel::format::FeedDType::I64);
+    let conv = convert(data("vit.onnx"), &ConvertOptions::default()).unwrap();
+    let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
+    let input = model.cpu().unwrap().input(0).unwrap();
+    assert_eq!(input.shape.dims(), [1, 1, 16, 16]);
+}
+
+#[test]
+fn fusions_are_reported() {
+    let count = |r: &Report, name: &str| r.fused.iter().find(|f| f.name == name).map_or(0, |f| f.count);
+    let mlp = convert(data("mlp.onnx"), &ConvertOptions::default()).unwrap().report;
+    assert_eq!((count(&mlp, "dense+bias"), count(&mlp, "dense+relu"), count(&mlp, "dense+gelu")), (3, 1, 1));
+    assert_eq!(mlp.kestrel_ops.get("Dense"), Some(&3));
+    assert!(!mlp.kestrel_ops.contains_key("Unary"), "{:?}", mlp.kestrel_ops);
+    let vit = convert(data("vit.onnx"), &ConvertOptions::default()).unwrap().report;
+    assert_eq!(count(&vit, "layer-norm"), 3);
+    assert_eq!(vit.kestrel_ops.get("LayerNorm"), Some(&3));
+    assert_eq!(count(&vit, "dense+relu"), 1);
+}
+
+#[test]
+fn npy_inputs_feed_verify() {
+    let ids = read_npy(data("text_ids.npy")).unwrap();
+    assert_eq!(ids.shape, [2, 8]);
+    assert!(matches!(&ids.data, InputData::I64(v) if v[1] == 7));
+    let conv = convert(data("text.onnx"), &ConvertOptions::default()).unwrap();
+    let v = verify(data("text.onnx"), &conv.kes, &[ids]).unwrap();
+    assert!(v.max_rel_err < 1e-4, "{}", v.max_rel_err);
+    let out = std::env::temp_dir().join(format!("kestrel-onnx-{}.npy", std::process::id()));
+    write_npy_f32(&out, &[2, 4], &v.kestrel[0]).unwrap();
+    let back = read_npy(&out).unwrap();
+    let _ = std::fs::remove_file(&out);
+    assert_eq!(back, InputTensor::f32(&[2, 4], v.kestrel[0].clone()));
+    assert!(matches!(read_npy(data("mlp.onnx")), Err(ConvertError::Npy { .. })));
+}

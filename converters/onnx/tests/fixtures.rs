@@ -1,0 +1,52 @@
+//! Converts every fixture under `converters/fixtures/<name>/{model.onnx, input.npy, output.npy}`
+//! (written by the PyTorch side) and compares Kestrel at f32 with `output.npy`.
+
+use kestrel_onnx::{compare, convert, read_npy, run_kestrel, ConvertOptions, InputData};
+use std::path::PathBuf;
+
+#[test]
+fn every_fixture_converts_and_matches_at_f32() {
+    // KESTREL_FIXTURES overrides the directory (to try fixtures that live elsewhere).
+    let dir = std::env::var_os("KESTREL_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures"));
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        println!("no fixtures at {}", dir.display());
+        return;
+    };
+    let mut dirs: Vec<PathBuf> =
+        entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("model.onnx").exists()).collect();
+    dirs.sort();
+    let mut failures = Vec::new();
+    for d in &dirs {
+        let name = d.file_name().unwrap().to_string_lossy().to_string();
+        let result = (|| -> Result<f64, String> {
+            let conv = convert(d.join("model.onnx"), &ConvertOptions::default()).map_err(|e| e.to_string())?;
+            let input = read_npy(d.join("input.npy")).map_err(|e| e.to_string())?;
+            let expected = read_npy(d.join("output.npy")).map_err(|e| e.to_string())?;
+            let InputData::F32(want) = expected.data else { return Err("output.npy is not f32".into()) };
+            let got = run_kestrel(&conv.kes, &[input]).map_err(|e| e.to_string())?;
+            let last = expected.shape.last().copied().unwrap_or(1);
+            let (abs, rel, top1, _) = compare(&[want], &got[..1], &[last]).map_err(|e| e.to_string())?;
+            println!("{name}: max abs {abs:.3e}, max rel {rel:.3e}, top-1 {top1:.3}\n{}", conv.report.to_table());
+            // Informational: the same at int8 (random weights, so top-1 is only indicative).
+            let q = ConvertOptions { weights: kestrel_onnx::DType::I8, ..ConvertOptions::default() };
+            if let Ok(c8) = convert(d.join("model.onnx"), &q) {
+                let input = read_npy(d.join("input.npy")).map_err(|e| e.to_string())?;
+                let got8 = run_kestrel(&c8.kes, &[input]).map_err(|e| e.to_string())?;
+                let InputData::F32(want) = read_npy(d.join("output.npy")).map_err(|e| e.to_string())?.data else {
+                    return Err("output.npy is not f32".into());
+                };
+                let (_, rel8, top8, _) = compare(&[want], &got8[..1], &[last]).map_err(|e| e.to_string())?;
+                println!("{name} int8: max rel {rel8:.3e}, top-1 {top8:.3}, kes {} bytes", c8.kes.len());
+            }
+            Ok(rel)
+        })();
+        match result {
+            Ok(rel) if rel <= 1e-4 => {}
+            Ok(rel) => failures.push(format!("{name}: max rel {rel:.3e} > 1e-4")),
+            Err(e) => failures.push(format!("{name}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} fixtures failed:\n{}", failures.len(), dirs.len(), failures.join("\n"));
+}
