@@ -1,5 +1,7 @@
 //! `kestrel`: the command-line tool.
 
+mod convert;
+
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use kestrel::format::{DType, TensorKind};
@@ -50,6 +52,30 @@ enum Command {
         #[arg(long, default_value_t = 3)]
         batch: usize,
     },
+    /// Convert an ONNX model to a .kes file (quantising weights) and print the report.
+    Convert {
+        /// The .onnx file.
+        onnx: PathBuf,
+        /// Where to write the .kes file.
+        #[arg(long, short)]
+        out: PathBuf,
+        /// Weight encoding (biases and norm parameters stay f32).
+        #[arg(long, value_enum, default_value = "f32")]
+        weights: Weights,
+        /// Keep weights whose name contains this text in f16 (repeatable).
+        #[arg(long = "keep-f16")]
+        keep_f16: Vec<String>,
+        /// Keep the first and last weight-bearing layers in f16.
+        #[arg(long)]
+        keep_first_last: bool,
+        /// Also run the ONNX model (tract) and the converted model (Kestrel) on the same inputs
+        /// and report the differences: on INPUTS.npy if given, else on 4 seeded random samples.
+        #[arg(long, value_name = "INPUTS.npy", num_args = 0..=1, default_missing_value = "")]
+        verify: Option<PathBuf>,
+        /// Print the report (and verification) as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a model on .npy inputs (batch = first axis) and write its outputs as .npy.
     Run {
         /// The .kes file.
@@ -90,6 +116,10 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
         Command::Demo { weights, out, batch } => demo(w, weights.into(), &out, batch),
         Command::Inspect { model } => inspect(w, &model),
         Command::Run { model, inputs, outputs } => run_model(w, &model, &inputs, &outputs),
+        Command::Convert { onnx, out, weights, keep_f16, keep_first_last, verify, json } => {
+            let opts = kestrel_onnx::ConvertOptions { weights: weights.into(), keep_f16, keep_first_last };
+            convert::run(w, &onnx, &out, &opts, verify.as_deref(), json)
+        }
     }
 }
 

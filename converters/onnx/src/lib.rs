@@ -78,14 +78,21 @@ pub fn convert(onnx_path: impl AsRef<Path>, opts: &ConvertOptions) -> Result<Con
     let input_outlets = model.input_outlets().map_err(error::tract_err(&p, "list the inputs"))?.to_vec();
     for (inp, &outlet) in inputs.iter().zip(&input_outlets) {
         let int = inp.dt != f32::datum_type();
+        // The graph input has the user's per-sample shape (the ONNX shape without its batch
+        // axis); inside, a free reshape view restores the leading 1 the lowering works with.
+        let user_shape: Vec<usize> = match inp.shape.split_first() {
+            Some((1, rest)) => rest.to_vec(),
+            _ => inp.shape.clone(),
+        };
         let (id, kshape, feed) = if int {
             let n = inp.shape.iter().product();
             let feed = if inp.dt == i32::datum_type() { FeedDType::I32 } else { FeedDType::I64 };
             (l.b.input_ids(&inp.name, n)?, vec![n], feed)
         } else {
-            (l.b.input(&inp.name, &inp.shape)?, inp.shape.clone(), FeedDType::F32)
+            (l.b.input(&inp.name, &user_shape)?, user_shape.clone(), FeedDType::F32)
         };
-        l.set_input(outlet, Val::Act { id, shape: inp.shape.clone(), int });
+        let inner = if !int && user_shape != inp.shape { l.b.reshape(id, &inp.shape)? } else { id };
+        l.set_input(outlet, Val::Act { id: inner, shape: inp.shape.clone(), int });
         let shape = Shape::from_usize(&kshape).ok_or_else(|| ConvertError::BadInput {
             input: inp.name.clone(),
             expected: format!("at most {} axes", kestrel_format::MAX_RANK),
@@ -96,6 +103,14 @@ pub fn convert(onnx_path: impl AsRef<Path>, opts: &ConvertOptions) -> Result<Con
     l.run()?;
     for &o in model.output_outlets().map_err(error::tract_err(&p, "list the outputs"))? {
         let (id, _) = l.act(o)?;
+        // Outputs drop the leading batch-1 axis too (a view).
+        let id = match l.b.shape_of(id).map(|s| s.dims().to_vec()) {
+            Some(d) if d.len() >= 2 && d[0] == 1 => {
+                let rest: Vec<usize> = d[1..].iter().map(|&v| v as usize).collect();
+                l.b.reshape(id, &rest)?
+            }
+            _ => id,
+        };
         let node = model.node(o.node);
         let label = model.outlet_label(o).unwrap_or(&node.name).to_string();
         let kind = if node.op.name() == "Softmax" {
@@ -107,6 +122,11 @@ pub fn convert(onnx_path: impl AsRef<Path>, opts: &ConvertOptions) -> Result<Con
         };
         l.b.output(id);
         l.b.meta.outputs.push(OutputSpec { name: label, tensor: id, kind });
+    }
+    // Mechanism and element-wise fusion over Kestrel's own graph, every rewrite verified.
+    let fusion = kestrel::fuse::fuse(&mut l.b);
+    for (name, count) in &fusion.fused {
+        l.fused.push((name.clone(), *count));
     }
     let kes = l.b.build()?;
 
@@ -134,6 +154,7 @@ pub fn convert(onnx_path: impl AsRef<Path>, opts: &ConvertOptions) -> Result<Con
         kestrel_nodes: file.op_count() as usize,
         kestrel_ops,
         fused: l.fused.iter().map(|(name, count)| FusedPattern { name: name.clone(), count: *count }).collect(),
+        fusion_rejected: fusion.rejected,
         params: l.quant.iter().map(|w| w.shape.iter().product::<usize>() as u64).sum(),
         arena_bytes_per_sample: plan.arena_bytes_per_sample,
         scratch_bytes: plan.scratch_bytes,

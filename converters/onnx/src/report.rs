@@ -38,6 +38,9 @@ pub struct Report {
     pub kestrel_ops: BTreeMap<String, usize>,
     /// Fused patterns (names and counts).
     pub fused: Vec<FusedPattern>,
+    /// Patterns that matched structurally but failed the numerical check, so were not applied.
+    #[serde(default)]
+    pub fusion_rejected: Vec<String>,
     /// Parameters (elements of every weight).
     pub params: u64,
     /// Activation arena bytes per sample.
@@ -73,6 +76,9 @@ impl Report {
         let _ = writeln!(s, "kestrel nodes: {} ({})", self.kestrel_nodes, ops(&self.kestrel_ops));
         let fused: Vec<String> = self.fused.iter().map(|f| format!("{} x{}", f.name, f.count)).collect();
         let _ = writeln!(s, "fused: {}", if fused.is_empty() { "none".into() } else { fused.join(", ") });
+        for r in &self.fusion_rejected {
+            let _ = writeln!(s, "not fused (failed the numerical check): {r}");
+        }
         let _ = writeln!(s, "{:<32} {:<16} {:>6} {:>10} {:>10}", "weight", "shape", "dtype", "bytes", "SQNR dB");
         for w in &self.weights {
             let sqnr = w.sqnr_db.map_or("inf".to_string(), |d| format!("{d:.1}"));

@@ -50,6 +50,16 @@ fn forward_layout(b: &ModelBuilder, mut t: TensorId, nodes: &mut Vec<usize>) -> 
     t
 }
 
+/// Follows reshape views back to the tensor they view, collecting the view nodes.
+fn root_view(b: &ModelBuilder, mut t: TensorId, nodes: &mut Vec<usize>) -> TensorId {
+    while let Some(p) = b.producer(t) {
+        let Op::Reshape(r) = b.ops()[p] else { break };
+        nodes.push(p);
+        t = r.x;
+    }
+    t
+}
+
 /// Tokens and features of a `[T, d]` or `[1, T, d]` tensor.
 fn tokens(b: &ModelBuilder, t: TensorId) -> Option<(usize, usize)> {
     let s = b.shape_of(t)?;
@@ -84,7 +94,7 @@ fn token_mixing(b: &ModelBuilder, v: TensorId, x: TensorId) -> Option<(Vec<usize
     let t1 = b.producer(d.x)?;
     let Op::Transpose(tr1) = b.ops()[t1] else { return None };
     nodes.extend([t1, dn]);
-    (tr1.x == x).then_some((nodes, d.proj))
+    (root_view(b, tr1.x, &mut nodes) == x).then_some((nodes, d.proj))
 }
 
 /// Is `m` a causal mask: 0 on and below the diagonal, very negative above?
@@ -151,7 +161,7 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     // Weighted sum of values.
     let mm2 = sole_consumer(b, sm.y)?;
     let Op::MatMul(m2) = b.ops()[mm2] else { return None };
-    if m2.a != sm.y || m2.transpose_b {
+    if m2.a != sm.y {
         return None;
     }
     nodes.push(mm2);
@@ -167,22 +177,25 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
         return None;
     }
     nodes.push(on);
-    // Projections and the variant.
+    // Projections and the variant; projections may read different reshape views of the input.
     let (qn, qd) = projection(b, q_src)?;
     nodes.push(qn);
-    let x = qd.x;
+    let x = root_view(b, qd.x, &mut nodes);
     let (t, d) = tokens(b, x)?;
-    let k = if k_src == x {
+    let mut views = Vec::new();
+    let is_x = |b: &ModelBuilder, t: TensorId, views: &mut Vec<usize>| root_view(b, t, views) == x;
+    let k = if is_x(b, k_src, &mut views) {
         None
     } else {
         let (kn, kd) = projection(b, k_src)?;
-        (kd.x == x).then_some(())?;
+        is_x(b, kd.x, &mut views).then_some(())?;
         nodes.push(kn);
         Some(kd.proj)
     };
-    let (v, align) = if v_src == x {
+    let (v, align) = if is_x(b, v_src, &mut views) {
         (None, None)
-    } else if let Some((vn, vd)) = projection(b, v_src).filter(|(_, vd)| vd.x == x) {
+    } else if let Some((vn, vd)) = projection(b, v_src).filter(|(_, vd)| root_view(b, vd.x, &mut Vec::new()) == x) {
+        root_view(b, vd.x, &mut views);
         nodes.push(vn);
         (Some(vd.proj), None)
     } else {
@@ -190,6 +203,7 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
         nodes.extend(mix);
         (None, Some(proj))
     };
+    nodes.extend(views);
     let variant = match (k.is_some(), v.is_some(), align.is_some()) {
         (true, true, false) => AttentionVariant::Standard,
         (true, false, false) => AttentionVariant::Optimised,
@@ -209,18 +223,19 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     }
     nodes.sort_unstable();
     nodes.dedup();
-    // Build: [1, T, d] inputs get reshape views around the [T, d] fused node.
+    // Build: reshape views adapt the input and output to the fused node's `[T, d]`.
     let y = od.y;
-    let rank3 = b.shape_of(x)?.rank() == 3;
+    let td = [t as u32, d as u32];
     let mut ops = Vec::new();
-    let (xin, yout) = if rank3 {
-        let xr = b.new_activation("attention_in", &[t, d]).ok()?;
-        let yr = b.new_activation("attention_out", &[t, d]).ok()?;
-        ops.push(Op::Reshape(Reshape { x, y: xr }));
-        (xr, yr)
+    let xin = if b.shape_of(x)?.dims() == td {
+        x
     } else {
-        (x, y)
+        let xr = b.new_activation("attention_in", &[t, d]).ok()?;
+        ops.push(Op::Reshape(Reshape { x, y: xr }));
+        xr
     };
+    let out_direct = b.shape_of(y)?.dims() == td;
+    let yout = if out_direct { y } else { b.new_activation("attention_out", &[t, d]).ok()? };
     ops.push(Op::Attention(Attention {
         x: xin,
         variant,
@@ -234,7 +249,7 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
         o: od.proj,
         y: yout,
     }));
-    if rank3 {
+    if !out_direct {
         ops.push(Op::Reshape(Reshape { x: yout, y }));
     }
     Some((Region { nodes, inputs: vec![x], output: y }, ops))
