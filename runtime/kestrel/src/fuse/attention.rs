@@ -80,10 +80,28 @@ fn projection(b: &ModelBuilder, t: TensorId) -> Option<(usize, Dense)> {
 }
 
 /// `W^A X + b^A` written as transpose → dense over tokens (→ transpose, which the layout walk
-/// may already have passed): returns the nodes and the dense layer.
-fn token_mixing(b: &ModelBuilder, v: TensorId, x: TensorId) -> Option<(Vec<usize>, Proj)> {
+/// may already have passed) (→ an add of a per-token constant, when a converter could not fold
+/// b^A into the dense bias): returns the nodes, the dense layer and the values of b^A if they
+/// must be assembled into a new weight.
+fn token_mixing(b: &ModelBuilder, v: TensorId, x: TensorId, t: usize) -> Option<(Vec<usize>, Proj, Option<Vec<f32>>)> {
     let mut nodes = Vec::new();
     let mut v = v;
+    let mut extra_bias: Option<Vec<f32>> = None;
+    if let Some(p) = b.producer(v) {
+        if let Op::Binary(bin) = b.ops()[p] {
+            if bin.op != BinaryOp::Add {
+                return None;
+            }
+            let (other, c) = if b.is_weight(bin.b) { (bin.a, bin.b) } else { (bin.b, bin.a) };
+            let vals = b.weight_values(c)?;
+            if vals.len() != t {
+                return None;
+            }
+            extra_bias = Some(vals.to_vec());
+            nodes.push(p);
+            v = through_layout(b, other, &mut nodes, &mut 1.0);
+        }
+    }
     if let Some(t2) = b.producer(v) {
         if let Op::Transpose(tr2) = b.ops()[t2] {
             nodes.push(t2);
@@ -94,7 +112,15 @@ fn token_mixing(b: &ModelBuilder, v: TensorId, x: TensorId) -> Option<(Vec<usize
     let t1 = b.producer(d.x)?;
     let Op::Transpose(tr1) = b.ops()[t1] else { return None };
     nodes.extend([t1, dn]);
-    (root_view(b, tr1.x, &mut nodes) == x).then_some((nodes, d.proj))
+    if root_view(b, tr1.x, &mut nodes) != x {
+        return None;
+    }
+    let bias = match (extra_bias, d.proj.b) {
+        (None, _) => None,
+        (Some(e), None) => Some(e),
+        (Some(e), Some(own)) => Some(e.iter().zip(b.weight_values(own)?).map(|(a, c)| a + c).collect()),
+    };
+    Some((nodes, d.proj, bias))
 }
 
 /// Is `m` a causal mask: 0 on and below the diagonal, very negative above?
@@ -199,8 +225,11 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
         nodes.push(vn);
         (Some(vd.proj), None)
     } else {
-        let (mix, proj) = token_mixing(b, v_src, x)?;
+        let (mix, mut proj, bias) = token_mixing(b, v_src, x, t)?;
         nodes.extend(mix);
+        if let Some(values) = bias {
+            proj.b = Some(b.weight("attention_ba", &[t], values).ok()?);
+        }
         (None, Some(proj))
     };
     nodes.extend(views);
