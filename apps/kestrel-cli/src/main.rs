@@ -250,7 +250,9 @@ fn inspect(w: &mut String, path: &PathBuf) -> Result<()> {
     for n in 0..f.op_count() {
         let op = f.op(n)?;
         let y = f.tensor(op.output())?;
-        writeln!(w, "{n:>4}  {:<12} {} {}", op.name(), y.name, y.shape)?;
+        let mut ins = Vec::new();
+        op.for_each_input(|id| ins.push(id.to_string()));
+        writeln!(w, "{n:>4}  {:<12} {} {}  <- [{}]", op.name(), y.name, y.shape, ins.join(", "))?;
     }
     Ok(())
 }

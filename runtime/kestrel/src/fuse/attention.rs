@@ -123,13 +123,21 @@ fn token_mixing(b: &ModelBuilder, v: TensorId, x: TensorId, t: usize) -> Option<
     Some((nodes, d.proj, bias))
 }
 
+/// Does every `T×T` block of `m` (a mask may be repeated per head) satisfy `f(i, j, value)`?
+fn blocks_all(b: &ModelBuilder, m: TensorId, t: usize, f: impl Fn(usize, usize, f32) -> bool) -> bool {
+    let Some(v) = b.weight_values(m) else { return false };
+    let tt = t * t;
+    tt > 0 && !v.is_empty() && v.len() % tt == 0 && v.chunks(tt).all(|blk| (0..tt).all(|k| f(k / t, k % t, blk[k])))
+}
+
+/// Is `m` the lower triangle of ones (the "keep" factor of a lowered masked fill)?
+fn lower_ones(b: &ModelBuilder, m: TensorId, t: usize) -> bool {
+    blocks_all(b, m, t, |i, j, v| v == if j <= i { 1.0 } else { 0.0 })
+}
+
 /// Is `m` a causal mask: 0 on and below the diagonal, very negative above?
 fn causal_mask(b: &ModelBuilder, m: TensorId, t: usize) -> bool {
-    let (Some(v), Some(s)) = (b.weight_values(m), b.shape_of(m)) else { return false };
-    if v.len() != t * t || s.last() != t {
-        return false;
-    }
-    (0..t).all(|i| (0..t).all(|j| if j <= i { v[i * t + j] == 0.0 } else { v[i * t + j] <= -1e4 }))
+    blocks_all(b, m, t, |i, j, v| if j <= i { v == 0.0 } else { v <= -1e4 })
 }
 
 /// Fuses every attention block it can prove.
@@ -154,10 +162,28 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     // Scores: scalar scaling and an optional causal mask between the product and the softmax.
     let mut s = sm.x;
     let mut mask = None;
+    let mut keep_seen = false;
+    let mut keep = None;
     let scores = loop {
         let p = b.producer(s)?;
         match b.ops()[p] {
             Op::MatMul(m) => break (p, m),
+            // A masked fill lowered as `s·keep + fill`: keep must be the lower triangle of ones.
+            Op::Binary(bin) if bin.op == BinaryOp::Mul && mask.is_some() && !keep_seen => {
+                let (x, m) = if b.is_weight(bin.b) { (bin.a, bin.b) } else { (bin.b, bin.a) };
+                if scalar(b, m).is_some() {
+                    let mut n = Vec::new();
+                    s = through_layout(b, s, &mut n, &mut scale);
+                    nodes.extend(n);
+                    continue;
+                }
+                if !b.is_weight(m) {
+                    return None;
+                }
+                keep_seen = true;
+                keep = Some(m);
+                s = x;
+            }
             Op::Binary(bin) if bin.op == BinaryOp::Add && mask.is_none() => {
                 let (x, m) = if b.is_weight(bin.b) { (bin.a, bin.b) } else { (bin.b, bin.a) };
                 if !b.is_weight(m) {
@@ -185,9 +211,10 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     let q_src = through_layout(b, m1.a, &mut nodes, &mut scale);
     let k_src = through_layout(b, m1.b, &mut nodes, &mut scale);
     // Weighted sum of values.
-    let mm2 = sole_consumer(b, sm.y)?;
+    let probs = forward_layout(b, sm.y, &mut nodes);
+    let mm2 = sole_consumer(b, probs)?;
     let Op::MatMul(m2) = b.ops()[mm2] else { return None };
-    if m2.a != sm.y {
+    if m2.a != probs {
         return None;
     }
     nodes.push(mm2);
@@ -242,7 +269,7 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     };
     let causal = match mask {
         None => false,
-        Some(m) if causal_mask(b, m, t) => true,
+        Some(m) if keep.is_none_or(|k| lower_ones(b, k, t)) && causal_mask(b, m, t) => true,
         Some(_) => return None,
     };
     let sdims = b.shape_of(m1.a)?;
