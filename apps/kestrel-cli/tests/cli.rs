@@ -72,3 +72,42 @@ fn run_reads_npy_batches_and_writes_npy_outputs() {
     assert!(!ok && stderr.contains("expected shape"), "{stderr}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn convert_quantises_fuses_and_verifies_the_readme_model() {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../converters/fixtures/mnist_vit_super_h1");
+    let out = std::env::temp_dir().join(format!("kestrel-cli-convert-{}.kes", std::process::id()));
+    let (ok, stdout, stderr) = kestrel(&[
+        "convert",
+        fixture.join("model.onnx").to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--weights",
+        "int8",
+        "--verify",
+        fixture.join("input.npy").to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(ok, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("--json prints one JSON object");
+    assert_eq!(v["report"]["weights_dtype"], "int8");
+    let fused: Vec<(String, u64)> = v["report"]["fused"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["name"].as_str().unwrap().to_string(), f["count"].as_u64().unwrap()))
+        .collect();
+    assert!(fused.contains(&("attention".to_string(), 2)), "{fused:?}");
+    assert!(v["report"]["ratio"].as_f64().unwrap() < 0.27, "int8 file is {} of the ONNX file", v["report"]["ratio"]);
+    assert!(v["verify"]["top1_agreement"].as_f64().unwrap() >= 0.75, "{}", v["verify"]);
+    assert!(v["verify"]["max_rel_err"].as_f64().unwrap() < 0.05, "{}", v["verify"]);
+    // The written file runs.
+    let (ok, stdout, stderr) =
+        kestrel(&["run", out.to_str().unwrap(), "--input", fixture.join("input.npy").to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("[4, 10]"), "{stdout}");
+    std::fs::remove_file(&out).ok();
+    // A missing input is a clear error.
+    let (ok, _, stderr) = kestrel(&["convert", "/nonexistent/model.onnx", "-o", out.to_str().unwrap()]);
+    assert!(!ok && stderr.contains("nonexistent"), "{stderr}");
+}
