@@ -85,3 +85,30 @@ fn attention_fixtures_fuse_every_layer() {
     }
     assert!(checked >= 20, "only {checked} attention fixtures found in {}", dir.display());
 }
+
+/// Per mechanism, end to end against tract: every fixture's ONNX model run by tract and its
+/// conversion run by Kestrel on the same inputs, at f32 (≤ 1e-4 relative) and f16 (≤ 1e-2).
+#[test]
+fn every_fixture_matches_tract_at_f32_and_f16() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
+    let Ok(entries) = std::fs::read_dir(&dir) else { return };
+    let mut dirs: Vec<PathBuf> =
+        entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("model.onnx").exists()).collect();
+    dirs.sort();
+    let mut failures = Vec::new();
+    for d in &dirs {
+        let name = d.file_name().unwrap().to_string_lossy().to_string();
+        let input = read_npy(d.join("input.npy")).unwrap();
+        for (dtype, tol) in [(kestrel_onnx::DType::F32, 1e-4), (kestrel_onnx::DType::F16, 1e-2)] {
+            let opts = ConvertOptions { weights: dtype, ..ConvertOptions::default() };
+            let conv = convert(d.join("model.onnx"), &opts).unwrap();
+            let v = kestrel_onnx::verify(d.join("model.onnx"), &conv.kes, std::slice::from_ref(&input)).unwrap();
+            println!("{name} {}: max rel {:.3e}, top-1 {:.3}", dtype.name(), v.max_rel_err, v.top1_agreement);
+            if v.max_rel_err > tol {
+                failures.push(format!("{name} {}: max rel {:.3e} > {tol:e}", dtype.name(), v.max_rel_err));
+            }
+        }
+    }
+    assert!(dirs.len() >= 38, "only {} fixtures", dirs.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
