@@ -51,28 +51,30 @@ fn every_fixture_converts_and_matches_at_f32() {
     assert!(failures.is_empty(), "{} of {} fixtures failed:\n{}", failures.len(), dirs.len(), failures.join("\n"));
 }
 
-/// Every fixture of the four attention mechanisms (and the hand-written variant) converts to a
-/// graph where each attention layer is one fused `Attention` node: no softmax or matrix product
-/// is left, and the report counts the fusions. (AFT, Fastformer and `nn.MultiheadAttention`
-/// fixtures still run as generic ops; their fusion is not done yet.)
+/// Every fixture of the four attention mechanisms (and the hand-written variant) and every
+/// non-causal AFT-simple fixture converts to a graph where each layer is one fused node: no
+/// softmax or matrix product is left, and the report counts the fusions. (AFT-full/local/conv,
+/// causal AFT-simple, Fastformer and `nn.MultiheadAttention` fixtures still run as generic ops;
+/// their fusion is not done yet.)
 #[test]
-fn attention_fixtures_fuse_every_layer() {
+fn mechanism_fixtures_fuse_every_layer() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
     let Ok(entries) = std::fs::read_dir(&dir) else { return };
     let mut checked = 0;
     for d in entries.filter_map(|e| e.ok().map(|e| e.path())) {
         let Ok(meta) = std::fs::read_to_string(d.join("meta.json")) else { continue };
         let meta: serde_json::Value = serde_json::from_str(&meta).expect("meta.json is JSON");
-        let mech = meta["mechanism"].as_str().unwrap_or("");
-        if !["standard", "optimised", "efficient", "super", "handwritten"].contains(&mech) {
-            continue;
-        }
-        let layers = meta["config"]["layers"].as_u64().unwrap_or(1) as usize;
         let name = d.file_name().unwrap().to_string_lossy().to_string();
+        let (pattern, op) = match meta["mechanism"].as_str().unwrap_or("") {
+            "standard" | "optimised" | "efficient" | "super" | "handwritten" => ("attention", "Attention"),
+            "aft_simple" if !name.contains("causal") => ("aft-simple", "AftSimple"),
+            _ => continue,
+        };
+        let layers = meta["config"]["layers"].as_u64().unwrap_or(1) as usize;
         let report = convert(d.join("model.onnx"), &ConvertOptions::default()).unwrap().report;
-        let fused = report.fused.iter().find(|f| f.name == "attention").map_or(0, |f| f.count);
-        assert_eq!(fused, layers, "{name}: {} attention layers fused of {layers}\n{}", fused, report.to_table());
-        assert_eq!(report.kestrel_ops.get("Attention"), Some(&layers), "{name}");
+        let fused = report.fused.iter().find(|f| f.name == pattern).map_or(0, |f| f.count);
+        assert_eq!(fused, layers, "{name}: {fused} {pattern} layers fused of {layers}\n{}", report.to_table());
+        assert_eq!(report.kestrel_ops.get(op), Some(&layers), "{name}");
         for gone in ["Softmax", "MatMul"] {
             assert!(
                 !report.kestrel_ops.contains_key(gone),
@@ -83,7 +85,7 @@ fn attention_fixtures_fuse_every_layer() {
         assert!(report.fusion_rejected.is_empty(), "{name}: {:?}", report.fusion_rejected);
         checked += 1;
     }
-    assert!(checked >= 20, "only {checked} attention fixtures found in {}", dir.display());
+    assert!(checked >= 23, "only {checked} mechanism fixtures found in {}", dir.display());
 }
 
 /// Per mechanism, end to end against tract: every fixture's ONNX model run by tract and its

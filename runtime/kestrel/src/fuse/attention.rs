@@ -14,7 +14,7 @@ use kestrel_format::ops::*;
 
 /// Walks back from `t` through reshapes, transposes and multiplications/divisions by a scalar
 /// (folded into `scale`), collecting the nodes; returns the first tensor that is none of those.
-fn through_layout(b: &ModelBuilder, mut t: TensorId, nodes: &mut Vec<usize>, scale: &mut f32) -> TensorId {
+pub(super) fn through_layout(b: &ModelBuilder, mut t: TensorId, nodes: &mut Vec<usize>, scale: &mut f32) -> TensorId {
     while let Some(p) = b.producer(t) {
         match b.ops()[p] {
             Op::Reshape(r) => t = r.x,
@@ -38,7 +38,7 @@ fn through_layout(b: &ModelBuilder, mut t: TensorId, nodes: &mut Vec<usize>, sca
 }
 
 /// Walks forward from `t` through sole-consumer reshapes and transposes.
-fn forward_layout(b: &ModelBuilder, mut t: TensorId, nodes: &mut Vec<usize>) -> TensorId {
+pub(super) fn forward_layout(b: &ModelBuilder, mut t: TensorId, nodes: &mut Vec<usize>) -> TensorId {
     while let Some(c) = sole_consumer(b, t) {
         match b.ops()[c] {
             Op::Reshape(r) => t = r.y,
@@ -51,7 +51,7 @@ fn forward_layout(b: &ModelBuilder, mut t: TensorId, nodes: &mut Vec<usize>) -> 
 }
 
 /// Follows reshape views back to the tensor they view, collecting the view nodes.
-fn root_view(b: &ModelBuilder, mut t: TensorId, nodes: &mut Vec<usize>) -> TensorId {
+pub(super) fn root_view(b: &ModelBuilder, mut t: TensorId, nodes: &mut Vec<usize>) -> TensorId {
     while let Some(p) = b.producer(t) {
         let Op::Reshape(r) = b.ops()[p] else { break };
         nodes.push(p);
@@ -61,7 +61,7 @@ fn root_view(b: &ModelBuilder, mut t: TensorId, nodes: &mut Vec<usize>) -> Tenso
 }
 
 /// Tokens and features of a `[T, d]` or `[1, T, d]` tensor.
-fn tokens(b: &ModelBuilder, t: TensorId) -> Option<(usize, usize)> {
+pub(super) fn tokens(b: &ModelBuilder, t: TensorId) -> Option<(usize, usize)> {
     let s = b.shape_of(t)?;
     match s.dims() {
         [t, d] => Some((*t as usize, *d as usize)),
@@ -71,7 +71,7 @@ fn tokens(b: &ModelBuilder, t: TensorId) -> Option<(usize, usize)> {
 }
 
 /// The projection producing `t` from `x`: a bias-optional, activation-free dense layer.
-fn projection(b: &ModelBuilder, t: TensorId) -> Option<(usize, Dense)> {
+pub(super) fn projection(b: &ModelBuilder, t: TensorId) -> Option<(usize, Dense)> {
     let p = b.producer(t)?;
     match b.ops()[p] {
         Op::Dense(d) if d.act == Activation::None => Some((p, d)),

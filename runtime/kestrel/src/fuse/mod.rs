@@ -6,6 +6,7 @@
 //! within [`VERIFY_RTOL`] of the region's output scale. A pattern that matches the shape of a
 //! graph but not its maths is therefore rejected (and reported), never applied.
 
+mod aft;
 mod attention;
 mod elementwise;
 
@@ -42,6 +43,7 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         elementwise::gelu_erf(b, &mut report);
         elementwise::dense_activation(b, &mut report);
         attention::attention(b, &mut report);
+        aft::aft_simple(b, &mut report);
         if b.ops().len() == before {
             break;
         }
