@@ -115,3 +115,136 @@ fn match_aft_simple(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec
     }
     Some((Region { nodes, inputs: vec![x], output: y }, ops))
 }
+
+/// Fuses every Fastformer block it can prove: additive attention over q (α, global query g),
+/// p = g ⊙ k, additive attention over p (β, global key G), u = G ⊙ v, W^R u + b^R + q.
+pub(super) fn fastformer(b: &mut ModelBuilder, report: &mut FusionReport) {
+    let mut i = 0;
+    while i < b.ops().len() {
+        if let Op::Softmax(_) = b.ops()[i] {
+            if let Some((region, ops)) = match_fastformer(b, i) {
+                if try_replace(b, &region, ops, "fastformer", report) {
+                    continue;
+                }
+            }
+        }
+        i += 1;
+    }
+}
+
+/// One additive-attention pooling starting at `softmax`: scores `src · w` (scaled) → softmax over
+/// tokens → weighted sum of `src`'s heads. Returns (src, scoring weight, scale, pooled tensor).
+fn additive_pool(
+    b: &ModelBuilder,
+    softmax: usize,
+    nodes: &mut Vec<usize>,
+) -> Option<(TensorId, TensorId, f32, TensorId)> {
+    let Op::Softmax(sm) = b.ops()[softmax] else { return None };
+    nodes.push(softmax);
+    let mut scale = 1.0f32;
+    let score = through_layout(b, sm.x, nodes, &mut scale);
+    let (an, ad) = projection(b, score)?;
+    nodes.push(an);
+    let src = ad.x;
+    let w = forward_layout(b, sm.y, nodes);
+    let mn = sole_consumer(b, w)?;
+    let Op::Binary(mul) = b.ops()[mn] else { return None };
+    if mul.op != BinaryOp::Mul || through_layout(b, other_operand(&mul, w)?, nodes, &mut 1.0) != src {
+        return None;
+    }
+    nodes.push(mn);
+    let rn = sole_consumer(b, mul.y)?;
+    let Op::Reduce(red) = b.ops()[rn] else { return None };
+    if red.op != ReduceOp::Sum {
+        return None;
+    }
+    nodes.push(rn);
+    Some((src, ad.proj.w, scale, forward_layout(b, red.y, nodes)))
+}
+
+fn match_fastformer(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<Op>)> {
+    let mut nodes = Vec::new();
+    // α over q → g.
+    let (q, wqa, scale_a, g) = additive_pool(b, softmax, &mut nodes)?;
+    let (qn, qd) = projection(b, q)?;
+    nodes.push(qn);
+    let x = root_view(b, qd.x, &mut nodes);
+    let (t, d) = tokens(b, x)?;
+    // p = g ⊙ k.
+    let pn = sole_consumer(b, g)?;
+    let Op::Binary(pm) = b.ops()[pn] else { return None };
+    if pm.op != BinaryOp::Mul {
+        return None;
+    }
+    nodes.push(pn);
+    let k_src = through_layout(b, other_operand(&pm, g)?, &mut nodes, &mut 1.0);
+    let (kn, kd) = projection(b, k_src)?;
+    (root_view(b, kd.x, &mut nodes) == x).then_some(())?;
+    nodes.push(kn);
+    // β over p → G: the second softmax is the one whose scores read p.
+    let p = pm.y;
+    let second = (0..b.ops().len()).find(|&i| {
+        i != softmax
+            && matches!(b.ops()[i], Op::Softmax(_))
+            && additive_pool(b, i, &mut Vec::new()).is_some_and(|(src, ..)| src == p)
+    })?;
+    let (_, wka, scale_b, big_g) = additive_pool(b, second, &mut nodes)?;
+    if (scale_a - scale_b).abs() > 1e-6 * scale_a.abs() {
+        return None;
+    }
+    // u = G ⊙ v, then W^R u + b^R, then + q.
+    let un = sole_consumer(b, big_g)?;
+    let Op::Binary(um) = b.ops()[un] else { return None };
+    if um.op != BinaryOp::Mul {
+        return None;
+    }
+    nodes.push(un);
+    let v_src = through_layout(b, other_operand(&um, big_g)?, &mut nodes, &mut 1.0);
+    let (vn, vd) = projection(b, v_src)?;
+    (root_view(b, vd.x, &mut nodes) == x).then_some(())?;
+    nodes.push(vn);
+    let u = forward_layout(b, um.y, &mut nodes);
+    let rn = sole_consumer(b, u)?;
+    let Op::Dense(rd) = b.ops()[rn] else { return None };
+    if rd.act != Activation::None {
+        return None;
+    }
+    nodes.push(rn);
+    let an = sole_consumer(b, rd.y)?;
+    let Op::Binary(add) = b.ops()[an] else { return None };
+    if add.op != BinaryOp::Add || through_layout(b, other_operand(&add, rd.y)?, &mut Vec::new(), &mut 1.0) != q {
+        return None;
+    }
+    nodes.push(an);
+    let heads = b.shape_of(wqa)?.as_matrix()?.0;
+    nodes.sort_unstable();
+    nodes.dedup();
+    let y = add.y;
+    let td = [t as u32, d as u32];
+    let mut ops = Vec::new();
+    let xin = if b.shape_of(x)?.dims() == td {
+        x
+    } else {
+        let xr = b.new_activation("fastformer_in", &[t, d]).ok()?;
+        ops.push(Op::Reshape(Reshape { x, y: xr }));
+        xr
+    };
+    let direct = b.shape_of(y)?.dims() == td;
+    let yout = if direct { y } else { b.new_activation("fastformer_out", &[t, d]).ok()? };
+    ops.push(Op::Fastformer(Fastformer {
+        x: xin,
+        heads: heads as u32,
+        scale: scale_a,
+        q: qd.proj,
+        k: kd.proj,
+        v: vd.proj,
+        wqa,
+        wka,
+        r: rd.proj,
+        y: yout,
+    }));
+    if !direct {
+        ops.push(Op::Reshape(Reshape { x: yout, y }));
+    }
+    Some((Region { nodes, inputs: vec![x], output: y }, ops))
+}

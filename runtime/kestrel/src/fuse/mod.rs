@@ -44,6 +44,7 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         elementwise::dense_activation(b, &mut report);
         attention::attention(b, &mut report);
         aft::aft_simple(b, &mut report);
+        aft::fastformer(b, &mut report);
         if b.ops().len() == before {
             break;
         }
