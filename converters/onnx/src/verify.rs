@@ -58,7 +58,10 @@ pub struct VerifyReport {
 /// One output: full shape (batch first) and row-major values.
 pub type ShapedOutput = (Vec<usize>, Vec<f32>);
 
-/// Runs the ONNX model with tract at the inputs' batch size (typed and optimised).
+/// Runs the ONNX model with tract at the inputs' batch size: typed and optimised, or — when
+/// tract's own optimiser fails on the model (tract 0.21's codegen rejects some constant
+/// left-hand matrix products, e.g. AFT's `exp(w)·(e^K ⊙ V)`, with "No packing for …") — the
+/// typed, decluttered graph run without codegen, which computes the same ONNX semantics.
 pub fn run_tract(onnx_path: impl AsRef<Path>, inputs: &[InputTensor]) -> Result<Vec<ShapedOutput>, ConvertError> {
     let path = onnx_path.as_ref();
     let p = path.display().to_string();
@@ -86,7 +89,10 @@ pub fn run_tract(onnx_path: impl AsRef<Path>, inputs: &[InputTensor]) -> Result<
         .map_err(tract_err(&p, "build an input tensor"))?;
         tv.push(t.into_tvalue());
     }
-    let plan = model.into_optimized().and_then(|m| m.into_runnable()).map_err(tract_err(&p, "optimise the model"))?;
+    let plan = match model.clone().into_optimized().and_then(|m| m.into_runnable()) {
+        Ok(plan) => plan,
+        Err(_) => model.into_runnable().map_err(tract_err(&p, "prepare the model"))?,
+    };
     let outs = plan.run(tv).map_err(tract_err(&p, "run the model"))?;
     outs.into_iter()
         .map(|o| {

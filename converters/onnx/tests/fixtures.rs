@@ -52,9 +52,9 @@ fn every_fixture_converts_and_matches_at_f32() {
 }
 
 /// Every fixture of the four attention mechanisms (and the hand-written variant) and every
-/// non-causal AFT-simple and every Fastformer fixture converts to a graph where each layer is one fused node: no
-/// softmax or matrix product is left, and the report counts the fusions. (AFT-full/local/conv,
-/// causal AFT-simple and `nn.MultiheadAttention` fixtures still run as generic ops;
+/// non-causal AFT-simple, every AFT-full, AFT-local and Fastformer fixture converts to a graph where each layer is one fused node: no
+/// softmax or matrix product is left, and the report counts the fusions. (AFT-conv, causal
+/// AFT-simple and `nn.MultiheadAttention` fixtures still run as generic ops;
 /// their fusion is not done yet.)
 #[test]
 fn mechanism_fixtures_fuse_every_layer() {
@@ -69,6 +69,8 @@ fn mechanism_fixtures_fuse_every_layer() {
             "standard" | "optimised" | "efficient" | "super" | "handwritten" => ("attention", "Attention"),
             "aft_simple" if !name.contains("causal") => ("aft-simple", "AftSimple"),
             "fastformer" => ("fastformer", "Fastformer"),
+            "aft_full" => ("aft-full", "AftFull"),
+            "aft_local" => ("aft-local", "AftLocal"),
             _ => continue,
         };
         let layers = meta["config"]["layers"].as_u64().unwrap_or(1) as usize;
@@ -86,7 +88,7 @@ fn mechanism_fixtures_fuse_every_layer() {
         assert!(report.fusion_rejected.is_empty(), "{name}: {:?}", report.fusion_rejected);
         checked += 1;
     }
-    assert!(checked >= 27, "only {checked} mechanism fixtures found in {}", dir.display());
+    assert!(checked >= 32, "only {checked} mechanism fixtures found in {}", dir.display());
 }
 
 /// Per mechanism, end to end against tract: every fixture's ONNX model run by tract and its

@@ -248,3 +248,200 @@ fn match_fastformer(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec
     }
     Some((Region { nodes, inputs: vec![x], output: y }, ops))
 }
+
+/// Fuses AFT-full written out as `σ(Q) ⊙ [E·(e^K ⊙ V)] / [E·e^K]` with a constant
+/// `E = exp(w − row max)` (exporters fold the position biases into it): w is recovered as ln E
+/// (a per-row shift cancels in the ratio); zeros above the diagonal mean the causal form.
+pub(super) fn aft_full(b: &mut ModelBuilder, report: &mut FusionReport) {
+    let mut i = 0;
+    while i < b.ops().len() {
+        if let Op::Unary(Unary { op: UnaryOp::Exp, .. }) = b.ops()[i] {
+            if let Some((region, ops)) = match_aft_full(b, i) {
+                let pattern = if matches!(ops.iter().find(|o| !matches!(o, Op::Reshape(_))), Some(Op::AftLocal(_))) {
+                    "aft-local"
+                } else {
+                    "aft-full"
+                };
+                if try_replace(b, &region, ops, pattern, report) {
+                    continue;
+                }
+            }
+        }
+        i += 1;
+    }
+}
+
+/// `y = E·s` along tokens, written transpose (node `t1`) → dense(E, no bias) → transpose:
+/// returns E's id and the result.
+fn token_product(b: &ModelBuilder, t1: usize, nodes: &mut Vec<usize>) -> Option<(TensorId, TensorId)> {
+    let Op::Transpose(tr1) = b.ops()[t1] else { return None };
+    let dn = sole_consumer(b, tr1.y)?;
+    let Op::Dense(dd) = b.ops()[dn] else { return None };
+    if dd.proj.b.is_some() || dd.act != Activation::None {
+        return None;
+    }
+    let t2 = sole_consumer(b, dd.y)?;
+    let Op::Transpose(tr2) = b.ops()[t2] else { return None };
+    nodes.extend([t1, dn, t2]);
+    Some((dd.proj.w, tr2.y))
+}
+
+fn match_aft_full(b: &mut ModelBuilder, exp_node: usize) -> Option<(Region, Vec<Op>)> {
+    let Op::Unary(Unary { x: shifted, y: ek, .. }) = b.ops()[exp_node] else { return None };
+    let mut nodes = vec![exp_node];
+    // e^(K − max_t K) (the shift cancels, so any subtracted reduction is accepted).
+    let sn = b.producer(shifted)?;
+    let Op::Binary(sub) = b.ops()[sn] else { return None };
+    if sub.op != BinaryOp::Sub {
+        return None;
+    }
+    nodes.push(sn);
+    if let Some(mn) = b.producer(sub.b).filter(|&n| matches!(b.ops()[n], Op::Reduce(_))) {
+        nodes.push(mn);
+    }
+    let (kn, kd) = projection(b, sub.a)?;
+    nodes.push(kn);
+    let x = root_view(b, kd.x, &mut nodes);
+    let (t, d) = tokens(b, x)?;
+    // e^K's two uses: ⊙ V (numerator) and E·e^K (denominator).
+    let uses = b.consumers(ek);
+    if uses.len() != 2 {
+        return None;
+    }
+    let (mut num_src, mut den) = (None, None);
+    let mut e_id = None;
+    for u in uses {
+        match b.ops()[u] {
+            Op::Binary(m) if m.op == BinaryOp::Mul => {
+                let (vn, vd) = projection(b, other_operand(&m, ek)?)?;
+                (root_view(b, vd.x, &mut nodes) == x).then_some(())?;
+                nodes.extend([u, vn]);
+                num_src = Some((m.y, vd.proj));
+            }
+            Op::Transpose(_) => {
+                let mut n = Vec::new();
+                let (w, y) = token_product(b, u, &mut n)?;
+                nodes.extend(n);
+                e_id = Some(w);
+                den = Some(y);
+            }
+            _ => return None,
+        }
+    }
+    let ((kv, vproj), den, e_id) = (num_src?, den?, e_id?);
+    let (e2, num) = token_product(b, sole_consumer(b, kv)?, &mut nodes)?;
+    if e2 != e_id {
+        return None;
+    }
+    // σ(Q) ⊙ num, then ÷ den (as a division or a product with 1/den).
+    let gn = sole_consumer(b, num)?;
+    let Op::Binary(gate) = b.ops()[gn] else { return None };
+    if gate.op != BinaryOp::Mul {
+        return None;
+    }
+    nodes.push(gn);
+    let sn = b.producer(other_operand(&gate, num)?)?;
+    let Op::Unary(Unary { x: q_pre, op: UnaryOp::Sigmoid, .. }) = b.ops()[sn] else { return None };
+    nodes.push(sn);
+    let (qn, qd) = projection(b, q_pre)?;
+    (root_view(b, qd.x, &mut nodes) == x).then_some(())?;
+    nodes.push(qn);
+    let dn = sole_consumer(b, gate.y)?;
+    let Op::Binary(div) = b.ops()[dn] else { return None };
+    nodes.push(dn);
+    match div.op {
+        BinaryOp::Div if div.a == gate.y && div.b == den => {}
+        BinaryOp::Mul => {
+            let rn = b.producer(other_operand(&div, gate.y)?)?;
+            let Op::Unary(Unary { x: r_in, op: UnaryOp::Reciprocal, .. }) = b.ops()[rn] else { return None };
+            (r_in == den).then_some(())?;
+            nodes.push(rn);
+        }
+        _ => return None,
+    }
+    let merged = forward_layout(b, div.y, &mut nodes);
+    let on = sole_consumer(b, merged)?;
+    let Op::Dense(od) = b.ops()[on] else { return None };
+    if od.act != Activation::None {
+        return None;
+    }
+    nodes.push(on);
+    // w = ln E; an all-zero upper triangle is the causal mask.
+    let e = b.weight_values(e_id)?;
+    if e.len() != t * t || e.iter().any(|&v| !(v >= 0.0) || !v.is_finite()) {
+        return None;
+    }
+    let causal = (0..t).all(|i| (i + 1..t).all(|j| e[i * t + j] == 0.0)) && t > 1;
+    let mut w = Vec::with_capacity(t * t);
+    for i in 0..t {
+        for j in 0..t {
+            let v = e[i * t + j];
+            w.push(if causal && j > i {
+                0.0
+            } else if v > 0.0 {
+                v.ln()
+            } else {
+                return None;
+            });
+        }
+    }
+    // AFT-local: outside a band |t − t'| < s each row of w is one constant (the row's shift);
+    // subtracting it makes w exactly 0 there, which is AFT-local's definition.
+    let window = local_window(&w, t, causal);
+    let w = match window {
+        Some((_, ref shift)) => (0..t * t).map(|k| w[k] - shift[k / t]).collect(),
+        None => w,
+    };
+    let w_id = b.weight("aft_w", &[t, t], w).ok()?;
+    nodes.sort_unstable();
+    nodes.dedup();
+    let y = od.y;
+    let td = [t as u32, d as u32];
+    let mut ops = Vec::new();
+    let xin = if b.shape_of(x)?.dims() == td {
+        x
+    } else {
+        let xr = b.new_activation("aft_in", &[t, d]).ok()?;
+        ops.push(Op::Reshape(Reshape { x, y: xr }));
+        xr
+    };
+    let direct = b.shape_of(y)?.dims() == td;
+    let yout = if direct { y } else { b.new_activation("aft_out", &[t, d]).ok()? };
+    let (q, k, o) = (qd.proj, kd.proj, od.proj);
+    ops.push(match window {
+        Some((s, _)) => {
+            Op::AftLocal(AftLocal { x: xin, causal, window: s as u32, q, k, v: vproj, w: w_id, o, y: yout })
+        }
+        None => Op::AftFull(AftFull { x: xin, causal, q, k, v: vproj, bias: AftBias::Full(w_id), o, y: yout }),
+    });
+    if !direct {
+        ops.push(Op::Reshape(Reshape { x: yout, y }));
+    }
+    Some((Region { nodes, inputs: vec![x], output: y }, ops))
+}
+
+/// The smallest window s ≤ T/2 such that every row i of `w` is constant (within float round-off of
+/// exp/ln) at every position |i − j| ≥ s it reads (j ≤ i when causal), with that constant per
+/// row; `None` when no such window exists.
+fn local_window(w: &[f32], t: usize, causal: bool) -> Option<(usize, Vec<f32>)> {
+    let reads = |i: usize, j: usize| !causal || j <= i;
+    let mut shift = vec![0f32; t];
+    let mut s = 1;
+    for i in 0..t {
+        // The farthest position the row reads stands for the outside value.
+        let far = if causal || i >= t - 1 - i { 0 } else { t - 1 };
+        if i.abs_diff(far) == 0 {
+            continue;
+        }
+        let c = w[i * t + far];
+        shift[i] = c;
+        let tol = 1e-5 * (1.0 + c.abs());
+        for j in 0..t {
+            if reads(i, j) && (w[i * t + j] - c).abs() > tol {
+                s = s.max(i.abs_diff(j) + 1);
+            }
+        }
+    }
+    // Only a window that saves work counts (s = T − 1 holds trivially).
+    (s <= t / 2).then_some((s, shift))
+}

@@ -45,6 +45,7 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         attention::attention(b, &mut report);
         aft::aft_simple(b, &mut report);
         aft::fastformer(b, &mut report);
+        aft::aft_full(b, &mut report);
         if b.ops().len() == before {
             break;
         }
