@@ -368,7 +368,7 @@ fn match_aft_full(b: &mut ModelBuilder, exp_node: usize) -> Option<(Region, Vec<
     nodes.push(on);
     // w = ln E; an all-zero upper triangle is the causal mask.
     let e = b.weight_values(e_id)?;
-    if e.len() != t * t || e.iter().any(|&v| !(v >= 0.0) || !v.is_finite()) {
+    if e.len() != t * t || e.iter().any(|&v| v.is_nan() || v < 0.0 || !v.is_finite()) {
         return None;
     }
     let causal = (0..t).all(|i| (i + 1..t).all(|j| e[i * t + j] == 0.0)) && t > 1;
