@@ -3,7 +3,7 @@
 //! check decides.
 
 use super::attention::{forward_layout, projection, root_view, through_layout, tokens};
-use super::{sole_consumer, try_replace, FusionReport};
+use super::{around_tokens, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::*;
@@ -90,29 +90,9 @@ fn match_aft_simple(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec
     nodes.sort_unstable();
     nodes.dedup();
     let y = od.y;
-    let td = [t as u32, d as u32];
-    let mut ops = Vec::new();
-    let xin = if b.shape_of(x)?.dims() == td {
-        x
-    } else {
-        let xr = b.new_activation("aft_in", &[t, d]).ok()?;
-        ops.push(Op::Reshape(Reshape { x, y: xr }));
-        xr
-    };
-    let direct = b.shape_of(y)?.dims() == td;
-    let yout = if direct { y } else { b.new_activation("aft_out", &[t, d]).ok()? };
-    ops.push(Op::AftSimple(AftSimple {
-        x: xin,
-        causal: false,
-        q: qd.proj,
-        k: kd.proj,
-        v: vd.proj,
-        o: od.proj,
-        y: yout,
-    }));
-    if !direct {
-        ops.push(Op::Reshape(Reshape { x: yout, y }));
-    }
+    let ops = around_tokens(b, x, y, (t, d), |xin, yout| {
+        Op::AftSimple(AftSimple { x: xin, causal: false, q: qd.proj, k: kd.proj, v: vd.proj, o: od.proj, y: yout })
+    })?;
     Some((Region { nodes, inputs: vec![x], output: y }, ops))
 }
 
@@ -220,32 +200,20 @@ fn match_fastformer(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec
     nodes.sort_unstable();
     nodes.dedup();
     let y = add.y;
-    let td = [t as u32, d as u32];
-    let mut ops = Vec::new();
-    let xin = if b.shape_of(x)?.dims() == td {
-        x
-    } else {
-        let xr = b.new_activation("fastformer_in", &[t, d]).ok()?;
-        ops.push(Op::Reshape(Reshape { x, y: xr }));
-        xr
-    };
-    let direct = b.shape_of(y)?.dims() == td;
-    let yout = if direct { y } else { b.new_activation("fastformer_out", &[t, d]).ok()? };
-    ops.push(Op::Fastformer(Fastformer {
-        x: xin,
-        heads: heads as u32,
-        scale: scale_a,
-        q: qd.proj,
-        k: kd.proj,
-        v: vd.proj,
-        wqa,
-        wka,
-        r: rd.proj,
-        y: yout,
-    }));
-    if !direct {
-        ops.push(Op::Reshape(Reshape { x: yout, y }));
-    }
+    let ops = around_tokens(b, x, y, (t, d), |xin, yout| {
+        Op::Fastformer(Fastformer {
+            x: xin,
+            heads: heads as u32,
+            scale: scale_a,
+            q: qd.proj,
+            k: kd.proj,
+            v: vd.proj,
+            wqa,
+            wka,
+            r: rd.proj,
+            y: yout,
+        })
+    })?;
     Some((Region { nodes, inputs: vec![x], output: y }, ops))
 }
 
@@ -396,27 +364,13 @@ fn match_aft_full(b: &mut ModelBuilder, exp_node: usize) -> Option<(Region, Vec<
     nodes.sort_unstable();
     nodes.dedup();
     let y = od.y;
-    let td = [t as u32, d as u32];
-    let mut ops = Vec::new();
-    let xin = if b.shape_of(x)?.dims() == td {
-        x
-    } else {
-        let xr = b.new_activation("aft_in", &[t, d]).ok()?;
-        ops.push(Op::Reshape(Reshape { x, y: xr }));
-        xr
-    };
-    let direct = b.shape_of(y)?.dims() == td;
-    let yout = if direct { y } else { b.new_activation("aft_out", &[t, d]).ok()? };
     let (q, k, o) = (qd.proj, kd.proj, od.proj);
-    ops.push(match window {
+    let ops = around_tokens(b, x, y, (t, d), |xin, yout| match window {
         Some((s, _)) => {
             Op::AftLocal(AftLocal { x: xin, causal, window: s as u32, q, k, v: vproj, w: w_id, o, y: yout })
         }
         None => Op::AftFull(AftFull { x: xin, causal, q, k, v: vproj, bias: AftBias::Full(w_id), o, y: yout }),
-    });
-    if !direct {
-        ops.push(Op::Reshape(Reshape { x: yout, y }));
-    }
+    })?;
     Some((Region { nodes, inputs: vec![x], output: y }, ops))
 }
 

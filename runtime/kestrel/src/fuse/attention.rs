@@ -7,7 +7,7 @@
 //! additive causal mask): it reads off the variant, the heads, the scale and the weights, and
 //! the numerical check decides whether the fused node really computes the same thing.
 
-use super::{scalar, sole_consumer, try_replace, FusionReport};
+use super::{around_tokens, scalar, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::*;
@@ -281,32 +281,20 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     nodes.dedup();
     // Build: reshape views adapt the input and output to the fused node's `[T, d]`.
     let y = od.y;
-    let td = [t as u32, d as u32];
-    let mut ops = Vec::new();
-    let xin = if b.shape_of(x)?.dims() == td {
-        x
-    } else {
-        let xr = b.new_activation("attention_in", &[t, d]).ok()?;
-        ops.push(Op::Reshape(Reshape { x, y: xr }));
-        xr
-    };
-    let out_direct = b.shape_of(y)?.dims() == td;
-    let yout = if out_direct { y } else { b.new_activation("attention_out", &[t, d]).ok()? };
-    ops.push(Op::Attention(Attention {
-        x: xin,
-        variant,
-        heads: heads as u32,
-        causal,
-        scale,
-        q: qd.proj,
-        k,
-        v,
-        align,
-        o: od.proj,
-        y: yout,
-    }));
-    if !out_direct {
-        ops.push(Op::Reshape(Reshape { x: yout, y }));
-    }
+    let ops = around_tokens(b, x, y, (t, d), |xin, yout| {
+        Op::Attention(Attention {
+            x: xin,
+            variant,
+            heads: heads as u32,
+            causal,
+            scale,
+            q: qd.proj,
+            k,
+            v,
+            align,
+            o: od.proj,
+            y: yout,
+        })
+    })?;
     Some((Region { nodes, inputs: vec![x], output: y }, ops))
 }

@@ -118,6 +118,34 @@ fn run_region(b: &ModelBuilder, region: &Region) -> Result<Vec<f32>, Error> {
     Ok(s.run_vec(&inputs)?.remove(0))
 }
 
+/// The ops replacing a region by one fused `[T, d]` node: reshape views adapt `x` (the region's
+/// input, `[T, d]` or `[1, T, d]`) and `y` (its output) to the node `make(x', y')` builds.
+pub(crate) fn around_tokens(
+    b: &mut ModelBuilder,
+    x: u32,
+    y: u32,
+    (t, d): (usize, usize),
+    make: impl FnOnce(u32, u32) -> Op,
+) -> Option<Vec<Op>> {
+    use kestrel_format::ops::Reshape;
+    let td = [t as u32, d as u32];
+    let mut ops = Vec::new();
+    let xin = if b.shape_of(x)?.dims() == td {
+        x
+    } else {
+        let xr = b.new_activation("fused_in", &[t, d]).ok()?;
+        ops.push(Op::Reshape(Reshape { x, y: xr }));
+        xr
+    };
+    let direct = b.shape_of(y)?.dims() == td;
+    let yout = if direct { y } else { b.new_activation("fused_out", &[t, d]).ok()? };
+    ops.push(make(xin, yout));
+    if !direct {
+        ops.push(Op::Reshape(Reshape { x: yout, y }));
+    }
+    Some(ops)
+}
+
 /// The single node consuming `id`, if exactly one does and `id` is not a graph output.
 pub(crate) fn sole_consumer(b: &ModelBuilder, id: u32) -> Option<usize> {
     let c = b.consumers(id);
