@@ -225,10 +225,10 @@ pub(super) fn aft_full(b: &mut ModelBuilder, report: &mut FusionReport) {
     while i < b.ops().len() {
         if let Op::Unary(Unary { op: UnaryOp::Exp, .. }) = b.ops()[i] {
             if let Some((region, ops)) = match_aft_full(b, i) {
-                let pattern = if matches!(ops.iter().find(|o| !matches!(o, Op::Reshape(_))), Some(Op::AftLocal(_))) {
-                    "aft-local"
-                } else {
-                    "aft-full"
+                let pattern = match ops.iter().find(|o| !matches!(o, Op::Reshape(_))) {
+                    Some(Op::AftLocal(_)) => "aft-local",
+                    Some(Op::AftSimple(_)) => "aft-simple",
+                    _ => "aft-full",
                 };
                 if try_replace(b, &region, ops, pattern, report) {
                     continue;
@@ -298,7 +298,8 @@ fn match_aft_full(b: &mut ModelBuilder, exp_node: usize) -> Option<(Region, Vec<
     }
     let ((kv, vproj), den, e_id) = (num_src?, den?, e_id?);
     let (e2, num) = token_product(b, sole_consumer(b, kv)?, &mut nodes)?;
-    if e2 != e_id {
+    // The same E on both paths (converters may store two equal copies, e.g. two cumulative sums).
+    if e2 != e_id && b.weight_values(e2)? != b.weight_values(e_id)? {
         return None;
     }
     // σ(Q) ⊙ num, then ÷ den (as a division or a product with 1/den).
@@ -352,6 +353,18 @@ fn match_aft_full(b: &mut ModelBuilder, exp_node: usize) -> Option<(Region, Vec<
                 return None;
             });
         }
+    }
+    // w ≡ 0 wherever it is read: AFT-simple (causal AFT-simple is lowered as cumulative sums,
+    // i.e. E the lower triangle of ones).
+    if w.iter().all(|&v| v == 0.0) {
+        nodes.sort_unstable();
+        nodes.dedup();
+        let y = od.y;
+        let (q, k, o) = (qd.proj, kd.proj, od.proj);
+        let ops = around_tokens(b, x, y, (t, d), |xin, yout| {
+            Op::AftSimple(AftSimple { x: xin, causal, q, k, v: vproj, o, y: yout })
+        })?;
+        return Some((Region { nodes, inputs: vec![x], output: y }, ops));
     }
     // AFT-local: outside a band |t − t'| < s each row of w is one constant (the row's shift);
     // subtracting it makes w exactly 0 there, which is AFT-local's definition.
