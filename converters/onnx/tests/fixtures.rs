@@ -4,19 +4,32 @@
 use kestrel_onnx::{compare, convert, read_npy, run_kestrel, ConvertOptions, InputData};
 use std::path::PathBuf;
 
-#[test]
-fn every_fixture_converts_and_matches_at_f32() {
-    // KESTREL_FIXTURES overrides the directory (to try fixtures that live elsewhere).
-    let dir = std::env::var_os("KESTREL_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures"));
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        println!("no fixtures at {}", dir.display());
-        return;
-    };
+/// Fixtures committed under `converters/fixtures/` (`KESTREL_FIXTURES` overrides the directory).
+const COMMITTED_FIXTURES: usize = 38;
+
+/// Every fixture directory, sorted. Panics if the committed fixtures are missing, so no test here
+/// can pass without checking anything.
+fn fixture_dirs() -> Vec<PathBuf> {
+    let override_dir = std::env::var_os("KESTREL_FIXTURES").map(PathBuf::from);
+    let dir = override_dir.clone().unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures"));
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("no fixtures at {}: {e}", dir.display()));
     let mut dirs: Vec<PathBuf> =
         entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("model.onnx").exists()).collect();
     dirs.sort();
+    if override_dir.is_none() {
+        assert!(
+            dirs.len() >= COMMITTED_FIXTURES,
+            "{} fixtures in {}, expected {COMMITTED_FIXTURES}",
+            dirs.len(),
+            dir.display()
+        );
+    }
+    dirs
+}
+
+#[test]
+fn every_fixture_converts_and_matches_at_f32() {
+    let dirs = fixture_dirs();
     let mut failures = Vec::new();
     for d in &dirs {
         let name = d.file_name().unwrap().to_string_lossy().to_string();
@@ -58,10 +71,8 @@ fn every_fixture_converts_and_matches_at_f32() {
 /// their fusion is not done yet.)
 #[test]
 fn mechanism_fixtures_fuse_every_layer() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
-    let Ok(entries) = std::fs::read_dir(&dir) else { return };
     let mut checked = 0;
-    for d in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+    for d in fixture_dirs() {
         let Ok(meta) = std::fs::read_to_string(d.join("meta.json")) else { continue };
         let meta: serde_json::Value = serde_json::from_str(&meta).expect("meta.json is JSON");
         let name = d.file_name().unwrap().to_string_lossy().to_string();
@@ -88,18 +99,14 @@ fn mechanism_fixtures_fuse_every_layer() {
         assert!(report.fusion_rejected.is_empty(), "{name}: {:?}", report.fusion_rejected);
         checked += 1;
     }
-    assert!(checked >= 33, "only {checked} mechanism fixtures found in {}", dir.display());
+    assert!(checked >= 33, "only {checked} mechanism fixtures found");
 }
 
 /// Per mechanism, end to end against tract: every fixture's ONNX model run by tract and its
 /// conversion run by Kestrel on the same inputs, at f32 (≤ 1e-4 relative) and f16 (≤ 1e-2).
 #[test]
 fn every_fixture_matches_tract_at_f32_and_f16() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
-    let Ok(entries) = std::fs::read_dir(&dir) else { return };
-    let mut dirs: Vec<PathBuf> =
-        entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("model.onnx").exists()).collect();
-    dirs.sort();
+    let dirs = fixture_dirs();
     let mut failures = Vec::new();
     for d in &dirs {
         let name = d.file_name().unwrap().to_string_lossy().to_string();
@@ -114,6 +121,5 @@ fn every_fixture_matches_tract_at_f32_and_f16() {
             }
         }
     }
-    assert!(dirs.len() >= 38, "only {} fixtures", dirs.len());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
