@@ -2,6 +2,7 @@
 //! per-sample shapes (rank ≤ [`MAX_RANK`]), where either operand may be a weight.
 
 use crate::error::{expect_eq, ShapeError};
+use crate::kernels::strided::{for_each_index, outer_dims};
 use crate::math;
 use kestrel_format::ops::{BinaryOp, UnaryOp};
 use kestrel_format::{Shape, WeightData, WeightView, MAX_RANK};
@@ -254,25 +255,10 @@ fn binary_loop(p: &BinaryParams, ga: impl Fn(usize) -> f32, gb: impl Fn(usize) -
     let last = p.y.last();
     let (sa, sb) = if r == 0 { (0, 0) } else { (p.a_strides[r - 1], p.b_strides[r - 1]) };
     let op = p.op;
-    let mut idx = [0usize; MAX_RANK];
-    let (mut oa, mut ob) = (0usize, 0usize);
-    for row in y[..p.n].chunks_exact_mut(last) {
-        for (j, o) in row.iter_mut().enumerate() {
+    let (dims, outer) = outer_dims(&p.y);
+    for_each_index(&dims[..outer], [&p.a_strides, &p.b_strides], |i, [oa, ob]| {
+        for (j, o) in y[i * last..(i + 1) * last].iter_mut().enumerate() {
             *o = binary_fn(op, ga(oa + j * sa), gb(ob + j * sb));
         }
-        // Advance the multi-index over the outer axes (0..r-1), odometer style.
-        let mut ax = r.saturating_sub(1);
-        while ax > 0 {
-            ax -= 1;
-            idx[ax] += 1;
-            oa += p.a_strides[ax];
-            ob += p.b_strides[ax];
-            if idx[ax] < p.y.dim(ax) {
-                break;
-            }
-            oa -= p.a_strides[ax] * idx[ax];
-            ob -= p.b_strides[ax] * idx[ax];
-            idx[ax] = 0;
-        }
-    }
+    });
 }

@@ -4,6 +4,7 @@
 
 use crate::error::{expect_eq, ShapeError};
 use crate::kernels::elementwise::{broadcast_dims, broadcast_strides, dims_of, Operand};
+use crate::kernels::strided::for_each_index;
 use kestrel_format::weight::dot_f32;
 use kestrel_format::{Shape, MAX_RANK};
 
@@ -130,11 +131,9 @@ pub fn matmul(p: &MatMulParams, a: &[f32], b: Operand<'_>, y: &mut [f32], scratc
     if mn == 0 {
         return;
     }
-    let batches = p.batch_dims[..p.batch_rank].iter().product::<usize>();
-    let mut idx = [0usize; MAX_RANK];
-    let (mut oa, mut ob) = (0usize, 0usize);
     let mut cached = usize::MAX;
-    for ym in y[..batches * mn].chunks_exact_mut(mn) {
+    for_each_index(&p.batch_dims[..p.batch_rank], [&p.a_strides, &p.b_strides], |bi, [oa, ob]| {
+        let ym = &mut y[bi * mn..(bi + 1) * mn];
         let am = &a[oa..oa + m * k];
         if p.transpose_b {
             for j in 0..n {
@@ -153,18 +152,5 @@ pub fn matmul(p: &MatMulParams, a: &[f32], b: Operand<'_>, y: &mut [f32], scratc
                 }
             }
         }
-        let mut ax = p.batch_rank;
-        while ax > 0 {
-            ax -= 1;
-            idx[ax] += 1;
-            oa += p.a_strides[ax];
-            ob += p.b_strides[ax];
-            if idx[ax] < p.batch_dims[ax] {
-                break;
-            }
-            oa -= p.a_strides[ax] * idx[ax];
-            ob -= p.b_strides[ax] * idx[ax];
-            idx[ax] = 0;
-        }
-    }
+    });
 }

@@ -14,4 +14,5 @@ pub mod matmul;
 pub mod norm;
 pub mod reduce;
 pub mod softmax;
+mod strided;
 pub mod transpose;

@@ -2,6 +2,7 @@
 //! `k` taken from input axis `perm[k]`.
 
 use crate::error::ShapeError;
+use crate::kernels::strided::{for_each_index, outer_dims};
 use kestrel_format::{Shape, MAX_RANK};
 
 /// A permute copy of an input of shape `x` into shape `y`.
@@ -64,22 +65,10 @@ pub fn transpose(p: &TransposeParams, x: &[f32], y: &mut [f32], _scratch: &mut [
     let r = p.y.rank();
     let last = p.y.last();
     let s_last = if r == 0 { 0 } else { p.src_strides[r - 1] };
-    let mut idx = [0usize; MAX_RANK];
-    let mut off = 0usize;
-    for row in y[..p.n].chunks_exact_mut(last) {
-        for (j, o) in row.iter_mut().enumerate() {
+    let (dims, outer) = outer_dims(&p.y);
+    for_each_index(&dims[..outer], [&p.src_strides], |i, [off]| {
+        for (j, o) in y[i * last..(i + 1) * last].iter_mut().enumerate() {
             *o = x[off + j * s_last];
         }
-        let mut ax = r.saturating_sub(1);
-        while ax > 0 {
-            ax -= 1;
-            idx[ax] += 1;
-            off += p.src_strides[ax];
-            if idx[ax] < p.y.dim(ax) {
-                break;
-            }
-            off -= p.src_strides[ax] * idx[ax];
-            idx[ax] = 0;
-        }
-    }
+    });
 }
