@@ -155,6 +155,7 @@ pub fn convert(onnx_path: impl AsRef<Path>, opts: &ConvertOptions) -> Result<Con
         kestrel_ops,
         fused: l.fused.iter().map(|(name, count)| FusedPattern { name: name.clone(), count: *count }).collect(),
         fusion_rejected: fusion.rejected,
+        merged_duplicates: fusion.merged_duplicates,
         params: l.quant.iter().map(|w| w.shape.iter().product::<usize>() as u64).sum(),
         arena_bytes_per_sample: plan.arena_bytes_per_sample,
         scratch_bytes: plan.scratch_bytes,

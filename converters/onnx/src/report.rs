@@ -41,6 +41,9 @@ pub struct Report {
     /// Patterns that matched structurally but failed the numerical check, so were not applied.
     #[serde(default)]
     pub fusion_rejected: Vec<String>,
+    /// Duplicate nodes (same op on the same inputs) merged before fusion.
+    #[serde(default)]
+    pub merged_duplicates: usize,
     /// Parameters (elements of every weight).
     pub params: u64,
     /// Activation arena bytes per sample.
@@ -76,6 +79,9 @@ impl Report {
         let _ = writeln!(s, "kestrel nodes: {} ({})", self.kestrel_nodes, ops(&self.kestrel_ops));
         let fused: Vec<String> = self.fused.iter().map(|f| format!("{} x{}", f.name, f.count)).collect();
         let _ = writeln!(s, "fused: {}", if fused.is_empty() { "none".into() } else { fused.join(", ") });
+        if self.merged_duplicates > 0 {
+            let _ = writeln!(s, "merged: {} duplicate nodes (same op on the same inputs)", self.merged_duplicates);
+        }
         for r in &self.fusion_rejected {
             let _ = writeln!(s, "not fused (failed the numerical check): {r}");
         }

@@ -65,10 +65,10 @@ fn every_fixture_converts_and_matches_at_f32() {
 }
 
 /// Every fixture of the four attention mechanisms (and the hand-written variant) and every
-/// AFT-full, AFT-local, AFT-simple (causal too) and Fastformer fixture converts to a graph where each layer is one fused node: no
-/// softmax or matrix product is left, and the report counts the fusions. (AFT-conv and
-/// `nn.MultiheadAttention` fixtures still run as generic ops;
-/// their fusion is not done yet.)
+/// AFT-full, AFT-local, AFT-simple (causal too), AFT-conv and Fastformer fixture converts to a
+/// graph where each layer is one fused node: no softmax, matrix product or token-grid
+/// convolution is left, and the report counts the fusions. (`nn.MultiheadAttention` fixtures
+/// run correctly as generic ops; their fusion is not done.)
 #[test]
 fn mechanism_fixtures_fuse_every_layer() {
     let mut checked = 0;
@@ -82,6 +82,7 @@ fn mechanism_fixtures_fuse_every_layer() {
             "fastformer" => ("fastformer", "Fastformer"),
             "aft_full" => ("aft-full", "AftFull"),
             "aft_local" => ("aft-local", "AftLocal"),
+            "aft_conv" => ("aft-conv", "AftConv"),
             _ => continue,
         };
         let layers = meta["config"]["layers"].as_u64().unwrap_or(1) as usize;
@@ -96,10 +97,13 @@ fn mechanism_fixtures_fuse_every_layer() {
                 report.kestrel_ops
             );
         }
+        // Only an image model's patch embedding may remain a convolution.
+        let convs = report.kestrel_ops.get("Conv2d").copied().unwrap_or(0);
+        assert!(convs <= 1, "{name}: {convs} convolutions left after fusion: {:?}", report.kestrel_ops);
         assert!(report.fusion_rejected.is_empty(), "{name}: {:?}", report.fusion_rejected);
         checked += 1;
     }
-    assert!(checked >= 33, "only {checked} mechanism fixtures found");
+    assert!(checked >= 36, "only {checked} mechanism fixtures found");
 }
 
 /// Per mechanism, end to end against tract: every fixture's ONNX model run by tract and its

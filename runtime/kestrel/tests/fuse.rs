@@ -282,3 +282,33 @@ fn causal_super_reading_the_upper_triangle_of_wa_is_not_fused() {
     assert!(report.rejected.iter().any(|r| r.contains("attention") && r.contains("differs")), "{report:?}");
     assert_eq!(b.ops().len(), before);
 }
+
+/// Repeated layout ops (one transpose per consumer, as exporters write them) are merged into one
+/// before fusion; a duplicate that is a graph output, or differs in an attribute, is kept.
+#[test]
+fn duplicate_nodes_are_merged_and_the_outputs_do_not_change() {
+    let mut b = ModelBuilder::new("dups");
+    let mut rng = Rng::new(5);
+    let x = b.input("x", &[8, 6]).unwrap();
+    let transpose =
+        |b: &mut ModelBuilder| b.op(|y| Op::Transpose(Transpose { x, perm: [1, 0, 2, 3, 4, 5], y })).unwrap();
+    let t1 = transpose(&mut b);
+    let t2 = transpose(&mut b);
+    let t3 = transpose(&mut b);
+    let w = b.weight("w", &[4, 8], rng.vec(32, 0.5)).unwrap();
+    let d1 = b.op(|y| Op::Dense(Dense { x: t1, proj: Proj { w, b: None }, act: Activation::None, y })).unwrap();
+    let d2 = b.op(|y| Op::Dense(Dense { x: t2, proj: Proj { w, b: None }, act: Activation::Relu, y })).unwrap();
+    let s = b.op(|y| Op::Binary(Binary { a: d1, b: d2, op: BinaryOp::Add, y })).unwrap();
+    b.output(s);
+    b.output(t3);
+    let model = |b: &ModelBuilder| Model::from_bytes(&b.build().unwrap()).unwrap();
+    let input = Rng::new(1).vec(48, 1.0);
+    let want = model(&b).session(1).unwrap().run_vec(&[Input::F32(&input)]).unwrap();
+    // t2 merges into t1; t3 is a graph output and stays; the two denses differ in activation.
+    assert_eq!(b.merge_duplicates(), 1);
+    assert_eq!(b.ops().len(), 5);
+    assert_eq!(b.consumers(t1).len(), 2);
+    let got = model(&b).session(1).unwrap().run_vec(&[Input::F32(&input)]).unwrap();
+    assert_eq!(got, want);
+    assert_eq!(b.merge_duplicates(), 0);
+}

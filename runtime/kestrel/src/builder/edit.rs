@@ -156,6 +156,42 @@ impl ModelBuilder {
         Ok((at..at + n_new).collect())
     }
 
+    /// Common-subexpression elimination: a node computing exactly what an earlier node computes
+    /// (same op, same inputs, same attributes) is removed and its readers read the earlier
+    /// node's output instead. Exporters repeat layout ops per consumer (e.g. one transpose per
+    /// projection), which hides the shared input fusion patterns look for. Graph outputs are
+    /// never merged away. Returns the number of nodes removed.
+    pub fn merge_duplicates(&mut self) -> usize {
+        const OUT: TensorId = NONE - 1;
+        let key = |op: &Op| {
+            let y = op.output();
+            remap_op(op, |t| if t == y { OUT } else { t })
+        };
+        // Keys of the nodes kept so far (later nodes are keyed once their inputs are final).
+        let mut keys: Vec<Op> = Vec::with_capacity(self.ops.len());
+        let mut removed = 0;
+        let mut j = 0;
+        while j < self.ops.len() {
+            let k = key(&self.ops[j]);
+            let yj = self.ops[j].output();
+            let twin = keys.iter().position(|other| *other == k).map(|i| self.ops[i].output());
+            match twin {
+                Some(yi) if !self.outputs.contains(&yj) && self.shape_of(yj) == self.shape_of(yi) => {
+                    self.ops.remove(j);
+                    for op in &mut self.ops[j..] {
+                        *op = remap_op(op, |t| if t == yj { yi } else { t });
+                    }
+                    removed += 1;
+                }
+                _ => {
+                    keys.push(k);
+                    j += 1;
+                }
+            }
+        }
+        removed
+    }
+
     /// The region as a standalone model: `region.inputs` become graph inputs, weights are
     /// copied, `region.output` is the graph output (for numerical checks of a rewrite).
     pub fn extract(&self, region: &Region) -> Result<ModelBuilder, Error> {

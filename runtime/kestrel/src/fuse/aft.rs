@@ -24,7 +24,7 @@ pub(super) fn aft_simple(b: &mut ModelBuilder, report: &mut FusionReport) {
 }
 
 /// For `Binary(op)(a, b)` where one side is `side`, the other side.
-fn other_operand(bin: &Binary, side: TensorId) -> Option<TensorId> {
+pub(super) fn other_operand(bin: &Binary, side: TensorId) -> Option<TensorId> {
     if bin.a == side {
         Some(bin.b)
     } else if bin.b == side {

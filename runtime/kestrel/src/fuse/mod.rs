@@ -7,6 +7,7 @@
 //! graph but not its maths is therefore rejected (and reported), never applied.
 
 mod aft;
+mod aft_conv;
 mod attention;
 mod elementwise;
 
@@ -27,6 +28,8 @@ pub struct FusionReport {
     pub fused: BTreeMap<String, usize>,
     /// Patterns that matched structurally but were not applied, with the reason.
     pub rejected: Vec<String>,
+    /// Duplicate nodes merged before fusion ([`ModelBuilder::merge_duplicates`]).
+    pub merged_duplicates: usize,
 }
 
 impl FusionReport {
@@ -37,7 +40,7 @@ impl FusionReport {
 
 /// Runs every fusion pass until none applies.
 pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
-    let mut report = FusionReport::default();
+    let mut report = FusionReport { merged_duplicates: b.merge_duplicates(), ..Default::default() };
     loop {
         let before = b.ops().len();
         elementwise::gelu_erf(b, &mut report);
@@ -46,6 +49,7 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         aft::aft_simple(b, &mut report);
         aft::fastformer(b, &mut report);
         aft::aft_full(b, &mut report);
+        aft_conv::aft_conv(b, &mut report);
         if b.ops().len() == before {
             break;
         }
