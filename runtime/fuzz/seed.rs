@@ -29,6 +29,7 @@ fn act(name: &str, dtype: DType, dims: &[u32], offset: u64) -> TensorSpec {
         dtype,
         shape: shape(dims),
         offset,
+        act_scale: None,
     }
 }
 

@@ -68,6 +68,11 @@ enum Command {
         /// Keep the first and last weight-bearing layers in f16.
         #[arg(long)]
         keep_first_last: bool,
+        /// Calibrate int8 activations on these samples (one .npy per model input, samples on
+        /// the first axis): dense layers and mechanism input projections with int8/int4 weights
+        /// then multiply in integers. Residual adds, norms and mechanism internals stay f32.
+        #[arg(long, value_name = "DATA.npy")]
+        calibrate: Vec<PathBuf>,
         /// Also run the ONNX model (tract) and the converted model (Kestrel) on the same inputs
         /// and report the differences: on INPUTS.npy if given, else on 4 seeded random samples.
         #[arg(long, value_name = "INPUTS.npy", num_args = 0..=1, default_missing_value = "")]
@@ -116,8 +121,8 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
         Command::Demo { weights, out, batch } => demo(w, weights.into(), &out, batch),
         Command::Inspect { model } => inspect(w, &model),
         Command::Run { model, inputs, outputs } => run_model(w, &model, &inputs, &outputs),
-        Command::Convert { onnx, out, weights, keep_f16, keep_first_last, verify, json } => {
-            let opts = kestrel_onnx::ConvertOptions { weights: weights.into(), keep_f16, keep_first_last };
+        Command::Convert { onnx, out, weights, keep_f16, keep_first_last, calibrate, verify, json } => {
+            let opts = kestrel_onnx::ConvertOptions { weights: weights.into(), keep_f16, keep_first_last, calibrate };
             convert::run(w, &onnx, &out, &opts, verify.as_deref(), json)
         }
     }

@@ -15,6 +15,7 @@
 
 #![warn(missing_docs)]
 
+mod calibrate;
 mod error;
 mod load;
 mod lower;
@@ -23,6 +24,7 @@ mod quant;
 mod report;
 mod verify;
 
+pub use calibrate::{CalibratedTensor, CalibrationReport};
 pub use error::{ConvertError, SUPPORTED};
 pub use kestrel_format::DType;
 pub use npy::{read_npy, write_npy_f32};
@@ -46,11 +48,14 @@ pub struct ConvertOptions {
     pub keep_f16: Vec<String>,
     /// Keep the first and last weight-bearing layers at f16 when `weights` is int8 or int4.
     pub keep_first_last: bool,
+    /// Calibration samples, one `.npy` per model input (leading axis = samples): when given,
+    /// the inputs of integer-weight projections get static int8 scales (see [`calibrate`]).
+    pub calibrate: Vec<std::path::PathBuf>,
 }
 
 impl Default for ConvertOptions {
     fn default() -> Self {
-        Self { weights: DType::F32, keep_f16: Vec::new(), keep_first_last: false }
+        Self { weights: DType::F32, keep_f16: Vec::new(), keep_first_last: false, calibrate: Vec::new() }
     }
 }
 
@@ -128,6 +133,12 @@ pub fn convert(onnx_path: impl AsRef<Path>, opts: &ConvertOptions) -> Result<Con
     for (name, count) in &fusion.fused {
         l.fused.push((name.clone(), *count));
     }
+    let calibration = if opts.calibrate.is_empty() {
+        None
+    } else {
+        let samples = opts.calibrate.iter().map(read_npy).collect::<Result<Vec<_>, _>>()?;
+        Some(calibrate::calibrate(&mut l.b, &samples)?)
+    };
     let kes = l.b.build()?;
 
     let mut tract_ops = BTreeMap::new();
@@ -156,6 +167,7 @@ pub fn convert(onnx_path: impl AsRef<Path>, opts: &ConvertOptions) -> Result<Con
         fused: l.fused.iter().map(|(name, count)| FusedPattern { name: name.clone(), count: *count }).collect(),
         fusion_rejected: fusion.rejected,
         merged_duplicates: fusion.merged_duplicates,
+        calibration,
         params: l.quant.iter().map(|w| w.shape.iter().product::<usize>() as u64).sum(),
         arena_bytes_per_sample: plan.arena_bytes_per_sample,
         scratch_bytes: plan.scratch_bytes,

@@ -44,6 +44,9 @@ pub struct Report {
     /// Duplicate nodes (same op on the same inputs) merged before fusion.
     #[serde(default)]
     pub merged_duplicates: usize,
+    /// Static int8 activation scales (`--calibrate`), if asked for.
+    #[serde(default)]
+    pub calibration: Option<crate::CalibrationReport>,
     /// Parameters (elements of every weight).
     pub params: u64,
     /// Activation arena bytes per sample.
@@ -81,6 +84,24 @@ impl Report {
         let _ = writeln!(s, "fused: {}", if fused.is_empty() { "none".into() } else { fused.join(", ") });
         if self.merged_duplicates > 0 {
             let _ = writeln!(s, "merged: {} duplicate nodes (same op on the same inputs)", self.merged_duplicates);
+        }
+        if let Some(c) = &self.calibration {
+            let _ = writeln!(
+                s,
+                "calibrated: {} activations on {} samples (int8 x int8 in their integer-weight consumers; the rest stays f32)",
+                c.tensors.len(),
+                c.samples
+            );
+            for t in &c.tensors {
+                let _ = writeln!(
+                    s,
+                    "  {:<30} max|x| {:>10.4}  scale {:.3e}  -> {}",
+                    t.name,
+                    t.abs_max,
+                    t.scale,
+                    t.consumers.join(", ")
+                );
+            }
         }
         for r in &self.fusion_rejected {
             let _ = writeln!(s, "not fused (failed the numerical check): {r}");

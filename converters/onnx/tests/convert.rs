@@ -85,13 +85,14 @@ fn int8_and_int4_top1() {
 
 #[test]
 fn int8_keeps_first_last_and_named_weights_at_f16() {
-    let o = ConvertOptions { weights: DType::I8, keep_f16: vec!["w_".into()], keep_first_last: true };
+    let o =
+        ConvertOptions { weights: DType::I8, keep_f16: vec!["w_".into()], keep_first_last: true, ..Default::default() };
     let conv = convert(data("mlp.onnx"), &o).unwrap();
     for w in &conv.report.weights {
         let expected = if w.shape.len() <= 1 { "f32" } else { "f16" };
         assert_eq!(w.dtype, expected, "{}", w.name);
     }
-    let o = ConvertOptions { weights: DType::I8, keep_f16: vec![], keep_first_last: true };
+    let o = ConvertOptions { weights: DType::I8, keep_first_last: true, ..Default::default() };
     let conv = convert(data("mlp.onnx"), &o).unwrap();
     let dtypes: Vec<&str> =
         conv.report.weights.iter().filter(|w| w.shape.len() > 1).map(|w| w.dtype.as_str()).collect();
@@ -223,4 +224,58 @@ fn npy_inputs_feed_verify() {
     assert_eq!(back, InputTensor::f32(&[2, 4], v.kestrel[0].clone()));
     let err = read_npy(data("mlp.onnx")).unwrap_err();
     assert!(err.to_string().contains("not a .npy file"), "{err}");
+}
+
+/// `--calibrate`: the inputs of the int8 projections (dense layers and the fused attention's
+/// Q/K/V) get scales `max|x| / 127` over the calibration samples, stored in the file; the model
+/// then runs those products in integers (its outputs change) and still agrees with tract.
+#[test]
+fn calibrated_int8_activations() {
+    let dir = std::env::temp_dir().join(format!("kestrel-calib-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cal = dir.join("cal.npy");
+    let samples = inputs("vit", 32, 21);
+    let InputData::F32(values) = &samples[0].data else { unreachable!() };
+    write_npy_f32(&cal, &samples[0].shape, values).unwrap();
+    let plain = convert(data("vit.onnx"), &opts(DType::I8)).unwrap();
+    let o = ConvertOptions { weights: DType::I8, calibrate: vec![cal.clone()], ..Default::default() };
+    let conv = convert(data("vit.onnx"), &o).unwrap();
+    let c = conv.report.calibration.as_ref().expect("calibration report");
+    println!("{}", conv.report.to_table());
+    assert_eq!(c.samples, 32);
+    assert!(c.tensors.iter().any(|t| t.consumers.iter().any(|k| k == "Attention")), "{c:?}");
+    assert!(c.tensors.iter().any(|t| t.consumers.iter().any(|k| k == "Dense")), "{c:?}");
+    for t in &c.tensors {
+        assert!(t.abs_max > 0.0 && (t.scale - t.abs_max / 127.0).abs() <= 1e-6 * t.scale, "{t:?}");
+    }
+    // The scales are in the file, on activations only.
+    let aligned = kestrel::format::aligned_copy(&conv.kes);
+    let file = kestrel::format::KesFile::parse(&aligned).unwrap();
+    let stored: Vec<f32> = (0..file.tensor_count()).filter_map(|i| file.tensor(i).unwrap().act_scale).collect();
+    assert_eq!(stored.len(), c.tensors.len());
+    let mut want: Vec<f32> = c.tensors.iter().map(|t| t.scale).collect();
+    let mut got = stored.clone();
+    want.sort_by(f32::total_cmp);
+    got.sort_by(f32::total_cmp);
+    assert_eq!(got, want);
+    // Integer products change the outputs, within int8 accuracy of tract's f32.
+    let test = inputs("vit", 8, 22);
+    let a = kestrel_onnx::run_kestrel(&plain.kes, &test).unwrap();
+    let b = kestrel_onnx::run_kestrel(&conv.kes, &test).unwrap();
+    assert_ne!(a, b, "calibrated scales were not used");
+    let v = verify(data("vit.onnx"), &conv.kes, &test).unwrap();
+    println!("calibrated int8: max rel {:.3e}, top-1 {:.3}", v.max_rel_err, v.top1_agreement);
+    assert!(v.max_rel_err < 0.05, "{}", v.max_rel_err);
+    // Bad calibration requests are errors: f32 weights (nothing to calibrate), wrong arity.
+    let f32_cal = ConvertOptions { calibrate: vec![cal.clone()], ..Default::default() };
+    let e = convert(data("vit.onnx"), &f32_cal).unwrap_err().to_string();
+    assert!(e.contains("int8 or int4 weights"), "{e}");
+    let two = ConvertOptions { weights: DType::I8, calibrate: vec![cal.clone(), cal.clone()], ..Default::default() };
+    let e = convert(data("vit.onnx"), &two).unwrap_err().to_string();
+    assert!(e.contains("one calibration array per model input"), "{e}");
+    let wrong = dir.join("wrong.npy");
+    write_npy_f32(&wrong, &[2, 5], &[0.5; 10]).unwrap();
+    let o = ConvertOptions { weights: DType::I8, calibrate: vec![wrong], ..Default::default() };
+    assert!(convert(data("vit.onnx"), &o).is_err());
+    std::fs::remove_dir_all(&dir).ok();
 }

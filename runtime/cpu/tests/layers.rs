@@ -14,6 +14,7 @@ use kestrel_cpu::kernels::elementwise::{
 use kestrel_cpu::kernels::embed::{
     embedding, embedding_scratch, patch_embed, patch_embed_scratch, EmbeddingParams, PatchEmbedParams,
 };
+use kestrel_cpu::kernels::linear::{linear_q8, Q8_CHUNK};
 use kestrel_cpu::kernels::matmul::{matmul, matmul_scratch, MatMulParams};
 use kestrel_cpu::kernels::norm::{layer_norm, layer_norm_scratch, LayerNormParams};
 use kestrel_cpu::kernels::reduce::{reduce, reduce_scratch, ReduceParams};
@@ -68,13 +69,82 @@ proptest! {
     fn proj_apply_is_dense_without_activation((rows, inp, out, x, w, b) in dense_case(), dt in dtype()) {
         let mut wt = TestWeight::matrix(dt, out, inp, &w);
         let mut bt = TestWeight::matrix(dt, 1, out, &b);
-        let proj = ProjW { w: wt.view(), b: Some(bt.view()) };
+        let proj = ProjW { w: wt.view(), b: Some(bt.view()), act_scale: None };
         proj.check("Dense", out, inp).unwrap();
         let mut y = out_buf(rows * out);
         proj.apply(&x, rows, &mut y);
         let want = r::dense(&f64s(&x), rows, &wt.decoded, out, Some(&bt.decoded), r::Act::None);
         assert_close("ProjW::apply", &y, &want, F32_KERNEL);
     }
+}
+
+// ------------------------------------------------------- int8 activations (calibrated)
+
+fn q8_case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>, Vec<f32>)> {
+    // Input widths below, at and across the quantisation chunk (and int4 group) boundaries.
+    (1usize..4, prop::sample::select(vec![1, 7, 31, 32, 33, 95, Q8_CHUNK - 1, Q8_CHUNK, Q8_CHUNK + 5, 600]), 1usize..6)
+        .prop_flat_map(|(rows, inp, out)| {
+            (Just(rows), Just(inp), Just(out), vals(rows * inp), vals(out * inp), vals(out))
+        })
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// `linear_q8` against the f64 dense reference fed the quantised activations: the
+    /// activations are quantised by the one function the format defines
+    /// (`weight::quantize_act`: round half away, clamp ±127), dequantised in f64, and the whole
+    /// product (integer weights × integer activations, both scales, bias, activation) is
+    /// checked at `F32_KERNEL`. Scales below amax/127 make some inputs saturate.
+    #[test]
+    fn linear_q8_matches_reference_on_quantised_activations(
+        (rows, inp, out, x, w, b) in q8_case(),
+        int4 in any::<bool>(),
+        range in 0.3f32..1.5,
+        bias in any::<bool>(),
+    ) {
+        let dt = if int4 { DType::I4 } else { DType::I8 };
+        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let s = amax / 127.0 * range;
+        let mut q = vec![0i8; x.len()];
+        kestrel_format::weight::quantize_act(&x, 1.0 / s, &mut q);
+        prop_assert!(q.iter().all(|&v| (-127..=127).contains(&v)));
+        let xq: Vec<f64> = q.iter().map(|&v| f64::from(v) * f64::from(s)).collect();
+        let run = |x: &[f32], xq: &[f64], w: &[f32], b: &[f32], a: Activation| {
+            let mut wt = TestWeight::matrix(dt, out, inp, w);
+            let mut bt = TestWeight::matrix(DType::F32, 1, out, b);
+            let want = r::dense(xq, rows, &wt.decoded, out, bias.then_some(&bt.decoded[..]), act(a));
+            let (wv, bv) = (wt.view(), bt.view());
+            let mut y = out_buf(rows * out);
+            linear_q8(x, rows, &wv, bias.then_some(&bv), a, s, &mut y);
+            (y, want)
+        };
+        let xq_abs: Vec<f64> = xq.iter().map(|v| v.abs()).collect();
+        // |x| quantises to |q| (rounding is symmetric), so the magnitude run matches too.
+        let (mag, mag_want) = run(&abs(&x), &xq_abs, &abs(&w), &abs(&b), Activation::None);
+        for a in [Activation::None, Activation::Relu] {
+            let (y, want) = run(&x, &xq, &w, &b, a);
+            assert_close_dot(&format!("linear_q8 {a:?} {dt:?} inp {inp}"), &y, &want, &mag, &mag_want);
+        }
+        // ProjW routes to the integer path only for a calibrated input and integer weights.
+        let mut wt = TestWeight::matrix(dt, out, inp, &w);
+        let proj = ProjW { w: wt.view(), b: None, act_scale: Some(s) };
+        let (mut y1, mut y2) = (out_buf(rows * out), out_buf(rows * out));
+        proj.apply(&x, rows, &mut y1);
+        linear_q8(&x, rows, &proj.w, None, Activation::None, s, &mut y2);
+        prop_assert_eq!(y1, y2);
+    }
+}
+
+#[test]
+fn linear_q8_with_float_weights_is_plain_linear() {
+    let x = [0.3f32, -1.2, 0.7, 2.0];
+    let w = [0.5f32, -0.25, 1.5, 0.75, -1.0, 0.2, 0.1, 0.9];
+    let wv = WeightView::f32(2, 4, &w).unwrap();
+    let (mut a, mut b) = ([0f32; 2], [0f32; 2]);
+    linear_q8(&x, 1, &wv, None, Activation::None, 0.001, &mut a);
+    linear(&x, 1, &wv, None, Activation::None, &mut b);
+    assert_eq!(a, b);
 }
 
 fn out_buf(n: usize) -> Vec<f32> {
@@ -85,7 +155,8 @@ fn out_buf(n: usize) -> Vec<f32> {
 fn proj_check_rejects_wrong_shapes() {
     let w = [1.0f32; 6];
     let b = [1.0f32; 3];
-    let proj = ProjW { w: WeightView::f32(2, 3, &w).unwrap(), b: Some(WeightView::f32(1, 3, &b).unwrap()) };
+    let proj =
+        ProjW { w: WeightView::f32(2, 3, &w).unwrap(), b: Some(WeightView::f32(1, 3, &b).unwrap()), act_scale: None };
     assert!(matches!(proj.check("Dense", 3, 3), Err(ShapeError::Mismatch { expected: 3, found: 2, .. })));
     assert!(matches!(proj.check("Dense", 2, 4), Err(ShapeError::Mismatch { expected: 4, found: 3, .. })));
     assert!(matches!(proj.check("Dense", 2, 3), Err(ShapeError::Mismatch { what: "bias length", .. })));
@@ -458,7 +529,7 @@ proptest! {
                 r::conv2d(&f64s(x), [c, h, w], &wt.decoded, ws_shape, bias.then_some(&bt.decoded[..]), spec);
             assert_eq!((p.oh, p.ow), (oh, ow));
             assert_eq!(p.y_shape(), Some(shape(&[o, oh, ow])));
-            let proj = ProjW { w: wt.view(), b: bias.then(|| bt.view()) };
+            let proj = ProjW { w: wt.view(), b: bias.then(|| bt.view()), act_scale: None };
             p.check_weights(&proj).unwrap();
             let mut y = out(o * oh * ow);
             conv2d(&p, &proj, x, &mut y, &mut scratch(conv2d_scratch(&p)));
@@ -492,7 +563,7 @@ fn conv2d_check_rejects_wrong_shapes() {
     assert!(matches!(new(&[1, 5], &[1, 1, 3, 3], z, [1, 1], 1), Err(ShapeError::Mismatch { what: "input rank", .. })));
     let p = new(&[2, 5, 5], &[3, 2, 3, 3], z, [1, 1], 1).unwrap();
     let w = [0.0f32; 3 * 17];
-    let proj = ProjW { w: WeightView::f32(3, 17, &w).unwrap(), b: None };
+    let proj = ProjW { w: WeightView::f32(3, 17, &w).unwrap(), b: None, act_scale: None };
     assert!(matches!(p.check_weights(&proj), Err(ShapeError::Mismatch { expected: 18, found: 17, .. })));
 }
 
@@ -515,7 +586,7 @@ proptest! {
             let mut wt = TestWeight::matrix(dt, d, k, &ws[..d * k]);
             let mut bt = TestWeight::new(dt, &[d], &ws[..d]);
             let want = r::patch_embed(&f64s(x), [c, h, w], p, &wt.decoded, d, bias.then_some(&bt.decoded[..]));
-            let proj = ProjW { w: wt.view(), b: bias.then(|| bt.view()) };
+            let proj = ProjW { w: wt.view(), b: bias.then(|| bt.view()), act_scale: None };
             let prm = PatchEmbedParams::new(&shape(&[c, h, w]), p, &proj).unwrap();
             assert_eq!(prm.tokens(), gh * gw);
             let mut y = out(gh * gw * d);
@@ -592,7 +663,7 @@ fn embedding_checks_reject_wrong_shapes() {
         EmbeddingParams::new(&shape(&[3]), &table, Some(&narrow_pos)),
         Err(ShapeError::Mismatch { expected: 4, found: 3, .. })
     ));
-    let proj = ProjW { w: WeightView::f32(2, 12, &w).unwrap(), b: None };
+    let proj = ProjW { w: WeightView::f32(2, 12, &w).unwrap(), b: None, act_scale: None };
     assert!(matches!(PatchEmbedParams::new(&shape(&[3, 4, 5]), 2, &proj), Err(ShapeError::Invalid { .. })));
     assert!(matches!(
         PatchEmbedParams::new(&shape(&[2, 4, 4]), 2, &proj),

@@ -192,6 +192,16 @@ pub enum Error {
         /// Declared entry size.
         found: u32,
     },
+    /// An activation's calibrated int8 scale is not a finite positive number (or a weight has one).
+    #[error(
+        "tensor {tensor}: activation scale must be a finite positive f32 on an activation, found bits {bits:#010x}"
+    )]
+    BadActivationScale {
+        /// The tensor.
+        tensor: u32,
+        /// The scale's bits.
+        bits: u32,
+    },
     /// A reserved field or padding is not zero.
     #[error("{what} must be zero, found {found}")]
     NonZeroReserved {

@@ -42,6 +42,8 @@ pub struct TensorInfo<'a> {
     pub scale_offset: u64,
     /// Byte length of the scales, else 0.
     pub scale_len: u64,
+    /// An activation's calibrated int8 scale (`--calibrate`), if any.
+    pub act_scale: Option<f32>,
 }
 
 /// The activation memory plan. For batch `B` the runtime places an activation with per-sample
@@ -314,10 +316,20 @@ impl<'a> KesFile<'a> {
         let tag = u8_at(e, 9, "tensor entry")?;
         let dtype = DType::from_u8(tag).ok_or(Error::UnknownDType { tensor: id, found: tag })?;
         let shape = shape_at(e, u8_at(e, 10, "tensor entry")?, 12, "tensor shape")?;
-        let reserved = u64::from(u8_at(e, 11, "tensor entry")?) | u64::from(u32_at(e, 36, "tensor entry")?);
+        let reserved = u8_at(e, 11, "tensor entry")?;
         if reserved != 0 {
-            return Err(Error::NonZeroReserved { what: "tensor entry", found: reserved });
+            return Err(Error::NonZeroReserved { what: "tensor entry", found: reserved.into() });
         }
+        // Offset 36: an activation's calibrated int8 scale (format 1.1), 0 when not calibrated;
+        // reserved (0) for weights.
+        let bits = u32_at(e, 36, "tensor entry")?;
+        let act_scale = match (bits, kind) {
+            (0, _) => None,
+            (b, TensorKind::Activation) if f32::from_bits(b).is_finite() && f32::from_bits(b) > 0.0 => {
+                Some(f32::from_bits(b))
+            }
+            (b, _) => return Err(Error::BadActivationScale { tensor: id, bits: b }),
+        };
         Ok(TensorInfo {
             name,
             kind,
@@ -327,6 +339,7 @@ impl<'a> KesFile<'a> {
             len: u64_at(e, 48, "tensor entry")?,
             scale_offset: u64_at(e, 56, "tensor entry")?,
             scale_len: u64_at(e, 64, "tensor entry")?,
+            act_scale,
         })
     }
 

@@ -306,6 +306,74 @@ impl<'a> WeightView<'a> {
     }
 }
 
+impl WeightView<'_> {
+    /// Integer dot product of row `r`'s columns `col0 .. col0 + xq.len()` with int8 activations
+    /// `xq`, multiplied in i32 and scaled by the weight's scales (not the activations'):
+    /// `Σ_j q_w[r, col0 + j] · xq[j] · scale_w`. `None` for f32/f16 weights (no integer form),
+    /// and for int4 when `col0` is not at a group boundary (a multiple of 32).
+    #[inline]
+    pub fn dot_row_q8(&self, r: usize, col0: usize, xq: &[i8]) -> Option<f32> {
+        let c = self.cols;
+        let n = xq.len().min(c.saturating_sub(col0));
+        match self.data {
+            WeightData::F32(_) | WeightData::F16(_) => None,
+            WeightData::I8 { q, scales } => {
+                let row = &q[r * c + col0..r * c + col0 + n];
+                // |q| ≤ 127 on both sides: Σ over fewer than 2^17 terms fits in i32.
+                let acc: i32 = row.iter().zip(xq).map(|(&w, &x)| i32::from(w) * i32::from(x)).sum();
+                Some(acc as f32 * scales[r])
+            }
+            WeightData::I4 { q, scales } => {
+                if col0 % INT4_GROUP != 0 {
+                    return None;
+                }
+                let rb = int4_row_bytes(c);
+                let g = int4_groups(c);
+                let qrow = &q[r * rb..(r + 1) * rb];
+                let mut total = 0.0f32;
+                for (k, xs) in xq[..n].chunks(INT4_GROUP).enumerate() {
+                    let gi = col0 / INT4_GROUP + k;
+                    let bytes = &qrow[gi * INT4_GROUP / 2..];
+                    let mut acc = 0i32;
+                    for (j, &xv) in xs.iter().enumerate() {
+                        acc += i32::from(int4_nibble(bytes[j / 2], j % 2 == 1)) * i32::from(xv);
+                    }
+                    total += acc as f32 * scales[r * g + gi].to_f32();
+                }
+                Some(total)
+            }
+        }
+    }
+
+    /// True for encodings with an integer form ([`dot_row_q8`](Self::dot_row_q8)): int8, int4.
+    pub fn is_integer(&self) -> bool {
+        matches!(self.data, WeightData::I8 { .. } | WeightData::I4 { .. })
+    }
+}
+
+/// Rounds half away from zero.
+fn round_half_away(x: f32) -> f32 {
+    // no_std has no f32::round; this is exact for |x| < 2^23.
+    let t = x as i32 as f32;
+    let frac = x - t;
+    if frac >= 0.5 {
+        t + 1.0
+    } else if frac <= -0.5 {
+        t - 1.0
+    } else {
+        t
+    }
+}
+
+/// Quantises `x` to int8 with a static (calibrated) scale: `round_half_away(x / scale)` clamped
+/// to ±127. Values beyond ±127·scale saturate; that is the calibration's choice of range.
+#[inline]
+pub fn quantize_act(x: &[f32], inv_scale: f32, out: &mut [i8]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = round_half_away(v * inv_scale).clamp(-127.0, 127.0) as i8;
+    }
+}
+
 /// Plain f32 dot product with four accumulators (vectorises well).
 #[inline]
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
@@ -493,19 +561,6 @@ mod encode {
             }
         }
         Ok((q, scales))
-    }
-
-    fn round_half_away(x: f32) -> f32 {
-        // no_std has no f32::round; this is exact for |x| < 2^23.
-        let t = x as i32 as f32;
-        let frac = x - t;
-        if frac >= 0.5 {
-            t + 1.0
-        } else if frac <= -0.5 {
-            t - 1.0
-        } else {
-            t
-        }
     }
 }
 

@@ -51,6 +51,9 @@ pub enum TensorSpec {
         shape: Shape,
         /// Per-sample arena offset.
         offset: u64,
+        /// Calibrated int8 scale (format 1.1): a consumer with integer weights quantises this
+        /// activation as `q = round(x / scale)` clamped to ±127. `None`: not calibrated.
+        act_scale: Option<f32>,
     },
 }
 
@@ -245,10 +248,19 @@ fn tensor_section(spec: &ModelSpec, placed: &[Placed], weights_at: u64) -> Resul
     let pool_len_at = out.len();
     out.u32(0); // names length, patched below
     out.u32(0);
-    for (t, p) in spec.tensors.iter().zip(placed) {
+    for (id, (t, p)) in spec.tensors.iter().zip(placed).enumerate() {
         let (name, kind, dtype, shape, base) = match t {
             TensorSpec::Weight { name, shape, weight } => (name, 0u8, weight.dtype, shape, weights_at),
             TensorSpec::Activation { name, dtype, shape, .. } => (name, 1u8, *dtype, shape, 0),
+        };
+        let scale_bits = match t {
+            TensorSpec::Activation { act_scale: Some(s), .. } => {
+                if !(s.is_finite() && *s > 0.0) {
+                    return Err(Error::BadActivationScale { tensor: fit(id, "tensor count")?, bits: s.to_bits() });
+                }
+                s.to_bits()
+            }
+            _ => 0,
         };
         pool.put(&mut out, name)?;
         out.u8(kind);
@@ -256,7 +268,7 @@ fn tensor_section(spec: &ModelSpec, placed: &[Placed], weights_at: u64) -> Resul
         out.u8(shape.rank() as u8);
         out.u8(0);
         put_shape(&mut out, shape);
-        out.u32(0);
+        out.u32(scale_bits);
         out.u64(p.offset + base);
         out.u64(p.len);
         out.u64(p.scale_offset.map_or(0, |s| s + weights_at));

@@ -23,7 +23,7 @@ fn weight(name: &str, dtype: DType, dims: &[u32], seed: f32) -> TensorSpec {
 }
 
 fn act(name: &str, dims: &[u32], offset: u64) -> TensorSpec {
-    TensorSpec::Activation { name: name.into(), dtype: DType::F32, shape: shape(dims), offset }
+    TensorSpec::Activation { name: name.into(), dtype: DType::F32, shape: shape(dims), offset, act_scale: None }
 }
 
 /// Dense (int8) → LayerNorm (f16 γ) → Efficient attention (int4 W^Q, f16 W^O) → mean pool.
@@ -180,7 +180,7 @@ fn round_trip() {
     let bytes = file();
     let buf = aligned_copy(&bytes);
     let f = KesFile::parse(&buf).unwrap();
-    assert_eq!(f.version(), (1, 0));
+    assert_eq!(f.version(), (1, kestrel_format::VERSION_MINOR));
     assert_eq!(f.meta().to_spec(), spec.meta);
     assert_eq!(f.meta().label(2), Some("émeu"));
     assert_eq!(f.meta().label(3), None);
@@ -213,12 +213,13 @@ fn round_trip() {
                 assert_eq!(got, weight.decode(), "weight {name}");
                 assert!(view.as_ptr_aligned());
             }
-            TensorSpec::Activation { name, dtype, shape, offset } => {
+            TensorSpec::Activation { name, dtype, shape, offset, act_scale } => {
                 assert_eq!(
                     (info.name, info.kind, info.dtype, info.shape),
                     (&name[..], TensorKind::Activation, *dtype, *shape)
                 );
                 assert_eq!((info.offset, info.len), (*offset, shape.numel().unwrap() as u64 * 4));
+                assert_eq!(info.act_scale, *act_scale);
                 assert!(matches!(f.weight(id as u32), Err(Error::NotAWeight { .. })));
             }
         }
@@ -294,7 +295,10 @@ fn bad_magic() {
 fn other_major_versions_are_rejected() {
     for major in [0u16, 2, 0xffff] {
         let r = patched(|b| b[8..10].copy_from_slice(&major.to_le_bytes()));
-        assert_eq!(r, Err(Error::UnsupportedVersion { major, minor: 0, supported_major: 1 }));
+        assert_eq!(
+            r,
+            Err(Error::UnsupportedVersion { major, minor: kestrel_format::VERSION_MINOR, supported_major: 1 })
+        );
     }
 }
 
@@ -633,4 +637,34 @@ fn every_op_kind_round_trips() {
     let buf = aligned_copy(&bytes);
     let f = KesFile::parse(&buf).unwrap();
     assert_eq!(f.ops().collect::<Result<Vec<_>, _>>().unwrap(), all);
+}
+
+/// Format 1.1: an activation may carry a calibrated int8 scale at entry offset 36; it round-trips,
+/// and a scale that is not finite and positive, or one on a weight, is a typed error.
+#[test]
+fn activation_scales() {
+    let mut s = spec();
+    if let TensorSpec::Activation { act_scale, .. } = &mut s.tensors[3] {
+        *act_scale = Some(0.025);
+    }
+    let bytes = write_model(&s).unwrap();
+    let buf = aligned_copy(&bytes);
+    let f = KesFile::parse(&buf).unwrap();
+    assert_eq!(f.version(), (1, 1));
+    assert_eq!(f.tensor(3).unwrap().act_scale, Some(0.025));
+    assert_eq!(f.tensor(0).unwrap().act_scale, None);
+    for bad in [0.0, -1.0, f32::NAN, f32::INFINITY] {
+        if let TensorSpec::Activation { act_scale, .. } = &mut s.tensors[3] {
+            *act_scale = Some(bad);
+        }
+        let e = write_model(&s).unwrap_err();
+        assert!(matches!(e, Error::BadActivationScale { tensor: 3, .. }), "{bad}: {e:?}");
+    }
+    for (id, bits) in [(3, (-2.0f32).to_bits()), (3, f32::NAN.to_bits()), (1, 0.5f32.to_bits())] {
+        let r = patched(|b| {
+            let at = tensor_field(b, id, 36);
+            put_u32(b, at, bits);
+        });
+        assert_eq!(r, Err(Error::BadActivationScale { tensor: id as u32, bits }), "tensor {id}");
+    }
 }

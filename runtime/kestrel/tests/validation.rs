@@ -8,7 +8,13 @@ use kestrel::format::{aligned_copy, write_model, DType, MemoryPlan, MetadataSpec
 use kestrel_cpu::{LoadError, Model, ShapeError};
 
 fn act(name: &str, dims: &[u32], offset: u64) -> TensorSpec {
-    TensorSpec::Activation { name: name.into(), dtype: DType::F32, shape: Shape::new(dims).unwrap(), offset }
+    TensorSpec::Activation {
+        name: name.into(),
+        dtype: DType::F32,
+        shape: Shape::new(dims).unwrap(),
+        offset,
+        act_scale: None,
+    }
 }
 
 fn weight(name: &str, dims: &[u32]) -> TensorSpec {

@@ -7,7 +7,7 @@ use crate::kernels::elementwise::{binary, unary, BinaryParams, Operand, UnaryPar
 use crate::kernels::embed::{
     embedding, embedding_scratch, patch_embed, patch_embed_scratch, EmbeddingParams, PatchEmbedParams,
 };
-use crate::kernels::linear::{linear, ProjW};
+use crate::kernels::linear::ProjW;
 use crate::kernels::matmul::{matmul, matmul_scratch, MatMulParams};
 use crate::kernels::norm::{layer_norm, layer_norm_scratch, LayerNormParams};
 use crate::kernels::reduce::{reduce, ReduceParams};
@@ -24,7 +24,13 @@ pub(crate) fn weight<'a>(file: &KesFile<'a>, id: TensorId) -> Result<WeightView<
 
 /// A projection's weight views.
 pub(crate) fn proj<'a>(file: &KesFile<'a>, p: Proj) -> Result<ProjW<'a>, ShapeError> {
-    Ok(ProjW { w: weight(file, p.w)?, b: p.b.map(|b| weight(file, b)).transpose()? })
+    Ok(ProjW { w: weight(file, p.w)?, b: p.b.map(|b| weight(file, b)).transpose()?, act_scale: None })
+}
+
+/// [`proj`] reading activation `x`: carries `x`'s calibrated int8 scale, if any.
+pub(crate) fn proj_in<'a>(file: &KesFile<'a>, p: Proj, x: TensorId) -> Result<ProjW<'a>, ShapeError> {
+    let act_scale = file.tensor(x).map_err(lookup_err)?.act_scale;
+    Ok(ProjW { act_scale, ..proj(file, p)? })
 }
 
 /// Per-sample shape of a tensor.
@@ -73,7 +79,7 @@ fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
     Ok(match *op {
         Op::Dense(o) => {
             let x = shp(o.x)?;
-            let proj = proj(file, o.proj)?;
+            let proj = proj_in(file, o.proj, o.x)?;
             proj.check("Dense", proj.out_features(), x.last())?;
             let rows = x.numel().unwrap_or(0) / x.last().max(1);
             Prep::Dense { proj, rows, act: o.act }
@@ -164,7 +170,7 @@ pub(super) fn execute(file: &KesFile<'_>, op: &Op, io: &mut OpIo<'_>) -> Result<
         match (&prep, op) {
             (Prep::Dense { proj, rows, act }, Op::Dense(o)) => {
                 let (x, n) = main(o.x)?;
-                linear(&x[sample(n, s)], *rows, &proj.w, proj.b.as_ref(), *act, y);
+                proj.apply_act(&x[sample(n, s)], *rows, *act, y);
             }
             (Prep::LayerNorm { p, gamma, beta }, Op::LayerNorm(o)) => {
                 let (x, n) = main(o.x)?;

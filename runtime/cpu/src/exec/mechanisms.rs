@@ -1,6 +1,6 @@
 //! Dispatch of the fused attention mechanisms.
 
-use super::layers::{proj, shape, weight};
+use super::layers::{proj, proj_in, shape, weight};
 use super::{info, OpIo};
 use crate::error::{RunError, ShapeError};
 use crate::kernels::aft::*;
@@ -33,6 +33,11 @@ fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
         }
         Ok((s.dim(0), s.dim(1)))
     };
+    // Projections of the node's input carry its calibrated int8 scale (`pin`); the others read
+    // intermediates of the kernel and stay f32 (`pj`).
+    let x_id = op.main_input();
+    let pin = |p: Proj| proj_in(file, p, x_id);
+    let opin = |p: Option<Proj>| p.map(|p| proj_in(file, p, x_id)).transpose();
     let pj = |p: Proj| proj(file, p);
     let opj = |p: Option<Proj>| p.map(|p| proj(file, p)).transpose();
     let prep = match *op {
@@ -40,7 +45,7 @@ fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             let (t, d) = td(o.x)?;
             let p =
                 AttentionParams { t, d, heads: o.heads as usize, causal: o.causal, scale: o.scale, variant: o.variant };
-            let w = AttentionWeights { q: pj(o.q)?, k: opj(o.k)?, v: opj(o.v)?, align: opj(o.align)?, o: pj(o.o)? };
+            let w = AttentionWeights { q: pin(o.q)?, k: opin(o.k)?, v: opin(o.v)?, align: opj(o.align)?, o: pj(o.o)? };
             p.check(&w)?;
             Prep::Attention(p, w)
         }
@@ -55,21 +60,21 @@ fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
                 }
             };
             let p = AftFullParams { t, d, causal: o.causal, rank };
-            let w = AftFullWeights { q: pj(o.q)?, k: pj(o.k)?, v: pj(o.v)?, bias, o: pj(o.o)? };
+            let w = AftFullWeights { q: pin(o.q)?, k: pin(o.k)?, v: pin(o.v)?, bias, o: pj(o.o)? };
             p.check(&w)?;
             Prep::AftFull(p, w)
         }
         Op::AftLocal(o) => {
             let (t, d) = td(o.x)?;
             let p = AftLocalParams { t, d, causal: o.causal, window: o.window as usize };
-            let w = AftLocalWeights { q: pj(o.q)?, k: pj(o.k)?, v: pj(o.v)?, w: weight(file, o.w)?, o: pj(o.o)? };
+            let w = AftLocalWeights { q: pin(o.q)?, k: pin(o.k)?, v: pin(o.v)?, w: weight(file, o.w)?, o: pj(o.o)? };
             p.check(&w)?;
             Prep::AftLocal(p, w)
         }
         Op::AftSimple(o) => {
             let (t, d) = td(o.x)?;
             let p = AftSimpleParams { t, d, causal: o.causal };
-            let w = AftSimpleWeights { q: pj(o.q)?, k: pj(o.k)?, v: pj(o.v)?, o: pj(o.o)? };
+            let w = AftSimpleWeights { q: pin(o.q)?, k: pin(o.k)?, v: pin(o.v)?, o: pj(o.o)? };
             p.check(&w)?;
             Prep::AftSimple(p, w)
         }
@@ -83,7 +88,7 @@ fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
                 grid_h: o.grid[0] as usize,
                 grid_w: o.grid[1] as usize,
             };
-            let w = AftConvWeights { q: pj(o.q)?, k: pj(o.k)?, v: pj(o.v)?, w: weight(file, o.w)?, o: pj(o.o)? };
+            let w = AftConvWeights { q: pin(o.q)?, k: pin(o.k)?, v: pin(o.v)?, w: weight(file, o.w)?, o: pj(o.o)? };
             p.check(&w)?;
             Prep::AftConv(p, w)
         }
@@ -91,9 +96,9 @@ fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             let (t, d) = td(o.x)?;
             let p = FastformerParams { t, d, heads: o.heads as usize, scale: o.scale };
             let w = FastformerWeights {
-                q: pj(o.q)?,
-                k: pj(o.k)?,
-                v: pj(o.v)?,
+                q: pin(o.q)?,
+                k: pin(o.k)?,
+                v: pin(o.v)?,
                 wqa: weight(file, o.wqa)?,
                 wka: weight(file, o.wka)?,
                 r: pj(o.r)?,

@@ -2,7 +2,8 @@
 
 use crate::math::activate;
 use kestrel_format::ops::Activation;
-use kestrel_format::WeightView;
+use kestrel_format::weight::quantize_act;
+use kestrel_format::{WeightView, INT4_GROUP};
 
 /// Computes `y = act(x Wᵀ + b)` for `rows` rows.
 ///
@@ -23,6 +24,53 @@ pub fn linear(x: &[f32], rows: usize, w: &WeightView<'_>, b: Option<&WeightView<
     }
 }
 
+/// Input features quantised at a time by [`linear_q8`] (a stack buffer; a multiple of the
+/// int4 group so every chunk starts on a group boundary).
+pub const Q8_CHUNK: usize = 8 * INT4_GROUP;
+
+/// [`linear`] with int8 activations: each row of `x` is quantised with the static (calibrated)
+/// scale `x_scale` (`round(x / x_scale)` clamped to ±127), multiplied with the integer weights in
+/// i32, and rescaled by `x_scale · weight scale`; bias and activation in f32. `w` must be int8
+/// or int4 ([`WeightView::is_integer`]); other encodings fall back to [`linear`].
+#[allow(clippy::too_many_arguments)]
+pub fn linear_q8(
+    x: &[f32],
+    rows: usize,
+    w: &WeightView<'_>,
+    b: Option<&WeightView<'_>>,
+    act: Activation,
+    x_scale: f32,
+    y: &mut [f32],
+) {
+    if !w.is_integer() {
+        return linear(x, rows, w, b, act, y);
+    }
+    let (out, inp) = (w.rows(), w.cols());
+    debug_assert_eq!(x.len(), rows * inp);
+    debug_assert_eq!(y.len(), rows * out);
+    let inv = 1.0 / x_scale;
+    let mut buf = [0i8; Q8_CHUNK];
+    for r in 0..rows {
+        let yr = &mut y[r * out..(r + 1) * out];
+        yr.fill(0.0);
+        for c0 in (0..inp).step_by(Q8_CHUNK) {
+            let n = Q8_CHUNK.min(inp - c0);
+            let q = &mut buf[..n];
+            quantize_act(&x[r * inp + c0..r * inp + c0 + n], inv, q);
+            for (o, v) in yr.iter_mut().enumerate() {
+                // Some(..) for integer weights at a chunk (hence group) boundary.
+                *v += w.dot_row_q8(o, c0, q).unwrap_or(0.0);
+            }
+        }
+        for (o, v) in yr.iter_mut().enumerate() {
+            *v = *v * x_scale + b.map_or(0.0, |b| b.get(0, o));
+        }
+    }
+    if act != Activation::None {
+        activate(act, y);
+    }
+}
+
 /// A dense projection's weights: `w [out, in]` and optional bias `[out]`, in any encoding.
 #[derive(Clone, Copy, Debug)]
 pub struct ProjW<'a> {
@@ -30,6 +78,9 @@ pub struct ProjW<'a> {
     pub w: WeightView<'a>,
     /// Bias, viewed as `[1, out]`.
     pub b: Option<WeightView<'a>>,
+    /// The input's calibrated int8 scale: with integer weights the projection runs in
+    /// integers ([`linear_q8`]); `None` (or f32/f16 weights): f32 activations.
+    pub act_scale: Option<f32>,
 }
 
 impl ProjW<'_> {
@@ -46,7 +97,16 @@ impl ProjW<'_> {
     /// `y [rows, out] = x [rows, in] · Wᵀ + b`.
     #[inline]
     pub fn apply(&self, x: &[f32], rows: usize, y: &mut [f32]) {
-        linear(x, rows, &self.w, self.b.as_ref(), Activation::None, y);
+        self.apply_act(x, rows, Activation::None, y);
+    }
+
+    /// `y = act(x · Wᵀ + b)`, in integers when the input is calibrated and the weights are.
+    #[inline]
+    pub fn apply_act(&self, x: &[f32], rows: usize, act: Activation, y: &mut [f32]) {
+        match self.act_scale {
+            Some(s) if self.w.is_integer() => linear_q8(x, rows, &self.w, self.b.as_ref(), act, s, y),
+            _ => linear(x, rows, &self.w, self.b.as_ref(), act, y),
+        }
     }
 
     /// Checks `w` is `[out, in]` and the bias has `out` elements.

@@ -61,7 +61,7 @@ impl TProj {
     }
 
     pub fn view(&mut self) -> ProjW<'_> {
-        ProjW { w: self.w.view(), b: self.b.as_mut().map(|b| b.view()) }
+        ProjW { w: self.w.view(), b: self.b.as_mut().map(|b| b.view()), act_scale: None }
     }
 }
 

@@ -283,6 +283,7 @@ impl ModelBuilder {
             inputs: self.inputs.iter().map(|&t| map(t)).collect(),
             outputs: self.outputs.iter().map(|&t| map(t)).collect(),
             weight_dtype: self.weight_dtype,
+            act_scales: self.act_scales.iter().filter(|(&t, _)| used[t as usize]).map(|(&t, &s)| (map(t), s)).collect(),
             meta,
         })
     }

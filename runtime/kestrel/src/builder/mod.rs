@@ -27,6 +27,8 @@ pub struct ModelBuilder {
     inputs: Vec<TensorId>,
     outputs: Vec<TensorId>,
     weight_dtype: DType,
+    /// Calibrated int8 scales of activations (format 1.1).
+    act_scales: std::collections::BTreeMap<TensorId, f32>,
     /// Metadata written to the file (name, task, labels, input specs, ...).
     pub meta: MetadataSpec,
 }
@@ -40,8 +42,34 @@ impl ModelBuilder {
             inputs: Vec::new(),
             outputs: Vec::new(),
             weight_dtype: DType::F32,
+            act_scales: Default::default(),
             meta: MetadataSpec { name: name.to_string(), ..MetadataSpec::default() },
         }
+    }
+
+    /// Records a calibrated int8 scale for activation `id`: consumers with integer weights
+    /// (int8/int4 dense layers and the mechanisms' input projections) quantise it as
+    /// `round(x / scale)` clamped to ±127 and multiply in integers. Errors for a weight, an
+    /// unknown id, or a scale that is not finite and positive.
+    pub fn set_act_scale(&mut self, id: TensorId, scale: f32) -> Result<(), Error> {
+        match self.tensors.get(id as usize) {
+            Some(Draft::Act { dtype: DType::F32, .. }) if scale.is_finite() && scale > 0.0 => {
+                self.act_scales.insert(id, scale);
+                Ok(())
+            }
+            Some(Draft::Act { .. }) => Err(Error::Build(format!("activation {id}: bad int8 scale {scale}"))),
+            _ => Err(Error::Build(format!("tensor {id} is not an f32 activation"))),
+        }
+    }
+
+    /// Activation `id`'s calibrated int8 scale, if any.
+    pub fn act_scale(&self, id: TensorId) -> Option<f32> {
+        self.act_scales.get(&id).copied()
+    }
+
+    /// Drops every calibrated activation scale.
+    pub fn clear_act_scales(&mut self) {
+        self.act_scales.clear();
     }
 
     /// The encoding for weights added without an explicit dtype.
@@ -181,7 +209,8 @@ impl ModelBuilder {
                 }
                 Draft::Act { name, dtype, shape } => {
                     let offset = offsets.iter().find(|(id, _)| *id as usize == i).map_or(0, |&(_, o)| o);
-                    TensorSpec::Activation { name: name.clone(), dtype: *dtype, shape: *shape, offset }
+                    let act_scale = self.act_scales.get(&(i as TensorId)).copied();
+                    TensorSpec::Activation { name: name.clone(), dtype: *dtype, shape: *shape, offset, act_scale }
                 }
             });
         }

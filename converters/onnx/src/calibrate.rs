@@ -1,0 +1,129 @@
+//! Static int8 activation calibration (`kestrel convert --calibrate data.npy`).
+//!
+//! Which activations: the input of every dense layer whose weights are int8 or int4, and the
+//! input of every fused mechanism whose Q/K/V projections are (the runtime multiplies those in
+//! integers: `kestrel_cpu::kernels::linear::linear_q8`). Everything else — residual adds,
+//! layer norms, softmax, the mechanisms' internal products and their output projections — keeps
+//! f32 activations, and activations are still *stored* as f32 in the arena.
+//!
+//! How: the converted model is run on the calibration samples with every such activation made
+//! an extra graph output; each gets the symmetric scale `max|x| / 127` over all samples (no
+//! sample of the calibration set saturates).
+
+use crate::error::ConvertError;
+use crate::verify::{InputData, InputTensor};
+use kestrel::format::ops::Op;
+use kestrel::format::{DType, TensorId};
+use kestrel::{Input, Model, ModelBuilder};
+use serde::{Deserialize, Serialize};
+
+/// One calibrated activation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CalibratedTensor {
+    /// Activation name.
+    pub name: String,
+    /// Largest |x| seen over the calibration samples.
+    pub abs_max: f32,
+    /// The int8 scale stored (`abs_max / 127`).
+    pub scale: f32,
+    /// What reads it in integers (op kinds).
+    pub consumers: Vec<String>,
+}
+
+/// What calibration did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CalibrationReport {
+    /// Samples run.
+    pub samples: usize,
+    /// Activations given a scale.
+    pub tensors: Vec<CalibratedTensor>,
+}
+
+fn integer(b: &ModelBuilder, w: TensorId) -> bool {
+    matches!(b.weight_dtype(w), Some(DType::I8 | DType::I4))
+}
+
+/// The activations read by integer projections, with the kinds of the ops reading them.
+fn targets(b: &ModelBuilder) -> Vec<(TensorId, Vec<String>)> {
+    let mut out: Vec<(TensorId, Vec<String>)> = Vec::new();
+    for op in b.ops() {
+        let x = match op {
+            Op::Dense(d) if integer(b, d.proj.w) => d.x,
+            Op::Attention(a) if integer(b, a.q.w) => a.x,
+            Op::AftFull(a) if integer(b, a.q.w) => a.x,
+            Op::AftLocal(a) if integer(b, a.q.w) => a.x,
+            Op::AftSimple(a) if integer(b, a.q.w) => a.x,
+            Op::AftConv(a) if integer(b, a.q.w) => a.x,
+            Op::Fastformer(a) if integer(b, a.q.w) => a.x,
+            _ => continue,
+        };
+        if b.is_weight(x) {
+            continue;
+        }
+        match out.iter_mut().find(|(t, _)| *t == x) {
+            Some((_, kinds)) => kinds.push(op.name().to_string()),
+            None => out.push((x, vec![op.name().to_string()])),
+        }
+    }
+    out
+}
+
+/// Runs `b` on `samples` and stores a scale on every activation an integer projection reads.
+pub fn calibrate(b: &mut ModelBuilder, samples: &[InputTensor]) -> Result<CalibrationReport, ConvertError> {
+    let bad = |expected: String, found: String| ConvertError::Verify { expected, found };
+    if samples.len() != b.inputs().len() {
+        return Err(bad(
+            format!("one calibration array per model input ({})", b.inputs().len()),
+            format!("{}", samples.len()),
+        ));
+    }
+    let batch = samples[0].shape.first().copied().unwrap_or(0);
+    if batch == 0 || samples.iter().any(|s| s.shape.first() != Some(&batch)) {
+        return Err(bad("calibration arrays with the same non-zero leading (sample) axis".into(), format!("{batch}")));
+    }
+    let targets = targets(b);
+    if targets.is_empty() {
+        return Err(bad(
+            "int8 or int4 weights to calibrate for (use --weights int8|int4)".into(),
+            "no dense layer or mechanism with integer weights".into(),
+        ));
+    }
+    b.clear_act_scales();
+    let mut probe = b.clone();
+    let first_extra = probe.outputs().len();
+    for &(t, _) in &targets {
+        probe.output(t);
+    }
+    let model = Model::from_bytes(&probe.build()?)?;
+    let chunk = batch.min(64);
+    let mut session = model.session(chunk)?;
+    let per_sample: Vec<usize> = samples.iter().map(|s| s.shape[1..].iter().product()).collect();
+    let mut abs_max = vec![0f32; targets.len()];
+    for start in (0..batch).step_by(chunk) {
+        let n = chunk.min(batch - start);
+        let feeds: Vec<Input<'_>> = samples
+            .iter()
+            .zip(&per_sample)
+            .map(|(s, &k)| match &s.data {
+                InputData::F32(d) => Input::F32(&d[start * k..(start + n) * k]),
+                InputData::I64(d) => Input::I64(&d[start * k..(start + n) * k]),
+            })
+            .collect();
+        let outs = session.run_vec(&feeds)?;
+        for (m, o) in abs_max.iter_mut().zip(&outs[first_extra..]) {
+            *m = o.iter().fold(*m, |m, v| m.max(v.abs()));
+        }
+    }
+    let mut report = CalibrationReport { samples: batch, tensors: Vec::new() };
+    for ((t, consumers), m) in targets.into_iter().zip(abs_max) {
+        if !(m.is_finite() && m > 0.0) {
+            // All zeros (or non-finite): nothing to scale; the consumers stay f32.
+            continue;
+        }
+        let scale = m / 127.0;
+        b.set_act_scale(t, scale)?;
+        let name = b.tensor_name(t).unwrap_or("?").to_string();
+        report.tensors.push(CalibratedTensor { name, abs_max: m, scale, consumers });
+    }
+    Ok(report)
+}
