@@ -18,6 +18,25 @@ fn spinner(msg: String) -> ProgressBar {
     pb
 }
 
+/// The conversion's stages on one indicatif bar: a bar where the step count is known (lowering
+/// per node), a spinner otherwise.
+struct Bar(ProgressBar);
+
+impl kestrel_onnx::Progress for Bar {
+    fn stage(&mut self, name: &str, steps: u64) {
+        let template =
+            if steps > 0 { "{msg} [{bar:30}] {pos}/{len} [{elapsed}]" } else { "{spinner} {msg} [{elapsed}]" };
+        self.0.set_style(ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()));
+        self.0.set_length(steps);
+        self.0.set_position(0);
+        self.0.set_message(name.to_string());
+    }
+
+    fn step(&mut self) {
+        self.0.inc(1);
+    }
+}
+
 /// Converts, writes, prints the report and, if asked, verifies.
 pub fn run(
     w: &mut String,
@@ -27,9 +46,9 @@ pub fn run(
     verify: Option<&Path>,
     json: bool,
 ) -> Result<()> {
-    let pb = spinner(format!("converting {}", onnx.display()));
-    let conv = kestrel_onnx::convert(onnx, opts);
-    pb.finish_and_clear();
+    let mut bar = Bar(spinner(format!("converting {}", onnx.display())));
+    let conv = kestrel_onnx::convert_with_progress(onnx, opts, &mut bar);
+    bar.0.finish_and_clear();
     let conv = conv.with_context(|| format!("converting {}", onnx.display()))?;
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

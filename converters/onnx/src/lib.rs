@@ -59,6 +59,17 @@ impl Default for ConvertOptions {
     }
 }
 
+/// Progress of a conversion, for a progress bar: stages, and steps within a stage.
+pub trait Progress {
+    /// A new stage begins with `steps` steps (0 when the count is not known).
+    fn stage(&mut self, _name: &str, _steps: u64) {}
+    /// One step of the current stage is done.
+    fn step(&mut self) {}
+}
+
+/// No progress reporting.
+impl Progress for () {}
+
 /// A converted model.
 #[derive(Clone, Debug)]
 pub struct Conversion {
@@ -70,7 +81,18 @@ pub struct Conversion {
 
 /// Converts the ONNX file at `onnx_path` to a `.kes` model.
 pub fn convert(onnx_path: impl AsRef<Path>, opts: &ConvertOptions) -> Result<Conversion, ConvertError> {
+    convert_with_progress(onnx_path, opts, &mut ())
+}
+
+/// [`convert`], reporting its stages (load, lowering per node, fusion, calibration, encoding)
+/// to `progress`.
+pub fn convert_with_progress(
+    onnx_path: impl AsRef<Path>,
+    opts: &ConvertOptions,
+    progress: &mut dyn Progress,
+) -> Result<Conversion, ConvertError> {
     let path = onnx_path.as_ref();
+    progress.stage("loading with tract (type, declutter)", 0);
     let p = path.display().to_string();
     let (model, inputs) = load::load_typed(path, 1)?;
     let name = path.file_stem().map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
@@ -105,7 +127,7 @@ pub fn convert(onnx_path: impl AsRef<Path>, opts: &ConvertOptions) -> Result<Con
         })?;
         l.b.meta.inputs.push(InputSpec { name: inp.name.clone(), tensor: id, feed, shape, preprocess: None });
     }
-    l.run()?;
+    l.run(progress)?;
     for &o in model.output_outlets().map_err(error::tract_err(&p, "list the outputs"))? {
         let (id, _) = l.act(o)?;
         // Outputs drop the leading batch-1 axis too (a view).
@@ -129,6 +151,7 @@ pub fn convert(onnx_path: impl AsRef<Path>, opts: &ConvertOptions) -> Result<Con
         l.b.meta.outputs.push(OutputSpec { name: label, tensor: id, kind });
     }
     // Mechanism and element-wise fusion over Kestrel's own graph, every rewrite verified.
+    progress.stage("fusing (each rewrite verified numerically)", 0);
     let fusion = kestrel::fuse::fuse(&mut l.b);
     for (name, count) in &fusion.fused {
         l.fused.push((name.clone(), *count));
@@ -136,9 +159,11 @@ pub fn convert(onnx_path: impl AsRef<Path>, opts: &ConvertOptions) -> Result<Con
     let calibration = if opts.calibrate.is_empty() {
         None
     } else {
+        progress.stage("calibrating int8 activations", 0);
         let samples = opts.calibrate.iter().map(read_npy).collect::<Result<Vec<_>, _>>()?;
         Some(calibrate::calibrate(&mut l.b, &samples)?)
     };
+    progress.stage("encoding weights, planning memory", 0);
     let kes = l.b.build()?;
 
     let mut tract_ops = BTreeMap::new();

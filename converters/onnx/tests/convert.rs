@@ -279,3 +279,27 @@ fn calibrated_int8_activations() {
     assert!(convert(data("vit.onnx"), &o).is_err());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The progress hooks see every stage, and one lowering step per tract node.
+#[test]
+fn progress_reports_stages_and_lowering_steps() {
+    #[derive(Default)]
+    struct Log(Vec<(String, u64, u64)>);
+    impl kestrel_onnx::Progress for Log {
+        fn stage(&mut self, name: &str, steps: u64) {
+            self.0.push((name.to_string(), steps, 0));
+        }
+        fn step(&mut self) {
+            if let Some(s) = self.0.last_mut() {
+                s.2 += 1;
+            }
+        }
+    }
+    let mut log = Log::default();
+    let conv = kestrel_onnx::convert_with_progress(data("vit.onnx"), &opts(DType::I8), &mut log).unwrap();
+    let names: Vec<&str> = log.0.iter().map(|s| s.0.as_str()).collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert!(names[0].starts_with("loading") && names[1] == "lowering" && names[2].starts_with("fusing"), "{names:?}");
+    let (_, steps, done) = &log.0[1];
+    assert_eq!((*steps as usize, *done), (conv.report.tract_nodes, *steps));
+}

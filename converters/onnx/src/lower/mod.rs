@@ -249,10 +249,12 @@ impl<'m> Lowerer<'m> {
     }
 
     /// Lowers every node in evaluation order.
-    pub fn run(&mut self) -> Res<()> {
+    pub fn run(&mut self, progress: &mut dyn crate::Progress) -> Res<()> {
         let order = self.model.eval_order().map_err(|e| self.bad("an acyclic graph", format!("{e}")))?;
         self.mark_first_last(&order);
+        progress.stage("lowering", order.len() as u64);
         for &n in &order {
+            progress.step();
             self.node = n;
             if self.skip.contains(&n) || self.vals.contains_key(&OutletId::new(n, 0)) {
                 continue;
