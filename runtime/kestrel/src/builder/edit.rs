@@ -156,6 +156,25 @@ impl ModelBuilder {
         Ok((at..at + n_new).collect())
     }
 
+    /// Removes nodes whose outputs nothing reads (and are not graph outputs), repeatedly.
+    /// Returns how many were removed.
+    pub fn remove_dead_nodes(&mut self) -> usize {
+        let mut removed = 0;
+        loop {
+            let dead = (0..self.ops.len()).rev().find(|&i| {
+                let y = self.ops[i].output();
+                !self.outputs.contains(&y) && self.consumers(y).is_empty()
+            });
+            match dead {
+                Some(i) => {
+                    self.ops.remove(i);
+                    removed += 1;
+                }
+                None => return removed,
+            }
+        }
+    }
+
     /// Common-subexpression elimination: a node computing exactly what an earlier node computes
     /// (same op, same inputs, same attributes) is removed and its readers read the earlier
     /// node's output instead. Exporters repeat layout ops per consumer (e.g. one transpose per

@@ -10,6 +10,7 @@ mod aft;
 mod aft_conv;
 mod attention;
 mod elementwise;
+mod select;
 
 use crate::builder::Region;
 use crate::{Error, Input, Model, ModelBuilder};
@@ -43,6 +44,7 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
     let mut report = FusionReport { merged_duplicates: b.merge_duplicates(), ..Default::default() };
     loop {
         let before = b.ops().len();
+        select::packed_projections(b, &mut report);
         elementwise::gelu_erf(b, &mut report);
         elementwise::dense_activation(b, &mut report);
         attention::attention(b, &mut report);

@@ -1,0 +1,194 @@
+//! Packed projections split by selections, collapsed into one dense layer per part.
+//!
+//! `nn.MultiheadAttention` computes Q, K and V with one `[3d, d]` in-projection and splits the
+//! result with reshapes, transposes and gathers (lowered as one-hot dense layers). Every part is
+//! then a *selection* of the packed output's features, token by token: `q[t, j] = A[t, σ(j)]`.
+//! This pass finds such parts and replaces each by a dense layer on the original input with the
+//! selected rows of the weight and bias (`Dense(x, W[σ], b[σ])`), which the attention patterns
+//! then see as ordinary projections.
+//!
+//! The selection is read off exactly: the part's nodes are run on the packed output filled with
+//! distinct integers (1, 2, 3…, exact in f32), which layout ops move and one-hot dense layers copy
+//! without rounding, so each output element names the packed element it came from.
+
+use super::attention::tokens;
+use super::FusionReport;
+use crate::builder::Region;
+use crate::{Input, Model, ModelBuilder};
+use kestrel_format::ops::*;
+use kestrel_format::DType;
+
+/// Collapses every selected part of a packed dense output it can prove.
+pub(super) fn packed_projections(b: &mut ModelBuilder, report: &mut FusionReport) {
+    let mut i = 0;
+    while i < b.ops().len() {
+        if let Op::Dense(d) = b.ops()[i] {
+            if d.act == Activation::None && collapse(b, d) {
+                *report.fused.entry("packed-projection-split".to_string()).or_default() += 1;
+                b.remove_dead_nodes();
+                continue;
+            }
+        }
+        i += 1;
+    }
+}
+
+/// A bias-free dense layer whose weight is one-hot per output (a gather written as a product).
+fn is_selection(b: &ModelBuilder, op: &Op) -> bool {
+    let Op::Dense(d) = op else { return false };
+    if d.proj.b.is_some() || d.act != Activation::None {
+        return false;
+    }
+    let (Some(w), Some(shape)) = (b.weight_values(d.proj.w), b.shape_of(d.proj.w)) else { return false };
+    let Some((rows, cols)) = shape.as_matrix() else { return false };
+    (0..rows).all(|r| {
+        let row = &w[r * cols..(r + 1) * cols];
+        row.iter().all(|&v| v == 0.0 || v == 1.0) && row.iter().filter(|&&v| v == 1.0).count() == 1
+    })
+}
+
+fn is_layout(op: &Op) -> bool {
+    matches!(op, Op::Reshape(_) | Op::Transpose(_))
+}
+
+/// Replaces one selected part of dense `d`'s output; false if none could be proven.
+fn collapse(b: &mut ModelBuilder, d: Dense) -> bool {
+    let a = d.y;
+    let Some((t, f)) = tokens(b, a) else { return false };
+    // Forward closure of A through layout ops and selections.
+    let mut closure: Vec<usize> = Vec::new();
+    let mut stack = vec![a];
+    while let Some(x) = stack.pop() {
+        for c in b.consumers(x) {
+            let op = b.ops()[c];
+            if (is_layout(&op) || is_selection(b, &op)) && !closure.contains(&c) {
+                closure.push(c);
+                stack.push(op.output());
+            }
+        }
+    }
+    if !closure.iter().any(|&c| matches!(b.ops()[c], Op::Dense(_))) {
+        return false;
+    }
+    // Candidate part outputs, latest first: any tensor of the closure (a part may end before
+    // the layout ops that prepare it for the attention product).
+    closure.sort_unstable_by(|x, y| y.cmp(x));
+    for &n in &closure {
+        let out = b.ops()[n].output();
+        if let Some((region, ops)) = part(b, d, t, f, &closure, out) {
+            if b.replace(&region, ops).is_ok() {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// The dense replacing the part of the closure that computes `out`, if `out` is a token-wise
+/// selection of A's features.
+fn part(
+    b: &mut ModelBuilder,
+    d: Dense,
+    t: usize,
+    f: usize,
+    closure: &[usize],
+    out: TensorId,
+) -> Option<(Region, Vec<Op>)> {
+    // The closure's nodes that `out` depends on (all run for the probe) ...
+    let mut all = Vec::new();
+    let mut want = vec![out];
+    while let Some(x) = want.pop() {
+        if x == d.y {
+            continue;
+        }
+        let p = b.producer(x)?;
+        if !closure.contains(&p) {
+            return None;
+        }
+        if !all.contains(&p) {
+            all.push(p);
+            b.ops()[p].for_each_input(|i| {
+                if !b.is_weight(i) {
+                    want.push(i);
+                }
+            });
+        }
+    }
+    if !all.iter().any(|&n| matches!(b.ops()[n], Op::Dense(_))) {
+        return None;
+    }
+    all.sort_unstable();
+    // ... and those only this part uses (removed now; shared ones go once every part is done).
+    let mut own = vec![b.producer(out)?];
+    for &n in all.iter().rev() {
+        let y = b.ops()[n].output();
+        let c = b.consumers(y);
+        if !own.contains(&n) && !b.outputs().contains(&y) && !c.is_empty() && c.iter().all(|c| own.contains(c)) {
+            own.push(n);
+        }
+    }
+    own.sort_unstable();
+    let probe = Region { nodes: all, inputs: vec![d.y], output: out };
+    let region = Region { nodes: own, inputs: vec![d.y], output: out };
+    // Probe with distinct ids.
+    let numel = t * f;
+    let ids: Vec<f32> = (1..=numel).map(|v| v as f32).collect();
+    let got = {
+        let mut m = b.extract(&probe).ok()?;
+        m.set_weight_dtype(DType::F32);
+        let model = Model::from_bytes(&m.build().ok()?).ok()?;
+        let mut s = model.session(1).ok()?;
+        s.run_vec(&[Input::F32(&ids)]).ok()?.remove(0)
+    };
+    if got.is_empty() || got.len() % t != 0 {
+        return None;
+    }
+    let k = got.len() / t;
+    let out_dims = b.shape_of(out)?.dims().to_vec();
+    let token_major = matches!(out_dims.as_slice(), [n, ..] if *n as usize == t)
+        || matches!(out_dims.as_slice(), [1, n, ..] if *n as usize == t);
+    if !token_major || k >= f {
+        return None;
+    }
+    let mut sigma = vec![usize::MAX; k];
+    for (o, &v) in got.iter().enumerate() {
+        let id = v as usize;
+        if v != id as f32 || id == 0 || id > numel {
+            return None;
+        }
+        let (ta, fa) = ((id - 1) / f, (id - 1) % f);
+        let (to, j) = (o / k, o % k);
+        if ta != to || (sigma[j] != usize::MAX && sigma[j] != fa) {
+            return None;
+        }
+        sigma[j] = fa;
+    }
+    // Dense(x, W[σ], b[σ]) with x's leading axes, then a view to `out`'s shape.
+    let w_shape = b.shape_of(d.proj.w)?;
+    let (rows, cols) = w_shape.as_matrix()?;
+    if rows != f {
+        return None;
+    }
+    let w_all = b.weight_values(d.proj.w)?.to_vec();
+    let w_dtype = b.weight_dtype(d.proj.w)?;
+    let w_sel: Vec<f32> = sigma.iter().flat_map(|&r| w_all[r * cols..(r + 1) * cols].iter().copied()).collect();
+    let name = format!("{}.part", b.tensor_name(d.proj.w).unwrap_or("w"));
+    let w = b.weight_as(&name, &[k, cols], w_sel, w_dtype).ok()?;
+    let bias = match d.proj.b {
+        Some(bid) => {
+            let bv = b.weight_values(bid)?.to_vec();
+            let dt = b.weight_dtype(bid)?;
+            let sel: Vec<f32> = sigma.iter().map(|&r| bv.get(r).copied()).collect::<Option<_>>()?;
+            Some(b.weight_as(&format!("{}.part", b.tensor_name(bid).unwrap_or("b")), &[k], sel, dt).ok()?)
+        }
+        None => None,
+    };
+    let mut y_dims: Vec<usize> = b.shape_of(d.x)?.dims().iter().map(|&v| v as usize).collect();
+    *y_dims.last_mut()? = k;
+    let y = b.new_activation("projection_part", &y_dims).ok()?;
+    let ops = vec![
+        Op::Dense(Dense { x: d.x, proj: Proj { w, b: bias }, act: Activation::None, y }),
+        Op::Reshape(Reshape { x: y, y: out }),
+    ];
+    Some((region, ops))
+}
