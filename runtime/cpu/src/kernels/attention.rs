@@ -16,9 +16,9 @@
 
 use crate::error::{expect_eq, ShapeError};
 use crate::kernels::linear::ProjW;
+use crate::kernels::simd::{axpy as axpy_simd, dot_f32};
 use crate::math::softmax_in_place;
 use kestrel_format::ops::AttentionVariant;
-use kestrel_format::weight::dot_f32;
 
 const OP: &str = "attention";
 
@@ -83,9 +83,7 @@ pub(crate) fn check_present<T>(
 /// `y += a · x` over the common length.
 #[inline]
 pub(crate) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-    for (y, &x) in y.iter_mut().zip(x) {
-        *y += a * x;
-    }
+    axpy_simd(y, a, x);
 }
 
 impl AttentionParams {

@@ -13,14 +13,31 @@ pub fn linear(x: &[f32], rows: usize, w: &WeightView<'_>, b: Option<&WeightView<
     let (out, inp) = (w.rows(), w.cols());
     debug_assert_eq!(x.len(), rows * inp);
     debug_assert_eq!(y.len(), rows * out);
+    if super::simd::matmul_wt(x, rows, w, y) {
+        if let Some(b) = b {
+            for yr in y.chunks_exact_mut(out.max(1)).take(rows) {
+                for (o, v) in yr.iter_mut().enumerate() {
+                    *v += b.get(0, o);
+                }
+            }
+        }
+    } else {
+        linear_scalar_body(x, rows, w, b, y);
+    }
+    if act != Activation::None {
+        activate(act, y);
+    }
+}
+
+/// The scalar reference of [`linear`] before the activation (`y = x Wᵀ + b`): the fused
+/// dot products of [`WeightView::dot_row`].
+pub fn linear_scalar_body(x: &[f32], rows: usize, w: &WeightView<'_>, b: Option<&WeightView<'_>>, y: &mut [f32]) {
+    let (out, inp) = (w.rows(), w.cols());
     for o in 0..out {
         let bias = b.map_or(0.0, |b| b.get(0, o));
         for r in 0..rows {
             y[r * out + o] = w.dot_row(o, &x[r * inp..(r + 1) * inp]) + bias;
         }
-    }
-    if act != Activation::None {
-        activate(act, y);
     }
 }
 
@@ -59,7 +76,7 @@ pub fn linear_q8(
             quantize_act(&x[r * inp + c0..r * inp + c0 + n], inv, q);
             for (o, v) in yr.iter_mut().enumerate() {
                 // Some(..) for integer weights at a chunk (hence group) boundary.
-                *v += w.dot_row_q8(o, c0, q).unwrap_or(0.0);
+                *v += dot_row_q8(w, o, c0, q);
             }
         }
         for (o, v) in yr.iter_mut().enumerate() {
@@ -68,6 +85,32 @@ pub fn linear_q8(
     }
     if act != Activation::None {
         activate(act, y);
+    }
+}
+
+/// [`WeightView::dot_row_q8`] through the SIMD integer dot products (`w` int8 or int4; 0 for
+/// other encodings, which [`linear_q8`] never passes).
+#[inline]
+fn dot_row_q8(w: &WeightView<'_>, r: usize, col0: usize, xq: &[i8]) -> f32 {
+    use super::simd;
+    use kestrel_format::weight::{int4_groups, int4_row_bytes};
+    use kestrel_format::WeightData;
+    let c = w.cols();
+    let n = xq.len().min(c.saturating_sub(col0));
+    match w.data() {
+        WeightData::I8 { q, scales } => simd::dot_i8(&q[r * c + col0..r * c + col0 + n], &xq[..n]) as f32 * scales[r],
+        WeightData::I4 { q, scales } if col0 % INT4_GROUP == 0 => {
+            let (rb, g) = (int4_row_bytes(c), int4_groups(c));
+            let qrow = &q[r * rb..(r + 1) * rb];
+            let mut total = 0.0f32;
+            for (k, xs) in xq[..n].chunks(INT4_GROUP).enumerate() {
+                let gi = col0 / INT4_GROUP + k;
+                let acc = simd::dot_i4_group(&qrow[gi * INT4_GROUP / 2..], xs);
+                total += acc as f32 * scales[r * g + gi].to_f32();
+            }
+            total
+        }
+        _ => w.dot_row_q8(r, col0, xq).unwrap_or(0.0),
     }
 }
 

@@ -13,6 +13,7 @@ pub mod linear;
 pub mod matmul;
 pub mod norm;
 pub mod reduce;
+pub mod simd;
 pub mod softmax;
 mod strided;
 pub mod transpose;

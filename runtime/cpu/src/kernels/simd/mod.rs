@@ -1,0 +1,261 @@
+//! SIMD kernels with runtime ISA dispatch: the dense products (`x · Wᵀ` for f32, f16, int8 and
+//! int4 weights with f32 activations; int8 × int8/int4 in integers) and the f32 dot/axpy used by
+//! the attention score loops.
+//!
+//! The ISA is detected once and cached in an atomic: with the `std` feature through
+//! `is_x86_feature_detected!` / `is_aarch64_feature_detected!`; without it (the `no_std` core)
+//! from the compile-time `target_feature`s. [`set_isa`] forces an ISA (benchmarks force
+//! [`Isa::Scalar`] to measure the reference kernels; it refuses an ISA the CPU lacks).
+//!
+//! Every function here returns the scalar kernels' result up to f32 summation order; the tests
+//! (`runtime/cpu/tests/simd.rs`) compare each ISA with the scalar path on random inputs.
+
+use core::sync::atomic::{AtomicU8, Ordering};
+use kestrel_format::weight::dot_f32 as dot_f32_scalar;
+use kestrel_format::WeightView;
+
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
+#[cfg(target_arch = "x86_64")]
+pub mod x86;
+
+/// An instruction set the kernels can run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// Portable Rust (the reference kernels).
+    Scalar,
+    /// x86_64 AVX2 + FMA + F16C (int8 × int8 through `vpmaddubsw`/`vpmaddwd`).
+    Avx2,
+    /// x86_64 AVX2 + FMA + F16C with AVX-VNNI (`vpdpbusd`) for int8 × int8.
+    Avx2Vnni,
+    /// aarch64 NEON (Advanced SIMD).
+    Neon,
+}
+
+impl Isa {
+    /// A short lower-case name (`scalar`, `avx2`, `avx2-vnni`, `neon`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx2Vnni => "avx2-vnni",
+            Isa::Neon => "neon",
+        }
+    }
+
+    /// Parses [`name`](Self::name).
+    pub fn from_name(s: &str) -> Option<Isa> {
+        [Isa::Scalar, Isa::Avx2, Isa::Avx2Vnni, Isa::Neon].into_iter().find(|i| i.name() == s)
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Isa::Scalar => 1,
+            Isa::Avx2 => 2,
+            Isa::Avx2Vnni => 3,
+            Isa::Neon => 4,
+        }
+    }
+
+    fn from_code(c: u8) -> Isa {
+        match c {
+            2 => Isa::Avx2,
+            3 => Isa::Avx2Vnni,
+            4 => Isa::Neon,
+            _ => Isa::Scalar,
+        }
+    }
+
+    /// Whether this CPU can run the ISA.
+    pub fn supported(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            Isa::Avx2 => has_avx2(),
+            Isa::Avx2Vnni => has_avx2() && has_avx_vnni(),
+            Isa::Neon => has_neon(),
+        }
+    }
+}
+
+/// 0: not detected yet.
+static ISA: AtomicU8 = AtomicU8::new(0);
+
+/// The ISA the kernels use (detected on first call, then cached).
+#[inline]
+pub fn isa() -> Isa {
+    match ISA.load(Ordering::Relaxed) {
+        0 => {
+            let best = detect();
+            ISA.store(best.code(), Ordering::Relaxed);
+            best
+        }
+        c => Isa::from_code(c),
+    }
+}
+
+/// The best ISA this CPU supports.
+pub fn detect() -> Isa {
+    if Isa::Avx2Vnni.supported() {
+        Isa::Avx2Vnni
+    } else if Isa::Avx2.supported() {
+        Isa::Avx2
+    } else if Isa::Neon.supported() {
+        Isa::Neon
+    } else {
+        Isa::Scalar
+    }
+}
+
+/// Forces the kernels onto `isa` (process-wide). Returns false, changing nothing, when the CPU
+/// does not support it.
+pub fn set_isa(isa: Isa) -> bool {
+    if !isa.supported() {
+        return false;
+    }
+    ISA.store(isa.code(), Ordering::Relaxed);
+    true
+}
+
+#[cfg(all(target_arch = "x86_64", feature = "std"))]
+fn has_avx2() -> bool {
+    std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c")
+}
+#[cfg(all(target_arch = "x86_64", not(feature = "std")))]
+fn has_avx2() -> bool {
+    cfg!(all(target_feature = "avx2", target_feature = "fma", target_feature = "f16c"))
+}
+#[cfg(not(target_arch = "x86_64"))]
+fn has_avx2() -> bool {
+    false
+}
+
+#[cfg(all(target_arch = "x86_64", feature = "std"))]
+fn has_avx_vnni() -> bool {
+    std::is_x86_feature_detected!("avxvnni")
+}
+#[cfg(all(target_arch = "x86_64", not(feature = "std")))]
+fn has_avx_vnni() -> bool {
+    cfg!(target_feature = "avxvnni")
+}
+#[cfg(not(target_arch = "x86_64"))]
+fn has_avx_vnni() -> bool {
+    false
+}
+
+#[cfg(target_arch = "aarch64")]
+fn has_neon() -> bool {
+    // NEON is part of the aarch64 base ISA.
+    true
+}
+#[cfg(not(target_arch = "aarch64"))]
+fn has_neon() -> bool {
+    false
+}
+
+/// `Σ a[i]·b[i]` over the common length.
+#[inline]
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `isa()` only returns Avx2* after detecting AVX2, FMA and F16C.
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::dot_f32(a, b) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: NEON is baseline on aarch64.
+        Isa::Neon => unsafe { neon::dot_f32(a, b) },
+        _ => dot_f32_scalar(a, b),
+    }
+}
+
+/// `y[i] += a · x[i]` over the common length.
+#[inline]
+pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `dot_f32`.
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::axpy(y, a, x) },
+        _ => {
+            for (y, &x) in y.iter_mut().zip(x) {
+                *y += a * x;
+            }
+        }
+    }
+}
+
+/// `y [rows, out] = x [rows, in] · Wᵀ` (no bias) with the SIMD kernels. Returns false (and
+/// leaves `y` alone) when the ISA is scalar; the caller then runs the scalar loop.
+#[inline]
+pub fn matmul_wt(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32]) -> bool {
+    assert!(x.len() >= rows * w.cols() && y.len() >= rows * w.rows(), "matmul_wt: slices too short");
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx2Vnni => {
+            // SAFETY: features detected (see `dot_f32`); lengths checked above.
+            unsafe { x86::matmul_wt(x, rows, w, y) };
+            true
+        }
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => {
+            // SAFETY: NEON is baseline; lengths checked above.
+            unsafe { neon::matmul_wt(x, rows, w, y) };
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Integer dot product `Σ a[i]·b[i]` of two int8 slices (common length < 2^17).
+#[inline]
+pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: features detected.
+        Isa::Avx2 => unsafe { x86::dot_i8(a, b) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2 and AVX-VNNI detected.
+        Isa::Avx2Vnni => unsafe { x86::dot_i8_vnni(a, b) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: NEON is baseline.
+        Isa::Neon => unsafe { neon::dot_i8(a, b) },
+        _ => dot_i8_scalar(a, b),
+    }
+}
+
+/// Scalar [`dot_i8`].
+pub fn dot_i8_scalar(a: &[i8], b: &[i8]) -> i32 {
+    a.iter().zip(b).map(|(&x, &y)| i32::from(x) * i32::from(y)).sum()
+}
+
+/// One int4 group (32 weights packed in 16 bytes, low nibble first) times up to 32 int8
+/// activations, in integers. `bytes.len() >= 16`, `xq.len() <= 32`.
+#[inline]
+pub fn dot_i4_group(bytes: &[u8], xq: &[i8]) -> i32 {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: features detected; `x86::dot_i4_group` checks the lengths.
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::dot_i4_group(bytes, xq) },
+        _ => dot_i4_group_scalar(bytes, xq),
+    }
+}
+
+/// Scalar [`dot_i4_group`].
+pub fn dot_i4_group_scalar(bytes: &[u8], xq: &[i8]) -> i32 {
+    xq.iter()
+        .enumerate()
+        .map(|(j, &x)| {
+            let b = bytes[j / 2];
+            let n = if j % 2 == 1 { b >> 4 } else { b & 0x0f };
+            i32::from(((n << 4) as i8) >> 4) * i32::from(x)
+        })
+        .sum()
+}
+
+/// Sign-extended int4 nibble (the x86 kernels' column tails).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(crate) fn nibble(bytes: &[u8], j: usize) -> f32 {
+    let b = bytes[j / 2];
+    let n = if j % 2 == 1 { b >> 4 } else { b & 0x0f };
+    f32::from(((n << 4) as i8) >> 4)
+}

@@ -1,0 +1,412 @@
+//! x86_64 AVX2 + FMA + F16C kernels (and AVX-VNNI for int8 × int8).
+//!
+//! The dense product is a register-blocked micro-kernel over 4 activation rows × 2 weight rows
+//! (8 accumulators of 8 lanes): each 8-wide weight vector is loaded and dequantised in registers
+//! once (f16 by `vcvtph2ps`, int8 by sign extension and `vcvtdq2ps`, int4 by nibble unpacking and
+//! the group's scale) and used for 4 rows of `x`. The per-encoding loaders are `#[inline(always)]`
+//! and only ever called from the `#[target_feature]` entry points, so they compile with AVX2.
+
+use super::nibble;
+use core::arch::x86_64::*;
+use half::f16;
+use kestrel_format::weight::{int4_groups, int4_row_bytes};
+use kestrel_format::{WeightData, WeightView, INT4_GROUP};
+
+#[inline(always)]
+unsafe fn hsum(v: __m256) -> f32 {
+    // SAFETY (whole fn): AVX available in every caller.
+    unsafe {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+        _mm_cvtss_f32(s)
+    }
+}
+
+#[inline(always)]
+unsafe fn hsum_i32(v: __m256i) -> i32 {
+    // SAFETY: AVX2 available in every caller.
+    unsafe {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+        _mm_cvtsi128_si32(s)
+    }
+}
+
+/// `Σ a·b`, 4 independent 8-lane accumulators.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    // SAFETY: every load reads indices < n of both slices.
+    unsafe {
+        while i + 32 <= n {
+            for (k, acc) in acc.iter_mut().enumerate() {
+                *acc = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i + 8 * k)), _mm256_loadu_ps(pb.add(i + 8 * k)), *acc);
+            }
+            i += 32;
+        }
+        while i + 8 <= n {
+            acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc[0]);
+            i += 8;
+        }
+        let mut s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+        while i < n {
+            s += *pa.add(i) * *pb.add(i);
+            i += 1;
+        }
+        s
+    }
+}
+
+/// `y += a·x` over the common length.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    let n = y.len().min(x.len());
+    let (py, px) = (y.as_mut_ptr(), x.as_ptr());
+    let av = _mm256_set1_ps(a);
+    let mut i = 0;
+    // SAFETY: indices < n of both slices.
+    unsafe {
+        while i + 8 <= n {
+            _mm256_storeu_ps(py.add(i), _mm256_fmadd_ps(av, _mm256_loadu_ps(px.add(i)), _mm256_loadu_ps(py.add(i))));
+            i += 8;
+        }
+        while i < n {
+            *py.add(i) += a * *px.add(i);
+            i += 1;
+        }
+    }
+}
+
+/// A weight matrix read 8 columns at a time, dequantised in registers.
+trait Loader {
+    /// Columns.
+    fn cols(&self) -> usize;
+    /// Columns `k..k+8` of row `o`, dequantised except for the per-row scale
+    /// (`k % 8 == 0`, `k + 8 <= cols`).
+    unsafe fn load(&self, o: usize, k: usize) -> __m256;
+    /// Element `(o, k)`, same convention (for the column tail).
+    fn get(&self, o: usize, k: usize) -> f32;
+    /// Factor applied to row `o`'s sums.
+    fn row_scale(&self, o: usize) -> f32;
+}
+
+struct F32W<'a>(&'a [f32], usize);
+impl Loader for F32W<'_> {
+    #[inline(always)]
+    fn cols(&self) -> usize {
+        self.1
+    }
+    #[inline(always)]
+    unsafe fn load(&self, o: usize, k: usize) -> __m256 {
+        debug_assert!(k + 8 <= self.1);
+        // SAFETY: (o, k..k+8) is inside the [rows, cols] matrix (callers' loop bounds).
+        unsafe { _mm256_loadu_ps(self.0.as_ptr().add(o * self.1 + k)) }
+    }
+    #[inline(always)]
+    fn get(&self, o: usize, k: usize) -> f32 {
+        self.0[o * self.1 + k]
+    }
+    #[inline(always)]
+    fn row_scale(&self, _: usize) -> f32 {
+        1.0
+    }
+}
+
+struct F16W<'a>(&'a [f16], usize);
+impl Loader for F16W<'_> {
+    #[inline(always)]
+    fn cols(&self) -> usize {
+        self.1
+    }
+    #[inline(always)]
+    unsafe fn load(&self, o: usize, k: usize) -> __m256 {
+        debug_assert!(k + 8 <= self.1);
+        // SAFETY: 8 halves inside the matrix; F16C available in every caller.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(self.0.as_ptr().add(o * self.1 + k).cast())) }
+    }
+    #[inline(always)]
+    fn get(&self, o: usize, k: usize) -> f32 {
+        self.0[o * self.1 + k].to_f32()
+    }
+    #[inline(always)]
+    fn row_scale(&self, _: usize) -> f32 {
+        1.0
+    }
+}
+
+struct I8W<'a>(&'a [i8], &'a [f32], usize);
+impl Loader for I8W<'_> {
+    #[inline(always)]
+    fn cols(&self) -> usize {
+        self.2
+    }
+    #[inline(always)]
+    unsafe fn load(&self, o: usize, k: usize) -> __m256 {
+        debug_assert!(k + 8 <= self.2);
+        // SAFETY: 8 bytes inside the matrix.
+        unsafe {
+            let q = _mm_loadl_epi64(self.0.as_ptr().add(o * self.2 + k).cast());
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))
+        }
+    }
+    #[inline(always)]
+    fn get(&self, o: usize, k: usize) -> f32 {
+        f32::from(self.0[o * self.2 + k])
+    }
+    #[inline(always)]
+    fn row_scale(&self, o: usize) -> f32 {
+        self.1[o]
+    }
+}
+
+struct I4W<'a> {
+    q: &'a [u8],
+    scales: &'a [f16],
+    cols: usize,
+    row_bytes: usize,
+    groups: usize,
+}
+impl Loader for I4W<'_> {
+    #[inline(always)]
+    fn cols(&self) -> usize {
+        self.cols
+    }
+    #[inline(always)]
+    unsafe fn load(&self, o: usize, k: usize) -> __m256 {
+        debug_assert!(k + 8 <= self.cols && k % 8 == 0);
+        // SAFETY: 4 bytes (8 nibbles) inside row o's packed bytes; the group scale index is
+        // < groups; AVX2/F16C available in every caller.
+        unsafe {
+            let p = self.q.as_ptr().add(o * self.row_bytes + k / 2);
+            let b = _mm_cvtsi32_si128(p.cast::<i32>().read_unaligned());
+            let m = _mm_set1_epi8(0x0f);
+            let lo = _mm_and_si128(b, m);
+            let hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+            // Element 2j is byte j's low nibble, 2j+1 its high nibble; sign-extend 4 → 8 bits.
+            let n = _mm_unpacklo_epi8(lo, hi);
+            let eight = _mm_set1_epi8(8);
+            let n = _mm_sub_epi8(_mm_xor_si128(n, eight), eight);
+            let v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(n));
+            let s = self.scales.get_unchecked(o * self.groups + k / INT4_GROUP).to_f32();
+            _mm256_mul_ps(v, _mm256_set1_ps(s))
+        }
+    }
+    #[inline(always)]
+    fn get(&self, o: usize, k: usize) -> f32 {
+        let row = &self.q[o * self.row_bytes..(o + 1) * self.row_bytes];
+        nibble(row, k) * self.scales[o * self.groups + k / INT4_GROUP].to_f32()
+    }
+    #[inline(always)]
+    fn row_scale(&self, _: usize) -> f32 {
+        1.0
+    }
+}
+
+/// `R` rows of `x` (starting at `r0`) times `O` rows of `W` (starting at `o0`).
+#[inline(always)]
+unsafe fn block<L: Loader, const R: usize, const O: usize>(
+    x: &[f32],
+    r0: usize,
+    w: &L,
+    o0: usize,
+    out: usize,
+    y: &mut [f32],
+) {
+    let inp = w.cols();
+    let k8 = inp / 8 * 8;
+    let xp = x.as_ptr();
+    // SAFETY: rows r0..r0+R of x and o0..o0+O of W exist (callers' bounds); k < k8 ≤ inp.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); O]; R];
+        let mut k = 0;
+        while k < k8 {
+            let mut wv = [_mm256_setzero_ps(); O];
+            for (j, wv) in wv.iter_mut().enumerate() {
+                *wv = w.load(o0 + j, k);
+            }
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let xv = _mm256_loadu_ps(xp.add((r0 + r) * inp + k));
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm256_fmadd_ps(wv[j], xv, *acc);
+                }
+            }
+            k += 8;
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (j, acc) in acc.iter().enumerate() {
+                let mut s = hsum(*acc);
+                for kk in k8..inp {
+                    s += w.get(o0 + j, kk) * x[(r0 + r) * inp + kk];
+                }
+                y[(r0 + r) * out + o0 + j] = s * w.row_scale(o0 + j);
+            }
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn matmul_impl<L: Loader>(x: &[f32], rows: usize, w: &L, out: usize, y: &mut [f32]) {
+    // SAFETY: `block` is called with in-bounds row/output ranges.
+    unsafe {
+        let r4 = rows / 4 * 4;
+        let o2 = out / 2 * 2;
+        let mut r = 0;
+        while r < r4 {
+            let mut o = 0;
+            while o < o2 {
+                block::<L, 4, 2>(x, r, w, o, out, y);
+                o += 2;
+            }
+            if o < out {
+                block::<L, 4, 1>(x, r, w, o, out, y);
+            }
+            r += 4;
+        }
+        while r < rows {
+            let o4 = out / 4 * 4;
+            let mut o = 0;
+            while o < o4 {
+                block::<L, 1, 4>(x, r, w, o, out, y);
+                o += 4;
+            }
+            while o < out {
+                block::<L, 1, 1>(x, r, w, o, out, y);
+                o += 1;
+            }
+            r += 1;
+        }
+    }
+}
+
+/// `y [rows, out] = x [rows, in] · Wᵀ` for any weight encoding (no bias).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; `x.len() >= rows·in`, `y.len() >= rows·out`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matmul_wt(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32]) {
+    let (out, inp) = (w.rows(), w.cols());
+    assert!(x.len() >= rows * inp && y.len() >= rows * out);
+    // SAFETY: lengths checked; the view's data lengths were validated by `WeightView::new`.
+    unsafe {
+        match w.data() {
+            WeightData::F32(d) => matmul_impl(x, rows, &F32W(d, inp), out, y),
+            WeightData::F16(d) => matmul_impl(x, rows, &F16W(d, inp), out, y),
+            WeightData::I8 { q, scales } => matmul_impl(x, rows, &I8W(q, scales, inp), out, y),
+            WeightData::I4 { q, scales } => matmul_impl(
+                x,
+                rows,
+                &I4W { q, scales, cols: inp, row_bytes: int4_row_bytes(inp), groups: int4_groups(inp) },
+                out,
+                y,
+            ),
+        }
+    }
+}
+
+/// `|w|` as unsigned and `x` with `w`'s sign: `|w|·sign(w)x = w·x`, the form `vpmaddubsw` and
+/// `vpdpbusd` (unsigned × signed) take. `w = -128` never occurs (weights and activations are
+/// clamped to ±127).
+#[inline(always)]
+unsafe fn sign_split(w: __m256i, x: __m256i) -> (__m256i, __m256i) {
+    // SAFETY: AVX2 available in every caller.
+    unsafe { (_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)) }
+}
+
+/// `Σ a·b` in i32 over 32 int8 lanes: `vpmaddubsw` (pairs, ≤ 2·127² fits i16) then `vpmaddwd`.
+#[inline(always)]
+unsafe fn madd32(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    // SAFETY: AVX2 available in every caller.
+    unsafe {
+        let (u, s) = sign_split(a, b);
+        let p16 = _mm256_maddubs_epi16(u, s);
+        _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
+    }
+}
+
+/// Integer `Σ a·b` of two int8 slices (values in ±127) with AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    let n = a.len().min(b.len());
+    let mut acc = _mm256_setzero_si256();
+    let mut i = 0;
+    // SAFETY: indices < n.
+    unsafe {
+        while i + 32 <= n {
+            let va = _mm256_loadu_si256(a.as_ptr().add(i).cast());
+            let vb = _mm256_loadu_si256(b.as_ptr().add(i).cast());
+            acc = madd32(acc, va, vb);
+            i += 32;
+        }
+        let mut s = hsum_i32(acc);
+        while i < n {
+            s += i32::from(*a.get_unchecked(i)) * i32::from(*b.get_unchecked(i));
+            i += 1;
+        }
+        s
+    }
+}
+
+/// [`dot_i8`] with AVX-VNNI `vpdpbusd` (u8 × i8 → i32 in one instruction).
+///
+/// # Safety
+/// The CPU must support AVX2 and AVX-VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub unsafe fn dot_i8_vnni(a: &[i8], b: &[i8]) -> i32 {
+    let n = a.len().min(b.len());
+    let mut acc = _mm256_setzero_si256();
+    let mut i = 0;
+    // SAFETY: indices < n.
+    unsafe {
+        while i + 32 <= n {
+            let va = _mm256_loadu_si256(a.as_ptr().add(i).cast());
+            let vb = _mm256_loadu_si256(b.as_ptr().add(i).cast());
+            let (u, s) = sign_split(va, vb);
+            acc = _mm256_dpbusd_avx_epi32(acc, u, s);
+            i += 32;
+        }
+        let mut s = hsum_i32(acc);
+        while i < n {
+            s += i32::from(*a.get_unchecked(i)) * i32::from(*b.get_unchecked(i));
+            i += 1;
+        }
+        s
+    }
+}
+
+/// One int4 group (16 packed bytes) times up to 32 int8 activations.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_i4_group(bytes: &[u8], xq: &[i8]) -> i32 {
+    assert!(bytes.len() >= 16 && xq.len() <= 32);
+    let mut xs = [0i8; 32];
+    xs[..xq.len()].copy_from_slice(xq);
+    // SAFETY: 16 bytes and 32 activations in bounds (asserted / stack copy).
+    unsafe {
+        let b = _mm_loadu_si128(bytes.as_ptr().cast());
+        let m = _mm_set1_epi8(0x0f);
+        let lo = _mm_and_si128(b, m);
+        let hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+        let eight = _mm_set1_epi8(8);
+        let first = _mm_sub_epi8(_mm_xor_si128(_mm_unpacklo_epi8(lo, hi), eight), eight);
+        let second = _mm_sub_epi8(_mm_xor_si128(_mm_unpackhi_epi8(lo, hi), eight), eight);
+        let w = _mm256_set_m128i(second, first);
+        let x = _mm256_loadu_si256(xs.as_ptr().cast());
+        hsum_i32(madd32(_mm256_setzero_si256(), w, x))
+    }
+}

@@ -1,0 +1,184 @@
+//! Every SIMD kernel against the scalar kernels and the f64 reference, on random inputs.
+//!
+//! The ISA-specific entry points are called directly (not through the process-wide dispatch),
+//! for every ISA this CPU supports; on a CPU without one the tests say so on stderr.
+
+use kestrel_cpu::kernels::linear::linear_scalar_body;
+use kestrel_cpu::kernels::simd::{self, Isa};
+use kestrel_format::weight::{EncodedWeight, ViewStore};
+use kestrel_format::{DType, WeightView};
+use kestrel_reference::tolerance::{assert_close, F32_APPROX, F32_KERNEL};
+use proptest::prelude::*;
+
+/// SIMD `x · Wᵀ` for `isa` (None: the ISA is not available here).
+fn simd_matmul(isa: Isa, x: &[f32], rows: usize, w: &WeightView<'_>) -> Option<Vec<f32>> {
+    if !isa.supported() {
+        return None;
+    }
+    let mut y = vec![f32::NAN; rows * w.rows()];
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: supported() checked AVX2/FMA/F16C.
+        Isa::Avx2 => unsafe { simd::x86::matmul_wt(x, rows, w, &mut y) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: NEON is baseline.
+        Isa::Neon => unsafe { simd::neon::matmul_wt(x, rows, w, &mut y) },
+        _ => return None,
+    }
+    Some(y)
+}
+
+fn isas() -> Vec<Isa> {
+    let all = [Isa::Avx2, Isa::Avx2Vnni, Isa::Neon];
+    let found: Vec<Isa> = all.into_iter().filter(|i| i.supported()).collect();
+    if found.is_empty() {
+        eprintln!("no SIMD ISA on this CPU: only the scalar kernels run here");
+    }
+    found
+}
+
+fn case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>)> {
+    (1usize..10, 1usize..10, 1usize..200).prop_flat_map(|(rows, out, inp)| {
+        (
+            Just(rows),
+            Just(out),
+            Just(inp),
+            proptest::collection::vec(-2.0f32..2.0, rows * inp),
+            proptest::collection::vec(-1.0f32..1.0, out * inp),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn matmul_matches_scalar_and_f64((rows, out, inp, x, wv) in case(), dt in 0u8..4) {
+        let dtype = DType::from_u8(dt).unwrap();
+        let e = EncodedWeight::encode(dtype, out, inp, &wv).unwrap();
+        let mut store = ViewStore::default();
+        let w = e.view(&mut store);
+        let mut scalar = vec![0.0f32; rows * out];
+        linear_scalar_body(&x, rows, &w, None, &mut scalar);
+        // f64 reference on the decoded weights (the encoding's rounding is not the kernel's error).
+        let dec = e.decode();
+        let want: Vec<f64> = (0..rows * out)
+            .map(|i| {
+                let (r, o) = (i / out, i % out);
+                (0..inp).map(|k| f64::from(x[r * inp + k]) * f64::from(dec[o * inp + k])).sum()
+            })
+            .collect();
+        assert_close("scalar linear", &scalar, &want, F32_APPROX);
+        for isa in isas() {
+            if let Some(got) = simd_matmul(isa, &x, rows, &w) {
+                assert_close(&format!("{} {:?} matmul_wt", isa.name(), dtype), &got, &want, F32_APPROX);
+                let scalar64: Vec<f64> = scalar.iter().map(|&v| f64::from(v)).collect();
+                assert_close(&format!("{} {:?} vs scalar", isa.name(), dtype), &got, &scalar64, F32_APPROX);
+            }
+        }
+    }
+
+    #[test]
+    fn dot_and_axpy_match_scalar(a in proptest::collection::vec(-3.0f32..3.0, 0..300), s in -2.0f32..2.0) {
+        let b: Vec<f32> = a.iter().enumerate().map(|(i, v)| (i as f32 * 0.7).sin() - 0.3 * v).collect();
+        let want: f64 = a.iter().zip(&b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+        let norm: f64 = a.iter().zip(&b).map(|(x, y)| (f64::from(*x) * f64::from(*y)).abs()).sum();
+        let axpy_want: Vec<f64> = a.iter().zip(&b).map(|(x, y)| f64::from(*y) + f64::from(s) * f64::from(*x)).collect();
+        for isa in isas() {
+            let (got, mut y) = (simd_dot(isa, &a, &b), b.clone());
+            simd_axpy(isa, &mut y, s, &a);
+            if let Some(got) = got {
+                // A sum of n terms in f32: error ≤ n·u·Σ|terms| (u = 2⁻²⁴), a bound, not a guess.
+                let bound = a.len() as f64 * f64::from(f32::EPSILON) * norm + 1e-30;
+                prop_assert!((f64::from(got) - want).abs() <= bound, "{} dot {} vs {}", isa.name(), got, want);
+                assert_close(&format!("{} axpy", isa.name()), &y, &axpy_want, F32_KERNEL);
+            }
+        }
+    }
+
+    #[test]
+    fn int8_dot_is_exact(a in proptest::collection::vec(-127i8..=127, 0..700), seed in 0u32..1000) {
+        let b: Vec<i8> = a.iter().enumerate().map(|(i, _)| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 7) % 255) as i32 - 127).map(|v| v as i8).collect();
+        let want = simd::dot_i8_scalar(&a, &b);
+        let exact: i64 = a.iter().zip(&b).map(|(x, y)| i64::from(*x) * i64::from(*y)).sum();
+        prop_assert_eq!(i64::from(want), exact);
+        for isa in isas() {
+            if let Some(got) = simd_dot_i8(isa, &a, &b) {
+                prop_assert_eq!(got, want, "{}", isa.name());
+            }
+        }
+    }
+
+    #[test]
+    fn int4_group_dot_is_exact(bytes in proptest::collection::vec(any::<u8>(), 16), xq in proptest::collection::vec(-127i8..=127, 0..=32)) {
+        let want = simd::dot_i4_group_scalar(&bytes, &xq);
+        for isa in isas() {
+            if let Some(got) = simd_dot_i4(isa, &bytes, &xq) {
+                prop_assert_eq!(got, want, "{}", isa.name());
+            }
+        }
+    }
+}
+
+fn simd_dot(isa: Isa, a: &[f32], b: &[f32]) -> Option<f32> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: only called for supported ISAs.
+        Isa::Avx2 | Isa::Avx2Vnni => Some(unsafe { simd::x86::dot_f32(a, b) }),
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: NEON is baseline.
+        Isa::Neon => Some(unsafe { simd::neon::dot_f32(a, b) }),
+        _ => None,
+    }
+}
+
+fn simd_axpy(isa: Isa, y: &mut [f32], s: f32, x: &[f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: only called for supported ISAs.
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { simd::x86::axpy(y, s, x) },
+        _ => {
+            for (y, &x) in y.iter_mut().zip(x) {
+                *y += s * x;
+            }
+        }
+    }
+}
+
+fn simd_dot_i8(isa: Isa, a: &[i8], b: &[i8]) -> Option<i32> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: only called for supported ISAs.
+        Isa::Avx2 => Some(unsafe { simd::x86::dot_i8(a, b) }),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: only called for supported ISAs.
+        Isa::Avx2Vnni => Some(unsafe { simd::x86::dot_i8_vnni(a, b) }),
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: NEON is baseline.
+        Isa::Neon => Some(unsafe { simd::neon::dot_i8(a, b) }),
+        _ => None,
+    }
+}
+
+fn simd_dot_i4(isa: Isa, bytes: &[u8], xq: &[i8]) -> Option<i32> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: only called for supported ISAs.
+        Isa::Avx2 | Isa::Avx2Vnni => Some(unsafe { simd::x86::dot_i4_group(bytes, xq) }),
+        _ => None,
+    }
+}
+
+#[test]
+fn dispatch_picks_a_supported_isa_and_refuses_missing_ones() {
+    let best = simd::detect();
+    assert!(best.supported());
+    assert_eq!(simd::isa(), best);
+    for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx2Vnni, Isa::Neon] {
+        assert_eq!(Isa::from_name(isa.name()), Some(isa));
+        if !isa.supported() {
+            assert!(!simd::set_isa(isa), "{} accepted without CPU support", isa.name());
+        }
+    }
+    assert_eq!(simd::isa(), best);
+}
