@@ -14,7 +14,7 @@
 //! Kernels live in `src/shaders/*.wgsl`, one file per family plus a shared preamble; shapes and
 //! scalars are passed in a 64-word uniform parameter block, never baked into shader text, and
 //! pipelines are cached by [`Kernel`]. Arithmetic is f32 throughout (f16 weights are decoded
-//! with `unpack2x16float`; `SHADER_F16` arithmetic is not used).
+//! by bit manipulation, exactly; `SHADER_F16` arithmetic is not used).
 #![warn(missing_docs)]
 
 mod compile;

@@ -92,3 +92,34 @@ fn every_fixture_matches_cpu_at_f32() {
     println!("{} fixtures, worst max rel {worst:.2e}", dirs.len());
     assert!(failures.is_empty(), "{} of {} fixtures failed:\n{}", failures.len(), dirs.len(), failures.join("\n"));
 }
+
+#[test]
+fn profile_times_every_node() {
+    let Some(g) = gpu() else { return };
+    let bytes = kestrel::demo::image_model(7, kestrel::format::DType::F32).unwrap();
+    let model = kestrel::Model::from_bytes(&bytes).unwrap();
+    let cpu = model.cpu().unwrap();
+    let mut s = kestrel_wgpu::GpuSession::new(&g, &cpu, 2).unwrap();
+    let x = kestrel::demo::Rng::new(5).vec(2 * 256, 1.0);
+    let mut out = vec![0f32; 20];
+    let (batch, profile) = s.run_profiled(&[kestrel::Input::F32(&x)], &mut [&mut out]).unwrap();
+    assert_eq!(batch, 2);
+    assert_eq!(profile.nodes.len() as u32, cpu.file().op_count());
+    let want = run_cpu(&model, &[Feed::F32(x)], 2);
+    assert!(measure(&out, &want[0], F32_MODEL).0 <= 1.0, "a profiled run computes the same outputs");
+    println!("{:?} on {}; submission {:?}", profile.source, g.describe(), profile.submission);
+    for n in &profile.nodes {
+        println!("{:>4} {:<12} {:?}", n.node, n.op, n.duration);
+    }
+    if g.has_timestamps() {
+        assert_eq!(profile.source, kestrel_wgpu::TimingSource::Timestamps);
+        for n in &profile.nodes {
+            let is_view = n.op == "Reshape";
+            assert_eq!(n.duration.is_some(), !is_view, "node {} {}", n.node, n.op);
+        }
+        let total: std::time::Duration = profile.nodes.iter().filter_map(|n| n.duration).sum();
+        assert!(total > std::time::Duration::ZERO, "timestamps measured nothing");
+    } else {
+        assert_eq!(profile.source, kestrel_wgpu::TimingSource::WholeSubmission);
+    }
+}

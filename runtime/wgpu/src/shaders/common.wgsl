@@ -43,9 +43,25 @@ fn wdesc(i: u32) -> Wd {
     return Wd(pu(i), pu(i + 1u), pu(i + 2u), pu(i + 3u));
 }
 
+// IEEE half bits -> f32, exact (bit manipulation: no f16 capability needed).
+fn f16_bits_to_f32(h: u32) -> f32 {
+    let sign = (h >> 15u) << 31u;
+    let e = (h >> 10u) & 0x1fu;
+    let m = h & 0x3ffu;
+    if e == 0u {
+        let v = f32(m) * 5.9604645e-8;
+        return select(v, -v, sign != 0u);
+    }
+    if e == 31u {
+        return bitcast<f32>(sign | 0x7f800000u | (m << 13u));
+    }
+    return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
+}
+
+// Half i of the f16 array at word offset `word_off`.
 fn half_at(word_off: u32, i: u32) -> f32 {
-    let h = unpack2x16float(wts[word_off + i / 2u]);
-    return select(h.x, h.y, (i & 1u) == 1u);
+    let w = wts[word_off + i / 2u];
+    return f16_bits_to_f32(select(w & 0xffffu, w >> 16u, (i & 1u) == 1u));
 }
 
 fn i8_at(word_off: u32, byte: u32) -> f32 {
