@@ -35,7 +35,11 @@ pub fn run(w: &mut String) -> Result<()> {
         writeln!(w, "                max_storage_buffers_per_shader_stage {}", l.max_storage_buffers_per_shader_stage)?;
         writeln!(w, "                max_uniform_buffer_binding_size {}", l.max_uniform_buffer_binding_size)?;
         writeln!(w, "                max_compute_workgroups_per_dimension {}", l.max_compute_workgroups_per_dimension)?;
-        writeln!(w, "                max_compute_invocations_per_workgroup {}", l.max_compute_invocations_per_workgroup)?;
+        writeln!(
+            w,
+            "                max_compute_invocations_per_workgroup {}",
+            l.max_compute_invocations_per_workgroup
+        )?;
         writeln!(w, "                max_compute_workgroup_storage_size {}", l.max_compute_workgroup_storage_size)?;
     }
     writeln!(w)?;

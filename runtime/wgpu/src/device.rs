@@ -123,15 +123,16 @@ impl GpuContext {
             AdapterChoice::Auto => {
                 list.iter().min_by_key(|a| rank(a.get_info().device_type)).cloned().expect("non-empty list")
             }
-            AdapterChoice::Index(i) => list.get(*i).cloned().ok_or_else(|| GpuError::AdapterNotFound {
-                wanted: i.to_string(),
-                available: describe(&list),
-            })?,
+            AdapterChoice::Index(i) => list
+                .get(*i)
+                .cloned()
+                .ok_or_else(|| GpuError::AdapterNotFound { wanted: i.to_string(), available: describe(&list) })?,
             AdapterChoice::Name(n) => {
                 let low = n.to_lowercase();
-                list.iter().find(|a| a.get_info().name.to_lowercase().contains(&low)).cloned().ok_or_else(|| {
-                    GpuError::AdapterNotFound { wanted: n.clone(), available: describe(&list) }
-                })?
+                list.iter()
+                    .find(|a| a.get_info().name.to_lowercase().contains(&low))
+                    .cloned()
+                    .ok_or_else(|| GpuError::AdapterNotFound { wanted: n.clone(), available: describe(&list) })?
             }
         };
         Self::from_adapter(&adapter)

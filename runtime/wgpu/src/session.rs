@@ -74,6 +74,7 @@ pub struct GpuSession<'c> {
     queries: Option<(wgpu::QuerySet, wgpu::Buffer, wgpu::Buffer)>,
     param_words: Vec<u32>,
     last_batch: usize,
+    node_limit: usize,
     _weights: wgpu::Buffer,
 }
 
@@ -102,7 +103,12 @@ impl<'c> GpuSession<'c> {
         let (compiled, scratch_words) = compile::compile(file, capacity, acts_words)?;
         let arena_bytes = ((acts_words + scratch_words) as u64 * 4).max(4);
         let lim = &ctx.limits;
-        limit("the activation arena", arena_bytes, lim.max_storage_buffer_binding_size, "max_storage_buffer_binding_size")?;
+        limit(
+            "the activation arena",
+            arena_bytes,
+            lim.max_storage_buffer_binding_size,
+            "max_storage_buffer_binding_size",
+        )?;
         limit("the activation arena", arena_bytes, lim.max_buffer_size, "max_buffer_size")?;
         let bytes = file.bytes();
         let weights_len = (bytes.len() as u64).div_ceil(4) * 4;
@@ -130,7 +136,8 @@ impl<'c> GpuSession<'c> {
             let mut cache = PipelineCache::new(dev);
             let mut padded = bytes.to_vec();
             padded.resize(weights_len as usize, 0);
-            let weights = buffer(dev, "weights", weights_len, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST);
+            let weights =
+                buffer(dev, "weights", weights_len, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST);
             ctx.queue.write_buffer(&weights, 0, &padded);
             let arena = buffer(
                 dev,
@@ -182,8 +189,14 @@ impl<'c> GpuSession<'c> {
                     count,
                 });
                 let bytes = u64::from(count) * 8;
-                let resolve = buffer(dev, "timestamps", bytes, wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC);
-                let read = buffer(dev, "timestamps readback", bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+                let resolve =
+                    buffer(dev, "timestamps", bytes, wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC);
+                let read = buffer(
+                    dev,
+                    "timestamps readback",
+                    bytes,
+                    wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                );
                 (qs, resolve, read)
             });
             Ok(Self {
@@ -199,6 +212,7 @@ impl<'c> GpuSession<'c> {
                 queries,
                 param_words,
                 last_batch: 0,
+                node_limit: usize::MAX,
                 _weights: weights,
             })
         })?
@@ -207,6 +221,36 @@ impl<'c> GpuSession<'c> {
     /// Batch capacity.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Debugging aid: later runs execute only the first `nodes` nodes, and
+    /// [`read_activation`](Self::read_activation) reads any tensor's region afterwards.
+    #[doc(hidden)]
+    pub fn debug_limit_nodes(&mut self, nodes: usize) {
+        self.node_limit = nodes;
+    }
+
+    /// Debugging aid: the first `batch` samples of an activation's region after the last run.
+    #[doc(hidden)]
+    pub fn read_activation(
+        &self,
+        id: TensorId,
+        file: &kestrel_format::KesFile<'_>,
+        batch: usize,
+    ) -> Result<Vec<f32>, GpuError> {
+        let t = file.tensor(id).map_err(|e| GpuError::Model(e.to_string()))?;
+        let len = (numel(&t)? * batch * 4) as u64;
+        let dev = &self.ctx.device;
+        let tmp =
+            buffer(dev, "debug readback", len.max(4), wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("debug") });
+        enc.copy_buffer_to_buffer(&self.arena, t.offset * self.capacity as u64, &tmp, 0, len);
+        let index = self.ctx.queue.submit([enc.finish()]);
+        tmp.map_async(wgpu::MapMode::Read, .., |_| {});
+        dev.poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: Some(RUN_TIMEOUT) })
+            .map_err(|e| GpuError::Poll(e.to_string()))?;
+        let view = tmp.get_mapped_range(..).map_err(|e| GpuError::Map(e.to_string()))?;
+        Ok(bytemuck::cast_slice(&view).to_vec())
     }
 
     /// Number of compute dispatches one run records.
@@ -271,10 +315,14 @@ impl<'c> GpuSession<'c> {
         }
         for (i, (out, io)) in outputs.iter().zip(&self.outputs).enumerate() {
             if out.len() != batch * io.n {
-                return Err(
-                    RunError::Length { what: "output", index: i, per_sample: io.n, found: out.len(), capacity: batch }
-                        .into(),
-                );
+                return Err(RunError::Length {
+                    what: "output",
+                    index: i,
+                    per_sample: io.n,
+                    found: out.len(),
+                    capacity: batch,
+                }
+                .into());
             }
         }
         Ok(batch)
@@ -294,7 +342,9 @@ impl<'c> GpuSession<'c> {
                     ids = d
                         .iter()
                         .enumerate()
-                        .map(|(p, &v)| i32::try_from(v).map_err(|_| RunError::IdTooLarge { input: i, position: p, id: v }))
+                        .map(|(p, &v)| {
+                            i32::try_from(v).map_err(|_| RunError::IdTooLarge { input: i, position: p, id: v })
+                        })
                         .collect::<Result<_, _>>()?;
                     bytemuck::cast_slice(&ids)
                 }
@@ -329,7 +379,7 @@ impl<'c> GpuSession<'c> {
         let timed = profile && self.queries.is_some();
         let dev = &self.ctx.device;
         let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kestrel run") });
-        for (i, node) in self.nodes.iter().enumerate() {
+        for (i, node) in self.nodes.iter().enumerate().take(self.node_limit) {
             if node.dispatches.is_empty() {
                 continue;
             }

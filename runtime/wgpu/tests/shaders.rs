@@ -32,7 +32,11 @@ fn every_kernel_is_an_entry_point_of_its_family() {
     for &f in Family::ALL {
         let (m, _) = module(f);
         for e in &m.entry_points {
-            assert!(Kernel::ALL.iter().any(|k| k.family() == f && k.entry() == e.name), "{f:?}: `{}` has no Kernel key", e.name);
+            assert!(
+                Kernel::ALL.iter().any(|k| k.family() == f && k.entry() == e.name),
+                "{f:?}: `{}` has no Kernel key",
+                e.name
+            );
         }
     }
 }

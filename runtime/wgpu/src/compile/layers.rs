@@ -43,10 +43,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
         Op::Binary(o) => {
             let y = shape(o.y)?;
             let r = y.rank();
-            let mut p = Params::new(y.numel().unwrap_or(0))?
-                .u(2, ctx.act(o.y)?.base)?
-                .u(3, o.op as usize)?
-                .u(4, r)?;
+            let mut p = Params::new(y.numel().unwrap_or(0))?.u(2, ctx.act(o.y)?.base)?.u(3, o.op as usize)?.u(4, r)?;
             for k in 0..r {
                 p = p.u(5 + k, y.dim(k))?;
             }
@@ -167,8 +164,21 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             .map_err(|e| GpuError::Model(e.to_string()))?;
             let (w, b) = ctx.proj(o.proj)?;
             let vals = [
-                c.c, c.h, c.w, c.o, c.kh, c.kw, c.stride[0], c.stride[1], c.pad[0], c.pad[1], c.dilation[0],
-                c.dilation[1], c.groups, c.oh, c.ow,
+                c.c,
+                c.h,
+                c.w,
+                c.o,
+                c.kh,
+                c.kw,
+                c.stride[0],
+                c.stride[1],
+                c.pad[0],
+                c.pad[1],
+                c.dilation[0],
+                c.dilation[1],
+                c.groups,
+                c.oh,
+                c.ow,
             ];
             let mut p = Params::new(c.o * c.oh * c.ow)?.u(2, ctx.act(o.x)?.base)?.u(3, ctx.act(o.y)?.base)?;
             for (i, v) in vals.into_iter().enumerate() {

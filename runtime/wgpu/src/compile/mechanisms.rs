@@ -57,7 +57,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             };
             let heads_out = ctx.scratch(td);
             v.push(
-                Params::new(o.heads as usize * t)?
+                Params::new(o.heads as usize * t * crate::kernels::WORKGROUP as usize)?
                     .region(2, q)?
                     .region(4, k)?
                     .region(6, val)?
@@ -159,9 +159,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                         .w(12, ctx.weight(score)?)
                         .done(Kernel::FfScores),
                 );
-                v.push(
-                    Params::new(h)?.u(2, alpha.base)?.u(3, alpha.base)?.u(4, t)?.done(Kernel::Softmax),
-                );
+                v.push(Params::new(h)?.u(2, alpha.base)?.u(3, alpha.base)?.u(4, t)?.done(Kernel::Softmax));
                 v.push(
                     Params::new(d)?
                         .region(2, rows)?
@@ -197,15 +195,7 @@ fn project_exp(
     v.push(dense(x, t, d, ctx.proj(pq)?, 0, q, None)?);
     v.push(dense(x, t, kcols, ctx.proj(pk)?, 0, e, None)?);
     v.push(dense(x, t, d, ctx.proj(pv)?, 0, ev, None)?);
-    v.push(
-        Params::new(d)?
-            .region(2, e)?
-            .region(4, ev)?
-            .u(6, t)?
-            .u(7, d)?
-            .u(8, kcols)?
-            .done(Kernel::ExpValues),
-    );
+    v.push(Params::new(d)?.region(2, e)?.region(4, ev)?.u(6, t)?.u(7, d)?.u(8, kcols)?.done(Kernel::ExpValues));
     v.push(Params::new(kcols)?.region(2, e)?.u(4, t)?.u(5, kcols)?.done(Kernel::ExpKeys));
     Ok((q, e, ev))
 }

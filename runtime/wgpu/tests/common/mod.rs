@@ -98,7 +98,13 @@ pub fn measure(got: &[f32], want: &[f32], tol: Tolerance) -> (f64, f64) {
     let ratio = got.iter().zip(&w).fold(0f64, |m, (&g, &w)| {
         let allow = tol.rtol * w.abs() + tol.atol_frac * scale;
         let e = (f64::from(g) - w).abs();
-        m.max(if allow > 0.0 { e / allow } else if e == 0.0 { 0.0 } else { f64::INFINITY })
+        m.max(if allow > 0.0 {
+            e / allow
+        } else if e == 0.0 {
+            0.0
+        } else {
+            f64::INFINITY
+        })
     });
     let rel = got.iter().zip(&w).fold(0f64, |m, (&g, &w)| m.max((f64::from(g) - w).abs() / scale));
     (ratio, rel)
@@ -106,7 +112,5 @@ pub fn measure(got: &[f32], want: &[f32], tol: Tolerance) -> (f64, f64) {
 
 /// Index of the largest value of each `n`-sized row.
 pub fn argmax_rows(v: &[f32], n: usize) -> Vec<usize> {
-    v.chunks(n)
-        .map(|r| r.iter().enumerate().fold(0, |b, (i, &x)| if x > r[b] { i } else { b }))
-        .collect()
+    v.chunks(n).map(|r| r.iter().enumerate().fold(0, |b, (i, &x)| if x > r[b] { i } else { b })).collect()
 }
