@@ -143,12 +143,11 @@ pub(crate) fn numel(t: &TensorInfo<'_>) -> Result<usize, GpuError> {
     t.shape.numel().ok_or_else(|| GpuError::Model("tensor size overflows".into()))
 }
 
-/// The dispatches of every node (`None` for a reshape, which is a view), and the scratch words.
-pub(crate) fn compile(
-    file: &KesFile<'_>,
-    cap: usize,
-    acts_words: usize,
-) -> Result<(Vec<(Op, Vec<Dispatch>)>, usize), GpuError> {
+/// Every node with its dispatches (none for a reshape, which is a view).
+pub(crate) type Lowered = Vec<(Op, Vec<Dispatch>)>;
+
+/// The dispatches of every node, and the GPU scratch words they need.
+pub(crate) fn compile(file: &KesFile<'_>, cap: usize, acts_words: usize) -> Result<(Lowered, usize), GpuError> {
     let mut ctx = Ctx { file, cap, scratch_base: acts_words, scratch_used: 0, scratch_words: 0 };
     let mut nodes = Vec::new();
     for node in 0..file.op_count() {
