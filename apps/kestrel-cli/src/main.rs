@@ -1,6 +1,8 @@
 //! `kestrel`: the command-line tool.
 
+mod backend;
 mod convert;
+mod devices;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -91,7 +93,11 @@ enum Command {
         /// Where to write each output (float32), in the model's output order.
         #[arg(long = "output", short)]
         outputs: Vec<PathBuf>,
+        #[command(flatten)]
+        backend: backend::BackendArgs,
     },
+    /// List GPU adapters (wgpu) with backend, features and limits.
+    Devices,
     /// Print a model file's metadata, graph, tensors and memory plan.
     Inspect {
         /// The .kes file.
@@ -120,7 +126,8 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
     match cli.command {
         Command::Demo { weights, out, batch } => demo(w, weights.into(), &out, batch),
         Command::Inspect { model } => inspect(w, &model),
-        Command::Run { model, inputs, outputs } => run_model(w, &model, &inputs, &outputs),
+        Command::Run { model, inputs, outputs, backend } => run_model(w, &model, &inputs, &outputs, &backend),
+        Command::Devices => devices::run(w),
         Command::Convert { onnx, out, weights, keep_f16, keep_first_last, calibrate, verify, json } => {
             let opts = kestrel_onnx::ConvertOptions { weights: weights.into(), keep_f16, keep_first_last, calibrate };
             convert::run(w, &onnx, &out, &opts, verify.as_deref(), json)
@@ -176,7 +183,13 @@ fn demo(w: &mut String, dtype: DType, out: &PathBuf, batch: usize) -> Result<()>
     Ok(())
 }
 
-fn run_model(w: &mut String, path: &PathBuf, inputs: &[PathBuf], outputs: &[PathBuf]) -> Result<()> {
+fn run_model(
+    w: &mut String,
+    path: &PathBuf,
+    inputs: &[PathBuf],
+    outputs: &[PathBuf],
+    backend: &backend::BackendArgs,
+) -> Result<()> {
     let model = Model::load(path).with_context(|| format!("loading {}", path.display()))?;
     let cpu = model.cpu()?;
     if inputs.len() != cpu.input_count() {
@@ -197,12 +210,9 @@ fn run_model(w: &mut String, path: &PathBuf, inputs: &[PathBuf], outputs: &[Path
         batch = b;
         arrays.push(a);
     }
-    let mut session = model.session(batch)?;
     let feeds: Vec<Input<'_>> = arrays.iter().map(npy::Array::input).collect();
-    let t0 = Instant::now();
-    let results = session.run_vec(&feeds)?;
-    let elapsed = t0.elapsed();
-    writeln!(w, "ran        {} on batch {batch} in {:.3} ms", path.display(), elapsed.as_secs_f64() * 1e3)?;
+    let (results, elapsed, on) = backend::run_vec(&model, batch, &feeds, backend)?;
+    writeln!(w, "ran        {} on batch {batch} in {:.3} ms ({on})", path.display(), elapsed.as_secs_f64() * 1e3)?;
     for (i, data) in results.iter().enumerate() {
         let t = cpu.output(i)?;
         let mut shape = vec![batch];

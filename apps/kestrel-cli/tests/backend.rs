@@ -1,0 +1,85 @@
+//! `kestrel run --backend cpu|wgpu|auto`, `--adapter`, and `kestrel devices`, run as a user would.
+//! The GPU cases skip (with a message) when no adapter exists, unless `KESTREL_REQUIRE_GPU=1`.
+
+use kestrel::npy::{self, Array};
+use std::process::Command;
+
+fn kestrel(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kestrel")).args(args).output().expect("runs the binary");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+fn have_gpu() -> bool {
+    let any = !kestrel_wgpu::adapters().is_empty();
+    if !any {
+        assert!(
+            std::env::var("KESTREL_REQUIRE_GPU").map_or(true, |v| v != "1"),
+            "KESTREL_REQUIRE_GPU=1 but no GPU adapter exists"
+        );
+        eprintln!("SKIPPED: no GPU adapter");
+    }
+    any
+}
+
+fn f32s(path: &std::path::Path) -> Vec<f32> {
+    match npy::read(path).unwrap() {
+        Array::F32 { data, .. } => data,
+        Array::I64 { .. } => panic!("expected f32"),
+    }
+}
+
+#[test]
+fn run_on_every_backend_gives_the_same_outputs() {
+    let dir = std::env::temp_dir().join(format!("kestrel-cli-backend-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("demo.kes");
+    std::fs::write(&model, kestrel::demo::image_model(3, kestrel::format::DType::I8).unwrap()).unwrap();
+    let input = dir.join("x.npy");
+    npy::write_f32(&input, &[3, 1, 16, 16], &kestrel::demo::Rng::new(9).vec(3 * 256, 1.0)).unwrap();
+    let (m, x) = (model.to_str().unwrap(), input.to_str().unwrap());
+    let run = |backend: &str, extra: &[&str]| {
+        let out = dir.join(format!("y-{backend}.npy"));
+        let mut args = vec!["run", m, "--input", x, "--output", out.to_str().unwrap(), "--backend", backend];
+        args.extend_from_slice(extra);
+        let (ok, stdout, stderr) = kestrel(&args);
+        (ok, stdout, stderr, out)
+    };
+    let (ok, stdout, stderr, cpu_out) = run("cpu", &[]);
+    assert!(ok && stdout.contains("(cpu)"), "{stdout}{stderr}");
+    let want = f32s(&cpu_out);
+    // auto with an adapter that does not exist: a one-line notice, then the CPU.
+    let (ok, stdout, stderr, _) = run("auto", &["--adapter", "no-such-adapter"]);
+    assert!(ok && stdout.contains("(cpu)"), "{stdout}{stderr}");
+    assert_eq!(stderr.lines().filter(|l| l.starts_with("notice:")).count(), 1, "{stderr}");
+    if !have_gpu() {
+        let (ok, _, stderr, _) = run("wgpu", &[]);
+        assert!(!ok && stderr.starts_with("error:") && !stderr.contains("panicked"), "{stderr}");
+        return;
+    }
+    // wgpu with a bad adapter is an error naming the adapters.
+    let (ok, _, stderr, _) = run("wgpu", &["--adapter", "no-such-adapter"]);
+    assert!(!ok && stderr.contains("no adapter matches") && !stderr.contains("panicked"), "{stderr}");
+    for backend in ["wgpu", "auto"] {
+        let (ok, stdout, stderr, out) = run(backend, &["--adapter", "0"]);
+        assert!(ok && stdout.contains("(wgpu:"), "{backend}: {stdout}{stderr}");
+        let got = f32s(&out);
+        assert_eq!(got.len(), want.len());
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let err = got.iter().zip(&want).fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+        assert!(err <= 1e-4 * scale, "{backend}: max error {err} vs scale {scale}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn devices_lists_adapters_with_limits() {
+    let (ok, stdout, stderr) = kestrel(&["devices"]);
+    assert!(ok, "{stderr}");
+    if have_gpu() {
+        for needle in ["[0]", "backend", "features", "timestamp-query", "max_storage_buffer_binding_size"] {
+            assert!(stdout.contains(needle), "devices output lacks {needle}:\n{stdout}");
+        }
+    } else {
+        assert!(stdout.contains("no GPU adapters"), "{stdout}");
+    }
+}

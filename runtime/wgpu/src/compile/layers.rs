@@ -1,0 +1,234 @@
+//! Dispatches of the layer and generic ops.
+
+use super::{dense, numel, Ctx, Dispatch, Params, Region};
+use crate::kernels::Kernel;
+use crate::GpuError;
+use kestrel_cpu::kernels::conv::Conv2dParams;
+use kestrel_format::ops::Op;
+use kestrel_format::{TensorKind, MAX_RANK};
+
+pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<Dispatch>, GpuError> {
+    let shape = |id| ctx.info(id).map(|t| t.shape);
+    Ok(match *op {
+        Op::Dense(o) => {
+            let x = shape(o.x)?;
+            let proj = ctx.proj(o.proj)?;
+            let out = ctx.info(o.proj.w)?.shape.dim(0);
+            let rows = x.numel().unwrap_or(0) / x.last().max(1);
+            vec![dense(ctx.act(o.x)?, rows, out, proj, o.act as u32, ctx.act(o.y)?, None)?]
+        }
+        Op::LayerNorm(o) => {
+            let x = shape(o.x)?;
+            let d = x.last();
+            let mut p = Params::new(x.numel().unwrap_or(0) / d.max(1))?
+                .u(2, ctx.act(o.x)?.base)?
+                .u(3, ctx.act(o.y)?.base)?
+                .u(4, d)?
+                .f(5, o.eps)
+                .b(6, o.beta.is_some())
+                .w(8, ctx.weight(o.gamma)?);
+            if let Some(b) = o.beta {
+                p = p.w(12, ctx.weight(b)?);
+            }
+            vec![p.done(Kernel::LayerNorm)]
+        }
+        Op::Unary(o) => {
+            let n = numel(&ctx.info(o.x)?)?;
+            vec![Params::new(n)?
+                .u(2, ctx.act(o.x)?.base)?
+                .u(3, ctx.act(o.y)?.base)?
+                .u(4, o.op as usize)?
+                .done(Kernel::Unary)]
+        }
+        Op::Binary(o) => {
+            let y = shape(o.y)?;
+            let r = y.rank();
+            let mut p = Params::new(y.numel().unwrap_or(0))?.u(2, ctx.act(o.y)?.base)?.u(3, o.op as usize)?.u(4, r)?;
+            for k in 0..r {
+                p = p.u(5 + k, y.dim(k))?;
+            }
+            p = operand(ctx, p, 11, o.a, &broadcast_strides(&dims(&shape(o.a)?), r))?;
+            p = operand(ctx, p, 24, o.b, &broadcast_strides(&dims(&shape(o.b)?), r))?;
+            vec![p.done(Kernel::Strided)]
+        }
+        Op::Softmax(o) => {
+            let x = shape(o.x)?;
+            vec![Params::new(x.numel().unwrap_or(0) / x.last().max(1))?
+                .u(2, ctx.act(o.x)?.base)?
+                .u(3, ctx.act(o.y)?.base)?
+                .u(4, x.last())?
+                .done(Kernel::Softmax)]
+        }
+        Op::PatchEmbed(o) => {
+            let x = shape(o.x)?;
+            let (c, h, w, p) = (x.dim(0), x.dim(1), x.dim(2), o.patch as usize);
+            let t = (h / p) * (w / p);
+            let k = c * p * p;
+            let patches = ctx.scratch(t * k);
+            let gather = Params::new(c * h * w)?
+                .u(2, ctx.act(o.x)?.base)?
+                .u(3, patches.base)?
+                .u(4, c)?
+                .u(5, h)?
+                .u(6, w)?
+                .u(7, p)?
+                .done(Kernel::PatchGather);
+            let out = ctx.info(o.proj.w)?.shape.dim(0);
+            vec![gather, dense(patches, t, out, ctx.proj(o.proj)?, 0, ctx.act(o.y)?, None)?]
+        }
+        Op::Embedding(o) => {
+            let ids = shape(o.ids)?;
+            let table = ctx.info(o.table)?;
+            let (vocab, d) = table.shape.as_matrix().ok_or_else(|| GpuError::Model("table shape".into()))?;
+            let mut p = Params::new(ids.dim(0) * d)?
+                .u(2, ctx.act(o.ids)?.base)?
+                .u(3, ctx.act(o.y)?.base)?
+                .u(4, ids.dim(0))?
+                .u(5, d)?
+                .u(6, vocab)?
+                .b(7, o.pos.is_some())
+                .w(8, ctx.weight(o.table)?);
+            if let Some(pos) = o.pos {
+                p = p.w(12, ctx.weight(pos)?);
+            }
+            vec![p.done(Kernel::Embedding)]
+        }
+        Op::Reduce(o) => {
+            let x = shape(o.x)?;
+            let a = o.axis as usize;
+            let outer: usize = x.dims()[..a].iter().map(|&v| v as usize).product();
+            let inner: usize = x.dims()[a + 1..].iter().map(|&v| v as usize).product();
+            vec![Params::new(outer * inner)?
+                .u(2, ctx.act(o.x)?.base)?
+                .u(3, ctx.act(o.y)?.base)?
+                .u(4, o.op as usize)?
+                .u(5, x.dim(a))?
+                .u(6, inner)?
+                .done(Kernel::Reduce)]
+        }
+        Op::Reshape(_) => Vec::new(),
+        Op::Transpose(o) => {
+            let x = shape(o.x)?;
+            let y = shape(o.y)?;
+            let r = x.rank();
+            let xs = contiguous_strides(&dims(&x));
+            let mut src = [0usize; MAX_RANK];
+            for k in 0..r {
+                src[k] = xs[o.perm[k] as usize];
+            }
+            let mut p = Params::new(y.numel().unwrap_or(0))?.u(2, ctx.act(o.y)?.base)?.u(3, 100)?.u(4, r)?;
+            for k in 0..r {
+                p = p.u(5 + k, y.dim(k))?;
+            }
+            vec![operand(ctx, p, 11, o.x, &src[..r])?.done(Kernel::Strided)]
+        }
+        Op::MatMul(o) => {
+            let (a, b, y) = (shape(o.a)?, shape(o.b)?, shape(o.y)?);
+            let (da, db) = (dims(&a), dims(&b));
+            let (ra, rb) = (da.len(), db.len());
+            let (m, k) = (da[ra - 2], da[ra - 1]);
+            let n = if o.transpose_b { db[rb - 2] } else { db[rb - 1] };
+            let batch_rank = y.rank() - 2;
+            let batches: usize = y.dims()[..batch_rank].iter().map(|&v| v as usize).product();
+            let sa = broadcast_strides(&da[..ra - 2], batch_rank);
+            let sb = broadcast_strides(&db[..rb - 2], batch_rank);
+            let a_reg = ctx.act(o.a)?;
+            let mut p = Params::new(batches * m * n)?
+                .region(2, a_reg)?
+                .u(7, ctx.act(o.y)?.base)?
+                .u(8, m)?
+                .u(9, k)?
+                .u(10, n)?
+                .b(11, o.transpose_b)
+                .u(12, batch_rank)?;
+            for ax in 0..batch_rank {
+                p = p.u(13 + ax, y.dim(ax))?.u(19 + ax, sa[ax] * m * k)?.u(25 + ax, sb[ax] * k * n)?;
+            }
+            p = if ctx.info(o.b)?.kind == TensorKind::Weight {
+                p.u(4, 1)?.w(31, ctx.weight(o.b)?)
+            } else {
+                p.region(5, ctx.act(o.b)?)?
+            };
+            vec![p.done(Kernel::MatMul)]
+        }
+        Op::Conv2d(o) => {
+            let u = |v: u32| v as usize;
+            let c = Conv2dParams::new(
+                &shape(o.x)?,
+                &shape(o.proj.w)?,
+                [u(o.stride[0]), u(o.stride[1])],
+                [u(o.pad[0]), u(o.pad[1]), u(o.pad[2]), u(o.pad[3])],
+                [u(o.dilation[0]), u(o.dilation[1])],
+                u(o.groups),
+            )
+            .map_err(|e| GpuError::Model(e.to_string()))?;
+            let (w, b) = ctx.proj(o.proj)?;
+            let vals = [
+                c.c,
+                c.h,
+                c.w,
+                c.o,
+                c.kh,
+                c.kw,
+                c.stride[0],
+                c.stride[1],
+                c.pad[0],
+                c.pad[1],
+                c.dilation[0],
+                c.dilation[1],
+                c.groups,
+                c.oh,
+                c.ow,
+            ];
+            let mut p = Params::new(c.o * c.oh * c.ow)?.u(2, ctx.act(o.x)?.base)?.u(3, ctx.act(o.y)?.base)?;
+            for (i, v) in vals.into_iter().enumerate() {
+                p = p.u(4 + i, v)?;
+            }
+            p = p.b(19, b.is_some()).w(20, w);
+            if let Some(b) = b {
+                p = p.w(24, b);
+            }
+            vec![p.done(Kernel::Conv2d)]
+        }
+        _ => return Err(GpuError::UnsupportedOp { node, op: op.name() }),
+    })
+}
+
+fn dims(s: &kestrel_format::Shape) -> Vec<usize> {
+    s.dims().iter().map(|&v| v as usize).collect()
+}
+
+fn contiguous_strides(d: &[usize]) -> Vec<usize> {
+    let mut st = vec![0; d.len()];
+    let mut acc = 1;
+    for i in (0..d.len()).rev() {
+        st[i] = acc;
+        acc *= d[i];
+    }
+    st
+}
+
+/// Strides with which an operand of dims `src` is read along each axis of a rank-`r` output
+/// (numpy broadcasting: 0 on a missing or size-1 axis).
+fn broadcast_strides(src: &[usize], r: usize) -> Vec<usize> {
+    let mut st = vec![0; r];
+    let off = r - src.len();
+    let cs = contiguous_strides(src);
+    for j in 0..src.len() {
+        st[off + j] = if src[j] == 1 { 0 } else { cs[j] };
+    }
+    st
+}
+
+/// Writes an operand block (see `operand` in `elementwise.wgsl`) at word `o`.
+fn operand(ctx: &Ctx<'_, '_>, mut p: Params, o: usize, id: u32, strides: &[usize]) -> Result<Params, GpuError> {
+    for (k, &s) in strides.iter().enumerate() {
+        p = p.u(o + 3 + k, s)?;
+    }
+    if ctx.info(id)?.kind == TensorKind::Weight {
+        Ok(p.u(o, 1)?.w(o + 9, ctx.weight(id)?))
+    } else {
+        let r: Region = ctx.act(id)?;
+        p.u(o + 1, r.base)?.u(o + 2, r.stride)
+    }
+}

@@ -1,0 +1,201 @@
+//! Dispatches of the fused mechanisms: the projections are dense dispatches into scratch, the
+//! mechanism's core is one kernel (two or three for the AFT exponentials and Fastformer's
+//! pooling), and the output projection reads the core's result.
+
+use super::{dense, Ctx, Dispatch, Params, Region};
+use crate::kernels::Kernel;
+use crate::GpuError;
+use kestrel_format::ops::{AftBias, AttentionVariant, Op};
+
+pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<Dispatch>, GpuError> {
+    let x_id = op.main_input();
+    let xs = ctx.info(x_id)?.shape;
+    if xs.rank() != 2 {
+        return Err(GpuError::Model(format!("node {node}: mechanism input must be [T, d]")));
+    }
+    let (t, d) = (xs.dim(0), xs.dim(1));
+    let td = t * d;
+    let x = ctx.act(x_id)?;
+    let y = ctx.act(op.output())?;
+    let mut v = Vec::new();
+    match *op {
+        Op::Attention(o) => {
+            let q = ctx.scratch(td);
+            v.push(dense(x, t, d, ctx.proj(o.q)?, 0, q, None)?);
+            let k = match o.k {
+                Some(p) => {
+                    let k = ctx.scratch(td);
+                    v.push(dense(x, t, d, ctx.proj(p)?, 0, k, None)?);
+                    k
+                }
+                None => x,
+            };
+            let val = match (o.v, o.align) {
+                (Some(p), _) => {
+                    let r = ctx.scratch(td);
+                    v.push(dense(x, t, d, ctx.proj(p)?, 0, r, None)?);
+                    r
+                }
+                (None, Some(a)) if o.variant == AttentionVariant::Super => {
+                    let r = ctx.scratch(td);
+                    let (aw, ab) = ctx.proj(a)?;
+                    let mut p = Params::new(td)?
+                        .u(2, x.base)?
+                        .u(3, r.base)?
+                        .u(4, t)?
+                        .u(5, d)?
+                        .b(6, o.causal)
+                        .b(7, ab.is_some())
+                        .w(8, aw);
+                    if let Some(ab) = ab {
+                        p = p.w(12, ab);
+                    }
+                    v.push(p.done(Kernel::AlignTokens));
+                    r
+                }
+                _ => x,
+            };
+            let heads_out = ctx.scratch(td);
+            v.push(
+                Params::new(o.heads as usize * t * crate::kernels::WORKGROUP as usize)?
+                    .region(2, q)?
+                    .region(4, k)?
+                    .region(6, val)?
+                    .region(8, heads_out)?
+                    .u(10, t)?
+                    .u(11, d)?
+                    .u(12, o.heads as usize)?
+                    .b(13, o.causal)
+                    .f(14, o.scale)
+                    .done(Kernel::Attend),
+            );
+            v.push(dense(heads_out, t, d, ctx.proj(o.o)?, 0, y, None)?);
+        }
+        Op::AftFull(o) => {
+            let (q, e, ev) = project_exp(ctx, &mut v, x, t, d, d, (o.q, o.k, o.v))?;
+            let mut p = Params::new(td)?.u(2, q.base)?.u(3, e.base)?.u(4, ev.base)?.u(5, td)?.u(6, t)?.u(7, d)?;
+            p = p.b(8, o.causal);
+            p = match o.bias {
+                AftBias::Full(w) => p.w(12, ctx.weight(w)?),
+                AftBias::Factorised { u, v: vv } => {
+                    let rank = ctx.info(u)?.shape.as_matrix().map(|m| m.1).unwrap_or(0);
+                    p.b(9, true).u(10, rank)?.w(12, ctx.weight(u)?).w(16, ctx.weight(vv)?)
+                }
+            };
+            v.push(p.done(Kernel::AftFull));
+            v.push(dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
+        }
+        Op::AftLocal(o) => {
+            let (q, e, ev) = project_exp(ctx, &mut v, x, t, d, d, (o.q, o.k, o.v))?;
+            v.push(
+                Params::new(td)?
+                    .u(2, q.base)?
+                    .u(3, e.base)?
+                    .u(4, ev.base)?
+                    .u(5, td)?
+                    .u(6, t)?
+                    .u(7, d)?
+                    .b(8, o.causal)
+                    .u(9, o.window as usize)?
+                    .w(12, ctx.weight(o.w)?)
+                    .done(Kernel::AftLocal),
+            );
+            v.push(dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
+        }
+        Op::AftSimple(o) => {
+            let (q, k, val) = (ctx.scratch(td), ctx.scratch(td), ctx.scratch(td));
+            v.push(dense(x, t, d, ctx.proj(o.q)?, 0, q, None)?);
+            v.push(dense(x, t, d, ctx.proj(o.k)?, 0, k, None)?);
+            v.push(dense(x, t, d, ctx.proj(o.v)?, 0, val, None)?);
+            v.push(
+                Params::new(d)?
+                    .u(2, q.base)?
+                    .u(3, k.base)?
+                    .u(4, val.base)?
+                    .u(5, td)?
+                    .u(6, t)?
+                    .u(7, d)?
+                    .b(8, o.causal)
+                    .done(Kernel::AftSimple),
+            );
+            v.push(dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
+        }
+        Op::AftConv(o) => {
+            let h = o.heads as usize;
+            let (q, e, ev) = project_exp(ctx, &mut v, x, t, d, h, (o.q, o.k, o.v))?;
+            v.push(
+                Params::new(td)?
+                    .u(2, q.base)?
+                    .u(3, e.base)?
+                    .u(4, ev.base)?
+                    .u(5, t)?
+                    .u(6, d)?
+                    .u(7, h)?
+                    .u(8, o.kernel as usize)?
+                    .u(9, o.grid[0] as usize)?
+                    .u(10, o.grid[1] as usize)?
+                    .w(12, ctx.weight(o.w)?)
+                    .done(Kernel::AftConv),
+            );
+            v.push(dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
+        }
+        Op::Fastformer(o) => {
+            let h = o.heads as usize;
+            let (q, k, val) = (ctx.scratch(td), ctx.scratch(td), ctx.scratch(td));
+            let alpha = ctx.scratch(h * t);
+            let (g1, g2) = (ctx.scratch(d), ctx.scratch(d));
+            v.push(dense(x, t, d, ctx.proj(o.q)?, 0, q, None)?);
+            v.push(dense(x, t, d, ctx.proj(o.k)?, 0, k, None)?);
+            v.push(dense(x, t, d, ctx.proj(o.v)?, 0, val, None)?);
+            for (rows, score, g, target) in [(q, o.wqa, g1, k), (k, o.wka, g2, val)] {
+                v.push(
+                    Params::new(h * t)?
+                        .region(2, rows)?
+                        .u(4, alpha.base)?
+                        .u(5, t)?
+                        .u(6, d)?
+                        .u(7, h)?
+                        .f(8, o.scale)
+                        .w(12, ctx.weight(score)?)
+                        .done(Kernel::FfScores),
+                );
+                v.push(Params::new(h)?.u(2, alpha.base)?.u(3, alpha.base)?.u(4, t)?.done(Kernel::Softmax));
+                v.push(
+                    Params::new(d)?
+                        .region(2, rows)?
+                        .u(4, alpha.base)?
+                        .u(5, g.base)?
+                        .u(6, t)?
+                        .u(7, d)?
+                        .u(8, h)?
+                        .done(Kernel::FfPool),
+                );
+                v.push(Params::new(td)?.region(2, target)?.u(4, g.base)?.u(5, d)?.done(Kernel::FfScaleRows));
+            }
+            v.push(dense(val, t, d, ctx.proj(o.r)?, 0, y, Some(q))?);
+        }
+        _ => return Err(GpuError::UnsupportedOp { node, op: op.name() }),
+    }
+    Ok(v)
+}
+
+/// Q, K (`kcols` channels) and V projections into scratch, then V ← exp(K − max) ⊙ V and
+/// K ← exp(K − max). Returns (Q, E, E ⊙ V).
+#[allow(clippy::type_complexity)]
+fn project_exp(
+    ctx: &mut Ctx<'_, '_>,
+    v: &mut Vec<Dispatch>,
+    x: Region,
+    t: usize,
+    d: usize,
+    kcols: usize,
+    (pq, pk, pv): (kestrel_format::ops::Proj, kestrel_format::ops::Proj, kestrel_format::ops::Proj),
+) -> Result<(Region, Region, Region), GpuError> {
+    let (q, e, ev) = (ctx.scratch(t * d), ctx.scratch(t * kcols), ctx.scratch(t * d));
+    v.push(dense(x, t, d, ctx.proj(pq)?, 0, q, None)?);
+    v.push(dense(x, t, kcols, ctx.proj(pk)?, 0, e, None)?);
+    v.push(dense(x, t, d, ctx.proj(pv)?, 0, ev, None)?);
+    v.push(Params::new(d)?.region(2, e)?.region(4, ev)?.u(6, t)?.u(7, d)?.u(8, kcols)?.done(Kernel::ExpValues));
+    v.push(Params::new(kcols)?.region(2, e)?.u(4, t)?.u(5, kcols)?.done(Kernel::ExpKeys));
+    Ok((q, e, ev))
+}

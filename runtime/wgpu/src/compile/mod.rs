@@ -1,0 +1,192 @@
+//! Lowering a validated model to GPU dispatches: every node becomes a short list of
+//! [`Dispatch`]es (kernel + parameter block), addressing the arena by word offsets computed
+//! once from the file's memory plan for the session's batch capacity.
+//!
+//! Arena layout (f32 words) for capacity B: activation t at `B·offset(t)/4`, sample s at
+//! `+ s·numel(t)` (the CPU runtime's layout); the GPU scratch regions of the mechanisms follow
+//! at `B·arena_bytes_per_sample/4`, each region `B × per-sample size`.
+
+mod layers;
+mod mechanisms;
+
+use crate::kernels::{Kernel, PARAM_WORDS};
+use crate::GpuError;
+use kestrel_format::ops::{Op, Proj, TensorId};
+use kestrel_format::{DType, KesFile, TensorInfo, TensorKind};
+
+/// One compute dispatch: `batch · per` threads of `kernel` with its parameter block
+/// (word 0, the batch, is written at run time).
+#[derive(Clone, Debug)]
+pub(crate) struct Dispatch {
+    pub kernel: Kernel,
+    pub params: [u32; PARAM_WORDS],
+}
+
+impl Dispatch {
+    /// Threads per sample.
+    pub fn per(&self) -> u32 {
+        self.params[1]
+    }
+}
+
+/// Builder of one dispatch's parameter block.
+pub(crate) struct Params([u32; PARAM_WORDS]);
+
+impl Params {
+    /// A block with `per` threads per sample.
+    pub fn new(per: usize) -> Result<Self, GpuError> {
+        let mut p = [0u32; PARAM_WORDS];
+        p[1] = word(per)?;
+        Ok(Self(p))
+    }
+    pub fn u(mut self, i: usize, v: usize) -> Result<Self, GpuError> {
+        self.0[i] = word(v)?;
+        Ok(self)
+    }
+    pub fn b(mut self, i: usize, v: bool) -> Self {
+        self.0[i] = u32::from(v);
+        self
+    }
+    pub fn f(mut self, i: usize, v: f32) -> Self {
+        self.0[i] = v.to_bits();
+        self
+    }
+    pub fn w(mut self, i: usize, w: Wd) -> Self {
+        self.0[i..i + 4].copy_from_slice(&[w.dt, w.off, w.soff, w.cols]);
+        self
+    }
+    pub fn region(self, i: usize, r: Region) -> Result<Self, GpuError> {
+        self.u(i, r.base)?.u(i + 1, r.stride)
+    }
+    pub fn done(self, kernel: Kernel) -> Dispatch {
+        Dispatch { kernel, params: self.0 }
+    }
+}
+
+/// A value as a shader word; the arena and file are checked against the adapter's binding
+/// limits first, so this only fails for absurd shapes.
+pub(crate) fn word(v: usize) -> Result<u32, GpuError> {
+    u32::try_from(v).map_err(|_| GpuError::Model(format!("value {v} does not fit a 32-bit shader word")))
+}
+
+/// A weight as the shaders address it (see `Wd` in `common.wgsl`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Wd {
+    pub dt: u32,
+    pub off: u32,
+    pub soff: u32,
+    pub cols: u32,
+}
+
+/// A batch-strided f32 region of the arena: sample s starts at word `base + s·stride`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Region {
+    pub base: usize,
+    pub stride: usize,
+}
+
+/// Addresses of tensors and scratch for one batch capacity.
+pub(crate) struct Ctx<'f, 'a> {
+    pub file: &'f KesFile<'a>,
+    pub cap: usize,
+    scratch_base: usize,
+    scratch_used: usize,
+    /// Largest scratch any node used (words).
+    pub scratch_words: usize,
+}
+
+impl<'f, 'a> Ctx<'f, 'a> {
+    pub fn info(&self, id: TensorId) -> Result<TensorInfo<'a>, GpuError> {
+        self.file.tensor(id).map_err(|e| GpuError::Model(e.to_string()))
+    }
+
+    /// An activation's region.
+    pub fn act(&self, id: TensorId) -> Result<Region, GpuError> {
+        let t = self.info(id)?;
+        let base = usize::try_from(t.offset).map_err(|_| GpuError::Model("offset".into()))? * self.cap / 4;
+        Ok(Region { base, stride: numel(&t)? })
+    }
+
+    /// A weight's descriptor.
+    pub fn weight(&self, id: TensorId) -> Result<Wd, GpuError> {
+        let t = self.info(id)?;
+        if t.kind != TensorKind::Weight {
+            return Err(GpuError::Model(format!("tensor {id} is not a weight")));
+        }
+        let (_, cols) = t.shape.as_matrix().ok_or_else(|| GpuError::Model("weight shape".into()))?;
+        let dt = match t.dtype {
+            DType::F32 => 0,
+            DType::F16 => 1,
+            DType::I8 => 2,
+            DType::I4 => 3,
+            DType::I32 => return Err(GpuError::Model(format!("weight {id} has dtype i32"))),
+        };
+        let w = |v: u64| word(usize::try_from(v / 4).unwrap_or(usize::MAX));
+        Ok(Wd { dt, off: w(t.offset)?, soff: w(t.scale_offset)?, cols: word(cols)? })
+    }
+
+    /// A projection's weight and optional bias.
+    pub fn proj(&self, p: Proj) -> Result<(Wd, Option<Wd>), GpuError> {
+        Ok((self.weight(p.w)?, p.b.map(|b| self.weight(b)).transpose()?))
+    }
+
+    /// A fresh scratch region of `per_sample` words per sample (valid until the next node).
+    pub fn scratch(&mut self, per_sample: usize) -> Region {
+        let r = Region { base: self.scratch_base + self.scratch_used, stride: per_sample };
+        self.scratch_used += per_sample * self.cap;
+        self.scratch_words = self.scratch_words.max(self.scratch_used);
+        r
+    }
+}
+
+pub(crate) fn numel(t: &TensorInfo<'_>) -> Result<usize, GpuError> {
+    t.shape.numel().ok_or_else(|| GpuError::Model("tensor size overflows".into()))
+}
+
+/// Every node with its dispatches (none for a reshape, which is a view).
+pub(crate) type Lowered = Vec<(Op, Vec<Dispatch>)>;
+
+/// The dispatches of every node, and the GPU scratch words they need.
+pub(crate) fn compile(file: &KesFile<'_>, cap: usize, acts_words: usize) -> Result<(Lowered, usize), GpuError> {
+    let mut ctx = Ctx { file, cap, scratch_base: acts_words, scratch_used: 0, scratch_words: 0 };
+    let mut nodes = Vec::new();
+    for node in 0..file.op_count() {
+        let op = file.op(node).map_err(|e| GpuError::Model(e.to_string()))?;
+        ctx.scratch_used = 0;
+        let d = if op.kind_is_mechanism() {
+            mechanisms::compile(&mut ctx, node, &op)?
+        } else {
+            layers::compile(&mut ctx, node, &op)?
+        };
+        nodes.push((op, d));
+    }
+    Ok((nodes, ctx.scratch_words))
+}
+
+/// A dense dispatch: `y[s, r, :] = act(x[s, r, :] Wᵀ + b) (+ add[s, r, :])` for `rows` rows of
+/// `out` features.
+pub(crate) fn dense(
+    x: Region,
+    rows: usize,
+    out: usize,
+    (w, b): (Wd, Option<Wd>),
+    act: u32,
+    y: Region,
+    add: Option<Region>,
+) -> Result<Dispatch, GpuError> {
+    let mut p = Params::new(rows * out)?
+        .region(2, x)?
+        .region(4, y)?
+        .u(6, w.cols as usize)?
+        .u(7, out)?
+        .u(8, act as usize)?
+        .b(9, b.is_some())
+        .w(16, w);
+    if let Some(b) = b {
+        p = p.w(20, b);
+    }
+    if let Some(a) = add {
+        p = p.b(10, true).region(11, a)?;
+    }
+    Ok(p.done(Kernel::Dense))
+}

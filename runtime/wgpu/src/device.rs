@@ -1,0 +1,215 @@
+//! Adapters and devices: listing, choosing (by name, index or the `KESTREL_ADAPTER` variable),
+//! and creating a device with the adapter's own limits and the features the backend can use.
+
+use crate::GpuError;
+use std::sync::{Arc, Mutex};
+
+/// Environment variable naming the adapter to use (a name substring or an index).
+pub const ADAPTER_ENV: &str = "KESTREL_ADAPTER";
+
+/// Which adapter to use.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum AdapterChoice {
+    /// The best available: discrete, then integrated, then virtual, then CPU (software) adapters.
+    #[default]
+    Auto,
+    /// The adapter at this index of [`adapters`].
+    Index(usize),
+    /// The first adapter whose name contains this (case-insensitive).
+    Name(String),
+}
+
+impl AdapterChoice {
+    /// Parses a user's `NAME|INDEX`: all digits is an index, anything else a name; empty or
+    /// `auto` is [`AdapterChoice::Auto`].
+    pub fn parse(s: &str) -> Self {
+        let s = s.trim();
+        if s.is_empty() || s.eq_ignore_ascii_case("auto") {
+            Self::Auto
+        } else if let Ok(i) = s.parse() {
+            Self::Index(i)
+        } else {
+            Self::Name(s.to_owned())
+        }
+    }
+
+    /// `explicit` if given, else the `KESTREL_ADAPTER` variable, else `Auto`.
+    pub fn from_env_or(explicit: Option<&str>) -> Self {
+        match explicit {
+            Some(s) => Self::parse(s),
+            None => std::env::var(ADAPTER_ENV).map(|s| Self::parse(&s)).unwrap_or_default(),
+        }
+    }
+}
+
+/// What `kestrel devices` shows about one adapter.
+#[derive(Clone, Debug)]
+pub struct AdapterSummary {
+    /// Index in [`adapters`] order.
+    pub index: usize,
+    /// Name, backend, device type, driver.
+    pub info: wgpu::AdapterInfo,
+    /// Supported features.
+    pub features: wgpu::Features,
+    /// Supported limits.
+    pub limits: wgpu::Limits,
+}
+
+fn instance() -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = wgpu::Backends::all() - wgpu::Backends::BROWSER_WEBGPU;
+    wgpu::Instance::new(desc)
+}
+
+fn enumerate(instance: &wgpu::Instance) -> Vec<wgpu::Adapter> {
+    pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
+}
+
+/// Every adapter wgpu finds on this machine (possibly none).
+pub fn adapters() -> Vec<AdapterSummary> {
+    enumerate(&instance())
+        .into_iter()
+        .enumerate()
+        .map(|(index, a)| AdapterSummary { index, info: a.get_info(), features: a.features(), limits: a.limits() })
+        .collect()
+}
+
+fn rank(t: wgpu::DeviceType) -> u8 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    }
+}
+
+fn describe(list: &[wgpu::Adapter]) -> String {
+    if list.is_empty() {
+        return "none".into();
+    }
+    let v: Vec<String> = list
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let info = a.get_info();
+            format!("{i}: {} ({:?})", info.name, info.backend)
+        })
+        .collect();
+    v.join(", ")
+}
+
+/// A device and queue on one adapter, shared by the sessions created from it.
+pub struct GpuContext {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    info: wgpu::AdapterInfo,
+    pub(crate) limits: wgpu::Limits,
+    pub(crate) timestamps: bool,
+    pub(crate) errors: Arc<Mutex<Vec<String>>>,
+    pub(crate) lost: Arc<Mutex<Option<String>>>,
+}
+
+impl GpuContext {
+    /// Opens the chosen adapter. [`GpuError::NoAdapter`] when none exists: the caller decides
+    /// whether to fall back to the CPU.
+    pub fn new(choice: &AdapterChoice) -> Result<Self, GpuError> {
+        let inst = instance();
+        let list = enumerate(&inst);
+        if list.is_empty() {
+            return Err(GpuError::NoAdapter { detail: " (is a Vulkan, Metal or DX12 driver installed?)".into() });
+        }
+        let adapter = match choice {
+            AdapterChoice::Auto => {
+                list.iter().min_by_key(|a| rank(a.get_info().device_type)).cloned().expect("non-empty list")
+            }
+            AdapterChoice::Index(i) => list
+                .get(*i)
+                .cloned()
+                .ok_or_else(|| GpuError::AdapterNotFound { wanted: i.to_string(), available: describe(&list) })?,
+            AdapterChoice::Name(n) => {
+                let low = n.to_lowercase();
+                list.iter()
+                    .find(|a| a.get_info().name.to_lowercase().contains(&low))
+                    .cloned()
+                    .ok_or_else(|| GpuError::AdapterNotFound { wanted: n.clone(), available: describe(&list) })?
+            }
+        };
+        Self::from_adapter(&adapter)
+    }
+
+    fn from_adapter(adapter: &wgpu::Adapter) -> Result<Self, GpuError> {
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let timestamps = adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
+        let required_features = if timestamps { wgpu::Features::TIMESTAMP_QUERY } else { wgpu::Features::empty() };
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("kestrel"),
+            required_features,
+            required_limits: limits.clone(),
+            experimental_features: Default::default(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: Default::default(),
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
+            .map_err(|e| GpuError::DeviceCreation { adapter: info.name.clone(), reason: e.to_string() })?;
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let sink = errors.clone();
+        // Errors outside an error scope are collected and reported by the next call, never a panic.
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut v) = sink.lock() {
+                v.push(e.to_string());
+            }
+        }));
+        let lost = Arc::new(Mutex::new(None));
+        let flag = lost.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            if let Ok(mut l) = flag.lock() {
+                *l = Some(format!("{reason:?}: {msg}"));
+            }
+        });
+        Ok(Self { device, queue, info, limits, timestamps, errors, lost })
+    }
+
+    /// The adapter's name, backend, type and driver.
+    pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
+        &self.info
+    }
+
+    /// True when per-node timings come from GPU timestamp queries.
+    pub fn has_timestamps(&self) -> bool {
+        self.timestamps
+    }
+
+    /// One line: `name (backend, type)`.
+    pub fn describe(&self) -> String {
+        format!("{} ({:?}, {:?})", self.info.name, self.info.backend, self.info.device_type)
+    }
+
+    /// A wgpu error reported outside an error scope, or a device loss, since the last check.
+    pub(crate) fn take_error(&self, stage: &'static str) -> Result<(), GpuError> {
+        if let Some(l) = self.lost.lock().ok().and_then(|l| l.clone()) {
+            return Err(GpuError::DeviceLost(l));
+        }
+        let mut v = self.errors.lock().map_err(|_| GpuError::Wgpu { stage, message: "error sink poisoned".into() })?;
+        if let Some(m) = v.drain(..).next() {
+            return Err(GpuError::Wgpu { stage, message: m });
+        }
+        Ok(())
+    }
+
+    /// Runs `f` inside a validation + out-of-memory error scope and turns a reported error into
+    /// [`GpuError::Wgpu`].
+    pub(crate) fn scoped<T>(&self, stage: &'static str, f: impl FnOnce() -> T) -> Result<T, GpuError> {
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let val = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let out = f();
+        let e1 = pollster::block_on(val.pop());
+        let e2 = pollster::block_on(oom.pop());
+        if let Some(e) = e1.or(e2) {
+            return Err(GpuError::Wgpu { stage, message: e.to_string() });
+        }
+        self.take_error(stage)?;
+        Ok(out)
+    }
+}

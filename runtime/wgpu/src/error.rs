@@ -1,0 +1,74 @@
+//! Errors of the wgpu backend. Input errors reuse the CPU runtime's [`RunError`] so both backends
+//! word them the same way.
+
+use kestrel_cpu::RunError;
+
+/// Why a GPU context, session or run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// No adapter exists (no driver, or none matches the filter). Callers fall back to the CPU.
+    #[error("no GPU adapter found{detail}")]
+    NoAdapter {
+        /// What was asked for (empty for "any").
+        detail: String,
+    },
+    /// The adapter chosen by name or index does not exist.
+    #[error("no adapter matches `{wanted}`; available: {available}")]
+    AdapterNotFound {
+        /// The user's choice.
+        wanted: String,
+        /// The adapters that exist, `index: name (backend)`.
+        available: String,
+    },
+    /// Creating the logical device failed.
+    #[error("creating the device on `{adapter}`: {reason}")]
+    DeviceCreation {
+        /// Adapter name.
+        adapter: String,
+        /// wgpu's reason.
+        reason: String,
+    },
+    /// An op has no GPU kernel yet (the session is not created; nothing runs on the CPU silently).
+    #[error("node {node}: op {op} has no GPU kernel")]
+    UnsupportedOp {
+        /// Node index.
+        node: u32,
+        /// Op name.
+        op: &'static str,
+    },
+    /// A buffer would exceed the adapter's limits.
+    #[error("{what} needs {needed} bytes but the adapter allows {limit} (limit `{limit_name}`)")]
+    Limit {
+        /// Which buffer.
+        what: &'static str,
+        /// Bytes needed.
+        needed: u64,
+        /// The adapter's limit.
+        limit: u64,
+        /// The wgpu limit's name.
+        limit_name: &'static str,
+    },
+    /// The model is malformed (it passed the CPU loader, so this means an internal mismatch).
+    #[error("model: {0}")]
+    Model(String),
+    /// wgpu reported a validation or out-of-memory error.
+    #[error("wgpu {stage}: {message}")]
+    Wgpu {
+        /// When: pipeline creation, session creation, run.
+        stage: &'static str,
+        /// wgpu's message.
+        message: String,
+    },
+    /// The device was lost (driver reset, GPU removed); the session cannot be used any more.
+    #[error("GPU device lost: {0}")]
+    DeviceLost(String),
+    /// Waiting for the GPU failed or timed out.
+    #[error("waiting for the GPU: {0}")]
+    Poll(String),
+    /// Reading results back failed.
+    #[error("mapping the readback buffer: {0}")]
+    Map(String),
+    /// Bad inputs or outputs (same checks and messages as the CPU runtime).
+    #[error(transparent)]
+    Run(#[from] RunError),
+}

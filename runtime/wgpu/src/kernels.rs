@@ -1,0 +1,261 @@
+//! The kernel set: WGSL families (one `.wgsl` file each, with the shared preamble), the typed
+//! key of every entry point, and the pipeline cache.
+
+use crate::GpuError;
+use std::collections::HashMap;
+
+/// Words in a dispatch's parameter block (the `P` uniform of every shader).
+pub const PARAM_WORDS: usize = 64;
+/// Bytes of a parameter block; also its offset alignment in the uniform buffer.
+pub const PARAM_BYTES: u64 = (PARAM_WORDS * 4) as u64;
+/// Threads per workgroup (`WG` in `common.wgsl`).
+pub const WORKGROUP: u32 = 64;
+
+const COMMON: &str = include_str!("shaders/common.wgsl");
+
+/// A WGSL file of related kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    /// Dense layers (`linear.wgsl`).
+    Linear,
+    /// Unary, binary and transpose (`elementwise.wgsl`).
+    Elementwise,
+    /// Layer norm, softmax, reductions (`norm.wgsl`).
+    Norm,
+    /// Batched matmul (`matmul.wgsl`).
+    MatMul,
+    /// 2-D convolution (`conv.wgsl`).
+    Conv,
+    /// Token and patch embeddings (`embed.wgsl`).
+    Embed,
+    /// Attention cores (`attention.wgsl`).
+    Attention,
+    /// AFT cores (`aft.wgsl`).
+    Aft,
+    /// Fastformer pooling (`fastformer.wgsl`).
+    Fastformer,
+}
+
+impl Family {
+    /// Every family.
+    pub const ALL: &'static [Family] = &[
+        Family::Linear,
+        Family::Elementwise,
+        Family::Norm,
+        Family::MatMul,
+        Family::Conv,
+        Family::Embed,
+        Family::Attention,
+        Family::Aft,
+        Family::Fastformer,
+    ];
+
+    /// The family's own WGSL (without the preamble).
+    pub fn body(self) -> &'static str {
+        match self {
+            Family::Linear => include_str!("shaders/linear.wgsl"),
+            Family::Elementwise => include_str!("shaders/elementwise.wgsl"),
+            Family::Norm => include_str!("shaders/norm.wgsl"),
+            Family::MatMul => include_str!("shaders/matmul.wgsl"),
+            Family::Conv => include_str!("shaders/conv.wgsl"),
+            Family::Embed => include_str!("shaders/embed.wgsl"),
+            Family::Attention => include_str!("shaders/attention.wgsl"),
+            Family::Aft => include_str!("shaders/aft.wgsl"),
+            Family::Fastformer => include_str!("shaders/fastformer.wgsl"),
+        }
+    }
+
+    /// The complete shader module source: the shared preamble then the family's kernels.
+    pub fn source(self) -> String {
+        format!("{COMMON}\n{}", self.body())
+    }
+}
+
+/// One compute entry point: the pipeline-cache key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kernel {
+    /// `linear.wgsl: dense`.
+    Dense,
+    /// `elementwise.wgsl: unary`.
+    Unary,
+    /// `elementwise.wgsl: strided` (binary with broadcasting, transpose).
+    Strided,
+    /// `norm.wgsl: layer_norm`.
+    LayerNorm,
+    /// `norm.wgsl: softmax`.
+    Softmax,
+    /// `norm.wgsl: reduce`.
+    Reduce,
+    /// `matmul.wgsl: matmul`.
+    MatMul,
+    /// `conv.wgsl: conv2d`.
+    Conv2d,
+    /// `embed.wgsl: embedding`.
+    Embedding,
+    /// `embed.wgsl: patch_gather`.
+    PatchGather,
+    /// `attention.wgsl: align_tokens` (Super's W^A X + b^A).
+    AlignTokens,
+    /// `attention.wgsl: attend`.
+    Attend,
+    /// `aft.wgsl: exp_values`.
+    ExpValues,
+    /// `aft.wgsl: exp_keys`.
+    ExpKeys,
+    /// `aft.wgsl: aft_full`.
+    AftFull,
+    /// `aft.wgsl: aft_local`.
+    AftLocal,
+    /// `aft.wgsl: aft_simple`.
+    AftSimple,
+    /// `aft.wgsl: aft_conv`.
+    AftConv,
+    /// `fastformer.wgsl: ff_scores`.
+    FfScores,
+    /// `fastformer.wgsl: ff_pool`.
+    FfPool,
+    /// `fastformer.wgsl: ff_scale_rows`.
+    FfScaleRows,
+}
+
+impl Kernel {
+    /// Every kernel.
+    pub const ALL: &'static [Kernel] = &[
+        Kernel::Dense,
+        Kernel::Unary,
+        Kernel::Strided,
+        Kernel::LayerNorm,
+        Kernel::Softmax,
+        Kernel::Reduce,
+        Kernel::MatMul,
+        Kernel::Conv2d,
+        Kernel::Embedding,
+        Kernel::PatchGather,
+        Kernel::AlignTokens,
+        Kernel::Attend,
+        Kernel::ExpValues,
+        Kernel::ExpKeys,
+        Kernel::AftFull,
+        Kernel::AftLocal,
+        Kernel::AftSimple,
+        Kernel::AftConv,
+        Kernel::FfScores,
+        Kernel::FfPool,
+        Kernel::FfScaleRows,
+    ];
+
+    /// The file it lives in.
+    pub fn family(self) -> Family {
+        use Kernel::*;
+        match self {
+            Dense => Family::Linear,
+            Unary | Strided => Family::Elementwise,
+            LayerNorm | Softmax | Reduce => Family::Norm,
+            MatMul => Family::MatMul,
+            Conv2d => Family::Conv,
+            Embedding | PatchGather => Family::Embed,
+            AlignTokens | Attend => Family::Attention,
+            ExpValues | ExpKeys | AftFull | AftLocal | AftSimple | AftConv => Family::Aft,
+            FfScores | FfPool | FfScaleRows => Family::Fastformer,
+        }
+    }
+
+    /// The WGSL entry point's name.
+    pub fn entry(self) -> &'static str {
+        use Kernel::*;
+        match self {
+            Dense => "dense",
+            Unary => "unary",
+            Strided => "strided",
+            LayerNorm => "layer_norm",
+            Softmax => "softmax",
+            Reduce => "reduce",
+            MatMul => "matmul",
+            Conv2d => "conv2d",
+            Embedding => "embedding",
+            PatchGather => "patch_gather",
+            AlignTokens => "align_tokens",
+            Attend => "attend",
+            ExpValues => "exp_values",
+            ExpKeys => "exp_keys",
+            AftFull => "aft_full",
+            AftLocal => "aft_local",
+            AftSimple => "aft_simple",
+            AftConv => "aft_conv",
+            FfScores => "ff_scores",
+            FfPool => "ff_pool",
+            FfScaleRows => "ff_scale_rows",
+        }
+    }
+}
+
+/// Shader modules per family and pipelines per kernel, built on first use and shared by every
+/// dispatch of a session. All pipelines share one bind group layout (arena, weights, params).
+pub(crate) struct PipelineCache {
+    pub layout: wgpu::BindGroupLayout,
+    pipeline_layout: wgpu::PipelineLayout,
+    modules: HashMap<Family, wgpu::ShaderModule>,
+    pipelines: HashMap<Kernel, wgpu::ComputePipeline>,
+}
+
+impl PipelineCache {
+    pub fn new(device: &wgpu::Device) -> Self {
+        let storage = |binding, read_only| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        };
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("kestrel"),
+            entries: &[
+                storage(0, false),
+                storage(1, true),
+                wgpu::BindGroupLayoutEntry {
+                    binding: 2,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Uniform,
+                        has_dynamic_offset: false,
+                        min_binding_size: wgpu::BufferSize::new(PARAM_BYTES),
+                    },
+                    count: None,
+                },
+            ],
+        });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("kestrel"),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        Self { layout, pipeline_layout, modules: HashMap::new(), pipelines: HashMap::new() }
+    }
+
+    /// The pipeline of `k`, compiling its family's module on first use.
+    pub fn get(&mut self, device: &wgpu::Device, k: Kernel) -> Result<wgpu::ComputePipeline, GpuError> {
+        if let Some(p) = self.pipelines.get(&k) {
+            return Ok(p.clone());
+        }
+        let fam = k.family();
+        let module = self.modules.entry(fam).or_insert_with(|| {
+            device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(k.entry()),
+                source: wgpu::ShaderSource::Wgsl(fam.source().into()),
+            })
+        });
+        let p = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(k.entry()),
+            layout: Some(&self.pipeline_layout),
+            module,
+            entry_point: Some(k.entry()),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        self.pipelines.insert(k, p.clone());
+        Ok(p)
+    }
+}

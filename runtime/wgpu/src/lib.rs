@@ -1,0 +1,32 @@
+//! Kestrel's wgpu backend: every op of the CPU runtime as WGSL compute kernels.
+//!
+//! * [`GpuContext`] opens an adapter (by name, index, `KESTREL_ADAPTER` or the best one) and
+//!   its device; [`GpuError::NoAdapter`] tells the caller to fall back to the CPU.
+//! * [`GpuSession::new`] lowers a validated [`kestrel_cpu::Model`] to dispatches, uploads the
+//!   model file once (weights stay in their stored encoding: f32, f16, int8 with per-row
+//!   scales, int4 with group-32 f16 scales, dequantised in the shaders), and allocates the
+//!   arena (the file's memory plan scaled by the batch capacity, plus GPU scratch), the
+//!   parameter blocks and the readback buffer.
+//! * [`GpuSession::run`] records one command encoder (a compute pass per node), submits it once
+//!   and reads the outputs through a mapped staging buffer; [`GpuSession::run_profiled`] adds
+//!   per-node timestamp queries.
+//!
+//! Kernels live in `src/shaders/*.wgsl`, one file per family plus a shared preamble; shapes and
+//! scalars are passed in a 64-word uniform parameter block, never baked into shader text, and
+//! pipelines are cached by [`Kernel`]. Arithmetic is f32 throughout (f16 weights are decoded
+//! by bit manipulation, exactly; `SHADER_F16` arithmetic is not used).
+#![warn(missing_docs)]
+
+mod compile;
+pub mod device;
+mod error;
+pub mod kernels;
+mod session;
+
+pub use device::{adapters, AdapterChoice, AdapterSummary, GpuContext, ADAPTER_ENV};
+pub use error::GpuError;
+pub use kernels::{Family, Kernel};
+pub use session::{GpuSession, NodeTiming, Profile, TimingSource};
+
+/// The wgpu version this backend is built on (for adapter info, features and limits types).
+pub use wgpu;

@@ -1,0 +1,492 @@
+//! A model on the GPU: every buffer made at creation (arena, the file's weights, parameter
+//! blocks, readback staging, timestamp queries), one command encoder and one submission per run.
+
+use crate::compile::{self, numel, Dispatch};
+use crate::device::GpuContext;
+use crate::kernels::{PipelineCache, PARAM_BYTES, PARAM_WORDS, WORKGROUP};
+use crate::GpuError;
+use kestrel_cpu::{Input, RunError};
+use kestrel_format::ops::Op;
+use kestrel_format::{DType, TensorId};
+use std::time::{Duration, Instant};
+
+/// Longest wait for one submission before it is reported as a hang.
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+/// Largest workgroup count per grid dimension (WebGPU's guaranteed minimum).
+const MAX_GROUPS_X: u32 = 65_535;
+
+/// How a [`Profile`] was measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimingSource {
+    /// GPU timestamp queries around each node's compute pass.
+    Timestamps,
+    /// The adapter has no timestamp queries: only the whole submission's wall time is known.
+    WholeSubmission,
+}
+
+/// One node's GPU time.
+#[derive(Clone, Debug)]
+pub struct NodeTiming {
+    /// Node index.
+    pub node: u32,
+    /// Op name.
+    pub op: &'static str,
+    /// GPU time; `None` for reshapes (views, no work) and without timestamp queries.
+    pub duration: Option<Duration>,
+}
+
+/// Timings of one run.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// Where the numbers come from.
+    pub source: TimingSource,
+    /// Per node, in execution order.
+    pub nodes: Vec<NodeTiming>,
+    /// Wall time from submission to results mapped (includes readback).
+    pub submission: Duration,
+}
+
+struct Io {
+    /// Word offset of the region for the session's capacity.
+    base: u64,
+    /// Elements per sample.
+    n: usize,
+    dtype: DType,
+}
+
+struct Node {
+    op: Op,
+    dispatches: Vec<(Dispatch, wgpu::ComputePipeline, wgpu::BindGroup)>,
+}
+
+/// A model bound to a device with a batch capacity.
+pub struct GpuSession<'c> {
+    ctx: &'c GpuContext,
+    capacity: usize,
+    nodes: Vec<Node>,
+    inputs: Vec<Io>,
+    outputs: Vec<Io>,
+    /// (graph input index, vocabulary) of every embedding reading a graph input.
+    id_checks: Vec<(usize, usize)>,
+    arena: wgpu::Buffer,
+    params: wgpu::Buffer,
+    staging: wgpu::Buffer,
+    queries: Option<(wgpu::QuerySet, wgpu::Buffer, wgpu::Buffer)>,
+    param_words: Vec<u32>,
+    last_batch: usize,
+    node_limit: usize,
+    _weights: wgpu::Buffer,
+}
+
+fn limit(what: &'static str, needed: u64, limit: u64, limit_name: &'static str) -> Result<(), GpuError> {
+    if needed > limit {
+        return Err(GpuError::Limit { what, needed, limit, limit_name });
+    }
+    Ok(())
+}
+
+impl<'c> GpuSession<'c> {
+    /// Lowers `model` to dispatches for batches up to `capacity`, uploads the file's weights in
+    /// their stored encoding, and allocates every buffer. An op without a GPU kernel is a
+    /// [`GpuError::UnsupportedOp`] here, before anything runs.
+    pub fn new(ctx: &'c GpuContext, model: &kestrel_cpu::Model<'_>, capacity: usize) -> Result<Self, GpuError> {
+        if capacity == 0 {
+            return Err(RunError::BadCapacity { max: usize::MAX, found: 0 }.into());
+        }
+        let file = model.file();
+        let plan = model.plan();
+        let acts_bytes = plan
+            .arena_bytes_per_sample
+            .checked_mul(capacity as u64)
+            .ok_or(RunError::BadCapacity { max: 0, found: capacity })?;
+        let acts_words = usize::try_from(acts_bytes / 4).map_err(|_| GpuError::Model("arena size".into()))?;
+        let (compiled, scratch_words) = compile::compile(file, capacity, acts_words)?;
+        let arena_bytes = ((acts_words + scratch_words) as u64 * 4).max(4);
+        let lim = &ctx.limits;
+        limit(
+            "the activation arena",
+            arena_bytes,
+            lim.max_storage_buffer_binding_size,
+            "max_storage_buffer_binding_size",
+        )?;
+        limit("the activation arena", arena_bytes, lim.max_buffer_size, "max_buffer_size")?;
+        let bytes = file.bytes();
+        let weights_len = (bytes.len() as u64).div_ceil(4) * 4;
+        limit("the model file", weights_len, lim.max_storage_buffer_binding_size, "max_storage_buffer_binding_size")?;
+        let io = |id: TensorId| -> Result<Io, GpuError> {
+            let t = file.tensor(id).map_err(|e| GpuError::Model(e.to_string()))?;
+            Ok(Io { base: t.offset * capacity as u64 / 4, n: numel(&t)?, dtype: t.dtype })
+        };
+        let inputs = file.inputs().map(io).collect::<Result<Vec<_>, _>>()?;
+        let outputs = file.outputs().map(io).collect::<Result<Vec<_>, _>>()?;
+        let mut id_checks = Vec::new();
+        for (op, _) in &compiled {
+            if let Op::Embedding(e) = op {
+                if let Some(i) = file.inputs().position(|id| id == e.ids) {
+                    let vocab = file.tensor(e.table).ok().and_then(|t| t.shape.as_matrix()).map_or(0, |m| m.0);
+                    id_checks.push((i, vocab));
+                }
+            }
+        }
+        let out_bytes: u64 = outputs.iter().map(|o| (o.n * capacity * 4) as u64).sum::<u64>().max(4);
+        let n_dispatch: usize = compiled.iter().map(|(_, d)| d.len()).sum();
+        let timestamps = ctx.timestamps;
+        let dev = &ctx.device;
+        ctx.scoped("session creation", || -> Result<Self, GpuError> {
+            let mut cache = PipelineCache::new(dev);
+            let mut padded = bytes.to_vec();
+            padded.resize(weights_len as usize, 0);
+            let weights =
+                buffer(dev, "weights", weights_len, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST);
+            ctx.queue.write_buffer(&weights, 0, &padded);
+            let arena = buffer(
+                dev,
+                "arena",
+                arena_bytes,
+                wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            );
+            let params = buffer(
+                dev,
+                "params",
+                (n_dispatch.max(1) as u64) * PARAM_BYTES,
+                wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            );
+            let staging =
+                buffer(dev, "readback", out_bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+            let mut nodes = Vec::new();
+            let mut param_words = Vec::with_capacity(n_dispatch * PARAM_WORDS);
+            for (op, ds) in compiled {
+                let mut dispatches = Vec::new();
+                for d in ds {
+                    let pipe = cache.get(dev, d.kernel)?;
+                    let offset = (param_words.len() / PARAM_WORDS) as u64 * PARAM_BYTES;
+                    param_words.extend_from_slice(&d.params);
+                    let bg = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some(d.kernel.entry()),
+                        layout: &cache.layout,
+                        entries: &[
+                            wgpu::BindGroupEntry { binding: 0, resource: arena.as_entire_binding() },
+                            wgpu::BindGroupEntry { binding: 1, resource: weights.as_entire_binding() },
+                            wgpu::BindGroupEntry {
+                                binding: 2,
+                                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                    buffer: &params,
+                                    offset,
+                                    size: wgpu::BufferSize::new(PARAM_BYTES),
+                                }),
+                            },
+                        ],
+                    });
+                    dispatches.push((d, pipe, bg));
+                }
+                nodes.push(Node { op, dispatches });
+            }
+            let queries = timestamps.then(|| {
+                let count = (2 * nodes.len()).max(2) as u32;
+                let qs = dev.create_query_set(&wgpu::QuerySetDescriptor {
+                    label: Some("node timestamps"),
+                    ty: wgpu::QueryType::Timestamp,
+                    count,
+                });
+                let bytes = u64::from(count) * 8;
+                let resolve =
+                    buffer(dev, "timestamps", bytes, wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC);
+                let read = buffer(
+                    dev,
+                    "timestamps readback",
+                    bytes,
+                    wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                );
+                (qs, resolve, read)
+            });
+            Ok(Self {
+                ctx,
+                capacity,
+                nodes,
+                inputs,
+                outputs,
+                id_checks,
+                arena,
+                params,
+                staging,
+                queries,
+                param_words,
+                last_batch: 0,
+                node_limit: usize::MAX,
+                _weights: weights,
+            })
+        })?
+    }
+
+    /// Batch capacity.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Debugging aid: later runs execute only the first `nodes` nodes, and
+    /// [`read_activation`](Self::read_activation) reads any tensor's region afterwards.
+    #[doc(hidden)]
+    pub fn debug_limit_nodes(&mut self, nodes: usize) {
+        self.node_limit = nodes;
+    }
+
+    /// Debugging aid: the first `batch` samples of an activation's region after the last run.
+    #[doc(hidden)]
+    pub fn read_activation(
+        &self,
+        id: TensorId,
+        file: &kestrel_format::KesFile<'_>,
+        batch: usize,
+    ) -> Result<Vec<f32>, GpuError> {
+        let t = file.tensor(id).map_err(|e| GpuError::Model(e.to_string()))?;
+        let len = (numel(&t)? * batch * 4) as u64;
+        let dev = &self.ctx.device;
+        let tmp =
+            buffer(dev, "debug readback", len.max(4), wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("debug") });
+        enc.copy_buffer_to_buffer(&self.arena, t.offset * self.capacity as u64, &tmp, 0, len);
+        let index = self.ctx.queue.submit([enc.finish()]);
+        tmp.map_async(wgpu::MapMode::Read, .., |_| {});
+        dev.poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: Some(RUN_TIMEOUT) })
+            .map_err(|e| GpuError::Poll(e.to_string()))?;
+        let view = tmp.get_mapped_range(..).map_err(|e| GpuError::Map(e.to_string()))?;
+        Ok(bytemuck::cast_slice(&view).to_vec())
+    }
+
+    /// Number of compute dispatches one run records.
+    pub fn dispatch_count(&self) -> usize {
+        self.nodes.iter().map(|n| n.dispatches.len()).sum()
+    }
+
+    /// Runs a batch (inferred from the input lengths, as on the CPU) and writes every output.
+    /// Returns the batch size.
+    pub fn run(&mut self, inputs: &[Input<'_>], outputs: &mut [&mut [f32]]) -> Result<usize, GpuError> {
+        self.execute(inputs, outputs, false).map(|(b, _)| b)
+    }
+
+    /// [`run`](Self::run) with per-node GPU timings (timestamp queries when the adapter has them,
+    /// else only the submission's wall time: see [`Profile::source`]).
+    pub fn run_profiled(
+        &mut self,
+        inputs: &[Input<'_>],
+        outputs: &mut [&mut [f32]],
+    ) -> Result<(usize, Profile), GpuError> {
+        self.execute(inputs, outputs, true)
+    }
+
+    fn check_inputs(&self, inputs: &[Input<'_>], outputs: &[&mut [f32]]) -> Result<usize, GpuError> {
+        let cap = self.capacity;
+        if inputs.len() != self.inputs.len() {
+            return Err(RunError::Arity { what: "inputs", expected: self.inputs.len(), found: inputs.len() }.into());
+        }
+        if outputs.len() != self.outputs.len() {
+            return Err(RunError::Arity { what: "outputs", expected: self.outputs.len(), found: outputs.len() }.into());
+        }
+        let mut batch = 0;
+        for (i, (inp, io)) in inputs.iter().zip(&self.inputs).enumerate() {
+            let len = match inp {
+                Input::F32(d) => d.len(),
+                Input::I32(d) => d.len(),
+                Input::I64(d) => d.len(),
+            };
+            let err = RunError::Length { what: "input", index: i, per_sample: io.n, found: len, capacity: cap };
+            if io.n == 0 || len == 0 || len % io.n != 0 || len / io.n > cap {
+                return Err(err.into());
+            }
+            let b = len / io.n;
+            if i == 0 {
+                batch = b;
+            } else if b != batch {
+                return Err(RunError::BatchMismatch { index: i, expected: batch, found: b }.into());
+            }
+            let ok = matches!(
+                (io.dtype, inp),
+                (DType::F32, Input::F32(_)) | (DType::I32, Input::I32(_)) | (DType::I32, Input::I64(_))
+            );
+            if !ok {
+                let found = match inp {
+                    Input::F32(_) => "f32",
+                    Input::I32(_) => "i32",
+                    Input::I64(_) => "i64",
+                };
+                let expected = if io.dtype == DType::I32 { "i32 or i64 token ids" } else { "f32" };
+                return Err(RunError::InputDType { index: i, expected, found }.into());
+            }
+        }
+        for (i, (out, io)) in outputs.iter().zip(&self.outputs).enumerate() {
+            if out.len() != batch * io.n {
+                return Err(RunError::Length {
+                    what: "output",
+                    index: i,
+                    per_sample: io.n,
+                    found: out.len(),
+                    capacity: batch,
+                }
+                .into());
+            }
+        }
+        Ok(batch)
+    }
+
+    fn upload_inputs(&self, inputs: &[Input<'_>]) -> Result<(), GpuError> {
+        for (i, (inp, io)) in inputs.iter().zip(&self.inputs).enumerate() {
+            let vocab = self.id_checks.iter().filter(|c| c.0 == i).map(|c| c.1).min();
+            let ids: Vec<i32>;
+            let bytes: &[u8] = match inp {
+                Input::F32(d) => bytemuck::cast_slice(d),
+                Input::I32(d) => {
+                    ids = d.to_vec();
+                    bytemuck::cast_slice(&ids)
+                }
+                Input::I64(d) => {
+                    ids = d
+                        .iter()
+                        .enumerate()
+                        .map(|(p, &v)| {
+                            i32::try_from(v).map_err(|_| RunError::IdTooLarge { input: i, position: p, id: v })
+                        })
+                        .collect::<Result<_, _>>()?;
+                    bytemuck::cast_slice(&ids)
+                }
+            };
+            if let (Some(vocab), false) = (vocab, matches!(inp, Input::F32(_))) {
+                let ids: &[i32] = bytemuck::cast_slice(bytes);
+                if let Some((position, &id)) = ids.iter().enumerate().find(|(_, &v)| v < 0 || v as usize >= vocab) {
+                    return Err(RunError::TokenIdOutOfRange { position, id, vocab }.into());
+                }
+            }
+            self.ctx.queue.write_buffer(&self.arena, io.base * 4, bytes);
+        }
+        Ok(())
+    }
+
+    fn execute(
+        &mut self,
+        inputs: &[Input<'_>],
+        outputs: &mut [&mut [f32]],
+        profile: bool,
+    ) -> Result<(usize, Profile), GpuError> {
+        self.ctx.take_error("before the run")?;
+        let batch = self.check_inputs(inputs, outputs)?;
+        if batch != self.last_batch {
+            for block in self.param_words.chunks_exact_mut(PARAM_WORDS) {
+                block[0] = batch as u32;
+            }
+            self.ctx.queue.write_buffer(&self.params, 0, bytemuck::cast_slice(&self.param_words));
+            self.last_batch = batch;
+        }
+        self.upload_inputs(inputs)?;
+        let timed = profile && self.queries.is_some();
+        let dev = &self.ctx.device;
+        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kestrel run") });
+        for (i, node) in self.nodes.iter().enumerate().take(self.node_limit) {
+            if node.dispatches.is_empty() {
+                continue;
+            }
+            let timestamp_writes = match (&self.queries, timed) {
+                (Some((qs, _, _)), true) => Some(wgpu::ComputePassTimestampWrites {
+                    query_set: qs,
+                    beginning_of_pass_write_index: Some(2 * i as u32),
+                    end_of_pass_write_index: Some(2 * i as u32 + 1),
+                }),
+                _ => None,
+            };
+            let mut pass =
+                enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(node.op.name()), timestamp_writes });
+            for (d, pipe, bg) in &node.dispatches {
+                let threads = batch as u64 * u64::from(d.per());
+                let groups = threads.div_ceil(u64::from(WORKGROUP));
+                if groups == 0 {
+                    continue;
+                }
+                let x = groups.min(u64::from(MAX_GROUPS_X)) as u32;
+                let y = groups.div_ceil(u64::from(x));
+                let y = u32::try_from(y).ok().filter(|&y| y <= MAX_GROUPS_X).ok_or_else(|| GpuError::Limit {
+                    what: "a dispatch's workgroup grid",
+                    needed: groups,
+                    limit: u64::from(MAX_GROUPS_X) * u64::from(MAX_GROUPS_X),
+                    limit_name: "max_compute_workgroups_per_dimension",
+                })?;
+                pass.set_pipeline(pipe);
+                pass.set_bind_group(0, bg, &[]);
+                pass.dispatch_workgroups(x, y, 1);
+            }
+        }
+        let mut off = 0u64;
+        let mut ranges = Vec::new();
+        for io in &self.outputs {
+            let len = (batch * io.n * 4) as u64;
+            enc.copy_buffer_to_buffer(&self.arena, io.base * 4, &self.staging, off, len);
+            ranges.push((off, len));
+            off += len;
+        }
+        if let (Some((qs, resolve, read)), true) = (&self.queries, timed) {
+            enc.resolve_query_set(qs, 0..(2 * self.nodes.len()).max(2) as u32, resolve, 0);
+            enc.copy_buffer_to_buffer(resolve, 0, read, 0, read.size());
+        }
+        let start = Instant::now();
+        let ctx = self.ctx;
+        let index = ctx.scoped("run", || ctx.queue.submit([enc.finish()]))?;
+        let staging = &self.staging;
+        let mut maps = vec![(staging, off.max(4))];
+        if let (Some((_, _, read)), true) = (&self.queries, timed) {
+            maps.push((read, read.size()));
+        }
+        let status = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        for (buf, len) in &maps {
+            let st = status.clone();
+            buf.map_async(wgpu::MapMode::Read, 0..*len, move |r| {
+                if let Ok(mut v) = st.lock() {
+                    v.push(r.map_err(|e| e.to_string()));
+                }
+            });
+        }
+        ctx.device
+            .poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: Some(RUN_TIMEOUT) })
+            .map_err(|e| GpuError::Poll(e.to_string()))?;
+        ctx.take_error("run")?;
+        let results = status.lock().map(|v| v.clone()).unwrap_or_default();
+        if results.len() != maps.len() {
+            return Err(GpuError::Map("the readback buffer was not mapped after the wait".into()));
+        }
+        if let Some(Err(e)) = results.into_iter().find(|r| r.is_err()) {
+            return Err(GpuError::Map(e));
+        }
+        let submission = start.elapsed();
+        {
+            let view = staging.get_mapped_range(0..off.max(4)).map_err(|e| GpuError::Map(e.to_string()))?;
+            for (out, (o, len)) in outputs.iter_mut().zip(ranges) {
+                let src: &[f32] = bytemuck::cast_slice(&view[o as usize..(o + len) as usize]);
+                out.copy_from_slice(src);
+            }
+        }
+        staging.unmap();
+        let mut nodes: Vec<NodeTiming> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| NodeTiming { node: i as u32, op: n.op.name(), duration: None })
+            .collect();
+        let source = if timed { TimingSource::Timestamps } else { TimingSource::WholeSubmission };
+        if let (Some((_, _, read)), true) = (&self.queries, timed) {
+            let period = f64::from(ctx.queue.get_timestamp_period());
+            {
+                let view = read.get_mapped_range(..).map_err(|e| GpuError::Map(e.to_string()))?;
+                let ticks: &[u64] = bytemuck::cast_slice(&view);
+                for (i, t) in nodes.iter_mut().enumerate() {
+                    if self.nodes[i].dispatches.is_empty() {
+                        continue;
+                    }
+                    let dt = ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period;
+                    t.duration = Some(Duration::from_nanos(dt as u64));
+                }
+            }
+            read.unmap();
+        }
+        Ok((batch, Profile { source, nodes, submission }))
+    }
+}
+
+fn buffer(dev: &wgpu::Device, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
+    dev.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false })
+}

@@ -1,0 +1,207 @@
+// Shared preamble of every Kestrel kernel family (prepended to each family's file).
+//
+// Bindings, identical for every pipeline:
+//   0: the activation arena (f32 words; i32 token ids stored as their bits), read-write
+//   1: the model file's bytes as u32 words (weights in their stored encoding), read-only
+//   2: this dispatch's parameter block: 64 u32 words, read with `pu(i)`
+// Every kernel runs one thread per output item: `batch * per` threads, P[0] = batch, P[1] = per.
+// Shapes and scalars come from the parameter block, never from the shader text.
+
+@group(0) @binding(0) var<storage, read_write> act: array<f32>;
+@group(0) @binding(1) var<storage, read> wts: array<u32>;
+@group(0) @binding(2) var<uniform> P: array<vec4<u32>, 16>;
+
+const WG: u32 = 64u;
+
+fn pu(i: u32) -> u32 {
+    return P[i / 4u][i % 4u];
+}
+
+fn pf(i: u32) -> f32 {
+    return bitcast<f32>(pu(i));
+}
+
+// Flat thread index over a (x, y) grid of workgroups of WG threads.
+fn thread_index(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>) -> u32 {
+    return (wid.y * nwg.x + wid.x) * WG + lid.x;
+}
+
+fn total_threads() -> u32 {
+    return pu(0u) * pu(1u);
+}
+
+// A weight matrix [rows, cols] in its stored encoding: dt 0 f32, 1 f16, 2 int8 (f32 scale per
+// row), 3 int4 (group 32, f16 scales); off/soff are word offsets of data and scales in `wts`.
+struct Wd {
+    dt: u32,
+    off: u32,
+    soff: u32,
+    cols: u32,
+}
+
+fn wdesc(i: u32) -> Wd {
+    return Wd(pu(i), pu(i + 1u), pu(i + 2u), pu(i + 3u));
+}
+
+// IEEE half bits -> f32, exact (bit manipulation: no f16 capability needed).
+fn f16_bits_to_f32(h: u32) -> f32 {
+    let sign = (h >> 15u) << 31u;
+    let e = (h >> 10u) & 0x1fu;
+    let m = h & 0x3ffu;
+    if e == 0u {
+        let v = f32(m) * 5.9604645e-8;
+        return select(v, -v, sign != 0u);
+    }
+    if e == 31u {
+        return bitcast<f32>(sign | 0x7f800000u | (m << 13u));
+    }
+    return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
+}
+
+// Half i of the f16 array at word offset `word_off`.
+fn half_at(word_off: u32, i: u32) -> f32 {
+    let w = wts[word_off + i / 2u];
+    return f16_bits_to_f32(select(w & 0xffffu, w >> 16u, (i & 1u) == 1u));
+}
+
+fn i8_at(word_off: u32, byte: u32) -> f32 {
+    let word = bitcast<i32>(wts[word_off + byte / 4u]);
+    return f32(extractBits(word, (byte & 3u) * 8u, 8u));
+}
+
+fn int4_scale(w: Wd, r: u32, c: u32) -> f32 {
+    let groups = (w.cols + 31u) / 32u;
+    return half_at(w.soff, r * groups + c / 32u);
+}
+
+fn int4_q(w: Wd, r: u32, c: u32) -> f32 {
+    let groups = (w.cols + 31u) / 32u;
+    let byte = r * groups * 16u + c / 2u;
+    let word = bitcast<i32>(wts[w.off + byte / 4u]);
+    return f32(extractBits(word, (byte & 3u) * 8u + (c & 1u) * 4u, 4u));
+}
+
+// Element (r, c), dequantised.
+fn wget(w: Wd, r: u32, c: u32) -> f32 {
+    let i = r * w.cols + c;
+    switch w.dt {
+        case 0u: {
+            return bitcast<f32>(wts[w.off + i]);
+        }
+        case 1u: {
+            return half_at(w.off, i);
+        }
+        case 2u: {
+            return i8_at(w.off, i) * bitcast<f32>(wts[w.soff + r]);
+        }
+        default: {
+            return int4_q(w, r, c) * int4_scale(w, r, c);
+        }
+    }
+}
+
+// Flat element i of the matrix view (row-major).
+fn wflat(w: Wd, i: u32) -> f32 {
+    return wget(w, i / w.cols, i % w.cols);
+}
+
+// dot(row r of w, act[x .. x + n]), dequantisation fused; the encoding branch is outside the loop.
+fn wdot(w: Wd, r: u32, x: u32, n: u32) -> f32 {
+    var acc = 0.0;
+    let row = r * w.cols;
+    switch w.dt {
+        case 0u: {
+            for (var i = 0u; i < n; i++) {
+                acc += act[x + i] * bitcast<f32>(wts[w.off + row + i]);
+            }
+        }
+        case 1u: {
+            for (var i = 0u; i < n; i++) {
+                acc += act[x + i] * half_at(w.off, row + i);
+            }
+        }
+        case 2u: {
+            for (var i = 0u; i < n; i++) {
+                acc += act[x + i] * i8_at(w.off, row + i);
+            }
+            acc *= bitcast<f32>(wts[w.soff + r]);
+        }
+        default: {
+            for (var i = 0u; i < n; i++) {
+                acc += act[x + i] * (int4_q(w, r, i) * int4_scale(w, r, i));
+            }
+        }
+    }
+    return acc;
+}
+
+fn sigmoid(x: f32) -> f32 {
+    if x >= 0.0 {
+        return 1.0 / (1.0 + exp(-x));
+    }
+    let e = exp(x);
+    return e / (1.0 + e);
+}
+
+// erfc(x) with relative error < 1.2e-7 (Chebyshev fit, Numerical Recipes' erfcc).
+fn erfc_(x: f32) -> f32 {
+    let z = abs(x);
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let poly = -z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806
+        + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
+    let r = t * exp(poly);
+    return select(2.0 - r, r, x >= 0.0);
+}
+
+// erf(x): Taylor series near 0 (relative accuracy where 1 - erfc cancels), else 1 - erfc.
+fn erf_(x: f32) -> f32 {
+    if abs(x) < 0.5 {
+        let x2 = x * x;
+        return 1.1283791671 * x * (1.0 + x2 * (-0.3333333333 + x2 * (0.1 + x2 * (-0.0238095238
+            + x2 * (0.0046296296 + x2 * (-0.0007575758))))));
+    }
+    return 1.0 - erfc_(x);
+}
+
+fn gelu(x: f32) -> f32 {
+    return 0.5 * x * erfc_(-x * 0.70710678118654752);
+}
+
+fn gelu_tanh(x: f32) -> f32 {
+    return x * sigmoid(2.0 * 0.7978846 * (x + 0.044715 * x * x * x));
+}
+
+// e^x − 1 with relative accuracy near 0.
+fn expm1_(x: f32) -> f32 {
+    if abs(x) < 0.25 {
+        return x * (1.0 + x * (0.5 + x * (0.16666667 + x * (0.041666668 + x * (0.008333334 + x * (0.0013888889
+            + x * 0.00019841270))))));
+    }
+    return exp(x) - 1.0;
+}
+
+// exp(w − m) − exp(−m) for m ≥ max(w, 0), without cancellation near w = 0.
+fn exp_excess(w: f32, m: f32) -> f32 {
+    if w >= 0.0 {
+        return -exp(w - m) * expm1_(-w);
+    }
+    return exp(-m) * expm1_(w);
+}
+
+// Fused activation of a dense layer: 0 none, 1 relu, 2 gelu, 3 gelu-tanh.
+fn activate(a: u32, v: f32) -> f32 {
+    switch a {
+        case 1u: {
+            return max(v, 0.0);
+        }
+        case 2u: {
+            return gelu(v);
+        }
+        case 3u: {
+            return gelu_tanh(v);
+        }
+        default: {
+            return v;
+        }
+    }
+}

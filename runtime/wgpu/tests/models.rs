@@ -1,0 +1,125 @@
+//! Whole models on the GPU against the CPU runtime: the demo models (every mechanism, every
+//! weight encoding) and every converted ONNX fixture (f32), which must give the same top-1 and a
+//! max relative error ≤ 1e-4 (of the output's scale).
+
+mod common;
+
+use common::{argmax_rows, gpu, measure, run_cpu, run_gpu, Feed, DTYPES};
+use kestrel_onnx::{convert, read_npy, ConvertOptions, InputData};
+use kestrel_reference::tolerance::F32_MODEL;
+use std::path::PathBuf;
+
+/// The fixture bar of the issue: relative error ≤ 1e-4 of the output's largest magnitude.
+const FIXTURE_MAX_REL: f64 = 1e-4;
+/// Fixtures committed under `converters/fixtures/`.
+const COMMITTED_FIXTURES: usize = 38;
+
+#[test]
+fn demo_models_match_cpu_in_every_encoding() {
+    let Some(g) = gpu() else { return };
+    let batch = 4;
+    let mut failures = Vec::new();
+    for dtype in DTYPES {
+        for (name, bytes, feed, classes) in [
+            (
+                "image",
+                kestrel::demo::image_model(7, dtype).unwrap(),
+                Feed::F32(kestrel::demo::Rng::new(3).vec(batch * 256, 1.0)),
+                10,
+            ),
+            (
+                "text",
+                kestrel::demo::text_model(7, dtype).unwrap(),
+                Feed::I64((0..batch * 24).map(|i| ((i * 37 + 11) % 100) as i64).collect()),
+                2,
+            ),
+        ] {
+            let model = kestrel::Model::from_bytes(&bytes).unwrap();
+            let want = run_cpu(&model, std::slice::from_ref(&feed), batch);
+            let got = run_gpu(&g, &model, std::slice::from_ref(&feed), batch, batch);
+            let (ratio, rel) = measure(&got[0], &want[0], F32_MODEL);
+            let top = argmax_rows(&got[0], classes) == argmax_rows(&want[0], classes);
+            println!("demo {name} {dtype:?}: error/allowance {ratio:.3}, max rel {rel:.2e}, same top-1 {top}");
+            if !(ratio <= 1.0 && top) {
+                failures.push(format!("demo {name} {dtype:?}: ratio {ratio:.3}, rel {rel:.2e}, top-1 same {top}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn fixture_dirs() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../converters/fixtures");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("no fixtures at {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("model.onnx").exists())
+        .collect();
+    dirs.sort();
+    assert!(dirs.len() >= COMMITTED_FIXTURES, "{} fixtures, expected {COMMITTED_FIXTURES}", dirs.len());
+    dirs
+}
+
+#[test]
+fn every_fixture_matches_cpu_at_f32() {
+    let Some(g) = gpu() else { return };
+    let mut failures = Vec::new();
+    let dirs = fixture_dirs();
+    let mut worst = 0f64;
+    for d in &dirs {
+        let name = d.file_name().unwrap().to_string_lossy().to_string();
+        let conv = convert(d.join("model.onnx"), &ConvertOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let input = read_npy(d.join("input.npy")).unwrap();
+        let batch = input.shape[0];
+        let feed = match input.data {
+            InputData::F32(v) => Feed::F32(v),
+            InputData::I64(v) => Feed::I64(v),
+        };
+        let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
+        let want = run_cpu(&model, std::slice::from_ref(&feed), batch);
+        let t0 = std::time::Instant::now();
+        let got = run_gpu(&g, &model, std::slice::from_ref(&feed), batch, batch);
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        let last = want[0].len() / batch;
+        let (_, rel) = measure(&got[0], &want[0], F32_MODEL);
+        let top = argmax_rows(&got[0], last) == argmax_rows(&want[0], last);
+        worst = worst.max(rel);
+        println!("{name:36} batch {batch}: max rel {rel:.2e}, same top-1 {top} ({ms:.0} ms incl. session creation)");
+        if !(rel <= FIXTURE_MAX_REL && top) {
+            failures.push(format!("{name}: max rel {rel:.2e}, same top-1 {top}"));
+        }
+    }
+    println!("{} fixtures, worst max rel {worst:.2e}", dirs.len());
+    assert!(failures.is_empty(), "{} of {} fixtures failed:\n{}", failures.len(), dirs.len(), failures.join("\n"));
+}
+
+#[test]
+fn profile_times_every_node() {
+    let Some(g) = gpu() else { return };
+    let bytes = kestrel::demo::image_model(7, kestrel::format::DType::F32).unwrap();
+    let model = kestrel::Model::from_bytes(&bytes).unwrap();
+    let cpu = model.cpu().unwrap();
+    let mut s = kestrel_wgpu::GpuSession::new(&g, &cpu, 2).unwrap();
+    let x = kestrel::demo::Rng::new(5).vec(2 * 256, 1.0);
+    let mut out = vec![0f32; 20];
+    let (batch, profile) = s.run_profiled(&[kestrel::Input::F32(&x)], &mut [&mut out]).unwrap();
+    assert_eq!(batch, 2);
+    assert_eq!(profile.nodes.len() as u32, cpu.file().op_count());
+    let want = run_cpu(&model, &[Feed::F32(x)], 2);
+    assert!(measure(&out, &want[0], F32_MODEL).0 <= 1.0, "a profiled run computes the same outputs");
+    println!("{:?} on {}; submission {:?}", profile.source, g.describe(), profile.submission);
+    for n in &profile.nodes {
+        println!("{:>4} {:<12} {:?}", n.node, n.op, n.duration);
+    }
+    if g.has_timestamps() {
+        assert_eq!(profile.source, kestrel_wgpu::TimingSource::Timestamps);
+        for n in &profile.nodes {
+            let is_view = n.op == "Reshape";
+            assert_eq!(n.duration.is_some(), !is_view, "node {} {}", n.node, n.op);
+        }
+        let total: std::time::Duration = profile.nodes.iter().filter_map(|n| n.duration).sum();
+        assert!(total > std::time::Duration::ZERO, "timestamps measured nothing");
+    } else {
+        assert_eq!(profile.source, kestrel_wgpu::TimingSource::WholeSubmission);
+    }
+}

@@ -1,0 +1,424 @@
+//! Every GPU kernel against the CPU runtime (itself tested against the f64 references) on
+//! seeded random inputs: one- or two-node models built with `ModelBuilder`, in all four weight
+//! encodings (the CPU and GPU decode the same stored bytes), at batch 3 on a capacity-4 session
+//! and at batch 1 on the same session (the per-run batch parameter), several shapes and head
+//! counts. Tolerance: `F32_KERNEL` (1e-5 of the element plus 1e-5 of the tensor's scale): the
+//! kernels compute in f32 like the CPU, but sum in other orders and use their own erf/expm1.
+
+mod common;
+
+use common::{gpu, measure, Feed, DTYPES};
+use kestrel::demo::Rng;
+use kestrel::format::ops::*;
+use kestrel::format::DType;
+use kestrel::{Error, Input, ModelBuilder};
+use kestrel_reference::tolerance::{Tolerance, F32_KERNEL};
+use kestrel_wgpu::{GpuContext, GpuSession};
+use std::collections::BTreeMap;
+
+/// The named tolerance of these tests.
+const GPU_KERNEL: Tolerance = F32_KERNEL;
+const BATCH: usize = 3;
+const CAP: usize = 4;
+
+struct Ctx {
+    b: ModelBuilder,
+    rng: Rng,
+    feeds: Vec<Feed>,
+    n: usize,
+}
+
+impl Ctx {
+    fn vals(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        self.rng.vec(n, scale)
+    }
+    fn input(&mut self, dims: &[usize]) -> Result<TensorId, Error> {
+        self.input_scaled(dims, 2.0, false)
+    }
+    fn input_scaled(&mut self, dims: &[usize], scale: f32, positive: bool) -> Result<TensorId, Error> {
+        let n: usize = dims.iter().product();
+        let id = self.b.input(&format!("x{}", self.feeds.len()), dims)?;
+        let mut v = self.vals(BATCH * n, scale);
+        if positive {
+            v.iter_mut().for_each(|x| *x = x.abs() + 0.05);
+        }
+        self.feeds.push(Feed::F32(v));
+        Ok(id)
+    }
+    fn w(&mut self, dims: &[usize], scale: f32) -> Result<TensorId, Error> {
+        self.n += 1;
+        let v = self.vals(dims.iter().product(), scale);
+        self.b.weight(&format!("w{}", self.n), dims, v)
+    }
+    fn proj(&mut self, out: usize, inp: usize, bias: bool) -> Result<Proj, Error> {
+        let a = 1.0 / (inp as f32).sqrt();
+        Ok(Proj { w: self.w(&[out, inp], a)?, b: if bias { Some(self.w(&[out], 0.5)?) } else { None } })
+    }
+}
+
+type Build = Box<dyn Fn(&mut Ctx) -> Result<TensorId, Error>>;
+
+struct Case {
+    family: &'static str,
+    name: String,
+    build: Build,
+}
+
+fn case(
+    family: &'static str,
+    name: impl Into<String>,
+    f: impl Fn(&mut Ctx) -> Result<TensorId, Error> + 'static,
+) -> Case {
+    Case { family, name: name.into(), build: Box::new(f) }
+}
+
+fn layer_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for (i, act) in Activation::ALL.iter().copied().enumerate() {
+        for (rows, inp, out) in [(5usize, 7usize, 9usize), (1, 33, 4), (12, 16, 40)] {
+            v.push(case("dense", format!("dense {rows}x{inp}->{out} {act:?}"), move |c| {
+                let x = c.input(&[rows, inp])?;
+                let proj = c.proj(out, inp, i % 2 == 0)?;
+                c.b.op(|y| Op::Dense(Dense { x, proj, act, y }))
+            }));
+        }
+    }
+    v.push(case("dense", "dense rank-3 input", |c| {
+        let x = c.input(&[2, 3, 10])?;
+        let proj = c.proj(6, 10, true)?;
+        c.b.op(|y| Op::Dense(Dense { x, proj, act: Activation::None, y }))
+    }));
+    for (dims, beta) in [(vec![4usize, 12usize], true), (vec![2, 3, 33], false), (vec![7], true)] {
+        v.push(case("layer_norm", format!("layer_norm {dims:?} beta={beta}"), move |c| {
+            let x = c.input(&dims)?;
+            let d = *dims.last().unwrap();
+            let gamma = c.w(&[d], 1.0)?;
+            let beta = if beta { Some(c.w(&[d], 0.5)?) } else { None };
+            c.b.op(|y| Op::LayerNorm(LayerNorm { x, gamma, beta, eps: 1e-5, y }))
+        }));
+    }
+    for op in UnaryOp::ALL.iter().copied() {
+        let positive = matches!(op, UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Reciprocal);
+        v.push(case("unary", format!("unary {op:?}"), move |c| {
+            let x = c.input_scaled(&[3, 37], 3.0, positive)?;
+            c.b.op(|y| Op::Unary(Unary { x, op, y }))
+        }));
+    }
+    for op in BinaryOp::ALL.iter().copied() {
+        let pow = op == BinaryOp::Pow;
+        v.push(case("binary", format!("binary {op:?} broadcast"), move |c| {
+            let a = c.input_scaled(&[2, 3, 4], 2.0, pow)?;
+            let b = c.input_scaled(&[3, 1], 2.0, pow)?;
+            c.b.op(|y| Op::Binary(Binary { a, b, op, y }))
+        }));
+        v.push(case("binary", format!("binary {op:?} weight operand"), move |c| {
+            let a = c.input_scaled(&[5, 6], 2.0, pow)?;
+            let b = c.w(&[6], 1.5)?;
+            c.b.op(|y| Op::Binary(Binary { a, b, op, y }))
+        }));
+    }
+    v.push(case("binary", "binary add weight left, [4,1] vs [1,5]", |c| {
+        let a = c.w(&[4, 1], 1.0)?;
+        let b = c.input(&[1, 5])?;
+        c.b.op(|y| Op::Binary(Binary { a, b, op: BinaryOp::Add, y }))
+    }));
+    for dims in [vec![4usize, 9usize], vec![2, 3, 70], vec![1]] {
+        v.push(case("softmax", format!("softmax {dims:?}"), move |c| {
+            let x = c.input_scaled(&dims, 4.0, false)?;
+            c.b.op(|y| Op::Softmax(Softmax { x, y }))
+        }));
+    }
+    for (ch, side, p) in [(1usize, 8usize, 4usize), (3, 12, 3)] {
+        v.push(case("patch_embed", format!("patch_embed {ch}x{side}x{side} p={p}"), move |c| {
+            let x = c.input(&[ch, side, side])?;
+            let proj = c.proj(10, ch * p * p, true)?;
+            c.b.op(|y| Op::PatchEmbed(PatchEmbed { x, proj, patch: p as u32, y }))
+        }));
+    }
+    for pos in [true, false] {
+        v.push(case("embedding", format!("embedding pos={pos}"), move |c| {
+            let ids = c.b.input_ids("ids", 6)?;
+            let v: Vec<i64> = (0..BATCH * 6).map(|i| ((i * 7 + 3) % 13) as i64).collect();
+            c.feeds.push(Feed::I64(v));
+            let table = c.w(&[13, 8], 1.0)?;
+            let pos = if pos { Some(c.w(&[9, 8], 0.5)?) } else { None };
+            c.b.op(|y| Op::Embedding(Embedding { ids, table, pos, y }))
+        }));
+    }
+    for op in ReduceOp::ALL.iter().copied() {
+        for axis in 0..3u32 {
+            v.push(case("reduce", format!("reduce {op:?} axis {axis}"), move |c| {
+                let x = c.input(&[3, 4, 5])?;
+                c.b.op(|y| Op::Reduce(Reduce { x, op, axis, keep_dims: axis == 1, y }))
+            }));
+        }
+    }
+    for perm in [[2u8, 0, 1, 0, 0, 0], [1, 0, 2, 0, 0, 0]] {
+        v.push(case("transpose", format!("transpose {:?}", &perm[..3]), move |c| {
+            let x = c.input(&[2, 3, 4])?;
+            let t = c.b.op(|y| Op::Transpose(Transpose { x, perm, y }))?;
+            // A reshape after it: a view, no dispatch.
+            c.b.reshape(t, &[24])
+        }));
+    }
+    v.push(case("matmul", "matmul act x act, broadcast batch", |c| {
+        let a = c.input(&[2, 3, 5, 4])?;
+        let b = c.input(&[3, 4, 6])?;
+        c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b: false, y }))
+    }));
+    v.push(case("matmul", "matmul act x act^T", |c| {
+        let a = c.input(&[2, 5, 4])?;
+        let b = c.input(&[2, 7, 4])?;
+        c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b: true, y }))
+    }));
+    v.push(case("matmul", "matmul act x weight", |c| {
+        let a = c.input(&[5, 8])?;
+        let b = c.w(&[8, 6], 0.5)?;
+        c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b: false, y }))
+    }));
+    v.push(case("matmul", "matmul act x weight^T", |c| {
+        let a = c.input(&[3, 5, 40])?;
+        let b = c.w(&[6, 40], 0.5)?;
+        c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b: true, y }))
+    }));
+    for (ci, co, k, stride, pad, dil, groups) in [
+        (3usize, 4usize, 3usize, 1u32, [1u32, 1, 1, 1], 1u32, 1u32),
+        (4, 6, 3, 2, [0, 1, 2, 0], 2, 2),
+        (2, 2, 5, 1, [2, 2, 2, 2], 1, 2),
+    ] {
+        v.push(case("conv2d", format!("conv2d {ci}->{co} k{k} s{stride} d{dil} g{groups}"), move |c| {
+            let x = c.input(&[ci, 9, 8])?;
+            let w = c.w(&[co, ci / groups as usize, k, k], 0.5)?;
+            let b = Some(c.w(&[co], 0.5)?);
+            c.b.op(|y| {
+                Op::Conv2d(Conv2d {
+                    x,
+                    proj: Proj { w, b },
+                    stride: [stride, stride],
+                    pad,
+                    dilation: [dil, dil],
+                    groups,
+                    y,
+                })
+            })
+        }));
+    }
+    v
+}
+
+fn mechanism_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for variant in AttentionVariant::ALL.iter().copied() {
+        for (t, d, heads, causal) in
+            [(7usize, 8usize, 1u32, false), (5, 12, 2, true), (9, 16, 4, false), (6, 8, 2, false)]
+        {
+            v.push(case("attention", format!("attention {variant:?} T{t} d{d} h{heads} causal={causal}"), move |c| {
+                let x = c.input(&[t, d])?;
+                let q = c.proj(d, d, true)?;
+                let std_or_opt = matches!(variant, AttentionVariant::Standard | AttentionVariant::Optimised);
+                let k = if std_or_opt { Some(c.proj(d, d, true)?) } else { None };
+                let vv = if variant == AttentionVariant::Standard { Some(c.proj(d, d, true)?) } else { None };
+                let align = if variant == AttentionVariant::Super { Some(c.proj(t, t, true)?) } else { None };
+                let o = c.proj(d, d, true)?;
+                let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
+                c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v: vv, align, o, y }))
+            }));
+        }
+    }
+    for (t, d, causal, rank) in [(6usize, 8usize, false, 0usize), (7, 4, true, 0), (5, 8, false, 3), (8, 6, true, 2)] {
+        v.push(case("aft_full", format!("aft_full T{t} d{d} causal={causal} rank={rank}"), move |c| {
+            let x = c.input(&[t, d])?;
+            let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
+            let bias = if rank == 0 {
+                AftBias::Full(c.w(&[t, t], 1.0)?)
+            } else {
+                AftBias::Factorised { u: c.w(&[t, rank], 1.0)?, v: c.w(&[t, rank], 1.0)? }
+            };
+            let o = c.proj(d, d, true)?;
+            c.b.op(|y| Op::AftFull(AftFull { x, causal, q, k, v: vv, bias, o, y }))
+        }));
+    }
+    for (t, d, causal, window) in [(8usize, 6usize, false, 3u32), (7, 4, true, 2), (5, 8, false, 1), (6, 4, false, 9)] {
+        v.push(case("aft_local", format!("aft_local T{t} d{d} causal={causal} s={window}"), move |c| {
+            let x = c.input(&[t, d])?;
+            let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
+            let w = c.w(&[t, t], 1.0)?;
+            let o = c.proj(d, d, true)?;
+            c.b.op(|y| Op::AftLocal(AftLocal { x, causal, window, q, k, v: vv, w, o, y }))
+        }));
+    }
+    for (t, d, causal) in [(8usize, 6usize, false), (7, 4, true), (1, 8, true)] {
+        v.push(case("aft_simple", format!("aft_simple T{t} d{d} causal={causal}"), move |c| {
+            let x = c.input(&[t, d])?;
+            let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
+            let o = c.proj(d, d, true)?;
+            c.b.op(|y| Op::AftSimple(AftSimple { x, causal, q, k, v: vv, o, y }))
+        }));
+    }
+    for (gh, gw, d, heads, kernel) in [(3usize, 4usize, 8usize, 2u32, 3u32), (4, 4, 6, 1, 3), (2, 5, 8, 4, 5)] {
+        v.push(case("aft_conv", format!("aft_conv {gh}x{gw} d{d} h{heads} k{kernel}"), move |c| {
+            let t = gh * gw;
+            let x = c.input(&[t, d])?;
+            let q = c.proj(d, d, true)?;
+            let k = c.proj(heads as usize, d, true)?;
+            let vv = c.proj(d, d, true)?;
+            let w = c.w(&[heads as usize, kernel as usize, kernel as usize], 1.0)?;
+            let o = c.proj(d, d, true)?;
+            c.b.op(|y| Op::AftConv(AftConv { x, heads, kernel, grid: [gh as u32, gw as u32], q, k, v: vv, w, o, y }))
+        }));
+    }
+    for (t, d, heads) in [(6usize, 8usize, 1u32), (5, 8, 2), (9, 16, 4)] {
+        v.push(case("fastformer", format!("fastformer T{t} d{d} h{heads}"), move |c| {
+            let x = c.input(&[t, d])?;
+            let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
+            let wqa = c.w(&[heads as usize, d], 1.0)?;
+            let wka = c.w(&[heads as usize, d], 1.0)?;
+            let r = c.proj(d, d, true)?;
+            let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
+            c.b.op(|y| Op::Fastformer(Fastformer { x, heads, scale, q, k, v: vv, wqa, wka, r, y }))
+        }));
+    }
+    v
+}
+
+/// Shapes large enough that a thread-per-row kernel would loop over T·c ≥ 16 384 elements
+/// (lavapipe cuts such loops short: the attention core was rewritten as a workgroup per row).
+fn large_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for (variant, t, d, heads) in [
+        (AttentionVariant::Efficient, 128usize, 128usize, 1u32),
+        (AttentionVariant::Super, 144, 144, 1),
+        (AttentionVariant::Standard, 64, 256, 2),
+    ] {
+        v.push(case("attention", format!("attention {variant:?} T{t} d{d} h{heads}"), move |c| {
+            let x = c.input(&[t, d])?;
+            let q = c.proj(d, d, true)?;
+            let k = if variant == AttentionVariant::Standard { Some(c.proj(d, d, true)?) } else { None };
+            let vv = if variant == AttentionVariant::Standard { Some(c.proj(d, d, true)?) } else { None };
+            let align = if variant == AttentionVariant::Super { Some(c.proj(t, t, true)?) } else { None };
+            let o = c.proj(d, d, true)?;
+            let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
+            c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal: false, scale, q, k, v: vv, align, o, y }))
+        }));
+    }
+    v.push(case("dense", "dense 1x20736->16 (a flattened ViT head)", |c| {
+        let x = c.input(&[20736])?;
+        let proj = c.proj(16, 20736, true)?;
+        c.b.op(|y| Op::Dense(Dense { x, proj, act: Activation::None, y }))
+    }));
+    v.push(case("aft_full", "aft_full T128 d16 factorised r8", |c| {
+        let (t, d) = (128, 16);
+        let x = c.input(&[t, d])?;
+        let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
+        let bias = AftBias::Factorised { u: c.w(&[t, 8], 0.5)?, v: c.w(&[t, 8], 0.5)? };
+        let o = c.proj(d, d, true)?;
+        c.b.op(|y| Op::AftFull(AftFull { x, causal: false, q, k, v: vv, bias, o, y }))
+    }));
+    v.push(case("fastformer", "fastformer T128 d128 h1", |c| {
+        let (t, d) = (128, 128);
+        let x = c.input(&[t, d])?;
+        let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
+        let (wqa, wka) = (c.w(&[1, d], 0.1)?, c.w(&[1, d], 0.1)?);
+        let r = c.proj(d, d, true)?;
+        c.b.op(|y| {
+            Op::Fastformer(Fastformer { x, heads: 1, scale: 1.0 / (d as f32).sqrt(), q, k, v: vv, wqa, wka, r, y })
+        })
+    }));
+    v
+}
+
+fn build(c: &Case, dtype: DType, seed: u64) -> (kestrel::Model, Vec<Feed>) {
+    let mut b = ModelBuilder::new(&c.name);
+    b.set_weight_dtype(dtype);
+    let mut ctx = Ctx { b, rng: Rng::new(seed), feeds: Vec::new(), n: 0 };
+    let y = (c.build)(&mut ctx).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+    ctx.b.output(y);
+    let bytes = ctx.b.build().unwrap_or_else(|e| panic!("{}: {e}", c.name));
+    (kestrel::Model::from_bytes(&bytes).expect("loads"), ctx.feeds)
+}
+
+/// Runs every case in every encoding; panics listing every failure; prints the worst ratio and
+/// relative error per family.
+fn check(gpu: &GpuContext, cases: &[Case]) {
+    let mut worst: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for (ci, c) in cases.iter().enumerate() {
+        for dtype in DTYPES {
+            let (model, feeds) = build(c, dtype, 0xC0FFEE + ci as u64 * 17 + dtype as u64);
+            let want = common::run_cpu(&model, &feeds, BATCH);
+            let cpu = model.cpu().unwrap();
+            let mut s = GpuSession::new(gpu, &cpu, CAP).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+            let n_out = want[0].len() / BATCH;
+            let mut got = vec![0f32; BATCH * n_out];
+            let inputs: Vec<Input<'_>> = feeds.iter().map(Feed::input).collect();
+            s.run(&inputs, &mut [&mut got]).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+            // Batch 1 on the same session: the per-run batch parameter is rewritten.
+            let one: Vec<Feed> = feeds.iter().map(|f| f.head(1, BATCH)).collect();
+            let inputs1: Vec<Input<'_>> = one.iter().map(Feed::input).collect();
+            let mut got1 = vec![0f32; n_out];
+            s.run(&inputs1, &mut [&mut got1]).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+            runs += 2;
+            assert!(want[0].iter().any(|&v| v != 0.0), "{}: reference is all zeros", c.name);
+            for (label, g, w) in [("batch 3", &got[..], &want[0][..]), ("batch 1", &got1[..], &want[0][..n_out])] {
+                let (ratio, rel) = measure(g, w, GPU_KERNEL);
+                let e = worst.entry(c.family).or_insert((0.0, 0.0));
+                e.0 = e.0.max(ratio);
+                e.1 = e.1.max(rel);
+                if ratio.is_nan() || ratio > 1.0 {
+                    failures
+                        .push(format!("{} {dtype:?} {label}: error/allowance {ratio:.3} (max rel {rel:.3e})", c.name));
+                }
+            }
+        }
+    }
+    for (f, (ratio, rel)) in &worst {
+        println!("{f:12} worst error/allowance {ratio:.3}, max |gpu-cpu|/max|cpu| {rel:.2e}");
+    }
+    println!("{} cases x {} encodings, {runs} GPU runs, tolerance {}", cases.len(), DTYPES.len(), GPU_KERNEL.name);
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn layer_and_generic_kernels_match_cpu() {
+    let Some(g) = gpu() else { return };
+    check(&g, &layer_cases());
+}
+
+#[test]
+fn mechanism_kernels_match_cpu() {
+    let Some(g) = gpu() else { return };
+    check(&g, &mechanism_cases());
+}
+
+#[test]
+fn large_shapes_match_cpu() {
+    let Some(g) = gpu() else { return };
+    check(&g, &large_cases());
+}
+
+#[test]
+fn bad_inputs_are_typed_errors() {
+    let Some(g) = gpu() else { return };
+    let c = case("embedding", "ids", |c| {
+        let ids = c.b.input_ids("ids", 4)?;
+        c.feeds.push(Feed::I32(vec![0; BATCH * 4]));
+        let table = c.w(&[5, 3], 1.0)?;
+        c.b.op(|y| Op::Embedding(Embedding { ids, table, pos: None, y }))
+    });
+    let (model, _) = build(&c, DType::F32, 1);
+    let cpu = model.cpu().unwrap();
+    let mut s = GpuSession::new(&g, &cpu, 2).unwrap();
+    let mut out = vec![0f32; 12];
+    let e = s.run(&[Input::I32(&[0, 1, 2, 7])], &mut [&mut out]).unwrap_err();
+    assert!(e.to_string().contains("7"), "{e}");
+    let e = s.run(&[Input::I32(&[0, 1, 2])], &mut [&mut out]).unwrap_err();
+    assert!(matches!(e, kestrel_wgpu::GpuError::Run(_)), "{e}");
+    let e = s.run(&[Input::F32(&[0.0; 4])], &mut [&mut out]).unwrap_err();
+    assert!(matches!(e, kestrel_wgpu::GpuError::Run(_)), "{e}");
+    // Batch 3 > capacity 2.
+    let mut out3 = vec![0f32; 36];
+    assert!(s.run(&[Input::I32(&[0; 12])], &mut [&mut out3]).is_err());
+    // And a good run still works after the errors.
+    s.run(&[Input::I32(&[0, 1, 2, 4])], &mut [&mut out]).unwrap();
+}
