@@ -75,6 +75,12 @@ enum Command {
         /// Print the report (and verification) as one JSON object.
         #[arg(long)]
         json: bool,
+        /// Metadata to record in the file: labels, task, image preprocessing (see convert.rs).
+        #[arg(long, value_name = "META.json")]
+        meta: Option<PathBuf>,
+        /// Class labels, one a line (replaces the labels of --meta).
+        #[arg(long, value_name = "LABELS.txt")]
+        labels: Option<PathBuf>,
     },
     /// Run a model on .npy inputs (batch = first axis) and write its outputs as .npy.
     Run {
@@ -116,9 +122,10 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
         Command::Demo { weights, out, batch } => demo(w, weights.into(), &out, batch),
         Command::Inspect { model } => inspect(w, &model),
         Command::Run { model, inputs, outputs } => run_model(w, &model, &inputs, &outputs),
-        Command::Convert { onnx, out, weights, keep_f16, keep_first_last, verify, json } => {
+        Command::Convert { onnx, out, weights, keep_f16, keep_first_last, verify, json, meta, labels } => {
             let opts = kestrel_onnx::ConvertOptions { weights: weights.into(), keep_f16, keep_first_last };
-            convert::run(w, &onnx, &out, &opts, verify.as_deref(), json)
+            let meta = convert::MetaEdit::load(meta.as_deref(), labels.as_deref())?;
+            convert::run(w, &onnx, &out, &opts, verify.as_deref(), json, &meta)
         }
     }
 }

@@ -31,7 +31,7 @@ pub use report::{FusedPattern, Report};
 pub use verify::{compare, run_kestrel, run_tract, verify, InputData, InputTensor, ShapedOutput, VerifyReport};
 
 use kestrel::ModelBuilder;
-use kestrel_format::{FeedDType, InputSpec, KesFile, OutputKind, OutputSpec, Shape};
+use kestrel_format::{FeedDType, InputSpec, KesFile, MetadataSpec, OutputKind, OutputSpec, Shape};
 use lower::{Lowerer, QuantChoice, Val};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -65,6 +65,18 @@ pub struct Conversion {
 
 /// Converts the ONNX file at `onnx_path` to a `.kes` model.
 pub fn convert(onnx_path: impl AsRef<Path>, opts: &ConvertOptions) -> Result<Conversion, ConvertError> {
+    convert_with_meta(onnx_path, opts, |_| {})
+}
+
+/// As [`convert`], and `edit` then completes the metadata the converter derived from the ONNX
+/// graph (model name, input and output names, shapes, dtypes) before the file is written: class
+/// labels, task, image preprocessing. The writer validates the result (finite floats, tensor
+/// ids).
+pub fn convert_with_meta(
+    onnx_path: impl AsRef<Path>,
+    opts: &ConvertOptions,
+    edit: impl FnOnce(&mut MetadataSpec),
+) -> Result<Conversion, ConvertError> {
     let path = onnx_path.as_ref();
     let p = path.display().to_string();
     let (model, inputs) = load::load_typed(path, 1)?;
@@ -125,6 +137,7 @@ pub fn convert(onnx_path: impl AsRef<Path>, opts: &ConvertOptions) -> Result<Con
     }
     // Mechanism and element-wise fusion over Kestrel's own graph, every rewrite verified.
     let fusion = kestrel::fuse::fuse(&mut l.b);
+    edit(&mut l.b.meta);
     for (name, count) in &fusion.fused {
         l.fused.push((name.clone(), *count));
     }
