@@ -98,6 +98,10 @@ enum Command {
         /// The .kes file.
         model: PathBuf,
     },
+    /// Classify images (files or folders) with a bundled or given model; --eval on a labelled folder.
+    Classify(kestrel_cli::classify::ClassifyArgs),
+    /// Per-op latency of a model: table, --json, --trace (Chrome trace), --plot (PNG).
+    Profile(kestrel_cli::profile::ProfileArgs),
 }
 
 fn main() {
@@ -121,6 +125,8 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
     match cli.command {
         Command::Demo { weights, out, batch } => demo(w, weights.into(), &out, batch),
         Command::Inspect { model } => inspect(w, &model),
+        Command::Classify(args) => kestrel_cli::classify::run(w, &args),
+        Command::Profile(args) => kestrel_cli::profile::run(w, &args),
         Command::Run { model, inputs, outputs } => run_model(w, &model, &inputs, &outputs),
         Command::Convert { onnx, out, weights, keep_f16, keep_first_last, verify, json, meta, labels } => {
             let opts = kestrel_onnx::ConvertOptions { weights: weights.into(), keep_f16, keep_first_last };

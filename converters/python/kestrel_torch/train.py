@@ -98,7 +98,7 @@ def specs() -> list[Spec]:
                 image_size=28, channels=1, patch=7, d=64, layers=2, classes=10,
                 mixer=M.MixerConfig(mechanism="super", heads=2), mlp_units=[128, 64], head_units=(128,), pool="mean",
             ),
-            epochs=8,
+            epochs=6,
             notes="ViT, Super attention (2 heads), 28x28 grey, 7x7 patches (T=16), d=64, 2 pre-LN blocks, "
             "MLP [128, 64], mean pool, head [128]",
         ),  # fmt: skip
@@ -106,7 +106,7 @@ def specs() -> list[Spec]:
             "fmnist_aftconv",
             "fmnist",
             lambda: M.aft_conv_classifier(heads=4, kernel=3, patch=7, layers=2),
-            epochs=8,
+            epochs=6,
             notes="AFT-conv (4 heads, 3x3 kernel), 28x28 grey, 7x7 patches (4x4 grid), d=64, 2 pre-LN blocks, "
             "MLP [128, 64], mean pool, head [128]",
         ),
@@ -244,7 +244,9 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 10
     return correct / len(x)
 
 
-def train(spec: Spec, out: Path, epochs: int | None, threads: int, limit: int | None = None) -> dict:
+def train(
+    spec: Spec, out: Path, epochs: int | None, threads: int, limit: int | None = None, minutes: float | None = None
+) -> dict:
     torch.set_num_threads(threads)
     torch.manual_seed(SEED)
     gen = torch.Generator().manual_seed(SEED)
@@ -259,26 +261,35 @@ def train(spec: Spec, out: Path, epochs: int | None, threads: int, limit: int | 
     epochs = epochs or spec.epochs
     steps_per_epoch = math.ceil(len(xtr) / spec.batch)
     total = epochs * steps_per_epoch
-    warm = min(steps_per_epoch, total // 10)
+    warm = min(steps_per_epoch, max(1, total // 10))
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.05)
+    # The schedule reads `total`, which a time budget may shorten after the first steps.
+    sched_total = [total]
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, total - warm)))
+        opt,
+        lambda s: (s + 1) / warm
+        if s < warm
+        else 0.5 * (1 + math.cos(math.pi * min(1.0, (s - warm) / max(1, sched_total[0] - warm)))),
     )
     params = sum(p.numel() for p in model.parameters())
-    log = {"name": spec.name, "params": params, "epochs": epochs, "batch": spec.batch, "lr": spec.lr,
-           "optimizer": "AdamW(weight_decay=0.05), linear warm-up 1 epoch, cosine decay",
+    log = {"name": spec.name, "params": params, "epochs_planned": epochs, "batch": spec.batch, "lr": spec.lr,
+           "optimizer": "AdamW(weight_decay=0.05), linear warm-up (<= 1 epoch), cosine decay to 0",
            "loss": "cross-entropy, label smoothing 0.1",
            "augmentation": f"horizontal flip: {spec.flip}, random shift ±{spec.shift} px",
-           "threads": threads, "torch": torch.__version__, "train_images": len(xtr), "test_images": len(xte),
-           "mean": mean, "std": std, "history": []}  # fmt: skip
+           "threads": threads, "minutes_budget": minutes, "torch": torch.__version__, "train_images": len(xtr),
+           "test_images": len(xte), "mean": mean, "std": std, "history": []}  # fmt: skip
     print(f"{spec.name}: {params} parameters, {len(xtr)} train / {len(xte)} test, {epochs} epochs", flush=True)
     t_start = time.time()
-    for ep in range(epochs):
+    step = 0
+    ep = 0
+    while step < sched_total[0]:
         model.train()
         t0 = time.time()
         perm = torch.randperm(len(xtr), generator=gen)
-        run_loss = 0.0
+        run_loss, n_steps = 0.0, 0
         for i in range(steps_per_epoch):
+            if step >= sched_total[0]:
+                break
             idx = perm[i * spec.batch : (i + 1) * spec.batch]
             xb = augment(xtr[idx], gen, spec.flip, spec.shift)
             loss = F.cross_entropy(model(xb), ytr[idx], label_smoothing=0.1)
@@ -286,11 +297,24 @@ def train(spec: Spec, out: Path, epochs: int | None, threads: int, limit: int | 
             loss.backward()
             opt.step()
             sched.step()
-            run_loss += float(loss)
+            run_loss += float(loss.detach())
+            n_steps += 1
+            step += 1
+            if minutes and step == 50:
+                per_step = (time.time() - t_start) / step
+                fit = int(minutes * 60 / per_step)
+                if fit < sched_total[0]:
+                    sched_total[0] = max(fit, warm + 1)
+                    print(f"{spec.name}: {per_step * 1e3:.0f} ms/step; time budget {minutes} min -> "
+                          f"{sched_total[0]} steps ({sched_total[0] / steps_per_epoch:.2f} epochs)", flush=True)
+        ep += 1
         acc = accuracy(model, xte, yte)
-        rec = {"epoch": ep + 1, "loss": run_loss / steps_per_epoch, "test_accuracy": acc, "seconds": time.time() - t0}
+        rec = {"epoch": ep, "steps": step, "loss": run_loss / max(1, n_steps), "test_accuracy": acc,
+               "seconds": time.time() - t0}  # fmt: skip
         log["history"].append(rec)
         print(json.dumps(rec), flush=True)
+    log["steps"] = step
+    log["epochs"] = round(step / steps_per_epoch, 3)
     log["train_seconds"] = time.time() - t_start
     log["test_accuracy_torch"] = log["history"][-1]["test_accuracy"]
     model.eval()
@@ -363,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("../../target/train"))
     ap.add_argument("--epochs", type=int, help="override the model's default epoch count")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--minutes", type=float, help="time budget: shorten the schedule to fit (measured after 50 steps)")
     ap.add_argument("--limit", type=int, help="use only the first N training images (smoke tests)")
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args(argv)
@@ -374,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.model or list(all_specs):
         if name not in all_specs:
             ap.error(f"unknown model {name!r}; one of {sorted(all_specs)}")
-        log = train(all_specs[name], args.out / name, args.epochs, args.threads, args.limit)
+        log = train(all_specs[name], args.out / name, args.epochs, args.threads, args.limit, args.minutes)
         print(f"{name}: test accuracy (PyTorch) {log['test_accuracy_torch']:.4f} in {log['train_seconds']:.0f} s")
     return 0
 
