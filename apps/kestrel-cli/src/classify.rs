@@ -144,13 +144,22 @@ impl Classifier {
     pub fn from_model(model: Model) -> Result<Self> {
         let cpu = model.cpu()?;
         if cpu.input_count() != 1 || cpu.output_count() < 1 {
-            bail!("an image classifier has one input and at least one output; this model has {} and {}", cpu.input_count(), cpu.output_count());
+            bail!(
+                "an image classifier has one input and at least one output; this model has {} and {}",
+                cpu.input_count(),
+                cpu.output_count()
+            );
         }
         let meta = cpu.file().meta();
         let prep = InputPrep::from_meta(&meta)?;
         let inp = cpu.input(0)?;
         if inp.shape.numel() != Some(prep.numel()) {
-            bail!("the input {:?} has shape {} but its preprocessing makes {} values", inp.name, inp.shape, prep.numel());
+            bail!(
+                "the input {:?} has shape {} but its preprocessing makes {} values",
+                inp.name,
+                inp.shape,
+                prep.numel()
+            );
         }
         let classes = cpu.output(0)?.shape.numel().unwrap_or(0);
         let mut labels: Vec<String> = meta.labels().map(String::from).collect();
@@ -207,8 +216,9 @@ fn softmax(x: &[f32]) -> Vec<f32> {
     e.into_iter().map(|v| v / s).collect()
 }
 
-const IMAGE_EXTENSIONS: &[&str] =
-    &["png", "jpg", "jpeg", "gif", "bmp", "webp", "tif", "tiff", "pnm", "pgm", "ppm", "pbm", "pam", "ico", "tga", "qoi"];
+const IMAGE_EXTENSIONS: &[&str] = &[
+    "png", "jpg", "jpeg", "gif", "bmp", "webp", "tif", "tiff", "pnm", "pgm", "ppm", "pbm", "pam", "ico", "tga", "qoi",
+];
 
 /// Expands folders (recursively, sorted) into their image files; other paths are kept as given.
 /// Returns the files and how many non-image files the folders held (skipped).
@@ -486,23 +496,34 @@ impl Evaluation {
             let title = format!("{model}: accuracy {:.2}% of {} images", self.accuracy() * 100.0, self.total());
             root.draw(&Text::new(title, (12, 12), ("sans-serif", 18).into_font())).map_err(plot_err)?;
             let small = ("sans-serif", 13).into_font();
-            root.draw(&Text::new("predicted", (left + cell * n / 2, top - 38), TextStyle::from(small.clone()).pos(centre)))
-                .map_err(plot_err)?;
+            root.draw(&Text::new(
+                "predicted",
+                (left + cell * n / 2, top - 38),
+                TextStyle::from(small.clone()).pos(centre),
+            ))
+            .map_err(plot_err)?;
             root.draw(&Text::new("true", (14, top - 14), small.clone())).map_err(plot_err)?;
             for (t, row) in self.confusion.iter().enumerate() {
                 let t = t as i32;
                 let y0 = top + t * cell;
                 let label = self.labels[t as usize].clone();
-                root.draw(&Text::new(label, (10, y0 + cell / 2), TextStyle::from(small.clone()).pos(Pos::new(HPos::Left, VPos::Center))))
-                    .map_err(plot_err)?;
+                root.draw(&Text::new(
+                    label,
+                    (10, y0 + cell / 2),
+                    TextStyle::from(small.clone()).pos(Pos::new(HPos::Left, VPos::Center)),
+                ))
+                .map_err(plot_err)?;
                 let total = row.iter().sum::<usize>().max(1) as f64;
                 for (p, &v) in row.iter().enumerate() {
                     let p = p as i32;
                     let x0 = left + p * cell;
                     let frac = v as f64 / total;
                     let shade = (255.0 * (1.0 - frac)).round() as u8;
-                    root.draw(&Rectangle::new([(x0, y0), (x0 + cell, y0 + cell)], RGBColor(shade, shade, 255).filled()))
-                        .map_err(plot_err)?;
+                    root.draw(&Rectangle::new(
+                        [(x0, y0), (x0 + cell, y0 + cell)],
+                        RGBColor(shade, shade, 255).filled(),
+                    ))
+                    .map_err(plot_err)?;
                     root.draw(&Rectangle::new([(x0, y0), (x0 + cell, y0 + cell)], RGBColor(200, 200, 200)))
                         .map_err(plot_err)?;
                     let colour = if frac > 0.5 { WHITE } else { BLACK };
@@ -523,7 +544,8 @@ impl Evaluation {
             }
             for (p, l) in self.labels.iter().enumerate() {
                 let x = left + p as i32 * cell + cell / 2;
-                root.draw(&Text::new(truncate(l, 7), (x, top - 14), TextStyle::from(small.clone()).pos(centre))).map_err(plot_err)?;
+                root.draw(&Text::new(truncate(l, 7), (x, top - 14), TextStyle::from(small.clone()).pos(centre)))
+                    .map_err(plot_err)?;
             }
             root.present().map_err(plot_err)?;
         }

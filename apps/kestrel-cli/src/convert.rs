@@ -1,8 +1,8 @@
 //! `kestrel convert`: ONNX → `.kes`, the report, and optional verification against tract.
 
+use anyhow::bail;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use anyhow::bail;
 use kestrel::format::{Colour, Layout, MetadataSpec, OutputKind, PreprocessSpec};
 use kestrel_onnx::{ConvertOptions, InputData, InputTensor};
 use serde_json::Value;

@@ -137,7 +137,10 @@ pub fn decode(path: &Path) -> Result<Pixels> {
         .with_guessed_format()
         .with_context(|| format!("reading {}", path.display()))?;
     if reader.format().is_none() {
-        bail!("{}: not an image in a format this build reads (PNG, JPEG, GIF, BMP, WebP, TIFF, PNM, ICO, TGA, QOI)", path.display());
+        bail!(
+            "{}: not an image in a format this build reads (PNG, JPEG, GIF, BMP, WebP, TIFF, PNM, ICO, TGA, QOI)",
+            path.display()
+        );
     }
     let img = reader.decode().with_context(|| format!("decoding {}", path.display()))?;
     Ok(from_dynamic(&img))
@@ -151,10 +154,10 @@ pub fn from_dynamic(img: &image::DynamicImage) -> Pixels {
         D::ImageLuma8(g) => (1, g.as_raw().iter().map(|&v| f32::from(v)).collect()),
         D::ImageLumaA8(g) => (1, g.as_raw().chunks_exact(2).map(|p| f32::from(p[0])).collect()),
         D::ImageRgb8(c) => (3, c.as_raw().iter().map(|&v| f32::from(v)).collect()),
-        D::ImageRgba8(c) => (3, c.as_raw().chunks_exact(4).flat_map(|p| p[..3].iter().map(|&v| f32::from(v))).collect()),
-        D::ImageLuma16(_) | D::ImageLumaA16(_) => {
-            (1, img.to_luma32f().as_raw().iter().map(|&v| v * 255.0).collect())
+        D::ImageRgba8(c) => {
+            (3, c.as_raw().chunks_exact(4).flat_map(|p| p[..3].iter().map(|&v| f32::from(v))).collect())
         }
+        D::ImageLuma16(_) | D::ImageLumaA16(_) => (1, img.to_luma32f().as_raw().iter().map(|&v| v * 255.0).collect()),
         _ => (3, img.to_rgb32f().as_raw().iter().map(|&v| v * 255.0).collect()),
     };
     Pixels { height, width, channels, data }
@@ -181,8 +184,7 @@ fn axis_weights(input: usize, output: usize) -> Vec<(usize, Vec<f32>)> {
             let center = scale * (i as f64 + 0.5);
             let lo = ((center - support + 0.5).trunc() as i64).max(0) as usize;
             let hi = ((center + support + 0.5).trunc() as i64).min(input as i64).max(lo as i64 + 1) as usize;
-            let mut w: Vec<f64> =
-                (lo..hi).map(|j| (1.0 - ((j as f64 - center + 0.5) * inv).abs()).max(0.0)).collect();
+            let mut w: Vec<f64> = (lo..hi).map(|j| (1.0 - ((j as f64 - center + 0.5) * inv).abs()).max(0.0)).collect();
             let total: f64 = w.iter().sum();
             if total > 0.0 {
                 w.iter_mut().for_each(|v| *v /= total);

@@ -136,7 +136,7 @@ pub fn to_json(prof: &Profile, name: &str, source: &str, backend: &str) -> serde
                 "p90_us": us(o.percentile_ns(90.0) as f64),
                 "p99_us": us(o.percentile_ns(99.0) as f64),
                 "share": prof.share(i),
-                "gflops": o.gflops(),
+                "gflops_p50": o.gflops(),
             })
         })
         .collect();
@@ -179,15 +179,23 @@ fn write_table(w: &mut String, prof: &Profile, name: &str, source: &str, backend
     let total = prof.mean_total_ns();
     writeln!(
         w,
-        "total      mean {:.1} µs, p50 {:.1}, p90 {:.1}, p99 {:.1} µs; per-op sum {:.1} µs; {:.3} GFLOP/s over {:.2} MFLOP",
+        "total      mean {:.1} µs, p50 {:.1}, p90 {:.1}, p99 {:.1} µs; per-op sum {:.1} µs; {:.3} GFLOP/s (p50) over {:.2} MFLOP",
         us(total),
         us(prof.percentile_total_ns(50.0) as f64),
         us(prof.percentile_total_ns(90.0) as f64),
         us(prof.percentile_total_ns(99.0) as f64),
         us(prof.ops_mean_ns()),
-        if total > 0.0 { prof.known_flops() as f64 / total } else { 0.0 },
+        {
+            let p50 = prof.percentile_total_ns(50.0) as f64;
+            if p50 > 0.0 {
+                prof.known_flops() as f64 / p50
+            } else {
+                0.0
+            }
+        },
         prof.known_flops() as f64 / 1e6,
     )?;
+    writeln!(w, "           (GFLOP/s at each op's median time; FLOPs from the op shapes, a multiply-add = 2)")?;
     writeln!(w)?;
     writeln!(
         w,
@@ -249,8 +257,12 @@ pub fn plot(prof: &Profile, path: &Path, name: &str, top: usize) -> Result<()> {
             let o = &prof.ops[i];
             let y = top_px + r as i32 * row_h;
             let label = format!("#{} {} {}", o.node, o.op, o.output.chars().take(18).collect::<String>());
-            root.draw(&Text::new(label, (8, y + row_h / 2), TextStyle::from(font.clone()).pos(Pos::new(HPos::Left, VPos::Center))))
-                .map_err(err)?;
+            root.draw(&Text::new(
+                label,
+                (8, y + row_h / 2),
+                TextStyle::from(font.clone()).pos(Pos::new(HPos::Left, VPos::Center)),
+            ))
+            .map_err(err)?;
             let len = ((o.mean_ns() / max) * f64::from(bar_w)).round().max(1.0) as i32;
             let colour = if o.op == "Attention" || o.op.starts_with("Aft") || o.op == "Fastformer" {
                 RGBColor(214, 96, 77)
@@ -259,8 +271,12 @@ pub fn plot(prof: &Profile, path: &Path, name: &str, top: usize) -> Result<()> {
             };
             root.draw(&Rectangle::new([(left, y + 3), (left + len, y + row_h - 3)], colour.filled())).map_err(err)?;
             let v = format!("{:.1} us ({:.1}%)", us(o.mean_ns()), prof.share(i) * 100.0);
-            root.draw(&Text::new(v, (left + len + 6, y + row_h / 2), TextStyle::from(font.clone()).pos(Pos::new(HPos::Left, VPos::Center))))
-                .map_err(err)?;
+            root.draw(&Text::new(
+                v,
+                (left + len + 6, y + row_h / 2),
+                TextStyle::from(font.clone()).pos(Pos::new(HPos::Left, VPos::Center)),
+            ))
+            .map_err(err)?;
         }
         root.present().map_err(err)?;
     }

@@ -39,9 +39,10 @@ impl OpTiming {
         percentile(&self.ns, p)
     }
 
-    /// Achieved GFLOP/s at the mean duration, where the FLOPs are known.
+    /// Achieved GFLOP/s at the median duration (robust to a run preempted by the OS), where
+    /// the FLOPs are known.
     pub fn gflops(&self) -> Option<f64> {
-        let m = self.mean_ns();
+        let m = self.percentile_ns(50.0) as f64;
         self.flops.filter(|_| m > 0.0).map(|f| f as f64 / m)
     }
 }

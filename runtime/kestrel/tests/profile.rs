@@ -18,8 +18,7 @@ fn every_executed_node_is_timed_once_per_run() {
     let p = profile(&model, &[Input::F32(&x)], 2, runs).unwrap();
     let cpu = model.cpu().unwrap();
     let file = cpu.file();
-    let executed: Vec<u32> =
-        (0..file.op_count()).filter(|&n| !matches!(file.op(n).unwrap(), Op::Reshape(_))).collect();
+    let executed: Vec<u32> = (0..file.op_count()).filter(|&n| !matches!(file.op(n).unwrap(), Op::Reshape(_))).collect();
     assert_eq!(p.ops.iter().map(|o| o.node).collect::<Vec<_>>(), executed);
     assert_eq!(p.total_ns.len(), runs);
     for o in &p.ops {
