@@ -60,6 +60,8 @@ pub struct Profile {
     pub ops: Vec<OpTiming>,
     /// Whole-run wall time of each measured run (inputs in, every node, outputs out), ns.
     pub total_ns: Vec<u64>,
+    /// Start of each measured run, ns since the profile began.
+    pub run_start_ns: Vec<u64>,
     /// Arena bytes for this batch (activations and scratch).
     pub arena_bytes: usize,
     /// Bytes of weights (data and scales) in the file.
@@ -118,14 +120,7 @@ impl Profile {
             "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{{\"name\":\"kestrel {}\"}}}}",
             esc(model_name)
         );
-        let mut run_start = vec![u64::MAX; self.runs];
-        for op in &self.ops {
-            for (r, &st) in op.start_ns.iter().enumerate() {
-                run_start[r] = run_start[r].min(st);
-            }
-        }
-        for (r, (&st, &dur)) in run_start.iter().zip(&self.total_ns).enumerate() {
-            let st = if st == u64::MAX { 0 } else { st };
+        for (r, (&st, &dur)) in self.run_start_ns.iter().zip(&self.total_ns).enumerate() {
             let _ = write!(
                 s,
                 ",\n{{\"name\":\"run {r}\",\"cat\":\"run\",\"ph\":\"X\",\"pid\":1,\"tid\":0,\"ts\":{:.3},\"dur\":{:.3},\"args\":{{\"batch\":{}}}}}",
@@ -232,11 +227,13 @@ pub fn profile(model: &Model, inputs: &[Input<'_>], warmup: usize, runs: usize) 
     }
     let origin = Instant::now();
     let mut total_ns = Vec::with_capacity(runs);
+    let mut run_start_ns = Vec::with_capacity(runs);
     let started = std::cell::Cell::new(origin);
     let mut stamps: Vec<(u32, Duration, Duration)> = Vec::with_capacity(executed.len());
     for _ in 0..runs {
         stamps.clear();
         let t0 = Instant::now();
+        run_start_ns.push((t0 - origin).as_nanos() as u64);
         session.run_with(
             inputs,
             &mut o,
@@ -260,7 +257,7 @@ pub fn profile(model: &Model, inputs: &[Input<'_>], warmup: usize, runs: usize) 
         .filter(|t| t.kind == TensorKind::Weight)
         .map(|t| t.len + t.scale_len)
         .sum();
-    Ok(Profile { batch, warmup, runs, ops, total_ns, arena_bytes, weight_bytes, nodes: file.op_count() })
+    Ok(Profile { batch, warmup, runs, ops, total_ns, run_start_ns, arena_bytes, weight_bytes, nodes: file.op_count() })
 }
 
 fn batch_of(cpu: &kestrel_cpu::Model<'_>, inputs: &[Input<'_>]) -> Result<usize, Error> {

@@ -27,8 +27,10 @@ fn every_executed_node_is_timed_once_per_run() {
         assert!(o.percentile_ns(50.0) <= o.percentile_ns(90.0) && o.percentile_ns(90.0) <= o.percentile_ns(99.0));
         assert!(o.percentile_ns(100.0) == *o.ns.iter().max().unwrap());
     }
-    // Nodes run in order within a run.
+    // Nodes run in order within a run, inside that run's window.
     for r in 0..runs {
+        let (st, end) = (p.run_start_ns[r], p.run_start_ns[r] + p.total_ns[r]);
+        assert!(p.ops.iter().all(|o| o.start_ns[r] >= st && o.start_ns[r] + o.ns[r] <= end), "run {r}");
         let starts: Vec<u64> = p.ops.iter().map(|o| o.start_ns[r]).collect();
         assert!(starts.windows(2).all(|w| w[0] <= w[1]), "run {r}");
     }
@@ -63,10 +65,17 @@ fn flops_follow_the_shapes() {
                 dense += 1;
             }
             Op::Reshape(_) | Op::Transpose(_) => assert_eq!(op_flops(file, &op), None),
-            Op::Attention(_) | Op::AftFull(_) | Op::AftConv(_) | Op::Fastformer(_) => {
-                // At least the four d×d projections over T tokens.
+            Op::Attention(a) => {
+                // At least its projections over T = 16 tokens, plus the T×T scores and sums.
+                let numel = |id| file.tensor(id).unwrap().shape.numel().unwrap() as u64;
+                let projs: u64 = [Some(a.q), a.k, a.v, a.align, Some(a.o)].iter().flatten().map(|p| numel(p.w)).sum();
                 let f = op_flops(file, &op).unwrap();
-                assert!(f >= 4 * 2 * 16 * 32 * 32, "node {n}: {f}");
+                assert!(f >= 2 * 16 * projs + 4 * 16 * 16 * 32, "node {n}: {f}");
+            }
+            Op::AftFull(_) | Op::AftConv(_) | Op::Fastformer(_) => {
+                // At least three d×d projections over T = 16 tokens (AFT-conv's key projection is h×d).
+                let f = op_flops(file, &op).unwrap();
+                assert!(f >= 3 * 2 * 16 * 32 * 32, "node {n}: {f}");
             }
             _ => {}
         }
