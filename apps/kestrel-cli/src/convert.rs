@@ -1,8 +1,11 @@
 //! `kestrel convert`: ONNX → `.kes`, the report, and optional verification against tract.
 
+use anyhow::bail;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use kestrel::format::{Colour, Layout, MetadataSpec, OutputKind, PreprocessSpec};
 use kestrel_onnx::{ConvertOptions, InputData, InputTensor};
+use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
@@ -45,11 +48,13 @@ pub fn run(
     opts: &ConvertOptions,
     verify: Option<&Path>,
     json: bool,
+    meta: &MetaEdit,
 ) -> Result<()> {
     let mut bar = Bar(spinner(format!("converting {}", onnx.display())));
-    let conv = kestrel_onnx::convert_with_progress(onnx, opts, &mut bar);
+    let conv = kestrel_onnx::convert_with(onnx, opts, &mut bar, |m| meta.apply(m));
     bar.0.finish_and_clear();
     let conv = conv.with_context(|| format!("converting {}", onnx.display()))?;
+    meta.check(&conv.kes)?;
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -114,4 +119,224 @@ fn random_inputs(kes: &[u8]) -> Result<Vec<InputTensor>> {
         out.push(InputTensor { shape, data });
     }
     Ok(out)
+}
+
+/// Metadata the user adds to the converted file: `--meta META.json` and `--labels LABELS.txt`.
+///
+/// `META.json` (every key optional): `{"name": …, "task": …, "labels": […], "input": NAME,
+/// "input_shape": [c, h, w], "output_kind": "logits"|"probabilities", "preprocess": {"layout":
+/// "chw"|"hwc", "colour": "grey"|"rgb", "resize": [h, w], "pixel_scale": f, "mean": […],
+/// "std": […]}}`. The preprocessing applies to the input named `input` (default: the first);
+/// `input_shape`, when given, must equal that input's per-sample shape. `LABELS.txt` holds one
+/// class label a line and replaces `labels`.
+#[derive(Clone, Debug, Default)]
+pub struct MetaEdit {
+    name: Option<String>,
+    task: Option<String>,
+    labels: Option<Vec<String>>,
+    input: Option<String>,
+    input_shape: Option<Vec<u32>>,
+    output_kind: Option<OutputKind>,
+    preprocess: Option<PreprocessSpec>,
+}
+
+impl MetaEdit {
+    /// Reads `--meta` and `--labels` (both optional).
+    pub fn load(meta: Option<&Path>, labels: Option<&Path>) -> Result<Self> {
+        let mut e = match meta {
+            None => Self::default(),
+            Some(p) => {
+                let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+                let v: Value = serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
+                Self::from_json(&v).with_context(|| format!("in {}", p.display()))?
+            }
+        };
+        if let Some(p) = labels {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let l: Vec<String> = text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
+            if l.is_empty() {
+                bail!("{}: no labels (one label a line expected)", p.display());
+            }
+            e.labels = Some(l);
+        }
+        Ok(e)
+    }
+
+    fn from_json(v: &Value) -> Result<Self> {
+        let obj = v.as_object().context("expected a JSON object")?;
+        let string = |k: &str| -> Result<Option<String>> {
+            match obj.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(other) => bail!("\"{k}\": expected a string, found {other}"),
+            }
+        };
+        let labels = match obj.get("labels") {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(a)) => Some(
+                a.iter()
+                    .map(|l| l.as_str().map(String::from).with_context(|| format!("\"labels\": {l} is not a string")))
+                    .collect::<Result<Vec<_>>>()?,
+            ),
+            Some(other) => bail!("\"labels\": expected an array of strings, found {other}"),
+        };
+        let input_shape = match obj.get("input_shape") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(u32s(v, "input_shape")?),
+        };
+        let output_kind = match string("output_kind")?.as_deref() {
+            None => None,
+            Some("logits") => Some(OutputKind::Logits),
+            Some("probabilities") => Some(OutputKind::Probabilities),
+            Some("embedding") => Some(OutputKind::Embedding),
+            Some("other") => Some(OutputKind::Other),
+            Some(k) => bail!("\"output_kind\": expected logits, probabilities, embedding or other, found {k:?}"),
+        };
+        let preprocess = match obj.get("preprocess") {
+            None | Some(Value::Null) => None,
+            Some(p) => Some(preprocess_from_json(p).context("in \"preprocess\"")?),
+        };
+        Ok(Self {
+            name: string("name")?,
+            task: string("task")?,
+            labels,
+            input: string("input")?,
+            input_shape,
+            output_kind,
+            preprocess,
+        })
+    }
+
+    /// Writes the edits into the converter's metadata.
+    pub fn apply(&self, m: &mut MetadataSpec) {
+        if let Some(n) = &self.name {
+            m.name.clone_from(n);
+        }
+        if let Some(t) = &self.task {
+            m.task.clone_from(t);
+        }
+        if let Some(l) = &self.labels {
+            m.labels.clone_from(l);
+        }
+        if let Some(p) = &self.preprocess {
+            let target = match &self.input {
+                Some(name) => m.inputs.iter_mut().find(|i| &i.name == name),
+                None => m.inputs.first_mut(),
+            };
+            if let Some(i) = target {
+                i.preprocess = Some(p.clone());
+            }
+        }
+        if let (Some(k), Some(o)) = (self.output_kind, m.outputs.first_mut()) {
+            o.kind = k;
+        }
+    }
+
+    /// Checks the written file against the edits: the named input exists, its shape matches
+    /// `input_shape`, mean/std have one value per channel, the label count matches the output.
+    pub fn check(&self, kes: &[u8]) -> Result<()> {
+        if self.preprocess.is_none() && self.labels.is_none() && self.input_shape.is_none() {
+            return Ok(());
+        }
+        let model = kestrel::Model::from_bytes(kes)?;
+        let cpu = model.cpu()?;
+        let meta = cpu.file().meta();
+        let input = match &self.input {
+            Some(name) => meta.inputs().find(|i| i.name == name).with_context(|| {
+                let names: Vec<&str> = meta.inputs().map(|i| i.name).collect();
+                format!("--meta names input {name:?}; the model's inputs are {names:?}")
+            })?,
+            None => meta.inputs().next().context("the model has no inputs")?,
+        };
+        let dims = input.shape.dims();
+        if let Some(s) = &self.input_shape {
+            if s.as_slice() != dims {
+                bail!("--meta says input_shape {s:?}; the model's input {:?} is {dims:?}", input.name);
+            }
+        }
+        if let Some(p) = &self.preprocess {
+            let channels = match p.layout {
+                Layout::Chw => dims.len().checked_sub(3).map(|i| dims[i]),
+                Layout::Hwc => dims.last().copied(),
+            };
+            let want = match p.colour {
+                Colour::Grey => 1,
+                Colour::Rgb => 3,
+            };
+            if channels != Some(want) {
+                bail!("preprocessing: colour {:?} needs {want} channel(s); input shape is {dims:?}", p.colour);
+            }
+            for (what, v) in [("mean", &p.mean), ("std", &p.std)] {
+                if v.len() != want as usize {
+                    bail!("preprocessing: {what} has {} value(s), expected {want}", v.len());
+                }
+            }
+            if let Some([rh, rw]) = p.resize {
+                let (h, w) = match p.layout {
+                    Layout::Chw => (dims[dims.len() - 2], dims[dims.len() - 1]),
+                    Layout::Hwc => (dims[dims.len() - 3], dims[dims.len() - 2]),
+                };
+                if rh < h || rw < w {
+                    bail!("preprocessing: resize {rh}x{rw} is smaller than the input {h}x{w} (it is cropped to it)");
+                }
+            }
+        }
+        if let Some(l) = &self.labels {
+            let out = cpu.output(0)?;
+            let classes = out.shape.dims().last().copied().unwrap_or(0) as usize;
+            if l.len() != classes {
+                bail!("{} labels given; the model's output {:?} has {classes} classes", l.len(), out.name);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn u32s(v: &Value, what: &str) -> Result<Vec<u32>> {
+    let a = v.as_array().with_context(|| format!("\"{what}\": expected an array of integers"))?;
+    a.iter()
+        .map(|x| {
+            x.as_u64()
+                .and_then(|x| u32::try_from(x).ok())
+                .with_context(|| format!("\"{what}\": {x} is not a non-negative integer"))
+        })
+        .collect()
+}
+
+fn f32s(v: &Value, what: &str) -> Result<Vec<f32>> {
+    let a = v.as_array().with_context(|| format!("\"{what}\": expected an array of numbers"))?;
+    a.iter().map(|x| x.as_f64().map(|x| x as f32).with_context(|| format!("\"{what}\": {x} is not a number"))).collect()
+}
+
+fn preprocess_from_json(v: &Value) -> Result<PreprocessSpec> {
+    let obj = v.as_object().context("expected a JSON object")?;
+    let s = |k: &str, default: &'static str| obj.get(k).and_then(Value::as_str).unwrap_or(default).to_string();
+    let layout = match s("layout", "chw").as_str() {
+        "chw" => Layout::Chw,
+        "hwc" => Layout::Hwc,
+        l => bail!("\"layout\": expected chw or hwc, found {l:?}"),
+    };
+    let colour = match s("colour", "rgb").as_str() {
+        "grey" | "gray" => Colour::Grey,
+        "rgb" => Colour::Rgb,
+        c => bail!("\"colour\": expected grey or rgb, found {c:?}"),
+    };
+    let resize = match obj.get("resize") {
+        None | Some(Value::Null) => None,
+        Some(r) => match u32s(r, "resize")?.as_slice() {
+            &[h, w] if h > 0 && w > 0 => Some([h, w]),
+            other => bail!("\"resize\": expected [height, width] > 0, found {other:?}"),
+        },
+    };
+    let pixel_scale = match obj.get("pixel_scale") {
+        None => 1.0 / 255.0,
+        Some(x) => x.as_f64().context("\"pixel_scale\": expected a number")? as f32,
+    };
+    let channels = if colour == Colour::Grey { 1 } else { 3 };
+    let mean = obj.get("mean").map(|m| f32s(m, "mean")).transpose()?.unwrap_or_else(|| vec![0.0; channels]);
+    let std = obj.get("std").map(|m| f32s(m, "std")).transpose()?.unwrap_or_else(|| vec![1.0; channels]);
+    if std.iter().any(|&x| x == 0.0 || !x.is_finite()) || !pixel_scale.is_finite() {
+        bail!("\"std\" must be finite and non-zero, \"pixel_scale\" finite");
+    }
+    Ok(PreprocessSpec { layout, colour, resize, mean, std, pixel_scale })
 }

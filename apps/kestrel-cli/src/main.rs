@@ -82,6 +82,12 @@ enum Command {
         /// Print the report (and verification) as one JSON object.
         #[arg(long)]
         json: bool,
+        /// Metadata to record in the file: labels, task, image preprocessing (see convert.rs).
+        #[arg(long, value_name = "META.json")]
+        meta: Option<PathBuf>,
+        /// Class labels, one a line (replaces the labels of --meta).
+        #[arg(long, value_name = "LABELS.txt")]
+        labels: Option<PathBuf>,
     },
     /// Run a model on .npy inputs (batch = first axis) and write its outputs as .npy.
     Run {
@@ -103,6 +109,10 @@ enum Command {
         /// The .kes file.
         model: PathBuf,
     },
+    /// Classify images (files or folders) with a bundled or given model; --eval on a labelled folder.
+    Classify(kestrel_cli::classify::ClassifyArgs),
+    /// Per-op latency of a model: table, --json, --trace (Chrome trace), --plot (PNG).
+    Profile(kestrel_cli::profile::ProfileArgs),
 }
 
 fn main() {
@@ -126,11 +136,14 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
     match cli.command {
         Command::Demo { weights, out, batch } => demo(w, weights.into(), &out, batch),
         Command::Inspect { model } => inspect(w, &model),
+        Command::Classify(args) => kestrel_cli::classify::run(w, &args),
+        Command::Profile(args) => kestrel_cli::profile::run(w, &args),
         Command::Run { model, inputs, outputs, backend } => run_model(w, &model, &inputs, &outputs, &backend),
         Command::Devices => devices::run(w),
-        Command::Convert { onnx, out, weights, keep_f16, keep_first_last, calibrate, verify, json } => {
+        Command::Convert { onnx, out, weights, keep_f16, keep_first_last, calibrate, verify, json, meta, labels } => {
             let opts = kestrel_onnx::ConvertOptions { weights: weights.into(), keep_f16, keep_first_last, calibrate };
-            convert::run(w, &onnx, &out, &opts, verify.as_deref(), json)
+            let meta = convert::MetaEdit::load(meta.as_deref(), labels.as_deref())?;
+            convert::run(w, &onnx, &out, &opts, verify.as_deref(), json, &meta)
         }
     }
 }

@@ -33,7 +33,7 @@ pub use report::{FusedPattern, Report};
 pub use verify::{compare, run_kestrel, run_tract, verify, InputData, InputTensor, ShapedOutput, VerifyReport};
 
 use kestrel::ModelBuilder;
-use kestrel_format::{FeedDType, InputSpec, KesFile, OutputKind, OutputSpec, Shape};
+use kestrel_format::{FeedDType, InputSpec, KesFile, MetadataSpec, OutputKind, OutputSpec, Shape};
 use lower::{Lowerer, QuantChoice, Val};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -81,7 +81,7 @@ pub struct Conversion {
 
 /// Converts the ONNX file at `onnx_path` to a `.kes` model.
 pub fn convert(onnx_path: impl AsRef<Path>, opts: &ConvertOptions) -> Result<Conversion, ConvertError> {
-    convert_with_progress(onnx_path, opts, &mut ())
+    convert_with(onnx_path, opts, &mut (), |_| {})
 }
 
 /// [`convert`], reporting its stages (load, lowering per node, fusion, calibration, encoding)
@@ -90,6 +90,28 @@ pub fn convert_with_progress(
     onnx_path: impl AsRef<Path>,
     opts: &ConvertOptions,
     progress: &mut dyn Progress,
+) -> Result<Conversion, ConvertError> {
+    convert_with(onnx_path, opts, progress, |_| {})
+}
+
+/// As [`convert`], and `edit` then completes the metadata the converter derived from the ONNX
+/// graph (model name, input and output names, shapes, dtypes) before the file is written: class
+/// labels, task, image preprocessing. The writer validates the result (finite floats, tensor
+/// ids).
+pub fn convert_with_meta(
+    onnx_path: impl AsRef<Path>,
+    opts: &ConvertOptions,
+    edit: impl FnOnce(&mut MetadataSpec),
+) -> Result<Conversion, ConvertError> {
+    convert_with(onnx_path, opts, &mut (), edit)
+}
+
+/// [`convert_with_progress`] and [`convert_with_meta`] together.
+pub fn convert_with(
+    onnx_path: impl AsRef<Path>,
+    opts: &ConvertOptions,
+    progress: &mut dyn Progress,
+    edit: impl FnOnce(&mut MetadataSpec),
 ) -> Result<Conversion, ConvertError> {
     let path = onnx_path.as_ref();
     progress.stage("loading with tract (type, declutter)", 0);
@@ -153,6 +175,7 @@ pub fn convert_with_progress(
     // Mechanism and element-wise fusion over Kestrel's own graph, every rewrite verified.
     progress.stage("fusing (each rewrite verified numerically)", 0);
     let fusion = kestrel::fuse::fuse(&mut l.b);
+    edit(&mut l.b.meta);
     for (name, count) in &fusion.fused {
         l.fused.push((name.clone(), *count));
     }

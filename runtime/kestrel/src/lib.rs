@@ -10,6 +10,7 @@ pub mod fuse;
 mod model;
 pub mod npy;
 pub mod plan;
+pub mod profile;
 
 pub use builder::ModelBuilder;
 pub use kestrel_cpu::session::Input;

@@ -1,0 +1,284 @@
+//! `kestrel profile`: per-op latency of a model on the CPU (numbers from
+//! [`kestrel::profile`]), as a table, JSON, a Chrome trace and a PNG bar chart.
+
+use crate::classify::{resolve_backend, Backend, BUNDLED};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use kestrel::format::DType;
+use kestrel::profile::Profile;
+use kestrel::{npy, Input, Model};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// `kestrel profile` arguments.
+#[derive(Args, Debug)]
+pub struct ProfileArgs {
+    /// A .kes file or a bundled model's name (default: the first bundled model).
+    pub model: Option<String>,
+    /// Measured runs.
+    #[arg(long, short = 'n', default_value_t = 100)]
+    pub runs: usize,
+    /// Unmeasured warm-up runs.
+    #[arg(long, default_value_t = 10)]
+    pub warmup: usize,
+    /// Batch size (random inputs; ignored with --input).
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Input array (.npy, batch = first axis) instead of seeded random inputs.
+    #[arg(long, value_name = "X.npy")]
+    pub input: Option<PathBuf>,
+    /// Backend.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub backend: Backend,
+    /// Write a Chrome trace (chrome://tracing, Perfetto): one event per op per run.
+    #[arg(long, value_name = "OUT.json")]
+    pub trace: Option<PathBuf>,
+    /// Print the profile as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Write a PNG bar chart of the per-op mean latency.
+    #[arg(long, value_name = "OUT.png")]
+    pub plot: Option<PathBuf>,
+    /// Rows in the table and bars in the chart (0: all).
+    #[arg(long, default_value_t = 25)]
+    pub top: usize,
+}
+
+fn load(model: Option<&str>) -> Result<(Model, String)> {
+    match model {
+        None => Ok((Model::from_bytes(BUNDLED[0].bytes)?, format!("bundled {}", BUNDLED[0].name))),
+        Some(name) => match BUNDLED.iter().find(|b| b.name == name) {
+            Some(b) => Ok((Model::from_bytes(b.bytes)?, format!("bundled {}", b.name))),
+            None => Ok((Model::load(name).with_context(|| format!("loading {name}"))?, name.to_string())),
+        },
+    }
+}
+
+/// Runs `kestrel profile`.
+pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
+    if args.runs == 0 || args.batch == 0 {
+        bail!("--runs and --batch must be at least 1");
+    }
+    let backend = resolve_backend(args.backend);
+    let (model, source) = load(args.model.as_deref())?;
+    let cpu = model.cpu()?;
+    if cpu.input_count() != 1 {
+        bail!("profile feeds one input; this model has {} (give a single-input model)", cpu.input_count());
+    }
+    let t = cpu.input(0)?;
+    let per = t.shape.numel().unwrap_or(0);
+    let name = cpu.file().meta().model_name().to_string();
+    let array = match &args.input {
+        Some(p) => {
+            let a = npy::read(p)?;
+            npy::batch_of(&a, t.shape.dims(), &format!("input ({})", p.display()))?;
+            a
+        }
+        None => {
+            let n = per * args.batch;
+            let mut shape = vec![args.batch];
+            shape.extend(t.shape.dims().iter().map(|&d| d as usize));
+            if t.dtype == DType::I32 {
+                npy::Array::I64 { shape, data: (0..n).map(|k| (k * 7 % 10) as i64).collect() }
+            } else {
+                let mut rng = kestrel::demo::Rng::new(42);
+                npy::Array::F32 { shape, data: rng.vec(n, 1.0) }
+            }
+        }
+    };
+    let feed: Input<'_> = array.input();
+    let prof = kestrel::profile::profile(&model, &[feed], args.warmup, args.runs)?;
+    if let Some(p) = &args.trace {
+        write_file(p, prof.chrome_trace(&name).as_bytes())?;
+    }
+    if let Some(p) = &args.plot {
+        plot(&prof, p, &name, args.top)?;
+    }
+    if args.json {
+        writeln!(w, "{}", serde_json::to_string_pretty(&to_json(&prof, &name, &source, backend))?)?;
+    } else {
+        write_table(w, &prof, &name, &source, backend, args.top)?;
+        if let Some(p) = &args.trace {
+            writeln!(w, "trace      {} ({} op events)", p.display(), prof.ops.len() * prof.runs)?;
+        }
+        if let Some(p) = &args.plot {
+            writeln!(w, "plot       {}", p.display())?;
+        }
+    }
+    Ok(())
+}
+
+fn write_file(p: &Path, bytes: &[u8]) -> Result<()> {
+    if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(p, bytes).with_context(|| format!("writing {}", p.display()))
+}
+
+fn us(ns: f64) -> f64 {
+    ns / 1e3
+}
+
+/// The profile as a JSON object (ops sorted by cost, times in microseconds).
+pub fn to_json(prof: &Profile, name: &str, source: &str, backend: &str) -> serde_json::Value {
+    let ops: Vec<serde_json::Value> = prof
+        .by_cost()
+        .into_iter()
+        .map(|i| {
+            let o = &prof.ops[i];
+            serde_json::json!({
+                "node": o.node,
+                "op": o.op,
+                "output": o.output,
+                "flops": o.flops,
+                "mean_us": us(o.mean_ns()),
+                "p50_us": us(o.percentile_ns(50.0) as f64),
+                "p90_us": us(o.percentile_ns(90.0) as f64),
+                "p99_us": us(o.percentile_ns(99.0) as f64),
+                "share": prof.share(i),
+                "gflops_p50": o.gflops(),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "model": name,
+        "source": source,
+        "backend": backend,
+        "timing": "host clock around each node (run_with hooks)",
+        "batch": prof.batch,
+        "warmup": prof.warmup,
+        "runs": prof.runs,
+        "nodes": prof.nodes,
+        "executed_ops": prof.ops.len(),
+        "arena_bytes": prof.arena_bytes,
+        "weight_bytes": prof.weight_bytes,
+        "known_flops": prof.known_flops(),
+        "total": {
+            "mean_us": us(prof.mean_total_ns()),
+            "p50_us": us(prof.percentile_total_ns(50.0) as f64),
+            "p90_us": us(prof.percentile_total_ns(90.0) as f64),
+            "p99_us": us(prof.percentile_total_ns(99.0) as f64),
+            "ops_mean_us": us(prof.ops_mean_ns()),
+        },
+        "ops": ops,
+    })
+}
+
+fn write_table(w: &mut String, prof: &Profile, name: &str, source: &str, backend: &str, top: usize) -> Result<()> {
+    writeln!(w, "model      {name} ({source})")?;
+    writeln!(
+        w,
+        "runs       {} measured after {} warm-up, batch {}, backend {backend}",
+        prof.runs, prof.warmup, prof.batch
+    )?;
+    writeln!(
+        w,
+        "memory     arena {} bytes (batch {}), weights {} bytes",
+        prof.arena_bytes, prof.batch, prof.weight_bytes
+    )?;
+    let total = prof.mean_total_ns();
+    writeln!(
+        w,
+        "total      mean {:.1} µs, p50 {:.1}, p90 {:.1}, p99 {:.1} µs; per-op sum {:.1} µs; {:.3} GFLOP/s (p50) over {:.2} MFLOP",
+        us(total),
+        us(prof.percentile_total_ns(50.0) as f64),
+        us(prof.percentile_total_ns(90.0) as f64),
+        us(prof.percentile_total_ns(99.0) as f64),
+        us(prof.ops_mean_ns()),
+        {
+            let p50 = prof.percentile_total_ns(50.0) as f64;
+            if p50 > 0.0 {
+                prof.known_flops() as f64 / p50
+            } else {
+                0.0
+            }
+        },
+        prof.known_flops() as f64 / 1e6,
+    )?;
+    writeln!(w, "           (GFLOP/s at each op's median time; FLOPs from the op shapes, a multiply-add = 2)")?;
+    writeln!(w)?;
+    writeln!(
+        w,
+        "{:>4}  {:<11} {:<28} {:>9} {:>9} {:>9} {:>9} {:>6} {:>8}",
+        "node", "op", "output", "mean µs", "p50", "p90", "p99", "share", "GFLOP/s"
+    )?;
+    let order = prof.by_cost();
+    let shown = if top == 0 { order.len() } else { top.min(order.len()) };
+    for &i in &order[..shown] {
+        let o = &prof.ops[i];
+        let out: String = o.output.chars().take(28).collect();
+        writeln!(
+            w,
+            "{:>4}  {:<11} {:<28} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>5.1}% {:>8}",
+            o.node,
+            o.op,
+            out,
+            us(o.mean_ns()),
+            us(o.percentile_ns(50.0) as f64),
+            us(o.percentile_ns(90.0) as f64),
+            us(o.percentile_ns(99.0) as f64),
+            prof.share(i) * 100.0,
+            o.gflops().map_or("-".to_string(), |g| format!("{g:.2}"))
+        )?;
+    }
+    if shown < order.len() {
+        let rest: f64 = order[shown..].iter().map(|&i| prof.share(i)).sum();
+        writeln!(w, "      … {} more ops, {:.1}% of the time (--top 0 shows all)", order.len() - shown, rest * 100.0)?;
+    }
+    Ok(())
+}
+
+/// Horizontal bar chart of the most expensive ops' mean latency.
+pub fn plot(prof: &Profile, path: &Path, name: &str, top: usize) -> Result<()> {
+    use plotters::prelude::*;
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
+    crate::plot::register_font();
+    let order = prof.by_cost();
+    let shown = if top == 0 { order.len() } else { top.min(order.len()) };
+    let rows = &order[..shown];
+    let (left, top_px, row_h, bar_w) = (260i32, 50i32, 22i32, 520i32);
+    let (wpx, hpx) = ((left + bar_w + 120) as u32, (top_px + row_h * rows.len() as i32 + 20) as u32);
+    let max = rows.first().map_or(1.0, |&i| prof.ops[i].mean_ns()).max(1.0);
+    let mut buf = vec![255u8; (wpx * hpx * 3) as usize];
+    {
+        let root = BitMapBackend::with_buffer(&mut buf, (wpx, hpx)).into_drawing_area();
+        let err = |e: DrawingAreaErrorKind<_>| anyhow::anyhow!("drawing the plot: {e}");
+        root.fill(&WHITE).map_err(err)?;
+        let title = format!(
+            "{name}: mean {:.1} µs per run (batch {}, {} runs), per-op mean latency",
+            us(prof.mean_total_ns()),
+            prof.batch,
+            prof.runs
+        )
+        .replace('µ', "u");
+        root.draw(&Text::new(title, (10, 12), ("sans-serif", 15).into_font())).map_err(err)?;
+        let font = ("sans-serif", 12).into_font();
+        for (r, &i) in rows.iter().enumerate() {
+            let o = &prof.ops[i];
+            let y = top_px + r as i32 * row_h;
+            let label = format!("#{} {} {}", o.node, o.op, o.output.chars().take(18).collect::<String>());
+            root.draw(&Text::new(
+                label,
+                (8, y + row_h / 2),
+                TextStyle::from(font.clone()).pos(Pos::new(HPos::Left, VPos::Center)),
+            ))
+            .map_err(err)?;
+            let len = ((o.mean_ns() / max) * f64::from(bar_w)).round().max(1.0) as i32;
+            let colour = if o.op == "Attention" || o.op.starts_with("Aft") || o.op == "Fastformer" {
+                RGBColor(214, 96, 77)
+            } else {
+                RGBColor(67, 147, 195)
+            };
+            root.draw(&Rectangle::new([(left, y + 3), (left + len, y + row_h - 3)], colour.filled())).map_err(err)?;
+            let v = format!("{:.1} us ({:.1}%)", us(o.mean_ns()), prof.share(i) * 100.0);
+            root.draw(&Text::new(
+                v,
+                (left + len + 6, y + row_h / 2),
+                TextStyle::from(font.clone()).pos(Pos::new(HPos::Left, VPos::Center)),
+            ))
+            .map_err(err)?;
+        }
+        root.present().map_err(err)?;
+    }
+    crate::plot::save_rgb(path, wpx, hpx, buf)
+}

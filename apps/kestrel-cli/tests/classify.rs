@@ -1,0 +1,317 @@
+//! `kestrel classify` and `kestrel profile` on the bundled models and sample images, as a user
+//! runs them, plus the preprocessing against the PyTorch reference.
+
+use kestrel_cli::classify::{Classifier, BUNDLED};
+use kestrel_cli::preprocess::{decode, InputPrep};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+/// Preprocessing of lossless files: same f32 arithmetic up to summation order.
+const PREP_TOL: f32 = 1e-4;
+/// JPEG files: decoders (libjpeg in PIL, zune-jpeg here) may differ by a level or two per pixel,
+/// i.e. 2/255/std ≈ 0.02 after normalisation.
+const JPEG_TOL: f32 = 0.1;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn samples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("samples")
+}
+
+fn kestrel(args: &[&str]) -> (bool, String, String) {
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_kestrel")).current_dir(root()).args(args).output().expect("runs the binary");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("kestrel-classify-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn npy_f32(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    match kestrel::npy::read(path).unwrap() {
+        kestrel::npy::Array::F32 { shape, data } => (shape, data),
+        other => panic!("{}: expected float32, found {}", path.display(), other.dtype_name()),
+    }
+}
+
+#[test]
+fn preprocessing_matches_the_pytorch_reference() {
+    let dir = samples().join("preprocess");
+    let meta: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap()).unwrap();
+    let clf = Classifier::open(None).unwrap();
+    // The reference was computed with the bundled model's own preprocessing.
+    let p = &meta["preprocess"];
+    assert_eq!(clf.prep.mean, vec![p["mean"][0].as_f64().unwrap() as f32]);
+    assert_eq!(clf.prep.std, vec![p["std"][0].as_f64().unwrap() as f32]);
+    assert_eq!(clf.prep.size, [28, 28]);
+    for (list, npy, tol) in [("files", "reference.npy", PREP_TOL), ("jpeg_files", "reference_jpeg.npy", JPEG_TOL)] {
+        let files: Vec<&str> = meta[list].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+        let (shape, want) = npy_f32(&dir.join(npy));
+        assert_eq!(shape, vec![files.len(), 1, 28, 28]);
+        assert!(!files.is_empty());
+        for (i, f) in files.iter().enumerate() {
+            let px = decode(&dir.join(f)).unwrap();
+            let mut got = Vec::new();
+            clf.prep.apply(&px, &mut got);
+            let want = &want[i * 784..(i + 1) * 784];
+            let err = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(err <= tol, "{f}: max abs diff {err} > {tol}");
+            // Not a vacuous comparison: the images have contrast.
+            let spread = want.iter().copied().fold(f32::MIN, f32::max) - want.iter().copied().fold(f32::MAX, f32::min);
+            assert!(spread > 1.0, "{f}: reference is flat");
+        }
+    }
+}
+
+#[test]
+fn preprocessing_resizes_grey_and_colour_alike() {
+    // A grey image and its RGB copy (R = G = B) give the same grey input: 0.299 + 0.587 + 0.114 = 1.
+    let clf = Classifier::open(None).unwrap();
+    let prep: &InputPrep = &clf.prep;
+    let h = 37;
+    let w = 23;
+    let grey: Vec<f32> = (0..h * w).map(|i| (i * 37 % 251) as f32).collect();
+    let rgb: Vec<f32> = grey.iter().flat_map(|&v| [v, v, v]).collect();
+    let a = kestrel_cli::preprocess::Pixels { height: h, width: w, channels: 1, data: grey };
+    let b = kestrel_cli::preprocess::Pixels { height: h, width: w, channels: 3, data: rgb };
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    prep.apply(&a, &mut x);
+    prep.apply(&b, &mut y);
+    assert_eq!(x.len(), 784);
+    let err = x.iter().zip(&y).map(|(p, q)| (p - q).abs()).fold(0f32, f32::max);
+    assert!(err < 1e-4, "{err}");
+    // A constant image stays constant through the resize (weights sum to 1).
+    let c = kestrel_cli::preprocess::Pixels { height: 50, width: 9, channels: 1, data: vec![200.0; 450] };
+    let mut z = Vec::new();
+    prep.apply(&c, &mut z);
+    let want = (200.0 / 255.0 - prep.mean[0]) / prep.std[0];
+    assert!(z.iter().all(|v| (v - want).abs() < 1e-4), "{:?}", &z[..4]);
+}
+
+#[test]
+fn json_output_has_the_documented_shape() {
+    let folder = samples().join("fmnist");
+    let (ok, stdout, stderr) = kestrel(&["classify", folder.to_str().unwrap(), "--json", "--top", "3", "--quiet"]);
+    assert!(ok, "{stderr}");
+    let v: Value = serde_json::from_str(&stdout).expect("one JSON document");
+    let arr = v.as_array().expect("a JSON array");
+    let clf = Classifier::open(None).unwrap();
+    let n_files = walk(&folder).len();
+    assert_eq!(arr.len(), n_files);
+    for item in arr {
+        let obj = item.as_object().unwrap();
+        assert_eq!(obj.len(), 2, "{item}");
+        assert!(Path::new(obj["path"].as_str().unwrap()).exists());
+        let preds = obj["predictions"].as_array().unwrap();
+        assert_eq!(preds.len(), 3);
+        let mut last = f64::INFINITY;
+        let mut sum = 0.0;
+        for p in preds {
+            let p = p.as_object().unwrap();
+            assert_eq!(p.len(), 3);
+            let index = p["index"].as_u64().unwrap() as usize;
+            assert_eq!(p["label"].as_str().unwrap(), clf.labels[index]);
+            let prob = p["probability"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&prob) && prob <= last, "{item}");
+            last = prob;
+            sum += prob;
+        }
+        assert!(sum <= 1.0 + 1e-5);
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn bad_files_get_their_own_errors_and_the_rest_is_classified() {
+    let dir = tmp("bad");
+    let good = samples().join("fmnist/ankle-boot/00000.png");
+    let bytes = std::fs::read(&good).unwrap();
+    let truncated = dir.join("truncated.png");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let text = dir.join("notes.png");
+    std::fs::write(&text, "this is a text file, not a PNG\n").unwrap();
+    let missing = dir.join("missing.png");
+    let args = [good.to_str().unwrap(), truncated.to_str().unwrap(), text.to_str().unwrap(), missing.to_str().unwrap()];
+    let mut cmd = vec!["classify", "--json"];
+    cmd.extend(args);
+    let (ok, stdout, stderr) = kestrel(&cmd);
+    assert!(!ok, "bad files must make the exit status non-zero");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    for bad in [&truncated, &text, &missing] {
+        let name = bad.file_name().unwrap().to_str().unwrap();
+        assert!(
+            stderr.lines().any(|l| l.starts_with("error:") && l.contains(name)),
+            "no error line for {name}:\n{stderr}"
+        );
+    }
+    assert!(stderr.contains("3 of 4 file(s) could not be classified"), "{stderr}");
+    let v: Value = serde_json::from_str(&stdout).expect("the good file is still reported as JSON");
+    assert_eq!(v.as_array().unwrap().len(), 1);
+    assert_eq!(v[0]["path"].as_str().unwrap(), good.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn folder_evaluation_counts_every_sample_and_plots() {
+    let dir = tmp("eval");
+    let plot = dir.join("confusion.png");
+    let folder = samples().join("fmnist");
+    let (ok, stdout, stderr) =
+        kestrel(&["classify", folder.to_str().unwrap(), "--eval", "--json", "--plot", plot.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    let n = walk(&folder).len();
+    assert_eq!(v["images"].as_u64().unwrap() as usize, n);
+    let confusion: Vec<Vec<u64>> = serde_json::from_value(v["confusion"].clone()).unwrap();
+    assert_eq!(confusion.len(), 10);
+    // Every row holds exactly the images of its class folder.
+    let labels: Vec<String> = serde_json::from_value(v["labels"].clone()).unwrap();
+    for (i, row) in confusion.iter().enumerate() {
+        let folder_name = labels[i].to_lowercase().replace(' ', "-");
+        let count = std::fs::read_dir(folder.join(&folder_name)).unwrap().count() as u64;
+        assert_eq!(row.iter().sum::<u64>(), count, "class {}", labels[i]);
+    }
+    let diag: u64 = (0..10).map(|i| confusion[i][i]).sum();
+    assert_eq!(diag, v["correct"].as_u64().unwrap());
+    // The bundled model is trained: most of the bundled test images are right (its full
+    // test-set accuracy is in the README).
+    assert!(v["accuracy"].as_f64().unwrap() >= 0.75, "{stdout}");
+    let png = image::open(&plot).expect("the plot is a PNG");
+    assert!(png.width() > 300 && png.height() > 300);
+    // Human-readable form.
+    let (ok, stdout, stderr) = kestrel(&["classify", folder.to_str().unwrap(), "--eval"]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("accuracy") && stdout.contains("confusion matrix"), "{stdout}");
+    // A folder whose names are not classes is a clear error.
+    let (ok, _, stderr) = kestrel(&["classify", samples().join("preprocess").to_str().unwrap(), "--eval"]);
+    assert!(!ok && stderr.contains("not in a folder named after a class"), "{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn digits_model_reads_its_samples() {
+    let (ok, stdout, stderr) = kestrel(&[
+        "classify",
+        samples().join("digits").to_str().unwrap(),
+        "--model",
+        "digits-vit-super",
+        "--eval",
+        "--json",
+    ]);
+    assert!(ok, "{stderr}");
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["images"].as_u64().unwrap(), 20);
+    assert!(v["accuracy"].as_f64().unwrap() >= 0.75, "{stdout}");
+    assert_eq!(BUNDLED.len(), 3);
+}
+
+#[test]
+fn backend_flag_falls_back_to_the_cpu_with_a_notice() {
+    let img = samples().join("fmnist/bag/00018.png");
+    let (ok, stdout, stderr) = kestrel(&["classify", img.to_str().unwrap(), "--backend", "wgpu"]);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("no wgpu backend") && stderr.contains("CPU"), "{stderr}");
+    assert!(stdout.contains("1. "), "{stdout}");
+}
+
+#[test]
+fn profiler_writes_a_trace_with_one_event_per_op_per_run() {
+    let dir = tmp("profile");
+    let trace = dir.join("trace.json");
+    let plot = dir.join("profile.png");
+    let runs = 7;
+    let (ok, stdout, stderr) = kestrel(&[
+        "profile",
+        "--runs",
+        &runs.to_string(),
+        "--warmup",
+        "2",
+        "--batch",
+        "3",
+        "--json",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    let ops = v["ops"].as_array().unwrap();
+    assert_eq!(ops.len() as u64, v["executed_ops"].as_u64().unwrap());
+    assert!(!ops.is_empty());
+    assert_eq!(v["batch"].as_u64().unwrap(), 3);
+    let share: f64 = ops.iter().map(|o| o["share"].as_f64().unwrap()).sum();
+    assert!((share - 1.0).abs() < 1e-6, "{share}");
+    let means: Vec<f64> = ops.iter().map(|o| o["mean_us"].as_f64().unwrap()).collect();
+    assert!(means.windows(2).all(|w| w[0] >= w[1]), "sorted by cost");
+    for o in ops {
+        let (p50, p90, p99) =
+            (o["p50_us"].as_f64().unwrap(), o["p90_us"].as_f64().unwrap(), o["p99_us"].as_f64().unwrap());
+        assert!(p50 <= p90 && p90 <= p99, "{o}");
+    }
+    assert!(ops.iter().any(|o| o["op"] == "Attention" && o["gflops_p50"].as_f64().is_some()), "{stdout}");
+    assert!(v["arena_bytes"].as_u64().unwrap() > 0 && v["weight_bytes"].as_u64().unwrap() > 0);
+
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).expect("trace is JSON");
+    let events = t["traceEvents"].as_array().unwrap();
+    let op_events: Vec<&Value> = events.iter().filter(|e| e["cat"] == "op").collect();
+    assert_eq!(op_events.len(), ops.len() * runs);
+    for o in ops {
+        let node = o["node"].as_u64().unwrap();
+        let n = op_events.iter().filter(|e| e["args"]["node"].as_u64() == Some(node)).count();
+        assert_eq!(n, runs, "node {node}");
+    }
+    for e in &op_events {
+        assert_eq!(e["ph"], "X");
+        assert!(e["ts"].as_f64().unwrap() >= 0.0 && e["dur"].as_f64().unwrap() >= 0.0);
+    }
+    assert_eq!(events.iter().filter(|e| e["cat"] == "run").count(), runs);
+    let png = image::open(&plot).expect("the plot is a PNG");
+    assert!(png.width() > 300);
+
+    // Human-readable table.
+    let (ok, stdout, stderr) = kestrel(&["profile", "--runs", "3", "--warmup", "0"]);
+    assert!(ok, "{stderr}");
+    for needle in ["total", "arena", "weights", "p99", "GFLOP/s", "Attention"] {
+        assert!(stdout.contains(needle), "{needle}:\n{stdout}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn readme_first_command_classifies_a_bundled_image() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let block = readme.split("```sh\n").nth(1).expect("a sh block").split("```").next().unwrap();
+    let cmd = block.lines().find(|l| !l.trim().is_empty()).unwrap().trim();
+    let prefix = "cargo run --release -p kestrel-cli -- ";
+    assert!(cmd.starts_with(prefix), "README's first command: {cmd}");
+    let args: Vec<&str> = cmd[prefix.len()..].split_whitespace().collect();
+    assert_eq!(args[0], "classify");
+    let t = Instant::now();
+    let (ok, stdout, stderr) = kestrel(&args);
+    let elapsed = t.elapsed();
+    assert!(ok, "{stderr}");
+    // The image is a test-set ankle boot; the output names classes with probabilities.
+    assert!(stdout.contains("1. ") && stdout.contains('%'), "{stdout}");
+    // Generous bound for a loaded CI machine (it takes milliseconds).
+    assert!(elapsed.as_secs_f64() < 5.0, "{elapsed:?}");
+}

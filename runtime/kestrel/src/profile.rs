@@ -1,0 +1,364 @@
+//! Per-op latency profiling on the CPU.
+//!
+//! [`profile`] runs a model `warmup + runs` times over one batch with
+//! [`kestrel_cpu::Session::run_with`] hooks that read a monotonic clock before and after every
+//! node, and keeps the per-run timings of every executed node (reshapes are views and are not
+//! executed). [`Profile`] summarises them (mean, percentiles, share of the total), knows each
+//! op's arithmetic cost where it is defined by its shapes ([`op_flops`]), and exports a Chrome
+//! trace (`chrome://tracing`, Perfetto) with one complete event per op per run.
+
+use crate::{Error, Input, Model};
+use kestrel_format::{KesFile, Op, TensorId, TensorKind};
+use std::time::{Duration, Instant};
+
+/// Timings of one executed graph node over every measured run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpTiming {
+    /// Node index in the graph.
+    pub node: u32,
+    /// Op kind name (`Dense`, `Attention`, ...).
+    pub op: &'static str,
+    /// Name of the node's output tensor.
+    pub output: String,
+    /// Floating-point operations for the whole batch, where the op's shapes define them.
+    pub flops: Option<u64>,
+    /// Duration of this node in each measured run, in nanoseconds.
+    pub ns: Vec<u64>,
+    /// Start of this node in each run, in nanoseconds since the profile began.
+    pub start_ns: Vec<u64>,
+}
+
+impl OpTiming {
+    /// Mean duration in nanoseconds.
+    pub fn mean_ns(&self) -> f64 {
+        mean(&self.ns)
+    }
+
+    /// The `p`-th percentile (0..=100, nearest rank) in nanoseconds.
+    pub fn percentile_ns(&self, p: f64) -> u64 {
+        percentile(&self.ns, p)
+    }
+
+    /// Achieved GFLOP/s at the median duration (robust to a run preempted by the OS), where
+    /// the FLOPs are known.
+    pub fn gflops(&self) -> Option<f64> {
+        let m = self.percentile_ns(50.0) as f64;
+        self.flops.filter(|_| m > 0.0).map(|f| f as f64 / m)
+    }
+}
+
+/// A profile: per-op timings plus whole-run totals and memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Profile {
+    /// Batch size run.
+    pub batch: usize,
+    /// Warm-up runs (not measured).
+    pub warmup: usize,
+    /// Measured runs.
+    pub runs: usize,
+    /// Executed nodes, in graph order.
+    pub ops: Vec<OpTiming>,
+    /// Whole-run wall time of each measured run (inputs in, every node, outputs out), ns.
+    pub total_ns: Vec<u64>,
+    /// Start of each measured run, ns since the profile began.
+    pub run_start_ns: Vec<u64>,
+    /// Arena bytes for this batch (activations and scratch).
+    pub arena_bytes: usize,
+    /// Bytes of weights (data and scales) in the file.
+    pub weight_bytes: u64,
+    /// Graph nodes, including reshapes (views that cost nothing).
+    pub nodes: u32,
+}
+
+impl Profile {
+    /// Mean whole-run time in nanoseconds.
+    pub fn mean_total_ns(&self) -> f64 {
+        mean(&self.total_ns)
+    }
+
+    /// Percentile of the whole-run time (nearest rank), ns.
+    pub fn percentile_total_ns(&self, p: f64) -> u64 {
+        percentile(&self.total_ns, p)
+    }
+
+    /// Sum of the per-op means, ns (the whole run minus input/output copies and hook overhead).
+    pub fn ops_mean_ns(&self) -> f64 {
+        self.ops.iter().map(OpTiming::mean_ns).sum()
+    }
+
+    /// Indices into [`ops`](Self::ops), most expensive (by mean) first.
+    pub fn by_cost(&self) -> Vec<usize> {
+        let mut idx: Vec<usize> = (0..self.ops.len()).collect();
+        idx.sort_by(|&a, &b| self.ops[b].mean_ns().total_cmp(&self.ops[a].mean_ns()).then(a.cmp(&b)));
+        idx
+    }
+
+    /// Share of op `i`'s mean in the sum of the per-op means (0..=1).
+    pub fn share(&self, i: usize) -> f64 {
+        let total = self.ops_mean_ns();
+        if total > 0.0 {
+            self.ops[i].mean_ns() / total
+        } else {
+            0.0
+        }
+    }
+
+    /// Known FLOPs of one run (sum over ops with known FLOPs).
+    pub fn known_flops(&self) -> u64 {
+        self.ops.iter().filter_map(|o| o.flops).sum()
+    }
+
+    /// Chrome trace JSON (the "JSON object format": `{"traceEvents": [...]}`): one complete
+    /// (`"ph": "X"`) event per executed op per measured run on thread 1, and one event per run
+    /// for the whole run on thread 0; times in microseconds.
+    pub fn chrome_trace(&self, model_name: &str) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::from("{\"traceEvents\":[\n");
+        let esc = json_escape;
+        let _ = write!(
+            s,
+            "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{{\"name\":\"kestrel {}\"}}}}",
+            esc(model_name)
+        );
+        for (r, (&st, &dur)) in self.run_start_ns.iter().zip(&self.total_ns).enumerate() {
+            let _ = write!(
+                s,
+                ",\n{{\"name\":\"run {r}\",\"cat\":\"run\",\"ph\":\"X\",\"pid\":1,\"tid\":0,\"ts\":{:.3},\"dur\":{:.3},\"args\":{{\"batch\":{}}}}}",
+                st as f64 / 1e3,
+                dur as f64 / 1e3,
+                self.batch
+            );
+        }
+        for op in &self.ops {
+            for (r, (&st, &dur)) in op.start_ns.iter().zip(&op.ns).enumerate() {
+                let _ = write!(
+                    s,
+                    ",\n{{\"name\":\"{}\",\"cat\":\"op\",\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":{:.3},\"dur\":{:.3},\"args\":{{\"node\":{},\"run\":{r},\"output\":\"{}\",\"flops\":{}}}}}",
+                    op.op,
+                    st as f64 / 1e3,
+                    dur as f64 / 1e3,
+                    op.node,
+                    esc(&op.output),
+                    op.flops.map_or("null".to_string(), |f| f.to_string())
+                );
+            }
+        }
+        s.push_str("\n],\"displayTimeUnit\":\"ms\"}\n");
+        s
+    }
+}
+
+fn json_escape(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+fn mean(v: &[u64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64
+    }
+}
+
+fn percentile(v: &[u64], p: f64) -> u64 {
+    if v.is_empty() {
+        return 0;
+    }
+    let mut s = v.to_vec();
+    s.sort_unstable();
+    let rank = ((p.clamp(0.0, 100.0) / 100.0) * s.len() as f64).ceil() as usize;
+    s[rank.saturating_sub(1).min(s.len() - 1)]
+}
+
+/// Runs `model` on `inputs` (one batch; the batch is inferred from the input lengths as in
+/// [`Session::run`](crate::Session::run)) `warmup` times unmeasured, then `runs` times with a
+/// clock read around every node.
+pub fn profile(model: &Model, inputs: &[Input<'_>], warmup: usize, runs: usize) -> Result<Profile, Error> {
+    if runs == 0 {
+        return Err(Error::Build("profile: at least one measured run is needed".into()));
+    }
+    let cpu = model.cpu()?;
+    let file = *cpu.file();
+    let batch = batch_of(&cpu, inputs)?;
+    let arena_bytes = cpu.arena_bytes(batch).ok_or(kestrel_cpu::RunError::BadCapacity { max: 0, found: batch })?;
+    let mut arena = vec![0u8; arena_bytes];
+    let mut session = kestrel_cpu::Session::new(&cpu, &mut arena, batch)?;
+    let mut outs: Vec<Vec<f32>> = (0..cpu.output_count())
+        .map(|i| cpu.output(i).map(|t| vec![0f32; batch * t.shape.numel().unwrap_or(0)]))
+        .collect::<Result<_, _>>()?;
+    let mut executed: Vec<u32> = Vec::new();
+    {
+        let mut o: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+        session.run_with(inputs, &mut o, |n, _| executed.push(n), |_, _| {})?;
+    }
+    let slot: Vec<Option<usize>> = {
+        let mut s = vec![None; file.op_count() as usize];
+        for (i, &n) in executed.iter().enumerate() {
+            s[n as usize] = Some(i);
+        }
+        s
+    };
+    let mut ops = Vec::with_capacity(executed.len());
+    for &n in &executed {
+        let op = file.op(n)?;
+        let output = file.tensor(op.output())?.name.to_string();
+        let flops = op_flops(&file, &op).map(|f| f * batch as u64);
+        ops.push(OpTiming {
+            node: n,
+            op: op.name(),
+            output,
+            flops,
+            ns: Vec::with_capacity(runs),
+            start_ns: Vec::with_capacity(runs),
+        });
+    }
+    let mut o: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+    for _ in 0..warmup {
+        session.run(inputs, &mut o)?;
+    }
+    let origin = Instant::now();
+    let mut total_ns = Vec::with_capacity(runs);
+    let mut run_start_ns = Vec::with_capacity(runs);
+    let started = std::cell::Cell::new(origin);
+    let mut stamps: Vec<(u32, Duration, Duration)> = Vec::with_capacity(executed.len());
+    for _ in 0..runs {
+        stamps.clear();
+        let t0 = Instant::now();
+        run_start_ns.push((t0 - origin).as_nanos() as u64);
+        session.run_with(
+            inputs,
+            &mut o,
+            |_, _| started.set(Instant::now()),
+            |n, _| {
+                let end = Instant::now();
+                let st = started.get();
+                stamps.push((n, st - origin, end - st));
+            },
+        )?;
+        total_ns.push(t0.elapsed().as_nanos() as u64);
+        for &(n, st, d) in &stamps {
+            if let Some(i) = slot[n as usize] {
+                ops[i].start_ns.push(st.as_nanos() as u64);
+                ops[i].ns.push(d.as_nanos() as u64);
+            }
+        }
+    }
+    let weight_bytes = (0..file.tensor_count())
+        .filter_map(|id| file.tensor(id).ok())
+        .filter(|t| t.kind == TensorKind::Weight)
+        .map(|t| t.len + t.scale_len)
+        .sum();
+    Ok(Profile { batch, warmup, runs, ops, total_ns, run_start_ns, arena_bytes, weight_bytes, nodes: file.op_count() })
+}
+
+fn batch_of(cpu: &kestrel_cpu::Model<'_>, inputs: &[Input<'_>]) -> Result<usize, Error> {
+    let per = cpu.input(0)?.shape.numel().unwrap_or(1).max(1);
+    let len = match inputs.first() {
+        Some(Input::F32(d)) => d.len(),
+        Some(Input::I32(d)) => d.len(),
+        Some(Input::I64(d)) => d.len(),
+        None => 0,
+    };
+    if len == 0 || len % per != 0 {
+        return Err(Error::Build(format!(
+            "profile: input 0 has {len} elements, not a whole batch of {per}-element samples"
+        )));
+    }
+    Ok(len / per)
+}
+
+fn numel(file: &KesFile<'_>, id: TensorId) -> Option<u64> {
+    file.tensor(id).ok()?.shape.numel().map(|n| n as u64)
+}
+
+fn dims(file: &KesFile<'_>, id: TensorId) -> Option<Vec<u64>> {
+    Some(file.tensor(id).ok()?.shape.dims().iter().map(|&d| u64::from(d)).collect())
+}
+
+/// `[T, d]` of a mechanism's input (the last two axes of its per-sample shape).
+fn tokens_dim(file: &KesFile<'_>, x: TensorId) -> Option<(u64, u64)> {
+    let d = dims(file, x)?;
+    match d.as_slice() {
+        [.., t, c] => Some((*t, *c)),
+        _ => None,
+    }
+}
+
+/// Floating-point operations of one sample of `op` (a multiply-add counts 2), where its shapes
+/// define them; `None` for data movement (reshape, transpose, embedding lookups).
+///
+/// Dense / conv / patch embedding: `2 · |y| · fan_in`; matmul: `2 · |y| · K`; attention:
+/// `2Td²` per projection, `2T²d` for the scores, for the weighted sum and (Super) for `W^A X`;
+/// AFT-full/local: `2Td²` per projection plus `4T·T'·d` for the two weighted sums (T' = T or the
+/// local window `2s−1`); AFT-conv: projections plus `4T·s²·d`; element-wise ops: `|y|`; layer
+/// norm: `8|x|`; softmax: `5|x|`; reductions: `|x|`.
+pub fn op_flops(file: &KesFile<'_>, op: &Op) -> Option<u64> {
+    let proj = |t: u64, d_in: u64, p: &kestrel_format::ops::Proj| -> Option<u64> {
+        let w = numel(file, p.w)?;
+        Some(2 * t * w + if p.b.is_some() { t * (w / d_in.max(1)) } else { 0 })
+    };
+    Some(match op {
+        Op::Dense(o) => {
+            let y = numel(file, o.y)?;
+            let out = *dims(file, o.y)?.last()?;
+            2 * y * (numel(file, o.proj.w)? / out.max(1))
+        }
+        Op::Conv2d(o) => {
+            let cout = *dims(file, o.proj.w)?.first()?;
+            2 * numel(file, o.y)? * (numel(file, o.proj.w)? / cout.max(1))
+        }
+        Op::PatchEmbed(o) => {
+            let out = *dims(file, o.y)?.last()?;
+            2 * numel(file, o.y)? * (numel(file, o.proj.w)? / out.max(1))
+        }
+        Op::MatMul(o) => 2 * numel(file, o.y)? * dims(file, o.a)?.last().copied()?,
+        Op::Attention(o) => {
+            let (t, d) = tokens_dim(file, o.x)?;
+            let mut f = proj(t, d, &o.q)? + proj(t, d, &o.o)?;
+            for p in [o.k, o.v].iter().flatten() {
+                f += proj(t, d, p)?;
+            }
+            if o.align.is_some() {
+                f += 2 * t * t * d;
+            }
+            f + 4 * t * t * d + 5 * t * t * u64::from(o.heads)
+        }
+        Op::AftFull(o) => {
+            let (t, d) = tokens_dim(file, o.x)?;
+            proj(t, d, &o.q)? + proj(t, d, &o.k)? + proj(t, d, &o.v)? + proj(t, d, &o.o)? + 4 * t * t * d
+        }
+        Op::AftLocal(o) => {
+            let (t, d) = tokens_dim(file, o.x)?;
+            let win = t.min(2 * u64::from(o.window).max(1) - 1);
+            proj(t, d, &o.q)? + proj(t, d, &o.k)? + proj(t, d, &o.v)? + proj(t, d, &o.o)? + 4 * t * win * d
+        }
+        Op::AftSimple(o) => {
+            let (t, d) = tokens_dim(file, o.x)?;
+            proj(t, d, &o.q)? + proj(t, d, &o.k)? + proj(t, d, &o.v)? + proj(t, d, &o.o)? + 6 * t * d
+        }
+        Op::AftConv(o) => {
+            let (t, d) = tokens_dim(file, o.x)?;
+            let s2 = u64::from(o.kernel) * u64::from(o.kernel);
+            proj(t, d, &o.q)? + proj(t, d, &o.k)? + proj(t, d, &o.v)? + proj(t, d, &o.o)? + 4 * t * s2 * d
+        }
+        Op::Fastformer(o) => {
+            let (t, d) = tokens_dim(file, o.x)?;
+            proj(t, d, &o.q)? + proj(t, d, &o.k)? + proj(t, d, &o.v)? + proj(t, d, &o.r)? + 8 * t * d
+        }
+        Op::LayerNorm(o) => 8 * numel(file, o.x)?,
+        Op::Softmax(o) => 5 * numel(file, o.x)?,
+        Op::Unary(o) => numel(file, o.y)?,
+        Op::Binary(o) => numel(file, o.y)?,
+        Op::Reduce(o) => numel(file, o.x)?,
+        Op::Reshape(_) | Op::Transpose(_) | Op::Embedding(_) => return None,
+    })
+}

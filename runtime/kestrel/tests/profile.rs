@@ -1,0 +1,92 @@
+//! The per-op profiler: one timing per executed node per run, FLOP counts from shapes, and a
+//! Chrome trace with one event per op per run.
+
+use kestrel::format::{DType, Op};
+use kestrel::profile::{op_flops, profile};
+use kestrel::{Input, Model};
+
+fn demo() -> Model {
+    Model::from_bytes(&kestrel::demo::image_model(3, DType::F32).unwrap()).unwrap()
+}
+
+#[test]
+fn every_executed_node_is_timed_once_per_run() {
+    let model = demo();
+    let batch = 2;
+    let x: Vec<f32> = (0..batch * 256).map(|i| ((i * 31 % 17) as f32 - 8.0) / 8.0).collect();
+    let runs = 5;
+    let p = profile(&model, &[Input::F32(&x)], 2, runs).unwrap();
+    let cpu = model.cpu().unwrap();
+    let file = cpu.file();
+    let executed: Vec<u32> = (0..file.op_count()).filter(|&n| !matches!(file.op(n).unwrap(), Op::Reshape(_))).collect();
+    assert_eq!(p.ops.iter().map(|o| o.node).collect::<Vec<_>>(), executed);
+    assert_eq!(p.total_ns.len(), runs);
+    for o in &p.ops {
+        assert_eq!(o.ns.len(), runs, "{}", o.op);
+        assert_eq!(o.start_ns.len(), runs);
+        assert!(o.percentile_ns(50.0) <= o.percentile_ns(90.0) && o.percentile_ns(90.0) <= o.percentile_ns(99.0));
+        assert!(o.percentile_ns(100.0) == *o.ns.iter().max().unwrap());
+    }
+    // Nodes run in order within a run, inside that run's window.
+    for r in 0..runs {
+        let (st, end) = (p.run_start_ns[r], p.run_start_ns[r] + p.total_ns[r]);
+        assert!(p.ops.iter().all(|o| o.start_ns[r] >= st && o.start_ns[r] + o.ns[r] <= end), "run {r}");
+        let starts: Vec<u64> = p.ops.iter().map(|o| o.start_ns[r]).collect();
+        assert!(starts.windows(2).all(|w| w[0] <= w[1]), "run {r}");
+    }
+    let shares: f64 = (0..p.ops.len()).map(|i| p.share(i)).sum();
+    assert!((shares - 1.0).abs() < 1e-9);
+    assert_eq!(p.batch, batch);
+    assert_eq!(p.arena_bytes, cpu.arena_bytes(batch).unwrap());
+    assert!(p.weight_bytes > 0);
+    // The whole run includes every op.
+    assert!(p.mean_total_ns() >= p.ops_mean_ns() * 0.99);
+    let trace = p.chrome_trace("demo");
+    assert_eq!(trace.matches("\"cat\":\"op\"").count(), p.ops.len() * runs);
+    assert_eq!(trace.matches("\"cat\":\"run\"").count(), runs);
+}
+
+#[test]
+fn flops_follow_the_shapes() {
+    let model = demo();
+    let cpu = model.cpu().unwrap();
+    let file = cpu.file();
+    let dims = |id| file.tensor(id).unwrap().shape.dims().iter().map(|&d| u64::from(d)).collect::<Vec<_>>();
+    let mut dense = 0;
+    for n in 0..file.op_count() {
+        let op = file.op(n).unwrap();
+        match op {
+            Op::Dense(d) => {
+                // y = x W: rows × in × out multiply-adds.
+                let (x, y) = (dims(d.x), dims(d.y));
+                let rows: u64 = x[..x.len() - 1].iter().product();
+                let want = 2 * rows * x[x.len() - 1] * y[y.len() - 1];
+                assert_eq!(op_flops(file, &op), Some(want), "node {n}");
+                dense += 1;
+            }
+            Op::Reshape(_) | Op::Transpose(_) => assert_eq!(op_flops(file, &op), None),
+            Op::Attention(a) => {
+                // At least its projections over T = 16 tokens, plus the T×T scores and sums.
+                let numel = |id| file.tensor(id).unwrap().shape.numel().unwrap() as u64;
+                let projs: u64 = [Some(a.q), a.k, a.v, a.align, Some(a.o)].iter().flatten().map(|p| numel(p.w)).sum();
+                let f = op_flops(file, &op).unwrap();
+                assert!(f >= 2 * 16 * projs + 4 * 16 * 16 * 32, "node {n}: {f}");
+            }
+            Op::AftFull(_) | Op::AftConv(_) | Op::Fastformer(_) => {
+                // At least three d×d projections over T = 16 tokens (AFT-conv's key projection is h×d).
+                let f = op_flops(file, &op).unwrap();
+                assert!(f >= 3 * 2 * 16 * 32 * 32, "node {n}: {f}");
+            }
+            _ => {}
+        }
+    }
+    assert!(dense > 0);
+}
+
+#[test]
+fn zero_runs_and_partial_batches_are_errors() {
+    let model = demo();
+    let x = vec![0.5f32; 256];
+    assert!(profile(&model, &[Input::F32(&x)], 0, 0).is_err());
+    assert!(profile(&model, &[Input::F32(&x[..100])], 0, 1).is_err());
+}
