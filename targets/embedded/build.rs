@@ -53,26 +53,22 @@ fn main() {
     let mut src = String::new();
     writeln!(src, "/// Arena bytes for batch 1 (`Model::arena_bytes(1)`, computed on the host).").unwrap();
     writeln!(src, "pub const ARENA_BYTES: usize = {arena_bytes};").unwrap();
-    writeln!(src, "/// Elements of the input sample.\npub const INPUT_LEN: usize = {in_len};").unwrap();
     writeln!(src, "/// Elements of the output.\npub const OUTPUT_LEN: usize = {out_len};").unwrap();
     writeln!(
         src,
         "/// The class the host's CPU runtime computed for the sample.\npub const HOST_CLASS: usize = {class};"
     )
     .unwrap();
-    writeln!(
-        src,
-        "/// The host's logits (bit patterns).\npub const HOST_LOGITS: [u32; {out_len}] = {:?};",
-        bits(&logits)
-    )
-    .unwrap();
-    writeln!(src, "/// Sample {sample} of {} (bit patterns).", input_path.display()).unwrap();
-    writeln!(src, "pub static INPUT_BITS: [u32; {in_len}] = {:?};", bits(&x)).unwrap();
+    writeln!(src, "/// The host's logits.\npub static HOST_LOGITS: [f32; {out_len}] = {};", floats(&logits)).unwrap();
+    writeln!(src, "/// Sample {sample} of {} (in flash).", input_path.display()).unwrap();
+    writeln!(src, "pub static INPUT: [f32; {in_len}] = {};", floats(&x)).unwrap();
     std::fs::write(out.join("consts.rs"), src).expect("writing consts.rs");
 }
 
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
+/// A Rust array expression with the exact values (`f32::from_bits` is const).
+fn floats(v: &[f32]) -> String {
+    let items: Vec<String> = v.iter().map(|x| format!("f32::from_bits({:#010x})", x.to_bits())).collect();
+    format!("[{}]", items.join(", "))
 }
 
 fn argmax(v: &[f32]) -> usize {

@@ -33,15 +33,15 @@ impl std::fmt::Display for FfiError {
 
 impl std::error::Error for FfiError {}
 
-impl From<kestrel::Error> for FfiError {
-    fn from(e: kestrel::Error) -> Self {
-        let status = match &e {
-            kestrel::Error::Io { .. } => Status::KESTREL_ERR_IO,
-            kestrel::Error::Format(_) | kestrel::Error::Load(_) => Status::KESTREL_ERR_INVALID_MODEL,
-            kestrel::Error::Run(r) => return (*r).into(),
-            kestrel::Error::Npy(_) | kestrel::Error::Build(_) => Status::KESTREL_ERR_INTERNAL,
-        };
-        Self::new(status, e.to_string())
+impl From<kestrel_cpu::LoadError> for FfiError {
+    fn from(e: kestrel_cpu::LoadError) -> Self {
+        Self::new(Status::KESTREL_ERR_INVALID_MODEL, e.to_string())
+    }
+}
+
+impl From<kestrel_format::Error> for FfiError {
+    fn from(e: kestrel_format::Error) -> Self {
+        Self::new(Status::KESTREL_ERR_INVALID_MODEL, e.to_string())
     }
 }
 
@@ -174,6 +174,23 @@ impl TensorDesc {
     }
 }
 
+/// Where a model's bytes live. Either way their address is fixed for the owner's lifetime.
+enum Storage {
+    /// A read-only private map of the file.
+    Mapped(memmap2::Mmap),
+    /// A 64-byte-aligned heap copy.
+    Owned(kestrel_format::AlignedBuf),
+}
+
+impl Storage {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Storage::Mapped(m) => m,
+            Storage::Owned(b) => b,
+        }
+    }
+}
+
 /// A validated model that owns its bytes (memory-mapped or copied), with its descriptive strings
 /// as C strings. Shared between sessions and threads through an `Arc`.
 pub struct LoadedModel {
@@ -186,7 +203,7 @@ pub struct LoadedModel {
     inputs: Vec<TensorDesc>,
     outputs: Vec<TensorDesc>,
     op_names: Vec<CString>,
-    _owner: kestrel::Model,
+    _owner: Storage,
 }
 
 // SAFETY-relevant invariant: `cpu` borrows `_owner.bytes()`; nothing hands out `&'static`
@@ -194,21 +211,26 @@ pub struct LoadedModel {
 impl LoadedModel {
     /// Memory-maps and validates the `.kes` file at `path`.
     pub fn from_path(path: &Path) -> Result<Self, FfiError> {
-        Self::new(kestrel::Model::load(path)?)
+        let io = |e: std::io::Error| FfiError::new(Status::KESTREL_ERR_IO, format!("{}: {e}", path.display()));
+        let file = std::fs::File::open(path).map_err(io)?;
+        // SAFETY: a read-only private map; a file truncated by another process while mapped
+        // would fault, as with any mmap-based loader (documented in the header).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        Self::new(Storage::Mapped(map))
     }
 
     /// Copies `bytes` into aligned memory and validates them.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, FfiError> {
-        Self::new(kestrel::Model::from_bytes(bytes)?)
+        Self::new(Storage::Owned(kestrel_format::aligned_copy(bytes)))
     }
 
-    fn new(owner: kestrel::Model) -> Result<Self, FfiError> {
+    fn new(owner: Storage) -> Result<Self, FfiError> {
         let bytes: &[u8] = owner.bytes();
         // SAFETY: the bytes live in `owner`'s heap buffer or memory map, which never moves or
         // changes while `owner` exists; `owner` is stored next to `cpu` and outlives it (field
         // order), and `cpu` is only reachable through `&self`, so no borrow escapes.
         let bytes: &'static [u8] = unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) };
-        let cpu = kestrel_cpu::Model::parse(bytes).map_err(kestrel::Error::from)?;
+        let cpu = kestrel_cpu::Model::parse(bytes)?;
         let meta = cpu.file().meta();
         let cstr = |s: &str, what: &str| {
             CString::new(s).map_err(|_| {
@@ -241,11 +263,7 @@ impl LoadedModel {
                 shape: t.shape.dims().iter().map(|&d| d as usize).collect(),
             });
         }
-        let op_names = cpu
-            .file()
-            .ops()
-            .map(|op| op.map(|o| cstr(o.name(), "op name")).map_err(kestrel::Error::from)?)
-            .collect::<Result<Vec<_>, _>>()?;
+        let op_names = cpu.file().ops().map(|op| cstr(op?.name(), "op name")).collect::<Result<Vec<_>, _>>()?;
         Ok(Self { cpu, name, task, labels, inputs, outputs, op_names, _owner: owner })
     }
 
