@@ -100,6 +100,33 @@ static void *thread_last_error(void *arg) {
     return (void *)(uintptr_t)(strlen(kestrel_last_error()) == 0);
 }
 
+/* One thread's job: its own session on a shared model, batch 1, checked against `want`. */
+struct shared_run {
+    const KestrelModel *model;
+    const float *x;
+    const float *want;
+    double err;
+    KestrelStatus status;
+};
+
+static void *run_on_shared_model(void *arg) {
+    struct shared_run *job = arg;
+    KestrelSession *s = NULL;
+    job->err = INFINITY;
+    job->status = kestrel_session_new(job->model, KESTREL_BACKEND_CPU, 1, &s);
+    if (job->status != KESTREL_OK) return NULL;
+    float y[10];
+    size_t xs[4] = {1, 1, 64, 64}, ys[2] = {1, 10};
+    KestrelTensor xt = {KESTREL_DTYPE_F32, job->x, xs, 4};
+    KestrelOutput yt = {y, ys, 2};
+    for (int i = 0; i < 3 && job->status == KESTREL_OK; i++) {
+        job->status = kestrel_session_run(s, &xt, 1, &yt, 1, NULL);
+    }
+    if (job->status == KESTREL_OK) job->err = max_rel_err(y, job->want, 10);
+    kestrel_session_free(s);
+    return NULL;
+}
+
 static void test_image(const char *dir) {
     char *path = join(dir, "image.kes");
     KestrelModel *model = NULL;
@@ -306,6 +333,19 @@ static void test_image(const char *dir) {
     EXPECT_STATUS(kestrel_selftest_panic(), KESTREL_ERR_PANIC);
     CHECK(strstr(kestrel_last_error(), "deliberate") != NULL, "panic message: %s", kestrel_last_error());
     REQUIRE_OK(kestrel_session_run(session, &xt, 1, &yt, 1, NULL));
+
+    /* a model is shared by sessions on several threads at once */
+    struct shared_run jobs[3];
+    pthread_t workers[3];
+    for (int i = 0; i < 3; i++) {
+        jobs[i] = (struct shared_run){model, x + i * 64 * 64, want + i * 10, 0, KESTREL_OK};
+        CHECK(pthread_create(&workers[i], NULL, run_on_shared_model, &jobs[i]) == 0, "pthread_create");
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(workers[i], NULL);
+        CHECK(jobs[i].status == KESTREL_OK && jobs[i].err <= TOL, "thread %d: %s, max rel err %g", i,
+              kestrel_status_name(jobs[i].status), jobs[i].err);
+    }
 
     /* the last error is per thread */
     pthread_t th;
