@@ -163,7 +163,9 @@ pub unsafe extern "C" fn kestrel_backend_available(backend: u32, out: *mut bool)
 }
 
 /// Loads (memory-maps) and validates the `.kes` file at `path` (NUL-terminated). On success
-/// `*out` is a new model to release with `kestrel_model_free`; on failure it is NULL.
+/// `*out` is a new model to release with `kestrel_model_free`; on failure it is NULL. The file
+/// must not be truncated while the model lives (as with any memory-mapped loader); copy it with
+/// `kestrel_model_load_memory` if that cannot be guaranteed.
 ///
 /// # Safety
 /// `path` must be NULL or a NUL-terminated string; `out` NULL or valid for a write.
@@ -633,7 +635,8 @@ unsafe fn arg_slice<'a, T>(ptr: *const T, count: usize, expected: usize, what: &
 /// Runs a batch. `inputs[i]` must match graph input `i` (`[batch, per-sample dims...]`, its
 /// dtype; token-id inputs take I32 or I64), every input the same batch (1..=capacity); `outputs[i]`
 /// has graph output `i`'s shape with that batch. Output buffers may not overlap each other or the
-/// inputs. `*batch_out` (if not NULL) receives the batch. Allocates nothing but a few pointers.
+/// inputs. `*batch_out` (if not NULL) receives the batch. The run itself allocates nothing;
+/// the call allocates two small arrays of slice descriptors.
 ///
 /// # Safety
 /// `inputs`/`outputs` must be NULL or valid for `n_inputs`/`n_outputs` reads, each tensor's
