@@ -8,7 +8,7 @@
 
 use crate::core::{Backend, DType, FfiError, LoadedModel, SessionCore, TensorDesc};
 use crate::handles::{self, KestrelModel, KestrelSession};
-use crate::status::{guard, last_error_ptr, Status};
+use crate::status::{guard, guard_str, last_error_ptr, Status};
 use kestrel_cpu::session::Input;
 use std::ffi::{c_char, c_void, CStr};
 
@@ -133,20 +133,20 @@ pub extern "C" fn kestrel_version() -> *const c_char {
         Ok(v) => v,
         Err(_) => c"unknown",
     };
-    VERSION.as_ptr()
+    guard_str(|| VERSION.as_ptr())
 }
 
 /// The name of a status code ("KESTREL_ERR_SHAPE"), or "KESTREL_UNKNOWN_STATUS" (static strings).
 #[no_mangle]
 pub extern "C" fn kestrel_status_name(status: i32) -> *const c_char {
-    Status::from_code(status).map_or(c"KESTREL_UNKNOWN_STATUS".as_ptr(), |s| s.c_name().as_ptr())
+    guard_str(|| Status::from_code(status).map_or(c"KESTREL_UNKNOWN_STATUS".as_ptr(), |s| s.c_name().as_ptr()))
 }
 
 /// The message of the last failed call on this thread ("" if none). Valid until the next failing
 /// call on this thread; successful calls leave it unchanged.
 #[no_mangle]
 pub extern "C" fn kestrel_last_error() -> *const c_char {
-    last_error_ptr()
+    guard_str(last_error_ptr)
 }
 
 /// Whether this build can run sessions on `backend` (a `KestrelBackend` code).

@@ -105,18 +105,24 @@ thread_local! {
 pub fn set_last_error(e: &FfiError) {
     // Interior NULs cannot come from our messages, but never fail here: replace them.
     let msg = CString::new(e.message.replace('\0', "\\0")).unwrap_or_default();
-    LAST_ERROR.with(|l| *l.borrow_mut() = msg);
+    // `try_with`: during thread teardown the slot may be gone; the status still tells the error.
+    let _ = LAST_ERROR.try_with(|l| *l.borrow_mut() = msg);
 }
 
 /// This thread's last error message (empty if no call has failed on this thread). The pointer
 /// stays valid until the next failing call on this thread.
 pub fn last_error_ptr() -> *const c_char {
-    LAST_ERROR.with(|l| l.borrow().as_ptr())
+    LAST_ERROR.try_with(|l| l.borrow().as_ptr()).unwrap_or(c"".as_ptr())
 }
 
 /// This thread's last error message as a Rust string.
 pub fn last_error() -> String {
     LAST_ERROR.with(|l| l.borrow().to_string_lossy().into_owned())
+}
+
+/// Runs `f`, which returns a static or thread-local string, turning a panic into "".
+pub fn guard_str(f: impl FnOnce() -> *const c_char) -> *const c_char {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(c"".as_ptr())
 }
 
 /// Runs `f`, turning an error or a panic into a status and recording the message.
