@@ -1,0 +1,177 @@
+package dev.kestrel;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Arrays;
+
+/**
+ * Host test of the JNI layer: the real dev.kestrel.NativeBridge against libkestrel_jni.so built
+ * for Linux. Run by targets/android/jni/tests/java.rs as
+ *   java -Djava.library.path=TARGET_DIR -cp CLASSES dev.kestrel.JniTest FIXTURE_DIR
+ * (fixtures as in targets/ffi/tests/support/fixtures.rs). Prints "N passed, N failed".
+ */
+public final class JniTest {
+    private static int passed = 0, failed = 0;
+    private static final double TOL = 1e-4;
+
+    private static void check(boolean ok, String what) {
+        if (ok) {
+            passed++;
+        } else {
+            failed++;
+            System.err.println("FAIL: " + what);
+        }
+    }
+
+    interface Body { void run(); }
+
+    private static void expectStatus(int status, Body body, String what) {
+        try {
+            body.run();
+            check(false, what + ": no exception");
+        } catch (KestrelException e) {
+            check(e.getStatus() == status && !e.getMessage().isEmpty(),
+                    what + ": status " + e.getStatus() + " (" + e.getMessage() + "), expected " + status);
+        }
+    }
+
+    private static ByteBuffer le(Path p) throws IOException {
+        return ByteBuffer.wrap(Files.readAllBytes(p)).order(ByteOrder.LITTLE_ENDIAN);
+    }
+
+    private static float[] floats(Path p) throws IOException {
+        ByteBuffer b = le(p);
+        float[] v = new float[b.remaining() / 4];
+        b.asFloatBuffer().get(v);
+        return v;
+    }
+
+    private static long[] longs(Path p) throws IOException {
+        ByteBuffer b = le(p);
+        long[] v = new long[b.remaining() / 8];
+        b.asLongBuffer().get(v);
+        return v;
+    }
+
+    private static double maxRelErr(float[] a, float[] b) {
+        if (a.length != b.length) return Double.POSITIVE_INFINITY;
+        double worst = 0;
+        for (int i = 0; i < a.length; i++) {
+            double e = Math.abs((double) a[i] - b[i]) / (1 + Math.abs((double) b[i]));
+            if (!(e <= worst)) worst = e;
+        }
+        return worst;
+    }
+
+    public static void main(String[] args) throws Exception {
+        Path dir = Path.of(args[0]);
+
+        // Image model, loaded from a path.
+        long m = NativeBridge.modelLoadPath(dir.resolve("image.kes").toString());
+        check(m != 0, "model handle");
+        check(NativeBridge.tensorCount(m, false) == 1 && NativeBridge.tensorCount(m, true) == 1, "tensor counts");
+        check(NativeBridge.tensorName(m, false, 0).equals("x"), "input name");
+        check(NativeBridge.tensorDType(m, false, 0) == NativeBridge.DTYPE_F32, "input dtype");
+        check(Arrays.equals(NativeBridge.tensorShape(m, false, 0), new int[] {1, 64, 64}), "input shape");
+        check(Arrays.equals(NativeBridge.tensorShape(m, true, 0), new int[] {10}), "output shape");
+        check(NativeBridge.modelName(m).equals("model"), "model name " + NativeBridge.modelName(m));
+        check(NativeBridge.modelTask(m) != null, "task");
+        check(NativeBridge.modelLabels(m) != null, "labels");
+
+        float[] x = floats(dir.resolve("image_input.bin"));
+        float[] want = floats(dir.resolve("image_expected.bin"));
+        expectStatus(KestrelException.UNSUPPORTED, () -> NativeBridge.sessionNew(m, NativeBridge.BACKEND_WGPU, 4),
+                "wgpu session");
+        long s = NativeBridge.sessionNew(m, NativeBridge.BACKEND_AUTO, 4);
+        check(NativeBridge.sessionBackend(s) == NativeBridge.BACKEND_CPU, "auto resolves to cpu");
+        NativeBridge.sessionSetProfiling(s, true);
+        float[][] y = NativeBridge.sessionRun(s, new Object[] {x});
+        check(y.length == 1 && y[0].length == 40, "batch-4 output length");
+        double err = maxRelErr(y[0], want);
+        check(err <= TOL, "image batch 4 vs PyTorch: max rel err " + err);
+        String[] ops = NativeBridge.profileOps(s);
+        long[] nanos = NativeBridge.profileNanos(s);
+        long total = Arrays.stream(nanos).sum();
+        check(ops.length > 0 && ops.length == nanos.length && total > 0, "profile");
+        System.out.printf("image model via JNI: max rel err %.2e vs PyTorch, %d ops timed, %.3f ms%n", err,
+                ops.length, total / 1e6);
+        // Batch 1.
+        float[][] y1 = NativeBridge.sessionRun(s, new Object[] {Arrays.copyOf(x, 64 * 64)});
+        check(y1[0].length == 10 && maxRelErr(y1[0], Arrays.copyOf(want, 10)) <= TOL, "batch 1");
+
+        // Same model from bytes; the model may be freed before its session.
+        long m2 = NativeBridge.modelLoadBytes(Files.readAllBytes(dir.resolve("image.kes")));
+        long s2 = NativeBridge.sessionNew(m2, NativeBridge.BACKEND_CPU, 1);
+        NativeBridge.modelFree(m2);
+        float[][] y2 = NativeBridge.sessionRun(s2, new Object[] {Arrays.copyOf(x, 64 * 64)});
+        check(Arrays.equals(y2[0], y1[0]), "bytes-loaded model agrees");
+        NativeBridge.sessionFree(s2);
+
+        // Error paths.
+        expectStatus(KestrelException.IO, () -> NativeBridge.modelLoadPath(dir.resolve("missing.kes").toString()),
+                "missing file");
+        expectStatus(KestrelException.INVALID_MODEL,
+                () -> NativeBridge.modelLoadPath(dir.resolve("image_input.bin").toString()), "not a model");
+        expectStatus(KestrelException.NULL_POINTER, () -> NativeBridge.modelLoadPath(null), "null path");
+        expectStatus(KestrelException.NULL_POINTER, () -> NativeBridge.modelLoadBytes(null), "null bytes");
+        expectStatus(KestrelException.INVALID_MODEL, () -> NativeBridge.modelLoadBytes(new byte[100]), "zeros");
+        expectStatus(KestrelException.NULL_POINTER, () -> NativeBridge.modelName(0), "null model handle");
+        expectStatus(KestrelException.INVALID_HANDLE, () -> NativeBridge.modelName(m + 1), "misaligned handle");
+        expectStatus(KestrelException.INVALID_HANDLE, () -> NativeBridge.modelName(s), "session as model");
+        expectStatus(KestrelException.INVALID_HANDLE, () -> NativeBridge.sessionRun(m, new Object[] {x}),
+                "model as session");
+        expectStatus(KestrelException.INVALID_HANDLE, () -> NativeBridge.modelName(m2), "freed model");
+        expectStatus(KestrelException.INVALID_HANDLE, () -> NativeBridge.sessionFree(s2), "double free");
+        expectStatus(KestrelException.INDEX, () -> NativeBridge.tensorName(m, false, 1), "input index");
+        expectStatus(KestrelException.INDEX, () -> NativeBridge.tensorShape(m, true, -1), "negative index");
+        expectStatus(KestrelException.INVALID_ARGUMENT, () -> NativeBridge.sessionNew(m, 9, 1), "bad backend");
+        expectStatus(KestrelException.INVALID_ARGUMENT, () -> NativeBridge.sessionNew(m, 0, 0), "capacity 0");
+        expectStatus(KestrelException.INVALID_ARGUMENT, () -> NativeBridge.sessionNew(m, 0, -1), "capacity -1");
+        expectStatus(KestrelException.SHAPE, () -> NativeBridge.sessionRun(s, new Object[] {}), "no inputs");
+        expectStatus(KestrelException.SHAPE, () -> NativeBridge.sessionRun(s, new Object[] {x, x}), "two inputs");
+        expectStatus(KestrelException.SHAPE, () -> NativeBridge.sessionRun(s, new Object[] {new float[100]}),
+                "partial sample");
+        expectStatus(KestrelException.SHAPE, () -> NativeBridge.sessionRun(s, new Object[] {new float[5 * 4096]}),
+                "over capacity");
+        expectStatus(KestrelException.SHAPE, () -> NativeBridge.sessionRun(s, new Object[] {new int[4096]}),
+                "ids into a float input");
+        expectStatus(KestrelException.SHAPE, () -> NativeBridge.sessionRun(s, new Object[] {"text"}), "a String");
+        expectStatus(KestrelException.NULL_POINTER, () -> NativeBridge.sessionRun(s, new Object[] {null}),
+                "null input");
+        expectStatus(KestrelException.NULL_POINTER, () -> NativeBridge.sessionRun(s, null), "null inputs");
+        expectStatus(KestrelException.PANIC, NativeBridge::selftestPanic, "panic is caught");
+        // Still works after all that.
+        check(maxRelErr(NativeBridge.sessionRun(s, new Object[] {x})[0], want) <= TOL, "after errors");
+        NativeBridge.sessionFree(s);
+        NativeBridge.modelFree(m);
+        NativeBridge.modelFree(0);
+
+        // Text model: i64 and i32 token ids.
+        long t = NativeBridge.modelLoadPath(dir.resolve("text.kes").toString());
+        check(NativeBridge.tensorDType(t, false, 0) == NativeBridge.DTYPE_I32, "ids dtype");
+        long ts = NativeBridge.sessionNew(t, NativeBridge.BACKEND_CPU, 4);
+        long[] ids = longs(dir.resolve("text_input.bin"));
+        float[] twant = floats(dir.resolve("text_expected.bin"));
+        float[] y64 = NativeBridge.sessionRun(ts, new Object[] {ids})[0];
+        int[] ids32 = Arrays.stream(ids).mapToInt(v -> (int) v).toArray();
+        float[] y32 = NativeBridge.sessionRun(ts, new Object[] {ids32})[0];
+        double terr = maxRelErr(y64, twant);
+        check(terr <= TOL, "text vs PyTorch: max rel err " + terr);
+        check(Arrays.equals(y64, y32), "i32 and i64 ids agree");
+        System.out.printf("text model via JNI: max rel err %.2e vs PyTorch%n", terr);
+        ids32[3] = 1 << 30;
+        expectStatus(KestrelException.INPUT_VALUE, () -> NativeBridge.sessionRun(ts, new Object[] {ids32}),
+                "id outside the vocabulary");
+        ids[3] = 1L << 40;
+        expectStatus(KestrelException.INPUT_VALUE, () -> NativeBridge.sessionRun(ts, new Object[] {ids}),
+                "id beyond i32");
+        NativeBridge.sessionFree(ts);
+        NativeBridge.modelFree(t);
+
+        System.out.println(passed + " passed, " + failed + " failed");
+        System.exit(failed == 0 ? 0 : 1);
+    }
+}

@@ -1,0 +1,43 @@
+package dev.kestrel;
+
+/**
+ * The native methods of libkestrel_jni.so (Rust: targets/android/jni/src/lib.rs). Internal: apps
+ * use {@link Model} and {@link Session} (Kotlin). Handles are opaque longs checked on the native
+ * side (0, freed or wrong-kind handles throw {@link KestrelException}, they never crash). Kept in
+ * Java so the very same class is compiled and run against the host library by the JNI test.
+ */
+public final class NativeBridge {
+    static {
+        System.loadLibrary("kestrel_jni");
+    }
+
+    private NativeBridge() {}
+
+    /** KestrelBackend codes. */
+    public static final int BACKEND_CPU = 0, BACKEND_WGPU = 1, BACKEND_AUTO = 2;
+    /** KestrelDType codes. */
+    public static final int DTYPE_F32 = 0, DTYPE_I32 = 1, DTYPE_I64 = 2;
+
+    public static native long modelLoadPath(String path);
+    public static native long modelLoadBytes(byte[] data);
+    public static native void modelFree(long model);
+    public static native String modelName(long model);
+    public static native String modelTask(long model);
+    public static native String[] modelLabels(long model);
+    public static native int tensorCount(long model, boolean output);
+    public static native String tensorName(long model, boolean output, int index);
+    public static native int tensorDType(long model, boolean output, int index);
+    public static native int[] tensorShape(long model, boolean output, int index);
+
+    public static native long sessionNew(long model, int backend, int capacity);
+    public static native void sessionFree(long session);
+    public static native int sessionBackend(long session);
+    public static native void sessionSetProfiling(long session, boolean on);
+    /** Each input a float[], int[] or long[] of batch x per-sample elements; returns every output. */
+    public static native float[][] sessionRun(long session, Object[] inputs);
+    public static native String[] profileOps(long session);
+    public static native long[] profileNanos(long session);
+
+    /** Panics inside the native guard: throws KestrelException(KESTREL_ERR_PANIC). For tests. */
+    public static native void selftestPanic();
+}

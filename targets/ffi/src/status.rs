@@ -1,0 +1,178 @@
+//! Status codes, the thread-local last-error message, and the guard every entry point runs in
+//! (no panic crosses the boundary).
+
+use crate::core::FfiError;
+use std::cell::RefCell;
+use std::ffi::{c_char, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// What a Kestrel function returns: `KESTREL_OK` or the kind of failure (details in
+/// `kestrel_last_error()`).
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// Success.
+    KESTREL_OK = 0,
+    /// A required pointer argument is NULL.
+    KESTREL_ERR_NULL_POINTER = 1,
+    /// An argument is out of its domain (unknown enum code, zero capacity, overlapping buffers,
+    /// a path that is not UTF-8...).
+    KESTREL_ERR_INVALID_ARGUMENT = 2,
+    /// A handle is misaligned, of the wrong kind, or already freed (as far as can be told).
+    KESTREL_ERR_INVALID_HANDLE = 3,
+    /// A data pointer is not aligned for its element type.
+    KESTREL_ERR_MISALIGNED = 4,
+    /// A length, shape product or allocation is too large.
+    KESTREL_ERR_TOO_LARGE = 5,
+    /// Reading the model file failed.
+    KESTREL_ERR_IO = 6,
+    /// The model file is malformed or does not validate.
+    KESTREL_ERR_INVALID_MODEL = 7,
+    /// Input or output count, shape, batch or dtype does not match the model.
+    KESTREL_ERR_SHAPE = 8,
+    /// An index (input, output, label, timing) is out of range.
+    KESTREL_ERR_INDEX = 9,
+    /// An input value is out of range (token id outside the vocabulary or i32).
+    KESTREL_ERR_INPUT_VALUE = 10,
+    /// The requested backend is not available in this build or on this device.
+    KESTREL_ERR_UNSUPPORTED = 11,
+    /// A caller buffer is too small.
+    KESTREL_ERR_BUFFER_TOO_SMALL = 12,
+    /// Kestrel panicked; the panic was caught at the boundary (a bug: please report it).
+    KESTREL_ERR_PANIC = 13,
+    /// An internal invariant failed (a bug: please report it).
+    KESTREL_ERR_INTERNAL = 14,
+}
+
+impl Status {
+    /// Every status, in code order.
+    pub const ALL: [Status; 15] = [
+        Status::KESTREL_OK,
+        Status::KESTREL_ERR_NULL_POINTER,
+        Status::KESTREL_ERR_INVALID_ARGUMENT,
+        Status::KESTREL_ERR_INVALID_HANDLE,
+        Status::KESTREL_ERR_MISALIGNED,
+        Status::KESTREL_ERR_TOO_LARGE,
+        Status::KESTREL_ERR_IO,
+        Status::KESTREL_ERR_INVALID_MODEL,
+        Status::KESTREL_ERR_SHAPE,
+        Status::KESTREL_ERR_INDEX,
+        Status::KESTREL_ERR_INPUT_VALUE,
+        Status::KESTREL_ERR_UNSUPPORTED,
+        Status::KESTREL_ERR_BUFFER_TOO_SMALL,
+        Status::KESTREL_ERR_PANIC,
+        Status::KESTREL_ERR_INTERNAL,
+    ];
+
+    /// The status with this code, if any.
+    pub fn from_code(code: i32) -> Option<Status> {
+        usize::try_from(code).ok().and_then(|i| Self::ALL.get(i).copied())
+    }
+
+    /// The C name, e.g. `KESTREL_ERR_SHAPE`.
+    pub fn name(self) -> &'static str {
+        self.c_name().to_str().unwrap_or("KESTREL_ERR_INTERNAL")
+    }
+
+    /// The C name as a NUL-terminated static string.
+    pub fn c_name(self) -> &'static std::ffi::CStr {
+        match self {
+            Status::KESTREL_OK => c"KESTREL_OK",
+            Status::KESTREL_ERR_NULL_POINTER => c"KESTREL_ERR_NULL_POINTER",
+            Status::KESTREL_ERR_INVALID_ARGUMENT => c"KESTREL_ERR_INVALID_ARGUMENT",
+            Status::KESTREL_ERR_INVALID_HANDLE => c"KESTREL_ERR_INVALID_HANDLE",
+            Status::KESTREL_ERR_MISALIGNED => c"KESTREL_ERR_MISALIGNED",
+            Status::KESTREL_ERR_TOO_LARGE => c"KESTREL_ERR_TOO_LARGE",
+            Status::KESTREL_ERR_IO => c"KESTREL_ERR_IO",
+            Status::KESTREL_ERR_INVALID_MODEL => c"KESTREL_ERR_INVALID_MODEL",
+            Status::KESTREL_ERR_SHAPE => c"KESTREL_ERR_SHAPE",
+            Status::KESTREL_ERR_INDEX => c"KESTREL_ERR_INDEX",
+            Status::KESTREL_ERR_INPUT_VALUE => c"KESTREL_ERR_INPUT_VALUE",
+            Status::KESTREL_ERR_UNSUPPORTED => c"KESTREL_ERR_UNSUPPORTED",
+            Status::KESTREL_ERR_BUFFER_TOO_SMALL => c"KESTREL_ERR_BUFFER_TOO_SMALL",
+            Status::KESTREL_ERR_PANIC => c"KESTREL_ERR_PANIC",
+            Status::KESTREL_ERR_INTERNAL => c"KESTREL_ERR_INTERNAL",
+        }
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// Records `e` as this thread's last error.
+pub fn set_last_error(e: &FfiError) {
+    // Interior NULs cannot come from our messages, but never fail here: replace them.
+    let msg = CString::new(e.message.replace('\0', "\\0")).unwrap_or_default();
+    // `try_with`: during thread teardown the slot may be gone; the status still tells the error.
+    let _ = LAST_ERROR.try_with(|l| *l.borrow_mut() = msg);
+}
+
+/// This thread's last error message (empty if no call has failed on this thread). The pointer
+/// stays valid until the next failing call on this thread.
+pub fn last_error_ptr() -> *const c_char {
+    LAST_ERROR.try_with(|l| l.borrow().as_ptr()).unwrap_or(c"".as_ptr())
+}
+
+/// This thread's last error message as a Rust string.
+pub fn last_error() -> String {
+    LAST_ERROR.with(|l| l.borrow().to_string_lossy().into_owned())
+}
+
+/// Runs `f`, which returns a static or thread-local string, turning a panic into "".
+pub fn guard_str(f: impl FnOnce() -> *const c_char) -> *const c_char {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(c"".as_ptr())
+}
+
+/// Runs `f`, turning an error or a panic into a status and recording the message.
+pub fn guard(f: impl FnOnce() -> Result<(), FfiError>) -> Status {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => Status::KESTREL_OK,
+        Ok(Err(e)) => {
+            set_last_error(&e);
+            e.status
+        }
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-string payload".to_string());
+            let e = FfiError::new(
+                Status::KESTREL_ERR_PANIC,
+                format!("kestrel panicked (caught at the C boundary): {what}"),
+            );
+            set_last_error(&e);
+            e.status
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_names_match() {
+        for (i, s) in Status::ALL.iter().enumerate() {
+            assert_eq!(*s as i32, i as i32);
+            assert_eq!(Status::from_code(i as i32), Some(*s));
+            assert!(format!("{s:?}") == s.name());
+        }
+        assert_eq!(Status::from_code(-1), None);
+        assert_eq!(Status::from_code(Status::ALL.len() as i32), None);
+    }
+
+    #[test]
+    fn guard_catches_panics_and_errors() {
+        let s = guard(|| panic!("boom {}", 7));
+        assert_eq!(s, Status::KESTREL_ERR_PANIC);
+        assert!(last_error().contains("boom 7"), "{}", last_error());
+        let s = guard(|| Err(FfiError::new(Status::KESTREL_ERR_SHAPE, "bad\0shape")));
+        assert_eq!(s, Status::KESTREL_ERR_SHAPE);
+        assert_eq!(last_error(), "bad\\0shape");
+        assert_eq!(guard(|| Ok(())), Status::KESTREL_OK);
+        assert_eq!(last_error(), "bad\\0shape", "success leaves the last error alone");
+    }
+}

@@ -1,0 +1,450 @@
+/*
+ * C test of the Kestrel ABI: loads fixture models (from a path and from memory), runs them,
+ * compares with PyTorch's outputs, reads metadata and per-op timings, and exercises every error
+ * path. Built with the system `cc` and run (under valgrind in CI) by targets/ffi/tests/c_abi.rs,
+ * which converts the fixtures first and passes the directory holding them:
+ *
+ *   test_kestrel DIR
+ *
+ * DIR holds image.kes (float input [4, 1, 64, 64] -> [4, 10]) with image_input.bin and
+ * image_expected.bin, and text.kes (i64 token ids [4, 32] -> [4, 2]) with text_input.bin and
+ * text_expected.bin (raw little-endian arrays).
+ */
+#include "kestrel.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int passed = 0, failed = 0;
+
+#define CHECK(cond, ...)                                                                                  \
+    do {                                                                                                  \
+        if (cond) {                                                                                       \
+            passed++;                                                                                     \
+        } else {                                                                                          \
+            failed++;                                                                                     \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                               \
+            fprintf(stderr, __VA_ARGS__);                                                                 \
+            fprintf(stderr, " (last error: %s)\n", kestrel_last_error());                                 \
+        }                                                                                                 \
+    } while (0)
+
+/* A call that must fail with `expected`, leaving a non-empty message. */
+#define EXPECT_STATUS(call, expected)                                                                     \
+    do {                                                                                                  \
+        KestrelStatus st_ = (call);                                                                       \
+        CHECK(st_ == (expected), "%s returned %s, expected %s", #call, kestrel_status_name(st_),          \
+              kestrel_status_name(expected));                                                             \
+        if ((expected) != KESTREL_OK) {                                                                   \
+            CHECK(strlen(kestrel_last_error()) > 0, "no message after %s", #call);                        \
+        }                                                                                                 \
+    } while (0)
+
+#define REQUIRE_OK(call)                                                                                  \
+    do {                                                                                                  \
+        KestrelStatus st_ = (call);                                                                       \
+        if (st_ != KESTREL_OK) {                                                                          \
+            fprintf(stderr, "FATAL %s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call,                      \
+                    kestrel_status_name(st_), kestrel_last_error());                                      \
+            exit(2);                                                                                      \
+        }                                                                                                 \
+    } while (0)
+
+static void *read_file(const char *dir, const char *name, size_t *len) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "FATAL: cannot open %s\n", path);
+        exit(2);
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *buf = malloc((size_t)n + 8);
+    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        fprintf(stderr, "FATAL: cannot read %s\n", path);
+        exit(2);
+    }
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+static char *join(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+/* max |a - b| / (1 + |b|) over n values */
+static double max_rel_err(const float *a, const float *b, size_t n) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]) / (1.0 + fabs((double)b[i]));
+        if (!(e <= worst)) worst = e; /* also catches NaN */
+    }
+    return worst;
+}
+
+static const double TOL = 1e-4; /* converted f32 model vs PyTorch (the converter's own bound is 3e-6) */
+
+static void *thread_last_error(void *arg) {
+    (void)arg;
+    /* A fresh thread has no last error, whatever failed on the main thread. */
+    return (void *)(uintptr_t)(strlen(kestrel_last_error()) == 0);
+}
+
+/* One thread's job: its own session on a shared model, batch 1, checked against `want`. */
+struct shared_run {
+    const KestrelModel *model;
+    const float *x;
+    const float *want;
+    double err;
+    KestrelStatus status;
+};
+
+static void *run_on_shared_model(void *arg) {
+    struct shared_run *job = arg;
+    KestrelSession *s = NULL;
+    job->err = INFINITY;
+    job->status = kestrel_session_new(job->model, KESTREL_BACKEND_CPU, 1, &s);
+    if (job->status != KESTREL_OK) return NULL;
+    float y[10];
+    size_t xs[4] = {1, 1, 64, 64}, ys[2] = {1, 10};
+    KestrelTensor xt = {KESTREL_DTYPE_F32, job->x, xs, 4};
+    KestrelOutput yt = {y, ys, 2};
+    for (int i = 0; i < 3 && job->status == KESTREL_OK; i++) {
+        job->status = kestrel_session_run(s, &xt, 1, &yt, 1, NULL);
+    }
+    if (job->status == KESTREL_OK) job->err = max_rel_err(y, job->want, 10);
+    kestrel_session_free(s);
+    return NULL;
+}
+
+static void test_image(const char *dir) {
+    char *path = join(dir, "image.kes");
+    KestrelModel *model = NULL;
+    REQUIRE_OK(kestrel_model_load_path(path, &model));
+    free(path);
+
+    size_t n = 0;
+    REQUIRE_OK(kestrel_model_input_count(model, &n));
+    CHECK(n == 1, "input count %zu", n);
+    REQUIRE_OK(kestrel_model_output_count(model, &n));
+    CHECK(n == 1, "output count %zu", n);
+    KestrelTensorInfo in, out;
+    REQUIRE_OK(kestrel_model_input_info(model, 0, &in));
+    CHECK(in.dtype == KESTREL_DTYPE_F32 && in.rank == 3 && in.dims[0] == 1 && in.dims[1] == 64 && in.dims[2] == 64,
+          "input info dtype %u rank %zu", in.dtype, in.rank);
+    CHECK(strcmp(in.name, "x") == 0, "input name %s", in.name);
+    REQUIRE_OK(kestrel_model_output_info(model, 0, &out));
+    CHECK(out.dtype == KESTREL_DTYPE_F32 && out.rank == 1 && out.dims[0] == 10, "output rank %zu", out.rank);
+    CHECK(strlen(out.name) > 0, "output name empty");
+    const char *s = NULL;
+    REQUIRE_OK(kestrel_model_name(model, &s));
+    CHECK(s && strcmp(s, "model") == 0, "model name %s", s ? s : "(null)");
+    REQUIRE_OK(kestrel_model_task(model, &s));
+    CHECK(s != NULL, "task NULL");
+    size_t labels = 99;
+    REQUIRE_OK(kestrel_model_label_count(model, &labels));
+    EXPECT_STATUS(kestrel_model_label(model, labels, &s), KESTREL_ERR_INDEX);
+    size_t ops = 0, arena1 = 0, arena4 = 0;
+    REQUIRE_OK(kestrel_model_op_count(model, &ops));
+    CHECK(ops > 5, "op count %zu", ops);
+    REQUIRE_OK(kestrel_model_arena_bytes(model, 1, &arena1));
+    REQUIRE_OK(kestrel_model_arena_bytes(model, 4, &arena4));
+    CHECK(arena1 > 0 && arena4 > arena1, "arena %zu %zu", arena1, arena4);
+
+    size_t len = 0;
+    float *x = read_file(dir, "image_input.bin", &len);
+    CHECK(len == 4 * 64 * 64 * sizeof(float), "input bytes %zu", len);
+    float *want = read_file(dir, "image_expected.bin", &len);
+    CHECK(len == 4 * 10 * sizeof(float), "expected bytes %zu", len);
+
+    bool avail = false;
+    REQUIRE_OK(kestrel_backend_available(KESTREL_BACKEND_CPU, &avail));
+    CHECK(avail, "cpu unavailable");
+    REQUIRE_OK(kestrel_backend_available(KESTREL_BACKEND_WGPU, &avail));
+    CHECK(!avail, "wgpu claims to be available");
+    KestrelSession *session = (KestrelSession *)1;
+    EXPECT_STATUS(kestrel_session_new(model, KESTREL_BACKEND_WGPU, 4, &session), KESTREL_ERR_UNSUPPORTED);
+    CHECK(session == NULL, "out not cleared on failure");
+    CHECK(strstr(kestrel_last_error(), "wgpu") != NULL, "message does not name wgpu");
+    REQUIRE_OK(kestrel_session_new(model, KESTREL_BACKEND_AUTO, 4, &session));
+    uint32_t backend = 99;
+    REQUIRE_OK(kestrel_session_backend(session, &backend));
+    CHECK(backend == KESTREL_BACKEND_CPU, "auto resolved to %u", backend);
+
+    /* Batch 4 with profiling. */
+    float y[4 * 10];
+    size_t xs[4] = {4, 1, 64, 64}, ys[2] = {4, 10};
+    KestrelTensor xt = {KESTREL_DTYPE_F32, x, xs, 4};
+    KestrelOutput yt = {y, ys, 2};
+    REQUIRE_OK(kestrel_session_set_profiling(session, true));
+    size_t batch = 0;
+    memset(y, 0xff, sizeof y); /* NaN: every output must be written */
+    REQUIRE_OK(kestrel_session_run(session, &xt, 1, &yt, 1, &batch));
+    CHECK(batch == 4, "batch %zu", batch);
+    double err = max_rel_err(y, want, 40);
+    CHECK(err <= TOL, "batch 4 vs PyTorch: max rel err %g", err);
+    size_t entries = 0;
+    REQUIRE_OK(kestrel_session_profile_count(session, &entries));
+    CHECK(entries > 0 && entries <= ops, "profile entries %zu of %zu ops", entries, ops);
+    uint64_t total = 0;
+    int named = 1;
+    for (size_t i = 0; i < entries; i++) {
+        KestrelOpTiming t;
+        REQUIRE_OK(kestrel_session_profile_entry(session, i, &t));
+        total += t.nanos;
+        named &= t.op != NULL && strlen(t.op) > 0 && t.node < ops;
+    }
+    CHECK(named, "a profile entry lacks an op name");
+    CHECK(total > 0, "profile total 0 ns");
+    printf("image model: %zu ops, %zu timed, %.3f ms total, max rel err %.2e vs PyTorch\n", ops, entries,
+           (double)total / 1e6, err);
+    EXPECT_STATUS(kestrel_session_profile_entry(session, entries, &(KestrelOpTiming){0}), KESTREL_ERR_INDEX);
+
+    /* Batch 1 (the first sample), profiling off. */
+    REQUIRE_OK(kestrel_session_set_profiling(session, false));
+    xs[0] = 1;
+    ys[0] = 1;
+    REQUIRE_OK(kestrel_session_run(session, &xt, 1, &yt, 1, NULL));
+    err = max_rel_err(y, want, 10);
+    CHECK(err <= TOL, "batch 1 vs PyTorch: max rel err %g", err);
+    REQUIRE_OK(kestrel_session_profile_count(session, &entries));
+    CHECK(entries == 0, "profile after an unprofiled run: %zu", entries);
+
+    /* Load from memory: same outputs; the buffer may be freed at once. */
+    size_t kes_len = 0;
+    void *kes = read_file(dir, "image.kes", &kes_len);
+    KestrelModel *model2 = NULL;
+    REQUIRE_OK(kestrel_model_load_memory(kes, kes_len, &model2));
+    /* Corrupted and truncated copies are rejected. */
+    KestrelModel *bad = (KestrelModel *)1;
+    EXPECT_STATUS(kestrel_model_load_memory(kes, kes_len / 2, &bad), KESTREL_ERR_INVALID_MODEL);
+    CHECK(bad == NULL, "out not cleared");
+    ((unsigned char *)kes)[kes_len - 100] ^= 0x5a;
+    EXPECT_STATUS(kestrel_model_load_memory(kes, kes_len, &bad), KESTREL_ERR_INVALID_MODEL);
+    EXPECT_STATUS(kestrel_model_load_memory(kes, 0, &bad), KESTREL_ERR_INVALID_MODEL);
+    free(kes);
+    KestrelSession *session2 = NULL;
+    REQUIRE_OK(kestrel_session_new(model2, KESTREL_BACKEND_CPU, 1, &session2));
+    /* The model may be freed before its sessions. */
+    REQUIRE_OK(kestrel_model_free(model2));
+    float y2[10];
+    KestrelOutput yt2 = {y2, ys, 2};
+    REQUIRE_OK(kestrel_session_run(session2, &xt, 1, &yt2, 1, NULL));
+    CHECK(memcmp(y, y2, sizeof y2) == 0, "memory-loaded model differs from the path-loaded one");
+
+    /* ---- error paths on a live model and session ---- */
+    xs[0] = 4;
+    ys[0] = 4;
+    KestrelTensor t = xt;
+    /* handles */
+    EXPECT_STATUS(kestrel_model_input_count(NULL, &n), KESTREL_ERR_NULL_POINTER);
+    EXPECT_STATUS(kestrel_model_input_count((KestrelModel *)((char *)model + 1), &n), KESTREL_ERR_INVALID_HANDLE);
+    EXPECT_STATUS(kestrel_model_input_count((KestrelModel *)session, &n), KESTREL_ERR_INVALID_HANDLE);
+    EXPECT_STATUS(kestrel_model_input_count((KestrelModel *)&t, &n), KESTREL_ERR_INVALID_HANDLE);
+    EXPECT_STATUS(kestrel_session_run((KestrelSession *)model, &xt, 1, &yt, 1, NULL), KESTREL_ERR_INVALID_HANDLE);
+    EXPECT_STATUS(kestrel_session_run(session2, &xt, 1, &yt, 1, NULL), KESTREL_ERR_SHAPE); /* capacity 1 */
+    EXPECT_STATUS(kestrel_model_free((KestrelModel *)session), KESTREL_ERR_INVALID_HANDLE);
+    EXPECT_STATUS(kestrel_session_free((KestrelSession *)model), KESTREL_ERR_INVALID_HANDLE);
+    /* freed handles: use after free and double free are caught (nothing is dereferenced) */
+    EXPECT_STATUS(kestrel_model_input_count(model2, &n), KESTREL_ERR_INVALID_HANDLE);
+    EXPECT_STATUS(kestrel_model_free(model2), KESTREL_ERR_INVALID_HANDLE);
+    REQUIRE_OK(kestrel_session_free(session2));
+    EXPECT_STATUS(kestrel_session_free(session2), KESTREL_ERR_INVALID_HANDLE);
+    EXPECT_STATUS(kestrel_session_run(session2, &xt, 1, &yt2, 1, NULL), KESTREL_ERR_INVALID_HANDLE);
+    REQUIRE_OK(kestrel_model_free(NULL));
+    REQUIRE_OK(kestrel_session_free(NULL));
+    /* out-pointers */
+    EXPECT_STATUS(kestrel_model_input_count(model, NULL), KESTREL_ERR_NULL_POINTER);
+    char raw[32];
+    EXPECT_STATUS(kestrel_model_input_count(model, (size_t *)(raw + 1)), KESTREL_ERR_MISALIGNED);
+    EXPECT_STATUS(kestrel_model_input_info(model, 1, &in), KESTREL_ERR_INDEX);
+    EXPECT_STATUS(kestrel_model_output_info(model, 7, &out), KESTREL_ERR_INDEX);
+    EXPECT_STATUS(kestrel_model_arena_bytes(model, 0, &n), KESTREL_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(kestrel_model_arena_bytes(model, SIZE_MAX, &n), KESTREL_ERR_TOO_LARGE);
+    EXPECT_STATUS(kestrel_backend_available(42, &avail), KESTREL_ERR_INVALID_ARGUMENT);
+    /* sessions */
+    KestrelSession *s2 = NULL;
+    EXPECT_STATUS(kestrel_session_new(model, KESTREL_BACKEND_CPU, 0, &s2), KESTREL_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(kestrel_session_new(model, 99, 1, &s2), KESTREL_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(kestrel_session_new(model, KESTREL_BACKEND_CPU, SIZE_MAX, &s2), KESTREL_ERR_TOO_LARGE);
+    EXPECT_STATUS(kestrel_session_new(model, KESTREL_BACKEND_CPU, 1, NULL), KESTREL_ERR_NULL_POINTER);
+    CHECK(s2 == NULL, "session out set on failure");
+    /* run arguments */
+    EXPECT_STATUS(kestrel_session_run(NULL, &xt, 1, &yt, 1, NULL), KESTREL_ERR_NULL_POINTER);
+    EXPECT_STATUS(kestrel_session_run(session, &xt, 0, &yt, 1, NULL), KESTREL_ERR_SHAPE);
+    EXPECT_STATUS(kestrel_session_run(session, &xt, 1, &yt, 2, NULL), KESTREL_ERR_SHAPE);
+    EXPECT_STATUS(kestrel_session_run(session, &xt, SIZE_MAX, &yt, 1, NULL), KESTREL_ERR_SHAPE);
+    EXPECT_STATUS(kestrel_session_run(session, NULL, 1, &yt, 1, NULL), KESTREL_ERR_NULL_POINTER);
+    EXPECT_STATUS(kestrel_session_run(session, &xt, 1, NULL, 1, NULL), KESTREL_ERR_NULL_POINTER);
+    EXPECT_STATUS(kestrel_session_run(session, (KestrelTensor *)(raw + 1), 1, &yt, 1, NULL), KESTREL_ERR_MISALIGNED);
+    EXPECT_STATUS(kestrel_session_run(session, &xt, 1, &yt, 1, (size_t *)(raw + 1)), KESTREL_ERR_MISALIGNED);
+    t = xt, t.dtype = 7;
+    EXPECT_STATUS(kestrel_session_run(session, &t, 1, &yt, 1, NULL), KESTREL_ERR_INVALID_ARGUMENT);
+    t = xt, t.dtype = KESTREL_DTYPE_I32;
+    EXPECT_STATUS(kestrel_session_run(session, &t, 1, &yt, 1, NULL), KESTREL_ERR_SHAPE);
+    t = xt, t.rank = 3;
+    EXPECT_STATUS(kestrel_session_run(session, &t, 1, &yt, 1, NULL), KESTREL_ERR_SHAPE);
+    t = xt, t.rank = SIZE_MAX;
+    EXPECT_STATUS(kestrel_session_run(session, &t, 1, &yt, 1, NULL), KESTREL_ERR_SHAPE);
+    t = xt, t.shape = NULL;
+    EXPECT_STATUS(kestrel_session_run(session, &t, 1, &yt, 1, NULL), KESTREL_ERR_NULL_POINTER);
+    t = xt, t.shape = (const size_t *)(raw + 1);
+    EXPECT_STATUS(kestrel_session_run(session, &t, 1, &yt, 1, NULL), KESTREL_ERR_MISALIGNED);
+    size_t bad_shape[4] = {0, 1, 64, 64};
+    t = xt, t.shape = bad_shape;
+    EXPECT_STATUS(kestrel_session_run(session, &t, 1, &yt, 1, NULL), KESTREL_ERR_SHAPE); /* batch 0 */
+    bad_shape[0] = 5;
+    EXPECT_STATUS(kestrel_session_run(session, &t, 1, &yt, 1, NULL), KESTREL_ERR_SHAPE); /* over capacity */
+    bad_shape[0] = 4, bad_shape[2] = 32, bad_shape[3] = 128;
+    EXPECT_STATUS(kestrel_session_run(session, &t, 1, &yt, 1, NULL), KESTREL_ERR_SHAPE); /* same count, other dims */
+    t = xt, t.data = NULL;
+    EXPECT_STATUS(kestrel_session_run(session, &t, 1, &yt, 1, NULL), KESTREL_ERR_NULL_POINTER);
+    t = xt, t.data = (const char *)x + 2;
+    EXPECT_STATUS(kestrel_session_run(session, &t, 1, &yt, 1, NULL), KESTREL_ERR_MISALIGNED);
+    size_t ys3[2] = {3, 10};
+    KestrelOutput o = {y, ys3, 2};
+    EXPECT_STATUS(kestrel_session_run(session, &xt, 1, &o, 1, NULL), KESTREL_ERR_SHAPE); /* batch differs */
+    size_t ys_wrong[2] = {4, 11};
+    o = (KestrelOutput){y, ys_wrong, 2};
+    EXPECT_STATUS(kestrel_session_run(session, &xt, 1, &o, 1, NULL), KESTREL_ERR_SHAPE);
+    o = (KestrelOutput){NULL, ys, 2};
+    EXPECT_STATUS(kestrel_session_run(session, &xt, 1, &o, 1, NULL), KESTREL_ERR_NULL_POINTER);
+    o = (KestrelOutput){(float *)((char *)y + 1), ys, 2};
+    EXPECT_STATUS(kestrel_session_run(session, &xt, 1, &o, 1, NULL), KESTREL_ERR_MISALIGNED);
+    o = (KestrelOutput){x + 100, ys, 2}; /* writing into the input */
+    EXPECT_STATUS(kestrel_session_run(session, &xt, 1, &o, 1, NULL), KESTREL_ERR_INVALID_ARGUMENT);
+    /* the session still works after all of that */
+    memset(y, 0xff, sizeof y);
+    REQUIRE_OK(kestrel_session_run(session, &xt, 1, &yt, 1, NULL));
+    err = max_rel_err(y, want, 40);
+    CHECK(err <= TOL, "after errors: max rel err %g", err);
+
+    /* a panic is caught at the boundary */
+    EXPECT_STATUS(kestrel_selftest_panic(), KESTREL_ERR_PANIC);
+    CHECK(strstr(kestrel_last_error(), "deliberate") != NULL, "panic message: %s", kestrel_last_error());
+    REQUIRE_OK(kestrel_session_run(session, &xt, 1, &yt, 1, NULL));
+
+    /* a model is shared by sessions on several threads at once */
+    struct shared_run jobs[3];
+    pthread_t workers[3];
+    for (int i = 0; i < 3; i++) {
+        jobs[i] = (struct shared_run){model, x + i * 64 * 64, want + i * 10, 0, KESTREL_OK};
+        CHECK(pthread_create(&workers[i], NULL, run_on_shared_model, &jobs[i]) == 0, "pthread_create");
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(workers[i], NULL);
+        CHECK(jobs[i].status == KESTREL_OK && jobs[i].err <= TOL, "thread %d: %s, max rel err %g", i,
+              kestrel_status_name(jobs[i].status), jobs[i].err);
+    }
+
+    /* the last error is per thread */
+    pthread_t th;
+    void *fresh = NULL;
+    CHECK(pthread_create(&th, NULL, thread_last_error, NULL) == 0, "pthread_create");
+    pthread_join(th, &fresh);
+    CHECK(fresh != NULL, "a new thread sees another thread's last error");
+
+    REQUIRE_OK(kestrel_session_free(session));
+    REQUIRE_OK(kestrel_model_free(model));
+    free(x);
+    free(want);
+}
+
+static void test_text(const char *dir) {
+    char *path = join(dir, "text.kes");
+    KestrelModel *model = NULL;
+    REQUIRE_OK(kestrel_model_load_path(path, &model));
+    free(path);
+    KestrelTensorInfo in;
+    REQUIRE_OK(kestrel_model_input_info(model, 0, &in));
+    CHECK(in.dtype == KESTREL_DTYPE_I32 && in.rank == 1 && in.dims[0] == 32, "ids input dtype %u rank %zu",
+          in.dtype, in.rank);
+    size_t len = 0;
+    int64_t *ids = read_file(dir, "text_input.bin", &len);
+    CHECK(len == 4 * 32 * sizeof(int64_t), "ids bytes %zu", len);
+    float *want = read_file(dir, "text_expected.bin", &len);
+    CHECK(len == 4 * 2 * sizeof(float), "expected bytes %zu", len);
+    KestrelSession *session = NULL;
+    REQUIRE_OK(kestrel_session_new(model, KESTREL_BACKEND_CPU, 4, &session));
+    float y[8];
+    size_t xs[2] = {4, 32}, ys[2] = {4, 2};
+    KestrelTensor x64 = {KESTREL_DTYPE_I64, ids, xs, 2};
+    KestrelOutput yt = {y, ys, 2};
+    REQUIRE_OK(kestrel_session_run(session, &x64, 1, &yt, 1, NULL));
+    double err = max_rel_err(y, want, 8);
+    CHECK(err <= TOL, "i64 ids vs PyTorch: max rel err %g", err);
+    int32_t ids32[4 * 32];
+    for (int i = 0; i < 4 * 32; i++) ids32[i] = (int32_t)ids[i];
+    KestrelTensor x32 = {KESTREL_DTYPE_I32, ids32, xs, 2};
+    float y32[8];
+    KestrelOutput yt32 = {y32, ys, 2};
+    REQUIRE_OK(kestrel_session_run(session, &x32, 1, &yt32, 1, NULL));
+    CHECK(memcmp(y, y32, sizeof y) == 0, "i32 and i64 ids differ");
+    printf("text model: i64 and i32 ids agree, max rel err %.2e vs PyTorch\n", err);
+    KestrelTensor xf = {KESTREL_DTYPE_F32, y, xs, 2};
+    EXPECT_STATUS(kestrel_session_run(session, &xf, 1, &yt, 1, NULL), KESTREL_ERR_SHAPE);
+    /* ids outside the vocabulary, negative, or beyond i32 */
+    ids32[5] = 1000000;
+    EXPECT_STATUS(kestrel_session_run(session, &x32, 1, &yt32, 1, NULL), KESTREL_ERR_INPUT_VALUE);
+    ids32[5] = -1;
+    EXPECT_STATUS(kestrel_session_run(session, &x32, 1, &yt32, 1, NULL), KESTREL_ERR_INPUT_VALUE);
+    ids[7] = (int64_t)1 << 40;
+    EXPECT_STATUS(kestrel_session_run(session, &x64, 1, &yt, 1, NULL), KESTREL_ERR_INPUT_VALUE);
+    REQUIRE_OK(kestrel_session_free(session));
+    REQUIRE_OK(kestrel_model_free(model));
+    free(ids);
+    free(want);
+}
+
+static void test_loading_errors(const char *dir) {
+    KestrelModel *m = (KestrelModel *)1;
+    EXPECT_STATUS(kestrel_model_load_path(NULL, &m), KESTREL_ERR_NULL_POINTER);
+    CHECK(m == NULL, "out not cleared");
+    EXPECT_STATUS(kestrel_model_load_path("x.kes", NULL), KESTREL_ERR_NULL_POINTER);
+    char *missing = join(dir, "no-such-model.kes");
+    EXPECT_STATUS(kestrel_model_load_path(missing, &m), KESTREL_ERR_IO);
+    CHECK(strstr(kestrel_last_error(), "no-such-model.kes") != NULL, "IO message lacks the path");
+    free(missing);
+    char *not_a_model = join(dir, "image_input.bin");
+    EXPECT_STATUS(kestrel_model_load_path(not_a_model, &m), KESTREL_ERR_INVALID_MODEL);
+    free(not_a_model);
+    unsigned char byte = 0;
+    EXPECT_STATUS(kestrel_model_load_memory(NULL, 10, &m), KESTREL_ERR_NULL_POINTER);
+    EXPECT_STATUS(kestrel_model_load_memory(&byte, 1, NULL), KESTREL_ERR_NULL_POINTER);
+    EXPECT_STATUS(kestrel_model_load_memory(&byte, SIZE_MAX, &m), KESTREL_ERR_TOO_LARGE);
+    EXPECT_STATUS(kestrel_model_load_memory(&byte, 1, &m), KESTREL_ERR_INVALID_MODEL);
+    CHECK(m == NULL, "out not cleared");
+}
+
+static void test_statics(void) {
+    CHECK(strlen(kestrel_version()) > 0, "version");
+    CHECK(strcmp(kestrel_status_name(KESTREL_OK), "KESTREL_OK") == 0, "OK name");
+    CHECK(strcmp(kestrel_status_name(KESTREL_ERR_SHAPE), "KESTREL_ERR_SHAPE") == 0, "SHAPE name");
+    CHECK(strcmp(kestrel_status_name(-3), "KESTREL_UNKNOWN_STATUS") == 0, "unknown name");
+    CHECK(strcmp(kestrel_status_name(KESTREL_ERR_INTERNAL + 1), "KESTREL_UNKNOWN_STATUS") == 0, "unknown name");
+    CHECK(strcmp(kestrel_last_error(), "") == 0, "last error before any failure: %s", kestrel_last_error());
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s FIXTURE_DIR\n", argv[0]);
+        return 2;
+    }
+    printf("kestrel %s\n", kestrel_version());
+    test_statics();
+    test_loading_errors(argv[1]);
+    test_image(argv[1]);
+    test_text(argv[1]);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+}
