@@ -1,5 +1,7 @@
 //! `kestrel`: the command-line tool.
 
+mod bench;
+mod bench_paper;
 mod convert;
 
 use anyhow::{bail, Context, Result};
@@ -92,6 +94,8 @@ enum Command {
         #[arg(long = "output", short)]
         outputs: Vec<PathBuf>,
     },
+    /// Time a model (µs/sample, samples/s), or `bench paper`: the paper's Table 5 with tract beside it.
+    Bench(bench::BenchArgs),
     /// Print a model file's metadata, graph, tensors and memory plan.
     Inspect {
         /// The .kes file.
@@ -120,6 +124,7 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
     match cli.command {
         Command::Demo { weights, out, batch } => demo(w, weights.into(), &out, batch),
         Command::Inspect { model } => inspect(w, &model),
+        Command::Bench(args) => bench::run(w, &args),
         Command::Run { model, inputs, outputs } => run_model(w, &model, &inputs, &outputs),
         Command::Convert { onnx, out, weights, keep_f16, keep_first_last, calibrate, verify, json } => {
             let opts = kestrel_onnx::ConvertOptions { weights: weights.into(), keep_f16, keep_first_last, calibrate };
