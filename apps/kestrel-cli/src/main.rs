@@ -1,6 +1,8 @@
 //! `kestrel`: the command-line tool.
 
 mod backend;
+mod bench;
+mod bench_paper;
 mod convert;
 mod devices;
 
@@ -104,6 +106,8 @@ enum Command {
     },
     /// List GPU adapters (wgpu) with backend, features and limits.
     Devices,
+    /// Time a model (µs/sample, samples/s), or `bench paper`: the paper's Table 5 with tract beside it.
+    Bench(bench::BenchArgs),
     /// Print a model file's metadata, graph, tensors and memory plan.
     Inspect {
         /// The .kes file.
@@ -138,6 +142,7 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
         Command::Inspect { model } => inspect(w, &model),
         Command::Classify(args) => kestrel_cli::classify::run(w, &args),
         Command::Profile(args) => kestrel_cli::profile::run(w, &args),
+        Command::Bench(args) => bench::run(w, &args),
         Command::Run { model, inputs, outputs, backend } => run_model(w, &model, &inputs, &outputs, &backend),
         Command::Devices => devices::run(w),
         Command::Convert { onnx, out, weights, keep_f16, keep_first_last, calibrate, verify, json, meta, labels } => {

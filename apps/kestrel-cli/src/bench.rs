@@ -1,0 +1,262 @@
+//! `kestrel bench`: time a model on the CPU runtime (µs per sample, samples/s), and
+//! `kestrel bench paper`: the paper's Table 5 benchmark with tract beside it ([`crate::bench_paper`]).
+//!
+//! Method: the session (arena) is created once; one warm-up pass over the samples; then
+//! `--reps` timed passes, each running `--samples` samples in batches of `--batch` (the last batch
+//! may be smaller). A pass's time / samples is one µs-per-sample figure; the report gives the
+//! median over passes and the min/max spread. `--json` prints one object (stable keys, see
+//! `benches/README.md`).
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use kestrel::format::DType;
+use kestrel::{npy, Input, Model};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Arguments of `kestrel bench`.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// The .kes model to time, or `paper` for the Table 5 benchmark (see `--models`).
+    pub model: String,
+    /// Input samples (.npy, batch first), cycled to fill the batches; default: synthetic inputs
+    /// (uniform [0, 1) for f32 inputs, token ids `i mod 2` for integer inputs).
+    #[arg(long)]
+    pub input: Option<PathBuf>,
+    /// Samples per timed pass.
+    #[arg(long, default_value_t = 200)]
+    pub samples: usize,
+    /// Batch size (session capacity).
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Timed passes (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub reps: usize,
+    /// Worker threads. Only 1 is implemented (the CPU runtime is single-threaded for now).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Backend (`cpu`; other backends are not part of this command yet).
+    #[arg(long, default_value = "cpu")]
+    pub backend: String,
+    /// Force the kernels' instruction set: scalar, avx2, avx2-vnni, neon (default: the best detected).
+    #[arg(long)]
+    pub isa: Option<String>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// `paper` only: directory of exported paper models (benches/paper/export_paper_models.py).
+    #[arg(long, default_value = "target/paper-models")]
+    pub models: PathBuf,
+    /// `paper` only: where to write table.md, results.csv, results.json and chart.png.
+    #[arg(long, default_value = "benches/results/latest")]
+    pub out: PathBuf,
+    /// `paper` only: batch size of the batched runs.
+    #[arg(long, default_value_t = 32)]
+    pub paper_batch: usize,
+    /// `paper` only: only models whose name contains this (repeatable).
+    #[arg(long)]
+    pub only: Vec<String>,
+    /// `paper` only: skip tract (Kestrel alone).
+    #[arg(long)]
+    pub no_tract: bool,
+}
+
+/// Median and spread of µs per sample over the timed passes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stats {
+    /// Median µs per sample.
+    pub us_per_sample: f64,
+    /// Fastest pass.
+    pub us_per_sample_min: f64,
+    /// Slowest pass.
+    pub us_per_sample_max: f64,
+    /// 1e6 / median.
+    pub samples_per_s: f64,
+}
+
+impl Stats {
+    /// From per-pass µs/sample figures (at least one).
+    pub fn from_passes(mut us: Vec<f64>) -> Stats {
+        us.sort_by(f64::total_cmp);
+        let n = us.len();
+        let median = if n % 2 == 1 { us[n / 2] } else { 0.5 * (us[n / 2 - 1] + us[n / 2]) };
+        Stats {
+            us_per_sample: median,
+            us_per_sample_min: us[0],
+            us_per_sample_max: us[n - 1],
+            samples_per_s: 1e6 / median,
+        }
+    }
+}
+
+/// Times `pass(n)` (which runs `n` samples) `reps` times after one warm-up pass.
+pub fn time_passes(samples: usize, reps: usize, mut pass: impl FnMut(usize) -> Result<()>) -> Result<Stats> {
+    pass(samples)?;
+    let mut us = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let t0 = Instant::now();
+        pass(samples)?;
+        us.push(t0.elapsed().as_secs_f64() * 1e6 / samples as f64);
+    }
+    Ok(Stats::from_passes(us))
+}
+
+/// Per-sample input data of one model input, owned.
+pub enum Feed {
+    /// f32 values, `per` per sample.
+    F32 { per: usize, data: Vec<f32> },
+    /// token ids, `per` per sample.
+    I64 { per: usize, data: Vec<i64> },
+}
+
+impl Feed {
+    /// The first `n` samples' slice (the feed holds at least `n`).
+    pub fn input(&self, n: usize) -> Input<'_> {
+        match self {
+            Feed::F32 { per, data } => Input::F32(&data[..n * per]),
+            Feed::I64 { per, data } => Input::I64(&data[..n * per]),
+        }
+    }
+}
+
+/// Feeds of `batch` samples for every input of `model`: from `input` (cycled) or synthetic.
+pub fn make_feeds(model: &Model, input: Option<&PathBuf>, batch: usize) -> Result<Vec<Feed>> {
+    let cpu = model.cpu()?;
+    let arrays = match input {
+        Some(p) => {
+            if cpu.input_count() != 1 {
+                bail!("--input gives one array; the model takes {} inputs", cpu.input_count());
+            }
+            vec![npy::read(p).with_context(|| format!("reading {}", p.display()))?]
+        }
+        None => Vec::new(),
+    };
+    let mut feeds = Vec::new();
+    for i in 0..cpu.input_count() {
+        let t = cpu.input(i)?;
+        let per = t.shape.numel().context("input shape overflows")?;
+        if per == 0 {
+            bail!("input {i} ({}) has no elements per sample", t.name);
+        }
+        let feed = match arrays.get(i) {
+            Some(a) => {
+                let n = npy::batch_of(a, t.shape.dims(), &format!("input {i}"))?;
+                if n == 0 {
+                    bail!("--input holds no samples");
+                }
+                match a {
+                    npy::Array::F32 { data, .. } => {
+                        Feed::F32 { per, data: data.iter().copied().cycle().take(batch * per).collect() }
+                    }
+                    npy::Array::I64 { data, .. } => {
+                        Feed::I64 { per, data: data.iter().copied().cycle().take(batch * per).collect() }
+                    }
+                }
+            }
+            None if t.dtype == DType::F32 => {
+                let mut s = 0x2545_f491_u32;
+                let data = (0..batch * per)
+                    .map(|_| {
+                        s ^= s << 13;
+                        s ^= s >> 17;
+                        s ^= s << 5;
+                        (s >> 8) as f32 / (1u32 << 24) as f32
+                    })
+                    .collect();
+                Feed::F32 { per, data }
+            }
+            None => Feed::I64 { per, data: (0..batch * per).map(|k| (k % 2) as i64).collect() },
+        };
+        feeds.push(feed);
+    }
+    Ok(feeds)
+}
+
+/// Times `model` on the CPU runtime: `samples` samples per pass in batches of `batch`.
+pub fn time_kestrel(model: &Model, feeds: &[Feed], samples: usize, batch: usize, reps: usize) -> Result<Stats> {
+    let mut session = model.session(batch)?;
+    let cpu = model.cpu()?;
+    let mut outs: Vec<Vec<f32>> = (0..cpu.output_count())
+        .map(|i| Ok(vec![0.0f32; cpu.output(i)?.shape.numel().unwrap_or(0) * batch]))
+        .collect::<Result<_>>()?;
+    let mut inputs: Vec<Input<'_>> = Vec::with_capacity(feeds.len());
+    time_passes(samples, reps, |n| {
+        let mut done = 0;
+        while done < n {
+            let b = batch.min(n - done);
+            inputs.clear();
+            inputs.extend(feeds.iter().map(|f| f.input(b)));
+            let mut o: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
+            session.run(&inputs, &mut o)?;
+            done += b;
+        }
+        Ok(())
+    })
+}
+
+/// Applies `--isa`; returns the ISA in use.
+pub fn apply_isa(isa: Option<&str>) -> Result<&'static str> {
+    use kestrel_cpu_simd::{isa as current, set_isa, Isa};
+    if let Some(name) = isa {
+        let Some(i) = Isa::from_name(name) else { bail!("unknown --isa {name:?} (scalar, avx2, avx2-vnni, neon)") };
+        if !set_isa(i) {
+            bail!("--isa {name}: this CPU does not support it (best: {})", kestrel_cpu_simd::detect().name());
+        }
+    }
+    Ok(current().name())
+}
+
+use kestrel_cpu::kernels::simd as kestrel_cpu_simd;
+
+/// `kestrel bench ...`.
+pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
+    if a.backend != "cpu" {
+        bail!("--backend {}: `kestrel bench` times the CPU runtime only so far (use --backend cpu)", a.backend);
+    }
+    if a.threads != 1 {
+        bail!(
+            "--threads {}: threading is not implemented yet; the CPU runtime runs on one thread (use --threads 1)",
+            a.threads
+        );
+    }
+    if a.samples == 0 || a.batch == 0 || a.reps == 0 {
+        bail!("--samples, --batch and --reps must be at least 1");
+    }
+    let isa = apply_isa(a.isa.as_deref())?;
+    if a.model == "paper" {
+        return crate::bench_paper::run(w, a, isa);
+    }
+    let model = Model::load(&a.model).with_context(|| format!("loading {}", a.model))?;
+    let feeds = make_feeds(&model, a.input.as_ref(), a.batch)?;
+    let arena = model.cpu()?.arena_bytes(a.batch).unwrap_or(0);
+    let s = time_kestrel(&model, &feeds, a.samples, a.batch, a.reps)?;
+    if a.json {
+        let j = serde_json::json!({
+            "model": a.model,
+            "backend": "cpu",
+            "isa": isa,
+            "threads": 1,
+            "batch": a.batch,
+            "samples": a.samples,
+            "reps": a.reps,
+            "arena_bytes": arena,
+            "us_per_sample": s.us_per_sample,
+            "us_per_sample_min": s.us_per_sample_min,
+            "us_per_sample_max": s.us_per_sample_max,
+            "samples_per_s": s.samples_per_s,
+        });
+        writeln!(w, "{j}")?;
+    } else {
+        writeln!(w, "model        {}", a.model)?;
+        writeln!(w, "backend      cpu ({isa}, 1 thread), batch {}, arena {arena} bytes", a.batch)?;
+        writeln!(w, "passes       {} × {} samples after 1 warm-up pass", a.reps, a.samples)?;
+        writeln!(
+            w,
+            "µs/sample    {:.2} median (min {:.2}, max {:.2})",
+            s.us_per_sample, s.us_per_sample_min, s.us_per_sample_max
+        )?;
+        writeln!(w, "samples/s    {:.1}", s.samples_per_s)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,345 @@
+//! `kestrel bench paper`: Table 5 of "You Need to Pay Better Attention" (DESIGN.md §4), with
+//! tract running the same ONNX in the same process.
+//!
+//! The models are the paper's four at their real shapes with random weights (timing only),
+//! exported by `benches/paper/export_paper_models.py` into `--models` (one directory per model,
+//! the fixture layout: model.onnx + meta.json). For each model: Kestrel (converted from that ONNX,
+//! f32 weights) at batch 1 and batched, Kestrel with int8 weights at batch 1, and tract (the
+//! same ONNX, optimised plan for each batch size) at batch 1 and batched. Every figure is a
+//! median over `--reps` timed passes of `--samples` samples after a warm-up pass; the "5,000
+//! samples" seconds are 5000 × the median µs/sample (extrapolated unless `--samples 5000`).
+
+use crate::bench::{make_feeds, time_kestrel, time_passes, BenchArgs, Feed, Stats};
+use anyhow::{bail, Context, Result};
+use kestrel::format::DType;
+use kestrel::Model;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use tract_onnx::prelude::*;
+
+/// Paper samples.
+const PAPER_SAMPLES: f64 = 5000.0;
+
+/// The paper's M2 seconds for 5,000 samples (DESIGN.md §4): `(task, mechanism, heads, s)`.
+const PAPER: &[(&str, &str, usize, f64)] = &[
+    ("mnist", "standard", 1, 2.53),
+    ("mnist", "standard", 2, 2.72),
+    ("mnist", "standard", 4, 3.27),
+    ("mnist", "optimised", 1, 2.45),
+    ("mnist", "optimised", 2, 2.64),
+    ("mnist", "optimised", 4, 3.16),
+    ("mnist", "efficient", 1, 2.32),
+    ("mnist", "super", 1, 2.50),
+    ("cifar100", "standard", 1, 35.68),
+    ("cifar100", "standard", 2, 41.34),
+    ("cifar100", "standard", 4, 51.52),
+    ("cifar100", "standard", 6, 55.47),
+    ("cifar100", "optimised", 1, 34.51),
+    ("cifar100", "optimised", 2, 40.70),
+    ("cifar100", "optimised", 4, 51.01),
+    ("cifar100", "optimised", 6, 52.18),
+    ("cifar100", "efficient", 1, 32.29),
+    ("cifar100", "super", 1, 33.45),
+    ("imdb", "standard", 1, 0.219),
+    ("imdb", "standard", 2, 0.247),
+    ("imdb", "standard", 4, 0.284),
+    ("imdb", "optimised", 1, 0.213),
+    ("imdb", "optimised", 2, 0.242),
+    ("imdb", "optimised", 4, 0.284),
+    ("imdb", "efficient", 1, 0.208),
+    ("imdb", "super", 1, 0.221),
+    ("amazon", "standard", 1, 1.43),
+    ("amazon", "standard", 2, 1.54),
+    ("amazon", "standard", 4, 2.09),
+    ("amazon", "optimised", 1, 1.40),
+    ("amazon", "optimised", 2, 1.52),
+    ("amazon", "optimised", 4, 2.05),
+    ("amazon", "efficient", 1, 1.23),
+    ("amazon", "super", 1, 1.22),
+];
+
+const TASKS: &[&str] = &["mnist", "cifar100", "imdb", "amazon"];
+const MECHS: &[&str] =
+    &["standard", "optimised", "efficient", "super", "aft_full", "aft_local", "aft_simple", "aft_conv", "fastformer"];
+
+/// One benchmark row.
+struct Row {
+    task: String,
+    mechanism: String,
+    heads: usize,
+    name: String,
+    kes_b1: Stats,
+    kes_bb: Stats,
+    kes_i8_b1: Stats,
+    tract_b1: Option<Stats>,
+    tract_bb: Option<Stats>,
+    paper_s: Option<f64>,
+}
+
+fn paper_seconds(task: &str, mech: &str, heads: usize) -> Option<f64> {
+    PAPER.iter().find(|(t, m, h, _)| *t == task && *m == mech && *h == heads).map(|p| p.3)
+}
+
+/// The exported model directories in table order: `(task, mechanism, heads, dir)`.
+fn model_dirs(root: &Path, only: &[String]) -> Result<Vec<(String, String, usize, PathBuf)>> {
+    let mut out = Vec::new();
+    for task in TASKS {
+        for mech in MECHS {
+            for h in 1..=8 {
+                let name = format!("{task}_{mech}_h{h}");
+                let dir = root.join(&name);
+                if dir.join("model.onnx").exists()
+                    && (only.is_empty() || only.iter().any(|o| name.contains(o.as_str())))
+                {
+                    out.push((task.to_string(), mech.to_string(), h, dir));
+                }
+            }
+        }
+    }
+    if out.is_empty() {
+        bail!(
+            "no exported paper models under {} (run: PYTHONPATH=converters/python python3 \
+             benches/paper/export_paper_models.py --out {})",
+            root.display(),
+            root.display()
+        );
+    }
+    Ok(out)
+}
+
+/// Times tract on `onnx` with an optimised plan for batch `batch`, on the same data as `feed`.
+fn time_tract(
+    onnx: &Path,
+    feed: &Feed,
+    per_shape: &[usize],
+    batch: usize,
+    samples: usize,
+    reps: usize,
+) -> Result<Stats> {
+    let mut shape = vec![batch];
+    shape.extend_from_slice(per_shape);
+    let (dt, tensor) = match feed {
+        Feed::F32 { per, data } => (f32::datum_type(), Tensor::from_shape(&shape, &data[..batch * per])?),
+        Feed::I64 { per, data } => (i64::datum_type(), Tensor::from_shape(&shape, &data[..batch * per])?),
+    };
+    let plan = tract_onnx::onnx()
+        .model_for_path(onnx)?
+        .with_input_fact(0, InferenceFact::dt_shape(dt, &shape))?
+        .into_optimized()?
+        .into_runnable()?;
+    time_passes(samples, reps, |n| {
+        let mut done = 0;
+        while done < n {
+            // The input clone is a memcpy of one batch, negligible next to the model.
+            plan.run(tvec![tensor.clone().into()])?;
+            done += batch;
+        }
+        Ok(())
+    })
+}
+
+fn per_sample_shape(dir: &Path) -> Result<Vec<usize>> {
+    let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json"))?)?;
+    let shape = meta["input"]["shape"].as_array().context("meta.json: input.shape")?;
+    Ok(shape.iter().skip(1).map(|v| v.as_u64().unwrap_or(0) as usize).collect())
+}
+
+fn convert(onnx: &Path, weights: DType) -> Result<Model> {
+    let opts = kestrel_onnx::ConvertOptions { weights, ..Default::default() };
+    let conv = kestrel_onnx::convert(onnx, &opts).with_context(|| format!("converting {}", onnx.display()))?;
+    Ok(Model::from_bytes(&conv.kes)?)
+}
+
+/// `kestrel bench paper`.
+pub fn run(w: &mut String, a: &BenchArgs, isa: &str) -> Result<()> {
+    let dirs = model_dirs(&a.models, &a.only)?;
+    let bb = a.paper_batch.max(1);
+    // Whole batches for the batched runs.
+    let samples_bb = a.samples.div_ceil(bb) * bb;
+    let mut rows = Vec::new();
+    for (task, mech, heads, dir) in dirs {
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        eprintln!("[bench paper] {name}: converting");
+        let onnx = dir.join("model.onnx");
+        let model = convert(&onnx, DType::F32)?;
+        let feeds = make_feeds(&model, None, bb)?;
+        eprintln!("[bench paper] {name}: kestrel");
+        let kes_b1 = time_kestrel(&model, &feeds, a.samples, 1, a.reps)?;
+        let kes_bb = time_kestrel(&model, &feeds, samples_bb, bb, a.reps)?;
+        drop(model);
+        let m8 = convert(&onnx, DType::I8)?;
+        let kes_i8_b1 = time_kestrel(&m8, &feeds, a.samples, 1, a.reps)?;
+        drop(m8);
+        let (tract_b1, tract_bb) = if a.no_tract {
+            (None, None)
+        } else {
+            eprintln!("[bench paper] {name}: tract");
+            let shape = per_sample_shape(&dir)?;
+            (
+                Some(time_tract(&onnx, &feeds[0], &shape, 1, a.samples, a.reps)?),
+                Some(time_tract(&onnx, &feeds[0], &shape, bb, samples_bb, a.reps)?),
+            )
+        };
+        let paper_s = paper_seconds(&task, &mech, heads);
+        let row = Row { task, mechanism: mech, heads, name, kes_b1, kes_bb, kes_i8_b1, tract_b1, tract_bb, paper_s };
+        eprintln!(
+            "[bench paper] {}: kestrel {:.1} µs/sample (batch {bb}: {:.1}), int8 {:.1}, tract {}",
+            row.name,
+            row.kes_b1.us_per_sample,
+            row.kes_bb.us_per_sample,
+            row.kes_i8_b1.us_per_sample,
+            row.tract_b1.map_or("-".into(), |s| format!("{:.1}", s.us_per_sample))
+        );
+        rows.push(row);
+    }
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let machine = machine_description(isa);
+    let md = markdown(&rows, a, bb, &machine);
+    std::fs::write(a.out.join("table.md"), &md)?;
+    std::fs::write(a.out.join("results.csv"), csv(&rows, bb))?;
+    std::fs::write(a.out.join("results.json"), json(&rows, a, bb, &machine).to_string() + "\n")?;
+    writeln!(w, "chart: cargo run --release -p kestrel-bench -- chart {}", a.out.display())?;
+    w.push_str(&md);
+    writeln!(w, "written to {}", a.out.display())?;
+    Ok(())
+}
+
+fn secs(us: f64) -> f64 {
+    us * PAPER_SAMPLES / 1e6
+}
+
+fn machine_description(isa: &str) -> serde_json::Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(str::trim);
+    let flags: Vec<&str> = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .map(|l| {
+            l.split_whitespace()
+                .filter(|f| {
+                    ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni"].contains(f)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    serde_json::json!({
+        "cpu": model.unwrap_or(std::env::consts::ARCH),
+        "logical_cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "isa_flags": flags,
+        "kestrel_isa": isa,
+        "threads": 1,
+    })
+}
+
+fn markdown(rows: &[Row], a: &BenchArgs, bb: usize, machine: &serde_json::Value) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# Table 5 benchmark (`kestrel bench paper`)\n");
+    let _ = writeln!(
+        s,
+        "Machine: {} ({} logical cores, ISA flags {}), Kestrel kernels `{}`, one thread. Random weights \
+         (timing only), the paper's model shapes. Each figure: median of {} passes of {} samples after a \
+         warm-up pass (spread in results.csv); seconds for 5,000 samples = 5000 × median µs/sample. \
+         Batched runs use batch {bb}. Ratio = Kestrel batch-1 seconds / the paper's M2 seconds.\n",
+        machine["cpu"].as_str().unwrap_or("?"),
+        machine["logical_cores"],
+        machine["isa_flags"]
+            .as_array()
+            .map(|f| f.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default(),
+        machine["kestrel_isa"].as_str().unwrap_or("?"),
+        a.reps,
+        a.samples,
+    );
+    let _ = writeln!(
+        s,
+        "| model | Kestrel µs/sample b1 | Kestrel s/5000 b1 | Kestrel s/5000 b{bb} | Kestrel int8 s/5000 b1 | tract s/5000 b1 | tract s/5000 b{bb} | Kestrel/tract b1 | paper M2 s | Kestrel/paper |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        let t1 = r.tract_b1.map(|t| secs(t.us_per_sample));
+        let _ = writeln!(
+            s,
+            "| {} | {:.1} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} | {} |",
+            r.name,
+            r.kes_b1.us_per_sample,
+            secs(r.kes_b1.us_per_sample),
+            secs(r.kes_bb.us_per_sample),
+            secs(r.kes_i8_b1.us_per_sample),
+            t1.map_or("-".into(), |v| format!("{v:.3}")),
+            r.tract_bb.map_or("-".into(), |t| format!("{:.3}", secs(t.us_per_sample))),
+            r.tract_b1.map_or("-".into(), |t| format!("{:.2}", r.kes_b1.us_per_sample / t.us_per_sample)),
+            r.paper_s.map_or("-".into(), |p| format!("{p}")),
+            r.paper_s.map_or("-".into(), |p| format!("{:.3}", secs(r.kes_b1.us_per_sample) / p)),
+        );
+    }
+    s
+}
+
+fn csv(rows: &[Row], bb: usize) -> String {
+    let mut s = String::from("task,mechanism,heads,model,batched_batch");
+    for k in ["kestrel_b1", "kestrel_bb", "kestrel_int8_b1", "tract_b1", "tract_bb"] {
+        let _ = write!(s, ",{k}_us_median,{k}_us_min,{k}_us_max,{k}_s_5000");
+    }
+    s.push_str(",paper_m2_s,kestrel_b1_over_paper\n");
+    for r in rows {
+        let _ = write!(s, "{},{},{},{},{bb}", r.task, r.mechanism, r.heads, r.name);
+        for st in [Some(r.kes_b1), Some(r.kes_bb), Some(r.kes_i8_b1), r.tract_b1, r.tract_bb] {
+            match st {
+                Some(t) => {
+                    let _ = write!(
+                        s,
+                        ",{:.3},{:.3},{:.3},{:.4}",
+                        t.us_per_sample,
+                        t.us_per_sample_min,
+                        t.us_per_sample_max,
+                        secs(t.us_per_sample)
+                    );
+                }
+                None => s.push_str(",,,,"),
+            }
+        }
+        match r.paper_s {
+            Some(p) => {
+                let _ = writeln!(s, ",{p},{:.4}", secs(r.kes_b1.us_per_sample) / p);
+            }
+            None => s.push_str(",,\n"),
+        }
+    }
+    s
+}
+
+fn stats_json(s: &Stats) -> serde_json::Value {
+    serde_json::json!({
+        "us_per_sample": s.us_per_sample,
+        "us_per_sample_min": s.us_per_sample_min,
+        "us_per_sample_max": s.us_per_sample_max,
+        "samples_per_s": s.samples_per_s,
+        "seconds_per_5000": secs(s.us_per_sample),
+    })
+}
+
+fn json(rows: &[Row], a: &BenchArgs, bb: usize, machine: &serde_json::Value) -> serde_json::Value {
+    let rows: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "task": r.task, "mechanism": r.mechanism, "heads": r.heads, "model": r.name,
+                "kestrel_b1": stats_json(&r.kes_b1),
+                "kestrel_batched": stats_json(&r.kes_bb),
+                "kestrel_int8_b1": stats_json(&r.kes_i8_b1),
+                "tract_b1": r.tract_b1.as_ref().map(stats_json),
+                "tract_batched": r.tract_bb.as_ref().map(stats_json),
+                "paper_m2_s": r.paper_s,
+                "kestrel_b1_over_paper": r.paper_s.map(|p| secs(r.kes_b1.us_per_sample) / p),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "machine": machine,
+        "weights": "random (timing only); the paper's model shapes",
+        "samples_per_pass": a.samples,
+        "reps": a.reps,
+        "batched_batch": bb,
+        "rows": rows,
+    })
+}
