@@ -202,7 +202,7 @@ pub(crate) fn region_start(t: &TensorInfo<'_>, cap: usize) -> Result<usize, RunE
 
 fn whole_batch(what: &'static str, index: usize, len: usize, per_sample: usize, cap: usize) -> Result<usize, RunError> {
     let err = RunError::Length { what, index, per_sample, found: len, capacity: cap };
-    if per_sample == 0 || len == 0 || len % per_sample != 0 {
+    if per_sample == 0 || len == 0 || !len.is_multiple_of(per_sample) {
         return Err(err);
     }
     let b = len / per_sample;

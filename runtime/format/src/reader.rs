@@ -541,7 +541,7 @@ impl<'a> KesFile<'a> {
 
     fn check_blob(&self, tensor: u32, what: &'static str, offset: u64, len: u64) -> Result<(), Error> {
         let align = TENSOR_ALIGN as u64;
-        if offset % align != 0 {
+        if !offset.is_multiple_of(align) {
             return Err(Error::MisalignedTensor { tensor, what, offset, required: align });
         }
         let (blob_offset, blob_len) = self.weights;

@@ -324,7 +324,7 @@ impl WeightView<'_> {
                 Some(acc as f32 * scales[r])
             }
             WeightData::I4 { q, scales } => {
-                if col0 % INT4_GROUP != 0 {
+                if !col0.is_multiple_of(INT4_GROUP) {
                     return None;
                 }
                 let rb = int4_row_bytes(c);

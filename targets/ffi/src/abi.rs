@@ -595,7 +595,7 @@ unsafe fn check_tensor(
         return Err(err(Status::KESTREL_ERR_NULL_POINTER, format!("{what} {index} ({name}): data is NULL")));
     }
     let start = data as usize;
-    if start % dtype.size() != 0 {
+    if !start.is_multiple_of(dtype.size()) {
         return Err(err(
             Status::KESTREL_ERR_MISALIGNED,
             format!("{what} {index} ({name}): data {data:p} is not aligned to {} bytes", dtype.size()),

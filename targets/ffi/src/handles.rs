@@ -68,7 +68,7 @@ fn check_in(map: &HashMap<usize, Kind>, addr: usize, kind: Kind, what: &str) -> 
         Kind::Model => std::mem::align_of::<KestrelModel>(),
         Kind::Session => std::mem::align_of::<KestrelSession>(),
     };
-    if addr % align != 0 {
+    if !addr.is_multiple_of(align) {
         return Err(FfiError::new(
             Status::KESTREL_ERR_INVALID_HANDLE,
             format!("{what}: {} pointer {addr:#x} is misaligned (not from Kestrel)", kind.name()),

@@ -222,7 +222,7 @@ impl AftConvParams {
         check_dims(OP, self.t, self.d, self.heads)?;
         let cells = self.grid_h.checked_mul(self.grid_w);
         expect_eq(OP, "T (grid_h · grid_w)", cells.unwrap_or(usize::MAX), self.t)?;
-        if self.kernel % 2 == 0 || self.kernel.checked_mul(self.kernel).is_none() {
+        if self.kernel.is_multiple_of(2) || self.kernel.checked_mul(self.kernel).is_none() {
             return Err(ShapeError::Invalid { op: OP, what: "kernel size must be odd (and its square fit in usize)" });
         }
         check_qkvo(OP, self.d, self.heads, &w.q, &w.k, &w.v, &w.o)?;

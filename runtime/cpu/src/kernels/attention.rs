@@ -59,7 +59,7 @@ pub(crate) fn check_dims(op: &'static str, t: usize, d: usize, heads: usize) -> 
     if t == 0 || d == 0 || heads == 0 {
         return Err(ShapeError::Invalid { op, what: "T, d and heads must be at least 1" });
     }
-    if d % heads != 0 {
+    if !d.is_multiple_of(heads) {
         return Err(ShapeError::Invalid { op, what: "heads must divide d" });
     }
     Ok(())

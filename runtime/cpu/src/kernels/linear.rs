@@ -99,7 +99,7 @@ fn dot_row_q8(w: &WeightView<'_>, r: usize, col0: usize, xq: &[i8]) -> f32 {
     let n = xq.len().min(c.saturating_sub(col0));
     match w.data() {
         WeightData::I8 { q, scales } => simd::dot_i8(&q[r * c + col0..r * c + col0 + n], &xq[..n]) as f32 * scales[r],
-        WeightData::I4 { q, scales } if col0 % INT4_GROUP == 0 => {
+        WeightData::I4 { q, scales } if col0.is_multiple_of(INT4_GROUP) => {
             let (rb, g) = (int4_row_bytes(c), int4_groups(c));
             let qrow = &q[r * rb..(r + 1) * rb];
             let mut total = 0.0f32;

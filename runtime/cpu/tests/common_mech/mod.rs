@@ -51,7 +51,7 @@ impl TProj {
     /// one time in eight when the shift is zero.
     pub fn random(rng: &mut Rng, dtype: DType, out: usize, inp: usize, bias_shift: f32) -> Self {
         let w = TW::random(rng, dtype, out, inp, 1.0 / (inp as f64).sqrt());
-        let with_bias = bias_shift != 0.0 || rng.next_u64() % 8 != 0;
+        let with_bias = bias_shift != 0.0 || !rng.next_u64().is_multiple_of(8);
         let b: Vec<f32> = rng.uniform_vec(out, 0.5).iter().map(|v| v + bias_shift).collect();
         Self { w, b: with_bias.then(|| TW::new(dtype, 1, out, &b)) }
     }
