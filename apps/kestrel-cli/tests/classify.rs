@@ -363,3 +363,17 @@ fn convert_records_labels_and_preprocessing_from_meta_json() {
     assert!(!ok && stderr.contains("no image preprocessing"), "{stderr}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn malformed_pixel_buffers_do_not_panic() {
+    let clf = Classifier::open(None).unwrap();
+    for px in [
+        kestrel_cli::preprocess::Pixels { height: 0, width: 0, channels: 1, data: vec![] },
+        kestrel_cli::preprocess::Pixels { height: 5, width: 5, channels: 3, data: vec![1.0; 7] },
+    ] {
+        let mut x = Vec::new();
+        clf.prep.apply(&px, &mut x);
+        assert_eq!(x.len(), 784);
+        assert!(x.iter().all(|v| (v + clf.prep.mean[0] / clf.prep.std[0]).abs() < 1e-6));
+    }
+}
