@@ -95,8 +95,14 @@ impl InputPrep {
         self.channels * self.size[0] * self.size[1]
     }
 
-    /// Converts decoded pixels into one model input sample (appended to `out`).
+    /// Converts decoded pixels into one model input sample (appended to `out`). An empty image
+    /// (no pixels; [`decode`] rejects those) becomes a black one.
     pub fn apply(&self, px: &Pixels, out: &mut Vec<f32>) {
+        if px.height == 0 || px.width == 0 || px.data.len() != px.height * px.width * px.channels {
+            let [h, w] = self.size;
+            let black = Pixels { height: h, width: w, channels: self.channels, data: vec![0.0; h * w * self.channels] };
+            return self.apply(&black, out);
+        }
         let plane = convert_colour(px, self.channels);
         let [rh, rw] = self.resize;
         let resized = if (px.height, px.width) == (rh, rw) {
@@ -143,6 +149,9 @@ pub fn decode(path: &Path) -> Result<Pixels> {
         );
     }
     let img = reader.decode().with_context(|| format!("decoding {}", path.display()))?;
+    if img.width() == 0 || img.height() == 0 {
+        bail!("{}: the image has no pixels ({}x{})", path.display(), img.width(), img.height());
+    }
     Ok(from_dynamic(&img))
 }
 

@@ -315,3 +315,65 @@ fn readme_first_command_classifies_a_bundled_image() {
     // Generous bound for a loaded CI machine (it takes milliseconds).
     assert!(elapsed.as_secs_f64() < 5.0, "{elapsed:?}");
 }
+
+#[test]
+fn convert_records_labels_and_preprocessing_from_meta_json() {
+    let dir = tmp("meta");
+    let onnx = root().join("converters/fixtures/mnist28_aftconv_classifier_h4/model.onnx");
+    let meta = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/fmnist_vit_super.meta.json");
+    let out = dir.join("m.kes");
+    let (ok, _, stderr) = kestrel(&[
+        "convert",
+        onnx.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--weights",
+        "int8",
+        "--meta",
+        meta.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let clf = Classifier::open(Some(out.to_str().unwrap())).unwrap();
+    assert_eq!(clf.labels[9], "Ankle boot");
+    assert_eq!(clf.prep.size, [28, 28]);
+    assert_eq!(clf.prep.mean, vec![0.286]);
+    // The converted (random-weight) model classifies with that metadata.
+    let img = samples().join("fmnist/coat/00006.png");
+    let (ok, stdout, stderr) = kestrel(&["classify", img.to_str().unwrap(), "--model", out.to_str().unwrap()]);
+    assert!(ok && stdout.contains("1. "), "{stderr}");
+    // --labels replaces the labels; a wrong count is a clear error.
+    let labels = dir.join("labels.txt");
+    std::fs::write(&labels, "a\nb\nc\n").unwrap();
+    let (ok, _, stderr) = kestrel(&[
+        "convert",
+        onnx.to_str().unwrap(),
+        "-o",
+        dir.join("bad.kes").to_str().unwrap(),
+        "--meta",
+        meta.to_str().unwrap(),
+        "--labels",
+        labels.to_str().unwrap(),
+    ]);
+    assert!(!ok && stderr.contains("3 labels given") && stderr.contains("10 classes"), "{stderr}");
+    // A model without preprocessing metadata cannot be used by classify, and says why.
+    let plain = dir.join("plain.kes");
+    let (ok, _, stderr) = kestrel(&["convert", onnx.to_str().unwrap(), "-o", plain.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let (ok, _, stderr) = kestrel(&["classify", img.to_str().unwrap(), "--model", plain.to_str().unwrap()]);
+    assert!(!ok && stderr.contains("no image preprocessing"), "{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn malformed_pixel_buffers_do_not_panic() {
+    let clf = Classifier::open(None).unwrap();
+    for px in [
+        kestrel_cli::preprocess::Pixels { height: 0, width: 0, channels: 1, data: vec![] },
+        kestrel_cli::preprocess::Pixels { height: 5, width: 5, channels: 3, data: vec![1.0; 7] },
+    ] {
+        let mut x = Vec::new();
+        clf.prep.apply(&px, &mut x);
+        assert_eq!(x.len(), 784);
+        assert!(x.iter().all(|v| (v + clf.prep.mean[0] / clf.prep.std[0]).abs() < 1e-6));
+    }
+}

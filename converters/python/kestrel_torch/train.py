@@ -273,7 +273,7 @@ def train(
     )
     params = sum(p.numel() for p in model.parameters())
     log = {"name": spec.name, "params": params, "epochs_planned": epochs, "batch": spec.batch, "lr": spec.lr,
-           "optimizer": "AdamW(weight_decay=0.05), linear warm-up (<= 1 epoch), cosine decay to 0",
+           "optimizer": "AdamW(weight_decay=0.05), linear warm-up (10% of the steps, <= 1 epoch), cosine decay to 0",
            "loss": "cross-entropy, label smoothing 0.1",
            "augmentation": f"horizontal flip: {spec.flip}, random shift ±{spec.shift} px",
            "threads": threads, "minutes_budget": minutes, "torch": torch.__version__, "train_images": len(xtr),
