@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--task", action="append", choices=sorted(TASKS), help="only these tasks (repeatable)")
+    p.add_argument("--only", action="append", default=[], help="only models whose name contains this (repeatable)")
     p.add_argument("--skip-existing", action="store_true", help="keep models already exported")
     args = p.parse_args(argv)
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
@@ -80,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     for task in args.task or ["imdb", "mnist", "amazon", "cifar100"]:
         for mech, h in rows(task):
             fx = fixture(task, mech, h)
+            if args.only and not any(o in fx.name for o in args.only):
+                continue
             if args.skip_existing and (args.out / fx.name / "meta.json").exists():
                 continue
             try:

@@ -16,6 +16,7 @@ use kestrel::Model;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use tract_onnx::prelude::*;
+use tract_onnx::tract_hir::infer::Factoid;
 
 /// Paper samples.
 const PAPER_SAMPLES: f64 = 5000.0;
@@ -122,11 +123,18 @@ fn time_tract(
         Feed::F32 { per, data } => (f32::datum_type(), Tensor::from_shape(&shape, &data[..batch * per])?),
         Feed::I64 { per, data } => (i64::datum_type(), Tensor::from_shape(&shape, &data[..batch * per])?),
     };
-    let plan = tract_onnx::onnx()
-        .model_for_path(onnx)?
-        .with_input_fact(0, InferenceFact::dt_shape(dt, &shape))?
-        .into_optimized()?
-        .into_runnable()?;
+    // As the converter does: keep the exported symbolic batch axis (intermediate value infos
+    // name it), type the model, then bind the symbol to `batch`.
+    let model = tract_onnx::onnx().model_for_path(onnx)?;
+    let fact = model.input_fact(0)?.clone();
+    let mut symbols = SymbolValues::default();
+    let mut symbolic = false;
+    if let Some(TDim::Sym(s)) = fact.shape.dims().next().and_then(|d| d.concretize()) {
+        symbols.set(&s, batch as i64);
+        symbolic = true;
+    }
+    let model = if symbolic { model } else { model.with_input_fact(0, InferenceFact::dt_shape(dt, &shape))? };
+    let plan = model.into_typed()?.concretize_dims(&symbols)?.into_optimized()?.into_runnable()?;
     time_passes(samples, reps, |n| {
         let mut done = 0;
         while done < n {
@@ -157,6 +165,7 @@ pub fn run(w: &mut String, a: &BenchArgs, isa: &str) -> Result<()> {
     // Whole batches for the batched runs.
     let samples_bb = a.samples.div_ceil(bb) * bb;
     let mut rows = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
     for (task, mech, heads, dir) in dirs {
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         eprintln!("[bench paper] {name}: converting");
@@ -175,10 +184,15 @@ pub fn run(w: &mut String, a: &BenchArgs, isa: &str) -> Result<()> {
         } else {
             eprintln!("[bench paper] {name}: tract");
             let shape = per_sample_shape(&dir)?;
-            (
-                Some(time_tract(&onnx, &feeds[0], &shape, 1, a.samples, a.reps)?),
-                Some(time_tract(&onnx, &feeds[0], &shape, bb, samples_bb, a.reps)?),
-            )
+            // tract cannot always build an optimised plan (its codegen fails on some exported
+            // graphs): the row then says "-" and the note records tract's error.
+            let t1 = time_tract(&onnx, &feeds[0], &shape, 1, a.samples, a.reps);
+            let tb = time_tract(&onnx, &feeds[0], &shape, bb, samples_bb, a.reps);
+            for e in [&t1, &tb].into_iter().filter_map(|r| r.as_ref().err()) {
+                eprintln!("[bench paper] {name}: tract failed: {e:#}");
+                notes.push(format!("{name}: tract failed: {}", format!("{e:#}").lines().next().unwrap_or("")));
+            }
+            (t1.ok(), tb.ok())
         };
         let paper_s = paper_seconds(&task, &mech, heads);
         let row = Row { task, mechanism: mech, heads, name, kes_b1, kes_bb, kes_i8_b1, tract_b1, tract_bb, paper_s };
@@ -194,10 +208,15 @@ pub fn run(w: &mut String, a: &BenchArgs, isa: &str) -> Result<()> {
     }
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let machine = machine_description(isa);
-    let md = markdown(&rows, a, bb, &machine);
+    let mut md = markdown(&rows, a, bb, &machine);
+    for n in &notes {
+        let _ = writeln!(md, "\n- {n}");
+    }
     std::fs::write(a.out.join("table.md"), &md)?;
     std::fs::write(a.out.join("results.csv"), csv(&rows, bb))?;
-    std::fs::write(a.out.join("results.json"), json(&rows, a, bb, &machine).to_string() + "\n")?;
+    let mut j = json(&rows, a, bb, &machine);
+    j["notes"] = serde_json::json!(notes);
+    std::fs::write(a.out.join("results.json"), serde_json::to_string_pretty(&j)? + "\n")?;
     writeln!(w, "chart: cargo run --release -p kestrel-bench -- chart {}", a.out.display())?;
     w.push_str(&md);
     writeln!(w, "written to {}", a.out.display())?;

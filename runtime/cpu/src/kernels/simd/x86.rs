@@ -257,34 +257,35 @@ unsafe fn block<L: Loader, const R: usize, const O: usize>(
 
 #[inline(always)]
 unsafe fn matmul_impl<L: Loader>(x: &[f32], rows: usize, w: &L, out: usize, y: &mut [f32]) {
+    // Weight rows outermost: a pair of weight rows (≤ 2·in values) stays in L1 while every row of
+    // `x` passes over it, so a batch reads the weights from memory once, not once per 4 rows.
     // SAFETY: `block` is called with in-bounds row/output ranges.
     unsafe {
         let r4 = rows / 4 * 4;
         let o2 = out / 2 * 2;
-        let mut r = 0;
-        while r < r4 {
-            let mut o = 0;
-            while o < o2 {
+        let mut o = 0;
+        while o < o2 {
+            let mut r = 0;
+            while r < r4 {
                 block::<L, 4, 2>(x, r, w, o, out, y);
-                o += 2;
+                r += 4;
             }
-            if o < out {
-                block::<L, 4, 1>(x, r, w, o, out, y);
+            while r < rows {
+                block::<L, 1, 2>(x, r, w, o, out, y);
+                r += 1;
             }
-            r += 4;
+            o += 2;
         }
-        while r < rows {
-            let o4 = out / 4 * 4;
-            let mut o = 0;
-            while o < o4 {
-                block::<L, 1, 4>(x, r, w, o, out, y);
-                o += 4;
+        if o < out {
+            let mut r = 0;
+            while r < r4 {
+                block::<L, 4, 1>(x, r, w, o, out, y);
+                r += 4;
             }
-            while o < out {
+            while r < rows {
                 block::<L, 1, 1>(x, r, w, o, out, y);
-                o += 1;
+                r += 1;
             }
-            r += 1;
         }
     }
 }
