@@ -254,10 +254,21 @@ fn token_product(b: &ModelBuilder, t1: usize, nodes: &mut Vec<usize>) -> Option<
     Some((dd.proj.w, tr2.y))
 }
 
-fn match_aft_full(b: &mut ModelBuilder, exp_node: usize) -> Option<(Region, Vec<Op>)> {
+/// The keys' stabilised exponential `e^(K − max_t K)` at `exp_node` (the shift cancels, so any
+/// subtracted reduction is accepted): the nodes read, e^K, K's projection, the block's input x
+/// and its `(T, d)`.
+pub(super) struct StableExp {
+    pub nodes: Vec<usize>,
+    pub ek: TensorId,
+    pub kd: Dense,
+    pub x: TensorId,
+    pub t: usize,
+    pub d: usize,
+}
+
+pub(super) fn stable_exp(b: &ModelBuilder, exp_node: usize) -> Option<StableExp> {
     let Op::Unary(Unary { x: shifted, y: ek, .. }) = b.ops()[exp_node] else { return None };
     let mut nodes = vec![exp_node];
-    // e^(K − max_t K) (the shift cancels, so any subtracted reduction is accepted).
     let sn = b.producer(shifted)?;
     let Op::Binary(sub) = b.ops()[sn] else { return None };
     if sub.op != BinaryOp::Sub {
@@ -271,6 +282,11 @@ fn match_aft_full(b: &mut ModelBuilder, exp_node: usize) -> Option<(Region, Vec<
     nodes.push(kn);
     let x = root_view(b, kd.x, &mut nodes);
     let (t, d) = tokens(b, x)?;
+    Some(StableExp { nodes, ek, kd, x, t, d })
+}
+
+fn match_aft_full(b: &mut ModelBuilder, exp_node: usize) -> Option<(Region, Vec<Op>)> {
+    let StableExp { mut nodes, ek, kd, x, t, d } = stable_exp(b, exp_node)?;
     // e^K's two uses: ⊙ V (numerator) and E·e^K (denominator).
     let uses = b.consumers(ek);
     if uses.len() != 2 {

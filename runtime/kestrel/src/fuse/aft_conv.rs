@@ -13,8 +13,8 @@
 //! token grid and kernel size come from the denominator's convolution. As elsewhere the matcher is
 //! loose about layout and the numerical check decides.
 
-use super::aft::other_operand;
-use super::attention::{forward_layout, projection, root_view, tokens};
+use super::aft::{other_operand, stable_exp, StableExp};
+use super::attention::{forward_layout, projection, root_view};
 use super::{around_tokens, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
@@ -126,22 +126,7 @@ fn conv_plus_scaled_sum(
 }
 
 fn match_aft_conv(b: &mut ModelBuilder, exp_node: usize) -> Option<(Region, Vec<Op>)> {
-    let Op::Unary(Unary { x: shifted, y: ek, .. }) = b.ops()[exp_node] else { return None };
-    let mut nodes = vec![exp_node];
-    // e^(K − max_t K): the shift cancels, so any subtracted reduction is accepted.
-    let sn = b.producer(shifted)?;
-    let Op::Binary(sub) = b.ops()[sn] else { return None };
-    if sub.op != BinaryOp::Sub {
-        return None;
-    }
-    nodes.push(sn);
-    if let Some(mn) = b.producer(sub.b).filter(|&n| matches!(b.ops()[n], Op::Reduce(_))) {
-        nodes.push(mn);
-    }
-    let (kn, kd) = projection(b, sub.a)?;
-    nodes.push(kn);
-    let x = root_view(b, kd.x, &mut nodes);
-    let (t, d) = tokens(b, x)?;
+    let StableExp { mut nodes, ek, kd, x, t, d } = stable_exp(b, exp_node)?;
     let heads = b.shape_of(kd.proj.w)?.as_matrix()?.0;
     if heads == 0 || d % heads != 0 {
         return None;
