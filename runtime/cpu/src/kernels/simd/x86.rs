@@ -276,7 +276,9 @@ unsafe fn matmul_impl<L: Loader>(x: &[f32], rows: usize, w: &L, out: usize, y: &
         let o2 = out / 2 * 2;
         let mut k0 = 0;
         loop {
-            let k1 = if inp - k0 > KC { k0 + KC } else { inp };
+            // Few rows (a GEMV): no reuse of `x` to protect, and whole weight rows keep the
+            // hardware prefetcher on long sequential streams.
+            let k1 = if rows > 4 && inp - k0 > KC { k0 + KC } else { inp };
             let kr = (k0, k1, k0 > 0);
             let mut o = 0;
             while o < o2 {
