@@ -177,9 +177,9 @@ pub fn make_feeds(model: &Model, input: Option<&PathBuf>, batch: usize) -> Resul
 pub fn time_kestrel(model: &Model, feeds: &[Feed], samples: usize, batch: usize, reps: usize) -> Result<Stats> {
     let mut session = model.session(batch)?;
     let cpu = model.cpu()?;
-    let mut outs: Vec<Vec<f32>> = (0..cpu.output_count())
-        .map(|i| Ok(vec![0.0f32; cpu.output(i)?.shape.numel().unwrap_or(0) * batch]))
-        .collect::<Result<_>>()?;
+    let per_out: Vec<usize> =
+        (0..cpu.output_count()).map(|i| Ok(cpu.output(i)?.shape.numel().unwrap_or(0))).collect::<Result<_>>()?;
+    let mut outs: Vec<Vec<f32>> = per_out.iter().map(|p| vec![0.0f32; p * batch]).collect();
     let mut inputs: Vec<Input<'_>> = Vec::with_capacity(feeds.len());
     time_passes(samples, reps, |n| {
         let mut done = 0;
@@ -187,7 +187,8 @@ pub fn time_kestrel(model: &Model, feeds: &[Feed], samples: usize, batch: usize,
             let b = batch.min(n - done);
             inputs.clear();
             inputs.extend(feeds.iter().map(|f| f.input(b)));
-            let mut o: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
+            // The last batch of a pass may be smaller: outputs sized to it.
+            let mut o: Vec<&mut [f32]> = outs.iter_mut().zip(&per_out).map(|(v, p)| &mut v[..b * p]).collect();
             session.run(&inputs, &mut o)?;
             done += b;
         }

@@ -205,22 +205,33 @@ pub fn run(w: &mut String, a: &BenchArgs, isa: &str) -> Result<()> {
             row.tract_b1.map_or("-".into(), |s| format!("{:.1}", s.us_per_sample))
         );
         rows.push(row);
+        write_outputs(&rows, &notes, a, bb, isa)?;
     }
+    let md = write_outputs(&rows, &notes, a, bb, isa)?;
+    w.push_str(&md);
+    writeln!(
+        w,
+        "written to {} (chart: cargo run --release -p kestrel-bench -- chart {})",
+        a.out.display(),
+        a.out.display()
+    )?;
+    Ok(())
+}
+
+/// Writes table.md, results.csv and results.json (after every row); returns the Markdown.
+fn write_outputs(rows: &[Row], notes: &[String], a: &BenchArgs, bb: usize, isa: &str) -> Result<String> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let machine = machine_description(isa);
-    let mut md = markdown(&rows, a, bb, &machine);
-    for n in &notes {
+    let mut md = markdown(rows, a, bb, &machine);
+    for n in notes {
         let _ = writeln!(md, "\n- {n}");
     }
     std::fs::write(a.out.join("table.md"), &md)?;
-    std::fs::write(a.out.join("results.csv"), csv(&rows, bb))?;
-    let mut j = json(&rows, a, bb, &machine);
+    std::fs::write(a.out.join("results.csv"), csv(rows, bb))?;
+    let mut j = json(rows, a, bb, &machine);
     j["notes"] = serde_json::json!(notes);
     std::fs::write(a.out.join("results.json"), serde_json::to_string_pretty(&j)? + "\n")?;
-    writeln!(w, "chart: cargo run --release -p kestrel-bench -- chart {}", a.out.display())?;
-    w.push_str(&md);
-    writeln!(w, "written to {}", a.out.display())?;
-    Ok(())
+    Ok(md)
 }
 
 fn secs(us: f64) -> f64 {

@@ -111,3 +111,33 @@ fn convert_quantises_fuses_and_verifies_the_readme_model() {
     let (ok, _, stderr) = kestrel(&["convert", "/nonexistent/model.onnx", "-o", out.to_str().unwrap()]);
     assert!(!ok && stderr.contains("nonexistent"), "{stderr}");
 }
+
+#[test]
+fn bench_json_is_one_object_with_the_documented_keys() {
+    let dir = std::env::temp_dir().join(format!("kestrel-cli-bench-{}", std::process::id()));
+    let path = dir.join("demo.kes");
+    let path_s = path.to_str().unwrap();
+    let (ok, _, stderr) = kestrel(&["demo", "--out", path_s]);
+    assert!(ok, "{stderr}");
+    for isa in [None, Some("scalar")] {
+        let mut args = vec!["bench", path_s, "--samples", "3", "--reps", "3", "--batch", "2", "--json"];
+        if let Some(i) = isa {
+            args.extend(["--isa", i]);
+        }
+        let (ok, stdout, stderr) = kestrel(&args);
+        assert!(ok, "{stderr}");
+        let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+        let get = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} missing in {stdout}"));
+        let (med, lo, hi, sps) =
+            (get("us_per_sample"), get("us_per_sample_min"), get("us_per_sample_max"), get("samples_per_s"));
+        assert!(lo > 0.0 && lo <= med && med <= hi, "{stdout}");
+        assert!((sps - 1e6 / med).abs() <= 1e-6 * sps, "{stdout}");
+        if let Some(i) = isa {
+            assert_eq!(v["isa"], i);
+        }
+    }
+    // Threads are not implemented: refused, not faked.
+    let (ok, _, stderr) = kestrel(&["bench", path_s, "--threads", "2"]);
+    assert!(!ok && stderr.contains("not implemented"), "{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}

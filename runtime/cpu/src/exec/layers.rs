@@ -165,6 +165,13 @@ pub(super) fn execute(file: &KesFile<'_>, op: &Op, io: &mut OpIo<'_>) -> Result<
         Ok((acts.region(&t)?, numel(&t)?))
     };
     let sample = |n: usize, s: usize| s * n..(s + 1) * n;
+    if let (Prep::Dense { proj, rows, act }, Op::Dense(o)) = (&prep, op) {
+        // Samples are contiguous and a dense layer is row-wise: one call over the whole batch's
+        // rows lets the kernel read each weight row once per batch instead of once per sample.
+        let (x, n) = main(o.x)?;
+        proj.apply_act(&x[..batch * n], rows * batch, *act, &mut out[..batch * y_n]);
+        return Ok(());
+    }
     for s in 0..batch {
         let y = &mut out[s * y_n..(s + 1) * y_n];
         match (&prep, op) {

@@ -213,23 +213,30 @@ impl Loader for I4W<'_> {
     }
 }
 
-/// `R` rows of `x` (starting at `r0`) times `O` rows of `W` (starting at `o0`).
+/// Columns per cache block: a multiple of the int4 group (32), so blocks start on group
+/// boundaries; 4 rows of `x` × 256 columns = 4 KiB stay in L1 across the weight rows.
+const KC: usize = 256;
+
+/// `R` rows of `x` (from `r0`) times `O` rows of `W` (from `o0`) over columns `k0..k1`
+/// (`k0 % 8 == 0`); the sums are stored in `y`, or added to it when `add`.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn block<L: Loader, const R: usize, const O: usize>(
     x: &[f32],
     r0: usize,
     w: &L,
     o0: usize,
     out: usize,
+    (k0, k1, add): (usize, usize, bool),
     y: &mut [f32],
 ) {
     let inp = w.cols();
-    let k8 = inp / 8 * 8;
+    let k8 = k0 + (k1 - k0) / 8 * 8;
     let xp = x.as_ptr();
-    // SAFETY: rows r0..r0+R of x and o0..o0+O of W exist (callers' bounds); k < k8 ≤ inp.
+    // SAFETY: rows r0..r0+R of x and o0..o0+O of W exist (callers' bounds); k < k8 ≤ k1 ≤ inp.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); O]; R];
-        let mut k = 0;
+        let mut k = k0;
         while k < k8 {
             let mut wv = [_mm256_setzero_ps(); O];
             for (j, wv) in wv.iter_mut().enumerate() {
@@ -246,10 +253,12 @@ unsafe fn block<L: Loader, const R: usize, const O: usize>(
         for (r, acc) in acc.iter().enumerate() {
             for (j, acc) in acc.iter().enumerate() {
                 let mut s = hsum(*acc);
-                for kk in k8..inp {
+                for kk in k8..k1 {
                     s += w.get(o0 + j, kk) * x[(r0 + r) * inp + kk];
                 }
-                y[(r0 + r) * out + o0 + j] = s * w.row_scale(o0 + j);
+                let v = s * w.row_scale(o0 + j);
+                let yv = &mut y[(r0 + r) * out + o0 + j];
+                *yv = if add { *yv + v } else { v };
             }
         }
     }
@@ -257,35 +266,48 @@ unsafe fn block<L: Loader, const R: usize, const O: usize>(
 
 #[inline(always)]
 unsafe fn matmul_impl<L: Loader>(x: &[f32], rows: usize, w: &L, out: usize, y: &mut [f32]) {
-    // Weight rows outermost: a pair of weight rows (≤ 2·in values) stays in L1 while every row of
-    // `x` passes over it, so a batch reads the weights from memory once, not once per 4 rows.
-    // SAFETY: `block` is called with in-bounds row/output ranges.
+    // Column blocks of KC outermost (partial sums accumulate in `y`), then weight-row pairs,
+    // then rows of `x`: the x block and the weight rows stay in cache, so a batch reads the
+    // weights from memory once, not once per 4 rows, and long rows do not evict `x`.
+    // SAFETY: `block` is called with in-bounds row/output/column ranges.
     unsafe {
+        let inp = w.cols();
         let r4 = rows / 4 * 4;
         let o2 = out / 2 * 2;
-        let mut o = 0;
-        while o < o2 {
-            let mut r = 0;
-            while r < r4 {
-                block::<L, 4, 2>(x, r, w, o, out, y);
-                r += 4;
+        let mut k0 = 0;
+        loop {
+            // Few rows (a GEMV): no reuse of `x` to protect, and whole weight rows keep the
+            // hardware prefetcher on long sequential streams.
+            let k1 = if rows > 4 && inp - k0 > KC { k0 + KC } else { inp };
+            let kr = (k0, k1, k0 > 0);
+            let mut o = 0;
+            while o < o2 {
+                let mut r = 0;
+                while r < r4 {
+                    block::<L, 4, 2>(x, r, w, o, out, kr, y);
+                    r += 4;
+                }
+                while r < rows {
+                    block::<L, 1, 2>(x, r, w, o, out, kr, y);
+                    r += 1;
+                }
+                o += 2;
             }
-            while r < rows {
-                block::<L, 1, 2>(x, r, w, o, out, y);
-                r += 1;
+            if o < out {
+                let mut r = 0;
+                while r < r4 {
+                    block::<L, 4, 1>(x, r, w, o, out, kr, y);
+                    r += 4;
+                }
+                while r < rows {
+                    block::<L, 1, 1>(x, r, w, o, out, kr, y);
+                    r += 1;
+                }
             }
-            o += 2;
-        }
-        if o < out {
-            let mut r = 0;
-            while r < r4 {
-                block::<L, 4, 1>(x, r, w, o, out, y);
-                r += 4;
+            if k1 >= inp {
+                break;
             }
-            while r < rows {
-                block::<L, 1, 1>(x, r, w, o, out, y);
-                r += 1;
-            }
+            k0 = k1;
         }
     }
 }
@@ -376,7 +398,15 @@ pub unsafe fn dot_i8_vnni(a: &[i8], b: &[i8]) -> i32 {
             let va = _mm256_loadu_si256(a.as_ptr().add(i).cast());
             let vb = _mm256_loadu_si256(b.as_ptr().add(i).cast());
             let (u, s) = sign_split(va, vb);
-            acc = _mm256_dpbusd_avx_epi32(acc, u, s);
+            // `_mm256_dpbusd_avx_epi32` is stable only from Rust 1.89 (MSRV is 1.85): the
+            // instruction itself, VEX-encoded AVX-VNNI `vpdpbusd` (acc += Σ₄ u8·i8 per i32 lane).
+            core::arch::asm!(
+                "{{vex}} vpdpbusd {acc}, {u}, {s}",
+                acc = inout(ymm_reg) acc,
+                u = in(ymm_reg) u,
+                s = in(ymm_reg) s,
+                options(pure, nomem, nostack),
+            );
             i += 32;
         }
         let mut s = hsum_i32(acc);
