@@ -45,18 +45,19 @@ pub const BUNDLED: &[Bundled] = &[
 pub enum Backend {
     /// The CPU runtime.
     Cpu,
-    /// The wgpu backend (not in this build: falls back to the CPU with a notice).
+    /// The wgpu backend (not wired into classify/profile yet: falls back to the CPU with a notice;
+    /// `kestrel run --backend wgpu` runs on the GPU).
     Wgpu,
-    /// The best available (the CPU in this build).
+    /// The best available (the CPU for classify/profile so far).
     Auto,
 }
 
-/// Says which backend runs and why; the wgpu backend is not part of this build.
+/// Says which backend runs and why: classify and profile do not drive the wgpu backend yet.
 pub fn resolve_backend(b: Backend) -> &'static str {
     match b {
         Backend::Cpu => {}
         Backend::Wgpu | Backend::Auto => {
-            eprintln!("note: this build has no wgpu backend; running on the CPU");
+            eprintln!("note: classify/profile do not use the wgpu backend yet; running on the CPU");
         }
     }
     "cpu"

@@ -80,7 +80,9 @@ enum Command {
         /// Also run the ONNX model (tract) and the converted model (Kestrel) on the same inputs
         /// and report the differences: on INPUTS.npy if given, else on 4 seeded random samples.
         #[arg(long, value_name = "INPUTS.npy", num_args = 0..=1, default_missing_value = "")]
-        verify: Option<PathBuf>,
+        // A String, not a PathBuf: clap's path parser rejects the empty value that stands for
+        // "no file given" (`--verify` alone).
+        verify: Option<String>,
         /// Print the report (and verification) as one JSON object.
         #[arg(long)]
         json: bool,
@@ -148,7 +150,7 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
         Command::Convert { onnx, out, weights, keep_f16, keep_first_last, calibrate, verify, json, meta, labels } => {
             let opts = kestrel_onnx::ConvertOptions { weights: weights.into(), keep_f16, keep_first_last, calibrate };
             let meta = convert::MetaEdit::load(meta.as_deref(), labels.as_deref())?;
-            convert::run(w, &onnx, &out, &opts, verify.as_deref(), json, &meta)
+            convert::run(w, &onnx, &out, &opts, verify.as_deref().map(std::path::Path::new), json, &meta)
         }
     }
 }
