@@ -70,7 +70,7 @@ fn targets(b: &ModelBuilder) -> Vec<(TensorId, Vec<String>)> {
 
 /// Runs `b` on `samples` and stores a scale on every activation an integer projection reads.
 pub fn calibrate(b: &mut ModelBuilder, samples: &[InputTensor]) -> Result<CalibrationReport, ConvertError> {
-    let bad = |expected: String, found: String| ConvertError::Verify { expected, found };
+    let bad = |expected: String, found: String| ConvertError::Calibrate { expected, found };
     if samples.len() != b.inputs().len() {
         return Err(bad(
             format!("one calibration array per model input ({})", b.inputs().len()),

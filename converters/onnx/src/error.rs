@@ -72,6 +72,14 @@ pub enum ConvertError {
         /// What was found.
         found: String,
     },
+    /// Calibration data (`--calibrate`) does not fit the model, or there is nothing to calibrate.
+    #[error("calibrate: expected {expected}, found {found}")]
+    Calibrate {
+        /// What was expected.
+        expected: String,
+        /// What was found.
+        found: String,
+    },
 }
 
 /// The list of lowered ops shown in [`ConvertError::Unsupported`].
