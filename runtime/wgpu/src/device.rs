@@ -99,7 +99,9 @@ fn describe(list: &[wgpu::Adapter]) -> String {
     v.join(", ")
 }
 
-/// A device and queue on one adapter, shared by the sessions created from it.
+/// A device and queue on one adapter, shared by the sessions created from it. Cloning is cheap
+/// (wgpu's handles are reference counted): a session keeps its own clone, so it borrows nothing.
+#[derive(Clone)]
 pub struct GpuContext {
     pub(crate) device: wgpu::Device,
     pub(crate) queue: wgpu::Queue,

@@ -60,8 +60,8 @@ struct Node {
 }
 
 /// A model bound to a device with a batch capacity.
-pub struct GpuSession<'c> {
-    ctx: &'c GpuContext,
+pub struct GpuSession {
+    ctx: GpuContext,
     capacity: usize,
     nodes: Vec<Node>,
     inputs: Vec<Io>,
@@ -85,11 +85,11 @@ fn limit(what: &'static str, needed: u64, limit: u64, limit_name: &'static str) 
     Ok(())
 }
 
-impl<'c> GpuSession<'c> {
+impl GpuSession {
     /// Lowers `model` to dispatches for batches up to `capacity`, uploads the file's weights in
     /// their stored encoding, and allocates every buffer. An op without a GPU kernel is a
     /// [`GpuError::UnsupportedOp`] here, before anything runs.
-    pub fn new(ctx: &'c GpuContext, model: &kestrel_cpu::Model<'_>, capacity: usize) -> Result<Self, GpuError> {
+    pub fn new(ctx: &GpuContext, model: &kestrel_cpu::Model<'_>, capacity: usize) -> Result<Self, GpuError> {
         if capacity == 0 {
             return Err(RunError::BadCapacity { max: usize::MAX, found: 0 }.into());
         }
@@ -200,7 +200,7 @@ impl<'c> GpuSession<'c> {
                 (qs, resolve, read)
             });
             Ok(Self {
-                ctx,
+                ctx: ctx.clone(),
                 capacity,
                 nodes,
                 inputs,
@@ -425,7 +425,7 @@ impl<'c> GpuSession<'c> {
             enc.copy_buffer_to_buffer(resolve, 0, read, 0, read.size());
         }
         let start = Instant::now();
-        let ctx = self.ctx;
+        let ctx = &self.ctx;
         let index = ctx.scoped("run", || ctx.queue.submit([enc.finish()]))?;
         let staging = &self.staging;
         let mut maps = vec![(staging, off.max(4))];
