@@ -1,4 +1,11 @@
-//! `--backend cpu|wgpu|auto` and `--adapter NAME|INDEX` for commands that run a model.
+//! Where a model runs: `--backend cpu|wgpu|auto` and `--adapter NAME|INDEX` for every command
+//! that runs a model (`run`, `classify`, `profile`), and [`Runner`], one session on the chosen
+//! backend behind a single `run`.
+//!
+//! `auto` prefers a GPU and falls back to the CPU with a one-line notice on stderr when no
+//! adapter exists, the device cannot be created, or the GPU cannot run this model (an op
+//! without a kernel, a buffer over the adapter's limits). `wgpu` never falls back: those are
+//! errors.
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
@@ -12,13 +19,13 @@ pub enum Backend {
     /// The CPU runtime.
     #[default]
     Cpu,
-    /// The wgpu backend (an error if no GPU adapter exists).
+    /// The wgpu backend (an error if no GPU adapter exists or it cannot run the model).
     Wgpu,
-    /// A GPU when one exists, else the CPU with a one-line notice on stderr.
+    /// A GPU when one exists and can run the model, else the CPU with a one-line notice.
     Auto,
 }
 
-/// The backend flags shared by running commands.
+/// The backend flags shared by the commands that run a model.
 #[derive(Args, Clone, Debug, Default)]
 pub struct BackendArgs {
     /// Where to run: cpu, wgpu, or auto (GPU if available, else CPU).
@@ -30,54 +37,124 @@ pub struct BackendArgs {
     pub adapter: Option<String>,
 }
 
-/// Runs `feeds` (batch `batch`) on the chosen backend; returns the outputs, the run's wall time
-/// and a label of where it ran.
+impl BackendArgs {
+    /// The flags for `backend` with the default adapter choice.
+    pub fn new(backend: Backend) -> Self {
+        Self { backend, adapter: None }
+    }
+}
+
+/// A session on the backend the flags chose, for batches up to its capacity.
+pub enum Runner<'m> {
+    /// The CPU runtime.
+    Cpu(Box<kestrel::Session<'m>>),
+    /// The wgpu backend.
+    Gpu(Box<GpuRunner>),
+}
+
+/// The GPU side of a [`Runner`].
+pub struct GpuRunner {
+    /// The session (weights uploaded, buffers allocated).
+    pub session: GpuSession,
+    /// The adapter, described for humans.
+    pub adapter: String,
+    /// Elements per sample of each input and output.
+    inputs: Vec<usize>,
+    outputs: Vec<usize>,
+}
+
+impl<'m> Runner<'m> {
+    /// Opens a session on the backend `args` choose (see the module docs for `auto`).
+    pub fn new(model: &'m Model, capacity: usize, args: &BackendArgs) -> Result<Self> {
+        let fallback = |why: String| -> Result<Self> {
+            eprintln!("notice: {why}; running on the CPU");
+            Ok(Runner::Cpu(Box::new(model.session(capacity)?)))
+        };
+        let ctx = match args.backend {
+            Backend::Cpu => return Ok(Runner::Cpu(Box::new(model.session(capacity)?))),
+            Backend::Wgpu => open(args).context("--backend wgpu")?,
+            Backend::Auto => match open(args) {
+                Ok(c) => c,
+                Err(e) => return fallback(format!("no usable GPU ({e})")),
+            },
+        };
+        let cpu = model.cpu()?;
+        let session = match GpuSession::new(&ctx, &cpu, capacity) {
+            Ok(s) => s,
+            Err(e) if args.backend == Backend::Auto => {
+                return fallback(format!("the GPU ({}) cannot run this model ({e})", ctx.describe()))
+            }
+            Err(e) => return Err(e).context("creating the GPU session"),
+        };
+        let numel = |t: kestrel::format::TensorInfo<'_>| t.shape.numel().unwrap_or(0);
+        let inputs = (0..cpu.input_count()).map(|i| cpu.input(i).map(numel)).collect::<Result<_, _>>()?;
+        let outputs = (0..cpu.output_count()).map(|i| cpu.output(i).map(numel)).collect::<Result<_, _>>()?;
+        Ok(Runner::Gpu(Box::new(GpuRunner { session, adapter: ctx.describe(), inputs, outputs })))
+    }
+
+    /// Where the session runs: `cpu`, or `wgpu: <adapter>`.
+    pub fn on(&self) -> String {
+        match self {
+            Runner::Cpu(_) => "cpu".into(),
+            Runner::Gpu(g) => format!("wgpu: {}", g.adapter),
+        }
+    }
+
+    /// Whether the session runs on the GPU.
+    pub fn is_gpu(&self) -> bool {
+        matches!(self, Runner::Gpu(_))
+    }
+
+    /// Runs a batch (inferred from the input lengths) into caller-provided outputs; returns the
+    /// batch size.
+    pub fn run(&mut self, inputs: &[Input<'_>], outputs: &mut [&mut [f32]]) -> Result<usize> {
+        match self {
+            Runner::Cpu(s) => Ok(s.run(inputs, outputs)?),
+            Runner::Gpu(g) => g.session.run(inputs, outputs).context("running on the GPU"),
+        }
+    }
+
+    /// Runs a batch and returns freshly allocated outputs (sized for the batch the inputs hold).
+    pub fn run_vec(&mut self, inputs: &[Input<'_>]) -> Result<Vec<Vec<f32>>> {
+        match self {
+            Runner::Cpu(s) => Ok(s.run_vec(inputs)?),
+            Runner::Gpu(g) => {
+                let batch = batch_of(&g.inputs, inputs);
+                let mut outs: Vec<Vec<f32>> = g.outputs.iter().map(|&n| vec![0f32; n * batch]).collect();
+                let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+                g.session.run(inputs, &mut refs).context("running on the GPU")?;
+                Ok(outs)
+            }
+        }
+    }
+}
+
+/// The batch the first input holds (the session checks every input against it).
+fn batch_of(per_sample: &[usize], inputs: &[Input<'_>]) -> usize {
+    let len = match inputs.first() {
+        Some(Input::F32(d)) => d.len(),
+        Some(Input::I32(d)) => d.len(),
+        Some(Input::I64(d)) => d.len(),
+        None => 0,
+    };
+    match per_sample.first() {
+        Some(&n) if n > 0 => len / n,
+        _ => 0,
+    }
+}
+
+/// Runs `feeds` (batch `batch`) once on the chosen backend; returns the outputs, the run's wall
+/// time and where it ran (`kestrel run`).
 pub fn run_vec(
     model: &Model,
     batch: usize,
     feeds: &[Input<'_>],
     args: &BackendArgs,
 ) -> Result<(Vec<Vec<f32>>, Duration, String)> {
-    let gpu = match args.backend {
-        Backend::Cpu => None,
-        Backend::Wgpu => Some(open(args).context("--backend wgpu")?),
-        Backend::Auto => match open(args) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                eprintln!("notice: no usable GPU ({e}); running on the CPU");
-                None
-            }
-        },
-    };
-    match gpu {
-        None => {
-            let mut session = model.session(batch)?;
-            let t0 = Instant::now();
-            let out = session.run_vec(feeds)?;
-            Ok((out, t0.elapsed(), "cpu".into()))
-        }
-        Some(ctx) => {
-            let cpu = model.cpu()?;
-            let mut session = match GpuSession::new(&ctx, &cpu, batch) {
-                Ok(s) => s,
-                Err(e) if args.backend == Backend::Auto => {
-                    eprintln!("notice: the GPU cannot run this model ({e}); running on the CPU");
-                    let mut session = model.session(batch)?;
-                    let t0 = Instant::now();
-                    let out = session.run_vec(feeds)?;
-                    return Ok((out, t0.elapsed(), "cpu".into()));
-                }
-                Err(e) => return Err(e).context("creating the GPU session"),
-            };
-            let mut outs: Vec<Vec<f32>> = (0..cpu.output_count())
-                .map(|i| cpu.output(i).map(|t| vec![0f32; t.shape.numel().unwrap_or(0) * batch]))
-                .collect::<Result<_, _>>()?;
-            let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
-            let t0 = Instant::now();
-            session.run(feeds, &mut refs).context("running on the GPU")?;
-            Ok((outs, t0.elapsed(), format!("wgpu: {}", ctx.describe())))
-        }
-    }
+    let mut runner = Runner::new(model, batch, args)?;
+    let t0 = Instant::now();
+    let out = runner.run_vec(feeds)?;
+    Ok((out, t0.elapsed(), runner.on()))
 }
 
 fn open(args: &BackendArgs) -> Result<GpuContext, GpuError> {

@@ -1,9 +1,10 @@
 //! `kestrel classify`: images (files or folders) → top-k labels, with the model's own
 //! preprocessing; `--eval` over a labelled folder (accuracy, confusion matrix, `--plot`).
 
+use crate::backend::{BackendArgs, Runner};
 use crate::preprocess::{decode, InputPrep, Pixels};
 use anyhow::{bail, Context, Result};
-use clap::{Args, ValueEnum};
+use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use kestrel::format::OutputKind;
 use kestrel::{Input, Model};
@@ -40,29 +41,6 @@ pub const BUNDLED: &[Bundled] = &[
     },
 ];
 
-/// Where to run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Backend {
-    /// The CPU runtime.
-    Cpu,
-    /// The wgpu backend (not wired into classify/profile yet: falls back to the CPU with a notice;
-    /// `kestrel run --backend wgpu` runs on the GPU).
-    Wgpu,
-    /// The best available (the CPU for classify/profile so far).
-    Auto,
-}
-
-/// Says which backend runs and why: classify and profile do not drive the wgpu backend yet.
-pub fn resolve_backend(b: Backend) -> &'static str {
-    match b {
-        Backend::Cpu => {}
-        Backend::Wgpu | Backend::Auto => {
-            eprintln!("note: classify/profile do not use the wgpu backend yet; running on the CPU");
-        }
-    }
-    "cpu"
-}
-
 /// `kestrel classify` arguments.
 #[derive(Args, Debug)]
 pub struct ClassifyArgs {
@@ -82,9 +60,8 @@ pub struct ClassifyArgs {
     /// Images per model run.
     #[arg(long, default_value_t = 32)]
     pub batch: usize,
-    /// Backend.
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub backend: Backend,
+    #[command(flatten)]
+    pub backend: BackendArgs,
     /// Evaluate: each image's class is its parent folder's name (a label or a class index);
     /// prints accuracy and the confusion matrix instead of per-image predictions.
     #[arg(long)]
@@ -176,7 +153,7 @@ impl Classifier {
     }
 
     /// Class probabilities for a batch of decoded images (one run per `batch` images).
-    pub fn probabilities(&self, images: &[&Pixels], session: &mut kestrel::Session<'_>) -> Result<Vec<Vec<f32>>> {
+    pub fn probabilities(&self, images: &[&Pixels], session: &mut Runner<'_>) -> Result<Vec<Vec<f32>>> {
         let mut x = Vec::with_capacity(images.len() * self.prep.numel());
         for px in images {
             self.prep.apply(px, &mut x);
@@ -196,9 +173,9 @@ impl Classifier {
             .collect()
     }
 
-    /// A session for batches up to `batch`.
-    pub fn session(&self, batch: usize) -> Result<kestrel::Session<'_>> {
-        Ok(self.model.session(batch)?)
+    /// A session for batches up to `batch` on the backend `args` choose.
+    pub fn session(&self, batch: usize, args: &BackendArgs) -> Result<Runner<'_>> {
+        Runner::new(&self.model, batch, args)
     }
 
     /// Maps a folder name to a class index: a label (case-insensitive, `_`/`-`/space alike) or
@@ -280,7 +257,6 @@ pub fn run(w: &mut String, args: &ClassifyArgs) -> Result<()> {
     if args.batch == 0 || args.top == 0 {
         bail!("--batch and --top must be at least 1");
     }
-    resolve_backend(args.backend);
     let t_load = Instant::now();
     let clf = Classifier::open(args.model.as_deref())?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
@@ -319,7 +295,9 @@ pub fn run(w: &mut String, args: &ClassifyArgs) -> Result<()> {
         ProgressBar::hidden()
     };
     let batch = args.batch.min(files.len());
-    let mut session = clf.session(batch)?;
+    let t_session = Instant::now();
+    let mut session = clf.session(batch, &args.backend)?;
+    let session_ms = t_session.elapsed().as_secs_f64() * 1e3;
     let mut results: Vec<Classified> = Vec::new();
     let mut failed: Vec<(PathBuf, String)> = Vec::new();
     let mut infer_s = 0f64;
@@ -399,8 +377,9 @@ pub fn run(w: &mut String, args: &ClassifyArgs) -> Result<()> {
         let n = results.len();
         writeln!(
             w,
-            "{n} image(s) with {} (cpu): model loaded in {load_ms:.1} ms, inference {:.3} ms/image, total {:.1} ms",
+            "{n} image(s) with {} ({}): model loaded in {load_ms:.1} ms, session in {session_ms:.1} ms, inference {:.3} ms/image, total {:.1} ms",
             clf.name,
+            session.on(),
             if n > 0 { infer_s * 1e3 / n as f64 } else { 0.0 },
             total_s * 1e3
         )?;

@@ -1,6 +1,8 @@
 //! The `kestrel` CLI's image apps as a library (the binary in `main.rs` calls into it; the
-//! tests use it directly): `classify`, `profile`, image preprocessing and plotting helpers.
+//! tests use it directly): backend selection, `classify`, `profile`, image preprocessing and
+//! plotting helpers.
 
+pub mod backend;
 pub mod classify;
 pub mod plot;
 pub mod preprocess;

@@ -1,6 +1,5 @@
 //! `kestrel`: the command-line tool.
 
-mod backend;
 mod bench;
 mod bench_paper;
 mod convert;
@@ -10,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use kestrel::format::{DType, TensorKind};
 use kestrel::{npy, Input, Model};
+use kestrel_cli::backend;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;

@@ -1,14 +1,20 @@
 //! `kestrel profile`: per-op latency of a model on the CPU (numbers from
-//! [`kestrel::profile`]), as a table, JSON, a Chrome trace and a PNG bar chart.
+//! [`kestrel::profile`]: a host clock around each node) or on the GPU ([`gpu_profile`]: GPU
+//! timestamp queries around each node's compute pass), as a table, JSON, a Chrome trace and a
+//! PNG bar chart.
 
-use crate::classify::{resolve_backend, Backend, BUNDLED};
+use crate::backend::{BackendArgs, GpuRunner, Runner};
+use crate::classify::BUNDLED;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kestrel::format::DType;
-use kestrel::profile::Profile;
+use kestrel::format::TensorKind;
+use kestrel::profile::{OpTiming, Profile};
 use kestrel::{npy, Input, Model};
+use kestrel_wgpu::TimingSource;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 /// `kestrel profile` arguments.
 #[derive(Args, Debug)]
@@ -27,9 +33,8 @@ pub struct ProfileArgs {
     /// Input array (.npy, batch = first axis) instead of seeded random inputs.
     #[arg(long, value_name = "X.npy")]
     pub input: Option<PathBuf>,
-    /// Backend.
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub backend: Backend,
+    #[command(flatten)]
+    pub backend: BackendArgs,
     /// Write a Chrome trace (chrome://tracing, Perfetto): one event per op per run.
     #[arg(long, value_name = "OUT.json")]
     pub trace: Option<PathBuf>,
@@ -59,7 +64,6 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
     if args.runs == 0 || args.batch == 0 {
         bail!("--runs and --batch must be at least 1");
     }
-    let backend = resolve_backend(args.backend);
     let (model, source) = load(args.model.as_deref())?;
     let cpu = model.cpu()?;
     if cpu.input_count() != 1 {
@@ -87,7 +91,24 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
         }
     };
     let feed: Input<'_> = array.input();
-    let prof = kestrel::profile::profile(&model, &[feed], args.warmup, args.runs)?;
+    let batch = array.shape().first().copied().unwrap_or(1);
+    let (prof, backend, timing) = match Runner::new(&model, batch, &args.backend)? {
+        Runner::Cpu(session) => {
+            drop(session);
+            let prof = kestrel::profile::profile(&model, &[feed], args.warmup, args.runs)?;
+            (prof, "cpu".to_string(), Timing::HostClock)
+        }
+        Runner::Gpu(mut gpu) => {
+            let (prof, timing) = gpu_profile(&model, &mut gpu, &[feed], args.warmup, args.runs)?;
+            (prof, format!("wgpu: {}", gpu.adapter), timing)
+        }
+    };
+    let backend = backend.as_str();
+    if timing == Timing::WholeSubmission {
+        eprintln!(
+            "notice: the adapter has no timestamp queries: only whole-submission times are known, no per-op times"
+        );
+    }
     if let Some(p) = &args.trace {
         write_file(p, prof.chrome_trace(&name).as_bytes())?;
     }
@@ -95,9 +116,9 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
         plot(&prof, p, &name, args.top)?;
     }
     if args.json {
-        writeln!(w, "{}", serde_json::to_string_pretty(&to_json(&prof, &name, &source, backend))?)?;
+        writeln!(w, "{}", serde_json::to_string_pretty(&to_json(&prof, &name, &source, backend, timing))?)?;
     } else {
-        write_table(w, &prof, &name, &source, backend, args.top)?;
+        write_table(w, &prof, &name, &source, backend, timing, args.top)?;
         if let Some(p) = &args.trace {
             writeln!(w, "trace      {} ({} op events)", p.display(), prof.ops.len() * prof.runs)?;
         }
@@ -106,6 +127,123 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// How a profile's per-op times were measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timing {
+    /// The CPU runtime, a host clock read before and after every node.
+    HostClock,
+    /// GPU timestamp queries around each node's compute pass.
+    GpuTimestamps,
+    /// The adapter has no timestamp queries: only whole-submission wall times, no per-op times.
+    WholeSubmission,
+}
+
+impl Timing {
+    /// One line for humans (and the JSON's `timing` field).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Timing::HostClock => "host clock around each node (run_with hooks)",
+            Timing::GpuTimestamps => {
+                "GPU timestamp queries around each node's compute pass; run totals are host wall time \
+                 from input upload to mapped outputs"
+            }
+            Timing::WholeSubmission => "whole-submission host wall time only (the adapter has no timestamp queries)",
+        }
+    }
+}
+
+/// Per-op GPU latency of `model`: `warmup` unmeasured runs, then `runs` runs of
+/// [`GpuSession::run_profiled`](kestrel_wgpu::GpuSession::run_profiled), gathered into the same
+/// [`Profile`] the CPU profiler makes. Op times come from timestamp queries where the adapter
+/// has them (else the profile has run totals and no ops: see the returned [`Timing`]). In the
+/// Chrome trace a run's ops are laid end to end from the run's start (GPU passes run in order;
+/// the gaps between them are not measured).
+pub fn gpu_profile(
+    model: &Model,
+    gpu: &mut GpuRunner,
+    inputs: &[Input<'_>],
+    warmup: usize,
+    runs: usize,
+) -> Result<(Profile, Timing)> {
+    if runs == 0 {
+        bail!("profile: at least one measured run is needed");
+    }
+    let cpu = model.cpu()?;
+    let file = *cpu.file();
+    let per = cpu.input(0)?.shape.numel().unwrap_or(1).max(1);
+    let len = match inputs.first() {
+        Some(Input::F32(d)) => d.len(),
+        Some(Input::I32(d)) => d.len(),
+        Some(Input::I64(d)) => d.len(),
+        None => 0,
+    };
+    if len == 0 || len % per != 0 {
+        bail!("profile: input 0 has {len} elements, not a whole batch of {per}-element samples");
+    }
+    let batch = len / per;
+    let mut outs: Vec<Vec<f32>> = (0..cpu.output_count())
+        .map(|i| cpu.output(i).map(|t| vec![0f32; batch * t.shape.numel().unwrap_or(0)]))
+        .collect::<Result<_, _>>()?;
+    let mut o: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+    for _ in 0..warmup {
+        gpu.session.run(inputs, &mut o).context("warm-up run on the GPU")?;
+    }
+    let mut ops: Vec<OpTiming> = Vec::new();
+    let mut slot: Vec<Option<usize>> = Vec::new();
+    let mut total_ns = Vec::with_capacity(runs);
+    let mut run_start_ns = Vec::with_capacity(runs);
+    let mut timing = Timing::GpuTimestamps;
+    let origin = Instant::now();
+    for r in 0..runs {
+        let t0 = Instant::now();
+        let (_, p) = gpu.session.run_profiled(inputs, &mut o).context("profiled run on the GPU")?;
+        total_ns.push(t0.elapsed().as_nanos() as u64);
+        let start = (t0 - origin).as_nanos() as u64;
+        run_start_ns.push(start);
+        if p.source != TimingSource::Timestamps {
+            timing = Timing::WholeSubmission;
+            continue;
+        }
+        if r == 0 {
+            slot = vec![None; p.nodes.len()];
+            for t in p.nodes.iter().filter(|t| t.duration.is_some()) {
+                let op = file.op(t.node)?;
+                slot[t.node as usize] = Some(ops.len());
+                ops.push(OpTiming {
+                    node: t.node,
+                    op: op.name(),
+                    output: file.tensor(op.output())?.name.to_string(),
+                    flops: kestrel::profile::op_flops(&file, &op).map(|f| f * batch as u64),
+                    ns: Vec::with_capacity(runs),
+                    start_ns: Vec::with_capacity(runs),
+                });
+            }
+        }
+        let mut at = start;
+        for t in &p.nodes {
+            let (Some(d), Some(Some(i))) = (t.duration, slot.get(t.node as usize)) else { continue };
+            let ns = d.as_nanos() as u64;
+            ops[*i].ns.push(ns);
+            ops[*i].start_ns.push(at);
+            at += ns;
+        }
+    }
+    if timing == Timing::WholeSubmission {
+        ops.clear();
+    } else if let Some(o) = ops.iter().find(|o| o.ns.len() != runs) {
+        bail!("profile: node {} ({}) was timed in {} of {runs} runs", o.node, o.op, o.ns.len());
+    }
+    let weight_bytes = (0..file.tensor_count())
+        .filter_map(|id| file.tensor(id).ok())
+        .filter(|t| t.kind == TensorKind::Weight)
+        .map(|t| t.len + t.scale_len)
+        .sum();
+    let arena_bytes = cpu.arena_bytes(batch).context("the arena size for this batch overflows")?;
+    let prof =
+        Profile { batch, warmup, runs, ops, total_ns, run_start_ns, arena_bytes, weight_bytes, nodes: file.op_count() };
+    Ok((prof, timing))
 }
 
 fn write_file(p: &Path, bytes: &[u8]) -> Result<()> {
@@ -120,7 +258,7 @@ fn us(ns: f64) -> f64 {
 }
 
 /// The profile as a JSON object (ops sorted by cost, times in microseconds).
-pub fn to_json(prof: &Profile, name: &str, source: &str, backend: &str) -> serde_json::Value {
+pub fn to_json(prof: &Profile, name: &str, source: &str, backend: &str, timing: Timing) -> serde_json::Value {
     let ops: Vec<serde_json::Value> = prof
         .by_cost()
         .into_iter()
@@ -144,7 +282,7 @@ pub fn to_json(prof: &Profile, name: &str, source: &str, backend: &str) -> serde
         "model": name,
         "source": source,
         "backend": backend,
-        "timing": "host clock around each node (run_with hooks)",
+        "timing": timing.describe(),
         "batch": prof.batch,
         "warmup": prof.warmup,
         "runs": prof.runs,
@@ -164,7 +302,15 @@ pub fn to_json(prof: &Profile, name: &str, source: &str, backend: &str) -> serde
     })
 }
 
-fn write_table(w: &mut String, prof: &Profile, name: &str, source: &str, backend: &str, top: usize) -> Result<()> {
+fn write_table(
+    w: &mut String,
+    prof: &Profile,
+    name: &str,
+    source: &str,
+    backend: &str,
+    timing: Timing,
+    top: usize,
+) -> Result<()> {
     writeln!(w, "model      {name} ({source})")?;
     writeln!(
         w,
@@ -196,7 +342,12 @@ fn write_table(w: &mut String, prof: &Profile, name: &str, source: &str, backend
         prof.known_flops() as f64 / 1e6,
     )?;
     writeln!(w, "           (GFLOP/s at each op's median time; FLOPs from the op shapes, a multiply-add = 2)")?;
+    writeln!(w, "timing     {}", timing.describe())?;
     writeln!(w)?;
+    if prof.ops.is_empty() {
+        writeln!(w, "no per-op times: {}", timing.describe())?;
+        return Ok(());
+    }
     writeln!(
         w,
         "{:>4}  {:<11} {:<28} {:>9} {:>9} {:>9} {:>9} {:>6} {:>8}",

@@ -224,18 +224,92 @@ fn digits_model_reads_its_samples() {
     assert_eq!(BUNDLED.len(), 3);
 }
 
+/// Whether a GPU adapter exists; without one the GPU cases skip with a message, unless
+/// `KESTREL_REQUIRE_GPU=1` (CI installs lavapipe and sets it).
+fn have_gpu() -> bool {
+    let any = !kestrel_wgpu::adapters().is_empty();
+    if !any {
+        assert!(
+            std::env::var("KESTREL_REQUIRE_GPU").map_or(true, |v| v != "1"),
+            "KESTREL_REQUIRE_GPU=1 but no GPU adapter exists"
+        );
+        eprintln!("SKIPPED: no GPU adapter");
+    }
+    any
+}
+
+/// Probabilities on the GPU vs the CPU: f32 kernels with another summation order, through a
+/// softmax (probabilities are ≤ 1, so an absolute bound).
+const GPU_PROB_TOL: f64 = 1e-4;
+
 #[test]
-fn backend_flag_falls_back_to_the_cpu_with_a_notice() {
+fn classify_runs_on_the_gpu_with_the_cpu_results() {
+    if !have_gpu() {
+        return;
+    }
+    let folder = samples().join("fmnist");
+    let dir = folder.to_str().unwrap();
+    let run = |backend: &str| {
+        let (ok, stdout, stderr) =
+            kestrel(&["classify", dir, "--json", "--quiet", "-k", "10", "--batch", "8", "--backend", backend]);
+        assert!(ok, "{backend}: {stderr}");
+        let v: Value = serde_json::from_str(&stdout).unwrap();
+        let mut rows: Vec<(String, Vec<(u64, f64)>)> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let preds = r["predictions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| (p["index"].as_u64().unwrap(), p["probability"].as_f64().unwrap()))
+                    .collect();
+                (r["path"].as_str().unwrap().to_string(), preds)
+            })
+            .collect();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        (rows, stderr)
+    };
+    let (cpu, _) = run("cpu");
+    let (gpu, stderr) = run("wgpu");
+    assert!(!stderr.contains("running on the CPU"), "{stderr}");
+    assert_eq!(cpu.len(), gpu.len());
+    assert!(cpu.len() >= 8, "a folder of samples, more than one batch");
+    for ((path, c), (_, g)) in cpu.iter().zip(&gpu) {
+        assert_eq!(c[0].0, g[0].0, "{path}: top-1 differs");
+        for &(i, p) in c {
+            let q = g.iter().find(|&&(j, _)| j == i).map(|&(_, q)| q).unwrap();
+            assert!((p - q).abs() <= GPU_PROB_TOL, "{path}: class {i}: cpu {p} vs gpu {q}");
+        }
+    }
+    // The human-readable summary names the backend.
     let img = samples().join("fmnist/bag/00018.png");
-    let (ok, stdout, stderr) = kestrel(&["classify", img.to_str().unwrap(), "--backend", "wgpu"]);
+    let (ok, stdout, stderr) = kestrel(&["classify", img.to_str().unwrap(), "--backend", "auto"]);
     assert!(ok, "{stderr}");
-    assert!(stderr.contains("wgpu backend yet") && stderr.contains("CPU"), "{stderr}");
-    assert!(stdout.contains("1. "), "{stdout}");
+    assert!(stdout.contains("(wgpu: "), "{stdout}");
+    // An adapter that does not exist is an error with --backend wgpu, a notice with auto.
+    let (ok, _, stderr) = kestrel(&["classify", img.to_str().unwrap(), "--backend", "wgpu", "--adapter", "no-such"]);
+    assert!(!ok && stderr.contains("no-such"), "{stderr}");
+    let (ok, stdout, stderr) =
+        kestrel(&["classify", img.to_str().unwrap(), "--backend", "auto", "--adapter", "no-such"]);
+    assert!(ok && stderr.contains("running on the CPU") && stdout.contains("(cpu)"), "{stdout}{stderr}");
 }
 
 #[test]
 fn profiler_writes_a_trace_with_one_event_per_op_per_run() {
-    let dir = tmp("profile");
+    check_profile("cpu", "host clock");
+}
+
+#[test]
+fn gpu_profiler_times_every_op_with_timestamp_queries() {
+    if have_gpu() {
+        check_profile("wgpu", "GPU timestamp queries");
+    }
+}
+
+fn check_profile(backend: &str, timing: &str) {
+    let dir = tmp(&format!("profile-{backend}"));
     let trace = dir.join("trace.json");
     let plot = dir.join("profile.png");
     let runs = 7;
@@ -252,9 +326,13 @@ fn profiler_writes_a_trace_with_one_event_per_op_per_run() {
         trace.to_str().unwrap(),
         "--plot",
         plot.to_str().unwrap(),
+        "--backend",
+        backend,
     ]);
     assert!(ok, "{stderr}");
     let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert!(v["backend"].as_str().unwrap().starts_with(backend), "{stdout}");
+    assert!(v["timing"].as_str().unwrap().starts_with(timing), "{stdout}");
     let ops = v["ops"].as_array().unwrap();
     assert_eq!(ops.len() as u64, v["executed_ops"].as_u64().unwrap());
     assert!(!ops.is_empty());
@@ -289,9 +367,9 @@ fn profiler_writes_a_trace_with_one_event_per_op_per_run() {
     assert!(png.width() > 300);
 
     // Human-readable table.
-    let (ok, stdout, stderr) = kestrel(&["profile", "--runs", "3", "--warmup", "0"]);
+    let (ok, stdout, stderr) = kestrel(&["profile", "--runs", "3", "--warmup", "0", "--backend", backend]);
     assert!(ok, "{stderr}");
-    for needle in ["total", "arena", "weights", "p99", "GFLOP/s", "Attention"] {
+    for needle in ["total", "arena", "weights", "p99", "GFLOP/s", "Attention", timing] {
         assert!(stdout.contains(needle), "{needle}:\n{stdout}");
     }
     std::fs::remove_dir_all(&dir).ok();
