@@ -3,6 +3,8 @@
 //! [`Model::parse`] validates a `.kes` file once (every node's tensor roles, shapes, kernel
 //! weights, the arena plan); a [`Session`] binds it to a caller's arena (any alignment, size from
 //! [`Model::arena_bytes`]) and [`Session::run`] executes batches without touching the heap.
+//! With `std`, [`threads::set_threads`] starts a worker pool once and large dense layers are
+//! split across it (still allocation-free per run).
 #![no_std]
 #![warn(missing_docs)]
 
@@ -18,6 +20,8 @@ pub mod math;
 pub mod model;
 pub mod session;
 pub mod shapes;
+#[cfg(feature = "std")]
+pub mod threads;
 
 pub use error::{LoadError, RunError, ShapeError};
 pub use kernels::linear::{linear, ProjW};

@@ -192,6 +192,25 @@ impl<'a> WeightView<'a> {
         }
     }
 
+    /// Rows `r0..r1` as a view of their own (no copy; scales follow their rows). `None` when
+    /// the range is empty, reversed or past the last row.
+    pub fn row_range(&self, r0: usize, r1: usize) -> Option<WeightView<'a>> {
+        if r0 >= r1 || r1 > self.rows {
+            return None;
+        }
+        let c = self.cols;
+        let data = match self.data {
+            WeightData::F32(d) => WeightData::F32(d.get(r0 * c..r1 * c)?),
+            WeightData::F16(d) => WeightData::F16(d.get(r0 * c..r1 * c)?),
+            WeightData::I8 { q, scales } => WeightData::I8 { q: q.get(r0 * c..r1 * c)?, scales: scales.get(r0..r1)? },
+            WeightData::I4 { q, scales } => {
+                let (rb, g) = (int4_row_bytes(c), int4_groups(c));
+                WeightData::I4 { q: q.get(r0 * rb..r1 * rb)?, scales: scales.get(r0 * g..r1 * g)? }
+            }
+        };
+        Some(WeightView { rows: r1 - r0, cols: c, data })
+    }
+
     /// The stored data.
     pub fn data(&self) -> WeightData<'a> {
         self.data

@@ -9,23 +9,106 @@ use kestrel_format::{WeightView, INT4_GROUP};
 ///
 /// * `x`: `[rows, in]`, `w`: `[out, in]` (any encoding), `b`: `[out]` (a `[1, out]` view),
 ///   `y`: `[rows, out]`. Dequantisation is fused into the dot products: no scratch needed.
+/// * With several threads ([`crate::threads`], `std`), layers of at least [`PAR_MIN_MACS`]
+///   multiply-adds are split by rows (or, for one row, by output features); every element is
+///   computed by the same code either way, so results do not depend on the thread count.
 pub fn linear(x: &[f32], rows: usize, w: &WeightView<'_>, b: Option<&WeightView<'_>>, act: Activation, y: &mut [f32]) {
-    let (out, inp) = (w.rows(), w.cols());
-    debug_assert_eq!(x.len(), rows * inp);
-    debug_assert_eq!(y.len(), rows * out);
-    if super::simd::matmul_wt(x, rows, w, y) {
-        if let Some(b) = b {
-            for yr in y.chunks_exact_mut(out.max(1)).take(rows) {
-                for (o, v) in yr.iter_mut().enumerate() {
-                    *v += b.get(0, o);
-                }
+    debug_assert_eq!(x.len(), rows * w.cols());
+    debug_assert_eq!(y.len(), rows * w.rows());
+    split(x, rows, w, y, &matmul_body);
+    finish(rows, b, act, 1.0, y);
+}
+
+/// `y = x Wᵀ` (no bias): the SIMD kernels, else the scalar dot products.
+fn matmul_body(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32]) {
+    if !super::simd::matmul_wt(x, rows, w, y) {
+        linear_scalar_body(x, rows, w, None, y);
+    }
+}
+
+/// `y = act(y · scale + b)` row by row.
+fn finish(rows: usize, b: Option<&WeightView<'_>>, act: Activation, scale: f32, y: &mut [f32]) {
+    let out = y.len().checked_div(rows).unwrap_or(0);
+    if scale != 1.0 || b.is_some() {
+        for yr in y.chunks_exact_mut(out.max(1)).take(rows) {
+            for (o, v) in yr.iter_mut().enumerate() {
+                *v = *v * scale + b.map_or(0.0, |b| b.get(0, o));
             }
         }
-    } else {
-        linear_scalar_body(x, rows, w, b, y);
     }
     if act != Activation::None {
         activate(act, y);
+    }
+}
+
+/// Multiply-adds below which a dense layer stays on the calling thread (a parallel section
+/// costs microseconds of wake-up and synchronisation).
+pub const PAR_MIN_MACS: usize = 1 << 16;
+
+/// A kernel body `y_part = x_part · W_partᵀ` that [`split`] hands a share of the rows or output
+/// features.
+type Body<'f> = dyn Fn(&[f32], usize, &WeightView<'_>, &mut [f32]) + Sync + 'f;
+
+/// Runs `body` over all of `y [rows, out]`: inline with one thread or a small layer; else split
+/// by rows across the pool, or by output features (weight rows) when there is one row.
+fn split(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32], body: &Body<'_>) {
+    #[cfg(feature = "std")]
+    {
+        let (out, inp) = (w.rows(), w.cols());
+        let n = crate::threads::threads();
+        if n > 1 && rows.saturating_mul(out).saturating_mul(inp) >= PAR_MIN_MACS {
+            let yp = SharedOut(y.as_mut_ptr(), y.len());
+            if rows >= 2 {
+                let tasks = n.min(rows);
+                let per = rows.div_ceil(tasks);
+                crate::threads::for_each(tasks, &|t| {
+                    let (r0, r1) = (t * per, ((t + 1) * per).min(rows));
+                    if r0 < r1 {
+                        // SAFETY: task `t` alone writes rows r0..r1 of y.
+                        let ys = unsafe { yp.part(r0 * out, (r1 - r0) * out) };
+                        body(&x[r0 * inp..r1 * inp], r1 - r0, w, ys);
+                    }
+                });
+                return;
+            }
+            if rows == 1 && out >= 2 * n {
+                // Whole SIMD-friendly blocks of output features per task.
+                let per = out.div_ceil(n).div_ceil(8) * 8;
+                let tasks = out.div_ceil(per);
+                crate::threads::for_each(tasks, &|t| {
+                    let (o0, o1) = (t * per, ((t + 1) * per).min(out));
+                    if let Some(ws) = w.row_range(o0, o1) {
+                        // SAFETY: task `t` alone writes features o0..o1 of the single row.
+                        let ys = unsafe { yp.part(o0, o1 - o0) };
+                        body(x, 1, &ws, ys);
+                    }
+                });
+                return;
+            }
+        }
+    }
+    body(x, rows, w, y);
+}
+
+/// The output of a split kernel, shared by tasks that write disjoint parts of it.
+#[cfg(feature = "std")]
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32, usize);
+
+// SAFETY: tasks only write disjoint ranges (see `split`), and the caller's `&mut` outlives the
+// parallel section.
+#[cfg(feature = "std")]
+unsafe impl Sync for SharedOut {}
+
+#[cfg(feature = "std")]
+impl SharedOut {
+    /// # Safety
+    /// `start..start + len` is in bounds and no other live slice overlaps it.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn part(&self, start: usize, len: usize) -> &mut [f32] {
+        assert!(start + len <= self.1, "split: part out of bounds");
+        // SAFETY: in bounds (checked) and disjoint (the caller's contract).
+        unsafe { core::slice::from_raw_parts_mut(self.0.add(start), len) }
     }
 }
 
@@ -66,6 +149,14 @@ pub fn linear_q8(
     debug_assert_eq!(x.len(), rows * inp);
     debug_assert_eq!(y.len(), rows * out);
     let inv = 1.0 / x_scale;
+    split(x, rows, w, y, &|xs, r, ws, ys| q8_body(xs, r, ws, inv, ys));
+    finish(rows, b, act, x_scale, y);
+}
+
+/// `y = Σ_chunks q(x) · W_q` in integer units (times the weight scales; the activation scale,
+/// bias and activation come after, in [`finish`]).
+fn q8_body(x: &[f32], rows: usize, w: &WeightView<'_>, inv: f32, y: &mut [f32]) {
+    let (out, inp) = (w.rows(), w.cols());
     let mut buf = [0i8; Q8_CHUNK];
     for r in 0..rows {
         let yr = &mut y[r * out..(r + 1) * out];
@@ -79,12 +170,6 @@ pub fn linear_q8(
                 *v += dot_row_q8(w, o, c0, q);
             }
         }
-        for (o, v) in yr.iter_mut().enumerate() {
-            *v = *v * x_scale + b.map_or(0.0, |b| b.get(0, o));
-        }
-    }
-    if act != Activation::None {
-        activate(act, y);
     }
 }
 
