@@ -23,10 +23,10 @@ mod error;
 pub mod kernels;
 mod session;
 
-pub use device::{adapters, AdapterChoice, AdapterSummary, GpuContext, ADAPTER_ENV};
+pub use device::{adapters, AdapterChoice, AdapterSummary, DeviceOptions, GpuContext, ADAPTER_ENV};
 pub use error::GpuError;
-pub use kernels::{Family, Kernel};
-pub use session::{GpuSession, NodeTiming, Profile, TimingSource};
+pub use kernels::{Arith, Family, Kernel, Variant};
+pub use session::{GpuSession, NodeTiming, Precision, Profile, SessionOptions, TimingSource};
 
 /// The wgpu version this backend is built on (for adapter info, features and limits types).
 pub use wgpu;

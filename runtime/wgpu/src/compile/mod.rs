@@ -163,8 +163,25 @@ pub(crate) fn compile(file: &KesFile<'_>, cap: usize, acts_words: usize) -> Resu
     Ok((nodes, ctx.scratch_words))
 }
 
+/// Threads sharing one dense output (`lanes` in `linear.wgsl`) for rows of `inp` features: the
+/// largest power of two up to the workgroup size that leaves each thread at least
+/// [`DENSE_MIN_CHUNKS`] four-column chunks (so 1 below 64 inputs, 64 from 2048 on).
+pub(crate) fn dense_lanes(inp: usize) -> usize {
+    let per_lane = (inp / 4) / DENSE_MIN_CHUNKS;
+    let cap = crate::kernels::WORKGROUP as usize;
+    if per_lane == 0 {
+        1
+    } else {
+        (1usize << per_lane.ilog2()).min(cap)
+    }
+}
+
+/// Four-column chunks each cooperating dense thread sums at least: below this the tree's barriers
+/// cost more than the shorter loop saves.
+const DENSE_MIN_CHUNKS: usize = 8;
+
 /// A dense dispatch: `y[s, r, :] = act(x[s, r, :] Wᵀ + b) (+ add[s, r, :])` for `rows` rows of
-/// `out` features.
+/// `out` features, `dense_lanes(in)` threads per output.
 pub(crate) fn dense(
     x: Region,
     rows: usize,
@@ -174,13 +191,19 @@ pub(crate) fn dense(
     y: Region,
     add: Option<Region>,
 ) -> Result<Dispatch, GpuError> {
-    let mut p = Params::new(rows * out)?
+    let inp = w.cols as usize;
+    let lanes = dense_lanes(inp);
+    let per = rows.checked_mul(out).and_then(|v| v.checked_mul(lanes)).ok_or_else(|| {
+        GpuError::Model(format!("a dense layer of {rows} rows x {out} outputs x {lanes} threads overflows"))
+    })?;
+    let mut p = Params::new(per)?
         .region(2, x)?
         .region(4, y)?
-        .u(6, w.cols as usize)?
+        .u(6, inp)?
         .u(7, out)?
         .u(8, act as usize)?
         .b(9, b.is_some())
+        .u(13, lanes)?
         .w(16, w);
     if let Some(b) = b {
         p = p.w(20, b);

@@ -7,6 +7,12 @@ use kestrel::Input;
 use kestrel_reference::tolerance::Tolerance;
 use kestrel_wgpu::{AdapterChoice, GpuContext, GpuError, GpuSession};
 
+/// f16's unit roundoff: round-to-nearest moves a value by at most 2⁻¹¹ of itself.
+pub const F16_U: f64 = 1.0 / 2048.0;
+
+/// The f16 path (`Precision::F16`) against the f32 CPU. DERIVATION PENDING.
+pub const F16_KERNEL: Tolerance = Tolerance { name: "f16-kernel", rtol: 4.0 * F16_U, atol_frac: 10.0 * F16_U };
+
 /// The four weight encodings.
 pub const DTYPES: [DType; 4] = [DType::F32, DType::F16, DType::I8, DType::I4];
 
@@ -28,6 +34,21 @@ pub fn gpu() -> Option<GpuContext> {
         }
         Err(e) => panic!("opening the GPU: {e}"),
     }
+}
+
+/// The test device for the f16 path: [`gpu`] when it has SHADER_F16. Without it the f16 tests
+/// print `SKIPPED` and pass, unless `KESTREL_REQUIRE_F16=1` (set by `.ci/run`: lavapipe has
+/// SHADER_F16), where they fail.
+pub fn gpu_f16() -> Option<GpuContext> {
+    let g = gpu()?;
+    if g.has_f16() {
+        return Some(g);
+    }
+    if std::env::var("KESTREL_REQUIRE_F16").is_ok_and(|v| v == "1") {
+        panic!("KESTREL_REQUIRE_F16=1 but {} has no SHADER_F16", g.describe());
+    }
+    eprintln!("SKIPPED: {} has no SHADER_F16 (set KESTREL_REQUIRE_F16=1 to make this a failure)", g.describe());
+    None
 }
 
 /// Owned feeds (batch-major).

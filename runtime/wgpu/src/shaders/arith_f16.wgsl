@@ -1,0 +1,41 @@
+// Arithmetic of the f16 variant (modules start with `enable f16;`, compiled only on devices with
+// SHADER_F16): both factors of every product are rounded to f16 (activations from the f32 arena;
+// f32, int8 and int4 weights dequantised in f32 then rounded once, f16 weights exact), products are
+// taken in f16 and summed in f16 at most four at a time (one packed `dot` of vec4<f16>), and
+// everything longer accumulates in f32. So each product carries a few f16 roundings
+// (u = 2⁻¹¹ each) but no sum grows in f16, and no partial sum larger than four products can
+// overflow f16's ±65504. Exponentials, maxima, normalisation and activations stay f32.
+
+alias S = f16;
+alias V4 = vec4<f16>;
+
+fn to_s(x: f32) -> S {
+    return f16(x);
+}
+
+fn to_v4(x: vec4<f32>) -> V4 {
+    return vec4<f16>(x);
+}
+
+fn dot_v4(a: V4, b: V4) -> f32 {
+    return f32(dot(a, b));
+}
+
+fn mul_s(a: S, b: S) -> f32 {
+    return f32(a * b);
+}
+
+// Weights are dequantised exactly in f32 (`w4f`; f16 by bit manipulation, as naga lowers neither
+// `bitcast<vec2<f16>>` nor, without a further capability, `unpack2x16float`) and rounded once to
+// f16 (exact for f16 weights).
+fn w4(w: Wd, r: u32, c: u32) -> V4 {
+    return vec4<f16>(w4f(w, r, c));
+}
+
+fn ws(w: Wd, r: u32, c: u32) -> S {
+    return f16(wget(w, r, c));
+}
+
+fn wsflat(w: Wd, i: u32) -> S {
+    return f16(wflat(w, i));
+}
