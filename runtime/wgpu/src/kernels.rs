@@ -151,6 +151,8 @@ pub enum Kernel {
     ExpValues,
     /// `aft.wgsl: exp_keys`.
     ExpKeys,
+    /// `aft.wgsl: aft_bias` (a factorised AFT-full bias, once per run).
+    AftBias,
     /// `aft.wgsl: aft_full`.
     AftFull,
     /// `aft.wgsl: aft_local`.
@@ -184,6 +186,7 @@ impl Kernel {
         Kernel::Attend,
         Kernel::ExpValues,
         Kernel::ExpKeys,
+        Kernel::AftBias,
         Kernel::AftFull,
         Kernel::AftLocal,
         Kernel::AftSimple,
@@ -204,7 +207,7 @@ impl Kernel {
             Conv2d => Family::Conv,
             Embedding | PatchGather => Family::Embed,
             AlignTokens | Attend => Family::Attention,
-            ExpValues | ExpKeys | AftFull | AftLocal | AftSimple | AftConv => Family::Aft,
+            ExpValues | ExpKeys | AftBias | AftFull | AftLocal | AftSimple | AftConv => Family::Aft,
             FfScores | FfPool | FfScaleRows => Family::Fastformer,
         }
     }
@@ -227,6 +230,7 @@ impl Kernel {
             Attend => "attend",
             ExpValues => "exp_values",
             ExpKeys => "exp_keys",
+            AftBias => "aft_bias",
             AftFull => "aft_full",
             AftLocal => "aft_local",
             AftSimple => "aft_simple",

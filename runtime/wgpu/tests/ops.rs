@@ -331,6 +331,24 @@ fn large_cases() -> Vec<Case> {
         let o = c.proj(d, d, true)?;
         c.b.op(|y| Op::AftFull(AftFull { x, causal: false, q, k, v: vv, bias, o, y }))
     }));
+    v.push(case("aft_full", "aft_full T160 d8 factorised r12 causal", |c| {
+        let (t, d) = (160, 8);
+        let x = c.input(&[t, d])?;
+        let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
+        let bias = AftBias::Factorised { u: c.w(&[t, 12], 0.5)?, v: c.w(&[t, 12], 0.5)? };
+        let o = c.proj(d, d, true)?;
+        c.b.op(|y| Op::AftFull(AftFull { x, causal: true, q, k, v: vv, bias, o, y }))
+    }));
+    // More tokens than a workgroup has threads: blocks of 5 (causal, a scan across blocks) and of
+    // 5 with a short last block (non-causal, a tree join).
+    for (t, d, causal) in [(300usize, 8usize, true), (257, 6, false)] {
+        v.push(case("aft_simple", format!("aft_simple T{t} d{d} causal={causal}"), move |c| {
+            let x = c.input(&[t, d])?;
+            let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
+            let o = c.proj(d, d, true)?;
+            c.b.op(|y| Op::AftSimple(AftSimple { x, causal, q, k, v: vv, o, y }))
+        }));
+    }
     v.push(case("fastformer", "fastformer T128 d128 h1", |c| {
         let (t, d) = (128, 128);
         let x = c.input(&[t, d])?;

@@ -137,6 +137,14 @@ impl<'f, 'a> Ctx<'f, 'a> {
         self.scratch_words = self.scratch_words.max(self.scratch_used);
         r
     }
+
+    /// A fresh scratch region of `words` words shared by every sample (valid until the next node).
+    pub fn scratch_shared(&mut self, words: usize) -> usize {
+        let base = self.scratch_base + self.scratch_used;
+        self.scratch_used += words;
+        self.scratch_words = self.scratch_words.max(self.scratch_used);
+        base
+    }
 }
 
 pub(crate) fn numel(t: &TensorInfo<'_>) -> Result<usize, GpuError> {

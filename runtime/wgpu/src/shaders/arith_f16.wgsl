@@ -1,10 +1,11 @@
 // Arithmetic of the f16 variant (modules start with `enable f16;`, compiled only on devices with
 // SHADER_F16): both factors of every product are rounded to f16 (activations from the f32 arena;
-// f32, int8 and int4 weights dequantised in f32 then rounded once, f16 weights exact), products are
+// weights dequantised exactly in f32, then rounded once: exact for f16 weights), products are
 // taken in f16 and summed in f16 at most four at a time (one packed `dot` of vec4<f16>), and
-// everything longer accumulates in f32. So each product carries a few f16 roundings
-// (u = 2⁻¹¹ each) but no sum grows in f16, and no partial sum larger than four products can
-// overflow f16's ±65504. Exponentials, maxima, normalisation and activations stay f32.
+// everything longer accumulates in f32. So each product carries a few f16 roundings (u = 2⁻¹¹
+// each) but no long sum is kept in f16. f16's range bounds the factors, products and
+// four-product sums: beyond ±65504 they overflow, and below 6.1e-5 they lose relative precision
+// (subnormals). Exponentials, maxima, normalisation and activations stay f32.
 
 alias S = f16;
 alias V4 = vec4<f16>;
