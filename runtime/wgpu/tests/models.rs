@@ -7,9 +7,9 @@
 mod common;
 
 use common::{argmax_rows, gpu, gpu_f16, measure, run_cpu, run_gpu, run_gpu_at, top1_with_margin, Feed, DTYPES};
-use kestrel_wgpu::Precision;
 use kestrel_onnx::{convert, read_npy, ConvertOptions, InputData};
 use kestrel_reference::tolerance::F32_MODEL;
+use kestrel_wgpu::Precision;
 use std::path::PathBuf;
 
 /// The fixture bar of the issue: relative error ≤ 1e-4 of the output's largest magnitude.
@@ -138,7 +138,10 @@ fn demo_models_and_fixtures_keep_top1_at_f16() {
         };
         check(name, &kestrel::Model::from_bytes(&conv.kes).unwrap(), &feed, batch);
     }
-    println!("f16: {} fixtures + 8 demo models, worst max rel {worst_rel:.2e}, smallest top-1 margin {min_margin:.2e}", dirs.len());
+    println!(
+        "f16: {} fixtures + 8 demo models, worst max rel {worst_rel:.2e}, smallest top-1 margin {min_margin:.2e}",
+        dirs.len()
+    );
     assert!(failures.is_empty(), "{} models changed top-1 at f16:\n{}", failures.len(), failures.join("\n"));
 }
 

@@ -430,8 +430,7 @@ fn check(gpu: &GpuContext, cases: &[Case], precision: Precision) {
 }
 
 /// Case families whose kernels have no f16 variant (so they run f32 even at `Precision::F16`).
-const F32_ONLY_FAMILIES: &[&str] =
-    &["layer_norm", "unary", "binary", "softmax", "embedding", "reduce", "transpose"];
+const F32_ONLY_FAMILIES: &[&str] = &["layer_norm", "unary", "binary", "softmax", "embedding", "reduce", "transpose"];
 
 #[test]
 fn layer_and_generic_kernels_match_cpu() {
@@ -498,11 +497,9 @@ fn f16_arithmetic_rounds_and_f32_does_not() {
 #[test]
 fn f16_without_shader_f16_is_a_typed_error_and_auto_falls_back() {
     let Some(g) = gpu() else { return };
-    let no_f16 = GpuContext::with_options(
-        &kestrel_wgpu::AdapterChoice::from_env_or(None),
-        &DeviceOptions { shader_f16: false },
-    )
-    .unwrap();
+    let no_f16 =
+        GpuContext::with_options(&kestrel_wgpu::AdapterChoice::from_env_or(None), &DeviceOptions { shader_f16: false })
+            .unwrap();
     assert!(!no_f16.has_f16());
     let c = &layer_cases()[0];
     let (model, feeds) = build(c, DType::F16, 9);

@@ -120,8 +120,7 @@ fn every_variant_translates_to_msl() {
         let (m, info) = module(f, a);
         let options = msl::Options { lang_version: (2, 1), ..Default::default() };
         let pipeline = msl::PipelineOptions::default();
-        let (src, _) =
-            msl::write_string(&m, &info, &options, &pipeline).unwrap_or_else(|e| panic!("{f:?} {a:?}: {e}"));
+        let (src, _) = msl::write_string(&m, &info, &options, &pipeline).unwrap_or_else(|e| panic!("{f:?} {a:?}: {e}"));
         for &k in Kernel::ALL.iter().filter(|k| k.family() == f) {
             assert!(src.contains(&format!("kernel void {}", k.entry())), "{k:?} {a:?}: no MSL kernel function");
         }

@@ -1,6 +1,6 @@
 // The core of the four attention variants (Standard, Optimised, Efficient, Super); the Q/K/V
-// and output projections are dense dispatches around it. Scores are never materialised:
-// each thread owns one (sample, head, query row) and recomputes scores in two passes.
+// and output projections are dense dispatches around it. Scores are never materialised: one
+// workgroup owns each (sample, head, query row) and recomputes the scores in two passes.
 
 // Super's token mixing: v[s, i, col] = bA[i] + Σ_{j<n} A[i, j] x[s, j, col] (n = i+1 if causal).
 // P: 2 x_base, 3 v_base, 4 t, 5 d, 6 causal, 7 has_bias, 8..11 A, 12..15 bA. per = t · d.
