@@ -123,8 +123,10 @@ impl Family {
 /// One compute entry point: the pipeline-cache key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kernel {
-    /// `linear.wgsl: dense`.
+    /// `linear.wgsl: dense` (one thread per output).
     Dense,
+    /// `linear.wgsl: dense_split` (several threads per output, a shared-memory tree).
+    DenseSplit,
     /// `elementwise.wgsl: unary`.
     Unary,
     /// `elementwise.wgsl: strided` (binary with broadcasting, transpose).
@@ -173,6 +175,7 @@ impl Kernel {
     /// Every kernel.
     pub const ALL: &'static [Kernel] = &[
         Kernel::Dense,
+        Kernel::DenseSplit,
         Kernel::Unary,
         Kernel::Strided,
         Kernel::LayerNorm,
@@ -200,7 +203,7 @@ impl Kernel {
     pub fn family(self) -> Family {
         use Kernel::*;
         match self {
-            Dense => Family::Linear,
+            Dense | DenseSplit => Family::Linear,
             Unary | Strided => Family::Elementwise,
             LayerNorm | Softmax | Reduce => Family::Norm,
             MatMul => Family::MatMul,
@@ -217,6 +220,7 @@ impl Kernel {
         use Kernel::*;
         match self {
             Dense => "dense",
+            DenseSplit => "dense_split",
             Unary => "unary",
             Strided => "strided",
             LayerNorm => "layer_norm",

@@ -19,8 +19,10 @@ use kestrel::format::ops::*;
 use kestrel::format::DType;
 use kestrel::{Error, Input, ModelBuilder};
 use kestrel_reference::tolerance::{Tolerance, F32_KERNEL};
-use kestrel_wgpu::{Arith, DeviceOptions, GpuContext, GpuError, GpuSession, Precision, SessionOptions};
-use std::collections::BTreeMap;
+use kestrel_wgpu::{
+    Arith, DeviceOptions, GpuContext, GpuError, GpuSession, Kernel, Precision, SessionOptions, Variant,
+};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The named tolerance of these tests.
 const GPU_KERNEL: Tolerance = F32_KERNEL;
@@ -375,7 +377,9 @@ fn build(c: &Case, dtype: DType, seed: u64) -> (kestrel::Model, Vec<Feed>) {
 /// Runs every case in every encoding at `precision`; panics listing every failure; prints the
 /// worst ratio and relative error per family (and, at f16, the tolerance each family was held
 /// to).
-fn check(gpu: &GpuContext, cases: &[Case], precision: Precision) {
+/// Returns every kernel variant the cases ran.
+fn check(gpu: &GpuContext, cases: &[Case], precision: Precision) -> BTreeSet<Variant> {
+    let mut seen = BTreeSet::new();
     let mut worst: BTreeMap<&str, (f64, f64, &str)> = BTreeMap::new();
     let mut failures = Vec::new();
     let mut runs = 0;
@@ -388,6 +392,7 @@ fn check(gpu: &GpuContext, cases: &[Case], precision: Precision) {
             let mut s =
                 GpuSession::with_options(gpu, &cpu, CAP, &options).unwrap_or_else(|e| panic!("{}: {e}", c.name));
             // The f16 tolerance only where an f16 kernel runs: everything else must stay f32-exact.
+            seen.extend(s.variants());
             let f16_dispatches = s.variants().iter().filter(|v| v.arith() == Arith::F16).count();
             let tol = if f16_dispatches > 0 { F16_KERNEL } else { GPU_KERNEL };
             if precision == Precision::F16 {
@@ -427,6 +432,15 @@ fn check(gpu: &GpuContext, cases: &[Case], precision: Precision) {
     }
     println!("{precision:?}: {} cases x {} encodings, {runs} GPU runs", cases.len(), DTYPES.len());
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    seen
+}
+
+/// Both dense entry points (one thread per output, and cooperative) ran at the precision's
+/// arithmetic.
+fn assert_both_dense_kernels(seen: &BTreeSet<Variant>, arith: Arith) {
+    for k in [Kernel::Dense, Kernel::DenseSplit] {
+        assert!(seen.contains(&Variant::of(k, arith)), "{k:?} at {arith:?} not exercised");
+    }
 }
 
 /// Case families whose kernels have no f16 variant (so they run f32 even at `Precision::F16`).
@@ -435,7 +449,8 @@ const F32_ONLY_FAMILIES: &[&str] = &["layer_norm", "unary", "binary", "softmax",
 #[test]
 fn layer_and_generic_kernels_match_cpu() {
     let Some(g) = gpu() else { return };
-    check(&g, &layer_cases(), Precision::F32);
+    let seen = check(&g, &layer_cases(), Precision::F32);
+    assert_both_dense_kernels(&seen, Arith::F32);
 }
 
 #[test]
@@ -453,7 +468,8 @@ fn large_shapes_match_cpu() {
 #[test]
 fn layer_and_generic_kernels_match_cpu_f16() {
     let Some(g) = gpu_f16() else { return };
-    check(&g, &layer_cases(), Precision::F16);
+    let seen = check(&g, &layer_cases(), Precision::F16);
+    assert_both_dense_kernels(&seen, Arith::F16);
 }
 
 #[test]

@@ -26,13 +26,6 @@ fn mul_s(a: S, b: S) -> f32 {
     return f32(a * b);
 }
 
-// Weights are dequantised exactly in f32 (`w4f`; f16 by bit manipulation, as naga lowers neither
-// `bitcast<vec2<f16>>` nor, without a further capability, `unpack2x16float`) and rounded once to
-// f16 (exact for f16 weights).
-fn w4(w: Wd, r: u32, c: u32) -> V4 {
-    return vec4<f16>(w4f(w, r, c));
-}
-
 fn ws(w: Wd, r: u32, c: u32) -> S {
     return f16(wget(w, r, c));
 }

@@ -20,10 +20,6 @@ fn mul_s(a: S, b: S) -> f32 {
     return a * b;
 }
 
-fn w4(w: Wd, r: u32, c: u32) -> V4 {
-    return w4f(w, r, c);
-}
-
 fn ws(w: Wd, r: u32, c: u32) -> S {
     return wget(w, r, c);
 }

@@ -23,7 +23,7 @@ fn align_tokens(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
         acc = wflat(wdesc(12u), i);
     }
     let n = select(t, i + 1u, pu(6u) == 1u);
-    acc += wdot_strided(wdesc(8u), i, pu(2u) + s * per + col, d, n);
+    acc += wdot_part(wdesc(8u), i, pu(2u) + s * per + col, d, n, 0u, 1u);
     act[pu(3u) + g] = acc;
 }
 

@@ -17,7 +17,7 @@ fn ff_scores(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     let d = pu(6u);
     let head = l / t;
     let tok = l % t;
-    act[pu(4u) + g] = wdot_part(wdesc(12u), head, pu(2u) + s * pu(3u) + tok * d, d, 0u, 1u) * pf(8u);
+    act[pu(4u) + g] = wdot_part(wdesc(12u), head, pu(2u) + s * pu(3u) + tok * d, 1u, d, 0u, 1u) * pf(8u);
 }
 
 // out[s, col] = Σ_t alpha[s, head(col), t] · rows[s, t, col].
