@@ -42,6 +42,21 @@ impl AdapterChoice {
     }
 }
 
+/// Optional device features to request (each only where the adapter has it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceOptions {
+    /// Request `SHADER_F16` (f16 shader arithmetic, for [`Precision::F16`](crate::Precision)).
+    /// Default true; false opens a device that runs everything in f32 even where the adapter
+    /// could do f16.
+    pub shader_f16: bool,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        Self { shader_f16: true }
+    }
+}
+
 /// What `kestrel devices` shows about one adapter.
 #[derive(Clone, Debug)]
 pub struct AdapterSummary {
@@ -108,14 +123,21 @@ pub struct GpuContext {
     info: wgpu::AdapterInfo,
     pub(crate) limits: wgpu::Limits,
     pub(crate) timestamps: bool,
+    pub(crate) f16: bool,
     pub(crate) errors: Arc<Mutex<Vec<String>>>,
     pub(crate) lost: Arc<Mutex<Option<String>>>,
 }
 
 impl GpuContext {
-    /// Opens the chosen adapter. [`GpuError::NoAdapter`] when none exists: the caller decides
-    /// whether to fall back to the CPU.
+    /// Opens the chosen adapter with the default [`DeviceOptions`] (`SHADER_F16` requested where
+    /// the adapter has it). [`GpuError::NoAdapter`] when none exists: the caller decides whether
+    /// to fall back to the CPU.
     pub fn new(choice: &AdapterChoice) -> Result<Self, GpuError> {
+        Self::with_options(choice, &DeviceOptions::default())
+    }
+
+    /// [`new`](Self::new) with explicit device options.
+    pub fn with_options(choice: &AdapterChoice, options: &DeviceOptions) -> Result<Self, GpuError> {
         let inst = instance();
         let list = enumerate(&inst);
         if list.is_empty() {
@@ -137,14 +159,18 @@ impl GpuContext {
                     .ok_or_else(|| GpuError::AdapterNotFound { wanted: n.clone(), available: describe(&list) })?
             }
         };
-        Self::from_adapter(&adapter)
+        Self::from_adapter(&adapter, options)
     }
 
-    fn from_adapter(adapter: &wgpu::Adapter) -> Result<Self, GpuError> {
+    fn from_adapter(adapter: &wgpu::Adapter, options: &DeviceOptions) -> Result<Self, GpuError> {
         let info = adapter.get_info();
         let limits = adapter.limits();
-        let timestamps = adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
-        let required_features = if timestamps { wgpu::Features::TIMESTAMP_QUERY } else { wgpu::Features::empty() };
+        let features = adapter.features();
+        let timestamps = features.contains(wgpu::Features::TIMESTAMP_QUERY);
+        let f16 = options.shader_f16 && features.contains(wgpu::Features::SHADER_F16);
+        let mut required_features = wgpu::Features::empty();
+        required_features.set(wgpu::Features::TIMESTAMP_QUERY, timestamps);
+        required_features.set(wgpu::Features::SHADER_F16, f16);
         let desc = wgpu::DeviceDescriptor {
             label: Some("kestrel"),
             required_features,
@@ -170,7 +196,7 @@ impl GpuContext {
                 *l = Some(format!("{reason:?}: {msg}"));
             }
         });
-        Ok(Self { device, queue, info, limits, timestamps, errors, lost })
+        Ok(Self { device, queue, info, limits, timestamps, f16, errors, lost })
     }
 
     /// The adapter's name, backend, type and driver.
@@ -181,6 +207,11 @@ impl GpuContext {
     /// True when per-node timings come from GPU timestamp queries.
     pub fn has_timestamps(&self) -> bool {
         self.timestamps
+    }
+
+    /// True when the device has `SHADER_F16`, so sessions can use [`Precision::F16`](crate::Precision).
+    pub fn has_f16(&self) -> bool {
+        self.f16
     }
 
     /// One line: `name (backend, type)`.

@@ -28,6 +28,13 @@ pub enum GpuError {
         /// wgpu's reason.
         reason: String,
     },
+    /// [`Precision::F16`](crate::Precision) was asked for on a device without `SHADER_F16` (the
+    /// adapter lacks it, or the context was opened with `DeviceOptions::shader_f16 = false`).
+    #[error("adapter `{adapter}` has no SHADER_F16 (f16 shader arithmetic): use Precision::F32 or Precision::Auto")]
+    F16Unsupported {
+        /// Adapter name.
+        adapter: String,
+    },
     /// An op has no GPU kernel yet (the session is not created; nothing runs on the CPU silently).
     #[error("node {node}: op {op} has no GPU kernel")]
     UnsupportedOp {

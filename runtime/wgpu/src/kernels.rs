@@ -1,5 +1,6 @@
 //! The kernel set: WGSL families (one `.wgsl` file each, with the shared preamble), the typed
-//! key of every entry point, and the pipeline cache.
+//! key of every entry point, the arithmetic variants ([`Arith`]: f32 everywhere, f16 for the
+//! families whose work is dot products), and the pipeline cache keyed by [`Variant`].
 
 use crate::GpuError;
 use std::collections::HashMap;
@@ -12,6 +13,25 @@ pub const PARAM_BYTES: u64 = (PARAM_WORDS * 4) as u64;
 pub const WORKGROUP: u32 = 64;
 
 const COMMON: &str = include_str!("shaders/common.wgsl");
+const ARITH_F32: &str = include_str!("shaders/arith_f32.wgsl");
+const ARITH_F16: &str = include_str!("shaders/arith_f16.wgsl");
+
+/// The arithmetic a compiled shader module does its products in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Arith {
+    /// f32 products and sums (the CPU runtime's arithmetic). Every family has this variant.
+    #[default]
+    F32,
+    /// f16 products (both factors rounded to f16), summed in f16 at most four at a time and
+    /// accumulated in f32; only for the families of [`Family::has_f16`], and only on devices with
+    /// `wgpu::Features::SHADER_F16`. See `shaders/arith_f16.wgsl`.
+    F16,
+}
+
+impl Arith {
+    /// Both variants.
+    pub const ALL: &'static [Arith] = &[Arith::F32, Arith::F16];
+}
 
 /// A WGSL file of related kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -65,17 +85,48 @@ impl Family {
         }
     }
 
-    /// The complete shader module source: the shared preamble then the family's kernels.
-    pub fn source(self) -> String {
-        format!("{COMMON}\n{}", self.body())
+    /// Whether the family has an f16 variant: the families whose work is dot products (dense,
+    /// matmul, convolution, attention, Fastformer's pooling). The others stay f32 at every
+    /// precision: element-wise ops and embeddings have no products to speed up, layer norm,
+    /// softmax and reductions need f32 statistics, and the AFT cores sum products of two
+    /// exponentials, `exp(w − max w)·exp(K − max K)`, whose range falls below f16's normal
+    /// numbers (6.1e-5), so their sums could underflow to 0 (and 0/0) in f16.
+    pub fn has_f16(self) -> bool {
+        matches!(self, Family::Linear | Family::MatMul | Family::Conv | Family::Attention | Family::Fastformer)
+    }
+
+    /// The arithmetic variants this family has: [`Arith::F32`], and [`Arith::F16`] if
+    /// [`has_f16`](Self::has_f16).
+    pub fn variants(self) -> &'static [Arith] {
+        if self.has_f16() {
+            Arith::ALL
+        } else {
+            &Arith::ALL[..1]
+        }
+    }
+
+    /// The complete shader module source of one variant: `enable f16;` for the f16 variant, the
+    /// shared preamble, the variant's arithmetic (`arith_f32.wgsl` / `arith_f16.wgsl`), then the
+    /// family's kernels. `None` for [`Arith::F16`] of a family without that variant.
+    pub fn source(self, arith: Arith) -> Option<String> {
+        (arith == Arith::F32 || self.has_f16()).then(|| self.compose(arith))
+    }
+
+    fn compose(self, arith: Arith) -> String {
+        match arith {
+            Arith::F32 => format!("{COMMON}\n{ARITH_F32}\n{}", self.body()),
+            Arith::F16 => format!("enable f16;\n\n{COMMON}\n{ARITH_F16}\n{}", self.body()),
+        }
     }
 }
 
 /// One compute entry point: the pipeline-cache key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kernel {
-    /// `linear.wgsl: dense`.
+    /// `linear.wgsl: dense` (one thread per output).
     Dense,
+    /// `linear.wgsl: dense_split` (several threads per output, a shared-memory tree).
+    DenseSplit,
     /// `elementwise.wgsl: unary`.
     Unary,
     /// `elementwise.wgsl: strided` (binary with broadcasting, transpose).
@@ -102,6 +153,8 @@ pub enum Kernel {
     ExpValues,
     /// `aft.wgsl: exp_keys`.
     ExpKeys,
+    /// `aft.wgsl: aft_bias` (a factorised AFT-full bias, once per run).
+    AftBias,
     /// `aft.wgsl: aft_full`.
     AftFull,
     /// `aft.wgsl: aft_local`.
@@ -122,6 +175,7 @@ impl Kernel {
     /// Every kernel.
     pub const ALL: &'static [Kernel] = &[
         Kernel::Dense,
+        Kernel::DenseSplit,
         Kernel::Unary,
         Kernel::Strided,
         Kernel::LayerNorm,
@@ -135,6 +189,7 @@ impl Kernel {
         Kernel::Attend,
         Kernel::ExpValues,
         Kernel::ExpKeys,
+        Kernel::AftBias,
         Kernel::AftFull,
         Kernel::AftLocal,
         Kernel::AftSimple,
@@ -148,14 +203,14 @@ impl Kernel {
     pub fn family(self) -> Family {
         use Kernel::*;
         match self {
-            Dense => Family::Linear,
+            Dense | DenseSplit => Family::Linear,
             Unary | Strided => Family::Elementwise,
             LayerNorm | Softmax | Reduce => Family::Norm,
             MatMul => Family::MatMul,
             Conv2d => Family::Conv,
             Embedding | PatchGather => Family::Embed,
             AlignTokens | Attend => Family::Attention,
-            ExpValues | ExpKeys | AftFull | AftLocal | AftSimple | AftConv => Family::Aft,
+            ExpValues | ExpKeys | AftBias | AftFull | AftLocal | AftSimple | AftConv => Family::Aft,
             FfScores | FfPool | FfScaleRows => Family::Fastformer,
         }
     }
@@ -165,6 +220,7 @@ impl Kernel {
         use Kernel::*;
         match self {
             Dense => "dense",
+            DenseSplit => "dense_split",
             Unary => "unary",
             Strided => "strided",
             LayerNorm => "layer_norm",
@@ -178,6 +234,7 @@ impl Kernel {
             Attend => "attend",
             ExpValues => "exp_values",
             ExpKeys => "exp_keys",
+            AftBias => "aft_bias",
             AftFull => "aft_full",
             AftLocal => "aft_local",
             AftSimple => "aft_simple",
@@ -189,13 +246,54 @@ impl Kernel {
     }
 }
 
-/// Shader modules per family and pipelines per kernel, built on first use and shared by every
-/// dispatch of a session. All pipelines share one bind group layout (arena, weights, params).
+/// A kernel compiled with one arithmetic: the pipeline-cache key. Shapes and scalars never enter
+/// it (they live in the parameter block), so a session compiles at most one pipeline per variant.
+/// Made only by [`Variant::of`] and [`Variant::all`], so it always names an existing variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Variant {
+    kernel: Kernel,
+    arith: Arith,
+}
+
+impl Variant {
+    /// The entry point.
+    pub fn kernel(self) -> Kernel {
+        self.kernel
+    }
+
+    /// The arithmetic of its module.
+    pub fn arith(self) -> Arith {
+        self.arith
+    }
+
+    /// `kernel` at `arith` where its family has that variant, else at f32.
+    pub fn of(kernel: Kernel, arith: Arith) -> Self {
+        let arith = if kernel.family().has_f16() { arith } else { Arith::F32 };
+        Self { kernel, arith }
+    }
+
+    /// Every variant of every kernel.
+    pub fn all() -> Vec<Variant> {
+        Kernel::ALL
+            .iter()
+            .flat_map(|&kernel| kernel.family().variants().iter().map(move |&arith| Variant { kernel, arith }))
+            .collect()
+    }
+
+    /// The module source it is compiled from.
+    pub fn source(self) -> String {
+        self.kernel.family().compose(self.arith)
+    }
+}
+
+/// Shader modules per family variant and pipelines per kernel variant, built on first use and
+/// shared by every dispatch of a session. All pipelines share one bind group layout (arena,
+/// weights, params).
 pub(crate) struct PipelineCache {
     pub layout: wgpu::BindGroupLayout,
     pipeline_layout: wgpu::PipelineLayout,
-    modules: HashMap<Family, wgpu::ShaderModule>,
-    pipelines: HashMap<Kernel, wgpu::ComputePipeline>,
+    modules: HashMap<(Family, Arith), wgpu::ShaderModule>,
+    pipelines: HashMap<Variant, wgpu::ComputePipeline>,
 }
 
 impl PipelineCache {
@@ -235,16 +333,18 @@ impl PipelineCache {
         Self { layout, pipeline_layout, modules: HashMap::new(), pipelines: HashMap::new() }
     }
 
-    /// The pipeline of `k`, compiling its family's module on first use.
-    pub fn get(&mut self, device: &wgpu::Device, k: Kernel) -> Result<wgpu::ComputePipeline, GpuError> {
-        if let Some(p) = self.pipelines.get(&k) {
+    /// The pipeline of `v`, compiling its family's module on first use. An f16 variant needs a
+    /// device with `SHADER_F16` (the session checks before asking).
+    pub fn get(&mut self, device: &wgpu::Device, v: Variant) -> Result<wgpu::ComputePipeline, GpuError> {
+        if let Some(p) = self.pipelines.get(&v) {
             return Ok(p.clone());
         }
+        let k = v.kernel;
         let fam = k.family();
-        let module = self.modules.entry(fam).or_insert_with(|| {
+        let module = self.modules.entry((fam, v.arith)).or_insert_with(|| {
             device.create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(k.entry()),
-                source: wgpu::ShaderSource::Wgsl(fam.source().into()),
+                source: wgpu::ShaderSource::Wgsl(v.source().into()),
             })
         });
         let p = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
@@ -255,7 +355,7 @@ impl PipelineCache {
             compilation_options: Default::default(),
             cache: None,
         });
-        self.pipelines.insert(k, p.clone());
+        self.pipelines.insert(v, p.clone());
         Ok(p)
     }
 }

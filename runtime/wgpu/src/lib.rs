@@ -13,8 +13,19 @@
 //!
 //! Kernels live in `src/shaders/*.wgsl`, one file per family plus a shared preamble; shapes and
 //! scalars are passed in a 64-word uniform parameter block, never baked into shader text, and
-//! pipelines are cached by [`Kernel`]. Arithmetic is f32 throughout (f16 weights are decoded
-//! by bit manipulation, exactly; `SHADER_F16` arithmetic is not used).
+//! pipelines are cached by [`Variant`] (a [`Kernel`] entry point at an [`Arith`]metic).
+//!
+//! **Precision.** [`SessionOptions::precision`] picks the arithmetic of the dot-product families
+//! (dense, matmul, convolution, attention, Fastformer; [`Family::has_f16`]):
+//! [`Precision::F32`] (the default: the CPU's arithmetic, f16 weights decoded exactly by bit
+//! manipulation), [`Precision::F16`] (f16 products of f16-rounded factors, summed four at a time
+//! in f16 and accumulated in f32; needs `SHADER_F16`, which [`GpuContext`] requests wherever the
+//! adapter has it, else [`GpuError::F16Unsupported`]) or [`Precision::Auto`] (f16 where
+//! available, else f32). Element-wise ops, norms, softmax, reductions, embeddings and the AFT
+//! cores are f32 at every precision.
+//!
+//! Dense layers are workgroup-cooperative: up to 64 threads share an output, each summing a
+//! strided share of the row, and the partial sums meet in a shared-memory tree.
 #![warn(missing_docs)]
 
 mod compile;
@@ -23,10 +34,10 @@ mod error;
 pub mod kernels;
 mod session;
 
-pub use device::{adapters, AdapterChoice, AdapterSummary, GpuContext, ADAPTER_ENV};
+pub use device::{adapters, AdapterChoice, AdapterSummary, DeviceOptions, GpuContext, ADAPTER_ENV};
 pub use error::GpuError;
-pub use kernels::{Family, Kernel};
-pub use session::{GpuSession, NodeTiming, Profile, TimingSource};
+pub use kernels::{Arith, Family, Kernel, Variant};
+pub use session::{GpuSession, NodeTiming, Precision, Profile, SessionOptions, TimingSource};
 
 /// The wgpu version this backend is built on (for adapter info, features and limits types).
 pub use wgpu;

@@ -3,7 +3,7 @@
 
 use crate::compile::{self, numel, Dispatch};
 use crate::device::GpuContext;
-use crate::kernels::{PipelineCache, PARAM_BYTES, PARAM_WORDS, WORKGROUP};
+use crate::kernels::{Arith, PipelineCache, Variant, PARAM_BYTES, PARAM_WORDS, WORKGROUP};
 use crate::GpuError;
 use kestrel_cpu::{Input, RunError};
 use kestrel_format::ops::Op;
@@ -14,6 +14,32 @@ use std::time::{Duration, Instant};
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 /// Largest workgroup count per grid dimension (WebGPU's guaranteed minimum).
 const MAX_GROUPS_X: u32 = 65_535;
+
+/// The arithmetic a session asks for (see [`SessionOptions`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Precision {
+    /// f32 everywhere: the CPU runtime's arithmetic (results within f32 rounding of it). The
+    /// default: it is what the backend's accuracy bar against the CPU is stated for, and it has
+    /// no f16 range limits.
+    #[default]
+    F32,
+    /// f16 products (f32 accumulation) in the dot-product families ([`Family::has_f16`]):
+    /// relative errors of about 1e-3 instead of 1e-7, and activations or products beyond ±65504
+    /// overflow; in exchange, packed half arithmetic and free f16 weight decoding on hardware
+    /// with fast f16. A device without `SHADER_F16` gives [`GpuError::F16Unsupported`].
+    ///
+    /// [`Family::has_f16`]: crate::Family::has_f16
+    F16,
+    /// [`F16`](Self::F16) where the device has `SHADER_F16`, else [`F32`](Self::F32) (no error).
+    Auto,
+}
+
+/// Options of [`GpuSession::with_options`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// Arithmetic of the dot-product kernels. Default [`Precision::F32`].
+    pub precision: Precision,
+}
 
 /// How a [`Profile`] was measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,13 +82,14 @@ struct Io {
 
 struct Node {
     op: Op,
-    dispatches: Vec<(Dispatch, wgpu::ComputePipeline, wgpu::BindGroup)>,
+    dispatches: Vec<(Dispatch, Variant, wgpu::ComputePipeline, wgpu::BindGroup)>,
 }
 
 /// A model bound to a device with a batch capacity.
 pub struct GpuSession {
     ctx: GpuContext,
     capacity: usize,
+    arith: Arith,
     nodes: Vec<Node>,
     inputs: Vec<Io>,
     outputs: Vec<Io>,
@@ -87,9 +114,28 @@ fn limit(what: &'static str, needed: u64, limit: u64, limit_name: &'static str) 
 
 impl GpuSession {
     /// Lowers `model` to dispatches for batches up to `capacity`, uploads the file's weights in
-    /// their stored encoding, and allocates every buffer. An op without a GPU kernel is a
-    /// [`GpuError::UnsupportedOp`] here, before anything runs.
+    /// their stored encoding, and allocates every buffer, with the default [`SessionOptions`]
+    /// (f32 arithmetic). An op without a GPU kernel is a [`GpuError::UnsupportedOp`] here, before
+    /// anything runs.
     pub fn new(ctx: &GpuContext, model: &kestrel_cpu::Model<'_>, capacity: usize) -> Result<Self, GpuError> {
+        Self::with_options(ctx, model, capacity, &SessionOptions::default())
+    }
+
+    /// [`new`](Self::new) with explicit options: [`Precision::F16`] on a device without
+    /// `SHADER_F16` is a [`GpuError::F16Unsupported`]; [`Precision::Auto`] falls back to f32 there.
+    pub fn with_options(
+        ctx: &GpuContext,
+        model: &kestrel_cpu::Model<'_>,
+        capacity: usize,
+        options: &SessionOptions,
+    ) -> Result<Self, GpuError> {
+        let arith = match (options.precision, ctx.has_f16()) {
+            (Precision::F32, _) | (Precision::Auto, false) => Arith::F32,
+            (Precision::F16 | Precision::Auto, true) => Arith::F16,
+            (Precision::F16, false) => {
+                return Err(GpuError::F16Unsupported { adapter: ctx.adapter_info().name.clone() })
+            }
+        };
         if capacity == 0 {
             return Err(RunError::BadCapacity { max: usize::MAX, found: 0 }.into());
         }
@@ -158,7 +204,8 @@ impl GpuSession {
             for (op, ds) in compiled {
                 let mut dispatches = Vec::new();
                 for d in ds {
-                    let pipe = cache.get(dev, d.kernel)?;
+                    let variant = Variant::of(d.kernel, arith);
+                    let pipe = cache.get(dev, variant)?;
                     let offset = (param_words.len() / PARAM_WORDS) as u64 * PARAM_BYTES;
                     param_words.extend_from_slice(&d.params);
                     let bg = dev.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -177,7 +224,7 @@ impl GpuSession {
                             },
                         ],
                     });
-                    dispatches.push((d, pipe, bg));
+                    dispatches.push((d, variant, pipe, bg));
                 }
                 nodes.push(Node { op, dispatches });
             }
@@ -202,6 +249,7 @@ impl GpuSession {
             Ok(Self {
                 ctx: ctx.clone(),
                 capacity,
+                arith,
                 nodes,
                 inputs,
                 outputs,
@@ -256,6 +304,18 @@ impl GpuSession {
     /// Number of compute dispatches one run records.
     pub fn dispatch_count(&self) -> usize {
         self.nodes.iter().map(|n| n.dispatches.len()).sum()
+    }
+
+    /// The arithmetic the session's dot-product kernels were compiled with ([`Precision`]
+    /// resolved against the device).
+    pub fn arith(&self) -> Arith {
+        self.arith
+    }
+
+    /// The kernel variant of every dispatch one run records, in order (f16 variants appear only
+    /// for the families that have one).
+    pub fn variants(&self) -> Vec<Variant> {
+        self.nodes.iter().flat_map(|n| n.dispatches.iter().map(|d| d.1)).collect()
     }
 
     /// Runs a batch (inferred from the input lengths, as on the CPU) and writes every output.
@@ -393,7 +453,7 @@ impl GpuSession {
             };
             let mut pass =
                 enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(node.op.name()), timestamp_writes });
-            for (d, pipe, bg) in &node.dispatches {
+            for (d, _, pipe, bg) in &node.dispatches {
                 let threads = batch as u64 * u64::from(d.per());
                 let groups = threads.div_ceil(u64::from(WORKGROUP));
                 if groups == 0 {

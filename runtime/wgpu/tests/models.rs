@@ -1,12 +1,15 @@
 //! Whole models on the GPU against the CPU runtime: the demo models (every mechanism, every
-//! weight encoding) and every converted ONNX fixture (f32), which must give the same top-1 and a
-//! max relative error ≤ 1e-4 (of the output's scale).
+//! weight encoding) and every converted ONNX fixture (f32 weights), which must give the same top-1
+//! and, with f32 arithmetic, a max relative error ≤ 1e-4 (of the output's scale). With f16
+//! arithmetic (`Precision::F16`) every model must still give the same top-1 on every sample; the
+//! errors are printed next to the reference's top-1 margins.
 
 mod common;
 
-use common::{argmax_rows, gpu, measure, run_cpu, run_gpu, Feed, DTYPES};
+use common::{argmax_rows, gpu, gpu_f16, measure, run_cpu, run_gpu, run_gpu_at, top1_with_margin, Feed, DTYPES};
 use kestrel_onnx::{convert, read_npy, ConvertOptions, InputData};
 use kestrel_reference::tolerance::F32_MODEL;
+use kestrel_wgpu::Precision;
 use std::path::PathBuf;
 
 /// The fixture bar of the issue: relative error ≤ 1e-4 of the output's largest magnitude.
@@ -91,6 +94,55 @@ fn every_fixture_matches_cpu_at_f32() {
     }
     println!("{} fixtures, worst max rel {worst:.2e}", dirs.len());
     assert!(failures.is_empty(), "{} of {} fixtures failed:\n{}", failures.len(), dirs.len(), failures.join("\n"));
+}
+
+/// The demo models and every fixture at f16 arithmetic: the same top-1 on every sample.
+#[test]
+fn demo_models_and_fixtures_keep_top1_at_f16() {
+    let Some(g) = gpu_f16() else { return };
+    let mut failures = Vec::new();
+    let (mut worst_rel, mut min_margin) = (0f64, f64::MAX);
+    let mut check = |name: String, model: &kestrel::Model, feed: &Feed, batch: usize| {
+        let want = run_cpu(model, std::slice::from_ref(feed), batch);
+        let got = run_gpu_at(&g, model, std::slice::from_ref(feed), batch, batch, Precision::F16);
+        let n = want[0].len() / batch;
+        let (_, rel) = measure(&got[0], &want[0], F32_MODEL);
+        let rows = top1_with_margin(&got[0], &want[0], n);
+        let margin = rows.iter().map(|r| r.1).fold(f64::MAX, f64::min);
+        let same = rows.iter().all(|r| r.0);
+        worst_rel = worst_rel.max(rel);
+        min_margin = min_margin.min(margin);
+        println!("{name:36} f16: max rel {rel:.2e}, same top-1 {same} (smallest reference top-1 margin {margin:.2e})");
+        if !same || !rel.is_finite() {
+            failures.push(format!("{name}: max rel {rel:.2e}, top-1 per sample {rows:?}"));
+        }
+    };
+    let batch = 4;
+    for dtype in DTYPES {
+        let image = kestrel::demo::image_model(7, dtype).unwrap();
+        let feed = Feed::F32(kestrel::demo::Rng::new(3).vec(batch * 256, 1.0));
+        check(format!("demo image {dtype:?}"), &kestrel::Model::from_bytes(&image).unwrap(), &feed, batch);
+        let text = kestrel::demo::text_model(7, dtype).unwrap();
+        let feed = Feed::I64((0..batch * 24).map(|i| ((i * 37 + 11) % 100) as i64).collect());
+        check(format!("demo text {dtype:?}"), &kestrel::Model::from_bytes(&text).unwrap(), &feed, batch);
+    }
+    let dirs = fixture_dirs();
+    for d in &dirs {
+        let name = d.file_name().unwrap().to_string_lossy().to_string();
+        let conv = convert(d.join("model.onnx"), &ConvertOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let input = read_npy(d.join("input.npy")).unwrap();
+        let batch = input.shape[0];
+        let feed = match input.data {
+            InputData::F32(v) => Feed::F32(v),
+            InputData::I64(v) => Feed::I64(v),
+        };
+        check(name, &kestrel::Model::from_bytes(&conv.kes).unwrap(), &feed, batch);
+    }
+    println!(
+        "f16: {} fixtures + 8 demo models, worst max rel {worst_rel:.2e}, smallest top-1 margin {min_margin:.2e}",
+        dirs.len()
+    );
+    assert!(failures.is_empty(), "{} models changed top-1 at f16:\n{}", failures.len(), failures.join("\n"));
 }
 
 #[test]

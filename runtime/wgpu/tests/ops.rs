@@ -2,19 +2,27 @@
 //! seeded random inputs: one- or two-node models built with `ModelBuilder`, in all four weight
 //! encodings (the CPU and GPU decode the same stored bytes), at batch 3 on a capacity-4 session
 //! and at batch 1 on the same session (the per-run batch parameter), several shapes and head
-//! counts. Tolerance: `F32_KERNEL` (1e-5 of the element plus 1e-5 of the tensor's scale): the
-//! kernels compute in f32 like the CPU, but sum in other orders and use their own erf/expm1.
+//! counts, at both precisions:
+//!
+//! * f32 (`Precision::F32`): tolerance `F32_KERNEL` (1e-5 of the element plus 1e-5 of the
+//!   tensor's scale): the kernels compute in f32 like the CPU, but sum in other orders and use
+//!   their own erf/expm1.
+//! * f16 (`Precision::F16`, on devices with SHADER_F16): `F16_KERNEL` (derived in
+//!   `common/mod.rs`) for every case that runs an f16 kernel; the cases made only of f32-only
+//!   families (element-wise, norms, reductions, embeddings) must still meet `F32_KERNEL` there.
 
 mod common;
 
-use common::{gpu, measure, Feed, DTYPES};
+use common::{gpu, gpu_f16, measure, Feed, DTYPES, F16_KERNEL};
 use kestrel::demo::Rng;
 use kestrel::format::ops::*;
 use kestrel::format::DType;
 use kestrel::{Error, Input, ModelBuilder};
 use kestrel_reference::tolerance::{Tolerance, F32_KERNEL};
-use kestrel_wgpu::{GpuContext, GpuSession};
-use std::collections::BTreeMap;
+use kestrel_wgpu::{
+    Arith, DeviceOptions, GpuContext, GpuError, GpuSession, Kernel, Precision, SessionOptions, Variant,
+};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The named tolerance of these tests.
 const GPU_KERNEL: Tolerance = F32_KERNEL;
@@ -82,6 +90,17 @@ fn layer_cases() -> Vec<Case> {
                 c.b.op(|y| Op::Dense(Dense { x, proj, act, y }))
             }));
         }
+    }
+    // Inputs wide enough for 2, 4 and 16 cooperating threads per output (`dense_lanes`), each with
+    // a tail of columns past the last four-column chunk.
+    for (rows, inp, out, act) in
+        [(2usize, 70usize, 3usize, Activation::Relu), (3, 130, 5, Activation::Gelu), (1, 1001, 7, Activation::None)]
+    {
+        v.push(case("dense", format!("dense {rows}x{inp}->{out} {act:?} (cooperative)"), move |c| {
+            let x = c.input(&[rows, inp])?;
+            let proj = c.proj(out, inp, true)?;
+            c.b.op(|y| Op::Dense(Dense { x, proj, act, y }))
+        }));
     }
     v.push(case("dense", "dense rank-3 input", |c| {
         let x = c.input(&[2, 3, 10])?;
@@ -314,6 +333,24 @@ fn large_cases() -> Vec<Case> {
         let o = c.proj(d, d, true)?;
         c.b.op(|y| Op::AftFull(AftFull { x, causal: false, q, k, v: vv, bias, o, y }))
     }));
+    v.push(case("aft_full", "aft_full T160 d8 factorised r12 causal", |c| {
+        let (t, d) = (160, 8);
+        let x = c.input(&[t, d])?;
+        let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
+        let bias = AftBias::Factorised { u: c.w(&[t, 12], 0.5)?, v: c.w(&[t, 12], 0.5)? };
+        let o = c.proj(d, d, true)?;
+        c.b.op(|y| Op::AftFull(AftFull { x, causal: true, q, k, v: vv, bias, o, y }))
+    }));
+    // More tokens than a workgroup has threads: blocks of 5 (causal, a scan across blocks) and of
+    // 5 with a short last block (non-causal, a tree join).
+    for (t, d, causal) in [(300usize, 8usize, true), (257, 6, false)] {
+        v.push(case("aft_simple", format!("aft_simple T{t} d{d} causal={causal}"), move |c| {
+            let x = c.input(&[t, d])?;
+            let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
+            let o = c.proj(d, d, true)?;
+            c.b.op(|y| Op::AftSimple(AftSimple { x, causal, q, k, v: vv, o, y }))
+        }));
+    }
     v.push(case("fastformer", "fastformer T128 d128 h1", |c| {
         let (t, d) = (128, 128);
         let x = c.input(&[t, d])?;
@@ -337,18 +374,34 @@ fn build(c: &Case, dtype: DType, seed: u64) -> (kestrel::Model, Vec<Feed>) {
     (kestrel::Model::from_bytes(&bytes).expect("loads"), ctx.feeds)
 }
 
-/// Runs every case in every encoding; panics listing every failure; prints the worst ratio and
-/// relative error per family.
-fn check(gpu: &GpuContext, cases: &[Case]) {
-    let mut worst: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+/// Runs every case in every encoding at `precision`; panics listing every failure; prints the
+/// worst ratio and relative error per family (and, at f16, the tolerance each family was held
+/// to).
+/// Returns every kernel variant the cases ran.
+fn check(gpu: &GpuContext, cases: &[Case], precision: Precision) -> BTreeSet<Variant> {
+    let mut seen = BTreeSet::new();
+    let mut worst: BTreeMap<&str, (f64, f64, &str)> = BTreeMap::new();
     let mut failures = Vec::new();
     let mut runs = 0;
+    let options = SessionOptions { precision };
     for (ci, c) in cases.iter().enumerate() {
         for dtype in DTYPES {
             let (model, feeds) = build(c, dtype, 0xC0FFEE + ci as u64 * 17 + dtype as u64);
             let want = common::run_cpu(&model, &feeds, BATCH);
             let cpu = model.cpu().unwrap();
-            let mut s = GpuSession::new(gpu, &cpu, CAP).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+            let mut s =
+                GpuSession::with_options(gpu, &cpu, CAP, &options).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+            // The f16 tolerance only where an f16 kernel runs: everything else must stay f32-exact.
+            seen.extend(s.variants());
+            let f16_dispatches = s.variants().iter().filter(|v| v.arith() == Arith::F16).count();
+            let tol = if f16_dispatches > 0 { F16_KERNEL } else { GPU_KERNEL };
+            if precision == Precision::F16 {
+                assert_eq!(s.arith(), Arith::F16, "{}", c.name);
+                let expect_f16 = !F32_ONLY_FAMILIES.contains(&c.family);
+                assert_eq!(f16_dispatches > 0, expect_f16, "{}: f16 dispatches {f16_dispatches}", c.name);
+            } else {
+                assert_eq!(f16_dispatches, 0, "{}", c.name);
+            }
             let n_out = want[0].len() / BATCH;
             let mut got = vec![0f32; BATCH * n_out];
             let inputs: Vec<Input<'_>> = feeds.iter().map(Feed::input).collect();
@@ -361,40 +414,129 @@ fn check(gpu: &GpuContext, cases: &[Case]) {
             runs += 2;
             assert!(want[0].iter().any(|&v| v != 0.0), "{}: reference is all zeros", c.name);
             for (label, g, w) in [("batch 3", &got[..], &want[0][..]), ("batch 1", &got1[..], &want[0][..n_out])] {
-                let (ratio, rel) = measure(g, w, GPU_KERNEL);
-                let e = worst.entry(c.family).or_insert((0.0, 0.0));
+                let (ratio, rel) = measure(g, w, tol);
+                let e = worst.entry(c.family).or_insert((0.0, 0.0, tol.name));
                 e.0 = e.0.max(ratio);
                 e.1 = e.1.max(rel);
                 if ratio.is_nan() || ratio > 1.0 {
-                    failures
-                        .push(format!("{} {dtype:?} {label}: error/allowance {ratio:.3} (max rel {rel:.3e})", c.name));
+                    failures.push(format!(
+                        "{} {dtype:?} {label}: error/allowance {ratio:.3} under {} (max rel {rel:.3e})",
+                        c.name, tol.name
+                    ));
                 }
             }
         }
     }
-    for (f, (ratio, rel)) in &worst {
-        println!("{f:12} worst error/allowance {ratio:.3}, max |gpu-cpu|/max|cpu| {rel:.2e}");
+    for (f, (ratio, rel, tol)) in &worst {
+        println!("{precision:?} {f:12} worst error/allowance {ratio:.3} ({tol}), max |gpu-cpu|/max|cpu| {rel:.2e}");
     }
-    println!("{} cases x {} encodings, {runs} GPU runs, tolerance {}", cases.len(), DTYPES.len(), GPU_KERNEL.name);
+    println!("{precision:?}: {} cases x {} encodings, {runs} GPU runs", cases.len(), DTYPES.len());
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    seen
 }
+
+/// Both dense entry points (one thread per output, and cooperative) ran at the precision's
+/// arithmetic.
+fn assert_both_dense_kernels(seen: &BTreeSet<Variant>, arith: Arith) {
+    for k in [Kernel::Dense, Kernel::DenseSplit] {
+        assert!(seen.contains(&Variant::of(k, arith)), "{k:?} at {arith:?} not exercised");
+    }
+}
+
+/// Case families whose kernels have no f16 variant (so they run f32 even at `Precision::F16`).
+const F32_ONLY_FAMILIES: &[&str] = &["layer_norm", "unary", "binary", "softmax", "embedding", "reduce", "transpose"];
 
 #[test]
 fn layer_and_generic_kernels_match_cpu() {
     let Some(g) = gpu() else { return };
-    check(&g, &layer_cases());
+    let seen = check(&g, &layer_cases(), Precision::F32);
+    assert_both_dense_kernels(&seen, Arith::F32);
 }
 
 #[test]
 fn mechanism_kernels_match_cpu() {
     let Some(g) = gpu() else { return };
-    check(&g, &mechanism_cases());
+    check(&g, &mechanism_cases(), Precision::F32);
 }
 
 #[test]
 fn large_shapes_match_cpu() {
     let Some(g) = gpu() else { return };
-    check(&g, &large_cases());
+    check(&g, &large_cases(), Precision::F32);
+}
+
+#[test]
+fn layer_and_generic_kernels_match_cpu_f16() {
+    let Some(g) = gpu_f16() else { return };
+    let seen = check(&g, &layer_cases(), Precision::F16);
+    assert_both_dense_kernels(&seen, Arith::F16);
+}
+
+#[test]
+fn mechanism_kernels_match_cpu_f16() {
+    let Some(g) = gpu_f16() else { return };
+    check(&g, &mechanism_cases(), Precision::F16);
+}
+
+#[test]
+fn large_shapes_match_cpu_f16() {
+    let Some(g) = gpu_f16() else { return };
+    check(&g, &large_cases(), Precision::F16);
+}
+
+/// A dense row whose first input, 1 + 2⁻¹², is not an f16 number: the f32 path keeps it (as the
+/// CPU does), the f16 path rounds it to 1. So the f16 variant really computes in f16, and the
+/// f32 one does not.
+#[test]
+fn f16_arithmetic_rounds_and_f32_does_not() {
+    let Some(g) = gpu_f16() else { return };
+    let mut b = ModelBuilder::new("round");
+    let x = b.input("x", &[8]).unwrap();
+    let w = b.weight("w", &[1, 8], vec![1.0; 8]).unwrap();
+    let y = b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: None }, act: Activation::None, y })).unwrap();
+    b.output(y);
+    let model = kestrel::Model::from_bytes(&b.build().unwrap()).unwrap();
+    let cpu = model.cpu().unwrap();
+    let xs = [1.0 + 2f32.powi(-12), 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+    let exact = 8.0 + 2f32.powi(-12);
+    assert_eq!(common::run_cpu(&model, &[Feed::F32(xs.to_vec())], 1)[0], [exact]);
+    for (precision, want) in [(Precision::F32, exact), (Precision::F16, 8.0), (Precision::Auto, 8.0)] {
+        let mut s = GpuSession::with_options(&g, &cpu, 1, &SessionOptions { precision }).unwrap();
+        let mut out = [0f32];
+        s.run(&[Input::F32(&xs)], &mut [&mut out]).unwrap();
+        assert_eq!(out[0], want, "{precision:?}");
+    }
+}
+
+/// Without SHADER_F16 on the device, an explicit f16 request is a typed error and `Auto` runs
+/// f32 (the same results as `F32`).
+#[test]
+fn f16_without_shader_f16_is_a_typed_error_and_auto_falls_back() {
+    let Some(g) = gpu() else { return };
+    let no_f16 =
+        GpuContext::with_options(&kestrel_wgpu::AdapterChoice::from_env_or(None), &DeviceOptions { shader_f16: false })
+            .unwrap();
+    assert!(!no_f16.has_f16());
+    let c = &layer_cases()[0];
+    let (model, feeds) = build(c, DType::F16, 9);
+    let cpu = model.cpu().unwrap();
+    let e = GpuSession::with_options(&no_f16, &cpu, 2, &SessionOptions { precision: Precision::F16 })
+        .err()
+        .expect("f16 without SHADER_F16 must fail");
+    assert!(matches!(e, GpuError::F16Unsupported { .. }), "{e}");
+    assert!(e.to_string().contains("SHADER_F16"), "{e}");
+    let run = |ctx: &GpuContext, precision| {
+        let mut s = GpuSession::with_options(ctx, &cpu, BATCH, &SessionOptions { precision }).unwrap();
+        let mut out = vec![0f32; common::run_cpu(&model, &feeds, BATCH)[0].len()];
+        let inputs: Vec<Input<'_>> = feeds.iter().map(Feed::input).collect();
+        s.run(&inputs, &mut [&mut out]).unwrap();
+        (s.arith(), out)
+    };
+    let (arith, auto) = run(&no_f16, Precision::Auto);
+    assert_eq!(arith, Arith::F32);
+    assert_eq!(auto, run(&no_f16, Precision::F32).1);
+    // The default session options are f32 on any device.
+    assert_eq!(GpuSession::new(&g, &cpu, 1).unwrap().arith(), Arith::F32);
 }
 
 #[test]

@@ -1,40 +1,83 @@
-//! Every WGSL family (the shared preamble plus its kernels), and so every entry point, parsed and
-//! validated by naga and translated to SPIR-V (Vulkan, Android) and to MSL (Metal, Apple) —
-//! no device needed, so Metal portability is checked on Linux. Kernels are specialised only
-//! through their uniform parameter block (no pipeline constants), so one module per family
-//! covers every variant.
+//! Every WGSL module variant (the shared preamble, the variant's arithmetic and the family's
+//! kernels: f32 for every family, f16 for the dot-product families), and so every entry point,
+//! parsed and validated by naga and translated to SPIR-V (Vulkan, Android) and to MSL (Metal,
+//! Apple) — no device needed, so Metal portability is checked on Linux. Kernels are specialised
+//! only through their uniform parameter block (no pipeline constants), so one module per family
+//! variant covers every shape.
 
-use kestrel_wgpu::{Family, Kernel};
+use kestrel_wgpu::{Arith, Family, Kernel, Variant};
 use naga::back::{msl, spv};
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 
-fn module(f: Family) -> (naga::Module, naga::valid::ModuleInfo) {
-    let src = f.source();
-    let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{f:?}: {}", e.emit_to_string(&src)));
-    let info = Validator::new(ValidationFlags::all(), Capabilities::empty())
+/// The capabilities a variant may use: none for f32 (so an f32 module that used f16 by mistake
+/// fails here), `SHADER_FLOAT16` for f16.
+fn capabilities(a: Arith) -> Capabilities {
+    match a {
+        Arith::F32 => Capabilities::empty(),
+        Arith::F16 => Capabilities::SHADER_FLOAT16,
+    }
+}
+
+fn module(f: Family, a: Arith) -> (naga::Module, naga::valid::ModuleInfo) {
+    let src = f.source(a).unwrap_or_else(|| panic!("{f:?} has no {a:?} variant"));
+    let module =
+        naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{f:?} {a:?}: {}", e.emit_to_string(&src)));
+    let info = Validator::new(ValidationFlags::all(), capabilities(a))
         .validate(&module)
-        .unwrap_or_else(|e| panic!("{f:?}: {}", e.emit_to_string(&src)));
+        .unwrap_or_else(|e| panic!("{f:?} {a:?}: {}", e.emit_to_string(&src)));
     (module, info)
 }
 
+fn family_variants() -> Vec<(Family, Arith)> {
+    Family::ALL.iter().flat_map(|&f| f.variants().iter().map(move |&a| (f, a))).collect()
+}
+
 #[test]
-fn every_kernel_is_an_entry_point_of_its_family() {
-    for &k in Kernel::ALL {
-        let (m, _) = module(k.family());
+fn variants_are_the_declared_ones() {
+    let with_f16: Vec<Family> = Family::ALL.iter().copied().filter(|f| f.has_f16()).collect();
+    assert_eq!(
+        with_f16,
+        [Family::Linear, Family::MatMul, Family::Conv, Family::Attention, Family::Fastformer],
+        "the dot-product families have f16 variants"
+    );
+    for &f in Family::ALL {
+        assert!(f.source(Arith::F32).is_some(), "{f:?}: every family has an f32 variant");
+        assert_eq!(f.source(Arith::F16).is_some(), f.has_f16(), "{f:?}");
+        if let Some(src) = f.source(Arith::F16) {
+            assert!(src.starts_with("enable f16;"), "{f:?}: the f16 module enables f16 first");
+        }
+        assert!(!f.source(Arith::F32).unwrap().contains("f16;"), "{f:?}: the f32 module enables nothing");
+    }
+    // Variant::of falls back to f32 for families without f16; Variant::all lists each once.
+    assert_eq!(Variant::of(Kernel::Unary, Arith::F16).arith(), Arith::F32);
+    assert_eq!(Variant::of(Kernel::Dense, Arith::F16).arith(), Arith::F16);
+    let all = Variant::all();
+    let f16 = Kernel::ALL.iter().filter(|k| k.family().has_f16()).count();
+    assert_eq!(all.len(), Kernel::ALL.len() + f16);
+    for v in &all {
+        assert_eq!(Variant::of(v.kernel(), v.arith()), *v);
+    }
+}
+
+#[test]
+fn every_kernel_is_an_entry_point_of_every_variant_of_its_family() {
+    for v in Variant::all() {
+        let k = v.kernel();
+        let (m, _) = module(k.family(), v.arith());
         assert!(
             m.entry_points.iter().any(|e| e.name == k.entry() && e.stage == naga::ShaderStage::Compute),
-            "{k:?}: no compute entry point `{}` in {:?}",
+            "{v:?}: no compute entry point `{}` in {:?}",
             k.entry(),
             k.family()
         );
     }
     // And every entry point has a key.
-    for &f in Family::ALL {
-        let (m, _) = module(f);
+    for (f, a) in family_variants() {
+        let (m, _) = module(f, a);
         for e in &m.entry_points {
             assert!(
                 Kernel::ALL.iter().any(|k| k.family() == f && k.entry() == e.name),
-                "{f:?}: `{}` has no Kernel key",
+                "{f:?} {a:?}: `{}` has no Kernel key",
                 e.name
             );
         }
@@ -42,24 +85,45 @@ fn every_kernel_is_an_entry_point_of_its_family() {
 }
 
 #[test]
-fn every_family_translates_to_spirv() {
-    for &f in Family::ALL {
-        let (m, info) = module(f);
-        let words = spv::write_vec(&m, &info, &spv::Options::default(), None).unwrap_or_else(|e| panic!("{f:?}: {e}"));
-        assert_eq!(words[0], 0x0723_0203, "{f:?}: SPIR-V magic");
-        assert!(words.len() > 100, "{f:?}: SPIR-V too short");
+fn f16_variants_do_f16_arithmetic_and_f32_variants_do_not() {
+    let uses_f16 = |m: &naga::Module| {
+        m.types.iter().any(|(_, t)| match t.inner {
+            naga::TypeInner::Scalar(s) | naga::TypeInner::Vector { scalar: s, .. } => {
+                s.kind == naga::ScalarKind::Float && s.width == 2
+            }
+            _ => false,
+        })
+    };
+    for (f, a) in family_variants() {
+        let (m, _) = module(f, a);
+        assert_eq!(uses_f16(&m), a == Arith::F16, "{f:?} {a:?}");
     }
 }
 
 #[test]
-fn every_family_translates_to_msl() {
-    for &f in Family::ALL {
-        let (m, info) = module(f);
+fn every_variant_translates_to_spirv() {
+    for (f, a) in family_variants() {
+        let (m, info) = module(f, a);
+        let words =
+            spv::write_vec(&m, &info, &spv::Options::default(), None).unwrap_or_else(|e| panic!("{f:?} {a:?}: {e}"));
+        assert_eq!(words[0], 0x0723_0203, "{f:?} {a:?}: SPIR-V magic");
+        assert!(words.len() > 100, "{f:?} {a:?}: SPIR-V too short");
+        // OpCapability Float16 (9) is declared exactly by the f16 variants.
+        let float16 = words.windows(2).any(|w| w[0] == (2 << 16 | 17) && w[1] == 9);
+        assert_eq!(float16, a == Arith::F16, "{f:?} {a:?}: OpCapability Float16");
+    }
+}
+
+#[test]
+fn every_variant_translates_to_msl() {
+    for (f, a) in family_variants() {
+        let (m, info) = module(f, a);
         let options = msl::Options { lang_version: (2, 1), ..Default::default() };
         let pipeline = msl::PipelineOptions::default();
-        let (src, _) = msl::write_string(&m, &info, &options, &pipeline).unwrap_or_else(|e| panic!("{f:?}: {e}"));
+        let (src, _) = msl::write_string(&m, &info, &options, &pipeline).unwrap_or_else(|e| panic!("{f:?} {a:?}: {e}"));
         for &k in Kernel::ALL.iter().filter(|k| k.family() == f) {
-            assert!(src.contains(&format!("kernel void {}", k.entry())), "{k:?}: no MSL kernel function");
+            assert!(src.contains(&format!("kernel void {}", k.entry())), "{k:?} {a:?}: no MSL kernel function");
         }
+        assert_eq!(src.contains("half4"), a == Arith::F16, "{f:?} {a:?}: MSL half4 arithmetic");
     }
 }

@@ -78,8 +78,19 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             p = match o.bias {
                 AftBias::Full(w) => p.w(12, ctx.weight(w)?),
                 AftBias::Factorised { u, v: vv } => {
+                    // u vᵀ once per run into shared scratch; the core then reads it like a full bias.
                     let rank = ctx.info(u)?.shape.as_matrix().map(|m| m.1).unwrap_or(0);
-                    p.b(9, true).u(10, rank)?.w(12, ctx.weight(u)?).w(16, ctx.weight(vv)?)
+                    let bias = ctx.scratch_shared(t * t);
+                    v.push(
+                        Params::new(t * t)?
+                            .u(2, bias)?
+                            .u(3, t)?
+                            .u(4, rank)?
+                            .w(12, ctx.weight(u)?)
+                            .w(16, ctx.weight(vv)?)
+                            .done(Kernel::AftBias),
+                    );
+                    p.b(9, true).u(11, bias)?
                 }
             };
             v.push(p.done(Kernel::AftFull));
@@ -107,8 +118,9 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             v.push(dense(x, t, d, ctx.proj(o.q)?, 0, q, None)?);
             v.push(dense(x, t, d, ctx.proj(o.k)?, 0, k, None)?);
             v.push(dense(x, t, d, ctx.proj(o.v)?, 0, val, None)?);
+            // One workgroup per (sample, channel).
             v.push(
-                Params::new(d)?
+                Params::new(d * crate::kernels::WORKGROUP as usize)?
                     .u(2, q.base)?
                     .u(3, k.base)?
                     .u(4, val.base)?

@@ -137,6 +137,14 @@ impl<'f, 'a> Ctx<'f, 'a> {
         self.scratch_words = self.scratch_words.max(self.scratch_used);
         r
     }
+
+    /// A fresh scratch region of `words` words shared by every sample (valid until the next node).
+    pub fn scratch_shared(&mut self, words: usize) -> usize {
+        let base = self.scratch_base + self.scratch_used;
+        self.scratch_used += words;
+        self.scratch_words = self.scratch_words.max(self.scratch_used);
+        base
+    }
 }
 
 pub(crate) fn numel(t: &TensorInfo<'_>) -> Result<usize, GpuError> {
@@ -163,8 +171,32 @@ pub(crate) fn compile(file: &KesFile<'_>, cap: usize, acts_words: usize) -> Resu
     Ok((nodes, ctx.scratch_words))
 }
 
+/// Threads sharing one dense output (`lanes` in `linear.wgsl`) for `outputs` outputs per sample
+/// over rows of `inp` features: a power of two up to the workgroup size, enough to bring the
+/// dispatch to [`DENSE_TARGET_THREADS`] threads (few outputs: a GEMV-shaped head), but never so
+/// many that a thread sums fewer than [`DENSE_MIN_CHUNKS`] four-column chunks. So a 1 × 20 736 → 16
+/// head gets 64 lanes and a 64 × 256 → 256 layer (16 384 outputs, already parallel) one.
+pub(crate) fn dense_lanes(inp: usize, outputs: usize) -> usize {
+    let by_length = (inp / 4) / DENSE_MIN_CHUNKS;
+    let by_occupancy = DENSE_TARGET_THREADS.div_ceil(outputs.max(1));
+    let lanes = by_length.min(by_occupancy).min(crate::kernels::WORKGROUP as usize);
+    if lanes == 0 {
+        1
+    } else {
+        1 << lanes.ilog2()
+    }
+}
+
+/// Four-column chunks each cooperating dense thread sums at least: below this the tree's barriers
+/// cost more than the shorter loop saves.
+const DENSE_MIN_CHUNKS: usize = 8;
+
+/// Threads per sample a dense dispatch should reach by splitting rows (about what it takes to fill
+/// a mid-range GPU); layers with this many outputs run one thread per output.
+const DENSE_TARGET_THREADS: usize = 16_384;
+
 /// A dense dispatch: `y[s, r, :] = act(x[s, r, :] Wᵀ + b) (+ add[s, r, :])` for `rows` rows of
-/// `out` features.
+/// `out` features, [`dense_lanes`] threads per output.
 pub(crate) fn dense(
     x: Region,
     rows: usize,
@@ -174,13 +206,19 @@ pub(crate) fn dense(
     y: Region,
     add: Option<Region>,
 ) -> Result<Dispatch, GpuError> {
-    let mut p = Params::new(rows * out)?
+    let inp = w.cols as usize;
+    let lanes = dense_lanes(inp, rows.saturating_mul(out));
+    let per = rows.checked_mul(out).and_then(|v| v.checked_mul(lanes)).ok_or_else(|| {
+        GpuError::Model(format!("a dense layer of {rows} rows x {out} outputs x {lanes} threads overflows"))
+    })?;
+    let mut p = Params::new(per)?
         .region(2, x)?
         .region(4, y)?
-        .u(6, w.cols as usize)?
+        .u(6, inp)?
         .u(7, out)?
         .u(8, act as usize)?
         .b(9, b.is_some())
+        .u(13, lanes)?
         .w(16, w);
     if let Some(b) = b {
         p = p.w(20, b);
@@ -188,5 +226,5 @@ pub(crate) fn dense(
     if let Some(a) = add {
         p = p.b(10, true).region(11, a)?;
     }
-    Ok(p.done(Kernel::Dense))
+    Ok(p.done(if lanes == 1 { Kernel::Dense } else { Kernel::DenseSplit }))
 }

@@ -53,8 +53,38 @@ fn gate(q: u32, num: f32, den: f32) {
     act[q] = sigmoid(act[q]) * num / den;
 }
 
+// The factorised AFT-full bias w[i, j] = u[i, :] · v[j, :], once per run (the same for every
+// sample) into a t × t scratch region, so AFT-full's per-output loops are over T, not T·rank.
+// P: 2 bias_base, 3 t, 4 rank, 12..15 u, 16..19 v. per = t · t (threads past it return).
+@compute @workgroup_size(64)
+fn aft_bias(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_id) lid: vec3<u32>) {
+    let g = thread_index(wid, nwg, lid);
+    let t = pu(3u);
+    if g >= t * t {
+        return;
+    }
+    let i = g / t;
+    let j = g % t;
+    let u = wdesc(12u);
+    let v = wdesc(16u);
+    var w = 0.0;
+    for (var r = 0u; r < pu(4u); r++) {
+        w += wget(u, i, r) * wget(v, j, r);
+    }
+    act[pu(2u) + g] = w;
+}
+
 // AFT-full. P: 2 q_base, 3 e_base, 4 ev_base, 5 stride (t·d), 6 t, 7 d, 8 causal,
-// 9 factorised, 10 rank, 12..15 w (or u), 16..19 v. per = t · d.
+// 9 bias source (0 the weight at 12..15, 1 the `aft_bias` region at 11), 11 bias_base,
+// 12..15 w. per = t · d.
+fn aft_full_bias(i: u32, j: u32, t: u32) -> f32 {
+    if pu(9u) == 1u {
+        return act[pu(11u) + i * t + j];
+    }
+    return wget(wdesc(12u), i, j);
+}
+
 @compute @workgroup_size(64)
 fn aft_full(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -70,38 +100,16 @@ fn aft_full(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let i = l / d;
     let ch = l % d;
     let n = select(t, i + 1u, pu(8u) == 1u);
-    let fact = pu(9u) == 1u;
-    let rank = pu(10u);
-    let wu = wdesc(12u);
-    let wv = wdesc(16u);
     var mw = -3.4028235e38;
     for (var j = 0u; j < n; j++) {
-        var w: f32;
-        if fact {
-            w = 0.0;
-            for (var r = 0u; r < rank; r++) {
-                w += wget(wu, i, r) * wget(wv, j, r);
-            }
-        } else {
-            w = wget(wu, i, j);
-        }
-        mw = max(mw, w);
+        mw = max(mw, aft_full_bias(i, j, t));
     }
     let e = pu(3u) + s * pu(5u) + ch;
     let ev = pu(4u) + s * pu(5u) + ch;
     var num = 0.0;
     var den = 0.0;
     for (var j = 0u; j < n; j++) {
-        var w: f32;
-        if fact {
-            w = 0.0;
-            for (var r = 0u; r < rank; r++) {
-                w += wget(wu, i, r) * wget(wv, j, r);
-            }
-        } else {
-            w = wget(wu, i, j);
-        }
-        let a = exp(w - mw);
+        let a = exp(aft_full_bias(i, j, t) - mw);
         num += a * act[ev + j * d];
         den += a * act[e + j * d];
     }
@@ -153,51 +161,112 @@ fn aft_local(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     gate(pu(2u) + s * pu(5u) + l, num, den);
 }
 
-// AFT-simple: one thread per (sample, channel) over all tokens; causal keeps a running maximum.
-// P: 2 q_base, 3 k_base, 4 v_base, 5 stride, 6 t, 7 d, 8 causal. per = d.
+// AFT-simple, one workgroup per (sample, channel): thread `lid` owns the token block
+// [lid·len, (lid + 1)·len), len = ⌈t / WG⌉, and summarises it as (m, n, e): the block's key
+// maximum, Σ exp(k − m)·v and Σ exp(k − m). Summaries combine associatively (`aft_join`, rescaled
+// to the larger maximum). Non-causal: a shared-memory tree joins all blocks and every thread gates
+// its tokens with the total. Causal: a Hillis–Steele scan gives each block the join of the blocks
+// before it, from which the thread walks its tokens with the sequential running-maximum update.
+// So no thread loops over more than 3·len tokens.
+// P: 2 q_base, 3 k_base, 4 v_base, 5 stride, 6 t, 7 d, 8 causal. per = d · WG (threads).
+var<workgroup> agg_m: array<f32, 64>;
+var<workgroup> agg_n: array<f32, 64>;
+var<workgroup> agg_e: array<f32, 64>;
+
+fn aft_join(a: vec3<f32>, b: vec3<f32>) -> vec3<f32> {
+    let m = max(a.x, b.x);
+    let fa = exp(a.x - m);
+    let fb = exp(b.x - m);
+    return vec3<f32>(m, a.y * fa + b.y * fb, a.z * fa + b.z * fb);
+}
+
 @compute @workgroup_size(64)
 fn aft_simple(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-              @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
-    if g >= total_threads() {
+              @builtin(local_invocation_id) lid3: vec3<u32>) {
+    let row = wid.y * nwg.x + wid.x;
+    let d = pu(7u);
+    if row >= pu(0u) * d {
         return;
     }
-    let d = pu(7u);
+    let lid = lid3.x;
     let t = pu(6u);
-    let s = g / d;
-    let ch = g % d;
+    let s = row / d;
+    let ch = row % d;
     let q = pu(2u) + s * pu(5u) + ch;
     let k = pu(3u) + s * pu(5u) + ch;
     let v = pu(4u) + s * pu(5u) + ch;
+    let len = (t + WG - 1u) / WG;
+    let lo = min(lid * len, t);
+    let hi = min(lo + len, t);
+    // This block's summary (an empty block is (−max, 0, 0), the join's identity).
+    var m = -3.4028235e38;
+    for (var j = lo; j < hi; j++) {
+        m = max(m, act[k + j * d]);
+    }
     var num = 0.0;
     var den = 0.0;
+    for (var j = lo; j < hi; j++) {
+        let a = exp(act[k + j * d] - m);
+        num += a * act[v + j * d];
+        den += a;
+    }
+    var own = vec3<f32>(m, num, den);
+    agg_m[lid] = own.x;
+    agg_n[lid] = own.y;
+    agg_e[lid] = own.z;
     if pu(8u) == 1u {
-        var m = -3.4028235e38;
-        for (var i = 0u; i < t; i++) {
-            let kc = act[k + i * d];
-            if kc > m {
-                let f = exp(m - kc);
-                num *= f;
-                den *= f;
-                m = kc;
+        // Inclusive scan: after it, slot i holds the join of blocks 0..=i.
+        for (var off = 1u; off < WG; off *= 2u) {
+            workgroupBarrier();
+            var acc = own;
+            if lid >= off {
+                acc = aft_join(vec3<f32>(agg_m[lid - off], agg_n[lid - off], agg_e[lid - off]), own);
             }
-            let a = exp(kc - m);
-            num += a * act[v + i * d];
-            den += a;
-            gate(q + i * d, num, den);
+            workgroupBarrier();
+            agg_m[lid] = acc.x;
+            agg_n[lid] = acc.y;
+            agg_e[lid] = acc.z;
+            own = acc;
+        }
+        workgroupBarrier();
+        // The blocks before this one, then this block's tokens one by one.
+        var st = vec3<f32>(-3.4028235e38, 0.0, 0.0);
+        if lid > 0u {
+            st = vec3<f32>(agg_m[lid - 1u], agg_n[lid - 1u], agg_e[lid - 1u]);
+        }
+        var rm = st.x;
+        var rn = st.y;
+        var re = st.z;
+        for (var i = lo; i < hi; i++) {
+            let kc = act[k + i * d];
+            if kc > rm {
+                let f = exp(rm - kc);
+                rn *= f;
+                re *= f;
+                rm = kc;
+            }
+            let a = exp(kc - rm);
+            rn += a * act[v + i * d];
+            re += a;
+            gate(q + i * d, rn, re);
         }
     } else {
-        var m = act[k];
-        for (var j = 1u; j < t; j++) {
-            m = max(m, act[k + j * d]);
+        // Tree join of all blocks into slot 0.
+        for (var h = WG / 2u; h > 0u; h /= 2u) {
+            workgroupBarrier();
+            if lid < h {
+                let b = vec3<f32>(agg_m[lid + h], agg_n[lid + h], agg_e[lid + h]);
+                let j = aft_join(vec3<f32>(agg_m[lid], agg_n[lid], agg_e[lid]), b);
+                agg_m[lid] = j.x;
+                agg_n[lid] = j.y;
+                agg_e[lid] = j.z;
+            }
         }
-        for (var j = 0u; j < t; j++) {
-            let a = exp(act[k + j * d] - m);
-            num += a * act[v + j * d];
-            den += a;
-        }
-        for (var i = 0u; i < t; i++) {
-            gate(q + i * d, num, den);
+        workgroupBarrier();
+        let total_n = agg_n[0];
+        let total_e = agg_e[0];
+        for (var i = lo; i < hi; i++) {
+            gate(q + i * d, total_n, total_e);
         }
     }
 }

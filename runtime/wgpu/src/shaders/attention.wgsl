@@ -1,6 +1,6 @@
 // The core of the four attention variants (Standard, Optimised, Efficient, Super); the Q/K/V
-// and output projections are dense dispatches around it. Scores are never materialised:
-// each thread owns one (sample, head, query row) and recomputes scores in two passes.
+// and output projections are dense dispatches around it. Scores are never materialised: one
+// workgroup owns each (sample, head, query row) and recomputes the scores in two passes.
 
 // Super's token mixing: v[s, i, col] = bA[i] + Σ_{j<n} A[i, j] x[s, j, col] (n = i+1 if causal).
 // P: 2 x_base, 3 v_base, 4 t, 5 d, 6 causal, 7 has_bias, 8..11 A, 12..15 bA. per = t · d.
@@ -23,11 +23,7 @@ fn align_tokens(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
         acc = wflat(wdesc(12u), i);
     }
     let n = select(t, i + 1u, pu(6u) == 1u);
-    let a = wdesc(8u);
-    let x = pu(2u) + s * per + col;
-    for (var j = 0u; j < n; j++) {
-        acc += wget(a, i, j) * act[x + j * d];
-    }
+    acc += wdot_part(wdesc(8u), i, pu(2u) + s * per + col, d, n, 0u, 1u);
     act[pu(3u) + g] = acc;
 }
 
@@ -42,11 +38,7 @@ var<workgroup> sc: array<f32, 64>;
 var<workgroup> red: array<f32, 64>;
 
 fn score(q: u32, k: u32, c: u32) -> f32 {
-    var acc = 0.0;
-    for (var e = 0u; e < c; e++) {
-        acc += act[q + e] * act[k + e];
-    }
-    return acc;
+    return adot(q, 1u, k, 1u, c);
 }
 
 @compute @workgroup_size(64)
@@ -105,10 +97,16 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
         for (var w = 0u; w < len; w++) {
             sum += sc[w];
         }
+        let full = len / 4u;
         for (var e = lid; e < c; e += WG) {
             var acc = act[o + e];
-            for (var w = 0u; w < len; w++) {
-                acc += sc[w] * act[v + (ch * WG + w) * d + e];
+            let vc = v + ch * WG * d + e;
+            for (var w = 0u; w < full; w++) {
+                let p4 = to_v4(vec4<f32>(sc[4u * w], sc[4u * w + 1u], sc[4u * w + 2u], sc[4u * w + 3u]));
+                acc += dot_v4(p4, act4s(vc + 4u * w * d, d));
+            }
+            for (var w = 4u * full; w < len; w++) {
+                acc += mul_s(to_s(sc[w]), to_s(act[vc + w * d]));
             }
             act[o + e] = acc;
         }

@@ -4,7 +4,8 @@
 //   0: the activation arena (f32 words; i32 token ids stored as their bits), read-write
 //   1: the model file's bytes as u32 words (weights in their stored encoding), read-only
 //   2: this dispatch's parameter block: 64 u32 words, read with `pu(i)`
-// Every kernel runs one thread per output item: `batch * per` threads, P[0] = batch, P[1] = per.
+// Every kernel runs `batch * per` threads (P[0] = batch, P[1] = per): one per output item, or a
+// few cooperating threads (a workgroup's share) per item where the kernel says so.
 // Shapes and scalars come from the parameter block, never from the shader text.
 
 @group(0) @binding(0) var<storage, read_write> act: array<f32>;
@@ -105,32 +106,149 @@ fn wflat(w: Wd, i: u32) -> f32 {
     return wget(w, i / w.cols, i % w.cols);
 }
 
-// dot(row r of w, act[x .. x + n]), dequantisation fused; the encoding branch is outside the loop.
-fn wdot(w: Wd, r: u32, x: u32, n: u32) -> f32 {
+// Four consecutive weights from flat element i, exactly, per encoding (int8 unscaled): the
+// dot-product loops below pick one outside the loop. `_pair`/`_word`: i is even / a multiple of 4,
+// so whole words are read.
+fn w4_f32(off: u32, i: u32) -> vec4<f32> {
+    let o = off + i;
+    return vec4<f32>(bitcast<f32>(wts[o]), bitcast<f32>(wts[o + 1u]), bitcast<f32>(wts[o + 2u]),
+                     bitcast<f32>(wts[o + 3u]));
+}
+
+fn w4_f16_pair(off: u32, i: u32) -> vec4<f32> {
+    let a = wts[off + i / 2u];
+    let b = wts[off + i / 2u + 1u];
+    return vec4<f32>(f16_bits_to_f32(a & 0xffffu), f16_bits_to_f32(a >> 16u), f16_bits_to_f32(b & 0xffffu),
+                     f16_bits_to_f32(b >> 16u));
+}
+
+fn w4_f16(off: u32, i: u32) -> vec4<f32> {
+    return vec4<f32>(half_at(off, i), half_at(off, i + 1u), half_at(off, i + 2u), half_at(off, i + 3u));
+}
+
+fn w4_i8_word(off: u32, i: u32) -> vec4<f32> {
+    let q = bitcast<i32>(wts[off + i / 4u]);
+    return vec4<f32>(f32(extractBits(q, 0u, 8u)), f32(extractBits(q, 8u, 8u)), f32(extractBits(q, 16u, 8u)),
+                     f32(extractBits(q, 24u, 8u)));
+}
+
+fn w4_i8(off: u32, i: u32) -> vec4<f32> {
+    return vec4<f32>(i8_at(off, i), i8_at(off, i + 1u), i8_at(off, i + 2u), i8_at(off, i + 3u));
+}
+
+// Row r, columns c .. c + 3 of an int4 matrix, scaled; c % 4 == 0, so the four nibbles share one
+// word and one group of 32.
+fn w4_i4(w: Wd, r: u32, c: u32) -> vec4<f32> {
+    let groups = (w.cols + 31u) / 32u;
+    let byte = r * groups * 16u + c / 2u;
+    let q = bitcast<i32>(wts[w.off + byte / 4u]);
+    let b = (byte & 3u) * 8u;
+    let v = vec4<f32>(f32(extractBits(q, b, 4u)), f32(extractBits(q, b + 4u, 4u)), f32(extractBits(q, b + 8u, 4u)),
+                      f32(extractBits(q, b + 12u, 4u)));
+    return v * int4_scale(w, r, c);
+}
+
+// The dot products below are written once against the arithmetic of the module's variant
+// (`arith_f32.wgsl` or `arith_f16.wgsl`, one of which follows this preamble): `S`/`V4` are the
+// scalar and 4-vector types products are taken in, `to_s`/`to_v4` convert f32 to them,
+// `dot_v4`/`mul_s` multiply (and, for `dot_v4`, add four products) in them and return f32, and
+// `ws`/`wsflat` fetch one weight as `S`. Every sum across chunks accumulates in f32.
+
+// act[p .. p + 4] and act[p + j·st] (j < 4).
+fn act4(p: u32) -> V4 {
+    return to_v4(vec4<f32>(act[p], act[p + 1u], act[p + 2u], act[p + 3u]));
+}
+
+fn act4s(p: u32, st: u32) -> V4 {
+    return to_v4(vec4<f32>(act[p], act[p + st], act[p + 2u * st], act[p + 3u * st]));
+}
+
+// Part of dot(row r of w, act[x + j·sx], j < n): the four-column chunks lane, lane + k,
+// lane + 2k, … (one of k threads sharing the row), plus the n % 4 tail columns on lane 0; with
+// lane 0 and k 1, the whole dot product. Precondition: n ≤ w.cols. The encoding (and whether rows
+// start word-aligned) is decided once, outside the loops: on lavapipe a branch inside a loop costs
+// every arm on every iteration.
+fn wdot_part(w: Wd, r: u32, x: u32, sx: u32, n: u32, lane: u32, k: u32) -> f32 {
     var acc = 0.0;
+    let full = n / 4u;
     let row = r * w.cols;
+    let step = 4u * k * sx;
+    var xp = x + 4u * lane * sx;
     switch w.dt {
         case 0u: {
-            for (var i = 0u; i < n; i++) {
-                acc += act[x + i] * bitcast<f32>(wts[w.off + row + i]);
+            for (var ch = lane; ch < full; ch += k) {
+                acc += dot_v4(act4s(xp, sx), to_v4(w4_f32(w.off, row + 4u * ch)));
+                xp += step;
             }
         }
         case 1u: {
-            for (var i = 0u; i < n; i++) {
-                acc += act[x + i] * half_at(w.off, row + i);
+            if (w.cols & 1u) == 0u {
+                for (var ch = lane; ch < full; ch += k) {
+                    acc += dot_v4(act4s(xp, sx), to_v4(w4_f16_pair(w.off, row + 4u * ch)));
+                    xp += step;
+                }
+            } else {
+                for (var ch = lane; ch < full; ch += k) {
+                    acc += dot_v4(act4s(xp, sx), to_v4(w4_f16(w.off, row + 4u * ch)));
+                    xp += step;
+                }
             }
         }
         case 2u: {
-            for (var i = 0u; i < n; i++) {
-                acc += act[x + i] * i8_at(w.off, row + i);
+            // Dequantised per element (q·s, then the variant's rounding): in f16, q·x sums could
+            // overflow where (q·s)·x do not.
+            let sc = bitcast<f32>(wts[w.soff + r]);
+            if (w.cols & 3u) == 0u {
+                for (var ch = lane; ch < full; ch += k) {
+                    acc += dot_v4(act4s(xp, sx), to_v4(w4_i8_word(w.off, row + 4u * ch) * sc));
+                    xp += step;
+                }
+            } else {
+                for (var ch = lane; ch < full; ch += k) {
+                    acc += dot_v4(act4s(xp, sx), to_v4(w4_i8(w.off, row + 4u * ch) * sc));
+                    xp += step;
+                }
             }
-            acc *= bitcast<f32>(wts[w.soff + r]);
         }
         default: {
-            for (var i = 0u; i < n; i++) {
-                acc += act[x + i] * (int4_q(w, r, i) * int4_scale(w, r, i));
+            for (var ch = lane; ch < full; ch += k) {
+                acc += dot_v4(act4s(xp, sx), to_v4(w4_i4(w, r, 4u * ch)));
+                xp += step;
             }
         }
+    }
+    if lane == 0u {
+        for (var c = 4u * full; c < n; c++) {
+            acc += mul_s(to_s(act[x + c * sx]), ws(w, r, c));
+        }
+    }
+    return acc;
+}
+
+// Σ_{j<n} (flat element i + j·si of w) · act[x + j].
+fn wflat_dot(w: Wd, i: u32, si: u32, x: u32, n: u32) -> f32 {
+    var acc = 0.0;
+    let full = n / 4u;
+    for (var ch = 0u; ch < full; ch++) {
+        let b = i + 4u * ch * si;
+        let wv = V4(wsflat(w, b), wsflat(w, b + si), wsflat(w, b + 2u * si), wsflat(w, b + 3u * si));
+        acc += dot_v4(act4(x + 4u * ch), wv);
+    }
+    for (var j = 4u * full; j < n; j++) {
+        acc += mul_s(to_s(act[x + j]), wsflat(w, i + j * si));
+    }
+    return acc;
+}
+
+// Σ_{j<n} act[a + j·sa] · act[b + j·sb].
+fn adot(a: u32, sa: u32, b: u32, sb: u32, n: u32) -> f32 {
+    var acc = 0.0;
+    let full = n / 4u;
+    for (var ch = 0u; ch < full; ch++) {
+        acc += dot_v4(act4s(a + 4u * ch * sa, sa), act4s(b + 4u * ch * sb, sb));
+    }
+    for (var j = 4u * full; j < n; j++) {
+        acc += mul_s(to_s(act[a + j * sa]), to_s(act[b + j * sb]));
     }
     return acc;
 }

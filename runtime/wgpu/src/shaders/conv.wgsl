@@ -39,7 +39,7 @@ fn conv2d(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
             for (var kx = 0u; kx < kw; kx++) {
                 let tx = ox * pu(11u) + kx * pu(15u);
                 if tx >= pu(13u) && tx - pu(13u) < w {
-                    acc += act[xc + (ty - pu(12u)) * w + tx - pu(13u)] * wget(wt, oc, (ci * kh + ky) * kw + kx);
+                    acc += mul_s(to_s(act[xc + (ty - pu(12u)) * w + tx - pu(13u)]), ws(wt, oc, (ci * kh + ky) * kw + kx));
                 }
             }
         }

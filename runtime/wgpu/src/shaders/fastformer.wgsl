@@ -17,7 +17,7 @@ fn ff_scores(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     let d = pu(6u);
     let head = l / t;
     let tok = l % t;
-    act[pu(4u) + g] = wdot(wdesc(12u), head, pu(2u) + s * pu(3u) + tok * d, d) * pf(8u);
+    act[pu(4u) + g] = wdot_part(wdesc(12u), head, pu(2u) + s * pu(3u) + tok * d, 1u, d, 0u, 1u) * pf(8u);
 }
 
 // out[s, col] = Σ_t alpha[s, head(col), t] · rows[s, t, col].
@@ -37,11 +37,7 @@ fn ff_pool(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     let head = col / (d / h);
     let a = pu(4u) + (s * h + head) * t;
     let r = pu(2u) + s * pu(3u) + col;
-    var acc = 0.0;
-    for (var j = 0u; j < t; j++) {
-        acc += act[a + j] * act[r + j * d];
-    }
-    act[pu(5u) + g] = acc;
+    act[pu(5u) + g] = adot(a, 1u, r, d, t);
 }
 
 // rows[s, t, col] *= vec[s, col]. P: 2 rows_base, 3 rows_stride, 4 vec_base, 5 d. per = t · d.

@@ -30,20 +30,15 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
         ob += v * pu(24u + ax);
     }
     let a = pu(2u) + s * pu(3u) + oa + i * k;
-    let is_w = pu(4u) == 1u;
-    let bw = wdesc(31u);
-    let bb = pu(5u) + s * pu(6u);
     let tb = pu(11u) == 1u;
-    var acc = 0.0;
-    for (var kk = 0u; kk < k; kk++) {
-        let bo = ob + select(kk * n + j, j * k + kk, tb);
-        var bv: f32;
-        if is_w {
-            bv = wflat(bw, bo);
-        } else {
-            bv = act[bb + bo];
-        }
-        acc += act[a + kk] * bv;
+    // b's column j: k elements from `b0`, `sb` apart.
+    let b0 = ob + select(j, j * k, tb);
+    let sb = select(n, 1u, tb);
+    var acc: f32;
+    if pu(4u) == 1u {
+        acc = wflat_dot(wdesc(31u), b0, sb, a, k);
+    } else {
+        acc = adot(a, 1u, pu(5u) + s * pu(6u) + b0, sb, k);
     }
     act[pu(7u) + s * per + l] = acc;
 }
