@@ -10,7 +10,7 @@
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use kestrel::{Input, Model};
-use kestrel_wgpu::{AdapterChoice, GpuContext, GpuError, GpuSession};
+use kestrel_wgpu::{AdapterChoice, Arith, GpuContext, GpuError, GpuSession, Precision, SessionOptions};
 use std::time::{Duration, Instant};
 
 /// Where a model runs.
@@ -35,12 +35,38 @@ pub struct BackendArgs {
     /// KESTREL_ADAPTER, else the best adapter.
     #[arg(long, value_name = "NAME|INDEX")]
     pub adapter: Option<String>,
+    /// GPU arithmetic of the dot-product kernels: f32 (default), f16 (f16 products, f32 sums;
+    /// an error without SHADER_F16), or auto (f16 where the device has it).
+    #[arg(long, value_enum, default_value = "f32")]
+    pub gpu_precision: GpuPrecision,
+}
+
+/// `--gpu-precision`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum GpuPrecision {
+    /// f32 everywhere.
+    #[default]
+    F32,
+    /// f16 products with f32 accumulation in the dot-product kernels.
+    F16,
+    /// f16 where the device has SHADER_F16, else f32.
+    Auto,
+}
+
+impl From<GpuPrecision> for Precision {
+    fn from(p: GpuPrecision) -> Self {
+        match p {
+            GpuPrecision::F32 => Precision::F32,
+            GpuPrecision::F16 => Precision::F16,
+            GpuPrecision::Auto => Precision::Auto,
+        }
+    }
 }
 
 impl BackendArgs {
-    /// The flags for `backend` with the default adapter choice.
+    /// The flags for `backend` with the default adapter choice and f32 arithmetic.
     pub fn new(backend: Backend) -> Self {
-        Self { backend, adapter: None }
+        Self { backend, ..Self::default() }
     }
 }
 
@@ -79,7 +105,8 @@ impl<'m> Runner<'m> {
             },
         };
         let cpu = model.cpu()?;
-        let session = match GpuSession::new(&ctx, &cpu, capacity) {
+        let opts = SessionOptions { precision: args.gpu_precision.into() };
+        let session = match GpuSession::with_options(&ctx, &cpu, capacity, &opts) {
             Ok(s) => s,
             Err(e) if args.backend == Backend::Auto => {
                 return fallback(format!("the GPU ({}) cannot run this model ({e})", ctx.describe()))
@@ -96,7 +123,10 @@ impl<'m> Runner<'m> {
     pub fn on(&self) -> String {
         match self {
             Runner::Cpu(_) => "cpu".into(),
-            Runner::Gpu(g) => format!("wgpu: {}", g.adapter),
+            Runner::Gpu(g) => {
+                let arith = if g.session.arith() == Arith::F16 { ", f16 arithmetic" } else { "" };
+                format!("wgpu: {}{arith}", g.adapter)
+            }
         }
     }
 

@@ -1,4 +1,4 @@
-//! `kestrel bench`: time a model on the CPU runtime (µs per sample, samples/s), and
+//! `kestrel bench`: time a model on the CPU runtime or the GPU (µs per sample, samples/s), and
 //! `kestrel bench paper`: the paper's Table 5 benchmark with tract beside it ([`crate::bench_paper`]).
 //!
 //! Method: the session (arena) is created once; one warm-up pass over the samples; then
@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use kestrel::format::DType;
 use kestrel::{npy, Input, Model};
+use kestrel_cli::backend::{Backend, BackendArgs, Runner};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -33,12 +34,12 @@ pub struct BenchArgs {
     /// Timed passes (the median is reported).
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
-    /// Worker threads. Only 1 is implemented (the CPU runtime is single-threaded for now).
+    /// CPU threads: the caller plus a pool of workers started once (large dense layers are split
+    /// across them; results are bit-identical to one thread).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
-    /// Backend (`cpu`; other backends are not part of this command yet).
-    #[arg(long, default_value = "cpu")]
-    pub backend: String,
+    #[command(flatten)]
+    pub backend: BackendArgs,
     /// Force the kernels' instruction set: scalar, avx2, avx2-vnni, neon (default: the best detected).
     #[arg(long)]
     pub isa: Option<String>,
@@ -175,7 +176,21 @@ pub fn make_feeds(model: &Model, input: Option<&PathBuf>, batch: usize) -> Resul
 
 /// Times `model` on the CPU runtime: `samples` samples per pass in batches of `batch`.
 pub fn time_kestrel(model: &Model, feeds: &[Feed], samples: usize, batch: usize, reps: usize) -> Result<Stats> {
-    let mut session = model.session(batch)?;
+    time_on(model, feeds, samples, batch, reps, &BackendArgs::new(Backend::Cpu)).map(|(s, _)| s)
+}
+
+/// Times `model` on the backend `on` chooses; returns the numbers and where it ran. GPU runs
+/// include the input upload and the output readback (a run returns host-visible outputs).
+pub fn time_on(
+    model: &Model,
+    feeds: &[Feed],
+    samples: usize,
+    batch: usize,
+    reps: usize,
+    on: &BackendArgs,
+) -> Result<(Stats, String)> {
+    let mut session = Runner::new(model, batch, on)?;
+    let label = session.on();
     let cpu = model.cpu()?;
     let per_out: Vec<usize> =
         (0..cpu.output_count()).map(|i| Ok(cpu.output(i)?.shape.numel().unwrap_or(0))).collect::<Result<_>>()?;
@@ -194,6 +209,7 @@ pub fn time_kestrel(model: &Model, feeds: &[Feed], samples: usize, batch: usize,
         }
         Ok(())
     })
+    .map(|s| (s, label))
 }
 
 /// Applies `--isa`; returns the ISA in use.
@@ -212,32 +228,29 @@ use kestrel_cpu::kernels::simd as kestrel_cpu_simd;
 
 /// `kestrel bench ...`.
 pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
-    if a.backend != "cpu" {
-        bail!("--backend {}: `kestrel bench` times the CPU runtime only so far (use --backend cpu)", a.backend);
-    }
-    if a.threads != 1 {
-        bail!(
-            "--threads {}: threading is not implemented yet; the CPU runtime runs on one thread (use --threads 1)",
-            a.threads
-        );
-    }
+    kestrel_cpu::threads::set_threads(a.threads).map_err(|e| anyhow::anyhow!("--threads: {e}"))?;
     if a.samples == 0 || a.batch == 0 || a.reps == 0 {
         bail!("--samples, --batch and --reps must be at least 1");
     }
     let isa = apply_isa(a.isa.as_deref())?;
     if a.model == "paper" {
+        if a.backend.backend != Backend::Cpu {
+            bail!("`kestrel bench paper` times the CPU runtime (and tract); time a GPU with `kestrel bench M.kes --backend wgpu`");
+        }
         return crate::bench_paper::run(w, a, isa);
     }
     let model = Model::load(&a.model).with_context(|| format!("loading {}", a.model))?;
     let feeds = make_feeds(&model, a.input.as_ref(), a.batch)?;
     let arena = model.cpu()?.arena_bytes(a.batch).unwrap_or(0);
-    let s = time_kestrel(&model, &feeds, a.samples, a.batch, a.reps)?;
+    let (s, on) = time_on(&model, &feeds, a.samples, a.batch, a.reps, &a.backend)?;
+    let gpu = on != "cpu";
+    let threads = if gpu { 1 } else { a.threads };
     if a.json {
         let j = serde_json::json!({
             "model": a.model,
-            "backend": "cpu",
-            "isa": isa,
-            "threads": 1,
+            "backend": on,
+            "isa": if gpu { serde_json::Value::Null } else { isa.into() },
+            "threads": threads,
             "batch": a.batch,
             "samples": a.samples,
             "reps": a.reps,
@@ -250,7 +263,12 @@ pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
         writeln!(w, "{j}")?;
     } else {
         writeln!(w, "model        {}", a.model)?;
-        writeln!(w, "backend      cpu ({isa}, 1 thread), batch {}, arena {arena} bytes", a.batch)?;
+        if gpu {
+            writeln!(w, "backend      {on}, batch {} (times include input upload and output readback)", a.batch)?;
+        } else {
+            let t = if threads == 1 { "1 thread".to_string() } else { format!("{threads} threads") };
+            writeln!(w, "backend      cpu ({isa}, {t}), batch {}, arena {arena} bytes", a.batch)?;
+        }
         writeln!(w, "passes       {} × {} samples after 1 warm-up pass", a.reps, a.samples)?;
         writeln!(
             w,

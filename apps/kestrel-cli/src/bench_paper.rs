@@ -257,7 +257,7 @@ fn machine_description(isa: &str) -> serde_json::Value {
         "logical_cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "isa_flags": flags,
         "kestrel_isa": isa,
-        "threads": 1,
+        "threads": kestrel_cpu::threads::threads(),
     })
 }
 
@@ -266,7 +266,7 @@ fn markdown(rows: &[Row], a: &BenchArgs, bb: usize, machine: &serde_json::Value)
     let _ = writeln!(s, "# Table 5 benchmark (`kestrel bench paper`)\n");
     let _ = writeln!(
         s,
-        "Machine: {} ({} logical cores, ISA flags {}), Kestrel kernels `{}`, one thread. Random weights \
+        "Machine: {} ({} logical cores, ISA flags {}), Kestrel kernels `{}`, {} Kestrel thread(s). Random weights \
          (timing only), the paper's model shapes. Each figure: median of {} passes of {} samples after a \
          warm-up pass (spread in results.csv); seconds for 5,000 samples = 5000 × median µs/sample. \
          Batched runs use batch {bb}. Ratio = Kestrel batch-1 seconds / the paper's M2 seconds.\n",
@@ -277,6 +277,7 @@ fn markdown(rows: &[Row], a: &BenchArgs, bb: usize, machine: &serde_json::Value)
             .map(|f| f.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join(" "))
             .unwrap_or_default(),
         machine["kestrel_isa"].as_str().unwrap_or("?"),
+        machine["threads"],
         a.reps,
         a.samples,
     );

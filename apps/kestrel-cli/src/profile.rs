@@ -100,7 +100,8 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
         }
         Runner::Gpu(mut gpu) => {
             let (prof, timing) = gpu_profile(&model, &mut gpu, &[feed], args.warmup, args.runs)?;
-            (prof, format!("wgpu: {}", gpu.adapter), timing)
+            let on = Runner::Gpu(gpu).on();
+            (prof, on, timing)
         }
     };
     let backend = backend.as_str();

@@ -68,6 +68,13 @@ fn run_on_every_backend_gives_the_same_outputs() {
         let err = got.iter().zip(&want).fold(0f32, |m, (g, w)| m.max((g - w).abs()));
         assert!(err <= 1e-4 * scale, "{backend}: max error {err} vs scale {scale}");
     }
+    // `kestrel bench` on the GPU: the JSON names the adapter.
+    let (ok, stdout, stderr) =
+        kestrel(&["bench", m, "--backend", "wgpu", "--samples", "6", "--batch", "3", "--reps", "2", "--json"]);
+    assert!(ok, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert!(v["backend"].as_str().unwrap().starts_with("wgpu: "), "{stdout}");
+    assert!(v["us_per_sample"].as_f64().unwrap() > 0.0, "{stdout}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -136,8 +136,12 @@ fn bench_json_is_one_object_with_the_documented_keys() {
             assert_eq!(v["isa"], i);
         }
     }
-    // Threads are not implemented: refused, not faked.
-    let (ok, _, stderr) = kestrel(&["bench", path_s, "--threads", "2"]);
-    assert!(!ok && stderr.contains("not implemented"), "{stderr}");
+    // Threads: reported in the JSON; a bad count is a clear error.
+    let (ok, stdout, stderr) = kestrel(&["bench", path_s, "--threads", "2", "--samples", "8", "--reps", "2", "--json"]);
+    assert!(ok, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(v["threads"], 2, "{stdout}");
+    let (ok, _, stderr) = kestrel(&["bench", path_s, "--threads", "0"]);
+    assert!(!ok && stderr.contains("thread count"), "{stderr}");
     std::fs::remove_dir_all(&dir).ok();
 }
