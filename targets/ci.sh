@@ -39,8 +39,10 @@ if [[ "${KESTREL_SIZE_IOS_WGPU:-0}" == 1 ]]; then
 else
     size_args+=(--skip ios_aarch64_wgpu_staticlib)
 fi
-step "firmware: fmt and clippy" bash -c \
+# The firmware is its own workspace with its own target directory (targets/embedded/target, where
+# run.sh and check_sizes.py look), whatever CARGO_TARGET_DIR says for the main one.
+step "firmware: fmt and clippy" env -u CARGO_TARGET_DIR bash -c \
     'cargo fmt --manifest-path targets/embedded/Cargo.toml -- --check &&
      cargo clippy --manifest-path targets/embedded/Cargo.toml --release --locked -- -D warnings'
-step "firmware: build and run under qemu-system-arm" bash targets/embedded/run.sh
+step "firmware: build and run under qemu-system-arm" env -u CARGO_TARGET_DIR bash targets/embedded/run.sh
 step "binary sizes against targets/size-budgets.json" python3 targets/check_sizes.py "${size_args[@]}"
