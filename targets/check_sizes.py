@@ -2,17 +2,22 @@
 """Binary-size gate for targets/: measures the release static libraries and the firmware image,
 prints them next to the budgets in size-budgets.json, and fails if any exceeds its budget.
 
-    python3 targets/check_sizes.py [--write-budgets]
+    python3 targets/check_sizes.py [--write-budgets] [--skip KEY]...
 
-Measured (built beforehand by targets/ci.sh):
-  - libkestrel_ffi.a for aarch64-linux-android and aarch64-apple-ios (profile release-mobile,
-    CPU backend only): the file size, and the sum of its code/data sections;
+Measured (built beforehand by targets/ci.sh; target directory $CARGO_TARGET_DIR or target/):
+  - libkestrel_ffi.a for aarch64-linux-android and aarch64-apple-ios (profile release-mobile), in
+    two variants: CPU only (`--no-default-features`, built into <target dir>/cpu-only) and with
+    the wgpu backend (default features): the file size, and for Android the sum of its code/data
+    sections;
   - the firmware ELF (thumbv7em-none-eabihf, release): flash (text + rodata + data initialisers)
     and RAM (data + bss; the arena is in bss), read from the ELF section headers.
+--skip KEY leaves out one library (say ios_aarch64_wgpu_staticlib, which targets/ci.sh builds only
+with KESTREL_SIZE_IOS_WGPU=1); it is reported as skipped, never silently passed.
 Budgets are the measured sizes plus headroom (--write-budgets sets them to 1.25 x measured): a
 larger regression fails CI, smaller drifts do not.
 """
 import json
+import os
 import struct
 import sys
 from pathlib import Path
@@ -20,10 +25,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BUDGETS = ROOT / "targets" / "size-budgets.json"
 PROFILE = "release-mobile"
-LIBS = {
-    "android_aarch64_staticlib": ROOT / f"target/aarch64-linux-android/{PROFILE}/libkestrel_ffi.a",
-    "ios_aarch64_staticlib": ROOT / f"target/aarch64-apple-ios/{PROFILE}/libkestrel_ffi.a",
-}
+TARGET_DIR = ROOT / os.environ.get("CARGO_TARGET_DIR", "target")  # an absolute value wins
+# (budget key, target directory, triple, whether to sum an ELF archive's code/data sections)
+LIBS = [
+    ("android_aarch64_cpu_staticlib", TARGET_DIR / "cpu-only", "aarch64-linux-android", True),
+    ("android_aarch64_wgpu_staticlib", TARGET_DIR, "aarch64-linux-android", True),
+    ("ios_aarch64_cpu_staticlib", TARGET_DIR / "cpu-only", "aarch64-apple-ios", False),
+    ("ios_aarch64_wgpu_staticlib", TARGET_DIR, "aarch64-apple-ios", False),
+]
 FIRMWARE = ROOT / "targets/embedded/target/thumbv7em-none-eabihf/release/kestrel-firmware"
 
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
@@ -86,13 +95,21 @@ def archive_code_bytes(path):
 
 
 def main():
+    args = sys.argv[1:]
+    skip = {args[i + 1] for i, a in enumerate(args[:-1]) if a == "--skip"}
+    unknown = skip - {key for key, *_ in LIBS}
+    if unknown:
+        sys.exit(f"error: --skip {', '.join(sorted(unknown))}: no such library")
     measured = {}
-    for key, path in LIBS.items():
+    for key, target_dir, triple, sections in LIBS:
+        if key in skip:
+            continue
+        path = target_dir / triple / PROFILE / "libkestrel_ffi.a"
         if not path.is_file():
             sys.exit(f"error: {path} not built (run targets/ci.sh)")
         measured[key + "_bytes"] = path.stat().st_size
-    code = archive_code_bytes(LIBS["android_aarch64_staticlib"])
-    measured["android_aarch64_staticlib_alloc_section_bytes"] = code
+        if sections:
+            measured[key + "_alloc_section_bytes"] = archive_code_bytes(path)
     if not FIRMWARE.is_file():
         sys.exit(f"error: {FIRMWARE} not built (run targets/embedded/run.sh)")
     flash, ram = firmware_sizes(FIRMWARE)
@@ -104,7 +121,13 @@ def main():
         BUDGETS.write_text(json.dumps(budgets, indent=2, sort_keys=True) + "\n")
         print(f"wrote {BUDGETS}")
     budgets = json.loads(BUDGETS.read_text())
-    failed = 0
+    skipped = {k for k in budgets if any(k.startswith(s + "_") for s in skip)}
+    for key in sorted(skipped):
+        print(f"{key:48} {'skipped':>12} {budgets[key]:>12,}   (--skip)")
+    stale = sorted(set(budgets) - set(measured) - skipped)
+    for key in stale:
+        print(f"error: budget {key} measures nothing (a stale key in {BUDGETS.name})")
+    failed = len(stale)
     print(f"{'artifact':48} {'bytes':>12} {'budget':>12}   used")
     for key, value in measured.items():
         budget = budgets.get(key)
@@ -116,7 +139,8 @@ def main():
         failed += not ok
         print(f"{key:48} {value:>12,} {budget:>12,}  {100 * value / budget:5.1f}%{'' if ok else '  OVER BUDGET'}")
     if failed:
-        sys.exit(f"error: {failed} size(s) over budget or without one (targets/size-budgets.json)")
+        sys.exit(f"error: {failed} size(s) over budget, without a budget, or budgets without a size "
+                 "(targets/size-budgets.json)")
 
 
 if __name__ == "__main__":

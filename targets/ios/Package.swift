@@ -12,7 +12,15 @@ let package = Package(
     ],
     targets: [
         .binaryTarget(name: "KestrelFFI", path: "KestrelFFI.xcframework"),
-        .target(name: "Kestrel", dependencies: ["KestrelFFI"], path: "Sources/Kestrel"),
+        // The static library's wgpu backend (Metal) needs these frameworks at the app's link
+        // (a static library cannot carry them; from the Rust crates' #[link] attributes).
+        .target(
+            name: "Kestrel", dependencies: ["KestrelFFI"], path: "Sources/Kestrel",
+            linkerSettings: [
+                .linkedFramework("Metal"), .linkedFramework("QuartzCore"), .linkedFramework("CoreGraphics"),
+                .linkedFramework("CoreFoundation"), .linkedFramework("Foundation"), .linkedLibrary("objc"),
+            ]
+        ),
         .testTarget(name: "KestrelTests", dependencies: ["Kestrel"], path: "Tests/KestrelTests"),
     ]
 )

@@ -84,6 +84,18 @@ typedef enum KestrelStatus {
    * An internal invariant failed (a bug: please report it).
    */
   KESTREL_ERR_INTERNAL = 14,
+  /**
+   * The library has the wgpu backend but no GPU can be used on this device: no adapter (no
+   * Vulkan or Metal driver), none matching `KESTREL_ADAPTER`, or the device could not be
+   * created. Use `KESTREL_BACKEND_CPU` (`KESTREL_BACKEND_AUTO` does so by itself).
+   */
+  KESTREL_ERR_NO_GPU = 15,
+  /**
+   * The GPU failed during a call: device lost, a wgpu validation or out-of-memory error, a
+   * timeout or a failed readback. A session whose device was lost cannot be used again; the
+   * CPU backend is unaffected.
+   */
+  KESTREL_ERR_GPU = 16,
 } KestrelStatus;
 
 /**
@@ -99,13 +111,16 @@ enum KestrelBackend
    */
   KESTREL_BACKEND_CPU = 0,
   /**
-   * The wgpu GPU backend: not built into this library yet, so `kestrel_session_new` returns
-   * `KESTREL_ERR_UNSUPPORTED` for it.
+   * The wgpu GPU backend (Vulkan on Android/Linux, Metal on iOS/macOS). `kestrel_session_new`
+   * returns `KESTREL_ERR_NO_GPU` when no adapter can be used, and `KESTREL_ERR_UNSUPPORTED` in
+   * a library built without it (cargo feature `wgpu` off) or for a model with an op the GPU
+   * backend lacks.
    */
   KESTREL_BACKEND_WGPU = 1,
   /**
-   * The best available backend, falling back to the CPU (today: always the CPU; ask
-   * `kestrel_session_backend` which one a session got).
+   * The GPU when a hardware adapter (or the adapter `KESTREL_ADAPTER` names) takes the model,
+   * else the CPU: never fails for lack of a GPU. Ask `kestrel_session_backend` which one a
+   * session got and `kestrel_session_device` why.
    */
   KESTREL_BACKEND_AUTO = 2,
 };
@@ -144,6 +159,41 @@ enum KestrelDType
 typedef enum KestrelDType KestrelDType;
 #else
 typedef uint32_t KestrelDType;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * How the entries of a session's profile were measured (`kestrel_session_profile_source`).
+ */
+enum KestrelTimingSource
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * The last run was not profiled (or there was none): no entries.
+   */
+  KESTREL_TIMING_NONE = 0,
+  /**
+   * CPU backend: wall clock around each node.
+   */
+  KESTREL_TIMING_CPU_WALL_CLOCK = 1,
+  /**
+   * wgpu backend: GPU timestamp queries at the start and end of each node's compute pass
+   * (GPU execution time only: no upload, readback or CPU overhead).
+   */
+  KESTREL_TIMING_GPU_TIMESTAMPS = 2,
+  /**
+   * wgpu backend on an adapter without timestamp queries: no per-node entries; only
+   * `kestrel_session_profile_wall_nanos` (the whole submission) is known.
+   */
+  KESTREL_TIMING_GPU_SUBMISSION = 3,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum KestrelTimingSource KestrelTimingSource;
+#else
+typedef uint32_t KestrelTimingSource;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
@@ -193,7 +243,8 @@ typedef struct KestrelOpTiming {
    */
   const char *op;
   /**
-   * Wall-clock nanoseconds (all samples of the batch).
+   * Nanoseconds (all samples of the batch): CPU wall clock or GPU timestamps, as
+   * `kestrel_session_profile_source` says.
    */
   uint64_t nanos;
 } KestrelOpTiming;
@@ -243,7 +294,7 @@ typedef struct KestrelOutput {
 /**
  * Every status, in code order.
  */
-#define KestrelStatus_ALL { KESTREL_OK, KESTREL_ERR_NULL_POINTER, KESTREL_ERR_INVALID_ARGUMENT, KESTREL_ERR_INVALID_HANDLE, KESTREL_ERR_MISALIGNED, KESTREL_ERR_TOO_LARGE, KESTREL_ERR_IO, KESTREL_ERR_INVALID_MODEL, KESTREL_ERR_SHAPE, KESTREL_ERR_INDEX, KESTREL_ERR_INPUT_VALUE, KESTREL_ERR_UNSUPPORTED, KESTREL_ERR_BUFFER_TOO_SMALL, KESTREL_ERR_PANIC, KESTREL_ERR_INTERNAL, }
+#define KestrelStatus_ALL { KESTREL_OK, KESTREL_ERR_NULL_POINTER, KESTREL_ERR_INVALID_ARGUMENT, KESTREL_ERR_INVALID_HANDLE, KESTREL_ERR_MISALIGNED, KESTREL_ERR_TOO_LARGE, KESTREL_ERR_IO, KESTREL_ERR_INVALID_MODEL, KESTREL_ERR_SHAPE, KESTREL_ERR_INDEX, KESTREL_ERR_INPUT_VALUE, KESTREL_ERR_UNSUPPORTED, KESTREL_ERR_BUFFER_TOO_SMALL, KESTREL_ERR_PANIC, KESTREL_ERR_INTERNAL, KESTREL_ERR_NO_GPU, KESTREL_ERR_GPU, }
 
 #ifdef __cplusplus
 extern "C" {
@@ -266,7 +317,9 @@ const char *kestrel_status_name(int32_t status);
 const char *kestrel_last_error(void);
 
 /**
- * Whether this build can run sessions on `backend` (a `KestrelBackend` code).
+ * Whether a session on `backend` (a `KestrelBackend` code) can be created here: CPU and AUTO
+ * always; WGPU when the library is built with it and a GPU device opens (this opens it: the
+ * device stays open while GPU sessions use it).
  *
  * # Safety
  * `out` must be NULL or valid for a write.
@@ -393,9 +446,11 @@ enum KestrelStatus kestrel_model_arena_bytes(const struct KestrelModel *model,
                                              size_t *out);
 
 /**
- * A session on `backend` (a `KestrelBackend` code) for batches of 1..=`capacity` samples; its
- * arena is allocated here, once. `KESTREL_BACKEND_WGPU` is `KESTREL_ERR_UNSUPPORTED` in this
- * build. On failure `*out` is NULL.
+ * A session on `backend` (a `KestrelBackend` code) for batches of 1..=`capacity` samples; every
+ * buffer (CPU arena, or GPU buffers and pipelines) is allocated here, once. `KESTREL_BACKEND_WGPU`
+ * fails with `KESTREL_ERR_NO_GPU` (no usable adapter) or `KESTREL_ERR_UNSUPPORTED` (library
+ * built without wgpu, or an op without a GPU kernel); `KESTREL_BACKEND_AUTO` then uses the CPU.
+ * On failure `*out` is NULL.
  *
  * # Safety
  * `out` must be NULL or valid for a write.
@@ -422,6 +477,16 @@ enum KestrelStatus kestrel_session_free(struct KestrelSession *session);
 enum KestrelStatus kestrel_session_backend(const struct KestrelSession *session, uint32_t *out);
 
 /**
+ * What runs a session, for logs (valid while the session lives): "cpu", the GPU adapter
+ * ("NAME (Vulkan, DiscreteGpu)"), or "cpu (auto: REASON)" when AUTO did not get the GPU. Not
+ * meant to be parsed: use `kestrel_session_backend`.
+ *
+ * # Safety
+ * `out` must be NULL or valid for a write.
+ */
+enum KestrelStatus kestrel_session_device(const struct KestrelSession *session, const char **out);
+
+/**
  * Turns per-node timing on or off for the following runs (off by default).
  *
  * # Safety
@@ -438,8 +503,28 @@ enum KestrelStatus kestrel_session_set_profiling(struct KestrelSession *session,
 enum KestrelStatus kestrel_session_profile_count(const struct KestrelSession *session, size_t *out);
 
 /**
+ * How the last run's profile was measured (a `KestrelTimingSource` code): CPU wall clock, GPU
+ * timestamp queries, or only the whole GPU submission; NONE if the run was not profiled.
+ *
+ * # Safety
+ * `out` must be NULL or valid for a write.
+ */
+enum KestrelStatus kestrel_session_profile_source(const struct KestrelSession *session,
+                                                  uint32_t *out);
+
+/**
+ * Wall-clock nanoseconds of the last profiled run (CPU: the whole run; GPU: from submission
+ * until the outputs are read back, so it includes the readback); 0 if it was not profiled.
+ *
+ * # Safety
+ * `out` must be NULL or valid for a write.
+ */
+enum KestrelStatus kestrel_session_profile_wall_nanos(const struct KestrelSession *session,
+                                                      uint64_t *out);
+
+/**
  * Entry `index` of the last run's profile (nodes in execution order; reshapes, which are free
- * views, are not timed).
+ * views, are not timed; the times are those `kestrel_session_profile_source` names).
  *
  * # Safety
  * `out` must be NULL or valid for a write.
@@ -452,8 +537,9 @@ enum KestrelStatus kestrel_session_profile_entry(const struct KestrelSession *se
  * Runs a batch. `inputs[i]` must match graph input `i` (`[batch, per-sample dims...]`, its
  * dtype; token-id inputs take I32 or I64), every input the same batch (1..=capacity); `outputs[i]`
  * has graph output `i`'s shape with that batch. Output buffers may not overlap each other or the
- * inputs. `*batch_out` (if not NULL) receives the batch. The run itself allocates nothing;
- * the call allocates two small arrays of slice descriptors.
+ * inputs. `*batch_out` (if not NULL) receives the batch. On the CPU the run itself allocates
+ * nothing (the call allocates two small arrays of slice descriptors); on the GPU it records
+ * and submits one command buffer and waits for the outputs.
  *
  * # Safety
  * `inputs`/`outputs` must be NULL or valid for `n_inputs`/`n_outputs` reads, each tensor's

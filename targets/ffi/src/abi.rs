@@ -6,7 +6,7 @@
 //! size overflows `isize` (`KESTREL_ERR_TOO_LARGE`); handles are looked up in the registry of
 //! live handles (`KESTREL_ERR_INVALID_HANDLE`).
 
-use crate::core::{Backend, DType, FfiError, LoadedModel, SessionCore, TensorDesc};
+use crate::core::{Backend, DType, FfiError, LoadedModel, SessionCore, TensorDesc, TimingSource};
 use crate::handles::{self, KestrelModel, KestrelSession};
 use crate::status::{guard, guard_str, last_error_ptr, Status};
 use kestrel_cpu::session::Input;
@@ -23,13 +23,39 @@ const _: () = assert!(KESTREL_MAX_RANK == kestrel_format::MAX_RANK);
 pub enum KestrelBackend {
     /// The CPU runtime (always available).
     KESTREL_BACKEND_CPU = 0,
-    /// The wgpu GPU backend: not built into this library yet, so `kestrel_session_new` returns
-    /// `KESTREL_ERR_UNSUPPORTED` for it.
+    /// The wgpu GPU backend (Vulkan on Android/Linux, Metal on iOS/macOS). `kestrel_session_new`
+    /// returns `KESTREL_ERR_NO_GPU` when no adapter can be used, and `KESTREL_ERR_UNSUPPORTED` in
+    /// a library built without it (cargo feature `wgpu` off) or for a model with an op the GPU
+    /// backend lacks.
     KESTREL_BACKEND_WGPU = 1,
-    /// The best available backend, falling back to the CPU (today: always the CPU; ask
-    /// `kestrel_session_backend` which one a session got).
+    /// The GPU when a hardware adapter (or the adapter `KESTREL_ADAPTER` names) takes the model,
+    /// else the CPU: never fails for lack of a GPU. Ask `kestrel_session_backend` which one a
+    /// session got and `kestrel_session_device` why.
     KESTREL_BACKEND_AUTO = 2,
 }
+
+/// How the entries of a session's profile were measured (`kestrel_session_profile_source`).
+#[repr(u32)]
+#[allow(non_camel_case_types, dead_code)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KestrelTimingSource {
+    /// The last run was not profiled (or there was none): no entries.
+    KESTREL_TIMING_NONE = 0,
+    /// CPU backend: wall clock around each node.
+    KESTREL_TIMING_CPU_WALL_CLOCK = 1,
+    /// wgpu backend: GPU timestamp queries at the start and end of each node's compute pass
+    /// (GPU execution time only: no upload, readback or CPU overhead).
+    KESTREL_TIMING_GPU_TIMESTAMPS = 2,
+    /// wgpu backend on an adapter without timestamp queries: no per-node entries; only
+    /// `kestrel_session_profile_wall_nanos` (the whole submission) is known.
+    KESTREL_TIMING_GPU_SUBMISSION = 3,
+}
+const _: () = {
+    assert!(KestrelTimingSource::KESTREL_TIMING_NONE as u32 == TimingSource::None.code());
+    assert!(KestrelTimingSource::KESTREL_TIMING_CPU_WALL_CLOCK as u32 == TimingSource::CpuWallClock.code());
+    assert!(KestrelTimingSource::KESTREL_TIMING_GPU_TIMESTAMPS as u32 == TimingSource::GpuTimestamps.code());
+    assert!(KestrelTimingSource::KESTREL_TIMING_GPU_SUBMISSION as u32 == TimingSource::GpuSubmission.code());
+};
 
 /// Element type of a tensor (the `dtype` field of `KestrelTensor` and `KestrelTensorInfo`).
 #[repr(u32)]
@@ -91,7 +117,8 @@ pub struct KestrelOpTiming {
     pub node: u32,
     /// Op name, e.g. "SuperAttention" (valid while the session lives).
     pub op: *const c_char,
-    /// Wall-clock nanoseconds (all samples of the batch).
+    /// Nanoseconds (all samples of the batch): CPU wall clock or GPU timestamps, as
+    /// `kestrel_session_profile_source` says.
     pub nanos: u64,
 }
 
@@ -149,7 +176,9 @@ pub extern "C" fn kestrel_last_error() -> *const c_char {
     guard_str(last_error_ptr)
 }
 
-/// Whether this build can run sessions on `backend` (a `KestrelBackend` code).
+/// Whether a session on `backend` (a `KestrelBackend` code) can be created here: CPU and AUTO
+/// always; WGPU when the library is built with it and a GPU device opens (this opens it: the
+/// device stays open while GPU sessions use it).
 ///
 /// # Safety
 /// `out` must be NULL or valid for a write.
@@ -421,9 +450,11 @@ pub unsafe extern "C" fn kestrel_model_arena_bytes(
     })
 }
 
-/// A session on `backend` (a `KestrelBackend` code) for batches of 1..=`capacity` samples; its
-/// arena is allocated here, once. `KESTREL_BACKEND_WGPU` is `KESTREL_ERR_UNSUPPORTED` in this
-/// build. On failure `*out` is NULL.
+/// A session on `backend` (a `KestrelBackend` code) for batches of 1..=`capacity` samples; every
+/// buffer (CPU arena, or GPU buffers and pipelines) is allocated here, once. `KESTREL_BACKEND_WGPU`
+/// fails with `KESTREL_ERR_NO_GPU` (no usable adapter) or `KESTREL_ERR_UNSUPPORTED` (library
+/// built without wgpu, or an op without a GPU kernel); `KESTREL_BACKEND_AUTO` then uses the CPU.
+/// On failure `*out` is NULL.
 ///
 /// # Safety
 /// `out` must be NULL or valid for a write.
@@ -475,6 +506,24 @@ pub unsafe extern "C" fn kestrel_session_backend(session: *const KestrelSession,
     })
 }
 
+/// What runs a session, for logs (valid while the session lives): "cpu", the GPU adapter
+/// ("NAME (Vulkan, DiscreteGpu)"), or "cpu (auto: REASON)" when AUTO did not get the GPU. Not
+/// meant to be parsed: use `kestrel_session_backend`.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_session_device(session: *const KestrelSession, out: *mut *const c_char) -> Status {
+    guard(|| {
+        // SAFETY: caller contract. The string lives in the session (never changed after creation).
+        unsafe {
+            let s = handles::session(session, "kestrel_session_device")?;
+            let p = s.lock()?.device().as_ptr();
+            put(out, p, "out")
+        }
+    })
+}
+
 /// Turns per-node timing on or off for the following runs (off by default).
 ///
 /// # Safety
@@ -505,8 +554,42 @@ pub unsafe extern "C" fn kestrel_session_profile_count(session: *const KestrelSe
     })
 }
 
+/// How the last run's profile was measured (a `KestrelTimingSource` code): CPU wall clock, GPU
+/// timestamp queries, or only the whole GPU submission; NONE if the run was not profiled.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_session_profile_source(session: *const KestrelSession, out: *mut u32) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe {
+            let s = handles::session(session, "kestrel_session_profile_source")?;
+            let src = s.lock()?.timing_source();
+            put(out, src.code(), "out")
+        }
+    })
+}
+
+/// Wall-clock nanoseconds of the last profiled run (CPU: the whole run; GPU: from submission
+/// until the outputs are read back, so it includes the readback); 0 if it was not profiled.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_session_profile_wall_nanos(session: *const KestrelSession, out: *mut u64) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe {
+            let s = handles::session(session, "kestrel_session_profile_wall_nanos")?;
+            let n = s.lock()?.wall_nanos();
+            put(out, n, "out")
+        }
+    })
+}
+
 /// Entry `index` of the last run's profile (nodes in execution order; reshapes, which are free
-/// views, are not timed).
+/// views, are not timed; the times are those `kestrel_session_profile_source` names).
 ///
 /// # Safety
 /// `out` must be NULL or valid for a write.
@@ -635,8 +718,9 @@ unsafe fn arg_slice<'a, T>(ptr: *const T, count: usize, expected: usize, what: &
 /// Runs a batch. `inputs[i]` must match graph input `i` (`[batch, per-sample dims...]`, its
 /// dtype; token-id inputs take I32 or I64), every input the same batch (1..=capacity); `outputs[i]`
 /// has graph output `i`'s shape with that batch. Output buffers may not overlap each other or the
-/// inputs. `*batch_out` (if not NULL) receives the batch. The run itself allocates nothing;
-/// the call allocates two small arrays of slice descriptors.
+/// inputs. `*batch_out` (if not NULL) receives the batch. On the CPU the run itself allocates
+/// nothing (the call allocates two small arrays of slice descriptors); on the GPU it records
+/// and submits one command buffer and waits for the outputs.
 ///
 /// # Safety
 /// `inputs`/`outputs` must be NULL or valid for `n_inputs`/`n_outputs` reads, each tensor's

@@ -4,7 +4,7 @@
 use crate::status::Status;
 use kestrel_cpu::session::Input;
 use std::cell::Cell;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -65,10 +65,12 @@ impl From<kestrel_cpu::RunError> for FfiError {
 pub enum Backend {
     /// The `no_std` CPU runtime (always available).
     Cpu,
-    /// The wgpu GPU backend. Not built into this library yet: asking for it is
-    /// `KESTREL_ERR_UNSUPPORTED`.
+    /// The wgpu GPU backend (cargo feature `wgpu`): Vulkan on Android and Linux, Metal on iOS
+    /// and macOS. Without the feature, asking for it is `KESTREL_ERR_UNSUPPORTED`; with it but no
+    /// usable adapter, `KESTREL_ERR_NO_GPU`.
     Wgpu,
-    /// The best available backend; today that is always the CPU (no GPU backend is built in).
+    /// The GPU when one is usable (a hardware adapter, or the adapter `KESTREL_ADAPTER` names),
+    /// else the CPU. Never fails for lack of a GPU.
     Auto,
 }
 
@@ -95,20 +97,45 @@ impl Backend {
         }
     }
 
-    /// Whether this build can run sessions on the backend.
+    /// Whether a session on this backend can be created here: CPU and AUTO always; WGPU when the
+    /// library is built with it and a GPU device opens (which opens it, once per process while
+    /// sessions use it).
     pub fn available(self) -> bool {
-        !matches!(self, Self::Wgpu)
-    }
-
-    /// The backend a session actually uses, or why it cannot be had.
-    pub fn resolve(self) -> Result<Self, FfiError> {
         match self {
-            Self::Cpu | Self::Auto => Ok(Self::Cpu),
-            Self::Wgpu => Err(FfiError::new(
-                Status::KESTREL_ERR_UNSUPPORTED,
-                "the wgpu backend is not built into this library yet (kestrel-ffi links the CPU runtime only); \
-                 use KESTREL_BACKEND_CPU or KESTREL_BACKEND_AUTO",
-            )),
+            Self::Cpu | Self::Auto => true,
+            #[cfg(feature = "wgpu")]
+            Self::Wgpu => crate::gpu::context().is_ok(),
+            #[cfg(not(feature = "wgpu"))]
+            Self::Wgpu => false,
+        }
+    }
+}
+
+/// Whether this library was built with the wgpu backend (cargo feature `wgpu`).
+pub const WGPU_BUILT_IN: bool = cfg!(feature = "wgpu");
+
+/// How the per-node times of the last run were measured (`KestrelTimingSource`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimingSource {
+    /// The last run was not profiled (or no run yet).
+    None,
+    /// CPU backend: wall clock around each node.
+    CpuWallClock,
+    /// wgpu backend: GPU timestamp queries at the start and end of each node's compute pass.
+    GpuTimestamps,
+    /// wgpu backend on an adapter without timestamp queries: no per-node times, only the whole
+    /// submission's wall time.
+    GpuSubmission,
+}
+
+impl TimingSource {
+    /// The ABI code.
+    pub const fn code(self) -> u32 {
+        match self {
+            Self::None => 0,
+            Self::CpuWallClock => 1,
+            Self::GpuTimestamps => 2,
+            Self::GpuSubmission => 3,
         }
     }
 }
@@ -312,8 +339,9 @@ impl LoadedModel {
         })
     }
 
-    fn op_name(&self, node: u32) -> &CString {
-        &self.op_names[node as usize]
+    /// The op name of node `node` ("" past the last node: never a panic).
+    fn op_name(&self, node: u32) -> &CStr {
+        self.op_names.get(node as usize).map_or(c"", |c| c.as_c_str())
     }
 }
 
@@ -322,25 +350,79 @@ impl LoadedModel {
 pub struct OpTiming {
     /// Node index in the graph.
     pub node: u32,
-    /// Wall-clock nanoseconds the node took (all samples of the batch).
+    /// Nanoseconds the node took (all samples of the batch): CPU wall clock or GPU timestamps
+    /// (see [`TimingSource`]).
     pub nanos: u64,
 }
 
-/// A model bound to an owned arena for batches up to a capacity.
-pub struct SessionCore {
-    model: Arc<LoadedModel>,
-    arena: Vec<u8>,
-    capacity: usize,
-    backend: Backend,
-    profiling: bool,
-    timings: Vec<OpTiming>,
+/// The engine behind a session.
+enum Engine {
+    /// The CPU runtime with its owned arena.
+    Cpu { arena: Vec<u8> },
+    /// A GPU session and the shared device it was made on (kept so the device stays cached
+    /// while any session uses it).
+    #[cfg(feature = "wgpu")]
+    Gpu { session: Box<kestrel_wgpu::GpuSession>, ctx: Arc<kestrel_wgpu::GpuContext> },
 }
 
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A model bound to a backend for batches up to a capacity: an owned CPU arena, or a GPU session
+/// with its buffers.
+pub struct SessionCore {
+    model: Arc<LoadedModel>,
+    engine: Engine,
+    capacity: usize,
+    backend: Backend,
+    device: CString,
+    profiling: bool,
+    timings: Vec<OpTiming>,
+    source: TimingSource,
+    wall_nanos: u64,
+}
+
+// Sessions are handed between threads (one at a time) by the C ABI and the JVM.
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<SessionCore>();
+};
+
 impl SessionCore {
-    /// A session on `backend` (resolved: `Auto` becomes the CPU) for batches up to `capacity`.
-    /// The arena is allocated here, once.
+    /// A session on `backend` for batches up to `capacity`; every buffer is allocated here, once.
+    /// `Auto` tries the GPU and falls back to the CPU (see [`Backend::Auto`]); the session's
+    /// [`backend`](Self::backend) tells which it got and [`device`](Self::device) why.
     pub fn new(model: Arc<LoadedModel>, backend: Backend, capacity: usize) -> Result<Self, FfiError> {
-        let backend = backend.resolve()?;
+        // The same capacity errors on every backend: 0 is INVALID_ARGUMENT, overflow TOO_LARGE.
+        model.arena_bytes(capacity)?;
+        let (engine, backend, device) = match backend {
+            Backend::Cpu => (Self::cpu_engine(&model, capacity)?, Backend::Cpu, c"cpu".to_owned()),
+            Backend::Wgpu => Self::gpu_engine(&model, capacity, false)?,
+            Backend::Auto => match Self::gpu_engine(&model, capacity, true) {
+                Ok(e) => e,
+                Err(why) => {
+                    let engine = Self::cpu_engine(&model, capacity)?;
+                    let text = format!("cpu (auto: {})", why.message).replace('\0', " ");
+                    (engine, Backend::Cpu, CString::new(text).unwrap_or_default())
+                }
+            },
+        };
+        let timings = Vec::with_capacity(model.op_count());
+        Ok(Self {
+            model,
+            engine,
+            capacity,
+            backend,
+            device,
+            profiling: false,
+            timings,
+            source: TimingSource::None,
+            wall_nanos: 0,
+        })
+    }
+
+    fn cpu_engine(model: &LoadedModel, capacity: usize) -> Result<Engine, FfiError> {
         let bytes = model.arena_bytes(capacity)?;
         let mut arena = Vec::new();
         arena.try_reserve_exact(bytes).map_err(|_| {
@@ -349,8 +431,31 @@ impl SessionCore {
         arena.resize(bytes, 0);
         // Bind once so a bad capacity fails here rather than at the first run.
         kestrel_cpu::Session::new(model.cpu(), &mut arena, capacity)?;
-        let timings = Vec::with_capacity(model.op_count());
-        Ok(Self { model, arena, capacity, backend, profiling: false, timings })
+        Ok(Engine::Cpu { arena })
+    }
+
+    #[cfg(feature = "wgpu")]
+    fn gpu_engine(model: &LoadedModel, capacity: usize, auto: bool) -> Result<(Engine, Backend, CString), FfiError> {
+        let (session, ctx) =
+            crate::gpu::session(model.cpu(), capacity, auto)
+                .map_err(|e| if auto { e } else { crate::gpu::explicit(e) })?;
+        let device = CString::new(ctx.describe().replace('\0', " ")).unwrap_or_default();
+        Ok((Engine::Gpu { session: Box::new(session), ctx }, Backend::Wgpu, device))
+    }
+
+    #[cfg(not(feature = "wgpu"))]
+    fn gpu_engine(_: &LoadedModel, _: usize, auto: bool) -> Result<(Engine, Backend, CString), FfiError> {
+        let hint = if auto {
+            ""
+        } else {
+            "; use KESTREL_BACKEND_CPU or KESTREL_BACKEND_AUTO, or a library built with default features"
+        };
+        Err(FfiError::new(
+            Status::KESTREL_ERR_UNSUPPORTED,
+            format!(
+                "this library was built without the wgpu backend (kestrel-ffi's cargo feature `wgpu` is off){hint}"
+            ),
+        ))
     }
 
     /// The model.
@@ -363,9 +468,15 @@ impl SessionCore {
         self.capacity
     }
 
-    /// The backend running this session.
+    /// The backend running this session (`Cpu` or `Wgpu`, never `Auto`).
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// What runs the session, for logs: `cpu`, the GPU adapter (`name (Vulkan, DiscreteGpu)`),
+    /// or `cpu (auto: ...)` with the reason an AUTO session did not get the GPU.
+    pub fn device(&self) -> &CString {
+        &self.device
     }
 
     /// Turns per-node timing on or off for later runs.
@@ -373,43 +484,84 @@ impl SessionCore {
         self.profiling = on;
         if !on {
             self.timings.clear();
+            self.source = TimingSource::None;
+            self.wall_nanos = 0;
         }
     }
 
-    /// Per-node times of the last run (empty unless profiling was on).
+    /// Per-node times of the last run (empty unless profiling was on; nodes without work, such as
+    /// reshapes, are left out).
     pub fn timings(&self) -> &[OpTiming] {
         &self.timings
     }
 
-    /// The op name of node `node` (NUL-terminated).
-    pub fn op_name(&self, node: u32) -> &CString {
+    /// How [`timings`](Self::timings) were measured.
+    pub fn timing_source(&self) -> TimingSource {
+        self.source
+    }
+
+    /// Wall-clock nanoseconds of the last profiled run (CPU: the whole run; GPU: from submission
+    /// until the outputs are read back); 0 when it was not profiled.
+    pub fn wall_nanos(&self) -> u64 {
+        self.wall_nanos
+    }
+
+    /// The op name of node `node` (NUL-terminated; "" for an index past the last node).
+    pub fn op_name(&self, node: u32) -> &CStr {
         self.model.op_name(node)
     }
 
     /// Runs a batch (inferred from the input lengths; each is `batch × per-sample` elements) and
-    /// fills every output. Returns the batch. Allocates nothing (profiling included).
+    /// fills every output. Returns the batch. On the CPU this allocates nothing (profiling
+    /// included); the GPU backend allocates its command buffers per run.
     pub fn run(&mut self, inputs: &[Input<'_>], outputs: &mut [&mut [f32]]) -> Result<usize, FfiError> {
-        let mut session = kestrel_cpu::Session::new(self.model.cpu(), &mut self.arena, self.capacity)?;
         self.timings.clear();
-        if !self.profiling {
-            return Ok(session.run(inputs, outputs)?);
-        }
-        let start = Cell::new(Instant::now());
-        let timings = &mut self.timings;
-        let batch = session.run_with(
-            inputs,
-            outputs,
-            |_, _| start.set(Instant::now()),
-            |node, _| {
-                let nanos = u64::try_from(start.get().elapsed().as_nanos()).unwrap_or(u64::MAX);
-                timings.push(OpTiming { node, nanos });
-            },
-        );
-        match batch {
-            Ok(b) => Ok(b),
-            Err(e) => {
-                self.timings.clear();
-                Err(e.into())
+        self.source = TimingSource::None;
+        self.wall_nanos = 0;
+        match &mut self.engine {
+            Engine::Cpu { arena } => {
+                let mut session = kestrel_cpu::Session::new(self.model.cpu(), arena, self.capacity)?;
+                if !self.profiling {
+                    return Ok(session.run(inputs, outputs)?);
+                }
+                let run_start = Instant::now();
+                let start = Cell::new(run_start);
+                let timings = &mut self.timings;
+                let batch = session.run_with(
+                    inputs,
+                    outputs,
+                    |_, _| start.set(Instant::now()),
+                    |node, _| timings.push(OpTiming { node, nanos: nanos(start.get().elapsed()) }),
+                );
+                match batch {
+                    Ok(b) => {
+                        self.source = TimingSource::CpuWallClock;
+                        self.wall_nanos = nanos(run_start.elapsed());
+                        Ok(b)
+                    }
+                    Err(e) => {
+                        self.timings.clear();
+                        Err(e.into())
+                    }
+                }
+            }
+            #[cfg(feature = "wgpu")]
+            Engine::Gpu { session, ctx } => {
+                if !self.profiling {
+                    return session.run(inputs, outputs).map_err(|e| crate::gpu::run_error(e, ctx));
+                }
+                let (batch, profile) =
+                    session.run_profiled(inputs, outputs).map_err(|e| crate::gpu::run_error(e, ctx))?;
+                // `timings` has room for every node: no allocation here.
+                self.timings.extend(
+                    profile.nodes.iter().filter_map(|n| n.duration.map(|d| OpTiming { node: n.node, nanos: nanos(d) })),
+                );
+                self.source = match profile.source {
+                    kestrel_wgpu::TimingSource::Timestamps => TimingSource::GpuTimestamps,
+                    kestrel_wgpu::TimingSource::WholeSubmission => TimingSource::GpuSubmission,
+                };
+                self.wall_nanos = nanos(profile.submission);
+                Ok(batch)
             }
         }
     }

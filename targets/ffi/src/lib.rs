@@ -8,12 +8,17 @@
 //! - Handles are registered while alive, so NULL, misaligned, freed and wrong-kind handles are
 //!   rejected without being dereferenced.
 //!
-//! Backends: the CPU runtime. `KESTREL_BACKEND_WGPU` is part of the ABI but returns
-//! `KESTREL_ERR_UNSUPPORTED` until the wgpu backend is linked in; `KESTREL_BACKEND_AUTO` falls
-//! back to the CPU.
+//! - [`gpu`] (cargo feature `wgpu`, on by default): the wgpu backend (`kestrel-wgpu`) behind
+//!   `KESTREL_BACKEND_WGPU` and `KESTREL_BACKEND_AUTO`, with one shared device per process.
+//!
+//! Backends: the CPU runtime, and the wgpu backend when the `wgpu` feature is on. A CPU-only
+//! build (`--no-default-features`) answers `KESTREL_BACKEND_WGPU` with `KESTREL_ERR_UNSUPPORTED`
+//! and a message saying the library was built without it; `KESTREL_BACKEND_AUTO` uses the CPU.
 
 pub mod abi;
 pub mod core;
+#[cfg(feature = "wgpu")]
+pub mod gpu;
 pub mod handles;
 pub mod status;
 

@@ -43,11 +43,19 @@ pub enum Status {
     KESTREL_ERR_PANIC = 13,
     /// An internal invariant failed (a bug: please report it).
     KESTREL_ERR_INTERNAL = 14,
+    /// The library has the wgpu backend but no GPU can be used on this device: no adapter (no
+    /// Vulkan or Metal driver), none matching `KESTREL_ADAPTER`, or the device could not be
+    /// created. Use `KESTREL_BACKEND_CPU` (`KESTREL_BACKEND_AUTO` does so by itself).
+    KESTREL_ERR_NO_GPU = 15,
+    /// The GPU failed during a call: device lost, a wgpu validation or out-of-memory error, a
+    /// timeout or a failed readback. A session whose device was lost cannot be used again; the
+    /// CPU backend is unaffected.
+    KESTREL_ERR_GPU = 16,
 }
 
 impl Status {
     /// Every status, in code order.
-    pub const ALL: [Status; 15] = [
+    pub const ALL: [Status; 17] = [
         Status::KESTREL_OK,
         Status::KESTREL_ERR_NULL_POINTER,
         Status::KESTREL_ERR_INVALID_ARGUMENT,
@@ -63,6 +71,8 @@ impl Status {
         Status::KESTREL_ERR_BUFFER_TOO_SMALL,
         Status::KESTREL_ERR_PANIC,
         Status::KESTREL_ERR_INTERNAL,
+        Status::KESTREL_ERR_NO_GPU,
+        Status::KESTREL_ERR_GPU,
     ];
 
     /// The status with this code, if any.
@@ -93,6 +103,8 @@ impl Status {
             Status::KESTREL_ERR_BUFFER_TOO_SMALL => c"KESTREL_ERR_BUFFER_TOO_SMALL",
             Status::KESTREL_ERR_PANIC => c"KESTREL_ERR_PANIC",
             Status::KESTREL_ERR_INTERNAL => c"KESTREL_ERR_INTERNAL",
+            Status::KESTREL_ERR_NO_GPU => c"KESTREL_ERR_NO_GPU",
+            Status::KESTREL_ERR_GPU => c"KESTREL_ERR_GPU",
         }
     }
 }

@@ -285,6 +285,34 @@ pub extern "system" fn Java_dev_kestrel_NativeBridge_sessionBackend<'l>(
     call(&mut env, 0, |_| Ok(session(s, "sessionBackend")?.lock()?.backend().code() as jint))
 }
 
+/// `boolean backendAvailable(int backend)`: whether a session on this `KestrelBackend` can be
+/// created here (WGPU: built in and a GPU device opens).
+#[no_mangle]
+pub extern "system" fn Java_dev_kestrel_NativeBridge_backendAvailable<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    backend: jint,
+) -> jboolean {
+    call(&mut env, jni::sys::JNI_FALSE, |_| {
+        let b = Backend::from_code(u32::try_from(backend).unwrap_or(u32::MAX))?;
+        Ok(if b.available() { JNI_TRUE } else { jni::sys::JNI_FALSE })
+    })
+}
+
+/// `String sessionDevice(long session)`: what runs the session, for logs ("cpu", the GPU
+/// adapter, or "cpu (auto: REASON)").
+#[no_mangle]
+pub extern "system" fn Java_dev_kestrel_NativeBridge_sessionDevice<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    s: jlong,
+) -> jstring {
+    call(&mut env, std::ptr::null_mut(), |env| {
+        let device = session(s, "sessionDevice")?.lock()?.device().to_string_lossy().into_owned();
+        Ok(env.new_string(device).map_err(jni_err)?.into_raw())
+    })
+}
+
 /// `void sessionSetProfiling(long session, boolean on)`
 #[no_mangle]
 pub extern "system" fn Java_dev_kestrel_NativeBridge_sessionSetProfiling<'l>(
@@ -332,6 +360,28 @@ pub extern "system" fn Java_dev_kestrel_NativeBridge_profileNanos<'l>(
         let arr = env.new_long_array(to_jsize(nanos.len())?).map_err(jni_err)?;
         env.set_long_array_region(&arr, 0, &nanos).map_err(jni_err)?;
         Ok(arr.into_raw())
+    })
+}
+
+/// `int profileSource(long session)`: a `KestrelTimingSource` code for the last run's profile.
+#[no_mangle]
+pub extern "system" fn Java_dev_kestrel_NativeBridge_profileSource<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    s: jlong,
+) -> jint {
+    call(&mut env, 0, |_| Ok(session(s, "profileSource")?.lock()?.timing_source().code() as jint))
+}
+
+/// `long profileWallNanos(long session)`: wall time of the last profiled run (0 if none).
+#[no_mangle]
+pub extern "system" fn Java_dev_kestrel_NativeBridge_profileWallNanos<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    s: jlong,
+) -> jlong {
+    call(&mut env, 0, |_| {
+        Ok(jlong::try_from(session(s, "profileWallNanos")?.lock()?.wall_nanos()).unwrap_or(jlong::MAX))
     })
 }
 

@@ -1,10 +1,17 @@
 /*
  * C test of the Kestrel ABI: loads fixture models (from a path and from memory), runs them,
  * compares with PyTorch's outputs, reads metadata and per-op timings, and exercises every error
- * path. Built with the system `cc` and run (under valgrind in CI) by targets/ffi/tests/c_abi.rs,
- * which converts the fixtures first and passes the directory holding them:
+ * path. Built with the system `cc` and run by targets/ffi/tests/c_abi.rs, which converts the
+ * fixtures first and passes the directory holding them:
  *
- *   test_kestrel DIR
+ *   test_kestrel DIR cpu              CPU backend only; never touches a GPU (run under valgrind)
+ *   test_kestrel DIR cpu-only-build   `cpu` plus: a library built without wgpu refuses WGPU
+ *                                     (KESTREL_ERR_UNSUPPORTED, "built without") and AUTO uses the CPU
+ *   test_kestrel DIR gpu wgpu|cpu     the wgpu backend on a usable adapter: outputs vs PyTorch and
+ *                                     the CPU, profiling from GPU timestamps, errors, threads; AUTO
+ *                                     must resolve to the given backend (cpu on a software adapter)
+ *   test_kestrel DIR no-gpu           wgpu built in but no adapter: WGPU is KESTREL_ERR_NO_GPU,
+ *                                     AUTO falls back to the CPU
  *
  * DIR holds image.kes (float input [4, 1, 64, 64] -> [4, 10]) with image_input.bin and
  * image_expected.bin, and text.kes (i64 token ids [4, 32] -> [4, 2]) with text_input.bin and
@@ -93,6 +100,9 @@ static double max_rel_err(const float *a, const float *b, size_t n) {
 }
 
 static const double TOL = 1e-4; /* converted f32 model vs PyTorch (the converter's own bound is 3e-6) */
+/* The wgpu backend vs PyTorch and vs the CPU backend: f32 throughout, but other summation orders
+ * and GPU exp/tanh; the backend's own model tests use the same 1e-4 bound (tolerance F32_MODEL). */
+static const double GPU_TOL = 1e-4;
 
 static void *thread_last_error(void *arg) {
     (void)arg;
@@ -103,6 +113,8 @@ static void *thread_last_error(void *arg) {
 /* One thread's job: its own session on a shared model, batch 1, checked against `want`. */
 struct shared_run {
     const KestrelModel *model;
+    uint32_t backend;
+    double tol;
     const float *x;
     const float *want;
     double err;
@@ -113,7 +125,7 @@ static void *run_on_shared_model(void *arg) {
     struct shared_run *job = arg;
     KestrelSession *s = NULL;
     job->err = INFINITY;
-    job->status = kestrel_session_new(job->model, KESTREL_BACKEND_CPU, 1, &s);
+    job->status = kestrel_session_new(job->model, job->backend, 1, &s);
     if (job->status != KESTREL_OK) return NULL;
     float y[10];
     size_t xs[4] = {1, 1, 64, 64}, ys[2] = {1, 10};
@@ -170,16 +182,22 @@ static void test_image(const char *dir) {
     bool avail = false;
     REQUIRE_OK(kestrel_backend_available(KESTREL_BACKEND_CPU, &avail));
     CHECK(avail, "cpu unavailable");
-    REQUIRE_OK(kestrel_backend_available(KESTREL_BACKEND_WGPU, &avail));
-    CHECK(!avail, "wgpu claims to be available");
-    KestrelSession *session = (KestrelSession *)1;
-    EXPECT_STATUS(kestrel_session_new(model, KESTREL_BACKEND_WGPU, 4, &session), KESTREL_ERR_UNSUPPORTED);
-    CHECK(session == NULL, "out not cleared on failure");
-    CHECK(strstr(kestrel_last_error(), "wgpu") != NULL, "message does not name wgpu");
-    REQUIRE_OK(kestrel_session_new(model, KESTREL_BACKEND_AUTO, 4, &session));
+    REQUIRE_OK(kestrel_backend_available(KESTREL_BACKEND_AUTO, &avail));
+    CHECK(avail, "auto unavailable");
+    KestrelSession *session = NULL;
+    REQUIRE_OK(kestrel_session_new(model, KESTREL_BACKEND_CPU, 4, &session));
     uint32_t backend = 99;
     REQUIRE_OK(kestrel_session_backend(session, &backend));
-    CHECK(backend == KESTREL_BACKEND_CPU, "auto resolved to %u", backend);
+    CHECK(backend == KESTREL_BACKEND_CPU, "cpu session on backend %u", backend);
+    const char *device = NULL;
+    REQUIRE_OK(kestrel_session_device(session, &device));
+    CHECK(device && strcmp(device, "cpu") == 0, "cpu session device %s", device ? device : "(null)");
+    uint32_t source = 99;
+    uint64_t wall = 1;
+    REQUIRE_OK(kestrel_session_profile_source(session, &source));
+    REQUIRE_OK(kestrel_session_profile_wall_nanos(session, &wall));
+    CHECK(source == KESTREL_TIMING_NONE && wall == 0, "profile before any run: source %u wall %llu", source,
+          (unsigned long long)wall);
 
     /* Batch 4 with profiling. */
     float y[4 * 10];
@@ -206,6 +224,11 @@ static void test_image(const char *dir) {
     }
     CHECK(named, "a profile entry lacks an op name");
     CHECK(total > 0, "profile total 0 ns");
+    REQUIRE_OK(kestrel_session_profile_source(session, &source));
+    CHECK(source == KESTREL_TIMING_CPU_WALL_CLOCK, "cpu timing source %u", source);
+    REQUIRE_OK(kestrel_session_profile_wall_nanos(session, &wall));
+    CHECK(wall >= total, "run wall time %llu ns < sum of its nodes %llu ns", (unsigned long long)wall,
+          (unsigned long long)total);
     printf("image model: %zu ops, %zu timed, %.3f ms total, max rel err %.2e vs PyTorch\n", ops, entries,
            (double)total / 1e6, err);
     EXPECT_STATUS(kestrel_session_profile_entry(session, entries, &(KestrelOpTiming){0}), KESTREL_ERR_INDEX);
@@ -219,6 +242,8 @@ static void test_image(const char *dir) {
     CHECK(err <= TOL, "batch 1 vs PyTorch: max rel err %g", err);
     REQUIRE_OK(kestrel_session_profile_count(session, &entries));
     CHECK(entries == 0, "profile after an unprofiled run: %zu", entries);
+    REQUIRE_OK(kestrel_session_profile_source(session, &source));
+    CHECK(source == KESTREL_TIMING_NONE, "timing source after an unprofiled run: %u", source);
 
     /* Load from memory: same outputs; the buffer may be freed at once. */
     size_t kes_len = 0;
@@ -338,12 +363,12 @@ static void test_image(const char *dir) {
     struct shared_run jobs[3];
     pthread_t workers[3];
     for (int i = 0; i < 3; i++) {
-        jobs[i] = (struct shared_run){model, x + i * 64 * 64, want + i * 10, 0, KESTREL_OK};
+        jobs[i] = (struct shared_run){model, KESTREL_BACKEND_CPU, TOL, x + i * 64 * 64, want + i * 10, 0, KESTREL_OK};
         CHECK(pthread_create(&workers[i], NULL, run_on_shared_model, &jobs[i]) == 0, "pthread_create");
     }
     for (int i = 0; i < 3; i++) {
         pthread_join(workers[i], NULL);
-        CHECK(jobs[i].status == KESTREL_OK && jobs[i].err <= TOL, "thread %d: %s, max rel err %g", i,
+        CHECK(jobs[i].status == KESTREL_OK && jobs[i].err <= jobs[i].tol, "thread %d: %s, max rel err %g", i,
               kestrel_status_name(jobs[i].status), jobs[i].err);
     }
 
@@ -431,20 +456,307 @@ static void test_statics(void) {
     CHECK(strcmp(kestrel_status_name(KESTREL_OK), "KESTREL_OK") == 0, "OK name");
     CHECK(strcmp(kestrel_status_name(KESTREL_ERR_SHAPE), "KESTREL_ERR_SHAPE") == 0, "SHAPE name");
     CHECK(strcmp(kestrel_status_name(-3), "KESTREL_UNKNOWN_STATUS") == 0, "unknown name");
-    CHECK(strcmp(kestrel_status_name(KESTREL_ERR_INTERNAL + 1), "KESTREL_UNKNOWN_STATUS") == 0, "unknown name");
+    CHECK(strcmp(kestrel_status_name(KESTREL_ERR_NO_GPU), "KESTREL_ERR_NO_GPU") == 0, "NO_GPU name");
+    CHECK(strcmp(kestrel_status_name(KESTREL_ERR_GPU), "KESTREL_ERR_GPU") == 0, "GPU name");
+    CHECK(strcmp(kestrel_status_name(KESTREL_ERR_GPU + 1), "KESTREL_UNKNOWN_STATUS") == 0, "unknown name");
     CHECK(strcmp(kestrel_last_error(), "") == 0, "last error before any failure: %s", kestrel_last_error());
 }
 
-int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s FIXTURE_DIR\n", argv[0]);
-        return 2;
+/* ---- backends other than the plain CPU ---- */
+
+struct fixture {
+    KestrelModel *model;
+    float *x, *want;
+    size_t ops;
+};
+
+static struct fixture load_image(const char *dir) {
+    struct fixture f = {0};
+    char *path = join(dir, "image.kes");
+    REQUIRE_OK(kestrel_model_load_path(path, &f.model));
+    free(path);
+    REQUIRE_OK(kestrel_model_op_count(f.model, &f.ops));
+    size_t len = 0;
+    f.x = read_file(dir, "image_input.bin", &len);
+    CHECK(len == 4 * 64 * 64 * sizeof(float), "input bytes %zu", len);
+    f.want = read_file(dir, "image_expected.bin", &len);
+    CHECK(len == 4 * 10 * sizeof(float), "expected bytes %zu", len);
+    return f;
+}
+
+static void free_fixture(struct fixture *f) {
+    REQUIRE_OK(kestrel_model_free(f->model));
+    free(f->x);
+    free(f->want);
+}
+
+/* Runs the first `batch` images through `s` into y (batch x 10 floats, NaN-filled first). */
+static KestrelStatus run_image(KestrelSession *s, const float *x, float *y, size_t batch, size_t *batch_out) {
+    size_t xs[4] = {batch, 1, 64, 64}, ys[2] = {batch, 10};
+    KestrelTensor xt = {KESTREL_DTYPE_F32, x, xs, 4};
+    KestrelOutput yt = {y, ys, 2};
+    memset(y, 0xff, batch * 10 * sizeof(float));
+    return kestrel_session_run(s, &xt, 1, &yt, 1, batch_out);
+}
+
+static uint32_t backend_of(const KestrelSession *s) {
+    uint32_t b = 99;
+    REQUIRE_OK(kestrel_session_backend(s, &b));
+    return b;
+}
+
+static const char *device_of(const KestrelSession *s) {
+    const char *d = NULL;
+    REQUIRE_OK(kestrel_session_device(s, &d));
+    return d ? d : "(null)";
+}
+
+/* AUTO on this machine must give `expected`, and the outputs must match PyTorch. */
+static void check_auto(struct fixture *f, uint32_t expected) {
+    KestrelSession *s = NULL;
+    REQUIRE_OK(kestrel_session_new(f->model, KESTREL_BACKEND_AUTO, 2, &s));
+    uint32_t b = backend_of(s);
+    const char *device = device_of(s);
+    CHECK(b == expected, "AUTO resolved to backend %u (%s), expected %u", b, device, expected);
+    if (b == KESTREL_BACKEND_CPU) {
+        CHECK(strncmp(device, "cpu (auto: ", 11) == 0 && strlen(device) > 20, "AUTO fallback gives no reason: %s",
+              device);
+    } else {
+        CHECK(strncmp(device, "cpu", 3) != 0, "AUTO on the GPU names device %s", device);
     }
-    printf("kestrel %s\n", kestrel_version());
+    printf("AUTO -> %s on %s\n", b == KESTREL_BACKEND_WGPU ? "WGPU" : "CPU", device);
+    float y[2 * 10];
+    size_t batch = 0;
+    REQUIRE_OK(run_image(s, f->x, y, 2, &batch));
+    double err = max_rel_err(y, f->want, 20);
+    CHECK(batch == 2 && err <= (b == KESTREL_BACKEND_WGPU ? GPU_TOL : TOL), "AUTO batch %zu: max rel err %g", batch,
+          err);
+    REQUIRE_OK(kestrel_session_free(s));
+}
+
+/* A library built without the wgpu feature. */
+static void test_cpu_only_build(const char *dir) {
+    struct fixture f = load_image(dir);
+    bool avail = true;
+    REQUIRE_OK(kestrel_backend_available(KESTREL_BACKEND_WGPU, &avail));
+    CHECK(!avail, "a CPU-only build claims wgpu is available");
+    KestrelSession *s = (KestrelSession *)1;
+    EXPECT_STATUS(kestrel_session_new(f.model, KESTREL_BACKEND_WGPU, 4, &s), KESTREL_ERR_UNSUPPORTED);
+    CHECK(s == NULL, "out not cleared on failure");
+    CHECK(strstr(kestrel_last_error(), "built without the wgpu backend") != NULL, "message: %s",
+          kestrel_last_error());
+    check_auto(&f, KESTREL_BACKEND_CPU);
+    free_fixture(&f);
+}
+
+/* wgpu built in, but no adapter on this machine (the test hides the Vulkan drivers). */
+static void test_no_gpu(const char *dir) {
+    struct fixture f = load_image(dir);
+    bool avail = true;
+    REQUIRE_OK(kestrel_backend_available(KESTREL_BACKEND_WGPU, &avail));
+    CHECK(!avail, "wgpu claims to be available without an adapter");
+    KestrelSession *s = (KestrelSession *)1;
+    EXPECT_STATUS(kestrel_session_new(f.model, KESTREL_BACKEND_WGPU, 4, &s), KESTREL_ERR_NO_GPU);
+    CHECK(s == NULL, "out not cleared on failure");
+    CHECK(strstr(kestrel_last_error(), "no GPU adapter") != NULL, "message: %s", kestrel_last_error());
+    printf("WGPU without an adapter: %s\n", kestrel_last_error());
+    check_auto(&f, KESTREL_BACKEND_CPU);
+    free_fixture(&f);
+}
+
+static void test_gpu_image(const char *dir, uint32_t auto_expected) {
+    struct fixture f = load_image(dir);
+    bool avail = false;
+    REQUIRE_OK(kestrel_backend_available(KESTREL_BACKEND_WGPU, &avail));
+    CHECK(avail, "wgpu is not available");
+    KestrelSession *gpu = NULL, *cpu = NULL;
+    REQUIRE_OK(kestrel_session_new(f.model, KESTREL_BACKEND_WGPU, 4, &gpu));
+    CHECK(backend_of(gpu) == KESTREL_BACKEND_WGPU, "WGPU session on backend %u", backend_of(gpu));
+    const char *device = device_of(gpu);
+    CHECK(strlen(device) > 0 && strncmp(device, "cpu", 3) != 0, "GPU session device %s", device);
+    printf("GPU: %s\n", device);
+    REQUIRE_OK(kestrel_session_new(f.model, KESTREL_BACKEND_CPU, 4, &cpu));
+
+    /* Batch 4, unprofiled: vs PyTorch and vs the CPU backend. */
+    float y[4 * 10], ycpu[4 * 10];
+    size_t batch = 0;
+    REQUIRE_OK(run_image(cpu, f.x, ycpu, 4, NULL));
+    REQUIRE_OK(run_image(gpu, f.x, y, 4, &batch));
+    CHECK(batch == 4, "batch %zu", batch);
+    double err = max_rel_err(y, f.want, 40), err_cpu = max_rel_err(y, ycpu, 40);
+    CHECK(err <= GPU_TOL, "GPU batch 4 vs PyTorch: max rel err %g", err);
+    CHECK(err_cpu <= GPU_TOL, "GPU batch 4 vs CPU: max rel err %g", err_cpu);
+    size_t entries = 99;
+    uint32_t source = 99;
+    REQUIRE_OK(kestrel_session_profile_count(gpu, &entries));
+    REQUIRE_OK(kestrel_session_profile_source(gpu, &source));
+    CHECK(entries == 0 && source == KESTREL_TIMING_NONE, "unprofiled GPU run: %zu entries, source %u", entries, source);
+
+    /* Profiled: per-node GPU timestamps. */
+    REQUIRE_OK(kestrel_session_set_profiling(gpu, true));
+    REQUIRE_OK(run_image(gpu, f.x, y, 4, NULL));
+    err = max_rel_err(y, f.want, 40);
+    CHECK(err <= GPU_TOL, "profiled GPU batch 4 vs PyTorch: max rel err %g", err);
+    REQUIRE_OK(kestrel_session_profile_source(gpu, &source));
+    REQUIRE_OK(kestrel_session_profile_count(gpu, &entries));
+    uint64_t wall = 0, total = 0;
+    REQUIRE_OK(kestrel_session_profile_wall_nanos(gpu, &wall));
+    CHECK(wall > 0, "GPU submission wall time 0");
+    int named = 1;
+    for (size_t i = 0; i < entries; i++) {
+        KestrelOpTiming t;
+        REQUIRE_OK(kestrel_session_profile_entry(gpu, i, &t));
+        total += t.nanos;
+        named &= t.op != NULL && strlen(t.op) > 0 && t.node < f.ops;
+        if (i > 0) {
+            KestrelOpTiming prev;
+            REQUIRE_OK(kestrel_session_profile_entry(gpu, i - 1, &prev));
+            named &= prev.node < t.node; /* execution order */
+        }
+    }
+    CHECK(named, "a GPU profile entry lacks an op name or is out of order");
+    if (source == KESTREL_TIMING_GPU_TIMESTAMPS) {
+        CHECK(entries > 0 && entries <= f.ops, "GPU profile entries %zu of %zu ops", entries, f.ops);
+        CHECK(total > 0, "GPU timestamps total 0 ns");
+        /* Every pass runs between the submission and the readback. */
+        CHECK(total <= wall, "GPU node times %llu ns exceed the submission's wall time %llu ns",
+              (unsigned long long)total, (unsigned long long)wall);
+    } else {
+        CHECK(source == KESTREL_TIMING_GPU_SUBMISSION && entries == 0, "GPU timing source %u with %zu entries",
+              source, entries);
+    }
+    printf("timing source: %s\n", source == KESTREL_TIMING_GPU_TIMESTAMPS ? "GPU_TIMESTAMPS" : "GPU_SUBMISSION");
+    printf("image model on the GPU: %zu ops, %zu timed, %.3f ms of GPU time, %.3f ms submission, max rel err "
+           "%.2e vs PyTorch, %.2e vs CPU\n",
+           f.ops, entries, (double)total / 1e6, (double)wall / 1e6, err, err_cpu);
+    EXPECT_STATUS(kestrel_session_profile_entry(gpu, entries, &(KestrelOpTiming){0}), KESTREL_ERR_INDEX);
+
+    /* Batch 1 after batch 4 (the batch is a uniform: it must be rewritten), profiling off. */
+    REQUIRE_OK(kestrel_session_set_profiling(gpu, false));
+    REQUIRE_OK(run_image(gpu, f.x, y, 1, &batch));
+    err = max_rel_err(y, f.want, 10);
+    CHECK(batch == 1 && err <= GPU_TOL, "GPU batch 1 vs PyTorch: max rel err %g", err);
+    REQUIRE_OK(kestrel_session_profile_source(gpu, &source));
+    CHECK(source == KESTREL_TIMING_NONE, "timing source after profiling off: %u", source);
+
+    /* Errors on a GPU session are the same typed errors; the session still works afterwards. */
+    size_t xs[4] = {5, 1, 64, 64}, ys[2] = {5, 10};
+    KestrelTensor xt = {KESTREL_DTYPE_F32, f.x, xs, 4};
+    KestrelOutput yt = {y, ys, 2};
+    EXPECT_STATUS(kestrel_session_run(gpu, &xt, 1, &yt, 1, NULL), KESTREL_ERR_SHAPE); /* over capacity */
+    xs[0] = ys[0] = 2;
+    xt.dtype = KESTREL_DTYPE_I32;
+    EXPECT_STATUS(kestrel_session_run(gpu, &xt, 1, &yt, 1, NULL), KESTREL_ERR_SHAPE);
+    xt.dtype = KESTREL_DTYPE_F32;
+    yt.data = f.x + 8;
+    EXPECT_STATUS(kestrel_session_run(gpu, &xt, 1, &yt, 1, NULL), KESTREL_ERR_INVALID_ARGUMENT); /* overlap */
+    KestrelSession *bad = (KestrelSession *)1;
+    EXPECT_STATUS(kestrel_session_new(f.model, KESTREL_BACKEND_WGPU, 0, &bad), KESTREL_ERR_INVALID_ARGUMENT);
+    CHECK(bad == NULL, "out not cleared");
+    EXPECT_STATUS(kestrel_session_new(f.model, KESTREL_BACKEND_WGPU, SIZE_MAX, &bad), KESTREL_ERR_TOO_LARGE);
+    EXPECT_STATUS(kestrel_session_device(gpu, NULL), KESTREL_ERR_NULL_POINTER);
+    EXPECT_STATUS(kestrel_session_profile_source((KestrelSession *)f.model, &source), KESTREL_ERR_INVALID_HANDLE);
+    EXPECT_STATUS(kestrel_session_profile_wall_nanos(NULL, &wall), KESTREL_ERR_NULL_POINTER);
+    REQUIRE_OK(run_image(gpu, f.x, y, 4, NULL));
+    err = max_rel_err(y, f.want, 40);
+    CHECK(err <= GPU_TOL, "GPU after errors: max rel err %g", err);
+
+    /* Sessions on one model and one device from several threads at once. */
+    struct shared_run jobs[2];
+    pthread_t workers[2];
+    for (int i = 0; i < 2; i++) {
+        jobs[i] = (struct shared_run){f.model, KESTREL_BACKEND_WGPU, GPU_TOL, f.x + i * 64 * 64, f.want + i * 10, 0,
+                                      KESTREL_OK};
+        CHECK(pthread_create(&workers[i], NULL, run_on_shared_model, &jobs[i]) == 0, "pthread_create");
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(workers[i], NULL);
+        CHECK(jobs[i].status == KESTREL_OK && jobs[i].err <= jobs[i].tol, "GPU thread %d: %s, max rel err %g", i,
+              kestrel_status_name(jobs[i].status), jobs[i].err);
+    }
+
+    check_auto(&f, auto_expected);
+
+    /* The model may be freed before its GPU session. */
+    REQUIRE_OK(kestrel_session_free(cpu));
+    KestrelModel *model = f.model;
+    f.model = NULL;
+    REQUIRE_OK(kestrel_model_free(model));
+    REQUIRE_OK(run_image(gpu, f.x, y, 3, NULL));
+    err = max_rel_err(y, f.want, 30);
+    CHECK(err <= GPU_TOL, "GPU session after its model was freed: max rel err %g", err);
+    REQUIRE_OK(kestrel_session_free(gpu));
+    EXPECT_STATUS(kestrel_session_free(gpu), KESTREL_ERR_INVALID_HANDLE);
+    free(f.x);
+    free(f.want);
+}
+
+static void test_gpu_text(const char *dir) {
+    char *path = join(dir, "text.kes");
+    KestrelModel *model = NULL;
+    REQUIRE_OK(kestrel_model_load_path(path, &model));
+    free(path);
+    size_t len = 0;
+    int64_t *ids = read_file(dir, "text_input.bin", &len);
+    float *want = read_file(dir, "text_expected.bin", &len);
+    KestrelSession *s = NULL;
+    REQUIRE_OK(kestrel_session_new(model, KESTREL_BACKEND_WGPU, 4, &s));
+    CHECK(backend_of(s) == KESTREL_BACKEND_WGPU, "text session on backend %u", backend_of(s));
+    float y[8], y32[8];
+    size_t xs[2] = {4, 32}, ys[2] = {4, 2};
+    KestrelTensor x64 = {KESTREL_DTYPE_I64, ids, xs, 2};
+    KestrelOutput yt = {y, ys, 2};
+    REQUIRE_OK(kestrel_session_run(s, &x64, 1, &yt, 1, NULL));
+    double err = max_rel_err(y, want, 8);
+    CHECK(err <= GPU_TOL, "GPU i64 ids vs PyTorch: max rel err %g", err);
+    int32_t ids32[4 * 32];
+    for (int i = 0; i < 4 * 32; i++) ids32[i] = (int32_t)ids[i];
+    KestrelTensor x32 = {KESTREL_DTYPE_I32, ids32, xs, 2};
+    KestrelOutput yt32 = {y32, ys, 2};
+    REQUIRE_OK(kestrel_session_run(s, &x32, 1, &yt32, 1, NULL));
+    CHECK(memcmp(y, y32, sizeof y) == 0, "GPU: i32 and i64 ids differ");
+    printf("text model on the GPU: i64 and i32 ids agree, max rel err %.2e vs PyTorch\n", err);
+    ids32[5] = 1000000;
+    EXPECT_STATUS(kestrel_session_run(s, &x32, 1, &yt32, 1, NULL), KESTREL_ERR_INPUT_VALUE);
+    ids32[5] = -1;
+    EXPECT_STATUS(kestrel_session_run(s, &x32, 1, &yt32, 1, NULL), KESTREL_ERR_INPUT_VALUE);
+    int64_t saved = ids[7];
+    ids[7] = (int64_t)1 << 40;
+    EXPECT_STATUS(kestrel_session_run(s, &x64, 1, &yt, 1, NULL), KESTREL_ERR_INPUT_VALUE);
+    ids[7] = saved;
+    memset(y, 0xff, sizeof y);
+    REQUIRE_OK(kestrel_session_run(s, &x64, 1, &yt, 1, NULL));
+    CHECK(memcmp(y, y32, sizeof y) == 0, "GPU text session after errors differs");
+    REQUIRE_OK(kestrel_session_free(s));
+    REQUIRE_OK(kestrel_model_free(model));
+    free(ids);
+    free(want);
+}
+
+static int usage(const char *argv0) {
+    fprintf(stderr, "usage: %s FIXTURE_DIR cpu|cpu-only-build|no-gpu|gpu AUTO_BACKEND(wgpu|cpu)\n", argv0);
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) return usage(argv[0]);
+    const char *dir = argv[1], *mode = argv[2];
+    printf("kestrel %s, %s\n", kestrel_version(), mode);
     test_statics();
-    test_loading_errors(argv[1]);
-    test_image(argv[1]);
-    test_text(argv[1]);
+    if (strcmp(mode, "cpu") == 0 || strcmp(mode, "cpu-only-build") == 0) {
+        test_loading_errors(dir);
+        test_image(dir);
+        test_text(dir);
+        if (strcmp(mode, "cpu-only-build") == 0) test_cpu_only_build(dir);
+    } else if (strcmp(mode, "no-gpu") == 0) {
+        test_no_gpu(dir);
+    } else if (strcmp(mode, "gpu") == 0 && argc == 4 &&
+               (strcmp(argv[3], "wgpu") == 0 || strcmp(argv[3], "cpu") == 0)) {
+        test_gpu_image(dir, strcmp(argv[3], "wgpu") == 0 ? KESTREL_BACKEND_WGPU : KESTREL_BACKEND_CPU);
+        test_gpu_text(dir);
+    } else {
+        return usage(argv[0]);
+    }
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }

@@ -23,11 +23,29 @@ func check(_ status: KestrelStatus) throws {
 public enum Backend: UInt32 {
     /// The CPU runtime (always available).
     case cpu = 0
-    /// The wgpu (Metal) backend: not built into the library yet; `Model.session` throws
-    /// KESTREL_ERR_UNSUPPORTED.
+    /// The wgpu backend on Metal. `Model.session` throws KESTREL_ERR_NO_GPU when no Metal device
+    /// can be used, KESTREL_ERR_UNSUPPORTED in a library built without it.
     case wgpu = 1
-    /// The best available backend, falling back to the CPU (today: always the CPU).
+    /// The GPU when a hardware adapter takes the model, else the CPU (never fails for lack of a GPU).
     case auto = 2
+
+    /// Whether a session on this backend can be created on this device (`.wgpu` opens the GPU to tell).
+    public var isAvailable: Bool {
+        var ok = false
+        return kestrel_backend_available(rawValue, &ok).rawValue == 0 && ok
+    }
+}
+
+/// How the times of `Session.profile()` were measured.
+public enum TimingSource: UInt32 {
+    /// The last run was not profiled.
+    case none = 0
+    /// CPU backend: wall clock around each op.
+    case cpuWallClock = 1
+    /// GPU backend: timestamp queries around each op's compute pass (GPU time only).
+    case gpuTimestamps = 2
+    /// GPU without timestamp queries: no per-op times, only `profileWallNanoseconds`.
+    case gpuSubmission = 3
 }
 
 /// Element type of a graph input or output.
@@ -156,6 +174,27 @@ public final class Session {
         return Backend(rawValue: b) ?? .cpu
     }
 
+    /// What runs the session, for logs: "cpu", the GPU adapter, or "cpu (auto: reason)".
+    public var device: String {
+        var p: UnsafePointer<CChar>? = nil
+        guard kestrel_session_device(handle, &p).rawValue == 0, let p else { return "" }
+        return String(cString: p)
+    }
+
+    /// How the last run's `profile()` was measured.
+    public var profileSource: TimingSource {
+        var v: UInt32 = 0
+        _ = kestrel_session_profile_source(handle, &v)
+        return TimingSource(rawValue: v) ?? .none
+    }
+
+    /// Wall time of the last profiled run in ns (GPU: submission to readback); 0 if not profiled.
+    public var profileWallNanoseconds: UInt64 {
+        var v: UInt64 = 0
+        _ = kestrel_session_profile_wall_nanos(handle, &v)
+        return v
+    }
+
     /// Per-op timing of later runs (see `profile()`).
     public var profiling: Bool = false {
         didSet { _ = kestrel_session_set_profiling(handle, profiling) }
@@ -218,7 +257,7 @@ public final class Session {
         return results
     }
 
-    /// Per-op times of the last run (empty unless `profiling` was on).
+    /// Per-op times of the last run (empty unless `profiling` was on); see `profileSource`.
     public func profile() -> [OpTiming] {
         var n = 0
         guard kestrel_session_profile_count(handle, &n).rawValue == 0 else { return [] }

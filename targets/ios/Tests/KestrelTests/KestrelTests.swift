@@ -11,9 +11,15 @@ final class KestrelTests: XCTestCase {
         }
         let model = try Model(path: dir + "/image.kes")
         XCTAssertEqual(model.inputs.first?.shape, [1, 64, 64])
-        XCTAssertThrowsError(try model.session(capacity: 4, backend: .wgpu))
+        if Backend.wgpu.isAvailable {
+            let gpu = try model.session(capacity: 4, backend: .wgpu)
+            XCTAssertEqual(gpu.backend, .wgpu)
+            XCTAssertFalse(gpu.device.hasPrefix("cpu"))
+        } else {
+            XCTAssertThrowsError(try model.session(capacity: 4, backend: .wgpu))
+        }
         let session = try model.session(capacity: 4)
-        XCTAssertEqual(session.backend, .cpu)
+        XCTAssert(session.backend == .cpu || Backend.wgpu.isAvailable, "AUTO on \(session.device)")
         func floats(_ name: String) throws -> [Float] {
             let data = try Data(contentsOf: URL(fileURLWithPath: dir + "/" + name))
             return data.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
@@ -26,6 +32,7 @@ final class KestrelTests: XCTestCase {
             XCTAssertEqual(a, b, accuracy: 1e-4 * (1 + abs(b)))
         }
         XCTAssertFalse(session.profile().isEmpty)
+        XCTAssert([.cpuWallClock, .gpuTimestamps].contains(session.profileSource))
         XCTAssertThrowsError(try session.run([.int32([1, 2, 3])]))
     }
 }

@@ -16,6 +16,8 @@ import java.util.Arrays;
 public final class JniTest {
     private static int passed = 0, failed = 0;
     private static final double TOL = 1e-4;
+    /** The wgpu backend vs PyTorch (f32 throughout, other summation order): the C test's GPU_TOL. */
+    private static final double GPU_TOL = 1e-4;
 
     private static void check(boolean ok, String what) {
         if (ok) {
@@ -83,10 +85,60 @@ public final class JniTest {
 
         float[] x = floats(dir.resolve("image_input.bin"));
         float[] want = floats(dir.resolve("image_expected.bin"));
-        expectStatus(KestrelException.UNSUPPORTED, () -> NativeBridge.sessionNew(m, NativeBridge.BACKEND_WGPU, 4),
-                "wgpu session");
-        long s = NativeBridge.sessionNew(m, NativeBridge.BACKEND_AUTO, 4);
-        check(NativeBridge.sessionBackend(s) == NativeBridge.BACKEND_CPU, "auto resolves to cpu");
+        check(NativeBridge.backendAvailable(NativeBridge.BACKEND_CPU)
+                && NativeBridge.backendAvailable(NativeBridge.BACKEND_AUTO), "cpu and auto available");
+        expectStatus(KestrelException.INVALID_ARGUMENT, () -> NativeBridge.backendAvailable(7), "backend code 7");
+        boolean gpu = NativeBridge.backendAvailable(NativeBridge.BACKEND_WGPU);
+        if ("1".equals(System.getenv("KESTREL_REQUIRE_GPU"))) {
+            check(gpu, "KESTREL_REQUIRE_GPU=1 but the wgpu backend is not available");
+        }
+        if (gpu) {
+            long g = NativeBridge.sessionNew(m, NativeBridge.BACKEND_WGPU, 4);
+            check(NativeBridge.sessionBackend(g) == NativeBridge.BACKEND_WGPU, "wgpu session backend");
+            String device = NativeBridge.sessionDevice(g);
+            check(!device.startsWith("cpu"), "wgpu session device " + device);
+            check(NativeBridge.profileSource(g) == NativeBridge.TIMING_NONE, "no profile before a run");
+            NativeBridge.sessionSetProfiling(g, true);
+            float[] yg = NativeBridge.sessionRun(g, new Object[] {x})[0];
+            double gerr = maxRelErr(yg, want);
+            check(gerr <= GPU_TOL, "image batch 4 on the GPU vs PyTorch: max rel err " + gerr);
+            int src = NativeBridge.profileSource(g);
+            long[] gn = NativeBridge.profileNanos(g);
+            long gtotal = Arrays.stream(gn).sum();
+            check(src == NativeBridge.TIMING_GPU_TIMESTAMPS ? gn.length > 0 && gtotal > 0
+                    && gtotal <= NativeBridge.profileWallNanos(g)
+                    : src == NativeBridge.TIMING_GPU_SUBMISSION && gn.length == 0, "GPU profile, source " + src);
+            check(NativeBridge.profileOps(g).length == gn.length, "GPU profile ops and times");
+            System.out.printf("image model via JNI on %s: max rel err %.2e vs PyTorch, timing source %d, %d ops "
+                    + "timed, %.3f ms GPU time%n", device, gerr, src, gn.length, gtotal / 1e6);
+            NativeBridge.sessionFree(g);
+        } else {
+            // Built without wgpu (UNSUPPORTED) or no usable adapter (NO_GPU).
+            try {
+                NativeBridge.sessionFree(NativeBridge.sessionNew(m, NativeBridge.BACKEND_WGPU, 4));
+                check(false, "wgpu session without wgpu: no exception");
+            } catch (KestrelException e) {
+                check(e.getStatus() == KestrelException.UNSUPPORTED || e.getStatus() == KestrelException.NO_GPU,
+                        "wgpu session without wgpu: status " + e.getStatus() + " (" + e.getMessage() + ")");
+            }
+        }
+        // AUTO: the GPU when a hardware adapter is there (a software renderer such as lavapipe only
+        // when KESTREL_ADAPTER names it), else the CPU.
+        long a = NativeBridge.sessionNew(m, NativeBridge.BACKEND_AUTO, 1);
+        int auto = NativeBridge.sessionBackend(a);
+        check(auto == NativeBridge.BACKEND_CPU || (gpu && auto == NativeBridge.BACKEND_WGPU), "auto resolves to "
+                + auto);
+        String autoDevice = NativeBridge.sessionDevice(a);
+        check(auto == NativeBridge.BACKEND_CPU ? autoDevice.startsWith("cpu") : !autoDevice.startsWith("cpu"),
+                "auto session device " + autoDevice);
+        float[] ya = NativeBridge.sessionRun(a, new Object[] {Arrays.copyOf(x, 64 * 64)})[0];
+        check(maxRelErr(ya, Arrays.copyOf(want, 10)) <= (auto == NativeBridge.BACKEND_CPU ? TOL : GPU_TOL),
+                "auto batch 1");
+        System.out.println("AUTO: " + autoDevice);
+        NativeBridge.sessionFree(a);
+
+        long s = NativeBridge.sessionNew(m, NativeBridge.BACKEND_CPU, 4);
+        check(NativeBridge.sessionDevice(s).equals("cpu"), "cpu session device");
         NativeBridge.sessionSetProfiling(s, true);
         float[][] y = NativeBridge.sessionRun(s, new Object[] {x});
         check(y.length == 1 && y[0].length == 40, "batch-4 output length");
@@ -96,6 +148,8 @@ public final class JniTest {
         long[] nanos = NativeBridge.profileNanos(s);
         long total = Arrays.stream(nanos).sum();
         check(ops.length > 0 && ops.length == nanos.length && total > 0, "profile");
+        check(NativeBridge.profileSource(s) == NativeBridge.TIMING_CPU_WALL_CLOCK, "cpu profile source");
+        check(NativeBridge.profileWallNanos(s) >= total, "cpu profile wall time");
         System.out.printf("image model via JNI: max rel err %.2e vs PyTorch, %d ops timed, %.3f ms%n", err,
                 ops.length, total / 1e6);
         // Batch 1.
@@ -142,6 +196,8 @@ public final class JniTest {
         expectStatus(KestrelException.NULL_POINTER, () -> NativeBridge.sessionRun(s, new Object[] {null}),
                 "null input");
         expectStatus(KestrelException.NULL_POINTER, () -> NativeBridge.sessionRun(s, null), "null inputs");
+        expectStatus(KestrelException.INVALID_HANDLE, () -> NativeBridge.sessionDevice(m), "model as session");
+        expectStatus(KestrelException.NULL_POINTER, () -> NativeBridge.profileSource(0), "null session");
         expectStatus(KestrelException.PANIC, NativeBridge::selftestPanic, "panic is caught");
         // Still works after all that.
         check(maxRelErr(NativeBridge.sessionRun(s, new Object[] {x})[0], want) <= TOL, "after errors");

@@ -5,7 +5,7 @@ public class KestrelException extends RuntimeException {
     /** KestrelStatus codes (targets/ffi/include/kestrel.h). */
     public static final int NULL_POINTER = 1, INVALID_ARGUMENT = 2, INVALID_HANDLE = 3, MISALIGNED = 4,
             TOO_LARGE = 5, IO = 6, INVALID_MODEL = 7, SHAPE = 8, INDEX = 9, INPUT_VALUE = 10, UNSUPPORTED = 11,
-            BUFFER_TOO_SMALL = 12, PANIC = 13, INTERNAL = 14;
+            BUFFER_TOO_SMALL = 12, PANIC = 13, INTERNAL = 14, NO_GPU = 15, GPU = 16;
 
     private static final long serialVersionUID = 1L;
 

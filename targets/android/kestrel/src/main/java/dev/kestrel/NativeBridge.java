@@ -17,6 +17,12 @@ public final class NativeBridge {
     public static final int BACKEND_CPU = 0, BACKEND_WGPU = 1, BACKEND_AUTO = 2;
     /** KestrelDType codes. */
     public static final int DTYPE_F32 = 0, DTYPE_I32 = 1, DTYPE_I64 = 2;
+    /** KestrelTimingSource codes. */
+    public static final int TIMING_NONE = 0, TIMING_CPU_WALL_CLOCK = 1, TIMING_GPU_TIMESTAMPS = 2,
+            TIMING_GPU_SUBMISSION = 3;
+
+    /** Whether a session on this backend can be created here (WGPU: built in and a GPU opens). */
+    public static native boolean backendAvailable(int backend);
 
     public static native long modelLoadPath(String path);
     public static native long modelLoadBytes(byte[] data);
@@ -32,11 +38,16 @@ public final class NativeBridge {
     public static native long sessionNew(long model, int backend, int capacity);
     public static native void sessionFree(long session);
     public static native int sessionBackend(long session);
+    /** What runs the session, for logs: "cpu", the GPU adapter, or "cpu (auto: REASON)". */
+    public static native String sessionDevice(long session);
     public static native void sessionSetProfiling(long session, boolean on);
     /** Each input a float[], int[] or long[] of batch x per-sample elements; returns every output. */
     public static native float[][] sessionRun(long session, Object[] inputs);
     public static native String[] profileOps(long session);
     public static native long[] profileNanos(long session);
+    /** A TIMING_* code: how profileNanos was measured. */
+    public static native int profileSource(long session);
+    public static native long profileWallNanos(long session);
 
     /** Panics inside the native guard: throws KestrelException(KESTREL_ERR_PANIC). For tests. */
     public static native void selftestPanic();

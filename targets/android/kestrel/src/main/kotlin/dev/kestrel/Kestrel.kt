@@ -6,14 +6,32 @@ import java.io.Closeable
 enum class Backend(internal val code: Int) {
     /** The CPU runtime (always available). */
     CPU(NativeBridge.BACKEND_CPU),
-    /** The wgpu GPU backend: not built into the library yet, [Model.session] throws UNSUPPORTED. */
+    /**
+     * The wgpu GPU backend (Vulkan). [Model.session] throws [KestrelException] NO_GPU when the
+     * device has no usable Vulkan adapter, UNSUPPORTED in a library built without it.
+     */
     WGPU(NativeBridge.BACKEND_WGPU),
-    /** The best available backend, falling back to the CPU (today: always the CPU). */
+    /** The GPU when a hardware adapter takes the model, else the CPU (never fails for lack of a GPU). */
     AUTO(NativeBridge.BACKEND_AUTO);
+
+    /** Whether a session on this backend can be created on this device (WGPU opens the GPU to tell). */
+    val isAvailable: Boolean get() = NativeBridge.backendAvailable(code)
 
     internal companion object {
         fun of(code: Int): Backend = values().first { it.code == code }
     }
+}
+
+/** How the times of [Session.profile] were measured. */
+enum class TimingSource {
+    /** The last run was not profiled. */
+    NONE,
+    /** CPU backend: wall clock around each op. */
+    CPU_WALL_CLOCK,
+    /** GPU backend: timestamp queries around each op's compute pass (GPU time only). */
+    GPU_TIMESTAMPS,
+    /** GPU without timestamp queries: no per-op times, only [Session.profileWallNanos]. */
+    GPU_SUBMISSION,
 }
 
 /** Element type of a graph input or output. */
@@ -79,6 +97,9 @@ class Session internal constructor(private var handle: Long) : Closeable {
     /** The backend actually running this session (AUTO resolves to a concrete one). */
     val backend: Backend get() = Backend.of(NativeBridge.sessionBackend(h()))
 
+    /** What runs the session, for logs: "cpu", the GPU adapter, or "cpu (auto: reason)". */
+    val device: String get() = NativeBridge.sessionDevice(h())
+
     /** Per-op timing of later runs (see [profile]). */
     var profiling: Boolean = false
         set(on) { NativeBridge.sessionSetProfiling(h(), on); field = on }
@@ -92,7 +113,13 @@ class Session internal constructor(private var handle: Long) : Closeable {
     /** Runs a single-input, single-output model on float data. */
     fun run(input: FloatArray): FloatArray = NativeBridge.sessionRun(h(), arrayOf<Any>(input))[0]
 
-    /** Per-op times of the last run (empty unless [profiling] was on). */
+    /** How the last run's [profile] was measured. */
+    val profileSource: TimingSource get() = TimingSource.values()[NativeBridge.profileSource(h())]
+
+    /** Wall time of the last profiled run in ns (GPU: submission to readback), 0 if not profiled. */
+    val profileWallNanos: Long get() = NativeBridge.profileWallNanos(h())
+
+    /** Per-op times of the last run (empty unless [profiling] was on), see [profileSource]. */
     fun profile(): List<OpTiming> {
         val ops = NativeBridge.profileOps(h())
         val nanos = NativeBridge.profileNanos(h())
