@@ -3,9 +3,11 @@
 //! backend behind a single `run`.
 //!
 //! `auto` prefers a GPU and falls back to the CPU with a one-line notice on stderr when no
-//! adapter exists, the device cannot be created, or the GPU cannot run this model (an op
-//! without a kernel, a buffer over the adapter's limits). `wgpu` never falls back: those are
-//! errors.
+//! adapter exists, the device cannot be created, the GPU cannot run this model (an op without a
+//! kernel, a buffer over the adapter's limits), or the only adapter is a software renderer
+//! (lavapipe, SwiftShader: slower than the CPU runtime) that `--adapter`/`KESTREL_ADAPTER` did
+//! not name — the same rule as the C ABI's `KESTREL_BACKEND_AUTO`. `wgpu` never falls back:
+//! those are errors.
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
@@ -104,6 +106,16 @@ impl<'m> Runner<'m> {
                 Err(e) => return fallback(format!("no usable GPU ({e})")),
             },
         };
+        let named = args.adapter.is_some() || std::env::var_os(kestrel_wgpu::ADAPTER_ENV).is_some();
+        if args.backend == Backend::Auto
+            && !named
+            && ctx.adapter_info().device_type == kestrel_wgpu::wgpu::DeviceType::Cpu
+        {
+            return fallback(format!(
+                "the only GPU adapter is a software renderer ({}), slower than the CPU runtime (name it with --adapter to use it)",
+                ctx.describe()
+            ));
+        }
         let cpu = model.cpu()?;
         let opts = SessionOptions { precision: args.gpu_precision.into() };
         let session = match GpuSession::with_options(&ctx, &cpu, capacity, &opts) {

@@ -8,7 +8,6 @@ use crate::classify::BUNDLED;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kestrel::format::DType;
-use kestrel::format::TensorKind;
 use kestrel::profile::{OpTiming, Profile};
 use kestrel::{npy, Input, Model};
 use kestrel_wgpu::TimingSource;
@@ -236,11 +235,7 @@ pub fn gpu_profile(
     } else if let Some(o) = ops.iter().find(|o| o.ns.len() != runs) {
         bail!("profile: node {} ({}) was timed in {} of {runs} runs", o.node, o.op, o.ns.len());
     }
-    let weight_bytes = (0..file.tensor_count())
-        .filter_map(|id| file.tensor(id).ok())
-        .filter(|t| t.kind == TensorKind::Weight)
-        .map(|t| t.len + t.scale_len)
-        .sum();
+    let weight_bytes = kestrel::profile::weight_bytes(&file);
     let arena_bytes = cpu.arena_bytes(batch).context("the arena size for this batch overflows")?;
     let prof =
         Profile { batch, warmup, runs, ops, total_ns, run_start_ns, arena_bytes, weight_bytes, nodes: file.op_count() };

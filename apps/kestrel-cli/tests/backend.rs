@@ -4,21 +4,12 @@
 use kestrel::npy::{self, Array};
 use std::process::Command;
 
+mod support;
+use support::have_gpu;
+
 fn kestrel(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_kestrel")).args(args).output().expect("runs the binary");
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
-}
-
-fn have_gpu() -> bool {
-    let any = !kestrel_wgpu::adapters().is_empty();
-    if !any {
-        assert!(
-            std::env::var("KESTREL_REQUIRE_GPU").map_or(true, |v| v != "1"),
-            "KESTREL_REQUIRE_GPU=1 but no GPU adapter exists"
-        );
-        eprintln!("SKIPPED: no GPU adapter");
-    }
-    any
 }
 
 fn f32s(path: &std::path::Path) -> Vec<f32> {

@@ -6,7 +6,10 @@ use kestrel_cli::preprocess::{decode, InputPrep};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+mod support;
 use std::time::Instant;
+use support::have_gpu;
 
 /// Preprocessing of lossless files: same f32 arithmetic up to summation order.
 const PREP_TOL: f32 = 1e-4;
@@ -224,20 +227,6 @@ fn digits_model_reads_its_samples() {
     assert_eq!(BUNDLED.len(), 3);
 }
 
-/// Whether a GPU adapter exists; without one the GPU cases skip with a message, unless
-/// `KESTREL_REQUIRE_GPU=1` (CI installs lavapipe and sets it).
-fn have_gpu() -> bool {
-    let any = !kestrel_wgpu::adapters().is_empty();
-    if !any {
-        assert!(
-            std::env::var("KESTREL_REQUIRE_GPU").map_or(true, |v| v != "1"),
-            "KESTREL_REQUIRE_GPU=1 but no GPU adapter exists"
-        );
-        eprintln!("SKIPPED: no GPU adapter");
-    }
-    any
-}
-
 /// Probabilities on the GPU vs the CPU: f32 kernels with another summation order, through a
 /// softmax (probabilities are ≤ 1, so an absolute bound).
 const GPU_PROB_TOL: f64 = 1e-4;
@@ -312,11 +301,16 @@ fn classify_runs_on_the_gpu_with_the_cpu_results() {
             }
         }
     }
-    // The human-readable summary names the backend.
+    // The human-readable summary names the backend: auto with a named adapter runs there; auto
+    // alone skips a software renderer (lavapipe in CI) with a notice.
     let img = samples().join("fmnist/bag/00018.png");
-    let (ok, stdout, stderr) = kestrel(&["classify", img.to_str().unwrap(), "--backend", "auto"]);
-    assert!(ok, "{stderr}");
-    assert!(stdout.contains("(wgpu: "), "{stdout}");
+    let (ok, stdout, stderr) = kestrel(&["classify", img.to_str().unwrap(), "--backend", "auto", "--adapter", "0"]);
+    assert!(ok && stdout.contains("(wgpu: "), "{stdout}{stderr}");
+    let software = kestrel_wgpu::adapters().iter().all(|a| a.info.device_type == kestrel_wgpu::wgpu::DeviceType::Cpu);
+    if software && std::env::var_os(kestrel_wgpu::ADAPTER_ENV).is_none() {
+        let (ok, stdout, stderr) = kestrel(&["classify", img.to_str().unwrap(), "--backend", "auto"]);
+        assert!(ok && stdout.contains("(cpu)") && stderr.contains("software renderer"), "{stdout}{stderr}");
+    }
     // An adapter that does not exist is an error with --backend wgpu, a notice with auto.
     let (ok, _, stderr) = kestrel(&["classify", img.to_str().unwrap(), "--backend", "wgpu", "--adapter", "no-such"]);
     assert!(!ok && stderr.contains("no-such"), "{stderr}");

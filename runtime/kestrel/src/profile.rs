@@ -252,12 +252,17 @@ pub fn profile(model: &Model, inputs: &[Input<'_>], warmup: usize, runs: usize) 
             }
         }
     }
-    let weight_bytes = (0..file.tensor_count())
+    let weight_bytes = weight_bytes(&file);
+    Ok(Profile { batch, warmup, runs, ops, total_ns, run_start_ns, arena_bytes, weight_bytes, nodes: file.op_count() })
+}
+
+/// Bytes of weights (data and scales) in `file`.
+pub fn weight_bytes(file: &KesFile<'_>) -> u64 {
+    (0..file.tensor_count())
         .filter_map(|id| file.tensor(id).ok())
         .filter(|t| t.kind == TensorKind::Weight)
         .map(|t| t.len + t.scale_len)
-        .sum();
-    Ok(Profile { batch, warmup, runs, ops, total_ns, run_start_ns, arena_bytes, weight_bytes, nodes: file.op_count() })
+        .sum()
 }
 
 fn batch_of(cpu: &kestrel_cpu::Model<'_>, inputs: &[Input<'_>]) -> Result<usize, Error> {

@@ -88,7 +88,8 @@ pub fn error(e: GpuError) -> FfiError {
         GpuError::NoAdapter { .. } | GpuError::AdapterNotFound { .. } | GpuError::DeviceCreation { .. } => {
             Status::KESTREL_ERR_NO_GPU
         }
-        GpuError::UnsupportedOp { .. } => Status::KESTREL_ERR_UNSUPPORTED,
+        // The C ABI asks for f32 arithmetic, so F16Unsupported cannot happen; mapped anyway.
+        GpuError::UnsupportedOp { .. } | GpuError::F16Unsupported { .. } => Status::KESTREL_ERR_UNSUPPORTED,
         GpuError::Limit { .. } => Status::KESTREL_ERR_TOO_LARGE,
         GpuError::Model(_) => Status::KESTREL_ERR_INTERNAL,
         GpuError::Wgpu { .. } | GpuError::DeviceLost(_) | GpuError::Poll(_) | GpuError::Map(_) => {
