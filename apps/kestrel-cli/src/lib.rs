@@ -1,7 +1,10 @@
 //! The `kestrel` CLI's image apps as a library (the binary in `main.rs` calls into it; the
-//! tests use it directly): `classify`, `profile`, image preprocessing and plotting helpers.
+//! tests use it directly): `classify`, `profile`, `bench scaling`, image preprocessing and plotting
+//! helpers.
 
 pub mod classify;
+pub mod machine;
 pub mod plot;
 pub mod preprocess;
 pub mod profile;
+pub mod scaling;
