@@ -22,3 +22,9 @@ pub fn describe(isa: &str) -> serde_json::Value {
         "threads": 1,
     })
 }
+
+/// The 1-minute load average (`/proc/loadavg`), where the system has one: on a shared machine a
+/// value above the core count means other processes competed with the benchmark.
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+}

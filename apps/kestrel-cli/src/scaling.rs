@@ -711,6 +711,19 @@ pub fn markdown(series: &[Series], cfg: &Config, machine: &serde_json::Value) ->
         cap = mib(cfg.mem_cap_bytes),
         top = TOP_POINTS,
     );
+    if let (Some(a), Some(b)) = (machine["load_average_start"].as_f64(), machine["load_average_end"].as_f64()) {
+        let _ = writeln!(
+            s,
+            "1-minute load average at the start / end of the run: {a:.2} / {b:.2} on {} logical cores{}.\n",
+            machine["logical_cores"],
+            if a.max(b) > machine["logical_cores"].as_f64().unwrap_or(1.0) {
+                " (more runnable processes than cores: other jobs competed with the benchmark, read the times as \
+                 indicative)"
+            } else {
+                ""
+            }
+        );
+    }
     let _ = writeln!(
         s,
         "| mechanism | settings | T measured | time slope (all) | time slope (top) | expected time | arena slope | weight slope | expected weights |"
@@ -995,8 +1008,11 @@ pub fn run(w: &mut String, a: &ScalingArgs, reps: usize, json_out: bool, out: Op
         cfg.sizes,
         mib(cfg.mem_cap_bytes)
     );
+    let mut machine = machine;
+    machine["load_average_start"] = crate::machine::load_average().into();
     let series = sweep(&cfg, &pb)?;
     pb.finish_and_clear();
+    machine["load_average_end"] = crate::machine::load_average().into();
     let md = markdown(&series, &cfg, &machine);
     let j = json(&series, &cfg, &machine);
     let plot_path = a.plot.clone().or_else(|| out.map(|o| o.join("scaling.png")));
