@@ -460,14 +460,14 @@ pub fn time_model(model: &Model, t: usize, d: usize, reps: usize, min_pass: Dura
     Ok(Timing { median_us, min_us: us[0], max_us: us[k - 1], samples_per_pass: n, passes: k })
 }
 
-/// One measured (or skipped) size of one mechanism.
+/// One built (and, with [`Config::time`], timed) size of one mechanism.
 #[derive(Clone, Debug)]
 pub struct Point {
     /// Tokens.
     pub t: usize,
     /// Memory (from the built model's plan, equal to the prediction).
     pub footprint: Footprint,
-    /// Time; `None` when the point was skipped or `--no-time` was given.
+    /// Time; `None` when [`Config::time`] is false (memory figures only).
     pub timing: Option<Timing>,
 }
 
