@@ -1,6 +1,11 @@
 //! `kestrel-bench chart DIR`: draws `DIR/chart.png` from `DIR/results.json` written by
 //! `kestrel bench paper` (plotters): one column per model, one marker per runtime (Kestrel batch 1,
 //! batched, int8; tract batch 1; the paper's M2), seconds for 5,000 samples on a log axis.
+//!
+//! `kestrel-bench criterion-summary CRITERION_DIR OUT.md`: one Markdown table of every benchmark
+//! criterion measured (`TARGET/criterion`, written by `cargo bench -p kestrel-bench --bench
+//! kernels`): median time per call with its 95% confidence interval, and GFLOP/s where the
+//! benchmark declared a throughput in FLOPs.
 
 use anyhow::{anyhow, bail, Result};
 use plotters::prelude::*;
@@ -105,11 +110,98 @@ fn secs(v: &serde_json::Value) -> Option<f64> {
     v.get("seconds_per_5000").and_then(serde_json::Value::as_f64)
 }
 
+/// One criterion benchmark's result.
+struct Measured {
+    /// `group/function/parameter`, split.
+    group: String,
+    function: String,
+    parameter: String,
+    /// Median ns per iteration and its 95% confidence interval.
+    median_ns: f64,
+    lo_ns: f64,
+    hi_ns: f64,
+    /// FLOPs per iteration (criterion `Throughput::Elements`), if declared.
+    flops: Option<f64>,
+}
+
+/// Every `*/new/estimates.json` under `dir` (criterion's layout), with its `benchmark.json`.
+fn read_criterion(dir: &Path, out: &mut Vec<Measured>) -> Result<()> {
+    for entry in std::fs::read_dir(dir).map_err(|e| anyhow!("{}: {e}", dir.display()))? {
+        let path = entry?.path();
+        if !path.is_dir() {
+            continue;
+        }
+        let est = path.join("new/estimates.json");
+        if est.exists() {
+            let e: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&est)?)?;
+            let b: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(path.join("new/benchmark.json"))?)?;
+            let median = &e["median"];
+            let num = |v: &serde_json::Value| v.as_f64().ok_or_else(|| anyhow!("{}: no median", est.display()));
+            out.push(Measured {
+                group: b["group_id"].as_str().unwrap_or("?").to_string(),
+                function: b["function_id"].as_str().unwrap_or("").to_string(),
+                parameter: b["value_str"].as_str().unwrap_or("").to_string(),
+                median_ns: num(&median["point_estimate"])?,
+                lo_ns: num(&median["confidence_interval"]["lower_bound"])?,
+                hi_ns: num(&median["confidence_interval"]["upper_bound"])?,
+                flops: b["throughput"]["Elements"].as_f64(),
+            });
+        } else if path.file_name().is_some_and(|n| n != "report") {
+            read_criterion(&path, out)?;
+        }
+    }
+    Ok(())
+}
+
+fn time_str(ns: f64) -> String {
+    if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.2} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+/// Writes the Markdown summary of the criterion results under `dir` to `out`.
+fn criterion_summary(dir: &Path, out: &Path) -> Result<()> {
+    let mut rows = Vec::new();
+    read_criterion(dir, &mut rows)?;
+    if rows.is_empty() {
+        bail!("no criterion results under {} (run: cargo bench -p kestrel-bench --bench kernels)", dir.display());
+    }
+    rows.sort_by(|a, b| (&a.group, &a.function, &a.parameter).cmp(&(&b.group, &b.function, &b.parameter)));
+    let mut md = String::from(
+        "| group | benchmark | variant | median / call | 95% CI of the median | GFLOP/s |\n|---|---|---|---:|---|---:|\n",
+    );
+    for r in &rows {
+        let gflops = r.flops.map_or("-".to_string(), |f| format!("{:.2}", f / r.median_ns));
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} – {} | {} |\n",
+            r.group,
+            r.function,
+            r.parameter,
+            time_str(r.median_ns),
+            time_str(r.lo_ns),
+            time_str(r.hi_ns),
+            gflops
+        ));
+    }
+    std::fs::write(out, md).map_err(|e| anyhow!("{}: {e}", out.display()))?;
+    println!("{} ({} benchmarks)", out.display(), rows.len());
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let dir = match args.as_slice() {
         [cmd, dir] if cmd == "chart" => Path::new(dir).to_path_buf(),
-        _ => bail!("usage: kestrel-bench chart RESULTS_DIR   (reads results.json, writes chart.png)"),
+        [cmd, dir, out] if cmd == "criterion-summary" => return criterion_summary(Path::new(dir), Path::new(out)),
+        _ => bail!(
+            "usage: kestrel-bench chart RESULTS_DIR   (reads results.json, writes chart.png)\n       \
+             kestrel-bench criterion-summary CRITERION_DIR OUT.md"
+        ),
     };
     let text = std::fs::read_to_string(dir.join("results.json"))?;
     let j: serde_json::Value = serde_json::from_str(&text)?;

@@ -1,5 +1,7 @@
 //! `kestrel bench`: time a model on the CPU runtime or the GPU (µs per sample, samples/s), and
-//! `kestrel bench paper`: the paper's Table 5 benchmark with tract beside it ([`crate::bench_paper`]).
+//! `kestrel bench paper`: the paper's Table 5 benchmark with tract beside it ([`crate::bench_paper`]),
+//! and `kestrel bench scaling`: time and memory against T for every mechanism
+//! ([`kestrel_cli::scaling`]).
 //!
 //! Method: the session (arena) is created once; one warm-up pass over the samples; then
 //! `--reps` timed passes, each running `--samples` samples in batches of `--batch` (the last batch
@@ -19,7 +21,8 @@ use std::time::Instant;
 /// Arguments of `kestrel bench`.
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// The .kes model to time, or `paper` for the Table 5 benchmark (see `--models`).
+    /// The .kes model to time, `paper` for the Table 5 benchmark (see `--models`), or `scaling`
+    /// for time and memory against the token count T (see `--max-t`).
     pub model: String,
     /// Input samples (.npy, batch first), cycled to fill the batches; default: synthetic inputs
     /// (uniform [0, 1) for f32 inputs, token ids `i mod 2` for integer inputs).
@@ -49,9 +52,11 @@ pub struct BenchArgs {
     /// `paper` only: directory of exported paper models (benches/paper/export_paper_models.py).
     #[arg(long, default_value = "target/paper-models")]
     pub models: PathBuf,
-    /// `paper` only: where to write table.md, results.csv, results.json and chart.png.
-    #[arg(long, default_value = "benches/results/latest")]
-    pub out: PathBuf,
+    /// `paper` and `scaling`: where to write the results (`paper`: table.md, results.csv,
+    /// results.json; default benches/results/latest. `scaling`: table.md, results.json,
+    /// scaling.png; default: nothing written).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     /// `paper` only: batch size of the batched runs.
     #[arg(long, default_value_t = 32)]
     pub paper_batch: usize,
@@ -61,6 +66,15 @@ pub struct BenchArgs {
     /// `paper` only: skip tract (Kestrel alone).
     #[arg(long)]
     pub no_tract: bool,
+    #[command(flatten)]
+    pub scaling: kestrel_cli::scaling::ScalingArgs,
+}
+
+impl BenchArgs {
+    /// `paper`'s output directory.
+    pub fn paper_out(&self) -> PathBuf {
+        self.out.clone().unwrap_or_else(|| PathBuf::from("benches/results/latest"))
+    }
 }
 
 /// Median and spread of µs per sample over the timed passes.
@@ -233,6 +247,20 @@ pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
         bail!("--samples, --batch and --reps must be at least 1");
     }
     let isa = apply_isa(a.isa.as_deref())?;
+    if a.model == "scaling" {
+        if a.batch != 1 || a.input.is_some() || !a.only.is_empty() || a.no_tract {
+            bail!(
+                "`bench scaling` runs batch 1 on built-in models: --batch, --input, --only and --no-tract do not apply"
+            );
+        }
+        if a.backend.backend != Backend::Cpu {
+            bail!("`kestrel bench scaling` times the CPU runtime (--backend cpu)");
+        }
+        return kestrel_cli::scaling::run(w, &a.scaling, a.reps, a.json, a.out.as_deref(), isa);
+    }
+    if !a.scaling.mechanisms.is_empty() || a.scaling.plot.is_some() {
+        bail!("--mechanisms and --plot belong to `kestrel bench scaling`");
+    }
     if a.model == "paper" {
         if a.backend.backend != Backend::Cpu {
             bail!("`kestrel bench paper` times the CPU runtime (and tract); time a GPU with `kestrel bench M.kes --backend wgpu`");

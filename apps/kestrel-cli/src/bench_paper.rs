@@ -212,25 +212,26 @@ pub fn run(w: &mut String, a: &BenchArgs, isa: &str) -> Result<()> {
     writeln!(
         w,
         "written to {} (chart: cargo run --release -p kestrel-bench -- chart {})",
-        a.out.display(),
-        a.out.display()
+        a.paper_out().display(),
+        a.paper_out().display()
     )?;
     Ok(())
 }
 
 /// Writes table.md, results.csv and results.json (after every row); returns the Markdown.
 fn write_outputs(rows: &[Row], notes: &[String], a: &BenchArgs, bb: usize, isa: &str) -> Result<String> {
-    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let out = a.paper_out();
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let machine = machine_description(isa);
     let mut md = markdown(rows, a, bb, &machine);
     for n in notes {
         let _ = writeln!(md, "\n- {n}");
     }
-    std::fs::write(a.out.join("table.md"), &md)?;
-    std::fs::write(a.out.join("results.csv"), csv(rows, bb))?;
+    std::fs::write(out.join("table.md"), &md)?;
+    std::fs::write(out.join("results.csv"), csv(rows, bb))?;
     let mut j = json(rows, a, bb, &machine);
     j["notes"] = serde_json::json!(notes);
-    std::fs::write(a.out.join("results.json"), serde_json::to_string_pretty(&j)? + "\n")?;
+    std::fs::write(out.join("results.json"), serde_json::to_string_pretty(&j)? + "\n")?;
     Ok(md)
 }
 
@@ -239,26 +240,7 @@ fn secs(us: f64) -> f64 {
 }
 
 fn machine_description(isa: &str) -> serde_json::Value {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(str::trim);
-    let flags: Vec<&str> = cpuinfo
-        .lines()
-        .find(|l| l.starts_with("flags"))
-        .map(|l| {
-            l.split_whitespace()
-                .filter(|f| {
-                    ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni"].contains(f)
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    serde_json::json!({
-        "cpu": model.unwrap_or(std::env::consts::ARCH),
-        "logical_cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-        "isa_flags": flags,
-        "kestrel_isa": isa,
-        "threads": kestrel_cpu::threads::threads(),
-    })
+    kestrel_cli::machine::describe(isa)
 }
 
 fn markdown(rows: &[Row], a: &BenchArgs, bb: usize, machine: &serde_json::Value) -> String {

@@ -1,0 +1,1040 @@
+//! `kestrel bench scaling`: time per sample and memory against the token count T, d fixed, for
+//! every mechanism (the Fastformer paper's efficiency figure, on Kestrel's CPU runtime).
+//!
+//! For each mechanism and each T on a doubling ladder (`--min-t` … `--max-t`), a one-layer model
+//! `x [T, d] → mechanism → y [T, d]` is built in code with **random weights** (timing only; the
+//! mechanism fused with its projections, no norm or MLP around it), then timed at batch 1 on the
+//! CPU runtime: one warm-up run, `--reps` timed passes of `n` samples each, `n` chosen so a pass
+//! lasts at least `--min-pass-ms`; the median µs/sample over passes and the min/max spread are
+//! reported.
+//!
+//! Memory comes from the model file, not from measurement: **arena bytes** = the memory plan's
+//! per-sample activation bytes + the scratch bytes the kernels ask for (what a batch-1 session
+//! needs, less [`kestrel_cpu::model::ARENA_ALIGN`] bytes of alignment slack), and **weight bytes**
+//! = the stored weights (f32). Before building, both are predicted exactly from the shapes and
+//! the kernels' own scratch functions ([`predict`]); a size whose weights + arena would exceed
+//! `--mem-cap-mib` is skipped and reported with the reason, never dropped silently. After
+//! building, the model's own plan is checked against the prediction.
+//!
+//! A least-squares slope of log(value) against log(T) is fitted per mechanism for time (over all
+//! sizes, and over the largest four, where the T-independent projections no longer dominate),
+//! arena bytes and weight bytes: ≈ 1 is linear, ≈ 2 quadratic.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use kestrel::demo::Rng;
+use kestrel::format::ops::*;
+use kestrel::format::{DType, TensorKind};
+use kestrel::{Input, Model, ModelBuilder};
+use kestrel_cpu::kernels::aft::{
+    aft_conv_scratch, aft_full_scratch, aft_local_scratch, aft_simple_scratch, AftConvParams, AftFullParams,
+    AftLocalParams, AftSimpleParams,
+};
+use kestrel_cpu::kernels::attention::{attention_scratch, AttentionParams};
+use kestrel_cpu::kernels::fastformer::{fastformer_scratch, FastformerParams};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// AFT-local window s (as in `kestrel bench paper`).
+pub const AFT_LOCAL_WINDOW: usize = 8;
+/// AFT-conv kernel size (s × s).
+pub const AFT_CONV_KERNEL: usize = 3;
+/// Rank r of AFT-full's factorised position bias w = u vᵀ (u, v `[T, r]`).
+pub const AFT_FULL_RANK: usize = 8;
+
+/// The flags of `kestrel bench scaling` (flattened into `kestrel bench`'s arguments).
+#[derive(Args, Debug, Clone)]
+pub struct ScalingArgs {
+    /// `scaling` only: model width d, fixed while T grows.
+    #[arg(long = "d", default_value_t = 64)]
+    pub d: usize,
+    /// `scaling` only: smallest token count T.
+    #[arg(long, default_value_t = 64)]
+    pub min_t: usize,
+    /// `scaling` only: largest token count T (`--min-t` × a power of two).
+    #[arg(long, default_value_t = 16384)]
+    pub max_t: usize,
+    /// `scaling` only: heads of the multi-head mechanisms (Standard, Optimised, Efficient, Super,
+    /// AFT-conv, Fastformer); must divide d.
+    #[arg(long, default_value_t = 1)]
+    pub heads: usize,
+    /// `scaling` only: mechanisms to run (comma-separated; default: all nine): standard,
+    /// optimised, efficient, super, aft-full, aft-local, aft-simple, aft-conv, fastformer.
+    #[arg(long, value_delimiter = ',')]
+    pub mechanisms: Vec<String>,
+    /// `scaling` only: skip a size whose weights + arena would exceed this many MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub mem_cap_mib: u64,
+    /// `scaling` only: a timed pass runs enough samples to last at least this long.
+    #[arg(long, default_value_t = 50)]
+    pub min_pass_ms: u64,
+    /// `scaling` only: write the log-log PNG here (default with `--out`: OUT/scaling.png).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+}
+
+/// Every mechanism the runtime fuses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mechanism {
+    /// softmax(QKᵀ/√c)V, Q, K, V projected.
+    Standard,
+    /// V = X.
+    Optimised,
+    /// K = V = X.
+    Efficient,
+    /// Efficient with V = W^A X + b^A (W^A `[T, T]`).
+    Super,
+    /// AFT-full with a factorised bias (rank [`AFT_FULL_RANK`]).
+    AftFull,
+    /// AFT-local, window [`AFT_LOCAL_WINDOW`].
+    AftLocal,
+    /// AFT-simple.
+    AftSimple,
+    /// AFT-conv, [`AFT_CONV_KERNEL`]² kernel on a near-square token grid.
+    AftConv,
+    /// Fastformer additive attention.
+    Fastformer,
+}
+
+/// How a quantity is expected to grow with T.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Growth {
+    /// O(T).
+    Linear,
+    /// O(T²).
+    Quadratic,
+}
+
+impl Growth {
+    /// "linear" / "quadratic".
+    pub fn name(self) -> &'static str {
+        match self {
+            Growth::Linear => "linear",
+            Growth::Quadratic => "quadratic",
+        }
+    }
+}
+
+impl Mechanism {
+    /// All nine, in table order.
+    pub const ALL: [Mechanism; 9] = [
+        Mechanism::Standard,
+        Mechanism::Optimised,
+        Mechanism::Efficient,
+        Mechanism::Super,
+        Mechanism::AftFull,
+        Mechanism::AftLocal,
+        Mechanism::AftSimple,
+        Mechanism::AftConv,
+        Mechanism::Fastformer,
+    ];
+
+    /// Command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mechanism::Standard => "standard",
+            Mechanism::Optimised => "optimised",
+            Mechanism::Efficient => "efficient",
+            Mechanism::Super => "super",
+            Mechanism::AftFull => "aft-full",
+            Mechanism::AftLocal => "aft-local",
+            Mechanism::AftSimple => "aft-simple",
+            Mechanism::AftConv => "aft-conv",
+            Mechanism::Fastformer => "fastformer",
+        }
+    }
+
+    /// From a command-line name (`_` accepted for `-`).
+    pub fn from_name(s: &str) -> Option<Mechanism> {
+        let s = s.trim().to_ascii_lowercase().replace('_', "-");
+        Mechanism::ALL.into_iter().find(|m| m.name() == s)
+    }
+
+    /// Whether the mechanism has heads (the others are single-head by definition).
+    pub fn has_heads(self) -> bool {
+        !matches!(self, Mechanism::AftFull | Mechanism::AftLocal | Mechanism::AftSimple)
+    }
+
+    /// The settings of this mechanism in words.
+    pub fn settings(self, heads: usize) -> String {
+        let h = if self.has_heads() { format!("h={heads}") } else { String::new() };
+        match self {
+            Mechanism::AftFull => format!("w = u v^T, rank {AFT_FULL_RANK}"),
+            Mechanism::AftLocal => format!("window s={AFT_LOCAL_WINDOW}"),
+            Mechanism::AftConv => format!("{h}, {AFT_CONV_KERNEL}x{AFT_CONV_KERNEL} kernel, near-square grid"),
+            Mechanism::Super => format!("{h}, W^A T x T"),
+            _ => h,
+        }
+    }
+
+    /// Expected growth of time per sample (the algorithm's cost at fixed d).
+    pub fn time_growth(self) -> Growth {
+        match self {
+            Mechanism::Standard
+            | Mechanism::Optimised
+            | Mechanism::Efficient
+            | Mechanism::Super
+            | Mechanism::AftFull => Growth::Quadratic,
+            _ => Growth::Linear,
+        }
+    }
+
+    /// Expected growth of the weights: Super's W^A is T×T by definition; AFT-local's w is stored
+    /// T×T by the `.kes` format (`AftLocal.w [T, T]`) although the kernel reads only the band.
+    pub fn weight_growth(self) -> Growth {
+        match self {
+            Mechanism::Super | Mechanism::AftLocal => Growth::Quadratic,
+            _ => Growth::Linear,
+        }
+    }
+}
+
+/// The near-square token grid (h, w) of AFT-conv for T tokens: h the largest divisor ≤ √T.
+pub fn conv_grid(t: usize) -> (usize, usize) {
+    let mut h = (t as f64).sqrt() as usize;
+    while h > 1 && !t.is_multiple_of(h) {
+        h -= 1;
+    }
+    let h = h.max(1);
+    (h, t / h)
+}
+
+/// Shapes of the layer's weights, in the order [`layer_model`] creates them.
+fn weight_shapes(m: Mechanism, t: usize, d: usize, heads: usize) -> Vec<Vec<usize>> {
+    let proj = |out: usize, inp: usize| [vec![out, inp], vec![out]];
+    let mut s: Vec<Vec<usize>> = proj(d, d).to_vec(); // W^Q, b^Q
+    match m {
+        Mechanism::Standard => {
+            s.extend(proj(d, d)); // K
+            s.extend(proj(d, d)); // V
+        }
+        Mechanism::Optimised => s.extend(proj(d, d)),
+        Mechanism::Efficient => {}
+        Mechanism::Super => s.extend(proj(t, t)), // W^A, b^A
+        Mechanism::AftFull => {
+            s.extend(proj(d, d));
+            s.extend(proj(d, d));
+            s.push(vec![t, AFT_FULL_RANK]);
+            s.push(vec![t, AFT_FULL_RANK]);
+        }
+        Mechanism::AftLocal => {
+            s.extend(proj(d, d));
+            s.extend(proj(d, d));
+            s.push(vec![t, t]);
+        }
+        Mechanism::AftSimple => {
+            s.extend(proj(d, d));
+            s.extend(proj(d, d));
+        }
+        Mechanism::AftConv => {
+            s.extend(proj(heads, d)); // one key channel per head
+            s.extend(proj(d, d));
+            s.push(vec![heads, AFT_CONV_KERNEL, AFT_CONV_KERNEL]);
+        }
+        Mechanism::Fastformer => {
+            s.extend(proj(d, d));
+            s.extend(proj(d, d));
+            s.push(vec![heads, d]);
+            s.push(vec![heads, d]);
+        }
+    }
+    s.extend(proj(d, d)); // W^O (W^R for Fastformer)
+    s
+}
+
+/// Checks the layer's sizes before anything is built.
+fn check_sizes(m: Mechanism, t: usize, d: usize, heads: usize) -> Result<()> {
+    if t == 0 || d == 0 || heads == 0 {
+        bail!("T, d and heads must be at least 1");
+    }
+    if m.has_heads() && !d.is_multiple_of(heads) {
+        bail!("--heads {heads} must divide --d {d}");
+    }
+    Ok(())
+}
+
+/// Builds the one-layer model `x [T, d] → m → y [T, d]` with seeded random weights (uniform,
+/// ±1/√fan_in), stored f32.
+pub fn layer_model(m: Mechanism, t: usize, d: usize, heads: usize, seed: u64) -> Result<Vec<u8>> {
+    check_sizes(m, t, d, heads)?;
+    let mut b = ModelBuilder::new(&format!("scaling-{}-t{t}-d{d}", m.name()));
+    b.set_weight_dtype(DType::F32);
+    b.meta.task = "benchmark (random weights)".into();
+    let x = b.input("x", &[t, d])?;
+    let mut rng = Rng::new(seed);
+    let mut ids = Vec::new();
+    for (i, shape) in weight_shapes(m, t, d, heads).into_iter().enumerate() {
+        let fan_in = *shape.last().unwrap_or(&1);
+        let n: usize = shape.iter().product();
+        let v = rng.vec(n, 1.0 / (fan_in.max(1) as f32).sqrt());
+        ids.push(b.weight(&format!("w{i}"), &shape, v)?);
+    }
+    let mut ids = Ids(ids.into_iter());
+    let scale = 1.0 / ((d / heads) as f32).sqrt();
+    let h32 = u32::try_from(heads).context("heads")?;
+    let op = match m {
+        Mechanism::Standard | Mechanism::Optimised | Mechanism::Efficient | Mechanism::Super => {
+            let variant = match m {
+                Mechanism::Standard => AttentionVariant::Standard,
+                Mechanism::Optimised => AttentionVariant::Optimised,
+                Mechanism::Efficient => AttentionVariant::Efficient,
+                _ => AttentionVariant::Super,
+            };
+            let q = ids.proj()?;
+            let k = if matches!(m, Mechanism::Standard | Mechanism::Optimised) { Some(ids.proj()?) } else { None };
+            let v = if m == Mechanism::Standard { Some(ids.proj()?) } else { None };
+            let align = if m == Mechanism::Super { Some(ids.proj()?) } else { None };
+            let o = ids.proj()?;
+            Op::Attention(Attention { x, variant, heads: h32, causal: false, scale, q, k, v, align, o, y: 0 })
+        }
+        Mechanism::AftFull => {
+            let (q, k, v) = (ids.proj()?, ids.proj()?, ids.proj()?);
+            let bias = AftBias::Factorised { u: ids.id()?, v: ids.id()? };
+            let o = ids.proj()?;
+            Op::AftFull(AftFull { x, causal: false, q, k, v, bias, o, y: 0 })
+        }
+        Mechanism::AftLocal => {
+            let (q, k, v) = (ids.proj()?, ids.proj()?, ids.proj()?);
+            let (w, o) = (ids.id()?, ids.proj()?);
+            let window = AFT_LOCAL_WINDOW as u32;
+            Op::AftLocal(AftLocal { x, causal: false, window, q, k, v, w, o, y: 0 })
+        }
+        Mechanism::AftSimple => {
+            let (q, k, v, o) = (ids.proj()?, ids.proj()?, ids.proj()?, ids.proj()?);
+            Op::AftSimple(AftSimple { x, causal: false, q, k, v, o, y: 0 })
+        }
+        Mechanism::AftConv => {
+            let (q, k, v) = (ids.proj()?, ids.proj()?, ids.proj()?);
+            let (w, o) = (ids.id()?, ids.proj()?);
+            let (gh, gw) = conv_grid(t);
+            let grid = [u32::try_from(gh)?, u32::try_from(gw)?];
+            let kernel = AFT_CONV_KERNEL as u32;
+            Op::AftConv(AftConv { x, heads: h32, kernel, grid, q, k, v, w, o, y: 0 })
+        }
+        Mechanism::Fastformer => {
+            let (q, k, v) = (ids.proj()?, ids.proj()?, ids.proj()?);
+            let (wqa, wka, r) = (ids.id()?, ids.id()?, ids.proj()?);
+            Op::Fastformer(Fastformer { x, heads: h32, scale, q, k, v, wqa, wka, r, y: 0 })
+        }
+    };
+    if ids.0.next().is_some() {
+        bail!("internal: {} used fewer weights than it declared", m.name());
+    }
+    let y = b.op(|y| with_output(op, y))?;
+    b.output(y);
+    Ok(b.build()?)
+}
+
+/// The layer's weight ids, taken in declaration order.
+struct Ids(std::vec::IntoIter<TensorId>);
+
+impl Ids {
+    fn id(&mut self) -> Result<TensorId> {
+        self.0.next().context("internal: the layer takes more weights than it declared")
+    }
+    fn proj(&mut self) -> Result<Proj> {
+        Ok(Proj { w: self.id()?, b: Some(self.id()?) })
+    }
+}
+
+/// `op` writing tensor `y`.
+fn with_output(mut op: Op, y: TensorId) -> Op {
+    match &mut op {
+        Op::Attention(o) => o.y = y,
+        Op::AftFull(o) => o.y = y,
+        Op::AftLocal(o) => o.y = y,
+        Op::AftSimple(o) => o.y = y,
+        Op::AftConv(o) => o.y = y,
+        Op::Fastformer(o) => o.y = y,
+        _ => {}
+    }
+    op
+}
+
+/// Memory of one layer model at one T.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Footprint {
+    /// The plan's activation bytes per sample.
+    pub activations: u64,
+    /// The plan's scratch bytes (once per session).
+    pub scratch: u64,
+    /// Stored weight bytes (data + scales).
+    pub weights: u64,
+}
+
+impl Footprint {
+    /// Activations (batch 1) + scratch: the arena of a batch-1 session, less alignment slack.
+    pub fn arena(&self) -> u64 {
+        self.activations + self.scratch
+    }
+
+    /// Weights + arena: what a batch-1 session keeps resident.
+    pub fn resident(&self) -> u64 {
+        self.arena() + self.weights
+    }
+}
+
+/// The footprint of a layer model predicted without building it: the planner places x and y
+/// (both `[T, d]` f32, 64-byte aligned, live at the same node), scratch is the kernel's own
+/// `*_scratch` function, weights are 4 bytes per f32 element.
+pub fn predict(m: Mechanism, t: usize, d: usize, heads: usize) -> Result<Footprint> {
+    check_sizes(m, t, d, heads)?;
+    let align = kestrel::format::TENSOR_ALIGN as u64;
+    let act = ((t * d * 4) as u64).div_ceil(align) * align;
+    let scale = 1.0 / ((d / heads) as f32).sqrt();
+    let attention = |variant| attention_scratch(&AttentionParams { t, d, heads, causal: false, scale, variant });
+    let elems = match m {
+        Mechanism::Standard => attention(AttentionVariant::Standard),
+        Mechanism::Optimised => attention(AttentionVariant::Optimised),
+        Mechanism::Efficient => attention(AttentionVariant::Efficient),
+        Mechanism::Super => attention(AttentionVariant::Super),
+        Mechanism::AftFull => aft_full_scratch(&AftFullParams { t, d, causal: false, rank: AFT_FULL_RANK }),
+        Mechanism::AftLocal => aft_local_scratch(&AftLocalParams { t, d, causal: false, window: AFT_LOCAL_WINDOW }),
+        Mechanism::AftSimple => aft_simple_scratch(&AftSimpleParams { t, d, causal: false }),
+        Mechanism::AftConv => {
+            let (grid_h, grid_w) = conv_grid(t);
+            aft_conv_scratch(&AftConvParams { t, d, heads, kernel: AFT_CONV_KERNEL, grid_h, grid_w })
+        }
+        Mechanism::Fastformer => fastformer_scratch(&FastformerParams { t, d, heads, scale }),
+    };
+    let weights = weight_shapes(m, t, d, heads).iter().map(|s| s.iter().product::<usize>() as u64 * 4).sum();
+    Ok(Footprint { activations: 2 * act, scratch: elems as u64 * 4, weights })
+}
+
+/// The footprint of a built model, from its memory plan and tensor table.
+pub fn footprint(model: &Model) -> Result<Footprint> {
+    let cpu = model.cpu()?;
+    let plan = cpu.plan();
+    let f = cpu.file();
+    let mut weights = 0;
+    for id in 0..f.tensor_count() {
+        let t = f.tensor(id)?;
+        if t.kind == TensorKind::Weight {
+            weights += t.len + t.scale_len;
+        }
+    }
+    Ok(Footprint { activations: plan.arena_bytes_per_sample, scratch: plan.scratch_bytes, weights })
+}
+
+/// Time per sample of one measured point.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timing {
+    /// Median µs/sample over the passes.
+    pub median_us: f64,
+    /// Fastest pass.
+    pub min_us: f64,
+    /// Slowest pass.
+    pub max_us: f64,
+    /// Samples per timed pass.
+    pub samples_per_pass: usize,
+    /// Timed passes.
+    pub passes: usize,
+}
+
+/// Times `model` (input `[T, d]`) at batch 1: one warm-up run, then `reps` passes of enough
+/// samples to last `min_pass` each. Errors if the output is not finite.
+pub fn time_model(model: &Model, t: usize, d: usize, reps: usize, min_pass: Duration) -> Result<Timing> {
+    let mut session = model.session(1)?;
+    let x = Rng::new(0x5ca1e).vec(t * d, 1.0);
+    let mut y = vec![0f32; t * d];
+    let t0 = Instant::now();
+    session.run(&[Input::F32(&x)], &mut [&mut y])?;
+    let warm = t0.elapsed().as_secs_f64().max(1e-7);
+    if let Some(i) = y.iter().position(|v| !v.is_finite()) {
+        bail!("output element {i} is {} (kernel bug or overflow)", y[i]);
+    }
+    let n = ((min_pass.as_secs_f64() / warm).ceil() as usize).clamp(1, 100_000);
+    let mut us = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let t0 = Instant::now();
+        for _ in 0..n {
+            session.run(&[Input::F32(&x)], &mut [&mut y])?;
+        }
+        us.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
+    }
+    us.sort_by(f64::total_cmp);
+    let k = us.len();
+    let median_us = if k % 2 == 1 { us[k / 2] } else { 0.5 * (us[k / 2 - 1] + us[k / 2]) };
+    Ok(Timing { median_us, min_us: us[0], max_us: us[k - 1], samples_per_pass: n, passes: k })
+}
+
+/// One built (and, with [`Config::time`], timed) size of one mechanism.
+#[derive(Clone, Debug)]
+pub struct Point {
+    /// Tokens.
+    pub t: usize,
+    /// Memory (from the built model's plan, equal to the prediction).
+    pub footprint: Footprint,
+    /// Time; `None` when [`Config::time`] is false (memory figures only).
+    pub timing: Option<Timing>,
+}
+
+/// A size that was not run, and why.
+#[derive(Clone, Debug)]
+pub struct Skipped {
+    /// Tokens.
+    pub t: usize,
+    /// The predicted footprint.
+    pub predicted: Footprint,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// One mechanism's sweep.
+#[derive(Clone, Debug)]
+pub struct Series {
+    /// Which.
+    pub mechanism: Mechanism,
+    /// Measured sizes, increasing T.
+    pub points: Vec<Point>,
+    /// Skipped sizes.
+    pub skipped: Vec<Skipped>,
+}
+
+/// Least-squares slope of ln(v) against ln(t) (at least two points, all positive).
+pub fn loglog_slope(pts: &[(usize, f64)]) -> Option<f64> {
+    let pts: Vec<(f64, f64)> =
+        pts.iter().filter(|(t, v)| *t > 0 && *v > 0.0).map(|&(t, v)| ((t as f64).ln(), v.ln())).collect();
+    if pts.len() < 2 {
+        return None;
+    }
+    let n = pts.len() as f64;
+    let mx = pts.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    (sxx > 0.0).then(|| sxy / sxx)
+}
+
+/// Points fitted for the "largest sizes" time slope.
+pub const TOP_POINTS: usize = 4;
+
+impl Series {
+    fn times(&self) -> Vec<(usize, f64)> {
+        self.points.iter().filter_map(|p| p.timing.map(|s| (p.t, s.median_us))).collect()
+    }
+    /// Time slope over every measured size.
+    pub fn time_slope(&self) -> Option<f64> {
+        loglog_slope(&self.times())
+    }
+    /// Time slope over the largest [`TOP_POINTS`] measured sizes.
+    pub fn time_slope_top(&self) -> Option<f64> {
+        let t = self.times();
+        loglog_slope(&t[t.len().saturating_sub(TOP_POINTS)..])
+    }
+    /// Arena-bytes slope over every measured size.
+    pub fn arena_slope(&self) -> Option<f64> {
+        loglog_slope(&self.points.iter().map(|p| (p.t, p.footprint.arena() as f64)).collect::<Vec<_>>())
+    }
+    /// Weight-bytes slope over every measured size.
+    pub fn weight_slope(&self) -> Option<f64> {
+        loglog_slope(&self.points.iter().map(|p| (p.t, p.footprint.weights as f64)).collect::<Vec<_>>())
+    }
+    /// Largest measured T.
+    pub fn max_t(&self) -> Option<usize> {
+        self.points.last().map(|p| p.t)
+    }
+}
+
+/// What to sweep.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Width.
+    pub d: usize,
+    /// Heads of the multi-head mechanisms.
+    pub heads: usize,
+    /// Token counts, increasing.
+    pub sizes: Vec<usize>,
+    /// Mechanisms, in order.
+    pub mechanisms: Vec<Mechanism>,
+    /// Skip sizes whose weights + arena exceed this.
+    pub mem_cap_bytes: u64,
+    /// Timed passes per point.
+    pub reps: usize,
+    /// Minimum duration of a pass.
+    pub min_pass: Duration,
+    /// Only build and plan (no timing): used by tests of the memory figures.
+    pub time: bool,
+}
+
+impl Config {
+    /// From the flags (validated: a ladder of doublings, known mechanism names).
+    pub fn from_args(a: &ScalingArgs, reps: usize) -> Result<Config> {
+        if a.d == 0 || a.heads == 0 || a.min_t == 0 {
+            bail!("--d, --heads and --min-t must be at least 1");
+        }
+        if a.max_t < a.min_t {
+            bail!("--max-t {} is below --min-t {}", a.max_t, a.min_t);
+        }
+        let mut sizes = vec![a.min_t];
+        while let Some(&t) = sizes.last().filter(|&&t| t < a.max_t) {
+            sizes.push(t.checked_mul(2).context("--max-t too large")?);
+        }
+        if sizes.last() != Some(&a.max_t) {
+            bail!(
+                "--max-t {} is not --min-t {} times a power of two (the sizes double: {:?})",
+                a.max_t,
+                a.min_t,
+                sizes
+            );
+        }
+        let mechanisms = if a.mechanisms.is_empty() {
+            Mechanism::ALL.to_vec()
+        } else {
+            a.mechanisms
+                .iter()
+                .map(|s| {
+                    Mechanism::from_name(s).with_context(|| {
+                        format!("unknown mechanism {s:?} (one of: {})", Mechanism::ALL.map(Mechanism::name).join(", "))
+                    })
+                })
+                .collect::<Result<_>>()?
+        };
+        if reps == 0 {
+            bail!("--reps must be at least 1");
+        }
+        Ok(Config {
+            d: a.d,
+            heads: a.heads,
+            sizes,
+            mechanisms,
+            mem_cap_bytes: a.mem_cap_mib.checked_mul(1 << 20).context("--mem-cap-mib too large")?,
+            reps,
+            min_pass: Duration::from_millis(a.min_pass_ms),
+            time: true,
+        })
+    }
+}
+
+/// Runs the sweep: for each mechanism and size, predict, skip (with the reason) or build, check
+/// the plan against the prediction, and time. `progress` is advanced once per (mechanism, T);
+/// skip notices are printed on stderr as they happen.
+pub fn sweep(cfg: &Config, progress: &ProgressBar) -> Result<Vec<Series>> {
+    let mut out = Vec::new();
+    for &m in &cfg.mechanisms {
+        check_sizes(m, cfg.sizes[0], cfg.d, cfg.heads)?;
+        let mut series = Series { mechanism: m, points: Vec::new(), skipped: Vec::new() };
+        for &t in &cfg.sizes {
+            progress.set_message(format!("{} T={t}", m.name()));
+            let predicted = predict(m, t, cfg.d, cfg.heads)?;
+            if predicted.resident() > cfg.mem_cap_bytes {
+                let mut reason = format!(
+                    "weights {} + arena {} = {} > cap {}",
+                    mib(predicted.weights),
+                    mib(predicted.arena()),
+                    mib(predicted.resident()),
+                    mib(cfg.mem_cap_bytes)
+                );
+                match m {
+                    Mechanism::Super => reason.push_str(" (W^A is T x T by definition)"),
+                    Mechanism::AftLocal => reason.push_str(" (the format stores w as T x T)"),
+                    _ => {}
+                }
+                progress.suspend(|| eprintln!("skipped: {} T={t}: {reason}", m.name()));
+                series.skipped.push(Skipped { t, predicted, reason });
+                progress.inc(1);
+                continue;
+            }
+            let bytes = layer_model(m, t, cfg.d, cfg.heads, 0x5eed ^ t as u64)
+                .with_context(|| format!("building {} at T={t}", m.name()))?;
+            let model = Model::from_bytes(&bytes)?;
+            drop(bytes);
+            let fp = footprint(&model)?;
+            if fp != predicted {
+                bail!(
+                    "{} T={t}: the model's memory plan ({fp:?}) differs from the prediction ({predicted:?}); \
+                     the memory cap would be wrong",
+                    m.name()
+                );
+            }
+            let timing = if cfg.time {
+                Some(
+                    time_model(&model, t, cfg.d, cfg.reps, cfg.min_pass)
+                        .with_context(|| format!("running {} at T={t}", m.name()))?,
+                )
+            } else {
+                None
+            };
+            series.points.push(Point { t, footprint: fp, timing });
+            progress.inc(1);
+        }
+        out.push(series);
+    }
+    Ok(out)
+}
+
+fn mib(b: u64) -> String {
+    if b >= 1 << 30 {
+        format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+    } else if b >= 1 << 20 {
+        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+    } else {
+        format!("{:.1} KiB", b as f64 / 1024.0)
+    }
+}
+
+fn slope_s(s: Option<f64>) -> String {
+    s.map_or("-".into(), |v| format!("{v:.2}"))
+}
+
+/// The machine, as `/proc/cpuinfo` describes it.
+pub fn machine_description(isa: &str) -> serde_json::Value {
+    crate::machine::describe(isa)
+}
+
+/// The Markdown report: summary with slopes, then time, arena and weights per T.
+pub fn markdown(series: &[Series], cfg: &Config, machine: &serde_json::Value) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# Scaling with T (`kestrel bench scaling`)\n");
+    let _ = writeln!(
+        s,
+        "One layer `x [T, {d}] -> mechanism -> y [T, {d}]` per mechanism, built in code with **random \
+         weights** (timing only), f32 weights, non-causal, batch 1, CPU runtime on one thread. Machine: {cpu} \
+         ({cores} logical cores; ISA flags {flags}), kernels `{isa}`. Time: median of {reps} passes after a \
+         warm-up run, each pass at least {ms} ms of samples (spread in the JSON). Arena = the memory plan's \
+         activation bytes (batch 1) + kernel scratch; weights = stored f32 weight bytes. Sizes whose weights + \
+         arena would exceed {cap} were skipped (listed below). Slopes: least-squares fit of log(value) \
+         against log(T); ~1 = linear, ~2 = quadratic; \"top\" fits the largest {top} measured sizes, where the \
+         T-independent projections no longer dominate.\n",
+        d = cfg.d,
+        cpu = machine["cpu"].as_str().unwrap_or("?"),
+        cores = machine["logical_cores"],
+        flags = machine["isa_flags"]
+            .as_array()
+            .map(|f| f.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default(),
+        isa = machine["kestrel_isa"].as_str().unwrap_or("?"),
+        reps = cfg.reps,
+        ms = cfg.min_pass.as_millis(),
+        cap = mib(cfg.mem_cap_bytes),
+        top = TOP_POINTS,
+    );
+    if let (Some(a), Some(b)) = (machine["load_average_start"].as_f64(), machine["load_average_end"].as_f64()) {
+        let _ = writeln!(
+            s,
+            "1-minute load average at the start / end of the run: {a:.2} / {b:.2} on {} logical cores{}.\n",
+            machine["logical_cores"],
+            if a.max(b) > machine["logical_cores"].as_f64().unwrap_or(1.0) {
+                " (more runnable processes than cores: other jobs competed with the benchmark, read the times as \
+                 indicative)"
+            } else {
+                ""
+            }
+        );
+    }
+    let _ = writeln!(
+        s,
+        "| mechanism | settings | T measured | time slope (all) | time slope (top) | expected time | arena slope | weight slope | expected weights |"
+    );
+    let _ = writeln!(s, "|---|---|---|---:|---:|---|---:|---:|---|");
+    for se in series {
+        let m = se.mechanism;
+        let range = match (se.points.first(), se.points.last()) {
+            (Some(a), Some(b)) => format!("{}-{}", a.t, b.t),
+            _ => "none".into(),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            m.name(),
+            m.settings(cfg.heads),
+            range,
+            slope_s(se.time_slope()),
+            slope_s(se.time_slope_top()),
+            m.time_growth().name(),
+            slope_s(se.arena_slope()),
+            slope_s(se.weight_slope()),
+            m.weight_growth().name(),
+        );
+    }
+    let header = |s: &mut String, what: &str| {
+        let _ = writeln!(s, "\n## {what}\n");
+        let _ = write!(s, "| T |");
+        for se in series {
+            let _ = write!(s, " {} |", se.mechanism.name());
+        }
+        let _ = write!(s, "\n|---:|");
+        for _ in series {
+            let _ = write!(s, "---:|");
+        }
+        s.push('\n');
+    };
+    let cell = |se: &Series, t: usize, f: &dyn Fn(&Point) -> String| -> String {
+        if let Some(p) = se.points.iter().find(|p| p.t == t) {
+            f(p)
+        } else if se.skipped.iter().any(|k| k.t == t) {
+            "skipped".into()
+        } else {
+            "-".into()
+        }
+    };
+    type Fmt = Box<dyn Fn(&Point) -> String>;
+    let tables: [(&str, Fmt); 3] = [
+        (
+            "Time per sample (us, median)",
+            Box::new(|p: &Point| p.timing.map_or("-".into(), |t| format!("{:.1}", t.median_us))),
+        ),
+        (
+            "Arena (KiB: activations + scratch)",
+            Box::new(|p: &Point| format!("{:.1}", p.footprint.arena() as f64 / 1024.0)),
+        ),
+        ("Weights (KiB)", Box::new(|p: &Point| format!("{:.1}", p.footprint.weights as f64 / 1024.0))),
+    ];
+    for (title, f) in &tables {
+        header(&mut s, title);
+        for &t in &cfg.sizes {
+            let _ = write!(s, "| {t} |");
+            for se in series {
+                let _ = write!(s, " {} |", cell(se, t, f.as_ref()));
+            }
+            s.push('\n');
+        }
+    }
+    let skipped: Vec<String> = series
+        .iter()
+        .flat_map(|se| se.skipped.iter().map(move |k| format!("- {} T={}: {}", se.mechanism.name(), k.t, k.reason)))
+        .collect();
+    let _ = writeln!(s, "\n## Skipped sizes\n");
+    if skipped.is_empty() {
+        let _ = writeln!(s, "None.");
+    } else {
+        for k in skipped {
+            let _ = writeln!(s, "{k}");
+        }
+    }
+    s
+}
+
+/// The JSON report (stable keys, see `benches/README.md`).
+pub fn json(series: &[Series], cfg: &Config, machine: &serde_json::Value) -> serde_json::Value {
+    let fp = |f: &Footprint| {
+        serde_json::json!({
+            "arena_bytes": f.arena(),
+            "activation_bytes": f.activations,
+            "scratch_bytes": f.scratch,
+            "weight_bytes": f.weights,
+        })
+    };
+    let rows: Vec<_> = series
+        .iter()
+        .map(|se| {
+            let m = se.mechanism;
+            let points: Vec<_> = se
+                .points
+                .iter()
+                .map(|p| {
+                    let mut j = fp(&p.footprint);
+                    j["t"] = p.t.into();
+                    if let Some(t) = p.timing {
+                        j["us_per_sample"] = t.median_us.into();
+                        j["us_per_sample_min"] = t.min_us.into();
+                        j["us_per_sample_max"] = t.max_us.into();
+                        j["samples_per_pass"] = t.samples_per_pass.into();
+                        j["passes"] = t.passes.into();
+                    }
+                    j
+                })
+                .collect();
+            let skipped: Vec<_> = se
+                .skipped
+                .iter()
+                .map(|k| {
+                    let mut j = fp(&k.predicted);
+                    j["t"] = k.t.into();
+                    j["reason"] = k.reason.clone().into();
+                    j
+                })
+                .collect();
+            serde_json::json!({
+                "mechanism": m.name(),
+                "settings": m.settings(cfg.heads),
+                "expected_time_growth": m.time_growth().name(),
+                "expected_weight_growth": m.weight_growth().name(),
+                "time_slope": se.time_slope(),
+                "time_slope_top": se.time_slope_top(),
+                "arena_slope": se.arena_slope(),
+                "weight_slope": se.weight_slope(),
+                "max_t": se.max_t(),
+                "points": points,
+                "skipped": skipped,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "machine": machine,
+        "weights": "random (timing only), f32",
+        "d": cfg.d,
+        "heads": cfg.heads,
+        "sizes": cfg.sizes,
+        "reps": cfg.reps,
+        "min_pass_ms": cfg.min_pass.as_millis() as u64,
+        "mem_cap_bytes": cfg.mem_cap_bytes,
+        "batch": 1,
+        "threads": 1,
+        "mechanisms": rows,
+    })
+}
+
+/// Colours of the nine series (the tab10 palette, one per mechanism).
+const COLOURS: [(u8, u8, u8); 9] = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+    (23, 190, 207),
+];
+
+/// Draws the log-log PNG: time per sample, arena bytes and weight bytes against T, one line per
+/// mechanism, with dashed slope-1 and slope-2 guides on the time panel.
+pub fn plot(series: &[Series], cfg: &Config, path: &Path) -> Result<()> {
+    use plotters::prelude::*;
+    crate::plot::register_font();
+    let (wpx, hpx) = (1800u32, 640u32);
+    let mut buf = vec![255u8; (wpx * hpx * 3) as usize];
+    {
+        let root = BitMapBackend::with_buffer(&mut buf, (wpx, hpx)).into_drawing_area();
+        let err = |e: DrawingAreaErrorKind<_>| anyhow::anyhow!("drawing the plot: {e}");
+        root.fill(&WHITE).map_err(err)?;
+        let (title, body) = root.split_vertically(40);
+        title
+            .draw(&Text::new(
+                format!(
+                    "Kestrel CPU, one layer, d = {}, batch 1, random weights: time and memory against T (log-log)",
+                    cfg.d
+                ),
+                (12, 12),
+                ("sans-serif", 18).into_font(),
+            ))
+            .map_err(err)?;
+        let panels = body.split_evenly((1, 3));
+        type Get = fn(&Point) -> Option<f64>;
+        let specs: [(&str, &str, Get); 3] = [
+            ("time per sample (legend: slope of the largest sizes)", "us / sample", |p| p.timing.map(|t| t.median_us)),
+            ("arena: activations + scratch (legend: slope)", "bytes", |p| Some(p.footprint.arena() as f64)),
+            ("stored weights (legend: slope)", "bytes", |p| Some(p.footprint.weights as f64)),
+        ];
+        let (t0, t1) = (cfg.sizes[0] as f64, *cfg.sizes.last().unwrap_or(&cfg.sizes[0]) as f64);
+        for (k, (panel, (name, unit, get))) in panels.iter().zip(specs).enumerate() {
+            let vals: Vec<f64> =
+                series.iter().flat_map(|s| s.points.iter().filter_map(get)).filter(|v| *v > 0.0).collect();
+            let (lo, hi) = vals.iter().fold((f64::INFINITY, 0f64), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+            if !lo.is_finite() {
+                continue;
+            }
+            let mut chart = ChartBuilder::on(panel)
+                .caption(name, ("sans-serif", 16))
+                .margin(10)
+                .x_label_area_size(40)
+                .y_label_area_size(80)
+                .build_cartesian_2d((t0 / 1.2..t1 * 1.2).log_scale(), (lo / 2.0..hi * 2.0).log_scale())
+                .map_err(err)?;
+            chart
+                .configure_mesh()
+                .x_desc("tokens T")
+                .y_desc(unit)
+                .x_label_formatter(&|x| format!("{}", x.round() as u64))
+                .y_label_formatter(&|y| format!("{y:.0e}"))
+                .draw()
+                .map_err(err)?;
+            if k == 0 {
+                // Guides through the lowest value at t0: slope 1 and slope 2.
+                for (slope, label) in [(1.0, "slope 1 (linear)"), (2.0, "slope 2 (quadratic)")] {
+                    let y0 = lo;
+                    let pts: Vec<(f64, f64)> = cfg
+                        .sizes
+                        .iter()
+                        .map(|&t| (t as f64, y0 * (t as f64 / t0).powf(slope)))
+                        .filter(|&(_, y)| y <= hi * 2.0)
+                        .collect();
+                    let style = ShapeStyle { color: BLACK.mix(0.5), filled: false, stroke_width: 1 };
+                    chart
+                        .draw_series(std::iter::once(plotters::element::DashedPathElement::new(pts, 6, 4, style)))
+                        .map_err(err)?
+                        .label(label)
+                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.5)));
+                }
+            }
+            for (i, se) in series.iter().enumerate() {
+                let (r, g, b) = COLOURS[Mechanism::ALL.iter().position(|&m| m == se.mechanism).unwrap_or(i) % 9];
+                let colour = RGBColor(r, g, b);
+                let pts: Vec<(f64, f64)> =
+                    se.points.iter().filter_map(|p| get(p).map(|v| (p.t as f64, v))).filter(|p| p.1 > 0.0).collect();
+                chart
+                    .draw_series(std::iter::once(PathElement::new(pts.clone(), colour.stroke_width(2))))
+                    .map_err(err)?;
+                let anno = chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, colour.filled()))).map_err(err)?;
+                let label = match k {
+                    0 => format!("{} ({})", se.mechanism.name(), slope_s(se.time_slope_top())),
+                    1 => format!("{} ({})", se.mechanism.name(), slope_s(se.arena_slope())),
+                    _ => format!("{} ({})", se.mechanism.name(), slope_s(se.weight_slope())),
+                };
+                anno.label(label)
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .label_font(("sans-serif", 12))
+                .draw()
+                .map_err(err)?;
+        }
+        root.present().map_err(err)?;
+    }
+    crate::plot::save_rgb(path, wpx, hpx, buf)
+}
+
+/// `kestrel bench scaling`: sweeps, prints the Markdown table (or `--json`), and writes
+/// `OUT/table.md`, `OUT/results.json` and the PNG (`--plot`, or `OUT/scaling.png` with `--out`).
+pub fn run(w: &mut String, a: &ScalingArgs, reps: usize, json_out: bool, out: Option<&Path>, isa: &str) -> Result<()> {
+    let cfg = Config::from_args(a, reps)?;
+    let machine = machine_description(isa);
+    let total = (cfg.sizes.len() * cfg.mechanisms.len()) as u64;
+    let pb = ProgressBar::new(total);
+    pb.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg} [{elapsed}]")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    eprintln!(
+        "[bench scaling] one-layer models with random weights (timing only), d = {}, T = {:?}, memory cap {}",
+        cfg.d,
+        cfg.sizes,
+        mib(cfg.mem_cap_bytes)
+    );
+    let mut machine = machine;
+    machine["load_average_start"] = crate::machine::load_average().into();
+    let series = sweep(&cfg, &pb)?;
+    pb.finish_and_clear();
+    machine["load_average_end"] = crate::machine::load_average().into();
+    let md = markdown(&series, &cfg, &machine);
+    let j = json(&series, &cfg, &machine);
+    let plot_path = a.plot.clone().or_else(|| out.map(|o| o.join("scaling.png")));
+    if let Some(dir) = out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::write(dir.join("table.md"), &md).with_context(|| format!("writing {}/table.md", dir.display()))?;
+        std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(&j)? + "\n")
+            .with_context(|| format!("writing {}/results.json", dir.display()))?;
+    }
+    if let Some(p) = &plot_path {
+        plot(&series, &cfg, p)?;
+    }
+    if json_out {
+        writeln!(w, "{j}")?;
+    } else {
+        w.push_str(&md);
+        if let Some(dir) = out {
+            writeln!(w, "\nwritten: {}/table.md, {}/results.json", dir.display(), dir.display())?;
+        }
+        if let Some(p) = &plot_path {
+            writeln!(w, "plot: {}", p.display())?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,206 @@
+//! `kestrel bench scaling`: the memory figures are exact (from the built models' plans, checked
+//! against the prediction used for the memory cap), linear mechanisms hold no T×T buffer, skips are
+//! reported, and the command writes its table, JSON and plot. No timing is asserted.
+
+use indicatif::ProgressBar;
+use kestrel_cli::scaling::{
+    conv_grid, footprint, layer_model, loglog_slope, predict, sweep, Config, Mechanism, Series,
+};
+use std::process::Command;
+use std::time::Duration;
+
+fn config(sizes: &[usize], d: usize, cap: u64) -> Config {
+    Config {
+        d,
+        heads: 1,
+        sizes: sizes.to_vec(),
+        mechanisms: Mechanism::ALL.to_vec(),
+        mem_cap_bytes: cap,
+        reps: 1,
+        min_pass: Duration::ZERO,
+        time: false,
+    }
+}
+
+/// `f(T) = a·T + b` exactly on a doubling ladder: f(4T) − f(2T) = 2 (f(2T) − f(T)).
+fn is_linear(v: &[(usize, u64)]) -> bool {
+    v.windows(3).all(|w| {
+        assert_eq!((w[1].0, w[2].0), (2 * w[0].0, 4 * w[0].0), "doubling ladder");
+        let (a, b, c) = (w[0].1 as i128, w[1].1 as i128, w[2].1 as i128);
+        c - b == 2 * (b - a)
+    })
+}
+
+fn arena(s: &Series) -> Vec<(usize, u64)> {
+    s.points.iter().map(|p| (p.t, p.footprint.arena())).collect()
+}
+
+fn weights(s: &Series) -> Vec<(usize, u64)> {
+    s.points.iter().map(|p| (p.t, p.footprint.weights)).collect()
+}
+
+#[test]
+fn arena_is_exactly_linear_in_t_for_every_mechanism() {
+    let cfg = config(&[64, 128, 256, 512, 1024], 32, u64::MAX);
+    let series = sweep(&cfg, &ProgressBar::hidden()).unwrap();
+    assert_eq!(series.len(), 9);
+    for s in &series {
+        assert_eq!(s.points.len(), 5, "{:?}: every size built", s.mechanism);
+        assert!(s.skipped.is_empty());
+        let a = arena(s);
+        // The linear mechanisms (AFT-simple, AFT-local, AFT-conv, Fastformer) must hold no T×T
+        // buffer. So must the others: Standard/Optimised/Efficient/Super compute one query row of
+        // T scores at a time and AFT-full one bias row, so their arena is O(T·d) too (their
+        // *time* is quadratic). A T×T buffer would break this exact second difference.
+        assert!(is_linear(&a), "{:?}: arena {a:?} is not a·T + b", s.mechanism);
+        // And it is O(T·d): below 8 f32 of [T, d] plus a constant (a T×T f32 buffer at T = 1024,
+        // d = 32 alone is 32 T·d floats).
+        for &(t, bytes) in &a {
+            assert!(bytes <= 8 * 4 * (t * 32) as u64 + 4096, "{:?} T={t}: {bytes} bytes", s.mechanism);
+        }
+        assert!((s.arena_slope().unwrap() - 1.0).abs() < 0.05, "{:?}", s.mechanism);
+    }
+}
+
+#[test]
+fn weights_are_quadratic_only_where_the_definition_or_format_says_so() {
+    let cfg = config(&[64, 128, 256, 512], 16, u64::MAX);
+    for s in sweep(&cfg, &ProgressBar::hidden()).unwrap() {
+        let w = weights(&s);
+        match s.mechanism {
+            // Super's W^A is T×T by definition; AFT-local's w is stored T×T by the .kes format
+            // (the kernel reads only the band). Exactly 4 T² bytes on top of a linear part.
+            Mechanism::Super | Mechanism::AftLocal => {
+                let rest: Vec<(usize, u64)> = w.iter().map(|&(t, b)| (t, b - 4 * (t * t) as u64)).collect();
+                assert!(is_linear(&rest), "{:?}: {w:?} minus 4T² is not linear", s.mechanism);
+                assert!(!is_linear(&w));
+            }
+            _ => assert!(is_linear(&w), "{:?}: weights {w:?} not linear in T", s.mechanism),
+        }
+    }
+}
+
+#[test]
+fn prediction_equals_the_built_plan_at_unaligned_sizes() {
+    // T·d·4 not a multiple of 64 (the planner rounds up) and a non-square AFT-conv grid.
+    for (t, d) in [(99usize, 8usize), (100, 24), (37, 16)] {
+        for m in Mechanism::ALL {
+            let bytes = layer_model(m, t, d, 1, 1).unwrap();
+            let model = kestrel::Model::from_bytes(&bytes).unwrap();
+            assert_eq!(footprint(&model).unwrap(), predict(m, t, d, 1).unwrap(), "{m:?} T={t} d={d}");
+        }
+    }
+    // Heads > 1 where a mechanism has heads.
+    for m in Mechanism::ALL {
+        let bytes = layer_model(m, 64, 32, 4, 2).unwrap();
+        let model = kestrel::Model::from_bytes(&bytes).unwrap();
+        assert_eq!(footprint(&model).unwrap(), predict(m, 64, 32, 4).unwrap(), "{m:?} h=4");
+    }
+    assert_eq!(conv_grid(99), (9, 11));
+    assert_eq!(conv_grid(128), (8, 16));
+    assert_eq!(conv_grid(37), (1, 37));
+    assert!(layer_model(Mechanism::Standard, 64, 30, 4, 1).is_err(), "heads must divide d");
+}
+
+#[test]
+fn sizes_over_the_memory_cap_are_skipped_with_a_reason() {
+    // 1 MiB: Super and AFT-local (T×T weights) go over at T = 512, d = 16; nothing else does.
+    let cfg = config(&[128, 256, 512], 16, 1 << 20);
+    let series = sweep(&cfg, &ProgressBar::hidden()).unwrap();
+    for s in &series {
+        let skipped: Vec<usize> = s.skipped.iter().map(|k| k.t).collect();
+        match s.mechanism {
+            Mechanism::Super | Mechanism::AftLocal => {
+                assert_eq!(skipped, [512], "{:?}", s.mechanism);
+                let k = &s.skipped[0];
+                assert!(k.reason.contains("> cap") && k.reason.contains("T x T"), "{}", k.reason);
+                assert!(k.predicted.resident() > 1 << 20);
+                assert_eq!(s.max_t(), Some(256));
+            }
+            _ => assert!(skipped.is_empty(), "{:?} skipped {skipped:?}", s.mechanism),
+        }
+    }
+}
+
+#[test]
+fn loglog_slope_recovers_powers() {
+    let lin: Vec<(usize, f64)> = [64, 128, 256].iter().map(|&t| (t, 3.0 * t as f64)).collect();
+    let quad: Vec<(usize, f64)> = [64, 128, 256].iter().map(|&t| (t, 0.5 * (t * t) as f64)).collect();
+    assert!((loglog_slope(&lin).unwrap() - 1.0).abs() < 1e-12);
+    assert!((loglog_slope(&quad).unwrap() - 2.0).abs() < 1e-12);
+    assert_eq!(loglog_slope(&lin[..1]), None);
+}
+
+fn kestrel(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kestrel")).args(args).output().expect("runs the binary");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+#[test]
+fn the_command_writes_table_json_and_plot_and_reports_skips() {
+    let dir = std::env::temp_dir().join(format!("kestrel-scaling-{}", std::process::id()));
+    let out = dir.to_str().unwrap();
+    let (ok, stdout, stderr) = kestrel(&[
+        "bench",
+        "scaling",
+        "--d",
+        "16",
+        "--min-t",
+        "128",
+        "--max-t",
+        "512",
+        "--reps",
+        "1",
+        "--min-pass-ms",
+        "1",
+        "--mechanisms",
+        "standard,super,aft-simple",
+        "--mem-cap-mib",
+        "1",
+        "--json",
+        "--out",
+        out,
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("random weights"), "{stderr}");
+    assert!(stderr.contains("skipped: super T=512"), "the skip is printed: {stderr}");
+    let j: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    let rows = j["mechanisms"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["mechanism"].as_str().unwrap()).collect();
+    assert_eq!(names, ["standard", "super", "aft-simple"]);
+    for r in rows {
+        let n = r["points"].as_array().unwrap().len() + r["skipped"].as_array().unwrap().len();
+        assert_eq!(n, 3, "{r}");
+        for p in r["points"].as_array().unwrap() {
+            assert!(p["us_per_sample"].as_f64().unwrap() > 0.0);
+            assert!(p["us_per_sample_min"].as_f64() <= p["us_per_sample_max"].as_f64());
+            assert_eq!(
+                p["arena_bytes"].as_u64().unwrap(),
+                p["activation_bytes"].as_u64().unwrap() + p["scratch_bytes"].as_u64().unwrap()
+            );
+        }
+        assert!(r["time_slope"].as_f64().is_some() && r["arena_slope"].as_f64().is_some());
+    }
+    assert_eq!(rows[1]["skipped"][0]["t"], 512);
+    assert_eq!(rows[1]["max_t"], 256);
+    let md = std::fs::read_to_string(dir.join("table.md")).unwrap();
+    assert!(md.contains("| super |") && md.contains("skipped") && md.contains("random weights"), "{md}");
+    let png = std::fs::read(dir.join("scaling.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    assert_eq!(saved["sizes"], serde_json::json!([128, 256, 512]));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bad_scaling_flags_are_errors() {
+    let (ok, _, stderr) = kestrel(&["bench", "scaling", "--min-t", "64", "--max-t", "100"]);
+    assert!(!ok && stderr.contains("power of two"), "{stderr}");
+    let (ok, _, stderr) = kestrel(&["bench", "scaling", "--max-t", "128", "--mechanisms", "linformer"]);
+    assert!(!ok && stderr.contains("unknown mechanism"), "{stderr}");
+    let (ok, _, stderr) = kestrel(&["bench", "scaling", "--max-t", "128", "--batch", "4"]);
+    assert!(!ok && stderr.contains("batch 1"), "{stderr}");
+    let (ok, _, stderr) = kestrel(&["bench", "scaling", "--max-t", "128", "--d", "30", "--heads", "4"]);
+    assert!(!ok && stderr.contains("must divide"), "{stderr}");
+}
