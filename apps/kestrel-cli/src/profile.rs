@@ -3,7 +3,7 @@
 //! timestamp queries around each node's compute pass), as a table, JSON, a Chrome trace and a
 //! PNG bar chart.
 
-use crate::backend::{BackendArgs, GpuRunner, Runner};
+use crate::backend::{Backend, BackendArgs, GpuRunner, Runner};
 use crate::classify::BUNDLED;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -91,13 +91,18 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
     };
     let feed: Input<'_> = array.input();
     let batch = array.shape().first().copied().unwrap_or(1);
-    let (prof, backend, timing) = match Runner::new(&model, batch, &args.backend)? {
-        Runner::Cpu(session) => {
-            drop(session);
+    // An explicit CPU backend profiles directly; otherwise a GPU session, or the CPU session
+    // `auto` fell back to (dropped: the CPU profiler binds its own arena).
+    let runner = match args.backend.backend {
+        Backend::Cpu => None,
+        _ => Some(Runner::new(&model, batch, &args.backend)?),
+    };
+    let (prof, backend, timing) = match runner {
+        None | Some(Runner::Cpu(_)) => {
             let prof = kestrel::profile::profile(&model, &[feed], args.warmup, args.runs)?;
             (prof, "cpu".to_string(), Timing::HostClock)
         }
-        Runner::Gpu(mut gpu) => {
+        Some(Runner::Gpu(mut gpu)) => {
             let (prof, timing) = gpu_profile(&model, &mut gpu, &[feed], args.warmup, args.runs)?;
             let on = Runner::Gpu(gpu).on();
             (prof, on, timing)
