@@ -21,8 +21,9 @@ use std::time::Instant;
 /// Arguments of `kestrel bench`.
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// The .kes model to time, `paper` for the Table 5 benchmark (see `--models`), or `scaling`
-    /// for time and memory against the token count T (see `--max-t`).
+    /// The .kes model to time, `paper` for the Table 5 benchmark (see `--models`), `scaling`
+    /// for time and memory against the token count T (see `--max-t`), or `gemm` for the f32
+    /// dense kernels' GFLOP/s on the paper models' large shapes against the measured peak.
     pub model: String,
     /// Input samples (.npy, batch first), cycled to fill the batches; default: synthetic inputs
     /// (uniform [0, 1) for f32 inputs, token ids `i mod 2` for integer inputs).
@@ -43,7 +44,7 @@ pub struct BenchArgs {
     pub threads: usize,
     #[command(flatten)]
     pub backend: BackendArgs,
-    /// Force the kernels' instruction set: scalar, avx2, avx2-vnni, neon (default: the best detected).
+    /// Force the kernels' instruction set: scalar, avx2, avx2-vnni, avx512, neon (default: the best detected).
     #[arg(long)]
     pub isa: Option<String>,
     /// Print one JSON object instead of text.
@@ -52,9 +53,9 @@ pub struct BenchArgs {
     /// `paper` only: directory of exported paper models (benches/paper/export_paper_models.py).
     #[arg(long, default_value = "target/paper-models")]
     pub models: PathBuf,
-    /// `paper` and `scaling`: where to write the results (`paper`: table.md, results.csv,
+    /// `paper`, `scaling` and `gemm`: where to write the results (`paper`: table.md, results.csv,
     /// results.json; default benches/results/latest. `scaling`: table.md, results.json,
-    /// scaling.png; default: nothing written).
+    /// scaling.png; `gemm`: gemm.md, gemm.json; default: nothing written).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// `paper` only: batch size of the batched runs.
@@ -230,7 +231,9 @@ pub fn time_on(
 pub fn apply_isa(isa: Option<&str>) -> Result<&'static str> {
     use kestrel_cpu_simd::{isa as current, set_isa, Isa};
     if let Some(name) = isa {
-        let Some(i) = Isa::from_name(name) else { bail!("unknown --isa {name:?} (scalar, avx2, avx2-vnni, neon)") };
+        let Some(i) = Isa::from_name(name) else {
+            bail!("unknown --isa {name:?} (scalar, avx2, avx2-vnni, avx512, neon)")
+        };
         if !set_isa(i) {
             bail!("--isa {name}: this CPU does not support it (best: {})", kestrel_cpu_simd::detect().name());
         }
@@ -260,6 +263,12 @@ pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
     }
     if !a.scaling.mechanisms.is_empty() || a.scaling.plot.is_some() {
         bail!("--mechanisms and --plot belong to `kestrel bench scaling`");
+    }
+    if a.model == "gemm" {
+        if a.backend.backend != Backend::Cpu || a.input.is_some() || !a.only.is_empty() {
+            bail!("`kestrel bench gemm` times the CPU dense kernels on built-in shapes: --backend, --input and --only do not apply");
+        }
+        return crate::bench_gemm::run(w, isa, a.threads, a.json, a.out.as_deref(), 300.0);
     }
     if a.model == "paper" {
         if a.backend.backend != Backend::Cpu {

@@ -1,6 +1,7 @@
 //! `kestrel`: the command-line tool.
 
 mod bench;
+mod bench_gemm;
 mod bench_paper;
 mod convert;
 mod devices;

@@ -20,6 +20,9 @@ fn simd_matmul(isa: Isa, x: &[f32], rows: usize, w: &WeightView<'_>) -> Option<V
         #[cfg(target_arch = "x86_64")]
         // SAFETY: supported() checked AVX2/FMA/F16C.
         Isa::Avx2 => unsafe { simd::x86::matmul_wt(x, rows, w, &mut y) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: supported() checked AVX-512F and AVX2/FMA/F16C.
+        Isa::Avx512 => unsafe { simd::x86::matmul_wt_avx512(x, rows, w, &mut y) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: NEON is baseline.
         Isa::Neon => unsafe { simd::neon::matmul_wt(x, rows, w, &mut y) },
@@ -29,7 +32,7 @@ fn simd_matmul(isa: Isa, x: &[f32], rows: usize, w: &WeightView<'_>) -> Option<V
 }
 
 fn isas() -> Vec<Isa> {
-    let all = [Isa::Avx2, Isa::Avx2Vnni, Isa::Neon];
+    let all = [Isa::Avx2, Isa::Avx2Vnni, Isa::Avx512, Isa::Neon];
     let found: Vec<Isa> = all.into_iter().filter(|i| i.supported()).collect();
     if found.is_empty() {
         eprintln!("no SIMD ISA on this CPU: only the scalar kernels run here");
@@ -49,33 +52,59 @@ fn case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>)> {
     })
 }
 
+/// Every ISA's `x · Wᵀ` against the scalar kernel and the f64 reference on the decoded weights.
+fn check_matmul(rows: usize, out: usize, inp: usize, x: &[f32], wv: &[f32], dt: u8) {
+    let dtype = DType::from_u8(dt).unwrap();
+    let e = EncodedWeight::encode(dtype, out, inp, wv).unwrap();
+    let mut store = ViewStore::default();
+    let w = e.view(&mut store);
+    let mut scalar = vec![0.0f32; rows * out];
+    linear_scalar_body(x, rows, &w, None, &mut scalar);
+    // f64 reference on the decoded weights (the encoding's rounding is not the kernel's error).
+    let dec = e.decode();
+    let want: Vec<f64> = (0..rows * out)
+        .map(|i| {
+            let (r, o) = (i / out, i % out);
+            (0..inp).map(|k| f64::from(x[r * inp + k]) * f64::from(dec[o * inp + k])).sum()
+        })
+        .collect();
+    assert_close("scalar linear", &scalar, &want, F32_APPROX);
+    for isa in isas() {
+        if let Some(got) = simd_matmul(isa, x, rows, &w) {
+            assert_close(&format!("{} {:?} matmul_wt", isa.name(), dtype), &got, &want, F32_APPROX);
+            let scalar64: Vec<f64> = scalar.iter().map(|&v| f64::from(v)).collect();
+            assert_close(&format!("{} {:?} vs scalar", isa.name(), dtype), &got, &scalar64, F32_APPROX);
+        }
+    }
+}
+
+fn gemm_case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>)> {
+    (6usize..42, 1usize..80, prop_oneof![1usize..40, 250usize..600, 1000usize..1100]).prop_flat_map(
+        |(rows, out, inp)| {
+            (
+                Just(rows),
+                Just(out),
+                Just(inp),
+                proptest::collection::vec(-2.0f32..2.0, rows * inp),
+                proptest::collection::vec(-1.0f32..1.0, out * inp),
+            )
+        },
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
     #[test]
     fn matmul_matches_scalar_and_f64((rows, out, inp, x, wv) in case(), dt in 0u8..4) {
-        let dtype = DType::from_u8(dt).unwrap();
-        let e = EncodedWeight::encode(dtype, out, inp, &wv).unwrap();
-        let mut store = ViewStore::default();
-        let w = e.view(&mut store);
-        let mut scalar = vec![0.0f32; rows * out];
-        linear_scalar_body(&x, rows, &w, None, &mut scalar);
-        // f64 reference on the decoded weights (the encoding's rounding is not the kernel's error).
-        let dec = e.decode();
-        let want: Vec<f64> = (0..rows * out)
-            .map(|i| {
-                let (r, o) = (i / out, i % out);
-                (0..inp).map(|k| f64::from(x[r * inp + k]) * f64::from(dec[o * inp + k])).sum()
-            })
-            .collect();
-        assert_close("scalar linear", &scalar, &want, F32_APPROX);
-        for isa in isas() {
-            if let Some(got) = simd_matmul(isa, &x, rows, &w) {
-                assert_close(&format!("{} {:?} matmul_wt", isa.name(), dtype), &got, &want, F32_APPROX);
-                let scalar64: Vec<f64> = scalar.iter().map(|&v| f64::from(v)).collect();
-                assert_close(&format!("{} {:?} vs scalar", isa.name(), dtype), &got, &scalar64, F32_APPROX);
-            }
-        }
+        check_matmul(rows, out, inp, &x, &wv, dt);
+    }
+
+    /// Shapes for the packed GEMM: row tails of its 6- and 8-row micro-kernels, partial 16- and
+    /// 32-feature panels, column blocks of 256 (and 1024 for the few-row kernel) with ragged ends.
+    #[test]
+    fn packed_gemm_matches_scalar_and_f64((rows, out, inp, x, wv) in gemm_case(), dt in 0u8..4) {
+        check_matmul(rows, out, inp, &x, &wv, dt);
     }
 
     #[test]
@@ -124,7 +153,7 @@ fn simd_dot(isa: Isa, a: &[f32], b: &[f32]) -> Option<f32> {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: only called for supported ISAs.
-        Isa::Avx2 | Isa::Avx2Vnni => Some(unsafe { simd::x86::dot_f32(a, b) }),
+        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => Some(unsafe { simd::x86::dot_f32(a, b) }),
         #[cfg(target_arch = "aarch64")]
         // SAFETY: NEON is baseline.
         Isa::Neon => Some(unsafe { simd::neon::dot_f32(a, b) }),
@@ -136,7 +165,7 @@ fn simd_axpy(isa: Isa, y: &mut [f32], s: f32, x: &[f32]) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: only called for supported ISAs.
-        Isa::Avx2 | Isa::Avx2Vnni => unsafe { simd::x86::axpy(y, s, x) },
+        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { simd::x86::axpy(y, s, x) },
         _ => {
             for (y, &x) in y.iter_mut().zip(x) {
                 *y += s * x;
@@ -164,7 +193,7 @@ fn simd_dot_i4(isa: Isa, bytes: &[u8], xq: &[i8]) -> Option<i32> {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: only called for supported ISAs.
-        Isa::Avx2 | Isa::Avx2Vnni => Some(unsafe { simd::x86::dot_i4_group(bytes, xq) }),
+        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => Some(unsafe { simd::x86::dot_i4_group(bytes, xq) }),
         _ => None,
     }
 }
@@ -174,7 +203,7 @@ fn dispatch_picks_a_supported_isa_and_refuses_missing_ones() {
     let best = simd::detect();
     assert!(best.supported());
     assert_eq!(simd::isa(), best);
-    for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx2Vnni, Isa::Neon] {
+    for isa in Isa::ALL {
         assert_eq!(Isa::from_name(isa.name()), Some(isa));
         if !isa.supported() {
             assert!(!simd::set_isa(isa), "{} accepted without CPU support", isa.name());

@@ -58,8 +58,12 @@ fn split(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32], body: &Body<
         let n = crate::threads::threads();
         if n > 1 && rows.saturating_mul(out).saturating_mul(inp) >= PAR_MIN_MACS {
             let yp = SharedOut(y.as_mut_ptr(), y.len());
-            if rows >= 2 {
-                let tasks = n.min(rows);
+            // The SIMD kernels choose their algorithm by row count (dot products below
+            // `GEMM_MIN_ROWS`, GEMM kernels from it, which all sum in the same order): parts of
+            // a split keep the whole's side of that line, so results stay bit-identical.
+            let min_part = if rows >= super::simd::GEMM_MIN_ROWS { super::simd::GEMM_MIN_ROWS } else { 1 };
+            let tasks = n.min(rows / min_part);
+            if rows >= 2 && tasks >= 2 {
                 let per = rows.div_ceil(tasks);
                 crate::threads::for_each(tasks, &|t| {
                     let (r0, r1) = (t * per, ((t + 1) * per).min(rows));

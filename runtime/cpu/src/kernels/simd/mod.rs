@@ -14,10 +14,17 @@ use core::sync::atomic::{AtomicU8, Ordering};
 use kestrel_format::weight::dot_f32 as dot_f32_scalar;
 use kestrel_format::WeightView;
 
+#[cfg(target_arch = "x86_64")]
+mod gemm;
 #[cfg(target_arch = "aarch64")]
 pub mod neon;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
+
+/// Rows from which the x86 dense kernels switch from dot products to the GEMM kernels (which
+/// sum every output in one order whatever the row count; the dot products sum in another).
+/// A layer split by rows across threads keeps every part on the whole's side of this line.
+pub const GEMM_MIN_ROWS: usize = 8;
 
 /// An instruction set the kernels can run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,24 +35,32 @@ pub enum Isa {
     Avx2,
     /// x86_64 AVX2 + FMA + F16C with AVX-VNNI (`vpdpbusd`) for int8 × int8.
     Avx2Vnni,
+    /// x86_64 AVX-512F on top of AVX2 + FMA + F16C: the packed 8×32 GEMM for dense layers of
+    /// 8 rows or more; the other kernels are the AVX2 ones (int8 × int8 through AVX-VNNI when
+    /// the CPU has it).
+    Avx512,
     /// aarch64 NEON (Advanced SIMD).
     Neon,
 }
 
 impl Isa {
-    /// A short lower-case name (`scalar`, `avx2`, `avx2-vnni`, `neon`).
+    /// Every ISA, best last within each architecture.
+    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Avx2Vnni, Isa::Avx512, Isa::Neon];
+
+    /// A short lower-case name (`scalar`, `avx2`, `avx2-vnni`, `avx512`, `neon`).
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::Avx2Vnni => "avx2-vnni",
+            Isa::Avx512 => "avx512",
             Isa::Neon => "neon",
         }
     }
 
     /// Parses [`name`](Self::name).
     pub fn from_name(s: &str) -> Option<Isa> {
-        [Isa::Scalar, Isa::Avx2, Isa::Avx2Vnni, Isa::Neon].into_iter().find(|i| i.name() == s)
+        Isa::ALL.into_iter().find(|i| i.name() == s)
     }
 
     fn code(self) -> u8 {
@@ -54,6 +69,7 @@ impl Isa {
             Isa::Avx2 => 2,
             Isa::Avx2Vnni => 3,
             Isa::Neon => 4,
+            Isa::Avx512 => 5,
         }
     }
 
@@ -62,6 +78,7 @@ impl Isa {
             2 => Isa::Avx2,
             3 => Isa::Avx2Vnni,
             4 => Isa::Neon,
+            5 => Isa::Avx512,
             _ => Isa::Scalar,
         }
     }
@@ -72,6 +89,7 @@ impl Isa {
             Isa::Scalar => true,
             Isa::Avx2 => has_avx2(),
             Isa::Avx2Vnni => has_avx2() && has_avx_vnni(),
+            Isa::Avx512 => has_avx2() && has_avx512(),
             Isa::Neon => has_neon(),
         }
     }
@@ -95,7 +113,9 @@ pub fn isa() -> Isa {
 
 /// The best ISA this CPU supports.
 pub fn detect() -> Isa {
-    if Isa::Avx2Vnni.supported() {
+    if Isa::Avx512.supported() {
+        Isa::Avx512
+    } else if Isa::Avx2Vnni.supported() {
         Isa::Avx2Vnni
     } else if Isa::Avx2.supported() {
         Isa::Avx2
@@ -144,6 +164,19 @@ fn has_avx_vnni() -> bool {
     false
 }
 
+#[cfg(all(target_arch = "x86_64", feature = "std"))]
+fn has_avx512() -> bool {
+    std::is_x86_feature_detected!("avx512f")
+}
+#[cfg(all(target_arch = "x86_64", not(feature = "std")))]
+fn has_avx512() -> bool {
+    cfg!(target_feature = "avx512f")
+}
+#[cfg(not(target_arch = "x86_64"))]
+fn has_avx512() -> bool {
+    false
+}
+
 #[cfg(target_arch = "aarch64")]
 fn has_neon() -> bool {
     // NEON is part of the aarch64 base ISA.
@@ -160,7 +193,7 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     match isa() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `isa()` only returns Avx2* after detecting AVX2, FMA and F16C.
-        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::dot_f32(a, b) },
+        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { x86::dot_f32(a, b) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: NEON is baseline on aarch64.
         Isa::Neon => unsafe { neon::dot_f32(a, b) },
@@ -174,7 +207,7 @@ pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     match isa() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `dot_f32`.
-        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::axpy(y, a, x) },
+        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { x86::axpy(y, a, x) },
         _ => {
             for (y, &x) in y.iter_mut().zip(x) {
                 *y += a * x;
@@ -193,6 +226,12 @@ pub fn matmul_wt(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32]) -> b
         Isa::Avx2 | Isa::Avx2Vnni => {
             // SAFETY: features detected (see `dot_f32`); lengths checked above.
             unsafe { x86::matmul_wt(x, rows, w, y) };
+            true
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => {
+            // SAFETY: AVX-512F, AVX2, FMA and F16C detected; lengths checked above.
+            unsafe { x86::matmul_wt_avx512(x, rows, w, y) };
             true
         }
         #[cfg(target_arch = "aarch64")]
@@ -215,6 +254,12 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX2 and AVX-VNNI detected.
         Isa::Avx2Vnni => unsafe { x86::dot_i8_vnni(a, b) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2 detected, AVX-VNNI checked.
+        Isa::Avx512 if has_avx_vnni() => unsafe { x86::dot_i8_vnni(a, b) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2 detected.
+        Isa::Avx512 => unsafe { x86::dot_i8(a, b) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: NEON is baseline.
         Isa::Neon => unsafe { neon::dot_i8(a, b) },
@@ -234,7 +279,7 @@ pub fn dot_i4_group(bytes: &[u8], xq: &[i8]) -> i32 {
     match isa() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: features detected; `x86::dot_i4_group` checks the lengths.
-        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::dot_i4_group(bytes, xq) },
+        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { x86::dot_i4_group(bytes, xq) },
         _ => dot_i4_group_scalar(bytes, xq),
     }
 }
@@ -258,4 +303,36 @@ pub(crate) fn nibble(bytes: &[u8], j: usize) -> f32 {
     let b = bytes[j / 2];
     let n = if j % 2 == 1 { b >> 4 } else { b & 0x0f };
     f32::from(((n << 4) as i8) >> 4)
+}
+
+/// Runs the current ISA's peak-throughput probe for `iters` rounds: 16 independent FMA chains
+/// of the widest vectors the dense kernels use (x86: `vfmadd231ps` in assembly, AVX-512 16 lanes
+/// or AVX2 8), else a plain f32 multiply-add loop. Returns `(flops, checksum)`: time the call to
+/// get one core's f32 peak (the `kestrel bench gemm` method).
+pub fn fma_probe(iters: usize) -> (u64, f32) {
+    const CHAINS: usize = 16;
+    let lanes = match isa() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => 16,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx2Vnni => 8,
+        _ => 1,
+    };
+    let flops = (iters * CHAINS * lanes * 2) as u64;
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512F and AVX2/FMA detected.
+        Isa::Avx512 => return (flops, unsafe { x86::fma_probe_avx512(iters) } as f32),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2/FMA detected.
+        Isa::Avx2 | Isa::Avx2Vnni => return (flops, unsafe { x86::fma_probe_avx2(iters) } as f32),
+        _ => {}
+    }
+    let mut acc = [1.0f32; CHAINS];
+    for _ in 0..iters {
+        for v in acc.iter_mut() {
+            *v = core::hint::black_box(*v) * 0.999_9 + 1e-4;
+        }
+    }
+    (flops, acc.iter().sum())
 }

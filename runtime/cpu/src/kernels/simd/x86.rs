@@ -6,6 +6,7 @@
 //! the group's scale) and used for 4 rows of `x`. The per-encoding loaders are `#[inline(always)]`
 //! and only ever called from the `#[target_feature]` entry points, so they compile with AVX2.
 
+use super::gemm;
 use super::nibble;
 use core::arch::x86_64::*;
 use half::f16;
@@ -89,7 +90,7 @@ pub unsafe fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
 }
 
 /// A weight matrix read 8 columns at a time, dequantised in registers.
-trait Loader {
+pub(super) trait Loader {
     /// Columns.
     fn cols(&self) -> usize;
     /// Columns `k..k+8` of row `o`, dequantised except for the per-row scale
@@ -99,9 +100,11 @@ trait Loader {
     fn get(&self, o: usize, k: usize) -> f32;
     /// Factor applied to row `o`'s sums.
     fn row_scale(&self, o: usize) -> f32;
+    /// Address of the byte holding element `(o, k)` (`k < cols`), for software prefetches.
+    fn addr(&self, o: usize, k: usize) -> *const u8;
 }
 
-struct F32W<'a>(&'a [f32], usize);
+pub(super) struct F32W<'a>(pub(super) &'a [f32], pub(super) usize);
 impl Loader for F32W<'_> {
     #[inline(always)]
     fn cols(&self) -> usize {
@@ -116,6 +119,10 @@ impl Loader for F32W<'_> {
     #[inline(always)]
     fn get(&self, o: usize, k: usize) -> f32 {
         self.0[o * self.1 + k]
+    }
+    #[inline(always)]
+    fn addr(&self, o: usize, k: usize) -> *const u8 {
+        self.0.as_ptr().wrapping_add(o * self.1 + k).cast()
     }
     #[inline(always)]
     fn row_scale(&self, _: usize) -> f32 {
@@ -138,6 +145,10 @@ impl Loader for F16W<'_> {
     #[inline(always)]
     fn get(&self, o: usize, k: usize) -> f32 {
         self.0[o * self.1 + k].to_f32()
+    }
+    #[inline(always)]
+    fn addr(&self, o: usize, k: usize) -> *const u8 {
+        self.0.as_ptr().wrapping_add(o * self.1 + k).cast()
     }
     #[inline(always)]
     fn row_scale(&self, _: usize) -> f32 {
@@ -163,6 +174,10 @@ impl Loader for I8W<'_> {
     #[inline(always)]
     fn get(&self, o: usize, k: usize) -> f32 {
         f32::from(self.0[o * self.2 + k])
+    }
+    #[inline(always)]
+    fn addr(&self, o: usize, k: usize) -> *const u8 {
+        self.0.as_ptr().wrapping_add(o * self.2 + k).cast()
     }
     #[inline(always)]
     fn row_scale(&self, o: usize) -> f32 {
@@ -206,6 +221,10 @@ impl Loader for I4W<'_> {
     fn get(&self, o: usize, k: usize) -> f32 {
         let row = &self.q[o * self.row_bytes..(o + 1) * self.row_bytes];
         nibble(row, k) * self.scales[o * self.groups + k / INT4_GROUP].to_f32()
+    }
+    #[inline(always)]
+    fn addr(&self, o: usize, k: usize) -> *const u8 {
+        self.q.as_ptr().wrapping_add(o * self.row_bytes + k / 2)
     }
     #[inline(always)]
     fn row_scale(&self, _: usize) -> f32 {
@@ -324,7 +343,32 @@ unsafe fn matmul_impl<L: Loader>(x: &[f32], rows: usize, w: &L, out: usize, y: &
     }
 }
 
-/// `y [rows, out] = x [rows, in] · Wᵀ` for any weight encoding (no bias).
+/// Runs `$body` with `$l` bound to the loader of `$w`'s encoding (`$inp` columns).
+macro_rules! with_loader {
+    ($w:expr, $inp:expr, $l:ident => $body:expr) => {
+        match $w.data() {
+            WeightData::F32(d) => {
+                let $l = &F32W(d, $inp);
+                $body
+            }
+            WeightData::F16(d) => {
+                let $l = &F16W(d, $inp);
+                $body
+            }
+            WeightData::I8 { q, scales } => {
+                let $l = &I8W(q, scales, $inp);
+                $body
+            }
+            WeightData::I4 { q, scales } => {
+                let $l = &I4W { q, scales, cols: $inp, row_bytes: int4_row_bytes($inp), groups: int4_groups($inp) };
+                $body
+            }
+        }
+    };
+}
+
+/// `y [rows, out] = x [rows, in] · Wᵀ` for any weight encoding (no bias): the packed 6×16 GEMM
+/// ([`super::gemm`]) from [`gemm::MIN_ROWS`] rows, the dot-product kernels below it.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C; `x.len() >= rows·in`, `y.len() >= rows·out`.
@@ -334,17 +378,35 @@ pub unsafe fn matmul_wt(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32
     assert!(x.len() >= rows * inp && y.len() >= rows * out);
     // SAFETY: lengths checked; the view's data lengths were validated by `WeightView::new`.
     unsafe {
-        match w.data() {
-            WeightData::F32(d) => matmul_impl(x, rows, &F32W(d, inp), out, y),
-            WeightData::F16(d) => matmul_impl(x, rows, &F16W(d, inp), out, y),
-            WeightData::I8 { q, scales } => matmul_impl(x, rows, &I8W(q, scales, inp), out, y),
-            WeightData::I4 { q, scales } => matmul_impl(
-                x,
-                rows,
-                &I4W { q, scales, cols: inp, row_bytes: int4_row_bytes(inp), groups: int4_groups(inp) },
-                out,
-                y,
-            ),
+        let f32_rows = if let WeightData::F32(d) = w.data() { Some(d) } else { None };
+        if let (Some(d), true) = (f32_rows, (gemm::MIN_ROWS..=gemm::SMALL_M_MAX).contains(&rows)) {
+            gemm::gemm_small_m::<gemm::Y, 6, 2>(x, rows, &F32W(d, inp), out, y)
+        } else if rows >= gemm::MIN_ROWS {
+            with_loader!(w, inp, l => gemm::gemm::<gemm::Y, _, 6, 2>(x, rows, l, out, y))
+        } else {
+            with_loader!(w, inp, l => matmul_impl(x, rows, l, out, y))
+        }
+    }
+}
+
+/// [`matmul_wt`] with the AVX-512 packed 8×32 GEMM from [`gemm::MIN_ROWS`] rows (fewer rows:
+/// the AVX2 dot-product kernels, which are bandwidth-bound there).
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2, FMA and F16C; lengths as [`matmul_wt`].
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub unsafe fn matmul_wt_avx512(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32]) {
+    let (out, inp) = (w.rows(), w.cols());
+    assert!(x.len() >= rows * inp && y.len() >= rows * out);
+    // SAFETY: lengths checked; the view's data lengths were validated by `WeightView::new`.
+    unsafe {
+        let f32_rows = if let WeightData::F32(d) = w.data() { Some(d) } else { None };
+        if let (Some(d), true) = (f32_rows, (gemm::MIN_ROWS..=gemm::SMALL_M_MAX).contains(&rows)) {
+            gemm::gemm_small_m::<gemm::Z, 12, 1>(x, rows, &F32W(d, inp), out, y)
+        } else if rows >= gemm::MIN_ROWS {
+            with_loader!(w, inp, l => gemm::gemm::<gemm::Z, _, 8, 2>(x, rows, l, out, y))
+        } else {
+            with_loader!(w, inp, l => matmul_impl(x, rows, l, out, y))
         }
     }
 }
@@ -452,4 +514,87 @@ pub unsafe fn dot_i4_group(bytes: &[u8], xq: &[i8]) -> i32 {
         let x = _mm256_loadu_si256(xs.as_ptr().cast());
         hsum_i32(madd32(_mm256_setzero_si256(), w, x))
     }
+}
+
+/// Independent FMA chains per round of the peak probes: two FMA pipes × up to 5 cycles of
+/// latency need at least 10 in flight; 16 leave margin.
+pub const PROBE_CHAINS: usize = 16;
+
+/// Runs `iters` rounds of [`PROBE_CHAINS`] independent `vfmadd231ps` on `$reg` registers
+/// (written in assembly: the compiler either folds a constant recurrence away or spills a long
+/// accumulator array, and a peak probe must be exactly the instructions it claims).
+macro_rules! fma_probe_asm {
+    ($iters:expr, $reg:literal) => {{
+        let mut n = $iters;
+        // SAFETY: register-only arithmetic on vector registers 0-15 (zeroed first, declared
+        // clobbered); the loop counter is the only input.
+        unsafe {
+            core::arch::asm!(
+                concat!("vxorps ", $reg, "0, ", $reg, "0, ", $reg, "0"),
+                concat!("vxorps ", $reg, "1, ", $reg, "1, ", $reg, "1"),
+                concat!("vxorps ", $reg, "2, ", $reg, "2, ", $reg, "2"),
+                concat!("vxorps ", $reg, "3, ", $reg, "3, ", $reg, "3"),
+                concat!("vxorps ", $reg, "4, ", $reg, "4, ", $reg, "4"),
+                concat!("vxorps ", $reg, "5, ", $reg, "5, ", $reg, "5"),
+                concat!("vxorps ", $reg, "6, ", $reg, "6, ", $reg, "6"),
+                concat!("vxorps ", $reg, "7, ", $reg, "7, ", $reg, "7"),
+                concat!("vxorps ", $reg, "8, ", $reg, "8, ", $reg, "8"),
+                concat!("vxorps ", $reg, "9, ", $reg, "9, ", $reg, "9"),
+                concat!("vxorps ", $reg, "10, ", $reg, "10, ", $reg, "10"),
+                concat!("vxorps ", $reg, "11, ", $reg, "11, ", $reg, "11"),
+                concat!("vxorps ", $reg, "12, ", $reg, "12, ", $reg, "12"),
+                concat!("vxorps ", $reg, "13, ", $reg, "13, ", $reg, "13"),
+                concat!("vxorps ", $reg, "14, ", $reg, "14, ", $reg, "14"),
+                concat!("vxorps ", $reg, "15, ", $reg, "15, ", $reg, "15"),
+                "test {n}, {n}",
+                "jz 3f",
+                "2:",
+                concat!("vfmadd231ps ", $reg, "3, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "4, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "5, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "6, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "7, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "8, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "9, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "10, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "11, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "12, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "13, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "14, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "15, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "0, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "3, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "4, ", $reg, "1, ", $reg, "2"),
+                "dec {n}",
+                "jnz 2b",
+                "3:",
+                n = inout(reg) n,
+                out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _,
+                out("xmm4") _, out("xmm5") _, out("xmm6") _, out("xmm7") _,
+                out("xmm8") _, out("xmm9") _, out("xmm10") _, out("xmm11") _,
+                out("xmm12") _, out("xmm13") _, out("xmm14") _, out("xmm15") _,
+                options(nomem, nostack),
+            );
+        }
+        n
+    }};
+}
+
+/// The peak-throughput probe: `iters` rounds of [`PROBE_CHAINS`] 8-lane FMAs
+/// (`iters · 16 · 8 · 2` flops). Returns the loop counter's final value (0).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn fma_probe_avx2(iters: usize) -> usize {
+    fma_probe_asm!(iters, "ymm")
+}
+
+/// [`fma_probe_avx2`] with 16-lane AVX-512 FMAs (`iters · 16 · 16 · 2` flops).
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub unsafe fn fma_probe_avx512(iters: usize) -> usize {
+    fma_probe_asm!(iters, "zmm")
 }

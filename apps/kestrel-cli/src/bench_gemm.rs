@@ -1,0 +1,207 @@
+//! `kestrel bench gemm`: the f32 dense kernels' GFLOP/s on the paper models' large shapes, as a
+//! fraction of this machine's measured peak.
+//!
+//! **Peak** (per core): the kernels' ISA probe ([`kestrel_cpu::kernels::simd::fma_probe`]):
+//! 16 independent FMA chains of the widest vectors the GEMM uses (AVX-512: 16 lanes), timed over
+//! ~50 ms, best of several runs, one thread. It is the FMA throughput the core actually sustains
+//! at its current clock (not a datasheet figure), so the percentage is kernel efficiency.
+//! With `--threads T` the reference peak is T × the one-core peak.
+//!
+//! **GEMM**: `kestrel_cpu::linear` (the runtime's dense entry point: ISA dispatch, packing,
+//! thread split) on random f32 inputs and weights, `y [M, N] = x [M, K] · Wᵀ`, timed after a
+//! warm-up call, repeated for at least `--min-ms` per shape; the median call gives GFLOP/s
+//! (2·M·N·K flops).
+
+use anyhow::{Context, Result};
+use kestrel::format::ops::Activation;
+use kestrel::format::weight::EncodedWeight;
+use kestrel::format::{DType, WeightView};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Instant;
+
+/// The shapes timed: (label, M, N, K). M = tokens × batch.
+pub const SHAPES: &[(&str, usize, usize, usize)] = &[
+    ("mnist head, batch 32", 32, 2048, 4096),
+    ("mnist head 2, batch 32", 32, 1024, 2048),
+    ("cifar head, batch 32", 32, 2048, 20736),
+    ("mnist MLP up, batch 32", 2048, 128, 64),
+    ("cifar projection, batch 1", 144, 144, 144),
+    ("cifar MLP up, batch 1", 144, 288, 144),
+    ("cifar projection, batch 32", 4608, 144, 144),
+    ("cifar MLP up, batch 32", 4608, 288, 144),
+    ("cifar MLP down, batch 32", 4608, 144, 288),
+    ("square 1024", 1024, 1024, 1024),
+];
+
+/// One shape's result.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// Label.
+    pub shape: String,
+    /// Rows of x.
+    pub m: usize,
+    /// Output features.
+    pub n: usize,
+    /// Input features.
+    pub k: usize,
+    /// Weight encoding.
+    pub dtype: String,
+    /// Median GFLOP/s.
+    pub gflops: f64,
+    /// Best call's GFLOP/s.
+    pub gflops_max: f64,
+    /// `gflops` / (threads × one-core peak).
+    pub fraction_of_peak: f64,
+}
+
+/// The one-core f32 FMA peak in GFLOP/s: best of `runs` probes of ~50 ms.
+pub fn peak_gflops(runs: usize) -> f64 {
+    use kestrel_cpu::kernels::simd::fma_probe;
+    // Calibrate the iteration count to ~50 ms.
+    let mut iters = 1 << 16;
+    loop {
+        let t0 = Instant::now();
+        std::hint::black_box(fma_probe(iters));
+        if t0.elapsed().as_secs_f64() > 0.01 || iters > 1 << 30 {
+            iters = ((iters as f64) * 0.05 / t0.elapsed().as_secs_f64().max(1e-6)) as usize;
+            break;
+        }
+        iters *= 4;
+    }
+    (0..runs.max(1))
+        .map(|_| {
+            let t0 = Instant::now();
+            let (flops, sum) = fma_probe(iters);
+            std::hint::black_box(sum);
+            flops as f64 / t0.elapsed().as_secs_f64() / 1e9
+        })
+        .fold(0.0, f64::max)
+}
+
+/// Deterministic values in [-1, 1) (an LCG; the timing does not depend on them, but zeros and
+/// denormals are avoided).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Times one shape: median and best GFLOP/s over calls filling at least `min_ms`.
+pub fn time_shape(m: usize, n: usize, k: usize, dtype: DType, min_ms: f64) -> Result<(f64, f64)> {
+    let x = values(m * k, 1);
+    let wv = values(n * k, 2);
+    let enc = EncodedWeight::encode(dtype, n, k, &wv).context("encoding the weights")?;
+    let mut store = kestrel::format::weight::ViewStore::default();
+    let w: WeightView<'_> = enc.view(&mut store);
+    let mut y = vec![0.0f32; m * n];
+    kestrel_cpu::linear(&x, m, &w, None, Activation::None, &mut y);
+    let flops = 2.0 * (m * n * k) as f64;
+    let mut secs = Vec::new();
+    let start = Instant::now();
+    while secs.len() < 3 || start.elapsed().as_secs_f64() * 1e3 < min_ms {
+        let t0 = Instant::now();
+        kestrel_cpu::linear(std::hint::black_box(&x), m, &w, None, Activation::None, &mut y);
+        secs.push(t0.elapsed().as_secs_f64());
+        std::hint::black_box(&y);
+    }
+    secs.sort_by(f64::total_cmp);
+    let median = secs[secs.len() / 2];
+    Ok((flops / median / 1e9, flops / secs[0] / 1e9))
+}
+
+/// `kestrel bench gemm`: prints (or writes) the table; `json` prints one object.
+pub fn run(w: &mut String, isa: &str, threads: usize, json: bool, out: Option<&Path>, min_ms: f64) -> Result<()> {
+    let peak1 = peak_gflops(5);
+    let peak = peak1 * threads as f64;
+    let pb = indicatif::ProgressBar::new(0);
+    pb.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("template"));
+    let mut rows = Vec::new();
+    // KESTREL_GEMM_SHAPES="MxNxK,MxNxK": other shapes instead of the paper's (for tuning).
+    let custom: Vec<(String, usize, usize, usize)> = std::env::var("KESTREL_GEMM_SHAPES")
+        .ok()
+        .map(|v| {
+            v.split(',')
+                .filter_map(|t| {
+                    let d: Vec<usize> = t.split('x').filter_map(|n| n.trim().parse().ok()).collect();
+                    (d.len() == 3).then(|| (t.to_string(), d[0], d[1], d[2]))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let shapes: Vec<(String, usize, usize, usize)> =
+        if custom.is_empty() { SHAPES.iter().map(|&(l, m, n, k)| (l.to_string(), m, n, k)).collect() } else { custom };
+    for (label, m, n, k) in shapes {
+        for dtype in [DType::F32, DType::I8] {
+            pb.set_message(format!("{label} {dtype:?}"));
+            let (g, gmax) = time_shape(m, n, k, dtype, min_ms)?;
+            rows.push(Row {
+                shape: label.clone(),
+                m,
+                n,
+                k,
+                dtype: format!("{dtype:?}").to_lowercase(),
+                gflops: g,
+                gflops_max: gmax,
+                fraction_of_peak: g / peak,
+            });
+            pb.inc(1);
+            pb.inc_length(1);
+        }
+    }
+    pb.finish_and_clear();
+    let machine = kestrel_cli::machine::describe(isa);
+    let obj = serde_json::json!({
+        "machine": machine,
+        "load_average": kestrel_cli::machine::load_average(),
+        "threads": threads,
+        "peak_gflops_per_core": peak1,
+        "peak_gflops": peak,
+        "peak_method": "16 independent FMA chains of the GEMM's widest vectors, best of 5 runs of ~50 ms, one thread; × threads",
+        "rows": rows.iter().map(|r| serde_json::json!({
+            "shape": r.shape, "m": r.m, "n": r.n, "k": r.k, "dtype": r.dtype,
+            "gflops": r.gflops, "gflops_max": r.gflops_max, "fraction_of_peak": r.fraction_of_peak,
+        })).collect::<Vec<_>>(),
+    });
+    let mut md = String::new();
+    writeln!(
+        md,
+        "# f32 GEMM efficiency (`kestrel bench gemm`)\n\nMachine: {} ({} logical cores), Kestrel kernels `{isa}`, {threads} thread(s). \
+         Peak: {peak1:.1} GFLOP/s per core measured by the FMA probe (16 independent FMA chains of the GEMM's vector width, best of 5 × ~50 ms), \
+         × {threads} thread(s) = {peak:.1} GFLOP/s. GEMM: `kestrel_cpu::linear` on random data, median call over ≥ {min_ms} ms per shape. \
+         int8 rows: int8 weights dequantised while packing (f32 arithmetic), for comparison.\n",
+        machine["cpu"].as_str().unwrap_or("?"),
+        machine["logical_cores"],
+    )?;
+    writeln!(md, "| shape | M | N | K | weights | GFLOP/s (median) | best | % of peak |")?;
+    writeln!(md, "|---|---:|---:|---:|---|---:|---:|---:|")?;
+    for r in &rows {
+        writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.0}% |",
+            r.shape,
+            r.m,
+            r.n,
+            r.k,
+            r.dtype,
+            r.gflops,
+            r.gflops_max,
+            100.0 * r.fraction_of_peak
+        )?;
+    }
+    if let Some(dir) = out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::write(dir.join("gemm.md"), &md)?;
+        std::fs::write(dir.join("gemm.json"), serde_json::to_string_pretty(&obj)? + "\n")?;
+    }
+    if json {
+        writeln!(w, "{obj}")?;
+    } else {
+        w.push_str(&md);
+    }
+    Ok(())
+}

@@ -1,0 +1,477 @@
+//! Packed f32 GEMM for x86_64 (`y [M, N] = x [M, K] · Wᵀ`, `W [N, K]` in any encoding), the
+//! path for dense layers with at least [`MIN_ROWS`] rows (tokens × batch).
+//!
+//! The classic register-blocked outer-product formulation: `W` is packed, a panel of `NR` output
+//! features × [`KC`] input features at a time, into a stack buffer laid out `[k][NR]`
+//! (transposed with 8×8 register transposes, dequantised from f16/int8/int4 on the way and
+//! multiplied by the per-row scale, so every encoding shares one f32 micro-kernel). The
+//! micro-kernel keeps an `MR × NR` tile of `y` in registers; each step loads `NR / lanes` packed
+//! weight vectors and broadcasts `MR` activations straight from the rows of `x` (no packing of
+//! `x`: activations are always f32 and each row is read sequentially).
+//!
+//! | ISA | vector | MR × NR | accumulators |
+//! |---|---|---|---|
+//! | AVX-512F | `__m512` | 8 × 32 | 16 zmm |
+//! | AVX2 + FMA | `__m256` | 6 × 16 | 12 ymm |
+//!
+//! Packing costs about one pass over the weights per call, which the `M` rows amortise; below
+//! [`MIN_ROWS`] rows the dot-product kernels in `x86.rs` (no packing) are faster. From
+//! [`MIN_ROWS`] to [`SMALL_M_MAX`] rows with f32 weights, [`gemm_small_m`] computes `yᵀ = W·xᵀ`
+//! instead (`x` transposed into a small buffer, the weights broadcast straight from memory).
+//!
+//! Sums run over `k` in order within each [`KC`] block; blocks accumulate in `y`, in both
+//! kernels, so they give identical results. Results equal the scalar kernels' up to f32
+//! summation order (`runtime/cpu/tests/simd.rs`).
+
+use super::x86::Loader;
+use core::arch::x86_64::*;
+
+/// Input features per packed panel: `KC × 32` f32 = 32 KiB, which stays in L1/L2 while every
+/// row of `x` passes over it. A multiple of the int4 group and of 8.
+pub const KC: usize = 512;
+
+/// The widest panel (AVX-512: two vectors of 16).
+const NR_MAX: usize = 32;
+
+/// Rows from which the GEMM kernels are used (below, the dot-product kernels are faster).
+pub const MIN_ROWS: usize = super::GEMM_MIN_ROWS;
+
+/// One SIMD register of f32 lanes.
+pub(super) trait Vf: Copy {
+    /// Lanes.
+    const L: usize;
+    unsafe fn zero() -> Self;
+    unsafe fn load(p: *const f32) -> Self;
+    unsafe fn splat(p: *const f32) -> Self;
+    /// `a · b + c`.
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
+    unsafe fn add(a: Self, b: Self) -> Self;
+    unsafe fn store(p: *mut f32, v: Self);
+}
+
+/// AVX2 + FMA: 8 lanes.
+#[derive(Clone, Copy)]
+pub(super) struct Y(__m256);
+
+impl Vf for Y {
+    const L: usize = 8;
+    #[inline(always)]
+    unsafe fn zero() -> Self {
+        // SAFETY (all methods): AVX2/FMA available in every caller; pointers valid per caller.
+        unsafe { Y(_mm256_setzero_ps()) }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        unsafe { Y(_mm256_loadu_ps(p)) }
+    }
+    #[inline(always)]
+    unsafe fn splat(p: *const f32) -> Self {
+        unsafe { Y(_mm256_broadcast_ss(&*p)) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+        unsafe { Y(_mm256_fmadd_ps(a.0, b.0, c.0)) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: Self, b: Self) -> Self {
+        unsafe { Y(_mm256_add_ps(a.0, b.0)) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: Self) {
+        unsafe { _mm256_storeu_ps(p, v.0) }
+    }
+}
+
+/// AVX-512F: 16 lanes.
+#[derive(Clone, Copy)]
+pub(super) struct Z(__m512);
+
+impl Vf for Z {
+    const L: usize = 16;
+    #[inline(always)]
+    unsafe fn zero() -> Self {
+        // SAFETY (all methods): AVX-512F available in every caller; pointers valid per caller.
+        unsafe { Z(_mm512_setzero_ps()) }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        unsafe { Z(_mm512_loadu_ps(p)) }
+    }
+    #[inline(always)]
+    unsafe fn splat(p: *const f32) -> Self {
+        unsafe { Z(_mm512_set1_ps(*p)) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+        unsafe { Z(_mm512_fmadd_ps(a.0, b.0, c.0)) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: Self, b: Self) -> Self {
+        unsafe { Z(_mm512_add_ps(a.0, b.0)) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: Self) {
+        unsafe { _mm512_storeu_ps(p, v.0) }
+    }
+}
+
+/// Transposes the 8×8 block `r` (row i = `r[i]`) in registers: returns its columns.
+#[inline(always)]
+unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+    // SAFETY: AVX available in every caller.
+    unsafe {
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        [
+            _mm256_permute2f128_ps::<0x20>(u0, u4),
+            _mm256_permute2f128_ps::<0x20>(u1, u5),
+            _mm256_permute2f128_ps::<0x20>(u2, u6),
+            _mm256_permute2f128_ps::<0x20>(u3, u7),
+            _mm256_permute2f128_ps::<0x31>(u0, u4),
+            _mm256_permute2f128_ps::<0x31>(u1, u5),
+            _mm256_permute2f128_ps::<0x31>(u2, u6),
+            _mm256_permute2f128_ps::<0x31>(u3, u7),
+        ]
+    }
+}
+
+/// Packs `W[n0 .. n0 + nv, k0 .. k0 + kc]` (dequantised, times the row scales) into
+/// `buf[kk · nr + j]`; features `nv .. nr` of the panel are zeros. `k0 % 8 == 0`, `nr % 8 == 0`.
+#[inline(always)]
+unsafe fn pack<L: Loader>(w: &L, n0: usize, nv: usize, k0: usize, kc: usize, nr: usize, buf: &mut [f32]) {
+    debug_assert!(nv <= nr && buf.len() >= kc * nr && k0.is_multiple_of(8) && nr.is_multiple_of(8));
+    let kc8 = kc / 8 * 8;
+    let bp = buf.as_mut_ptr();
+    // SAFETY: loads read rows n0 + j < n0 + nv ≤ rows of W and columns k0 + kk + 8 ≤ k0 + kc8 ≤
+    // cols; stores write indices < kc·nr ≤ buf.len().
+    unsafe {
+        for j8 in (0..nr).step_by(8) {
+            let scale: [f32; 8] = core::array::from_fn(|i| if j8 + i < nv { w.row_scale(n0 + j8 + i) } else { 0.0 });
+            let mut kk = 0;
+            while kk < kc8 {
+                // The same rows' next column block is packed next: prefetch it a line at a time
+                // (32+ row streams are more than the hardware prefetchers follow).
+                if kk % 16 == 0 && k0 + kc + kk < w.cols() {
+                    for i in 0..8.min(nv.saturating_sub(j8)) {
+                        _mm_prefetch::<_MM_HINT_T0>(w.addr(n0 + j8 + i, k0 + kc + kk).cast());
+                    }
+                }
+                let rows: [__m256; 8] = core::array::from_fn(|i| {
+                    if j8 + i < nv {
+                        _mm256_mul_ps(w.load(n0 + j8 + i, k0 + kk), _mm256_set1_ps(scale[i]))
+                    } else {
+                        _mm256_setzero_ps()
+                    }
+                });
+                for (i, col) in transpose8(rows).into_iter().enumerate() {
+                    _mm256_storeu_ps(bp.add((kk + i) * nr + j8), col);
+                }
+                kk += 8;
+            }
+            for kk in kc8..kc {
+                for (i, &s) in scale.iter().enumerate() {
+                    let v = if j8 + i < nv { w.get(n0 + j8 + i, k0 + kk) * s } else { 0.0 };
+                    *bp.add(kk * nr + j8 + i) = v;
+                }
+            }
+        }
+    }
+}
+
+/// `y[MR rows, nvalid cols] (=|+=) x[MR rows, kc] · packed[kc, NV·L]`: `a` points at x's first
+/// element (row stride `lda`), `c` at y's (row stride `ldc`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn ukernel<V: Vf, const MR: usize, const NV: usize>(
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    nvalid: usize,
+    add: bool,
+) {
+    // SAFETY: the caller guarantees MR rows of kc activations at a (stride lda), kc·NV·L packed
+    // weights at b, and MR rows of nvalid outputs at c (stride ldc).
+    unsafe {
+        let mut acc = [[V::zero(); NV]; MR];
+        let mut bp = b;
+        let mut ap = a;
+        for _ in 0..kc {
+            let mut bv = [V::zero(); NV];
+            for (v, bv) in bv.iter_mut().enumerate() {
+                *bv = V::load(bp.add(v * V::L));
+            }
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let xa = V::splat(ap.add(r * lda));
+                for (acc, &bv) in acc.iter_mut().zip(&bv) {
+                    *acc = V::fma(xa, bv, *acc);
+                }
+            }
+            bp = bp.add(NV * V::L);
+            ap = ap.add(1);
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (v, &acc) in acc.iter().enumerate() {
+                let col = v * V::L;
+                let p = c.add(r * ldc + col);
+                if col + V::L <= nvalid {
+                    let val = if add { V::add(V::load(p), acc) } else { acc };
+                    V::store(p, val);
+                } else if col < nvalid {
+                    let mut tmp = [0.0f32; 16];
+                    V::store(tmp.as_mut_ptr(), acc);
+                    for (i, &t) in tmp.iter().enumerate().take(nvalid - col) {
+                        *p.add(i) = if add { *p.add(i) + t } else { t };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The `rows - m0 < MR` tail rows through the matching micro-kernel.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn ukernel_tail<V: Vf, const NV: usize>(
+    m: usize,
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    nvalid: usize,
+    add: bool,
+) {
+    // SAFETY: as `ukernel`, for m rows.
+    unsafe {
+        match m {
+            1 => ukernel::<V, 1, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            2 => ukernel::<V, 2, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            3 => ukernel::<V, 3, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            4 => ukernel::<V, 4, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            5 => ukernel::<V, 5, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            6 => ukernel::<V, 6, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            7 => ukernel::<V, 7, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            _ => unreachable!("tail of {m} rows"),
+        }
+    }
+}
+
+/// `y [rows, out] = x [rows, K] · Wᵀ` with an `MR × (NV·lanes)` micro-kernel (`MR ≤ 8`).
+///
+/// # Safety
+/// The CPU must support `V`'s instructions and AVX2/FMA/F16C (packing); `x.len() >= rows·K`,
+/// `y.len() >= rows·out`, `W` has `out` rows of `K` columns.
+#[inline(always)]
+pub(super) unsafe fn gemm<V: Vf, L: Loader, const MR: usize, const NV: usize>(
+    x: &[f32],
+    rows: usize,
+    w: &L,
+    out: usize,
+    y: &mut [f32],
+) {
+    let inp = w.cols();
+    assert!(x.len() >= rows * inp && y.len() >= rows * out && NV * V::L <= NR_MAX && MR <= 8);
+    if inp == 0 {
+        y[..rows * out].fill(0.0);
+        return;
+    }
+    let nr = NV * V::L;
+    let mut buf = [0.0f32; KC * NR_MAX];
+    let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
+    // SAFETY: every micro-kernel call covers rows m0..m0+m < rows, columns k0..k0+kc ≤ inp of x,
+    // and outputs n0..n0+nv ≤ out of y; `pack` stays inside W and buf.
+    unsafe {
+        let mut n0 = 0;
+        while n0 < out {
+            let nv = nr.min(out - n0);
+            let mut k0 = 0;
+            while k0 < inp {
+                let kc = KC.min(inp - k0);
+                pack(w, n0, nv, k0, kc, nr, &mut buf);
+                let add = k0 > 0;
+                let mut m0 = 0;
+                while m0 + MR <= rows {
+                    let (a, c) = (xp.add(m0 * inp + k0), yp.add(m0 * out + n0));
+                    ukernel::<V, MR, NV>(kc, a, inp, buf.as_ptr(), c, out, nv, add);
+                    m0 += MR;
+                }
+                if m0 < rows {
+                    let (a, c) = (xp.add(m0 * inp + k0), yp.add(m0 * out + n0));
+                    ukernel_tail::<V, NV>(rows - m0, kc, a, inp, buf.as_ptr(), c, out, nv, add);
+                }
+                k0 += kc;
+            }
+            n0 += nr;
+        }
+    }
+}
+
+/// Input features per block of the transposed-`x` kernel ([`gemm_small_m`]). Equal to [`KC`]
+/// on purpose: both kernels then sum every output in the same order (an FMA chain over `k`
+/// within each block, block sums added to `y` in order), so results do not depend on which of
+/// them a row count selects — and a layer split by rows across threads stays bit-identical.
+pub const KC_T: usize = KC;
+
+/// How far ahead (f32 elements) [`ukernel_t`] prefetches each weight row: 8 lines.
+const PF_AHEAD: usize = 128;
+
+/// Rows up to which [`gemm_small_m`] is used (one vector of rows on AVX-512, two on AVX2):
+/// measured on the MNIST head (2048 × 4096, f32 from DRAM), 16 rows run at 111 GFLOP/s with it
+/// against 80 packed; at 32 rows the packed kernel wins (117 against 61).
+pub const SMALL_M_MAX: usize = 16;
+
+/// Packs `x[m0 .. m0 + mv, k0 .. k0 + kc]` transposed into `xt[kk · nr + r]` (rows `mv .. nr`
+/// zero). `nr % 8 == 0`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack_xt(x: &[f32], inp: usize, m0: usize, mv: usize, k0: usize, kc: usize, nr: usize, xt: &mut [f32]) {
+    debug_assert!(mv <= nr && xt.len() >= kc * nr && nr.is_multiple_of(8));
+    let kc8 = kc / 8 * 8;
+    let (xp, tp) = (x.as_ptr(), xt.as_mut_ptr());
+    // SAFETY: reads rows m0 + r < m0 + mv and columns k0 + kk < k0 + kc of x (callers' bounds);
+    // writes indices < kc·nr.
+    unsafe {
+        for r8 in (0..nr).step_by(8) {
+            let mut kk = 0;
+            while kk < kc8 {
+                let rows: [__m256; 8] = core::array::from_fn(|i| {
+                    if r8 + i < mv {
+                        _mm256_loadu_ps(xp.add((m0 + r8 + i) * inp + k0 + kk))
+                    } else {
+                        _mm256_setzero_ps()
+                    }
+                });
+                for (i, col) in transpose8(rows).into_iter().enumerate() {
+                    _mm256_storeu_ps(tp.add((kk + i) * nr + r8), col);
+                }
+                kk += 8;
+            }
+            for kk in kc8..kc {
+                for i in 0..8 {
+                    let v = if r8 + i < mv { *xp.add((m0 + r8 + i) * inp + k0 + kk) } else { 0.0 };
+                    *tp.add(kk * nr + r8 + i) = v;
+                }
+            }
+        }
+    }
+}
+
+/// `yᵀ` tile: `y[r, o0 + j] (=|+=) Σ_kk w_j[kk] · xt[kk, r]` for `j < ov`, `r < mv`, where `w_j`
+/// is the pointer `w[j]` (one weight row, f32, already scaled) and `xt` the packed
+/// `[kc][NV·L]` transposed rows of `x`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn ukernel_t<V: Vf, const MR: usize, const NV: usize>(
+    kc: usize,
+    w: [*const f32; MR],
+    xt: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    (mv, ov): (usize, usize),
+    add: bool,
+) {
+    // SAFETY: the caller guarantees kc f32 at every w[j], kc·NV·L at xt, and rows < mv ×
+    // features < ov of y at c (row stride ldc).
+    unsafe {
+        let mut acc = [[V::zero(); NV]; MR];
+        let mut tp = xt;
+        for kk in 0..kc {
+            // One software prefetch per step, rotating over the MR weight streams: each stream
+            // gets its line PF_AHEAD floats ahead once every 16 steps (a 64-byte line = 16 f32),
+            // which the hardware prefetchers alone do not keep up with for 12 streams from DRAM.
+            let j = kk % 16;
+            if j < MR {
+                _mm_prefetch::<_MM_HINT_T0>(w[j].add(kk + PF_AHEAD).cast());
+            }
+            let mut xv = [V::zero(); NV];
+            for (v, xv) in xv.iter_mut().enumerate() {
+                *xv = V::load(tp.add(v * V::L));
+            }
+            for (j, acc) in acc.iter_mut().enumerate() {
+                let wb = V::splat(w[j].add(kk));
+                for (acc, &xv) in acc.iter_mut().zip(&xv) {
+                    *acc = V::fma(wb, xv, *acc);
+                }
+            }
+            tp = tp.add(NV * V::L);
+        }
+        let mut tmp = [0.0f32; 16];
+        for (j, acc) in acc.iter().enumerate().take(ov) {
+            for (v, &acc) in acc.iter().enumerate() {
+                V::store(tmp.as_mut_ptr(), acc);
+                for (lane, &t) in tmp.iter().enumerate().take(V::L) {
+                    let r = v * V::L + lane;
+                    if r < mv {
+                        let p = c.add(r * ldc + j);
+                        *p = if add { *p + t } else { t };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `y [rows, out] = x [rows, K] · Wᵀ` for few rows (≤ `NV·lanes`; used up to [`SMALL_M_MAX`])
+/// and f32 weights: `yᵀ = W · xᵀ` with `xᵀ` packed once per [`KC_T`] block and the weights
+/// broadcast straight from memory, `MR` rows at a time (no transpose of the weights; each
+/// weight is one broadcast-FMA per vector of rows). For other encodings the packed [`gemm`]
+/// is faster (measured: dequantising `MR` rows into a buffer first costs more than packing).
+///
+/// # Safety
+/// As [`gemm`]; `rows <= NV · V::L`.
+#[inline(always)]
+pub(super) unsafe fn gemm_small_m<V: Vf, const MR: usize, const NV: usize>(
+    x: &[f32],
+    rows: usize,
+    w: &super::x86::F32W<'_>,
+    out: usize,
+    y: &mut [f32],
+) {
+    let inp = w.cols();
+    let nr = NV * V::L;
+    assert!(x.len() >= rows * inp && y.len() >= rows * out && rows <= nr && nr <= NR_MAX);
+    assert!(w.0.len() >= out * inp, "gemm_small_m: weights too short");
+    if inp == 0 {
+        y[..rows * out].fill(0.0);
+        return;
+    }
+    let mut xt = [0.0f32; KC_T * NR_MAX];
+    let yp = y.as_mut_ptr();
+    // SAFETY: packing reads rows < rows and columns < inp of x; weight pointers stay inside
+    // row o0 + min(j, ov - 1) < out of W (kc columns from k0); outputs are rows < rows,
+    // features < out.
+    unsafe {
+        let mut k0 = 0;
+        while k0 < inp {
+            let kc = KC_T.min(inp - k0);
+            pack_xt(x, inp, 0, rows, k0, kc, nr, &mut xt);
+            let add = k0 > 0;
+            let mut o0 = 0;
+            while o0 < out {
+                let ov = MR.min(out - o0);
+                let wp: [*const f32; MR] = core::array::from_fn(|j| w.0.as_ptr().add((o0 + j.min(ov - 1)) * inp + k0));
+                ukernel_t::<V, MR, NV>(kc, wp, xt.as_ptr(), yp.add(o0), out, (rows, ov), add);
+                o0 += MR;
+            }
+            k0 += kc;
+        }
+    }
+}
