@@ -40,7 +40,7 @@ pub fn activate(act: Activation, y: &mut [f32]) {
     match act {
         Activation::None => {}
         Activation::Relu => y.iter_mut().for_each(|v| *v = v.max(0.0)),
-        Activation::Gelu => y.iter_mut().for_each(|v| *v = gelu(*v)),
+        Activation::Gelu => crate::kernels::simd::gelu(y),
         Activation::GeluTanh => y.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
     }
 }

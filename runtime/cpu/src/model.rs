@@ -41,8 +41,11 @@ impl<'a> Model<'a> {
         for node in 0..file.op_count() {
             let op = file.op(node)?;
             validate_node(&file, node, &op)?;
-            let s =
-                exec::scratch_elems(&file, &op).map_err(|source| LoadError::Shape { node, op: op.name(), source })?;
+            let s = exec::scratch_elems(&file, &op, false).map_err(|source| LoadError::Shape {
+                node,
+                op: op.name(),
+                source,
+            })?;
             scratch_elems = scratch_elems.max(s);
         }
         for id in file.outputs() {
@@ -226,13 +229,16 @@ fn validate_node(file: &KesFile<'_>, node: u32, op: &Op) -> Result<(), LoadError
     Ok(())
 }
 
-/// Scratch bytes the nodes of `file` need (the largest over nodes), without checking the file's
-/// own plan: model builders call this to fill in the plan before the final write.
+/// Scratch bytes the nodes of `file` need for their fastest kernels (the largest over nodes),
+/// without checking the file's own plan: model builders call this to fill in the plan before
+/// the final write. (Loading requires only each kernel's minimum, so files planned by older
+/// versions still load; they run the slower paths where a kernel needs more scratch now.)
 pub fn required_scratch_bytes(file: &KesFile<'_>) -> Result<u64, LoadError> {
     let mut elems = 0usize;
     for node in 0..file.op_count() {
         let op = file.op(node)?;
-        let s = exec::scratch_elems(file, &op).map_err(|source| LoadError::Shape { node, op: op.name(), source })?;
+        let s =
+            exec::scratch_elems(file, &op, true).map_err(|source| LoadError::Shape { node, op: op.name(), source })?;
         elems = elems.max(s);
     }
     Ok(elems as u64 * 4)

@@ -7,7 +7,7 @@ mod common_layers;
 use common_layers::cases::*;
 use common_layers::*;
 use kestrel_cpu::error::{RunError, ShapeError};
-use kestrel_cpu::kernels::conv::{conv2d, conv2d_scratch, Conv2dParams};
+use kestrel_cpu::kernels::conv::{conv2d, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
 use kestrel_cpu::kernels::elementwise::{
     binary, binary_scratch, unary, unary_scratch, BinaryParams, Operand, UnaryParams,
 };
@@ -521,7 +521,7 @@ proptest! {
         let cg = c / groups;
         let ws_shape = [o, cg, kh, kw];
         let p = Conv2dParams::new(&shape(&[c, h, w]), &shape(&ws_shape), stride, pad, dilation, groups).unwrap();
-        let run = |x: &[f32], ws: &[f32]| {
+        let run = |x: &[f32], ws: &[f32], fast: bool| {
             let mut wt = TestWeight::new(dt, &ws_shape, &ws[..o * cg * kh * kw]);
             let mut bt = TestWeight::new(dt, &[o], &ws[..o]);
             let spec = r::ConvSpec { stride, pad, dilation, groups };
@@ -532,13 +532,17 @@ proptest! {
             let proj = ProjW { w: wt.view(), b: bias.then(|| bt.view()), act_scale: None };
             p.check_weights(&proj).unwrap();
             let mut y = out(o * oh * ow);
-            conv2d(&p, &proj, x, &mut y, &mut scratch(conv2d_scratch(&p)));
+            // The im2col + GEMM path with the planner's scratch, the direct loop with the minimum.
+            let n = if fast { conv2d_scratch_fast(&p) } else { conv2d_scratch(&p) };
+            conv2d(&p, &proj, x, &mut y, &mut scratch(n));
             (y, want)
         };
         let x = &xs[..c * h * w];
-        let (y, want) = run(x, &ws);
-        let (mag, mag_want) = run(&abs(x), &abs(&ws));
-        assert_close_dot(&format!("conv2d case {case} {dt:?}"), &y, &want, &mag, &mag_want);
+        for fast in [true, false] {
+            let (y, want) = run(x, &ws, fast);
+            let (mag, mag_want) = run(&abs(x), &abs(&ws), fast);
+            assert_close_dot(&format!("conv2d case {case} {dt:?} fast {fast}"), &y, &want, &mag, &mag_want);
+        }
     }
 }
 

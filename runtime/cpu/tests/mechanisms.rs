@@ -47,6 +47,7 @@ proptest! {
         let mut layer = AttnLayer::random(&mut rng, dt, &p);
         let want = layer.reference(&p, &x);
         assert_close(&format!("{p:?} {dt:?}"), &layer.run(&p, &x), &want, F32_KERNEL);
+        assert_close(&format!("{p:?} {dt:?} row-wise"), &layer.run_rowwise(&p, &x), &want, F32_KERNEL);
     }
 
     #[test]
@@ -375,6 +376,24 @@ fn check_rejects_bad_shapes() {
 
 /// The paper's benchmark size (T = d = 64, as in MNIST and Amazon): longer reductions than the
 /// property tests reach, still within the f32 kernel tolerance.
+#[test]
+fn attention_over_several_query_blocks_matches_reference() {
+    // T = 150: blocks of 64, 64 and 22 queries (the last one ragged); causal blocks see a
+    // growing prefix of the keys.
+    let (t, d) = (150, 16);
+    let mut rng = Rng::new(77);
+    let x = rng.normal_vec(t * d);
+    for v in 0..4 {
+        for (h, causal) in [(1, false), (2, true), (4, false), (1, true)] {
+            let p = attn_params(t, d, h, causal, variant(v));
+            let mut l = AttnLayer::random(&mut rng, DTYPES[0], &p);
+            let want = l.reference(&p, &x);
+            assert_close(&format!("{p:?}"), &l.run(&p, &x), &want, F32_KERNEL);
+            assert_close(&format!("{p:?} row-wise"), &l.run_rowwise(&p, &x), &want, F32_KERNEL);
+        }
+    }
+}
+
 #[test]
 fn benchmark_size_matches_reference() {
     let (t, d) = (64, 64);

@@ -107,6 +107,29 @@ proptest! {
         check_matmul(rows, out, inp, &x, &wv, dt);
     }
 
+    /// The vectorised erf GELU against the f64 definition: within `F32_APPROX` and, per element,
+    /// 0.5·|x|·(5e-7 erf error) + 2 f32 ulps of the result.
+    #[test]
+    fn gelu_matches_f64(xs in proptest::collection::vec(-9.0f32..9.0, 0..100)) {
+        let want: Vec<f64> = xs.iter().map(|&x| {
+            let x = f64::from(x);
+            0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
+        }).collect();
+        for isa in isas() {
+            let mut got = xs.clone();
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: supported ISAs only.
+            unsafe { simd::x86::gelu(&mut got) };
+            #[cfg(not(target_arch = "x86_64"))]
+            got.iter_mut().for_each(|v| *v = kestrel_cpu::math::gelu(*v));
+            assert_close(&format!("{} gelu", isa.name()), &got, &want, F32_APPROX);
+            for ((&g, &w), &x) in got.iter().zip(&want).zip(&xs) {
+                let bound = 0.5 * f64::from(x.abs()) * 5e-7 + 2.0 * f64::from(f32::EPSILON) * w.abs();
+                prop_assert!((f64::from(g) - w).abs() <= bound, "{} gelu({x}) = {g}, want {w}", isa.name());
+            }
+        }
+    }
+
     #[test]
     fn dot_and_axpy_match_scalar(a in proptest::collection::vec(-3.0f32..3.0, 0..300), s in -2.0f32..2.0) {
         let b: Vec<f32> = a.iter().enumerate().map(|(i, v)| (i as f32 * 0.7).sin() - 0.3 * v).collect();

@@ -2,7 +2,7 @@
 
 use super::{info, lookup_err, OpIo};
 use crate::error::{RunError, ShapeError};
-use crate::kernels::conv::{conv2d, conv2d_scratch, Conv2dParams};
+use crate::kernels::conv::{conv2d, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
 use crate::kernels::elementwise::{binary, unary, BinaryParams, Operand, UnaryParams};
 use crate::kernels::embed::{
     embedding, embedding_scratch, patch_embed, patch_embed_scratch, EmbeddingParams, PatchEmbedParams,
@@ -137,8 +137,9 @@ fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
     })
 }
 
-pub(super) fn scratch_elems(file: &KesFile<'_>, op: &Op) -> Result<usize, ShapeError> {
+pub(super) fn scratch_elems(file: &KesFile<'_>, op: &Op, fast: bool) -> Result<usize, ShapeError> {
     Ok(match prepare(file, op)? {
+        Prep::Conv2d { p, .. } if fast => conv2d_scratch_fast(&p),
         Prep::LayerNorm { p, .. } => layer_norm_scratch(&p),
         Prep::PatchEmbed { p, .. } => patch_embed_scratch(&p),
         Prep::Embedding { p, .. } => embedding_scratch(&p),

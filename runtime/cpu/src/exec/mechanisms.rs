@@ -4,7 +4,9 @@ use super::layers::{proj, proj_in, shape, weight};
 use super::{info, OpIo};
 use crate::error::{RunError, ShapeError};
 use crate::kernels::aft::*;
-use crate::kernels::attention::{attention, attention_scratch, AttentionParams, AttentionWeights};
+use crate::kernels::attention::{
+    attention, attention_scratch, attention_scratch_fast, AttentionParams, AttentionWeights,
+};
 use crate::kernels::fastformer::{fastformer, fastformer_scratch, FastformerParams, FastformerWeights};
 use crate::session::numel;
 use kestrel_format::ops::{AftBias, Op, Proj};
@@ -111,8 +113,9 @@ fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
     Ok(prep)
 }
 
-pub(super) fn scratch_elems(file: &KesFile<'_>, op: &Op) -> Result<usize, ShapeError> {
+pub(super) fn scratch_elems(file: &KesFile<'_>, op: &Op, fast: bool) -> Result<usize, ShapeError> {
     Ok(match prepare(file, op)? {
+        Prep::Attention(p, _) if fast => attention_scratch_fast(&p),
         Prep::Attention(p, _) => attention_scratch(&p),
         Prep::AftFull(p, _) => aft_full_scratch(&p),
         Prep::AftLocal(p, _) => aft_local_scratch(&p),

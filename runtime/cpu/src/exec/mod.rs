@@ -93,11 +93,14 @@ pub(crate) fn for_each_slot(op: &Op, mut f: impl FnMut(&'static str, TensorId, R
 }
 
 /// Scratch (f32 elements) `op` needs for one sample; also runs the kernel's weight-shape check.
-pub(crate) fn scratch_elems(file: &KesFile<'_>, op: &Op) -> Result<usize, ShapeError> {
+/// `fast`: what its fastest path needs (what the planner reserves); else the minimum it can run
+/// with (what a loaded file must provide: files planned before a faster path existed still load
+/// and run the slower path).
+pub(crate) fn scratch_elems(file: &KesFile<'_>, op: &Op, fast: bool) -> Result<usize, ShapeError> {
     if op.kind_is_mechanism() {
-        mechanisms::scratch_elems(file, op)
+        mechanisms::scratch_elems(file, op, fast)
     } else {
-        layers::scratch_elems(file, op)
+        layers::scratch_elems(file, op, fast)
     }
 }
 

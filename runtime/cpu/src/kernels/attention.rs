@@ -12,13 +12,15 @@
 //!
 //! `H_i = softmax(Q_i K_iᵀ · scale) V_i`, `y = concat_i(H_i) W^O + b^O`. Super's W^A `[T, T]`
 //! mixes tokens from the left and is applied once per layer, shared by all heads; in causal mode
-//! only its lower triangle (including the diagonal) is read. Scores are O(T) per query row.
+//! only its lower triangle (including the diagonal) is read. Scores are computed a block of
+//! [`QB`] queries at a time (O(QB·T) memory, never T × T).
 
 use crate::error::{expect_eq, ShapeError};
-use crate::kernels::linear::ProjW;
+use crate::kernels::linear::{matmul_nt, ProjW};
 use crate::kernels::simd::{axpy as axpy_simd, dot_f32};
 use crate::math::softmax_in_place;
 use kestrel_format::ops::AttentionVariant;
+use kestrel_format::WeightView;
 
 const OP: &str = "attention";
 
@@ -125,7 +127,11 @@ impl AttentionParams {
     }
 }
 
-/// f32 scratch elements [`attention`] needs for one sample.
+/// Query rows per block of the score products: a `[QB, T]` score block stays in L1/L2.
+pub const QB: usize = 64;
+
+/// f32 scratch elements [`attention`] needs for one sample at least (the row-at-a-time path,
+/// O(T) scores). Files written before the blocked path reserve exactly this.
 pub fn attention_scratch(p: &AttentionParams) -> usize {
     let td = p.t * p.d;
     let k = if p.has_k() { td } else { 0 };
@@ -134,9 +140,109 @@ pub fn attention_scratch(p: &AttentionParams) -> usize {
     2 * td + k + v + p.t + a
 }
 
+/// f32 scratch elements for [`attention`]'s blocked GEMM path (what the planner reserves; still
+/// linear in T: scores are computed a block of [`QB`] queries at a time, never `T × T`).
+pub fn attention_scratch_fast(p: &AttentionParams) -> usize {
+    let td = p.t * p.d;
+    let k = if p.has_k() { td } else { 0 };
+    let v = if p.has_v() || p.is_super() { td } else { 0 };
+    let a = if p.is_super() { p.t + if p.causal { 0 } else { 2 * td } } else { 0 };
+    let c = p.d / p.heads.max(1);
+    let qb = QB.min(p.t);
+    // Per head: K_h [T, c], V_hᵀ [c, T]; per block: Q [qb, c], O [qb, c], scores [qb, T].
+    let fast = 2 * td + k + v + a + 2 * p.t * c + 2 * qb * c + qb * p.t;
+    fast.max(attention_scratch(p))
+}
+
 /// One sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
 /// `scratch.len() >= attention_scratch(p)`; `x` and `y` hold at least T·d elements.
+///
+/// With [`attention_scratch_fast`] elements of scratch (files planned by this version), the
+/// blocked path: per head, the keys `K_h [T, c]` are gathered contiguous; per block of [`QB`]
+/// queries, the scores `S = Q_blk K_hᵀ · scale` and the outputs `S V_h` are two GEMMs through
+/// the dense kernels (SIMD, any ISA), with the row softmax (and the causal mask) between them.
+/// With less (older files), one query row at a time with SIMD dot products and axpys.
 pub fn attention(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    if scratch.len() < attention_scratch_fast(p) {
+        return attention_rowwise(p, w, x, y, scratch);
+    }
+    let (t, d) = (p.t, p.d);
+    let td = t * d;
+    let c = d / p.heads;
+    let qb = QB.min(t);
+    let (q, rest) = scratch.split_at_mut(td);
+    let (heads_out, rest) = rest.split_at_mut(td);
+    let (kbuf, rest) = rest.split_at_mut(if p.has_k() { td } else { 0 });
+    let (vbuf, rest) = rest.split_at_mut(if p.has_v() || p.is_super() { td } else { 0 });
+    let (abuf, rest) = rest.split_at_mut(if p.is_super() { t + if p.causal { 0 } else { 2 * td } } else { 0 });
+    let (kh, rest) = rest.split_at_mut(t * c);
+    let (vt, rest) = rest.split_at_mut(c * t);
+    let (qblk, rest) = rest.split_at_mut(qb * c);
+    let (oblk, rest) = rest.split_at_mut(qb * c);
+    let sblk = &mut rest[..qb * t];
+
+    w.q.apply(&x[..td], t, q);
+    let keys: &[f32] = match &w.k {
+        Some(k) => {
+            k.apply(&x[..td], t, kbuf);
+            kbuf
+        }
+        None => &x[..td],
+    };
+    let values: &[f32] = match (&w.v, &w.align) {
+        (Some(v), _) => {
+            v.apply(&x[..td], t, vbuf);
+            vbuf
+        }
+        (None, Some(a)) => {
+            align_tokens(a, p.causal, x, t, d, vbuf, abuf);
+            vbuf
+        }
+        (None, None) => &x[..td],
+    };
+
+    for h in 0..p.heads {
+        let col = h * c;
+        for (j, kr) in kh.chunks_exact_mut(c).enumerate() {
+            kr.copy_from_slice(&keys[j * d + col..j * d + col + c]);
+        }
+        let mut i0 = 0;
+        while i0 < t {
+            let i1 = (i0 + qb).min(t);
+            let nb = i1 - i0;
+            // Keys this block can see: all, or (causal) up to its last query.
+            let n = if p.causal { i1 } else { t };
+            for (r, qr) in qblk[..nb * c].chunks_exact_mut(c).enumerate() {
+                qr.copy_from_slice(&q[(i0 + r) * d + col..(i0 + r) * d + col + c]);
+            }
+            // V_hᵀ [c, n] for this block's keys.
+            for u in 0..c {
+                for (j, v) in vt[u * n..(u + 1) * n].iter_mut().enumerate() {
+                    *v = values[j * d + col + u];
+                }
+            }
+            let s = &mut sblk[..nb * n];
+            let kv = WeightView::f32(n, c, &kh[..n * c]).expect("K_h view: n·c elements");
+            matmul_nt(&qblk[..nb * c], nb, &kv, s);
+            for (r, row) in s.chunks_exact_mut(n).enumerate() {
+                let m = if p.causal { i0 + r + 1 } else { n };
+                row[..m].iter_mut().for_each(|v| *v *= p.scale);
+                softmax_in_place(&mut row[..m]);
+                row[m..].fill(0.0);
+            }
+            let vv = WeightView::f32(c, n, &vt[..c * n]).expect("V_hᵀ view: c·n elements");
+            matmul_nt(s, nb, &vv, &mut oblk[..nb * c]);
+            for (r, orow) in oblk[..nb * c].chunks_exact(c).enumerate() {
+                heads_out[(i0 + r) * d + col..(i0 + r) * d + col + c].copy_from_slice(orow);
+            }
+            i0 = i1;
+        }
+    }
+    w.o.apply(heads_out, t, &mut y[..td]);
+}
+
+/// [`attention`] one query row at a time (O(T) scores, [`attention_scratch`] elements).
+fn attention_rowwise(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (t, d) = (p.t, p.d);
     let td = t * d;
     let (q, rest) = scratch.split_at_mut(td);
@@ -187,15 +293,40 @@ pub fn attention(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y: &m
     w.o.apply(heads_out, t, &mut y[..td]);
 }
 
-/// `v = W^A x + b^A` (token mixing); causal reads only `W^A[i, j]` with `j ≤ i`.
-fn align_tokens(a: &ProjW<'_>, causal: bool, x: &[f32], t: usize, d: usize, v: &mut [f32], arow: &mut [f32]) {
+/// `v = W^A x + b^A` (token mixing). Non-causal with `buf` of `2·T·d` f32: one GEMM
+/// (`vᵀ = xᵀ W^Aᵀ`, through `xᵀ` and `vᵀ` in `buf`). Otherwise one row of W^A at a time (`buf`
+/// holds T); causal reads only `W^A[i, j]` with `j ≤ i`.
+fn align_tokens(a: &ProjW<'_>, causal: bool, x: &[f32], t: usize, d: usize, v: &mut [f32], buf: &mut [f32]) {
+    if !causal && buf.len() >= 2 * t * d {
+        let (xt, rest) = buf.split_at_mut(t * d);
+        let vt = &mut rest[..t * d];
+        transpose_into(&x[..t * d], t, d, xt);
+        // vᵀ [d, T] = xᵀ [d, T] · W^Aᵀ.
+        matmul_nt(xt, d, &a.w, vt);
+        for i in 0..t {
+            let bias = a.b.map_or(0.0, |b| b.get(0, i));
+            for (u, out) in v[i * d..(i + 1) * d].iter_mut().enumerate() {
+                *out = vt[u * t + i] + bias;
+            }
+        }
+        return;
+    }
     for i in 0..t {
-        let row = a.w.row(i, arow);
+        let row = a.w.row(i, buf);
         let out = &mut v[i * d..(i + 1) * d];
         out.fill(a.b.map_or(0.0, |b| b.get(0, i)));
         let n = if causal { i + 1 } else { t };
         for (j, &aij) in row[..n].iter().enumerate() {
             axpy(out, aij, &x[j * d..(j + 1) * d]);
+        }
+    }
+}
+
+/// `dst [cols, rows] = srcᵀ` for `src [rows, cols]`.
+fn transpose_into(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
+    for (r, sr) in src.chunks_exact(cols).take(rows).enumerate() {
+        for (u, &v) in sr.iter().enumerate() {
+            dst[u * rows + r] = v;
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use crate::error::{expect_eq, ShapeError};
 use crate::kernels::linear::ProjW;
+use kestrel_format::ops::Activation;
 use kestrel_format::Shape;
 
 /// Shapes and hyper-parameters of a 2-D convolution.
@@ -89,13 +90,81 @@ impl Conv2dParams {
     }
 }
 
-/// Scratch for [`conv2d`]: one decoded weight row (`C/g·kh·kw`).
+/// Scratch for [`conv2d`] at least: one decoded weight row (the direct loop).
 pub fn conv2d_scratch(p: &Conv2dParams) -> usize {
     p.patch_len()
 }
 
-/// `y [O, H', W']` = conv(x, w) + b, direct (no im2col), each weight row decoded once.
+/// Scratch for [`conv2d`]'s im2col + GEMM path (ungrouped convolutions; what the planner
+/// reserves): the `[H'·W', C·kh·kw]` patches and the `[H'·W', O]` product.
+pub fn conv2d_scratch_fast(p: &Conv2dParams) -> usize {
+    let plane = p.oh * p.ow;
+    let gemm = if p.groups == 1 { plane * p.patch_len() + plane * p.o } else { 0 };
+    gemm.max(conv2d_scratch(p))
+}
+
+/// `y [O, H', W']` = conv(x, w) + b. Ungrouped with [`conv2d_scratch_fast`] scratch: the
+/// patches are gathered (zeros where the window leaves the padded input) and multiplied with
+/// the weights by the dense kernels ([`linear`](crate::kernels::linear::linear): SIMD, any
+/// encoding, threads), then transposed into `y` with the bias. Otherwise (grouped, or a file
+/// planned with less scratch): a direct loop, each weight row decoded once.
 pub fn conv2d(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    if p.groups == 1 && scratch.len() >= conv2d_scratch_fast(p) {
+        return conv2d_gemm(p, proj, x, y, scratch);
+    }
+    conv2d_direct(p, proj, x, y, scratch)
+}
+
+/// Ungrouped convolution as im2col + GEMM.
+fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    let (h, w, kh, kw) = (p.h, p.w, p.kh, p.kw);
+    let [sh, sw] = p.stride;
+    let [dh, dw] = p.dilation;
+    let (pt, pl) = (p.pad[0], p.pad[1]);
+    let plane = p.oh * p.ow;
+    let k = p.patch_len();
+    let (patches, rest) = scratch.split_at_mut(plane * k);
+    let prod = &mut rest[..plane * p.o];
+    for oy in 0..p.oh {
+        for ox in 0..p.ow {
+            let row = &mut patches[(oy * p.ow + ox) * k..][..k];
+            for ci in 0..p.c {
+                let xc = &x[ci * h * w..][..h * w];
+                for ky in 0..kh {
+                    let dst = &mut row[(ci * kh + ky) * kw..][..kw];
+                    let ty = oy * sh + ky * dh;
+                    if ty < pt || ty - pt >= h {
+                        dst.fill(0.0);
+                        continue;
+                    }
+                    let xr = &xc[(ty - pt) * w..][..w];
+                    let x0 = ox * sw;
+                    if dw == 1 && x0 >= pl && x0 - pl + kw <= w {
+                        // The whole window row is inside: one copy.
+                        dst.copy_from_slice(&xr[x0 - pl..x0 - pl + kw]);
+                    } else {
+                        for (kx, d) in dst.iter_mut().enumerate() {
+                            let tx = x0 + kx * dw;
+                            *d = if tx >= pl && tx - pl < w { xr[tx - pl] } else { 0.0 };
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // prod [plane, O] = patches · Wᵀ (f32 activations, as the direct loop), then
+    // y [O, plane] = prodᵀ + b.
+    crate::kernels::linear::linear(patches, plane, &proj.w, None, Activation::None, prod);
+    for (o, yp) in y[..p.o * plane].chunks_exact_mut(plane).enumerate() {
+        let bias = proj.b.map_or(0.0, |b| b.get(o / b.cols(), o % b.cols()));
+        for (i, v) in yp.iter_mut().enumerate() {
+            *v = prod[i * p.o + o] + bias;
+        }
+    }
+}
+
+/// Grouped convolution, direct (no im2col), each weight row decoded once.
+fn conv2d_direct(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (h, w, kh, kw) = (p.h, p.w, p.kh, p.kw);
     let cg = p.c / p.groups;
     let og = p.o / p.groups;

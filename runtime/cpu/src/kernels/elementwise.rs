@@ -166,6 +166,10 @@ pub fn unary(p: &UnaryParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
         UnaryOp::Neg => map!(|v: f32| -v),
         UnaryOp::Abs => map!(libm::fabsf),
         UnaryOp::Reciprocal => map!(|v: f32| 1.0 / v),
+        UnaryOp::Gelu => {
+            y.copy_from_slice(x);
+            crate::kernels::simd::gelu(y);
+        }
         op => map!(|v| unary_fn(op, v)),
     }
 }

@@ -19,6 +19,13 @@ pub fn linear(x: &[f32], rows: usize, w: &WeightView<'_>, b: Option<&WeightView<
     finish(rows, b, act, 1.0, y);
 }
 
+/// `y [rows, out] = x [rows, in] · Wᵀ` (no bias, no activation) on the calling thread: the
+/// SIMD kernels, else the scalar dot products. For products inside a mechanism kernel (scores,
+/// token mixing), which run per sample.
+pub fn matmul_nt(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32]) {
+    matmul_body(x, rows, w, y);
+}
+
 /// `y = x Wᵀ` (no bias): the SIMD kernels, else the scalar dot products.
 fn matmul_body(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32]) {
     if !super::simd::matmul_wt(x, rows, w, y) {

@@ -69,4 +69,6 @@ pub const CONV_CASES: &[ConvCase] = &[
     (4, 5, 5, 8, 1, 1, [1, 1], [0, 0, 0, 0], [1, 1], 4), // depth-wise, multiplier 2, 1×1
     (2, 9, 8, 4, 3, 3, [2, 2], [2, 2, 2, 2], [2, 2], 2), // everything at once
     (3, 4, 4, 2, 5, 5, [1, 1], [2, 2, 2, 2], [1, 1], 1), // kernel larger than the input
+    (3, 12, 12, 9, 4, 4, [4, 4], [0, 0, 0, 0], [1, 1], 1), // patch embedding: 9 patches (GEMM rows)
+    (1, 16, 16, 20, 2, 2, [2, 2], [0, 0, 0, 0], [1, 1], 1), // 64 patches (packed GEMM)
 ];

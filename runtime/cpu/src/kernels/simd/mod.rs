@@ -201,6 +201,19 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     }
 }
 
+/// Exact (erf) GELU in place. x86 (AVX2 and up): a vectorised rational erf (at most 4.2e-7
+/// from the exact erf; the GELU within the `F32_APPROX` tolerance of the f64 reference, see
+/// `runtime/cpu/tests/simd.rs`); elsewhere the scalar [`crate::math::gelu`] (libm `erfcf`).
+#[inline]
+pub fn gelu(y: &mut [f32]) {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2/FMA detected.
+        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { x86::gelu(y) },
+        _ => y.iter_mut().for_each(|v| *v = crate::math::gelu(*v)),
+    }
+}
+
 /// `y[i] += a · x[i]` over the common length.
 #[inline]
 pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
