@@ -606,7 +606,7 @@ pub unsafe fn fma_probe_avx512(iters: usize) -> usize {
 unsafe fn erf8(x: __m256) -> __m256 {
     const A: [f32; 7] = [
         -1.609_603_3e-2,
-        -2.954_599_8e-3,
+        -2.954_6e-3,
         -7.349_906_3e-4,
         -5.692_506_4e-5,
         -2.101_024e-6,
