@@ -45,9 +45,16 @@ pub fn activate(act: Activation, y: &mut [f32]) {
     }
 }
 
-/// Softmax of `row` in place (max subtracted before exp).
+/// Softmax of `row` in place (max subtracted before exp): the SIMD kernel where the CPU has
+/// one ([`crate::kernels::simd::softmax`]), else [`softmax_scalar`].
 #[inline]
 pub fn softmax_in_place(row: &mut [f32]) {
+    crate::kernels::simd::softmax(row);
+}
+
+/// The scalar softmax (libm `expf`).
+#[inline]
+pub fn softmax_scalar(row: &mut [f32]) {
     let m = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     let mut s = 0.0;
     for v in row.iter_mut() {

@@ -201,9 +201,10 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     }
 }
 
-/// Exact (erf) GELU in place. x86 (AVX2 and up): a vectorised rational erf (at most 4.2e-7
-/// from the exact erf; the GELU within the `F32_APPROX` tolerance of the f64 reference, see
-/// `runtime/cpu/tests/simd.rs`); elsewhere the scalar [`crate::math::gelu`] (libm `erfcf`).
+/// Exact (erf) GELU in place. x86 (AVX2 and up): a vectorised rational erf, and below x = −2
+/// a vectorised erfc (Numerical Recipes' Chebyshev fit with a vectorised exp) — within 3e-5
+/// relative of the f64 GELU everywhere, see `runtime/cpu/tests/simd.rs`; elsewhere the scalar
+/// [`crate::math::gelu`] (libm `erfcf`).
 #[inline]
 pub fn gelu(y: &mut [f32]) {
     match isa() {
@@ -211,6 +212,18 @@ pub fn gelu(y: &mut [f32]) {
         // SAFETY: AVX2/FMA detected.
         Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { x86::gelu(y) },
         _ => y.iter_mut().for_each(|v| *v = crate::math::gelu(*v)),
+    }
+}
+
+/// Softmax of `row` in place (maximum subtracted before exp). x86 (AVX2 and up): a vectorised
+/// exp (Cephes polynomial, ≤ 2 ulp); elsewhere libm's `expf`.
+#[inline]
+pub fn softmax(row: &mut [f32]) {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2/FMA detected.
+        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { x86::softmax(row) },
+        _ => crate::math::softmax_scalar(row),
     }
 }
 

@@ -599,6 +599,39 @@ pub unsafe fn fma_probe_avx512(iters: usize) -> usize {
     fma_probe_asm!(iters, "zmm")
 }
 
+/// `e^x` for 8 lanes with `x ≤ 0` (the callers' range: softmax after subtracting the row
+/// maximum, erfc's Gaussian factor): Cody–Waite reduction `x = n·ln2 + r`, a degree-6
+/// polynomial for `e^r` (the Cephes `expf` coefficients), and `2^n` built in the exponent bits.
+/// Below −87.3 (where `e^x` leaves the normal f32 range) the result is 0.
+#[inline(always)]
+unsafe fn exp8(x: __m256) -> __m256 {
+    const P: [f32; 6] = [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
+    // SAFETY: AVX2/FMA available in every caller.
+    unsafe {
+        let lo = _mm256_set1_ps(-87.336_54);
+        let underflow = _mm256_cmp_ps::<_CMP_LT_OQ>(x, lo);
+        let x = _mm256_max_ps(x, lo);
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+            x,
+            _mm256_set1_ps(core::f32::consts::LOG2_E),
+        ));
+        // ln 2 split in two: n·0.693359375 is exact for |n| < 2^12.
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+        let mut p = _mm256_set1_ps(P[0]);
+        for &c in &P[1..] {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+        }
+        let r2 = _mm256_mul_ps(r, r);
+        let y = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0));
+        let pow2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+            _mm256_cvtps_epi32(n),
+            _mm256_set1_epi32(127),
+        )));
+        _mm256_andnot_ps(underflow, _mm256_mul_ps(y, pow2))
+    }
+}
+
 /// `erf(x)` for 8 lanes: the odd/even rational approximation `x·P(x²)/Q(x²)` on x clamped
 /// to [−4, 4] (beyond, erf is ±1 in f32), the form and coefficients Eigen and XLA use for f32;
 /// at most 4.2e-7 from the exact erf (checked against f64 in `runtime/cpu/tests/simd.rs`).
@@ -630,8 +663,49 @@ unsafe fn erf8(x: __m256) -> __m256 {
     }
 }
 
-/// Exact (erf) GELU in place: `0.5·x·(1 + erf(x/√2))`, 8 lanes at a time (the tail through a
-/// padded copy, so every element gets the same arithmetic).
+/// `erfc(x)` for 8 lanes: the Chebyshev fit `t·exp(−z² + P(t))`, `t = 1/(1 + z/2)`, `z = |x|`,
+/// of Numerical Recipes' `erfcc` (fractional error below 1.2e-7 in exact arithmetic), and
+/// `2 − erfc(|x|)` for negative x. Relative accuracy holds in the tail, where `1 + erf`
+/// would cancel.
+#[inline(always)]
+unsafe fn erfc8(x: __m256) -> __m256 {
+    const C: [f32; 10] = [
+        -1.265_512_2,
+        1.000_023_7,
+        0.374_091_96,
+        0.096_784_18,
+        -0.186_288_06,
+        0.278_868_07,
+        -1.135_204,
+        1.488_515_9,
+        -0.822_152_2,
+        0.170_872_77,
+    ];
+    // SAFETY: AVX2/FMA available in every caller.
+    unsafe {
+        let one = _mm256_set1_ps(1.0);
+        let z = _mm256_andnot_ps(_mm256_set1_ps(-0.0), x);
+        let t = _mm256_div_ps(one, _mm256_fmadd_ps(z, _mm256_set1_ps(0.5), one));
+        let mut p = _mm256_set1_ps(C[9]);
+        for &c in C[1..9].iter().rev() {
+            p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(c));
+        }
+        // −z² + C0 + t·p
+        let arg = _mm256_fmadd_ps(t, p, _mm256_fnmadd_ps(z, z, _mm256_set1_ps(C[0])));
+        let e = _mm256_mul_ps(t, exp8(arg));
+        let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps());
+        _mm256_blendv_ps(e, _mm256_sub_ps(_mm256_set1_ps(2.0), e), neg)
+    }
+}
+
+/// Below this x, GELU takes the erfc form (`1 + erf` would lose relative accuracy to
+/// cancellation: at −2 it is 0.046, so erf's 4.2e-7 absolute error is 1e-5 relative).
+const GELU_ERFC_BELOW: f32 = -2.0;
+
+/// Exact (erf) GELU in place, 8 lanes at a time (the tail through a padded copy, so every
+/// element gets the same arithmetic): `0.5·x·(1 + erf(x/√2))` with the cheap rational erf, and
+/// for vectors with a lane below [`GELU_ERFC_BELOW`], `0.5·x·erfc(−x/√2)` blended into those
+/// lanes (relative accuracy in the negative tail).
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
@@ -641,22 +715,52 @@ pub unsafe fn gelu(y: &mut [f32]) {
     unsafe fn gelu8(x: __m256) -> __m256 {
         // SAFETY: AVX2/FMA available (caller).
         unsafe {
-            let e = erf8(_mm256_mul_ps(x, _mm256_set1_ps(core::f32::consts::FRAC_1_SQRT_2)));
             let h = _mm256_mul_ps(x, _mm256_set1_ps(0.5));
-            _mm256_fmadd_ps(h, e, h)
+            let e = erf8(_mm256_mul_ps(x, _mm256_set1_ps(core::f32::consts::FRAC_1_SQRT_2)));
+            let g = _mm256_fmadd_ps(h, e, h);
+            let tail = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(GELU_ERFC_BELOW));
+            if _mm256_movemask_ps(tail) == 0 {
+                return g;
+            }
+            let ec = erfc8(_mm256_mul_ps(x, _mm256_set1_ps(-core::f32::consts::FRAC_1_SQRT_2)));
+            _mm256_blendv_ps(g, _mm256_mul_ps(h, ec), tail)
         }
     }
+    map8(y, |v| unsafe { gelu8(v) });
+}
+
+/// Applies `f` to `y` 8 lanes at a time; the tail through a padded copy.
+#[inline(always)]
+fn map8(y: &mut [f32], f: impl Fn(__m256) -> __m256) {
     let mut chunks = y.chunks_exact_mut(8);
     for c in &mut chunks {
-        // SAFETY: c holds 8 f32.
-        unsafe { _mm256_storeu_ps(c.as_mut_ptr(), gelu8(_mm256_loadu_ps(c.as_ptr()))) };
+        // SAFETY: c holds 8 f32; AVX available in every caller.
+        unsafe { _mm256_storeu_ps(c.as_mut_ptr(), f(_mm256_loadu_ps(c.as_ptr()))) };
     }
     let tail = chunks.into_remainder();
     if !tail.is_empty() {
         let mut buf = [0.0f32; 8];
         buf[..tail.len()].copy_from_slice(tail);
         // SAFETY: buf holds 8 f32.
-        unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), gelu8(_mm256_loadu_ps(buf.as_ptr()))) };
+        unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), f(_mm256_loadu_ps(buf.as_ptr()))) };
         tail.copy_from_slice(&buf[..tail.len()]);
     }
+}
+
+/// Softmax of `row` in place: the maximum subtracted, [`exp8`], the sum, one scale.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn softmax(row: &mut [f32]) {
+    if row.is_empty() {
+        return;
+    }
+    let m = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    // SAFETY (closures): AVX2/FMA available here.
+    let mv = _mm256_set1_ps(m);
+    map8(row, |v| unsafe { exp8(_mm256_sub_ps(v, mv)) });
+    let s: f32 = row.iter().sum();
+    let inv = _mm256_set1_ps(1.0 / s);
+    map8(row, |v| _mm256_mul_ps(v, inv));
 }
