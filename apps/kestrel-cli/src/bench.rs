@@ -278,7 +278,7 @@ pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
     }
     let model = Model::load(&a.model).with_context(|| format!("loading {}", a.model))?;
     let feeds = make_feeds(&model, a.input.as_ref(), a.batch)?;
-    let arena = model.cpu()?.arena_bytes(a.batch).unwrap_or(0);
+    let arena = model.cpu()?.arena_bytes_threads(a.batch, a.threads).unwrap_or(0);
     let (s, on) = time_on(&model, &feeds, a.samples, a.batch, a.reps, &a.backend)?;
     let gpu = on != "cpu";
     let threads = if gpu { 1 } else { a.threads };

@@ -46,6 +46,9 @@ pub struct ProfileArgs {
     /// Rows in the table and bars in the chart (0: all).
     #[arg(long, default_value_t = 25)]
     pub top: usize,
+    /// CPU threads (the caller plus a pool of workers; large dense layers are split across them).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
 }
 
 fn load(model: Option<&str>) -> Result<(Model, String)> {
@@ -63,6 +66,7 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
     if args.runs == 0 || args.batch == 0 {
         bail!("--runs and --batch must be at least 1");
     }
+    kestrel_cpu::threads::set_threads(args.threads).map_err(|e| anyhow::anyhow!("--threads: {e}"))?;
     let (model, source) = load(args.model.as_deref())?;
     let cpu = model.cpu()?;
     if cpu.input_count() != 1 {
@@ -241,7 +245,9 @@ pub fn gpu_profile(
         bail!("profile: node {} ({}) was timed in {} of {runs} runs", o.node, o.op, o.ns.len());
     }
     let weight_bytes = kestrel::profile::weight_bytes(&file);
-    let arena_bytes = cpu.arena_bytes(batch).context("the arena size for this batch overflows")?;
+    let arena_bytes = cpu
+        .arena_bytes_threads(batch, kestrel_cpu::threads::threads())
+        .context("the arena size for this batch overflows")?;
     let prof =
         Profile { batch, warmup, runs, ops, total_ns, run_start_ns, arena_bytes, weight_bytes, nodes: file.op_count() };
     Ok((prof, timing))

@@ -26,4 +26,7 @@ pub mod threads;
 pub use error::{LoadError, RunError, ShapeError};
 pub use kernels::linear::{linear, ProjW};
 pub use model::{required_scratch_bytes, Model};
+
+/// Most copies of the scratch region a session uses (one per thread).
+pub const MAX_SCRATCH_COPIES: usize = 64;
 pub use session::{Input, Session};

@@ -80,8 +80,16 @@ impl<'a> Model<'a> {
     /// Arena bytes a session with batch capacity `batch` needs, including [`ARENA_ALIGN`] bytes
     /// of slack so any caller buffer works. `None` if it overflows `usize`.
     pub fn arena_bytes(&self, batch: usize) -> Option<usize> {
+        self.arena_bytes_threads(batch, 1)
+    }
+
+    /// [`arena_bytes`](Self::arena_bytes) with `threads` copies of the scratch region (at most
+    /// [`crate::MAX_SCRATCH_COPIES`] are used): a session over such an arena runs the samples of
+    /// a mechanism op (attention, AFT, Fastformer) on up to `threads` threads at once.
+    pub fn arena_bytes_threads(&self, batch: usize, threads: usize) -> Option<usize> {
         let acts = usize::try_from(self.plan.arena_bytes_per_sample).ok()?.checked_mul(batch)?;
-        let scratch = usize::try_from(self.plan.scratch_bytes).ok()?;
+        let copies = threads.clamp(1, crate::MAX_SCRATCH_COPIES);
+        let scratch = usize::try_from(self.plan.scratch_bytes).ok()?.checked_mul(copies)?;
         acts.checked_add(scratch)?.checked_add(ARENA_ALIGN)
     }
 

@@ -43,11 +43,14 @@ pub struct Session<'m, 'a, 'r> {
     model: &'m Model<'a>,
     arena: &'r mut [f32],
     capacity: usize,
+    copies: usize,
 }
 
 impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
     /// Binds `model` to `arena` for batches of up to `capacity` samples. The arena needs
-    /// [`Model::arena_bytes`]`(capacity)` bytes; its alignment does not matter.
+    /// [`Model::arena_bytes`]`(capacity)` bytes; its alignment does not matter. A larger arena
+    /// ([`Model::arena_bytes_threads`]) holds more copies of the scratch region, which lets
+    /// mechanism ops run several samples at once on the thread pool.
     pub fn new(model: &'m Model<'a>, arena: &'r mut [u8], capacity: usize) -> Result<Self, RunError> {
         let max = max_capacity(model);
         if capacity == 0 || capacity > max {
@@ -59,11 +62,25 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
         }
         let skip = arena.as_ptr().align_offset(ARENA_ALIGN);
         let usable = needed - ARENA_ALIGN;
+        // Room past the plan for more copies of the scratch region (one per thread; see
+        // `Model::arena_bytes_threads`).
+        let scratch = model.plan().scratch_bytes as usize;
+        let extra = arena.len().saturating_sub(skip + usable);
+        let copies = extra.checked_div(scratch).map_or(1, |c| 1 + c.min(crate::MAX_SCRATCH_COPIES - 1));
         let found = arena.len();
-        let bytes =
-            arena.get_mut(skip..skip + usable).ok_or(RunError::ArenaTooSmall { needed, found, batch: capacity })?;
+        let bytes = arena.get_mut(skip..skip + usable + (copies - 1) * scratch).ok_or(RunError::ArenaTooSmall {
+            needed,
+            found,
+            batch: capacity,
+        })?;
         let arena: &mut [f32] = bytemuck::try_cast_slice_mut(bytes).map_err(|_| RunError::Internal("arena cast"))?;
-        Ok(Self { model, arena, capacity })
+        Ok(Self { model, arena, capacity, copies })
+    }
+
+    /// Copies of the scratch region the arena holds (mechanism ops run that many samples at a
+    /// time when the thread pool has the threads).
+    pub fn scratch_copies(&self) -> usize {
+        self.copies
     }
 
     /// Batch capacity.
@@ -146,7 +163,9 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
             }
         }
         // Nodes.
-        let (acts, scratch) = self.arena.split_at_mut(acts_len);
+        let (acts, scratch_all) = self.arena.split_at_mut(acts_len);
+        let per = self.model.plan().scratch_bytes as usize / 4;
+        let (scratch, spare) = scratch_all.split_at_mut(per.min(scratch_all.len()));
         for node in 0..file.op_count() {
             let op = file.op(node).map_err(|_| RunError::Internal("op decode"))?;
             if let kestrel_format::Op::Reshape(_) = op {
@@ -158,7 +177,7 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
             let out_len = cap * numel(&y)?;
             let (head, rest) = acts.split_at_mut(out_start);
             let (out, tail) = rest.split_at_mut(out_len);
-            let mut io = OpIo { head, tail, out, out_start, cap, batch, scratch: &mut *scratch };
+            let mut io = OpIo { head, tail, out, out_start, cap, batch, scratch: &mut *scratch, spare: &mut *spare };
             exec::execute(&file, &op, &mut io)?;
             after(node, &op);
         }

@@ -247,3 +247,32 @@ pub fn for_each(tasks: usize, f: &(dyn Fn(usize) + Sync)) {
         panic!("kestrel-cpu: a kernel task panicked on a worker thread");
     }
 }
+
+/// A mutable slice shared by the tasks of one [`for_each`], each of which writes only its own
+/// disjoint parts of it.
+#[derive(Clone, Copy)]
+pub(crate) struct SharedMut(*mut f32, usize);
+
+// SAFETY: tasks only touch disjoint ranges (each user's contract), and the `&mut` the pointer
+// came from outlives the parallel section.
+unsafe impl Sync for SharedMut {}
+// SAFETY: as above.
+unsafe impl Send for SharedMut {}
+
+impl SharedMut {
+    /// Shares `s` for one parallel section.
+    pub(crate) fn new(s: &mut [f32]) -> Self {
+        SharedMut(s.as_mut_ptr(), s.len())
+    }
+
+    /// `start..start + len` as a slice.
+    ///
+    /// # Safety
+    /// No other live slice from this `SharedMut` overlaps the range.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn part(&self, start: usize, len: usize) -> &mut [f32] {
+        assert!(start.checked_add(len).is_some_and(|e| e <= self.1), "SharedMut: part out of bounds");
+        // SAFETY: in bounds (checked) and disjoint (the caller's contract).
+        unsafe { core::slice::from_raw_parts_mut(self.0.add(start), len) }
+    }
+}

@@ -282,6 +282,7 @@ fn binary_named_broadcast_cases() {
         (&[2, 1, 4], &[3, 1]),                   // both broadcast, rank mismatch
         (&[2, 3, 4], &[1, 3, 4]),                // leading 1
         (&[1, 2, 1, 3, 1, 2], &[2, 1, 3, 2, 1]), // rank 6
+        (&[2, 3, 5], &[2, 3, 5]),                // same shapes (the flat fast path)
     ];
     for &(sa, sb) in cases {
         let na: usize = sa.iter().product();

@@ -61,8 +61,8 @@ impl Rng {
 /// (rows, out, in): one row (split by output features), fewer rows than threads, many rows,
 /// ragged sizes, row counts whose halves would fall under the SIMD kernels' row thresholds
 /// (12 → 6: dot products instead of the GEMM; 20 → 10: the few-row kernel instead of the packed
-/// one, over several column blocks), and one below [`PAR_MIN_MACS`] (inline, last).
-const SHAPES: [(usize, usize, usize); 8] = [
+/// one, over several column blocks; 25 on 3 or 4 threads: no part under 8 rows), and one below [`PAR_MIN_MACS`] (inline, last).
+const SHAPES: [(usize, usize, usize); 9] = [
     (1, 1000, 256),
     (1, 257, 300),
     (2, 300, 250),
@@ -70,6 +70,7 @@ const SHAPES: [(usize, usize, usize); 8] = [
     (64, 200, 96),
     (12, 64, 300),
     (20, 64, 1100),
+    (25, 64, 300),
     (3, 10, 20),
 ];
 
@@ -97,8 +98,8 @@ fn split_layers_match_one_thread_bit_for_bit_without_allocating() {
     assert_eq!(threads::set_threads(MAX_THREADS + 1), Err(ThreadError::Count { found: MAX_THREADS + 1 }));
     assert_eq!(threads::threads(), 1);
     assert!(
-        SHAPES[..7].iter().all(|&(r, o, i)| r * o * i >= PAR_MIN_MACS)
-            && SHAPES[7].0 * SHAPES[7].1 * SHAPES[7].2 < PAR_MIN_MACS
+        SHAPES[..8].iter().all(|&(r, o, i)| r * o * i >= PAR_MIN_MACS)
+            && SHAPES[8].0 * SHAPES[8].1 * SHAPES[8].2 < PAR_MIN_MACS
     );
 
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);

@@ -54,11 +54,15 @@ impl Model {
         Ok(kestrel_cpu::Model::parse(self.bytes())?)
     }
 
-    /// A session for batches of up to `capacity` samples, with its arena allocated once here.
+    /// A session for batches of up to `capacity` samples, with its arena allocated once here:
+    /// with one scratch copy per thread of the pool ([`kestrel_cpu::threads::threads`] now), so
+    /// mechanism ops run several samples at once.
     pub fn session(&self, capacity: usize) -> Result<Session<'_>, Error> {
         let model = self.cpu()?;
-        let bytes =
-            model.arena_bytes(capacity).ok_or(kestrel_cpu::RunError::BadCapacity { max: 0, found: capacity })?;
+        let threads = kestrel_cpu::threads::threads();
+        let bytes = model
+            .arena_bytes_threads(capacity, threads)
+            .ok_or(kestrel_cpu::RunError::BadCapacity { max: 0, found: capacity })?;
         let mut s = Session { model, arena: vec![0u8; bytes], capacity };
         // Bind once so a bad capacity fails here, not at the first run.
         kestrel_cpu::Session::new(&s.model, &mut s.arena, capacity)?;

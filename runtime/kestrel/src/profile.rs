@@ -189,7 +189,9 @@ pub fn profile(model: &Model, inputs: &[Input<'_>], warmup: usize, runs: usize) 
     let cpu = model.cpu()?;
     let file = *cpu.file();
     let batch = batch_of(&cpu, inputs)?;
-    let arena_bytes = cpu.arena_bytes(batch).ok_or(kestrel_cpu::RunError::BadCapacity { max: 0, found: batch })?;
+    let arena_bytes = cpu
+        .arena_bytes_threads(batch, kestrel_cpu::threads::threads())
+        .ok_or(kestrel_cpu::RunError::BadCapacity { max: 0, found: batch })?;
     let mut arena = vec![0u8; arena_bytes];
     let mut session = kestrel_cpu::Session::new(&cpu, &mut arena, batch)?;
     let mut outs: Vec<Vec<f32>> = (0..cpu.output_count())

@@ -1,8 +1,10 @@
 //! Every op kind through the whole stack — `ModelBuilder` → `.kes` bytes → `Model` → `Session` —
 //! against the f64 references, with the weights decoded from the loaded file (so the four
 //! encodings share one tolerance, `F32_KERNEL`). Each case is a one- or two-node model run
-//! with batch 3 (capacity 3) and batch 1; every sample is compared with the reference, and each
-//! batch-3 sample must equal its batch-1 run bit for bit.
+//! with batch 3 (capacity 3) and batch 1; every sample is compared with the reference, each
+//! batch-3 sample must equal its batch-1 run within `F32_KERNEL` (the dense kernels choose dot
+//! products or a GEMM by row count, so the summation order may differ), and a batch of 1 gives
+//! the same bits at capacity 1 and 3.
 //!
 //! Ops built on dot products (Dense, MatMul, Conv2d, PatchEmbed, Sum/Mean) take the tolerance
 //! floor from a companion "magnitude" model (same case on |inputs| and |weights|, no
@@ -151,19 +153,26 @@ fn ratio(got: &[f32], want: &[f64], tol: Tolerance) -> f64 {
 }
 
 /// Runs a model at batch 3 and at batch 1 per sample; asserts the batch-1 runs equal the batch-3
-/// samples bit for bit and returns the batch-3 output and its reference.
+/// samples within `F32_KERNEL` and returns the batch-3 output and its reference.
 fn run_checked(what: &str, model: &Model, feeds: &[Feed]) -> (Vec<f32>, Vec<f64>) {
     let got = run_session(model, BATCH, feeds).remove(0);
     let n = got.len() / BATCH;
     for s in 0..BATCH {
         let one: Vec<Feed> = feeds.iter().map(|f| f.sample(s, BATCH)).collect();
-        for cap in [1, BATCH] {
-            let single = run_session(model, cap, &one).remove(0);
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(
-                bits(&single),
-                bits(&got[s * n..(s + 1) * n]),
-                "{what}: sample {s}, batch 1 (capacity {cap}) differs from batch 3"
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let single = run_session(model, 1, &one).remove(0);
+        // The same batch in a larger session: the same kernels, bit for bit.
+        let in_larger = run_session(model, BATCH, &one).remove(0);
+        assert_eq!(bits(&single), bits(&in_larger), "{what}: sample {s}, batch 1 at capacity 1 vs {BATCH}");
+        // Batch 1 vs batch 3: a dense layer over 3× the rows may take the GEMM kernels instead
+        // of the dot products (another f32 summation order), so within F32_KERNEL of each other.
+        let batched = &got[s * n..(s + 1) * n];
+        let scale = batched.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (i, (&a, &b)) in single.iter().zip(batched).enumerate() {
+            let allow = F32_KERNEL.rtol as f32 * b.abs() + F32_KERNEL.atol_frac as f32 * scale;
+            assert!(
+                (a - b).abs() <= allow || (a.is_nan() && b.is_nan()),
+                "{what}: sample {s}[{i}]: batch 1 gives {a}, batch 3 gives {b}"
             );
         }
     }

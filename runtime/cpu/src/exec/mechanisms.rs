@@ -9,6 +9,8 @@ use crate::kernels::attention::{
 };
 use crate::kernels::fastformer::{fastformer, fastformer_scratch, FastformerParams, FastformerWeights};
 use crate::session::numel;
+#[cfg(feature = "std")]
+use crate::threads::SharedMut;
 use kestrel_format::ops::{AftBias, Op, Proj};
 use kestrel_format::KesFile;
 
@@ -128,21 +130,50 @@ pub(super) fn scratch_elems(file: &KesFile<'_>, op: &Op, fast: bool) -> Result<u
 pub(super) fn execute(file: &KesFile<'_>, op: &Op, io: &mut OpIo<'_>) -> Result<(), RunError> {
     let prep = prepare(file, op).map_err(|_| RunError::Internal("a validated node failed its check"))?;
     let batch = io.batch;
-    let (acts, out, scratch) = io.split();
+    let (acts, out, scratch, spare) = io.split_spare();
     let x_info = info(file, op.main_input())?;
     let x_all = acts.region(&x_info)?;
     let n = numel(&x_info)?;
-    for s in 0..batch {
-        let x = &x_all[s * n..(s + 1) * n];
-        let y = &mut out[s * n..(s + 1) * n];
-        match &prep {
-            Prep::Attention(p, w) => attention(p, w, x, y, scratch),
-            Prep::AftFull(p, w) => aft_full(p, w, x, y, scratch),
-            Prep::AftLocal(p, w) => aft_local(p, w, x, y, scratch),
-            Prep::AftSimple(p, w) => aft_simple(p, w, x, y, scratch),
-            Prep::AftConv(p, w) => aft_conv(p, w, x, y, scratch),
-            Prep::Fastformer(p, w) => fastformer(p, w, x, y, scratch),
+    let one = |x: &[f32], y: &mut [f32], scratch: &mut [f32]| match &prep {
+        Prep::Attention(p, w) => attention(p, w, x, y, scratch),
+        Prep::AftFull(p, w) => aft_full(p, w, x, y, scratch),
+        Prep::AftLocal(p, w) => aft_local(p, w, x, y, scratch),
+        Prep::AftSimple(p, w) => aft_simple(p, w, x, y, scratch),
+        Prep::AftConv(p, w) => aft_conv(p, w, x, y, scratch),
+        Prep::Fastformer(p, w) => fastformer(p, w, x, y, scratch),
+    };
+    // Samples in parallel: one scratch copy per task (the session's arena holds `1 + spare`
+    // copies), samples dealt round-robin. Each sample runs the same code on its own scratch,
+    // so results do not depend on the thread count.
+    #[cfg(feature = "std")]
+    {
+        let per = scratch.len();
+        let copies = spare.len().checked_div(per).map_or(usize::MAX, |c| c + 1);
+        let tasks = crate::threads::threads().min(copies).min(batch);
+        if tasks >= 2 {
+            let (outs, first, rest) = (SharedMut::new(out), SharedMut::new(scratch), SharedMut::new(spare));
+            crate::threads::for_each(tasks, &|t| {
+                // SAFETY: task t alone uses scratch copy t and the output of samples ≡ t
+                // (mod tasks).
+                let sc = unsafe {
+                    if t == 0 {
+                        first.part(0, per)
+                    } else {
+                        rest.part((t - 1) * per, per)
+                    }
+                };
+                for s in (t..batch).step_by(tasks) {
+                    // SAFETY: as above.
+                    let y = unsafe { outs.part(s * n, n) };
+                    one(&x_all[s * n..(s + 1) * n], y, sc);
+                }
+            });
+            return Ok(());
         }
+    }
+    let _ = spare;
+    for s in 0..batch {
+        one(&x_all[s * n..(s + 1) * n], &mut out[s * n..(s + 1) * n], scratch);
     }
     Ok(())
 }

@@ -26,8 +26,12 @@ pub(crate) struct OpIo<'s> {
     pub cap: usize,
     /// Samples in this run.
     pub batch: usize,
-    /// Scratch region.
+    /// Scratch region: exactly the plan's scratch (every op sees the same length, so kernels
+    /// that pick a path by scratch size pick the same one whatever the thread count).
     pub scratch: &'s mut [f32],
+    /// Further copies of the scratch region (a session's arena may hold one per thread):
+    /// `spare.len()` is a multiple of `scratch.len()`, possibly 0.
+    pub spare: &'s mut [f32],
 }
 
 /// Read-only view of the activations around the output region.
@@ -68,6 +72,18 @@ impl<'s> OpIo<'s> {
             cap: self.cap,
         };
         (acts, &mut *self.out, &mut *self.scratch)
+    }
+
+    /// [`split`](Self::split) plus the spare scratch copies.
+    pub fn split_spare(&mut self) -> (Acts<'_>, &mut [f32], &mut [f32], &mut [f32]) {
+        let acts = Acts {
+            head: &*self.head,
+            tail: &*self.tail,
+            out_start: self.out_start,
+            out_len: self.out.len(),
+            cap: self.cap,
+        };
+        (acts, &mut *self.out, &mut *self.scratch, &mut *self.spare)
     }
 }
 

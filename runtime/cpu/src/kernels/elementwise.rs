@@ -243,6 +243,25 @@ pub fn binary_fn(op: BinaryOp, a: f32, b: f32) -> f32 {
 
 /// `y = op(a, b)` broadcast to `p.y`; `y` holds `p.n` elements. `scratch` is unused.
 pub fn binary(p: &BinaryParams, a: Operand<'_>, b: Operand<'_>, y: &mut [f32], _scratch: &mut [f32]) {
+    // Same shapes (residual adds, gates): one flat loop per op, which the compiler vectorises.
+    if let (Some(sa), Some(sb), true) = (a.as_f32(), b.as_f32(), p.a == p.y && p.b == p.y) {
+        let (sa, sb, y) = (&sa[..p.n], &sb[..p.n], &mut y[..p.n]);
+        macro_rules! zip {
+            ($f:expr) => {
+                for ((o, &u), &v) in y.iter_mut().zip(sa).zip(sb) {
+                    *o = $f(u, v);
+                }
+            };
+        }
+        match p.op {
+            BinaryOp::Add => zip!(|u: f32, v: f32| u + v),
+            BinaryOp::Sub => zip!(|u: f32, v: f32| u - v),
+            BinaryOp::Mul => zip!(|u: f32, v: f32| u * v),
+            BinaryOp::Div => zip!(|u: f32, v: f32| u / v),
+            op => zip!(|u, v| binary_fn(op, u, v)),
+        }
+        return;
+    }
     match (a.as_f32(), b.as_f32()) {
         (Some(sa), Some(sb)) => binary_loop(p, |i| sa[i], |i| sb[i], y),
         (Some(sa), None) => binary_loop(p, |i| sa[i], |i| b.at(i), y),

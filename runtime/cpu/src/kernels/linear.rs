@@ -15,8 +15,7 @@ use kestrel_format::{WeightView, INT4_GROUP};
 pub fn linear(x: &[f32], rows: usize, w: &WeightView<'_>, b: Option<&WeightView<'_>>, act: Activation, y: &mut [f32]) {
     debug_assert_eq!(x.len(), rows * w.cols());
     debug_assert_eq!(y.len(), rows * w.rows());
-    split(x, rows, w, y, &matmul_body);
-    finish(rows, b, act, 1.0, y);
+    split(x, rows, w, y, &matmul_body, &Epilogue { b, act, scale: 1.0 });
 }
 
 /// `y [rows, out] = x [rows, in] · Wᵀ` (no bias, no activation) on the calling thread: the
@@ -33,18 +32,29 @@ fn matmul_body(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32]) {
     }
 }
 
-/// `y = act(y · scale + b)` row by row.
-fn finish(rows: usize, b: Option<&WeightView<'_>>, act: Activation, scale: f32, y: &mut [f32]) {
-    let out = y.len().checked_div(rows).unwrap_or(0);
-    if scale != 1.0 || b.is_some() {
-        for yr in y.chunks_exact_mut(out.max(1)).take(rows) {
-            for (o, v) in yr.iter_mut().enumerate() {
-                *v = *v * scale + b.map_or(0.0, |b| b.get(0, o));
+/// What follows the product, applied by whichever task computed a part of `y`:
+/// `y = act(y · scale + b)`.
+#[derive(Clone, Copy)]
+struct Epilogue<'e, 'w> {
+    b: Option<&'e WeightView<'w>>,
+    act: Activation,
+    scale: f32,
+}
+
+impl Epilogue<'_, '_> {
+    /// Applies to `y [rows, width]`, whose first column is output feature `o0`.
+    fn apply(&self, rows: usize, o0: usize, y: &mut [f32]) {
+        let width = y.len().checked_div(rows).unwrap_or(0);
+        if self.scale != 1.0 || self.b.is_some() {
+            for yr in y.chunks_exact_mut(width.max(1)).take(rows) {
+                for (o, v) in yr.iter_mut().enumerate() {
+                    *v = *v * self.scale + self.b.map_or(0.0, |b| b.get(0, o0 + o));
+                }
             }
         }
-    }
-    if act != Activation::None {
-        activate(act, y);
+        if self.act != Activation::None {
+            activate(self.act, y);
+        }
     }
 }
 
@@ -58,26 +68,27 @@ type Body<'f> = dyn Fn(&[f32], usize, &WeightView<'_>, &mut [f32]) + Sync + 'f;
 
 /// Runs `body` over all of `y [rows, out]`: inline with one thread or a small layer; else split
 /// by rows across the pool, or by output features (weight rows) when there is one row.
-fn split(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32], body: &Body<'_>) {
+fn split(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32], body: &Body<'_>, epi: &Epilogue<'_, '_>) {
     #[cfg(feature = "std")]
     {
         let (out, inp) = (w.rows(), w.cols());
         let n = crate::threads::threads();
         if n > 1 && rows.saturating_mul(out).saturating_mul(inp) >= PAR_MIN_MACS {
-            let yp = SharedOut(y.as_mut_ptr(), y.len());
+            let yp = crate::threads::SharedMut::new(y);
             // The SIMD kernels choose their algorithm by row count (dot products below
             // `GEMM_MIN_ROWS`, GEMM kernels from it, which all sum in the same order): parts of
             // a split keep the whole's side of that line, so results stay bit-identical.
             let min_part = if rows >= super::simd::GEMM_MIN_ROWS { super::simd::GEMM_MIN_ROWS } else { 1 };
             let tasks = n.min(rows / min_part);
             if rows >= 2 && tasks >= 2 {
-                let per = rows.div_ceil(tasks);
                 crate::threads::for_each(tasks, &|t| {
-                    let (r0, r1) = (t * per, ((t + 1) * per).min(rows));
+                    // Even shares: each at least rows / tasks ≥ min_part rows.
+                    let (r0, r1) = (t * rows / tasks, (t + 1) * rows / tasks);
                     if r0 < r1 {
                         // SAFETY: task `t` alone writes rows r0..r1 of y.
                         let ys = unsafe { yp.part(r0 * out, (r1 - r0) * out) };
                         body(&x[r0 * inp..r1 * inp], r1 - r0, w, ys);
+                        epi.apply(r1 - r0, 0, ys);
                     }
                 });
                 return;
@@ -92,6 +103,7 @@ fn split(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32], body: &Body<
                         // SAFETY: task `t` alone writes features o0..o1 of the single row.
                         let ys = unsafe { yp.part(o0, o1 - o0) };
                         body(x, 1, &ws, ys);
+                        epi.apply(1, o0, ys);
                     }
                 });
                 return;
@@ -99,28 +111,7 @@ fn split(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32], body: &Body<
         }
     }
     body(x, rows, w, y);
-}
-
-/// The output of a split kernel, shared by tasks that write disjoint parts of it.
-#[cfg(feature = "std")]
-#[derive(Clone, Copy)]
-struct SharedOut(*mut f32, usize);
-
-// SAFETY: tasks only write disjoint ranges (see `split`), and the caller's `&mut` outlives the
-// parallel section.
-#[cfg(feature = "std")]
-unsafe impl Sync for SharedOut {}
-
-#[cfg(feature = "std")]
-impl SharedOut {
-    /// # Safety
-    /// `start..start + len` is in bounds and no other live slice overlaps it.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn part(&self, start: usize, len: usize) -> &mut [f32] {
-        assert!(start + len <= self.1, "split: part out of bounds");
-        // SAFETY: in bounds (checked) and disjoint (the caller's contract).
-        unsafe { core::slice::from_raw_parts_mut(self.0.add(start), len) }
-    }
+    epi.apply(rows, 0, y);
 }
 
 /// The scalar reference of [`linear`] before the activation (`y = x Wᵀ + b`): the fused
@@ -160,12 +151,11 @@ pub fn linear_q8(
     debug_assert_eq!(x.len(), rows * inp);
     debug_assert_eq!(y.len(), rows * out);
     let inv = 1.0 / x_scale;
-    split(x, rows, w, y, &|xs, r, ws, ys| q8_body(xs, r, ws, inv, ys));
-    finish(rows, b, act, x_scale, y);
+    split(x, rows, w, y, &|xs, r, ws, ys| q8_body(xs, r, ws, inv, ys), &Epilogue { b, act, scale: x_scale });
 }
 
 /// `y = Σ_chunks q(x) · W_q` in integer units (times the weight scales; the activation scale,
-/// bias and activation come after, in [`finish`]).
+/// bias and activation come after, in the [`Epilogue`]).
 fn q8_body(x: &[f32], rows: usize, w: &WeightView<'_>, inv: f32, y: &mut [f32]) {
     let (out, inp) = (w.rows(), w.cols());
     let mut buf = [0i8; Q8_CHUNK];

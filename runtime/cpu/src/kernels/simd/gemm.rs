@@ -150,14 +150,15 @@ unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
 }
 
 /// Packs `W[n0 .. n0 + nv, k0 .. k0 + kc]` (dequantised, times the row scales) into
-/// `buf[kk · nr + j]`; features `nv .. nr` of the panel are zeros. `k0 % 8 == 0`, `nr % 8 == 0`.
+/// `buf[kk · nr + j]`; features `nv .. nr` of the panel are zeros. `k0 % 8 == 0`, `nr % 8 == 0`;
+/// `buf` has room for `kc · nr` f32 (it may be uninitialised: every element is written).
 #[inline(always)]
-unsafe fn pack<L: Loader>(w: &L, n0: usize, nv: usize, k0: usize, kc: usize, nr: usize, buf: &mut [f32]) {
-    debug_assert!(nv <= nr && buf.len() >= kc * nr && k0.is_multiple_of(8) && nr.is_multiple_of(8));
+unsafe fn pack<L: Loader>(w: &L, n0: usize, nv: usize, k0: usize, kc: usize, nr: usize, buf: *mut f32) {
+    debug_assert!(nv <= nr && k0.is_multiple_of(8) && nr.is_multiple_of(8));
     let kc8 = kc / 8 * 8;
-    let bp = buf.as_mut_ptr();
+    let bp = buf;
     // SAFETY: loads read rows n0 + j < n0 + nv ≤ rows of W and columns k0 + kk + 8 ≤ k0 + kc8 ≤
-    // cols; stores write indices < kc·nr ≤ buf.len().
+    // cols; stores write indices < kc·nr (the caller's room).
     unsafe {
         for j8 in (0..nr).step_by(8) {
             let scale: [f32; 8] = core::array::from_fn(|i| if j8 + i < nv { w.row_scale(n0 + j8 + i) } else { 0.0 });
@@ -294,7 +295,9 @@ pub(super) unsafe fn gemm<V: Vf, L: Loader, const MR: usize, const NV: usize>(
         return;
     }
     let nr = NV * V::L;
-    let mut buf = [0.0f32; KC * NR_MAX];
+    // Not zeroed (64 KiB of stores per call): `pack` writes every element the kernel reads.
+    let mut buf = core::mem::MaybeUninit::<[f32; KC * NR_MAX]>::uninit();
+    let bp = buf.as_mut_ptr().cast::<f32>();
     let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
     // SAFETY: every micro-kernel call covers rows m0..m0+m < rows, columns k0..k0+kc ≤ inp of x,
     // and outputs n0..n0+nv ≤ out of y; `pack` stays inside W and buf.
@@ -305,17 +308,17 @@ pub(super) unsafe fn gemm<V: Vf, L: Loader, const MR: usize, const NV: usize>(
             let mut k0 = 0;
             while k0 < inp {
                 let kc = KC.min(inp - k0);
-                pack(w, n0, nv, k0, kc, nr, &mut buf);
+                pack(w, n0, nv, k0, kc, nr, bp);
                 let add = k0 > 0;
                 let mut m0 = 0;
                 while m0 + MR <= rows {
                     let (a, c) = (xp.add(m0 * inp + k0), yp.add(m0 * out + n0));
-                    ukernel::<V, MR, NV>(kc, a, inp, buf.as_ptr(), c, out, nv, add);
+                    ukernel::<V, MR, NV>(kc, a, inp, bp, c, out, nv, add);
                     m0 += MR;
                 }
                 if m0 < rows {
                     let (a, c) = (xp.add(m0 * inp + k0), yp.add(m0 * out + n0));
-                    ukernel_tail::<V, NV>(rows - m0, kc, a, inp, buf.as_ptr(), c, out, nv, add);
+                    ukernel_tail::<V, NV>(rows - m0, kc, a, inp, bp, c, out, nv, add);
                 }
                 k0 += kc;
             }
@@ -339,13 +342,14 @@ const PF_AHEAD: usize = 128;
 pub const SMALL_M_MAX: usize = 16;
 
 /// Packs `x[m0 .. m0 + mv, k0 .. k0 + kc]` transposed into `xt[kk · nr + r]` (rows `mv .. nr`
-/// zero). `nr % 8 == 0`.
+/// zero). `nr % 8 == 0`; `xt` has room for `kc · nr` f32 (it may be uninitialised: every element
+/// is written).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn pack_xt(x: &[f32], inp: usize, m0: usize, mv: usize, k0: usize, kc: usize, nr: usize, xt: &mut [f32]) {
-    debug_assert!(mv <= nr && xt.len() >= kc * nr && nr.is_multiple_of(8));
+unsafe fn pack_xt(x: &[f32], inp: usize, m0: usize, mv: usize, k0: usize, kc: usize, nr: usize, xt: *mut f32) {
+    debug_assert!(mv <= nr && nr.is_multiple_of(8));
     let kc8 = kc / 8 * 8;
-    let (xp, tp) = (x.as_ptr(), xt.as_mut_ptr());
+    let (xp, tp) = (x.as_ptr(), xt);
     // SAFETY: reads rows m0 + r < m0 + mv and columns k0 + kk < k0 + kc of x (callers' bounds);
     // writes indices < kc·nr.
     unsafe {
@@ -453,7 +457,9 @@ pub(super) unsafe fn gemm_small_m<V: Vf, const MR: usize, const NV: usize>(
         y[..rows * out].fill(0.0);
         return;
     }
-    let mut xt = [0.0f32; KC_T * NR_MAX];
+    // Not zeroed: `pack_xt` writes every element the kernel reads.
+    let mut xt = core::mem::MaybeUninit::<[f32; KC_T * NR_MAX]>::uninit();
+    let tp = xt.as_mut_ptr().cast::<f32>();
     let yp = y.as_mut_ptr();
     // SAFETY: packing reads rows < rows and columns < inp of x; weight pointers stay inside
     // row o0 + min(j, ov - 1) < out of W (kc columns from k0); outputs are rows < rows,
@@ -462,13 +468,13 @@ pub(super) unsafe fn gemm_small_m<V: Vf, const MR: usize, const NV: usize>(
         let mut k0 = 0;
         while k0 < inp {
             let kc = KC_T.min(inp - k0);
-            pack_xt(x, inp, 0, rows, k0, kc, nr, &mut xt);
+            pack_xt(x, inp, 0, rows, k0, kc, nr, tp);
             let add = k0 > 0;
             let mut o0 = 0;
             while o0 < out {
                 let ov = MR.min(out - o0);
                 let wp: [*const f32; MR] = core::array::from_fn(|j| w.0.as_ptr().add((o0 + j.min(ov - 1)) * inp + k0));
-                ukernel_t::<V, MR, NV>(kc, wp, xt.as_ptr(), yp.add(o0), out, (rows, ov), add);
+                ukernel_t::<V, MR, NV>(kc, wp, tp, yp.add(o0), out, (rows, ov), add);
                 o0 += MR;
             }
             k0 += kc;

@@ -1,0 +1,99 @@
+//! Sessions on the thread pool: mechanism ops run several samples at once (one scratch copy per
+//! thread in the session's arena) and dense layers split across threads. Outputs must equal the
+//! one-thread outputs bit for bit, and a run must not allocate on any thread.
+//!
+//! One test function: the thread count is process-wide.
+
+use kestrel::demo::{image_model, text_model, Rng};
+use kestrel::format::DType;
+use kestrel::{Input, Model};
+use kestrel_cpu::threads;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// Counts allocations on every thread (the pool's workers included) while `ON` is set.
+struct Counting;
+static ON: AtomicBool = AtomicBool::new(false);
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator; only adds a counter.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if ON.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if ON.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Runs `model` on `batch` samples with `n` threads; returns the outputs and the allocations
+/// counted during the runs (session creation excluded).
+fn run(
+    bytes: &[u8],
+    input: &dyn Fn(usize) -> Vec<Input<'static>>,
+    batch: usize,
+    outs: usize,
+    n: usize,
+) -> (Vec<f32>, usize) {
+    threads::set_threads(n).unwrap();
+    let model = Model::from_bytes(bytes).unwrap();
+    let mut sess = model.session(batch).unwrap();
+    let mut out = vec![0f32; batch * outs];
+    let inputs = input(batch);
+    ALLOCS.store(0, Ordering::Relaxed);
+    ON.store(true, Ordering::Relaxed);
+    let r1 = sess.run(&inputs, &mut [&mut out]);
+    let r2 = sess.run(&inputs, &mut [&mut out]);
+    ON.store(false, Ordering::Relaxed);
+    r1.unwrap();
+    r2.unwrap();
+    (out, ALLOCS.load(Ordering::Relaxed))
+}
+
+#[test]
+fn threaded_sessions_match_one_thread_bit_for_bit_without_allocating() {
+    let images: &'static [f32] = Rng::new(5).vec(7 * 256, 1.0).leak();
+    let ids: &'static [i64] = (0..7 * 24).map(|i| (i * 37 % 100) as i64).collect::<Vec<_>>().leak();
+    for dtype in [DType::F32, DType::I8] {
+        let img = image_model(3, dtype).unwrap();
+        let txt = text_model(3, dtype).unwrap();
+        let image_in = |b: usize| vec![Input::F32(&images[..b * 256])];
+        let text_in = |b: usize| vec![Input::I64(&ids[..b * 24])];
+        for (name, bytes, input, outs) in
+            [("image", &img, &image_in as &dyn Fn(usize) -> Vec<Input<'static>>, 10), ("text", &txt, &text_in, 2)]
+        {
+            let (one, _) = run(bytes, input, 7, outs, 1);
+            assert!(one.iter().any(|&v| v != 0.0));
+            for n in [2, 3] {
+                let (got, allocs) = run(bytes, input, 7, outs, n);
+                assert_eq!(got, one, "{name} {dtype:?}: {n} threads differ from one");
+                assert_eq!(allocs, 0, "{name} {dtype:?}: {n} threads allocated {allocs} times in run");
+            }
+        }
+    }
+    threads::set_threads(1).unwrap();
+    // The arena holds one scratch copy per thread.
+    threads::set_threads(3).unwrap();
+    let model = Model::from_bytes(&image_model(3, DType::F32).unwrap()).unwrap();
+    let cpu = model.cpu().unwrap();
+    assert_eq!(
+        cpu.arena_bytes_threads(2, 3).unwrap() - cpu.arena_bytes(2).unwrap(),
+        2 * cpu.plan().scratch_bytes as usize
+    );
+    threads::set_threads(1).unwrap();
+}
