@@ -72,9 +72,35 @@ struct Row {
     kes_b1: Stats,
     kes_bb: Stats,
     kes_i8_b1: Stats,
+    /// Batched, int8 weights, one thread.
+    kes_i8_bb: Stats,
+    /// Batched with `--threads` threads (None with one thread).
+    kes_bb_mt: Option<Stats>,
     tract_b1: Option<Stats>,
     tract_bb: Option<Stats>,
     paper_s: Option<f64>,
+}
+
+impl Row {
+    /// Kestrel's fastest configuration (µs/sample, label) over batch 1, batched, int8 batched
+    /// and batched on every thread: what Table 5 is compared with.
+    fn best(&self, bb: usize, threads: usize) -> (f64, String) {
+        let mut best = (self.kes_b1.us_per_sample, "f32 b1".to_string());
+        let mut cand = vec![
+            (self.kes_bb.us_per_sample, format!("f32 b{bb}")),
+            (self.kes_i8_b1.us_per_sample, "int8 b1".to_string()),
+            (self.kes_i8_bb.us_per_sample, format!("int8 b{bb}")),
+        ];
+        if let Some(m) = self.kes_bb_mt {
+            cand.push((m.us_per_sample, format!("f32 b{bb} {threads}T")));
+        }
+        for c in cand {
+            if c.0 < best.0 {
+                best = c;
+            }
+        }
+        best
+    }
 }
 
 fn paper_seconds(task: &str, mech: &str, heads: usize) -> Option<f64> {
@@ -161,6 +187,11 @@ fn convert(onnx: &Path, weights: DType) -> Result<Model> {
 /// `kestrel bench paper`.
 pub fn run(w: &mut String, a: &BenchArgs, isa: &str) -> Result<()> {
     let dirs = model_dirs(&a.models, &a.only)?;
+    // Everything compared with tract runs on one thread (tract's plans are single-threaded);
+    // only the extra batched column uses `--threads`.
+    let threads = a.threads;
+    let set = |n: usize| kestrel_cpu::threads::set_threads(n).map_err(|e| anyhow::anyhow!("threads: {e}"));
+    set(1)?;
     let bb = a.paper_batch.max(1);
     // Whole batches for the batched runs.
     let samples_bb = a.samples.div_ceil(bb) * bb;
@@ -175,9 +206,18 @@ pub fn run(w: &mut String, a: &BenchArgs, isa: &str) -> Result<()> {
         eprintln!("[bench paper] {name}: kestrel");
         let kes_b1 = time_kestrel(&model, &feeds, a.samples, 1, a.reps)?;
         let kes_bb = time_kestrel(&model, &feeds, samples_bb, bb, a.reps)?;
+        let kes_bb_mt = if threads > 1 {
+            set(threads)?;
+            let s = time_kestrel(&model, &feeds, samples_bb, bb, a.reps);
+            set(1)?;
+            Some(s?)
+        } else {
+            None
+        };
         drop(model);
         let m8 = convert(&onnx, DType::I8)?;
         let kes_i8_b1 = time_kestrel(&m8, &feeds, a.samples, 1, a.reps)?;
+        let kes_i8_bb = time_kestrel(&m8, &feeds, samples_bb, bb, a.reps)?;
         drop(m8);
         let (tract_b1, tract_bb) = if a.no_tract {
             (None, None)
@@ -195,7 +235,20 @@ pub fn run(w: &mut String, a: &BenchArgs, isa: &str) -> Result<()> {
             (t1.ok(), tb.ok())
         };
         let paper_s = paper_seconds(&task, &mech, heads);
-        let row = Row { task, mechanism: mech, heads, name, kes_b1, kes_bb, kes_i8_b1, tract_b1, tract_bb, paper_s };
+        let row = Row {
+            task,
+            mechanism: mech,
+            heads,
+            name,
+            kes_b1,
+            kes_bb,
+            kes_i8_b1,
+            kes_i8_bb,
+            kes_bb_mt,
+            tract_b1,
+            tract_bb,
+            paper_s,
+        };
         eprintln!(
             "[bench paper] {}: kestrel {:.1} µs/sample (batch {bb}: {:.1}), int8 {:.1}, tract {}",
             row.name,
@@ -207,6 +260,7 @@ pub fn run(w: &mut String, a: &BenchArgs, isa: &str) -> Result<()> {
         rows.push(row);
         write_outputs(&rows, &notes, a, bb, isa)?;
     }
+    set(threads)?;
     let md = write_outputs(&rows, &notes, a, bb, isa)?;
     w.push_str(&md);
     writeln!(
@@ -245,13 +299,19 @@ fn machine_description(isa: &str) -> serde_json::Value {
 
 fn markdown(rows: &[Row], a: &BenchArgs, bb: usize, machine: &serde_json::Value) -> String {
     let mut s = String::new();
+    let t = a.threads;
     let _ = writeln!(s, "# Table 5 benchmark (`kestrel bench paper`)\n");
     let _ = writeln!(
         s,
-        "Machine: {} ({} logical cores, ISA flags {}), Kestrel kernels `{}`, {} Kestrel thread(s). Random weights \
-         (timing only), the paper's model shapes. Each figure: median of {} passes of {} samples after a \
-         warm-up pass (spread in results.csv); seconds for 5,000 samples = 5000 × median µs/sample. \
-         Batched runs use batch {bb}. Ratio = Kestrel batch-1 seconds / the paper's M2 seconds.\n",
+        "Machine: {} ({} logical cores, ISA flags {}), Kestrel kernels `{}`. Random weights (timing only), the \
+         paper's model shapes. Each figure: median of {} passes of {} samples after a warm-up pass (spread in \
+         results.csv); seconds for 5,000 samples = 5000 × median µs/sample. Batched runs use batch {bb}. Every \
+         column runs one thread except \"{t}T\" (Kestrel's worker pool); tract runs its optimised plan on one \
+         thread in the same process.\n\n\
+         - *vs tract* (the peer comparison): Kestrel f32 and int8 weights at batch 1, one thread, over tract at \
+         batch 1.\n\
+         - *vs paper* (Table 5): Kestrel's fastest configuration on this machine (batch 1 or {bb}, f32 or int8, \
+         1 or {t} threads; the paper does not state its batch size) over the paper's M2 seconds.\n",
         machine["cpu"].as_str().unwrap_or("?"),
         machine["logical_cores"],
         machine["isa_flags"]
@@ -259,44 +319,57 @@ fn markdown(rows: &[Row], a: &BenchArgs, bb: usize, machine: &serde_json::Value)
             .map(|f| f.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join(" "))
             .unwrap_or_default(),
         machine["kestrel_isa"].as_str().unwrap_or("?"),
-        machine["threads"],
         a.reps,
         a.samples,
     );
+    let mt = if t > 1 { format!(" | f32 b{bb} {t}T") } else { String::new() };
     let _ = writeln!(
         s,
-        "| model | Kestrel µs/sample b1 | Kestrel s/5000 b1 | Kestrel s/5000 b{bb} | Kestrel int8 s/5000 b1 | tract s/5000 b1 | tract s/5000 b{bb} | Kestrel/tract b1 | paper M2 s | Kestrel/paper |"
+        "| model | f32 b1 | f32 b{bb}{mt} | int8 b1 | int8 b{bb} | tract b1 | tract b{bb} | f32/tract b1 | int8/tract b1 | paper M2 s | best (config) | best/paper |"
     );
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ =
+        writeln!(s, "|---|---:|---:|{}---:|---:|---:|---:|---:|---:|---:|---:|---:|", if t > 1 { "---:|" } else { "" });
     for r in rows {
-        let t1 = r.tract_b1.map(|t| secs(t.us_per_sample));
+        let f = |st: &Stats| format!("{:.3}", secs(st.us_per_sample));
+        let o = |st: Option<Stats>| st.map_or("-".into(), |st| f(&st));
+        let ratio = |k: &Stats| r.tract_b1.map_or("-".into(), |t| format!("{:.2}", k.us_per_sample / t.us_per_sample));
+        let (best, label) = r.best(bb, t);
+        let mtv = if t > 1 { format!(" | {}", o(r.kes_bb_mt)) } else { String::new() };
         let _ = writeln!(
             s,
-            "| {} | {:.1} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {}{} | {} | {} | {} | {} | {} | {} | {} | {:.3} ({label}) | {} |",
             r.name,
-            r.kes_b1.us_per_sample,
-            secs(r.kes_b1.us_per_sample),
-            secs(r.kes_bb.us_per_sample),
-            secs(r.kes_i8_b1.us_per_sample),
-            t1.map_or("-".into(), |v| format!("{v:.3}")),
-            r.tract_bb.map_or("-".into(), |t| format!("{:.3}", secs(t.us_per_sample))),
-            r.tract_b1.map_or("-".into(), |t| format!("{:.2}", r.kes_b1.us_per_sample / t.us_per_sample)),
+            f(&r.kes_b1),
+            f(&r.kes_bb),
+            mtv,
+            f(&r.kes_i8_b1),
+            f(&r.kes_i8_bb),
+            o(r.tract_b1),
+            o(r.tract_bb),
+            ratio(&r.kes_b1),
+            ratio(&r.kes_i8_b1),
             r.paper_s.map_or("-".into(), |p| format!("{p}")),
-            r.paper_s.map_or("-".into(), |p| format!("{:.3}", secs(r.kes_b1.us_per_sample) / p)),
+            secs(best),
+            r.paper_s.map_or("-".into(), |p| format!("{:.3}", secs(best) / p)),
         );
     }
+    let _ = writeln!(s, "\nAll figures are seconds for 5,000 samples.");
     s
 }
 
 fn csv(rows: &[Row], bb: usize) -> String {
     let mut s = String::from("task,mechanism,heads,model,batched_batch");
-    for k in ["kestrel_b1", "kestrel_bb", "kestrel_int8_b1", "tract_b1", "tract_bb"] {
+    for k in
+        ["kestrel_b1", "kestrel_bb", "kestrel_int8_b1", "kestrel_int8_bb", "kestrel_bb_threads", "tract_b1", "tract_bb"]
+    {
         let _ = write!(s, ",{k}_us_median,{k}_us_min,{k}_us_max,{k}_s_5000");
     }
-    s.push_str(",paper_m2_s,kestrel_b1_over_paper\n");
+    s.push_str(",paper_m2_s,kestrel_b1_over_paper,kestrel_best_over_paper\n");
     for r in rows {
         let _ = write!(s, "{},{},{},{},{bb}", r.task, r.mechanism, r.heads, r.name);
-        for st in [Some(r.kes_b1), Some(r.kes_bb), Some(r.kes_i8_b1), r.tract_b1, r.tract_bb] {
+        for st in
+            [Some(r.kes_b1), Some(r.kes_bb), Some(r.kes_i8_b1), Some(r.kes_i8_bb), r.kes_bb_mt, r.tract_b1, r.tract_bb]
+        {
             match st {
                 Some(t) => {
                     let _ = write!(
@@ -313,12 +386,17 @@ fn csv(rows: &[Row], bb: usize) -> String {
         }
         match r.paper_s {
             Some(p) => {
-                let _ = writeln!(s, ",{p},{:.4}", secs(r.kes_b1.us_per_sample) / p);
+                let best = r.best(bb, 0).0;
+                let _ = writeln!(s, ",{p},{:.4},{:.4}", secs(r.kes_b1.us_per_sample) / p, secs(best) / p);
             }
-            None => s.push_str(",,\n"),
+            None => s.push_str(",,,\n"),
         }
     }
     s
+}
+
+fn best_json((us, label): (f64, String)) -> serde_json::Value {
+    serde_json::json!({ "us_per_sample": us, "config": label, "seconds_per_5000": secs(us) })
 }
 
 fn stats_json(s: &Stats) -> serde_json::Value {
@@ -340,6 +418,10 @@ fn json(rows: &[Row], a: &BenchArgs, bb: usize, machine: &serde_json::Value) -> 
                 "kestrel_b1": stats_json(&r.kes_b1),
                 "kestrel_batched": stats_json(&r.kes_bb),
                 "kestrel_int8_b1": stats_json(&r.kes_i8_b1),
+                "kestrel_int8_batched": stats_json(&r.kes_i8_bb),
+                "kestrel_batched_threads": r.kes_bb_mt.as_ref().map(stats_json),
+                "kestrel_best": best_json(r.best(bb, a.threads)),
+                "kestrel_best_over_paper": r.paper_s.map(|p| secs(r.best(bb, a.threads).0) / p),
                 "tract_b1": r.tract_b1.as_ref().map(stats_json),
                 "tract_batched": r.tract_bb.as_ref().map(stats_json),
                 "paper_m2_s": r.paper_s,
@@ -353,6 +435,7 @@ fn json(rows: &[Row], a: &BenchArgs, bb: usize, machine: &serde_json::Value) -> 
         "samples_per_pass": a.samples,
         "reps": a.reps,
         "batched_batch": bb,
+        "threads": a.threads,
         "rows": rows,
     })
 }

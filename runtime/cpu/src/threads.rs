@@ -265,6 +265,16 @@ impl SharedMut {
         SharedMut(s.as_mut_ptr(), s.len())
     }
 
+    /// A raw pointer to element `start`, after checking `start..start + len` is in bounds.
+    ///
+    /// # Safety
+    /// Whatever the caller writes through it must not overlap another task's parts.
+    pub(crate) unsafe fn ptr_at(&self, start: usize, len: usize) -> *mut f32 {
+        assert!(start.checked_add(len).is_some_and(|e| e <= self.1), "SharedMut: range out of bounds");
+        // SAFETY: in bounds (checked).
+        unsafe { self.0.add(start) }
+    }
+
     /// `start..start + len` as a slice.
     ///
     /// # Safety

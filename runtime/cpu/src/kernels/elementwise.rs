@@ -241,26 +241,72 @@ pub fn binary_fn(op: BinaryOp, a: f32, b: f32) -> f32 {
     }
 }
 
+/// Row length up to which a weight operand is decoded into a stack buffer.
+const ROW_BUF: usize = 1024;
+
+/// `y[i] = op(a[i], b[i])` over equal lengths, one loop per op (vectorised by the compiler).
+#[inline]
+fn zip_op(op: BinaryOp, y: &mut [f32], a: &[f32], b: &[f32]) {
+    macro_rules! zip {
+        ($f:expr) => {
+            for ((o, &u), &v) in y.iter_mut().zip(a).zip(b) {
+                *o = $f(u, v);
+            }
+        };
+    }
+    match op {
+        BinaryOp::Add => zip!(|u: f32, v: f32| u + v),
+        BinaryOp::Sub => zip!(|u: f32, v: f32| u - v),
+        BinaryOp::Mul => zip!(|u: f32, v: f32| u * v),
+        BinaryOp::Div => zip!(|u: f32, v: f32| u / v),
+        op => zip!(|u, v| binary_fn(op, u, v)),
+    }
+}
+
+/// Whether `b` equals the trailing axes of `y` (after dropping leading 1s of `b`): then `b`
+/// repeats as a whole block along `y`'s leading axes.
+fn is_trailing(b: &Shape, y: &Shape) -> bool {
+    let bd: [usize; MAX_RANK] = core::array::from_fn(|i| if i < b.rank() { b.dim(i) } else { 0 });
+    let first = bd[..b.rank()].iter().position(|&v| v != 1).unwrap_or(b.rank());
+    let bt = &bd[first..b.rank()];
+    bt.len() <= y.rank() && bt.iter().zip(y.rank() - bt.len()..y.rank()).all(|(&v, i)| v == y.dim(i))
+}
+
 /// `y = op(a, b)` broadcast to `p.y`; `y` holds `p.n` elements. `scratch` is unused.
 pub fn binary(p: &BinaryParams, a: Operand<'_>, b: Operand<'_>, y: &mut [f32], _scratch: &mut [f32]) {
     // Same shapes (residual adds, gates): one flat loop per op, which the compiler vectorises.
     if let (Some(sa), Some(sb), true) = (a.as_f32(), b.as_f32(), p.a == p.y && p.b == p.y) {
-        let (sa, sb, y) = (&sa[..p.n], &sb[..p.n], &mut y[..p.n]);
-        macro_rules! zip {
-            ($f:expr) => {
-                for ((o, &u), &v) in y.iter_mut().zip(sa).zip(sb) {
-                    *o = $f(u, v);
-                }
-            };
-        }
-        match p.op {
-            BinaryOp::Add => zip!(|u: f32, v: f32| u + v),
-            BinaryOp::Sub => zip!(|u: f32, v: f32| u - v),
-            BinaryOp::Mul => zip!(|u: f32, v: f32| u * v),
-            BinaryOp::Div => zip!(|u: f32, v: f32| u / v),
-            op => zip!(|u, v| binary_fn(op, u, v)),
-        }
+        zip_op(p.op, &mut y[..p.n], &sa[..p.n], &sb[..p.n]);
         return;
+    }
+    // `a` full-shape and `b` repeating along the leading axes (a bias or position embedding):
+    // flat loops over blocks of b's length; a weight `b` in any encoding is decoded a row at a
+    // time, once per call.
+    if let (Some(sa), true) = (a.as_f32(), p.a == p.y && is_trailing(&p.b, &p.y)) {
+        let m = b.len();
+        if m > 0 && p.n.is_multiple_of(m) {
+            match (&b, b.as_f32()) {
+                (_, Some(sb)) => {
+                    for (yc, ac) in y[..p.n].chunks_exact_mut(m).zip(sa[..p.n].chunks_exact(m)) {
+                        zip_op(p.op, yc, ac, &sb[..m]);
+                    }
+                    return;
+                }
+                (Operand::Weight(wb), None) if wb.cols() <= ROW_BUF => {
+                    let c = wb.cols();
+                    let mut buf = [0.0f32; ROW_BUF];
+                    for r in 0..wb.rows() {
+                        wb.decode_row(r, &mut buf[..c]);
+                        for k in 0..p.n / m {
+                            let o = k * m + r * c;
+                            zip_op(p.op, &mut y[o..o + c], &sa[o..o + c], &buf[..c]);
+                        }
+                    }
+                    return;
+                }
+                _ => {}
+            }
+        }
     }
     match (a.as_f32(), b.as_f32()) {
         (Some(sa), Some(sb)) => binary_loop(p, |i| sa[i], |i| sb[i], y),

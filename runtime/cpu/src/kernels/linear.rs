@@ -15,8 +15,59 @@ use kestrel_format::{WeightView, INT4_GROUP};
 pub fn linear(x: &[f32], rows: usize, w: &WeightView<'_>, b: Option<&WeightView<'_>>, act: Activation, y: &mut [f32]) {
     debug_assert_eq!(x.len(), rows * w.cols());
     debug_assert_eq!(y.len(), rows * w.rows());
-    split(x, rows, w, y, &matmul_body, &Epilogue { b, act, scale: 1.0 });
+    let epi = Epilogue { b, act, scale: 1.0 };
+    #[cfg(feature = "std")]
+    if split_features(x, rows, w, y, &epi) {
+        return;
+    }
+    split(x, rows, w, y, &matmul_body, &epi);
 }
+
+/// Splits a multi-row layer across the pool by output features when its weights outweigh its
+/// input (`out > rows`: a batched head), so each thread streams its share of `W` once instead of
+/// all of it; every element is computed by the same kernel as unsplit (same rows). x86 only (the
+/// kernels that write a column block at a row stride). Returns false, doing nothing, otherwise.
+#[cfg(feature = "std")]
+fn split_features(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32], epi: &Epilogue<'_, '_>) -> bool {
+    let (out, inp) = (w.rows(), w.cols());
+    let n = crate::threads::threads();
+    if n < 2
+        || rows < 2
+        || out <= rows
+        || out < PAR_MIN_FEATURES * n
+        || rows.saturating_mul(out).saturating_mul(inp) < PAR_MIN_MACS
+        || !super::simd::has_strided_matmul()
+    {
+        return false;
+    }
+    let y = &mut y[..rows * out];
+    let yp = crate::threads::SharedMut::new(y);
+    // Blocks of 32 features (an AVX-512 panel), as even as that allows.
+    let blocks = out.div_ceil(32);
+    let tasks = n.min(blocks);
+    crate::threads::for_each(tasks, &|t| {
+        let (o0, o1) = ((t * blocks / tasks * 32).min(out), ((t + 1) * blocks / tasks * 32).min(out));
+        if o0 >= o1 {
+            return;
+        }
+        if let Some(ws) = w.row_range(o0, o1) {
+            // SAFETY: task t alone writes columns o0..o1 of every row of y (rows at stride
+            // `out`, inside y: checked by `yp.ptr_at`).
+            unsafe {
+                let base = yp.ptr_at(o0, (rows - 1) * out + o1 - o0);
+                super::simd::matmul_wt_strided(x, rows, &ws, base, out);
+                for r in 0..rows {
+                    epi.apply(1, o0, core::slice::from_raw_parts_mut(base.add(r * out), o1 - o0));
+                }
+            }
+        }
+    });
+    true
+}
+
+/// Output features per task at least before a multi-row layer is split by features.
+#[cfg(feature = "std")]
+const PAR_MIN_FEATURES: usize = 32;
 
 /// `y [rows, out] = x [rows, in] · Wᵀ` (no bias, no activation) on the calling thread: the
 /// SIMD kernels, else the scalar dot products. For products inside a mechanism kernel (scores,

@@ -61,8 +61,8 @@ pub fn layer_norm(
     };
     let inv_d = 1.0 / d as f32;
     for (xr, yr) in x[..p.rows * d].chunks_exact(d).zip(y[..p.rows * d].chunks_exact_mut(d)) {
-        let mean = xr.iter().sum::<f32>() * inv_d;
-        let var = xr.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() * inv_d;
+        let mean = sum_lanes(xr, |v| v) * inv_d;
+        let var = sum_lanes(xr, |v| (v - mean) * (v - mean)) * inv_d;
         let inv = 1.0 / libm::sqrtf(var + p.eps);
         match b {
             Some(b) => {
@@ -77,4 +77,22 @@ pub fn layer_norm(
             }
         }
     }
+}
+
+/// `Σ f(v)` with 8 independent partial sums (lane `i` takes elements `≡ i mod 8`), added
+/// pairwise at the end: the compiler turns it into one SIMD accumulator (a plain `sum()` is a
+/// serial chain it may not reorder), and the error bound is that of 8 shorter sums.
+#[inline]
+fn sum_lanes(xs: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let mut chunks = xs.chunks_exact(8);
+    for c in &mut chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += f(v);
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(chunks.remainder()) {
+        *a += f(v);
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
 }

@@ -279,26 +279,29 @@ unsafe fn ukernel_tail<V: Vf, const NV: usize>(
 ///
 /// # Safety
 /// The CPU must support `V`'s instructions and AVX2/FMA/F16C (packing); `x.len() >= rows·K`,
-/// `y.len() >= rows·out`, `W` has `out` rows of `K` columns.
+/// `W` has `out` rows of `K` columns, and `y` points at `rows` rows of `out` writable f32 with
+/// row stride `ldy ≥ out`, which no one else accesses meanwhile.
 #[inline(always)]
 pub(super) unsafe fn gemm<V: Vf, L: Loader, const MR: usize, const NV: usize>(
     x: &[f32],
     rows: usize,
     w: &L,
     out: usize,
-    y: &mut [f32],
+    y: *mut f32,
+    ldy: usize,
 ) {
     let inp = w.cols();
-    assert!(x.len() >= rows * inp && y.len() >= rows * out && NV * V::L <= NR_MAX && MR <= 8);
+    assert!(x.len() >= rows * inp && ldy >= out && NV * V::L <= NR_MAX && MR <= 8);
     if inp == 0 {
-        y[..rows * out].fill(0.0);
+        // SAFETY: the caller's contract on y.
+        unsafe { zero_rows(y, rows, out, ldy) };
         return;
     }
     let nr = NV * V::L;
     // Not zeroed (64 KiB of stores per call): `pack` writes every element the kernel reads.
     let mut buf = core::mem::MaybeUninit::<[f32; KC * NR_MAX]>::uninit();
     let bp = buf.as_mut_ptr().cast::<f32>();
-    let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
+    let (xp, yp) = (x.as_ptr(), y);
     // SAFETY: every micro-kernel call covers rows m0..m0+m < rows, columns k0..k0+kc ≤ inp of x,
     // and outputs n0..n0+nv ≤ out of y; `pack` stays inside W and buf.
     unsafe {
@@ -312,13 +315,13 @@ pub(super) unsafe fn gemm<V: Vf, L: Loader, const MR: usize, const NV: usize>(
                 let add = k0 > 0;
                 let mut m0 = 0;
                 while m0 + MR <= rows {
-                    let (a, c) = (xp.add(m0 * inp + k0), yp.add(m0 * out + n0));
-                    ukernel::<V, MR, NV>(kc, a, inp, bp, c, out, nv, add);
+                    let (a, c) = (xp.add(m0 * inp + k0), yp.add(m0 * ldy + n0));
+                    ukernel::<V, MR, NV>(kc, a, inp, bp, c, ldy, nv, add);
                     m0 += MR;
                 }
                 if m0 < rows {
-                    let (a, c) = (xp.add(m0 * inp + k0), yp.add(m0 * out + n0));
-                    ukernel_tail::<V, NV>(rows - m0, kc, a, inp, bp, c, out, nv, add);
+                    let (a, c) = (xp.add(m0 * inp + k0), yp.add(m0 * ldy + n0));
+                    ukernel_tail::<V, NV>(rows - m0, kc, a, inp, bp, c, ldy, nv, add);
                 }
                 k0 += kc;
             }
@@ -440,27 +443,29 @@ unsafe fn ukernel_t<V: Vf, const MR: usize, const NV: usize>(
 /// is faster (measured: dequantising `MR` rows into a buffer first costs more than packing).
 ///
 /// # Safety
-/// As [`gemm`]; `rows <= NV · V::L`.
+/// As [`gemm`] (`y`: `rows` rows of `out` at stride `ldy`); `rows <= NV · V::L`.
 #[inline(always)]
 pub(super) unsafe fn gemm_small_m<V: Vf, const MR: usize, const NV: usize>(
     x: &[f32],
     rows: usize,
     w: &super::x86::F32W<'_>,
     out: usize,
-    y: &mut [f32],
+    y: *mut f32,
+    ldy: usize,
 ) {
     let inp = w.cols();
     let nr = NV * V::L;
-    assert!(x.len() >= rows * inp && y.len() >= rows * out && rows <= nr && nr <= NR_MAX);
+    assert!(x.len() >= rows * inp && ldy >= out && rows <= nr && nr <= NR_MAX);
     assert!(w.0.len() >= out * inp, "gemm_small_m: weights too short");
     if inp == 0 {
-        y[..rows * out].fill(0.0);
+        // SAFETY: the caller's contract on y.
+        unsafe { zero_rows(y, rows, out, ldy) };
         return;
     }
     // Not zeroed: `pack_xt` writes every element the kernel reads.
     let mut xt = core::mem::MaybeUninit::<[f32; KC_T * NR_MAX]>::uninit();
     let tp = xt.as_mut_ptr().cast::<f32>();
-    let yp = y.as_mut_ptr();
+    let yp = y;
     // SAFETY: packing reads rows < rows and columns < inp of x; weight pointers stay inside
     // row o0 + min(j, ov - 1) < out of W (kc columns from k0); outputs are rows < rows,
     // features < out.
@@ -474,10 +479,21 @@ pub(super) unsafe fn gemm_small_m<V: Vf, const MR: usize, const NV: usize>(
             while o0 < out {
                 let ov = MR.min(out - o0);
                 let wp: [*const f32; MR] = core::array::from_fn(|j| w.0.as_ptr().add((o0 + j.min(ov - 1)) * inp + k0));
-                ukernel_t::<V, MR, NV>(kc, wp, tp, yp.add(o0), out, (rows, ov), add);
+                ukernel_t::<V, MR, NV>(kc, wp, tp, yp.add(o0), ldy, (rows, ov), add);
                 o0 += MR;
             }
             k0 += kc;
         }
+    }
+}
+
+/// Zeroes `rows` rows of `cols` f32 at stride `ld` from `y` (an empty product).
+///
+/// # Safety
+/// As [`gemm`]'s contract on `y`.
+pub(super) unsafe fn zero_rows(y: *mut f32, rows: usize, cols: usize, ld: usize) {
+    for r in 0..rows {
+        // SAFETY: row r's cols elements are the caller's.
+        unsafe { core::ptr::write_bytes(y.add(r * ld), 0, cols) };
     }
 }

@@ -270,6 +270,41 @@ pub fn matmul_wt(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32]) -> b
     }
 }
 
+/// [`matmul_wt`] into `rows` rows of `w.rows()` f32 at row stride `ldy` (a column block of a
+/// wider output), where the ISA has such a kernel (x86); returns false, touching nothing,
+/// elsewhere.
+///
+/// # Safety
+/// `x.len() >= rows·w.cols()`; `y` points at `rows` rows of `w.rows()` writable f32 at stride
+/// `ldy ≥ w.rows()`, which no one else accesses meanwhile.
+#[inline]
+pub(crate) unsafe fn matmul_wt_strided(x: &[f32], rows: usize, w: &WeightView<'_>, y: *mut f32, ldy: usize) -> bool {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx2Vnni => {
+            // SAFETY: features detected; the rest is the caller's contract.
+            unsafe { x86::matmul_wt_ptr(x, rows, w, y, ldy) };
+            true
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => {
+            // SAFETY: as above.
+            unsafe { x86::matmul_wt_avx512_ptr(x, rows, w, y, ldy) };
+            true
+        }
+        _ => {
+            let _ = (x, rows, w, y, ldy);
+            false
+        }
+    }
+}
+
+/// Whether [`matmul_wt_strided`] runs on this CPU.
+#[inline]
+pub(crate) fn has_strided_matmul() -> bool {
+    matches!(isa(), Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512)
+}
+
 /// Integer dot product `Σ a[i]·b[i]` of two int8 slices (common length < 2^17).
 #[inline]
 pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {

@@ -245,9 +245,9 @@ unsafe fn block<L: Loader, const R: usize, const O: usize>(
     r0: usize,
     w: &L,
     o0: usize,
-    out: usize,
+    (out, ldy): (usize, usize),
     (k0, k1, add): (usize, usize, bool),
-    y: &mut [f32],
+    y: *mut f32,
 ) {
     let inp = w.cols();
     let k8 = k0 + (k1 - k0) / 8 * 8;
@@ -276,7 +276,8 @@ unsafe fn block<L: Loader, const R: usize, const O: usize>(
                     s += w.get(o0 + j, kk) * x[(r0 + r) * inp + kk];
                 }
                 let v = s * w.row_scale(o0 + j);
-                let yv = &mut y[(r0 + r) * out + o0 + j];
+                debug_assert!(o0 + j < out);
+                let yv = y.add((r0 + r) * ldy + o0 + j);
                 *yv = if add { *yv + v } else { v };
             }
         }
@@ -284,7 +285,7 @@ unsafe fn block<L: Loader, const R: usize, const O: usize>(
 }
 
 #[inline(always)]
-unsafe fn matmul_impl<L: Loader>(x: &[f32], rows: usize, w: &L, out: usize, y: &mut [f32]) {
+unsafe fn matmul_impl<L: Loader>(x: &[f32], rows: usize, w: &L, out: usize, y: *mut f32, ldy: usize) {
     // Column blocks of KC outermost (partial sums accumulate in `y`), then weight-row pairs,
     // then rows of `x`: the x block and the weight rows stay in cache, so a batch reads the
     // weights from memory once, not once per 4 rows, and long rows do not evict `x`.
@@ -307,7 +308,7 @@ unsafe fn matmul_impl<L: Loader>(x: &[f32], rows: usize, w: &L, out: usize, y: &
                 // ~30 GB/s; two rows at a time left it latency-bound).
                 while o + 8 <= out {
                     for r in 0..rows {
-                        block::<L, 1, 8>(x, r, w, o, out, kr, y);
+                        block::<L, 1, 8>(x, r, w, o, (out, ldy), kr, y);
                     }
                     o += 8;
                 }
@@ -315,11 +316,11 @@ unsafe fn matmul_impl<L: Loader>(x: &[f32], rows: usize, w: &L, out: usize, y: &
             while o < o2 {
                 let mut r = 0;
                 while r < r4 {
-                    block::<L, 4, 2>(x, r, w, o, out, kr, y);
+                    block::<L, 4, 2>(x, r, w, o, (out, ldy), kr, y);
                     r += 4;
                 }
                 while r < rows {
-                    block::<L, 1, 2>(x, r, w, o, out, kr, y);
+                    block::<L, 1, 2>(x, r, w, o, (out, ldy), kr, y);
                     r += 1;
                 }
                 o += 2;
@@ -327,11 +328,11 @@ unsafe fn matmul_impl<L: Loader>(x: &[f32], rows: usize, w: &L, out: usize, y: &
             if o < out {
                 let mut r = 0;
                 while r < r4 {
-                    block::<L, 4, 1>(x, r, w, o, out, kr, y);
+                    block::<L, 4, 1>(x, r, w, o, (out, ldy), kr, y);
                     r += 4;
                 }
                 while r < rows {
-                    block::<L, 1, 1>(x, r, w, o, out, kr, y);
+                    block::<L, 1, 1>(x, r, w, o, (out, ldy), kr, y);
                     r += 1;
                 }
             }
@@ -368,23 +369,37 @@ macro_rules! with_loader {
 }
 
 /// `y [rows, out] = x [rows, in] · Wᵀ` for any weight encoding (no bias): the packed 6×16 GEMM
-/// ([`super::gemm`]) from [`gemm::MIN_ROWS`] rows, the dot-product kernels below it.
+/// ([`super::gemm`]) from [`gemm::MIN_ROWS`] rows (the transposed-`x` kernel up to
+/// [`gemm::SMALL_M_MAX`] rows of f32), the dot-product kernels below.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C; `x.len() >= rows·in`, `y.len() >= rows·out`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn matmul_wt(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32]) {
+    assert!(y.len() >= rows * w.rows());
+    // SAFETY: y is exclusively borrowed and long enough for stride `out`.
+    unsafe { matmul_wt_ptr(x, rows, w, y.as_mut_ptr(), w.rows()) }
+}
+
+/// [`matmul_wt`] into `rows` rows of `out` f32 at row stride `ldy` (a column block of a wider
+/// output: threads split a layer by output features).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; `x.len() >= rows·in`; `y` points at `rows` rows of
+/// `w.rows()` writable f32 at stride `ldy ≥ w.rows()`, which no one else accesses meanwhile.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matmul_wt_ptr(x: &[f32], rows: usize, w: &WeightView<'_>, y: *mut f32, ldy: usize) {
     let (out, inp) = (w.rows(), w.cols());
-    assert!(x.len() >= rows * inp && y.len() >= rows * out);
+    assert!(x.len() >= rows * inp && ldy >= out);
     // SAFETY: lengths checked; the view's data lengths were validated by `WeightView::new`.
     unsafe {
         let f32_rows = if let WeightData::F32(d) = w.data() { Some(d) } else { None };
         if let (Some(d), true) = (f32_rows, (gemm::MIN_ROWS..=gemm::SMALL_M_MAX).contains(&rows)) {
-            gemm::gemm_small_m::<gemm::Y, 6, 2>(x, rows, &F32W(d, inp), out, y)
+            gemm::gemm_small_m::<gemm::Y, 6, 2>(x, rows, &F32W(d, inp), out, y, ldy)
         } else if rows >= gemm::MIN_ROWS {
-            with_loader!(w, inp, l => gemm::gemm::<gemm::Y, _, 6, 2>(x, rows, l, out, y))
+            with_loader!(w, inp, l => gemm::gemm::<gemm::Y, _, 6, 2>(x, rows, l, out, y, ldy))
         } else {
-            with_loader!(w, inp, l => matmul_impl(x, rows, l, out, y))
+            with_loader!(w, inp, l => matmul_impl(x, rows, l, out, y, ldy))
         }
     }
 }
@@ -396,17 +411,28 @@ pub unsafe fn matmul_wt(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32
 /// The CPU must support AVX-512F, AVX2, FMA and F16C; lengths as [`matmul_wt`].
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 pub unsafe fn matmul_wt_avx512(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32]) {
+    assert!(y.len() >= rows * w.rows());
+    // SAFETY: y is exclusively borrowed and long enough for stride `out`.
+    unsafe { matmul_wt_avx512_ptr(x, rows, w, y.as_mut_ptr(), w.rows()) }
+}
+
+/// [`matmul_wt_avx512`] into rows at stride `ldy` (see [`matmul_wt_ptr`]).
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2, FMA and F16C; the rest as [`matmul_wt_ptr`].
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub unsafe fn matmul_wt_avx512_ptr(x: &[f32], rows: usize, w: &WeightView<'_>, y: *mut f32, ldy: usize) {
     let (out, inp) = (w.rows(), w.cols());
-    assert!(x.len() >= rows * inp && y.len() >= rows * out);
+    assert!(x.len() >= rows * inp && ldy >= out);
     // SAFETY: lengths checked; the view's data lengths were validated by `WeightView::new`.
     unsafe {
         let f32_rows = if let WeightData::F32(d) = w.data() { Some(d) } else { None };
         if let (Some(d), true) = (f32_rows, (gemm::MIN_ROWS..=gemm::SMALL_M_MAX).contains(&rows)) {
-            gemm::gemm_small_m::<gemm::Z, 12, 1>(x, rows, &F32W(d, inp), out, y)
+            gemm::gemm_small_m::<gemm::Z, 12, 1>(x, rows, &F32W(d, inp), out, y, ldy)
         } else if rows >= gemm::MIN_ROWS {
-            with_loader!(w, inp, l => gemm::gemm::<gemm::Z, _, 8, 2>(x, rows, l, out, y))
+            with_loader!(w, inp, l => gemm::gemm::<gemm::Z, _, 8, 2>(x, rows, l, out, y, ldy))
         } else {
-            with_loader!(w, inp, l => matmul_impl(x, rows, l, out, y))
+            with_loader!(w, inp, l => matmul_impl(x, rows, l, out, y, ldy))
         }
     }
 }
