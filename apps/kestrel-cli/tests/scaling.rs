@@ -49,14 +49,15 @@ fn arena_is_exactly_linear_in_t_for_every_mechanism() {
         assert!(s.skipped.is_empty());
         let a = arena(s);
         // The linear mechanisms (AFT-simple, AFT-local, AFT-conv, Fastformer) must hold no T×T
-        // buffer. So must the others: Standard/Optimised/Efficient/Super compute one query row of
-        // T scores at a time and AFT-full one bias row, so their arena is O(T·d) too (their
-        // *time* is quadratic). A T×T buffer would break this exact second difference.
+        // buffer. So must the others: Standard/Optimised/Efficient/Super compute the scores of a
+        // block of 64 queries at a time ([64, T]) and AFT-full one bias row, so their arena is
+        // O(T·d) too (their *time* is quadratic). A T×T buffer would break this exact second
+        // difference.
         assert!(is_linear(&a), "{:?}: arena {a:?} is not a·T + b", s.mechanism);
-        // And it is O(T·d): below 8 f32 of [T, d] plus a constant (a T×T f32 buffer at T = 1024,
-        // d = 32 alone is 32 T·d floats).
+        // And it is O(T·d): below 12 f32 of [T, d] (the [64, T] score block is 2 of them at
+        // d = 32) plus a constant (a T×T f32 buffer at T = 1024, d = 32 alone is 32 T·d floats).
         for &(t, bytes) in &a {
-            assert!(bytes <= 8 * 4 * (t * 32) as u64 + 4096, "{:?} T={t}: {bytes} bytes", s.mechanism);
+            assert!(bytes <= 12 * 4 * (t * 32) as u64 + 65536, "{:?} T={t}: {bytes} bytes", s.mechanism);
         }
         assert!((s.arena_slope().unwrap() - 1.0).abs() < 0.05, "{:?}", s.mechanism);
     }

@@ -31,7 +31,7 @@ use kestrel_cpu::kernels::aft::{
     aft_conv_scratch, aft_full_scratch, aft_local_scratch, aft_simple_scratch, AftConvParams, AftFullParams,
     AftLocalParams, AftSimpleParams,
 };
-use kestrel_cpu::kernels::attention::{attention_scratch, AttentionParams};
+use kestrel_cpu::kernels::attention::{attention_scratch_fast, AttentionParams};
 use kestrel_cpu::kernels::fastformer::{fastformer_scratch, FastformerParams};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -384,7 +384,7 @@ pub fn predict(m: Mechanism, t: usize, d: usize, heads: usize) -> Result<Footpri
     let align = kestrel::format::TENSOR_ALIGN as u64;
     let act = ((t * d * 4) as u64).div_ceil(align) * align;
     let scale = 1.0 / ((d / heads) as f32).sqrt();
-    let attention = |variant| attention_scratch(&AttentionParams { t, d, heads, causal: false, scale, variant });
+    let attention = |variant| attention_scratch_fast(&AttentionParams { t, d, heads, causal: false, scale, variant });
     let elems = match m {
         Mechanism::Standard => attention(AttentionVariant::Standard),
         Mechanism::Optimised => attention(AttentionVariant::Optimised),

@@ -149,8 +149,10 @@ pub fn attention_scratch_fast(p: &AttentionParams) -> usize {
     let a = if p.is_super() { p.t + if p.causal { 0 } else { 2 * td } } else { 0 };
     let c = p.d / p.heads.max(1);
     let qb = QB.min(p.t);
-    // Per head: K_h [T, c], V_hᵀ [c, T]; per block: Q [qb, c], O [qb, c], scores [qb, T].
-    let fast = 2 * td + k + v + a + 2 * p.t * c + 2 * qb * c + qb * p.t;
+    // V_hᵀ [c, T] and the scores [qb, T]; with several heads also the gathered K_h [T, c] and
+    // the Q and O blocks [qb, c] (one head reads and writes [T, d] rows in place).
+    let gathered = if p.heads > 1 { p.t * c + 2 * qb * c } else { 0 };
+    let fast = 2 * td + k + v + a + c * p.t + gathered + qb * p.t;
     fast.max(attention_scratch(p))
 }
 
@@ -158,7 +160,8 @@ pub fn attention_scratch_fast(p: &AttentionParams) -> usize {
 /// `scratch.len() >= attention_scratch(p)`; `x` and `y` hold at least T·d elements.
 ///
 /// With [`attention_scratch_fast`] elements of scratch (files planned by this version), the
-/// blocked path: per head, the keys `K_h [T, c]` are gathered contiguous; per block of [`QB`]
+/// blocked path: per head, the keys `K_h [T, c]` are gathered contiguous (with more than one
+/// head); per block of [`QB`]
 /// queries, the scores `S = Q_blk K_hᵀ · scale` and the outputs `S V_h` are two GEMMs through
 /// the dense kernels (SIMD, any ISA), with the row softmax (and the causal mask) between them.
 /// With less (older files), one query row at a time with SIMD dot products and axpys.
@@ -175,10 +178,11 @@ pub fn attention(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y: &m
     let (kbuf, rest) = rest.split_at_mut(if p.has_k() { td } else { 0 });
     let (vbuf, rest) = rest.split_at_mut(if p.has_v() || p.is_super() { td } else { 0 });
     let (abuf, rest) = rest.split_at_mut(if p.is_super() { t + if p.causal { 0 } else { 2 * td } } else { 0 });
-    let (kh, rest) = rest.split_at_mut(t * c);
+    let one = p.heads == 1;
+    let (kh, rest) = rest.split_at_mut(if one { 0 } else { t * c });
     let (vt, rest) = rest.split_at_mut(c * t);
-    let (qblk, rest) = rest.split_at_mut(qb * c);
-    let (oblk, rest) = rest.split_at_mut(qb * c);
+    let (qblk, rest) = rest.split_at_mut(if one { 0 } else { qb * c });
+    let (oblk, rest) = rest.split_at_mut(if one { 0 } else { qb * c });
     let sblk = &mut rest[..qb * t];
 
     w.q.apply(&x[..td], t, q);
@@ -203,18 +207,25 @@ pub fn attention(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y: &m
 
     for h in 0..p.heads {
         let col = h * c;
-        for (j, kr) in kh.chunks_exact_mut(c).enumerate() {
-            kr.copy_from_slice(&keys[j * d + col..j * d + col + c]);
+        // K_h [T, c] contiguous: the keys themselves with one head.
+        if !one {
+            for (j, kr) in kh.chunks_exact_mut(c).enumerate() {
+                kr.copy_from_slice(&keys[j * d + col..j * d + col + c]);
+            }
         }
+        let kh: &[f32] = if one { &keys[..td] } else { kh };
         let mut i0 = 0;
         while i0 < t {
             let i1 = (i0 + qb).min(t);
             let nb = i1 - i0;
             // Keys this block can see: all, or (causal) up to its last query.
             let n = if p.causal { i1 } else { t };
-            for (r, qr) in qblk[..nb * c].chunks_exact_mut(c).enumerate() {
-                qr.copy_from_slice(&q[(i0 + r) * d + col..(i0 + r) * d + col + c]);
+            if !one {
+                for (r, qr) in qblk[..nb * c].chunks_exact_mut(c).enumerate() {
+                    qr.copy_from_slice(&q[(i0 + r) * d + col..(i0 + r) * d + col + c]);
+                }
             }
+            let qrows: &[f32] = if one { &q[i0 * d..i1 * d] } else { &qblk[..nb * c] };
             // V_hᵀ [c, n] for this block's keys.
             for u in 0..c {
                 for (j, v) in vt[u * n..(u + 1) * n].iter_mut().enumerate() {
@@ -223,7 +234,7 @@ pub fn attention(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y: &m
             }
             let s = &mut sblk[..nb * n];
             let kv = WeightView::f32(n, c, &kh[..n * c]).expect("K_h view: n·c elements");
-            matmul_nt(&qblk[..nb * c], nb, &kv, s);
+            matmul_nt(qrows, nb, &kv, s);
             for (r, row) in s.chunks_exact_mut(n).enumerate() {
                 let m = if p.causal { i0 + r + 1 } else { n };
                 row[..m].iter_mut().for_each(|v| *v *= p.scale);
@@ -231,9 +242,13 @@ pub fn attention(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y: &m
                 row[m..].fill(0.0);
             }
             let vv = WeightView::f32(c, n, &vt[..c * n]).expect("V_hᵀ view: c·n elements");
-            matmul_nt(s, nb, &vv, &mut oblk[..nb * c]);
-            for (r, orow) in oblk[..nb * c].chunks_exact(c).enumerate() {
-                heads_out[(i0 + r) * d + col..(i0 + r) * d + col + c].copy_from_slice(orow);
+            if one {
+                matmul_nt(s, nb, &vv, &mut heads_out[i0 * d..i1 * d]);
+            } else {
+                matmul_nt(s, nb, &vv, &mut oblk[..nb * c]);
+                for (r, orow) in oblk[..nb * c].chunks_exact(c).enumerate() {
+                    heads_out[(i0 + r) * d + col..(i0 + r) * d + col + c].copy_from_slice(orow);
+                }
             }
             i0 = i1;
         }
