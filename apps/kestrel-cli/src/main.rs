@@ -73,6 +73,10 @@ enum Command {
         /// Keep the first and last weight-bearing layers in f16.
         #[arg(long)]
         keep_first_last: bool,
+        /// Plan the smallest scratch region (slower kernels: row-at-a-time attention, direct
+        /// convolution): for microcontrollers, where RAM matters more than speed.
+        #[arg(long)]
+        min_memory: bool,
         /// Calibrate int8 activations on these samples (one .npy per model input, samples on
         /// the first axis): dense layers and mechanism input projections with int8/int4 weights
         /// then multiply in integers. Residual adds, norms and mechanism internals stay f32.
@@ -148,8 +152,26 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
         Command::Bench(args) => bench::run(w, &args),
         Command::Run { model, inputs, outputs, backend } => run_model(w, &model, &inputs, &outputs, &backend),
         Command::Devices => devices::run(w),
-        Command::Convert { onnx, out, weights, keep_f16, keep_first_last, calibrate, verify, json, meta, labels } => {
-            let opts = kestrel_onnx::ConvertOptions { weights: weights.into(), keep_f16, keep_first_last, calibrate };
+        Command::Convert {
+            onnx,
+            out,
+            weights,
+            keep_f16,
+            keep_first_last,
+            min_memory,
+            calibrate,
+            verify,
+            json,
+            meta,
+            labels,
+        } => {
+            let opts = kestrel_onnx::ConvertOptions {
+                weights: weights.into(),
+                keep_f16,
+                keep_first_last,
+                calibrate,
+                min_memory,
+            };
             let meta = convert::MetaEdit::load(meta.as_deref(), labels.as_deref())?;
             convert::run(w, &onnx, &out, &opts, verify.as_deref().map(std::path::Path::new), json, &meta)
         }

@@ -51,11 +51,20 @@ pub struct ConvertOptions {
     /// Calibration samples, one `.npy` per model input (leading axis = samples): when given,
     /// the inputs of integer-weight projections get static int8 scales (see [`calibrate`]).
     pub calibrate: Vec<std::path::PathBuf>,
+    /// Plan the smallest scratch region (slower kernels: row-at-a-time attention, direct
+    /// convolution), for microcontrollers.
+    pub min_memory: bool,
 }
 
 impl Default for ConvertOptions {
     fn default() -> Self {
-        Self { weights: DType::F32, keep_f16: Vec::new(), keep_first_last: false, calibrate: Vec::new() }
+        Self {
+            weights: DType::F32,
+            keep_f16: Vec::new(),
+            keep_first_last: false,
+            calibrate: Vec::new(),
+            min_memory: false,
+        }
     }
 }
 
@@ -120,6 +129,7 @@ pub fn convert_with(
     let name = path.file_stem().map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
     let mut b = ModelBuilder::new(&name);
     b.set_weight_dtype(opts.weights);
+    b.min_scratch = opts.min_memory;
     b.meta.producer = format!("kestrel-onnx {}", env!("CARGO_PKG_VERSION"));
     let choice =
         QuantChoice { base: opts.weights, keep_f16: opts.keep_f16.clone(), keep_first_last: opts.keep_first_last };

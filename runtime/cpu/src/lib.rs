@@ -25,7 +25,7 @@ pub mod threads;
 
 pub use error::{LoadError, RunError, ShapeError};
 pub use kernels::linear::{linear, ProjW};
-pub use model::{required_scratch_bytes, Model};
+pub use model::{minimum_scratch_bytes, required_scratch_bytes, Model};
 
 /// Most copies of the scratch region a session uses (one per thread).
 pub const MAX_SCRATCH_COPIES: usize = 64;

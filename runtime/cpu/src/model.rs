@@ -242,11 +242,21 @@ fn validate_node(file: &KesFile<'_>, node: u32, op: &Op) -> Result<(), LoadError
 /// the final write. (Loading requires only each kernel's minimum, so files planned by older
 /// versions still load; they run the slower paths where a kernel needs more scratch now.)
 pub fn required_scratch_bytes(file: &KesFile<'_>) -> Result<u64, LoadError> {
+    scratch_bytes(file, true)
+}
+
+/// The smallest scratch the nodes of `file` can run with (the slower row-at-a-time attention
+/// and direct convolution): for builders targeting microcontrollers.
+pub fn minimum_scratch_bytes(file: &KesFile<'_>) -> Result<u64, LoadError> {
+    scratch_bytes(file, false)
+}
+
+fn scratch_bytes(file: &KesFile<'_>, fast: bool) -> Result<u64, LoadError> {
     let mut elems = 0usize;
     for node in 0..file.op_count() {
         let op = file.op(node)?;
         let s =
-            exec::scratch_elems(file, &op, true).map_err(|source| LoadError::Shape { node, op: op.name(), source })?;
+            exec::scratch_elems(file, &op, fast).map_err(|source| LoadError::Shape { node, op: op.name(), source })?;
         elems = elems.max(s);
     }
     Ok(elems as u64 * 4)

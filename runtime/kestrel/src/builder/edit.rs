@@ -304,6 +304,7 @@ impl ModelBuilder {
             weight_dtype: self.weight_dtype,
             act_scales: self.act_scales.iter().filter(|(&t, _)| used[t as usize]).map(|(&t, &s)| (map(t), s)).collect(),
             meta,
+            min_scratch: self.min_scratch,
         })
     }
 }

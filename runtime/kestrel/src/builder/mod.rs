@@ -31,6 +31,9 @@ pub struct ModelBuilder {
     act_scales: std::collections::BTreeMap<TensorId, f32>,
     /// Metadata written to the file (name, task, labels, input specs, ...).
     pub meta: MetadataSpec,
+    /// Plan the smallest scratch region the kernels can run with (microcontrollers) instead of
+    /// what their fastest paths need (blocked attention, im2col convolution).
+    pub min_scratch: bool,
 }
 
 impl ModelBuilder {
@@ -44,6 +47,7 @@ impl ModelBuilder {
             weight_dtype: DType::F32,
             act_scales: Default::default(),
             meta: MetadataSpec { name: name.to_string(), ..MetadataSpec::default() },
+            min_scratch: false,
         }
     }
 
@@ -224,7 +228,12 @@ impl ModelBuilder {
         };
         // Scratch depends on the kernels: ask the runtime, then write the final file.
         let draft = kestrel_format::aligned_copy(&write_model(&spec)?);
-        let scratch = kestrel_cpu::required_scratch_bytes(&KesFile::parse(&draft)?)?;
+        let file = KesFile::parse(&draft)?;
+        let scratch = if self.min_scratch {
+            kestrel_cpu::minimum_scratch_bytes(&file)?
+        } else {
+            kestrel_cpu::required_scratch_bytes(&file)?
+        };
         spec.plan.scratch_bytes = scratch;
         let bytes = write_model(&spec)?;
         kestrel_cpu::Model::parse(&kestrel_format::aligned_copy(&bytes))?;
