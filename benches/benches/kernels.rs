@@ -20,7 +20,7 @@ use kestrel_cpu::kernels::aft::{
     aft_simple_scratch, AftBiasW, AftConvParams, AftConvWeights, AftFullParams, AftFullWeights, AftLocalParams,
     AftLocalWeights, AftSimpleParams, AftSimpleWeights,
 };
-use kestrel_cpu::kernels::attention::{attention, attention_scratch, AttentionParams, AttentionWeights};
+use kestrel_cpu::kernels::attention::{attention, attention_scratch_fast, AttentionParams, AttentionWeights};
 use kestrel_cpu::kernels::fastformer::{fastformer, fastformer_scratch, FastformerParams, FastformerWeights};
 use kestrel_cpu::kernels::linear::{linear_q8, ProjW};
 use kestrel_cpu::kernels::simd::{isa, set_isa, Isa};
@@ -176,7 +176,7 @@ fn mechanisms(c: &mut Criterion) {
                 o: o.view(),
             };
             p.check(&w).expect("attention weights fit");
-            bench_kernel(&mut g, name, t, d, attention_scratch(&p), |x, y, s| attention(&p, &w, x, y, s));
+            bench_kernel(&mut g, name, t, d, attention_scratch_fast(&p), |x, y, s| attention(&p, &w, x, y, s));
         }
         // AFT-full with a full T×T bias (as the paper's models).
         let wb = values(t * t, 21, 0.5);

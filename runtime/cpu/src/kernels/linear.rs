@@ -96,12 +96,26 @@ impl Epilogue<'_, '_> {
     /// Applies to `y [rows, width]`, whose first column is output feature `o0`.
     fn apply(&self, rows: usize, o0: usize, y: &mut [f32]) {
         let width = y.len().checked_div(rows).unwrap_or(0);
-        if self.scale != 1.0 || self.b.is_some() {
-            for yr in y.chunks_exact_mut(width.max(1)).take(rows) {
-                for (o, v) in yr.iter_mut().enumerate() {
-                    *v = *v * self.scale + self.b.map_or(0.0, |b| b.get(0, o0 + o));
+        let scale = self.scale;
+        match self.b.map(|b| (b, b.as_f32())) {
+            // f32 bias (the usual case): one vectorisable loop per row.
+            Some((_, Some(bias))) if bias.len() >= o0 + width => {
+                let bias = &bias[o0..o0 + width];
+                for yr in y.chunks_exact_mut(width.max(1)).take(rows) {
+                    for (v, &bv) in yr.iter_mut().zip(bias) {
+                        *v = *v * scale + bv;
+                    }
                 }
             }
+            Some((b, _)) => {
+                for yr in y.chunks_exact_mut(width.max(1)).take(rows) {
+                    for (o, v) in yr.iter_mut().enumerate() {
+                        *v = *v * scale + b.get(0, o0 + o);
+                    }
+                }
+            }
+            None if scale != 1.0 => y.iter_mut().for_each(|v| *v *= scale),
+            None => {}
         }
         if self.act != Activation::None {
             activate(self.act, y);
