@@ -102,10 +102,13 @@ pub(super) trait Loader {
     fn row_scale(&self, o: usize) -> f32;
     /// Address of the byte holding element `(o, k)` (`k < cols`), for software prefetches.
     fn addr(&self, o: usize, k: usize) -> *const u8;
+    /// Columns per 64-byte cache line.
+    const LINE_COLS: usize;
 }
 
 pub(super) struct F32W<'a>(pub(super) &'a [f32], pub(super) usize);
 impl Loader for F32W<'_> {
+    const LINE_COLS: usize = 16;
     #[inline(always)]
     fn cols(&self) -> usize {
         self.1
@@ -132,6 +135,7 @@ impl Loader for F32W<'_> {
 
 struct F16W<'a>(&'a [f16], usize);
 impl Loader for F16W<'_> {
+    const LINE_COLS: usize = 32;
     #[inline(always)]
     fn cols(&self) -> usize {
         self.1
@@ -158,6 +162,7 @@ impl Loader for F16W<'_> {
 
 struct I8W<'a>(&'a [i8], &'a [f32], usize);
 impl Loader for I8W<'_> {
+    const LINE_COLS: usize = 64;
     #[inline(always)]
     fn cols(&self) -> usize {
         self.2
@@ -193,6 +198,7 @@ struct I4W<'a> {
     groups: usize,
 }
 impl Loader for I4W<'_> {
+    const LINE_COLS: usize = 128;
     #[inline(always)]
     fn cols(&self) -> usize {
         self.cols
@@ -236,6 +242,9 @@ impl Loader for I4W<'_> {
 /// boundaries; 4 rows of `x` × 256 columns = 4 KiB stay in L1 across the weight rows.
 const KC: usize = 256;
 
+/// Cache lines ahead that the GEMV blocks prefetch each weight row (2 KiB).
+const GEMV_PF_LINES: usize = 32;
+
 /// `R` rows of `x` (from `r0`) times `O` rows of `W` (from `o0`) over columns `k0..k1`
 /// (`k0 % 8 == 0`); the sums are stored in `y`, or added to it when `add`.
 #[inline(always)]
@@ -257,6 +266,16 @@ unsafe fn block<L: Loader, const R: usize, const O: usize>(
         let mut acc = [[_mm256_setzero_ps(); O]; R];
         let mut k = k0;
         while k < k8 {
+            // A GEMV streams W once from memory: prefetch each row GEMV_PF_LINES cache lines
+            // ahead, once per line, to keep more misses in flight than the hardware prefetchers
+            // do for 8 streams. Measured on the MNIST paper model at batch 1: f32 2,190 → 1,720
+            // µs per sample; int8 got slower (550–625 → 670 µs), so 1-byte encodings do not.
+            let ahead = GEMV_PF_LINES * L::LINE_COLS;
+            if R == 1 && L::LINE_COLS <= 32 && k % L::LINE_COLS == 0 && k + ahead < inp {
+                for j in 0..O {
+                    _mm_prefetch::<_MM_HINT_T0>(w.addr(o0 + j, k + ahead).cast());
+                }
+            }
             let mut wv = [_mm256_setzero_ps(); O];
             for (j, wv) in wv.iter_mut().enumerate() {
                 *wv = w.load(o0 + j, k);
