@@ -64,14 +64,8 @@ impl<'s> Acts<'s> {
 impl<'s> OpIo<'s> {
     /// Splits into the read-only activations, the output region and the scratch.
     pub fn split(&mut self) -> (Acts<'_>, &mut [f32], &mut [f32]) {
-        let acts = Acts {
-            head: &*self.head,
-            tail: &*self.tail,
-            out_start: self.out_start,
-            out_len: self.out.len(),
-            cap: self.cap,
-        };
-        (acts, &mut *self.out, &mut *self.scratch)
+        let (acts, out, scratch, _) = self.split_spare();
+        (acts, out, scratch)
     }
 
     /// [`split`](Self::split) plus the spare scratch copies.

@@ -185,25 +185,7 @@ pub fn attention(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y: &m
     let (oblk, rest) = rest.split_at_mut(if one { 0 } else { qb * c });
     let sblk = &mut rest[..qb * t];
 
-    w.q.apply(&x[..td], t, q);
-    let keys: &[f32] = match &w.k {
-        Some(k) => {
-            k.apply(&x[..td], t, kbuf);
-            kbuf
-        }
-        None => &x[..td],
-    };
-    let values: &[f32] = match (&w.v, &w.align) {
-        (Some(v), _) => {
-            v.apply(&x[..td], t, vbuf);
-            vbuf
-        }
-        (None, Some(a)) => {
-            align_tokens(a, p.causal, x, t, d, vbuf, abuf);
-            vbuf
-        }
-        (None, None) => &x[..td],
-    };
+    let (keys, values) = project(p, w, x, q, kbuf, vbuf, abuf);
 
     for h in 0..p.heads {
         let col = h * c;
@@ -267,25 +249,7 @@ fn attention_rowwise(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y
     let (scores, rest) = rest.split_at_mut(t);
     let arow = &mut rest[..if p.is_super() { t } else { 0 }];
 
-    w.q.apply(&x[..td], t, q);
-    let keys: &[f32] = match &w.k {
-        Some(k) => {
-            k.apply(&x[..td], t, kbuf);
-            kbuf
-        }
-        None => &x[..td],
-    };
-    let values: &[f32] = match (&w.v, &w.align) {
-        (Some(v), _) => {
-            v.apply(&x[..td], t, vbuf);
-            vbuf
-        }
-        (None, Some(a)) => {
-            align_tokens(a, p.causal, x, t, d, vbuf, arow);
-            vbuf
-        }
-        (None, None) => &x[..td],
-    };
+    let (keys, values) = project(p, w, x, q, kbuf, vbuf, arow);
 
     let c = d / p.heads;
     for i in 0..t {
@@ -306,6 +270,42 @@ fn attention_rowwise(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y
         }
     }
     w.o.apply(heads_out, t, &mut y[..td]);
+}
+
+/// The projections both paths start with: `q = X W^Q + b` into `q`, and the keys and values
+/// the variant uses (projected into `kbuf` / `vbuf`, token-mixed for Super with `abuf` as
+/// [`align_tokens`]' buffer, or `x` itself).
+fn project<'s>(
+    p: &AttentionParams,
+    w: &AttentionWeights<'_>,
+    x: &'s [f32],
+    q: &mut [f32],
+    kbuf: &'s mut [f32],
+    vbuf: &'s mut [f32],
+    abuf: &mut [f32],
+) -> (&'s [f32], &'s [f32]) {
+    let (t, d) = (p.t, p.d);
+    let td = t * d;
+    w.q.apply(&x[..td], t, q);
+    let keys: &[f32] = match &w.k {
+        Some(k) => {
+            k.apply(&x[..td], t, kbuf);
+            kbuf
+        }
+        None => &x[..td],
+    };
+    let values: &[f32] = match (&w.v, &w.align) {
+        (Some(v), _) => {
+            v.apply(&x[..td], t, vbuf);
+            vbuf
+        }
+        (None, Some(a)) => {
+            align_tokens(a, p.causal, x, t, d, vbuf, abuf);
+            vbuf
+        }
+        (None, None) => &x[..td],
+    };
+    (keys, values)
 }
 
 /// `v = W^A x + b^A` (token mixing). Non-causal with `buf` of `2·T·d` f32: one GEMM

@@ -58,20 +58,16 @@ impl AttnLayer {
     }
 
     pub fn run(&mut self, p: &AttentionParams, x: &[f32]) -> Vec<f32> {
-        let w = AttentionWeights {
-            q: self.q.view(),
-            k: self.k.as_mut().map(TProj::view),
-            v: self.v.as_mut().map(TProj::view),
-            align: self.align.as_mut().map(TProj::view),
-            o: self.o.view(),
-        };
-        p.check(&w).expect("valid attention shapes");
-        run(p.t * p.d, attention_scratch_fast(p), |y, s| attention(p, &w, x, y, s))
+        self.run_with(p, x, attention_scratch_fast(p))
     }
 
     /// [`run`](Self::run) with the minimum scratch: the row-at-a-time path (files planned before
     /// the blocked one).
     pub fn run_rowwise(&mut self, p: &AttentionParams, x: &[f32]) -> Vec<f32> {
+        self.run_with(p, x, attention_scratch(p))
+    }
+
+    fn run_with(&mut self, p: &AttentionParams, x: &[f32], scratch: usize) -> Vec<f32> {
         let w = AttentionWeights {
             q: self.q.view(),
             k: self.k.as_mut().map(TProj::view),
@@ -80,7 +76,7 @@ impl AttnLayer {
             o: self.o.view(),
         };
         p.check(&w).expect("valid attention shapes");
-        run(p.t * p.d, attention_scratch(p), |y, s| attention(p, &w, x, y, s))
+        run(p.t * p.d, scratch, |y, s| attention(p, &w, x, y, s))
     }
 }
 
