@@ -20,6 +20,8 @@ mod gemm;
 pub mod neon;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_math;
 
 /// Rows from which the x86 dense kernels switch from dot products to the GEMM kernels (which
 /// sum every output in one order whatever the row count; the dot products sum in another).

@@ -1,0 +1,253 @@
+//! x86_64 AVX2 element-wise math (vectorised exp, erf, erfc; GELU and softmax) and the FMA
+//! peak-throughput probes of `kestrel bench gemm`. Re-exported from [`super::x86`].
+
+use core::arch::x86_64::*;
+
+/// Independent FMA chains per round of the peak probes: two FMA pipes × up to 5 cycles of
+/// latency need at least 10 in flight; 16 leave margin.
+pub const PROBE_CHAINS: usize = 16;
+
+/// Runs `iters` rounds of [`PROBE_CHAINS`] independent `vfmadd231ps` on `$reg` registers
+/// (written in assembly: the compiler either folds a constant recurrence away or spills a long
+/// accumulator array, and a peak probe must be exactly the instructions it claims).
+macro_rules! fma_probe_asm {
+    ($iters:expr, $reg:literal) => {{
+        let mut n = $iters;
+        // SAFETY: register-only arithmetic on vector registers 0-15 (zeroed first, declared
+        // clobbered); the loop counter is the only input.
+        unsafe {
+            core::arch::asm!(
+                concat!("vxorps ", $reg, "0, ", $reg, "0, ", $reg, "0"),
+                concat!("vxorps ", $reg, "1, ", $reg, "1, ", $reg, "1"),
+                concat!("vxorps ", $reg, "2, ", $reg, "2, ", $reg, "2"),
+                concat!("vxorps ", $reg, "3, ", $reg, "3, ", $reg, "3"),
+                concat!("vxorps ", $reg, "4, ", $reg, "4, ", $reg, "4"),
+                concat!("vxorps ", $reg, "5, ", $reg, "5, ", $reg, "5"),
+                concat!("vxorps ", $reg, "6, ", $reg, "6, ", $reg, "6"),
+                concat!("vxorps ", $reg, "7, ", $reg, "7, ", $reg, "7"),
+                concat!("vxorps ", $reg, "8, ", $reg, "8, ", $reg, "8"),
+                concat!("vxorps ", $reg, "9, ", $reg, "9, ", $reg, "9"),
+                concat!("vxorps ", $reg, "10, ", $reg, "10, ", $reg, "10"),
+                concat!("vxorps ", $reg, "11, ", $reg, "11, ", $reg, "11"),
+                concat!("vxorps ", $reg, "12, ", $reg, "12, ", $reg, "12"),
+                concat!("vxorps ", $reg, "13, ", $reg, "13, ", $reg, "13"),
+                concat!("vxorps ", $reg, "14, ", $reg, "14, ", $reg, "14"),
+                concat!("vxorps ", $reg, "15, ", $reg, "15, ", $reg, "15"),
+                "test {n}, {n}",
+                "jz 3f",
+                "2:",
+                concat!("vfmadd231ps ", $reg, "3, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "4, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "5, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "6, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "7, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "8, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "9, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "10, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "11, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "12, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "13, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "14, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "15, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "0, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "3, ", $reg, "1, ", $reg, "2"),
+                concat!("vfmadd231ps ", $reg, "4, ", $reg, "1, ", $reg, "2"),
+                "dec {n}",
+                "jnz 2b",
+                "3:",
+                n = inout(reg) n,
+                out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _,
+                out("xmm4") _, out("xmm5") _, out("xmm6") _, out("xmm7") _,
+                out("xmm8") _, out("xmm9") _, out("xmm10") _, out("xmm11") _,
+                out("xmm12") _, out("xmm13") _, out("xmm14") _, out("xmm15") _,
+                options(nomem, nostack),
+            );
+        }
+        n
+    }};
+}
+
+/// The peak-throughput probe: `iters` rounds of [`PROBE_CHAINS`] 8-lane FMAs
+/// (`iters · 16 · 8 · 2` flops). Returns the loop counter's final value (0).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn fma_probe_avx2(iters: usize) -> usize {
+    fma_probe_asm!(iters, "ymm")
+}
+
+/// [`fma_probe_avx2`] with 16-lane AVX-512 FMAs (`iters · 16 · 16 · 2` flops).
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub unsafe fn fma_probe_avx512(iters: usize) -> usize {
+    fma_probe_asm!(iters, "zmm")
+}
+
+/// `e^x` for 8 lanes with `x ≤ 0` (the callers' range: softmax after subtracting the row
+/// maximum, erfc's Gaussian factor): Cody–Waite reduction `x = n·ln2 + r`, a degree-6
+/// polynomial for `e^r` (the Cephes `expf` coefficients), and `2^n` built in the exponent bits.
+/// Below −87.3 (where `e^x` leaves the normal f32 range) the result is 0.
+#[inline(always)]
+unsafe fn exp8(x: __m256) -> __m256 {
+    const P: [f32; 6] = [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
+    // SAFETY: AVX2/FMA available in every caller.
+    unsafe {
+        let lo = _mm256_set1_ps(-87.336_54);
+        let underflow = _mm256_cmp_ps::<_CMP_LT_OQ>(x, lo);
+        let x = _mm256_max_ps(x, lo);
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+            x,
+            _mm256_set1_ps(core::f32::consts::LOG2_E),
+        ));
+        // ln 2 split in two: n·0.693359375 is exact for |n| < 2^12.
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+        let mut p = _mm256_set1_ps(P[0]);
+        for &c in &P[1..] {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+        }
+        let r2 = _mm256_mul_ps(r, r);
+        let y = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0));
+        let pow2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+            _mm256_cvtps_epi32(n),
+            _mm256_set1_epi32(127),
+        )));
+        _mm256_andnot_ps(underflow, _mm256_mul_ps(y, pow2))
+    }
+}
+
+/// `erf(x)` for 8 lanes: the odd/even rational approximation `x·P(x²)/Q(x²)` on x clamped
+/// to [−4, 4] (beyond, erf is ±1 in f32), the form and coefficients Eigen and XLA use for f32;
+/// at most 4.2e-7 from the exact erf (checked against f64 in `runtime/cpu/tests/simd.rs`).
+#[inline(always)]
+unsafe fn erf8(x: __m256) -> __m256 {
+    const A: [f32; 7] = [
+        -1.609_603_3e-2,
+        -2.954_6e-3,
+        -7.349_906_3e-4,
+        -5.692_506_4e-5,
+        -2.101_024e-6,
+        2.770_681_4e-8,
+        -2.726_142_3e-10,
+    ];
+    const B: [f32; 5] = [-1.426_473_9e-2, -7.373_329e-3, -1.682_827e-3, -2.133_740_6e-4, -1.456_607_2e-5];
+    // SAFETY: AVX2/FMA available in every caller.
+    unsafe {
+        let x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(4.0)), _mm256_set1_ps(-4.0));
+        let x2 = _mm256_mul_ps(x, x);
+        let mut p = _mm256_set1_ps(A[6]);
+        for &a in A[..6].iter().rev() {
+            p = _mm256_fmadd_ps(x2, p, _mm256_set1_ps(a));
+        }
+        let mut q = _mm256_set1_ps(B[4]);
+        for &b in B[..4].iter().rev() {
+            q = _mm256_fmadd_ps(x2, q, _mm256_set1_ps(b));
+        }
+        _mm256_div_ps(_mm256_mul_ps(x, p), q)
+    }
+}
+
+/// `erfc(x)` for 8 lanes: the Chebyshev fit `t·exp(−z² + P(t))`, `t = 1/(1 + z/2)`, `z = |x|`,
+/// of Numerical Recipes' `erfcc` (fractional error below 1.2e-7 in exact arithmetic), and
+/// `2 − erfc(|x|)` for negative x. Relative accuracy holds in the tail, where `1 + erf`
+/// would cancel.
+#[inline(always)]
+unsafe fn erfc8(x: __m256) -> __m256 {
+    const C: [f32; 10] = [
+        -1.265_512_2,
+        1.000_023_7,
+        0.374_091_96,
+        0.096_784_18,
+        -0.186_288_06,
+        0.278_868_07,
+        -1.135_204,
+        1.488_515_9,
+        -0.822_152_2,
+        0.170_872_77,
+    ];
+    // SAFETY: AVX2/FMA available in every caller.
+    unsafe {
+        let one = _mm256_set1_ps(1.0);
+        let z = _mm256_andnot_ps(_mm256_set1_ps(-0.0), x);
+        let t = _mm256_div_ps(one, _mm256_fmadd_ps(z, _mm256_set1_ps(0.5), one));
+        let mut p = _mm256_set1_ps(C[9]);
+        for &c in C[1..9].iter().rev() {
+            p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(c));
+        }
+        // −z² + C0 + t·p
+        let arg = _mm256_fmadd_ps(t, p, _mm256_fnmadd_ps(z, z, _mm256_set1_ps(C[0])));
+        let e = _mm256_mul_ps(t, exp8(arg));
+        let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps());
+        _mm256_blendv_ps(e, _mm256_sub_ps(_mm256_set1_ps(2.0), e), neg)
+    }
+}
+
+/// Below this x, GELU takes the erfc form (`1 + erf` would lose relative accuracy to
+/// cancellation: at −2 it is 0.046, so erf's 4.2e-7 absolute error is 1e-5 relative).
+const GELU_ERFC_BELOW: f32 = -2.0;
+
+/// Exact (erf) GELU in place, 8 lanes at a time (the tail through a padded copy, so every
+/// element gets the same arithmetic): `0.5·x·(1 + erf(x/√2))` with the cheap rational erf, and
+/// for vectors with a lane below [`GELU_ERFC_BELOW`], `0.5·x·erfc(−x/√2)` blended into those
+/// lanes (relative accuracy in the negative tail).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn gelu(y: &mut [f32]) {
+    #[inline(always)]
+    unsafe fn gelu8(x: __m256) -> __m256 {
+        // SAFETY: AVX2/FMA available (caller).
+        unsafe {
+            let h = _mm256_mul_ps(x, _mm256_set1_ps(0.5));
+            let e = erf8(_mm256_mul_ps(x, _mm256_set1_ps(core::f32::consts::FRAC_1_SQRT_2)));
+            let g = _mm256_fmadd_ps(h, e, h);
+            let tail = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(GELU_ERFC_BELOW));
+            if _mm256_movemask_ps(tail) == 0 {
+                return g;
+            }
+            let ec = erfc8(_mm256_mul_ps(x, _mm256_set1_ps(-core::f32::consts::FRAC_1_SQRT_2)));
+            _mm256_blendv_ps(g, _mm256_mul_ps(h, ec), tail)
+        }
+    }
+    map8(y, |v| unsafe { gelu8(v) });
+}
+
+/// Applies `f` to `y` 8 lanes at a time; the tail through a padded copy.
+#[inline(always)]
+fn map8(y: &mut [f32], f: impl Fn(__m256) -> __m256) {
+    let mut chunks = y.chunks_exact_mut(8);
+    for c in &mut chunks {
+        // SAFETY: c holds 8 f32; AVX available in every caller.
+        unsafe { _mm256_storeu_ps(c.as_mut_ptr(), f(_mm256_loadu_ps(c.as_ptr()))) };
+    }
+    let tail = chunks.into_remainder();
+    if !tail.is_empty() {
+        let mut buf = [0.0f32; 8];
+        buf[..tail.len()].copy_from_slice(tail);
+        // SAFETY: buf holds 8 f32.
+        unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), f(_mm256_loadu_ps(buf.as_ptr()))) };
+        tail.copy_from_slice(&buf[..tail.len()]);
+    }
+}
+
+/// Softmax of `row` in place: the maximum subtracted, [`exp8`], the sum, one scale.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn softmax(row: &mut [f32]) {
+    if row.is_empty() {
+        return;
+    }
+    let m = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    // SAFETY (closures): AVX2/FMA available here.
+    let mv = _mm256_set1_ps(m);
+    map8(row, |v| unsafe { exp8(_mm256_sub_ps(v, mv)) });
+    let s: f32 = row.iter().sum();
+    let inv = _mm256_set1_ps(1.0 / s);
+    map8(row, |v| _mm256_mul_ps(v, inv));
+}
