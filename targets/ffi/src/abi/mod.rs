@@ -1,0 +1,196 @@
+//! The `extern "C"` functions (`include/kestrel.h` is generated from this module by cbindgen):
+//! [`model`] loads models and reads their metadata, [`session`] creates sessions and runs them.
+//!
+//! Every function runs inside [`guard`]: a Rust panic becomes `KESTREL_ERR_PANIC`, an error
+//! becomes its status with the message in `kestrel_last_error()`. Pointers are checked before use:
+//! NULL (`KESTREL_ERR_NULL_POINTER`), misaligned (`KESTREL_ERR_MISALIGNED`), lengths whose byte
+//! size overflows `isize` (`KESTREL_ERR_TOO_LARGE`); handles are looked up in the registry of
+//! live handles (`KESTREL_ERR_INVALID_HANDLE`).
+
+use crate::core::{Backend, FfiError, TimingSource};
+use crate::status::{guard, guard_str, last_error_ptr, Status};
+use std::ffi::{c_char, c_void, CStr};
+
+pub mod model;
+pub mod session;
+pub use model::*;
+pub use session::*;
+
+/// Largest per-sample rank of a model input or output (a run's tensors add the batch axis).
+pub const KESTREL_MAX_RANK: usize = 6;
+const _: () = assert!(KESTREL_MAX_RANK == kestrel_format::MAX_RANK);
+
+/// Which engine runs a session (the `backend` argument of `kestrel_session_new`).
+#[repr(u32)]
+#[allow(non_camel_case_types, dead_code)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KestrelBackend {
+    /// The CPU runtime (always available).
+    KESTREL_BACKEND_CPU = 0,
+    /// The wgpu GPU backend (Vulkan on Android/Linux, Metal on iOS/macOS). `kestrel_session_new`
+    /// returns `KESTREL_ERR_NO_GPU` when no adapter can be used, and `KESTREL_ERR_UNSUPPORTED` in
+    /// a library built without it (cargo feature `wgpu` off) or for a model with an op the GPU
+    /// backend lacks.
+    KESTREL_BACKEND_WGPU = 1,
+    /// The GPU when a hardware adapter (or the adapter `KESTREL_ADAPTER` names) takes the model,
+    /// else the CPU: never fails for lack of a GPU. Ask `kestrel_session_backend` which one a
+    /// session got and `kestrel_session_device` why.
+    KESTREL_BACKEND_AUTO = 2,
+}
+
+/// How the entries of a session's profile were measured (`kestrel_session_profile_source`).
+#[repr(u32)]
+#[allow(non_camel_case_types, dead_code)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KestrelTimingSource {
+    /// The last run was not profiled (or there was none): no entries.
+    KESTREL_TIMING_NONE = 0,
+    /// CPU backend: wall clock around each node.
+    KESTREL_TIMING_CPU_WALL_CLOCK = 1,
+    /// wgpu backend: GPU timestamp queries at the start and end of each node's compute pass
+    /// (GPU execution time only: no upload, readback or CPU overhead).
+    KESTREL_TIMING_GPU_TIMESTAMPS = 2,
+    /// wgpu backend on an adapter without timestamp queries: no per-node entries; only
+    /// `kestrel_session_profile_wall_nanos` (the whole submission) is known.
+    KESTREL_TIMING_GPU_SUBMISSION = 3,
+}
+const _: () = {
+    assert!(KestrelTimingSource::KESTREL_TIMING_NONE as u32 == TimingSource::None.code());
+    assert!(KestrelTimingSource::KESTREL_TIMING_CPU_WALL_CLOCK as u32 == TimingSource::CpuWallClock.code());
+    assert!(KestrelTimingSource::KESTREL_TIMING_GPU_TIMESTAMPS as u32 == TimingSource::GpuTimestamps.code());
+    assert!(KestrelTimingSource::KESTREL_TIMING_GPU_SUBMISSION as u32 == TimingSource::GpuSubmission.code());
+};
+
+/// Element type of a tensor (the `dtype` field of `KestrelTensor` and `KestrelTensorInfo`).
+#[repr(u32)]
+#[allow(non_camel_case_types, dead_code)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KestrelDType {
+    /// 32-bit float.
+    KESTREL_DTYPE_F32 = 0,
+    /// 32-bit token id.
+    KESTREL_DTYPE_I32 = 1,
+    /// 64-bit token id (as ONNX exports them; each must fit in 32 bits). Accepted wherever
+    /// `KESTREL_DTYPE_I32` is.
+    KESTREL_DTYPE_I64 = 2,
+}
+
+/// An input tensor: `shape = [batch, per-sample dims...]`, `data` holds `product(shape)`
+/// elements of `dtype`, aligned for that type.
+#[repr(C)]
+pub struct KestrelTensor {
+    /// A `KestrelDType` code.
+    pub dtype: u32,
+    /// The elements, row-major.
+    pub data: *const c_void,
+    /// `rank` dims, the batch first.
+    pub shape: *const usize,
+    /// Number of dims (per-sample rank + 1).
+    pub rank: usize,
+}
+
+/// An output buffer: `shape = [batch, per-sample dims...]` (the batch equal to the inputs'),
+/// `data` has room for `product(shape)` floats.
+#[repr(C)]
+pub struct KestrelOutput {
+    /// Where the outputs are written.
+    pub data: *mut f32,
+    /// `rank` dims, the batch first.
+    pub shape: *const usize,
+    /// Number of dims.
+    pub rank: usize,
+}
+
+/// A graph input or output as the application sees it.
+#[repr(C)]
+pub struct KestrelTensorInfo {
+    /// Name (NUL-terminated, valid while the model lives).
+    pub name: *const c_char,
+    /// A `KestrelDType` code: inputs are F32 or I32 (token ids, I64 accepted); outputs F32.
+    pub dtype: u32,
+    /// Per-sample rank (the batch axis is not included).
+    pub rank: usize,
+    /// Per-sample dims; entries past `rank` are 0.
+    pub dims: [usize; KESTREL_MAX_RANK],
+}
+
+/// One node's time in the last profiled run.
+#[repr(C)]
+pub struct KestrelOpTiming {
+    /// Node index in the graph.
+    pub node: u32,
+    /// Op name, e.g. "SuperAttention" (valid while the session lives).
+    pub op: *const c_char,
+    /// Nanoseconds (all samples of the batch): CPU wall clock or GPU timestamps, as
+    /// `kestrel_session_profile_source` says.
+    pub nanos: u64,
+}
+
+fn err(status: Status, message: impl Into<String>) -> FfiError {
+    FfiError::new(status, message)
+}
+
+/// Writes `v` through an out-pointer after checking it.
+///
+/// # Safety
+/// A non-NULL, aligned `out` must be valid for a write of `T`.
+unsafe fn put<T>(out: *mut T, v: T, what: &str) -> Result<(), FfiError> {
+    if out.is_null() {
+        return Err(err(Status::KESTREL_ERR_NULL_POINTER, format!("{what} is NULL")));
+    }
+    if !out.is_aligned() {
+        return Err(err(Status::KESTREL_ERR_MISALIGNED, format!("{what} {out:p} is misaligned")));
+    }
+    // SAFETY: non-NULL and aligned; validity is the caller's contract.
+    unsafe { out.write(v) };
+    Ok(())
+}
+
+/// Clears a handle out-pointer (if usable) so callers never see stale handles after a failure.
+///
+/// # Safety
+/// As for [`put`].
+unsafe fn clear<T>(out: *mut *mut T) {
+    if !out.is_null() && out.is_aligned() {
+        // SAFETY: as above.
+        unsafe { out.write(std::ptr::null_mut()) };
+    }
+}
+
+/// The library version (a static NUL-terminated string, e.g. "0.1.0").
+#[no_mangle]
+pub extern "C" fn kestrel_version() -> *const c_char {
+    static VERSION: &CStr = match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(v) => v,
+        Err(_) => c"unknown",
+    };
+    guard_str(|| VERSION.as_ptr())
+}
+
+/// The name of a status code ("KESTREL_ERR_SHAPE"), or "KESTREL_UNKNOWN_STATUS" (static strings).
+#[no_mangle]
+pub extern "C" fn kestrel_status_name(status: i32) -> *const c_char {
+    guard_str(|| Status::from_code(status).map_or(c"KESTREL_UNKNOWN_STATUS".as_ptr(), |s| s.c_name().as_ptr()))
+}
+
+/// The message of the last failed call on this thread ("" if none). Valid until the next failing
+/// call on this thread; successful calls leave it unchanged.
+#[no_mangle]
+pub extern "C" fn kestrel_last_error() -> *const c_char {
+    guard_str(last_error_ptr)
+}
+
+/// Whether a session on `backend` (a `KestrelBackend` code) can be created here: CPU and AUTO
+/// always; WGPU when the library is built with it and a GPU device opens (this opens it: the
+/// device stays open while GPU sessions use it).
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_backend_available(backend: u32, out: *mut bool) -> Status {
+    guard(|| {
+        let b = Backend::from_code(backend)?;
+        // SAFETY: caller contract.
+        unsafe { put(out, b.available(), "out") }
+    })
+}

@@ -1,0 +1,266 @@
+//! Loading models and reading their metadata: `kestrel_model_*`.
+
+use super::{clear, err, put, KestrelTensorInfo, KESTREL_MAX_RANK};
+use crate::core::{FfiError, LoadedModel, TensorDesc};
+use crate::handles::{self, KestrelModel};
+use crate::status::{guard, Status};
+use std::ffi::{c_char, CStr};
+
+/// Loads (memory-maps) and validates the `.kes` file at `path` (NUL-terminated). On success
+/// `*out` is a new model to release with `kestrel_model_free`; on failure it is NULL. The file
+/// must not be truncated while the model lives (as with any memory-mapped loader); copy it with
+/// `kestrel_model_load_memory` if that cannot be guaranteed.
+///
+/// # Safety
+/// `path` must be NULL or a NUL-terminated string; `out` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_model_load_path(path: *const c_char, out: *mut *mut KestrelModel) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe { clear(out) };
+        if path.is_null() {
+            return Err(err(Status::KESTREL_ERR_NULL_POINTER, "kestrel_model_load_path: path is NULL"));
+        }
+        // SAFETY: non-NULL and NUL-terminated (caller contract).
+        let path = unsafe { CStr::from_ptr(path) };
+        #[cfg(unix)]
+        let path =
+            std::path::PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path.to_bytes()));
+        #[cfg(not(unix))]
+        let path =
+            std::path::PathBuf::from(path.to_str().map_err(|_| {
+                err(Status::KESTREL_ERR_INVALID_ARGUMENT, "kestrel_model_load_path: path is not UTF-8")
+            })?);
+        if out.is_null() {
+            return Err(err(Status::KESTREL_ERR_NULL_POINTER, "kestrel_model_load_path: out is NULL"));
+        }
+        let model = LoadedModel::from_path(&path)?;
+        // SAFETY: caller contract.
+        unsafe { put(out, handles::new_model(model), "out") }
+    })
+}
+
+/// Copies `len` bytes of a `.kes` file from `data` and validates them. On success `*out` is a new
+/// model (the caller may free `data` at once); on failure it is NULL.
+///
+/// # Safety
+/// `data` must be NULL or valid for `len` bytes; `out` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_model_load_memory(data: *const u8, len: usize, out: *mut *mut KestrelModel) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe { clear(out) };
+        if data.is_null() {
+            return Err(err(Status::KESTREL_ERR_NULL_POINTER, "kestrel_model_load_memory: data is NULL"));
+        }
+        if out.is_null() {
+            return Err(err(Status::KESTREL_ERR_NULL_POINTER, "kestrel_model_load_memory: out is NULL"));
+        }
+        if len > isize::MAX as usize || (data as usize).checked_add(len).is_none() {
+            return Err(err(
+                Status::KESTREL_ERR_TOO_LARGE,
+                format!("kestrel_model_load_memory: len {len} is too large"),
+            ));
+        }
+        // SAFETY: non-NULL, length in range, validity for `len` bytes is the caller's contract.
+        let bytes = unsafe { std::slice::from_raw_parts(data, len) };
+        let model = LoadedModel::from_bytes(bytes)?;
+        // SAFETY: caller contract.
+        unsafe { put(out, handles::new_model(model), "out") }
+    })
+}
+
+/// Releases a model. Sessions made from it keep their own reference, so it may be freed before
+/// them. NULL is a no-op; a pointer that is not a live model is `KESTREL_ERR_INVALID_HANDLE`.
+///
+/// # Safety
+/// No other thread may be using `model`.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_model_free(model: *mut KestrelModel) -> Status {
+    // SAFETY: caller contract.
+    guard(|| unsafe { handles::free_model(model) })
+}
+
+/// The model's name from its metadata (valid while the model lives).
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_model_name(model: *const KestrelModel, out: *mut *const c_char) -> Status {
+    guard(|| {
+        // SAFETY: caller contract (pointers checked inside).
+        unsafe {
+            let m = handles::model(model, "kestrel_model_name")?;
+            put(out, m.inner.name().as_ptr(), "out")
+        }
+    })
+}
+
+/// The model's task from its metadata, e.g. "image-classification" (valid while the model lives).
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_model_task(model: *const KestrelModel, out: *mut *const c_char) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe {
+            let m = handles::model(model, "kestrel_model_task")?;
+            put(out, m.inner.task().as_ptr(), "out")
+        }
+    })
+}
+
+/// Number of class labels in the metadata (0 if none).
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_model_label_count(model: *const KestrelModel, out: *mut usize) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe {
+            let m = handles::model(model, "kestrel_model_label_count")?;
+            put(out, m.inner.labels().len(), "out")
+        }
+    })
+}
+
+/// Class label `index` (valid while the model lives); `KESTREL_ERR_INDEX` past the last.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_model_label(
+    model: *const KestrelModel,
+    index: usize,
+    out: *mut *const c_char,
+) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe {
+            let m = handles::model(model, "kestrel_model_label")?;
+            let labels = m.inner.labels();
+            let l = labels.get(index).ok_or_else(|| {
+                err(Status::KESTREL_ERR_INDEX, format!("label {index} does not exist (the model has {})", labels.len()))
+            })?;
+            put(out, l.as_ptr(), "out")
+        }
+    })
+}
+
+/// Number of graph inputs.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_model_input_count(model: *const KestrelModel, out: *mut usize) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe {
+            let m = handles::model(model, "kestrel_model_input_count")?;
+            put(out, m.inner.inputs().len(), "out")
+        }
+    })
+}
+
+/// Number of graph outputs.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_model_output_count(model: *const KestrelModel, out: *mut usize) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe {
+            let m = handles::model(model, "kestrel_model_output_count")?;
+            put(out, m.inner.outputs().len(), "out")
+        }
+    })
+}
+
+fn info(d: &TensorDesc) -> KestrelTensorInfo {
+    let mut dims = [0usize; KESTREL_MAX_RANK];
+    for (o, &i) in dims.iter_mut().zip(&d.shape) {
+        *o = i;
+    }
+    KestrelTensorInfo { name: d.name.as_ptr(), dtype: d.dtype.code(), rank: d.shape.len(), dims }
+}
+
+fn desc<'a>(list: &'a [TensorDesc], index: usize, what: &str) -> Result<&'a TensorDesc, FfiError> {
+    list.get(index).ok_or_else(|| {
+        err(Status::KESTREL_ERR_INDEX, format!("{what} {index} does not exist (the model has {})", list.len()))
+    })
+}
+
+/// Name, dtype and per-sample shape of graph input `index`.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_model_input_info(
+    model: *const KestrelModel,
+    index: usize,
+    out: *mut KestrelTensorInfo,
+) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe {
+            let m = handles::model(model, "kestrel_model_input_info")?;
+            put(out, info(desc(m.inner.inputs(), index, "input")?), "out")
+        }
+    })
+}
+
+/// Name, dtype (always F32) and per-sample shape of graph output `index`.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_model_output_info(
+    model: *const KestrelModel,
+    index: usize,
+    out: *mut KestrelTensorInfo,
+) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe {
+            let m = handles::model(model, "kestrel_model_output_info")?;
+            put(out, info(desc(m.inner.outputs(), index, "output")?), "out")
+        }
+    })
+}
+
+/// Number of nodes in the graph (an upper bound on the profile entries of a run).
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_model_op_count(model: *const KestrelModel, out: *mut usize) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe {
+            let m = handles::model(model, "kestrel_model_op_count")?;
+            put(out, m.inner.op_count(), "out")
+        }
+    })
+}
+
+/// Bytes of arena a session of batch capacity `capacity` allocates.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_model_arena_bytes(
+    model: *const KestrelModel,
+    capacity: usize,
+    out: *mut usize,
+) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe {
+            let m = handles::model(model, "kestrel_model_arena_bytes")?;
+            put(out, m.inner.arena_bytes(capacity)?, "out")
+        }
+    })
+}

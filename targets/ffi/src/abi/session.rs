@@ -1,0 +1,384 @@
+//! Sessions, runs and profiles: `kestrel_session_*`.
+
+use super::{clear, err, put, KestrelOpTiming, KestrelOutput, KestrelTensor};
+use crate::core::{Backend, DType, FfiError, SessionCore, TensorDesc};
+use crate::handles::{self, KestrelModel, KestrelSession};
+use crate::status::{guard, Status};
+use kestrel_cpu::session::Input;
+use std::ffi::{c_char, c_void};
+
+/// A session on `backend` (a `KestrelBackend` code) for batches of 1..=`capacity` samples; every
+/// buffer (CPU arena, or GPU buffers and pipelines) is allocated here, once. `KESTREL_BACKEND_WGPU`
+/// fails with `KESTREL_ERR_NO_GPU` (no usable adapter) or `KESTREL_ERR_UNSUPPORTED` (library
+/// built without wgpu, or an op without a GPU kernel); `KESTREL_BACKEND_AUTO` then uses the CPU.
+/// On failure `*out` is NULL.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_session_new(
+    model: *const KestrelModel,
+    backend: u32,
+    capacity: usize,
+    out: *mut *mut KestrelSession,
+) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe {
+            clear(out);
+            let m = handles::model(model, "kestrel_session_new")?;
+            let backend = Backend::from_code(backend)?;
+            if out.is_null() {
+                return Err(err(Status::KESTREL_ERR_NULL_POINTER, "kestrel_session_new: out is NULL"));
+            }
+            let core = SessionCore::new(m.inner.clone(), backend, capacity)?;
+            put(out, handles::new_session(core), "out")
+        }
+    })
+}
+
+/// Releases a session. NULL is a no-op.
+///
+/// # Safety
+/// No other thread may be using `session`.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_session_free(session: *mut KestrelSession) -> Status {
+    // SAFETY: caller contract.
+    guard(|| unsafe { handles::free_session(session) })
+}
+
+/// The backend a session runs on (a `KestrelBackend` code; never AUTO).
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_session_backend(session: *const KestrelSession, out: *mut u32) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe {
+            let s = handles::session(session, "kestrel_session_backend")?;
+            let b = s.lock()?.backend();
+            put(out, b.code(), "out")
+        }
+    })
+}
+
+/// What runs a session, for logs (valid while the session lives): "cpu", the GPU adapter
+/// ("NAME (Vulkan, DiscreteGpu)"), or "cpu (auto: REASON)" when AUTO did not get the GPU. Not
+/// meant to be parsed: use `kestrel_session_backend`.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_session_device(session: *const KestrelSession, out: *mut *const c_char) -> Status {
+    guard(|| {
+        // SAFETY: caller contract. The string lives in the session (never changed after creation).
+        unsafe {
+            let s = handles::session(session, "kestrel_session_device")?;
+            let p = s.lock()?.device().as_ptr();
+            put(out, p, "out")
+        }
+    })
+}
+
+/// Turns per-node timing on or off for the following runs (off by default).
+///
+/// # Safety
+/// `session` must be NULL or a pointer from `kestrel_session_new`.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_session_set_profiling(session: *mut KestrelSession, enabled: bool) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        let s = unsafe { handles::session(session, "kestrel_session_set_profiling")? };
+        s.lock()?.set_profiling(enabled);
+        Ok(())
+    })
+}
+
+/// Number of entries in the last run's profile (0 unless profiling was on for it).
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_session_profile_count(session: *const KestrelSession, out: *mut usize) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe {
+            let s = handles::session(session, "kestrel_session_profile_count")?;
+            let n = s.lock()?.timings().len();
+            put(out, n, "out")
+        }
+    })
+}
+
+/// How the last run's profile was measured (a `KestrelTimingSource` code): CPU wall clock, GPU
+/// timestamp queries, or only the whole GPU submission; NONE if the run was not profiled.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_session_profile_source(session: *const KestrelSession, out: *mut u32) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe {
+            let s = handles::session(session, "kestrel_session_profile_source")?;
+            let src = s.lock()?.timing_source();
+            put(out, src.code(), "out")
+        }
+    })
+}
+
+/// Wall-clock nanoseconds of the last profiled run (CPU: the whole run; GPU: from submission
+/// until the outputs are read back, so it includes the readback); 0 if it was not profiled.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_session_profile_wall_nanos(session: *const KestrelSession, out: *mut u64) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe {
+            let s = handles::session(session, "kestrel_session_profile_wall_nanos")?;
+            let n = s.lock()?.wall_nanos();
+            put(out, n, "out")
+        }
+    })
+}
+
+/// Entry `index` of the last run's profile (nodes in execution order; reshapes, which are free
+/// views, are not timed; the times are those `kestrel_session_profile_source` names).
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_session_profile_entry(
+    session: *const KestrelSession,
+    index: usize,
+    out: *mut KestrelOpTiming,
+) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe {
+            let s = handles::session(session, "kestrel_session_profile_entry")?;
+            let core = s.lock()?;
+            let t = core.timings().get(index).copied().ok_or_else(|| {
+                err(
+                    Status::KESTREL_ERR_INDEX,
+                    format!("profile entry {index} does not exist (the last run has {})", core.timings().len()),
+                )
+            })?;
+            put(out, KestrelOpTiming { node: t.node, op: core.op_name(t.node).as_ptr(), nanos: t.nanos }, "out")
+        }
+    })
+}
+
+/// A checked view of one caller tensor: its batch, element count and byte range.
+struct Checked {
+    batch: usize,
+    numel: usize,
+    start: usize,
+    end: usize,
+}
+
+/// A caller tensor's pointers, before checking.
+struct Raw {
+    data: *const c_void,
+    shape: *const usize,
+    rank: usize,
+}
+
+/// Checks a `[batch, dims...]` shape against a per-sample description and a data pointer.
+///
+/// # Safety
+/// `raw.shape` must be NULL or valid for `raw.rank` reads.
+unsafe fn check_tensor(
+    what: &str,
+    index: usize,
+    desc: &TensorDesc,
+    dtype: DType,
+    raw: Raw,
+    capacity: usize,
+) -> Result<Checked, FfiError> {
+    let Raw { data, shape, rank } = raw;
+    let name = desc.name.to_string_lossy();
+    let expected = || format!("[batch 1..={capacity}, {}]", join(&desc.shape));
+    if rank != desc.shape.len() + 1 {
+        return Err(err(
+            Status::KESTREL_ERR_SHAPE,
+            format!("{what} {index} ({name}): rank {rank}, expected {} dims {}", desc.shape.len() + 1, expected()),
+        ));
+    }
+    if shape.is_null() {
+        return Err(err(Status::KESTREL_ERR_NULL_POINTER, format!("{what} {index} ({name}): shape is NULL")));
+    }
+    if !shape.is_aligned() {
+        return Err(err(
+            Status::KESTREL_ERR_MISALIGNED,
+            format!("{what} {index} ({name}): shape {shape:p} is misaligned"),
+        ));
+    }
+    // SAFETY: non-NULL, aligned, `rank` (≤ MAX_RANK + 1) reads are the caller's contract.
+    let dims = unsafe { std::slice::from_raw_parts(shape, rank) };
+    let batch = dims[0];
+    if batch == 0 || batch > capacity || dims[1..] != desc.shape[..] {
+        return Err(err(
+            Status::KESTREL_ERR_SHAPE,
+            format!("{what} {index} ({name}): shape [{}], expected {}", join(dims), expected()),
+        ));
+    }
+    let numel = batch * desc.numel(); // batch ≤ capacity, whose arena size fits in usize
+    let bytes = numel
+        .checked_mul(dtype.size())
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| err(Status::KESTREL_ERR_TOO_LARGE, format!("{what} {index} ({name}): {numel} elements")))?;
+    if data.is_null() {
+        return Err(err(Status::KESTREL_ERR_NULL_POINTER, format!("{what} {index} ({name}): data is NULL")));
+    }
+    let start = data as usize;
+    if !start.is_multiple_of(dtype.size()) {
+        return Err(err(
+            Status::KESTREL_ERR_MISALIGNED,
+            format!("{what} {index} ({name}): data {data:p} is not aligned to {} bytes", dtype.size()),
+        ));
+    }
+    let end = start.checked_add(bytes).ok_or_else(|| {
+        err(Status::KESTREL_ERR_TOO_LARGE, format!("{what} {index} ({name}): the buffer wraps the address space"))
+    })?;
+    Ok(Checked { batch, numel, start, end })
+}
+
+fn join(d: &[usize]) -> String {
+    d.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// Checks an array-of-structs argument and views it as a slice of exactly `expected` items.
+///
+/// # Safety
+/// `ptr` must be NULL or valid for `count` reads.
+unsafe fn arg_slice<'a, T>(ptr: *const T, count: usize, expected: usize, what: &str) -> Result<&'a [T], FfiError> {
+    if count != expected {
+        return Err(err(Status::KESTREL_ERR_SHAPE, format!("expected {expected} {what}, got {count}")));
+    }
+    if count == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() {
+        return Err(err(Status::KESTREL_ERR_NULL_POINTER, format!("the {what} array is NULL")));
+    }
+    if !ptr.is_aligned() {
+        return Err(err(Status::KESTREL_ERR_MISALIGNED, format!("the {what} array {ptr:p} is misaligned")));
+    }
+    // SAFETY: non-NULL, aligned, count equals the model's (small) count; validity is the contract.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, count) })
+}
+
+/// Runs a batch. `inputs[i]` must match graph input `i` (`[batch, per-sample dims...]`, its
+/// dtype; token-id inputs take I32 or I64), every input the same batch (1..=capacity); `outputs[i]`
+/// has graph output `i`'s shape with that batch. Output buffers may not overlap each other or the
+/// inputs. `*batch_out` (if not NULL) receives the batch. On the CPU the run itself allocates
+/// nothing (the call allocates two small arrays of slice descriptors); on the GPU it records
+/// and submits one command buffer and waits for the outputs.
+///
+/// # Safety
+/// `inputs`/`outputs` must be NULL or valid for `n_inputs`/`n_outputs` reads, each tensor's
+/// `shape` valid for `rank` reads and `data` valid for `product(shape)` elements (written, for
+/// outputs); `batch_out` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_session_run(
+    session: *mut KestrelSession,
+    inputs: *const KestrelTensor,
+    n_inputs: usize,
+    outputs: *const KestrelOutput,
+    n_outputs: usize,
+    batch_out: *mut usize,
+) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        let s = unsafe { handles::session(session, "kestrel_session_run")? };
+        if !batch_out.is_null() && !batch_out.is_aligned() {
+            return Err(err(Status::KESTREL_ERR_MISALIGNED, format!("batch_out {batch_out:p} is misaligned")));
+        }
+        let mut core = s.lock()?;
+        let model = core.model().clone();
+        let cap = core.capacity();
+        // SAFETY: caller contract.
+        let ins = unsafe { arg_slice(inputs, n_inputs, model.inputs().len(), "inputs")? };
+        // SAFETY: caller contract.
+        let outs = unsafe { arg_slice(outputs, n_outputs, model.outputs().len(), "outputs")? };
+        let mut views = Vec::with_capacity(ins.len());
+        let mut ranges = Vec::with_capacity(ins.len() + outs.len());
+        let mut batch = 0;
+        for (i, (t, d)) in ins.iter().zip(model.inputs()).enumerate() {
+            let dtype = DType::from_code(t.dtype)?;
+            let ok = matches!((d.dtype, dtype), (DType::F32, DType::F32) | (DType::I32, DType::I32 | DType::I64));
+            if !ok {
+                let want = if d.dtype == DType::F32 { "f32" } else { "i32 or i64 token ids" };
+                return Err(err(
+                    Status::KESTREL_ERR_SHAPE,
+                    format!("input {i}: the model takes {want}, got {dtype:?}"),
+                ));
+            }
+            // SAFETY: caller contract.
+            let c =
+                unsafe { check_tensor("input", i, d, dtype, Raw { data: t.data, shape: t.shape, rank: t.rank }, cap)? };
+            if i == 0 {
+                batch = c.batch;
+            } else if c.batch != batch {
+                return Err(err(
+                    Status::KESTREL_ERR_SHAPE,
+                    format!("input {i} has batch {}, input 0 {batch}", c.batch),
+                ));
+            }
+            // SAFETY: checked non-NULL, aligned, in range; validity is the caller's contract.
+            let input = unsafe {
+                match dtype {
+                    DType::F32 => Input::F32(std::slice::from_raw_parts(t.data.cast::<f32>(), c.numel)),
+                    DType::I32 => Input::I32(std::slice::from_raw_parts(t.data.cast::<i32>(), c.numel)),
+                    DType::I64 => Input::I64(std::slice::from_raw_parts(t.data.cast::<i64>(), c.numel)),
+                }
+            };
+            views.push(input);
+            ranges.push((c.start, c.end));
+        }
+        let mut out_views: Vec<&mut [f32]> = Vec::with_capacity(outs.len());
+        for (i, (t, d)) in outs.iter().zip(model.outputs()).enumerate() {
+            // SAFETY: caller contract.
+            let c = unsafe {
+                check_tensor(
+                    "output",
+                    i,
+                    d,
+                    DType::F32,
+                    Raw { data: t.data.cast(), shape: t.shape, rank: t.rank },
+                    cap,
+                )?
+            };
+            if !ins.is_empty() && c.batch != batch {
+                return Err(err(
+                    Status::KESTREL_ERR_SHAPE,
+                    format!("output {i} has batch {}, the inputs {batch}", c.batch),
+                ));
+            }
+            if let Some(j) = ranges.iter().position(|&(a, b)| c.start < b && a < c.end) {
+                let other = if j < ins.len() { format!("input {j}") } else { format!("output {}", j - ins.len()) };
+                return Err(err(Status::KESTREL_ERR_INVALID_ARGUMENT, format!("output {i} overlaps {other}")));
+            }
+            ranges.push((c.start, c.end));
+            // SAFETY: checked non-NULL, aligned, in range, disjoint from every other view.
+            out_views.push(unsafe { std::slice::from_raw_parts_mut(t.data, c.numel) });
+        }
+        let b = core.run(&views, &mut out_views)?;
+        if !batch_out.is_null() {
+            // SAFETY: caller contract.
+            unsafe { put(batch_out, b, "batch_out")? };
+        }
+        Ok(())
+    })
+}
+
+/// Deliberately panics inside the boundary guard and returns `KESTREL_ERR_PANIC`: lets bindings
+/// test that no panic ever crosses into the caller.
+#[no_mangle]
+pub extern "C" fn kestrel_selftest_panic() -> Status {
+    guard(|| panic!("kestrel_selftest_panic: a deliberate panic"))
+}
