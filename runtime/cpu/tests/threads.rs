@@ -10,36 +10,8 @@ use kestrel_cpu::threads::{self, ThreadError, MAX_THREADS};
 use kestrel_format::ops::Activation;
 use kestrel_format::weight::{EncodedWeight, ViewStore};
 use kestrel_format::{DType, WeightView};
+use kestrel_reference::alloc_count::{count, Counting};
 use kestrel_reference::tolerance::{assert_close, F32_APPROX};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
-/// Counts allocations on every thread while `ON` is set.
-struct Counting;
-static ON: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator; only adds a counter.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if ON.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if ON.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -116,12 +88,8 @@ fn split_layers_match_one_thread_bit_for_bit_without_allocating() {
         let modes: &[bool] = if matches!(dtype, DType::I8 | DType::I4) { &[false, true] } else { &[false] };
         for &q8 in modes {
             threads::set_threads(1).unwrap();
-            ALLOCS.store(0, Ordering::SeqCst);
-            ON.store(true, Ordering::SeqCst);
-            let one = run_all(&w, &xs, &bias, q8);
-            ON.store(false, Ordering::SeqCst);
             // `run_all` allocates its outputs and views; with more threads the count must not grow.
-            let baseline = ALLOCS.load(Ordering::SeqCst);
+            let (one, baseline) = count(|| run_all(&w, &xs, &bias, q8));
             // The f64 reference (f32 path only; the q8 path is checked against its own reference
             // in tests/layers.rs): relu(x · decode(W)ᵀ + b).
             if !q8 {
@@ -141,11 +109,7 @@ fn split_layers_match_one_thread_bit_for_bit_without_allocating() {
             for n in [2, 3, 4] {
                 threads::set_threads(n).unwrap();
                 assert_eq!(threads::threads(), n);
-                ALLOCS.store(0, Ordering::SeqCst);
-                ON.store(true, Ordering::SeqCst);
-                let many = run_all(&w, &xs, &bias, q8);
-                ON.store(false, Ordering::SeqCst);
-                let found = ALLOCS.load(Ordering::SeqCst);
+                let (many, found) = count(|| run_all(&w, &xs, &bias, q8));
                 assert_eq!(found, baseline, "{n} threads, {dtype:?}, q8 {q8}: allocations (all threads) vs 1 thread");
                 for (k, (a, b)) in one.iter().zip(&many).enumerate() {
                     let same = a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits());

@@ -8,35 +8,7 @@ use kestrel::demo::{image_model, text_model, Rng};
 use kestrel::format::DType;
 use kestrel::{Input, Model};
 use kestrel_cpu::threads;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
-/// Counts allocations on every thread (the pool's workers included) while `ON` is set.
-struct Counting;
-static ON: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator; only adds a counter.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if ON.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: the caller's contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if ON.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: the caller's contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use kestrel_reference::alloc_count::{count, Counting};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -55,14 +27,10 @@ fn run(
     let mut sess = model.session(batch).unwrap();
     let mut out = vec![0f32; batch * outs];
     let inputs = input(batch);
-    ALLOCS.store(0, Ordering::Relaxed);
-    ON.store(true, Ordering::Relaxed);
-    let r1 = sess.run(&inputs, &mut [&mut out]);
-    let r2 = sess.run(&inputs, &mut [&mut out]);
-    ON.store(false, Ordering::Relaxed);
+    let ((r1, r2), allocs) = count(|| (sess.run(&inputs, &mut [&mut out]), sess.run(&inputs, &mut [&mut out])));
     r1.unwrap();
     r2.unwrap();
-    (out, ALLOCS.load(Ordering::Relaxed))
+    (out, allocs)
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! f64, one sample at a time. Matrices are row-major `Vec<f64>`; a weight `[out, in]` is stored as
 //! PyTorch stores it.
 
+pub mod alloc_count;
 pub mod layers;
 pub mod mechanisms;
 pub mod testing;
