@@ -151,6 +151,63 @@ proptest! {
         }
     }
 
+    /// The vectorised `e^(v − m)` (one maximum, and one per element) against f64: 1e-6 relative
+    /// plus the rounding of `v − m` in f32 (as for softmax), plus 1e-37 where it underflows; NaN
+    /// stays NaN.
+    #[test]
+    fn exp_sub_matches_f64(xs in proptest::collection::vec(-95.0f32..40.0, 1..70), ms in proptest::collection::vec(0.0f32..60.0, 70)) {
+        let m = xs.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        // Per-element maxima at least as large as the value (the kernels' contract).
+        let each: Vec<f32> = xs.iter().zip(&ms).map(|(&v, &d)| v + d).collect();
+        let bound = |x: f32, m: f32, w: f64| (1e-6 + f64::from(f32::EPSILON) * f64::from(m - x)) * w + 1e-37;
+        for isa in isas() {
+            let (mut one, mut per) = (xs.clone(), xs.clone());
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: supported ISAs only.
+            unsafe { simd::x86::exp_sub(&mut one, m); simd::x86::exp_sub_each(&mut per, &each); }
+            #[cfg(not(target_arch = "x86_64"))]
+            { one.iter_mut().for_each(|v| *v = kestrel_cpu::math::exp(*v - m)); per.iter_mut().zip(&each).for_each(|(v, &m)| *v = kestrel_cpu::math::exp(*v - m)); }
+            for (i, &x) in xs.iter().enumerate() {
+                let w = (f64::from(x) - f64::from(m)).exp();
+                prop_assert!((f64::from(one[i]) - w).abs() <= bound(x, m, w), "{} exp({x} - {m}) = {}, want {w}", isa.name(), one[i]);
+                let w = (f64::from(x) - f64::from(each[i])).exp();
+                prop_assert!((f64::from(per[i]) - w).abs() <= bound(x, each[i], w), "{} exp({x} - {}) = {}, want {w}", isa.name(), each[i], per[i]);
+            }
+            let mut nan = vec![0.5f32, f32::NAN, -1.0];
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: supported ISAs only.
+            unsafe { simd::x86::exp_sub(&mut nan, 1.0) };
+            prop_assert!(nan[1].is_nan(), "{}: NaN in, {} out", isa.name(), nan[1]);
+        }
+    }
+
+    /// The vectorised AFT gate `σ(q)·num·s/den` against f64: 2e-6 relative (σ's exp and
+    /// reciprocal, the products and the division), with and without `den`.
+    #[test]
+    fn sigmoid_gate_matches_f64(
+        q in proptest::collection::vec(-40.0f32..40.0, 1..70),
+        num in proptest::collection::vec(-5.0f32..5.0, 70),
+        den in proptest::collection::vec(0.05f32..9.0, 70),
+        s in 0.1f32..3.0,
+    ) {
+        for isa in isas() {
+            for with_den in [true, false] {
+                let d = with_den.then_some(&den[..]);
+                let mut got = q.clone();
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: supported ISAs only; num and den hold 70 ≥ q.len() elements.
+                unsafe { simd::x86::sigmoid_gate(&mut got, &num, d, s) };
+                #[cfg(not(target_arch = "x86_64"))]
+                got.iter_mut().enumerate().for_each(|(i, v)| *v = kestrel_cpu::math::sigmoid(*v) * num[i] * s / d.map_or(1.0, |d| d[i]));
+                for (i, &x) in q.iter().enumerate() {
+                    let sig = 1.0 / (1.0 + (-f64::from(x)).exp());
+                    let w = sig * f64::from(num[i]) * f64::from(s) / d.map_or(1.0, |d| f64::from(d[i]));
+                    prop_assert!((f64::from(got[i]) - w).abs() <= 2e-6 * w.abs() + 1e-37, "{} gate(q={x}) = {}, want {w}", isa.name(), got[i]);
+                }
+            }
+        }
+    }
+
     #[test]
     fn dot_and_axpy_match_scalar(a in proptest::collection::vec(-3.0f32..3.0, 0..300), s in -2.0f32..2.0) {
         let b: Vec<f32> = a.iter().enumerate().map(|(i, v)| (i as f32 * 0.7).sin() - 0.3 * v).collect();

@@ -18,7 +18,8 @@
 use crate::error::{expect_eq, ShapeError};
 use crate::kernels::attention::{axpy, check_dims};
 use crate::kernels::linear::ProjW;
-use crate::math::{exp, sigmoid};
+use crate::kernels::simd;
+use crate::math::exp;
 use kestrel_format::WeightView;
 
 /// Sizes and flags of an AFT-full layer.
@@ -271,18 +272,14 @@ fn exp_keys(k: &mut [f32], cols: usize, m: &mut [f32]) {
         }
     }
     for row in k.chunks_exact_mut(cols) {
-        for (v, &m) in row.iter_mut().zip(m.iter()) {
-            *v = exp(*v - m);
-        }
+        simd::exp_sub_each(row, m);
     }
 }
 
 /// `q ← σ(q) ⊙ num / den`.
 #[inline]
 fn gate(q: &mut [f32], num: &[f32], den: &[f32]) {
-    for ((q, &n), &dn) in q.iter_mut().zip(num).zip(den) {
-        *q = sigmoid(*q) * n / dn;
-    }
+    simd::sigmoid_gate(q, num, Some(den), 1.0);
 }
 
 /// Projects Q, K, V, turns K into `E = exp(K − max)` and V into `E ⊙ V` (same-width keys).
@@ -330,10 +327,10 @@ pub fn aft_full(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mut [f
             }
         }
         let mw = ew.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        simd::exp_sub(ew, mw);
         num.fill(0.0);
         den.fill(0.0);
-        for (j, wj) in ew.iter_mut().enumerate() {
-            let a = exp(*wj - mw);
+        for (j, &a) in ew.iter().enumerate() {
             axpy(num, a, &ev[j * d..(j + 1) * d]);
             axpy(den, a, &e[j * d..(j + 1) * d]);
         }
@@ -513,9 +510,7 @@ pub fn aft_conv(p: &AftConvParams, w: &AftConvWeights<'_>, x: &[f32], y: &mut [f
             }
             let qi = &mut qb[ti * d..(ti + 1) * d];
             for i in 0..h {
-                for (q, &n) in qi[i * c..(i + 1) * c].iter_mut().zip(&num[i * c..(i + 1) * c]) {
-                    *q = sigmoid(*q) * n / den[i];
-                }
+                simd::sigmoid_gate(&mut qi[i * c..(i + 1) * c], &num[i * c..(i + 1) * c], None, 1.0 / den[i]);
             }
         }
     }

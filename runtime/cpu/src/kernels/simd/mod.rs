@@ -229,6 +229,53 @@ pub fn softmax(row: &mut [f32]) {
     }
 }
 
+/// `v[i] ← e^(v[i] − m)`, for `v[i] ≤ m` (a maximum subtracted). x86 (AVX2 and up): the
+/// vectorised exp of [`softmax`]; elsewhere libm's `expf`.
+#[inline]
+pub fn exp_sub(v: &mut [f32], m: f32) {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2/FMA detected.
+        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { x86::exp_sub(v, m) },
+        _ => v.iter_mut().for_each(|v| *v = crate::math::exp(*v - m)),
+    }
+}
+
+/// `v[i] ← e^(v[i] − m[i])` over `v.len()` elements, for `v[i] ≤ m[i]`; `m` must be at least
+/// as long as `v` (panics otherwise). Kernels as for [`exp_sub`].
+#[inline]
+pub fn exp_sub_each(v: &mut [f32], m: &[f32]) {
+    assert!(m.len() >= v.len(), "exp_sub_each: {} maxima for {} values", m.len(), v.len());
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2/FMA detected.
+        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { x86::exp_sub_each(v, m) },
+        _ => v.iter_mut().zip(m).for_each(|(v, &m)| *v = crate::math::exp(*v - m)),
+    }
+}
+
+/// The AFT gate: `q[i] ← σ(q[i]) · num[i] · s / den[i]` (`den` absent: no division) over
+/// `q.len()` elements; `num` and `den` must be at least as long (panics otherwise). x86 (AVX2
+/// and up): σ from the vectorised exp of `e^−|x|`; elsewhere [`crate::math::sigmoid`].
+#[inline]
+pub fn sigmoid_gate(q: &mut [f32], num: &[f32], den: Option<&[f32]>, s: f32) {
+    assert!(num.len() >= q.len() && den.is_none_or(|d| d.len() >= q.len()), "sigmoid_gate: short num/den");
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2/FMA detected; lengths checked above.
+        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { x86::sigmoid_gate(q, num, den, s) },
+        _ => {
+            for (i, q) in q.iter_mut().enumerate() {
+                let g = crate::math::sigmoid(*q) * (num[i] * s);
+                *q = match den {
+                    Some(d) => g / d[i],
+                    None => g,
+                };
+            }
+        }
+    }
+}
+
 /// `y[i] += a · x[i]` over the common length.
 #[inline]
 pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
@@ -280,6 +327,7 @@ pub fn matmul_wt(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32]) -> b
 /// `x.len() >= rows·w.cols()`; `y` points at `rows` rows of `w.rows()` writable f32 at stride
 /// `ldy ≥ w.rows()`, which no one else accesses meanwhile.
 #[inline]
+#[cfg(feature = "std")] // only the thread pool splits by output features
 pub(crate) unsafe fn matmul_wt_strided(x: &[f32], rows: usize, w: &WeightView<'_>, y: *mut f32, ldy: usize) -> bool {
     match isa() {
         #[cfg(target_arch = "x86_64")]
@@ -303,6 +351,7 @@ pub(crate) unsafe fn matmul_wt_strided(x: &[f32], rows: usize, w: &WeightView<'_
 
 /// Whether [`matmul_wt_strided`] runs on this CPU.
 #[inline]
+#[cfg(feature = "std")] // only the thread pool splits by output features
 pub(crate) fn has_strided_matmul() -> bool {
     matches!(isa(), Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512)
 }

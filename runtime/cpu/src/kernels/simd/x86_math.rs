@@ -89,12 +89,13 @@ pub unsafe fn fma_probe_avx512(iters: usize) -> usize {
 /// `e^x` for 8 lanes with `x ≤ 0` (the callers' range: softmax after subtracting the row
 /// maximum, erfc's Gaussian factor): Cody–Waite reduction `x = n·ln2 + r`, a degree-6
 /// polynomial for `e^r` (the Cephes `expf` coefficients), and `2^n` built in the exponent bits.
-/// Below −87.3 (where `e^x` leaves the normal f32 range) the result is 0.
+/// Below −87.3 (where `e^x` leaves the normal f32 range) the result is 0; NaN stays NaN.
 #[inline(always)]
 unsafe fn exp8(x: __m256) -> __m256 {
     const P: [f32; 6] = [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
     // SAFETY: AVX2/FMA available in every caller.
     unsafe {
+        let x_in = x;
         let lo = _mm256_set1_ps(-87.336_54);
         let underflow = _mm256_cmp_ps::<_CMP_LT_OQ>(x, lo);
         let x = _mm256_max_ps(x, lo);
@@ -115,7 +116,9 @@ unsafe fn exp8(x: __m256) -> __m256 {
             _mm256_cvtps_epi32(n),
             _mm256_set1_epi32(127),
         )));
-        _mm256_andnot_ps(underflow, _mm256_mul_ps(y, pow2))
+        let e = _mm256_andnot_ps(underflow, _mm256_mul_ps(y, pow2));
+        // `max` above turned NaN lanes into the lower bound: give them back.
+        _mm256_blendv_ps(e, x_in, _mm256_cmp_ps::<_CMP_UNORD_Q>(x_in, x_in))
     }
 }
 
@@ -250,4 +253,92 @@ pub unsafe fn softmax(row: &mut [f32]) {
     let s: f32 = row.iter().sum();
     let inv = _mm256_set1_ps(1.0 / s);
     map8(row, |v| _mm256_mul_ps(v, inv));
+}
+
+/// `σ(x) = 1 / (1 + e^−x)` for 8 lanes, from `e = e^−|x|` (never overflows): `1 / (1 + e)` for
+/// x ≥ 0 and `e / (1 + e)` below.
+#[inline(always)]
+unsafe fn sigmoid8(x: __m256) -> __m256 {
+    // SAFETY: AVX2/FMA available in every caller.
+    unsafe {
+        let e = exp8(_mm256_or_ps(x, _mm256_set1_ps(-0.0)));
+        let r = _mm256_div_ps(_mm256_set1_ps(1.0), _mm256_add_ps(_mm256_set1_ps(1.0), e));
+        let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps());
+        _mm256_blendv_ps(r, _mm256_mul_ps(e, r), neg)
+    }
+}
+
+/// `v[i] ← e^(v[i] − m)` for `v[i] ≤ m` (a maximum subtracted).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn exp_sub(v: &mut [f32], m: f32) {
+    let mv = _mm256_set1_ps(m);
+    // SAFETY (closure): AVX2/FMA available here.
+    map8(v, |x| unsafe { exp8(_mm256_sub_ps(x, mv)) });
+}
+
+/// `v[i] ← e^(v[i] − m[i])` for `v[i] ≤ m[i]`, over `v.len()` elements (`m.len() >= v.len()`).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn exp_sub_each(v: &mut [f32], m: &[f32]) {
+    let m = &m[..v.len()];
+    let mut vc = v.chunks_exact_mut(8);
+    let mut mc = m.chunks_exact(8);
+    for (c, mm) in (&mut vc).zip(&mut mc) {
+        // SAFETY: both chunks hold 8 f32.
+        unsafe {
+            let x = _mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), _mm256_loadu_ps(mm.as_ptr()));
+            _mm256_storeu_ps(c.as_mut_ptr(), exp8(x));
+        }
+    }
+    let (tail, mt) = (vc.into_remainder(), mc.remainder());
+    for (v, &m) in tail.iter_mut().zip(mt) {
+        *v -= m;
+    }
+    // SAFETY (closure): AVX2/FMA available here.
+    map8(tail, |x| unsafe { exp8(x) });
+}
+
+/// `q[i] ← σ(q[i]) · num[i] · s / den[i]` over `q.len()` elements (`den` absent: 1).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `num` (and `den`) hold at least `q.len()` elements.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn sigmoid_gate(q: &mut [f32], num: &[f32], den: Option<&[f32]>, s: f32) {
+    let n = q.len();
+    assert!(num.len() >= n && den.is_none_or(|d| d.len() >= n));
+    let sv = _mm256_set1_ps(s);
+    let n8 = n / 8 * 8;
+    let (qp, np) = (q.as_mut_ptr(), num.as_ptr());
+    let mut i = 0;
+    // SAFETY: i + 8 <= n8 <= every slice's length.
+    unsafe {
+        while i < n8 {
+            let g = _mm256_mul_ps(sigmoid8(_mm256_loadu_ps(qp.add(i))), _mm256_mul_ps(_mm256_loadu_ps(np.add(i)), sv));
+            let g = match den {
+                Some(d) => _mm256_div_ps(g, _mm256_loadu_ps(d.as_ptr().add(i))),
+                None => g,
+            };
+            _mm256_storeu_ps(qp.add(i), g);
+            i += 8;
+        }
+    }
+    if n8 < n {
+        let mut buf = [0.0f32; 8];
+        let tail = &mut q[n8..];
+        buf[..tail.len()].copy_from_slice(tail);
+        // SAFETY (closure): AVX2/FMA available here.
+        map8(&mut buf, |x| unsafe { sigmoid8(x) });
+        for (j, q) in tail.iter_mut().enumerate() {
+            let g = buf[j] * (num[n8 + j] * s);
+            *q = match den {
+                Some(d) => g / d[n8 + j],
+                None => g,
+            };
+        }
+    }
 }
