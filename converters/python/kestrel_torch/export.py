@@ -146,6 +146,9 @@ def fixtures() -> list[Fixture]:
         ("aft_full", 1, {"rank": 4}), ("aft_full", 1, {"causal": True}),
         ("aft_local", 1, {"window": 3, "causal": True}), ("aft_simple", 1, {"causal": True}),
         ("aft_conv", 2, {"kernel": 3, "grid": (4, 4)}), ("fastformer", 4, {}),
+        # One head, as in the paper-size benchmark models: the exporter writes K's projection
+        # as [T, 1] -> [T] -> [T, 1] + b and a head view on only one side of each pooling.
+        ("aft_conv", 1, {"kernel": 3, "grid": (1, 16)}), ("fastformer", 1, {}),
     ]  # fmt: skip
     for mech, h, kw in layer:
         tag = "_".join(["causal" if kw.get("causal") else ""] + [f"r{kw['rank']}" if "rank" in kw else ""])

@@ -125,7 +125,9 @@ fn additive_pool(
     let score = through_layout(b, sm.x, nodes, &mut scale);
     let (an, ad) = projection(b, score)?;
     nodes.push(an);
-    let src = ad.x;
+    // The scores may read a reshaped view of the source (one head: `[1, T, 1, d]`) while the
+    // weighted sum reads another; both lead back to the same tensor.
+    let src = root_view(b, ad.x, nodes);
     let w = forward_layout(b, sm.y, nodes);
     let mn = sole_consumer(b, w)?;
     let Op::Binary(mul) = b.ops()[mn] else { return None };
@@ -278,7 +280,9 @@ pub(super) fn stable_exp(b: &ModelBuilder, exp_node: usize) -> Option<StableExp>
     if let Some(mn) = b.producer(sub.b).filter(|&n| matches!(b.ops()[n], Op::Reduce(_))) {
         nodes.push(mn);
     }
-    let (kn, kd) = projection(b, sub.a)?;
+    // K may arrive through reshape views (one head: `[T, 1] → [T] → [T, 1]`).
+    let k = root_view(b, sub.a, &mut nodes);
+    let (kn, kd) = projection(b, k)?;
     nodes.push(kn);
     let x = root_view(b, kd.x, &mut nodes);
     let (t, d) = tokens(b, x)?;

@@ -113,3 +113,71 @@ pub(super) fn dense_activation(b: &mut ModelBuilder, report: &mut FusionReport) 
         i += 1;
     }
 }
+
+/// A bias added after reshape views of a bias-free, activation-free `Dense` (exporters write
+/// `[T, 1] → [T] → [T, 1] + b` for one-output projections, so the lowering's dense+bias fusion
+/// does not see it) → the bias folded into the `Dense`, the views kept. The constant must have
+/// `out` elements, and either `out == 1` or the sum's last axis be the features (`[.., out]`,
+/// the constant `[1, .., out]`); the numerical check proves the rest.
+pub(super) fn dense_bias_through_views(b: &mut ModelBuilder, report: &mut FusionReport) {
+    use kestrel_format::ops::Reshape;
+    let mut i = 0;
+    while i < b.ops().len() {
+        if let Some((region, dense, bias)) = match_bias_through_views(b, i) {
+            let (out, y) = (bias.len(), region.output);
+            let dims: Vec<usize> =
+                b.shape_of(dense.y).map(|s| s.dims().iter().map(|&v| v as usize).collect()).unwrap_or_default();
+            let made = b
+                .weight("folded_bias", &[out], bias)
+                .and_then(|bid| Ok((bid, b.new_activation("dense_biased", &dims)?)));
+            if let Ok((bid, dy)) = made {
+                let mut proj = dense.proj;
+                proj.b = Some(bid);
+                let ops = vec![Op::Dense(Dense { y: dy, proj, ..dense }), Op::Reshape(Reshape { x: dy, y })];
+                if try_replace(b, &region, ops, "dense+bias (through views)", report) {
+                    continue;
+                }
+            }
+        }
+        i += 1;
+    }
+}
+
+fn match_bias_through_views(b: &ModelBuilder, add_node: usize) -> Option<(Region, Dense, Vec<f32>)> {
+    let Op::Binary(add) = b.ops()[add_node] else { return None };
+    if add.op != BinaryOp::Add {
+        return None;
+    }
+    let (view, c) = match (b.weight_values(add.a), b.weight_values(add.b)) {
+        (None, Some(c)) => (add.a, c),
+        (Some(c), None) => (add.b, c),
+        _ => return None,
+    };
+    // Back through one or more reshapes (each output read only by the next step).
+    let mut nodes = vec![add_node];
+    let mut t = view;
+    while let Some(p) = b.producer(t) {
+        let Op::Reshape(r) = b.ops()[p] else { break };
+        (sole_consumer(b, t)? == *nodes.last()?).then_some(())?;
+        nodes.push(p);
+        t = r.x;
+    }
+    if nodes.len() < 2 {
+        return None; // no view in between: the lowering's own fusion covers a direct add
+    }
+    let dn = b.producer(t)?;
+    let Op::Dense(dense) = b.ops()[dn] else { return None };
+    if dense.act != Activation::None || dense.proj.b.is_some() || sole_consumer(b, t)? != *nodes.last()? {
+        return None;
+    }
+    nodes.push(dn);
+    let out = b.shape_of(dense.proj.w)?.as_matrix()?.0;
+    let (sum_dims, c_dims) = (b.shape_of(add.y)?, b.shape_of(if view == add.a { add.b } else { add.a })?);
+    let features_last = sum_dims.dims().last().is_some_and(|&l| l as usize == out)
+        && c_dims.dims().split_last().is_some_and(|(&l, rest)| l as usize == out && rest.iter().all(|&v| v == 1));
+    if c.len() != out || !(out == 1 || features_last) || sum_dims.numel()? != b.shape_of(dense.y)?.numel()? {
+        return None;
+    }
+    nodes.sort_unstable();
+    Some((Region { nodes, inputs: vec![dense.x], output: add.y }, dense, c.to_vec()))
+}

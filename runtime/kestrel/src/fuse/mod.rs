@@ -46,6 +46,7 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         let before = b.ops().len();
         select::packed_projections(b, &mut report);
         elementwise::gelu_erf(b, &mut report);
+        elementwise::dense_bias_through_views(b, &mut report);
         elementwise::dense_activation(b, &mut report);
         attention::attention(b, &mut report);
         aft::aft_simple(b, &mut report);
