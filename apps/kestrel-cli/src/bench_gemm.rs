@@ -11,6 +11,12 @@
 //! thread split) on random f32 inputs and weights, `y [M, N] = x [M, K] · Wᵀ`, timed after a
 //! warm-up call, repeated for at least `--min-ms` per shape; the median call gives GFLOP/s
 //! (2·M·N·K flops).
+//!
+//! **GEMV** (batch 1: M = 1): the weights are read once per call and the FLOPs are few, so the
+//! bound is memory bandwidth. Reported as weight bytes per second against the measured **read
+//! bandwidth** (one thread streaming a 256 MiB buffer, 8× the largest L3 seen here, through the
+//! SIMD dot kernel, best of 5); a 64 MiB buffer is streamed between timed calls so the weights
+//! come from DRAM, as they do inside a model whose weights outgrow the cache.
 
 use anyhow::{Context, Result};
 use kestrel::format::ops::Activation;
@@ -33,6 +39,73 @@ pub const SHAPES: &[(&str, usize, usize, usize)] = &[
     ("cifar MLP down, batch 32", 4608, 144, 288),
     ("square 1024", 1024, 1024, 1024),
 ];
+
+/// The batch-1 heads timed as GEMVs: (label, N, K).
+pub const GEMV_SHAPES: &[(&str, usize, usize)] =
+    &[("mnist head, batch 1", 2048, 4096), ("mnist head 2, batch 1", 1024, 2048), ("cifar head, batch 1", 2048, 20736)];
+
+/// One GEMV's result.
+#[derive(Clone, Debug)]
+pub struct GemvRow {
+    /// Label.
+    pub shape: String,
+    /// Output features.
+    pub n: usize,
+    /// Input features.
+    pub k: usize,
+    /// Weight encoding.
+    pub dtype: String,
+    /// Weight bytes read per call.
+    pub bytes: usize,
+    /// Median µs per call.
+    pub us: f64,
+    /// Weight bytes / median time, GB/s.
+    pub gbs: f64,
+    /// `gbs` / the measured read bandwidth.
+    pub fraction_of_bandwidth: f64,
+}
+
+/// One thread's read bandwidth in GB/s: a 256 MiB buffer streamed through the SIMD dot kernel
+/// (its two halves against each other), best of `runs`.
+pub fn read_bandwidth_gbs(runs: usize) -> f64 {
+    let buf = values(64 << 20, 3);
+    let (a, b) = buf.split_at(buf.len() / 2);
+    std::hint::black_box(kestrel_cpu::kernels::simd::dot_f32(a, b));
+    (0..runs.max(1))
+        .map(|_| {
+            let t0 = Instant::now();
+            std::hint::black_box(kestrel_cpu::kernels::simd::dot_f32(std::hint::black_box(a), b));
+            (buf.len() * 4) as f64 / t0.elapsed().as_secs_f64() / 1e9
+        })
+        .fold(0.0, f64::max)
+}
+
+/// Times `y [1, N] = x [1, K] · Wᵀ` with the weights evicted from the caches before every call
+/// (by streaming `flush`): median µs per call over at least `min_ms` of calls.
+pub fn time_gemv(n: usize, k: usize, dtype: DType, flush: &[f32], min_ms: f64) -> Result<(f64, usize)> {
+    let x = values(k, 1);
+    let wv = values(n * k, 2);
+    let enc = EncodedWeight::encode(dtype, n, k, &wv).context("encoding the weights")?;
+    let bytes = enc.data.len() + enc.scales.len();
+    let mut store = kestrel::format::weight::ViewStore::default();
+    let w: WeightView<'_> = enc.view(&mut store);
+    let mut y = vec![0.0f32; n];
+    kestrel_cpu::linear(&x, 1, &w, None, Activation::None, &mut y);
+    let (fa, fb) = flush.split_at(flush.len() / 2);
+    let mut secs = Vec::new();
+    let mut timed = 0.0;
+    while secs.len() < 5 || timed * 1e3 < min_ms {
+        std::hint::black_box(kestrel_cpu::kernels::simd::dot_f32(std::hint::black_box(fa), fb));
+        let t0 = Instant::now();
+        kestrel_cpu::linear(std::hint::black_box(&x), 1, &w, None, Activation::None, &mut y);
+        let dt = t0.elapsed().as_secs_f64();
+        secs.push(dt);
+        timed += dt;
+        std::hint::black_box(&y);
+    }
+    secs.sort_by(f64::total_cmp);
+    Ok((secs[secs.len() / 2] * 1e6, bytes))
+}
 
 /// One shape's result.
 #[derive(Clone, Debug)]
@@ -133,6 +206,7 @@ pub fn run(w: &mut String, isa: &str, threads: usize, json: bool, out: Option<&P
                 .collect()
         })
         .unwrap_or_default();
+    let custom_none = custom.is_empty();
     let shapes: Vec<(String, usize, usize, usize)> =
         if custom.is_empty() { SHAPES.iter().map(|&(l, m, n, k)| (l.to_string(), m, n, k)).collect() } else { custom };
     for (label, m, n, k) in shapes {
@@ -153,6 +227,30 @@ pub fn run(w: &mut String, isa: &str, threads: usize, json: bool, out: Option<&P
             pb.inc_length(1);
         }
     }
+    let mut gemv = Vec::new();
+    let bandwidth = read_bandwidth_gbs(5);
+    if custom_none {
+        let flush = values(16 << 20, 4);
+        for &(label, n, k) in GEMV_SHAPES {
+            for dtype in [DType::F32, DType::F16, DType::I8] {
+                pb.set_message(format!("{label} {dtype:?}"));
+                let (us, bytes) = time_gemv(n, k, dtype, &flush, min_ms)?;
+                let gbs = bytes as f64 / us / 1e3;
+                gemv.push(GemvRow {
+                    shape: label.to_string(),
+                    n,
+                    k,
+                    dtype: format!("{dtype:?}").to_lowercase(),
+                    bytes,
+                    us,
+                    gbs,
+                    fraction_of_bandwidth: gbs / bandwidth,
+                });
+                pb.inc(1);
+                pb.inc_length(1);
+            }
+        }
+    }
     pb.finish_and_clear();
     let machine = kestrel_cli::machine::describe(isa);
     let obj = serde_json::json!({
@@ -165,6 +263,12 @@ pub fn run(w: &mut String, isa: &str, threads: usize, json: bool, out: Option<&P
         "rows": rows.iter().map(|r| serde_json::json!({
             "shape": r.shape, "m": r.m, "n": r.n, "k": r.k, "dtype": r.dtype,
             "gflops": r.gflops, "gflops_max": r.gflops_max, "fraction_of_peak": r.fraction_of_peak,
+        })).collect::<Vec<_>>(),
+        "read_bandwidth_gbs": bandwidth,
+        "read_bandwidth_method": "one thread streaming 256 MiB through the SIMD dot kernel, best of 5",
+        "gemv": gemv.iter().map(|r| serde_json::json!({
+            "shape": r.shape, "n": r.n, "k": r.k, "dtype": r.dtype, "weight_bytes": r.bytes,
+            "us": r.us, "gbs": r.gbs, "fraction_of_bandwidth": r.fraction_of_bandwidth,
         })).collect::<Vec<_>>(),
     });
     let mut md = String::new();
@@ -192,6 +296,30 @@ pub fn run(w: &mut String, isa: &str, threads: usize, json: bool, out: Option<&P
             r.gflops_max,
             100.0 * r.fraction_of_peak
         )?;
+    }
+    if !gemv.is_empty() {
+        writeln!(
+            md,
+            "\n## Batch 1 (GEMV): bandwidth-bound\n\nRead bandwidth: {bandwidth:.1} GB/s (one thread streaming 256 MiB through the SIMD dot \
+             kernel, best of 5). Each call's weights are evicted first (a 64 MiB buffer streamed between calls), as in a model whose \
+             weights outgrow the cache; one thread.\n"
+        )?;
+        writeln!(md, "| shape | N | K | weights | weight MB | µs (median) | GB/s | % of read bandwidth |")?;
+        writeln!(md, "|---|---:|---:|---|---:|---:|---:|---:|")?;
+        for r in &gemv {
+            writeln!(
+                md,
+                "| {} | {} | {} | {} | {:.1} | {:.0} | {:.1} | {:.0}% |",
+                r.shape,
+                r.n,
+                r.k,
+                r.dtype,
+                r.bytes as f64 / 1e6,
+                r.us,
+                r.gbs,
+                100.0 * r.fraction_of_bandwidth
+            )?;
+        }
     }
     if let Some(dir) = out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

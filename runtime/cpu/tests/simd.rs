@@ -78,6 +78,20 @@ fn check_matmul(rows: usize, out: usize, inp: usize, x: &[f32], wv: &[f32], dt: 
     }
 }
 
+/// Shapes for the few-row (GEMV) kernels: 1–3 rows, several 8-row weight blocks and a partial
+/// one (the AVX-512 kernel prefetches the next block), columns with and without a 16-lane tail.
+fn gemv_case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>)> {
+    (1usize..4, 1usize..44, prop_oneof![1usize..40, 250usize..600]).prop_flat_map(|(rows, out, inp)| {
+        (
+            Just(rows),
+            Just(out),
+            Just(inp),
+            proptest::collection::vec(-2.0f32..2.0, rows * inp),
+            proptest::collection::vec(-1.0f32..1.0, out * inp),
+        )
+    })
+}
+
 fn gemm_case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>)> {
     (6usize..42, 1usize..80, prop_oneof![1usize..40, 250usize..600, 1000usize..1100]).prop_flat_map(
         |(rows, out, inp)| {
@@ -97,6 +111,11 @@ proptest! {
 
     #[test]
     fn matmul_matches_scalar_and_f64((rows, out, inp, x, wv) in case(), dt in 0u8..4) {
+        check_matmul(rows, out, inp, &x, &wv, dt);
+    }
+
+    #[test]
+    fn gemv_matches_scalar_and_f64((rows, out, inp, x, wv) in gemv_case(), dt in 0u8..4) {
         check_matmul(rows, out, inp, &x, &wv, dt);
     }
 

@@ -16,6 +16,8 @@ use kestrel_format::WeightView;
 
 #[cfg(target_arch = "x86_64")]
 mod gemm;
+#[cfg(target_arch = "x86_64")]
+mod gemv512;
 #[cfg(target_arch = "aarch64")]
 pub mod neon;
 #[cfg(target_arch = "x86_64")]

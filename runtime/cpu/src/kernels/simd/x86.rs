@@ -7,6 +7,7 @@
 //! and only ever called from the `#[target_feature]` entry points, so they compile with AVX2.
 
 use super::gemm;
+use super::gemv512;
 use super::nibble;
 use core::arch::x86_64::*;
 use half::f16;
@@ -133,7 +134,7 @@ impl Loader for F32W<'_> {
     }
 }
 
-struct F16W<'a>(&'a [f16], usize);
+pub(super) struct F16W<'a>(pub(super) &'a [f16], pub(super) usize);
 impl Loader for F16W<'_> {
     const LINE_COLS: usize = 32;
     #[inline(always)]
@@ -160,7 +161,7 @@ impl Loader for F16W<'_> {
     }
 }
 
-struct I8W<'a>(&'a [i8], &'a [f32], usize);
+pub(super) struct I8W<'a>(pub(super) &'a [i8], pub(super) &'a [f32], pub(super) usize);
 impl Loader for I8W<'_> {
     const LINE_COLS: usize = 64;
     #[inline(always)]
@@ -190,12 +191,12 @@ impl Loader for I8W<'_> {
     }
 }
 
-struct I4W<'a> {
-    q: &'a [u8],
-    scales: &'a [f16],
-    cols: usize,
-    row_bytes: usize,
-    groups: usize,
+pub(super) struct I4W<'a> {
+    pub(super) q: &'a [u8],
+    pub(super) scales: &'a [f16],
+    pub(super) cols: usize,
+    pub(super) row_bytes: usize,
+    pub(super) groups: usize,
 }
 impl Loader for I4W<'_> {
     const LINE_COLS: usize = 128;
@@ -450,6 +451,8 @@ pub unsafe fn matmul_wt_avx512_ptr(x: &[f32], rows: usize, w: &WeightView<'_>, y
             gemm::gemm_small_m::<gemm::Z, 12, 1>(x, rows, &F32W(d, inp), out, y, ldy)
         } else if rows >= gemm::MIN_ROWS {
             with_loader!(w, inp, l => gemm::gemm::<gemm::Z, _, 8, 2>(x, rows, l, out, y, ldy))
+        } else if rows < gemv512::MAX_ROWS {
+            with_loader!(w, inp, l => gemv512::gemv(x, rows, l, out, y, ldy))
         } else {
             with_loader!(w, inp, l => matmul_impl(x, rows, l, out, y, ldy))
         }
