@@ -246,6 +246,30 @@ const KC: usize = 256;
 /// Cache lines ahead that the GEMV blocks prefetch each weight row (2 KiB).
 const GEMV_PF_LINES: usize = 32;
 
+/// A contiguous range of weight bytes to prefetch into L2 while a GEMV block runs: `step` cache
+/// lines per 8 columns, from `p` through `end` (the next block of weight rows; see `gemv512.rs`).
+#[derive(Clone, Copy)]
+struct NextBlock {
+    p: *const u8,
+    end: *const u8,
+    step: usize,
+}
+
+impl NextBlock {
+    const NONE: NextBlock = NextBlock { p: core::ptr::null(), end: core::ptr::null(), step: 0 };
+
+    /// Weight rows `o0..min(o0 + n, out)` of `w` (nothing when `o0 >= out`), spread over the
+    /// `steps` 8-column steps of the current block.
+    fn rows<L: Loader>(w: &L, o0: usize, n: usize, out: usize, steps: usize) -> NextBlock {
+        if o0 >= out || w.cols() == 0 {
+            return NextBlock::NONE;
+        }
+        let (a, b) = (w.addr(o0, 0), w.addr((o0 + n).min(out) - 1, w.cols() - 1));
+        let lines = (b as usize - a as usize) / 64 + 1;
+        NextBlock { p: a, end: b, step: lines.div_ceil(steps.max(1)) }
+    }
+}
+
 /// `R` rows of `x` (from `r0`) times `O` rows of `W` (from `o0`) over columns `k0..k1`
 /// (`k0 % 8 == 0`); the sums are stored in `y`, or added to it when `add`.
 #[inline(always)]
@@ -258,6 +282,7 @@ unsafe fn block<L: Loader, const R: usize, const O: usize>(
     (out, ldy): (usize, usize),
     (k0, k1, add): (usize, usize, bool),
     y: *mut f32,
+    mut next: NextBlock,
 ) {
     let inp = w.cols();
     let k8 = k0 + (k1 - k0) / 8 * 8;
@@ -267,6 +292,12 @@ unsafe fn block<L: Loader, const R: usize, const O: usize>(
         let mut acc = [[_mm256_setzero_ps(); O]; R];
         let mut k = k0;
         while k < k8 {
+            for _ in 0..next.step {
+                if next.p <= next.end {
+                    _mm_prefetch::<_MM_HINT_T1>(next.p.cast());
+                    next.p = next.p.wrapping_add(64);
+                }
+            }
             // A GEMV streams W once from memory: prefetch each row GEMV_PF_LINES cache lines
             // ahead, once per line, to keep more misses in flight than the hardware prefetchers
             // do for 8 streams. Measured on the MNIST paper model at batch 1: f32 2,190 → 1,720
@@ -327,8 +358,10 @@ unsafe fn matmul_impl<L: Loader>(x: &[f32], rows: usize, w: &L, out: usize, y: *
                 // (measured: the MNIST paper model's 2048×4096 head GEMV went from ~15 to
                 // ~30 GB/s; two rows at a time left it latency-bound).
                 while o + 8 <= out {
+                    // The next 8 weight rows prefetched into L2 during the first pass.
+                    let next = NextBlock::rows(w, o + 8, 8, out, (k1 - k0) / 8);
                     for r in 0..rows {
-                        block::<L, 1, 8>(x, r, w, o, (out, ldy), kr, y);
+                        block::<L, 1, 8>(x, r, w, o, (out, ldy), kr, y, if r == 0 { next } else { NextBlock::NONE });
                     }
                     o += 8;
                 }
@@ -336,11 +369,11 @@ unsafe fn matmul_impl<L: Loader>(x: &[f32], rows: usize, w: &L, out: usize, y: *
             while o < o2 {
                 let mut r = 0;
                 while r < r4 {
-                    block::<L, 4, 2>(x, r, w, o, (out, ldy), kr, y);
+                    block::<L, 4, 2>(x, r, w, o, (out, ldy), kr, y, NextBlock::NONE);
                     r += 4;
                 }
                 while r < rows {
-                    block::<L, 1, 2>(x, r, w, o, (out, ldy), kr, y);
+                    block::<L, 1, 2>(x, r, w, o, (out, ldy), kr, y, NextBlock::NONE);
                     r += 1;
                 }
                 o += 2;
@@ -348,11 +381,11 @@ unsafe fn matmul_impl<L: Loader>(x: &[f32], rows: usize, w: &L, out: usize, y: *
             if o < out {
                 let mut r = 0;
                 while r < r4 {
-                    block::<L, 4, 1>(x, r, w, o, (out, ldy), kr, y);
+                    block::<L, 4, 1>(x, r, w, o, (out, ldy), kr, y, NextBlock::NONE);
                     r += 4;
                 }
                 while r < rows {
-                    block::<L, 1, 1>(x, r, w, o, (out, ldy), kr, y);
+                    block::<L, 1, 1>(x, r, w, o, (out, ldy), kr, y, NextBlock::NONE);
                     r += 1;
                 }
             }
