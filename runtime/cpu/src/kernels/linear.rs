@@ -92,9 +92,25 @@ struct Epilogue<'e, 'w> {
     scale: f32,
 }
 
+/// Elements per piece of `y` that the epilogue finishes (bias, then activation) before moving
+/// on: the piece stays in L1 between the two passes instead of streaming all of `y` twice.
+const EPILOGUE_PIECE: usize = 4096;
+
 impl Epilogue<'_, '_> {
-    /// Applies to `y [rows, width]`, whose first column is output feature `o0`.
+    /// Applies to `y [rows, width]`, whose first column is output feature `o0`, a few rows at
+    /// a time (each element gets the same arithmetic whatever the piece size).
     fn apply(&self, rows: usize, o0: usize, y: &mut [f32]) {
+        let width = y.len().checked_div(rows).unwrap_or(0);
+        if width == 0 {
+            return;
+        }
+        let per = (EPILOGUE_PIECE / width).max(1);
+        for piece in y[..rows * width].chunks_mut(per * width) {
+            self.apply_piece(piece.len() / width, o0, piece);
+        }
+    }
+
+    fn apply_piece(&self, rows: usize, o0: usize, y: &mut [f32]) {
         let width = y.len().checked_div(rows).unwrap_or(0);
         let scale = self.scale;
         match self.b.map(|b| (b, b.as_f32())) {
