@@ -378,18 +378,22 @@ fn check_rejects_bad_shapes() {
 /// property tests reach, still within the f32 kernel tolerance.
 #[test]
 fn attention_over_several_query_blocks_matches_reference() {
-    // T = 150: blocks of 64, 64 and 22 queries (the last one ragged); causal blocks see a
-    // growing prefix of the keys.
-    let (t, d) = (150, 16);
+    // T = 150: one block of 150 queries as planned now; with scratch for QB = 64-row blocks
+    // (older files) blocks of 64, 64 and 22 (the last one ragged), causal blocks seeing a growing
+    // prefix of the keys. T = 300 (over ONE_BLOCK_MAX_T): QB-row blocks as planned.
+    use kestrel_cpu::kernels::attention::{ONE_BLOCK_MAX_T, QB};
     let mut rng = Rng::new(77);
-    let x = rng.normal_vec(t * d);
-    for v in 0..4 {
-        for (h, causal) in [(1, false), (2, true), (4, false), (1, true)] {
-            let p = attn_params(t, d, h, causal, variant(v));
-            let mut l = AttnLayer::random(&mut rng, DTYPES[0], &p);
-            let want = l.reference(&p, &x);
-            assert_close(&format!("{p:?}"), &l.run(&p, &x), &want, F32_KERNEL);
-            assert_close(&format!("{p:?} row-wise"), &l.run_rowwise(&p, &x), &want, F32_KERNEL);
+    for (t, d) in [(150, 16), (ONE_BLOCK_MAX_T + 44, 8)] {
+        let x = rng.normal_vec(t * d);
+        for v in 0..4 {
+            for (h, causal) in [(1, false), (2, true), (4, false), (1, true)] {
+                let p = attn_params(t, d, h, causal, variant(v));
+                let mut l = AttnLayer::random(&mut rng, DTYPES[0], &p);
+                let want = l.reference(&p, &x);
+                assert_close(&format!("{p:?}"), &l.run(&p, &x), &want, F32_KERNEL);
+                assert_close(&format!("{p:?} QB blocks"), &l.run_blocks(&p, &x, QB), &want, F32_KERNEL);
+                assert_close(&format!("{p:?} row-wise"), &l.run_rowwise(&p, &x), &want, F32_KERNEL);
+            }
         }
     }
 }

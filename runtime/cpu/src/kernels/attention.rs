@@ -127,8 +127,23 @@ impl AttentionParams {
     }
 }
 
-/// Query rows per block of the score products: a `[QB, T]` score block stays in L1/L2.
+/// Query rows per block of the score products for long sequences: a `[QB, T]` score block
+/// stays in L1/L2.
 pub const QB: usize = 64;
+
+/// Up to this many tokens, all queries form one block (scores `[T, T]` ≤ 256 KiB, in L2): the
+/// keys are packed and `V_hᵀ` built once per head instead of once per [`QB`] queries (CIFAR-100,
+/// T = 144: three blocks of 64/64/16 become one).
+pub const ONE_BLOCK_MAX_T: usize = 256;
+
+/// Query rows per block the planner reserves scratch for.
+fn block_rows(t: usize) -> usize {
+    if t <= ONE_BLOCK_MAX_T {
+        t
+    } else {
+        QB
+    }
+}
 
 /// f32 scratch elements [`attention`] needs for one sample at least (the row-at-a-time path,
 /// O(T) scores). Files written before the blocked path reserve exactly this.
@@ -141,14 +156,21 @@ pub fn attention_scratch(p: &AttentionParams) -> usize {
 }
 
 /// f32 scratch elements for [`attention`]'s blocked GEMM path (what the planner reserves; still
-/// linear in T: scores are computed a block of [`QB`] queries at a time, never `T × T`).
+/// linear in T: scores are computed a block of [`QB`] queries at a time, never `T × T`, except
+/// up to [`ONE_BLOCK_MAX_T`] tokens, where one block holds every query).
 pub fn attention_scratch_fast(p: &AttentionParams) -> usize {
+    attention_scratch_blocked(p, block_rows(p.t))
+}
+
+/// [`attention_scratch_fast`] for blocks of `qb` query rows (`QB` for files planned before
+/// one-block attention; the kernel takes the largest block its scratch allows).
+pub fn attention_scratch_blocked(p: &AttentionParams, qb: usize) -> usize {
     let td = p.t * p.d;
     let k = if p.has_k() { td } else { 0 };
     let v = if p.has_v() || p.is_super() { td } else { 0 };
     let a = if p.is_super() { p.t + if p.causal { 0 } else { 2 * td } } else { 0 };
     let c = p.d / p.heads.max(1);
-    let qb = QB.min(p.t);
+    let qb = qb.min(p.t);
     // V_hᵀ [c, T] and the scores [qb, T]; with several heads also the gathered K_h [T, c] and
     // the Q and O blocks [qb, c] (one head reads and writes [T, d] rows in place).
     let gathered = if p.heads > 1 { p.t * c + 2 * qb * c } else { 0 };
@@ -166,13 +188,16 @@ pub fn attention_scratch_fast(p: &AttentionParams) -> usize {
 /// the dense kernels (SIMD, any ISA), with the row softmax (and the causal mask) between them.
 /// With less (older files), one query row at a time with SIMD dot products and axpys.
 pub fn attention(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-    if scratch.len() < attention_scratch_fast(p) {
+    // The planned block size, or blocks of QB for files planned before one-block attention,
+    // or (older still) one query row at a time.
+    let Some(qb) =
+        [block_rows(p.t), QB.min(p.t)].into_iter().find(|&qb| scratch.len() >= attention_scratch_blocked(p, qb))
+    else {
         return attention_rowwise(p, w, x, y, scratch);
-    }
+    };
     let (t, d) = (p.t, p.d);
     let td = t * d;
     let c = d / p.heads;
-    let qb = QB.min(t);
     let (q, rest) = scratch.split_at_mut(td);
     let (heads_out, rest) = rest.split_at_mut(td);
     let (kbuf, rest) = rest.split_at_mut(if p.has_k() { td } else { 0 });
@@ -208,10 +233,13 @@ pub fn attention(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y: &m
                 }
             }
             let qrows: &[f32] = if one { &q[i0 * d..i1 * d] } else { &qblk[..nb * c] };
-            // V_hᵀ [c, n] for this block's keys.
-            for u in 0..c {
-                for (j, v) in vt[u * n..(u + 1) * n].iter_mut().enumerate() {
-                    *v = values[j * d + col + u];
+            // V_hᵀ [c, n] for this block's keys (built once per head when every block sees all
+            // T keys).
+            if p.causal || i0 == 0 {
+                for u in 0..c {
+                    for (j, v) in vt[u * n..(u + 1) * n].iter_mut().enumerate() {
+                        *v = values[j * d + col + u];
+                    }
                 }
             }
             let s = &mut sblk[..nb * n];

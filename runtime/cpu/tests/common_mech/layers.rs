@@ -61,6 +61,12 @@ impl AttnLayer {
         self.run_with(p, x, attention_scratch_fast(p))
     }
 
+    /// [`run`](Self::run) with scratch for blocks of `qb` queries (files planned with
+    /// [`kestrel_cpu::kernels::attention::QB`]-row blocks).
+    pub fn run_blocks(&mut self, p: &AttentionParams, x: &[f32], qb: usize) -> Vec<f32> {
+        self.run_with(p, x, kestrel_cpu::kernels::attention::attention_scratch_blocked(p, qb))
+    }
+
     /// [`run`](Self::run) with the minimum scratch: the row-at-a-time path (files planned before
     /// the blocked one).
     pub fn run_rowwise(&mut self, p: &AttentionParams, x: &[f32]) -> Vec<f32> {
