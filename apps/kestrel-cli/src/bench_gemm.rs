@@ -302,7 +302,7 @@ pub fn run(w: &mut String, isa: &str, threads: usize, json: bool, out: Option<&P
             md,
             "\n## Batch 1 (GEMV): bandwidth-bound\n\nRead bandwidth: {bandwidth:.1} GB/s (one thread streaming 256 MiB through the SIMD dot \
              kernel, best of 5). Each call's weights are evicted first (a 64 MiB buffer streamed between calls), as in a model whose \
-             weights outgrow the cache; one thread.\n"
+             weights outgrow the cache. The GEMVs run on {threads} thread(s); the % is of the one-thread bandwidth.\n"
         )?;
         writeln!(md, "| shape | N | K | weights | weight MB | µs (median) | GB/s | % of read bandwidth |")?;
         writeln!(md, "|---|---:|---:|---|---:|---:|---:|---:|")?;
