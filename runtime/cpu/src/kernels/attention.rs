@@ -13,7 +13,8 @@
 //! `H_i = softmax(Q_i K_iᵀ · scale) V_i`, `y = concat_i(H_i) W^O + b^O`. Super's W^A `[T, T]`
 //! mixes tokens from the left and is applied once per layer, shared by all heads; in causal mode
 //! only its lower triangle (including the diagonal) is read. Scores are computed a block of
-//! [`QB`] queries at a time (O(QB·T) memory, never T × T).
+//! queries at a time: all T of them up to [`ONE_BLOCK_MAX_T`] tokens (a `[T, T]` block of at most
+//! 256 KiB), else [`QB`] (O(QB·T) memory, never T × T).
 
 use crate::error::{expect_eq, ShapeError};
 use crate::kernels::linear::{matmul_nt, ProjW};
