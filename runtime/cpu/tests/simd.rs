@@ -40,8 +40,13 @@ fn isas() -> Vec<Isa> {
     found
 }
 
-fn case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>)> {
-    (1usize..10, 1usize..10, prop_oneof![1usize..200, 250usize..700]).prop_flat_map(|(rows, out, inp)| {
+/// `rows` rows of x, `out` weight rows, `inp` columns, random values.
+fn case_with(
+    rows: std::ops::Range<usize>,
+    out: std::ops::Range<usize>,
+    inp: impl Strategy<Value = usize>,
+) -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>)> {
+    (rows, out, inp).prop_flat_map(|(rows, out, inp)| {
         (
             Just(rows),
             Just(out),
@@ -50,6 +55,10 @@ fn case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>)> {
             proptest::collection::vec(-1.0f32..1.0, out * inp),
         )
     })
+}
+
+fn case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>)> {
+    case_with(1..10, 1..10, prop_oneof![1usize..200, 250usize..700])
 }
 
 /// Every ISA's `x · Wᵀ` against the scalar kernel and the f64 reference on the decoded weights.
@@ -81,29 +90,11 @@ fn check_matmul(rows: usize, out: usize, inp: usize, x: &[f32], wv: &[f32], dt: 
 /// Shapes for the few-row (GEMV) kernels: 1–3 rows, several 8-row weight blocks and a partial
 /// one (the AVX-512 kernel prefetches the next block), columns with and without a 16-lane tail.
 fn gemv_case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>)> {
-    (1usize..4, 1usize..44, prop_oneof![1usize..40, 250usize..600]).prop_flat_map(|(rows, out, inp)| {
-        (
-            Just(rows),
-            Just(out),
-            Just(inp),
-            proptest::collection::vec(-2.0f32..2.0, rows * inp),
-            proptest::collection::vec(-1.0f32..1.0, out * inp),
-        )
-    })
+    case_with(1..4, 1..44, prop_oneof![1usize..40, 250usize..600])
 }
 
 fn gemm_case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>)> {
-    (6usize..42, 1usize..80, prop_oneof![1usize..40, 250usize..600, 1000usize..1100]).prop_flat_map(
-        |(rows, out, inp)| {
-            (
-                Just(rows),
-                Just(out),
-                Just(inp),
-                proptest::collection::vec(-2.0f32..2.0, rows * inp),
-                proptest::collection::vec(-1.0f32..1.0, out * inp),
-            )
-        },
-    )
+    case_with(6..42, 1..80, prop_oneof![1usize..40, 250usize..600, 1000usize..1100])
 }
 
 proptest! {

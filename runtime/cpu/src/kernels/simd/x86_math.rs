@@ -86,13 +86,31 @@ pub unsafe fn fma_probe_avx512(iters: usize) -> usize {
     fma_probe_asm!(iters, "zmm")
 }
 
+/// The Cephes `expf` polynomial for `e^r − 1 − r` over `r²` (highest degree first), shared by
+/// [`exp8`] and [`exp16`].
+const EXP_P: [f32; 6] = [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
+
+/// Numerical Recipes' `erfcc` Chebyshev coefficients (`C[0]` the constant term), shared by
+/// [`erfc8`] and [`erfc16`].
+const ERFC_C: [f32; 10] = [
+    -1.265_512_2,
+    1.000_023_7,
+    0.374_091_96,
+    0.096_784_18,
+    -0.186_288_06,
+    0.278_868_07,
+    -1.135_204,
+    1.488_515_9,
+    -0.822_152_2,
+    0.170_872_77,
+];
+
 /// `e^x` for 8 lanes with `x ≤ 0` (the callers' range: softmax after subtracting the row
 /// maximum, erfc's Gaussian factor): Cody–Waite reduction `x = n·ln2 + r`, a degree-6
 /// polynomial for `e^r` (the Cephes `expf` coefficients), and `2^n` built in the exponent bits.
 /// Below −87.3 (where `e^x` leaves the normal f32 range) the result is 0; NaN stays NaN.
 #[inline(always)]
 unsafe fn exp8(x: __m256) -> __m256 {
-    const P: [f32; 6] = [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
     // SAFETY: AVX2/FMA available in every caller.
     unsafe {
         let x_in = x;
@@ -106,8 +124,8 @@ unsafe fn exp8(x: __m256) -> __m256 {
         // ln 2 split in two: n·0.693359375 is exact for |n| < 2^12.
         let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
         let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-        let mut p = _mm256_set1_ps(P[0]);
-        for &c in &P[1..] {
+        let mut p = _mm256_set1_ps(EXP_P[0]);
+        for &c in &EXP_P[1..] {
             p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
         }
         let r2 = _mm256_mul_ps(r, r);
@@ -159,29 +177,17 @@ unsafe fn erf8(x: __m256) -> __m256 {
 /// would cancel.
 #[inline(always)]
 unsafe fn erfc8(x: __m256) -> __m256 {
-    const C: [f32; 10] = [
-        -1.265_512_2,
-        1.000_023_7,
-        0.374_091_96,
-        0.096_784_18,
-        -0.186_288_06,
-        0.278_868_07,
-        -1.135_204,
-        1.488_515_9,
-        -0.822_152_2,
-        0.170_872_77,
-    ];
     // SAFETY: AVX2/FMA available in every caller.
     unsafe {
         let one = _mm256_set1_ps(1.0);
         let z = _mm256_andnot_ps(_mm256_set1_ps(-0.0), x);
         let t = _mm256_div_ps(one, _mm256_fmadd_ps(z, _mm256_set1_ps(0.5), one));
-        let mut p = _mm256_set1_ps(C[9]);
-        for &c in C[1..9].iter().rev() {
+        let mut p = _mm256_set1_ps(ERFC_C[9]);
+        for &c in ERFC_C[1..9].iter().rev() {
             p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(c));
         }
         // −z² + C0 + t·p
-        let arg = _mm256_fmadd_ps(t, p, _mm256_fnmadd_ps(z, z, _mm256_set1_ps(C[0])));
+        let arg = _mm256_fmadd_ps(t, p, _mm256_fnmadd_ps(z, z, _mm256_set1_ps(ERFC_C[0])));
         let e = _mm256_mul_ps(t, exp8(arg));
         let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps());
         _mm256_blendv_ps(e, _mm256_sub_ps(_mm256_set1_ps(2.0), e), neg)
@@ -347,7 +353,6 @@ pub unsafe fn sigmoid_gate(q: &mut [f32], num: &[f32], den: Option<&[f32]>, s: f
 /// by `vscalefps`, which underflows gracefully to 0 (no clamp needed) and keeps NaN.
 #[inline(always)]
 unsafe fn exp16(x: __m512) -> __m512 {
-    const P: [f32; 6] = [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
     // SAFETY: AVX-512F available in every caller.
     unsafe {
         let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
@@ -356,8 +361,8 @@ unsafe fn exp16(x: __m512) -> __m512 {
         ));
         let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), x);
         let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
-        let mut p = _mm512_set1_ps(P[0]);
-        for &c in &P[1..] {
+        let mut p = _mm512_set1_ps(EXP_P[0]);
+        for &c in &EXP_P[1..] {
             p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
         }
         let r2 = _mm512_mul_ps(r, r);
@@ -369,28 +374,16 @@ unsafe fn exp16(x: __m512) -> __m512 {
 /// `erfc(x)` for 16 lanes: [`erfc8`]'s fit (relative accuracy everywhere, the tail included).
 #[inline(always)]
 unsafe fn erfc16(x: __m512) -> __m512 {
-    const C: [f32; 10] = [
-        -1.265_512_2,
-        1.000_023_7,
-        0.374_091_96,
-        0.096_784_18,
-        -0.186_288_06,
-        0.278_868_07,
-        -1.135_204,
-        1.488_515_9,
-        -0.822_152_2,
-        0.170_872_77,
-    ];
     // SAFETY: AVX-512F available in every caller.
     unsafe {
         let one = _mm512_set1_ps(1.0);
         let z = _mm512_abs_ps(x);
         let t = _mm512_div_ps(one, _mm512_fmadd_ps(z, _mm512_set1_ps(0.5), one));
-        let mut p = _mm512_set1_ps(C[9]);
-        for &c in C[1..9].iter().rev() {
+        let mut p = _mm512_set1_ps(ERFC_C[9]);
+        for &c in ERFC_C[1..9].iter().rev() {
             p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(c));
         }
-        let arg = _mm512_fmadd_ps(t, p, _mm512_fnmadd_ps(z, z, _mm512_set1_ps(C[0])));
+        let arg = _mm512_fmadd_ps(t, p, _mm512_fnmadd_ps(z, z, _mm512_set1_ps(ERFC_C[0])));
         let e = _mm512_mul_ps(t, exp16(arg));
         let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
         _mm512_mask_sub_ps(e, neg, _mm512_set1_ps(2.0), e)
