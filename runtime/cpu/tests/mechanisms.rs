@@ -60,6 +60,7 @@ proptest! {
         let mut layer = AftFullLayer::random(&mut rng, dt, &p, 0.0);
         let want = layer.reference(&p, &x);
         assert_close(&format!("{p:?} {dt:?}"), &layer.run(&p, &x), &want, F32_KERNEL);
+        assert_close(&format!("{p:?} {dt:?} row-wise"), &layer.run_rowwise(&p, &x), &want, F32_KERNEL);
     }
 
     #[test]
@@ -174,14 +175,14 @@ fn large_keys_are_stable() {
             let x = rng.normal_vec(t * d);
             let what = format!("{dt:?} causal={causal}");
 
-            let p = AftFullParams { t, d, causal, rank: 0 };
-            let mut l = AftFullLayer::random(&mut rng, dt, &p, 100.0);
-            assert_close(&format!("aft_full {what}"), &l.run(&p, &x), &l.reference(&p, &x), F32_KERNEL);
-
-            let p = AftFullParams { t, d, causal, rank: 3 };
-            let mut l = AftFullLayer::random(&mut rng, dt, &p, 100.0);
-            let got = l.run(&p, &x);
-            assert_close(&format!("aft_full factorised {what}"), &got, &l.reference(&p, &x), F32_KERNEL);
+            for rank in [0, 3] {
+                let p = AftFullParams { t, d, causal, rank };
+                let mut l = AftFullLayer::random(&mut rng, dt, &p, 100.0);
+                let want = l.reference(&p, &x);
+                assert_close(&format!("aft_full rank {rank} {what}"), &l.run(&p, &x), &want, F32_KERNEL);
+                let got = l.run_rowwise(&p, &x);
+                assert_close(&format!("aft_full rank {rank} row-wise {what}"), &got, &want, F32_KERNEL);
+            }
 
             let p = AftLocalParams { t, d, causal, window: 2 };
             let mut l = AftLocalLayer::random(&mut rng, dt, &p, 100.0);
@@ -395,6 +396,22 @@ fn attention_over_several_query_blocks_matches_reference() {
                 assert_close(&format!("{p:?} row-wise"), &l.run_rowwise(&p, &x), &want, F32_KERNEL);
             }
         }
+    }
+}
+
+/// AFT-full past one block of queries (T > 256: blocks of 64, the last ragged), full and
+/// factorised position biases, causal and not.
+#[test]
+fn aft_full_over_several_query_blocks_matches_reference() {
+    let (t, d) = (kestrel_cpu::kernels::attention::ONE_BLOCK_MAX_T + 37, 8);
+    let mut rng = Rng::new(91);
+    let x = rng.normal_vec(t * d);
+    for (causal, rank) in [(false, 0), (true, 0), (false, 4), (true, 4)] {
+        let p = AftFullParams { t, d, causal, rank };
+        let mut l = AftFullLayer::random(&mut rng, DTYPES[0], &p, 0.0);
+        let want = l.reference(&p, &x);
+        assert_close(&format!("{p:?}"), &l.run(&p, &x), &want, F32_KERNEL);
+        assert_close(&format!("{p:?} row-wise"), &l.run_rowwise(&p, &x), &want, F32_KERNEL);
     }
 }
 

@@ -28,7 +28,7 @@ use kestrel::format::ops::*;
 use kestrel::format::{DType, TensorKind};
 use kestrel::{Input, Model, ModelBuilder};
 use kestrel_cpu::kernels::aft::{
-    aft_conv_scratch, aft_full_scratch, aft_local_scratch, aft_simple_scratch, AftConvParams, AftFullParams,
+    aft_conv_scratch, aft_full_scratch_fast, aft_local_scratch, aft_simple_scratch, AftConvParams, AftFullParams,
     AftLocalParams, AftSimpleParams,
 };
 use kestrel_cpu::kernels::attention::{attention_scratch_fast, AttentionParams};
@@ -390,7 +390,7 @@ pub fn predict(m: Mechanism, t: usize, d: usize, heads: usize) -> Result<Footpri
         Mechanism::Optimised => attention(AttentionVariant::Optimised),
         Mechanism::Efficient => attention(AttentionVariant::Efficient),
         Mechanism::Super => attention(AttentionVariant::Super),
-        Mechanism::AftFull => aft_full_scratch(&AftFullParams { t, d, causal: false, rank: AFT_FULL_RANK }),
+        Mechanism::AftFull => aft_full_scratch_fast(&AftFullParams { t, d, causal: false, rank: AFT_FULL_RANK }),
         Mechanism::AftLocal => aft_local_scratch(&AftLocalParams { t, d, causal: false, window: AFT_LOCAL_WINDOW }),
         Mechanism::AftSimple => aft_simple_scratch(&AftSimpleParams { t, d, causal: false }),
         Mechanism::AftConv => {

@@ -119,6 +119,7 @@ pub(super) fn scratch_elems(file: &KesFile<'_>, op: &Op, fast: bool) -> Result<u
     Ok(match prepare(file, op)? {
         Prep::Attention(p, _) if fast => attention_scratch_fast(&p),
         Prep::Attention(p, _) => attention_scratch(&p),
+        Prep::AftFull(p, _) if fast => aft_full_scratch_fast(&p),
         Prep::AftFull(p, _) => aft_full_scratch(&p),
         Prep::AftLocal(p, _) => aft_local_scratch(&p),
         Prep::AftSimple(p, _) => aft_simple_scratch(&p),

@@ -17,7 +17,8 @@
 
 use crate::error::{expect_eq, ShapeError};
 use crate::kernels::attention::{axpy, check_dims};
-use crate::kernels::linear::ProjW;
+use crate::kernels::attention::{block_rows, transpose_into};
+use crate::kernels::linear::{matmul_nt, ProjW};
 use crate::kernels::simd;
 use crate::math::exp;
 use kestrel_format::WeightView;
@@ -237,6 +238,15 @@ pub fn aft_full_scratch(p: &AftFullParams) -> usize {
     3 * p.t * p.d + p.t + 2 * p.d + p.t.max(p.rank)
 }
 
+/// f32 scratch elements for [`aft_full`]'s blocked GEMM path (what the planner reserves): a
+/// block of queries' weights `[qb, T]` (all queries up to T = 256, else 64: linear in T), the
+/// transposed `e^K` and `e^K ⊙ V`, and the block's numerators and denominators.
+pub fn aft_full_scratch_fast(p: &AftFullParams) -> usize {
+    let (t, d) = (p.t, p.d);
+    let qb = block_rows(t);
+    (4 * t * d + qb * t + 2 * qb * d + qb * p.rank.max(1) + t.max(p.rank)).max(aft_full_scratch(p))
+}
+
 /// f32 scratch elements [`aft_local`] needs for one sample.
 pub fn aft_local_scratch(p: &AftLocalParams) -> usize {
     3 * p.t * p.d + 4 * p.d + p.band()
@@ -303,7 +313,15 @@ fn project_exp(
 
 /// AFT-full, one sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
 /// `scratch.len() >= aft_full_scratch(p)`; `x` and `y` hold at least T·d elements.
+///
+/// With [`aft_full_scratch_fast`] elements (files planned by this version), a block of queries
+/// at a time: their position weights `E_blk = exp(w − row max)` (masked when causal), then
+/// `num = E_blk · (e^K ⊙ V)` and `den = E_blk · e^K` as two GEMMs through the dense kernels.
+/// With less, one query row at a time with axpys.
 pub fn aft_full(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    if scratch.len() >= aft_full_scratch_fast(p) {
+        return aft_full_blocked(p, w, x, y, scratch);
+    }
     let (t, d) = (p.t, p.d);
     let (qb, rest) = scratch.split_at_mut(t * d);
     let (e, rest) = rest.split_at_mut(t * d);
@@ -337,6 +355,59 @@ pub fn aft_full(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mut [f
         gate(&mut qb[i * d..(i + 1) * d], num, den);
     }
     w.o.apply(qb, t, &mut y[..t * d]);
+}
+
+/// [`aft_full`]'s blocked path (`scratch.len() >= aft_full_scratch_fast(p)`).
+fn aft_full_blocked(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    let (t, d, rank) = (p.t, p.d, p.rank);
+    let qb = block_rows(t);
+    let (qbuf, rest) = scratch.split_at_mut(t * d);
+    let (e, rest) = rest.split_at_mut(t * d);
+    let (ev, rest) = rest.split_at_mut(t * d);
+    let (et, rest) = rest.split_at_mut(t * d);
+    let (eb, rest) = rest.split_at_mut(qb * t);
+    let (numb, rest) = rest.split_at_mut(qb * d);
+    let (denb, rest) = rest.split_at_mut(qb * d);
+    let (ub, rest) = rest.split_at_mut(qb * rank.max(1));
+    let wbuf = &mut rest[..t.max(rank)];
+    project_exp(x, t, d, (&w.q, &w.k, &w.v), (qbuf, e, ev), &mut numb[..d]);
+    // e^Kᵀ and (e^K ⊙ V)ᵀ [d, T]: the GEMMs' weight operands (the latter reuses e's space).
+    transpose_into(e, t, d, et);
+    transpose_into(ev, t, d, e);
+    let evt = WeightView::f32(d, t, e).expect("(e^K ⊙ V)ᵀ view: d·T elements");
+    let ekt = WeightView::f32(d, t, et).expect("e^Kᵀ view: d·T elements");
+    let mut i0 = 0;
+    while i0 < t {
+        let i1 = (i0 + qb).min(t);
+        let nb = i1 - i0;
+        let eblk = &mut eb[..nb * t];
+        match &w.bias {
+            AftBiasW::Full(b) => {
+                for (r, row) in eblk.chunks_exact_mut(t).enumerate() {
+                    row.copy_from_slice(&b.row(i0 + r, wbuf)[..t]);
+                }
+            }
+            AftBiasW::Factorised { u, v } => {
+                // w_blk = u_blk vᵀ.
+                for (r, ur) in ub[..nb * rank].chunks_exact_mut(rank.max(1)).enumerate() {
+                    ur.copy_from_slice(&u.row(i0 + r, wbuf)[..rank]);
+                }
+                matmul_nt(&ub[..nb * rank], nb, v, eblk);
+            }
+        }
+        for (r, row) in eblk.chunks_exact_mut(t).enumerate() {
+            // Keys this query sees: all, or (causal) up to itself; the rest weigh exactly 0.
+            let n = if p.causal { i0 + r + 1 } else { t };
+            let m = row[..n].iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            simd::exp_sub(&mut row[..n], m);
+            row[n..].fill(0.0);
+        }
+        matmul_nt(eblk, nb, &evt, &mut numb[..nb * d]);
+        matmul_nt(eblk, nb, &ekt, &mut denb[..nb * d]);
+        gate(&mut qbuf[i0 * d..i1 * d], &numb[..nb * d], &denb[..nb * d]);
+        i0 = i1;
+    }
+    w.o.apply(qbuf, t, &mut y[..t * d]);
 }
 
 /// AFT-local, one sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and

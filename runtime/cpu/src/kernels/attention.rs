@@ -137,8 +137,8 @@ pub const QB: usize = 64;
 /// T = 144: three blocks of 64/64/16 become one).
 pub const ONE_BLOCK_MAX_T: usize = 256;
 
-/// Query rows per block the planner reserves scratch for.
-fn block_rows(t: usize) -> usize {
+/// Query rows per block the planner reserves scratch for (attention and AFT-full).
+pub(crate) fn block_rows(t: usize) -> usize {
     if t <= ONE_BLOCK_MAX_T {
         t
     } else {
@@ -367,7 +367,7 @@ fn align_tokens(a: &ProjW<'_>, causal: bool, x: &[f32], t: usize, d: usize, v: &
 }
 
 /// `dst [cols, rows] = srcᵀ` for `src [rows, cols]`.
-fn transpose_into(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
+pub(crate) fn transpose_into(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
     for (r, sr) in src.chunks_exact(cols).take(rows).enumerate() {
         for (u, &v) in sr.iter().enumerate() {
             dst[u * rows + r] = v;

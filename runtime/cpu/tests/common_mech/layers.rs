@@ -152,7 +152,17 @@ impl AftFullLayer {
         reference::aft_full(&to_f64(x), p.t, p.d, p.causal, &self.p.dense(), &self.bias(p))
     }
 
+    /// The blocked path (the planner's scratch).
     pub fn run(&mut self, p: &AftFullParams, x: &[f32]) -> Vec<f32> {
+        self.run_with(p, x, aft_full_scratch_fast(p))
+    }
+
+    /// One query row at a time (files planned before the blocked path).
+    pub fn run_rowwise(&mut self, p: &AftFullParams, x: &[f32]) -> Vec<f32> {
+        self.run_with(p, x, aft_full_scratch(p))
+    }
+
+    fn run_with(&mut self, p: &AftFullParams, x: &[f32], scratch: usize) -> Vec<f32> {
         let bias = match (&mut self.w, &mut self.uv) {
             (Some(w), _) => AftBiasW::Full(w.view()),
             (None, Some((u, v))) => AftBiasW::Factorised { u: u.view(), v: v.view() },
@@ -161,7 +171,7 @@ impl AftFullLayer {
         let pr = &mut self.p;
         let w = AftFullWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), bias, o: pr.o.view() };
         p.check(&w).expect("valid aft_full shapes");
-        run(p.t * p.d, aft_full_scratch(p), |y, s| aft_full(p, &w, x, y, s))
+        run(p.t * p.d, scratch, |y, s| aft_full(p, &w, x, y, s))
     }
 }
 
