@@ -43,7 +43,7 @@ fn weights(s: &Series) -> Vec<(usize, u64)> {
 fn arena_is_exactly_linear_in_t_for_every_mechanism() {
     // From T = 512: up to ONE_BLOCK_MAX_T (256) tokens attention scores all queries in one
     // block ([T, T] ≤ 256 KiB, a constant bound), beyond it blocks of 64 queries.
-    assert!(kestrel_cpu::kernels::attention::ONE_BLOCK_MAX_T < 512);
+    const _: () = assert!(kestrel_cpu::kernels::attention::ONE_BLOCK_MAX_T < 512);
     let cfg = config(&[512, 1024, 2048, 4096], 32, u64::MAX);
     let series = sweep(&cfg, &ProgressBar::hidden()).unwrap();
     assert_eq!(series.len(), 9);
