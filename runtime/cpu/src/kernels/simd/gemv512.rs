@@ -108,7 +108,7 @@ pub(super) unsafe fn gemv<L: Loader16>(x: &[f32], rows: usize, w: &L, out: usize
                 if n == O {
                     // The next block of weight rows is one contiguous region: prefetch it into L2
                     // during this block, evenly over the steps (first pass over x only).
-                    let (mut pf, pf_end, pf_step) = if r == 0 && o0 + O < out {
+                    let (mut pf, pf_end, pf_step) = if r == 0 && o0 + O < out && inp > 0 {
                         let last = (o0 + 2 * O).min(out) - 1;
                         let (a, b) = (w.addr(o0 + O, 0), w.addr(last, inp - 1));
                         let lines = (b as usize - a as usize) / 64 + 1;
