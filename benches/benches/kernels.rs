@@ -16,7 +16,7 @@
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kestrel_cpu::kernels::aft::{
-    aft_conv, aft_conv_scratch, aft_full, aft_full_scratch, aft_local, aft_local_scratch, aft_simple,
+    aft_conv, aft_conv_scratch, aft_full, aft_full_scratch_fast, aft_local, aft_local_scratch, aft_simple,
     aft_simple_scratch, AftBiasW, AftConvParams, AftConvWeights, AftFullParams, AftFullWeights, AftLocalParams,
     AftLocalWeights, AftSimpleParams, AftSimpleWeights,
 };
@@ -189,7 +189,7 @@ fn mechanisms(c: &mut Criterion) {
             o: o.view(),
         };
         p.check(&w).expect("aft-full weights fit");
-        bench_kernel(&mut g, "aft_full", t, d, aft_full_scratch(&p), |x, y, s| aft_full(&p, &w, x, y, s));
+        bench_kernel(&mut g, "aft_full", t, d, aft_full_scratch_fast(&p), |x, y, s| aft_full(&p, &w, x, y, s));
         let p = AftLocalParams { t, d, causal: false, window: 8 };
         let w = AftLocalWeights { q: q.view(), k: k.view(), v: v.view(), w: f32_view(t, t, &wb), o: o.view() };
         p.check(&w).expect("aft-local weights fit");
