@@ -14,8 +14,8 @@ BATCH=${BATCH:-1}
 {
   echo "SIMD vs scalar on \`$FX\` (batch $BATCH, $REPS passes × $SAMPLES samples, median µs/sample [min–max])"
   echo
-  echo "| weights | activations | scalar | avx2 | avx2-vnni | speedup (best SIMD / scalar) |"
-  echo "|---|---|---:|---:|---:|---:|"
+  echo "| weights | activations | scalar | avx2 | avx2-vnni | avx512 | speedup (best SIMD / scalar) |"
+  echo "|---|---|---:|---:|---:|---:|---:|"
   for w in f32 f16 int8 int4 int8-cal int4-cal; do
     case $w in
       *-cal) base=${w%-cal}; extra=(--calibrate "$FX/input.npy"); act="int8 (calibrated)" ;;
@@ -24,7 +24,7 @@ BATCH=${BATCH:-1}
     "$K" convert "$FX/model.onnx" -o "$TMP/$w.kes" --weights "$base" "${extra[@]}" >/dev/null
     row="| $base | $act"
     declare -A med=()
-    for isa in scalar avx2 avx2-vnni; do
+    for isa in scalar avx2 avx2-vnni avx512; do
       if j=$("$K" bench "$TMP/$w.kes" --input "$FX/input.npy" --samples "$SAMPLES" --reps "$REPS" --batch "$BATCH" --isa "$isa" --json 2>/dev/null); then
         m=$(python3 -c "import json,sys; d=json.loads(sys.argv[1]); print(f\"{d['us_per_sample']:.1f} [{d['us_per_sample_min']:.1f}–{d['us_per_sample_max']:.1f}]\")" "$j")
         med[$isa]=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['us_per_sample'])" "$j")
@@ -33,7 +33,7 @@ BATCH=${BATCH:-1}
         row="$row | n/a"
       fi
     done
-    best=$(python3 -c "import sys; v=[float(x) for x in sys.argv[2:] if x]; print(f'{float(sys.argv[1])/min(v):.2f}×' if v else 'n/a')" "${med[scalar]}" "${med[avx2]:-}" "${med[avx2-vnni]:-}")
+    best=$(python3 -c "import sys; v=[float(x) for x in sys.argv[2:] if x]; print(f'{float(sys.argv[1])/min(v):.2f}×' if v else 'n/a')" "${med[scalar]}" "${med[avx2]:-}" "${med[avx2-vnni]:-}" "${med[avx512]:-}")
     echo "$row | $best |"
   done
 } > "$OUT"
