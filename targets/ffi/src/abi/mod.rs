@@ -7,7 +7,8 @@
 //! size overflows `isize` (`KESTREL_ERR_TOO_LARGE`); handles are looked up in the registry of
 //! live handles (`KESTREL_ERR_INVALID_HANDLE`).
 
-use crate::core::{Backend, FfiError, TimingSource};
+use crate::core::{Backend, FfiError, LoadedModel, SessionCore, TimingSource};
+use crate::handles::{self, KestrelModel, KestrelSession};
 use crate::status::{guard, guard_str, last_error_ptr, Status};
 use std::ffi::{c_char, c_void, CStr};
 
@@ -155,6 +156,47 @@ unsafe fn clear<T>(out: *mut *mut T) {
         // SAFETY: as above.
         unsafe { out.write(std::ptr::null_mut()) };
     }
+}
+
+/// The shape of every model getter: the handle looked up (`func` names the caller in errors),
+/// `f`'s value written through `out`, errors and panics turned into a status by [`guard`].
+///
+/// # Safety
+/// As for [`put`].
+unsafe fn model_get<T>(
+    model: *const KestrelModel,
+    func: &str,
+    out: *mut T,
+    f: impl FnOnce(&LoadedModel) -> Result<T, FfiError>,
+) -> Status {
+    guard(|| {
+        // SAFETY: the handle is checked against the registry; `out` is the caller's contract.
+        unsafe {
+            let m = handles::model(model, func)?;
+            put(out, f(&m.inner)?, "out")
+        }
+    })
+}
+
+/// [`model_get`] for sessions: `f` reads the locked session. Pointers it returns must point into
+/// data the session keeps unchanged for its lifetime (its device string).
+///
+/// # Safety
+/// As for [`put`].
+unsafe fn session_get<T>(
+    session: *const KestrelSession,
+    func: &str,
+    out: *mut T,
+    f: impl FnOnce(&SessionCore) -> Result<T, FfiError>,
+) -> Status {
+    guard(|| {
+        // SAFETY: the handle is checked against the registry; `out` is the caller's contract.
+        unsafe {
+            let s = handles::session(session, func)?;
+            let v = f(&*s.lock()?)?;
+            put(out, v, "out")
+        }
+    })
 }
 
 /// The library version (a static NUL-terminated string, e.g. "0.1.0").

@@ -1,6 +1,6 @@
 //! Loading models and reading their metadata: `kestrel_model_*`.
 
-use super::{clear, err, put, KestrelTensorInfo, KESTREL_MAX_RANK};
+use super::{clear, err, model_get, put, KestrelTensorInfo, KESTREL_MAX_RANK};
 use crate::core::{FfiError, LoadedModel, TensorDesc};
 use crate::handles::{self, KestrelModel};
 use crate::status::{guard, Status};
@@ -87,13 +87,8 @@ pub unsafe extern "C" fn kestrel_model_free(model: *mut KestrelModel) -> Status 
 /// `out` must be NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn kestrel_model_name(model: *const KestrelModel, out: *mut *const c_char) -> Status {
-    guard(|| {
-        // SAFETY: caller contract (pointers checked inside).
-        unsafe {
-            let m = handles::model(model, "kestrel_model_name")?;
-            put(out, m.inner.name().as_ptr(), "out")
-        }
-    })
+    // SAFETY: the caller's contract on `out`.
+    unsafe { model_get(model, "kestrel_model_name", out, |m| Ok(m.name().as_ptr())) }
 }
 
 /// The model's task from its metadata, e.g. "image-classification" (valid while the model lives).
@@ -102,13 +97,8 @@ pub unsafe extern "C" fn kestrel_model_name(model: *const KestrelModel, out: *mu
 /// `out` must be NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn kestrel_model_task(model: *const KestrelModel, out: *mut *const c_char) -> Status {
-    guard(|| {
-        // SAFETY: caller contract.
-        unsafe {
-            let m = handles::model(model, "kestrel_model_task")?;
-            put(out, m.inner.task().as_ptr(), "out")
-        }
-    })
+    // SAFETY: the caller's contract on `out`.
+    unsafe { model_get(model, "kestrel_model_task", out, |m| Ok(m.task().as_ptr())) }
 }
 
 /// Number of class labels in the metadata (0 if none).
@@ -117,13 +107,8 @@ pub unsafe extern "C" fn kestrel_model_task(model: *const KestrelModel, out: *mu
 /// `out` must be NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn kestrel_model_label_count(model: *const KestrelModel, out: *mut usize) -> Status {
-    guard(|| {
-        // SAFETY: caller contract.
-        unsafe {
-            let m = handles::model(model, "kestrel_model_label_count")?;
-            put(out, m.inner.labels().len(), "out")
-        }
-    })
+    // SAFETY: the caller's contract on `out`.
+    unsafe { model_get(model, "kestrel_model_label_count", out, |m| Ok(m.labels().len())) }
 }
 
 /// Class label `index` (valid while the model lives); `KESTREL_ERR_INDEX` past the last.
@@ -155,13 +140,8 @@ pub unsafe extern "C" fn kestrel_model_label(
 /// `out` must be NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn kestrel_model_input_count(model: *const KestrelModel, out: *mut usize) -> Status {
-    guard(|| {
-        // SAFETY: caller contract.
-        unsafe {
-            let m = handles::model(model, "kestrel_model_input_count")?;
-            put(out, m.inner.inputs().len(), "out")
-        }
-    })
+    // SAFETY: the caller's contract on `out`.
+    unsafe { model_get(model, "kestrel_model_input_count", out, |m| Ok(m.inputs().len())) }
 }
 
 /// Number of graph outputs.
@@ -170,13 +150,8 @@ pub unsafe extern "C" fn kestrel_model_input_count(model: *const KestrelModel, o
 /// `out` must be NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn kestrel_model_output_count(model: *const KestrelModel, out: *mut usize) -> Status {
-    guard(|| {
-        // SAFETY: caller contract.
-        unsafe {
-            let m = handles::model(model, "kestrel_model_output_count")?;
-            put(out, m.inner.outputs().len(), "out")
-        }
-    })
+    // SAFETY: the caller's contract on `out`.
+    unsafe { model_get(model, "kestrel_model_output_count", out, |m| Ok(m.outputs().len())) }
 }
 
 fn info(d: &TensorDesc) -> KestrelTensorInfo {
@@ -203,13 +178,8 @@ pub unsafe extern "C" fn kestrel_model_input_info(
     index: usize,
     out: *mut KestrelTensorInfo,
 ) -> Status {
-    guard(|| {
-        // SAFETY: caller contract.
-        unsafe {
-            let m = handles::model(model, "kestrel_model_input_info")?;
-            put(out, info(desc(m.inner.inputs(), index, "input")?), "out")
-        }
-    })
+    // SAFETY: the caller's contract on `out`.
+    unsafe { model_get(model, "kestrel_model_input_info", out, |m| Ok(info(desc(m.inputs(), index, "input")?))) }
 }
 
 /// Name, dtype (always F32) and per-sample shape of graph output `index`.
@@ -222,13 +192,8 @@ pub unsafe extern "C" fn kestrel_model_output_info(
     index: usize,
     out: *mut KestrelTensorInfo,
 ) -> Status {
-    guard(|| {
-        // SAFETY: caller contract.
-        unsafe {
-            let m = handles::model(model, "kestrel_model_output_info")?;
-            put(out, info(desc(m.inner.outputs(), index, "output")?), "out")
-        }
-    })
+    // SAFETY: the caller's contract on `out`.
+    unsafe { model_get(model, "kestrel_model_output_info", out, |m| Ok(info(desc(m.outputs(), index, "output")?))) }
 }
 
 /// Number of nodes in the graph (an upper bound on the profile entries of a run).
@@ -237,13 +202,8 @@ pub unsafe extern "C" fn kestrel_model_output_info(
 /// `out` must be NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn kestrel_model_op_count(model: *const KestrelModel, out: *mut usize) -> Status {
-    guard(|| {
-        // SAFETY: caller contract.
-        unsafe {
-            let m = handles::model(model, "kestrel_model_op_count")?;
-            put(out, m.inner.op_count(), "out")
-        }
-    })
+    // SAFETY: the caller's contract on `out`.
+    unsafe { model_get(model, "kestrel_model_op_count", out, |m| Ok(m.op_count())) }
 }
 
 /// Bytes of arena a session of batch capacity `capacity` allocates.
@@ -256,11 +216,6 @@ pub unsafe extern "C" fn kestrel_model_arena_bytes(
     capacity: usize,
     out: *mut usize,
 ) -> Status {
-    guard(|| {
-        // SAFETY: caller contract.
-        unsafe {
-            let m = handles::model(model, "kestrel_model_arena_bytes")?;
-            put(out, m.inner.arena_bytes(capacity)?, "out")
-        }
-    })
+    // SAFETY: the caller's contract on `out`.
+    unsafe { model_get(model, "kestrel_model_arena_bytes", out, |m| m.arena_bytes(capacity)) }
 }

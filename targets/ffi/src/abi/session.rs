@@ -1,6 +1,6 @@
 //! Sessions, runs and profiles: `kestrel_session_*`.
 
-use super::{clear, err, put, KestrelOpTiming, KestrelOutput, KestrelTensor};
+use super::{clear, err, put, session_get, KestrelOpTiming, KestrelOutput, KestrelTensor};
 use crate::core::{Backend, DType, FfiError, SessionCore, TensorDesc};
 use crate::handles::{self, KestrelModel, KestrelSession};
 use crate::status::{guard, Status};
@@ -53,14 +53,8 @@ pub unsafe extern "C" fn kestrel_session_free(session: *mut KestrelSession) -> S
 /// `out` must be NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn kestrel_session_backend(session: *const KestrelSession, out: *mut u32) -> Status {
-    guard(|| {
-        // SAFETY: caller contract.
-        unsafe {
-            let s = handles::session(session, "kestrel_session_backend")?;
-            let b = s.lock()?.backend();
-            put(out, b.code(), "out")
-        }
-    })
+    // SAFETY: the caller's contract on `out`.
+    unsafe { session_get(session, "kestrel_session_backend", out, |s| Ok(s.backend().code())) }
 }
 
 /// What runs a session, for logs (valid while the session lives): "cpu", the GPU adapter
@@ -71,14 +65,8 @@ pub unsafe extern "C" fn kestrel_session_backend(session: *const KestrelSession,
 /// `out` must be NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn kestrel_session_device(session: *const KestrelSession, out: *mut *const c_char) -> Status {
-    guard(|| {
-        // SAFETY: caller contract. The string lives in the session (never changed after creation).
-        unsafe {
-            let s = handles::session(session, "kestrel_session_device")?;
-            let p = s.lock()?.device().as_ptr();
-            put(out, p, "out")
-        }
-    })
+    // SAFETY: the caller's contract on `out`.
+    unsafe { session_get(session, "kestrel_session_device", out, |s| Ok(s.device().as_ptr())) }
 }
 
 /// Turns per-node timing on or off for the following runs (off by default).
@@ -101,14 +89,8 @@ pub unsafe extern "C" fn kestrel_session_set_profiling(session: *mut KestrelSess
 /// `out` must be NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn kestrel_session_profile_count(session: *const KestrelSession, out: *mut usize) -> Status {
-    guard(|| {
-        // SAFETY: caller contract.
-        unsafe {
-            let s = handles::session(session, "kestrel_session_profile_count")?;
-            let n = s.lock()?.timings().len();
-            put(out, n, "out")
-        }
-    })
+    // SAFETY: the caller's contract on `out`.
+    unsafe { session_get(session, "kestrel_session_profile_count", out, |s| Ok(s.timings().len())) }
 }
 
 /// How the last run's profile was measured (a `KestrelTimingSource` code): CPU wall clock, GPU
@@ -118,14 +100,8 @@ pub unsafe extern "C" fn kestrel_session_profile_count(session: *const KestrelSe
 /// `out` must be NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn kestrel_session_profile_source(session: *const KestrelSession, out: *mut u32) -> Status {
-    guard(|| {
-        // SAFETY: caller contract.
-        unsafe {
-            let s = handles::session(session, "kestrel_session_profile_source")?;
-            let src = s.lock()?.timing_source();
-            put(out, src.code(), "out")
-        }
-    })
+    // SAFETY: the caller's contract on `out`.
+    unsafe { session_get(session, "kestrel_session_profile_source", out, |s| Ok(s.timing_source().code())) }
 }
 
 /// Wall-clock nanoseconds of the last profiled run (CPU: the whole run; GPU: from submission
@@ -135,14 +111,8 @@ pub unsafe extern "C" fn kestrel_session_profile_source(session: *const KestrelS
 /// `out` must be NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn kestrel_session_profile_wall_nanos(session: *const KestrelSession, out: *mut u64) -> Status {
-    guard(|| {
-        // SAFETY: caller contract.
-        unsafe {
-            let s = handles::session(session, "kestrel_session_profile_wall_nanos")?;
-            let n = s.lock()?.wall_nanos();
-            put(out, n, "out")
-        }
-    })
+    // SAFETY: the caller's contract on `out`.
+    unsafe { session_get(session, "kestrel_session_profile_wall_nanos", out, |s| Ok(s.wall_nanos())) }
 }
 
 /// Entry `index` of the last run's profile (nodes in execution order; reshapes, which are free
