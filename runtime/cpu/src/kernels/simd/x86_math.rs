@@ -253,9 +253,8 @@ pub unsafe fn softmax(row: &mut [f32]) {
         return;
     }
     let m = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    // SAFETY (closures): AVX2/FMA available here.
-    let mv = _mm256_set1_ps(m);
-    map8(row, |v| unsafe { exp8(_mm256_sub_ps(v, mv)) });
+    // SAFETY: AVX2/FMA available here (this function's contract).
+    unsafe { exp_sub(row, m) };
     let s: f32 = row.iter().sum();
     let inv = _mm256_set1_ps(1.0 / s);
     map8(row, |v| _mm256_mul_ps(v, inv));
