@@ -82,7 +82,11 @@ proptest! {
 
 fn q8_case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>, Vec<f32>)> {
     // Input widths below, at and across the quantisation chunk (and int4 group) boundaries.
-    (1usize..4, prop::sample::select(vec![1, 7, 31, 32, 33, 95, Q8_CHUNK - 1, Q8_CHUNK, Q8_CHUNK + 5, 600]), 1usize..6)
+    (
+        prop_oneof![1usize..4, 4usize..20],
+        prop::sample::select(vec![1, 7, 31, 32, 33, 95, Q8_CHUNK - 1, Q8_CHUNK, Q8_CHUNK + 5, 600]),
+        prop_oneof![1usize..6, 30usize..40],
+    )
         .prop_flat_map(|(rows, inp, out)| {
             (Just(rows), Just(inp), Just(out), vals(rows * inp), vals(out * inp), vals(out))
         })

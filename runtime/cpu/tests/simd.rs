@@ -266,6 +266,79 @@ proptest! {
     }
 }
 
+/// The int8 × int8 product in exact integers: `Σ_k quantize_act(x[r, k]) · w[o, k]`, `[rows, out]`.
+fn q8_reference(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize) -> Vec<i32> {
+    let mut xq = vec![0i8; x.len()];
+    kestrel_format::weight::quantize_act(x, inv, &mut xq);
+    let mut acc = vec![0i32; rows * out];
+    for r in 0..rows {
+        for o in 0..out {
+            let s: i64 = (0..cols).map(|k| i64::from(xq[r * cols + k]) * i64::from(w[o * cols + k])).sum();
+            acc[r * out + o] = i32::try_from(s).expect("fits i32 below Q8_EXACT_MAX_COLS");
+        }
+    }
+    acc
+}
+
+/// Activations for the int8 tests: ordinary values, exact halves of the scale 0.25 (the
+/// rounding tie), values far past the clamp, ±∞ and NaN.
+fn q8_act() -> impl Strategy<Value = f32> {
+    prop_oneof![
+        8 => -40.0f32..40.0,
+        2 => (-200i32..200).prop_map(|n| (n as f32 + 0.5) * 0.25),
+        1 => prop_oneof![Just(f32::NAN), Just(f32::INFINITY), Just(f32::NEG_INFINITY), Just(1e9f32), Just(-3e38f32)],
+    ]
+}
+
+/// Every packed int8 GEMM this CPU has, against [`q8_reference`], bit for bit (accumulating onto
+/// what `acc` held, as the contract says).
+fn check_q8(rows: usize, out: usize, cols: usize, x: &[f32], w: &[i8]) {
+    let inv = 4.0; // scale 0.25
+    let want = q8_reference(x, rows, inv, w, cols, out);
+    #[cfg(target_arch = "x86_64")]
+    if simd::has_avx512_vnni() {
+        let base: Vec<i32> = (0..rows * out).map(|i| i as i32 * 7 - 100).collect();
+        let mut acc = base.clone();
+        // SAFETY: AVX-512F/BW/VNNI detected (they imply AVX2/FMA/F16C on every such CPU).
+        unsafe { simd::x86::q8_i8_avx512vnni(x, rows, inv, w, cols, out, &mut acc) };
+        let got: Vec<i32> = acc.iter().zip(&base).map(|(a, b)| a.wrapping_sub(*b)).collect();
+        assert_eq!(got, want, "avx512-vnni q8, rows {rows} out {out} cols {cols}");
+        return;
+    }
+    eprintln!("no packed int8 GEMM on this CPU (AVX-512 VNNI): only the dot products run");
+    let _ = want;
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Rows across the GEMV/GEMM line, tiles (8) and row blocks (64); outputs across the
+    /// 32-wide panels; inputs across the 64-byte steps and the 256-input blocks.
+    #[test]
+    fn int8_gemm_is_exact(
+        (rows, out, cols, x, w) in (prop_oneof![1usize..12, 60usize..70], 1usize..70, prop_oneof![1usize..70, 250usize..530])
+            .prop_flat_map(|(rows, out, cols)| (
+                Just(rows), Just(out), Just(cols),
+                proptest::collection::vec(q8_act(), rows * cols),
+                proptest::collection::vec(-127i8..=127, out * cols),
+            )),
+    ) {
+        check_q8(rows, out, cols, &x, &w);
+    }
+}
+
+/// The GEMV's second pass over inputs (more than 24,576 of them for one row, 8,192 for three) and the GEMM over 1–5 rows.
+#[test]
+fn int8_gemm_is_exact_past_one_pass() {
+    let cols = 24576 + 77;
+    let out = 11;
+    let w: Vec<i8> = (0..out * cols).map(|i| ((i * 37 + 11) % 255) as i32 - 127).map(|v| v as i8).collect();
+    let x: Vec<f32> = (0..5 * cols).map(|i| ((i * 53 % 1001) as f32 - 500.0) * 0.07).collect();
+    for rows in 1..=5 {
+        check_q8(rows, out, cols, &x[..rows * cols], &w);
+    }
+}
+
 fn simd_dot(isa: Isa, a: &[f32], b: &[f32]) -> Option<f32> {
     match isa {
         #[cfg(target_arch = "x86_64")]

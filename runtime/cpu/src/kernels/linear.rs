@@ -235,10 +235,44 @@ pub fn linear_q8(
     split(x, rows, w, y, &|xs, r, ws, ys| q8_body(xs, r, ws, inv, ys), &Epilogue { b, act, scale: x_scale });
 }
 
-/// `y = Σ_chunks q(x) · W_q` in integer units (times the weight scales; the activation scale,
-/// bias and activation come after, in the [`Epilogue`]).
+/// `y = q(x) · W_qᵀ` times the weight scales (the activation scale, bias and activation come
+/// after, in the [`Epilogue`]).
+///
+/// int8 weights: one exact i32 sum per output over all inputs (kept in `y`'s own memory until
+/// it is scaled), by the packed integer GEMM where the CPU has one, else by dot products over
+/// [`Q8_CHUNK`]-input chunks; the integers are the same either way, so the result does not
+/// depend on the ISA or the thread split. int4 weights (a scale per group of 32 inputs), and
+/// inputs wider than [`super::simd::Q8_EXACT_MAX_COLS`]: f32 sums of the per-group / per-chunk
+/// integer products.
 fn q8_body(x: &[f32], rows: usize, w: &WeightView<'_>, inv: f32, y: &mut [f32]) {
+    use kestrel_format::WeightData;
     let (out, inp) = (w.rows(), w.cols());
+    let y = &mut y[..rows * out];
+    if let WeightData::I8 { q, scales } = w.data() {
+        if inp <= super::simd::Q8_EXACT_MAX_COLS {
+            let acc: &mut [i32] = bytemuck::cast_slice_mut(y);
+            acc.fill(0);
+            if !super::simd::q8_accumulate_i8(x, rows, inv, q, inp, out, acc) {
+                let mut buf = [0i8; Q8_CHUNK];
+                for (r, ar) in acc.chunks_exact_mut(out.max(1)).enumerate().take(rows) {
+                    for c0 in (0..inp).step_by(Q8_CHUNK) {
+                        let n = Q8_CHUNK.min(inp - c0);
+                        quantize_act(&x[r * inp + c0..r * inp + c0 + n], inv, &mut buf[..n]);
+                        for (o, a) in ar.iter_mut().enumerate() {
+                            let row = &q[o * inp + c0..o * inp + c0 + n];
+                            *a = a.wrapping_add(super::simd::dot_i8(row, &buf[..n]));
+                        }
+                    }
+                }
+            }
+            for yr in y.chunks_exact_mut(out.max(1)) {
+                for (v, &s) in yr.iter_mut().zip(scales) {
+                    *v = (v.to_bits() as i32) as f32 * s;
+                }
+            }
+            return;
+        }
+    }
     let mut buf = [0i8; Q8_CHUNK];
     for r in 0..rows {
         let yr = &mut y[r * out..(r + 1) * out];

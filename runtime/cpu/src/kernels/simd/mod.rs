@@ -21,6 +21,8 @@ mod gemv512;
 #[cfg(target_arch = "aarch64")]
 pub mod neon;
 #[cfg(target_arch = "x86_64")]
+mod q8_512;
+#[cfg(target_arch = "x86_64")]
 pub mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_math;
@@ -382,6 +384,46 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
         Isa::Neon => unsafe { neon::dot_i8(a, b) },
         _ => dot_i8_scalar(a, b),
     }
+}
+
+/// Input features up to which an int8 × int8 product is exact in i32 (`127² · K < 2³¹`):
+/// [`q8_accumulate_i8`]'s domain.
+pub const Q8_EXACT_MAX_COLS: usize = 1 << 17;
+
+/// `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]` in wrapping i32 (exact for
+/// `cols <= Q8_EXACT_MAX_COLS`), `q` being [`kestrel_format::weight::quantize_act`] at scale
+/// `1 / inv`, with a packed integer GEMM where the CPU has one (x86_64: AVX-512 VNNI). Returns
+/// false, touching nothing, elsewhere: the caller runs the dot products ([`dot_i8`]), which give
+/// the same integers.
+pub fn q8_accumulate_i8(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) -> bool {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if has_avx512_vnni() => {
+            // SAFETY: AVX-512F/BW/VNNI and AVX2/FMA/F16C detected; the kernel checks lengths.
+            unsafe { x86::q8_i8_avx512vnni(x, rows, inv, w, cols, out, acc) };
+            true
+        }
+        _ => {
+            let _ = (x, rows, inv, w, cols, out, acc);
+            false
+        }
+    }
+}
+
+/// Whether this CPU has the AVX-512 int8 GEMM of [`q8_accumulate_i8`] (AVX-512F, BW and VNNI).
+#[cfg(all(target_arch = "x86_64", feature = "std"))]
+pub fn has_avx512_vnni() -> bool {
+    has_avx512() && std::is_x86_feature_detected!("avx512bw") && std::is_x86_feature_detected!("avx512vnni")
+}
+/// Whether this CPU has the AVX-512 int8 GEMM of [`q8_accumulate_i8`] (AVX-512F, BW and VNNI).
+#[cfg(all(target_arch = "x86_64", not(feature = "std")))]
+pub fn has_avx512_vnni() -> bool {
+    cfg!(all(target_feature = "avx512f", target_feature = "avx512bw", target_feature = "avx512vnni"))
+}
+/// Whether this CPU has the AVX-512 int8 GEMM of [`q8_accumulate_i8`] (AVX-512F, BW and VNNI).
+#[cfg(not(target_arch = "x86_64"))]
+pub fn has_avx512_vnni() -> bool {
+    false
 }
 
 /// Scalar [`dot_i8`].

@@ -9,6 +9,7 @@
 use super::gemm;
 use super::gemv512;
 use super::nibble;
+use super::q8_512;
 use core::arch::x86_64::*;
 use half::f16;
 use kestrel_format::weight::{int4_groups, int4_row_bytes};
@@ -570,6 +571,25 @@ pub unsafe fn dot_i8_vnni(a: &[i8], b: &[i8]) -> i32 {
             i += 1;
         }
         s
+    }
+}
+
+/// `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]` in wrapping i32 for `r < rows`,
+/// `o < out`, with `q` = [`kestrel_format::weight::quantize_act`] at `1 / inv`: the AVX-512 VNNI
+/// int8 × int8 kernels ([`super::q8_512`]; exact, so equal to the portable loop bit for bit).
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX-512BW and AVX-512 VNNI (plus AVX2, FMA, F16C).
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn q8_i8_avx512vnni(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
+    assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
+    // SAFETY: features per the contract; lengths checked.
+    unsafe {
+        if rows < q8_512::GEMV_MAX_ROWS {
+            q8_512::gemv(x, rows, inv, w, cols, out, acc)
+        } else {
+            q8_512::gemm(x, rows, inv, w, cols, out, acc)
+        }
     }
 }
 

@@ -1,0 +1,346 @@
+//! AVX-512 VNNI int8 × int8 dense products: `acc [rows, N] += q(x) [rows, K] · W_qᵀ` in exact
+//! i32 arithmetic, for int8 weights and calibrated (statically quantised) activations.
+//!
+//! `vpdpbusd` multiplies unsigned by signed bytes, four per i32 lane. The activations are
+//! quantised (`round_half_away(x / scale)` clamped to ±127, exactly as
+//! `kestrel_format::weight::quantize_act`) and stored offset by 128 as `u8`; the offset is taken
+//! back per output with `128 · Σ_k w[o, k]`, which the kernels compute from the same weight
+//! registers (`vpdpbusd` against bytes of ones). Every sum is an i32 sum of exact products, so
+//! the result does not depend on the loop order, the kernel, the ISA or the thread split: the
+//! tests compare it bit for bit with the portable integer loop (`runtime/cpu/tests/simd.rs`).
+//! Intermediate sums may wrap (the offset doubles their range); the final value is exact while
+//! `127² · K < 2³¹` ([`super::Q8_EXACT_MAX_COLS`]).
+//!
+//! Two kernels, by rows of `x`:
+//! * [`gemm`] (from [`GEMV_MAX_ROWS`] rows): blocks of [`RB`] rows × [`KC`] inputs are quantised
+//!   into a stack buffer; for each panel of 32 outputs the weights are packed `[k/4][32][4]`
+//!   (16 × 16 transposes of 4-byte groups, 64 shuffles per 16 vectors) and an 8 × 32 tile of
+//!   accumulators takes one broadcast of 4 activation bytes and two `vpdpbusd` per row and step.
+//! * [`gemv`] (1–3 rows, the batch-1 heads): weight rows are read in place, 64 bytes per load,
+//!   4–8 rows per block with the next block prefetched into L2 (the weights come from DRAM).
+
+use core::arch::x86_64::*;
+
+/// Inputs per packed block (a multiple of 64).
+pub const KC: usize = 256;
+/// Rows of `x` quantised per block: `RB · KC` = 16 KiB on the stack.
+const RB: usize = 64;
+/// Output features per packed panel (two 16-lane vectors).
+const NR: usize = 32;
+/// Rows per micro-kernel tile.
+const MR: usize = 8;
+/// Rows of `x` below which [`gemv`] runs.
+pub const GEMV_MAX_ROWS: usize = 4;
+/// Bytes of quantised inputs per pass of [`gemv`] (on the stack), shared by its rows: one row
+/// of up to 24,576 inputs (the CIFAR-100 head's 20,736 in one pass), three of 8,192.
+const XS: usize = 24 * 1024;
+
+#[repr(C, align(64))]
+struct Bytes<const N: usize>([u8; N]);
+
+#[repr(C, align(64))]
+struct Words<const N: usize>([i32; N]);
+
+/// Mask of the first `n` of 64 bytes.
+#[inline(always)]
+fn mask64(n: usize) -> __mmask64 {
+    if n >= 64 {
+        !0
+    } else {
+        (1u64 << n) - 1
+    }
+}
+
+/// Mask of the first `n` of 16 lanes.
+#[inline(always)]
+fn mask16(n: usize) -> __mmask16 {
+    if n >= 16 {
+        !0
+    } else {
+        ((1u32 << n) - 1) as __mmask16
+    }
+}
+
+/// `out[i] = q(x[i]) + 128` for `i < n`, `q` = `quantize_act`'s rounding (half away from zero,
+/// NaN → 0) and clamp (±127).
+///
+/// # Safety
+/// AVX-512F/BW in the caller; `x` readable and `out` writable for `n` elements.
+#[inline(always)]
+unsafe fn quantize_u8(x: *const f32, n: usize, inv: f32, out: *mut u8) {
+    // SAFETY: masked loads/stores stay within the n elements.
+    unsafe {
+        let vinv = _mm512_set1_ps(inv);
+        let (half, nhalf, one) = (_mm512_set1_ps(0.5), _mm512_set1_ps(-0.5), _mm512_set1_ps(1.0));
+        let (lo, hi) = (_mm512_set1_ps(-127.0), _mm512_set1_ps(127.0));
+        let off = _mm512_set1_epi32(128);
+        let mut i = 0;
+        while i < n {
+            let m = mask16(n - i);
+            let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x.add(i)), vinv);
+            // Truncate, then step away from zero when the fraction is at least a half.
+            let t = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
+            let f = _mm512_sub_ps(v, t);
+            let t = _mm512_mask_add_ps(t, _mm512_cmp_ps_mask::<_CMP_GE_OQ>(f, half), t, one);
+            let t = _mm512_mask_sub_ps(t, _mm512_cmp_ps_mask::<_CMP_LE_OQ>(f, nhalf), t, one);
+            // NaN quantises to 0 (as `x as i32` does); ±∞ saturate like any large value.
+            let t = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(v, v), t);
+            let t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);
+            let u = _mm512_add_epi32(_mm512_cvtps_epi32(t), off);
+            _mm_mask_storeu_epi8(out.add(i).cast(), m, _mm512_cvtepi32_epi8(u));
+            i += 16;
+        }
+    }
+}
+
+/// Transposes 16 rows of 16 four-byte groups: `out[c]` lane `r` = `r_in[r]` lane `c`.
+#[inline(always)]
+unsafe fn transpose16(r: &[__m512i; 16]) -> [__m512i; 16] {
+    // SAFETY: AVX-512F in every caller.
+    unsafe {
+        let z = _mm512_setzero_si512();
+        let mut t = [z; 16];
+        for i in 0..8 {
+            t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+        }
+        // u[4g + c], 128-bit lane L: rows 4g..4g+4 of column c + 4L.
+        let mut u = [z; 16];
+        for g in 0..4 {
+            let b = 4 * g;
+            u[b] = _mm512_unpacklo_epi64(t[b], t[b + 2]);
+            u[b + 1] = _mm512_unpackhi_epi64(t[b], t[b + 2]);
+            u[b + 2] = _mm512_unpacklo_epi64(t[b + 1], t[b + 3]);
+            u[b + 3] = _mm512_unpackhi_epi64(t[b + 1], t[b + 3]);
+        }
+        // A 4 × 4 transpose of 128-bit lanes for each c.
+        let mut out = [z; 16];
+        for c in 0..4 {
+            let s0 = _mm512_shuffle_i32x4::<0x44>(u[c], u[4 + c]);
+            let s1 = _mm512_shuffle_i32x4::<0xEE>(u[c], u[4 + c]);
+            let s2 = _mm512_shuffle_i32x4::<0x44>(u[8 + c], u[12 + c]);
+            let s3 = _mm512_shuffle_i32x4::<0xEE>(u[8 + c], u[12 + c]);
+            out[c] = _mm512_shuffle_i32x4::<0x88>(s0, s2);
+            out[c + 4] = _mm512_shuffle_i32x4::<0xDD>(s0, s2);
+            out[c + 8] = _mm512_shuffle_i32x4::<0x88>(s1, s3);
+            out[c + 12] = _mm512_shuffle_i32x4::<0xDD>(s1, s3);
+        }
+        out
+    }
+}
+
+/// Packs weight rows `o0..o0+nrows` (≤ 32; missing rows are zeros), inputs `k0..k0+kn`
+/// (≤ [`KC`]; zeros past `kn`) as `wp[k4·32 + j]` = bytes `4·k4..4·k4+4` of row `o0 + j`.
+/// Returns `128 · Σ_k w[o, k]` per output (two vectors of 16).
+///
+/// # Safety
+/// AVX-512F/BW/VNNI in the caller; rows `o0..o0+nrows` × inputs `k0..k0+kn` inside `q`
+/// (`cols` per row); `wp` writable for `KC / 4 · 32` words.
+#[inline(always)]
+unsafe fn pack(q: *const i8, cols: usize, o0: usize, nrows: usize, k0: usize, kn: usize, wp: *mut i32) -> [__m512i; 2] {
+    // SAFETY: masked loads read only bytes k0..k0+kn of existing rows; stores < KC/4·32 words.
+    unsafe {
+        let ones = _mm512_set1_epi8(1);
+        let mut ws = [_mm512_setzero_si512(); 2];
+        for (h, wsum) in ws.iter_mut().enumerate() {
+            for blk in 0..kn.div_ceil(64) {
+                let m = mask64(kn - 64 * blk);
+                let mut r = [_mm512_setzero_si512(); 16];
+                for (i, ri) in r.iter_mut().enumerate() {
+                    let o = h * 16 + i;
+                    if o < nrows {
+                        *ri = _mm512_maskz_loadu_epi8(m, q.add((o0 + o) * cols + k0 + 64 * blk));
+                    }
+                }
+                for (j, v) in transpose16(&r).into_iter().enumerate() {
+                    _mm512_store_si512(wp.add((16 * blk + j) * NR + 16 * h).cast(), v);
+                    *wsum = _mm512_dpbusd_epi32(*wsum, ones, v);
+                }
+            }
+            *wsum = _mm512_slli_epi32::<7>(*wsum);
+        }
+        ws
+    }
+}
+
+/// One tile: `M` rows (quantised in `xb`, row stride [`KC`]) × the packed panel `wp` over
+/// `k4n` groups of 4 inputs, added (less the offset `ws`) to `acc` rows at stride `ldy`, first
+/// `ncols` (≤ 32) columns.
+///
+/// # Safety
+/// AVX-512F/BW/VNNI in the caller; `xb` readable for `M` rows of `4·k4n` bytes at stride `KC`;
+/// `wp` for `k4n · 32` words; `acc` writable for `M` rows of `ncols` at stride `ldy`.
+#[inline(always)]
+unsafe fn tile<const M: usize>(
+    xb: *const u8,
+    wp: *const i32,
+    k4n: usize,
+    ws: &[__m512i; 2],
+    acc: *mut i32,
+    ldy: usize,
+    ncols: usize,
+) {
+    // SAFETY: per the contract.
+    unsafe {
+        let mut a = [[_mm512_setzero_si512(); 2]; M];
+        for k in 0..k4n {
+            let b0 = _mm512_load_si512(wp.add(k * NR).cast());
+            let b1 = _mm512_load_si512(wp.add(k * NR + 16).cast());
+            for (i, ai) in a.iter_mut().enumerate() {
+                let x = _mm512_set1_epi32(core::ptr::read_unaligned(xb.add(i * KC + 4 * k).cast::<i32>()));
+                ai[0] = _mm512_dpbusd_epi32(ai[0], x, b0);
+                ai[1] = _mm512_dpbusd_epi32(ai[1], x, b1);
+            }
+        }
+        let (m0, m1) = (mask16(ncols), mask16(ncols.saturating_sub(16)));
+        for (i, ai) in a.iter().enumerate() {
+            let p = acc.add(i * ldy);
+            let v0 = _mm512_maskz_loadu_epi32(m0, p);
+            _mm512_mask_storeu_epi32(p, m0, _mm512_add_epi32(v0, _mm512_sub_epi32(ai[0], ws[0])));
+            if m1 != 0 {
+                let v1 = _mm512_maskz_loadu_epi32(m1, p.add(16));
+                _mm512_mask_storeu_epi32(p.add(16), m1, _mm512_add_epi32(v1, _mm512_sub_epi32(ai[1], ws[1])));
+            }
+        }
+    }
+}
+
+/// `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]` (wrapping i32) for `r < rows`,
+/// `o < out`: the packed kernel.
+///
+/// # Safety
+/// AVX-512F/BW/VNNI in the caller; `x.len() >= rows·cols`, `w.len() >= out·cols`,
+/// `acc.len() >= rows·out`.
+#[inline(always)]
+pub(super) unsafe fn gemm(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
+    debug_assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
+    // Fully initialised: bytes past a block's inputs are read (times zero weights).
+    let mut xb = Bytes([128u8; RB * KC]);
+    let mut wp = Words([0i32; KC / 4 * NR]);
+    // SAFETY: every pointer below stays inside x, w, acc (lengths above) or the two buffers.
+    unsafe {
+        let (xp, accp) = (x.as_ptr(), acc.as_mut_ptr());
+        for r0 in (0..rows).step_by(RB) {
+            let rn = RB.min(rows - r0);
+            for k0 in (0..cols).step_by(KC) {
+                let kn = KC.min(cols - k0);
+                let k4n = kn.div_ceil(4);
+                for i in 0..rn {
+                    quantize_u8(xp.add((r0 + i) * cols + k0), kn, inv, xb.0.as_mut_ptr().add(i * KC));
+                }
+                for o0 in (0..out).step_by(NR) {
+                    let nn = NR.min(out - o0);
+                    let ws = pack(w.as_ptr(), cols, o0, nn, k0, kn, wp.0.as_mut_ptr());
+                    let (xbp, wpp) = (xb.0.as_ptr(), wp.0.as_ptr());
+                    let at = |i: usize| accp.add((r0 + i) * out + o0);
+                    let mut i = 0;
+                    while i + MR <= rn {
+                        tile::<MR>(xbp.add(i * KC), wpp, k4n, &ws, at(i), out, nn);
+                        i += MR;
+                    }
+                    let (xr, ar) = (xbp.add(i * KC), at(i));
+                    match rn - i {
+                        1 => tile::<1>(xr, wpp, k4n, &ws, ar, out, nn),
+                        2 => tile::<2>(xr, wpp, k4n, &ws, ar, out, nn),
+                        3 => tile::<3>(xr, wpp, k4n, &ws, ar, out, nn),
+                        4 => tile::<4>(xr, wpp, k4n, &ws, ar, out, nn),
+                        5 => tile::<5>(xr, wpp, k4n, &ws, ar, out, nn),
+                        6 => tile::<6>(xr, wpp, k4n, &ws, ar, out, nn),
+                        7 => tile::<7>(xr, wpp, k4n, &ws, ar, out, nn),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// [`gemm`] for `R` (< [`GEMV_MAX_ROWS`]) rows, `O` weight rows per block read in place.
+///
+/// # Safety
+/// As [`gemm`], with `rows == R`.
+#[inline(always)]
+unsafe fn gemv_r<const R: usize, const O: usize>(
+    x: &[f32],
+    inv: f32,
+    w: &[i8],
+    cols: usize,
+    out: usize,
+    acc: &mut [i32],
+) {
+    debug_assert!(x.len() >= R * cols && w.len() >= out * cols && acc.len() >= R * out && out > 0);
+    let ks = XS / R / 64 * 64;
+    let mut xb = Bytes([128u8; XS]);
+    // SAFETY: weight rows < out (rows past the end are clamped and masked off entirely),
+    // bytes < k0 + kn ≤ cols; x and acc per the lengths above.
+    unsafe {
+        let ones = _mm512_set1_epi8(1);
+        let (xp, wq, accp) = (x.as_ptr(), w.as_ptr(), acc.as_mut_ptr());
+        for k0 in (0..cols).step_by(ks) {
+            let kn = ks.min(cols - k0);
+            let steps = kn.div_ceil(64);
+            for r in 0..R {
+                quantize_u8(xp.add(r * cols + k0), kn, inv, xb.0.as_mut_ptr().add(r * ks));
+            }
+            for o0 in (0..out).step_by(O) {
+                let n = O.min(out - o0);
+                let row = |j: usize| wq.add((o0 + j).min(out - 1) * cols + k0);
+                let next = o0 + O < out;
+                let mut a = [[_mm512_setzero_si512(); O]; R];
+                let mut ws = [_mm512_setzero_si512(); O];
+                for s in 0..steps {
+                    let m = mask64(kn - 64 * s);
+                    if next {
+                        // The next block's line at this column, into L2.
+                        for j in 0..O {
+                            let o = (o0 + O + j).min(out - 1);
+                            _mm_prefetch::<_MM_HINT_T1>(wq.add(o * cols + k0 + 64 * s).cast());
+                        }
+                    }
+                    let mut wv = [_mm512_setzero_si512(); O];
+                    for (j, v) in wv.iter_mut().enumerate() {
+                        *v = if n == O && m == !0 {
+                            _mm512_loadu_si512(row(j).add(64 * s).cast())
+                        } else {
+                            _mm512_maskz_loadu_epi8(if j < n { m } else { 0 }, row(j).add(64 * s))
+                        };
+                        ws[j] = _mm512_dpbusd_epi32(ws[j], ones, *v);
+                    }
+                    for (r, ar) in a.iter_mut().enumerate() {
+                        let xv = _mm512_load_si512(xb.0.as_ptr().add(r * ks + 64 * s).cast());
+                        for (j, v) in wv.iter().enumerate() {
+                            ar[j] = _mm512_dpbusd_epi32(ar[j], xv, *v);
+                        }
+                    }
+                }
+                for j in 0..n {
+                    let off = _mm512_reduce_add_epi32(ws[j]).wrapping_mul(128);
+                    for (r, ar) in a.iter().enumerate() {
+                        let p = accp.add(r * out + o0 + j);
+                        *p = (*p).wrapping_add(_mm512_reduce_add_epi32(ar[j]).wrapping_sub(off));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// [`gemm`] for fewer than [`GEMV_MAX_ROWS`] rows.
+///
+/// # Safety
+/// As [`gemm`], with `0 < rows < GEMV_MAX_ROWS`.
+#[inline(always)]
+pub(super) unsafe fn gemv(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
+    if out == 0 || cols == 0 {
+        return;
+    }
+    // SAFETY: the caller's contract.
+    unsafe {
+        match rows {
+            1 => gemv_r::<1, 8>(x, inv, w, cols, out, acc),
+            2 => gemv_r::<2, 4>(x, inv, w, cols, out, acc),
+            3 => gemv_r::<3, 4>(x, inv, w, cols, out, acc),
+            _ => gemm(x, rows, inv, w, cols, out, acc),
+        }
+    }
+}
