@@ -307,7 +307,17 @@ fn check_q8(rows: usize, out: usize, cols: usize, x: &[f32], w: &[i8]) {
         assert_eq!(got, want, "avx512-vnni q8, rows {rows} out {out} cols {cols}");
         return;
     }
-    eprintln!("no packed int8 GEMM on this CPU (AVX-512 VNNI): only the dot products run");
+    #[cfg(target_arch = "aarch64")]
+    if simd::has_dotprod() {
+        let base: Vec<i32> = (0..rows * out).map(|i| i as i32 * 7 - 100).collect();
+        let mut acc = base.clone();
+        // SAFETY: FEAT_DotProd detected.
+        unsafe { simd::neon::q8_i8_dotprod(x, rows, inv, w, cols, out, &mut acc) };
+        let got: Vec<i32> = acc.iter().zip(&base).map(|(a, b)| a.wrapping_sub(*b)).collect();
+        assert_eq!(got, want, "neon sdot q8, rows {rows} out {out} cols {cols}");
+        return;
+    }
+    eprintln!("no packed int8 GEMM on this CPU (AVX-512 VNNI, aarch64 dotprod): only the dot products run");
     let _ = want;
 }
 

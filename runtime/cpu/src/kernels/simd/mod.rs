@@ -22,6 +22,8 @@ mod gemv512;
 pub mod neon;
 #[cfg(target_arch = "x86_64")]
 mod q8_512;
+#[cfg(target_arch = "aarch64")]
+mod q8_neon;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 #[cfg(target_arch = "x86_64")]
@@ -392,7 +394,8 @@ pub const Q8_EXACT_MAX_COLS: usize = 1 << 17;
 
 /// `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]` in wrapping i32 (exact for
 /// `cols <= Q8_EXACT_MAX_COLS`), `q` being [`kestrel_format::weight::quantize_act`] at scale
-/// `1 / inv`, with a packed integer GEMM where the CPU has one (x86_64: AVX-512 VNNI). Returns
+/// `1 / inv`, with a packed integer GEMM where the CPU has one (x86_64: AVX-512 VNNI; aarch64:
+/// the dot-product instructions). Returns
 /// false, touching nothing, elsewhere: the caller runs the dot products ([`dot_i8`]), which give
 /// the same integers.
 pub fn q8_accumulate_i8(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) -> bool {
@@ -403,11 +406,36 @@ pub fn q8_accumulate_i8(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize,
             unsafe { x86::q8_i8_avx512vnni(x, rows, inv, w, cols, out, acc) };
             true
         }
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon if has_dotprod() => {
+            // SAFETY: FEAT_DotProd detected; the kernel checks lengths.
+            unsafe { neon::q8_i8_dotprod(x, rows, inv, w, cols, out, acc) };
+            true
+        }
         _ => {
             let _ = (x, rows, inv, w, cols, out, acc);
             false
         }
     }
+}
+
+/// Whether this CPU has the aarch64 dot-product instructions (`sdot`) that
+/// [`q8_accumulate_i8`] uses there.
+#[cfg(all(target_arch = "aarch64", feature = "std"))]
+pub fn has_dotprod() -> bool {
+    std::arch::is_aarch64_feature_detected!("dotprod")
+}
+/// Whether this CPU has the aarch64 dot-product instructions (`sdot`) that
+/// [`q8_accumulate_i8`] uses there.
+#[cfg(all(target_arch = "aarch64", not(feature = "std")))]
+pub fn has_dotprod() -> bool {
+    cfg!(target_feature = "dotprod")
+}
+/// Whether this CPU has the aarch64 dot-product instructions (`sdot`) that
+/// [`q8_accumulate_i8`] uses there.
+#[cfg(not(target_arch = "aarch64"))]
+pub fn has_dotprod() -> bool {
+    false
 }
 
 /// Whether this CPU has the AVX-512 int8 GEMM of [`q8_accumulate_i8`] (AVX-512F, BW and VNNI).
