@@ -22,6 +22,8 @@ mod gemv512;
 pub mod neon;
 #[cfg(target_arch = "x86_64")]
 mod q8_512;
+#[cfg(target_arch = "x86_64")]
+mod q8_avx;
 #[cfg(target_arch = "aarch64")]
 mod q8_neon;
 #[cfg(target_arch = "x86_64")]
@@ -41,13 +43,14 @@ pub enum Isa {
     Scalar,
     /// x86_64 AVX2 + FMA + F16C (int8 × int8 through `vpmaddubsw`/`vpmaddwd`).
     Avx2,
-    /// x86_64 AVX2 + FMA + F16C with AVX-VNNI (`vpdpbusd`) for int8 × int8.
+    /// x86_64 AVX2 + FMA + F16C with AVX-VNNI (`vpdpbusd`): the packed int8 × int8 kernels.
     Avx2Vnni,
     /// x86_64 AVX-512F on top of AVX2 + FMA + F16C: the packed 8×32 GEMM for dense layers of
-    /// 8 rows or more; the other kernels are the AVX2 ones (int8 × int8 through AVX-VNNI when
-    /// the CPU has it).
+    /// 8 rows or more, the 16-lane GEMV below 4; int8 × int8 through the packed AVX-512 VNNI
+    /// kernels when the CPU has AVX-512 VNNI and BW, else AVX-VNNI / AVX2 dot products.
     Avx512,
-    /// aarch64 NEON (Advanced SIMD).
+    /// aarch64 NEON (Advanced SIMD); int8 × int8 through `sdot` when the CPU has the
+    /// dot-product extension.
     Neon,
 }
 
@@ -394,8 +397,8 @@ pub const Q8_EXACT_MAX_COLS: usize = 1 << 17;
 
 /// `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]` in wrapping i32 (exact for
 /// `cols <= Q8_EXACT_MAX_COLS`), `q` being [`kestrel_format::weight::quantize_act`] at scale
-/// `1 / inv`, with a packed integer GEMM where the CPU has one (x86_64: AVX-512 VNNI; aarch64:
-/// the dot-product instructions). Returns
+/// `1 / inv`, with a packed integer GEMM where the CPU has one (x86_64: AVX-512 VNNI, else
+/// AVX-VNNI at 256 bits; aarch64: the dot-product instructions). Returns
 /// false, touching nothing, elsewhere: the caller runs the dot products ([`dot_i8`]), which give
 /// the same integers.
 pub fn q8_accumulate_i8(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) -> bool {
@@ -404,6 +407,12 @@ pub fn q8_accumulate_i8(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize,
         Isa::Avx512 if has_avx512_vnni() => {
             // SAFETY: AVX-512F/BW/VNNI and AVX2/FMA/F16C detected; the kernel checks lengths.
             unsafe { x86::q8_i8_avx512vnni(x, rows, inv, w, cols, out, acc) };
+            true
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Vnni | Isa::Avx512 if has_avx_vnni() => {
+            // SAFETY: AVX2/FMA/F16C and AVX-VNNI detected; the kernel checks lengths.
+            unsafe { x86::q8_i8_avxvnni(x, rows, inv, w, cols, out, acc) };
             true
         }
         #[cfg(target_arch = "aarch64")]

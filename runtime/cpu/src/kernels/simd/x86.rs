@@ -10,6 +10,7 @@ use super::gemm;
 use super::gemv512;
 use super::nibble;
 use super::q8_512;
+use super::q8_avx;
 use core::arch::x86_64::*;
 use half::f16;
 use kestrel_format::weight::{int4_groups, int4_row_bytes};
@@ -589,6 +590,23 @@ pub unsafe fn q8_i8_avx512vnni(x: &[f32], rows: usize, inv: f32, w: &[i8], cols:
             q8_512::gemv(x, rows, inv, w, cols, out, acc)
         } else {
             q8_512::gemm(x, rows, inv, w, cols, out, acc)
+        }
+    }
+}
+
+/// [`q8_i8_avx512vnni`] at 256 bits with AVX-VNNI ([`super::q8_avx`]).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub unsafe fn q8_i8_avxvnni(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
+    assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
+    // SAFETY: features per the contract; lengths checked.
+    unsafe {
+        if rows < q8_avx::GEMV_MAX_ROWS {
+            q8_avx::gemv(x, rows, inv, w, cols, out, acc)
+        } else {
+            q8_avx::gemm(x, rows, inv, w, cols, out, acc)
         }
     }
 }

@@ -1,0 +1,316 @@
+//! AVX-VNNI (VEX, 256-bit) int8 × int8 dense products: the kernels of `q8_512.rs` at half the
+//! width, for CPUs with AVX-VNNI but not AVX-512 VNNI (Intel Alder Lake and later client cores).
+//! Same contract and arithmetic: activations quantised as `quantize_act` and offset to `u8`,
+//! `vpdpbusd` against int8 weights, the offset taken back with `128 · Σ w` — exact i32 sums,
+//! bit-equal to the portable loop (`runtime/cpu/tests/simd.rs`).
+//! * [`gemm`]: a 6 × 16 tile (12 accumulators), weights packed `[k/4][16][4]` per panel
+//!   (8 × 8 transposes of 4-byte groups).
+//! * [`gemv`] (1–3 rows): weight rows read in place, 32 bytes per load.
+
+use core::arch::x86_64::*;
+
+/// Inputs per packed block (a multiple of 32).
+const KC: usize = 256;
+/// Rows of `x` quantised per block: `RB · KC` = 12 KiB on the stack.
+const RB: usize = 48;
+/// Output features per packed panel (two vectors of 8).
+const NR: usize = 16;
+/// Rows per micro-kernel tile.
+const MR: usize = 6;
+/// Rows of `x` below which [`gemv`] runs.
+pub const GEMV_MAX_ROWS: usize = 4;
+/// Bytes of quantised inputs per pass of [`gemv`], shared by its rows.
+const XS: usize = 24 * 1024;
+
+#[repr(C, align(32))]
+struct Bytes<const N: usize>([u8; N]);
+
+#[repr(C, align(32))]
+struct Words<const N: usize>([i32; N]);
+
+/// `acc += Σ₄ u8(a) · i8(b)` per i32 lane (VEX `vpdpbusd`).
+#[inline(always)]
+unsafe fn dpbusd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    // SAFETY: AVX-VNNI in every caller.
+    unsafe { _mm256_dpbusd_avx_epi32(acc, a, b) }
+}
+
+/// `out[i] = q(x[i]) + 128` for `i < n` (`quantize_act`'s rounding and clamp; NaN → 0).
+#[inline(always)]
+unsafe fn quantize_u8(x: *const f32, n: usize, inv: f32, out: *mut u8) {
+    // SAFETY: indices < n.
+    unsafe {
+        let vinv = _mm256_set1_ps(inv);
+        let (half, nhalf, one) = (_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5), _mm256_set1_ps(1.0));
+        let (lo, hi) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0));
+        let off = _mm256_set1_epi32(128);
+        let gather = _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0);
+        let mut i = 0;
+        while i + 8 <= n {
+            let v = _mm256_mul_ps(_mm256_loadu_ps(x.add(i)), vinv);
+            let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
+            let f = _mm256_sub_ps(v, t);
+            let t = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(f, half), one));
+            let t = _mm256_sub_ps(t, _mm256_and_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(f, nhalf), one));
+            let t = _mm256_and_ps(t, _mm256_cmp_ps::<_CMP_ORD_Q>(v, v));
+            let t = _mm256_min_ps(_mm256_max_ps(t, lo), hi);
+            let u = _mm256_add_epi32(_mm256_cvtps_epi32(t), off);
+            // 1..255 in each i32 → bytes: lane-wise packs, then the two lanes' first dwords.
+            let p = _mm256_packus_epi16(_mm256_packus_epi32(u, u), _mm256_setzero_si256());
+            let p = _mm256_permutevar8x32_epi32(p, gather);
+            _mm_storel_epi64(out.add(i).cast(), _mm256_castsi256_si128(p));
+            i += 8;
+        }
+        if i < n {
+            let (xs, os) =
+                (core::slice::from_raw_parts(x.add(i), n - i), core::slice::from_raw_parts_mut(out.add(i), n - i));
+            for (o, &v) in os.iter_mut().zip(xs) {
+                let mut q = [0i8; 1];
+                kestrel_format::weight::quantize_act(&[v], inv, &mut q);
+                *o = (i16::from(q[0]) + 128) as u8;
+            }
+        }
+    }
+}
+
+/// 32 bytes of row `p` from `k` (zeros past `end`).
+#[inline(always)]
+unsafe fn load32(p: *const i8, k: usize, end: usize) -> __m256i {
+    // SAFETY: reads bytes k..min(k + 32, end) of p.
+    unsafe {
+        if k + 32 <= end {
+            _mm256_loadu_si256(p.add(k).cast())
+        } else {
+            let mut t = [0i8; 32];
+            core::ptr::copy_nonoverlapping(p.add(k), t.as_mut_ptr(), end.saturating_sub(k).min(32));
+            _mm256_loadu_si256(t.as_ptr().cast())
+        }
+    }
+}
+
+/// Transposes 8 rows of 8 four-byte groups: `out[c]` lane `r` = `r_in[r]` lane `c`.
+#[inline(always)]
+unsafe fn transpose8(r: &[__m256i; 8]) -> [__m256i; 8] {
+    // SAFETY: AVX2 in every caller.
+    unsafe {
+        let t: [__m256i; 8] = core::array::from_fn(|i| {
+            let (a, b) = (r[i & !1], r[i | 1]);
+            if i % 2 == 0 {
+                _mm256_unpacklo_epi32(a, b)
+            } else {
+                _mm256_unpackhi_epi32(a, b)
+            }
+        });
+        // u[4g + c], 128-bit lane L: rows 4g..4g+4 of column c + 4L.
+        let mut u = [_mm256_setzero_si256(); 8];
+        for g in 0..2 {
+            let b = 4 * g;
+            u[b] = _mm256_unpacklo_epi64(t[b], t[b + 2]);
+            u[b + 1] = _mm256_unpackhi_epi64(t[b], t[b + 2]);
+            u[b + 2] = _mm256_unpacklo_epi64(t[b + 1], t[b + 3]);
+            u[b + 3] = _mm256_unpackhi_epi64(t[b + 1], t[b + 3]);
+        }
+        let mut out = [_mm256_setzero_si256(); 8];
+        for c in 0..4 {
+            out[c] = _mm256_permute2x128_si256::<0x20>(u[c], u[4 + c]);
+            out[c + 4] = _mm256_permute2x128_si256::<0x31>(u[c], u[4 + c]);
+        }
+        out
+    }
+}
+
+/// Packs weight rows `o0..o0+n` (≤ 16; zeros past `n`), inputs `k0..k0+kn` (zeros past `kn`) as
+/// `wp[k4·16 + j]` = bytes `4·k4..4·k4+4` of row `o0 + j`; returns `128 · Σ_k w` per output.
+#[inline(always)]
+unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: usize, wp: *mut i32) -> [__m256i; 2] {
+    // SAFETY: rows < o0 + n, bytes < k0 + kn; wp holds KC / 4 · 16 words.
+    unsafe {
+        let ones = _mm256_set1_epi8(1);
+        let mut ws = [_mm256_setzero_si256(); 2];
+        for (h, wsum) in ws.iter_mut().enumerate() {
+            for blk in 0..kn.div_ceil(32) {
+                let r: [__m256i; 8] = core::array::from_fn(|i| {
+                    let o = 8 * h + i;
+                    if o < n {
+                        load32(w.add((o0 + o) * cols + k0), 32 * blk, kn)
+                    } else {
+                        _mm256_setzero_si256()
+                    }
+                });
+                for (c, v) in transpose8(&r).into_iter().enumerate() {
+                    _mm256_store_si256(wp.add((8 * blk + c) * NR + 8 * h).cast(), v);
+                    *wsum = dpbusd(*wsum, ones, v);
+                }
+            }
+            *wsum = _mm256_slli_epi32::<7>(*wsum);
+        }
+        ws
+    }
+}
+
+/// One `M × 16` tile (see `q8_512::tile`).
+#[inline(always)]
+unsafe fn tile<const M: usize>(
+    xb: *const u8,
+    wp: *const i32,
+    k4n: usize,
+    ws: &[__m256i; 2],
+    acc: *mut i32,
+    ldy: usize,
+    ncols: usize,
+) {
+    // SAFETY: per the callers' bounds.
+    unsafe {
+        let mut a = [[_mm256_setzero_si256(); 2]; M];
+        for k in 0..k4n {
+            let b0 = _mm256_load_si256(wp.add(k * NR).cast());
+            let b1 = _mm256_load_si256(wp.add(k * NR + 8).cast());
+            for (i, ai) in a.iter_mut().enumerate() {
+                let x = _mm256_set1_epi32(core::ptr::read_unaligned(xb.add(i * KC + 4 * k).cast::<i32>()));
+                ai[0] = dpbusd(ai[0], x, b0);
+                ai[1] = dpbusd(ai[1], x, b1);
+            }
+        }
+        for (i, ai) in a.iter().enumerate() {
+            let mut v = [0i32; NR];
+            _mm256_storeu_si256(v.as_mut_ptr().cast(), _mm256_sub_epi32(ai[0], ws[0]));
+            _mm256_storeu_si256(v.as_mut_ptr().add(8).cast(), _mm256_sub_epi32(ai[1], ws[1]));
+            let p = acc.add(i * ldy);
+            for (c, &vc) in v.iter().enumerate().take(ncols) {
+                *p.add(c) = (*p.add(c)).wrapping_add(vc);
+            }
+        }
+    }
+}
+
+/// `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]` (wrapping i32): the packed kernel.
+///
+/// # Safety
+/// AVX2 and AVX-VNNI in the caller; `x.len() >= rows·cols`, `w.len() >= out·cols`,
+/// `acc.len() >= rows·out`.
+#[inline(always)]
+pub(super) unsafe fn gemm(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
+    debug_assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
+    let mut xb = Bytes([128u8; RB * KC]);
+    let mut wp = Words([0i32; KC / 4 * NR]);
+    // SAFETY: every pointer stays inside x, w, acc or the two buffers.
+    unsafe {
+        let (xp, accp) = (x.as_ptr(), acc.as_mut_ptr());
+        for r0 in (0..rows).step_by(RB) {
+            let rn = RB.min(rows - r0);
+            for k0 in (0..cols).step_by(KC) {
+                let kn = KC.min(cols - k0);
+                let k4n = kn.div_ceil(4);
+                for i in 0..rn {
+                    quantize_u8(xp.add((r0 + i) * cols + k0), kn, inv, xb.0.as_mut_ptr().add(i * KC));
+                }
+                for o0 in (0..out).step_by(NR) {
+                    let nn = NR.min(out - o0);
+                    let ws = pack(w.as_ptr(), cols, o0, nn, k0, kn, wp.0.as_mut_ptr());
+                    let (xbp, wpp) = (xb.0.as_ptr(), wp.0.as_ptr());
+                    let at = |i: usize| accp.add((r0 + i) * out + o0);
+                    let mut i = 0;
+                    while i + MR <= rn {
+                        tile::<MR>(xbp.add(i * KC), wpp, k4n, &ws, at(i), out, nn);
+                        i += MR;
+                    }
+                    let (xr, ar) = (xbp.add(i * KC), at(i));
+                    match rn - i {
+                        1 => tile::<1>(xr, wpp, k4n, &ws, ar, out, nn),
+                        2 => tile::<2>(xr, wpp, k4n, &ws, ar, out, nn),
+                        3 => tile::<3>(xr, wpp, k4n, &ws, ar, out, nn),
+                        4 => tile::<4>(xr, wpp, k4n, &ws, ar, out, nn),
+                        5 => tile::<5>(xr, wpp, k4n, &ws, ar, out, nn),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// [`gemm`] for `R` (< [`GEMV_MAX_ROWS`]) rows, `O` weight rows per block read in place.
+#[inline(always)]
+unsafe fn gemv_r<const R: usize, const O: usize>(
+    x: &[f32],
+    inv: f32,
+    w: &[i8],
+    cols: usize,
+    out: usize,
+    acc: &mut [i32],
+) {
+    let ks = XS / R / 32 * 32;
+    let mut xb = Bytes([128u8; XS]);
+    // SAFETY: weight rows clamped below out, bytes < k0 + kn ≤ cols; x and acc per the caller.
+    unsafe {
+        let ones = _mm256_set1_epi8(1);
+        let (xp, wq, accp) = (x.as_ptr(), w.as_ptr(), acc.as_mut_ptr());
+        for k0 in (0..cols).step_by(ks) {
+            let kn = ks.min(cols - k0);
+            let steps = kn.div_ceil(32);
+            for r in 0..R {
+                quantize_u8(xp.add(r * cols + k0), kn, inv, xb.0.as_mut_ptr().add(r * ks));
+            }
+            for o0 in (0..out).step_by(O) {
+                let n = O.min(out - o0);
+                let row = |j: usize| wq.add((o0 + j).min(out - 1) * cols + k0);
+                let mut a = [[_mm256_setzero_si256(); O]; R];
+                let mut ws = [_mm256_setzero_si256(); O];
+                for s in 0..steps {
+                    let wv: [__m256i; O] =
+                        core::array::from_fn(
+                            |j| if j < n { load32(row(j), 32 * s, kn) } else { _mm256_setzero_si256() },
+                        );
+                    for (j, v) in wv.iter().enumerate() {
+                        ws[j] = dpbusd(ws[j], ones, *v);
+                    }
+                    for (r, ar) in a.iter_mut().enumerate() {
+                        let xv = _mm256_loadu_si256(xb.0.as_ptr().add(r * ks + 32 * s).cast());
+                        for (aj, v) in ar.iter_mut().zip(&wv) {
+                            *aj = dpbusd(*aj, xv, *v);
+                        }
+                    }
+                }
+                for j in 0..n {
+                    let off = hsum(ws[j]).wrapping_mul(128);
+                    for (r, ar) in a.iter().enumerate() {
+                        let p = accp.add(r * out + o0 + j);
+                        *p = (*p).wrapping_add(hsum(ar[j]).wrapping_sub(off));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Wrapping sum of 8 i32 lanes.
+#[inline(always)]
+unsafe fn hsum(v: __m256i) -> i32 {
+    // SAFETY: AVX2 in every caller.
+    unsafe {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        _mm_cvtsi128_si32(s)
+    }
+}
+
+/// [`gemm`] for fewer than [`GEMV_MAX_ROWS`] rows.
+///
+/// # Safety
+/// As [`gemm`].
+#[inline(always)]
+pub(super) unsafe fn gemv(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
+    if out == 0 || cols == 0 {
+        return;
+    }
+    // SAFETY: the caller's contract.
+    unsafe {
+        match rows {
+            1 => gemv_r::<1, 4>(x, inv, w, cols, out, acc),
+            2 => gemv_r::<2, 3>(x, inv, w, cols, out, acc),
+            3 => gemv_r::<3, 2>(x, inv, w, cols, out, acc),
+            _ => gemm(x, rows, inv, w, cols, out, acc),
+        }
+    }
+}
