@@ -171,13 +171,13 @@ unsafe fn pack<L: Loader>(w: &L, n0: usize, nv: usize, k0: usize, kc: usize, nr:
                         _mm_prefetch::<_MM_HINT_T0>(w.addr(n0 + j8 + i, k0 + kc + kk).cast());
                     }
                 }
-                let rows: [__m256; 8] = core::array::from_fn(|i| {
-                    if j8 + i < nv {
-                        _mm256_mul_ps(w.load(n0 + j8 + i, k0 + kk), _mm256_set1_ps(scale[i]))
-                    } else {
-                        _mm256_setzero_ps()
-                    }
-                });
+                // A loop, not `array::from_fn`: a closure here would not inherit the caller's
+                // target features, and the loads and multiplies became calls (int4 packing ran
+                // 4× slower for it).
+                let mut rows = [_mm256_setzero_ps(); 8];
+                for (i, r) in rows.iter_mut().enumerate().take(nv.saturating_sub(j8)) {
+                    *r = _mm256_mul_ps(w.load(n0 + j8 + i, k0 + kk), _mm256_set1_ps(scale[i]));
+                }
                 for (i, col) in transpose8(rows).into_iter().enumerate() {
                     _mm256_storeu_ps(bp.add((kk + i) * nr + j8), col);
                 }
@@ -359,13 +359,10 @@ unsafe fn pack_xt(x: &[f32], inp: usize, m0: usize, mv: usize, k0: usize, kc: us
         for r8 in (0..nr).step_by(8) {
             let mut kk = 0;
             while kk < kc8 {
-                let rows: [__m256; 8] = core::array::from_fn(|i| {
-                    if r8 + i < mv {
-                        _mm256_loadu_ps(xp.add((m0 + r8 + i) * inp + k0 + kk))
-                    } else {
-                        _mm256_setzero_ps()
-                    }
-                });
+                let mut rows = [_mm256_setzero_ps(); 8];
+                for (i, r) in rows.iter_mut().enumerate().take(mv.saturating_sub(r8)) {
+                    *r = _mm256_loadu_ps(xp.add((m0 + r8 + i) * inp + k0 + kk));
+                }
                 for (i, col) in transpose8(rows).into_iter().enumerate() {
                     _mm256_storeu_ps(tp.add((kk + i) * nr + r8), col);
                 }

@@ -19,6 +19,7 @@
 
 use super::x86::{Loader, F16W, F32W, I4W, I8W};
 use core::arch::x86_64::*;
+use kestrel_format::INT4_GROUP;
 
 /// Rows of `x` below which [`gemv`] is used (from there the AVX2 4-row blocks reuse each
 /// weight load across rows).
@@ -74,13 +75,20 @@ impl Loader16 for I4W<'_> {
     const PREFETCH: bool = false;
     #[inline(always)]
     unsafe fn load16(&self, o: usize, k: usize) -> __m512 {
-        // Two 8-column loads (each with its group's scale; 16 columns never straddle a group of
-        // 32 since k % 16 == 0) joined into one register.
-        // SAFETY: as for `Loader::load`, twice; AVX-512F in every caller.
+        debug_assert!(k + 16 <= self.cols && k.is_multiple_of(16));
+        // 8 bytes → 16 nibbles in order (low nibble first) → signed bytes through a 16-entry
+        // table → 16 f32, times the group's scale (16 columns never straddle a group of 32).
+        // SAFETY: 8 bytes inside row o's packed bytes; the group index is < groups; AVX-512F,
+        // SSSE3 and F16C in every caller.
         unsafe {
-            let lo = _mm512_castps256_ps512(self.load(o, k));
-            let hi = _mm256_castps_pd(self.load(o, k + 8));
-            _mm512_castpd_ps(_mm512_insertf64x4::<1>(_mm512_castps_pd(lo), hi))
+            let b = _mm_loadl_epi64(self.q.as_ptr().add(o * self.row_bytes + k / 2).cast());
+            let m = _mm_set1_epi8(0x0f);
+            let n = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16::<4>(b), m));
+            let lut = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
+            let v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(lut, n)));
+            let h = self.scales.get_unchecked(o * self.groups + k / INT4_GROUP).to_bits();
+            let s = _mm512_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))));
+            _mm512_mul_ps(v, s)
         }
     }
 }
@@ -129,9 +137,14 @@ pub(super) unsafe fn gemv<L: Loader16>(x: &[f32], rows: usize, w: &L, out: usize
                             }
                         }
                         let xv = _mm512_loadu_ps(xr.add(k));
-                        for (j, a) in acc.iter_mut().enumerate() {
-                            *a = _mm512_fmadd_ps(w.load16(o0 + j, k), xv, *a);
+                        // Unrolled by hand with constant indices: as a loop, LLVM kept the int4
+                        // accumulators on the stack (a store-forwarding chain per FMA).
+                        macro_rules! fma_row {
+                            ($($j:literal)*) => {$(
+                                acc[$j] = _mm512_fmadd_ps(w.load16(o0 + $j, k), xv, acc[$j]);
+                            )*};
                         }
+                        fma_row!(0 1 2 3 4 5 6 7);
                         k += 16;
                     }
                 } else {

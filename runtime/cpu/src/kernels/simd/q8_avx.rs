@@ -93,14 +93,12 @@ unsafe fn load32(p: *const i8, k: usize, end: usize) -> __m256i {
 unsafe fn transpose8(r: &[__m256i; 8]) -> [__m256i; 8] {
     // SAFETY: AVX2 in every caller.
     unsafe {
-        let t: [__m256i; 8] = core::array::from_fn(|i| {
-            let (a, b) = (r[i & !1], r[i | 1]);
-            if i % 2 == 0 {
-                _mm256_unpacklo_epi32(a, b)
-            } else {
-                _mm256_unpackhi_epi32(a, b)
-            }
-        });
+        // Loops, not `array::from_fn`: closures would not inherit the callers' target features.
+        let mut t = [_mm256_setzero_si256(); 8];
+        for i in 0..4 {
+            t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+        }
         // u[4g + c], 128-bit lane L: rows 4g..4g+4 of column c + 4L.
         let mut u = [_mm256_setzero_si256(); 8];
         for g in 0..2 {
@@ -129,14 +127,10 @@ unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: us
         let mut ws = [_mm256_setzero_si256(); 2];
         for (h, wsum) in ws.iter_mut().enumerate() {
             for blk in 0..kn.div_ceil(32) {
-                let r: [__m256i; 8] = core::array::from_fn(|i| {
-                    let o = 8 * h + i;
-                    if o < n {
-                        load32(w.add((o0 + o) * cols + k0), 32 * blk, kn)
-                    } else {
-                        _mm256_setzero_si256()
-                    }
-                });
+                let mut r = [_mm256_setzero_si256(); 8];
+                for (i, ri) in r.iter_mut().enumerate().take(n.saturating_sub(8 * h)) {
+                    *ri = load32(w.add((o0 + 8 * h + i) * cols + k0), 32 * blk, kn);
+                }
                 for (c, v) in transpose8(&r).into_iter().enumerate() {
                     _mm256_store_si256(wp.add((8 * blk + c) * NR + 8 * h).cast(), v);
                     *wsum = dpbusd(*wsum, ones, v);
@@ -257,10 +251,10 @@ unsafe fn gemv_r<const R: usize, const O: usize>(
                 let mut a = [[_mm256_setzero_si256(); O]; R];
                 let mut ws = [_mm256_setzero_si256(); O];
                 for s in 0..steps {
-                    let wv: [__m256i; O] =
-                        core::array::from_fn(
-                            |j| if j < n { load32(row(j), 32 * s, kn) } else { _mm256_setzero_si256() },
-                        );
+                    let mut wv = [_mm256_setzero_si256(); O];
+                    for (j, v) in wv.iter_mut().enumerate().take(n) {
+                        *v = load32(row(j), 32 * s, kn);
+                    }
                     for (j, v) in wv.iter().enumerate() {
                         ws[j] = dpbusd(ws[j], ones, *v);
                     }

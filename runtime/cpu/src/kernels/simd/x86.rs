@@ -222,8 +222,11 @@ impl Loader for I4W<'_> {
             let eight = _mm_set1_epi8(8);
             let n = _mm_sub_epi8(_mm_xor_si128(n, eight), eight);
             let v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(n));
-            let s = self.scales.get_unchecked(o * self.groups + k / INT4_GROUP).to_f32();
-            _mm256_mul_ps(v, _mm256_set1_ps(s))
+            // The group's f16 scale by `vcvtph2ps` (F16C is enabled here; `half::f16::to_f32`
+            // would detect the feature again at run time on every call, ~1 ns per 8 weights).
+            let h = self.scales.get_unchecked(o * self.groups + k / INT4_GROUP).to_bits();
+            let s = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))));
+            _mm256_mul_ps(v, s)
         }
     }
     #[inline(always)]
