@@ -350,6 +350,57 @@ proptest! {
     }
 }
 
+/// The portable int4 × int8 loop (`WeightView::dot_row_q8` per 256-input chunk) for `[rows, out]`.
+fn q8_i4_reference(x: &[f32], rows: usize, inv: f32, w: &WeightView<'_>) -> Vec<f32> {
+    let (out, cols) = (w.rows(), w.cols());
+    let mut y = vec![0.0f32; rows * out];
+    let mut q = [0i8; 256];
+    for r in 0..rows {
+        for c0 in (0..cols).step_by(256) {
+            let n = 256.min(cols - c0);
+            kestrel_format::weight::quantize_act(&x[r * cols + c0..r * cols + c0 + n], inv, &mut q[..n]);
+            for o in 0..out {
+                y[r * out + o] += w.dot_row_q8(o, c0, &q[..n]).expect("int4 at a chunk boundary");
+            }
+        }
+    }
+    y
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// The int4 × int8 kernels against the portable loop, bit for bit — with arbitrary packed
+    /// bytes (every nibble, -8 included, and garbage in a row's padding past `cols`) and
+    /// scales, not only what the encoder writes.
+    #[test]
+    fn int4_q8_gemm_matches_the_portable_loop_bit_for_bit(
+        (rows, out, cols, x, bytes, sc) in (prop_oneof![1usize..10, 60usize..70], 1usize..40, prop_oneof![1usize..70, 250usize..530])
+            .prop_flat_map(|(rows, out, cols)| {
+                let rb = kestrel_format::weight::int4_row_bytes(cols);
+                let g = kestrel_format::weight::int4_groups(cols);
+                (
+                    Just(rows), Just(out), Just(cols),
+                    proptest::collection::vec(q8_act(), rows * cols),
+                    proptest::collection::vec(any::<u8>(), out * rb),
+                    proptest::collection::vec(-2.0f32..2.0, out * g),
+                )
+            }),
+    ) {
+        let scales: Vec<half::f16> = sc.iter().map(|&v| half::f16::from_f32(v)).collect();
+        let w = WeightView::new(out, cols, kestrel_format::WeightData::I4 { q: &bytes, scales: &scales }).unwrap();
+        let inv = 4.0;
+        let want = q8_i4_reference(&x, rows, inv, &w);
+        #[cfg(target_arch = "x86_64")]
+        if simd::has_avx512_vnni() {
+            let mut y = vec![f32::NAN; rows * out];
+            // SAFETY: AVX-512F/BW/VNNI detected (with AVX2/FMA/F16C on every such CPU).
+            unsafe { simd::x86::q8_i4_avx512vnni(&x, rows, inv, &bytes, &scales, cols, out, &mut y) };
+            prop_assert_eq!(y, want, "avx512-vnni int4 q8, rows {} out {} cols {}", rows, out, cols);
+        }
+    }
+}
+
 /// The GEMV's second pass over inputs (more than 24,576 of them for one row, 8,192 for three) and the GEMM over 1–5 rows.
 #[test]
 fn int8_gemm_is_exact_past_one_pass() {

@@ -273,6 +273,11 @@ fn q8_body(x: &[f32], rows: usize, w: &WeightView<'_>, inv: f32, y: &mut [f32]) 
             return;
         }
     }
+    if let WeightData::I4 { q, scales } = w.data() {
+        if super::simd::q8_int4(x, rows, inv, q, scales, inp, out, y) {
+            return;
+        }
+    }
     let mut buf = [0i8; Q8_CHUNK];
     for r in 0..rows {
         let yr = &mut y[r * out..(r + 1) * out];

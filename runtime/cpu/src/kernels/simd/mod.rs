@@ -447,6 +447,36 @@ pub fn has_dotprod() -> bool {
     false
 }
 
+/// `y[r·out + o] = Σ_chunks Σ_groups (Σ_k q(x[r, k]) · w[o, k]) · scale(o, group)` for int4
+/// weights (`q`, `scales` as `WeightData::I4`) with calibrated activations, in f32 in the order of
+/// the portable loop (`WeightView::dot_row_q8` per 256-input chunk, chunks added to `y`), with a
+/// packed integer GEMM where the CPU has one (x86_64: AVX-512 VNNI). Returns false, touching
+/// nothing, elsewhere.
+#[allow(clippy::too_many_arguments)]
+pub fn q8_int4(
+    x: &[f32],
+    rows: usize,
+    inv: f32,
+    q: &[u8],
+    scales: &[half::f16],
+    cols: usize,
+    out: usize,
+    y: &mut [f32],
+) -> bool {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if has_avx512_vnni() => {
+            // SAFETY: AVX-512F/BW/VNNI and AVX2/FMA/F16C detected; the kernel checks lengths.
+            unsafe { x86::q8_i4_avx512vnni(x, rows, inv, q, scales, cols, out, y) };
+            true
+        }
+        _ => {
+            let _ = (x, rows, inv, q, scales, cols, out, y);
+            false
+        }
+    }
+}
+
 /// Whether this CPU has the AVX-512 int8 GEMM of [`q8_accumulate_i8`] (AVX-512F, BW and VNNI).
 #[cfg(all(target_arch = "x86_64", feature = "std"))]
 pub fn has_avx512_vnni() -> bool {

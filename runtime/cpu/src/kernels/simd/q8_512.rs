@@ -344,3 +344,199 @@ pub(super) unsafe fn gemv(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usiz
         }
     }
 }
+
+// ---------------------------------------------------------------- int4 weights
+
+/// Groups of 32 inputs per [`KC`] block.
+const GROUPS: usize = KC / 32;
+
+/// Row `p`'s 64 int4 weights from input `2·0` (32 packed bytes, low nibble first), as signed
+/// bytes; bytes at or past `valid` inputs are zero (the row's padding nibbles never count).
+///
+/// # Safety
+/// AVX-512F/BW in the caller; `p` readable for `min(32, avail)` bytes.
+#[inline(always)]
+unsafe fn unpack_i4(p: *const u8, avail: usize, valid: usize) -> __m512i {
+    // SAFETY: the masked load reads min(32, avail) bytes.
+    unsafe {
+        let b = _mm256_maskz_loadu_epi8(mask64(avail.min(32)) as __mmask32, p.cast());
+        // Byte j → word j = lo nibble | hi nibble << 8: elements 2j, 2j + 1 in memory order.
+        let w = _mm512_cvtepu8_epi16(b);
+        let m = _mm512_set1_epi16(0x0f);
+        let n = _mm512_or_si512(
+            _mm512_and_si512(w, m),
+            _mm512_slli_epi16::<8>(_mm512_and_si512(_mm512_srli_epi16::<4>(w), m)),
+        );
+        let lut = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1));
+        _mm512_maskz_mov_epi8(mask64(valid), _mm512_shuffle_epi8(lut, n))
+    }
+}
+
+/// [`pack`] for int4 rows (`row_bytes` per row): the panel as int8, and `128 · Σ w` per group of
+/// 32 inputs (`wsg[g]`, two vectors of 16 outputs).
+///
+/// # Safety
+/// As [`pack`]; rows `o0..o0+nrows` of `row_bytes` bytes inside `q`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // h indexes three arrays
+unsafe fn pack_i4(
+    q: *const u8,
+    row_bytes: usize,
+    o0: usize,
+    nrows: usize,
+    k0: usize,
+    kn: usize,
+    wp: *mut i32,
+    wsg: &mut [[__m512i; 2]; GROUPS],
+) {
+    // SAFETY: loads stay inside each row's bytes; stores < KC/4·32 words.
+    unsafe {
+        let ones = _mm512_set1_epi8(1);
+        *wsg = [[_mm512_setzero_si512(); 2]; GROUPS];
+        for h in 0..2 {
+            for blk in 0..kn.div_ceil(64) {
+                let (kb, valid) = (k0 + 64 * blk, kn - 64 * blk);
+                let mut r = [_mm512_setzero_si512(); 16];
+                for (i, ri) in r.iter_mut().enumerate() {
+                    let o = h * 16 + i;
+                    if o < nrows {
+                        *ri = unpack_i4(q.add((o0 + o) * row_bytes + kb / 2), row_bytes - kb / 2, valid);
+                    }
+                }
+                for (c, v) in transpose16(&r).into_iter().enumerate() {
+                    _mm512_store_si512(wp.add((16 * blk + c) * NR + 16 * h).cast(), v);
+                    let g = &mut wsg[2 * blk + c / 8][h];
+                    *g = _mm512_dpbusd_epi32(*g, ones, v);
+                }
+            }
+        }
+        for g in wsg.iter_mut() {
+            for v in g.iter_mut() {
+                *v = _mm512_slli_epi32::<7>(*v);
+            }
+        }
+    }
+}
+
+/// [`tile`] for int4 weights: per group of 32 inputs the exact i32 sum is converted and scaled
+/// (`scl[g]`: the group's scales of the panel's outputs) and added to an f32 partial, groups in
+/// order; the partial is then added to `y` — the arithmetic of `WeightView::dot_row_q8`.
+///
+/// # Safety
+/// As [`tile`], with `y` f32 rows.
+#[inline(always)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // h indexes three arrays
+unsafe fn tile_i4<const M: usize>(
+    xb: *const u8,
+    wp: *const i32,
+    k4n: usize,
+    wsg: &[[__m512i; 2]; GROUPS],
+    scl: &[[__m512; 2]; GROUPS],
+    y: *mut f32,
+    ldy: usize,
+    ncols: usize,
+) {
+    // SAFETY: per the contract.
+    unsafe {
+        let mut part = [[_mm512_setzero_ps(); 2]; M];
+        for g in 0..k4n.div_ceil(8) {
+            let mut a = [[_mm512_setzero_si512(); 2]; M];
+            for k in 8 * g..(8 * g + 8).min(k4n) {
+                let b0 = _mm512_load_si512(wp.add(k * NR).cast());
+                let b1 = _mm512_load_si512(wp.add(k * NR + 16).cast());
+                for (i, ai) in a.iter_mut().enumerate() {
+                    let x = _mm512_set1_epi32(core::ptr::read_unaligned(xb.add(i * KC + 4 * k).cast::<i32>()));
+                    ai[0] = _mm512_dpbusd_epi32(ai[0], x, b0);
+                    ai[1] = _mm512_dpbusd_epi32(ai[1], x, b1);
+                }
+            }
+            for (pi, ai) in part.iter_mut().zip(&a) {
+                for h in 0..2 {
+                    let v = _mm512_cvtepi32_ps(_mm512_sub_epi32(ai[h], wsg[g][h]));
+                    // Multiply, then add (two roundings, as the scalar loop).
+                    pi[h] = _mm512_add_ps(pi[h], _mm512_mul_ps(v, scl[g][h]));
+                }
+            }
+        }
+        let (m0, m1) = (mask16(ncols), mask16(ncols.saturating_sub(16)));
+        for (i, pi) in part.iter().enumerate() {
+            let p = y.add(i * ldy);
+            _mm512_mask_storeu_ps(p, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, p), pi[0]));
+            if m1 != 0 {
+                _mm512_mask_storeu_ps(p.add(16), m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, p.add(16)), pi[1]));
+            }
+        }
+    }
+}
+
+/// `y[r·out + o] = Σ_chunks Σ_groups (Σ_k q(x)·w) · scale(o, group)` for int4 weights (`q`:
+/// `row_bytes` per row, `scales`: `groups` f16 per row), in f32 with the scalar loop's order
+/// (per 256-input chunk a partial over its groups, added to `y`), so the result equals
+/// `linear_q8`'s portable path bit for bit. `y` is overwritten.
+///
+/// # Safety
+/// AVX-512F/BW/VNNI and F16C in the caller; `x.len() >= rows·cols`, `q.len() >= out·row_bytes`,
+/// `scales.len() >= out·groups`, `y.len() >= rows·out`, `row_bytes = int4_row_bytes(cols)`,
+/// `groups = int4_groups(cols)`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemm_i4(
+    x: &[f32],
+    rows: usize,
+    inv: f32,
+    q: &[u8],
+    scales: &[half::f16],
+    cols: usize,
+    out: usize,
+    y: &mut [f32],
+) {
+    let (row_bytes, groups) = (kestrel_format::weight::int4_row_bytes(cols), kestrel_format::weight::int4_groups(cols));
+    debug_assert!(x.len() >= rows * cols && q.len() >= out * row_bytes && scales.len() >= out * groups);
+    y[..rows * out].fill(0.0);
+    let mut xb = Bytes([128u8; RB * KC]);
+    let mut wp = Words([0i32; KC / 4 * NR]);
+    // SAFETY: every pointer stays inside x, q, y or the buffers; scale indices < out·groups.
+    unsafe {
+        let mut wsg = [[_mm512_setzero_si512(); 2]; GROUPS];
+        let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
+        for r0 in (0..rows).step_by(RB) {
+            let rn = RB.min(rows - r0);
+            for k0 in (0..cols).step_by(KC) {
+                let kn = KC.min(cols - k0);
+                let k4n = kn.div_ceil(4);
+                for i in 0..rn {
+                    quantize_u8(xp.add((r0 + i) * cols + k0), kn, inv, xb.0.as_mut_ptr().add(i * KC));
+                }
+                for o0 in (0..out).step_by(NR) {
+                    let nn = NR.min(out - o0);
+                    pack_i4(q.as_ptr(), row_bytes, o0, nn, k0, kn, wp.0.as_mut_ptr(), &mut wsg);
+                    let mut scl = [[_mm512_setzero_ps(); 2]; GROUPS];
+                    for (g, sg) in scl.iter_mut().enumerate().take(kn.div_ceil(32)) {
+                        let gi = k0 / 32 + g;
+                        for (h, sh) in sg.iter_mut().enumerate() {
+                            let mut v = [0.0f32; 16];
+                            for (j, vj) in v.iter_mut().enumerate().take(nn.saturating_sub(16 * h)) {
+                                *vj = scales.get_unchecked((o0 + 16 * h + j) * groups + gi).to_f32();
+                            }
+                            *sh = _mm512_loadu_ps(v.as_ptr());
+                        }
+                    }
+                    let (xbp, wpp) = (xb.0.as_ptr(), wp.0.as_ptr());
+                    let at = |i: usize| yp.add((r0 + i) * out + o0);
+                    let mut i = 0;
+                    while i + 4 <= rn {
+                        tile_i4::<4>(xbp.add(i * KC), wpp, k4n, &wsg, &scl, at(i), out, nn);
+                        i += 4;
+                    }
+                    let (xr, yr) = (xbp.add(i * KC), at(i));
+                    match rn - i {
+                        1 => tile_i4::<1>(xr, wpp, k4n, &wsg, &scl, yr, out, nn),
+                        2 => tile_i4::<2>(xr, wpp, k4n, &wsg, &scl, yr, out, nn),
+                        3 => tile_i4::<3>(xr, wpp, k4n, &wsg, &scl, yr, out, nn),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+}

@@ -597,6 +597,34 @@ pub unsafe fn q8_i8_avx512vnni(x: &[f32], rows: usize, inv: f32, w: &[i8], cols:
     }
 }
 
+/// `y[r·out + o] = Σ q(x[r, k]) · w[o, k] · scale(o, k / 32)` for int4 weights with the AVX-512
+/// VNNI kernel ([`super::q8_512::gemm_i4`]): f32 in the portable loop's order (per group an exact
+/// i32 sum, scaled; per 256-input chunk a partial), so equal to it bit for bit. `y` is overwritten.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX-512BW and AVX-512 VNNI (plus AVX2, FMA, F16C).
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn q8_i4_avx512vnni(
+    x: &[f32],
+    rows: usize,
+    inv: f32,
+    q: &[u8],
+    scales: &[f16],
+    cols: usize,
+    out: usize,
+    y: &mut [f32],
+) {
+    assert!(
+        x.len() >= rows * cols
+            && q.len() >= out * int4_row_bytes(cols)
+            && scales.len() >= out * int4_groups(cols)
+            && y.len() >= rows * out
+    );
+    // SAFETY: features per the contract; lengths checked.
+    unsafe { q8_512::gemm_i4(x, rows, inv, q, scales, cols, out, y) }
+}
+
 /// [`q8_i8_avx512vnni`] at 256 bits with AVX-VNNI ([`super::q8_avx`]).
 ///
 /// # Safety
