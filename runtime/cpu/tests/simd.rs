@@ -350,6 +350,39 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// int4 weights from arbitrary packed bytes and scales — every nibble, -8 included (the
+    /// encoder's symmetric quantiser only writes -7..7), and garbage in a row's padding past
+    /// `cols` — through every ISA's dense kernels (GEMV and GEMM shapes) against the scalar ones.
+    #[test]
+    fn int4_kernels_take_every_nibble(
+        (rows, out, cols, x, bytes, sc) in (prop_oneof![1usize..4, 8usize..20], 1usize..40, prop_oneof![1usize..70, 250usize..300])
+            .prop_flat_map(|(rows, out, cols)| {
+                let rb = kestrel_format::weight::int4_row_bytes(cols);
+                let g = kestrel_format::weight::int4_groups(cols);
+                (
+                    Just(rows), Just(out), Just(cols),
+                    proptest::collection::vec(-2.0f32..2.0, rows * cols),
+                    proptest::collection::vec(any::<u8>(), out * rb),
+                    proptest::collection::vec(-2.0f32..2.0, out * g),
+                )
+            }),
+    ) {
+        let scales: Vec<half::f16> = sc.iter().map(|&v| half::f16::from_f32(v)).collect();
+        let w = WeightView::new(out, cols, kestrel_format::WeightData::I4 { q: &bytes, scales: &scales }).unwrap();
+        let mut scalar = vec![0.0f32; rows * out];
+        linear_scalar_body(&x, rows, &w, None, &mut scalar);
+        let scalar64: Vec<f64> = scalar.iter().map(|&v| f64::from(v)).collect();
+        for isa in isas() {
+            if let Some(got) = simd_matmul(isa, &x, rows, &w) {
+                assert_close(&format!("{} int4 (raw bytes) matmul_wt", isa.name()), &got, &scalar64, F32_APPROX);
+            }
+        }
+    }
+}
+
 /// The portable int4 × int8 loop (`WeightView::dot_row_q8` per 256-input chunk) for `[rows, out]`.
 fn q8_i4_reference(x: &[f32], rows: usize, inv: f32, w: &WeightView<'_>) -> Vec<f32> {
     let (out, cols) = (w.rows(), w.cols());
