@@ -424,6 +424,12 @@ proptest! {
         let w = WeightView::new(out, cols, kestrel_format::WeightData::I4 { q: &bytes, scales: &scales }).unwrap();
         let inv = 4.0;
         let want = q8_i4_reference(&x, rows, inv, &w);
+        // Through the dispatch on every platform: the activation scale (0.25, a power of two)
+        // is applied after, exactly.
+        let mut y = vec![f32::NAN; rows * out];
+        kestrel_cpu::kernels::linear::linear_q8(&x, rows, &w, None, kestrel_format::ops::Activation::None, 1.0 / inv, &mut y);
+        let scaled: Vec<f32> = want.iter().map(|v| v * 0.25).collect();
+        prop_assert_eq!(&y, &scaled, "linear_q8 int4, rows {} out {} cols {}", rows, out, cols);
         #[cfg(target_arch = "x86_64")]
         if simd::has_avx512_vnni() {
             let mut y = vec![f32::NAN; rows * out];
