@@ -558,8 +558,8 @@ pub unsafe fn dot_i8_vnni(a: &[i8], b: &[i8]) -> i32 {
             let va = _mm256_loadu_si256(a.as_ptr().add(i).cast());
             let vb = _mm256_loadu_si256(b.as_ptr().add(i).cast());
             let (u, s) = sign_split(va, vb);
-            // `_mm256_dpbusd_avx_epi32` is stable only from Rust 1.89 (MSRV is 1.85): the
-            // instruction itself, VEX-encoded AVX-VNNI `vpdpbusd` (acc += Σ₄ u8·i8 per i32 lane).
+            // VEX-encoded AVX-VNNI `vpdpbusd` (acc += Σ₄ u8·i8 per i32 lane), written when the
+            // MSRV predated `_mm256_dpbusd_avx_epi32` (stable since 1.89, which `q8_avx.rs` uses).
             core::arch::asm!(
                 "{{vex}} vpdpbusd {acc}, {u}, {s}",
                 acc = inout(ymm_reg) acc,
