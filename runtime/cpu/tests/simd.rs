@@ -305,6 +305,23 @@ fn check_q8(rows: usize, out: usize, cols: usize, x: &[f32], w: &[i8]) {
         let got: Vec<i32> = acc.iter().zip(&base).map(|(a, b)| a.wrapping_sub(*b)).collect();
         assert_eq!(got, want, "{name} q8, rows {rows} out {out} cols {cols}");
     };
+    // Through the dispatch on every platform (the packed kernels where the CPU has them, else
+    // the portable i32 loop): each output is its exact sum × the row scale × the activation
+    // scale (0.25, exact), converted once.
+    let scales: Vec<f32> = (0..out).map(|o| 0.003 + o as f32 * 0.001).collect();
+    let wv = WeightView::new(out, cols, kestrel_format::WeightData::I8 { q: w, scales: &scales }).unwrap();
+    let mut y = vec![f32::NAN; rows * out];
+    kestrel_cpu::kernels::linear::linear_q8(
+        x,
+        rows,
+        &wv,
+        None,
+        kestrel_format::ops::Activation::None,
+        1.0 / inv,
+        &mut y,
+    );
+    let expect: Vec<f32> = want.iter().enumerate().map(|(i, &a)| a as f32 * scales[i % out] * 0.25).collect();
+    assert_eq!(y, expect, "linear_q8 int8, rows {rows} out {out} cols {cols}");
     let mut ran = false;
     #[cfg(target_arch = "x86_64")]
     {
