@@ -2,8 +2,9 @@
 //! thread (and match the f64 reference), a parallel section allocates nothing on any thread,
 //! and bad thread counts are typed errors.
 //!
-//! One test function: the pool and the thread count are process-wide, and the allocation count
-//! is global (every thread), so nothing else may run in this binary at the same time.
+//! No libtest harness (`harness = false` in Cargo.toml): the pool and the thread count are
+//! process-wide and the allocation count is global (every thread), so nothing else may run in
+//! this binary, libtest's own main thread included (it allocates while a test starts).
 
 use kestrel_cpu::kernels::linear::{linear, linear_q8, PAR_MIN_MACS};
 use kestrel_cpu::threads::{self, ThreadError, MAX_THREADS};
@@ -64,7 +65,11 @@ fn run_all(w: &[(EncodedWeight, Vec<f32>)], xs: &[Vec<f32>], bias: &[Vec<f32>], 
     outs
 }
 
-#[test]
+fn main() {
+    split_layers_match_one_thread_bit_for_bit_without_allocating();
+    println!("test split_layers_match_one_thread_bit_for_bit_without_allocating ... ok");
+}
+
 fn split_layers_match_one_thread_bit_for_bit_without_allocating() {
     assert_eq!(threads::set_threads(0), Err(ThreadError::Count { found: 0 }));
     assert_eq!(threads::set_threads(MAX_THREADS + 1), Err(ThreadError::Count { found: MAX_THREADS + 1 }));
@@ -90,6 +95,7 @@ fn split_layers_match_one_thread_bit_for_bit_without_allocating() {
             threads::set_threads(1).unwrap();
             // `run_all` allocates its outputs and views; with more threads the count must not grow.
             let (one, baseline) = count(|| run_all(&w, &xs, &bias, q8));
+            assert!(baseline > 0, "the counting allocator is not in effect");
             // The f64 reference (f32 path only; the q8 path is checked against its own reference
             // in tests/layers.rs): relu(x · decode(W)ᵀ + b).
             if !q8 {

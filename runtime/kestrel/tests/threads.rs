@@ -2,7 +2,8 @@
 //! thread in the session's arena) and dense layers split across threads. Outputs must equal the
 //! one-thread outputs bit for bit, and a run must not allocate on any thread.
 //!
-//! One test function: the thread count is process-wide.
+//! No libtest harness (`harness = false` in Cargo.toml): the thread count is process-wide and
+//! allocations are counted on every thread, libtest's own main thread included.
 
 use kestrel::demo::{image_model, text_model, Rng};
 use kestrel::format::DType;
@@ -33,7 +34,11 @@ fn run(
     (out, allocs)
 }
 
-#[test]
+fn main() {
+    threaded_sessions_match_one_thread_bit_for_bit_without_allocating();
+    println!("test threaded_sessions_match_one_thread_bit_for_bit_without_allocating ... ok");
+}
+
 fn threaded_sessions_match_one_thread_bit_for_bit_without_allocating() {
     let images: &'static [f32] = Rng::new(5).vec(7 * 256, 1.0).leak();
     let ids: &'static [i64] = (0..7 * 24).map(|i| (i * 37 % 100) as i64).collect::<Vec<_>>().leak();

@@ -7,8 +7,10 @@
 //! static GLOBAL: kestrel_reference::alloc_count::Counting = kestrel_reference::alloc_count::Counting;
 //! ```
 //!
-//! and measures with [`count`]. The counter is process-wide, so such a binary must not run two
-//! measured sections at once (one test function, or tests that hold a lock around `count`).
+//! and measures with [`count`]. The counter is process-wide, so such a binary must be a
+//! `harness = false` test with its own `main`: libtest's main thread allocates (its table of
+//! running tests, its first channel wait) just after it starts a test, at a moment that depends on
+//! the scheduler, and those allocations land in whatever section is being counted.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
