@@ -108,14 +108,33 @@ impl Stats {
 
 /// Times `pass(n)` (which runs `n` samples) `reps` times after one warm-up pass.
 pub fn time_passes(samples: usize, reps: usize, mut pass: impl FnMut(usize) -> Result<()>) -> Result<Stats> {
-    pass(samples)?;
-    let mut us = Vec::with_capacity(reps);
-    for _ in 0..reps.max(1) {
-        let t0 = Instant::now();
-        pass(samples)?;
-        us.push(t0.elapsed().as_secs_f64() * 1e6 / samples as f64);
+    let mut stats = time_interleaved(samples, reps, &mut [&mut pass])?;
+    Ok(stats.remove(0))
+}
+
+/// A timed pass: runs `n` samples.
+pub type Pass<'a> = dyn FnMut(usize) -> Result<()> + 'a;
+
+/// Times several passes (runtimes or configurations to compare) interleaved: each is warmed up
+/// once, then every repetition times each of them in turn, starting one further along each time.
+/// On a shared machine the memory bandwidth and clock drift over seconds; interleaving spreads
+/// that over all of them instead of charging it to whichever ran during a slow spell, so their
+/// ratios are steadier than those of back-to-back series. Returns one [`Stats`] per pass.
+pub fn time_interleaved(samples: usize, reps: usize, passes: &mut [&mut Pass<'_>]) -> Result<Vec<Stats>> {
+    let k = passes.len();
+    for p in passes.iter_mut() {
+        p(samples)?;
     }
-    Ok(Stats::from_passes(us))
+    let mut us = vec![Vec::with_capacity(reps); k];
+    for rep in 0..reps.max(1) {
+        for j in 0..k {
+            let i = (rep + j) % k;
+            let t0 = Instant::now();
+            passes[i](samples)?;
+            us[i].push(t0.elapsed().as_secs_f64() * 1e6 / samples as f64);
+        }
+    }
+    Ok(us.into_iter().map(Stats::from_passes).collect())
 }
 
 /// Per-sample input data of one model input, owned.
@@ -204,14 +223,26 @@ pub fn time_on(
     reps: usize,
     on: &BackendArgs,
 ) -> Result<(Stats, String)> {
+    let (mut pass, label) = kestrel_pass(model, feeds, batch, on)?;
+    time_passes(samples, reps, &mut pass).map(|s| (s, label))
+}
+
+/// A [`Pass`] running `model` in batches of `batch` on the backend `on` chooses (the session is
+/// created here, once), and where it runs.
+pub fn kestrel_pass<'a>(
+    model: &'a Model,
+    feeds: &'a [Feed],
+    batch: usize,
+    on: &BackendArgs,
+) -> Result<(impl FnMut(usize) -> Result<()> + 'a, String)> {
     let mut session = Runner::new(model, batch, on)?;
     let label = session.on();
     let cpu = model.cpu()?;
     let per_out: Vec<usize> =
         (0..cpu.output_count()).map(|i| Ok(cpu.output(i)?.shape.numel().unwrap_or(0))).collect::<Result<_>>()?;
     let mut outs: Vec<Vec<f32>> = per_out.iter().map(|p| vec![0.0f32; p * batch]).collect();
-    let mut inputs: Vec<Input<'_>> = Vec::with_capacity(feeds.len());
-    time_passes(samples, reps, |n| {
+    let mut inputs: Vec<Input<'a>> = Vec::with_capacity(feeds.len());
+    let pass = move |n: usize| {
         let mut done = 0;
         while done < n {
             let b = batch.min(n - done);
@@ -223,8 +254,8 @@ pub fn time_on(
             done += b;
         }
         Ok(())
-    })
-    .map(|s| (s, label))
+    };
+    Ok((pass, label))
 }
 
 /// Applies `--isa`; returns the ISA in use.
@@ -315,4 +346,39 @@ pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
         writeln!(w, "samples/s    {:.1}", s.samples_per_s)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// Each pass is warmed up once, then timed `reps` times, one of each in turn with the
+    /// starting pass rotating; every pass is asked for the full sample count.
+    #[test]
+    fn interleaved_passes_take_turns() {
+        let log = RefCell::new(Vec::new());
+        let (mut a, mut b, mut c) = (
+            |n: usize| -> Result<()> {
+                log.borrow_mut().push(('a', n));
+                Ok(())
+            },
+            |n: usize| -> Result<()> {
+                log.borrow_mut().push(('b', n));
+                Ok(())
+            },
+            |n: usize| -> Result<()> {
+                log.borrow_mut().push(('c', n));
+                Ok(())
+            },
+        );
+        let stats = time_interleaved(7, 3, &mut [&mut a, &mut b, &mut c]).unwrap();
+        assert_eq!(stats.len(), 3);
+        let order: String = log.borrow().iter().map(|&(p, _)| p).collect();
+        assert_eq!(order, "abc/abc/bca/cab".replace('/', ""), "warm-up, then rotating turns");
+        assert!(log.borrow().iter().all(|&(_, n)| n == 7));
+        // A failing pass is an error, not a figure.
+        let mut bad = |_: usize| -> Result<()> { bail!("boom") };
+        assert!(time_interleaved(1, 1, &mut [&mut bad]).is_err());
+    }
 }

@@ -7,12 +7,15 @@
 //! f32 weights) at batch 1 and batched, Kestrel with int8 weights at batch 1, and tract (the
 //! same ONNX, optimised plan for each batch size) at batch 1 and batched. Every figure is a
 //! median over `--reps` timed passes of `--samples` samples after a warm-up pass; the "5,000
-//! samples" seconds are 5000 × the median µs/sample (extrapolated unless `--samples 5000`).
+//! samples" seconds are 5000 × the median µs/sample (extrapolated unless `--samples 5000`). At
+//! each batch size the three runtimes' passes are interleaved ([`time_interleaved`]): the
+//! peer ratios are taken over the same stretch of time.
 
-use crate::bench::{make_feeds, time_kestrel, time_passes, BenchArgs, Feed, Stats};
+use crate::bench::{kestrel_pass, make_feeds, time_interleaved, time_kestrel, BenchArgs, Feed, Pass, Stats};
 use anyhow::{bail, Context, Result};
 use kestrel::format::DType;
 use kestrel::Model;
+use kestrel_cli::backend::{Backend, BackendArgs};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use tract_onnx::prelude::*;
@@ -134,15 +137,9 @@ fn model_dirs(root: &Path, only: &[String]) -> Result<Vec<(String, String, usize
     Ok(out)
 }
 
-/// Times tract on `onnx` with an optimised plan for batch `batch`, on the same data as `feed`.
-fn time_tract(
-    onnx: &Path,
-    feed: &Feed,
-    per_shape: &[usize],
-    batch: usize,
-    samples: usize,
-    reps: usize,
-) -> Result<Stats> {
+/// A [`Pass`](crate::bench::Pass) running tract on `onnx` with an optimised plan for batch
+/// `batch` (built here, once), on the same data as `feed`.
+fn tract_pass(onnx: &Path, feed: &Feed, per_shape: &[usize], batch: usize) -> Result<impl FnMut(usize) -> Result<()>> {
     let mut shape = vec![batch];
     shape.extend_from_slice(per_shape);
     let (dt, tensor) = match feed {
@@ -161,7 +158,7 @@ fn time_tract(
     }
     let model = if symbolic { model } else { model.with_input_fact(0, InferenceFact::dt_shape(dt, &shape))? };
     let plan = model.into_typed()?.concretize_dims(&symbols)?.into_optimized()?.into_runnable()?;
-    time_passes(samples, reps, |n| {
+    Ok(move |n: usize| {
         let mut done = 0;
         while done < n {
             // The input clone is a memcpy of one batch, negligible next to the model.
@@ -170,6 +167,42 @@ fn time_tract(
         }
         Ok(())
     })
+}
+
+/// Times, interleaved ([`time_interleaved`]), Kestrel with f32 and with int8 weights and, when it
+/// builds, tract, all at batch `batch` on one thread. Returns (f32, int8, tract).
+#[allow(clippy::too_many_arguments)]
+fn time_side_by_side(
+    m32: &Model,
+    m8: &Model,
+    feeds: &[Feed],
+    tract: Option<(&Path, &[usize])>,
+    batch: usize,
+    samples: usize,
+    reps: usize,
+    notes: &mut Vec<String>,
+    name: &str,
+) -> Result<(Stats, Stats, Option<Stats>)> {
+    let cpu = BackendArgs::new(Backend::Cpu);
+    let (mut k32, _) = kestrel_pass(m32, feeds, batch, &cpu)?;
+    let (mut k8, _) = kestrel_pass(m8, feeds, batch, &cpu)?;
+    // tract cannot always build an optimised plan (its codegen fails on some exported graphs):
+    // the row then says "-" and the note records tract's error.
+    let mut t = match tract.map(|(onnx, shape)| tract_pass(onnx, &feeds[0], shape, batch)).transpose() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("[bench paper] {name}: tract failed at batch {batch}: {e:#}");
+            notes.push(format!("{name}: tract failed: {}", format!("{e:#}").lines().next().unwrap_or("")));
+            None
+        }
+    };
+    let mut passes: Vec<&mut Pass<'_>> = vec![&mut k32, &mut k8];
+    if let Some(t) = t.as_mut() {
+        passes.push(t);
+    }
+    let mut stats = time_interleaved(samples, reps, &mut passes)?.into_iter();
+    let (s32, s8) = (stats.next().unwrap_or_default(), stats.next().unwrap_or_default());
+    Ok((s32, s8, stats.next()))
 }
 
 fn per_sample_shape(dir: &Path) -> Result<Vec<usize>> {
@@ -182,6 +215,14 @@ fn convert(onnx: &Path, weights: DType) -> Result<Model> {
     let opts = kestrel_onnx::ConvertOptions { weights, ..Default::default() };
     let conv = kestrel_onnx::convert(onnx, &opts).with_context(|| format!("converting {}", onnx.display()))?;
     Ok(Model::from_bytes(&conv.kes)?)
+}
+
+fn tract_label(tract: &Option<(&Path, &[usize])>) -> &'static str {
+    if tract.is_some() {
+        ", tract"
+    } else {
+        ""
+    }
 }
 
 /// `kestrel bench paper`.
@@ -202,10 +243,17 @@ pub fn run(w: &mut String, a: &BenchArgs, isa: &str) -> Result<()> {
         eprintln!("[bench paper] {name}: converting");
         let onnx = dir.join("model.onnx");
         let model = convert(&onnx, DType::F32)?;
+        let m8 = convert(&onnx, DType::I8)?;
         let feeds = make_feeds(&model, None, bb)?;
-        eprintln!("[bench paper] {name}: kestrel");
-        let kes_b1 = time_kestrel(&model, &feeds, a.samples, 1, a.reps)?;
-        let kes_bb = time_kestrel(&model, &feeds, samples_bb, bb, a.reps)?;
+        let shape = per_sample_shape(&dir)?;
+        let tract = (!a.no_tract).then_some((onnx.as_path(), shape.as_slice()));
+        eprintln!("[bench paper] {name}: kestrel f32, kestrel int8{} at batch 1, interleaved", tract_label(&tract));
+        let (kes_b1, kes_i8_b1, tract_b1) =
+            time_side_by_side(&model, &m8, &feeds, tract, 1, a.samples, a.reps, &mut notes, &name)?;
+        eprintln!("[bench paper] {name}: the same at batch {bb}");
+        let (kes_bb, kes_i8_bb, tract_bb) =
+            time_side_by_side(&model, &m8, &feeds, tract, bb, samples_bb, a.reps, &mut notes, &name)?;
+        drop(m8);
         let kes_bb_mt = if threads > 1 {
             set(threads)?;
             let s = time_kestrel(&model, &feeds, samples_bb, bb, a.reps);
@@ -215,25 +263,6 @@ pub fn run(w: &mut String, a: &BenchArgs, isa: &str) -> Result<()> {
             None
         };
         drop(model);
-        let m8 = convert(&onnx, DType::I8)?;
-        let kes_i8_b1 = time_kestrel(&m8, &feeds, a.samples, 1, a.reps)?;
-        let kes_i8_bb = time_kestrel(&m8, &feeds, samples_bb, bb, a.reps)?;
-        drop(m8);
-        let (tract_b1, tract_bb) = if a.no_tract {
-            (None, None)
-        } else {
-            eprintln!("[bench paper] {name}: tract");
-            let shape = per_sample_shape(&dir)?;
-            // tract cannot always build an optimised plan (its codegen fails on some exported
-            // graphs): the row then says "-" and the note records tract's error.
-            let t1 = time_tract(&onnx, &feeds[0], &shape, 1, a.samples, a.reps);
-            let tb = time_tract(&onnx, &feeds[0], &shape, bb, samples_bb, a.reps);
-            for e in [&t1, &tb].into_iter().filter_map(|r| r.as_ref().err()) {
-                eprintln!("[bench paper] {name}: tract failed: {e:#}");
-                notes.push(format!("{name}: tract failed: {}", format!("{e:#}").lines().next().unwrap_or("")));
-            }
-            (t1.ok(), tb.ok())
-        };
         let paper_s = paper_seconds(&task, &mech, heads);
         let row = Row {
             task,
@@ -307,7 +336,9 @@ fn markdown(rows: &[Row], a: &BenchArgs, bb: usize, machine: &serde_json::Value)
          paper's model shapes. Each figure: median of {} passes of {} samples after a warm-up pass (spread in \
          results.csv); seconds for 5,000 samples = 5000 × median µs/sample. Batched runs use batch {bb}. Every \
          column runs one thread except \"{t}T\" (Kestrel's worker pool); tract runs its optimised plan on one \
-         thread in the same process.\n\n\
+         thread in the same process. At each batch size the Kestrel f32, Kestrel int8 and tract passes are \
+         interleaved (one of each in turn, every repetition), so a slow spell of the shared machine falls on all \
+         three.\n\n\
          - *vs tract* (the peer comparison): Kestrel f32 and int8 weights at batch 1, one thread, over tract at \
          batch 1.\n\
          - *vs paper* (Table 5): Kestrel's fastest configuration on this machine (batch 1 or {bb}, f32 or int8, \

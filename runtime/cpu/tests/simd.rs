@@ -457,6 +457,29 @@ proptest! {
     }
 }
 
+/// The AVX-512 GEMV has two kernels, by row length: rows of up to 8,192 inputs (the proptests)
+/// stream one weight row at a time, longer ones (f16, int8, int4) take eight weight rows per
+/// load of `x`. Long rows here: two 8-row blocks and a partial one, a ragged column tail, 1–3
+/// rows of `x`, every encoding, random values.
+#[test]
+fn gemv_on_long_rows_matches_scalar_and_f64() {
+    let (out, inp) = (19, 8192 + 77);
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    };
+    let wv: Vec<f32> = (0..out * inp).map(|_| next()).collect();
+    let x: Vec<f32> = (0..3 * inp).map(|_| 2.0 * next()).collect();
+    for dt in 0u8..4 {
+        for rows in 1..=3 {
+            check_matmul(rows, out, inp, &x[..rows * inp], &wv, dt);
+        }
+    }
+}
+
 /// The GEMV's second pass over inputs (more than 24,576 of them for one row, 8,192 for three) and the GEMM over 1–5 rows.
 #[test]
 fn int8_gemm_is_exact_past_one_pass() {

@@ -1,21 +1,31 @@
 //! AVX-512 GEMV (`y [rows, N] = x [rows, K] · Wᵀ` for fewer than [`MAX_ROWS`] rows of `x`): the
 //! batch-1 path, where each weight is used once per row of `x` and the time is the weights'
-//! trip from memory plus their dequantisation.
+//! trip from memory plus their dequantisation. Two kernels, chosen by shape:
 //!
-//! Eight weight rows at a time, 16 columns per step: eight independent FMA chains (enough to
-//! cover the FMA latency on two pipes) and eight sequential streams. The eight rows are one
-//! contiguous region of the matrix, and so is the next block: it is prefetched into L2 evenly
-//! over the current block's steps, so DRAM always has the next 8 rows in flight (f32 and f16 also
-//! keep the AVX2 kernel's per-row prefetch into L1, which measured faster for them; int8/int4 do
-//! not). Against the AVX2 kernel this halves the instructions per weight (one 16-lane widening
-//! load, convert and FMA per 16 int8 or f16 weights). Measured with `kestrel bench gemm` on the
-//! MNIST head (2048 × 4096, batch 1, weights evicted from the caches before each call, one Zen 5
-//! core): int8 679 → 275 µs, f16 835 → 545 µs, f32 1,305 → 1,096 µs — all three now at ~30 GB/s
-//! of weights, ~75 % of the measured single-thread read bandwidth.
+//! * [`gemv_stream`], when a row of `x` fits in L1 beside the weight stream (`K ≤`
+//!   [`STREAM_MAX_COLS`]) or the weights are f32: one weight row at a time, so the matrix is read
+//!   as **one sequential stream**, every cache line prefetched into L1 [`PF_BYTES`] ahead (across
+//!   row ends: the next row follows in memory); eight accumulators per row, each summing every
+//!   eighth 16-column step, cover the FMA latency. `x` is read again for every weight row.
+//! * [`gemv_blocks`] otherwise: eight weight rows side by side, 16 columns per step, so each
+//!   load of `x` serves eight rows (a long int8 row reads 4 bytes of `x` per weight byte, from L2
+//!   once `x` outgrows L1); the next 8-row block is prefetched into L2 evenly over the current
+//!   block's steps (f32 and f16 also prefetch each row into L1).
 //!
-//! Sums run over `k` in order per lane, then the 16 lanes are reduced, then the column tail
-//! (`K % 16`) is added in scalar: results equal the scalar kernels' up to f32 summation order
-//! (`runtime/cpu/tests/simd.rs`).
+//! Measured on one Zen 5 core of a shared VM. In one process, the two kernels' calls interleaved
+//! (2560 × 4096 matrix, 42 MB as f32, median of 57 calls each, three runs): the stream takes
+//! 0.84–0.88× the 8-row kernel's time for f32, 0.83× for f16, 0.73× for int4, and the same for
+//! int8 (10.5 MB, served from L3). A plain AVX-512 read of the same 42 MB with the same prefetch
+//! ran at 0.62–0.75× of the stream's time: the rest of the gap is the second load stream (`x`)
+//! and the FMAs, not the prefetch pattern. On the CIFAR head's 20,736-column rows (`kestrel bench
+//! gemm`, old and new binaries alternated, weights evicted before each call) the stream was faster
+//! for f32 (5,131–6,614 µs against 6,363–7,736) but slower for int8 (1,697–2,729 against
+//! 1,523–1,625) and no better for f16, hence the rule above.
+//!
+//! Both sum per row and lane over `k` in a fixed order, then reduce the 16 lanes, then add the
+//! column tail (`K % 16`) in scalar: results equal the scalar kernels' up to f32 summation order
+//! (`runtime/cpu/tests/simd.rs`), and a row's result depends only on that row and the shape (any
+//! split of the output features across threads gives the same bits).
 
 use super::x86::{Loader, F16W, F32W, I4W, I8W};
 use core::arch::x86_64::*;
@@ -28,14 +38,27 @@ pub const MAX_ROWS: usize = 4;
 /// Weight rows per block.
 const O: usize = 8;
 
-/// Cache lines ahead that each weight row is prefetched (f32/f16; 2 KiB as in `x86.rs`).
+/// Cache lines ahead that each weight row is prefetched by [`gemv_blocks`] (f16; 2 KiB as in
+/// `x86.rs`).
 const PF_LINES: usize = 32;
+
+/// Bytes ahead of the current step that [`gemv_stream`] prefetches the weight stream into L1
+/// (measured on Zen 5: 8 KiB beat 4 KiB and 16 KiB).
+const PF_BYTES: usize = 8 * 1024;
+
+/// Accumulators per row in [`gemv_stream`] (16-column steps in flight).
+const A: usize = 8;
+
+/// Longest row of `x` (f32 columns, 32 KiB) that [`gemv_stream`] reads once per weight row.
+const STREAM_MAX_COLS: usize = 8 * 1024;
 
 /// A [`Loader`] that also reads 16 columns at a time.
 pub(super) trait Loader16: Loader {
-    /// Whether the GEMV prefetches this encoding's rows in software (measured: it helps f32 and
-    /// f16, where the bytes per FMA are many; not int8/int4).
+    /// Whether [`gemv_blocks`] prefetches this encoding's rows into L1 (measured: it helps f32
+    /// and f16, where the bytes per FMA are many; not int8/int4).
     const PREFETCH: bool;
+    /// f32 weights: [`gemv_stream`] whatever `K` (rereading `x` costs no more than the weights).
+    const F32: bool = false;
     /// Columns `k..k+16` of row `o`, dequantised except for the per-row scale
     /// (`k % 16 == 0`, `k + 16 <= cols`).
     unsafe fn load16(&self, o: usize, k: usize) -> __m512;
@@ -43,6 +66,7 @@ pub(super) trait Loader16: Loader {
 
 impl Loader16 for F32W<'_> {
     const PREFETCH: bool = true;
+    const F32: bool = true;
     #[inline(always)]
     unsafe fn load16(&self, o: usize, k: usize) -> __m512 {
         debug_assert!(k + 16 <= self.1);
@@ -100,6 +124,78 @@ impl Loader16 for I4W<'_> {
 /// writes at `r·ldy + o` for every `r < rows`, `o < out` (`ldy >= out`); `w` has `out` rows.
 #[inline(always)]
 pub(super) unsafe fn gemv<L: Loader16>(x: &[f32], rows: usize, w: &L, out: usize, y: *mut f32, ldy: usize) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if L::F32 || w.cols() <= STREAM_MAX_COLS {
+            gemv_stream(x, rows, w, out, y, ldy)
+        } else {
+            gemv_blocks(x, rows, w, out, y, ldy)
+        }
+    }
+}
+
+/// [`gemv`] one weight row at a time (see the module notes).
+///
+/// # Safety
+/// As [`gemv`].
+#[inline(always)]
+unsafe fn gemv_stream<L: Loader16>(x: &[f32], rows: usize, w: &L, out: usize, y: *mut f32, ldy: usize) {
+    let inp = w.cols();
+    debug_assert!(x.len() >= rows * inp && ldy >= out);
+    let k16 = inp / 16 * 16;
+    // Whole groups of A steps; the remaining steps go to accumulator 0.
+    let ka = inp / (16 * A) * (16 * A);
+    // SAFETY: every (o, k) read is < (out, inp); every x index < rows·inp; y per the contract.
+    // Prefetch addresses may run past the matrix (`wrapping_add`): a prefetch never faults.
+    unsafe {
+        for o in 0..out {
+            for r in 0..rows {
+                let xr = x.as_ptr().add(r * inp);
+                let mut acc = [_mm512_setzero_ps(); A];
+                let mut k = 0;
+                while k < ka {
+                    // Each line once (first pass over x only; later rows of x find W in L1/L2).
+                    if r == 0 {
+                        let mut c = 0;
+                        while c < 16 * A {
+                            _mm_prefetch::<_MM_HINT_T0>(w.addr(o, k + c).wrapping_add(PF_BYTES).cast());
+                            c += L::LINE_COLS;
+                        }
+                    }
+                    // Unrolled by hand with constant indices: as a loop, LLVM kept the int4
+                    // accumulators on the stack (a store-forwarding chain per FMA).
+                    macro_rules! step {
+                        ($($a:literal)*) => {$(
+                            acc[$a] = _mm512_fmadd_ps(w.load16(o, k + 16 * $a), _mm512_loadu_ps(xr.add(k + 16 * $a)), acc[$a]);
+                        )*};
+                    }
+                    step!(0 1 2 3 4 5 6 7);
+                    k += 16 * A;
+                }
+                while k < k16 {
+                    acc[0] = _mm512_fmadd_ps(w.load16(o, k), _mm512_loadu_ps(xr.add(k)), acc[0]);
+                    k += 16;
+                }
+                let t = _mm512_add_ps(
+                    _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])),
+                    _mm512_add_ps(_mm512_add_ps(acc[4], acc[5]), _mm512_add_ps(acc[6], acc[7])),
+                );
+                let mut s = _mm512_reduce_add_ps(t);
+                for kk in k16..inp {
+                    s += w.get(o, kk) * *xr.add(kk);
+                }
+                *y.add(r * ldy + o) = s * w.row_scale(o);
+            }
+        }
+    }
+}
+
+/// [`gemv`] eight weight rows at a time (see the module notes).
+///
+/// # Safety
+/// As [`gemv`].
+#[inline(always)]
+unsafe fn gemv_blocks<L: Loader16>(x: &[f32], rows: usize, w: &L, out: usize, y: *mut f32, ldy: usize) {
     let inp = w.cols();
     debug_assert!(x.len() >= rows * inp && ldy >= out);
     let k16 = inp / 16 * 16;
