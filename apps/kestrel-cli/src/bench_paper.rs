@@ -192,7 +192,10 @@ fn time_side_by_side(
         Ok(t) => t,
         Err(e) => {
             eprintln!("[bench paper] {name}: tract failed at batch {batch}: {e:#}");
-            notes.push(format!("{name}: tract failed at batch {batch}: {}", format!("{e:#}").lines().next().unwrap_or("")));
+            notes.push(format!(
+                "{name}: tract failed at batch {batch}: {}",
+                format!("{e:#}").lines().next().unwrap_or("")
+            ));
             None
         }
     };

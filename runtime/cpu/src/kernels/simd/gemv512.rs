@@ -138,7 +138,9 @@ pub(super) unsafe fn gemv<L: Loader16>(x: &[f32], rows: usize, w: &L, out: usize
 ///
 /// # Safety
 /// As [`gemv`].
-#[inline(always)]
+/// Not inlined: each kernel compiled on its own, as a target-feature function.
+#[inline(never)]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
 unsafe fn gemv_stream<L: Loader16>(x: &[f32], rows: usize, w: &L, out: usize, y: *mut f32, ldy: usize) {
     let inp = w.cols();
     debug_assert!(x.len() >= rows * inp && ldy >= out);
@@ -194,7 +196,9 @@ unsafe fn gemv_stream<L: Loader16>(x: &[f32], rows: usize, w: &L, out: usize, y:
 ///
 /// # Safety
 /// As [`gemv`].
-#[inline(always)]
+/// Not inlined: each kernel compiled on its own, as a target-feature function.
+#[inline(never)]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
 unsafe fn gemv_blocks<L: Loader16>(x: &[f32], rows: usize, w: &L, out: usize, y: *mut f32, ldy: usize) {
     let inp = w.cols();
     debug_assert!(x.len() >= rows * inp && ldy >= out);
