@@ -248,7 +248,8 @@ pub fn run(w: &mut String, a: &BenchArgs, isa: &str) -> Result<()> {
         let model = convert(&onnx, DType::F32)?;
         let m8 = convert(&onnx, DType::I8)?;
         let feeds = make_feeds(&model, None, bb)?;
-        let shape = per_sample_shape(&dir)?;
+        // tract's input shape comes from meta.json (not read with --no-tract).
+        let shape = if a.no_tract { Vec::new() } else { per_sample_shape(&dir)? };
         let tract = (!a.no_tract).then_some((onnx.as_path(), shape.as_slice()));
         eprintln!("[bench paper] {name}: kestrel f32, kestrel int8{} at batch 1, interleaved", tract_label(&tract));
         let (kes_b1, kes_i8_b1, tract_b1) =
