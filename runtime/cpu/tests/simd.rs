@@ -457,9 +457,9 @@ proptest! {
     }
 }
 
-/// The AVX-512 GEMV has two kernels, by row length: rows of up to 8,192 inputs (the proptests)
-/// stream one weight row at a time, longer ones (f16, int8, int4) take eight weight rows per
-/// load of `x`. Long rows here: two 8-row blocks and a partial one, a ragged column tail, 1–3
+/// The AVX-512 and AVX2 GEMVs have two kernels each, by row length and encoding: rows of up to
+/// 8,192 inputs (the proptests) stream one weight row at a time (AVX2: f32 and f16 only), longer
+/// ones take eight weight rows per load of `x` (except f32, which always streams). Long rows here: two 8-row blocks and a partial one, a ragged column tail, 1–3
 /// rows of `x`, every encoding, random values.
 #[test]
 fn gemv_on_long_rows_matches_scalar_and_f64() {

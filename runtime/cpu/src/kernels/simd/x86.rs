@@ -340,8 +340,80 @@ unsafe fn block<L: Loader, const R: usize, const O: usize>(
     }
 }
 
+/// Longest row of `x` (f32 columns, 32 KiB) that [`gemv_stream`] reads once per f16 weight row.
+const STREAM_MAX_COLS: usize = 8 * 1024;
+
+/// Bytes ahead that [`gemv_stream`] prefetches the weight stream into L1.
+const STREAM_PF_BYTES: usize = 8 * 1024;
+
+/// The AVX2 batch-1 GEMV for f32 and f16 weights, as in `gemv512.rs`: one weight row at a time, so
+/// the matrix is one sequential stream, each cache line prefetched [`STREAM_PF_BYTES`] ahead; 8
+/// accumulators of 8 lanes per row (64 columns per step), added in a fixed tree, then the 8 lanes,
+/// then the scalar column tail (timings in [`matmul_impl`]). int8/int4 keep the 8-row blocks (their 8-lane
+/// widening loads made the stream slower: MNIST head int8 345–352 → 394–399 µs).
+///
+/// # Safety
+/// As [`matmul_impl`]; the CPU must support AVX2, FMA and F16C.
+#[inline(always)]
+unsafe fn gemv_stream<L: Loader>(x: &[f32], rows: usize, w: &L, out: usize, y: *mut f32, ldy: usize) {
+    const A: usize = 8;
+    let inp = w.cols();
+    let k8 = inp / 8 * 8;
+    let ka = inp / (8 * A) * (8 * A);
+    // SAFETY: every (o, k) read is < (out, inp); x indices < rows·inp; y per the caller's
+    // contract. Prefetch addresses may run past the matrix (`wrapping_add`): prefetches never fault.
+    unsafe {
+        for o in 0..out {
+            for r in 0..rows {
+                let xr = x.as_ptr().add(r * inp);
+                let mut acc = [_mm256_setzero_ps(); A];
+                let mut k = 0;
+                while k < ka {
+                    if r == 0 {
+                        let mut c = 0;
+                        while c < 8 * A {
+                            _mm_prefetch::<_MM_HINT_T0>(w.addr(o, k + c).wrapping_add(STREAM_PF_BYTES).cast());
+                            c += L::LINE_COLS;
+                        }
+                    }
+                    macro_rules! step {
+                        ($($a:literal)*) => {$(
+                            acc[$a] = _mm256_fmadd_ps(w.load(o, k + 8 * $a), _mm256_loadu_ps(xr.add(k + 8 * $a)), acc[$a]);
+                        )*};
+                    }
+                    step!(0 1 2 3 4 5 6 7);
+                    k += 8 * A;
+                }
+                while k < k8 {
+                    acc[0] = _mm256_fmadd_ps(w.load(o, k), _mm256_loadu_ps(xr.add(k)), acc[0]);
+                    k += 8;
+                }
+                let t = _mm256_add_ps(
+                    _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])),
+                    _mm256_add_ps(_mm256_add_ps(acc[4], acc[5]), _mm256_add_ps(acc[6], acc[7])),
+                );
+                let mut s = hsum(t);
+                for kk in k8..inp {
+                    s += w.get(o, kk) * *xr.add(kk);
+                }
+                *y.add(r * ldy + o) = s * w.row_scale(o);
+            }
+        }
+    }
+}
+
 #[inline(always)]
 unsafe fn matmul_impl<L: Loader>(x: &[f32], rows: usize, w: &L, out: usize, y: *mut f32, ldy: usize) {
+    // A GEMV over f32 weights (16 columns per cache line), or f16 (32) with rows of x that fit in
+    // L1: one sequential stream ([`gemv_stream`]). Measured against the 8-row blocks below
+    // (`kestrel bench gemm --isa avx2`, weights evicted, old and new binaries alternated three
+    // times on a Zen 5 core): MNIST head f32 1,340–1,419 → 875–1,173 µs, f16 538–642 → 413–514;
+    // second head f32 297–350 → 193–238, f16 162–182 → 103–116; CIFAR head f32 6,147–6,821 →
+    // 5,393–5,686 (its f16 rows, 20,736 inputs, stay on the blocks).
+    if rows < 4 && (L::LINE_COLS == 16 || (L::LINE_COLS == 32 && w.cols() <= STREAM_MAX_COLS)) {
+        // SAFETY: the caller's contract.
+        return unsafe { gemv_stream(x, rows, w, out, y, ldy) };
+    }
     // Column blocks of KC outermost (partial sums accumulate in `y`), then weight-row pairs,
     // then rows of `x`: the x block and the weight rows stay in cache, so a batch reads the
     // weights from memory once, not once per 4 rows, and long rows do not evict `x`.
