@@ -41,7 +41,15 @@ pub struct BackendArgs {
     /// an error without SHADER_F16), or auto (f16 where the device has it).
     #[arg(long, value_enum, default_value = "f32")]
     pub gpu_precision: GpuPrecision,
+    /// Most working memory (arena) one session may take, e.g. 512MiB, 2GiB: a larger batch
+    /// runs in chunks that fit (a notice says so); a model whose single sample needs more is an
+    /// error naming the size.
+    #[arg(long, value_name = "BYTES", default_value = "2GiB", value_parser = kestrel::mem::parse_bytes)]
+    pub memory_budget: usize,
 }
+
+/// `--memory-budget`'s default.
+pub const DEFAULT_MEMORY_BUDGET: usize = 2 << 30;
 
 /// `--gpu-precision`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -68,12 +76,25 @@ impl From<GpuPrecision> for Precision {
 impl BackendArgs {
     /// The flags for `backend` with the default adapter choice and f32 arithmetic.
     pub fn new(backend: Backend) -> Self {
-        Self { backend, ..Self::default() }
+        Self { backend, memory_budget: DEFAULT_MEMORY_BUDGET, ..Self::default() }
     }
 }
 
-/// A session on the backend the flags chose, for batches up to its capacity.
-pub enum Runner<'m> {
+/// A session on the backend the flags chose. Its capacity is the batch asked for, or less when
+/// that batch's working memory would exceed `--memory-budget`: [`run`](Runner::run) then
+/// splits larger batches into chunks of the capacity.
+pub struct Runner<'m> {
+    /// The session.
+    pub on: On<'m>,
+    /// Samples per run of the session.
+    capacity: usize,
+    /// Elements per sample of each input and output.
+    inputs: Vec<usize>,
+    outputs: Vec<usize>,
+}
+
+/// Where a [`Runner`] runs.
+pub enum On<'m> {
     /// The CPU runtime.
     Cpu(Box<kestrel::Session<'m>>),
     /// The wgpu backend.
@@ -86,20 +107,34 @@ pub struct GpuRunner {
     pub session: GpuSession,
     /// The adapter, described for humans.
     pub adapter: String,
-    /// Elements per sample of each input and output.
-    inputs: Vec<usize>,
-    outputs: Vec<usize>,
 }
 
 impl<'m> Runner<'m> {
-    /// Opens a session on the backend `args` choose (see the module docs for `auto`).
+    /// Opens a session on the backend `args` choose (see the module docs for `auto`) for
+    /// batches of `capacity` samples (fewer per run when the budget says so; see [`Runner`]).
     pub fn new(model: &'m Model, capacity: usize, args: &BackendArgs) -> Result<Self> {
-        let fallback = |why: String| -> Result<Self> {
+        let cpu = model.cpu()?;
+        let numel = |t: kestrel::format::TensorInfo<'_>| t.shape.numel().unwrap_or(0);
+        let inputs = (0..cpu.input_count()).map(|i| cpu.input(i).map(numel)).collect::<Result<_, _>>()?;
+        let outputs = (0..cpu.output_count()).map(|i| cpu.output(i).map(numel)).collect::<Result<_, _>>()?;
+        let fits = model.capacity_within(capacity, args.memory_budget).context("--memory-budget")?;
+        if fits < capacity {
+            eprintln!(
+                "notice: batch {capacity} runs in chunks of {fits} samples (the working memory of the whole batch would exceed --memory-budget {})",
+                kestrel::mem::human_bytes(args.memory_budget as u64)
+            );
+        }
+        let on = Self::open(model, fits, args)?;
+        Ok(Runner { on, capacity: fits, inputs, outputs })
+    }
+
+    fn open(model: &'m Model, capacity: usize, args: &BackendArgs) -> Result<On<'m>> {
+        let fallback = |why: String| -> Result<On<'m>> {
             eprintln!("notice: {why}; running on the CPU");
-            Ok(Runner::Cpu(Box::new(model.session(capacity)?)))
+            Ok(On::Cpu(Box::new(model.session(capacity)?)))
         };
         let ctx = match args.backend {
-            Backend::Cpu => return Ok(Runner::Cpu(Box::new(model.session(capacity)?))),
+            Backend::Cpu => return Ok(On::Cpu(Box::new(model.session(capacity)?))),
             Backend::Wgpu => open(args).context("--backend wgpu")?,
             Backend::Auto => match open(args) {
                 Ok(c) => c,
@@ -125,17 +160,14 @@ impl<'m> Runner<'m> {
             }
             Err(e) => return Err(e).context("creating the GPU session"),
         };
-        let numel = |t: kestrel::format::TensorInfo<'_>| t.shape.numel().unwrap_or(0);
-        let inputs = (0..cpu.input_count()).map(|i| cpu.input(i).map(numel)).collect::<Result<_, _>>()?;
-        let outputs = (0..cpu.output_count()).map(|i| cpu.output(i).map(numel)).collect::<Result<_, _>>()?;
-        Ok(Runner::Gpu(Box::new(GpuRunner { session, adapter: ctx.describe(), inputs, outputs })))
+        Ok(On::Gpu(Box::new(GpuRunner { session, adapter: ctx.describe() })))
     }
 
     /// Where the session runs: `cpu`, or `wgpu: <adapter>`.
     pub fn on(&self) -> String {
-        match self {
-            Runner::Cpu(_) => "cpu".into(),
-            Runner::Gpu(g) => {
+        match &self.on {
+            On::Cpu(_) => "cpu".into(),
+            On::Gpu(g) => {
                 let arith = if g.session.arith() == Arith::F16 { ", f16 arithmetic" } else { "" };
                 format!("wgpu: {}{arith}", g.adapter)
             }
@@ -144,32 +176,74 @@ impl<'m> Runner<'m> {
 
     /// Whether the session runs on the GPU.
     pub fn is_gpu(&self) -> bool {
-        matches!(self, Runner::Gpu(_))
+        matches!(self.on, On::Gpu(_))
     }
 
-    /// Runs a batch (inferred from the input lengths) into caller-provided outputs; returns the
-    /// batch size.
+    /// Samples per run of the session (the batch asked for, or fewer under the budget).
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Runs a batch (inferred from the input lengths) into caller-provided outputs, in chunks
+    /// of the session's capacity; returns the batch size. Allocates nothing.
     pub fn run(&mut self, inputs: &[Input<'_>], outputs: &mut [&mut [f32]]) -> Result<usize> {
-        match self {
-            Runner::Cpu(s) => Ok(s.run(inputs, outputs)?),
-            Runner::Gpu(g) => g.session.run(inputs, outputs).context("running on the GPU"),
+        let batch = batch_of(&self.inputs, inputs);
+        if batch <= self.capacity {
+            return self.run_chunk(inputs, outputs);
+        }
+        if inputs.len() != self.inputs.len() || outputs.len() != self.outputs.len() {
+            // Let the session say what is wrong.
+            return self.run_chunk(inputs, outputs);
+        }
+        let (n_in, n_out) = (inputs.len(), outputs.len());
+        let mut start = 0;
+        while start < batch {
+            let n = self.capacity.min(batch - start);
+            let slice = |k: usize| start * k..(start + n) * k;
+            let mut chunk_in = [Input::F32(&[]); MAX_IO];
+            let mut chunk_out: [&mut [f32]; MAX_IO] = Default::default();
+            if n_in > MAX_IO || n_out > MAX_IO {
+                anyhow::bail!("a batch larger than the session's capacity with over {MAX_IO} inputs or outputs");
+            }
+            for ((c, x), &k) in chunk_in.iter_mut().zip(inputs).zip(&self.inputs) {
+                *c = match *x {
+                    Input::F32(d) => Input::F32(d.get(slice(k)).context("an input shorter than its batch")?),
+                    Input::I32(d) => Input::I32(d.get(slice(k)).context("an input shorter than its batch")?),
+                    Input::I64(d) => Input::I64(d.get(slice(k)).context("an input shorter than its batch")?),
+                };
+            }
+            for ((c, y), &k) in chunk_out.iter_mut().zip(outputs.iter_mut()).zip(&self.outputs) {
+                *c = y.get_mut(slice(k)).context("an output shorter than its batch")?;
+            }
+            self.run_chunk(&chunk_in[..n_in], &mut chunk_out[..n_out])?;
+            start += n;
+        }
+        Ok(batch)
+    }
+
+    fn run_chunk(&mut self, inputs: &[Input<'_>], outputs: &mut [&mut [f32]]) -> Result<usize> {
+        match &mut self.on {
+            On::Cpu(s) => Ok(s.run(inputs, outputs)?),
+            On::Gpu(g) => g.session.run(inputs, outputs).context("running on the GPU"),
         }
     }
 
-    /// Runs a batch and returns freshly allocated outputs (sized for the batch the inputs hold).
+    /// Runs a batch and returns freshly (and fallibly) allocated outputs, sized for the batch
+    /// the inputs hold.
     pub fn run_vec(&mut self, inputs: &[Input<'_>]) -> Result<Vec<Vec<f32>>> {
-        match self {
-            Runner::Cpu(s) => Ok(s.run_vec(inputs)?),
-            Runner::Gpu(g) => {
-                let batch = batch_of(&g.inputs, inputs);
-                let mut outs: Vec<Vec<f32>> = g.outputs.iter().map(|&n| vec![0f32; n * batch]).collect();
-                let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
-                g.session.run(inputs, &mut refs).context("running on the GPU")?;
-                Ok(outs)
-            }
+        let batch = batch_of(&self.inputs, inputs).max(1);
+        let mut outs = Vec::with_capacity(self.outputs.len());
+        for &n in &self.outputs {
+            outs.push(kestrel::mem::zeroed_vec::<f32>(n.saturating_mul(batch), "the outputs")?);
         }
+        let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+        self.run(inputs, &mut refs)?;
+        Ok(outs)
     }
 }
+
+/// Most inputs or outputs a batch split into chunks may have (chunk slices live on the stack).
+const MAX_IO: usize = 16;
 
 /// The batch the first input holds (the session checks every input against it).
 fn batch_of(per_sample: &[usize], inputs: &[Input<'_>]) -> usize {

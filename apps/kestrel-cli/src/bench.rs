@@ -174,6 +174,9 @@ pub fn make_feeds(model: &Model, input: Option<&PathBuf>, batch: usize) -> Resul
         if per == 0 {
             bail!("input {i} ({}) has no elements per sample", t.name);
         }
+        let n = per.checked_mul(batch).context("--batch: the input size overflows")?;
+        let f32s = || kestrel::mem::with_capacity::<f32>(n, "the benchmark inputs");
+        let i64s = || kestrel::mem::with_capacity::<i64>(n, "the benchmark inputs");
         let feed = match arrays.get(i) {
             Some(a) => {
                 let n = npy::batch_of(a, t.shape.dims(), &format!("input {i}"))?;
@@ -181,27 +184,34 @@ pub fn make_feeds(model: &Model, input: Option<&PathBuf>, batch: usize) -> Resul
                     bail!("--input holds no samples");
                 }
                 match a {
-                    npy::Array::F32 { data, .. } => {
-                        Feed::F32 { per, data: data.iter().copied().cycle().take(batch * per).collect() }
+                    npy::Array::F32 { data: d, .. } => {
+                        let mut data = f32s()?;
+                        data.extend(d.iter().copied().cycle().take(n));
+                        Feed::F32 { per, data }
                     }
-                    npy::Array::I64 { data, .. } => {
-                        Feed::I64 { per, data: data.iter().copied().cycle().take(batch * per).collect() }
+                    npy::Array::I64 { data: d, .. } => {
+                        let mut data = i64s()?;
+                        data.extend(d.iter().copied().cycle().take(n));
+                        Feed::I64 { per, data }
                     }
                 }
             }
             None if t.dtype == DType::F32 => {
                 let mut s = 0x2545_f491_u32;
-                let data = (0..batch * per)
-                    .map(|_| {
-                        s ^= s << 13;
-                        s ^= s >> 17;
-                        s ^= s << 5;
-                        (s >> 8) as f32 / (1u32 << 24) as f32
-                    })
-                    .collect();
+                let mut data = f32s()?;
+                data.extend((0..n).map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 17;
+                    s ^= s << 5;
+                    (s >> 8) as f32 / (1u32 << 24) as f32
+                }));
                 Feed::F32 { per, data }
             }
-            None => Feed::I64 { per, data: (0..batch * per).map(|k| (k % 2) as i64).collect() },
+            None => {
+                let mut data = i64s()?;
+                data.extend((0..n).map(|k| (k % 2) as i64));
+                Feed::I64 { per, data }
+            }
         };
         feeds.push(feed);
     }
@@ -240,7 +250,10 @@ pub fn kestrel_pass<'a>(
     let cpu = model.cpu()?;
     let per_out: Vec<usize> =
         (0..cpu.output_count()).map(|i| Ok(cpu.output(i)?.shape.numel().unwrap_or(0))).collect::<Result<_>>()?;
-    let mut outs: Vec<Vec<f32>> = per_out.iter().map(|p| vec![0.0f32; p * batch]).collect();
+    let mut outs = Vec::with_capacity(per_out.len());
+    for p in &per_out {
+        outs.push(kestrel::mem::zeroed_vec::<f32>(p.saturating_mul(batch), "the outputs")?);
+    }
     let mut inputs: Vec<Input<'a>> = Vec::with_capacity(feeds.len());
     let pass = move |n: usize| {
         let mut done = 0;
@@ -307,7 +320,7 @@ pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
         }
         return crate::bench_paper::run(w, a, isa);
     }
-    let model = Model::load(&a.model).with_context(|| format!("loading {}", a.model))?;
+    let model = kestrel_cli::load_model(&a.model)?;
     let feeds = make_feeds(&model, a.input.as_ref(), a.batch)?;
     let arena = model.cpu()?.arena_bytes_threads(a.batch, a.threads).unwrap_or(0);
     let (s, on) = time_on(&model, &feeds, a.samples, a.batch, a.reps, &a.backend)?;

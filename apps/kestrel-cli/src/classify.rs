@@ -2,8 +2,8 @@
 //! preprocessing; `--eval` over a labelled folder (accuracy, confusion matrix, `--plot`).
 
 use crate::backend::{BackendArgs, Runner};
-use crate::preprocess::{decode, InputPrep, Pixels};
-use anyhow::{bail, Context, Result};
+use crate::preprocess::{InputPrep, Pixels};
+use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use kestrel::format::OutputKind;
@@ -111,7 +111,7 @@ impl Classifier {
                         let names: Vec<&str> = BUNDLED.iter().map(|b| b.name).collect();
                         bail!("--model {name}: no such file, and not a bundled model ({})", names.join(", "));
                     }
-                    Model::load(p).with_context(|| format!("loading {name}"))?
+                    crate::load_model(p)?
                 }
             },
         };
@@ -305,7 +305,7 @@ pub fn run(w: &mut String, args: &ClassifyArgs) -> Result<()> {
     for chunk in files.chunks(batch) {
         let mut decoded = Vec::with_capacity(chunk.len());
         for f in chunk {
-            match decode(f) {
+            match clf.prep.load(f) {
                 Ok(px) => decoded.push((f.clone(), px)),
                 Err(e) => {
                     let msg = format!("{e:#}");
@@ -320,6 +320,15 @@ pub fn run(w: &mut String, args: &ClassifyArgs) -> Result<()> {
             let probs = clf.probabilities(&imgs, &mut session)?;
             infer_s += t.elapsed().as_secs_f64();
             for ((path, _), p) in decoded.into_iter().zip(probs) {
+                if let Some((n, _)) = kestrel::npy::non_finite(&p) {
+                    pb.suspend(|| {
+                        eprintln!(
+                            "warning: {}: {n} of the model's {} outputs are NaN or infinite: its prediction is meaningless",
+                            path.display(),
+                            p.len()
+                        )
+                    });
+                }
                 let predictions = clf.top(&p, args.top.min(clf.labels.len()));
                 let best = predictions[0].index;
                 results.push(Classified { path, predictions, best });

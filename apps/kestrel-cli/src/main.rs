@@ -9,7 +9,7 @@ mod devices;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use kestrel::format::{DType, TensorKind};
-use kestrel::{npy, Input, Model};
+use kestrel::{npy, Input};
 use kestrel_cli::backend;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -189,7 +189,7 @@ fn demo(w: &mut String, dtype: DType, out: &PathBuf, batch: usize) -> Result<()>
     }
     std::fs::write(out, &bytes).with_context(|| format!("writing {}", out.display()))?;
     let built = t0.elapsed();
-    let model = Model::load(out).with_context(|| format!("loading {}", out.display()))?;
+    let model = kestrel_cli::load_model(out)?;
     let mut session = model.session(batch)?;
     let cpu = session.model();
     writeln!(
@@ -233,7 +233,7 @@ fn run_model(
     outputs: &[PathBuf],
     backend: &backend::BackendArgs,
 ) -> Result<()> {
-    let model = Model::load(path).with_context(|| format!("loading {}", path.display()))?;
+    let model = kestrel_cli::load_model(path)?;
     let cpu = model.cpu()?;
     if inputs.len() != cpu.input_count() {
         bail!("the model takes {} input(s), {} given with --input", cpu.input_count(), inputs.len());
@@ -251,6 +251,15 @@ fn run_model(
             bail!("input {i} has batch {b}, input 0 has batch {batch}");
         }
         batch = b;
+        if let npy::Array::F32 { data, .. } = &a {
+            if let Some((n, first)) = npy::non_finite(data) {
+                eprintln!(
+                    "warning: input {i} ({}): {n} of {} values are NaN or infinite (the first at element {first}); the outputs they reach will be too",
+                    p.display(),
+                    data.len()
+                );
+            }
+        }
         arrays.push(a);
     }
     let feeds: Vec<Input<'_>> = arrays.iter().map(npy::Array::input).collect();
@@ -261,6 +270,13 @@ fn run_model(
         let mut shape = vec![batch];
         shape.extend(t.shape.dims().iter().map(|&d| d as usize));
         writeln!(w, "output {i}   {} {:?}", t.name, shape)?;
+        if let Some((n, first)) = npy::non_finite(data) {
+            eprintln!(
+                "warning: output {i} ({}): {n} of {} values are NaN or infinite (the first at element {first})",
+                t.name,
+                data.len()
+            );
+        }
         if let Some(out) = outputs.get(i) {
             npy::write_f32(out, &shape, data)?;
             writeln!(w, "           written to {}", out.display())?;
@@ -270,7 +286,7 @@ fn run_model(
 }
 
 fn inspect(w: &mut String, path: &PathBuf) -> Result<()> {
-    let model = Model::load(path).with_context(|| format!("loading {}", path.display()))?;
+    let model = kestrel_cli::load_model(path)?;
     let cpu = model.cpu()?;
     let f = cpu.file();
     let meta = f.meta();

@@ -90,6 +90,41 @@ impl InputPrep {
         Ok(Self { layout: p.layout, channels, size: [h, w], resize, pixel_scale: p.pixel_scale, mean, std })
     }
 
+    /// Decodes an image file straight to the model's resize size and colour, one row at a
+    /// time: memory is the decoded image (bounded by [`MAX_DECODE_BYTES`]) plus a few rows and
+    /// a `[height, resize width]` float buffer, never a float copy of the whole image. Gives
+    /// the same numbers as [`decode`] then [`apply`](Self::apply)'s colour conversion and resize.
+    pub fn load(&self, path: &Path) -> Result<Pixels> {
+        let img = decode_image(path)?;
+        self.resample(&img).with_context(|| format!("decoding {}", path.display()))
+    }
+
+    /// [`load`](Self::load) on an already decoded image.
+    pub fn resample(&self, img: &image::DynamicImage) -> Result<Pixels> {
+        let (h, w) = (img.height() as usize, img.width() as usize);
+        let from = source_channels(img)?;
+        let c = self.channels;
+        let [rh, rw] = self.resize;
+        let same = (h, w) == (rh, rw);
+        let wx = axis_weights(w, rw);
+        let mut tmp = kestrel::mem::with_capacity::<f32>(h * rw * c, "the resized pixels")?;
+        let mut row = Vec::with_capacity(w * from);
+        for y in 0..h {
+            row.clear();
+            row_f32(img, y, &mut row);
+            let px = Pixels { height: 1, width: w, channels: from, data: std::mem::take(&mut row) };
+            let coloured = convert_colour(&px, c);
+            if same {
+                tmp.extend_from_slice(&coloured);
+            } else {
+                resize_row(&coloured, c, &wx, &mut tmp);
+            }
+            row = px.data;
+        }
+        let data = if same { tmp } else { resize_columns(&tmp, h, rw, c, rh) };
+        Ok(Pixels { height: rh, width: rw, channels: c, data })
+    }
+
     /// Elements of one preprocessed sample.
     pub fn numel(&self) -> usize {
         self.channels * self.size[0] * self.size[1]
@@ -136,9 +171,18 @@ impl InputPrep {
     }
 }
 
-/// Decodes an image file (format guessed from its content, not its name).
-pub fn decode(path: &Path) -> Result<Pixels> {
-    let reader = image::ImageReader::open(path)
+/// Largest image side [`decode`] and [`InputPrep::load`] accept, in pixels.
+pub const MAX_SIDE: u32 = 16_384;
+
+/// Most bytes the image decoder may allocate for one image (the decoded buffer included): a
+/// 48-megapixel RGB photo fits; a small file that claims a gigapixel (a decompression bomb)
+/// is an error, not an allocation.
+pub const MAX_DECODE_BYTES: u64 = 256 << 20;
+
+/// Opens and decodes an image file (format guessed from its content, not its name) within
+/// [`MAX_SIDE`] and [`MAX_DECODE_BYTES`].
+pub fn decode_image(path: &Path) -> Result<image::DynamicImage> {
+    let mut reader = image::ImageReader::open(path)
         .with_context(|| format!("opening {}", path.display()))?
         .with_guessed_format()
         .with_context(|| format!("reading {}", path.display()))?;
@@ -148,28 +192,82 @@ pub fn decode(path: &Path) -> Result<Pixels> {
             path.display()
         );
     }
-    let img = reader.decode().with_context(|| format!("decoding {}", path.display()))?;
+    let mut limits = image::Limits::default();
+    limits.max_image_width = Some(MAX_SIDE);
+    limits.max_image_height = Some(MAX_SIDE);
+    limits.max_alloc = Some(MAX_DECODE_BYTES);
+    reader.limits(limits);
+    let img = reader.decode().map_err(|e| match e {
+        image::ImageError::Limits(l) => anyhow::anyhow!(
+            "{}: the image is too large to decode ({l}; at most {MAX_SIDE} pixels a side and {} MiB decoded)",
+            path.display(),
+            MAX_DECODE_BYTES >> 20
+        ),
+        e => anyhow::Error::new(e).context(format!("decoding {}", path.display())),
+    })?;
     if img.width() == 0 || img.height() == 0 {
         bail!("{}: the image has no pixels ({}x{})", path.display(), img.width(), img.height());
     }
-    Ok(from_dynamic(&img))
+    Ok(img)
+}
+
+/// Decodes an image file into float pixels at its own size (every pixel as an f32: four times
+/// the decoded bytes; [`InputPrep::load`] goes to the model's size without that copy).
+pub fn decode(path: &Path) -> Result<Pixels> {
+    let img = decode_image(path)?;
+    from_dynamic(&img).with_context(|| format!("decoding {}", path.display()))
 }
 
 /// Decoded `image` pixels as floats in 0..255 (alpha dropped).
-pub fn from_dynamic(img: &image::DynamicImage) -> Pixels {
-    use image::DynamicImage as D;
+pub fn from_dynamic(img: &image::DynamicImage) -> Result<Pixels> {
     let (width, height) = (img.width() as usize, img.height() as usize);
-    let (channels, data): (usize, Vec<f32>) = match img {
-        D::ImageLuma8(g) => (1, g.as_raw().iter().map(|&v| f32::from(v)).collect()),
-        D::ImageLumaA8(g) => (1, g.as_raw().chunks_exact(2).map(|p| f32::from(p[0])).collect()),
-        D::ImageRgb8(c) => (3, c.as_raw().iter().map(|&v| f32::from(v)).collect()),
-        D::ImageRgba8(c) => {
-            (3, c.as_raw().chunks_exact(4).flat_map(|p| p[..3].iter().map(|&v| f32::from(v))).collect())
+    let channels = source_channels(img)?;
+    let mut data = kestrel::mem::with_capacity::<f32>(width * height * channels, "the decoded pixels")?;
+    for y in 0..height {
+        row_f32(img, y, &mut data);
+    }
+    Ok(Pixels { height, width, channels, data })
+}
+
+/// Channels of `img` once alpha is dropped: 1 (grey) or 3 (colour).
+fn source_channels(img: &image::DynamicImage) -> Result<usize> {
+    use image::DynamicImage as D;
+    Ok(match img {
+        D::ImageLuma8(_) | D::ImageLumaA8(_) | D::ImageLuma16(_) | D::ImageLumaA16(_) => 1,
+        D::ImageRgb8(_) | D::ImageRgba8(_) | D::ImageRgb16(_) | D::ImageRgba16(_) => 3,
+        D::ImageRgb32F(_) | D::ImageRgba32F(_) => 3,
+        other => bail!("pixel format {:?} is not supported", other.color()),
+    })
+}
+
+/// Appends row `y` of `img` as floats in 0..255, alpha dropped ([`source_channels`] per pixel).
+fn row_f32(img: &image::DynamicImage, y: usize, out: &mut Vec<f32>) {
+    use image::DynamicImage as D;
+    fn row<T>(raw: &[T], width: usize, stride: usize, y: usize) -> &[T] {
+        raw.get(y * width * stride..(y + 1) * width * stride).unwrap_or(&[])
+    }
+    let w = img.width() as usize;
+    let u16f = |v: u16| f32::from(v) / f32::from(u16::MAX) * 255.0;
+    match img {
+        D::ImageLuma8(b) => out.extend(row(b.as_raw(), w, 1, y).iter().map(|&v| f32::from(v))),
+        D::ImageLumaA8(b) => out.extend(row(b.as_raw(), w, 2, y).chunks_exact(2).map(|p| f32::from(p[0]))),
+        D::ImageRgb8(b) => out.extend(row(b.as_raw(), w, 3, y).iter().map(|&v| f32::from(v))),
+        D::ImageRgba8(b) => {
+            out.extend(row(b.as_raw(), w, 4, y).chunks_exact(4).flat_map(|p| p[..3].iter().map(|&v| f32::from(v))))
         }
-        D::ImageLuma16(_) | D::ImageLumaA16(_) => (1, img.to_luma32f().as_raw().iter().map(|&v| v * 255.0).collect()),
-        _ => (3, img.to_rgb32f().as_raw().iter().map(|&v| v * 255.0).collect()),
-    };
-    Pixels { height, width, channels, data }
+        D::ImageLuma16(b) => out.extend(row(b.as_raw(), w, 1, y).iter().map(|&v| u16f(v))),
+        D::ImageLumaA16(b) => out.extend(row(b.as_raw(), w, 2, y).chunks_exact(2).map(|p| u16f(p[0]))),
+        D::ImageRgb16(b) => out.extend(row(b.as_raw(), w, 3, y).iter().map(|&v| u16f(v))),
+        D::ImageRgba16(b) => {
+            out.extend(row(b.as_raw(), w, 4, y).chunks_exact(4).flat_map(|p| p[..3].iter().map(|&v| u16f(v))))
+        }
+        D::ImageRgb32F(b) => out.extend(row(b.as_raw(), w, 3, y).iter().map(|&v| v * 255.0)),
+        D::ImageRgba32F(b) => {
+            out.extend(row(b.as_raw(), w, 4, y).chunks_exact(4).flat_map(|p| p[..3].iter().map(|&v| v * 255.0)))
+        }
+        // `source_channels` rejected every other format before rows are read.
+        _ => {}
+    }
 }
 
 fn convert_colour(px: &Pixels, want: usize) -> Vec<f32> {
@@ -203,23 +301,21 @@ fn axis_weights(input: usize, output: usize) -> Vec<(usize, Vec<f32>)> {
         .collect()
 }
 
-/// Resizes interleaved pixels `[h, w, c]` to `[oh, ow, c]` (rows first, then columns).
-pub fn resize(src: &[f32], h: usize, w: usize, c: usize, oh: usize, ow: usize) -> Vec<f32> {
-    // Horizontal pass: [h, w, c] -> [h, ow, c].
-    let wx = axis_weights(w, ow);
-    let mut tmp = vec![0f32; h * ow * c];
-    for y in 0..h {
-        for (x, (lo, ws)) in wx.iter().enumerate() {
-            for ch in 0..c {
-                let mut acc = 0f32;
-                for (k, &wt) in ws.iter().enumerate() {
-                    acc += wt * src[(y * w + lo + k) * c + ch];
-                }
-                tmp[(y * ow + x) * c + ch] = acc;
+/// One row `[w, c]` resampled horizontally to `[ow, c]`, appended to `out`.
+fn resize_row(src: &[f32], c: usize, wx: &[(usize, Vec<f32>)], out: &mut Vec<f32>) {
+    for (lo, ws) in wx {
+        for ch in 0..c {
+            let mut acc = 0f32;
+            for (k, &wt) in ws.iter().enumerate() {
+                acc += wt * src[(lo + k) * c + ch];
             }
+            out.push(acc);
         }
     }
-    // Vertical pass: [h, ow, c] -> [oh, ow, c].
+}
+
+/// The vertical pass: `tmp` `[h, ow, c]` resampled to `[oh, ow, c]`.
+fn resize_columns(tmp: &[f32], h: usize, ow: usize, c: usize, oh: usize) -> Vec<f32> {
     let wy = axis_weights(h, oh);
     let mut out = vec![0f32; oh * ow * c];
     for (y, (lo, ws)) in wy.iter().enumerate() {
@@ -234,4 +330,14 @@ pub fn resize(src: &[f32], h: usize, w: usize, c: usize, oh: usize, ow: usize) -
         }
     }
     out
+}
+
+/// Resizes interleaved pixels `[h, w, c]` to `[oh, ow, c]` (rows first, then columns).
+pub fn resize(src: &[f32], h: usize, w: usize, c: usize, oh: usize, ow: usize) -> Vec<f32> {
+    let wx = axis_weights(w, ow);
+    let mut tmp = Vec::with_capacity(h * ow * c);
+    for y in 0..h {
+        resize_row(&src[y * w * c..(y + 1) * w * c], c, &wx, &mut tmp);
+    }
+    resize_columns(&tmp, h, ow, c, oh)
 }

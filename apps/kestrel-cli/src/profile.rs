@@ -3,7 +3,7 @@
 //! timestamp queries around each node's compute pass), as a table, JSON, a Chrome trace and a
 //! PNG bar chart.
 
-use crate::backend::{Backend, BackendArgs, GpuRunner, Runner};
+use crate::backend::{Backend, BackendArgs, GpuRunner, On, Runner};
 use crate::classify::BUNDLED;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -56,7 +56,7 @@ fn load(model: Option<&str>) -> Result<(Model, String)> {
         None => Ok((Model::from_bytes(BUNDLED[0].bytes)?, format!("bundled {}", BUNDLED[0].name))),
         Some(name) => match BUNDLED.iter().find(|b| b.name == name) {
             Some(b) => Ok((Model::from_bytes(b.bytes)?, format!("bundled {}", b.name))),
-            None => Ok((Model::load(name).with_context(|| format!("loading {name}"))?, name.to_string())),
+            None => Ok((crate::load_model(name)?, name.to_string())),
         },
     }
 }
@@ -75,6 +75,20 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
     let t = cpu.input(0)?;
     let per = t.shape.numel().unwrap_or(0);
     let name = cpu.file().meta().model_name().to_string();
+    // A profile times the batch as one run: it must fit the memory budget whole.
+    let fits = |batch: usize| -> Result<()> {
+        if model.capacity_within(batch, args.backend.memory_budget).context("--memory-budget")? < batch {
+            bail!(
+                "profiling batch {batch} as one run needs {} of working memory, over --memory-budget {}",
+                kestrel::mem::human_bytes(model.arena_bytes(batch).map_or(u64::MAX, |b| b as u64)),
+                kestrel::mem::human_bytes(args.backend.memory_budget as u64)
+            );
+        }
+        Ok(())
+    };
+    if args.input.is_none() {
+        fits(args.batch)?;
+    }
     let array = match &args.input {
         Some(p) => {
             let a = npy::read(p)?;
@@ -95,21 +109,22 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
     };
     let feed: Input<'_> = array.input();
     let batch = array.shape().first().copied().unwrap_or(1);
+    fits(batch)?;
     // An explicit CPU backend profiles directly; otherwise a GPU session, or the CPU session
     // `auto` fell back to (dropped: the CPU profiler binds its own arena).
     let runner = match args.backend.backend {
         Backend::Cpu => None,
         _ => Some(Runner::new(&model, batch, &args.backend)?),
     };
-    let (prof, backend, timing) = match runner {
-        None | Some(Runner::Cpu(_)) => {
+    let on = runner.as_ref().map(Runner::on);
+    let (prof, backend, timing) = match runner.map(|r| r.on) {
+        None | Some(On::Cpu(_)) => {
             let prof = kestrel::profile::profile(&model, &[feed], args.warmup, args.runs)?;
             (prof, "cpu".to_string(), Timing::HostClock)
         }
-        Some(Runner::Gpu(mut gpu)) => {
+        Some(On::Gpu(mut gpu)) => {
             let (prof, timing) = gpu_profile(&model, &mut gpu, &[feed], args.warmup, args.runs)?;
-            let on = Runner::Gpu(gpu).on();
-            (prof, on, timing)
+            (prof, on.unwrap_or_default(), timing)
         }
     };
     let backend = backend.as_str();
@@ -192,9 +207,11 @@ pub fn gpu_profile(
         bail!("profile: input 0 has {len} elements, not a whole batch of {per}-element samples");
     }
     let batch = len / per;
-    let mut outs: Vec<Vec<f32>> = (0..cpu.output_count())
-        .map(|i| cpu.output(i).map(|t| vec![0f32; batch * t.shape.numel().unwrap_or(0)]))
-        .collect::<Result<_, _>>()?;
+    let mut outs = Vec::new();
+    for i in 0..cpu.output_count() {
+        let n = batch.saturating_mul(cpu.output(i)?.shape.numel().unwrap_or(0));
+        outs.push(kestrel::mem::zeroed_vec::<f32>(n, "the outputs")?);
+    }
     let mut o: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
     for _ in 0..warmup {
         gpu.session.run(inputs, &mut o).context("warm-up run on the GPU")?;

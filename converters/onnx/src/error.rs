@@ -4,12 +4,14 @@
 #[derive(Debug, thiserror::Error)]
 pub enum ConvertError {
     /// Reading a file failed.
-    #[error("{path}: {source}")]
+    // Not `source`: the message already ends with the OS error, and a source would print it
+    // twice in a chain (`{:#}`).
+    #[error("{path}: {error}")]
     Io {
         /// The path.
         path: String,
         /// The I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// tract could not load, type or run the ONNX model.
     #[error("{path}: tract could not {stage}: {message}")]

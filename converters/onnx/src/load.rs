@@ -20,7 +20,7 @@ pub(crate) struct LoadedInput {
 /// Loads `path`, fixes the leading (batch) axis of every input to `batch`, types and declutters.
 pub(crate) fn load_typed(path: &Path, batch: usize) -> Result<(TypedModel, Vec<LoadedInput>), ConvertError> {
     let p = path.display().to_string();
-    std::fs::metadata(path).map_err(|source| ConvertError::Io { path: p.clone(), source })?;
+    std::fs::metadata(path).map_err(|error| ConvertError::Io { path: p.clone(), error })?;
     let mut model = tract_onnx::onnx().model_for_path(path).map_err(tract_err(&p, "load the ONNX file"))?;
     let mut inputs = Vec::new();
     let mut symbols = SymbolValues::default();

@@ -184,7 +184,7 @@ pub enum RunError {
         batch: usize,
     },
     /// Batch capacity 0, or a size overflow.
-    #[error("batch capacity must be between 1 and {max}, got {found}")]
+    #[error("{}", CapacityMsg { max: *max, found: *found })]
     BadCapacity {
         /// Largest capacity whose arena size fits in usize.
         max: usize,
@@ -240,4 +240,23 @@ pub enum RunError {
     /// The model changed under the session (cannot happen with a validated model).
     #[error("internal error: {0}")]
     Internal(&'static str),
+}
+
+/// [`RunError::BadCapacity`]'s message: zero, over the largest capacity, or a model whose
+/// arena overflows even for one sample (no "between 1 and 0").
+struct CapacityMsg {
+    max: usize,
+    found: usize,
+}
+
+impl core::fmt::Display for CapacityMsg {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match (self.max, self.found) {
+            (_, 0) => write!(f, "batch capacity must be at least 1"),
+            (0, _) => write!(f, "the model's working memory (arena) overflows the address space even for one sample"),
+            (max, found) => {
+                write!(f, "batch capacity {found} is too large: its working memory overflows the address space (at most {max})")
+            }
+        }
+    }
 }

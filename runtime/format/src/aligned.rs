@@ -62,6 +62,18 @@ mod owned {
         }
     }
 
+    impl AlignedBuf {
+        /// A zeroed buffer of `len` bytes, or `None` when the memory cannot be had (the
+        /// allocation is fallible: a length taken from a file never aborts the process).
+        pub fn try_zeroed(len: usize) -> Option<AlignedBuf> {
+            let n = len.div_ceil(64);
+            let mut blocks = Vec::new();
+            blocks.try_reserve_exact(n).ok()?;
+            blocks.resize(n, Block([0; 64]));
+            Some(AlignedBuf { blocks, len })
+        }
+    }
+
     /// Copies `bytes` into a new 64-byte aligned buffer (for files read with `std::fs::read`).
     pub fn aligned_copy(bytes: &[u8]) -> AlignedBuf {
         let mut blocks = alloc::vec![Block([0; 64]); bytes.len().div_ceil(64)];

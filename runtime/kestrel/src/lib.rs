@@ -7,6 +7,7 @@
 pub mod builder;
 pub mod demo;
 pub mod fuse;
+pub mod mem;
 mod model;
 pub mod npy;
 pub mod plan;
@@ -21,12 +22,14 @@ pub use model::{Model, Session};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Reading a file failed.
-    #[error("{path}: {source}")]
+    // Not `source`: the message already ends with the OS error, and a source would print it
+    // twice in a chain (`{:#}`).
+    #[error("{path}: {error}")]
     Io {
         /// The path.
         path: String,
         /// The I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The file is malformed.
     #[error(transparent)]
@@ -43,4 +46,25 @@ pub enum Error {
     /// Building a model in code failed.
     #[error("building the model: {0}")]
     Build(String),
+    /// An allocation sized by a file or an input could not be made.
+    #[error("not enough memory for {what}: {bytes} bytes could not be allocated")]
+    OutOfMemory {
+        /// What the memory was for.
+        what: String,
+        /// Bytes asked for.
+        bytes: u64,
+    },
+    /// A session would take more memory than the caller's budget allows (nothing allocated).
+    #[error("{what} needs {needed} bytes, over the memory budget of {budget} bytes")]
+    OverBudget {
+        /// What the memory is for.
+        what: String,
+        /// Bytes needed.
+        needed: u64,
+        /// The budget.
+        budget: u64,
+    },
+    /// A batch capacity that cannot be served (zero, or an arena size that overflows).
+    #[error("{0}")]
+    Capacity(String),
 }

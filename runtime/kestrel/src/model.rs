@@ -1,6 +1,10 @@
-//! Owned models (memory-mapped or copied into aligned memory) and sessions with owned arenas.
+//! Owned models (read into aligned memory, or memory-mapped) and sessions with owned arenas.
+//!
+//! Every allocation sized by the file or by the caller (the file's bytes, the arena, the outputs)
+//! is fallible: too large a request is an [`Error::OutOfMemory`] or, under a memory budget,
+//! [`Error::OverBudget`], never an abort.
 
-use crate::Error;
+use crate::{mem, Error};
 use kestrel_cpu::session::Input;
 use std::path::Path;
 
@@ -24,22 +28,60 @@ pub struct Model {
 }
 
 impl Model {
-    /// Memory-maps and validates a `.kes` file (the weights are used in place).
+    /// Reads a `.kes` file into 64-byte-aligned memory and validates it. The model owns its
+    /// bytes: whatever happens to the file afterwards (truncated, rewritten, deleted) cannot
+    /// affect it. The buffer is allocated fallibly ([`Error::OutOfMemory`] for a file larger
+    /// than the memory available). This is what the CLI uses.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, Error> {
+        use std::io::Read as _;
         let path = path.as_ref();
-        let io = |source| Error::Io { path: path.display().to_string(), source };
+        let io = |error| Error::Io { path: path.display().to_string(), error };
+        let mut file = std::fs::File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        let len = usize::try_from(len).map_err(|_| Error::OutOfMemory { what: "the model file".into(), bytes: len })?;
+        let mut buf = kestrel_format::AlignedBuf::try_zeroed(len)
+            .ok_or(Error::OutOfMemory { what: "the model file".into(), bytes: len as u64 })?;
+        file.read_exact(&mut buf).map_err(io)?;
+        // The file grew while it was read: the bytes read are a prefix, which the checks
+        // reject as truncated if it is not a whole model; say what happened instead.
+        let mut probe = [0u8; 1];
+        if file.read(&mut probe).map_err(io)? != 0 {
+            return Err(Error::Io {
+                path: path.display().to_string(),
+                error: std::io::Error::other("the file changed size while it was read"),
+            });
+        }
+        let m = Self { storage: Storage::Owned(buf) };
+        m.cpu()?;
+        Ok(m)
+    }
+
+    /// Memory-maps and validates a `.kes` file: the weights are used in place, paged in from
+    /// the file on first use (a large model starts faster and its untouched pages cost no RAM).
+    ///
+    /// # Safety
+    ///
+    /// The file must not be truncated or modified while the model (or anything borrowed from
+    /// it) is alive. The OS delivers `SIGBUS` when a mapped page past a truncated end is read
+    /// and that kills the process; a modified file changes the weights under the runtime after
+    /// validation. [`Model::load`] reads the file instead and has no such contract.
+    pub unsafe fn map(path: impl AsRef<Path>) -> Result<Self, Error> {
+        let path = path.as_ref();
+        let io = |error| Error::Io { path: path.display().to_string(), error };
         let file = std::fs::File::open(path).map_err(io)?;
-        // SAFETY: the map is read-only and private to this process; a file truncated by another
-        // process while mapped would fault, as with any mmap-based loader (documented).
+        // SAFETY: read-only and private; the caller guarantees the file stays as it is.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
         let m = Self { storage: Storage::Mapped(map) };
         m.cpu()?;
         Ok(m)
     }
 
-    /// Copies `bytes` into 64-byte-aligned memory and validates them.
+    /// Copies `bytes` into 64-byte-aligned memory (allocated fallibly) and validates them.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, Error> {
-        let m = Self { storage: Storage::Owned(kestrel_format::aligned_copy(bytes)) };
+        let mut buf = kestrel_format::AlignedBuf::try_zeroed(bytes.len())
+            .ok_or(Error::OutOfMemory { what: "a copy of the model".into(), bytes: bytes.len() as u64 })?;
+        buf.copy_from_slice(bytes);
+        let m = Self { storage: Storage::Owned(buf) };
         m.cpu()?;
         Ok(m)
     }
@@ -54,19 +96,58 @@ impl Model {
         Ok(kestrel_cpu::Model::parse(self.bytes())?)
     }
 
-    /// A session for batches of up to `capacity` samples, with its arena allocated once here:
-    /// with one scratch copy per thread of the pool ([`kestrel_cpu::threads::threads`] now), so
-    /// mechanism ops run several samples at once.
+    /// A session for batches of up to `capacity` samples, with its arena allocated once here
+    /// (fallibly: [`Error::OutOfMemory`] when the memory is not there): with one scratch copy
+    /// per thread of the pool ([`kestrel_cpu::threads::threads`] now), so mechanism ops run
+    /// several samples at once.
     pub fn session(&self, capacity: usize) -> Result<Session<'_>, Error> {
+        self.session_within(capacity, usize::MAX)
+    }
+
+    /// [`session`](Self::session), refused with [`Error::OverBudget`] (nothing allocated) when
+    /// its arena would take more than `budget` bytes.
+    pub fn session_within(&self, capacity: usize, budget: usize) -> Result<Session<'_>, Error> {
         let model = self.cpu()?;
-        let threads = kestrel_cpu::threads::threads();
-        let bytes = model
-            .arena_bytes_threads(capacity, threads)
-            .ok_or(kestrel_cpu::RunError::BadCapacity { max: 0, found: capacity })?;
-        let mut s = Session { model, arena: vec![0u8; bytes], capacity };
+        if capacity == 0 {
+            return Err(Error::Capacity("the batch capacity must be at least 1".into()));
+        }
+        let bytes = self.arena_bytes(capacity)?;
+        if bytes > budget {
+            return Err(Error::OverBudget { what: format!("the working memory for batch {capacity}"), needed: bytes as u64, budget: budget as u64 });
+        }
+        let arena = mem::zeroed_vec::<u8>(bytes, "the session's working memory (arena)")?;
+        let mut s = Session { model, arena, capacity };
         // Bind once so a bad capacity fails here, not at the first run.
         kestrel_cpu::Session::new(&s.model, &mut s.arena, capacity)?;
         Ok(s)
+    }
+
+    /// The arena bytes a [`session`](Self::session) of `capacity` samples allocates (with the
+    /// pool's scratch copies); an error when the size overflows the address space.
+    pub fn arena_bytes(&self, capacity: usize) -> Result<usize, Error> {
+        let model = self.cpu()?;
+        model.arena_bytes_threads(capacity, kestrel_cpu::threads::threads()).ok_or_else(|| {
+            Error::Capacity(format!(
+                "the working memory for batch {capacity} ({} bytes per sample + {} scratch bytes) overflows the address space",
+                model.plan().arena_bytes_per_sample,
+                model.plan().scratch_bytes
+            ))
+        })
+    }
+
+    /// The largest batch capacity, at most `want`, whose session arena fits in `budget` bytes:
+    /// how a caller splits a big batch into runs that fit a memory budget. An
+    /// [`Error::OverBudget`] when not even one sample fits.
+    pub fn capacity_within(&self, want: usize, budget: usize) -> Result<usize, Error> {
+        let one = self.arena_bytes(1)?;
+        if one > budget {
+            return Err(Error::OverBudget { what: "the working memory for one sample".into(), needed: one as u64, budget: budget as u64 });
+        }
+        // arena_bytes is affine in the capacity: a + b·capacity.
+        let per_sample = self.cpu()?.plan().arena_bytes_per_sample;
+        let extra = if per_sample == 0 { u64::MAX } else { (budget - one) as u64 / per_sample };
+        let fits = usize::try_from(extra).unwrap_or(usize::MAX).saturating_add(1);
+        Ok(want.clamp(1, fits.max(1)))
     }
 }
 
@@ -94,7 +175,7 @@ impl Session<'_> {
         Ok(s.run(inputs, outputs)?)
     }
 
-    /// Runs a batch and returns freshly allocated outputs (convenience; allocates).
+    /// Runs a batch and returns freshly allocated outputs (convenience; allocates, fallibly).
     pub fn run_vec(&mut self, inputs: &[Input<'_>]) -> Result<Vec<Vec<f32>>, Error> {
         let per_sample: Vec<usize> = (0..self.model.output_count())
             .map(|i| self.model.output(i).map(|t| t.shape.numel().unwrap_or(0)))
@@ -113,7 +194,10 @@ impl Session<'_> {
             None => 0,
         };
         let batch = (len / first).max(1);
-        let mut outs: Vec<Vec<f32>> = per_sample.iter().map(|&n| vec![0.0; n * batch]).collect();
+        let mut outs = Vec::with_capacity(per_sample.len());
+        for &n in &per_sample {
+            outs.push(mem::zeroed_vec::<f32>(n.saturating_mul(batch), "the outputs")?);
+        }
         let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
         self.run(inputs, &mut refs)?;
         Ok(outs)

@@ -189,14 +189,14 @@ pub fn profile(model: &Model, inputs: &[Input<'_>], warmup: usize, runs: usize) 
     let cpu = model.cpu()?;
     let file = *cpu.file();
     let batch = batch_of(&cpu, inputs)?;
-    let arena_bytes = cpu
-        .arena_bytes_threads(batch, kestrel_cpu::threads::threads())
-        .ok_or(kestrel_cpu::RunError::BadCapacity { max: 0, found: batch })?;
-    let mut arena = vec![0u8; arena_bytes];
+    let arena_bytes = model.arena_bytes(batch)?;
+    let mut arena = crate::mem::zeroed_vec::<u8>(arena_bytes, "the session's working memory (arena)")?;
     let mut session = kestrel_cpu::Session::new(&cpu, &mut arena, batch)?;
-    let mut outs: Vec<Vec<f32>> = (0..cpu.output_count())
-        .map(|i| cpu.output(i).map(|t| vec![0f32; batch * t.shape.numel().unwrap_or(0)]))
-        .collect::<Result<_, _>>()?;
+    let mut outs = Vec::new();
+    for i in 0..cpu.output_count() {
+        let n = batch.saturating_mul(cpu.output(i)?.shape.numel().unwrap_or(0));
+        outs.push(crate::mem::zeroed_vec::<f32>(n, "the outputs")?);
+    }
     let mut executed: Vec<u32> = Vec::new();
     {
         let mut o: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();

@@ -72,3 +72,43 @@ fn batch_is_the_first_axis_and_the_rest_must_match() {
     let empty = Array::F32 { shape: vec![0, 16, 16], data: vec![] };
     assert!(batch_of(&empty, &[16, 16], "x").is_err());
 }
+
+/// Headers that claim more (or fewer) elements than the file holds: errors before any data is
+/// read or allocated, never a panic or an abort (a 128-byte file claiming 2^60 elements used to
+/// panic `bench`, `convert --verify` and `convert --calibrate`).
+#[test]
+fn headers_must_match_the_data() {
+    use kestrel::npy::parse;
+    let four: Vec<u8> = [1f32, 2.0, 3.0, 4.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let cases: [(&str, Vec<usize>, &[u8], &str); 5] = [
+        ("2^60 elements", vec![1 << 30, 1 << 30], &four, "needs"),
+        ("overflowing element count", vec![usize::MAX / 2, 3], &four, "overflows"),
+        ("overflowing byte count", vec![1 << 62], &four, "overflows"),
+        ("truncated data", vec![8], &four, "truncated"),
+        ("trailing data", vec![2], &four, "needs 8 data bytes, the file holds 16"),
+    ];
+    for (what, shape, body, says) in cases {
+        let bytes = raw_npy("<f4", false, &shape, body);
+        let e = parse(&bytes).expect_err(what);
+        assert!(e.contains(says), "{what}: {e}");
+    }
+    // A header length past the end of the file, and no magic at all.
+    let mut bytes = raw_npy("<f4", false, &[4], &four);
+    bytes[8] = 0xff;
+    bytes[9] = 0xff;
+    assert!(parse(&bytes).unwrap_err().contains("truncated .npy header"));
+    assert!(parse(b"PK\x03\x04 not an array").unwrap_err().contains("magic"));
+    assert!(parse(&bytes[..7]).is_err());
+    // Every prefix of a valid file is an error, not a panic.
+    let good = raw_npy("<f8", false, &[2, 2], &[four.clone(), four].concat());
+    assert!(parse(&good).is_ok());
+    for n in 0..good.len() {
+        assert!(parse(&good[..n]).is_err(), "prefix of {n} bytes");
+    }
+}
+
+#[test]
+fn non_finite_values_are_found() {
+    assert_eq!(kestrel::npy::non_finite(&[1.0, 2.0]), None);
+    assert_eq!(kestrel::npy::non_finite(&[1.0, f32::NAN, 0.0, f32::INFINITY]), Some((2, 1)));
+}
