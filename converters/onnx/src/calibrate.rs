@@ -37,6 +37,10 @@ pub struct CalibrationReport {
     pub samples: usize,
     /// Activations given a scale.
     pub tensors: Vec<CalibratedTensor>,
+    /// Activations left f32 because they were zero on every sample (their consumers
+    /// multiply in f32).
+    #[serde(default)]
+    pub uncalibrated: Vec<String>,
 }
 
 fn integer(b: &ModelBuilder, w: TensorId) -> bool {
@@ -81,6 +85,16 @@ pub fn calibrate(b: &mut ModelBuilder, samples: &[InputTensor]) -> Result<Calibr
     if batch == 0 || samples.iter().any(|s| s.shape.first() != Some(&batch)) {
         return Err(bad("calibration arrays with the same non-zero leading (sample) axis".into(), format!("{batch}")));
     }
+    for (i, s) in samples.iter().enumerate() {
+        if let InputData::F32(d) = &s.data {
+            if let Some((n, first)) = kestrel::npy::non_finite(d) {
+                return Err(bad(
+                    format!("finite calibration data (input {i})"),
+                    format!("{n} NaN or infinite value(s), the first at element {first}"),
+                ));
+            }
+        }
+    }
     let targets = targets(b);
     if targets.is_empty() {
         return Err(bad(
@@ -114,16 +128,31 @@ pub fn calibrate(b: &mut ModelBuilder, samples: &[InputTensor]) -> Result<Calibr
             *m = o.iter().fold(*m, |m, v| m.max(v.abs()));
         }
     }
-    let mut report = CalibrationReport { samples: batch, tensors: Vec::new() };
+    let mut report = CalibrationReport { samples: batch, tensors: Vec::new(), uncalibrated: Vec::new() };
+    let mut all_zero = Vec::new();
     for ((t, consumers), m) in targets.into_iter().zip(abs_max) {
-        if !(m.is_finite() && m > 0.0) {
-            // All zeros (or non-finite): nothing to scale; the consumers stay f32.
+        let name = b.tensor_name(t).unwrap_or("?").to_string();
+        if !m.is_finite() {
+            return Err(bad(
+                format!("finite activations on the calibration data (`{name}`)"),
+                format!("max |x| = {m}: the model overflows or produces NaN on these samples"),
+            ));
+        }
+        if m == 0.0 {
+            // All zeros on every sample: no scale can be chosen; its consumers stay f32.
+            all_zero.push(name);
             continue;
         }
         let scale = m / 127.0;
         b.set_act_scale(t, scale)?;
-        let name = b.tensor_name(t).unwrap_or("?").to_string();
         report.tensors.push(CalibratedTensor { name, abs_max: m, scale, consumers });
     }
+    if report.tensors.is_empty() {
+        return Err(bad(
+            "calibration data on which the integer layers see non-zero activations".into(),
+            format!("all {} calibrated activation(s) are zero on every sample ({})", all_zero.len(), all_zero.join(", ")),
+        ));
+    }
+    report.uncalibrated = all_zero;
     Ok(report)
 }

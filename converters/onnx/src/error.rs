@@ -23,6 +23,26 @@ pub enum ConvertError {
         /// tract's error, with its causes.
         message: String,
     },
+    /// Tensors stored in the ONNX file (initializers, constants) are malformed: checked before
+    /// the ONNX importer reads them.
+    #[error("{path}: malformed tensor data:\n  {}", problems.join("\n  "))]
+    BadTensors {
+        /// The ONNX file.
+        path: String,
+        /// One line per tensor.
+        problems: Vec<String>,
+    },
+    /// The ONNX importer (tract) panicked: a bug in it, or a model it cannot handle; the
+    /// panic was caught.
+    #[error("{path}: the ONNX importer failed while trying to {stage}: {message}")]
+    ImporterPanic {
+        /// The ONNX file.
+        path: String,
+        /// What was being done.
+        stage: &'static str,
+        /// The panic's message.
+        message: String,
+    },
     /// A graph input has a shape or type the converter cannot take.
     #[error("input `{input}`: expected {expected}, found {found}")]
     BadInput {
@@ -97,4 +117,15 @@ pub(crate) fn tract_err<'a>(
     stage: &'static str,
 ) -> impl Fn(tract_onnx::prelude::TractError) -> ConvertError + 'a {
     move |e| ConvertError::Tract { path: path.to_string(), stage, message: format!("{e:#}") }
+}
+
+/// Runs `f` (a call into tract), turning a panic into [`ConvertError::ImporterPanic`] without
+/// printing it.
+pub(crate) fn contain<T>(
+    path: &str,
+    stage: &'static str,
+    f: impl FnOnce() -> Result<T, ConvertError>,
+) -> Result<T, ConvertError> {
+    kestrel_cpu::panics::catch_quietly(f)
+        .unwrap_or_else(|message| Err(ConvertError::ImporterPanic { path: path.to_string(), stage, message }))
 }

@@ -22,6 +22,7 @@ mod lower;
 mod npy;
 mod quant;
 mod report;
+mod validate;
 mod verify;
 
 pub use calibrate::{CalibratedTensor, CalibrationReport};

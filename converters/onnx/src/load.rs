@@ -1,6 +1,6 @@
 //! Loading an ONNX file with tract at a fixed batch size, typed and decluttered.
 
-use crate::error::{tract_err, ConvertError};
+use crate::error::{contain, tract_err, ConvertError};
 use std::path::Path;
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::infer::Factoid;
@@ -18,10 +18,30 @@ pub(crate) struct LoadedInput {
 }
 
 /// Loads `path`, fixes the leading (batch) axis of every input to `batch`, types and declutters.
+/// The file is read into memory (fallibly), its tensors checked ([`crate::validate`]) before
+/// tract reads them, and every call into tract runs with panics caught.
 pub(crate) fn load_typed(path: &Path, batch: usize) -> Result<(TypedModel, Vec<LoadedInput>), ConvertError> {
     let p = path.display().to_string();
-    std::fs::metadata(path).map_err(|error| ConvertError::Io { path: p.clone(), error })?;
-    let mut model = tract_onnx::onnx().model_for_path(path).map_err(tract_err(&p, "load the ONNX file"))?;
+    contain(&p, "import the ONNX graph", || load_typed_inner(path, &p, batch))
+}
+
+fn load_typed_inner(path: &Path, p: &str, batch: usize) -> Result<(TypedModel, Vec<LoadedInput>), ConvertError> {
+    let p = p.to_string();
+    let bytes = std::fs::read(path).map_err(|error| ConvertError::Io { path: p.clone(), error })?;
+    let onnx = tract_onnx::onnx();
+    let proto = onnx.proto_model_for_read(&mut &bytes[..]).map_err(tract_err(&p, "read the ONNX file"))?;
+    drop(bytes);
+    crate::validate::check_model(&proto, path)?;
+    let dir = path.parent().and_then(|d| d.to_str());
+    let parsed = onnx.parse(&proto, dir).map_err(tract_err(&p, "load the ONNX file"))?;
+    if !parsed.unresolved_inputs.is_empty() {
+        return Err(ConvertError::Tract {
+            path: p.clone(),
+            stage: "load the ONNX file",
+            message: format!("inputs that no node or initializer defines: {}", parsed.unresolved_inputs.join(", ")),
+        });
+    }
+    let mut model = parsed.model;
     let mut inputs = Vec::new();
     let mut symbols = SymbolValues::default();
     for i in 0..model.inputs.len() {

@@ -102,6 +102,9 @@ impl Report {
                     t.consumers.join(", ")
                 );
             }
+            for name in &c.uncalibrated {
+                let _ = writeln!(s, "  {name:<30} zero on every sample: not calibrated, its consumers stay f32");
+            }
         }
         for r in &self.fusion_rejected {
             let _ = writeln!(s, "not fused (failed the numerical check): {r}");

@@ -89,11 +89,13 @@ pub fn run_tract(onnx_path: impl AsRef<Path>, inputs: &[InputTensor]) -> Result<
         .map_err(tract_err(&p, "build an input tensor"))?;
         tv.push(t.into_tvalue());
     }
-    let plan = match model.clone().into_optimized().and_then(|m| m.into_runnable()) {
-        Ok(plan) => plan,
-        Err(_) => model.into_runnable().map_err(tract_err(&p, "prepare the model"))?,
-    };
-    let outs = plan.run(tv).map_err(tract_err(&p, "run the model"))?;
+    let outs = crate::error::contain(&p, "run the model", || {
+        let plan = match model.clone().into_optimized().and_then(|m| m.into_runnable()) {
+            Ok(plan) => plan,
+            Err(_) => model.into_runnable().map_err(tract_err(&p, "prepare the model"))?,
+        };
+        plan.run(tv).map_err(tract_err(&p, "run the model"))
+    })?;
     outs.into_iter()
         .map(|o| {
             let t = o.cast_to::<f32>().map_err(tract_err(&p, "read an output"))?;
@@ -156,11 +158,35 @@ fn argmax(v: &[f32]) -> usize {
     v.iter().enumerate().fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &x)| if x > bv { (i, x) } else { (bi, bv) }).0
 }
 
+/// Non-finite values in a set of arrays: an error naming the first array that has some
+/// (errors and top-1 agreement computed over NaN would be meaningless).
+fn finite<'a>(what: &str, arrays: impl IntoIterator<Item = (String, &'a [f32])>) -> Result<(), ConvertError> {
+    for (name, data) in arrays {
+        if let Some((n, first)) = kestrel::npy::non_finite(data) {
+            return Err(ConvertError::Verify {
+                expected: format!("finite {what}"),
+                found: format!("{n} NaN or infinite value(s) in {name} (the first at element {first})"),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Runs both and compares: max abs error, max error relative to max |tract output|, top-1.
+/// Non-finite inputs or outputs are an error, not a comparison.
 pub fn verify(onnx_path: impl AsRef<Path>, kes: &[u8], inputs: &[InputTensor]) -> Result<VerifyReport, ConvertError> {
     let batch = inputs.first().and_then(|i| i.shape.first().copied()).unwrap_or(1);
+    finite(
+        "inputs",
+        inputs.iter().enumerate().filter_map(|(i, x)| match &x.data {
+            InputData::F32(d) => Some((format!("input {i}"), d.as_slice())),
+            InputData::I64(_) => None,
+        }),
+    )?;
     let t = run_tract(onnx_path, inputs)?;
     let k = run_kestrel(kes, inputs)?;
+    finite("outputs", t.iter().enumerate().map(|(i, (_, v))| (format!("tract's output {i}"), v.as_slice())))?;
+    finite("outputs", k.iter().enumerate().map(|(i, v)| (format!("Kestrel's output {i}"), v.as_slice())))?;
     let last: Vec<usize> = t.iter().map(|(s, _)| s.last().copied().unwrap_or(1)).collect();
     let tract: Vec<Vec<f32>> = t.into_iter().map(|(_, v)| v).collect();
     let (max_abs_err, max_rel_err, top1_agreement, rows) = compare(&tract, &k, &last)?;

@@ -18,6 +18,8 @@ mod exec;
 pub mod kernels;
 pub mod math;
 pub mod model;
+#[cfg(feature = "std")]
+pub mod panics;
 pub mod session;
 pub mod shapes;
 #[cfg(feature = "std")]

@@ -4,7 +4,6 @@
 use crate::core::FfiError;
 use std::cell::RefCell;
 use std::ffi::{c_char, CString};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// What a Kestrel function returns: `KESTREL_OK` or the kind of failure (details in
 /// `kestrel_last_error()`).
@@ -134,23 +133,20 @@ pub fn last_error() -> String {
 
 /// Runs `f`, which returns a static or thread-local string, turning a panic into "".
 pub fn guard_str(f: impl FnOnce() -> *const c_char) -> *const c_char {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or(c"".as_ptr())
+    kestrel_cpu::panics::catch_quietly(f).unwrap_or(c"".as_ptr())
 }
 
-/// Runs `f`, turning an error or a panic into a status and recording the message.
+/// Runs `f`, turning an error or a panic into a status and recording the message. A caught
+/// panic prints nothing on the host's stderr (no message, no backtrace): its message is in
+/// `kestrel_last_error`.
 pub fn guard(f: impl FnOnce() -> Result<(), FfiError>) -> Status {
-    match catch_unwind(AssertUnwindSafe(f)) {
+    match kestrel_cpu::panics::catch_quietly(f) {
         Ok(Ok(())) => Status::KESTREL_OK,
         Ok(Err(e)) => {
             set_last_error(&e);
             e.status
         }
-        Err(payload) => {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a non-string payload".to_string());
+        Err(what) => {
             let e = FfiError::new(
                 Status::KESTREL_ERR_PANIC,
                 format!("kestrel panicked (caught at the C boundary): {what}"),
