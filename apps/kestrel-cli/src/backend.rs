@@ -117,7 +117,10 @@ impl<'m> Runner<'m> {
         let numel = |t: kestrel::format::TensorInfo<'_>| t.shape.numel().unwrap_or(0);
         let inputs = (0..cpu.input_count()).map(|i| cpu.input(i).map(numel)).collect::<Result<_, _>>()?;
         let outputs = (0..cpu.output_count()).map(|i| cpu.output(i).map(numel)).collect::<Result<_, _>>()?;
-        let fits = model.capacity_within(capacity, args.memory_budget).context("--memory-budget")?;
+        let fits = model.capacity_within(capacity, args.memory_budget).map_err(|e| match e {
+            kestrel::Error::OverBudget { .. } => anyhow::anyhow!("{e} (raise it with --memory-budget)"),
+            e => e.into(),
+        })?;
         if fits < capacity {
             eprintln!(
                 "notice: batch {capacity} runs in chunks of {fits} samples (the working memory of the whole batch would exceed --memory-budget {})",

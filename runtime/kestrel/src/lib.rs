@@ -47,7 +47,7 @@ pub enum Error {
     #[error("building the model: {0}")]
     Build(String),
     /// An allocation sized by a file or an input could not be made.
-    #[error("not enough memory for {what}: {bytes} bytes could not be allocated")]
+    #[error("not enough memory for {what}: {} ({bytes} bytes) could not be allocated", mem::human_bytes(*bytes))]
     OutOfMemory {
         /// What the memory was for.
         what: String,
@@ -55,7 +55,7 @@ pub enum Error {
         bytes: u64,
     },
     /// A session would take more memory than the caller's budget allows (nothing allocated).
-    #[error("{what} needs {needed} bytes, over the memory budget of {budget} bytes")]
+    #[error("{what} needs {}, over the memory budget of {}", mem::human_bytes(*needed), mem::human_bytes(*budget))]
     OverBudget {
         /// What the memory is for.
         what: String,

@@ -55,7 +55,7 @@ pub fn parse_bytes(text: &str) -> Result<usize, String> {
 
 /// A byte count for humans: `1.5 GiB`, `512 MiB`, `300 B`.
 pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     let mut v = bytes as f64;
     let mut u = 0;
     while v >= 1024.0 && u + 1 < UNITS.len() {

@@ -59,59 +59,74 @@ fn npy_err(path: &Path, what: impl std::fmt::Display) -> Error {
 /// elements than the file has is an error, not an allocation of that size.
 pub fn read(path: impl AsRef<Path>) -> Result<Array, Error> {
     let path = path.as_ref();
+    // `fs::read` allocates fallibly (an error, not an abort, for a file larger than memory).
     let bytes = std::fs::read(path).map_err(|error| Error::Io { path: path.display().to_string(), error })?;
     parse(&bytes).map_err(|e| npy_err(path, e))
 }
 
 /// Parses the bytes of a `.npy` file ([`read`] without the file; the error names no path).
+///
+/// The header is parsed here, not by a general `.npy` library: its shape is untrusted input
+/// (an element count that overflows, or far more elements than the file holds) and is checked
+/// with checked arithmetic against the data bytes present before anything is allocated.
 pub fn parse(bytes: &[u8]) -> Result<Array, String> {
-    let header_len = header_len(bytes)?;
-    let npy = npyz::NpyFile::new(bytes).map_err(|e| format!("not a .npy file: {e}"))?;
-    if npy.order() != npyz::Order::C {
-        return Err("Fortran-ordered arrays are not supported; save with C order".into());
+    let (header, data) = split_header(bytes)?;
+    let descr = dict_value(header, "descr")?;
+    let descr = descr.trim_matches(|c| c == '\'' || c == '"');
+    match dict_value(header, "fortran_order")?.as_str() {
+        "False" => {}
+        "True" => return Err("Fortran-ordered arrays are not supported; save with C order".into()),
+        other => return Err(format!("fortran_order {other:?} is not True or False")),
     }
-    let descr = npy.dtype().descr().trim_matches('\'').to_string();
-    let item: u64 = match descr.as_str() {
+    let shape_text = dict_value(header, "shape")?;
+    let inner = shape_text
+        .strip_prefix('(')
+        .and_then(|t| t.strip_suffix(')'))
+        .ok_or_else(|| format!("shape {shape_text} is not a tuple"))?;
+    let mut shape = Vec::new();
+    let mut numel: u64 = 1;
+    for part in inner.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let d: u64 = part.trim_end_matches('L').parse().map_err(|_| format!("shape {shape_text}: {part:?} is not a size"))?;
+        numel = numel.checked_mul(d).ok_or_else(|| format!("shape {shape_text}: the element count overflows"))?;
+        shape.push(usize::try_from(d).map_err(|_| format!("shape {shape_text}: dimension {d} is too large"))?);
+    }
+    let item: u64 = match descr {
         "<f4" | "<i4" => 4,
         "<f8" | "<i8" => 8,
-        other => return Err(format!("dtype {other} is not supported (float32, float64, int32 or int64)")),
+        other => return Err(format!("dtype {other} is not supported (float32, float64, int32 or int64, little-endian)")),
     };
-    let mut shape = Vec::with_capacity(npy.shape().len());
-    let mut numel: u64 = 1;
-    for &d in npy.shape() {
-        let dim = usize::try_from(d).map_err(|_| format!("shape {:?}: dimension {d} is too large", npy.shape()))?;
-        numel = numel.checked_mul(d).ok_or_else(|| format!("shape {:?}: the element count overflows", npy.shape()))?;
-        shape.push(dim);
-    }
-    let data_bytes = (bytes.len() - header_len) as u64;
     let want = numel.checked_mul(item).ok_or_else(|| format!("shape {shape:?}: the byte count overflows"))?;
-    if want != data_bytes {
+    if want != data.len() as u64 {
         return Err(format!(
-            "shape {shape:?} of {descr} needs {want} data bytes, the file holds {data_bytes} (truncated or corrupt)"
+            "shape {shape:?} of {descr} needs {want} data bytes, the file holds {} (truncated or corrupt)",
+            data.len()
         ));
     }
-    let bad = |e: std::io::Error| format!("reading {descr} data: {e}");
-    Ok(match descr.as_str() {
-        "<f4" => Array::F32 { shape, data: npy.into_vec::<f32>().map_err(bad)? },
+    // The data is exactly `numel` items: the allocations below are bounded by the file.
+    Ok(match descr {
+        "<f4" => Array::F32 { shape, data: data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect() },
         "<f8" => {
-            let wide = npy.into_vec::<f64>().map_err(bad)?;
-            let mut data = Vec::with_capacity(wide.len());
-            for (i, v) in wide.into_iter().enumerate() {
+            let mut out = Vec::with_capacity(data.len() / 8);
+            for (i, b) in data.chunks_exact(8).enumerate() {
+                let v = f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
                 let n = v as f32;
                 if v.is_finite() && !n.is_finite() {
                     return Err(format!("element {i} ({v}) does not fit in float32"));
                 }
-                data.push(n);
+                out.push(n);
             }
-            Array::F32 { shape, data }
+            Array::F32 { shape, data: out }
         }
-        "<i8" => Array::I64 { shape, data: npy.into_vec::<i64>().map_err(bad)? },
-        _ => Array::I64 { shape, data: npy.into_vec::<i32>().map_err(bad)?.into_iter().map(i64::from).collect() },
+        "<i8" => Array::I64 {
+            shape,
+            data: data.chunks_exact(8).map(|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])).collect(),
+        },
+        _ => Array::I64 { shape, data: data.chunks_exact(4).map(|b| i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))).collect() },
     })
 }
 
-/// Bytes before the data: magic, version, header length field and the header itself.
-fn header_len(bytes: &[u8]) -> Result<usize, String> {
+/// The header text and the data bytes after it.
+fn split_header(bytes: &[u8]) -> Result<(&str, &[u8]), String> {
     const MAGIC: &[u8] = b"\x93NUMPY";
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
         return Err("not a .npy file (no \\x93NUMPY magic)".into());
@@ -121,10 +136,30 @@ fn header_len(bytes: &[u8]) -> Result<usize, String> {
         2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
         v => return Err(format!("not a .npy file this reader knows (format version {v})")),
     };
-    start
-        .checked_add(field)
-        .filter(|&end| end <= bytes.len())
-        .ok_or_else(|| format!("truncated .npy header ({field} header bytes declared, {} in the file)", bytes.len() - start))
+    let end = start.checked_add(field).filter(|&end| end <= bytes.len()).ok_or_else(|| {
+        format!("truncated .npy header ({field} header bytes declared, {} in the file)", bytes.len() - start)
+    })?;
+    let header = std::str::from_utf8(&bytes[start..end]).map_err(|_| "the .npy header is not text".to_string())?;
+    Ok((header, &bytes[end..]))
+}
+
+/// The value text of `key` in the header's Python dict literal (`{'descr': '<f4', ...}`):
+/// a quoted string, `True`/`False`, or a parenthesised tuple.
+fn dict_value(header: &str, key: &str) -> Result<String, String> {
+    let at = [format!("'{key}'"), format!("\"{key}\"")]
+        .iter()
+        .find_map(|k| header.find(k.as_str()).map(|i| i + k.len()))
+        .ok_or_else(|| format!("the .npy header has no {key:?}"))?;
+    let rest = header[at..].trim_start();
+    let rest = rest.strip_prefix(':').ok_or_else(|| format!("the .npy header's {key:?} has no value"))?.trim_start();
+    let end = match rest.chars().next() {
+        Some(q @ ('\'' | '"')) => rest[1..].find(q).map(|i| i + 2),
+        Some('(') => rest.find(')').map(|i| i + 1),
+        Some(_) => rest.find([',', '}']),
+        None => None,
+    }
+    .ok_or_else(|| format!("the .npy header's {key:?} value is not terminated"))?;
+    Ok(rest[..end].trim().to_string())
 }
 
 /// Non-finite values in a float array: `(count, index of the first)`.
