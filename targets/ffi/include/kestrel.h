@@ -329,8 +329,10 @@ enum KestrelStatus kestrel_backend_available(uint32_t backend, bool *out);
 /**
  * Loads (memory-maps) and validates the `.kes` file at `path` (NUL-terminated). On success
  * `*out` is a new model to release with `kestrel_model_free`; on failure it is NULL. The file
- * must not be truncated while the model lives (as with any memory-mapped loader); copy it with
- * `kestrel_model_load_memory` if that cannot be guaranteed.
+ * must not be truncated or rewritten while the model lives: the weights are read from the
+ * mapping in place, and a read past a truncated end raises SIGBUS in the host process (as with
+ * any memory-mapped loader). Where that cannot be guaranteed (a file in shared or downloadable
+ * storage), read the file and load it with `kestrel_model_load_memory`, which copies it.
  *
  * # Safety
  * `path` must be NULL or a NUL-terminated string; `out` NULL or valid for a write.
