@@ -179,8 +179,8 @@ pub fn make_feeds(model: &Model, input: Option<&PathBuf>, batch: usize) -> Resul
         let i64s = || kestrel::mem::with_capacity::<i64>(n, "the benchmark inputs");
         let feed = match arrays.get(i) {
             Some(a) => {
-                let n = npy::batch_of(a, t.shape.dims(), &format!("input {i}"))?;
-                if n == 0 {
+                let samples = npy::batch_of(a, t.shape.dims(), &format!("input {i}"))?;
+                if samples == 0 {
                     bail!("--input holds no samples");
                 }
                 match a {

@@ -182,14 +182,28 @@ pub const MAX_DECODE_BYTES: u64 = 256 << 20;
 /// Opens and decodes an image file (format guessed from its content, not its name) within
 /// [`MAX_SIDE`] and [`MAX_DECODE_BYTES`].
 pub fn decode_image(path: &Path) -> Result<image::DynamicImage> {
-    let mut reader = image::ImageReader::open(path)
+    let reader = image::ImageReader::open(path)
         .with_context(|| format!("opening {}", path.display()))?
         .with_guessed_format()
         .with_context(|| format!("reading {}", path.display()))?;
+    decode_with_limits(reader, &path.display().to_string())
+}
+
+/// [`decode_image`] on an image file's bytes (`name` is what errors call it).
+pub fn decode_image_bytes(bytes: &[u8], name: &str) -> Result<image::DynamicImage> {
+    let reader = image::ImageReader::new(std::io::Cursor::new(bytes))
+        .with_guessed_format()
+        .with_context(|| format!("reading {name}"))?;
+    decode_with_limits(reader, name)
+}
+
+fn decode_with_limits<R: std::io::BufRead + std::io::Seek>(
+    mut reader: image::ImageReader<R>,
+    name: &str,
+) -> Result<image::DynamicImage> {
     if reader.format().is_none() {
         bail!(
-            "{}: not an image in a format this build reads (PNG, JPEG, GIF, BMP, WebP, TIFF, PNM, ICO, TGA, QOI)",
-            path.display()
+            "{name}: not an image in a format this build reads (PNG, JPEG, GIF, BMP, WebP, TIFF, PNM, ICO, TGA, QOI)"
         );
     }
     let mut limits = image::Limits::default();
@@ -199,14 +213,13 @@ pub fn decode_image(path: &Path) -> Result<image::DynamicImage> {
     reader.limits(limits);
     let img = reader.decode().map_err(|e| match e {
         image::ImageError::Limits(l) => anyhow::anyhow!(
-            "{}: the image is too large to decode ({l}; at most {MAX_SIDE} pixels a side and {} MiB decoded)",
-            path.display(),
+            "{name}: the image is too large to decode ({l}; at most {MAX_SIDE} pixels a side and {} MiB decoded)",
             MAX_DECODE_BYTES >> 20
         ),
-        e => anyhow::Error::new(e).context(format!("decoding {}", path.display())),
+        e => anyhow::Error::new(e).context(format!("decoding {name}")),
     })?;
     if img.width() == 0 || img.height() == 0 {
-        bail!("{}: the image has no pixels ({}x{})", path.display(), img.width(), img.height());
+        bail!("{name}: the image has no pixels ({}x{})", img.width(), img.height());
     }
     Ok(img)
 }

@@ -2,6 +2,9 @@
 //! run through the `kestrel` binary as a user would, and must end with exit status 1 and a
 //! clear, typed error on stderr (or, for NaN inputs, a warning).
 
+mod bad_inputs;
+
+use bad_inputs::{bundled, fixture, npy_claiming, png_header, repo, with_plan};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -37,47 +40,6 @@ fn dir(name: &str) -> PathBuf {
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn fixture(name: &str) -> PathBuf {
-    repo().join("converters/fixtures").join(name)
-}
-
-/// The bundled Fashion-MNIST model (with image preprocessing in its metadata).
-fn bundled() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("models/fmnist_vit_super.int8.kes")
-}
-
-/// `bytes` with its memory plan (section 4) set to `arena` bytes per sample, resealed.
-fn with_plan(bytes: &[u8], arena: u64) -> Vec<u8> {
-    let mut b = bytes.to_vec();
-    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
-    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-    let (count, table) = (u32_at(&b, 28) as usize, u64_at(&b, 32) as usize);
-    let entry = (0..count).map(|i| table + 24 * i).find(|&e| u32_at(&b, e) == 4).expect("a memory plan section");
-    let off = u64_at(&b, entry + 8) as usize;
-    b[off..off + 8].copy_from_slice(&arena.to_le_bytes());
-    assert!(kestrel::format::reseal(&mut b));
-    b
-}
-
-/// A `.npy` float32 file whose header claims `shape` over `body` (any length).
-fn npy_claiming(shape: &[u64], body: &[u8]) -> Vec<u8> {
-    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({},), }}", dims.join(", "));
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend((header.len() as u16).to_le_bytes());
-    out.extend(header.as_bytes());
-    out.extend(body);
-    out
 }
 
 /// Case 1: a model whose plan asks for 1 TiB of arena per sample. Every command that runs a
@@ -172,11 +134,7 @@ fn an_npy_header_claiming_2_pow_60_elements_is_an_error_everywhere() {
 
 /// The fixture's ONNX protobuf with `edit` applied to its graph, re-encoded.
 fn edited_onnx(edit: impl FnOnce(&mut tract_onnx::pb::GraphProto)) -> Vec<u8> {
-    use prost::Message as _;
-    let bytes = std::fs::read(fixture("mnist_vit_super_h1").join("model.onnx")).unwrap();
-    let mut proto = tract_onnx::pb::ModelProto::decode(&bytes[..]).unwrap();
-    edit(proto.graph.as_mut().unwrap());
-    proto.encode_to_vec()
+    bad_inputs::edited_onnx(&fixture("mnist_vit_super_h1").join("model.onnx"), edit)
 }
 
 /// Case 3: initializers shorter than their dims (tract's importer panicked in
@@ -206,34 +164,17 @@ fn malformed_onnx_initializers_are_listed_not_panics() {
     let o = kestrel(&["convert", s(&onnx), "-o", s(&d.join("m.kes"))]);
     fails_with(&o, "malformed tensor data");
     for (name, says) in names.iter().zip(["raw_data holds", "negative dimension", "unknown element type 99"]) {
-        let line = o.stderr.lines().find(|l| l.contains(&format!("`{name}`"))).unwrap_or_else(|| panic!("{name}: {}", o.stderr));
+        let line = o
+            .stderr
+            .lines()
+            .find(|l| l.contains(&format!("`{name}`")))
+            .unwrap_or_else(|| panic!("{name}: {}", o.stderr));
         assert!(line.contains(says), "{line}");
     }
     // A protobuf that is not one.
     std::fs::write(&onnx, b"\x0a\xff\xff\xff\xff\x0fnot a protobuf").unwrap();
     fails_with(&kestrel(&["convert", s(&onnx), "-o", s(&d.join("m.kes"))]), "could not read the ONNX file");
     std::fs::remove_dir_all(&d).ok();
-}
-
-/// A PNG with this header and no pixel data (the decoder's limits are checked on the header).
-fn png_header(width: u32, height: u32, colour: u8) -> Vec<u8> {
-    fn chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
-        out.extend((data.len() as u32).to_be_bytes());
-        let start = out.len();
-        out.extend(kind);
-        out.extend(data);
-        let crc = crc32fast::hash(&out[start..]);
-        out.extend(crc.to_be_bytes());
-    }
-    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
-    let mut ihdr = Vec::new();
-    ihdr.extend(width.to_be_bytes());
-    ihdr.extend(height.to_be_bytes());
-    ihdr.extend([8, colour, 0, 0, 0]);
-    chunk(&mut png, b"IHDR", &ihdr);
-    chunk(&mut png, b"IDAT", &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01]);
-    chunk(&mut png, b"IEND", &[]);
-    png
 }
 
 /// Case 4: decompression bombs (a 20000×20000 grey PNG; a 16000×16000 RGB one within the side
@@ -247,7 +188,11 @@ fn image_bombs_are_per_file_errors() {
     std::fs::copy(repo().join("apps/kestrel-cli/samples/fmnist/bag/00018.png"), d.join("bag.png")).unwrap();
     let o = kestrel(&["classify", s(&d)]);
     fails_with(&o, "too large to decode");
-    assert!(o.stderr.contains("wide.png") && o.stderr.contains("flood.png") && o.stderr.contains("junk.png"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("wide.png") && o.stderr.contains("flood.png") && o.stderr.contains("junk.png"),
+        "{}",
+        o.stderr
+    );
     assert!(o.stdout.contains("bag.png"), "the good file is still classified:\n{}", o.stdout);
     std::fs::remove_dir_all(&d).ok();
 }
@@ -283,7 +228,11 @@ fn non_finite_inputs_warn_or_fail() {
     kestrel::npy::write_f32(&x, &[2, 1, 28, 28], &data).unwrap();
     let o = kestrel(&["run", s(&bundled()), "--input", s(&x)]);
     assert_eq!(o.code, Some(0), "{}", o.stderr);
-    assert!(o.stderr.contains("warning: input 0") && o.stderr.contains("2 of 1568 values are NaN or infinite"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("warning: input 0") && o.stderr.contains("2 of 1568 values are NaN or infinite"),
+        "{}",
+        o.stderr
+    );
     assert!(o.stderr.contains("warning: output 0"), "{}", o.stderr);
     let onnx = fixture("mnist_vit_super_h1").join("model.onnx");
     let out = d.join("m.kes");
@@ -309,4 +258,20 @@ fn io_errors_name_the_path_and_the_cause_once() {
     assert_eq!(o.stderr.matches("No such file or directory").count(), 1, "{}", o.stderr);
     let o = kestrel(&["run", s(&bundled()), "--input", "/nonexistent/x.npy", "--batch", "0"]);
     assert_eq!(o.code, Some(2), "clap's usage error: {}", o.stderr);
+}
+
+/// The bad-input matrix's fast subset: every command on a few files of each category, under
+/// `prlimit --as=2GiB` (the whole matrix: `apps/kestrel-cli/scripts/bad_inputs.sh`).
+#[test]
+fn the_bad_input_matrix_fast_subset_exits_cleanly_under_a_2gib_limit() {
+    let d = dir("matrix");
+    let cases = bad_inputs::write_corpus(&d.join("files"), true);
+    let outcomes = bad_inputs::run_matrix(Path::new(env!("CARGO_BIN_EXE_kestrel")), &cases, &d.join("scratch"), |_| {});
+    let table = bad_inputs::table(&outcomes);
+    println!("{table}");
+    assert!(outcomes.len() >= 60, "{} runs", outcomes.len());
+    assert!(outcomes.iter().all(|o| o.clean), "{table}");
+    // Not vacuous: most of these are refusals, with exit status 1 and a message.
+    assert!(outcomes.iter().filter(|o| o.code == Some(1)).count() * 2 > outcomes.len(), "{table}");
+    std::fs::remove_dir_all(&d).ok();
 }

@@ -150,7 +150,11 @@ pub fn calibrate(b: &mut ModelBuilder, samples: &[InputTensor]) -> Result<Calibr
     if report.tensors.is_empty() {
         return Err(bad(
             "calibration data on which the integer layers see non-zero activations".into(),
-            format!("all {} calibrated activation(s) are zero on every sample ({})", all_zero.len(), all_zero.join(", ")),
+            format!(
+                "all {} calibrated activation(s) are zero on every sample ({})",
+                all_zero.len(),
+                all_zero.join(", ")
+            ),
         ));
     }
     report.uncalibrated = all_zero;

@@ -110,7 +110,11 @@ fn check_external(t: &TensorProto, ty: &str, size: Option<u64>, numel: u64, dir:
 
 /// Nodes (`name (OpType)`) that read the value called `name` in `g`.
 fn consumers(g: &GraphProto, name: &str) -> Vec<String> {
-    g.node.iter().filter(|n| n.input.iter().any(|i| i == name)).map(|n| format!("`{}` ({})", n.name, n.op_type)).collect()
+    g.node
+        .iter()
+        .filter(|n| n.input.iter().any(|i| i == name))
+        .map(|n| format!("`{}` ({})", n.name, n.op_type))
+        .collect()
 }
 
 fn check_graph(g: &GraphProto, dir: Option<&Path>, path: &str, errors: &mut Vec<String>) {

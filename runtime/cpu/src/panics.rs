@@ -8,10 +8,10 @@
 
 use std::boxed::Box;
 use std::cell::Cell;
-use std::string::{String, ToString};
-use std::thread_local;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::string::{String, ToString};
 use std::sync::Once;
+use std::thread_local;
 
 thread_local! {
     /// How many [`catch_quietly`] calls this thread is inside.
@@ -56,7 +56,10 @@ mod tests {
     fn panics_become_messages_and_values_pass_through() {
         assert_eq!(catch_quietly(|| 7), Ok(7));
         assert_eq!(catch_quietly(|| -> u8 { panic!("boom {}", 3) }), Err("boom 3".to_string()));
-        assert_eq!(catch_quietly(|| -> u8 { std::panic::panic_any(5u32) }), Err("a panic with a non-string payload".into()));
+        assert_eq!(
+            catch_quietly(|| -> u8 { std::panic::panic_any(5u32) }),
+            Err("a panic with a non-string payload".into())
+        );
         // Nested: the inner catch leaves the outer one quiet.
         let outer = catch_quietly(|| {
             assert!(catch_quietly(|| -> () { panic!("inner") }).is_err());

@@ -1,21 +1,36 @@
 //! The CPU runtime's loader on arbitrary bytes: `kestrel_cpu::Model::parse` (container checks
 //! plus every node's roles, shapes, kernel weights and the arena plan), on the bytes as given
-//! and resealed. When a model validates, it is run on a batch of one with an arena from
-//! `arena_bytes` and deterministic inputs: a run may return an error (a token id out of range),
-//! never panic.
+//! and resealed. When a model validates, a session of one sample is opened through the facade
+//! under a memory budget (`kestrel::Model::session_within`): a plan over the budget is a typed
+//! `OverBudget` error (the fallible path, not skipped), one within it is allocated fallibly and
+//! run on deterministic inputs: a run may return an error (a token id out of range), never
+//! panic.
 #![no_main]
 
-use kestrel_cpu::{Input, Model, Session};
+use kestrel_cpu::{Input, Model};
 use kestrel_format::{aligned_copy, reseal, DType};
 use libfuzzer_sys::fuzz_target;
 
-/// Models whose arena or inputs exceed these are validated but not run (keeps the fuzzer fast).
+/// The session's memory budget: larger plans must be refused with `OverBudget`.
 const MAX_ARENA: usize = 4 << 20;
+/// Models whose inputs exceed this are validated and given a session but not run.
 const MAX_INPUT: usize = 1 << 16;
 
 fn exercise(bytes: &[u8]) {
     let Ok(model) = Model::parse(bytes) else { return };
-    let Some(arena_len) = model.arena_bytes(1).filter(|&n| n <= MAX_ARENA) else { return };
+    let owned = kestrel::Model::from_bytes(bytes).expect("the facade accepts what the CPU loader accepts");
+    let mut session = match owned.session_within(1, MAX_ARENA) {
+        Ok(s) => s,
+        Err(kestrel::Error::OverBudget { needed, budget, .. }) => {
+            assert!(needed > budget as u64 && model.arena_bytes(1).is_none_or(|n| n > MAX_ARENA));
+            return;
+        }
+        Err(e @ (kestrel::Error::Capacity(_) | kestrel::Error::OutOfMemory { .. })) => {
+            assert!(model.arena_bytes(1).is_none_or(|n| n > MAX_ARENA), "{e}");
+            return;
+        }
+        Err(e) => panic!("a model that parsed failed to open a session within budget: {e}"),
+    };
     let mut f32s: Vec<Vec<f32>> = Vec::new();
     let mut i32s: Vec<Vec<i32>> = Vec::new();
     for i in 0..model.input_count() {
@@ -40,8 +55,6 @@ fn exercise(bytes: &[u8]) {
         .map(|i| vec![0.0; model.output(i).ok().and_then(|t| t.shape.numel()).unwrap_or(0)])
         .collect();
     let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
-    let mut arena = vec![0u8; arena_len];
-    let mut session = Session::new(&model, &mut arena, 1).expect("arena sized by arena_bytes");
     let _ = session.run(&inputs, &mut refs);
 }
 

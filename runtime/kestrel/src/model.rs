@@ -113,7 +113,11 @@ impl Model {
         }
         let bytes = self.arena_bytes(capacity)?;
         if bytes > budget {
-            return Err(Error::OverBudget { what: format!("the working memory for batch {capacity}"), needed: bytes as u64, budget: budget as u64 });
+            return Err(Error::OverBudget {
+                what: format!("the working memory for batch {capacity}"),
+                needed: bytes as u64,
+                budget: budget as u64,
+            });
         }
         let arena = mem::zeroed_vec::<u8>(bytes, "the session's working memory (arena)")?;
         let mut s = Session { model, arena, capacity };
@@ -141,7 +145,11 @@ impl Model {
     pub fn capacity_within(&self, want: usize, budget: usize) -> Result<usize, Error> {
         let one = self.arena_bytes(1)?;
         if one > budget {
-            return Err(Error::OverBudget { what: "the working memory for one sample".into(), needed: one as u64, budget: budget as u64 });
+            return Err(Error::OverBudget {
+                what: "the working memory for one sample".into(),
+                needed: one as u64,
+                budget: budget as u64,
+            });
         }
         // arena_bytes is affine in the capacity: a + b·capacity.
         let per_sample = self.cpu()?.plan().arena_bytes_per_sample;

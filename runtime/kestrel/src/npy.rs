@@ -86,14 +86,17 @@ pub fn parse(bytes: &[u8]) -> Result<Array, String> {
     let mut shape = Vec::new();
     let mut numel: u64 = 1;
     for part in inner.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let d: u64 = part.trim_end_matches('L').parse().map_err(|_| format!("shape {shape_text}: {part:?} is not a size"))?;
+        let d: u64 =
+            part.trim_end_matches('L').parse().map_err(|_| format!("shape {shape_text}: {part:?} is not a size"))?;
         numel = numel.checked_mul(d).ok_or_else(|| format!("shape {shape_text}: the element count overflows"))?;
         shape.push(usize::try_from(d).map_err(|_| format!("shape {shape_text}: dimension {d} is too large"))?);
     }
     let item: u64 = match descr {
         "<f4" | "<i4" => 4,
         "<f8" | "<i8" => 8,
-        other => return Err(format!("dtype {other} is not supported (float32, float64, int32 or int64, little-endian)")),
+        other => {
+            return Err(format!("dtype {other} is not supported (float32, float64, int32 or int64, little-endian)"))
+        }
     };
     let want = numel.checked_mul(item).ok_or_else(|| format!("shape {shape:?}: the byte count overflows"))?;
     if want != data.len() as u64 {
@@ -104,7 +107,10 @@ pub fn parse(bytes: &[u8]) -> Result<Array, String> {
     }
     // The data is exactly `numel` items: the allocations below are bounded by the file.
     Ok(match descr {
-        "<f4" => Array::F32 { shape, data: data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect() },
+        "<f4" => Array::F32 {
+            shape,
+            data: data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+        },
         "<f8" => {
             let mut out = Vec::with_capacity(data.len() / 8);
             for (i, b) in data.chunks_exact(8).enumerate() {
@@ -119,9 +125,15 @@ pub fn parse(bytes: &[u8]) -> Result<Array, String> {
         }
         "<i8" => Array::I64 {
             shape,
-            data: data.chunks_exact(8).map(|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])).collect(),
+            data: data
+                .chunks_exact(8)
+                .map(|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+                .collect(),
         },
-        _ => Array::I64 { shape, data: data.chunks_exact(4).map(|b| i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))).collect() },
+        _ => Array::I64 {
+            shape,
+            data: data.chunks_exact(4).map(|b| i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))).collect(),
+        },
     })
 }
 

@@ -1,0 +1,53 @@
+//! The image path of `kestrel classify` on arbitrary bytes: format sniffing and decoding within
+//! the decode limits (`decode_image_bytes`), the row-by-row resample to the model's size and
+//! colour (`InputPrep::resample`), crop and normalisation (`InputPrep::apply`), for a grey CHW
+//! model and an RGB HWC one with a larger resize (centre crop). Each image either is a clear
+//! error or gives exactly one sample of the model's size; never a panic, never an allocation
+//! past the limits.
+#![no_main]
+
+#[allow(dead_code)]
+#[path = "../../../apps/kestrel-cli/src/preprocess.rs"]
+mod preprocess;
+
+use kestrel::format::Layout;
+use libfuzzer_sys::fuzz_target;
+use preprocess::InputPrep;
+use std::sync::OnceLock;
+
+fn preps() -> &'static [InputPrep; 2] {
+    static PREPS: OnceLock<[InputPrep; 2]> = OnceLock::new();
+    PREPS.get_or_init(|| {
+        [
+            InputPrep {
+                layout: Layout::Chw,
+                channels: 1,
+                size: [28, 28],
+                resize: [28, 28],
+                pixel_scale: 1.0 / 255.0,
+                mean: vec![0.286],
+                std: vec![0.353],
+            },
+            InputPrep {
+                layout: Layout::Hwc,
+                channels: 3,
+                size: [16, 16],
+                resize: [20, 18],
+                pixel_scale: 1.0 / 255.0,
+                mean: vec![0.485, 0.456, 0.406],
+                std: vec![0.229, 0.224, 0.225],
+            },
+        ]
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(img) = preprocess::decode_image_bytes(data, "fuzz input") else { return };
+    for prep in preps() {
+        let Ok(px) = prep.resample(&img) else { continue };
+        assert_eq!((px.height, px.width, px.channels), (prep.resize[0], prep.resize[1], prep.channels));
+        let mut x = Vec::new();
+        prep.apply(&px, &mut x);
+        assert_eq!(x.len(), prep.numel());
+    }
+});
