@@ -154,11 +154,12 @@ impl Classifier {
 
     /// Class probabilities for a batch of decoded images (one run per `batch` images).
     pub fn probabilities(&self, images: &[&Pixels], session: &mut Runner<'_>) -> Result<Vec<Vec<f32>>> {
-        let mut x = Vec::with_capacity(images.len() * self.prep.numel());
+        let mut x =
+            kestrel::mem::with_capacity::<f32>(images.len().saturating_mul(self.prep.numel()), "the model inputs")?;
         for px in images {
             self.prep.apply(px, &mut x);
         }
-        let mut y = vec![0f32; images.len() * self.classes];
+        let mut y = kestrel::mem::zeroed_vec::<f32>(images.len().saturating_mul(self.classes), "the model outputs")?;
         session.run(&[Input::F32(&x)], &mut [&mut y])?;
         Ok(y.chunks(self.classes.max(1)).map(|row| if self.softmax { softmax(row) } else { row.to_vec() }).collect())
     }

@@ -204,7 +204,7 @@ fn demo(w: &mut String, dtype: DType, out: &PathBuf, batch: usize) -> Result<()>
     writeln!(w, "arena      {} bytes for batch {batch}", cpu.arena_bytes(batch).unwrap_or(0))?;
     writeln!(w, "built      in {:.1} ms", built.as_secs_f64() * 1e3)?;
     // Synthetic images: smooth patterns that differ per sample.
-    let mut images = vec![0f32; batch * 256];
+    let mut images = kestrel::mem::zeroed_vec::<f32>(batch.saturating_mul(256), "the demo images")?;
     for (s, img) in images.chunks_mut(256).enumerate() {
         for (i, v) in img.iter_mut().enumerate() {
             let (r, c) = ((i / 16) as f32, (i % 16) as f32);
