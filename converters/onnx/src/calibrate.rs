@@ -160,3 +160,46 @@ pub fn calibrate(b: &mut ModelBuilder, samples: &[InputTensor]) -> Result<Calibr
     report.uncalibrated = all_zero;
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kestrel::format::ops::{Activation, Dense, Proj};
+
+    /// x [2, 4] → Dense(int8 w [3, 4]) → y.
+    fn model() -> ModelBuilder {
+        let mut b = ModelBuilder::new("calib");
+        let x = b.input("x", &[2, 4]).unwrap();
+        let w = b.weight_as("w", &[3, 4], (0..12).map(|i| (i as f32 * 0.7).sin()).collect(), DType::I8).unwrap();
+        let y = b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: None }, act: Activation::None, y })).unwrap();
+        b.output(y);
+        b
+    }
+
+    fn samples(values: Vec<f32>) -> Vec<InputTensor> {
+        vec![InputTensor { shape: vec![values.len() / 8, 2, 4], data: InputData::F32(values) }]
+    }
+
+    #[test]
+    fn calibrates_the_integer_layer_input() {
+        let mut b = model();
+        let r = calibrate(&mut b, &samples((0..24).map(|i| i as f32 - 7.0).collect())).unwrap();
+        assert_eq!(r.tensors.len(), 1);
+        assert_eq!(r.tensors[0].abs_max, 16.0);
+        assert!(r.uncalibrated.is_empty());
+    }
+
+    #[test]
+    fn all_zero_activations_are_an_error_not_a_silent_no_op() {
+        let e = calibrate(&mut model(), &samples(vec![0.0; 24])).unwrap_err().to_string();
+        assert!(e.contains("zero on every sample") && e.contains('x'), "{e}");
+    }
+
+    #[test]
+    fn non_finite_data_is_an_error() {
+        let mut v = vec![1.0; 24];
+        v[5] = f32::NAN;
+        let e = calibrate(&mut model(), &samples(v)).unwrap_err().to_string();
+        assert!(e.contains("finite calibration data") && e.contains("element 5"), "{e}");
+    }
+}

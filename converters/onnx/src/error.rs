@@ -129,3 +129,20 @@ pub(crate) fn contain<T>(
     kestrel_cpu::panics::catch_quietly(f)
         .unwrap_or_else(|message| Err(ConvertError::ImporterPanic { path: path.to_string(), stage, message }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_in_the_importer_becomes_a_typed_error() {
+        let e = contain("m.onnx", "type the model", || -> Result<(), ConvertError> { panic!("index out of bounds") })
+            .unwrap_err();
+        assert!(matches!(e, ConvertError::ImporterPanic { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "m.onnx: the ONNX importer failed while trying to type the model: index out of bounds"
+        );
+        assert_eq!(contain("m.onnx", "x", || Ok(3)).unwrap(), 3);
+    }
+}

@@ -117,7 +117,7 @@ fn consumers(g: &GraphProto, name: &str) -> Vec<String> {
         .collect()
 }
 
-fn check_graph(g: &GraphProto, dir: Option<&Path>, path: &str, errors: &mut Vec<String>) {
+fn check_graph(g: &GraphProto, dir: Option<&Path>, errors: &mut Vec<String>) {
     for t in &g.initializer {
         if let Err(problem) = check_tensor(t, dir) {
             let readers = consumers(g, &t.name);
@@ -134,7 +134,7 @@ fn check_graph(g: &GraphProto, dir: Option<&Path>, path: &str, errors: &mut Vec<
                 }
             }
             for sub in a.g.iter().chain(&a.graphs) {
-                check_graph(sub, dir, path, errors);
+                check_graph(sub, dir, errors);
             }
         }
     }
@@ -144,11 +144,73 @@ fn check_graph(g: &GraphProto, dir: Option<&Path>, path: &str, errors: &mut Vec<
 pub(crate) fn check_model(proto: &ModelProto, path: &Path) -> Result<(), ConvertError> {
     let mut errors = Vec::new();
     if let Some(g) = &proto.graph {
-        check_graph(g, path.parent(), &path.display().to_string(), &mut errors);
+        check_graph(g, path.parent(), &mut errors);
     }
     if errors.is_empty() {
         Ok(())
     } else {
         Err(ConvertError::BadTensors { path: path.display().to_string(), problems: errors })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tract_onnx::pb::StringStringEntryProto;
+
+    fn tensor(data_type: i32, dims: &[i64]) -> TensorProto {
+        TensorProto { name: "t".into(), data_type, dims: dims.to_vec(), ..Default::default() }
+    }
+
+    #[test]
+    fn data_must_match_the_declared_dims_in_every_storage() {
+        let mut t = tensor(1, &[2, 3]);
+        t.raw_data = vec![0; 24];
+        assert_eq!(check_tensor(&t, None), Ok(()));
+        t.raw_data.truncate(20);
+        assert!(check_tensor(&t, None).unwrap_err().contains("raw_data holds 20"));
+        t.raw_data.clear();
+        t.float_data = vec![0.0; 5];
+        assert!(check_tensor(&t, None).unwrap_err().contains("float_data holds 5"));
+        t.float_data.push(1.0);
+        assert_eq!(check_tensor(&t, None), Ok(()));
+        let mut i = tensor(7, &[4]);
+        i.int64_data = vec![1, 2, 3];
+        assert!(check_tensor(&i, None).unwrap_err().contains("int64_data holds 3"));
+        let mut h = tensor(10, &[2]);
+        h.int32_data = vec![0x3c00, 0x4000];
+        assert_eq!(check_tensor(&h, None), Ok(()));
+        // No data at all for a non-empty tensor; an empty tensor needs none.
+        assert!(check_tensor(&tensor(1, &[3]), None).is_err());
+        assert_eq!(check_tensor(&tensor(1, &[0, 5]), None), Ok(()));
+    }
+
+    #[test]
+    fn types_and_dims_tract_cannot_read_are_named() {
+        assert!(check_tensor(&tensor(16, &[1]), None).unwrap_err().contains("BFLOAT16"));
+        assert!(check_tensor(&tensor(99, &[1]), None).unwrap_err().contains("unknown element type 99"));
+        assert!(check_tensor(&tensor(1, &[-1, 4]), None).unwrap_err().contains("negative"));
+        assert!(check_tensor(&tensor(1, &[1 << 40, 1 << 40]), None).unwrap_err().contains("overflows"));
+    }
+
+    #[test]
+    fn external_data_must_exist_and_be_long_enough() {
+        let dir = std::env::temp_dir().join(format!("kestrel-validate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("w.bin"), [0u8; 40]).unwrap();
+        let entry = |k: &str, v: &str| StringStringEntryProto { key: k.into(), value: v.into() };
+        let mut t = tensor(1, &[8]);
+        t.data_location = Some(1);
+        t.external_data = vec![entry("location", "w.bin"), entry("offset", "8")];
+        assert_eq!(check_tensor(&t, Some(&dir)), Ok(()));
+        t.external_data[1] = entry("offset", "16");
+        assert!(check_tensor(&t, Some(&dir)).unwrap_err().contains("which has 40"));
+        t.external_data[1] = entry("offset", "lots");
+        assert!(check_tensor(&t, Some(&dir)).unwrap_err().contains("not a number"));
+        t.external_data = vec![entry("location", "missing.bin")];
+        assert!(check_tensor(&t, Some(&dir)).unwrap_err().contains("missing.bin"));
+        t.external_data = vec![entry("location", "w.bin"), entry("length", "12")];
+        assert!(check_tensor(&t, Some(&dir)).unwrap_err().contains("declares 12"));
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -260,3 +260,18 @@ impl core::fmt::Display for CapacityMsg {
         }
     }
 }
+
+#[cfg(test)]
+mod capacity_tests {
+    use super::RunError;
+    use alloc::string::ToString;
+
+    #[test]
+    fn capacity_errors_never_say_between_1_and_0() {
+        let m = |max, found| RunError::BadCapacity { max, found }.to_string();
+        assert_eq!(m(10, 0), "batch capacity must be at least 1");
+        assert!(m(0, 3).contains("even for one sample"), "{}", m(0, 3));
+        assert!(m(10, 11).contains("at most 10"), "{}", m(10, 11));
+        assert!(!m(0, 0).contains("between"));
+    }
+}

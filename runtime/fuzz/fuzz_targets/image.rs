@@ -4,6 +4,11 @@
 //! model and an RGB HWC one with a larger resize (centre crop). Each image either is a clear
 //! error or gives exactly one sample of the model's size; never a panic, never an allocation
 //! past the limits.
+//!
+//! Images that declare more than [`MAX_PIXELS`] are only sniffed, not decoded: a declared
+//! 16,000×16,000 image within the decode limits takes a quarter of a gigabyte and seconds to
+//! zero-fill, and would bring the fuzzer to a few executions a second. The limits themselves
+//! are tested in `apps/kestrel-cli/tests/reliability.rs` and the bad-input matrix.
 #![no_main]
 
 #[allow(dead_code)]
@@ -41,7 +46,14 @@ fn preps() -> &'static [InputPrep; 2] {
     })
 }
 
+/// Larger declared images are skipped (see the module docs).
+const MAX_PIXELS: u64 = 1 << 20;
+
 fuzz_target!(|data: &[u8]| {
+    let dims = image::ImageReader::new(std::io::Cursor::new(data)).with_guessed_format().ok().and_then(|r| r.into_dimensions().ok());
+    if dims.is_some_and(|(w, h)| u64::from(w) * u64::from(h) > MAX_PIXELS) {
+        return;
+    }
     let Ok(img) = preprocess::decode_image_bytes(data, "fuzz input") else { return };
     for prep in preps() {
         let Ok(px) = prep.resample(&img) else { continue };

@@ -153,7 +153,7 @@ impl Model {
         }
         // arena_bytes is affine in the capacity: a + b·capacity.
         let per_sample = self.cpu()?.plan().arena_bytes_per_sample;
-        let extra = if per_sample == 0 { u64::MAX } else { (budget - one) as u64 / per_sample };
+        let extra = ((budget - one) as u64).checked_div(per_sample).unwrap_or(u64::MAX);
         let fits = usize::try_from(extra).unwrap_or(usize::MAX).saturating_add(1);
         Ok(want.clamp(1, fits.max(1)))
     }

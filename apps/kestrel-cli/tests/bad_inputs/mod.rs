@@ -352,7 +352,7 @@ fn short(arg: &str) -> String {
 pub fn table(outcomes: &[Outcome]) -> String {
     let mut rows: Vec<&Outcome> = outcomes.iter().collect();
     rows.sort_by_key(|o| o.clean);
-    let mut s = format!("| file | command | exit | clean | first line of stderr |\n|---|---|---:|---|---|\n");
+    let mut s = "| file | command | exit | clean | first line of stderr |\n|---|---|---:|---|---|\n".to_string();
     for o in rows {
         let code = o.code.map_or("signal".to_string(), |c| c.to_string());
         let msg = o.message.replace('|', "\\|");
