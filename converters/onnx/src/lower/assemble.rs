@@ -4,7 +4,7 @@
 //! `Pad` (constant, edge, reflect) → a selecting Dense per padded axis, plus the constant.
 
 use super::select::squeeze_leading;
-use super::{f32s, Lowerer, Res, Val};
+use super::{f32s, zeros, Lowerer, Res, Val};
 use kestrel_format::ops::{Binary, BinaryOp, Op, TensorId};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::array::{MultiBroadcastTo, Pad, PadMode, TypedConcat};
@@ -26,7 +26,7 @@ impl Lowerer<'_> {
             let out = self.out_shape()?;
             let (x, _) = self.act(node.inputs[0])?;
             let zshape = squeeze_leading(&out);
-            let zeros = vec![0f32; zshape.iter().product()];
+            let zeros = zeros(zshape.iter().copied(), "a broadcast constant")?;
             let z = self.weight_f32(OutletId::new(self.node, 0), "broadcast", &zshape, zeros)?;
             let y = self.b.op(|y| Op::Binary(Binary { a: x, b: z, op: BinaryOp::Add, y }))?;
             self.finish(y, out)?;
@@ -59,7 +59,7 @@ impl Lowerer<'_> {
         let node = self.model.node(self.node);
         let out = self.out_shape()?;
         let (outer, total, inner) = split(&out, axis);
-        let mut constant = vec![0f32; out.iter().product()];
+        let mut constant = zeros(out.iter().copied(), "a concatenated constant")?;
         let mut has_const = false;
         let mut sum: Option<TensorId> = None;
         let mut offset = 0;
@@ -82,7 +82,7 @@ impl Lowerer<'_> {
                 }
                 Val::Act { id, shape, int: false } => {
                     let n = shape[axis];
-                    let mut w = vec![0f32; total * n];
+                    let mut w = zeros([total, n], "a concatenation's 0/1 weight")?;
                     for j in 0..n {
                         w[(offset + j) * n + j] = 1.0;
                     }
@@ -120,7 +120,7 @@ impl Lowerer<'_> {
             }
             let n = xs[axis];
             let k = n + before + after;
-            let mut w = vec![0f32; k * n];
+            let mut w = zeros([k, n], "a padding's 0/1 weight")?;
             for j in 0..k {
                 let r = j as i64 - before as i64;
                 let src = match op.mode {
@@ -150,7 +150,7 @@ impl Lowerer<'_> {
         if let PadMode::Constant(v) = &op.mode {
             let value = f32s(v)?.first().copied().unwrap_or(0.0);
             if value != 0.0 {
-                let mut c = vec![0f32; out.iter().product()];
+                let mut c = zeros(out.iter().copied(), "a padding constant")?;
                 for (flat, cv) in c.iter_mut().enumerate() {
                     let mut rest = flat;
                     let mut inside = true;

@@ -84,6 +84,15 @@ pub(crate) struct Lowerer<'m> {
 /// The result of lowering one node.
 pub(crate) type Res<T> = Result<T, ConvertError>;
 
+/// A zeroed constant of `numel` elements (the product of a shape from the graph), allocated
+/// fallibly: a graph whose constants would not fit in memory is an error, not an abort.
+pub(crate) fn zeros(numel: impl IntoIterator<Item = usize>, what: &str) -> Res<Vec<f32>> {
+    let n = numel.into_iter().try_fold(1usize, usize::checked_mul).ok_or_else(|| {
+        ConvertError::Kestrel(kestrel::Error::OutOfMemory { what: what.to_string(), bytes: u64::MAX })
+    })?;
+    Ok(kestrel::mem::zeroed_vec::<f32>(n, what)?)
+}
+
 impl<'m> Lowerer<'m> {
     pub fn new(model: &'m TypedModel, b: ModelBuilder, choice: QuantChoice) -> Self {
         Self {

@@ -4,7 +4,7 @@
 //! weight over the selected axis (moved last with a Transpose when needed); a `Scan` that is an
 //! inclusive cumulative sum (ONNX CumSum) → a Dense with a lower-triangular f32 weight of ones.
 
-use super::{f32s, Lowerer, Res, Val};
+use super::{f32s, zeros, Lowerer, Res, Val};
 use kestrel_format::ops::{Activation, Binary, BinaryOp, Dense, Op, Proj, TensorId};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::array::{Gather, Slice};
@@ -131,7 +131,7 @@ impl Lowerer<'_> {
         let (x, xs) = self.act(node.inputs[0])?;
         let n = xs[axis];
         let k = idx.len();
-        let mut w = vec![0f32; k * n];
+        let mut w = zeros([k, n], "a selection's 0/1 weight")?;
         for (j, &i) in idx.iter().enumerate() {
             let i = if i < 0 { i + n as i64 } else { i };
             if i < 0 || i as usize >= n {
