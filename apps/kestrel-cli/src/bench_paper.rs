@@ -148,21 +148,27 @@ fn tract_pass(onnx: &Path, feed: &Feed, per_shape: &[usize], batch: usize) -> Re
     };
     // As the converter does: keep the exported symbolic batch axis (intermediate value infos
     // name it), type the model, then bind the symbol to `batch`.
-    let model = tract_onnx::onnx().model_for_path(onnx)?;
-    let fact = model.input_fact(0)?.clone();
-    let mut symbols = SymbolValues::default();
-    let mut symbolic = false;
-    if let Some(TDim::Sym(s)) = fact.shape.dims().next().and_then(|d| d.concretize()) {
-        symbols.set(&s, batch as i64);
-        symbolic = true;
-    }
-    let model = if symbolic { model } else { model.with_input_fact(0, InferenceFact::dt_shape(dt, &shape))? };
-    let plan = model.into_typed()?.concretize_dims(&symbols)?.into_optimized()?.into_runnable()?;
+    // tract runs with its panics caught (a panic there is an error for this row, not an abort).
+    let tract_panic = |m: String| anyhow::anyhow!("tract panicked on {}: {m}", onnx.display());
+    let plan = kestrel_cpu::panics::catch_quietly(|| -> Result<_> {
+        let model = tract_onnx::onnx().model_for_path(onnx)?;
+        let fact = model.input_fact(0)?.clone();
+        let mut symbols = SymbolValues::default();
+        let mut symbolic = false;
+        if let Some(TDim::Sym(s)) = fact.shape.dims().next().and_then(|d| d.concretize()) {
+            symbols.set(&s, batch as i64);
+            symbolic = true;
+        }
+        let model = if symbolic { model } else { model.with_input_fact(0, InferenceFact::dt_shape(dt, &shape))? };
+        Ok(model.into_typed()?.concretize_dims(&symbols)?.into_optimized()?.into_runnable()?)
+    })
+    .map_err(tract_panic)??;
     Ok(move |n: usize| {
         let mut done = 0;
         while done < n {
             // The input clone is a memcpy of one batch, negligible next to the model.
-            plan.run(tvec![tensor.clone().into()])?;
+            kestrel_cpu::panics::catch_quietly(|| plan.run(tvec![tensor.clone().into()]))
+                .map_err(|m| anyhow::anyhow!("tract panicked while running: {m}"))??;
             done += batch;
         }
         Ok(())
