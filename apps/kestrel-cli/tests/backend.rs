@@ -50,9 +50,12 @@ fn run_on_every_backend_gives_the_same_outputs() {
     // wgpu with a bad adapter is an error naming the adapters.
     let (ok, _, stderr, _) = run("wgpu", &["--adapter", "no-such-adapter"]);
     assert!(!ok && stderr.contains("no adapter matches") && !stderr.contains("panicked"), "{stderr}");
-    for backend in ["wgpu", "auto"] {
-        let (ok, stdout, stderr, out) = run(backend, &["--adapter", "0"]);
+    // The third run's budget fits one sample: the batch of 3 runs as 3 chunks on the GPU.
+    let one = kestrel::Model::load(&model).unwrap().arena_bytes(1).unwrap().to_string();
+    for (backend, budget) in [("wgpu", "2GiB"), ("auto", "2GiB"), ("wgpu", one.as_str())] {
+        let (ok, stdout, stderr, out) = run(backend, &["--adapter", "0", "--memory-budget", budget]);
         assert!(ok && stdout.contains("(wgpu:"), "{backend}: {stdout}{stderr}");
+        assert_eq!(stderr.contains("runs in chunks of 1 samples"), budget == one, "{stderr}");
         let got = f32s(&out);
         assert_eq!(got.len(), want.len());
         let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
