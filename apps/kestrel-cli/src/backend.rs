@@ -78,6 +78,15 @@ impl BackendArgs {
     pub fn new(backend: Backend) -> Self {
         Self { backend, memory_budget: DEFAULT_MEMORY_BUDGET, ..Self::default() }
     }
+
+    /// The largest batch, at most `want`, whose working memory fits `--memory-budget`; an
+    /// error naming the flag when not even one sample fits.
+    pub fn capacity_within(&self, model: &Model, want: usize) -> Result<usize> {
+        model.capacity_within(want, self.memory_budget).map_err(|e| match e {
+            kestrel::Error::OverBudget { .. } => anyhow::anyhow!("{e} (raise it with --memory-budget)"),
+            e => e.into(),
+        })
+    }
 }
 
 /// A session on the backend the flags chose. Its capacity is the batch asked for, or less when
@@ -117,10 +126,7 @@ impl<'m> Runner<'m> {
         let numel = |t: kestrel::format::TensorInfo<'_>| t.shape.numel().unwrap_or(0);
         let inputs = (0..cpu.input_count()).map(|i| cpu.input(i).map(numel)).collect::<Result<_, _>>()?;
         let outputs = (0..cpu.output_count()).map(|i| cpu.output(i).map(numel)).collect::<Result<_, _>>()?;
-        let fits = model.capacity_within(capacity, args.memory_budget).map_err(|e| match e {
-            kestrel::Error::OverBudget { .. } => anyhow::anyhow!("{e} (raise it with --memory-budget)"),
-            e => e.into(),
-        })?;
+        let fits = args.capacity_within(model, capacity)?;
         if fits < capacity {
             eprintln!(
                 "notice: batch {capacity} runs in chunks of {fits} samples (the working memory of the whole batch would exceed --memory-budget {})",

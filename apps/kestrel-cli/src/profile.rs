@@ -77,11 +77,7 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
     let name = cpu.file().meta().model_name().to_string();
     // A profile times the batch as one run: it must fit the memory budget whole.
     let fits = |batch: usize| -> Result<()> {
-        let fits = model.capacity_within(batch, args.backend.memory_budget).map_err(|e| match e {
-            kestrel::Error::OverBudget { .. } => anyhow::anyhow!("{e} (raise it with --memory-budget)"),
-            e => e.into(),
-        })?;
-        if fits < batch {
+        if args.backend.capacity_within(&model, batch)? < batch {
             bail!(
                 "profiling batch {batch} as one run needs {} of working memory, over --memory-budget {}",
                 kestrel::mem::human_bytes(model.arena_bytes(batch).map_or(u64::MAX, |b| b as u64)),
