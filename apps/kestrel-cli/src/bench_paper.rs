@@ -160,7 +160,7 @@ fn tract_pass(onnx: &Path, feed: &Feed, per_shape: &[usize], batch: usize) -> Re
             symbolic = true;
         }
         let model = if symbolic { model } else { model.with_input_fact(0, InferenceFact::dt_shape(dt, &shape))? };
-        Ok(model.into_typed()?.concretize_dims(&symbols)?.into_optimized()?.into_runnable()?)
+        model.into_typed()?.concretize_dims(&symbols)?.into_optimized()?.into_runnable()
     })
     .map_err(tract_panic)??;
     Ok(move |n: usize| {
