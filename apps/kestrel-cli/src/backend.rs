@@ -133,17 +133,19 @@ impl<'m> Runner<'m> {
                 kestrel::mem::human_bytes(args.memory_budget as u64)
             );
         }
-        let on = Self::open(model, fits, args)?;
-        Ok(Runner { on, capacity: fits, inputs, outputs })
+        let (on, capacity) = Self::open(model, fits, args)?;
+        Ok(Runner { on, capacity, inputs, outputs })
     }
 
-    fn open(model: &'m Model, capacity: usize, args: &BackendArgs) -> Result<On<'m>> {
-        let fallback = |why: String| -> Result<On<'m>> {
+    /// The session and its capacity: `capacity`, or fewer samples on a GPU whose buffer limits
+    /// cannot hold that many (a notice says so).
+    fn open(model: &'m Model, capacity: usize, args: &BackendArgs) -> Result<(On<'m>, usize)> {
+        let fallback = |why: String| -> Result<(On<'m>, usize)> {
             eprintln!("notice: {why}; running on the CPU");
-            Ok(On::Cpu(Box::new(model.session(capacity)?)))
+            Ok((On::Cpu(Box::new(model.session(capacity)?)), capacity))
         };
         let ctx = match args.backend {
-            Backend::Cpu => return Ok(On::Cpu(Box::new(model.session(capacity)?))),
+            Backend::Cpu => return Ok((On::Cpu(Box::new(model.session(capacity)?)), capacity)),
             Backend::Wgpu => open(args).context("--backend wgpu")?,
             Backend::Auto => match open(args) {
                 Ok(c) => c,
@@ -162,14 +164,25 @@ impl<'m> Runner<'m> {
         }
         let cpu = model.cpu()?;
         let opts = SessionOptions { precision: args.gpu_precision.into() };
-        let session = match GpuSession::with_options(&ctx, &cpu, capacity, &opts) {
-            Ok(s) => s,
-            Err(e) if args.backend == Backend::Auto => {
-                return fallback(format!("the GPU ({}) cannot run this model ({e})", ctx.describe()))
+        let mut cap = capacity;
+        let session = loop {
+            match GpuSession::with_options(&ctx, &cpu, cap, &opts) {
+                Ok(s) => break s,
+                // The batch's activations exceed a buffer limit of the adapter: fewer samples
+                // per run (the runner splits larger batches), down to one.
+                Err(GpuError::Limit { what: kestrel_wgpu::ACTIVATION_ARENA, .. }) if cap > 1 => cap = cap.div_ceil(2),
+                Err(e) if args.backend == Backend::Auto => {
+                    return fallback(format!("the GPU ({}) cannot run this model ({e})", ctx.describe()))
+                }
+                Err(e) => return Err(e).context("creating the GPU session"),
             }
-            Err(e) => return Err(e).context("creating the GPU session"),
         };
-        Ok(On::Gpu(Box::new(GpuRunner { session, adapter: ctx.describe() })))
+        if cap < capacity {
+            eprintln!(
+                "notice: batch {capacity} runs on the GPU in chunks of {cap} samples (the adapter's buffer limits, `kestrel devices`)"
+            );
+        }
+        Ok((On::Gpu(Box::new(GpuRunner { session, adapter: ctx.describe() })), cap))
     }
 
     /// Where the session runs: `cpu`, or `wgpu: <adapter>`.

@@ -84,3 +84,34 @@ fn devices_lists_adapters_with_limits() {
         assert!(stdout.contains("no GPU adapters"), "{stdout}");
     }
 }
+
+/// A batch whose activations exceed the adapter's buffer limits (lavapipe binds at most
+/// 128 MiB) runs on the GPU in chunks of the largest halving of the batch that fits, with the
+/// same numbers as the CPU.
+#[test]
+fn a_batch_over_the_gpu_buffer_limits_runs_in_chunks() {
+    use kestrel::format::ops::{Op, Unary, UnaryOp};
+    use kestrel_cli::backend::{Backend, BackendArgs, Runner};
+    if !have_gpu() {
+        return;
+    }
+    // 512 KiB per sample in, 512 KiB out: 160 samples take about 160 MiB of activations.
+    let n = 1 << 17;
+    let batch = 160;
+    let mut b = kestrel::ModelBuilder::new("wide");
+    let x = b.input("x", &[n]).unwrap();
+    let y = b.op(|y| Op::Unary(Unary { x, op: UnaryOp::Relu, y })).unwrap();
+    b.output(y);
+    let model = kestrel::Model::from_bytes(&b.build().unwrap()).unwrap();
+    let data: Vec<f32> = (0..batch * n).map(|i| ((i % 1013) as f32 * 0.37).sin()).collect();
+    let want: Vec<f32> = data.iter().map(|v| v.max(0.0)).collect();
+    let args = BackendArgs { adapter: Some("0".into()), ..BackendArgs::new(Backend::Wgpu) };
+    let mut runner = Runner::new(&model, batch, &args).unwrap();
+    assert!(runner.is_gpu());
+    let limit = kestrel_wgpu::adapters()[0].limits.max_storage_buffer_binding_size as usize;
+    if limit < batch * n * 8 {
+        assert!(runner.capacity() < batch, "capacity {} under a {limit}-byte binding limit", runner.capacity());
+    }
+    let got = runner.run_vec(&[kestrel::Input::F32(&data)]).unwrap().remove(0);
+    assert_eq!(got, want);
+}

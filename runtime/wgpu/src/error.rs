@@ -43,7 +43,8 @@ pub enum GpuError {
         /// Op name.
         op: &'static str,
     },
-    /// A buffer would exceed the adapter's limits.
+    /// A buffer would exceed the adapter's limits. `what` is [`ACTIVATION_ARENA`] when the
+    /// batch's activations are too large: a smaller capacity may fit.
     #[error("{what} needs {needed} bytes but the adapter allows {limit} (limit `{limit_name}`)")]
     Limit {
         /// Which buffer.
@@ -79,3 +80,7 @@ pub enum GpuError {
     #[error(transparent)]
     Run(#[from] RunError),
 }
+
+/// [`GpuError::Limit`]'s `what` for the activation arena (the buffer whose size grows with the
+/// session's capacity).
+pub const ACTIVATION_ARENA: &str = "the activation arena";

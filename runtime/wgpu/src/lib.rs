@@ -35,7 +35,7 @@ pub mod kernels;
 mod session;
 
 pub use device::{adapters, AdapterChoice, AdapterSummary, DeviceOptions, GpuContext, ADAPTER_ENV};
-pub use error::GpuError;
+pub use error::{GpuError, ACTIVATION_ARENA};
 pub use kernels::{Arith, Family, Kernel, Variant};
 pub use session::{GpuSession, NodeTiming, Precision, Profile, SessionOptions, TimingSource};
 

@@ -150,12 +150,12 @@ impl GpuSession {
         let arena_bytes = ((acts_words + scratch_words) as u64 * 4).max(4);
         let lim = &ctx.limits;
         limit(
-            "the activation arena",
+            crate::error::ACTIVATION_ARENA,
             arena_bytes,
             lim.max_storage_buffer_binding_size,
             "max_storage_buffer_binding_size",
         )?;
-        limit("the activation arena", arena_bytes, lim.max_buffer_size, "max_buffer_size")?;
+        limit(crate::error::ACTIVATION_ARENA, arena_bytes, lim.max_buffer_size, "max_buffer_size")?;
         let bytes = file.bytes();
         let weights_len = (bytes.len() as u64).div_ceil(4) * 4;
         limit("the model file", weights_len, lim.max_storage_buffer_binding_size, "max_storage_buffer_binding_size")?;
