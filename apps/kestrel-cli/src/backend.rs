@@ -44,8 +44,34 @@ pub struct BackendArgs {
     /// Most working memory (arena) one session may take, e.g. 512MiB, 2GiB: a larger batch
     /// runs in chunks that fit (a notice says so); a model whose single sample needs more is an
     /// error naming the size.
-    #[arg(long, value_name = "BYTES", default_value = "2GiB", value_parser = kestrel::mem::parse_bytes)]
+    #[arg(long, value_name = "BYTES", default_value = "2GiB", value_parser = parse_bytes)]
     pub memory_budget: usize,
+}
+
+/// Parses a byte count as people write it: `1073741824`, `512MiB`, `2GiB`, `1.5G`, `64k`
+/// (k/M/G/T and KiB/MiB/GiB/TiB are powers of 1024; KB/MB/GB/TB powers of 1000).
+pub fn parse_bytes(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().map_err(|_| format!("{text:?} is not a byte count (e.g. 512MiB, 2GiB)"))?;
+    let factor: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024f64.powi(2),
+        "g" | "gib" => 1024f64.powi(3),
+        "t" | "tib" => 1024f64.powi(4),
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        other => return Err(format!("unknown unit {other:?} in {text:?} (use KiB, MiB, GiB, TiB, KB, MB, GB, TB)")),
+    };
+    let bytes = value * factor;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > usize::MAX as f64 {
+        return Err(format!("{text:?} is not a usable byte count"));
+    }
+    Ok(bytes as usize)
 }
 
 /// `--memory-budget`'s default.
@@ -297,4 +323,21 @@ pub fn run_vec(
 
 fn open(args: &BackendArgs) -> Result<GpuContext, GpuError> {
     GpuContext::new(&AdapterChoice::from_env_or(args.adapter.as_deref()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn byte_counts_parse() {
+        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("2G"), Ok(2 << 30));
+        assert_eq!(parse_bytes("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert_eq!(parse_bytes("3 MB"), Ok(3_000_000));
+        assert!(parse_bytes("lots").is_err());
+        assert!(parse_bytes("0").is_err());
+        assert!(parse_bytes("5 parsecs").is_err());
+    }
 }

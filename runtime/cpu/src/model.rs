@@ -93,6 +93,15 @@ impl<'a> Model<'a> {
         acts.checked_add(scratch)?.checked_add(ARENA_ALIGN)
     }
 
+    /// The largest batch capacity whose arena size stays well inside `usize` (with room for
+    /// the scratch copies of [`arena_bytes_threads`](Self::arena_bytes_threads)): what
+    /// [`RunError::BadCapacity`](crate::RunError::BadCapacity) reports as the maximum.
+    pub fn max_capacity(&self) -> usize {
+        let per = self.plan.arena_bytes_per_sample.max(1);
+        let room = (usize::MAX / 2).saturating_sub(self.plan.scratch_bytes as usize);
+        usize::try_from(room as u64 / per).unwrap_or(usize::MAX).max(1)
+    }
+
     /// Number of graph inputs.
     pub fn input_count(&self) -> usize {
         self.file.inputs().len()

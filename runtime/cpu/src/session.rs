@@ -52,7 +52,7 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
     /// ([`Model::arena_bytes_threads`]) holds more copies of the scratch region, which lets
     /// mechanism ops run several samples at once on the thread pool.
     pub fn new(model: &'m Model<'a>, arena: &'r mut [u8], capacity: usize) -> Result<Self, RunError> {
-        let max = max_capacity(model);
+        let max = model.max_capacity();
         if capacity == 0 || capacity > max {
             return Err(RunError::BadCapacity { max, found: capacity });
         }
@@ -200,12 +200,6 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
 }
 
 /// The largest batch capacity whose arena size fits in `usize`.
-fn max_capacity(model: &Model<'_>) -> usize {
-    let per = model.plan().arena_bytes_per_sample.max(1);
-    let room = (usize::MAX / 2).saturating_sub(model.plan().scratch_bytes as usize);
-    usize::try_from(room as u64 / per).unwrap_or(usize::MAX).max(1)
-}
-
 pub(crate) fn numel(t: &TensorInfo<'_>) -> Result<usize, RunError> {
     t.shape.numel().ok_or(RunError::Internal("tensor size"))
 }

@@ -25,7 +25,7 @@ fn exercise(bytes: &[u8]) {
             assert!(needed > budget as u64 && model.arena_bytes(1).is_none_or(|n| n > MAX_ARENA));
             return;
         }
-        Err(e @ (kestrel::Error::Capacity(_) | kestrel::Error::OutOfMemory { .. })) => {
+        Err(e @ (kestrel::Error::Run(_) | kestrel::Error::OutOfMemory { .. })) => {
             assert!(model.arena_bytes(1).is_none_or(|n| n > MAX_ARENA), "{e}");
             return;
         }

@@ -64,7 +64,4 @@ pub enum Error {
         /// The budget.
         budget: u64,
     },
-    /// A batch capacity that cannot be served (zero, or an arena size that overflows).
-    #[error("{0}")]
-    Capacity(String),
 }

@@ -38,9 +38,7 @@ impl Model {
         let io = |error| Error::Io { path: path.display().to_string(), error };
         let mut file = std::fs::File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
-        let len = usize::try_from(len).map_err(|_| Error::OutOfMemory { what: "the model file".into(), bytes: len })?;
-        let mut buf = kestrel_format::AlignedBuf::try_zeroed(len)
-            .ok_or(Error::OutOfMemory { what: "the model file".into(), bytes: len as u64 })?;
+        let mut buf = aligned(len, "the model file")?;
         file.read_exact(&mut buf).map_err(io)?;
         // The file grew while it was read: the bytes read are a prefix, which the checks
         // reject as truncated if it is not a whole model; say what happened instead.
@@ -78,8 +76,7 @@ impl Model {
 
     /// Copies `bytes` into 64-byte-aligned memory (allocated fallibly) and validates them.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, Error> {
-        let mut buf = kestrel_format::AlignedBuf::try_zeroed(bytes.len())
-            .ok_or(Error::OutOfMemory { what: "a copy of the model".into(), bytes: bytes.len() as u64 })?;
+        let mut buf = aligned(bytes.len() as u64, "a copy of the model")?;
         buf.copy_from_slice(bytes);
         let m = Self { storage: Storage::Owned(buf) };
         m.cpu()?;
@@ -108,10 +105,7 @@ impl Model {
     /// its arena would take more than `budget` bytes.
     pub fn session_within(&self, capacity: usize, budget: usize) -> Result<Session<'_>, Error> {
         let model = self.cpu()?;
-        if capacity == 0 {
-            return Err(Error::Capacity("the batch capacity must be at least 1".into()));
-        }
-        let bytes = self.arena_bytes(capacity)?;
+        let bytes = arena_bytes(&model, capacity)?;
         if bytes > budget {
             return Err(Error::OverBudget {
                 what: format!("the working memory for batch {capacity}"),
@@ -127,23 +121,17 @@ impl Model {
     }
 
     /// The arena bytes a [`session`](Self::session) of `capacity` samples allocates (with the
-    /// pool's scratch copies); an error when the size overflows the address space.
+    /// pool's scratch copies); an error when the capacity is zero or the size overflows.
     pub fn arena_bytes(&self, capacity: usize) -> Result<usize, Error> {
-        let model = self.cpu()?;
-        model.arena_bytes_threads(capacity, kestrel_cpu::threads::threads()).ok_or_else(|| {
-            Error::Capacity(format!(
-                "the working memory for batch {capacity} ({} bytes per sample + {} scratch bytes) overflows the address space",
-                model.plan().arena_bytes_per_sample,
-                model.plan().scratch_bytes
-            ))
-        })
+        arena_bytes(&self.cpu()?, capacity)
     }
 
     /// The largest batch capacity, at most `want`, whose session arena fits in `budget` bytes:
     /// how a caller splits a big batch into runs that fit a memory budget. An
     /// [`Error::OverBudget`] when not even one sample fits.
     pub fn capacity_within(&self, want: usize, budget: usize) -> Result<usize, Error> {
-        let one = self.arena_bytes(1)?;
+        let model = self.cpu()?;
+        let one = arena_bytes(&model, 1)?;
         if one > budget {
             return Err(Error::OverBudget {
                 what: "the working memory for one sample".into(),
@@ -151,12 +139,28 @@ impl Model {
                 budget: budget as u64,
             });
         }
-        // arena_bytes is affine in the capacity: a + b·capacity.
-        let per_sample = self.cpu()?.plan().arena_bytes_per_sample;
+        // The arena is affine in the capacity: one sample's, plus a per-sample part per extra.
+        let per_sample = model.plan().arena_bytes_per_sample;
         let extra = ((budget - one) as u64).checked_div(per_sample).unwrap_or(u64::MAX);
-        let fits = usize::try_from(extra).unwrap_or(usize::MAX).saturating_add(1);
-        Ok(want.clamp(1, fits.max(1)))
+        let fits = usize::try_from(extra).unwrap_or(usize::MAX).saturating_add(1).min(model.max_capacity());
+        Ok(want.clamp(1, fits))
     }
+}
+
+/// [`Model::arena_bytes`] on a parsed model; the CPU runtime's own capacity error (zero, or
+/// past [`kestrel_cpu::Model::max_capacity`]) otherwise.
+pub(crate) fn arena_bytes(model: &kestrel_cpu::Model<'_>, capacity: usize) -> Result<usize, Error> {
+    let bad = kestrel_cpu::RunError::BadCapacity { max: model.max_capacity(), found: capacity };
+    if capacity == 0 || capacity > model.max_capacity() {
+        return Err(bad.into());
+    }
+    Ok(model.arena_bytes_threads(capacity, kestrel_cpu::threads::threads()).ok_or(bad)?)
+}
+
+/// A zeroed 64-byte-aligned buffer of `len` bytes, allocated fallibly.
+fn aligned(len: u64, what: &str) -> Result<kestrel_format::AlignedBuf, Error> {
+    let oom = || Error::OutOfMemory { what: what.into(), bytes: len };
+    kestrel_format::AlignedBuf::try_zeroed(usize::try_from(len).map_err(|_| oom())?).ok_or_else(oom)
 }
 
 /// A model with an owned arena. [`run`](Session::run) allocates nothing.

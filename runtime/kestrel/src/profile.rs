@@ -189,7 +189,7 @@ pub fn profile(model: &Model, inputs: &[Input<'_>], warmup: usize, runs: usize) 
     let cpu = model.cpu()?;
     let file = *cpu.file();
     let batch = batch_of(&cpu, inputs)?;
-    let arena_bytes = model.arena_bytes(batch)?;
+    let arena_bytes = crate::model::arena_bytes(&cpu, batch)?;
     let mut arena = crate::mem::zeroed_vec::<u8>(arena_bytes, "the session's working memory (arena)")?;
     let mut session = kestrel_cpu::Session::new(&cpu, &mut arena, batch)?;
     let mut outs = Vec::new();

@@ -34,10 +34,15 @@ fn sessions_over_budget_allocate_nothing_and_say_so() {
     }
     assert!(m.session_within(64, need).is_ok());
     let e = m.session(0).err().unwrap();
-    assert_eq!(e.to_string(), "the batch capacity must be at least 1");
-    // A capacity whose arena overflows the address space.
+    assert_eq!(e.to_string(), "batch capacity must be at least 1");
+    // A capacity whose arena overflows the address space: the CPU runtime's error, with its
+    // real maximum (not "between 1 and 0").
     let e = m.session(usize::MAX / 2).err().unwrap();
-    assert!(matches!(e, Error::Capacity(_)) && e.to_string().contains("overflows"), "{e}");
+    assert!(matches!(e, Error::Run(kestrel_cpu::RunError::BadCapacity { .. })), "{e}");
+    assert!(e.to_string().contains("too large") && !e.to_string().contains("at most 0"), "{e}");
+    // capacity_within never offers a capacity the runtime would refuse.
+    let max = m.cpu().unwrap().max_capacity();
+    assert_eq!(m.capacity_within(usize::MAX, usize::MAX).unwrap(), max);
 }
 
 #[test]
