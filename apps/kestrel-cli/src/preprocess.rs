@@ -108,18 +108,23 @@ impl InputPrep {
         let same = (h, w) == (rh, rw);
         let wx = axis_weights(w, rw);
         let mut tmp = kestrel::mem::with_capacity::<f32>(h * rw * c, "the resized pixels")?;
-        let mut row = Vec::with_capacity(w * from);
+        // Two row buffers reused for every row: the decoded row, and its colour conversion.
+        let (mut row, mut coloured) = (Vec::with_capacity(w * from), Vec::with_capacity(w * c));
         for y in 0..h {
             row.clear();
             row_f32(img, y, &mut row);
-            let px = Pixels { height: 1, width: w, channels: from, data: std::mem::take(&mut row) };
-            let coloured = convert_colour(&px, c);
-            if same {
-                tmp.extend_from_slice(&coloured);
+            let line: &[f32] = if from == c {
+                &row
             } else {
-                resize_row(&coloured, c, &wx, &mut tmp);
+                coloured.clear();
+                colour_into(&row, from, c, &mut coloured);
+                &coloured
+            };
+            if same {
+                tmp.extend_from_slice(line);
+            } else {
+                resize_row(line, c, &wx, &mut tmp);
             }
-            row = px.data;
         }
         let data = if same { tmp } else { resize_columns(&tmp, h, rw, c, rh) };
         Ok(Pixels { height: rh, width: rw, channels: c, data })
@@ -138,7 +143,13 @@ impl InputPrep {
             let black = Pixels { height: h, width: w, channels: self.channels, data: vec![0.0; h * w * self.channels] };
             return self.apply(&black, out);
         }
-        let plane = convert_colour(px, self.channels);
+        let plane = if px.channels == self.channels {
+            px.data.clone()
+        } else {
+            let mut plane = Vec::with_capacity(px.height * px.width * self.channels);
+            colour_into(&px.data, px.channels, self.channels, &mut plane);
+            plane
+        };
         let [rh, rw] = self.resize;
         let resized = if (px.height, px.width) == (rh, rw) {
             plane
@@ -283,13 +294,13 @@ fn row_f32(img: &image::DynamicImage, y: usize, out: &mut Vec<f32>) {
     }
 }
 
-fn convert_colour(px: &Pixels, want: usize) -> Vec<f32> {
-    match (px.channels, want) {
-        (a, b) if a == b => px.data.clone(),
-        (3, 1) => px.data.chunks_exact(3).map(|p| 0.299 * p[0] + 0.587 * p[1] + 0.114 * p[2]).collect(),
-        (1, 3) => px.data.iter().flat_map(|&v| [v, v, v]).collect(),
-        // Pixels only ever hold 1 or 3 channels.
-        _ => px.data.clone(),
+/// Pixels of `from` channels converted to `want` channels, appended to `out` (1 and 3 are
+/// the only counts; equal counts copy).
+fn colour_into(src: &[f32], from: usize, want: usize, out: &mut Vec<f32>) {
+    match (from, want) {
+        (3, 1) => out.extend(src.chunks_exact(3).map(|p| 0.299 * p[0] + 0.587 * p[1] + 0.114 * p[2])),
+        (1, 3) => out.extend(src.iter().flat_map(|&v| [v, v, v])),
+        _ => out.extend_from_slice(src),
     }
 }
 

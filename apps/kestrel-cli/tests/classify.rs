@@ -73,6 +73,39 @@ fn preprocessing_matches_the_pytorch_reference() {
     }
 }
 
+/// `classify` goes through `InputPrep::load` (colour and resize one row at a time); the
+/// PyTorch reference above checks `decode` + `apply`. The two must agree bit for bit, for
+/// every sample image (grey, RGB, RGBA, 16-bit, palette, JPEG, BMP; smaller, equal to and
+/// larger than the model's size) and for grey and RGB models, with and without a resize.
+#[test]
+fn row_by_row_loading_equals_decoding_the_whole_image() {
+    let dir = samples().join("preprocess");
+    let clf = Classifier::open(None).unwrap();
+    let grey = clf.prep.clone();
+    let rgb = InputPrep { channels: 3, mean: vec![0.5; 3], std: vec![0.25; 3], ..grey.clone() };
+    let cropped = InputPrep { resize: [32, 30], ..rgb.clone() };
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e != "json" && e != "npy"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 7, "{files:?}");
+    // A 28x28 test image: the model's own size (no resize for the grey model).
+    files.push(samples().join("fmnist/bag/00018.png"));
+    for f in &files {
+        for prep in [&grey, &rgb, &cropped] {
+            let (mut whole, mut rows) = (Vec::new(), Vec::new());
+            prep.apply(&decode(f).unwrap(), &mut whole);
+            let loaded = prep.load(f).unwrap();
+            assert_eq!((loaded.height, loaded.width, loaded.channels), (prep.resize[0], prep.resize[1], prep.channels));
+            prep.apply(&loaded, &mut rows);
+            assert_eq!(whole.len(), prep.numel());
+            assert!(whole == rows, "{}: {} channel(s), resize {:?}", f.display(), prep.channels, prep.resize);
+        }
+    }
+}
+
 #[test]
 fn preprocessing_resizes_grey_and_colour_alike() {
     // A grey image and its RGB copy (R = G = B) give the same grey input: 0.299 + 0.587 + 0.114 = 1.
