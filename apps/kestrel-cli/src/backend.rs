@@ -244,15 +244,18 @@ impl<'m> Runner<'m> {
             return self.run_chunk(inputs, outputs);
         }
         let (n_in, n_out) = (inputs.len(), outputs.len());
+        if n_in > MAX_IO || n_out > MAX_IO {
+            anyhow::bail!(
+                "batch {batch} is over this session's capacity of {} and the model has more than {MAX_IO} inputs or outputs: run it in batches of at most {0}",
+                self.capacity
+            );
+        }
         let mut start = 0;
         while start < batch {
             let n = self.capacity.min(batch - start);
             let slice = |k: usize| start * k..(start + n) * k;
             let mut chunk_in = [Input::F32(&[]); MAX_IO];
             let mut chunk_out: [&mut [f32]; MAX_IO] = Default::default();
-            if n_in > MAX_IO || n_out > MAX_IO {
-                anyhow::bail!("a batch larger than the session's capacity with over {MAX_IO} inputs or outputs");
-            }
             for ((c, x), &k) in chunk_in.iter_mut().zip(inputs).zip(&self.inputs) {
                 *c = match *x {
                     Input::F32(d) => Input::F32(d.get(slice(k)).context("an input shorter than its batch")?),

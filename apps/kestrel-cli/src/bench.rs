@@ -322,7 +322,8 @@ pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
     }
     let model = kestrel_cli::load_model(&a.model)?;
     let feeds = make_feeds(&model, a.input.as_ref(), a.batch)?;
-    let arena = model.cpu()?.arena_bytes_threads(a.batch, a.threads).unwrap_or(0);
+    // The arena of the session the runner opens: the batch, or the part of it the budget allows.
+    let arena = model.cpu()?.arena_bytes_threads(a.backend.capacity_within(&model, a.batch)?, a.threads).unwrap_or(0);
     let (s, on) = time_on(&model, &feeds, a.samples, a.batch, a.reps, &a.backend)?;
     let gpu = on != "cpu";
     let threads = if gpu { 1 } else { a.threads };

@@ -116,6 +116,13 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
         Backend::Cpu => None,
         _ => Some(Runner::new(&model, batch, &args.backend)?),
     };
+    if let Some(r) = runner.as_ref().filter(|r| r.capacity() < batch) {
+        bail!(
+            "profiling batch {batch} as one run does not fit {} (at most {} samples per run there); give a smaller --batch or --input",
+            r.on(),
+            r.capacity()
+        );
+    }
     let on = runner.as_ref().map(Runner::on);
     let (prof, backend, timing) = match runner.map(|r| r.on) {
         None | Some(On::Cpu(_)) => {

@@ -114,4 +114,13 @@ fn a_batch_over_the_gpu_buffer_limits_runs_in_chunks() {
     }
     let got = runner.run_vec(&[kestrel::Input::F32(&data)]).unwrap().remove(0);
     assert_eq!(got, want);
+    // `profile` times the batch as one run: over the limits it says so instead of chunking.
+    if limit < batch * n * 8 {
+        let path = std::env::temp_dir().join(format!("kestrel-wide-{}.kes", std::process::id()));
+        std::fs::write(&path, b.build().unwrap()).unwrap();
+        let args = ["profile", path.to_str().unwrap(), "--backend", "wgpu", "--adapter", "0", "--runs", "1", "--batch"];
+        let (ok, _, stderr) = kestrel(&[&args[..], &["160"]].concat());
+        assert!(!ok && stderr.contains("does not fit") && stderr.contains("samples per run"), "{stderr}");
+        std::fs::remove_file(&path).ok();
+    }
 }

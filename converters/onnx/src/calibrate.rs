@@ -129,7 +129,6 @@ pub fn calibrate(b: &mut ModelBuilder, samples: &[InputTensor]) -> Result<Calibr
         }
     }
     let mut report = CalibrationReport { samples: batch, tensors: Vec::new(), uncalibrated: Vec::new() };
-    let mut all_zero = Vec::new();
     for ((t, consumers), m) in targets.into_iter().zip(abs_max) {
         let name = b.tensor_name(t).unwrap_or("?").to_string();
         if !m.is_finite() {
@@ -140,7 +139,7 @@ pub fn calibrate(b: &mut ModelBuilder, samples: &[InputTensor]) -> Result<Calibr
         }
         if m == 0.0 {
             // All zeros on every sample: no scale can be chosen; its consumers stay f32.
-            all_zero.push(name);
+            report.uncalibrated.push(name);
             continue;
         }
         let scale = m / 127.0;
@@ -152,12 +151,11 @@ pub fn calibrate(b: &mut ModelBuilder, samples: &[InputTensor]) -> Result<Calibr
             "calibration data on which the integer layers see non-zero activations".into(),
             format!(
                 "all {} calibrated activation(s) are zero on every sample ({})",
-                all_zero.len(),
-                all_zero.join(", ")
+                report.uncalibrated.len(),
+                report.uncalibrated.join(", ")
             ),
         ));
     }
-    report.uncalibrated = all_zero;
     Ok(report)
 }
 
