@@ -153,14 +153,14 @@ fn tract_pass(onnx: &Path, feed: &Feed, per_shape: &[usize], batch: usize) -> Re
     let plan = kestrel_cpu::panics::catch_quietly(|| -> Result<_> {
         let model = tract_onnx::onnx().model_for_path(onnx)?;
         let fact = model.input_fact(0)?.clone();
-        let mut symbols = SymbolValues::default();
+        let mut symbols = std::collections::HashMap::new();
         let mut symbolic = false;
         if let Some(TDim::Sym(s)) = fact.shape.dims().next().and_then(|d| d.concretize()) {
-            symbols.set(&s, batch as i64);
+            symbols.insert(s, TDim::Val(batch as i64));
             symbolic = true;
         }
         let model = if symbolic { model } else { model.with_input_fact(0, InferenceFact::dt_shape(dt, &shape))? };
-        model.into_typed()?.concretize_dims(&symbols)?.into_optimized()?.into_runnable()
+        model.into_typed()?.set_symbols(&symbols)?.into_optimized()?.into_runnable()
     })
     .map_err(tract_panic)??;
     Ok(move |n: usize| {

@@ -43,7 +43,7 @@ fn load_typed_inner(path: &Path, p: &str, batch: usize) -> Result<(TypedModel, V
     }
     let mut model = parsed.model;
     let mut inputs = Vec::new();
-    let mut symbols = SymbolValues::default();
+    let mut symbols = std::collections::HashMap::new();
     for i in 0..model.inputs.len() {
         let name = model.node(model.inputs[i].node).name.clone();
         let fact = model.input_fact(i).map_err(tract_err(&p, "read the input facts"))?.clone();
@@ -70,7 +70,7 @@ fn load_typed_inner(path: &Path, p: &str, batch: usize) -> Result<(TypedModel, V
             match (axis, concrete, d) {
                 (0, None, Some(TDim::Sym(s))) => {
                     // Keep the symbol (intermediate value infos may name it) and bind it later.
-                    symbols.set(s, batch as i64);
+                    symbols.insert(s.clone(), TDim::Val(batch as i64));
                     symbolic = true;
                     shape.push(batch);
                 }
@@ -89,7 +89,28 @@ fn load_typed_inner(path: &Path, p: &str, batch: usize) -> Result<(TypedModel, V
         inputs.push(LoadedInput { name, dt, shape });
     }
     let typed = model.into_typed().map_err(tract_err(&p, "type the model"))?;
-    let typed = typed.concretize_dims(&symbols).map_err(tract_err(&p, "bind the batch size"))?;
-    let typed = typed.into_decluttered().map_err(tract_err(&p, "declutter the model"))?;
+    let typed = typed.set_symbols(&symbols).map_err(tract_err(&p, "bind the batch size"))?;
+    let mut typed = typed;
+    declutter(&mut typed).map_err(tract_err(&p, "declutter the model"))?;
     Ok((typed, inputs))
+}
+
+/// tract's declutter passes without `ChangeAxes`: that pass pushes the ONNX graph's transposes
+/// through norms and matmuls until attention runs on `[channels, tokens]` layouts, which hides
+/// the mechanisms from Kestrel's fusion and leaves standalone transposes around every op.
+/// Kestrel plans its own layouts, so the axes are kept as exported.
+fn declutter(model: &mut TypedModel) -> TractResult<()> {
+    let mut opt = tract_onnx::tract_core::optim::Optimizer::declutter();
+    opt.passes.retain(|p| !format!("{p:?}").starts_with("ChangeAxes"));
+    opt.session().optimize(model)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_change_axes_pass_is_found_by_name() {
+        let opt = tract_onnx::tract_core::optim::Optimizer::declutter();
+        let n = opt.passes.iter().filter(|p| format!("{p:?}").starts_with("ChangeAxes")).count();
+        assert_eq!(n, 1, "tract's declutter passes changed: {:?}", opt.passes);
+    }
 }

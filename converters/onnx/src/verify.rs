@@ -99,7 +99,10 @@ pub fn run_tract(onnx_path: impl AsRef<Path>, inputs: &[InputTensor]) -> Result<
     outs.into_iter()
         .map(|o| {
             let t = o.cast_to::<f32>().map_err(tract_err(&p, "read an output"))?;
-            let v = t.as_slice::<f32>().map_err(tract_err(&p, "read an output"))?.to_vec();
+            let v = t
+                .try_as_plain_ram()
+                .and_then(|v| v.as_slice::<f32>().map(|s| s.to_vec()))
+                .map_err(tract_err(&p, "read an output"))?;
             Ok((o.shape().to_vec(), v))
         })
         .collect()

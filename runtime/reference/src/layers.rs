@@ -45,6 +45,8 @@ pub enum UnaryFn {
     Reciprocal,
     /// x·σ(x).
     Silu,
+    /// x·clamp(x/6 + 1/2, 0, 1).
+    HardSwish,
 }
 
 /// Element-wise binary functions.
@@ -154,6 +156,7 @@ pub fn unary_scalar(f: UnaryFn, x: f64) -> f64 {
         UnaryFn::Erf => libm::erf(x),
         UnaryFn::Reciprocal => 1.0 / x,
         UnaryFn::Silu => x * sigmoid(x),
+        UnaryFn::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
     }
 }
 

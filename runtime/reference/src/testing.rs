@@ -85,6 +85,7 @@ pub fn unary_fn(op: UnaryOp) -> UnaryFn {
         UnaryOp::Erf => UnaryFn::Erf,
         UnaryOp::Reciprocal => UnaryFn::Reciprocal,
         UnaryOp::Silu => UnaryFn::Silu,
+        UnaryOp::HardSwish => UnaryFn::HardSwish,
     }
 }
 

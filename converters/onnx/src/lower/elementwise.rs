@@ -5,6 +5,7 @@ use kestrel_format::ops::{Binary, BinaryOp, Op, TensorId, Unary, UnaryOp};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::element_wise::ElementWiseOp;
+use tract_onnx::tract_core::ops::nn::{GeluApproximate, LeakyRelu};
 
 impl Lowerer<'_> {
     /// Lowers the node if it is a binary or element-wise op; `Ok(false)` if it is neither.
@@ -56,6 +57,27 @@ impl Lowerer<'_> {
                 "Erf" => unary(self, x, UnaryOp::Erf)?,
                 "Neg" => unary(self, x, UnaryOp::Neg)?,
                 "Sigmoid" => unary(self, x, UnaryOp::Sigmoid)?,
+                "GeluExact" => unary(self, x, UnaryOp::Gelu)?,
+                "GeluApproximate" if op.0.downcast_ref::<GeluApproximate>().is_some_and(|g| !g.fast_impl) => {
+                    unary(self, x, UnaryOp::GeluTanh)?
+                }
+                "Silu" => unary(self, x, UnaryOp::Silu)?,
+                "HardSwish" => unary(self, x, UnaryOp::HardSwish)?,
+                "LeakyRelu" => {
+                    // max(x, αx) for 0 ≤ α ≤ 1; min(x, αx) above 1 (the same function).
+                    let alpha =
+                        op.0.downcast_ref::<LeakyRelu>()
+                            .map(|l| l.alpha)
+                            .ok_or_else(|| self.bad("a LeakyRelu", name.to_string()))?;
+                    if alpha.is_nan() || alpha < 0.0 {
+                        return Err(self.unsupported(&format!("LeakyRelu with negative alpha {alpha}")));
+                    }
+                    let src = OutletId::new(self.node, 0);
+                    let a = self.weight_f32(src, "leaky_relu_alpha", &[1], vec![alpha])?;
+                    let ax = self.b.op(|y| Op::Binary(Binary { a: x, b: a, op: BinaryOp::Mul, y }))?;
+                    let pick = if alpha <= 1.0 { BinaryOp::Max } else { BinaryOp::Min };
+                    self.b.op(|y| Op::Binary(Binary { a: x, b: ax, op: pick, y }))?
+                }
                 "Rsqrt" => {
                     let s = unary(self, x, UnaryOp::Sqrt)?;
                     unary(self, s, UnaryOp::Reciprocal)?

@@ -8,7 +8,7 @@ use kestrel_format::ops::{Activation, LayerNorm, Op};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::element_wise::ElementWiseOp;
-use tract_onnx::tract_core::ops::nn::{Reduce, Reducer};
+use tract_onnx::tract_core::ops::nn::{GeluApproximate, GeluExact, Reduce, Reducer, RmsNorm};
 
 /// A matched pattern: the nodes it covers and the node whose output it produces.
 pub(crate) struct Matched {
@@ -101,10 +101,25 @@ impl Lowerer<'_> {
         None
     }
 
-    /// ReLU (`Max(x, 0)`) or exact GELU applied to `x` alone.
+    /// ReLU (`Max(x, 0)`) or GELU (tract's fused `GeluExact` / `GeluApproximate`, or the
+    /// decomposed erf form) applied to `x` alone.
     pub(super) fn match_activation(&self, x: OutletId) -> Option<(Activation, Matched)> {
         if let Some(m) = self.match_gelu(x) {
             return Some((Activation::Gelu, m));
+        }
+        if let Some(n) = self.only_succ(x.node) {
+            if let Some(e) = n.op_as::<ElementWiseOp>() {
+                let act = if e.0.is::<GeluExact>() {
+                    Some(Activation::Gelu)
+                } else if e.0.downcast_ref::<GeluApproximate>().is_some_and(|g| !g.fast_impl) {
+                    Some(Activation::GeluTanh)
+                } else {
+                    None
+                };
+                if let Some(act) = act {
+                    return Some((act, Matched { nodes: vec![n.id], last: n.id }));
+                }
+            }
         }
         let n = self.only_succ(x.node).and_then(|n| self.bin(n, "Max"))?;
         let t = self.const_with(n, x)?;
@@ -172,6 +187,40 @@ impl Lowerer<'_> {
             return None;
         }
         let dd = OutletId::new(n2.id, 0);
+        let (mut nodes, mut last, eps) = match self.only_succ(n2.id).and_then(|n| Some((n, n.op_as::<RmsNorm>()?))) {
+            // tract ≥ 0.23 fuses mean-of-squares, `Add ε`, `Rsqrt` and `Mul` into `RmsNorm`.
+            Some((n3, rms)) if rms.axis == axis => {
+                let eps = f32s(&rms.eps).ok()?.first().copied()?;
+                (vec![n0.id, n1.id, n2.id, n3.id], n3.id, eps)
+            }
+            _ => self.match_rms_tail(dd, axis, vec![n0.id, n1.id, n2.id])?,
+        };
+        // γ and β: constants with `d` elements laid along `axis`.
+        let along = |t: &Tensor| {
+            let s = t.shape();
+            t.len() == xs[axis] && s.len() <= xs.len() && {
+                let off = xs.len() - s.len();
+                s.iter().enumerate().all(|(i, &v)| v == 1 || i + off == axis)
+            }
+        };
+        let param = |name: &str, last: &mut usize, nodes: &mut Vec<usize>| -> Option<(OutletId, Arc<Tensor>)> {
+            let n = self.only_succ(*last).and_then(|n| self.bin(n, name))?;
+            let prev = OutletId::new(*last, 0);
+            let t = self.const_with(n, prev).filter(|t| along(t))?;
+            let src = if n.inputs[0] == prev { n.inputs[1] } else { n.inputs[0] };
+            nodes.push(n.id);
+            *last = n.id;
+            Some((src, t))
+        };
+        let gamma = param("Mul", &mut last, &mut nodes);
+        let beta = param("Add", &mut last, &mut nodes);
+        Some((Matched { nodes, last }, axis, eps, gamma, beta))
+    }
+
+    /// tract < 0.23's expansion of the normalisation of the centred `dd`: `Reduce<MeanOfSquares>`,
+    /// `Add ε`, `Rsqrt`, `Mul dd`. Returns the covered nodes (appended to `nodes`), the last one
+    /// and ε.
+    fn match_rms_tail(&self, dd: OutletId, axis: usize, mut nodes: Vec<usize>) -> Option<(Vec<usize>, usize, f32)> {
         let succ = self.model.outlet_successors(dd);
         if succ.len() != 2 {
             return None;
@@ -196,27 +245,7 @@ impl Lowerer<'_> {
         if n6b.id != n6.id || !n6.inputs.contains(&dd) || !n6.inputs.contains(&OutletId::new(n5.id, 0)) {
             return None;
         }
-        let mut nodes = vec![n0.id, n1.id, n2.id, n3.id, n4.id, n5.id, n6.id];
-        let mut last = n6.id;
-        // γ and β: constants with `d` elements laid along `axis`.
-        let along = |t: &Tensor| {
-            let s = t.shape();
-            t.len() == xs[axis] && s.len() <= xs.len() && {
-                let off = xs.len() - s.len();
-                s.iter().enumerate().all(|(i, &v)| v == 1 || i + off == axis)
-            }
-        };
-        let param = |name: &str, last: &mut usize, nodes: &mut Vec<usize>| -> Option<(OutletId, Arc<Tensor>)> {
-            let n = self.only_succ(*last).and_then(|n| self.bin(n, name))?;
-            let prev = OutletId::new(*last, 0);
-            let t = self.const_with(n, prev).filter(|t| along(t))?;
-            let src = if n.inputs[0] == prev { n.inputs[1] } else { n.inputs[0] };
-            nodes.push(n.id);
-            *last = n.id;
-            Some((src, t))
-        };
-        let gamma = param("Mul", &mut last, &mut nodes);
-        let beta = param("Add", &mut last, &mut nodes);
-        Some((Matched { nodes, last }, axis, eps, gamma, beta))
+        nodes.extend([n3.id, n4.id, n5.id, n6.id]);
+        Some((nodes, n6.id, eps))
     }
 }

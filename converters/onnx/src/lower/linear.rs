@@ -161,7 +161,10 @@ impl Lowerer<'_> {
             let target_r: Vec<char> = rfree.iter().chain(&k).copied().collect();
             let (ra, _) = self.arrange(r, &labels_r, &target_r)?;
             let w = self.weight_from(&ra, "dense", &[n, kk])?;
-            let x_dims: Vec<usize> = md.iter().copied().chain([kk]).collect();
+            // Size-1 row axes after the first (a seq-first exporter's batch axis) are dropped:
+            // `[T, K]` or `[1, T, K]`, the token layouts the fusion passes look for.
+            let rows: Vec<usize> = md.iter().enumerate().filter(|&(i, &v)| i == 0 || v != 1).map(|(_, &v)| v).collect();
+            let x_dims: Vec<usize> = rows.iter().copied().chain([kk]).collect();
             let x = self.reshape(lid, &la_dims, &x_dims)?;
             let bias = self.dense_bias(&rfree, &out_labels, &out_shape, n)?;
             // An activation right after (bias) commutes with the reshapes and transposes below.
@@ -174,7 +177,7 @@ impl Lowerer<'_> {
                 None => Activation::None,
             };
             let y = self.b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: bias }, act, y }))?;
-            let y_dims: Vec<usize> = md.iter().copied().chain([n]).collect();
+            let y_dims: Vec<usize> = rows.iter().copied().chain([n]).collect();
             self.reshape(y, &y_dims, &mid_dims)?
         } else {
             let a_dims: Vec<usize> = bd.iter().copied().chain([m, kk]).collect();

@@ -246,6 +246,13 @@ impl<'m> Lowerer<'m> {
         if perm.iter().enumerate().all(|(i, &p)| i == p) {
             return Ok((id, shape.to_vec()));
         }
+        let out: Vec<usize> = perm.iter().map(|&i| shape[i]).collect();
+        // Moving only size-1 axes keeps the element order: a free reshape view, not a copy.
+        let moved: Vec<usize> = perm.iter().copied().filter(|&i| shape[i] != 1).collect();
+        if moved.windows(2).all(|w| w[0] < w[1]) {
+            let y = self.reshape(id, shape, &out)?;
+            return Ok((y, out));
+        }
         if perm.len() > MAX_RANK {
             return Err(self.unsupported(&format!("transpose of rank {} > {MAX_RANK}", perm.len())));
         }
@@ -254,7 +261,7 @@ impl<'m> Lowerer<'m> {
             p[i] = v as u8;
         }
         let y = self.b.op(|y| Op::Transpose(Transpose { x: id, perm: p, y }))?;
-        Ok((y, perm.iter().map(|&i| shape[i]).collect()))
+        Ok((y, out))
     }
 
     /// Lowers every node in evaluation order.
@@ -288,9 +295,6 @@ impl<'m> Lowerer<'m> {
     /// Evaluates a node whose inputs are all constants.
     fn fold(&mut self) -> Res<()> {
         let node = self.tnode();
-        if !node.op.is_stateless() {
-            return Err(self.unsupported("stateful op on constants"));
-        }
         let inputs: TVec<TValue> = node
             .inputs
             .iter()
@@ -299,7 +303,11 @@ impl<'m> Lowerer<'m> {
                 Val::Act { .. } => unreachable!("checked by the caller"),
             })
             .collect();
-        let out = node.op.eval(inputs).map_err(|e| self.bad("a foldable constant op", format!("{e}")))?;
+        let out = node
+            .op
+            .eval_out_of_plan(inputs)
+            .map_err(|e| self.bad("a foldable constant op", format!("{e}")))?
+            .ok_or_else(|| self.unsupported("stateful op on constants"))?;
         let t = out.into_iter().next().ok_or_else(|| self.bad("one output", "none".into()))?;
         self.set_out(Val::Const(t.into_arc_tensor()));
         Ok(())
@@ -367,5 +375,5 @@ pub(crate) fn f32s(t: &Tensor) -> Res<Vec<f32>> {
         expected: "a constant castable to f32".into(),
         found: format!("{e}"),
     })?;
-    Ok(c.as_slice::<f32>().map(|s| s.to_vec()).unwrap_or_default())
+    Ok(c.try_as_plain_ram().and_then(|v| v.as_slice::<f32>().map(|s| s.to_vec())).unwrap_or_default())
 }

@@ -7,7 +7,7 @@
 use super::{f32s, zeros, Lowerer, Res, Val};
 use kestrel_format::ops::{Activation, Binary, BinaryOp, Dense, Op, Proj, TensorId};
 use tract_onnx::prelude::*;
-use tract_onnx::tract_core::ops::array::{Gather, Slice};
+use tract_onnx::tract_core::ops::array::{CumSum, Gather, Slice};
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::logic::Iff;
 use tract_onnx::tract_core::ops::scan::{InputMapping, Scan};
@@ -37,14 +37,18 @@ impl Lowerer<'_> {
             let idx: Vec<i64> = idx
                 .cast_to::<i64>()
                 .ok()
-                .and_then(|t| t.as_slice::<i64>().ok().map(|s| s.to_vec()))
+                .and_then(|t| t.try_as_plain_ram().and_then(|v| v.as_slice::<i64>().map(|s| s.to_vec())).ok())
                 .ok_or_else(|| self.bad("integer indices", format!("{:?}", idx.datum_type())))?;
             self.select(op.axis, &idx)?;
             return Ok(true);
         }
         if let Some(op) = node.op_as::<Scan>() {
             let axis = self.cumsum_axis(op).ok_or_else(|| self.unsupported("a scan other than an inclusive cumsum"))?;
-            self.cumsum(axis)?;
+            self.cumsum(axis, false, false)?;
+            return Ok(true);
+        }
+        if let Some(op) = node.op_as::<CumSum>() {
+            self.cumsum(op.axis, op.exclusive, op.reverse)?;
             return Ok(true);
         }
         if let Some(op) = node.op_as::<Slice>() {
@@ -82,12 +86,24 @@ impl Lowerer<'_> {
         (simple && emits && zero_init && is_add).then_some(info.axis)
     }
 
-    /// Inclusive cumulative sum over `axis`: `y_t = Σ_{s≤t} x_s`, a Dense with `W[t, s] = [s ≤ t]`.
-    fn cumsum(&mut self, axis: usize) -> Res<()> {
+    /// Cumulative sum over `axis`: `y_t = Σ_{s≤t} x_s`, a Dense with `W[t, s] = [s ≤ t]`
+    /// (`s < t` when exclusive; `s ≥ t` / `s > t` when reversed).
+    fn cumsum(&mut self, axis: usize, exclusive: bool, reverse: bool) -> Res<()> {
         let node = self.model.node(self.node);
         let (x, xs) = self.act(node.inputs[0])?;
         let n = xs[axis];
-        let w: Vec<f32> = (0..n * n).map(|i| if i % n <= i / n { 1.0 } else { 0.0 }).collect();
+        let keep = |t: usize, s: usize| match (reverse, exclusive) {
+            (false, false) => s <= t,
+            (false, true) => s < t,
+            (true, false) => s >= t,
+            (true, true) => s > t,
+        };
+        let mut w = zeros([n, n], "a cumulative sum's triangular weight")?;
+        for (i, v) in w.iter_mut().enumerate() {
+            if keep(i / n, i % n) {
+                *v = 1.0;
+            }
+        }
         let w = self.weight_f32(OutletId::new(self.node, 0), "cumsum", &[n, n], w)?;
         self.along_axis(x, &xs, axis, w, n)?;
         self.count_fused("cumsum-as-triangular-dense");

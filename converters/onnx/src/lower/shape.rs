@@ -2,9 +2,11 @@
 
 use super::{f32s, Lowerer, Res, Val};
 use kestrel_format::ops::{Binary, BinaryOp, Embedding, Op, Reduce, ReduceOp, Softmax};
+use kestrel_format::ops::{Unary, UnaryOp};
+use tract_onnx::prelude::OutletId;
 use tract_onnx::tract_core::ops::array::Gather;
 use tract_onnx::tract_core::ops::change_axes::AxisOp;
-use tract_onnx::tract_core::ops::nn::{Reduce as TReduce, Reducer, Softmax as TSoftmax};
+use tract_onnx::tract_core::ops::nn::{Reduce as TReduce, Reducer, RmsNorm, Softmax as TSoftmax};
 
 impl Lowerer<'_> {
     /// Lowers the node if it is an axis, softmax, reduce or gather op; `Ok(false)` otherwise.
@@ -44,6 +46,23 @@ impl Lowerer<'_> {
             let y = self.b.op(|y| Op::Softmax(Softmax { x, y }))?;
             let (y, ys) = self.transpose(y, &xs, &perm)?;
             self.out(y, ys);
+            return Ok(true);
+        }
+        if let Some(op) = node.op_as::<RmsNorm>() {
+            // RMS norm (not preceded by a mean subtraction, which fuses to LayerNorm):
+            // x · 1/√(mean(x²) + ε) over one axis, in generic ops.
+            let eps =
+                f32s(&op.eps)?.first().copied().ok_or_else(|| self.bad("a scalar ε", "an empty tensor".into()))?;
+            let (x, shape) = self.act(node.inputs[0])?;
+            let axis = op.axis as u32;
+            let sq = self.b.op(|y| Op::Binary(Binary { a: x, b: x, op: BinaryOp::Mul, y }))?;
+            let m = self.b.op(|y| Op::Reduce(Reduce { x: sq, op: ReduceOp::Mean, axis, keep_dims: true, y }))?;
+            let e = self.weight_f32(OutletId::new(self.node, 0), "rms_eps", &[1], vec![eps])?;
+            let me = self.b.op(|y| Op::Binary(Binary { a: m, b: e, op: BinaryOp::Add, y }))?;
+            let s = self.b.op(|y| Op::Unary(Unary { x: me, op: UnaryOp::Sqrt, y }))?;
+            let r = self.b.op(|y| Op::Unary(Unary { x: s, op: UnaryOp::Reciprocal, y }))?;
+            let y = self.b.op(|y| Op::Binary(Binary { a: x, b: r, op: BinaryOp::Mul, y }))?;
+            self.out(y, shape);
             return Ok(true);
         }
         if let Some(op) = node.op_as::<TReduce>() {

@@ -147,6 +147,7 @@ pub fn unary_fn(op: UnaryOp, x: f32) -> f32 {
         UnaryOp::Erf => libm::erff(x),
         UnaryOp::Reciprocal => 1.0 / x,
         UnaryOp::Silu => x * math::sigmoid(x),
+        UnaryOp::HardSwish => x * (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0),
     }
 }
 
@@ -166,6 +167,7 @@ pub fn unary(p: &UnaryParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
         UnaryOp::Neg => map!(|v: f32| -v),
         UnaryOp::Abs => map!(libm::fabsf),
         UnaryOp::Reciprocal => map!(|v: f32| 1.0 / v),
+        UnaryOp::HardSwish => map!(|v: f32| v * (v * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0)),
         UnaryOp::Gelu => {
             y.copy_from_slice(x);
             crate::kernels::simd::gelu(y);

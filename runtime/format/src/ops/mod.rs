@@ -118,6 +118,8 @@ code_enum!(
         Reciprocal = 11,
         /// x·σ(x).
         Silu = 12,
+        /// x·min(max(x/6 + 1/2, 0), 1) (MobileNetV3's hard swish).
+        HardSwish = 13,
     }
 );
 

@@ -192,7 +192,9 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
                 mask = Some(m);
                 s = x;
             }
-            Op::Binary(_) => {
+            // Layout ops between the product and the softmax (an exporter's head transposes);
+            // the numerical check rejects any that moved the key axis.
+            Op::Binary(_) | Op::Reshape(_) | Op::Transpose(_) => {
                 let mut n = Vec::new();
                 let x = through_layout(b, s, &mut n, &mut scale);
                 if n.is_empty() {
