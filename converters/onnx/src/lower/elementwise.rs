@@ -93,7 +93,7 @@ impl Lowerer<'_> {
 
     /// A binary op; a constant operand becomes a weight with its leading 1-axes dropped (numpy
     /// broadcasting makes that equivalent). `max(x, 0)` becomes `Unary Relu`.
-    fn binary(&mut self, op: BinaryOp, a: OutletId, b: OutletId) -> Res<()> {
+    pub(super) fn binary(&mut self, op: BinaryOp, a: OutletId, b: OutletId) -> Res<()> {
         let out = self.out_shape()?;
         let (va, vb) = (self.val(a)?, self.val(b)?);
         if let (BinaryOp::Max, Val::Act { id, int: false, .. }, Val::Const(t)) = (op, &va, &vb) {
@@ -114,7 +114,7 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    fn operand_id(&mut self, o: OutletId, v: &Val) -> Res<TensorId> {
+    pub(super) fn operand_id(&mut self, o: OutletId, v: &Val) -> Res<TensorId> {
         match v {
             Val::Act { id, int: false, .. } => Ok(*id),
             Val::Act { int: true, .. } => Err(self.bad("f32 operands", "integer ids".into())),

@@ -271,29 +271,44 @@ impl Lowerer<'_> {
             return Err(self.unsupported("quantised convolution"));
         }
         let ps = &op.pool_spec;
-        if ps.kernel_shape.len() != 2 {
-            return Err(self.unsupported(&format!("{}-D convolution", ps.kernel_shape.len())));
+        // A 1-D convolution (text CNNs, tract's 1-D Downsample-free convs) runs as a 2-D one of
+        // height 1.
+        let nd = ps.kernel_shape.len();
+        if nd != 1 && nd != 2 {
+            return Err(self.unsupported(&format!("{nd}-D convolution")));
         }
         let (x, xs) = self.act(node.inputs[0])?;
         // Channels-last layouts (tract's declutter may pick them) are transposed around Conv2d.
         let (spatial, channels_last) = match (ps.data_format, xs.len()) {
-            (DataFormat::NCHW | DataFormat::NHWC, 4) if xs[0] == 1 => {
+            (DataFormat::NCHW | DataFormat::NHWC, r) if r == nd + 2 && xs[0] == 1 => {
                 (xs[1..].to_vec(), ps.data_format == DataFormat::NHWC)
             }
-            (DataFormat::CHW | DataFormat::HWC, 3) => (xs.clone(), ps.data_format == DataFormat::HWC),
+            (DataFormat::CHW | DataFormat::HWC, r) if r == nd + 1 => (xs.clone(), ps.data_format == DataFormat::HWC),
             (f, r) => return Err(self.unsupported(&format!("data format {f:?} at rank {r}"))),
         };
         let x = self.reshape(x, &xs, &spatial)?;
-        let (x, chw) = if channels_last { self.transpose(x, &spatial, &[2, 0, 1])? } else { (x, spatial) };
+        let to_first: Vec<usize> = std::iter::once(nd).chain(0..nd).collect();
+        let (x, cs) = if channels_last { self.transpose(x, &spatial, &to_first)? } else { (x, spatial) };
+        let chw: Vec<usize> = if nd == 1 { vec![cs[0], 1, cs[1]] } else { cs.clone() };
+        let x = self.reshape(x, &cs, &chw)?;
         let Val::Const(kernel) = self.val(node.inputs[1])? else {
             return Err(self.bad("a constant kernel", "an activation".into()));
         };
-        let perm: &[usize] = match op.kernel_fmt {
-            KernelFormat::OIHW => &[0, 1, 2, 3],
-            KernelFormat::HWIO => &[3, 2, 0, 1],
-            KernelFormat::OHWI => &[0, 3, 1, 2],
+        let perm: &[usize] = match (op.kernel_fmt, nd) {
+            (KernelFormat::OIHW, 2) => &[0, 1, 2, 3],
+            (KernelFormat::HWIO, 2) => &[3, 2, 0, 1],
+            (KernelFormat::OHWI, 2) => &[0, 3, 1, 2],
+            (KernelFormat::OIHW, _) => &[0, 1, 2],
+            (KernelFormat::HWIO, _) => &[2, 1, 0],
+            (KernelFormat::OHWI, _) => &[0, 2, 1],
         };
-        let kernel = (*kernel).clone().permute_axes(perm).map_err(|e| self.bad("a 4-D kernel", format!("{e}")))?;
+        let kernel = (*kernel).clone().permute_axes(perm).map_err(|e| self.bad("a conv kernel", format!("{e}")))?;
+        let kernel = if nd == 1 {
+            let k = kernel.shape().to_vec();
+            kernel.into_shape(&[k[0], k[1], 1, k[2]]).map_err(|e| self.bad("a 1-D conv kernel", format!("{e}")))?
+        } else {
+            kernel
+        };
         let kdims = kernel.shape().to_vec();
         let w = self.weight(node.inputs[1], "conv", &kdims, f32s(&kernel)?)?;
         let b = match self.val(node.inputs[2])? {
@@ -308,17 +323,30 @@ impl Lowerer<'_> {
             }
             Val::Act { .. } => return Err(self.bad("a constant bias", "an activation".into())),
         };
-        let pads = ps.computed_padding(&chw[1..]);
-        let pad = [pads[0].pad_before, pads[1].pad_before, pads[0].pad_after, pads[1].pad_after].map(|p| p as u32);
+        let pads = ps.computed_padding(&cs[1..]);
         let (s, d) = (ps.strides(), ps.dilations());
-        let stride = [s[0] as u32, s[1] as u32];
-        let dilation = [d[0] as u32, d[1] as u32];
+        let (pad, stride, dilation) = if nd == 1 {
+            ([0, pads[0].pad_before, 0, pads[0].pad_after].map(|p| p as u32), [1, s[0] as u32], [1, d[0] as u32])
+        } else {
+            (
+                [pads[0].pad_before, pads[1].pad_before, pads[0].pad_after, pads[1].pad_after].map(|p| p as u32),
+                [s[0] as u32, s[1] as u32],
+                [d[0] as u32, d[1] as u32],
+            )
+        };
         let groups = op.group as u32;
         let y = self.b.op(|y| Op::Conv2d(Conv2d { x, proj: Proj { w, b }, stride, pad, dilation, groups, y }))?;
         let out = self.out_shape()?;
         let ys =
             self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect::<Vec<_>>()).unwrap_or_default();
-        let (y, ys) = if channels_last { self.transpose(y, &ys, &[1, 2, 0])? } else { (y, ys) };
+        let (y, ys) = if nd == 1 {
+            let flat = vec![ys[0], ys[2]];
+            (self.reshape(y, &ys, &flat)?, flat)
+        } else {
+            (y, ys)
+        };
+        let to_last: Vec<usize> = (1..=nd).chain(std::iter::once(0)).collect();
+        let (y, ys) = if channels_last { self.transpose(y, &ys, &to_last)? } else { (y, ys) };
         let y = self.reshape(y, &ys, &out)?;
         self.out(y, out);
         Ok(())

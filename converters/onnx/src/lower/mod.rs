@@ -8,6 +8,7 @@ mod assemble;
 mod elementwise;
 mod fuse;
 mod linear;
+mod mask;
 mod select;
 mod shape;
 
@@ -339,6 +340,9 @@ impl<'m> Lowerer<'m> {
         if node.op_is::<Identity>() {
             let v = self.val(node.inputs[0])?;
             self.set_out(v);
+            return Ok(());
+        }
+        if self.try_mask()? {
             return Ok(());
         }
         if let Some(c) = node.op_as::<Cast>() {

@@ -7,7 +7,7 @@
 use super::{f32s, zeros, Lowerer, Res, Val};
 use kestrel_format::ops::{Activation, Binary, BinaryOp, Dense, Op, Proj, TensorId};
 use tract_onnx::prelude::*;
-use tract_onnx::tract_core::ops::array::{CumSum, Gather, Slice};
+use tract_onnx::tract_core::ops::array::{CumSum, Gather, GatherNd, Slice};
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::logic::Iff;
 use tract_onnx::tract_core::ops::scan::{InputMapping, Scan};
@@ -45,6 +45,10 @@ impl Lowerer<'_> {
         if let Some(op) = node.op_as::<Scan>() {
             let axis = self.cumsum_axis(op).ok_or_else(|| self.unsupported("a scan other than an inclusive cumsum"))?;
             self.cumsum(axis, false, false)?;
+            return Ok(true);
+        }
+        if let Some(op) = node.op_as::<GatherNd>() {
+            self.gather_nd(op.batch_dims)?;
             return Ok(true);
         }
         if let Some(op) = node.op_as::<CumSum>() {
@@ -139,6 +143,53 @@ impl Lowerer<'_> {
         let mut back: Vec<usize> = (0..r - 1).collect();
         back.insert(axis, r - 1);
         self.transpose(y, &ys, &back)
+    }
+
+    /// ONNX GatherND with constant indices `[.., k]` on an activation: every index tuple picks a
+    /// row of `x` seen as `[prod(dims[..k]), prod(dims[k..])]`, so the whole op is a one-hot
+    /// Dense over that leading axis.
+    fn gather_nd(&mut self, batch_dims: usize) -> Res<()> {
+        let node = self.model.node(self.node);
+        let Val::Const(idx) = self.val(node.inputs[1])? else {
+            return Err(self.unsupported("GatherND with computed indices"));
+        };
+        if batch_dims != 0 {
+            return Err(self.unsupported(&format!("GatherND with batch_dims {batch_dims}")));
+        }
+        let (x, xs) = self.act(node.inputs[0])?;
+        let idx_shape = idx.shape().to_vec();
+        let k = *idx_shape.last().ok_or_else(|| self.bad("indices of rank ≥ 1", "a scalar".into()))?;
+        if k == 0 || k > xs.len() {
+            return Err(self.bad(&format!("index tuples of 1..={} elements", xs.len()), format!("{k}")));
+        }
+        let idx: Vec<i64> = idx
+            .cast_to::<i64>()
+            .ok()
+            .and_then(|t| t.try_as_plain_ram().and_then(|v| v.as_slice::<i64>().map(|s| s.to_vec())).ok())
+            .ok_or_else(|| self.bad("integer indices", format!("{:?}", idx.datum_type())))?;
+        let outer: usize = xs[..k].iter().product();
+        let inner: usize = xs[k..].iter().product();
+        let rows = idx.len() / k;
+        let mut w = zeros([rows, outer], "a GatherND's one-hot weight")?;
+        for (r, tuple) in idx.chunks(k).enumerate() {
+            let mut flat = 0usize;
+            for (&i, &d) in tuple.iter().zip(&xs[..k]) {
+                let i = if i < 0 { i + d as i64 } else { i };
+                if i < 0 || i as usize >= d {
+                    return Err(self.bad(&format!("indices in 0..{d}"), format!("{i}")));
+                }
+                flat = flat * d + i as usize;
+            }
+            w[r * outer + flat] = 1.0;
+        }
+        let w = self.weight_f32(node.inputs[1], "gather_nd", &[rows, outer], w)?;
+        let x2 = self.reshape(x, &xs, &[outer, inner])?;
+        let (y, ys) = self.dense_along(x2, &[outer, inner], 0, w, rows)?;
+        let out = self.out_shape()?;
+        let y = self.reshape(y, &ys, &out)?;
+        self.out(y, out);
+        self.count_fused("gather-nd-as-one-hot-dense");
+        Ok(())
     }
 
     /// `y[.., j, ..] = x[.., idx[j], ..]` on `axis`, as a Dense with a one-hot weight.
