@@ -53,15 +53,18 @@ pub enum ConvertError {
         /// What was found.
         found: String,
     },
-    /// An op with no Kestrel lowering.
-    #[error("node `{node}`: op `{op}` is not supported; supported: {supported}")]
+    /// Nodes that cannot be converted, every one of them (not only the first), in the ONNX
+    /// file's own vocabulary: op type and node name.
+    #[error(
+        "{path}: {} cannot be converted (docs/onnx-ops.md lists what converts):\n  {}",
+        if blockers.len() == 1 { "1 node".to_string() } else { format!("{} nodes", blockers.len()) },
+        blockers.iter().map(Blocker::to_string).collect::<Vec<_>>().join("\n  ")
+    )]
     Unsupported {
-        /// tract node name.
-        node: String,
-        /// tract op (with the detail that made it unsupported).
-        op: String,
-        /// What the converter lowers.
-        supported: &'static str,
+        /// The ONNX file.
+        path: String,
+        /// One entry per node that blocks the conversion, in graph order.
+        blockers: Vec<Blocker>,
     },
     /// A node's operands are not what its lowering needs (a weight that is not constant, say).
     #[error("node `{node}` ({op}): expected {expected}, found {found}")]
@@ -104,13 +107,39 @@ pub enum ConvertError {
     },
 }
 
-/// The list of lowered ops shown in [`ConvertError::Unsupported`].
+/// One node that blocks a conversion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blocker {
+    /// The ONNX op type (`MaxPool`, `LSTM`, …), or tract's op name when the node has no ONNX
+    /// counterpart.
+    pub op: String,
+    /// The ONNX node name (tract's name when it made the node itself).
+    pub node: String,
+    /// Why it cannot be converted.
+    pub why: String,
+    /// What the user can do about it, when something helps.
+    pub remedy: Option<String>,
+}
+
+impl std::fmt::Display for Blocker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} `{}`: {}", self.op, self.node, self.why)?;
+        if let Some(r) = &self.remedy {
+            write!(f, " — {r}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A terse summary of the lowered tract ops (kept for API compatibility; the full table of
+/// supported ONNX ops is [`crate::ONNX_OPS`], rendered in docs/onnx-ops.md).
 pub const SUPPORTED: &str = "Const, Source, Identity, Cast (int ids / f32), EinSum/MatMul (-> Dense or MatMul), \
 Conv 2-D NCHW/NHWC (-> Conv2d), Add/Sub/SubF/Mul/Div/Max/Min/Pow (-> Binary), Abs/Exp/Ln/Sqrt/Rsqrt/Recip/\
 Square/Tanh/Erf/Neg/Sigmoid (-> Unary), Softmax (one axis), Reduce Sum/Max/Min/MeanOfSquares (-> Reduce), \
 AxisOp (-> Reshape view or Transpose), Gather axis 0 on a constant table (-> Embedding), Gather of \
 constant indices / Slice / Pad / Concat / MultiBroadcastTo / inclusive CumSum Scan (-> Dense with \
-an exact 0/1 weight), Iff with a constant condition (-> Mul + Add)";
+an exact 0/1 weight), Iff with a constant condition (-> Mul + Add), MaxPool / AveragePool 1-D/2-D \
+(-> Pool2d; global pools -> Reduce)";
 
 pub(crate) fn tract_err<'a>(
     path: &'a str,

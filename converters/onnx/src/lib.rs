@@ -20,15 +20,17 @@ mod error;
 mod load;
 mod lower;
 mod npy;
+mod ops_table;
 mod quant;
 mod report;
 mod validate;
 mod verify;
 
 pub use calibrate::{CalibratedTensor, CalibrationReport};
-pub use error::{ConvertError, SUPPORTED};
+pub use error::{Blocker, ConvertError, SUPPORTED};
 pub use kestrel_format::DType;
 pub use npy::{read_npy, write_npy_f32};
+pub use ops_table::{remedy, supported_ops_markdown, OnnxOp, ONNX_OPS};
 pub use quant::{parse_dtype, WeightQuant};
 pub use report::{FusedPattern, Report};
 pub use verify::{compare, run_kestrel, run_tract, verify, InputData, InputTensor, ShapedOutput, VerifyReport};
@@ -126,7 +128,7 @@ pub fn convert_with(
     let path = onnx_path.as_ref();
     progress.stage("loading with tract (type, declutter)", 0);
     let p = path.display().to_string();
-    let (model, inputs) = load::load_typed(path, 1)?;
+    let (model, inputs, onnx_nodes) = load::load_typed_named(path, 1)?;
     let name = path.file_stem().map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
     let mut b = ModelBuilder::new(&name);
     b.set_weight_dtype(opts.weights);
@@ -161,6 +163,25 @@ pub fn convert_with(
         l.b.meta.inputs.push(InputSpec { name: inp.name.clone(), tensor: id, feed, shape, preprocess: None });
     }
     l.run(progress)?;
+    if !l.blockers.is_empty() {
+        // In the user's vocabulary: the ONNX op type and node each tract node comes from.
+        let mut seen = std::collections::HashSet::new();
+        let blockers: Vec<Blocker> = std::mem::take(&mut l.blockers)
+            .into_iter()
+            .map(|b| match onnx_nodes.origin(&b.node) {
+                Some((op, node)) => Blocker {
+                    remedy: ops_table::remedy(op).map(str::to_string),
+                    op: op.to_string(),
+                    node: node.to_string(),
+                    why: b.why,
+                },
+                None => b,
+            })
+            // One line per ONNX node, even when tract split it into several.
+            .filter(|b| seen.insert((b.op.clone(), b.node.clone())))
+            .collect();
+        return Err(ConvertError::Unsupported { path: p, blockers });
+    }
     for &o in model.output_outlets().map_err(error::tract_err(&p, "list the outputs"))? {
         let (id, _) = l.act(o)?;
         // Outputs drop the leading batch-1 axis too (a view).

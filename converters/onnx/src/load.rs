@@ -1,6 +1,6 @@
 //! Loading an ONNX file with tract at a fixed batch size, typed and decluttered.
 
-use crate::error::{contain, tract_err, ConvertError};
+use crate::error::{contain, tract_err, Blocker, ConvertError};
 use std::path::Path;
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::infer::Factoid;
@@ -17,21 +17,84 @@ pub(crate) struct LoadedInput {
     pub shape: Vec<usize>,
 }
 
+/// The ONNX graph's nodes (name, op type), to name tract's nodes in the user's vocabulary.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct OnnxNodes(Vec<(String, String)>);
+
+impl OnnxNodes {
+    /// The ONNX (op type, node name) a tract node comes from: the node of the same name, or the
+    /// one whose name is the longest prefix of tract's (tract names the nodes it makes while
+    /// importing and decluttering `<onnx name>.<suffix>`).
+    pub fn origin(&self, tract_name: &str) -> Option<(&str, &str)> {
+        self.0
+            .iter()
+            .filter(|(n, _)| {
+                !n.is_empty()
+                    && (tract_name == n
+                        || tract_name.strip_prefix(n.as_str()).is_some_and(|rest| rest.starts_with('.')))
+            })
+            .max_by_key(|(n, _)| n.len())
+            .map(|(n, op)| (op.as_str(), n.as_str()))
+    }
+}
+
 /// Loads `path`, fixes the leading (batch) axis of every input to `batch`, types and declutters.
 /// The file is read into memory (fallibly), its tensors checked ([`crate::validate`]) before
 /// tract reads them, and every call into tract runs with panics caught.
 pub(crate) fn load_typed(path: &Path, batch: usize) -> Result<(TypedModel, Vec<LoadedInput>), ConvertError> {
+    load_typed_named(path, batch).map(|(m, i, _)| (m, i))
+}
+
+/// [`load_typed`], with the ONNX graph's node names and op types.
+pub(crate) fn load_typed_named(
+    path: &Path,
+    batch: usize,
+) -> Result<(TypedModel, Vec<LoadedInput>, OnnxNodes), ConvertError> {
     let p = path.display().to_string();
     contain(&p, "import the ONNX graph", || load_typed_inner(path, &p, batch))
 }
 
-fn load_typed_inner(path: &Path, p: &str, batch: usize) -> Result<(TypedModel, Vec<LoadedInput>), ConvertError> {
+fn load_typed_inner(
+    path: &Path,
+    p: &str,
+    batch: usize,
+) -> Result<(TypedModel, Vec<LoadedInput>, OnnxNodes), ConvertError> {
     let p = p.to_string();
     let bytes = std::fs::read(path).map_err(|error| ConvertError::Io { path: p.clone(), error })?;
     let onnx = tract_onnx::onnx();
     let proto = onnx.proto_model_for_read(&mut &bytes[..]).map_err(tract_err(&p, "read the ONNX file"))?;
     drop(bytes);
     crate::validate::check_model(&proto, path)?;
+    let graph = proto.graph.as_ref();
+    let names = OnnxNodes(
+        graph.map(|g| g.node.iter().map(|n| (n.name.clone(), n.op_type.clone())).collect()).unwrap_or_default(),
+    );
+    // Ops the importer has no parser for, all of them at once (tract stops at the first).
+    let unknown: Vec<Blocker> = graph
+        .map(|g| {
+            g.node
+                .iter()
+                .filter(|n| !onnx.op_register.0.contains_key(&n.op_type))
+                .map(|n| {
+                    let op = if n.domain.is_empty() || n.domain == "ai.onnx" {
+                        n.op_type.clone()
+                    } else {
+                        format!("{}:{}", n.domain, n.op_type)
+                    };
+                    let remedy = crate::ops_table::remedy(&n.op_type).map(str::to_string);
+                    Blocker {
+                        op,
+                        node: n.name.clone(),
+                        why: "the ONNX importer has no implementation of this op".into(),
+                        remedy,
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if !unknown.is_empty() {
+        return Err(ConvertError::Unsupported { path: p.clone(), blockers: unknown });
+    }
     let dir = path.parent().and_then(|d| d.to_str());
     let parsed = onnx.parse(&proto, dir).map_err(tract_err(&p, "load the ONNX file"))?;
     if !parsed.unresolved_inputs.is_empty() {
@@ -92,17 +155,56 @@ fn load_typed_inner(path: &Path, p: &str, batch: usize) -> Result<(TypedModel, V
     let typed = typed.set_symbols(&symbols).map_err(tract_err(&p, "bind the batch size"))?;
     let mut typed = typed;
     declutter(&mut typed).map_err(tract_err(&p, "declutter the model"))?;
-    Ok((typed, inputs))
+    Ok((typed, inputs, names))
 }
 
 /// tract's declutter passes without `ChangeAxes`: that pass pushes the ONNX graph's transposes
 /// through norms and matmuls until attention runs on `[channels, tokens]` layouts, which hides
 /// the mechanisms from Kestrel's fusion and leaves standalone transposes around every op.
 /// Kestrel plans its own layouts, so the axes are kept as exported.
+///
+/// When a rewrite inside tract fails (a bug in one op's declutter, as LeViT's strided slices
+/// over a reshape hit), the graph is taken as decluttered up to the last rewrite that worked:
+/// the number of rewrite steps is searched for (tract runs the same rewrites in the same order
+/// every time), and the lowering takes the graph from there.
 fn declutter(model: &mut TypedModel) -> TractResult<()> {
-    let mut opt = tract_onnx::tract_core::optim::Optimizer::declutter();
-    opt.passes.retain(|p| !format!("{p:?}").starts_with("ChangeAxes"));
-    opt.session().optimize(model)
+    let run = |m: &mut TypedModel, steps: Option<usize>| {
+        let mut opt = tract_onnx::tract_core::optim::Optimizer::declutter();
+        opt.passes.retain(|p| !format!("{p:?}").starts_with("ChangeAxes"));
+        if let Some(s) = steps {
+            opt = opt.stopping_at(s);
+        }
+        opt.session().optimize(m)
+    };
+    let original = model.clone();
+    let Err(full) = run(model, None) else { return Ok(()) };
+    // Exponential then binary search for the most steps that succeed.
+    let ok = |steps: usize| {
+        let mut m = original.clone();
+        run(&mut m, Some(steps)).ok().map(|_| m)
+    };
+    let (mut lo, mut hi) = (0usize, 64usize);
+    let mut best = ok(0).ok_or(full)?;
+    while let Some(m) = ok(hi) {
+        best = m;
+        lo = hi;
+        hi *= 2;
+        if hi > 1 << 20 {
+            break;
+        }
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        match ok(mid) {
+            Some(m) => {
+                best = m;
+                lo = mid;
+            }
+            None => hi = mid,
+        }
+    }
+    *model = best;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -9,10 +9,11 @@ mod elementwise;
 mod fuse;
 mod linear;
 mod mask;
+mod pool;
 mod select;
 mod shape;
 
-use crate::error::{ConvertError, SUPPORTED};
+use crate::error::{Blocker, ConvertError};
 use crate::quant::{self, WeightQuant};
 use kestrel::ModelBuilder;
 use kestrel_format::ops::{Op, TensorId, Transpose};
@@ -80,6 +81,10 @@ pub(crate) struct Lowerer<'m> {
     pub(super) pending_act: Option<(&'static str, fuse::Matched)>,
     /// Fused patterns found (name, count).
     pub fused: Vec<(String, usize)>,
+    /// Nodes that could not be lowered (in tract's terms), every one.
+    pub blockers: Vec<Blocker>,
+    /// Nodes not lowered: blockers, and the nodes that depend on them.
+    failed: HashSet<usize>,
 }
 
 /// The result of lowering one node.
@@ -108,6 +113,8 @@ impl<'m> Lowerer<'m> {
             skip: HashSet::new(),
             node: 0,
             fused: Vec::new(),
+            blockers: Vec::new(),
+            failed: HashSet::new(),
             pending_bias: None,
             pending_act: None,
         }
@@ -142,11 +149,17 @@ impl<'m> Lowerer<'m> {
         ConvertError::BadNode { node: n.name.clone(), op: n.op.name().to_string(), expected: expected.into(), found }
     }
 
-    /// A [`ConvertError::Unsupported`] for the node being lowered.
+    /// A [`ConvertError::Unsupported`] for the node being lowered (named in tract's terms;
+    /// [`crate::convert`] renames it to the ONNX node it comes from).
     pub fn unsupported(&self, detail: &str) -> ConvertError {
         let n = self.tnode();
-        let op = if detail.is_empty() { n.op.name().to_string() } else { format!("{} ({detail})", n.op.name()) };
-        ConvertError::Unsupported { node: n.name.clone(), op, supported: SUPPORTED }
+        let why = if detail.is_empty() {
+            format!("not supported (imported as tract's `{}`)", n.op.name())
+        } else {
+            format!("not supported: {detail}")
+        };
+        let blocker = Blocker { op: n.op.name().to_string(), node: n.name.clone(), why, remedy: None };
+        ConvertError::Unsupported { path: String::new(), blockers: vec![blocker] }
     }
 
     /// The output shape of the node being lowered (concrete at batch 1).
@@ -284,11 +297,52 @@ impl<'m> Lowerer<'m> {
             if node.op_is::<TypedSource>() {
                 return Err(self.bad("a registered graph input", "an unregistered source".into()));
             }
-            if !node.inputs.is_empty() && node.inputs.iter().all(|i| matches!(self.vals.get(i), Some(Val::Const(_)))) {
-                self.fold()?;
+            // A node reading a node that could not be lowered is not a blocker of its own.
+            if node.inputs.iter().any(|i| self.failed.contains(&i.node)) {
+                self.failed.insert(n);
                 continue;
             }
-            self.lower()?;
+            let done = if !node.inputs.is_empty()
+                && node.inputs.iter().all(|i| matches!(self.vals.get(i), Some(Val::Const(_))))
+            {
+                self.fold()
+            } else {
+                self.lower()
+            };
+            // Every blocker is collected (the user fixes them all at once); anything else stops.
+            match done {
+                Ok(()) => {}
+                Err(ConvertError::Unsupported { blockers, .. }) => {
+                    self.blockers.extend(blockers);
+                    self.stand_in(n)?;
+                }
+                Err(ConvertError::BadNode { node, op, expected, found }) => {
+                    let why = format!("not supported: expected {expected}, found {found}");
+                    self.blockers.push(Blocker { op, node, why, remedy: None });
+                    self.stand_in(n)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// After node `n` failed to lower: its f32 outputs of known shape get placeholder
+    /// activations so that the nodes after it are still lowered and report their own blockers
+    /// (the conversion fails anyway); any other output marks its readers as not lowered.
+    fn stand_in(&mut self, n: usize) -> Res<()> {
+        let node = self.model.node(n);
+        for (slot, o) in node.outputs.iter().enumerate() {
+            let shape = o.fact.shape.as_concrete().map(|s| s.to_vec());
+            match shape {
+                Some(shape) if o.fact.datum_type == f32::datum_type() && shape.len() <= MAX_RANK => {
+                    let id = self.b.input(&format!("blocked.{n}.{slot}"), &shape)?;
+                    self.vals.insert(OutletId::new(n, slot), Val::Act { id, shape, int: false });
+                }
+                _ => {
+                    self.failed.insert(n);
+                }
+            }
         }
         Ok(())
     }
@@ -364,7 +418,12 @@ impl<'m> Lowerer<'m> {
         if let Some(op) = node.op_as::<Conv>() {
             return self.conv(op);
         }
-        if self.try_elementwise()? || self.try_shape()? || self.try_select()? || self.try_assemble()? {
+        if self.try_elementwise()?
+            || self.try_shape()?
+            || self.try_select()?
+            || self.try_assemble()?
+            || self.try_pool()?
+        {
             return Ok(());
         }
         Err(self.unsupported(""))

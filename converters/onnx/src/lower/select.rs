@@ -12,6 +12,7 @@ use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::logic::Iff;
 use tract_onnx::tract_core::ops::scan::{InputMapping, Scan};
 use tract_onnx::tract_core::ops::source::TypedSource;
+use tract_onnx::tract_core::ops::Downsample;
 
 pub(super) fn squeeze_leading(shape: &[usize]) -> Vec<usize> {
     let s: Vec<usize> = shape.iter().copied().skip_while(|&d| d == 1).collect();
@@ -45,6 +46,17 @@ impl Lowerer<'_> {
         if let Some(op) = node.op_as::<Scan>() {
             let axis = self.cumsum_axis(op).ok_or_else(|| self.unsupported("a scan other than an inclusive cumsum"))?;
             self.cumsum(axis, false, false)?;
+            return Ok(true);
+        }
+        if let Some(op) = node.op_as::<Downsample>() {
+            // Every stride-th element from `modulo` (tract's form of a strided 1×1 convolution's
+            // input and of strided slices).
+            let (_, xs) = self.act(node.inputs[0])?;
+            if op.stride <= 0 {
+                return Err(self.unsupported(&format!("downsampling with stride {}", op.stride)));
+            }
+            let idx: Vec<i64> = (op.modulo..xs[op.axis]).step_by(op.stride as usize).map(|i| i as i64).collect();
+            self.select(op.axis, &idx)?;
             return Ok(true);
         }
         if let Some(op) = node.op_as::<GatherNd>() {

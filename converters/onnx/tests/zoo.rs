@@ -1,0 +1,96 @@
+//! The real-world zoo (`converters/zoo/`, written by `python -m kestrel_torch.zoo`): common
+//! architectures from torch.nn, transformers and timm, each exported with the legacy and the
+//! dynamo exporter. Every one converts and matches onnxruntime's output within 1e-4 (relative to
+//! the output's scale), except the ones listed in [`BLOCKED`], which must fail with a blocker
+//! naming the ONNX op — and must be removed from the list the day they convert.
+
+use kestrel_onnx::{compare, convert, read_npy, run_kestrel, ConvertError, ConvertOptions, InputData, ONNX_OPS};
+use std::path::{Path, PathBuf};
+
+/// Zoo models that do not convert yet: (name prefix, the ONNX op that blocks them).
+const BLOCKED: &[(&str, &str)] = &[("lstm-", "LSTM"), ("gru-", "GRU")];
+
+/// Exports committed under `converters/zoo/`.
+const COMMITTED: usize = 35;
+
+const REL_TOL: f64 = 1e-4;
+
+fn zoo() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../zoo");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("no zoo at {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("model.onnx").exists())
+        .collect();
+    dirs.sort();
+    assert_eq!(dirs.len(), COMMITTED, "zoo exports in {}", dir.display());
+    dirs
+}
+
+fn inputs(d: &Path) -> Vec<kestrel_onnx::InputTensor> {
+    let mut v = vec![read_npy(d.join("input.npy")).unwrap()];
+    for i in 1.. {
+        let p = d.join(format!("input{i}.npy"));
+        if !p.exists() {
+            break;
+        }
+        v.push(read_npy(p).unwrap());
+    }
+    v
+}
+
+#[test]
+fn every_zoo_model_converts_and_matches_onnxruntime() {
+    let mut failures = Vec::new();
+    let mut converted = 0;
+    for d in zoo() {
+        let name = d.file_name().unwrap().to_string_lossy().to_string();
+        let meta: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join("meta.json")).unwrap()).unwrap();
+        let result = convert(d.join("model.onnx"), &ConvertOptions::default());
+        if let Some((_, op)) = BLOCKED.iter().find(|(p, _)| name.starts_with(p)) {
+            match result {
+                Err(ConvertError::Unsupported { blockers, .. }) if blockers.iter().any(|b| b.op == *op) => {
+                    println!("{name}: blocked as expected by {op}");
+                }
+                Ok(_) => failures.push(format!("{name} converts now: remove it from BLOCKED")),
+                Err(e) => failures.push(format!("{name}: expected a blocker naming {op}, got: {e}")),
+            }
+            continue;
+        }
+        let conv = match result {
+            Ok(c) => c,
+            Err(e) => {
+                failures.push(format!("{name}: {e}"));
+                continue;
+            }
+        };
+        let expected = read_npy(d.join("output.npy")).unwrap();
+        let InputData::F32(want) = expected.data else { panic!("{name}: output.npy is not f32") };
+        let got = match run_kestrel(&conv.kes, &inputs(&d)) {
+            Ok(g) => g,
+            Err(e) => {
+                failures.push(format!("{name}: run: {e}"));
+                continue;
+            }
+        };
+        let last = expected.shape.last().copied().unwrap_or(1);
+        let (abs, rel, top1, _) = compare(&[want], &got[..1], &[last]).unwrap();
+        println!(
+            "{name}: max abs {abs:.2e}, rel {rel:.2e}, top-1 agreement {top1:.2}, {} Kestrel nodes",
+            conv.report.kestrel_nodes
+        );
+        if rel > REL_TOL {
+            failures.push(format!("{name}: relative error {rel:.2e} > {REL_TOL:.0e}"));
+        }
+        // Every ONNX op of a model that converts is in the documented table.
+        for op in meta["onnx_ops"].as_object().unwrap().keys() {
+            if !ONNX_OPS.iter().any(|o| o.op == op) {
+                failures.push(format!("{name}: converts with ONNX op {op}, missing from ONNX_OPS"));
+            }
+        }
+        converted += 1;
+    }
+    println!("{converted} zoo exports converted");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
