@@ -4,7 +4,11 @@
 //! the output's scale), except the ones listed in [`BLOCKED`], which must fail with a blocker
 //! naming the ONNX op — and must be removed from the list the day they convert.
 
-use kestrel_onnx::{compare, convert, read_npy, run_kestrel, ConvertError, ConvertOptions, InputData, ONNX_OPS};
+use kestrel::Input;
+use kestrel_onnx::{
+    compare, convert, read_npy, run_kestrel, ConvertError, ConvertOptions, DType, InputData, InputTensor, ONNX_OPS,
+};
+use kestrel_wgpu::{AdapterChoice, GpuContext, GpuError, GpuSession};
 use std::path::{Path, PathBuf};
 
 /// Zoo models that do not convert yet: (name prefix, the ONNX op that blocks them).
@@ -27,7 +31,7 @@ fn zoo() -> Vec<PathBuf> {
     dirs
 }
 
-fn inputs(d: &Path) -> Vec<kestrel_onnx::InputTensor> {
+fn inputs(d: &Path) -> Vec<InputTensor> {
     let mut v = vec![read_npy(d.join("input.npy")).unwrap()];
     for i in 1.. {
         let p = d.join(format!("input{i}.npy"));
@@ -93,4 +97,80 @@ fn every_zoo_model_converts_and_matches_onnxruntime() {
     }
     println!("{converted} zoo exports converted");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The GPU device, or `None` (with a message) when there is none and `KESTREL_REQUIRE_GPU` is
+/// not set (`.ci/run` sets it after installing lavapipe).
+fn gpu() -> Option<GpuContext> {
+    match GpuContext::new(&AdapterChoice::from_env_or(None)) {
+        Ok(c) => Some(c),
+        Err(e @ GpuError::NoAdapter { .. }) => {
+            assert!(!std::env::var("KESTREL_REQUIRE_GPU").is_ok_and(|v| v == "1"), "KESTREL_REQUIRE_GPU=1 but {e}");
+            eprintln!("SKIPPED: {e} (set KESTREL_REQUIRE_GPU=1 to make this a failure)");
+            None
+        }
+        Err(e) => panic!("opening the GPU: {e}"),
+    }
+}
+
+/// The same models on the wgpu backend (f32 arithmetic): within 1e-4 of onnxruntime too.
+#[test]
+fn every_converted_zoo_model_matches_onnxruntime_on_the_gpu() {
+    let Some(ctx) = gpu() else { return };
+    println!("GPU: {}", ctx.describe());
+    let mut failures = Vec::new();
+    for d in zoo() {
+        let name = d.file_name().unwrap().to_string_lossy().to_string();
+        if BLOCKED.iter().any(|(p, _)| name.starts_with(p)) {
+            continue;
+        }
+        let conv = convert(d.join("model.onnx"), &ConvertOptions::default()).unwrap();
+        let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
+        let cpu = model.cpu().unwrap();
+        let feeds = inputs(&d);
+        let batch = feeds[0].shape[0];
+        let expected = read_npy(d.join("output.npy")).unwrap();
+        let InputData::F32(want) = expected.data else { panic!("{name}: output.npy is not f32") };
+        let mut got = vec![0f32; want.len()];
+        let ins: Vec<Input<'_>> = feeds
+            .iter()
+            .map(|f| match &f.data {
+                InputData::F32(v) => Input::F32(v),
+                InputData::I64(v) => Input::I64(v),
+            })
+            .collect();
+        let run = GpuSession::new(&ctx, &cpu, batch).and_then(|mut s| s.run(&ins, &mut [got.as_mut_slice()]));
+        if let Err(e) = run {
+            failures.push(format!("{name}: wgpu: {e}"));
+            continue;
+        }
+        let last = expected.shape.last().copied().unwrap_or(1);
+        let (abs, rel, _, _) = compare(&[want], &[got], &[last]).unwrap();
+        println!("{name}: wgpu max abs {abs:.2e}, rel {rel:.2e}");
+        if rel > REL_TOL {
+            failures.push(format!("{name}: wgpu relative error {rel:.2e} > {REL_TOL:.0e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// int8 weights: top-1 agreement with onnxruntime's f32 output, reported (random weights make
+/// it indicative only) and required to stay above chance.
+#[test]
+fn int8_top1_agreement_is_reported() {
+    let opts = ConvertOptions { weights: DType::I8, ..ConvertOptions::default() };
+    for d in zoo() {
+        let name = d.file_name().unwrap().to_string_lossy().to_string();
+        if BLOCKED.iter().any(|(p, _)| name.starts_with(p)) {
+            continue;
+        }
+        let conv = convert(d.join("model.onnx"), &opts).unwrap();
+        let expected = read_npy(d.join("output.npy")).unwrap();
+        let InputData::F32(want) = expected.data else { panic!("{name}: output.npy is not f32") };
+        let got = run_kestrel(&conv.kes, &inputs(&d)).unwrap();
+        let last = expected.shape.last().copied().unwrap_or(1);
+        let (_, rel, top1, _) = compare(&[want], &got[..1], &[last]).unwrap();
+        println!("{name}: int8 top-1 agreement {top1:.2}, max rel {rel:.2e}, {} bytes", conv.kes.len());
+        assert!(rel.is_finite(), "{name}: int8 output not finite");
+    }
 }
