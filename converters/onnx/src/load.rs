@@ -61,7 +61,8 @@ fn load_typed_inner(
 ) -> Result<(TypedModel, Vec<LoadedInput>, OnnxNodes), ConvertError> {
     let p = p.to_string();
     let bytes = std::fs::read(path).map_err(|error| ConvertError::Io { path: p.clone(), error })?;
-    let onnx = tract_onnx::onnx();
+    let mut onnx = tract_onnx::onnx();
+    crate::lower::rnn::register(&mut onnx.op_register);
     let proto = onnx.proto_model_for_read(&mut &bytes[..]).map_err(tract_err(&p, "read the ONNX file"))?;
     drop(bytes);
     crate::validate::check_model(&proto, path)?;

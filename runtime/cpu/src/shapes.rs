@@ -5,6 +5,8 @@
 //! `MatMul` broadcasts over the batch like any leading axis.
 
 use crate::error::ShapeError;
+use crate::kernels::pool::Pool2dParams;
+use crate::kernels::rnn::RnnParams;
 use kestrel_format::ops::{Op, TensorId};
 use kestrel_format::{Shape, MAX_RANK};
 
@@ -194,6 +196,15 @@ pub fn output_shape(
                 _ => Err(ShapeError::Invalid { op: name, what: "kernel larger than the padded input" }),
             }
         }
+        Op::Pool2d(o) => Pool2dParams::of(o, &shape_of(o.x))?
+            .y_shape()
+            .ok_or(ShapeError::Invalid { op: name, what: "output rank or dim too large" }),
+        Op::Lstm(o) => RnnParams::of_lstm(o, |id| Ok(shape_of(id)))?
+            .y_shape()
+            .ok_or(ShapeError::Invalid { op: name, what: "output rank or dim too large" }),
+        Op::Gru(o) => RnnParams::of_gru(o, |id| Ok(shape_of(id)))?
+            .y_shape()
+            .ok_or(ShapeError::Invalid { op: name, what: "output rank or dim too large" }),
         Op::Attention(o) => tokens(name, shape_of(o.x)),
         Op::AftFull(o) => tokens(name, shape_of(o.x)),
         Op::AftLocal(o) => tokens(name, shape_of(o.x)),

@@ -591,6 +591,26 @@ fn every_op_kind_round_trips() {
         Op::Transpose(Transpose { x, perm: [1, 0, 2, 3, 4, 5], y }),
         Op::MatMul(MatMul { a: x, b: 3, transpose_b: true, y }),
         Op::Conv2d(Conv2d { x, proj: p(1), stride: [1, 2], pad: [0, 1, 2, 3], dilation: [1, 1], groups: 1, y }),
+        Op::Pool2d(Pool2d {
+            x,
+            kind: PoolKind::Max,
+            kernel: [3, 2],
+            stride: [2, 1],
+            pad: [1, 0, 2, 1],
+            dilation: [1, 2],
+            count_include_pad: false,
+            y,
+        }),
+        Op::Pool2d(Pool2d {
+            x,
+            kind: PoolKind::Avg,
+            kernel: [2, 2],
+            stride: [2, 2],
+            pad: [0, 0, 0, 0],
+            dilation: [1, 1],
+            count_include_pad: true,
+            y,
+        }),
         Op::Attention(Attention {
             x,
             variant: AttentionVariant::Super,
@@ -619,6 +639,29 @@ fn every_op_kind_round_trips() {
         Op::AftSimple(AftSimple { x, causal: true, q: p(1), k: p(3), v: p(5), o: p(7), y }),
         Op::AftConv(AftConv { x, heads: 2, kernel: 3, grid: [2, 2], q: p(1), k: p(3), v: p(5), w: 7, o: p(9), y }),
         Op::Fastformer(Fastformer { x, heads: 2, scale: 0.5, q: p(1), k: p(3), v: p(5), wqa: 7, wka: 8, r: p(9), y }),
+        Op::Lstm(Lstm {
+            x,
+            w: 1,
+            r: 2,
+            b: 3,
+            h0: None,
+            c0: Some(4),
+            hidden: 8,
+            direction: RnnDirection::Bidirectional,
+            output: RnnOutput::Cell,
+            y,
+        }),
+        Op::Gru(Gru {
+            x,
+            w: 1,
+            r: 2,
+            b: 3,
+            h0: Some(4),
+            hidden: 8,
+            direction: RnnDirection::Reverse,
+            output: RnnOutput::Y,
+            y,
+        }),
     ];
     let mut tensors = vec![act("x", &[4, 8], 0)];
     for i in 1..13 {
@@ -637,6 +680,45 @@ fn every_op_kind_round_trips() {
     let buf = aligned_copy(&bytes);
     let f = KesFile::parse(&buf).unwrap();
     assert_eq!(f.ops().collect::<Result<Vec<_>, _>>().unwrap(), all);
+}
+
+/// Pool2d records: 2 slots and 12 attributes (kind, kernel, stride, pad, dilation,
+/// count_include_pad); an unknown kind, a zero kernel/stride/dilation, a count_include_pad other
+/// than 0/1, or count_include_pad on a max pool is a typed error.
+#[test]
+fn pool2d_records_are_validated() {
+    use kestrel_format::ops::*;
+    let good = [1u32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1];
+    let op = Op::decode(kind::POOL2D, &[0, 1], &good).unwrap();
+    let want = Pool2d {
+        x: 0,
+        kind: PoolKind::Avg,
+        kernel: [3, 3],
+        stride: [2, 2],
+        pad: [1, 1, 1, 1],
+        dilation: [1, 1],
+        count_include_pad: true,
+        y: 1,
+    };
+    assert_eq!(op, Op::Pool2d(want));
+    assert_eq!(op.encode().attrs(), good);
+    assert_eq!(op.name(), "Pool2d");
+    let bad = |i: usize, v: u32| {
+        let mut a = good;
+        a[i] = v;
+        Op::decode(kind::POOL2D, &[0, 1], &a).unwrap_err()
+    };
+    assert!(matches!(bad(0, 2), OpError::BadAttr { attr: "kind", value: 2, .. }));
+    assert!(matches!(bad(1, 0), OpError::BadAttr { attr: "kernel", value: 0, .. }));
+    assert!(matches!(bad(4, 0), OpError::BadAttr { attr: "stride", value: 0, .. }));
+    assert!(matches!(bad(10, 0), OpError::BadAttr { attr: "dilation", value: 0, .. }));
+    assert!(matches!(bad(11, 2), OpError::BadAttr { attr: "count_include_pad", value: 2, .. }));
+    assert!(matches!(bad(0, 0), OpError::BadAttr { attr: "count_include_pad (Max)", .. }));
+    assert!(matches!(
+        Op::decode(kind::POOL2D, &[0, 1], &good[..11]),
+        Err(OpError::AttrCount { expected: 12, found: 11, .. })
+    ));
+    assert!(matches!(Op::decode(kind::POOL2D, &[0, NONE], &good), Err(OpError::MissingTensor { slot: "y", .. })));
 }
 
 /// Format 1.1: an activation may carry a calibrated int8 scale at entry offset 36; it round-trips,

@@ -307,7 +307,10 @@ fn tokens_dim(file: &KesFile<'_>, x: TensorId) -> Option<(u64, u64)> {
 /// `2Td²` per projection, `2T²d` for the scores, for the weighted sum and (Super) for `W^A X`;
 /// AFT-full/local: `2Td²` per projection plus `4T·T'·d` for the two weighted sums (T' = T or the
 /// local window `2s−1`); AFT-conv: projections plus `4T·s²·d`; element-wise ops: `|y|`; layer
-/// norm: `8|x|`; softmax: `5|x|`; reductions: `|x|`.
+/// norm: `8|x|`; softmax: `5|x|`; reductions: `|x|`; pooling: `|y| · kh·kw` (one max or add per
+/// window tap, padding taps included); LSTM/GRU: `2·T·(|w| + |r|)` for the input and recurrent
+/// products, `3·T` per gate row (two bias adds and an activation) and `4·T·dirs·H` for the state
+/// update.
 pub fn op_flops(file: &KesFile<'_>, op: &Op) -> Option<u64> {
     let proj = |t: u64, d_in: u64, p: &kestrel_format::ops::Proj| -> Option<u64> {
         let w = numel(file, p.w)?;
@@ -366,6 +369,14 @@ pub fn op_flops(file: &KesFile<'_>, op: &Op) -> Option<u64> {
         Op::Unary(o) => numel(file, o.y)?,
         Op::Binary(o) => numel(file, o.y)?,
         Op::Reduce(o) => numel(file, o.x)?,
+        Op::Pool2d(o) => numel(file, o.y)? * u64::from(o.kernel[0]) * u64::from(o.kernel[1]),
+        Op::Lstm(kestrel_format::ops::Lstm { x, w, r, direction, hidden, .. })
+        | Op::Gru(kestrel_format::ops::Gru { x, w, r, direction, hidden, .. }) => {
+            let t = *dims(file, *x)?.first()?;
+            let gate_rows = *dims(file, *w)?.first()?;
+            let states = direction.dirs() as u64 * u64::from(*hidden);
+            2 * t * (numel(file, *w)? + numel(file, *r)?) + 3 * t * gate_rows + 4 * t * states
+        }
         Op::Reshape(_) | Op::Transpose(_) | Op::Embedding(_) => return None,
     })
 }

@@ -6,10 +6,10 @@
 //! products or a GEMM by row count, so the summation order may differ), and a batch of 1 gives
 //! the same bits at capacity 1 and 3.
 //!
-//! Ops built on dot products (Dense, MatMul, Conv2d, PatchEmbed, Sum/Mean) take the tolerance
-//! floor from a companion "magnitude" model (same case on |inputs| and |weights|, no
-//! activation, itself compared too), as the kernel tests' `assert_close_dot` does: rounding
-//! scales with Σ|a·b|, not with a possibly cancelled result.
+//! Ops built on dot products or sums (Dense, MatMul, Conv2d, PatchEmbed, Sum/Mean, average
+//! Pool2d) take the tolerance floor from a companion "magnitude" model (same case on |inputs| and
+//! |weights|, no activation, itself compared too), as the kernel tests' `assert_close_dot` does:
+//! rounding scales with Σ|a·b|, not with a possibly cancelled result.
 
 mod common_graph;
 
@@ -444,6 +444,30 @@ fn conv2d_stride_pad_dilation_groups() {
             })
         })
         .collect();
+    check_all(&cases);
+}
+
+#[test]
+fn pool2d_max_and_average_stride_pad_dilation() {
+    // (C, H, W, kernel, stride, pad, dilation): the kernel tests' fixed cases.
+    type Pool = (usize, usize, usize, [u32; 2], [u32; 2], [u32; 4], [u32; 2]);
+    const POOL: &[Pool] = &[
+        (3, 7, 7, [7, 7], [1, 1], [0, 0, 0, 0], [1, 1]),
+        (4, 12, 12, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1]),
+        (3, 7, 9, [2, 2], [2, 2], [0, 0, 1, 1], [1, 1]),
+        (2, 9, 8, [3, 2], [2, 1], [2, 1, 0, 1], [2, 3]),
+    ];
+    let mut cases = Vec::new();
+    for (i, &(ch, h, w, kernel, stride, pad, dilation)) in POOL.iter().enumerate() {
+        for (kind, count_include_pad) in [(PoolKind::Max, false), (PoolKind::Avg, false), (PoolKind::Avg, true)] {
+            let name = format!("Pool2d case {i} {kind:?} count_include_pad {count_include_pad}");
+            // Averages sum: their floor comes from the magnitude model; a max selects an input.
+            cases.push(case("Pool2d", name, kind == PoolKind::Avg, move |c| {
+                let x = c.input(&[ch, h, w], NZ)?;
+                c.b.op(|y| Op::Pool2d(Pool2d { x, kind, kernel, stride, pad, dilation, count_include_pad, y }))
+            }));
+        }
+    }
     check_all(&cases);
 }
 

@@ -1,5 +1,5 @@
 //! References for the layer and generic ops: dense, layer norm, unary, binary (numpy
-//! broadcasting), softmax, reduce, transpose, batched matmul, conv2d, patch and token
+//! broadcasting), softmax, reduce, transpose, batched matmul, conv2d, pool2d, patch and token
 //! embedding. Plain loops over multi-indices, in f64, straight from each op's definition.
 //! Tensors are row-major `Vec<f64>` with an explicit `&[usize]` shape.
 
@@ -344,6 +344,75 @@ pub fn conv2d(
                     }
                 }
                 y[(oc * oh + i) * ow + j] = acc;
+            }
+        }
+    }
+    (y, oh, ow)
+}
+
+/// What a pooling window computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolFn {
+    /// Maximum of the input elements in the window.
+    Max,
+    /// Mean: the sum of the input elements in the window over the number of window taps inside
+    /// the padded input (`count_include_pad`, ONNX's definition) or inside the input.
+    Avg {
+        /// Count taps in the padding too.
+        count_include_pad: bool,
+    },
+}
+
+/// 2-D pooling hyper-parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolSpec {
+    /// Window (kh, kw).
+    pub kernel: [usize; 2],
+    /// Stride (h, w).
+    pub stride: [usize; 2],
+    /// Padding (top, left, bottom, right).
+    pub pad: [usize; 4],
+    /// Dilation (h, w).
+    pub dilation: [usize; 2],
+}
+
+/// pool2d of `x [C, H, W]`: output `(c, i, j)` reduces `x[c, i·sh + u·dh − pt, j·sw + v·dw − pl]`
+/// over the taps `u < kh`, `v < kw` that fall inside the input (padding contributes nothing).
+/// `H' = ⌊(H + pt + pb − dh·(kh − 1) − 1) / sh⌋ + 1`. Returns `y [C, H', W']` and `(H', W')`;
+/// panics if a window has no input element.
+pub fn pool2d(x: &[f64], x_shape: [usize; 3], f: PoolFn, s: PoolSpec) -> (Vec<f64>, usize, usize) {
+    let [c, h, wd] = x_shape;
+    let [kh, kw] = s.kernel;
+    let oh = (h + s.pad[0] + s.pad[2] - s.dilation[0] * (kh - 1) - 1) / s.stride[0] + 1;
+    let ow = (wd + s.pad[1] + s.pad[3] - s.dilation[1] * (kw - 1) - 1) / s.stride[1] + 1;
+    let mut y = vec![0.0; c * oh * ow];
+    for ch in 0..c {
+        for i in 0..oh {
+            for j in 0..ow {
+                let (mut max, mut sum, mut inside, mut padded) = (f64::NEG_INFINITY, 0.0, 0usize, 0usize);
+                for u in 0..kh {
+                    for v in 0..kw {
+                        // Coordinates in the padded input.
+                        let (py, px) = (i * s.stride[0] + u * s.dilation[0], j * s.stride[1] + v * s.dilation[1]);
+                        if py < h + s.pad[0] + s.pad[2] && px < wd + s.pad[1] + s.pad[3] {
+                            padded += 1;
+                        }
+                        let (yy, xx) = (py as isize - s.pad[0] as isize, px as isize - s.pad[1] as isize);
+                        if yy < 0 || xx < 0 || yy >= h as isize || xx >= wd as isize {
+                            continue;
+                        }
+                        let xv = x[(ch * h + yy as usize) * wd + xx as usize];
+                        max = max.max(xv);
+                        sum += xv;
+                        inside += 1;
+                    }
+                }
+                assert!(inside > 0, "pool2d: window ({i}, {j}) has no input element");
+                y[(ch * oh + i) * ow + j] = match f {
+                    PoolFn::Max => max,
+                    PoolFn::Avg { count_include_pad: true } => sum / padded as f64,
+                    PoolFn::Avg { count_include_pad: false } => sum / inside as f64,
+                };
             }
         }
     }

@@ -2,9 +2,9 @@
 //! format's op enums to the reference's own (the reference keeps its own enums so its maths does
 //! not depend on how the format spells things).
 
-use crate::layers::{Act, BinaryFn, ReduceFn, UnaryFn};
+use crate::layers::{Act, BinaryFn, PoolFn, ReduceFn, UnaryFn};
 use crate::mechanisms::AttentionKind;
-use kestrel_format::ops::{Activation, AttentionVariant, BinaryOp, ReduceOp, UnaryOp};
+use kestrel_format::ops::{Activation, AttentionVariant, BinaryOp, PoolKind, ReduceOp, UnaryOp};
 use kestrel_format::DType;
 
 /// The four weight encodings.
@@ -112,6 +112,14 @@ pub fn reduce_fn(op: ReduceOp) -> ReduceFn {
     }
 }
 
+/// Reference pooling function for a format pool kind (`count_include_pad` applies to averages).
+pub fn pool_fn(kind: PoolKind, count_include_pad: bool) -> PoolFn {
+    match kind {
+        PoolKind::Max => PoolFn::Max,
+        PoolKind::Avg => PoolFn::Avg { count_include_pad },
+    }
+}
+
 /// Reference attention kind for a format attention variant.
 pub fn attention_kind(v: AttentionVariant) -> AttentionKind {
     match v {
@@ -119,5 +127,25 @@ pub fn attention_kind(v: AttentionVariant) -> AttentionKind {
         AttentionVariant::Optimised => AttentionKind::Optimised,
         AttentionVariant::Efficient => AttentionKind::Efficient,
         AttentionVariant::Super => AttentionKind::Super,
+    }
+}
+
+/// Per direction, whether it runs backwards (the reference's spelling of a format direction).
+pub fn rnn_reversed(d: kestrel_format::ops::RnnDirection) -> &'static [bool] {
+    use kestrel_format::ops::RnnDirection;
+    match d {
+        RnnDirection::Forward => &[false],
+        RnnDirection::Reverse => &[true],
+        RnnDirection::Bidirectional => &[false, true],
+    }
+}
+
+/// The reference output a format recurrent node produces.
+pub fn rnn_pick(out: &crate::rnn::RnnOut, which: kestrel_format::ops::RnnOutput) -> Vec<f64> {
+    use kestrel_format::ops::RnnOutput;
+    match which {
+        RnnOutput::Y => out.y.clone(),
+        RnnOutput::Hidden => out.y_h.clone(),
+        RnnOutput::Cell => out.y_c.clone(),
     }
 }

@@ -46,6 +46,8 @@ pub enum Family {
     MatMul,
     /// 2-D convolution (`conv.wgsl`).
     Conv,
+    /// 2-D max and average pooling (`pool.wgsl`).
+    Pool,
     /// Token and patch embeddings (`embed.wgsl`).
     Embed,
     /// Attention cores (`attention.wgsl`).
@@ -64,6 +66,7 @@ impl Family {
         Family::Norm,
         Family::MatMul,
         Family::Conv,
+        Family::Pool,
         Family::Embed,
         Family::Attention,
         Family::Aft,
@@ -78,6 +81,7 @@ impl Family {
             Family::Norm => include_str!("shaders/norm.wgsl"),
             Family::MatMul => include_str!("shaders/matmul.wgsl"),
             Family::Conv => include_str!("shaders/conv.wgsl"),
+            Family::Pool => include_str!("shaders/pool.wgsl"),
             Family::Embed => include_str!("shaders/embed.wgsl"),
             Family::Attention => include_str!("shaders/attention.wgsl"),
             Family::Aft => include_str!("shaders/aft.wgsl"),
@@ -87,9 +91,9 @@ impl Family {
 
     /// Whether the family has an f16 variant: the families whose work is dot products (dense,
     /// matmul, convolution, attention, Fastformer's pooling). The others stay f32 at every
-    /// precision: element-wise ops and embeddings have no products to speed up, layer norm,
-    /// softmax and reductions need f32 statistics, and the AFT cores sum products of two
-    /// exponentials, `exp(w − max w)·exp(K − max K)`, whose range falls below f16's normal
+    /// precision: element-wise ops, embeddings and 2-D pooling have no products to speed up,
+    /// layer norm, softmax and reductions need f32 statistics, and the AFT cores sum products of
+    /// two exponentials, `exp(w − max w)·exp(K − max K)`, whose range falls below f16's normal
     /// numbers (6.1e-5), so their sums could underflow to 0 (and 0/0) in f16.
     pub fn has_f16(self) -> bool {
         matches!(self, Family::Linear | Family::MatMul | Family::Conv | Family::Attention | Family::Fastformer)
@@ -141,6 +145,8 @@ pub enum Kernel {
     MatMul,
     /// `conv.wgsl: conv2d`.
     Conv2d,
+    /// `pool.wgsl: pool2d`.
+    Pool2d,
     /// `embed.wgsl: embedding`.
     Embedding,
     /// `embed.wgsl: patch_gather`.
@@ -183,6 +189,7 @@ impl Kernel {
         Kernel::Reduce,
         Kernel::MatMul,
         Kernel::Conv2d,
+        Kernel::Pool2d,
         Kernel::Embedding,
         Kernel::PatchGather,
         Kernel::AlignTokens,
@@ -208,6 +215,7 @@ impl Kernel {
             LayerNorm | Softmax | Reduce => Family::Norm,
             MatMul => Family::MatMul,
             Conv2d => Family::Conv,
+            Pool2d => Family::Pool,
             Embedding | PatchGather => Family::Embed,
             AlignTokens | Attend => Family::Attention,
             ExpValues | ExpKeys | AftBias | AftFull | AftLocal | AftSimple | AftConv => Family::Aft,
@@ -228,6 +236,7 @@ impl Kernel {
             Reduce => "reduce",
             MatMul => "matmul",
             Conv2d => "conv2d",
+            Pool2d => "pool2d",
             Embedding => "embedding",
             PatchGather => "patch_gather",
             AlignTokens => "align_tokens",

@@ -222,6 +222,24 @@ fn layer_cases() -> Vec<Case> {
             })
         }));
     }
+    // Max and both average divisors: a global pool, the CNN stem's 3×3 stride-2 pool, a 2×2
+    // stride-2 pool on an odd size with ONNX ceil mode's extra bottom/right padding, dilation
+    // with asymmetric padding.
+    for (ch, h, w, k, stride, pad, dil) in [
+        (3usize, 7usize, 7usize, [7u32, 7u32], [1u32, 1u32], [0u32, 0, 0, 0], [1u32, 1u32]),
+        (4, 12, 12, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1]),
+        (3, 7, 9, [2, 2], [2, 2], [0, 0, 1, 1], [1, 1]),
+        (2, 9, 8, [3, 2], [2, 1], [2, 1, 0, 1], [2, 3]),
+    ] {
+        for (kind, count_include_pad) in [(PoolKind::Max, false), (PoolKind::Avg, false), (PoolKind::Avg, true)] {
+            let name =
+                format!("pool2d {kind:?} {ch}x{h}x{w} k{k:?} s{stride:?} p{pad:?} d{dil:?} cip={count_include_pad}");
+            v.push(case("pool2d", name, move |c| {
+                let x = c.input(&[ch, h, w])?;
+                c.b.op(|y| Op::Pool2d(Pool2d { x, kind, kernel: k, stride, pad, dilation: dil, count_include_pad, y }))
+            }));
+        }
+    }
     v
 }
 
@@ -444,7 +462,8 @@ fn assert_both_dense_kernels(seen: &BTreeSet<Variant>, arith: Arith) {
 }
 
 /// Case families whose kernels have no f16 variant (so they run f32 even at `Precision::F16`).
-const F32_ONLY_FAMILIES: &[&str] = &["layer_norm", "unary", "binary", "softmax", "embedding", "reduce", "transpose"];
+const F32_ONLY_FAMILIES: &[&str] =
+    &["layer_norm", "unary", "binary", "softmax", "embedding", "reduce", "transpose", "pool2d"];
 
 #[test]
 fn layer_and_generic_kernels_match_cpu() {

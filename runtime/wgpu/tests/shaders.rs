@@ -127,3 +127,24 @@ fn every_variant_translates_to_msl() {
         assert_eq!(src.contains("half4"), a == Arith::F16, "{f:?} {a:?}: MSL half4 arithmetic");
     }
 }
+
+/// Every kernel file in `src/shaders` is some family's body (so a new shader cannot miss the
+/// checks above), and the pooling entry point is one of them.
+#[test]
+fn every_shader_file_is_a_family() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/shaders");
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(".wgsl") || name == "common.wgsl" || name.starts_with("arith_") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(Family::ALL.iter().any(|f| f.body() == text), "{name} is no family's body");
+        files += 1;
+    }
+    assert_eq!(files, Family::ALL.len());
+    assert_eq!(Kernel::Pool2d.family(), Family::Pool);
+    assert_eq!(Kernel::Pool2d.entry(), "pool2d");
+}

@@ -10,6 +10,7 @@ mod fuse;
 mod linear;
 mod mask;
 mod pool;
+pub(crate) mod rnn;
 mod select;
 mod shape;
 
@@ -423,6 +424,7 @@ impl<'m> Lowerer<'m> {
             || self.try_select()?
             || self.try_assemble()?
             || self.try_pool()?
+            || self.try_rnn()?
         {
             return Ok(());
         }

@@ -212,12 +212,82 @@ def nhwc():
     g.save("nhwc.onnx", [f32("x", ["N", 6, 6, 3])], [f32("y", ["N", 6, 6, 4])])
 
 
+def pool():
+    """MaxPool 3x3 s2 p1; AveragePool 2x2 s2 with ceil_mode=1 on an odd width, with and without
+    count_include_pad; AveragePool 3x3 s2 p1 count_include_pad=1 ceil_mode=1 (a window reaching
+    past the explicit padding); MaxPool 2x2 dilation 2; GlobalMaxPool; GlobalAveragePool; and an
+    NHWC image around an AveragePool 3x3 s1 p1 (tract may keep the pool channels-last). No
+    weights: the RNG of the other models is untouched."""
+    g = G()
+    g.op("MaxPool", ["x"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    g.nodes[-1].output[0] = "max3"
+    g.op("AveragePool", ["x"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+    g.nodes[-1].output[0] = "avg2_ceil"
+    g.op("AveragePool", ["x"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1, count_include_pad=1)
+    g.nodes[-1].output[0] = "avg2_ceil_pad"
+    g.op("AveragePool", ["x"], kernel_shape=[2, 2], strides=[2, 2], count_include_pad=1)
+    g.nodes[-1].output[0] = "avg2_pad"
+    g.op("AveragePool", ["x"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1,
+         count_include_pad=1)
+    g.nodes[-1].output[0] = "avg3_ceil_pad"
+    g.op("MaxPool", ["x"], kernel_shape=[2, 2], dilations=[2, 2])
+    g.nodes[-1].output[0] = "max2_dil"
+    g.op("GlobalMaxPool", ["x"])
+    g.nodes[-1].output[0] = "gmax"
+    g.op("GlobalAveragePool", ["x"])
+    g.nodes[-1].output[0] = "gavg"
+    h = g.op("Transpose", ["xh"], perm=[0, 3, 1, 2])
+    h = g.op("AveragePool", [h], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    g.op("Transpose", [h], perm=[0, 2, 3, 1])
+    g.nodes[-1].output[0] = "nhwc_avg"
+    outs = [
+        f32("max3", ["N", 3, 5, 5]),
+        f32("avg2_ceil", ["N", 3, 5, 5]),
+        f32("avg2_ceil_pad", ["N", 3, 5, 5]),
+        f32("avg2_pad", ["N", 3, 5, 4]),
+        f32("avg3_ceil_pad", ["N", 3, 6, 5]),
+        f32("max2_dil", ["N", 3, 8, 7]),
+        f32("gmax", ["N", 3, 1, 1]),
+        f32("gavg", ["N", 3, 1, 1]),
+        f32("nhwc_avg", ["N", 6, 6, 4]),
+    ]
+    g.save("pool.onnx", [f32("x", ["N", 3, 10, 9]), f32("xh", ["N", 6, 6, 4])], outs)
+
+
 def unsupported():
     """Sin has no Kestrel lowering: the converter must name it."""
     g = G()
     g.op("Sin", [g.op("Mul", ["x", g.const("two", 2.0)])])
     g.nodes[-1].output[0] = "y"
     g.save("unsupported.onnx", [f32("x", ["N", 4])], [f32("y", ["N", 4])])
+
+
+def unsupported_many():
+    """Two blockers in sequence: Sin, then Cos on a value computed from it. Both must be listed:
+    the one after the first is not hidden behind it."""
+    g = G()
+    s = g.op("Sin", [g.op("Mul", ["x", g.const("two", 2.0)])])
+    c = g.op("Cos", [g.op("Add", [s, g.const("one", 1.0)])])
+    g.op("Add", [c, "x"])
+    g.nodes[-1].output[0] = "y"
+    g.save("unsupported_many.onnx", [f32("x", ["N", 4])], [f32("y", ["N", 4])])
+
+
+def contrib_ops():
+    """Two onnxruntime contrib ops (com.microsoft EmbedLayerNormalization, DecoderAttention;
+    operands not meaningful) which the importer has no parser for: both listed at once, with the
+    remedy."""
+    g = G()
+    a = g.op("EmbedLayerNormalization", ["x"], domain="com.microsoft")
+    g.op("DecoderAttention", [a], domain="com.microsoft")
+    g.nodes[-1].output[0] = "y"
+    graph = helper.make_graph(g.nodes, "contrib_ops", [f32("x", ["N", 4])], [f32("y", ["N", 4])], g.inits)
+    opsets = list(OPSET) + [helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="kestrel-onnx tests")
+    model.ir_version = 8
+    path = os.path.join(HERE, "contrib_ops.onnx")
+    onnx.save(model, path)
+    print(f"contrib_ops.onnx: {os.path.getsize(path)} bytes")
 
 
 if __name__ == "__main__":
@@ -230,3 +300,6 @@ if __name__ == "__main__":
     nhwc()
     assemble()
     unsupported()
+    unsupported_many()
+    contrib_ops()
+    pool()

@@ -10,11 +10,13 @@ use crate::kernels::embed::{
 use crate::kernels::linear::ProjW;
 use crate::kernels::matmul::{matmul, matmul_scratch, MatMulParams};
 use crate::kernels::norm::{layer_norm, layer_norm_scratch, LayerNormParams};
+use crate::kernels::pool::{pool2d, pool2d_scratch, Pool2dParams};
 use crate::kernels::reduce::{reduce, ReduceParams};
+use crate::kernels::rnn::{rnn, rnn_scratch, RnnParams, RnnWeights};
 use crate::kernels::softmax::{softmax, SoftmaxParams};
 use crate::kernels::transpose::{transpose, TransposeParams};
 use crate::session::numel;
-use kestrel_format::ops::{Activation, Op, Proj, TensorId};
+use kestrel_format::ops::{Activation, Gru, Lstm, Op, Proj, TensorId};
 use kestrel_format::{KesFile, Shape, TensorKind, WeightView};
 
 /// A weight view from a validated file.
@@ -63,6 +65,8 @@ enum Prep<'a> {
     Transpose(TransposeParams),
     MatMul { p: MatMulParams, b: Src<'a> },
     Conv2d { p: Conv2dParams, proj: ProjW<'a> },
+    Pool2d(Pool2dParams),
+    Rnn { p: RnnParams, wts: RnnWeights<'a> },
     Reshape,
 }
 
@@ -132,6 +136,31 @@ fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             p.check_weights(&proj)?;
             Prep::Conv2d { p, proj }
         }
+        Op::Pool2d(o) => Prep::Pool2d(Pool2dParams::of(&o, &shp(o.x)?)?),
+        Op::Lstm(o) => {
+            let p = RnnParams::of_lstm(&o, shp)?;
+            let wts = RnnWeights {
+                w: weight(file, o.w)?,
+                r: weight(file, o.r)?,
+                b: weight(file, o.b)?,
+                h0: o.h0.map(|t| weight(file, t)).transpose()?,
+                c0: o.c0.map(|t| weight(file, t)).transpose()?,
+            };
+            wts.check(&p)?;
+            Prep::Rnn { p, wts }
+        }
+        Op::Gru(o) => {
+            let p = RnnParams::of_gru(&o, shp)?;
+            let wts = RnnWeights {
+                w: weight(file, o.w)?,
+                r: weight(file, o.r)?,
+                b: weight(file, o.b)?,
+                h0: o.h0.map(|t| weight(file, t)).transpose()?,
+                c0: None,
+            };
+            wts.check(&p)?;
+            Prep::Rnn { p, wts }
+        }
         Op::Reshape(_) => Prep::Reshape,
         _ => return Err(ShapeError::Invalid { op: op.name(), what: "not a layer op" }),
     })
@@ -145,6 +174,8 @@ pub(super) fn scratch_elems(file: &KesFile<'_>, op: &Op, fast: bool) -> Result<u
         Prep::Embedding { p, .. } => embedding_scratch(&p),
         Prep::MatMul { p, .. } => matmul_scratch(&p),
         Prep::Conv2d { p, .. } => conv2d_scratch(&p),
+        Prep::Pool2d(p) => pool2d_scratch(&p),
+        Prep::Rnn { p, .. } => rnn_scratch(&p),
         Prep::Dense { .. }
         | Prep::Unary(_)
         | Prep::Binary { .. }
@@ -236,6 +267,14 @@ pub(super) fn execute(file: &KesFile<'_>, op: &Op, io: &mut OpIo<'_>) -> Result<
             (Prep::Conv2d { p, proj }, Op::Conv2d(o)) => {
                 let (x, n) = main(o.x)?;
                 conv2d(p, proj, &x[sample(n, s)], y, scratch);
+            }
+            (Prep::Pool2d(p), Op::Pool2d(o)) => {
+                let (x, n) = main(o.x)?;
+                pool2d(p, &x[sample(n, s)], y, scratch);
+            }
+            (Prep::Rnn { p, wts }, Op::Lstm(Lstm { x, .. }) | Op::Gru(Gru { x, .. })) => {
+                let (x, n) = main(*x)?;
+                rnn(p, wts, &x[sample(n, s)], y, scratch);
             }
             (Prep::Reshape, _) => {}
             _ => return Err(RunError::Internal("op and prepared kernel disagree")),

@@ -72,3 +72,34 @@ pub const CONV_CASES: &[ConvCase] = &[
     (3, 12, 12, 9, 4, 4, [4, 4], [0, 0, 0, 0], [1, 1], 1), // patch embedding: 9 patches (GEMM rows)
     (1, 16, 16, 20, 2, 2, [2, 2], [0, 0, 0, 0], [1, 1], 1), // 64 patches (packed GEMM)
 ];
+
+/// `(C, H, W, kernel, stride, pad, dilation)`.
+pub type PoolCase = (usize, usize, usize, [usize; 2], [usize; 2], [usize; 4], [usize; 2]);
+
+/// Random pooling geometry: windows 1-3, strides 1-2, dilations 1-2, each padding below the
+/// window's span, inputs 1-9 on a side (at least one window); with the input values.
+pub fn pool_case() -> impl Strategy<Value = (PoolCase, Vec<f32>)> {
+    let axis = (1usize..4, 1usize..3, 1usize..3, 1usize..10);
+    (1usize..4, axis.clone(), axis, any::<[u8; 4]>()).prop_flat_map(|(c, (kh, sh, dh, h), (kw, sw, dw, w), r)| {
+        let (span_h, span_w) = (dh * (kh - 1) + 1, dw * (kw - 1) + 1);
+        let pad = [r[0] as usize % span_h, r[1] as usize % span_w, r[2] as usize % span_h, r[3] as usize % span_w];
+        // At least one window on each axis.
+        let h = h.max(span_h.saturating_sub(pad[0] + pad[2]));
+        let w = w.max(span_w.saturating_sub(pad[1] + pad[3]));
+        (Just((c, h, w, [kh, kw], [sh, sw], pad, [dh, dw])), vals(c * h * w))
+    })
+}
+
+/// Fixed pooling configurations: global pools (one window per channel, contiguous rows longer
+/// than eight lanes), the CNN stems' 3×3 stride-2 max pool, a 2×2 stride-2 pool on an odd size
+/// with the extra bottom/right padding that resolves ONNX's ceil mode, every feature at once.
+pub const POOL_CASES: &[PoolCase] = &[
+    (3, 7, 7, [7, 7], [1, 1], [0, 0, 0, 0], [1, 1]),
+    (2, 5, 12, [5, 12], [1, 1], [0, 0, 0, 0], [1, 1]),
+    (2, 3, 20, [2, 20], [1, 1], [0, 0, 0, 0], [1, 1]),
+    (4, 12, 12, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1]),
+    (3, 7, 9, [2, 2], [2, 2], [0, 0, 1, 1], [1, 1]),
+    (2, 9, 8, [3, 2], [2, 1], [2, 1, 0, 1], [2, 3]),
+    (1, 10, 40, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1]),
+    (1, 6, 33, [2, 3], [1, 2], [1, 2, 1, 2], [1, 1]),
+];

@@ -16,7 +16,7 @@ pub const NONE: u32 = u32::MAX;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum OpError {
     /// The kind id is not one this reader knows.
-    #[error("unknown op kind id {0} (this reader knows ids 1-12 and 32-37)")]
+    #[error("unknown op kind id {0} (this reader knows ids 1-15 and 32-37)")]
     UnknownKind(u16),
     /// The record has the wrong number of tensor slots.
     #[error("op {op}: expected {expected} tensor slots, found {found}")]
@@ -154,6 +154,42 @@ code_enum!(
         Max = 2,
         /// Minimum.
         Min = 3,
+    }
+);
+
+code_enum!(
+    /// What a 2-D pooling window computes.
+    PoolKind {
+        /// Maximum over the window's input elements.
+        Max = 0,
+        /// Mean over the window (see [`Pool2d::count_include_pad`] for the divisor).
+        Avg = 1,
+    }
+);
+
+code_enum!(
+    /// Direction of a recurrent op ([`Lstm`], [`Gru`]): ONNX's `direction` attribute.
+    RnnDirection {
+        /// t = 0, 1, …, T − 1 (one direction).
+        Forward = 0,
+        /// t = T − 1, …, 0 (one direction).
+        Reverse = 1,
+        /// Both: direction 0 forward, direction 1 reverse.
+        Bidirectional = 2,
+    }
+);
+
+code_enum!(
+    /// Which output of ONNX's LSTM/GRU a recurrent node produces (every op has one output; a
+    /// model that reads several is lowered to one node per output).
+    RnnOutput {
+        /// Every hidden state, `Y [T, dirs, H]` (`Y[t, d]` is direction d's state after step t).
+        Y = 0,
+        /// The last hidden state of each direction, `Y_h [dirs, H]` (the reverse direction's
+        /// last state is its state after step t = 0).
+        Hidden = 1,
+        /// The last cell state of each direction, `Y_c [dirs, H]` (LSTM only).
+        Cell = 2,
     }
 );
 
@@ -336,6 +372,109 @@ pub struct Conv2d {
     pub groups: u32,
     /// Output `[O, H', W']`.
     pub y: TensorId,
+}
+
+/// 2-D pooling, NCHW per sample: input `[C, H, W]`, output `[C, H', W']` with
+/// `H' = ⌊(H + pad_top + pad_bottom − dilation_h·(kh − 1) − 1) / stride_h⌋ + 1` (≥ 1; `W'` alike).
+/// Output `(c, i, j)` pools the window of taps `(i·stride_h − pad_top + u·dilation_h,
+/// j·stride_w − pad_left + v·dilation_w)`, `u < kh`, `v < kw`; taps in the padding are skipped
+/// (no padding value enters a max or a sum). Every window must hold at least one input element.
+/// ONNX's `ceil_mode` has no attribute: a converter resolves it into extra bottom/right padding.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Pool2d {
+    /// Input `[C, H, W]`.
+    pub x: TensorId,
+    /// Max or average.
+    pub kind: PoolKind,
+    /// Window (kh, kw), each ≥ 1.
+    pub kernel: [u32; 2],
+    /// Stride (h, w), each ≥ 1.
+    pub stride: [u32; 2],
+    /// Padding (top, left, bottom, right).
+    pub pad: [u32; 4],
+    /// Dilation (h, w), each ≥ 1.
+    pub dilation: [u32; 2],
+    /// Average only (false for Max): divide by `kh·kw` (every tap of the padded window counts)
+    /// rather than by the number of taps inside the input.
+    pub count_include_pad: bool,
+    /// Output `[C, H', W']`.
+    pub y: TensorId,
+}
+
+/// ONNX LSTM (default activations: σ for the gates, tanh for the cell and the output; no
+/// peepholes, clip or coupled input-forget gate), per sample: input `x [T, I]`, weights in ONNX's
+/// gate order i, o, f, c with ONNX's leading direction axis merged into the rows (plain `[out, in]`
+/// matrices, so quantisation scales are per gate row and a direction is a row range):
+/// `w [dirs·4H, I]`, `r [dirs·4H, H]`, `b [dirs, 8H]` (`Wb` then `Rb`); optional initial states
+/// `h0`, `c0` `[dirs, H]` (absent: zeros), shared by every sample. With `g = x_t Wᵀ + h Rᵀ + Wb + Rb`: `i, o, f = σ(g_i), σ(g_o), σ(g_f)`,
+/// `c = f ⊙ c + i ⊙ tanh(g_c)`, `h = o ⊙ tanh(c)`. Output per [`RnnOutput`]: `[T, dirs, H]` or
+/// `[dirs, H]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Lstm {
+    /// Input `[T, I]`.
+    pub x: TensorId,
+    /// Input weights `[dirs·4H, I]` (gates i, o, f, c; direction 0's rows first).
+    pub w: TensorId,
+    /// Recurrent weights `[dirs·4H, H]`.
+    pub r: TensorId,
+    /// Biases `[dirs, 8H]`: `Wb` (4H) then `Rb` (4H).
+    pub b: TensorId,
+    /// Optional initial hidden state `[dirs, H]`.
+    pub h0: Option<TensorId>,
+    /// Optional initial cell state `[dirs, H]`.
+    pub c0: Option<TensorId>,
+    /// Hidden size H (≥ 1).
+    pub hidden: u32,
+    /// Direction(s): dirs = 2 for bidirectional, else 1.
+    pub direction: RnnDirection,
+    /// Which output this node produces.
+    pub output: RnnOutput,
+    /// Output `[T, dirs, H]` (Y) or `[dirs, H]` (Y_h, Y_c).
+    pub y: TensorId,
+}
+
+/// ONNX GRU with `linear_before_reset = 1` (PyTorch's GRU; default activations σ and tanh), per
+/// sample: input `x [T, I]`, `w [dirs·3H, I]`, `r [dirs·3H, H]` in gate order z, r, h (rows as for
+/// [`Lstm`]),
+/// `b [dirs, 6H]` (`Wb` then `Rb`), optional initial state `h0 [dirs, H]` (absent: zeros).
+/// `z = σ(x_t W_zᵀ + h R_zᵀ + Wb_z + Rb_z)`, `r` alike, `n = tanh(x_t W_hᵀ + Wb_h + r ⊙ (h R_hᵀ +
+/// Rb_h))`, `h = (1 − z) ⊙ n + z ⊙ h`. Output per [`RnnOutput`] (not `Cell`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Gru {
+    /// Input `[T, I]`.
+    pub x: TensorId,
+    /// Input weights `[dirs·3H, I]` (gates z, r, h; direction 0's rows first).
+    pub w: TensorId,
+    /// Recurrent weights `[dirs·3H, H]`.
+    pub r: TensorId,
+    /// Biases `[dirs, 6H]`: `Wb` (3H) then `Rb` (3H).
+    pub b: TensorId,
+    /// Optional initial hidden state `[dirs, H]`.
+    pub h0: Option<TensorId>,
+    /// Hidden size H (≥ 1).
+    pub hidden: u32,
+    /// Direction(s): dirs = 2 for bidirectional, else 1.
+    pub direction: RnnDirection,
+    /// Which output this node produces (`Y` or `Hidden`).
+    pub output: RnnOutput,
+    /// Output `[T, dirs, H]` (Y) or `[dirs, H]` (Y_h).
+    pub y: TensorId,
+}
+
+impl RnnDirection {
+    /// Number of directions: 2 for bidirectional, else 1.
+    pub fn dirs(self) -> usize {
+        if self == RnnDirection::Bidirectional {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Whether direction `d` (`< dirs()`) walks the sequence backwards.
+    pub fn reversed(self, d: usize) -> bool {
+        self == RnnDirection::Reverse || (self == RnnDirection::Bidirectional && d == 1)
+    }
 }
 
 /// Fused multi-head attention of the four variants (DESIGN.md §1), input and output `[T, d]`.
@@ -521,6 +660,12 @@ pub enum Op {
     MatMul(MatMul),
     /// See [`Conv2d`].
     Conv2d(Conv2d),
+    /// See [`Pool2d`].
+    Pool2d(Pool2d),
+    /// See [`Lstm`].
+    Lstm(Lstm),
+    /// See [`Gru`].
+    Gru(Gru),
     /// See [`Attention`].
     Attention(Attention),
     /// See [`AftFull`].
@@ -550,6 +695,9 @@ pub mod kind {
     pub const TRANSPOSE: u16 = 10;
     pub const MATMUL: u16 = 11;
     pub const CONV2D: u16 = 12;
+    pub const POOL2D: u16 = 13;
+    pub const LSTM: u16 = 14;
+    pub const GRU: u16 = 15;
     pub const ATTENTION: u16 = 32;
     pub const AFT_FULL: u16 = 33;
     pub const AFT_LOCAL: u16 = 34;
@@ -607,6 +755,9 @@ pub fn kind_name(kind_id: u16) -> Option<&'static str> {
         kind::TRANSPOSE => "Transpose",
         kind::MATMUL => "MatMul",
         kind::CONV2D => "Conv2d",
+        kind::POOL2D => "Pool2d",
+        kind::LSTM => "Lstm",
+        kind::GRU => "Gru",
         kind::ATTENTION => "Attention",
         kind::AFT_FULL => "AftFull",
         kind::AFT_LOCAL => "AftLocal",

@@ -217,6 +217,41 @@ impl Op {
                 }
                 r.a(o.groups);
             }
+            Op::Pool2d(o) => {
+                r.kind = kind::POOL2D;
+                r.t(o.x);
+                r.t(o.y);
+                r.a(o.kind as u32);
+                for v in o.kernel.into_iter().chain(o.stride).chain(o.pad).chain(o.dilation) {
+                    r.a(v);
+                }
+                r.a(o.count_include_pad as u32);
+            }
+            Op::Lstm(o) => {
+                r.kind = kind::LSTM;
+                r.t(o.x);
+                r.t(o.w);
+                r.t(o.r);
+                r.t(o.b);
+                r.opt(o.h0);
+                r.opt(o.c0);
+                r.t(o.y);
+                r.a(o.hidden);
+                r.a(o.direction as u32);
+                r.a(o.output as u32);
+            }
+            Op::Gru(o) => {
+                r.kind = kind::GRU;
+                r.t(o.x);
+                r.t(o.w);
+                r.t(o.r);
+                r.t(o.b);
+                r.opt(o.h0);
+                r.t(o.y);
+                r.a(o.hidden);
+                r.a(o.direction as u32);
+                r.a(o.output as u32);
+            }
             Op::Attention(o) => {
                 r.kind = kind::ATTENTION;
                 r.t(o.x);
@@ -394,6 +429,41 @@ impl Op {
                     dilation: [r.pos("dilation")?, r.pos("dilation")?],
                     groups: r.pos("groups")?,
                 })
+            }
+            kind::POOL2D => {
+                let mut r = rd(2, 12)?;
+                let (x, y) = (r.t("x")?, r.t("y")?);
+                let kind = r.code("kind", PoolKind::from_u32)?;
+                let kernel = [r.pos("kernel")?, r.pos("kernel")?];
+                let stride = [r.pos("stride")?, r.pos("stride")?];
+                let pad = [r.raw(), r.raw(), r.raw(), r.raw()];
+                let dilation = [r.pos("dilation")?, r.pos("dilation")?];
+                let count_include_pad = r.bool("count_include_pad")?;
+                if count_include_pad && kind == PoolKind::Max {
+                    return Err(OpError::BadAttr { op: name, attr: "count_include_pad (Max)", value: 1 });
+                }
+                Op::Pool2d(Pool2d { x, kind, kernel, stride, pad, dilation, count_include_pad, y })
+            }
+            kind::LSTM => {
+                let mut r = rd(7, 3)?;
+                let (x, w, rw, b) = (r.t("x")?, r.t("w")?, r.t("r")?, r.t("b")?);
+                let (h0, c0, y) = (r.opt(), r.opt(), r.t("y")?);
+                let hidden = r.pos("hidden")?;
+                let direction = r.code("direction", RnnDirection::from_u32)?;
+                let output = r.code("output", RnnOutput::from_u32)?;
+                Op::Lstm(Lstm { x, w, r: rw, b, h0, c0, hidden, direction, output, y })
+            }
+            kind::GRU => {
+                let mut r = rd(6, 3)?;
+                let (x, w, rw, b) = (r.t("x")?, r.t("w")?, r.t("r")?, r.t("b")?);
+                let (h0, y) = (r.opt(), r.t("y")?);
+                let hidden = r.pos("hidden")?;
+                let direction = r.code("direction", RnnDirection::from_u32)?;
+                let output = r.code("output", RnnOutput::from_u32)?;
+                if output == RnnOutput::Cell {
+                    return Err(OpError::BadAttr { op: name, attr: "output (a GRU has no cell state)", value: 2 });
+                }
+                Op::Gru(Gru { x, w, r: rw, b, h0, hidden, direction, output, y })
             }
             kind::ATTENTION => {
                 let mut r = rd(12, 4)?;

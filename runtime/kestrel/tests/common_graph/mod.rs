@@ -4,14 +4,16 @@
 //! functions. It shares nothing with the CPU executor but the file reader.
 #![allow(dead_code)]
 
-use kestrel::format::ops::{AftBias, Op, Proj, TensorId};
+use kestrel::format::ops::{AftBias, Op, Proj, RnnDirection, RnnOutput, TensorId};
 use kestrel::format::{KesFile, TensorKind};
 use kestrel::{Input, Model};
-use kestrel_reference::layers::{self as r, ConvSpec};
+use kestrel_reference::layers::{self as r, ConvSpec, PoolSpec};
 use kestrel_reference::mechanisms::{self as m, AttentionRef, Dense64, FastformerRef, Qkvo};
+use kestrel_reference::rnn::{Cell, RnnRef};
+use kestrel_reference::testing::{rnn_pick, rnn_reversed};
 use std::collections::HashMap;
 
-pub use kestrel_reference::testing::{act, attention_kind, binary_fn, reduce_fn, unary_fn, Rng, DTYPES};
+pub use kestrel_reference::testing::{act, attention_kind, binary_fn, pool_fn, reduce_fn, unary_fn, Rng, DTYPES};
 
 /// One graph input's data for a whole batch (samples back to back).
 #[derive(Clone, Debug)]
@@ -130,6 +132,32 @@ impl<'a> Interp<'a> {
         }
     }
 
+    /// An LSTM or GRU node over `x`: `ids` are its x, w, r, b, h0, c0 slots.
+    #[allow(clippy::type_complexity)]
+    fn rnn(
+        &self,
+        cell: Cell,
+        ids: (TensorId, TensorId, TensorId, TensorId, Option<TensorId>, Option<TensorId>),
+        hidden: u32,
+        direction: RnnDirection,
+        output: RnnOutput,
+        x: &[f64],
+    ) -> Vec<f64> {
+        let (xid, w, r, b, h0, c0) = ids;
+        let xd = self.dims(xid);
+        let p = RnnRef {
+            cell,
+            hidden: hidden as usize,
+            reversed: rnn_reversed(direction),
+            w: self.weight(w),
+            r: self.weight(r),
+            b: self.weight(b),
+            h0: h0.map(|t| self.weight(t)),
+            c0: c0.map(|t| self.weight(t)),
+        };
+        rnn_pick(&kestrel_reference::rnn::rnn(x, xd[0], xd[1], &p), output)
+    }
+
     fn eval_op(&self, op: &Op, vals: &HashMap<TensorId, Vec<f64>>) -> Vec<f64> {
         let x_of = |id: TensorId| self.get(vals, id);
         match *op {
@@ -188,6 +216,23 @@ impl<'a> Interp<'a> {
                     spec,
                 )
                 .0
+            }
+            Op::Pool2d(o) => {
+                let xd = self.dims(o.x);
+                let u = |v: u32| v as usize;
+                let spec = PoolSpec {
+                    kernel: o.kernel.map(u),
+                    stride: o.stride.map(u),
+                    pad: o.pad.map(u),
+                    dilation: o.dilation.map(u),
+                };
+                r::pool2d(x_of(o.x), [xd[0], xd[1], xd[2]], pool_fn(o.kind, o.count_include_pad), spec).0
+            }
+            Op::Lstm(o) => {
+                self.rnn(Cell::Lstm, (o.x, o.w, o.r, o.b, o.h0, o.c0), o.hidden, o.direction, o.output, x_of(o.x))
+            }
+            Op::Gru(o) => {
+                self.rnn(Cell::Gru, (o.x, o.w, o.r, o.b, o.h0, None), o.hidden, o.direction, o.output, x_of(o.x))
             }
             Op::Attention(o) => {
                 let xd = self.dims(o.x);

@@ -4,6 +4,7 @@ use super::{dense, numel, Ctx, Dispatch, Params, Region};
 use crate::kernels::Kernel;
 use crate::GpuError;
 use kestrel_cpu::kernels::conv::Conv2dParams;
+use kestrel_cpu::kernels::pool::Pool2dParams;
 use kestrel_format::ops::Op;
 use kestrel_format::{TensorKind, MAX_RANK};
 
@@ -189,6 +190,31 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 p = p.w(24, b);
             }
             vec![p.done(Kernel::Conv2d)]
+        }
+        Op::Pool2d(o) => {
+            let c = Pool2dParams::of(&o, &shape(o.x)?).map_err(|e| GpuError::Model(e.to_string()))?;
+            let vals = [
+                c.c,
+                c.h,
+                c.w,
+                c.kind as usize,
+                c.kh,
+                c.kw,
+                c.stride[0],
+                c.stride[1],
+                c.pad[0],
+                c.pad[1],
+                c.dilation[0],
+                c.dilation[1],
+                usize::from(c.count_include_pad),
+                c.oh,
+                c.ow,
+            ];
+            let mut p = Params::new(c.c * c.oh * c.ow)?.u(2, ctx.act(o.x)?.base)?.u(3, ctx.act(o.y)?.base)?;
+            for (i, v) in vals.into_iter().enumerate() {
+                p = p.u(4 + i, v)?;
+            }
+            vec![p.done(Kernel::Pool2d)]
         }
         _ => return Err(GpuError::UnsupportedOp { node, op: op.name() }),
     })

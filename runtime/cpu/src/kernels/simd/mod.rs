@@ -288,6 +288,31 @@ pub fn sigmoid_gate(q: &mut [f32], num: &[f32], den: Option<&[f32]>, s: f32) {
     }
 }
 
+/// `v[i] ← σ(v[i])` (the recurrent layers' gates). x86 (AVX2 and up): σ from the vectorised
+/// exp of `e^−|x|`; elsewhere [`crate::math::sigmoid`].
+#[inline]
+pub fn sigmoid(v: &mut [f32]) {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2/FMA detected.
+        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { x86::sigmoid(v) },
+        _ => v.iter_mut().for_each(|v| *v = crate::math::sigmoid(*v)),
+    }
+}
+
+/// `v[i] ← tanh(v[i])` (the recurrent layers' candidates and outputs). x86 (AVX2 and up): an odd
+/// polynomial below |x| = 0.625, else `(1 − e^−2|x|)/(1 + e^−2|x|)` with the vectorised exp;
+/// elsewhere libm's `tanhf`.
+#[inline]
+pub fn tanh(v: &mut [f32]) {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2/FMA detected.
+        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { x86::tanh(v) },
+        _ => v.iter_mut().for_each(|v| *v = libm::tanhf(*v)),
+    }
+}
+
 /// `y[i] += a · x[i]` over the common length.
 #[inline]
 pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {

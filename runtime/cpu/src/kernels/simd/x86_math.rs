@@ -420,3 +420,48 @@ pub unsafe fn gelu_avx512(y: &mut [f32]) {
         tail.copy_from_slice(&buf[..tail.len()]);
     }
 }
+
+/// `σ(v[i])` in place, 8 lanes at a time ([`sigmoid8`]; the tail through a padded copy).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn sigmoid(v: &mut [f32]) {
+    // SAFETY (closure): AVX2/FMA available here.
+    map8(v, |x| unsafe { sigmoid8(x) });
+}
+
+/// Cephes `tanhf`'s odd polynomial for |x| < 0.625: `tanh x ≈ x + x·z·P(z)`, `z = x²`.
+const TANH_P: [f32; 5] = [-5.704_988_7e-3, 2.063_908_9e-2, -5.373_971_6e-2, 1.333_144_2e-1, -3.333_328_2e-1];
+
+/// `tanh(x)` for 8 lanes: Cephes' polynomial below |x| = 0.625 (relative accuracy near 0, where
+/// the exponential form cancels), else `sign(x)·(1 − e)/(1 + e)` with `e = e^(−2|x|)` from
+/// [`exp8`] (never overflows; ±1 for large |x|).
+#[inline(always)]
+unsafe fn tanh8(x: __m256) -> __m256 {
+    // SAFETY: AVX2/FMA available in every caller.
+    unsafe {
+        let sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0));
+        let a = _mm256_andnot_ps(_mm256_set1_ps(-0.0), x);
+        let one = _mm256_set1_ps(1.0);
+        let e = exp8(_mm256_mul_ps(a, _mm256_set1_ps(-2.0)));
+        let big = _mm256_or_ps(_mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e)), sign);
+        let z = _mm256_mul_ps(x, x);
+        let mut p = _mm256_set1_ps(TANH_P[0]);
+        for &c in &TANH_P[1..] {
+            p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(c));
+        }
+        let small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), x, x);
+        _mm256_blendv_ps(big, small, _mm256_cmp_ps::<_CMP_LT_OQ>(a, _mm256_set1_ps(0.625)))
+    }
+}
+
+/// `tanh(v[i])` in place, 8 lanes at a time ([`tanh8`]; the tail through a padded copy).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn tanh(v: &mut [f32]) {
+    // SAFETY (closure): AVX2/FMA available here.
+    map8(v, |x| unsafe { tanh8(x) });
+}

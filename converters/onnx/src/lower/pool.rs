@@ -1,0 +1,270 @@
+//! tract's `MaxPool` and `SumPool` (ONNX MaxPool, and AveragePool, which tract represents as a
+//! normalised `SumPool`), 1-D or 2-D, in NCHW, CHW, NHWC or HWC → `Pool2d`. Global pooling is
+//! not here: tract expands GlobalMaxPool/GlobalAveragePool into `Reduce<Max>` / `Reduce<Sum>`
+//! (and a division), lowered in `shape.rs`.
+//!
+//! ONNX's `ceil_mode` becomes extra bottom/right padding (see `docs/FORMAT.md`, Pool2d): the
+//! floor size of `Pool2d` then equals tract's ceil size. Those extra taps lie past ONNX's padded
+//! input, where `count_include_pad` does not count them; with no explicit padding that divisor is
+//! the number of input taps (`count_include_pad` 0), otherwise a constant `[H', W']` map rescales
+//! the windows that reach into the extra padding.
+
+use super::{Lowerer, Res};
+use kestrel_format::ops::{Binary, BinaryOp, Op, Pool2d, PoolKind};
+use tract_onnx::prelude::*;
+use tract_onnx::tract_core::ops::cnn::{MaxPool, PaddingSpec, PoolSpec, SumPool};
+use tract_onnx::tract_core::ops::nn::DataFormat;
+
+/// One spatial axis of a pool: input length, window, stride, dilation, padding before and after
+/// (tract's, explicit), and tract's output length.
+#[derive(Clone, Copy)]
+struct Axis {
+    len: usize,
+    k: usize,
+    s: usize,
+    d: usize,
+    before: usize,
+    after: usize,
+    out: usize,
+}
+
+impl Axis {
+    /// The unit axis a 1-D pool gets as its height.
+    const UNIT: Axis = Axis { len: 1, k: 1, s: 1, d: 1, before: 0, after: 0, out: 1 };
+
+    /// Padding added after the input so that the floor size is `out` (ONNX ceil mode).
+    fn extra(&self) -> usize {
+        ((self.out - 1) * self.s + (self.k - 1) * self.d + 1).saturating_sub(self.len + self.before + self.after)
+    }
+
+    /// ONNX's `count_include_pad` divisor along this axis for output `o`: the window taps inside
+    /// the explicitly padded input.
+    fn counted(&self, o: usize) -> usize {
+        (0..self.k).filter(|u| o * self.s + u * self.d < self.before + self.len + self.after).count()
+    }
+}
+
+impl Lowerer<'_> {
+    /// Lowers the node if it is a `MaxPool` or `SumPool`; `Ok(false)` if it is neither.
+    pub(super) fn try_pool(&mut self) -> Res<bool> {
+        let node = self.model.node(self.node);
+        let (ps, kind, count_include_pad) = if let Some(op) = node.op_as::<MaxPool>() {
+            if op.with_index_outputs.is_some() {
+                return Err(self.unsupported("MaxPool with an indices output"));
+            }
+            (op.pool_spec.clone(), PoolKind::Max, false)
+        } else if let Some(op) = node.op_as::<SumPool>() {
+            if !op.normalize {
+                return Err(self.unsupported("SumPool without normalisation"));
+            }
+            (op.pool_spec.clone(), PoolKind::Avg, op.count_include_pad)
+        } else {
+            return Ok(false);
+        };
+        self.pool(&ps, kind, count_include_pad)?;
+        Ok(true)
+    }
+
+    fn pool(&mut self, ps: &PoolSpec, kind: PoolKind, count_include_pad: bool) -> Res<()> {
+        let node = self.model.node(self.node);
+        let nd = ps.kernel_shape.len();
+        if nd != 1 && nd != 2 {
+            return Err(self.unsupported(&format!("{nd}-D pooling")));
+        }
+        let (x, xs) = self.act(node.inputs[0])?;
+        // Channels-last layouts are transposed around Pool2d; a 1-D pool runs with height 1.
+        let (spatial, channels_last) = match (ps.data_format, xs.len()) {
+            (DataFormat::NCHW | DataFormat::NHWC, r) if r == nd + 2 && xs[0] == 1 => {
+                (xs[1..].to_vec(), ps.data_format == DataFormat::NHWC)
+            }
+            (DataFormat::CHW | DataFormat::HWC, r) if r == nd + 1 => (xs.clone(), ps.data_format == DataFormat::HWC),
+            (f, r) => return Err(self.unsupported(&format!("data format {f:?} at rank {r}"))),
+        };
+        let x = self.reshape(x, &xs, &spatial)?;
+        let to_first: Vec<usize> = std::iter::once(nd).chain(0..nd).collect();
+        let (x, cs) = if channels_last { self.transpose(x, &spatial, &to_first)? } else { (x, spatial) };
+        let chw: Vec<usize> = if nd == 1 { vec![cs[0], 1, cs[1]] } else { cs.clone() };
+        let x = self.reshape(x, &cs, &chw)?;
+
+        let geo = ps.computed_padding(&cs[1..]);
+        let (s, d) = (ps.strides(), ps.dilations());
+        let mut axes = [Axis::UNIT; 2];
+        for a in 0..nd {
+            let g = &geo[a];
+            axes[a + 2 - nd] = Axis {
+                len: cs[1 + a],
+                k: ps.kernel_shape[a],
+                s: s[a],
+                d: d[a],
+                before: g.pad_before,
+                after: g.pad_after,
+                out: g.convoluted,
+            };
+        }
+        let ceil = matches!(ps.padding, PaddingSpec::ExplicitOnnxPool(_, _, true));
+        let extra = axes.map(|a| a.extra());
+        if !ceil && extra != [0, 0] {
+            return Err(self.bad("a pool whose output fits its padding", format!("{:?}", ps.padding)));
+        }
+        // The windows reaching into the extra padding: ONNX's count_include_pad divisor there is
+        // less than kh·kw.
+        let [ah, aw] = axes;
+        let full = ah.k * aw.k;
+        let mut cip = kind == PoolKind::Avg && count_include_pad;
+        let mut rescale = None;
+        if cip && extra != [0, 0] {
+            if axes.iter().all(|a| a.before == 0 && a.after == 0) {
+                // Only input taps are counted: the divisor of count_include_pad 0.
+                cip = false;
+            } else {
+                let map: Vec<f32> = (0..ah.out)
+                    .flat_map(|i| {
+                        (0..aw.out).map(move |j| (full as f64 / (ah.counted(i) * aw.counted(j)) as f64) as f32)
+                    })
+                    .collect();
+                if map.iter().any(|&r| r != 1.0) {
+                    rescale = Some(map);
+                }
+            }
+        }
+        let u = |v: usize| u32::try_from(v).map_err(|_| self.unsupported("pool geometry beyond u32"));
+        let kernel = [u(ah.k)?, u(aw.k)?];
+        let stride = [u(ah.s)?, u(aw.s)?];
+        let dilation = [u(ah.d)?, u(aw.d)?];
+        let pad = [u(ah.before)?, u(aw.before)?, u(ah.after + extra[0])?, u(aw.after + extra[1])?];
+        let y =
+            self.b.op(|y| Op::Pool2d(Pool2d { x, kind, kernel, stride, pad, dilation, count_include_pad: cip, y }))?;
+        let ys =
+            self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect::<Vec<_>>()).unwrap_or_default();
+        if ys != [chw[0], ah.out, aw.out] {
+            return Err(self.bad(&format!("Pool2d output [{}, {}, {}]", chw[0], ah.out, aw.out), format!("{ys:?}")));
+        }
+        let y = match rescale {
+            Some(map) => {
+                let pooled = y;
+                let w = self.weight_f32(OutletId::new(self.node, 0), "divisor", &[ah.out, aw.out], map)?;
+                self.b.op(|y| Op::Binary(Binary { a: pooled, b: w, op: BinaryOp::Mul, y }))?
+            }
+            None => y,
+        };
+        let out = self.out_shape()?;
+        let (y, ys) = if nd == 1 {
+            let flat = vec![ys[0], ys[2]];
+            (self.reshape(y, &ys, &flat)?, flat)
+        } else {
+            (y, ys)
+        };
+        let to_last: Vec<usize> = (1..=nd).chain(std::iter::once(0)).collect();
+        let (y, ys) = if channels_last { self.transpose(y, &ys, &to_last)? } else { (y, ys) };
+        let y = self.reshape(y, &ys, &out)?;
+        self.out(y, out);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Layouts and paddings an ONNX file does not reach directly (tract's importer makes every
+    //! pool NCHW with ONNX padding): pools built as tract ops, lowered, and run by Kestrel and by
+    //! tract on the same input.
+    use super::super::{Lowerer, QuantChoice, Val};
+    use kestrel::{Input, ModelBuilder};
+    use kestrel_format::ops::Op;
+    use kestrel_format::DType;
+    use tract_onnx::prelude::*;
+    use tract_onnx::tract_core::ops::cnn::{MaxPool, PaddingSpec, PoolSpec, SumPool};
+    use tract_onnx::tract_core::ops::nn::DataFormat;
+
+    /// Lowers a one-pool tract graph on an input of (batch-1) `shape`; returns the Kestrel ops
+    /// and the largest |kestrel − tract| relative to tract's largest output.
+    fn lower_and_run(shape: &[usize], op: Box<dyn TypedOp>) -> (Vec<Op>, f32) {
+        let mut m = TypedModel::default();
+        let x = m.add_source("x", f32::fact(shape)).unwrap();
+        let y = m.wire_node("pool", op, &[x]).unwrap();
+        m.select_output_outlets(&y).unwrap();
+        let choice = QuantChoice { base: DType::F32, keep_f16: Vec::new(), keep_first_last: false };
+        let mut l = Lowerer::new(&m, ModelBuilder::new("pool"), choice);
+        let id = l.b.input("x", shape).unwrap();
+        l.set_input(x, Val::Act { id, shape: shape.to_vec(), int: false });
+        l.run(&mut ()).unwrap();
+        let (out, _) = l.act(y[0]).unwrap();
+        l.b.output(out);
+        let kes = l.b.build().unwrap();
+        let n: usize = shape.iter().product();
+        let data: Vec<f32> =
+            (0..n).map(|i| ((i * 37 % 101) as f32 / 25.0 - 2.0) * if i % 3 == 0 { -1.0 } else { 1.0 }).collect();
+        let model = kestrel::Model::from_bytes(&kes).unwrap();
+        let got = model.session(1).unwrap().run_vec(&[Input::F32(&data)]).unwrap().remove(0);
+        let t = Tensor::from_shape(shape, &data).unwrap();
+        let want = m.into_runnable().unwrap().run(tvec![t.into()]).unwrap().remove(0);
+        let want = want.try_as_plain_ram().unwrap().as_slice::<f32>().unwrap().to_vec();
+        assert_eq!(got.len(), want.len());
+        let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let err = got.iter().zip(&want).fold(0f32, |a, (g, w)| a.max((g - w).abs()));
+        let cpu = model.cpu().unwrap();
+        (cpu.file().ops().collect::<Result<_, _>>().unwrap(), err / scale)
+    }
+
+    fn spec(fmt: DataFormat, c: usize, k: &[usize], pad: PaddingSpec, s: &[usize]) -> PoolSpec {
+        PoolSpec::new(fmt, k.into(), pad, None, Some(s.into()), c, c)
+    }
+
+    fn explicit(before: &[usize], after: &[usize], ceil: bool) -> PaddingSpec {
+        PaddingSpec::ExplicitOnnxPool(before.into(), after.into(), ceil)
+    }
+
+    fn count(ops: &[Op], f: impl Fn(&Op) -> bool) -> usize {
+        ops.iter().filter(|o| f(o)).count()
+    }
+
+    #[test]
+    fn channels_last_one_d_same_padding_and_ceil_rescale_match_tract() {
+        let max = |ps| Box::new(MaxPool::new(ps, None)) as Box<dyn TypedOp>;
+        let avg = |ps, cip| Box::new(SumPool::new(ps, cip, true)) as Box<dyn TypedOp>;
+        // (name, input shape, op, Transposes expected around the pool)
+        type Case = (&'static str, Vec<usize>, Box<dyn TypedOp>, usize);
+        let cases: Vec<Case> = vec![
+            (
+                "nhwc max",
+                vec![1, 7, 9, 3],
+                max(spec(DataFormat::NHWC, 3, &[3, 3], explicit(&[1, 1], &[1, 1], false), &[2, 2])),
+                2,
+            ),
+            (
+                "nhwc avg ceil cip",
+                vec![1, 10, 9, 4],
+                avg(spec(DataFormat::NHWC, 4, &[3, 3], explicit(&[1, 1], &[1, 1], true), &[2, 2]), true),
+                2,
+            ),
+            (
+                "hwc avg valid",
+                vec![6, 5, 2],
+                avg(spec(DataFormat::HWC, 2, &[2, 2], PaddingSpec::Valid, &[1, 1]), false),
+                2,
+            ),
+            ("chw max same", vec![2, 7, 7], max(spec(DataFormat::CHW, 2, &[3, 3], PaddingSpec::SameUpper, &[2, 2])), 0),
+            (
+                "nchw avg same cip",
+                vec![1, 2, 7, 6],
+                avg(spec(DataFormat::NCHW, 2, &[3, 3], PaddingSpec::SameLower, &[2, 2]), true),
+                0,
+            ),
+            ("1-d max ceil", vec![1, 3, 11], max(spec(DataFormat::NCHW, 3, &[3], explicit(&[1], &[0], true), &[2])), 0),
+            (
+                "1-d nhwc avg ceil cip",
+                vec![1, 10, 3],
+                avg(spec(DataFormat::NHWC, 3, &[3], explicit(&[1], &[1], true), &[2]), true),
+                2,
+            ),
+        ];
+        for (name, shape, op, transposes) in cases {
+            let (ops, rel) = lower_and_run(&shape, op);
+            assert!(rel <= 1e-6, "{name}: max |kestrel - tract| / max |tract| = {rel:e}");
+            assert_eq!(count(&ops, |o| matches!(o, Op::Pool2d(_))), 1, "{name}: {ops:?}");
+            assert_eq!(count(&ops, |o| matches!(o, Op::Transpose(_))), transposes, "{name}: {ops:?}");
+            // The ceil-mode windows past explicit padding are rescaled (an exact map).
+            let rescaled = name.contains("ceil cip");
+            assert_eq!(count(&ops, |o| matches!(o, Op::Binary(_))), usize::from(rescaled), "{name}: {ops:?}");
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! 2-D pooling, NCHW per sample: `x [C, H, W]` → `y [C, H', W']`, max or average, with stride,
+//! padding, dilation and both of ONNX's average divisors. Taps that fall in the padding are
+//! skipped (they enter neither a max nor a sum); `count_include_pad` divides by `kh·kw`, else by
+//! the number of taps inside the input. No scratch.
+//!
+//! Each output row is accumulated in place: for every kernel tap `(u, v)` whose input row exists,
+//! one pass over the output columns whose windows lie wholly inside the input columns (the inner
+//! loop, contiguous for stride 1, so it vectorises), and a short bounds-checked loop over the few
+//! border columns. A window one column wide (global pooling) instead reduces each contiguous input
+//! row segment in eight lanes.
+
+use crate::error::{expect_eq, ShapeError};
+use kestrel_format::ops::{Pool2d, PoolKind};
+use kestrel_format::Shape;
+
+/// Shapes and hyper-parameters of a 2-D pooling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pool2dParams {
+    /// Max or average.
+    pub kind: PoolKind,
+    /// Average divisor `kh·kw` (else the number of taps inside the input).
+    pub count_include_pad: bool,
+    /// Channels C.
+    pub c: usize,
+    /// Input height H.
+    pub h: usize,
+    /// Input width W.
+    pub w: usize,
+    /// Window height.
+    pub kh: usize,
+    /// Window width.
+    pub kw: usize,
+    /// Stride (h, w).
+    pub stride: [usize; 2],
+    /// Padding (top, left, bottom, right).
+    pub pad: [usize; 4],
+    /// Dilation (h, w).
+    pub dilation: [usize; 2],
+    /// Output height H'.
+    pub oh: usize,
+    /// Output width W'.
+    pub ow: usize,
+    /// Output columns `inner[0] .. inner[1]` have every tap inside the input columns.
+    pub inner: [usize; 2],
+}
+
+/// Output length along one axis (`None` if it would be < 1 or overflows).
+fn out_len(len: usize, k: usize, s: usize, d: usize, p0: usize, p1: usize) -> Option<usize> {
+    let span = d.checked_mul(k - 1)?.checked_add(1)?;
+    let padded = len.checked_add(p0)?.checked_add(p1)?;
+    (padded >= span).then(|| (padded - span) / s + 1)
+}
+
+/// Whether each of the `out` windows along an axis has a tap inside the input `p0 .. p0 + len`
+/// (padded coordinates). O(out): the first tap at or past `p0` decides.
+fn every_window_hits(len: usize, k: usize, s: usize, d: usize, p0: usize, out: usize) -> bool {
+    (0..out).all(|o| {
+        let start = o * s;
+        let u = if start >= p0 { 0 } else { (p0 - start).div_ceil(d) };
+        u < k && start + u * d < p0 + len
+    })
+}
+
+impl Pool2dParams {
+    /// Validates `x [C, H, W]` and the hyper-parameters and computes H', W': sizes ≥ 1, every
+    /// window holding at least one input element, `count_include_pad` only for averages.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        kind: PoolKind,
+        x: &Shape,
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        pad: [usize; 4],
+        dilation: [usize; 2],
+        count_include_pad: bool,
+    ) -> Result<Self, ShapeError> {
+        const OP: &str = "Pool2d";
+        expect_eq(OP, "input rank ([C, H, W])", 3, x.rank())?;
+        if kernel.contains(&0) || stride.contains(&0) || dilation.contains(&0) {
+            return Err(ShapeError::Invalid { op: OP, what: "kernel, stride and dilation must be ≥ 1" });
+        }
+        if count_include_pad && kind == PoolKind::Max {
+            return Err(ShapeError::Invalid { op: OP, what: "count_include_pad applies to average pooling only" });
+        }
+        let (c, h, w) = (x.dim(0), x.dim(1), x.dim(2));
+        let [kh, kw] = kernel;
+        let oh = out_len(h, kh, stride[0], dilation[0], pad[0], pad[2])
+            .ok_or(ShapeError::Invalid { op: OP, what: "output height would be < 1" })?;
+        let ow = out_len(w, kw, stride[1], dilation[1], pad[1], pad[3])
+            .ok_or(ShapeError::Invalid { op: OP, what: "output width would be < 1" })?;
+        if !every_window_hits(h, kh, stride[0], dilation[0], pad[0], oh)
+            || !every_window_hits(w, kw, stride[1], dilation[1], pad[1], ow)
+        {
+            return Err(ShapeError::Invalid { op: OP, what: "a pooling window lies entirely in the padding" });
+        }
+        // Column j is inner when j·sw ≥ pl and j·sw + (kw − 1)·dw < pl + W.
+        let lo = pad[1].div_ceil(stride[1]).min(ow);
+        let last = (w + pad[1] - 1).checked_sub((kw - 1) * dilation[1]).map_or(0, |v| v / stride[1] + 1);
+        let hi = last.clamp(lo, ow);
+        let inner = [lo, hi];
+        Ok(Self { kind, count_include_pad, c, h, w, kh, kw, stride, pad, dilation, oh, ow, inner })
+    }
+
+    /// [`new`](Self::new) with an op's attributes.
+    pub fn of(op: &Pool2d, x: &Shape) -> Result<Self, ShapeError> {
+        let u = |v: u32| v as usize;
+        Self::new(
+            op.kind,
+            x,
+            op.kernel.map(u),
+            op.stride.map(u),
+            op.pad.map(u),
+            op.dilation.map(u),
+            op.count_include_pad,
+        )
+    }
+
+    /// Output shape `[C, H', W']`.
+    pub fn y_shape(&self) -> Option<Shape> {
+        Shape::from_usize(&[self.c, self.oh, self.ow])
+    }
+
+    /// Input row of output row `i`'s tap `u`, if it is inside the input.
+    #[inline]
+    fn row(&self, i: usize, u: usize) -> Option<usize> {
+        (i * self.stride[0] + u * self.dilation[0]).checked_sub(self.pad[0]).filter(|&r| r < self.h)
+    }
+
+    /// Input column of output column `j`'s tap `v`, if it is inside the input.
+    #[inline]
+    fn col(&self, j: usize, v: usize) -> Option<usize> {
+        (j * self.stride[1] + v * self.dilation[1]).checked_sub(self.pad[1]).filter(|&c| c < self.w)
+    }
+}
+
+/// Scratch for [`pool2d`]: none.
+pub fn pool2d_scratch(_p: &Pool2dParams) -> usize {
+    0
+}
+
+/// `y [C, H', W']` = pool(`x [C, H, W]`). `scratch` is unused.
+pub fn pool2d(p: &Pool2dParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
+    let (plane, oplane) = (p.h * p.w, p.oh * p.ow);
+    if p.c == 0 || plane == 0 {
+        return;
+    }
+    let max = p.kind == PoolKind::Max;
+    for (xc, yc) in x[..p.c * plane].chunks_exact(plane).zip(y[..p.c * oplane].chunks_exact_mut(oplane)) {
+        for (i, yr) in yc.chunks_exact_mut(p.ow).enumerate() {
+            if max {
+                row::<true>(p, xc, i, yr);
+            } else {
+                row::<false>(p, xc, i, yr);
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn combine<const MAX: bool>(a: f32, v: f32) -> f32 {
+    if MAX {
+        a.max(v)
+    } else {
+        a + v
+    }
+}
+
+/// `acc[j] = combine(acc[j], src[j·stride])` (`acc` not empty).
+#[inline(always)]
+fn accumulate<const MAX: bool>(acc: &mut [f32], src: &[f32], stride: usize) {
+    let n = acc.len();
+    if stride == 1 {
+        for (a, &v) in acc.iter_mut().zip(&src[..n]) {
+            *a = combine::<MAX>(*a, v);
+        }
+    } else if stride == 2 {
+        // Pairs: a stride LLVM vectorises (`step_by` it does not).
+        let (last, head) = acc.split_last_mut().expect("n ≥ 1");
+        for (a, v) in head.iter_mut().zip(src[..2 * (n - 1)].chunks_exact(2)) {
+            *a = combine::<MAX>(*a, v[0]);
+        }
+        *last = combine::<MAX>(*last, src[2 * (n - 1)]);
+    } else {
+        let src = &src[..(n - 1) * stride + 1];
+        for (a, &v) in acc.iter_mut().zip(src.iter().step_by(stride)) {
+            *a = combine::<MAX>(*a, v);
+        }
+    }
+}
+
+/// Max or sum of a contiguous segment (−∞ or 0 if empty), eight lanes at a time.
+#[inline(always)]
+fn reduce<const MAX: bool>(xs: &[f32]) -> f32 {
+    let init = if MAX { f32::NEG_INFINITY } else { 0.0 };
+    let mut lanes = [init; 8];
+    let mut chunks = xs.chunks_exact(8);
+    for ch in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(ch) {
+            *l = combine::<MAX>(*l, v);
+        }
+    }
+    let r = chunks.remainder().iter().fold(init, |a, &v| combine::<MAX>(a, v));
+    lanes.iter().fold(r, |a, &v| combine::<MAX>(a, v))
+}
+
+/// Output row `i` of one channel (`xc [H, W]`, `yr [W']`).
+fn row<const MAX: bool>(p: &Pool2dParams, xc: &[f32], i: usize, yr: &mut [f32]) {
+    let init = if MAX { f32::NEG_INFINITY } else { 0.0 };
+    let (sw, dw, pl) = (p.stride[1], p.dilation[1], p.pad[1]);
+    let [lo, hi] = p.inner;
+    yr.fill(init);
+    let mut rows = 0usize;
+    for u in 0..p.kh {
+        let Some(r) = p.row(i, u) else { continue };
+        rows += 1;
+        let xr = &xc[r * p.w..(r + 1) * p.w];
+        if p.ow == 1 && dw == 1 {
+            // One window per row (global pooling): taps v ≥ pl read the contiguous input
+            // columns 0 .. kw − pl (pl < kw: the window holds an input column).
+            yr[0] = combine::<MAX>(yr[0], reduce::<MAX>(&xr[..(p.kw - pl).min(p.w)]));
+            continue;
+        }
+        if hi > lo {
+            for v in 0..p.kw {
+                // Inner columns read x[j·sw + v·dw − pl] for j in lo..hi.
+                accumulate::<MAX>(&mut yr[lo..hi], &xr[lo * sw + v * dw - pl..], sw);
+            }
+        }
+        for j in (0..lo).chain(hi..p.ow) {
+            let mut a = yr[j];
+            for v in 0..p.kw {
+                if let Some(c) = p.col(j, v) {
+                    a = combine::<MAX>(a, xr[c]);
+                }
+            }
+            yr[j] = a;
+        }
+    }
+    if MAX {
+        return;
+    }
+    if p.count_include_pad {
+        let n = (p.kh * p.kw) as f32;
+        yr.iter_mut().for_each(|a| *a /= n);
+        return;
+    }
+    let n = (rows * p.kw) as f32;
+    yr[lo..hi].iter_mut().for_each(|a| *a /= n);
+    for j in (0..lo).chain(hi..p.ow) {
+        let cols = (0..p.kw).filter(|&v| p.col(j, v).is_some()).count();
+        yr[j] /= (rows * cols) as f32;
+    }
+}

@@ -1,0 +1,307 @@
+//! Recurrent layers: ONNX LSTM and GRU (`linear_before_reset = 1`) with the default activations,
+//! per sample: `x [T, I]`, `w [dirs·G·H, I]`, `r [dirs·G·H, H]` (any encoding), `b [dirs, 2·G·H]`
+//! (`Wb` then `Rb`), optional initial states `[dirs, H]`; output `Y [T, dirs, H]` or the last
+//! hidden / cell state `[dirs, H]` (see `kestrel_format::ops::Lstm`).
+//!
+//! Per direction: the input projection of every step at once, `x · W_dᵀ` (`[T, G·H]`), by the
+//! dense kernels ([`linear`]: packed GEMM, threads); then the recurrence, one GEMV `h · R_dᵀ` per
+//! step (the same kernels with one row), the biases, and the gates through the vectorised
+//! [`sigmoid`](crate::kernels::simd::sigmoid) / [`tanh`](crate::kernels::simd::tanh).
+
+use crate::error::{expect_eq, ShapeError};
+use crate::kernels::linear::linear;
+use crate::kernels::simd;
+use kestrel_format::ops::{Activation, Gru, Lstm, RnnDirection, RnnOutput, TensorId};
+use kestrel_format::{Shape, WeightView};
+
+/// Which cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RnnCell {
+    /// LSTM: gates i, o, f, c and a cell state.
+    Lstm,
+    /// GRU (`linear_before_reset = 1`): gates z, r, h.
+    Gru,
+}
+
+impl RnnCell {
+    /// Gates G.
+    pub fn gates(self) -> usize {
+        match self {
+            RnnCell::Lstm => 4,
+            RnnCell::Gru => 3,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            RnnCell::Lstm => "Lstm",
+            RnnCell::Gru => "Gru",
+        }
+    }
+}
+
+/// Shapes and attributes of a recurrent layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RnnParams {
+    /// The cell.
+    pub cell: RnnCell,
+    /// Sequence length T.
+    pub t: usize,
+    /// Input features I.
+    pub inp: usize,
+    /// Hidden size H.
+    pub hidden: usize,
+    /// Direction(s).
+    pub direction: RnnDirection,
+    /// Which output.
+    pub output: RnnOutput,
+    /// An initial hidden state is given.
+    pub has_h0: bool,
+    /// An initial cell state is given (LSTM).
+    pub has_c0: bool,
+}
+
+impl RnnParams {
+    /// Validates `x [T, I]`, `w [dirs·G·H, I]`, `r [dirs·G·H, H]`, `b [dirs, 2·G·H]` and the
+    /// optional states `[dirs, H]` against `hidden` and `direction`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        cell: RnnCell,
+        x: &Shape,
+        w: &Shape,
+        r: &Shape,
+        b: &Shape,
+        h0: Option<&Shape>,
+        c0: Option<&Shape>,
+        hidden: usize,
+        direction: RnnDirection,
+        output: RnnOutput,
+    ) -> Result<Self, ShapeError> {
+        let op = cell.name();
+        expect_eq(op, "input rank", 2, x.rank())?;
+        if hidden == 0 || x.dim(0) == 0 || x.dim(1) == 0 {
+            return Err(ShapeError::Invalid { op, what: "hidden size, sequence length and input width must be ≥ 1" });
+        }
+        if cell == RnnCell::Gru && (output == RnnOutput::Cell || c0.is_some()) {
+            return Err(ShapeError::Invalid { op, what: "a GRU has no cell state" });
+        }
+        let dirs = direction.dirs();
+        let (t, inp) = (x.dim(0), x.dim(1));
+        let rows = dirs
+            .checked_mul(cell.gates())
+            .and_then(|v| v.checked_mul(hidden))
+            .ok_or(ShapeError::Invalid { op, what: "hidden size too large" })?;
+        let matrix = |s: &Shape, what_rank, what_rows, what_cols, cols: usize| -> Result<(), ShapeError> {
+            expect_eq(op, what_rank, 2, s.rank())?;
+            expect_eq(op, what_rows, rows, s.dim(0))?;
+            expect_eq(op, what_cols, cols, s.dim(1))
+        };
+        matrix(w, "w rank", "w rows (dirs·gates·hidden)", "w cols (input width)", inp)?;
+        matrix(r, "r rank", "r rows (dirs·gates·hidden)", "r cols (hidden)", hidden)?;
+        expect_eq(op, "b rank", 2, b.rank())?;
+        expect_eq(op, "b rows (dirs)", dirs, b.dim(0))?;
+        expect_eq(op, "b cols (2·gates·hidden)", 2 * cell.gates() * hidden, b.dim(1))?;
+        for s in [h0, c0].into_iter().flatten() {
+            expect_eq(op, "initial state rank", 2, s.rank())?;
+            expect_eq(op, "initial state rows (dirs)", dirs, s.dim(0))?;
+            expect_eq(op, "initial state cols (hidden)", hidden, s.dim(1))?;
+        }
+        let p = Self { cell, t, inp, hidden, direction, output, has_h0: h0.is_some(), has_c0: c0.is_some() };
+        rnn_scratch(&p).checked_mul(4).ok_or(ShapeError::Invalid { op, what: "scratch size overflows" })?;
+        p.y_shape().ok_or(ShapeError::Invalid { op, what: "output dims too large" })?;
+        Ok(p)
+    }
+
+    /// The params of an [`Lstm`] node, with tensor shapes from `shape_of`.
+    pub fn of_lstm(o: &Lstm, shape_of: impl Fn(TensorId) -> Result<Shape, ShapeError>) -> Result<Self, ShapeError> {
+        let (h0, c0) = (o.h0.map(&shape_of).transpose()?, o.c0.map(&shape_of).transpose()?);
+        Self::new(
+            RnnCell::Lstm,
+            &shape_of(o.x)?,
+            &shape_of(o.w)?,
+            &shape_of(o.r)?,
+            &shape_of(o.b)?,
+            h0.as_ref(),
+            c0.as_ref(),
+            o.hidden as usize,
+            o.direction,
+            o.output,
+        )
+    }
+
+    /// The params of a [`Gru`] node, with tensor shapes from `shape_of`.
+    pub fn of_gru(o: &Gru, shape_of: impl Fn(TensorId) -> Result<Shape, ShapeError>) -> Result<Self, ShapeError> {
+        let h0 = o.h0.map(&shape_of).transpose()?;
+        Self::new(
+            RnnCell::Gru,
+            &shape_of(o.x)?,
+            &shape_of(o.w)?,
+            &shape_of(o.r)?,
+            &shape_of(o.b)?,
+            h0.as_ref(),
+            None,
+            o.hidden as usize,
+            o.direction,
+            o.output,
+        )
+    }
+
+    /// Directions (1 or 2).
+    pub fn dirs(&self) -> usize {
+        self.direction.dirs()
+    }
+
+    /// Gate rows per direction, G·H.
+    pub fn gate_rows(&self) -> usize {
+        self.cell.gates() * self.hidden
+    }
+
+    /// Output shape: `[T, dirs, H]` for Y, else `[dirs, H]`.
+    pub fn y_shape(&self) -> Option<Shape> {
+        match self.output {
+            RnnOutput::Y => Shape::from_usize(&[self.t, self.dirs(), self.hidden]),
+            RnnOutput::Hidden | RnnOutput::Cell => Shape::from_usize(&[self.dirs(), self.hidden]),
+        }
+    }
+
+    /// Multiply-adds of one sample: `T·dirs·G·H·(I + H)`.
+    pub fn macs(&self) -> u64 {
+        let (t, d, g) = (self.t as u64, self.dirs() as u64, self.gate_rows() as u64);
+        t * d * g * (self.inp as u64 + self.hidden as u64)
+    }
+}
+
+/// The weights of a recurrent layer (views of the file's tensors; see [`RnnParams::new`]).
+#[derive(Clone, Copy, Debug)]
+pub struct RnnWeights<'a> {
+    /// `[dirs·G·H, I]`.
+    pub w: WeightView<'a>,
+    /// `[dirs·G·H, H]`.
+    pub r: WeightView<'a>,
+    /// `[dirs, 2·G·H]`.
+    pub b: WeightView<'a>,
+    /// `[dirs, H]`.
+    pub h0: Option<WeightView<'a>>,
+    /// `[dirs, H]`.
+    pub c0: Option<WeightView<'a>>,
+}
+
+impl RnnWeights<'_> {
+    /// Checks the views' matrix shapes against `p` (the file's shapes were checked by
+    /// [`RnnParams::new`]; views built by hand are checked here).
+    pub fn check(&self, p: &RnnParams) -> Result<(), ShapeError> {
+        let op = p.cell.name();
+        let rows = p.dirs() * p.gate_rows();
+        expect_eq(op, "w rows", rows, self.w.rows())?;
+        expect_eq(op, "w cols", p.inp, self.w.cols())?;
+        expect_eq(op, "r rows", rows, self.r.rows())?;
+        expect_eq(op, "r cols", p.hidden, self.r.cols())?;
+        expect_eq(op, "b rows", p.dirs(), self.b.rows())?;
+        expect_eq(op, "b cols", 2 * p.gate_rows(), self.b.cols())?;
+        for (s, present) in [(self.h0, p.has_h0), (self.c0, p.has_c0)] {
+            expect_eq(op, "initial states given", usize::from(present), usize::from(s.is_some()))?;
+            if let Some(s) = s {
+                expect_eq(op, "initial state rows", p.dirs(), s.rows())?;
+                expect_eq(op, "initial state cols", p.hidden, s.cols())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Scratch for [`rnn`]: the input projection `[T, G·H]`, the recurrent product `[G·H]`, the
+/// decoded biases `[2·G·H]`, and the hidden state, cell state and a temporary `[H]` each.
+pub fn rnn_scratch(p: &RnnParams) -> usize {
+    let g = p.gate_rows();
+    p.t.saturating_mul(g).saturating_add(3 * g).saturating_add(3 * p.hidden)
+}
+
+/// Runs the layer on one sample: `x [T, I]` → `y` (`[T, dirs, H]` or `[dirs, H]`), with
+/// [`rnn_scratch`] elements of scratch. No allocation.
+pub fn rnn(p: &RnnParams, wts: &RnnWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    let (t_len, h_n, g_n, dirs) = (p.t, p.hidden, p.gate_rows(), p.dirs());
+    let x = &x[..t_len * p.inp];
+    let (xw, rest) = scratch.split_at_mut(t_len * g_n);
+    let (rh, rest) = rest.split_at_mut(g_n);
+    let (bias, rest) = rest.split_at_mut(2 * g_n);
+    let (h, rest) = rest.split_at_mut(h_n);
+    let (c, rest) = rest.split_at_mut(h_n);
+    let tmp = &mut rest[..h_n];
+    for d in 0..dirs {
+        let (Some(w), Some(r)) = (wts.w.row_range(d * g_n, (d + 1) * g_n), wts.r.row_range(d * g_n, (d + 1) * g_n))
+        else {
+            return;
+        };
+        // Input projection of every step: xw[t] = x[t] · W_dᵀ.
+        linear(x, t_len, &w, None, Activation::None, xw);
+        wts.b.decode_row(d, bias);
+        let (wb, rb) = bias.split_at_mut(g_n);
+        // LSTM and the GRU's z and r gates take both biases as one sum; the GRU's candidate
+        // keeps Rb_h inside the reset gate's product.
+        let summed = match p.cell {
+            RnnCell::Lstm => g_n,
+            RnnCell::Gru => 2 * h_n,
+        };
+        for (a, &b) in wb[..summed].iter_mut().zip(&rb[..summed]) {
+            *a += b;
+        }
+        match wts.h0 {
+            Some(v) => v.decode_row(d, h),
+            None => h.fill(0.0),
+        }
+        match wts.c0 {
+            Some(v) => v.decode_row(d, c),
+            None => c.fill(0.0),
+        }
+        for step in 0..t_len {
+            let t = if p.direction.reversed(d) { t_len - 1 - step } else { step };
+            // rh = h · R_dᵀ (a GEMV).
+            linear(h, 1, &r, None, Activation::None, rh);
+            let g = &mut xw[t * g_n..(t + 1) * g_n];
+            match p.cell {
+                RnnCell::Lstm => {
+                    for ((gv, &rv), &bv) in g.iter_mut().zip(rh.iter()).zip(wb.iter()) {
+                        *gv += rv + bv;
+                    }
+                    simd::sigmoid(&mut g[..3 * h_n]);
+                    simd::tanh(&mut g[3 * h_n..]);
+                    let (gi, rest) = g.split_at(h_n);
+                    let (go, rest) = rest.split_at(h_n);
+                    let (gf, gc) = rest.split_at(h_n);
+                    for k in 0..h_n {
+                        c[k] = gf[k] * c[k] + gi[k] * gc[k];
+                    }
+                    tmp.copy_from_slice(c);
+                    simd::tanh(tmp);
+                    for k in 0..h_n {
+                        h[k] = go[k] * tmp[k];
+                    }
+                }
+                RnnCell::Gru => {
+                    let (gzr, gn) = g.split_at_mut(2 * h_n);
+                    for ((gv, &rv), &bv) in gzr.iter_mut().zip(rh.iter()).zip(wb.iter()) {
+                        *gv += rv + bv;
+                    }
+                    simd::sigmoid(gzr);
+                    let (gz, gr) = gzr.split_at(h_n);
+                    let (rhn, wbn, rbn) = (&rh[2 * h_n..], &wb[2 * h_n..], &rb[2 * h_n..]);
+                    for k in 0..h_n {
+                        gn[k] += wbn[k] + gr[k] * (rhn[k] + rbn[k]);
+                    }
+                    simd::tanh(gn);
+                    for k in 0..h_n {
+                        h[k] = gn[k] + gz[k] * (h[k] - gn[k]);
+                    }
+                }
+            }
+            if p.output == RnnOutput::Y {
+                y[(t * dirs + d) * h_n..(t * dirs + d + 1) * h_n].copy_from_slice(h);
+            }
+        }
+        match p.output {
+            RnnOutput::Y => {}
+            RnnOutput::Hidden => y[d * h_n..(d + 1) * h_n].copy_from_slice(h),
+            RnnOutput::Cell => y[d * h_n..(d + 1) * h_n].copy_from_slice(c),
+        }
+    }
+}

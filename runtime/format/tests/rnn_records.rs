@@ -1,0 +1,69 @@
+//! Lstm and Gru records: slot and attribute counts, attribute domains, the optional states, and
+//! the round trip through `Op::encode` / `Op::decode`.
+
+use kestrel_format::ops::*;
+
+#[test]
+fn lstm_and_gru_records_round_trip_and_are_validated() {
+    // Lstm: x, w, r, b, h0?, c0?, y; hidden, direction, output.
+    let lstm = [0u32, 1, 2, 3, NONE, 5, 6];
+    let op = Op::decode(kind::LSTM, &lstm, &[16, 2, 2]).unwrap();
+    let want = Lstm {
+        x: 0,
+        w: 1,
+        r: 2,
+        b: 3,
+        h0: None,
+        c0: Some(5),
+        hidden: 16,
+        direction: RnnDirection::Bidirectional,
+        output: RnnOutput::Cell,
+        y: 6,
+    };
+    assert_eq!(op, Op::Lstm(want));
+    assert_eq!(op.encode().tensors(), lstm);
+    assert_eq!(op.encode().attrs(), [16, 2, 2]);
+    assert_eq!((op.name(), op.output(), op.main_input(), op.kind_is_mechanism()), ("Lstm", 6, 0, false));
+    let mut inputs = Vec::new();
+    op.for_each_input(|t| inputs.push(t));
+    assert_eq!(inputs, [0, 1, 2, 3, 5]);
+    // Gru: x, w, r, b, h0?, y.
+    let gru = [0u32, 1, 2, 3, 4, 5];
+    let op = Op::decode(kind::GRU, &gru, &[8, 1, 1]).unwrap();
+    let want = Gru {
+        x: 0,
+        w: 1,
+        r: 2,
+        b: 3,
+        h0: Some(4),
+        hidden: 8,
+        direction: RnnDirection::Reverse,
+        output: RnnOutput::Hidden,
+        y: 5,
+    };
+    assert_eq!(op, Op::Gru(want));
+    assert_eq!(op.encode().tensors(), gru);
+    assert_eq!(op.name(), "Gru");
+
+    let bad = |k, t: &[u32], a: &[u32]| Op::decode(k, t, a).unwrap_err();
+    assert!(matches!(bad(kind::LSTM, &lstm, &[0, 0, 0]), OpError::BadAttr { attr: "hidden", value: 0, .. }));
+    assert!(matches!(bad(kind::LSTM, &lstm, &[4, 3, 0]), OpError::BadAttr { attr: "direction", value: 3, .. }));
+    assert!(matches!(bad(kind::LSTM, &lstm, &[4, 0, 3]), OpError::BadAttr { attr: "output", value: 3, .. }));
+    assert!(matches!(bad(kind::GRU, &gru, &[4, 0, 2]), OpError::BadAttr { value: 2, .. }));
+    assert!(matches!(bad(kind::LSTM, &gru, &[4, 0, 0]), OpError::TensorCount { expected: 7, found: 6, .. }));
+    assert!(matches!(bad(kind::GRU, &gru, &[4, 0]), OpError::AttrCount { expected: 3, found: 2, .. }));
+    assert!(matches!(bad(kind::LSTM, &[0, 1, 2, NONE, 4, 5, 6], &[4, 0, 0]), OpError::MissingTensor { slot: "b", .. }));
+    assert!(matches!(bad(kind::GRU, &[0, NONE, 2, 3, 4, 5], &[4, 0, 0]), OpError::MissingTensor { slot: "w", .. }));
+    assert_eq!(kind_name(kind::LSTM), Some("Lstm"));
+    assert_eq!(kind_name(kind::GRU), Some("Gru"));
+    assert_eq!(kind_name(16), None);
+}
+
+#[test]
+fn directions() {
+    assert_eq!(RnnDirection::Forward.dirs(), 1);
+    assert_eq!(RnnDirection::Bidirectional.dirs(), 2);
+    assert!(!RnnDirection::Forward.reversed(0));
+    assert!(RnnDirection::Reverse.reversed(0));
+    assert!(!RnnDirection::Bidirectional.reversed(0) && RnnDirection::Bidirectional.reversed(1));
+}

@@ -1,0 +1,156 @@
+//! LSTM and GRU through the whole stack — `ModelBuilder` (shape inference, memory plan with the
+//! kernels' scratch) → `.kes` bytes → `Model` → `Session` — against the f64 graph interpreter
+//! (`kestrel_reference::rnn` with the weights decoded from the loaded file), in every weight
+//! encoding, every direction and output, at batch 3 and batch 1 per sample. A second graph reads
+//! two outputs of one recurrence (two nodes) and feeds Y into a dense layer.
+
+mod common_graph;
+
+use common_graph::{reference_batch, run_session, Feed, Rng, DTYPES};
+use kestrel::format::ops::*;
+use kestrel::format::DType;
+use kestrel::{Model, ModelBuilder};
+use kestrel_reference::assert_close;
+use kestrel_reference::tolerance::F32_APPROX;
+
+const BATCH: usize = 3;
+
+struct Ctx {
+    b: ModelBuilder,
+    rng: Rng,
+    feeds: Vec<Feed>,
+    n: usize,
+}
+
+impl Ctx {
+    fn vals(&mut self, n: usize, a: f64) -> Vec<f32> {
+        (0..n).map(|_| self.rng.nz(a)).collect()
+    }
+    fn w(&mut self, dims: &[usize], a: f64) -> TensorId {
+        let v = self.vals(dims.iter().product(), a);
+        self.n += 1;
+        self.b.weight(&format!("w{}", self.n), dims, v).unwrap()
+    }
+    fn w_f32(&mut self, dims: &[usize], a: f64) -> TensorId {
+        let v = self.vals(dims.iter().product(), a);
+        self.n += 1;
+        self.b.weight_as(&format!("w{}", self.n), dims, v, DType::F32).unwrap()
+    }
+    fn input(&mut self, dims: &[usize]) -> TensorId {
+        let id = self.b.input("x", dims).unwrap();
+        let v = self.vals(BATCH * dims.iter().product::<usize>(), 1.0);
+        self.feeds.push(Feed::F32(v));
+        id
+    }
+}
+
+/// The recurrent node's weights: w, r, b, h0?, c0? for `gates` gates.
+fn layer(c: &mut Ctx, gates: usize, dirs: usize, i: usize, h: usize, states: bool) -> [Option<TensorId>; 5] {
+    let (kw, kr) = (1.0 / (i as f64).sqrt(), 1.0 / (h as f64).sqrt());
+    let w = c.w(&[dirs * gates * h, i], kw);
+    let r = c.w(&[dirs * gates * h, h], kr);
+    let b = c.w_f32(&[dirs, 2 * gates * h], 0.5);
+    let h0 = states.then(|| c.w_f32(&[dirs, h], 1.0));
+    let c0 = states.then(|| c.w_f32(&[dirs, h], 1.0));
+    [Some(w), Some(r), Some(b), h0, c0]
+}
+
+fn check(name: &str, dtype: DType, seed: u64, build: impl Fn(&mut Ctx) -> Vec<TensorId>) {
+    let mut b = ModelBuilder::new(name);
+    b.set_weight_dtype(dtype);
+    let mut c = Ctx { b, rng: Rng::new(seed), feeds: Vec::new(), n: 0 };
+    let outs = build(&mut c);
+    for &y in &outs {
+        c.b.output(y);
+    }
+    let bytes = c.b.build().unwrap_or_else(|e| panic!("{name}: {e}"));
+    let model = Model::from_bytes(&bytes).expect("loads");
+    let got = run_session(&model, BATCH, &c.feeds);
+    let want = reference_batch(&model, &c.feeds, BATCH);
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_close(&format!("{name} {dtype:?} output {k}"), g, w, F32_APPROX);
+        let n = g.len() / BATCH;
+        for s in 0..BATCH {
+            let one: Vec<Feed> = c.feeds.iter().map(|f| f.sample(s, BATCH)).collect();
+            let single = run_session(&model, 1, &one).remove(k);
+            assert_eq!(single, g[s * n..(s + 1) * n], "{name} {dtype:?}: sample {s} alone vs in a batch");
+        }
+    }
+}
+
+#[test]
+fn lstm_and_gru_every_direction_output_and_encoding() {
+    let (t, i, h) = (7, 5, 6);
+    let mut seed = 0x4E4E_0000;
+    for dtype in DTYPES {
+        for &direction in RnnDirection::ALL {
+            for &output in RnnOutput::ALL {
+                for states in [false, true] {
+                    seed += 1;
+                    let dirs = direction.dirs();
+                    let name = format!("Lstm {direction:?} {output:?} states {states}");
+                    check(&name, dtype, seed, |c| {
+                        let x = c.input(&[t, i]);
+                        let [w, r, b, h0, c0] = layer(c, 4, dirs, i, h, states);
+                        let (w, r, b) = (w.unwrap(), r.unwrap(), b.unwrap());
+                        let hidden = h as u32;
+                        vec![c.b.op(|y| Op::Lstm(Lstm { x, w, r, b, h0, c0, hidden, direction, output, y })).unwrap()]
+                    });
+                    if output == RnnOutput::Cell {
+                        continue;
+                    }
+                    let name = format!("Gru {direction:?} {output:?} states {states}");
+                    check(&name, dtype, seed, |c| {
+                        let x = c.input(&[t, i]);
+                        let [w, r, b, h0, _] = layer(c, 3, dirs, i, h, states);
+                        let (w, r, b) = (w.unwrap(), r.unwrap(), b.unwrap());
+                        let hidden = h as u32;
+                        vec![c.b.op(|y| Op::Gru(Gru { x, w, r, b, h0, hidden, direction, output, y })).unwrap()]
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Two nodes reading one recurrence (Y and Y_h, as a converter writes a model that uses both),
+/// Y flattened into a dense head, and a GRU stacked on the LSTM's output.
+#[test]
+fn stacked_layers_and_two_outputs_of_one_recurrence() {
+    let (t, i, h) = (9, 4, 8);
+    check("stacked", DType::F32, 99, |c| {
+        let x = c.input(&[t, i]);
+        let direction = RnnDirection::Bidirectional;
+        let [w, r, b, h0, c0] = layer(c, 4, 2, i, h, true);
+        let (w, r, b) = (w.unwrap(), r.unwrap(), b.unwrap());
+        let hidden = h as u32;
+        let lstm = |output| Op::Lstm(Lstm { x, w, r, b, h0, c0, hidden, direction, output, y: 0 });
+        let with_y = |op: Op, y: TensorId| match op {
+            Op::Lstm(o) => Op::Lstm(Lstm { y, ..o }),
+            other => other,
+        };
+        let seq = c.b.op(|y| with_y(lstm(RnnOutput::Y), y)).unwrap();
+        let last = c.b.op(|y| with_y(lstm(RnnOutput::Hidden), y)).unwrap();
+        let flat = c.b.reshape(seq, &[t, 2 * h]).unwrap();
+        let [w2, r2, b2, _, _] = layer(c, 3, 1, 2 * h, h, false);
+        let (w2, r2, b2) = (w2.unwrap(), r2.unwrap(), b2.unwrap());
+        let gru =
+            c.b.op(|y| {
+                Op::Gru(Gru {
+                    x: flat,
+                    w: w2,
+                    r: r2,
+                    b: b2,
+                    h0: None,
+                    hidden,
+                    direction: RnnDirection::Forward,
+                    output: RnnOutput::Y,
+                    y,
+                })
+            })
+            .unwrap();
+        let head = Proj { w: c.w(&[3, h], 0.3), b: None };
+        let logits = c.b.op(|y| Op::Dense(Dense { x: gru, proj: head, act: Activation::None, y })).unwrap();
+        vec![logits, last]
+    });
+}
