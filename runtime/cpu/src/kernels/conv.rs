@@ -163,7 +163,20 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scr
     }
 }
 
-/// Grouped convolution, direct (no im2col), each weight row decoded once.
+/// The output columns `ox` whose tap `tx = ox·sw + off − pl` lies inside `0..w`, as a range.
+#[inline]
+fn valid_cols(ow: usize, w: usize, sw: usize, off: usize, pl: usize) -> core::ops::Range<usize> {
+    // tx ≥ 0 ⇔ ox·sw ≥ pl − off; tx < w ⇔ ox·sw < w + pl − off.
+    let lo = pl.saturating_sub(off).div_ceil(sw);
+    let hi = if w + pl > off { (w + pl - off).div_ceil(sw).min(ow) } else { 0 };
+    lo.min(hi)..hi
+}
+
+/// Grouped (depthwise included) convolution, direct (no im2col), each weight row decoded once.
+/// Output-stationary by rows: for every tap `(ci, ky, kx)` and output row, one branch-free
+/// `y_row[ox] += w · x_row[ox·sw + off]` over the columns whose tap is inside the input (a
+/// contiguous, vectorised axpy at stride 1). Each output accumulates its taps in the same
+/// `(ci, ky, kx)` order as a per-pixel loop, then adds the bias.
 fn conv2d_direct(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (h, w, kh, kw) = (p.h, p.w, p.kh, p.kw);
     let cg = p.c / p.groups;
@@ -171,32 +184,48 @@ fn conv2d_direct(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], s
     let [sh, sw] = p.stride;
     let [dh, dw] = p.dilation;
     let (pt, pl) = (p.pad[0], p.pad[1]);
-    let plane = p.oh * p.ow;
+    let (oh, ow) = (p.oh, p.ow);
+    let plane = oh * ow;
     for (oc, yp) in y[..p.o * plane].chunks_exact_mut(plane).enumerate() {
         let c0 = (oc / og) * cg;
         let wr = proj.w.row(oc, scratch);
         let bias = proj.b.map_or(0.0, |b| b.get(oc / b.cols(), oc % b.cols()));
-        for oy in 0..p.oh {
-            for ox in 0..p.ow {
-                let mut acc = 0.0f32;
-                for ci in 0..cg {
-                    let xc = &x[(c0 + ci) * h * w..][..h * w];
-                    for ky in 0..kh {
-                        let ty = oy * sh + ky * dh;
-                        if ty < pt || ty - pt >= h {
+        yp.fill(0.0);
+        for ci in 0..cg {
+            let xc = &x[(c0 + ci) * h * w..][..h * w];
+            for ky in 0..kh {
+                let wk = &wr[(ci * kh + ky) * kw..][..kw];
+                for (oy, yr) in yp.chunks_exact_mut(ow).enumerate() {
+                    let ty = oy * sh + ky * dh;
+                    if ty < pt || ty - pt >= h {
+                        continue;
+                    }
+                    let xr = &xc[(ty - pt) * w..][..w];
+                    for (kx, &wv) in wk.iter().enumerate() {
+                        let off = kx * dw;
+                        let cols = valid_cols(ow, w, sw, off, pl);
+                        if cols.is_empty() {
                             continue;
                         }
-                        let xr = &xc[(ty - pt) * w..][..w];
-                        let wk = &wr[(ci * kh + ky) * kw..][..kw];
-                        for (kx, &wv) in wk.iter().enumerate() {
-                            let tx = ox * sw + kx * dw;
-                            if tx >= pl && tx - pl < w {
-                                acc += xr[tx - pl] * wv;
+                        let first = cols.start * sw + off - pl;
+                        let yseg = &mut yr[cols.clone()];
+                        if sw == 1 {
+                            let xs = &xr[first..first + yseg.len()];
+                            for (o, &v) in yseg.iter_mut().zip(xs) {
+                                *o += v * wv;
+                            }
+                        } else {
+                            for (j, o) in yseg.iter_mut().enumerate() {
+                                *o += xr[first + j * sw] * wv;
                             }
                         }
                     }
                 }
-                yp[oy * p.ow + ox] = acc + bias;
+            }
+        }
+        if bias != 0.0 {
+            for v in yp.iter_mut() {
+                *v += bias;
             }
         }
     }
