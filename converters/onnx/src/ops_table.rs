@@ -43,6 +43,12 @@ pub const ONNX_OPS: &[OnnxOp] = &[
     op("Expand", "Dense with a 0/1 weight", ""),
     op("Flatten", "Reshape view", ""),
     op(
+        "GRU",
+        "Gru (one node per output read)",
+        "default activations, linear_before_reset = 1 (PyTorch's GRU), constant weights and initial state, \
+         no clip, full-length sequence_lens",
+    ),
+    op(
         "Gather",
         "Embedding (constant table) or Dense with a one-hot weight",
         "constant indices when gathering from an activation",
@@ -57,6 +63,12 @@ pub const ONNX_OPS: &[OnnxOp] = &[
     op("HardSigmoid", "Binary arithmetic", ""),
     op("HardSwish", "Unary HardSwish", ""),
     op("Identity", "nothing", ""),
+    op(
+        "LSTM",
+        "Lstm (one node per output read)",
+        "default activations, no peepholes, clip or input_forget, constant weights and initial states, \
+         full-length sequence_lens",
+    ),
     op("LayerNormalization", "LayerNorm", ""),
     op("LeakyRelu", "Binary Mul + Max", "alpha ≥ 0"),
     op("Log", "Unary", ""),

@@ -12,7 +12,7 @@ use kestrel_wgpu::{AdapterChoice, GpuContext, GpuError, GpuSession};
 use std::path::{Path, PathBuf};
 
 /// Zoo models that do not convert yet: (name prefix, the ONNX op that blocks them).
-const BLOCKED: &[(&str, &str)] = &[("lstm-", "LSTM"), ("gru-", "GRU")];
+const BLOCKED: &[(&str, &str)] = &[];
 
 /// Exports committed under `converters/zoo/`.
 const COMMITTED: usize = 35;

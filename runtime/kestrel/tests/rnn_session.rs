@@ -154,3 +154,100 @@ fn stacked_layers_and_two_outputs_of_one_recurrence() {
         vec![logits, last]
     });
 }
+
+/// Counts allocations on the current thread (the harness runs tests on parallel threads; only
+/// the thread inside `count` is measured).
+mod counting {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    pub struct Counting;
+
+    thread_local! {
+        static ON: Cell<bool> = const { Cell::new(false) };
+        static ALLOCS: Cell<usize> = const { Cell::new(0) };
+    }
+
+    fn note() {
+        let _ = ON.try_with(|c| {
+            if c.get() {
+                let _ = ALLOCS.try_with(|n| n.set(n.get() + 1));
+            }
+        });
+    }
+
+    // SAFETY: forwards to the system allocator; only adds a counter.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            note();
+            // SAFETY: the caller's contract.
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: the caller's contract.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            note();
+            // SAFETY: the caller's contract.
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    pub fn count<R>(f: impl FnOnce() -> R) -> (R, usize) {
+        ALLOCS.with(|n| n.set(0));
+        ON.with(|c| c.set(true));
+        let r = f();
+        ON.with(|c| c.set(false));
+        (r, ALLOCS.with(|n| n.get()))
+    }
+}
+
+#[global_allocator]
+static GLOBAL: counting::Counting = counting::Counting;
+
+/// `run` of a bidirectional LSTM and a GRU allocates nothing: the projection, the recurrent
+/// products and the gates all work in the plan's scratch.
+#[test]
+fn recurrent_runs_allocate_nothing() {
+    let (t, i, h) = (16, 12, 40);
+    for dtype in DTYPES {
+        let mut b = ModelBuilder::new("rnn");
+        b.set_weight_dtype(dtype);
+        let mut c = Ctx { b, rng: Rng::new(5), feeds: Vec::new(), n: 0 };
+        let x = c.input(&[t, i]);
+        let [w, r, bb, h0, c0] = layer(&mut c, 4, 2, i, h, true);
+        let (w, r, bb) = (w.unwrap(), r.unwrap(), bb.unwrap());
+        let direction = RnnDirection::Bidirectional;
+        let hidden = h as u32;
+        let y =
+            c.b.op(|y| Op::Lstm(Lstm { x, w, r, b: bb, h0, c0, hidden, direction, output: RnnOutput::Y, y })).unwrap();
+        let flat = c.b.reshape(y, &[t, 2 * h]).unwrap();
+        let [w2, r2, b2, _, _] = layer(&mut c, 3, 1, 2 * h, h, false);
+        let (w2, r2, b2) = (w2.unwrap(), r2.unwrap(), b2.unwrap());
+        let out =
+            c.b.op(|y| {
+                Op::Gru(Gru {
+                    x: flat,
+                    w: w2,
+                    r: r2,
+                    b: b2,
+                    h0: None,
+                    hidden,
+                    direction: RnnDirection::Reverse,
+                    output: RnnOutput::Hidden,
+                    y,
+                })
+            })
+            .unwrap();
+        c.b.output(out);
+        let model = Model::from_bytes(&c.b.build().unwrap()).unwrap();
+        let mut sess = model.session(BATCH).unwrap();
+        let Feed::F32(xs) = &c.feeds[0] else { unreachable!() };
+        let mut y = vec![0f32; BATCH * h];
+        let (res, n) = counting::count(|| sess.run(&[kestrel::Input::F32(xs)], &mut [&mut y]));
+        res.unwrap();
+        assert_eq!(n, 0, "{dtype:?}: run allocated {n} times");
+        assert!(y.iter().all(|v| v.is_finite()) && y.iter().any(|&v| v != 0.0));
+    }
+}

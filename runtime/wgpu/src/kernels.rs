@@ -48,6 +48,8 @@ pub enum Family {
     Conv,
     /// 2-D max and average pooling (`pool.wgsl`).
     Pool,
+    /// LSTM and GRU recurrences (`rnn.wgsl`).
+    Rnn,
     /// Token and patch embeddings (`embed.wgsl`).
     Embed,
     /// Attention cores (`attention.wgsl`).
@@ -67,6 +69,7 @@ impl Family {
         Family::MatMul,
         Family::Conv,
         Family::Pool,
+        Family::Rnn,
         Family::Embed,
         Family::Attention,
         Family::Aft,
@@ -82,6 +85,7 @@ impl Family {
             Family::MatMul => include_str!("shaders/matmul.wgsl"),
             Family::Conv => include_str!("shaders/conv.wgsl"),
             Family::Pool => include_str!("shaders/pool.wgsl"),
+            Family::Rnn => include_str!("shaders/rnn.wgsl"),
             Family::Embed => include_str!("shaders/embed.wgsl"),
             Family::Attention => include_str!("shaders/attention.wgsl"),
             Family::Aft => include_str!("shaders/aft.wgsl"),
@@ -94,7 +98,9 @@ impl Family {
     /// precision: element-wise ops, embeddings and 2-D pooling have no products to speed up,
     /// layer norm, softmax and reductions need f32 statistics, and the AFT cores sum products of
     /// two exponentials, `exp(w − max w)·exp(K − max K)`, whose range falls below f16's normal
-    /// numbers (6.1e-5), so their sums could underflow to 0 (and 0/0) in f16.
+    /// numbers (6.1e-5), so their sums could underflow to 0 (and 0/0) in f16. The recurrence
+    /// (`rnn.wgsl`) stays f32 too: its rounding would compound over the steps (its input
+    /// projection is a dense dispatch, f16 where the precision asks for it).
     pub fn has_f16(self) -> bool {
         matches!(self, Family::Linear | Family::MatMul | Family::Conv | Family::Attention | Family::Fastformer)
     }
@@ -147,6 +153,8 @@ pub enum Kernel {
     Conv2d,
     /// `pool.wgsl: pool2d`.
     Pool2d,
+    /// `rnn.wgsl: rnn` (one workgroup per sample and direction).
+    Rnn,
     /// `embed.wgsl: embedding`.
     Embedding,
     /// `embed.wgsl: patch_gather`.
@@ -190,6 +198,7 @@ impl Kernel {
         Kernel::MatMul,
         Kernel::Conv2d,
         Kernel::Pool2d,
+        Kernel::Rnn,
         Kernel::Embedding,
         Kernel::PatchGather,
         Kernel::AlignTokens,
@@ -216,6 +225,7 @@ impl Kernel {
             MatMul => Family::MatMul,
             Conv2d => Family::Conv,
             Pool2d => Family::Pool,
+            Rnn => Family::Rnn,
             Embedding | PatchGather => Family::Embed,
             AlignTokens | Attend => Family::Attention,
             ExpValues | ExpKeys | AftBias | AftFull | AftLocal | AftSimple | AftConv => Family::Aft,
@@ -237,6 +247,7 @@ impl Kernel {
             MatMul => "matmul",
             Conv2d => "conv2d",
             Pool2d => "pool2d",
+            Rnn => "rnn",
             Embedding => "embedding",
             PatchGather => "patch_gather",
             AlignTokens => "align_tokens",

@@ -240,6 +240,7 @@ fn layer_cases() -> Vec<Case> {
             }));
         }
     }
+    v.extend(rnn_cases());
     v
 }
 
@@ -582,4 +583,45 @@ fn bad_inputs_are_typed_errors() {
     assert!(s.run(&[Input::I32(&[0; 12])], &mut [&mut out3]).is_err());
     // And a good run still works after the errors.
     s.run(&[Input::I32(&[0, 1, 2, 4])], &mut [&mut out]).unwrap();
+}
+
+/// LSTM and GRU: every direction and output, with and without initial states, and a layer whose
+/// gate rows (4·70) and hidden units (70) outnumber the workgroup's threads.
+fn rnn_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    let shapes = [(5usize, 7usize, 9usize, false), (4, 3, 5, true), (12, 16, 70, true)];
+    for (si, &(t, i, h, states)) in shapes.iter().enumerate() {
+        for &direction in RnnDirection::ALL {
+            for &output in RnnOutput::ALL {
+                if si == 2 && (direction != RnnDirection::Bidirectional || output == RnnOutput::Hidden) {
+                    continue;
+                }
+                for lstm in [true, false] {
+                    if !lstm && output == RnnOutput::Cell {
+                        continue;
+                    }
+                    let cell = if lstm { "lstm" } else { "gru" };
+                    let name = format!("{cell} T{t} I{i} H{h} {direction:?} {output:?} states={states}");
+                    v.push(case("rnn", name, move |c| {
+                        let x = c.input_scaled(&[t, i], 1.0, false)?;
+                        let (dirs, g) = (direction.dirs(), if lstm { 4 } else { 3 });
+                        let w = c.w(&[dirs * g * h, i], 1.0 / (i as f32).sqrt())?;
+                        let r = c.w(&[dirs * g * h, h], 1.0 / (h as f32).sqrt())?;
+                        let b = c.w(&[dirs, 2 * g * h], 0.5)?;
+                        let h0 = if states { Some(c.w(&[dirs, h], 1.0)?) } else { None };
+                        let c0 = if states && lstm { Some(c.w(&[dirs, h], 1.0)?) } else { None };
+                        let hidden = h as u32;
+                        c.b.op(|y| {
+                            if lstm {
+                                Op::Lstm(Lstm { x, w, r, b, h0, c0, hidden, direction, output, y })
+                            } else {
+                                Op::Gru(Gru { x, w, r, b, h0, hidden, direction, output, y })
+                            }
+                        })
+                    }));
+                }
+            }
+        }
+    }
+    v
 }

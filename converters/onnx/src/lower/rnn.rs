@@ -19,8 +19,8 @@ use tract_onnx::ops::rec::common::CommonRec;
 use tract_onnx::ops::rec::{gru::GRU, lstm::LSTM};
 use tract_onnx::pb::NodeProto;
 use tract_onnx::prelude::*;
-use tract_onnx::tract_hir::internal::{expand, Expansion, InferenceOp, InferenceResult, Solver, TensorProxy};
 use tract_onnx::tract_core::internal::{ensure, EvalContext, EvalOp, StaticName};
+use tract_onnx::tract_hir::internal::{expand, Expansion, InferenceOp, InferenceResult, Solver, TensorProxy};
 use tract_onnx::tract_hir::ops as hir_ops;
 
 /// Registers the LSTM and GRU parsers on tract's ONNX op register (replacing tract's own).

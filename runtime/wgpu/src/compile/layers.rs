@@ -5,7 +5,8 @@ use crate::kernels::Kernel;
 use crate::GpuError;
 use kestrel_cpu::kernels::conv::Conv2dParams;
 use kestrel_cpu::kernels::pool::Pool2dParams;
-use kestrel_format::ops::Op;
+use kestrel_cpu::kernels::rnn::{RnnCell, RnnParams};
+use kestrel_format::ops::{Op, TensorId};
 use kestrel_format::{TensorKind, MAX_RANK};
 
 pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<Dispatch>, GpuError> {
@@ -216,6 +217,16 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             }
             vec![p.done(Kernel::Pool2d)]
         }
+        Op::Lstm(o) => {
+            let p = RnnParams::of_lstm(&o, |id| shape(id).map_err(|_| rnn_lookup(op)))
+                .map_err(|e| GpuError::Model(e.to_string()))?;
+            rnn(ctx, &p, o.x, o.y, [Some(o.w), Some(o.r), Some(o.b), o.h0, o.c0])?
+        }
+        Op::Gru(o) => {
+            let p = RnnParams::of_gru(&o, |id| shape(id).map_err(|_| rnn_lookup(op)))
+                .map_err(|e| GpuError::Model(e.to_string()))?;
+            rnn(ctx, &p, o.x, o.y, [Some(o.w), Some(o.r), Some(o.b), o.h0, None])?
+        }
         _ => return Err(GpuError::UnsupportedOp { node, op: op.name() }),
     })
 }
@@ -257,4 +268,49 @@ fn operand(ctx: &Ctx<'_, '_>, mut p: Params, o: usize, id: u32, strides: &[usize
         let r: Region = ctx.act(id)?;
         p.u(o + 1, r.base)?.u(o + 2, r.stride)
     }
+}
+
+fn rnn_lookup(op: &Op) -> kestrel_cpu::error::ShapeError {
+    kestrel_cpu::error::ShapeError::Invalid { op: op.name(), what: "tensor lookup failed" }
+}
+
+/// An LSTM/GRU: the input projection of every step and both directions as one dense dispatch
+/// into scratch (`[T, dirs·G·H]` per sample, no bias), then the recurrence (`rnn.wgsl`), one
+/// workgroup per sample and direction. `ids`: w, r, b, h0, c0.
+fn rnn(
+    ctx: &mut Ctx<'_, '_>,
+    p: &RnnParams,
+    x: TensorId,
+    y: TensorId,
+    ids: [Option<TensorId>; 5],
+) -> Result<Vec<Dispatch>, GpuError> {
+    let [Some(w), Some(r), Some(b), h0, c0] = ids else {
+        return Err(GpuError::Model("a recurrent node without its weights".into()));
+    };
+    let (dirs, g, h) = (p.dirs(), p.gate_rows(), p.hidden);
+    let xw = ctx.scratch(p.t * dirs * g);
+    let state = ctx.scratch(dirs * (g + 3 * h));
+    let project = dense(ctx.act(x)?, p.t, dirs * g, (ctx.weight(w)?, None), 0, xw, None)?;
+    let yr = ctx.act(y)?;
+    let mut q = Params::new(dirs * crate::kernels::WORKGROUP as usize)?
+        .region(2, xw)?
+        .region(4, yr)?
+        .region(6, state)?
+        .u(8, p.t)?
+        .u(9, h)?
+        .u(10, dirs)?
+        .u(11, usize::from(p.cell == RnnCell::Gru))?
+        .u(12, p.direction as usize)?
+        .u(13, p.output as usize)?
+        .b(14, h0.is_some())
+        .b(15, c0.is_some())
+        .w(16, ctx.weight(r)?)
+        .w(20, ctx.weight(b)?);
+    if let Some(h0) = h0 {
+        q = q.w(24, ctx.weight(h0)?);
+    }
+    if let Some(c0) = c0 {
+        q = q.w(28, ctx.weight(c0)?);
+    }
+    Ok(vec![project, q.done(Kernel::Rnn)])
 }

@@ -432,7 +432,7 @@ pub unsafe fn sigmoid(v: &mut [f32]) {
 }
 
 /// Cephes `tanhf`'s odd polynomial for |x| < 0.625: `tanh x ≈ x + x·z·P(z)`, `z = x²`.
-const TANH_P: [f32; 5] = [-5.704_988_7e-3, 2.063_908_9e-2, -5.373_971_6e-2, 1.333_144_2e-1, -3.333_328_2e-1];
+const TANH_P: [f32; 5] = [-5.704_988_7e-3, 2.063_909e-2, -5.373_971_6e-2, 1.333_144_2e-1, -3.333_328e-1];
 
 /// `tanh(x)` for 8 lanes: Cephes' polynomial below |x| = 0.625 (relative accuracy near 0, where
 /// the exponential form cancels), else `sign(x)·(1 − e)/(1 + e)` with `e = e^(−2|x|)` from

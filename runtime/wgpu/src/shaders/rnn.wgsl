@@ -1,0 +1,116 @@
+// Recurrent layers: ONNX LSTM (gates i, o, f, c) and GRU with linear_before_reset = 1 (gates z,
+// r, h), default activations. The input projection of every step, xw[s, t, :] = x[s, t, :] · Wᵀ
+// for both directions' gate rows at once, is a dense dispatch before this kernel; the recurrence
+// runs here, one workgroup per (sample, direction) walking the T steps in order (reversed for the
+// reverse direction). Each step has two phases separated by storage barriers: (1) every gate row
+// j (threads j ≡ lid mod WG) adds its recurrent product R[j] · h (`wdot_part`) and both biases to
+// its projection; (2) every hidden unit k (threads k ≡ lid mod WG) applies the gates and updates
+// its h[k] and c[k].
+// P: 2 xw_base, 3 xw_stride, 4 y_base, 5 y_stride, 6 st_base, 7 st_stride, 8 t, 9 hidden, 10 dirs,
+//    11 cell (0 LSTM, 1 GRU), 12 direction (0 forward, 1 reverse, 2 bidirectional),
+//    13 output (0 Y [T, dirs, H], 1 Y_h [dirs, H], 2 Y_c [dirs, H]), 14 has_h0, 15 has_c0,
+//    16..19 R [dirs·G·H, H], 20..23 B [dirs, 2·G·H], 24..27 h0 [dirs, H], 28..31 c0 [dirs, H].
+//    xw rows are dirs·G·H wide. State per sample: gates [dirs, G·H], the GRU's recurrent
+//    candidate term [dirs, H], h [dirs, H], c [dirs, H]. per = dirs · WG (threads).
+
+// tanh with relative accuracy near 0 (Cephes' odd polynomial below 0.625), else from e^(−2|x|)
+// (never overflows; ±1 for large |x|).
+fn tanh_(x: f32) -> f32 {
+    let a = abs(x);
+    if a < 0.625 {
+        let z = x * x;
+        let p = (((-5.70498872745e-3 * z + 2.06390887954e-2) * z - 5.37397155531e-2) * z + 1.33314422036e-1) * z
+            - 3.33332819422e-1;
+        return x + x * z * p;
+    }
+    let e = exp(-2.0 * a);
+    let t = (1.0 - e) / (1.0 + e);
+    return select(t, -t, x < 0.0);
+}
+
+@compute @workgroup_size(64)
+fn rnn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+       @builtin(local_invocation_id) lid3: vec3<u32>) {
+    let item = wid.y * nwg.x + wid.x;
+    let dirs = pu(10u);
+    if item >= pu(0u) * dirs {
+        return;
+    }
+    let lid = lid3.x;
+    let s = item / dirs;
+    let d = item % dirs;
+    let t_len = pu(8u);
+    let h_n = pu(9u);
+    let gru = pu(11u) == 1u;
+    let g_n = select(4u, 3u, gru) * h_n;
+    let xw = pu(2u) + s * pu(3u);
+    let y = pu(4u) + s * pu(5u);
+    let st = pu(6u) + s * pu(7u);
+    let gbuf = st + d * g_n;
+    let ebuf = st + dirs * g_n + d * h_n;
+    let hbuf = st + dirs * g_n + dirs * h_n + d * h_n;
+    let cbuf = st + dirs * g_n + 2u * dirs * h_n + d * h_n;
+    let rw = wdesc(16u);
+    let bw = wdesc(20u);
+    let reversed = pu(12u) == 1u || (pu(12u) == 2u && d == 1u);
+    let output = pu(13u);
+    for (var k = lid; k < h_n; k += WG) {
+        var h0 = 0.0;
+        if pu(14u) == 1u {
+            h0 = wget(wdesc(24u), d, k);
+        }
+        var c0 = 0.0;
+        if pu(15u) == 1u {
+            c0 = wget(wdesc(28u), d, k);
+        }
+        act[hbuf + k] = h0;
+        act[cbuf + k] = c0;
+    }
+    storageBarrier();
+    for (var step = 0u; step < t_len; step++) {
+        let t = select(step, t_len - 1u - step, reversed);
+        let xrow = xw + t * dirs * g_n + d * g_n;
+        // Phase 1: gate pre-activations.
+        for (var j = lid; j < g_n; j += WG) {
+            let rh = wdot_part(rw, d * g_n + j, hbuf, 1u, h_n, 0u, 1u) + wget(bw, d, g_n + j);
+            let xv = act[xrow + j] + wget(bw, d, j);
+            if gru && j >= 2u * h_n {
+                // The candidate keeps its recurrent term apart: r ⊙ (h R_hᵀ + Rb_h).
+                act[gbuf + j] = xv;
+                act[ebuf + j - 2u * h_n] = rh;
+            } else {
+                act[gbuf + j] = xv + rh;
+            }
+        }
+        storageBarrier();
+        // Phase 2: the state update of every hidden unit.
+        for (var k = lid; k < h_n; k += WG) {
+            var h: f32;
+            if gru {
+                let z = sigmoid(act[gbuf + k]);
+                let r = sigmoid(act[gbuf + h_n + k]);
+                let n = tanh_(act[gbuf + 2u * h_n + k] + r * act[ebuf + k]);
+                h = n + z * (act[hbuf + k] - n);
+            } else {
+                let i = sigmoid(act[gbuf + k]);
+                let o = sigmoid(act[gbuf + h_n + k]);
+                let f = sigmoid(act[gbuf + 2u * h_n + k]);
+                let cc = tanh_(act[gbuf + 3u * h_n + k]);
+                let c = f * act[cbuf + k] + i * cc;
+                act[cbuf + k] = c;
+                h = o * tanh_(c);
+            }
+            act[hbuf + k] = h;
+            if output == 0u {
+                act[y + (t * dirs + d) * h_n + k] = h;
+            }
+        }
+        storageBarrier();
+    }
+    if output != 0u {
+        let src = select(hbuf, cbuf, output == 2u);
+        for (var k = lid; k < h_n; k += WG) {
+            act[y + d * h_n + k] = act[src + k];
+        }
+    }
+}
