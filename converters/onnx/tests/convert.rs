@@ -25,6 +25,10 @@ fn inputs(model: &str, batch: usize, seed: u64) -> Vec<InputTensor> {
         "misc" | "select" | "assemble" => vec![f(&mut rng, &[batch, 4, 6])],
         "nhwc" => vec![f(&mut rng, &[batch, 6, 6, 3])],
         "pool" => vec![f(&mut rng, &[batch, 3, 10, 9]), f(&mut rng, &[batch, 6, 6, 4])],
+        "logic" => {
+            let mask = (0..batch * 4).map(|_| i64::from(rng.uniform() > 0.0)).collect();
+            vec![f(&mut rng, &[batch, 4]), InputTensor::i64(&[batch, 4], mask)]
+        }
         "text" => {
             let ids = (0..batch * 8).map(|_| ((rng.uniform() + 1.0) * 25.0) as i64 % 50).collect();
             vec![InputTensor::i64(&[batch, 8], ids)]
@@ -33,7 +37,7 @@ fn inputs(model: &str, batch: usize, seed: u64) -> Vec<InputTensor> {
     }
 }
 
-const MODELS: &[&str] = &["mlp", "vit", "cnn", "text", "misc", "select", "nhwc", "assemble", "pool"];
+const MODELS: &[&str] = &["mlp", "vit", "cnn", "text", "misc", "select", "nhwc", "assemble", "pool", "logic"];
 
 fn opts(weights: DType) -> ConvertOptions {
     ConvertOptions { weights, ..ConvertOptions::default() }

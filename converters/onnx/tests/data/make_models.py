@@ -290,6 +290,26 @@ def contrib_ops():
     print(f"contrib_ops.onnx: {os.path.getsize(path)} bytes")
 
 
+def logic():
+    """LeakyRelu, Clip, Dropout and a 0/1 integer mask through Cast(bool), Or, Xor, Not and
+    Where with computed conditions."""
+    g = G()
+    a = g.op("LeakyRelu", ["x"], alpha=0.1)
+    b = g.op("Clip", ["x", g.const("lo", -0.5), g.const("hi", 0.5)])
+    d = g.op("Dropout", ["x"])
+    m = g.op("Cast", ["mask"], to=TensorProto.BOOL)
+    k = g.const("k", np.array([True, False, True, False]), dtype=np.bool_)
+    o = g.op("Or", [m, k])
+    xo = g.op("Xor", [m, k])
+    n = g.op("Not", [m])
+    zero = g.const("zero", 0.0)
+    s = g.op("Add", [g.op("Where", [o, a, b]), g.op("Where", [xo, d, zero])])
+    g.op("Add", [s, g.op("Where", [n, b, zero])])
+    g.nodes[-1].output[0] = "y"
+    mask = helper.make_tensor_value_info("mask", TensorProto.INT64, ["N", 4])
+    g.save("logic.onnx", [f32("x", ["N", 4]), mask], [f32("y", ["N", 4])])
+
+
 if __name__ == "__main__":
     mlp()
     vit()
@@ -302,4 +322,5 @@ if __name__ == "__main__":
     unsupported()
     unsupported_many()
     contrib_ops()
+    logic()
     pool()
