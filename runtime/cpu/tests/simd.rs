@@ -492,6 +492,49 @@ fn int8_gemm_is_exact_past_one_pass() {
     }
 }
 
+/// `a [m, k] · b [k, n]` (the convolution GEMM) for `isa` (None: not available here).
+fn simd_matmul_kn(isa: Isa, a: &[f32], m: usize, k: usize, b: &[f32], n: usize) -> Option<Vec<f32>> {
+    let mut y = vec![f32::NAN; m * n];
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: only called for supported ISAs.
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { simd::x86::matmul_kn(a, m, k, b, n, &mut y) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: only called for supported ISAs.
+        Isa::Avx512 => unsafe { simd::x86::matmul_kn_avx512(a, m, k, b, n, &mut y) },
+        _ => return None,
+    }
+    Some(y)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Rows around the 6- and 8-row tiles, columns around the 16/32-lane panels (tails through
+    /// the zero-padded copy), depths across the 256-deep block.
+    #[test]
+    fn matmul_kn_matches_f64(
+        (m, n, k, a, b) in (1usize..20, 1usize..70, prop_oneof![0usize..40, 250usize..300]).prop_flat_map(|(m, n, k)| (
+            Just(m), Just(n), Just(k),
+            proptest::collection::vec(-1.0f32..1.0, m * k),
+            proptest::collection::vec(-2.0f32..2.0, k * n),
+        ))
+    ) {
+        let want: Vec<f64> = (0..m * n)
+            .map(|i| (0..k).map(|j| f64::from(a[(i / n) * k + j]) * f64::from(b[j * n + i % n])).sum())
+            .collect();
+        // The dispatched entry point (scalar fallback included), then every ISA directly.
+        let mut y = vec![f32::NAN; m * n];
+        simd::matmul_kn(&a, m, k, &b, n, &mut y);
+        assert_close("matmul_kn (dispatched)", &y, &want, F32_APPROX);
+        for isa in isas() {
+            if let Some(got) = simd_matmul_kn(isa, &a, m, k, &b, n) {
+                assert_close(&format!("{} matmul_kn", isa.name()), &got, &want, F32_APPROX);
+            }
+        }
+    }
+}
+
 fn simd_dot(isa: Isa, a: &[f32], b: &[f32]) -> Option<f32> {
     match isa {
         #[cfg(target_arch = "x86_64")]

@@ -150,6 +150,11 @@ impl Lowerer<'_> {
         let nd: Vec<usize> = rfree.iter().map(|&c| dim_of(c)).collect();
         let (m, n, kk) = (prod(&md), prod(&nd), k.iter().map(|&c| dim_of(c)).product::<usize>());
 
+        if batch.is_empty() && k.len() == 1 && rfree.len() == 1 && matches!(r, Operand::Const(..)) {
+            if let Some(done) = self.pointwise_conv(l, r, (&labels_l, &labels_r, &out_labels), k[0], rfree[0])? {
+                return Ok(done);
+            }
+        }
         let target_l: Vec<char> = batch.iter().chain(&lfree).chain(&k).copied().collect();
         let (la, la_dims) = self.arrange(l, &labels_l, &target_l)?;
         let Operand::Act(lid, _) = la else { return Err(self.bad("an activation operand", "a constant".into())) };
@@ -224,6 +229,102 @@ impl Lowerer<'_> {
             None => self.set_out(val),
         }
         Ok(())
+    }
+
+    /// A constant weight `W [N, K]` times an activation laid out `[1.., K, spatial..]` into an
+    /// output laid out `[1.., N, spatial..]` — a 1×1 convolution in NCHW, as tract rewrites
+    /// them — lowers to `Conv2d` on `[K, 1, P]` (P = the spatial size, at least 2): the product
+    /// runs in place, with no transposes to and from a channels-last layout. A constant
+    /// per-channel Add right after becomes its bias. `None` (nothing added) for other layouts.
+    fn pointwise_conv(
+        &mut self,
+        l: &Operand,
+        r: &Operand,
+        (labels_l, labels_r, out_labels): (&[char], &[char], &[char]),
+        kc: char,
+        nc: char,
+    ) -> Res<Option<()>> {
+        let Operand::Act(lid, sl) = l else { return Ok(None) };
+        let out_shape = self.out_shape()?;
+        let Some(pk) = labels_l.iter().position(|&c| c == kc) else { return Ok(None) };
+        let spatial = &labels_l[pk + 1..];
+        let p: usize = sl[pk + 1..].iter().product();
+        if p < 2 || sl[..pk].iter().any(|&d| d != 1) {
+            return Ok(None);
+        }
+        // The output, size-1 axes aside, must be N then the spatial axes in the input's order.
+        let order: Vec<char> = out_labels
+            .iter()
+            .zip(&out_shape)
+            .filter(|&(c, &d)| d != 1 || *c == nc || spatial.contains(c))
+            .map(|(&c, _)| c)
+            .collect();
+        let expect: Vec<char> = std::iter::once(nc).chain(spatial.iter().copied()).collect();
+        if order != expect {
+            return Ok(None);
+        }
+        let (kk, n) = (sl[pk], out_shape[out_labels.iter().position(|&c| c == nc).unwrap_or(0)]);
+        let (ra, _) = self.arrange(r, labels_r, &[nc, kc])?;
+        let w = self.weight_from(&ra, "conv", &[n, kk, 1, 1])?;
+        let x = self.reshape(*lid, sl, &[kk, 1, p])?;
+        let n_axis = out_labels.iter().position(|&c| c == nc).unwrap_or(0);
+        let bias = self.channel_bias(&out_shape, n_axis, n)?;
+        let y = self.b.op(|y| {
+            Op::Conv2d(Conv2d {
+                x,
+                proj: Proj { w, b: bias.map(|(_, b)| b) },
+                stride: [1, 1],
+                pad: [0; 4],
+                dilation: [1, 1],
+                groups: 1,
+                y,
+            })
+        })?;
+        let y = self.reshape(y, &[n, 1, p], &out_shape)?;
+        self.count_fused("pointwise conv");
+        let val = Val::Act { id: y, shape: out_shape, int: false };
+        match bias {
+            Some((add, _)) => {
+                self.count_fused("conv+bias");
+                self.absorb(add, val);
+            }
+            None => self.set_out(val),
+        }
+        Ok(Some(()))
+    }
+
+    /// The constant Add right after this node (its only consumer, same output shape) whose
+    /// other operand holds `n` values along output axis `axis` (size 1 elsewhere): a
+    /// per-channel bias. Returns the Add's node and the bias weight `[n]`.
+    fn channel_bias(&mut self, out_shape: &[usize], axis: usize, n: usize) -> Res<Option<(usize, TensorId)>> {
+        let outlet = OutletId::new(self.node, 0);
+        if self.model.output_outlets().is_ok_and(|o| o.contains(&outlet)) {
+            return Ok(None);
+        }
+        let succ = self.model.outlet_successors(outlet);
+        if succ.len() != 1 {
+            return Ok(None);
+        }
+        let add = self.model.node(succ[0].node);
+        let is_add = add.op_as::<TypedBinOp>().is_some_and(|b| b.0.name() == "Add");
+        let same_shape = add.outputs[0].fact.shape.as_concrete() == Some(out_shape);
+        if !is_add || !same_shape || add.inputs.len() != 2 {
+            return Ok(None);
+        }
+        let other = add.inputs[1 - succ[0].slot];
+        let Some(t) = self.model.outlet_fact(other).ok().and_then(|f| f.konst.clone()) else { return Ok(None) };
+        // Right-aligned against the output: every axis but `axis` of size 1.
+        let (rank, ts) = (out_shape.len(), t.shape());
+        if t.len() != n || ts.len() > rank {
+            return Ok(None);
+        }
+        let aligned = ts.iter().enumerate().all(|(i, &d)| d == 1 || (rank - ts.len() + i == axis && d == n));
+        if !aligned {
+            return Ok(None);
+        }
+        let v = f32s(&t)?;
+        let id = self.weight(other, "bias", &[n], v)?;
+        Ok(Some((add.id, id)))
     }
 
     /// A constant bias `[N]` added right after this contraction (its only consumer), when the

@@ -4,7 +4,6 @@
 
 use crate::error::{expect_eq, ShapeError};
 use crate::kernels::linear::ProjW;
-use kestrel_format::ops::Activation;
 use kestrel_format::Shape;
 
 /// Shapes and hyper-parameters of a 2-D convolution.
@@ -95,70 +94,430 @@ pub fn conv2d_scratch(p: &Conv2dParams) -> usize {
     p.patch_len()
 }
 
-/// Scratch for [`conv2d`]'s im2col + GEMM path (ungrouped convolutions; what the planner
-/// reserves): the `[H'·W', C·kh·kw]` patches and the `[H'·W', O]` product.
+/// Scratch for [`conv2d`]'s fast paths (what the planner reserves): the depthwise kernel's
+/// padded input planes when each group has one input channel, else the GEMM's patches
+/// `[C/g·kh·kw, H'·W']` (none for a 1×1, stride-1, unpadded convolution) and the weights
+/// decoded to f32 (used when they are stored in another encoding).
 pub fn conv2d_scratch_fast(p: &Conv2dParams) -> usize {
-    let plane = p.oh * p.ow;
-    let gemm = if p.groups == 1 { plane * p.patch_len() + plane * p.o } else { 0 };
-    gemm.max(conv2d_scratch(p))
+    let fast = if p.c / p.groups == 1 {
+        Depthwise::of(p).scratch().max(if channels_last_depthwise(p) { cl_scratch(p) } else { 0 })
+    } else {
+        gemm_scratch(p)
+    };
+    fast.max(conv2d_scratch(p))
 }
 
-/// `y [O, H', W']` = conv(x, w) + b. Ungrouped with [`conv2d_scratch_fast`] scratch: the
-/// patches are gathered (zeros where the window leaves the padded input) and multiplied with
-/// the weights by the dense kernels ([`linear`](crate::kernels::linear::linear): SIMD, any
-/// encoding, threads), then transposed into `y` with the bias. Otherwise (grouped, or a file
-/// planned with less scratch): a direct loop, each weight row decoded once.
+/// `y [O, H', W']` = conv(x, w) + b. With [`conv2d_scratch_fast`] scratch: one input channel per
+/// group (depthwise, or a single-channel input) through [`Depthwise`] — the input plane padded
+/// and split by stride phase once, then one contiguous multiply-add per tap over the whole
+/// output plane — and otherwise, per group, the weights `[O/g, C/g·kh·kw]` times the patches
+/// `[C/g·kh·kw, H'·W']` ([`matmul_kn`](crate::kernels::simd::matmul_kn): SIMD GEMM straight
+/// into `y`'s `[O, H'·W']` layout; a 1×1 unpadded stride-1 convolution multiplies its input
+/// itself). With less scratch (a file planned before these paths): a direct loop, each weight
+/// row decoded once.
 pub fn conv2d(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-    if p.groups == 1 && scratch.len() >= conv2d_scratch_fast(p) {
+    if channels_last_depthwise(p) && scratch.len() >= cl_scratch(p) {
+        return depthwise_cl(p, proj, x, y, scratch);
+    }
+    if p.c / p.groups == 1 {
+        let dw = Depthwise::of(p);
+        if scratch.len() >= dw.scratch() {
+            return dw.run(p, proj, x, y, scratch);
+        }
+    } else if scratch.len() >= gemm_scratch(p) {
         return conv2d_gemm(p, proj, x, y, scratch);
     }
     conv2d_direct(p, proj, x, y, scratch)
 }
 
-/// Ungrouped convolution as im2col + GEMM.
+/// Whether the patches of `p` are its input itself (1×1 kernel, stride 1, no padding).
+fn pointwise(p: &Conv2dParams) -> bool {
+    p.kh == 1 && p.kw == 1 && p.stride == [1, 1] && p.pad == [0; 4]
+}
+
+/// Output planes below which an ungrouped convolution multiplies transposed (`yᵀ = patchesᵀ ·
+/// Wᵀ`, the dense kernels: a few rows against many weights) instead of `W · patches` (whose
+/// register tile spans 32 output pixels).
+const SMALL_PLANE: usize = 16;
+
+/// Whether [`conv2d_gemm`] takes the transposed small-plane path.
+fn small_plane(p: &Conv2dParams) -> bool {
+    p.groups == 1 && p.oh * p.ow < SMALL_PLANE
+}
+
+/// Scratch of [`conv2d_gemm`]: one group's patches, then the decoded weights (or, small
+/// planes: the transposed patches and the transposed output).
+fn gemm_scratch(p: &Conv2dParams) -> usize {
+    let (k, plane) = (p.patch_len(), p.oh * p.ow);
+    let patches = if pointwise(p) { 0 } else { k * plane };
+    if small_plane(p) {
+        patches + plane * (k + p.o)
+    } else {
+        patches + p.o * k
+    }
+}
+
+/// Convolution as a GEMM per group: `y_g [O/g, H'·W'] = W_g [O/g, K] · patches_g [K, H'·W']`
+/// with `K = C/g·kh·kw`, then the bias.
 fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-    let (h, w, kh, kw) = (p.h, p.w, p.kh, p.kw);
+    let (cg, og, k) = (p.c / p.groups, p.o / p.groups, p.patch_len());
+    let plane = p.oh * p.ow;
+    let (patches, wbuf) = scratch.split_at_mut(if pointwise(p) { 0 } else { k * plane });
+    if small_plane(p) {
+        let b: &[f32] = if pointwise(p) {
+            &x[..k * plane]
+        } else {
+            im2col(p, x, p.c, patches);
+            patches
+        };
+        let (xt, rest) = wbuf.split_at_mut(plane * k);
+        let yt = &mut rest[..plane * p.o];
+        transpose2d(b, k, plane, xt);
+        crate::kernels::linear::matmul_nt(xt, plane, &proj.w, yt);
+        transpose2d(yt, plane, p.o, &mut y[..p.o * plane]);
+        add_bias(proj, plane, &mut y[..p.o * plane]);
+        return;
+    }
+    let a: &[f32] = match proj.w.as_f32() {
+        Some(d) => d,
+        None => {
+            proj.w.decode_into(wbuf);
+            wbuf
+        }
+    };
+    for g in 0..p.groups {
+        let xg = &x[g * cg * p.h * p.w..(g + 1) * cg * p.h * p.w];
+        let b: &[f32] = if pointwise(p) {
+            xg
+        } else {
+            im2col(p, xg, cg, patches);
+            patches
+        };
+        let yg = &mut y[g * og * plane..(g + 1) * og * plane];
+        crate::kernels::simd::matmul_kn(&a[g * og * k..(g + 1) * og * k], og, k, b, plane, yg);
+    }
+    add_bias(proj, plane, &mut y[..p.o * plane]);
+}
+
+/// `y[o, ·] += b[o]` per output channel (nothing without a bias).
+fn add_bias(proj: &ProjW<'_>, plane: usize, y: &mut [f32]) {
+    let Some(b) = proj.b else { return };
+    for (o, yp) in y.chunks_exact_mut(plane.max(1)).enumerate() {
+        let bias = b.get(o / b.cols(), o % b.cols());
+        if bias != 0.0 {
+            yp.iter_mut().for_each(|v| *v += bias);
+        }
+    }
+}
+
+/// `y [cols, rows] = xᵀ` for `x [rows, cols]`.
+fn transpose2d(x: &[f32], rows: usize, cols: usize, y: &mut [f32]) {
+    const B: usize = 8;
+    for r0 in (0..rows).step_by(B) {
+        for c0 in (0..cols).step_by(B) {
+            for r in r0..(r0 + B).min(rows) {
+                for c in c0..(c0 + B).min(cols) {
+                    y[c * rows + r] = x[r * cols + c];
+                }
+            }
+        }
+    }
+}
+
+/// Output planes up to which a depthwise convolution (one input channel per output channel)
+/// runs channels-innermost: one vector multiply-add per output pixel and tap across all
+/// channels, instead of per channel a handful of taps over a plane too small to vectorise.
+const CL_MAX_PLANE: usize = 64;
+
+fn channels_last_depthwise(p: &Conv2dParams) -> bool {
+    p.groups == p.c && p.o == p.c && p.oh * p.ow <= CL_MAX_PLANE
+}
+
+/// The channels-last copies of the input `[H·W, C]`, the weights `[kh·kw, C]` and the output
+/// `[H'·W', C]`.
+fn cl_scratch(p: &Conv2dParams) -> usize {
+    p.c * (p.h * p.w + p.kh * p.kw + p.oh * p.ow)
+}
+
+/// Depthwise convolution channels-innermost (see [`CL_MAX_PLANE`]): input and weights
+/// transposed to `[·, C]`, each output pixel's taps inside the input accumulated in tap order
+/// (the padding contributes nothing), the result transposed back with the bias.
+fn depthwise_cl(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    let (c, hw, taps, plane) = (p.c, p.h * p.w, p.kh * p.kw, p.oh * p.ow);
+    let (xt, rest) = scratch.split_at_mut(hw * c);
+    let (wt, rest) = rest.split_at_mut(taps * c);
+    let yt = &mut rest[..plane * c];
+    transpose2d(&x[..c * hw], c, hw, xt);
+    match proj.w.as_f32() {
+        Some(d) => transpose2d(&d[..c * taps], c, taps, wt),
+        None => {
+            for (t, wr) in wt.chunks_exact_mut(c).enumerate() {
+                for (oc, v) in wr.iter_mut().enumerate() {
+                    *v = proj.w.get(oc, t);
+                }
+            }
+        }
+    }
+    cl_taps(p, xt, wt, yt);
+    transpose2d(yt, plane, c, &mut y[..c * plane]);
+    add_bias(proj, plane, &mut y[..c * plane]);
+}
+
+/// The multiply-adds of [`depthwise_cl`], compiled for the detected x86 ISA.
+fn cl_taps(p: &Conv2dParams, xt: &[f32], wt: &[f32], yt: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::kernels::simd::{isa, Isa};
+        match isa() {
+            // SAFETY: AVX-512F/AVX2/FMA detected by `isa()`.
+            Isa::Avx512 => return unsafe { cl_taps_avx512(p, xt, wt, yt) },
+            // SAFETY: AVX2/FMA detected by `isa()`.
+            Isa::Avx2 | Isa::Avx2Vnni => return unsafe { cl_taps_avx2(p, xt, wt, yt) },
+            _ => {}
+        }
+    }
+    cl_taps_body(p, xt, wt, yt)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn cl_taps_avx512(p: &Conv2dParams, xt: &[f32], wt: &[f32], yt: &mut [f32]) {
+    cl_taps_body(p, xt, wt, yt)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn cl_taps_avx2(p: &Conv2dParams, xt: &[f32], wt: &[f32], yt: &mut [f32]) {
+    cl_taps_body(p, xt, wt, yt)
+}
+
+#[inline(always)]
+fn cl_taps_body(p: &Conv2dParams, xt: &[f32], wt: &[f32], yt: &mut [f32]) {
+    let c = p.c;
     let [sh, sw] = p.stride;
     let [dh, dw] = p.dilation;
     let (pt, pl) = (p.pad[0], p.pad[1]);
-    let plane = p.oh * p.ow;
-    let k = p.patch_len();
-    let (patches, rest) = scratch.split_at_mut(plane * k);
-    let prod = &mut rest[..plane * p.o];
     for oy in 0..p.oh {
         for ox in 0..p.ow {
-            let row = &mut patches[(oy * p.ow + ox) * k..][..k];
-            for ci in 0..p.c {
-                let xc = &x[ci * h * w..][..h * w];
-                for ky in 0..kh {
-                    let dst = &mut row[(ci * kh + ky) * kw..][..kw];
+            let yr = &mut yt[(oy * p.ow + ox) * c..][..c];
+            yr.fill(0.0);
+            for ky in 0..p.kh {
+                let iy = oy * sh + ky * dh;
+                if iy < pt || iy - pt >= p.h {
+                    continue;
+                }
+                for kx in 0..p.kw {
+                    let ix = ox * sw + kx * dw;
+                    if ix < pl || ix - pl >= p.w {
+                        continue;
+                    }
+                    let src = &xt[((iy - pt) * p.w + ix - pl) * c..][..c];
+                    let wr = &wt[(ky * p.kw + kx) * c..][..c];
+                    for ((o, &s), &wv) in yr.iter_mut().zip(src).zip(wr) {
+                        *o += wv * s;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The patches of `cg` input channels `x [cg, H, W]` as `cols [cg·kh·kw, H'·W']`: row
+/// `(ci, ky, kx)` holds, for every output pixel, the input under that tap (zero in the padding).
+fn im2col(p: &Conv2dParams, x: &[f32], cg: usize, cols: &mut [f32]) {
+    let (h, w, kh, kw, oh, ow) = (p.h, p.w, p.kh, p.kw, p.oh, p.ow);
+    let [sh, sw] = p.stride;
+    let [dh, dw] = p.dilation;
+    let (pt, pl) = (p.pad[0], p.pad[1]);
+    let plane = oh * ow;
+    for ci in 0..cg {
+        let xc = &x[ci * h * w..][..h * w];
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let row = &mut cols[((ci * kh + ky) * kw + kx) * plane..][..plane];
+                let off = kx * dw;
+                let valid = valid_cols(ow, w, sw, off, pl);
+                for (oy, dst) in row.chunks_exact_mut(ow).enumerate() {
                     let ty = oy * sh + ky * dh;
-                    if ty < pt || ty - pt >= h {
+                    if ty < pt || ty - pt >= h || valid.is_empty() {
                         dst.fill(0.0);
                         continue;
                     }
                     let xr = &xc[(ty - pt) * w..][..w];
-                    let x0 = ox * sw;
-                    if dw == 1 && x0 >= pl && x0 - pl + kw <= w {
-                        // The whole window row is inside: one copy.
-                        dst.copy_from_slice(&xr[x0 - pl..x0 - pl + kw]);
+                    dst[..valid.start].fill(0.0);
+                    dst[valid.end..].fill(0.0);
+                    let first = valid.start * sw + off - pl;
+                    let seg = &mut dst[valid.clone()];
+                    if sw == 1 {
+                        seg.copy_from_slice(&xr[first..first + seg.len()]);
                     } else {
-                        for (kx, d) in dst.iter_mut().enumerate() {
-                            let tx = x0 + kx * dw;
-                            *d = if tx >= pl && tx - pl < w { xr[tx - pl] } else { 0.0 };
+                        for (d, &v) in seg.iter_mut().zip(xr[first..].iter().step_by(sw)) {
+                            *d = v;
                         }
                     }
                 }
             }
         }
     }
-    // prod [plane, O] = patches · Wᵀ (f32 activations, as the direct loop), then
-    // y [O, plane] = prodᵀ + b.
-    crate::kernels::linear::linear(patches, plane, &proj.w, None, Activation::None, prod);
-    for (o, yp) in y[..p.o * plane].chunks_exact_mut(plane).enumerate() {
-        let bias = proj.b.map_or(0.0, |b| b.get(o / b.cols(), o % b.cols()));
-        for (i, v) in yp.iter_mut().enumerate() {
-            *v = prod[i * p.o + o] + bias;
+}
+
+/// The depthwise kernel's geometry (one input channel per group). Each input plane is padded
+/// and split by stride phase into `sh·sw` planes of `hq × wq`: phase `(ry, rx)` holds the padded
+/// input's `(ry + i·sh, rx + j·sw)`. Output pixel `(oy, ox)`'s tap `(ky, kx)` is then element
+/// `(oy + ky·dh / sh, ox + kx·dw / sw)` of phase `(ky·dh mod sh, kx·dw mod sw)`, so each tap is
+/// one contiguous multiply-add over an accumulator of `H' × wq` (the columns from `W'` on are
+/// scratch, never read back), whatever the stride and dilation.
+#[derive(Clone, Copy, Debug)]
+struct Depthwise {
+    /// Columns per phase row (`⌈padded width / sw⌉`).
+    wq: usize,
+    /// Rows per phase plane (`⌈padded height / sh⌉`, plus one so the last rows' scratch
+    /// columns read inside the plane).
+    hq: usize,
+    /// Phase planes (`sh · sw`).
+    phases: usize,
+    /// Accumulator length `H' · wq`.
+    acc: usize,
+    /// Taps per weight row `kh · kw`.
+    taps: usize,
+}
+
+impl Depthwise {
+    fn of(p: &Conv2dParams) -> Self {
+        let hp = p.h + p.pad[0] + p.pad[2];
+        let wp = p.w + p.pad[1] + p.pad[3];
+        let wq = wp.div_ceil(p.stride[1]);
+        Self {
+            wq,
+            hq: hp.div_ceil(p.stride[0]) + 1,
+            phases: p.stride[0] * p.stride[1],
+            acc: p.oh * wq,
+            taps: p.kh * p.kw,
+        }
+    }
+
+    /// Phase planes, the accumulator and one decoded weight row.
+    fn scratch(&self) -> usize {
+        self.phases * self.hq * self.wq + self.acc + self.taps
+    }
+
+    /// Writes input channel `xc [H, W]` into the phase planes (zeros in the padding).
+    fn split(&self, p: &Conv2dParams, xc: &[f32], planes: &mut [f32]) {
+        let (h, w) = (p.h, p.w);
+        let [sh, sw] = p.stride;
+        let (pt, pl) = (p.pad[0], p.pad[1]);
+        let plane = self.hq * self.wq;
+        planes.fill(0.0);
+        for (r, xr) in xc[..h * w].chunks_exact(w).enumerate() {
+            let pr = r + pt;
+            let (ry, i) = (pr % sh, pr / sh);
+            if sw == 2 && w >= 2 {
+                // Input column 2t + u lands in phase (u + pl) mod 2 at column t + (u + pl) / 2:
+                // one pass over pairs (deinterleaved by the compiler).
+                let row = |rx: usize| (ry * 2 + rx) * plane + i * self.wq;
+                let (r0, r1) = (row(pl % 2) + pl / 2, row((1 + pl) % 2) + pl.div_ceil(2));
+                let pairs = w / 2;
+                for (t, pair) in xr.chunks_exact(2).enumerate() {
+                    planes[r0 + t] = pair[0];
+                    planes[r1 + t] = pair[1];
+                }
+                if w % 2 == 1 {
+                    planes[r0 + pairs] = xr[w - 1];
+                }
+                continue;
+            }
+            for rx in 0..sw {
+                // Input columns j with (j + pl) mod sw = rx land at phase column (j + pl) / sw.
+                let j0 = (rx + sw - pl % sw) % sw;
+                if j0 >= w {
+                    continue;
+                }
+                let base = (ry * sw + rx) * plane + i * self.wq + (j0 + pl) / sw;
+                let dst = &mut planes[base..base + (w - j0).div_ceil(sw)];
+                if sw == 1 {
+                    dst.copy_from_slice(xr);
+                } else {
+                    for (d, &v) in dst.iter_mut().zip(xr[j0..].iter().step_by(sw)) {
+                        *d = v;
+                    }
+                }
+            }
+        }
+    }
+
+    fn run(&self, p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+        let og = p.o / p.groups;
+        let (oh, ow) = (p.oh, p.ow);
+        let plane = oh * ow;
+        let (planes, rest) = scratch.split_at_mut(self.phases * self.hq * self.wq);
+        let (acc, wbuf) = rest.split_at_mut(self.acc);
+        let mut channel = usize::MAX;
+        for (oc, yp) in y[..p.o * plane].chunks_exact_mut(plane).enumerate() {
+            // One input channel per group: output channels oc of group oc / og read channel
+            // oc / og (all of them read channel 0 when the input has one channel).
+            let c = oc / og;
+            if c != channel {
+                self.split(p, &x[c * p.h * p.w..(c + 1) * p.h * p.w], planes);
+                channel = c;
+            }
+            let wr = proj.w.row(oc, wbuf);
+            depthwise_taps(p, self, wr, planes, acc);
+            let bias = proj.b.map_or(0.0, |b| b.get(oc / b.cols(), oc % b.cols()));
+            for (yr, ar) in yp.chunks_exact_mut(ow).zip(acc.chunks_exact(self.wq)) {
+                for (v, &a) in yr.iter_mut().zip(ar) {
+                    *v = a + bias;
+                }
+            }
+        }
+    }
+}
+
+/// `acc = Σ_taps w[ky, kx] · phase(ky, kx)[shifted]`: one contiguous multiply-add over the
+/// whole accumulator per tap, taps in `(ky, kx)` order. Compiled for the detected x86 ISA
+/// (the loops vectorise to its width), portable elsewhere (NEON is aarch64's baseline).
+fn depthwise_taps(p: &Conv2dParams, g: &Depthwise, w: &[f32], planes: &[f32], acc: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::kernels::simd::{isa, Isa};
+        match isa() {
+            // SAFETY: AVX-512F/AVX2/FMA detected by `isa()`.
+            Isa::Avx512 => return unsafe { taps_avx512(p, g, w, planes, acc) },
+            // SAFETY: AVX2/FMA detected by `isa()`.
+            Isa::Avx2 | Isa::Avx2Vnni => return unsafe { taps_avx2(p, g, w, planes, acc) },
+            _ => {}
+        }
+    }
+    taps_body(p, g, w, planes, acc)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn taps_avx512(p: &Conv2dParams, g: &Depthwise, w: &[f32], planes: &[f32], acc: &mut [f32]) {
+    taps_body(p, g, w, planes, acc)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn taps_avx2(p: &Conv2dParams, g: &Depthwise, w: &[f32], planes: &[f32], acc: &mut [f32]) {
+    taps_body(p, g, w, planes, acc)
+}
+
+#[inline(always)]
+fn taps_body(p: &Conv2dParams, g: &Depthwise, w: &[f32], planes: &[f32], acc: &mut [f32]) {
+    let [sh, sw] = p.stride;
+    let [dh, dw] = p.dilation;
+    let plane = g.hq * g.wq;
+    let n = acc.len();
+    acc.fill(0.0);
+    for ky in 0..p.kh {
+        let (ry, qy) = ((ky * dh) % sh, (ky * dh) / sh);
+        for kx in 0..p.kw {
+            let (rx, qx) = ((kx * dw) % sw, (kx * dw) / sw);
+            let wv = w[ky * p.kw + kx];
+            let base = (ry * sw + rx) * plane + qy * g.wq + qx;
+            for (a, &v) in acc.iter_mut().zip(&planes[base..base + n]) {
+                *a += wv * v;
+            }
         }
     }
 }

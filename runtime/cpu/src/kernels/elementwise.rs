@@ -310,11 +310,68 @@ pub fn binary(p: &BinaryParams, a: Operand<'_>, b: Operand<'_>, y: &mut [f32], _
             }
         }
     }
+    // One operand full-shape, the other constant over trailing axes (a per-channel scale or
+    // shift of `[C, H, W]`, a gate of `[C, 1, 1]`): one vectorised loop per run of `y`.
+    if let (Some(sa), true) = (a.as_f32(), p.a == p.y) {
+        if let Some((t, run)) = scalar_runs(&p.y, &p.b_strides) {
+            let (dims, _) = outer_dims(&p.y);
+            for_each_index(&dims[..t], [&p.b_strides], |i, [ob]| {
+                let r = i * run..(i + 1) * run;
+                scalar_op(p.op, &mut y[r.clone()], &sa[r], b.at(ob), false);
+            });
+            return;
+        }
+    }
+    if let (Some(sb), true) = (b.as_f32(), p.b == p.y) {
+        if let Some((t, run)) = scalar_runs(&p.y, &p.a_strides) {
+            let (dims, _) = outer_dims(&p.y);
+            for_each_index(&dims[..t], [&p.a_strides], |i, [oa]| {
+                let r = i * run..(i + 1) * run;
+                scalar_op(p.op, &mut y[r.clone()], &sb[r], a.at(oa), true);
+            });
+            return;
+        }
+    }
     match (a.as_f32(), b.as_f32()) {
         (Some(sa), Some(sb)) => binary_loop(p, |i| sa[i], |i| sb[i], y),
         (Some(sa), None) => binary_loop(p, |i| sa[i], |i| b.at(i), y),
         (None, Some(sb)) => binary_loop(p, |i| a.at(i), |i| sb[i], y),
         (None, None) => binary_loop(p, |i| a.at(i), |i| b.at(i), y),
+    }
+}
+
+/// The first axis `t` from which every axis of `y` is broadcast in `strides` (stride 0, or
+/// size 1), and the length of a run over axes `t..`, when that run has at least 2 elements and
+/// starts after axis 0.
+fn scalar_runs(y: &Shape, strides: &[usize; MAX_RANK]) -> Option<(usize, usize)> {
+    let r = y.rank();
+    let mut t = r;
+    while t > 0 && (strides[t - 1] == 0 || y.dim(t - 1) == 1) {
+        t -= 1;
+    }
+    let run: usize = (t..r).map(|i| y.dim(i)).product();
+    (t > 0 && run >= 2).then_some((t, run))
+}
+
+/// `y[i] = op(x[i], s)`, or `op(s, x[i])` when `scalar_left`: one loop per op (vectorised).
+#[inline]
+fn scalar_op(op: BinaryOp, y: &mut [f32], x: &[f32], s: f32, scalar_left: bool) {
+    macro_rules! each {
+        ($f:expr) => {
+            for (o, &v) in y.iter_mut().zip(x) {
+                *o = $f(v);
+            }
+        };
+    }
+    match (op, scalar_left) {
+        (BinaryOp::Add, _) => each!(|v: f32| v + s),
+        (BinaryOp::Mul, _) => each!(|v: f32| v * s),
+        (BinaryOp::Sub, false) => each!(|v: f32| v - s),
+        (BinaryOp::Sub, true) => each!(|v: f32| s - v),
+        (BinaryOp::Div, false) => each!(|v: f32| v / s),
+        (BinaryOp::Div, true) => each!(|v: f32| s / v),
+        (op, false) => each!(|v| binary_fn(op, v, s)),
+        (op, true) => each!(|v| binary_fn(op, s, v)),
     }
 }
 

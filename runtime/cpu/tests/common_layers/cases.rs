@@ -73,6 +73,34 @@ pub const CONV_CASES: &[ConvCase] = &[
     (1, 16, 16, 20, 2, 2, [2, 2], [0, 0, 0, 0], [1, 1], 1), // 64 patches (packed GEMM)
 ];
 
+/// Random convolution geometry covering every kernel path: groups 1 (GEMM; planes below and
+/// above the small-plane line, 1×1 unpadded stride 1 = the input itself), depthwise with
+/// multipliers 1-2 (channels-innermost on small planes, the phase-split planes on large ones,
+/// both stride parities with odd and even left padding), and grouped; kernels 1-5, strides 1-3,
+/// dilations 1-2, each padding below the kernel's span, inputs 1-13 on a side (at least one
+/// output). With input and weight values.
+pub fn conv_case() -> impl Strategy<Value = (ConvCase, Vec<f32>, Vec<f32>)> {
+    let axis = (1usize..6, 1usize..4, 1usize..3, 1usize..14);
+    (1usize..7, 0usize..4, 1usize..3, axis.clone(), axis, any::<[u8; 4]>()).prop_flat_map(
+        |(c, kind, mult, (kh, sh, dh, h), (kw, sw, dw, w), r)| {
+            let (span_h, span_w) = (dh * (kh - 1) + 1, dw * (kw - 1) + 1);
+            let pad = [r[0] as usize % span_h, r[1] as usize % span_w, r[2] as usize % span_h, r[3] as usize % span_w];
+            let h = h.max(span_h.saturating_sub(pad[0] + pad[2]));
+            let w = w.max(span_w.saturating_sub(pad[1] + pad[3]));
+            // kind: 0 dense, 1 dense 1×1 stride 1 unpadded, 2 depthwise, 3 grouped (2 groups).
+            let (c, groups, o, kh, kw, stride, pad) = match kind {
+                1 => (c, 1, 1 + (r[0] as usize) % 7, 1, 1, [1, 1], [0; 4]),
+                2 => (c, c, c * mult, kh, kw, [sh, sw], pad),
+                3 => (2 * c, 2, 2 * mult, kh, kw, [sh, sw], pad),
+                _ => (c, 1, 1 + (r[1] as usize) % 7, kh, kw, [sh, sw], pad),
+            };
+            let (dil, cg) = ([dh, dw], c / groups);
+            let case: ConvCase = (c, h, w, o, kh, kw, stride, pad, dil, groups);
+            (Just(case), vals(c * h * w), vals(o * cg * kh * kw))
+        },
+    )
+}
+
 /// `(C, H, W, kernel, stride, pad, dilation)`.
 pub type PoolCase = (usize, usize, usize, [usize; 2], [usize; 2], [usize; 4], [usize; 2]);
 

@@ -193,22 +193,23 @@ unsafe fn pack<L: Loader>(w: &L, n0: usize, nv: usize, k0: usize, kc: usize, nr:
     }
 }
 
-/// `y[MR rows, nvalid cols] (=|+=) x[MR rows, kc] · packed[kc, NV·L]`: `a` points at x's first
-/// element (row stride `lda`), `c` at y's (row stride `ldc`).
+/// `y[MR rows, nvalid cols] (=|+=) x[MR rows, kc] · b[kc, NV·L]`: `a` points at x's first
+/// element (row stride `lda`), `b` at the first of `kc` rows of `NV·L` f32 at stride `ldb` (a
+/// packed panel: `ldb = NV·L`), `c` at y's (row stride `ldc`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn ukernel<V: Vf, const MR: usize, const NV: usize>(
     kc: usize,
     a: *const f32,
     lda: usize,
-    b: *const f32,
+    (b, ldb): (*const f32, usize),
     c: *mut f32,
     ldc: usize,
     nvalid: usize,
     add: bool,
 ) {
-    // SAFETY: the caller guarantees MR rows of kc activations at a (stride lda), kc·NV·L packed
-    // weights at b, and MR rows of nvalid outputs at c (stride ldc).
+    // SAFETY: the caller guarantees MR rows of kc activations at a (stride lda), kc rows of NV·L
+    // f32 at b (stride ldb), and MR rows of nvalid outputs at c (stride ldc).
     unsafe {
         let mut acc = [[V::zero(); NV]; MR];
         let mut bp = b;
@@ -224,7 +225,7 @@ unsafe fn ukernel<V: Vf, const MR: usize, const NV: usize>(
                     *acc = V::fma(xa, bv, *acc);
                 }
             }
-            bp = bp.add(NV * V::L);
+            bp = bp.add(ldb);
             ap = ap.add(1);
         }
         for (r, acc) in acc.iter().enumerate() {
@@ -254,7 +255,7 @@ unsafe fn ukernel_tail<V: Vf, const NV: usize>(
     kc: usize,
     a: *const f32,
     lda: usize,
-    b: *const f32,
+    b: (*const f32, usize),
     c: *mut f32,
     ldc: usize,
     nvalid: usize,
@@ -316,12 +317,85 @@ pub(super) unsafe fn gemm<V: Vf, L: Loader, const MR: usize, const NV: usize>(
                 let mut m0 = 0;
                 while m0 + MR <= rows {
                     let (a, c) = (xp.add(m0 * inp + k0), yp.add(m0 * ldy + n0));
-                    ukernel::<V, MR, NV>(kc, a, inp, bp, c, ldy, nv, add);
+                    ukernel::<V, MR, NV>(kc, a, inp, (bp, nr), c, ldy, nv, add);
                     m0 += MR;
                 }
                 if m0 < rows {
                     let (a, c) = (xp.add(m0 * inp + k0), yp.add(m0 * ldy + n0));
-                    ukernel_tail::<V, NV>(rows - m0, kc, a, inp, bp, c, ldy, nv, add);
+                    ukernel_tail::<V, NV>(rows - m0, kc, a, inp, (bp, nr), c, ldy, nv, add);
+                }
+                k0 += kc;
+            }
+            n0 += nr;
+        }
+    }
+}
+
+/// Input features per block of [`gemm_kn`]: a `KC_KN × 32` block of `b` (32 KiB) stays in L1
+/// while the `m / MR` row blocks of `a` pass over it.
+const KC_KN: usize = 256;
+
+/// `y [m, n] = a [m, k] · b [k, n]`, all f32 and row-major (`a` at row stride `k`, `b` at `n`,
+/// `y` at `ldy`), with [`gemm`]'s micro-kernel reading `b`'s rows in place — no packing: `b` is
+/// a convolution's `[C·kh·kw, H'·W']` patches, or for a 1×1 convolution its input itself. The
+/// last `n % (NV·L)` columns go through a zero-padded copy. Sums run over `k` in order within
+/// each [`KC_KN`] block; blocks accumulate in `y`.
+///
+/// # Safety
+/// The CPU must support `V`'s instructions; `y` points at `m` rows of `n` writable f32 at stride
+/// `ldy ≥ n`, which no one else accesses meanwhile. (Slice lengths are checked.)
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemm_kn<V: Vf, const MR: usize, const NV: usize>(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    b: &[f32],
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    assert!(a.len() >= m * k && b.len() >= k * n && ldy >= n && NV * V::L <= NR_MAX && MR <= 8);
+    if k == 0 {
+        // SAFETY: the caller's contract on y.
+        unsafe { zero_rows(y, m, n, ldy) };
+        return;
+    }
+    let nr = NV * V::L;
+    // Not zeroed: the tail copy writes every element the kernel reads.
+    let mut tail = core::mem::MaybeUninit::<[f32; KC_KN * NR_MAX]>::uninit();
+    let tp = tail.as_mut_ptr().cast::<f32>();
+    let (ap, bp) = (a.as_ptr(), b.as_ptr());
+    // SAFETY: every micro-kernel call reads rows m0.. < m, columns k0..k0+kc ≤ k of a; rows
+    // k0..k0+kc of b, columns n0..n0+nr ≤ n (full panels) or the tail copy (kc·nr ≤ its room);
+    // and writes rows < m, columns n0..n0+nv ≤ n of y.
+    unsafe {
+        let mut n0 = 0;
+        while n0 < n {
+            let nv = nr.min(n - n0);
+            let mut k0 = 0;
+            while k0 < k {
+                let kc = KC_KN.min(k - k0);
+                let panel = if nv == nr {
+                    (bp.add(k0 * n + n0), n)
+                } else {
+                    for kk in 0..kc {
+                        let dst = tp.add(kk * nr);
+                        core::ptr::copy_nonoverlapping(bp.add((k0 + kk) * n + n0), dst, nv);
+                        core::ptr::write_bytes(dst.add(nv), 0, nr - nv);
+                    }
+                    (tp.cast_const(), nr)
+                };
+                let add = k0 > 0;
+                let mut m0 = 0;
+                while m0 + MR <= m {
+                    let (a, c) = (ap.add(m0 * k + k0), y.add(m0 * ldy + n0));
+                    ukernel::<V, MR, NV>(kc, a, k, panel, c, ldy, nv, add);
+                    m0 += MR;
+                }
+                if m0 < m {
+                    let (a, c) = (ap.add(m0 * k + k0), y.add(m0 * ldy + n0));
+                    ukernel_tail::<V, NV>(m - m0, kc, a, k, panel, c, ldy, nv, add);
                 }
                 k0 += kc;
             }

@@ -569,6 +569,29 @@ pub unsafe fn matmul_wt_avx512_ptr(x: &[f32], rows: usize, w: &WeightView<'_>, y
     }
 }
 
+/// `y [m, n] = a [m, k] · b [k, n]` (f32, row-major; see [`gemm::gemm_kn`]) with the 6×16
+/// AVX2 micro-kernel.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C. (Lengths are checked.)
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matmul_kn(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &mut [f32]) {
+    assert!(y.len() >= m * n);
+    // SAFETY: y is exclusively borrowed and holds m rows of n.
+    unsafe { gemm::gemm_kn::<gemm::Y, 6, 2>(a, m, k, b, n, y.as_mut_ptr(), n) }
+}
+
+/// [`matmul_kn`] with the 8×32 AVX-512 micro-kernel.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2, FMA and F16C. (Lengths are checked.)
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub unsafe fn matmul_kn_avx512(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &mut [f32]) {
+    assert!(y.len() >= m * n);
+    // SAFETY: y is exclusively borrowed and holds m rows of n.
+    unsafe { gemm::gemm_kn::<gemm::Z, 8, 2>(a, m, k, b, n, y.as_mut_ptr(), n) }
+}
+
 /// `|w|` as unsigned and `x` with `w`'s sign: `|w|·sign(w)x = w·x`, the form `vpmaddubsw` and
 /// `vpdpbusd` (unsigned × signed) take. `w = -128` never occurs (weights and activations are
 /// clamped to ±127).

@@ -1,0 +1,56 @@
+//! Property tests of the convolution kernel's paths (GEMM, small-plane transposed GEMM, 1×1,
+//! depthwise phase planes, depthwise channels-innermost, grouped, and the direct loop a file
+//! with less scratch falls back to) on random geometry, against the f64 reference
+//! (`kestrel_reference::layers::conv2d`), for every weight encoding.
+
+// Shared with layers.rs; this file uses only part of it.
+#[allow(unused_imports)]
+mod common_layers;
+
+use common_layers::cases::*;
+use common_layers::*;
+use kestrel_cpu::kernels::conv::{conv2d, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
+use kestrel_cpu::ProjW;
+use kestrel_reference::layers as r;
+use proptest::prelude::*;
+
+/// 64 cases per property (fast), unless `PROPTEST_CASES` asks for another count.
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
+    ProptestConfig { cases, ..ProptestConfig::default() }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn conv2d_random_geometry_matches_reference(
+        (case, xs, ws) in conv_case(),
+        dt in dtype(),
+        bias in any::<bool>(),
+        bs in vals(16),
+    ) {
+        let (c, h, w, o, kh, kw, stride, pad, dilation, groups) = case;
+        let ws_shape = [o, c / groups, kh, kw];
+        let p = Conv2dParams::new(&shape(&[c, h, w]), &shape(&ws_shape), stride, pad, dilation, groups).unwrap();
+        let run = |x: &[f32], ws: &[f32], bs: &[f32], fast: bool| {
+            let mut wt = TestWeight::new(dt, &ws_shape, ws);
+            let mut bt = TestWeight::new(dt, &[o], &bs[..o]);
+            let spec = r::ConvSpec { stride, pad, dilation, groups };
+            let (want, oh, ow) =
+                r::conv2d(&f64s(x), [c, h, w], &wt.decoded, ws_shape, bias.then_some(&bt.decoded[..]), spec);
+            assert_eq!((p.oh, p.ow), (oh, ow));
+            let proj = ProjW { w: wt.view(), b: bias.then(|| bt.view()), act_scale: None };
+            let mut y = out(o * oh * ow);
+            let n = if fast { conv2d_scratch_fast(&p) } else { conv2d_scratch(&p) };
+            conv2d(&p, &proj, x, &mut y, &mut scratch(n));
+            (y, want)
+        };
+        for fast in [true, false] {
+            let what = format!("conv2d {case:?} {dt:?} bias {bias} fast {fast}");
+            let (y, want) = run(&xs, &ws, &bs, fast);
+            let (mag, mag_want) = run(&abs(&xs), &abs(&ws), &abs(&bs), fast);
+            assert_close_dot(&what, &y, &want, &mag, &mag_want);
+        }
+    }
+}
