@@ -172,6 +172,22 @@ pub fn unary(p: &UnaryParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
             y.copy_from_slice(x);
             crate::kernels::simd::gelu(y);
         }
+        // The vectorised sigmoid and tanh of the recurrent kernels (x86; libm elsewhere).
+        UnaryOp::Sigmoid => {
+            y.copy_from_slice(x);
+            crate::kernels::simd::sigmoid(y);
+        }
+        UnaryOp::Tanh => {
+            y.copy_from_slice(x);
+            crate::kernels::simd::tanh(y);
+        }
+        UnaryOp::Silu => {
+            y.copy_from_slice(x);
+            crate::kernels::simd::sigmoid(y);
+            for (o, &v) in y.iter_mut().zip(x) {
+                *o *= v;
+            }
+        }
         op => map!(|v| unary_fn(op, v)),
     }
 }
