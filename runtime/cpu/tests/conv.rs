@@ -54,3 +54,47 @@ proptest! {
         }
     }
 }
+
+/// Layers whose patches exceed one chunk (built and multiplied a few output rows at a time),
+/// with row counts that leave a partial last chunk and partial 32-pixel panels, against the
+/// reference (seeded pseudo-random values, all nonzero).
+#[test]
+fn conv2d_chunked_patches_match_reference() {
+    // (C, H, W, O, kh, kw, stride, pad, dilation, groups)
+    let cases: [ConvCase; 3] = [
+        (64, 21, 20, 9, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 1),
+        (48, 30, 27, 5, 3, 3, [2, 2], [1, 0, 1, 1], [1, 1], 1),
+        (64, 18, 18, 6, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 2),
+    ];
+    let mut seed = 0x9E37_79B9u32;
+    let mut next = move || {
+        seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        let v = f32::from((seed >> 9) as u16) / 32768.0 - 1.0;
+        if v.abs() < 1e-3 {
+            0.5
+        } else {
+            v
+        }
+    };
+    for case in cases {
+        let (c, h, w, o, kh, kw, stride, pad, dilation, groups) = case;
+        let ws_shape = [o, c / groups, kh, kw];
+        let p = Conv2dParams::new(&shape(&[c, h, w]), &shape(&ws_shape), stride, pad, dilation, groups).unwrap();
+        let xs: Vec<f32> = (0..c * h * w).map(|_| next()).collect();
+        let ws: Vec<f32> = (0..o * (c / groups) * kh * kw).map(|_| next()).collect();
+        let bs: Vec<f32> = (0..o).map(|_| next()).collect();
+        let run = |x: &[f32], ws: &[f32], bs: &[f32]| {
+            let mut wt = TestWeight::new(kestrel_format::DType::F32, &ws_shape, ws);
+            let mut bt = TestWeight::new(kestrel_format::DType::F32, &[o], bs);
+            let spec = r::ConvSpec { stride, pad, dilation, groups };
+            let (want, _, _) = r::conv2d(&f64s(x), [c, h, w], &wt.decoded, ws_shape, Some(&bt.decoded[..]), spec);
+            let proj = ProjW { w: wt.view(), b: Some(bt.view()), act_scale: None };
+            let mut y = out(o * p.oh * p.ow);
+            conv2d(&p, &proj, x, &mut y, &mut scratch(conv2d_scratch_fast(&p)));
+            (y, want)
+        };
+        let (y, want) = run(&xs, &ws, &bs);
+        let (mag, mag_want) = run(&abs(&xs), &abs(&ws), &abs(&bs));
+        assert_close_dot(&format!("conv2d {case:?}"), &y, &want, &mag, &mag_want);
+    }
+}

@@ -498,10 +498,10 @@ fn simd_matmul_kn(isa: Isa, a: &[f32], m: usize, k: usize, b: &[f32], n: usize) 
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: only called for supported ISAs.
-        Isa::Avx2 | Isa::Avx2Vnni => unsafe { simd::x86::matmul_kn(a, m, k, b, n, &mut y) },
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { simd::x86::matmul_kn(a, m, k, b, n, &mut y, n) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: only called for supported ISAs.
-        Isa::Avx512 => unsafe { simd::x86::matmul_kn_avx512(a, m, k, b, n, &mut y) },
+        Isa::Avx512 => unsafe { simd::x86::matmul_kn_avx512(a, m, k, b, n, &mut y, n) },
         _ => return None,
     }
     Some(y)
@@ -525,7 +525,7 @@ proptest! {
             .collect();
         // The dispatched entry point (scalar fallback included), then every ISA directly.
         let mut y = vec![f32::NAN; m * n];
-        simd::matmul_kn(&a, m, k, &b, n, &mut y);
+        simd::matmul_kn(&a, m, k, &b, n, &mut y, n);
         assert_close("matmul_kn (dispatched)", &y, &want, F32_APPROX);
         for isa in isas() {
             if let Some(got) = simd_matmul_kn(isa, &a, m, k, &b, n) {

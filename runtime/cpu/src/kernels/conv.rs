@@ -149,11 +149,42 @@ fn small_plane(p: &Conv2dParams) -> bool {
 /// planes: the transposed patches and the transposed output).
 fn gemm_scratch(p: &Conv2dParams) -> usize {
     let (k, plane) = (p.patch_len(), p.oh * p.ow);
-    let patches = if pointwise(p) { 0 } else { k * plane };
+    let built = patches_len(p) + planes_len(p);
     if small_plane(p) {
-        patches + plane * (k + p.o)
+        built + plane * (k + p.o)
     } else {
-        patches + p.o * k
+        built + p.o * k
+    }
+}
+
+/// Room for one group's input split into stride phases (strided convolutions gather their
+/// patches from there with contiguous copies instead of strided loads).
+fn planes_len(p: &Conv2dParams) -> usize {
+    if p.stride == [1, 1] {
+        0
+    } else {
+        p.c / p.groups * Depthwise::of(p).set()
+    }
+}
+
+/// f32 elements of patches built at a time: 64 Ki (256 KiB), so a chunk is still in L2 when
+/// the GEMM reads it (the whole `[C·kh·kw, H'·W']` matrix of a large layer is not).
+const PATCH_CHUNK: usize = 1 << 16;
+
+/// Output rows per chunk of patches (at least one).
+fn chunk_rows(p: &Conv2dParams) -> usize {
+    (PATCH_CHUNK / (p.patch_len() * p.ow).max(1)).clamp(1, p.oh.max(1))
+}
+
+/// Room for the patches [`conv2d_gemm`] builds: none for 1×1 unpadded stride-1 convolutions,
+/// the whole plane's for small planes, else one chunk's.
+fn patches_len(p: &Conv2dParams) -> usize {
+    if pointwise(p) {
+        0
+    } else if small_plane(p) {
+        p.patch_len() * p.oh * p.ow
+    } else {
+        p.patch_len() * chunk_rows(p) * p.ow
     }
 }
 
@@ -162,13 +193,15 @@ fn gemm_scratch(p: &Conv2dParams) -> usize {
 fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (cg, og, k) = (p.c / p.groups, p.o / p.groups, p.patch_len());
     let plane = p.oh * p.ow;
-    let (patches, wbuf) = scratch.split_at_mut(if pointwise(p) { 0 } else { k * plane });
+    let (patches, rest) = scratch.split_at_mut(patches_len(p));
+    let (planes, wbuf) = rest.split_at_mut(planes_len(p));
+    let ph = Depthwise::of(p);
     if small_plane(p) {
         let b: &[f32] = if pointwise(p) {
             &x[..k * plane]
         } else {
-            im2col(p, x, p.c, patches);
-            patches
+            gather_patches(p, &ph, x, p.c, planes, 0..p.oh, &mut patches[..k * plane]);
+            &patches[..k * plane]
         };
         let (xt, rest) = wbuf.split_at_mut(plane * k);
         let yt = &mut rest[..plane * p.o];
@@ -187,14 +220,28 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scr
     };
     for g in 0..p.groups {
         let xg = &x[g * cg * p.h * p.w..(g + 1) * cg * p.h * p.w];
-        let b: &[f32] = if pointwise(p) {
-            xg
-        } else {
-            im2col(p, xg, cg, patches);
-            patches
-        };
+        let ag = &a[g * og * k..(g + 1) * og * k];
         let yg = &mut y[g * og * plane..(g + 1) * og * plane];
-        crate::kernels::simd::matmul_kn(&a[g * og * k..(g + 1) * og * k], og, k, b, plane, yg);
+        if pointwise(p) {
+            crate::kernels::simd::matmul_kn(ag, og, k, xg, plane, yg, plane);
+            continue;
+        }
+        // Patches a chunk of output rows at a time (see `PATCH_CHUNK`), each chunk's product
+        // written into its columns of y.
+        let rows = chunk_rows(p);
+        if !planes.is_empty() {
+            split_channels(p, &ph, xg, cg, planes);
+        }
+        for oy0 in (0..p.oh).step_by(rows) {
+            let oy1 = (oy0 + rows).min(p.oh);
+            let n = (oy1 - oy0) * p.ow;
+            if planes.is_empty() {
+                im2col(p, xg, cg, oy0..oy1, &mut patches[..k * n]);
+            } else {
+                im2col_phased(p, &ph, planes, cg, oy0..oy1, &mut patches[..k * n]);
+            }
+            crate::kernels::simd::matmul_kn(ag, og, k, &patches[..k * n], n, &mut yg[oy0 * p.ow..], plane);
+        }
     }
     add_bias(proj, plane, &mut y[..p.o * plane]);
 }
@@ -322,14 +369,74 @@ fn cl_taps_body(p: &Conv2dParams, xt: &[f32], wt: &[f32], yt: &mut [f32]) {
     }
 }
 
-/// The patches of `cg` input channels `x [cg, H, W]` as `cols [cg·kh·kw, H'·W']`: row
-/// `(ci, ky, kx)` holds, for every output pixel, the input under that tap (zero in the padding).
-fn im2col(p: &Conv2dParams, x: &[f32], cg: usize, cols: &mut [f32]) {
-    let (h, w, kh, kw, oh, ow) = (p.h, p.w, p.kh, p.kw, p.oh, p.ow);
+/// Splits each of `cg` input channels `x [cg, H, W]` into its stride phases (see
+/// [`Depthwise`]), channel `ci` at `planes[ci · set ..]`.
+fn split_channels(p: &Conv2dParams, ph: &Depthwise, x: &[f32], cg: usize, planes: &mut [f32]) {
+    let (hw, set) = (p.h * p.w, ph.set());
+    for (ci, pl) in planes[..cg * set].chunks_exact_mut(set).enumerate() {
+        ph.split(p, &x[ci * hw..(ci + 1) * hw], pl);
+    }
+}
+
+/// [`im2col`] for output rows `oys`, through the phase planes when the stride is not 1 (split
+/// here, all rows at once).
+#[allow(clippy::too_many_arguments)]
+fn gather_patches(
+    p: &Conv2dParams,
+    ph: &Depthwise,
+    x: &[f32],
+    cg: usize,
+    planes: &mut [f32],
+    oys: core::ops::Range<usize>,
+    cols: &mut [f32],
+) {
+    if planes.is_empty() {
+        im2col(p, x, cg, oys, cols);
+    } else {
+        split_channels(p, ph, x, cg, planes);
+        im2col_phased(p, ph, planes, cg, oys, cols);
+    }
+}
+
+/// [`im2col`] from the stride-phase planes of `cg` channels: every patch row is a contiguous
+/// copy (the padding is zeros in the planes).
+fn im2col_phased(
+    p: &Conv2dParams,
+    ph: &Depthwise,
+    planes: &[f32],
+    cg: usize,
+    oys: core::ops::Range<usize>,
+    cols: &mut [f32],
+) {
+    let (kh, kw, ow) = (p.kh, p.kw, p.ow);
+    let [sh, sw] = p.stride;
+    let [dh, dw] = p.dilation;
+    let (set, plane) = (ph.set(), ph.hq * ph.wq);
+    let n = oys.len() * ow;
+    for ci in 0..cg {
+        for ky in 0..kh {
+            let (ry, qy) = ((ky * dh) % sh, (ky * dh) / sh);
+            for kx in 0..kw {
+                let (rx, qx) = ((kx * dw) % sw, (kx * dw) / sw);
+                let src = &planes[ci * set + (ry * sw + rx) * plane..][..plane];
+                let row = &mut cols[((ci * kh + ky) * kw + kx) * n..][..n];
+                for (oy, dst) in oys.clone().zip(row.chunks_exact_mut(ow)) {
+                    dst.copy_from_slice(&src[(oy + qy) * ph.wq + qx..][..ow]);
+                }
+            }
+        }
+    }
+}
+
+/// The patches of `cg` input channels `x [cg, H, W]` for output rows `oys` as
+/// `cols [cg·kh·kw, |oys|·W']`: row `(ci, ky, kx)` holds, for every output pixel, the input
+/// under that tap (zero in the padding).
+fn im2col(p: &Conv2dParams, x: &[f32], cg: usize, oys: core::ops::Range<usize>, cols: &mut [f32]) {
+    let (h, w, kh, kw, ow) = (p.h, p.w, p.kh, p.kw, p.ow);
     let [sh, sw] = p.stride;
     let [dh, dw] = p.dilation;
     let (pt, pl) = (p.pad[0], p.pad[1]);
-    let plane = oh * ow;
+    let plane = oys.len() * ow;
     for ci in 0..cg {
         let xc = &x[ci * h * w..][..h * w];
         for ky in 0..kh {
@@ -337,7 +444,7 @@ fn im2col(p: &Conv2dParams, x: &[f32], cg: usize, cols: &mut [f32]) {
                 let row = &mut cols[((ci * kh + ky) * kw + kx) * plane..][..plane];
                 let off = kx * dw;
                 let valid = valid_cols(ow, w, sw, off, pl);
-                for (oy, dst) in row.chunks_exact_mut(ow).enumerate() {
+                for (oy, dst) in oys.clone().zip(row.chunks_exact_mut(ow)) {
                     let ty = oy * sh + ky * dh;
                     if ty < pt || ty - pt >= h || valid.is_empty() {
                         dst.fill(0.0);
@@ -396,9 +503,14 @@ impl Depthwise {
         }
     }
 
+    /// One channel's phase planes.
+    fn set(&self) -> usize {
+        self.phases * self.hq * self.wq
+    }
+
     /// Phase planes, the accumulator and one decoded weight row.
     fn scratch(&self) -> usize {
-        self.phases * self.hq * self.wq + self.acc + self.taps
+        self.set() + self.acc + self.taps
     }
 
     /// Writes input channel `xc [H, W]` into the phase planes (zeros in the padding).

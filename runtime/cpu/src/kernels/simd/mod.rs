@@ -328,22 +328,23 @@ pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     }
 }
 
-/// `y [m, n] = a [m, k] · b [k, n]`, f32 row-major (a convolution's weights times its patches,
-/// or times its input for a 1×1 convolution: no transposes). x86: the register-blocked GEMM
-/// micro-kernels reading `b` in place; elsewhere one [`axpy`] per `(row, k)`. Each output sums
-/// over `k` in order. Panics if a slice is too short.
-pub fn matmul_kn(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &mut [f32]) {
-    assert!(a.len() >= m * k && b.len() >= k * n && y.len() >= m * n, "matmul_kn: slices too short");
+/// `y [m, n] = a [m, k] · b [k, n]`, f32 row-major, `y`'s rows at stride `ldy ≥ n` (a
+/// convolution's weights times its patches, or times its input for a 1×1 convolution: no
+/// transposes). x86: the register-blocked GEMM micro-kernels reading `b` in place; elsewhere one
+/// [`axpy`] per `(row, k)`. Each output sums over `k` in order. Panics if a slice is too short.
+pub fn matmul_kn(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &mut [f32], ldy: usize) {
+    let y_len = if m == 0 { 0 } else { (m - 1) * ldy + n };
+    assert!(a.len() >= m * k && b.len() >= k * n && y.len() >= y_len && ldy >= n, "matmul_kn: slices too short");
     match isa() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX2, FMA and F16C detected; lengths checked.
-        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::matmul_kn(a, m, k, b, n, y) },
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::matmul_kn(a, m, k, b, n, y, ldy) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX-512F, AVX2, FMA and F16C detected; lengths checked.
-        Isa::Avx512 => unsafe { x86::matmul_kn_avx512(a, m, k, b, n, y) },
+        Isa::Avx512 => unsafe { x86::matmul_kn_avx512(a, m, k, b, n, y, ldy) },
         _ => {
             for o in 0..m {
-                let yr = &mut y[o * n..(o + 1) * n];
+                let yr = &mut y[o * ldy..o * ldy + n];
                 yr.fill(0.0);
                 for kk in 0..k {
                     axpy(yr, a[o * k + kk], &b[kk * n..(kk + 1) * n]);

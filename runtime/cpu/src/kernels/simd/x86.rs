@@ -569,16 +569,16 @@ pub unsafe fn matmul_wt_avx512_ptr(x: &[f32], rows: usize, w: &WeightView<'_>, y
     }
 }
 
-/// `y [m, n] = a [m, k] · b [k, n]` (f32, row-major; see [`gemm::gemm_kn`]) with the 6×16
-/// AVX2 micro-kernel.
+/// `y [m, n] = a [m, k] · b [k, n]` (f32, row-major, `y`'s rows at stride `ldy`; see
+/// [`gemm::gemm_kn`]) with the 6×16 AVX2 micro-kernel.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C. (Lengths are checked.)
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn matmul_kn(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &mut [f32]) {
-    assert!(y.len() >= m * n);
-    // SAFETY: y is exclusively borrowed and holds m rows of n.
-    unsafe { gemm::gemm_kn::<gemm::Y, 6, 2>(a, m, k, b, n, y.as_mut_ptr(), n) }
+pub unsafe fn matmul_kn(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &mut [f32], ldy: usize) {
+    assert!(ldy >= n && (m == 0 || y.len() >= (m - 1) * ldy + n));
+    // SAFETY: y is exclusively borrowed and holds m rows of n at stride ldy.
+    unsafe { gemm::gemm_kn::<gemm::Y, 6, 2>(a, m, k, b, n, y.as_mut_ptr(), ldy) }
 }
 
 /// [`matmul_kn`] with the 8×32 AVX-512 micro-kernel.
@@ -586,10 +586,10 @@ pub unsafe fn matmul_kn(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &
 /// # Safety
 /// The CPU must support AVX-512F, AVX2, FMA and F16C. (Lengths are checked.)
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-pub unsafe fn matmul_kn_avx512(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &mut [f32]) {
-    assert!(y.len() >= m * n);
-    // SAFETY: y is exclusively borrowed and holds m rows of n.
-    unsafe { gemm::gemm_kn::<gemm::Z, 8, 2>(a, m, k, b, n, y.as_mut_ptr(), n) }
+pub unsafe fn matmul_kn_avx512(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &mut [f32], ldy: usize) {
+    assert!(ldy >= n && (m == 0 || y.len() >= (m - 1) * ldy + n));
+    // SAFETY: y is exclusively borrowed and holds m rows of n at stride ldy.
+    unsafe { gemm::gemm_kn::<gemm::Z, 8, 2>(a, m, k, b, n, y.as_mut_ptr(), ldy) }
 }
 
 /// `|w|` as unsigned and `x` with `w`'s sign: `|w|·sign(w)x = w·x`, the form `vpmaddubsw` and
