@@ -11,7 +11,9 @@ use common_layers::cases::*;
 use common_layers::*;
 use kestrel_cpu::kernels::conv::{conv2d, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
 use kestrel_cpu::ProjW;
+use kestrel_format::ops::Activation;
 use kestrel_reference::layers as r;
+use kestrel_reference::testing::act as act_of;
 use proptest::prelude::*;
 
 /// 64 cases per property (fast), unless `PROPTEST_CASES` asks for another count.
@@ -29,6 +31,7 @@ proptest! {
         dt in dtype(),
         bias in any::<bool>(),
         bs in vals(16),
+        act in prop::sample::select(Activation::ALL),
     ) {
         let (c, h, w, o, kh, kw, stride, pad, dilation, groups) = case;
         let ws_shape = [o, c / groups, kh, kw];
@@ -39,15 +42,16 @@ proptest! {
             let spec = r::ConvSpec { stride, pad, dilation, groups };
             let (want, oh, ow) =
                 r::conv2d(&f64s(x), [c, h, w], &wt.decoded, ws_shape, bias.then_some(&bt.decoded[..]), spec);
+            let want: Vec<f64> = want.iter().map(|&v| r::act(act_of(act), v)).collect();
             assert_eq!((p.oh, p.ow), (oh, ow));
             let proj = ProjW { w: wt.view(), b: bias.then(|| bt.view()), act_scale: None };
             let mut y = out(o * oh * ow);
             let n = if fast { conv2d_scratch_fast(&p) } else { conv2d_scratch(&p) };
-            conv2d(&p, &proj, x, &mut y, &mut scratch(n));
+            conv2d(&p, &proj, act, x, &mut y, &mut scratch(n));
             (y, want)
         };
         for fast in [true, false] {
-            let what = format!("conv2d {case:?} {dt:?} bias {bias} fast {fast}");
+            let what = format!("conv2d {case:?} {dt:?} bias {bias} {act:?} fast {fast}");
             let (y, want) = run(&xs, &ws, &bs, fast);
             let (mag, mag_want) = run(&abs(&xs), &abs(&ws), &abs(&bs), fast);
             assert_close_dot(&what, &y, &want, &mag, &mag_want);
@@ -90,7 +94,7 @@ fn conv2d_chunked_patches_match_reference() {
             let (want, _, _) = r::conv2d(&f64s(x), [c, h, w], &wt.decoded, ws_shape, Some(&bt.decoded[..]), spec);
             let proj = ProjW { w: wt.view(), b: Some(bt.view()), act_scale: None };
             let mut y = out(o * p.oh * p.ow);
-            conv2d(&p, &proj, x, &mut y, &mut scratch(conv2d_scratch_fast(&p)));
+            conv2d(&p, &proj, Activation::None, x, &mut y, &mut scratch(conv2d_scratch_fast(&p)));
             (y, want)
         };
         let (y, want) = run(&xs, &ws, &bs);

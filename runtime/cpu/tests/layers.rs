@@ -539,7 +539,7 @@ proptest! {
             let mut y = out(o * oh * ow);
             // The im2col + GEMM path with the planner's scratch, the direct loop with the minimum.
             let n = if fast { conv2d_scratch_fast(&p) } else { conv2d_scratch(&p) };
-            conv2d(&p, &proj, x, &mut y, &mut scratch(n));
+            conv2d(&p, &proj, Activation::None, x, &mut y, &mut scratch(n));
             (y, want)
         };
         let x = &xs[..c * h * w];

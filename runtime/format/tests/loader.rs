@@ -590,7 +590,26 @@ fn every_op_kind_round_trips() {
         Op::Reshape(Reshape { x, y }),
         Op::Transpose(Transpose { x, perm: [1, 0, 2, 3, 4, 5], y }),
         Op::MatMul(MatMul { a: x, b: 3, transpose_b: true, y }),
-        Op::Conv2d(Conv2d { x, proj: p(1), stride: [1, 2], pad: [0, 1, 2, 3], dilation: [1, 1], groups: 1, y }),
+        Op::Conv2d(Conv2d {
+            x,
+            proj: p(1),
+            stride: [1, 2],
+            pad: [0, 1, 2, 3],
+            dilation: [1, 1],
+            groups: 1,
+            act: Activation::None,
+            y,
+        }),
+        Op::Conv2d(Conv2d {
+            x,
+            proj: p(1),
+            stride: [1, 1],
+            pad: [0; 4],
+            dilation: [1, 1],
+            groups: 1,
+            act: Activation::HardSwish,
+            y,
+        }),
         Op::Pool2d(Pool2d {
             x,
             kind: PoolKind::Max,
@@ -732,7 +751,7 @@ fn activation_scales() {
     let bytes = write_model(&s).unwrap();
     let buf = aligned_copy(&bytes);
     let f = KesFile::parse(&buf).unwrap();
-    assert_eq!(f.version(), (1, 1));
+    assert_eq!(f.version(), (1, kestrel_format::VERSION_MINOR));
     assert_eq!(f.tensor(3).unwrap().act_scale, Some(0.025));
     assert_eq!(f.tensor(0).unwrap().act_scale, None);
     for bad in [0.0, -1.0, f32::NAN, f32::INFINITY] {
@@ -749,4 +768,39 @@ fn activation_scales() {
         });
         assert_eq!(r, Err(Error::BadActivationScale { tensor: id as u32, bits }), "tensor {id}");
     }
+}
+
+/// Format 1.2: a Conv2d record has nine attributes (no activation: what 1.1 wrote, and what 1.2
+/// still writes without a fused activation) or ten (the activation code, checked).
+#[test]
+fn conv2d_records_with_and_without_an_activation() {
+    use kestrel_format::ops::*;
+    let conv = |act| {
+        Op::Conv2d(Conv2d {
+            x: 0,
+            proj: Proj { w: 1, b: None },
+            stride: [1, 1],
+            pad: [0; 4],
+            dilation: [1, 1],
+            groups: 1,
+            act,
+            y: 2,
+        })
+    };
+    let plain = conv(Activation::None).encode();
+    assert_eq!(plain.attrs().len(), 9);
+    let fused = conv(Activation::Silu).encode();
+    assert_eq!(fused.attrs().len(), 10);
+    assert_eq!(Op::decode(kind::CONV2D, plain.tensors(), plain.attrs()).unwrap(), conv(Activation::None));
+    assert_eq!(Op::decode(kind::CONV2D, fused.tensors(), fused.attrs()).unwrap(), conv(Activation::Silu));
+    let mut bad = fused.attrs().to_vec();
+    bad[9] = 99;
+    assert!(matches!(
+        Op::decode(kind::CONV2D, fused.tensors(), &bad),
+        Err(OpError::BadAttr { attr: "activation", value: 99, .. })
+    ));
+    assert!(matches!(
+        Op::decode(kind::CONV2D, fused.tensors(), &bad[..8]),
+        Err(OpError::AttrCount { expected: 9, found: 8, .. })
+    ));
 }

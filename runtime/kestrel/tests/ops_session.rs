@@ -440,7 +440,18 @@ fn conv2d_stride_pad_dilation_groups() {
                 let a = 1.0 / ((cg * kh * kw) as f64).sqrt();
                 let wt = c.w(&[o, cg, kh, kw], dist(0.02 * a, a, false))?;
                 let b = if i % 2 == 0 { Some(c.w(&[o], dist(0.01, 0.5, false))?) } else { None };
-                c.b.op(|y| Op::Conv2d(Conv2d { x, proj: Proj { w: wt, b }, stride, pad, dilation, groups, y }))
+                c.b.op(|y| {
+                    Op::Conv2d(Conv2d {
+                        x,
+                        proj: Proj { w: wt, b },
+                        stride,
+                        pad,
+                        dilation,
+                        groups,
+                        act: Activation::None,
+                        y,
+                    })
+                })
             })
         })
         .collect();

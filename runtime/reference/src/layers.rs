@@ -14,6 +14,10 @@ pub enum Act {
     Gelu,
     /// tanh approximation of GELU.
     GeluTanh,
+    /// x·σ(x).
+    Silu,
+    /// x·clamp(x/6 + 1/2, 0, 1).
+    HardSwish,
 }
 
 /// Element-wise unary functions.
@@ -107,6 +111,8 @@ pub fn act(a: Act, x: f64) -> f64 {
         Act::Relu => unary_scalar(UnaryFn::Relu, x),
         Act::Gelu => unary_scalar(UnaryFn::Gelu, x),
         Act::GeluTanh => unary_scalar(UnaryFn::GeluTanh, x),
+        Act::Silu => unary_scalar(UnaryFn::Silu, x),
+        Act::HardSwish => unary_scalar(UnaryFn::HardSwish, x),
     }
 }
 

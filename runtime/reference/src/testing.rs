@@ -66,6 +66,8 @@ pub fn act(a: Activation) -> Act {
         Activation::Relu => Act::Relu,
         Activation::Gelu => Act::Gelu,
         Activation::GeluTanh => Act::GeluTanh,
+        Activation::Silu => Act::Silu,
+        Activation::HardSwish => Act::HardSwish,
     }
 }
 

@@ -200,12 +200,16 @@ fn layer_cases() -> Vec<Case> {
         let b = c.w(&[6, 40], 0.5)?;
         c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b: true, y }))
     }));
-    for (ci, co, k, stride, pad, dil, groups) in [
-        (3usize, 4usize, 3usize, 1u32, [1u32, 1, 1, 1], 1u32, 1u32),
-        (4, 6, 3, 2, [0, 1, 2, 0], 2, 2),
-        (2, 2, 5, 1, [2, 2, 2, 2], 1, 2),
+    // Each with another fused activation (every one is covered).
+    for (ci, co, k, stride, pad, dil, groups, act) in [
+        (3usize, 4usize, 3usize, 1u32, [1u32, 1, 1, 1], 1u32, 1u32, Activation::None),
+        (4, 6, 3, 2, [0, 1, 2, 0], 2, 2, Activation::Relu),
+        (2, 2, 5, 1, [2, 2, 2, 2], 1, 2, Activation::Gelu),
+        (3, 5, 1, 1, [0, 0, 0, 0], 1, 1, Activation::GeluTanh),
+        (4, 4, 3, 1, [1, 1, 1, 1], 1, 4, Activation::Silu),
+        (2, 3, 3, 2, [1, 1, 1, 1], 1, 1, Activation::HardSwish),
     ] {
-        v.push(case("conv2d", format!("conv2d {ci}->{co} k{k} s{stride} d{dil} g{groups}"), move |c| {
+        v.push(case("conv2d", format!("conv2d {ci}->{co} k{k} s{stride} d{dil} g{groups} {act:?}"), move |c| {
             let x = c.input(&[ci, 9, 8])?;
             let w = c.w(&[co, ci / groups as usize, k, k], 0.5)?;
             let b = Some(c.w(&[co], 0.5)?);
@@ -217,6 +221,7 @@ fn layer_cases() -> Vec<Case> {
                     pad,
                     dilation: [dil, dil],
                     groups,
+                    act,
                     y,
                 })
             })

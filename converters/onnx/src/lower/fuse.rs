@@ -114,7 +114,11 @@ impl Lowerer<'_> {
                 } else if e.0.downcast_ref::<GeluApproximate>().is_some_and(|g| !g.fast_impl) {
                     Some(Activation::GeluTanh)
                 } else {
-                    None
+                    match e.0.name().as_ref() {
+                        "Silu" => Some(Activation::Silu),
+                        "HardSwish" => Some(Activation::HardSwish),
+                        _ => None,
+                    }
                 };
                 if let Some(act) = act {
                     return Some((act, Matched { nodes: vec![n.id], last: n.id }));

@@ -176,7 +176,7 @@ impl Lowerer<'_> {
             let tail = OutletId::new(self.pending_bias.unwrap_or(self.node), 0);
             let act = match self.match_activation(tail) {
                 Some((act, m)) => {
-                    self.pending_act = Some((if act == Activation::Relu { "dense+relu" } else { "dense+gelu" }, m));
+                    self.pending_act = Some((act_label("dense", act), m));
                     act
                 }
                 None => Activation::None,
@@ -269,6 +269,8 @@ impl Lowerer<'_> {
         let x = self.reshape(*lid, sl, &[kk, 1, p])?;
         let n_axis = out_labels.iter().position(|&c| c == nc).unwrap_or(0);
         let bias = self.channel_bias(&out_shape, n_axis, n)?;
+        let tail = OutletId::new(bias.map_or(self.node, |(add, _)| add), 0);
+        let act = self.match_activation(tail);
         let y = self.b.op(|y| {
             Op::Conv2d(Conv2d {
                 x,
@@ -277,20 +279,41 @@ impl Lowerer<'_> {
                 pad: [0; 4],
                 dilation: [1, 1],
                 groups: 1,
+                act: act.as_ref().map_or(Activation::None, |a| a.0),
                 y,
             })
         })?;
         let y = self.reshape(y, &[n, 1, p], &out_shape)?;
         self.count_fused("pointwise conv");
-        let val = Val::Act { id: y, shape: out_shape, int: false };
-        match bias {
-            Some((add, _)) => {
-                self.count_fused("conv+bias");
-                self.absorb(add, val);
-            }
-            None => self.set_out(val),
+        if bias.is_some() {
+            self.count_fused("conv+bias");
         }
+        self.finish_with(y, out_shape, bias.map(|(add, _)| add), act, "conv");
         Ok(Some(()))
+    }
+
+    /// Records `y` as the value of the lowered node, or of the bias Add and activation it
+    /// absorbed (those nodes are skipped), counting the fused activation as `{what}+{act}`.
+    fn finish_with(
+        &mut self,
+        y: TensorId,
+        shape: Vec<usize>,
+        bias: Option<usize>,
+        act: Option<(Activation, super::fuse::Matched)>,
+        what: &str,
+    ) {
+        let val = Val::Act { id: y, shape: shape.clone(), int: false };
+        match (bias, act) {
+            (bias, Some((a, m))) => {
+                if let Some(add) = bias {
+                    self.skip.insert(add);
+                }
+                self.take(&m, y, shape);
+                self.count_fused(act_label(what, a));
+            }
+            (Some(add), None) => self.absorb(add, val),
+            (None, None) => self.set_out(val),
+        }
     }
 
     /// The constant Add right after this node (its only consumer, same output shape) whose
@@ -436,7 +459,10 @@ impl Lowerer<'_> {
             )
         };
         let groups = op.group as u32;
-        let y = self.b.op(|y| Op::Conv2d(Conv2d { x, proj: Proj { w, b }, stride, pad, dilation, groups, y }))?;
+        let act = self.match_activation(OutletId::new(self.node, 0));
+        let a = act.as_ref().map_or(Activation::None, |a| a.0);
+        let y =
+            self.b.op(|y| Op::Conv2d(Conv2d { x, proj: Proj { w, b }, stride, pad, dilation, groups, act: a, y }))?;
         let out = self.out_shape()?;
         let ys =
             self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect::<Vec<_>>()).unwrap_or_default();
@@ -449,7 +475,22 @@ impl Lowerer<'_> {
         let to_last: Vec<usize> = (1..=nd).chain(std::iter::once(0)).collect();
         let (y, ys) = if channels_last { self.transpose(y, &ys, &to_last)? } else { (y, ys) };
         let y = self.reshape(y, &ys, &out)?;
-        self.out(y, out);
+        self.finish_with(y, out, None, act, "conv");
         Ok(())
+    }
+}
+
+/// The name a fused activation is counted under: `{what}+{activation}`.
+fn act_label(what: &str, act: Activation) -> &'static str {
+    match (what, act) {
+        ("dense", Activation::Relu) => "dense+relu",
+        ("dense", Activation::Gelu | Activation::GeluTanh) => "dense+gelu",
+        ("dense", Activation::Silu) => "dense+silu",
+        ("dense", Activation::HardSwish) => "dense+hardswish",
+        (_, Activation::Relu) => "conv+relu",
+        (_, Activation::Gelu | Activation::GeluTanh) => "conv+gelu",
+        (_, Activation::Silu) => "conv+silu",
+        (_, Activation::HardSwish) => "conv+hardswish",
+        (_, Activation::None) => "none",
     }
 }

@@ -5,7 +5,7 @@
 //! inclusive cumulative sum (ONNX CumSum) → a Dense with a lower-triangular f32 weight of ones.
 
 use super::{f32s, zeros, Lowerer, Res, Val};
-use kestrel_format::ops::{Activation, Binary, BinaryOp, Dense, Op, Proj, TensorId};
+use kestrel_format::ops::{Activation, Binary, BinaryOp, Dense, Op, Pool2d, PoolKind, Proj, TensorId};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::array::{CumSum, Gather, GatherNd, Slice};
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
@@ -51,9 +51,33 @@ impl Lowerer<'_> {
         if let Some(op) = node.op_as::<Downsample>() {
             // Every stride-th element from `modulo` (tract's form of a strided 1×1 convolution's
             // input and of strided slices).
-            let (_, xs) = self.act(node.inputs[0])?;
+            let (x, xs) = self.act(node.inputs[0])?;
             if op.stride <= 0 {
                 return Err(self.unsupported(&format!("downsampling with stride {}", op.stride)));
+            }
+            // A spatial axis of an NCHW map from its first element: a 1×1 max pool with that
+            // stride (an exact selection, without a one-hot matrix).
+            if xs.len() == 4 && xs[0] == 1 && (op.axis == 2 || op.axis == 3) && op.modulo == 0 {
+                let s = op.stride as u32;
+                let stride = if op.axis == 2 { [s, 1] } else { [1, s] };
+                let chw = xs[1..].to_vec();
+                let x = self.reshape(x, &xs, &chw)?;
+                let y = self.b.op(|y| {
+                    Op::Pool2d(Pool2d {
+                        x,
+                        kind: PoolKind::Max,
+                        kernel: [1, 1],
+                        stride,
+                        pad: [0; 4],
+                        dilation: [1, 1],
+                        count_include_pad: false,
+                        y,
+                    })
+                })?;
+                let out = self.out_shape()?;
+                let y = self.reshape(y, &out[1..], &out)?;
+                self.out(y, out);
+                return Ok(true);
             }
             let idx: Vec<i64> = (op.modulo..xs[op.axis]).step_by(op.stride as usize).map(|i| i as i64).collect();
             self.select(op.axis, &idx)?;

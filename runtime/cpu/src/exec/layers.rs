@@ -266,7 +266,7 @@ pub(super) fn execute(file: &KesFile<'_>, op: &Op, io: &mut OpIo<'_>) -> Result<
             }
             (Prep::Conv2d { p, proj }, Op::Conv2d(o)) => {
                 let (x, n) = main(o.x)?;
-                conv2d(p, proj, &x[sample(n, s)], y, scratch);
+                conv2d(p, proj, o.act, &x[sample(n, s)], y, scratch);
             }
             (Prep::Pool2d(p), Op::Pool2d(o)) => {
                 let (x, n) = main(o.x)?;

@@ -4,6 +4,7 @@
 
 use crate::error::{expect_eq, ShapeError};
 use crate::kernels::linear::ProjW;
+use kestrel_format::ops::Activation;
 use kestrel_format::Shape;
 
 /// Shapes and hyper-parameters of a 2-D convolution.
@@ -107,7 +108,7 @@ pub fn conv2d_scratch_fast(p: &Conv2dParams) -> usize {
     fast.max(conv2d_scratch(p))
 }
 
-/// `y [O, H', W']` = conv(x, w) + b. With [`conv2d_scratch_fast`] scratch: one input channel per
+/// `y [O, H', W']` = act(conv(x, w) + b). With [`conv2d_scratch_fast`] scratch: one input channel per
 /// group (depthwise, or a single-channel input) through [`Depthwise`] — the input plane padded
 /// and split by stride phase once, then one contiguous multiply-add per tap over the whole
 /// output plane — and otherwise, per group, the weights `[O/g, C/g·kh·kw]` times the patches
@@ -115,7 +116,13 @@ pub fn conv2d_scratch_fast(p: &Conv2dParams) -> usize {
 /// into `y`'s `[O, H'·W']` layout; a 1×1 unpadded stride-1 convolution multiplies its input
 /// itself). With less scratch (a file planned before these paths): a direct loop, each weight
 /// row decoded once.
-pub fn conv2d(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+pub fn conv2d(p: &Conv2dParams, proj: &ProjW<'_>, act: Activation, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    conv2d_biased(p, proj, x, y, scratch);
+    crate::math::activate(act, &mut y[..p.o * p.oh * p.ow]);
+}
+
+/// [`conv2d`] before the activation.
+fn conv2d_biased(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     if channels_last_depthwise(p) && scratch.len() >= cl_scratch(p) {
         return depthwise_cl(p, proj, x, y, scratch);
     }

@@ -138,8 +138,37 @@ pub fn pool2d_scratch(_p: &Pool2dParams) -> usize {
     0
 }
 
-/// `y [C, H', W']` = pool(`x [C, H, W]`). `scratch` is unused.
+/// `y [C, H', W']` = pool(`x [C, H, W]`). `scratch` is unused. Compiled for the detected x86
+/// ISA (the row loops vectorise to its width), portable elsewhere.
 pub fn pool2d(p: &Pool2dParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::kernels::simd::{isa, Isa};
+        match isa() {
+            // SAFETY: AVX-512F/AVX2/FMA detected by `isa()`.
+            Isa::Avx512 => return unsafe { pool2d_avx512(p, x, y) },
+            // SAFETY: AVX2/FMA detected by `isa()`.
+            Isa::Avx2 | Isa::Avx2Vnni => return unsafe { pool2d_avx2(p, x, y) },
+            _ => {}
+        }
+    }
+    pool2d_body(p, x, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn pool2d_avx512(p: &Pool2dParams, x: &[f32], y: &mut [f32]) {
+    pool2d_body(p, x, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pool2d_avx2(p: &Pool2dParams, x: &[f32], y: &mut [f32]) {
+    pool2d_body(p, x, y)
+}
+
+#[inline(always)]
+fn pool2d_body(p: &Pool2dParams, x: &[f32], y: &mut [f32]) {
     let (plane, oplane) = (p.h * p.w, p.oh * p.ow);
     if p.c == 0 || plane == 0 {
         return;
@@ -204,6 +233,7 @@ fn reduce<const MAX: bool>(xs: &[f32]) -> f32 {
 }
 
 /// Output row `i` of one channel (`xc [H, W]`, `yr [W']`).
+#[inline(always)]
 fn row<const MAX: bool>(p: &Pool2dParams, xc: &[f32], i: usize, yr: &mut [f32]) {
     let init = if MAX { f32::NEG_INFINITY } else { 0.0 };
     let (sw, dw, pl) = (p.stride[1], p.dilation[1], p.pad[1]);

@@ -76,7 +76,7 @@ macro_rules! code_enum {
 }
 
 code_enum!(
-    /// Activation fused into a dense layer.
+    /// Activation fused into a dense layer or a convolution.
     Activation {
         /// Identity.
         None = 0,
@@ -86,6 +86,10 @@ code_enum!(
         Gelu = 2,
         /// tanh approximation of GELU.
         GeluTanh = 3,
+        /// SiLU (swish), x·σ(x). Format 1.2.
+        Silu = 4,
+        /// Hard swish, x·clamp(x/6 + 1/2, 0, 1). Format 1.2.
+        HardSwish = 5,
     }
 );
 
@@ -370,6 +374,8 @@ pub struct Conv2d {
     pub dilation: [u32; 2],
     /// Groups.
     pub groups: u32,
+    /// Activation applied after the bias (format 1.2; files written before it have none).
+    pub act: Activation,
     /// Output `[O, H', W']`.
     pub y: TensorId,
 }

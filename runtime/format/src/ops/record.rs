@@ -216,6 +216,10 @@ impl Op {
                     r.a(v);
                 }
                 r.a(o.groups);
+                // Only when fused: files without fused activations stay readable by 1.1.
+                if o.act != Activation::None {
+                    r.a(o.act as u32);
+                }
             }
             Op::Pool2d(o) => {
                 r.kind = kind::POOL2D;
@@ -418,7 +422,9 @@ impl Op {
                 Op::MatMul(MatMul { a: r.t("a")?, b: r.t("b")?, y: r.t("y")?, transpose_b: r.bool("transpose_b")? })
             }
             kind::CONV2D => {
-                let mut r = rd(4, 9)?;
+                // Nine attributes, or ten with a fused activation (format 1.2).
+                let fused = attrs.len() == 10;
+                let mut r = rd(4, if fused { 10 } else { 9 })?;
                 let (x, proj, y) = (r.t("x")?, r.proj("w")?, r.t("y")?);
                 Op::Conv2d(Conv2d {
                     x,
@@ -428,6 +434,7 @@ impl Op {
                     pad: [r.raw(), r.raw(), r.raw(), r.raw()],
                     dilation: [r.pos("dilation")?, r.pos("dilation")?],
                     groups: r.pos("groups")?,
+                    act: if fused { r.code("activation", Activation::from_u32)? } else { Activation::None },
                 })
             }
             kind::POOL2D => {

@@ -216,6 +216,9 @@ impl<'a> Interp<'a> {
                     spec,
                 )
                 .0
+                .into_iter()
+                .map(|v| r::act(act(o.act), v))
+                .collect()
             }
             Op::Pool2d(o) => {
                 let xd = self.dims(o.x);

@@ -186,7 +186,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             for (i, v) in vals.into_iter().enumerate() {
                 p = p.u(4 + i, v)?;
             }
-            p = p.b(19, b.is_some()).w(20, w);
+            p = p.b(19, b.is_some()).w(20, w).u(28, o.act as usize)?;
             if let Some(b) = b {
                 p = p.w(24, b);
             }

@@ -318,6 +318,12 @@ fn activate(a: u32, v: f32) -> f32 {
         case 3u: {
             return gelu_tanh(v);
         }
+        case 4u: {
+            return v * sigmoid(v);
+        }
+        case 5u: {
+            return v * clamp(v / 6.0 + 0.5, 0.0, 1.0);
+        }
         default: {
             return v;
         }

@@ -1,6 +1,7 @@
 // Direct 2-D convolution, NCHW per sample, zero padding, stride, dilation, groups.
 // P: 2 x_base, 3 y_base, 4 c, 5 h, 6 w, 7 o, 8 kh, 9 kw, 10 sh, 11 sw, 12 pad_top,
-//    13 pad_left, 14 dh, 15 dw, 16 groups, 17 oh, 18 ow, 19 has_bias, 20..23 W, 24..27 b.
+//    13 pad_left, 14 dh, 15 dw, 16 groups, 17 oh, 18 ow, 19 has_bias, 20..23 W, 24..27 b,
+//    28 activation (after the bias).
 //    per = o · oh · ow.
 @compute @workgroup_size(64)
 fn conv2d(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -47,5 +48,5 @@ fn conv2d(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     if pu(19u) == 1u {
         acc += wflat(wdesc(24u), oc);
     }
-    act[pu(3u) + s * per + l] = acc;
+    act[pu(3u) + s * per + l] = activate(pu(28u), acc);
 }
