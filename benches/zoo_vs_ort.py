@@ -76,6 +76,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--samples", type=int, default=50)
     ap.add_argument("--cli", type=Path, default=ROOT / "target/release/kestrel")
+    ap.add_argument("--only", default="", help="comma-separated model names (e.g. resnet18_w8,small_cnn): "
+                    "time only these, print the table, write nothing")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     work = ROOT / "target/zoo-bench"
@@ -83,6 +85,9 @@ def main() -> int:
     rows = []
     for d in sorted((ROOT / "converters/zoo").glob(f"*-{args.exporter}")):
         meta = json.loads((d / "meta.json").read_text())
+        only = [m for m in args.only.split(",") if m]
+        if only and d.name.rsplit("-", 1)[0] not in only:
+            continue
         kes = {}
         for w in ("f32", "int8"):
             kes[w] = work / f"{d.name}.{w}.kes"
@@ -116,6 +121,8 @@ def main() -> int:
         rows.append(row)
         print(f"{d.name:30} ort {med['ort']:9.1f} µs  kestrel f32 {med['f32']:9.1f} ({row['f32_over_ort']:.2f}×)"
               f"  int8 {med['int8']:9.1f} ({row['int8_over_ort']:.2f}×)", flush=True)
+    if args.only:
+        return 0
     machine = {
         "cpu": next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
                      if l.startswith("model name")), platform.processor()),

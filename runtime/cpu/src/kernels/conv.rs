@@ -264,16 +264,31 @@ fn add_bias(proj: &ProjW<'_>, plane: usize, y: &mut [f32]) {
     }
 }
 
-/// `y [cols, rows] = xᵀ` for `x [rows, cols]`.
+/// `y [cols, rows] = xᵀ` for `x [rows, cols]`: whole 8×8 blocks through a register-sized
+/// array (the compiler turns them into shuffles), the edges element by element.
+#[inline(always)]
 fn transpose2d(x: &[f32], rows: usize, cols: usize, y: &mut [f32]) {
     const B: usize = 8;
-    for r0 in (0..rows).step_by(B) {
-        for c0 in (0..cols).step_by(B) {
-            for r in r0..(r0 + B).min(rows) {
-                for c in c0..(c0 + B).min(cols) {
-                    y[c * rows + r] = x[r * cols + c];
+    let (x, y) = (&x[..rows * cols], &mut y[..rows * cols]);
+    let (r8, c8) = (rows / B * B, cols / B * B);
+    for r0 in (0..r8).step_by(B) {
+        for c0 in (0..c8).step_by(B) {
+            let mut blk = [[0.0f32; B]; B];
+            for (i, b) in blk.iter_mut().enumerate() {
+                b.copy_from_slice(&x[(r0 + i) * cols + c0..][..B]);
+            }
+            for j in 0..B {
+                let dst = &mut y[(c0 + j) * rows + r0..][..B];
+                for (i, d) in dst.iter_mut().enumerate() {
+                    *d = blk[i][j];
                 }
             }
+        }
+    }
+    for r in 0..rows {
+        let cs = if r < r8 { c8..cols } else { 0..cols };
+        for c in cs {
+            y[c * rows + r] = x[r * cols + c];
         }
     }
 }
@@ -288,63 +303,66 @@ fn channels_last_depthwise(p: &Conv2dParams) -> bool {
 }
 
 /// The channels-last copies of the input `[H·W, C]`, the weights `[kh·kw, C]` and the output
-/// `[H'·W', C]`.
+/// `[H'·W', C]`, and one decoded weight row.
 fn cl_scratch(p: &Conv2dParams) -> usize {
-    p.c * (p.h * p.w + p.kh * p.kw + p.oh * p.ow)
+    p.c * (p.h * p.w + p.kh * p.kw + p.oh * p.ow) + p.kh * p.kw
 }
 
 /// Depthwise convolution channels-innermost (see [`CL_MAX_PLANE`]): input and weights
 /// transposed to `[·, C]`, each output pixel's taps inside the input accumulated in tap order
 /// (the padding contributes nothing), the result transposed back with the bias.
 fn depthwise_cl(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-    let (c, hw, taps, plane) = (p.c, p.h * p.w, p.kh * p.kw, p.oh * p.ow);
-    let (xt, rest) = scratch.split_at_mut(hw * c);
-    let (wt, rest) = rest.split_at_mut(taps * c);
-    let yt = &mut rest[..plane * c];
-    transpose2d(&x[..c * hw], c, hw, xt);
-    match proj.w.as_f32() {
-        Some(d) => transpose2d(&d[..c * taps], c, taps, wt),
-        None => {
-            for (t, wr) in wt.chunks_exact_mut(c).enumerate() {
-                for (oc, v) in wr.iter_mut().enumerate() {
-                    *v = proj.w.get(oc, t);
-                }
-            }
-        }
-    }
-    cl_taps(p, xt, wt, yt);
-    transpose2d(yt, plane, c, &mut y[..c * plane]);
-    add_bias(proj, plane, &mut y[..c * plane]);
-}
-
-/// The multiply-adds of [`depthwise_cl`], compiled for the detected x86 ISA.
-fn cl_taps(p: &Conv2dParams, xt: &[f32], wt: &[f32], yt: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         use crate::kernels::simd::{isa, Isa};
         match isa() {
             // SAFETY: AVX-512F/AVX2/FMA detected by `isa()`.
-            Isa::Avx512 => return unsafe { cl_taps_avx512(p, xt, wt, yt) },
+            Isa::Avx512 => return unsafe { depthwise_cl_avx512(p, proj, x, y, scratch) },
             // SAFETY: AVX2/FMA detected by `isa()`.
-            Isa::Avx2 | Isa::Avx2Vnni => return unsafe { cl_taps_avx2(p, xt, wt, yt) },
+            Isa::Avx2 | Isa::Avx2Vnni => return unsafe { depthwise_cl_avx2(p, proj, x, y, scratch) },
             _ => {}
         }
     }
-    cl_taps_body(p, xt, wt, yt)
+    depthwise_cl_body(p, proj, x, y, scratch)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn cl_taps_avx512(p: &Conv2dParams, xt: &[f32], wt: &[f32], yt: &mut [f32]) {
-    cl_taps_body(p, xt, wt, yt)
+unsafe fn depthwise_cl_avx512(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    depthwise_cl_body(p, proj, x, y, scratch)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn cl_taps_avx2(p: &Conv2dParams, xt: &[f32], wt: &[f32], yt: &mut [f32]) {
-    cl_taps_body(p, xt, wt, yt)
+unsafe fn depthwise_cl_avx2(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    depthwise_cl_body(p, proj, x, y, scratch)
 }
 
+/// [`depthwise_cl`]'s body, compiled per ISA.
+#[inline(always)]
+fn depthwise_cl_body(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    let (c, hw, taps, plane) = (p.c, p.h * p.w, p.kh * p.kw, p.oh * p.ow);
+    let (xt, rest) = scratch.split_at_mut(hw * c);
+    let (wt, rest) = rest.split_at_mut(taps * c);
+    let (yt, wrow) = rest.split_at_mut(plane * c);
+    transpose2d(&x[..c * hw], c, hw, xt);
+    match proj.w.as_f32() {
+        Some(d) => transpose2d(&d[..c * taps], c, taps, wt),
+        None => {
+            for oc in 0..c {
+                proj.w.decode_row(oc, &mut wrow[..taps]);
+                for (t, &v) in wrow[..taps].iter().enumerate() {
+                    wt[t * c + oc] = v;
+                }
+            }
+        }
+    }
+    cl_taps_body(p, xt, wt, yt);
+    transpose2d(yt, plane, c, &mut y[..c * plane]);
+    add_bias(proj, plane, &mut y[..c * plane]);
+}
+
+/// The multiply-adds of [`depthwise_cl`].
 #[inline(always)]
 fn cl_taps_body(p: &Conv2dParams, xt: &[f32], wt: &[f32], yt: &mut [f32]) {
     let c = p.c;
@@ -521,6 +539,7 @@ impl Depthwise {
     }
 
     /// Writes input channel `xc [H, W]` into the phase planes (zeros in the padding).
+    #[inline(always)]
     fn split(&self, p: &Conv2dParams, xc: &[f32], planes: &mut [f32]) {
         let (h, w) = (p.h, p.w);
         let [sh, sw] = p.stride;
@@ -564,7 +583,25 @@ impl Depthwise {
         }
     }
 
+    /// The depthwise convolution, compiled for the detected x86 ISA (the copies and the
+    /// per-tap loops vectorise to its width), portable elsewhere.
     fn run(&self, p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use crate::kernels::simd::{isa, Isa};
+            match isa() {
+                // SAFETY: AVX-512F/AVX2/FMA detected by `isa()`.
+                Isa::Avx512 => return unsafe { dw_avx512(self, p, proj, x, y, scratch) },
+                // SAFETY: AVX2/FMA detected by `isa()`.
+                Isa::Avx2 | Isa::Avx2Vnni => return unsafe { dw_avx2(self, p, proj, x, y, scratch) },
+                _ => {}
+            }
+        }
+        self.run_body(p, proj, x, y, scratch)
+    }
+
+    #[inline(always)]
+    fn run_body(&self, p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
         let og = p.o / p.groups;
         let (oh, ow) = (p.oh, p.ow);
         let plane = oh * ow;
@@ -580,7 +617,7 @@ impl Depthwise {
                 channel = c;
             }
             let wr = proj.w.row(oc, wbuf);
-            depthwise_taps(p, self, wr, planes, acc);
+            taps_body(p, self, wr, planes, acc);
             let bias = proj.b.map_or(0.0, |b| b.get(oc / b.cols(), oc % b.cols()));
             for (yr, ar) in yp.chunks_exact_mut(ow).zip(acc.chunks_exact(self.wq)) {
                 for (v, &a) in yr.iter_mut().zip(ar) {
@@ -591,36 +628,20 @@ impl Depthwise {
     }
 }
 
-/// `acc = Σ_taps w[ky, kx] · phase(ky, kx)[shifted]`: one contiguous multiply-add over the
-/// whole accumulator per tap, taps in `(ky, kx)` order. Compiled for the detected x86 ISA
-/// (the loops vectorise to its width), portable elsewhere (NEON is aarch64's baseline).
-fn depthwise_taps(p: &Conv2dParams, g: &Depthwise, w: &[f32], planes: &[f32], acc: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use crate::kernels::simd::{isa, Isa};
-        match isa() {
-            // SAFETY: AVX-512F/AVX2/FMA detected by `isa()`.
-            Isa::Avx512 => return unsafe { taps_avx512(p, g, w, planes, acc) },
-            // SAFETY: AVX2/FMA detected by `isa()`.
-            Isa::Avx2 | Isa::Avx2Vnni => return unsafe { taps_avx2(p, g, w, planes, acc) },
-            _ => {}
-        }
-    }
-    taps_body(p, g, w, planes, acc)
-}
-
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn taps_avx512(p: &Conv2dParams, g: &Depthwise, w: &[f32], planes: &[f32], acc: &mut [f32]) {
-    taps_body(p, g, w, planes, acc)
+unsafe fn dw_avx512(g: &Depthwise, p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    g.run_body(p, proj, x, y, scratch)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn taps_avx2(p: &Conv2dParams, g: &Depthwise, w: &[f32], planes: &[f32], acc: &mut [f32]) {
-    taps_body(p, g, w, planes, acc)
+unsafe fn dw_avx2(g: &Depthwise, p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    g.run_body(p, proj, x, y, scratch)
 }
 
+/// `acc = Σ_taps w[ky, kx] · phase(ky, kx)[shifted]`: one contiguous multiply-add over the
+/// whole accumulator per tap, taps in `(ky, kx)` order.
 #[inline(always)]
 fn taps_body(p: &Conv2dParams, g: &Depthwise, w: &[f32], planes: &[f32], acc: &mut [f32]) {
     let [sh, sw] = p.stride;

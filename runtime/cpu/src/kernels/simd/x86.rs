@@ -578,7 +578,14 @@ pub unsafe fn matmul_wt_avx512_ptr(x: &[f32], rows: usize, w: &WeightView<'_>, y
 pub unsafe fn matmul_kn(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &mut [f32], ldy: usize) {
     assert!(ldy >= n && (m == 0 || y.len() >= (m - 1) * ldy + n));
     // SAFETY: y is exclusively borrowed and holds m rows of n at stride ldy.
-    unsafe { gemm::gemm_kn::<gemm::Y, 6, 2>(a, m, k, b, n, y.as_mut_ptr(), ldy) }
+    unsafe {
+        if n <= 8 {
+            // One vector of columns: a 16-wide tile would be half padding.
+            gemm::gemm_kn::<gemm::Y, 6, 1>(a, m, k, b, n, y.as_mut_ptr(), ldy)
+        } else {
+            gemm::gemm_kn::<gemm::Y, 6, 2>(a, m, k, b, n, y.as_mut_ptr(), ldy)
+        }
+    }
 }
 
 /// [`matmul_kn`] with the 8×32 AVX-512 micro-kernel.
@@ -589,7 +596,14 @@ pub unsafe fn matmul_kn(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &
 pub unsafe fn matmul_kn_avx512(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &mut [f32], ldy: usize) {
     assert!(ldy >= n && (m == 0 || y.len() >= (m - 1) * ldy + n));
     // SAFETY: y is exclusively borrowed and holds m rows of n at stride ldy.
-    unsafe { gemm::gemm_kn::<gemm::Z, 8, 2>(a, m, k, b, n, y.as_mut_ptr(), ldy) }
+    unsafe {
+        if n <= 16 {
+            // One vector of columns (a 4×4 map): a 32-wide tile would be half padding.
+            gemm::gemm_kn::<gemm::Z, 8, 1>(a, m, k, b, n, y.as_mut_ptr(), ldy)
+        } else {
+            gemm::gemm_kn::<gemm::Z, 8, 2>(a, m, k, b, n, y.as_mut_ptr(), ldy)
+        }
+    }
 }
 
 /// `|w|` as unsigned and `x` with `w`'s sign: `|w|·sign(w)x = w·x`, the form `vpmaddubsw` and
