@@ -648,17 +648,33 @@ fn taps_body(p: &Conv2dParams, g: &Depthwise, w: &[f32], planes: &[f32], acc: &m
     let [dh, dw] = p.dilation;
     let plane = g.hq * g.wq;
     let n = acc.len();
-    acc.fill(0.0);
-    for ky in 0..p.kh {
-        let (ry, qy) = ((ky * dh) % sh, (ky * dh) / sh);
-        for kx in 0..p.kw {
-            let (rx, qx) = ((kx * dw) % sw, (kx * dw) / sw);
-            let wv = w[ky * p.kw + kx];
-            let base = (ry * sw + rx) * plane + qy * g.wq + qx;
-            for (a, &v) in acc.iter_mut().zip(&planes[base..base + n]) {
-                *a += wv * v;
+    // Blocks of the accumulator held in registers across all taps (one load per tap and
+    // element instead of a load and a store of the accumulator too).
+    const BLK: usize = 64;
+    let mut i0 = 0;
+    while i0 < n {
+        let len = BLK.min(n - i0);
+        let mut regs = [0.0f32; BLK];
+        for ky in 0..p.kh {
+            let (ry, qy) = ((ky * dh) % sh, (ky * dh) / sh);
+            for kx in 0..p.kw {
+                let (rx, qx) = ((kx * dw) % sw, (kx * dw) / sw);
+                let wv = w[ky * p.kw + kx];
+                let base = (ry * sw + rx) * plane + qy * g.wq + qx + i0;
+                if len == BLK {
+                    let src: &[f32; BLK] = planes[base..base + BLK].try_into().expect("a block");
+                    for (a, &v) in regs.iter_mut().zip(src) {
+                        *a += wv * v;
+                    }
+                } else {
+                    for (a, &v) in regs[..len].iter_mut().zip(&planes[base..base + len]) {
+                        *a += wv * v;
+                    }
+                }
             }
         }
+        acc[i0..i0 + len].copy_from_slice(&regs[..len]);
+        i0 += len;
     }
 }
 
