@@ -8,7 +8,7 @@ mod common_layers;
 use common_layers::cases::*;
 use common_layers::*;
 use kestrel_cpu::error::ShapeError;
-use kestrel_cpu::kernels::pool::{pool2d, pool2d_scratch, Pool2dParams};
+use kestrel_cpu::kernels::pool::{pool2d, pool2d_scratch, pool2d_scratch_fast, Pool2dParams};
 use kestrel_format::ops::PoolKind;
 use kestrel_reference::assert_close;
 use kestrel_reference::layers as r;
@@ -37,22 +37,26 @@ fn check_pool2d(what: &str, case: PoolCase, xs: &[f32]) -> Result<bool, TestCase
             Err(ShapeError::Invalid { what: "a pooling window lies entirely in the padding", .. }) => return Ok(false),
             Err(e) => panic!("{what}: {e}"),
         };
-        let run = |x: &[f32]| {
-            let spec = r::PoolSpec { kernel, stride, pad, dilation };
-            let (want, oh, ow) = r::pool2d(&f64s(x), [c, h, w], pool_fn(kind, cip), spec);
-            assert_eq!((p.oh, p.ow), (oh, ow), "{what}");
-            assert_eq!(p.y_shape(), Some(shape(&[c, oh, ow])));
-            let mut y = out(c * oh * ow);
-            pool2d(&p, x, &mut y, &mut scratch(pool2d_scratch(&p)));
-            (y, want)
-        };
-        let label = format!("pool2d {what} {kind:?} count_include_pad {cip}");
-        let (y, want) = run(x);
-        if kind == PoolKind::Max {
-            assert_close(&label, &y, &want, EXACT);
-        } else {
-            let (mag, mag_want) = run(&abs(x));
-            assert_close_dot(&label, &y, &want, &mag, &mag_want);
+        // The row loops with the minimum scratch, then the planner's (max pools: stride phases).
+        for fast in [false, true] {
+            let run = |x: &[f32]| {
+                let spec = r::PoolSpec { kernel, stride, pad, dilation };
+                let (want, oh, ow) = r::pool2d(&f64s(x), [c, h, w], pool_fn(kind, cip), spec);
+                assert_eq!((p.oh, p.ow), (oh, ow), "{what}");
+                assert_eq!(p.y_shape(), Some(shape(&[c, oh, ow])));
+                let mut y = out(c * oh * ow);
+                let n = if fast { pool2d_scratch_fast(&p) } else { pool2d_scratch(&p) };
+                pool2d(&p, x, &mut y, &mut scratch(n));
+                (y, want)
+            };
+            let label = format!("pool2d {what} {kind:?} count_include_pad {cip} fast {fast}");
+            let (y, want) = run(x);
+            if kind == PoolKind::Max {
+                assert_close(&label, &y, &want, EXACT);
+            } else {
+                let (mag, mag_want) = run(&abs(x));
+                assert_close_dot(&label, &y, &want, &mag, &mag_want);
+            }
         }
     }
     Ok(true)

@@ -10,7 +10,7 @@ use crate::kernels::embed::{
 use crate::kernels::linear::ProjW;
 use crate::kernels::matmul::{matmul, matmul_scratch, MatMulParams};
 use crate::kernels::norm::{layer_norm, layer_norm_scratch, LayerNormParams};
-use crate::kernels::pool::{pool2d, pool2d_scratch, Pool2dParams};
+use crate::kernels::pool::{pool2d, pool2d_scratch, pool2d_scratch_fast, Pool2dParams};
 use crate::kernels::reduce::{reduce, ReduceParams};
 use crate::kernels::rnn::{rnn, rnn_scratch, RnnParams, RnnWeights};
 use crate::kernels::softmax::{softmax, SoftmaxParams};
@@ -169,6 +169,7 @@ fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
 pub(super) fn scratch_elems(file: &KesFile<'_>, op: &Op, fast: bool) -> Result<usize, ShapeError> {
     Ok(match prepare(file, op)? {
         Prep::Conv2d { p, .. } if fast => conv2d_scratch_fast(&p),
+        Prep::Pool2d(p) if fast => pool2d_scratch_fast(&p),
         Prep::LayerNorm { p, .. } => layer_norm_scratch(&p),
         Prep::PatchEmbed { p, .. } => patch_embed_scratch(&p),
         Prep::Embedding { p, .. } => embedding_scratch(&p),

@@ -541,46 +541,8 @@ impl Depthwise {
     /// Writes input channel `xc [H, W]` into the phase planes (zeros in the padding).
     #[inline(always)]
     fn split(&self, p: &Conv2dParams, xc: &[f32], planes: &mut [f32]) {
-        let (h, w) = (p.h, p.w);
-        let [sh, sw] = p.stride;
-        let (pt, pl) = (p.pad[0], p.pad[1]);
-        let plane = self.hq * self.wq;
-        planes.fill(0.0);
-        for (r, xr) in xc[..h * w].chunks_exact(w).enumerate() {
-            let pr = r + pt;
-            let (ry, i) = (pr % sh, pr / sh);
-            if sw == 2 && w >= 2 {
-                // Input column 2t + u lands in phase (u + pl) mod 2 at column t + (u + pl) / 2:
-                // one pass over pairs (deinterleaved by the compiler).
-                let row = |rx: usize| (ry * 2 + rx) * plane + i * self.wq;
-                let (r0, r1) = (row(pl % 2) + pl / 2, row((1 + pl) % 2) + pl.div_ceil(2));
-                let pairs = w / 2;
-                for (t, pair) in xr.chunks_exact(2).enumerate() {
-                    planes[r0 + t] = pair[0];
-                    planes[r1 + t] = pair[1];
-                }
-                if w % 2 == 1 {
-                    planes[r0 + pairs] = xr[w - 1];
-                }
-                continue;
-            }
-            for rx in 0..sw {
-                // Input columns j with (j + pl) mod sw = rx land at phase column (j + pl) / sw.
-                let j0 = (rx + sw - pl % sw) % sw;
-                if j0 >= w {
-                    continue;
-                }
-                let base = (ry * sw + rx) * plane + i * self.wq + (j0 + pl) / sw;
-                let dst = &mut planes[base..base + (w - j0).div_ceil(sw)];
-                if sw == 1 {
-                    dst.copy_from_slice(xr);
-                } else {
-                    for (d, &v) in dst.iter_mut().zip(xr[j0..].iter().step_by(sw)) {
-                        *d = v;
-                    }
-                }
-            }
-        }
+        let geom = PhaseGeom { h: p.h, w: p.w, pt: p.pad[0], pl: p.pad[1], stride: p.stride, hq: self.hq, wq: self.wq };
+        split_phases(&geom, xc, 0.0, planes);
     }
 
     /// The depthwise convolution, compiled for the detected x86 ISA (the copies and the
@@ -675,6 +637,73 @@ fn taps_body(p: &Conv2dParams, g: &Depthwise, w: &[f32], planes: &[f32], acc: &m
         }
         acc[i0..i0 + len].copy_from_slice(&regs[..len]);
         i0 += len;
+    }
+}
+
+/// Where [`split_phases`] puts an `h × w` plane padded by `pt` rows and `pl` columns in front:
+/// `sh·sw` phase planes of `hq × wq`, phase `(ry, rx)` holding the padded plane's
+/// `(ry + i·sh, rx + j·sw)`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PhaseGeom {
+    pub h: usize,
+    pub w: usize,
+    pub pt: usize,
+    pub pl: usize,
+    pub stride: [usize; 2],
+    pub hq: usize,
+    pub wq: usize,
+}
+
+/// Splits `xc [h, w]` into its stride phases (see [`PhaseGeom`]); `fill` everywhere else (the
+/// padding: 0 for a convolution, −∞ for a max pool).
+#[inline(always)]
+pub(crate) fn split_phases(g: &PhaseGeom, xc: &[f32], fill: f32, planes: &mut [f32]) {
+    let (h, w, pt, pl) = (g.h, g.w, g.pt, g.pl);
+    let [sh, sw] = g.stride;
+    let plane = g.hq * g.wq;
+    planes.fill(fill);
+    for (r, xr) in xc[..h * w].chunks_exact(w).enumerate() {
+        let pr = r + pt;
+        let (ry, i) = (pr % sh, pr / sh);
+        if sw == 2 && w >= 2 {
+            // Input column 2t + u lands in phase (u + pl) mod 2 at column t + (u + pl) / 2:
+            // one pass over pairs (deinterleaved by the compiler).
+            let row = |rx: usize| (ry * 2 + rx) * plane + i * g.wq;
+            let (r0, r1) = (row(pl % 2) + pl / 2, row((1 + pl) % 2) + pl.div_ceil(2));
+            let (pairs, odd) = (w / 2, w % 2);
+            // The two destinations lie in different phase planes: disjoint slices.
+            let (d0, d1) = if r0 < r1 {
+                let (a, b) = planes.split_at_mut(r1);
+                (&mut a[r0..r0 + pairs + odd], &mut b[..pairs])
+            } else {
+                let (a, b) = planes.split_at_mut(r0);
+                (&mut b[..pairs + odd], &mut a[r1..r1 + pairs])
+            };
+            for ((e, o), pair) in d0.iter_mut().zip(d1.iter_mut()).zip(xr.chunks_exact(2)) {
+                *e = pair[0];
+                *o = pair[1];
+            }
+            if odd == 1 {
+                d0[pairs] = xr[w - 1];
+            }
+            continue;
+        }
+        for rx in 0..sw {
+            // Input columns j with (j + pl) mod sw = rx land at phase column (j + pl) / sw.
+            let j0 = (rx + sw - pl % sw) % sw;
+            if j0 >= w {
+                continue;
+            }
+            let base = (ry * sw + rx) * plane + i * g.wq + (j0 + pl) / sw;
+            let dst = &mut planes[base..base + (w - j0).div_ceil(sw)];
+            if sw == 1 {
+                dst.copy_from_slice(xr);
+            } else {
+                for (d, &v) in dst.iter_mut().zip(xr[j0..].iter().step_by(sw)) {
+                    *d = v;
+                }
+            }
+        }
     }
 }
 

@@ -10,6 +10,7 @@
 //! row segment in eight lanes.
 
 use crate::error::{expect_eq, ShapeError};
+use crate::kernels::conv::{split_phases, PhaseGeom};
 use kestrel_format::ops::{Pool2d, PoolKind};
 use kestrel_format::Shape;
 
@@ -133,42 +134,110 @@ impl Pool2dParams {
     }
 }
 
-/// Scratch for [`pool2d`]: none.
+/// Scratch for [`pool2d`] at least: none (the row loops).
 pub fn pool2d_scratch(_p: &Pool2dParams) -> usize {
     0
 }
 
-/// `y [C, H', W']` = pool(`x [C, H, W]`). `scratch` is unused. Compiled for the detected x86
-/// ISA (the row loops vectorise to its width), portable elsewhere.
-pub fn pool2d(p: &Pool2dParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
+/// Scratch for [`pool2d`]'s fast path (what the planner reserves): a max pool's input split
+/// into stride phases (−∞ in the padding) and an accumulator of `H' × wq`, so every tap is one
+/// contiguous maximum over the whole output plane.
+pub fn pool2d_scratch_fast(p: &Pool2dParams) -> usize {
+    if p.kind == PoolKind::Max {
+        let g = phases(p);
+        p.stride[0] * p.stride[1] * g.hq * g.wq + p.oh * g.wq
+    } else {
+        0
+    }
+}
+
+fn phases(p: &Pool2dParams) -> PhaseGeom {
+    let hp = p.h + p.pad[0] + p.pad[2];
+    let wp = p.w + p.pad[1] + p.pad[3];
+    PhaseGeom {
+        h: p.h,
+        w: p.w,
+        pt: p.pad[0],
+        pl: p.pad[1],
+        stride: p.stride,
+        hq: hp.div_ceil(p.stride[0]) + 1,
+        wq: wp.div_ceil(p.stride[1]),
+    }
+}
+
+/// Max pooling through the stride phases (see [`pool2d_scratch_fast`]); each output is the
+/// maximum of its window's taps (the padding's −∞ never wins: every window holds an input).
+#[inline(always)]
+fn max_phased(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    let g = phases(p);
+    let [sh, sw] = p.stride;
+    let [dh, dw] = p.dilation;
+    let (plane, oplane, pq) = (p.h * p.w, p.oh * p.ow, g.hq * g.wq);
+    let (planes, rest) = scratch.split_at_mut(sh * sw * pq);
+    let acc = &mut rest[..p.oh * g.wq];
+    let n = acc.len();
+    for (xc, yc) in x[..p.c * plane].chunks_exact(plane).zip(y[..p.c * oplane].chunks_exact_mut(oplane)) {
+        split_phases(&g, xc, f32::NEG_INFINITY, planes);
+        const BLK: usize = 64;
+        let mut i0 = 0;
+        while i0 < n {
+            let len = BLK.min(n - i0);
+            let mut regs = [f32::NEG_INFINITY; BLK];
+            for u in 0..p.kh {
+                let (ry, qy) = ((u * dh) % sh, (u * dh) / sh);
+                for v in 0..p.kw {
+                    let (rx, qx) = ((v * dw) % sw, (v * dw) / sw);
+                    let base = (ry * sw + rx) * pq + qy * g.wq + qx + i0;
+                    for (a, &t) in regs[..len].iter_mut().zip(&planes[base..base + len]) {
+                        *a = a.max(t);
+                    }
+                }
+            }
+            acc[i0..i0 + len].copy_from_slice(&regs[..len]);
+            i0 += len;
+        }
+        for (yr, ar) in yc.chunks_exact_mut(p.ow).zip(acc.chunks_exact(g.wq)) {
+            yr.copy_from_slice(&ar[..p.ow]);
+        }
+    }
+}
+
+/// `y [C, H', W']` = pool(`x [C, H, W]`): max pools with [`pool2d_scratch_fast`] scratch and
+/// a window of more than one tap through the stride phases, the rest row by row. Compiled for
+/// the detected x86 ISA (the loops vectorise to its width), portable elsewhere.
+pub fn pool2d(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         use crate::kernels::simd::{isa, Isa};
         match isa() {
             // SAFETY: AVX-512F/AVX2/FMA detected by `isa()`.
-            Isa::Avx512 => return unsafe { pool2d_avx512(p, x, y) },
+            Isa::Avx512 => return unsafe { pool2d_avx512(p, x, y, scratch) },
             // SAFETY: AVX2/FMA detected by `isa()`.
-            Isa::Avx2 | Isa::Avx2Vnni => return unsafe { pool2d_avx2(p, x, y) },
+            Isa::Avx2 | Isa::Avx2Vnni => return unsafe { pool2d_avx2(p, x, y, scratch) },
             _ => {}
         }
     }
-    pool2d_body(p, x, y)
+    pool2d_body(p, x, y, scratch)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn pool2d_avx512(p: &Pool2dParams, x: &[f32], y: &mut [f32]) {
-    pool2d_body(p, x, y)
+unsafe fn pool2d_avx512(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    pool2d_body(p, x, y, scratch)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn pool2d_avx2(p: &Pool2dParams, x: &[f32], y: &mut [f32]) {
-    pool2d_body(p, x, y)
+unsafe fn pool2d_avx2(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    pool2d_body(p, x, y, scratch)
 }
 
 #[inline(always)]
-fn pool2d_body(p: &Pool2dParams, x: &[f32], y: &mut [f32]) {
+fn pool2d_body(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    let fast = pool2d_scratch_fast(p);
+    if p.kind == PoolKind::Max && p.kh * p.kw > 1 && fast > 0 && scratch.len() >= fast && p.ow > 1 {
+        return max_phased(p, x, y, scratch);
+    }
     let (plane, oplane) = (p.h * p.w, p.oh * p.ow);
     if p.c == 0 || plane == 0 {
         return;
