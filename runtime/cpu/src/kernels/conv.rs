@@ -164,10 +164,11 @@ fn gemm_scratch(p: &Conv2dParams) -> usize {
     }
 }
 
-/// Room for one group's input split into stride phases (strided convolutions gather their
-/// patches from there with contiguous copies instead of strided loads).
+/// Room for one group's input padded and split into stride phases: the patches are gathered
+/// from there with contiguous copies, no bounds or strided loads (a 3×3 layer on a 2×2 map
+/// spent most of its time computing which columns were inside the input).
 fn planes_len(p: &Conv2dParams) -> usize {
-    if p.stride == [1, 1] {
+    if pointwise(p) {
         0
     } else {
         p.c / p.groups * Depthwise::of(p).set()
@@ -186,10 +187,8 @@ fn chunk_rows(p: &Conv2dParams) -> usize {
 /// Room for the patches [`conv2d_gemm`] builds: none for 1×1 unpadded stride-1 convolutions,
 /// the whole plane's for small planes, else one chunk's.
 fn patches_len(p: &Conv2dParams) -> usize {
-    if pointwise(p) {
+    if pointwise(p) || small_plane(p) {
         0
-    } else if small_plane(p) {
-        p.patch_len() * p.oh * p.ow
     } else {
         p.patch_len() * chunk_rows(p) * p.ow
     }
@@ -204,15 +203,15 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scr
     let (planes, wbuf) = rest.split_at_mut(planes_len(p));
     let ph = Depthwise::of(p);
     if small_plane(p) {
-        let b: &[f32] = if pointwise(p) {
-            &x[..k * plane]
-        } else {
-            gather_patches(p, &ph, x, p.c, planes, 0..p.oh, &mut patches[..k * plane]);
-            &patches[..k * plane]
-        };
         let (xt, rest) = wbuf.split_at_mut(plane * k);
         let yt = &mut rest[..plane * p.o];
-        transpose2d(b, k, plane, xt);
+        if pointwise(p) {
+            transpose2d(&x[..k * plane], k, plane, xt);
+        } else {
+            // The patches straight in rows `[H'·W', K]` (a handful of pixels: element copies).
+            split_channels(p, &ph, x, p.c, planes);
+            im2row_phased(p, &ph, planes, xt);
+        }
         crate::kernels::linear::matmul_nt(xt, plane, &proj.w, yt);
         transpose2d(yt, plane, p.o, &mut y[..p.o * plane]);
         add_bias(proj, plane, &mut y[..p.o * plane]);
@@ -236,17 +235,11 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scr
         // Patches a chunk of output rows at a time (see `PATCH_CHUNK`), each chunk's product
         // written into its columns of y.
         let rows = chunk_rows(p);
-        if !planes.is_empty() {
-            split_channels(p, &ph, xg, cg, planes);
-        }
+        split_channels(p, &ph, xg, cg, planes);
         for oy0 in (0..p.oh).step_by(rows) {
             let oy1 = (oy0 + rows).min(p.oh);
             let n = (oy1 - oy0) * p.ow;
-            if planes.is_empty() {
-                im2col(p, xg, cg, oy0..oy1, &mut patches[..k * n]);
-            } else {
-                im2col_phased(p, &ph, planes, cg, oy0..oy1, &mut patches[..k * n]);
-            }
+            im2col_phased(p, &ph, planes, cg, oy0..oy1, &mut patches[..k * n]);
             crate::kernels::simd::matmul_kn(ag, og, k, &patches[..k * n], n, &mut yg[oy0 * p.ow..], plane);
         }
     }
@@ -403,26 +396,6 @@ fn split_channels(p: &Conv2dParams, ph: &Depthwise, x: &[f32], cg: usize, planes
     }
 }
 
-/// [`im2col`] for output rows `oys`, through the phase planes when the stride is not 1 (split
-/// here, all rows at once).
-#[allow(clippy::too_many_arguments)]
-fn gather_patches(
-    p: &Conv2dParams,
-    ph: &Depthwise,
-    x: &[f32],
-    cg: usize,
-    planes: &mut [f32],
-    oys: core::ops::Range<usize>,
-    cols: &mut [f32],
-) {
-    if planes.is_empty() {
-        im2col(p, x, cg, oys, cols);
-    } else {
-        split_channels(p, ph, x, cg, planes);
-        im2col_phased(p, ph, planes, cg, oys, cols);
-    }
-}
-
 /// [`im2col`] from the stride-phase planes of `cg` channels: every patch row is a contiguous
 /// copy (the padding is zeros in the planes).
 fn im2col_phased(
@@ -453,39 +426,23 @@ fn im2col_phased(
     }
 }
 
-/// The patches of `cg` input channels `x [cg, H, W]` for output rows `oys` as
-/// `cols [cg·kh·kw, |oys|·W']`: row `(ci, ky, kx)` holds, for every output pixel, the input
-/// under that tap (zero in the padding).
-fn im2col(p: &Conv2dParams, x: &[f32], cg: usize, oys: core::ops::Range<usize>, cols: &mut [f32]) {
-    let (h, w, kh, kw, ow) = (p.h, p.w, p.kh, p.kw, p.ow);
+/// The patches of all channels as rows `xt [H'·W', C·kh·kw]` from their phase planes.
+fn im2row_phased(p: &Conv2dParams, ph: &Depthwise, planes: &[f32], xt: &mut [f32]) {
+    let (kh, kw, k) = (p.kh, p.kw, p.patch_len());
     let [sh, sw] = p.stride;
     let [dh, dw] = p.dilation;
-    let (pt, pl) = (p.pad[0], p.pad[1]);
-    let plane = oys.len() * ow;
-    for ci in 0..cg {
-        let xc = &x[ci * h * w..][..h * w];
-        for ky in 0..kh {
-            for kx in 0..kw {
-                let row = &mut cols[((ci * kh + ky) * kw + kx) * plane..][..plane];
-                let off = kx * dw;
-                let valid = valid_cols(ow, w, sw, off, pl);
-                for (oy, dst) in oys.clone().zip(row.chunks_exact_mut(ow)) {
-                    let ty = oy * sh + ky * dh;
-                    if ty < pt || ty - pt >= h || valid.is_empty() {
-                        dst.fill(0.0);
-                        continue;
-                    }
-                    let xr = &xc[(ty - pt) * w..][..w];
-                    dst[..valid.start].fill(0.0);
-                    dst[valid.end..].fill(0.0);
-                    let first = valid.start * sw + off - pl;
-                    let seg = &mut dst[valid.clone()];
-                    if sw == 1 {
-                        seg.copy_from_slice(&xr[first..first + seg.len()]);
-                    } else {
-                        for (d, &v) in seg.iter_mut().zip(xr[first..].iter().step_by(sw)) {
-                            *d = v;
-                        }
+    let (set, plane) = (ph.set(), ph.hq * ph.wq);
+    for oy in 0..p.oh {
+        for ox in 0..p.ow {
+            let row = &mut xt[(oy * p.ow + ox) * k..][..k];
+            let mut i = 0;
+            for ci in 0..p.c {
+                for ky in 0..kh {
+                    let (ry, qy) = ((ky * dh) % sh, (ky * dh) / sh);
+                    for kx in 0..kw {
+                        let (rx, qx) = ((kx * dw) % sw, (kx * dw) / sw);
+                        row[i] = planes[ci * set + (ry * sw + rx) * plane + (oy + qy) * ph.wq + ox + qx];
+                        i += 1;
                     }
                 }
             }
