@@ -406,44 +406,79 @@ fn im2col_phased(
     oys: core::ops::Range<usize>,
     cols: &mut [f32],
 ) {
-    let (kh, kw, ow) = (p.kh, p.kw, p.ow);
-    let [sh, sw] = p.stride;
-    let [dh, dw] = p.dilation;
-    let (set, plane) = (ph.set(), ph.hq * ph.wq);
+    let (taps, ow) = (p.kh * p.kw, p.ow);
+    let off = TapOffsets::new(p.kh, p.kw, p.stride, p.dilation, ph.hq * ph.wq, ph.wq);
+    let set = ph.set();
     let n = oys.len() * ow;
     for ci in 0..cg {
-        for ky in 0..kh {
-            let (ry, qy) = ((ky * dh) % sh, (ky * dh) / sh);
-            for kx in 0..kw {
-                let (rx, qx) = ((kx * dw) % sw, (kx * dw) / sw);
-                let src = &planes[ci * set + (ry * sw + rx) * plane..][..plane];
-                let row = &mut cols[((ci * kh + ky) * kw + kx) * n..][..n];
-                for (oy, dst) in oys.clone().zip(row.chunks_exact_mut(ow)) {
-                    dst.copy_from_slice(&src[(oy + qy) * ph.wq + qx..][..ow]);
-                }
+        for t in 0..taps {
+            let src = &planes[ci * set + off.get(t)..];
+            let row = &mut cols[(ci * taps + t) * n..][..n];
+            for (oy, dst) in oys.clone().zip(row.chunks_exact_mut(ow)) {
+                dst.copy_from_slice(&src[oy * ph.wq..][..ow]);
             }
+        }
+    }
+}
+
+/// Taps per kernel whose phase-plane offsets [`TapOffsets`] keeps (a 11×11 kernel).
+const MAX_TAPS: usize = 121;
+
+/// Offset of each tap `(ky, kx)` (in `ky·kw + kx` order) into one channel's phase planes:
+/// `(ky·dh mod sh, kx·dw mod sw)`'s plane, row `ky·dh / sh`, column `kx·dw / sw` — computed
+/// once per call (the divisions by the stride cost more than the copies they index when done
+/// per element). Kernels above [`MAX_TAPS`] taps compute them on demand.
+pub(crate) struct TapOffsets {
+    off: [usize; MAX_TAPS],
+    geom: (usize, [usize; 2], [usize; 2], usize, usize),
+}
+
+impl TapOffsets {
+    /// For a `kh × kw` kernel with `stride` and `dilation` over phase planes of `plane`
+    /// elements and rows of `wq`.
+    #[inline(always)]
+    pub(crate) fn new(kh: usize, kw: usize, stride: [usize; 2], dilation: [usize; 2], plane: usize, wq: usize) -> Self {
+        let mut t = Self { off: [0; MAX_TAPS], geom: (kw, stride, dilation, plane, wq) };
+        if kh * kw <= MAX_TAPS {
+            for i in 0..kh * kw {
+                t.off[i] = t.compute(i);
+            }
+        }
+        t
+    }
+
+    fn compute(&self, t: usize) -> usize {
+        let (kw, [sh, sw], [dh, dw], plane, wq) = self.geom;
+        let (ky, kx) = (t / kw, t % kw);
+        let (ry, qy) = ((ky * dh) % sh, (ky * dh) / sh);
+        let (rx, qx) = ((kx * dw) % sw, (kx * dw) / sw);
+        (ry * sw + rx) * plane + qy * wq + qx
+    }
+
+    /// Tap `t`'s offset.
+    #[inline(always)]
+    pub(crate) fn get(&self, t: usize) -> usize {
+        if t < MAX_TAPS {
+            self.off[t]
+        } else {
+            self.compute(t)
         }
     }
 }
 
 /// The patches of all channels as rows `xt [H'·W', C·kh·kw]` from their phase planes.
 fn im2row_phased(p: &Conv2dParams, ph: &Depthwise, planes: &[f32], xt: &mut [f32]) {
-    let (kh, kw, k) = (p.kh, p.kw, p.patch_len());
-    let [sh, sw] = p.stride;
-    let [dh, dw] = p.dilation;
-    let (set, plane) = (ph.set(), ph.hq * ph.wq);
+    let (taps, k) = (p.kh * p.kw, p.patch_len());
+    let off = TapOffsets::new(p.kh, p.kw, p.stride, p.dilation, ph.hq * ph.wq, ph.wq);
+    let set = ph.set();
     for oy in 0..p.oh {
         for ox in 0..p.ow {
             let row = &mut xt[(oy * p.ow + ox) * k..][..k];
-            let mut i = 0;
-            for ci in 0..p.c {
-                for ky in 0..kh {
-                    let (ry, qy) = ((ky * dh) % sh, (ky * dh) / sh);
-                    for kx in 0..kw {
-                        let (rx, qx) = ((kx * dw) % sw, (kx * dw) / sw);
-                        row[i] = planes[ci * set + (ry * sw + rx) * plane + (oy + qy) * ph.wq + ox + qx];
-                        i += 1;
-                    }
+            let at = oy * ph.wq + ox;
+            for (ci, rc) in row.chunks_exact_mut(taps).enumerate() {
+                let base = ci * set + at;
+                for (t, v) in rc.iter_mut().enumerate() {
+                    *v = planes[base + off.get(t)];
                 }
             }
         }
@@ -526,6 +561,7 @@ impl Depthwise {
         let plane = oh * ow;
         let (planes, rest) = scratch.split_at_mut(self.phases * self.hq * self.wq);
         let (acc, wbuf) = rest.split_at_mut(self.acc);
+        let off = TapOffsets::new(p.kh, p.kw, p.stride, p.dilation, self.hq * self.wq, self.wq);
         let mut channel = usize::MAX;
         for (oc, yp) in y[..p.o * plane].chunks_exact_mut(plane).enumerate() {
             // One input channel per group: output channels oc of group oc / og read channel
@@ -536,7 +572,7 @@ impl Depthwise {
                 channel = c;
             }
             let wr = proj.w.row(oc, wbuf);
-            taps_body(p, self, wr, planes, acc);
+            taps_body(p, &off, wr, planes, acc);
             let bias = proj.b.map_or(0.0, |b| b.get(oc / b.cols(), oc % b.cols()));
             for (yr, ar) in yp.chunks_exact_mut(ow).zip(acc.chunks_exact(self.wq)) {
                 for (v, &a) in yr.iter_mut().zip(ar) {
@@ -560,40 +596,18 @@ unsafe fn dw_avx2(g: &Depthwise, p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], 
 }
 
 /// `acc = Σ_taps w[ky, kx] · phase(ky, kx)[shifted]`: one contiguous multiply-add over the
-/// whole accumulator per tap, taps in `(ky, kx)` order.
+/// whole accumulator per tap, taps in `(ky, kx)` order. (Holding blocks of the accumulator in
+/// registers across taps was tried: the compiler kept the block on the stack, and every tap
+/// then waited on store forwarding — 3× slower on a 7×7 depthwise layer.)
 #[inline(always)]
-fn taps_body(p: &Conv2dParams, g: &Depthwise, w: &[f32], planes: &[f32], acc: &mut [f32]) {
-    let [sh, sw] = p.stride;
-    let [dh, dw] = p.dilation;
-    let plane = g.hq * g.wq;
+fn taps_body(p: &Conv2dParams, off: &TapOffsets, w: &[f32], planes: &[f32], acc: &mut [f32]) {
     let n = acc.len();
-    // Blocks of the accumulator held in registers across all taps (one load per tap and
-    // element instead of a load and a store of the accumulator too).
-    const BLK: usize = 64;
-    let mut i0 = 0;
-    while i0 < n {
-        let len = BLK.min(n - i0);
-        let mut regs = [0.0f32; BLK];
-        for ky in 0..p.kh {
-            let (ry, qy) = ((ky * dh) % sh, (ky * dh) / sh);
-            for kx in 0..p.kw {
-                let (rx, qx) = ((kx * dw) % sw, (kx * dw) / sw);
-                let wv = w[ky * p.kw + kx];
-                let base = (ry * sw + rx) * plane + qy * g.wq + qx + i0;
-                if len == BLK {
-                    let src: &[f32; BLK] = planes[base..base + BLK].try_into().expect("a block");
-                    for (a, &v) in regs.iter_mut().zip(src) {
-                        *a += wv * v;
-                    }
-                } else {
-                    for (a, &v) in regs[..len].iter_mut().zip(&planes[base..base + len]) {
-                        *a += wv * v;
-                    }
-                }
-            }
+    acc.fill(0.0);
+    for (t, &wv) in w[..p.kh * p.kw].iter().enumerate() {
+        let base = off.get(t);
+        for (a, &v) in acc.iter_mut().zip(&planes[base..base + n]) {
+            *a += wv * v;
         }
-        acc[i0..i0 + len].copy_from_slice(&regs[..len]);
-        i0 += len;
     }
 }
 

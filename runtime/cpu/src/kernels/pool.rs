@@ -10,7 +10,7 @@
 //! row segment in eight lanes.
 
 use crate::error::{expect_eq, ShapeError};
-use crate::kernels::conv::{split_phases, PhaseGeom};
+use crate::kernels::conv::{split_phases, PhaseGeom, TapOffsets};
 use kestrel_format::ops::{Pool2d, PoolKind};
 use kestrel_format::Shape;
 
@@ -171,30 +171,19 @@ fn phases(p: &Pool2dParams) -> PhaseGeom {
 fn max_phased(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let g = phases(p);
     let [sh, sw] = p.stride;
-    let [dh, dw] = p.dilation;
     let (plane, oplane, pq) = (p.h * p.w, p.oh * p.ow, g.hq * g.wq);
     let (planes, rest) = scratch.split_at_mut(sh * sw * pq);
     let acc = &mut rest[..p.oh * g.wq];
     let n = acc.len();
+    let off = TapOffsets::new(p.kh, p.kw, p.stride, p.dilation, pq, g.wq);
     for (xc, yc) in x[..p.c * plane].chunks_exact(plane).zip(y[..p.c * oplane].chunks_exact_mut(oplane)) {
         split_phases(&g, xc, f32::NEG_INFINITY, planes);
-        const BLK: usize = 64;
-        let mut i0 = 0;
-        while i0 < n {
-            let len = BLK.min(n - i0);
-            let mut regs = [f32::NEG_INFINITY; BLK];
-            for u in 0..p.kh {
-                let (ry, qy) = ((u * dh) % sh, (u * dh) / sh);
-                for v in 0..p.kw {
-                    let (rx, qx) = ((v * dw) % sw, (v * dw) / sw);
-                    let base = (ry * sw + rx) * pq + qy * g.wq + qx + i0;
-                    for (a, &t) in regs[..len].iter_mut().zip(&planes[base..base + len]) {
-                        *a = a.max(t);
-                    }
-                }
+        acc.fill(f32::NEG_INFINITY);
+        for t in 0..p.kh * p.kw {
+            let base = off.get(t);
+            for (a, &v) in acc.iter_mut().zip(&planes[base..base + n]) {
+                *a = a.max(v);
             }
-            acc[i0..i0 + len].copy_from_slice(&regs[..len]);
-            i0 += len;
         }
         for (yr, ar) in yc.chunks_exact_mut(p.ow).zip(acc.chunks_exact(g.wq)) {
             yr.copy_from_slice(&ar[..p.ow]);
