@@ -52,6 +52,22 @@ impl Lowerer<'_> {
         (v.len() == 1).then(|| v[0])
     }
 
+    /// The node right after `node` (its only consumer) when it multiplies by the scalar `1/count`
+    /// (a sum turned into a mean), or divides by `count`.
+    pub(super) fn mean_scale_after(&self, node: usize, count: usize) -> Option<usize> {
+        let n = self.only_succ(node)?;
+        let act = OutletId::new(node, 0);
+        let want = 1.0 / count as f64;
+        if let Some(m) = self.bin(n, "Mul") {
+            let s = f64::from(self.scalar_with(m, act)?);
+            return ((s - want).abs() <= 1e-6 * want).then_some(m.id);
+        }
+        let d = self.bin(n, "Div")?;
+        (d.inputs[0] == act).then_some(())?;
+        let s = f64::from(self.scalar_with(d, act)?);
+        ((s - count as f64).abs() <= 1e-6 * count as f64).then_some(d.id)
+    }
+
     fn unary<'n>(&self, n: &'n TypedNode, name: &str) -> Option<&'n TypedNode> {
         n.op_as::<ElementWiseOp>().is_some_and(|e| e.0.name() == name).then_some(n)
     }

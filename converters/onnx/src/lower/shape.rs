@@ -81,6 +81,39 @@ impl Lowerer<'_> {
                 let xx = x;
                 x = self.b.op(|y| Op::Binary(Binary { a: xx, b: xx, op: BinaryOp::Mul, y }))?;
             }
+            // Contiguous axes (a global pool's H and W) reduce as one merged axis; a sum then
+            // multiplied by 1/count (tract's mean) becomes a Mean, absorbing the Mul.
+            let mut axes: Vec<usize> = op.axes.to_vec();
+            axes.sort_unstable();
+            let contiguous = axes.len() > 1 && axes.windows(2).all(|w| w[1] == w[0] + 1);
+            let count: usize = axes.iter().map(|&a| shape[a]).product();
+            let mean = (kind == ReduceOp::Sum).then(|| self.mean_scale_after(self.node, count)).flatten();
+            let kind = if mean.is_some() { ReduceOp::Mean } else { kind };
+            if contiguous || mean.is_some() {
+                let (a0, a1) = (axes[0], axes[axes.len() - 1]);
+                let merged: Vec<usize> =
+                    shape[..a0].iter().copied().chain([count]).chain(shape[a1 + 1..].iter().copied()).collect();
+                let out: Vec<usize> =
+                    shape.iter().enumerate().map(|(i, &d)| if axes.contains(&i) { 1 } else { d }).collect();
+                if contiguous || axes.len() == 1 {
+                    let xm = self.reshape(x, &shape, &merged)?;
+                    let r =
+                        self.b.op(|y| Op::Reduce(Reduce { x: xm, op: kind, axis: a0 as u32, keep_dims: true, y }))?;
+                    let kept: Vec<usize> =
+                        merged.iter().enumerate().map(|(i, &d)| if i == a0 { 1 } else { d }).collect();
+                    let y = self.reshape(r, &kept, &out)?;
+                    let val = Val::Act { id: y, shape: out, int: false };
+                    match mean {
+                        Some(m) => {
+                            self.count_fused("sum+scale as mean");
+                            self.absorb(m, val);
+                        }
+                        None => self.set_out(val),
+                    }
+                    return Ok(true);
+                }
+            }
+            let kind = if mean.is_some() { ReduceOp::Sum } else { kind };
             for &axis in &op.axes {
                 let xx = x;
                 x = self.b.op(|y| Op::Reduce(Reduce { x: xx, op: kind, axis: axis as u32, keep_dims: true, y }))?;

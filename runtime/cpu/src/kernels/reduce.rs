@@ -68,6 +68,19 @@ pub fn reduce(p: &ReduceParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) 
     if inner == 0 || p.outer == 0 {
         return;
     }
+    if inner == 1 {
+        // The last axis (a global pool's merged H·W): each output reduces one contiguous row,
+        // eight lanes at a time.
+        for (xr, o) in x[..p.outer * n].chunks_exact(n).zip(&mut y[..p.outer]) {
+            *o = match p.op {
+                ReduceOp::Mean => row_reduce(xr, 0.0, |a, v| a + v) * (1.0 / n as f32),
+                ReduceOp::Sum => row_reduce(xr, 0.0, |a, v| a + v),
+                ReduceOp::Max => row_reduce(xr, f32::NEG_INFINITY, f32::max),
+                ReduceOp::Min => row_reduce(xr, f32::INFINITY, f32::min),
+            };
+        }
+        return;
+    }
     for (xs, ys) in x[..p.outer * slab].chunks_exact(slab).zip(y[..p.outer * inner].chunks_exact_mut(inner)) {
         ys.copy_from_slice(&xs[..inner]);
         for xr in xs.chunks_exact(inner).skip(1) {
@@ -82,4 +95,18 @@ pub fn reduce(p: &ReduceParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) 
             ys.iter_mut().for_each(|o| *o *= inv);
         }
     }
+}
+
+/// `f`-fold of a contiguous row over eight lanes (then the lanes, then the tail), from `init`.
+#[inline(always)]
+fn row_reduce(xs: &[f32], init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut lanes = [init; 8];
+    let mut chunks = xs.chunks_exact(8);
+    for ch in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(ch) {
+            *l = f(*l, v);
+        }
+    }
+    let r = lanes.iter().fold(init, |a, &v| f(a, v));
+    chunks.remainder().iter().fold(r, |a, &v| f(a, v))
 }
