@@ -289,7 +289,7 @@ fn transpose2d(x: &[f32], rows: usize, cols: usize, y: &mut [f32]) {
 /// Output planes up to which a depthwise convolution (one input channel per output channel)
 /// runs channels-innermost: one vector multiply-add per output pixel and tap across all
 /// channels, instead of per channel a handful of taps over a plane too small to vectorise.
-const CL_MAX_PLANE: usize = 64;
+const CL_MAX_PLANE: usize = 16;
 
 fn channels_last_depthwise(p: &Conv2dParams) -> bool {
     p.groups == p.c && p.o == p.c && p.oh * p.ow <= CL_MAX_PLANE
