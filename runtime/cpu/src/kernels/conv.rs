@@ -152,10 +152,19 @@ fn small_plane(p: &Conv2dParams) -> bool {
     p.groups == 1 && p.oh * p.ow < SMALL_PLANE
 }
 
+/// Whether `p` cuts its input into non-overlapping patches (a ViT's patch embedding: kernel =
+/// stride, no padding, no dilation, one group): each patch row is then a contiguous copy.
+fn patchify(p: &Conv2dParams) -> bool {
+    p.groups == 1 && p.kh * p.kw > 1 && p.stride == [p.kh, p.kw] && p.pad == [0; 4] && p.dilation == [1, 1]
+}
+
 /// Scratch of [`conv2d_gemm`]: one group's patches, then the decoded weights (or, small
 /// planes: the transposed patches and the transposed output).
 fn gemm_scratch(p: &Conv2dParams) -> usize {
     let (k, plane) = (p.patch_len(), p.oh * p.ow);
+    if patchify(p) {
+        return plane * (k + p.o);
+    }
     let built = patches_len(p) + planes_len(p);
     if small_plane(p) {
         built + plane * (k + p.o)
@@ -199,6 +208,24 @@ fn patches_len(p: &Conv2dParams) -> usize {
 fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (cg, og, k) = (p.c / p.groups, p.o / p.groups, p.patch_len());
     let plane = p.oh * p.ow;
+    if patchify(p) {
+        // Patches as rows `[H'·W', C·kh·kw]` (each kernel row one contiguous copy), through the
+        // dense kernels (`[patches, K] · Wᵀ`, any weight encoding), then transposed to y.
+        let (xt, rest) = scratch.split_at_mut(plane * k);
+        let yt = &mut rest[..plane * p.o];
+        for (i, row) in xt.chunks_exact_mut(k).enumerate() {
+            let (py, px) = (i / p.ow, i % p.ow);
+            for (j, seg) in row.chunks_exact_mut(p.kw).enumerate() {
+                let (ci, ky) = (j / p.kh, j % p.kh);
+                let at = (ci * p.h + py * p.kh + ky) * p.w + px * p.kw;
+                seg.copy_from_slice(&x[at..at + p.kw]);
+            }
+        }
+        crate::kernels::linear::matmul_nt(xt, plane, &proj.w, yt);
+        transpose2d(yt, plane, p.o, &mut y[..p.o * plane]);
+        add_bias(proj, plane, &mut y[..p.o * plane]);
+        return;
+    }
     let (patches, rest) = scratch.split_at_mut(patches_len(p));
     let (planes, wbuf) = rest.split_at_mut(planes_len(p));
     let ph = Depthwise::of(p);
