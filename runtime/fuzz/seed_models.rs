@@ -26,7 +26,7 @@ fn tiny(which: usize, dtype: DType) -> Vec<u8> {
             let align = (which == 3).then(|| p(&mut b, t, t));
             let k = (which <= 1).then_some(k);
             let v = (which == 0).then_some(v);
-            b.op(|y| Op::Attention(Attention { x, variant, heads: 2, causal: which % 2 == 1, scale: 0.7, q, k, v, align, o, y }))
+            b.op(|y| Op::Attention(Attention { x, variant, heads: 2, causal: which % 2 == 1, scale: 0.7, q, k, v, align, o, mask: None, y }))
         }
         4 => {
             let (u, vv) = (p(&mut b, t, 2).w, p(&mut b, t, 2).w);

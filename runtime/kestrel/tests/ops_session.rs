@@ -507,6 +507,7 @@ fn attention_every_variant_heads_and_mask() {
                                 v,
                                 align,
                                 o,
+                                mask: None,
                                 y,
                             })
                         })
