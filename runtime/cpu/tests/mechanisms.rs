@@ -422,12 +422,18 @@ fn fully_masked_rows_are_uniform_or_zero_never_nan() {
             assert!(finite.iter().all(|v| v.is_finite()), "{path:?}: {finite:?}");
             // Rows other than 2 match the reference.
             for i in (0..t).filter(|&i| i != 2) {
-                assert_close(&format!("{path:?} row {i}"), &finite[i * d..(i + 1) * d], &want[i * d..(i + 1) * d], F32_KERNEL);
+                assert_close(
+                    &format!("{path:?} row {i}"),
+                    &finite[i * d..(i + 1) * d],
+                    &want[i * d..(i + 1) * d],
+                    F32_KERNEL,
+                );
             }
             // Row 2: uniform weights, so every head outputs the mean of its values, and the row is
             // (mean of V) W^Oᵀ + b^O, V = X (Optimised) or X W^Vᵀ + b^V (Standard; linear, so
             // the mean of V is V of the mean input row).
-            let mean_x: Vec<f64> = (0..d).map(|f| (0..t).map(|j| f64::from(x[j * d + f])).sum::<f64>() / t as f64).collect();
+            let mean_x: Vec<f64> =
+                (0..d).map(|f| (0..t).map(|j| f64::from(x[j * d + f])).sum::<f64>() / t as f64).collect();
             let mean_v = match &l.v {
                 Some(v) => v.dense().apply(&mean_x, 1, d),
                 None => mean_x,

@@ -319,7 +319,8 @@ fn attention_with_a_computed_padding_mask_fuses_with_the_mask_input() {
                 // The file round-trips the mask slot.
                 let bytes = kestrel::format::aligned_copy(&b.build().unwrap());
                 let f = kestrel::format::KesFile::parse(&bytes).unwrap();
-                let masked = (0..f.op_count()).filter(|&k| matches!(f.op(k).unwrap(), Op::Attention(a) if a.mask.is_some()));
+                let masked =
+                    (0..f.op_count()).filter(|&k| matches!(f.op(k).unwrap(), Op::Attention(a) if a.mask.is_some()));
                 assert_eq!(masked.count(), 1, "{what}");
                 cases += 1;
             }

@@ -57,7 +57,14 @@ impl Ctx {
     /// per sample (`kestrel_reference::testing::random_mask`: masked positions `fill`, kept ones
     /// a random bias; never a row with every visible key masked), or with `full_row`, query row
     /// 0 of a `[T, T]` mask masked entirely (uniform weights for a finite fill, zero for −∞).
-    fn mask_input(&mut self, t: usize, per_query: bool, causal: bool, fill: f32, full_row: bool) -> Result<TensorId, Error> {
+    fn mask_input(
+        &mut self,
+        t: usize,
+        per_query: bool,
+        causal: bool,
+        fill: f32,
+        full_row: bool,
+    ) -> Result<TensorId, Error> {
         let dims = if per_query { vec![t, t] } else { vec![t] };
         let id = self.b.input(&format!("x{}", self.feeds.len()), &dims)?;
         let mut rng = kestrel_reference::testing::Rng::new(self.rng.vec(1, 1.0)[0].to_bits().into());
@@ -278,7 +285,9 @@ fn mechanism_cases() -> Vec<Case> {
                 let align = if variant == AttentionVariant::Super { Some(c.proj(t, t, true)?) } else { None };
                 let o = c.proj(d, d, true)?;
                 let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
-                c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v: vv, align, o, mask: None, y }))
+                c.b.op(|y| {
+                    Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v: vv, align, o, mask: None, y })
+                })
             }));
         }
     }
@@ -384,7 +393,22 @@ fn large_cases() -> Vec<Case> {
             let align = if variant == AttentionVariant::Super { Some(c.proj(t, t, true)?) } else { None };
             let o = c.proj(d, d, true)?;
             let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
-            c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal: false, scale, q, k, v: vv, align, o, mask: None, y }))
+            c.b.op(|y| {
+                Op::Attention(Attention {
+                    x,
+                    variant,
+                    heads,
+                    causal: false,
+                    scale,
+                    q,
+                    k,
+                    v: vv,
+                    align,
+                    o,
+                    mask: None,
+                    y,
+                })
+            })
         }));
     }
     // A key mask over more keys than a workgroup has threads (several chunks per pass).
@@ -392,9 +416,25 @@ fn large_cases() -> Vec<Case> {
         let (t, d) = (130, 32);
         let x = c.input(&[t, d])?;
         let mask = Some(c.mask_input(t, false, false, f32::MIN, false)?);
-        let (q, k, vv, o) = (c.proj(d, d, true)?, Some(c.proj(d, d, true)?), Some(c.proj(d, d, true)?), c.proj(d, d, true)?);
+        let (q, k, vv, o) =
+            (c.proj(d, d, true)?, Some(c.proj(d, d, true)?), Some(c.proj(d, d, true)?), c.proj(d, d, true)?);
         let variant = AttentionVariant::Standard;
-        c.b.op(|y| Op::Attention(Attention { x, variant, heads: 2, causal: false, scale: 0.25, q, k, v: vv, align: None, o, mask, y }))
+        c.b.op(|y| {
+            Op::Attention(Attention {
+                x,
+                variant,
+                heads: 2,
+                causal: false,
+                scale: 0.25,
+                q,
+                k,
+                v: vv,
+                align: None,
+                o,
+                mask,
+                y,
+            })
+        })
     }));
     v.push(case("dense", "dense 1x20736->16 (a flattened ViT head)", |c| {
         let x = c.input(&[20736])?;
