@@ -330,7 +330,10 @@ fn inspect(w: &mut String, path: &PathBuf) -> Result<()> {
         let detail = match op {
             kestrel_format::ops::Op::Attention(a) => {
                 let mask = match a.mask {
-                    Some(m) => format!(", key mask {m} ({})", f.tensor(m)?.name),
+                    Some(m) => {
+                        let t = f.tensor(m)?;
+                        format!(", mask {m} ({} {})", t.name, t.shape)
+                    }
                     None => String::new(),
                 };
                 format!("  ({:?}, {} heads{}{mask})", a.variant, a.heads, if a.causal { ", causal" } else { "" })
