@@ -301,6 +301,7 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     }
     nodes.sort_unstable();
     nodes.dedup();
+    let x = keep_shared_views(b, &mut nodes, x, od.y, (t, d), mask_src.as_ref().map(|m| m.0))?;
     // Build: reshape views adapt the input, the mask and the output to the fused node's shapes.
     let y = od.y;
     let mut mask_ops = Vec::new();
@@ -335,6 +336,46 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     };
     mask_ops.extend(ops);
     Some((Region { nodes, inputs, output: y }, mask_ops))
+}
+
+/// Reshape views of the input that the rest of the graph reads too stay in the graph (say a
+/// residual branch reads `[1, T, d]` while the projections read a `[T, d]` view of it, as
+/// `nn.TransformerEncoder`'s first layer does): they leave the region, and the region's input
+/// becomes the one tensor its nodes then read from outside, which must still be `[T, d]` or
+/// `[1, T, d]`. Returns the (possibly new) input, `None` if the region cannot be cut that way.
+fn keep_shared_views(
+    b: &ModelBuilder,
+    nodes: &mut Vec<usize>,
+    x: TensorId,
+    out: TensorId,
+    td: (usize, usize),
+    bias: Option<TensorId>,
+) -> Option<TensorId> {
+    let escapes = |nodes: &[usize], n: usize| {
+        let y = b.ops()[n].output();
+        y != out && (b.outputs().contains(&y) || b.consumers(y).iter().any(|c| !nodes.contains(c)))
+    };
+    let mut cut = false;
+    while let Some(i) = nodes.iter().position(|&n| matches!(b.ops()[n], Op::Reshape(_)) && escapes(nodes, n)) {
+        nodes.remove(i);
+        cut = true;
+    }
+    if !cut {
+        return Some(x);
+    }
+    let produced: Vec<TensorId> = nodes.iter().map(|&n| b.ops()[n].output()).collect();
+    let mut outside = Vec::new();
+    for &n in nodes.iter() {
+        b.ops()[n].for_each_input(|t| {
+            if !b.is_weight(t) && !produced.contains(&t) && Some(t) != bias && !outside.contains(&t) {
+                outside.push(t);
+            }
+        });
+    }
+    match outside[..] {
+        [x2] if tokens(b, x2) == Some(td) => Some(x2),
+        _ => None,
+    }
 }
 
 /// Does `t` come from a matrix product, through layout ops, scalings and additions (the score
