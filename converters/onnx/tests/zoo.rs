@@ -104,9 +104,10 @@ fn every_zoo_model_converts_and_matches_onnxruntime() {
 
 /// HF BERT and DistilBERT (an `attention_mask` input): every attention layer (one ONNX Softmax
 /// each) is one fused `Attention` node with the padding mask as its mask input, and no softmax
-/// is left. Other models: nothing required.
+/// is left. `nn.TransformerEncoder`: every layer fused (no mask). Other models: nothing required.
 fn masked_attention_fused(name: &str, meta: &serde_json::Value, conv: &kestrel_onnx::Conversion) -> Result<(), String> {
-    if !(name.starts_with("bert-") || name.starts_with("distilbert-")) {
+    let masked = name.starts_with("bert-") || name.starts_with("distilbert-");
+    if !masked && !name.starts_with("torch_encoder-") {
         return Ok(());
     }
     let layers = meta["onnx_ops"]["Softmax"].as_u64().ok_or("meta.json lists no Softmax")? as usize;
@@ -117,6 +118,9 @@ fn masked_attention_fused(name: &str, meta: &serde_json::Value, conv: &kestrel_o
             "{attention} fused Attention nodes for {layers} layers, kestrel ops {ops:?}, rejected: {:?}",
             conv.report.fusion_rejected
         ));
+    }
+    if !masked {
+        return Ok(());
     }
     let bytes = kestrel::format::aligned_copy(&conv.kes);
     let f = kestrel::format::KesFile::parse(&bytes).map_err(|e| e.to_string())?;
