@@ -128,6 +128,7 @@ fn text_attention() -> ModelSpec {
                 v: None,
                 align: None,
                 o: Proj { w: 4, b: None },
+                mask: None,
                 y: 5,
             }),
             Op::Reduce(Reduce {

@@ -1,6 +1,6 @@
 //! Writes small valid models (seed corpus for the `model` target) into the directory given as
-//! the first argument: one tiny model per mechanism and weight encoding, plus the demo text
-//! model. Run via `seed.sh`.
+//! the first argument: one tiny model per mechanism and weight encoding (and masked attention),
+//! plus the demo text model. Run via `seed.sh`.
 
 use kestrel::format::ops::*;
 use kestrel::format::DType;
@@ -26,7 +26,7 @@ fn tiny(which: usize, dtype: DType) -> Vec<u8> {
             let align = (which == 3).then(|| p(&mut b, t, t));
             let k = (which <= 1).then_some(k);
             let v = (which == 0).then_some(v);
-            b.op(|y| Op::Attention(Attention { x, variant, heads: 2, causal: which % 2 == 1, scale: 0.7, q, k, v, align, o, y }))
+            b.op(|y| Op::Attention(Attention { x, variant, heads: 2, causal: which % 2 == 1, scale: 0.7, q, k, v, align, o, mask: None, y }))
         }
         4 => {
             let (u, vv) = (p(&mut b, t, 2).w, p(&mut b, t, 2).w);
@@ -37,6 +37,13 @@ fn tiny(which: usize, dtype: DType) -> Vec<u8> {
             b.op(|y| Op::AftLocal(AftLocal { x, causal: false, window: 2, q, k, v, w: wl, o, y }))
         }
         6 => b.op(|y| Op::AftSimple(AftSimple { x, causal: false, q, k, v, o, y })),
+        // Standard attention with a [T, T] score mask input (the 13-slot record).
+        9 => {
+            let mask = Some(b.input("mask", &[t, t]).unwrap());
+            let (k, v) = (Some(k), Some(v));
+            let variant = AttentionVariant::Standard;
+            b.op(|y| Op::Attention(Attention { x, variant, heads: 2, causal: false, scale: 0.7, q, k, v, align: None, o, mask, y }))
+        }
         7 => {
             let k2 = p(&mut b, 2, d);
             let wk = w(&mut b, &[2, 3, 3]);
@@ -56,7 +63,7 @@ fn main() {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus/model".into());
     std::fs::create_dir_all(&dir).unwrap();
     for dtype in [DType::F32, DType::F16, DType::I8, DType::I4] {
-        for which in 0..9 {
+        for which in 0..10 {
             std::fs::write(format!("{dir}/mech{which}_{}.kes", dtype.name()), tiny(which, dtype)).unwrap();
         }
     }

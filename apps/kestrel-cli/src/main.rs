@@ -326,7 +326,21 @@ fn inspect(w: &mut String, path: &PathBuf) -> Result<()> {
         let y = f.tensor(op.output())?;
         let mut ins = Vec::new();
         op.for_each_input(|id| ins.push(id.to_string()));
-        writeln!(w, "{n:>4}  {:<12} {} {}  <- [{}]", op.name(), y.name, y.shape, ins.join(", "))?;
+        // Attention's flags, and its key mask (an input listed above) by name.
+        let detail = match op {
+            kestrel_format::ops::Op::Attention(a) => {
+                let mask = match a.mask {
+                    Some(m) => {
+                        let t = f.tensor(m)?;
+                        format!(", mask {m} ({} {})", t.name, t.shape)
+                    }
+                    None => String::new(),
+                };
+                format!("  ({:?}, {} heads{}{mask})", a.variant, a.heads, if a.causal { ", causal" } else { "" })
+            }
+            _ => String::new(),
+        };
+        writeln!(w, "{n:>4}  {:<12} {} {}  <- [{}]{detail}", op.name(), y.name, y.shape, ins.join(", "))?;
     }
     Ok(())
 }

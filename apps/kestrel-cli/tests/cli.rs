@@ -28,6 +28,25 @@ fn demo_writes_a_model_that_inspect_reads() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A converted HF BERT (attention mask input): `inspect` shows each fused Attention node's
+/// variant, heads and its mask tensor.
+#[test]
+fn inspect_shows_the_mask_of_fused_attention() {
+    let dir = std::env::temp_dir().join(format!("kestrel-cli-mask-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kes = dir.join("bert.kes");
+    let onnx = concat!(env!("CARGO_MANIFEST_DIR"), "/../../converters/zoo/bert-legacy17/model.onnx");
+    let (ok, _, stderr) = kestrel(&["convert", onnx, "-o", kes.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let (ok, stdout, stderr) = kestrel(&["inspect", kes.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let masked: Vec<&str> =
+        stdout.lines().filter(|l| l.contains("Attention") && l.contains("(Standard, 4 heads, mask ")).collect();
+    assert_eq!(masked.len(), 2, "{stdout}");
+    assert!(masked.iter().all(|l| l.contains("[16, 16])")), "{masked:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn bad_files_are_clear_errors_not_panics() {
     let dir = std::env::temp_dir().join(format!("kestrel-cli-bad-{}", std::process::id()));

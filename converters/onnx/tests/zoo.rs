@@ -87,6 +87,9 @@ fn every_zoo_model_converts_and_matches_onnxruntime() {
         if rel > REL_TOL {
             failures.push(format!("{name}: relative error {rel:.2e} > {REL_TOL:.0e}"));
         }
+        if let Err(e) = masked_attention_fused(&name, &meta, &conv) {
+            failures.push(format!("{name}: {e}"));
+        }
         // Every ONNX op of a model that converts is in the documented table.
         for op in meta["onnx_ops"].as_object().unwrap().keys() {
             if !ONNX_OPS.iter().any(|o| o.op == op) {
@@ -97,6 +100,38 @@ fn every_zoo_model_converts_and_matches_onnxruntime() {
     }
     println!("{converted} zoo exports converted");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// HF BERT and DistilBERT (an `attention_mask` input): every attention layer (one ONNX Softmax
+/// each) is one fused `Attention` node with the padding mask as its mask input, and no softmax
+/// is left. `nn.TransformerEncoder`: every layer fused (no mask). Other models: nothing required.
+fn masked_attention_fused(name: &str, meta: &serde_json::Value, conv: &kestrel_onnx::Conversion) -> Result<(), String> {
+    let masked = name.starts_with("bert-") || name.starts_with("distilbert-");
+    if !masked && !name.starts_with("torch_encoder-") {
+        return Ok(());
+    }
+    let layers = meta["onnx_ops"]["Softmax"].as_u64().ok_or("meta.json lists no Softmax")? as usize;
+    let ops = &conv.report.kestrel_ops;
+    let attention = ops.get("Attention").copied().unwrap_or(0);
+    if attention != layers || ops.contains_key("Softmax") {
+        return Err(format!(
+            "{attention} fused Attention nodes for {layers} layers, kestrel ops {ops:?}, rejected: {:?}",
+            conv.report.fusion_rejected
+        ));
+    }
+    if !masked {
+        return Ok(());
+    }
+    let bytes = kestrel::format::aligned_copy(&conv.kes);
+    let f = kestrel::format::KesFile::parse(&bytes).map_err(|e| e.to_string())?;
+    let masked = (0..f.op_count())
+        .filter(|&n| matches!(f.op(n), Ok(kestrel::format::ops::Op::Attention(a)) if a.mask.is_some()))
+        .count();
+    if masked != layers {
+        return Err(format!("{masked} of {layers} Attention nodes have a mask input"));
+    }
+    println!("{name}: {layers} attention layers fused with their padding mask");
+    Ok(())
 }
 
 /// The GPU device, or `None` (with a message) when there is none and `KESTREL_REQUIRE_GPU` is

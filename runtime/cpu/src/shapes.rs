@@ -205,7 +205,13 @@ pub fn output_shape(
         Op::Gru(o) => RnnParams::of_gru(o, |id| Ok(shape_of(id)))?
             .y_shape()
             .ok_or(ShapeError::Invalid { op: name, what: "output rank or dim too large" }),
-        Op::Attention(o) => tokens(name, shape_of(o.x)),
+        Op::Attention(o) => {
+            let x = tokens(name, shape_of(o.x))?;
+            if let Some(m) = o.mask {
+                crate::kernels::attention::check_key_mask(name, &shape_of(m), x.dim(0))?;
+            }
+            Ok(x)
+        }
         Op::AftFull(o) => tokens(name, shape_of(o.x)),
         Op::AftLocal(o) => tokens(name, shape_of(o.x)),
         Op::AftSimple(o) => tokens(name, shape_of(o.x)),

@@ -13,6 +13,7 @@ use kestrel_cpu::ShapeError;
 use kestrel_format::ops::AttentionVariant;
 use kestrel_format::DType;
 use kestrel_reference::mechanisms as reference;
+use kestrel_reference::testing::random_mask;
 use kestrel_reference::tolerance::F32_KERNEL;
 use kestrel_reference::{assert_close, compare};
 use proptest::prelude::*;
@@ -48,6 +49,27 @@ proptest! {
         let want = layer.reference(&p, &x);
         assert_close(&format!("{p:?} {dt:?}"), &layer.run(&p, &x), &want, F32_KERNEL);
         assert_close(&format!("{p:?} {dt:?} row-wise"), &layer.run_rowwise(&p, &x), &want, F32_KERNEL);
+    }
+
+    /// An additive mask (`[T]` per key or `[T, T]` per query and key; masked positions f32::MIN,
+    /// −∞ or −1e4, kept ones 0 or a random bias; never a row with every visible key masked) on
+    /// every path: planned, blocks of 5 queries (ragged, several per sample) and row-wise.
+    #[test]
+    fn masked_attention_matches_reference(
+        t in 1usize..=24, d in dim(), h in heads(), causal: bool, v in 0usize..4,
+        dt in dtype(), per_query: bool, fill in 0usize..3, bias: bool, seed: u64,
+    ) {
+        let p = attn_params(t, d, h, causal, variant(v));
+        let mut rng = Rng::new(seed);
+        let x = rng.normal_vec(t * d);
+        let mut layer = AttnLayer::random(&mut rng, dt, &p);
+        let fill = [f32::MIN, f32::NEG_INFINITY, -1e4][fill];
+        let mask = random_mask(&mut rng, t, per_query, causal, fill, bias);
+        let want = layer.reference_masked(&p, &x, Some(&mask));
+        let what = format!("{p:?} {dt:?} mask {mask:?}");
+        for path in [Path::Planned, Path::Blocks(5), Path::RowWise] {
+            assert_close(&format!("{what} {path:?}"), &layer.run_masked(&p, &x, &mask, path), &want, F32_KERNEL);
+        }
     }
 
     #[test]
@@ -373,6 +395,84 @@ fn check_rejects_bad_shapes() {
     };
     assert!(p.check(&w).is_ok());
     assert!(FastformerParams { heads: 4, ..p }.check(&w).is_err());
+}
+
+/// A row whose every key is masked: with a finite fill (f32::MIN, what transformers writes) the
+/// scores are all equal in f32, so the weights are uniform and the head output is the mean of
+/// the values (PyTorch and onnxruntime compute the same); with −∞ the weights are zero (no
+/// NaN). Other rows are unaffected by the masked row. On every path.
+#[test]
+fn fully_masked_rows_are_uniform_or_zero_never_nan() {
+    let (t, d, h) = (6, 8, 2);
+    let mut rng = Rng::new(5);
+    let x = rng.normal_vec(t * d);
+    // Optimised: V = X, so the uniform head output is the mean of the input rows.
+    for variant in [AttentionVariant::Optimised, AttentionVariant::Standard] {
+        let p = attn_params(t, d, h, false, variant);
+        let mut l = AttnLayer::random(&mut rng, DType::F32, &p);
+        // Row 2 of a [T, T] mask masks every key; the other rows keep keys 0 and 3.
+        let mut mask = vec![f32::MIN; t * t];
+        for i in (0..t).filter(|&i| i != 2) {
+            mask[i * t] = 0.0;
+            mask[i * t + 3] = 0.0;
+        }
+        let want = l.reference_masked(&p, &x, Some(&mask));
+        for path in [Path::Planned, Path::Blocks(4), Path::RowWise] {
+            let finite = l.run_masked(&p, &x, &mask, path);
+            assert!(finite.iter().all(|v| v.is_finite()), "{path:?}: {finite:?}");
+            // Rows other than 2 match the reference.
+            for i in (0..t).filter(|&i| i != 2) {
+                assert_close(
+                    &format!("{path:?} row {i}"),
+                    &finite[i * d..(i + 1) * d],
+                    &want[i * d..(i + 1) * d],
+                    F32_KERNEL,
+                );
+            }
+            // Row 2: uniform weights, so every head outputs the mean of its values, and the row is
+            // (mean of V) W^Oᵀ + b^O, V = X (Optimised) or X W^Vᵀ + b^V (Standard; linear, so
+            // the mean of V is V of the mean input row).
+            let mean_x: Vec<f64> =
+                (0..d).map(|f| (0..t).map(|j| f64::from(x[j * d + f])).sum::<f64>() / t as f64).collect();
+            let mean_v = match &l.v {
+                Some(v) => v.dense().apply(&mean_x, 1, d),
+                None => mean_x,
+            };
+            let uniform = l.o.dense().apply(&mean_v, 1, d);
+            assert_close(&format!("{path:?} row 2 uniform"), &finite[2 * d..3 * d], &uniform, F32_KERNEL);
+            // With −∞ the row's head outputs are 0, so its output is W^O's bias.
+            let mut inf = mask.clone();
+            inf.iter_mut().filter(|v| **v == f32::MIN).for_each(|v| *v = f32::NEG_INFINITY);
+            let got = l.run_masked(&p, &x, &inf, path);
+            assert!(got.iter().all(|v| v.is_finite()), "{path:?} −∞: {got:?}");
+            let want_inf = l.reference_masked(&p, &x, Some(&inf));
+            assert_close(&format!("{path:?} −∞"), &got, &want_inf, F32_KERNEL);
+            let bias_o: Vec<f64> = l.o.b.as_ref().map_or(vec![0.0; d], |b| b.dec.clone());
+            assert_close(&format!("{path:?} −∞ row 2 = b^O"), &got[2 * d..3 * d], &bias_o, F32_KERNEL);
+        }
+    }
+}
+
+/// A `[T]` key mask equals the `[T, T]` mask that repeats it on every row, and a zero mask
+/// changes nothing.
+#[test]
+fn key_mask_broadcasts_over_queries() {
+    let (t, d) = (7, 8);
+    let mut rng = Rng::new(11);
+    let x = rng.normal_vec(t * d);
+    for causal in [false, true] {
+        let p = attn_params(t, d, 2, causal, AttentionVariant::Standard);
+        let mut l = AttnLayer::random(&mut rng, DType::F32, &p);
+        let key = random_mask(&mut rng, t, false, causal, f32::MIN, true);
+        let full: Vec<f32> = (0..t).flat_map(|_| key.iter().copied()).collect();
+        for path in [Path::Planned, Path::RowWise] {
+            let a = l.run_masked(&p, &x, &key, path);
+            let b = l.run_masked(&p, &x, &full, path);
+            assert_eq!(a, b, "{path:?} causal {causal}");
+            let z = l.run_masked(&p, &x, &vec![0.0; t], path);
+            assert_close(&format!("{path:?} zero mask"), &z, &l.reference(&p, &x), F32_KERNEL);
+        }
+    }
 }
 
 /// The paper's benchmark size (T = d = 64, as in MNIST and Amazon): longer reductions than the

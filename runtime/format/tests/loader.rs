@@ -58,6 +58,7 @@ fn spec() -> ModelSpec {
             v: None,
             align: None,
             o: Proj { w: 9, b: None },
+            mask: None,
             y: 10,
         }),
         Op::Reduce(Reduce { x: 10, op: ReduceOp::Mean, axis: 0, keep_dims: false, y: 11 }),
@@ -641,6 +642,7 @@ fn every_op_kind_round_trips() {
             v: None,
             align: Some(p(3)),
             o: p(5),
+            mask: None,
             y,
         }),
         Op::AftFull(AftFull {

@@ -89,7 +89,22 @@ fn mechanism(
         let align = matches!(variant, AttentionVariant::Super).then(|| c.proj(t, t)).transpose()?;
         let o = c.proj(d, d)?;
         let scale = 1.0 / ((d / heads) as f32).sqrt();
-        c.b.op(|y| Op::Attention(Attention { x, variant, heads: heads as u32, causal, scale, q, k, v, align, o, y }))
+        c.b.op(|y| {
+            Op::Attention(Attention {
+                x,
+                variant,
+                heads: heads as u32,
+                causal,
+                scale,
+                q,
+                k,
+                v,
+                align,
+                o,
+                mask: None,
+                y,
+            })
+        })
     };
     match which {
         0 => attention(c, AttentionVariant::Standard, 2, false),

@@ -114,12 +114,33 @@ struct Spelling {
     causal: bool,
 }
 
+/// A padding mask on top of a [`Spelling`]: a second graph input `keep` (0/1) of shape
+/// `keep_dims` per sample, turned into the additive bias `(1 − keep)·f32::MIN` as transformers
+/// writes it, and added to the scores.
+#[derive(Clone, Copy)]
+struct Padding {
+    keep_dims: &'static [usize],
+    /// Add the bias before the scale, `(QKᵀ + bias)·scale` (what the fused node does not compute).
+    before_scale: bool,
+}
+
 fn decomposed_attention(sp: &Spelling) -> ModelBuilder {
+    decomposed_masked_attention(sp, None)
+}
+
+fn decomposed_masked_attention(sp: &Spelling, pad: Option<Padding>) -> ModelBuilder {
     let (t, d) = (6usize, 8usize);
     let (h, c) = (sp.heads, d / sp.heads);
     let mut b = ModelBuilder::new("attn");
     let mut rng = Rng::new(17);
     let x = b.input("x", &[1, t, d]).unwrap();
+    let bias = pad.map(|pad| {
+        let keep = b.input("keep", pad.keep_dims).unwrap();
+        let one = scalar(&mut b, "one", 1.0);
+        let min = scalar(&mut b, "min", f32::MIN);
+        let drop = b.op(|y| Op::Binary(Binary { a: one, b: keep, op: BinaryOp::Sub, y })).unwrap();
+        b.op(|y| Op::Binary(Binary { a: drop, b: min, op: BinaryOp::Mul, y })).unwrap()
+    });
     let mut dense = |b: &mut ModelBuilder, x: TensorId, out: usize, inp: usize| {
         let w = b.weight("w", &[out, inp], rng.vec(out * inp, 0.5)).unwrap();
         let bias = b.weight("b", &[out], rng.vec(out, 0.1)).unwrap();
@@ -170,8 +191,19 @@ fn decomposed_attention(sp: &Spelling) -> ModelBuilder {
         b.op(|y| Op::MatMul(MatMul { a: qh, b: kh, transpose_b: true, y })).unwrap()
     };
     let mut s = scores;
+    let add_bias = |b: &mut ModelBuilder, s: TensorId| match bias {
+        Some(m) => b.op(|y| Op::Binary(Binary { a: s, b: m, op: BinaryOp::Add, y })).unwrap(),
+        None => s,
+    };
+    let before_scale = pad.is_some_and(|p| p.before_scale);
+    if before_scale {
+        s = add_bias(&mut b, s);
+    }
     if !sp.scale_on_q {
         s = b.op(|y| Op::Binary(Binary { a: s, b: sw, op: sop, y })).unwrap();
+    }
+    if !before_scale {
+        s = add_bias(&mut b, s);
     }
     if sp.causal {
         let m: Vec<f32> = (0..t * t).map(|k| if k % t <= k / t { 0.0 } else { -1e9 }).collect();
@@ -231,6 +263,99 @@ fn written_out_attention_fuses_for_every_variant_and_spelling() {
         }
     }
     assert_eq!(cases, 48);
+}
+
+/// Runs a masked block on 3 samples: x random, `keep` 0/1 with key 0 kept (so causal rows
+/// always see a kept key) and about half of the others dropped.
+fn run_masked_attn(b: &ModelBuilder, keep_len: usize) -> Vec<f32> {
+    let model = Model::from_bytes(&b.build().unwrap()).unwrap();
+    let x = Rng::new(4).vec(3 * 48, 1.5);
+    let mut rng = Rng::new(8);
+    let keep: Vec<f32> =
+        (0..3 * keep_len).map(|k| if k % 6 == 0 || rng.vec(1, 1.0)[0] > 0.0 { 1.0 } else { 0.0 }).collect();
+    assert!(keep.contains(&0.0));
+    model.session(3).unwrap().run_vec(&[Input::F32(&x), Input::F32(&keep)]).unwrap().remove(0)
+}
+
+/// A computed padding bias (HF's `(1 − mask)·finfo.min`, `[1, 1, T]`/`[1, 1, 1, T]` per key or
+/// `[1, 1, T, T]` per query and key, broadcast over heads) added to the scores fuses into the
+/// node's mask input, with and without a causal mask, and the fused model computes the same.
+#[test]
+fn attention_with_a_computed_padding_mask_fuses_with_the_mask_input() {
+    use AttentionVariant::*;
+    let keys: &[&'static [usize]] = &[&[1, 1, 1, 6], &[1, 1, 6], &[6], &[1, 1, 6, 6], &[6, 6]];
+    let mut cases = 0;
+    for variant in [Standard, Efficient] {
+        for heads in [1, 2] {
+            for (i, &keep_dims) in keys.iter().enumerate() {
+                let causal = i % 2 == 1;
+                let sp = Spelling {
+                    variant,
+                    full_wa: false,
+                    heads,
+                    scale_on_q: i % 3 == 0,
+                    divide: false,
+                    explicit_kt: false,
+                    causal,
+                };
+                let pad = Padding { keep_dims, before_scale: false };
+                let mut b = decomposed_masked_attention(&sp, Some(pad));
+                let n = keep_dims.iter().product();
+                let want = run_masked_attn(&b, n);
+                let report = fuse(&mut b);
+                let what = format!("{variant:?} h={heads} keep {keep_dims:?} causal {causal}");
+                assert_eq!(report.fused.get("attention"), Some(&1), "{what}: {report:?}");
+                let Some(Op::Attention(a)) = b.ops().iter().find(|o| matches!(o, Op::Attention(_))) else {
+                    panic!("{what}: no Attention node")
+                };
+                assert_eq!((a.variant, a.heads as usize, a.causal), (variant, heads, causal), "{what}");
+                let m = a.mask.unwrap_or_else(|| panic!("{what}: no mask input"));
+                let want_dims: &[u32] = if n == 36 { &[6, 6] } else { &[6] };
+                assert_eq!(b.shape_of(m).unwrap().dims(), want_dims, "{what}");
+                let got = run_masked_attn(&b, n);
+                let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let err = got.iter().zip(&want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+                assert!(err <= 1e-5 * scale, "{what}: err {err}");
+                // The file round-trips the mask slot.
+                let bytes = kestrel::format::aligned_copy(&b.build().unwrap());
+                let f = kestrel::format::KesFile::parse(&bytes).unwrap();
+                let masked =
+                    (0..f.op_count()).filter(|&k| matches!(f.op(k).unwrap(), Op::Attention(a) if a.mask.is_some()));
+                assert_eq!(masked.count(), 1, "{what}");
+                cases += 1;
+            }
+        }
+    }
+    assert_eq!(cases, 20);
+}
+
+/// Structurally a masked block, but the bias is added before the scale: `(QKᵀ + bias)·scale`
+/// is not what the fused node computes, and the numerical check must say so. A per-head bias
+/// (`[1, h, 1, T]`) is not a mask the node takes, so it is not fused either.
+#[test]
+fn attention_with_a_mask_the_node_does_not_compute_is_not_fused() {
+    let sp = Spelling {
+        variant: AttentionVariant::Standard,
+        full_wa: false,
+        heads: 2,
+        scale_on_q: false,
+        divide: false,
+        explicit_kt: false,
+        causal: false,
+    };
+    let mut b = decomposed_masked_attention(&sp, Some(Padding { keep_dims: &[1, 1, 1, 6], before_scale: true }));
+    let before = b.ops().len();
+    let report = fuse(&mut b);
+    assert!(!report.fused.contains_key("attention"), "{report:?}");
+    assert!(report.rejected.iter().any(|r| r.contains("attention") && r.contains("differs")), "{report:?}");
+    assert_eq!(b.ops().len(), before);
+
+    let mut b = decomposed_masked_attention(&sp, Some(Padding { keep_dims: &[1, 2, 1, 6], before_scale: false }));
+    let want = run_masked_attn(&b, 12);
+    let report = fuse(&mut b);
+    assert!(!report.fused.contains_key("attention"), "{report:?}");
+    assert!(!b.ops().iter().any(|o| matches!(o, Op::Attention(_))));
+    assert_eq!(run_masked_attn(&b, 12), want);
 }
 
 #[test]

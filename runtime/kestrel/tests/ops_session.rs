@@ -518,12 +518,61 @@ fn attention_every_variant_heads_and_mask() {
                                 v,
                                 align,
                                 o,
+                                mask: None,
                                 y,
                             })
                         })
                     },
                 ));
             }
+        }
+    }
+    check_all(&cases);
+}
+
+/// Attention with a score mask input (`[T]` per key or `[T, T]` per query and key), a different
+/// random padding mask per sample (f32::MIN or −∞ where masked, a random bias where kept), so
+/// the batch-3 run must read each sample's own mask.
+#[test]
+fn attention_with_a_mask_input_every_variant() {
+    let mut cases = Vec::new();
+    for &variant in AttentionVariant::ALL {
+        for (heads, causal, per_query, fill) in
+            [(1usize, false, false, f32::MIN), (2, true, true, f32::NEG_INFINITY), (4, false, true, f32::MIN)]
+        {
+            let name = format!("Attention {variant:?} h{heads} causal {causal} mask per query {per_query} {fill:e}");
+            cases.push(case("Attention", name, false, move |c| {
+                use AttentionVariant::*;
+                let x = c.input(&[T, D], NORMAL)?;
+                let mask_dims: &[usize] = if per_query { &[T, T] } else { &[T] };
+                let m = c.b.input("mask", mask_dims)?;
+                let v: Vec<f32> = (0..BATCH)
+                    .flat_map(|_| kestrel_reference::testing::random_mask(&mut c.rng, T, per_query, causal, fill, true))
+                    .collect();
+                c.feeds.push(Feed::F32(v));
+                let q = c.proj(D, D, true)?;
+                let k = matches!(variant, Standard | Optimised).then(|| c.proj(D, D, true)).transpose()?;
+                let v = (variant == Standard).then(|| c.proj(D, D, true)).transpose()?;
+                let align = (variant == Super).then(|| c.proj(T, T, true)).transpose()?;
+                let o = c.proj(D, D, true)?;
+                let scale = 1.0 / ((D / heads) as f32).sqrt();
+                c.b.op(|y| {
+                    Op::Attention(Attention {
+                        x,
+                        variant,
+                        heads: heads as u32,
+                        causal,
+                        scale,
+                        q,
+                        k,
+                        v,
+                        align,
+                        o,
+                        mask: Some(m),
+                        y,
+                    })
+                })
+            }));
         }
     }
     check_all(&cases);

@@ -34,6 +34,42 @@ fn run(
     (out, allocs)
 }
 
+/// One Standard attention layer (T = 6, d = 8, 2 heads) with a `[T]` key mask input.
+fn masked_attention_model(dtype: DType) -> Vec<u8> {
+    use kestrel::format::ops::{Attention, AttentionVariant, Op, Proj};
+    let mut b = kestrel::ModelBuilder::new("masked");
+    b.set_weight_dtype(dtype);
+    let mut rng = Rng::new(9);
+    let x = b.input("x", &[6, 8]).unwrap();
+    let mask = b.input("mask", &[6]).unwrap();
+    let mut proj = |b: &mut kestrel::ModelBuilder| {
+        let w = b.weight("w", &[8, 8], rng.vec(64, 0.4)).unwrap();
+        let bias = b.weight("b", &[8], rng.vec(8, 0.1)).unwrap();
+        Proj { w, b: Some(bias) }
+    };
+    let (q, k, v, o) = (proj(&mut b), Some(proj(&mut b)), Some(proj(&mut b)), proj(&mut b));
+    let y = b
+        .op(|y| {
+            Op::Attention(Attention {
+                x,
+                variant: AttentionVariant::Standard,
+                heads: 2,
+                causal: false,
+                scale: 0.5,
+                q,
+                k,
+                v,
+                align: None,
+                o,
+                mask: Some(mask),
+                y,
+            })
+        })
+        .unwrap();
+    b.output(y);
+    b.build().unwrap()
+}
+
 fn main() {
     threaded_sessions_match_one_thread_bit_for_bit_without_allocating();
     println!("test threaded_sessions_match_one_thread_bit_for_bit_without_allocating ... ok");
@@ -42,14 +78,21 @@ fn main() {
 fn threaded_sessions_match_one_thread_bit_for_bit_without_allocating() {
     let images: &'static [f32] = Rng::new(5).vec(7 * 256, 1.0).leak();
     let ids: &'static [i64] = (0..7 * 24).map(|i| (i * 37 % 100) as i64).collect::<Vec<_>>().leak();
+    // A different padding mask per sample: key 0 kept, keys masked with f32::MIN by a pattern.
+    let masks: &'static [f32] =
+        (0..7 * 6).map(|i| if i % 6 == 0 || (i * 7) % 5 < 3 { 0.0 } else { f32::MIN }).collect::<Vec<_>>().leak();
     for dtype in [DType::F32, DType::I8] {
         let img = image_model(3, dtype).unwrap();
         let txt = text_model(3, dtype).unwrap();
         let image_in = |b: usize| vec![Input::F32(&images[..b * 256])];
         let text_in = |b: usize| vec![Input::I64(&ids[..b * 24])];
-        for (name, bytes, input, outs) in
-            [("image", &img, &image_in as &dyn Fn(usize) -> Vec<Input<'static>>, 10), ("text", &txt, &text_in, 2)]
-        {
+        let masked = masked_attention_model(dtype);
+        let masked_in = |b: usize| vec![Input::F32(&images[..b * 48]), Input::F32(&masks[..b * 6])];
+        for (name, bytes, input, outs) in [
+            ("image", &img, &image_in as &dyn Fn(usize) -> Vec<Input<'static>>, 10),
+            ("text", &txt, &text_in, 2),
+            ("masked attention", &masked, &masked_in, 48),
+        ] {
             let (one, _) = run(bytes, input, 7, outs, 1);
             assert!(one.iter().any(|&v| v != 0.0));
             for n in [2, 3] {

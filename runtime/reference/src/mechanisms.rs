@@ -1,7 +1,7 @@
 //! f64 references for the fused mechanisms (DESIGN.md §1–3), written from the definitions in
 //! their naive forms, independent of the kernels' efficient forms:
 //!
-//! * attention: an explicit softmax(Q Kᵀ · scale) V per head;
+//! * attention: an explicit softmax(Q Kᵀ · scale + mask) V per head;
 //! * AFT: the direct `σ(Q_t) ⊙ Σ_t' exp(K_t' + w_tt') V_t' / Σ_t' exp(K_t' + w_tt')` with the
 //!   variant's bias w built as a `[T, T]` matrix (zero outside the window for AFT-local, zero
 //!   outside the s×s neighbourhood for AFT-conv, zero everywhere for AFT-simple);
@@ -72,6 +72,9 @@ pub struct AttentionRef<'a> {
     pub align: Option<Dense64<'a>>,
     /// W^O `[d, d]`.
     pub o: Dense64<'a>,
+    /// Additive mask on every head's scores: `[T]` (score `(i, j)` gets `mask[j]`) or `[T, T]`
+    /// (`mask[i·T + j]`), told apart by length.
+    pub mask: Option<&'a [f64]>,
 }
 
 /// Multi-head attention of any variant on `x [t, d]`.
@@ -115,11 +118,22 @@ pub fn attention(x: &[f64], t: usize, d: usize, a: &AttentionRef<'_>) -> Vec<f64
                     if a.causal && j > i {
                         f64::NEG_INFINITY
                     } else {
-                        (0..c).map(|f| q[i * d + h * c + f] * k[j * d + h * c + f]).sum::<f64>() * a.scale
+                        let dot = (0..c).map(|f| q[i * d + h * c + f] * k[j * d + h * c + f]).sum::<f64>();
+                        let bias = match a.mask {
+                            None => 0.0,
+                            Some(m) if m.len() == t * t => m[i * t + j],
+                            Some(m) => m[j],
+                        };
+                        dot * a.scale + bias
                     }
                 })
                 .collect();
-            softmax(&mut s);
+            // A row masked out entirely (every score −∞) attends to nothing: zero weights.
+            if s.iter().all(|&v| v == f64::NEG_INFINITY) {
+                s.fill(0.0);
+            } else {
+                softmax(&mut s);
+            }
             for f in 0..c {
                 heads[i * d + h * c + f] = (0..t).map(|j| s[j] * v[j * d + h * c + f]).sum();
             }

@@ -59,6 +59,32 @@ impl Rng {
     }
 }
 
+/// A random additive attention mask for `t` tokens: `[T]` (one bias per key) or, with
+/// `per_query`, `[T, T]` (query-major). Each position is masked with probability 1/2 and then
+/// holds `fill` (f32::MIN as transformers writes it, −∞, or any large negative); kept positions
+/// hold 0, or with `bias` a standard normal value (a general additive bias). Never all masked:
+/// every query keeps at least one key it can see (under `causal`, keys `j ≤ i`; a `[T]` mask
+/// then keeps key 0, the one every query sees).
+pub fn random_mask(rng: &mut Rng, t: usize, per_query: bool, causal: bool, fill: f32, bias: bool) -> Vec<f32> {
+    let rows = if per_query { t } else { 1 };
+    let mut m = Vec::with_capacity(rows * t);
+    for i in 0..rows {
+        let visible = if causal { i + 1 } else { t };
+        let keep = if causal && !per_query { 0 } else { rng.below(visible) };
+        for j in 0..t {
+            let masked = j != keep && rng.next_u64() & 1 == 1;
+            m.push(if masked {
+                fill
+            } else if bias {
+                rng.normal()
+            } else {
+                0.0
+            });
+        }
+    }
+    m
+}
+
 /// Reference activation for a format activation.
 pub fn act(a: Activation) -> Act {
     match a {

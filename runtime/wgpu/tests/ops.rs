@@ -53,6 +53,32 @@ impl Ctx {
         self.feeds.push(Feed::F32(v));
         Ok(id)
     }
+    /// An attention mask input `[T]` (or `[T, T]` with `per_query`), one random padding mask
+    /// per sample (`kestrel_reference::testing::random_mask`: masked positions `fill`, kept ones
+    /// a random bias; never a row with every visible key masked), or with `full_row`, query row
+    /// 0 of a `[T, T]` mask masked entirely (uniform weights for a finite fill, zero for −∞).
+    fn mask_input(
+        &mut self,
+        t: usize,
+        per_query: bool,
+        causal: bool,
+        fill: f32,
+        full_row: bool,
+    ) -> Result<TensorId, Error> {
+        let dims = if per_query { vec![t, t] } else { vec![t] };
+        let id = self.b.input(&format!("x{}", self.feeds.len()), &dims)?;
+        let mut rng = kestrel_reference::testing::Rng::new(self.rng.vec(1, 1.0)[0].to_bits().into());
+        let mut v = Vec::new();
+        for _ in 0..BATCH {
+            let mut m = kestrel_reference::testing::random_mask(&mut rng, t, per_query, causal, fill, true);
+            if full_row {
+                m[..t].fill(fill);
+            }
+            v.extend(m);
+        }
+        self.feeds.push(Feed::F32(v));
+        Ok(id)
+    }
     fn w(&mut self, dims: &[usize], scale: f32) -> Result<TensorId, Error> {
         self.n += 1;
         let v = self.vals(dims.iter().product(), scale);
@@ -264,9 +290,40 @@ fn mechanism_cases() -> Vec<Case> {
                 let align = if variant == AttentionVariant::Super { Some(c.proj(t, t, true)?) } else { None };
                 let o = c.proj(d, d, true)?;
                 let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
-                c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v: vv, align, o, y }))
+                c.b.op(|y| {
+                    Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v: vv, align, o, mask: None, y })
+                })
             }));
         }
+    }
+    // Masked attention: `[T]` and `[T, T]` masks, f32::MIN (transformers), −∞ and −1e4 fills,
+    // with and without the causal mask, and rows masked entirely.
+    use AttentionVariant::{Efficient, Optimised, Standard, Super};
+    for (variant, t, d, heads, causal, per_query, fill, full_row) in [
+        (Standard, 7usize, 8usize, 2u32, false, false, f32::MIN, false),
+        (Efficient, 5, 12, 2, true, true, f32::NEG_INFINITY, false),
+        (Super, 9, 16, 4, false, true, f32::MIN, false),
+        (Optimised, 6, 8, 1, true, false, -1e4, false),
+        (Standard, 6, 8, 2, false, true, f32::MIN, true),
+        (Efficient, 6, 8, 2, false, true, f32::NEG_INFINITY, true),
+    ] {
+        let name = format!(
+            "attention {variant:?} T{t} d{d} h{heads} causal={causal} mask {} fill {fill:e}{}",
+            if per_query { "[T, T]" } else { "[T]" },
+            if full_row { " (a row fully masked)" } else { "" }
+        );
+        v.push(case("attention", name, move |c| {
+            let x = c.input(&[t, d])?;
+            let mask = Some(c.mask_input(t, per_query, causal, fill, full_row)?);
+            let q = c.proj(d, d, true)?;
+            let std_or_opt = matches!(variant, Standard | Optimised);
+            let k = if std_or_opt { Some(c.proj(d, d, true)?) } else { None };
+            let vv = if variant == Standard { Some(c.proj(d, d, true)?) } else { None };
+            let align = if variant == Super { Some(c.proj(t, t, true)?) } else { None };
+            let o = c.proj(d, d, true)?;
+            let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
+            c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v: vv, align, o, mask, y }))
+        }));
     }
     for (t, d, causal, rank) in [(6usize, 8usize, false, 0usize), (7, 4, true, 0), (5, 8, false, 3), (8, 6, true, 2)] {
         v.push(case("aft_full", format!("aft_full T{t} d{d} causal={causal} rank={rank}"), move |c| {
@@ -341,9 +398,49 @@ fn large_cases() -> Vec<Case> {
             let align = if variant == AttentionVariant::Super { Some(c.proj(t, t, true)?) } else { None };
             let o = c.proj(d, d, true)?;
             let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
-            c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal: false, scale, q, k, v: vv, align, o, y }))
+            c.b.op(|y| {
+                Op::Attention(Attention {
+                    x,
+                    variant,
+                    heads,
+                    causal: false,
+                    scale,
+                    q,
+                    k,
+                    v: vv,
+                    align,
+                    o,
+                    mask: None,
+                    y,
+                })
+            })
         }));
     }
+    // A key mask over more keys than a workgroup has threads (several chunks per pass).
+    v.push(case("attention", "attention Standard T130 d32 h2 mask [T] fill f32::MIN", |c| {
+        let (t, d) = (130, 32);
+        let x = c.input(&[t, d])?;
+        let mask = Some(c.mask_input(t, false, false, f32::MIN, false)?);
+        let (q, k, vv, o) =
+            (c.proj(d, d, true)?, Some(c.proj(d, d, true)?), Some(c.proj(d, d, true)?), c.proj(d, d, true)?);
+        let variant = AttentionVariant::Standard;
+        c.b.op(|y| {
+            Op::Attention(Attention {
+                x,
+                variant,
+                heads: 2,
+                causal: false,
+                scale: 0.25,
+                q,
+                k,
+                v: vv,
+                align: None,
+                o,
+                mask,
+                y,
+            })
+        })
+    }));
     v.push(case("dense", "dense 1x20736->16 (a flattened ViT head)", |c| {
         let x = c.input(&[20736])?;
         let proj = c.proj(16, 20736, true)?;

@@ -287,7 +287,20 @@ pub fn layer_model(m: Mechanism, t: usize, d: usize, heads: usize, seed: u64) ->
             let v = if m == Mechanism::Standard { Some(ids.proj()?) } else { None };
             let align = if m == Mechanism::Super { Some(ids.proj()?) } else { None };
             let o = ids.proj()?;
-            Op::Attention(Attention { x, variant, heads: h32, causal: false, scale, q, k, v, align, o, y: 0 })
+            Op::Attention(Attention {
+                x,
+                variant,
+                heads: h32,
+                causal: false,
+                scale,
+                q,
+                k,
+                v,
+                align,
+                o,
+                mask: None,
+                y: 0,
+            })
         }
         Mechanism::AftFull => {
             let (q, k, v) = (ids.proj()?, ids.proj()?, ids.proj()?);

@@ -5,7 +5,7 @@ use super::{info, OpIo};
 use crate::error::{RunError, ShapeError};
 use crate::kernels::aft::*;
 use crate::kernels::attention::{
-    attention, attention_scratch, attention_scratch_fast, AttentionParams, AttentionWeights,
+    attention_masked, attention_scratch, attention_scratch_fast, check_key_mask, AttentionParams, AttentionWeights,
 };
 use crate::kernels::fastformer::{fastformer, fastformer_scratch, FastformerParams, FastformerWeights};
 use crate::session::numel;
@@ -51,6 +51,9 @@ fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
                 AttentionParams { t, d, heads: o.heads as usize, causal: o.causal, scale: o.scale, variant: o.variant };
             let w = AttentionWeights { q: pin(o.q)?, k: opin(o.k)?, v: opin(o.v)?, align: opj(o.align)?, o: pj(o.o)? };
             p.check(&w)?;
+            if let Some(m) = o.mask {
+                check_key_mask(op.name(), &shape(file, m)?, t)?;
+            }
             Prep::Attention(p, w)
         }
         Op::AftFull(o) => {
@@ -135,8 +138,21 @@ pub(super) fn execute(file: &KesFile<'_>, op: &Op, io: &mut OpIo<'_>) -> Result<
     let x_info = info(file, op.main_input())?;
     let x_all = acts.region(&x_info)?;
     let n = numel(&x_info)?;
-    let one = |x: &[f32], y: &mut [f32], scratch: &mut [f32]| match &prep {
-        Prep::Attention(p, w) => attention(p, w, x, y, scratch),
+    // The attention key mask, `[T]` per sample (validated at load).
+    let mask = match op {
+        Op::Attention(o) => match o.mask {
+            Some(m) => {
+                let mi = info(file, m)?;
+                Some((acts.region(&mi)?, numel(&mi)?))
+            }
+            None => None,
+        },
+        _ => None,
+    };
+    let one = |s: usize, x: &[f32], y: &mut [f32], scratch: &mut [f32]| match &prep {
+        Prep::Attention(p, w) => {
+            attention_masked(p, w, x, mask.map(|(all, mn)| &all[s * mn..(s + 1) * mn]), y, scratch)
+        }
         Prep::AftFull(p, w) => aft_full(p, w, x, y, scratch),
         Prep::AftLocal(p, w) => aft_local(p, w, x, y, scratch),
         Prep::AftSimple(p, w) => aft_simple(p, w, x, y, scratch),
@@ -166,7 +182,7 @@ pub(super) fn execute(file: &KesFile<'_>, op: &Op, io: &mut OpIo<'_>) -> Result<
                 for s in (t..batch).step_by(tasks) {
                     // SAFETY: as above.
                     let y = unsafe { outs.part(s * n, n) };
-                    one(&x_all[s * n..(s + 1) * n], y, sc);
+                    one(s, &x_all[s * n..(s + 1) * n], y, sc);
                 }
             });
             return Ok(());
@@ -174,7 +190,7 @@ pub(super) fn execute(file: &KesFile<'_>, op: &Op, io: &mut OpIo<'_>) -> Result<
     }
     let _ = spare;
     for s in 0..batch {
-        one(&x_all[s * n..(s + 1) * n], &mut out[s * n..(s + 1) * n], scratch);
+        one(s, &x_all[s * n..(s + 1) * n], &mut out[s * n..(s + 1) * n], scratch);
     }
     Ok(())
 }

@@ -95,6 +95,7 @@ pub(crate) fn for_each_slot(op: &Op, mut f: impl FnMut(&'static str, TensorId, R
             (kind::BINARY, 0) => ("a", Role::ActOrWeight),
             (kind::BINARY, 1) => ("b", Role::ActOrWeight),
             (kind::MATMUL, 1) => ("b", Role::ActOrWeight),
+            (kind::ATTENTION, 11) => ("mask", Role::Act),
             (_, 0) => ("x", Role::Act),
             _ => ("weight", Role::Weight),
         };

@@ -1,5 +1,6 @@
 //! Fused multi-head attention of "You Need to Pay Better Attention" (DESIGN.md §1): one kernel
-//! for the Standard, Optimised, Efficient and Super variants, with an optional causal mask.
+//! for the Standard, Optimised, Efficient and Super variants, with an optional causal mask and an
+//! optional additive key mask `[T]` (a key-padding bias, [`attention_masked`]).
 //!
 //! Head i of a sample `x [T, d]` (c = d/h, columns `i·c .. (i+1)·c`):
 //!
@@ -10,7 +11,7 @@
 //! | Efficient | X W^Q + b | X | X |
 //! | Super | X W^Q + b | X | W^A X + b^A |
 //!
-//! `H_i = softmax(Q_i K_iᵀ · scale) V_i`, `y = concat_i(H_i) W^O + b^O`. Super's W^A `[T, T]`
+//! `H_i = softmax(Q_i K_iᵀ · scale + mask) V_i`, `y = concat_i(H_i) W^O + b^O`. Super's W^A `[T, T]`
 //! mixes tokens from the left and is applied once per layer, shared by all heads; in causal mode
 //! only its lower triangle (including the diagonal) is read. Scores are computed a block of
 //! queries at a time: all T of them up to [`ONE_BLOCK_MAX_T`] tokens (a `[T, T]` block of at most
@@ -66,6 +67,19 @@ pub(crate) fn check_dims(op: &'static str, t: usize, d: usize, heads: usize) -> 
         return Err(ShapeError::Invalid { op, what: "heads must divide d" });
     }
     Ok(())
+}
+
+/// Checks an attention mask's per-sample shape: `[T]` (per key) or `[T, T]` (per query and
+/// key).
+pub fn check_key_mask(op: &'static str, s: &kestrel_format::Shape, t: usize) -> Result<(), ShapeError> {
+    match s.dims() {
+        [n] => expect_eq(op, "key mask length (tokens T)", t, *n as usize),
+        [r, n] => {
+            expect_eq(op, "mask rows (tokens T)", t, *r as usize)?;
+            expect_eq(op, "mask columns (tokens T)", t, *n as usize)
+        }
+        _ => Err(ShapeError::Invalid { op, what: "attention mask must be [T] or [T, T] per sample" }),
+    }
 }
 
 /// Checks that an optional weight is present exactly when the op needs it.
@@ -179,8 +193,48 @@ pub fn attention_scratch_blocked(p: &AttentionParams, qb: usize) -> usize {
     fast.max(attention_scratch(p))
 }
 
-/// One sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
-/// `scratch.len() >= attention_scratch(p)`; `x` and `y` hold at least T·d elements.
+/// One sample without a key mask: [`attention_masked`] with `mask = None`.
+pub fn attention(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    attention_masked(p, w, x, None, y, scratch);
+}
+
+/// The first `n` mask values of query `i`: the `[T]` key mask itself, or row `i` of a `[T, T]`
+/// mask.
+#[inline]
+fn mask_row(mask: Option<&[f32]>, t: usize, i: usize, n: usize) -> Option<&[f32]> {
+    mask.map(|m| if m.len() >= t * t && t > 1 { &m[i * t..i * t + n] } else { &m[..n] })
+}
+
+/// Scales a row of scores and adds the key mask (`row[j] = row[j]·scale + mask[j]`), then
+/// softmaxes it in place. A row whose every score is −∞ (every key masked with −∞) gets zero
+/// weights instead of 0/0; a finite bias such as f32::MIN on every key leaves equal scores,
+/// so uniform weights (what PyTorch and onnxruntime compute for HF's masks).
+#[inline]
+fn masked_softmax(row: &mut [f32], scale: f32, mask: Option<&[f32]>) {
+    match mask {
+        None => {
+            row.iter_mut().for_each(|v| *v *= scale);
+            softmax_in_place(row);
+        }
+        Some(m) => {
+            let mut mx = f32::NEG_INFINITY;
+            for (v, &b) in row.iter_mut().zip(m) {
+                *v = *v * scale + b;
+                mx = mx.max(*v);
+            }
+            if mx == f32::NEG_INFINITY {
+                row.fill(0.0);
+            } else {
+                softmax_in_place(row);
+            }
+        }
+    }
+}
+
+/// One sample: `x [T, d] -> y [T, d]`, with an optional additive mask: T elements (`[T]`, one
+/// bias per key, for every query) or T·T (`[T, T]`, query-major), added to the scaled scores of
+/// every head before the softmax (see [`masked_softmax`]). Requires `p.check(w)` to have passed
+/// and `scratch.len() >= attention_scratch(p)`; `x` and `y` hold at least T·d elements.
 ///
 /// With [`attention_scratch_fast`] elements of scratch (files planned by this version), the
 /// blocked path: per head, the keys `K_h [T, c]` are gathered contiguous (with more than one
@@ -188,13 +242,20 @@ pub fn attention_scratch_blocked(p: &AttentionParams, qb: usize) -> usize {
 /// queries, the scores `S = Q_blk K_hᵀ · scale` and the outputs `S V_h` are two GEMMs through
 /// the dense kernels (SIMD, any ISA), with the row softmax (and the causal mask) between them.
 /// With less (older files), one query row at a time with SIMD dot products and axpys.
-pub fn attention(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+pub fn attention_masked(
+    p: &AttentionParams,
+    w: &AttentionWeights<'_>,
+    x: &[f32],
+    mask: Option<&[f32]>,
+    y: &mut [f32],
+    scratch: &mut [f32],
+) {
     // The planned block size, or blocks of QB for files planned before one-block attention,
     // or (older still) one query row at a time.
     let Some(qb) =
         [block_rows(p.t), QB.min(p.t)].into_iter().find(|&qb| scratch.len() >= attention_scratch_blocked(p, qb))
     else {
-        return attention_rowwise(p, w, x, y, scratch);
+        return attention_rowwise(p, w, x, mask, y, scratch);
     };
     let (t, d) = (p.t, p.d);
     let td = t * d;
@@ -248,8 +309,7 @@ pub fn attention(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y: &m
             matmul_nt(qrows, nb, &kv, s);
             for (r, row) in s.chunks_exact_mut(n).enumerate() {
                 let m = if p.causal { i0 + r + 1 } else { n };
-                row[..m].iter_mut().for_each(|v| *v *= p.scale);
-                softmax_in_place(&mut row[..m]);
+                masked_softmax(&mut row[..m], p.scale, mask_row(mask, t, i0 + r, m));
                 row[m..].fill(0.0);
             }
             let vv = WeightView::f32(c, n, &vt[..c * n]).expect("V_hᵀ view: c·n elements");
@@ -268,7 +328,14 @@ pub fn attention(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y: &m
 }
 
 /// [`attention`] one query row at a time (O(T) scores, [`attention_scratch`] elements).
-fn attention_rowwise(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+fn attention_rowwise(
+    p: &AttentionParams,
+    w: &AttentionWeights<'_>,
+    x: &[f32],
+    mask: Option<&[f32]>,
+    y: &mut [f32],
+    scratch: &mut [f32],
+) {
     let (t, d) = (p.t, p.d);
     let td = t * d;
     let (q, rest) = scratch.split_at_mut(td);
@@ -288,9 +355,9 @@ fn attention_rowwise(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y
             let col = h * c;
             let qi = &q[i * d + col..i * d + col + c];
             for (j, sj) in s.iter_mut().enumerate() {
-                *sj = dot_f32(qi, &keys[j * d + col..j * d + col + c]) * p.scale;
+                *sj = dot_f32(qi, &keys[j * d + col..j * d + col + c]);
             }
-            softmax_in_place(s);
+            masked_softmax(s, p.scale, mask_row(mask, t, i, n));
             let out = &mut heads_out[i * d + col..i * d + col + c];
             out.fill(0.0);
             for (j, &a) in s.iter().enumerate() {

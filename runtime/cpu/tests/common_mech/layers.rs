@@ -37,6 +37,12 @@ impl AttnLayer {
     }
 
     pub fn reference(&self, p: &AttentionParams, x: &[f32]) -> Vec<f64> {
+        self.reference_masked(p, x, None)
+    }
+
+    /// [`reference`](Self::reference) with an additive mask `[T]` or `[T, T]`.
+    pub fn reference_masked(&self, p: &AttentionParams, x: &[f32], mask: Option<&[f32]>) -> Vec<f64> {
+        let mask = mask.map(to_f64);
         let kind = match p.variant {
             AttentionVariant::Standard => AttentionKind::Standard,
             AttentionVariant::Optimised => AttentionKind::Optimised,
@@ -53,27 +59,39 @@ impl AttnLayer {
             v: self.v.as_ref().map(TProj::dense),
             align: self.align.as_ref().map(TProj::dense),
             o: self.o.dense(),
+            mask: mask.as_deref(),
         };
         reference::attention(&to_f64(x), p.t, p.d, &a)
     }
 
     pub fn run(&mut self, p: &AttentionParams, x: &[f32]) -> Vec<f32> {
-        self.run_with(p, x, attention_scratch_fast(p))
+        self.run_with(p, x, None, attention_scratch_fast(p))
+    }
+
+    /// [`run`](Self::run) with an additive mask, on the planned path (`Blocks(QB)`: blocks of
+    /// `QB` queries; `RowWise`: the minimum scratch).
+    pub fn run_masked(&mut self, p: &AttentionParams, x: &[f32], mask: &[f32], path: Path) -> Vec<f32> {
+        let scratch = match path {
+            Path::Planned => attention_scratch_fast(p),
+            Path::Blocks(qb) => kestrel_cpu::kernels::attention::attention_scratch_blocked(p, qb),
+            Path::RowWise => attention_scratch(p),
+        };
+        self.run_with(p, x, Some(mask), scratch)
     }
 
     /// [`run`](Self::run) with scratch for blocks of `qb` queries (files planned with
     /// [`kestrel_cpu::kernels::attention::QB`]-row blocks).
     pub fn run_blocks(&mut self, p: &AttentionParams, x: &[f32], qb: usize) -> Vec<f32> {
-        self.run_with(p, x, kestrel_cpu::kernels::attention::attention_scratch_blocked(p, qb))
+        self.run_with(p, x, None, kestrel_cpu::kernels::attention::attention_scratch_blocked(p, qb))
     }
 
     /// [`run`](Self::run) with the minimum scratch: the row-at-a-time path (files planned before
     /// the blocked one).
     pub fn run_rowwise(&mut self, p: &AttentionParams, x: &[f32]) -> Vec<f32> {
-        self.run_with(p, x, attention_scratch(p))
+        self.run_with(p, x, None, attention_scratch(p))
     }
 
-    fn run_with(&mut self, p: &AttentionParams, x: &[f32], scratch: usize) -> Vec<f32> {
+    fn run_with(&mut self, p: &AttentionParams, x: &[f32], mask: Option<&[f32]>, scratch: usize) -> Vec<f32> {
         let w = AttentionWeights {
             q: self.q.view(),
             k: self.k.as_mut().map(TProj::view),
@@ -82,8 +100,19 @@ impl AttnLayer {
             o: self.o.view(),
         };
         p.check(&w).expect("valid attention shapes");
-        run(p.t * p.d, scratch, |y, s| attention(p, &w, x, y, s))
+        run(p.t * p.d, scratch, |y, s| attention_masked(p, &w, x, mask, y, s))
     }
+}
+
+/// Which attention kernel path a test runs (by the scratch it gets).
+#[derive(Clone, Copy, Debug)]
+pub enum Path {
+    /// The planned (fast) scratch: one block of queries up to 256 tokens.
+    Planned,
+    /// Blocks of this many queries.
+    Blocks(usize),
+    /// The minimum scratch: one query row at a time.
+    RowWise,
 }
 
 pub fn variant(i: usize) -> AttentionVariant {

@@ -506,6 +506,17 @@ pub struct Attention {
     pub align: Option<Proj>,
     /// W^O `[d, d]`.
     pub o: Proj,
+    /// Optional additive mask on the scores, an f32 activation per sample, shared by every
+    /// head: `[T]` (a key-padding bias, `S[i, j] = q_i·k_j·scale + mask[j]` for every query
+    /// i) or `[T, T]` (per query and key, `+ mask[i, j]`: what transformers' mask utilities
+    /// give, `[B, 1, T, T]` with the head axis broadcast). Added before the softmax, on the
+    /// keys the causal mask leaves visible when both are present. Typically 0 for kept keys
+    /// and a large negative (f32::MIN, HF's finfo.min) for padding. A row whose every visible
+    /// score is −∞ gets zero weights (its head output is 0) rather than NaN; a finite bias such
+    /// as f32::MIN on every key leaves the scores equal, so uniform weights, as PyTorch and
+    /// onnxruntime compute. On disk: a 13th tensor slot before `y`, written only when present,
+    /// so records without a mask are unchanged.
+    pub mask: Option<TensorId>,
     /// Output `[T, d]`.
     pub y: TensorId,
 }

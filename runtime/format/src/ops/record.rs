@@ -264,6 +264,11 @@ impl Op {
                 r.oproj(o.v);
                 r.oproj(o.align);
                 r.proj(o.o);
+                // The key mask is a 13th slot, present only when used (older readers and files
+                // keep the 12-slot record).
+                if let Some(m) = o.mask {
+                    r.t(m);
+                }
                 r.t(o.y);
                 r.a(o.variant as u32);
                 r.a(o.heads);
@@ -473,13 +478,16 @@ impl Op {
                 Op::Gru(Gru { x, w, r: rw, b, h0, hidden, direction, output, y })
             }
             kind::ATTENTION => {
-                let mut r = rd(12, 4)?;
+                // 12 slots, or 13 with the key mask before `y` (present when written).
+                let masked = tensors.len() == 13;
+                let mut r = rd(if masked { 13 } else { 12 }, 4)?;
                 let x = r.t("x")?;
                 let q = r.proj("wq")?;
                 let k = r.oproj();
                 let v = r.oproj();
                 let align = r.oproj();
                 let o = r.proj("wo")?;
+                let mask = if masked { Some(r.t("mask")?) } else { None };
                 let y = r.t("y")?;
                 let variant = r.code("variant", AttentionVariant::from_u32)?;
                 let heads = r.pos("heads")?;
@@ -495,7 +503,7 @@ impl Op {
                 need(k.is_some(), matches!(variant, Standard | Optimised), "variant (wk)")?;
                 need(v.is_some(), matches!(variant, Standard), "variant (wv)")?;
                 need(align.is_some(), matches!(variant, Super), "variant (wa)")?;
-                Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v, align, o, y })
+                Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v, align, o, mask, y })
             }
             kind::AFT_FULL => {
                 let mut r = rd(13, 1)?;

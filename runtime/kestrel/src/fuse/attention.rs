@@ -4,7 +4,8 @@
 //!
 //! The matcher is deliberately loose about layout (any chain of reshapes and transposes between
 //! a projection and the score product, the scale on q, k or the scores, multiply or divide, an
-//! additive causal mask): it reads off the variant, the heads, the scale and the weights, and
+//! additive causal mask, an additive computed bias such as a padding mask, which becomes the
+//! fused node's `mask` input): it reads off the variant, the heads, the scale and the weights, and
 //! the numerical check decides whether the fused node really computes the same thing.
 
 use super::{around_tokens, scalar, sole_consumer, try_replace, FusionReport};
@@ -162,6 +163,7 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     // Scores: scalar scaling and an optional causal mask between the product and the softmax.
     let mut s = sm.x;
     let mut mask = None;
+    let mut bias = None;
     let mut keep_seen = false;
     let mut keep = None;
     let scores = loop {
@@ -184,13 +186,25 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
                 keep = Some(m);
                 s = x;
             }
-            Op::Binary(bin) if bin.op == BinaryOp::Add && mask.is_none() => {
-                let (x, m) = if b.is_weight(bin.b) { (bin.a, bin.b) } else { (bin.b, bin.a) };
-                if !b.is_weight(m) {
-                    return None;
+            Op::Binary(bin) if bin.op == BinaryOp::Add => {
+                if b.is_weight(bin.a) || b.is_weight(bin.b) {
+                    // A constant mask (causal, checked below).
+                    let (x, m) = if b.is_weight(bin.b) { (bin.a, bin.b) } else { (bin.b, bin.a) };
+                    if mask.is_some() {
+                        return None;
+                    }
+                    mask = Some(m);
+                    s = x;
+                } else {
+                    // A computed bias (a padding mask): the operand that does not lead back to
+                    // the score product.
+                    if bias.is_some() {
+                        return None;
+                    }
+                    let (x, m) = if leads_to_product(b, bin.a) { (bin.a, bin.b) } else { (bin.b, bin.a) };
+                    bias = Some(m);
+                    s = x;
                 }
-                mask = Some(m);
-                s = x;
             }
             // Layout ops between the product and the softmax (an exporter's head transposes);
             // the numerical check rejects any that moved the key axis.
@@ -274,6 +288,12 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
         Some(m) if keep.is_none_or(|k| lower_ones(b, k, t)) && causal_mask(b, m, t) => true,
         Some(_) => return None,
     };
+    // The computed bias becomes the fused node's mask: `[T]` per key or `[T, T]` per query and
+    // key once its leading unit axes (batch, heads: broadcast) are dropped.
+    let mask_src = match bias {
+        None => None,
+        Some(m) => Some((m, mask_shape(b, m, t)?)),
+    };
     let sdims = b.shape_of(m1.a)?;
     let heads = if sdims.rank() >= 3 { sdims.dim(sdims.rank() - 3).max(1) } else { 1 };
     if heads == 0 || d % heads != 0 {
@@ -281,8 +301,19 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     }
     nodes.sort_unstable();
     nodes.dedup();
-    // Build: reshape views adapt the input and output to the fused node's `[T, d]`.
+    let x = keep_shared_views(b, &mut nodes, x, od.y, (t, d), mask_src.as_ref().map(|m| m.0))?;
+    // Build: reshape views adapt the input, the mask and the output to the fused node's shapes.
     let y = od.y;
+    let mut mask_ops = Vec::new();
+    let mask_in = match &mask_src {
+        None => None,
+        Some((m, dims)) if b.shape_of(*m)?.dims().iter().map(|&v| v as usize).eq(dims.iter().copied()) => Some(*m),
+        Some((m, dims)) => {
+            let mr = b.new_activation("attention_mask", dims).ok()?;
+            mask_ops.push(Op::Reshape(Reshape { x: *m, y: mr }));
+            Some(mr)
+        }
+    };
     let ops = around_tokens(b, x, y, (t, d), |xin, yout| {
         Op::Attention(Attention {
             x: xin,
@@ -295,8 +326,87 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
             v,
             align,
             o: od.proj,
+            mask: mask_in,
             y: yout,
         })
     })?;
-    Some((Region { nodes, inputs: vec![x], output: y }, ops))
+    let inputs = match mask_src {
+        Some((m, _)) => vec![x, m],
+        None => vec![x],
+    };
+    mask_ops.extend(ops);
+    Some((Region { nodes, inputs, output: y }, mask_ops))
+}
+
+/// Reshape views of the input that the rest of the graph reads too stay in the graph (say a
+/// residual branch reads `[1, T, d]` while the projections read a `[T, d]` view of it, as
+/// `nn.TransformerEncoder`'s first layer does): they leave the region, and the region's input
+/// becomes the one tensor its nodes then read from outside, which must still be `[T, d]` or
+/// `[1, T, d]`. Returns the (possibly new) input, `None` if the region cannot be cut that way.
+fn keep_shared_views(
+    b: &ModelBuilder,
+    nodes: &mut Vec<usize>,
+    x: TensorId,
+    out: TensorId,
+    td: (usize, usize),
+    bias: Option<TensorId>,
+) -> Option<TensorId> {
+    let escapes = |nodes: &[usize], n: usize| {
+        let y = b.ops()[n].output();
+        y != out && (b.outputs().contains(&y) || b.consumers(y).iter().any(|c| !nodes.contains(c)))
+    };
+    let mut cut = false;
+    while let Some(i) = nodes.iter().position(|&n| matches!(b.ops()[n], Op::Reshape(_)) && escapes(nodes, n)) {
+        nodes.remove(i);
+        cut = true;
+    }
+    if !cut {
+        return Some(x);
+    }
+    let produced: Vec<TensorId> = nodes.iter().map(|&n| b.ops()[n].output()).collect();
+    let mut outside = Vec::new();
+    for &n in nodes.iter() {
+        b.ops()[n].for_each_input(|t| {
+            if !b.is_weight(t) && !produced.contains(&t) && Some(t) != bias && !outside.contains(&t) {
+                outside.push(t);
+            }
+        });
+    }
+    match outside[..] {
+        [x2] if tokens(b, x2) == Some(td) => Some(x2),
+        _ => None,
+    }
+}
+
+/// Does `t` come from a matrix product, through layout ops, scalings and additions (the score
+/// side of a masked sum, as opposed to the mask)?
+fn leads_to_product(b: &ModelBuilder, mut t: TensorId) -> bool {
+    for _ in 0..16 {
+        let Some(p) = b.producer(t) else { return false };
+        t = match b.ops()[p] {
+            Op::MatMul(_) => return true,
+            Op::Reshape(r) => r.x,
+            Op::Transpose(r) => r.x,
+            Op::Binary(bin) if b.is_weight(bin.b) => bin.a,
+            Op::Binary(bin) if b.is_weight(bin.a) => bin.b,
+            Op::Binary(bin) if matches!(bin.op, BinaryOp::Add | BinaryOp::Sub) => {
+                return leads_to_product(b, bin.a) || leads_to_product(b, bin.b)
+            }
+            _ => return false,
+        };
+    }
+    false
+}
+
+/// The fused mask shape of a computed score bias `m`: its dims without leading 1s must be `[T]`
+/// (per key) or `[T, T]` (per query and key); anything else (a per-head mask) is not fused.
+fn mask_shape(b: &ModelBuilder, m: TensorId, t: usize) -> Option<Vec<usize>> {
+    let s = b.shape_of(m)?;
+    let dims: Vec<usize> = s.dims().iter().map(|&v| v as usize).skip_while(|&v| v == 1).collect();
+    match dims[..] {
+        [] if t == 1 => Some(vec![1]),
+        [n] if n == t => Some(vec![t]),
+        [r, n] if r == t && n == t => Some(vec![t, t]),
+        _ => None,
+    }
 }

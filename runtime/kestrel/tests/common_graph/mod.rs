@@ -249,6 +249,7 @@ impl<'a> Interp<'a> {
                     v: o.v.map(|p| self.dense(p)),
                     align: o.align.map(|p| self.dense(p)),
                     o: self.dense(o.o),
+                    mask: o.mask.map(x_of),
                 };
                 m::attention(x_of(o.x), xd[0], xd[1], &a)
             }

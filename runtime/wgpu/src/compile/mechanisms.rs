@@ -56,19 +56,22 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 _ => x,
             };
             let heads_out = ctx.scratch(td);
-            v.push(
-                Params::new(o.heads as usize * t * crate::kernels::WORKGROUP as usize)?
-                    .region(2, q)?
-                    .region(4, k)?
-                    .region(6, val)?
-                    .region(8, heads_out)?
-                    .u(10, t)?
-                    .u(11, d)?
-                    .u(12, o.heads as usize)?
-                    .b(13, o.causal)
-                    .f(14, o.scale)
-                    .done(Kernel::Attend),
-            );
+            let mut p = Params::new(o.heads as usize * t * crate::kernels::WORKGROUP as usize)?
+                .region(2, q)?
+                .region(4, k)?
+                .region(6, val)?
+                .region(8, heads_out)?
+                .u(10, t)?
+                .u(11, d)?
+                .u(12, o.heads as usize)?
+                .b(13, o.causal)
+                .f(14, o.scale);
+            if let Some(m) = o.mask {
+                // `[T]` or `[T, T]` per sample (the loader checked the shape).
+                let mr = ctx.act(m)?;
+                p = p.b(15, true).region(16, mr)?.b(18, mr.stride != t);
+            }
+            v.push(p.done(Kernel::Attend));
             v.push(dense(heads_out, t, d, ctx.proj(o.o)?, 0, y, None)?);
         }
         Op::AftFull(o) => {

@@ -31,14 +31,26 @@ fn align_tokens(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
 // per thread (its score in `sc`), so no thread loops over T·c (software drivers such as lavapipe
 // cut very long loops short). Pass 1: the row maximum; pass 2: exp(score − max) summed and applied
 // to the values, each thread owning the output columns e ≡ lid (mod WG); then the 1/sum scale.
+// With a mask (15 = 1), mask[s, j] ([T] per sample, 18 = 0) or mask[s, i, j] ([T, T], 18 = 1) is
+// added to the score of query i and key j before the softmax; a row whose every score is −∞
+// gets zero weights (its sum is 0), not NaN.
 // P: 2 q_base, 3 q_stride, 4 k_base, 5 k_stride, 6 v_base, 7 v_stride, 8 o_base, 9 o_stride,
-//    10 t, 11 d, 12 heads, 13 causal, 14 scale. Rows of q, k, v, o are d apart.
+//    10 t, 11 d, 12 heads, 13 causal, 14 scale, 15 has_mask, 16 mask_base, 17 mask_stride,
+//    18 mask per query. Rows of q, k, v, o are d apart.
 //    per = heads · t · WG (threads), so one workgroup per row.
 var<workgroup> sc: array<f32, 64>;
 var<workgroup> red: array<f32, 64>;
 
 fn score(q: u32, k: u32, c: u32) -> f32 {
     return adot(q, 1u, k, 1u, c);
+}
+
+// The additive mask of query i and key j in sample s (0 without a mask).
+fn key_bias(s: u32, i: u32, j: u32) -> f32 {
+    if pu(15u) == 1u {
+        return act[pu(16u) + s * pu(17u) + select(0u, i * pu(10u), pu(18u) == 1u) + j];
+    }
+    return 0.0;
 }
 
 @compute @workgroup_size(64)
@@ -71,7 +83,7 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
         let j = ch * WG + lid;
         var v_ = -3.4028235e38;
         if j < n {
-            v_ = score(q, k + j * d, c) * scale;
+            v_ = score(q, k + j * d, c) * scale + key_bias(s, i, j);
         }
         red[lid] = v_;
         workgroupBarrier();
@@ -89,7 +101,7 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
         let j = ch * WG + lid;
         var p = 0.0;
         if j < n {
-            p = exp(score(q, k + j * d, c) * scale - m);
+            p = exp(score(q, k + j * d, c) * scale + key_bias(s, i, j) - m);
         }
         sc[lid] = p;
         workgroupBarrier();
@@ -112,7 +124,8 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
         }
         workgroupBarrier();
     }
-    let inv = 1.0 / sum;
+    // sum ≥ 1 (the maximum's own weight) unless every score was −∞ (masked keys).
+    let inv = select(0.0, 1.0 / sum, sum > 0.0);
     for (var e = lid; e < c; e += WG) {
         act[o + e] *= inv;
     }

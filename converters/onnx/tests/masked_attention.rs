@@ -1,0 +1,74 @@
+//! `nn.TransformerEncoder` called with `src_key_padding_mask` (built from a 0/1 int64 mask input;
+//! model from `tests/data/make_masked_encoder.py`): every attention layer fuses into one
+//! `Attention` node whose mask input is the padding bias, and the converted model matches
+//! onnxruntime's saved output (3 samples, two of them padded) on the CPU and on the GPU.
+
+use kestrel::format::ops::Op;
+use kestrel::Input;
+use kestrel_onnx::{compare, convert, read_npy, run_kestrel, ConvertOptions, InputData, InputTensor};
+use kestrel_wgpu::{AdapterChoice, GpuContext, GpuError, GpuSession};
+use std::path::PathBuf;
+
+const REL_TOL: f64 = 1e-4;
+const LAYERS: usize = 2;
+
+fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
+}
+
+fn io() -> (Vec<InputTensor>, Vec<f32>, usize) {
+    let ids = read_npy(data("torch_encoder_mask_ids.npy")).unwrap();
+    let mask = read_npy(data("torch_encoder_mask_mask.npy")).unwrap();
+    let y = read_npy(data("torch_encoder_mask_out.npy")).unwrap();
+    let last = *y.shape.last().unwrap();
+    let InputData::F32(want) = y.data else { panic!("output is not f32") };
+    (vec![ids, mask], want, last)
+}
+
+#[test]
+fn transformer_encoder_with_a_padding_mask_fuses_and_matches_onnxruntime() {
+    let conv = convert(data("torch_encoder_mask.onnx"), &ConvertOptions::default()).unwrap();
+    let ops = &conv.report.kestrel_ops;
+    assert_eq!(ops.get("Attention"), Some(&LAYERS), "{ops:?}, rejected: {:?}", conv.report.fusion_rejected);
+    assert!(!ops.contains_key("Softmax"), "{ops:?}");
+    let bytes = kestrel::format::aligned_copy(&conv.kes);
+    let f = kestrel::format::KesFile::parse(&bytes).unwrap();
+    let masks: Vec<_> = (0..f.op_count())
+        .filter_map(|n| match f.op(n).unwrap() {
+            Op::Attention(a) => Some(f.tensor(a.mask.expect("an Attention node without its mask")).unwrap().shape),
+            _ => None,
+        })
+        .collect();
+    // The key padding mask, one bias per key ([T]).
+    assert!(masks.iter().all(|s| s.dims() == [8]), "{masks:?}");
+
+    let (feeds, want, last) = io();
+    let got = run_kestrel(&conv.kes, &feeds).unwrap();
+    let (abs, rel, top1, _) = compare(std::slice::from_ref(&want), &got[..1], &[last]).unwrap();
+    println!("CPU vs onnxruntime: max abs {abs:.2e}, rel {rel:.2e}, top-1 {top1:.2}");
+    assert!(rel <= REL_TOL, "relative error {rel:.2e}");
+
+    let ctx = match GpuContext::new(&AdapterChoice::from_env_or(None)) {
+        Ok(c) => c,
+        Err(e @ GpuError::NoAdapter { .. }) => {
+            assert!(!std::env::var("KESTREL_REQUIRE_GPU").is_ok_and(|v| v == "1"), "KESTREL_REQUIRE_GPU=1 but {e}");
+            eprintln!("SKIPPED the GPU half: {e}");
+            return;
+        }
+        Err(e) => panic!("opening the GPU: {e}"),
+    };
+    let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
+    let cpu = model.cpu().unwrap();
+    let ins: Vec<Input<'_>> = feeds
+        .iter()
+        .map(|f| match &f.data {
+            InputData::F32(v) => Input::F32(v),
+            InputData::I64(v) => Input::I64(v),
+        })
+        .collect();
+    let mut out = vec![0f32; want.len()];
+    GpuSession::new(&ctx, &cpu, feeds[0].shape[0]).unwrap().run(&ins, &mut [out.as_mut_slice()]).unwrap();
+    let (abs, rel, _, _) = compare(&[want], &[out], &[last]).unwrap();
+    println!("wgpu vs onnxruntime: max abs {abs:.2e}, rel {rel:.2e}");
+    assert!(rel <= REL_TOL, "wgpu relative error {rel:.2e}");
+}
