@@ -8,9 +8,7 @@ pub const MAGIC: [u8; 8] = *b"KESTREL\0";
 /// The major version this crate reads and writes. Files with another major are rejected.
 pub const VERSION_MAJOR: u16 = 1;
 /// The minor version this crate writes. Files with a newer minor (same major) are read.
-/// 1.2: `Conv2d` may carry a fused activation (a tenth attribute, written only when it has
-/// one) and activations gained SiLU and hard swish.
-pub const VERSION_MINOR: u16 = 2;
+pub const VERSION_MINOR: u16 = 1;
 /// Alignment of the buffer base, of every weight and scale offset, and of every activation
 /// arena offset.
 pub const TENSOR_ALIGN: usize = 64;

@@ -772,8 +772,8 @@ fn activation_scales() {
     }
 }
 
-/// Format 1.2: a Conv2d record has nine attributes (no activation: what 1.1 wrote, and what 1.2
-/// still writes without a fused activation) or ten (the activation code, checked).
+/// A Conv2d record has nine attributes (no activation: what earlier writers wrote, and what is
+/// still written without a fused activation) or ten (the activation code, checked).
 #[test]
 fn conv2d_records_with_and_without_an_activation() {
     use kestrel_format::ops::*;

@@ -86,9 +86,9 @@ code_enum!(
         Gelu = 2,
         /// tanh approximation of GELU.
         GeluTanh = 3,
-        /// SiLU (swish), x·σ(x). Format 1.2.
+        /// SiLU (swish), x·σ(x).
         Silu = 4,
-        /// Hard swish, x·clamp(x/6 + 1/2, 0, 1). Format 1.2.
+        /// Hard swish, x·clamp(x/6 + 1/2, 0, 1).
         HardSwish = 5,
     }
 );
@@ -374,7 +374,8 @@ pub struct Conv2d {
     pub dilation: [u32; 2],
     /// Groups.
     pub groups: u32,
-    /// Activation applied after the bias (format 1.2; files written before it have none).
+    /// Activation applied after the bias (an optional tenth attribute, written only when fused;
+    /// files written before it have none).
     pub act: Activation,
     /// Output `[O, H', W']`.
     pub y: TensorId,

@@ -427,7 +427,7 @@ impl Op {
                 Op::MatMul(MatMul { a: r.t("a")?, b: r.t("b")?, y: r.t("y")?, transpose_b: r.bool("transpose_b")? })
             }
             kind::CONV2D => {
-                // Nine attributes, or ten with a fused activation (format 1.2).
+                // Nine attributes, or ten with a fused activation (FORMAT.md §6, §9).
                 let fused = attrs.len() == 10;
                 let mut r = rd(4, if fused { 10 } else { 9 })?;
                 let (x, proj, y) = (r.t("x")?, r.proj("w")?, r.t("y")?);
