@@ -231,9 +231,9 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// A constant weight `W [N, K]` times an activation laid out `[1.., K, spatial..]` into an
-    /// output laid out `[1.., N, spatial..]` — a 1×1 convolution in NCHW, as tract rewrites
-    /// them — lowers to `Conv2d` on `[K, 1, P]` (P = the spatial size, at least 2): the product
+    /// A constant weight `W [N, K]` times an activation laid out `[1, K, H, W]` into an output
+    /// laid out `[1.., N, H, W]` — a 1×1 convolution in NCHW, as tract rewrites them — lowers
+    /// to `Conv2d` on `[K, 1, P]` (P = H·W, at least 2): the product
     /// runs in place, with no transposes to and from a channels-last layout. A constant
     /// per-channel Add right after becomes its bias. `None` (nothing added) for other layouts.
     fn pointwise_conv(
@@ -249,7 +249,10 @@ impl Lowerer<'_> {
         let Some(pk) = labels_l.iter().position(|&c| c == kc) else { return Ok(None) };
         let spatial = &labels_l[pk + 1..];
         let p: usize = sl[pk + 1..].iter().product();
-        if p < 2 || sl[..pk].iter().any(|&d| d != 1) {
+        // Only an NCHW map (rank 4, batch 1, channels on axis 1): a `[1, T, d]` product over the
+        // tokens (an attention's W^A) has the same shape pattern and must stay a MatMul/Dense
+        // for the mechanism fusions.
+        if p < 2 || sl.len() != 4 || pk != 1 || sl[0] != 1 {
             return Ok(None);
         }
         // The output, size-1 axes aside, must be N then the spatial axes in the input's order.
