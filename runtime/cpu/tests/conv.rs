@@ -16,12 +16,6 @@ use kestrel_reference::layers as r;
 use kestrel_reference::testing::act as act_of;
 use proptest::prelude::*;
 
-/// 64 cases per property (fast), unless `PROPTEST_CASES` asks for another count.
-fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
-    ProptestConfig { cases, ..ProptestConfig::default() }
-}
-
 proptest! {
     #![proptest_config(config())]
 

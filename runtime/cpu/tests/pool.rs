@@ -16,12 +16,6 @@ use kestrel_reference::testing::pool_fn;
 use kestrel_reference::tolerance::EXACT;
 use proptest::prelude::*;
 
-/// 64 cases per property (fast), unless `PROPTEST_CASES` asks for another count.
-fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
-    ProptestConfig { cases, ..ProptestConfig::default() }
-}
-
 // ---------------------------------------------------------------- pool2d
 
 /// Runs [`pool2d`] on one geometry for max and both average divisors against the reference:

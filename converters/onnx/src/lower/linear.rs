@@ -319,26 +319,33 @@ impl Lowerer<'_> {
         }
     }
 
-    /// The constant Add right after this node (its only consumer, same output shape) whose
-    /// other operand holds `n` values along output axis `axis` (size 1 elsewhere): a
-    /// per-channel bias. Returns the Add's node and the bias weight `[n]`.
-    fn channel_bias(&mut self, out_shape: &[usize], axis: usize, n: usize) -> Res<Option<(usize, TensorId)>> {
+    /// The Add right after this node when it is the only consumer, keeps the output shape and
+    /// adds a constant: its node id, the constant's outlet and value.
+    fn const_add_after(&self, out_shape: &[usize]) -> Option<(usize, OutletId, Arc<Tensor>)> {
         let outlet = OutletId::new(self.node, 0);
         if self.model.output_outlets().is_ok_and(|o| o.contains(&outlet)) {
-            return Ok(None);
+            return None;
         }
         let succ = self.model.outlet_successors(outlet);
         if succ.len() != 1 {
-            return Ok(None);
+            return None;
         }
         let add = self.model.node(succ[0].node);
         let is_add = add.op_as::<TypedBinOp>().is_some_and(|b| b.0.name() == "Add");
         let same_shape = add.outputs[0].fact.shape.as_concrete() == Some(out_shape);
         if !is_add || !same_shape || add.inputs.len() != 2 {
-            return Ok(None);
+            return None;
         }
         let other = add.inputs[1 - succ[0].slot];
-        let Some(t) = self.model.outlet_fact(other).ok().and_then(|f| f.konst.clone()) else { return Ok(None) };
+        let t = self.model.outlet_fact(other).ok()?.konst.clone()?;
+        Some((add.id, other, t))
+    }
+
+    /// The constant Add right after this node (its only consumer, same output shape) whose
+    /// other operand holds `n` values along output axis `axis` (size 1 elsewhere): a
+    /// per-channel bias. Returns the Add's node and the bias weight `[n]`.
+    fn channel_bias(&mut self, out_shape: &[usize], axis: usize, n: usize) -> Res<Option<(usize, TensorId)>> {
+        let Some((add, other, t)) = self.const_add_after(out_shape) else { return Ok(None) };
         // Right-aligned against the output: every axis but `axis` of size 1.
         let (rank, ts) = (out_shape.len(), t.shape());
         if t.len() != n || ts.len() > rank {
@@ -350,7 +357,7 @@ impl Lowerer<'_> {
         }
         let v = f32s(&t)?;
         let id = self.weight(other, "bias", &[n], v)?;
-        Ok(Some((add.id, id)))
+        Ok(Some((add, id)))
     }
 
     /// A constant bias `[N]` added right after this contraction (its only consumer), when the
@@ -365,29 +372,14 @@ impl Lowerer<'_> {
         if rfree.len() != 1 || out_labels.last() != Some(&rfree[0]) {
             return Ok(None);
         }
-        let outlet = OutletId::new(self.node, 0);
-        if self.model.output_outlets().is_ok_and(|o| o.contains(&outlet)) {
-            return Ok(None);
-        }
-        let succ = self.model.outlet_successors(outlet);
-        if succ.len() != 1 {
-            return Ok(None);
-        }
-        let add = self.model.node(succ[0].node);
-        let is_add = add.op_as::<TypedBinOp>().is_some_and(|b| b.0.name() == "Add");
-        let same_shape = add.outputs[0].fact.shape.as_concrete() == Some(out_shape);
-        if !is_add || !same_shape || add.inputs.len() != 2 {
-            return Ok(None);
-        }
-        let other = add.inputs[1 - succ[0].slot];
-        let Some(t) = self.model.outlet_fact(other).ok().and_then(|f| f.konst.clone()) else { return Ok(None) };
+        let Some((add, other, t)) = self.const_add_after(out_shape) else { return Ok(None) };
         let squeezed: Vec<usize> = t.shape().iter().copied().skip_while(|&d| d == 1).collect();
         if t.len() != n || !(squeezed == [n] || n == 1) {
             return Ok(None);
         }
         let v = f32s(&t)?;
         let id = self.weight(other, "bias", &[n], v)?;
-        self.pending_bias = Some(add.id);
+        self.pending_bias = Some(add);
         Ok(Some(id))
     }
 

@@ -104,3 +104,9 @@ pub fn assert_close_dot(what: &str, got: &[f32], want: &[f64], got_mag: &[f32], 
     let w: Vec<f64> = want.iter().chain(want_mag).copied().collect();
     kestrel_reference::assert_close(what, &g, &w, kestrel_reference::tolerance::F32_KERNEL);
 }
+
+/// 64 cases per property (fast), unless `PROPTEST_CASES` asks for another count.
+pub fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
+    ProptestConfig { cases, ..ProptestConfig::default() }
+}
