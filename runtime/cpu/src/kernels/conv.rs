@@ -161,16 +161,15 @@ fn patchify(p: &Conv2dParams) -> bool {
 /// Scratch of [`conv2d_gemm`]: one group's patches, then the decoded weights (or, small
 /// planes: the transposed patches and the transposed output).
 fn gemm_scratch(p: &Conv2dParams) -> usize {
-    let (k, plane) = (p.patch_len(), p.oh * p.ow);
+    // Saturating: a geometry too large to plan never takes this path (the planner cannot
+    // reserve usize::MAX, and `conv2d` falls back to the direct loop).
+    let (k, plane) = (p.patch_len(), p.oh.saturating_mul(p.ow));
+    let rows = plane.saturating_mul(k.saturating_add(p.o));
     if patchify(p) {
-        return plane * (k + p.o);
+        return rows;
     }
-    let built = patches_len(p) + planes_len(p);
-    if small_plane(p) {
-        built + plane * (k + p.o)
-    } else {
-        built + p.o * k
-    }
+    let built = patches_len(p).saturating_add(planes_len(p));
+    built.saturating_add(if small_plane(p) { rows } else { p.o.saturating_mul(k) })
 }
 
 /// Room for one group's input padded and split into stride phases: the patches are gathered
@@ -180,7 +179,7 @@ fn planes_len(p: &Conv2dParams) -> usize {
     if pointwise(p) {
         0
     } else {
-        p.c / p.groups * Depthwise::of(p).set()
+        (p.c / p.groups).saturating_mul(Depthwise::of(p).set())
     }
 }
 
@@ -190,7 +189,7 @@ const PATCH_CHUNK: usize = 1 << 16;
 
 /// Output rows per chunk of patches (at least one).
 fn chunk_rows(p: &Conv2dParams) -> usize {
-    (PATCH_CHUNK / (p.patch_len() * p.ow).max(1)).clamp(1, p.oh.max(1))
+    (PATCH_CHUNK / p.patch_len().saturating_mul(p.ow).max(1)).clamp(1, p.oh.max(1))
 }
 
 /// Room for the patches [`conv2d_gemm`] builds: none for 1×1 unpadded stride-1 convolutions,
@@ -199,7 +198,7 @@ fn patches_len(p: &Conv2dParams) -> usize {
     if pointwise(p) || small_plane(p) {
         0
     } else {
-        p.patch_len() * chunk_rows(p) * p.ow
+        p.patch_len().saturating_mul(chunk_rows(p)).saturating_mul(p.ow)
     }
 }
 
@@ -325,7 +324,8 @@ fn channels_last_depthwise(p: &Conv2dParams) -> bool {
 /// The channels-last copies of the input `[H·W, C]`, the weights `[kh·kw, C]` and the output
 /// `[H'·W', C]`, and one decoded weight row.
 fn cl_scratch(p: &Conv2dParams) -> usize {
-    p.c * (p.h * p.w + p.kh * p.kw + p.oh * p.ow) + p.kh * p.kw
+    let per = (p.h.saturating_mul(p.w)).saturating_add(p.kh * p.kw).saturating_add(p.oh.saturating_mul(p.ow));
+    p.c.saturating_mul(per).saturating_add(p.kh * p.kw)
 }
 
 /// Depthwise convolution channels-innermost (see [`CL_MAX_PLANE`]): input and weights
@@ -535,26 +535,26 @@ struct Depthwise {
 
 impl Depthwise {
     fn of(p: &Conv2dParams) -> Self {
-        let hp = p.h + p.pad[0] + p.pad[2];
-        let wp = p.w + p.pad[1] + p.pad[3];
+        let hp = p.h.saturating_add(p.pad[0]).saturating_add(p.pad[2]);
+        let wp = p.w.saturating_add(p.pad[1]).saturating_add(p.pad[3]);
         let wq = wp.div_ceil(p.stride[1]);
         Self {
             wq,
-            hq: hp.div_ceil(p.stride[0]) + 1,
-            phases: p.stride[0] * p.stride[1],
-            acc: p.oh * wq,
+            hq: hp.div_ceil(p.stride[0]).saturating_add(1),
+            phases: p.stride[0].saturating_mul(p.stride[1]),
+            acc: p.oh.saturating_mul(wq),
             taps: p.kh * p.kw,
         }
     }
 
     /// One channel's phase planes.
     fn set(&self) -> usize {
-        self.phases * self.hq * self.wq
+        self.phases.saturating_mul(self.hq).saturating_mul(self.wq)
     }
 
     /// Phase planes, the accumulator and one decoded weight row.
     fn scratch(&self) -> usize {
-        self.set() + self.acc + self.taps
+        self.set().saturating_add(self.acc).saturating_add(self.taps)
     }
 
     /// Writes input channel `xc [H, W]` into the phase planes (zeros in the padding).

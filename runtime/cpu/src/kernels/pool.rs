@@ -144,23 +144,25 @@ pub fn pool2d_scratch(_p: &Pool2dParams) -> usize {
 /// contiguous maximum over the whole output plane.
 pub fn pool2d_scratch_fast(p: &Pool2dParams) -> usize {
     if p.kind == PoolKind::Max {
+        // Saturating: a geometry too large to plan keeps the row loops.
         let g = phases(p);
-        p.stride[0] * p.stride[1] * g.hq * g.wq + p.oh * g.wq
+        let set = p.stride[0].saturating_mul(p.stride[1]).saturating_mul(g.hq).saturating_mul(g.wq);
+        set.saturating_add(p.oh.saturating_mul(g.wq))
     } else {
         0
     }
 }
 
 fn phases(p: &Pool2dParams) -> PhaseGeom {
-    let hp = p.h + p.pad[0] + p.pad[2];
-    let wp = p.w + p.pad[1] + p.pad[3];
+    let hp = p.h.saturating_add(p.pad[0]).saturating_add(p.pad[2]);
+    let wp = p.w.saturating_add(p.pad[1]).saturating_add(p.pad[3]);
     PhaseGeom {
         h: p.h,
         w: p.w,
         pt: p.pad[0],
         pl: p.pad[1],
         stride: p.stride,
-        hq: hp.div_ceil(p.stride[0]) + 1,
+        hq: hp.div_ceil(p.stride[0]).saturating_add(1),
         wq: wp.div_ceil(p.stride[1]),
     }
 }
