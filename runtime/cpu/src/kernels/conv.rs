@@ -586,7 +586,7 @@ impl Depthwise {
         let og = p.o / p.groups;
         let (oh, ow) = (p.oh, p.ow);
         let plane = oh * ow;
-        let (planes, rest) = scratch.split_at_mut(self.phases * self.hq * self.wq);
+        let (planes, rest) = scratch.split_at_mut(self.set());
         let (acc, wbuf) = rest.split_at_mut(self.acc);
         let off = TapOffsets::new(p.kh, p.kw, p.stride, p.dilation, self.hq * self.wq, self.wq);
         let mut channel = usize::MAX;
