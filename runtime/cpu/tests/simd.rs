@@ -493,18 +493,23 @@ fn int8_gemm_is_exact_past_one_pass() {
 }
 
 /// `a [m, k] · b [k, n]` (the convolution GEMM) for `isa` (None: not available here).
+/// (x86 only: elsewhere the dispatched entry point's portable loop is what runs.)
+#[cfg(target_arch = "x86_64")]
 fn simd_matmul_kn(isa: Isa, a: &[f32], m: usize, k: usize, b: &[f32], n: usize) -> Option<Vec<f32>> {
     let mut y = vec![f32::NAN; m * n];
     match isa {
-        #[cfg(target_arch = "x86_64")]
         // SAFETY: only called for supported ISAs.
         Isa::Avx2 | Isa::Avx2Vnni => unsafe { simd::x86::matmul_kn(a, m, k, b, n, &mut y, n) },
-        #[cfg(target_arch = "x86_64")]
         // SAFETY: only called for supported ISAs.
         Isa::Avx512 => unsafe { simd::x86::matmul_kn_avx512(a, m, k, b, n, &mut y, n) },
         _ => return None,
     }
     Some(y)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn simd_matmul_kn(_isa: Isa, _a: &[f32], _m: usize, _k: usize, _b: &[f32], _n: usize) -> Option<Vec<f32>> {
+    None
 }
 
 proptest! {
