@@ -285,7 +285,7 @@ fn add_bias(proj: &ProjW<'_>, plane: usize, y: &mut [f32]) {
 
 /// `y [cols, rows] = xᵀ` for `x [rows, cols]`: whole 8×8 blocks through a register-sized
 /// array (the compiler turns them into shuffles), the edges element by element.
-#[inline(always)]
+#[cfg_attr(target_arch = "x86_64", inline(always))]
 fn transpose2d(x: &[f32], rows: usize, cols: usize, y: &mut [f32]) {
     const B: usize = 8;
     let (x, y) = (&x[..rows * cols], &mut y[..rows * cols]);
@@ -359,7 +359,7 @@ unsafe fn depthwise_cl_avx2(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &m
 }
 
 /// [`depthwise_cl`]'s body, compiled per ISA.
-#[inline(always)]
+#[cfg_attr(target_arch = "x86_64", inline(always))]
 fn depthwise_cl_body(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (c, hw, taps, plane) = (p.c, p.h * p.w, p.kh * p.kw, p.oh * p.ow);
     let (xt, rest) = scratch.split_at_mut(hw * c);
@@ -383,7 +383,7 @@ fn depthwise_cl_body(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32
 }
 
 /// The multiply-adds of [`depthwise_cl`].
-#[inline(always)]
+#[cfg_attr(target_arch = "x86_64", inline(always))]
 fn cl_taps_body(p: &Conv2dParams, xt: &[f32], wt: &[f32], yt: &mut [f32]) {
     let c = p.c;
     let [sh, sw] = p.stride;
@@ -463,7 +463,7 @@ pub(crate) struct TapOffsets {
 impl TapOffsets {
     /// For a `kh × kw` kernel with `stride` and `dilation` over phase planes of `plane`
     /// elements and rows of `wq`.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "x86_64", inline(always))]
     pub(crate) fn new(kh: usize, kw: usize, stride: [usize; 2], dilation: [usize; 2], plane: usize, wq: usize) -> Self {
         let mut t = Self { off: [0; MAX_TAPS], geom: (kw, stride, dilation, plane, wq) };
         if kh * kw <= MAX_TAPS {
@@ -483,7 +483,7 @@ impl TapOffsets {
     }
 
     /// Tap `t`'s offset.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "x86_64", inline(always))]
     pub(crate) fn get(&self, t: usize) -> usize {
         if t < MAX_TAPS {
             self.off[t]
@@ -558,7 +558,7 @@ impl Depthwise {
     }
 
     /// Writes input channel `xc [H, W]` into the phase planes (zeros in the padding).
-    #[inline(always)]
+    #[cfg_attr(target_arch = "x86_64", inline(always))]
     fn split(&self, p: &Conv2dParams, xc: &[f32], planes: &mut [f32]) {
         let geom = PhaseGeom { h: p.h, w: p.w, pt: p.pad[0], pl: p.pad[1], stride: p.stride, hq: self.hq, wq: self.wq };
         split_phases(&geom, xc, 0.0, planes);
@@ -581,7 +581,7 @@ impl Depthwise {
         self.run_body(p, proj, x, y, scratch)
     }
 
-    #[inline(always)]
+    #[cfg_attr(target_arch = "x86_64", inline(always))]
     fn run_body(&self, p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
         let og = p.o / p.groups;
         let (oh, ow) = (p.oh, p.ow);
@@ -626,7 +626,7 @@ unsafe fn dw_avx2(g: &Depthwise, p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], 
 /// whole accumulator per tap, taps in `(ky, kx)` order. (Holding blocks of the accumulator in
 /// registers across taps was tried: the compiler kept the block on the stack, and every tap
 /// then waited on store forwarding — 3× slower on a 7×7 depthwise layer.)
-#[inline(always)]
+#[cfg_attr(target_arch = "x86_64", inline(always))]
 fn taps_body(p: &Conv2dParams, off: &TapOffsets, w: &[f32], planes: &[f32], acc: &mut [f32]) {
     let n = acc.len();
     acc.fill(0.0);
@@ -654,7 +654,7 @@ pub(crate) struct PhaseGeom {
 
 /// Splits `xc [h, w]` into its stride phases (see [`PhaseGeom`]); `fill` everywhere else (the
 /// padding: 0 for a convolution, −∞ for a max pool).
-#[inline(always)]
+#[cfg_attr(target_arch = "x86_64", inline(always))]
 pub(crate) fn split_phases(g: &PhaseGeom, xc: &[f32], fill: f32, planes: &mut [f32]) {
     let (h, w, pt, pl) = (g.h, g.w, g.pt, g.pl);
     let [sh, sw] = g.stride;

@@ -169,7 +169,7 @@ fn phases(p: &Pool2dParams) -> PhaseGeom {
 
 /// Max pooling through the stride phases (see [`pool2d_scratch_fast`]); each output is the
 /// maximum of its window's taps (the padding's −∞ never wins: every window holds an input).
-#[inline(always)]
+#[cfg_attr(target_arch = "x86_64", inline(always))]
 fn max_phased(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let g = phases(p);
     let [sh, sw] = p.stride;
@@ -223,7 +223,7 @@ unsafe fn pool2d_avx2(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut 
     pool2d_body(p, x, y, scratch)
 }
 
-#[inline(always)]
+#[cfg_attr(target_arch = "x86_64", inline(always))]
 fn pool2d_body(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let fast = pool2d_scratch_fast(p);
     if p.kind == PoolKind::Max && p.kh * p.kw > 1 && fast > 0 && scratch.len() >= fast && p.ow > 1 {
