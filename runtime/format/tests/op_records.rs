@@ -1,0 +1,76 @@
+//! Op records whose attributes carry meaning beyond shapes: Pool2d's validated geometry and
+//! Conv2d's optional fused activation (split from `loader.rs`, which tests whole files).
+
+/// Pool2d records: 2 slots and 12 attributes (kind, kernel, stride, pad, dilation,
+/// count_include_pad); an unknown kind, a zero kernel/stride/dilation, a count_include_pad other
+/// than 0/1, or count_include_pad on a max pool is a typed error.
+#[test]
+fn pool2d_records_are_validated() {
+    use kestrel_format::ops::*;
+    let good = [1u32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1];
+    let op = Op::decode(kind::POOL2D, &[0, 1], &good).unwrap();
+    let want = Pool2d {
+        x: 0,
+        kind: PoolKind::Avg,
+        kernel: [3, 3],
+        stride: [2, 2],
+        pad: [1, 1, 1, 1],
+        dilation: [1, 1],
+        count_include_pad: true,
+        y: 1,
+    };
+    assert_eq!(op, Op::Pool2d(want));
+    assert_eq!(op.encode().attrs(), good);
+    assert_eq!(op.name(), "Pool2d");
+    let bad = |i: usize, v: u32| {
+        let mut a = good;
+        a[i] = v;
+        Op::decode(kind::POOL2D, &[0, 1], &a).unwrap_err()
+    };
+    assert!(matches!(bad(0, 2), OpError::BadAttr { attr: "kind", value: 2, .. }));
+    assert!(matches!(bad(1, 0), OpError::BadAttr { attr: "kernel", value: 0, .. }));
+    assert!(matches!(bad(4, 0), OpError::BadAttr { attr: "stride", value: 0, .. }));
+    assert!(matches!(bad(10, 0), OpError::BadAttr { attr: "dilation", value: 0, .. }));
+    assert!(matches!(bad(11, 2), OpError::BadAttr { attr: "count_include_pad", value: 2, .. }));
+    assert!(matches!(bad(0, 0), OpError::BadAttr { attr: "count_include_pad (Max)", .. }));
+    assert!(matches!(
+        Op::decode(kind::POOL2D, &[0, 1], &good[..11]),
+        Err(OpError::AttrCount { expected: 12, found: 11, .. })
+    ));
+    assert!(matches!(Op::decode(kind::POOL2D, &[0, NONE], &good), Err(OpError::MissingTensor { slot: "y", .. })));
+}
+
+/// A Conv2d record has nine attributes (no activation: what earlier writers wrote, and what is
+/// still written without a fused activation) or ten (the activation code, checked).
+#[test]
+fn conv2d_records_with_and_without_an_activation() {
+    use kestrel_format::ops::*;
+    let conv = |act| {
+        Op::Conv2d(Conv2d {
+            x: 0,
+            proj: Proj { w: 1, b: None },
+            stride: [1, 1],
+            pad: [0; 4],
+            dilation: [1, 1],
+            groups: 1,
+            act,
+            y: 2,
+        })
+    };
+    let plain = conv(Activation::None).encode();
+    assert_eq!(plain.attrs().len(), 9);
+    let fused = conv(Activation::Silu).encode();
+    assert_eq!(fused.attrs().len(), 10);
+    assert_eq!(Op::decode(kind::CONV2D, plain.tensors(), plain.attrs()).unwrap(), conv(Activation::None));
+    assert_eq!(Op::decode(kind::CONV2D, fused.tensors(), fused.attrs()).unwrap(), conv(Activation::Silu));
+    let mut bad = fused.attrs().to_vec();
+    bad[9] = 99;
+    assert!(matches!(
+        Op::decode(kind::CONV2D, fused.tensors(), &bad),
+        Err(OpError::BadAttr { attr: "activation", value: 99, .. })
+    ));
+    assert!(matches!(
+        Op::decode(kind::CONV2D, fused.tensors(), &bad[..8]),
+        Err(OpError::AttrCount { expected: 9, found: 8, .. })
+    ));
+}
