@@ -53,16 +53,21 @@ proptest! {
     }
 }
 
-/// Layers whose patches exceed one chunk (built and multiplied a few output rows at a time),
-/// with row counts that leave a partial last chunk and partial 32-pixel panels, against the
-/// reference (seeded pseudo-random values, all nonzero).
+/// Layers whose implicit-GEMM product exceeds one chunk (multiplied a few output rows at a
+/// time: O/g · rows · wq ≤ 64 Ki), with row counts that leave a partial last chunk, partial
+/// 32-pixel panels and depths past one 256-deep block, against the reference (seeded
+/// pseudo-random values, all nonzero).
 #[test]
 fn conv2d_chunked_patches_match_reference() {
     // (C, H, W, O, kh, kw, stride, pad, dilation, groups)
-    let cases: [ConvCase; 3] = [
+    let cases: [ConvCase; 5] = [
         (64, 21, 20, 9, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 1),
         (48, 30, 27, 5, 3, 3, [2, 2], [1, 0, 1, 1], [1, 1], 1),
         (64, 18, 18, 6, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 2),
+        // 64 · 34 columns a row: chunks of 30, 30 and 4 rows.
+        (4, 64, 32, 64, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 1),
+        // Two groups of 40 channels · 9 taps = 360 deep; stride 2 and dilation 2 (wq = 37).
+        (80, 70, 70, 130, 3, 3, [2, 2], [2, 2, 2, 2], [2, 2], 2),
     ];
     let mut seed = 0x9E37_79B9u32;
     let mut next = move || {

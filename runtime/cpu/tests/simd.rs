@@ -540,6 +540,75 @@ proptest! {
     }
 }
 
+/// [`simd::matmul_kn_rows`] for `isa` (None: not available here), rows of `b` at `offs`.
+#[cfg(target_arch = "x86_64")]
+fn simd_matmul_kn_rows(
+    isa: Isa,
+    a: &[f32],
+    m: usize,
+    k: usize,
+    b: &[f32],
+    offs: &[usize],
+    n: usize,
+) -> Option<Vec<f32>> {
+    let mut y = vec![f32::NAN; m * n];
+    let rows = |kk: usize| offs[kk];
+    match isa {
+        // SAFETY: only called for supported ISAs.
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { simd::x86::matmul_kn_rows(a, m, k, b, rows, n, &mut y, n) },
+        // SAFETY: only called for supported ISAs.
+        Isa::Avx512 => unsafe { simd::x86::matmul_kn_rows_avx512(a, m, k, b, rows, n, &mut y, n) },
+        _ => return None,
+    }
+    Some(y)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn simd_matmul_kn_rows(_: Isa, _: &[f32], _: usize, _: usize, _: &[f32], _: &[usize], _: usize) -> Option<Vec<f32>> {
+    None
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// The implicit GEMM (a convolution's patches read in place): rows of `B` at arbitrary,
+    /// overlapping offsets into one buffer, with the same tile, tail and depth coverage as
+    /// `matmul_kn_matches_f64`.
+    #[test]
+    fn matmul_kn_rows_matches_f64(
+        (m, n, k, a, b, offs) in (1usize..20, 1usize..70, prop_oneof![0usize..40, 250usize..300], 0usize..50)
+            .prop_flat_map(|(m, n, k, extra)| (
+                Just(m), Just(n), Just(k),
+                proptest::collection::vec(-1.0f32..1.0, m * k),
+                proptest::collection::vec(-2.0f32..2.0, n + extra),
+                proptest::collection::vec(0usize..=extra, k),
+            ))
+    ) {
+        let want: Vec<f64> = (0..m * n)
+            .map(|i| (0..k).map(|j| f64::from(a[(i / n) * k + j]) * f64::from(b[offs[j] + i % n])).sum())
+            .collect();
+        let mut y = vec![f32::NAN; m * n];
+        simd::matmul_kn_rows(&a, m, k, &b, |kk| offs[kk], n, &mut y, n);
+        assert_close("matmul_kn_rows (dispatched)", &y, &want, F32_APPROX);
+        for isa in isas() {
+            if let Some(got) = simd_matmul_kn_rows(isa, &a, m, k, &b, &offs, n) {
+                assert_close(&format!("{} matmul_kn_rows", isa.name()), &got, &want, F32_APPROX);
+            }
+        }
+    }
+}
+
+/// A row of the implicit `B` that would run past the buffer is refused (a panic, never a read
+/// outside it).
+#[test]
+#[should_panic(expected = "outside")]
+fn matmul_kn_rows_checks_row_bounds() {
+    let (a, b) = (vec![1.0f32; 4 * 3], vec![1.0f32; 40]);
+    let mut y = vec![0.0f32; 4 * 33];
+    // Row 2 starts at 8: 8 + 33 > 40.
+    simd::matmul_kn_rows(&a, 4, 3, &b, |kk| kk * 4, 33, &mut y, 33);
+}
+
 fn simd_dot(isa: Isa, a: &[f32], b: &[f32]) -> Option<f32> {
     match isa {
         #[cfg(target_arch = "x86_64")]

@@ -96,9 +96,10 @@ pub fn conv2d_scratch(p: &Conv2dParams) -> usize {
 }
 
 /// Scratch for [`conv2d`]'s fast paths (what the planner reserves): the depthwise kernel's
-/// padded input planes when each group has one input channel, else the GEMM's patches
-/// `[C/g·kh·kw, H'·W']` (none for a 1×1, stride-1, unpadded convolution) and the weights
-/// decoded to f32 (used when they are stored in another encoding).
+/// padded input planes when each group has one input channel, else one group's input split
+/// into stride-phase planes (none for a 1×1, stride-1, unpadded convolution), a chunk of the
+/// GEMM's product and the weights decoded to f32 (used when they are stored in another
+/// encoding).
 pub fn conv2d_scratch_fast(p: &Conv2dParams) -> usize {
     let fast = if p.c / p.groups == 1 {
         Depthwise::of(p).scratch().max(if channels_last_depthwise(p) { cl_scratch(p) } else { 0 })
@@ -112,10 +113,11 @@ pub fn conv2d_scratch_fast(p: &Conv2dParams) -> usize {
 /// group (depthwise, or a single-channel input) through [`Depthwise`] — the input plane padded
 /// and split by stride phase once, then one contiguous multiply-add per tap over the whole
 /// output plane — and otherwise, per group, the weights `[O/g, C/g·kh·kw]` times the patches
-/// `[C/g·kh·kw, H'·W']` ([`matmul_kn`](crate::kernels::simd::matmul_kn): SIMD GEMM straight
-/// into `y`'s `[O, H'·W']` layout; a 1×1 unpadded stride-1 convolution multiplies its input
-/// itself). With less scratch (a file planned before these paths): a direct loop, each weight
-/// row decoded once.
+/// `[C/g·kh·kw, H'·W']`, read in place from the input's stride-phase planes
+/// ([`matmul_kn_rows`](crate::kernels::simd::matmul_kn_rows), an implicit GEMM: no patch
+/// matrix is built; a 1×1 unpadded stride-1 convolution multiplies its input itself through
+/// [`matmul_kn`](crate::kernels::simd::matmul_kn)). With less scratch (a file planned before
+/// these paths): a direct loop, each weight row decoded once.
 pub fn conv2d(p: &Conv2dParams, proj: &ProjW<'_>, act: Activation, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     conv2d_biased(p, proj, x, y, scratch);
     crate::math::activate(act, &mut y[..p.o * p.oh * p.ow]);
@@ -158,8 +160,9 @@ fn patchify(p: &Conv2dParams) -> bool {
     p.groups == 1 && p.kh * p.kw > 1 && p.stride == [p.kh, p.kw] && p.pad == [0; 4] && p.dilation == [1, 1]
 }
 
-/// Scratch of [`conv2d_gemm`]: one group's patches, then the decoded weights (or, small
-/// planes: the transposed patches and the transposed output).
+/// Scratch of [`conv2d_gemm`]: a chunk of one group's product and its phase planes, then the
+/// decoded weights (or, small planes: the phase planes, the transposed patches and the
+/// transposed output).
 fn gemm_scratch(p: &Conv2dParams) -> usize {
     // Saturating: a geometry too large to plan never takes this path (the planner cannot
     // reserve usize::MAX, and `conv2d` falls back to the direct loop).
@@ -168,13 +171,14 @@ fn gemm_scratch(p: &Conv2dParams) -> usize {
     if patchify(p) {
         return rows;
     }
-    let built = patches_len(p).saturating_add(planes_len(p));
+    let built = product_len(p).saturating_add(planes_len(p));
     built.saturating_add(if small_plane(p) { rows } else { p.o.saturating_mul(k) })
 }
 
-/// Room for one group's input padded and split into stride phases: the patches are gathered
-/// from there with contiguous copies, no bounds or strided loads (a 3×3 layer on a 2×2 map
-/// spent most of its time computing which columns were inside the input).
+/// Room for one group's input padded and split into stride phases: every row of the patch
+/// matrix is then a contiguous run of them (the GEMM reads it in place), and small planes
+/// gather their patches from there with no bounds checks (a 3×3 layer on a 2×2 map spent most
+/// of its time computing which columns were inside the input).
 fn planes_len(p: &Conv2dParams) -> usize {
     if pointwise(p) {
         0
@@ -183,22 +187,25 @@ fn planes_len(p: &Conv2dParams) -> usize {
     }
 }
 
-/// f32 elements of patches built at a time: 64 Ki (256 KiB), so a chunk is still in L2 when
-/// the GEMM reads it (the whole `[C·kh·kw, H'·W']` matrix of a large layer is not).
-const PATCH_CHUNK: usize = 1 << 16;
+/// f32 elements of the implicit GEMM's product computed at a time: 64 Ki (256 KiB), so a chunk
+/// is still in L2 when it is copied into y (the product of a large layer is not).
+const PRODUCT_CHUNK: usize = 1 << 16;
 
-/// Output rows per chunk of patches (at least one).
+/// Output rows per chunk of the implicit GEMM's product `[O/g, rows·wq]` (at least one).
 fn chunk_rows(p: &Conv2dParams) -> usize {
-    (PATCH_CHUNK / p.patch_len().saturating_mul(p.ow).max(1)).clamp(1, p.oh.max(1))
+    let row = (p.o / p.groups).saturating_mul(Depthwise::of(p).wq);
+    (PRODUCT_CHUNK / row.max(1)).clamp(1, p.oh.max(1))
 }
 
-/// Room for the patches [`conv2d_gemm`] builds: none for 1×1 unpadded stride-1 convolutions,
-/// the whole plane's for small planes, else one chunk's.
-fn patches_len(p: &Conv2dParams) -> usize {
+/// Room for the product the implicit GEMM computes before it is copied into y: `[O/g, rows ·
+/// wq]` for a chunk of output rows (phase-plane rows of `wq` columns: the last `wq − W'` of each
+/// are discarded); none for 1×1 unpadded stride-1 convolutions (straight into y) or small
+/// planes (their own path).
+fn product_len(p: &Conv2dParams) -> usize {
     if pointwise(p) || small_plane(p) {
         0
     } else {
-        p.patch_len().saturating_mul(chunk_rows(p)).saturating_mul(p.ow)
+        (p.o / p.groups).saturating_mul(chunk_rows(p)).saturating_mul(Depthwise::of(p).wq)
     }
 }
 
@@ -225,7 +232,7 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scr
         add_bias(proj, plane, &mut y[..p.o * plane]);
         return;
     }
-    let (patches, rest) = scratch.split_at_mut(patches_len(p));
+    let (prod, rest) = scratch.split_at_mut(product_len(p));
     let (planes, wbuf) = rest.split_at_mut(planes_len(p));
     let ph = Depthwise::of(p);
     if small_plane(p) {
@@ -258,18 +265,37 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scr
             crate::kernels::simd::matmul_kn(ag, og, k, xg, plane, yg, plane);
             continue;
         }
-        // Patches a chunk of output rows at a time (see `PATCH_CHUNK`), each chunk's product
-        // written into its columns of y.
+        // The implicit GEMM: patch row `(ci, tap)` is channel ci's phase planes from the tap's
+        // offset on, and column `oy·wq + ox` of it is output pixel (oy, ox)'s input (columns
+        // `ox ≥ W'` fall between output rows: computed, then dropped). The planes' extra row
+        // (`Depthwise::hq`) keeps every such run inside the channel's planes. A chunk of output
+        // rows at a time (see `PRODUCT_CHUNK`), copied into y with the bias.
+        let (taps, set, wq) = (p.kh * p.kw, ph.set(), ph.wq);
+        let off = TapOffsets::new(p.kh, p.kw, p.stride, p.dilation, ph.hq * ph.wq, ph.wq);
         let rows = chunk_rows(p);
         split_channels(p, &ph, xg, cg, planes);
         for oy0 in (0..p.oh).step_by(rows) {
             let oy1 = (oy0 + rows).min(p.oh);
-            let n = (oy1 - oy0) * p.ow;
-            im2col_phased(p, &ph, planes, cg, oy0..oy1, &mut patches[..k * n]);
-            crate::kernels::simd::matmul_kn(ag, og, k, &patches[..k * n], n, &mut yg[oy0 * p.ow..], plane);
+            let n = (oy1 - oy0) * wq;
+            let row_of = |kk: usize| (kk / taps) * set + off.get(kk % taps) + oy0 * wq;
+            crate::kernels::simd::matmul_kn_rows(ag, og, k, &planes[..cg * set], row_of, n, prod, n);
+            for (o, pr) in prod[..og * n].chunks_exact(n).enumerate() {
+                let bias = proj.b.map_or(0.0, |b| {
+                    let oc = g * og + o;
+                    b.get(oc / b.cols(), oc % b.cols())
+                });
+                let yo = &mut yg[o * plane + oy0 * p.ow..oy1 * p.ow + o * plane];
+                for (yr, src) in yo.chunks_exact_mut(p.ow).zip(pr.chunks_exact(wq)) {
+                    for (v, &s) in yr.iter_mut().zip(src) {
+                        *v = s + bias;
+                    }
+                }
+            }
         }
     }
-    add_bias(proj, plane, &mut y[..p.o * plane]);
+    if pointwise(p) {
+        add_bias(proj, plane, &mut y[..p.o * plane]);
+    }
 }
 
 /// `y[o, ·] += b[o]` per output channel (nothing without a bias).
@@ -420,31 +446,6 @@ fn split_channels(p: &Conv2dParams, ph: &Depthwise, x: &[f32], cg: usize, planes
     let (hw, set) = (p.h * p.w, ph.set());
     for (ci, pl) in planes[..cg * set].chunks_exact_mut(set).enumerate() {
         ph.split(p, &x[ci * hw..(ci + 1) * hw], pl);
-    }
-}
-
-/// [`im2col`] from the stride-phase planes of `cg` channels: every patch row is a contiguous
-/// copy (the padding is zeros in the planes).
-fn im2col_phased(
-    p: &Conv2dParams,
-    ph: &Depthwise,
-    planes: &[f32],
-    cg: usize,
-    oys: core::ops::Range<usize>,
-    cols: &mut [f32],
-) {
-    let (taps, ow) = (p.kh * p.kw, p.ow);
-    let off = TapOffsets::new(p.kh, p.kw, p.stride, p.dilation, ph.hq * ph.wq, ph.wq);
-    let set = ph.set();
-    let n = oys.len() * ow;
-    for ci in 0..cg {
-        for t in 0..taps {
-            let src = &planes[ci * set + off.get(t)..];
-            let row = &mut cols[(ci * taps + t) * n..][..n];
-            for (oy, dst) in oys.clone().zip(row.chunks_exact_mut(ow)) {
-                dst.copy_from_slice(&src[oy * ph.wq..][..ow]);
-            }
-        }
     }
 }
 

@@ -193,28 +193,62 @@ unsafe fn pack<L: Loader>(w: &L, n0: usize, nv: usize, k0: usize, kc: usize, nr:
     }
 }
 
+/// Where the micro-kernel finds row `kk` of a `[kc, NV·L]` block of `b`.
+pub(super) trait Panel: Copy {
+    /// Row `kk`'s first element.
+    ///
+    /// # Safety
+    /// `kk` is below the block's `kc`, for which the panel was built.
+    unsafe fn row(self, kk: usize) -> *const f32;
+}
+
+/// Rows at a fixed stride: a packed panel (`ld = NV·L`) or a row-major matrix read in place.
+#[derive(Clone, Copy)]
+pub(super) struct Strided(pub *const f32, pub usize);
+
+impl Panel for Strided {
+    #[inline(always)]
+    unsafe fn row(self, kk: usize) -> *const f32 {
+        // SAFETY: the caller's row index; the panel's builder guarantees the rows exist.
+        unsafe { self.0.add(kk * self.1) }
+    }
+}
+
+/// Rows at arbitrary offsets from one base (`base + off[kk]`): an implicit matrix such as a
+/// convolution's patches, each row a contiguous run of its input's phase planes.
+#[derive(Clone, Copy)]
+pub(super) struct Indexed(pub *const f32, pub *const usize);
+
+impl Panel for Indexed {
+    #[inline(always)]
+    unsafe fn row(self, kk: usize) -> *const f32 {
+        // SAFETY: the caller's row index < kc, for which the offset table holds valid offsets.
+        unsafe { self.0.add(*self.1.add(kk)) }
+    }
+}
+
 /// `y[MR rows, nvalid cols] (=|+=) x[MR rows, kc] · b[kc, NV·L]`: `a` points at x's first
-/// element (row stride `lda`), `b` at the first of `kc` rows of `NV·L` f32 at stride `ldb` (a
-/// packed panel: `ldb = NV·L`), `c` at y's (row stride `ldc`).
+/// element (row stride `lda`), `b` gives the `kc` rows of `NV·L` f32 ([`Panel`]), `c` at y's
+/// (row stride `ldc`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn ukernel<V: Vf, const MR: usize, const NV: usize>(
+unsafe fn ukernel<V: Vf, P: Panel, const MR: usize, const NV: usize>(
     kc: usize,
     a: *const f32,
     lda: usize,
-    (b, ldb): (*const f32, usize),
+    b: P,
     c: *mut f32,
     ldc: usize,
     nvalid: usize,
     add: bool,
 ) {
     // SAFETY: the caller guarantees MR rows of kc activations at a (stride lda), kc rows of NV·L
-    // f32 at b (stride ldb), and MR rows of nvalid outputs at c (stride ldc).
+    // f32 through b, and MR rows of nvalid outputs at c (stride ldc).
     unsafe {
         let mut acc = [[V::zero(); NV]; MR];
-        let mut bp = b;
         let mut ap = a;
-        for _ in 0..kc {
+        for kk in 0..kc {
+            let bp = b.row(kk);
             let mut bv = [V::zero(); NV];
             for (v, bv) in bv.iter_mut().enumerate() {
                 *bv = V::load(bp.add(v * V::L));
@@ -225,7 +259,6 @@ unsafe fn ukernel<V: Vf, const MR: usize, const NV: usize>(
                     *acc = V::fma(xa, bv, *acc);
                 }
             }
-            bp = bp.add(ldb);
             ap = ap.add(1);
         }
         for (r, acc) in acc.iter().enumerate() {
@@ -250,12 +283,12 @@ unsafe fn ukernel<V: Vf, const MR: usize, const NV: usize>(
 /// The `rows - m0 < MR` tail rows through the matching micro-kernel.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn ukernel_tail<V: Vf, const NV: usize>(
+unsafe fn ukernel_tail<V: Vf, P: Panel, const NV: usize>(
     m: usize,
     kc: usize,
     a: *const f32,
     lda: usize,
-    b: (*const f32, usize),
+    b: P,
     c: *mut f32,
     ldc: usize,
     nvalid: usize,
@@ -264,13 +297,13 @@ unsafe fn ukernel_tail<V: Vf, const NV: usize>(
     // SAFETY: as `ukernel`, for m rows.
     unsafe {
         match m {
-            1 => ukernel::<V, 1, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            2 => ukernel::<V, 2, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            3 => ukernel::<V, 3, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            4 => ukernel::<V, 4, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            5 => ukernel::<V, 5, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            6 => ukernel::<V, 6, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            7 => ukernel::<V, 7, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            1 => ukernel::<V, P, 1, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            2 => ukernel::<V, P, 2, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            3 => ukernel::<V, P, 3, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            4 => ukernel::<V, P, 4, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            5 => ukernel::<V, P, 5, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            6 => ukernel::<V, P, 6, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            7 => ukernel::<V, P, 7, NV>(kc, a, lda, b, c, ldc, nvalid, add),
             _ => unreachable!("tail of {m} rows"),
         }
     }
@@ -317,12 +350,12 @@ pub(super) unsafe fn gemm<V: Vf, L: Loader, const MR: usize, const NV: usize>(
                 let mut m0 = 0;
                 while m0 + MR <= rows {
                     let (a, c) = (xp.add(m0 * inp + k0), yp.add(m0 * ldy + n0));
-                    ukernel::<V, MR, NV>(kc, a, inp, (bp, nr), c, ldy, nv, add);
+                    ukernel::<V, _, MR, NV>(kc, a, inp, Strided(bp, nr), c, ldy, nv, add);
                     m0 += MR;
                 }
                 if m0 < rows {
                     let (a, c) = (xp.add(m0 * inp + k0), yp.add(m0 * ldy + n0));
-                    ukernel_tail::<V, NV>(rows - m0, kc, a, inp, (bp, nr), c, ldy, nv, add);
+                    ukernel_tail::<V, _, NV>(rows - m0, kc, a, inp, Strided(bp, nr), c, ldy, nv, add);
                 }
                 k0 += kc;
             }
@@ -377,30 +410,115 @@ pub(super) unsafe fn gemm_kn<V: Vf, const MR: usize, const NV: usize>(
             while k0 < k {
                 let kc = KC_KN.min(k - k0);
                 let panel = if nv == nr {
-                    (bp.add(k0 * n + n0), n)
+                    Strided(bp.add(k0 * n + n0), n)
                 } else {
                     for kk in 0..kc {
                         let dst = tp.add(kk * nr);
                         core::ptr::copy_nonoverlapping(bp.add((k0 + kk) * n + n0), dst, nv);
                         core::ptr::write_bytes(dst.add(nv), 0, nr - nv);
                     }
-                    (tp.cast_const(), nr)
+                    Strided(tp.cast_const(), nr)
                 };
                 let add = k0 > 0;
                 let mut m0 = 0;
                 while m0 + MR <= m {
                     let (a, c) = (ap.add(m0 * k + k0), y.add(m0 * ldy + n0));
-                    ukernel::<V, MR, NV>(kc, a, k, panel, c, ldy, nv, add);
+                    ukernel::<V, _, MR, NV>(kc, a, k, panel, c, ldy, nv, add);
                     m0 += MR;
                 }
                 if m0 < m {
                     let (a, c) = (ap.add(m0 * k + k0), y.add(m0 * ldy + n0));
-                    ukernel_tail::<V, NV>(m - m0, kc, a, k, panel, c, ldy, nv, add);
+                    ukernel_tail::<V, _, NV>(m - m0, kc, a, k, panel, c, ldy, nv, add);
                 }
                 k0 += kc;
             }
             n0 += nr;
         }
+    }
+}
+
+/// `y [m, n] = a [m, k] · B` where row `kk` of `B` is `b[rows(kk) ..][..n]`: [`gemm_kn`] over
+/// an implicit matrix (a convolution's patches read straight from its input's phase planes, no
+/// copy). The offsets of a [`KC_KN`] block are tabled once per block (so `rows` may divide);
+/// blocks run outermost and accumulate in `y`, each output summing over `k` in the same order
+/// as [`gemm_kn`]. The last `n % (NV·L)` columns go through a zero-padded copy.
+///
+/// # Safety
+/// As [`gemm_kn`] on `y`. (`rows(kk) + n <= b.len()` is checked for every row.)
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemm_kn_rows<V: Vf, const MR: usize, const NV: usize>(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    b: &[f32],
+    rows: impl Fn(usize) -> usize,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    assert!(a.len() >= m * k && ldy >= n && NV * V::L <= NR_MAX && MR <= 8);
+    if k == 0 {
+        // SAFETY: the caller's contract on y.
+        unsafe { zero_rows(y, m, n, ldy) };
+        return;
+    }
+    let nr = NV * V::L;
+    let mut tab = [0usize; KC_KN];
+    // Not zeroed: the tail copy writes every element the kernel reads.
+    let mut tail = core::mem::MaybeUninit::<[f32; KC_KN * NR_MAX]>::uninit();
+    let tp = tail.as_mut_ptr().cast::<f32>();
+    let (ap, bp) = (a.as_ptr(), b.as_ptr());
+    let mut k0 = 0;
+    while k0 < k {
+        let kc = KC_KN.min(k - k0);
+        for (kk, t) in tab[..kc].iter_mut().enumerate() {
+            let off = rows(k0 + kk);
+            assert!(off <= b.len() && b.len() - off >= n, "gemm_kn_rows: row {} outside b", k0 + kk);
+            *t = off;
+        }
+        let add = k0 > 0;
+        // SAFETY: every micro-kernel call reads rows m0.. < m, columns k0..k0+kc ≤ k of a; rows
+        // at tabled offsets (each holding n f32 inside b, checked above), columns n0..n0+nr ≤ n
+        // (full panels) or the tail copy (kc·nr ≤ its room); and writes rows < m, columns
+        // n0..n0+nv ≤ n of y.
+        unsafe {
+            let mut n0 = 0;
+            while n0 < n {
+                let nv = nr.min(n - n0);
+                let full = Indexed(bp.add(n0), tab.as_ptr());
+                let mut m0 = 0;
+                if nv == nr {
+                    while m0 + MR <= m {
+                        let (a, c) = (ap.add(m0 * k + k0), y.add(m0 * ldy + n0));
+                        ukernel::<V, _, MR, NV>(kc, a, k, full, c, ldy, nv, add);
+                        m0 += MR;
+                    }
+                    if m0 < m {
+                        let (a, c) = (ap.add(m0 * k + k0), y.add(m0 * ldy + n0));
+                        ukernel_tail::<V, _, NV>(m - m0, kc, a, k, full, c, ldy, nv, add);
+                    }
+                } else {
+                    for (kk, &off) in tab[..kc].iter().enumerate() {
+                        let dst = tp.add(kk * nr);
+                        core::ptr::copy_nonoverlapping(bp.add(off + n0), dst, nv);
+                        core::ptr::write_bytes(dst.add(nv), 0, nr - nv);
+                    }
+                    let panel = Strided(tp.cast_const(), nr);
+                    while m0 + MR <= m {
+                        let (a, c) = (ap.add(m0 * k + k0), y.add(m0 * ldy + n0));
+                        ukernel::<V, _, MR, NV>(kc, a, k, panel, c, ldy, nv, add);
+                        m0 += MR;
+                    }
+                    if m0 < m {
+                        let (a, c) = (ap.add(m0 * k + k0), y.add(m0 * ldy + n0));
+                        ukernel_tail::<V, _, NV>(m - m0, kc, a, k, panel, c, ldy, nv, add);
+                    }
+                }
+                n0 += nr;
+            }
+        }
+        k0 += kc;
     }
 }
 

@@ -354,6 +354,47 @@ pub fn matmul_kn(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &mut [f3
     }
 }
 
+/// `y [m, n] = a [m, k] · B` (row stride `ldy`) where row `kk` of the implicit `B` is
+/// `b[rows(kk) ..][..n]` — a convolution's patches read in place from its input's phase planes.
+/// x86: [`matmul_kn`]'s micro-kernels through a per-block offset table; elsewhere one axpy per
+/// `(row of a, kk)`. Each output sums over `kk` in order (within blocks of 256 on x86).
+///
+/// # Panics
+/// When `a`, `y` or a row of `B` (`rows(kk) + n > b.len()`) is out of bounds.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_kn_rows(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    b: &[f32],
+    rows: impl Fn(usize) -> usize,
+    n: usize,
+    y: &mut [f32],
+    ldy: usize,
+) {
+    let y_len = if m == 0 { 0 } else { (m - 1) * ldy + n };
+    assert!(a.len() >= m * k && y.len() >= y_len && ldy >= n, "matmul_kn_rows: slices too short");
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2, FMA and F16C detected; lengths checked (rows of B inside).
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::matmul_kn_rows(a, m, k, b, rows, n, y, ldy) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512F, AVX2, FMA and F16C detected; lengths checked (rows of B inside).
+        Isa::Avx512 => unsafe { x86::matmul_kn_rows_avx512(a, m, k, b, rows, n, y, ldy) },
+        _ => {
+            for o in 0..m {
+                let yr = &mut y[o * ldy..o * ldy + n];
+                yr.fill(0.0);
+                for kk in 0..k {
+                    let off = rows(kk);
+                    assert!(off <= b.len() && b.len() - off >= n, "matmul_kn_rows: row {kk} outside b");
+                    axpy(yr, a[o * k + kk], &b[off..off + n]);
+                }
+            }
+        }
+    }
+}
+
 /// `y [rows, out] = x [rows, in] · Wᵀ` (no bias) with the SIMD kernels. Returns false (and
 /// leaves `y` alone) when the ISA is scalar; the caller then runs the scalar loop.
 #[inline]

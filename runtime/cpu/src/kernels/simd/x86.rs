@@ -606,6 +606,61 @@ pub unsafe fn matmul_kn_avx512(a: &[f32], m: usize, k: usize, b: &[f32], n: usiz
     }
 }
 
+/// `y [m, n] = a [m, k] · B`, row `kk` of `B` at `b[rows(kk)..][..n]` (see
+/// [`gemm::gemm_kn_rows`]), with the 6×16 AVX2 micro-kernel.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C. (Lengths are checked.)
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn matmul_kn_rows(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    b: &[f32],
+    rows: impl Fn(usize) -> usize,
+    n: usize,
+    y: &mut [f32],
+    ldy: usize,
+) {
+    assert!(ldy >= n && (m == 0 || y.len() >= (m - 1) * ldy + n));
+    // SAFETY: y is exclusively borrowed and holds m rows of n at stride ldy.
+    unsafe {
+        if n <= 8 {
+            gemm::gemm_kn_rows::<gemm::Y, 6, 1>(a, m, k, b, rows, n, y.as_mut_ptr(), ldy)
+        } else {
+            gemm::gemm_kn_rows::<gemm::Y, 6, 2>(a, m, k, b, rows, n, y.as_mut_ptr(), ldy)
+        }
+    }
+}
+
+/// [`matmul_kn_rows`] with the 8×32 AVX-512 micro-kernel.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2, FMA and F16C. (Lengths are checked.)
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn matmul_kn_rows_avx512(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    b: &[f32],
+    rows: impl Fn(usize) -> usize,
+    n: usize,
+    y: &mut [f32],
+    ldy: usize,
+) {
+    assert!(ldy >= n && (m == 0 || y.len() >= (m - 1) * ldy + n));
+    // SAFETY: y is exclusively borrowed and holds m rows of n at stride ldy.
+    unsafe {
+        if n <= 16 {
+            gemm::gemm_kn_rows::<gemm::Z, 8, 1>(a, m, k, b, rows, n, y.as_mut_ptr(), ldy)
+        } else {
+            gemm::gemm_kn_rows::<gemm::Z, 8, 2>(a, m, k, b, rows, n, y.as_mut_ptr(), ldy)
+        }
+    }
+}
+
 /// `|w|` as unsigned and `x` with `w`'s sign: `|w|·sign(w)x = w·x`, the form `vpmaddubsw` and
 /// `vpdpbusd` (unsigned × signed) take. `w = -128` never occurs (weights and activations are
 /// clamped to ±127).
