@@ -134,6 +134,15 @@ pub enum LoadError {
         /// Required multiple.
         align: u64,
     },
+    /// An allocation sized by the file failed (the decoded table of
+    /// [`Table::new`](crate::Table::new)).
+    #[error("out of memory: {bytes} bytes for {what}")]
+    OutOfMemory {
+        /// What was being allocated.
+        what: &'static str,
+        /// Its size.
+        bytes: u64,
+    },
     /// The plan's scratch region is smaller than the ops need.
     #[error("memory plan: scratch is {found} bytes, the ops need {required}")]
     ScratchTooSmall {

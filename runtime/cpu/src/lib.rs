@@ -15,6 +15,7 @@ extern crate std;
 
 pub mod error;
 mod exec;
+mod graph;
 pub mod kernels;
 pub mod math;
 pub mod model;
@@ -26,6 +27,8 @@ pub mod shapes;
 pub mod threads;
 
 pub use error::{LoadError, RunError, ShapeError};
+#[cfg(feature = "alloc")]
+pub use graph::Table;
 pub use kernels::linear::{linear, ProjW};
 pub use model::{minimum_scratch_bytes, required_scratch_bytes, Model};
 

@@ -41,11 +41,8 @@ impl<'a> Model<'a> {
         for node in 0..file.op_count() {
             let op = file.op(node)?;
             validate_node(&file, node, &op)?;
-            let s = exec::scratch_elems(&file, &op, false).map_err(|source| LoadError::Shape {
-                node,
-                op: op.name(),
-                source,
-            })?;
+            let s = exec::scratch_elems(&crate::graph::Graph::file(&file), &op, false)
+                .map_err(|source| LoadError::Shape { node, op: op.name(), source })?;
             scratch_elems = scratch_elems.max(s);
         }
         for id in file.outputs() {
@@ -264,8 +261,8 @@ fn scratch_bytes(file: &KesFile<'_>, fast: bool) -> Result<u64, LoadError> {
     let mut elems = 0usize;
     for node in 0..file.op_count() {
         let op = file.op(node)?;
-        let s =
-            exec::scratch_elems(file, &op, fast).map_err(|source| LoadError::Shape { node, op: op.name(), source })?;
+        let s = exec::scratch_elems(&crate::graph::Graph::file(file), &op, fast)
+            .map_err(|source| LoadError::Shape { node, op: op.name(), source })?;
         elems = elems.max(s);
     }
     Ok(elems as u64 * 4)

@@ -154,3 +154,19 @@ pub(crate) fn str_at<'a>(b: &[u8], at: u64, pool: &'a [u8], what: &'static str) 
     let s = sub(pool, u64::from(off), u64::from(len), what)?;
     core::str::from_utf8(s).map_err(|_| Error::BadUtf8 { what })
 }
+
+/// [`str_at`] for a string this file's bytes were already checked to hold: the same bounds
+/// checks, no second UTF-8 scan.
+///
+/// Only for [`KesFile`](crate::KesFile)'s tensor names once `parse` has read every one of them
+/// with [`str_at`] (the bytes are borrowed immutably for `'a`, so they are still the checked
+/// ones).
+pub(crate) fn checked_str_at<'a>(b: &[u8], at: u64, pool: &'a [u8], what: &'static str) -> Result<&'a str, Error> {
+    let off = u32_at(b, at, what)?;
+    let len = u32_at(b, at.saturating_add(4), what)?;
+    let s = sub(pool, u64::from(off), u64::from(len), what)?;
+    debug_assert!(core::str::from_utf8(s).is_ok());
+    // SAFETY: `KesFile::parse` ran `str_at` (a full UTF-8 check) on this same entry's (offset,
+    // len) range of the same immutable pool before setting `names_checked`, the only way here.
+    Ok(unsafe { core::str::from_utf8_unchecked(s) })
+}

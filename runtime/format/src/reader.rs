@@ -126,6 +126,10 @@ pub struct KesFile<'a> {
     outputs: &'a [u8],
     plan: MemoryPlan,
     weights: (u64, u64),
+    /// Set once [`parse`](Self::parse) has read every tensor entry (names checked as UTF-8):
+    /// from then on [`tensor`](Self::tensor), which the runtime calls for every node of every
+    /// run, does not check a name again.
+    names_checked: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -276,10 +280,12 @@ impl<'a> KesFile<'a> {
             outputs,
             plan,
             weights: (weights_sec.offset, weights_sec.len),
+            names_checked: false,
         };
         for id in 0..tensor_count {
             file.validate_tensor(id)?;
         }
+        file.names_checked = true;
         file.validate_graph()?;
         let f = file;
         file.meta = Metadata::parse(meta_sec, &|by, id| f.check_activation(by, id))?;
@@ -307,7 +313,11 @@ impl<'a> KesFile<'a> {
             return Err(Error::BadTensorId { by: Referrer::Lookup, id, count: self.tensor_count });
         }
         let e = sub(self.tensor_entries, u64::from(id) * self.entry_size, TENSOR_ENTRY_LEN, "tensor entry")?;
-        let name = str_at(e, 0, self.tensor_pool, "tensor name")?;
+        let name = if self.names_checked {
+            checked_str_at(e, 0, self.tensor_pool, "tensor name")?
+        } else {
+            str_at(e, 0, self.tensor_pool, "tensor name")?
+        };
         let kind = match u8_at(e, 8, "tensor entry")? {
             0 => TensorKind::Weight,
             1 => TensorKind::Activation,

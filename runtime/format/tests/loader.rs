@@ -701,6 +701,14 @@ fn every_op_kind_round_trips() {
     let buf = aligned_copy(&bytes);
     let f = KesFile::parse(&buf).unwrap();
     assert_eq!(f.ops().collect::<Result<Vec<_>, _>>().unwrap(), all);
+    // `kind()` and `output()` (matches, for the run loop) agree with the encoded record.
+    for op in &all {
+        let rec = op.encode();
+        assert_eq!(op.kind(), rec.kind, "{op:?}");
+        assert_eq!(Some(&op.output()), rec.tensors().last(), "{op:?}");
+    }
+    let kinds: std::collections::BTreeSet<u16> = all.iter().map(Op::kind).collect();
+    assert_eq!(kinds.len(), 21, "every op kind is in this test");
 }
 
 /// Format 1.1: an activation may carry a calibrated int8 scale at entry offset 36; it round-trips,

@@ -114,9 +114,10 @@ impl Model {
             });
         }
         let arena = mem::zeroed_vec::<u8>(bytes, "the session's working memory (arena)")?;
-        let mut s = Session { model, arena, capacity };
+        let table = kestrel_cpu::Table::new(&model)?;
+        let mut s = Session { model, arena, capacity, table };
         // Bind once so a bad capacity fails here, not at the first run.
-        kestrel_cpu::Session::new(&s.model, &mut s.arena, capacity)?;
+        kestrel_cpu::Session::new(&s.model, &mut s.arena, capacity)?.with_table(&s.table)?;
         Ok(s)
     }
 
@@ -163,11 +164,14 @@ fn aligned(len: u64, what: &str) -> Result<kestrel_format::AlignedBuf, Error> {
     kestrel_format::AlignedBuf::try_zeroed(usize::try_from(len).map_err(|_| oom())?).ok_or_else(oom)
 }
 
-/// A model with an owned arena. [`run`](Session::run) allocates nothing.
+/// A model with an owned arena and its decoded entries ([`kestrel_cpu::Table`], so runs do
+/// not decode ops and tensor entries from the file at every node). [`run`](Session::run)
+/// allocates nothing.
 pub struct Session<'m> {
     model: kestrel_cpu::Model<'m>,
     arena: Vec<u8>,
     capacity: usize,
+    table: kestrel_cpu::Table<'m>,
 }
 
 impl Session<'_> {
@@ -183,7 +187,7 @@ impl Session<'_> {
 
     /// Runs a batch (inferred from the input lengths) into caller-provided outputs.
     pub fn run(&mut self, inputs: &[Input<'_>], outputs: &mut [&mut [f32]]) -> Result<usize, Error> {
-        let mut s = kestrel_cpu::Session::new(&self.model, &mut self.arena, self.capacity)?;
+        let mut s = kestrel_cpu::Session::new(&self.model, &mut self.arena, self.capacity)?.with_table(&self.table)?;
         Ok(s.run(inputs, outputs)?)
     }
 

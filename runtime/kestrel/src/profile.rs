@@ -191,7 +191,9 @@ pub fn profile(model: &Model, inputs: &[Input<'_>], warmup: usize, runs: usize) 
     let batch = batch_of(&cpu, inputs)?;
     let arena_bytes = crate::model::arena_bytes(&cpu, batch)?;
     let mut arena = crate::mem::zeroed_vec::<u8>(arena_bytes, "the session's working memory (arena)")?;
-    let mut session = kestrel_cpu::Session::new(&cpu, &mut arena, batch)?;
+    // Timed as `Session::run` runs: with the decoded table.
+    let table = kestrel_cpu::Table::new(&cpu)?;
+    let mut session = kestrel_cpu::Session::new(&cpu, &mut arena, batch)?.with_table(&table)?;
     let mut outs = Vec::new();
     for i in 0..cpu.output_count() {
         let n = batch.saturating_mul(cpu.output(i)?.shape.numel().unwrap_or(0));

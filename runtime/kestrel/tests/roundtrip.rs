@@ -139,3 +139,39 @@ fn any_arena_alignment_works() {
         assert_eq!(got, want, "arena shifted by {shift}");
     }
 }
+
+/// A session lent the model's decoded table (what `kestrel::Session` does) gives bit-identical
+/// outputs to one decoding every entry from the file, for every encoding and mechanism of the
+/// demo models; a table built from another model is refused.
+#[test]
+fn decoded_table_runs_bit_identically_and_only_for_its_model() {
+    for dtype in DTYPES {
+        for bytes in [image_model(7, dtype).unwrap(), text_model(7, dtype).unwrap()] {
+            let model = Model::from_bytes(&bytes).unwrap();
+            let cpu = model.cpu().unwrap();
+            let table = kestrel_cpu::Table::new(&cpu).unwrap();
+            let input = cpu.input(0).unwrap();
+            let n = input.shape.numel().unwrap();
+            let (xf, xi): (Vec<f32>, Vec<i32>) = (images(2, 9)[..2 * n].to_vec(), (0..2 * n as i32).collect());
+            let x = if input.dtype == DType::F32 { Input::F32(&xf) } else { Input::I32(&xi) };
+            let outs = cpu.output(0).unwrap().shape.numel().unwrap() * 2;
+            let mut arena = vec![0u8; cpu.arena_bytes(2).unwrap()];
+            let (mut plain, mut tabled) = (vec![0f32; outs], vec![0f32; outs]);
+            kestrel_cpu::Session::new(&cpu, &mut arena, 2).unwrap().run(&[x], &mut [&mut plain]).unwrap();
+            arena.fill(0xA5);
+            let s = kestrel_cpu::Session::new(&cpu, &mut arena, 2).unwrap();
+            s.with_table(&table).unwrap().run(&[x], &mut [&mut tabled]).unwrap();
+            assert_eq!(plain, tabled, "{dtype:?}");
+            assert!(plain.iter().all(|v| v.is_finite()), "{dtype:?}");
+        }
+    }
+    let (a, b) = (
+        Model::from_bytes(&image_model(1, DType::F32).unwrap()).unwrap(),
+        Model::from_bytes(&image_model(2, DType::F32).unwrap()).unwrap(),
+    );
+    let (ca, cb) = (a.cpu().unwrap(), b.cpu().unwrap());
+    let other = kestrel_cpu::Table::new(&cb).unwrap();
+    let mut arena = vec![0u8; ca.arena_bytes(1).unwrap()];
+    let e = kestrel_cpu::Session::new(&ca, &mut arena, 1).unwrap().with_table(&other).err().unwrap();
+    assert!(e.to_string().contains("another model"), "{e}");
+}

@@ -2,6 +2,7 @@
 
 use super::{info, lookup_err, OpIo};
 use crate::error::{RunError, ShapeError};
+use crate::graph::Graph;
 use crate::kernels::conv::{conv2d, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
 use crate::kernels::elementwise::{binary, unary, BinaryParams, Operand, UnaryParams};
 use crate::kernels::embed::{
@@ -17,26 +18,26 @@ use crate::kernels::softmax::{softmax, SoftmaxParams};
 use crate::kernels::transpose::{transpose, TransposeParams};
 use crate::session::numel;
 use kestrel_format::ops::{Activation, Gru, Lstm, Op, Proj, TensorId};
-use kestrel_format::{KesFile, Shape, TensorKind, WeightView};
+use kestrel_format::{Shape, TensorKind, WeightView};
 
 /// A weight view from a validated file.
-pub(crate) fn weight<'a>(file: &KesFile<'a>, id: TensorId) -> Result<WeightView<'a>, ShapeError> {
+pub(crate) fn weight<'a>(file: &Graph<'_, 'a>, id: TensorId) -> Result<WeightView<'a>, ShapeError> {
     file.weight(id).map_err(lookup_err)
 }
 
 /// A projection's weight views.
-pub(crate) fn proj<'a>(file: &KesFile<'a>, p: Proj) -> Result<ProjW<'a>, ShapeError> {
+pub(crate) fn proj<'a>(file: &Graph<'_, 'a>, p: Proj) -> Result<ProjW<'a>, ShapeError> {
     Ok(ProjW { w: weight(file, p.w)?, b: p.b.map(|b| weight(file, b)).transpose()?, act_scale: None })
 }
 
 /// [`proj`] reading activation `x`: carries `x`'s calibrated int8 scale, if any.
-pub(crate) fn proj_in<'a>(file: &KesFile<'a>, p: Proj, x: TensorId) -> Result<ProjW<'a>, ShapeError> {
+pub(crate) fn proj_in<'a>(file: &Graph<'_, 'a>, p: Proj, x: TensorId) -> Result<ProjW<'a>, ShapeError> {
     let act_scale = file.tensor(x).map_err(lookup_err)?.act_scale;
     Ok(ProjW { act_scale, ..proj(file, p)? })
 }
 
 /// Per-sample shape of a tensor.
-pub(crate) fn shape(file: &KesFile<'_>, id: TensorId) -> Result<Shape, ShapeError> {
+pub(crate) fn shape(file: &Graph<'_, '_>, id: TensorId) -> Result<Shape, ShapeError> {
     Ok(file.tensor(id).map_err(lookup_err)?.shape)
 }
 
@@ -47,7 +48,7 @@ enum Src<'a> {
     Weight(WeightView<'a>),
 }
 
-fn src<'a>(file: &KesFile<'a>, id: TensorId) -> Result<Src<'a>, ShapeError> {
+fn src<'a>(file: &Graph<'_, 'a>, id: TensorId) -> Result<Src<'a>, ShapeError> {
     let t = file.tensor(id).map_err(lookup_err)?;
     Ok(if t.kind == TensorKind::Weight { Src::Weight(weight(file, id)?) } else { Src::Act })
 }
@@ -78,7 +79,7 @@ fn operand<'a>(s: &Src<'a>, region: Option<&'a [f32]>) -> Operand<'a> {
     }
 }
 
-fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
+fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
     let shp = |id| shape(file, id);
     Ok(match *op {
         Op::Dense(o) => {
@@ -166,7 +167,7 @@ fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
     })
 }
 
-pub(super) fn scratch_elems(file: &KesFile<'_>, op: &Op, fast: bool) -> Result<usize, ShapeError> {
+pub(super) fn scratch_elems(file: &Graph<'_, '_>, op: &Op, fast: bool) -> Result<usize, ShapeError> {
     Ok(match prepare(file, op)? {
         Prep::Conv2d { p, .. } if fast => conv2d_scratch_fast(&p),
         Prep::Pool2d(p) if fast => pool2d_scratch_fast(&p),
@@ -187,7 +188,7 @@ pub(super) fn scratch_elems(file: &KesFile<'_>, op: &Op, fast: bool) -> Result<u
     })
 }
 
-pub(super) fn execute(file: &KesFile<'_>, op: &Op, io: &mut OpIo<'_>) -> Result<(), RunError> {
+pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Result<(), RunError> {
     let prep = prepare(file, op).map_err(|_| RunError::Internal("a validated node failed its check"))?;
     let batch = io.batch;
     let (acts, out, scratch) = io.split();

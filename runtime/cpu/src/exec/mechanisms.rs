@@ -3,6 +3,7 @@
 use super::layers::{proj, proj_in, shape, weight};
 use super::{info, OpIo};
 use crate::error::{RunError, ShapeError};
+use crate::graph::Graph;
 use crate::kernels::aft::*;
 use crate::kernels::attention::{
     attention_masked, attention_scratch, attention_scratch_fast, check_key_mask, AttentionParams, AttentionWeights,
@@ -12,7 +13,6 @@ use crate::session::numel;
 #[cfg(feature = "std")]
 use crate::threads::SharedMut;
 use kestrel_format::ops::{AftBias, Op, Proj};
-use kestrel_format::KesFile;
 
 /// Kernel params and weights of one mechanism node.
 enum Prep<'a> {
@@ -24,7 +24,7 @@ enum Prep<'a> {
     Fastformer(FastformerParams, FastformerWeights<'a>),
 }
 
-fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
+fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
     let td = |x| -> Result<(usize, usize), ShapeError> {
         let s = shape(file, x)?;
         if s.rank() != 2 {
@@ -118,7 +118,7 @@ fn prepare<'a>(file: &KesFile<'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
     Ok(prep)
 }
 
-pub(super) fn scratch_elems(file: &KesFile<'_>, op: &Op, fast: bool) -> Result<usize, ShapeError> {
+pub(super) fn scratch_elems(file: &Graph<'_, '_>, op: &Op, fast: bool) -> Result<usize, ShapeError> {
     Ok(match prepare(file, op)? {
         Prep::Attention(p, _) if fast => attention_scratch_fast(&p),
         Prep::Attention(p, _) => attention_scratch(&p),
@@ -131,7 +131,7 @@ pub(super) fn scratch_elems(file: &KesFile<'_>, op: &Op, fast: bool) -> Result<u
     })
 }
 
-pub(super) fn execute(file: &KesFile<'_>, op: &Op, io: &mut OpIo<'_>) -> Result<(), RunError> {
+pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Result<(), RunError> {
     let prep = prepare(file, op).map_err(|_| RunError::Internal("a validated node failed its check"))?;
     let batch = io.batch;
     let (acts, out, scratch, spare) = io.split_spare();

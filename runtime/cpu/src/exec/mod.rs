@@ -4,9 +4,10 @@
 //! checks done at load are exactly the ones `run` relies on.
 
 use crate::error::{RunError, ShapeError};
+use crate::graph::Graph;
 use crate::model::Role;
 use kestrel_format::ops::{kind, Op, TensorId, NONE};
-use kestrel_format::{KesFile, TensorInfo};
+use kestrel_format::TensorInfo;
 
 mod layers;
 mod mechanisms;
@@ -107,7 +108,7 @@ pub(crate) fn for_each_slot(op: &Op, mut f: impl FnMut(&'static str, TensorId, R
 /// `fast`: what its fastest path needs (what the planner reserves); else the minimum it can run
 /// with (what a loaded file must provide: files planned before a faster path existed still load
 /// and run the slower path).
-pub(crate) fn scratch_elems(file: &KesFile<'_>, op: &Op, fast: bool) -> Result<usize, ShapeError> {
+pub(crate) fn scratch_elems(file: &Graph<'_, '_>, op: &Op, fast: bool) -> Result<usize, ShapeError> {
     if op.kind_is_mechanism() {
         mechanisms::scratch_elems(file, op, fast)
     } else {
@@ -116,7 +117,7 @@ pub(crate) fn scratch_elems(file: &KesFile<'_>, op: &Op, fast: bool) -> Result<u
 }
 
 /// Runs `op` on every sample of the batch.
-pub(crate) fn execute(file: &KesFile<'_>, op: &Op, io: &mut OpIo<'_>) -> Result<(), RunError> {
+pub(crate) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Result<(), RunError> {
     if op.kind_is_mechanism() {
         mechanisms::execute(file, op, io)
     } else {
@@ -125,7 +126,7 @@ pub(crate) fn execute(file: &KesFile<'_>, op: &Op, io: &mut OpIo<'_>) -> Result<
 }
 
 /// Tensor info, with a file error mapped to an internal error (the model was validated).
-pub(crate) fn info<'a>(file: &KesFile<'a>, id: TensorId) -> Result<TensorInfo<'a>, RunError> {
+pub(crate) fn info<'a>(file: &Graph<'_, 'a>, id: TensorId) -> Result<TensorInfo<'a>, RunError> {
     file.tensor(id).map_err(|_| RunError::Internal("tensor lookup"))
 }
 

@@ -725,14 +725,43 @@ pub mod kind {
 }
 
 impl Op {
+    /// The op's kind id ([`kind`]), the one its record is encoded with. (A match, not an
+    /// encode: the runtime asks for it, and for [`output`](Self::output), on every node of
+    /// every run.)
+    pub fn kind(&self) -> u16 {
+        match self {
+            Op::Dense(_) => kind::DENSE,
+            Op::LayerNorm(_) => kind::LAYER_NORM,
+            Op::Unary(_) => kind::UNARY,
+            Op::Binary(_) => kind::BINARY,
+            Op::Softmax(_) => kind::SOFTMAX,
+            Op::PatchEmbed(_) => kind::PATCH_EMBED,
+            Op::Embedding(_) => kind::EMBEDDING,
+            Op::Reduce(_) => kind::REDUCE,
+            Op::Reshape(_) => kind::RESHAPE,
+            Op::Transpose(_) => kind::TRANSPOSE,
+            Op::MatMul(_) => kind::MATMUL,
+            Op::Conv2d(_) => kind::CONV2D,
+            Op::Pool2d(_) => kind::POOL2D,
+            Op::Lstm(_) => kind::LSTM,
+            Op::Gru(_) => kind::GRU,
+            Op::Attention(_) => kind::ATTENTION,
+            Op::AftFull(_) => kind::AFT_FULL,
+            Op::AftLocal(_) => kind::AFT_LOCAL,
+            Op::AftSimple(_) => kind::AFT_SIMPLE,
+            Op::AftConv(_) => kind::AFT_CONV,
+            Op::Fastformer(_) => kind::FASTFORMER,
+        }
+    }
+
     /// The op's name as shown in reports and errors.
     pub fn name(&self) -> &'static str {
-        kind_name(self.encode().kind).unwrap_or("?")
+        kind_name(self.kind()).unwrap_or("?")
     }
 
     /// True for the fused attention mechanisms (kind ids 32 and up).
     pub fn kind_is_mechanism(&self) -> bool {
-        self.encode().kind >= kind::ATTENTION
+        self.kind() >= kind::ATTENTION
     }
 
     /// The main activation input (slot 0: `x`, `a` or `ids`).
@@ -740,10 +769,31 @@ impl Op {
         self.encode().tensors()[0]
     }
 
-    /// The single output tensor.
+    /// The single output tensor (the record's last tensor slot).
     pub fn output(&self) -> TensorId {
-        let r = self.encode();
-        r.tensors()[r.tensors().len() - 1]
+        match self {
+            Op::Dense(o) => o.y,
+            Op::LayerNorm(o) => o.y,
+            Op::Unary(o) => o.y,
+            Op::Binary(o) => o.y,
+            Op::Softmax(o) => o.y,
+            Op::PatchEmbed(o) => o.y,
+            Op::Embedding(o) => o.y,
+            Op::Reduce(o) => o.y,
+            Op::Reshape(o) => o.y,
+            Op::Transpose(o) => o.y,
+            Op::MatMul(o) => o.y,
+            Op::Conv2d(o) => o.y,
+            Op::Pool2d(o) => o.y,
+            Op::Lstm(o) => o.y,
+            Op::Gru(o) => o.y,
+            Op::Attention(o) => o.y,
+            Op::AftFull(o) => o.y,
+            Op::AftLocal(o) => o.y,
+            Op::AftSimple(o) => o.y,
+            Op::AftConv(o) => o.y,
+            Op::Fastformer(o) => o.y,
+        }
     }
 
     /// Every tensor the op reads (activations and weights), absent optional slots skipped, in
