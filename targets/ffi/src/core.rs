@@ -224,6 +224,9 @@ pub struct LoadedModel {
     // Borrows `owner`'s bytes (heap or mmap, whose address does not move with `owner`); declared
     // first so it is dropped before them.
     cpu: kestrel_cpu::Model<'static>,
+    /// `cpu`'s decoded entries (so runs do not decode them at every node); borrows the same
+    /// bytes, dropped before them likewise.
+    table: kestrel_cpu::Table<'static>,
     name: CString,
     task: CString,
     labels: Vec<CString>,
@@ -291,7 +294,8 @@ impl LoadedModel {
             });
         }
         let op_names = cpu.file().ops().map(|op| cstr(op?.name(), "op name")).collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { cpu, name, task, labels, inputs, outputs, op_names, _owner: owner })
+        let table = kestrel_cpu::Table::new(&cpu)?;
+        Ok(Self { cpu, table, name, task, labels, inputs, outputs, op_names, _owner: owner })
     }
 
     /// The validated CPU model.
@@ -520,7 +524,8 @@ impl SessionCore {
         self.wall_nanos = 0;
         match &mut self.engine {
             Engine::Cpu { arena } => {
-                let mut session = kestrel_cpu::Session::new(self.model.cpu(), arena, self.capacity)?;
+                let mut session =
+                    kestrel_cpu::Session::new(self.model.cpu(), arena, self.capacity)?.with_table(&self.model.table)?;
                 if !self.profiling {
                     return Ok(session.run(inputs, outputs)?);
                 }

@@ -225,6 +225,12 @@ unsafe fn pool2d_avx2(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut 
 
 #[cfg_attr(target_arch = "x86_64", inline(always))]
 fn pool2d_body(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    if pairs(p) {
+        if p.kind == PoolKind::Max {
+            return pool_pairs::<true>(p, x, y);
+        }
+        return pool_pairs::<false>(p, x, y);
+    }
     let fast = pool2d_scratch_fast(p);
     if p.kind == PoolKind::Max && p.kh * p.kw > 1 && fast > 0 && scratch.len() >= fast && p.ow > 1 {
         return max_phased(p, x, y, scratch);
@@ -240,6 +246,41 @@ fn pool2d_body(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) 
                 row::<true>(p, xc, i, yr);
             } else {
                 row::<false>(p, xc, i, yr);
+            }
+        }
+    }
+}
+
+/// Whether `p` pools disjoint windows two columns wide (kernel `kh × 2`, stride `(kh, 2)`; no
+/// padding or dilation): the common 2×2 pool of a CNN, which [`pool_pairs`] runs as a few
+/// contiguous passes per output row (the phase split of [`max_phased`] and the per-tap passes
+/// of [`row`] cost several times more on such small windows).
+fn pairs(p: &Pool2dParams) -> bool {
+    p.kw == 2 && p.stride == [p.kh, 2] && p.pad == [0; 4] && p.dilation == [1, 1] && p.ow >= 1
+}
+
+/// [`pairs`]' pooling: per output row, the `kh` input rows combined element-wise (in window
+/// row order), then each adjacent pair (left, right) — the same values and, for the mean, the
+/// same divisor as [`row`]; only the summation order of a mean's four terms differs.
+#[inline(always)]
+fn pool_pairs<const MAX: bool>(p: &Pool2dParams, x: &[f32], y: &mut [f32]) {
+    let (plane, oplane, ow) = (p.h * p.w, p.oh * p.ow, p.ow);
+    let n = (p.kh * 2) as f32;
+    for (xc, yc) in x[..p.c * plane].chunks_exact(plane).zip(y[..p.c * oplane].chunks_exact_mut(oplane)) {
+        for (i, yr) in yc.chunks_exact_mut(ow).enumerate() {
+            let r0 = i * p.kh;
+            let first = &xc[r0 * p.w..][..2 * ow];
+            for (o, pr) in yr.iter_mut().zip(first.chunks_exact(2)) {
+                *o = combine::<MAX>(pr[0], pr[1]);
+            }
+            for r in r0 + 1..r0 + p.kh {
+                let xr = &xc[r * p.w..][..2 * ow];
+                for (o, pr) in yr.iter_mut().zip(xr.chunks_exact(2)) {
+                    *o = combine::<MAX>(*o, combine::<MAX>(pr[0], pr[1]));
+                }
+            }
+            if !MAX {
+                yr.iter_mut().for_each(|v| *v /= n);
             }
         }
     }

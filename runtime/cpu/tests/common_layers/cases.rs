@@ -120,8 +120,14 @@ pub fn pool_case() -> impl Strategy<Value = (PoolCase, Vec<f32>)> {
 
 /// Fixed pooling configurations: global pools (one window per channel, contiguous rows longer
 /// than eight lanes), the CNN stems' 3×3 stride-2 max pool, a 2×2 stride-2 pool on an odd size
-/// with the extra bottom/right padding that resolves ONNX's ceil mode, every feature at once.
+/// with the extra bottom/right padding that resolves ONNX's ceil mode, every feature at once;
+/// then the disjoint two-column windows of the pair path (2×2 on even and odd sizes — the
+/// last row and column then unread —, 3×2, 1×2 with 17 outputs a row).
 pub const POOL_CASES: &[PoolCase] = &[
+    (3, 8, 10, [2, 2], [2, 2], [0, 0, 0, 0], [1, 1]),
+    (2, 9, 11, [2, 2], [2, 2], [0, 0, 0, 0], [1, 1]),
+    (2, 9, 8, [3, 2], [3, 2], [0, 0, 0, 0], [1, 1]),
+    (1, 5, 34, [1, 2], [1, 2], [0, 0, 0, 0], [1, 1]),
     (3, 7, 7, [7, 7], [1, 1], [0, 0, 0, 0], [1, 1]),
     (2, 5, 12, [5, 12], [1, 1], [0, 0, 0, 0], [1, 1]),
     (2, 3, 20, [2, 20], [1, 1], [0, 0, 0, 0], [1, 1]),
