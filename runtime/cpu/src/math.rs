@@ -42,21 +42,8 @@ pub fn activate(act: Activation, y: &mut [f32]) {
         Activation::Relu => y.iter_mut().for_each(|v| *v = v.max(0.0)),
         Activation::Gelu => crate::kernels::simd::gelu(y),
         Activation::GeluTanh => y.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
-        Activation::Silu => silu(y),
+        Activation::Silu => crate::kernels::simd::silu(y),
         Activation::HardSwish => y.iter_mut().for_each(|v| *v *= (*v * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0)),
-    }
-}
-
-/// `v ← v·σ(v)` in place, with the vectorised sigmoid a block at a time.
-fn silu(y: &mut [f32]) {
-    let mut s = [0.0f32; 256];
-    for chunk in y.chunks_mut(256) {
-        let s = &mut s[..chunk.len()];
-        s.copy_from_slice(chunk);
-        crate::kernels::simd::sigmoid(s);
-        for (v, &g) in chunk.iter_mut().zip(s.iter()) {
-            *v *= g;
-        }
     }
 }
 

@@ -144,6 +144,51 @@ proptest! {
         }
     }
 
+    /// The vectorised σ and SiLU (`x·σ(x)`, one pass) of every ISA against f64, element by
+    /// element within 1e-6 relative plus 1e-30 (results that underflow f32's normal range):
+    /// saturating arguments (e^−x over- and underflowing), tiny ones, lengths that leave SIMD
+    /// tails.
+    #[test]
+    fn sigmoid_and_silu_match_f64(
+        xs in proptest::collection::vec(prop_oneof![-30.0f32..30.0, -120.0f32..120.0, -1e-3f32..1e-3], 0..70),
+    ) {
+        let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+        let want_s: Vec<f64> = xs.iter().map(|&x| sig(f64::from(x))).collect();
+        let want_u: Vec<f64> = xs.iter().map(|&x| f64::from(x) * sig(f64::from(x))).collect();
+        let mut runs: Vec<(&str, Vec<f32>, Vec<f32>)> = Vec::new();
+        let (mut s, mut u) = (xs.clone(), xs.clone());
+        simd::sigmoid(&mut s);
+        simd::silu(&mut u);
+        runs.push(("dispatched", s, u));
+        for isa in isas() {
+            let (mut s, mut u) = (xs.clone(), xs.clone());
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: supported ISAs only.
+            unsafe {
+                if isa == Isa::Avx512 {
+                    simd::x86::sigmoid_avx512(&mut s);
+                    simd::x86::silu_avx512(&mut u);
+                } else {
+                    simd::x86::sigmoid(&mut s);
+                    simd::x86::silu(&mut u);
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                simd::sigmoid(&mut s);
+                simd::silu(&mut u);
+            }
+            runs.push((isa.name(), s, u));
+        }
+        for (who, s, u) in &runs {
+            for (k, &x) in xs.iter().enumerate() {
+                let (ws, wu) = (want_s[k], want_u[k]);
+                prop_assert!((f64::from(s[k]) - ws).abs() <= 1e-6 * ws.abs() + 1e-30, "{who} sigmoid({x}) = {}, want {ws}", s[k]);
+                prop_assert!((f64::from(u[k]) - wu).abs() <= 1e-6 * wu.abs() + 1e-30, "{who} silu({x}) = {}, want {wu}", u[k]);
+            }
+        }
+    }
+
     /// The vectorised softmax against the f64 softmax, per element: 1e-6 relative plus the
     /// rounding of `x − max` in f32 (an ulp of |x − max| moves e^(x − max) by that much
     /// relatively), plus 1e-30 for underflowing entries; rows with a wide spread of values.

@@ -183,10 +183,7 @@ pub fn unary(p: &UnaryParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
         }
         UnaryOp::Silu => {
             y.copy_from_slice(x);
-            crate::kernels::simd::sigmoid(y);
-            for (o, &v) in y.iter_mut().zip(x) {
-                *o *= v;
-            }
+            crate::kernels::simd::silu(y);
         }
         op => map!(|v| unary_fn(op, v)),
     }

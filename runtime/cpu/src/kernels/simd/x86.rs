@@ -832,6 +832,7 @@ pub unsafe fn dot_i4_group(bytes: &[u8], xq: &[i8]) -> i32 {
 
 // The FMA peak probes and the vectorised GELU/softmax live in `x86_math.rs`.
 pub use super::x86_math::{
-    exp_sub, exp_sub_each, fma_probe_avx2, fma_probe_avx512, gelu, gelu_avx512, sigmoid, sigmoid_gate, softmax, tanh,
+    exp_sub, exp_sub_each, fma_probe_avx2, fma_probe_avx512, gelu, gelu_avx512, sigmoid, sigmoid_avx512, sigmoid_gate, silu,
+    silu_avx512, softmax, tanh,
     PROBE_CHAINS,
 };

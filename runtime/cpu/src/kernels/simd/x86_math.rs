@@ -421,6 +421,67 @@ pub unsafe fn gelu_avx512(y: &mut [f32]) {
     }
 }
 
+/// `f` over `y` 16 lanes at a time (AVX-512F), the tail through a padded copy so every element
+/// gets the same arithmetic.
+#[inline(always)]
+fn map16(y: &mut [f32], f: impl Fn(__m512) -> __m512) {
+    let mut chunks = y.chunks_exact_mut(16);
+    for c in &mut chunks {
+        // SAFETY: c holds 16 f32; AVX-512F available in every caller.
+        unsafe { _mm512_storeu_ps(c.as_mut_ptr(), f(_mm512_loadu_ps(c.as_ptr()))) };
+    }
+    let tail = chunks.into_remainder();
+    if !tail.is_empty() {
+        let mut buf = [0.0f32; 16];
+        buf[..tail.len()].copy_from_slice(tail);
+        // SAFETY: buf holds 16 f32.
+        unsafe { _mm512_storeu_ps(buf.as_mut_ptr(), f(_mm512_loadu_ps(buf.as_ptr()))) };
+        tail.copy_from_slice(&buf[..tail.len()]);
+    }
+}
+
+/// `1 / (1 + e^−x)` for 16 lanes: [`exp16`] scales by `vscalefps`, so `e^−x` overflows to +∞
+/// (σ = 0) or underflows to 0 (σ = 1) without the `|x|` split of [`sigmoid8`].
+#[inline(always)]
+unsafe fn sigmoid16(x: __m512) -> __m512 {
+    // SAFETY: AVX-512F available in every caller.
+    unsafe {
+        let one = _mm512_set1_ps(1.0);
+        let e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        _mm512_div_ps(one, _mm512_add_ps(one, e))
+    }
+}
+
+/// `σ(v[i])` in place, 16 lanes at a time ([`sigmoid16`]).
+///
+/// # Safety
+/// The CPU must support AVX-512F (and AVX2/FMA).
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub unsafe fn sigmoid_avx512(v: &mut [f32]) {
+    // SAFETY (closure): AVX-512F available here.
+    map16(v, |x| unsafe { sigmoid16(x) });
+}
+
+/// SiLU `v[i]·σ(v[i])` in place, 16 lanes at a time: `x / (1 + e^−x)` in one pass (no copy).
+///
+/// # Safety
+/// The CPU must support AVX-512F (and AVX2/FMA).
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub unsafe fn silu_avx512(v: &mut [f32]) {
+    // SAFETY (closure): AVX-512F available here.
+    map16(v, |x| unsafe { _mm512_mul_ps(x, sigmoid16(x)) });
+}
+
+/// SiLU `v[i]·σ(v[i])` in place, 8 lanes at a time ([`sigmoid8`], one pass).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn silu(v: &mut [f32]) {
+    // SAFETY (closure): AVX2/FMA available here.
+    map8(v, |x| unsafe { _mm256_mul_ps(x, sigmoid8(x)) });
+}
+
 /// `σ(v[i])` in place, 8 lanes at a time ([`sigmoid8`]; the tail through a padded copy).
 ///
 /// # Safety
