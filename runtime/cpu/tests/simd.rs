@@ -643,6 +643,40 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// The depthwise taps kernel (`acc[j] = Σ_t w[t]·src[off[t] + j]`) of every ISA against f64:
+    /// up to a 7×7 kernel's 49 taps, lengths around the 4-vector blocks and scalar tails.
+    #[test]
+    fn taps_match_f64(
+        (w, off, src, n) in (1usize..50, 0usize..150, 0usize..40).prop_flat_map(|(taps, n, extra)| (
+            proptest::collection::vec(-1.0f32..1.0, taps),
+            proptest::collection::vec(0usize..=extra, taps),
+            proptest::collection::vec(-2.0f32..2.0, n + extra),
+            Just(n),
+        ))
+    ) {
+        let want: Vec<f64> =
+            (0..n).map(|j| w.iter().zip(&off).map(|(&wv, &o)| f64::from(wv) * f64::from(src[o + j])).sum()).collect();
+        let mut got = vec![f32::NAN; n];
+        simd::taps(&w, &off, &src, &mut got);
+        assert_close("taps (dispatched)", &got, &want, F32_APPROX);
+        #[cfg(target_arch = "x86_64")]
+        for isa in isas() {
+            let mut got = vec![f32::NAN; n];
+            // SAFETY: supported ISAs only.
+            unsafe {
+                match isa {
+                    Isa::Avx512 => simd::x86::taps_avx512(&w, &off, &src, &mut got),
+                    _ => simd::x86::taps(&w, &off, &src, &mut got),
+                }
+            }
+            assert_close(&format!("{} taps", isa.name()), &got, &want, F32_APPROX);
+        }
+    }
+}
+
 /// A row of the implicit `B` that would run past the buffer is refused (a panic, never a read
 /// outside it).
 #[test]
@@ -718,4 +752,37 @@ fn dispatch_picks_a_supported_isa_and_refuses_missing_ones() {
         }
     }
     assert_eq!(simd::isa(), best);
+}
+
+/// NaN and ±∞ through the vectorised σ and SiLU of every ISA: NaN stays NaN, σ(+∞) = 1 and
+/// σ(−∞) ≈ 0 (below 1e-30), SiLU(+∞) = +∞, huge arguments saturate instead of giving NaN.
+#[test]
+fn sigmoid_and_silu_keep_nan_and_saturate_at_infinity() {
+    let xs = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -1e30, 1e30];
+    let check = |who: &str, s: &[f32], u: &[f32]| {
+        assert!(s[0].is_nan() && u[0].is_nan(), "{who}: NaN lost: {s:?} {u:?}");
+        assert_eq!((s[1], s[3]), (1.0, 0.5), "{who}: {s:?}");
+        assert!(s[2] >= 0.0 && s[2] < 1e-30, "{who}: {s:?}");
+        assert_eq!((u[1], u[3]), (f32::INFINITY, 0.0), "{who}: {u:?}");
+        assert!(s[4] >= 0.0 && s[4] < 1e-30 && s[5] == 1.0, "{who}: {s:?}");
+    };
+    let (mut s, mut u) = (xs.to_vec(), xs.to_vec());
+    simd::sigmoid(&mut s);
+    simd::silu(&mut u);
+    check("dispatched", &s, &u);
+    #[cfg(target_arch = "x86_64")]
+    for isa in isas() {
+        let (mut s, mut u) = (xs.to_vec(), xs.to_vec());
+        // SAFETY: supported ISAs only.
+        unsafe {
+            if isa == Isa::Avx512 {
+                simd::x86::sigmoid_avx512(&mut s);
+                simd::x86::silu_avx512(&mut u);
+            } else {
+                simd::x86::sigmoid(&mut s);
+                simd::x86::silu(&mut u);
+            }
+        }
+        check(isa.name(), &s, &u);
+    }
 }

@@ -224,7 +224,7 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scr
             for (j, seg) in row.chunks_exact_mut(p.kw).enumerate() {
                 let (ci, ky) = (j / p.kh, j % p.kh);
                 let at = (ci * p.h + py * p.kh + ky) * p.w + px * p.kw;
-                seg.copy_from_slice(&x[at..at + p.kw]);
+                super::copy_short(seg, &x[at..at + p.kw]);
             }
         }
         crate::kernels::linear::matmul_nt(xt, plane, &proj.w, yt);
@@ -483,6 +483,11 @@ impl TapOffsets {
         (ry * sw + rx) * plane + qy * wq + qx
     }
 
+    /// The first `taps` offsets as a slice, when they are tabled (`taps ≤ MAX_TAPS`).
+    pub(crate) fn table(&self, taps: usize) -> Option<&[usize]> {
+        self.off.get(..taps)
+    }
+
     /// Tap `t`'s offset.
     #[cfg_attr(target_arch = "x86_64", inline(always))]
     pub(crate) fn get(&self, t: usize) -> usize {
@@ -623,12 +628,16 @@ unsafe fn dw_avx2(g: &Depthwise, p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], 
     g.run_body(p, proj, x, y, scratch)
 }
 
-/// `acc = Σ_taps w[ky, kx] · phase(ky, kx)[shifted]`: one contiguous multiply-add over the
-/// whole accumulator per tap, taps in `(ky, kx)` order. (Holding blocks of the accumulator in
-/// registers across taps was tried: the compiler kept the block on the stack, and every tap
-/// then waited on store forwarding — 3× slower on a 7×7 depthwise layer.)
+/// `acc = Σ_taps w[ky, kx] · phase(ky, kx)[shifted]`, taps in `(ky, kx)` order: through
+/// [`simd::taps`](crate::kernels::simd::taps) (x86: blocks of the accumulator held in registers
+/// across every tap, written with intrinsics — the compiler kept a plain-Rust block on the
+/// stack, 3× slower), else one contiguous multiply-add over the whole accumulator per tap.
 #[cfg_attr(target_arch = "x86_64", inline(always))]
 fn taps_body(p: &Conv2dParams, off: &TapOffsets, w: &[f32], planes: &[f32], acc: &mut [f32]) {
+    let taps = p.kh * p.kw;
+    if let Some(offs) = off.table(taps) {
+        return crate::kernels::simd::taps(&w[..taps], offs, planes, acc);
+    }
     let n = acc.len();
     acc.fill(0.0);
     for (t, &wv) in w[..p.kh * p.kw].iter().enumerate() {
@@ -696,7 +705,7 @@ pub(crate) fn split_phases(g: &PhaseGeom, xc: &[f32], fill: f32, planes: &mut [f
             let base = (ry * sw + rx) * plane + i * g.wq + (j0 + pl) / sw;
             let dst = &mut planes[base..base + (w - j0).div_ceil(sw)];
             if sw == 1 {
-                dst.copy_from_slice(xr);
+                super::copy_short(dst, xr);
             } else {
                 for (d, &v) in dst.iter_mut().zip(xr[j0..].iter().step_by(sw)) {
                     *d = v;

@@ -188,7 +188,7 @@ fn max_phased(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
             }
         }
         for (yr, ar) in yc.chunks_exact_mut(p.ow).zip(acc.chunks_exact(g.wq)) {
-            yr.copy_from_slice(&ar[..p.ow]);
+            super::copy_short(yr, &ar[..p.ow]);
         }
     }
 }

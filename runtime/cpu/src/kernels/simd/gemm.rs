@@ -412,10 +412,12 @@ pub(super) unsafe fn gemm_kn<V: Vf, const MR: usize, const NV: usize>(
                 let panel = if nv == nr {
                     Strided(bp.add(k0 * n + n0), n)
                 } else {
+                    // One zeroing of the block, then each row's nv columns (inline copies: a
+                    // memcpy call per row cost more than the row).
+                    core::ptr::write_bytes(tp, 0, kc * nr);
                     for kk in 0..kc {
-                        let dst = tp.add(kk * nr);
-                        core::ptr::copy_nonoverlapping(bp.add((k0 + kk) * n + n0), dst, nv);
-                        core::ptr::write_bytes(dst.add(nv), 0, nr - nv);
+                        let dst = core::slice::from_raw_parts_mut(tp.add(kk * nr), nv);
+                        crate::kernels::copy_short(dst, core::slice::from_raw_parts(bp.add((k0 + kk) * n + n0), nv));
                     }
                     Strided(tp.cast_const(), nr)
                 };
@@ -499,10 +501,10 @@ pub(super) unsafe fn gemm_kn_rows<V: Vf, const MR: usize, const NV: usize>(
                         ukernel_tail::<V, _, NV>(m - m0, kc, a, k, full, c, ldy, nv, add);
                     }
                 } else {
+                    core::ptr::write_bytes(tp, 0, kc * nr);
                     for (kk, &off) in tab[..kc].iter().enumerate() {
-                        let dst = tp.add(kk * nr);
-                        core::ptr::copy_nonoverlapping(bp.add(off + n0), dst, nv);
-                        core::ptr::write_bytes(dst.add(nv), 0, nr - nv);
+                        let dst = core::slice::from_raw_parts_mut(tp.add(kk * nr), nv);
+                        crate::kernels::copy_short(dst, core::slice::from_raw_parts(bp.add(off + n0), nv));
                     }
                     let panel = Strided(tp.cast_const(), nr);
                     while m0 + MR <= m {

@@ -27,6 +27,8 @@ mod q8_avx;
 #[cfg(target_arch = "aarch64")]
 mod q8_neon;
 #[cfg(target_arch = "x86_64")]
+mod taps;
+#[cfg(target_arch = "x86_64")]
 pub mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_math;
@@ -366,6 +368,33 @@ pub fn matmul_kn(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &mut [f3
                 yr.fill(0.0);
                 for kk in 0..k {
                     axpy(yr, a[o * k + kk], &b[kk * n..(kk + 1) * n]);
+                }
+            }
+        }
+    }
+}
+
+/// `acc[j] = Σ_t w[t] · src[off[t] + j]` (taps in order): a depthwise convolution's taps over
+/// its stride-phase planes. x86: four vectors of `acc` held in registers across every tap, one
+/// fused multiply-add per tap and element (AVX-512: 16 lanes); elsewhere one pass per tap.
+///
+/// # Panics
+/// When a tap reads past `src` (`off[t] + acc.len() > src.len()`) or `off` is shorter than `w`.
+pub fn taps(w: &[f32], off: &[usize], src: &[f32], acc: &mut [f32]) {
+    assert!(off.len() >= w.len(), "taps: {} offsets for {} weights", off.len(), w.len());
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2/FMA detected (bounds are checked inside).
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::taps(w, off, src, acc) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512F/AVX2/FMA detected (bounds are checked inside).
+        Isa::Avx512 => unsafe { x86::taps_avx512(w, off, src, acc) },
+        _ => {
+            let n = acc.len();
+            acc.fill(0.0);
+            for (&wv, &o) in w.iter().zip(off) {
+                for (a, &v) in acc.iter_mut().zip(&src[o..o + n]) {
+                    *a += wv * v;
                 }
             }
         }

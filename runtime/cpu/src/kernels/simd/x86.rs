@@ -661,6 +661,26 @@ pub unsafe fn matmul_kn_rows_avx512(
     }
 }
 
+/// [`super::taps`] with 8-lane vectors.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA. (Bounds are checked.)
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn taps(w: &[f32], off: &[usize], src: &[f32], acc: &mut [f32]) {
+    // SAFETY: AVX2/FMA per this function's contract.
+    unsafe { super::taps::taps::<gemm::Y>(w, off, src, acc) }
+}
+
+/// [`super::taps`] with 16-lane vectors.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA. (Bounds are checked.)
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub unsafe fn taps_avx512(w: &[f32], off: &[usize], src: &[f32], acc: &mut [f32]) {
+    // SAFETY: AVX-512F per this function's contract.
+    unsafe { super::taps::taps::<gemm::Z>(w, off, src, acc) }
+}
+
 /// `|w|` as unsigned and `x` with `w`'s sign: `|w|·sign(w)x = w·x`, the form `vpmaddubsw` and
 /// `vpdpbusd` (unsigned × signed) take. `w = -128` never occurs (weights and activations are
 /// clamped to ±127).
@@ -832,7 +852,6 @@ pub unsafe fn dot_i4_group(bytes: &[u8], xq: &[i8]) -> i32 {
 
 // The FMA peak probes and the vectorised GELU/softmax live in `x86_math.rs`.
 pub use super::x86_math::{
-    exp_sub, exp_sub_each, fma_probe_avx2, fma_probe_avx512, gelu, gelu_avx512, sigmoid, sigmoid_avx512, sigmoid_gate, silu,
-    silu_avx512, softmax, tanh,
-    PROBE_CHAINS,
+    exp_sub, exp_sub_each, fma_probe_avx2, fma_probe_avx512, gelu, gelu_avx512, sigmoid, sigmoid_avx512, sigmoid_gate,
+    silu, silu_avx512, softmax, tanh, PROBE_CHAINS,
 };

@@ -1,0 +1,54 @@
+//! The depthwise convolution's inner product over taps (x86): `acc[j] = Σ_t w[t] · src[off[t] +
+//! j]`, blocks of four vectors of `acc` kept in registers across every tap (one store per
+//! element, instead of a load and a store of `acc` per tap).
+
+use super::gemm::Vf;
+
+/// `acc[j] = Σ_t w[t] · src[off[t] + j]` for `j < acc.len()`, taps in order, each a fused
+/// multiply-add (the tail past the last whole vector through `f32::mul_add`, the same
+/// arithmetic).
+///
+/// # Safety
+/// The CPU must support `V`'s instructions. (Bounds are checked: every `off[t] + acc.len()` is
+/// within `src`.)
+#[inline(always)]
+pub(super) unsafe fn taps<V: Vf>(w: &[f32], off: &[usize], src: &[f32], acc: &mut [f32]) {
+    let (n, taps) = (acc.len(), w.len().min(off.len()));
+    assert!(off[..taps].iter().all(|&o| o <= src.len() && src.len() - o >= n), "taps: a tap reads past its source");
+    let (sp, ap) = (src.as_ptr(), acc.as_mut_ptr());
+    let l = V::L;
+    let mut j = 0;
+    // SAFETY: every read is src[off[t] + j + i] with j + i < n (checked above); every write is
+    // acc[j + i] with j + i < n.
+    unsafe {
+        while j + 4 * l <= n {
+            let mut a = [V::zero(); 4];
+            for (wt, &o) in w[..taps].iter().zip(&off[..taps]) {
+                let wv = V::splat(wt);
+                let p = sp.add(o + j);
+                for (v, a) in a.iter_mut().enumerate() {
+                    *a = V::fma(wv, V::load(p.add(v * l)), *a);
+                }
+            }
+            for (v, a) in a.iter().enumerate() {
+                V::store(ap.add(j + v * l), *a);
+            }
+            j += 4 * l;
+        }
+        while j + l <= n {
+            let mut a = V::zero();
+            for (wt, &o) in w[..taps].iter().zip(&off[..taps]) {
+                a = V::fma(V::splat(wt), V::load(sp.add(o + j)), a);
+            }
+            V::store(ap.add(j), a);
+            j += l;
+        }
+    }
+    for (jj, o) in acc.iter_mut().enumerate().skip(j) {
+        let mut a = 0.0f32;
+        for (&wt, &o) in w[..taps].iter().zip(&off[..taps]) {
+            a = wt.mul_add(src[o + jj], a);
+        }
+        *o = a;
+    }
+}
