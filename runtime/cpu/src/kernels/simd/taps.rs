@@ -3,9 +3,10 @@
 //! element, instead of a load and a store of `acc` per tap).
 
 use super::gemm::Vf;
+use core::arch::x86_64::{_mm_cvtss_f32, _mm_fmadd_ss, _mm_set_ss};
 
 /// `acc[j] = Σ_t w[t] · src[off[t] + j]` for `j < acc.len()`, taps in order, each a fused
-/// multiply-add (the tail past the last whole vector through `f32::mul_add`, the same
+/// multiply-add (the tail past the last whole vector through the scalar `vfmadd…ss`, the same
 /// arithmetic).
 ///
 /// # Safety
@@ -47,7 +48,8 @@ pub(super) unsafe fn taps<V: Vf>(w: &[f32], off: &[usize], src: &[f32], acc: &mu
     for (jj, o) in acc.iter_mut().enumerate().skip(j) {
         let mut a = 0.0f32;
         for (&wt, &o) in w[..taps].iter().zip(&off[..taps]) {
-            a = wt.mul_add(src[o + jj], a);
+            // SAFETY: FMA available in every caller (`V`'s instructions include it).
+            a = unsafe { _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(wt), _mm_set_ss(src[o + jj]), _mm_set_ss(a))) };
         }
         *o = a;
     }
