@@ -677,6 +677,43 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// The channels-innermost depthwise pixel (`y[c] = Σ_i w[t_i·C + c]·x[o_i + c]`) of every
+    /// ISA against f64: up to 25 taps (some skipped, as padding skips them), channel counts
+    /// around the 4-vector blocks and scalar tails.
+    #[test]
+    fn taps_cl_match_f64(
+        (w, pairs, x, c) in (1usize..26, 1usize..150, 1usize..6).prop_flat_map(|(taps, c, pixels)| (
+            proptest::collection::vec(-1.0f32..1.0, taps * c),
+            proptest::collection::vec((0usize..taps, 0usize..pixels), 0..taps),
+            proptest::collection::vec(-2.0f32..2.0, pixels * c),
+            Just(c),
+        ))
+    ) {
+        let pairs: Vec<(usize, usize)> = pairs.into_iter().map(|(t, px)| (t, px * c)).collect();
+        let want: Vec<f64> = (0..c)
+            .map(|j| pairs.iter().map(|&(t, o)| f64::from(w[t * c + j]) * f64::from(x[o + j])).sum())
+            .collect();
+        let mut got = vec![f32::NAN; c];
+        simd::taps_cl(&w, &pairs, &x, &mut got);
+        assert_close("taps_cl (dispatched)", &got, &want, F32_APPROX);
+        #[cfg(target_arch = "x86_64")]
+        for isa in isas() {
+            let mut got = vec![f32::NAN; c];
+            // SAFETY: supported ISAs only.
+            unsafe {
+                match isa {
+                    Isa::Avx512 => simd::x86::taps_cl_avx512(&w, &pairs, &x, &mut got),
+                    _ => simd::x86::taps_cl(&w, &pairs, &x, &mut got),
+                }
+            }
+            assert_close(&format!("{} taps_cl", isa.name()), &got, &want, F32_APPROX);
+        }
+    }
+}
+
 /// A row of the implicit `B` that would run past the buffer is refused (a panic, never a read
 /// outside it).
 #[test]

@@ -408,13 +408,40 @@ fn depthwise_cl_body(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32
     add_bias(proj, plane, &mut y[..c * plane]);
 }
 
-/// The multiply-adds of [`depthwise_cl`].
+/// The multiply-adds of [`depthwise_cl`]: per output pixel, the taps inside the input listed
+/// (tap, input offset) and summed in tap order by [`simd::taps_cl`](crate::kernels::simd::taps_cl)
+/// (kernels up to [`MAX_TAPS`] taps), else one pass over the channels per tap.
 #[cfg_attr(target_arch = "x86_64", inline(always))]
 fn cl_taps_body(p: &Conv2dParams, xt: &[f32], wt: &[f32], yt: &mut [f32]) {
     let c = p.c;
     let [sh, sw] = p.stride;
     let [dh, dw] = p.dilation;
     let (pt, pl) = (p.pad[0], p.pad[1]);
+    if p.kh * p.kw <= MAX_TAPS {
+        let mut pairs = [(0usize, 0usize); MAX_TAPS];
+        for oy in 0..p.oh {
+            for ox in 0..p.ow {
+                let mut n = 0;
+                for ky in 0..p.kh {
+                    let iy = oy * sh + ky * dh;
+                    if iy < pt || iy - pt >= p.h {
+                        continue;
+                    }
+                    for kx in 0..p.kw {
+                        let ix = ox * sw + kx * dw;
+                        if ix < pl || ix - pl >= p.w {
+                            continue;
+                        }
+                        pairs[n] = (ky * p.kw + kx, ((iy - pt) * p.w + ix - pl) * c);
+                        n += 1;
+                    }
+                }
+                let yr = &mut yt[(oy * p.ow + ox) * c..][..c];
+                crate::kernels::simd::taps_cl(wt, &pairs[..n], xt, yr);
+            }
+        }
+        return;
+    }
     for oy in 0..p.oh {
         for ox in 0..p.ow {
             let yr = &mut yt[(oy * p.ow + ox) * c..][..c];

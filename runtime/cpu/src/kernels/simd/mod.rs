@@ -401,6 +401,33 @@ pub fn taps(w: &[f32], off: &[usize], src: &[f32], acc: &mut [f32]) {
     }
 }
 
+/// `y[c] = Σ_i w[t_i·C + c] · x[o_i + c]` (`C = y.len()`, pairs `(t_i, o_i)` in order): one
+/// output pixel of a channels-innermost depthwise convolution (weights `[taps, C]`, input
+/// `[H·W, C]`). x86: four vectors of channels in registers across the taps, fused
+/// multiply-adds; elsewhere one pass per tap.
+///
+/// # Panics
+/// When a pair reads past `w` or `x`.
+pub fn taps_cl(w: &[f32], pairs: &[(usize, usize)], x: &[f32], y: &mut [f32]) {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2/FMA detected (bounds are checked inside).
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::taps_cl(w, pairs, x, y) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512F/AVX2/FMA detected (bounds are checked inside).
+        Isa::Avx512 => unsafe { x86::taps_cl_avx512(w, pairs, x, y) },
+        _ => {
+            let c = y.len();
+            y.fill(0.0);
+            for &(t, o) in pairs {
+                for ((a, &wv), &v) in y.iter_mut().zip(&w[t * c..(t + 1) * c]).zip(&x[o..o + c]) {
+                    *a += wv * v;
+                }
+            }
+        }
+    }
+}
+
 /// `y [m, n] = a [m, k] · B` (row stride `ldy`) where row `kk` of the implicit `B` is
 /// `b[rows(kk) ..][..n]` — a convolution's patches read in place from its input's phase planes.
 /// x86: [`matmul_kn`]'s micro-kernels through a per-block offset table; elsewhere one axpy per

@@ -54,3 +54,57 @@ pub(super) unsafe fn taps<V: Vf>(w: &[f32], off: &[usize], src: &[f32], acc: &mu
         *o = a;
     }
 }
+
+/// `y[c] = Σ_i w[t_i·C + c] · x[o_i + c]` for `c < C = y.len()`, over the `(t_i, o_i)` pairs in
+/// order: a channels-innermost depthwise convolution's output pixel (`t_i` a tap inside the
+/// input, `o_i` its input pixel's offset in `x [H·W, C]`), four vectors of channels held in
+/// registers across the taps.
+///
+/// # Safety
+/// The CPU must support `V`'s instructions. (Bounds are checked.)
+#[inline(always)]
+pub(super) unsafe fn taps_cl<V: Vf>(w: &[f32], pairs: &[(usize, usize)], x: &[f32], y: &mut [f32]) {
+    let c = y.len();
+    assert!(
+        pairs.iter().all(|&(t, o)| t.checked_mul(c).is_some_and(|at| at <= w.len() && w.len() - at >= c)
+            && o <= x.len()
+            && x.len() - o >= c),
+        "taps_cl: a tap reads past its weights or input"
+    );
+    let (wp, xp, yp) = (w.as_ptr(), x.as_ptr(), y.as_mut_ptr());
+    let l = V::L;
+    let mut j = 0;
+    // SAFETY: reads w[t·C + j + i] and x[o + j + i] with j + i < C (checked above); writes
+    // y[j + i], j + i < C.
+    unsafe {
+        while j + 4 * l <= c {
+            let mut a = [V::zero(); 4];
+            for &(t, o) in pairs {
+                let (pw, px) = (wp.add(t * c + j), xp.add(o + j));
+                for (v, a) in a.iter_mut().enumerate() {
+                    *a = V::fma(V::load(pw.add(v * l)), V::load(px.add(v * l)), *a);
+                }
+            }
+            for (v, a) in a.iter().enumerate() {
+                V::store(yp.add(j + v * l), *a);
+            }
+            j += 4 * l;
+        }
+        while j + l <= c {
+            let mut a = V::zero();
+            for &(t, o) in pairs {
+                a = V::fma(V::load(wp.add(t * c + j)), V::load(xp.add(o + j)), a);
+            }
+            V::store(yp.add(j), a);
+            j += l;
+        }
+    }
+    for (jj, out) in y.iter_mut().enumerate().skip(j) {
+        let mut a = 0.0f32;
+        for &(t, o) in pairs {
+            // SAFETY: FMA available in every caller (`V`'s instructions include it).
+            a = unsafe { _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(w[t * c + jj]), _mm_set_ss(x[o + jj]), _mm_set_ss(a))) };
+        }
+        *out = a;
+    }
+}

@@ -681,6 +681,26 @@ pub unsafe fn taps_avx512(w: &[f32], off: &[usize], src: &[f32], acc: &mut [f32]
     unsafe { super::taps::taps::<gemm::Z>(w, off, src, acc) }
 }
 
+/// [`super::taps_cl`] with 8-lane vectors.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA. (Bounds are checked.)
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn taps_cl(w: &[f32], pairs: &[(usize, usize)], x: &[f32], y: &mut [f32]) {
+    // SAFETY: AVX2/FMA per this function's contract.
+    unsafe { super::taps::taps_cl::<gemm::Y>(w, pairs, x, y) }
+}
+
+/// [`super::taps_cl`] with 16-lane vectors.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA. (Bounds are checked.)
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub unsafe fn taps_cl_avx512(w: &[f32], pairs: &[(usize, usize)], x: &[f32], y: &mut [f32]) {
+    // SAFETY: AVX-512F per this function's contract.
+    unsafe { super::taps::taps_cl::<gemm::Z>(w, pairs, x, y) }
+}
+
 /// `|w|` as unsigned and `x` with `w`'s sign: `|w|·sign(w)x = w·x`, the form `vpmaddubsw` and
 /// `vpdpbusd` (unsigned × signed) take. `w = -128` never occurs (weights and activations are
 /// clamped to ±127).
