@@ -90,6 +90,9 @@ fn every_zoo_model_converts_and_matches_onnxruntime() {
         if let Err(e) = masked_attention_fused(&name, &meta, &conv) {
             failures.push(format!("{name}: {e}"));
         }
+        if let Err(e) = no_subsampling_pools(&name, &meta, &conv) {
+            failures.push(format!("{name}: {e}"));
+        }
         // Every ONNX op of a model that converts is in the documented table.
         for op in meta["onnx_ops"].as_object().unwrap().keys() {
             if !ONNX_OPS.iter().any(|o| o.op == op) {
@@ -100,6 +103,25 @@ fn every_zoo_model_converts_and_matches_onnxruntime() {
     }
     println!("{converted} zoo exports converted");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// ResNet's strided 1×1 shortcut convolutions (tract's per-axis `Downsample`, lowered to 1×1
+/// max pools) are folded back into strided `Conv2d`s: the only pools left are the ONNX model's
+/// own pools.
+fn no_subsampling_pools(name: &str, meta: &serde_json::Value, conv: &kestrel_onnx::Conversion) -> Result<(), String> {
+    if !name.starts_with("resnet18") {
+        return Ok(());
+    }
+    let onnx =
+        ["MaxPool", "AveragePool", "GlobalMaxPool"].iter().filter_map(|o| meta["onnx_ops"][o].as_u64()).sum::<u64>();
+    let pools = conv.report.kestrel_ops.get("Pool2d").copied().unwrap_or(0) as u64;
+    if pools != onnx {
+        return Err(format!(
+            "{pools} Pool2d nodes for {onnx} ONNX pools (subsamplings not folded), rejected: {:?}",
+            conv.report.fusion_rejected
+        ));
+    }
+    Ok(())
 }
 
 /// HF BERT and DistilBERT (an `attention_mask` input): every attention layer (one ONNX Softmax

@@ -11,6 +11,7 @@ mod aft_conv;
 mod attention;
 mod elementwise;
 mod select;
+mod subsample;
 
 use crate::builder::Region;
 use crate::{Error, Input, Model, ModelBuilder};
@@ -53,6 +54,7 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         aft::fastformer(b, &mut report);
         aft::aft_full(b, &mut report);
         aft_conv::aft_conv(b, &mut report);
+        subsample::strided_pointwise_conv(b, &mut report);
         if b.ops().len() == before {
             break;
         }
