@@ -22,9 +22,9 @@ pub(super) fn strided_pointwise_conv(b: &mut ModelBuilder, report: &mut FusionRe
             // `[C, 1, H'·W']` view: the strided one gives `[O, H', W']`, viewed back.
             let (xs, ys) = (b.shape_of(conv.x), b.shape_of(conv.y));
             let out = xs.zip(ys).and_then(|(xs, ys)| {
-                let o = ys.dim(0) as usize;
-                let h = (xs.dim(1) as usize).div_ceil(conv.stride[0] as usize);
-                let w = (xs.dim(2) as usize).div_ceil(conv.stride[1] as usize);
+                let o = ys.dim(0);
+                let h = xs.dim(1).div_ceil(conv.stride[0] as usize);
+                let w = xs.dim(2).div_ceil(conv.stride[1] as usize);
                 (ys.numel()? == o * h * w).then_some((ys, [o, h, w]))
             });
             let ops = match out {
