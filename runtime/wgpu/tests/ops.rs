@@ -139,7 +139,7 @@ fn layer_cases() -> Vec<Case> {
             let d = *dims.last().unwrap();
             let gamma = c.w(&[d], 1.0)?;
             let beta = if beta { Some(c.w(&[d], 0.5)?) } else { None };
-            c.b.op(|y| Op::LayerNorm(LayerNorm { x, gamma, beta, eps: 1e-5, y }))
+            c.b.op(|y| Op::LayerNorm(LayerNorm { x, gamma, beta, eps: 1e-5, axis: NormAxis::Last, y }))
         }));
     }
     for op in UnaryOp::ALL.iter().copied() {
