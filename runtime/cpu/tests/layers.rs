@@ -16,7 +16,7 @@ use kestrel_cpu::kernels::embed::{
 };
 use kestrel_cpu::kernels::linear::{linear_q8, Q8_CHUNK};
 use kestrel_cpu::kernels::matmul::{matmul, matmul_scratch, MatMulParams};
-use kestrel_cpu::kernels::norm::{layer_norm, layer_norm_scratch, LayerNormParams, CHANNELS_CHUNK};
+use kestrel_cpu::kernels::norm::{channels_chunk, layer_norm, layer_norm_scratch, LayerNormParams};
 use kestrel_cpu::kernels::reduce::{reduce, reduce_scratch, ReduceParams};
 use kestrel_cpu::kernels::softmax::{softmax, softmax_scratch, SoftmaxParams};
 use kestrel_cpu::kernels::transpose::{transpose, transpose_scratch, TransposeParams};
@@ -192,7 +192,8 @@ proptest! {
     /// Channels-first `[C, S…]`: C = 1 (each position constant: y = β) or from 4 (as the
     /// last-axis test: fewer random values may lie so close together that f32 inputs cannot
     /// resolve their deviations to 1e-5) past a vector's lanes, S from one position past
-    /// [`CHANNELS_CHUNK`] (a partial last chunk), the spatial axes flattened or not; each
+    /// the kernel's chunk of positions for the small C (a partial last chunk), the spatial axes
+    /// flattened or not; each
     /// position's values shifted by its own offset (of the values' magnitude), so that the
     /// means differ across positions.
     #[test]
@@ -221,21 +222,29 @@ proptest! {
     }
 }
 
-/// A wide map (several chunks of positions, a partial last one) and many channels, on one
-/// fixed random input: what the proptest's small shapes do not reach.
+/// Wide maps (several chunks of positions, a partial last one; from 16 positions a chunk for
+/// many channels to 1024 for few) on fixed random inputs: what the proptest's small shapes do not
+/// reach.
 #[test]
-fn layer_norm_channels_matches_reference_on_a_wide_map() {
-    let (c, s) = (96, 3 * CHANNELS_CHUNK + 5);
+fn layer_norm_channels_matches_reference_on_wide_maps() {
     let mut rng = kestrel_reference::testing::Rng::new(7);
-    let x: Vec<f32> = (0..c * s).map(|i| rng.uniform(2.0) + (i % s) as f32 * 0.01).collect();
-    let g: Vec<f32> = (0..c).map(|_| 1.0 + rng.uniform(0.5)).collect();
-    let b: Vec<f32> = (0..c).map(|_| rng.uniform(0.5)).collect();
-    let (gv, bv) = (WeightView::f32(1, c, &g).unwrap(), WeightView::f32(1, c, &b).unwrap());
-    let p = LayerNormParams::with_axis(&shape(&[c, s]), &gv, Some(&bv), 1e-6, NormAxis::Channels).unwrap();
-    let mut y = out(c * s);
-    layer_norm(&p, &gv, Some(&bv), &x, &mut y, &mut scratch(layer_norm_scratch(&p)));
-    let want = r::layer_norm_channels(&f64s(&x), c, &f64s(&g), Some(&f64s(&b)), 1e-6);
-    assert_close("layer_norm channels (wide)", &y, &want, F32_KERNEL);
+    for (c, chunks) in [(96usize, 3usize), (600, 4), (4, 2)] {
+        let g: Vec<f32> = (0..c).map(|_| 1.0 + rng.uniform(0.5)).collect();
+        let b: Vec<f32> = (0..c).map(|_| rng.uniform(0.5)).collect();
+        let (gv, bv) = (WeightView::f32(1, c, &g).unwrap(), WeightView::f32(1, c, &b).unwrap());
+        let chunk = {
+            let wide = LayerNormParams::with_axis(&shape(&[c, 1 << 16]), &gv, None, 1e-6, NormAxis::Channels).unwrap();
+            channels_chunk(&wide)
+        };
+        let s = chunks * chunk + 5;
+        let x: Vec<f32> = (0..c * s).map(|i| rng.uniform(2.0) + (i % s) as f32 * 0.001).collect();
+        let p = LayerNormParams::with_axis(&shape(&[c, s]), &gv, Some(&bv), 1e-6, NormAxis::Channels).unwrap();
+        assert_eq!(layer_norm_scratch(&p), 2 * c + 2 * chunk);
+        let mut y = out(c * s);
+        layer_norm(&p, &gv, Some(&bv), &x, &mut y, &mut scratch(layer_norm_scratch(&p)));
+        let want = r::layer_norm_channels(&f64s(&x), c, &f64s(&g), Some(&f64s(&b)), 1e-6);
+        assert_close(&format!("layer_norm channels [{c}, {s}] (chunks of {chunk})"), &y, &want, F32_KERNEL);
+    }
 }
 
 #[test]

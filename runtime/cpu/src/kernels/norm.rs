@@ -7,9 +7,17 @@ use crate::error::{expect_eq, ShapeError};
 use kestrel_format::ops::NormAxis;
 use kestrel_format::{Shape, WeightView};
 
-/// Positions of a channels-first map normalised together (the statistics rows in scratch): a
-/// chunk's `C` rows stay in L1 across the three passes for `C` up to about 128.
-pub const CHANNELS_CHUNK: usize = 64;
+/// Elements of a channels-first map normalised together (`C` rows of a chunk of positions):
+/// 32 KiB, so that a chunk stays in L1 across the three passes over it.
+const CHANNELS_BLOCK: usize = 8192;
+
+/// Positions per chunk of a channels-first map (see [`CHANNELS_BLOCK`]): a multiple of 16 (whole
+/// vectors) from 16 to 1024, at most `S`. Fewer, longer rows than a fixed chunk cost less loop
+/// overhead on small channel counts.
+pub fn channels_chunk(p: &LayerNormParams) -> usize {
+    let per_block = (CHANNELS_BLOCK / p.d.max(1)).clamp(16, 1024) / 16 * 16;
+    per_block.min(p.inner)
+}
 
 /// Layer norm over `rows` rows of `d` features, each feature `inner` elements after the
 /// previous: the last axis is `inner = 1`; channels-first `[C, S…]` is one row of `d = C`
@@ -69,9 +77,9 @@ impl LayerNormParams {
 }
 
 /// Scratch for [`layer_norm`]: γ and β decoded to f32 (`2·d`), and for channels-first maps a
-/// chunk's means and inverse deviations (`2·min(S, CHANNELS_CHUNK)`).
+/// chunk's means and inverse deviations (`2·`[`channels_chunk`]).
 pub fn layer_norm_scratch(p: &LayerNormParams) -> usize {
-    let stats = if p.inner > 1 { 2 * p.inner.min(CHANNELS_CHUNK) } else { 0 };
+    let stats = if p.inner > 1 { 2 * channels_chunk(p) } else { 0 };
     2 * p.d + stats
 }
 
@@ -153,7 +161,7 @@ unsafe fn channels_avx2(p: &LayerNormParams, g: &[f32], b: Option<&[f32]>, x: &[
 #[cfg_attr(target_arch = "x86_64", inline(always))]
 fn channels_body(p: &LayerNormParams, g: &[f32], b: Option<&[f32]>, x: &[f32], y: &mut [f32], stats: &mut [f32]) {
     let (c, s) = (p.d, p.inner);
-    let chunk = s.min(CHANNELS_CHUNK);
+    let chunk = channels_chunk(p);
     let (mean, inv) = stats[..2 * chunk].split_at_mut(chunk);
     let (x, y) = (&x[..c * s], &mut y[..c * s]);
     let inv_c = 1.0 / c as f32;
