@@ -7,7 +7,7 @@
 use crate::error::ShapeError;
 use crate::kernels::pool::Pool2dParams;
 use crate::kernels::rnn::RnnParams;
-use kestrel_format::ops::{NormAxis, Op, TensorId};
+use kestrel_format::ops::{Op, TensorId};
 use kestrel_format::{Shape, MAX_RANK};
 
 fn mismatch(op: &'static str, what: &'static str, expected: usize, found: usize) -> ShapeError {
@@ -63,21 +63,9 @@ pub fn output_shape(
             dims[x.rank() - 1] = out;
             shape(name, &dims[..x.rank()])
         }
-        Op::LayerNorm(o) => {
-            let x = nonscalar(name, shape_of(o.x))?;
-            // γ and β hold one value per element of the normalised axis.
-            let d = match o.axis {
-                NormAxis::Last => x.last(),
-                NormAxis::Channels => x.dim(0),
-            };
-            for t in core::iter::once(o.gamma).chain(o.beta) {
-                let n = shape_of(t).numel().unwrap_or(usize::MAX);
-                if n != d {
-                    return Err(mismatch(name, "gamma/beta elements (normalised axis)", d, n));
-                }
-            }
-            Ok(x)
-        }
+        // Either axis: the output has the input's shape (γ and β are checked by the kernel's
+        // params, `LayerNormParams::with_axis`, when a model loads).
+        Op::LayerNorm(o) => nonscalar(name, shape_of(o.x)),
         Op::Unary(o) => Ok(shape_of(o.x)),
         Op::Softmax(o) => nonscalar(name, shape_of(o.x)),
         Op::Binary(o) => broadcast(name, &shape_of(o.a), &shape_of(o.b)),

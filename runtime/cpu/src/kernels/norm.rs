@@ -96,13 +96,12 @@ pub fn layer_norm(
     let (g, rest) = scratch.split_at_mut(d);
     let (bs, stats) = rest.split_at_mut(d);
     gamma.decode_into(g);
-    let b = match beta {
-        Some(bv) => {
-            bv.decode_into(bs);
-            Some(&*bs)
-        }
-        None => None,
-    };
+    // No β: zeros (one loop for both; the firmware counts bytes).
+    match beta {
+        Some(bv) => bv.decode_into(bs),
+        None => bs.fill(0.0),
+    }
+    let b = &*bs;
     if p.inner > 1 {
         return channels(p, g, b, x, y, stats);
     }
@@ -111,17 +110,8 @@ pub fn layer_norm(
         let mean = sum_lanes(xr, |v| v) * inv_d;
         let var = sum_lanes(xr, |v| (v - mean) * (v - mean)) * inv_d;
         let inv = 1.0 / libm::sqrtf(var + p.eps);
-        match b {
-            Some(b) => {
-                for (((o, &v), &gg), &bb) in yr.iter_mut().zip(xr).zip(g.iter()).zip(b) {
-                    *o = (v - mean) * inv * gg + bb;
-                }
-            }
-            None => {
-                for ((o, &v), &gg) in yr.iter_mut().zip(xr).zip(g.iter()) {
-                    *o = (v - mean) * inv * gg;
-                }
-            }
+        for (((o, &v), &gg), &bb) in yr.iter_mut().zip(xr).zip(g.iter()).zip(b) {
+            *o = (v - mean) * inv * gg + bb;
         }
     }
 }
@@ -130,7 +120,7 @@ pub fn layer_norm(
 /// over channels accumulate row by row into per-position statistics (contiguous, so one vector
 /// lane per position), then each row is normalised. Compiled for the detected x86 ISA (the
 /// loops vectorise to its width), portable elsewhere.
-fn channels(p: &LayerNormParams, g: &[f32], b: Option<&[f32]>, x: &[f32], y: &mut [f32], stats: &mut [f32]) {
+fn channels(p: &LayerNormParams, g: &[f32], b: &[f32], x: &[f32], y: &mut [f32], stats: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         use crate::kernels::simd::{isa, Isa};
@@ -147,19 +137,19 @@ fn channels(p: &LayerNormParams, g: &[f32], b: Option<&[f32]>, x: &[f32], y: &mu
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn channels_avx512(p: &LayerNormParams, g: &[f32], b: Option<&[f32]>, x: &[f32], y: &mut [f32], st: &mut [f32]) {
+unsafe fn channels_avx512(p: &LayerNormParams, g: &[f32], b: &[f32], x: &[f32], y: &mut [f32], st: &mut [f32]) {
     channels_body(p, g, b, x, y, st)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn channels_avx2(p: &LayerNormParams, g: &[f32], b: Option<&[f32]>, x: &[f32], y: &mut [f32], st: &mut [f32]) {
+unsafe fn channels_avx2(p: &LayerNormParams, g: &[f32], b: &[f32], x: &[f32], y: &mut [f32], st: &mut [f32]) {
     channels_body(p, g, b, x, y, st)
 }
 
 /// [`channels`]' body, compiled per ISA.
 #[cfg_attr(target_arch = "x86_64", inline(always))]
-fn channels_body(p: &LayerNormParams, g: &[f32], b: Option<&[f32]>, x: &[f32], y: &mut [f32], stats: &mut [f32]) {
+fn channels_body(p: &LayerNormParams, g: &[f32], b: &[f32], x: &[f32], y: &mut [f32], stats: &mut [f32]) {
     let (c, s) = (p.d, p.inner);
     let chunk = channels_chunk(p);
     let (mean, inv) = stats[..2 * chunk].split_at_mut(chunk);
@@ -186,7 +176,7 @@ fn channels_body(p: &LayerNormParams, g: &[f32], b: Option<&[f32]>, x: &[f32], y
         }
         inv.iter_mut().for_each(|a| *a = 1.0 / crate::math::sqrt(*a * inv_c + p.eps));
         for ch in 0..c {
-            let (gg, bb) = (g[ch], b.map_or(0.0, |b| b[ch]));
+            let (gg, bb) = (g[ch], b[ch]);
             let yr = &mut y[ch * s + at..][..n];
             for (((o, &v), &m), &iv) in yr.iter_mut().zip(row(ch)).zip(mean.iter()).zip(inv.iter()) {
                 *o = (v - m) * iv * gg + bb;
