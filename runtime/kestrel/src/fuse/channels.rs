@@ -146,7 +146,7 @@ fn match_scale(b: &ModelBuilder, mul_node: usize) -> Option<ScaleMatch> {
     if channels == 0 || cv.len() != channels || numel != out_dims.iter().product::<usize>() {
         return None;
     }
-    let gamma = per_channel(cv, &cd, &out_dims, |i| if block > 0 { i / block } else { i % channels }, channels)?;
+    let gamma = per_channel(cv, &cd, &out_dims, |i| i.checked_div(block).unwrap_or(i % channels), channels)?;
     nodes.push(pn);
     nodes.sort_unstable();
     let inputs = match node {
