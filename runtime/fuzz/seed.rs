@@ -2,8 +2,8 @@
 //! as the first argument. Run via `seed.sh`.
 
 use kestrel_format::ops::{
-    Activation, Attention, AttentionVariant, Dense, Embedding, LayerNorm, Proj, Reduce, ReduceOp,
-    Softmax,
+    Activation, Attention, AttentionVariant, Dense, Embedding, LayerNorm, NormAxis, Proj, Reduce,
+    ReduceOp, Softmax,
 };
 use kestrel_format::weight::EncodedWeight;
 use kestrel_format::*;
@@ -115,6 +115,7 @@ fn text_attention() -> ModelSpec {
                 gamma: 7,
                 beta: None,
                 eps: 1e-6,
+                axis: NormAxis::Last,
                 y: 8,
             }),
             Op::Attention(Attention {

@@ -124,6 +124,38 @@ fn no_subsampling_pools(name: &str, meta: &serde_json::Value, conv: &kestrel_onn
     Ok(())
 }
 
+/// timm's ConvNeXt (both exports): every `LayerNorm2d` (permute → layer_norm → permute back)
+/// runs as one channels-first `LayerNorm` with no `Transpose` left, every layer scale (`Mul` by
+/// γ `[C, 1, 1]` after a block's last 1×1 conv) is folded into that conv, and the result still
+/// matches onnxruntime within the zoo's tolerance.
+#[test]
+fn convnext_runs_channels_first_with_its_layer_scales_folded() {
+    use kestrel::format::ops::{BinaryOp, NormAxis, Op};
+    for name in ["convnext_atto-legacy17", "convnext_atto-dynamo18"] {
+        let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../zoo").join(name);
+        let conv = convert(d.join("model.onnx"), &ConvertOptions::default()).unwrap();
+        let r = &conv.report;
+        assert_eq!(r.kestrel_ops.get("Transpose"), None, "{name}: {:?}", r.kestrel_ops);
+        let fused = |p: &str| r.fused.iter().find(|f| f.name == p).map_or(0, |f| f.count);
+        // The stem, three downsamples and four blocks; four blocks with a layer scale each.
+        assert_eq!((fused("layer-norm (channels-first)"), fused("conv+scale")), (8, 4), "{name}: {:?}", r.fused);
+        assert!(r.fusion_rejected.is_empty(), "{name}: {:?}", r.fusion_rejected);
+        let bytes = kestrel::format::aligned_copy(&conv.kes);
+        let f = kestrel::format::KesFile::parse(&bytes).unwrap();
+        let ops: Vec<Op> = (0..f.op_count()).map(|n| f.op(n).unwrap()).collect();
+        let muls = ops.iter().filter(|o| matches!(o, Op::Binary(b) if b.op == BinaryOp::Mul)).count();
+        let channels = ops.iter().filter(|o| matches!(o, Op::LayerNorm(l) if l.axis == NormAxis::Channels)).count();
+        assert_eq!((muls, channels), (0, 8), "{name}");
+        let expected = read_npy(d.join("output.npy")).unwrap();
+        let InputData::F32(want) = expected.data else { panic!("{name}: output.npy is not f32") };
+        let got = run_kestrel(&conv.kes, &inputs(&d)).unwrap();
+        let last = expected.shape.last().copied().unwrap_or(1);
+        let (abs, rel, top1, _) = compare(&[want], &got[..1], &[last]).unwrap();
+        println!("{name}: max abs {abs:.2e}, rel {rel:.2e}, top-1 agreement {top1:.2}");
+        assert!(rel <= REL_TOL, "{name}: relative error {rel:.2e} > {REL_TOL:.0e}");
+    }
+}
+
 /// HF BERT and DistilBERT (an `attention_mask` input): every attention layer (one ONNX Softmax
 /// each) is one fused `Attention` node with the padding mask as its mask input, and no softmax
 /// is left. `nn.TransformerEncoder`: every layer fused (no mask). Other models: nothing required.

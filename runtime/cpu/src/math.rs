@@ -8,6 +8,20 @@ pub fn exp(x: f32) -> f32 {
     libm::expf(x)
 }
 
+/// √x: with `std` the LLVM intrinsic (a loop over it vectorises: `vsqrtps`), without it libm's
+/// (`sqrtss` on x86, one element at a time). Both are correctly rounded.
+#[inline(always)]
+pub fn sqrt(x: f32) -> f32 {
+    #[cfg(feature = "std")]
+    {
+        f32::sqrt(x)
+    }
+    #[cfg(not(feature = "std"))]
+    {
+        libm::sqrtf(x)
+    }
+}
+
 /// Logistic sigmoid, stable for large |x|.
 #[inline]
 pub fn sigmoid(x: f32) -> f32 {

@@ -63,6 +63,8 @@ pub fn output_shape(
             dims[x.rank() - 1] = out;
             shape(name, &dims[..x.rank()])
         }
+        // Either axis: the output has the input's shape (γ and β are checked by the kernel's
+        // params, `LayerNormParams::with_axis`, when a model loads).
         Op::LayerNorm(o) => nonscalar(name, shape_of(o.x)),
         Op::Unary(o) => Ok(shape_of(o.x)),
         Op::Softmax(o) => nonscalar(name, shape_of(o.x)),

@@ -2,7 +2,7 @@
 //! and one test per validation rule (corrupt files are resealed so they pass the checksum).
 
 use kestrel_format::ops::Attention;
-use kestrel_format::ops::{Activation, AttentionVariant, Dense, LayerNorm, Proj, Reduce, ReduceOp};
+use kestrel_format::ops::{Activation, AttentionVariant, Dense, LayerNorm, NormAxis, Proj, Reduce, ReduceOp};
 use kestrel_format::weight::EncodedWeight;
 use kestrel_format::*;
 use proptest::prelude::*;
@@ -46,7 +46,7 @@ fn spec() -> ModelSpec {
     ];
     let ops = vec![
         Op::Dense(Dense { x: 0, proj: Proj { w: 1, b: Some(2) }, act: Activation::Gelu, y: 3 }),
-        Op::LayerNorm(LayerNorm { x: 3, gamma: 4, beta: Some(5), eps: 1e-6, y: 6 }),
+        Op::LayerNorm(LayerNorm { x: 3, gamma: 4, beta: Some(5), eps: 1e-6, axis: NormAxis::Last, y: 6 }),
         Op::Attention(Attention {
             x: 6,
             variant: AttentionVariant::Efficient,
@@ -581,7 +581,8 @@ fn every_op_kind_round_trips() {
     let (x, y) = (0, 13);
     let all = vec![
         Op::Dense(Dense { x, proj: p(1), act: Activation::GeluTanh, y }),
-        Op::LayerNorm(LayerNorm { x, gamma: 1, beta: None, eps: 1e-5, y }),
+        Op::LayerNorm(LayerNorm { x, gamma: 1, beta: None, eps: 1e-5, axis: NormAxis::Last, y }),
+        Op::LayerNorm(LayerNorm { x, gamma: 1, beta: Some(2), eps: 1e-6, axis: NormAxis::Channels, y }),
         Op::Unary(Unary { x, op: UnaryOp::Silu, y }),
         Op::Binary(Binary { a: x, b: 2, op: BinaryOp::Pow, y }),
         Op::Softmax(Softmax { x, y }),

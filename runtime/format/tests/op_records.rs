@@ -1,5 +1,6 @@
-//! Op records whose attributes carry meaning beyond shapes: Pool2d's validated geometry and
-//! Conv2d's optional fused activation (split from `loader.rs`, which tests whole files).
+//! Op records whose attributes carry meaning beyond shapes: Pool2d's validated geometry,
+//! Conv2d's optional fused activation and LayerNorm's optional axis (split from `loader.rs`,
+//! which tests whole files).
 
 /// Pool2d records: 2 slots and 12 attributes (kind, kernel, stride, pad, dilation,
 /// count_include_pad); an unknown kind, a zero kernel/stride/dilation, a count_include_pad other
@@ -73,4 +74,71 @@ fn conv2d_records_with_and_without_an_activation() {
         Op::decode(kind::CONV2D, fused.tensors(), &bad[..8]),
         Err(OpError::AttrCount { expected: 9, found: 8, .. })
     ));
+}
+
+/// A LayerNorm record has one attribute (eps: the last axis, what earlier writers wrote and what
+/// is still written for it) or two (eps, then the axis code: 1 channels-first); an unknown axis
+/// code is a typed error naming the attribute, and a file with a channels-first LayerNorm
+/// round-trips through the writer and the reader.
+#[test]
+fn layer_norm_records_with_and_without_an_axis() {
+    use kestrel_format::ops::*;
+    let ln = |axis| Op::LayerNorm(LayerNorm { x: 0, gamma: 1, beta: Some(2), eps: 1e-6, axis, y: 3 });
+    let last = ln(NormAxis::Last).encode();
+    assert_eq!(last.attrs(), [1e-6f32.to_bits()]);
+    let channels = ln(NormAxis::Channels).encode();
+    assert_eq!(channels.attrs(), [1e-6f32.to_bits(), 1]);
+    assert_eq!(Op::decode(kind::LAYER_NORM, last.tensors(), last.attrs()).unwrap(), ln(NormAxis::Last));
+    assert_eq!(Op::decode(kind::LAYER_NORM, channels.tensors(), channels.attrs()).unwrap(), ln(NormAxis::Channels));
+    // An explicit 0 is the last axis too (a writer may spell the default out).
+    let explicit = [1e-6f32.to_bits(), 0];
+    assert_eq!(Op::decode(kind::LAYER_NORM, last.tensors(), &explicit).unwrap(), ln(NormAxis::Last));
+    for bad in [2u32, 7, u32::MAX] {
+        let err = Op::decode(kind::LAYER_NORM, channels.tensors(), &[1e-6f32.to_bits(), bad]).unwrap_err();
+        assert!(matches!(err, OpError::BadAttr { op: "LayerNorm", attr: "axis", value } if value == bad), "{err:?}");
+        assert!(err.to_string().contains("axis"), "{err}");
+    }
+    assert!(matches!(
+        Op::decode(kind::LAYER_NORM, channels.tensors(), &[1e-6f32.to_bits(), 1, 0]),
+        Err(OpError::AttrCount { expected: 1, found: 3, .. })
+    ));
+    assert!(matches!(
+        Op::decode(kind::LAYER_NORM, channels.tensors(), &[f32::NAN.to_bits(), 1]),
+        Err(OpError::BadAttr { attr: "eps", .. })
+    ));
+
+    // Whole files: the record's axis survives the writer, and the reader rejects a patched code.
+    use kestrel_format::weight::EncodedWeight;
+    use kestrel_format::*;
+    let w = |name: &str, v: f32| TensorSpec::Weight {
+        name: name.into(),
+        shape: Shape::new(&[4]).unwrap(),
+        weight: EncodedWeight::encode(DType::F32, 1, 4, &[v; 4]).unwrap(),
+    };
+    let a = |name: &str, offset| TensorSpec::Activation {
+        name: name.into(),
+        dtype: DType::F32,
+        shape: Shape::new(&[4, 3, 5]).unwrap(),
+        offset,
+        act_scale: None,
+    };
+    let spec = ModelSpec {
+        meta: MetadataSpec::default(),
+        tensors: vec![a("x", 0), w("gamma", 1.5), w("beta", 0.25), a("y", 256)],
+        ops: vec![ln(NormAxis::Channels)],
+        inputs: vec![0],
+        outputs: vec![3],
+        plan: MemoryPlan { arena_bytes_per_sample: 512, scratch_bytes: 0 },
+    };
+    let bytes = write_model(&spec).unwrap();
+    let f = KesFile::parse(&aligned_copy(&bytes)).map(|f| f.op(0).unwrap()).unwrap();
+    assert_eq!(f, ln(NormAxis::Channels));
+    // The axis code is the record's last word: find it after the eps bits and patch it.
+    let eps = 1e-6f32.to_bits().to_le_bytes();
+    let at = bytes.windows(8).position(|w| w[..4] == eps && w[4..] == 1u32.to_le_bytes()).unwrap() + 4;
+    let mut patched = bytes.clone();
+    patched[at..at + 4].copy_from_slice(&5u32.to_le_bytes());
+    reseal(&mut patched);
+    let err = KesFile::parse(&aligned_copy(&patched)).unwrap_err();
+    assert!(err.to_string().contains("axis"), "{err}");
 }

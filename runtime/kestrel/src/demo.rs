@@ -65,7 +65,7 @@ impl Ctx<'_> {
         let g: Vec<f32> = self.rng.vec(d, 0.2).into_iter().map(|v| 1.0 + v).collect();
         let gamma = self.b.weight_as(&format!("ln{}_g", self.n), &[d], g, DType::F32)?;
         let beta = self.b.weight_as(&format!("ln{}_b", self.n), &[d], self.rng.vec(d, 0.1), DType::F32)?;
-        self.b.op(|y| Op::LayerNorm(LayerNorm { x, gamma, beta: Some(beta), eps: 1e-6, y }))
+        self.b.op(|y| Op::LayerNorm(LayerNorm { x, gamma, beta: Some(beta), eps: 1e-6, axis: NormAxis::Last, y }))
     }
     fn residual(&mut self, x: TensorId, f: TensorId) -> Result<TensorId, Error> {
         self.b.op(|y| Op::Binary(Binary { a: x, b: f, op: BinaryOp::Add, y }))

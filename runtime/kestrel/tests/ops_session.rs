@@ -241,16 +241,21 @@ fn dense_every_activation_and_rank() {
 
 #[test]
 fn layer_norm_with_and_without_beta() {
+    // (axis, dims): the last axis of [4, 12], the channels of [12, 3, 5] and of [12, 70] (more
+    // positions than one chunk of the CPU kernel).
+    let shapes: [(NormAxis, &[usize]); 3] =
+        [(NormAxis::Last, &[4, 12]), (NormAxis::Channels, &[12, 3, 5]), (NormAxis::Channels, &[12, 70])];
     let cases: Vec<Case> = [true, false]
         .into_iter()
-        .map(|with_beta| {
-            case("LayerNorm", format!("LayerNorm beta {with_beta}"), false, move |c| {
-                let x = c.input(&[4, 12], NORMAL)?;
+        .flat_map(|with_beta| shapes.map(|(axis, dims)| (with_beta, axis, dims)))
+        .map(|(with_beta, axis, dims)| {
+            case("LayerNorm", format!("LayerNorm {axis:?} {dims:?} beta {with_beta}"), false, move |c| {
+                let x = c.input(dims, NORMAL)?;
                 let g: Vec<f32> = (0..12).map(|_| 1.0 + c.rng.uniform(0.3)).collect();
                 let gamma = c.b.weight("gamma", &[12], g)?;
                 let beta = if with_beta { Some(c.w(&[12], dist(0.01, 0.5, false))?) } else { None };
                 c.weights += 1;
-                c.b.op(|y| Op::LayerNorm(LayerNorm { x, gamma, beta, eps: 1e-5, y }))
+                c.b.op(|y| Op::LayerNorm(LayerNorm { x, gamma, beta, eps: 1e-5, axis, y }))
             })
         })
         .collect();

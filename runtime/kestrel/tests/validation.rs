@@ -74,7 +74,14 @@ fn scratch_must_cover_the_largest_node() {
     // A layer norm needs 2·d scratch elements for its decoded γ and β.
     s.tensors.push(weight("gamma", &[8]));
     s.tensors.push(act("n", &[4, 8], 128));
-    s.ops.push(Op::LayerNorm(kestrel::format::ops::LayerNorm { x: 4, gamma: 5, beta: None, eps: 1e-5, y: 6 }));
+    s.ops.push(Op::LayerNorm(kestrel::format::ops::LayerNorm {
+        x: 4,
+        gamma: 5,
+        beta: None,
+        eps: 1e-5,
+        axis: kestrel::format::ops::NormAxis::Last,
+        y: 6,
+    }));
     s.outputs = vec![6];
     assert!(matches!(load(&s), Err(LoadError::ScratchTooSmall { required: 64, found: 0 })), "{:?}", load(&s));
     s.plan.scratch_bytes = 64;

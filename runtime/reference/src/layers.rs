@@ -142,6 +142,23 @@ pub fn layer_norm(x: &[f64], d: usize, gamma: &[f64], beta: Option<&[f64]>, eps:
     y
 }
 
+/// Layer norm over the channels of a channels-first map `x [c, s]` (`s` = the positions, every
+/// axis after the first): each position `p` is normalised over `x[0·s + p], x[1·s + p], …,
+/// x[(c−1)·s + p]`, `(x − mean)/√(var + eps)·γ[ch] + β[ch]`, biased variance.
+pub fn layer_norm_channels(x: &[f64], c: usize, gamma: &[f64], beta: Option<&[f64]>, eps: f64) -> Vec<f64> {
+    let s = x.len() / c;
+    let mut y = vec![0.0; x.len()];
+    for p in 0..s {
+        let at = |ch: usize| x[ch * s + p];
+        let mean = (0..c).map(at).sum::<f64>() / c as f64;
+        let var = (0..c).map(|ch| (at(ch) - mean).powi(2)).sum::<f64>() / c as f64;
+        for ch in 0..c {
+            y[ch * s + p] = (at(ch) - mean) / (var + eps).sqrt() * gamma[ch] + beta.map_or(0.0, |b| b[ch]);
+        }
+    }
+    y
+}
+
 /// The scalar unary function.
 pub fn unary_scalar(f: UnaryFn, x: f64) -> f64 {
     let sigmoid = |v: f64| 1.0 / (1.0 + (-v).exp());

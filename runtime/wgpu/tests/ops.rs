@@ -139,7 +139,18 @@ fn layer_cases() -> Vec<Case> {
             let d = *dims.last().unwrap();
             let gamma = c.w(&[d], 1.0)?;
             let beta = if beta { Some(c.w(&[d], 0.5)?) } else { None };
-            c.b.op(|y| Op::LayerNorm(LayerNorm { x, gamma, beta, eps: 1e-5, y }))
+            c.b.op(|y| Op::LayerNorm(LayerNorm { x, gamma, beta, eps: 1e-5, axis: NormAxis::Last, y }))
+        }));
+    }
+    // Channels-first: `[C, S…]`, each position normalised over C (stride S), S past a workgroup
+    // (70) and a single position (S = 1).
+    for (dims, beta) in [(vec![16usize, 7usize, 10usize], true), (vec![5, 3], false), (vec![48, 1], true)] {
+        v.push(case("layer_norm", format!("layer_norm channels {dims:?} beta={beta}"), move |c| {
+            let x = c.input(&dims)?;
+            let d = dims[0];
+            let gamma = c.w(&[d], 1.0)?;
+            let beta = if beta { Some(c.w(&[d], 0.5)?) } else { None };
+            c.b.op(|y| Op::LayerNorm(LayerNorm { x, gamma, beta, eps: 1e-5, axis: NormAxis::Channels, y }))
         }));
     }
     for op in UnaryOp::ALL.iter().copied() {

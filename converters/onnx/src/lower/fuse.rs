@@ -4,7 +4,7 @@
 //! have no other consumer (and not be graph outputs); anything else falls back to generic ops.
 
 use super::{f32s, Lowerer, Res};
-use kestrel_format::ops::{Activation, LayerNorm, Op};
+use kestrel_format::ops::{Activation, LayerNorm, NormAxis, Op};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::element_wise::ElementWiseOp;
@@ -178,7 +178,7 @@ impl Lowerer<'_> {
         let mut perm: Vec<usize> = (0..r).collect();
         perm.swap(axis, r - 1);
         let (x, ts) = self.transpose(x, &xs, &perm)?;
-        let y = self.b.op(|y| Op::LayerNorm(LayerNorm { x, gamma, beta, eps, y }))?;
+        let y = self.b.op(|y| Op::LayerNorm(LayerNorm { x, gamma, beta, eps, axis: NormAxis::Last, y }))?;
         let (y, ys) = self.transpose(y, &ts, &perm)?;
         self.take(&m, y, ys);
         self.count_fused("layer-norm");

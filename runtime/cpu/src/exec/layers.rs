@@ -92,7 +92,8 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
         Op::LayerNorm(o) => {
             let gamma = weight(file, o.gamma)?;
             let beta = o.beta.map(|b| weight(file, b)).transpose()?;
-            Prep::LayerNorm { p: LayerNormParams::new(&shp(o.x)?, &gamma, beta.as_ref(), o.eps)?, gamma, beta }
+            let p = LayerNormParams::with_axis(&shp(o.x)?, &gamma, beta.as_ref(), o.eps, o.axis)?;
+            Prep::LayerNorm { p, gamma, beta }
         }
         Op::Unary(o) => Prep::Unary(UnaryParams::new(o.op, &shp(o.x)?)?),
         Op::Binary(o) => {

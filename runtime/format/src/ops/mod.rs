@@ -162,6 +162,19 @@ code_enum!(
 );
 
 code_enum!(
+    /// Which axis a [`LayerNorm`] normalises over (its optional second attribute).
+    NormAxis {
+        /// The last axis: rows of `d` contiguous features (every record written before the
+        /// attribute existed; the attribute is written only when not this).
+        Last = 0,
+        /// The first axis of a channels-first map: per sample `x [C, S…]`, each of the
+        /// `S = Π S…` positions is normalised over its `C` values (stride `S`), as ConvNeXt's
+        /// channels-first LayerNorm, without transposes.
+        Channels = 1,
+    }
+);
+
+code_enum!(
     /// What a 2-D pooling window computes.
     PoolKind {
         /// Maximum over the window's input elements.
@@ -233,17 +246,21 @@ pub struct Dense {
     pub y: TensorId,
 }
 
-/// Layer norm over the last axis.
+/// Layer norm, `y = (x − mean) / √(var + ε) · γ + β` (biased variance), over the last axis or,
+/// with [`NormAxis::Channels`], over the first axis of a channels-first `[C, S…]` map.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LayerNorm {
     /// Input.
     pub x: TensorId,
-    /// Scale γ, `[d]`.
+    /// Scale γ, `[d]` (`d` = the normalised axis' size).
     pub gamma: TensorId,
     /// Optional shift β, `[d]`.
     pub beta: Option<TensorId>,
     /// ε added to the variance.
     pub eps: f32,
+    /// The normalised axis (an optional second attribute, written only when not
+    /// [`NormAxis::Last`]; files written before it have none).
+    pub axis: NormAxis,
     /// Output, same shape.
     pub y: TensorId,
 }

@@ -146,6 +146,10 @@ impl Op {
                 r.opt(o.beta);
                 r.t(o.y);
                 r.a(o.eps.to_bits());
+                // Only when not the last axis: such files stay readable by earlier 1.1 readers.
+                if o.axis != NormAxis::Last {
+                    r.a(o.axis as u32);
+                }
             }
             Op::Unary(o) => {
                 r.kind = kind::UNARY;
@@ -366,13 +370,16 @@ impl Op {
                 })
             }
             kind::LAYER_NORM => {
-                let mut r = rd(4, 1)?;
+                // One attribute, or two with the normalised axis (FORMAT.md §6, §9).
+                let with_axis = attrs.len() == 2;
+                let mut r = rd(4, if with_axis { 2 } else { 1 })?;
                 Op::LayerNorm(LayerNorm {
                     x: r.t("x")?,
                     gamma: r.t("gamma")?,
                     beta: r.opt(),
                     y: r.t("y")?,
                     eps: r.f32("eps")?,
+                    axis: if with_axis { r.code("axis", NormAxis::from_u32)? } else { NormAxis::Last },
                 })
             }
             kind::UNARY => {

@@ -9,6 +9,7 @@
 mod aft;
 mod aft_conv;
 mod attention;
+mod channels;
 mod elementwise;
 mod select;
 mod subsample;
@@ -54,6 +55,9 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         aft::fastformer(b, &mut report);
         aft::aft_full(b, &mut report);
         aft_conv::aft_conv(b, &mut report);
+        // After the mechanisms: a scale those patterns include stays theirs.
+        channels::channels_layer_norm(b, &mut report);
+        channels::scale_into_weights(b, &mut report);
         subsample::strided_pointwise_conv(b, &mut report);
         if b.ops().len() == before {
             break;

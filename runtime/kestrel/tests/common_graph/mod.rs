@@ -4,7 +4,7 @@
 //! functions. It shares nothing with the CPU executor but the file reader.
 #![allow(dead_code)]
 
-use kestrel::format::ops::{AftBias, Op, Proj, RnnDirection, RnnOutput, TensorId};
+use kestrel::format::ops::{AftBias, NormAxis, Op, Proj, RnnDirection, RnnOutput, TensorId};
 use kestrel::format::{KesFile, TensorKind};
 use kestrel::{Input, Model};
 use kestrel_reference::layers::{self as r, ConvSpec, PoolSpec};
@@ -170,9 +170,12 @@ impl<'a> Interp<'a> {
                 r::dense(x_of(o.x), rows, self.weight(o.proj.w), out, b, act(o.act))
             }
             Op::LayerNorm(o) => {
-                let d = *self.dims(o.x).last().unwrap();
                 let beta = o.beta.map(|b| self.weight(b));
-                r::layer_norm(x_of(o.x), d, self.weight(o.gamma), beta, f64::from(o.eps))
+                let (g, eps) = (self.weight(o.gamma), f64::from(o.eps));
+                match o.axis {
+                    NormAxis::Last => r::layer_norm(x_of(o.x), *self.dims(o.x).last().unwrap(), g, beta, eps),
+                    NormAxis::Channels => r::layer_norm_channels(x_of(o.x), self.dims(o.x)[0], g, beta, eps),
+                }
             }
             Op::Unary(o) => r::unary(unary_fn(o.op), x_of(o.x)),
             Op::Binary(o) => r::binary(binary_fn(o.op), x_of(o.a), &self.dims(o.a), x_of(o.b), &self.dims(o.b)).0,

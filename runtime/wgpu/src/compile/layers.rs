@@ -6,7 +6,7 @@ use crate::GpuError;
 use kestrel_cpu::kernels::conv::Conv2dParams;
 use kestrel_cpu::kernels::pool::Pool2dParams;
 use kestrel_cpu::kernels::rnn::{RnnCell, RnnParams};
-use kestrel_format::ops::{Op, TensorId};
+use kestrel_format::ops::{NormAxis, Op, TensorId};
 use kestrel_format::{TensorKind, MAX_RANK};
 
 pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<Dispatch>, GpuError> {
@@ -21,13 +21,22 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
         }
         Op::LayerNorm(o) => {
             let x = shape(o.x)?;
-            let d = x.last();
+            // Rows of d features `inner` apart: the last axis, or channels-first [C, S…].
+            let (d, inner) = match o.axis {
+                NormAxis::Last => (x.last(), 1),
+                NormAxis::Channels => {
+                    let c = x.dim(0);
+                    (c, x.numel().unwrap_or(0) / c.max(1))
+                }
+            };
+            // One thread per row (per position for channels-first).
             let mut p = Params::new(x.numel().unwrap_or(0) / d.max(1))?
                 .u(2, ctx.act(o.x)?.base)?
                 .u(3, ctx.act(o.y)?.base)?
                 .u(4, d)?
                 .f(5, o.eps)
                 .b(6, o.beta.is_some())
+                .u(7, inner)?
                 .w(8, ctx.weight(o.gamma)?);
             if let Some(b) = o.beta {
                 p = p.w(12, ctx.weight(b)?);

@@ -1,6 +1,11 @@
 // Row-wise kernels: layer norm, softmax (max subtracted before exp), and axis reductions.
 
-// P: 2 x_base, 3 y_base, 4 d, 5 eps, 6 has_beta, 8..11 gamma, 12..15 beta. per = rows.
+// Rows of d features, each `inner` elements after the previous, in blocks of d·inner: the last
+// axis is inner = 1 (row g at g·d); channels-first [C, S] per sample is d = C, inner = S (one
+// thread per position, row g at (g / S)·C·S + g % S: neighbouring threads read neighbouring
+// words).
+// P: 2 x_base, 3 y_base, 4 d, 5 eps, 6 has_beta, 7 inner, 8..11 gamma, 12..15 beta.
+// per = rows · inner.
 @compute @workgroup_size(64)
 fn layer_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -9,17 +14,19 @@ fn layer_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
         return;
     }
     let d = pu(4u);
-    let x = pu(2u) + g * d;
-    let y = pu(3u) + g * d;
+    let inner = pu(7u);
+    let first = (g / inner) * d * inner + g % inner;
+    let x = pu(2u) + first;
+    let y = pu(3u) + first;
     let inv_d = 1.0 / f32(d);
     var sum = 0.0;
     for (var i = 0u; i < d; i++) {
-        sum += act[x + i];
+        sum += act[x + i * inner];
     }
     let mean = sum * inv_d;
     var sq = 0.0;
     for (var i = 0u; i < d; i++) {
-        let c = act[x + i] - mean;
+        let c = act[x + i * inner] - mean;
         sq += c * c;
     }
     let inv = 1.0 / sqrt(sq * inv_d + pf(5u));
@@ -27,11 +34,11 @@ fn layer_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     let beta = wdesc(12u);
     let has_beta = pu(6u) == 1u;
     for (var i = 0u; i < d; i++) {
-        var v = (act[x + i] - mean) * inv * wflat(gamma, i);
+        var v = (act[x + i * inner] - mean) * inv * wflat(gamma, i);
         if has_beta {
             v += wflat(beta, i);
         }
-        act[y + i] = v;
+        act[y + i * inner] = v;
     }
 }
 

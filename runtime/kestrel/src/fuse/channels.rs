@@ -1,0 +1,290 @@
+//! Channels-first patterns of convolutional networks (ConvNeXt): a layer norm over the channels
+//! written as transposes to channels-last and back, and a constant per-channel scale (layer
+//! scale) after a convolution or a dense layer, folded into its weights.
+
+use super::{sole_consumer, try_replace, FusionReport};
+use crate::builder::Region;
+use crate::ModelBuilder;
+use kestrel_format::ops::{Activation, BinaryOp, LayerNorm, NormAxis, Op, Reshape, TensorId};
+use kestrel_format::weight::EncodedWeight;
+use kestrel_format::DType;
+
+fn dims(b: &ModelBuilder, id: TensorId) -> Option<Vec<usize>> {
+    Some(b.shape_of(id)?.dims().iter().map(|&d| d as usize).collect())
+}
+
+/// `Transpose(P) → LayerNorm(last axis) → Transpose(P⁻¹)`, where `P` puts axis `k` of
+/// `x [1…, C, S…]` (only size-1 axes before `k`) last and the second transpose undoes it, both
+/// intermediate maps read only by the next step → one channels-first `LayerNorm` on the view
+/// `[C, S…]` (reshape views around it when `k > 0`). The order `P` gives the other axes does
+/// not matter: every position is normalised on its own.
+pub(super) fn channels_layer_norm(b: &mut ModelBuilder, report: &mut FusionReport) {
+    let mut i = 0;
+    while i < b.ops().len() {
+        if let Some((region, ln, cs)) = match_channels_layer_norm(b, i) {
+            if let Some(ops) = channels_layer_norm_ops(b, &region, ln, &cs) {
+                if try_replace(b, &region, ops, "layer-norm (channels-first)", report) {
+                    continue;
+                }
+            }
+        }
+        i += 1;
+    }
+}
+
+/// The region (transpose, layer norm, transpose), the layer norm and the channels-first dims
+/// `[C, S…]` of the first transpose's input.
+fn match_channels_layer_norm(b: &ModelBuilder, n: usize) -> Option<(Region, LayerNorm, Vec<usize>)> {
+    let Op::LayerNorm(ln) = b.ops()[n] else { return None };
+    if ln.axis != NormAxis::Last {
+        return None;
+    }
+    let t1n = b.producer(ln.x)?;
+    let Op::Transpose(t1) = b.ops()[t1n] else { return None };
+    let t2n = sole_consumer(b, ln.y)?;
+    let Op::Transpose(t2) = b.ops()[t2n] else { return None };
+    if sole_consumer(b, ln.x)? != n {
+        return None;
+    }
+    let xd = dims(b, t1.x)?;
+    let r = xd.len();
+    let (p1, p2) = (&t1.perm[..r], &t2.perm[..r]);
+    let k = usize::from(*p1.last()?);
+    // Output axis i of a transpose is its input's axis perm[i]: the pair is the identity when
+    // p1[p2[i]] == i for every i.
+    let undone = p2.iter().enumerate().all(|(i, &q)| p1.get(usize::from(q)).is_some_and(|&v| usize::from(v) == i));
+    if !undone || k >= r || xd[..k].iter().any(|&d| d != 1) {
+        return None;
+    }
+    let mut nodes = vec![t1n, n, t2n];
+    nodes.sort_unstable();
+    Some((Region { nodes, inputs: vec![t1.x], output: t2.y }, ln, xd[k..].to_vec()))
+}
+
+fn channels_layer_norm_ops(b: &mut ModelBuilder, region: &Region, ln: LayerNorm, cs: &[usize]) -> Option<Vec<Op>> {
+    let (x, y) = (region.inputs[0], region.output);
+    let norm = |x, y| Op::LayerNorm(LayerNorm { x, axis: NormAxis::Channels, y, ..ln });
+    if dims(b, x)? == cs {
+        return Some(vec![norm(x, y)]);
+    }
+    let xr = b.new_activation("ln_channels_in", cs).ok()?;
+    let yr = b.new_activation("ln_channels_out", cs).ok()?;
+    Some(vec![Op::Reshape(Reshape { x, y: xr }), norm(xr, yr), Op::Reshape(Reshape { x: yr, y })])
+}
+
+/// A bias-free or biased `Conv2d` or `Dense` without a fused activation, then reshape views (each
+/// read only by the next step), then `Binary Mul` by a constant holding one value per output
+/// channel (`[C, 1, 1]`, `[1, C, 1, 1]`, … for a convolution's `[C, H, W]`; `[C]`, `[1, C]` for
+/// a dense layer's `[.., C]`; any shape broadcasting so) → the node with row `o` of its weight
+/// and its bias `b[o]` scaled by `γ[o]`, the views kept. Not applied where the weight's
+/// encoding would represent the scaled rows worse than the original ones (an f16 weight times
+/// a layer scale of 1e-6 underflows).
+pub(super) fn scale_into_weights(b: &mut ModelBuilder, report: &mut FusionReport) {
+    let mut i = 0;
+    while i < b.ops().len() {
+        if let Some(m) = match_scale(b, i) {
+            if let Some(ops) = scaled_ops(b, &m) {
+                if try_replace(b, &m.region, ops, m.pattern, report) {
+                    continue;
+                }
+            }
+        }
+        i += 1;
+    }
+}
+
+struct ScaleMatch {
+    region: Region,
+    /// The Conv2d or Dense.
+    node: Op,
+    /// Its output (before the views).
+    y: TensorId,
+    gamma: Vec<f32>,
+    pattern: &'static str,
+}
+
+fn match_scale(b: &ModelBuilder, mul_node: usize) -> Option<ScaleMatch> {
+    let Op::Binary(mul) = b.ops()[mul_node] else { return None };
+    if mul.op != BinaryOp::Mul {
+        return None;
+    }
+    let (view, c) = match (b.is_weight(mul.a), b.is_weight(mul.b)) {
+        (false, true) => (mul.a, mul.b),
+        (true, false) => (mul.b, mul.a),
+        _ => return None,
+    };
+    // The constant broadcasts into the activation's shape, never widens it.
+    let out_dims = dims(b, mul.y)?;
+    if dims(b, view)? != out_dims {
+        return None;
+    }
+    // Back through reshape views (each output read only by the next step).
+    let mut nodes = vec![mul_node];
+    let mut t = view;
+    while let Some(p) = b.producer(t) {
+        let Op::Reshape(r) = b.ops()[p] else { break };
+        (sole_consumer(b, t)? == *nodes.last()?).then_some(())?;
+        nodes.push(p);
+        t = r.x;
+    }
+    let pn = b.producer(t)?;
+    (sole_consumer(b, t)? == *nodes.last()?).then_some(())?;
+    let (node, td) = (b.ops()[pn], dims(b, t)?);
+    let numel: usize = td.iter().product();
+    // Output channel of flat element i: a convolution's [O, H', W'] is O blocks of H'·W', a
+    // dense layer's [.., N] cycles through N.
+    let (channels, block, pattern) = match node {
+        Op::Conv2d(cv) if cv.act == Activation::None => {
+            let o = *td.first()?;
+            (o, numel / o.max(1), "conv+scale")
+        }
+        Op::Dense(d) if d.act == Activation::None => (*td.last()?, 0, "dense+scale"),
+        _ => return None,
+    };
+    let (cv, cd) = (b.weight_values(c)?, dims(b, c)?);
+    // One value per channel: a scalar (or a constant of another size) is not this pattern.
+    if channels == 0 || cv.len() != channels || numel != out_dims.iter().product::<usize>() {
+        return None;
+    }
+    let gamma = per_channel(cv, &cd, &out_dims, |i| i.checked_div(block).unwrap_or(i % channels), channels)?;
+    nodes.push(pn);
+    nodes.sort_unstable();
+    let inputs = match node {
+        Op::Conv2d(cv) => vec![cv.x],
+        Op::Dense(d) => vec![d.x],
+        _ => return None,
+    };
+    Some(ScaleMatch { region: Region { nodes, inputs, output: mul.y }, node, y: t, gamma, pattern })
+}
+
+/// The constant `c` (shape `cd`) broadcast over `out` (numpy rules), read as one value per
+/// channel (`channel_of(flat index)`): `None` unless every element of a channel gets the same
+/// value.
+fn per_channel(
+    c: &[f32],
+    cd: &[usize],
+    out: &[usize],
+    channel_of: impl Fn(usize) -> usize,
+    channels: usize,
+) -> Option<Vec<f32>> {
+    let r = out.len();
+    if cd.len() > r {
+        return None;
+    }
+    // Strides of c aligned on the right against out, 0 along broadcast axes.
+    let mut strides = vec![0usize; r];
+    let mut s = 1;
+    for (i, &d) in cd.iter().enumerate().rev() {
+        let o = r - cd.len() + i;
+        if d != 1 && d != out[o] {
+            return None;
+        }
+        strides[o] = if d == 1 { 0 } else { s };
+        s *= d;
+    }
+    let mut gamma: Vec<Option<f32>> = vec![None; channels];
+    let mut idx = vec![0usize; r];
+    let n: usize = out.iter().product();
+    for i in 0..n {
+        let v = c[idx.iter().zip(&strides).map(|(a, s)| a * s).sum::<usize>()];
+        let g = gamma.get_mut(channel_of(i))?;
+        match g {
+            None => *g = Some(v),
+            Some(w) if w.to_bits() == v.to_bits() => {}
+            Some(_) => return None,
+        }
+        // Next index (row-major odometer).
+        for (k, &d) in idx.iter_mut().zip(out).rev() {
+            *k += 1;
+            if *k < d {
+                break;
+            }
+            *k = 0;
+        }
+    }
+    gamma.into_iter().collect()
+}
+
+fn scaled_ops(b: &mut ModelBuilder, m: &ScaleMatch) -> Option<Vec<Op>> {
+    let out = m.region.output;
+    let direct = dims(b, m.y)? == dims(b, out)?;
+    let name = if m.pattern == "conv+scale" { "conv2d_scaled" } else { "dense_scaled" };
+    let y = if direct { out } else { b.new_activation(name, &dims(b, m.y)?).ok()? };
+    let node = match m.node {
+        Op::Conv2d(mut cv) => {
+            cv.proj.w = scaled_weight(b, cv.proj.w, &m.gamma)?;
+            cv.proj.b = match cv.proj.b {
+                Some(t) => Some(scaled_weight(b, t, &m.gamma)?),
+                None => None,
+            };
+            cv.y = y;
+            Op::Conv2d(cv)
+        }
+        Op::Dense(mut d) => {
+            d.proj.w = scaled_weight(b, d.proj.w, &m.gamma)?;
+            d.proj.b = match d.proj.b {
+                Some(t) => Some(scaled_weight(b, t, &m.gamma)?),
+                None => None,
+            };
+            d.y = y;
+            Op::Dense(d)
+        }
+        _ => return None,
+    };
+    let mut ops = vec![node];
+    if !direct {
+        ops.push(Op::Reshape(Reshape { x: y, y: out }));
+    }
+    Some(ops)
+}
+
+/// A new weight: row `o` of `id` (a `[O, …]` weight or an `[O]` bias) times `gamma[o]`, in `id`'s
+/// encoding, named as `id` unless another node reads `id` too. `None` when the encoding would
+/// represent it worse than `id`.
+fn scaled_weight(b: &mut ModelBuilder, id: TensorId, gamma: &[f32]) -> Option<TensorId> {
+    let values = b.weight_values(id)?;
+    let rows = gamma.len();
+    if rows == 0 || values.len() % rows != 0 {
+        return None;
+    }
+    let cols = values.len() / rows;
+    let scaled: Vec<f32> =
+        values.chunks_exact(cols).zip(gamma).flat_map(|(r, &g)| r.iter().map(move |v| v * g)).collect();
+    if scaled.iter().any(|v| !v.is_finite()) {
+        return None;
+    }
+    let dtype = b.weight_dtype(id)?;
+    let (wd, name) = (dims(b, id)?, b.tensor_name(id)?.to_string());
+    let (mrows, mcols) = b.shape_of(id)?.as_matrix()?;
+    if !encodes_as_well(dtype, (mrows, mcols), values, &scaled) {
+        return None;
+    }
+    let name = if b.consumers(id).len() == 1 { name } else { format!("{name}.scaled") };
+    b.weight_as(&name, &wd, scaled, dtype).ok()
+}
+
+/// Whether `dtype` stores `new` about as faithfully as `old` (the same matrix scaled per row):
+/// the worst row's error relative to the row's largest magnitude at most twice the original's
+/// (or 1e-3, within f16's rounding). Scaling is exact for f32 and, with per-row scales, for int8;
+/// an f16 weight (or int4's f16 group scales) can underflow or overflow.
+fn encodes_as_well(dtype: DType, (rows, cols): (usize, usize), old: &[f32], new: &[f32]) -> bool {
+    if dtype == DType::F32 {
+        return true;
+    }
+    let rel = |v: &[f32]| -> Option<f32> {
+        let dec = EncodedWeight::encode(dtype, rows, cols, v).ok()?.decode();
+        let mut worst = 0f32;
+        for (r, d) in v.chunks_exact(cols.max(1)).zip(dec.chunks_exact(cols.max(1))) {
+            let scale = r.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let err = r.iter().zip(d).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            if scale > 0.0 {
+                worst = worst.max(err / scale);
+            }
+        }
+        Some(worst)
+    };
+    match (rel(old), rel(new)) {
+        (Some(a), Some(b)) => b <= (2.0 * a).max(1e-3),
+        _ => false,
+    }
+}
