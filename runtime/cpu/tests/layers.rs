@@ -224,6 +224,34 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(config())]
+
+    /// The piecewise-linear functions over both kinks (±3 for the hard ones) and the saturated
+    /// ranges beyond them, which `vals` (|x| < 2) never reaches: the Unary kernel and the fused
+    /// activation of dense and conv layers (`math::activate`) for each.
+    #[test]
+    fn piecewise_activations_match_reference_across_their_kinks(
+        x in prop::collection::vec(-8f32..8.0, 1..300),
+    ) {
+        for (op, a) in [
+            (UnaryOp::HardSigmoid, Activation::HardSigmoid),
+            (UnaryOp::HardSwish, Activation::HardSwish),
+            (UnaryOp::Relu, Activation::Relu),
+        ] {
+            let want = r::unary(unary_fn(op), &f64s(&x));
+            assert_eq!(want, f64s(&x).iter().map(|&v| r::act(act(a), v)).collect::<Vec<_>>());
+            let p = UnaryParams::new(op, &shape(&[x.len()])).unwrap();
+            let mut y = out(x.len());
+            unary(&p, &x, &mut y, &mut scratch(unary_scratch(&p)));
+            assert_close(&format!("unary {op:?}"), &y, &want, F32_KERNEL);
+            let mut z = x.clone();
+            kestrel_cpu::math::activate(a, &mut z);
+            assert_close(&format!("activate {a:?}"), &z, &want, F32_KERNEL);
+        }
+    }
+}
+
 // ---------------------------------------------------------------- binary
 
 /// Runs one binary case; `a_w`/`b_w` make that operand a weight in the given encoding.

@@ -583,6 +583,8 @@ fn every_op_kind_round_trips() {
         Op::Dense(Dense { x, proj: p(1), act: Activation::GeluTanh, y }),
         Op::LayerNorm(LayerNorm { x, gamma: 1, beta: None, eps: 1e-5, y }),
         Op::Unary(Unary { x, op: UnaryOp::Silu, y }),
+        Op::Unary(Unary { x, op: UnaryOp::HardSigmoid, y }),
+        Op::Dense(Dense { x, proj: p(1), act: Activation::HardSigmoid, y }),
         Op::Binary(Binary { a: x, b: 2, op: BinaryOp::Pow, y }),
         Op::Softmax(Softmax { x, y }),
         Op::PatchEmbed(PatchEmbed { x, proj: p(1), patch: 4, y }),

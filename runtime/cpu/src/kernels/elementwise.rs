@@ -147,7 +147,8 @@ pub fn unary_fn(op: UnaryOp, x: f32) -> f32 {
         UnaryOp::Erf => libm::erff(x),
         UnaryOp::Reciprocal => 1.0 / x,
         UnaryOp::Silu => x * math::sigmoid(x),
-        UnaryOp::HardSwish => x * (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0),
+        UnaryOp::HardSwish => x * math::hard_sigmoid(x),
+        UnaryOp::HardSigmoid => math::hard_sigmoid(x),
     }
 }
 
@@ -167,7 +168,8 @@ pub fn unary(p: &UnaryParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
         UnaryOp::Neg => map!(|v: f32| -v),
         UnaryOp::Abs => map!(libm::fabsf),
         UnaryOp::Reciprocal => map!(|v: f32| 1.0 / v),
-        UnaryOp::HardSwish => map!(|v: f32| v * (v * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0)),
+        UnaryOp::HardSwish => map!(|v: f32| v * math::hard_sigmoid(v)),
+        UnaryOp::HardSigmoid => map!(math::hard_sigmoid),
         UnaryOp::Gelu => {
             y.copy_from_slice(x);
             crate::kernels::simd::gelu(y);
