@@ -119,6 +119,9 @@ pub struct KesFile<'a> {
     entry_size: u64,
     tensor_count: u32,
     tensor_pool: &'a [u8],
+    /// The names pool as text when all of it is UTF-8 (what writers write): [`Self::tensor`]
+    /// then slices a name without validating it again (sessions look tensors up per node).
+    tensor_names: Option<&'a str>,
     op_offsets: &'a [u8],
     records: &'a [u8],
     op_count: u32,
@@ -269,6 +272,7 @@ impl<'a> KesFile<'a> {
             entry_size: entry_size.into(),
             tensor_count,
             tensor_pool,
+            tensor_names: core::str::from_utf8(tensor_pool).ok(),
             op_offsets,
             records,
             op_count,
@@ -302,12 +306,16 @@ impl<'a> KesFile<'a> {
     }
 
     /// Tensor `id`'s table entry; [`Error::BadTensorId`] if out of range.
+    #[inline]
     pub fn tensor(&self, id: TensorId) -> Result<TensorInfo<'a>, Error> {
         if id >= self.tensor_count {
             return Err(Error::BadTensorId { by: Referrer::Lookup, id, count: self.tensor_count });
         }
         let e = sub(self.tensor_entries, u64::from(id) * self.entry_size, TENSOR_ENTRY_LEN, "tensor entry")?;
-        let name = str_at(e, 0, self.tensor_pool, "tensor name")?;
+        let name = match self.tensor_names {
+            Some(pool) => str_in(e, 0, pool, "tensor name")?,
+            None => str_at(e, 0, self.tensor_pool, "tensor name")?,
+        };
         let kind = match u8_at(e, 8, "tensor entry")? {
             0 => TensorKind::Weight,
             1 => TensorKind::Activation,
@@ -385,6 +393,17 @@ impl<'a> KesFile<'a> {
         }
         let at = u32_at(self.op_offsets, u64::from(index) * 4, "op offsets")?;
         self.record(index, at.into()).map(|(op, _)| op)
+    }
+
+    /// The kind id of op `index` (see [`crate::ops::kind`]) without decoding the record: a
+    /// session skips views (`Reshape`) by it.
+    #[inline]
+    pub fn op_kind(&self, index: u32) -> Result<u16, Error> {
+        if index >= self.op_count {
+            return Err(Error::BadOpIndex { index, count: self.op_count });
+        }
+        let at = u32_at(self.op_offsets, u64::from(index) * 4, "op offsets")?;
+        u16_at(self.records, at.into(), "op record")
     }
 
     /// All ops in execution order.

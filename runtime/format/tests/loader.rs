@@ -703,6 +703,15 @@ fn every_op_kind_round_trips() {
     let buf = aligned_copy(&bytes);
     let f = KesFile::parse(&buf).unwrap();
     assert_eq!(f.ops().collect::<Result<Vec<_>, _>>().unwrap(), all);
+    // The accessors that read the op directly agree with its record, for every kind.
+    for (i, op) in all.iter().enumerate() {
+        let rec = op.encode();
+        assert_eq!(Some(&op.output()), rec.tensors().last(), "{op:?}");
+        assert_eq!(op.kind_is_mechanism(), rec.kind >= kind::ATTENTION, "{op:?}");
+        assert_eq!(f.op_kind(i as u32), Ok(rec.kind), "{op:?}");
+    }
+    let n = all.len() as u32;
+    assert_eq!(f.op_kind(n), Err(Error::BadOpIndex { index: n, count: n }));
 }
 
 /// Format 1.1: an activation may carry a calibrated int8 scale at entry offset 36; it round-trips,

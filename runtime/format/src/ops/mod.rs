@@ -737,7 +737,10 @@ impl Op {
 
     /// True for the fused attention mechanisms (kind ids 32 and up).
     pub fn kind_is_mechanism(&self) -> bool {
-        self.encode().kind >= kind::ATTENTION
+        matches!(
+            self,
+            Op::Attention(_) | Op::AftFull(_) | Op::AftLocal(_) | Op::AftSimple(_) | Op::AftConv(_) | Op::Fastformer(_)
+        )
     }
 
     /// The main activation input (slot 0: `x`, `a` or `ids`).
@@ -745,10 +748,32 @@ impl Op {
         self.encode().tensors()[0]
     }
 
-    /// The single output tensor.
+    /// The single output tensor (the record's last slot; read straight from the op, which
+    /// sessions do for every node of every run).
     pub fn output(&self) -> TensorId {
-        let r = self.encode();
-        r.tensors()[r.tensors().len() - 1]
+        match self {
+            Op::Dense(o) => o.y,
+            Op::LayerNorm(o) => o.y,
+            Op::Unary(o) => o.y,
+            Op::Binary(o) => o.y,
+            Op::Softmax(o) => o.y,
+            Op::PatchEmbed(o) => o.y,
+            Op::Embedding(o) => o.y,
+            Op::Reduce(o) => o.y,
+            Op::Reshape(o) => o.y,
+            Op::Transpose(o) => o.y,
+            Op::MatMul(o) => o.y,
+            Op::Conv2d(o) => o.y,
+            Op::Pool2d(o) => o.y,
+            Op::Lstm(o) => o.y,
+            Op::Gru(o) => o.y,
+            Op::Attention(o) => o.y,
+            Op::AftFull(o) => o.y,
+            Op::AftLocal(o) => o.y,
+            Op::AftSimple(o) => o.y,
+            Op::AftConv(o) => o.y,
+            Op::Fastformer(o) => o.y,
+        }
     }
 
     /// Every tensor the op reads (activations and weights), absent optional slots skipped, in
