@@ -298,6 +298,35 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(config())]
+
+    /// A squeeze-excitation gate: `[C, H, W]` against one value per channel (`[C, 1, 1]`, with
+    /// or without a leading 1), on either side, an activation or a weight in any encoding.
+    #[test]
+    fn per_channel_operands_broadcast_like_numpy(
+        (c, h, w) in (1usize..20, 1usize..6, 1usize..6),
+        lead in any::<bool>(),
+        gate_left in any::<bool>(),
+        gate_w in weight_choice(),
+        mv in vals(20 * 36),
+        gv in vals(20),
+    ) {
+        let pre: &[usize] = if lead { &[1] } else { &[] };
+        let map: Vec<usize> = pre.iter().copied().chain([c, h, w]).collect();
+        let gate: Vec<usize> = pre.iter().copied().chain([c, 1, 1]).collect();
+        for &op in BinaryOp::ALL {
+            if gate_left {
+                let (g, m) = binary_values(op, &gv[..c], &mv[..c * h * w]);
+                check_binary(op, &gate, &map, &g, &m, gate_w, None);
+            } else {
+                let (m, g) = binary_values(op, &mv[..c * h * w], &gv[..c]);
+                check_binary(op, &map, &gate, &m, &g, None, gate_w);
+            }
+        }
+    }
+}
+
 #[test]
 fn binary_named_broadcast_cases() {
     let cases: &[(&[usize], &[usize])] = &[
@@ -309,6 +338,10 @@ fn binary_named_broadcast_cases() {
         (&[2, 3, 4], &[1, 3, 4]),                // leading 1
         (&[1, 2, 1, 3, 1, 2], &[2, 1, 3, 2, 1]), // rank 6
         (&[2, 3, 5], &[2, 3, 5]),                // same shapes (the flat fast path)
+        (&[1, 5, 3, 2], &[1, 5, 1, 1]),          // a per-channel gate: runs zipped with it
+        (&[4, 1, 1], &[4, 2, 2]),                // the gate on the left
+        (&[2, 3, 2, 2], &[2, 3, 1, 1]),          // one value per run over two outer axes
+        (&[2, 3, 2, 2], &[3, 1, 1]),             // per run, but repeated along axis 0
     ];
     for &(sa, sb) in cases {
         let na: usize = sa.iter().product();

@@ -332,6 +332,12 @@ pub fn binary(p: &BinaryParams, a: Operand<'_>, b: Operand<'_>, y: &mut [f32], _
     // shift of `[C, H, W]`, a gate of `[C, 1, 1]`): one vectorised loop per run of `y`.
     if let (Some(sa), true) = (a.as_f32(), p.a == p.y) {
         if let Some((t, run)) = scalar_runs(&p.y, &p.b_strides) {
+            // The other operand one f32 value per run, in order (a squeeze-excitation gate): the
+            // runs zipped with it, the op chosen once (small maps have runs of 4 or 16).
+            if let Some(sb) = b.as_f32().filter(|_| one_per_run(&p.y, &p.b_strides, t)) {
+                per_run_op(p.op, &mut y[..p.n], &sa[..p.n], &sb[..p.n / run], run, false);
+                return;
+            }
             let (dims, _) = outer_dims(&p.y);
             for_each_index(&dims[..t], [&p.b_strides], |i, [ob]| {
                 let r = i * run..(i + 1) * run;
@@ -342,6 +348,10 @@ pub fn binary(p: &BinaryParams, a: Operand<'_>, b: Operand<'_>, y: &mut [f32], _
     }
     if let (Some(sb), true) = (b.as_f32(), p.b == p.y) {
         if let Some((t, run)) = scalar_runs(&p.y, &p.a_strides) {
+            if let Some(sa) = a.as_f32().filter(|_| one_per_run(&p.y, &p.a_strides, t)) {
+                per_run_op(p.op, &mut y[..p.n], &sb[..p.n], &sa[..p.n / run], run, true);
+                return;
+            }
             let (dims, _) = outer_dims(&p.y);
             for_each_index(&dims[..t], [&p.a_strides], |i, [oa]| {
                 let r = i * run..(i + 1) * run;
@@ -369,6 +379,38 @@ fn scalar_runs(y: &Shape, strides: &[usize; MAX_RANK]) -> Option<(usize, usize)>
     }
     let run: usize = (t..r).map(|i| y.dim(i)).product();
     (t > 0 && run >= 2).then_some((t, run))
+}
+
+/// Whether an operand read with `strides`, constant over `y`'s axes `t..` (as
+/// [`scalar_runs`] found), holds exactly one value per run in run order: it is not broadcast
+/// along any axis before `t` that `y` has more than once (so its dims there are `y`'s, and 1
+/// from `t` on).
+fn one_per_run(y: &Shape, strides: &[usize; MAX_RANK], t: usize) -> bool {
+    (0..t).all(|i| y.dim(i) == 1 || strides[i] != 0)
+}
+
+/// `y[r·run + j] = op(x[r·run + j], s[r])` (or `op(s[r], ·)` when `scalar_left`) for every run
+/// `r`: one loop over the runs per op, each run a vectorisable loop.
+fn per_run_op(op: BinaryOp, y: &mut [f32], x: &[f32], s: &[f32], run: usize, scalar_left: bool) {
+    macro_rules! runs {
+        ($f:expr) => {
+            for ((yr, xr), &c) in y.chunks_exact_mut(run).zip(x.chunks_exact(run)).zip(s) {
+                for (o, &v) in yr.iter_mut().zip(xr) {
+                    *o = $f(v, c);
+                }
+            }
+        };
+    }
+    match (op, scalar_left) {
+        (BinaryOp::Add, _) => runs!(|v: f32, c: f32| v + c),
+        (BinaryOp::Mul, _) => runs!(|v: f32, c: f32| v * c),
+        (BinaryOp::Sub, false) => runs!(|v: f32, c: f32| v - c),
+        (BinaryOp::Sub, true) => runs!(|v: f32, c: f32| c - v),
+        (BinaryOp::Div, false) => runs!(|v: f32, c: f32| v / c),
+        (BinaryOp::Div, true) => runs!(|v: f32, c: f32| c / v),
+        (op, false) => runs!(|v, c| binary_fn(op, v, c)),
+        (op, true) => runs!(|v, c| binary_fn(op, c, v)),
+    }
 }
 
 /// `y[i] = op(x[i], s)`, or `op(s, x[i])` when `scalar_left`: one loop per op (vectorised).
