@@ -306,7 +306,9 @@ impl<'a> KesFile<'a> {
     }
 
     /// Tensor `id`'s table entry; [`Error::BadTensorId`] if out of range.
-    #[inline]
+    // Inlined into the sessions' per-node lookups on the 64-bit targets (not on a
+    // microcontroller, where the copies would cost flash).
+    #[cfg_attr(any(target_arch = "x86_64", target_arch = "aarch64"), inline)]
     pub fn tensor(&self, id: TensorId) -> Result<TensorInfo<'a>, Error> {
         if id >= self.tensor_count {
             return Err(Error::BadTensorId { by: Referrer::Lookup, id, count: self.tensor_count });

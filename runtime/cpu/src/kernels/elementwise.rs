@@ -261,6 +261,10 @@ pub fn binary_fn(op: BinaryOp, a: f32, b: f32) -> f32 {
     }
 }
 
+/// Whether the runs-zipped path for one value per run ([`per_run_op`]) is compiled in: on the
+/// 64-bit targets; a microcontroller keeps the general loop (its flash budget).
+const PER_RUN_PATH: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
+
 /// Row length up to which a weight operand is decoded into a stack buffer.
 const ROW_BUF: usize = 1024;
 
@@ -333,10 +337,11 @@ pub fn binary(p: &BinaryParams, a: Operand<'_>, b: Operand<'_>, y: &mut [f32], _
     if let (Some(sa), true) = (a.as_f32(), p.a == p.y) {
         if let Some((t, run)) = scalar_runs(&p.y, &p.b_strides) {
             // The other operand one f32 value per run, in order (a squeeze-excitation gate): the
-            // runs zipped with it, the op chosen once (small maps have runs of 4 or 16).
-            if let Some(sb) = b.as_f32().filter(|_| one_per_run(&p.y, &p.b_strides, t)) {
-                per_run_op(p.op, &mut y[..p.n], &sa[..p.n], &sb[..p.n / run], run, false);
-                return;
+            // runs zipped with it, the op chosen once (small maps have runs of 4 or 16; Add, Mul).
+            if let Some(sb) = b.as_f32().filter(|_| PER_RUN_PATH && one_per_run(&p.y, &p.b_strides, t)) {
+                if per_run_op(p.op, &mut y[..p.n], &sa[..p.n], &sb[..p.n / run], run) {
+                    return;
+                }
             }
             let (dims, _) = outer_dims(&p.y);
             for_each_index(&dims[..t], [&p.b_strides], |i, [ob]| {
@@ -348,9 +353,10 @@ pub fn binary(p: &BinaryParams, a: Operand<'_>, b: Operand<'_>, y: &mut [f32], _
     }
     if let (Some(sb), true) = (b.as_f32(), p.b == p.y) {
         if let Some((t, run)) = scalar_runs(&p.y, &p.a_strides) {
-            if let Some(sa) = a.as_f32().filter(|_| one_per_run(&p.y, &p.a_strides, t)) {
-                per_run_op(p.op, &mut y[..p.n], &sb[..p.n], &sa[..p.n / run], run, true);
-                return;
+            if let Some(sa) = a.as_f32().filter(|_| PER_RUN_PATH && one_per_run(&p.y, &p.a_strides, t)) {
+                if per_run_op(p.op, &mut y[..p.n], &sb[..p.n], &sa[..p.n / run], run) {
+                    return;
+                }
             }
             let (dims, _) = outer_dims(&p.y);
             for_each_index(&dims[..t], [&p.a_strides], |i, [oa]| {
@@ -389,9 +395,11 @@ fn one_per_run(y: &Shape, strides: &[usize; MAX_RANK], t: usize) -> bool {
     (0..t).all(|i| y.dim(i) == 1 || strides[i] != 0)
 }
 
-/// `y[r·run + j] = op(x[r·run + j], s[r])` (or `op(s[r], ·)` when `scalar_left`) for every run
-/// `r`: one loop over the runs per op, each run a vectorisable loop.
-fn per_run_op(op: BinaryOp, y: &mut [f32], x: &[f32], s: &[f32], run: usize, scalar_left: bool) {
+/// `y[r·run + j] = x[r·run + j] + s[r]` (or `·`) for every run `r`: one loop over the runs,
+/// each run a vectorisable loop. Only Add and Mul (gates, per-channel shifts and scales; both
+/// commute, so the operand order does not matter): `false`, nothing written, for other ops,
+/// which keep the general per-run loop (fewer specialised loops: flash on microcontrollers).
+fn per_run_op(op: BinaryOp, y: &mut [f32], x: &[f32], s: &[f32], run: usize) -> bool {
     macro_rules! runs {
         ($f:expr) => {
             for ((yr, xr), &c) in y.chunks_exact_mut(run).zip(x.chunks_exact(run)).zip(s) {
@@ -401,16 +409,12 @@ fn per_run_op(op: BinaryOp, y: &mut [f32], x: &[f32], s: &[f32], run: usize, sca
             }
         };
     }
-    match (op, scalar_left) {
-        (BinaryOp::Add, _) => runs!(|v: f32, c: f32| v + c),
-        (BinaryOp::Mul, _) => runs!(|v: f32, c: f32| v * c),
-        (BinaryOp::Sub, false) => runs!(|v: f32, c: f32| v - c),
-        (BinaryOp::Sub, true) => runs!(|v: f32, c: f32| c - v),
-        (BinaryOp::Div, false) => runs!(|v: f32, c: f32| v / c),
-        (BinaryOp::Div, true) => runs!(|v: f32, c: f32| c / v),
-        (op, false) => runs!(|v, c| binary_fn(op, v, c)),
-        (op, true) => runs!(|v, c| binary_fn(op, c, v)),
+    match op {
+        BinaryOp::Add => runs!(|v: f32, c: f32| v + c),
+        BinaryOp::Mul => runs!(|v: f32, c: f32| v * c),
+        _ => return false,
     }
+    true
 }
 
 /// `y[i] = op(x[i], s)`, or `op(s, x[i])` when `scalar_left`: one loop per op (vectorised).
