@@ -60,8 +60,13 @@ pub const ONNX_OPS: &[OnnxOp] = &[
     op("GlobalAveragePool", "Reduce Mean", ""),
     op("GlobalMaxPool", "Reduce Max", ""),
     op("GreaterOrEqual", "folded", "constant operands"),
-    op("HardSigmoid", "Binary arithmetic", ""),
-    op("HardSwish", "Unary HardSwish", ""),
+    op(
+        "HardSigmoid",
+        "fused into the Dense/Conv2d before it (activation HardSigmoid), else Unary HardSigmoid",
+        "alpha = 1/6, beta = 1/2 (PyTorch's hardsigmoid; also relu6(x + 3)/6 written out); other \
+         constants: Binary arithmetic",
+    ),
+    op("HardSwish", "Unary HardSwish (or fused into the Dense/Conv2d before it)", ""),
     op("Identity", "nothing", ""),
     op(
         "LSTM",

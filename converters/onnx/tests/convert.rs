@@ -25,6 +25,7 @@ fn inputs(model: &str, batch: usize, seed: u64) -> Vec<InputTensor> {
         "misc" | "select" | "assemble" => vec![f(&mut rng, &[batch, 4, 6])],
         "nhwc" => vec![f(&mut rng, &[batch, 6, 6, 3])],
         "pool" => vec![f(&mut rng, &[batch, 3, 10, 9]), f(&mut rng, &[batch, 6, 6, 4])],
+        "hard_sigmoid" => vec![f(&mut rng, &[batch, 8]), f(&mut rng, &[batch, 3, 6, 6])],
         "logic" => {
             let mask = (0..batch * 4).map(|_| i64::from(rng.uniform() > 0.0)).collect();
             vec![f(&mut rng, &[batch, 4]), InputTensor::i64(&[batch, 4], mask)]
@@ -292,6 +293,41 @@ fn fusions_are_reported() {
     assert_eq!(count(&vit, "layer-norm"), 3);
     assert_eq!(vit.kestrel_ops.get("LayerNorm"), Some(&3));
     assert_eq!(count(&vit, "dense+relu"), 1);
+}
+
+/// Hard sigmoid (`hard_sigmoid.onnx`, every pre-activation past both kinks somewhere): ONNX
+/// HardSigmoid (α 1/6, β 1/2) and `relu6(x + 3)/6` written out (Add, Clip, Div) become the
+/// activation of the Dense or Conv2d before them (one of each per layer kind), the `× 1/6` form
+/// on a Dense output that a residual Add also reads becomes one `Unary HardSigmoid`, and
+/// HardSigmoid with ONNX's default α = 0.2 stays arithmetic. The result matches tract.
+#[test]
+fn hard_sigmoid_fuses_into_its_producer_or_a_unary() {
+    use kestrel::format::ops::{Activation, BinaryOp, Op, UnaryOp};
+    let count = |r: &Report, name: &str| r.fused.iter().find(|f| f.name == name).map_or(0, |f| f.count);
+    let conv = convert(data("hard_sigmoid.onnx"), &ConvertOptions::default()).unwrap();
+    let r = &conv.report;
+    let found = (count(r, "dense+hardsigmoid"), count(r, "conv+hardsigmoid"), count(r, "hardsigmoid"));
+    assert_eq!(found, (2, 2, 1), "{:?}", r.fused);
+    let bytes = kestrel::format::aligned_copy(&conv.kes);
+    let f = kestrel::format::KesFile::parse(&bytes).unwrap();
+    let ops: Vec<Op> = (0..f.op_count()).map(|n| f.op(n).unwrap()).collect();
+    let fused = |want: Activation| {
+        ops.iter()
+            .filter(|o| match o {
+                Op::Dense(d) => d.act == want,
+                Op::Conv2d(c) => c.act == want,
+                _ => false,
+            })
+            .count()
+    };
+    assert_eq!(fused(Activation::HardSigmoid), 4);
+    let unary = |u: UnaryOp| ops.iter().filter(|o| matches!(o, Op::Unary(x) if x.op == u)).count();
+    assert_eq!((unary(UnaryOp::HardSigmoid), unary(UnaryOp::Relu)), (1, 1));
+    // Left as Binary: the residual Add, and α = 0.2's Mul, Add and Min (its Max 0 is the Relu).
+    let binary: Vec<BinaryOp> =
+        ops.iter().filter_map(|o| if let Op::Binary(b) = o { Some(b.op) } else { None }).collect();
+    assert_eq!(binary, [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Add, BinaryOp::Min], "{:?}", r.kestrel_ops);
+    check("hard_sigmoid", DType::F32, 1e-5);
 }
 
 #[test]

@@ -156,6 +156,43 @@ fn convnext_runs_channels_first_with_its_layer_scales_folded() {
     }
 }
 
+/// MobileNetV3's squeeze-excitation gates, ONNX HardSigmoid (α = 1/6, β = 1/2; tract expands
+/// each into `Mul`, `Add`, `Min` and `Max`), become the activation of the SE block's second
+/// Dense in both exports: one `dense+hardsigmoid` per HardSigmoid node, no Binary Min or Max
+/// left, no Binary with a one-element constant (what the gate's steps were: 44 Binary and 10
+/// Unary ops before, 17 and 1 after), and the output still matches onnxruntime's.
+#[test]
+fn mobilenetv3_gates_fuse_into_their_dense_layers() {
+    use kestrel::format::ops::{Activation, BinaryOp, Op};
+    for name in ["mobilenetv3-legacy17", "mobilenetv3-dynamo18"] {
+        let d = zoo().into_iter().find(|d| d.ends_with(name)).unwrap_or_else(|| panic!("{name} not in the zoo"));
+        let meta: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join("meta.json")).unwrap()).unwrap();
+        let gates = meta["onnx_ops"]["HardSigmoid"].as_u64().unwrap() as usize;
+        assert!(gates > 0, "{name}: no HardSigmoid in the export");
+        let conv = convert(d.join("model.onnx"), &ConvertOptions::default()).unwrap();
+        let fused = conv.report.fused.iter().find(|f| f.name == "dense+hardsigmoid").map_or(0, |f| f.count);
+        assert_eq!(fused, gates, "{name}: {:?}", conv.report.fused);
+        let bytes = kestrel::format::aligned_copy(&conv.kes);
+        let f = kestrel::format::KesFile::parse(&bytes).unwrap();
+        let ops: Vec<Op> = (0..f.op_count()).map(|n| f.op(n).unwrap()).collect();
+        let dense_gates = ops.iter().filter(|o| matches!(o, Op::Dense(d) if d.act == Activation::HardSigmoid)).count();
+        assert_eq!(dense_gates, gates, "{name}");
+        let scalar = |t: u32| f.weight(t).is_ok_and(|w| w.len() == 1);
+        let binary: Vec<_> = ops.iter().filter_map(|o| if let Op::Binary(b) = o { Some(*b) } else { None }).collect();
+        for b in &binary {
+            assert!(matches!(b.op, BinaryOp::Add | BinaryOp::Mul), "{name}: a Binary {:?} is left", b.op);
+            assert!(!scalar(b.a) && !scalar(b.b), "{name}: a Binary {:?} with a scalar constant is left", b.op);
+        }
+        let expected = read_npy(d.join("output.npy")).unwrap();
+        let InputData::F32(want) = expected.data else { panic!("{name}: output.npy is not f32") };
+        let got = run_kestrel(&conv.kes, &inputs(&d)).unwrap();
+        let (_, rel, _, _) = compare(&[want], &got[..1], &[*expected.shape.last().unwrap()]).unwrap();
+        println!("{name}: {gates} gates fused, {} Binary ops left, relative error {rel:.2e}", binary.len());
+        assert!(rel <= REL_TOL, "{name}: relative error {rel:.2e} > {REL_TOL:.0e}");
+    }
+}
+
 /// HF BERT and DistilBERT (an `attention_mask` input): every attention layer (one ONNX Softmax
 /// each) is one fused `Attention` node with the padding mask as its mask input, and no softmax
 /// is left. `nn.TransformerEncoder`: every layer fused (no mask). Other models: nothing required.

@@ -48,6 +48,12 @@ pub fn gelu_tanh(x: f32) -> f32 {
     x * sigmoid(2.0 * K * (x + 0.044_715 * x * x * x))
 }
 
+/// Hard sigmoid: clamp(x/6 + 1/2, 0, 1) = relu6(x + 3)/6 (NaN stays NaN).
+#[inline]
+pub fn hard_sigmoid(x: f32) -> f32 {
+    (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0)
+}
+
 /// Applies a fused activation in place.
 #[inline]
 pub fn activate(act: Activation, y: &mut [f32]) {
@@ -57,7 +63,9 @@ pub fn activate(act: Activation, y: &mut [f32]) {
         Activation::Gelu => crate::kernels::simd::gelu(y),
         Activation::GeluTanh => y.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
         Activation::Silu => crate::kernels::simd::silu(y),
-        Activation::HardSwish => y.iter_mut().for_each(|v| *v *= (*v * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0)),
+        Activation::HardSwish => y.iter_mut().for_each(|v| *v *= hard_sigmoid(*v)),
+        // Multiply-add, max, min: one loop the compiler vectorises.
+        Activation::HardSigmoid => y.iter_mut().for_each(|v| *v = hard_sigmoid(*v)),
     }
 }
 

@@ -193,10 +193,11 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
         let per = self.model.plan().scratch_bytes as usize / 4;
         let (scratch, spare) = scratch_all.split_at_mut(per.min(scratch_all.len()));
         for node in 0..file.op_count() {
-            let op = graph.op(node).map_err(|_| RunError::Internal("op decode"))?;
-            if let kestrel_format::Op::Reshape(_) = op {
-                continue; // a view: the output aliases the input's bytes
+            // A view (the output aliases the input's bytes): skipped without decoding it.
+            if file.op_kind(node) == Ok(kestrel_format::ops::kind::RESHAPE) {
+                continue;
             }
+            let op = graph.op(node).map_err(|_| RunError::Internal("op decode"))?;
             before(node, &op);
             let y = graph.tensor(op.output()).map_err(|_| RunError::Internal("output tensor"))?;
             let out_start = region_start(&y, cap)?;

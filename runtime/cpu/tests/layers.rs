@@ -297,6 +297,34 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(config())]
+
+    /// The piecewise-linear functions over both kinks (±3 for the hard ones) and the saturated
+    /// ranges beyond them, which `vals` (|x| < 2) never reaches: the Unary kernel and the fused
+    /// activation of dense and conv layers (`math::activate`) for each.
+    #[test]
+    fn piecewise_activations_match_reference_across_their_kinks(
+        x in prop::collection::vec(-8f32..8.0, 1..300),
+    ) {
+        for (op, a) in [
+            (UnaryOp::HardSigmoid, Activation::HardSigmoid),
+            (UnaryOp::HardSwish, Activation::HardSwish),
+            (UnaryOp::Relu, Activation::Relu),
+        ] {
+            let want = r::unary(unary_fn(op), &f64s(&x));
+            assert_eq!(want, f64s(&x).iter().map(|&v| r::act(act(a), v)).collect::<Vec<_>>());
+            let p = UnaryParams::new(op, &shape(&[x.len()])).unwrap();
+            let mut y = out(x.len());
+            unary(&p, &x, &mut y, &mut scratch(unary_scratch(&p)));
+            assert_close(&format!("unary {op:?}"), &y, &want, F32_KERNEL);
+            let mut z = x.clone();
+            kestrel_cpu::math::activate(a, &mut z);
+            assert_close(&format!("activate {a:?}"), &z, &want, F32_KERNEL);
+        }
+    }
+}
+
 // ---------------------------------------------------------------- binary
 
 /// Runs one binary case; `a_w`/`b_w` make that operand a weight in the given encoding.
@@ -343,6 +371,35 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(config())]
+
+    /// A squeeze-excitation gate: `[C, H, W]` against one value per channel (`[C, 1, 1]`, with
+    /// or without a leading 1), on either side, an activation or a weight in any encoding.
+    #[test]
+    fn per_channel_operands_broadcast_like_numpy(
+        (c, h, w) in (1usize..20, 1usize..6, 1usize..6),
+        lead in any::<bool>(),
+        gate_left in any::<bool>(),
+        gate_w in weight_choice(),
+        mv in vals(20 * 36),
+        gv in vals(20),
+    ) {
+        let pre: &[usize] = if lead { &[1] } else { &[] };
+        let map: Vec<usize> = pre.iter().copied().chain([c, h, w]).collect();
+        let gate: Vec<usize> = pre.iter().copied().chain([c, 1, 1]).collect();
+        for &op in BinaryOp::ALL {
+            if gate_left {
+                let (g, m) = binary_values(op, &gv[..c], &mv[..c * h * w]);
+                check_binary(op, &gate, &map, &g, &m, gate_w, None);
+            } else {
+                let (m, g) = binary_values(op, &mv[..c * h * w], &gv[..c]);
+                check_binary(op, &map, &gate, &m, &g, None, gate_w);
+            }
+        }
+    }
+}
+
 #[test]
 fn binary_named_broadcast_cases() {
     let cases: &[(&[usize], &[usize])] = &[
@@ -354,6 +411,10 @@ fn binary_named_broadcast_cases() {
         (&[2, 3, 4], &[1, 3, 4]),                // leading 1
         (&[1, 2, 1, 3, 1, 2], &[2, 1, 3, 2, 1]), // rank 6
         (&[2, 3, 5], &[2, 3, 5]),                // same shapes (the flat fast path)
+        (&[1, 5, 3, 2], &[1, 5, 1, 1]),          // a per-channel gate: runs zipped with it
+        (&[4, 1, 1], &[4, 2, 2]),                // the gate on the left
+        (&[2, 3, 2, 2], &[2, 3, 1, 1]),          // one value per run over two outer axes
+        (&[2, 3, 2, 2], &[3, 1, 1]),             // per run, but repeated along axis 0
     ];
     for &(sa, sb) in cases {
         let na: usize = sa.iter().product();

@@ -61,6 +61,7 @@ pub mod section {
 }
 
 /// `b[off..off + len]`, or [`Error::Truncated`].
+#[inline]
 pub(crate) fn sub<'a>(b: &'a [u8], off: u64, len: u64, what: &'static str) -> Result<&'a [u8], Error> {
     let available = b.len() as u64;
     let trunc = |needed| Error::Truncated { what, needed, available };
@@ -72,6 +73,7 @@ pub(crate) fn sub<'a>(b: &'a [u8], off: u64, len: u64, what: &'static str) -> Re
     b.get(off as usize..end as usize).ok_or(trunc(end))
 }
 
+#[inline]
 fn arr<const N: usize>(b: &[u8], off: u64, what: &'static str) -> Result<[u8; N], Error> {
     let s = sub(b, off, N as u64, what)?;
     let mut a = [0u8; N];
@@ -80,21 +82,25 @@ fn arr<const N: usize>(b: &[u8], off: u64, what: &'static str) -> Result<[u8; N]
 }
 
 /// Little-endian `u8` at `off`.
+#[inline]
 pub(crate) fn u8_at(b: &[u8], off: u64, what: &'static str) -> Result<u8, Error> {
     Ok(arr::<1>(b, off, what)?[0])
 }
 
 /// Little-endian `u16` at `off`.
+#[inline]
 pub(crate) fn u16_at(b: &[u8], off: u64, what: &'static str) -> Result<u16, Error> {
     arr(b, off, what).map(u16::from_le_bytes)
 }
 
 /// Little-endian `u32` at `off`.
+#[inline]
 pub(crate) fn u32_at(b: &[u8], off: u64, what: &'static str) -> Result<u32, Error> {
     arr(b, off, what).map(u32::from_le_bytes)
 }
 
 /// Little-endian `u64` at `off`.
+#[inline]
 pub(crate) fn u64_at(b: &[u8], off: u64, what: &'static str) -> Result<u64, Error> {
     arr(b, off, what).map(u64::from_le_bytes)
 }
@@ -132,6 +138,7 @@ pub fn reseal(bytes: &mut [u8]) -> bool {
 }
 
 /// A shape stored as `rank` and six `u32` dims at `dims_off`; dims past the rank must be zero.
+#[inline]
 pub(crate) fn shape_at(b: &[u8], rank: u8, dims_off: u64, what: &'static str) -> Result<crate::Shape, Error> {
     use crate::MAX_RANK;
     if usize::from(rank) > MAX_RANK {
@@ -147,6 +154,22 @@ pub(crate) fn shape_at(b: &[u8], rank: u8, dims_off: u64, what: &'static str) ->
     crate::Shape::new(&dims[..usize::from(rank)]).ok_or(Error::BadRank { what, found: rank, max: MAX_RANK as u8 })
 }
 
+/// [`str_at`] over a pool already known to be UTF-8: the same bounds and the same errors, the
+/// text not validated again (only the ends checked to be character boundaries).
+#[inline]
+pub(crate) fn str_in<'a>(b: &[u8], at: u64, pool: &'a str, what: &'static str) -> Result<&'a str, Error> {
+    let off = u32_at(b, at, what)?;
+    let len = u32_at(b, at.saturating_add(4), what)?;
+    sub(pool.as_bytes(), u64::from(off), u64::from(len), what)?;
+    // In bounds (checked just above), so only a split character makes `get` fail (any part of
+    // a character is invalid UTF-8 on its own; an empty name is valid anywhere).
+    let (start, end) = (off as usize, off as usize + len as usize);
+    if start == end {
+        return Ok("");
+    }
+    pool.get(start..end).ok_or(Error::BadUtf8 { what })
+}
+
 /// A UTF-8 string `(offset u32, len u32)` at `at` in `b`, pointing into `pool`.
 pub(crate) fn str_at<'a>(b: &[u8], at: u64, pool: &'a [u8], what: &'static str) -> Result<&'a str, Error> {
     let off = u32_at(b, at, what)?;
@@ -155,18 +178,24 @@ pub(crate) fn str_at<'a>(b: &[u8], at: u64, pool: &'a [u8], what: &'static str) 
     core::str::from_utf8(s).map_err(|_| Error::BadUtf8 { what })
 }
 
-/// [`str_at`] for a string this file's bytes were already checked to hold: the same bounds
-/// checks, no second UTF-8 scan.
-///
-/// Only for [`KesFile`](crate::KesFile)'s tensor names once `parse` has read every one of them
-/// with [`str_at`] (the bytes are borrowed immutably for `'a`, so they are still the checked
-/// ones).
-pub(crate) fn checked_str_at<'a>(b: &[u8], at: u64, pool: &'a [u8], what: &'static str) -> Result<&'a str, Error> {
-    let off = u32_at(b, at, what)?;
-    let len = u32_at(b, at.saturating_add(4), what)?;
-    let s = sub(pool, u64::from(off), u64::from(len), what)?;
-    debug_assert!(core::str::from_utf8(s).is_ok());
-    // SAFETY: `KesFile::parse` ran `str_at` (a full UTF-8 check) on this same entry's (offset,
-    // len) range of the same immutable pool before setting `names_checked`, the only way here.
-    Ok(unsafe { core::str::from_utf8_unchecked(s) })
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `str_in` (pool validated once) gives what `str_at` (each name validated) gives, errors
+    /// included: in range, past the end, an overflowing length, a character split at either end.
+    #[test]
+    fn str_in_matches_str_at() {
+        let pool = "ab\u{e9}c\u{1F426}";
+        for off in 0..=pool.len() as u32 + 1 {
+            for len in (0..=pool.len() as u32 + 1).chain([u32::MAX]) {
+                let mut entry = [0u8; 8];
+                entry[..4].copy_from_slice(&off.to_le_bytes());
+                entry[4..].copy_from_slice(&len.to_le_bytes());
+                let want = str_at(&entry, 0, pool.as_bytes(), "name");
+                assert_eq!(str_in(&entry, 0, pool, "name"), want, "{off}+{len}");
+            }
+        }
+        assert_eq!(str_in(&[0u8; 7], 0, pool, "name"), str_at(&[0u8; 7], 0, pool.as_bytes(), "name"));
+    }
 }

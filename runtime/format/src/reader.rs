@@ -119,6 +119,9 @@ pub struct KesFile<'a> {
     entry_size: u64,
     tensor_count: u32,
     tensor_pool: &'a [u8],
+    /// The names pool as text when all of it is UTF-8 (what writers write): [`Self::tensor`]
+    /// then slices a name without validating it again (sessions look tensors up per node).
+    tensor_names: Option<&'a str>,
     op_offsets: &'a [u8],
     records: &'a [u8],
     op_count: u32,
@@ -126,10 +129,6 @@ pub struct KesFile<'a> {
     outputs: &'a [u8],
     plan: MemoryPlan,
     weights: (u64, u64),
-    /// Set once [`parse`](Self::parse) has read every tensor entry (names checked as UTF-8):
-    /// from then on [`tensor`](Self::tensor), which the runtime calls for every node of every
-    /// run, does not check a name again.
-    names_checked: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -273,6 +272,7 @@ impl<'a> KesFile<'a> {
             entry_size: entry_size.into(),
             tensor_count,
             tensor_pool,
+            tensor_names: core::str::from_utf8(tensor_pool).ok(),
             op_offsets,
             records,
             op_count,
@@ -280,12 +280,10 @@ impl<'a> KesFile<'a> {
             outputs,
             plan,
             weights: (weights_sec.offset, weights_sec.len),
-            names_checked: false,
         };
         for id in 0..tensor_count {
             file.validate_tensor(id)?;
         }
-        file.names_checked = true;
         file.validate_graph()?;
         let f = file;
         file.meta = Metadata::parse(meta_sec, &|by, id| f.check_activation(by, id))?;
@@ -308,15 +306,17 @@ impl<'a> KesFile<'a> {
     }
 
     /// Tensor `id`'s table entry; [`Error::BadTensorId`] if out of range.
+    // Inlined into the sessions' per-node lookups on the 64-bit targets (not on a
+    // microcontroller, where the copies would cost flash).
+    #[cfg_attr(any(target_arch = "x86_64", target_arch = "aarch64"), inline)]
     pub fn tensor(&self, id: TensorId) -> Result<TensorInfo<'a>, Error> {
         if id >= self.tensor_count {
             return Err(Error::BadTensorId { by: Referrer::Lookup, id, count: self.tensor_count });
         }
         let e = sub(self.tensor_entries, u64::from(id) * self.entry_size, TENSOR_ENTRY_LEN, "tensor entry")?;
-        let name = if self.names_checked {
-            checked_str_at(e, 0, self.tensor_pool, "tensor name")?
-        } else {
-            str_at(e, 0, self.tensor_pool, "tensor name")?
+        let name = match self.tensor_names {
+            Some(pool) => str_in(e, 0, pool, "tensor name")?,
+            None => str_at(e, 0, self.tensor_pool, "tensor name")?,
         };
         let kind = match u8_at(e, 8, "tensor entry")? {
             0 => TensorKind::Weight,
@@ -395,6 +395,17 @@ impl<'a> KesFile<'a> {
         }
         let at = u32_at(self.op_offsets, u64::from(index) * 4, "op offsets")?;
         self.record(index, at.into()).map(|(op, _)| op)
+    }
+
+    /// The kind id of op `index` (see [`crate::ops::kind`]) without decoding the record: a
+    /// session skips views (`Reshape`) by it.
+    #[inline]
+    pub fn op_kind(&self, index: u32) -> Result<u16, Error> {
+        if index >= self.op_count {
+            return Err(Error::BadOpIndex { index, count: self.op_count });
+        }
+        let at = u32_at(self.op_offsets, u64::from(index) * 4, "op offsets")?;
+        u16_at(self.records, at.into(), "op record")
     }
 
     /// All ops in execution order.

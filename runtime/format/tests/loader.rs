@@ -584,6 +584,8 @@ fn every_op_kind_round_trips() {
         Op::LayerNorm(LayerNorm { x, gamma: 1, beta: None, eps: 1e-5, axis: NormAxis::Last, y }),
         Op::LayerNorm(LayerNorm { x, gamma: 1, beta: Some(2), eps: 1e-6, axis: NormAxis::Channels, y }),
         Op::Unary(Unary { x, op: UnaryOp::Silu, y }),
+        Op::Unary(Unary { x, op: UnaryOp::HardSigmoid, y }),
+        Op::Dense(Dense { x, proj: p(1), act: Activation::HardSigmoid, y }),
         Op::Binary(Binary { a: x, b: 2, op: BinaryOp::Pow, y }),
         Op::Softmax(Softmax { x, y }),
         Op::PatchEmbed(PatchEmbed { x, proj: p(1), patch: 4, y }),
@@ -702,12 +704,17 @@ fn every_op_kind_round_trips() {
     let buf = aligned_copy(&bytes);
     let f = KesFile::parse(&buf).unwrap();
     assert_eq!(f.ops().collect::<Result<Vec<_>, _>>().unwrap(), all);
-    // `kind()` and `output()` (matches, for the run loop) agree with the encoded record.
-    for op in &all {
+    // The accessors that read the op directly (matches, for the run loop) agree with its
+    // record, for every kind.
+    for (i, op) in all.iter().enumerate() {
         let rec = op.encode();
         assert_eq!(op.kind(), rec.kind, "{op:?}");
         assert_eq!(Some(&op.output()), rec.tensors().last(), "{op:?}");
+        assert_eq!(op.kind_is_mechanism(), rec.kind >= kind::ATTENTION, "{op:?}");
+        assert_eq!(f.op_kind(i as u32), Ok(rec.kind), "{op:?}");
     }
+    let n = all.len() as u32;
+    assert_eq!(f.op_kind(n), Err(Error::BadOpIndex { index: n, count: n }));
     let kinds: std::collections::BTreeSet<u16> = all.iter().map(Op::kind).collect();
     assert_eq!(kinds.len(), 21, "every op kind is in this test");
 }

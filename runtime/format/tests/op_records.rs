@@ -142,3 +142,37 @@ fn layer_norm_records_with_and_without_an_axis() {
     let err = KesFile::parse(&aligned_copy(&patched)).unwrap_err();
     assert!(err.to_string().contains("axis"), "{err}");
 }
+
+/// Hard sigmoid is activation code 6 (Dense's attribute 0, Conv2d's optional tenth) and Unary
+/// op code 14: each record round-trips with it, and the next code of each enum (unknown to this
+/// reader, as 6 and 14 are to a reader from before them) is a typed error, not a panic.
+#[test]
+fn hard_sigmoid_codes_round_trip_and_the_next_codes_are_rejected() {
+    use kestrel_format::ops::*;
+    assert_eq!((Activation::HardSigmoid as u32, UnaryOp::HardSigmoid as u32), (6, 14));
+    let conv = Op::Conv2d(Conv2d {
+        x: 0,
+        proj: Proj { w: 1, b: Some(2) },
+        stride: [1, 1],
+        pad: [0; 4],
+        dilation: [1, 1],
+        groups: 1,
+        act: Activation::HardSigmoid,
+        y: 3,
+    });
+    let dense = Op::Dense(Dense { x: 0, proj: Proj { w: 1, b: Some(2) }, act: Activation::HardSigmoid, y: 3 });
+    let unary = Op::Unary(Unary { x: 0, op: UnaryOp::HardSigmoid, y: 1 });
+    let next_act = Activation::ALL.len() as u32;
+    let next_unary = UnaryOp::ALL.len() as u32;
+    for (op, attr, code, name, next) in
+        [(conv, 9, 6, "activation", next_act), (dense, 0, 6, "activation", next_act), (unary, 0, 14, "op", next_unary)]
+    {
+        let r = op.encode();
+        assert_eq!(r.attrs()[attr], code, "{op:?}");
+        assert_eq!(Op::decode(r.kind, r.tensors(), r.attrs()).unwrap(), op);
+        let mut bad = r.attrs().to_vec();
+        bad[attr] = next;
+        let err = Op::decode(r.kind, r.tensors(), &bad).unwrap_err();
+        assert!(matches!(err, OpError::BadAttr { attr: a, value, .. } if a == name && value == next), "{err:?}");
+    }
+}

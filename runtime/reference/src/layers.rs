@@ -18,6 +18,8 @@ pub enum Act {
     Silu,
     /// x·clamp(x/6 + 1/2, 0, 1).
     HardSwish,
+    /// clamp(x/6 + 1/2, 0, 1).
+    HardSigmoid,
 }
 
 /// Element-wise unary functions.
@@ -51,6 +53,8 @@ pub enum UnaryFn {
     Silu,
     /// x·clamp(x/6 + 1/2, 0, 1).
     HardSwish,
+    /// clamp(x/6 + 1/2, 0, 1) = relu6(x + 3)/6.
+    HardSigmoid,
 }
 
 /// Element-wise binary functions.
@@ -113,6 +117,7 @@ pub fn act(a: Act, x: f64) -> f64 {
         Act::GeluTanh => unary_scalar(UnaryFn::GeluTanh, x),
         Act::Silu => unary_scalar(UnaryFn::Silu, x),
         Act::HardSwish => unary_scalar(UnaryFn::HardSwish, x),
+        Act::HardSigmoid => unary_scalar(UnaryFn::HardSigmoid, x),
     }
 }
 
@@ -180,6 +185,7 @@ pub fn unary_scalar(f: UnaryFn, x: f64) -> f64 {
         UnaryFn::Reciprocal => 1.0 / x,
         UnaryFn::Silu => x * sigmoid(x),
         UnaryFn::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+        UnaryFn::HardSigmoid => (x / 6.0 + 0.5).clamp(0.0, 1.0),
     }
 }
 

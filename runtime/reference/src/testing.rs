@@ -94,6 +94,7 @@ pub fn act(a: Activation) -> Act {
         Activation::GeluTanh => Act::GeluTanh,
         Activation::Silu => Act::Silu,
         Activation::HardSwish => Act::HardSwish,
+        Activation::HardSigmoid => Act::HardSigmoid,
     }
 }
 
@@ -114,6 +115,7 @@ pub fn unary_fn(op: UnaryOp) -> UnaryFn {
         UnaryOp::Reciprocal => UnaryFn::Reciprocal,
         UnaryOp::Silu => UnaryFn::Silu,
         UnaryOp::HardSwish => UnaryFn::HardSwish,
+        UnaryOp::HardSigmoid => UnaryFn::HardSigmoid,
     }
 }
 

@@ -160,6 +160,13 @@ fn layer_cases() -> Vec<Case> {
             c.b.op(|y| Op::Unary(Unary { x, op, y }))
         }));
     }
+    // The hard (piecewise-linear) functions past both kinks (±3) into their saturated ranges.
+    for op in [UnaryOp::HardSigmoid, UnaryOp::HardSwish] {
+        v.push(case("unary", format!("unary {op:?} across the kinks"), move |c| {
+            let x = c.input_scaled(&[2, 45], 8.0, false)?;
+            c.b.op(|y| Op::Unary(Unary { x, op, y }))
+        }));
+    }
     for op in BinaryOp::ALL.iter().copied() {
         let pow = op == BinaryOp::Pow;
         v.push(case("binary", format!("binary {op:?} broadcast"), move |c| {
@@ -245,6 +252,7 @@ fn layer_cases() -> Vec<Case> {
         (3, 5, 1, 1, [0, 0, 0, 0], 1, 1, Activation::GeluTanh),
         (4, 4, 3, 1, [1, 1, 1, 1], 1, 4, Activation::Silu),
         (2, 3, 3, 2, [1, 1, 1, 1], 1, 1, Activation::HardSwish),
+        (6, 6, 3, 1, [1, 1, 1, 1], 1, 6, Activation::HardSigmoid),
     ] {
         v.push(case("conv2d", format!("conv2d {ci}->{co} k{k} s{stride} d{dil} g{groups} {act:?}"), move |c| {
             let x = c.input(&[ci, 9, 8])?;

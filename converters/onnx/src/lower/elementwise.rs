@@ -12,6 +12,9 @@ impl Lowerer<'_> {
     pub(super) fn try_elementwise(&mut self) -> Res<bool> {
         let node = self.model.node(self.node);
         if let Some(op) = node.op_as::<TypedBinOp>() {
+            if self.try_hard_sigmoid()? {
+                return Ok(true);
+            }
             let name = op.0.name();
             if name == "Mul" || name == "Div" {
                 for &x in &node.inputs {

@@ -22,7 +22,7 @@ impl Lowerer<'_> {
     }
 
     /// The only consumer of `node`'s output, if it has exactly one and is not a graph output.
-    fn only_succ(&self, node: usize) -> Option<&TypedNode> {
+    pub(super) fn only_succ(&self, node: usize) -> Option<&TypedNode> {
         if self.is_output(node) {
             return None;
         }
@@ -37,7 +37,7 @@ impl Lowerer<'_> {
     }
 
     /// The constant operand of binary node `n` whose other operand is `act`.
-    fn const_with(&self, n: &TypedNode, act: OutletId) -> Option<Arc<Tensor>> {
+    pub(super) fn const_with(&self, n: &TypedNode, act: OutletId) -> Option<Arc<Tensor>> {
         let other = match (n.inputs[0] == act, n.inputs[1] == act) {
             (true, false) => n.inputs[1],
             (false, true) => n.inputs[0],
@@ -117,8 +117,9 @@ impl Lowerer<'_> {
         None
     }
 
-    /// ReLU (`Max(x, 0)`) or GELU (tract's fused `GeluExact` / `GeluApproximate`, or the
-    /// decomposed erf form) applied to `x` alone.
+    /// ReLU (`Max(x, 0)`), GELU (tract's fused `GeluExact` / `GeluApproximate`, or the
+    /// decomposed erf form), SiLU, hard swish or hard sigmoid (a verified chain of scalar steps,
+    /// `hard_sigmoid.rs`) applied to `x` alone.
     pub(super) fn match_activation(&self, x: OutletId) -> Option<(Activation, Matched)> {
         if let Some(m) = self.match_gelu(x) {
             return Some((Activation::Gelu, m));
@@ -140,6 +141,9 @@ impl Lowerer<'_> {
                     return Some((act, Matched { nodes: vec![n.id], last: n.id }));
                 }
             }
+        }
+        if let Some(m) = self.match_hard_sigmoid(x) {
+            return Some((Activation::HardSigmoid, m));
         }
         let n = self.only_succ(x.node).and_then(|n| self.bin(n, "Max"))?;
         let t = self.const_with(n, x)?;

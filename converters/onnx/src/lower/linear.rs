@@ -482,10 +482,12 @@ fn act_label(what: &str, act: Activation) -> &'static str {
         ("dense", Activation::Gelu | Activation::GeluTanh) => "dense+gelu",
         ("dense", Activation::Silu) => "dense+silu",
         ("dense", Activation::HardSwish) => "dense+hardswish",
+        ("dense", Activation::HardSigmoid) => "dense+hardsigmoid",
         (_, Activation::Relu) => "conv+relu",
         (_, Activation::Gelu | Activation::GeluTanh) => "conv+gelu",
         (_, Activation::Silu) => "conv+silu",
         (_, Activation::HardSwish) => "conv+hardswish",
+        (_, Activation::HardSigmoid) => "conv+hardsigmoid",
         (_, Activation::None) => "none",
     }
 }

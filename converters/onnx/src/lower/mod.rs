@@ -7,6 +7,7 @@
 mod assemble;
 mod elementwise;
 mod fuse;
+mod hard_sigmoid;
 mod linear;
 mod mask;
 mod pool;

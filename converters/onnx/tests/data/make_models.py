@@ -310,6 +310,49 @@ def logic():
     g.save("logic.onnx", [f32("x", ["N", 4]), mask], [f32("y", ["N", 4])])
 
 
+def hard_sigmoid():
+    """Hard sigmoid in every form the converter fuses, and one it must not: ONNX HardSigmoid
+    (alpha 1/6, beta 1/2) after a MatMul + Add and after a padded 3x3 Conv; relu6(x + 3)/6 as
+    Add, Clip(0, 6), Div 6 after a Dense and after a bias-free 1x1 Conv; the x * (1/6) form on a Dense
+    output that is read twice (a standalone Unary); HardSigmoid with ONNX's default alpha 0.2
+    (Keras constants, left as arithmetic). Two inputs, two outputs; its own seed."""
+    global RNG
+    RNG = np.random.default_rng(23)
+    g = G()
+
+    def relu6_form(v, scale_op="Div"):
+        v = g.op("Clip", [g.op("Add", [v, g.const("three", 3.0)]), g.const("lo", 0.0), g.const("hi", 6.0)])
+        if scale_op == "Div":
+            return g.op("Div", [v, g.const("six", 6.0)])
+        return g.op("Mul", [v, g.const("sixth", 1.0 / 6.0)])
+
+    def linear(x, d_in, d_out, gain):
+        # Weights `gain` times the usual scale: pre-activations reach past both kinks (±3).
+        w = g.const("w", RNG.standard_normal([d_in, d_out]) * gain / math.sqrt(d_in))
+        return g.op("Add", [g.op("MatMul", [x, w]), g.w("b", [d_out], 1)])
+
+    h = g.op("HardSigmoid", [linear("x", 8, 12, 3.0)], alpha=1.0 / 6.0, beta=0.5)
+    h = relu6_form(linear(h, 12, 12, 12.0))
+    l3 = linear(h, 12, 12, 12.0)
+    r = g.op("Add", [l3, relu6_form(l3, "Mul")])
+    g.op("HardSigmoid", [r])
+    g.nodes[-1].output[0] = "y"
+    c = g.op("Conv", ["img", g.w("c1", [4, 3, 3, 3], 1), g.w("c1b", [4], 1)], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    c = g.op("HardSigmoid", [c], alpha=1.0 / 6.0, beta=0.5)
+    # No bias: tract folds a bias Add and the `Add 3` after it into one Add, which the conv
+    # absorbs as its bias, leaving relu6(·)/6 of a shifted value (not matched: arithmetic stays).
+    c = g.op("Conv", [c, g.w("c2", [5, 4, 1, 1], 0.1)], kernel_shape=[1, 1])
+    c = relu6_form(c)
+    # A max pool after it: tract moves a scale past an average (a linear op) into the mean.
+    g.op("Flatten", [g.op("GlobalMaxPool", [c])], axis=1)
+    g.nodes[-1].output[0] = "z"
+    g.save(
+        "hard_sigmoid.onnx",
+        [f32("x", ["N", 8]), f32("img", ["N", 3, 6, 6])],
+        [f32("y", ["N", 12]), f32("z", ["N", 5])],
+    )
+
+
 if __name__ == "__main__":
     mlp()
     vit()
@@ -324,3 +367,4 @@ if __name__ == "__main__":
     contrib_ops()
     logic()
     pool()
+    hard_sigmoid()

@@ -191,9 +191,10 @@ pub(super) fn scratch_elems(file: &Graph<'_, '_>, op: &Op, fast: bool) -> Result
 
 pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Result<(), RunError> {
     let prep = prepare(file, op).map_err(|_| RunError::Internal("a validated node failed its check"))?;
-    let batch = io.batch;
+    let (batch, cap) = (io.batch, io.cap.max(1));
     let (acts, out, scratch) = io.split();
-    let y_n = numel(&info(file, op.output())?)?;
+    // The output region holds `cap` samples of the output (the session sized it so).
+    let y_n = out.len() / cap;
     // The main activation input, sliced per sample.
     let main = |id: TensorId| -> Result<(&[f32], usize), RunError> {
         let t = info(file, id)?;

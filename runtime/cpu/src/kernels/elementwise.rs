@@ -147,7 +147,8 @@ pub fn unary_fn(op: UnaryOp, x: f32) -> f32 {
         UnaryOp::Erf => libm::erff(x),
         UnaryOp::Reciprocal => 1.0 / x,
         UnaryOp::Silu => x * math::sigmoid(x),
-        UnaryOp::HardSwish => x * (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0),
+        UnaryOp::HardSwish => x * math::hard_sigmoid(x),
+        UnaryOp::HardSigmoid => math::hard_sigmoid(x),
     }
 }
 
@@ -167,7 +168,8 @@ pub fn unary(p: &UnaryParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
         UnaryOp::Neg => map!(|v: f32| -v),
         UnaryOp::Abs => map!(libm::fabsf),
         UnaryOp::Reciprocal => map!(|v: f32| 1.0 / v),
-        UnaryOp::HardSwish => map!(|v: f32| v * (v * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0)),
+        UnaryOp::HardSwish => map!(|v: f32| v * math::hard_sigmoid(v)),
+        UnaryOp::HardSigmoid => map!(math::hard_sigmoid),
         UnaryOp::Gelu => {
             y.copy_from_slice(x);
             crate::kernels::simd::gelu(y);
@@ -256,6 +258,10 @@ pub fn binary_fn(op: BinaryOp, a: f32, b: f32) -> f32 {
     }
 }
 
+/// Whether the runs-zipped path for one value per run ([`per_run_op`]) is compiled in: on the
+/// 64-bit targets; a microcontroller keeps the general loop (its flash budget).
+const PER_RUN_PATH: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
+
 /// Row length up to which a weight operand is decoded into a stack buffer.
 const ROW_BUF: usize = 1024;
 
@@ -327,6 +333,13 @@ pub fn binary(p: &BinaryParams, a: Operand<'_>, b: Operand<'_>, y: &mut [f32], _
     // shift of `[C, H, W]`, a gate of `[C, 1, 1]`): one vectorised loop per run of `y`.
     if let (Some(sa), true) = (a.as_f32(), p.a == p.y) {
         if let Some((t, run)) = scalar_runs(&p.y, &p.b_strides) {
+            // The other operand one f32 value per run, in order (a squeeze-excitation gate): the
+            // runs zipped with it, the op chosen once (small maps have runs of 4 or 16; Add, Mul).
+            if let Some(sb) = b.as_f32().filter(|_| PER_RUN_PATH && one_per_run(&p.y, &p.b_strides, t)) {
+                if per_run_op(p.op, &mut y[..p.n], &sa[..p.n], &sb[..p.n / run], run) {
+                    return;
+                }
+            }
             let (dims, _) = outer_dims(&p.y);
             for_each_index(&dims[..t], [&p.b_strides], |i, [ob]| {
                 let r = i * run..(i + 1) * run;
@@ -337,6 +350,11 @@ pub fn binary(p: &BinaryParams, a: Operand<'_>, b: Operand<'_>, y: &mut [f32], _
     }
     if let (Some(sb), true) = (b.as_f32(), p.b == p.y) {
         if let Some((t, run)) = scalar_runs(&p.y, &p.a_strides) {
+            if let Some(sa) = a.as_f32().filter(|_| PER_RUN_PATH && one_per_run(&p.y, &p.a_strides, t)) {
+                if per_run_op(p.op, &mut y[..p.n], &sb[..p.n], &sa[..p.n / run], run) {
+                    return;
+                }
+            }
             let (dims, _) = outer_dims(&p.y);
             for_each_index(&dims[..t], [&p.a_strides], |i, [oa]| {
                 let r = i * run..(i + 1) * run;
@@ -364,6 +382,36 @@ fn scalar_runs(y: &Shape, strides: &[usize; MAX_RANK]) -> Option<(usize, usize)>
     }
     let run: usize = (t..r).map(|i| y.dim(i)).product();
     (t > 0 && run >= 2).then_some((t, run))
+}
+
+/// Whether an operand read with `strides`, constant over `y`'s axes `t..` (as
+/// [`scalar_runs`] found), holds exactly one value per run in run order: it is not broadcast
+/// along any axis before `t` that `y` has more than once (so its dims there are `y`'s, and 1
+/// from `t` on).
+fn one_per_run(y: &Shape, strides: &[usize; MAX_RANK], t: usize) -> bool {
+    (0..t).all(|i| y.dim(i) == 1 || strides[i] != 0)
+}
+
+/// `y[r·run + j] = x[r·run + j] + s[r]` (or `·`) for every run `r`: one loop over the runs,
+/// each run a vectorisable loop. Only Add and Mul (gates, per-channel shifts and scales; both
+/// commute, so the operand order does not matter): `false`, nothing written, for other ops,
+/// which keep the general per-run loop (fewer specialised loops: flash on microcontrollers).
+fn per_run_op(op: BinaryOp, y: &mut [f32], x: &[f32], s: &[f32], run: usize) -> bool {
+    macro_rules! runs {
+        ($f:expr) => {
+            for ((yr, xr), &c) in y.chunks_exact_mut(run).zip(x.chunks_exact(run)).zip(s) {
+                for (o, &v) in yr.iter_mut().zip(xr) {
+                    *o = $f(v, c);
+                }
+            }
+        };
+    }
+    match op {
+        BinaryOp::Add => runs!(|v: f32, c: f32| v + c),
+        BinaryOp::Mul => runs!(|v: f32, c: f32| v * c),
+        _ => return false,
+    }
+    true
 }
 
 /// `y[i] = op(x[i], s)`, or `op(s, x[i])` when `scalar_left`: one loop per op (vectorised).

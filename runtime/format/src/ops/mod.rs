@@ -90,6 +90,9 @@ code_enum!(
         Silu = 4,
         /// Hard swish, x·clamp(x/6 + 1/2, 0, 1).
         HardSwish = 5,
+        /// Hard sigmoid, clamp(x/6 + 1/2, 0, 1) = relu6(x + 3)/6 (ONNX HardSigmoid with
+        /// α = 1/6, β = 1/2; PyTorch's `hardsigmoid`; MobileNetV3's squeeze-excitation gate).
+        HardSigmoid = 6,
     }
 );
 
@@ -124,6 +127,8 @@ code_enum!(
         Silu = 12,
         /// x·min(max(x/6 + 1/2, 0), 1) (MobileNetV3's hard swish).
         HardSwish = 13,
+        /// min(max(x/6 + 1/2, 0), 1) (hard sigmoid, as [`Activation::HardSigmoid`]).
+        HardSigmoid = 14,
     }
 );
 
@@ -786,7 +791,8 @@ impl Op {
         self.encode().tensors()[0]
     }
 
-    /// The single output tensor (the record's last tensor slot).
+    /// The single output tensor (the record's last slot; read straight from the op, which
+    /// sessions do for every node of every run).
     pub fn output(&self) -> TensorId {
         match self {
             Op::Dense(o) => o.y,

@@ -306,7 +306,8 @@ fn exp_excess(w: f32, m: f32) -> f32 {
     return exp(-m) * expm1_(w);
 }
 
-// Fused activation of a dense layer: 0 none, 1 relu, 2 gelu, 3 gelu-tanh.
+// Fused activation of a dense layer or a convolution: 0 none, 1 relu, 2 gelu, 3 gelu-tanh,
+// 4 silu, 5 hard swish, 6 hard sigmoid.
 fn activate(a: u32, v: f32) -> f32 {
     switch a {
         case 1u: {
@@ -323,6 +324,9 @@ fn activate(a: u32, v: f32) -> f32 {
         }
         case 5u: {
             return v * clamp(v / 6.0 + 0.5, 0.0, 1.0);
+        }
+        case 6u: {
+            return clamp(v / 6.0 + 0.5, 0.0, 1.0);
         }
         default: {
             return v;

@@ -25,7 +25,10 @@ fn unary(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
         case 10u: { y = erf_(x); }
         case 11u: { y = 1.0 / x; }
         case 12u: { y = x * sigmoid(x); }
-        default: { y = x * clamp(x * (1.0 / 6.0) + 0.5, 0.0, 1.0); }
+        case 13u: { y = x * clamp(x * (1.0 / 6.0) + 0.5, 0.0, 1.0); }
+        case 14u: { y = clamp(x * (1.0 / 6.0) + 0.5, 0.0, 1.0); }
+        // Unreachable: the loader rejects unknown codes.
+        default: { y = x; }
     }
     act[pu(3u) + g] = y;
 }
