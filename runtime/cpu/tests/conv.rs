@@ -60,7 +60,7 @@ proptest! {
 #[test]
 fn conv2d_chunked_patches_match_reference() {
     // (C, H, W, O, kh, kw, stride, pad, dilation, groups)
-    let cases: [ConvCase; 5] = [
+    let cases: [ConvCase; 6] = [
         (64, 21, 20, 9, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 1),
         (48, 30, 27, 5, 3, 3, [2, 2], [1, 0, 1, 1], [1, 1], 1),
         (64, 18, 18, 6, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 2),
@@ -68,6 +68,9 @@ fn conv2d_chunked_patches_match_reference() {
         (4, 64, 32, 64, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 1),
         // Two groups of 40 channels · 9 taps = 360 deep; stride 2 and dilation 2 (wq = 37).
         (80, 70, 70, 130, 3, 3, [2, 2], [2, 2, 2, 2], [2, 2], 2),
+        // Depthwise 12×12 on a 2×2 output (channels-innermost): 144 taps inside the input, more
+        // than the tap list holds (121), through the one-pass-per-tap loop.
+        (3, 13, 13, 3, 12, 12, [1, 1], [0, 0, 0, 0], [1, 1], 3),
     ];
     let mut seed = 0x9E37_79B9u32;
     let mut next = move || {

@@ -414,55 +414,51 @@ fn depthwise_cl_body(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32
 #[cfg_attr(target_arch = "x86_64", inline(always))]
 fn cl_taps_body(p: &Conv2dParams, xt: &[f32], wt: &[f32], yt: &mut [f32]) {
     let c = p.c;
-    let [sh, sw] = p.stride;
-    let [dh, dw] = p.dilation;
-    let (pt, pl) = (p.pad[0], p.pad[1]);
-    if p.kh * p.kw <= MAX_TAPS {
-        let mut pairs = [(0usize, 0usize); MAX_TAPS];
-        for oy in 0..p.oh {
-            for ox in 0..p.ow {
-                let mut n = 0;
-                for ky in 0..p.kh {
-                    let iy = oy * sh + ky * dh;
-                    if iy < pt || iy - pt >= p.h {
-                        continue;
-                    }
-                    for kx in 0..p.kw {
-                        let ix = ox * sw + kx * dw;
-                        if ix < pl || ix - pl >= p.w {
-                            continue;
-                        }
-                        pairs[n] = (ky * p.kw + kx, ((iy - pt) * p.w + ix - pl) * c);
-                        n += 1;
-                    }
-                }
-                let yr = &mut yt[(oy * p.ow + ox) * c..][..c];
-                crate::kernels::simd::taps_cl(wt, &pairs[..n], xt, yr);
-            }
-        }
-        return;
-    }
+    let mut pairs = [(0usize, 0usize); MAX_TAPS];
     for oy in 0..p.oh {
         for ox in 0..p.ow {
             let yr = &mut yt[(oy * p.ow + ox) * c..][..c];
-            yr.fill(0.0);
-            for ky in 0..p.kh {
-                let iy = oy * sh + ky * dh;
-                if iy < pt || iy - pt >= p.h {
-                    continue;
+            let mut n = 0;
+            taps_inside(p, oy, ox, |t, at| {
+                if let Some(slot) = pairs.get_mut(n) {
+                    *slot = (t, at * c);
                 }
-                for kx in 0..p.kw {
-                    let ix = ox * sw + kx * dw;
-                    if ix < pl || ix - pl >= p.w {
-                        continue;
-                    }
-                    let src = &xt[((iy - pt) * p.w + ix - pl) * c..][..c];
-                    let wr = &wt[(ky * p.kw + kx) * c..][..c];
-                    for ((o, &s), &wv) in yr.iter_mut().zip(src).zip(wr) {
-                        *o += wv * s;
-                    }
-                }
+                n += 1;
+            });
+            if n <= MAX_TAPS {
+                crate::kernels::simd::taps_cl(wt, &pairs[..n], xt, yr);
+                continue;
             }
+            // More taps inside the input than the list holds: one pass over the channels per tap.
+            yr.fill(0.0);
+            taps_inside(p, oy, ox, |t, at| {
+                for ((o, &s), &wv) in yr.iter_mut().zip(&xt[at * c..][..c]).zip(&wt[t * c..][..c]) {
+                    *o += wv * s;
+                }
+            });
+        }
+    }
+}
+
+/// Calls `f(tap, input pixel)` for each tap `ky·kw + kx` of output pixel `(oy, ox)` that lies
+/// inside the input (the padding contributes nothing), in tap order; the input pixel is
+/// `iy·W + ix`.
+#[cfg_attr(target_arch = "x86_64", inline(always))]
+fn taps_inside(p: &Conv2dParams, oy: usize, ox: usize, mut f: impl FnMut(usize, usize)) {
+    let [sh, sw] = p.stride;
+    let [dh, dw] = p.dilation;
+    let (pt, pl) = (p.pad[0], p.pad[1]);
+    for ky in 0..p.kh {
+        let iy = oy * sh + ky * dh;
+        if iy < pt || iy - pt >= p.h {
+            continue;
+        }
+        for kx in 0..p.kw {
+            let ix = ox * sw + kx * dw;
+            if ix < pl || ix - pl >= p.w {
+                continue;
+            }
+            f(ky * p.kw + kx, (iy - pt) * p.w + ix - pl);
         }
     }
 }

@@ -309,6 +309,38 @@ unsafe fn ukernel_tail<V: Vf, P: Panel, const NV: usize>(
     }
 }
 
+/// Every row of `y` against one `[kc, NV·L]` panel: `MR` rows at a time, the rest through
+/// [`ukernel_tail`]. `a` points at row 0, column `k0` of the left matrix (row stride `lda`), `c`
+/// at row 0, column `n0` of `y` (row stride `ldc`).
+///
+/// # Safety
+/// As [`ukernel`], for `m` rows.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn panel_rows<V: Vf, P: Panel, const MR: usize, const NV: usize>(
+    m: usize,
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    panel: P,
+    c: *mut f32,
+    ldc: usize,
+    nv: usize,
+    add: bool,
+) {
+    let mut m0 = 0;
+    // SAFETY: rows m0.. < m of a and c, per the caller's contract.
+    unsafe {
+        while m0 + MR <= m {
+            ukernel::<V, P, MR, NV>(kc, a.add(m0 * lda), lda, panel, c.add(m0 * ldc), ldc, nv, add);
+            m0 += MR;
+        }
+        if m0 < m {
+            ukernel_tail::<V, P, NV>(m - m0, kc, a.add(m0 * lda), lda, panel, c.add(m0 * ldc), ldc, nv, add);
+        }
+    }
+}
+
 /// `y [rows, out] = x [rows, K] · Wᵀ` with an `MR × (NV·lanes)` micro-kernel (`MR ≤ 8`).
 ///
 /// # Safety
@@ -346,17 +378,8 @@ pub(super) unsafe fn gemm<V: Vf, L: Loader, const MR: usize, const NV: usize>(
             while k0 < inp {
                 let kc = KC.min(inp - k0);
                 pack(w, n0, nv, k0, kc, nr, bp);
-                let add = k0 > 0;
-                let mut m0 = 0;
-                while m0 + MR <= rows {
-                    let (a, c) = (xp.add(m0 * inp + k0), yp.add(m0 * ldy + n0));
-                    ukernel::<V, _, MR, NV>(kc, a, inp, Strided(bp, nr), c, ldy, nv, add);
-                    m0 += MR;
-                }
-                if m0 < rows {
-                    let (a, c) = (xp.add(m0 * inp + k0), yp.add(m0 * ldy + n0));
-                    ukernel_tail::<V, _, NV>(rows - m0, kc, a, inp, Strided(bp, nr), c, ldy, nv, add);
-                }
+                let (a, c) = (xp.add(k0), yp.add(n0));
+                panel_rows::<V, _, MR, NV>(rows, kc, a, inp, Strided(bp, nr), c, ldy, nv, k0 > 0);
                 k0 += kc;
             }
             n0 += nr;
@@ -421,17 +444,7 @@ pub(super) unsafe fn gemm_kn<V: Vf, const MR: usize, const NV: usize>(
                     }
                     Strided(tp.cast_const(), nr)
                 };
-                let add = k0 > 0;
-                let mut m0 = 0;
-                while m0 + MR <= m {
-                    let (a, c) = (ap.add(m0 * k + k0), y.add(m0 * ldy + n0));
-                    ukernel::<V, _, MR, NV>(kc, a, k, panel, c, ldy, nv, add);
-                    m0 += MR;
-                }
-                if m0 < m {
-                    let (a, c) = (ap.add(m0 * k + k0), y.add(m0 * ldy + n0));
-                    ukernel_tail::<V, _, NV>(m - m0, kc, a, k, panel, c, ldy, nv, add);
-                }
+                panel_rows::<V, _, MR, NV>(m, kc, ap.add(k0), k, panel, y.add(n0), ldy, nv, k0 > 0);
                 k0 += kc;
             }
             n0 += nr;
@@ -488,34 +501,17 @@ pub(super) unsafe fn gemm_kn_rows<V: Vf, const MR: usize, const NV: usize>(
             let mut n0 = 0;
             while n0 < n {
                 let nv = nr.min(n - n0);
-                let full = Indexed(bp.add(n0), tab.as_ptr());
-                let mut m0 = 0;
+                let (a, c) = (ap.add(k0), y.add(n0));
                 if nv == nr {
-                    while m0 + MR <= m {
-                        let (a, c) = (ap.add(m0 * k + k0), y.add(m0 * ldy + n0));
-                        ukernel::<V, _, MR, NV>(kc, a, k, full, c, ldy, nv, add);
-                        m0 += MR;
-                    }
-                    if m0 < m {
-                        let (a, c) = (ap.add(m0 * k + k0), y.add(m0 * ldy + n0));
-                        ukernel_tail::<V, _, NV>(m - m0, kc, a, k, full, c, ldy, nv, add);
-                    }
+                    let full = Indexed(bp.add(n0), tab.as_ptr());
+                    panel_rows::<V, _, MR, NV>(m, kc, a, k, full, c, ldy, nv, add);
                 } else {
                     core::ptr::write_bytes(tp, 0, kc * nr);
                     for (kk, &off) in tab[..kc].iter().enumerate() {
                         let dst = core::slice::from_raw_parts_mut(tp.add(kk * nr), nv);
                         crate::kernels::copy_short(dst, core::slice::from_raw_parts(bp.add(off + n0), nv));
                     }
-                    let panel = Strided(tp.cast_const(), nr);
-                    while m0 + MR <= m {
-                        let (a, c) = (ap.add(m0 * k + k0), y.add(m0 * ldy + n0));
-                        ukernel::<V, _, MR, NV>(kc, a, k, panel, c, ldy, nv, add);
-                        m0 += MR;
-                    }
-                    if m0 < m {
-                        let (a, c) = (ap.add(m0 * k + k0), y.add(m0 * ldy + n0));
-                        ukernel_tail::<V, _, NV>(m - m0, kc, a, k, panel, c, ldy, nv, add);
-                    }
+                    panel_rows::<V, _, MR, NV>(m, kc, a, k, Strided(tp.cast_const(), nr), c, ldy, nv, add);
                 }
                 n0 += nr;
             }
