@@ -31,6 +31,8 @@ mod taps;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 #[cfg(target_arch = "x86_64")]
+mod x86_conv;
+#[cfg(target_arch = "x86_64")]
 mod x86_math;
 
 /// Rows from which the x86 dense kernels switch from dot products to the GEMM kernels (which

@@ -1,0 +1,157 @@
+//! The convolution's SIMD kernels against f64 on random inputs: the implicit GEMM
+//! (`matmul_kn_rows`, patch rows at arbitrary offsets) and the depthwise taps (planar and
+//! channels-innermost), through the dispatch and every ISA's entry point this CPU supports.
+
+use kestrel_cpu::kernels::simd::{self, Isa};
+use kestrel_reference::tolerance::{assert_close, F32_APPROX};
+use proptest::prelude::*;
+
+/// The SIMD ISAs this CPU supports (the dispatched entry points run the scalar loops elsewhere).
+fn isas() -> Vec<Isa> {
+    let all = [Isa::Avx2, Isa::Avx2Vnni, Isa::Avx512, Isa::Neon];
+    let found: Vec<Isa> = all.into_iter().filter(|i| i.supported()).collect();
+    if found.is_empty() {
+        eprintln!("no SIMD ISA on this CPU: only the scalar kernels run here");
+    }
+    found
+}
+
+/// [`simd::matmul_kn_rows`] for `isa` (None: not available here), rows of `b` at `offs`.
+#[cfg(target_arch = "x86_64")]
+fn simd_matmul_kn_rows(
+    isa: Isa,
+    a: &[f32],
+    m: usize,
+    k: usize,
+    b: &[f32],
+    offs: &[usize],
+    n: usize,
+) -> Option<Vec<f32>> {
+    let mut y = vec![f32::NAN; m * n];
+    let rows = |kk: usize| offs[kk];
+    match isa {
+        // SAFETY: only called for supported ISAs.
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { simd::x86::matmul_kn_rows(a, m, k, b, rows, n, &mut y, n) },
+        // SAFETY: only called for supported ISAs.
+        Isa::Avx512 => unsafe { simd::x86::matmul_kn_rows_avx512(a, m, k, b, rows, n, &mut y, n) },
+        _ => return None,
+    }
+    Some(y)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn simd_matmul_kn_rows(_: Isa, _: &[f32], _: usize, _: usize, _: &[f32], _: &[usize], _: usize) -> Option<Vec<f32>> {
+    None
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// The implicit GEMM (a convolution's patches read in place): rows of `B` at arbitrary,
+    /// overlapping offsets into one buffer, with the same tile, tail and depth coverage as
+    /// `matmul_kn_matches_f64`.
+    #[test]
+    fn matmul_kn_rows_matches_f64(
+        (m, n, k, a, b, offs) in (1usize..20, 1usize..70, prop_oneof![0usize..40, 250usize..300], 0usize..50)
+            .prop_flat_map(|(m, n, k, extra)| (
+                Just(m), Just(n), Just(k),
+                proptest::collection::vec(-1.0f32..1.0, m * k),
+                proptest::collection::vec(-2.0f32..2.0, n + extra),
+                proptest::collection::vec(0usize..=extra, k),
+            ))
+    ) {
+        let want: Vec<f64> = (0..m * n)
+            .map(|i| (0..k).map(|j| f64::from(a[(i / n) * k + j]) * f64::from(b[offs[j] + i % n])).sum())
+            .collect();
+        let mut y = vec![f32::NAN; m * n];
+        simd::matmul_kn_rows(&a, m, k, &b, |kk| offs[kk], n, &mut y, n);
+        assert_close("matmul_kn_rows (dispatched)", &y, &want, F32_APPROX);
+        for isa in isas() {
+            if let Some(got) = simd_matmul_kn_rows(isa, &a, m, k, &b, &offs, n) {
+                assert_close(&format!("{} matmul_kn_rows", isa.name()), &got, &want, F32_APPROX);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// The depthwise taps kernel (`acc[j] = Σ_t w[t]·src[off[t] + j]`) of every ISA against f64:
+    /// up to a 7×7 kernel's 49 taps, lengths around the 4-vector blocks and scalar tails.
+    #[test]
+    fn taps_match_f64(
+        (w, off, src, n) in (1usize..50, 0usize..150, 0usize..40).prop_flat_map(|(taps, n, extra)| (
+            proptest::collection::vec(-1.0f32..1.0, taps),
+            proptest::collection::vec(0usize..=extra, taps),
+            proptest::collection::vec(-2.0f32..2.0, n + extra),
+            Just(n),
+        ))
+    ) {
+        let want: Vec<f64> =
+            (0..n).map(|j| w.iter().zip(&off).map(|(&wv, &o)| f64::from(wv) * f64::from(src[o + j])).sum()).collect();
+        let mut got = vec![f32::NAN; n];
+        simd::taps(&w, &off, &src, &mut got);
+        assert_close("taps (dispatched)", &got, &want, F32_APPROX);
+        #[cfg(target_arch = "x86_64")]
+        for isa in isas() {
+            let mut got = vec![f32::NAN; n];
+            // SAFETY: supported ISAs only.
+            unsafe {
+                match isa {
+                    Isa::Avx512 => simd::x86::taps_avx512(&w, &off, &src, &mut got),
+                    _ => simd::x86::taps(&w, &off, &src, &mut got),
+                }
+            }
+            assert_close(&format!("{} taps", isa.name()), &got, &want, F32_APPROX);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// The channels-innermost depthwise pixel (`y[c] = Σ_i w[t_i·C + c]·x[o_i + c]`) of every
+    /// ISA against f64: up to 25 taps (some skipped, as padding skips them), channel counts
+    /// around the 4-vector blocks and scalar tails.
+    #[test]
+    fn taps_cl_match_f64(
+        (w, pairs, x, c) in (1usize..26, 1usize..150, 1usize..6).prop_flat_map(|(taps, c, pixels)| (
+            proptest::collection::vec(-1.0f32..1.0, taps * c),
+            proptest::collection::vec((0usize..taps, 0usize..pixels), 0..taps),
+            proptest::collection::vec(-2.0f32..2.0, pixels * c),
+            Just(c),
+        ))
+    ) {
+        let pairs: Vec<(usize, usize)> = pairs.into_iter().map(|(t, px)| (t, px * c)).collect();
+        let want: Vec<f64> = (0..c)
+            .map(|j| pairs.iter().map(|&(t, o)| f64::from(w[t * c + j]) * f64::from(x[o + j])).sum())
+            .collect();
+        let mut got = vec![f32::NAN; c];
+        simd::taps_cl(&w, &pairs, &x, &mut got);
+        assert_close("taps_cl (dispatched)", &got, &want, F32_APPROX);
+        #[cfg(target_arch = "x86_64")]
+        for isa in isas() {
+            let mut got = vec![f32::NAN; c];
+            // SAFETY: supported ISAs only.
+            unsafe {
+                match isa {
+                    Isa::Avx512 => simd::x86::taps_cl_avx512(&w, &pairs, &x, &mut got),
+                    _ => simd::x86::taps_cl(&w, &pairs, &x, &mut got),
+                }
+            }
+            assert_close(&format!("{} taps_cl", isa.name()), &got, &want, F32_APPROX);
+        }
+    }
+}
+
+/// A row of the implicit `B` that would run past the buffer is refused (a panic, never a read
+/// outside it).
+#[test]
+#[should_panic(expected = "outside")]
+fn matmul_kn_rows_checks_row_bounds() {
+    let (a, b) = (vec![1.0f32; 4 * 3], vec![1.0f32; 40]);
+    let mut y = vec![0.0f32; 4 * 33];
+    // Row 2 starts at 8: 8 + 33 > 40.
+    simd::matmul_kn_rows(&a, 4, 3, &b, |kk| kk * 4, 33, &mut y, 33);
+}
