@@ -45,6 +45,16 @@ impl<'t, 'a> Graph<'t, 'a> {
         self.file.op(index)
     }
 
+    /// Node `index`'s kind id, without decoding the op where there is no table (what the run
+    /// loop needs to skip a reshape view).
+    pub fn op_kind(&self, index: u32) -> Result<u16, Error> {
+        #[cfg(feature = "alloc")]
+        if let Some(op) = self.table.and_then(|t| t.ops.get(index as usize)) {
+            return Ok(op.kind());
+        }
+        self.file.op_kind(index)
+    }
+
     /// Tensor `id`'s entry.
     pub fn tensor(&self, id: TensorId) -> Result<TensorInfo<'a>, Error> {
         #[cfg(feature = "alloc")]

@@ -194,7 +194,7 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
         let (scratch, spare) = scratch_all.split_at_mut(per.min(scratch_all.len()));
         for node in 0..file.op_count() {
             // A view (the output aliases the input's bytes): skipped without decoding it.
-            if file.op_kind(node) == Ok(kestrel_format::ops::kind::RESHAPE) {
+            if graph.op_kind(node) == Ok(kestrel_format::ops::kind::RESHAPE) {
                 continue;
             }
             let op = graph.op(node).map_err(|_| RunError::Internal("op decode"))?;
