@@ -129,6 +129,11 @@ pub struct GpuContext {
 }
 
 impl GpuContext {
+    /// The device's live GPU objects and memory now (see [`GpuCounts`](crate::GpuCounts)).
+    pub fn counts(&self) -> crate::GpuCounts {
+        crate::GpuCounts::read(&self.device)
+    }
+
     /// Opens the chosen adapter with the default [`DeviceOptions`] (`SHADER_F16` requested where
     /// the adapter has it). [`GpuError::NoAdapter`] when none exists: the caller decides whether
     /// to fall back to the CPU.

@@ -6,10 +6,12 @@
 //!   model file once (weights stay in their stored encoding: f32, f16, int8 with per-row
 //!   scales, int4 with group-32 f16 scales, dequantised in the shaders), and allocates the
 //!   arena (the file's memory plan scaled by the batch capacity, plus GPU scratch), the
-//!   parameter blocks and the readback buffer.
-//! * [`GpuSession::run`] records one command encoder (a compute pass per node), submits it once
-//!   and reads the outputs through a mapped staging buffer; [`GpuSession::run_profiled`] adds
-//!   per-node timestamp queries.
+//!   parameter blocks, the input staging and the readback buffer.
+//! * [`GpuSession::run`] writes the inputs into the mapped input staging, records one command
+//!   encoder (the input copies, one compute pass of every dispatch, the output copies), submits
+//!   it once and reads the outputs through the mapped readback buffer; the same wait maps the
+//!   input staging again, so a steady-state run creates no GPU object ([`GpuCounts`], checked
+//!   in the tests). [`GpuSession::run_profiled`] records a pass per node with timestamp queries.
 //!
 //! Kernels live in `src/shaders/*.wgsl`, one file per family plus a shared preamble; shapes and
 //! scalars are passed in a 64-word uniform parameter block, never baked into shader text, and
@@ -37,7 +39,7 @@ mod session;
 pub use device::{adapters, AdapterChoice, AdapterSummary, DeviceOptions, GpuContext, ADAPTER_ENV};
 pub use error::{GpuError, ACTIVATION_ARENA};
 pub use kernels::{Arith, Family, Kernel, Variant};
-pub use session::{GpuSession, NodeTiming, Precision, Profile, SessionOptions, TimingSource};
+pub use session::{GpuCounts, GpuSession, NodeTiming, Precision, Profile, SessionOptions, TimingSource};
 
 /// The wgpu version this backend is built on (for adapter info, features and limits types).
 pub use wgpu;

@@ -1,5 +1,6 @@
 //! A model on the GPU: every buffer made at creation (arena, the file's weights, parameter
-//! blocks, readback staging, timestamp queries), one command encoder and one submission per run.
+//! blocks, input and readback staging, timestamp queries), one command encoder, one compute pass
+//! and one submission per run; a steady-state run creates no GPU object ([`GpuCounts`]).
 
 use crate::compile::{self, numel, Dispatch};
 use crate::device::GpuContext;
@@ -98,6 +99,16 @@ pub struct GpuSession {
     arena: wgpu::Buffer,
     params: wgpu::Buffer,
     staging: wgpu::Buffer,
+    /// Persistent input staging (MAP_WRITE | COPY_SRC), input i at `upload_offsets[i]` for the
+    /// session's capacity: a run writes its inputs into the mapped buffer and copies them into
+    /// the arena inside the run's own command buffer, so no transient staging is created (as
+    /// `Queue::write_buffer` would) and the buffer is mapped again by the run's one wait.
+    upload: wgpu::Buffer,
+    upload_offsets: Vec<u64>,
+    upload_mapped: bool,
+    /// GPU object and memory counts read right after the last run's submission, while it was
+    /// in flight (see [`GpuCounts`]).
+    in_flight: GpuCounts,
     queries: Option<(wgpu::QuerySet, wgpu::Buffer, wgpu::Buffer)>,
     param_words: Vec<u32>,
     last_batch: usize,
@@ -175,6 +186,13 @@ impl GpuSession {
             }
         }
         let out_bytes: u64 = outputs.iter().map(|o| (o.n * capacity * 4) as u64).sum::<u64>().max(4);
+        let mut upload_offsets = Vec::with_capacity(inputs.len());
+        let mut upload_bytes = 0u64;
+        for io in &inputs {
+            upload_offsets.push(upload_bytes);
+            upload_bytes += (io.n * capacity * 4) as u64;
+        }
+        let upload_bytes = upload_bytes.max(4);
         let n_dispatch: usize = compiled.iter().map(|(_, d)| d.len()).sum();
         let timestamps = ctx.timestamps;
         let dev = &ctx.device;
@@ -199,6 +217,12 @@ impl GpuSession {
             );
             let staging =
                 buffer(dev, "readback", out_bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+            let upload = dev.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("inputs"),
+                size: upload_bytes,
+                usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: true,
+            });
             let mut nodes = Vec::new();
             let mut param_words = Vec::with_capacity(n_dispatch * PARAM_WORDS);
             for (op, ds) in compiled {
@@ -257,6 +281,10 @@ impl GpuSession {
                 arena,
                 params,
                 staging,
+                upload,
+                upload_offsets,
+                upload_mapped: true,
+                in_flight: GpuCounts::default(),
                 queries,
                 param_words,
                 last_batch: 0,
@@ -388,34 +416,67 @@ impl GpuSession {
         Ok(batch)
     }
 
-    fn upload_inputs(&self, inputs: &[Input<'_>]) -> Result<(), GpuError> {
-        for (i, (inp, io)) in inputs.iter().zip(&self.inputs).enumerate() {
-            let vocab = self.id_checks.iter().filter(|c| c.0 == i).map(|c| c.1).min();
-            let ids: Vec<i32>;
-            let bytes: &[u8] = match inp {
-                Input::F32(d) => bytemuck::cast_slice(d),
-                Input::I32(d) => {
-                    ids = d.to_vec();
-                    bytemuck::cast_slice(&ids)
-                }
-                Input::I64(d) => {
-                    ids = d
-                        .iter()
-                        .enumerate()
-                        .map(|(p, &v)| {
-                            i32::try_from(v).map_err(|_| RunError::IdTooLarge { input: i, position: p, id: v })
-                        })
-                        .collect::<Result<_, _>>()?;
-                    bytemuck::cast_slice(&ids)
-                }
-            };
-            if let (Some(vocab), false) = (vocab, matches!(inp, Input::F32(_))) {
-                let ids: &[i32] = bytemuck::cast_slice(bytes);
-                if let Some((position, &id)) = ids.iter().enumerate().find(|(_, &v)| v < 0 || v as usize >= vocab) {
-                    return Err(RunError::TokenIdOutOfRange { position, id, vocab }.into());
-                }
+    /// Maps the input staging buffer if a failed run left it unmapped (a steady-state run finds
+    /// it mapped: the previous run's wait mapped it).
+    fn ensure_upload_mapped(&mut self) -> Result<(), GpuError> {
+        if self.upload_mapped {
+            return Ok(());
+        }
+        let done = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let d = done.clone();
+        self.upload.map_async(wgpu::MapMode::Write, .., move |r| {
+            if let Ok(mut v) = d.lock() {
+                *v = Some(r.map_err(|e| e.to_string()));
             }
-            self.ctx.queue.write_buffer(&self.arena, io.base * 4, bytes);
+        });
+        self.ctx
+            .device
+            .poll(wgpu::PollType::Wait { submission_index: None, timeout: Some(RUN_TIMEOUT) })
+            .map_err(|e| GpuError::Poll(e.to_string()))?;
+        match done.lock().ok().and_then(|mut v| v.take()) {
+            Some(Ok(())) => {
+                self.upload_mapped = true;
+                Ok(())
+            }
+            Some(Err(e)) => Err(GpuError::Map(e)),
+            None => Err(GpuError::Map("the input staging buffer was not mapped after the wait".into())),
+        }
+    }
+
+    /// Writes the batch's inputs into the mapped input staging buffer (token ids checked against
+    /// the vocabulary of every embedding that reads them, i64 ids narrowed to i32 in place).
+    fn stage_inputs(&self, inputs: &[Input<'_>], batch: usize) -> Result<(), GpuError> {
+        for (i, ((inp, io), &off)) in inputs.iter().zip(&self.inputs).zip(&self.upload_offsets).enumerate() {
+            let vocab = self.id_checks.iter().filter(|c| c.0 == i).map(|c| c.1).min();
+            let len = (batch * io.n * 4) as u64;
+            let mut view =
+                self.upload.get_mapped_range_mut(off..off + len).map_err(|e| GpuError::Map(e.to_string()))?;
+            let id = |position: usize, v: i64| -> Result<u32, GpuError> {
+                let id = i32::try_from(v).map_err(|_| RunError::IdTooLarge { input: i, position, id: v })?;
+                if let Some(vocab) = vocab {
+                    if id < 0 || id as usize >= vocab {
+                        return Err(RunError::TokenIdOutOfRange { position, id, vocab }.into());
+                    }
+                }
+                Ok(id as u32)
+            };
+            // Mapped memory may be write-combining: written, never read, in whole chunks.
+            let mut chunk = [0u32; 256];
+            let mut ids = |n: usize, get: &dyn Fn(usize) -> i64| -> Result<(), GpuError> {
+                for start in (0..n).step_by(chunk.len()) {
+                    let m = chunk.len().min(n - start);
+                    for (k, c) in chunk[..m].iter_mut().enumerate() {
+                        *c = id(start + k, get(start + k))?;
+                    }
+                    view.slice(start * 4..(start + m) * 4).copy_from_slice(bytemuck::cast_slice(&chunk[..m]));
+                }
+                Ok(())
+            };
+            match inp {
+                Input::F32(d) => view.copy_from_slice(bytemuck::cast_slice(d)),
+                Input::I32(d) => ids(d.len(), &|p| i64::from(d[p]))?,
+                Input::I64(d) => ids(d.len(), &|p| d[p])?,
+            }
         }
         Ok(())
     }
@@ -429,55 +490,53 @@ impl GpuSession {
         self.ctx.take_error("before the run")?;
         let batch = self.check_inputs(inputs, outputs)?;
         if batch != self.last_batch {
+            // Not steady state: a new batch size rewrites the parameter blocks once.
             for block in self.param_words.chunks_exact_mut(PARAM_WORDS) {
                 block[0] = batch as u32;
             }
             self.ctx.queue.write_buffer(&self.params, 0, bytemuck::cast_slice(&self.param_words));
             self.last_batch = batch;
         }
-        self.upload_inputs(inputs)?;
+        self.ensure_upload_mapped()?;
+        self.stage_inputs(inputs, batch)?;
+        self.upload.unmap();
+        self.upload_mapped = false;
         let timed = profile && self.queries.is_some();
         let dev = &self.ctx.device;
         let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kestrel run") });
-        for (i, node) in self.nodes.iter().enumerate().take(self.node_limit) {
-            if node.dispatches.is_empty() {
-                continue;
-            }
-            let timestamp_writes = match (&self.queries, timed) {
-                (Some((qs, _, _)), true) => Some(wgpu::ComputePassTimestampWrites {
+        for (io, &off) in self.inputs.iter().zip(&self.upload_offsets) {
+            enc.copy_buffer_to_buffer(&self.upload, off, &self.arena, io.base * 4, (batch * io.n * 4) as u64);
+        }
+        if timed {
+            // One pass per node, so the timestamps bracket each node's dispatches.
+            for (i, node) in self.nodes.iter().enumerate().take(self.node_limit) {
+                if node.dispatches.is_empty() {
+                    continue;
+                }
+                let timestamp_writes = self.queries.as_ref().map(|(qs, _, _)| wgpu::ComputePassTimestampWrites {
                     query_set: qs,
                     beginning_of_pass_write_index: Some(2 * i as u32),
                     end_of_pass_write_index: Some(2 * i as u32 + 1),
-                }),
-                _ => None,
-            };
-            let mut pass =
-                enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(node.op.name()), timestamp_writes });
-            for (d, _, pipe, bg) in &node.dispatches {
-                let threads = batch as u64 * u64::from(d.per());
-                let groups = threads.div_ceil(u64::from(WORKGROUP));
-                if groups == 0 {
-                    continue;
-                }
-                let x = groups.min(u64::from(MAX_GROUPS_X)) as u32;
-                let y = groups.div_ceil(u64::from(x));
-                let y = u32::try_from(y).ok().filter(|&y| y <= MAX_GROUPS_X).ok_or_else(|| GpuError::Limit {
-                    what: "a dispatch's workgroup grid",
-                    needed: groups,
-                    limit: u64::from(MAX_GROUPS_X) * u64::from(MAX_GROUPS_X),
-                    limit_name: "max_compute_workgroups_per_dimension",
-                })?;
-                pass.set_pipeline(pipe);
-                pass.set_bind_group(0, bg, &[]);
-                pass.dispatch_workgroups(x, y, 1);
+                });
+                let mut pass = enc
+                    .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(node.op.name()), timestamp_writes });
+                record(&mut pass, node, batch)?;
+            }
+        } else {
+            // One pass for the whole run: wgpu still orders the dispatches (a barrier between
+            // each two that write the arena), without a pass's setup per node.
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("kestrel run"),
+                timestamp_writes: None,
+            });
+            for node in self.nodes.iter().take(self.node_limit) {
+                record(&mut pass, node, batch)?;
             }
         }
         let mut off = 0u64;
-        let mut ranges = Vec::new();
         for io in &self.outputs {
             let len = (batch * io.n * 4) as u64;
             enc.copy_buffer_to_buffer(&self.arena, io.base * 4, &self.staging, off, len);
-            ranges.push((off, len));
             off += len;
         }
         if let (Some((qs, resolve, read)), true) = (&self.queries, timed) {
@@ -487,46 +546,60 @@ impl GpuSession {
         let start = Instant::now();
         let ctx = &self.ctx;
         let index = ctx.scoped("run", || ctx.queue.submit([enc.finish()]))?;
-        let staging = &self.staging;
-        let mut maps = vec![(staging, off.max(4))];
-        if let (Some((_, _, read)), true) = (&self.queries, timed) {
-            maps.push((read, read.size()));
-        }
-        let status = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        for (buf, len) in &maps {
+        self.in_flight = GpuCounts::read(&ctx.device);
+        // Three maps at most (outputs, timestamps, the input staging for the next run), all
+        // completed by the one wait below.
+        const READ: usize = 0;
+        const TIMES: usize = 1;
+        const UPLOAD: usize = 2;
+        let status: std::sync::Arc<std::sync::Mutex<[MapResult; 3]>> = Default::default();
+        let map = |buf: &wgpu::Buffer, mode: wgpu::MapMode, range: std::ops::Range<u64>, slot: usize| {
             let st = status.clone();
-            buf.map_async(wgpu::MapMode::Read, 0..*len, move |r| {
+            buf.map_async(mode, range, move |r| {
                 if let Ok(mut v) = st.lock() {
-                    v.push(r.map_err(|e| e.to_string()));
+                    v[slot] = Some(r.map_err(|e| e.to_string()));
                 }
             });
+        };
+        map(&self.staging, wgpu::MapMode::Read, 0..off.max(4), READ);
+        if let (Some((_, _, read)), true) = (&self.queries, timed) {
+            map(read, wgpu::MapMode::Read, 0..read.size(), TIMES);
         }
+        map(&self.upload, wgpu::MapMode::Write, 0..self.upload.size(), UPLOAD);
         ctx.device
             .poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: Some(RUN_TIMEOUT) })
             .map_err(|e| GpuError::Poll(e.to_string()))?;
         ctx.take_error("run")?;
         let results = status.lock().map(|v| v.clone()).unwrap_or_default();
-        if results.len() != maps.len() {
-            return Err(GpuError::Map("the readback buffer was not mapped after the wait".into()));
-        }
-        if let Some(Err(e)) = results.into_iter().find(|r| r.is_err()) {
-            return Err(GpuError::Map(e));
+        self.upload_mapped = matches!(results[UPLOAD], Some(Ok(())));
+        let wanted = if timed { [READ, TIMES] } else { [READ, READ] };
+        for slot in wanted {
+            match &results[slot] {
+                Some(Ok(())) => {}
+                Some(Err(e)) => return Err(GpuError::Map(e.clone())),
+                None => return Err(GpuError::Map("the readback buffer was not mapped after the wait".into())),
+            }
         }
         let submission = start.elapsed();
         {
-            let view = staging.get_mapped_range(0..off.max(4)).map_err(|e| GpuError::Map(e.to_string()))?;
-            for (out, (o, len)) in outputs.iter_mut().zip(ranges) {
-                let src: &[f32] = bytemuck::cast_slice(&view[o as usize..(o + len) as usize]);
+            let view = self.staging.get_mapped_range(0..off.max(4)).map_err(|e| GpuError::Map(e.to_string()))?;
+            let mut o = 0usize;
+            for out in outputs.iter_mut() {
+                let src: &[f32] = bytemuck::cast_slice(&view[o..o + out.len() * 4]);
                 out.copy_from_slice(src);
+                o += out.len() * 4;
             }
         }
-        staging.unmap();
-        let mut nodes: Vec<NodeTiming> = self
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| NodeTiming { node: i as u32, op: n.op.name(), duration: None })
-            .collect();
+        self.staging.unmap();
+        let mut nodes: Vec<NodeTiming> = Vec::new();
+        if profile {
+            nodes = self
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| NodeTiming { node: i as u32, op: n.op.name(), duration: None })
+                .collect();
+        }
         let source = if timed { TimingSource::Timestamps } else { TimingSource::WholeSubmission };
         if let (Some((_, _, read)), true) = (&self.queries, timed) {
             let period = f64::from(ctx.queue.get_timestamp_period());
@@ -534,7 +607,7 @@ impl GpuSession {
                 let view = read.get_mapped_range(..).map_err(|e| GpuError::Map(e.to_string()))?;
                 let ticks: &[u64] = bytemuck::cast_slice(&view);
                 for (i, t) in nodes.iter_mut().enumerate() {
-                    if self.nodes[i].dispatches.is_empty() {
+                    if self.nodes[i].dispatches.is_empty() || i >= self.node_limit {
                         continue;
                     }
                     let dt = ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period;
@@ -544,6 +617,76 @@ impl GpuSession {
             read.unmap();
         }
         Ok((batch, Profile { source, nodes, submission }))
+    }
+
+    /// GPU objects and memory the device held right after the last run was submitted, while it
+    /// was in flight: with [`GpuCounts::read`] after the run completes, this shows whether a
+    /// run creates anything (buffers, bind groups, allocations) that lives only for the run.
+    pub fn in_flight_counts(&self) -> GpuCounts {
+        self.in_flight
+    }
+}
+
+/// A buffer mapping's outcome, once its callback has run.
+type MapResult = Option<Result<(), String>>;
+
+/// Records one node's dispatches into `pass`.
+fn record(pass: &mut wgpu::ComputePass<'_>, node: &Node, batch: usize) -> Result<(), GpuError> {
+    for (d, _, pipe, bg) in &node.dispatches {
+        let threads = batch as u64 * u64::from(d.per());
+        let groups = threads.div_ceil(u64::from(WORKGROUP));
+        if groups == 0 {
+            continue;
+        }
+        let x = groups.min(u64::from(MAX_GROUPS_X)) as u32;
+        let y = groups.div_ceil(u64::from(x));
+        let y = u32::try_from(y).ok().filter(|&y| y <= MAX_GROUPS_X).ok_or_else(|| GpuError::Limit {
+            what: "a dispatch's workgroup grid",
+            needed: groups,
+            limit: u64::from(MAX_GROUPS_X) * u64::from(MAX_GROUPS_X),
+            limit_name: "max_compute_workgroups_per_dimension",
+        })?;
+        pass.set_pipeline(pipe);
+        pass.set_bind_group(0, bg, &[]);
+        pass.dispatch_workgroups(x, y, 1);
+    }
+    Ok(())
+}
+
+/// Live GPU objects and memory of a device, from wgpu's internal counters (the backend is built
+/// with wgpu's `counters` feature): what a steady-state run must leave unchanged, even while it
+/// is in flight.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuCounts {
+    /// Buffers.
+    pub buffers: isize,
+    /// Bytes of GPU memory held by buffers.
+    pub buffer_memory: isize,
+    /// Device memory allocations.
+    pub memory_allocations: isize,
+    /// Bind groups.
+    pub bind_groups: isize,
+    /// Compute pipelines.
+    pub compute_pipelines: isize,
+    /// Query sets.
+    pub query_sets: isize,
+    /// Textures.
+    pub textures: isize,
+}
+
+impl GpuCounts {
+    /// The device's counts now.
+    pub(crate) fn read(device: &wgpu::Device) -> Self {
+        let c = device.get_internal_counters().hal;
+        Self {
+            buffers: c.buffers.read(),
+            buffer_memory: c.buffer_memory.read(),
+            memory_allocations: c.memory_allocations.read(),
+            bind_groups: c.bind_groups.read(),
+            compute_pipelines: c.compute_pipelines.read(),
+            query_sets: c.query_sets.read(),
+            textures: c.textures.read(),
+        }
     }
 }
 

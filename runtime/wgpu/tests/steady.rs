@@ -1,0 +1,72 @@
+//! A steady-state run on the GPU: a fixed number of dispatches, and no GPU object or memory
+//! created for it, not even while it is in flight (wgpu's internal counters, read right after
+//! the submission and again after the wait). Inputs reach the GPU through the session's own
+//! mapped staging buffer, outputs through its readback buffer.
+
+mod common;
+
+use common::{gpu, measure, run_cpu, Feed};
+use kestrel_reference::tolerance::F32_MODEL;
+use kestrel_wgpu::GpuSession;
+
+fn image_model() -> kestrel::Model {
+    kestrel::Model::from_bytes(&kestrel::demo::image_model(7, kestrel::format::DType::F32).unwrap()).unwrap()
+}
+
+#[test]
+fn steady_state_runs_create_nothing_on_the_gpu() {
+    let Some(g) = gpu() else { return };
+    let model = image_model();
+    let cpu = model.cpu().unwrap();
+    let cap = 4;
+    let mut s = GpuSession::new(&g, &cpu, cap).unwrap();
+    let mut rng = kestrel::demo::Rng::new(11);
+    let mut out = vec![0f32; cap * 10];
+    // Warm-up: the first run at a batch size writes the parameter blocks.
+    let x = rng.vec(cap * 256, 1.0);
+    s.run(&[kestrel::Input::F32(&x)], &mut [&mut out]).unwrap();
+    let settled = g.counts();
+    assert!(settled.buffers > 0 && settled.bind_groups > 0, "wgpu's counters are not enabled: {settled:?}");
+    for run in 0..3 {
+        // New inputs every run: the results must follow them (no stale staging).
+        let x = rng.vec(cap * 256, 1.0);
+        s.run(&[kestrel::Input::F32(&x)], &mut [&mut out]).unwrap();
+        assert_eq!(s.in_flight_counts(), settled, "run {run} created GPU objects while in flight");
+        assert_eq!(g.counts(), settled, "run {run} left GPU objects behind");
+        let want = run_cpu(&model, &[Feed::F32(x)], cap);
+        assert!(measure(&out, &want[0], F32_MODEL).0 <= 1.0, "run {run}: outputs follow the inputs");
+    }
+}
+
+#[test]
+fn a_run_records_one_dispatch_list() {
+    let Some(g) = gpu() else { return };
+    let model = image_model();
+    let cpu = model.cpu().unwrap();
+    let s = GpuSession::new(&g, &cpu, 2).unwrap();
+    let ops = cpu.file().op_count() as usize;
+    let n = s.dispatch_count();
+    println!("{n} dispatches per run for {ops} nodes");
+    assert_eq!(n, s.variants().len());
+    // Every node but the reshapes (views) dispatches at least once; the fused mechanisms a
+    // few times (projections and the core), never more than a handful each.
+    let views = (0..cpu.file().op_count()).filter(|&i| cpu.file().op(i).unwrap().name() == "Reshape").count();
+    assert!(n >= ops - views && n <= 8 * ops, "{n} dispatches for {ops} nodes ({views} views)");
+}
+
+#[test]
+fn a_failed_run_leaves_the_session_usable() {
+    let Some(g) = gpu() else { return };
+    let bytes = kestrel::demo::text_model(7, kestrel::format::DType::F32).unwrap();
+    let model = kestrel::Model::from_bytes(&bytes).unwrap();
+    let cpu = model.cpu().unwrap();
+    let mut s = GpuSession::new(&g, &cpu, 2).unwrap();
+    let mut out = vec![0f32; 2 * 2];
+    let bad: Vec<i64> = (0..48).map(|i| if i == 30 { 1_000_000 } else { i % 100 }).collect();
+    let err = s.run(&[kestrel::Input::I64(&bad)], &mut [&mut out]).unwrap_err();
+    assert!(err.to_string().contains("outside the vocabulary"), "{err}");
+    let good: Vec<i64> = (0..48).map(|i| (i * 37 + 11) % 100).collect();
+    s.run(&[kestrel::Input::I64(&good)], &mut [&mut out]).unwrap();
+    let want = run_cpu(&model, &[Feed::I64(good)], 2);
+    assert!(measure(&out, &want[0], F32_MODEL).0 <= 1.0);
+}
