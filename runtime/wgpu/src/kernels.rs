@@ -137,6 +137,8 @@ pub enum Kernel {
     Dense,
     /// `linear.wgsl: dense_split` (several threads per output, a shared-memory tree).
     DenseSplit,
+    /// `linear.wgsl: dense_block` (one thread per 4 × 4 block of rows × outputs).
+    DenseBlock,
     /// `elementwise.wgsl: unary`.
     Unary,
     /// `elementwise.wgsl: strided` (binary with broadcasting, transpose).
@@ -151,6 +153,8 @@ pub enum Kernel {
     MatMul,
     /// `conv.wgsl: conv2d`.
     Conv2d,
+    /// `conv.wgsl: conv2d_block` (one thread per 4 output channels × 4 output columns).
+    Conv2dBlock,
     /// `pool.wgsl: pool2d`.
     Pool2d,
     /// `rnn.wgsl: rnn` (one workgroup per sample and direction).
@@ -190,6 +194,7 @@ impl Kernel {
     pub const ALL: &'static [Kernel] = &[
         Kernel::Dense,
         Kernel::DenseSplit,
+        Kernel::DenseBlock,
         Kernel::Unary,
         Kernel::Strided,
         Kernel::LayerNorm,
@@ -197,6 +202,7 @@ impl Kernel {
         Kernel::Reduce,
         Kernel::MatMul,
         Kernel::Conv2d,
+        Kernel::Conv2dBlock,
         Kernel::Pool2d,
         Kernel::Rnn,
         Kernel::Embedding,
@@ -219,11 +225,11 @@ impl Kernel {
     pub fn family(self) -> Family {
         use Kernel::*;
         match self {
-            Dense | DenseSplit => Family::Linear,
+            Dense | DenseSplit | DenseBlock => Family::Linear,
             Unary | Strided => Family::Elementwise,
             LayerNorm | Softmax | Reduce => Family::Norm,
             MatMul => Family::MatMul,
-            Conv2d => Family::Conv,
+            Conv2d | Conv2dBlock => Family::Conv,
             Pool2d => Family::Pool,
             Rnn => Family::Rnn,
             Embedding | PatchGather => Family::Embed,
@@ -239,6 +245,7 @@ impl Kernel {
         match self {
             Dense => "dense",
             DenseSplit => "dense_split",
+            DenseBlock => "dense_block",
             Unary => "unary",
             Strided => "strided",
             LayerNorm => "layer_norm",
@@ -246,6 +253,7 @@ impl Kernel {
             Reduce => "reduce",
             MatMul => "matmul",
             Conv2d => "conv2d",
+            Conv2dBlock => "conv2d_block",
             Pool2d => "pool2d",
             Rnn => "rnn",
             Embedding => "embedding",

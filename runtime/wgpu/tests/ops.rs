@@ -253,6 +253,12 @@ fn layer_cases() -> Vec<Case> {
         (4, 4, 3, 1, [1, 1, 1, 1], 1, 4, Activation::Silu),
         (2, 3, 3, 2, [1, 1, 1, 1], 1, 1, Activation::HardSwish),
         (6, 6, 3, 1, [1, 1, 1, 1], 1, 6, Activation::HardSigmoid),
+        // Register-blocked (`conv2d_block`: a group's output channels in fours): grouped with
+        // stride, dilation and uneven padding; a patch embedding (kernel = stride); 5×5 with
+        // a partial last column block.
+        (4, 8, 3, 2, [0, 1, 2, 0], 2, 2, Activation::Relu),
+        (3, 8, 4, 4, [0, 0, 0, 0], 1, 1, Activation::None),
+        (5, 12, 5, 1, [2, 1, 0, 2], 1, 1, Activation::Silu),
     ] {
         v.push(case("conv2d", format!("conv2d {ci}->{co} k{k} s{stride} d{dil} g{groups} {act:?}"), move |c| {
             let x = c.input(&[ci, 9, 8])?;
@@ -575,10 +581,10 @@ fn check(gpu: &GpuContext, cases: &[Case], precision: Precision) -> BTreeSet<Var
     seen
 }
 
-/// Both dense entry points (one thread per output, and cooperative) ran at the precision's
-/// arithmetic.
+/// Every dense entry point (one thread per output, cooperative, register-blocked) and both
+/// convolutions (one thread per output, register-blocked) ran at the precision's arithmetic.
 fn assert_both_dense_kernels(seen: &BTreeSet<Variant>, arith: Arith) {
-    for k in [Kernel::Dense, Kernel::DenseSplit] {
+    for k in [Kernel::Dense, Kernel::DenseSplit, Kernel::DenseBlock, Kernel::Conv2d, Kernel::Conv2dBlock] {
         assert!(seen.contains(&Variant::of(k, arith)), "{k:?} at {arith:?} not exercised");
     }
 }

@@ -191,7 +191,11 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 c.oh,
                 c.ow,
             ];
-            let mut p = Params::new(c.o * c.oh * c.ow)?.u(2, ctx.act(o.x)?.base)?.u(3, ctx.act(o.y)?.base)?;
+            // Register-blocked (4 channels × 4 columns per thread) where a group's output
+            // channels come in fours; one thread per output otherwise.
+            let blocked = (c.o / c.groups) % 4 == 0;
+            let per = if blocked { (c.o / 4) * c.oh * c.ow.div_ceil(4) } else { c.o * c.oh * c.ow };
+            let mut p = Params::new(per)?.u(2, ctx.act(o.x)?.base)?.u(3, ctx.act(o.y)?.base)?;
             for (i, v) in vals.into_iter().enumerate() {
                 p = p.u(4 + i, v)?;
             }
@@ -199,7 +203,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             if let Some(b) = b {
                 p = p.w(24, b);
             }
-            vec![p.done(Kernel::Conv2d)]
+            vec![p.done(if blocked { Kernel::Conv2dBlock } else { Kernel::Conv2d })]
         }
         Op::Pool2d(o) => {
             let c = Pool2dParams::of(&o, &shape(o.x)?).map_err(|e| GpuError::Model(e.to_string()))?;

@@ -208,7 +208,12 @@ pub(crate) fn dense(
 ) -> Result<Dispatch, GpuError> {
     let inp = w.cols as usize;
     let lanes = dense_lanes(inp, rows.saturating_mul(out));
-    let per = rows.checked_mul(out).and_then(|v| v.checked_mul(lanes)).ok_or_else(|| {
+    let block = dense_blocks(rows, out, lanes, w);
+    let per = match block {
+        Some(blocks) => Some(blocks),
+        None => rows.checked_mul(out).and_then(|v| v.checked_mul(lanes)),
+    }
+    .ok_or_else(|| {
         GpuError::Model(format!("a dense layer of {rows} rows x {out} outputs x {lanes} threads overflows"))
     })?;
     let mut p = Params::new(per)?
@@ -226,5 +231,28 @@ pub(crate) fn dense(
     if let Some(a) = add {
         p = p.b(10, true).region(11, a)?;
     }
-    Ok(p.done(if lanes == 1 { Kernel::Dense } else { Kernel::DenseSplit }))
+    let kernel = match (block, lanes) {
+        (Some(_), _) => Kernel::DenseBlock,
+        (None, 1) => Kernel::Dense,
+        (None, _) => Kernel::DenseSplit,
+    };
+    Ok(p.u(14, rows)?.done(kernel))
 }
+
+/// Threads of a register-blocked dense dispatch (`dense_block`: one per 4 × 4 block of rows ×
+/// outputs), or `None` where the one-thread-per-output kernels fit better: fewer than
+/// [`BLOCK_MIN_ROWS`] rows (a GEMV-shaped layer would compute clamped rows for nothing), a layer
+/// that splits its outputs over several threads (`lanes` > 1: too few outputs to fill the device),
+/// or weight rows not aligned to whole words for their encoding (f16 with odd, int8 with
+/// non-multiple-of-4 columns).
+pub(crate) fn dense_blocks(rows: usize, out: usize, lanes: usize, w: Wd) -> Option<usize> {
+    let aligned = match w.dt {
+        1 => w.cols % 2 == 0,
+        2 => w.cols % 4 == 0,
+        _ => true,
+    };
+    (rows >= BLOCK_MIN_ROWS && lanes == 1 && aligned).then(|| rows.div_ceil(4).checked_mul(out.div_ceil(4)))?
+}
+
+/// Rows a dense layer needs for the register-blocked kernel.
+const BLOCK_MIN_ROWS: usize = 4;

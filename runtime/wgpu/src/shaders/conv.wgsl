@@ -50,3 +50,105 @@ fn conv2d(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     }
     act[pu(3u) + s * per + l] = activate(pu(28u), acc);
 }
+
+// `conv2d_block`: register blocking, one thread per 4 output channels × 4 neighbouring output
+// columns of one output row: each tap loads 4 inputs and 4 weights once for 16 products. Taps
+// outside the padded input read a clamped (valid) word and use 0. The sums run over the taps in
+// the order of `conv2d`, so each output rounds the same. The output channels of a group must be a
+// multiple of 4 (checked at lowering). The weight encoding is picked outside the loops: f32 reads
+// words directly, the others go through `ws`.
+// per = (o / 4) · oh · ceil(ow / 4); same parameters as `conv2d`.
+
+fn conv_taps(oc0: u32, oy: u32, ox0: u32, x: u32, c0: u32, f32_weights: bool) -> array<vec4<f32>, 4> {
+    let c = pu(4u);
+    let h = pu(5u);
+    let w = pu(6u);
+    let kh = pu(8u);
+    let kw = pu(9u);
+    let cg = c / pu(16u);
+    let sw = pu(11u);
+    let dw = pu(15u);
+    let pl = pu(13u);
+    let wt = wdesc(20u);
+    let taps = cg * kh * kw;
+    var acc: array<vec4<f32>, 4>;
+    for (var ci = 0u; ci < cg; ci++) {
+        let xc = x + (c0 + ci) * h * w;
+        for (var ky = 0u; ky < kh; ky++) {
+            let ty = oy * pu(10u) + ky * pu(14u);
+            if ty < pu(12u) || ty - pu(12u) >= h {
+                continue;
+            }
+            let xrow = xc + (ty - pu(12u)) * w;
+            for (var kx = 0u; kx < kw; kx++) {
+                var xv: vec4<f32>;
+                for (var p = 0u; p < 4u; p++) {
+                    let tx = (ox0 + p) * sw + kx * dw;
+                    let inside = tx >= pl && tx - pl < w;
+                    let v = act[xrow + min(tx - min(tx, pl), w - 1u)];
+                    xv[p] = select(0.0, v, inside);
+                }
+                let k = (ci * kh + ky) * kw + kx;
+                var wv: vec4<f32>;
+                if f32_weights {
+                    wv = vec4<f32>(bitcast<f32>(wts[wt.off + oc0 * taps + k]),
+                                   bitcast<f32>(wts[wt.off + (oc0 + 1u) * taps + k]),
+                                   bitcast<f32>(wts[wt.off + (oc0 + 2u) * taps + k]),
+                                   bitcast<f32>(wts[wt.off + (oc0 + 3u) * taps + k]));
+                } else {
+                    wv = vec4<f32>(f32(ws(wt, oc0, k)), f32(ws(wt, oc0 + 1u, k)), f32(ws(wt, oc0 + 2u, k)),
+                                   f32(ws(wt, oc0 + 3u, k)));
+                }
+                let xs = to_v4(xv);
+                let wsv = to_v4(wv);
+                for (var j = 0u; j < 4u; j++) {
+                    acc[j] += vec4<f32>(mul_s(xs[0], wsv[j]), mul_s(xs[1], wsv[j]), mul_s(xs[2], wsv[j]),
+                                        mul_s(xs[3], wsv[j]));
+                }
+            }
+        }
+    }
+    return acc;
+}
+
+@compute @workgroup_size(64)
+fn conv2d_block(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_id) lid: vec3<u32>) {
+    let g = thread_index(wid, nwg, lid);
+    if g >= total_threads() {
+        return;
+    }
+    let per = pu(1u);
+    let s = g / per;
+    let l = g % per;
+    let c = pu(4u);
+    let h = pu(5u);
+    let w = pu(6u);
+    let o = pu(7u);
+    let oh = pu(17u);
+    let ow = pu(18u);
+    let owb = (ow + 3u) / 4u;
+    let oc0 = (l / (oh * owb)) * 4u;
+    let oy = (l / owb) % oh;
+    let ox0 = (l % owb) * 4u;
+    let c0 = (oc0 / (o / pu(16u))) * (c / pu(16u));
+    let x = pu(2u) + s * c * h * w;
+    var acc: array<vec4<f32>, 4>;
+    if wdesc(20u).dt == 0u {
+        acc = conv_taps(oc0, oy, ox0, x, c0, true);
+    } else {
+        acc = conv_taps(oc0, oy, ox0, x, c0, false);
+    }
+    let y = pu(3u) + s * o * oh * ow;
+    for (var j = 0u; j < 4u; j++) {
+        var b = 0.0;
+        if pu(19u) == 1u {
+            b = wflat(wdesc(24u), oc0 + j);
+        }
+        for (var p = 0u; p < 4u; p++) {
+            if ox0 + p < ow {
+                act[y + ((oc0 + j) * oh + oy) * ow + ox0 + p] = activate(pu(28u), acc[j][p] + b);
+            }
+        }
+    }
+}
