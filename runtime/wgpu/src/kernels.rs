@@ -141,12 +141,18 @@ pub enum Kernel {
     Unary,
     /// `elementwise.wgsl: strided` (binary with broadcasting, transpose).
     Strided,
-    /// `norm.wgsl: layer_norm`.
+    /// `norm.wgsl: layer_norm` (one thread per row or position).
     LayerNorm,
-    /// `norm.wgsl: softmax`.
+    /// `norm.wgsl: layer_norm_split` (one workgroup per row or position, a shared-memory tree).
+    LayerNormSplit,
+    /// `norm.wgsl: softmax` (one thread per row).
     Softmax,
-    /// `norm.wgsl: reduce`.
+    /// `norm.wgsl: softmax_split` (one workgroup per row).
+    SoftmaxSplit,
+    /// `norm.wgsl: reduce` (one thread per output).
     Reduce,
+    /// `norm.wgsl: reduce_split` (one workgroup per output).
+    ReduceSplit,
     /// `matmul.wgsl: matmul`.
     MatMul,
     /// `conv.wgsl: conv2d`.
@@ -193,8 +199,11 @@ impl Kernel {
         Kernel::Unary,
         Kernel::Strided,
         Kernel::LayerNorm,
+        Kernel::LayerNormSplit,
         Kernel::Softmax,
+        Kernel::SoftmaxSplit,
         Kernel::Reduce,
+        Kernel::ReduceSplit,
         Kernel::MatMul,
         Kernel::Conv2d,
         Kernel::Pool2d,
@@ -221,7 +230,7 @@ impl Kernel {
         match self {
             Dense | DenseSplit => Family::Linear,
             Unary | Strided => Family::Elementwise,
-            LayerNorm | Softmax | Reduce => Family::Norm,
+            LayerNorm | LayerNormSplit | Softmax | SoftmaxSplit | Reduce | ReduceSplit => Family::Norm,
             MatMul => Family::MatMul,
             Conv2d => Family::Conv,
             Pool2d => Family::Pool,
@@ -242,8 +251,11 @@ impl Kernel {
             Unary => "unary",
             Strided => "strided",
             LayerNorm => "layer_norm",
+            LayerNormSplit => "layer_norm_split",
             Softmax => "softmax",
+            SoftmaxSplit => "softmax_split",
             Reduce => "reduce",
+            ReduceSplit => "reduce_split",
             MatMul => "matmul",
             Conv2d => "conv2d",
             Pool2d => "pool2d",

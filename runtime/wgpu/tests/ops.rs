@@ -11,6 +11,7 @@
 //!   `common/mod.rs`) for every case that runs an f16 kernel; the cases made only of f32-only
 //!   families (element-wise, norms, reductions, embeddings) must still meet `F32_KERNEL` there.
 
+mod cases;
 mod common;
 
 use common::{gpu, gpu_f16, measure, Feed, DTYPES, F16_KERNEL};
@@ -290,7 +291,8 @@ fn layer_cases() -> Vec<Case> {
             }));
         }
     }
-    v.extend(rnn_cases());
+    v.extend(cases::rnn_cases());
+    v.extend(cases::row_cases());
     v
 }
 
@@ -575,11 +577,20 @@ fn check(gpu: &GpuContext, cases: &[Case], precision: Precision) -> BTreeSet<Var
     seen
 }
 
-/// Both dense entry points (one thread per output, and cooperative) ran at the precision's
-/// arithmetic.
-fn assert_both_dense_kernels(seen: &BTreeSet<Variant>, arith: Arith) {
-    for k in [Kernel::Dense, Kernel::DenseSplit] {
-        assert!(seen.contains(&Variant::of(k, arith)), "{k:?} at {arith:?} not exercised");
+/// Both forms of the dense layer (one thread per output, and cooperative) ran at the precision's
+/// arithmetic, and both forms of each row-wise op (always f32).
+fn assert_both_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
+    let row_wise = [
+        Kernel::LayerNorm,
+        Kernel::LayerNormSplit,
+        Kernel::Softmax,
+        Kernel::SoftmaxSplit,
+        Kernel::Reduce,
+        Kernel::ReduceSplit,
+    ];
+    for k in [Kernel::Dense, Kernel::DenseSplit].into_iter().chain(row_wise) {
+        let v = Variant::of(k, arith);
+        assert!(seen.contains(&v), "{k:?} at {:?} not exercised", v.arith());
     }
 }
 
@@ -591,7 +602,7 @@ const F32_ONLY_FAMILIES: &[&str] =
 fn layer_and_generic_kernels_match_cpu() {
     let Some(g) = gpu() else { return };
     let seen = check(&g, &layer_cases(), Precision::F32);
-    assert_both_dense_kernels(&seen, Arith::F32);
+    assert_both_forms_ran(&seen, Arith::F32);
 }
 
 #[test]
@@ -610,7 +621,7 @@ fn large_shapes_match_cpu() {
 fn layer_and_generic_kernels_match_cpu_f16() {
     let Some(g) = gpu_f16() else { return };
     let seen = check(&g, &layer_cases(), Precision::F16);
-    assert_both_dense_kernels(&seen, Arith::F16);
+    assert_both_forms_ran(&seen, Arith::F16);
 }
 
 #[test]
@@ -704,45 +715,4 @@ fn bad_inputs_are_typed_errors() {
     assert!(s.run(&[Input::I32(&[0; 12])], &mut [&mut out3]).is_err());
     // And a good run still works after the errors.
     s.run(&[Input::I32(&[0, 1, 2, 4])], &mut [&mut out]).unwrap();
-}
-
-/// LSTM and GRU: every direction and output, with and without initial states, and a layer whose
-/// gate rows (4·70) and hidden units (70) outnumber the workgroup's threads.
-fn rnn_cases() -> Vec<Case> {
-    let mut v = Vec::new();
-    let shapes = [(5usize, 7usize, 9usize, false), (4, 3, 5, true), (12, 16, 70, true)];
-    for (si, &(t, i, h, states)) in shapes.iter().enumerate() {
-        for &direction in RnnDirection::ALL {
-            for &output in RnnOutput::ALL {
-                if si == 2 && (direction != RnnDirection::Bidirectional || output == RnnOutput::Hidden) {
-                    continue;
-                }
-                for lstm in [true, false] {
-                    if !lstm && output == RnnOutput::Cell {
-                        continue;
-                    }
-                    let cell = if lstm { "lstm" } else { "gru" };
-                    let name = format!("{cell} T{t} I{i} H{h} {direction:?} {output:?} states={states}");
-                    v.push(case("rnn", name, move |c| {
-                        let x = c.input_scaled(&[t, i], 1.0, false)?;
-                        let (dirs, g) = (direction.dirs(), if lstm { 4 } else { 3 });
-                        let w = c.w(&[dirs * g * h, i], 1.0 / (i as f32).sqrt())?;
-                        let r = c.w(&[dirs * g * h, h], 1.0 / (h as f32).sqrt())?;
-                        let b = c.w(&[dirs, 2 * g * h], 0.5)?;
-                        let h0 = if states { Some(c.w(&[dirs, h], 1.0)?) } else { None };
-                        let c0 = if states && lstm { Some(c.w(&[dirs, h], 1.0)?) } else { None };
-                        let hidden = h as u32;
-                        c.b.op(|y| {
-                            if lstm {
-                                Op::Lstm(Lstm { x, w, r, b, h0, c0, hidden, direction, output, y })
-                            } else {
-                                Op::Gru(Gru { x, w, r, b, h0, hidden, direction, output, y })
-                            }
-                        })
-                    }));
-                }
-            }
-        }
-    }
-    v
 }

@@ -2,7 +2,7 @@
 //! mechanism's core is one kernel (two or three for the AFT exponentials and Fastformer's
 //! pooling), and the output projection reads the core's result.
 
-use super::{dense, Ctx, Dispatch, Params, Region};
+use super::{dense, softmax, Ctx, Dispatch, Params, Region};
 use crate::kernels::Kernel;
 use crate::GpuError;
 use kestrel_format::ops::{AftBias, AttentionVariant, Op};
@@ -174,7 +174,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                         .w(12, ctx.weight(score)?)
                         .done(Kernel::FfScores),
                 );
-                v.push(Params::new(h)?.u(2, alpha.base)?.u(3, alpha.base)?.u(4, t)?.done(Kernel::Softmax));
+                v.push(softmax(alpha.base, alpha.base, h, t)?);
                 v.push(
                     Params::new(d)?
                         .region(2, rows)?
