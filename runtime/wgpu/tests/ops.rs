@@ -346,6 +346,7 @@ fn mechanism_cases() -> Vec<Case> {
             c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v: vv, align, o, mask, y }))
         }));
     }
+    v.extend(cases::attention_cases());
     for (t, d, causal, rank) in [(6usize, 8usize, false, 0usize), (7, 4, true, 0), (5, 8, false, 3), (8, 6, true, 2)] {
         v.push(case("aft_full", format!("aft_full T{t} d{d} causal={causal} rank={rank}"), move |c| {
             let x = c.input(&[t, d])?;
@@ -462,6 +463,7 @@ fn large_cases() -> Vec<Case> {
             })
         })
     }));
+    v.extend(cases::large_attention_cases());
     v.push(case("dense", "dense 1x20736->16 (a flattened ViT head)", |c| {
         let x = c.input(&[20736])?;
         let proj = c.proj(16, 20736, true)?;

@@ -7,6 +7,9 @@ use crate::kernels::Kernel;
 use crate::GpuError;
 use kestrel_format::ops::{AftBias, AttentionVariant, Op};
 
+/// Query rows per workgroup of `attend` (`BQ` in `attention.wgsl`).
+const ATTEND_ROWS: usize = 16;
+
 pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<Dispatch>, GpuError> {
     let x_id = op.main_input();
     let xs = ctx.info(x_id)?.shape;
@@ -56,7 +59,10 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 _ => x,
             };
             let heads_out = ctx.scratch(td);
-            let mut p = Params::new(o.heads as usize * t * crate::kernels::WORKGROUP as usize)?
+            // One workgroup per (sample, head, block of ATTEND_ROWS query rows): `attend`, flash
+            // style, covers every head width, T, causal and mask.
+            let blocks = o.heads as usize * t.div_ceil(ATTEND_ROWS);
+            let mut p = Params::new(blocks * crate::kernels::WORKGROUP as usize)?
                 .region(2, q)?
                 .region(4, k)?
                 .region(6, val)?

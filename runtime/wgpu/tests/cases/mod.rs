@@ -1,5 +1,5 @@
-//! More cases of `tests/ops.rs`: the row-wise kernels' two dispatch forms (`compile::row_split`)
-//! and the recurrences.
+//! More cases of `tests/ops.rs`: the row-wise kernels' two dispatch forms (`compile::row_split`),
+//! the attention core's tiling (query blocks, key tiles and column chunks) and the recurrences.
 
 use super::{case, Case};
 use kestrel::format::ops::*;
@@ -48,6 +48,76 @@ pub fn row_cases() -> Vec<Case> {
         }
     }
     v
+}
+
+/// An attention node; `mask`: (`[T, T]` rather than `[T]`, fill, query row 0 fully masked).
+pub fn attention(
+    variant: AttentionVariant,
+    t: usize,
+    d: usize,
+    heads: u32,
+    causal: bool,
+    mask: Option<(bool, f32, bool)>,
+) -> Case {
+    let m = match mask {
+        Some((pq, fill, full)) => {
+            format!(
+                " mask {} fill {fill:e}{}",
+                if pq { "[T, T]" } else { "[T]" },
+                if full { " (a row fully masked)" } else { "" }
+            )
+        }
+        None => String::new(),
+    };
+    let name = format!("attention {variant:?} T{t} d{d} h{heads} c{} causal={causal}{m}", d / heads as usize);
+    case("attention", name, move |c| {
+        let x = c.input(&[t, d])?;
+        let mask = match mask {
+            Some((pq, fill, full)) => Some(c.mask_input(t, pq, causal, fill, full)?),
+            None => None,
+        };
+        let q = c.proj(d, d, true)?;
+        let std_or_opt = matches!(variant, AttentionVariant::Standard | AttentionVariant::Optimised);
+        let k = if std_or_opt { Some(c.proj(d, d, true)?) } else { None };
+        let vv = if variant == AttentionVariant::Standard { Some(c.proj(d, d, true)?) } else { None };
+        let align = if variant == AttentionVariant::Super { Some(c.proj(t, t, true)?) } else { None };
+        let o = c.proj(d, d, true)?;
+        let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
+        c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v: vv, align, o, mask, y }))
+    })
+}
+
+/// The attention core's tiling (16-row query blocks, 16-key tiles, 64-column chunks): T of 1 and
+/// not a multiple of 16, head widths not a multiple of 4 and wider than a chunk (c = 70, 96),
+/// 1 to 6 heads, causal with both mask shapes and −∞ fills.
+pub fn attention_cases() -> Vec<Case> {
+    use AttentionVariant::{Efficient, Optimised, Standard, Super};
+    let (inf, min) = (f32::NEG_INFINITY, f32::MIN);
+    vec![
+        attention(Standard, 17, 64, 2, false, None),
+        attention(Efficient, 1, 8, 1, false, None),
+        attention(Standard, 1, 12, 2, true, Some((true, inf, false))),
+        attention(Optimised, 33, 72, 3, true, None),
+        attention(Standard, 20, 48, 2, true, Some((true, inf, false))),
+        attention(Super, 19, 72, 3, true, Some((false, min, false))),
+        attention(Standard, 21, 96, 1, false, Some((false, -1e4, false))),
+        attention(Efficient, 18, 192, 2, false, None),
+        attention(Standard, 10, 70, 1, true, None),
+        attention(Standard, 18, 30, 5, false, Some((true, inf, true))),
+        attention(Optimised, 23, 36, 6, true, Some((true, min, true))),
+        attention(Super, 16, 40, 4, false, None),
+    ]
+}
+
+/// Many key tiles and query blocks: T = 200 causal with a `[T]` mask (13 tiles, the running
+/// maximum growing across them), T = 300 with 24-wide heads, T = 257 with a `[T, T]` mask.
+pub fn large_attention_cases() -> Vec<Case> {
+    use AttentionVariant::{Efficient, Standard};
+    vec![
+        attention(Standard, 200, 64, 4, true, Some((false, f32::MIN, false))),
+        attention(Efficient, 300, 72, 3, false, None),
+        attention(Standard, 257, 32, 1, false, Some((true, f32::NEG_INFINITY, false))),
+    ]
 }
 
 /// LSTM and GRU: every direction and output, with and without initial states, and a layer whose
