@@ -143,12 +143,18 @@ pub enum Kernel {
     Unary,
     /// `elementwise.wgsl: strided` (binary with broadcasting, transpose).
     Strided,
-    /// `norm.wgsl: layer_norm`.
+    /// `norm.wgsl: layer_norm` (one thread per row or position).
     LayerNorm,
-    /// `norm.wgsl: softmax`.
+    /// `norm.wgsl: layer_norm_split` (one workgroup per row or position, a shared-memory tree).
+    LayerNormSplit,
+    /// `norm.wgsl: softmax` (one thread per row).
     Softmax,
-    /// `norm.wgsl: reduce`.
+    /// `norm.wgsl: softmax_split` (one workgroup per row).
+    SoftmaxSplit,
+    /// `norm.wgsl: reduce` (one thread per output).
     Reduce,
+    /// `norm.wgsl: reduce_split` (one workgroup per output).
+    ReduceSplit,
     /// `matmul.wgsl: matmul`.
     MatMul,
     /// `conv.wgsl: conv2d`.
@@ -198,8 +204,11 @@ impl Kernel {
         Kernel::Unary,
         Kernel::Strided,
         Kernel::LayerNorm,
+        Kernel::LayerNormSplit,
         Kernel::Softmax,
+        Kernel::SoftmaxSplit,
         Kernel::Reduce,
+        Kernel::ReduceSplit,
         Kernel::MatMul,
         Kernel::Conv2d,
         Kernel::Conv2dBlock,
@@ -227,7 +236,7 @@ impl Kernel {
         match self {
             Dense | DenseSplit | DenseBlock => Family::Linear,
             Unary | Strided => Family::Elementwise,
-            LayerNorm | Softmax | Reduce => Family::Norm,
+            LayerNorm | LayerNormSplit | Softmax | SoftmaxSplit | Reduce | ReduceSplit => Family::Norm,
             MatMul => Family::MatMul,
             Conv2d | Conv2dBlock => Family::Conv,
             Pool2d => Family::Pool,
@@ -249,8 +258,11 @@ impl Kernel {
             Unary => "unary",
             Strided => "strided",
             LayerNorm => "layer_norm",
+            LayerNormSplit => "layer_norm_split",
             Softmax => "softmax",
+            SoftmaxSplit => "softmax_split",
             Reduce => "reduce",
+            ReduceSplit => "reduce_split",
             MatMul => "matmul",
             Conv2d => "conv2d",
             Conv2dBlock => "conv2d_block",

@@ -11,6 +11,7 @@
 //!   `common/mod.rs`) for every case that runs an f16 kernel; the cases made only of f32-only
 //!   families (element-wise, norms, reductions, embeddings) must still meet `F32_KERNEL` there.
 
+mod cases;
 mod common;
 
 use common::{gpu, gpu_f16, measure, Feed, DTYPES, F16_KERNEL};
@@ -296,7 +297,8 @@ fn layer_cases() -> Vec<Case> {
             }));
         }
     }
-    v.extend(rnn_cases());
+    v.extend(cases::rnn_cases());
+    v.extend(cases::row_cases());
     v
 }
 
@@ -350,6 +352,7 @@ fn mechanism_cases() -> Vec<Case> {
             c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v: vv, align, o, mask, y }))
         }));
     }
+    v.extend(cases::attention_cases());
     for (t, d, causal, rank) in [(6usize, 8usize, false, 0usize), (7, 4, true, 0), (5, 8, false, 3), (8, 6, true, 2)] {
         v.push(case("aft_full", format!("aft_full T{t} d{d} causal={causal} rank={rank}"), move |c| {
             let x = c.input(&[t, d])?;
@@ -466,6 +469,7 @@ fn large_cases() -> Vec<Case> {
             })
         })
     }));
+    v.extend(cases::large_attention_cases());
     v.push(case("dense", "dense 1x20736->16 (a flattened ViT head)", |c| {
         let x = c.input(&[20736])?;
         let proj = c.proj(16, 20736, true)?;
@@ -581,11 +585,22 @@ fn check(gpu: &GpuContext, cases: &[Case], precision: Precision) -> BTreeSet<Var
     seen
 }
 
-/// Every dense entry point (one thread per output, cooperative, register-blocked) and both
-/// convolutions (one thread per output, register-blocked) ran at the precision's arithmetic.
-fn assert_both_dense_kernels(seen: &BTreeSet<Variant>, arith: Arith) {
-    for k in [Kernel::Dense, Kernel::DenseSplit, Kernel::DenseBlock, Kernel::Conv2d, Kernel::Conv2dBlock] {
-        assert!(seen.contains(&Variant::of(k, arith)), "{k:?} at {arith:?} not exercised");
+/// Every form of the dense layer (one thread per output, cooperative, register-blocked) and of
+/// the convolution (one thread per output, register-blocked) ran at the precision's arithmetic,
+/// and both forms of each row-wise op (always f32).
+fn assert_both_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
+    let row_wise = [
+        Kernel::LayerNorm,
+        Kernel::LayerNormSplit,
+        Kernel::Softmax,
+        Kernel::SoftmaxSplit,
+        Kernel::Reduce,
+        Kernel::ReduceSplit,
+    ];
+    let dot = [Kernel::Dense, Kernel::DenseSplit, Kernel::DenseBlock, Kernel::Conv2d, Kernel::Conv2dBlock];
+    for k in dot.into_iter().chain(row_wise) {
+        let v = Variant::of(k, arith);
+        assert!(seen.contains(&v), "{k:?} at {:?} not exercised", v.arith());
     }
 }
 
@@ -597,7 +612,7 @@ const F32_ONLY_FAMILIES: &[&str] =
 fn layer_and_generic_kernels_match_cpu() {
     let Some(g) = gpu() else { return };
     let seen = check(&g, &layer_cases(), Precision::F32);
-    assert_both_dense_kernels(&seen, Arith::F32);
+    assert_both_forms_ran(&seen, Arith::F32);
 }
 
 #[test]
@@ -616,7 +631,7 @@ fn large_shapes_match_cpu() {
 fn layer_and_generic_kernels_match_cpu_f16() {
     let Some(g) = gpu_f16() else { return };
     let seen = check(&g, &layer_cases(), Precision::F16);
-    assert_both_dense_kernels(&seen, Arith::F16);
+    assert_both_forms_ran(&seen, Arith::F16);
 }
 
 #[test]
@@ -710,45 +725,4 @@ fn bad_inputs_are_typed_errors() {
     assert!(s.run(&[Input::I32(&[0; 12])], &mut [&mut out3]).is_err());
     // And a good run still works after the errors.
     s.run(&[Input::I32(&[0, 1, 2, 4])], &mut [&mut out]).unwrap();
-}
-
-/// LSTM and GRU: every direction and output, with and without initial states, and a layer whose
-/// gate rows (4·70) and hidden units (70) outnumber the workgroup's threads.
-fn rnn_cases() -> Vec<Case> {
-    let mut v = Vec::new();
-    let shapes = [(5usize, 7usize, 9usize, false), (4, 3, 5, true), (12, 16, 70, true)];
-    for (si, &(t, i, h, states)) in shapes.iter().enumerate() {
-        for &direction in RnnDirection::ALL {
-            for &output in RnnOutput::ALL {
-                if si == 2 && (direction != RnnDirection::Bidirectional || output == RnnOutput::Hidden) {
-                    continue;
-                }
-                for lstm in [true, false] {
-                    if !lstm && output == RnnOutput::Cell {
-                        continue;
-                    }
-                    let cell = if lstm { "lstm" } else { "gru" };
-                    let name = format!("{cell} T{t} I{i} H{h} {direction:?} {output:?} states={states}");
-                    v.push(case("rnn", name, move |c| {
-                        let x = c.input_scaled(&[t, i], 1.0, false)?;
-                        let (dirs, g) = (direction.dirs(), if lstm { 4 } else { 3 });
-                        let w = c.w(&[dirs * g * h, i], 1.0 / (i as f32).sqrt())?;
-                        let r = c.w(&[dirs * g * h, h], 1.0 / (h as f32).sqrt())?;
-                        let b = c.w(&[dirs, 2 * g * h], 0.5)?;
-                        let h0 = if states { Some(c.w(&[dirs, h], 1.0)?) } else { None };
-                        let c0 = if states && lstm { Some(c.w(&[dirs, h], 1.0)?) } else { None };
-                        let hidden = h as u32;
-                        c.b.op(|y| {
-                            if lstm {
-                                Op::Lstm(Lstm { x, w, r, b, h0, c0, hidden, direction, output, y })
-                            } else {
-                                Op::Gru(Gru { x, w, r, b, h0, hidden, direction, output, y })
-                            }
-                        })
-                    }));
-                }
-            }
-        }
-    }
-    v
 }

@@ -148,3 +148,34 @@ fn every_shader_file_is_a_family() {
     assert_eq!(Kernel::Pool2d.family(), Family::Pool);
     assert_eq!(Kernel::Pool2d.entry(), "pool2d");
 }
+
+/// Every entry point's workgroup memory (the `var<workgroup>`s it or its callees use) fits
+/// WebGPU's guaranteed `max_compute_workgroup_storage_size` of 16 384 bytes at both precisions:
+/// the session asks for the adapter's own limits, so a desktop GPU or lavapipe would not notice a
+/// kernel that a mobile one rejects. The attention core's f32 tiles are the largest user, and
+/// kernels without a barrier use none.
+#[test]
+fn workgroup_memory_fits_webgpus_minimum() {
+    const WEBGPU_MIN: u32 = 16_384;
+    let mut attend = 0;
+    for (f, a) in family_variants() {
+        let (m, info) = module(f, a);
+        for (i, ep) in m.entry_points.iter().enumerate() {
+            let uses = info.get_entry_point(i);
+            let bytes: u32 = m
+                .global_variables
+                .iter()
+                .filter(|(h, g)| g.space == naga::AddressSpace::WorkGroup && !uses[*h].is_empty())
+                .map(|(_, g)| m.types[g.ty].inner.size(m.to_ctx()))
+                .sum();
+            assert!(bytes <= WEBGPU_MIN, "{f:?} {a:?} {}: {bytes} bytes of workgroup memory", ep.name);
+            if ep.name == "attend" && a == Arith::F32 {
+                attend = bytes;
+            }
+            if ["layer_norm", "softmax", "reduce", "dense", "attend"].contains(&ep.name.as_str()) {
+                assert_eq!(bytes == 0, ep.name != "attend", "{f:?} {a:?} {}: {bytes} bytes", ep.name);
+            }
+        }
+    }
+    assert!(attend > 12_000, "the attention core's f32 tiles: {attend} bytes");
+}

@@ -1,6 +1,6 @@
 //! Dispatches of the layer and generic ops.
 
-use super::{dense, numel, Ctx, Dispatch, Params, Region};
+use super::{dense, numel, row_split, softmax, split_per, Ctx, Dispatch, Params, Region};
 use crate::kernels::Kernel;
 use crate::GpuError;
 use kestrel_cpu::kernels::conv::Conv2dParams;
@@ -29,8 +29,10 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                     (c, x.numel().unwrap_or(0) / c.max(1))
                 }
             };
-            // One thread per row (per position for channels-first).
-            let mut p = Params::new(x.numel().unwrap_or(0) / d.max(1))?
+            // One thread or one workgroup (`row_split`) per row (per position for channels-first).
+            let rows = x.numel().unwrap_or(0) / d.max(1);
+            let split = row_split(rows, d, inner == 1);
+            let mut p = Params::new(split_per(rows, split)?)?
                 .u(2, ctx.act(o.x)?.base)?
                 .u(3, ctx.act(o.y)?.base)?
                 .u(4, d)?
@@ -41,7 +43,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             if let Some(b) = o.beta {
                 p = p.w(12, ctx.weight(b)?);
             }
-            vec![p.done(Kernel::LayerNorm)]
+            vec![p.done(if split { Kernel::LayerNormSplit } else { Kernel::LayerNorm })]
         }
         Op::Unary(o) => {
             let n = numel(&ctx.info(o.x)?)?;
@@ -64,11 +66,8 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
         }
         Op::Softmax(o) => {
             let x = shape(o.x)?;
-            vec![Params::new(x.numel().unwrap_or(0) / x.last().max(1))?
-                .u(2, ctx.act(o.x)?.base)?
-                .u(3, ctx.act(o.y)?.base)?
-                .u(4, x.last())?
-                .done(Kernel::Softmax)]
+            let n = x.last();
+            vec![softmax(ctx.act(o.x)?.base, ctx.act(o.y)?.base, x.numel().unwrap_or(0) / n.max(1), n)?]
         }
         Op::PatchEmbed(o) => {
             let x = shape(o.x)?;
@@ -109,13 +108,15 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             let a = o.axis as usize;
             let outer: usize = x.dims()[..a].iter().map(|&v| v as usize).product();
             let inner: usize = x.dims()[a + 1..].iter().map(|&v| v as usize).product();
-            vec![Params::new(outer * inner)?
+            let (n, outputs) = (x.dim(a), outer * inner);
+            let split = row_split(outputs, n, inner == 1);
+            vec![Params::new(split_per(outputs, split)?)?
                 .u(2, ctx.act(o.x)?.base)?
                 .u(3, ctx.act(o.y)?.base)?
                 .u(4, o.op as usize)?
-                .u(5, x.dim(a))?
+                .u(5, n)?
                 .u(6, inner)?
-                .done(Kernel::Reduce)]
+                .done(if split { Kernel::ReduceSplit } else { Kernel::Reduce })]
         }
         Op::Reshape(_) => Vec::new(),
         Op::Transpose(o) => {

@@ -2,10 +2,13 @@
 //! mechanism's core is one kernel (two or three for the AFT exponentials and Fastformer's
 //! pooling), and the output projection reads the core's result.
 
-use super::{dense, Ctx, Dispatch, Params, Region};
+use super::{dense, softmax, Ctx, Dispatch, Params, Region};
 use crate::kernels::Kernel;
 use crate::GpuError;
 use kestrel_format::ops::{AftBias, AttentionVariant, Op};
+
+/// Query rows per workgroup of `attend` (`BQ` in `attention.wgsl`).
+const ATTEND_ROWS: usize = 16;
 
 pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<Dispatch>, GpuError> {
     let x_id = op.main_input();
@@ -56,7 +59,10 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 _ => x,
             };
             let heads_out = ctx.scratch(td);
-            let mut p = Params::new(o.heads as usize * t * crate::kernels::WORKGROUP as usize)?
+            // One workgroup per (sample, head, block of ATTEND_ROWS query rows): `attend`, flash
+            // style, covers every head width, T, causal and mask.
+            let blocks = o.heads as usize * t.div_ceil(ATTEND_ROWS);
+            let mut p = Params::new(blocks * crate::kernels::WORKGROUP as usize)?
                 .region(2, q)?
                 .region(4, k)?
                 .region(6, val)?
@@ -174,7 +180,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                         .w(12, ctx.weight(score)?)
                         .done(Kernel::FfScores),
                 );
-                v.push(Params::new(h)?.u(2, alpha.base)?.u(3, alpha.base)?.u(4, t)?.done(Kernel::Softmax));
+                v.push(softmax(alpha.base, alpha.base, h, t)?);
                 v.push(
                     Params::new(d)?
                         .region(2, rows)?

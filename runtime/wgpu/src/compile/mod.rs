@@ -9,7 +9,7 @@
 mod layers;
 mod mechanisms;
 
-use crate::kernels::{Kernel, PARAM_WORDS};
+use crate::kernels::{Kernel, PARAM_WORDS, WORKGROUP};
 use crate::GpuError;
 use kestrel_format::ops::{Op, Proj, TensorId};
 use kestrel_format::{DType, KesFile, TensorInfo, TensorKind};
@@ -179,7 +179,7 @@ pub(crate) fn compile(file: &KesFile<'_>, cap: usize, acts_words: usize) -> Resu
 pub(crate) fn dense_lanes(inp: usize, outputs: usize) -> usize {
     let by_length = (inp / 4) / DENSE_MIN_CHUNKS;
     let by_occupancy = DENSE_TARGET_THREADS.div_ceil(outputs.max(1));
-    let lanes = by_length.min(by_occupancy).min(crate::kernels::WORKGROUP as usize);
+    let lanes = by_length.min(by_occupancy).min(WORKGROUP as usize);
     if lanes == 0 {
         1
     } else {
@@ -256,3 +256,41 @@ pub(crate) fn dense_blocks(rows: usize, out: usize, lanes: usize, w: Wd) -> Opti
 
 /// Rows a dense layer needs for the register-blocked kernel.
 const BLOCK_MIN_ROWS: usize = 4;
+/// Rows per sample at or below which a row-wise op (layer norm, softmax, reduction) runs one
+/// workgroup per row whatever the rows' length: a thread-per-row dispatch would be a few
+/// workgroups of threads each walking a whole row serially (latency-bound: a ViT's LayerNorm at
+/// batch 1 has ~17 rows).
+pub(crate) const SPLIT_MAX_ROWS: usize = 256;
+
+/// Row length from which contiguous rows (the last axis) get one workgroup each however many
+/// there are: the thread-per-row form then reads rows `n` words apart (uncoalesced) and loops
+/// `n` times per pass, the cooperative one reads each row in runs of 64 neighbouring words.
+pub(crate) const SPLIT_MIN_LEN: usize = 32;
+
+/// Whether a row-wise op over `rows` rows per sample of `n` elements (`contiguous`: the
+/// elements of a row are neighbouring words; else `inner` apart, neighbouring rows neighbouring
+/// words) runs the cooperative `*_split` kernel (one workgroup per row, threads striding over
+/// the row, a shared-memory tree) rather than one thread per row: when rows are few
+/// (≤ [`SPLIT_MAX_ROWS`]), or contiguous and long (n ≥ [`SPLIT_MIN_LEN`]). Many short rows, and
+/// strided rows with many positions (channels-first maps, reductions over a leading axis, whose
+/// thread-per-row form reads coalesced), stay one thread per row.
+pub(crate) fn row_split(rows: usize, n: usize, contiguous: bool) -> bool {
+    rows <= SPLIT_MAX_ROWS || (contiguous && n >= SPLIT_MIN_LEN)
+}
+
+/// A softmax over `rows` rows per sample of `n` elements, `x_base` to `y_base` (in place when
+/// equal): [`row_split`] picks the kernel.
+pub(crate) fn softmax(x_base: usize, y_base: usize, rows: usize, n: usize) -> Result<Dispatch, GpuError> {
+    let split = row_split(rows, n, true);
+    Ok(Params::new(split_per(rows, split)?)?.u(2, x_base)?.u(3, y_base)?.u(4, n)?.done(if split {
+        Kernel::SoftmaxSplit
+    } else {
+        Kernel::Softmax
+    }))
+}
+
+/// Threads per sample of a row-wise op over `rows` rows: one each, or a workgroup each (`split`).
+pub(crate) fn split_per(rows: usize, split: bool) -> Result<usize, GpuError> {
+    let k = if split { WORKGROUP as usize } else { 1 };
+    rows.checked_mul(k).ok_or_else(|| GpuError::Model(format!("a row-wise op over {rows} rows overflows")))
+}

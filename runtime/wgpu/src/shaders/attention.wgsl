@@ -1,6 +1,7 @@
 // The core of the four attention variants (Standard, Optimised, Efficient, Super); the Q/K/V
 // and output projections are dense dispatches around it. Scores are never materialised: one
-// workgroup owns each (sample, head, query row) and recomputes the scores in two passes.
+// workgroup owns a block of query rows of one (sample, head) and walks the keys in tiles with an
+// online softmax (flash attention).
 
 // Super's token mixing: v[s, i, col] = bA[i] + Σ_{j<n} A[i, j] x[s, j, col] (n = i+1 if causal).
 // P: 2 x_base, 3 v_base, 4 t, 5 d, 6 causal, 7 has_bias, 8..11 A, 12..15 bA. per = t · d.
@@ -27,23 +28,43 @@ fn align_tokens(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     act[pu(3u) + g] = acc;
 }
 
-// One workgroup per (sample, head, query row): each pass walks the keys in chunks of WG, one key
-// per thread (its score in `sc`), so no thread loops over T·c (software drivers such as lavapipe
-// cut very long loops short). Pass 1: the row maximum; pass 2: exp(score − max) summed and applied
-// to the values, each thread owning the output columns e ≡ lid (mod WG); then the 1/sum scale.
-// With a mask (15 = 1), mask[s, j] ([T] per sample, 18 = 0) or mask[s, i, j] ([T, T], 18 = 1) is
-// added to the score of query i and key j before the softmax; a row whose every score is −∞
-// gets zero weights (its sum is 0), not NaN.
+// One workgroup per (sample, head, block of BQ query rows), flash-attention style. For each tile
+// of BK keys, the block's queries, the tile's keys and values (their head columns, CT at a time)
+// are staged in workgroup memory (converted once to the variant's V4); each thread owns one query
+// row qi = lid / 4 and a quarter of the tile (keys 4·sub .. 4·sub + 3, sub = lid % 4), computes
+// those four scores from shared memory (`dot_v4` over four-column chunks, the products in the
+// variant's arithmetic, sums in f32), and the row's four threads meet through shared memory for
+// the tile's maximum and weight sum. Online softmax: the running maximum m and sum l per row, the
+// output accumulator (in registers: each thread owns the row's four-column chunks sub, sub + 4,
+// …) rescaled by exp(m_old − m_new) whenever the maximum grows, then P·V added (the weights of
+// four keys · a value column in one `dot_v4`). Written once, scaled by 1/l, at the end.
+// Heads wider than CT loop over CT-column chunks of the output, recomputing the scores for each
+// (their dot products then run over every CT-column chunk of Q and K); any T (keys past T, and
+// past the block's last row when causal, are never staged). Per-thread loops are short (lavapipe
+// cuts very long loops short). With a mask (15 = 1), mask[s, j] ([T] per sample, 18 = 0) or
+// mask[s, i, j] ([T, T], 18 = 1) is added to the score of query i and key j; a row whose every
+// score is −∞ gets zero weights (its sum is 0), not NaN.
 // P: 2 q_base, 3 q_stride, 4 k_base, 5 k_stride, 6 v_base, 7 v_stride, 8 o_base, 9 o_stride,
 //    10 t, 11 d, 12 heads, 13 causal, 14 scale, 15 has_mask, 16 mask_base, 17 mask_stride,
 //    18 mask per query. Rows of q, k, v, o are d apart.
-//    per = heads · t · WG (threads), so one workgroup per row.
-var<workgroup> sc: array<f32, 64>;
-var<workgroup> red: array<f32, 64>;
+//    per = heads · ⌈t / BQ⌉ · WG (threads), so one workgroup per query block.
 
-fn score(q: u32, k: u32, c: u32) -> f32 {
-    return adot(q, 1u, k, 1u, c);
-}
+// Query rows per workgroup, keys per tile (both 16: 4 threads per row, 4 keys per thread),
+// head columns per tile, and the staged rows' stride in V4s (CT / 4 + 1: the padding word keeps
+// the rows read together in different banks). Workgroup memory at f32: 3 · 16 · 17 · 16 B staged
+// + 1 KiB weights + 512 B partials = 14.3 KiB, within WebGPU's guaranteed 16 KiB (half the staged
+// part at f16).
+const BQ: u32 = 16u;
+const BK: u32 = 16u;
+const CT: u32 = 64u;
+const RS: u32 = 17u;
+
+var<workgroup> qs: array<V4, 272>;
+var<workgroup> ks: array<V4, 272>;
+var<workgroup> vs: array<V4, 272>;
+var<workgroup> ps: array<vec4<f32>, 64>;
+var<workgroup> red_m: array<f32, 64>;
+var<workgroup> red_l: array<f32, 64>;
 
 // The additive mask of query i and key j in sample s (0 without a mask).
 fn key_bias(s: u32, i: u32, j: u32) -> f32 {
@@ -53,80 +74,188 @@ fn key_bias(s: u32, i: u32, j: u32) -> f32 {
     return 0.0;
 }
 
+// act[p + u] for u < min(n, 4), zeros past n.
+fn act4_upto(p: u32, n: u32) -> vec4<f32> {
+    if n >= 4u {
+        return vec4<f32>(act[p], act[p + 1u], act[p + 2u], act[p + 3u]);
+    }
+    var v = vec4<f32>(0.0);
+    if n > 0u {
+        v.x = act[p];
+    }
+    if n > 1u {
+        v.y = act[p + 1u];
+    }
+    if n > 2u {
+        v.z = act[p + 2u];
+    }
+    return v;
+}
+
+// Head columns col .. col + 3 (of c) of row `row` of a [T, d] matrix at `base`, as the variant's
+// V4: zeros for rows ≥ nrows and columns ≥ c.
+fn tile4(base: u32, row: u32, nrows: u32, d: u32, col: u32, c: u32) -> V4 {
+    if row >= nrows {
+        return to_v4(vec4<f32>(0.0));
+    }
+    return to_v4(act4_upto(base + row * d + col, c - col));
+}
+
 @compute @workgroup_size(64)
 fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_id) lid3: vec3<u32>) {
-    let row = wid.y * nwg.x + wid.x;
     let t = pu(10u);
-    let rows_per = pu(12u) * t;
-    if row >= pu(0u) * rows_per {
+    let d = pu(11u);
+    let heads = pu(12u);
+    let nb = (t + BQ - 1u) / BQ;
+    let blk = wid.y * nwg.x + wid.x;
+    if blk >= pu(0u) * heads * nb {
         return;
     }
     let lid = lid3.x;
-    let s = row / rows_per;
-    let l = row % rows_per;
-    let d = pu(11u);
-    let c = d / pu(12u);
-    let head = l / t;
-    let i = l % t;
-    let col = head * c;
+    let s = blk / (heads * nb);
+    let head = (blk / nb) % heads;
+    let q0 = (blk % nb) * BQ;
+    let c = d / heads;
+    let hc = head * c;
+    let qb = pu(2u) + s * pu(3u) + hc;
+    let kb = pu(4u) + s * pu(5u) + hc;
+    let vb = pu(6u) + s * pu(7u) + hc;
+    let ob = pu(8u) + s * pu(9u) + hc;
+    let causal = pu(13u) == 1u;
     let scale = pf(14u);
-    let q = pu(2u) + s * pu(3u) + i * d + col;
-    let k = pu(4u) + s * pu(5u) + col;
-    let v = pu(6u) + s * pu(7u) + col;
-    let o = pu(8u) + s * pu(9u) + i * d + col;
-    let n = select(t, i + 1u, pu(13u) == 1u);
-    let chunks = (n + WG - 1u) / WG;
-    // Pass 1: the maximum score.
-    var m = -3.4028235e38;
-    for (var ch = 0u; ch < chunks; ch++) {
-        let j = ch * WG + lid;
-        var v_ = -3.4028235e38;
-        if j < n {
-            v_ = score(q, k + j * d, c) * scale + key_bias(s, i, j);
-        }
-        red[lid] = v_;
-        workgroupBarrier();
-        for (var w = 0u; w < WG; w++) {
-            m = max(m, red[w]);
-        }
-        workgroupBarrier();
-    }
-    // Pass 2: weights, their sum, and the weighted values.
-    for (var e = lid; e < c; e += WG) {
-        act[o + e] = 0.0;
-    }
-    var sum = 0.0;
-    for (var ch = 0u; ch < chunks; ch++) {
-        let j = ch * WG + lid;
-        var p = 0.0;
-        if j < n {
-            p = exp(score(q, k + j * d, c) * scale + key_bias(s, i, j) - m);
-        }
-        sc[lid] = p;
-        workgroupBarrier();
-        let len = min(WG, n - ch * WG);
-        for (var w = 0u; w < len; w++) {
-            sum += sc[w];
-        }
-        let full = len / 4u;
-        for (var e = lid; e < c; e += WG) {
-            var acc = act[o + e];
-            let vc = v + ch * WG * d + e;
-            for (var w = 0u; w < full; w++) {
-                let p4 = to_v4(vec4<f32>(sc[4u * w], sc[4u * w + 1u], sc[4u * w + 2u], sc[4u * w + 3u]));
-                acc += dot_v4(p4, act4s(vc + 4u * w * d, d));
+    let masked = pu(15u) == 1u;
+    // This thread's query row, its quarter of each key tile and output chunk, and its row's
+    // first thread.
+    let qi = lid / 4u;
+    let sub = lid % 4u;
+    let quad = lid - sub;
+    let i = q0 + qi;
+    // Keys this row sees (none for rows past T), and keys any row of the block sees.
+    let seen = select(0u, select(t, i + 1u, causal), i < t);
+    let kend = select(t, min(t, q0 + BQ), causal);
+    let tiles = (kend + BK - 1u) / BK;
+    let chunks = (c + CT - 1u) / CT;
+    for (var oc = 0u; oc < chunks; oc++) {
+        let ocol = oc * CT;
+        let ov4 = (min(CT, c - ocol) + 3u) / 4u;
+        var m = -3.4028235e38;
+        var l = 0.0;
+        var acc: array<vec4<f32>, 4>;
+        for (var kt = 0u; kt < tiles; kt++) {
+            let j0 = kt * BK;
+            let jm = j0 + 4u * sub;
+            // The mask of this thread's keys, loaded before the barriers so its latency overlaps
+            // the staging.
+            var bias = vec4<f32>(0.0);
+            if masked {
+                for (var u = 0u; u < 4u; u++) {
+                    if jm + u < seen {
+                        bias[u] = key_bias(s, i, jm + u);
+                    }
+                }
             }
-            for (var w = 4u * full; w < len; w++) {
-                acc += mul_s(to_s(sc[w]), to_s(act[vc + w * d]));
+            // Q stays staged across tiles when one chunk holds the head's columns.
+            let stage_q = chunks > 1u || kt == 0u;
+            var sc = vec4<f32>(0.0);
+            for (var qc = 0u; qc < chunks; qc++) {
+                let qcol = qc * CT;
+                let c4 = (min(CT, c - qcol) + 3u) / 4u;
+                // The previous tile's (or chunk's) readers are done with the staged tiles.
+                workgroupBarrier();
+                for (var e = lid; e < BQ * c4; e += WG) {
+                    let r = e / c4;
+                    let col = qcol + 4u * (e % c4);
+                    let at = r * RS + e % c4;
+                    if stage_q {
+                        qs[at] = tile4(qb, q0 + r, t, d, col, c);
+                    }
+                    ks[at] = tile4(kb, j0 + r, kend, d, col, c);
+                }
+                if qc == 0u {
+                    for (var e = lid; e < BK * ov4; e += WG) {
+                        let r = e / ov4;
+                        vs[r * RS + e % ov4] = tile4(vb, j0 + r, kend, d, ocol + 4u * (e % ov4), c);
+                    }
+                }
+                workgroupBarrier();
+                for (var ch = 0u; ch < c4; ch++) {
+                    let qv = qs[qi * RS + ch];
+                    let kr = 4u * sub * RS + ch;
+                    sc += vec4<f32>(dot_v4(qv, ks[kr]), dot_v4(qv, ks[kr + RS]), dot_v4(qv, ks[kr + 2u * RS]),
+                                    dot_v4(qv, ks[kr + 3u * RS]));
+                }
             }
-            act[o + e] = acc;
+            // The tile's maximum over the row's seen keys, then the running one.
+            let sv = sc * scale + bias;
+            var mloc = -3.4028235e38;
+            for (var u = 0u; u < 4u; u++) {
+                if jm + u < seen {
+                    mloc = max(mloc, sv[u]);
+                }
+            }
+            red_m[lid] = mloc;
+            workgroupBarrier();
+            let mn = max(m, max(max(red_m[quad], red_m[quad + 1u]), max(red_m[quad + 2u], red_m[quad + 3u])));
+            // Weights exp(score − max) (0 for keys the row does not see), their sum, and the
+            // rescaling of what came before (exp(0) = 1 until the maximum grows).
+            var p = vec4<f32>(0.0);
+            for (var u = 0u; u < 4u; u++) {
+                if jm + u < seen {
+                    p[u] = exp(sv[u] - mn);
+                }
+            }
+            ps[qi * 4u + sub] = p;
+            red_l[lid] = (p.x + p.y) + (p.z + p.w);
+            workgroupBarrier();
+            let alpha = exp(m - mn);
+            l = l * alpha + ((red_l[quad] + red_l[quad + 1u]) + (red_l[quad + 2u] + red_l[quad + 3u]));
+            m = mn;
+            for (var k = 0u; k < 4u; k++) {
+                acc[k] *= alpha;
+            }
+            // P·V over the tile's staged keys: four keys' weights against four of a column's
+            // values per `dot_v4`.
+            let kg = (min(BK, kend - j0) + 3u) / 4u;
+            for (var g = 0u; g < kg; g++) {
+                let p4 = to_v4(ps[qi * 4u + g]);
+                let vr = 4u * g * RS;
+                for (var k = 0u; k < 4u; k++) {
+                    let e4 = sub + 4u * k;
+                    if e4 < ov4 {
+                        let v0 = vs[vr + e4];
+                        let v1 = vs[vr + RS + e4];
+                        let v2 = vs[vr + 2u * RS + e4];
+                        let v3 = vs[vr + 3u * RS + e4];
+                        acc[k] += vec4<f32>(dot_v4(p4, V4(v0.x, v1.x, v2.x, v3.x)),
+                                            dot_v4(p4, V4(v0.y, v1.y, v2.y, v3.y)),
+                                            dot_v4(p4, V4(v0.z, v1.z, v2.z, v3.z)),
+                                            dot_v4(p4, V4(v0.w, v1.w, v2.w, v3.w)));
+                    }
+                }
+            }
         }
-        workgroupBarrier();
-    }
-    // sum ≥ 1 (the maximum's own weight) unless every score was −∞ (masked keys).
-    let inv = select(0.0, 1.0 / sum, sum > 0.0);
-    for (var e = lid; e < c; e += WG) {
-        act[o + e] *= inv;
+        // l ≥ 1 (the maximum's own weight) unless every score was −∞ (masked keys).
+        if i < t {
+            let inv = select(0.0, 1.0 / l, l > 0.0);
+            for (var k = 0u; k < 4u; k++) {
+                let e4 = sub + 4u * k;
+                if e4 < ov4 {
+                    let col = ocol + 4u * e4;
+                    let o = ob + i * d + col;
+                    let a = acc[k] * inv;
+                    act[o] = a.x;
+                    if col + 1u < c {
+                        act[o + 1u] = a.y;
+                    }
+                    if col + 2u < c {
+                        act[o + 2u] = a.z;
+                    }
+                    if col + 3u < c {
+                        act[o + 3u] = a.w;
+                    }
+                }
+            }
+        }
     }
 }

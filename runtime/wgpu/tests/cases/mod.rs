@@ -1,0 +1,162 @@
+//! More cases of `tests/ops.rs`: the row-wise kernels' two dispatch forms (`compile::row_split`),
+//! the attention core's tiling (query blocks, key tiles and column chunks) and the recurrences.
+
+use super::{case, Case};
+use kestrel::format::ops::*;
+
+/// Layer norm, softmax and reductions in both forms: one thread per row (many short rows, or
+/// strided rows with many positions) and one workgroup per row (few rows, or long contiguous
+/// ones), with rows shorter than, about and several times a workgroup.
+pub fn row_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    // (dims, channels-first, beta): a long row (3 × 768, split), many short rows (300 × 8, a
+    // thread each), many long rows (300 × 40, split), channels-first with 400 positions (a thread
+    // each) and with 2 positions of 100 channels (split, strided by 2).
+    for (dims, channels, beta) in [
+        (vec![3usize, 768usize], false, true),
+        (vec![300, 8], false, true),
+        (vec![300, 40], false, false),
+        (vec![24, 20, 20], true, true),
+        (vec![100, 2], true, false),
+    ] {
+        let name = format!("layer_norm{} {dims:?} beta={beta}", if channels { " channels" } else { "" });
+        v.push(case("layer_norm", name, move |c| {
+            let x = c.input(&dims)?;
+            let d = if channels { dims[0] } else { *dims.last().unwrap() };
+            let gamma = c.w(&[d], 1.0)?;
+            let beta = if beta { Some(c.w(&[d], 0.5)?) } else { None };
+            let axis = if channels { NormAxis::Channels } else { NormAxis::Last };
+            c.b.op(|y| Op::LayerNorm(LayerNorm { x, gamma, beta, eps: 1e-5, axis, y }))
+        }));
+    }
+    // A row of 1000 (split, 16 elements a thread), 300 rows of 10 (a thread each), 6 rows of 130.
+    for dims in [vec![1000usize], vec![300, 10], vec![2, 3, 130]] {
+        v.push(case("softmax", format!("softmax {dims:?}"), move |c| {
+            let x = c.input_scaled(&dims, 4.0, false)?;
+            c.b.op(|y| Op::Softmax(Softmax { x, y }))
+        }));
+    }
+    // (dims, axis): 300 outputs of 5 strided (a thread each), 400 contiguous rows of 70 (split),
+    // 3 rows of 1000 (split, 16 a thread), 4 outputs over 300 strided by 4 (split).
+    for op in ReduceOp::ALL.iter().copied() {
+        for (dims, axis) in [(vec![5usize, 300usize], 0u32), (vec![400, 70], 1), (vec![3, 1000], 1), (vec![300, 4], 0)]
+        {
+            v.push(case("reduce", format!("reduce {op:?} {dims:?} axis {axis}"), move |c| {
+                let x = c.input(&dims)?;
+                c.b.op(|y| Op::Reduce(Reduce { x, op, axis, keep_dims: false, y }))
+            }));
+        }
+    }
+    v
+}
+
+/// An attention node; `mask`: (`[T, T]` rather than `[T]`, fill, query row 0 fully masked).
+pub fn attention(
+    variant: AttentionVariant,
+    t: usize,
+    d: usize,
+    heads: u32,
+    causal: bool,
+    mask: Option<(bool, f32, bool)>,
+) -> Case {
+    let m = match mask {
+        Some((pq, fill, full)) => {
+            format!(
+                " mask {} fill {fill:e}{}",
+                if pq { "[T, T]" } else { "[T]" },
+                if full { " (a row fully masked)" } else { "" }
+            )
+        }
+        None => String::new(),
+    };
+    let name = format!("attention {variant:?} T{t} d{d} h{heads} c{} causal={causal}{m}", d / heads as usize);
+    case("attention", name, move |c| {
+        let x = c.input(&[t, d])?;
+        let mask = match mask {
+            Some((pq, fill, full)) => Some(c.mask_input(t, pq, causal, fill, full)?),
+            None => None,
+        };
+        let q = c.proj(d, d, true)?;
+        let std_or_opt = matches!(variant, AttentionVariant::Standard | AttentionVariant::Optimised);
+        let k = if std_or_opt { Some(c.proj(d, d, true)?) } else { None };
+        let vv = if variant == AttentionVariant::Standard { Some(c.proj(d, d, true)?) } else { None };
+        let align = if variant == AttentionVariant::Super { Some(c.proj(t, t, true)?) } else { None };
+        let o = c.proj(d, d, true)?;
+        let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
+        c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v: vv, align, o, mask, y }))
+    })
+}
+
+/// The attention core's tiling (16-row query blocks, 16-key tiles, 64-column chunks): T of 1 and
+/// not a multiple of 16, head widths not a multiple of 4 and wider than a chunk (c = 70, 96),
+/// 1 to 6 heads, causal with both mask shapes and −∞ fills.
+pub fn attention_cases() -> Vec<Case> {
+    use AttentionVariant::{Efficient, Optimised, Standard, Super};
+    let (inf, min) = (f32::NEG_INFINITY, f32::MIN);
+    vec![
+        attention(Standard, 17, 64, 2, false, None),
+        attention(Efficient, 1, 8, 1, false, None),
+        attention(Standard, 1, 12, 2, true, Some((true, inf, false))),
+        attention(Optimised, 33, 72, 3, true, None),
+        attention(Standard, 20, 48, 2, true, Some((true, inf, false))),
+        attention(Super, 19, 72, 3, true, Some((false, min, false))),
+        attention(Standard, 21, 96, 1, false, Some((false, -1e4, false))),
+        attention(Efficient, 18, 192, 2, false, None),
+        attention(Standard, 10, 70, 1, true, None),
+        attention(Standard, 18, 30, 5, false, Some((true, inf, true))),
+        attention(Optimised, 23, 36, 6, true, Some((true, min, true))),
+        attention(Super, 16, 40, 4, false, None),
+    ]
+}
+
+/// Many key tiles and query blocks: T = 200 causal with a `[T]` mask (13 tiles, the running
+/// maximum growing across them), T = 300 with 24-wide heads, T = 257 with a `[T, T]` mask.
+pub fn large_attention_cases() -> Vec<Case> {
+    use AttentionVariant::{Efficient, Standard};
+    vec![
+        attention(Standard, 200, 64, 4, true, Some((false, f32::MIN, false))),
+        attention(Efficient, 300, 72, 3, false, None),
+        attention(Standard, 257, 32, 1, false, Some((true, f32::NEG_INFINITY, false))),
+    ]
+}
+
+/// LSTM and GRU: every direction and output, with and without initial states, and a layer whose
+/// gate rows (4·70) and hidden units (70) outnumber the workgroup's threads.
+pub fn rnn_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    let shapes = [(5usize, 7usize, 9usize, false), (4, 3, 5, true), (12, 16, 70, true)];
+    for (si, &(t, i, h, states)) in shapes.iter().enumerate() {
+        for &direction in RnnDirection::ALL {
+            for &output in RnnOutput::ALL {
+                if si == 2 && (direction != RnnDirection::Bidirectional || output == RnnOutput::Hidden) {
+                    continue;
+                }
+                for lstm in [true, false] {
+                    if !lstm && output == RnnOutput::Cell {
+                        continue;
+                    }
+                    let cell = if lstm { "lstm" } else { "gru" };
+                    let name = format!("{cell} T{t} I{i} H{h} {direction:?} {output:?} states={states}");
+                    v.push(case("rnn", name, move |c| {
+                        let x = c.input_scaled(&[t, i], 1.0, false)?;
+                        let (dirs, g) = (direction.dirs(), if lstm { 4 } else { 3 });
+                        let w = c.w(&[dirs * g * h, i], 1.0 / (i as f32).sqrt())?;
+                        let r = c.w(&[dirs * g * h, h], 1.0 / (h as f32).sqrt())?;
+                        let b = c.w(&[dirs, 2 * g * h], 0.5)?;
+                        let h0 = if states { Some(c.w(&[dirs, h], 1.0)?) } else { None };
+                        let c0 = if states && lstm { Some(c.w(&[dirs, h], 1.0)?) } else { None };
+                        let hidden = h as u32;
+                        c.b.op(|y| {
+                            if lstm {
+                                Op::Lstm(Lstm { x, w, r, b, h0, c0, hidden, direction, output, y })
+                            } else {
+                                Op::Gru(Gru { x, w, r, b, h0, hidden, direction, output, y })
+                            }
+                        })
+                    }));
+                }
+            }
+        }
+    }
+    v
+}
