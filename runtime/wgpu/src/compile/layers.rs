@@ -194,7 +194,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             ];
             // Register-blocked (4 channels × 4 columns per thread) where a group's output
             // channels come in fours; one thread per output otherwise.
-            let blocked = (c.o / c.groups) % 4 == 0;
+            let blocked = (c.o / c.groups).is_multiple_of(4);
             let per = if blocked { (c.o / 4) * c.oh * c.ow.div_ceil(4) } else { c.o * c.oh * c.ow };
             let mut p = Params::new(per)?.u(2, ctx.act(o.x)?.base)?.u(3, ctx.act(o.y)?.base)?;
             for (i, v) in vals.into_iter().enumerate() {

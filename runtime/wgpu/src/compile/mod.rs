@@ -247,8 +247,8 @@ pub(crate) fn dense(
 /// non-multiple-of-4 columns).
 pub(crate) fn dense_blocks(rows: usize, out: usize, lanes: usize, w: Wd) -> Option<usize> {
     let aligned = match w.dt {
-        1 => w.cols % 2 == 0,
-        2 => w.cols % 4 == 0,
+        1 => w.cols.is_multiple_of(2),
+        2 => w.cols.is_multiple_of(4),
         _ => true,
     };
     (rows >= BLOCK_MIN_ROWS && lanes == 1 && aligned).then(|| rows.div_ceil(4).checked_mul(out.div_ceil(4)))?
