@@ -1,7 +1,9 @@
 //! `kestrel profile`: per-op latency of a model on the CPU (numbers from
 //! [`kestrel::profile`]: a host clock around each node) or on the GPU ([`gpu_profile`]: GPU
 //! timestamp queries around each node's compute pass), as a table, JSON, a Chrome trace and a
-//! PNG bar chart.
+//! PNG bar chart. Each op also gets a roofline line: FLOPs ([`kestrel::profile::op_flops`]),
+//! bytes moved ([`kestrel::profile::op_bytes`]), their ratio (arithmetic intensity), the
+//! achieved GFLOP/s and GB/s at its median time, and on the GPU its compute dispatches per run.
 
 use crate::backend::{Backend, BackendArgs, GpuRunner, On, Runner};
 use crate::classify::BUNDLED;
@@ -214,6 +216,7 @@ pub fn gpu_profile(
         bail!("profile: input 0 has {len} elements, not a whole batch of {per}-element samples");
     }
     let batch = len / per;
+    let dispatches = gpu.session.node_dispatch_counts();
     let mut outs = Vec::new();
     for i in 0..cpu.output_count() {
         let n = batch.saturating_mul(cpu.output(i)?.shape.numel().unwrap_or(0));
@@ -249,6 +252,8 @@ pub fn gpu_profile(
                     op: op.name(),
                     output: file.tensor(op.output())?.name.to_string(),
                     flops: kestrel::profile::op_flops(&file, &op).map(|f| f * batch as u64),
+                    bytes: kestrel::profile::op_bytes(&file, &op, batch as u64),
+                    dispatches: dispatches.get(t.node as usize).copied(),
                     ns: Vec::with_capacity(runs),
                     start_ns: Vec::with_capacity(runs),
                 });
@@ -272,8 +277,18 @@ pub fn gpu_profile(
     let arena_bytes = cpu
         .arena_bytes_threads(batch, kestrel_cpu::threads::threads())
         .context("the arena size for this batch overflows")?;
-    let prof =
-        Profile { batch, warmup, runs, ops, total_ns, run_start_ns, arena_bytes, weight_bytes, nodes: file.op_count() };
+    let prof = Profile {
+        batch,
+        warmup,
+        runs,
+        ops,
+        total_ns,
+        run_start_ns,
+        arena_bytes,
+        weight_bytes,
+        nodes: file.op_count(),
+        dispatches_per_run: Some(dispatches.iter().sum()),
+    };
     Ok((prof, timing))
 }
 
@@ -288,6 +303,11 @@ fn us(ns: f64) -> f64 {
     ns / 1e3
 }
 
+/// `count / ns`: per-nanosecond is giga-per-second; `None` for a zero time.
+fn per_ns(count: u64, ns: u64) -> Option<f64> {
+    (ns > 0).then(|| count as f64 / ns as f64)
+}
+
 /// The profile as a JSON object (ops sorted by cost, times in microseconds).
 pub fn to_json(prof: &Profile, name: &str, source: &str, backend: &str, timing: Timing) -> serde_json::Value {
     let ops: Vec<serde_json::Value> = prof
@@ -300,12 +320,16 @@ pub fn to_json(prof: &Profile, name: &str, source: &str, backend: &str, timing: 
                 "op": o.op,
                 "output": o.output,
                 "flops": o.flops,
+                "bytes": o.bytes,
+                "intensity_flop_per_byte": o.intensity(),
+                "dispatches": o.dispatches,
                 "mean_us": us(o.mean_ns()),
                 "p50_us": us(o.percentile_ns(50.0) as f64),
                 "p90_us": us(o.percentile_ns(90.0) as f64),
                 "p99_us": us(o.percentile_ns(99.0) as f64),
                 "share": prof.share(i),
                 "gflops_p50": o.gflops(),
+                "gbps_p50": o.gbps(),
             })
         })
         .collect();
@@ -322,12 +346,16 @@ pub fn to_json(prof: &Profile, name: &str, source: &str, backend: &str, timing: 
         "arena_bytes": prof.arena_bytes,
         "weight_bytes": prof.weight_bytes,
         "known_flops": prof.known_flops(),
+        "known_bytes": prof.known_bytes(),
+        "dispatches_per_run": prof.dispatches_per_run,
         "total": {
             "mean_us": us(prof.mean_total_ns()),
             "p50_us": us(prof.percentile_total_ns(50.0) as f64),
             "p90_us": us(prof.percentile_total_ns(90.0) as f64),
             "p99_us": us(prof.percentile_total_ns(99.0) as f64),
             "ops_mean_us": us(prof.ops_mean_ns()),
+            "gflops_p50": per_ns(prof.known_flops(), prof.percentile_total_ns(50.0)),
+            "gbps_p50": per_ns(prof.known_bytes(), prof.percentile_total_ns(50.0)),
         },
         "ops": ops,
     })
@@ -354,44 +382,50 @@ fn write_table(
         prof.arena_bytes, prof.batch, prof.weight_bytes
     )?;
     let total = prof.mean_total_ns();
+    let p50 = prof.percentile_total_ns(50.0);
     writeln!(
         w,
-        "total      mean {:.1} µs, p50 {:.1}, p90 {:.1}, p99 {:.1} µs; per-op sum {:.1} µs; {:.3} GFLOP/s (p50) over {:.2} MFLOP",
+        "total      mean {:.1} µs, p50 {:.1}, p90 {:.1}, p99 {:.1} µs; per-op sum {:.1} µs; {:.3} GFLOP/s, {:.3} GB/s (p50) over {:.2} MFLOP, {:.2} MB",
         us(total),
-        us(prof.percentile_total_ns(50.0) as f64),
+        us(p50 as f64),
         us(prof.percentile_total_ns(90.0) as f64),
         us(prof.percentile_total_ns(99.0) as f64),
         us(prof.ops_mean_ns()),
-        {
-            let p50 = prof.percentile_total_ns(50.0) as f64;
-            if p50 > 0.0 {
-                prof.known_flops() as f64 / p50
-            } else {
-                0.0
-            }
-        },
+        per_ns(prof.known_flops(), p50).unwrap_or(0.0),
+        per_ns(prof.known_bytes(), p50).unwrap_or(0.0),
         prof.known_flops() as f64 / 1e6,
+        prof.known_bytes() as f64 / 1e6,
     )?;
-    writeln!(w, "           (GFLOP/s at each op's median time; FLOPs from the op shapes, a multiply-add = 2)")?;
+    writeln!(
+        w,
+        "           (per op at its median time; FLOPs from the op shapes, a multiply-add = 2; bytes: activations at the"
+    )?;
+    writeln!(w, "           batch + weights in their stored encoding, each read once; FLOP/B = arithmetic intensity)")?;
+    if let Some(d) = prof.dispatches_per_run {
+        writeln!(w, "dispatches {d} compute dispatches per run")?;
+    }
     writeln!(w, "timing     {}", timing.describe())?;
     writeln!(w)?;
     if prof.ops.is_empty() {
         writeln!(w, "no per-op times: {}", timing.describe())?;
         return Ok(());
     }
-    writeln!(
+    let gpu = prof.dispatches_per_run.is_some();
+    write!(
         w,
-        "{:>4}  {:<11} {:<28} {:>9} {:>9} {:>9} {:>9} {:>6} {:>8}",
-        "node", "op", "output", "mean µs", "p50", "p90", "p99", "share", "GFLOP/s"
+        "{:>4}  {:<11} {:<24} {:>9} {:>9} {:>9} {:>9} {:>6} {:>8} {:>10} {:>7} {:>8}",
+        "node", "op", "output", "mean µs", "p50", "p90", "p99", "share", "GFLOP/s", "bytes", "FLOP/B", "GB/s"
     )?;
+    writeln!(w, "{}", if gpu { format!(" {:>5}", "disp") } else { String::new() })?;
     let order = prof.by_cost();
     let shown = if top == 0 { order.len() } else { top.min(order.len()) };
     for &i in &order[..shown] {
         let o = &prof.ops[i];
-        let out: String = o.output.chars().take(28).collect();
-        writeln!(
+        let out: String = o.output.chars().take(24).collect();
+        let opt = |v: Option<f64>| v.map_or("-".to_string(), |g| format!("{g:.2}"));
+        write!(
             w,
-            "{:>4}  {:<11} {:<28} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>5.1}% {:>8}",
+            "{:>4}  {:<11} {:<24} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>5.1}% {:>8} {:>10} {:>7} {:>8}",
             o.node,
             o.op,
             out,
@@ -400,7 +434,19 @@ fn write_table(
             us(o.percentile_ns(90.0) as f64),
             us(o.percentile_ns(99.0) as f64),
             prof.share(i) * 100.0,
-            o.gflops().map_or("-".to_string(), |g| format!("{g:.2}"))
+            opt(o.gflops()),
+            o.bytes.map_or("-".to_string(), |b| b.to_string()),
+            opt(o.intensity()),
+            opt(o.gbps()),
+        )?;
+        writeln!(
+            w,
+            "{}",
+            if gpu {
+                format!(" {:>5}", o.dispatches.map_or("-".to_string(), |d| d.to_string()))
+            } else {
+                String::new()
+            }
         )?;
     }
     if shown < order.len() {

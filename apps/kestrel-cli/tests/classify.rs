@@ -404,6 +404,27 @@ fn check_profile(backend: &str, timing: &str) {
     }
     assert!(ops.iter().any(|o| o["op"] == "Attention" && o["gflops_p50"].as_f64().is_some()), "{stdout}");
     assert!(v["arena_bytes"].as_u64().unwrap() > 0 && v["weight_bytes"].as_u64().unwrap() > 0);
+    // Roofline: every executed op moves bytes; intensity = FLOPs / bytes; GB/s at the median;
+    // compute dispatches per node on the GPU (summing to the header's count), null on the CPU.
+    let gpu = backend == "wgpu";
+    let mut dispatches = 0;
+    for o in ops {
+        let bytes = o["bytes"].as_u64().unwrap_or_else(|| panic!("bytes: {o}"));
+        assert!(bytes > 0 && o["gbps_p50"].as_f64().is_some(), "{o}");
+        if let Some(f) = o["flops"].as_u64() {
+            let i = o["intensity_flop_per_byte"].as_f64().unwrap();
+            assert!((i - f as f64 / bytes as f64).abs() <= 1e-9 * i.max(1.0), "{o}");
+        }
+        match o["dispatches"].as_u64() {
+            Some(d) => {
+                assert!(gpu && d >= 1, "{o}");
+                dispatches += d;
+            }
+            None => assert!(!gpu && o["dispatches"].is_null(), "{o}"),
+        }
+    }
+    assert_eq!(v["known_bytes"].as_u64().unwrap(), ops.iter().map(|o| o["bytes"].as_u64().unwrap()).sum::<u64>());
+    assert_eq!(v["dispatches_per_run"].as_u64(), gpu.then_some(dispatches), "{stdout}");
 
     let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).expect("trace is JSON");
     let events = t["traceEvents"].as_array().unwrap();
@@ -425,9 +446,10 @@ fn check_profile(backend: &str, timing: &str) {
     // Human-readable table.
     let (ok, stdout, stderr) = kestrel(&["profile", "--runs", "3", "--warmup", "0", "--backend", backend]);
     assert!(ok, "{stderr}");
-    for needle in ["total", "arena", "weights", "p99", "GFLOP/s", "Attention", timing] {
+    for needle in ["total", "arena", "weights", "p99", "GFLOP/s", "GB/s", "FLOP/B", "Attention", timing] {
         assert!(stdout.contains(needle), "{needle}:\n{stdout}");
     }
+    assert_eq!(stdout.contains("dispatches per run"), backend == "wgpu", "{stdout}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

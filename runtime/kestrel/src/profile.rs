@@ -4,8 +4,10 @@
 //! [`kestrel_cpu::Session::run_with`] hooks that read a monotonic clock before and after every
 //! node, and keeps the per-run timings of every executed node (reshapes are views and are not
 //! executed). [`Profile`] summarises them (mean, percentiles, share of the total), knows each
-//! op's arithmetic cost where it is defined by its shapes ([`op_flops`]), and exports a Chrome
-//! trace (`chrome://tracing`, Perfetto) with one complete event per op per run.
+//! op's arithmetic cost where it is defined by its shapes ([`op_flops`]) and the bytes it must
+//! move ([`op_bytes`]: activations at the batch, weights in their stored encoding), which give
+//! a roofline view (arithmetic intensity, achieved GB/s), and exports a Chrome trace
+//! (`chrome://tracing`, Perfetto) with one complete event per op per run.
 
 use crate::{Error, Input, Model};
 use kestrel_format::{KesFile, Op, TensorId, TensorKind};
@@ -22,6 +24,10 @@ pub struct OpTiming {
     pub output: String,
     /// Floating-point operations for the whole batch, where the op's shapes define them.
     pub flops: Option<u64>,
+    /// Bytes the node must move for the whole batch ([`op_bytes`]), where defined.
+    pub bytes: Option<u64>,
+    /// Compute dispatches the node records per run on a GPU; `None` on the CPU.
+    pub dispatches: Option<usize>,
     /// Duration of this node in each measured run, in nanoseconds.
     pub ns: Vec<u64>,
     /// Start of this node in each run, in nanoseconds since the profile began.
@@ -44,6 +50,21 @@ impl OpTiming {
     pub fn gflops(&self) -> Option<f64> {
         let m = self.percentile_ns(50.0) as f64;
         self.flops.filter(|_| m > 0.0).map(|f| f as f64 / m)
+    }
+
+    /// Arithmetic intensity, FLOP per byte moved, where both are known.
+    pub fn intensity(&self) -> Option<f64> {
+        match (self.flops, self.bytes) {
+            (Some(f), Some(b)) if b > 0 => Some(f as f64 / b as f64),
+            _ => None,
+        }
+    }
+
+    /// Achieved bandwidth in GB/s (10⁹ bytes per second) at the median duration, where the
+    /// bytes are known: [`bytes`](Self::bytes) over the time, a lower bound on the traffic.
+    pub fn gbps(&self) -> Option<f64> {
+        let m = self.percentile_ns(50.0) as f64;
+        self.bytes.filter(|_| m > 0.0).map(|b| b as f64 / m)
     }
 }
 
@@ -68,6 +89,8 @@ pub struct Profile {
     pub weight_bytes: u64,
     /// Graph nodes, including reshapes (views that cost nothing).
     pub nodes: u32,
+    /// GPU compute dispatches one run records (every node); `None` on the CPU.
+    pub dispatches_per_run: Option<usize>,
 }
 
 impl Profile {
@@ -108,6 +131,13 @@ impl Profile {
         self.ops.iter().filter_map(|o| o.flops).sum()
     }
 
+    /// Known bytes moved in one run (sum over ops with known bytes; every op's inputs and
+    /// output counted, so an activation passed between two ops counts twice, as the arena
+    /// traffic of op-by-op execution does).
+    pub fn known_bytes(&self) -> u64 {
+        self.ops.iter().filter_map(|o| o.bytes).sum()
+    }
+
     /// Chrome trace JSON (the "JSON object format": `{"traceEvents": [...]}`): one complete
     /// (`"ph": "X"`) event per executed op per measured run on thread 1, and one event per run
     /// for the whole run on thread 0; times in microseconds.
@@ -133,13 +163,14 @@ impl Profile {
             for (r, (&st, &dur)) in op.start_ns.iter().zip(&op.ns).enumerate() {
                 let _ = write!(
                     s,
-                    ",\n{{\"name\":\"{}\",\"cat\":\"op\",\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":{:.3},\"dur\":{:.3},\"args\":{{\"node\":{},\"run\":{r},\"output\":\"{}\",\"flops\":{}}}}}",
+                    ",\n{{\"name\":\"{}\",\"cat\":\"op\",\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":{:.3},\"dur\":{:.3},\"args\":{{\"node\":{},\"run\":{r},\"output\":\"{}\",\"flops\":{},\"bytes\":{}}}}}",
                     op.op,
                     st as f64 / 1e3,
                     dur as f64 / 1e3,
                     op.node,
                     esc(&op.output),
-                    op.flops.map_or("null".to_string(), |f| f.to_string())
+                    op.flops.map_or("null".to_string(), |f| f.to_string()),
+                    op.bytes.map_or("null".to_string(), |b| b.to_string())
                 );
             }
         }
@@ -221,6 +252,8 @@ pub fn profile(model: &Model, inputs: &[Input<'_>], warmup: usize, runs: usize) 
             op: op.name(),
             output,
             flops,
+            bytes: op_bytes(&file, &op, batch as u64),
+            dispatches: None,
             ns: Vec::with_capacity(runs),
             start_ns: Vec::with_capacity(runs),
         });
@@ -257,7 +290,18 @@ pub fn profile(model: &Model, inputs: &[Input<'_>], warmup: usize, runs: usize) 
         }
     }
     let weight_bytes = weight_bytes(&file);
-    Ok(Profile { batch, warmup, runs, ops, total_ns, run_start_ns, arena_bytes, weight_bytes, nodes: file.op_count() })
+    Ok(Profile {
+        batch,
+        warmup,
+        runs,
+        ops,
+        total_ns,
+        run_start_ns,
+        arena_bytes,
+        weight_bytes,
+        nodes: file.op_count(),
+        dispatches_per_run: None,
+    })
 }
 
 /// Bytes of weights (data and scales) in `file`.
@@ -381,4 +425,45 @@ pub fn op_flops(file: &KesFile<'_>, op: &Op) -> Option<u64> {
         }
         Op::Reshape(_) | Op::Transpose(_) | Op::Embedding(_) => return None,
     })
+}
+
+/// Bytes one run of `op` must move at batch `batch`, the denominator of its arithmetic
+/// intensity; `None` for a reshape (a view: nothing moves) or a tensor the file cannot describe.
+///
+/// Counted from the file's tensor table, so the same on every backend: each distinct activation
+/// input read once and the output written once, `batch ×` their per-sample bytes (f32, or i32
+/// token ids); each weight read once per run in its stored encoding, data plus scales (f32: 4
+/// bytes an element, f16: 2, int8: 1 plus an f32 scale per row, int4: ½ per element with rows
+/// padded to groups of 32, plus an f16 scale per group); an embedding reads only the table rows
+/// it gathers (`batch · T` of them) and the first `T` rows of its position table. This is the
+/// compulsory traffic of op-by-op execution: a kernel that re-reads its weights per sample or
+/// spills intermediates (attention scores) to memory moves more, so bytes / time is a lower
+/// bound on the achieved bandwidth.
+pub fn op_bytes(file: &KesFile<'_>, op: &Op, batch: u64) -> Option<u64> {
+    if matches!(op, Op::Reshape(_)) {
+        return None;
+    }
+    let mut ids: Vec<TensorId> = Vec::new();
+    op.for_each_input(|id| {
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    });
+    let y = file.tensor(op.output()).ok()?;
+    let mut total = y.len.checked_mul(batch)?;
+    for id in ids {
+        let t = file.tensor(id).ok()?;
+        let stored = t.len.checked_add(t.scale_len)?;
+        total = total.checked_add(match (t.kind, op) {
+            (TensorKind::Activation, _) => t.len.checked_mul(batch)?,
+            (TensorKind::Weight, Op::Embedding(e)) if id == e.table || Some(id) == e.pos => {
+                let rows = u64::from(*t.shape.dims().first()?).max(1);
+                let tokens = numel(file, e.ids)?;
+                let gathered = if id == e.table { tokens.checked_mul(batch)? } else { tokens.min(rows) };
+                (stored / rows).checked_mul(gathered)?
+            }
+            (TensorKind::Weight, _) => stored,
+        })?;
+    }
+    Some(total)
 }

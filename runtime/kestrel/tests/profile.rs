@@ -2,7 +2,7 @@
 //! Chrome trace with one event per op per run.
 
 use kestrel::format::{DType, Op};
-use kestrel::profile::{op_flops, profile};
+use kestrel::profile::{op_bytes, op_flops, profile};
 use kestrel::{Input, Model};
 
 fn demo() -> Model {
@@ -89,4 +89,70 @@ fn zero_runs_and_partial_batches_are_errors() {
     let x = vec![0.5f32; 256];
     assert!(profile(&model, &[Input::F32(&x)], 0, 0).is_err());
     assert!(profile(&model, &[Input::F32(&x[..100])], 0, 1).is_err());
+}
+
+/// A one-Dense model `x [5, 40] → y [5, 3]` with its weight stored as `dtype` and an f32 bias.
+fn dense_model(dtype: DType) -> Model {
+    use kestrel::format::ops::{Activation, Dense, Proj};
+    let mut b = kestrel::ModelBuilder::new("dense");
+    let x = b.input("x", &[5, 40]).unwrap();
+    let w = b.weight_as("w", &[3, 40], kestrel::demo::Rng::new(1).vec(120, 0.5), dtype).unwrap();
+    let bias = b.weight_as("b", &[3], vec![0.1, 0.2, 0.3], DType::F32).unwrap();
+    let y = b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: Some(bias) }, act: Activation::None, y })).unwrap();
+    b.output(y);
+    Model::from_bytes(&b.build().unwrap()).unwrap()
+}
+
+#[test]
+fn bytes_count_activations_at_the_batch_and_weights_in_their_encoding() {
+    // Batch 2: x is 2·5·40 f32 = 1600 B read, y is 2·5·3 f32 = 120 B written, the bias 3 f32 =
+    // 12 B; the weight [3, 40] is read once whatever the batch:
+    //   f32:  3·40·4 = 480 B;
+    //   int8: 3·40 = 120 B + one f32 scale per row, 12 B = 132 B;
+    //   int4: rows padded to 2 groups of 32 → 3·64/2 = 96 B + one f16 scale per group, 3·2·2 =
+    //         12 B = 108 B.
+    for (dtype, weight) in [(DType::F32, 480), (DType::I8, 132), (DType::I4, 108)] {
+        let model = dense_model(dtype);
+        let cpu = model.cpu().unwrap();
+        let file = cpu.file();
+        let op = file.op(0).unwrap();
+        assert_eq!(op_bytes(file, &op, 2), Some(1600 + 120 + 12 + weight), "{dtype:?}");
+        assert_eq!(op_bytes(file, &op, 1), Some(800 + 60 + 12 + weight), "{dtype:?}");
+        // The profile carries them (batch 2), with the intensity FLOP/byte: 2·10·40·3 = 2400 FLOP.
+        let x = vec![0.25f32; 2 * 200];
+        let p = profile(&model, &[Input::F32(&x)], 0, 2).unwrap();
+        let o = &p.ops[0];
+        assert_eq!((o.flops, o.bytes, o.dispatches), (Some(2400), Some(1732 + weight), None));
+        assert!((o.intensity().unwrap() - 2400.0 / (1732 + weight) as f64).abs() < 1e-12);
+        assert_eq!(p.known_bytes(), 1732 + weight);
+        assert_eq!(p.dispatches_per_run, None);
+    }
+}
+
+#[test]
+fn every_op_of_the_demo_has_bytes_except_reshapes() {
+    let model = demo();
+    let cpu = model.cpu().unwrap();
+    let file = cpu.file();
+    for n in 0..file.op_count() {
+        let op = file.op(n).unwrap();
+        let b1 = op_bytes(file, &op, 1);
+        if matches!(op, Op::Reshape(_)) {
+            assert_eq!(b1, None);
+            continue;
+        }
+        // Activations (each distinct one once) grow with the batch, weights do not.
+        let mut acts = file.tensor(op.output()).unwrap().len;
+        let mut seen = Vec::new();
+        op.for_each_input(|id| {
+            let t = file.tensor(id).unwrap();
+            if t.kind == kestrel::format::TensorKind::Activation && !seen.contains(&id) {
+                seen.push(id);
+                acts += t.len;
+            }
+        });
+        let (b1, b3) = (b1.unwrap(), op_bytes(file, &op, 3).unwrap());
+        assert!(b1 >= acts, "node {n} ({}): {b1} < {acts}", op.name());
+        assert_eq!(b3 - b1, 2 * acts, "node {n} ({})", op.name());
+    }
 }

@@ -625,6 +625,12 @@ impl GpuSession {
     pub fn in_flight_counts(&self) -> GpuCounts {
         self.in_flight
     }
+
+    /// Compute dispatches each graph node records per run, indexed by node (0 for reshapes,
+    /// which are views); they sum to [`dispatch_count`](Self::dispatch_count).
+    pub fn node_dispatch_counts(&self) -> Vec<usize> {
+        self.nodes.iter().map(|n| n.dispatches.len()).collect()
+    }
 }
 
 /// A buffer mapping's outcome, once its callback has run.
