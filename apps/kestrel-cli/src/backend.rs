@@ -189,7 +189,7 @@ impl<'m> Runner<'m> {
             ));
         }
         let cpu = model.cpu()?;
-        let opts = SessionOptions { precision: args.gpu_precision.into() };
+        let opts = SessionOptions { precision: args.gpu_precision.into(), ..Default::default() };
         let mut cap = capacity;
         let session = loop {
             match GpuSession::with_options(&ctx, &cpu, cap, &opts) {

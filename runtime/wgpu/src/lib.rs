@@ -35,11 +35,13 @@ pub mod device;
 mod error;
 pub mod kernels;
 mod session;
+mod tuning;
 
 pub use device::{adapters, AdapterChoice, AdapterSummary, DeviceOptions, GpuContext, ADAPTER_ENV};
 pub use error::{GpuError, ACTIVATION_ARENA};
 pub use kernels::{Arith, Family, Kernel, Variant};
 pub use session::{GpuCounts, GpuSession, NodeTiming, Precision, Profile, SessionOptions, TimingSource};
+pub use tuning::Tuning;
 
 /// The wgpu version this backend is built on (for adapter info, features and limits types).
 pub use wgpu;

@@ -5,7 +5,7 @@
 use crate::compile::{self, numel, Dispatch};
 use crate::device::GpuContext;
 use crate::kernels::{Arith, PipelineCache, Variant, PARAM_BYTES, PARAM_WORDS, WORKGROUP};
-use crate::GpuError;
+use crate::{GpuError, Tuning};
 use kestrel_cpu::{Input, RunError};
 use kestrel_format::ops::Op;
 use kestrel_format::{DType, TensorId};
@@ -40,6 +40,8 @@ pub enum Precision {
 pub struct SessionOptions {
     /// Arithmetic of the dot-product kernels. Default [`Precision::F32`].
     pub precision: Precision,
+    /// Kernel-choice thresholds; `None` (the default): [`Tuning::for_device`] of the adapter.
+    pub tuning: Option<Tuning>,
 }
 
 /// How a [`Profile`] was measured.
@@ -157,7 +159,8 @@ impl GpuSession {
             .checked_mul(capacity as u64)
             .ok_or(RunError::BadCapacity { max: 0, found: capacity })?;
         let acts_words = usize::try_from(acts_bytes / 4).map_err(|_| GpuError::Model("arena size".into()))?;
-        let (compiled, scratch_words) = compile::compile(file, capacity, acts_words)?;
+        let tuning = options.tuning.unwrap_or_else(|| Tuning::for_device(ctx.adapter_info().device_type));
+        let (compiled, scratch_words) = compile::compile(file, capacity, acts_words, tuning)?;
         let arena_bytes = ((acts_words + scratch_words) as u64 * 4).max(4);
         let lim = &ctx.limits;
         limit(

@@ -21,7 +21,7 @@ use kestrel::format::DType;
 use kestrel::{Error, Input, ModelBuilder};
 use kestrel_reference::tolerance::{Tolerance, F32_KERNEL};
 use kestrel_wgpu::{
-    Arith, DeviceOptions, GpuContext, GpuError, GpuSession, Kernel, Precision, SessionOptions, Variant,
+    Arith, DeviceOptions, GpuContext, GpuError, GpuSession, Kernel, Precision, SessionOptions, Tuning, Variant,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -533,46 +533,50 @@ fn check(gpu: &GpuContext, cases: &[Case], precision: Precision) -> BTreeSet<Var
     let mut worst: BTreeMap<&str, (f64, f64, &str)> = BTreeMap::new();
     let mut failures = Vec::new();
     let mut runs = 0;
-    let options = SessionOptions { precision };
     for (ci, c) in cases.iter().enumerate() {
         for dtype in DTYPES {
             let (model, feeds) = build(c, dtype, 0xC0FFEE + ci as u64 * 17 + dtype as u64);
             let want = common::run_cpu(&model, &feeds, BATCH);
             let cpu = model.cpu().unwrap();
-            let mut s =
-                GpuSession::with_options(gpu, &cpu, CAP, &options).unwrap_or_else(|e| panic!("{}: {e}", c.name));
-            // The f16 tolerance only where an f16 kernel runs: everything else must stay f32-exact.
-            seen.extend(s.variants());
-            let f16_dispatches = s.variants().iter().filter(|v| v.arith() == Arith::F16).count();
-            let tol = if f16_dispatches > 0 { F16_KERNEL } else { GPU_KERNEL };
-            if precision == Precision::F16 {
-                assert_eq!(s.arith(), Arith::F16, "{}", c.name);
-                let expect_f16 = !F32_ONLY_FAMILIES.contains(&c.family);
-                assert_eq!(f16_dispatches > 0, expect_f16, "{}: f16 dispatches {f16_dispatches}", c.name);
-            } else {
-                assert_eq!(f16_dispatches, 0, "{}", c.name);
-            }
-            let n_out = want[0].len() / BATCH;
-            let mut got = vec![0f32; BATCH * n_out];
-            let inputs: Vec<Input<'_>> = feeds.iter().map(Feed::input).collect();
-            s.run(&inputs, &mut [&mut got]).unwrap_or_else(|e| panic!("{}: {e}", c.name));
-            // Batch 1 on the same session: the per-run batch parameter is rewritten.
-            let one: Vec<Feed> = feeds.iter().map(|f| f.head(1, BATCH)).collect();
-            let inputs1: Vec<Input<'_>> = one.iter().map(Feed::input).collect();
-            let mut got1 = vec![0f32; n_out];
-            s.run(&inputs1, &mut [&mut got1]).unwrap_or_else(|e| panic!("{}: {e}", c.name));
-            runs += 2;
-            assert!(want[0].iter().any(|&v| v != 0.0), "{}: reference is all zeros", c.name);
-            for (label, g, w) in [("batch 3", &got[..], &want[0][..]), ("batch 1", &got1[..], &want[0][..n_out])] {
-                let (ratio, rel) = measure(g, w, tol);
-                let e = worst.entry(c.family).or_insert((0.0, 0.0, tol.name));
-                e.0 = e.0.max(ratio);
-                e.1 = e.1.max(rel);
-                if ratio.is_nan() || ratio > 1.0 {
-                    failures.push(format!(
-                        "{} {dtype:?} {label}: error/allowance {ratio:.3} under {} (max rel {rel:.3e})",
-                        c.name, tol.name
-                    ));
+            // Both tunings on whatever adapter runs the tests: the kernels a hardware GPU picks
+            // are checked on the software adapter too.
+            for tuning in [Tuning::SOFTWARE, Tuning::GPU] {
+                let options = SessionOptions { precision, tuning: Some(tuning) };
+                let mut s =
+                    GpuSession::with_options(gpu, &cpu, CAP, &options).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+                // The f16 tolerance only where an f16 kernel runs: everything else must stay f32-exact.
+                seen.extend(s.variants());
+                let f16_dispatches = s.variants().iter().filter(|v| v.arith() == Arith::F16).count();
+                let tol = if f16_dispatches > 0 { F16_KERNEL } else { GPU_KERNEL };
+                if precision == Precision::F16 {
+                    assert_eq!(s.arith(), Arith::F16, "{}", c.name);
+                    let expect_f16 = !F32_ONLY_FAMILIES.contains(&c.family);
+                    assert_eq!(f16_dispatches > 0, expect_f16, "{}: f16 dispatches {f16_dispatches}", c.name);
+                } else {
+                    assert_eq!(f16_dispatches, 0, "{}", c.name);
+                }
+                let n_out = want[0].len() / BATCH;
+                let mut got = vec![0f32; BATCH * n_out];
+                let inputs: Vec<Input<'_>> = feeds.iter().map(Feed::input).collect();
+                s.run(&inputs, &mut [&mut got]).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+                // Batch 1 on the same session: the per-run batch parameter is rewritten.
+                let one: Vec<Feed> = feeds.iter().map(|f| f.head(1, BATCH)).collect();
+                let inputs1: Vec<Input<'_>> = one.iter().map(Feed::input).collect();
+                let mut got1 = vec![0f32; n_out];
+                s.run(&inputs1, &mut [&mut got1]).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+                runs += 2;
+                assert!(want[0].iter().any(|&v| v != 0.0), "{}: reference is all zeros", c.name);
+                for (label, g, w) in [("batch 3", &got[..], &want[0][..]), ("batch 1", &got1[..], &want[0][..n_out])] {
+                    let (ratio, rel) = measure(g, w, tol);
+                    let e = worst.entry(c.family).or_insert((0.0, 0.0, tol.name));
+                    e.0 = e.0.max(ratio);
+                    e.1 = e.1.max(rel);
+                    if ratio.is_nan() || ratio > 1.0 {
+                        failures.push(format!(
+                            "{} {dtype:?} {label} {tuning:?}: error/allowance {ratio:.3} under {} (max rel {rel:.3e})",
+                            c.name, tol.name
+                        ));
+                    }
                 }
             }
         }
@@ -580,7 +584,7 @@ fn check(gpu: &GpuContext, cases: &[Case], precision: Precision) -> BTreeSet<Var
     for (f, (ratio, rel, tol)) in &worst {
         println!("{precision:?} {f:12} worst error/allowance {ratio:.3} ({tol}), max |gpu-cpu|/max|cpu| {rel:.2e}");
     }
-    println!("{precision:?}: {} cases x {} encodings, {runs} GPU runs", cases.len(), DTYPES.len());
+    println!("{precision:?}: {} cases x {} encodings x 2 tunings, {runs} GPU runs", cases.len(), DTYPES.len());
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
     seen
 }
@@ -663,7 +667,7 @@ fn f16_arithmetic_rounds_and_f32_does_not() {
     let exact = 8.0 + 2f32.powi(-12);
     assert_eq!(common::run_cpu(&model, &[Feed::F32(xs.to_vec())], 1)[0], [exact]);
     for (precision, want) in [(Precision::F32, exact), (Precision::F16, 8.0), (Precision::Auto, 8.0)] {
-        let mut s = GpuSession::with_options(&g, &cpu, 1, &SessionOptions { precision }).unwrap();
+        let mut s = GpuSession::with_options(&g, &cpu, 1, &SessionOptions { precision, ..Default::default() }).unwrap();
         let mut out = [0f32];
         s.run(&[Input::F32(&xs)], &mut [&mut out]).unwrap();
         assert_eq!(out[0], want, "{precision:?}");
@@ -682,13 +686,15 @@ fn f16_without_shader_f16_is_a_typed_error_and_auto_falls_back() {
     let c = &layer_cases()[0];
     let (model, feeds) = build(c, DType::F16, 9);
     let cpu = model.cpu().unwrap();
-    let e = GpuSession::with_options(&no_f16, &cpu, 2, &SessionOptions { precision: Precision::F16 })
-        .err()
-        .expect("f16 without SHADER_F16 must fail");
+    let e =
+        GpuSession::with_options(&no_f16, &cpu, 2, &SessionOptions { precision: Precision::F16, ..Default::default() })
+            .err()
+            .expect("f16 without SHADER_F16 must fail");
     assert!(matches!(e, GpuError::F16Unsupported { .. }), "{e}");
     assert!(e.to_string().contains("SHADER_F16"), "{e}");
     let run = |ctx: &GpuContext, precision| {
-        let mut s = GpuSession::with_options(ctx, &cpu, BATCH, &SessionOptions { precision }).unwrap();
+        let mut s =
+            GpuSession::with_options(ctx, &cpu, BATCH, &SessionOptions { precision, ..Default::default() }).unwrap();
         let mut out = vec![0f32; common::run_cpu(&model, &feeds, BATCH)[0].len()];
         let inputs: Vec<Input<'_>> = feeds.iter().map(Feed::input).collect();
         s.run(&inputs, &mut [&mut out]).unwrap();

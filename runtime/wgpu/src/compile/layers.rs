@@ -1,6 +1,6 @@
 //! Dispatches of the layer and generic ops.
 
-use super::{dense, numel, row_split, softmax, split_per, Ctx, Dispatch, Params, Region};
+use super::{numel, split_per, Ctx, Dispatch, Params, Region};
 use crate::kernels::Kernel;
 use crate::GpuError;
 use kestrel_cpu::kernels::conv::Conv2dParams;
@@ -17,7 +17,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             let proj = ctx.proj(o.proj)?;
             let out = ctx.info(o.proj.w)?.shape.dim(0);
             let rows = x.numel().unwrap_or(0) / x.last().max(1);
-            vec![dense(ctx.act(o.x)?, rows, out, proj, o.act as u32, ctx.act(o.y)?, None)?]
+            vec![ctx.dense(ctx.act(o.x)?, rows, out, proj, o.act as u32, ctx.act(o.y)?, None)?]
         }
         Op::LayerNorm(o) => {
             let x = shape(o.x)?;
@@ -31,7 +31,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             };
             // One thread or one workgroup (`row_split`) per row (per position for channels-first).
             let rows = x.numel().unwrap_or(0) / d.max(1);
-            let split = row_split(rows, d, inner == 1);
+            let split = ctx.row_split(rows, d, inner == 1);
             let mut p = Params::new(split_per(rows, split)?)?
                 .u(2, ctx.act(o.x)?.base)?
                 .u(3, ctx.act(o.y)?.base)?
@@ -67,7 +67,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
         Op::Softmax(o) => {
             let x = shape(o.x)?;
             let n = x.last();
-            vec![softmax(ctx.act(o.x)?.base, ctx.act(o.y)?.base, x.numel().unwrap_or(0) / n.max(1), n)?]
+            vec![ctx.softmax(ctx.act(o.x)?.base, ctx.act(o.y)?.base, x.numel().unwrap_or(0) / n.max(1), n)?]
         }
         Op::PatchEmbed(o) => {
             let x = shape(o.x)?;
@@ -84,7 +84,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 .u(7, p)?
                 .done(Kernel::PatchGather);
             let out = ctx.info(o.proj.w)?.shape.dim(0);
-            vec![gather, dense(patches, t, out, ctx.proj(o.proj)?, 0, ctx.act(o.y)?, None)?]
+            vec![gather, ctx.dense(patches, t, out, ctx.proj(o.proj)?, 0, ctx.act(o.y)?, None)?]
         }
         Op::Embedding(o) => {
             let ids = shape(o.ids)?;
@@ -109,7 +109,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             let outer: usize = x.dims()[..a].iter().map(|&v| v as usize).product();
             let inner: usize = x.dims()[a + 1..].iter().map(|&v| v as usize).product();
             let (n, outputs) = (x.dim(a), outer * inner);
-            let split = row_split(outputs, n, inner == 1);
+            let split = ctx.row_split(outputs, n, inner == 1);
             vec![Params::new(split_per(outputs, split)?)?
                 .u(2, ctx.act(o.x)?.base)?
                 .u(3, ctx.act(o.y)?.base)?
@@ -304,7 +304,7 @@ fn rnn(
     let (dirs, g, h) = (p.dirs(), p.gate_rows(), p.hidden);
     let xw = ctx.scratch(p.t * dirs * g);
     let state = ctx.scratch(dirs * (g + 3 * h));
-    let project = dense(ctx.act(x)?, p.t, dirs * g, (ctx.weight(w)?, None), 0, xw, None)?;
+    let project = ctx.dense(ctx.act(x)?, p.t, dirs * g, (ctx.weight(w)?, None), 0, xw, None)?;
     let yr = ctx.act(y)?;
     let mut q = Params::new(dirs * crate::kernels::WORKGROUP as usize)?
         .region(2, xw)?

@@ -2,7 +2,7 @@
 //! mechanism's core is one kernel (two or three for the AFT exponentials and Fastformer's
 //! pooling), and the output projection reads the core's result.
 
-use super::{dense, softmax, Ctx, Dispatch, Params, Region};
+use super::{Ctx, Dispatch, Params, Region};
 use crate::kernels::Kernel;
 use crate::GpuError;
 use kestrel_format::ops::{AftBias, AttentionVariant, Op};
@@ -24,11 +24,11 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
     match *op {
         Op::Attention(o) => {
             let q = ctx.scratch(td);
-            v.push(dense(x, t, d, ctx.proj(o.q)?, 0, q, None)?);
+            v.push(ctx.dense(x, t, d, ctx.proj(o.q)?, 0, q, None)?);
             let k = match o.k {
                 Some(p) => {
                     let k = ctx.scratch(td);
-                    v.push(dense(x, t, d, ctx.proj(p)?, 0, k, None)?);
+                    v.push(ctx.dense(x, t, d, ctx.proj(p)?, 0, k, None)?);
                     k
                 }
                 None => x,
@@ -36,7 +36,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             let val = match (o.v, o.align) {
                 (Some(p), _) => {
                     let r = ctx.scratch(td);
-                    v.push(dense(x, t, d, ctx.proj(p)?, 0, r, None)?);
+                    v.push(ctx.dense(x, t, d, ctx.proj(p)?, 0, r, None)?);
                     r
                 }
                 (None, Some(a)) if o.variant == AttentionVariant::Super => {
@@ -78,7 +78,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 p = p.b(15, true).region(16, mr)?.b(18, mr.stride != t);
             }
             v.push(p.done(Kernel::Attend));
-            v.push(dense(heads_out, t, d, ctx.proj(o.o)?, 0, y, None)?);
+            v.push(ctx.dense(heads_out, t, d, ctx.proj(o.o)?, 0, y, None)?);
         }
         Op::AftFull(o) => {
             let (q, e, ev) = project_exp(ctx, &mut v, x, t, d, d, (o.q, o.k, o.v))?;
@@ -103,7 +103,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 }
             };
             v.push(p.done(Kernel::AftFull));
-            v.push(dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
+            v.push(ctx.dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
         }
         Op::AftLocal(o) => {
             let (q, e, ev) = project_exp(ctx, &mut v, x, t, d, d, (o.q, o.k, o.v))?;
@@ -120,13 +120,13 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                     .w(12, ctx.weight(o.w)?)
                     .done(Kernel::AftLocal),
             );
-            v.push(dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
+            v.push(ctx.dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
         }
         Op::AftSimple(o) => {
             let (q, k, val) = (ctx.scratch(td), ctx.scratch(td), ctx.scratch(td));
-            v.push(dense(x, t, d, ctx.proj(o.q)?, 0, q, None)?);
-            v.push(dense(x, t, d, ctx.proj(o.k)?, 0, k, None)?);
-            v.push(dense(x, t, d, ctx.proj(o.v)?, 0, val, None)?);
+            v.push(ctx.dense(x, t, d, ctx.proj(o.q)?, 0, q, None)?);
+            v.push(ctx.dense(x, t, d, ctx.proj(o.k)?, 0, k, None)?);
+            v.push(ctx.dense(x, t, d, ctx.proj(o.v)?, 0, val, None)?);
             // One workgroup per (sample, channel).
             v.push(
                 Params::new(d * crate::kernels::WORKGROUP as usize)?
@@ -139,7 +139,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                     .b(8, o.causal)
                     .done(Kernel::AftSimple),
             );
-            v.push(dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
+            v.push(ctx.dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
         }
         Op::AftConv(o) => {
             let h = o.heads as usize;
@@ -158,16 +158,16 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                     .w(12, ctx.weight(o.w)?)
                     .done(Kernel::AftConv),
             );
-            v.push(dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
+            v.push(ctx.dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
         }
         Op::Fastformer(o) => {
             let h = o.heads as usize;
             let (q, k, val) = (ctx.scratch(td), ctx.scratch(td), ctx.scratch(td));
             let alpha = ctx.scratch(h * t);
             let (g1, g2) = (ctx.scratch(d), ctx.scratch(d));
-            v.push(dense(x, t, d, ctx.proj(o.q)?, 0, q, None)?);
-            v.push(dense(x, t, d, ctx.proj(o.k)?, 0, k, None)?);
-            v.push(dense(x, t, d, ctx.proj(o.v)?, 0, val, None)?);
+            v.push(ctx.dense(x, t, d, ctx.proj(o.q)?, 0, q, None)?);
+            v.push(ctx.dense(x, t, d, ctx.proj(o.k)?, 0, k, None)?);
+            v.push(ctx.dense(x, t, d, ctx.proj(o.v)?, 0, val, None)?);
             for (rows, score, g, target) in [(q, o.wqa, g1, k), (k, o.wka, g2, val)] {
                 v.push(
                     Params::new(h * t)?
@@ -180,7 +180,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                         .w(12, ctx.weight(score)?)
                         .done(Kernel::FfScores),
                 );
-                v.push(softmax(alpha.base, alpha.base, h, t)?);
+                v.push(ctx.softmax(alpha.base, alpha.base, h, t)?);
                 v.push(
                     Params::new(d)?
                         .region(2, rows)?
@@ -193,7 +193,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 );
                 v.push(Params::new(td)?.region(2, target)?.u(4, g.base)?.u(5, d)?.done(Kernel::FfScaleRows));
             }
-            v.push(dense(val, t, d, ctx.proj(o.r)?, 0, y, Some(q))?);
+            v.push(ctx.dense(val, t, d, ctx.proj(o.r)?, 0, y, Some(q))?);
         }
         _ => return Err(GpuError::UnsupportedOp { node, op: op.name() }),
     }
@@ -213,9 +213,9 @@ fn project_exp(
     (pq, pk, pv): (kestrel_format::ops::Proj, kestrel_format::ops::Proj, kestrel_format::ops::Proj),
 ) -> Result<(Region, Region, Region), GpuError> {
     let (q, e, ev) = (ctx.scratch(t * d), ctx.scratch(t * kcols), ctx.scratch(t * d));
-    v.push(dense(x, t, d, ctx.proj(pq)?, 0, q, None)?);
-    v.push(dense(x, t, kcols, ctx.proj(pk)?, 0, e, None)?);
-    v.push(dense(x, t, d, ctx.proj(pv)?, 0, ev, None)?);
+    v.push(ctx.dense(x, t, d, ctx.proj(pq)?, 0, q, None)?);
+    v.push(ctx.dense(x, t, kcols, ctx.proj(pk)?, 0, e, None)?);
+    v.push(ctx.dense(x, t, d, ctx.proj(pv)?, 0, ev, None)?);
     v.push(Params::new(d)?.region(2, e)?.region(4, ev)?.u(6, t)?.u(7, d)?.u(8, kcols)?.done(Kernel::ExpValues));
     v.push(Params::new(kcols)?.region(2, e)?.u(4, t)?.u(5, kcols)?.done(Kernel::ExpKeys));
     Ok((q, e, ev))

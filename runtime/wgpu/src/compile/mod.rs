@@ -11,6 +11,7 @@ mod mechanisms;
 
 use crate::kernels::{Kernel, PARAM_WORDS, WORKGROUP};
 use crate::GpuError;
+use crate::Tuning;
 use kestrel_format::ops::{Op, Proj, TensorId};
 use kestrel_format::{DType, KesFile, TensorInfo, TensorKind};
 
@@ -93,6 +94,8 @@ pub(crate) struct Ctx<'f, 'a> {
     scratch_used: usize,
     /// Largest scratch any node used (words).
     pub scratch_words: usize,
+    /// The device's kernel-choice thresholds.
+    pub tuning: Tuning,
 }
 
 impl<'f, 'a> Ctx<'f, 'a> {
@@ -155,8 +158,13 @@ pub(crate) fn numel(t: &TensorInfo<'_>) -> Result<usize, GpuError> {
 pub(crate) type Lowered = Vec<(Op, Vec<Dispatch>)>;
 
 /// The dispatches of every node, and the GPU scratch words they need.
-pub(crate) fn compile(file: &KesFile<'_>, cap: usize, acts_words: usize) -> Result<(Lowered, usize), GpuError> {
-    let mut ctx = Ctx { file, cap, scratch_base: acts_words, scratch_used: 0, scratch_words: 0 };
+pub(crate) fn compile(
+    file: &KesFile<'_>,
+    cap: usize,
+    acts_words: usize,
+    tuning: Tuning,
+) -> Result<(Lowered, usize), GpuError> {
+    let mut ctx = Ctx { file, cap, scratch_base: acts_words, scratch_used: 0, scratch_words: 0, tuning };
     let mut nodes = Vec::new();
     for node in 0..file.op_count() {
         let op = file.op(node).map_err(|e| GpuError::Model(e.to_string()))?;
@@ -172,13 +180,15 @@ pub(crate) fn compile(file: &KesFile<'_>, cap: usize, acts_words: usize) -> Resu
 }
 
 /// Threads sharing one dense output (`lanes` in `linear.wgsl`) for `outputs` outputs per sample
-/// over rows of `inp` features: a power of two up to the workgroup size, enough to bring the
-/// dispatch to [`DENSE_TARGET_THREADS`] threads (few outputs: a GEMV-shaped head), but never so
-/// many that a thread sums fewer than [`DENSE_MIN_CHUNKS`] four-column chunks. So a 1 × 20 736 → 16
-/// head gets 64 lanes and a 64 × 256 → 256 layer (16 384 outputs, already parallel) one.
-pub(crate) fn dense_lanes(inp: usize, outputs: usize) -> usize {
-    let by_length = (inp / 4) / DENSE_MIN_CHUNKS;
-    let by_occupancy = DENSE_TARGET_THREADS.div_ceil(outputs.max(1));
+/// at batch capacity `cap` over rows of `inp` features: a power of two up to the workgroup size,
+/// enough to bring the dispatch to [`Tuning::dense_target_threads`] threads (few outputs: a
+/// GEMV-shaped head, or a small layer at batch 1 on a GPU), but never so many that a thread sums
+/// fewer than [`Tuning::dense_min_chunks`] four-column chunks. In software tuning a
+/// 1 × 20 736 → 16 head gets 64 lanes and a 64 × 256 → 256 layer (16 384 outputs, already
+/// parallel) one; on a GPU a 17 × 64 → 64 layer at batch 1 gets 8.
+pub(crate) fn dense_lanes(inp: usize, outputs: usize, cap: usize, t: &Tuning) -> usize {
+    let by_length = (inp / 4) / t.dense_min_chunks.max(1);
+    let by_occupancy = t.dense_target_threads.div_ceil(outputs.saturating_mul(cap).max(1));
     let lanes = by_length.min(by_occupancy).min(WORKGROUP as usize);
     if lanes == 0 {
         1
@@ -187,17 +197,44 @@ pub(crate) fn dense_lanes(inp: usize, outputs: usize) -> usize {
     }
 }
 
-/// Four-column chunks each cooperating dense thread sums at least: below this the tree's barriers
-/// cost more than the shorter loop saves.
-const DENSE_MIN_CHUNKS: usize = 8;
+impl Ctx<'_, '_> {
+    /// [`dense`] with this session's capacity and tuning.
+    #[allow(clippy::too_many_arguments)]
+    pub fn dense(
+        &self,
+        x: Region,
+        rows: usize,
+        out: usize,
+        proj: (Wd, Option<Wd>),
+        act: u32,
+        y: Region,
+        add: Option<Region>,
+    ) -> Result<Dispatch, GpuError> {
+        let lanes = dense_lanes(proj.0.cols as usize, rows.saturating_mul(out), self.cap, &self.tuning);
+        dense(x, rows, out, proj, act, y, add, lanes)
+    }
 
-/// Threads per sample a dense dispatch should reach by splitting rows (about what it takes to fill
-/// a mid-range GPU); layers with this many outputs run one thread per output.
-const DENSE_TARGET_THREADS: usize = 16_384;
+    /// Whether a row-wise op runs a workgroup per row ([`row_split`] under this tuning).
+    pub fn row_split(&self, rows: usize, n: usize, contiguous: bool) -> bool {
+        row_split(rows, n, contiguous, &self.tuning)
+    }
+
+    /// A softmax over `rows` rows per sample of `n` elements, `x_base` to `y_base` (in place when
+    /// equal): [`row_split`] picks the kernel.
+    pub fn softmax(&self, x_base: usize, y_base: usize, rows: usize, n: usize) -> Result<Dispatch, GpuError> {
+        let split = self.row_split(rows, n, true);
+        Ok(Params::new(split_per(rows, split)?)?.u(2, x_base)?.u(3, y_base)?.u(4, n)?.done(if split {
+            Kernel::SoftmaxSplit
+        } else {
+            Kernel::Softmax
+        }))
+    }
+}
 
 /// A dense dispatch: `y[s, r, :] = act(x[s, r, :] Wᵀ + b) (+ add[s, r, :])` for `rows` rows of
-/// `out` features, [`dense_lanes`] threads per output.
-pub(crate) fn dense(
+/// `out` features, `lanes` threads per output ([`dense_lanes`]).
+#[allow(clippy::too_many_arguments)]
+fn dense(
     x: Region,
     rows: usize,
     out: usize,
@@ -205,9 +242,9 @@ pub(crate) fn dense(
     act: u32,
     y: Region,
     add: Option<Region>,
+    lanes: usize,
 ) -> Result<Dispatch, GpuError> {
     let inp = w.cols as usize;
-    let lanes = dense_lanes(inp, rows.saturating_mul(out));
     let block = dense_blocks(rows, out, lanes, w);
     let per = match block {
         Some(blocks) => Some(blocks),
@@ -256,37 +293,19 @@ pub(crate) fn dense_blocks(rows: usize, out: usize, lanes: usize, w: Wd) -> Opti
 
 /// Rows a dense layer needs for the register-blocked kernel.
 const BLOCK_MIN_ROWS: usize = 4;
-/// Rows per sample at or below which a row-wise op (layer norm, softmax, reduction) runs one
-/// workgroup per row whatever the rows' length: a thread-per-row dispatch would be a few
-/// workgroups of threads each walking a whole row serially (latency-bound: a ViT's LayerNorm at
-/// batch 1 has ~17 rows).
-pub(crate) const SPLIT_MAX_ROWS: usize = 256;
-
-/// Row length from which contiguous rows (the last axis) get one workgroup each however many
-/// there are: the thread-per-row form then reads rows `n` words apart (uncoalesced) and loops
-/// `n` times per pass, the cooperative one reads each row in runs of 64 neighbouring words.
-pub(crate) const SPLIT_MIN_LEN: usize = 32;
-
 /// Whether a row-wise op over `rows` rows per sample of `n` elements (`contiguous`: the
 /// elements of a row are neighbouring words; else `inner` apart, neighbouring rows neighbouring
 /// words) runs the cooperative `*_split` kernel (one workgroup per row, threads striding over
 /// the row, a shared-memory tree) rather than one thread per row: when rows are few
-/// (≤ [`SPLIT_MAX_ROWS`]), or contiguous and long (n ≥ [`SPLIT_MIN_LEN`]). Many short rows, and
-/// strided rows with many positions (channels-first maps, reductions over a leading axis, whose
-/// thread-per-row form reads coalesced), stay one thread per row.
-pub(crate) fn row_split(rows: usize, n: usize, contiguous: bool) -> bool {
-    rows <= SPLIT_MAX_ROWS || (contiguous && n >= SPLIT_MIN_LEN)
-}
-
-/// A softmax over `rows` rows per sample of `n` elements, `x_base` to `y_base` (in place when
-/// equal): [`row_split`] picks the kernel.
-pub(crate) fn softmax(x_base: usize, y_base: usize, rows: usize, n: usize) -> Result<Dispatch, GpuError> {
-    let split = row_split(rows, n, true);
-    Ok(Params::new(split_per(rows, split)?)?.u(2, x_base)?.u(3, y_base)?.u(4, n)?.done(if split {
-        Kernel::SoftmaxSplit
-    } else {
-        Kernel::Softmax
-    }))
+/// (≤ [`Tuning::split_max_rows`]: a thread-per-row dispatch would be a few workgroups of threads
+/// each walking a whole row serially, latency-bound, as a ViT's LayerNorm at batch 1 with ~17
+/// rows), or contiguous and long (n ≥ [`Tuning::split_min_len`]: the thread-per-row form would
+/// read rows `n` words apart, the cooperative one reads runs of 64 neighbouring words). Many
+/// short rows, and strided rows with many positions (channels-first maps, reductions over a
+/// leading axis, whose thread-per-row form reads coalesced), stay one thread per row; so does
+/// everything in software tuning, where barriers are expensive.
+pub(crate) fn row_split(rows: usize, n: usize, contiguous: bool, t: &Tuning) -> bool {
+    rows <= t.split_max_rows || (contiguous && n >= t.split_min_len)
 }
 
 /// Threads per sample of a row-wise op over `rows` rows: one each, or a workgroup each (`split`).

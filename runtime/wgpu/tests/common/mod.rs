@@ -134,7 +134,8 @@ pub fn run_gpu_at(
     precision: Precision,
 ) -> Vec<Vec<f32>> {
     let cpu = model.cpu().expect("model");
-    let mut s = GpuSession::with_options(ctx, &cpu, cap, &SessionOptions { precision }).expect("gpu session");
+    let mut s = GpuSession::with_options(ctx, &cpu, cap, &SessionOptions { precision, ..Default::default() })
+        .expect("gpu session");
     let inputs: Vec<Input<'_>> = feeds.iter().map(Feed::input).collect();
     let mut outs = outputs_for(model, batch);
     let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();

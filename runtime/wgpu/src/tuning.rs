@@ -1,0 +1,43 @@
+//! Kernel choices that depend on the kind of device: how far a dot product is split across
+//! threads, and when a row-wise op gets a workgroup per row. A hardware GPU hides memory latency
+//! with many threads and cheap barriers, so at batch 1 it wants short per-thread loops (dot
+//! products split across lanes, rows reduced by whole workgroups); a software rasteriser
+//! (lavapipe, SwiftShader, WARP) runs invocations as SIMD lanes on a few CPU cores, where every
+//! barrier costs a coroutine switch and few, long-running threads are cheapest.
+
+/// Kernel-choice thresholds (see the module docs). [`Tuning::for_device`] picks one from the
+/// adapter; [`SessionOptions::tuning`](crate::SessionOptions::tuning) overrides it (the tests run
+/// both on the software adapter, so every kernel a GPU would pick is checked there too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tuning {
+    /// Threads a dense dispatch should reach at the session's batch capacity by splitting each
+    /// output's dot product across cooperating lanes (`dense_split`).
+    pub dense_target_threads: usize,
+    /// Fewest four-column chunks each cooperating lane sums (shorter loops cost more in the
+    /// shared-memory tree than they save).
+    pub dense_min_chunks: usize,
+    /// Row-wise ops (layer norm, softmax, reductions) run a workgroup per row when a sample has at
+    /// most this many rows...
+    pub split_max_rows: usize,
+    /// ...or when its rows are contiguous and at least this long.
+    pub split_min_len: usize,
+}
+
+impl Tuning {
+    /// Hardware GPUs (discrete, integrated, virtualised).
+    pub const GPU: Tuning =
+        Tuning { dense_target_threads: 65_536, dense_min_chunks: 2, split_max_rows: 256, split_min_len: 32 };
+
+    /// Software adapters (`wgpu::DeviceType::Cpu`): no barrier kernels for row-wise ops, dot
+    /// products split only for GEMV-shaped layers.
+    pub const SOFTWARE: Tuning =
+        Tuning { dense_target_threads: 16_384, dense_min_chunks: 8, split_max_rows: 0, split_min_len: usize::MAX };
+
+    /// The tuning for an adapter of this type.
+    pub fn for_device(device_type: wgpu::DeviceType) -> Tuning {
+        match device_type {
+            wgpu::DeviceType::Cpu => Tuning::SOFTWARE,
+            _ => Tuning::GPU,
+        }
+    }
+}
