@@ -192,6 +192,33 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 c.oh,
                 c.ow,
             ];
+            // A patchifying convolution (kernel = stride, no padding or dilation, one group,
+            // the map divided into whole patches) is a patch gather and a dense layer over the
+            // patches, written channels-first: its dot products then split across threads like
+            // any dense layer's (a ViT's patch embedding at batch 1 is otherwise a few hundred
+            // threads each walking every tap).
+            let patchify = c.kh == c.kw
+                && c.stride == [c.kh, c.kw]
+                && c.pad == [0, 0, 0, 0]
+                && c.dilation == [1, 1]
+                && c.groups == 1
+                && c.h % c.kh == 0
+                && c.w % c.kw == 0;
+            if patchify {
+                let t = c.oh * c.ow;
+                let patches = ctx.scratch(t * c.c * c.kh * c.kw);
+                let gather = Params::new(c.c * c.h * c.w)?
+                    .u(2, ctx.act(o.x)?.base)?
+                    .u(3, patches.base)?
+                    .u(4, c.c)?
+                    .u(5, c.h)?
+                    .u(6, c.w)?
+                    .u(7, c.kh)?
+                    .done(Kernel::PatchGather);
+                let mut dense = ctx.dense(patches, t, c.o, (w, b), o.act as u32, ctx.act(o.y)?, None)?;
+                dense.params[15] = 1;
+                return Ok(vec![gather, dense]);
+            }
             // Register-blocked (4 channels × 4 columns per thread) where a group's output
             // channels come in fours; one thread per output otherwise.
             let blocked = (c.o / c.groups).is_multiple_of(4);

@@ -1,6 +1,7 @@
 // Dense layers: y[s, r, o] = act(Σ_i x[s, r, i] · W[o, i] + b[o]) (+ add[s, r, o]).
 // P: 2 x_base, 3 x_stride, 4 y_base, 5 y_stride, 6 in, 7 out, 8 act, 9 has_bias,
-//    10 has_add, 11 add_base, 12 add_stride, 13 lanes, 14 rows, 16..19 W, 20..23 b.
+//    10 has_add, 11 add_base, 12 add_stride, 13 lanes, 14 rows, 15 transposed output
+//    (y[s, o, r]; no add), 16..19 W, 20..23 b.
 //    per = rows · out · lanes.
 //
 // Two entry points. `dense`: one thread per output (lanes = 1). `dense_split`: workgroup-
@@ -22,7 +23,12 @@ fn dense_finish(s: u32, l: u32, o: u32, sum: f32) {
     if pu(10u) == 1u {
         v += act[pu(11u) + s * pu(12u) + l];
     }
-    act[pu(4u) + s * pu(5u) + l] = v;
+    // Transposed output (15 = 1): y[s, o, r], a convolution's channels-first map.
+    var yi = l;
+    if pu(15u) == 1u {
+        yi = o * pu(14u) + l / pu(7u);
+    }
+    act[pu(4u) + s * pu(5u) + yi] = v;
 }
 
 @compute @workgroup_size(64)
