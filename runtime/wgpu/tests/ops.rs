@@ -600,7 +600,9 @@ fn check(gpu: &GpuContext, cases: &[Case], precision: Precision) -> BTreeSet<Var
                     if ratio.is_nan() || ratio > 1.0 {
                         failures.push(format!(
                             "{} {dtype:?} {label} {}: error/allowance {ratio:.3} under {} (max rel {rel:.3e})",
-                            c.name, tol.name
+                            c.name,
+                            if tuning == Tuning::GPU { "gpu tuning" } else { "software tuning" },
+                            tol.name
                         ));
                     }
                 }
