@@ -4,10 +4,11 @@
 //! A reshape's output shares its input's bytes: the two form one alias class with the union of
 //! their lifetimes. Lifetimes are closed intervals of node indices `[def, last use]`; graph inputs
 //! are defined at -1 and graph outputs live to the end, so a node's output never overlaps any of
-//! its inputs (they meet at the node's index). Placement is greedy first-fit in definition order,
-//! largest first among ties.
+//! its inputs (they meet at the node's index). A Dense followed by an Add of its output keeps its
+//! input live through the Add (so the pair can run as one kernel). Placement is greedy first-fit
+//! in definition order, largest first among ties.
 
-use kestrel_format::ops::{Op, TensorId};
+use kestrel_format::ops::{BinaryOp, Op, TensorId};
 use kestrel_format::TENSOR_ALIGN;
 
 /// One activation the planner places.
@@ -59,6 +60,18 @@ pub fn plan(
     for &o in outputs {
         if let Some(k) = idx(o) {
             last[k] = n_ops;
+        }
+    }
+    // A Dense whose output the next node adds to something keeps its input live through that
+    // Add: a backend may then run the pair as one kernel (the dense layer with a residual
+    // epilogue) whose output cannot overlap the input its other threads are still reading.
+    for (n, pair) in ops.windows(2).enumerate() {
+        if let (Op::Dense(d), Op::Binary(b)) = (&pair[0], &pair[1]) {
+            if b.op == BinaryOp::Add && (b.a == d.y || b.b == d.y) {
+                if let Some(k) = idx(d.x) {
+                    last[k] = last[k].max(n as i64 + 1);
+                }
+            }
         }
     }
     // Class lifetimes and sizes.

@@ -165,18 +165,110 @@ pub(crate) fn compile(
     tuning: Tuning,
 ) -> Result<(Lowered, usize), GpuError> {
     let mut ctx = Ctx { file, cap, scratch_base: acts_words, scratch_used: 0, scratch_words: 0, tuning };
-    let mut nodes = Vec::new();
+    let uses = use_counts(file)?;
+    let mut nodes: Lowered = Vec::new();
+    // Nodes after this one whose work the last lowered node took over (the Add of a residual
+    // epilogue, and a reshape before it): they dispatch nothing.
+    let mut absorbed = 0;
     for node in 0..file.op_count() {
         let op = file.op(node).map_err(|e| GpuError::Model(e.to_string()))?;
         ctx.scratch_used = 0;
-        let d = if op.kind_is_mechanism() {
+        if absorbed > 0 {
+            absorbed -= 1;
+            nodes.push((op, Vec::new()));
+            continue;
+        }
+        let mut d = if op.kind_is_mechanism() {
             mechanisms::compile(&mut ctx, node, &op)?
         } else {
             layers::compile(&mut ctx, node, &op)?
         };
+        absorbed = residual_epilogue(&ctx, node, &op, &mut d, &uses)?;
         nodes.push((op, d));
     }
     Ok((nodes, ctx.scratch_words))
+}
+
+/// How many ops read each tensor, graph outputs counted as one more read.
+fn use_counts(file: &KesFile<'_>) -> Result<std::collections::HashMap<TensorId, u32>, GpuError> {
+    let mut uses = std::collections::HashMap::new();
+    for node in 0..file.op_count() {
+        let op = file.op(node).map_err(|e| GpuError::Model(e.to_string()))?;
+        op.for_each_input(|t| *uses.entry(t).or_insert(0) += 1);
+    }
+    for t in file.outputs() {
+        *uses.entry(t).or_insert(0) += 1;
+    }
+    Ok(uses)
+}
+
+/// The residual epilogue: a node whose last dispatch is a dense layer writing the node's output
+/// (a Dense node, or a mechanism's output projection), when that output feeds only the next node
+/// (or a reshape of it that feeds only the node after), an element-wise Add of an activation of
+/// the same shape (`y = f(x) + r`, a transformer block's residual): the dense dispatch adds `r`
+/// itself and writes the Add's output, and the Add (and the reshape) dispatch nothing. Returns
+/// how many following nodes were absorbed (0 when the pattern or the arena regions do not allow
+/// it: the Add's output must not overlap the dense input, which other threads still read, and may
+/// overlap `r` only exactly, each output reading its own addend before writing it; the memory
+/// planner keeps a Dense's input live through such an Add for this).
+fn residual_epilogue(
+    ctx: &Ctx<'_, '_>,
+    node: u32,
+    op: &Op,
+    dispatches: &mut [Dispatch],
+    uses: &std::collections::HashMap<TensorId, u32>,
+) -> Result<usize, GpuError> {
+    let op_err = |e: kestrel_format::Error| GpuError::Model(e.to_string());
+    let Some(last) = dispatches.last_mut() else { return Ok(0) };
+    let dense = matches!(last.kernel, Kernel::Dense | Kernel::DenseSplit | Kernel::DenseBlock);
+    let out = op.output();
+    if !dense || last.params[10] != 0 || last.params[15] != 0 || uses.get(&out) != Some(&1) {
+        return Ok(0);
+    }
+    let written = ctx.act(out)?;
+    if last.params[4] as usize != written.base || last.params[5] as usize != written.stride {
+        return Ok(0);
+    }
+    let n = ctx.file.op_count();
+    let mut next = node + 1;
+    let mut fed = out;
+    if next < n {
+        if let Op::Reshape(r) = ctx.file.op(next).map_err(op_err)? {
+            if r.x != out || uses.get(&r.y) != Some(&1) {
+                return Ok(0);
+            }
+            fed = r.y;
+            next += 1;
+        }
+    }
+    if next >= n {
+        return Ok(0);
+    }
+    let Op::Binary(b) = ctx.file.op(next).map_err(op_err)? else { return Ok(0) };
+    let other = match (b.a == fed, b.b == fed) {
+        (true, false) => b.b,
+        (false, true) => b.a,
+        _ => return Ok(0),
+    };
+    let (ft, ot, bt) = (ctx.info(fed)?, ctx.info(other)?, ctx.info(b.y)?);
+    let same = |t: &TensorInfo<'_>| t.shape.numel() == ft.shape.numel() && t.shape.dims() == ft.shape.dims();
+    if b.op != kestrel_format::ops::BinaryOp::Add || ot.kind != TensorKind::Activation || !same(&ot) || !same(&bt) {
+        return Ok(0);
+    }
+    let x = Region { base: last.params[2] as usize, stride: last.params[3] as usize };
+    let (r, y) = (ctx.act(other)?, ctx.act(b.y)?);
+    let cap = ctx.cap;
+    let span = |g: Region| g.base..g.base + g.stride * cap;
+    let overlap = |a: Region, b: Region| span(a).start < span(b).end && span(b).start < span(a).end;
+    if overlap(y, x) || (overlap(y, r) && y.base != r.base) {
+        return Ok(0);
+    }
+    last.params[4] = word(y.base)?;
+    last.params[5] = word(y.stride)?;
+    last.params[10] = 1;
+    last.params[11] = word(r.base)?;
+    last.params[12] = word(r.stride)?;
+    Ok((next - node) as usize)
 }
 
 /// Threads sharing one dense output (`lanes` in `linear.wgsl`) for `outputs` outputs per sample
