@@ -59,7 +59,16 @@ fn conv2d(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
 // words directly, the others go through `ws`.
 // per = (o / 4) · oh · ceil(ow / 4); same parameters as `conv2d`.
 
-fn conv_taps(oc0: u32, oy: u32, ox0: u32, x: u32, c0: u32, f32_weights: bool) -> array<vec4<f32>, 4> {
+// The four channels' sums as a 4 × 4 block: row j = output channel oc0 + j, column p = output
+// column ox0 + p (plain vectors, no arrays: they stay in registers without unrolling).
+struct Block4 {
+    a0: vec4<f32>,
+    a1: vec4<f32>,
+    a2: vec4<f32>,
+    a3: vec4<f32>,
+}
+
+fn conv_taps(oc0: u32, oy: u32, ox0: u32, x: u32, c0: u32, f32_weights: bool) -> Block4 {
     let c = pu(4u);
     let h = pu(5u);
     let w = pu(6u);
@@ -71,7 +80,7 @@ fn conv_taps(oc0: u32, oy: u32, ox0: u32, x: u32, c0: u32, f32_weights: bool) ->
     let pl = pu(13u);
     let wt = wdesc(20u);
     let taps = cg * kh * kw;
-    var acc: array<vec4<f32>, 4>;
+    var b: Block4;
     for (var ci = 0u; ci < cg; ci++) {
         let xc = x + (c0 + ci) * h * w;
         for (var ky = 0u; ky < kh; ky++) {
@@ -81,13 +90,15 @@ fn conv_taps(oc0: u32, oy: u32, ox0: u32, x: u32, c0: u32, f32_weights: bool) ->
             }
             let xrow = xc + (ty - pu(12u)) * w;
             for (var kx = 0u; kx < kw; kx++) {
-                var xv: vec4<f32>;
-                for (var p = 0u; p < 4u; p++) {
-                    let tx = (ox0 + p) * sw + kx * dw;
-                    let inside = tx >= pl && tx - pl < w;
-                    let v = act[xrow + min(tx - min(tx, pl), w - 1u)];
-                    xv[p] = select(0.0, v, inside);
-                }
+                let t0 = ox0 * sw + kx * dw;
+                let t1 = t0 + sw;
+                let t2 = t1 + sw;
+                let t3 = t2 + sw;
+                let xv = vec4<f32>(
+                    select(0.0, act[xrow + min(t0 - min(t0, pl), w - 1u)], t0 >= pl && t0 - pl < w),
+                    select(0.0, act[xrow + min(t1 - min(t1, pl), w - 1u)], t1 >= pl && t1 - pl < w),
+                    select(0.0, act[xrow + min(t2 - min(t2, pl), w - 1u)], t2 >= pl && t2 - pl < w),
+                    select(0.0, act[xrow + min(t3 - min(t3, pl), w - 1u)], t3 >= pl && t3 - pl < w));
                 let k = (ci * kh + ky) * kw + kx;
                 var wv: vec4<f32>;
                 if f32_weights {
@@ -101,14 +112,27 @@ fn conv_taps(oc0: u32, oy: u32, ox0: u32, x: u32, c0: u32, f32_weights: bool) ->
                 }
                 let xs = to_v4(xv);
                 let wsv = to_v4(wv);
-                for (var j = 0u; j < 4u; j++) {
-                    acc[j] += vec4<f32>(mul_s(xs[0], wsv[j]), mul_s(xs[1], wsv[j]), mul_s(xs[2], wsv[j]),
-                                        mul_s(xs[3], wsv[j]));
-                }
+                b.a0 += vec4<f32>(mul_s(xs.x, wsv.x), mul_s(xs.y, wsv.x), mul_s(xs.z, wsv.x), mul_s(xs.w, wsv.x));
+                b.a1 += vec4<f32>(mul_s(xs.x, wsv.y), mul_s(xs.y, wsv.y), mul_s(xs.z, wsv.y), mul_s(xs.w, wsv.y));
+                b.a2 += vec4<f32>(mul_s(xs.x, wsv.z), mul_s(xs.y, wsv.z), mul_s(xs.z, wsv.z), mul_s(xs.w, wsv.z));
+                b.a3 += vec4<f32>(mul_s(xs.x, wsv.w), mul_s(xs.y, wsv.w), mul_s(xs.z, wsv.w), mul_s(xs.w, wsv.w));
             }
         }
     }
-    return acc;
+    return b;
+}
+
+// One output channel's four columns: bias, activation, the in-range writes.
+fn conv_store4(y: u32, oc: u32, oy: u32, ox0: u32, oh: u32, ow: u32, a: vec4<f32>) {
+    var bias = 0.0;
+    if pu(19u) == 1u {
+        bias = wflat(wdesc(24u), oc);
+    }
+    for (var p = 0u; p < 4u; p++) {
+        if ox0 + p < ow {
+            act[y + (oc * oh + oy) * ow + ox0 + p] = activate(pu(28u), a[p] + bias);
+        }
+    }
 }
 
 @compute @workgroup_size(64)
@@ -133,22 +157,15 @@ fn conv2d_block(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let ox0 = (l % owb) * 4u;
     let c0 = (oc0 / (o / pu(16u))) * (c / pu(16u));
     let x = pu(2u) + s * c * h * w;
-    var acc: array<vec4<f32>, 4>;
+    var b: Block4;
     if wdesc(20u).dt == 0u {
-        acc = conv_taps(oc0, oy, ox0, x, c0, true);
+        b = conv_taps(oc0, oy, ox0, x, c0, true);
     } else {
-        acc = conv_taps(oc0, oy, ox0, x, c0, false);
+        b = conv_taps(oc0, oy, ox0, x, c0, false);
     }
     let y = pu(3u) + s * o * oh * ow;
-    for (var j = 0u; j < 4u; j++) {
-        var b = 0.0;
-        if pu(19u) == 1u {
-            b = wflat(wdesc(24u), oc0 + j);
-        }
-        for (var p = 0u; p < 4u; p++) {
-            if ox0 + p < ow {
-                act[y + ((oc0 + j) * oh + oy) * ow + ox0 + p] = activate(pu(28u), acc[j][p] + b);
-            }
-        }
-    }
+    conv_store4(y, oc0, oy, ox0, oh, ow, b.a0);
+    conv_store4(y, oc0 + 1u, oy, ox0, oh, ow, b.a1);
+    conv_store4(y, oc0 + 2u, oy, ox0, oh, ow, b.a2);
+    conv_store4(y, oc0 + 3u, oy, ox0, oh, ow, b.a3);
 }

@@ -91,10 +91,10 @@ fn dense_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 // for the encoding (f16: even cols, int8: cols % 4 == 0; checked at lowering).
 // per = ceil(rows / 4) · ceil(out / 4); P 14 = rows.
 
-fn mac4(acc: ptr<function, array<vec4<f32>, 4>>, x: array<V4, 4>, w: array<V4, 4>) {
-    for (var i = 0u; i < 4u; i++) {
-        (*acc)[i] += vec4<f32>(dot_v4(x[i], w[0]), dot_v4(x[i], w[1]), dot_v4(x[i], w[2]), dot_v4(x[i], w[3]));
-    }
+// One x row's products with four weight rows (no arrays: the accumulators stay in registers
+// even where a compiler does not unroll, as llvmpipe does not).
+fn row4(x: V4, w0: V4, w1: V4, w2: V4, w3: V4) -> vec4<f32> {
+    return vec4<f32>(dot_v4(x, w0), dot_v4(x, w1), dot_v4(x, w2), dot_v4(x, w3));
 }
 
 @compute @workgroup_size(64)
@@ -114,73 +114,107 @@ fn dense_block(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let r0 = (l / otiles) * 4u;
     let o0 = (l % otiles) * 4u;
     let xb = pu(2u) + s * pu(3u);
-    var xr: array<u32, 4>;
-    var o: array<u32, 4>;
-    for (var i = 0u; i < 4u; i++) {
-        xr[i] = xb + min(r0 + i, rows - 1u) * inp;
-        o[i] = min(o0 + i, out - 1u);
-    }
+    let x0 = xb + min(r0, rows - 1u) * inp;
+    let x1 = xb + min(r0 + 1u, rows - 1u) * inp;
+    let x2 = xb + min(r0 + 2u, rows - 1u) * inp;
+    let x3 = xb + min(r0 + 3u, rows - 1u) * inp;
+    let o_0 = min(o0, out - 1u);
+    let o_1 = min(o0 + 1u, out - 1u);
+    let o_2 = min(o0 + 2u, out - 1u);
+    let o_3 = min(o0 + 3u, out - 1u);
     let w = wdesc(16u);
     let full = inp & ~3u;
-    var acc: array<vec4<f32>, 4>;
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
     switch w.dt {
         case 0u: {
             for (var c = 0u; c < full; c += 4u) {
-                let x = array<V4, 4>(act4(xr[0] + c), act4(xr[1] + c), act4(xr[2] + c), act4(xr[3] + c));
-                let wv = array<V4, 4>(to_v4(w4_f32(w.off, o[0] * inp + c)), to_v4(w4_f32(w.off, o[1] * inp + c)),
-                                      to_v4(w4_f32(w.off, o[2] * inp + c)), to_v4(w4_f32(w.off, o[3] * inp + c)));
-                mac4(&acc, x, wv);
+                let w0 = to_v4(w4_f32(w.off, o_0 * inp + c));
+                let w1 = to_v4(w4_f32(w.off, o_1 * inp + c));
+                let w2 = to_v4(w4_f32(w.off, o_2 * inp + c));
+                let w3 = to_v4(w4_f32(w.off, o_3 * inp + c));
+                a0 += row4(act4(x0 + c), w0, w1, w2, w3);
+                a1 += row4(act4(x1 + c), w0, w1, w2, w3);
+                a2 += row4(act4(x2 + c), w0, w1, w2, w3);
+                a3 += row4(act4(x3 + c), w0, w1, w2, w3);
             }
         }
         case 1u: {
             for (var c = 0u; c < full; c += 4u) {
-                let x = array<V4, 4>(act4(xr[0] + c), act4(xr[1] + c), act4(xr[2] + c), act4(xr[3] + c));
-                let wv = array<V4, 4>(to_v4(w4_f16_pair(w.off, o[0] * inp + c)),
-                                      to_v4(w4_f16_pair(w.off, o[1] * inp + c)),
-                                      to_v4(w4_f16_pair(w.off, o[2] * inp + c)),
-                                      to_v4(w4_f16_pair(w.off, o[3] * inp + c)));
-                mac4(&acc, x, wv);
+                let w0 = to_v4(w4_f16_pair(w.off, o_0 * inp + c));
+                let w1 = to_v4(w4_f16_pair(w.off, o_1 * inp + c));
+                let w2 = to_v4(w4_f16_pair(w.off, o_2 * inp + c));
+                let w3 = to_v4(w4_f16_pair(w.off, o_3 * inp + c));
+                a0 += row4(act4(x0 + c), w0, w1, w2, w3);
+                a1 += row4(act4(x1 + c), w0, w1, w2, w3);
+                a2 += row4(act4(x2 + c), w0, w1, w2, w3);
+                a3 += row4(act4(x3 + c), w0, w1, w2, w3);
             }
         }
         case 2u: {
             // Dequantised per element, as in `wdot_part`.
-            let sc = vec4<f32>(bitcast<f32>(wts[w.soff + o[0]]), bitcast<f32>(wts[w.soff + o[1]]),
-                               bitcast<f32>(wts[w.soff + o[2]]), bitcast<f32>(wts[w.soff + o[3]]));
+            let s0 = bitcast<f32>(wts[w.soff + o_0]);
+            let s1 = bitcast<f32>(wts[w.soff + o_1]);
+            let s2 = bitcast<f32>(wts[w.soff + o_2]);
+            let s3 = bitcast<f32>(wts[w.soff + o_3]);
             for (var c = 0u; c < full; c += 4u) {
-                let x = array<V4, 4>(act4(xr[0] + c), act4(xr[1] + c), act4(xr[2] + c), act4(xr[3] + c));
-                let wv = array<V4, 4>(to_v4(w4_i8_word(w.off, o[0] * inp + c) * sc[0]),
-                                      to_v4(w4_i8_word(w.off, o[1] * inp + c) * sc[1]),
-                                      to_v4(w4_i8_word(w.off, o[2] * inp + c) * sc[2]),
-                                      to_v4(w4_i8_word(w.off, o[3] * inp + c) * sc[3]));
-                mac4(&acc, x, wv);
+                let w0 = to_v4(w4_i8_word(w.off, o_0 * inp + c) * s0);
+                let w1 = to_v4(w4_i8_word(w.off, o_1 * inp + c) * s1);
+                let w2 = to_v4(w4_i8_word(w.off, o_2 * inp + c) * s2);
+                let w3 = to_v4(w4_i8_word(w.off, o_3 * inp + c) * s3);
+                a0 += row4(act4(x0 + c), w0, w1, w2, w3);
+                a1 += row4(act4(x1 + c), w0, w1, w2, w3);
+                a2 += row4(act4(x2 + c), w0, w1, w2, w3);
+                a3 += row4(act4(x3 + c), w0, w1, w2, w3);
             }
         }
         default: {
             for (var c = 0u; c < full; c += 4u) {
-                let x = array<V4, 4>(act4(xr[0] + c), act4(xr[1] + c), act4(xr[2] + c), act4(xr[3] + c));
-                let wv = array<V4, 4>(to_v4(w4_i4(w, o[0], c)), to_v4(w4_i4(w, o[1], c)), to_v4(w4_i4(w, o[2], c)),
-                                      to_v4(w4_i4(w, o[3], c)));
-                mac4(&acc, x, wv);
+                let w0 = to_v4(w4_i4(w, o_0, c));
+                let w1 = to_v4(w4_i4(w, o_1, c));
+                let w2 = to_v4(w4_i4(w, o_2, c));
+                let w3 = to_v4(w4_i4(w, o_3, c));
+                a0 += row4(act4(x0 + c), w0, w1, w2, w3);
+                a1 += row4(act4(x1 + c), w0, w1, w2, w3);
+                a2 += row4(act4(x2 + c), w0, w1, w2, w3);
+                a3 += row4(act4(x3 + c), w0, w1, w2, w3);
             }
         }
     }
     for (var c = full; c < inp; c++) {
-        for (var j = 0u; j < 4u; j++) {
-            let wj = ws(w, o[j], c);
-            for (var i = 0u; i < 4u; i++) {
-                acc[i][j] += mul_s(to_s(act[xr[i] + c]), wj);
-            }
+        let wv = vec4<f32>(f32(ws(w, o_0, c)), f32(ws(w, o_1, c)), f32(ws(w, o_2, c)), f32(ws(w, o_3, c)));
+        a0 += vec4<f32>(mul_s(to_s(act[x0 + c]), to_s(wv.x)), mul_s(to_s(act[x0 + c]), to_s(wv.y)),
+                        mul_s(to_s(act[x0 + c]), to_s(wv.z)), mul_s(to_s(act[x0 + c]), to_s(wv.w)));
+        a1 += vec4<f32>(mul_s(to_s(act[x1 + c]), to_s(wv.x)), mul_s(to_s(act[x1 + c]), to_s(wv.y)),
+                        mul_s(to_s(act[x1 + c]), to_s(wv.z)), mul_s(to_s(act[x1 + c]), to_s(wv.w)));
+        a2 += vec4<f32>(mul_s(to_s(act[x2 + c]), to_s(wv.x)), mul_s(to_s(act[x2 + c]), to_s(wv.y)),
+                        mul_s(to_s(act[x2 + c]), to_s(wv.z)), mul_s(to_s(act[x2 + c]), to_s(wv.w)));
+        a3 += vec4<f32>(mul_s(to_s(act[x3 + c]), to_s(wv.x)), mul_s(to_s(act[x3 + c]), to_s(wv.y)),
+                        mul_s(to_s(act[x3 + c]), to_s(wv.z)), mul_s(to_s(act[x3 + c]), to_s(wv.w)));
+    }
+    dense_block_store(s, r0, o0, rows, out, a0, a1, a2, a3);
+}
+
+fn dense_block_store4(s: u32, r: u32, o0: u32, out: u32, a: vec4<f32>) {
+    for (var j = 0u; j < 4u; j++) {
+        if o0 + j < out {
+            dense_finish(s, r * out + o0 + j, o0 + j, a[j]);
         }
     }
-    for (var i = 0u; i < 4u; i++) {
-        let r = r0 + i;
-        if r >= rows {
-            break;
-        }
-        for (var j = 0u; j < 4u; j++) {
-            if o0 + j < out {
-                dense_finish(s, r * out + o0 + j, o0 + j, acc[i][j]);
-            }
-        }
+}
+
+fn dense_block_store(s: u32, r0: u32, o0: u32, rows: u32, out: u32, a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>,
+                     a3: vec4<f32>) {
+    dense_block_store4(s, r0, o0, out, a0);
+    if r0 + 1u < rows {
+        dense_block_store4(s, r0 + 1u, o0, out, a1);
+    }
+    if r0 + 2u < rows {
+        dense_block_store4(s, r0 + 2u, o0, out, a2);
+    }
+    if r0 + 3u < rows {
+        dense_block_store4(s, r0 + 3u, o0, out, a3);
     }
 }
