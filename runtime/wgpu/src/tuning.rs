@@ -16,6 +16,11 @@ pub struct Tuning {
     /// Fewest four-column chunks each cooperating lane sums (shorter loops cost more in the
     /// shared-memory tree than they save).
     pub dense_min_chunks: usize,
+    /// Fewest lanes per output wherever rows are long enough for them (at
+    /// [`dense_min_chunks`](Self::dense_min_chunks) each): neighbouring lanes read neighbouring
+    /// 16-byte chunks of a weight row, so 8 lanes read whole 128-byte lines (coalesced), where one
+    /// thread per output would have each thread of a warp on a different row.
+    pub dense_min_lanes: usize,
     /// Row-wise ops (layer norm, softmax, reductions) run a workgroup per row when a sample has at
     /// most this many rows...
     pub split_max_rows: usize,
@@ -25,13 +30,23 @@ pub struct Tuning {
 
 impl Tuning {
     /// Hardware GPUs (discrete, integrated, virtualised).
-    pub const GPU: Tuning =
-        Tuning { dense_target_threads: 65_536, dense_min_chunks: 2, split_max_rows: 256, split_min_len: 32 };
+    pub const GPU: Tuning = Tuning {
+        dense_target_threads: 65_536,
+        dense_min_chunks: 2,
+        dense_min_lanes: 8,
+        split_max_rows: 256,
+        split_min_len: 32,
+    };
 
     /// Software adapters (`wgpu::DeviceType::Cpu`): no barrier kernels for row-wise ops, dot
     /// products split only for GEMV-shaped layers.
-    pub const SOFTWARE: Tuning =
-        Tuning { dense_target_threads: 16_384, dense_min_chunks: 8, split_max_rows: 0, split_min_len: usize::MAX };
+    pub const SOFTWARE: Tuning = Tuning {
+        dense_target_threads: 16_384,
+        dense_min_chunks: 8,
+        dense_min_lanes: 1,
+        split_max_rows: 0,
+        split_min_len: usize::MAX,
+    };
 
     /// The tuning for an adapter of this type.
     pub fn for_device(device_type: wgpu::DeviceType) -> Tuning {

@@ -9,6 +9,8 @@ use kestrel_format::ops::{AftBias, AttentionVariant, Op};
 
 /// Query rows per workgroup of `attend` (`BQ` in `attention.wgsl`).
 const ATTEND_ROWS: usize = 16;
+/// Head columns per workgroup of `attend` (`CT` in `attention.wgsl`).
+const ATTEND_COLS: usize = 64;
 
 pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<Dispatch>, GpuError> {
     let x_id = op.main_input();
@@ -59,9 +61,12 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 _ => x,
             };
             let heads_out = ctx.scratch(td);
-            // One workgroup per (sample, head, block of ATTEND_ROWS query rows): `attend`, flash
-            // style, covers every head width, T, causal and mask.
-            let blocks = o.heads as usize * t.div_ceil(ATTEND_ROWS);
+            // One workgroup per (sample, head, block of ATTEND_ROWS query rows, ATTEND_COLS-column
+            // chunk of the head's output): `attend`, flash style, covers every head width, T,
+            // causal and mask. Heads wider than a chunk recompute their scores per chunk, in
+            // parallel workgroups rather than one after another.
+            let c = d / (o.heads as usize).max(1);
+            let blocks = o.heads as usize * t.div_ceil(ATTEND_ROWS) * c.div_ceil(ATTEND_COLS).max(1);
             let mut p = Params::new(blocks * crate::kernels::WORKGROUP as usize)?
                 .region(2, q)?
                 .region(4, k)?

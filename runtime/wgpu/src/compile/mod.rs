@@ -275,13 +275,14 @@ fn residual_epilogue(
 /// at batch capacity `cap` over rows of `inp` features: a power of two up to the workgroup size,
 /// enough to bring the dispatch to [`Tuning::dense_target_threads`] threads (few outputs: a
 /// GEMV-shaped head, or a small layer at batch 1 on a GPU), but never so many that a thread sums
-/// fewer than [`Tuning::dense_min_chunks`] four-column chunks. In software tuning a
+/// fewer than [`Tuning::dense_min_chunks`] four-column chunks; at least
+/// [`Tuning::dense_min_lanes`] where rows allow (coalesced weight reads). In software tuning a
 /// 1 × 20 736 → 16 head gets 64 lanes and a 64 × 256 → 256 layer (16 384 outputs, already
 /// parallel) one; on a GPU a 17 × 64 → 64 layer at batch 1 gets 8.
 pub(crate) fn dense_lanes(inp: usize, outputs: usize, cap: usize, t: &Tuning) -> usize {
     let by_length = (inp / 4) / t.dense_min_chunks.max(1);
     let by_occupancy = t.dense_target_threads.div_ceil(outputs.saturating_mul(cap).max(1));
-    let lanes = by_length.min(by_occupancy).min(WORKGROUP as usize);
+    let lanes = by_length.min(by_occupancy.max(t.dense_min_lanes)).min(WORKGROUP as usize);
     if lanes == 0 {
         1
     } else {

@@ -38,8 +38,8 @@ fn align_tokens(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
 // output accumulator (in registers: each thread owns the row's four-column chunks sub, sub + 4,
 // …) rescaled by exp(m_old − m_new) whenever the maximum grows, then P·V added (the weights of
 // four keys · a value column in one `dot_v4`). Written once, scaled by 1/l, at the end.
-// Heads wider than CT loop over CT-column chunks of the output, recomputing the scores for each
-// (their dot products then run over every CT-column chunk of Q and K); any T (keys past T, and
+// Heads wider than CT split their output into CT-column chunks, one workgroup each, every one
+// recomputing the scores (their dot products then run over every CT-column chunk of Q and K); any T (keys past T, and
 // past the block's last row when causal, are never staged). Per-thread loops are short (lavapipe
 // cuts very long loops short). With a mask (15 = 1), mask[s, j] ([T] per sample, 18 = 0) or
 // mask[s, i, j] ([T, T], 18 = 1) is added to the score of query i and key j; a row whose every
@@ -47,7 +47,8 @@ fn align_tokens(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
 // P: 2 q_base, 3 q_stride, 4 k_base, 5 k_stride, 6 v_base, 7 v_stride, 8 o_base, 9 o_stride,
 //    10 t, 11 d, 12 heads, 13 causal, 14 scale, 15 has_mask, 16 mask_base, 17 mask_stride,
 //    18 mask per query. Rows of q, k, v, o are d apart.
-//    per = heads · ⌈t / BQ⌉ · WG (threads), so one workgroup per query block.
+//    per = heads · ⌈t / BQ⌉ · ⌈c / CT⌉ · WG (threads), so one workgroup per query block and
+//    output column chunk.
 
 // Query rows per workgroup, keys per tile (both 16: 4 threads per row, 4 keys per thread),
 // head columns per tile, and the staged rows' stride in V4s (CT / 4 + 1: the padding word keeps
@@ -108,15 +109,19 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     let d = pu(11u);
     let heads = pu(12u);
     let nb = (t + BQ - 1u) / BQ;
-    let blk = wid.y * nwg.x + wid.x;
-    if blk >= pu(0u) * heads * nb {
+    let c = d / heads;
+    let chunks = max((c + CT - 1u) / CT, 1u);
+    // Workgroup (sample, head, query block, output column chunk), the chunk innermost.
+    let wg = wid.y * nwg.x + wid.x;
+    if wg >= pu(0u) * heads * nb * chunks {
         return;
     }
+    let mine = wg % chunks;
+    let blk = wg / chunks;
     let lid = lid3.x;
     let s = blk / (heads * nb);
     let head = (blk / nb) % heads;
     let q0 = (blk % nb) * BQ;
-    let c = d / heads;
     let hc = head * c;
     let qb = pu(2u) + s * pu(3u) + hc;
     let kb = pu(4u) + s * pu(5u) + hc;
@@ -135,8 +140,7 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     let seen = select(0u, select(t, i + 1u, causal), i < t);
     let kend = select(t, min(t, q0 + BQ), causal);
     let tiles = (kend + BK - 1u) / BK;
-    let chunks = (c + CT - 1u) / CT;
-    for (var oc = 0u; oc < chunks; oc++) {
+    for (var oc = mine; oc < mine + 1u; oc++) {
         let ocol = oc * CT;
         let ov4 = (min(CT, c - ocol) + 3u) / 4u;
         var m = -3.4028235e38;
