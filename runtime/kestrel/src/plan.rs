@@ -5,7 +5,8 @@
 //! their lifetimes. Lifetimes are closed intervals of node indices `[def, last use]`; graph inputs
 //! are defined at -1 and graph outputs live to the end, so a node's output never overlaps any of
 //! its inputs (they meet at the node's index). A Dense followed by an Add of its output keeps its
-//! input live through the Add (so the pair can run as one kernel). Placement is greedy first-fit
+//! input live through the Add (so the pair can run as one kernel), unless the smallest arena is
+//! asked for (`ModelBuilder::min_scratch`, `convert --min-memory`). Placement is greedy first-fit
 //! in definition order, largest first among ties.
 
 use kestrel_format::ops::{BinaryOp, Op, TensorId};
@@ -20,12 +21,15 @@ pub struct PlanTensor {
     pub bytes: u64,
 }
 
-/// Offsets (per sample) for `tensors`, and the arena bytes per sample.
+/// Offsets (per sample) for `tensors`, and the arena bytes per sample. `residual_pairs`: keep a
+/// Dense's input live through an Add of its output in the next node (see the module docs); off
+/// for the smallest arena.
 pub fn plan(
     tensors: &[PlanTensor],
     ops: &[Op],
     inputs: &[TensorId],
     outputs: &[TensorId],
+    residual_pairs: bool,
 ) -> (Vec<(TensorId, u64)>, u64) {
     let n_ops = ops.len() as i64;
     let idx = |id: TensorId| tensors.iter().position(|t| t.id == id);
@@ -65,7 +69,7 @@ pub fn plan(
     // A Dense whose output the next node adds to something keeps its input live through that
     // Add: a backend may then run the pair as one kernel (the dense layer with a residual
     // epilogue) whose output cannot overlap the input its other threads are still reading.
-    for (n, pair) in ops.windows(2).enumerate() {
+    for (n, pair) in ops.windows(2).enumerate().filter(|_| residual_pairs) {
         if let (Op::Dense(d), Op::Binary(b)) = (&pair[0], &pair[1]) {
             if b.op == BinaryOp::Add && (b.a == d.y || b.b == d.y) {
                 if let Some(k) = idx(d.x) {

@@ -2,7 +2,7 @@
 //! memory when lifetimes allow.
 
 use kestrel::plan::{plan, PlanTensor};
-use kestrel_format::ops::{Binary, BinaryOp, Op, Reshape, Unary, UnaryOp};
+use kestrel_format::ops::{Activation, Binary, BinaryOp, Dense, Op, Proj, Reshape, Unary, UnaryOp};
 use proptest::prelude::*;
 
 /// A random chain-with-skips graph: tensor 0 is the input; node i writes tensor i+1 from one or
@@ -45,7 +45,7 @@ fn root(ops: &[Op], mut t: u32) -> u32 {
 proptest! {
     #[test]
     fn live_tensors_never_share_bytes((tensors, ops, outputs) in graph()) {
-        let (offsets, arena) = plan(&tensors, &ops, &[0], &outputs);
+        let (offsets, arena) = plan(&tensors, &ops, &[0], &outputs, true);
         let off = |id: u32| offsets.iter().find(|(t, _)| *t == id).unwrap().1;
         let size = |id: u32| tensors[id as usize].bytes;
         let n = ops.len() as i64;
@@ -91,6 +91,26 @@ fn a_long_chain_reuses_memory() {
     let n = 20u32;
     let tensors: Vec<PlanTensor> = (0..=n).map(|id| PlanTensor { id, bytes: 1024 }).collect();
     let ops: Vec<Op> = (0..n).map(|i| Op::Unary(Unary { x: i, op: UnaryOp::Relu, y: i + 1 })).collect();
-    let (_, arena) = plan(&tensors, &ops, &[0], &[n]);
+    let (_, arena) = plan(&tensors, &ops, &[0], &[n], true);
     assert_eq!(arena, 2048, "a chain needs two buffers, not {} bytes", arena);
+}
+
+/// x → Dense → d; r = relu(x) computed first; y = d + r. With residual pairs the Dense input x
+/// stays live through the Add, so y never overlaps it (the GPU's residual epilogue writes y while
+/// other threads still read x); without (the smallest arena) y may reuse x's bytes.
+#[test]
+fn a_dense_input_stays_live_through_its_residual_add() {
+    let tensors: Vec<PlanTensor> = (0..4).map(|id| PlanTensor { id, bytes: 1024 }).collect();
+    let proj = Proj { w: 100, b: None };
+    let ops = vec![
+        Op::Unary(Unary { x: 0, op: UnaryOp::Relu, y: 1 }),
+        Op::Dense(Dense { x: 0, proj, act: Activation::None, y: 2 }),
+        Op::Binary(Binary { a: 2, b: 1, op: BinaryOp::Add, y: 3 }),
+    ];
+    let off = |offsets: &[(u32, u64)], id: u32| offsets.iter().find(|(t, _)| *t == id).unwrap().1;
+    let (kept, arena_kept) = plan(&tensors, &ops, &[0], &[3], true);
+    assert_ne!(off(&kept, 3), off(&kept, 0), "the Add's output overlaps the dense input");
+    let (min, arena_min) = plan(&tensors, &ops, &[0], &[3], false);
+    assert_eq!(off(&min, 3), off(&min, 0), "the smallest plan reuses the dense input's bytes");
+    assert!(arena_min < arena_kept, "{arena_min} vs {arena_kept}");
 }

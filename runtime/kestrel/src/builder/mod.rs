@@ -32,7 +32,9 @@ pub struct ModelBuilder {
     /// Metadata written to the file (name, task, labels, input specs, ...).
     pub meta: MetadataSpec,
     /// Plan the smallest scratch region the kernels can run with (microcontrollers) instead of
-    /// what their fastest paths need (blocked attention, im2col convolution).
+    /// what their fastest paths need (blocked attention, im2col convolution), and the smallest
+    /// arena: a Dense's input is not kept live through a following residual Add (which lets the
+    /// GPU run the pair as one dispatch).
     pub min_scratch: bool,
 }
 
@@ -199,7 +201,7 @@ impl ModelBuilder {
                 Draft::Weight { .. } => None,
             })
             .collect();
-        let (offsets, arena) = plan(&acts, &self.ops, &self.inputs, &self.outputs);
+        let (offsets, arena) = plan(&acts, &self.ops, &self.inputs, &self.outputs, !self.min_scratch);
         let mut tensors = Vec::with_capacity(self.tensors.len());
         for (i, t) in self.tensors.iter().enumerate() {
             tensors.push(match t {
