@@ -255,6 +255,11 @@ pub fn gpu_profile(
                     bytes: kestrel::profile::op_bytes(&file, &op, batch as u64),
                     dispatches: dispatches.get(t.node as usize).copied(),
                     ns: Vec::with_capacity(runs),
+                    parts: t
+                        .dispatches
+                        .iter()
+                        .map(|d| kestrel::profile::PartTiming { kernel: d.0, ns: Vec::with_capacity(runs) })
+                        .collect(),
                     start_ns: Vec::with_capacity(runs),
                 });
             }
@@ -264,6 +269,9 @@ pub fn gpu_profile(
             let (Some(d), Some(Some(i))) = (t.duration, slot.get(t.node as usize)) else { continue };
             let ns = d.as_nanos() as u64;
             ops[*i].ns.push(ns);
+            for (part, (_, pd)) in ops[*i].parts.iter_mut().zip(&t.dispatches) {
+                part.ns.push(pd.as_nanos() as u64);
+            }
             ops[*i].start_ns.push(at);
             at += ns;
         }
@@ -330,6 +338,11 @@ pub fn to_json(prof: &Profile, name: &str, source: &str, backend: &str, timing: 
                 "share": prof.share(i),
                 "gflops_p50": o.gflops(),
                 "gbps_p50": o.gbps(),
+                "parts": o.parts.iter().map(|p| serde_json::json!({
+                    "kernel": p.kernel,
+                    "mean_us": us(p.mean_ns()),
+                    "p50_us": us(p.percentile_ns(50.0) as f64),
+                })).collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -448,6 +461,20 @@ fn write_table(
                 String::new()
             }
         )?;
+        // A node of several GPU dispatches: each one's time beneath it.
+        if o.parts.len() > 1 {
+            for p in &o.parts {
+                writeln!(
+                    w,
+                    "{:>4}  {:<11} {:<24} {:>9.2} {:>9.2}",
+                    "",
+                    "",
+                    format!("  └ {}", p.kernel),
+                    us(p.mean_ns()),
+                    us(p.percentile_ns(50.0) as f64)
+                )?;
+            }
+        }
     }
     if shown < order.len() {
         let rest: f64 = order[shown..].iter().map(|&i| prof.share(i)).sum();

@@ -415,12 +415,18 @@ fn check_profile(backend: &str, timing: &str) {
             let i = o["intensity_flop_per_byte"].as_f64().unwrap();
             assert!((i - f as f64 / bytes as f64).abs() <= 1e-9 * i.max(1.0), "{o}");
         }
+        let parts = o["parts"].as_array().unwrap_or_else(|| panic!("parts: {o}"));
         match o["dispatches"].as_u64() {
             Some(d) => {
                 assert!(gpu && d >= 1, "{o}");
                 dispatches += d;
+                // Each dispatch timed on its own (entry point and time), summing to the node's.
+                assert_eq!(parts.len() as u64, d, "{o}");
+                let sum: f64 = parts.iter().map(|p| p["mean_us"].as_f64().unwrap()).sum();
+                assert!((sum - o["mean_us"].as_f64().unwrap()).abs() <= 1e-6 * sum.max(1.0) + 1e-3, "{o}");
+                assert!(parts.iter().all(|p| p["kernel"].as_str().is_some_and(|k| !k.is_empty())), "{o}");
             }
-            None => assert!(!gpu && o["dispatches"].is_null(), "{o}"),
+            None => assert!(!gpu && o["dispatches"].is_null() && parts.is_empty(), "{o}"),
         }
     }
     assert_eq!(v["known_bytes"].as_u64().unwrap(), ops.iter().map(|o| o["bytes"].as_u64().unwrap()).sum::<u64>());

@@ -30,8 +30,32 @@ pub struct OpTiming {
     pub dispatches: Option<usize>,
     /// Duration of this node in each measured run, in nanoseconds.
     pub ns: Vec<u64>,
+    /// On a GPU, each of the node's dispatches (entry point, duration per run); empty on the CPU
+    /// or where dispatches were not timed one by one.
+    pub parts: Vec<PartTiming>,
     /// Start of this node in each run, in nanoseconds since the profile began.
     pub start_ns: Vec<u64>,
+}
+
+/// One GPU dispatch of a node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PartTiming {
+    /// The kernel's entry point.
+    pub kernel: &'static str,
+    /// Duration in each measured run, in nanoseconds.
+    pub ns: Vec<u64>,
+}
+
+impl PartTiming {
+    /// Mean duration in nanoseconds.
+    pub fn mean_ns(&self) -> f64 {
+        mean(&self.ns)
+    }
+
+    /// The `p`-th percentile (0..=100, nearest rank) in nanoseconds.
+    pub fn percentile_ns(&self, p: f64) -> u64 {
+        percentile(&self.ns, p)
+    }
 }
 
 impl OpTiming {
@@ -255,6 +279,7 @@ pub fn profile(model: &Model, inputs: &[Input<'_>], warmup: usize, runs: usize) 
             bytes: op_bytes(&file, &op, batch as u64),
             dispatches: None,
             ns: Vec::with_capacity(runs),
+            parts: Vec::new(),
             start_ns: Vec::with_capacity(runs),
         });
     }

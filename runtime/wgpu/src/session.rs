@@ -47,7 +47,7 @@ pub struct SessionOptions {
 /// How a [`Profile`] was measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimingSource {
-    /// GPU timestamp queries around each node's compute pass.
+    /// GPU timestamp queries around each dispatch (a compute pass each while profiling).
     Timestamps,
     /// The adapter has no timestamp queries: only the whole submission's wall time is known.
     WholeSubmission,
@@ -60,8 +60,11 @@ pub struct NodeTiming {
     pub node: u32,
     /// Op name.
     pub op: &'static str,
-    /// GPU time; `None` for reshapes (views, no work) and without timestamp queries.
+    /// GPU time: the sum of the node's dispatches; `None` for nodes that dispatch nothing (views,
+    /// an Add whose work a residual epilogue took over) and without timestamp queries.
     pub duration: Option<Duration>,
+    /// Each dispatch's entry point and GPU time, in order (empty without timestamp queries).
+    pub dispatches: Vec<(&'static str, Duration)>,
 }
 
 /// Timings of one run.
@@ -83,9 +86,12 @@ struct Io {
     dtype: DType,
 }
 
+/// A dispatch ready to record: parameters, kernel variant, pipeline, bind group.
+type NodeDispatch = (Dispatch, Variant, wgpu::ComputePipeline, wgpu::BindGroup);
+
 struct Node {
     op: Op,
-    dispatches: Vec<(Dispatch, Variant, wgpu::ComputePipeline, wgpu::BindGroup)>,
+    dispatches: Vec<NodeDispatch>,
 }
 
 /// A model bound to a device with a batch capacity.
@@ -256,9 +262,10 @@ impl GpuSession {
                 nodes.push(Node { op, dispatches });
             }
             let queries = timestamps.then(|| {
-                let count = (2 * nodes.len()).max(2) as u32;
+                // Two per dispatch, up to wgpu's query set limit (dispatches past it go untimed).
+                let count = (2 * n_dispatch).clamp(2, wgpu::QUERY_SET_MAX_QUERIES as usize) as u32;
                 let qs = dev.create_query_set(&wgpu::QuerySetDescriptor {
-                    label: Some("node timestamps"),
+                    label: Some("dispatch timestamps"),
                     ty: wgpu::QueryType::Timestamp,
                     count,
                 });
@@ -510,20 +517,23 @@ impl GpuSession {
         for (io, &off) in self.inputs.iter().zip(&self.upload_offsets) {
             enc.copy_buffer_to_buffer(&self.upload, off, &self.arena, io.base * 4, (batch * io.n * 4) as u64);
         }
-        if timed {
-            // One pass per node, so the timestamps bracket each node's dispatches.
-            for (i, node) in self.nodes.iter().enumerate().take(self.node_limit) {
-                if node.dispatches.is_empty() {
-                    continue;
+        if let (Some((qs, _, _)), true) = (&self.queries, timed) {
+            // A pass per dispatch, so the timestamps bracket each one.
+            let mut k = 0u32;
+            for node in self.nodes.iter().take(self.node_limit) {
+                for d in &node.dispatches {
+                    let timestamp_writes = (2 * k + 1 < qs.count()).then(|| wgpu::ComputePassTimestampWrites {
+                        query_set: qs,
+                        beginning_of_pass_write_index: Some(2 * k),
+                        end_of_pass_write_index: Some(2 * k + 1),
+                    });
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some(d.1.kernel().entry()),
+                        timestamp_writes,
+                    });
+                    record(&mut pass, d, batch)?;
+                    k += 1;
                 }
-                let timestamp_writes = self.queries.as_ref().map(|(qs, _, _)| wgpu::ComputePassTimestampWrites {
-                    query_set: qs,
-                    beginning_of_pass_write_index: Some(2 * i as u32),
-                    end_of_pass_write_index: Some(2 * i as u32 + 1),
-                });
-                let mut pass = enc
-                    .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(node.op.name()), timestamp_writes });
-                record(&mut pass, node, batch)?;
             }
         } else {
             // One pass for the whole run: wgpu still orders the dispatches (a barrier between
@@ -533,7 +543,9 @@ impl GpuSession {
                 timestamp_writes: None,
             });
             for node in self.nodes.iter().take(self.node_limit) {
-                record(&mut pass, node, batch)?;
+                for d in &node.dispatches {
+                    record(&mut pass, d, batch)?;
+                }
             }
         }
         let mut off = 0u64;
@@ -543,7 +555,7 @@ impl GpuSession {
             off += len;
         }
         if let (Some((qs, resolve, read)), true) = (&self.queries, timed) {
-            enc.resolve_query_set(qs, 0..(2 * self.nodes.len()).max(2) as u32, resolve, 0);
+            enc.resolve_query_set(qs, 0..qs.count(), resolve, 0);
             enc.copy_buffer_to_buffer(resolve, 0, read, 0, read.size());
         }
         let start = Instant::now();
@@ -600,21 +612,30 @@ impl GpuSession {
                 .nodes
                 .iter()
                 .enumerate()
-                .map(|(i, n)| NodeTiming { node: i as u32, op: n.op.name(), duration: None })
+                .map(|(i, n)| NodeTiming { node: i as u32, op: n.op.name(), duration: None, dispatches: Vec::new() })
                 .collect();
         }
         let source = if timed { TimingSource::Timestamps } else { TimingSource::WholeSubmission };
-        if let (Some((_, _, read)), true) = (&self.queries, timed) {
+        if let (Some((qs, _, read)), true) = (&self.queries, timed) {
             let period = f64::from(ctx.queue.get_timestamp_period());
             {
                 let view = read.get_mapped_range(..).map_err(|e| GpuError::Map(e.to_string()))?;
                 let ticks: &[u64] = bytemuck::cast_slice(&view);
-                for (i, t) in nodes.iter_mut().enumerate() {
-                    if self.nodes[i].dispatches.is_empty() || i >= self.node_limit {
-                        continue;
+                let mut k = 0usize;
+                for (t, node) in nodes.iter_mut().zip(&self.nodes).take(self.node_limit) {
+                    let mut all = !node.dispatches.is_empty();
+                    for d in &node.dispatches {
+                        if 2 * k + 1 < qs.count() as usize {
+                            let dt = ticks[2 * k + 1].saturating_sub(ticks[2 * k]) as f64 * period;
+                            t.dispatches.push((d.1.kernel().entry(), Duration::from_nanos(dt as u64)));
+                        } else {
+                            all = false;
+                        }
+                        k += 1;
                     }
-                    let dt = ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period;
-                    t.duration = Some(Duration::from_nanos(dt as u64));
+                    if all {
+                        t.duration = Some(t.dispatches.iter().map(|d| d.1).sum());
+                    }
                 }
             }
             read.unmap();
@@ -639,26 +660,25 @@ impl GpuSession {
 /// A buffer mapping's outcome, once its callback has run.
 type MapResult = Option<Result<(), String>>;
 
-/// Records one node's dispatches into `pass`.
-fn record(pass: &mut wgpu::ComputePass<'_>, node: &Node, batch: usize) -> Result<(), GpuError> {
-    for (d, _, pipe, bg) in &node.dispatches {
-        let threads = batch as u64 * u64::from(d.per());
-        let groups = threads.div_ceil(u64::from(WORKGROUP));
-        if groups == 0 {
-            continue;
-        }
-        let x = groups.min(u64::from(MAX_GROUPS_X)) as u32;
-        let y = groups.div_ceil(u64::from(x));
-        let y = u32::try_from(y).ok().filter(|&y| y <= MAX_GROUPS_X).ok_or_else(|| GpuError::Limit {
-            what: "a dispatch's workgroup grid",
-            needed: groups,
-            limit: u64::from(MAX_GROUPS_X) * u64::from(MAX_GROUPS_X),
-            limit_name: "max_compute_workgroups_per_dimension",
-        })?;
-        pass.set_pipeline(pipe);
-        pass.set_bind_group(0, bg, &[]);
-        pass.dispatch_workgroups(x, y, 1);
+/// Records one dispatch into `pass`.
+fn record(pass: &mut wgpu::ComputePass<'_>, dispatch: &NodeDispatch, batch: usize) -> Result<(), GpuError> {
+    let (d, _, pipe, bg) = dispatch;
+    let threads = batch as u64 * u64::from(d.per());
+    let groups = threads.div_ceil(u64::from(WORKGROUP));
+    if groups == 0 {
+        return Ok(());
     }
+    let x = groups.min(u64::from(MAX_GROUPS_X)) as u32;
+    let y = groups.div_ceil(u64::from(x));
+    let y = u32::try_from(y).ok().filter(|&y| y <= MAX_GROUPS_X).ok_or_else(|| GpuError::Limit {
+        what: "a dispatch's workgroup grid",
+        needed: groups,
+        limit: u64::from(MAX_GROUPS_X) * u64::from(MAX_GROUPS_X),
+        limit_name: "max_compute_workgroups_per_dimension",
+    })?;
+    pass.set_pipeline(pipe);
+    pass.set_bind_group(0, bg, &[]);
+    pass.dispatch_workgroups(x, y, 1);
     Ok(())
 }
 

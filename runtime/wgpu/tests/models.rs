@@ -171,6 +171,11 @@ fn profile_times_every_node() {
         for n in &profile.nodes {
             let dispatches = counts[n.node as usize];
             assert_eq!(n.duration.is_some(), dispatches > 0, "node {} {}", n.node, n.op);
+            // Each dispatch timed on its own; the node's time is their sum.
+            assert_eq!(n.dispatches.len(), dispatches, "node {} {}", n.node, n.op);
+            if let Some(d) = n.duration {
+                assert_eq!(d, n.dispatches.iter().map(|p| p.1).sum::<std::time::Duration>());
+            }
             assert!(dispatches > 0 || matches!(n.op, "Reshape" | "Binary"), "node {} {} has no work", n.node, n.op);
         }
         let total: std::time::Duration = profile.nodes.iter().filter_map(|n| n.duration).sum();
