@@ -38,16 +38,17 @@ impl<'a> Model<'a> {
             return Err(LoadError::PlanAlignment { what: "scratch_bytes", value: plan.scratch_bytes, align: 4 });
         }
         let mut scratch_elems = 0usize;
+        let mut defined = Defined::new(&file);
         for node in 0..file.op_count() {
             let op = file.op(node)?;
-            validate_node(&file, node, &op)?;
+            validate_node(&file, node, &op, &defined)?;
+            defined.mark(op.output());
             let s = exec::scratch_elems(&crate::graph::Graph::file(&file), &op, false)
                 .map_err(|source| LoadError::Shape { node, op: op.name(), source })?;
             scratch_elems = scratch_elems.max(s);
         }
         for id in file.outputs() {
-            let written = file.inputs().any(|i| i == id)
-                || (0..file.op_count()).any(|n| file.op(n).map(|o| o.output() == id).unwrap_or(false));
+            let written = defined.before(&file, file.op_count(), id)?;
             if !written {
                 return Err(LoadError::OutputNeverWritten { tensor: id });
             }
@@ -173,23 +174,54 @@ fn check_role<'a>(
     }
 }
 
-fn defined_before(file: &KesFile<'_>, node: u32, id: TensorId) -> Result<bool, LoadError> {
-    if file.inputs().any(|i| i == id) {
-        return Ok(true);
+/// Which tensors the graph inputs and the nodes so far define: a bit per tensor id on the stack
+/// (no allocation, `no_std`) for files of up to [`Defined::BITS`] tensors, so validation is
+/// linear in the nodes; larger files fall back to scanning the earlier nodes.
+struct Defined {
+    bits: [u64; Defined::WORDS],
+    exact: bool,
+}
+
+impl Defined {
+    const WORDS: usize = 128;
+    const BITS: u32 = (Self::WORDS * 64) as u32;
+
+    fn new(file: &KesFile<'_>) -> Self {
+        let mut d = Self { bits: [0; Self::WORDS], exact: file.tensor_count() <= Self::BITS };
+        for id in file.inputs() {
+            d.mark(id);
+        }
+        d
     }
-    for n in 0..node {
-        if file.op(n)?.output() == id {
-            return Ok(true);
+
+    fn mark(&mut self, id: TensorId) {
+        if self.exact && id < Self::BITS {
+            self.bits[(id / 64) as usize] |= 1 << (id % 64);
         }
     }
-    Ok(false)
+
+    /// Whether `id` is a graph input or the output of a node before `node`.
+    fn before(&self, file: &KesFile<'_>, node: u32, id: TensorId) -> Result<bool, LoadError> {
+        if self.exact {
+            return Ok(id < Self::BITS && self.bits[(id / 64) as usize] & (1 << (id % 64)) != 0);
+        }
+        if file.inputs().any(|i| i == id) {
+            return Ok(true);
+        }
+        for n in 0..node {
+            if file.op(n)?.output() == id {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
 }
 
 fn overlaps(a: &TensorInfo<'_>, b: &TensorInfo<'_>) -> bool {
     a.offset < b.offset.saturating_add(b.len) && b.offset < a.offset.saturating_add(a.len)
 }
 
-fn validate_node(file: &KesFile<'_>, node: u32, op: &Op) -> Result<(), LoadError> {
+fn validate_node(file: &KesFile<'_>, node: u32, op: &Op, defined: &Defined) -> Result<(), LoadError> {
     let name = op.name();
     // Roles of every slot.
     let mut result = Ok(());
@@ -204,7 +236,7 @@ fn validate_node(file: &KesFile<'_>, node: u32, op: &Op) -> Result<(), LoadError
     // The output: a fresh f32 activation.
     let y_id = op.output();
     let y = check_role(file, node, op, "y", y_id, Role::Act)?;
-    if defined_before(file, node, y_id)? {
+    if defined.before(file, node, y_id)? {
         return Err(LoadError::Redefinition { node, op: name, tensor: y_id });
     }
     // Activation inputs: defined earlier, and not overlapping the output (except a reshape,
@@ -219,7 +251,7 @@ fn validate_node(file: &KesFile<'_>, node: u32, op: &Op) -> Result<(), LoadError
             if t.kind != TensorKind::Activation {
                 return Ok(());
             }
-            if !defined_before(file, node, id)? {
+            if !defined.before(file, node, id)? {
                 return Err(LoadError::UseBeforeDefinition { node, op: name, tensor: id });
             }
             if let Op::Reshape(_) = op {

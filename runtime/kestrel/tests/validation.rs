@@ -173,3 +173,24 @@ fn errors_name_what_was_expected_and_found() {
     let msg = load(&s).unwrap_err().to_string();
     assert!(msg.contains("node 0") && msg.contains("Dense") && msg.contains('8') && msg.contains('7'), "{msg}");
 }
+
+/// Files of more tensors than the loader's on-stack definition bitset (8 192) take the scanning
+/// path: the same verdicts.
+#[test]
+fn definition_checks_hold_for_large_tensor_tables() {
+    let pad = |mut s: ModelSpec| {
+        for i in 0..8200 {
+            s.tensors.push(weight(&format!("unused{i}"), &[1]));
+        }
+        s
+    };
+    assert!(load(&pad(valid())).is_ok(), "{:?}", load(&pad(valid())).err());
+    let mut s = valid();
+    s.ops.swap(0, 1);
+    let s = pad(s);
+    assert!(matches!(load(&s), Err(LoadError::UseBeforeDefinition { node: 0, tensor: 3, .. })), "{:?}", load(&s));
+    let mut s = valid();
+    s.ops.push(Op::Unary(Unary { x: 3, op: UnaryOp::Exp, y: 4 }));
+    let s = pad(s);
+    assert!(matches!(load(&s), Err(LoadError::Redefinition { node: 2, tensor: 4, .. })), "{:?}", load(&s));
+}
