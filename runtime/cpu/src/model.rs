@@ -183,7 +183,7 @@ struct Defined {
 }
 
 impl Defined {
-    const WORDS: usize = 128;
+    const WORDS: usize = 64;
     const BITS: u32 = (Self::WORDS * 64) as u32;
 
     fn new(file: &KesFile<'_>) -> Self {

@@ -174,12 +174,12 @@ fn errors_name_what_was_expected_and_found() {
     assert!(msg.contains("node 0") && msg.contains("Dense") && msg.contains('8') && msg.contains('7'), "{msg}");
 }
 
-/// Files of more tensors than the loader's on-stack definition bitset (8 192) take the scanning
+/// Files of more tensors than the loader's on-stack definition bitset (4 096) take the scanning
 /// path: the same verdicts.
 #[test]
 fn definition_checks_hold_for_large_tensor_tables() {
     let pad = |mut s: ModelSpec| {
-        for i in 0..8200 {
+        for i in 0..4100 {
             s.tensors.push(weight(&format!("unused{i}"), &[1]));
         }
         s
