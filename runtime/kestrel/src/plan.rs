@@ -69,8 +69,9 @@ pub fn plan(
     // A Dense whose output the next node adds to something keeps its input live through that
     // Add: a backend may then run the pair as one kernel (the dense layer with a residual
     // epilogue) whose output cannot overlap the input its other threads are still reading.
-    for (n, pair) in ops.windows(2).enumerate().filter(|_| residual_pairs) {
-        if let (Op::Dense(d), Op::Binary(b)) = (&pair[0], &pair[1]) {
+    if residual_pairs {
+        for (n, pair) in ops.windows(2).enumerate() {
+            let (Op::Dense(d), Op::Binary(b)) = (&pair[0], &pair[1]) else { continue };
             if b.op == BinaryOp::Add && (b.a == d.y || b.b == d.y) {
                 if let Some(k) = idx(d.x) {
                     last[k] = last[k].max(n as i64 + 1);

@@ -114,6 +114,9 @@ pub struct GpuSession {
     upload: wgpu::Buffer,
     upload_offsets: Vec<u64>,
     upload_mapped: bool,
+    /// Outcomes of the run's buffer mappings (outputs, timestamps, input staging), written by
+    /// wgpu's callbacks; made once, reset each run.
+    maps: std::sync::Arc<std::sync::Mutex<[MapResult; 3]>>,
     /// GPU object and memory counts read right after the last run's submission, while it was
     /// in flight (see [`GpuCounts`]).
     in_flight: GpuCounts,
@@ -294,6 +297,7 @@ impl GpuSession {
                 upload,
                 upload_offsets,
                 upload_mapped: true,
+                maps: Default::default(),
                 in_flight: GpuCounts::default(),
                 queries,
                 param_words,
@@ -567,7 +571,10 @@ impl GpuSession {
         const READ: usize = 0;
         const TIMES: usize = 1;
         const UPLOAD: usize = 2;
-        let status: std::sync::Arc<std::sync::Mutex<[MapResult; 3]>> = Default::default();
+        let status = &self.maps;
+        if let Ok(mut v) = status.lock() {
+            *v = Default::default();
+        }
         let map = |buf: &wgpu::Buffer, mode: wgpu::MapMode, range: std::ops::Range<u64>, slot: usize| {
             let st = status.clone();
             buf.map_async(mode, range, move |r| {
@@ -585,10 +592,10 @@ impl GpuSession {
             .poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: Some(RUN_TIMEOUT) })
             .map_err(|e| GpuError::Poll(e.to_string()))?;
         ctx.take_error("run")?;
-        let results = status.lock().map(|v| v.clone()).unwrap_or_default();
+        let results: [MapResult; 3] = status.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default();
         self.upload_mapped = matches!(results[UPLOAD], Some(Ok(())));
-        let wanted = if timed { [READ, TIMES] } else { [READ, READ] };
-        for slot in wanted {
+        let wanted: &[usize] = if timed { &[READ, TIMES] } else { &[READ] };
+        for &slot in wanted {
             match &results[slot] {
                 Some(Ok(())) => {}
                 Some(Err(e)) => return Err(GpuError::Map(e.clone())),

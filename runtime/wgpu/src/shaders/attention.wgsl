@@ -140,8 +140,8 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     let seen = select(0u, select(t, i + 1u, causal), i < t);
     let kend = select(t, min(t, q0 + BQ), causal);
     let tiles = (kend + BK - 1u) / BK;
-    for (var oc = mine; oc < mine + 1u; oc++) {
-        let ocol = oc * CT;
+    {
+        let ocol = mine * CT;
         let ov4 = (min(CT, c - ocol) + 3u) / 4u;
         var m = -3.4028235e38;
         var l = 0.0;
