@@ -195,10 +195,13 @@ fn mobilenetv3_gates_fuse_into_their_dense_layers() {
 
 /// HF BERT and DistilBERT (an `attention_mask` input): every attention layer (one ONNX Softmax
 /// each) is one fused `Attention` node with the padding mask as its mask input, and no softmax
-/// is left. `nn.TransformerEncoder`: every layer fused (no mask). Other models: nothing required.
+/// is left. `nn.TransformerEncoder`, the ViTs (timm's vit_tiny and deit, HF ViT) and MobileViT
+/// (attention over each patch pixel's tokens: `[G, T, d]` nodes, its packed qkv split): every
+/// layer fused (no mask). Other models (LeViT's per-head biases): nothing required.
 fn masked_attention_fused(name: &str, meta: &serde_json::Value, conv: &kestrel_onnx::Conversion) -> Result<(), String> {
     let masked = name.starts_with("bert-") || name.starts_with("distilbert-");
-    if !masked && !name.starts_with("torch_encoder-") {
+    let unmasked = ["torch_encoder-", "vit_tiny-", "deit_tiny", "hf_vit-", "mobilevit_xxs-"];
+    if !masked && !unmasked.iter().any(|p| name.starts_with(p)) {
         return Ok(());
     }
     let layers = meta["onnx_ops"]["Softmax"].as_u64().ok_or("meta.json lists no Softmax")? as usize;

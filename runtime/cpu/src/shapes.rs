@@ -208,7 +208,19 @@ pub fn output_shape(
             .y_shape()
             .ok_or(ShapeError::Invalid { op: name, what: "output rank or dim too large" }),
         Op::Attention(o) => {
-            let x = tokens(name, shape_of(o.x))?;
+            // `[T, d]`, or `[G, T, d]`: G independent sequences per sample (MobileViT's
+            // patch-pixel axis), which a key mask cannot be shared across.
+            let x = shape_of(o.x);
+            if x.rank() == 3 {
+                if o.mask.is_some() {
+                    return Err(ShapeError::Invalid {
+                        op: name,
+                        what: "a key mask needs a [T, d] input, not [G, T, d]",
+                    });
+                }
+                return Ok(x);
+            }
+            let x = tokens(name, x)?;
             if let Some(m) = o.mask {
                 crate::kernels::attention::check_key_mask(name, &shape_of(m), x.dim(0))?;
             }

@@ -51,6 +51,25 @@ proptest! {
         assert_close(&format!("{p:?} {dt:?} row-wise"), &layer.run_rowwise(&p, &x), &want, F32_KERNEL);
     }
 
+    /// G sequences `[G, T, d]` (MobileViT's attention over each patch pixel's tokens): each
+    /// sequence equals the reference on it alone, with the projections over all G·T rows (the
+    /// planned scratch) and one sequence at a time (the single-sequence scratch).
+    #[test]
+    fn grouped_attention_matches_reference_per_sequence(
+        g in 2usize..=5, t in 1usize..=20, d in dim(), h in heads(), causal: bool, v in 0usize..4,
+        dt in dtype(), seed: u64,
+    ) {
+        let p = attn_params(t, d, h, causal, variant(v));
+        let mut rng = Rng::new(seed);
+        let x = rng.normal_vec(g * t * d);
+        let mut layer = AttnLayer::random(&mut rng, dt, &p);
+        let want: Vec<f64> = x.chunks_exact(t * d).flat_map(|xs| layer.reference(&p, xs)).collect();
+        for scratch in [attention_scratch_groups(&p, g), attention_scratch_fast(&p)] {
+            let got = layer.run_groups(&p, g, &x, scratch);
+            assert_close(&format!("{p:?} {dt:?} G = {g}, scratch {scratch}"), &got, &want, F32_KERNEL);
+        }
+    }
+
     /// An additive mask (`[T]` per key or `[T, T]` per query and key; masked positions f32::MIN,
     /// −∞ or −1e4, kept ones 0 or a random bias; never a row with every visible key masked) on
     /// every path: planned, blocks of 5 queries (ragged, several per sample) and row-wise.

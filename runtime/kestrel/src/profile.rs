@@ -404,6 +404,8 @@ pub fn op_flops(file: &KesFile<'_>, op: &Op) -> Option<u64> {
         Op::MatMul(o) => 2 * numel(file, o.y)? * dims(file, o.a)?.last().copied()?,
         Op::Attention(o) => {
             let (t, d) = tokens_dim(file, o.x)?;
+            // `[G, T, d]`: G sequences.
+            let groups = numel(file, o.x)? / (t * d).max(1);
             let mut f = proj(t, d, &o.q)? + proj(t, d, &o.o)?;
             for p in [o.k, o.v].iter().flatten() {
                 f += proj(t, d, p)?;
@@ -411,7 +413,7 @@ pub fn op_flops(file: &KesFile<'_>, op: &Op) -> Option<u64> {
             if o.align.is_some() {
                 f += 2 * t * t * d;
             }
-            f + 4 * t * t * d + 5 * t * t * u64::from(o.heads)
+            groups * (f + 4 * t * t * d + 5 * t * t * u64::from(o.heads))
         }
         Op::AftFull(o) => {
             let (t, d) = tokens_dim(file, o.x)?;

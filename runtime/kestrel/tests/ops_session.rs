@@ -496,15 +496,17 @@ const D: usize = 8;
 fn attention_every_variant_heads_and_mask() {
     let mut cases = Vec::new();
     for &variant in AttentionVariant::ALL {
-        for heads in [1usize, 2, 4] {
+        // G = 3: three sequences per sample (`[G, T, d]`), each attended on its own.
+        for (heads, groups) in [(1usize, 1usize), (2, 1), (4, 1), (2, 3)] {
             for causal in [false, true] {
                 cases.push(case(
                     "Attention",
-                    format!("Attention {variant:?} h{heads} causal {causal}"),
+                    format!("Attention {variant:?} h{heads} G{groups} causal {causal}"),
                     false,
                     move |c| {
                         use AttentionVariant::*;
-                        let x = c.input(&[T, D], NORMAL)?;
+                        let dims = if groups > 1 { vec![groups, T, D] } else { vec![T, D] };
+                        let x = c.input(&dims, NORMAL)?;
                         let q = c.proj(D, D, true)?;
                         let k = matches!(variant, Standard | Optimised).then(|| c.proj(D, D, true)).transpose()?;
                         let v = (variant == Standard).then(|| c.proj(D, D, causal)).transpose()?;
@@ -533,6 +535,39 @@ fn attention_every_variant_heads_and_mask() {
         }
     }
     check_all(&cases);
+}
+
+/// A key mask is per sample: an attention over `[G, T, d]` sequences cannot take one.
+#[test]
+fn grouped_attention_with_a_mask_is_rejected() {
+    let mut b = ModelBuilder::new("grouped mask");
+    let x = b.input("x", &[2, T, D]).unwrap();
+    let m = b.input("mask", &[T]).unwrap();
+    let mut rng = Rng::new(3);
+    let mut proj = |b: &mut ModelBuilder, name: &str| {
+        let w = b.weight(name, &[D, D], rng.uniform_vec(D * D, 1.0)).unwrap();
+        Proj { w, b: None }
+    };
+    let (q, k, v, o) = (proj(&mut b, "q"), proj(&mut b, "k"), proj(&mut b, "v"), proj(&mut b, "o"));
+    let err = b
+        .op(|y| {
+            Op::Attention(Attention {
+                x,
+                variant: AttentionVariant::Standard,
+                heads: 2,
+                causal: false,
+                scale: 0.5,
+                q,
+                k: Some(k),
+                v: Some(v),
+                align: None,
+                o,
+                mask: Some(m),
+                y,
+            })
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("key mask needs a [T, d] input"), "{err}");
 }
 
 /// Attention with a score mask input (`[T]` per key or `[T, T]` per query and key), a different

@@ -6,7 +6,8 @@ use crate::error::{RunError, ShapeError};
 use crate::graph::Graph;
 use crate::kernels::aft::*;
 use crate::kernels::attention::{
-    attention_masked, attention_scratch, attention_scratch_fast, check_key_mask, AttentionParams, AttentionWeights,
+    attention_groups, attention_masked, attention_scratch, attention_scratch_fast, attention_scratch_groups,
+    check_key_mask, AttentionParams, AttentionWeights,
 };
 use crate::kernels::fastformer::{fastformer, fastformer_scratch, FastformerParams, FastformerWeights};
 use crate::session::numel;
@@ -16,7 +17,8 @@ use kestrel_format::ops::{AftBias, Op, Proj};
 
 /// Kernel params and weights of one mechanism node.
 enum Prep<'a> {
-    Attention(AttentionParams, AttentionWeights<'a>),
+    /// With the sequences per sample (`G` of a `[G, T, d]` input, else 1).
+    Attention(AttentionParams, AttentionWeights<'a>, usize),
     AftFull(AftFullParams, AftFullWeights<'a>),
     AftLocal(AftLocalParams, AftLocalWeights<'a>),
     AftSimple(AftSimpleParams, AftSimpleWeights<'a>),
@@ -46,7 +48,12 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
     let opj = |p: Option<Proj>| p.map(|p| proj(file, p)).transpose();
     let prep = match *op {
         Op::Attention(o) => {
-            let (t, d) = td(o.x)?;
+            // `[G, T, d]`: G sequences of the same weights (checked at load: no mask then).
+            let s = shape(file, o.x)?;
+            let (groups, (t, d)) = match s.rank() {
+                3 => (s.dim(0), (s.dim(1), s.dim(2))),
+                _ => (1, td(o.x)?),
+            };
             let p =
                 AttentionParams { t, d, heads: o.heads as usize, causal: o.causal, scale: o.scale, variant: o.variant };
             let w = AttentionWeights { q: pin(o.q)?, k: opin(o.k)?, v: opin(o.v)?, align: opj(o.align)?, o: pj(o.o)? };
@@ -54,7 +61,7 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             if let Some(m) = o.mask {
                 check_key_mask(op.name(), &shape(file, m)?, t)?;
             }
-            Prep::Attention(p, w)
+            Prep::Attention(p, w, groups)
         }
         Op::AftFull(o) => {
             let (t, d) = td(o.x)?;
@@ -120,8 +127,9 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
 
 pub(super) fn scratch_elems(file: &Graph<'_, '_>, op: &Op, fast: bool) -> Result<usize, ShapeError> {
     Ok(match prepare(file, op)? {
-        Prep::Attention(p, _) if fast => attention_scratch_fast(&p),
-        Prep::Attention(p, _) => attention_scratch(&p),
+        Prep::Attention(p, _, g) if fast && g > 1 => attention_scratch_groups(&p, g).max(attention_scratch_fast(&p)),
+        Prep::Attention(p, _, _) if fast => attention_scratch_fast(&p),
+        Prep::Attention(p, _, _) => attention_scratch(&p),
         Prep::AftFull(p, _) if fast => aft_full_scratch_fast(&p),
         Prep::AftFull(p, _) => aft_full_scratch(&p),
         Prep::AftLocal(p, _) => aft_local_scratch(&p),
@@ -150,9 +158,10 @@ pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Resul
         _ => None,
     };
     let one = |s: usize, x: &[f32], y: &mut [f32], scratch: &mut [f32]| match &prep {
-        Prep::Attention(p, w) => {
+        Prep::Attention(p, w, 1) => {
             attention_masked(p, w, x, mask.map(|(all, mn)| &all[s * mn..(s + 1) * mn]), y, scratch)
         }
+        Prep::Attention(p, w, g) => attention_groups(p, w, *g, x, y, scratch),
         Prep::AftFull(p, w) => aft_full(p, w, x, y, scratch),
         Prep::AftLocal(p, w) => aft_local(p, w, x, y, scratch),
         Prep::AftSimple(p, w) => aft_simple(p, w, x, y, scratch),

@@ -180,10 +180,20 @@ pub fn attention_scratch_fast(p: &AttentionParams) -> usize {
 /// [`attention_scratch_fast`] for blocks of `qb` query rows (`QB` for files planned before
 /// one-block attention; the kernel takes the largest block its scratch allows).
 pub fn attention_scratch_blocked(p: &AttentionParams, qb: usize) -> usize {
-    let td = p.t * p.d;
+    blocked_scratch(p, 1, qb)
+}
+
+/// Scratch of [`attention_groups`]: G sequences projected at once (`G·T` rows), one block of
+/// every sequence's queries at a time.
+pub fn attention_scratch_groups(p: &AttentionParams, groups: usize) -> usize {
+    blocked_scratch(p, groups.max(1), block_rows(p.t))
+}
+
+fn blocked_scratch(p: &AttentionParams, groups: usize, qb: usize) -> usize {
+    let td = p.t * p.d * groups;
     let k = if p.has_k() { td } else { 0 };
     let v = if p.has_v() || p.is_super() { td } else { 0 };
-    let a = if p.is_super() { p.t + if p.causal { 0 } else { 2 * td } } else { 0 };
+    let a = if p.is_super() { p.t + if p.causal { 0 } else { 2 * p.t * p.d } } else { 0 };
     let c = p.d / p.heads.max(1);
     let qb = qb.min(p.t);
     // V_hᵀ [c, T] and the scores [qb, T]; with several heads also the gathered K_h [T, c] and
@@ -257,13 +267,51 @@ pub fn attention_masked(
     else {
         return attention_rowwise(p, w, x, mask, y, scratch);
     };
+    blocked(p, w, 1, qb, x, mask, y, scratch);
+}
+
+/// G independent sequences `x [G, T, d] -> y [G, T, d]` of the same weights (no mask): with
+/// [`attention_scratch_groups`] elements of scratch, the projections run once over all G·T
+/// rows (one weight pass instead of G); with less, one sequence at a time
+/// ([`attention_masked`]).
+pub fn attention_groups(
+    p: &AttentionParams,
+    w: &AttentionWeights<'_>,
+    groups: usize,
+    x: &[f32],
+    y: &mut [f32],
+    scratch: &mut [f32],
+) {
+    if groups > 1 && scratch.len() >= attention_scratch_groups(p, groups) {
+        return blocked(p, w, groups, block_rows(p.t), x, None, y, scratch);
+    }
+    let td = p.t * p.d;
+    for (x, y) in x.chunks_exact(td).zip(y.chunks_exact_mut(td)).take(groups) {
+        attention_masked(p, w, x, None, y, scratch);
+    }
+}
+
+/// The blocked path over `groups` sequences (a mask only with one).
+#[allow(clippy::too_many_arguments)]
+fn blocked(
+    p: &AttentionParams,
+    w: &AttentionWeights<'_>,
+    groups: usize,
+    qb: usize,
+    x: &[f32],
+    mask: Option<&[f32]>,
+    y: &mut [f32],
+    scratch: &mut [f32],
+) {
     let (t, d) = (p.t, p.d);
     let td = t * d;
+    let rows = groups * t;
+    let all = groups * td;
     let c = d / p.heads;
-    let (q, rest) = scratch.split_at_mut(td);
-    let (heads_out, rest) = rest.split_at_mut(td);
-    let (kbuf, rest) = rest.split_at_mut(if p.has_k() { td } else { 0 });
-    let (vbuf, rest) = rest.split_at_mut(if p.has_v() || p.is_super() { td } else { 0 });
+    let (q, rest) = scratch.split_at_mut(all);
+    let (heads_out, rest) = rest.split_at_mut(all);
+    let (kbuf, rest) = rest.split_at_mut(if p.has_k() { all } else { 0 });
+    let (vbuf, rest) = rest.split_at_mut(if p.has_v() || p.is_super() { all } else { 0 });
     let (abuf, rest) = rest.split_at_mut(if p.is_super() { t + if p.causal { 0 } else { 2 * td } } else { 0 });
     let one = p.heads == 1;
     let (kh, rest) = rest.split_at_mut(if one { 0 } else { t * c });
@@ -272,59 +320,65 @@ pub fn attention_masked(
     let (oblk, rest) = rest.split_at_mut(if one { 0 } else { qb * c });
     let sblk = &mut rest[..qb * t];
 
-    let (keys, values) = project(p, w, x, q, kbuf, vbuf, abuf);
+    let (keys_all, values_all) = project(p, w, rows, x, q, kbuf, vbuf, abuf);
 
-    for h in 0..p.heads {
-        let col = h * c;
-        // K_h [T, c] contiguous: the keys themselves with one head.
-        if !one {
-            for (j, kr) in kh.chunks_exact_mut(c).enumerate() {
-                kr.copy_from_slice(&keys[j * d + col..j * d + col + c]);
-            }
-        }
-        let kh: &[f32] = if one { &keys[..td] } else { kh };
-        let mut i0 = 0;
-        while i0 < t {
-            let i1 = (i0 + qb).min(t);
-            let nb = i1 - i0;
-            // Keys this block can see: all, or (causal) up to its last query.
-            let n = if p.causal { i1 } else { t };
+    for g in 0..groups {
+        let keys = &keys_all[g * td..(g + 1) * td];
+        let values = &values_all[g * td..(g + 1) * td];
+        let q = &q[g * td..(g + 1) * td];
+        let heads_out = &mut heads_out[g * td..(g + 1) * td];
+        for h in 0..p.heads {
+            let col = h * c;
+            // K_h [T, c] contiguous: the keys themselves with one head.
             if !one {
-                for (r, qr) in qblk[..nb * c].chunks_exact_mut(c).enumerate() {
-                    qr.copy_from_slice(&q[(i0 + r) * d + col..(i0 + r) * d + col + c]);
+                for (j, kr) in kh.chunks_exact_mut(c).enumerate() {
+                    kr.copy_from_slice(&keys[j * d + col..j * d + col + c]);
                 }
             }
-            let qrows: &[f32] = if one { &q[i0 * d..i1 * d] } else { &qblk[..nb * c] };
-            // V_hᵀ [c, n] for this block's keys (built once per head when every block sees all
-            // T keys).
-            if p.causal || i0 == 0 {
-                for u in 0..c {
-                    for (j, v) in vt[u * n..(u + 1) * n].iter_mut().enumerate() {
-                        *v = values[j * d + col + u];
+            let kh: &[f32] = if one { &keys[..td] } else { kh };
+            let mut i0 = 0;
+            while i0 < t {
+                let i1 = (i0 + qb).min(t);
+                let nb = i1 - i0;
+                // Keys this block can see: all, or (causal) up to its last query.
+                let n = if p.causal { i1 } else { t };
+                if !one {
+                    for (r, qr) in qblk[..nb * c].chunks_exact_mut(c).enumerate() {
+                        qr.copy_from_slice(&q[(i0 + r) * d + col..(i0 + r) * d + col + c]);
                     }
                 }
-            }
-            let s = &mut sblk[..nb * n];
-            let kv = WeightView::f32(n, c, &kh[..n * c]).expect("K_h view: n·c elements");
-            matmul_nt(qrows, nb, &kv, s);
-            for (r, row) in s.chunks_exact_mut(n).enumerate() {
-                let m = if p.causal { i0 + r + 1 } else { n };
-                masked_softmax(&mut row[..m], p.scale, mask_row(mask, t, i0 + r, m));
-                row[m..].fill(0.0);
-            }
-            let vv = WeightView::f32(c, n, &vt[..c * n]).expect("V_hᵀ view: c·n elements");
-            if one {
-                matmul_nt(s, nb, &vv, &mut heads_out[i0 * d..i1 * d]);
-            } else {
-                matmul_nt(s, nb, &vv, &mut oblk[..nb * c]);
-                for (r, orow) in oblk[..nb * c].chunks_exact(c).enumerate() {
-                    heads_out[(i0 + r) * d + col..(i0 + r) * d + col + c].copy_from_slice(orow);
+                let qrows: &[f32] = if one { &q[i0 * d..i1 * d] } else { &qblk[..nb * c] };
+                // V_hᵀ [c, n] for this block's keys (built once per head when every block sees all
+                // T keys).
+                if p.causal || i0 == 0 {
+                    for u in 0..c {
+                        for (j, v) in vt[u * n..(u + 1) * n].iter_mut().enumerate() {
+                            *v = values[j * d + col + u];
+                        }
+                    }
                 }
+                let s = &mut sblk[..nb * n];
+                let kv = WeightView::f32(n, c, &kh[..n * c]).expect("K_h view: n·c elements");
+                matmul_nt(qrows, nb, &kv, s);
+                for (r, row) in s.chunks_exact_mut(n).enumerate() {
+                    let m = if p.causal { i0 + r + 1 } else { n };
+                    masked_softmax(&mut row[..m], p.scale, mask_row(mask, t, i0 + r, m));
+                    row[m..].fill(0.0);
+                }
+                let vv = WeightView::f32(c, n, &vt[..c * n]).expect("V_hᵀ view: c·n elements");
+                if one {
+                    matmul_nt(s, nb, &vv, &mut heads_out[i0 * d..i1 * d]);
+                } else {
+                    matmul_nt(s, nb, &vv, &mut oblk[..nb * c]);
+                    for (r, orow) in oblk[..nb * c].chunks_exact(c).enumerate() {
+                        heads_out[(i0 + r) * d + col..(i0 + r) * d + col + c].copy_from_slice(orow);
+                    }
+                }
+                i0 = i1;
             }
-            i0 = i1;
         }
     }
-    w.o.apply(heads_out, t, &mut y[..td]);
+    w.o.apply(heads_out, rows, &mut y[..all]);
 }
 
 /// [`attention`] one query row at a time (O(T) scores, [`attention_scratch`] elements).
@@ -345,7 +399,7 @@ fn attention_rowwise(
     let (scores, rest) = rest.split_at_mut(t);
     let arow = &mut rest[..if p.is_super() { t } else { 0 }];
 
-    let (keys, values) = project(p, w, x, q, kbuf, vbuf, arow);
+    let (keys, values) = project(p, w, t, x, q, kbuf, vbuf, arow);
 
     let c = d / p.heads;
     for i in 0..t {
@@ -371,35 +425,40 @@ fn attention_rowwise(
 /// The projections both paths start with: `q = X W^Q + b` into `q`, and the keys and values
 /// the variant uses (projected into `kbuf` / `vbuf`, token-mixed for Super with `abuf` as
 /// [`align_tokens`]' buffer, or `x` itself).
+#[allow(clippy::too_many_arguments)]
 fn project<'s>(
     p: &AttentionParams,
     w: &AttentionWeights<'_>,
+    rows: usize,
     x: &'s [f32],
     q: &mut [f32],
     kbuf: &'s mut [f32],
     vbuf: &'s mut [f32],
     abuf: &mut [f32],
 ) -> (&'s [f32], &'s [f32]) {
+    // `rows` = G·T: every sequence's rows at once; Super's token mixing per sequence.
     let (t, d) = (p.t, p.d);
-    let td = t * d;
-    w.q.apply(&x[..td], t, q);
+    let n = rows * d;
+    w.q.apply(&x[..n], rows, q);
     let keys: &[f32] = match &w.k {
         Some(k) => {
-            k.apply(&x[..td], t, kbuf);
+            k.apply(&x[..n], rows, kbuf);
             kbuf
         }
-        None => &x[..td],
+        None => &x[..n],
     };
     let values: &[f32] = match (&w.v, &w.align) {
         (Some(v), _) => {
-            v.apply(&x[..td], t, vbuf);
+            v.apply(&x[..n], rows, vbuf);
             vbuf
         }
         (None, Some(a)) => {
-            align_tokens(a, p.causal, x, t, d, vbuf, abuf);
+            for (xs, vs) in x[..n].chunks_exact(t * d).zip(vbuf.chunks_exact_mut(t * d)) {
+                align_tokens(a, p.causal, xs, t, d, vs, abuf);
+            }
             vbuf
         }
-        (None, None) => &x[..td],
+        (None, None) => &x[..n],
     };
     (keys, values)
 }

@@ -104,6 +104,21 @@ impl AttnLayer {
     }
 }
 
+impl AttnLayer {
+    /// `groups` sequences `[G, T, d]` through [`attention_groups`] with `scratch` elements.
+    pub fn run_groups(&mut self, p: &AttentionParams, groups: usize, x: &[f32], scratch: usize) -> Vec<f32> {
+        let w = AttentionWeights {
+            q: self.q.view(),
+            k: self.k.as_mut().map(TProj::view),
+            v: self.v.as_mut().map(TProj::view),
+            align: self.align.as_mut().map(TProj::view),
+            o: self.o.view(),
+        };
+        p.check(&w).expect("valid attention shapes");
+        run(groups * p.t * p.d, scratch, |y, s| attention_groups(p, &w, groups, x, y, s))
+    }
+}
+
 /// Which attention kernel path a test runs (by the scratch it gets).
 #[derive(Clone, Copy, Debug)]
 pub enum Path {

@@ -8,7 +8,7 @@
 //! fused node's `mask` input): it reads off the variant, the heads, the scale and the weights, and
 //! the numerical check decides whether the fused node really computes the same thing.
 
-use super::{around_tokens, scalar, sole_consumer, try_replace, FusionReport};
+use super::{around_shape, scalar, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::*;
@@ -68,6 +68,16 @@ pub(super) fn tokens(b: &ModelBuilder, t: TensorId) -> Option<(usize, usize)> {
         [t, d] => Some((*t as usize, *d as usize)),
         [1, t, d] => Some((*t as usize, *d as usize)),
         _ => None,
+    }
+}
+
+/// Sequences, tokens and features of a `[T, d]`, `[1, T, d]` or `[G, T, d]` tensor (G
+/// independent sequences per sample, as MobileViT attends over each patch pixel's tokens).
+pub(super) fn sequences(b: &ModelBuilder, t: TensorId) -> Option<(usize, usize, usize)> {
+    let s = b.shape_of(t)?;
+    match s.dims() {
+        [g, t, d] => Some((*g as usize, *t as usize, *d as usize)),
+        _ => tokens(b, t).map(|(t, d)| (1, t, d)),
     }
 }
 
@@ -250,7 +260,11 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     let (qn, qd) = projection(b, q_src)?;
     nodes.push(qn);
     let x = root_view(b, qd.x, &mut nodes);
-    let (t, d) = tokens(b, x)?;
+    let (g, t, d) = sequences(b, x)?;
+    if g > 1 && bias.is_some() {
+        // A key mask is per sample; the fused node cannot share one across sequences.
+        return None;
+    }
     let mut views = Vec::new();
     let is_x = |b: &ModelBuilder, t: TensorId, views: &mut Vec<usize>| root_view(b, t, views) == x;
     let k = if is_x(b, k_src, &mut views) {
@@ -301,7 +315,7 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     }
     nodes.sort_unstable();
     nodes.dedup();
-    let x = keep_shared_views(b, &mut nodes, x, od.y, (t, d), mask_src.as_ref().map(|m| m.0))?;
+    let x = keep_shared_views(b, &mut nodes, x, od.y, (g, t, d), mask_src.as_ref().map(|m| m.0))?;
     // Build: reshape views adapt the input, the mask and the output to the fused node's shapes.
     let y = od.y;
     let mut mask_ops = Vec::new();
@@ -314,7 +328,8 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
             Some(mr)
         }
     };
-    let ops = around_tokens(b, x, y, (t, d), |xin, yout| {
+    let dims: &[usize] = if g > 1 { &[g, t, d] } else { &[t, d] };
+    let ops = around_shape(b, x, y, dims, |xin, yout| {
         Op::Attention(Attention {
             x: xin,
             variant,
@@ -342,13 +357,13 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
 /// residual branch reads `[1, T, d]` while the projections read a `[T, d]` view of it, as
 /// `nn.TransformerEncoder`'s first layer does): they leave the region, and the region's input
 /// becomes the one tensor its nodes then read from outside, which must still be `[T, d]` or
-/// `[1, T, d]`. Returns the (possibly new) input, `None` if the region cannot be cut that way.
+/// `[1, T, d]` (`[G, T, d]` for G sequences). Returns the (possibly new) input, `None` if the region cannot be cut that way.
 fn keep_shared_views(
     b: &ModelBuilder,
     nodes: &mut Vec<usize>,
     x: TensorId,
     out: TensorId,
-    td: (usize, usize),
+    gtd: (usize, usize, usize),
     bias: Option<TensorId>,
 ) -> Option<TensorId> {
     let escapes = |nodes: &[usize], n: usize| {
@@ -373,7 +388,7 @@ fn keep_shared_views(
         });
     }
     match outside[..] {
-        [x2] if tokens(b, x2) == Some(td) => Some(x2),
+        [x2] if sequences(b, x2) == Some(gtd) => Some(x2),
         _ => None,
     }
 }

@@ -140,18 +140,29 @@ pub(crate) fn around_tokens(
     (t, d): (usize, usize),
     make: impl FnOnce(u32, u32) -> Op,
 ) -> Option<Vec<Op>> {
+    around_shape(b, x, y, &[t, d], make)
+}
+
+/// [`around_tokens`] for a node of any input and output shape `dims`.
+pub(crate) fn around_shape(
+    b: &mut ModelBuilder,
+    x: u32,
+    y: u32,
+    dims: &[usize],
+    make: impl FnOnce(u32, u32) -> Op,
+) -> Option<Vec<Op>> {
     use kestrel_format::ops::Reshape;
-    let td = [t as u32, d as u32];
+    let same = |s: &kestrel_format::Shape| s.dims().iter().map(|&v| v as usize).eq(dims.iter().copied());
     let mut ops = Vec::new();
-    let xin = if b.shape_of(x)?.dims() == td {
+    let xin = if same(&b.shape_of(x)?) {
         x
     } else {
-        let xr = b.new_activation("fused_in", &[t, d]).ok()?;
+        let xr = b.new_activation("fused_in", dims).ok()?;
         ops.push(Op::Reshape(Reshape { x, y: xr }));
         xr
     };
-    let direct = b.shape_of(y)?.dims() == td;
-    let yout = if direct { y } else { b.new_activation("fused_out", &[t, d]).ok()? };
+    let direct = same(&b.shape_of(y)?);
+    let yout = if direct { y } else { b.new_activation("fused_out", dims).ok()? };
     ops.push(make(xin, yout));
     if !direct {
         ops.push(Op::Reshape(Reshape { x: yout, y }));

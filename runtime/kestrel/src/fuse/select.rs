@@ -11,7 +11,6 @@
 //! distinct integers (1, 2, 3…, exact in f32), which layout ops move and one-hot dense layers copy
 //! without rounding, so each output element names the packed element it came from.
 
-use super::attention::tokens;
 use super::FusionReport;
 use crate::builder::Region;
 use crate::{Input, Model, ModelBuilder};
@@ -54,7 +53,14 @@ fn is_layout(op: &Op) -> bool {
 /// Replaces one selected part of dense `d`'s output; false if none could be proven.
 fn collapse(b: &mut ModelBuilder, d: Dense) -> bool {
     let a = d.y;
-    let Some((t, f)) = tokens(b, a) else { return false };
+    // Rows of A (every leading axis: tokens, or sequences × tokens) and its features.
+    let Some(shape) = b.shape_of(a) else { return false };
+    let (t, f) = match shape.dims() {
+        [lead @ .., f] if !lead.is_empty() && *f > 0 => {
+            (lead.iter().map(|&v| v as usize).product::<usize>(), *f as usize)
+        }
+        _ => return false,
+    };
     // Forward closure of A through layout ops and selections.
     let mut closure: Vec<usize> = Vec::new();
     let mut stack = vec![a];
@@ -145,8 +151,14 @@ fn part(
     }
     let k = got.len() / t;
     let out_dims = b.shape_of(out)?.dims().to_vec();
-    let token_major = matches!(out_dims.as_slice(), [n, ..] if *n as usize == t)
-        || matches!(out_dims.as_slice(), [1, n, ..] if *n as usize == t);
+    // Rows first: some leading axes of `out` multiply to A's rows.
+    let token_major = out_dims
+        .iter()
+        .scan(1usize, |p, &v| {
+            *p = p.saturating_mul(v as usize);
+            Some(*p)
+        })
+        .any(|p| p == t);
     if !token_major || k >= f {
         return None;
     }

@@ -254,7 +254,9 @@ impl<'a> Interp<'a> {
                     o: self.dense(o.o),
                     mask: o.mask.map(x_of),
                 };
-                m::attention(x_of(o.x), xd[0], xd[1], &a)
+                // `[G, T, d]`: each of the G sequences on its own.
+                let (t, d) = (xd[xd.len() - 2], xd[xd.len() - 1]);
+                x_of(o.x).chunks_exact(t * d).flat_map(|xs| m::attention(xs, t, d, &a)).collect()
             }
             Op::AftFull(o) => {
                 let xd = self.dims(o.x);

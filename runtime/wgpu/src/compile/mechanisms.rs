@@ -15,36 +15,40 @@ const ATTEND_COLS: usize = 64;
 pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<Dispatch>, GpuError> {
     let x_id = op.main_input();
     let xs = ctx.info(x_id)?.shape;
-    if xs.rank() != 2 {
-        return Err(GpuError::Model(format!("node {node}: mechanism input must be [T, d]")));
-    }
-    let (t, d) = (xs.dim(0), xs.dim(1));
+    // `[T, d]`; attention also takes `[G, T, d]`, G sequences per sample (no mask then).
+    let (groups, t, d) = match (op, xs.rank()) {
+        (_, 2) => (1, xs.dim(0), xs.dim(1)),
+        (Op::Attention(_), 3) => (xs.dim(0), xs.dim(1), xs.dim(2)),
+        _ => return Err(GpuError::Model(format!("node {node}: mechanism input must be [T, d]"))),
+    };
     let td = t * d;
     let x = ctx.act(x_id)?;
     let y = ctx.act(op.output())?;
     let mut v = Vec::new();
     match *op {
         Op::Attention(o) => {
-            let q = ctx.scratch(td);
-            v.push(ctx.dense(x, t, d, ctx.proj(o.q)?, 0, q, None)?);
+            // The projections run over all G·T rows; the kernels walk G·batch sequences.
+            let (rows, gtd) = (groups * t, groups * td);
+            let q = ctx.scratch(gtd);
+            v.push(ctx.dense(x, rows, d, ctx.proj(o.q)?, 0, q, None)?);
             let k = match o.k {
                 Some(p) => {
-                    let k = ctx.scratch(td);
-                    v.push(ctx.dense(x, t, d, ctx.proj(p)?, 0, k, None)?);
+                    let k = ctx.scratch(gtd);
+                    v.push(ctx.dense(x, rows, d, ctx.proj(p)?, 0, k, None)?);
                     k
                 }
                 None => x,
             };
             let val = match (o.v, o.align) {
                 (Some(p), _) => {
-                    let r = ctx.scratch(td);
-                    v.push(ctx.dense(x, t, d, ctx.proj(p)?, 0, r, None)?);
+                    let r = ctx.scratch(gtd);
+                    v.push(ctx.dense(x, rows, d, ctx.proj(p)?, 0, r, None)?);
                     r
                 }
                 (None, Some(a)) if o.variant == AttentionVariant::Super => {
-                    let r = ctx.scratch(td);
+                    let r = ctx.scratch(gtd);
                     let (aw, ab) = ctx.proj(a)?;
-                    let mut p = Params::new(td)?
+                    let mut p = Params::new(gtd)?
                         .u(2, x.base)?
                         .u(3, r.base)?
                         .u(4, t)?
@@ -60,30 +64,33 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 }
                 _ => x,
             };
-            let heads_out = ctx.scratch(td);
+            let heads_out = ctx.scratch(gtd);
+            // Per sequence: regions strided by T·d, G sequences per sample (P19).
+            let seq = |r: super::Region| super::Region { base: r.base, stride: td };
             // One workgroup per (sample, head, block of ATTEND_ROWS query rows, ATTEND_COLS-column
             // chunk of the head's output): `attend`, flash style, covers every head width, T,
             // causal and mask. Heads wider than a chunk recompute their scores per chunk, in
             // parallel workgroups rather than one after another.
             let c = d / (o.heads as usize).max(1);
             let blocks = o.heads as usize * t.div_ceil(ATTEND_ROWS) * c.div_ceil(ATTEND_COLS).max(1);
-            let mut p = Params::new(blocks * crate::kernels::WORKGROUP as usize)?
-                .region(2, q)?
-                .region(4, k)?
-                .region(6, val)?
-                .region(8, heads_out)?
+            let mut p = Params::new(groups * blocks * crate::kernels::WORKGROUP as usize)?
+                .region(2, if groups > 1 { seq(q) } else { q })?
+                .region(4, if groups > 1 { seq(k) } else { k })?
+                .region(6, if groups > 1 { seq(val) } else { val })?
+                .region(8, if groups > 1 { seq(heads_out) } else { heads_out })?
                 .u(10, t)?
                 .u(11, d)?
                 .u(12, o.heads as usize)?
                 .b(13, o.causal)
-                .f(14, o.scale);
+                .f(14, o.scale)
+                .u(19, groups)?;
             if let Some(m) = o.mask {
                 // `[T]` or `[T, T]` per sample (the loader checked the shape).
                 let mr = ctx.act(m)?;
                 p = p.b(15, true).region(16, mr)?.b(18, mr.stride != t);
             }
             v.push(p.done(Kernel::Attend));
-            v.push(ctx.dense(heads_out, t, d, ctx.proj(o.o)?, 0, y, None)?);
+            v.push(ctx.dense(heads_out, rows, d, ctx.proj(o.o)?, 0, y, None)?);
         }
         Op::AftFull(o) => {
             let (q, e, ev) = project_exp(ctx, &mut v, x, t, d, d, (o.q, o.k, o.v))?;

@@ -4,7 +4,8 @@
 // online softmax (flash attention).
 
 // Super's token mixing: v[s, i, col] = bA[i] + Σ_{j<n} A[i, j] x[s, j, col] (n = i+1 if causal).
-// P: 2 x_base, 3 v_base, 4 t, 5 d, 6 causal, 7 has_bias, 8..11 A, 12..15 bA. per = t · d.
+// P: 2 x_base, 3 v_base, 4 t, 5 d, 6 causal, 7 has_bias, 8..11 A, 12..15 bA. per = G · t · d
+// (G sequences per sample, contiguous).
 @compute @workgroup_size(64)
 fn align_tokens(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -12,11 +13,12 @@ fn align_tokens(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     if g >= total_threads() {
         return;
     }
-    let per = pu(1u);
-    let s = g / per;
-    let l = g % per;
+    // Sequence sq of the batch's G·B (each T·d words, contiguous; P[1] = G·T·d).
     let t = pu(4u);
     let d = pu(5u);
+    let td = t * d;
+    let sq = g / td;
+    let l = g % td;
     let i = l / d;
     let col = l % d;
     var acc = 0.0;
@@ -24,7 +26,7 @@ fn align_tokens(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
         acc = wflat(wdesc(12u), i);
     }
     let n = select(t, i + 1u, pu(6u) == 1u);
-    acc += wdot_part(wdesc(8u), i, pu(2u) + s * per + col, d, n, 0u, 1u);
+    acc += wdot_part(wdesc(8u), i, pu(2u) + sq * td + col, d, n, 0u, 1u);
     act[pu(3u) + g] = acc;
 }
 
@@ -46,7 +48,8 @@ fn align_tokens(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
 // score is −∞ gets zero weights (its sum is 0), not NaN.
 // P: 2 q_base, 3 q_stride, 4 k_base, 5 k_stride, 6 v_base, 7 v_stride, 8 o_base, 9 o_stride,
 //    10 t, 11 d, 12 heads, 13 causal, 14 scale, 15 has_mask, 16 mask_base, 17 mask_stride,
-//    18 mask per query. Rows of q, k, v, o are d apart.
+//    18 mask per query, 19 sequences per sample G (0 = 1; strides then per sequence, no mask).
+//    Rows of q, k, v, o are d apart.
 //    per = heads · ⌈t / BQ⌉ · ⌈c / CT⌉ · WG (threads), so one workgroup per query block and
 //    output column chunk.
 
@@ -113,7 +116,8 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     let chunks = max((c + CT - 1u) / CT, 1u);
     // Workgroup (sample, head, query block, output column chunk), the chunk innermost.
     let wg = wid.y * nwg.x + wid.x;
-    if wg >= pu(0u) * heads * nb * chunks {
+    // P19: sequences per sample (`[G, T, d]` input; 0 or 1: one), each its own (sample, …).
+    if wg >= pu(0u) * max(pu(19u), 1u) * heads * nb * chunks {
         return;
     }
     let mine = wg % chunks;

@@ -89,6 +89,22 @@ pub fn attention(
     })
 }
 
+/// An attention node over `g` sequences per sample (`[G, T, d]`, MobileViT's layout).
+pub fn grouped_attention(variant: AttentionVariant, g: usize, t: usize, d: usize, heads: u32, causal: bool) -> Case {
+    let name = format!("attention {variant:?} G{g} T{t} d{d} h{heads} causal={causal}");
+    case("attention", name, move |c| {
+        let x = c.input(&[g, t, d])?;
+        let q = c.proj(d, d, true)?;
+        let std_or_opt = matches!(variant, AttentionVariant::Standard | AttentionVariant::Optimised);
+        let k = if std_or_opt { Some(c.proj(d, d, true)?) } else { None };
+        let vv = if variant == AttentionVariant::Standard { Some(c.proj(d, d, true)?) } else { None };
+        let align = if variant == AttentionVariant::Super { Some(c.proj(t, t, true)?) } else { None };
+        let o = c.proj(d, d, true)?;
+        let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
+        c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v: vv, align, o, mask: None, y }))
+    })
+}
+
 /// The attention core's tiling (16-row query blocks, 16-key tiles, 64-column chunks): T of 1 and
 /// not a multiple of 16, head widths not a multiple of 4 and wider than a chunk (c = 70, 96),
 /// 1 to 6 heads, causal with both mask shapes and −∞ fills.
@@ -108,6 +124,10 @@ pub fn attention_cases() -> Vec<Case> {
         attention(Standard, 18, 30, 5, false, Some((true, inf, true))),
         attention(Optimised, 23, 36, 6, true, Some((true, min, true))),
         attention(Super, 16, 40, 4, false, None),
+        grouped_attention(Standard, 4, 16, 32, 4, false),
+        grouped_attention(Super, 3, 5, 12, 2, true),
+        grouped_attention(Super, 2, 17, 8, 1, false),
+        grouped_attention(Efficient, 3, 20, 8, 2, true),
     ]
 }
 
