@@ -240,8 +240,26 @@ pub fn softmax(row: &mut [f32]) {
     match isa() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX2/FMA detected.
-        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { x86::softmax(row) },
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::softmax(row) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512F/AVX2/FMA detected.
+        Isa::Avx512 => unsafe { x86::softmax_scaled_avx512(row, 1.0) },
         _ => crate::math::softmax_scalar(row),
+    }
+}
+
+/// Softmax of `scale · row` in place, `scale > 0` (attention scores): AVX-512 scales inside
+/// its passes ([`x86::softmax_scaled_avx512`]); elsewhere a scaling pass, then [`softmax`].
+#[inline]
+pub fn softmax_scaled(row: &mut [f32], scale: f32) {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512F/AVX2/FMA detected.
+        Isa::Avx512 => unsafe { x86::softmax_scaled_avx512(row, scale) },
+        _ => {
+            row.iter_mut().for_each(|v| *v *= scale);
+            softmax(row);
+        }
     }
 }
 

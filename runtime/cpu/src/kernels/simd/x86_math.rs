@@ -440,6 +440,67 @@ fn map16(y: &mut [f32], f: impl Fn(__m512) -> __m512) {
     }
 }
 
+/// Softmax of `scale · row` in place, 16 lanes at a time (AVX-512F): one pass scales and finds
+/// the maximum, one takes [`exp16`]`(v − max)` and sums, one multiplies by the reciprocal of
+/// the sum; the maximum and the sum are vector reductions (no serial chain through the row) and
+/// the tail is masked, so a 16-key attention row is one register throughout. `scale` must be
+/// positive (the maximum of the scaled row is then the scaled maximum).
+///
+/// # Safety
+/// The CPU must support AVX-512F (and AVX2/FMA).
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub unsafe fn softmax_scaled_avx512(row: &mut [f32], scale: f32) {
+    let n = row.len();
+    if n == 0 {
+        return;
+    }
+    let full = n / 16 * 16;
+    let tail = (n - full) as u32;
+    let tmask: __mmask16 = ((1u32 << tail) - 1) as __mmask16;
+    let sc = _mm512_set1_ps(scale);
+    let p = row.as_mut_ptr();
+    // SAFETY: every access is inside `row` (full chunks below `full`, the tail masked).
+    unsafe {
+        let mut mx = _mm512_set1_ps(f32::NEG_INFINITY);
+        let mut i = 0;
+        while i < full {
+            let v = _mm512_mul_ps(_mm512_loadu_ps(p.add(i)), sc);
+            _mm512_storeu_ps(p.add(i), v);
+            mx = _mm512_max_ps(v, mx);
+            i += 16;
+        }
+        if tail > 0 {
+            let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(tmask, p.add(full)), sc);
+            _mm512_mask_storeu_ps(p.add(full), tmask, v);
+            mx = _mm512_mask_max_ps(mx, tmask, v, mx);
+        }
+        let m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+        let mut sum = _mm512_setzero_ps();
+        i = 0;
+        while i < full {
+            let e = exp16(_mm512_sub_ps(_mm512_loadu_ps(p.add(i)), m));
+            _mm512_storeu_ps(p.add(i), e);
+            sum = _mm512_add_ps(sum, e);
+            i += 16;
+        }
+        if tail > 0 {
+            let e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tmask, p.add(full)), m));
+            _mm512_mask_storeu_ps(p.add(full), tmask, e);
+            sum = _mm512_mask_add_ps(sum, tmask, sum, e);
+        }
+        let inv = _mm512_set1_ps(1.0 / _mm512_reduce_add_ps(sum));
+        i = 0;
+        while i < full {
+            _mm512_storeu_ps(p.add(i), _mm512_mul_ps(_mm512_loadu_ps(p.add(i)), inv));
+            i += 16;
+        }
+        if tail > 0 {
+            let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(tmask, p.add(full)), inv);
+            _mm512_mask_storeu_ps(p.add(full), tmask, v);
+        }
+    }
+}
+
 /// `1 / (1 + e^−x)` for 16 lanes, without a division (`vdivps` on 16 lanes cost more than the
 /// rest together): `vrcp14ps` refined by one Newton step (relative error about 2⁻²⁸, below f32's
 /// rounding). Arguments are clamped to ±87 first, so `1 + e^−x` stays finite and [`exp16`]'s
