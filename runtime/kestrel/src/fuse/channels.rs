@@ -160,7 +160,7 @@ fn match_scale(b: &ModelBuilder, mul_node: usize) -> Option<ScaleMatch> {
 /// The constant `c` (shape `cd`) broadcast over `out` (numpy rules), read as one value per
 /// channel (`channel_of(flat index)`): `None` unless every element of a channel gets the same
 /// value.
-fn per_channel(
+pub(super) fn per_channel(
     c: &[f32],
     cd: &[usize],
     out: &[usize],

@@ -11,6 +11,8 @@ mod aft_conv;
 mod attention;
 mod channels;
 mod elementwise;
+mod layout;
+mod pointwise;
 mod select;
 mod subsample;
 
@@ -59,6 +61,10 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         channels::channels_layer_norm(b, &mut report);
         channels::scale_into_weights(b, &mut report);
         subsample::strided_pointwise_conv(b, &mut report);
+        pointwise::channels_last_dense(b, &mut report);
+        pointwise::conv_epilogue(b, &mut report);
+        // Last: the patterns above read layout ops as their exporters wrote them.
+        layout::layout_chains(b, &mut report);
         if b.ops().len() == before {
             break;
         }

@@ -1,0 +1,172 @@
+//! Channels-first pointwise layers that reached Kestrel channels-last, and their epilogues.
+//!
+//! A 1×1 convolution (or a channel concatenation, lowered to placing dense layers) on an NCHW
+//! map often arrives as `Transpose(channels → last) → Dense → Transpose(back)`: two copies of the
+//! map around a product. On `x [1…, C, S…]` that is exactly a 1×1 `Conv2d` on the view
+//! `[C, 1, S]`, which multiplies the map in place. After that rewrite a per-channel bias and an
+//! activation that followed the second transpose become the convolution's own.
+
+use super::channels::per_channel;
+use super::{sole_consumer, try_replace, FusionReport};
+use crate::builder::Region;
+use crate::ModelBuilder;
+use kestrel_format::ops::{Activation, BinaryOp, Conv2d, Op, Proj, Reshape, TensorId, UnaryOp};
+
+fn dims(b: &ModelBuilder, id: TensorId) -> Option<Vec<usize>> {
+    Some(b.shape_of(id)?.dims().iter().map(|&d| d as usize).collect())
+}
+
+/// `Transpose(P) → Dense → Transpose(P⁻¹)` where `P` moves axis `k` of `x [1…, C, S…]` last
+/// (only unit axes before `k`) → a 1×1 `Conv2d` on `[C, 1, ΠS]` with the dense weight viewed
+/// `[O, C, 1, 1]`, reshape views around it.
+pub(super) fn channels_last_dense(b: &mut ModelBuilder, report: &mut FusionReport) {
+    let mut i = 0;
+    while i < b.ops().len() {
+        if let Some((region, ops)) = match_channels_last_dense(b, i) {
+            if try_replace(b, &region, ops, "channels-last dense as 1x1 conv", report) {
+                continue;
+            }
+        }
+        i += 1;
+    }
+}
+
+fn match_channels_last_dense(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
+    let Op::Dense(d) = b.ops()[n] else { return None };
+    let t1n = b.producer(d.x)?;
+    let Op::Transpose(t1) = b.ops()[t1n] else { return None };
+    let t2n = sole_consumer(b, d.y)?;
+    let Op::Transpose(t2) = b.ops()[t2n] else { return None };
+    if sole_consumer(b, d.x)? != n {
+        return None;
+    }
+    let xd = dims(b, t1.x)?;
+    let r = xd.len();
+    let (p1, p2) = (&t1.perm[..r], &t2.perm[..r]);
+    let k = usize::from(*p1.last()?);
+    // P moves k last and keeps the other axes in order; the second transpose undoes it.
+    let moves_k: Vec<usize> = (0..r).filter(|&a| a != k).chain([k]).collect();
+    let undone = p2.iter().enumerate().all(|(i, &q)| p1.get(usize::from(q)).is_some_and(|&v| usize::from(v) == i));
+    if k >= r || !p1.iter().map(|&a| usize::from(a)).eq(moves_k) || !undone || xd[..k].iter().any(|&v| v != 1) {
+        return None;
+    }
+    let (c, s) = (xd[k], xd[k + 1..].iter().product::<usize>());
+    let (o, cols) = b.shape_of(d.proj.w)?.as_matrix()?;
+    if cols != c {
+        return None;
+    }
+    // The weight as [O, C, 1, 1], same values and encoding.
+    let w_vals = b.weight_values(d.proj.w)?.to_vec();
+    let dtype = b.weight_dtype(d.proj.w)?;
+    let name = format!("{}.as_conv", b.tensor_name(d.proj.w).unwrap_or("w"));
+    let w = b.weight_as(&name, &[o, c, 1, 1], w_vals, dtype).ok()?;
+    let (x, y) = (t1.x, t2.y);
+    let mut ops = Vec::new();
+    let xin = if xd == [c, 1, s] {
+        x
+    } else {
+        let t = b.new_activation("pointwise_in", &[c, 1, s]).ok()?;
+        ops.push(Op::Reshape(Reshape { x, y: t }));
+        t
+    };
+    let direct = dims(b, y)? == [o, 1, s];
+    let yout = if direct { y } else { b.new_activation("pointwise_out", &[o, 1, s]).ok()? };
+    ops.push(Op::Conv2d(Conv2d {
+        x: xin,
+        proj: Proj { w, b: d.proj.b },
+        stride: [1, 1],
+        pad: [0; 4],
+        dilation: [1, 1],
+        groups: 1,
+        act: d.act,
+        y: yout,
+    }));
+    if !direct {
+        ops.push(Op::Reshape(Reshape { x: yout, y }));
+    }
+    let mut nodes = vec![t1n, n, t2n];
+    nodes.sort_unstable();
+    Some((Region { nodes, inputs: vec![x], output: y }, ops))
+}
+
+/// An activation-free `Conv2d`, reshape views, then `Binary Add` of a constant holding one value
+/// per output channel → that bias folded into the convolution; an activation-free `Conv2d`,
+/// views, then a `Unary` activation → the convolution's activation. The views are kept.
+pub(super) fn conv_epilogue(b: &mut ModelBuilder, report: &mut FusionReport) {
+    let mut i = 0;
+    while i < b.ops().len() {
+        if let Some((region, ops, pattern)) = match_conv_epilogue(b, i) {
+            if try_replace(b, &region, ops, pattern, report) {
+                continue;
+            }
+        }
+        i += 1;
+    }
+}
+
+fn match_conv_epilogue(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>, &'static str)> {
+    let Op::Conv2d(cv) = b.ops()[n] else { return None };
+    if cv.act != Activation::None {
+        return None;
+    }
+    let mut nodes = vec![n];
+    let mut t = cv.y;
+    let next = loop {
+        let c = sole_consumer(b, t)?;
+        match b.ops()[c] {
+            Op::Reshape(r) => {
+                nodes.push(c);
+                t = r.y;
+            }
+            op => break (c, op),
+        }
+    };
+    let (en, eop) = next;
+    let (mut conv, out, pattern) = match eop {
+        Op::Unary(u) => {
+            let act = match u.op {
+                UnaryOp::Relu => Activation::Relu,
+                UnaryOp::Gelu => Activation::Gelu,
+                UnaryOp::GeluTanh => Activation::GeluTanh,
+                UnaryOp::Silu => Activation::Silu,
+                UnaryOp::HardSwish => Activation::HardSwish,
+                UnaryOp::HardSigmoid => Activation::HardSigmoid,
+                _ => return None,
+            };
+            (Conv2d { act, ..cv }, u.y, "conv+activation (after views)")
+        }
+        Op::Binary(add) if add.op == BinaryOp::Add => {
+            let (c, other) = if b.is_weight(add.b) { (add.b, add.a) } else { (add.a, add.b) };
+            if other != t || !b.is_weight(c) {
+                return None;
+            }
+            let od = dims(b, add.y)?;
+            let yd = dims(b, cv.y)?;
+            if od.iter().product::<usize>() != yd.iter().product::<usize>() {
+                return None;
+            }
+            // Channel of each element of the sum: the conv's `[O, H, W]` layout, flat.
+            let per = yd[1..].iter().product::<usize>().max(1);
+            let values = b.weight_values(c)?.to_vec();
+            let bias = per_channel(&values, &dims(b, c)?, &od, |i| i / per, yd[0])?;
+            let merged: Vec<f32> = match cv.proj.b {
+                Some(old) => b.weight_values(old)?.iter().zip(&bias).map(|(a, c)| a + c).collect(),
+                None => bias,
+            };
+            let bid = b.weight("folded_bias", &[yd[0]], merged).ok()?;
+            (Conv2d { proj: Proj { b: Some(bid), ..cv.proj }, ..cv }, add.y, "conv+bias (after views)")
+        }
+        _ => return None,
+    };
+    nodes.push(en);
+    let yd = dims(b, cv.y)?;
+    let direct = dims(b, out)? == yd;
+    let y = if direct { out } else { b.new_activation("conv_fused", &yd).ok()? };
+    conv.y = y;
+    let mut ops = vec![Op::Conv2d(conv)];
+    if !direct {
+        ops.push(Op::Reshape(Reshape { x: y, y: out }));
+    }
+    nodes.sort_unstable();
+    Some((Region { nodes, inputs: vec![cv.x], output: out }, ops, pattern))
+}

@@ -1,0 +1,113 @@
+//! Layout passes: chains of reshapes and transposes collapsed to one transpose (MobileViT's
+//! unfold), channels-last dense layers between transposes run as 1×1 convolutions, and the bias
+//! and activation after them folded in. Each fused model computes the same outputs.
+
+use kestrel::demo::Rng;
+use kestrel::format::ops::*;
+use kestrel::fuse::fuse;
+use kestrel::{Input, Model, ModelBuilder};
+
+fn run(b: &ModelBuilder, n: usize) -> Vec<f32> {
+    let model = Model::from_bytes(&b.build().unwrap()).unwrap();
+    let x = Rng::new(9).vec(2 * n, 2.0);
+    model.session(2).unwrap().run_vec(&[Input::F32(&x)]).unwrap().remove(0)
+}
+
+fn perm(p: &[u8]) -> [u8; 6] {
+    let mut a = [0u8; 6];
+    a[..p.len()].copy_from_slice(p);
+    a
+}
+
+fn count(b: &ModelBuilder, f: impl Fn(&Op) -> bool) -> usize {
+    b.ops().iter().filter(|o| f(o)).count()
+}
+
+/// MobileViT's unfold as timm exports it: `[C, H, W]` → reshape `[C·nh, ph, nw, pw]` →
+/// transpose → reshapes → two transposes → `[P, N, C]`, then a dense layer on it.
+fn unfold() -> ModelBuilder {
+    let (c, nh, ph, nw, pw) = (6usize, 2usize, 2usize, 3usize, 2usize);
+    let mut b = ModelBuilder::new("unfold");
+    let x = b.input("x", &[c, nh * ph, nw * pw]).unwrap();
+    let r = |b: &mut ModelBuilder, x, d: &[usize]| b.reshape(x, d).unwrap();
+    let t = |b: &mut ModelBuilder, x, p: &[u8]| b.op(|y| Op::Transpose(Transpose { x, perm: perm(p), y })).unwrap();
+    let a = r(&mut b, x, &[c * nh, ph, nw, pw]);
+    let a = t(&mut b, a, &[0, 2, 1, 3]); // [c·nh, nw, ph, pw]
+    let a = r(&mut b, a, &[1, c, nh * nw, ph * pw]);
+    let a = t(&mut b, a, &[0, 3, 1, 2]); // [1, P, C, N]
+    let a = t(&mut b, a, &[0, 1, 3, 2]); // [1, P, N, C]
+    let a = r(&mut b, a, &[ph * pw, nh * nw, c]);
+    let mut rng = Rng::new(4);
+    let w = b.weight("w", &[5, c], rng.vec(5 * c, 0.5)).unwrap();
+    let y = b.op(|y| Op::Dense(Dense { x: a, proj: Proj { w, b: None }, act: Activation::None, y })).unwrap();
+    b.output(y);
+    b
+}
+
+#[test]
+fn a_chain_of_transposes_collapses_to_one() {
+    let mut b = unfold();
+    let want = run(&b, 6 * 4 * 6);
+    assert_eq!(count(&b, |o| matches!(o, Op::Transpose(_))), 3);
+    let report = fuse(&mut b);
+    assert_eq!(report.fused.get("layout chain as one transpose"), Some(&1), "{report:?}");
+    assert_eq!(count(&b, |o| matches!(o, Op::Transpose(_))), 1, "{:?}", b.ops());
+    assert_eq!(run(&b, 6 * 4 * 6), want, "a transpose moves values exactly");
+}
+
+/// `x [1, C, H, W]` → transpose channels last → dense (+ its bias) → transpose back → a bias
+/// `[C', 1, 1]` → SiLU: a 1×1 convolution with its bias and activation.
+fn channels_last_conv(bias_after: bool) -> ModelBuilder {
+    let (c, h, w, o) = (5usize, 3usize, 4usize, 7usize);
+    let mut b = ModelBuilder::new("nhwc");
+    let mut rng = Rng::new(5);
+    let x = b.input("x", &[1, c, h, w]).unwrap();
+    let a = b.op(|y| Op::Transpose(Transpose { x, perm: perm(&[0, 2, 3, 1]), y })).unwrap();
+    let wt = b.weight("w", &[o, c], rng.vec(o * c, 0.5)).unwrap();
+    let bias = b.weight("b", &[o], rng.vec(o, 0.5)).unwrap();
+    let d = b.op(|y| Op::Dense(Dense { x: a, proj: Proj { w: wt, b: Some(bias) }, act: Activation::None, y })).unwrap();
+    let mut t = b.op(|y| Op::Transpose(Transpose { x: d, perm: perm(&[0, 3, 1, 2]), y })).unwrap();
+    if bias_after {
+        let c2 = b.weight("c", &[o, 1, 1], rng.vec(o, 0.5)).unwrap();
+        t = b.op(|y| Op::Binary(Binary { a: t, b: c2, op: BinaryOp::Add, y })).unwrap();
+    }
+    let s = b.op(|y| Op::Unary(Unary { x: t, op: UnaryOp::Silu, y })).unwrap();
+    b.output(s);
+    b
+}
+
+#[test]
+fn a_channels_last_dense_between_transposes_runs_as_a_pointwise_conv() {
+    for bias_after in [false, true] {
+        let mut b = channels_last_conv(bias_after);
+        let want = run(&b, 5 * 12);
+        let report = fuse(&mut b);
+        assert_eq!(report.fused.get("channels-last dense as 1x1 conv"), Some(&1), "{report:?}");
+        assert_eq!(report.fused.get("conv+activation (after views)"), Some(&1), "{report:?}");
+        let bias = report.fused.get("conv+bias (after views)").copied();
+        assert_eq!(bias, bias_after.then_some(1), "{report:?}");
+        let kinds: Vec<&str> = b.ops().iter().filter(|o| !matches!(o, Op::Reshape(_))).map(|o| o.name()).collect();
+        assert_eq!(kinds, ["Conv2d"], "{:?}", b.ops());
+        let got = run(&b, 5 * 12);
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let err = want.iter().zip(&got).fold(0f32, |m, (a, g)| m.max((a - g).abs()));
+        assert!(err <= 1e-5 * scale, "error {err:e} of {scale}");
+    }
+}
+
+/// A transpose pair that does not move the channels to the end and back (here it swaps H and
+/// W around the dense layer) is no pointwise convolution and stays.
+#[test]
+fn a_dense_between_other_transposes_is_left_alone() {
+    let mut b = ModelBuilder::new("hw");
+    let mut rng = Rng::new(6);
+    let x = b.input("x", &[1, 3, 4, 5]).unwrap();
+    let a = b.op(|y| Op::Transpose(Transpose { x, perm: perm(&[0, 1, 3, 2]), y })).unwrap();
+    let wt = b.weight("w", &[2, 4], rng.vec(8, 0.5)).unwrap();
+    let d = b.op(|y| Op::Dense(Dense { x: a, proj: Proj { w: wt, b: None }, act: Activation::None, y })).unwrap();
+    let t = b.op(|y| Op::Transpose(Transpose { x: d, perm: perm(&[0, 1, 3, 2]), y })).unwrap();
+    b.output(t);
+    let report = fuse(&mut b);
+    assert_eq!(report.fused.get("channels-last dense as 1x1 conv"), None, "{report:?}");
+    assert_eq!(count(&b, |o| matches!(o, Op::Transpose(_))), 2);
+}
