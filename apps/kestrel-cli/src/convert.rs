@@ -111,7 +111,12 @@ fn random_inputs(kes: &[u8]) -> Result<Vec<InputTensor>> {
         let mut shape = vec![batch];
         shape.extend(spec.shape.dims().iter().map(|&d| d as usize));
         let n = batch * t.shape.numel().unwrap_or(0);
-        let data = if t.dtype == kestrel::format::DType::I32 {
+        let data = if t.dtype == kestrel::format::DType::I32 && spec.name.to_ascii_lowercase().contains("mask") {
+            // A padding mask (`attention_mask`): 1 for the kept tokens, then 0s, a different
+            // number of them per sample, never all padding.
+            let len = t.shape.numel().unwrap_or(0);
+            InputData::I64((0..n).map(|k| i64::from(k % len.max(1) < len - (k / len.max(1)) % len.max(1))).collect())
+        } else if t.dtype == kestrel::format::DType::I32 {
             InputData::I64((0..n).map(|k| (k * 7 % 10) as i64).collect())
         } else {
             InputData::F32(rng.vec(n, 1.0))
