@@ -3,16 +3,18 @@
 Usage (release build of the CLI first; onnxruntime and numpy from PyPI)::
 
     cargo build --release -p kestrel-cli
-    python3 benches/zoo_vs_ort.py --out benches/results/NAME/zoo [--exporter legacy17] [--reps 7]
+    python3 benches/zoo_vs_ort.py --out benches/results/NAME/zoo [--exporter all|legacy17,dynamo18] [--reps 7]
 
-For every zoo export (``converters/zoo/*-EXPORTER``) that converts: the ONNX file is converted
+For every zoo export (``converters/zoo/*-EXPORTER``; ``--exporter all``, the default: every
+exporter, legacy and dynamo) that converts: the ONNX file is converted
 with ``kestrel convert`` (f32 and int8 weights), then Kestrel (``kestrel bench --json``, one
 thread, batch 1) and onnxruntime (``intra_op_num_threads=1``, sequential, all graph
 optimisations, batch 1) are timed back to back, alternating, ``--reps`` passes each; a pass runs
 ``--samples`` single-sample inferences. Inputs are synthetic for both (uniform [0, 1) floats;
 integer inputs ``i mod 2``, a valid 0/1 mask and valid token ids). Reported: median µs/sample,
-and the ratio Kestrel / onnxruntime (below 1 = Kestrel faster). Writes ``table.md`` and
-``results.json`` (with the machine) to ``--out``.
+and the ratio Kestrel / onnxruntime (below 1 = Kestrel faster), checked against issue 14's
+targets (transformers and RNNs at most 0.7× onnxruntime's time, CNNs at most 1.0×, f32
+weights). Writes ``table.md`` and ``results.json`` (with the machine) to ``--out``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ import numpy as np
 import onnxruntime as ort
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Issue 14's targets: Kestrel f32 time over onnxruntime's, per family.
+TARGETS = {"transformer": 0.7, "rnn": 0.7, "cnn": 1.0}
 
 
 def ort_session(path: Path) -> ort.InferenceSession:
@@ -72,7 +77,7 @@ def time_kestrel(cli: Path, kes: Path, samples: int) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--exporter", default="legacy17")
+    ap.add_argument("--exporter", default="all", help="all, or comma-separated (legacy17,dynamo18,dynamo20)")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--samples", type=int, default=50)
     ap.add_argument("--cli", type=Path, default=ROOT / "target/release/kestrel")
@@ -83,7 +88,10 @@ def main() -> int:
     work = ROOT / "target/zoo-bench"
     work.mkdir(parents=True, exist_ok=True)
     rows = []
-    for d in sorted((ROOT / "converters/zoo").glob(f"*-{args.exporter}")):
+    exporters = None if args.exporter == "all" else set(args.exporter.split(","))
+    dirs = [d for d in sorted((ROOT / "converters/zoo").iterdir())
+            if (d / "meta.json").exists() and (exporters is None or d.name.rsplit("-", 1)[1] in exporters)]
+    for d in dirs:
         meta = json.loads((d / "meta.json").read_text())
         only = [m for m in args.only.split(",") if m]
         if only and d.name.rsplit("-", 1)[0] not in only:
@@ -112,10 +120,12 @@ def main() -> int:
                 else:
                     times[who].append(time_kestrel(args.cli, kes[who], args.samples))
         med = {k: statistics.median(v) for k, v in times.items()}
+        target = TARGETS.get(meta["family"], 1.0)
         row = {
             "model": d.name, "family": meta["family"], "library": meta["library"],
             "ort_us": med["ort"], "kestrel_f32_us": med["f32"], "kestrel_int8_us": med["int8"],
             "f32_over_ort": med["f32"] / med["ort"], "int8_over_ort": med["int8"] / med["ort"],
+            "target": target, "meets_target": med["f32"] / med["ort"] <= target,
             "samples": times,
         }
         rows.append(row)
@@ -137,12 +147,16 @@ def main() -> int:
         f"# Kestrel vs onnxruntime {ort.__version__} on the zoo ({args.exporter} exports)\n",
         f"{machine['cpu']}, one thread, batch 1, median of {args.reps} alternating passes of {args.samples} "
         "samples; synthetic inputs. Ratio = Kestrel time / onnxruntime time (below 1: Kestrel faster).\n",
-        "| model | family | onnxruntime µs | Kestrel f32 µs | f32 / ORT | Kestrel int8 µs | int8 / ORT |",
-        "|---|---|---|---|---|---|---|",
+        "Target: f32 / ORT at most 0.7 for transformers and RNNs, 1.0 for CNNs. "
+        f"{sum(r['meets_target'] for r in rows)} of {len(rows)} exports meet it.\n",
+        "| model | family | onnxruntime µs | Kestrel f32 µs | f32 / ORT | target | Kestrel int8 µs | int8 / ORT |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        mark = "≤" if r["meets_target"] else "**>**"
         lines.append(f"| {r['model']} | {r['family']} | {r['ort_us']:.1f} | {r['kestrel_f32_us']:.1f} | "
-                     f"{r['f32_over_ort']:.2f} | {r['kestrel_int8_us']:.1f} | {r['int8_over_ort']:.2f} |")
+                     f"{r['f32_over_ort']:.2f} | {mark} {r['target']:.1f} | {r['kestrel_int8_us']:.1f} | "
+                     f"{r['int8_over_ort']:.2f} |")
     (args.out / "table.md").write_text("\n".join(lines) + "\n")
     return 0
 
