@@ -67,14 +67,14 @@ fn arena_is_exactly_linear_in_t_for_every_mechanism() {
 }
 
 #[test]
-fn weights_are_quadratic_only_where_the_definition_or_format_says_so() {
+fn weights_are_quadratic_only_where_the_definition_says_so() {
     let cfg = config(&[64, 128, 256, 512], 16, u64::MAX);
     for s in sweep(&cfg, &ProgressBar::hidden()).unwrap() {
         let w = weights(&s);
         match s.mechanism {
-            // Super's W^A is T×T by definition; AFT-local's w is stored T×T by the .kes format
-            // (the kernel reads only the band). Exactly 4 T² bytes on top of a linear part.
-            Mechanism::Super | Mechanism::AftLocal => {
+            // Super's W^A is T×T by definition: exactly 4 T² bytes on top of a linear part.
+            // AFT-local stores only its band [T, 2s − 1]: linear like the rest.
+            Mechanism::Super => {
                 let rest: Vec<(usize, u64)> = w.iter().map(|&(t, b)| (t, b - 4 * (t * t) as u64)).collect();
                 assert!(is_linear(&rest), "{:?}: {w:?} minus 4T² is not linear", s.mechanism);
                 assert!(!is_linear(&w));
@@ -108,13 +108,14 @@ fn prediction_equals_the_built_plan_at_unaligned_sizes() {
 
 #[test]
 fn sizes_over_the_memory_cap_are_skipped_with_a_reason() {
-    // 1 MiB: Super and AFT-local (T×T weights) go over at T = 512, d = 16; nothing else does.
+    // 1 MiB: Super (T×T weights) goes over at T = 512, d = 16; nothing else does (AFT-local's
+    // band is linear in T).
     let cfg = config(&[128, 256, 512], 16, 1 << 20);
     let series = sweep(&cfg, &ProgressBar::hidden()).unwrap();
     for s in &series {
         let skipped: Vec<usize> = s.skipped.iter().map(|k| k.t).collect();
         match s.mechanism {
-            Mechanism::Super | Mechanism::AftLocal => {
+            Mechanism::Super => {
                 assert_eq!(skipped, [512], "{:?}", s.mechanism);
                 let k = &s.skipped[0];
                 assert!(k.reason.contains("> cap") && k.reason.contains("T x T"), "{}", k.reason);

@@ -115,6 +115,10 @@ proptest! {
         let mut layer = AftLocalLayer::random(&mut rng, dt, &p, 0.0);
         let want = layer.reference(&p, &x);
         assert_close(&format!("{p:?} {dt:?}"), &layer.run(&p, &x), &want, F32_KERNEL);
+        // w stored as its band [T, 2s − 1] (when narrower than T).
+        let mut banded = AftLocalLayer::random_band(&mut rng, dt, &p, 0.0);
+        let want = banded.reference(&p, &x);
+        assert_close(&format!("{p:?} {dt:?} band"), &banded.run(&p, &x), &want, F32_KERNEL);
     }
 
     #[test]

@@ -643,11 +643,14 @@ fn aft_every_variant() {
                 c.b.op(|y| Op::AftFull(AftFull { x, causal, q, k, v, bias, o, y }))
             }));
         }
-        for window in [1u32, 2, 4] {
-            cases.push(case("AftLocal", format!("AftLocal s{window} causal {causal}"), false, move |c| {
+        // w full [T, T], and as its band [T, 2s − 1] where narrower (s = 1, 2).
+        for (window, band) in [(1u32, false), (2, false), (4, false), (1, true), (2, true)] {
+            let name = format!("AftLocal s{window} causal {causal}{}", if band { " band" } else { "" });
+            cases.push(case("AftLocal", name, false, move |c| {
                 let x = c.input(&[T, D], NORMAL)?;
                 let (q, k, v) = qkv(c, D)?;
-                let w = c.w(&[T, T], dist(0.02, 1.0, false))?;
+                let cols = if band { AftLocal::w_cols(T, window as usize) } else { T };
+                let w = c.w(&[T, cols], dist(0.02, 1.0, false))?;
                 let o = c.proj(D, D, true)?;
                 c.b.op(|y| Op::AftLocal(AftLocal { x, causal, window, q, k, v, w, o, y }))
             }));

@@ -369,11 +369,22 @@ fn mechanism_cases() -> Vec<Case> {
             c.b.op(|y| Op::AftFull(AftFull { x, causal, q, k, v: vv, bias, o, y }))
         }));
     }
-    for (t, d, causal, window) in [(8usize, 6usize, false, 3u32), (7, 4, true, 2), (5, 8, false, 1), (6, 4, false, 9)] {
-        v.push(case("aft_local", format!("aft_local T{t} d{d} causal={causal} s={window}"), move |c| {
+    // w full [T, T] (files from before the band) and as its band [T, 2s − 1].
+    for (t, d, causal, window, band) in [
+        (8usize, 6usize, false, 3u32, false),
+        (7, 4, true, 2, false),
+        (5, 8, false, 1, false),
+        (6, 4, false, 9, false),
+        (8, 6, false, 3, true),
+        (7, 4, true, 2, true),
+        (5, 8, false, 1, true),
+    ] {
+        let name = format!("aft_local T{t} d{d} causal={causal} s={window}{}", if band { " band" } else { "" });
+        v.push(case("aft_local", name, move |c| {
             let x = c.input(&[t, d])?;
             let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
-            let w = c.w(&[t, t], 1.0)?;
+            let cols = if band { AftLocal::w_cols(t, window as usize) } else { t };
+            let w = c.w(&[t, cols], 1.0)?;
             let o = c.proj(d, d, true)?;
             c.b.op(|y| Op::AftLocal(AftLocal { x, causal, window, q, k, v: vv, w, o, y }))
         }));

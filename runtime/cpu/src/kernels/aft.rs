@@ -87,7 +87,7 @@ pub struct AftLocalWeights<'a> {
     pub k: ProjW<'a>,
     /// W^V `[d, d]` and bias.
     pub v: ProjW<'a>,
-    /// w `[T, T]` (only the band |t − t'| < s is read).
+    /// w `[T, T]`, or its band `[T, 2s − 1]` (only |t − t'| < s is read).
     pub w: WeightView<'a>,
     /// W^O `[d, d]` and bias.
     pub o: ProjW<'a>,
@@ -200,7 +200,10 @@ impl AftLocalParams {
         }
         check_qkvo(OP, self.d, self.d, &w.q, &w.k, &w.v, &w.o)?;
         expect_eq(OP, "w rows", self.t, w.w.rows())?;
-        expect_eq(OP, "w cols", self.t, w.w.cols())
+        match kestrel_format::ops::AftLocal::is_band(self.t, self.window, w.w.cols()) {
+            Some(_) => Ok(()),
+            None => Err(ShapeError::Invalid { op: OP, what: "w must be [T, T] or its band [T, 2s - 1] (2s - 1 < T)" }),
+        }
     }
 
     fn band(&self) -> usize {
@@ -423,6 +426,8 @@ pub fn aft_local(p: &AftLocalParams, w: &AftLocalWeights<'_>, x: &[f32], y: &mut
     let (den, rest) = rest.split_at_mut(d);
     let band = &mut rest[..p.band()];
     project_exp(x, t, d, (&w.q, &w.k, &w.v), (qb, e, ev), num);
+    // w stored as its band: key j of row i is column j + (s − 1) − i.
+    let banded = w.w.cols() != t;
 
     sum_ev.fill(0.0);
     sum_e.fill(0.0);
@@ -441,7 +446,7 @@ pub fn aft_local(p: &AftLocalParams, w: &AftLocalWeights<'_>, x: &[f32], y: &mut
         let hi = if p.causal { i } else { i.saturating_add(s - 1).min(t - 1) };
         let band = &mut band[..hi - lo + 1];
         for (j, b) in band.iter_mut().enumerate() {
-            *b = w.w.get(i, lo + j);
+            *b = if banded { w.w.get(i, lo + j + (s - 1) - i) } else { w.w.get(i, lo + j) };
         }
         // w is 0 outside the band, so the row's largest bias is at least 0.
         let m = band.iter().fold(0.0f32, |m, &v| m.max(v));

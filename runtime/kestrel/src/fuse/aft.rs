@@ -393,7 +393,14 @@ fn match_aft_full(b: &mut ModelBuilder, exp_node: usize) -> Option<(Region, Vec<
         Some((_, ref shift)) => (0..t * t).map(|k| w[k] - shift[k / t]).collect(),
         None => w,
     };
-    let w_id = b.weight("aft_w", &[t, t], w).ok()?;
+    // AFT-local stores its band `[T, 2s − 1]` (linear in T) when narrower than T.
+    let w_id = match window {
+        Some((s, _)) => {
+            let cols = AftLocal::w_cols(t, s);
+            b.weight("aft_w", &[t, cols], AftLocal::store_w(&w, t, s)).ok()?
+        }
+        None => b.weight("aft_w", &[t, t], w).ok()?,
+    };
     nodes.sort_unstable();
     nodes.dedup();
     let y = od.y;

@@ -117,7 +117,8 @@ fn aft_full(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
 }
 
 // AFT-local: global sums plus a banded correction with exp(w) − 1.
-// P: 2 q_base, 3 e_base, 4 ev_base, 5 stride, 6 t, 7 d, 8 causal, 9 window, 12..15 w. per = t · d.
+// P: 2 q_base, 3 e_base, 4 ev_base, 5 stride, 6 t, 7 d, 8 causal, 9 window, 12..15 w ([T, T] or
+// its band [T, 2s − 1]). per = t · d.
 @compute @workgroup_size(64)
 fn aft_local(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -146,15 +147,17 @@ fn aft_local(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     let lo = select(0u, i - (win - 1u), i >= win - 1u);
     let hi = select(min(i + win - 1u, t - 1u), i, causal);
     let wt = wdesc(12u);
+    // w stored as its band [T, 2s − 1] (fewer columns than T): key j is column j + s − 1 − i.
+    let banded = wt.cols != t;
     var m = 0.0;
     for (var j = lo; j <= hi; j++) {
-        m = max(m, wget(wt, i, j));
+        m = max(m, wget(wt, i, select(j, j + win - 1u - i, banded)));
     }
     let gm = exp(-m);
     var num = gm * sum_ev;
     var den = gm * sum_e;
     for (var j = lo; j <= hi; j++) {
-        let a = exp_excess(wget(wt, i, j), m);
+        let a = exp_excess(wget(wt, i, select(j, j + win - 1u - i, banded)), m);
         num += a * act[ev + j * d];
         den += a * act[e + j * d];
     }
