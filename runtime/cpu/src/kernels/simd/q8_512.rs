@@ -20,6 +20,7 @@
 //!   4–8 rows per block with the next block prefetched into L2 (the weights come from DRAM).
 
 use core::arch::x86_64::*;
+use core::mem::MaybeUninit;
 
 /// Inputs per packed block (a multiple of 64).
 pub const KC: usize = 256;
@@ -214,10 +215,15 @@ unsafe fn tile<const M: usize>(
 #[inline(always)]
 pub(super) unsafe fn gemm(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
     debug_assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
-    // Fully initialised: bytes past a block's inputs are read (times zero weights).
-    let mut xb = Bytes([128u8; RB * KC]);
-    let mut wp = Words([0i32; KC / 4 * NR]);
-    // SAFETY: every pointer below stays inside x, w, acc (lengths above) or the two buffers.
+    // Not initialised as a whole (16 + 4 KiB of stores per call cost more than a small layer's
+    // product): every byte a tile reads is written first — each row's `4·k4n` bytes (the
+    // block's inputs, then the offset zero up to the group of 4) and the packed panel's
+    // `k4n · NR` words (`pack` writes whole 64-input blocks, zeros past the rows and inputs).
+    let mut xb = MaybeUninit::<Bytes<{ RB * KC }>>::uninit();
+    let mut wp = MaybeUninit::<Words<{ KC / 4 * NR }>>::uninit();
+    let (xbm, wpm) = (xb.as_mut_ptr().cast::<u8>(), wp.as_mut_ptr().cast::<i32>());
+    // SAFETY: every pointer below stays inside x, w, acc (lengths above) or the two buffers;
+    // the buffers are read only where written (above).
     unsafe {
         let (xp, accp) = (x.as_ptr(), acc.as_mut_ptr());
         for r0 in (0..rows).step_by(RB) {
@@ -226,12 +232,13 @@ pub(super) unsafe fn gemm(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usiz
                 let kn = KC.min(cols - k0);
                 let k4n = kn.div_ceil(4);
                 for i in 0..rn {
-                    quantize_u8(xp.add((r0 + i) * cols + k0), kn, inv, xb.0.as_mut_ptr().add(i * KC));
+                    quantize_u8(xp.add((r0 + i) * cols + k0), kn, inv, xbm.add(i * KC));
+                    core::ptr::write_bytes(xbm.add(i * KC + kn), 128, 4 * k4n - kn);
                 }
                 for o0 in (0..out).step_by(NR) {
                     let nn = NR.min(out - o0);
-                    let ws = pack(w.as_ptr(), cols, o0, nn, k0, kn, wp.0.as_mut_ptr());
-                    let (xbp, wpp) = (xb.0.as_ptr(), wp.0.as_ptr());
+                    let ws = pack(w.as_ptr(), cols, o0, nn, k0, kn, wpm);
+                    let (xbp, wpp) = (xbm.cast_const(), wpm.cast_const());
                     let at = |i: usize| accp.add((r0 + i) * out + o0);
                     let mut i = 0;
                     while i + MR <= rn {
@@ -270,9 +277,13 @@ unsafe fn gemv_r<const R: usize, const O: usize>(
 ) {
     debug_assert!(x.len() >= R * cols && w.len() >= out * cols && acc.len() >= R * out && out > 0);
     let ks = XS / R / 64 * 64;
-    let mut xb = Bytes([128u8; XS]);
+    // Not initialised as a whole (24 KiB of stores per call cost more than a small head's
+    // product): each row's `64 · steps` bytes are written before they are read (the inputs,
+    // then the offset zero to the 64-byte step).
+    let mut xb = MaybeUninit::<Bytes<XS>>::uninit();
+    let xbm = xb.as_mut_ptr().cast::<u8>();
     // SAFETY: weight rows < out (rows past the end are clamped and masked off entirely),
-    // bytes < k0 + kn ≤ cols; x and acc per the lengths above.
+    // bytes < k0 + kn ≤ cols; x and acc per the lengths above; xb read only where written.
     unsafe {
         let ones = _mm512_set1_epi8(1);
         let (xp, wq, accp) = (x.as_ptr(), w.as_ptr(), acc.as_mut_ptr());
@@ -280,7 +291,8 @@ unsafe fn gemv_r<const R: usize, const O: usize>(
             let kn = ks.min(cols - k0);
             let steps = kn.div_ceil(64);
             for r in 0..R {
-                quantize_u8(xp.add(r * cols + k0), kn, inv, xb.0.as_mut_ptr().add(r * ks));
+                quantize_u8(xp.add(r * cols + k0), kn, inv, xbm.add(r * ks));
+                core::ptr::write_bytes(xbm.add(r * ks + kn), 128, 64 * steps - kn);
             }
             for o0 in (0..out).step_by(O) {
                 let n = O.min(out - o0);
@@ -307,7 +319,7 @@ unsafe fn gemv_r<const R: usize, const O: usize>(
                         ws[j] = _mm512_dpbusd_epi32(ws[j], ones, *v);
                     }
                     for (r, ar) in a.iter_mut().enumerate() {
-                        let xv = _mm512_load_si512(xb.0.as_ptr().add(r * ks + 64 * s).cast());
+                        let xv = _mm512_load_si512(xbm.add(r * ks + 64 * s).cast_const().cast());
                         for (j, v) in wv.iter().enumerate() {
                             ar[j] = _mm512_dpbusd_epi32(ar[j], xv, *v);
                         }

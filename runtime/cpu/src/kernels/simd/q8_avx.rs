@@ -8,6 +8,7 @@
 //! * [`gemv`] (1–3 rows): weight rows read in place, 32 bytes per load.
 
 use core::arch::x86_64::*;
+use core::mem::MaybeUninit;
 
 /// Inputs per packed block (a multiple of 32).
 const KC: usize = 256;
@@ -185,9 +186,12 @@ unsafe fn tile<const M: usize>(
 #[inline(always)]
 pub(super) unsafe fn gemm(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
     debug_assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
-    let mut xb = Bytes([128u8; RB * KC]);
-    let mut wp = Words([0i32; KC / 4 * NR]);
-    // SAFETY: every pointer stays inside x, w, acc or the two buffers.
+    // Not initialised as a whole (see `q8_512::gemm`): each row's `4·k4n` bytes and the panel's
+    // `k4n · NR` words (`pack` writes whole 32-input blocks) are written before a tile reads them.
+    let mut xb = MaybeUninit::<Bytes<{ RB * KC }>>::uninit();
+    let mut wp = MaybeUninit::<Words<{ KC / 4 * NR }>>::uninit();
+    let (xbm, wpm) = (xb.as_mut_ptr().cast::<u8>(), wp.as_mut_ptr().cast::<i32>());
+    // SAFETY: every pointer stays inside x, w, acc or the two buffers, read only where written.
     unsafe {
         let (xp, accp) = (x.as_ptr(), acc.as_mut_ptr());
         for r0 in (0..rows).step_by(RB) {
@@ -196,12 +200,13 @@ pub(super) unsafe fn gemm(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usiz
                 let kn = KC.min(cols - k0);
                 let k4n = kn.div_ceil(4);
                 for i in 0..rn {
-                    quantize_u8(xp.add((r0 + i) * cols + k0), kn, inv, xb.0.as_mut_ptr().add(i * KC));
+                    quantize_u8(xp.add((r0 + i) * cols + k0), kn, inv, xbm.add(i * KC));
+                    core::ptr::write_bytes(xbm.add(i * KC + kn), 128, 4 * k4n - kn);
                 }
                 for o0 in (0..out).step_by(NR) {
                     let nn = NR.min(out - o0);
-                    let ws = pack(w.as_ptr(), cols, o0, nn, k0, kn, wp.0.as_mut_ptr());
-                    let (xbp, wpp) = (xb.0.as_ptr(), wp.0.as_ptr());
+                    let ws = pack(w.as_ptr(), cols, o0, nn, k0, kn, wpm);
+                    let (xbp, wpp) = (xbm.cast_const(), wpm.cast_const());
                     let at = |i: usize| accp.add((r0 + i) * out + o0);
                     let mut i = 0;
                     while i + MR <= rn {
@@ -234,8 +239,11 @@ unsafe fn gemv_r<const R: usize, const O: usize>(
     acc: &mut [i32],
 ) {
     let ks = XS / R / 32 * 32;
-    let mut xb = Bytes([128u8; XS]);
-    // SAFETY: weight rows clamped below out, bytes < k0 + kn ≤ cols; x and acc per the caller.
+    // Not initialised as a whole: each row's `32 · steps` bytes are written before they are read.
+    let mut xb = MaybeUninit::<Bytes<XS>>::uninit();
+    let xbm = xb.as_mut_ptr().cast::<u8>();
+    // SAFETY: weight rows clamped below out, bytes < k0 + kn ≤ cols; x and acc per the caller;
+    // xb read only where written.
     unsafe {
         let ones = _mm256_set1_epi8(1);
         let (xp, wq, accp) = (x.as_ptr(), w.as_ptr(), acc.as_mut_ptr());
@@ -243,7 +251,8 @@ unsafe fn gemv_r<const R: usize, const O: usize>(
             let kn = ks.min(cols - k0);
             let steps = kn.div_ceil(32);
             for r in 0..R {
-                quantize_u8(xp.add(r * cols + k0), kn, inv, xb.0.as_mut_ptr().add(r * ks));
+                quantize_u8(xp.add(r * cols + k0), kn, inv, xbm.add(r * ks));
+                core::ptr::write_bytes(xbm.add(r * ks + kn), 128, 32 * steps - kn);
             }
             for o0 in (0..out).step_by(O) {
                 let n = O.min(out - o0);
@@ -259,7 +268,7 @@ unsafe fn gemv_r<const R: usize, const O: usize>(
                         ws[j] = dpbusd(ws[j], ones, *v);
                     }
                     for (r, ar) in a.iter_mut().enumerate() {
-                        let xv = _mm256_loadu_si256(xb.0.as_ptr().add(r * ks + 32 * s).cast());
+                        let xv = _mm256_loadu_si256(xbm.add(r * ks + 32 * s).cast_const().cast());
                         for (aj, v) in ar.iter_mut().zip(&wv) {
                             *aj = dpbusd(*aj, xv, *v);
                         }

@@ -17,6 +17,7 @@
 
 use core::arch::aarch64::*;
 use core::arch::asm;
+use core::mem::MaybeUninit;
 
 /// Inputs per packed block (a multiple of 16).
 pub const KC: usize = 256;
@@ -196,10 +197,13 @@ unsafe fn tile<const M: usize>(xb: *const i8, wp: *const i8, k16: usize, acc: *m
 #[inline(always)]
 pub(super) unsafe fn gemm(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
     debug_assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
-    // Zeros past a block's inputs pair with zero weights.
-    let mut xb = Bytes([0i8; RB * KC]);
-    let mut wp = Bytes([0i8; KC * NR]);
-    // SAFETY: every pointer stays inside x, w, acc or the two buffers.
+    // Not initialised as a whole (see `q8_512::gemm`): each row's `16·k16` bytes (zeros past a
+    // block's inputs pair with zero weights) and the panel's `k16 · 4 · NR · 4` bytes (`pack`
+    // writes whole 16-input blocks) are written before a tile reads them.
+    let mut xb = MaybeUninit::<Bytes<{ RB * KC }>>::uninit();
+    let mut wp = MaybeUninit::<Bytes<{ KC * NR }>>::uninit();
+    let (xbm, wpm) = (xb.as_mut_ptr().cast::<i8>(), wp.as_mut_ptr().cast::<i8>());
+    // SAFETY: every pointer stays inside x, w, acc or the two buffers, read only where written.
     unsafe {
         let (xp, accp) = (x.as_ptr(), acc.as_mut_ptr());
         for r0 in (0..rows).step_by(RB) {
@@ -208,14 +212,14 @@ pub(super) unsafe fn gemm(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usiz
                 let kn = KC.min(cols - k0);
                 let k16 = kn.div_ceil(16);
                 for i in 0..rn {
-                    let row = xb.0.as_mut_ptr().add(i * KC);
+                    let row = xbm.add(i * KC);
                     quantize(xp.add((r0 + i) * cols + k0), kn, inv, row);
                     core::ptr::write_bytes(row.add(kn), 0, 16 * k16 - kn);
                 }
                 for o0 in (0..out).step_by(NR) {
                     let n = NR.min(out - o0);
-                    pack(w.as_ptr(), cols, o0, n, k0, kn, wp.0.as_mut_ptr());
-                    let (xbp, wpp) = (xb.0.as_ptr(), wp.0.as_ptr());
+                    pack(w.as_ptr(), cols, o0, n, k0, kn, wpm);
+                    let (xbp, wpp) = (xbm.cast_const(), wpm.cast_const());
                     let at = |i: usize| accp.add((r0 + i) * out + o0);
                     let mut i = 0;
                     while i + MR <= rn {
@@ -244,15 +248,18 @@ pub(super) unsafe fn gemm(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usiz
 unsafe fn gemv_r<const R: usize>(x: &[f32], inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
     const O: usize = 4;
     let ks = XS / R / 16 * 16;
-    let mut xb = Bytes([0i8; XS]);
-    // SAFETY: weight rows clamped below out, bytes < k0 + kn ≤ cols; x and acc per the caller.
+    // Not initialised as a whole: each row's `16 · steps` bytes are written before they are read.
+    let mut xb = MaybeUninit::<Bytes<XS>>::uninit();
+    let xbm = xb.as_mut_ptr().cast::<i8>();
+    // SAFETY: weight rows clamped below out, bytes < k0 + kn ≤ cols; x and acc per the caller;
+    // xb read only where written.
     unsafe {
         let (xp, wq, accp) = (x.as_ptr(), w.as_ptr(), acc.as_mut_ptr());
         for k0 in (0..cols).step_by(ks) {
             let kn = ks.min(cols - k0);
             let steps = kn.div_ceil(16);
             for r in 0..R {
-                let row = xb.0.as_mut_ptr().add(r * ks);
+                let row = xbm.add(r * ks);
                 quantize(xp.add(r * cols + k0), kn, inv, row);
                 core::ptr::write_bytes(row.add(kn), 0, 16 * steps - kn);
             }
@@ -263,7 +270,7 @@ unsafe fn gemv_r<const R: usize>(x: &[f32], inv: f32, w: &[i8], cols: usize, out
                 for s in 0..steps {
                     let wv: [int8x16_t; O] = core::array::from_fn(|j| load16(row(j), 16 * s, kn));
                     for (r, ar) in a.iter_mut().enumerate() {
-                        let xv = vld1q_s8(xb.0.as_ptr().add(r * ks + 16 * s));
+                        let xv = vld1q_s8(xbm.add(r * ks + 16 * s).cast_const());
                         for (aj, wj) in ar.iter_mut().zip(&wv) {
                             *aj = sdot(*aj, *wj, xv);
                         }
