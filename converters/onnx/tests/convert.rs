@@ -258,8 +258,11 @@ fn report_round_trips_through_json() {
     assert_eq!(r.model, "vit");
     assert_eq!(r.kes_bytes as usize, conv.kes.len());
     assert!(r.params > 0 && r.arena_bytes_per_sample > 0);
-    // The hand-built ViT's attention fuses (no Softmax left).
-    assert!(r.kestrel_ops.contains_key("Conv2d") && r.kestrel_ops.get("Attention") == Some(&1), "{:?}", r.kestrel_ops);
+    // The hand-built ViT's attention fuses (no Softmax left), and its patchifying conv plus
+    // token transpose becomes one patch embedding.
+    let ops = &r.kestrel_ops;
+    assert!(ops.get("PatchEmbed") == Some(&1) && ops.get("Attention") == Some(&1), "{ops:?}");
+    assert!(!ops.contains_key("Conv2d") && !ops.contains_key("Transpose"), "{ops:?}");
     assert!(!r.kestrel_ops.contains_key("Softmax"));
     assert!(r.weights.iter().any(|w| w.dtype == "int8" && w.sqnr_db.is_some_and(|d| d > 30.0)));
     assert!(r.weights.iter().filter(|w| w.shape.len() <= 1).all(|w| w.dtype == "f32" && w.sqnr_db.is_none()));

@@ -111,3 +111,47 @@ fn a_dense_between_other_transposes_is_left_alone() {
     assert_eq!(report.fused.get("channels-last dense as 1x1 conv"), None, "{report:?}");
     assert_eq!(count(&b, |o| matches!(o, Op::Transpose(_))), 2);
 }
+
+/// A ViT's patch embedding as exported: `Conv2d` (kernel = stride = 4) → `[O, T]` view →
+/// transpose to tokens `[T, O]` → one `PatchEmbed`; a convolution with padding is left alone.
+#[test]
+fn a_patchifying_conv_then_token_transpose_becomes_a_patch_embedding() {
+    for pad in [0u32, 1] {
+        let (c, h, w, p, o) = (3usize, 8usize, 12usize, 4usize, 5usize);
+        let mut b = ModelBuilder::new("patches");
+        let mut rng = Rng::new(7);
+        let x = b.input("x", &[c, h, w]).unwrap();
+        let wt = b.weight("w", &[o, c, p, p], rng.vec(o * c * p * p, 0.5)).unwrap();
+        let bias = b.weight("b", &[o], rng.vec(o, 0.5)).unwrap();
+        let y = b
+            .op(|y| {
+                Op::Conv2d(Conv2d {
+                    x,
+                    proj: Proj { w: wt, b: Some(bias) },
+                    stride: [p as u32; 2],
+                    pad: [pad; 4],
+                    dilation: [1, 1],
+                    groups: 1,
+                    act: Activation::None,
+                    y,
+                })
+            })
+            .unwrap();
+        let t = b.shape_of(y).unwrap().numel().unwrap() / o;
+        let flat = b.reshape(y, &[o, t]).unwrap();
+        let tokens = b.op(|y| Op::Transpose(Transpose { x: flat, perm: perm(&[1, 0]), y })).unwrap();
+        b.output(tokens);
+        let want = run(&b, c * h * w);
+        let report = fuse(&mut b);
+        let fused = report.fused.get("patchifying conv as patch embedding").copied();
+        assert_eq!(fused, (pad == 0).then_some(1), "{report:?}");
+        if pad == 0 {
+            let kinds: Vec<&str> = b.ops().iter().filter(|o| !matches!(o, Op::Reshape(_))).map(|o| o.name()).collect();
+            assert_eq!(kinds, ["PatchEmbed"], "{:?}", b.ops());
+        }
+        let got = run(&b, c * h * w);
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let err = want.iter().zip(&got).fold(0f32, |m, (a, g)| m.max((a - g).abs()));
+        assert!(err <= 1e-5 * scale, "error {err:e} of {scale}");
+    }
+}

@@ -107,7 +107,7 @@ fn match_chain(b: &mut ModelBuilder, first: usize) -> Option<(Region, Vec<Op>)> 
 }
 
 /// `perm[o]` = the input element (flat index) that output element `o` of the chain holds.
-fn chain_permutation(b: &ModelBuilder, nodes: &[usize]) -> Option<Vec<usize>> {
+pub(super) fn chain_permutation(b: &ModelBuilder, nodes: &[usize]) -> Option<Vec<usize>> {
     let (x, _) = layout(&b.ops()[nodes[0]])?;
     let n = b.shape_of(x)?.numel()?;
     if n == 0 || n > MAX_ELEMS {

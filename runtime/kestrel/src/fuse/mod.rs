@@ -62,6 +62,7 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         channels::scale_into_weights(b, &mut report);
         subsample::strided_pointwise_conv(b, &mut report);
         pointwise::channels_last_dense(b, &mut report);
+        pointwise::patch_embed(b, &mut report);
         pointwise::conv_epilogue(b, &mut report);
         // Last: the patterns above read layout ops as their exporters wrote them.
         layout::layout_chains(b, &mut report);

@@ -170,3 +170,67 @@ fn match_conv_epilogue(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op
     nodes.sort_unstable();
     Some((Region { nodes, inputs: vec![cv.x], output: out }, ops, pattern))
 }
+
+/// A patchifying `Conv2d` (kernel = stride = p, no padding, one group, no activation, `[C, H,
+/// W]` with H and W multiples of p) whose output only reaches the graph through reshapes and
+/// transposes that put it in token order (`[O, H'·W']` → `[H'·W', O]`: a ViT's
+/// `flatten(2).transpose(1, 2)`) → one `PatchEmbed` straight into tokens, the weight viewed
+/// `[O, C·p·p]`: the convolution's transpose back to channels-first and the graph's transpose to
+/// tokens both go.
+pub(super) fn patch_embed(b: &mut ModelBuilder, report: &mut FusionReport) {
+    let mut i = 0;
+    while i < b.ops().len() {
+        if let Some((region, ops)) = match_patch_embed(b, i) {
+            if try_replace(b, &region, ops, "patchifying conv as patch embedding", report) {
+                continue;
+            }
+        }
+        i += 1;
+    }
+}
+
+fn match_patch_embed(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
+    let Op::Conv2d(cv) = b.ops()[n] else { return None };
+    let wd = dims(b, cv.proj.w)?;
+    let xd = dims(b, cv.x)?;
+    let p = *wd.get(2)?;
+    let square = wd.len() == 4 && wd[3] == p && p > 1 && cv.stride == [p as u32, p as u32];
+    let plain = cv.pad == [0; 4] && cv.dilation == [1, 1] && cv.groups == 1 && cv.act == Activation::None;
+    if !square || !plain || xd.len() != 3 || xd[1] % p != 0 || xd[2] % p != 0 {
+        return None;
+    }
+    let (o, t) = (wd[0], (xd[1] / p) * (xd[2] / p));
+    // The layout chain after the convolution, and the longest prefix of it that ends in token order.
+    let mut chain = Vec::new();
+    let mut y = cv.y;
+    while let Some(c) = sole_consumer(b, y) {
+        match b.ops()[c] {
+            Op::Reshape(r) => y = r.y,
+            Op::Transpose(tr) => y = tr.y,
+            _ => break,
+        }
+        chain.push(c);
+    }
+    let token_order: Vec<usize> = (0..t * o).map(|k| (k % o) * t + k / o).collect();
+    let end = (1..=chain.len())
+        .rev()
+        .find(|&m| super::layout::chain_permutation(b, &chain[..m]).is_some_and(|perm| perm == token_order))?;
+    let out = b.ops()[chain[end - 1]].output();
+    let w_vals = b.weight_values(cv.proj.w)?.to_vec();
+    let dtype = b.weight_dtype(cv.proj.w)?;
+    let name = format!("{}.as_patches", b.tensor_name(cv.proj.w).unwrap_or("w"));
+    let w = b.weight_as(&name, &[o, wd[1] * p * p], w_vals, dtype).ok()?;
+    let tokens = if dims(b, out)? == [t, o] { out } else { b.new_activation("patch_tokens", &[t, o]).ok()? };
+    let mut ops = vec![Op::PatchEmbed(kestrel_format::ops::PatchEmbed {
+        x: cv.x,
+        proj: Proj { w, b: cv.proj.b },
+        patch: p as u32,
+        y: tokens,
+    })];
+    if tokens != out {
+        ops.push(Op::Reshape(Reshape { x: tokens, y: out }));
+    }
+    let mut nodes: Vec<usize> = core::iter::once(n).chain(chain[..end].iter().copied()).collect();
+    nodes.sort_unstable();
+    Some((Region { nodes, inputs: vec![cv.x], output: out }, ops))
+}

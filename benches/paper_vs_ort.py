@@ -1,0 +1,134 @@
+"""Kestrel's int8 configurations vs onnxruntime f32 on the paper models: one thread, batch 1.
+
+Usage (release build of the CLI first; onnxruntime and numpy from PyPI)::
+
+    cargo build --release -p kestrel-cli
+    python3 benches/paper_vs_ort.py --out benches/results/NAME/paper-int8 [--reps 7] [--only a,b]
+
+The models are the committed fixtures with the paper's shapes (``converters/fixtures/``: MNIST
+and CIFAR-100 ViTs, IMDB and Amazon text classifiers, every mechanism; random weights). Each
+ONNX file is converted with ``kestrel convert`` three ways: f32 weights, int8 weights (f32
+activations) and int8 weights with calibrated int8 activations (``--calibrate`` on the
+fixture's own ``input.npy``). Kestrel (``kestrel bench --json``, one thread, batch 1) and
+onnxruntime (``intra_op_num_threads=1``, sequential, all graph optimisations, batch 1, f32) are
+timed back to back, alternating, ``--reps`` passes each of ``--samples`` single-sample runs, on
+the fixture's first input sample. Reported: median µs/sample, each Kestrel configuration over
+onnxruntime (below 1: Kestrel faster), and calibrated over int8 weights alone. Issue 18's
+targets for calibrated int8: at most 0.4× onnxruntime on the IMDB and Amazon models, 0.2× on
+MNIST. Writes ``table.md`` and ``results.json`` (with the machine) to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from zoo_vs_ort import ROOT, ort_session, time_kestrel, time_ort  # noqa: E402
+
+# Issue 18's targets for calibrated int8 over onnxruntime f32, by task.
+TARGETS = {"imdb": 0.4, "amazon": 0.4, "mnist": 0.2}
+CONFIGS = {"f32": ["--weights", "f32"], "int8": ["--weights", "int8"], "q8": ["--weights", "int8"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--samples", type=int, default=100)
+    ap.add_argument("--cli", type=Path, default=ROOT / "target/release/kestrel")
+    ap.add_argument("--only", default="", help="comma-separated fixture names: time only these, write nothing")
+    args = ap.parse_args()
+    work = ROOT / "target/paper-bench"
+    work.mkdir(parents=True, exist_ok=True)
+    only = [m for m in args.only.split(",") if m]
+    rows = []
+    for d in sorted((ROOT / "converters/fixtures").iterdir()):
+        meta_path = d / "meta.json"
+        if not meta_path.exists() or (only and d.name not in only):
+            continue
+        meta = json.loads(meta_path.read_text())
+        if meta.get("task") not in ("mnist", "cifar100", "imdb", "amazon"):
+            continue
+        kes = {}
+        for who, flags in CONFIGS.items():
+            kes[who] = work / f"{d.name}.{who}.kes"
+            cmd = [str(args.cli), "convert", str(d / "model.onnx"), "-o", str(kes[who]), *flags]
+            if who == "q8":
+                cmd += ["--calibrate", str(d / "input.npy")]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                print(f"{d.name} ({who}): does not convert: {r.stderr.strip().splitlines()[-1]}", file=sys.stderr)
+                kes = {}
+                break
+        if not kes:
+            continue
+        sess = ort_session(d / "model.onnx")
+        x = np.load(d / "input.npy")[:1]
+        name = sess.get_inputs()[0].name
+        feed = {name: x.astype(np.int64) if x.dtype.kind in "iu" else x.astype(np.float32)}
+        time_ort(sess, feed, 5)  # warm-up
+        times = {"ort": [], **{k: [] for k in CONFIGS}}
+        order = list(times)
+        for rep in range(args.reps):
+            for who in order[rep % len(order):] + order[: rep % len(order)]:
+                if who == "ort":
+                    times[who].append(time_ort(sess, feed, args.samples))
+                else:
+                    times[who].append(time_kestrel(args.cli, kes[who], args.samples))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        task = meta["task"]
+        row = {
+            "model": d.name, "task": task, "mechanism": meta.get("mechanism"),
+            "ort_us": med["ort"], **{f"{k}_us": med[k] for k in CONFIGS},
+            **{f"{k}_over_ort": med[k] / med["ort"] for k in CONFIGS},
+            "q8_over_int8": med["q8"] / med["int8"],
+            "target": TARGETS.get(task),
+            "samples": times,
+        }
+        row["meets_target"] = row["target"] is None or row["q8_over_ort"] <= row["target"]
+        rows.append(row)
+        print(f"{d.name:34} ort {med['ort']:8.1f} µs  f32 {row['f32_over_ort']:.2f}×  int8 {row['int8_over_ort']:.2f}×"
+              f"  q8 {row['q8_over_ort']:.2f}×  q8/int8 {row['q8_over_int8']:.2f}", flush=True)
+    if only:
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    machine = {
+        "cpu": next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
+                     if l.startswith("model name")), platform.processor()),
+        "cores": __import__("os").cpu_count(),
+        "onnxruntime": ort.__version__,
+        "python": platform.python_version(),
+    }
+    (args.out / "results.json").write_text(json.dumps({"machine": machine, "reps": args.reps,
+                                                       "samples": args.samples, "rows": rows}, indent=1) + "\n")
+    targeted = [r for r in rows if r["target"] is not None]
+    lines = [
+        f"# Kestrel int8 vs onnxruntime {ort.__version__} (f32) on the paper models\n",
+        f"{machine['cpu']}, one thread, batch 1, median of {args.reps} alternating passes of {args.samples} "
+        "samples. Columns: Kestrel time over onnxruntime's (below 1: Kestrel faster) with f32 weights, "
+        "int8 weights (f32 activations), and int8 weights with calibrated int8 activations (q8); "
+        "q8 / int8 below 1: calibration pays.\n",
+        "Issue 18's targets for q8: at most 0.4× on IMDB and Amazon, 0.2× on MNIST. "
+        f"{sum(r['meets_target'] for r in targeted)} of {len(targeted)} targeted models meet it.\n",
+        "| model | onnxruntime µs | f32 / ORT | int8 / ORT | q8 / ORT | target | q8 / int8 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        target = "—" if r["target"] is None else f"{'≤' if r['meets_target'] else '**>**'} {r['target']:.1f}"
+        lines.append(f"| {r['model']} | {r['ort_us']:.1f} | {r['f32_over_ort']:.2f} | {r['int8_over_ort']:.2f} | "
+                     f"{r['q8_over_ort']:.2f} | {target} | {r['q8_over_int8']:.2f} |")
+    (args.out / "table.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
