@@ -146,6 +146,10 @@ impl AttentionParams {
 /// stays in L1/L2.
 pub const QB: usize = 64;
 
+/// Heads of at most this many columns over at most this many keys run from registers
+/// ([`crate::kernels::simd::small_head`], where the CPU has AVX-512).
+pub const SMALL_HEAD: usize = 16;
+
 /// Up to this many tokens, all queries form one block (scores `[T, T]` ≤ 256 KiB, in L2): the
 /// keys are packed and `V_hᵀ` built once per head instead of once per [`QB`] queries (CIFAR-100,
 /// T = 144: three blocks of 64/64/16 become one).
@@ -331,6 +335,27 @@ fn blocked(
         let heads_out = &mut heads_out[g * td..(g + 1) * td];
         for h in 0..p.heads {
             let col = h * c;
+            // Narrow heads over few keys (MobileViT: c = 8, T = 16): scores, softmax and output
+            // from registers, no GEMM (whose packing dominates such tiny products). K_hᵀ goes in
+            // `vt`; queries, values and outputs are read and written in place at stride d.
+            if t <= SMALL_HEAD && c <= SMALL_HEAD && mask.is_none() && crate::kernels::simd::small_head_available() {
+                for (j, kr) in keys.chunks_exact(d).take(t).enumerate() {
+                    for (u, &kv) in kr[col..col + c].iter().enumerate() {
+                        vt[u * t + j] = kv;
+                    }
+                }
+                let done = crate::kernels::simd::small_head(
+                    (&q[col..], d),
+                    (&vt[..c * t], t),
+                    (&values[col..], d),
+                    (&mut heads_out[col..], d),
+                    (t, c, t),
+                    (0, p.causal, p.scale),
+                );
+                if done {
+                    continue;
+                }
+            }
             // K_h [T, c] contiguous: the keys themselves with one head.
             if !one {
                 for (j, kr) in kh.chunks_exact_mut(c).enumerate() {

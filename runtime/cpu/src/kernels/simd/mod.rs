@@ -248,6 +248,52 @@ pub fn softmax(row: &mut [f32]) {
     }
 }
 
+/// Whether [`small_head`] runs on this CPU (AVX-512).
+#[inline]
+pub fn small_head_available() -> bool {
+    cfg!(target_arch = "x86_64") && isa() == Isa::Avx512
+}
+
+/// One attention head of at most 16 columns over at most 16 keys from registers
+/// ([`x86::small_head_avx512`]: `q` rows, keys transposed, value rows, output rows, each with
+/// its stride; `(rows, c, n)`; `(first query's token, causal, scale)`). Returns false, doing
+/// nothing, where [`small_head_available`] is false or the sizes are out of its range.
+#[allow(clippy::too_many_arguments)]
+pub fn small_head(
+    q: (&[f32], usize),
+    kt: (&[f32], usize),
+    v: (&[f32], usize),
+    out: (&mut [f32], usize),
+    dims: (usize, usize, usize),
+    at: (usize, bool, f32),
+) -> bool {
+    let (rows, c, n) = dims;
+    let fits = |(s, stride): (&[f32], usize), count: usize, width: usize| {
+        count == 0 || (count - 1).checked_mul(stride).and_then(|o| o.checked_add(width)).is_some_and(|e| e <= s.len())
+    };
+    if !(1..=16).contains(&c)
+        || !(1..=16).contains(&n)
+        || !fits(q, rows, c)
+        || !fits(kt, c, n)
+        || !fits(v, n, c)
+        || !fits((&*out.0, out.1), rows, c)
+    {
+        return false;
+    }
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512F/AVX2/FMA detected; sizes and lengths checked above.
+        Isa::Avx512 => {
+            unsafe { x86::small_head_avx512(q, kt, v, out, dims, at) };
+            true
+        }
+        _ => {
+            let _ = (q, kt, v, out, dims, at);
+            false
+        }
+    }
+}
+
 /// Softmax of `scale · row` in place, `scale > 0` (attention scores): AVX-512 scales inside
 /// its passes ([`x86::softmax_scaled_avx512`]); elsewhere a scaling pass, then [`softmax`].
 #[inline]

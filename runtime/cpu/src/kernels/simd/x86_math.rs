@@ -501,6 +501,63 @@ pub unsafe fn softmax_scaled_avx512(row: &mut [f32], scale: f32) {
     }
 }
 
+/// Attention of one head for heads of at most 16 columns over at most 16 keys (MobileViT: c = 8,
+/// T = 16), straight from registers: the keys transposed (`kt`, `c` rows of `n` at stride `ks`)
+/// are held one row per register; per query, the scores are `c` FMAs into one vector, the
+/// softmax runs on it (masked lanes: keys past `n`, or past the query when `causal`), and the
+/// output is `m` FMAs of value rows (`v`, stride `vs`). `q` rows (`c` columns) at stride `qs`,
+/// output rows at stride `os`; query `r` is token `i0 + r` (for the causal limit). Sums run in
+/// another order than the GEMM path's, within the f32 kernel tolerance of the f64 reference.
+///
+/// # Safety
+/// The CPU must support AVX-512F (and AVX2/FMA); `c, n ≤ 16`, `n ≥ 1`; `q`, `kt`, `v` and
+/// `out` hold the rows the strides address.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn small_head_avx512(
+    (q, qs): (&[f32], usize),
+    (kt, ks): (&[f32], usize),
+    (v, vs): (&[f32], usize),
+    (out, os): (&mut [f32], usize),
+    (rows, c, n): (usize, usize, usize),
+    (i0, causal, scale): (usize, bool, f32),
+) {
+    debug_assert!(c <= 16 && (1..=16).contains(&n));
+    debug_assert!(rows == 0 || (q.len() >= (rows - 1) * qs + c && out.len() >= (rows - 1) * os + c));
+    debug_assert!(kt.len() >= (c.max(1) - 1) * ks + n && v.len() >= (n - 1) * vs + c);
+    let cm: __mmask16 = ((1u32 << c) - 1) as __mmask16;
+    // SAFETY: every load/store is masked to the c columns or n keys the contract guarantees.
+    unsafe {
+        let mut krow = [_mm512_setzero_ps(); 16];
+        let nm: __mmask16 = ((1u32 << n) - 1) as __mmask16;
+        for (u, kr) in krow.iter_mut().enumerate().take(c) {
+            *kr = _mm512_maskz_loadu_ps(nm, kt.as_ptr().add(u * ks));
+        }
+        let sc = _mm512_set1_ps(scale);
+        let mut p = [0.0f32; 16];
+        for r in 0..rows {
+            let m = if causal { (i0 + r + 1).min(n) } else { n };
+            let mm: __mmask16 = ((1u32 << m) - 1) as __mmask16;
+            let qr = q.as_ptr().add(r * qs);
+            let mut s = _mm512_setzero_ps();
+            for (u, kr) in krow.iter().enumerate().take(c) {
+                s = _mm512_fmadd_ps(_mm512_set1_ps(*qr.add(u)), *kr, s);
+            }
+            let s = _mm512_mul_ps(s, sc);
+            let mx = _mm512_mask_reduce_max_ps(mm, s);
+            // Lanes past the visible keys: exp(0) computed, then zeroed.
+            let e = _mm512_maskz_mov_ps(mm, exp16(_mm512_maskz_sub_ps(mm, s, _mm512_set1_ps(mx))));
+            let pv = _mm512_mul_ps(e, _mm512_set1_ps(1.0 / _mm512_reduce_add_ps(e)));
+            _mm512_storeu_ps(p.as_mut_ptr(), pv);
+            let mut o = _mm512_setzero_ps();
+            for (j, &pj) in p.iter().enumerate().take(m) {
+                o = _mm512_fmadd_ps(_mm512_set1_ps(pj), _mm512_maskz_loadu_ps(cm, v.as_ptr().add(j * vs)), o);
+            }
+            _mm512_mask_storeu_ps(out.as_mut_ptr().add(r * os), cm, o);
+        }
+    }
+}
+
 /// `1 / (1 + e^−x)` for 16 lanes, without a division (`vdivps` on 16 lanes cost more than the
 /// rest together): `vrcp14ps` refined by one Newton step (relative error about 2⁻²⁸, below f32's
 /// rounding). Arguments are clamped to ±87 first, so `1 + e^−x` stays finite and [`exp16`]'s
