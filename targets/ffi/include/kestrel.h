@@ -163,6 +163,38 @@ typedef uint32_t KestrelDType;
 #endif // __cplusplus
 
 /**
+ * The arithmetic of a GPU session's dot-product kernels (the `gpu_precision` argument of
+ * `kestrel_session_new_with_precision`); CPU sessions ignore it.
+ */
+enum KestrelGpuPrecision
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * f32 throughout: the CPU runtime's arithmetic (what `kestrel_session_new` uses).
+   */
+  KESTREL_GPU_PRECISION_F32 = 0,
+  /**
+   * f16 products with f32 accumulation (relative errors of about 1e-3; faster on hardware
+   * with fast f16). A device without `SHADER_F16` refuses the session with
+   * `KESTREL_ERR_UNSUPPORTED` (`KESTREL_BACKEND_AUTO` then uses the CPU).
+   */
+  KESTREL_GPU_PRECISION_F16 = 1,
+  /**
+   * f16 where the device has `SHADER_F16`, else f32 (never an error).
+   */
+  KESTREL_GPU_PRECISION_AUTO = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum KestrelGpuPrecision KestrelGpuPrecision;
+#else
+typedef uint32_t KestrelGpuPrecision;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * How the entries of a session's profile were measured (`kestrel_session_profile_source`).
  */
 enum KestrelTimingSource
@@ -461,6 +493,31 @@ enum KestrelStatus kestrel_session_new(const struct KestrelModel *model,
                                        uint32_t backend,
                                        size_t capacity,
                                        struct KestrelSession **out);
+
+/**
+ * [`kestrel_session_new`] with the GPU arithmetic `gpu_precision` (a `KestrelGpuPrecision`
+ * code; CPU sessions ignore it): `KESTREL_GPU_PRECISION_F16` on a device without `SHADER_F16`
+ * fails with `KESTREL_ERR_UNSUPPORTED` (AUTO falls back to the CPU); an unknown code is
+ * `KESTREL_ERR_INVALID_ARGUMENT`. `kestrel_session_gpu_f16` tells what a session computes with.
+ *
+ * # Safety
+ * `out` must be NULL or valid for a write.
+ */
+enum KestrelStatus kestrel_session_new_with_precision(const struct KestrelModel *model,
+                                                      uint32_t backend,
+                                                      size_t capacity,
+                                                      uint32_t gpu_precision,
+                                                      struct KestrelSession **out);
+
+/**
+ * Whether `session`'s dot-product kernels compute in f16: a GPU session made with
+ * `KESTREL_GPU_PRECISION_F16`, or with `AUTO` on a device with `SHADER_F16`. False for CPU
+ * sessions.
+ *
+ * # Safety
+ * `out` must be NULL or valid for a write.
+ */
+enum KestrelStatus kestrel_session_gpu_f16(const struct KestrelSession *session, bool *out);
 
 /**
  * Releases a session. NULL is a no-op.

@@ -60,6 +60,35 @@ impl From<kestrel_cpu::RunError> for FfiError {
     }
 }
 
+/// The arithmetic a GPU session's dot-product kernels use (`KestrelGpuPrecision`); a CPU
+/// session ignores it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum GpuPrecision {
+    /// f32 throughout (the default, as `kestrel_session_new`).
+    #[default]
+    F32,
+    /// f16 products with f32 accumulation; a device without `SHADER_F16` refuses the session
+    /// (`KESTREL_ERR_UNSUPPORTED`).
+    F16,
+    /// f16 where the device has `SHADER_F16`, else f32.
+    Auto,
+}
+
+impl GpuPrecision {
+    /// Decodes the ABI code (`KestrelGpuPrecision`).
+    pub fn from_code(code: u32) -> Result<Self, FfiError> {
+        match code {
+            0 => Ok(Self::F32),
+            1 => Ok(Self::F16),
+            2 => Ok(Self::Auto),
+            _ => Err(FfiError::new(
+                Status::KESTREL_ERR_INVALID_ARGUMENT,
+                format!("GPU precision code {code} is unknown (expected 0 = f32, 1 = f16, 2 = auto)"),
+            )),
+        }
+    }
+}
+
 /// Which engine runs a session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -398,12 +427,22 @@ impl SessionCore {
     /// `Auto` tries the GPU and falls back to the CPU (see [`Backend::Auto`]); the session's
     /// [`backend`](Self::backend) tells which it got and [`device`](Self::device) why.
     pub fn new(model: Arc<LoadedModel>, backend: Backend, capacity: usize) -> Result<Self, FfiError> {
+        Self::with_precision(model, backend, capacity, GpuPrecision::F32)
+    }
+
+    /// [`new`](Self::new) with the GPU arithmetic `precision` (ignored on the CPU).
+    pub fn with_precision(
+        model: Arc<LoadedModel>,
+        backend: Backend,
+        capacity: usize,
+        precision: GpuPrecision,
+    ) -> Result<Self, FfiError> {
         // The same capacity errors on every backend: 0 is INVALID_ARGUMENT, overflow TOO_LARGE.
         model.arena_bytes(capacity)?;
         let (engine, backend, device) = match backend {
             Backend::Cpu => (Self::cpu_engine(&model, capacity)?, Backend::Cpu, c"cpu".to_owned()),
-            Backend::Wgpu => Self::gpu_engine(&model, capacity, false)?,
-            Backend::Auto => match Self::gpu_engine(&model, capacity, true) {
+            Backend::Wgpu => Self::gpu_engine(&model, capacity, false, precision)?,
+            Backend::Auto => match Self::gpu_engine(&model, capacity, true, precision) {
                 Ok(e) => e,
                 Err(why) => {
                     let engine = Self::cpu_engine(&model, capacity)?;
@@ -439,16 +478,30 @@ impl SessionCore {
     }
 
     #[cfg(feature = "wgpu")]
-    fn gpu_engine(model: &LoadedModel, capacity: usize, auto: bool) -> Result<(Engine, Backend, CString), FfiError> {
-        let (session, ctx) =
-            crate::gpu::session(model.cpu(), capacity, auto)
-                .map_err(|e| if auto { e } else { crate::gpu::explicit(e) })?;
+    fn gpu_engine(
+        model: &LoadedModel,
+        capacity: usize,
+        auto: bool,
+        precision: GpuPrecision,
+    ) -> Result<(Engine, Backend, CString), FfiError> {
+        let (session, ctx) = crate::gpu::session(model.cpu(), capacity, auto, precision).map_err(|e| {
+            if auto {
+                e
+            } else {
+                crate::gpu::explicit(e)
+            }
+        })?;
         let device = CString::new(ctx.describe().replace('\0', " ")).unwrap_or_default();
         Ok((Engine::Gpu { session: Box::new(session), ctx }, Backend::Wgpu, device))
     }
 
     #[cfg(not(feature = "wgpu"))]
-    fn gpu_engine(_: &LoadedModel, _: usize, auto: bool) -> Result<(Engine, Backend, CString), FfiError> {
+    fn gpu_engine(
+        _: &LoadedModel,
+        _: usize,
+        auto: bool,
+        _: GpuPrecision,
+    ) -> Result<(Engine, Backend, CString), FfiError> {
         let hint = if auto {
             ""
         } else {
@@ -470,6 +523,16 @@ impl SessionCore {
     /// Batch capacity.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Whether the session's dot-product kernels compute in f16 (a GPU session made with
+    /// `F16`, or `Auto` on a device with `SHADER_F16`); false on the CPU.
+    pub fn gpu_f16(&self) -> bool {
+        match &self.engine {
+            Engine::Cpu { .. } => false,
+            #[cfg(feature = "wgpu")]
+            Engine::Gpu { session, .. } => session.arith() == kestrel_wgpu::Arith::F16,
+        }
     }
 
     /// The backend running this session (`Cpu` or `Wgpu`, never `Auto`).

@@ -45,7 +45,15 @@ pub fn session(
     model: &kestrel_cpu::Model<'_>,
     capacity: usize,
     auto: bool,
+    precision: crate::core::GpuPrecision,
 ) -> Result<(GpuSession, Arc<GpuContext>), FfiError> {
+    use crate::core::GpuPrecision;
+    let precision = match precision {
+        GpuPrecision::F32 => kestrel_wgpu::Precision::F32,
+        GpuPrecision::F16 => kestrel_wgpu::Precision::F16,
+        GpuPrecision::Auto => kestrel_wgpu::Precision::Auto,
+    };
+    let options = kestrel_wgpu::SessionOptions { precision, ..Default::default() };
     let mut retried = false;
     loop {
         let ctx = context()?;
@@ -62,7 +70,7 @@ pub fn session(
                 ),
             ));
         }
-        match GpuSession::new(&ctx, model, capacity) {
+        match GpuSession::with_options(&ctx, model, capacity, &options) {
             Ok(s) => return Ok((s, ctx)),
             // The cached device was lost since it was opened: open a new one, once.
             Err(GpuError::DeviceLost(_)) if !retried => {
@@ -88,7 +96,7 @@ pub fn error(e: GpuError) -> FfiError {
         GpuError::NoAdapter { .. } | GpuError::AdapterNotFound { .. } | GpuError::DeviceCreation { .. } => {
             Status::KESTREL_ERR_NO_GPU
         }
-        // The C ABI asks for f32 arithmetic, so F16Unsupported cannot happen; mapped anyway.
+        // `KESTREL_GPU_PRECISION_F16` on a device without SHADER_F16.
         GpuError::UnsupportedOp { .. } | GpuError::F16Unsupported { .. } => Status::KESTREL_ERR_UNSUPPORTED,
         GpuError::Limit { .. } => Status::KESTREL_ERR_TOO_LARGE,
         GpuError::Model(_) => Status::KESTREL_ERR_INTERNAL,

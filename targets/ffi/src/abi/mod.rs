@@ -39,6 +39,22 @@ pub enum KestrelBackend {
     KESTREL_BACKEND_AUTO = 2,
 }
 
+/// The arithmetic of a GPU session's dot-product kernels (the `gpu_precision` argument of
+/// `kestrel_session_new_with_precision`); CPU sessions ignore it.
+#[repr(u32)]
+#[allow(non_camel_case_types, dead_code)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KestrelGpuPrecision {
+    /// f32 throughout: the CPU runtime's arithmetic (what `kestrel_session_new` uses).
+    KESTREL_GPU_PRECISION_F32 = 0,
+    /// f16 products with f32 accumulation (relative errors of about 1e-3; faster on hardware
+    /// with fast f16). A device without `SHADER_F16` refuses the session with
+    /// `KESTREL_ERR_UNSUPPORTED` (`KESTREL_BACKEND_AUTO` then uses the CPU).
+    KESTREL_GPU_PRECISION_F16 = 1,
+    /// f16 where the device has `SHADER_F16`, else f32 (never an error).
+    KESTREL_GPU_PRECISION_AUTO = 2,
+}
+
 /// How the entries of a session's profile were measured (`kestrel_session_profile_source`).
 #[repr(u32)]
 #[allow(non_camel_case_types, dead_code)]

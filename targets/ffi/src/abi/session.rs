@@ -1,7 +1,7 @@
 //! Sessions, runs and profiles: `kestrel_session_*`.
 
 use super::{clear, err, put, session_get, KestrelOpTiming, KestrelOutput, KestrelTensor};
-use crate::core::{Backend, DType, FfiError, SessionCore, TensorDesc};
+use crate::core::{Backend, DType, FfiError, GpuPrecision, SessionCore, TensorDesc};
 use crate::handles::{self, KestrelModel, KestrelSession};
 use crate::status::{guard, Status};
 use kestrel_cpu::session::Input;
@@ -35,6 +35,49 @@ pub unsafe extern "C" fn kestrel_session_new(
             put(out, handles::new_session(core), "out")
         }
     })
+}
+
+/// [`kestrel_session_new`] with the GPU arithmetic `gpu_precision` (a `KestrelGpuPrecision`
+/// code; CPU sessions ignore it): `KESTREL_GPU_PRECISION_F16` on a device without `SHADER_F16`
+/// fails with `KESTREL_ERR_UNSUPPORTED` (AUTO falls back to the CPU); an unknown code is
+/// `KESTREL_ERR_INVALID_ARGUMENT`. `kestrel_session_gpu_f16` tells what a session computes with.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_session_new_with_precision(
+    model: *const KestrelModel,
+    backend: u32,
+    capacity: usize,
+    gpu_precision: u32,
+    out: *mut *mut KestrelSession,
+) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe {
+            clear(out);
+            let m = handles::model(model, "kestrel_session_new_with_precision")?;
+            let backend = Backend::from_code(backend)?;
+            let precision = GpuPrecision::from_code(gpu_precision)?;
+            if out.is_null() {
+                return Err(err(Status::KESTREL_ERR_NULL_POINTER, "kestrel_session_new_with_precision: out is NULL"));
+            }
+            let core = SessionCore::with_precision(m.inner.clone(), backend, capacity, precision)?;
+            put(out, handles::new_session(core), "out")
+        }
+    })
+}
+
+/// Whether `session`'s dot-product kernels compute in f16: a GPU session made with
+/// `KESTREL_GPU_PRECISION_F16`, or with `AUTO` on a device with `SHADER_F16`. False for CPU
+/// sessions.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_session_gpu_f16(session: *const KestrelSession, out: *mut bool) -> Status {
+    // SAFETY: the caller's contract on `out`.
+    unsafe { session_get(session, "kestrel_session_gpu_f16", out, |s| Ok(s.gpu_f16())) }
 }
 
 /// Releases a session. NULL is a no-op.

@@ -677,6 +677,56 @@ static void test_gpu_image(const char *dir, uint32_t auto_expected) {
 
     check_auto(&f, auto_expected);
 
+    /* GPU precision: f32 by default and on request; f16 where the device has SHADER_F16 (else
+     * a typed UNSUPPORTED), within f16's rounding of the f32 results and with the same top
+     * class; AUTO resolves as the device allows; unknown codes are INVALID_ARGUMENT; the CPU
+     * ignores it. */
+    bool f16 = true;
+    REQUIRE_OK(kestrel_session_gpu_f16(gpu, &f16));
+    CHECK(!f16, "kestrel_session_new made an f16 GPU session");
+    REQUIRE_OK(kestrel_session_gpu_f16(cpu, &f16));
+    CHECK(!f16, "a CPU session reports f16");
+    KestrelSession *half = NULL;
+    KestrelStatus st =
+        kestrel_session_new_with_precision(f.model, KESTREL_BACKEND_WGPU, 4, KESTREL_GPU_PRECISION_F16, &half);
+    if (st == KESTREL_OK) {
+        REQUIRE_OK(kestrel_session_gpu_f16(half, &f16));
+        CHECK(f16, "an F16 GPU session does not report f16");
+        float yh[4 * 10];
+        REQUIRE_OK(run_image(half, f.x, yh, 4, NULL));
+        double err16 = max_rel_err(yh, ycpu, 40);
+        CHECK(err16 <= 5e-2, "f16 GPU vs CPU: max rel err %g", err16);
+        for (int i = 0; i < 4; i++) {
+            int a = 0, b = 0;
+            for (int k = 1; k < 10; k++) {
+                a = yh[i * 10 + k] > yh[i * 10 + a] ? k : a;
+                b = ycpu[i * 10 + k] > ycpu[i * 10 + b] ? k : b;
+            }
+            CHECK(a == b, "f16 GPU sample %d: class %d, CPU class %d", i, a, b);
+        }
+        printf("f16 GPU session: max rel err %.2e vs the CPU\n", err16);
+        REQUIRE_OK(kestrel_session_free(half));
+    } else {
+        CHECK(st == KESTREL_ERR_UNSUPPORTED && half == NULL, "F16 session: %s", kestrel_status_name(st));
+        printf("no SHADER_F16: %s\n", kestrel_last_error());
+    }
+    REQUIRE_OK(kestrel_session_new_with_precision(f.model, KESTREL_BACKEND_WGPU, 4, KESTREL_GPU_PRECISION_AUTO, &half));
+    REQUIRE_OK(kestrel_session_gpu_f16(half, &f16));
+    CHECK(f16 == (st == KESTREL_OK), "AUTO precision: f16 %d, F16 session %s", f16, kestrel_status_name(st));
+    REQUIRE_OK(kestrel_session_free(half));
+    REQUIRE_OK(kestrel_session_new_with_precision(f.model, KESTREL_BACKEND_WGPU, 4, KESTREL_GPU_PRECISION_F32, &half));
+    REQUIRE_OK(kestrel_session_gpu_f16(half, &f16));
+    CHECK(!f16, "an F32 GPU session reports f16");
+    REQUIRE_OK(kestrel_session_free(half));
+    half = (KestrelSession *)1;
+    EXPECT_STATUS(kestrel_session_new_with_precision(f.model, KESTREL_BACKEND_WGPU, 4, 7, &half),
+                  KESTREL_ERR_INVALID_ARGUMENT);
+    CHECK(half == NULL, "out not cleared");
+    REQUIRE_OK(kestrel_session_new_with_precision(f.model, KESTREL_BACKEND_CPU, 4, KESTREL_GPU_PRECISION_F16, &half));
+    REQUIRE_OK(kestrel_session_gpu_f16(half, &f16));
+    CHECK(!f16 && backend_of(half) == KESTREL_BACKEND_CPU, "a CPU session with F16 asked");
+    REQUIRE_OK(kestrel_session_free(half));
+
     /* The model may be freed before its GPU session. */
     REQUIRE_OK(kestrel_session_free(cpu));
     KestrelModel *model = f.model;
