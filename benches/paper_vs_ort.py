@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from zoo_vs_ort import ROOT, ort_session, time_kestrel, time_ort  # noqa: E402
+from zoo_vs_ort import ROOT, machine_info, ort_session, time_kestrel, time_ort  # noqa: E402
 
 # Issue 18's targets for calibrated int8 over onnxruntime f32, by task.
 TARGETS = {"imdb": 0.4, "amazon": 0.4, "mnist": 0.2}
@@ -101,13 +100,7 @@ def main() -> int:
     if only:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    machine = {
-        "cpu": next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                     if l.startswith("model name")), platform.processor()),
-        "cores": __import__("os").cpu_count(),
-        "onnxruntime": ort.__version__,
-        "python": platform.python_version(),
-    }
+    machine = machine_info()
     (args.out / "results.json").write_text(json.dumps({"machine": machine, "reps": args.reps,
                                                        "samples": args.samples, "rows": rows}, indent=1) + "\n")
     targeted = [r for r in rows if r["target"] is not None]

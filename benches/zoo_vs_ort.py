@@ -37,6 +37,17 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"transformer": 0.7, "rnn": 0.7, "cnn": 1.0}
 
 
+def machine_info() -> dict:
+    """The CPU (as /proc/cpuinfo names it), its logical cores, onnxruntime's and Python's versions."""
+    return {
+        "cpu": next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
+                     if l.startswith("model name")), platform.processor()),
+        "cores": __import__("os").cpu_count(),
+        "onnxruntime": ort.__version__,
+        "python": platform.python_version(),
+    }
+
+
 def ort_session(path: Path) -> ort.InferenceSession:
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
@@ -133,13 +144,7 @@ def main() -> int:
               f"  int8 {med['int8']:9.1f} ({row['int8_over_ort']:.2f}×)", flush=True)
     if args.only:
         return 0
-    machine = {
-        "cpu": next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                     if l.startswith("model name")), platform.processor()),
-        "cores": __import__("os").cpu_count(),
-        "onnxruntime": ort.__version__,
-        "python": platform.python_version(),
-    }
+    machine = machine_info()
     (args.out / "results.json").write_text(json.dumps({"machine": machine, "exporter": args.exporter,
                                                        "reps": args.reps, "samples": args.samples,
                                                        "rows": rows}, indent=1) + "\n")

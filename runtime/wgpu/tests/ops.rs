@@ -337,23 +337,7 @@ fn mechanism_cases() -> Vec<Case> {
         (Standard, 6, 8, 2, false, true, f32::MIN, true),
         (Efficient, 6, 8, 2, false, true, f32::NEG_INFINITY, true),
     ] {
-        let name = format!(
-            "attention {variant:?} T{t} d{d} h{heads} causal={causal} mask {} fill {fill:e}{}",
-            if per_query { "[T, T]" } else { "[T]" },
-            if full_row { " (a row fully masked)" } else { "" }
-        );
-        v.push(case("attention", name, move |c| {
-            let x = c.input(&[t, d])?;
-            let mask = Some(c.mask_input(t, per_query, causal, fill, full_row)?);
-            let q = c.proj(d, d, true)?;
-            let std_or_opt = matches!(variant, Standard | Optimised);
-            let k = if std_or_opt { Some(c.proj(d, d, true)?) } else { None };
-            let vv = if variant == Standard { Some(c.proj(d, d, true)?) } else { None };
-            let align = if variant == Super { Some(c.proj(t, t, true)?) } else { None };
-            let o = c.proj(d, d, true)?;
-            let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
-            c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v: vv, align, o, mask, y }))
-        }));
+        v.push(cases::attention(variant, t, d, heads, causal, Some((per_query, fill, full_row))));
     }
     v.extend(cases::attention_cases());
     for (t, d, causal, rank) in [(6usize, 8usize, false, 0usize), (7, 4, true, 0), (5, 8, false, 3), (8, 6, true, 2)] {

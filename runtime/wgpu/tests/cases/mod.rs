@@ -72,8 +72,30 @@ pub fn attention(
         None => String::new(),
     };
     let name = format!("attention {variant:?} T{t} d{d} h{heads} c{} causal={causal}{m}", d / heads as usize);
+    attention_case(name, variant, 1, t, d, heads, causal, mask)
+}
+
+/// An attention node over `g` sequences per sample (`[G, T, d]`, MobileViT's layout).
+pub fn grouped_attention(variant: AttentionVariant, g: usize, t: usize, d: usize, heads: u32, causal: bool) -> Case {
+    let name = format!("attention {variant:?} G{g} T{t} d{d} h{heads} causal={causal}");
+    attention_case(name, variant, g, t, d, heads, causal, None)
+}
+
+/// The one builder of both: input `[T, d]` (or `[G, T, d]` for `g > 1`), the variant's
+/// projections with biases, the mask input when asked.
+#[allow(clippy::too_many_arguments)]
+fn attention_case(
+    name: String,
+    variant: AttentionVariant,
+    g: usize,
+    t: usize,
+    d: usize,
+    heads: u32,
+    causal: bool,
+    mask: Option<(bool, f32, bool)>,
+) -> Case {
     case("attention", name, move |c| {
-        let x = c.input(&[t, d])?;
+        let x = if g > 1 { c.input(&[g, t, d])? } else { c.input(&[t, d])? };
         let mask = match mask {
             Some((pq, fill, full)) => Some(c.mask_input(t, pq, causal, fill, full)?),
             None => None,
@@ -86,22 +108,6 @@ pub fn attention(
         let o = c.proj(d, d, true)?;
         let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
         c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v: vv, align, o, mask, y }))
-    })
-}
-
-/// An attention node over `g` sequences per sample (`[G, T, d]`, MobileViT's layout).
-pub fn grouped_attention(variant: AttentionVariant, g: usize, t: usize, d: usize, heads: u32, causal: bool) -> Case {
-    let name = format!("attention {variant:?} G{g} T{t} d{d} h{heads} causal={causal}");
-    case("attention", name, move |c| {
-        let x = c.input(&[g, t, d])?;
-        let q = c.proj(d, d, true)?;
-        let std_or_opt = matches!(variant, AttentionVariant::Standard | AttentionVariant::Optimised);
-        let k = if std_or_opt { Some(c.proj(d, d, true)?) } else { None };
-        let vv = if variant == AttentionVariant::Standard { Some(c.proj(d, d, true)?) } else { None };
-        let align = if variant == AttentionVariant::Super { Some(c.proj(t, t, true)?) } else { None };
-        let o = c.proj(d, d, true)?;
-        let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
-        c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v: vv, align, o, mask: None, y }))
     })
 }
 
