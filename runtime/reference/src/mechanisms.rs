@@ -208,13 +208,16 @@ pub fn aft_bias_from_factors(u: &[f64], v: &[f64], t: usize, r: usize) -> Vec<f6
     w
 }
 
-/// AFT-local: AFT-full with w zeroed where |t − t'| ≥ window.
+/// AFT-local: AFT-full with w zeroed where |t − t'| ≥ window. `w` is the full `[T, T]` or, as
+/// the format stores it when narrower, its band `[T, 2s − 1]` (row i, column k is
+/// `w[i, i − (s − 1) + k]`); told apart by its length.
 pub fn aft_local(x: &[f64], t: usize, d: usize, causal: bool, window: usize, p: &Qkvo<'_>, w: &[f64]) -> Vec<f64> {
+    let cols = w.len() / t.max(1);
     let mut wl = vec![0.0; t * t];
     for i in 0..t {
         for j in 0..t {
             if i.abs_diff(j) < window {
-                wl[i * t + j] = w[i * t + j];
+                wl[i * t + j] = if cols == t { w[i * t + j] } else { w[i * cols + j + window - 1 - i] };
             }
         }
     }

@@ -207,7 +207,7 @@ impl AftLocalParams {
     }
 
     fn band(&self) -> usize {
-        self.window.saturating_mul(2).saturating_sub(1).min(self.t)
+        kestrel_format::ops::AftLocal::w_cols(self.t, self.window)
     }
 }
 

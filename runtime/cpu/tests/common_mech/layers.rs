@@ -236,26 +236,9 @@ impl AftLocalLayer {
         Self { p: Proj4::random(rng, dtype, p.d, p.d, kshift), w: TW::random(rng, dtype, p.t, cols, 1.0) }
     }
 
-    /// w as the full `[T, T]` the reference reads (a band expanded, 0 outside it).
-    fn full_w(&self, p: &AftLocalParams) -> Vec<f64> {
-        let (t, cols) = (p.t, self.w.shape().1);
-        if cols == t {
-            return self.w.dec.clone();
-        }
-        let mut full = vec![0.0; t * t];
-        for i in 0..t {
-            for j in 0..t {
-                if i.abs_diff(j) < p.window {
-                    full[i * t + j] = self.w.dec[i * cols + j + p.window - 1 - i];
-                }
-            }
-        }
-        full
-    }
-
     pub fn reference(&self, p: &AftLocalParams, x: &[f32]) -> Vec<f64> {
         let dense = self.p.dense();
-        reference::aft_local(&to_f64(x), p.t, p.d, p.causal, p.window, &dense, &self.full_w(p))
+        reference::aft_local(&to_f64(x), p.t, p.d, p.causal, p.window, &dense, &self.w.dec)
     }
 
     pub fn run(&mut self, p: &AftLocalParams, x: &[f32]) -> Vec<f32> {

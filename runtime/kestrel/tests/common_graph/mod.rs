@@ -273,25 +273,8 @@ impl<'a> Interp<'a> {
             Op::AftLocal(o) => {
                 let xd = self.dims(o.x);
                 let p = Qkvo { q: self.dense(o.q), k: self.dense(o.k), v: self.dense(o.v), o: self.dense(o.o) };
-                // A band [T, 2s − 1] expanded to the full [T, T] the reference reads.
-                let (t, s) = (xd[0], o.window as usize);
-                let w = self.weight(o.w);
-                let cols = self.dims(o.w)[1];
-                let full: Vec<f64> = if cols == t {
-                    w.to_vec()
-                } else {
-                    (0..t * t)
-                        .map(|k| {
-                            let (i, j) = (k / t, k % t);
-                            if i.abs_diff(j) < s {
-                                w[i * cols + j + s - 1 - i]
-                            } else {
-                                0.0
-                            }
-                        })
-                        .collect()
-                };
-                m::aft_local(x_of(o.x), t, xd[1], o.causal, s, &p, &full)
+                // w full [T, T] or its band [T, 2s − 1]: the reference reads either.
+                m::aft_local(x_of(o.x), xd[0], xd[1], o.causal, o.window as usize, &p, self.weight(o.w))
             }
             Op::AftSimple(o) => {
                 let xd = self.dims(o.x);
