@@ -226,12 +226,8 @@ fn mask_row(mask: Option<&[f32]>, t: usize, i: usize, n: usize) -> Option<&[f32]
 #[inline]
 fn masked_softmax(row: &mut [f32], scale: f32, mask: Option<&[f32]>) {
     match mask {
-        // The scale positive (1/√c): scaled inside the softmax's passes.
-        None if scale > 0.0 => crate::kernels::simd::softmax_scaled(row, scale),
-        None => {
-            row.iter_mut().for_each(|v| *v *= scale);
-            softmax_in_place(row);
-        }
+        // Scaled inside the softmax's passes.
+        None => crate::kernels::simd::softmax_scaled(row, scale),
         Some(m) => {
             let mut mx = f32::NEG_INFINITY;
             for (v, &b) in row.iter_mut().zip(m) {

@@ -294,7 +294,7 @@ pub fn small_head(
     }
 }
 
-/// Softmax of `scale · row` in place, `scale > 0` (attention scores): AVX-512 scales inside
+/// Softmax of `scale · row` in place (attention scores): AVX-512 scales inside
 /// its passes ([`x86::softmax_scaled_avx512`]); elsewhere a scaling pass, then [`softmax`].
 #[inline]
 pub fn softmax_scaled(row: &mut [f32], scale: f32) {

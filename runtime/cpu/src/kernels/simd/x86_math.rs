@@ -443,8 +443,8 @@ fn map16(y: &mut [f32], f: impl Fn(__m512) -> __m512) {
 /// Softmax of `scale · row` in place, 16 lanes at a time (AVX-512F): one pass scales and finds
 /// the maximum, one takes [`exp16`]`(v − max)` and sums, one multiplies by the reciprocal of
 /// the sum; the maximum and the sum are vector reductions (no serial chain through the row) and
-/// the tail is masked, so a 16-key attention row is one register throughout. `scale` must be
-/// positive (the maximum of the scaled row is then the scaled maximum).
+/// the tail is masked, so a 16-key attention row is one register throughout. Any finite
+/// `scale` (the maximum is taken of the scaled values).
 ///
 /// # Safety
 /// The CPU must support AVX-512F (and AVX2/FMA).
