@@ -2,16 +2,12 @@
 //! written as transposes to channels-last and back, and a constant per-channel scale (layer
 //! scale) after a convolution or a dense layer, folded into its weights.
 
-use super::{sole_consumer, try_replace, FusionReport};
+use super::{dims, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::{Activation, BinaryOp, LayerNorm, NormAxis, Op, Reshape, TensorId};
 use kestrel_format::weight::EncodedWeight;
 use kestrel_format::DType;
-
-fn dims(b: &ModelBuilder, id: TensorId) -> Option<Vec<usize>> {
-    Some(b.shape_of(id)?.dims().iter().map(|&d| d as usize).collect())
-}
 
 /// `Transpose(P) → LayerNorm(last axis) → Transpose(P⁻¹)`, where `P` puts axis `k` of
 /// `x [1…, C, S…]` (only size-1 axes before `k`) last and the second transpose undoes it, both

@@ -14,7 +14,7 @@
 //! checked against the whole index array, and the rewrite is verified numerically like every
 //! fusion.
 
-use super::{sole_consumer, try_replace, FusionReport};
+use super::{dims, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::{Op, Reshape, TensorId, Transpose};
@@ -45,10 +45,6 @@ fn layout(op: &Op) -> Option<(TensorId, TensorId)> {
     }
 }
 
-fn dims_of(b: &ModelBuilder, t: TensorId) -> Option<Vec<usize>> {
-    Some(b.shape_of(t)?.dims().iter().map(|&d| d as usize).collect())
-}
-
 /// The chain starting at node `first` (a layout op whose input is not itself the sole output
 /// of a layout op), if it holds two transposes or more.
 fn match_chain(b: &mut ModelBuilder, first: usize) -> Option<(Region, Vec<Op>)> {
@@ -70,7 +66,7 @@ fn match_chain(b: &mut ModelBuilder, first: usize) -> Option<(Region, Vec<Op>)> 
     }
     let perm = chain_permutation(b, &nodes)?;
     let (in_dims, axes) = decompose(&perm)?;
-    let (xd, yd) = (dims_of(b, x)?, dims_of(b, y)?);
+    let (xd, yd) = (dims(b, x)?, dims(b, y)?);
     let identity = axes.iter().enumerate().all(|(i, &a)| a == i);
     let mut ops = Vec::new();
     if identity {
@@ -116,7 +112,7 @@ pub(super) fn chain_permutation(b: &ModelBuilder, nodes: &[usize]) -> Option<Vec
     let mut idx: Vec<usize> = (0..n).collect();
     for &node in nodes {
         let Op::Transpose(t) = b.ops()[node] else { continue };
-        let d = dims_of(b, t.x)?;
+        let d = dims(b, t.x)?;
         let r = d.len();
         let perm: Vec<usize> = t.perm[..r].iter().map(|&p| p as usize).collect();
         // Input strides, read in output-axis order.

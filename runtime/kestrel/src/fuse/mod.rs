@@ -183,6 +183,11 @@ pub(crate) fn sole_consumer(b: &ModelBuilder, id: u32) -> Option<usize> {
     (c.len() == 1 && !b.outputs().contains(&id)).then(|| c[0])
 }
 
+/// The dims of tensor `id`.
+pub(crate) fn dims(b: &ModelBuilder, id: u32) -> Option<Vec<usize>> {
+    Some(b.shape_of(id)?.dims().iter().map(|&d| d as usize).collect())
+}
+
 /// The value of a one-element weight.
 pub(crate) fn scalar(b: &ModelBuilder, id: u32) -> Option<f32> {
     match b.weight_values(id)? {

@@ -7,14 +7,10 @@
 //! activation that followed the second transpose become the convolution's own.
 
 use super::channels::per_channel;
-use super::{sole_consumer, try_replace, FusionReport};
+use super::{dims, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
-use kestrel_format::ops::{Activation, BinaryOp, Conv2d, Op, Proj, Reshape, TensorId, UnaryOp};
-
-fn dims(b: &ModelBuilder, id: TensorId) -> Option<Vec<usize>> {
-    Some(b.shape_of(id)?.dims().iter().map(|&d| d as usize).collect())
-}
+use kestrel_format::ops::{Activation, BinaryOp, Conv2d, Op, Proj, Reshape, UnaryOp};
 
 /// `Transpose(P) → Dense → Transpose(P⁻¹)` where `P` moves axis `k` of `x [1…, C, S…]` last
 /// (only unit axes before `k`) → a 1×1 `Conv2d` on `[C, 1, ΠS]` with the dense weight viewed

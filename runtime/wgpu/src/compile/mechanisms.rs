@@ -65,7 +65,8 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 _ => x,
             };
             let heads_out = ctx.scratch(gtd);
-            // Per sequence: regions strided by T·d, G sequences per sample (P19).
+            // Per sequence: regions strided by T·d, G sequences per sample (P19); with one
+            // sequence that is every region's own stride.
             let seq = |r: super::Region| super::Region { base: r.base, stride: td };
             // One workgroup per (sample, head, block of ATTEND_ROWS query rows, ATTEND_COLS-column
             // chunk of the head's output): `attend`, flash style, covers every head width, T,
@@ -74,10 +75,10 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             let c = d / (o.heads as usize).max(1);
             let blocks = o.heads as usize * t.div_ceil(ATTEND_ROWS) * c.div_ceil(ATTEND_COLS).max(1);
             let mut p = Params::new(groups * blocks * crate::kernels::WORKGROUP as usize)?
-                .region(2, if groups > 1 { seq(q) } else { q })?
-                .region(4, if groups > 1 { seq(k) } else { k })?
-                .region(6, if groups > 1 { seq(val) } else { val })?
-                .region(8, if groups > 1 { seq(heads_out) } else { heads_out })?
+                .region(2, seq(q))?
+                .region(4, seq(k))?
+                .region(6, seq(val))?
+                .region(8, seq(heads_out))?
                 .u(10, t)?
                 .u(11, d)?
                 .u(12, o.heads as usize)?
