@@ -312,16 +312,7 @@ fn mechanism_cases() -> Vec<Case> {
         {
             v.push(case("attention", format!("attention {variant:?} T{t} d{d} h{heads} causal={causal}"), move |c| {
                 let x = c.input(&[t, d])?;
-                let q = c.proj(d, d, true)?;
-                let std_or_opt = matches!(variant, AttentionVariant::Standard | AttentionVariant::Optimised);
-                let k = if std_or_opt { Some(c.proj(d, d, true)?) } else { None };
-                let vv = if variant == AttentionVariant::Standard { Some(c.proj(d, d, true)?) } else { None };
-                let align = if variant == AttentionVariant::Super { Some(c.proj(t, t, true)?) } else { None };
-                let o = c.proj(d, d, true)?;
-                let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
-                c.b.op(|y| {
-                    Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v: vv, align, o, mask: None, y })
-                })
+                cases::attention_op(c, x, variant, (t, d, heads), causal, None)
             }));
         }
     }
@@ -418,28 +409,7 @@ fn large_cases() -> Vec<Case> {
     ] {
         v.push(case("attention", format!("attention {variant:?} T{t} d{d} h{heads}"), move |c| {
             let x = c.input(&[t, d])?;
-            let q = c.proj(d, d, true)?;
-            let k = if variant == AttentionVariant::Standard { Some(c.proj(d, d, true)?) } else { None };
-            let vv = if variant == AttentionVariant::Standard { Some(c.proj(d, d, true)?) } else { None };
-            let align = if variant == AttentionVariant::Super { Some(c.proj(t, t, true)?) } else { None };
-            let o = c.proj(d, d, true)?;
-            let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
-            c.b.op(|y| {
-                Op::Attention(Attention {
-                    x,
-                    variant,
-                    heads,
-                    causal: false,
-                    scale,
-                    q,
-                    k,
-                    v: vv,
-                    align,
-                    o,
-                    mask: None,
-                    y,
-                })
-            })
+            cases::attention_op(c, x, variant, (t, d, heads), false, None)
         }));
     }
     // A key mask over more keys than a workgroup has threads (several chunks per pass).

@@ -92,21 +92,14 @@ impl AttnLayer {
     }
 
     fn run_with(&mut self, p: &AttentionParams, x: &[f32], mask: Option<&[f32]>, scratch: usize) -> Vec<f32> {
-        let w = AttentionWeights {
-            q: self.q.view(),
-            k: self.k.as_mut().map(TProj::view),
-            v: self.v.as_mut().map(TProj::view),
-            align: self.align.as_mut().map(TProj::view),
-            o: self.o.view(),
-        };
-        p.check(&w).expect("valid attention shapes");
+        let w = self.weights(p);
         run(p.t * p.d, scratch, |y, s| attention_masked(p, &w, x, mask, y, s))
     }
 }
 
 impl AttnLayer {
-    /// `groups` sequences `[G, T, d]` through [`attention_groups`] with `scratch` elements.
-    pub fn run_groups(&mut self, p: &AttentionParams, groups: usize, x: &[f32], scratch: usize) -> Vec<f32> {
+    /// The kernel's view of the weights, checked against `p`.
+    fn weights(&mut self, p: &AttentionParams) -> AttentionWeights<'_> {
         let w = AttentionWeights {
             q: self.q.view(),
             k: self.k.as_mut().map(TProj::view),
@@ -115,6 +108,12 @@ impl AttnLayer {
             o: self.o.view(),
         };
         p.check(&w).expect("valid attention shapes");
+        w
+    }
+
+    /// `groups` sequences `[G, T, d]` through [`attention_groups`] with `scratch` elements.
+    pub fn run_groups(&mut self, p: &AttentionParams, groups: usize, x: &[f32], scratch: usize) -> Vec<f32> {
+        let w = self.weights(p);
         run(groups * p.t * p.d, scratch, |y, s| attention_groups(p, &w, groups, x, y, s))
     }
 }

@@ -73,28 +73,7 @@ pub fn residual_attention_cases() -> Vec<Case> {
             let x = c.input(&[t, d])?;
             // The residual's view first, so the Add directly follows the attention (or its view).
             let r = if reshape { c.b.reshape(x, &[1, t, d])? } else { x };
-            let q = c.proj(d, d, true)?;
-            let k = if variant == AttentionVariant::Standard { Some(c.proj(d, d, true)?) } else { None };
-            let vv = if variant == AttentionVariant::Standard { Some(c.proj(d, d, true)?) } else { None };
-            let align = if variant == AttentionVariant::Super { Some(c.proj(t, t, true)?) } else { None };
-            let o = c.proj(d, d, true)?;
-            let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
-            let a = c.b.op(|y| {
-                Op::Attention(Attention {
-                    x,
-                    variant,
-                    heads,
-                    causal: false,
-                    scale,
-                    q,
-                    k,
-                    v: vv,
-                    align,
-                    o,
-                    mask: None,
-                    y,
-                })
-            })?;
+            let a = super::attention_op(c, x, variant, (t, d, heads), false, None)?;
             let a = if reshape { c.b.reshape(a, &[1, t, d])? } else { a };
             c.b.op(|y| Op::Binary(Binary { a, b: r, op: BinaryOp::Add, y }))
         }));

@@ -100,15 +100,28 @@ fn attention_case(
             Some((pq, fill, full)) => Some(c.mask_input(t, pq, causal, fill, full)?),
             None => None,
         };
-        let q = c.proj(d, d, true)?;
-        let std_or_opt = matches!(variant, AttentionVariant::Standard | AttentionVariant::Optimised);
-        let k = if std_or_opt { Some(c.proj(d, d, true)?) } else { None };
-        let vv = if variant == AttentionVariant::Standard { Some(c.proj(d, d, true)?) } else { None };
-        let align = if variant == AttentionVariant::Super { Some(c.proj(t, t, true)?) } else { None };
-        let o = c.proj(d, d, true)?;
-        let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
-        c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v: vv, align, o, mask, y }))
+        attention_op(c, x, variant, (t, d, heads), causal, mask)
     })
+}
+
+/// An attention node on `x` (`[T, d]` or `[G, T, d]`): the variant's projections with biases,
+/// scale 1/√c.
+pub fn attention_op(
+    c: &mut crate::Ctx,
+    x: TensorId,
+    variant: AttentionVariant,
+    (t, d, heads): (usize, usize, u32),
+    causal: bool,
+    mask: Option<TensorId>,
+) -> Result<TensorId, kestrel::Error> {
+    let q = c.proj(d, d, true)?;
+    let std_or_opt = matches!(variant, AttentionVariant::Standard | AttentionVariant::Optimised);
+    let k = if std_or_opt { Some(c.proj(d, d, true)?) } else { None };
+    let vv = if variant == AttentionVariant::Standard { Some(c.proj(d, d, true)?) } else { None };
+    let align = if variant == AttentionVariant::Super { Some(c.proj(t, t, true)?) } else { None };
+    let o = c.proj(d, d, true)?;
+    let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
+    c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v: vv, align, o, mask, y }))
 }
 
 /// The attention core's tiling (16-row query blocks, 16-key tiles, 64-column chunks): T of 1 and
