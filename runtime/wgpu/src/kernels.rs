@@ -139,6 +139,9 @@ pub enum Kernel {
     DenseSplit,
     /// `linear.wgsl: dense_block` (one thread per 4 × 4 block of rows × outputs).
     DenseBlock,
+    /// `linear.wgsl: dense_tile` (a workgroup per 32 × 32 tile of rows × outputs, staged through
+    /// workgroup memory).
+    DenseTile,
     /// `elementwise.wgsl: unary`.
     Unary,
     /// `elementwise.wgsl: strided` (binary with broadcasting, transpose).
@@ -173,6 +176,8 @@ pub enum Kernel {
     AlignTokens,
     /// `attention.wgsl: attend`.
     Attend,
+    /// `attention.wgsl: attend_rows` (a thread per query row and four output columns, no barriers).
+    AttendRows,
     /// `aft.wgsl: exp_values`.
     ExpValues,
     /// `aft.wgsl: exp_keys`.
@@ -201,6 +206,7 @@ impl Kernel {
         Kernel::Dense,
         Kernel::DenseSplit,
         Kernel::DenseBlock,
+        Kernel::DenseTile,
         Kernel::Unary,
         Kernel::Strided,
         Kernel::LayerNorm,
@@ -218,6 +224,7 @@ impl Kernel {
         Kernel::PatchGather,
         Kernel::AlignTokens,
         Kernel::Attend,
+        Kernel::AttendRows,
         Kernel::ExpValues,
         Kernel::ExpKeys,
         Kernel::AftBias,
@@ -234,7 +241,7 @@ impl Kernel {
     pub fn family(self) -> Family {
         use Kernel::*;
         match self {
-            Dense | DenseSplit | DenseBlock => Family::Linear,
+            Dense | DenseSplit | DenseBlock | DenseTile => Family::Linear,
             Unary | Strided => Family::Elementwise,
             LayerNorm | LayerNormSplit | Softmax | SoftmaxSplit | Reduce | ReduceSplit => Family::Norm,
             MatMul => Family::MatMul,
@@ -242,7 +249,7 @@ impl Kernel {
             Pool2d => Family::Pool,
             Rnn => Family::Rnn,
             Embedding | PatchGather => Family::Embed,
-            AlignTokens | Attend => Family::Attention,
+            AlignTokens | Attend | AttendRows => Family::Attention,
             ExpValues | ExpKeys | AftBias | AftFull | AftLocal | AftSimple | AftConv => Family::Aft,
             FfScores | FfPool | FfScaleRows => Family::Fastformer,
         }
@@ -255,6 +262,7 @@ impl Kernel {
             Dense => "dense",
             DenseSplit => "dense_split",
             DenseBlock => "dense_block",
+            DenseTile => "dense_tile",
             Unary => "unary",
             Strided => "strided",
             LayerNorm => "layer_norm",
@@ -272,6 +280,7 @@ impl Kernel {
             PatchGather => "patch_gather",
             AlignTokens => "align_tokens",
             Attend => "attend",
+            AttendRows => "attend_rows",
             ExpValues => "exp_values",
             ExpKeys => "exp_keys",
             AftBias => "aft_bias",

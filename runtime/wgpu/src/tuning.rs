@@ -26,7 +26,20 @@ pub struct Tuning {
     pub split_max_rows: usize,
     /// ...or when its rows are contiguous and at least this long.
     pub split_min_len: usize,
+    /// A dense layer of at least 8 rows runs as a shared-memory tiled GEMM (`dense_tile`, a
+    /// workgroup per 32 × 32 tile) when its tiles at the session's capacity reach this many
+    /// workgroups: enough to keep every compute unit busy with tiles, where staging each loaded
+    /// value for 32 threads beats more, shorter threads. Below it (a small layer at batch 1)
+    /// the per-output kernels spread the work thinner and finish sooner.
+    pub dense_tile_min_workgroups: usize,
+    /// Attention runs barrier-free, a thread per (query row, four output columns) walking its
+    /// keys (`attend_rows`), when T · (⌈c/4⌉ + 1) loop steps per thread stay within this (0:
+    /// never); otherwise flash style (`attend`: a workgroup per block of 16 query rows).
+    pub attend_rows_max_steps: usize,
 }
+
+/// The environment variable that overrides [`Tuning::dense_tile_min_workgroups`].
+pub const TILE_ENV: &str = "KESTREL_GPU_TILE_MIN_WORKGROUPS";
 
 impl Tuning {
     /// Hardware GPUs (discrete, integrated, virtualised).
@@ -36,23 +49,33 @@ impl Tuning {
         dense_min_lanes: 8,
         split_max_rows: 256,
         split_min_len: 32,
+        dense_tile_min_workgroups: 256,
+        attend_rows_max_steps: 0,
     };
 
     /// Software adapters (`wgpu::DeviceType::Cpu`): no barrier kernels for row-wise ops, dot
     /// products split only for GEMV-shaped layers.
     pub const SOFTWARE: Tuning = Tuning {
-        dense_target_threads: 16_384,
+        dense_target_threads: 512,
         dense_min_chunks: 8,
         dense_min_lanes: 1,
         split_max_rows: 0,
         split_min_len: usize::MAX,
+        dense_tile_min_workgroups: usize::MAX,
+        attend_rows_max_steps: 16_384,
     };
 
-    /// The tuning for an adapter of this type.
+    /// The tuning for an adapter of this type, with the tile threshold taken from
+    /// `KESTREL_GPU_TILE_MIN_WORKGROUPS` when that holds a number (for benchmarking the tiled
+    /// dense kernel against the others on one build; `0` tiles every layer it can run).
     pub fn for_device(device_type: wgpu::DeviceType) -> Tuning {
-        match device_type {
+        let t = match device_type {
             wgpu::DeviceType::Cpu => Tuning::SOFTWARE,
             _ => Tuning::GPU,
+        };
+        match std::env::var(TILE_ENV).ok().and_then(|v| v.trim().parse().ok()) {
+            Some(n) => Tuning { dense_tile_min_workgroups: n, ..t },
+            None => t,
         }
     }
 }

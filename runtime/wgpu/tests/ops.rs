@@ -496,7 +496,7 @@ fn build(c: &Case, dtype: DType, seed: u64) -> (kestrel::Model, Vec<Feed>) {
 /// worst ratio and relative error per family (and, at f16, the tolerance each family was held
 /// to).
 /// Returns every kernel variant the cases ran.
-fn check(gpu: &GpuContext, cases: &[Case], precision: Precision) -> BTreeSet<Variant> {
+fn check(gpu: &GpuContext, cases: &[Case], precision: Precision, tunings: &[Tuning]) -> BTreeSet<Variant> {
     let mut seen = BTreeSet::new();
     let mut worst: BTreeMap<&str, (f64, f64, &str)> = BTreeMap::new();
     let mut failures = Vec::new();
@@ -506,9 +506,9 @@ fn check(gpu: &GpuContext, cases: &[Case], precision: Precision) -> BTreeSet<Var
             let (model, feeds) = build(c, dtype, 0xC0FFEE + ci as u64 * 17 + dtype as u64);
             let want = common::run_cpu(&model, &feeds, BATCH);
             let cpu = model.cpu().unwrap();
-            // Both tunings on whatever adapter runs the tests: the kernels a hardware GPU picks
+            // Every tuning on whatever adapter runs the tests: the kernels a hardware GPU picks
             // are checked on the software adapter too.
-            for tuning in [Tuning::SOFTWARE, Tuning::GPU] {
+            for &tuning in tunings {
                 let options = SessionOptions { precision, tuning: Some(tuning) };
                 let mut s =
                     GpuSession::with_options(gpu, &cpu, CAP, &options).unwrap_or_else(|e| panic!("{}: {e}", c.name));
@@ -543,7 +543,7 @@ fn check(gpu: &GpuContext, cases: &[Case], precision: Precision) -> BTreeSet<Var
                         failures.push(format!(
                             "{} {dtype:?} {label} {}: error/allowance {ratio:.3} under {} (max rel {rel:.3e})",
                             c.name,
-                            if tuning == Tuning::GPU { "gpu tuning" } else { "software tuning" },
+                            tuning_name(tuning),
                             tol.name
                         ));
                     }
@@ -554,12 +554,32 @@ fn check(gpu: &GpuContext, cases: &[Case], precision: Precision) -> BTreeSet<Var
     for (f, (ratio, rel, tol)) in &worst {
         println!("{precision:?} {f:12} worst error/allowance {ratio:.3} ({tol}), max |gpu-cpu|/max|cpu| {rel:.2e}");
     }
-    println!("{precision:?}: {} cases x {} encodings x 2 tunings, {runs} GPU runs", cases.len(), DTYPES.len());
+    println!(
+        "{precision:?}: {} cases x {} encodings x {} tunings, {runs} GPU runs",
+        cases.len(),
+        DTYPES.len(),
+        tunings.len()
+    );
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
     seen
 }
 
-/// Every form of the dense layer (one thread per output, cooperative, register-blocked) and of
+/// The tunings the cases run under: software, GPU, and GPU with every dense layer of 8 rows or
+/// more tiled (`dense_tile`, which the GPU tuning keeps for layers that fill a device with tiles:
+/// larger than these cases; the large cases skip it, their dense layers being GEMV-shaped).
+const TUNINGS: [Tuning; 3] = [Tuning::SOFTWARE, Tuning::GPU, Tuning { dense_tile_min_workgroups: 1, ..Tuning::GPU }];
+
+fn tuning_name(t: Tuning) -> &'static str {
+    if t == Tuning::SOFTWARE {
+        "software tuning"
+    } else if t == Tuning::GPU {
+        "gpu tuning"
+    } else {
+        "gpu tuning, tiles everywhere"
+    }
+}
+
+/// Every form of the dense layer (one thread per output, cooperative, register-blocked, tiled) and of
 /// the convolution (one thread per output, register-blocked) ran at the precision's arithmetic,
 /// and both forms of each row-wise op (always f32).
 fn assert_both_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
@@ -571,7 +591,8 @@ fn assert_both_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
         Kernel::Reduce,
         Kernel::ReduceSplit,
     ];
-    let dot = [Kernel::Dense, Kernel::DenseSplit, Kernel::DenseBlock, Kernel::Conv2d, Kernel::Conv2dBlock];
+    let dot =
+        [Kernel::Dense, Kernel::DenseSplit, Kernel::DenseBlock, Kernel::DenseTile, Kernel::Conv2d, Kernel::Conv2dBlock];
     for k in dot.into_iter().chain(row_wise) {
         let v = Variant::of(k, arith);
         assert!(seen.contains(&v), "{k:?} at {:?} not exercised", v.arith());
@@ -585,39 +606,49 @@ const F32_ONLY_FAMILIES: &[&str] =
 #[test]
 fn layer_and_generic_kernels_match_cpu() {
     let Some(g) = gpu() else { return };
-    let seen = check(&g, &layer_cases(), Precision::F32);
+    let seen = check(&g, &layer_cases(), Precision::F32, &TUNINGS);
     assert_both_forms_ran(&seen, Arith::F32);
 }
 
 #[test]
 fn mechanism_kernels_match_cpu() {
     let Some(g) = gpu() else { return };
-    check(&g, &mechanism_cases(), Precision::F32);
+    let seen = check(&g, &mechanism_cases(), Precision::F32, &TUNINGS);
+    assert_both_attention_forms_ran(&seen, Arith::F32);
+}
+
+/// Both attention cores ran: flash style (`attend`, GPU tuning) and barrier-free
+/// (`attend_rows`, software tuning).
+fn assert_both_attention_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
+    for k in [Kernel::Attend, Kernel::AttendRows] {
+        assert!(seen.contains(&Variant::of(k, arith)), "{k:?} at {arith:?} not exercised");
+    }
 }
 
 #[test]
 fn large_shapes_match_cpu() {
     let Some(g) = gpu() else { return };
-    check(&g, &large_cases(), Precision::F32);
+    check(&g, &large_cases(), Precision::F32, &TUNINGS[..2]);
 }
 
 #[test]
 fn layer_and_generic_kernels_match_cpu_f16() {
     let Some(g) = gpu_f16() else { return };
-    let seen = check(&g, &layer_cases(), Precision::F16);
+    let seen = check(&g, &layer_cases(), Precision::F16, &TUNINGS);
     assert_both_forms_ran(&seen, Arith::F16);
 }
 
 #[test]
 fn mechanism_kernels_match_cpu_f16() {
     let Some(g) = gpu_f16() else { return };
-    check(&g, &mechanism_cases(), Precision::F16);
+    let seen = check(&g, &mechanism_cases(), Precision::F16, &TUNINGS);
+    assert_both_attention_forms_ran(&seen, Arith::F16);
 }
 
 #[test]
 fn large_shapes_match_cpu_f16() {
     let Some(g) = gpu_f16() else { return };
-    check(&g, &large_cases(), Precision::F16);
+    check(&g, &large_cases(), Precision::F16, &TUNINGS[..2]);
 }
 
 /// A dense row whose first input, 1 + 2⁻¹², is not an f16 number: the f32 path keeps it (as the

@@ -72,9 +72,17 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             // chunk of the head's output): `attend`, flash style, covers every head width, T,
             // causal and mask. Heads wider than a chunk recompute their scores per chunk, in
             // parallel workgroups rather than one after another.
+            // Software adapters with short rows: `attend_rows`, a thread per (row, four output
+            // columns) and no barriers.
             let c = d / (o.heads as usize).max(1);
-            let blocks = o.heads as usize * t.div_ceil(ATTEND_ROWS) * c.div_ceil(ATTEND_COLS).max(1);
-            let mut p = Params::new(groups * blocks * crate::kernels::WORKGROUP as usize)?
+            let rows_form = t.saturating_mul(c.div_ceil(4) + 1) <= ctx.tuning.attend_rows_max_steps;
+            let (per, kernel) = if rows_form {
+                (o.heads as usize * t * c.div_ceil(4), Kernel::AttendRows)
+            } else {
+                let blocks = o.heads as usize * t.div_ceil(ATTEND_ROWS) * c.div_ceil(ATTEND_COLS).max(1);
+                (blocks * crate::kernels::WORKGROUP as usize, Kernel::Attend)
+            };
+            let mut p = Params::new(groups * per)?
                 .region(2, seq(q))?
                 .region(4, seq(k))?
                 .region(6, seq(val))?
@@ -90,7 +98,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 let mr = ctx.act(m)?;
                 p = p.b(15, true).region(16, mr)?.b(18, mr.stride != t);
             }
-            v.push(p.done(Kernel::Attend));
+            v.push(p.done(kernel));
             v.push(ctx.dense(heads_out, rows, d, ctx.proj(o.o)?, 0, y, None)?);
         }
         Op::AftFull(o) => {

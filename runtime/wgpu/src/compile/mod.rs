@@ -220,7 +220,7 @@ fn residual_epilogue(
 ) -> Result<usize, GpuError> {
     let op_err = |e: kestrel_format::Error| GpuError::Model(e.to_string());
     let Some(last) = dispatches.last_mut() else { return Ok(0) };
-    let dense = matches!(last.kernel, Kernel::Dense | Kernel::DenseSplit | Kernel::DenseBlock);
+    let dense = matches!(last.kernel, Kernel::Dense | Kernel::DenseSplit | Kernel::DenseBlock | Kernel::DenseTile);
     let out = op.output();
     if !dense || last.params[10] != 0 || last.params[15] != 0 || uses.get(&out) != Some(&1) {
         return Ok(0);
@@ -303,8 +303,10 @@ impl Ctx<'_, '_> {
         y: Region,
         add: Option<Region>,
     ) -> Result<Dispatch, GpuError> {
+        let tiled = dense_tiles(rows, out, proj.0)
+            .is_some_and(|tiles| tiles.saturating_mul(self.cap) >= self.tuning.dense_tile_min_workgroups);
         let lanes = dense_lanes(proj.0.cols as usize, rows.saturating_mul(out), self.cap, &self.tuning);
-        dense(x, rows, out, proj, act, y, add, lanes)
+        dense(x, rows, out, proj, act, y, add, if tiled { Form::Tile } else { Form::Lanes(lanes) })
     }
 
     /// Whether a row-wise op runs a workgroup per row ([`row_split`] under this tuning).
@@ -324,8 +326,17 @@ impl Ctx<'_, '_> {
     }
 }
 
+/// How a dense dispatch shares out its work: `lanes` threads per output (one: `dense`, or the
+/// 4 × 4 register-blocked `dense_block` where [`dense_blocks`] allows; more: `dense_split`), or
+/// one workgroup per 32 × 32 tile staged through workgroup memory (`dense_tile`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Form {
+    Lanes(usize),
+    Tile,
+}
+
 /// A dense dispatch: `y[s, r, :] = act(x[s, r, :] Wᵀ + b) (+ add[s, r, :])` for `rows` rows of
-/// `out` features, `lanes` threads per output ([`dense_lanes`]).
+/// `out` features, shared out as `form` says ([`dense_lanes`], [`dense_tiles`]).
 #[allow(clippy::too_many_arguments)]
 fn dense(
     x: Region,
@@ -335,17 +346,22 @@ fn dense(
     act: u32,
     y: Region,
     add: Option<Region>,
-    lanes: usize,
+    form: Form,
 ) -> Result<Dispatch, GpuError> {
     let inp = w.cols as usize;
-    let block = dense_blocks(rows, out, lanes, w);
-    let per = match block {
-        Some(blocks) => Some(blocks),
-        None => rows.checked_mul(out).and_then(|v| v.checked_mul(lanes)),
-    }
-    .ok_or_else(|| {
-        GpuError::Model(format!("a dense layer of {rows} rows x {out} outputs x {lanes} threads overflows"))
-    })?;
+    let (kernel, per, lanes) = match form {
+        Form::Tile => (Kernel::DenseTile, dense_tiles(rows, out, w).and_then(|t| t.checked_mul(WORKGROUP as usize)), 1),
+        Form::Lanes(lanes) => match dense_blocks(rows, out, lanes, w) {
+            Some(blocks) => (Kernel::DenseBlock, Some(blocks), lanes),
+            None => (
+                if lanes == 1 { Kernel::Dense } else { Kernel::DenseSplit },
+                rows.checked_mul(out).and_then(|v| v.checked_mul(lanes)),
+                lanes,
+            ),
+        },
+    };
+    let per = per
+        .ok_or_else(|| GpuError::Model(format!("a dense layer of {rows} rows x {out} outputs ({form:?}) overflows")))?;
     let mut p = Params::new(per)?
         .region(2, x)?
         .region(4, y)?
@@ -361,29 +377,38 @@ fn dense(
     if let Some(a) = add {
         p = p.b(10, true).region(11, a)?;
     }
-    let kernel = match (block, lanes) {
-        (Some(_), _) => Kernel::DenseBlock,
-        (None, 1) => Kernel::Dense,
-        (None, _) => Kernel::DenseSplit,
-    };
     Ok(p.u(14, rows)?.done(kernel))
+}
+
+/// Whether a weight matrix's rows start on whole words for its encoding (f16: even, int8:
+/// multiple-of-4 columns), as the blocked and tiled kernels read them.
+fn word_aligned(w: Wd) -> bool {
+    match w.dt {
+        1 => w.cols.is_multiple_of(2),
+        2 => w.cols.is_multiple_of(4),
+        _ => true,
+    }
 }
 
 /// Threads of a register-blocked dense dispatch (`dense_block`: one per 4 × 4 block of rows ×
 /// outputs), or `None` where the one-thread-per-output kernels fit better: fewer than
 /// [`BLOCK_MIN_ROWS`] rows (a GEMV-shaped layer would compute clamped rows for nothing), a layer
 /// that splits its outputs over several threads (`lanes` > 1: too few outputs to fill the device),
-/// or weight rows not aligned to whole words for their encoding (f16 with odd, int8 with
-/// non-multiple-of-4 columns).
+/// or weight rows not aligned to whole words for their encoding.
 pub(crate) fn dense_blocks(rows: usize, out: usize, lanes: usize, w: Wd) -> Option<usize> {
-    let aligned = match w.dt {
-        1 => w.cols.is_multiple_of(2),
-        2 => w.cols.is_multiple_of(4),
-        _ => true,
-    };
-    (rows >= BLOCK_MIN_ROWS && lanes == 1 && aligned).then(|| rows.div_ceil(4).checked_mul(out.div_ceil(4)))?
+    (rows >= BLOCK_MIN_ROWS && lanes == 1 && word_aligned(w)).then(|| rows.div_ceil(4).checked_mul(out.div_ceil(4)))?
 }
 
+/// Workgroups per sample of a tiled dense dispatch (`dense_tile`: one per 32 × 32 tile of rows ×
+/// outputs), or `None` where it cannot or should not run: fewer than [`TILE_MIN_ROWS`] rows (most
+/// of each tile would be clamped rows), or weight rows not word-aligned. [`Ctx::dense`] picks it
+/// when the tiles at the session's capacity reach [`Tuning::dense_tile_min_workgroups`].
+pub(crate) fn dense_tiles(rows: usize, out: usize, w: Wd) -> Option<usize> {
+    (rows >= TILE_MIN_ROWS && word_aligned(w)).then(|| rows.div_ceil(32).checked_mul(out.div_ceil(32)))?
+}
+
+/// Rows a dense layer needs for the tiled kernel.
+const TILE_MIN_ROWS: usize = 8;
 /// Rows a dense layer needs for the register-blocked kernel.
 const BLOCK_MIN_ROWS: usize = 4;
 /// Whether a row-wise op over `rows` rows per sample of `n` elements (`contiguous`: the

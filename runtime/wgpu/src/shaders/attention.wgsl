@@ -267,3 +267,68 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
         }
     }
 }
+
+// `attend_rows`: the same attention without workgroup memory or barriers, for software adapters
+// (where every barrier costs a coroutine switch per invocation) and short rows: one thread per
+// (sample, head, query row i, four-column chunk e of the head's output) walks the keys it sees
+// once, with the online softmax (running maximum m, sum l, the four output columns rescaled by
+// exp(m_old − m_new)), reading Q, K and V from the arena. Scores are summed over four-column
+// chunks in order, as in `attend`; masks, causal rows, fully masked rows (zeros) and G sequences
+// per sample as there. Each thread loops T · (⌈c/4⌉ + 1) times: chosen at lowering only while that
+// stays far under lavapipe's loop limit (`Tuning::attend_rows_max_steps`).
+// P: as `attend`; per = G · heads · t · ⌈c / 4⌉ (threads).
+@compute @workgroup_size(64)
+fn attend_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_id) lid: vec3<u32>) {
+    let g = thread_index(wid, nwg, lid);
+    if g >= total_threads() {
+        return;
+    }
+    let t = pu(10u);
+    let d = pu(11u);
+    let heads = pu(12u);
+    let c = d / heads;
+    let c4 = (c + 3u) / 4u;
+    // Sequence s of the batch's G·B (P1 = G · heads · t · c4).
+    let per = heads * t * c4;
+    let s = g / per;
+    let l0 = g % per;
+    let e = l0 % c4;
+    let i = (l0 / c4) % t;
+    let head = l0 / (c4 * t);
+    let hc = head * c;
+    let qb = pu(2u) + s * pu(3u) + hc;
+    let kb = pu(4u) + s * pu(5u) + hc;
+    let vb = pu(6u) + s * pu(7u) + hc;
+    let scale = pf(14u);
+    let seen = select(t, i + 1u, pu(13u) == 1u);
+    let col = 4u * e;
+    var m = -3.4028235e38;
+    var l = 0.0;
+    var acc = vec4<f32>(0.0);
+    for (var j = 0u; j < seen; j++) {
+        var sc = 0.0;
+        for (var ch = 0u; ch < c4; ch++) {
+            sc += dot_v4(tile4(qb, i, t, d, 4u * ch, c), tile4(kb, j, t, d, 4u * ch, c));
+        }
+        let sv = sc * scale + key_bias(s, i, j);
+        let mn = max(m, sv);
+        let alpha = exp(m - mn);
+        let p = exp(sv - mn);
+        l = l * alpha + p;
+        acc = acc * alpha + vec4<f32>(to_v4(vec4<f32>(p)) * tile4(vb, j, t, d, col, c));
+        m = mn;
+    }
+    let a = acc * select(0.0, 1.0 / l, l > 0.0);
+    let o = pu(8u) + s * pu(9u) + hc + i * d + col;
+    act[o] = a.x;
+    if col + 1u < c {
+        act[o + 1u] = a.y;
+    }
+    if col + 2u < c {
+        act[o + 2u] = a.z;
+    }
+    if col + 3u < c {
+        act[o + 3u] = a.w;
+    }
+}
