@@ -49,11 +49,14 @@ pub struct DeviceOptions {
     /// Default true; false opens a device that runs everything in f32 even where the adapter
     /// could do f16.
     pub shader_f16: bool,
+    /// Request `SUBGROUP` (subgroup shuffles, for the reductions of the cooperative dense kernel).
+    /// Default true; false opens a device whose sessions reduce through workgroup memory only.
+    pub subgroups: bool,
 }
 
 impl Default for DeviceOptions {
     fn default() -> Self {
-        Self { shader_f16: true }
+        Self { shader_f16: true, subgroups: true }
     }
 }
 
@@ -124,6 +127,7 @@ pub struct GpuContext {
     pub(crate) limits: wgpu::Limits,
     pub(crate) timestamps: bool,
     pub(crate) f16: bool,
+    pub(crate) subgroups: bool,
     pub(crate) errors: Arc<Mutex<Vec<String>>>,
     pub(crate) lost: Arc<Mutex<Option<String>>>,
 }
@@ -173,9 +177,11 @@ impl GpuContext {
         let features = adapter.features();
         let timestamps = features.contains(wgpu::Features::TIMESTAMP_QUERY);
         let f16 = options.shader_f16 && features.contains(wgpu::Features::SHADER_F16);
+        let subgroups = options.subgroups && features.contains(wgpu::Features::SUBGROUP);
         let mut required_features = wgpu::Features::empty();
         required_features.set(wgpu::Features::TIMESTAMP_QUERY, timestamps);
         required_features.set(wgpu::Features::SHADER_F16, f16);
+        required_features.set(wgpu::Features::SUBGROUP, subgroups);
         let desc = wgpu::DeviceDescriptor {
             label: Some("kestrel"),
             required_features,
@@ -201,7 +207,7 @@ impl GpuContext {
                 *l = Some(format!("{reason:?}: {msg}"));
             }
         });
-        Ok(Self { device, queue, info, limits, timestamps, f16, errors, lost })
+        Ok(Self { device, queue, info, limits, timestamps, f16, subgroups, errors, lost })
     }
 
     /// The adapter's name, backend, type and driver.
@@ -217,6 +223,12 @@ impl GpuContext {
     /// True when the device has `SHADER_F16`, so sessions can use [`Precision::F16`](crate::Precision).
     pub fn has_f16(&self) -> bool {
         self.f16
+    }
+
+    /// True when the device has `SUBGROUP`, so sessions can reduce with subgroup shuffles
+    /// (`Tuning::subgroups`).
+    pub fn has_subgroups(&self) -> bool {
+        self.subgroups
     }
 
     /// One line: `name (backend, type)`.

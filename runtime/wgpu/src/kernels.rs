@@ -38,6 +38,8 @@ impl Arith {
 pub enum Family {
     /// Dense layers (`linear.wgsl`).
     Linear,
+    /// Dense layers with subgroup reductions (`linear_sg.wgsl`; devices with `SUBGROUP` only).
+    LinearSg,
     /// Unary, binary and transpose (`elementwise.wgsl`).
     Elementwise,
     /// Layer norm, softmax, reductions (`norm.wgsl`).
@@ -64,6 +66,7 @@ impl Family {
     /// Every family.
     pub const ALL: &'static [Family] = &[
         Family::Linear,
+        Family::LinearSg,
         Family::Elementwise,
         Family::Norm,
         Family::MatMul,
@@ -80,6 +83,7 @@ impl Family {
     pub fn body(self) -> &'static str {
         match self {
             Family::Linear => include_str!("shaders/linear.wgsl"),
+            Family::LinearSg => include_str!("shaders/linear_sg.wgsl"),
             Family::Elementwise => include_str!("shaders/elementwise.wgsl"),
             Family::Norm => include_str!("shaders/norm.wgsl"),
             Family::MatMul => include_str!("shaders/matmul.wgsl"),
@@ -102,7 +106,16 @@ impl Family {
     /// (`rnn.wgsl`) stays f32 too: its rounding would compound over the steps (its input
     /// projection is a dense dispatch, f16 where the precision asks for it).
     pub fn has_f16(self) -> bool {
-        matches!(self, Family::Linear | Family::MatMul | Family::Conv | Family::Attention | Family::Fastformer)
+        matches!(
+            self,
+            Family::Linear | Family::LinearSg | Family::MatMul | Family::Conv | Family::Attention | Family::Fastformer
+        )
+    }
+
+    /// Whether the family's kernels use subgroup operations (compiled only on devices with
+    /// `wgpu::Features::SUBGROUP`; the lowering picks them only there).
+    pub fn needs_subgroups(self) -> bool {
+        matches!(self, Family::LinearSg)
     }
 
     /// The arithmetic variants this family has: [`Arith::F32`], and [`Arith::F16`] if
@@ -142,6 +155,8 @@ pub enum Kernel {
     /// `linear.wgsl: dense_tile` (a workgroup per 32 × 32 tile of rows × outputs, staged through
     /// workgroup memory).
     DenseTile,
+    /// `linear_sg.wgsl: dense_split_sg` (`dense_split` reducing through subgroup shuffles).
+    DenseSplitSg,
     /// `elementwise.wgsl: unary`.
     Unary,
     /// `elementwise.wgsl: strided` (binary with broadcasting, transpose).
@@ -207,6 +222,7 @@ impl Kernel {
         Kernel::DenseSplit,
         Kernel::DenseBlock,
         Kernel::DenseTile,
+        Kernel::DenseSplitSg,
         Kernel::Unary,
         Kernel::Strided,
         Kernel::LayerNorm,
@@ -242,6 +258,7 @@ impl Kernel {
         use Kernel::*;
         match self {
             Dense | DenseSplit | DenseBlock | DenseTile => Family::Linear,
+            DenseSplitSg => Family::LinearSg,
             Unary | Strided => Family::Elementwise,
             LayerNorm | LayerNormSplit | Softmax | SoftmaxSplit | Reduce | ReduceSplit => Family::Norm,
             MatMul => Family::MatMul,
@@ -263,6 +280,7 @@ impl Kernel {
             DenseSplit => "dense_split",
             DenseBlock => "dense_block",
             DenseTile => "dense_tile",
+            DenseSplitSg => "dense_split_sg",
             Unary => "unary",
             Strided => "strided",
             LayerNorm => "layer_norm",

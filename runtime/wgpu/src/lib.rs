@@ -41,7 +41,7 @@ pub use device::{adapters, AdapterChoice, AdapterSummary, DeviceOptions, GpuCont
 pub use error::{GpuError, ACTIVATION_ARENA};
 pub use kernels::{Arith, Family, Kernel, Variant};
 pub use session::{GpuCounts, GpuSession, NodeTiming, Precision, Profile, SessionOptions, TimingSource};
-pub use tuning::{Tuning, TILE_ENV};
+pub use tuning::{Tuning, SUBGROUPS_ENV, TILE_ENV};
 
 /// The wgpu version this backend is built on (for adapter info, features and limits types).
 pub use wgpu;

@@ -169,6 +169,8 @@ impl GpuSession {
             .ok_or(RunError::BadCapacity { max: 0, found: capacity })?;
         let acts_words = usize::try_from(acts_bytes / 4).map_err(|_| GpuError::Model("arena size".into()))?;
         let tuning = options.tuning.unwrap_or_else(|| Tuning::for_device(ctx.adapter_info().device_type));
+        // Subgroup kernels only where the device has them.
+        let tuning = Tuning { subgroups: tuning.subgroups && ctx.subgroups, ..tuning };
         let (compiled, scratch_words) = compile::compile(file, capacity, acts_words, tuning)?;
         let arena_bytes = ((acts_words + scratch_words) as u64 * 4).max(4);
         let lim = &ctx.limits;

@@ -32,14 +32,20 @@ pub struct Tuning {
     /// value for 32 threads beats more, shorter threads. Below it (a small layer at batch 1)
     /// the per-output kernels spread the work thinner and finish sooner.
     pub dense_tile_min_workgroups: usize,
-    /// Attention runs barrier-free, a thread per (query row, four output columns) walking its
-    /// keys (`attend_rows`), when T · (⌈c/4⌉ + 1) loop steps per thread stay within this (0:
+    /// Attention runs barrier-free, a thread per (query row, sixteen output columns) walking its
+    /// keys (`attend_rows`), when T · (⌈c/4⌉ + 4) loop steps per thread stay within this (0:
     /// never); otherwise flash style (`attend`: a workgroup per block of 16 query rows).
     pub attend_rows_max_steps: usize,
+    /// The cooperative dense kernel reduces its lanes' partial sums with subgroup shuffles
+    /// (`dense_split_sg`) instead of workgroup memory and barriers, where the device has
+    /// `SUBGROUP` (sessions turn this off on devices without it).
+    pub subgroups: bool,
 }
 
 /// The environment variable that overrides [`Tuning::dense_tile_min_workgroups`].
 pub const TILE_ENV: &str = "KESTREL_GPU_TILE_MIN_WORKGROUPS";
+/// The environment variable that turns [`Tuning::subgroups`] off (`0`).
+pub const SUBGROUPS_ENV: &str = "KESTREL_GPU_SUBGROUPS";
 
 impl Tuning {
     /// Hardware GPUs (discrete, integrated, virtualised).
@@ -51,10 +57,13 @@ impl Tuning {
         split_min_len: 32,
         dense_tile_min_workgroups: 256,
         attend_rows_max_steps: 0,
+        subgroups: true,
     };
 
     /// Software adapters (`wgpu::DeviceType::Cpu`): no barrier kernels for row-wise ops, dot
-    /// products split only for GEMV-shaped layers.
+    /// products split only for GEMV-shaped layers (a dense dispatch reaching 512 threads without
+    /// splitting stays unsplit: on lavapipe a 17 × 192 → 48 layer split 4 ways took 4× as long as
+    /// register-blocked), no tiles, and barrier-free attention for short rows of narrow heads.
     pub const SOFTWARE: Tuning = Tuning {
         dense_target_threads: 512,
         dense_min_chunks: 8,
@@ -62,20 +71,26 @@ impl Tuning {
         split_max_rows: 0,
         split_min_len: usize::MAX,
         dense_tile_min_workgroups: usize::MAX,
-        attend_rows_max_steps: 16_384,
+        attend_rows_max_steps: 4_096,
+        subgroups: true,
     };
 
     /// The tuning for an adapter of this type, with the tile threshold taken from
     /// `KESTREL_GPU_TILE_MIN_WORKGROUPS` when that holds a number (for benchmarking the tiled
-    /// dense kernel against the others on one build; `0` tiles every layer it can run).
+    /// dense kernel against the others on one build; `0` tiles every layer it can run), and
+    /// subgroups off when `KESTREL_GPU_SUBGROUPS` is `0`.
     pub fn for_device(device_type: wgpu::DeviceType) -> Tuning {
         let t = match device_type {
             wgpu::DeviceType::Cpu => Tuning::SOFTWARE,
             _ => Tuning::GPU,
         };
-        match std::env::var(TILE_ENV).ok().and_then(|v| v.trim().parse().ok()) {
+        let t = match std::env::var(TILE_ENV).ok().and_then(|v| v.trim().parse().ok()) {
             Some(n) => Tuning { dense_tile_min_workgroups: n, ..t },
             None => t,
+        };
+        match std::env::var(SUBGROUPS_ENV).ok().as_deref().map(str::trim) {
+            Some("0") => Tuning { subgroups: false, ..t },
+            _ => t,
         }
     }
 }

@@ -566,8 +566,11 @@ fn check(gpu: &GpuContext, cases: &[Case], precision: Precision, tunings: &[Tuni
 
 /// The tunings the cases run under: software, GPU, and GPU with every dense layer of 8 rows or
 /// more tiled (`dense_tile`, which the GPU tuning keeps for layers that fill a device with tiles:
-/// larger than these cases; the large cases skip it, their dense layers being GEMV-shaped).
-const TUNINGS: [Tuning; 3] = [Tuning::SOFTWARE, Tuning::GPU, Tuning { dense_tile_min_workgroups: 1, ..Tuning::GPU }];
+/// larger than these cases; the large cases skip it, their dense layers being GEMV-shaped) and
+/// no subgroups (the first two use them where the device has them: `dense_split_sg`; here the
+/// workgroup-memory `dense_split`).
+const TUNINGS: [Tuning; 3] =
+    [Tuning::SOFTWARE, Tuning::GPU, Tuning { dense_tile_min_workgroups: 1, subgroups: false, ..Tuning::GPU }];
 
 fn tuning_name(t: Tuning) -> &'static str {
     if t == Tuning::SOFTWARE {
@@ -575,7 +578,7 @@ fn tuning_name(t: Tuning) -> &'static str {
     } else if t == Tuning::GPU {
         "gpu tuning"
     } else {
-        "gpu tuning, tiles everywhere"
+        "gpu tuning, tiles everywhere, no subgroups"
     }
 }
 
@@ -599,6 +602,19 @@ fn assert_both_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
     }
 }
 
+/// The cooperative dense layer reduced through subgroup shuffles (`dense_split_sg`, beside the
+/// workgroup-memory `dense_split` of the no-subgroup tuning) wherever the device has `SUBGROUP`
+/// (lavapipe does, so CI checks it).
+fn assert_subgroup_form_ran(g: &GpuContext, seen: &BTreeSet<Variant>, arith: Arith) {
+    let v = Variant::of(Kernel::DenseSplitSg, arith);
+    if g.has_subgroups() {
+        assert!(seen.contains(&v), "DenseSplitSg at {arith:?} not exercised");
+    } else {
+        assert!(!seen.contains(&v), "DenseSplitSg ran on a device without SUBGROUP");
+        eprintln!("SKIPPED: the device has no SUBGROUP; dense_split_sg not run");
+    }
+}
+
 /// Case families whose kernels have no f16 variant (so they run f32 even at `Precision::F16`).
 const F32_ONLY_FAMILIES: &[&str] =
     &["layer_norm", "unary", "binary", "softmax", "embedding", "reduce", "transpose", "pool2d"];
@@ -608,6 +624,7 @@ fn layer_and_generic_kernels_match_cpu() {
     let Some(g) = gpu() else { return };
     let seen = check(&g, &layer_cases(), Precision::F32, &TUNINGS);
     assert_both_forms_ran(&seen, Arith::F32);
+    assert_subgroup_form_ran(&g, &seen, Arith::F32);
 }
 
 #[test]
@@ -628,7 +645,8 @@ fn assert_both_attention_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
 #[test]
 fn large_shapes_match_cpu() {
     let Some(g) = gpu() else { return };
-    check(&g, &large_cases(), Precision::F32, &TUNINGS[..2]);
+    let seen = check(&g, &large_cases(), Precision::F32, &TUNINGS[..2]);
+    assert_both_attention_forms_ran(&seen, Arith::F32);
 }
 
 #[test]
@@ -636,6 +654,7 @@ fn layer_and_generic_kernels_match_cpu_f16() {
     let Some(g) = gpu_f16() else { return };
     let seen = check(&g, &layer_cases(), Precision::F16, &TUNINGS);
     assert_both_forms_ran(&seen, Arith::F16);
+    assert_subgroup_form_ran(&g, &seen, Arith::F16);
 }
 
 #[test]
@@ -648,7 +667,8 @@ fn mechanism_kernels_match_cpu_f16() {
 #[test]
 fn large_shapes_match_cpu_f16() {
     let Some(g) = gpu_f16() else { return };
-    check(&g, &large_cases(), Precision::F16, &TUNINGS[..2]);
+    let seen = check(&g, &large_cases(), Precision::F16, &TUNINGS[..2]);
+    assert_both_attention_forms_ran(&seen, Arith::F16);
 }
 
 /// A dense row whose first input, 1 + 2⁻¹², is not an f16 number: the f32 path keeps it (as the
@@ -680,9 +700,11 @@ fn f16_arithmetic_rounds_and_f32_does_not() {
 #[test]
 fn f16_without_shader_f16_is_a_typed_error_and_auto_falls_back() {
     let Some(g) = gpu() else { return };
-    let no_f16 =
-        GpuContext::with_options(&kestrel_wgpu::AdapterChoice::from_env_or(None), &DeviceOptions { shader_f16: false })
-            .unwrap();
+    let no_f16 = GpuContext::with_options(
+        &kestrel_wgpu::AdapterChoice::from_env_or(None),
+        &DeviceOptions { shader_f16: false, ..DeviceOptions::default() },
+    )
+    .unwrap();
     assert!(!no_f16.has_f16());
     let c = &layer_cases()[0];
     let (model, feeds) = build(c, DType::F16, 9);

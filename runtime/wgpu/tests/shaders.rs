@@ -11,10 +11,17 @@ use naga::valid::{Capabilities, ValidationFlags, Validator};
 
 /// The capabilities a variant may use: none for f32 (so an f32 module that used f16 by mistake
 /// fails here), `SHADER_FLOAT16` for f16.
-fn capabilities(a: Arith) -> Capabilities {
-    match a {
+/// `SUBGROUP` is added for the families that need it ([`Family::needs_subgroups`]) and only
+/// those, so a subgroup operation anywhere else fails here too.
+fn capabilities(f: Family, a: Arith) -> Capabilities {
+    let arith = match a {
         Arith::F32 => Capabilities::empty(),
         Arith::F16 => Capabilities::SHADER_FLOAT16,
+    };
+    if f.needs_subgroups() {
+        arith | Capabilities::SUBGROUP
+    } else {
+        arith
     }
 }
 
@@ -22,7 +29,9 @@ fn module(f: Family, a: Arith) -> (naga::Module, naga::valid::ModuleInfo) {
     let src = f.source(a).unwrap_or_else(|| panic!("{f:?} has no {a:?} variant"));
     let module =
         naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{f:?} {a:?}: {}", e.emit_to_string(&src)));
-    let info = Validator::new(ValidationFlags::all(), capabilities(a))
+    let info = Validator::new(ValidationFlags::all(), capabilities(f, a))
+        .subgroup_stages(naga::valid::ShaderStages::COMPUTE)
+        .subgroup_operations(naga::valid::SubgroupOperationSet::all())
         .validate(&module)
         .unwrap_or_else(|e| panic!("{f:?} {a:?}: {}", e.emit_to_string(&src)));
     (module, info)
@@ -37,7 +46,7 @@ fn variants_are_the_declared_ones() {
     let with_f16: Vec<Family> = Family::ALL.iter().copied().filter(|f| f.has_f16()).collect();
     assert_eq!(
         with_f16,
-        [Family::Linear, Family::MatMul, Family::Conv, Family::Attention, Family::Fastformer],
+        [Family::Linear, Family::LinearSg, Family::MatMul, Family::Conv, Family::Attention, Family::Fastformer],
         "the dot-product families have f16 variants"
     );
     for &f in Family::ALL {

@@ -11,6 +11,8 @@ use kestrel_format::ops::{AftBias, AttentionVariant, Op};
 const ATTEND_ROWS: usize = 16;
 /// Head columns per workgroup of `attend` (`CT` in `attention.wgsl`).
 const ATTEND_COLS: usize = 64;
+/// Widest head `attend_rows` takes (one chunk of its output columns per thread).
+const ATTEND_ROWS_MAX_COLS: usize = 16;
 
 pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<Dispatch>, GpuError> {
     let x_id = op.main_input();
@@ -72,12 +74,15 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             // chunk of the head's output): `attend`, flash style, covers every head width, T,
             // causal and mask. Heads wider than a chunk recompute their scores per chunk, in
             // parallel workgroups rather than one after another.
-            // Software adapters with short rows: `attend_rows`, a thread per (row, four output
-            // columns) and no barriers.
+            // Software adapters with short rows and heads of at most 16 columns: `attend_rows`, a
+            // thread per (row, sixteen output columns) and no barriers (wider heads would
+            // recompute their scores per chunk: on lavapipe a c = 64 head took 3.5× as long as
+            // `attend`, a c = 16 one under half).
             let c = d / (o.heads as usize).max(1);
-            let rows_form = t.saturating_mul(c.div_ceil(4) + 1) <= ctx.tuning.attend_rows_max_steps;
+            let rows_form =
+                c <= ATTEND_ROWS_MAX_COLS && t.saturating_mul(c.div_ceil(4) + 4) <= ctx.tuning.attend_rows_max_steps;
             let (per, kernel) = if rows_form {
-                (o.heads as usize * t * c.div_ceil(4), Kernel::AttendRows)
+                (o.heads as usize * t * c.div_ceil(16), Kernel::AttendRows)
             } else {
                 let blocks = o.heads as usize * t.div_ceil(ATTEND_ROWS) * c.div_ceil(ATTEND_COLS).max(1);
                 (blocks * crate::kernels::WORKGROUP as usize, Kernel::Attend)

@@ -220,7 +220,10 @@ fn residual_epilogue(
 ) -> Result<usize, GpuError> {
     let op_err = |e: kestrel_format::Error| GpuError::Model(e.to_string());
     let Some(last) = dispatches.last_mut() else { return Ok(0) };
-    let dense = matches!(last.kernel, Kernel::Dense | Kernel::DenseSplit | Kernel::DenseBlock | Kernel::DenseTile);
+    let dense = matches!(
+        last.kernel,
+        Kernel::Dense | Kernel::DenseSplit | Kernel::DenseSplitSg | Kernel::DenseBlock | Kernel::DenseTile
+    );
     let out = op.output();
     if !dense || last.params[10] != 0 || last.params[15] != 0 || uses.get(&out) != Some(&1) {
         return Ok(0);
@@ -277,8 +280,8 @@ fn residual_epilogue(
 /// GEMV-shaped head, or a small layer at batch 1 on a GPU), but never so many that a thread sums
 /// fewer than [`Tuning::dense_min_chunks`] four-column chunks; at least
 /// [`Tuning::dense_min_lanes`] where rows allow (coalesced weight reads). In software tuning a
-/// 1 × 20 736 → 16 head gets 64 lanes and a 64 × 256 → 256 layer (16 384 outputs, already
-/// parallel) one; on a GPU a 17 × 64 → 64 layer at batch 1 gets 8.
+/// 1 × 20 736 → 16 head at capacity 1 gets 32 lanes and a 17 × 192 → 48 layer (816 outputs)
+/// one; on a GPU a 17 × 64 → 64 layer at batch 1 gets 8.
 pub(crate) fn dense_lanes(inp: usize, outputs: usize, cap: usize, t: &Tuning) -> usize {
     let by_length = (inp / 4) / t.dense_min_chunks.max(1);
     let by_occupancy = t.dense_target_threads.div_ceil(outputs.saturating_mul(cap).max(1));
@@ -306,7 +309,11 @@ impl Ctx<'_, '_> {
         let tiled = dense_tiles(rows, out, proj.0)
             .is_some_and(|tiles| tiles.saturating_mul(self.cap) >= self.tuning.dense_tile_min_workgroups);
         let lanes = dense_lanes(proj.0.cols as usize, rows.saturating_mul(out), self.cap, &self.tuning);
-        dense(x, rows, out, proj, act, y, add, if tiled { Form::Tile } else { Form::Lanes(lanes) })
+        let mut d = dense(x, rows, out, proj, act, y, add, if tiled { Form::Tile } else { Form::Lanes(lanes) })?;
+        if d.kernel == Kernel::DenseSplit && self.tuning.subgroups {
+            d.kernel = Kernel::DenseSplitSg;
+        }
+        Ok(d)
     }
 
     /// Whether a row-wise op runs a workgroup per row ([`row_split`] under this tuning).

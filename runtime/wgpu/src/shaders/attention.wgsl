@@ -270,13 +270,14 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
 
 // `attend_rows`: the same attention without workgroup memory or barriers, for software adapters
 // (where every barrier costs a coroutine switch per invocation) and short rows: one thread per
-// (sample, head, query row i, four-column chunk e of the head's output) walks the keys it sees
-// once, with the online softmax (running maximum m, sum l, the four output columns rescaled by
-// exp(m_old − m_new)), reading Q, K and V from the arena. Scores are summed over four-column
-// chunks in order, as in `attend`; masks, causal rows, fully masked rows (zeros) and G sequences
-// per sample as there. Each thread loops T · (⌈c/4⌉ + 1) times: chosen at lowering only while that
-// stays far under lavapipe's loop limit (`Tuning::attend_rows_max_steps`).
-// P: as `attend`; per = G · heads · t · ⌈c / 4⌉ (threads).
+// (sample, head, query row i, sixteen-column chunk e of the head's output) walks the keys it sees
+// once, with the online softmax (running maximum m, sum l, its output columns rescaled by
+// exp(m_old − m_new)), reading Q, K and V from the arena; heads wider than 16 columns recompute
+// the scores per chunk. Scores are summed over four-column chunks in order, as in `attend`;
+// masks, causal rows, fully masked rows (zeros) and G sequences per sample as there. Each thread
+// loops T · (⌈c/4⌉ + 4) times: chosen at lowering only while that stays far under lavapipe's loop
+// limit (`Tuning::attend_rows_max_steps`).
+// P: as `attend`; per = G · heads · t · ⌈c / 16⌉ (threads).
 @compute @workgroup_size(64)
 fn attend_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -289,23 +290,27 @@ fn attend_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let heads = pu(12u);
     let c = d / heads;
     let c4 = (c + 3u) / 4u;
-    // Sequence s of the batch's G·B (P1 = G · heads · t · c4).
-    let per = heads * t * c4;
+    let c16 = (c + 15u) / 16u;
+    // Sequence s of the batch's G·B (P1 = G · heads · t · c16).
+    let per = heads * t * c16;
     let s = g / per;
     let l0 = g % per;
-    let e = l0 % c4;
-    let i = (l0 / c4) % t;
-    let head = l0 / (c4 * t);
+    let e = l0 % c16;
+    let i = (l0 / c16) % t;
+    let head = l0 / (c16 * t);
     let hc = head * c;
     let qb = pu(2u) + s * pu(3u) + hc;
     let kb = pu(4u) + s * pu(5u) + hc;
     let vb = pu(6u) + s * pu(7u) + hc;
     let scale = pf(14u);
     let seen = select(t, i + 1u, pu(13u) == 1u);
-    let col = 4u * e;
+    let col = 16u * e;
     var m = -3.4028235e38;
     var l = 0.0;
-    var acc = vec4<f32>(0.0);
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
     for (var j = 0u; j < seen; j++) {
         var sc = 0.0;
         for (var ch = 0u; ch < c4; ch++) {
@@ -316,19 +321,26 @@ fn attend_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         let alpha = exp(m - mn);
         let p = exp(sv - mn);
         l = l * alpha + p;
-        acc = acc * alpha + vec4<f32>(to_v4(vec4<f32>(p)) * tile4(vb, j, t, d, col, c));
+        let pv = to_v4(vec4<f32>(p));
+        a0 = a0 * alpha + vec4<f32>(pv * tile4(vb, j, t, d, col, c));
+        a1 = a1 * alpha + vec4<f32>(pv * tile4(vb, j, t, d, col + 4u, c));
+        a2 = a2 * alpha + vec4<f32>(pv * tile4(vb, j, t, d, col + 8u, c));
+        a3 = a3 * alpha + vec4<f32>(pv * tile4(vb, j, t, d, col + 12u, c));
         m = mn;
     }
-    let a = acc * select(0.0, 1.0 / l, l > 0.0);
-    let o = pu(8u) + s * pu(9u) + hc + i * d + col;
-    act[o] = a.x;
-    if col + 1u < c {
-        act[o + 1u] = a.y;
-    }
-    if col + 2u < c {
-        act[o + 2u] = a.z;
-    }
-    if col + 3u < c {
-        act[o + 3u] = a.w;
+    let inv = select(0.0, 1.0 / l, l > 0.0);
+    let o = pu(8u) + s * pu(9u) + hc + i * d;
+    store4_upto(o, col, c, a0 * inv);
+    store4_upto(o, col + 4u, c, a1 * inv);
+    store4_upto(o, col + 8u, c, a2 * inv);
+    store4_upto(o, col + 12u, c, a3 * inv);
+}
+
+// act[o + col + u] = a[u] for the columns col + u < c.
+fn store4_upto(o: u32, col: u32, c: u32, a: vec4<f32>) {
+    for (var u = 0u; u < 4u; u++) {
+        if col + u < c {
+            act[o + col + u] = a[u];
+        }
     }
 }

@@ -306,6 +306,25 @@ fn exp_excess(w: f32, m: f32) -> f32 {
     return exp(-m) * expm1_(w);
 }
 
+// The end of every dense kernel's output (`linear.wgsl`, `linear_sg.wgsl`; their parameter
+// words): bias, activation, the fused residual, and the write, channels-first when P15 says so.
+fn dense_finish(s: u32, l: u32, o: u32, sum: f32) {
+    var v = sum;
+    if pu(9u) == 1u {
+        v += wflat(wdesc(20u), o);
+    }
+    v = activate(pu(8u), v);
+    if pu(10u) == 1u {
+        v += act[pu(11u) + s * pu(12u) + l];
+    }
+    // Transposed output (15 = 1): y[s, o, r], a convolution's channels-first map.
+    var yi = l;
+    if pu(15u) == 1u {
+        yi = o * pu(14u) + l / pu(7u);
+    }
+    act[pu(4u) + s * pu(5u) + yi] = v;
+}
+
 // Fused activation of a dense layer or a convolution: 0 none, 1 relu, 2 gelu, 3 gelu-tanh,
 // 4 silu, 5 hard swish, 6 hard sigmoid.
 fn activate(a: u32, v: f32) -> f32 {

@@ -14,23 +14,6 @@
 // depth. (Separate entry points because a barrier anywhere in a shader slows all of it on
 // lavapipe, and shared memory lowers occupancy on GPUs.)
 
-fn dense_finish(s: u32, l: u32, o: u32, sum: f32) {
-    var v = sum;
-    if pu(9u) == 1u {
-        v += wflat(wdesc(20u), o);
-    }
-    v = activate(pu(8u), v);
-    if pu(10u) == 1u {
-        v += act[pu(11u) + s * pu(12u) + l];
-    }
-    // Transposed output (15 = 1): y[s, o, r], a convolution's channels-first map.
-    var yi = l;
-    if pu(15u) == 1u {
-        yi = o * pu(14u) + l / pu(7u);
-    }
-    act[pu(4u) + s * pu(5u) + yi] = v;
-}
-
 @compute @workgroup_size(64)
 fn dense(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_id) lid: vec3<u32>) {

@@ -158,6 +158,9 @@ pub fn large_attention_cases() -> Vec<Case> {
         attention(Standard, 200, 64, 4, true, Some((false, f32::MIN, false))),
         attention(Efficient, 300, 72, 3, false, None),
         attention(Standard, 257, 32, 1, false, Some((true, f32::NEG_INFINITY, false))),
+        // The longest rows the software tuning gives the barrier-free `attend_rows`
+        // (T · (⌈c/4⌉ + 4) = Tuning::SOFTWARE.attend_rows_max_steps).
+        attention(Standard, 512, 32, 2, false, None),
     ]
 }
 

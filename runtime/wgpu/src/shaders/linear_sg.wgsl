@@ -1,0 +1,56 @@
+// Dense layers with subgroup reductions (compiled only on devices with SUBGROUP): parameter words
+// as in `linear.wgsl`.
+//
+// `dense_split_sg`: `dense_split` whose partial sums meet through subgroup shuffles instead of
+// workgroup memory wherever the `lanes` threads of an output share a subgroup. The tree is the
+// same: at each level h (lanes/2, lanes/4, …, 1) lane l adds lane l + h's partial (here every lane
+// adds lane l ^ h's, which for the lanes that carry on is the same pair), so lane 0 finishes with
+// the same sum, rounded the same way, as `dense_split`. Levels with h ≥ the subgroup size (lanes
+// wider than a subgroup: 64 lanes on a 32-wide device) go through workgroup memory first, as
+// there. Assumes subgroups of consecutive invocations (local index = subgroup index · size +
+// invocation id), as every Vulkan, Metal and D3D12 implementation lays out a one-dimensional
+// workgroup.
+
+var<workgroup> part_sg: array<f32, 64>;
+
+@compute @workgroup_size(64)
+fn dense_split_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_id) lid3: vec3<u32>, @builtin(subgroup_size) sg: u32) {
+    let g = thread_index(wid, nwg, lid3);
+    let lid = lid3.x;
+    let lanes = pu(13u);
+    let lane = lid % lanes;
+    // Threads past the end still take part in the barriers and shuffles below.
+    let live = g < total_threads();
+    let per = pu(1u) / lanes;
+    let item = g / lanes;
+    let s = item / per;
+    let l = item % per;
+    let inp = pu(6u);
+    let out = pu(7u);
+    let r = l / out;
+    let o = l % out;
+    var acc = 0.0;
+    if live {
+        acc = wdot_part(wdesc(16u), o, pu(2u) + s * pu(3u) + r * inp, 1u, inp, lane, lanes);
+    }
+    // Levels at or above the subgroup size, through workgroup memory (none when lanes ≤ sg).
+    var h = lanes / 2u;
+    if h >= sg {
+        part_sg[lid] = acc;
+        for (; h >= sg; h /= 2u) {
+            workgroupBarrier();
+            if lane < h {
+                part_sg[lid] += part_sg[lid + h];
+            }
+        }
+        workgroupBarrier();
+        acc = part_sg[lid];
+    }
+    for (; h > 0u; h /= 2u) {
+        acc += subgroupShuffleXor(acc, h);
+    }
+    if live && lane == 0u {
+        dense_finish(s, l, o, acc);
+    }
+}
