@@ -758,6 +758,36 @@ fn bad_inputs_are_typed_errors() {
 
 /// The residual epilogue is fused: Dense + Add is one dispatch (and the Add node none), and a
 /// dense output read twice is not fused.
+/// Attention's Q, K and V projections (those the variant has) run as one dense dispatch where
+/// their encodings, widths and regions allow (`Ctx::dense_parts`); the mechanism cases check the
+/// values under every tuning. Kept apart: a head width not a multiple of 4 under the blocked
+/// kernel (software tuning, word-aligned rows: f32, not int8 at 70 columns), and tiled layers.
+#[test]
+fn qkv_projections_share_one_dispatch() {
+    let Some(g) = gpu() else { return };
+    use AttentionVariant::{Efficient, Optimised, Standard, Super};
+    let [software, gpu_t, tiled] = TUNINGS;
+    for (variant, t, d, dtype, tuning, want) in [
+        (Standard, 17, 64, DType::F32, software, 3),
+        (Standard, 17, 64, DType::I8, gpu_t, 3),
+        (Optimised, 33, 72, DType::F16, software, 3),
+        (Efficient, 9, 32, DType::F32, gpu_t, 3),
+        (Super, 9, 32, DType::I4, software, 4),
+        (Standard, 17, 70, DType::F32, software, 5),
+        (Standard, 17, 70, DType::I8, software, 3),
+        (Standard, 17, 70, DType::F32, gpu_t, 3),
+        (Standard, 17, 64, DType::F32, tiled, 5),
+    ] {
+        let c = cases::attention(variant, t, d, 2, false, None);
+        let (model, _) = build(&c, dtype, 3);
+        let cpu = model.cpu().unwrap();
+        let options = SessionOptions { precision: Precision::F32, tuning: Some(tuning) };
+        let s = GpuSession::with_options(&g, &cpu, 2, &options).unwrap();
+        let kernels: Vec<Kernel> = s.variants().iter().map(|v| v.kernel()).collect();
+        assert_eq!(s.dispatch_count(), want, "{} {dtype:?} {}: {kernels:?}", c.name, tuning_name(tuning));
+    }
+}
+
 #[test]
 fn residual_add_fuses_into_the_dense_dispatch() {
     let Some(g) = gpu() else { return };

@@ -31,12 +31,13 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
         Op::Attention(o) => {
             // The projections run over all G·T rows; the kernels walk G·batch sequences.
             let (rows, gtd) = (groups * t, groups * td);
+            // The Q, K and V projections (those the variant has), in one dispatch where they allow.
             let q = ctx.scratch(gtd);
-            v.push(ctx.dense(x, rows, d, ctx.proj(o.q)?, 0, q, None)?);
+            let mut projs = vec![(ctx.proj(o.q)?, q)];
             let k = match o.k {
                 Some(p) => {
                     let k = ctx.scratch(gtd);
-                    v.push(ctx.dense(x, rows, d, ctx.proj(p)?, 0, k, None)?);
+                    projs.push((ctx.proj(p)?, k));
                     k
                 }
                 None => x,
@@ -44,7 +45,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             let val = match (o.v, o.align) {
                 (Some(p), _) => {
                     let r = ctx.scratch(gtd);
-                    v.push(ctx.dense(x, rows, d, ctx.proj(p)?, 0, r, None)?);
+                    projs.push((ctx.proj(p)?, r));
                     r
                 }
                 (None, Some(a)) if o.variant == AttentionVariant::Super => {
@@ -66,6 +67,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 }
                 _ => x,
             };
+            v.extend(ctx.dense_parts(x, rows, d, &projs)?);
             let heads_out = ctx.scratch(gtd);
             // Per sequence: regions strided by T·d, G sequences per sample (P19); with one
             // sequence that is every region's own stride.

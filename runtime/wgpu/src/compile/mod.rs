@@ -316,6 +316,52 @@ impl Ctx<'_, '_> {
         Ok(d)
     }
 
+    /// Several projections of the same input `x` (`rows` rows, `out` features each), into
+    /// their regions: one dispatch computing every part ([`dense_w`] in `common.wgsl`) where
+    /// they allow it — the same encoding and width, all or no biases, regions evenly spaced with
+    /// the same per-sample stride, and neither the tiled kernel nor (unless `out` % 4 = 0) the
+    /// blocked one chosen — else a dispatch each. Attention's Q, K and V: two dispatches fewer per
+    /// layer (at batch 1 a dispatch's fixed cost is most of a small projection's time).
+    pub fn dense_parts(
+        &self,
+        x: Region,
+        rows: usize,
+        out: usize,
+        parts: &[((Wd, Option<Wd>), Region)],
+    ) -> Result<Vec<Dispatch>, GpuError> {
+        let separate = || parts.iter().map(|&(proj, y)| self.dense(x, rows, out, proj, 0, y, None)).collect();
+        let Some(&((w0, b0), y0)) = parts.first() else { return Ok(Vec::new()) };
+        let spacing = parts.get(1).map_or(0, |p| p.1.base.wrapping_sub(y0.base));
+        let uniform = parts.iter().enumerate().all(|(i, &((w, b), y))| {
+            w.dt == w0.dt
+                && w.cols == w0.cols
+                && b.is_some() == b0.is_some()
+                && y.stride == y0.stride
+                && Some(y.base) == spacing.checked_mul(i).and_then(|o| y0.base.checked_add(o))
+        });
+        let total = out.checked_mul(parts.len());
+        let Some(total) = total.filter(|_| (2..=MAX_PARTS).contains(&parts.len()) && uniform && spacing > 0) else {
+            return separate();
+        };
+        let d = self.dense(x, rows, total, (w0, b0), 0, y0, None)?;
+        let merged = match d.kernel {
+            Kernel::DenseTile => false,
+            Kernel::DenseBlock => out.is_multiple_of(4),
+            _ => true,
+        };
+        if !merged {
+            return separate();
+        }
+        let mut p = Params(d.params).u(40, spacing)?.u(41, parts.len())?.u(42, out)?;
+        for (i, &((w, b), _)) in parts.iter().enumerate().skip(1) {
+            p = p.w(16 + 8 * i, w);
+            if let Some(b) = b {
+                p = p.w(20 + 8 * i, b);
+            }
+        }
+        Ok(vec![p.done(d.kernel)])
+    }
+
     /// Whether a row-wise op runs a workgroup per row ([`row_split`] under this tuning).
     pub fn row_split(&self, rows: usize, n: usize, contiguous: bool) -> bool {
         row_split(rows, n, contiguous, &self.tuning)
@@ -413,6 +459,10 @@ pub(crate) fn dense_blocks(rows: usize, out: usize, lanes: usize, w: Wd) -> Opti
 pub(crate) fn dense_tiles(rows: usize, out: usize, w: Wd) -> Option<usize> {
     (rows >= TILE_MIN_ROWS && word_aligned(w)).then(|| rows.div_ceil(32).checked_mul(out.div_ceil(32)))?
 }
+
+/// Most projections one dense dispatch computes ([`Ctx::dense_parts`]; their weight words fill
+/// P16..P39).
+const MAX_PARTS: usize = 3;
 
 /// Rows a dense layer needs for the tiled kernel.
 const TILE_MIN_ROWS: usize = 8;

@@ -306,12 +306,36 @@ fn exp_excess(w: f32, m: f32) -> f32 {
     return exp(-m) * expm1_(w);
 }
 
-// The end of every dense kernel's output (`linear.wgsl`, `linear_sg.wgsl`; their parameter
-// words): bias, activation, the fused residual, and the write, channels-first when P15 says so.
+// Dense kernels' parts (`linear.wgsl`, `linear_sg.wgsl`; P41 parts, 0 or 1: one): a dispatch may
+// compute several projections of the same input at once (attention's Q, K and V), output o of
+// the dispatch's parts · P42 being output o % P42 of part o / P42, whose weights are at P16 + 8p
+// (bias P20 + 8p) and whose outputs P40 words after the previous part's (parts share the rest).
+struct WRow {
+    w: Wd,
+    r: u32,
+}
+
+fn dense_w(o: u32) -> WRow {
+    if pu(41u) > 1u {
+        let p = o / pu(42u);
+        return WRow(wdesc(16u + 8u * p), o - p * pu(42u));
+    }
+    return WRow(wdesc(16u), o);
+}
+
+// The end of every dense kernel's output: bias, activation, the fused residual, and the write,
+// channels-first when P15 says so, into its part's region when there are parts (no residual or
+// channels-first output then).
 fn dense_finish(s: u32, l: u32, o: u32, sum: f32) {
     var v = sum;
+    var part = 0u;
+    var oo = o;
+    if pu(41u) > 1u {
+        part = o / pu(42u);
+        oo = o - part * pu(42u);
+    }
     if pu(9u) == 1u {
-        v += wflat(wdesc(20u), o);
+        v += wflat(wdesc(20u + 8u * part), oo);
     }
     v = activate(pu(8u), v);
     if pu(10u) == 1u {
@@ -321,6 +345,9 @@ fn dense_finish(s: u32, l: u32, o: u32, sum: f32) {
     var yi = l;
     if pu(15u) == 1u {
         yi = o * pu(14u) + l / pu(7u);
+    }
+    if pu(41u) > 1u {
+        yi = part * pu(40u) + (l / pu(7u)) * pu(42u) + oo;
     }
     act[pu(4u) + s * pu(5u) + yi] = v;
 }

@@ -1,7 +1,9 @@
 // Dense layers: y[s, r, o] = act(Σ_i x[s, r, i] · W[o, i] + b[o]) (+ add[s, r, o]).
 // P: 2 x_base, 3 x_stride, 4 y_base, 5 y_stride, 6 in, 7 out, 8 act, 9 has_bias,
 //    10 has_add, 11 add_base, 12 add_stride, 13 lanes, 14 rows, 15 transposed output
-//    (y[s, o, r]; no add), 16..19 W, 20..23 b.
+//    (y[s, o, r]; no add), 16..19 W, 20..23 b; with parts (`dense_w` in common.wgsl; not
+//    `dense_tile`): 40 words between parts' outputs, 41 parts, 42 outputs per part, part p's W
+//    and b at 16 + 8p and 20 + 8p.
 //    per = rows · out · lanes.
 //
 // Two entry points. `dense`: one thread per output (lanes = 1). `dense_split`: workgroup-
@@ -28,7 +30,8 @@ fn dense(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     let out = pu(7u);
     let r = l / out;
     let o = l % out;
-    dense_finish(s, l, o, wdot_part(wdesc(16u), o, pu(2u) + s * pu(3u) + r * inp, 1u, inp, 0u, 1u));
+    let wr = dense_w(o);
+    dense_finish(s, l, o, wdot_part(wr.w, wr.r, pu(2u) + s * pu(3u) + r * inp, 1u, inp, 0u, 1u));
 }
 
 var<workgroup> part: array<f32, 64>;
@@ -52,7 +55,8 @@ fn dense_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let o = l % out;
     var acc = 0.0;
     if live {
-        acc = wdot_part(wdesc(16u), o, pu(2u) + s * pu(3u) + r * inp, 1u, inp, lane, lanes);
+        let wr = dense_w(o);
+        acc = wdot_part(wr.w, wr.r, pu(2u) + s * pu(3u) + r * inp, 1u, inp, lane, lanes);
     }
     part[lid] = acc;
     for (var h = lanes / 2u; h > 0u; h /= 2u) {
@@ -101,11 +105,15 @@ fn dense_block(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let x1 = xb + min(r0 + 1u, rows - 1u) * inp;
     let x2 = xb + min(r0 + 2u, rows - 1u) * inp;
     let x3 = xb + min(r0 + 3u, rows - 1u) * inp;
-    let o_0 = min(o0, out - 1u);
-    let o_1 = min(o0 + 1u, out - 1u);
-    let o_2 = min(o0 + 2u, out - 1u);
-    let o_3 = min(o0 + 3u, out - 1u);
-    let w = wdesc(16u);
+    // Weight rows of the four outputs, in their part's matrix (a part's outputs come in fours:
+    // checked at lowering).
+    let wr = dense_w(o0);
+    let w = wr.w;
+    let pb = o0 - wr.r;
+    let o_0 = min(o0, out - 1u) - pb;
+    let o_1 = min(o0 + 1u, out - 1u) - pb;
+    let o_2 = min(o0 + 2u, out - 1u) - pb;
+    let o_3 = min(o0 + 3u, out - 1u) - pb;
     let full = inp & ~3u;
     var a0 = vec4<f32>(0.0);
     var a1 = vec4<f32>(0.0);

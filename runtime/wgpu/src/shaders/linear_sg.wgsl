@@ -32,7 +32,8 @@ fn dense_split_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let o = l % out;
     var acc = 0.0;
     if live {
-        acc = wdot_part(wdesc(16u), o, pu(2u) + s * pu(3u) + r * inp, 1u, inp, lane, lanes);
+        let wr = dense_w(o);
+        acc = wdot_part(wr.w, wr.r, pu(2u) + s * pu(3u) + r * inp, 1u, inp, lane, lanes);
     }
     // Levels at or above the subgroup size, through workgroup memory (none when lanes ≤ sg).
     var h = lanes / 2u;
