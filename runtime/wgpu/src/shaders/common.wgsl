@@ -323,6 +323,38 @@ fn dense_w(o: u32) -> WRow {
     return WRow(wdesc(16u), o);
 }
 
+// One thread's share of a lane-split dense output (`dense_split`, `dense_split_sg`): `lanes`
+// consecutive threads per output, each summing every lanes-th four-column chunk. Threads past
+// the end (live false, acc 0) still take part in the reductions that follow.
+struct SplitItem {
+    live: bool,
+    lanes: u32,
+    lane: u32,
+    s: u32,
+    l: u32,
+    o: u32,
+    acc: f32,
+}
+
+fn dense_split_item(g: u32, lid: u32) -> SplitItem {
+    let lanes = pu(13u);
+    let lane = lid % lanes;
+    let live = g < total_threads();
+    let per = pu(1u) / lanes;
+    let item = g / lanes;
+    let s = item / per;
+    let l = item % per;
+    let inp = pu(6u);
+    let r = l / pu(7u);
+    let o = l % pu(7u);
+    var acc = 0.0;
+    if live {
+        let wr = dense_w(o);
+        acc = wdot_part(wr.w, wr.r, pu(2u) + s * pu(3u) + r * inp, 1u, inp, lane, lanes);
+    }
+    return SplitItem(live, lanes, lane, s, l, o, acc);
+}
+
 // The end of every dense kernel's output: bias, activation, the fused residual, and the write,
 // channels-first when P15 says so, into its part's region when there are parts (no residual or
 // channels-first output then).

@@ -39,34 +39,17 @@ var<workgroup> part: array<f32, 64>;
 @compute @workgroup_size(64)
 fn dense_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_id) lid3: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid3);
+    let it = dense_split_item(thread_index(wid, nwg, lid3), lid3.x);
     let lid = lid3.x;
-    let lanes = pu(13u);
-    let lane = lid % lanes;
-    // Threads past the end still take part in the barriers below.
-    let live = g < total_threads();
-    let per = pu(1u) / lanes;
-    let item = g / lanes;
-    let s = item / per;
-    let l = item % per;
-    let inp = pu(6u);
-    let out = pu(7u);
-    let r = l / out;
-    let o = l % out;
-    var acc = 0.0;
-    if live {
-        let wr = dense_w(o);
-        acc = wdot_part(wr.w, wr.r, pu(2u) + s * pu(3u) + r * inp, 1u, inp, lane, lanes);
-    }
-    part[lid] = acc;
-    for (var h = lanes / 2u; h > 0u; h /= 2u) {
+    part[lid] = it.acc;
+    for (var h = it.lanes / 2u; h > 0u; h /= 2u) {
         workgroupBarrier();
-        if lane < h {
+        if it.lane < h {
             part[lid] += part[lid + h];
         }
     }
-    if live && lane == 0u {
-        dense_finish(s, l, o, part[lid]);
+    if it.live && it.lane == 0u {
+        dense_finish(it.s, it.l, it.o, part[lid]);
     }
 }
 

@@ -16,25 +16,11 @@ var<workgroup> part_sg: array<f32, 64>;
 @compute @workgroup_size(64)
 fn dense_split_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_id) lid3: vec3<u32>, @builtin(subgroup_size) sg: u32) {
-    let g = thread_index(wid, nwg, lid3);
+    let it = dense_split_item(thread_index(wid, nwg, lid3), lid3.x);
     let lid = lid3.x;
-    let lanes = pu(13u);
-    let lane = lid % lanes;
-    // Threads past the end still take part in the barriers and shuffles below.
-    let live = g < total_threads();
-    let per = pu(1u) / lanes;
-    let item = g / lanes;
-    let s = item / per;
-    let l = item % per;
-    let inp = pu(6u);
-    let out = pu(7u);
-    let r = l / out;
-    let o = l % out;
-    var acc = 0.0;
-    if live {
-        let wr = dense_w(o);
-        acc = wdot_part(wr.w, wr.r, pu(2u) + s * pu(3u) + r * inp, 1u, inp, lane, lanes);
-    }
+    let lanes = it.lanes;
+    let lane = it.lane;
+    var acc = it.acc;
     // Levels at or above the subgroup size, through workgroup memory (none when lanes ≤ sg).
     var h = lanes / 2u;
     if h >= sg {
@@ -51,7 +37,7 @@ fn dense_split_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     for (; h > 0u; h /= 2u) {
         acc += subgroupShuffleXor(acc, h);
     }
-    if live && lane == 0u {
-        dense_finish(s, l, o, acc);
+    if it.live && lane == 0u {
+        dense_finish(it.s, it.l, it.o, acc);
     }
 }
