@@ -179,6 +179,9 @@ pub enum Kernel {
     Conv2d,
     /// `conv.wgsl: conv2d_block` (one thread per 4 output channels × 4 output columns).
     Conv2dBlock,
+    /// `conv.wgsl: conv2d_tile` (implicit-GEMM tiles of 32 pixels × 32 channels staged through
+    /// workgroup memory).
+    Conv2dTile,
     /// `pool.wgsl: pool2d`.
     Pool2d,
     /// `rnn.wgsl: rnn` (one workgroup per sample and direction).
@@ -234,6 +237,7 @@ impl Kernel {
         Kernel::MatMul,
         Kernel::Conv2d,
         Kernel::Conv2dBlock,
+        Kernel::Conv2dTile,
         Kernel::Pool2d,
         Kernel::Rnn,
         Kernel::Embedding,
@@ -262,7 +266,7 @@ impl Kernel {
             Unary | Strided => Family::Elementwise,
             LayerNorm | LayerNormSplit | Softmax | SoftmaxSplit | Reduce | ReduceSplit => Family::Norm,
             MatMul => Family::MatMul,
-            Conv2d | Conv2dBlock => Family::Conv,
+            Conv2d | Conv2dBlock | Conv2dTile => Family::Conv,
             Pool2d => Family::Pool,
             Rnn => Family::Rnn,
             Embedding | PatchGather => Family::Embed,
@@ -292,6 +296,7 @@ impl Kernel {
             MatMul => "matmul",
             Conv2d => "conv2d",
             Conv2dBlock => "conv2d_block",
+            Conv2dTile => "conv2d_tile",
             Pool2d => "pool2d",
             Rnn => "rnn",
             Embedding => "embedding",

@@ -260,6 +260,11 @@ fn layer_cases() -> Vec<Case> {
         (4, 8, 3, 2, [0, 1, 2, 0], 2, 2, Activation::Relu),
         (3, 8, 4, 4, [0, 0, 0, 0], 1, 1, Activation::None),
         (5, 12, 5, 1, [2, 1, 0, 2], 1, 1, Activation::Silu),
+        // Tiled (`conv2d_tile`, under the tiles-everywhere tuning: at least 16 channels per
+        // group): two channel tiles, the last partial, 45 taps (no multiple of 4 or 32), three
+        // pixel tiles; and two groups of 16 with stride, dilation and uneven padding.
+        (5, 40, 3, 1, [1, 1, 1, 1], 1, 1, Activation::Relu),
+        (8, 32, 3, 2, [0, 1, 2, 0], 2, 2, Activation::Gelu),
     ] {
         v.push(case("conv2d", format!("conv2d {ci}->{co} k{k} s{stride} d{dil} g{groups} {act:?}"), move |c| {
             let x = c.input(&[ci, 9, 8])?;
@@ -594,8 +599,15 @@ fn assert_both_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
         Kernel::Reduce,
         Kernel::ReduceSplit,
     ];
-    let dot =
-        [Kernel::Dense, Kernel::DenseSplit, Kernel::DenseBlock, Kernel::DenseTile, Kernel::Conv2d, Kernel::Conv2dBlock];
+    let dot = [
+        Kernel::Dense,
+        Kernel::DenseSplit,
+        Kernel::DenseBlock,
+        Kernel::DenseTile,
+        Kernel::Conv2d,
+        Kernel::Conv2dBlock,
+        Kernel::Conv2dTile,
+    ];
     for k in dot.into_iter().chain(row_wise) {
         let v = Variant::of(k, arith);
         assert!(seen.contains(&v), "{k:?} at {:?} not exercised", v.arith());

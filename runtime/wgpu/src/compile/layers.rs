@@ -219,10 +219,22 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 dense.params[15] = 1;
                 return Ok(vec![gather, dense]);
             }
-            // Register-blocked (4 channels × 4 columns per thread) where a group's output
-            // channels come in fours; one thread per output otherwise.
-            let blocked = (c.o / c.groups).is_multiple_of(4);
-            let per = if blocked { (c.o / 4) * c.oh * c.ow.div_ceil(4) } else { c.o * c.oh * c.ow };
+            // Tiled through workgroup memory (implicit GEMM) where the tiles fill the device
+            // (`Tuning::dense_tile_min_workgroups`, as dense layers) and a group has channels
+            // enough for them; register-blocked (4 channels × 4 columns per thread) where a
+            // group's output channels come in fours; one thread per output otherwise.
+            let n = c.o / c.groups;
+            let tiles = c.groups * (c.oh * c.ow).div_ceil(32) * n.div_ceil(32);
+            let tiled =
+                n >= CONV_TILE_MIN_CHANNELS && tiles.saturating_mul(ctx.cap) >= ctx.tuning.dense_tile_min_workgroups;
+            let blocked = n.is_multiple_of(4);
+            let per = if tiled {
+                tiles * crate::kernels::WORKGROUP as usize
+            } else if blocked {
+                (c.o / 4) * c.oh * c.ow.div_ceil(4)
+            } else {
+                c.o * c.oh * c.ow
+            };
             let mut p = Params::new(per)?.u(2, ctx.act(o.x)?.base)?.u(3, ctx.act(o.y)?.base)?;
             for (i, v) in vals.into_iter().enumerate() {
                 p = p.u(4 + i, v)?;
@@ -231,7 +243,13 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             if let Some(b) = b {
                 p = p.w(24, b);
             }
-            vec![p.done(if blocked { Kernel::Conv2dBlock } else { Kernel::Conv2d })]
+            vec![p.done(if tiled {
+                Kernel::Conv2dTile
+            } else if blocked {
+                Kernel::Conv2dBlock
+            } else {
+                Kernel::Conv2d
+            })]
         }
         Op::Pool2d(o) => {
             let c = Pool2dParams::of(&o, &shape(o.x)?).map_err(|e| GpuError::Model(e.to_string()))?;
@@ -355,3 +373,7 @@ fn rnn(
     }
     Ok(vec![project, q.done(Kernel::Rnn)])
 }
+
+/// Fewest output channels per group for the tiled convolution (`conv2d_tile`'s tiles are 32
+/// channels wide: a depthwise layer would stage 31 clamped channels per useful one).
+const CONV_TILE_MIN_CHANNELS: usize = 16;

@@ -169,3 +169,133 @@ fn conv2d_block(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     conv_store4(y, oc0 + 2u, oy, ox0, oh, ow, b.a2);
     conv_store4(y, oc0 + 3u, oy, ox0, oh, ow, b.a3);
 }
+
+// `conv2d_tile`: the convolution as a shared-memory tiled GEMM (implicit im2col), for layers with
+// work enough to fill a GPU with tiles (`Tuning::dense_tile_min_workgroups`, as `dense_tile`):
+// per group, Y[oc, p] = Σ_k W[oc, k] · X[k, p] over output pixels p = (oy, ox) and taps
+// k = (ci, ky, kx). One workgroup per (sample, group, 32-pixel tile, 32-channel tile); per step of
+// 32 taps, the tile's 32 pixels' taps (gathered from the input, 0 in the padding) and 32 output
+// channels' weights (dequantised) are staged in workgroup memory, chunk-major, and every thread
+// takes 4 pixels (tr + 8i) × 4 channels (to + 8j) from there. Products in four-tap chunks
+// (`dot_v4`). Pixels and channels past the end are read clamped and not written.
+// per = groups · ⌈oh·ow / 32⌉ · ⌈(o / groups) / 32⌉ · WG; same parameters as `conv2d`.
+
+var<workgroup> ctile_x: array<V4, 256>;
+var<workgroup> ctile_w: array<V4, 256>;
+
+// Tap k of output pixel (oy, ox) in channel group c0: the input value, or 0 in the padding.
+fn conv_tap(x: u32, c0: u32, k: u32, oy: u32, ox: u32) -> f32 {
+    let kh = pu(8u);
+    let kw = pu(9u);
+    let kx = k % kw;
+    let ky = (k / kw) % kh;
+    let ci = k / (kw * kh);
+    let ty = oy * pu(10u) + ky * pu(14u);
+    let tx = ox * pu(11u) + kx * pu(15u);
+    let h = pu(5u);
+    let w = pu(6u);
+    if ty < pu(12u) || ty - pu(12u) >= h || tx < pu(13u) || tx - pu(13u) >= w {
+        return 0.0;
+    }
+    return act[x + (c0 + ci) * h * w + (ty - pu(12u)) * w + tx - pu(13u)];
+}
+
+@compute @workgroup_size(64)
+fn conv2d_tile(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_id) lid3: vec3<u32>) {
+    // A workgroup is one whole tile: the test is uniform.
+    let first = (wid.y * nwg.x + wid.x) * WG;
+    if first >= total_threads() {
+        return;
+    }
+    let lid = lid3.x;
+    let per = pu(1u);
+    let s = first / per;
+    let tile = (first % per) / WG;
+    let c = pu(4u);
+    let o = pu(7u);
+    let groups = pu(16u);
+    let m = pu(17u) * pu(18u);
+    let ow = pu(18u);
+    let n = o / groups;
+    let cg = c / groups;
+    let kk = cg * pu(8u) * pu(9u);
+    let ptiles = (m + 31u) / 32u;
+    let otiles = (n + 31u) / 32u;
+    let grp = tile / (ptiles * otiles);
+    let t2 = tile % (ptiles * otiles);
+    let p0 = (t2 / otiles) * 32u;
+    let n0 = (t2 % otiles) * 32u;
+    let c0 = grp * cg;
+    let oc0 = grp * n;
+    let x = pu(2u) + s * c * pu(5u) * pu(6u);
+    let wt = wdesc(20u);
+    let lc = lid % 8u;
+    let li = lid / 8u;
+    let tr = lid / 8u;
+    let to = lid % 8u;
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
+    for (var k0 = 0u; k0 < kk; k0 += 32u) {
+        let k = k0 + 4u * lc;
+        for (var q = 0u; q < 4u; q++) {
+            let item = li + 8u * q;
+            let p = min(p0 + item, m - 1u);
+            let oy = p / ow;
+            let ox = p % ow;
+            let oc = oc0 + min(n0 + item, n - 1u);
+            var xv = vec4<f32>(0.0);
+            var wv = vec4<f32>(0.0);
+            for (var u = 0u; u < 4u; u++) {
+                if k + u < kk {
+                    xv[u] = conv_tap(x, c0, k + u, oy, ox);
+                    wv[u] = wget(wt, oc, k + u);
+                }
+            }
+            ctile_x[lc * 32u + item] = to_v4(xv);
+            ctile_w[lc * 32u + item] = to_v4(wv);
+        }
+        workgroupBarrier();
+        for (var ch = 0u; ch < 8u; ch++) {
+            let b = ch * 32u;
+            let w0 = ctile_w[b + to];
+            let w1 = ctile_w[b + to + 8u];
+            let w2 = ctile_w[b + to + 16u];
+            let w3 = ctile_w[b + to + 24u];
+            a0 += conv_row4(ctile_x[b + tr], w0, w1, w2, w3);
+            a1 += conv_row4(ctile_x[b + tr + 8u], w0, w1, w2, w3);
+            a2 += conv_row4(ctile_x[b + tr + 16u], w0, w1, w2, w3);
+            a3 += conv_row4(ctile_x[b + tr + 24u], w0, w1, w2, w3);
+        }
+        workgroupBarrier();
+    }
+    let y = pu(3u) + s * o * m;
+    conv_tile_store(y, p0 + tr, oc0, n0 + to, m, n, a0);
+    conv_tile_store(y, p0 + tr + 8u, oc0, n0 + to, m, n, a1);
+    conv_tile_store(y, p0 + tr + 16u, oc0, n0 + to, m, n, a2);
+    conv_tile_store(y, p0 + tr + 24u, oc0, n0 + to, m, n, a3);
+}
+
+fn conv_row4(x: V4, w0: V4, w1: V4, w2: V4, w3: V4) -> vec4<f32> {
+    return vec4<f32>(dot_v4(x, w0), dot_v4(x, w1), dot_v4(x, w2), dot_v4(x, w3));
+}
+
+// Pixel p's channels n0, n0 + 8, n0 + 16, n0 + 24 of the group (those in range): bias,
+// activation, written channels-first.
+fn conv_tile_store(y: u32, p: u32, oc0: u32, n0: u32, m: u32, n: u32, a: vec4<f32>) {
+    if p >= m {
+        return;
+    }
+    for (var j = 0u; j < 4u; j++) {
+        let nj = n0 + 8u * j;
+        if nj < n {
+            var v = a[j];
+            if pu(19u) == 1u {
+                v += wflat(wdesc(24u), oc0 + nj);
+            }
+            act[y + (oc0 + nj) * m + p] = activate(pu(28u), v);
+        }
+    }
+}
