@@ -570,12 +570,15 @@ fn check(gpu: &GpuContext, cases: &[Case], precision: Precision, tunings: &[Tuni
 }
 
 /// The tunings the cases run under: software, GPU, and GPU with every dense layer of 8 rows or
-/// more tiled (`dense_tile`, which the GPU tuning keeps for layers that fill a device with tiles:
+/// more and every convolution of 16 channels a group or more tiled (`dense_tile`, which the GPU tuning keeps for layers that fill a device with tiles:
 /// larger than these cases; the large cases skip it, their dense layers being GEMV-shaped) and
 /// no subgroups (the first two use them where the device has them: `dense_split_sg`; here the
 /// workgroup-memory `dense_split`).
-const TUNINGS: [Tuning; 3] =
-    [Tuning::SOFTWARE, Tuning::GPU, Tuning { dense_tile_min_workgroups: 1, subgroups: false, ..Tuning::GPU }];
+const TUNINGS: [Tuning; 3] = [
+    Tuning::SOFTWARE,
+    Tuning::GPU,
+    Tuning { dense_tile_min_workgroups: 1, conv_tile_min_pixels: 1, subgroups: false, ..Tuning::GPU },
+];
 
 fn tuning_name(t: Tuning) -> &'static str {
     if t == Tuning::SOFTWARE {
