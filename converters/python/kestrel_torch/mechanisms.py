@@ -16,7 +16,7 @@ AftConv       ``wq`` Linear(d, d); ``wk`` Linear(d, h); ``wv, wo`` Linear(d, d);
 Fastformer    ``wq, wk, wv`` Linear(d, d); ``wqa, wka [h, d]`` (no bias); ``wr`` Linear(d, d)
 ============  ================================================================================
 
-The formulas are those of ``shared/DESIGN.md`` §1–3 and ``docs/DESIGN-NOTES.md``; the f64
+The formulas are those of ``docs/DESIGN.md`` §1–3 and ``docs/DESIGN-NOTES.md``; the f64
 reference in ``runtime/reference/src/mechanisms.rs`` computes the same functions naively.
 Numerics follow DESIGN.md: softmaxes subtract their maximum (``torch.softmax`` does), AFT
 subtracts the per-channel maximum of K over t' and the per-row maximum of w before ``exp``.
