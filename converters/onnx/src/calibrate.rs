@@ -51,16 +51,36 @@ fn integer(b: &ModelBuilder, w: TensorId) -> bool {
 fn targets(b: &ModelBuilder) -> Vec<(TensorId, Vec<String>)> {
     let mut out: Vec<(TensorId, Vec<String>)> = Vec::new();
     for op in b.ops() {
-        let x = match op {
-            Op::Dense(d) if integer(b, d.proj.w) => d.x,
-            Op::Attention(a) if integer(b, a.q.w) => a.x,
-            Op::AftFull(a) if integer(b, a.q.w) => a.x,
-            Op::AftLocal(a) if integer(b, a.q.w) => a.x,
-            Op::AftSimple(a) if integer(b, a.q.w) => a.x,
-            Op::AftConv(a) if integer(b, a.q.w) => a.x,
-            Op::Fastformer(a) if integer(b, a.q.w) => a.x,
-            _ => continue,
+        // Exhaustive: an op added to the format must say here whether it reads a calibrated
+        // input (its integer projection quantises the activation it reads).
+        let (x, w) = match op {
+            Op::Dense(d) => (d.x, d.proj.w),
+            Op::Attention(a) => (a.x, a.q.w),
+            Op::AftFull(a) => (a.x, a.q.w),
+            Op::AftLocal(a) => (a.x, a.q.w),
+            Op::AftSimple(a) => (a.x, a.q.w),
+            Op::AftConv(a) => (a.x, a.q.w),
+            Op::Fastformer(a) => (a.x, a.q.w),
+            // No int8-activation kernels: integer convolutions and recurrences dequantise their
+            // weights against f32 activations; the rest have no projections.
+            Op::Conv2d(_)
+            | Op::Lstm(_)
+            | Op::Gru(_)
+            | Op::MatMul(_)
+            | Op::PatchEmbed(_)
+            | Op::Embedding(_)
+            | Op::LayerNorm(_)
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Softmax(_)
+            | Op::Reduce(_)
+            | Op::Reshape(_)
+            | Op::Transpose(_)
+            | Op::Pool2d(_) => continue,
         };
+        if !integer(b, w) {
+            continue;
+        }
         if b.is_weight(x) {
             continue;
         }

@@ -35,14 +35,6 @@ pub enum GpuError {
         /// Adapter name.
         adapter: String,
     },
-    /// An op has no GPU kernel yet (the session is not created; nothing runs on the CPU silently).
-    #[error("node {node}: op {op} has no GPU kernel")]
-    UnsupportedOp {
-        /// Node index.
-        node: u32,
-        /// Op name.
-        op: &'static str,
-    },
     /// A buffer would exceed the adapter's limits. `what` is [`ACTIVATION_ARENA`] when the
     /// batch's activations are too large: a smaller capacity may fit.
     #[error("{what} needs {needed} bytes but the adapter allows {limit} (limit `{limit_name}`)")]

@@ -137,8 +137,9 @@ fn limit(what: &'static str, needed: u64, limit: u64, limit_name: &'static str) 
 impl GpuSession {
     /// Lowers `model` to dispatches for batches up to `capacity`, uploads the file's weights in
     /// their stored encoding, and allocates every buffer, with the default [`SessionOptions`]
-    /// (f32 arithmetic). An op without a GPU kernel is a [`GpuError::UnsupportedOp`] here, before
-    /// anything runs.
+    /// (f32 arithmetic). Every op has a GPU lowering (the lowering's matches over ops are
+    /// exhaustive, so a new op does not compile without one); a model the lowering cannot take is
+    /// a [`GpuError::Model`] here, before anything runs.
     pub fn new(ctx: &GpuContext, model: &kestrel_cpu::Model<'_>, capacity: usize) -> Result<Self, GpuError> {
         Self::with_options(ctx, model, capacity, &SessionOptions::default())
     }

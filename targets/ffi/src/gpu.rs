@@ -97,7 +97,7 @@ pub fn error(e: GpuError) -> FfiError {
             Status::KESTREL_ERR_NO_GPU
         }
         // `KESTREL_GPU_PRECISION_F16` on a device without SHADER_F16.
-        GpuError::UnsupportedOp { .. } | GpuError::F16Unsupported { .. } => Status::KESTREL_ERR_UNSUPPORTED,
+        GpuError::F16Unsupported { .. } => Status::KESTREL_ERR_UNSUPPORTED,
         GpuError::Limit { .. } => Status::KESTREL_ERR_TOO_LARGE,
         GpuError::Model(_) => Status::KESTREL_ERR_INTERNAL,
         GpuError::Wgpu { .. } | GpuError::DeviceLost(_) | GpuError::Poll(_) | GpuError::Map(_) => {

@@ -120,7 +120,22 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             p.check(&w)?;
             Prep::Fastformer(p, w)
         }
-        _ => return Err(ShapeError::Invalid { op: op.name(), what: "not a mechanism" }),
+        // Exhaustive: an op added to the format fails to compile here until it is routed.
+        Op::Dense(_)
+        | Op::LayerNorm(_)
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Softmax(_)
+        | Op::PatchEmbed(_)
+        | Op::Embedding(_)
+        | Op::Reduce(_)
+        | Op::Reshape(_)
+        | Op::Transpose(_)
+        | Op::MatMul(_)
+        | Op::Conv2d(_)
+        | Op::Pool2d(_)
+        | Op::Lstm(_)
+        | Op::Gru(_) => return Err(ShapeError::Invalid { op: op.name(), what: "not a mechanism" }),
     };
     Ok(prep)
 }

@@ -287,7 +287,13 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 .map_err(|e| GpuError::Model(e.to_string()))?;
             rnn(ctx, &p, o.x, o.y, [Some(o.w), Some(o.r), Some(o.b), o.h0, None])?
         }
-        _ => return Err(GpuError::UnsupportedOp { node, op: op.name() }),
+        // Exhaustive: an op added to the format fails to compile here until it is lowered.
+        Op::Attention(_) | Op::AftFull(_) | Op::AftLocal(_) | Op::AftSimple(_) | Op::AftConv(_) | Op::Fastformer(_) => {
+            return Err(GpuError::Model(format!(
+                "node {node}: {} is a mechanism (lowered in mechanisms.rs)",
+                op.name()
+            )))
+        }
     })
 }
 

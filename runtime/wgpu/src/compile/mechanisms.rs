@@ -223,7 +223,27 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             }
             v.push(ctx.dense(val, t, d, ctx.proj(o.r)?, 0, y, Some(q))?);
         }
-        _ => return Err(GpuError::UnsupportedOp { node, op: op.name() }),
+        // Exhaustive: an op added to the format fails to compile here until it is routed.
+        Op::Dense(_)
+        | Op::LayerNorm(_)
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Softmax(_)
+        | Op::PatchEmbed(_)
+        | Op::Embedding(_)
+        | Op::Reduce(_)
+        | Op::Reshape(_)
+        | Op::Transpose(_)
+        | Op::MatMul(_)
+        | Op::Conv2d(_)
+        | Op::Pool2d(_)
+        | Op::Lstm(_)
+        | Op::Gru(_) => {
+            return Err(GpuError::Model(format!(
+                "node {node}: {} is not a mechanism (lowered in layers.rs)",
+                op.name()
+            )))
+        }
     }
     Ok(v)
 }
