@@ -135,7 +135,8 @@ mod tests {
         assert!(e.message.contains("KESTREL_BACKEND_CPU"), "{}", e.message);
         let e = error(GpuError::AdapterNotFound { wanted: "x".into(), available: "none".into() });
         assert_eq!(e.status, Status::KESTREL_ERR_NO_GPU);
-        assert_eq!(error(GpuError::UnsupportedOp { node: 3, op: "Foo" }).status, Status::KESTREL_ERR_UNSUPPORTED);
+        let e = GpuError::F16Unsupported { adapter: "x".into() };
+        assert_eq!(error(e).status, Status::KESTREL_ERR_UNSUPPORTED);
         let e = GpuError::Limit { what: "arena", needed: 2, limit: 1, limit_name: "max_buffer_size" };
         assert_eq!(error(e).status, Status::KESTREL_ERR_TOO_LARGE);
         assert_eq!(error(GpuError::DeviceLost("reset".into())).status, Status::KESTREL_ERR_GPU);
