@@ -59,18 +59,35 @@ pub enum OpError {
 }
 
 macro_rules! code_enum {
-    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $n:expr),+ $(,)? }) => {
+    ($(#[$m:meta])* $name:ident {
+        $(#[$fm:meta])* $fv:ident = $fn:expr
+        $(, $(#[$vm:meta])* $v:ident = $n:expr)* $(,)?
+    }) => {
         $(#[$m])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         #[repr(u32)]
-        pub enum $name { $($(#[$vm])* $v = $n),+ }
+        pub enum $name { $(#[$fm])* $fv = $fn, $($(#[$vm])* $v = $n),* }
         impl $name {
             /// Decodes the on-disk code.
             pub fn from_u32(v: u32) -> Option<Self> {
-                match v { $($n => Some(Self::$v),)+ _ => None }
+                match v { $fn => Some(Self::$fv), $($n => Some(Self::$v),)* _ => None }
             }
             /// Every value, in code order.
-            pub const ALL: &'static [Self] = &[$(Self::$v),+];
+            pub const ALL: &'static [Self] = &[Self::$fv, $(Self::$v),*];
+        }
+        /// The first code (a blank op's placeholder before its record is read).
+        impl Default for $name {
+            fn default() -> Self {
+                Self::$fv
+            }
+        }
+        impl record::Code for $name {
+            fn code(self) -> u32 {
+                self as u32
+            }
+            fn from_code(v: u32) -> Option<Self> {
+                Self::from_u32(v)
+            }
         }
     };
 }
@@ -230,7 +247,7 @@ code_enum!(
 );
 
 /// A dense projection: weight `[out, in]` and an optional bias `[out]`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Proj {
     /// Weight tensor, `[out, in]`.
     pub w: TensorId,
@@ -239,7 +256,7 @@ pub struct Proj {
 }
 
 /// `y = act(x Wᵀ + b)` over the last axis of `x` (any rank).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Dense {
     /// Input `[.., in]`.
     pub x: TensorId,
@@ -253,7 +270,7 @@ pub struct Dense {
 
 /// Layer norm, `y = (x − mean) / √(var + ε) · γ + β` (biased variance), over the last axis or,
 /// with [`NormAxis::Channels`], over the first axis of a channels-first `[C, S…]` map.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct LayerNorm {
     /// Input.
     pub x: TensorId,
@@ -271,7 +288,7 @@ pub struct LayerNorm {
 }
 
 /// Element-wise unary op.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Unary {
     /// Input.
     pub x: TensorId,
@@ -283,7 +300,7 @@ pub struct Unary {
 
 /// Element-wise binary op with numpy broadcasting of per-sample shapes; either operand may be a
 /// weight (broadcast over the batch too).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Binary {
     /// Left operand.
     pub a: TensorId,
@@ -296,7 +313,7 @@ pub struct Binary {
 }
 
 /// Softmax over the last axis.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Softmax {
     /// Input.
     pub x: TensorId,
@@ -307,7 +324,7 @@ pub struct Softmax {
 /// Non-overlapping patch embedding: input `[C, H, W]`, patches `p×p` in row-major patch order,
 /// weight `[d, C·p·p]` (flattened in `(c, i, j)` order, as a conv kernel `[d, C, p, p]`),
 /// output `[(H/p)·(W/p), d]`.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PatchEmbed {
     /// Image `[C, H, W]`.
     pub x: TensorId,
@@ -320,7 +337,7 @@ pub struct PatchEmbed {
 }
 
 /// Token embedding lookup plus optional position embedding: ids `[T]` (i32) → `[T, d]`.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Embedding {
     /// Token ids `[T]`, i32.
     pub ids: TensorId,
@@ -333,7 +350,7 @@ pub struct Embedding {
 }
 
 /// Reduction over one per-sample axis.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Reduce {
     /// Input.
     pub x: TensorId,
@@ -348,7 +365,7 @@ pub struct Reduce {
 }
 
 /// Reshape/flatten: a view. The output shares the input's arena bytes (same offset).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Reshape {
     /// Input.
     pub x: TensorId,
@@ -357,7 +374,7 @@ pub struct Reshape {
 }
 
 /// Permutation of per-sample axes (materialised: our kernels read contiguous tensors).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Transpose {
     /// Input.
     pub x: TensorId,
@@ -369,7 +386,7 @@ pub struct Transpose {
 
 /// Batched matrix product over the last two axes with numpy broadcasting of leading axes:
 /// `a [.., M, K] · b [.., K, N]` (or `b [.., N, K]` with `transpose_b`). `b` may be a weight.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct MatMul {
     /// Left operand.
     pub a: TensorId,
@@ -382,7 +399,7 @@ pub struct MatMul {
 }
 
 /// 2-D convolution, NCHW per sample: input `[C, H, W]`, weight `[O, C/groups, kh, kw]`.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Conv2d {
     /// Input `[C, H, W]`.
     pub x: TensorId,
@@ -409,7 +426,7 @@ pub struct Conv2d {
 /// j·stride_w − pad_left + v·dilation_w)`, `u < kh`, `v < kw`; taps in the padding are skipped
 /// (no padding value enters a max or a sum). Every window must hold at least one input element.
 /// ONNX's `ceil_mode` has no attribute: a converter resolves it into extra bottom/right padding.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Pool2d {
     /// Input `[C, H, W]`.
     pub x: TensorId,
@@ -438,7 +455,7 @@ pub struct Pool2d {
 /// `h0`, `c0` `[dirs, H]` (absent: zeros), shared by every sample. With `g = x_t Wᵀ + h Rᵀ + Wb + Rb`: `i, o, f = σ(g_i), σ(g_o), σ(g_f)`,
 /// `c = f ⊙ c + i ⊙ tanh(g_c)`, `h = o ⊙ tanh(c)`. Output per [`RnnOutput`]: `[T, dirs, H]` or
 /// `[dirs, H]`.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Lstm {
     /// Input `[T, I]`.
     pub x: TensorId,
@@ -468,7 +485,7 @@ pub struct Lstm {
 /// `b [dirs, 6H]` (`Wb` then `Rb`), optional initial state `h0 [dirs, H]` (absent: zeros).
 /// `z = σ(x_t W_zᵀ + h R_zᵀ + Wb_z + Rb_z)`, `r` alike, `n = tanh(x_t W_hᵀ + Wb_h + r ⊙ (h R_hᵀ +
 /// Rb_h))`, `h = (1 − z) ⊙ n + z ⊙ h`. Output per [`RnnOutput`] (not `Cell`).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Gru {
     /// Input `[T, I]`.
     pub x: TensorId,
@@ -507,7 +524,7 @@ impl RnnDirection {
 }
 
 /// Fused multi-head attention of the four variants (DESIGN.md §1), input and output `[T, d]`.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Attention {
     /// Input `[T, d]`.
     pub x: TensorId,
@@ -545,7 +562,7 @@ pub struct Attention {
 }
 
 /// AFT-full (DESIGN.md §2): w is `[T, T]`, or factorised `u [T, r]`, `v [T, r]` with w = u vᵀ.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct AftFull {
     /// Input `[T, d]`.
     pub x: TensorId,
@@ -579,11 +596,18 @@ pub enum AftBias {
     },
 }
 
+/// A placeholder (a blank op's, before its record is read).
+impl Default for AftBias {
+    fn default() -> Self {
+        AftBias::Full(0)
+    }
+}
+
 /// AFT-local (DESIGN.md §2): w used only where |t − t'| < window, 0 elsewhere; global
 /// connectivity kept. w is stored as its band `[T, 2s − 1]` when that is narrower than T
 /// ([`AftLocal::w_cols`]: row i, column k holds `w[i, i − (s − 1) + k]`, 0 where that key is
 /// outside 0..T), else as the full `[T, T]` (files from before the band always are).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct AftLocal {
     /// Input `[T, d]`.
     pub x: TensorId,
@@ -606,7 +630,7 @@ pub struct AftLocal {
 }
 
 /// AFT-simple (DESIGN.md §2).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct AftSimple {
     /// Input `[T, d]`.
     pub x: TensorId,
@@ -625,7 +649,7 @@ pub struct AftSimple {
 }
 
 /// AFT-conv (DESIGN.md §2) on a `grid_h × grid_w` token grid (T = grid_h·grid_w, row-major).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct AftConv {
     /// Input `[T, d]`.
     pub x: TensorId,
@@ -650,7 +674,7 @@ pub struct AftConv {
 }
 
 /// Fastformer additive attention (DESIGN.md §3): output_t = W^R (G ⊙ v_t) + b^R + q_t.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Fastformer {
     /// Input `[T, d]`.
     pub x: TensorId,

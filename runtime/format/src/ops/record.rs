@@ -1,5 +1,6 @@
-//! The on-disk record encoding of ops: fixed-capacity buffers, a typed slot reader, and
-//! `Op::encode` / `Op::decode`.
+//! The on-disk record encoding of ops: fixed-capacity buffers and `Op::encode` / `Op::decode`,
+//! both driven by one walk over each op's slots ([`walk`]): the order of an op's tensor slots
+//! and attributes is written once, so the encoder and the decoder cannot disagree.
 
 use super::*;
 
@@ -32,550 +33,521 @@ impl OpRecordBuf {
     pub fn attrs(&self) -> &[u32] {
         &self.attrs[..self.n_attrs as usize]
     }
-    fn t(&mut self, id: TensorId) {
-        self.tensors[self.n_tensors as usize] = id;
+}
+
+/// An attribute stored as a code (the `code_enum!` enums).
+pub trait Code: Copy {
+    /// The on-disk code.
+    fn code(self) -> u32;
+    /// The value of an on-disk code, `None` if unknown.
+    fn from_code(v: u32) -> Option<Self>;
+}
+
+/// One side of the walk over a record: writing an op's values ([`OpRecordBuf`]), counting its
+/// slots ([`Counter`]) or reading them into a blank op ([`Decoder`]).
+trait Slots {
+    /// True when values are read from the record into the op (and checked).
+    const DECODE: bool;
+    /// The op's name, for errors.
+    fn op(&self) -> &'static str;
+    /// The next tensor slot (`NONE` for an absent optional one).
+    fn slot(&mut self, v: &mut u32);
+    /// The next attribute.
+    fn attr(&mut self, v: &mut u32);
+    /// Whether an optional tensor slot is in the record: when writing, `present`; when
+    /// decoding, whether the record has the extra slot.
+    fn tensor_present(&mut self, present: bool) -> bool;
+    /// Whether an optional trailing attribute is in the record (as [`Slots::tensor_present`]).
+    fn attr_present(&mut self, present: bool) -> bool;
+}
+
+impl Slots for OpRecordBuf {
+    const DECODE: bool = false;
+    fn op(&self) -> &'static str {
+        kind_name(self.kind).unwrap_or("?")
+    }
+    fn slot(&mut self, v: &mut u32) {
+        self.tensors[self.n_tensors as usize] = *v;
         self.n_tensors += 1;
     }
-    fn opt(&mut self, id: Option<TensorId>) {
-        self.t(id.unwrap_or(NONE));
-    }
-    fn proj(&mut self, p: Proj) {
-        self.t(p.w);
-        self.opt(p.b);
-    }
-    fn oproj(&mut self, p: Option<Proj>) {
-        match p {
-            Some(p) => self.proj(p),
-            None => {
-                self.t(NONE);
-                self.t(NONE);
-            }
-        }
-    }
-    fn a(&mut self, v: u32) {
-        self.attrs[self.n_attrs as usize] = v;
+    fn attr(&mut self, v: &mut u32) {
+        self.attrs[self.n_attrs as usize] = *v;
         self.n_attrs += 1;
+    }
+    fn tensor_present(&mut self, present: bool) -> bool {
+        present
+    }
+    fn attr_present(&mut self, present: bool) -> bool {
+        present
     }
 }
 
-/// Reads slots and attributes of one record with typed errors.
-struct Reader<'a> {
+/// Counts a blank op's slots: the fixed ones, and whether it has an optional tensor slot or
+/// trailing attribute (counted as absent).
+#[derive(Default)]
+struct Counter {
+    tensors: usize,
+    attrs: usize,
+    optional_tensor: bool,
+    optional_attr: bool,
+}
+
+impl Slots for Counter {
+    const DECODE: bool = false;
+    fn op(&self) -> &'static str {
+        "?"
+    }
+    fn slot(&mut self, _: &mut u32) {
+        self.tensors += 1;
+    }
+    fn attr(&mut self, _: &mut u32) {
+        self.attrs += 1;
+    }
+    fn tensor_present(&mut self, _: bool) -> bool {
+        self.optional_tensor = true;
+        false
+    }
+    fn attr_present(&mut self, _: bool) -> bool {
+        self.optional_attr = true;
+        false
+    }
+}
+
+/// Reads a record whose slot and attribute counts were checked against the op's
+/// ([`Op::decode`]), so every read is in bounds.
+struct Decoder<'a> {
     op: &'static str,
     tensors: &'a [u32],
     attrs: &'a [u32],
     ti: usize,
     ai: usize,
+    with_tensor: bool,
+    with_attr: bool,
 }
 
-impl<'a> Reader<'a> {
-    fn new(op: &'static str, tensors: &'a [u32], attrs: &'a [u32], nt: usize, na: usize) -> Result<Self, OpError> {
-        if tensors.len() != nt {
-            return Err(OpError::TensorCount { op, expected: nt, found: tensors.len() });
-        }
-        if attrs.len() != na {
-            return Err(OpError::AttrCount { op, expected: na, found: attrs.len() });
-        }
-        Ok(Self { op, tensors, attrs, ti: 0, ai: 0 })
+impl Slots for Decoder<'_> {
+    const DECODE: bool = true;
+    fn op(&self) -> &'static str {
+        self.op
     }
-    fn opt(&mut self) -> Option<TensorId> {
-        let v = self.tensors[self.ti];
+    fn slot(&mut self, v: &mut u32) {
+        *v = self.tensors[self.ti];
         self.ti += 1;
-        (v != NONE).then_some(v)
     }
-    fn t(&mut self, slot: &'static str) -> Result<TensorId, OpError> {
-        self.opt().ok_or(OpError::MissingTensor { op: self.op, slot })
-    }
-    fn proj(&mut self, slot: &'static str) -> Result<Proj, OpError> {
-        let w = self.t(slot)?;
-        Ok(Proj { w, b: self.opt() })
-    }
-    fn oproj(&mut self) -> Option<Proj> {
-        let w = self.opt();
-        let b = self.opt();
-        w.map(|w| Proj { w, b })
-    }
-    fn raw(&mut self) -> u32 {
-        let v = self.attrs[self.ai];
+    fn attr(&mut self, v: &mut u32) {
+        *v = self.attrs[self.ai];
         self.ai += 1;
-        v
     }
-    fn f32(&mut self, attr: &'static str) -> Result<f32, OpError> {
-        let v = self.raw();
-        let f = f32::from_bits(v);
-        if f.is_finite() {
-            Ok(f)
-        } else {
-            Err(OpError::BadAttr { op: self.op, attr, value: v })
+    fn tensor_present(&mut self, _: bool) -> bool {
+        self.with_tensor
+    }
+    fn attr_present(&mut self, _: bool) -> bool {
+        self.with_attr
+    }
+}
+
+fn bad(op: &'static str, attr: &'static str, value: u32) -> OpError {
+    OpError::BadAttr { op, attr, value }
+}
+
+/// A required tensor slot.
+fn t<S: Slots>(s: &mut S, v: &mut TensorId, slot: &'static str) -> Result<(), OpError> {
+    s.slot(v);
+    if S::DECODE && *v == NONE {
+        return Err(OpError::MissingTensor { op: s.op(), slot });
+    }
+    Ok(())
+}
+
+/// An optional tensor slot (`NONE` when absent).
+fn opt<S: Slots>(s: &mut S, v: &mut Option<TensorId>) {
+    let mut raw = v.unwrap_or(NONE);
+    s.slot(&mut raw);
+    *v = (raw != NONE).then_some(raw);
+}
+
+/// A projection: its weight (required) and bias (optional) slots.
+fn proj<S: Slots>(s: &mut S, p: &mut Proj, slot: &'static str) -> Result<(), OpError> {
+    t(s, &mut p.w, slot)?;
+    opt(s, &mut p.b);
+    Ok(())
+}
+
+/// An optional projection: two slots, both `NONE` when absent.
+fn oproj<S: Slots>(s: &mut S, p: &mut Option<Proj>) {
+    let (mut w, mut b) = (p.map(|p| p.w), p.and_then(|p| p.b));
+    opt(s, &mut w);
+    opt(s, &mut b);
+    *p = w.map(|w| Proj { w, b });
+}
+
+/// An attribute taken as it is.
+fn raw<S: Slots>(s: &mut S, v: &mut u32) {
+    s.attr(v);
+}
+
+/// A positive attribute.
+fn pos<S: Slots>(s: &mut S, v: &mut u32, attr: &'static str) -> Result<(), OpError> {
+    s.attr(v);
+    if S::DECODE && *v == 0 {
+        return Err(bad(s.op(), attr, 0));
+    }
+    Ok(())
+}
+
+/// A 0/1 attribute.
+fn flag<S: Slots>(s: &mut S, v: &mut bool, attr: &'static str) -> Result<(), OpError> {
+    let mut r = u32::from(*v);
+    s.attr(&mut r);
+    *v = match r {
+        0 => false,
+        1 => true,
+        value => return Err(bad(s.op(), attr, value)),
+    };
+    Ok(())
+}
+
+/// A finite f32 stored as its bits.
+fn float<S: Slots>(s: &mut S, v: &mut f32, attr: &'static str) -> Result<(), OpError> {
+    let mut r = v.to_bits();
+    s.attr(&mut r);
+    if S::DECODE {
+        let f = f32::from_bits(r);
+        if !f.is_finite() {
+            return Err(bad(s.op(), attr, r));
+        }
+        *v = f;
+    }
+    Ok(())
+}
+
+/// A coded attribute.
+fn code<S: Slots, T: Code>(s: &mut S, v: &mut T, attr: &'static str) -> Result<(), OpError> {
+    let mut r = v.code();
+    s.attr(&mut r);
+    if S::DECODE {
+        *v = T::from_code(r).ok_or(bad(s.op(), attr, r))?;
+    }
+    Ok(())
+}
+
+/// A coded trailing attribute written only when not `absent` (files without it stay readable by
+/// older readers); decoded as `absent` when the record lacks it.
+fn opt_code<S: Slots, T: Code + PartialEq>(s: &mut S, v: &mut T, absent: T, attr: &'static str) -> Result<(), OpError> {
+    if s.attr_present(*v != absent) {
+        code(s, v, attr)
+    } else {
+        *v = absent;
+        Ok(())
+    }
+}
+
+/// Two positive attributes.
+fn pos2<S: Slots>(s: &mut S, v: &mut [u32; 2], attr: &'static str) -> Result<(), OpError> {
+    pos(s, &mut v[0], attr)?;
+    pos(s, &mut v[1], attr)
+}
+
+/// Four raw attributes (paddings).
+fn raw4<S: Slots>(s: &mut S, v: &mut [u32; 4]) {
+    for p in v {
+        raw(s, p);
+    }
+}
+
+/// Every op's record, slot by slot (tensor slots end with the output): the one place its layout
+/// is written. Checks of attribute domains and slot combinations run when decoding, in record
+/// order.
+fn walk<S: Slots>(s: &mut S, op: &mut Op) -> Result<(), OpError> {
+    match op {
+        Op::Dense(o) => {
+            t(s, &mut o.x, "x")?;
+            proj(s, &mut o.proj, "w")?;
+            t(s, &mut o.y, "y")?;
+            code(s, &mut o.act, "activation")?;
+        }
+        Op::LayerNorm(o) => {
+            t(s, &mut o.x, "x")?;
+            t(s, &mut o.gamma, "gamma")?;
+            opt(s, &mut o.beta);
+            t(s, &mut o.y, "y")?;
+            float(s, &mut o.eps, "eps")?;
+            // The normalised axis only when not the last (FORMAT.md §6, §9).
+            opt_code(s, &mut o.axis, NormAxis::Last, "axis")?;
+        }
+        Op::Unary(o) => {
+            t(s, &mut o.x, "x")?;
+            t(s, &mut o.y, "y")?;
+            code(s, &mut o.op, "op")?;
+        }
+        Op::Binary(o) => {
+            t(s, &mut o.a, "a")?;
+            t(s, &mut o.b, "b")?;
+            t(s, &mut o.y, "y")?;
+            code(s, &mut o.op, "op")?;
+        }
+        Op::Softmax(o) => {
+            t(s, &mut o.x, "x")?;
+            t(s, &mut o.y, "y")?;
+        }
+        Op::PatchEmbed(o) => {
+            t(s, &mut o.x, "x")?;
+            proj(s, &mut o.proj, "w")?;
+            t(s, &mut o.y, "y")?;
+            pos(s, &mut o.patch, "patch")?;
+        }
+        Op::Embedding(o) => {
+            t(s, &mut o.ids, "ids")?;
+            t(s, &mut o.table, "table")?;
+            opt(s, &mut o.pos);
+            t(s, &mut o.y, "y")?;
+        }
+        Op::Reduce(o) => {
+            t(s, &mut o.x, "x")?;
+            t(s, &mut o.y, "y")?;
+            code(s, &mut o.op, "op")?;
+            raw(s, &mut o.axis);
+            flag(s, &mut o.keep_dims, "keep_dims")?;
+        }
+        Op::Reshape(o) => {
+            t(s, &mut o.x, "x")?;
+            t(s, &mut o.y, "y")?;
+        }
+        Op::Transpose(o) => {
+            t(s, &mut o.x, "x")?;
+            t(s, &mut o.y, "y")?;
+            for p in &mut o.perm {
+                let mut r = u32::from(*p);
+                s.attr(&mut r);
+                *p = u8::try_from(r).ok().filter(|&v| (v as usize) < crate::dtype::MAX_RANK).ok_or(bad(
+                    s.op(),
+                    "perm",
+                    r,
+                ))?;
+            }
+        }
+        Op::MatMul(o) => {
+            t(s, &mut o.a, "a")?;
+            t(s, &mut o.b, "b")?;
+            t(s, &mut o.y, "y")?;
+            flag(s, &mut o.transpose_b, "transpose_b")?;
+        }
+        Op::Conv2d(o) => {
+            t(s, &mut o.x, "x")?;
+            proj(s, &mut o.proj, "w")?;
+            t(s, &mut o.y, "y")?;
+            pos2(s, &mut o.stride, "stride")?;
+            raw4(s, &mut o.pad);
+            pos2(s, &mut o.dilation, "dilation")?;
+            pos(s, &mut o.groups, "groups")?;
+            // Only when fused: files without fused activations stay readable by 1.1.
+            opt_code(s, &mut o.act, Activation::None, "activation")?;
+        }
+        Op::Pool2d(o) => {
+            t(s, &mut o.x, "x")?;
+            t(s, &mut o.y, "y")?;
+            code(s, &mut o.kind, "kind")?;
+            pos2(s, &mut o.kernel, "kernel")?;
+            pos2(s, &mut o.stride, "stride")?;
+            raw4(s, &mut o.pad);
+            pos2(s, &mut o.dilation, "dilation")?;
+            flag(s, &mut o.count_include_pad, "count_include_pad")?;
+            if S::DECODE && o.count_include_pad && o.kind == PoolKind::Max {
+                return Err(bad(s.op(), "count_include_pad (Max)", 1));
+            }
+        }
+        Op::Lstm(o) => {
+            t(s, &mut o.x, "x")?;
+            t(s, &mut o.w, "w")?;
+            t(s, &mut o.r, "r")?;
+            t(s, &mut o.b, "b")?;
+            opt(s, &mut o.h0);
+            opt(s, &mut o.c0);
+            t(s, &mut o.y, "y")?;
+            pos(s, &mut o.hidden, "hidden")?;
+            code(s, &mut o.direction, "direction")?;
+            code(s, &mut o.output, "output")?;
+        }
+        Op::Gru(o) => {
+            t(s, &mut o.x, "x")?;
+            t(s, &mut o.w, "w")?;
+            t(s, &mut o.r, "r")?;
+            t(s, &mut o.b, "b")?;
+            opt(s, &mut o.h0);
+            t(s, &mut o.y, "y")?;
+            pos(s, &mut o.hidden, "hidden")?;
+            code(s, &mut o.direction, "direction")?;
+            code(s, &mut o.output, "output")?;
+            if S::DECODE && o.output == RnnOutput::Cell {
+                return Err(bad(s.op(), "output (a GRU has no cell state)", 2));
+            }
+        }
+        Op::Attention(o) => {
+            t(s, &mut o.x, "x")?;
+            proj(s, &mut o.q, "wq")?;
+            oproj(s, &mut o.k);
+            oproj(s, &mut o.v);
+            oproj(s, &mut o.align);
+            proj(s, &mut o.o, "wo")?;
+            // The key mask is a 13th slot, present only when used (older readers and files keep
+            // the 12-slot record).
+            if s.tensor_present(o.mask.is_some()) {
+                let mut m = o.mask.unwrap_or(NONE);
+                t(s, &mut m, "mask")?;
+                o.mask = Some(m);
+            } else {
+                o.mask = None;
+            }
+            t(s, &mut o.y, "y")?;
+            code(s, &mut o.variant, "variant")?;
+            pos(s, &mut o.heads, "heads")?;
+            flag(s, &mut o.causal, "causal")?;
+            float(s, &mut o.scale, "scale")?;
+            if S::DECODE {
+                use AttentionVariant::*;
+                let v = o.variant;
+                for (present, want, slot) in [
+                    (o.k.is_some(), matches!(v, Standard | Optimised), "variant (wk)"),
+                    (o.v.is_some(), matches!(v, Standard), "variant (wv)"),
+                    (o.align.is_some(), matches!(v, Super), "variant (wa)"),
+                ] {
+                    if present != want {
+                        return Err(bad(s.op(), slot, v as u32));
+                    }
+                }
+            }
+        }
+        Op::AftFull(o) => {
+            t(s, &mut o.x, "x")?;
+            proj(s, &mut o.q, "wq")?;
+            proj(s, &mut o.k, "wk")?;
+            proj(s, &mut o.v, "wv")?;
+            let (mut w, mut u, mut v) = match o.bias {
+                AftBias::Full(w) => (Some(w), None, None),
+                AftBias::Factorised { u, v } => (None, Some(u), Some(v)),
+            };
+            opt(s, &mut w);
+            opt(s, &mut u);
+            opt(s, &mut v);
+            o.bias = match (w, u, v) {
+                (Some(w), None, None) => AftBias::Full(w),
+                (None, Some(u), Some(v)) => AftBias::Factorised { u, v },
+                _ => return Err(OpError::MissingTensor { op: s.op(), slot: "w (or u and v)" }),
+            };
+            proj(s, &mut o.o, "wo")?;
+            t(s, &mut o.y, "y")?;
+            flag(s, &mut o.causal, "causal")?;
+        }
+        Op::AftLocal(o) => {
+            t(s, &mut o.x, "x")?;
+            proj(s, &mut o.q, "wq")?;
+            proj(s, &mut o.k, "wk")?;
+            proj(s, &mut o.v, "wv")?;
+            t(s, &mut o.w, "w")?;
+            proj(s, &mut o.o, "wo")?;
+            t(s, &mut o.y, "y")?;
+            flag(s, &mut o.causal, "causal")?;
+            pos(s, &mut o.window, "window")?;
+        }
+        Op::AftSimple(o) => {
+            t(s, &mut o.x, "x")?;
+            proj(s, &mut o.q, "wq")?;
+            proj(s, &mut o.k, "wk")?;
+            proj(s, &mut o.v, "wv")?;
+            proj(s, &mut o.o, "wo")?;
+            t(s, &mut o.y, "y")?;
+            flag(s, &mut o.causal, "causal")?;
+        }
+        Op::AftConv(o) => {
+            t(s, &mut o.x, "x")?;
+            proj(s, &mut o.q, "wq")?;
+            proj(s, &mut o.k, "wk")?;
+            proj(s, &mut o.v, "wv")?;
+            t(s, &mut o.w, "w")?;
+            proj(s, &mut o.o, "wo")?;
+            t(s, &mut o.y, "y")?;
+            pos(s, &mut o.heads, "heads")?;
+            pos(s, &mut o.kernel, "kernel")?;
+            if S::DECODE && o.kernel % 2 == 0 {
+                return Err(bad(s.op(), "kernel (must be odd)", o.kernel));
+            }
+            pos(s, &mut o.grid[0], "grid_h")?;
+            pos(s, &mut o.grid[1], "grid_w")?;
+        }
+        Op::Fastformer(o) => {
+            t(s, &mut o.x, "x")?;
+            proj(s, &mut o.q, "wq")?;
+            proj(s, &mut o.k, "wk")?;
+            proj(s, &mut o.v, "wv")?;
+            t(s, &mut o.wqa, "wqa")?;
+            t(s, &mut o.wka, "wka")?;
+            proj(s, &mut o.r, "wr")?;
+            t(s, &mut o.y, "y")?;
+            pos(s, &mut o.heads, "heads")?;
+            float(s, &mut o.scale, "scale")?;
         }
     }
-    fn bool(&mut self, attr: &'static str) -> Result<bool, OpError> {
-        match self.raw() {
-            0 => Ok(false),
-            1 => Ok(true),
-            value => Err(OpError::BadAttr { op: self.op, attr, value }),
-        }
-    }
-    fn pos(&mut self, attr: &'static str) -> Result<u32, OpError> {
-        match self.raw() {
-            0 => Err(OpError::BadAttr { op: self.op, attr, value: 0 }),
-            v => Ok(v),
-        }
-    }
-    fn code<T>(&mut self, attr: &'static str, f: fn(u32) -> Option<T>) -> Result<T, OpError> {
-        let v = self.raw();
-        f(v).ok_or(OpError::BadAttr { op: self.op, attr, value: v })
-    }
+    Ok(())
+}
+
+/// A blank op of a kind (placeholder values, optional slots absent), `None` if unknown.
+fn blank(kind_id: u16) -> Option<Op> {
+    Some(match kind_id {
+        kind::DENSE => Op::Dense(Default::default()),
+        kind::LAYER_NORM => Op::LayerNorm(Default::default()),
+        kind::UNARY => Op::Unary(Default::default()),
+        kind::BINARY => Op::Binary(Default::default()),
+        kind::SOFTMAX => Op::Softmax(Default::default()),
+        kind::PATCH_EMBED => Op::PatchEmbed(Default::default()),
+        kind::EMBEDDING => Op::Embedding(Default::default()),
+        kind::REDUCE => Op::Reduce(Default::default()),
+        kind::RESHAPE => Op::Reshape(Default::default()),
+        kind::TRANSPOSE => Op::Transpose(Default::default()),
+        kind::MATMUL => Op::MatMul(Default::default()),
+        kind::CONV2D => Op::Conv2d(Default::default()),
+        kind::POOL2D => Op::Pool2d(Default::default()),
+        kind::LSTM => Op::Lstm(Default::default()),
+        kind::GRU => Op::Gru(Default::default()),
+        kind::ATTENTION => Op::Attention(Default::default()),
+        kind::AFT_FULL => Op::AftFull(Default::default()),
+        kind::AFT_LOCAL => Op::AftLocal(Default::default()),
+        kind::AFT_SIMPLE => Op::AftSimple(Default::default()),
+        kind::AFT_CONV => Op::AftConv(Default::default()),
+        kind::FASTFORMER => Op::Fastformer(Default::default()),
+        _ => return None,
+    })
 }
 
 impl Op {
     /// Encodes into a fixed-capacity record (tensor slots end with the output).
     pub fn encode(&self) -> OpRecordBuf {
-        let mut r = OpRecordBuf::default();
-        match *self {
-            Op::Dense(o) => {
-                r.kind = kind::DENSE;
-                r.t(o.x);
-                r.proj(o.proj);
-                r.t(o.y);
-                r.a(o.act as u32);
-            }
-            Op::LayerNorm(o) => {
-                r.kind = kind::LAYER_NORM;
-                r.t(o.x);
-                r.t(o.gamma);
-                r.opt(o.beta);
-                r.t(o.y);
-                r.a(o.eps.to_bits());
-                // Only when not the last axis: such files stay readable by earlier 1.1 readers.
-                if o.axis != NormAxis::Last {
-                    r.a(o.axis as u32);
-                }
-            }
-            Op::Unary(o) => {
-                r.kind = kind::UNARY;
-                r.t(o.x);
-                r.t(o.y);
-                r.a(o.op as u32);
-            }
-            Op::Binary(o) => {
-                r.kind = kind::BINARY;
-                r.t(o.a);
-                r.t(o.b);
-                r.t(o.y);
-                r.a(o.op as u32);
-            }
-            Op::Softmax(o) => {
-                r.kind = kind::SOFTMAX;
-                r.t(o.x);
-                r.t(o.y);
-            }
-            Op::PatchEmbed(o) => {
-                r.kind = kind::PATCH_EMBED;
-                r.t(o.x);
-                r.proj(o.proj);
-                r.t(o.y);
-                r.a(o.patch);
-            }
-            Op::Embedding(o) => {
-                r.kind = kind::EMBEDDING;
-                r.t(o.ids);
-                r.t(o.table);
-                r.opt(o.pos);
-                r.t(o.y);
-            }
-            Op::Reduce(o) => {
-                r.kind = kind::REDUCE;
-                r.t(o.x);
-                r.t(o.y);
-                r.a(o.op as u32);
-                r.a(o.axis);
-                r.a(o.keep_dims as u32);
-            }
-            Op::Reshape(o) => {
-                r.kind = kind::RESHAPE;
-                r.t(o.x);
-                r.t(o.y);
-            }
-            Op::Transpose(o) => {
-                r.kind = kind::TRANSPOSE;
-                r.t(o.x);
-                r.t(o.y);
-                for p in o.perm {
-                    r.a(u32::from(p));
-                }
-            }
-            Op::MatMul(o) => {
-                r.kind = kind::MATMUL;
-                r.t(o.a);
-                r.t(o.b);
-                r.t(o.y);
-                r.a(o.transpose_b as u32);
-            }
-            Op::Conv2d(o) => {
-                r.kind = kind::CONV2D;
-                r.t(o.x);
-                r.proj(o.proj);
-                r.t(o.y);
-                for v in o.stride.into_iter().chain(o.pad).chain(o.dilation) {
-                    r.a(v);
-                }
-                r.a(o.groups);
-                // Only when fused: files without fused activations stay readable by 1.1.
-                if o.act != Activation::None {
-                    r.a(o.act as u32);
-                }
-            }
-            Op::Pool2d(o) => {
-                r.kind = kind::POOL2D;
-                r.t(o.x);
-                r.t(o.y);
-                r.a(o.kind as u32);
-                for v in o.kernel.into_iter().chain(o.stride).chain(o.pad).chain(o.dilation) {
-                    r.a(v);
-                }
-                r.a(o.count_include_pad as u32);
-            }
-            Op::Lstm(o) => {
-                r.kind = kind::LSTM;
-                r.t(o.x);
-                r.t(o.w);
-                r.t(o.r);
-                r.t(o.b);
-                r.opt(o.h0);
-                r.opt(o.c0);
-                r.t(o.y);
-                r.a(o.hidden);
-                r.a(o.direction as u32);
-                r.a(o.output as u32);
-            }
-            Op::Gru(o) => {
-                r.kind = kind::GRU;
-                r.t(o.x);
-                r.t(o.w);
-                r.t(o.r);
-                r.t(o.b);
-                r.opt(o.h0);
-                r.t(o.y);
-                r.a(o.hidden);
-                r.a(o.direction as u32);
-                r.a(o.output as u32);
-            }
-            Op::Attention(o) => {
-                r.kind = kind::ATTENTION;
-                r.t(o.x);
-                r.proj(o.q);
-                r.oproj(o.k);
-                r.oproj(o.v);
-                r.oproj(o.align);
-                r.proj(o.o);
-                // The key mask is a 13th slot, present only when used (older readers and files
-                // keep the 12-slot record).
-                if let Some(m) = o.mask {
-                    r.t(m);
-                }
-                r.t(o.y);
-                r.a(o.variant as u32);
-                r.a(o.heads);
-                r.a(o.causal as u32);
-                r.a(o.scale.to_bits());
-            }
-            Op::AftFull(o) => {
-                r.kind = kind::AFT_FULL;
-                r.t(o.x);
-                r.proj(o.q);
-                r.proj(o.k);
-                r.proj(o.v);
-                match o.bias {
-                    AftBias::Full(w) => {
-                        r.t(w);
-                        r.t(NONE);
-                        r.t(NONE);
-                    }
-                    AftBias::Factorised { u, v } => {
-                        r.t(NONE);
-                        r.t(u);
-                        r.t(v);
-                    }
-                }
-                r.proj(o.o);
-                r.t(o.y);
-                r.a(o.causal as u32);
-            }
-            Op::AftLocal(o) => {
-                r.kind = kind::AFT_LOCAL;
-                r.t(o.x);
-                r.proj(o.q);
-                r.proj(o.k);
-                r.proj(o.v);
-                r.t(o.w);
-                r.proj(o.o);
-                r.t(o.y);
-                r.a(o.causal as u32);
-                r.a(o.window);
-            }
-            Op::AftSimple(o) => {
-                r.kind = kind::AFT_SIMPLE;
-                r.t(o.x);
-                r.proj(o.q);
-                r.proj(o.k);
-                r.proj(o.v);
-                r.proj(o.o);
-                r.t(o.y);
-                r.a(o.causal as u32);
-            }
-            Op::AftConv(o) => {
-                r.kind = kind::AFT_CONV;
-                r.t(o.x);
-                r.proj(o.q);
-                r.proj(o.k);
-                r.proj(o.v);
-                r.t(o.w);
-                r.proj(o.o);
-                r.t(o.y);
-                r.a(o.heads);
-                r.a(o.kernel);
-                r.a(o.grid[0]);
-                r.a(o.grid[1]);
-            }
-            Op::Fastformer(o) => {
-                r.kind = kind::FASTFORMER;
-                r.t(o.x);
-                r.proj(o.q);
-                r.proj(o.k);
-                r.proj(o.v);
-                r.t(o.wqa);
-                r.t(o.wka);
-                r.proj(o.r);
-                r.t(o.y);
-                r.a(o.heads);
-                r.a(o.scale.to_bits());
-            }
-        }
+        let mut r = OpRecordBuf { kind: self.kind(), ..OpRecordBuf::default() };
+        let mut op = *self;
+        // Writing checks nothing, so it cannot fail.
+        let _ = walk(&mut r, &mut op);
         r
     }
 
-    /// Decodes a record, checking slot and attribute counts and attribute domains. Tensor ids
-    /// are not range-checked here (the model loader does that against its tensor table).
+    /// Decodes a record, checking slot and attribute counts (those of the kind, with or without
+    /// its optional slot or trailing attribute) and attribute domains. Tensor ids are not
+    /// range-checked here (the model loader does that against its tensor table).
     pub fn decode(kind_id: u16, tensors: &[u32], attrs: &[u32]) -> Result<Op, OpError> {
         let name = kind_name(kind_id).ok_or(OpError::UnknownKind(kind_id))?;
-        let rd = |nt, na| Reader::new(name, tensors, attrs, nt, na);
-        Ok(match kind_id {
-            kind::DENSE => {
-                let mut r = rd(4, 1)?;
-                Op::Dense(Dense {
-                    x: r.t("x")?,
-                    proj: r.proj("w")?,
-                    y: r.t("y")?,
-                    act: r.code("activation", Activation::from_u32)?,
-                })
-            }
-            kind::LAYER_NORM => {
-                // One attribute, or two with the normalised axis (FORMAT.md §6, §9).
-                let with_axis = attrs.len() == 2;
-                let mut r = rd(4, if with_axis { 2 } else { 1 })?;
-                Op::LayerNorm(LayerNorm {
-                    x: r.t("x")?,
-                    gamma: r.t("gamma")?,
-                    beta: r.opt(),
-                    y: r.t("y")?,
-                    eps: r.f32("eps")?,
-                    axis: if with_axis { r.code("axis", NormAxis::from_u32)? } else { NormAxis::Last },
-                })
-            }
-            kind::UNARY => {
-                let mut r = rd(2, 1)?;
-                Op::Unary(Unary { x: r.t("x")?, y: r.t("y")?, op: r.code("op", UnaryOp::from_u32)? })
-            }
-            kind::BINARY => {
-                let mut r = rd(3, 1)?;
-                Op::Binary(Binary { a: r.t("a")?, b: r.t("b")?, y: r.t("y")?, op: r.code("op", BinaryOp::from_u32)? })
-            }
-            kind::SOFTMAX => {
-                let mut r = rd(2, 0)?;
-                Op::Softmax(Softmax { x: r.t("x")?, y: r.t("y")? })
-            }
-            kind::PATCH_EMBED => {
-                let mut r = rd(4, 1)?;
-                Op::PatchEmbed(PatchEmbed { x: r.t("x")?, proj: r.proj("w")?, y: r.t("y")?, patch: r.pos("patch")? })
-            }
-            kind::EMBEDDING => {
-                let mut r = rd(4, 0)?;
-                Op::Embedding(Embedding { ids: r.t("ids")?, table: r.t("table")?, pos: r.opt(), y: r.t("y")? })
-            }
-            kind::REDUCE => {
-                let mut r = rd(2, 3)?;
-                Op::Reduce(Reduce {
-                    x: r.t("x")?,
-                    y: r.t("y")?,
-                    op: r.code("op", ReduceOp::from_u32)?,
-                    axis: r.raw(),
-                    keep_dims: r.bool("keep_dims")?,
-                })
-            }
-            kind::RESHAPE => {
-                let mut r = rd(2, 0)?;
-                Op::Reshape(Reshape { x: r.t("x")?, y: r.t("y")? })
-            }
-            kind::TRANSPOSE => {
-                let mut r = rd(2, crate::dtype::MAX_RANK)?;
-                let (x, y) = (r.t("x")?, r.t("y")?);
-                let mut perm = [0u8; crate::dtype::MAX_RANK];
-                for p in &mut perm {
-                    let v = r.raw();
-                    *p = u8::try_from(v)
-                        .ok()
-                        .filter(|&v| (v as usize) < crate::dtype::MAX_RANK)
-                        .ok_or(OpError::BadAttr { op: name, attr: "perm", value: v })?;
-                }
-                Op::Transpose(Transpose { x, perm, y })
-            }
-            kind::MATMUL => {
-                let mut r = rd(3, 1)?;
-                Op::MatMul(MatMul { a: r.t("a")?, b: r.t("b")?, y: r.t("y")?, transpose_b: r.bool("transpose_b")? })
-            }
-            kind::CONV2D => {
-                // Nine attributes, or ten with a fused activation (FORMAT.md §6, §9).
-                let fused = attrs.len() == 10;
-                let mut r = rd(4, if fused { 10 } else { 9 })?;
-                let (x, proj, y) = (r.t("x")?, r.proj("w")?, r.t("y")?);
-                Op::Conv2d(Conv2d {
-                    x,
-                    proj,
-                    y,
-                    stride: [r.pos("stride")?, r.pos("stride")?],
-                    pad: [r.raw(), r.raw(), r.raw(), r.raw()],
-                    dilation: [r.pos("dilation")?, r.pos("dilation")?],
-                    groups: r.pos("groups")?,
-                    act: if fused { r.code("activation", Activation::from_u32)? } else { Activation::None },
-                })
-            }
-            kind::POOL2D => {
-                let mut r = rd(2, 12)?;
-                let (x, y) = (r.t("x")?, r.t("y")?);
-                let kind = r.code("kind", PoolKind::from_u32)?;
-                let kernel = [r.pos("kernel")?, r.pos("kernel")?];
-                let stride = [r.pos("stride")?, r.pos("stride")?];
-                let pad = [r.raw(), r.raw(), r.raw(), r.raw()];
-                let dilation = [r.pos("dilation")?, r.pos("dilation")?];
-                let count_include_pad = r.bool("count_include_pad")?;
-                if count_include_pad && kind == PoolKind::Max {
-                    return Err(OpError::BadAttr { op: name, attr: "count_include_pad (Max)", value: 1 });
-                }
-                Op::Pool2d(Pool2d { x, kind, kernel, stride, pad, dilation, count_include_pad, y })
-            }
-            kind::LSTM => {
-                let mut r = rd(7, 3)?;
-                let (x, w, rw, b) = (r.t("x")?, r.t("w")?, r.t("r")?, r.t("b")?);
-                let (h0, c0, y) = (r.opt(), r.opt(), r.t("y")?);
-                let hidden = r.pos("hidden")?;
-                let direction = r.code("direction", RnnDirection::from_u32)?;
-                let output = r.code("output", RnnOutput::from_u32)?;
-                Op::Lstm(Lstm { x, w, r: rw, b, h0, c0, hidden, direction, output, y })
-            }
-            kind::GRU => {
-                let mut r = rd(6, 3)?;
-                let (x, w, rw, b) = (r.t("x")?, r.t("w")?, r.t("r")?, r.t("b")?);
-                let (h0, y) = (r.opt(), r.t("y")?);
-                let hidden = r.pos("hidden")?;
-                let direction = r.code("direction", RnnDirection::from_u32)?;
-                let output = r.code("output", RnnOutput::from_u32)?;
-                if output == RnnOutput::Cell {
-                    return Err(OpError::BadAttr { op: name, attr: "output (a GRU has no cell state)", value: 2 });
-                }
-                Op::Gru(Gru { x, w, r: rw, b, h0, hidden, direction, output, y })
-            }
-            kind::ATTENTION => {
-                // 12 slots, or 13 with the key mask before `y` (present when written).
-                let masked = tensors.len() == 13;
-                let mut r = rd(if masked { 13 } else { 12 }, 4)?;
-                let x = r.t("x")?;
-                let q = r.proj("wq")?;
-                let k = r.oproj();
-                let v = r.oproj();
-                let align = r.oproj();
-                let o = r.proj("wo")?;
-                let mask = if masked { Some(r.t("mask")?) } else { None };
-                let y = r.t("y")?;
-                let variant = r.code("variant", AttentionVariant::from_u32)?;
-                let heads = r.pos("heads")?;
-                let causal = r.bool("causal")?;
-                let scale = r.f32("scale")?;
-                let need = |present: bool, want: bool, slot| match (present, want) {
-                    (true, false) | (false, true) => {
-                        Err(OpError::BadAttr { op: name, attr: slot, value: variant as u32 })
-                    }
-                    _ => Ok(()),
-                };
-                use AttentionVariant::*;
-                need(k.is_some(), matches!(variant, Standard | Optimised), "variant (wk)")?;
-                need(v.is_some(), matches!(variant, Standard), "variant (wv)")?;
-                need(align.is_some(), matches!(variant, Super), "variant (wa)")?;
-                Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v, align, o, mask, y })
-            }
-            kind::AFT_FULL => {
-                let mut r = rd(13, 1)?;
-                let (x, q, k, v) = (r.t("x")?, r.proj("wq")?, r.proj("wk")?, r.proj("wv")?);
-                let bias = match (r.opt(), r.opt(), r.opt()) {
-                    (Some(w), None, None) => AftBias::Full(w),
-                    (None, Some(u), Some(v)) => AftBias::Factorised { u, v },
-                    _ => return Err(OpError::MissingTensor { op: name, slot: "w (or u and v)" }),
-                };
-                Op::AftFull(AftFull { x, q, k, v, bias, o: r.proj("wo")?, y: r.t("y")?, causal: r.bool("causal")? })
-            }
-            kind::AFT_LOCAL => {
-                let mut r = rd(11, 2)?;
-                Op::AftLocal(AftLocal {
-                    x: r.t("x")?,
-                    q: r.proj("wq")?,
-                    k: r.proj("wk")?,
-                    v: r.proj("wv")?,
-                    w: r.t("w")?,
-                    o: r.proj("wo")?,
-                    y: r.t("y")?,
-                    causal: r.bool("causal")?,
-                    window: r.pos("window")?,
-                })
-            }
-            kind::AFT_SIMPLE => {
-                let mut r = rd(10, 1)?;
-                Op::AftSimple(AftSimple {
-                    x: r.t("x")?,
-                    q: r.proj("wq")?,
-                    k: r.proj("wk")?,
-                    v: r.proj("wv")?,
-                    o: r.proj("wo")?,
-                    y: r.t("y")?,
-                    causal: r.bool("causal")?,
-                })
-            }
-            kind::AFT_CONV => {
-                let mut r = rd(11, 4)?;
-                let (x, q, k, v) = (r.t("x")?, r.proj("wq")?, r.proj("wk")?, r.proj("wv")?);
-                let (w, o, y) = (r.t("w")?, r.proj("wo")?, r.t("y")?);
-                let heads = r.pos("heads")?;
-                let kernel = r.pos("kernel")?;
-                if kernel % 2 == 0 {
-                    return Err(OpError::BadAttr { op: name, attr: "kernel (must be odd)", value: kernel });
-                }
-                let grid = [r.pos("grid_h")?, r.pos("grid_w")?];
-                Op::AftConv(AftConv { x, heads, kernel, grid, q, k, v, w, o, y })
-            }
-            kind::FASTFORMER => {
-                let mut r = rd(12, 2)?;
-                Op::Fastformer(Fastformer {
-                    x: r.t("x")?,
-                    q: r.proj("wq")?,
-                    k: r.proj("wk")?,
-                    v: r.proj("wv")?,
-                    wqa: r.t("wqa")?,
-                    wka: r.t("wka")?,
-                    r: r.proj("wr")?,
-                    y: r.t("y")?,
-                    heads: r.pos("heads")?,
-                    scale: r.f32("scale")?,
-                })
-            }
-            _ => return Err(OpError::UnknownKind(kind_id)),
-        })
+        let mut op = blank(kind_id).ok_or(OpError::UnknownKind(kind_id))?;
+        let mut n = Counter::default();
+        let mut counted = op;
+        let _ = walk(&mut n, &mut counted);
+        let with_tensor = n.optional_tensor && tensors.len() == n.tensors + 1;
+        let with_attr = n.optional_attr && attrs.len() == n.attrs + 1;
+        let (nt, na) = (n.tensors + usize::from(with_tensor), n.attrs + usize::from(with_attr));
+        if tensors.len() != nt {
+            return Err(OpError::TensorCount { op: name, expected: nt, found: tensors.len() });
+        }
+        if attrs.len() != na {
+            return Err(OpError::AttrCount { op: name, expected: na, found: attrs.len() });
+        }
+        let mut d = Decoder { op: name, tensors, attrs, ti: 0, ai: 0, with_tensor, with_attr };
+        walk(&mut d, &mut op)?;
+        Ok(op)
     }
 }
