@@ -242,6 +242,21 @@ fn opt_code<S: Slots, T: Code + PartialEq>(s: &mut S, v: &mut T, absent: T, attr
     }
 }
 
+/// The AFT and Fastformer records' first slots: the input and the Q, K, V projections.
+fn xqkv<S: Slots>(s: &mut S, x: &mut TensorId, qkv: [&mut Proj; 3]) -> Result<(), OpError> {
+    t(s, x, "x")?;
+    for (p, slot) in qkv.into_iter().zip(["wq", "wk", "wv"]) {
+        proj(s, p, slot)?;
+    }
+    Ok(())
+}
+
+/// A mechanism record's output projection and output.
+fn out<S: Slots>(s: &mut S, o: &mut Proj, y: &mut TensorId) -> Result<(), OpError> {
+    proj(s, o, "wo")?;
+    t(s, y, "y")
+}
+
 /// Two positive attributes.
 fn pos2<S: Slots>(s: &mut S, v: &mut [u32; 2], attr: &'static str) -> Result<(), OpError> {
     pos(s, &mut v[0], attr)?;
@@ -418,10 +433,7 @@ fn walk<S: Slots>(s: &mut S, op: &mut Op) -> Result<(), OpError> {
             }
         }
         Op::AftFull(o) => {
-            t(s, &mut o.x, "x")?;
-            proj(s, &mut o.q, "wq")?;
-            proj(s, &mut o.k, "wk")?;
-            proj(s, &mut o.v, "wv")?;
+            xqkv(s, &mut o.x, [&mut o.q, &mut o.k, &mut o.v])?;
             let (mut w, mut u, mut v) = match o.bias {
                 AftBias::Full(w) => (Some(w), None, None),
                 AftBias::Factorised { u, v } => (None, Some(u), Some(v)),
@@ -434,38 +446,25 @@ fn walk<S: Slots>(s: &mut S, op: &mut Op) -> Result<(), OpError> {
                 (None, Some(u), Some(v)) => AftBias::Factorised { u, v },
                 _ => return Err(OpError::MissingTensor { op: s.op(), slot: "w (or u and v)" }),
             };
-            proj(s, &mut o.o, "wo")?;
-            t(s, &mut o.y, "y")?;
+            out(s, &mut o.o, &mut o.y)?;
             flag(s, &mut o.causal, "causal")?;
         }
         Op::AftLocal(o) => {
-            t(s, &mut o.x, "x")?;
-            proj(s, &mut o.q, "wq")?;
-            proj(s, &mut o.k, "wk")?;
-            proj(s, &mut o.v, "wv")?;
+            xqkv(s, &mut o.x, [&mut o.q, &mut o.k, &mut o.v])?;
             t(s, &mut o.w, "w")?;
-            proj(s, &mut o.o, "wo")?;
-            t(s, &mut o.y, "y")?;
+            out(s, &mut o.o, &mut o.y)?;
             flag(s, &mut o.causal, "causal")?;
             pos(s, &mut o.window, "window")?;
         }
         Op::AftSimple(o) => {
-            t(s, &mut o.x, "x")?;
-            proj(s, &mut o.q, "wq")?;
-            proj(s, &mut o.k, "wk")?;
-            proj(s, &mut o.v, "wv")?;
-            proj(s, &mut o.o, "wo")?;
-            t(s, &mut o.y, "y")?;
+            xqkv(s, &mut o.x, [&mut o.q, &mut o.k, &mut o.v])?;
+            out(s, &mut o.o, &mut o.y)?;
             flag(s, &mut o.causal, "causal")?;
         }
         Op::AftConv(o) => {
-            t(s, &mut o.x, "x")?;
-            proj(s, &mut o.q, "wq")?;
-            proj(s, &mut o.k, "wk")?;
-            proj(s, &mut o.v, "wv")?;
+            xqkv(s, &mut o.x, [&mut o.q, &mut o.k, &mut o.v])?;
             t(s, &mut o.w, "w")?;
-            proj(s, &mut o.o, "wo")?;
-            t(s, &mut o.y, "y")?;
+            out(s, &mut o.o, &mut o.y)?;
             pos(s, &mut o.heads, "heads")?;
             pos(s, &mut o.kernel, "kernel")?;
             if S::DECODE && o.kernel % 2 == 0 {
@@ -475,10 +474,7 @@ fn walk<S: Slots>(s: &mut S, op: &mut Op) -> Result<(), OpError> {
             pos(s, &mut o.grid[1], "grid_w")?;
         }
         Op::Fastformer(o) => {
-            t(s, &mut o.x, "x")?;
-            proj(s, &mut o.q, "wq")?;
-            proj(s, &mut o.k, "wk")?;
-            proj(s, &mut o.v, "wv")?;
+            xqkv(s, &mut o.x, [&mut o.q, &mut o.k, &mut o.v])?;
             t(s, &mut o.wqa, "wqa")?;
             t(s, &mut o.wka, "wka")?;
             proj(s, &mut o.r, "wr")?;
