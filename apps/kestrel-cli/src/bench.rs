@@ -1,5 +1,6 @@
 //! `kestrel bench`: time a model on the CPU runtime or the GPU (µs per sample, samples/s), and
-//! `kestrel bench paper`: the paper's Table 5 benchmark with tract beside it ([`crate::bench_paper`]),
+//! `kestrel bench paper`: the paper's Table 5 benchmark with tract beside it ([`crate::bench_paper`],
+//! which uses this module's timing helpers; `main` routes `paper` there),
 //! and `kestrel bench scaling`: time and memory against T for every mechanism
 //! ([`kestrel_cli::scaling`]).
 //!
@@ -288,6 +289,17 @@ pub fn apply_isa(isa: Option<&str>) -> Result<&'static str> {
 use kestrel_cpu::kernels::simd as kestrel_cpu_simd;
 
 /// `kestrel bench ...`.
+/// `--mechanisms` and `--plot` are `bench scaling`'s.
+pub fn scaling_flags_only_there(a: &BenchArgs) -> Result<()> {
+    if !a.scaling.mechanisms.is_empty() || a.scaling.plot.is_some() {
+        bail!("--mechanisms and --plot belong to `kestrel bench scaling`");
+    }
+    Ok(())
+}
+
+/// `kestrel bench` for a model file, `scaling` or `gemm` (`paper` is routed to
+/// [`crate::bench_paper::run_cli`] by the command line, so that module depends on this one and
+/// not the reverse).
 pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
     kestrel_cpu::threads::set_threads(a.threads).map_err(|e| anyhow::anyhow!("--threads: {e}"))?;
     if a.samples == 0 || a.batch == 0 || a.reps == 0 {
@@ -305,20 +317,12 @@ pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
         }
         return kestrel_cli::scaling::run(w, &a.scaling, a.reps, a.json, a.out.as_deref(), isa);
     }
-    if !a.scaling.mechanisms.is_empty() || a.scaling.plot.is_some() {
-        bail!("--mechanisms and --plot belong to `kestrel bench scaling`");
-    }
+    scaling_flags_only_there(a)?;
     if a.model == "gemm" {
         if a.backend.backend != Backend::Cpu || a.input.is_some() || !a.only.is_empty() {
             bail!("`kestrel bench gemm` times the CPU dense kernels on built-in shapes: --backend, --input and --only do not apply");
         }
         return crate::bench_gemm::run(w, isa, a.threads, a.json, a.out.as_deref(), 300.0);
-    }
-    if a.model == "paper" {
-        if a.backend.backend != Backend::Cpu {
-            bail!("`kestrel bench paper` times the CPU runtime (and tract); time a GPU with `kestrel bench M.kes --backend wgpu`");
-        }
-        return crate::bench_paper::run(w, a, isa);
     }
     let model = kestrel_cli::load_model(&a.model)?;
     let feeds = make_feeds(&model, a.input.as_ref(), a.batch)?;

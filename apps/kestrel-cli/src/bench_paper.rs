@@ -11,7 +11,10 @@
 //! each batch size the three runtimes' passes are interleaved ([`time_interleaved`]): the
 //! peer ratios are taken over the same stretch of time.
 
-use crate::bench::{kestrel_pass, make_feeds, time_interleaved, time_kestrel, BenchArgs, Feed, Pass, Stats};
+use crate::bench::{
+    apply_isa, kestrel_pass, make_feeds, scaling_flags_only_there, time_interleaved, time_kestrel, BenchArgs, Feed,
+    Pass, Stats,
+};
 use anyhow::{bail, Context, Result};
 use kestrel::format::DType;
 use kestrel::Model;
@@ -232,6 +235,16 @@ fn tract_label(tract: &Option<(&Path, &[usize])>) -> &'static str {
     } else {
         ""
     }
+}
+
+/// `kestrel bench paper` from the command line: its flag checks, the ISA, then [`run`].
+pub fn run_cli(w: &mut String, a: &BenchArgs) -> Result<()> {
+    if a.backend.backend != Backend::Cpu {
+        bail!("`kestrel bench paper` times the CPU runtime (and tract); time a GPU with `kestrel bench M.kes --backend wgpu`");
+    }
+    let isa = apply_isa(a.isa.as_deref())?;
+    scaling_flags_only_there(a)?;
+    run(w, a, isa)
 }
 
 /// `kestrel bench paper`.

@@ -149,6 +149,7 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
         Command::Inspect { model } => inspect(w, &model),
         Command::Classify(args) => kestrel_cli::classify::run(w, &args),
         Command::Profile(args) => kestrel_cli::profile::run(w, &args),
+        Command::Bench(args) if args.model == "paper" => bench_paper::run_cli(w, &args),
         Command::Bench(args) => bench::run(w, &args),
         Command::Run { model, inputs, outputs, backend } => run_model(w, &model, &inputs, &outputs, &backend),
         Command::Devices => devices::run(w),

@@ -9,85 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// An error with the status code the ABI returns and a message for `kestrel_last_error`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FfiError {
-    /// The status code.
-    pub status: Status,
-    /// What went wrong (expected vs found).
-    pub message: String,
-}
-
-impl FfiError {
-    /// An error with `status` and `message`.
-    pub fn new(status: Status, message: impl Into<String>) -> Self {
-        Self { status, message: message.into() }
-    }
-}
-
-impl std::fmt::Display for FfiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({})", self.message, self.status.name())
-    }
-}
-
-impl std::error::Error for FfiError {}
-
-impl From<kestrel_cpu::LoadError> for FfiError {
-    fn from(e: kestrel_cpu::LoadError) -> Self {
-        Self::new(Status::KESTREL_ERR_INVALID_MODEL, e.to_string())
-    }
-}
-
-impl From<kestrel_format::Error> for FfiError {
-    fn from(e: kestrel_format::Error) -> Self {
-        Self::new(Status::KESTREL_ERR_INVALID_MODEL, e.to_string())
-    }
-}
-
-impl From<kestrel_cpu::RunError> for FfiError {
-    fn from(e: kestrel_cpu::RunError) -> Self {
-        use kestrel_cpu::RunError as R;
-        let status = match e {
-            R::TokenIdOutOfRange { .. } | R::IdTooLarge { .. } => Status::KESTREL_ERR_INPUT_VALUE,
-            R::ArenaTooSmall { .. } | R::BadCapacity { .. } => Status::KESTREL_ERR_INVALID_ARGUMENT,
-            R::Arity { .. } | R::Length { .. } | R::BatchMismatch { .. } | R::InputDType { .. } => {
-                Status::KESTREL_ERR_SHAPE
-            }
-            R::Internal(_) => Status::KESTREL_ERR_INTERNAL,
-        };
-        Self::new(status, e.to_string())
-    }
-}
-
-/// The arithmetic a GPU session's dot-product kernels use (`KestrelGpuPrecision`); a CPU
-/// session ignores it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum GpuPrecision {
-    /// f32 throughout (the default, as `kestrel_session_new`).
-    #[default]
-    F32,
-    /// f16 products with f32 accumulation; a device without `SHADER_F16` refuses the session
-    /// (`KESTREL_ERR_UNSUPPORTED`).
-    F16,
-    /// f16 where the device has `SHADER_F16`, else f32.
-    Auto,
-}
-
-impl GpuPrecision {
-    /// Decodes the ABI code (`KestrelGpuPrecision`).
-    pub fn from_code(code: u32) -> Result<Self, FfiError> {
-        match code {
-            0 => Ok(Self::F32),
-            1 => Ok(Self::F16),
-            2 => Ok(Self::Auto),
-            _ => Err(FfiError::new(
-                Status::KESTREL_ERR_INVALID_ARGUMENT,
-                format!("GPU precision code {code} is unknown (expected 0 = f32, 1 = f16, 2 = auto)"),
-            )),
-        }
-    }
-}
+pub use crate::error::FfiError;
+pub use crate::precision::GpuPrecision;
 
 /// Which engine runs a session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

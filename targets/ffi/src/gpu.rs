@@ -7,7 +7,7 @@
 //! through an `Arc`; the cache holds a `Weak`, so the device is released when the last GPU
 //! session is freed, and a lost device is replaced for the next session.
 
-use crate::core::FfiError;
+use crate::error::FfiError;
 use crate::status::Status;
 use kestrel_wgpu::{AdapterChoice, GpuContext, GpuError, GpuSession, ADAPTER_ENV};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -45,9 +45,9 @@ pub fn session(
     model: &kestrel_cpu::Model<'_>,
     capacity: usize,
     auto: bool,
-    precision: crate::core::GpuPrecision,
+    precision: crate::precision::GpuPrecision,
 ) -> Result<(GpuSession, Arc<GpuContext>), FfiError> {
-    use crate::core::GpuPrecision;
+    use crate::precision::GpuPrecision;
     let precision = match precision {
         GpuPrecision::F32 => kestrel_wgpu::Precision::F32,
         GpuPrecision::F16 => kestrel_wgpu::Precision::F16,

@@ -17,9 +17,11 @@
 
 pub mod abi;
 pub mod core;
+pub mod error;
 #[cfg(feature = "wgpu")]
 pub mod gpu;
 pub mod handles;
+pub mod precision;
 pub mod status;
 
 pub use handles::{KestrelModel, KestrelSession};

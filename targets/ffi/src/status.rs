@@ -1,9 +1,4 @@
-//! Status codes, the thread-local last-error message, and the guard every entry point runs in
-//! (no panic crosses the boundary).
-
-use crate::core::FfiError;
-use std::cell::RefCell;
-use std::ffi::{c_char, CString};
+//! Status codes (the thread-local last error and the guards are in [`crate::error`]).
 
 /// What a Kestrel function returns: `KESTREL_OK` or the kind of failure (details in
 /// `kestrel_last_error()`).
@@ -108,55 +103,6 @@ impl Status {
     }
 }
 
-thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
-}
-
-/// Records `e` as this thread's last error.
-pub fn set_last_error(e: &FfiError) {
-    // Interior NULs cannot come from our messages, but never fail here: replace them.
-    let msg = CString::new(e.message.replace('\0', "\\0")).unwrap_or_default();
-    // `try_with`: during thread teardown the slot may be gone; the status still tells the error.
-    let _ = LAST_ERROR.try_with(|l| *l.borrow_mut() = msg);
-}
-
-/// This thread's last error message (empty if no call has failed on this thread). The pointer
-/// stays valid until the next failing call on this thread.
-pub fn last_error_ptr() -> *const c_char {
-    LAST_ERROR.try_with(|l| l.borrow().as_ptr()).unwrap_or(c"".as_ptr())
-}
-
-/// This thread's last error message as a Rust string.
-pub fn last_error() -> String {
-    LAST_ERROR.with(|l| l.borrow().to_string_lossy().into_owned())
-}
-
-/// Runs `f`, which returns a static or thread-local string, turning a panic into "".
-pub fn guard_str(f: impl FnOnce() -> *const c_char) -> *const c_char {
-    kestrel_cpu::panics::catch_quietly(f).unwrap_or(c"".as_ptr())
-}
-
-/// Runs `f`, turning an error or a panic into a status and recording the message. A caught
-/// panic prints nothing on the host's stderr (no message, no backtrace): its message is in
-/// `kestrel_last_error`.
-pub fn guard(f: impl FnOnce() -> Result<(), FfiError>) -> Status {
-    match kestrel_cpu::panics::catch_quietly(f) {
-        Ok(Ok(())) => Status::KESTREL_OK,
-        Ok(Err(e)) => {
-            set_last_error(&e);
-            e.status
-        }
-        Err(what) => {
-            let e = FfiError::new(
-                Status::KESTREL_ERR_PANIC,
-                format!("kestrel panicked (caught at the C boundary): {what}"),
-            );
-            set_last_error(&e);
-            e.status
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,17 +116,5 @@ mod tests {
         }
         assert_eq!(Status::from_code(-1), None);
         assert_eq!(Status::from_code(Status::ALL.len() as i32), None);
-    }
-
-    #[test]
-    fn guard_catches_panics_and_errors() {
-        let s = guard(|| panic!("boom {}", 7));
-        assert_eq!(s, Status::KESTREL_ERR_PANIC);
-        assert!(last_error().contains("boom 7"), "{}", last_error());
-        let s = guard(|| Err(FfiError::new(Status::KESTREL_ERR_SHAPE, "bad\0shape")));
-        assert_eq!(s, Status::KESTREL_ERR_SHAPE);
-        assert_eq!(last_error(), "bad\\0shape");
-        assert_eq!(guard(|| Ok(())), Status::KESTREL_OK);
-        assert_eq!(last_error(), "bad\\0shape", "success leaves the last error alone");
     }
 }

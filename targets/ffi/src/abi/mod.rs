@@ -8,8 +8,9 @@
 //! live handles (`KESTREL_ERR_INVALID_HANDLE`).
 
 use crate::core::{Backend, FfiError, LoadedModel, SessionCore, TimingSource};
+use crate::error::{guard, guard_str, last_error_ptr};
 use crate::handles::{self, KestrelModel, KestrelSession};
-use crate::status::{guard, guard_str, last_error_ptr, Status};
+use crate::status::Status;
 use std::ffi::{c_char, c_void, CStr};
 
 pub mod model;

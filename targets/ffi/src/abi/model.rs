@@ -2,8 +2,9 @@
 
 use super::{clear, err, model_get, put, KestrelTensorInfo, KESTREL_MAX_RANK};
 use crate::core::{FfiError, LoadedModel, TensorDesc};
+use crate::error::guard;
 use crate::handles::{self, KestrelModel};
-use crate::status::{guard, Status};
+use crate::status::Status;
 use std::ffi::{c_char, CStr};
 
 /// Loads (memory-maps) and validates the `.kes` file at `path` (NUL-terminated). On success

@@ -2,8 +2,9 @@
 
 use super::{clear, err, put, session_get, KestrelOpTiming, KestrelOutput, KestrelTensor};
 use crate::core::{Backend, DType, FfiError, GpuPrecision, SessionCore, TensorDesc};
+use crate::error::guard;
 use crate::handles::{self, KestrelModel, KestrelSession};
-use crate::status::{guard, Status};
+use crate::status::Status;
 use kestrel_cpu::session::Input;
 use std::ffi::{c_char, c_void};
 
