@@ -1,6 +1,5 @@
-//! Scalar f32 math for `no_std` (libm), shared by every kernel.
-
-use kestrel_format::ops::Activation;
+//! Scalar f32 math for `no_std` (libm), shared by every kernel (a leaf: the vectorised
+//! dispatchers over it, `activate` and `softmax`, are in `kernels::simd`).
 
 /// e^x.
 #[inline]
@@ -52,28 +51,6 @@ pub fn gelu_tanh(x: f32) -> f32 {
 #[inline]
 pub fn hard_sigmoid(x: f32) -> f32 {
     (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0)
-}
-
-/// Applies a fused activation in place.
-#[inline]
-pub fn activate(act: Activation, y: &mut [f32]) {
-    match act {
-        Activation::None => {}
-        Activation::Relu => y.iter_mut().for_each(|v| *v = v.max(0.0)),
-        Activation::Gelu => crate::kernels::simd::gelu(y),
-        Activation::GeluTanh => y.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
-        Activation::Silu => crate::kernels::simd::silu(y),
-        Activation::HardSwish => y.iter_mut().for_each(|v| *v *= hard_sigmoid(*v)),
-        // Multiply-add, max, min: one loop the compiler vectorises.
-        Activation::HardSigmoid => y.iter_mut().for_each(|v| *v = hard_sigmoid(*v)),
-    }
-}
-
-/// Softmax of `row` in place (max subtracted before exp): the SIMD kernel where the CPU has
-/// one ([`crate::kernels::simd::softmax`]), else [`softmax_scalar`].
-#[inline]
-pub fn softmax_in_place(row: &mut [f32]) {
-    crate::kernels::simd::softmax(row);
 }
 
 /// The scalar softmax (libm `expf`).

@@ -19,8 +19,8 @@
 
 use crate::error::{expect_eq, ShapeError};
 use crate::kernels::linear::{matmul_nt, ProjW};
+use crate::kernels::simd::softmax as softmax_in_place;
 use crate::kernels::simd::{axpy as axpy_simd, dot_f32};
-use crate::math::softmax_in_place;
 use kestrel_format::ops::AttentionVariant;
 use kestrel_format::WeightView;
 

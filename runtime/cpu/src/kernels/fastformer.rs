@@ -9,7 +9,7 @@
 use crate::error::{expect_eq, ShapeError};
 use crate::kernels::attention::{axpy, check_dims};
 use crate::kernels::linear::ProjW;
-use crate::math::softmax_in_place;
+use crate::kernels::simd::softmax as softmax_in_place;
 use kestrel_format::WeightView;
 
 const OP: &str = "fastformer";

@@ -1,7 +1,7 @@
 //! Softmax over the last axis (row maximum subtracted before exp).
 
 use crate::error::ShapeError;
-use crate::math::softmax_in_place;
+use crate::kernels::simd::softmax as softmax_in_place;
 use kestrel_format::Shape;
 
 /// Softmax over rows of `n` elements.
