@@ -1,7 +1,7 @@
 //! A validated model: every node checked once, at load, so `run` cannot meet a bad shape.
 
 use crate::error::{LoadError, RunError};
-use crate::exec;
+use crate::exec::{self, Role};
 use crate::shapes::output_shape;
 use kestrel_format::ops::{Op, TensorId};
 use kestrel_format::{DType, KesFile, MemoryPlan, Shape, TensorInfo, TensorKind};
@@ -129,19 +129,6 @@ fn kind_name(t: &TensorInfo<'_>) -> &'static str {
         (TensorKind::Activation, DType::I32) => "an i32 activation",
         (TensorKind::Activation, _) => "an f32 activation",
     }
-}
-
-/// What a tensor slot accepts.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role {
-    /// An f32 activation.
-    Act,
-    /// An i32 activation (token ids).
-    Ids,
-    /// A weight.
-    Weight,
-    /// An f32 activation or a weight (broadcast operands).
-    ActOrWeight,
 }
 
 fn check_role<'a>(

@@ -6,9 +6,9 @@
 //! keeps every two regions disjoint that were disjoint, so one plan serves every batch size.
 
 use crate::error::RunError;
-use crate::exec::{self, OpIo};
+use crate::exec::{self, numel, region_start, OpIo};
 use crate::model::{Model, ARENA_ALIGN};
-use kestrel_format::{DType, TensorInfo};
+use kestrel_format::DType;
 
 /// One input's data. The batch is the leading axis: `len = batch × per-sample elements`.
 #[derive(Clone, Copy, Debug)]
@@ -224,20 +224,6 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
     fn acts_len(&self) -> usize {
         (self.model.plan().arena_bytes_per_sample as usize * self.capacity) / 4
     }
-}
-
-/// The largest batch capacity whose arena size fits in `usize`.
-pub(crate) fn numel(t: &TensorInfo<'_>) -> Result<usize, RunError> {
-    t.shape.numel().ok_or(RunError::Internal("tensor size"))
-}
-
-/// f32 index of a tensor's batch region for capacity `cap`.
-pub(crate) fn region_start(t: &TensorInfo<'_>, cap: usize) -> Result<usize, RunError> {
-    usize::try_from(t.offset)
-        .ok()
-        .and_then(|o| o.checked_mul(cap))
-        .map(|b| b / 4)
-        .ok_or(RunError::Internal("tensor offset"))
 }
 
 fn whole_batch(what: &'static str, index: usize, len: usize, per_sample: usize, cap: usize) -> Result<usize, RunError> {

@@ -1,5 +1,6 @@
 //! Dispatch of the layer and generic ops (everything but the fused mechanisms).
 
+use super::numel;
 use super::{info, lookup_err, OpIo};
 use crate::error::{RunError, ShapeError};
 use crate::graph::Graph;
@@ -16,7 +17,6 @@ use crate::kernels::reduce::{reduce, ReduceParams};
 use crate::kernels::rnn::{rnn, rnn_scratch, RnnParams, RnnWeights};
 use crate::kernels::softmax::{softmax, SoftmaxParams};
 use crate::kernels::transpose::{transpose, TransposeParams};
-use crate::session::numel;
 use kestrel_format::ops::{Activation, Gru, Lstm, Op, Proj, TensorId};
 use kestrel_format::{Shape, TensorKind, WeightView};
 

@@ -1,6 +1,7 @@
 //! Dispatch of the fused attention mechanisms.
 
 use super::layers::{proj, proj_in, shape, weight};
+use super::numel;
 use super::{info, OpIo};
 use crate::error::{RunError, ShapeError};
 use crate::graph::Graph;
@@ -10,7 +11,6 @@ use crate::kernels::attention::{
     check_key_mask, AttentionParams, AttentionWeights,
 };
 use crate::kernels::fastformer::{fastformer, fastformer_scratch, FastformerParams, FastformerWeights};
-use crate::session::numel;
 #[cfg(feature = "std")]
 use crate::threads::SharedMut;
 use kestrel_format::ops::{AftBias, Op, Proj};

@@ -5,7 +5,6 @@
 
 use crate::error::{RunError, ShapeError};
 use crate::graph::Graph;
-use crate::model::Role;
 use kestrel_format::ops::{kind, Op, TensorId, NONE};
 use kestrel_format::TensorInfo;
 
@@ -48,8 +47,8 @@ pub(crate) struct Acts<'s> {
 impl<'s> Acts<'s> {
     /// The capacity region of activation `t` (it never overlaps the output: checked at load).
     pub fn region(&self, t: &TensorInfo<'_>) -> Result<&'s [f32], RunError> {
-        let start = crate::session::region_start(t, self.cap)?;
-        let len = crate::session::numel(t)? * self.cap;
+        let start = region_start(t, self.cap)?;
+        let len = numel(t)? * self.cap;
         let out_end = self.out_start + self.out_len;
         if start + len <= self.out_start {
             self.head.get(start..start + len)
@@ -133,4 +132,34 @@ pub(crate) fn info<'a>(file: &Graph<'_, 'a>, id: TensorId) -> Result<TensorInfo<
 /// A shape error from a lookup that validation already passed.
 pub(crate) fn lookup_err(_: kestrel_format::Error) -> ShapeError {
     ShapeError::Invalid { op: "?", what: "tensor lookup failed" }
+}
+
+/// What a tensor slot accepts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// An f32 activation.
+    Act,
+    /// An i32 activation (token ids).
+    Ids,
+    /// A weight.
+    Weight,
+    /// An f32 activation or a weight (broadcast operands).
+    ActOrWeight,
+}
+
+// The arena layout: a tensor of the memory plan at capacity `cap` (shared by the session, which
+// copies inputs and outputs, and the ops, which address their regions).
+
+/// Elements per sample of a tensor.
+pub(crate) fn numel(t: &TensorInfo<'_>) -> Result<usize, RunError> {
+    t.shape.numel().ok_or(RunError::Internal("tensor size"))
+}
+
+/// f32 index of a tensor's batch region for capacity `cap`.
+pub(crate) fn region_start(t: &TensorInfo<'_>, cap: usize) -> Result<usize, RunError> {
+    usize::try_from(t.offset)
+        .ok()
+        .and_then(|o| o.checked_mul(cap))
+        .map(|b| b / 4)
+        .ok_or(RunError::Internal("tensor offset"))
 }
