@@ -1,5 +1,5 @@
 //! Scalar f32 math for `no_std` (libm), shared by every kernel (a leaf: the vectorised
-//! dispatchers over it, `activate` and `softmax`, are in `kernels::simd`).
+//! dispatchers over it, `kernels::activate` and `kernels::simd::softmax`, are elsewhere).
 
 /// e^x.
 #[inline]

@@ -185,7 +185,7 @@ proptest! {
 
     /// The piecewise-linear functions over both kinks (±3 for the hard ones) and the saturated
     /// ranges beyond them, which `vals` (|x| < 2) never reaches: the Unary kernel and the fused
-    /// activation of dense and conv layers (`kernels::simd::activate`) for each.
+    /// activation of dense and conv layers (`kernels::activate`) for each.
     #[test]
     fn piecewise_activations_match_reference_across_their_kinks(
         x in prop::collection::vec(-8f32..8.0, 1..300),
@@ -202,7 +202,7 @@ proptest! {
             unary(&p, &x, &mut y, &mut scratch(unary_scratch(&p)));
             assert_close(&format!("unary {op:?}"), &y, &want, F32_KERNEL);
             let mut z = x.clone();
-            kestrel_cpu::kernels::simd::activate(a, &mut z);
+            kestrel_cpu::kernels::activate(a, &mut z);
             assert_close(&format!("activate {a:?}"), &z, &want, F32_KERNEL);
         }
     }

@@ -123,7 +123,7 @@ pub fn conv2d_scratch_fast(p: &Conv2dParams) -> usize {
 /// these paths): a direct loop, each weight row decoded once.
 pub fn conv2d(p: &Conv2dParams, proj: &ProjW<'_>, act: Activation, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     conv2d_biased(p, proj, x, y, scratch);
-    crate::kernels::simd::activate(act, &mut y[..p.o * p.oh * p.ow]);
+    crate::kernels::activate(act, &mut y[..p.o * p.oh * p.ow]);
 }
 
 /// [`conv2d`] before the activation.

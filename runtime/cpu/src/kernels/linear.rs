@@ -1,6 +1,6 @@
 //! Dense layer: `y[r, o] = act(Σ_i x[r, i] · W[o, i] + b[o])` for weights in any encoding.
 
-use crate::kernels::simd::activate;
+use crate::kernels::activate;
 use kestrel_format::ops::Activation;
 use kestrel_format::weight::quantize_act;
 use kestrel_format::{WeightView, INT4_GROUP};

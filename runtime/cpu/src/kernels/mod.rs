@@ -20,6 +20,25 @@ pub mod softmax;
 mod strided;
 pub mod transpose;
 
+use kestrel_format::ops::Activation;
+
+/// Applies a fused activation in place: GELU and SiLU vectorised where the CPU allows, the
+/// others in loops the compiler vectorises.
+#[inline]
+pub fn activate(act: Activation, y: &mut [f32]) {
+    use crate::math::{gelu_tanh, hard_sigmoid};
+    match act {
+        Activation::None => {}
+        Activation::Relu => y.iter_mut().for_each(|v| *v = v.max(0.0)),
+        Activation::Gelu => simd::gelu(y),
+        Activation::GeluTanh => y.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
+        Activation::Silu => simd::silu(y),
+        Activation::HardSwish => y.iter_mut().for_each(|v| *v *= hard_sigmoid(*v)),
+        // Multiply-add, max, min: one loop the compiler vectorises.
+        Activation::HardSigmoid => y.iter_mut().for_each(|v| *v = hard_sigmoid(*v)),
+    }
+}
+
 /// `dst.copy_from_slice(src)` for short rows (a feature-map row, a patch row), inlined: fixed
 /// 16/8/4-element moves, the last one overlapping the previous instead of a remainder loop.
 /// `copy_from_slice` of an unknown length is a call to `memcpy`, which costs more than the copy

@@ -306,6 +306,46 @@ fn exp_excess(w: f32, m: f32) -> f32 {
     return exp(-m) * expm1_(w);
 }
 
+// The 4 × 4 register blocks of the blocked and tiled kernels: row j = four outputs (plain vectors,
+// no arrays: they stay in registers even where a compiler does not unroll, as llvmpipe does not).
+struct Block4 {
+    a0: vec4<f32>,
+    a1: vec4<f32>,
+    a2: vec4<f32>,
+    a3: vec4<f32>,
+}
+
+// One row's products with four columns' vectors.
+fn row4(x: V4, w0: V4, w1: V4, w2: V4, w3: V4) -> vec4<f32> {
+    return vec4<f32>(dot_v4(x, w0), dot_v4(x, w1), dot_v4(x, w2), dot_v4(x, w3));
+}
+
+// The shared-memory tiles of the tiled GEMMs (`dense_tile`, `conv2d_tile`): per step, 32 rows
+// and 32 columns of TILE_CH four-element chunks each, chunk-major (chunk ch of item i at
+// ch · TILE + i), so that a warp's reads fall on distinct banks.
+const TILE: u32 = 32u;
+const TILE_CH: u32 = 8u;
+var<workgroup> tile_x: array<V4, 256>;
+var<workgroup> tile_w: array<V4, 256>;
+
+// One staged step of a tile: this thread's rows tr + 8i × columns to + 8j, the chunks summed in
+// order (one `dot_v4` each).
+fn tile_step(acc: Block4, tr: u32, to: u32) -> Block4 {
+    var a = acc;
+    for (var ch = 0u; ch < TILE_CH; ch++) {
+        let b = ch * TILE;
+        let w0 = tile_w[b + to];
+        let w1 = tile_w[b + to + 8u];
+        let w2 = tile_w[b + to + 16u];
+        let w3 = tile_w[b + to + 24u];
+        a.a0 += row4(tile_x[b + tr], w0, w1, w2, w3);
+        a.a1 += row4(tile_x[b + tr + 8u], w0, w1, w2, w3);
+        a.a2 += row4(tile_x[b + tr + 16u], w0, w1, w2, w3);
+        a.a3 += row4(tile_x[b + tr + 24u], w0, w1, w2, w3);
+    }
+    return a;
+}
+
 // Dense kernels' parts (`linear.wgsl`, `linear_sg.wgsl`; P41 parts, 0 or 1: one): a dispatch may
 // compute several projections of the same input at once (attention's Q, K and V), output o of
 // the dispatch's parts · P42 being output o % P42 of part o / P42, whose weights are at P16 + 8p

@@ -59,15 +59,6 @@ fn conv2d(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
 // words directly, the others go through `ws`.
 // per = (o / 4) · oh · ceil(ow / 4); same parameters as `conv2d`.
 
-// The four channels' sums as a 4 × 4 block: row j = output channel oc0 + j, column p = output
-// column ox0 + p (plain vectors, no arrays: they stay in registers without unrolling).
-struct Block4 {
-    a0: vec4<f32>,
-    a1: vec4<f32>,
-    a2: vec4<f32>,
-    a3: vec4<f32>,
-}
-
 fn conv_taps(oc0: u32, oy: u32, ox0: u32, x: u32, c0: u32, f32_weights: bool) -> Block4 {
     let c = pu(4u);
     let h = pu(5u);
@@ -180,8 +171,6 @@ fn conv2d_block(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
 // (`dot_v4`). Pixels and channels past the end are read clamped and not written.
 // per = groups · ⌈oh·ow / 32⌉ · ⌈(o / groups) / 32⌉ · WG; same parameters as `conv2d`.
 
-var<workgroup> ctile_x: array<V4, 256>;
-var<workgroup> ctile_w: array<V4, 256>;
 
 // Tap k of output pixel (oy, ox) in channel group c0: the input value, or 0 in the padding.
 fn conv_tap(x: u32, c0: u32, k: u32, oy: u32, ox: u32) -> f32 {
@@ -234,10 +223,7 @@ fn conv2d_tile(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let li = lid / 8u;
     let tr = lid / 8u;
     let to = lid % 8u;
-    var a0 = vec4<f32>(0.0);
-    var a1 = vec4<f32>(0.0);
-    var a2 = vec4<f32>(0.0);
-    var a3 = vec4<f32>(0.0);
+    var a = Block4(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
     for (var k0 = 0u; k0 < kk; k0 += 32u) {
         let k = k0 + 4u * lc;
         for (var q = 0u; q < 4u; q++) {
@@ -254,32 +240,18 @@ fn conv2d_tile(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
                     wv[u] = wget(wt, oc, k + u);
                 }
             }
-            ctile_x[lc * 32u + item] = to_v4(xv);
-            ctile_w[lc * 32u + item] = to_v4(wv);
+            tile_x[lc * TILE + item] = to_v4(xv);
+            tile_w[lc * TILE + item] = to_v4(wv);
         }
         workgroupBarrier();
-        for (var ch = 0u; ch < 8u; ch++) {
-            let b = ch * 32u;
-            let w0 = ctile_w[b + to];
-            let w1 = ctile_w[b + to + 8u];
-            let w2 = ctile_w[b + to + 16u];
-            let w3 = ctile_w[b + to + 24u];
-            a0 += conv_row4(ctile_x[b + tr], w0, w1, w2, w3);
-            a1 += conv_row4(ctile_x[b + tr + 8u], w0, w1, w2, w3);
-            a2 += conv_row4(ctile_x[b + tr + 16u], w0, w1, w2, w3);
-            a3 += conv_row4(ctile_x[b + tr + 24u], w0, w1, w2, w3);
-        }
+        a = tile_step(a, tr, to);
         workgroupBarrier();
     }
     let y = pu(3u) + s * o * m;
-    conv_tile_store(y, p0 + tr, oc0, n0 + to, m, n, a0);
-    conv_tile_store(y, p0 + tr + 8u, oc0, n0 + to, m, n, a1);
-    conv_tile_store(y, p0 + tr + 16u, oc0, n0 + to, m, n, a2);
-    conv_tile_store(y, p0 + tr + 24u, oc0, n0 + to, m, n, a3);
-}
-
-fn conv_row4(x: V4, w0: V4, w1: V4, w2: V4, w3: V4) -> vec4<f32> {
-    return vec4<f32>(dot_v4(x, w0), dot_v4(x, w1), dot_v4(x, w2), dot_v4(x, w3));
+    conv_tile_store(y, p0 + tr, oc0, n0 + to, m, n, a.a0);
+    conv_tile_store(y, p0 + tr + 8u, oc0, n0 + to, m, n, a.a1);
+    conv_tile_store(y, p0 + tr + 16u, oc0, n0 + to, m, n, a.a2);
+    conv_tile_store(y, p0 + tr + 24u, oc0, n0 + to, m, n, a.a3);
 }
 
 // Pixel p's channels n0, n0 + 8, n0 + 16, n0 + 24 of the group (those in range): bias,

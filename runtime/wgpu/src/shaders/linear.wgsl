@@ -61,12 +61,6 @@ fn dense_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 // for the encoding (f16: even cols, int8: cols % 4 == 0; checked at lowering).
 // per = ceil(rows / 4) · ceil(out / 4); P 14 = rows.
 
-// One x row's products with four weight rows (no arrays: the accumulators stay in registers
-// even where a compiler does not unroll, as llvmpipe does not).
-fn row4(x: V4, w0: V4, w1: V4, w2: V4, w3: V4) -> vec4<f32> {
-    return vec4<f32>(dot_v4(x, w0), dot_v4(x, w1), dot_v4(x, w2), dot_v4(x, w3));
-}
-
 @compute @workgroup_size(64)
 fn dense_block(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -211,13 +205,6 @@ fn dense_block_store(s: u32, r0: u32, o0: u32, rows: u32, out: u32, a0: vec4<f32
 // clamped and not written. Weight rows must be chunk-aligned for the encoding (as `dense_block`).
 // per = ceil(rows / 32) · ceil(out / 32) · 64; P 14 = rows.
 
-const TILE: u32 = 32u;
-// Four-column chunks per step.
-const TILE_CH: u32 = 8u;
-
-var<workgroup> tile_x: array<V4, 256>;
-var<workgroup> tile_w: array<V4, 256>;
-
 // Columns c .. c + 3 of weight row o, dequantised (c % 4 == 0 and word-aligned rows).
 fn wchunk(w: Wd, o: u32, c: u32) -> vec4<f32> {
     switch w.dt {
@@ -264,10 +251,7 @@ fn dense_tile(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     // Computing: rows tr + 8i, outputs to + 8j of the tile.
     let tr = lid / 8u;
     let to = lid % 8u;
-    var a0 = vec4<f32>(0.0);
-    var a1 = vec4<f32>(0.0);
-    var a2 = vec4<f32>(0.0);
-    var a3 = vec4<f32>(0.0);
+    var a = Block4(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
     for (var k = 0u; k < full; k += 4u * TILE_CH) {
         let c = k + 4u * lc;
         for (var q = 0u; q < 4u; q++) {
@@ -282,29 +266,19 @@ fn dense_tile(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
             tile_w[lc * TILE + item] = wv;
         }
         workgroupBarrier();
-        for (var ch = 0u; ch < TILE_CH; ch++) {
-            let b = ch * TILE;
-            let w0 = tile_w[b + to];
-            let w1 = tile_w[b + to + 8u];
-            let w2 = tile_w[b + to + 16u];
-            let w3 = tile_w[b + to + 24u];
-            a0 += row4(tile_x[b + tr], w0, w1, w2, w3);
-            a1 += row4(tile_x[b + tr + 8u], w0, w1, w2, w3);
-            a2 += row4(tile_x[b + tr + 16u], w0, w1, w2, w3);
-            a3 += row4(tile_x[b + tr + 24u], w0, w1, w2, w3);
-        }
+        a = tile_step(a, tr, to);
         workgroupBarrier();
     }
     let os = min(vec4<u32>(ot + to) + vec4<u32>(0u, 8u, 16u, 24u), vec4<u32>(out - 1u));
     let r = vec4<u32>(rt + tr) + vec4<u32>(0u, 8u, 16u, 24u);
-    a0 = dense_tail(w, os, xb + min(r.x, rows - 1u) * inp, full, inp, a0);
-    a1 = dense_tail(w, os, xb + min(r.y, rows - 1u) * inp, full, inp, a1);
-    a2 = dense_tail(w, os, xb + min(r.z, rows - 1u) * inp, full, inp, a2);
-    a3 = dense_tail(w, os, xb + min(r.w, rows - 1u) * inp, full, inp, a3);
-    dense_tile_store(s, r.x, ot + to, rows, out, a0);
-    dense_tile_store(s, r.y, ot + to, rows, out, a1);
-    dense_tile_store(s, r.z, ot + to, rows, out, a2);
-    dense_tile_store(s, r.w, ot + to, rows, out, a3);
+    a.a0 = dense_tail(w, os, xb + min(r.x, rows - 1u) * inp, full, inp, a.a0);
+    a.a1 = dense_tail(w, os, xb + min(r.y, rows - 1u) * inp, full, inp, a.a1);
+    a.a2 = dense_tail(w, os, xb + min(r.z, rows - 1u) * inp, full, inp, a.a2);
+    a.a3 = dense_tail(w, os, xb + min(r.w, rows - 1u) * inp, full, inp, a.a3);
+    dense_tile_store(s, r.x, ot + to, rows, out, a.a0);
+    dense_tile_store(s, r.y, ot + to, rows, out, a.a1);
+    dense_tile_store(s, r.z, ot + to, rows, out, a.a2);
+    dense_tile_store(s, r.w, ot + to, rows, out, a.a3);
 }
 
 // Row r's outputs o0, o0 + 8, o0 + 16, o0 + 24 of a tile, those in range.

@@ -204,3 +204,49 @@ pub fn rnn_cases() -> Vec<Case> {
     }
     v
 }
+
+/// Convolutions, each with another fused activation (every one is covered): one thread per
+/// output, register-blocked and tiled forms (which tuning picks which is in `ops.rs`).
+pub fn conv_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    // Each with another fused activation (every one is covered).
+    for (ci, co, k, stride, pad, dil, groups, act) in [
+        (3usize, 4usize, 3usize, 1u32, [1u32, 1, 1, 1], 1u32, 1u32, Activation::None),
+        (4, 6, 3, 2, [0, 1, 2, 0], 2, 2, Activation::Relu),
+        (2, 2, 5, 1, [2, 2, 2, 2], 1, 2, Activation::Gelu),
+        (3, 5, 1, 1, [0, 0, 0, 0], 1, 1, Activation::GeluTanh),
+        (4, 4, 3, 1, [1, 1, 1, 1], 1, 4, Activation::Silu),
+        (2, 3, 3, 2, [1, 1, 1, 1], 1, 1, Activation::HardSwish),
+        (6, 6, 3, 1, [1, 1, 1, 1], 1, 6, Activation::HardSigmoid),
+        // Register-blocked (`conv2d_block`: a group's output channels in fours): grouped with
+        // stride, dilation and uneven padding; a patch embedding (kernel = stride); 5×5 with
+        // a partial last column block.
+        (4, 8, 3, 2, [0, 1, 2, 0], 2, 2, Activation::Relu),
+        (3, 8, 4, 4, [0, 0, 0, 0], 1, 1, Activation::None),
+        (5, 12, 5, 1, [2, 1, 0, 2], 1, 1, Activation::Silu),
+        // Tiled (`conv2d_tile`, under the tiles-everywhere tuning: at least 16 channels per
+        // group): two channel tiles, the last partial, 45 taps (no multiple of 4 or 32), three
+        // pixel tiles; and two groups of 16 with stride, dilation and uneven padding.
+        (5, 40, 3, 1, [1, 1, 1, 1], 1, 1, Activation::Relu),
+        (8, 32, 3, 2, [0, 1, 2, 0], 2, 2, Activation::Gelu),
+    ] {
+        v.push(case("conv2d", format!("conv2d {ci}->{co} k{k} s{stride} d{dil} g{groups} {act:?}"), move |c| {
+            let x = c.input(&[ci, 9, 8])?;
+            let w = c.w(&[co, ci / groups as usize, k, k], 0.5)?;
+            let b = Some(c.w(&[co], 0.5)?);
+            c.b.op(|y| {
+                Op::Conv2d(Conv2d {
+                    x,
+                    proj: Proj { w, b },
+                    stride: [stride, stride],
+                    pad,
+                    dilation: [dil, dil],
+                    groups,
+                    act,
+                    y,
+                })
+            })
+        }));
+    }
+    v
+}

@@ -11,7 +11,6 @@
 //! (`runtime/cpu/tests/simd.rs`) compare each ISA with the scalar path on random inputs.
 
 use core::sync::atomic::{AtomicU8, Ordering};
-use kestrel_format::ops::Activation;
 use kestrel_format::weight::dot_f32 as dot_f32_scalar;
 use kestrel_format::WeightView;
 
@@ -231,23 +230,6 @@ pub fn gelu(y: &mut [f32]) {
         // SAFETY: AVX-512F (and AVX2/FMA) detected.
         Isa::Avx512 => unsafe { x86::gelu_avx512(y) },
         _ => y.iter_mut().for_each(|v| *v = crate::math::gelu(*v)),
-    }
-}
-
-/// Applies a fused activation in place: GELU and SiLU vectorised where the CPU allows, the
-/// others in loops the compiler vectorises.
-#[inline]
-pub fn activate(act: Activation, y: &mut [f32]) {
-    use crate::math::{gelu_tanh, hard_sigmoid};
-    match act {
-        Activation::None => {}
-        Activation::Relu => y.iter_mut().for_each(|v| *v = v.max(0.0)),
-        Activation::Gelu => gelu(y),
-        Activation::GeluTanh => y.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
-        Activation::Silu => silu(y),
-        Activation::HardSwish => y.iter_mut().for_each(|v| *v *= hard_sigmoid(*v)),
-        // Multiply-add, max, min: one loop the compiler vectorises.
-        Activation::HardSigmoid => y.iter_mut().for_each(|v| *v = hard_sigmoid(*v)),
     }
 }
 
