@@ -4,6 +4,9 @@
 #
 # Usage: benches/gpu_ab.sh A_BINARY B_BINARY OUT_DIR MODEL.kes [MODEL.kes ...]
 #
+# A model given as `A.kes=B.kes` runs A's file on A and B's on B: the same model converted by
+# each binary's own converter (a file using ops the older binary cannot read).
+#
 # Environment: BATCHES "1 32", ROUNDS 2 (A/B alternations per model and batch), SAMPLES 64,
 # REPS 3, BACKEND wgpu, ADAPTER (wgpu adapter name or index).
 # Writes OUT_DIR/raw.txt (one line per timing: model batch binary µs/sample) and OUT_DIR/ab.md
@@ -23,14 +26,17 @@ ADAPTER_ARGS=()
 mkdir -p "$OUT"
 RAW=$OUT/raw.txt
 : > "$RAW"
-for kes in "$@"; do
-  name=$(basename "$kes" .kes)
+for pair in "$@"; do
+  kes_a=${pair%%=*}
+  kes_b=${pair#*=}
+  name=$(basename "$kes_b" .kes)
   for b in $BATCHES; do
     n=$(( SAMPLES > b ? SAMPLES : b ))
     for ((r = 0; r < ROUNDS; r++)); do
       for which in A B; do
         bin=$A
-        [[ $which == B ]] && bin=$B
+        kes=$kes_a
+        [[ $which == B ]] && bin=$B && kes=$kes_b
         us=$("$bin" bench "$kes" --backend "$BACKEND" "${ADAPTER_ARGS[@]}" --batch "$b" --samples "$n" \
           --reps "$REPS" --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["us_per_sample"])' \
           2>/dev/null) || us=

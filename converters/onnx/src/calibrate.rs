@@ -75,6 +75,7 @@ fn targets(b: &ModelBuilder) -> Vec<(TensorId, Vec<String>)> {
             | Op::Softmax(_)
             | Op::Reduce(_)
             | Op::Reshape(_)
+            | Op::Slice(_)
             | Op::Transpose(_)
             | Op::Pool2d(_) => continue,
         };

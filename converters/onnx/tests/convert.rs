@@ -118,9 +118,18 @@ fn selections_lower_to_exact_generic_ops() {
     assert_eq!(v.tract.len(), 4);
     let conv = convert(data("assemble.onnx"), &opts(DType::I4)).unwrap();
     let fused: Vec<&str> = conv.report.fused.iter().map(|f| f.name.as_str()).collect();
-    // The concat along channels of NCHW maps: placing products as 1×1 convolutions, no
-    // transposes around them.
-    assert_eq!(fused, ["concat-as-placing-dense", "pad-as-selecting-dense", "channels-last dense as 1x1 conv"]);
+    // Concat pieces and constant padding (windows): slices, no products; the reflect pad's
+    // selecting product (not a window) as a 1×1 convolution, no transposes around it.
+    assert_eq!(
+        fused,
+        [
+            "concat-as-placing-dense",
+            "pad-as-selecting-dense",
+            "channels-last dense as 1x1 conv",
+            "one-hot dense as slice"
+        ]
+    );
+    assert_eq!(conv.report.kestrel_ops.get("Slice"), Some(&5), "{:?}", conv.report.kestrel_ops);
     let v = verify(data("assemble.onnx"), &conv.kes, &inputs("assemble", 3, 10)).unwrap();
     assert!(v.max_rel_err < 1e-6, "{}", v.max_rel_err);
     assert_eq!(v.tract.len(), 5);

@@ -125,6 +125,26 @@ pub fn output_shape(
             }
             Ok(declared)
         }
+        Op::Slice(o) => {
+            let x = shape_of(o.x);
+            let axis = o.axis as usize;
+            if axis >= x.rank() {
+                return Err(mismatch(name, "axis (< rank)", x.rank(), axis));
+            }
+            let n = x.dim(axis) as u64;
+            let last = u64::from(o.start) + (u64::from(o.count).max(1) - 1) * u64::from(o.step);
+            if o.step == 0 || o.count == 0 || last >= n {
+                return Err(ShapeError::Invalid { op: name, what: "the window reads past the input's axis" });
+            }
+            if u64::from(o.offset) + u64::from(o.count) > u64::from(o.len) {
+                return Err(ShapeError::Invalid { op: name, what: "the window ends past the output's axis" });
+            }
+            let mut dims = [0usize; MAX_RANK];
+            for (i, out) in dims.iter_mut().enumerate().take(x.rank()) {
+                *out = if i == axis { o.len as usize } else { x.dim(i) };
+            }
+            shape(name, &dims[..x.rank()])
+        }
         Op::Transpose(o) => {
             let x = shape_of(o.x);
             let mut seen = [false; MAX_RANK];

@@ -17,10 +17,11 @@ use kestrel_cpu::kernels::embed::{
 use kestrel_cpu::kernels::linear::{linear_q8, Q8_CHUNK};
 use kestrel_cpu::kernels::matmul::{matmul, matmul_scratch, MatMulParams};
 use kestrel_cpu::kernels::reduce::{reduce, reduce_scratch, ReduceParams};
+use kestrel_cpu::kernels::slice::{slice, SliceParams};
 use kestrel_cpu::kernels::softmax::{softmax, softmax_scratch, SoftmaxParams};
 use kestrel_cpu::kernels::transpose::{transpose, transpose_scratch, TransposeParams};
 use kestrel_cpu::{linear, ProjW};
-use kestrel_format::ops::{Activation, BinaryOp, ReduceOp, UnaryOp};
+use kestrel_format::ops::{Activation, BinaryOp, ReduceOp, Slice, UnaryOp};
 use kestrel_format::{DType, WeightView};
 use kestrel_reference::assert_close;
 use kestrel_reference::layers as r;
@@ -460,6 +461,59 @@ fn transpose_check_rejects_non_permutations() {
     assert!(matches!(TransposeParams::new(&shape(&[2, 3]), &[0, 0]), Err(ShapeError::Invalid { .. })));
     assert!(matches!(TransposeParams::new(&shape(&[2, 3]), &[0, 2]), Err(ShapeError::Invalid { .. })));
     assert!(matches!(TransposeParams::new(&shape(&[2, 3]), &[0]), Err(ShapeError::Mismatch { .. })));
+}
+
+// ---------------------------------------------------------------- slice
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Every axis of a rank-3 input, random windows (start, step, count) placed at random
+    /// offsets of a longer output: exact copies and exact zeros.
+    #[test]
+    fn slice_windows_match_reference(
+        dims in prop::collection::vec(1usize..6, 3),
+        axis in 0usize..3,
+        (a, b, c, pad_before, pad_after) in (0usize..6, 1usize..4, 1usize..6, 0usize..3, 0usize..3),
+        x in vals(216),
+    ) {
+        let n = dims[axis];
+        let start = a % n;
+        let step = b;
+        let count = c.min((n - 1 - start) / step + 1);
+        let (offset, len) = (pad_before, pad_before + count + pad_after);
+        let op = Slice { x: 0, axis: axis as u32, start: start as u32, step: step as u32, count: count as u32,
+            offset: offset as u32, len: len as u32, y: 1 };
+        let p = SliceParams::new(&shape(&dims), &op).unwrap();
+        let numel: usize = dims.iter().product();
+        let (want, ys) = r::slice(&f64s(&x[..numel]), &dims, axis, [start, step, count, offset, len]);
+        prop_assert_eq!(p.out_len(), ys.iter().product::<usize>());
+        let mut y = out(p.out_len());
+        slice(&p, &x[..numel], &mut y);
+        assert_close(&format!("slice {dims:?} axis {axis} {start}+{step}k x{count} at {offset} of {len}"), &y, &want, EXACT);
+    }
+}
+
+#[test]
+fn slice_params_reject_windows_outside_either_axis() {
+    let op = |start, step, count, offset, len| Slice { x: 0, axis: 1, start, step, count, offset, len, y: 1 };
+    let x = shape(&[2, 5]);
+    assert!(SliceParams::new(&x, &op(0, 2, 3, 0, 3)).is_ok());
+    for bad in [
+        op(0, 2, 4, 0, 4),
+        op(5, 1, 1, 0, 1),
+        op(0, 0, 1, 0, 1),
+        op(0, 1, 0, 0, 1),
+        op(0, 1, 2, 1, 2),
+        op(u32::MAX, 1, 1, 0, 1),
+        op(1, u32::MAX, 2, 0, 2),
+        op(0, 1, 1, u32::MAX, 1),
+    ] {
+        assert!(matches!(SliceParams::new(&x, &bad), Err(ShapeError::Invalid { op: "Slice", .. })), "{bad:?}");
+    }
+    let mut far = op(0, 1, 1, 0, 1);
+    far.axis = 2;
+    assert!(matches!(SliceParams::new(&x, &far), Err(ShapeError::Mismatch { op: "Slice", .. })));
 }
 
 // ---------------------------------------------------------------- matmul

@@ -594,6 +594,7 @@ fn every_op_kind_round_trips() {
         Op::Reshape(Reshape { x, y }),
         Op::Transpose(Transpose { x, perm: [1, 0, 2, 3, 4, 5], y }),
         Op::MatMul(MatMul { a: x, b: 3, transpose_b: true, y }),
+        Op::Slice(Slice { x, axis: 1, start: 2, step: 3, count: 2, offset: 1, len: 8, y }),
         Op::Conv2d(Conv2d {
             x,
             proj: p(1),
@@ -716,7 +717,7 @@ fn every_op_kind_round_trips() {
     let n = all.len() as u32;
     assert_eq!(f.op_kind(n), Err(Error::BadOpIndex { index: n, count: n }));
     let kinds: std::collections::BTreeSet<u16> = all.iter().map(Op::kind).collect();
-    assert_eq!(kinds.len(), 21, "every op kind is in this test");
+    assert_eq!(kinds.len(), 22, "every op kind is in this test");
 }
 
 /// Format 1.1: an activation may carry a calibrated int8 scale at entry offset 36; it round-trips,

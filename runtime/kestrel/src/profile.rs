@@ -450,7 +450,7 @@ pub fn op_flops(file: &KesFile<'_>, op: &Op) -> Option<u64> {
             let states = direction.dirs() as u64 * u64::from(*hidden);
             2 * t * (numel(file, *w)? + numel(file, *r)?) + 3 * t * gate_rows + 4 * t * states
         }
-        Op::Reshape(_) | Op::Transpose(_) | Op::Embedding(_) => return None,
+        Op::Reshape(_) | Op::Transpose(_) | Op::Slice(_) | Op::Embedding(_) => return None,
     })
 }
 

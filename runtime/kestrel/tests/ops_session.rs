@@ -344,6 +344,18 @@ fn softmax_reshape_transpose() {
             c.b.op(|y| Op::Transpose(Transpose { x, perm, y }))
         }));
     }
+    for (dims, axis, start, step, count, offset, len) in [
+        (vec![2usize, 5, 4], 1u32, 1u32, 2u32, 2u32, 1u32, 4u32),
+        (vec![5, 3], 0, 4, 1, 1, 0, 1),
+        (vec![2, 3, 4], 2, 0, 1, 3, 2, 6),
+        (vec![3, 4], 1, 0, 1, 4, 0, 4),
+    ] {
+        let name = format!("Slice {dims:?} axis {axis} {start}+{step}k x{count} at {offset} of {len}");
+        cases.push(case("Slice", name, false, move |c| {
+            let x = c.input(&dims, NZ)?;
+            c.b.op(|y| Op::Slice(Slice { x, axis, start, step, count, offset, len, y }))
+        }));
+    }
     check_all(&cases);
 }
 

@@ -294,6 +294,27 @@ pub fn transpose(x: &[f64], shape: &[usize], perm: &[usize]) -> (Vec<f64>, Vec<u
     (y, ys)
 }
 
+/// A window of `axis` placed into zeros: `x` of dims `shape`; the output has `len` on the axis
+/// and `y[.., offset + j, ..] = x[.., start + j·step, ..]` for `j < count`. Returns the output
+/// and its dims.
+pub fn slice(x: &[f64], shape: &[usize], axis: usize, window: [usize; 5]) -> (Vec<f64>, Vec<usize>) {
+    let [start, step, count, offset, len] = window;
+    let mut ys = shape.to_vec();
+    ys[axis] = len;
+    let y = (0..numel(&ys))
+        .map(|i| {
+            let mut ii = unravel(i, &ys);
+            let m = ii[axis];
+            if m < offset || m >= offset + count {
+                return 0.0;
+            }
+            ii[axis] = start + (m - offset) * step;
+            x[ravel(&ii, shape)]
+        })
+        .collect();
+    (y, ys)
+}
+
 /// Batched matmul over the last two axes with broadcast batch axes: `a [.., M, K]`,
 /// `b [.., K, N]` (or `[.., N, K]` when `transpose_b`). Returns the output and its shape.
 pub fn matmul(a: &[f64], a_shape: &[usize], b: &[f64], b_shape: &[usize], transpose_b: bool) -> (Vec<f64>, Vec<usize>) {

@@ -225,6 +225,22 @@ fn layer_cases() -> Vec<Case> {
             c.b.reshape(t, &[24])
         }));
     }
+    // Slice windows: strided with zeros either side, one index, the innermost axis, rank 1.
+    for (dims, axis, start, step, count, offset, len) in [
+        (vec![2usize, 5, 4], 1u32, 1u32, 2u32, 2u32, 1u32, 4u32),
+        (vec![5, 3], 0, 4, 1, 1, 0, 1),
+        (vec![2, 3, 4], 2, 0, 1, 3, 2, 6),
+        (vec![6], 0, 1, 3, 2, 0, 2),
+    ] {
+        v.push(case(
+            "slice",
+            format!("slice {dims:?} axis {axis} {start}+{step}k x{count} at {offset} of {len}"),
+            move |c| {
+                let x = c.input(&dims)?;
+                c.b.op(|y| Op::Slice(Slice { x, axis, start, step, count, offset, len, y }))
+            },
+        ));
+    }
     v.push(case("matmul", "matmul act x act, broadcast batch", |c| {
         let a = c.input(&[2, 3, 5, 4])?;
         let b = c.input(&[3, 4, 6])?;
@@ -594,7 +610,7 @@ fn assert_subgroup_form_ran(g: &GpuContext, seen: &BTreeSet<Variant>, arith: Ari
 
 /// Case families whose kernels have no f16 variant (so they run f32 even at `Precision::F16`).
 const F32_ONLY_FAMILIES: &[&str] =
-    &["layer_norm", "unary", "binary", "softmax", "embedding", "reduce", "transpose", "pool2d"];
+    &["layer_norm", "unary", "binary", "softmax", "embedding", "reduce", "transpose", "slice", "pool2d"];
 
 #[test]
 fn layer_and_generic_kernels_match_cpu() {

@@ -15,6 +15,7 @@ use crate::kernels::norm::{layer_norm, layer_norm_scratch, LayerNormParams};
 use crate::kernels::pool::{pool2d, pool2d_scratch, pool2d_scratch_fast, Pool2dParams};
 use crate::kernels::reduce::{reduce, ReduceParams};
 use crate::kernels::rnn::{rnn, rnn_scratch, RnnParams, RnnWeights};
+use crate::kernels::slice::{slice, SliceParams};
 use crate::kernels::softmax::{softmax, SoftmaxParams};
 use crate::kernels::transpose::{transpose, TransposeParams};
 use kestrel_format::ops::{Activation, Gru, Lstm, Op, Proj, TensorId};
@@ -64,6 +65,7 @@ enum Prep<'a> {
     Embedding { p: EmbeddingParams, table: WeightView<'a>, pos: Option<WeightView<'a>> },
     Reduce(ReduceParams),
     Transpose(TransposeParams),
+    Slice(SliceParams),
     MatMul { p: MatMulParams, b: Src<'a> },
     Conv2d { p: Conv2dParams, proj: ProjW<'a> },
     Pool2d(Pool2dParams),
@@ -118,6 +120,12 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
         Op::Transpose(o) => {
             let x = shp(o.x)?;
             Prep::Transpose(TransposeParams::new(&x, &o.perm[..x.rank()])?)
+        }
+        Op::Slice(o) => {
+            if !matches!(src(file, o.x)?, Src::Act) {
+                return Err(ShapeError::Invalid { op: op.name(), what: "the input must be an activation" });
+            }
+            Prep::Slice(SliceParams::new(&shp(o.x)?, &o)?)
         }
         Op::MatMul(o) => {
             let b = src(file, o.b)?;
@@ -188,6 +196,7 @@ pub(super) fn scratch_elems(file: &Graph<'_, '_>, op: &Op, fast: bool) -> Result
         | Prep::Softmax(_)
         | Prep::Reduce(_)
         | Prep::Transpose(_)
+        | Prep::Slice(_)
         | Prep::Reshape => 0,
     })
 }
@@ -262,6 +271,10 @@ pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Resul
             (Prep::Transpose(p), Op::Transpose(o)) => {
                 let (x, n) = main(o.x)?;
                 transpose(p, &x[sample(n, s)], y, scratch);
+            }
+            (Prep::Slice(p), Op::Slice(o)) => {
+                let (x, n) = main(o.x)?;
+                slice(p, &x[sample(n, s)], y);
             }
             (Prep::MatMul { p, b }, Op::MatMul(o)) => {
                 let (a, n) = main(o.a)?;

@@ -130,6 +130,7 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
         | Op::Embedding(_)
         | Op::Reduce(_)
         | Op::Reshape(_)
+        | Op::Slice(_)
         | Op::Transpose(_)
         | Op::MatMul(_)
         | Op::Conv2d(_)

@@ -16,6 +16,7 @@ pub mod pool;
 pub mod reduce;
 pub mod rnn;
 pub mod simd;
+pub mod slice;
 pub mod softmax;
 mod strided;
 pub mod transpose;

@@ -384,6 +384,31 @@ pub struct Transpose {
     pub y: TensorId,
 }
 
+/// A strided window of one axis, placed at an offset of a zero-filled output: the input seen as
+/// `[outer, n, inner]` around `axis`, the output as `[outer, len, inner]`, with
+/// `y[o, offset + j, i] = x[o, start + j·step, i]` for `j < count` and zeros elsewhere on the
+/// axis. One copy for ONNX `Slice`, a single-index `Gather`, a piece of a `Concat` and constant
+/// padding along one axis (which exporters otherwise leave as one-hot products).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Slice {
+    /// Input (an activation).
+    pub x: TensorId,
+    /// The per-sample axis the window runs along.
+    pub axis: u32,
+    /// First input index read.
+    pub start: u32,
+    /// Input indices between two reads (≥ 1).
+    pub step: u32,
+    /// Indices read (≥ 1).
+    pub count: u32,
+    /// Output index of the first read.
+    pub offset: u32,
+    /// The output's length on the axis (≥ `offset + count`).
+    pub len: u32,
+    /// Output.
+    pub y: TensorId,
+}
+
 /// Batched matrix product over the last two axes with numpy broadcasting of leading axes:
 /// `a [.., M, K] · b [.., K, N]` (or `b [.., N, K]` with `transpose_b`). `b` may be a weight.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -724,6 +749,8 @@ pub enum Op {
     Transpose(Transpose),
     /// See [`MatMul`].
     MatMul(MatMul),
+    /// See [`Slice`].
+    Slice(Slice),
     /// See [`Conv2d`].
     Conv2d(Conv2d),
     /// See [`Pool2d`].
@@ -764,6 +791,7 @@ pub mod kind {
     pub const POOL2D: u16 = 13;
     pub const LSTM: u16 = 14;
     pub const GRU: u16 = 15;
+    pub const SLICE: u16 = 16;
     pub const ATTENTION: u16 = 32;
     pub const AFT_FULL: u16 = 33;
     pub const AFT_LOCAL: u16 = 34;

@@ -347,6 +347,16 @@ fn walk<S: Slots>(s: &mut S, op: &mut Op) -> Result<(), OpError> {
             t(s, &mut o.y, "y")?;
             flag(s, &mut o.transpose_b, "transpose_b")?;
         }
+        Op::Slice(o) => {
+            t(s, &mut o.x, "x")?;
+            t(s, &mut o.y, "y")?;
+            raw(s, &mut o.axis);
+            raw(s, &mut o.start);
+            pos(s, &mut o.step, "step")?;
+            pos(s, &mut o.count, "count")?;
+            raw(s, &mut o.offset);
+            pos(s, &mut o.len, "len")?;
+        }
         Op::Conv2d(o) => {
             t(s, &mut o.x, "x")?;
             proj(s, &mut o.proj, "w")?;
@@ -500,6 +510,7 @@ fn blank(kind_id: u16) -> Option<Op> {
         kind::RESHAPE => Op::Reshape(Default::default()),
         kind::TRANSPOSE => Op::Transpose(Default::default()),
         kind::MATMUL => Op::MatMul(Default::default()),
+        kind::SLICE => Op::Slice(Default::default()),
         kind::CONV2D => Op::Conv2d(Default::default()),
         kind::POOL2D => Op::Pool2d(Default::default()),
         kind::LSTM => Op::Lstm(Default::default()),

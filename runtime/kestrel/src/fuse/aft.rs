@@ -3,24 +3,16 @@
 //! check decides.
 
 use super::attention::{forward_layout, projection, root_view, through_layout, tokens};
-use super::{around_tokens, sole_consumer, try_replace, FusionReport};
+use super::{around_tokens, rewrite_each, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::*;
 
 /// Fuses every non-causal AFT-simple block it can prove.
 pub(super) fn aft_simple(b: &mut ModelBuilder, report: &mut FusionReport) {
-    let mut i = 0;
-    while i < b.ops().len() {
-        if let Op::Softmax(_) = b.ops()[i] {
-            if let Some((region, ops)) = match_aft_simple(b, i) {
-                if try_replace(b, &region, ops, "aft-simple", report) {
-                    continue;
-                }
-            }
-        }
-        i += 1;
-    }
+    rewrite_each(b, report, "aft-simple", |b, i| {
+        matches!(b.ops()[i], Op::Softmax(_)).then(|| match_aft_simple(b, i)).flatten()
+    });
 }
 
 /// For `Binary(op)(a, b)` where one side is `side`, the other side.
@@ -99,17 +91,9 @@ fn match_aft_simple(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec
 /// Fuses every Fastformer block it can prove: additive attention over q (α, global query g),
 /// p = g ⊙ k, additive attention over p (β, global key G), u = G ⊙ v, W^R u + b^R + q.
 pub(super) fn fastformer(b: &mut ModelBuilder, report: &mut FusionReport) {
-    let mut i = 0;
-    while i < b.ops().len() {
-        if let Op::Softmax(_) = b.ops()[i] {
-            if let Some((region, ops)) = match_fastformer(b, i) {
-                if try_replace(b, &region, ops, "fastformer", report) {
-                    continue;
-                }
-            }
-        }
-        i += 1;
-    }
+    rewrite_each(b, report, "fastformer", |b, i| {
+        matches!(b.ops()[i], Op::Softmax(_)).then(|| match_fastformer(b, i)).flatten()
+    });
 }
 
 /// One additive-attention pooling starting at `softmax`: scores `src · w` (scaled) → softmax over

@@ -8,7 +8,7 @@
 //! fused node's `mask` input): it reads off the variant, the heads, the scale and the weights, and
 //! the numerical check decides whether the fused node really computes the same thing.
 
-use super::{around_shape, scalar, sole_consumer, try_replace, FusionReport};
+use super::{around_shape, rewrite_each, scalar, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::*;
@@ -153,17 +153,9 @@ fn causal_mask(b: &ModelBuilder, m: TensorId, t: usize) -> bool {
 
 /// Fuses every attention block it can prove.
 pub(super) fn attention(b: &mut ModelBuilder, report: &mut FusionReport) {
-    let mut i = 0;
-    while i < b.ops().len() {
-        if let Op::Softmax(_) = b.ops()[i] {
-            if let Some((region, ops)) = match_attention(b, i) {
-                if try_replace(b, &region, ops, "attention", report) {
-                    continue;
-                }
-            }
-        }
-        i += 1;
-    }
+    rewrite_each(b, report, "attention", |b, i| {
+        matches!(b.ops()[i], Op::Softmax(_)).then(|| match_attention(b, i)).flatten()
+    });
 }
 
 fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<Op>)> {

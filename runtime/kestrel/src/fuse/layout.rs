@@ -14,7 +14,7 @@
 //! checked against the whole index array, and the rewrite is verified numerically like every
 //! fusion.
 
-use super::{dims, sole_consumer, try_replace, FusionReport};
+use super::{dims, rewrite_each, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::{Op, Reshape, TensorId, Transpose};
@@ -26,15 +26,7 @@ const MAX_ELEMS: usize = 1 << 22;
 
 /// Collapses every chain of reshapes and transposes holding two transposes or more.
 pub(super) fn layout_chains(b: &mut ModelBuilder, report: &mut FusionReport) {
-    let mut i = 0;
-    while i < b.ops().len() {
-        if let Some((region, ops)) = match_chain(b, i) {
-            if try_replace(b, &region, ops, "layout chain as one transpose", report) {
-                continue;
-            }
-        }
-        i += 1;
-    }
+    rewrite_each(b, report, "layout chain as one transpose", match_chain);
 }
 
 fn layout(op: &Op) -> Option<(TensorId, TensorId)> {

@@ -14,6 +14,7 @@ mod elementwise;
 mod layout;
 mod pointwise;
 mod select;
+mod slices;
 mod subsample;
 
 use crate::builder::Region;
@@ -61,6 +62,9 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         channels::channels_layer_norm(b, &mut report);
         channels::scale_into_weights(b, &mut report);
         subsample::strided_pointwise_conv(b, &mut report);
+        // Before the pointwise pass: a placing product is a copy, not a 1×1 convolution.
+        slices::one_hot_windows(b, &mut report);
+        slices::constant_adds(b, &mut report);
         pointwise::channels_last_dense(b, &mut report);
         pointwise::patch_embed(b, &mut report);
         pointwise::conv_epilogue(b, &mut report);
@@ -71,6 +75,26 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         }
     }
     report
+}
+
+/// Tries `matcher` at every node in turn and applies each match whose replacement verifies
+/// ([`try_replace`]), as `pattern`; after a replacement the same index is tried again (the graph
+/// changed there).
+pub(crate) fn rewrite_each(
+    b: &mut ModelBuilder,
+    report: &mut FusionReport,
+    pattern: &str,
+    mut matcher: impl FnMut(&mut ModelBuilder, usize) -> Option<(Region, Vec<Op>)>,
+) {
+    let mut i = 0;
+    while i < b.ops().len() {
+        if let Some((region, ops)) = matcher(b, i) {
+            if try_replace(b, &region, ops, pattern, report) {
+                continue;
+            }
+        }
+        i += 1;
+    }
 }
 
 /// Applies `new_ops` in place of `region` if they compute the same thing; records the outcome.

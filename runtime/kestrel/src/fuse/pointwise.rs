@@ -7,7 +7,7 @@
 //! activation that followed the second transpose become the convolution's own.
 
 use super::channels::per_channel;
-use super::{dims, sole_consumer, try_replace, FusionReport};
+use super::{dims, rewrite_each, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::{Activation, BinaryOp, Conv2d, Op, Proj, Reshape, UnaryOp};
@@ -16,15 +16,7 @@ use kestrel_format::ops::{Activation, BinaryOp, Conv2d, Op, Proj, Reshape, Unary
 /// (only unit axes before `k`) → a 1×1 `Conv2d` on `[C, 1, ΠS]` with the dense weight viewed
 /// `[O, C, 1, 1]`, reshape views around it.
 pub(super) fn channels_last_dense(b: &mut ModelBuilder, report: &mut FusionReport) {
-    let mut i = 0;
-    while i < b.ops().len() {
-        if let Some((region, ops)) = match_channels_last_dense(b, i) {
-            if try_replace(b, &region, ops, "channels-last dense as 1x1 conv", report) {
-                continue;
-            }
-        }
-        i += 1;
-    }
+    rewrite_each(b, report, "channels-last dense as 1x1 conv", match_channels_last_dense);
 }
 
 fn match_channels_last_dense(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
@@ -174,15 +166,7 @@ fn match_conv_epilogue(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op
 /// `[O, C·p·p]`: the convolution's transpose back to channels-first and the graph's transpose to
 /// tokens both go.
 pub(super) fn patch_embed(b: &mut ModelBuilder, report: &mut FusionReport) {
-    let mut i = 0;
-    while i < b.ops().len() {
-        if let Some((region, ops)) = match_patch_embed(b, i) {
-            if try_replace(b, &region, ops, "patchifying conv as patch embedding", report) {
-                continue;
-            }
-        }
-        i += 1;
-    }
+    rewrite_each(b, report, "patchifying conv as patch embedding", match_patch_embed);
 }
 
 fn match_patch_embed(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {

@@ -67,13 +67,13 @@ fn collapse(b: &mut ModelBuilder, d: Dense) -> bool {
     while let Some(x) = stack.pop() {
         for c in b.consumers(x) {
             let op = b.ops()[c];
-            if (is_layout(&op) || is_selection(b, &op)) && !closure.contains(&c) {
+            if (is_layout(&op) || is_selection(b, &op) || matches!(op, Op::Slice(_))) && !closure.contains(&c) {
                 closure.push(c);
                 stack.push(op.output());
             }
         }
     }
-    if !closure.iter().any(|&c| matches!(b.ops()[c], Op::Dense(_))) {
+    if !closure.iter().any(|&c| matches!(b.ops()[c], Op::Dense(_) | Op::Slice(_))) {
         return false;
     }
     // Candidate part outputs, latest first: any tensor of the closure (a part may end before
@@ -120,7 +120,7 @@ fn part(
             });
         }
     }
-    if !all.iter().any(|&n| matches!(b.ops()[n], Op::Dense(_))) {
+    if !all.iter().any(|&n| matches!(b.ops()[n], Op::Dense(_) | Op::Slice(_))) {
         return None;
     }
     all.sort_unstable();

@@ -199,6 +199,11 @@ impl<'a> Interp<'a> {
                 let perm: Vec<usize> = o.perm[..xd.len()].iter().map(|&p| p as usize).collect();
                 r::transpose(x_of(o.x), &xd, &perm).0
             }
+            Op::Slice(o) => {
+                let u = |v: u32| v as usize;
+                let w = [u(o.start), u(o.step), u(o.count), u(o.offset), u(o.len)];
+                r::slice(x_of(o.x), &self.dims(o.x), u(o.axis), w).0
+            }
             Op::MatMul(o) => r::matmul(x_of(o.a), &self.dims(o.a), x_of(o.b), &self.dims(o.b), o.transpose_b).0,
             Op::Conv2d(o) => {
                 let (xd, wd) = (self.dims(o.x), self.dims(o.proj.w));

@@ -6,6 +6,7 @@ use crate::GpuError;
 use kestrel_cpu::kernels::conv::Conv2dParams;
 use kestrel_cpu::kernels::pool::Pool2dParams;
 use kestrel_cpu::kernels::rnn::{RnnCell, RnnParams};
+use kestrel_cpu::kernels::slice::SliceParams;
 use kestrel_format::ops::{NormAxis, Op, TensorId};
 use kestrel_format::{TensorKind, MAX_RANK};
 
@@ -133,6 +134,29 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 p = p.u(5 + k, y.dim(k))?;
             }
             vec![operand(ctx, p, 11, o.x, &src[..r])?.done(Kernel::Strided)]
+        }
+        Op::Slice(o) => {
+            // The strided copy over `[outer, len, inner]`, reading `x` from the window's start
+            // with the window's step, zeros outside `offset..offset + count` (op 101).
+            let p = SliceParams::new(&shape(o.x)?, &o).map_err(|e| GpuError::Model(e.to_string()))?;
+            let x = ctx.act(o.x)?;
+            let p = Params::new(p.out_len())?
+                .u(2, ctx.act(o.y)?.base)?
+                .u(3, 101)?
+                .u(4, 3)?
+                .u(5, p.outer)?
+                .u(6, p.len)?
+                .u(7, p.inner)?
+                .u(11, 0)?
+                .u(12, x.base + p.start * p.inner)?
+                .u(13, x.stride)?
+                .u(14, p.n * p.inner)?
+                .u(15, p.step * p.inner)?
+                .u(16, 1)?
+                .u(37, 1)?
+                .u(38, p.offset)?
+                .u(39, p.count)?;
+            vec![p.done(Kernel::Strided)]
         }
         Op::MatMul(o) => {
             let (a, b, y) = (shape(o.a)?, shape(o.b)?, shape(o.y)?);

@@ -233,6 +233,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
         | Op::Embedding(_)
         | Op::Reduce(_)
         | Op::Reshape(_)
+        | Op::Slice(_)
         | Op::Transpose(_)
         | Op::MatMul(_)
         | Op::Conv2d(_)

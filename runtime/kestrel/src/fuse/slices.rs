@@ -1,0 +1,256 @@
+//! Selections as copies, and constants added in a row as one.
+//!
+//! The converter writes ONNX `Slice`, a single-index `Gather`, each piece of a `Concat` and a
+//! constant `Pad` as a bias-free `Dense` with a 0/1 weight along the axis (moved last by a
+//! `Transpose` and back): exact, but a product over the whole axis and two copies for what is
+//! one copy. Where the weight picks a strided window — output `offset + j` reads input
+//! `start + j·step` for `j < count`, the other outputs read nothing — the dense layer and the
+//! transposes around it become one [`Slice`]. (The packed-projection pass reads one-hot dense
+//! layers and slices alike, so it still sees the selections it collapses.)
+//!
+//! A ViT's class token is such a piece: `Concat(cls, patches)` is a placing product plus the
+//! constant `cls` row, to which the position embedding is added next. Two constant `Add`s in a
+//! row become one, of their sum.
+
+use super::{dims, rewrite_each, sole_consumer, FusionReport};
+use crate::builder::Region;
+use crate::ModelBuilder;
+use kestrel_format::ops::{Activation, Binary, BinaryOp, Op, Reshape, Slice, TensorId, Transpose};
+use kestrel_format::MAX_RANK;
+
+/// Largest one-hot weight examined (elements); selections exporters write sit far below it.
+const MAX_WEIGHT: usize = 1 << 24;
+
+/// Every bias-free 0/1 dense layer that picks a window, as a `Slice`.
+pub(super) fn one_hot_windows(b: &mut ModelBuilder, report: &mut FusionReport) {
+    rewrite_each(b, report, "one-hot dense as slice", match_window);
+}
+
+/// `(start, step, count, offset)` of the window a 0/1 weight `[k, n]` picks (row `j` is output
+/// `j`), if it picks one: every row holds at most one 1, the rows holding one are consecutive,
+/// and their inputs are evenly spaced upwards.
+pub(crate) fn window(w: &[f32], k: usize, n: usize) -> Option<[usize; 4]> {
+    if w.len() != k.checked_mul(n)? || n == 0 {
+        return None;
+    }
+    let mut first: Option<(usize, usize)> = None;
+    let (mut step, mut count) = (0usize, 0usize);
+    let mut ended = false;
+    for (j, row) in w.chunks_exact(n).enumerate() {
+        let mut src = None;
+        for (i, &v) in row.iter().enumerate() {
+            if v == 1.0 && src.is_none() {
+                src = Some(i);
+            } else if v != 0.0 {
+                return None;
+            }
+        }
+        match (src, first) {
+            (None, None) => {}
+            (None, Some(_)) => ended = true,
+            (Some(_), Some(_)) if ended => return None,
+            (Some(i), None) => {
+                first = Some((i, j));
+                count = 1;
+            }
+            (Some(i), Some((start, _))) => {
+                if count == 1 {
+                    step = i.checked_sub(start).filter(|&s| s > 0)?;
+                }
+                if i != start + count * step {
+                    return None;
+                }
+                count += 1;
+            }
+        }
+    }
+    let (start, offset) = first?;
+    Some([start, step.max(1), count, offset])
+}
+
+/// The inverse of permutation `p`.
+fn inverse(p: &[usize]) -> Vec<usize> {
+    let mut q = vec![0; p.len()];
+    for (i, &v) in p.iter().enumerate() {
+        q[v] = i;
+    }
+    q
+}
+
+fn match_window(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
+    let Op::Dense(d) = b.ops()[n] else { return None };
+    if d.proj.b.is_some() || d.act != Activation::None {
+        return None;
+    }
+    let (k, cols) = b.shape_of(d.proj.w)?.as_matrix()?;
+    if k.checked_mul(cols)? > MAX_WEIGHT {
+        return None;
+    }
+    let [start, step, count, offset] = window(b.weight_values(d.proj.w)?, k, cols)?;
+    let u = |v: usize| u32::try_from(v).ok();
+    let xd = dims(b, d.x)?;
+    let r = xd.len();
+    // The transpose that moved the axis last, when only this layer reads it.
+    let t1 = b.producer(d.x).filter(|_| sole_consumer(b, d.x).is_some()).and_then(|t| {
+        if let Op::Transpose(tr) = b.ops()[t] {
+            Some((t, tr))
+        } else {
+            None
+        }
+    });
+    let Some((t1n, tr1)) = t1 else {
+        let slice = Slice {
+            x: d.x,
+            axis: u(r.checked_sub(1)?)?,
+            start: u(start)?,
+            step: u(step)?,
+            count: u(count)?,
+            offset: u(offset)?,
+            len: u(k)?,
+            y: d.y,
+        };
+        return Some((Region { nodes: vec![n], inputs: vec![d.x], output: d.y }, vec![Op::Slice(slice)]));
+    };
+    let p: Vec<usize> = tr1.perm[..r].iter().map(|&a| usize::from(a)).collect();
+    let axis = p[r - 1];
+    let mut zd = dims(b, tr1.x)?;
+    zd[axis] = k;
+    let window = |y| Slice {
+        x: tr1.x,
+        axis: axis as u32,
+        start: start as u32,
+        step: step as u32,
+        count: count as u32,
+        offset: offset as u32,
+        len: k as u32,
+        y,
+    };
+    u(start.max(step).max(count).max(offset).max(k))?;
+    // The transpose back, when it undoes the first: the slice writes its output directly.
+    if let Some(t2n) = sole_consumer(b, d.y) {
+        if let Op::Transpose(tr2) = b.ops()[t2n] {
+            let q: Vec<usize> = tr2.perm[..r].iter().map(|&a| usize::from(a)).collect();
+            if q == inverse(&p) {
+                let mut nodes = vec![t1n, n, t2n];
+                nodes.sort_unstable();
+                let region = Region { nodes, inputs: vec![tr1.x], output: tr2.y };
+                return Some((region, vec![Op::Slice(window(tr2.y))]));
+            }
+        }
+    }
+    // Otherwise the slice, then the first transpose's permutation of its output: a view when
+    // only unit axes move (a selected single row, as a class-token pick), else a transpose.
+    let z = b.new_activation("slice", &zd).ok()?;
+    let moved: Vec<usize> = p.iter().copied().filter(|&a| zd[a] != 1).collect();
+    let after = if moved.windows(2).all(|w| w[0] < w[1]) {
+        Op::Reshape(Reshape { x: z, y: d.y })
+    } else {
+        let mut perm = [0u8; MAX_RANK];
+        for (i, &a) in p.iter().enumerate() {
+            perm[i] = a as u8;
+        }
+        Op::Transpose(Transpose { x: z, perm, y: d.y })
+    };
+    let mut nodes = vec![t1n, n];
+    nodes.sort_unstable();
+    Some((Region { nodes, inputs: vec![tr1.x], output: d.y }, vec![Op::Slice(window(z)), after]))
+}
+
+/// `Add(x, C₁)` then `Add(·, C₂)` with constants → `Add(x, C₁ + C₂)` (the sum broadcast to the
+/// shape both constants cover).
+pub(super) fn constant_adds(b: &mut ModelBuilder, report: &mut FusionReport) {
+    rewrite_each(b, report, "constant adds in a row as one", match_constant_adds);
+}
+
+/// The activation and constant operands of a `Binary Add` with exactly one constant.
+fn add_of_constant(b: &ModelBuilder, op: &Op) -> Option<(TensorId, TensorId)> {
+    let Op::Binary(Binary { a, b: c, op: BinaryOp::Add, .. }) = *op else { return None };
+    match (b.is_weight(a), b.is_weight(c)) {
+        (false, true) => Some((a, c)),
+        (true, false) => Some((c, a)),
+        _ => None,
+    }
+}
+
+fn match_constant_adds(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
+    let (x, c1) = add_of_constant(b, &b.ops()[n])?;
+    let y1 = b.ops()[n].output();
+    let m = sole_consumer(b, y1)?;
+    let (mid, c2) = add_of_constant(b, &b.ops()[m])?;
+    if mid != y1 {
+        return None;
+    }
+    let y2 = b.ops()[m].output();
+    let (d1, d2) = (dims(b, c1)?, dims(b, c2)?);
+    // The constants' common shape (numpy broadcasting), at most the output's.
+    let r = d1.len().max(d2.len());
+    let pad = |d: &[usize]| -> Vec<usize> { std::iter::repeat_n(1, r - d.len()).chain(d.iter().copied()).collect() };
+    let (p1, p2) = (pad(&d1), pad(&d2));
+    let mut cd = Vec::with_capacity(r);
+    for (&a, &c) in p1.iter().zip(&p2) {
+        cd.push(match (a, c) {
+            (a, c) if a == c => a,
+            (1, c) => c,
+            (a, 1) => a,
+            _ => return None,
+        });
+    }
+    let numel: usize = cd.iter().product();
+    let (v1, v2) = (b.weight_values(c1)?, b.weight_values(c2)?);
+    let at = |v: &[f32], pd: &[usize], flat: usize| -> f32 {
+        let (mut rest, mut off, mut stride) = (flat, 0usize, 1usize);
+        for i in (0..r).rev() {
+            let idx = rest % cd[i];
+            rest /= cd[i];
+            if pd[i] != 1 {
+                off += idx * stride;
+            }
+            stride *= pd[i];
+        }
+        v[off]
+    };
+    let sum: Vec<f32> = (0..numel).map(|f| at(v1, &p1, f) + at(v2, &p2, f)).collect();
+    let dtype = b.weight_dtype(c1)?;
+    let name = format!("{}+{}", b.tensor_name(c1).unwrap_or("c1"), b.tensor_name(c2).unwrap_or("c2"));
+    let c = b.weight_as(&name, &cd, sum, dtype).ok()?;
+    let region = Region { nodes: vec![n, m], inputs: vec![x], output: y2 };
+    Some((region, vec![Op::Binary(Binary { a: x, b: c, op: BinaryOp::Add, y: y2 })]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window;
+
+    fn one_hot(k: usize, n: usize, picks: &[(usize, usize)]) -> Vec<f32> {
+        let mut w = vec![0.0; k * n];
+        for &(j, i) in picks {
+            w[j * n + i] = 1.0;
+        }
+        w
+    }
+
+    #[test]
+    fn windows_are_read_off_the_weight() {
+        // A class token's placing product: 16 patches into rows 1..17 of 17.
+        let place: Vec<(usize, usize)> = (0..16).map(|i| (i + 1, i)).collect();
+        assert_eq!(window(&one_hot(17, 16, &place), 17, 16), Some([0, 1, 16, 1]));
+        // A strided slice, a single pick, and a pick padded both sides.
+        assert_eq!(window(&one_hot(3, 9, &[(0, 1), (1, 4), (2, 7)]), 3, 9), Some([1, 3, 3, 0]));
+        assert_eq!(window(&one_hot(1, 17, &[(0, 0)]), 1, 17), Some([0, 1, 1, 0]));
+        assert_eq!(window(&one_hot(6, 2, &[(2, 0), (3, 1)]), 6, 2), Some([0, 1, 2, 2]));
+    }
+
+    #[test]
+    fn anything_else_is_not_a_window() {
+        // Reversed, uneven, repeated, a gap, two ones in a row, a weight that is not 0/1, none.
+        assert_eq!(window(&one_hot(2, 3, &[(0, 2), (1, 0)]), 2, 3), None);
+        assert_eq!(window(&one_hot(3, 9, &[(0, 0), (1, 1), (2, 5)]), 3, 9), None);
+        assert_eq!(window(&one_hot(2, 3, &[(0, 1), (1, 1)]), 2, 3), None);
+        assert_eq!(window(&one_hot(3, 3, &[(0, 0), (2, 2)]), 3, 3), None);
+        assert_eq!(window(&one_hot(1, 3, &[(0, 0), (0, 1)]), 1, 3), None);
+        let mut half = one_hot(2, 2, &[(0, 0), (1, 1)]);
+        half[3] = 0.5;
+        assert_eq!(window(&half, 2, 2), None);
+        assert_eq!(window(&[0.0; 6], 2, 3), None);
+    }
+}
