@@ -56,7 +56,8 @@ fn lstm_and_gru_records_round_trip_and_are_validated() {
     assert!(matches!(bad(kind::GRU, &[0, NONE, 2, 3, 4, 5], &[4, 0, 0]), OpError::MissingTensor { slot: "w", .. }));
     assert_eq!(kind_name(kind::LSTM), Some("Lstm"));
     assert_eq!(kind_name(kind::GRU), Some("Gru"));
-    assert_eq!(kind_name(16), None);
+    assert_eq!(kind_name(kind::SLICE), Some("Slice"));
+    assert_eq!(kind_name(17), None);
 }
 
 #[test]
