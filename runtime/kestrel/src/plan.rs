@@ -5,9 +5,10 @@
 //! their lifetimes. Lifetimes are closed intervals of node indices `[def, last use]`; graph inputs
 //! are defined at -1 and graph outputs live to the end, so a node's output never overlaps any of
 //! its inputs (they meet at the node's index). A Dense followed by an Add of its output keeps its
-//! input live through the Add (so the pair can run as one kernel), unless the smallest arena is
-//! asked for (`ModelBuilder::min_scratch`, `convert --min-memory`). Placement is greedy first-fit
-//! in definition order, largest first among ties.
+//! input live through the Add (so the pair can run as one kernel), and a LayerNorm read by the next
+//! node's projections keeps its input live through that node (a norm prologue), unless the
+//! smallest arena is asked for (`ModelBuilder::min_scratch`, `convert --min-memory`). Placement is
+//! greedy first-fit in definition order, largest first among ties.
 
 use kestrel_format::ops::{BinaryOp, Op, TensorId};
 use kestrel_format::TENSOR_ALIGN;
@@ -75,6 +76,27 @@ pub fn plan(
             if b.op == BinaryOp::Add && (b.a == d.y || b.b == d.y) {
                 if let Some(k) = idx(d.x) {
                     last[k] = last[k].max(n as i64 + 1);
+                }
+            }
+        }
+    }
+    // Likewise a LayerNorm read by the next node (or through reshapes, by the node after them),
+    // a Dense or a mechanism: its input stays live through that node, which a backend may
+    // then run normalising the rows as its projections read them (a norm prologue).
+    if residual_pairs {
+        for (n, op) in ops.iter().enumerate() {
+            let Op::LayerNorm(ln) = op else { continue };
+            let (mut m, mut fed) = (n + 1, ln.y);
+            while let Some(Op::Reshape(r)) = ops.get(m) {
+                if r.x != fed {
+                    break;
+                }
+                (m, fed) = (m + 1, r.y);
+            }
+            let Some(next) = ops.get(m) else { continue };
+            if (matches!(next, Op::Dense(_)) || next.kind_is_mechanism()) && next.main_input() == fed {
+                if let Some(k) = idx(ln.x) {
+                    last[k] = last[k].max(m as i64);
                 }
             }
         }

@@ -152,6 +152,9 @@ pub enum Kernel {
     DenseSplit,
     /// `linear.wgsl: dense_block` (one thread per 4 × 4 block of rows × outputs).
     DenseBlock,
+    /// `linear.wgsl: dense_block_ln` (`dense_block` on rows layer-normalised as they are read: a
+    /// LayerNorm fused into the dense layers that read it).
+    DenseBlockLn,
     /// `linear.wgsl: dense_tile` (a workgroup per 32 × 32 tile of rows × outputs, staged through
     /// workgroup memory).
     DenseTile,
@@ -224,6 +227,7 @@ impl Kernel {
         Kernel::Dense,
         Kernel::DenseSplit,
         Kernel::DenseBlock,
+        Kernel::DenseBlockLn,
         Kernel::DenseTile,
         Kernel::DenseSplitSg,
         Kernel::Unary,
@@ -261,7 +265,7 @@ impl Kernel {
     pub fn family(self) -> Family {
         use Kernel::*;
         match self {
-            Dense | DenseSplit | DenseBlock | DenseTile => Family::Linear,
+            Dense | DenseSplit | DenseBlock | DenseBlockLn | DenseTile => Family::Linear,
             DenseSplitSg => Family::LinearSg,
             Unary | Strided => Family::Elementwise,
             LayerNorm | LayerNormSplit | Softmax | SoftmaxSplit | Reduce | ReduceSplit => Family::Norm,
@@ -283,6 +287,7 @@ impl Kernel {
             Dense => "dense",
             DenseSplit => "dense_split",
             DenseBlock => "dense_block",
+            DenseBlockLn => "dense_block_ln",
             DenseTile => "dense_tile",
             DenseSplitSg => "dense_split_sg",
             Unary => "unary",

@@ -264,6 +264,7 @@ fn layer_cases() -> Vec<Case> {
     v.extend(cases::conv_cases());
     v.extend(cases::fusion::residual_dense_cases());
     v.extend(cases::fusion::patchify_cases());
+    v.extend(cases::fusion::norm_prologue_cases());
     // Max and both average divisors: a global pool, the CNN stem's 3×3 stride-2 pool, a 2×2
     // stride-2 pool on an odd size with ONNX ceil mode's extra bottom/right padding, dilation
     // with asymmetric padding.
@@ -584,6 +585,7 @@ fn assert_both_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
         Kernel::Dense,
         Kernel::DenseSplit,
         Kernel::DenseBlock,
+        Kernel::DenseBlockLn,
         Kernel::DenseTile,
         Kernel::Conv2d,
         Kernel::Conv2dBlock,
@@ -749,8 +751,6 @@ fn bad_inputs_are_typed_errors() {
     s.run(&[Input::I32(&[0, 1, 2, 4])], &mut [&mut out]).unwrap();
 }
 
-/// The residual epilogue is fused: Dense + Add is one dispatch (and the Add node none), and a
-/// dense output read twice is not fused.
 /// Attention's Q, K and V projections (those the variant has) run as one dense dispatch where
 /// their encodings, widths and regions allow (`Ctx::dense_parts`); the mechanism cases check the
 /// values under every tuning. Kept apart: a head width not a multiple of 4 under the blocked
@@ -781,6 +781,8 @@ fn qkv_projections_share_one_dispatch() {
     }
 }
 
+/// The residual epilogue is fused: Dense + Add is one dispatch (and the Add node none), and a
+/// dense output read twice is not fused.
 #[test]
 fn residual_add_fuses_into_the_dense_dispatch() {
     let Some(g) = gpu() else { return };
@@ -798,5 +800,32 @@ fn residual_add_fuses_into_the_dense_dispatch() {
     for c in cases::fusion::residual_attention_cases() {
         let (_, per_node) = counts(&c);
         assert_eq!(per_node.last(), Some(&0), "{}: the Add still dispatches: {per_node:?}", c.name);
+    }
+}
+
+/// The norm prologue under the software tuning (the blocked dense kernel): the LayerNorm node
+/// dispatches nothing where its only reader is a dense layer or a Standard attention's
+/// projections, and one dispatch without β or when read twice. The values are checked by the
+/// layer cases under every tuning and encoding.
+#[test]
+fn layer_norm_fuses_into_the_dense_prologue() {
+    let Some(g) = gpu() else { return };
+    let options = SessionOptions { precision: Precision::F32, tuning: Some(TUNINGS[0]) };
+    let cases = cases::fusion::norm_prologue_cases();
+    for (c, want) in cases.iter().zip([
+        (2, vec![0, 1, 1]),
+        (1, vec![0, 1, 0]),
+        (3, vec![0, 0, 3]),
+        (2, vec![1, 0, 1, 0]),
+        (2, vec![1, 1]),
+        (3, vec![1, 1, 1]),
+    ]) {
+        for dtype in [DType::F32, DType::I8] {
+            let (model, _) = build(c, dtype, 5);
+            let cpu = model.cpu().unwrap();
+            let s = GpuSession::with_options(&g, &cpu, 2, &options).unwrap();
+            let kernels: Vec<Kernel> = s.variants().iter().map(|v| v.kernel()).collect();
+            assert_eq!((s.dispatch_count(), s.node_dispatch_counts()), want, "{} {dtype:?}: {kernels:?}", c.name);
+        }
     }
 }

@@ -65,6 +65,7 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         // Before the pointwise pass: a placing product is a copy, not a 1×1 convolution.
         slices::one_hot_windows(b, &mut report);
         slices::constant_adds(b, &mut report);
+        slices::slice_before_norm(b, &mut report);
         pointwise::channels_last_dense(b, &mut report);
         pointwise::patch_embed(b, &mut report);
         pointwise::conv_epilogue(b, &mut report);

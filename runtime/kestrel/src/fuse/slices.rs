@@ -10,12 +10,13 @@
 //!
 //! A ViT's class token is such a piece: `Concat(cls, patches)` is a placing product plus the
 //! constant `cls` row, to which the position embedding is added next. Two constant `Add`s in a
-//! row become one, of their sum.
+//! row become one, of their sum. And its classifier reads the class token's row of the final
+//! LayerNorm: the row is sliced first and only it normalised.
 
 use super::{dims, rewrite_each, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
-use kestrel_format::ops::{Activation, Binary, BinaryOp, Op, Reshape, Slice, TensorId, Transpose};
+use kestrel_format::ops::{Activation, Binary, BinaryOp, LayerNorm, NormAxis, Op, Reshape, Slice, TensorId, Transpose};
 use kestrel_format::MAX_RANK;
 
 /// Largest one-hot weight examined (elements); selections exporters write sit far below it.
@@ -154,6 +155,29 @@ fn match_window(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
     let mut nodes = vec![t1n, n];
     nodes.sort_unstable();
     Some((Region { nodes, inputs: vec![tr1.x], output: d.y }, vec![Op::Slice(window(z)), after]))
+}
+
+/// `LayerNorm` over the last axis, then a `Slice` of whole rows (another axis, no zeros placed)
+/// → the `Slice`, then the `LayerNorm` of the rows kept: a class-token pick normalises one row,
+/// not all of them, and the norm then sits next to the dense layer reading it.
+pub(super) fn slice_before_norm(b: &mut ModelBuilder, report: &mut FusionReport) {
+    rewrite_each(b, report, "row slice before layer norm", match_slice_before_norm);
+}
+
+fn match_slice_before_norm(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
+    let Op::LayerNorm(ln) = b.ops()[n] else { return None };
+    let m = sole_consumer(b, ln.y)?;
+    let Op::Slice(s) = b.ops()[m] else { return None };
+    let xd = dims(b, ln.x)?;
+    let whole = s.offset == 0 && s.count == s.len;
+    if ln.axis != NormAxis::Last || s.x != ln.y || !whole || s.axis as usize + 1 >= xd.len() {
+        return None;
+    }
+    let mut zd = xd;
+    zd[s.axis as usize] = s.len as usize;
+    let z = b.new_activation("rows", &zd).ok()?;
+    let ops = vec![Op::Slice(Slice { x: ln.x, y: z, ..s }), Op::LayerNorm(LayerNorm { x: z, y: s.y, ..ln })];
+    Some((Region { nodes: vec![n, m], inputs: vec![ln.x], output: s.y }, ops))
 }
 
 /// `Add(x, C₁)` then `Add(·, C₂)` with constants → `Add(x, C₁ + C₂)` (the sum broadcast to the

@@ -183,6 +183,9 @@ pub(crate) fn compile(
         } else {
             layers::compile(&mut ctx, node, &op)?
         };
+        if let Some(ln) = norm_prologue(&ctx, &nodes, &op, &mut d, &uses)? {
+            nodes[ln].1.clear();
+        }
         absorbed = residual_epilogue(&ctx, node, &op, &mut d, &uses)?;
         nodes.push((op, d));
     }
@@ -200,6 +203,79 @@ fn use_counts(file: &KesFile<'_>) -> Result<std::collections::HashMap<TensorId, 
         *uses.entry(t).or_insert(0) += 1;
     }
     Ok(uses)
+}
+
+/// The norm prologue: a LayerNorm over the last axis whose output only `op` reads (directly, or
+/// through reshape views only it reads), when the only dispatches of `op` reading it are the
+/// blocked dense kernel taking it as input rows (a Dense node; a Standard attention's Q, K and V
+/// projections): those dispatches read the LayerNorm's input instead and normalise each row as
+/// they read it (`dense_block_ln`), and the LayerNorm dispatches nothing. Needs f32 γ and β (β
+/// present: a norm's parameters stay f32 at every weight encoding), rows of a multiple of 4
+/// features, and no converted dispatch writing over the LayerNorm's input (other threads still
+/// read it). Returns the LayerNorm's index in `nodes` when fused.
+fn norm_prologue(
+    ctx: &Ctx<'_, '_>,
+    nodes: &Lowered,
+    op: &Op,
+    dispatches: &mut [Dispatch],
+    uses: &std::collections::HashMap<TensorId, u32>,
+) -> Result<Option<usize>, GpuError> {
+    use kestrel_format::ops::NormAxis;
+    // Ops whose every reader of their main input is a projection of it.
+    let projections_only = match op {
+        Op::Dense(_) => true,
+        Op::Attention(a) => a.k.is_some() && a.v.is_some() && a.align.is_none(),
+        _ => false,
+    };
+    let x_id = op.main_input();
+    let once = |t: TensorId| uses.get(&t) == Some(&1);
+    if !projections_only || !once(x_id) || nodes.is_empty() {
+        return Ok(None);
+    }
+    // The LayerNorm: the previous node, or the one before reshape views.
+    let mut at = nodes.len() - 1;
+    let mut fed = x_id;
+    while let Op::Reshape(r) = nodes[at].0 {
+        if r.y != fed || at == 0 || !once(r.x) {
+            return Ok(None);
+        }
+        fed = r.x;
+        at -= 1;
+    }
+    let Op::LayerNorm(ln) = nodes[at].0 else { return Ok(None) };
+    let Some(beta) = ln.beta else { return Ok(None) };
+    let (gamma, beta) = (ctx.weight(ln.gamma)?, ctx.weight(beta)?);
+    let d = ctx.info(ln.x)?.shape.last();
+    if ln.y != fed || ln.axis != NormAxis::Last || gamma.dt != 0 || beta.dt != 0 || !d.is_multiple_of(4) {
+        return Ok(None);
+    }
+    let (src, read) = (ctx.act(ln.x)?, ctx.act(x_id)?);
+    let cap = ctx.cap;
+    let span = |base: usize, stride: usize| base..base + stride * cap;
+    let over = span(src.base, src.stride);
+    let mut readers = Vec::new();
+    for (i, dsp) in dispatches.iter().enumerate() {
+        let reads_x = dsp.params[2] as usize == read.base && dsp.params[3] as usize == read.stride;
+        if !reads_x {
+            continue;
+        }
+        let out = span(dsp.params[4] as usize, dsp.params[5] as usize);
+        if dsp.kernel != Kernel::DenseBlock
+            || dsp.params[6] as usize != d
+            || (out.start < over.end && over.start < out.end)
+        {
+            return Ok(None);
+        }
+        readers.push(i);
+    }
+    if readers.is_empty() {
+        return Ok(None);
+    }
+    for i in readers {
+        let p = Params(dispatches[i].params).region(2, src)?.f(44, ln.eps).w(46, gamma).w(50, beta);
+        dispatches[i] = p.done(Kernel::DenseBlockLn);
+    }
+    Ok(Some(at))
 }
 
 /// The residual epilogue: a node whose last dispatch is a dense layer writing the node's output
@@ -222,7 +298,12 @@ fn residual_epilogue(
     let Some(last) = dispatches.last_mut() else { return Ok(0) };
     let dense = matches!(
         last.kernel,
-        Kernel::Dense | Kernel::DenseSplit | Kernel::DenseSplitSg | Kernel::DenseBlock | Kernel::DenseTile
+        Kernel::Dense
+            | Kernel::DenseSplit
+            | Kernel::DenseSplitSg
+            | Kernel::DenseBlock
+            | Kernel::DenseBlockLn
+            | Kernel::DenseTile
     );
     let out = op.output();
     if !dense || last.params[10] != 0 || last.params[15] != 0 || uses.get(&out) != Some(&1) {

@@ -253,6 +253,26 @@ fn adot(a: u32, sa: u32, b: u32, sb: u32, n: u32) -> f32 {
     return acc;
 }
 
+// Layer-norm row sums (`norm.wgsl` and the `dense_block_ln` prologue).
+// Σ act[x + i·inner] over i = i0, i0 + step, … < d.
+fn ln_sum(x: u32, inner: u32, i0: u32, step: u32, d: u32) -> f32 {
+    var sum = 0.0;
+    for (var i = i0; i < d; i += step) {
+        sum += act[x + i * inner];
+    }
+    return sum;
+}
+
+// Σ (act[x + i·inner] − mean)² over the same elements.
+fn ln_sq(x: u32, inner: u32, i0: u32, step: u32, d: u32, mean: f32) -> f32 {
+    var sq = 0.0;
+    for (var i = i0; i < d; i += step) {
+        let c = act[x + i * inner] - mean;
+        sq += c * c;
+    }
+    return sq;
+}
+
 fn sigmoid(x: f32) -> f32 {
     if x >= 0.0 {
         return 1.0 / (1.0 + exp(-x));

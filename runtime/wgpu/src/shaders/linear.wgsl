@@ -60,11 +60,68 @@ fn dense_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 // or output read clamped (valid) rows and skip their writes. Weight rows must be chunk-aligned
 // for the encoding (f16: even cols, int8: cols % 4 == 0; checked at lowering).
 // per = ceil(rows / 4) · ceil(out / 4); P 14 = rows.
+//
+// `dense_block_ln`: the same on the rows of a LayerNorm's input, normalised as they are read,
+// `(x − mean) · rstd · γ + β`, each thread taking its four rows' statistics first (`ln_stats`):
+// the LayerNorm dispatches nothing. P 44 eps, 46..49 γ, 50..53 β (f32, `in`
+// features each; in % 4 == 0: checked at lowering, with whatever else the fusion needs).
+// Both entry points run `dense_block_body` with a constant `norm`, which compilers fold once the
+// body is inlined, so neither pays for the other's loads inside its loops.
 
 @compute @workgroup_size(64)
 fn dense_block(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
+    dense_block_body(thread_index(wid, nwg, lid), false);
+}
+
+@compute @workgroup_size(64)
+fn dense_block_ln(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_id) lid: vec3<u32>) {
+    dense_block_body(thread_index(wid, nwg, lid), true);
+}
+
+// (mean, 1 / sqrt(var + eps)) of the `d` features at x (d % 4 == 0), in one pass over the row
+// (every column block's thread takes its rows' statistics, so the pass count matters): sums of
+// x − k and (x − k)² with k = x[0], the shifted-data form, whose variance keeps its precision
+// while the mean is within a few standard deviations of the row's first value (`layer_norm`
+// takes two passes).
+fn ln_stats(x: u32, d: u32) -> vec2<f32> {
+    let k = act[x];
+    var s1 = vec4<f32>(0.0);
+    var s2 = vec4<f32>(0.0);
+    for (var c = 0u; c < d; c += 4u) {
+        let v = vec4<f32>(act[x + c], act[x + c + 1u], act[x + c + 2u], act[x + c + 3u]) - k;
+        s1 += v;
+        s2 += v * v;
+    }
+    let inv_d = 1.0 / f32(d);
+    let m = (s1.x + s1.y + s1.z + s1.w) * inv_d;
+    let var_ = max((s2.x + s2.y + s2.z + s2.w) * inv_d - m * m, 0.0);
+    return vec2<f32>(k + m, 1.0 / sqrt(var_ + pf(44u)));
+}
+
+// γ and β of columns c .. c + 3 (identity when not `norm`).
+fn ln_chunk(c: u32, norm: bool) -> mat2x4<f32> {
+    if !norm {
+        return mat2x4<f32>(vec4<f32>(1.0), vec4<f32>(0.0));
+    }
+    let g = pu(47u) + c;
+    let b = pu(51u) + c;
+    return mat2x4<f32>(bitcast<vec4<f32>>(vec4<u32>(wts[g], wts[g + 1u], wts[g + 2u], wts[g + 3u])),
+                       bitcast<vec4<f32>>(vec4<u32>(wts[b], wts[b + 1u], wts[b + 2u], wts[b + 3u])));
+}
+
+// x[p .. p + 4] as the products' type: normalised with the row's statistics `st` and the
+// chunk's γ/β `gb` when `norm`.
+fn xin4(p: u32, st: vec2<f32>, gb: mat2x4<f32>, norm: bool) -> V4 {
+    if !norm {
+        return act4(p);
+    }
+    let x = vec4<f32>(act[p], act[p + 1u], act[p + 2u], act[p + 3u]);
+    return to_v4((x - st.x) * st.y * gb[0] + gb[1]);
+}
+
+fn dense_block_body(g: u32, norm: bool) {
     if g >= total_threads() {
         return;
     }
@@ -82,6 +139,16 @@ fn dense_block(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let x1 = xb + min(r0 + 1u, rows - 1u) * inp;
     let x2 = xb + min(r0 + 2u, rows - 1u) * inp;
     let x3 = xb + min(r0 + 3u, rows - 1u) * inp;
+    var n0 = vec2<f32>(0.0, 1.0);
+    var n1 = n0;
+    var n2 = n0;
+    var n3 = n0;
+    if norm {
+        n0 = ln_stats(x0, inp);
+        n1 = ln_stats(x1, inp);
+        n2 = ln_stats(x2, inp);
+        n3 = ln_stats(x3, inp);
+    }
     // Weight rows of the four outputs, in their part's matrix (a part's outputs come in fours:
     // checked at lowering).
     let wr = dense_w(o0);
@@ -103,10 +170,11 @@ fn dense_block(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
                 let w1 = to_v4(w4_f32(w.off, o_1 * inp + c));
                 let w2 = to_v4(w4_f32(w.off, o_2 * inp + c));
                 let w3 = to_v4(w4_f32(w.off, o_3 * inp + c));
-                a0 += row4(act4(x0 + c), w0, w1, w2, w3);
-                a1 += row4(act4(x1 + c), w0, w1, w2, w3);
-                a2 += row4(act4(x2 + c), w0, w1, w2, w3);
-                a3 += row4(act4(x3 + c), w0, w1, w2, w3);
+                let gb = ln_chunk(c, norm);
+                a0 += row4(xin4(x0 + c, n0, gb, norm), w0, w1, w2, w3);
+                a1 += row4(xin4(x1 + c, n1, gb, norm), w0, w1, w2, w3);
+                a2 += row4(xin4(x2 + c, n2, gb, norm), w0, w1, w2, w3);
+                a3 += row4(xin4(x3 + c, n3, gb, norm), w0, w1, w2, w3);
             }
         }
         case 1u: {
@@ -115,10 +183,11 @@ fn dense_block(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
                 let w1 = to_v4(w4_f16_pair(w.off, o_1 * inp + c));
                 let w2 = to_v4(w4_f16_pair(w.off, o_2 * inp + c));
                 let w3 = to_v4(w4_f16_pair(w.off, o_3 * inp + c));
-                a0 += row4(act4(x0 + c), w0, w1, w2, w3);
-                a1 += row4(act4(x1 + c), w0, w1, w2, w3);
-                a2 += row4(act4(x2 + c), w0, w1, w2, w3);
-                a3 += row4(act4(x3 + c), w0, w1, w2, w3);
+                let gb = ln_chunk(c, norm);
+                a0 += row4(xin4(x0 + c, n0, gb, norm), w0, w1, w2, w3);
+                a1 += row4(xin4(x1 + c, n1, gb, norm), w0, w1, w2, w3);
+                a2 += row4(xin4(x2 + c, n2, gb, norm), w0, w1, w2, w3);
+                a3 += row4(xin4(x3 + c, n3, gb, norm), w0, w1, w2, w3);
             }
         }
         case 2u: {
@@ -132,10 +201,11 @@ fn dense_block(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
                 let w1 = to_v4(w4_i8_word(w.off, o_1 * inp + c) * s1);
                 let w2 = to_v4(w4_i8_word(w.off, o_2 * inp + c) * s2);
                 let w3 = to_v4(w4_i8_word(w.off, o_3 * inp + c) * s3);
-                a0 += row4(act4(x0 + c), w0, w1, w2, w3);
-                a1 += row4(act4(x1 + c), w0, w1, w2, w3);
-                a2 += row4(act4(x2 + c), w0, w1, w2, w3);
-                a3 += row4(act4(x3 + c), w0, w1, w2, w3);
+                let gb = ln_chunk(c, norm);
+                a0 += row4(xin4(x0 + c, n0, gb, norm), w0, w1, w2, w3);
+                a1 += row4(xin4(x1 + c, n1, gb, norm), w0, w1, w2, w3);
+                a2 += row4(xin4(x2 + c, n2, gb, norm), w0, w1, w2, w3);
+                a3 += row4(xin4(x3 + c, n3, gb, norm), w0, w1, w2, w3);
             }
         }
         default: {
@@ -144,10 +214,11 @@ fn dense_block(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
                 let w1 = to_v4(w4_i4(w, o_1, c));
                 let w2 = to_v4(w4_i4(w, o_2, c));
                 let w3 = to_v4(w4_i4(w, o_3, c));
-                a0 += row4(act4(x0 + c), w0, w1, w2, w3);
-                a1 += row4(act4(x1 + c), w0, w1, w2, w3);
-                a2 += row4(act4(x2 + c), w0, w1, w2, w3);
-                a3 += row4(act4(x3 + c), w0, w1, w2, w3);
+                let gb = ln_chunk(c, norm);
+                a0 += row4(xin4(x0 + c, n0, gb, norm), w0, w1, w2, w3);
+                a1 += row4(xin4(x1 + c, n1, gb, norm), w0, w1, w2, w3);
+                a2 += row4(xin4(x2 + c, n2, gb, norm), w0, w1, w2, w3);
+                a3 += row4(xin4(x3 + c, n3, gb, norm), w0, w1, w2, w3);
             }
         }
     }

@@ -55,25 +55,6 @@ fn ln_first(g: u32) -> u32 {
     return (g / inner) * d * inner + g % inner;
 }
 
-// Σ act[x + i·inner] over i = i0, i0 + step, … < d.
-fn ln_sum(x: u32, inner: u32, i0: u32, step: u32, d: u32) -> f32 {
-    var sum = 0.0;
-    for (var i = i0; i < d; i += step) {
-        sum += act[x + i * inner];
-    }
-    return sum;
-}
-
-// Σ (act[x + i·inner] − mean)² over the same elements.
-fn ln_sq(x: u32, inner: u32, i0: u32, step: u32, d: u32, mean: f32) -> f32 {
-    var sq = 0.0;
-    for (var i = i0; i < d; i += step) {
-        let c = act[x + i * inner] - mean;
-        sq += c * c;
-    }
-    return sq;
-}
-
 // y = (x − mean)·inv·γ (+ β) over the same elements. The encodings are tested once, outside the
 // loops: f32 and f16 γ/β (β following γ's encoding) are read directly, anything else through
 // `wflat` (on lavapipe a branch inside a loop costs every arm on every iteration).
