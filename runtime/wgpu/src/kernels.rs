@@ -155,6 +155,9 @@ pub enum Kernel {
     /// `linear.wgsl: dense_block_ln` (`dense_block` on rows layer-normalised as they are read: a
     /// LayerNorm fused into the dense layers that read it).
     DenseBlockLn,
+    /// `linear.wgsl: dense_block_patch` (`dense_block` over the p × p patches of a `[C, H, W]`
+    /// map, read in place: a patch embedding without the gather).
+    DenseBlockPatch,
     /// `linear.wgsl: dense_tile` (a workgroup per 32 × 32 tile of rows × outputs, staged through
     /// workgroup memory).
     DenseTile,
@@ -228,6 +231,7 @@ impl Kernel {
         Kernel::DenseSplit,
         Kernel::DenseBlock,
         Kernel::DenseBlockLn,
+        Kernel::DenseBlockPatch,
         Kernel::DenseTile,
         Kernel::DenseSplitSg,
         Kernel::Unary,
@@ -265,7 +269,7 @@ impl Kernel {
     pub fn family(self) -> Family {
         use Kernel::*;
         match self {
-            Dense | DenseSplit | DenseBlock | DenseBlockLn | DenseTile => Family::Linear,
+            Dense | DenseSplit | DenseBlock | DenseBlockLn | DenseBlockPatch | DenseTile => Family::Linear,
             DenseSplitSg => Family::LinearSg,
             Unary | Strided => Family::Elementwise,
             LayerNorm | LayerNormSplit | Softmax | SoftmaxSplit | Reduce | ReduceSplit => Family::Norm,
@@ -288,6 +292,7 @@ impl Kernel {
             DenseSplit => "dense_split",
             DenseBlock => "dense_block",
             DenseBlockLn => "dense_block_ln",
+            DenseBlockPatch => "dense_block_patch",
             DenseTile => "dense_tile",
             DenseSplitSg => "dense_split_sg",
             Unary => "unary",

@@ -177,7 +177,12 @@ fn profile_times_every_node() {
             if let Some(d) = n.duration {
                 assert_eq!(d, n.dispatches.iter().map(|p| p.1).sum::<std::time::Duration>());
             }
-            assert!(dispatches > 0 || matches!(n.op, "Reshape" | "Binary" | "LayerNorm"), "node {} {} has no work", n.node, n.op);
+            assert!(
+                dispatches > 0 || matches!(n.op, "Reshape" | "Binary" | "LayerNorm"),
+                "node {} {} has no work",
+                n.node,
+                n.op
+            );
         }
         let total: std::time::Duration = profile.nodes.iter().filter_map(|n| n.duration).sum();
         assert!(total > std::time::Duration::ZERO, "timestamps measured nothing");

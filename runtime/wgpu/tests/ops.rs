@@ -192,7 +192,8 @@ fn layer_cases() -> Vec<Case> {
             c.b.op(|y| Op::Softmax(Softmax { x, y }))
         }));
     }
-    for (ch, side, p) in [(1usize, 8usize, 4usize), (3, 12, 3)] {
+    // p = 4 and 8: read in place where the blocked kernel runs; p = 3: gathered.
+    for (ch, side, p) in [(1usize, 8usize, 4usize), (3, 12, 3), (3, 16, 8)] {
         v.push(case("patch_embed", format!("patch_embed {ch}x{side}x{side} p={p}"), move |c| {
             let x = c.input(&[ch, side, side])?;
             let proj = c.proj(10, ch * p * p, true)?;
@@ -586,6 +587,7 @@ fn assert_both_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
         Kernel::DenseSplit,
         Kernel::DenseBlock,
         Kernel::DenseBlockLn,
+        Kernel::DenseBlockPatch,
         Kernel::DenseTile,
         Kernel::Conv2d,
         Kernel::Conv2dBlock,

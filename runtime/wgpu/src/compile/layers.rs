@@ -73,19 +73,9 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
         Op::PatchEmbed(o) => {
             let x = shape(o.x)?;
             let (c, h, w, p) = (x.dim(0), x.dim(1), x.dim(2), o.patch as usize);
-            let t = (h / p) * (w / p);
-            let k = c * p * p;
-            let patches = ctx.scratch(t * k);
-            let gather = Params::new(c * h * w)?
-                .u(2, ctx.act(o.x)?.base)?
-                .u(3, patches.base)?
-                .u(4, c)?
-                .u(5, h)?
-                .u(6, w)?
-                .u(7, p)?
-                .done(Kernel::PatchGather);
             let out = ctx.info(o.proj.w)?.shape.dim(0);
-            vec![gather, ctx.dense(patches, t, out, ctx.proj(o.proj)?, 0, ctx.act(o.y)?, None)?]
+            let (xr, proj, y) = (ctx.act(o.x)?, ctx.proj(o.proj)?, ctx.act(o.y)?);
+            ctx.patch_dense(xr, (c, h, w, p), out, proj, 0, y, false)?
         }
         Op::Embedding(o) => {
             let ids = shape(o.ids)?;
@@ -229,19 +219,8 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 && c.h % c.kh == 0
                 && c.w % c.kw == 0;
             if patchify {
-                let t = c.oh * c.ow;
-                let patches = ctx.scratch(t * c.c * c.kh * c.kw);
-                let gather = Params::new(c.c * c.h * c.w)?
-                    .u(2, ctx.act(o.x)?.base)?
-                    .u(3, patches.base)?
-                    .u(4, c.c)?
-                    .u(5, c.h)?
-                    .u(6, c.w)?
-                    .u(7, c.kh)?
-                    .done(Kernel::PatchGather);
-                let mut dense = ctx.dense(patches, t, c.o, (w, b), o.act as u32, ctx.act(o.y)?, None)?;
-                dense.params[15] = 1;
-                return Ok(vec![gather, dense]);
+                let (xr, y) = (ctx.act(o.x)?, ctx.act(o.y)?);
+                return ctx.patch_dense(xr, (c.c, c.h, c.w, c.kh), c.o, (w, b), o.act as u32, y, true);
             }
             // Tiled through workgroup memory (implicit GEMM) where the tiles fill the device
             // (`Tuning::dense_tile_min_workgroups`, as dense layers) and a group has channels

@@ -303,6 +303,7 @@ fn residual_epilogue(
             | Kernel::DenseSplitSg
             | Kernel::DenseBlock
             | Kernel::DenseBlockLn
+            | Kernel::DenseBlockPatch
             | Kernel::DenseTile
     );
     let out = op.output();
@@ -441,6 +442,41 @@ impl Ctx<'_, '_> {
             }
         }
         Ok(vec![p.done(d.kernel)])
+    }
+
+    /// A dense layer over the p × p patches of the `[C, H, W]` map at `x` (token t the row-major
+    /// patch t, flattened in (c, i, j) order; `transposed`: a channels-first `[out, T]` output):
+    /// one `dense_block_patch` dispatch reading the map in place where the blocked kernel is the
+    /// form chosen and p % 4 == 0, else a patch gather into scratch and the dense layer.
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch_dense(
+        &mut self,
+        x: Region,
+        (c, h, w, p): (usize, usize, usize, usize),
+        out: usize,
+        proj: (Wd, Option<Wd>),
+        act: u32,
+        y: Region,
+        transposed: bool,
+    ) -> Result<Vec<Dispatch>, GpuError> {
+        let t = (h / p) * (w / p);
+        let direct = self.dense(x, t, out, proj, act, y, None)?;
+        if direct.kernel == Kernel::DenseBlock && p.is_multiple_of(4) {
+            let d = Params(direct.params).b(15, transposed).u(44, h * w)?.u(45, w)?.u(46, p)?.u(47, w / p)?;
+            return Ok(vec![d.done(Kernel::DenseBlockPatch)]);
+        }
+        let patches = self.scratch(t * c * p * p);
+        let gather = Params::new(c * h * w)?
+            .u(2, x.base)?
+            .u(3, patches.base)?
+            .u(4, c)?
+            .u(5, h)?
+            .u(6, w)?
+            .u(7, p)?
+            .done(Kernel::PatchGather);
+        let mut dense = self.dense(patches, t, out, proj, act, y, None)?;
+        dense.params[15] = u32::from(transposed);
+        Ok(vec![gather, dense])
     }
 
     /// Whether a row-wise op runs a workgroup per row ([`row_split`] under this tuning).

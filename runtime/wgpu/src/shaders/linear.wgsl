@@ -65,19 +65,52 @@ fn dense_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 // `(x − mean) · rstd · γ + β`, each thread taking its four rows' statistics first (`ln_stats`):
 // the LayerNorm dispatches nothing. P 44 eps, 46..49 γ, 50..53 β (f32, `in`
 // features each; in % 4 == 0: checked at lowering, with whatever else the fusion needs).
-// Both entry points run `dense_block_body` with a constant `norm`, which compilers fold once the
-// body is inlined, so neither pays for the other's loads inside its loops.
+//
+// `dense_block_patch`: the same over the p × p patches of a `[C, H, W]` map read in place (row t
+// is patch t, row-major over the W/p × H/p grid, its columns in (c, i, j) order): a patch
+// embedding or patchifying convolution without the gather into scratch. P 44 H·W, 45 W, 46 p
+// (p % 4 == 0: four columns of a patch row are contiguous), 47 W/p.
+//
+// The entry points run `dense_block_body` with a constant `mode` (0 plain, 1 norm, 2 patches),
+// which compilers fold once the body is inlined, so none pays for another's work in its loops.
 
 @compute @workgroup_size(64)
 fn dense_block(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_id) lid: vec3<u32>) {
-    dense_block_body(thread_index(wid, nwg, lid), false);
+    dense_block_body(thread_index(wid, nwg, lid), 0u);
 }
 
 @compute @workgroup_size(64)
 fn dense_block_ln(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_id) lid: vec3<u32>) {
-    dense_block_body(thread_index(wid, nwg, lid), true);
+    dense_block_body(thread_index(wid, nwg, lid), 1u);
+}
+
+@compute @workgroup_size(64)
+fn dense_block_patch(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_id) lid: vec3<u32>) {
+    dense_block_body(thread_index(wid, nwg, lid), 2u);
+}
+
+// Offset of row r's first column in the sample: rows of `inp` back to back, or (patches) the
+// top-left pixel of patch r.
+fn xrow(r: u32, inp: u32, mode: u32) -> u32 {
+    if mode == 2u {
+        let p = pu(46u);
+        return (r / pu(47u)) * p * pu(45u) + (r % pu(47u)) * p;
+    }
+    return r * inp;
+}
+
+// Offset of column c (c % 4 == 0) from its row's first: c, or (patches) channel c / p², patch row
+// (c % p²) / p, column c % p.
+fn xcol(c: u32, mode: u32) -> u32 {
+    if mode == 2u {
+        let p = pu(46u);
+        let e = c % (p * p);
+        return (c / (p * p)) * pu(44u) + (e / p) * pu(45u) + e % p;
+    }
+    return c;
 }
 
 // (mean, 1 / sqrt(var + eps)) of the `d` features at x (d % 4 == 0), in one pass over the row
@@ -121,7 +154,8 @@ fn xin4(p: u32, st: vec2<f32>, gb: mat2x4<f32>, norm: bool) -> V4 {
     return to_v4((x - st.x) * st.y * gb[0] + gb[1]);
 }
 
-fn dense_block_body(g: u32, norm: bool) {
+fn dense_block_body(g: u32, mode: u32) {
+    let norm = mode == 1u;
     if g >= total_threads() {
         return;
     }
@@ -135,10 +169,10 @@ fn dense_block_body(g: u32, norm: bool) {
     let r0 = (l / otiles) * 4u;
     let o0 = (l % otiles) * 4u;
     let xb = pu(2u) + s * pu(3u);
-    let x0 = xb + min(r0, rows - 1u) * inp;
-    let x1 = xb + min(r0 + 1u, rows - 1u) * inp;
-    let x2 = xb + min(r0 + 2u, rows - 1u) * inp;
-    let x3 = xb + min(r0 + 3u, rows - 1u) * inp;
+    let x0 = xb + xrow(min(r0, rows - 1u), inp, mode);
+    let x1 = xb + xrow(min(r0 + 1u, rows - 1u), inp, mode);
+    let x2 = xb + xrow(min(r0 + 2u, rows - 1u), inp, mode);
+    let x3 = xb + xrow(min(r0 + 3u, rows - 1u), inp, mode);
     var n0 = vec2<f32>(0.0, 1.0);
     var n1 = n0;
     var n2 = n0;
@@ -171,10 +205,11 @@ fn dense_block_body(g: u32, norm: bool) {
                 let w2 = to_v4(w4_f32(w.off, o_2 * inp + c));
                 let w3 = to_v4(w4_f32(w.off, o_3 * inp + c));
                 let gb = ln_chunk(c, norm);
-                a0 += row4(xin4(x0 + c, n0, gb, norm), w0, w1, w2, w3);
-                a1 += row4(xin4(x1 + c, n1, gb, norm), w0, w1, w2, w3);
-                a2 += row4(xin4(x2 + c, n2, gb, norm), w0, w1, w2, w3);
-                a3 += row4(xin4(x3 + c, n3, gb, norm), w0, w1, w2, w3);
+                let xc = xcol(c, mode);
+                a0 += row4(xin4(x0 + xc, n0, gb, norm), w0, w1, w2, w3);
+                a1 += row4(xin4(x1 + xc, n1, gb, norm), w0, w1, w2, w3);
+                a2 += row4(xin4(x2 + xc, n2, gb, norm), w0, w1, w2, w3);
+                a3 += row4(xin4(x3 + xc, n3, gb, norm), w0, w1, w2, w3);
             }
         }
         case 1u: {
@@ -184,10 +219,11 @@ fn dense_block_body(g: u32, norm: bool) {
                 let w2 = to_v4(w4_f16_pair(w.off, o_2 * inp + c));
                 let w3 = to_v4(w4_f16_pair(w.off, o_3 * inp + c));
                 let gb = ln_chunk(c, norm);
-                a0 += row4(xin4(x0 + c, n0, gb, norm), w0, w1, w2, w3);
-                a1 += row4(xin4(x1 + c, n1, gb, norm), w0, w1, w2, w3);
-                a2 += row4(xin4(x2 + c, n2, gb, norm), w0, w1, w2, w3);
-                a3 += row4(xin4(x3 + c, n3, gb, norm), w0, w1, w2, w3);
+                let xc = xcol(c, mode);
+                a0 += row4(xin4(x0 + xc, n0, gb, norm), w0, w1, w2, w3);
+                a1 += row4(xin4(x1 + xc, n1, gb, norm), w0, w1, w2, w3);
+                a2 += row4(xin4(x2 + xc, n2, gb, norm), w0, w1, w2, w3);
+                a3 += row4(xin4(x3 + xc, n3, gb, norm), w0, w1, w2, w3);
             }
         }
         case 2u: {
@@ -202,10 +238,11 @@ fn dense_block_body(g: u32, norm: bool) {
                 let w2 = to_v4(w4_i8_word(w.off, o_2 * inp + c) * s2);
                 let w3 = to_v4(w4_i8_word(w.off, o_3 * inp + c) * s3);
                 let gb = ln_chunk(c, norm);
-                a0 += row4(xin4(x0 + c, n0, gb, norm), w0, w1, w2, w3);
-                a1 += row4(xin4(x1 + c, n1, gb, norm), w0, w1, w2, w3);
-                a2 += row4(xin4(x2 + c, n2, gb, norm), w0, w1, w2, w3);
-                a3 += row4(xin4(x3 + c, n3, gb, norm), w0, w1, w2, w3);
+                let xc = xcol(c, mode);
+                a0 += row4(xin4(x0 + xc, n0, gb, norm), w0, w1, w2, w3);
+                a1 += row4(xin4(x1 + xc, n1, gb, norm), w0, w1, w2, w3);
+                a2 += row4(xin4(x2 + xc, n2, gb, norm), w0, w1, w2, w3);
+                a3 += row4(xin4(x3 + xc, n3, gb, norm), w0, w1, w2, w3);
             }
         }
         default: {
@@ -215,10 +252,11 @@ fn dense_block_body(g: u32, norm: bool) {
                 let w2 = to_v4(w4_i4(w, o_2, c));
                 let w3 = to_v4(w4_i4(w, o_3, c));
                 let gb = ln_chunk(c, norm);
-                a0 += row4(xin4(x0 + c, n0, gb, norm), w0, w1, w2, w3);
-                a1 += row4(xin4(x1 + c, n1, gb, norm), w0, w1, w2, w3);
-                a2 += row4(xin4(x2 + c, n2, gb, norm), w0, w1, w2, w3);
-                a3 += row4(xin4(x3 + c, n3, gb, norm), w0, w1, w2, w3);
+                let xc = xcol(c, mode);
+                a0 += row4(xin4(x0 + xc, n0, gb, norm), w0, w1, w2, w3);
+                a1 += row4(xin4(x1 + xc, n1, gb, norm), w0, w1, w2, w3);
+                a2 += row4(xin4(x2 + xc, n2, gb, norm), w0, w1, w2, w3);
+                a3 += row4(xin4(x3 + xc, n3, gb, norm), w0, w1, w2, w3);
             }
         }
     }
