@@ -181,6 +181,9 @@ pub enum Kernel {
     ReduceSplit,
     /// `matmul.wgsl: matmul`.
     MatMul,
+    /// `matmul.wgsl: matmul_tile` (a workgroup per 32 × 32 output tile, staged through workgroup
+    /// memory).
+    MatMulTile,
     /// `conv.wgsl: conv2d`.
     Conv2d,
     /// `conv.wgsl: conv2d_block` (one thread per 4 output channels × 4 output columns).
@@ -243,6 +246,7 @@ impl Kernel {
         Kernel::Reduce,
         Kernel::ReduceSplit,
         Kernel::MatMul,
+        Kernel::MatMulTile,
         Kernel::Conv2d,
         Kernel::Conv2dBlock,
         Kernel::Conv2dTile,
@@ -273,7 +277,7 @@ impl Kernel {
             DenseSplitSg => Family::LinearSg,
             Unary | Strided => Family::Elementwise,
             LayerNorm | LayerNormSplit | Softmax | SoftmaxSplit | Reduce | ReduceSplit => Family::Norm,
-            MatMul => Family::MatMul,
+            MatMul | MatMulTile => Family::MatMul,
             Conv2d | Conv2dBlock | Conv2dTile => Family::Conv,
             Pool2d => Family::Pool,
             Rnn => Family::Rnn,
@@ -304,6 +308,7 @@ impl Kernel {
             Reduce => "reduce",
             ReduceSplit => "reduce_split",
             MatMul => "matmul",
+            MatMulTile => "matmul_tile",
             Conv2d => "conv2d",
             Conv2dBlock => "conv2d_block",
             Conv2dTile => "conv2d_tile",

@@ -262,6 +262,28 @@ fn layer_cases() -> Vec<Case> {
         let b = c.w(&[6, 40], 0.5)?;
         c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b: true, y }))
     }));
+    // Rows enough for the tiled kernel (`matmul_tile` under the tiles-everywhere tuning): k not
+    // a multiple of 4 (zeros staged past it), partial tiles, broadcast batch axes, weights.
+    v.push(case("matmul", "matmul act x act 2x9x10 . 10x33", |c| {
+        let a = c.input(&[2, 9, 10])?;
+        let b = c.input(&[2, 10, 33])?;
+        c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b: false, y }))
+    }));
+    v.push(case("matmul", "matmul act x act^T, broadcast batch, 17x12 . (20x12)^T", |c| {
+        let a = c.input(&[2, 3, 17, 12])?;
+        let b = c.input(&[3, 20, 12])?;
+        c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b: true, y }))
+    }));
+    v.push(case("matmul", "matmul act x weight 40x12 . 12x36", |c| {
+        let a = c.input(&[40, 12])?;
+        let b = c.w(&[12, 36], 0.5)?;
+        c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b: false, y }))
+    }));
+    v.push(case("matmul", "matmul act x weight^T 33x70 . (20x70)^T", |c| {
+        let a = c.input(&[1, 33, 70])?;
+        let b = c.w(&[20, 70], 0.5)?;
+        c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b: true, y }))
+    }));
     v.extend(cases::conv_cases());
     v.extend(cases::fusion::residual_dense_cases());
     v.extend(cases::fusion::patchify_cases());
@@ -589,6 +611,8 @@ fn assert_both_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
         Kernel::DenseBlockLn,
         Kernel::DenseBlockPatch,
         Kernel::DenseTile,
+        Kernel::MatMul,
+        Kernel::MatMulTile,
         Kernel::Conv2d,
         Kernel::Conv2dBlock,
         Kernel::Conv2dTile,

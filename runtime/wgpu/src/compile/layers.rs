@@ -10,6 +10,9 @@ use kestrel_cpu::kernels::slice::SliceParams;
 use kestrel_format::ops::{NormAxis, Op, TensorId};
 use kestrel_format::{TensorKind, MAX_RANK};
 
+/// Rows a batched matmul needs for the tiled kernel (as a dense layer's).
+const MATMUL_TILE_MIN_ROWS: usize = 8;
+
 pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<Dispatch>, GpuError> {
     let shape = |id| ctx.info(id).map(|t| t.shape);
     Ok(match *op {
@@ -175,7 +178,18 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             } else {
                 p.region(5, ctx.act(o.b)?)?
             };
-            vec![p.done(Kernel::MatMul)]
+            // Tiled through workgroup memory where the 32 × 32 output tiles fill the device, as
+            // dense layers (`Tuning::dense_tile_min_workgroups`), and a tile has rows enough.
+            let tiles = batches.saturating_mul(m.div_ceil(32)).saturating_mul(n.div_ceil(32));
+            if m >= MATMUL_TILE_MIN_ROWS && tiles.saturating_mul(ctx.cap) >= ctx.tuning.dense_tile_min_workgroups {
+                let per = tiles.checked_mul(crate::kernels::WORKGROUP as usize);
+                let per = per.ok_or_else(|| GpuError::Model(format!("a {m}x{k}x{n} product overflows")))?;
+                let mut d = p.u(35, batches * m * n)?.done(Kernel::MatMulTile);
+                d.params[1] = super::word(per)?;
+                vec![d]
+            } else {
+                vec![p.done(Kernel::MatMul)]
+            }
         }
         Op::Conv2d(o) => {
             let u = |v: u32| v as usize;
