@@ -148,6 +148,9 @@ impl Family {
 pub enum Kernel {
     /// `linear.wgsl: dense` (one thread per output).
     Dense,
+    /// `linear.wgsl: dense_ln` (`dense` on rows layer-normalised as they are read: a LayerNorm
+    /// fused into the GEMV-shaped dense layer that reads it).
+    DenseLn,
     /// `linear.wgsl: dense_split` (several threads per output, a shared-memory tree).
     DenseSplit,
     /// `linear.wgsl: dense_block` (one thread per 4 × 4 block of rows × outputs).
@@ -231,6 +234,7 @@ impl Kernel {
     /// Every kernel.
     pub const ALL: &'static [Kernel] = &[
         Kernel::Dense,
+        Kernel::DenseLn,
         Kernel::DenseSplit,
         Kernel::DenseBlock,
         Kernel::DenseBlockLn,
@@ -273,7 +277,7 @@ impl Kernel {
     pub fn family(self) -> Family {
         use Kernel::*;
         match self {
-            Dense | DenseSplit | DenseBlock | DenseBlockLn | DenseBlockPatch | DenseTile => Family::Linear,
+            Dense | DenseLn | DenseSplit | DenseBlock | DenseBlockLn | DenseBlockPatch | DenseTile => Family::Linear,
             DenseSplitSg => Family::LinearSg,
             Unary | Strided => Family::Elementwise,
             LayerNorm | LayerNormSplit | Softmax | SoftmaxSplit | Reduce | ReduceSplit => Family::Norm,
@@ -293,6 +297,7 @@ impl Kernel {
         use Kernel::*;
         match self {
             Dense => "dense",
+            DenseLn => "dense_ln",
             DenseSplit => "dense_split",
             DenseBlock => "dense_block",
             DenseBlockLn => "dense_block_ln",

@@ -606,6 +606,7 @@ fn assert_both_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
     ];
     let dot = [
         Kernel::Dense,
+        Kernel::DenseLn,
         Kernel::DenseSplit,
         Kernel::DenseBlock,
         Kernel::DenseBlockLn,
@@ -843,6 +844,7 @@ fn layer_norm_fuses_into_the_dense_prologue() {
         (1, vec![0, 1, 0]),
         (3, vec![0, 0, 3]),
         (2, vec![1, 0, 1, 0]),
+        (1, vec![0, 1]),
         (2, vec![1, 1]),
         (3, vec![1, 1, 1]),
     ]) {

@@ -260,22 +260,34 @@ fn norm_prologue(
             continue;
         }
         let out = span(dsp.params[4] as usize, dsp.params[5] as usize);
-        if dsp.kernel != Kernel::DenseBlock
-            || dsp.params[6] as usize != d
-            || (out.start < over.end && over.start < out.end)
-        {
+        // The blocked kernel, or one thread per output (lanes 1) over word-aligned weight rows.
+        let fused = match dsp.kernel {
+            Kernel::DenseBlock => Kernel::DenseBlockLn,
+            Kernel::Dense if dsp.params[13] == 1 && dense_wds(dsp).all(word_aligned) => Kernel::DenseLn,
+            _ => return Ok(None),
+        };
+        if dsp.params[6] as usize != d || (out.start < over.end && over.start < out.end) {
             return Ok(None);
         }
-        readers.push(i);
+        readers.push((i, fused));
     }
     if readers.is_empty() {
         return Ok(None);
     }
-    for i in readers {
+    for (i, kernel) in readers {
         let p = Params(dispatches[i].params).region(2, src)?.f(44, ln.eps).w(46, gamma).w(50, beta);
-        dispatches[i] = p.done(Kernel::DenseBlockLn);
+        dispatches[i] = p.done(kernel);
     }
     Ok(Some(at))
+}
+
+/// The weight descriptors of a dense dispatch's parts (P16 and, with parts, P24 and P32).
+fn dense_wds(d: &Dispatch) -> impl Iterator<Item = Wd> + '_ {
+    let parts = (d.params[41] as usize).max(1);
+    (0..parts).map(move |p| {
+        let w = &d.params[16 + 8 * p..20 + 8 * p];
+        Wd { dt: w[0], off: w[1], soff: w[2], cols: w[3] }
+    })
 }
 
 /// The residual epilogue: a node whose last dispatch is a dense layer writing the node's output
@@ -299,6 +311,7 @@ fn residual_epilogue(
     let dense = matches!(
         last.kernel,
         Kernel::Dense
+            | Kernel::DenseLn
             | Kernel::DenseSplit
             | Kernel::DenseSplitSg
             | Kernel::DenseBlock

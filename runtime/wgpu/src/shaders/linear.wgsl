@@ -34,6 +34,33 @@ fn dense(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     dense_finish(s, l, o, wdot_part(wr.w, wr.r, pu(2u) + s * pu(3u) + r * inp, 1u, inp, 0u, 1u));
 }
 
+// `dense_ln`: `dense` on the rows of a LayerNorm's input, normalised as they are read (the norm
+// prologue of `dense_block_ln`, whose P 44..53 it shares; in % 4 == 0 and word-aligned weight
+// rows: checked at lowering). Each thread takes its row's statistics: GEMV-shaped layers (a
+// classifier head on the class token) have a row or a few.
+@compute @workgroup_size(64)
+fn dense_ln(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_id) lid: vec3<u32>) {
+    let g = thread_index(wid, nwg, lid);
+    if g >= total_threads() {
+        return;
+    }
+    let per = pu(1u);
+    let s = g / per;
+    let l = g % per;
+    let inp = pu(6u);
+    let out = pu(7u);
+    let o = l % out;
+    let wr = dense_w(o);
+    let x = pu(2u) + s * pu(3u) + (l / out) * inp;
+    let st = ln_stats(x, inp);
+    var acc = 0.0;
+    for (var c = 0u; c < inp; c += 4u) {
+        acc += dot_v4(xin4(x + c, st, ln_chunk(c, true), true), to_v4(wchunk(wr.w, wr.r, c)));
+    }
+    dense_finish(s, l, o, acc);
+}
+
 var<workgroup> part: array<f32, 64>;
 
 @compute @workgroup_size(64)

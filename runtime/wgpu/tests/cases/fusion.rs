@@ -133,6 +133,13 @@ pub fn norm_prologue_cases() -> Vec<Case> {
         let d = c.b.op(|y| Op::Dense(Dense { x: n, proj, act: Activation::None, y }))?;
         c.b.op(|y| Op::Binary(Binary { a: d, b: x, op: BinaryOp::Add, y }))
     }));
+    // A GEMV-shaped head (one row: `dense_ln` under the software tuning).
+    v.push(case("dense", "layernorm -> dense head 1x48->10", |c| {
+        let x = c.input(&[1, 48])?;
+        let n = layer_norm(c, x, 48, true)?;
+        let proj = c.proj(10, 48, true)?;
+        c.b.op(|y| Op::Dense(Dense { x: n, proj, act: Activation::None, y }))
+    }));
     v.push(case("dense", "layernorm without beta -> dense (not fused)", |c| {
         let x = c.input(&[6, 12])?;
         let n = layer_norm(c, x, 12, false)?;
