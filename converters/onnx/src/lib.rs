@@ -220,6 +220,7 @@ pub fn convert_with(
     };
     progress.stage("encoding weights, planning memory", 0);
     let kes = l.b.build()?;
+    let weights = quant::written(&l.b);
 
     let mut tract_ops = BTreeMap::new();
     for n in model.nodes() {
@@ -248,10 +249,10 @@ pub fn convert_with(
         fusion_rejected: fusion.rejected,
         merged_duplicates: fusion.merged_duplicates,
         calibration,
-        params: l.quant.iter().map(|w| w.shape.iter().product::<usize>() as u64).sum(),
+        params: weights.iter().map(|w| w.shape.iter().product::<usize>() as u64).sum(),
         arena_bytes_per_sample: plan.arena_bytes_per_sample,
         scratch_bytes: plan.scratch_bytes,
-        weights: l.quant,
+        weights,
     };
     Ok(Conversion { kes, report })
 }

@@ -34,6 +34,27 @@ pub(crate) fn choose(base: DType, shape: &[usize], name: &str, keep_f16: &[Strin
 }
 
 /// Encodes `values` as `dtype` in memory, decodes them back and measures the error.
+/// The weight table of the model `b` writes: every weight an op reads, after fusion (split
+/// projections, folded constants, weights viewed as convolutions or patches; selection matrices
+/// the fusion replaced are gone) and in the encoding it is written in.
+pub(crate) fn written(b: &kestrel::ModelBuilder) -> Vec<WeightQuant> {
+    let mut used = vec![false; b.tensor_count()];
+    for op in b.ops() {
+        op.for_each_input(|t| {
+            if let Some(u) = used.get_mut(t as usize) {
+                *u = true;
+            }
+        });
+    }
+    (0..b.tensor_count() as u32)
+        .filter(|&id| used[id as usize] && b.is_weight(id))
+        .filter_map(|id| {
+            let shape: Vec<usize> = b.shape_of(id)?.dims().iter().map(|&d| d as usize).collect();
+            Some(measure(b.tensor_name(id)?, &shape, b.weight_values(id)?, b.weight_dtype(id)?))
+        })
+        .collect()
+}
+
 pub(crate) fn measure(name: &str, shape: &[usize], values: &[f32], dtype: DType) -> WeightQuant {
     let rows = shape.first().copied().unwrap_or(1).max(1);
     let cols = (values.len() / rows).max(1);

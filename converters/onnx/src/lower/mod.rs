@@ -16,7 +16,7 @@ mod select;
 mod shape;
 
 use crate::error::{Blocker, ConvertError};
-use crate::quant::{self, WeightQuant};
+use crate::quant;
 use kestrel::ModelBuilder;
 use kestrel_format::ops::{Op, TensorId, Transpose};
 use kestrel_format::{DType, MAX_RANK};
@@ -72,7 +72,6 @@ pub(crate) struct Lowerer<'m> {
     vals: HashMap<OutletId, Val>,
     weights: HashMap<WeightKey, TensorId>,
     names: HashSet<String>,
-    pub quant: Vec<WeightQuant>,
     choice: QuantChoice,
     first_last: HashSet<usize>,
     pub(super) skip: HashSet<usize>,
@@ -109,7 +108,6 @@ impl<'m> Lowerer<'m> {
             vals: HashMap::new(),
             weights: HashMap::new(),
             names: HashSet::new(),
-            quant: Vec::new(),
             choice,
             first_last: HashSet::new(),
             skip: HashSet::new(),
@@ -243,7 +241,6 @@ impl<'m> Lowerer<'m> {
         let fl = self.choice.keep_first_last && self.first_last.contains(&self.node);
         let dtype =
             if exact { DType::F32 } else { quant::choose(self.choice.base, shape, &name, &self.choice.keep_f16, fl) };
-        self.quant.push(quant::measure(&name, shape, &values, dtype));
         let id = self.b.weight_as(&name, shape, values, dtype)?;
         self.weights.insert(key, id);
         Ok(id)
