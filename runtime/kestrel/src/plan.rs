@@ -95,8 +95,11 @@ pub fn plan(
             }
             let Some(next) = ops.get(m) else { continue };
             if (matches!(next, Op::Dense(_)) || next.kind_is_mechanism()) && next.main_input() == fed {
+                // Through a residual Add after a Dense too: the pair then reads the LayerNorm's input.
+                let adds = |o: &Op| matches!(o, Op::Binary(b) if b.op == BinaryOp::Add && (b.a == next.output() || b.b == next.output()));
+                let end = if matches!(next, Op::Dense(_)) && ops.get(m + 1).is_some_and(adds) { m + 1 } else { m };
                 if let Some(k) = idx(ln.x) {
-                    last[k] = last[k].max(m as i64);
+                    last[k] = last[k].max(end as i64);
                 }
             }
         }

@@ -159,3 +159,48 @@ fn a_patchifying_conv_then_token_transpose_becomes_a_patch_embedding() {
         assert!(err <= 1e-5 * scale, "error {err:e} of {scale}");
     }
 }
+
+/// A distilled ViT's tail as the converter writes it: the final LayerNorm over `[1, T, d]`, one
+/// transpose (tokens last) read by two one-hot picks of tokens 0 and 1 (the class and
+/// distillation tokens), a head on each, their sum. After fusion: no transpose and no product
+/// for the picks, and each head's LayerNorm over its own row only.
+#[test]
+fn class_token_picks_become_row_slices_with_their_own_norm() {
+    let (t, d) = (6usize, 8usize);
+    let mut b = ModelBuilder::new("tail");
+    let mut rng = Rng::new(11);
+    let x = b.input("x", &[1, t, d]).unwrap();
+    let gamma = b.weight("g", &[d], rng.vec(d, 1.0)).unwrap();
+    let beta = Some(b.weight("b", &[d], rng.vec(d, 1.0)).unwrap());
+    let n = b.op(|y| Op::LayerNorm(LayerNorm { x, gamma, beta, eps: 1e-5, axis: NormAxis::Last, y })).unwrap();
+    let tr = b.op(|y| Op::Transpose(Transpose { x: n, perm: perm(&[0, 2, 1]), y })).unwrap();
+    let mut heads = Vec::new();
+    for token in 0..2 {
+        let mut pick = vec![0.0; t];
+        pick[token] = 1.0;
+        let w = b.weight(&format!("pick{token}"), &[1, t], pick).unwrap();
+        let s = b.op(|y| Op::Dense(Dense { x: tr, proj: Proj { w, b: None }, act: Activation::None, y })).unwrap();
+        let s = b.reshape(s, &[1, d]).unwrap();
+        let hw = b.weight(&format!("head{token}"), &[3, d], rng.vec(3 * d, 0.5)).unwrap();
+        heads.push(
+            b.op(|y| Op::Dense(Dense { x: s, proj: Proj { w: hw, b: None }, act: Activation::None, y })).unwrap(),
+        );
+    }
+    let y = b.op(|y| Op::Binary(Binary { a: heads[0], b: heads[1], op: BinaryOp::Add, y })).unwrap();
+    b.output(y);
+    let want = run(&b, t * d);
+    let report = fuse(&mut b);
+    assert_eq!(report.fused.get("shared selection input unshared"), Some(&2), "{report:?}");
+    assert_eq!(report.fused.get("row slice before layer norm"), Some(&2), "{report:?}");
+    assert_eq!(count(&b, |o| matches!(o, Op::Transpose(_))), 0, "{:?}", b.ops());
+    assert_eq!(count(&b, |o| matches!(o, Op::Slice(_))), 2, "{:?}", b.ops());
+    for op in b.ops() {
+        if let Op::LayerNorm(ln) = op {
+            let rows: u32 = b.shape_of(ln.x).unwrap().dims().iter().rev().skip(1).product();
+            assert_eq!(rows, 1, "each head normalises its own row: {:?}", b.ops());
+        }
+    }
+    let got = run(&b, t * d);
+    let err = got.iter().zip(&want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(err <= 1e-5, "{err}: {got:?} vs {want:?}");
+}

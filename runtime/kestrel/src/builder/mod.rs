@@ -3,6 +3,7 @@
 
 mod edit;
 
+pub(crate) use edit::remap_op;
 pub use edit::Region;
 
 use crate::plan::{plan, PlanTensor};

@@ -27,6 +27,59 @@ pub(super) fn one_hot_windows(b: &mut ModelBuilder, report: &mut FusionReport) {
     rewrite_each(b, report, "one-hot dense as slice", match_window);
 }
 
+/// A `Transpose` read only by one-hot window layers, or a last-axis `LayerNorm` read only by
+/// whole-row `Slice`s, with two readers or more (a distilled ViT's two class-token heads, after
+/// `merge_duplicates` made their transposes one): every reader after the first gets its own copy
+/// of the node — the same op on the same input, so the values are exactly the same — which the
+/// window and slice-before-norm passes then take in with their reader (each head normalises only
+/// its own row).
+pub(super) fn unshare_selected(b: &mut ModelBuilder, report: &mut FusionReport) {
+    let mut n = 0;
+    while n < b.ops().len() {
+        let op = b.ops()[n];
+        let y = op.output();
+        let readers = b.consumers(y);
+        let rank = dims(b, y).map_or(0, |d| d.len());
+        let selects = |c: &usize| match (op, b.ops()[*c]) {
+            (Op::Transpose(_), Op::Dense(d)) => d.x == y && window_dense(b, &d).is_some(),
+            (Op::LayerNorm(ln), Op::Slice(s)) => ln.axis == NormAxis::Last && s.x == y && whole_rows(&s, rank),
+            _ => false,
+        };
+        if readers.len() < 2 || b.outputs().contains(&y) || !readers.iter().all(selects) {
+            n += 1;
+            continue;
+        }
+        // Last reader first: inserting a copy before a reader moves only the nodes after it.
+        for &c in readers[1..].iter().rev() {
+            let Some(z) = dims(b, y).and_then(|d| b.new_activation("unshared", &d).ok()) else { break };
+            let copy = crate::builder::remap_op(&op, |t| if t == y { z } else { t });
+            let reader = crate::builder::remap_op(&b.ops()[c], |t| if t == y { z } else { t });
+            let region = Region { nodes: vec![c], inputs: Vec::new(), output: reader.output() };
+            if b.replace(&region, vec![copy, reader]).is_ok() {
+                report.count("shared selection input unshared");
+            }
+        }
+        n += 1;
+    }
+}
+
+/// A slice of whole rows: not of the last axis, no zeros placed.
+fn whole_rows(s: &Slice, rank: usize) -> bool {
+    s.offset == 0 && s.count == s.len && (s.axis as usize) + 1 < rank
+}
+
+/// The window of a bias-free, activation-free dense layer with a 0/1 weight, if it picks one.
+fn window_dense(b: &ModelBuilder, d: &kestrel_format::ops::Dense) -> Option<[usize; 4]> {
+    if d.proj.b.is_some() || d.act != Activation::None {
+        return None;
+    }
+    let (k, cols) = b.shape_of(d.proj.w)?.as_matrix()?;
+    if k.checked_mul(cols)? > MAX_WEIGHT {
+        return None;
+    }
+    window(b.weight_values(d.proj.w)?, k, cols)
+}
+
 /// `(start, step, count, offset)` of the window a 0/1 weight `[k, n]` picks (row `j` is output
 /// `j`), if it picks one: every row holds at most one 1, the rows holding one are consecutive,
 /// and their inputs are evenly spaced upwards.
@@ -80,14 +133,8 @@ fn inverse(p: &[usize]) -> Vec<usize> {
 
 fn match_window(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
     let Op::Dense(d) = b.ops()[n] else { return None };
-    if d.proj.b.is_some() || d.act != Activation::None {
-        return None;
-    }
-    let (k, cols) = b.shape_of(d.proj.w)?.as_matrix()?;
-    if k.checked_mul(cols)? > MAX_WEIGHT {
-        return None;
-    }
-    let [start, step, count, offset] = window(b.weight_values(d.proj.w)?, k, cols)?;
+    let [start, step, count, offset] = window_dense(b, &d)?;
+    let k = b.shape_of(d.proj.w)?.as_matrix()?.0;
     let u = |v: usize| u32::try_from(v).ok();
     let xd = dims(b, d.x)?;
     let r = xd.len();
@@ -169,8 +216,7 @@ fn match_slice_before_norm(b: &mut ModelBuilder, n: usize) -> Option<(Region, Ve
     let m = sole_consumer(b, ln.y)?;
     let Op::Slice(s) = b.ops()[m] else { return None };
     let xd = dims(b, ln.x)?;
-    let whole = s.offset == 0 && s.count == s.len;
-    if ln.axis != NormAxis::Last || s.x != ln.y || !whole || s.axis as usize + 1 >= xd.len() {
+    if ln.axis != NormAxis::Last || s.x != ln.y || !whole_rows(&s, xd.len()) {
         return None;
     }
     let mut zd = xd;
