@@ -136,8 +136,9 @@ fn match_window(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
     let [start, step, count, offset] = window_dense(b, &d)?;
     let k = b.shape_of(d.proj.w)?.as_matrix()?.0;
     let u = |v: usize| u32::try_from(v).ok();
-    let xd = dims(b, d.x)?;
-    let r = xd.len();
+    let (start, step, count, offset, len) = (u(start)?, u(step)?, u(count)?, u(offset)?, u(k)?);
+    let window = |x, axis: usize, y| Some(Slice { x, axis: u(axis)?, start, step, count, offset, len, y });
+    let r = dims(b, d.x)?.len();
     // The transpose that moved the axis last, when only this layer reads it.
     let t1 = b.producer(d.x).filter(|_| sole_consumer(b, d.x).is_some()).and_then(|t| {
         if let Op::Transpose(tr) = b.ops()[t] {
@@ -147,33 +148,13 @@ fn match_window(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
         }
     });
     let Some((t1n, tr1)) = t1 else {
-        let slice = Slice {
-            x: d.x,
-            axis: u(r.checked_sub(1)?)?,
-            start: u(start)?,
-            step: u(step)?,
-            count: u(count)?,
-            offset: u(offset)?,
-            len: u(k)?,
-            y: d.y,
-        };
+        let slice = window(d.x, r.checked_sub(1)?, d.y)?;
         return Some((Region { nodes: vec![n], inputs: vec![d.x], output: d.y }, vec![Op::Slice(slice)]));
     };
     let p: Vec<usize> = tr1.perm[..r].iter().map(|&a| usize::from(a)).collect();
     let axis = p[r - 1];
     let mut zd = dims(b, tr1.x)?;
     zd[axis] = k;
-    let window = |y| Slice {
-        x: tr1.x,
-        axis: axis as u32,
-        start: start as u32,
-        step: step as u32,
-        count: count as u32,
-        offset: offset as u32,
-        len: k as u32,
-        y,
-    };
-    u(start.max(step).max(count).max(offset).max(k))?;
     // The transpose back, when it undoes the first: the slice writes its output directly.
     if let Some(t2n) = sole_consumer(b, d.y) {
         if let Op::Transpose(tr2) = b.ops()[t2n] {
@@ -182,7 +163,7 @@ fn match_window(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
                 let mut nodes = vec![t1n, n, t2n];
                 nodes.sort_unstable();
                 let region = Region { nodes, inputs: vec![tr1.x], output: tr2.y };
-                return Some((region, vec![Op::Slice(window(tr2.y))]));
+                return Some((region, vec![Op::Slice(window(tr1.x, axis, tr2.y)?)]));
             }
         }
     }
@@ -201,7 +182,7 @@ fn match_window(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
     };
     let mut nodes = vec![t1n, n];
     nodes.sort_unstable();
-    Some((Region { nodes, inputs: vec![tr1.x], output: d.y }, vec![Op::Slice(window(z)), after]))
+    Some((Region { nodes, inputs: vec![tr1.x], output: d.y }, vec![Op::Slice(window(tr1.x, axis, z)?), after]))
 }
 
 /// `LayerNorm` over the last axis, then a `Slice` of whole rows (another axis, no zeros placed)
