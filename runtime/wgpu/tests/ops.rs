@@ -288,6 +288,7 @@ fn layer_cases() -> Vec<Case> {
     v.extend(cases::fusion::residual_dense_cases());
     v.extend(cases::fusion::patchify_cases());
     v.extend(cases::fusion::norm_prologue_cases());
+    v.extend(cases::fusion::slice_add_cases());
     // Max and both average divisors: a global pool, the CNN stem's 3×3 stride-2 pool, a 2×2
     // stride-2 pool on an odd size with ONNX ceil mode's extra bottom/right padding, dilation
     // with asymmetric padding.
@@ -855,5 +856,19 @@ fn layer_norm_fuses_into_the_dense_prologue() {
             let kernels: Vec<Kernel> = s.variants().iter().map(|v| v.kernel()).collect();
             assert_eq!((s.dispatch_count(), s.node_dispatch_counts()), want, "{} {dtype:?}: {kernels:?}", c.name);
         }
+    }
+}
+
+/// The Add after a slice runs in the slice's dispatch (the Add and a reshape between dispatch
+/// nothing) where it adds as many elements; a broadcasting Add stays its own dispatch.
+#[test]
+fn add_after_a_slice_fuses_into_the_slice() {
+    let Some(g) = gpu() else { return };
+    for (c, want) in cases::fusion::slice_add_cases().iter().zip([(1, vec![1, 0]), (1, vec![1, 0, 0]), (2, vec![1, 1])])
+    {
+        let (model, _) = build(c, DType::F32, 5);
+        let cpu = model.cpu().unwrap();
+        let s = GpuSession::new(&g, &cpu, 2).unwrap();
+        assert_eq!((s.dispatch_count(), s.node_dispatch_counts()), want, "{}", c.name);
     }
 }

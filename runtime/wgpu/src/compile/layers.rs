@@ -340,6 +340,70 @@ fn broadcast_strides(src: &[usize], r: usize) -> Vec<usize> {
     st
 }
 
+/// The Add after a slice: a `Slice` whose output only the next node reads (or a reshape of it
+/// that only the node after reads), an element-wise `Add` of it and a tensor of as many elements
+/// (a weight, or an activation: a ViT's class-token constant plus position embedding), runs in
+/// the slice's dispatch (the window plus operand b, P40), which writes the Add's output; the Add
+/// (and the reshape) dispatch nothing. Only where the arena allows, as the residual epilogue: the
+/// Add's output must not overlap the slice's input, and may overlap an activation operand only
+/// exactly. Returns how many following nodes were absorbed.
+pub(super) fn slice_add_epilogue(
+    ctx: &Ctx<'_, '_>,
+    node: u32,
+    op: &Op,
+    dispatches: &mut [Dispatch],
+    uses: &std::collections::HashMap<TensorId, u32>,
+) -> Result<usize, GpuError> {
+    let op_err = |e: kestrel_format::Error| GpuError::Model(e.to_string());
+    let (Op::Slice(s), [d]) = (op, dispatches) else { return Ok(0) };
+    if d.kernel != Kernel::Strided || d.params[3] != 101 || uses.get(&s.y) != Some(&1) {
+        return Ok(0);
+    }
+    let n = ctx.file.op_count();
+    let (mut next, mut fed) = (node + 1, s.y);
+    if next < n {
+        if let Op::Reshape(r) = ctx.file.op(next).map_err(op_err)? {
+            if r.x != s.y || uses.get(&r.y) != Some(&1) {
+                return Ok(0);
+            }
+            (next, fed) = (next + 1, r.y);
+        }
+    }
+    if next >= n {
+        return Ok(0);
+    }
+    let Op::Binary(b) = ctx.file.op(next).map_err(op_err)? else { return Ok(0) };
+    let other = match (b.a == fed, b.b == fed) {
+        (true, false) => b.b,
+        (false, true) => b.a,
+        _ => return Ok(0),
+    };
+    let (ft, ot, bt) = (ctx.info(fed)?, ctx.info(other)?, ctx.info(b.y)?);
+    let numel = ft.shape.numel();
+    if b.op != kestrel_format::ops::BinaryOp::Add || ot.shape.numel() != numel || bt.shape.numel() != numel {
+        return Ok(0);
+    }
+    let (x, y) = (ctx.act(s.x)?, ctx.act(b.y)?);
+    let cap = ctx.cap;
+    let span = |g: Region| g.base..g.base + g.stride * cap;
+    let overlap = |a: Region, b: Region| span(a).start < span(b).end && span(b).start < span(a).end;
+    if overlap(y, x) {
+        return Ok(0);
+    }
+    if ot.kind == TensorKind::Activation {
+        let r = ctx.act(other)?;
+        if overlap(y, r) && y.base != r.base {
+            return Ok(0);
+        }
+    }
+    // The dispatch's output view is [outer, len, inner]; the operand, as many elements, is read
+    // with that view's contiguous strides.
+    let view = [d.params[5] as usize, d.params[6] as usize, d.params[7] as usize];
+    let p = operand(ctx, Params(d.params), 24, other, &contiguous_strides(&view))?.u(2, y.base)?.u(40, 1)?;
+    *d = p.done(Kernel::Strided);
+    Ok((next - node) as usize)
+}
+
 /// Writes an operand block (see `operand` in `elementwise.wgsl`) at word `o`.
 fn operand(ctx: &Ctx<'_, '_>, mut p: Params, o: usize, id: u32, strides: &[usize]) -> Result<Params, GpuError> {
     for (k, &s) in strides.iter().enumerate() {

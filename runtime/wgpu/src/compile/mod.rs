@@ -187,6 +187,9 @@ pub(crate) fn compile(
             nodes[ln].1.clear();
         }
         absorbed = residual_epilogue(&ctx, node, &op, &mut d, &uses)?;
+        if absorbed == 0 {
+            absorbed = layers::slice_add_epilogue(&ctx, node, &op, &mut d, &uses)?;
+        }
         nodes.push((op, d));
     }
     Ok((nodes, ctx.scratch_words))

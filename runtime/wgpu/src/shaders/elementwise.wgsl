@@ -74,7 +74,7 @@ fn binary_fn(op: u32, a: f32, b: f32) -> f32 {
 
 // P: 2 y_base, 3 op (0..6 binary, 100 copy of operand a, 101 window of operand a), 4 rank,
 //    5..10 output dims, 11..23 operand a, 24..36 operand b, 37..39 the window (axis, first
-//    output index, count). per = output elements.
+//    output index, count), 40 window plus operand b. per = output elements.
 @compute @workgroup_size(64)
 fn strided(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -94,13 +94,17 @@ fn strided(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     }
     let op = pu(3u);
     if op == 101u {
-        // A window on axis P37: output indices P38..P38+P39 read operand a, the rest are zero.
+        // A window on axis P37: output indices P38..P38+P39 read operand a, the rest are zero;
+        // plus operand b at the output's index when P40 is 1 (an Add fused after the slice).
         let k = pu(37u);
         let j = idx[k] - pu(38u);
         var y = 0.0;
+        if pu(40u) == 1u {
+            y = operand(24u, s, idx, rank);
+        }
         if idx[k] >= pu(38u) && j < pu(39u) {
             idx[k] = j;
-            y = operand(11u, s, idx, rank);
+            y += operand(11u, s, idx, rank);
         }
         act[pu(2u) + g] = y;
         return;

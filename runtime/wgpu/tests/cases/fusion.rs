@@ -155,3 +155,31 @@ pub fn norm_prologue_cases() -> Vec<Case> {
     }));
     v
 }
+
+/// A slice (a class token's placing copy) then an Add of as many elements: a weight directly
+/// (the class token plus position embedding), and an activation through a reshape view. The
+/// Add runs in the slice's dispatch. Not fused: an Add that broadcasts.
+pub fn slice_add_cases() -> Vec<Case> {
+    let place = |x| Slice { x, axis: 0, start: 0, step: 1, count: 16, offset: 1, len: 17, y: 0 };
+    let mut v = Vec::new();
+    v.push(case("slice", "slice then add weight (class token + position)", move |c| {
+        let x = c.input(&[16, 12])?;
+        let s = c.b.op(|y| Op::Slice(Slice { y, ..place(x) }))?;
+        let w = c.w(&[17, 12], 1.0)?;
+        c.b.op(|y| Op::Binary(Binary { a: s, b: w, op: BinaryOp::Add, y }))
+    }));
+    v.push(case("slice", "slice then reshape then add activation", move |c| {
+        let x = c.input(&[16, 12])?;
+        let r = c.input(&[1, 17, 12])?;
+        let s = c.b.op(|y| Op::Slice(Slice { y, ..place(x) }))?;
+        let s = c.b.reshape(s, &[1, 17, 12])?;
+        c.b.op(|y| Op::Binary(Binary { a: r, b: s, op: BinaryOp::Add, y }))
+    }));
+    v.push(case("slice", "slice then broadcast add (not fused)", move |c| {
+        let x = c.input(&[16, 12])?;
+        let s = c.b.op(|y| Op::Slice(Slice { y, ..place(x) }))?;
+        let w = c.w(&[12], 1.0)?;
+        c.b.op(|y| Op::Binary(Binary { a: s, b: w, op: BinaryOp::Add, y }))
+    }));
+    v
+}
