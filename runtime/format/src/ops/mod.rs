@@ -364,51 +364,6 @@ pub struct Reduce {
     pub y: TensorId,
 }
 
-/// Reshape/flatten: a view. The output shares the input's arena bytes (same offset).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Reshape {
-    /// Input.
-    pub x: TensorId,
-    /// Output, same element count, same arena offset.
-    pub y: TensorId,
-}
-
-/// Permutation of per-sample axes (materialised: our kernels read contiguous tensors).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Transpose {
-    /// Input.
-    pub x: TensorId,
-    /// `perm[i]` is the input axis that becomes output axis i; entries past the rank are unused.
-    pub perm: [u8; crate::dtype::MAX_RANK],
-    /// Output.
-    pub y: TensorId,
-}
-
-/// A strided window of one axis, placed at an offset of a zero-filled output: the input seen as
-/// `[outer, n, inner]` around `axis`, the output as `[outer, len, inner]`, with
-/// `y[o, offset + j, i] = x[o, start + j·step, i]` for `j < count` and zeros elsewhere on the
-/// axis. One copy for ONNX `Slice`, a single-index `Gather`, a piece of a `Concat` and constant
-/// padding along one axis (which exporters otherwise leave as one-hot products).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Slice {
-    /// Input (an activation).
-    pub x: TensorId,
-    /// The per-sample axis the window runs along.
-    pub axis: u32,
-    /// First input index read.
-    pub start: u32,
-    /// Input indices between two reads (≥ 1).
-    pub step: u32,
-    /// Indices read (≥ 1).
-    pub count: u32,
-    /// Output index of the first read.
-    pub offset: u32,
-    /// The output's length on the axis (≥ `offset + count`).
-    pub len: u32,
-    /// Output.
-    pub y: TensorId,
-}
-
 /// Batched matrix product over the last two axes with numpy broadcasting of leading axes:
 /// `a [.., M, K] · b [.., K, N]` (or `b [.., N, K]` with `transpose_b`). `b` may be a weight.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -801,6 +756,8 @@ pub mod kind {
 }
 
 mod band;
+mod layout;
+pub use layout::{Reshape, Slice, Transpose};
 mod ident;
 pub use ident::kind_name;
 

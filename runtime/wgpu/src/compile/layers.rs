@@ -354,39 +354,18 @@ pub(super) fn slice_add_epilogue(
     dispatches: &mut [Dispatch],
     uses: &std::collections::HashMap<TensorId, u32>,
 ) -> Result<usize, GpuError> {
-    let op_err = |e: kestrel_format::Error| GpuError::Model(e.to_string());
     let (Op::Slice(s), [d]) = (op, dispatches) else { return Ok(0) };
-    if d.kernel != Kernel::Strided || d.params[3] != 101 || uses.get(&s.y) != Some(&1) {
+    if d.kernel != Kernel::Strided || d.params[3] != 101 {
         return Ok(0);
     }
-    let n = ctx.file.op_count();
-    let (mut next, mut fed) = (node + 1, s.y);
-    if next < n {
-        if let Op::Reshape(r) = ctx.file.op(next).map_err(op_err)? {
-            if r.x != s.y || uses.get(&r.y) != Some(&1) {
-                return Ok(0);
-            }
-            (next, fed) = (next + 1, r.y);
-        }
-    }
-    if next >= n {
-        return Ok(0);
-    }
-    let Op::Binary(b) = ctx.file.op(next).map_err(op_err)? else { return Ok(0) };
-    let other = match (b.a == fed, b.b == fed) {
-        (true, false) => b.b,
-        (false, true) => b.a,
-        _ => return Ok(0),
-    };
+    let Some((next, fed, b, other)) = super::add_after(ctx, node, s.y, uses)? else { return Ok(0) };
     let (ft, ot, bt) = (ctx.info(fed)?, ctx.info(other)?, ctx.info(b.y)?);
     let numel = ft.shape.numel();
-    if b.op != kestrel_format::ops::BinaryOp::Add || ot.shape.numel() != numel || bt.shape.numel() != numel {
+    if ot.shape.numel() != numel || bt.shape.numel() != numel {
         return Ok(0);
     }
     let (x, y) = (ctx.act(s.x)?, ctx.act(b.y)?);
-    let cap = ctx.cap;
-    let span = |g: Region| g.base..g.base + g.stride * cap;
-    let overlap = |a: Region, b: Region| span(a).start < span(b).end && span(b).start < span(a).end;
+    let overlap = |a, b| super::overlaps(a, b, ctx.cap);
     if overlap(y, x) {
         return Ok(0);
     }

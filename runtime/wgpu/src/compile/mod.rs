@@ -253,23 +253,20 @@ fn norm_prologue(
         return Ok(None);
     }
     let (src, read) = (ctx.act(ln.x)?, ctx.act(x_id)?);
-    let cap = ctx.cap;
-    let span = |base: usize, stride: usize| base..base + stride * cap;
-    let over = span(src.base, src.stride);
     let mut readers = Vec::new();
     for (i, dsp) in dispatches.iter().enumerate() {
         let reads_x = dsp.params[2] as usize == read.base && dsp.params[3] as usize == read.stride;
         if !reads_x {
             continue;
         }
-        let out = span(dsp.params[4] as usize, dsp.params[5] as usize);
+        let out = Region { base: dsp.params[4] as usize, stride: dsp.params[5] as usize };
         // The blocked kernel, or one thread per output (lanes 1) over word-aligned weight rows.
         let fused = match dsp.kernel {
             Kernel::DenseBlock => Kernel::DenseBlockLn,
             Kernel::Dense if dsp.params[13] == 1 && dense_wds(dsp).all(word_aligned) => Kernel::DenseLn,
             _ => return Ok(None),
         };
-        if dsp.params[6] as usize != d || (out.start < over.end && over.start < out.end) {
+        if dsp.params[6] as usize != d || overlaps(out, src, ctx.cap) {
             return Ok(None);
         }
         readers.push((i, fused));
@@ -293,6 +290,48 @@ fn dense_wds(d: &Dispatch) -> impl Iterator<Item = Wd> + '_ {
     })
 }
 
+/// The element-wise `Add` that reads `out` (node `node`'s output) as its only reader, in the next
+/// node or — through a reshape only it reads — the node after: `(its index, the tensor it reads,
+/// the Add, its other operand)`. The shared start of the epilogues that run such an Add in
+/// `node`'s last dispatch.
+pub(crate) fn add_after(
+    ctx: &Ctx<'_, '_>,
+    node: u32,
+    out: TensorId,
+    uses: &std::collections::HashMap<TensorId, u32>,
+) -> Result<Option<(u32, TensorId, kestrel_format::ops::Binary, TensorId)>, GpuError> {
+    let op_err = |e: kestrel_format::Error| GpuError::Model(e.to_string());
+    let n = ctx.file.op_count();
+    let (mut next, mut fed) = (node + 1, out);
+    if uses.get(&out) != Some(&1) || next >= n {
+        return Ok(None);
+    }
+    if let Op::Reshape(r) = ctx.file.op(next).map_err(op_err)? {
+        if r.x != out || uses.get(&r.y) != Some(&1) {
+            return Ok(None);
+        }
+        (next, fed) = (next + 1, r.y);
+    }
+    if next >= n {
+        return Ok(None);
+    }
+    let Op::Binary(b) = ctx.file.op(next).map_err(op_err)? else { return Ok(None) };
+    if b.op != kestrel_format::ops::BinaryOp::Add {
+        return Ok(None);
+    }
+    Ok(match (b.a == fed, b.b == fed) {
+        (true, false) => Some((next, fed, b, b.b)),
+        (false, true) => Some((next, fed, b, b.a)),
+        _ => None,
+    })
+}
+
+/// Whether two regions' spans over `cap` samples share a word.
+pub(crate) fn overlaps(a: Region, b: Region, cap: usize) -> bool {
+    let (ea, eb) = (a.base + a.stride * cap, b.base + b.stride * cap);
+    a.base < eb && b.base < ea
+}
+
 /// The residual epilogue: a node whose last dispatch is a dense layer writing the node's output
 /// (a Dense node, or a mechanism's output projection), when that output feeds only the next node
 /// (or a reshape of it that feeds only the node after), an element-wise Add of an activation of
@@ -309,7 +348,6 @@ fn residual_epilogue(
     dispatches: &mut [Dispatch],
     uses: &std::collections::HashMap<TensorId, u32>,
 ) -> Result<usize, GpuError> {
-    let op_err = |e: kestrel_format::Error| GpuError::Model(e.to_string());
     let Some(last) = dispatches.last_mut() else { return Ok(0) };
     let dense = matches!(
         last.kernel,
@@ -330,37 +368,15 @@ fn residual_epilogue(
     if last.params[4] as usize != written.base || last.params[5] as usize != written.stride {
         return Ok(0);
     }
-    let n = ctx.file.op_count();
-    let mut next = node + 1;
-    let mut fed = out;
-    if next < n {
-        if let Op::Reshape(r) = ctx.file.op(next).map_err(op_err)? {
-            if r.x != out || uses.get(&r.y) != Some(&1) {
-                return Ok(0);
-            }
-            fed = r.y;
-            next += 1;
-        }
-    }
-    if next >= n {
-        return Ok(0);
-    }
-    let Op::Binary(b) = ctx.file.op(next).map_err(op_err)? else { return Ok(0) };
-    let other = match (b.a == fed, b.b == fed) {
-        (true, false) => b.b,
-        (false, true) => b.a,
-        _ => return Ok(0),
-    };
+    let Some((next, fed, b, other)) = add_after(ctx, node, out, uses)? else { return Ok(0) };
     let (ft, ot, bt) = (ctx.info(fed)?, ctx.info(other)?, ctx.info(b.y)?);
     let same = |t: &TensorInfo<'_>| t.shape.numel() == ft.shape.numel() && t.shape.dims() == ft.shape.dims();
-    if b.op != kestrel_format::ops::BinaryOp::Add || ot.kind != TensorKind::Activation || !same(&ot) || !same(&bt) {
+    if ot.kind != TensorKind::Activation || !same(&ot) || !same(&bt) {
         return Ok(0);
     }
     let x = Region { base: last.params[2] as usize, stride: last.params[3] as usize };
     let (r, y) = (ctx.act(other)?, ctx.act(b.y)?);
-    let cap = ctx.cap;
-    let span = |g: Region| g.base..g.base + g.stride * cap;
-    let overlap = |a: Region, b: Region| span(a).start < span(b).end && span(b).start < span(a).end;
+    let overlap = |a, b| overlaps(a, b, ctx.cap);
     if overlap(y, x) || (overlap(y, r) && y.base != r.base) {
         return Ok(0);
     }

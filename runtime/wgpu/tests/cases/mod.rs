@@ -1,6 +1,7 @@
 //! More cases of `tests/ops.rs`: the row-wise kernels' two dispatch forms (`compile::row_split`),
 //! the attention core's tiling (query blocks, key tiles and column chunks) and the recurrences.
 
+mod counts;
 pub mod fusion;
 
 use super::{case, Case};

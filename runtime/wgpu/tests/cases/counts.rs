@@ -1,0 +1,99 @@
+//! Dispatch counts of what the GPU lowering fuses (the values of the same cases are checked in
+//! `tests/ops.rs` under every tuning and encoding): merged projections, the residual epilogue, the
+//! norm prologue and the Add after a slice.
+
+use crate::*;
+
+/// Attention's Q, K and V projections (those the variant has) run as one dense dispatch where
+/// their encodings, widths and regions allow (`Ctx::dense_parts`); the mechanism cases check the
+/// values under every tuning. Kept apart: a head width not a multiple of 4 under the blocked
+/// kernel (software tuning, word-aligned rows: f32, not int8 at 70 columns), and tiled layers.
+#[test]
+fn qkv_projections_share_one_dispatch() {
+    let Some(g) = gpu() else { return };
+    use AttentionVariant::{Efficient, Optimised, Standard, Super};
+    let [software, gpu_t, tiled] = TUNINGS;
+    for (variant, t, d, dtype, tuning, want) in [
+        (Standard, 17, 64, DType::F32, software, 3),
+        (Standard, 17, 64, DType::I8, gpu_t, 3),
+        (Optimised, 33, 72, DType::F16, software, 3),
+        (Efficient, 9, 32, DType::F32, gpu_t, 3),
+        (Super, 9, 32, DType::I4, software, 4),
+        (Standard, 17, 70, DType::F32, software, 5),
+        (Standard, 17, 70, DType::I8, software, 3),
+        (Standard, 17, 70, DType::F32, gpu_t, 3),
+        (Standard, 17, 64, DType::F32, tiled, 5),
+    ] {
+        let c = cases::attention(variant, t, d, 2, false, None);
+        let (model, _) = build(&c, dtype, 3);
+        let cpu = model.cpu().unwrap();
+        let options = SessionOptions { precision: Precision::F32, tuning: Some(tuning) };
+        let s = GpuSession::with_options(&g, &cpu, 2, &options).unwrap();
+        let kernels: Vec<Kernel> = s.variants().iter().map(|v| v.kernel()).collect();
+        assert_eq!(s.dispatch_count(), want, "{} {dtype:?} {}: {kernels:?}", c.name, tuning_name(tuning));
+    }
+}
+
+/// The residual epilogue is fused: Dense + Add is one dispatch (and the Add node none), and a
+/// dense output read twice is not fused.
+#[test]
+fn residual_add_fuses_into_the_dense_dispatch() {
+    let Some(g) = gpu() else { return };
+    let counts = |c: &Case| {
+        let (model, _) = build(c, DType::F32, 1);
+        let cpu = model.cpu().unwrap();
+        let s = GpuSession::new(&g, &cpu, 2).unwrap();
+        (s.dispatch_count(), s.node_dispatch_counts())
+    };
+    let dense = cases::fusion::residual_dense_cases();
+    let named = |name: &str| dense.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no case {name}"));
+    assert_eq!(counts(named("dense 5x9->9 + residual (swapped false)")), (2, vec![1, 0, 1]));
+    assert_eq!(counts(named("dense 17x48->48 + residual (swapped true)")), (2, vec![1, 0, 1]));
+    assert_eq!(counts(named("dense + residual, dense output read twice")), (3, vec![1, 1, 1]));
+    for c in cases::fusion::residual_attention_cases() {
+        let (_, per_node) = counts(&c);
+        assert_eq!(per_node.last(), Some(&0), "{}: the Add still dispatches: {per_node:?}", c.name);
+    }
+}
+
+/// The norm prologue under the software tuning (the blocked dense kernel): the LayerNorm node
+/// dispatches nothing where its only reader is a dense layer or a Standard attention's
+/// projections, and one dispatch without β or when read twice. The values are checked by the
+/// layer cases under every tuning and encoding.
+#[test]
+fn layer_norm_fuses_into_the_dense_prologue() {
+    let Some(g) = gpu() else { return };
+    let options = SessionOptions { precision: Precision::F32, tuning: Some(TUNINGS[0]) };
+    let cases = cases::fusion::norm_prologue_cases();
+    for (c, want) in cases.iter().zip([
+        (2, vec![0, 1, 1]),
+        (1, vec![0, 1, 0]),
+        (3, vec![0, 0, 3]),
+        (2, vec![1, 0, 1, 0]),
+        (1, vec![0, 1]),
+        (2, vec![1, 1]),
+        (3, vec![1, 1, 1]),
+    ]) {
+        for dtype in [DType::F32, DType::I8] {
+            let (model, _) = build(c, dtype, 5);
+            let cpu = model.cpu().unwrap();
+            let s = GpuSession::with_options(&g, &cpu, 2, &options).unwrap();
+            let kernels: Vec<Kernel> = s.variants().iter().map(|v| v.kernel()).collect();
+            assert_eq!((s.dispatch_count(), s.node_dispatch_counts()), want, "{} {dtype:?}: {kernels:?}", c.name);
+        }
+    }
+}
+
+/// The Add after a slice runs in the slice's dispatch (the Add and a reshape between dispatch
+/// nothing) where it adds as many elements; a broadcasting Add stays its own dispatch.
+#[test]
+fn add_after_a_slice_fuses_into_the_slice() {
+    let Some(g) = gpu() else { return };
+    for (c, want) in cases::fusion::slice_add_cases().iter().zip([(1, vec![1, 0]), (1, vec![1, 0, 0]), (2, vec![1, 1])])
+    {
+        let (model, _) = build(c, DType::F32, 5);
+        let cpu = model.cpu().unwrap();
+        let s = GpuSession::new(&g, &cpu, 2).unwrap();
+        assert_eq!((s.dispatch_count(), s.node_dispatch_counts()), want, "{}", c.name);
+    }
+}
