@@ -166,6 +166,11 @@ pub enum Kernel {
     DenseTile,
     /// `linear_sg.wgsl: dense_split_sg` (`dense_split` reducing through subgroup shuffles).
     DenseSplitSg,
+    /// `linear.wgsl: dense_split_ln` (`dense_split` on the rows of a plain LayerNorm's input,
+    /// the row statistics summed with the products: the norm prologue of the lane-split form).
+    DenseSplitLn,
+    /// `linear_sg.wgsl: dense_split_ln_sg` (`dense_split_ln` reducing through subgroup shuffles).
+    DenseSplitLnSg,
     /// `elementwise.wgsl: unary`.
     Unary,
     /// `elementwise.wgsl: strided` (binary with broadcasting, transpose).
@@ -241,6 +246,8 @@ impl Kernel {
         Kernel::DenseBlockPatch,
         Kernel::DenseTile,
         Kernel::DenseSplitSg,
+        Kernel::DenseSplitLn,
+        Kernel::DenseSplitLnSg,
         Kernel::Unary,
         Kernel::Strided,
         Kernel::LayerNorm,
@@ -277,8 +284,10 @@ impl Kernel {
     pub fn family(self) -> Family {
         use Kernel::*;
         match self {
-            Dense | DenseLn | DenseSplit | DenseBlock | DenseBlockLn | DenseBlockPatch | DenseTile => Family::Linear,
-            DenseSplitSg => Family::LinearSg,
+            Dense | DenseLn | DenseSplit | DenseSplitLn | DenseBlock | DenseBlockLn | DenseBlockPatch | DenseTile => {
+                Family::Linear
+            }
+            DenseSplitSg | DenseSplitLnSg => Family::LinearSg,
             Unary | Strided => Family::Elementwise,
             LayerNorm | LayerNormSplit | Softmax | SoftmaxSplit | Reduce | ReduceSplit => Family::Norm,
             MatMul | MatMulTile => Family::MatMul,
@@ -304,6 +313,8 @@ impl Kernel {
             DenseBlockPatch => "dense_block_patch",
             DenseTile => "dense_tile",
             DenseSplitSg => "dense_split_sg",
+            DenseSplitLn => "dense_split_ln",
+            DenseSplitLnSg => "dense_split_ln_sg",
             Unary => "unary",
             Strided => "strided",
             LayerNorm => "layer_norm",

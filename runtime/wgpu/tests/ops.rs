@@ -609,6 +609,7 @@ fn assert_both_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
         Kernel::Dense,
         Kernel::DenseLn,
         Kernel::DenseSplit,
+        Kernel::DenseSplitLn,
         Kernel::DenseBlock,
         Kernel::DenseBlockLn,
         Kernel::DenseBlockPatch,
@@ -629,12 +630,14 @@ fn assert_both_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
 /// workgroup-memory `dense_split` of the no-subgroup tuning) wherever the device has `SUBGROUP`
 /// (lavapipe does, so CI checks it).
 fn assert_subgroup_form_ran(g: &GpuContext, seen: &BTreeSet<Variant>, arith: Arith) {
-    let v = Variant::of(Kernel::DenseSplitSg, arith);
-    if g.has_subgroups() {
-        assert!(seen.contains(&v), "DenseSplitSg at {arith:?} not exercised");
-    } else {
-        assert!(!seen.contains(&v), "DenseSplitSg ran on a device without SUBGROUP");
-        eprintln!("SKIPPED: the device has no SUBGROUP; dense_split_sg not run");
+    for k in [Kernel::DenseSplitSg, Kernel::DenseSplitLnSg] {
+        let v = Variant::of(k, arith);
+        if g.has_subgroups() {
+            assert!(seen.contains(&v), "{k:?} at {arith:?} not exercised");
+        } else {
+            assert!(!seen.contains(&v), "{k:?} ran on a device without SUBGROUP");
+            eprintln!("SKIPPED: the device has no SUBGROUP; {k:?} not run");
+        }
     }
 }
 

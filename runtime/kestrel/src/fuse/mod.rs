@@ -12,6 +12,7 @@ mod attention;
 mod channels;
 mod elementwise;
 mod layout;
+mod norm_affine;
 mod pointwise;
 mod select;
 mod slices;
@@ -70,6 +71,8 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         pointwise::channels_last_dense(b, &mut report);
         pointwise::patch_embed(b, &mut report);
         pointwise::conv_epilogue(b, &mut report);
+        // After the mechanisms and the slice-before-norm pass: the projections are final.
+        norm_affine::norm_affine_into_projections(b, &mut report);
         // Last: the patterns above read layout ops as their exporters wrote them.
         layout::layout_chains(b, &mut report);
         if b.ops().len() == before {

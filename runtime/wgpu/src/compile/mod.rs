@@ -209,13 +209,14 @@ fn use_counts(file: &KesFile<'_>) -> Result<std::collections::HashMap<TensorId, 
 }
 
 /// The norm prologue: a LayerNorm over the last axis whose output only `op` reads (directly, or
-/// through reshape views only it reads), when the only dispatches of `op` reading it are the
-/// blocked dense kernel taking it as input rows (a Dense node; a Standard attention's Q, K and V
+/// through reshape views only it reads), when the only dispatches of `op` reading it are dense
+/// kernels taking it as input rows (a Dense node; a Standard attention's Q, K and V
 /// projections): those dispatches read the LayerNorm's input instead and normalise each row as
-/// they read it (`dense_block_ln`), and the LayerNorm dispatches nothing. Needs f32 γ and β (β
-/// present: a norm's parameters stay f32 at every weight encoding), rows of a multiple of 4
-/// features, and no converted dispatch writing over the LayerNorm's input (other threads still
-/// read it). Returns the LayerNorm's index in `nodes` when fused.
+/// they read it (`dense_block_ln`, `dense_ln`, `dense_split_ln[_sg]`), and the LayerNorm
+/// dispatches nothing. Needs a plain norm ([`plain_norm`]: the converter folds γ and β into the
+/// projections), rows of a multiple of 4 features, and no converted dispatch writing over the
+/// LayerNorm's input (other threads still read it). Returns the LayerNorm's index in `nodes`
+/// when fused.
 fn norm_prologue(
     ctx: &Ctx<'_, '_>,
     nodes: &Lowered,
@@ -246,10 +247,8 @@ fn norm_prologue(
         at -= 1;
     }
     let Op::LayerNorm(ln) = nodes[at].0 else { return Ok(None) };
-    let Some(beta) = ln.beta else { return Ok(None) };
-    let (gamma, beta) = (ctx.weight(ln.gamma)?, ctx.weight(beta)?);
     let d = ctx.info(ln.x)?.shape.last();
-    if ln.y != fed || ln.axis != NormAxis::Last || gamma.dt != 0 || beta.dt != 0 || !d.is_multiple_of(4) {
+    if ln.y != fed || ln.axis != NormAxis::Last || !d.is_multiple_of(4) || !plain_norm(ctx, &ln) {
         return Ok(None);
     }
     let (src, read) = (ctx.act(ln.x)?, ctx.act(x_id)?);
@@ -264,6 +263,8 @@ fn norm_prologue(
         let fused = match dsp.kernel {
             Kernel::DenseBlock => Kernel::DenseBlockLn,
             Kernel::Dense if dsp.params[13] == 1 && dense_wds(dsp).all(word_aligned) => Kernel::DenseLn,
+            Kernel::DenseSplit => Kernel::DenseSplitLn,
+            Kernel::DenseSplitSg => Kernel::DenseSplitLnSg,
             _ => return Ok(None),
         };
         if dsp.params[6] as usize != d || overlaps(out, src, ctx.cap) {
@@ -275,10 +276,20 @@ fn norm_prologue(
         return Ok(None);
     }
     for (i, kernel) in readers {
-        let p = Params(dispatches[i].params).region(2, src)?.f(44, ln.eps).w(46, gamma).w(50, beta);
+        let p = Params(dispatches[i].params).region(2, src)?.f(44, ln.eps);
         dispatches[i] = p.done(kernel);
     }
     Ok(Some(at))
+}
+
+/// Whether a LayerNorm is plain: γ all ones and no β (or a zero one), as the converter leaves a
+/// norm whose affine part it folded into the projections reading it. Only such a norm runs as a
+/// prologue: the kernels read no γ or β.
+fn plain_norm(ctx: &Ctx<'_, '_>, ln: &kestrel_format::ops::LayerNorm) -> bool {
+    let all = |id: TensorId, v: f32| {
+        ctx.file.weight(id).ok().and_then(|w| w.as_f32()).is_some_and(|x| x.iter().all(|&e| e == v))
+    };
+    all(ln.gamma, 1.0) && ln.beta.is_none_or(|b| all(b, 0.0))
 }
 
 /// The weight descriptors of a dense dispatch's parts (P16 and, with parts, P24 and P32).
@@ -355,6 +366,8 @@ fn residual_epilogue(
             | Kernel::DenseLn
             | Kernel::DenseSplit
             | Kernel::DenseSplitSg
+            | Kernel::DenseSplitLn
+            | Kernel::DenseSplitLnSg
             | Kernel::DenseBlock
             | Kernel::DenseBlockLn
             | Kernel::DenseBlockPatch

@@ -415,6 +415,81 @@ fn dense_split_item(g: u32, lid: u32) -> SplitItem {
     return SplitItem(live, lanes, lane, s, l, o, acc);
 }
 
+// Four columns c .. c + 3 of weight row r as f32, any encoding (a uniform branch: for the GPU
+// kernels only, not the lavapipe-tuned loops above).
+fn w4_any(w: Wd, r: u32, c: u32) -> vec4<f32> {
+    let i = r * w.cols + c;
+    switch w.dt {
+        case 0u: {
+            return w4_f32(w.off, i);
+        }
+        case 1u: {
+            if (w.cols & 1u) == 0u {
+                return w4_f16_pair(w.off, i);
+            }
+            return w4_f16(w.off, i);
+        }
+        case 2u: {
+            let sc = bitcast<f32>(wts[w.soff + r]);
+            if (w.cols & 3u) == 0u {
+                return w4_i8_word(w.off, i) * sc;
+            }
+            return w4_i8(w.off, i) * sc;
+        }
+        default: {
+            return w4_i4(w, r, c);
+        }
+    }
+}
+
+// `dense_split_ln`, `dense_split_ln_sg`: a lane-split dense output on the rows of a plain
+// LayerNorm's input (γ = 1, no β; P 44 eps; in % 4 == 0), statistics and products in one pass.
+// With x' = x − k (k the row's first element, a shift that keeps E[x'²] − E[x']² well
+// conditioned), each lane sums over its chunks (Σ x'·w, Σ w, Σ x', Σ x'²), in f32; the lanes'
+// sums meet in the kernel's tree, and lane 0 takes m' = Σx'/in, 1/σ from Σx'²/in − m'², and
+// finishes (Σ x'·w − m'·Σ w) / σ = Σ (x − mean)·w / σ.
+fn dense_split_ln_item(g: u32, lid: u32) -> SplitLnItem {
+    let lanes = pu(13u);
+    let lane = lid % lanes;
+    let live = g < total_threads();
+    let per = pu(1u) / lanes;
+    let item = g / lanes;
+    let s = item / per;
+    let l = item % per;
+    let inp = pu(6u);
+    let o = l % pu(7u);
+    var acc = vec4<f32>(0.0);
+    if live {
+        let wr = dense_w(o);
+        let x = pu(2u) + s * pu(3u) + (l / pu(7u)) * inp;
+        let k = act[x];
+        for (var c = 4u * lane; c < inp; c += 4u * lanes) {
+            let xv = vec4<f32>(act[x + c], act[x + c + 1u], act[x + c + 2u], act[x + c + 3u]) - k;
+            let wv = w4_any(wr.w, wr.r, c);
+            acc += vec4<f32>(dot(xv, wv), wv.x + wv.y + wv.z + wv.w, xv.x + xv.y + xv.z + xv.w, dot(xv, xv));
+        }
+    }
+    return SplitLnItem(live, lanes, lane, s, l, o, acc);
+}
+
+struct SplitLnItem {
+    live: bool,
+    lanes: u32,
+    lane: u32,
+    s: u32,
+    l: u32,
+    o: u32,
+    acc: vec4<f32>,
+}
+
+// Lane 0's finish of `dense_split_ln_item`'s summed lanes.
+fn dense_split_ln_finish(it: SplitLnItem, sums: vec4<f32>) {
+    let inv = 1.0 / f32(pu(6u));
+    let m = sums.z * inv;
+    let rstd = 1.0 / sqrt(max(sums.w * inv - m * m, 0.0) + pf(44u));
+    dense_finish(it.s, it.l, it.o, (sums.x - m * sums.y) * rstd);
+}
+
 // The end of every dense kernel's output: bias, activation, the fused residual, and the write,
 // channels-first when P15 says so, into its part's region when there are parts (no residual or
 // channels-first output then).

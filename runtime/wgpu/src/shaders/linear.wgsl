@@ -35,7 +35,7 @@ fn dense(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
 }
 
 // `dense_ln`: `dense` on the rows of a LayerNorm's input, normalised as they are read (the norm
-// prologue of `dense_block_ln`, whose P 44..53 it shares; in % 4 == 0 and word-aligned weight
+// prologue of `dense_block_ln`, whose P 44 it shares; in % 4 == 0 and word-aligned weight
 // rows: checked at lowering). Each thread takes its row's statistics: GEMV-shaped layers (a
 // classifier head on the class token) have a row or a few.
 @compute @workgroup_size(64)
@@ -56,9 +56,9 @@ fn dense_ln(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let st = ln_stats(x, inp);
     var acc = 0.0;
     for (var c = 0u; c < inp; c += 4u) {
-        acc += dot_v4(xin4(x + c, st, ln_chunk(c, true), true), to_v4(wchunk(wr.w, wr.r, c)));
+        acc += dot_v4(xin4(x + c, st, true), to_v4(wchunk(wr.w, wr.r, c)));
     }
-    dense_finish(s, l, o, acc);
+    dense_finish(s, l, o, acc * st.y);
 }
 
 var<workgroup> part: array<f32, 64>;
@@ -80,6 +80,26 @@ fn dense_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     }
 }
 
+var<workgroup> part4: array<vec4<f32>, 64>;
+
+// `dense_split` over a plain LayerNorm's input (`dense_split_ln_item` in common.wgsl).
+@compute @workgroup_size(64)
+fn dense_split_ln(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_id) lid3: vec3<u32>) {
+    let it = dense_split_ln_item(thread_index(wid, nwg, lid3), lid3.x);
+    let lid = lid3.x;
+    part4[lid] = it.acc;
+    for (var h = it.lanes / 2u; h > 0u; h /= 2u) {
+        workgroupBarrier();
+        if it.lane < h {
+            part4[lid] += part4[lid + h];
+        }
+    }
+    if it.live && it.lane == 0u {
+        dense_split_ln_finish(it, part4[lid]);
+    }
+}
+
 // `dense_block`: register blocking, one thread per 4 × 4 block of (rows r0..r0+3, outputs
 // o0..o0+3): every four-column chunk loads four x rows and four weight rows once and takes the
 // 16 dot products from registers (8 loads per 64 products instead of 2 per 4). Sums run over the
@@ -88,10 +108,12 @@ fn dense_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 // for the encoding (f16: even cols, int8: cols % 4 == 0; checked at lowering).
 // per = ceil(rows / 4) · ceil(out / 4); P 14 = rows.
 //
-// `dense_block_ln`: the same on the rows of a LayerNorm's input, normalised as they are read,
-// `(x − mean) · rstd · γ + β`, each thread taking its four rows' statistics first (`ln_stats`):
-// the LayerNorm dispatches nothing. P 44 eps, 46..49 γ, 50..53 β (f32, `in`
-// features each; in % 4 == 0: checked at lowering, with whatever else the fusion needs).
+// `dense_block_ln`: the same on the rows of a plain LayerNorm's input (γ = 1, no β: the converter
+// folds a LayerNorm's affine part into the projections reading it), normalised as they are read:
+// each thread takes its four rows' statistics first (`ln_stats`), sums (x − mean)·w over the
+// chunks and scales each row's sums by its 1/σ at the end; the LayerNorm dispatches nothing.
+// P 44 eps (in % 4 == 0: checked at lowering, with whatever else the fusion needs). In the f16
+// variant the products take x − mean in f16, as they take x unnormalised elsewhere.
 //
 // `dense_block_patch`: the same over the p × p patches of a `[C, H, W]` map read in place (row t
 // is patch t, row-major over the W/p × H/p grid, its columns in (c, i, j) order): a patch
@@ -160,25 +182,13 @@ fn ln_stats(x: u32, d: u32) -> vec2<f32> {
     return vec2<f32>(k + m, 1.0 / sqrt(var_ + pf(44u)));
 }
 
-// γ and β of columns c .. c + 3 (identity when not `norm`).
-fn ln_chunk(c: u32, norm: bool) -> mat2x4<f32> {
-    if !norm {
-        return mat2x4<f32>(vec4<f32>(1.0), vec4<f32>(0.0));
-    }
-    let g = pu(47u) + c;
-    let b = pu(51u) + c;
-    return mat2x4<f32>(bitcast<vec4<f32>>(vec4<u32>(wts[g], wts[g + 1u], wts[g + 2u], wts[g + 3u])),
-                       bitcast<vec4<f32>>(vec4<u32>(wts[b], wts[b + 1u], wts[b + 2u], wts[b + 3u])));
-}
-
-// x[p .. p + 4] as the products' type: normalised with the row's statistics `st` and the
-// chunk's γ/β `gb` when `norm`.
-fn xin4(p: u32, st: vec2<f32>, gb: mat2x4<f32>, norm: bool) -> V4 {
+// x[p .. p + 4] as the products' type, less the row's mean `st.x` when `norm` (the sums are
+// scaled by the row's 1/σ, `st.y`, once at the end).
+fn xin4(p: u32, st: vec2<f32>, norm: bool) -> V4 {
     if !norm {
         return act4(p);
     }
-    let x = vec4<f32>(act[p], act[p + 1u], act[p + 2u], act[p + 3u]);
-    return to_v4((x - st.x) * st.y * gb[0] + gb[1]);
+    return to_v4(vec4<f32>(act[p], act[p + 1u], act[p + 2u], act[p + 3u]) - st.x);
 }
 
 fn dense_block_body(g: u32, mode: u32) {
@@ -231,12 +241,11 @@ fn dense_block_body(g: u32, mode: u32) {
                 let w1 = to_v4(w4_f32(w.off, o_1 * inp + c));
                 let w2 = to_v4(w4_f32(w.off, o_2 * inp + c));
                 let w3 = to_v4(w4_f32(w.off, o_3 * inp + c));
-                let gb = ln_chunk(c, norm);
                 let xc = xcol(c, mode);
-                a0 += row4(xin4(x0 + xc, n0, gb, norm), w0, w1, w2, w3);
-                a1 += row4(xin4(x1 + xc, n1, gb, norm), w0, w1, w2, w3);
-                a2 += row4(xin4(x2 + xc, n2, gb, norm), w0, w1, w2, w3);
-                a3 += row4(xin4(x3 + xc, n3, gb, norm), w0, w1, w2, w3);
+                a0 += row4(xin4(x0 + xc, n0, norm), w0, w1, w2, w3);
+                a1 += row4(xin4(x1 + xc, n1, norm), w0, w1, w2, w3);
+                a2 += row4(xin4(x2 + xc, n2, norm), w0, w1, w2, w3);
+                a3 += row4(xin4(x3 + xc, n3, norm), w0, w1, w2, w3);
             }
         }
         case 1u: {
@@ -245,12 +254,11 @@ fn dense_block_body(g: u32, mode: u32) {
                 let w1 = to_v4(w4_f16_pair(w.off, o_1 * inp + c));
                 let w2 = to_v4(w4_f16_pair(w.off, o_2 * inp + c));
                 let w3 = to_v4(w4_f16_pair(w.off, o_3 * inp + c));
-                let gb = ln_chunk(c, norm);
                 let xc = xcol(c, mode);
-                a0 += row4(xin4(x0 + xc, n0, gb, norm), w0, w1, w2, w3);
-                a1 += row4(xin4(x1 + xc, n1, gb, norm), w0, w1, w2, w3);
-                a2 += row4(xin4(x2 + xc, n2, gb, norm), w0, w1, w2, w3);
-                a3 += row4(xin4(x3 + xc, n3, gb, norm), w0, w1, w2, w3);
+                a0 += row4(xin4(x0 + xc, n0, norm), w0, w1, w2, w3);
+                a1 += row4(xin4(x1 + xc, n1, norm), w0, w1, w2, w3);
+                a2 += row4(xin4(x2 + xc, n2, norm), w0, w1, w2, w3);
+                a3 += row4(xin4(x3 + xc, n3, norm), w0, w1, w2, w3);
             }
         }
         case 2u: {
@@ -264,12 +272,11 @@ fn dense_block_body(g: u32, mode: u32) {
                 let w1 = to_v4(w4_i8_word(w.off, o_1 * inp + c) * s1);
                 let w2 = to_v4(w4_i8_word(w.off, o_2 * inp + c) * s2);
                 let w3 = to_v4(w4_i8_word(w.off, o_3 * inp + c) * s3);
-                let gb = ln_chunk(c, norm);
                 let xc = xcol(c, mode);
-                a0 += row4(xin4(x0 + xc, n0, gb, norm), w0, w1, w2, w3);
-                a1 += row4(xin4(x1 + xc, n1, gb, norm), w0, w1, w2, w3);
-                a2 += row4(xin4(x2 + xc, n2, gb, norm), w0, w1, w2, w3);
-                a3 += row4(xin4(x3 + xc, n3, gb, norm), w0, w1, w2, w3);
+                a0 += row4(xin4(x0 + xc, n0, norm), w0, w1, w2, w3);
+                a1 += row4(xin4(x1 + xc, n1, norm), w0, w1, w2, w3);
+                a2 += row4(xin4(x2 + xc, n2, norm), w0, w1, w2, w3);
+                a3 += row4(xin4(x3 + xc, n3, norm), w0, w1, w2, w3);
             }
         }
         default: {
@@ -278,12 +285,11 @@ fn dense_block_body(g: u32, mode: u32) {
                 let w1 = to_v4(w4_i4(w, o_1, c));
                 let w2 = to_v4(w4_i4(w, o_2, c));
                 let w3 = to_v4(w4_i4(w, o_3, c));
-                let gb = ln_chunk(c, norm);
                 let xc = xcol(c, mode);
-                a0 += row4(xin4(x0 + xc, n0, gb, norm), w0, w1, w2, w3);
-                a1 += row4(xin4(x1 + xc, n1, gb, norm), w0, w1, w2, w3);
-                a2 += row4(xin4(x2 + xc, n2, gb, norm), w0, w1, w2, w3);
-                a3 += row4(xin4(x3 + xc, n3, gb, norm), w0, w1, w2, w3);
+                a0 += row4(xin4(x0 + xc, n0, norm), w0, w1, w2, w3);
+                a1 += row4(xin4(x1 + xc, n1, norm), w0, w1, w2, w3);
+                a2 += row4(xin4(x2 + xc, n2, norm), w0, w1, w2, w3);
+                a3 += row4(xin4(x3 + xc, n3, norm), w0, w1, w2, w3);
             }
         }
     }
@@ -292,6 +298,12 @@ fn dense_block_body(g: u32, mode: u32) {
     a1 = dense_tail(w, os, x1, full, inp, a1);
     a2 = dense_tail(w, os, x2, full, inp, a2);
     a3 = dense_tail(w, os, x3, full, inp, a3);
+    if norm {
+        a0 *= n0.y;
+        a1 *= n1.y;
+        a2 *= n2.y;
+        a3 *= n3.y;
+    }
     dense_block_store(s, r0, o0, rows, out, a0, a1, a2, a3);
 }
 

@@ -41,3 +41,32 @@ fn dense_split_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         dense_finish(it.s, it.l, it.o, acc);
     }
 }
+
+var<workgroup> part4_sg: array<vec4<f32>, 64>;
+
+// `dense_split_ln` with the same subgroup tree as `dense_split_sg`, over the four sums.
+@compute @workgroup_size(64)
+fn dense_split_ln_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_id) lid3: vec3<u32>, @builtin(subgroup_size) sg: u32) {
+    let it = dense_split_ln_item(thread_index(wid, nwg, lid3), lid3.x);
+    let lid = lid3.x;
+    var acc = it.acc;
+    var h = it.lanes / 2u;
+    if h >= sg {
+        part4_sg[lid] = acc;
+        for (; h >= sg; h /= 2u) {
+            workgroupBarrier();
+            if it.lane < h {
+                part4_sg[lid] += part4_sg[lid + h];
+            }
+        }
+        workgroupBarrier();
+        acc = part4_sg[lid];
+    }
+    for (; h > 0u; h /= 2u) {
+        acc += subgroupShuffleXor(acc, h);
+    }
+    if it.live && it.lane == 0u {
+        dense_split_ln_finish(it, acc);
+    }
+}

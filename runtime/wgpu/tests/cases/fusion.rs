@@ -81,16 +81,17 @@ pub fn residual_attention_cases() -> Vec<Case> {
     v
 }
 
-/// A LayerNorm read only by a dense layer, or by a Standard attention's projections (through a
-/// reshape view): the blocked dense kernel normalises its rows as it reads them
-/// (`dense_block_ln`) and the LayerNorm dispatches nothing. γ and β are f32 at every weight
-/// encoding, as converted files keep them. Not fused, and still exact: a LayerNorm without β, and
-/// one whose output is read twice.
+/// A plain LayerNorm read only by a dense layer, or by a Standard attention's projections
+/// (through a reshape view): the dense kernel normalises its rows as it reads them
+/// (`dense_block_ln`, `dense_ln`, `dense_split_ln[_sg]`, by the tuning's form) and the LayerNorm
+/// dispatches nothing. Not fused, and still exact: an affine LayerNorm (the converter folds γ and
+/// β into the readers first; `kestrel::fuse`), and one whose output is read twice.
 pub fn norm_prologue_cases() -> Vec<Case> {
-    fn layer_norm(c: &mut crate::Ctx, x: TensorId, d: usize, beta: bool) -> Result<TensorId, kestrel::Error> {
-        let g: Vec<f32> = c.vals(d, 0.5).iter().map(|v| 1.0 + v).collect();
+    // Plain (γ = 1, no β, as the converter leaves a norm it folded into its readers), or affine.
+    fn layer_norm(c: &mut crate::Ctx, x: TensorId, d: usize, affine: bool) -> Result<TensorId, kestrel::Error> {
+        let g: Vec<f32> = if affine { c.vals(d, 0.5).iter().map(|v| 1.0 + v).collect() } else { vec![1.0; d] };
         let gamma = c.b.weight_as("gamma", &[d], g, kestrel::format::DType::F32)?;
-        let beta = if beta {
+        let beta = if affine {
             let v = c.vals(d, 0.5);
             Some(c.b.weight_as("beta", &[d], v, kestrel::format::DType::F32)?)
         } else {
@@ -103,14 +104,14 @@ pub fn norm_prologue_cases() -> Vec<Case> {
     // memory plan cannot put the dense output over it.
     v.push(case("dense", "layernorm -> dense 17x48->48 gelu", |c| {
         let x = c.input(&[17, 48])?;
-        let n = layer_norm(c, x, 48, true)?;
+        let n = layer_norm(c, x, 48, false)?;
         let proj = c.proj(48, 48, true)?;
         let d = c.b.op(|y| Op::Dense(Dense { x: n, proj, act: Activation::Gelu, y }))?;
         c.b.op(|y| Op::Binary(Binary { a: d, b: x, op: BinaryOp::Mul, y }))
     }));
     v.push(case("dense", "layernorm -> dense 5x16->16 + residual", |c| {
         let x = c.input(&[5, 16])?;
-        let n = layer_norm(c, x, 16, true)?;
+        let n = layer_norm(c, x, 16, false)?;
         let proj = c.proj(16, 16, true)?;
         let d = c.b.op(|y| Op::Dense(Dense { x: n, proj, act: Activation::None, y }))?;
         c.b.op(|y| Op::Binary(Binary { a: d, b: x, op: BinaryOp::Add, y }))
@@ -118,7 +119,7 @@ pub fn norm_prologue_cases() -> Vec<Case> {
     v.push(case("attention", "layernorm -> reshape -> attention Standard", |c| {
         let (t, d) = (9usize, 32usize);
         let x = c.input(&[t, d])?;
-        let n = layer_norm(c, x, d, true)?;
+        let n = layer_norm(c, x, d, false)?;
         let r = c.b.reshape(n, &[1, t, d])?;
         super::attention_op(c, r, AttentionVariant::Standard, (t, d, 2), false, None)
     }));
@@ -128,7 +129,7 @@ pub fn norm_prologue_cases() -> Vec<Case> {
         let x = c.input(&[5, 16])?;
         let k = c.b.weight("offset", &[1], vec![50.0])?;
         let x = c.b.op(|y| Op::Binary(Binary { a: x, b: k, op: BinaryOp::Add, y }))?;
-        let n = layer_norm(c, x, 16, true)?;
+        let n = layer_norm(c, x, 16, false)?;
         let proj = c.proj(16, 16, true)?;
         let d = c.b.op(|y| Op::Dense(Dense { x: n, proj, act: Activation::None, y }))?;
         c.b.op(|y| Op::Binary(Binary { a: d, b: x, op: BinaryOp::Add, y }))
@@ -136,19 +137,19 @@ pub fn norm_prologue_cases() -> Vec<Case> {
     // A GEMV-shaped head (one row: `dense_ln` under the software tuning).
     v.push(case("dense", "layernorm -> dense head 1x48->10", |c| {
         let x = c.input(&[1, 48])?;
-        let n = layer_norm(c, x, 48, true)?;
+        let n = layer_norm(c, x, 48, false)?;
         let proj = c.proj(10, 48, true)?;
         c.b.op(|y| Op::Dense(Dense { x: n, proj, act: Activation::None, y }))
     }));
-    v.push(case("dense", "layernorm without beta -> dense (not fused)", |c| {
+    v.push(case("dense", "affine layernorm -> dense (not fused: its γ and β not folded)", |c| {
         let x = c.input(&[6, 12])?;
-        let n = layer_norm(c, x, 12, false)?;
+        let n = layer_norm(c, x, 12, true)?;
         let proj = c.proj(8, 12, true)?;
         c.b.op(|y| Op::Dense(Dense { x: n, proj, act: Activation::None, y }))
     }));
     v.push(case("dense", "layernorm read twice -> dense (not fused)", |c| {
         let x = c.input(&[5, 16])?;
-        let n = layer_norm(c, x, 16, true)?;
+        let n = layer_norm(c, x, 16, false)?;
         let proj = c.proj(16, 16, false)?;
         let d = c.b.op(|y| Op::Dense(Dense { x: n, proj, act: Activation::None, y }))?;
         c.b.op(|y| Op::Binary(Binary { a: d, b: n, op: BinaryOp::Mul, y }))
