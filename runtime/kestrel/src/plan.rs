@@ -5,10 +5,12 @@
 //! their lifetimes. Lifetimes are closed intervals of node indices `[def, last use]`; graph inputs
 //! are defined at -1 and graph outputs live to the end, so a node's output never overlaps any of
 //! its inputs (they meet at the node's index). A Dense followed by an Add of its output keeps its
-//! input live through the Add (so the pair can run as one kernel), and a LayerNorm read by the next
-//! node's projections keeps its input live through that node (a norm prologue), unless the
-//! smallest arena is asked for (`ModelBuilder::min_scratch`, `convert --min-memory`). Placement is
-//! greedy first-fit in definition order, largest first among ties.
+//! input live through the Add (so the pair can run as one kernel), a LayerNorm read by the next
+//! node's projections keeps its input live through that node (a norm prologue), and a Slice's
+//! input stays live through the Dense or mechanism reading the slice (through views and a
+//! LayerNorm: rows read in place), unless the smallest arena is asked for
+//! (`ModelBuilder::min_scratch`, `convert --min-memory`). Placement is greedy first-fit in
+//! definition order, largest first among ties.
 
 use kestrel_format::ops::{BinaryOp, Op, TensorId};
 use kestrel_format::TENSOR_ALIGN;
@@ -100,6 +102,34 @@ pub fn plan(
                 let end = if matches!(next, Op::Dense(_)) && ops.get(m + 1).is_some_and(adds) { m + 1 } else { m };
                 if let Some(k) = idx(ln.x) {
                     last[k] = last[k].max(end as i64);
+                }
+            }
+        }
+    }
+    // A Slice read (through reshape views and a LayerNorm, wherever they are) by a Dense or a
+    // mechanism as its main input: the slice's input stays live through that node, which a
+    // backend may then run reading the sliced rows in place (a class-token pick before a head).
+    if residual_pairs {
+        let reads = |o: &Op, t: TensorId| {
+            let mut hit = false;
+            o.for_each_input(|i| hit |= i == t);
+            hit
+        };
+        for (n, op) in ops.iter().enumerate() {
+            let Op::Slice(s) = op else { continue };
+            let (mut m, mut fed) = (n, s.y);
+            while let Some(k) = (m + 1..ops.len()).find(|&k| reads(&ops[k], fed)) {
+                m = k;
+                match ops[k] {
+                    Op::Reshape(r) => fed = r.y,
+                    Op::LayerNorm(ln) if ln.x == fed => fed = ln.y,
+                    _ => break,
+                }
+            }
+            let next = &ops[m];
+            if m > n && (matches!(next, Op::Dense(_)) || next.kind_is_mechanism()) && next.main_input() == fed {
+                if let Some(k) = idx(s.x) {
+                    last[k] = last[k].max(m as i64);
                 }
             }
         }

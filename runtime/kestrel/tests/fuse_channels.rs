@@ -317,3 +317,47 @@ fn a_dense_layer_takes_a_per_feature_scale_and_not_a_per_token_one() {
     let Op::Dense(d) = b.ops()[0] else { panic!("{:?}", b.ops()) };
     assert_eq!(b.weight_dtype(d.proj.w), Some(DType::F16));
 }
+
+/// Two dense heads summed then halved (a distilled ViT's output): the half goes into both
+/// heads' weights and biases and the Mul is gone. Not when a head has an activation, when the
+/// constant is not one value, or when a head's output is read elsewhere.
+#[test]
+fn a_scalar_after_two_summed_dense_layers_goes_into_their_weights() {
+    let heads = |act: Activation, scale: &[f32], escape: bool| {
+        let mut b = ModelBuilder::new("heads");
+        let mut rng = Rng::new(9);
+        let x = b.input("x", &[2, 12]).unwrap();
+        let mut head = |b: &mut ModelBuilder, name: &str, act| {
+            let w = b.weight(name, &[5, 12], rng.vec(60, 0.5)).unwrap();
+            let bias = b.weight_as(&format!("{name}_b"), &[5], rng.vec(5, 0.5), DType::F32).unwrap();
+            b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: Some(bias) }, act, y })).unwrap()
+        };
+        let h1 = head(&mut b, "head", act);
+        let h2 = head(&mut b, "head_dist", Activation::None);
+        let s = b.op(|y| Op::Binary(Binary { a: h1, b: h2, op: BinaryOp::Add, y })).unwrap();
+        let c = b.weight_as("half", &[scale.len()], scale.to_vec(), DType::F32).unwrap();
+        let m = b.op(|y| Op::Binary(Binary { a: s, b: c, op: BinaryOp::Mul, y })).unwrap();
+        b.output(m);
+        if escape {
+            b.output(h2);
+        }
+        b
+    };
+    let want = run(&heads(Activation::None, &[0.5], false));
+    let (b, report) = fused(heads(Activation::None, &[0.5], false));
+    assert_eq!(report.fused.get("scale into summed dense layers"), Some(&1), "{report:?}");
+    assert_eq!((muls(&b), b.ops().len()), (0, 3), "{:?}", b.ops());
+    assert_same(&want, &run(&b), "halved heads");
+    for (act, scale, escape) in [
+        (Activation::Relu, &[0.5f32][..], false),
+        (Activation::None, &[0.5, 0.25, 1.0, 2.0, 0.5], false),
+        (Activation::None, &[0.5], true),
+    ] {
+        let (b, report) = fused(heads(act, scale, escape));
+        assert_eq!(
+            (muls(&b), report.fused.get("scale into summed dense layers")),
+            (1, None),
+            "{act:?} {scale:?} {escape}"
+        );
+    }
+}

@@ -288,6 +288,7 @@ fn layer_cases() -> Vec<Case> {
     v.extend(cases::fusion::residual_dense_cases());
     v.extend(cases::fusion::patchify_cases());
     v.extend(cases::fusion::norm_prologue_cases());
+    v.extend(cases::fusion::slice_view_cases());
     v.extend(cases::fusion::slice_add_cases());
     // Max and both average divisors: a global pool, the CNN stem's 3×3 stride-2 pool, a 2×2
     // stride-2 pool on an odd size with ONNX ceil mode's extra bottom/right padding, dilation

@@ -1,11 +1,12 @@
 //! Channels-first patterns of convolutional networks (ConvNeXt): a layer norm over the channels
 //! written as transposes to channels-last and back, and a constant per-channel scale (layer
-//! scale) after a convolution or a dense layer, folded into its weights.
+//! scale) after a convolution or a dense layer, folded into its weights; and a constant scale
+//! after the sum of two dense layers (a distilled ViT's averaged heads), folded into both.
 
-use super::{dims, sole_consumer, try_replace, FusionReport};
+use super::{dims, rewrite_each, scalar, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
-use kestrel_format::ops::{Activation, BinaryOp, LayerNorm, NormAxis, Op, Reshape, TensorId};
+use kestrel_format::ops::{Activation, Binary, BinaryOp, LayerNorm, NormAxis, Op, Reshape, TensorId};
 use kestrel_format::weight::EncodedWeight;
 use kestrel_format::DType;
 
@@ -87,6 +88,58 @@ pub(super) fn scale_into_weights(b: &mut ModelBuilder, report: &mut FusionReport
         }
         i += 1;
     }
+}
+
+/// `(A + B) · c`, `c` a one-element constant and `A`, `B` dense layers without an activation
+/// whose outputs only the `Add` reads, of the same shape (no broadcast) → the two layers with
+/// their weights and biases times `c`, then their `Add` writing the product's output: a
+/// distilled ViT's two heads averaged (`(head(cls) + head_dist(dist)) / 2`), one dispatch fewer.
+/// Not applied where a weight's encoding would store the scaled rows worse (as
+/// [`scale_into_weights`]).
+pub(super) fn scale_into_summed_dense(b: &mut ModelBuilder, report: &mut FusionReport) {
+    rewrite_each(b, report, "scale into summed dense layers", match_scaled_sum);
+}
+
+fn match_scaled_sum(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
+    let Op::Binary(mul) = b.ops()[n] else { return None };
+    if mul.op != BinaryOp::Mul {
+        return None;
+    }
+    let (t, c) = match (b.is_weight(mul.a), b.is_weight(mul.b)) {
+        (false, true) => (mul.a, mul.b),
+        (true, false) => (mul.b, mul.a),
+        _ => return None,
+    };
+    let k = scalar(b, c)?;
+    let out = dims(b, mul.y)?;
+    let pa = b.producer(t)?;
+    let Op::Binary(add) = b.ops()[pa] else { return None };
+    if add.op != BinaryOp::Add || add.a == add.b || sole_consumer(b, t)? != n || dims(b, t)? != out {
+        return None;
+    }
+    let mut nodes = vec![pa, n];
+    let mut inputs = Vec::new();
+    let mut ops = Vec::new();
+    for x in [add.a, add.b] {
+        let p = b.producer(x)?;
+        let Op::Dense(mut d) = b.ops()[p] else { return None };
+        if d.act != Activation::None || sole_consumer(b, x)? != pa || dims(b, x)? != out {
+            return None;
+        }
+        let rows = *dims(b, d.proj.w)?.first()?;
+        let gamma = vec![k; rows];
+        d.proj.w = scaled_weight(b, d.proj.w, &gamma)?;
+        d.proj.b = match d.proj.b {
+            Some(t) => Some(scaled_weight(b, t, &gamma)?),
+            None => None,
+        };
+        ops.push(Op::Dense(d));
+        nodes.push(p);
+        inputs.push(d.x);
+    }
+    nodes.sort_unstable();
+    ops.push(Op::Binary(Binary { y: mul.y, ..add }));
+    Some((Region { nodes, inputs, output: mul.y }, ops))
 }
 
 struct ScaleMatch {

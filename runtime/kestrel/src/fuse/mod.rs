@@ -62,6 +62,7 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         // After the mechanisms: a scale those patterns include stays theirs.
         channels::channels_layer_norm(b, &mut report);
         channels::scale_into_weights(b, &mut report);
+        channels::scale_into_summed_dense(b, &mut report);
         subsample::strided_pointwise_conv(b, &mut report);
         // Before the pointwise pass: a placing product is a copy, not a 1×1 convolution.
         slices::unshare_selected(b, &mut report);

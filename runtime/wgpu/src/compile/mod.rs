@@ -8,6 +8,7 @@
 
 mod layers;
 mod mechanisms;
+mod prologue;
 
 use crate::kernels::{Kernel, PARAM_WORDS, WORKGROUP};
 use crate::GpuError;
@@ -183,8 +184,12 @@ pub(crate) fn compile(
         } else {
             layers::compile(&mut ctx, node, &op)?
         };
-        if let Some(ln) = norm_prologue(&ctx, &nodes, &op, &mut d, &uses)? {
-            nodes[ln].1.clear();
+        let ln = prologue::norm_prologue(&ctx, &nodes, &op, &mut d, &uses)?;
+        if let Some(at) = ln {
+            nodes[at].1.clear();
+        }
+        if let Some(at) = prologue::row_slice_view(&ctx, &nodes, ln, &op, &mut d, &uses)? {
+            nodes[at].1.clear();
         }
         absorbed = residual_epilogue(&ctx, node, &op, &mut d, &uses)?;
         if absorbed == 0 {
@@ -206,90 +211,6 @@ fn use_counts(file: &KesFile<'_>) -> Result<std::collections::HashMap<TensorId, 
         *uses.entry(t).or_insert(0) += 1;
     }
     Ok(uses)
-}
-
-/// The norm prologue: a LayerNorm over the last axis whose output only `op` reads (directly, or
-/// through reshape views only it reads), when the only dispatches of `op` reading it are dense
-/// kernels taking it as input rows (a Dense node; a Standard attention's Q, K and V
-/// projections): those dispatches read the LayerNorm's input instead and normalise each row as
-/// they read it (`dense_block_ln`, `dense_ln`, `dense_split_ln[_sg]`), and the LayerNorm
-/// dispatches nothing. Needs a plain norm ([`plain_norm`]: the converter folds γ and β into the
-/// projections), rows of a multiple of 4 features, and no converted dispatch writing over the
-/// LayerNorm's input (other threads still read it). Returns the LayerNorm's index in `nodes`
-/// when fused.
-fn norm_prologue(
-    ctx: &Ctx<'_, '_>,
-    nodes: &Lowered,
-    op: &Op,
-    dispatches: &mut [Dispatch],
-    uses: &std::collections::HashMap<TensorId, u32>,
-) -> Result<Option<usize>, GpuError> {
-    use kestrel_format::ops::NormAxis;
-    // Ops whose every reader of their main input is a projection of it.
-    let projections_only = match op {
-        Op::Dense(_) => true,
-        Op::Attention(a) => a.k.is_some() && a.v.is_some() && a.align.is_none(),
-        _ => false,
-    };
-    let x_id = op.main_input();
-    let once = |t: TensorId| uses.get(&t) == Some(&1);
-    if !projections_only || !once(x_id) || nodes.is_empty() {
-        return Ok(None);
-    }
-    // The LayerNorm: the previous node, or the one before reshape views.
-    let mut at = nodes.len() - 1;
-    let mut fed = x_id;
-    while let Op::Reshape(r) = nodes[at].0 {
-        if r.y != fed || at == 0 || !once(r.x) {
-            return Ok(None);
-        }
-        fed = r.x;
-        at -= 1;
-    }
-    let Op::LayerNorm(ln) = nodes[at].0 else { return Ok(None) };
-    let d = ctx.info(ln.x)?.shape.last();
-    if ln.y != fed || ln.axis != NormAxis::Last || !d.is_multiple_of(4) || !plain_norm(ctx, &ln) {
-        return Ok(None);
-    }
-    let (src, read) = (ctx.act(ln.x)?, ctx.act(x_id)?);
-    let mut readers = Vec::new();
-    for (i, dsp) in dispatches.iter().enumerate() {
-        let reads_x = dsp.params[2] as usize == read.base && dsp.params[3] as usize == read.stride;
-        if !reads_x {
-            continue;
-        }
-        let out = Region { base: dsp.params[4] as usize, stride: dsp.params[5] as usize };
-        // The blocked kernel, or one thread per output (lanes 1) over word-aligned weight rows.
-        let fused = match dsp.kernel {
-            Kernel::DenseBlock => Kernel::DenseBlockLn,
-            Kernel::Dense if dsp.params[13] == 1 && dense_wds(dsp).all(word_aligned) => Kernel::DenseLn,
-            Kernel::DenseSplit => Kernel::DenseSplitLn,
-            Kernel::DenseSplitSg => Kernel::DenseSplitLnSg,
-            _ => return Ok(None),
-        };
-        if dsp.params[6] as usize != d || overlaps(out, src, ctx.cap) {
-            return Ok(None);
-        }
-        readers.push((i, fused));
-    }
-    if readers.is_empty() {
-        return Ok(None);
-    }
-    for (i, kernel) in readers {
-        let p = Params(dispatches[i].params).region(2, src)?.f(44, ln.eps);
-        dispatches[i] = p.done(kernel);
-    }
-    Ok(Some(at))
-}
-
-/// Whether a LayerNorm is plain: γ all ones and no β (or a zero one), as the converter leaves a
-/// norm whose affine part it folded into the projections reading it. Only such a norm runs as a
-/// prologue: the kernels read no γ or β.
-fn plain_norm(ctx: &Ctx<'_, '_>, ln: &kestrel_format::ops::LayerNorm) -> bool {
-    let all = |id: TensorId, v: f32| {
-        ctx.file.weight(id).ok().and_then(|w| w.as_f32()).is_some_and(|x| x.iter().all(|&e| e == v))
-    };
-    all(ln.gamma, 1.0) && ln.beta.is_none_or(|b| all(b, 0.0))
 }
 
 /// The weight descriptors of a dense dispatch's parts (P16 and, with parts, P24 and P32).

@@ -97,3 +97,25 @@ fn add_after_a_slice_fuses_into_the_slice() {
         assert_eq!((s.dispatch_count(), s.node_dispatch_counts()), want, "{}", c.name);
     }
 }
+
+/// A whole-row slice read only by a dense layer (directly, or through a plain LayerNorm's
+/// prologue) dispatches nothing: the dense kernel reads the rows from the slice's input. A
+/// strided pick stays a copy. Under every tuning (the blocked, one-thread and lane-split forms).
+#[test]
+fn a_row_slice_is_read_in_place_by_the_dense_layer() {
+    let Some(g) = gpu() else { return };
+    for tuning in TUNINGS {
+        let options = SessionOptions { precision: Precision::F32, tuning: Some(tuning) };
+        for (c, want) in cases::fusion::slice_view_cases().iter().zip([
+            (3, vec![0, 1, 1, 1]),
+            (1, vec![0, 0, 0, 1]),
+            (2, vec![1, 1]),
+        ]) {
+            let (model, _) = build(c, DType::F32, 5);
+            let cpu = model.cpu().unwrap();
+            let s = GpuSession::with_options(&g, &cpu, 2, &options).unwrap();
+            let kernels: Vec<Kernel> = s.variants().iter().map(|v| v.kernel()).collect();
+            assert_eq!((s.dispatch_count(), s.node_dispatch_counts()), want, "{} {tuning:?}: {kernels:?}", c.name);
+        }
+    }
+}

@@ -184,3 +184,36 @@ pub fn slice_add_cases() -> Vec<Case> {
     }));
     v
 }
+
+/// A whole-row slice read in place by the dense layer after it (a ViT's class-token pick before
+/// its head): directly, and through a plain LayerNorm's prologue. Not taken in: a strided pick
+/// (rows 0, 2, 4), which stays a copy.
+pub fn slice_view_cases() -> Vec<Case> {
+    let rows = |x, start, step, count| Slice { x, axis: 1, start, step, count, offset: 0, len: count, y: 0 };
+    let mut v = Vec::new();
+    v.push(case("dense", "row slice 2..5 of 9 -> dense 3x16->16 + rows 0..3", move |c| {
+        let x = c.input(&[1, 9, 16])?;
+        let s = c.b.op(|y| Op::Slice(Slice { y, ..rows(x, 2, 1, 3) }))?;
+        let proj = c.proj(16, 16, true)?;
+        let d = c.b.op(|y| Op::Dense(Dense { x: s, proj, act: Activation::None, y }))?;
+        // The slice's input read again afterwards, as a residual stream is.
+        let t = c.b.op(|y| Op::Slice(Slice { y, ..rows(x, 0, 1, 3) }))?;
+        c.b.op(|y| Op::Binary(Binary { a: d, b: t, op: BinaryOp::Mul, y }))
+    }));
+    v.push(case("dense", "class row -> plain layernorm -> dense head 1x48->10", move |c| {
+        let x = c.input(&[1, 17, 48])?;
+        let s = c.b.op(|y| Op::Slice(Slice { y, ..rows(x, 0, 1, 1) }))?;
+        let gamma = c.b.weight_as("gamma", &[48], vec![1.0; 48], kestrel::format::DType::F32)?;
+        let n = c.b.op(|y| Op::LayerNorm(LayerNorm { x: s, gamma, beta: None, eps: 1e-6, axis: NormAxis::Last, y }))?;
+        let n = c.b.reshape(n, &[1, 48])?;
+        let proj = c.proj(10, 48, true)?;
+        c.b.op(|y| Op::Dense(Dense { x: n, proj, act: Activation::None, y }))
+    }));
+    v.push(case("dense", "strided rows 0, 2, 4 -> dense (not in place)", move |c| {
+        let x = c.input(&[1, 9, 16])?;
+        let s = c.b.op(|y| Op::Slice(Slice { y, ..rows(x, 0, 2, 3) }))?;
+        let proj = c.proj(8, 16, true)?;
+        c.b.op(|y| Op::Dense(Dense { x: s, proj, act: Activation::None, y }))
+    }));
+    v
+}

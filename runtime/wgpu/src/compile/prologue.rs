@@ -1,0 +1,186 @@
+//! Inputs read in place by the dense kernels of the node that consumes them, so the node that
+//! produced them dispatches nothing: a plain LayerNorm normalised as its rows are read (the norm
+//! prologue) and a whole-row slice read at its window (a row-slice view).
+
+use super::{dense_wds, overlaps, word_aligned, Ctx, Dispatch, GpuError, Lowered, Params, Region};
+use crate::kernels::Kernel;
+use kestrel_format::ops::{Op, TensorId};
+
+/// The norm prologue: a LayerNorm over the last axis whose output only `op` reads (directly, or
+/// through reshape views only it reads), when the only dispatches of `op` reading it are dense
+/// kernels taking it as input rows (a Dense node; a Standard attention's Q, K and V
+/// projections): those dispatches read the LayerNorm's input instead and normalise each row as
+/// they read it (`dense_block_ln`, `dense_ln`, `dense_split_ln[_sg]`), and the LayerNorm
+/// dispatches nothing. Needs a plain norm ([`plain_norm`]: the converter folds γ and β into the
+/// projections), rows of a multiple of 4 features, and no converted dispatch writing over the
+/// LayerNorm's input (other threads still read it). Returns the LayerNorm's index in `nodes`
+/// when fused.
+pub(super) fn norm_prologue(
+    ctx: &Ctx<'_, '_>,
+    nodes: &Lowered,
+    op: &Op,
+    dispatches: &mut [Dispatch],
+    uses: &std::collections::HashMap<TensorId, u32>,
+) -> Result<Option<usize>, GpuError> {
+    use kestrel_format::ops::NormAxis;
+    // Ops whose every reader of their main input is a projection of it.
+    let projections_only = match op {
+        Op::Dense(_) => true,
+        Op::Attention(a) => a.k.is_some() && a.v.is_some() && a.align.is_none(),
+        _ => false,
+    };
+    let x_id = op.main_input();
+    let once = |t: TensorId| uses.get(&t) == Some(&1);
+    if !projections_only || !once(x_id) || nodes.is_empty() {
+        return Ok(None);
+    }
+    // The LayerNorm: the previous node, or the one before reshape views.
+    let mut at = nodes.len() - 1;
+    let mut fed = x_id;
+    while let Op::Reshape(r) = nodes[at].0 {
+        if r.y != fed || at == 0 || !once(r.x) {
+            return Ok(None);
+        }
+        fed = r.x;
+        at -= 1;
+    }
+    let Op::LayerNorm(ln) = nodes[at].0 else { return Ok(None) };
+    let d = ctx.info(ln.x)?.shape.last();
+    if ln.y != fed || ln.axis != NormAxis::Last || !d.is_multiple_of(4) || !plain_norm(ctx, &ln) {
+        return Ok(None);
+    }
+    let (src, read) = (ctx.act(ln.x)?, ctx.act(x_id)?);
+    let mut readers = Vec::new();
+    for (i, dsp) in dispatches.iter().enumerate() {
+        let reads_x = dsp.params[2] as usize == read.base && dsp.params[3] as usize == read.stride;
+        if !reads_x {
+            continue;
+        }
+        let out = Region { base: dsp.params[4] as usize, stride: dsp.params[5] as usize };
+        // The blocked kernel, or one thread per output (lanes 1) over word-aligned weight rows.
+        let fused = match dsp.kernel {
+            Kernel::DenseBlock => Kernel::DenseBlockLn,
+            Kernel::Dense if dsp.params[13] == 1 && dense_wds(dsp).all(word_aligned) => Kernel::DenseLn,
+            Kernel::DenseSplit => Kernel::DenseSplitLn,
+            Kernel::DenseSplitSg => Kernel::DenseSplitLnSg,
+            _ => return Ok(None),
+        };
+        if dsp.params[6] as usize != d || overlaps(out, src, ctx.cap) {
+            return Ok(None);
+        }
+        readers.push((i, fused));
+    }
+    if readers.is_empty() {
+        return Ok(None);
+    }
+    for (i, kernel) in readers {
+        let p = Params(dispatches[i].params).region(2, src)?.f(44, ln.eps);
+        dispatches[i] = p.done(kernel);
+    }
+    Ok(Some(at))
+}
+
+/// A whole-row slice read in place: a `Slice` of contiguous whole rows (step 1, no zeros placed,
+/// an axis before the last with only unit axes before it) whose output only `op`'s dense
+/// dispatches read, directly, through reshape views, or through a norm prologue (`ln_at`, the
+/// LayerNorm the prologue took), the slice anywhere before `op`: those dispatches read the rows
+/// from the slice's input, at the window's first row with the input's per-sample stride, and the
+/// slice dispatches nothing (a ViT's class-token pick before its head). Not where any node from
+/// the slice to `op` writes over the slice's input, which the memory plan keeps live through
+/// `op` (module `plan`). Returns the slice's index in `nodes` when it was taken in.
+pub(super) fn row_slice_view(
+    ctx: &Ctx<'_, '_>,
+    nodes: &Lowered,
+    ln_at: Option<usize>,
+    op: &Op,
+    dispatches: &mut [Dispatch],
+    uses: &std::collections::HashMap<TensorId, u32>,
+) -> Result<Option<usize>, GpuError> {
+    let projections_only = match op {
+        Op::Dense(_) => true,
+        Op::Attention(a) => a.k.is_some() && a.v.is_some() && a.align.is_none(),
+        _ => false,
+    };
+    // The tensor the dispatches read, and the node before which to look for its producer.
+    let (mut fed, mut at) = match ln_at {
+        Some(i) => match nodes[i].0 {
+            Op::LayerNorm(ln) => (ln.x, i),
+            _ => return Ok(None),
+        },
+        None => (op.main_input(), nodes.len()),
+    };
+    let read = ctx.act(fed)?;
+    let once = |t: TensorId| uses.get(&t) == Some(&1);
+    if !projections_only || !once(fed) {
+        return Ok(None);
+    }
+    // Back to the producer of what the dispatches read (it need not be the previous node).
+    let slice = loop {
+        let Some(j) = (0..at).rev().find(|&j| nodes[j].0.output() == fed) else { return Ok(None) };
+        at = j;
+        match nodes[j].0 {
+            Op::Reshape(r) if once(r.x) => fed = r.x,
+            Op::Slice(s) => break s,
+            _ => return Ok(None),
+        }
+    };
+    let xd = ctx.info(slice.x)?.shape;
+    let axis = slice.axis as usize;
+    let dims = xd.dims();
+    if slice.step != 1 || slice.offset != 0 || slice.count != slice.len || axis + 1 >= dims.len() {
+        return Ok(None);
+    }
+    if dims[..axis].iter().any(|&d| d != 1) {
+        return Ok(None);
+    }
+    let inner: usize = dims[axis + 1..].iter().map(|&d| d as usize).product();
+    let src = ctx.act(slice.x)?;
+    let view = Region { base: src.base + slice.start as usize * inner, stride: src.stride };
+    // Nothing between the slice and `op` may have written over its input (the memory plan keeps
+    // it live where this applies; a file planned otherwise is checked here, not trusted).
+    for (later, _) in &nodes[at + 1..] {
+        if overlaps(ctx.act(later.output())?, src, ctx.cap) {
+            return Ok(None);
+        }
+    }
+    let mut readers = Vec::new();
+    for (i, dsp) in dispatches.iter().enumerate() {
+        if dsp.params[2] as usize != read.base || dsp.params[3] as usize != read.stride {
+            continue;
+        }
+        let dense = matches!(
+            dsp.kernel,
+            Kernel::Dense
+                | Kernel::DenseLn
+                | Kernel::DenseSplit
+                | Kernel::DenseSplitSg
+                | Kernel::DenseSplitLn
+                | Kernel::DenseSplitLnSg
+                | Kernel::DenseBlock
+                | Kernel::DenseBlockLn
+                | Kernel::DenseTile
+        );
+        let out = Region { base: dsp.params[4] as usize, stride: dsp.params[5] as usize };
+        if !dense || overlaps(out, src, ctx.cap) {
+            return Ok(None);
+        }
+        readers.push(i);
+    }
+    if readers.is_empty() {
+        return Ok(None);
+    }
+    for i in readers {
+        dispatches[i] = Params(dispatches[i].params).region(2, view)?.done(dispatches[i].kernel);
+    }
+    Ok(Some(at))
+}
+
+/// Whether a LayerNorm is plain: γ all ones and no β (or a zero one), as the converter leaves a
+/// norm whose affine part it folded into the projections reading it. Only such a norm runs as a
+/// prologue: the kernels read no γ or β.
+fn plain_norm(ctx: &Ctx<'_, '_>, ln: &kestrel_format::ops::LayerNorm) -> bool {
+    let all = |id: TensorId, v: f32| {
+        ctx.file.weight(id).ok().and_then(|w| w.as_f32()).is_some_and(|x| x.iter().all(|&e| e == v))
+    };
+    all(ln.gamma, 1.0) && ln.beta.is_none_or(|b| all(b, 0.0))
+}
