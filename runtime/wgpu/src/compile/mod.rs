@@ -213,6 +213,23 @@ fn use_counts(file: &KesFile<'_>) -> Result<std::collections::HashMap<TensorId, 
     Ok(uses)
 }
 
+/// The dense kernels that read their input as rows at P2 + s·P3 (every form but the patch
+/// reader, whose P2 is a `[C, H, W]` map).
+pub(crate) fn reads_x_rows(k: Kernel) -> bool {
+    matches!(
+        k,
+        Kernel::Dense
+            | Kernel::DenseLn
+            | Kernel::DenseSplit
+            | Kernel::DenseSplitSg
+            | Kernel::DenseSplitLn
+            | Kernel::DenseSplitLnSg
+            | Kernel::DenseBlock
+            | Kernel::DenseBlockLn
+            | Kernel::DenseTile
+    )
+}
+
 /// The weight descriptors of a dense dispatch's parts (P16 and, with parts, P24 and P32).
 fn dense_wds(d: &Dispatch) -> impl Iterator<Item = Wd> + '_ {
     let parts = (d.params[41] as usize).max(1);
@@ -281,19 +298,7 @@ fn residual_epilogue(
     uses: &std::collections::HashMap<TensorId, u32>,
 ) -> Result<usize, GpuError> {
     let Some(last) = dispatches.last_mut() else { return Ok(0) };
-    let dense = matches!(
-        last.kernel,
-        Kernel::Dense
-            | Kernel::DenseLn
-            | Kernel::DenseSplit
-            | Kernel::DenseSplitSg
-            | Kernel::DenseSplitLn
-            | Kernel::DenseSplitLnSg
-            | Kernel::DenseBlock
-            | Kernel::DenseBlockLn
-            | Kernel::DenseBlockPatch
-            | Kernel::DenseTile
-    );
+    let dense = reads_x_rows(last.kernel) || last.kernel == Kernel::DenseBlockPatch;
     let out = op.output();
     if !dense || last.params[10] != 0 || last.params[15] != 0 || uses.get(&out) != Some(&1) {
         return Ok(0);

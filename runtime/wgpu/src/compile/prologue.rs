@@ -2,7 +2,7 @@
 //! produced them dispatches nothing: a plain LayerNorm normalised as its rows are read (the norm
 //! prologue) and a whole-row slice read at its window (a row-slice view).
 
-use super::{dense_wds, overlaps, word_aligned, Ctx, Dispatch, GpuError, Lowered, Params, Region};
+use super::{dense_wds, overlaps, reads_x_rows, word_aligned, Ctx, Dispatch, GpuError, Lowered, Params, Region};
 use crate::kernels::Kernel;
 use kestrel_format::ops::{Op, TensorId};
 
@@ -23,15 +23,9 @@ pub(super) fn norm_prologue(
     uses: &std::collections::HashMap<TensorId, u32>,
 ) -> Result<Option<usize>, GpuError> {
     use kestrel_format::ops::NormAxis;
-    // Ops whose every reader of their main input is a projection of it.
-    let projections_only = match op {
-        Op::Dense(_) => true,
-        Op::Attention(a) => a.k.is_some() && a.v.is_some() && a.align.is_none(),
-        _ => false,
-    };
     let x_id = op.main_input();
     let once = |t: TensorId| uses.get(&t) == Some(&1);
-    if !projections_only || !once(x_id) || nodes.is_empty() {
+    if !projections_only(op) || !once(x_id) || nodes.is_empty() {
         return Ok(None);
     }
     // The LayerNorm: the previous node, or the one before reshape views.
@@ -96,11 +90,6 @@ pub(super) fn row_slice_view(
     dispatches: &mut [Dispatch],
     uses: &std::collections::HashMap<TensorId, u32>,
 ) -> Result<Option<usize>, GpuError> {
-    let projections_only = match op {
-        Op::Dense(_) => true,
-        Op::Attention(a) => a.k.is_some() && a.v.is_some() && a.align.is_none(),
-        _ => false,
-    };
     // The tensor the dispatches read, and the node before which to look for its producer.
     let (mut fed, mut at) = match ln_at {
         Some(i) => match nodes[i].0 {
@@ -111,7 +100,7 @@ pub(super) fn row_slice_view(
     };
     let read = ctx.act(fed)?;
     let once = |t: TensorId| uses.get(&t) == Some(&1);
-    if !projections_only || !once(fed) {
+    if !projections_only(op) || !once(fed) {
         return Ok(None);
     }
     // Back to the producer of what the dispatches read (it need not be the previous node).
@@ -148,20 +137,8 @@ pub(super) fn row_slice_view(
         if dsp.params[2] as usize != read.base || dsp.params[3] as usize != read.stride {
             continue;
         }
-        let dense = matches!(
-            dsp.kernel,
-            Kernel::Dense
-                | Kernel::DenseLn
-                | Kernel::DenseSplit
-                | Kernel::DenseSplitSg
-                | Kernel::DenseSplitLn
-                | Kernel::DenseSplitLnSg
-                | Kernel::DenseBlock
-                | Kernel::DenseBlockLn
-                | Kernel::DenseTile
-        );
         let out = Region { base: dsp.params[4] as usize, stride: dsp.params[5] as usize };
-        if !dense || overlaps(out, src, ctx.cap) {
+        if !reads_x_rows(dsp.kernel) || overlaps(out, src, ctx.cap) {
             return Ok(None);
         }
         readers.push(i);
@@ -173,6 +150,16 @@ pub(super) fn row_slice_view(
         dispatches[i] = Params(dispatches[i].params).region(2, view)?.done(dispatches[i].kernel);
     }
     Ok(Some(at))
+}
+
+/// Ops whose every reader of their main input is a projection of it (a dense dispatch reading
+/// rows): a Dense, and a Standard attention (Q, K and V projections, no alignment weights).
+fn projections_only(op: &Op) -> bool {
+    match op {
+        Op::Dense(_) => true,
+        Op::Attention(a) => a.k.is_some() && a.v.is_some() && a.align.is_none(),
+        _ => false,
+    }
 }
 
 /// Whether a LayerNorm is plain: γ all ones and no β (or a zero one), as the converter leaves a

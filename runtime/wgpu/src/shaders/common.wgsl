@@ -397,22 +397,33 @@ struct SplitItem {
 }
 
 fn dense_split_item(g: u32, lid: u32) -> SplitItem {
+    let p = split_pos(g, lid);
+    var acc = 0.0;
+    if p.live {
+        let inp = pu(6u);
+        let wr = dense_w(p.o);
+        acc = wdot_part(wr.w, wr.r, pu(2u) + p.s * pu(3u) + (p.l / pu(7u)) * inp, 1u, inp, p.lane, p.lanes);
+    }
+    return SplitItem(p.live, p.lanes, p.lane, p.s, p.l, p.o, acc);
+}
+
+// Where thread g (local index lid) of a lane-split dense dispatch works: its output's sample s,
+// flat output index l (row l / out, output o = l % out), and its lane among `lanes`.
+struct SplitPos {
+    live: bool,
+    lanes: u32,
+    lane: u32,
+    s: u32,
+    l: u32,
+    o: u32,
+}
+
+fn split_pos(g: u32, lid: u32) -> SplitPos {
     let lanes = pu(13u);
-    let lane = lid % lanes;
-    let live = g < total_threads();
     let per = pu(1u) / lanes;
     let item = g / lanes;
-    let s = item / per;
     let l = item % per;
-    let inp = pu(6u);
-    let r = l / pu(7u);
-    let o = l % pu(7u);
-    var acc = 0.0;
-    if live {
-        let wr = dense_w(o);
-        acc = wdot_part(wr.w, wr.r, pu(2u) + s * pu(3u) + r * inp, 1u, inp, lane, lanes);
-    }
-    return SplitItem(live, lanes, lane, s, l, o, acc);
+    return SplitPos(g < total_threads(), lanes, lid % lanes, item / per, l, l % pu(7u));
 }
 
 // Four columns c .. c + 3 of weight row r as f32, any encoding (a uniform branch: for the GPU
@@ -449,27 +460,20 @@ fn w4_any(w: Wd, r: u32, c: u32) -> vec4<f32> {
 // sums meet in the kernel's tree, and lane 0 takes m' = Σx'/in, 1/σ from Σx'²/in − m'², and
 // finishes (Σ x'·w − m'·Σ w) / σ = Σ (x − mean)·w / σ.
 fn dense_split_ln_item(g: u32, lid: u32) -> SplitLnItem {
-    let lanes = pu(13u);
-    let lane = lid % lanes;
-    let live = g < total_threads();
-    let per = pu(1u) / lanes;
-    let item = g / lanes;
-    let s = item / per;
-    let l = item % per;
-    let inp = pu(6u);
-    let o = l % pu(7u);
+    let p = split_pos(g, lid);
     var acc = vec4<f32>(0.0);
-    if live {
-        let wr = dense_w(o);
-        let x = pu(2u) + s * pu(3u) + (l / pu(7u)) * inp;
+    if p.live {
+        let inp = pu(6u);
+        let wr = dense_w(p.o);
+        let x = pu(2u) + p.s * pu(3u) + (p.l / pu(7u)) * inp;
         let k = act[x];
-        for (var c = 4u * lane; c < inp; c += 4u * lanes) {
+        for (var c = 4u * p.lane; c < inp; c += 4u * p.lanes) {
             let xv = vec4<f32>(act[x + c], act[x + c + 1u], act[x + c + 2u], act[x + c + 3u]) - k;
             let wv = w4_any(wr.w, wr.r, c);
             acc += vec4<f32>(dot(xv, wv), wv.x + wv.y + wv.z + wv.w, xv.x + xv.y + xv.z + xv.w, dot(xv, xv));
         }
     }
-    return SplitLnItem(live, lanes, lane, s, l, o, acc);
+    return SplitLnItem(p.live, p.lanes, p.lane, p.s, p.l, p.o, acc);
 }
 
 struct SplitLnItem {
