@@ -171,6 +171,12 @@ pub enum Kernel {
     DenseSplitLn,
     /// `linear_sg.wgsl: dense_split_ln_sg` (`dense_split_ln` reducing through subgroup shuffles).
     DenseSplitLnSg,
+    /// `linear.wgsl: dense_split_patch` (`dense_split` over the p × p patches of a `[C, H, W]`
+    /// map read in place: a patch embedding without the gather, in the lane-split form).
+    DenseSplitPatch,
+    /// `linear_sg.wgsl: dense_split_patch_sg` (`dense_split_patch` reducing through subgroup
+    /// shuffles).
+    DenseSplitPatchSg,
     /// `elementwise.wgsl: unary`.
     Unary,
     /// `elementwise.wgsl: strided` (binary with broadcasting, transpose).
@@ -248,6 +254,8 @@ impl Kernel {
         Kernel::DenseSplitSg,
         Kernel::DenseSplitLn,
         Kernel::DenseSplitLnSg,
+        Kernel::DenseSplitPatch,
+        Kernel::DenseSplitPatchSg,
         Kernel::Unary,
         Kernel::Strided,
         Kernel::LayerNorm,
@@ -284,10 +292,9 @@ impl Kernel {
     pub fn family(self) -> Family {
         use Kernel::*;
         match self {
-            Dense | DenseLn | DenseSplit | DenseSplitLn | DenseBlock | DenseBlockLn | DenseBlockPatch | DenseTile => {
-                Family::Linear
-            }
-            DenseSplitSg | DenseSplitLnSg => Family::LinearSg,
+            Dense | DenseLn | DenseSplit | DenseSplitLn | DenseSplitPatch | DenseBlock | DenseBlockLn
+            | DenseBlockPatch | DenseTile => Family::Linear,
+            DenseSplitSg | DenseSplitLnSg | DenseSplitPatchSg => Family::LinearSg,
             Unary | Strided => Family::Elementwise,
             LayerNorm | LayerNormSplit | Softmax | SoftmaxSplit | Reduce | ReduceSplit => Family::Norm,
             MatMul | MatMulTile => Family::MatMul,
@@ -315,6 +322,8 @@ impl Kernel {
             DenseSplitSg => "dense_split_sg",
             DenseSplitLn => "dense_split_ln",
             DenseSplitLnSg => "dense_split_ln_sg",
+            DenseSplitPatch => "dense_split_patch",
+            DenseSplitPatchSg => "dense_split_patch_sg",
             Unary => "unary",
             Strided => "strided",
             LayerNorm => "layer_norm",

@@ -192,7 +192,7 @@ fn layer_cases() -> Vec<Case> {
             c.b.op(|y| Op::Softmax(Softmax { x, y }))
         }));
     }
-    // p = 4 and 8: read in place where the blocked kernel runs; p = 3: gathered.
+    // p = 4 and 8: read in place where the blocked or lane-split kernel runs; p = 3: gathered.
     for (ch, side, p) in [(1usize, 8usize, 4usize), (3, 12, 3), (3, 16, 8)] {
         v.push(case("patch_embed", format!("patch_embed {ch}x{side}x{side} p={p}"), move |c| {
             let x = c.input(&[ch, side, side])?;
@@ -611,6 +611,7 @@ fn assert_both_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
         Kernel::DenseLn,
         Kernel::DenseSplit,
         Kernel::DenseSplitLn,
+        Kernel::DenseSplitPatch,
         Kernel::DenseBlock,
         Kernel::DenseBlockLn,
         Kernel::DenseBlockPatch,
@@ -631,7 +632,7 @@ fn assert_both_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
 /// workgroup-memory `dense_split` of the no-subgroup tuning) wherever the device has `SUBGROUP`
 /// (lavapipe does, so CI checks it).
 fn assert_subgroup_form_ran(g: &GpuContext, seen: &BTreeSet<Variant>, arith: Arith) {
-    for k in [Kernel::DenseSplitSg, Kernel::DenseSplitLnSg] {
+    for k in [Kernel::DenseSplitSg, Kernel::DenseSplitLnSg, Kernel::DenseSplitPatchSg] {
         let v = Variant::of(k, arith);
         if g.has_subgroups() {
             assert!(seen.contains(&v), "{k:?} at {arith:?} not exercised");

@@ -214,7 +214,7 @@ fn use_counts(file: &KesFile<'_>) -> Result<std::collections::HashMap<TensorId, 
 }
 
 /// The dense kernels that read their input as rows at P2 + s·P3 (every form but the patch
-/// reader, whose P2 is a `[C, H, W]` map).
+/// readers, whose P2 is a `[C, H, W]` map).
 pub(crate) fn reads_x_rows(k: Kernel) -> bool {
     matches!(
         k,
@@ -298,7 +298,8 @@ fn residual_epilogue(
     uses: &std::collections::HashMap<TensorId, u32>,
 ) -> Result<usize, GpuError> {
     let Some(last) = dispatches.last_mut() else { return Ok(0) };
-    let dense = reads_x_rows(last.kernel) || last.kernel == Kernel::DenseBlockPatch;
+    let dense = reads_x_rows(last.kernel)
+        || matches!(last.kernel, Kernel::DenseBlockPatch | Kernel::DenseSplitPatch | Kernel::DenseSplitPatchSg);
     let out = op.output();
     if !dense || last.params[10] != 0 || last.params[15] != 0 || uses.get(&out) != Some(&1) {
         return Ok(0);
@@ -417,8 +418,9 @@ impl Ctx<'_, '_> {
 
     /// A dense layer over the p × p patches of the `[C, H, W]` map at `x` (token t the row-major
     /// patch t, flattened in (c, i, j) order; `transposed`: a channels-first `[out, T]` output):
-    /// one `dense_block_patch` dispatch reading the map in place where the blocked kernel is the
-    /// form chosen and p % 4 == 0, else a patch gather into scratch and the dense layer.
+    /// one dispatch reading the map in place where the blocked or lane-split kernel is the form
+    /// chosen and p % 4 == 0 (`dense_block_patch`, `dense_split_patch[_sg]`), else a patch
+    /// gather into scratch and the dense layer (the tiled form).
     #[allow(clippy::too_many_arguments)]
     pub fn patch_dense(
         &mut self,
@@ -432,9 +434,15 @@ impl Ctx<'_, '_> {
     ) -> Result<Vec<Dispatch>, GpuError> {
         let t = (h / p) * (w / p);
         let direct = self.dense(x, t, out, proj, act, y, None)?;
-        if direct.kernel == Kernel::DenseBlock && p.is_multiple_of(4) {
+        let in_place = match direct.kernel {
+            Kernel::DenseBlock => Some(Kernel::DenseBlockPatch),
+            Kernel::DenseSplit => Some(Kernel::DenseSplitPatch),
+            Kernel::DenseSplitSg => Some(Kernel::DenseSplitPatchSg),
+            _ => None,
+        };
+        if let (Some(kernel), true) = (in_place, p.is_multiple_of(4)) {
             let d = Params(direct.params).b(15, transposed).u(44, h * w)?.u(45, w)?.u(46, p)?.u(47, w / p)?;
-            return Ok(vec![d.done(Kernel::DenseBlockPatch)]);
+            return Ok(vec![d.done(kernel)]);
         }
         let patches = self.scratch(t * c * p * p);
         let gather = Params::new(c * h * w)?

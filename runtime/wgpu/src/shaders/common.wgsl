@@ -396,13 +396,25 @@ struct SplitItem {
     acc: f32,
 }
 
-fn dense_split_item(g: u32, lid: u32) -> SplitItem {
+// `mode` (a constant at each call): 0 rows of `in` back to back; 2 the p × p patches of a
+// `[C, H, W]` map read in place (`xrow`, `xcol`; p % 4 == 0), the chunks' weights decoded by
+// `w4_any` (GPU tunings only pick the lane-split form).
+fn dense_split_item(g: u32, lid: u32, mode: u32) -> SplitItem {
     let p = split_pos(g, lid);
     var acc = 0.0;
     if p.live {
         let inp = pu(6u);
         let wr = dense_w(p.o);
-        acc = wdot_part(wr.w, wr.r, pu(2u) + p.s * pu(3u) + (p.l / pu(7u)) * inp, 1u, inp, p.lane, p.lanes);
+        let r = p.l / pu(7u);
+        let xb = pu(2u) + p.s * pu(3u);
+        if mode == 2u {
+            let x = xb + xrow(r, inp, mode);
+            for (var c = 4u * p.lane; c < inp; c += 4u * p.lanes) {
+                acc += dot_v4(act4(x + xcol(c, mode)), to_v4(w4_any(wr.w, wr.r, c)));
+            }
+        } else {
+            acc = wdot_part(wr.w, wr.r, xb + r * inp, 1u, inp, p.lane, p.lanes);
+        }
     }
     return SplitItem(p.live, p.lanes, p.lane, p.s, p.l, p.o, acc);
 }
@@ -424,6 +436,27 @@ fn split_pos(g: u32, lid: u32) -> SplitPos {
     let item = g / lanes;
     let l = item % per;
     return SplitPos(g < total_threads(), lanes, lid % lanes, item / per, l, l % pu(7u));
+}
+
+// Offset of row r's first column in the sample: rows of `inp` back to back, or (patches) the
+// top-left pixel of patch r.
+fn xrow(r: u32, inp: u32, mode: u32) -> u32 {
+    if mode == 2u {
+        let p = pu(46u);
+        return (r / pu(47u)) * p * pu(45u) + (r % pu(47u)) * p;
+    }
+    return r * inp;
+}
+
+// Offset of column c (c % 4 == 0) from its row's first: c, or (patches) channel c / p², patch row
+// (c % p²) / p, column c % p.
+fn xcol(c: u32, mode: u32) -> u32 {
+    if mode == 2u {
+        let p = pu(46u);
+        let e = c % (p * p);
+        return (c / (p * p)) * pu(44u) + (e / p) * pu(45u) + e % p;
+    }
+    return c;
 }
 
 // Four columns c .. c + 3 of weight row r as f32, any encoding (a uniform branch: for the GPU

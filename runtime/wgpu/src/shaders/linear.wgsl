@@ -66,8 +66,19 @@ var<workgroup> part: array<f32, 64>;
 @compute @workgroup_size(64)
 fn dense_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_id) lid3: vec3<u32>) {
-    let it = dense_split_item(thread_index(wid, nwg, lid3), lid3.x);
-    let lid = lid3.x;
+    dense_split_body(thread_index(wid, nwg, lid3), lid3.x, 0u);
+}
+
+// `dense_split` over the p × p patches of a `[C, H, W]` map read in place (`dense_block_patch`'s
+// P 44..47; mode 2 of `dense_split_item`).
+@compute @workgroup_size(64)
+fn dense_split_patch(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_id) lid3: vec3<u32>) {
+    dense_split_body(thread_index(wid, nwg, lid3), lid3.x, 2u);
+}
+
+fn dense_split_body(g: u32, lid: u32, mode: u32) {
+    let it = dense_split_item(g, lid, mode);
     part[lid] = it.acc;
     for (var h = it.lanes / 2u; h > 0u; h /= 2u) {
         workgroupBarrier();
@@ -139,27 +150,6 @@ fn dense_block_ln(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 fn dense_block_patch(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                      @builtin(local_invocation_id) lid: vec3<u32>) {
     dense_block_body(thread_index(wid, nwg, lid), 2u);
-}
-
-// Offset of row r's first column in the sample: rows of `inp` back to back, or (patches) the
-// top-left pixel of patch r.
-fn xrow(r: u32, inp: u32, mode: u32) -> u32 {
-    if mode == 2u {
-        let p = pu(46u);
-        return (r / pu(47u)) * p * pu(45u) + (r % pu(47u)) * p;
-    }
-    return r * inp;
-}
-
-// Offset of column c (c % 4 == 0) from its row's first: c, or (patches) channel c / p², patch row
-// (c % p²) / p, column c % p.
-fn xcol(c: u32, mode: u32) -> u32 {
-    if mode == 2u {
-        let p = pu(46u);
-        let e = c % (p * p);
-        return (c / (p * p)) * pu(44u) + (e / p) * pu(45u) + e % p;
-    }
-    return c;
 }
 
 // (mean, 1 / sqrt(var + eps)) of the `d` features at x (d % 4 == 0), in one pass over the row

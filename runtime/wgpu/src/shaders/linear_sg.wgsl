@@ -16,8 +16,18 @@ var<workgroup> part_sg: array<f32, 64>;
 @compute @workgroup_size(64)
 fn dense_split_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_id) lid3: vec3<u32>, @builtin(subgroup_size) sg: u32) {
-    let it = dense_split_item(thread_index(wid, nwg, lid3), lid3.x);
-    let lid = lid3.x;
+    dense_split_sg_body(thread_index(wid, nwg, lid3), lid3.x, sg, 0u);
+}
+
+// `dense_split_patch` with the subgroup tree.
+@compute @workgroup_size(64)
+fn dense_split_patch_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                        @builtin(local_invocation_id) lid3: vec3<u32>, @builtin(subgroup_size) sg: u32) {
+    dense_split_sg_body(thread_index(wid, nwg, lid3), lid3.x, sg, 2u);
+}
+
+fn dense_split_sg_body(g: u32, lid: u32, sg: u32, mode: u32) {
+    let it = dense_split_item(g, lid, mode);
     let lanes = it.lanes;
     let lane = it.lane;
     var acc = it.acc;

@@ -1,6 +1,6 @@
 //! Dispatch counts of what the GPU lowering fuses (the values of the same cases are checked in
 //! `tests/ops.rs` under every tuning and encoding): merged projections, the residual epilogue, the
-//! norm prologue and the Add after a slice.
+//! norm prologue, the Add after a slice, row slices and patches read in place.
 
 use crate::*;
 
@@ -116,6 +116,33 @@ fn a_row_slice_is_read_in_place_by_the_dense_layer() {
             let s = GpuSession::with_options(&g, &cpu, 2, &options).unwrap();
             let kernels: Vec<Kernel> = s.variants().iter().map(|v| v.kernel()).collect();
             assert_eq!((s.dispatch_count(), s.node_dispatch_counts()), want, "{} {tuning:?}: {kernels:?}", c.name);
+        }
+    }
+}
+
+/// A patch embedding with p % 4 == 0 reads its patches in place in one dispatch under the
+/// software tuning (`dense_block_patch`) and the GPU tuning (`dense_split_patch[_sg]`); p = 3
+/// gathers first (two dispatches).
+#[test]
+fn patches_are_read_in_place_by_the_blocked_and_lane_split_forms() {
+    let Some(g) = gpu() else { return };
+    let patch = |ch: usize, side: usize, p: usize| {
+        case("patch_embed", format!("patch_embed {ch}x{side}x{side} p={p}"), move |c| {
+            let x = c.input(&[ch, side, side])?;
+            let proj = c.proj(10, ch * p * p, true)?;
+            c.b.op(|y| Op::PatchEmbed(PatchEmbed { x, proj, patch: p as u32, y }))
+        })
+    };
+    let in_place = [Kernel::DenseBlockPatch, Kernel::DenseSplitPatch, Kernel::DenseSplitPatchSg];
+    for tuning in [TUNINGS[0], TUNINGS[1]] {
+        let options = SessionOptions { precision: Precision::F32, tuning: Some(tuning) };
+        for (c, want) in [(patch(3, 16, 8), 1), (patch(1, 8, 4), 1), (patch(3, 12, 3), 2)] {
+            let (model, _) = build(&c, DType::F32, 5);
+            let cpu = model.cpu().unwrap();
+            let s = GpuSession::with_options(&g, &cpu, 2, &options).unwrap();
+            let kernels: Vec<Kernel> = s.variants().iter().map(|v| v.kernel()).collect();
+            assert_eq!(s.dispatch_count(), want, "{} {}: {kernels:?}", c.name, tuning_name(tuning));
+            assert_eq!(want == 1, kernels.iter().any(|k| in_place.contains(k)), "{}: {kernels:?}", c.name);
         }
     }
 }
