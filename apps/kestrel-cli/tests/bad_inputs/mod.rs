@@ -320,14 +320,12 @@ pub fn run_matrix(kestrel: &Path, cases: &[Case], scratch: &Path, mut progress: 
             let stderr = String::from_utf8_lossy(&out.stderr);
             let code = out.status.code();
             let clean = matches!(code, Some(0 | 1)) && !stderr.contains("panicked");
-            let message = stderr
+            let line = stderr
                 .lines()
                 .find(|l| l.starts_with("error") || l.contains("panicked"))
                 .or_else(|| stderr.lines().next())
-                .unwrap_or("")
-                .chars()
-                .take(160)
-                .collect();
+                .unwrap_or("");
+            let message = relative(line).chars().take(160).collect();
             let file = case.path.file_name().unwrap().to_string_lossy().into_owned();
             let command =
                 args.iter().map(|a| if *a == f { "FILE".to_string() } else { short(a) }).collect::<Vec<_>>().join(" ");
@@ -349,6 +347,14 @@ fn short(arg: &str) -> String {
 }
 
 /// The outcomes as a Markdown table, unclean ones first, with the closing count line.
+/// `message` with this checkout's paths written relative to the repository root (the table is
+/// committed as docs/bad-inputs.md: it must read the same from any clone).
+fn relative(message: &str) -> String {
+    let manifest = format!("{}/", env!("CARGO_MANIFEST_DIR"));
+    let root = format!("{}/", repo().display());
+    message.replace(&root, "").replace(&manifest, "apps/kestrel-cli/")
+}
+
 pub fn table(outcomes: &[Outcome]) -> String {
     let mut rows: Vec<&Outcome> = outcomes.iter().collect();
     rows.sort_by_key(|o| o.clean);
