@@ -241,7 +241,46 @@ pub enum Kernel {
     FfScaleRows,
 }
 
+/// What a dense kernel reads as its input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DenseInput {
+    /// Rows at P2 + s·P3.
+    Rows,
+    /// The rows of a plain LayerNorm's input, normalised as they are read (the norm prologue).
+    Norm,
+    /// The p × p patches of a `[C, H, W]` map at P2 (P 44..47).
+    Patches,
+}
+
 impl Kernel {
+    /// The input a dense kernel reads; `None` for every other kernel.
+    pub fn dense_input(self) -> Option<DenseInput> {
+        use Kernel::*;
+        match self {
+            Dense | DenseSplit | DenseSplitSg | DenseBlock | DenseTile => Some(DenseInput::Rows),
+            DenseLn | DenseSplitLn | DenseSplitLnSg | DenseBlockLn => Some(DenseInput::Norm),
+            DenseSplitPatch | DenseSplitPatchSg | DenseBlockPatch => Some(DenseInput::Patches),
+            _ => None,
+        }
+    }
+
+    /// The variant of this row-reading dense kernel that reads `input` instead, where the form
+    /// has one (the tile has neither a norm nor a patch variant).
+    pub fn reading(self, input: DenseInput) -> Option<Kernel> {
+        use Kernel::*;
+        match (self, input) {
+            (k, DenseInput::Rows) => (k.dense_input() == Some(DenseInput::Rows)).then_some(k),
+            (Dense, DenseInput::Norm) => Some(DenseLn),
+            (DenseSplit, DenseInput::Norm) => Some(DenseSplitLn),
+            (DenseSplitSg, DenseInput::Norm) => Some(DenseSplitLnSg),
+            (DenseBlock, DenseInput::Norm) => Some(DenseBlockLn),
+            (DenseSplit, DenseInput::Patches) => Some(DenseSplitPatch),
+            (DenseSplitSg, DenseInput::Patches) => Some(DenseSplitPatchSg),
+            (DenseBlock, DenseInput::Patches) => Some(DenseBlockPatch),
+            _ => None,
+        }
+    }
+
     /// Every kernel.
     pub const ALL: &'static [Kernel] = &[
         Kernel::Dense,

@@ -39,7 +39,7 @@ mod tuning;
 
 pub use device::{adapters, AdapterChoice, AdapterSummary, DeviceOptions, GpuContext, ADAPTER_ENV};
 pub use error::{GpuError, ACTIVATION_ARENA};
-pub use kernels::{Arith, Family, Kernel, Variant};
+pub use kernels::{Arith, DenseInput, Family, Kernel, Variant};
 pub use session::{GpuCounts, GpuSession, NodeTiming, Precision, Profile, SessionOptions, TimingSource};
 pub use tuning::{Tuning, SUBGROUPS_ENV, TILE_ENV};
 

@@ -287,6 +287,15 @@ pub struct LayerNorm {
     pub y: TensorId,
 }
 
+impl LayerNorm {
+    /// Whether the values of γ and β make the norm plain, `y = (x − mean) / √(var + ε)`: γ all
+    /// ones and β absent or all zeros (what the converter leaves after folding a norm's affine
+    /// part into the projections reading it).
+    pub fn is_plain(gamma: &[f32], beta: Option<&[f32]>) -> bool {
+        gamma.iter().all(|&g| g == 1.0) && beta.is_none_or(|b| b.iter().all(|&v| v == 0.0))
+    }
+}
+
 /// Element-wise unary op.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Unary {

@@ -34,10 +34,15 @@ fn fold(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
         None => None,
     };
     let d = gamma.len();
-    let plain = gamma.iter().all(|&g| g == 1.0) && beta.as_ref().is_none_or(|v| v.iter().all(|&x| x == 0.0));
-    if plain || d == 0 || beta.as_ref().is_some_and(|v| v.len() != d) || gamma.iter().any(|g| !g.is_finite()) {
+    if LayerNorm::is_plain(&gamma, beta.as_deref())
+        || d == 0
+        || beta.as_ref().is_some_and(|v| v.len() != d)
+        || gamma.iter().any(|g| !g.is_finite())
+    {
         return None;
     }
+    // A zero β shifts nothing: no bias to add.
+    let beta = beta.filter(|v| v.iter().any(|&x| x != 0.0));
     // The reader, through reshape views. Row-major, element e is column e mod d of the
     // normalised rows and of any view whose last axis is d: the chain may pass through other
     // shapes as long as the reader's input ends in d (checked below).
@@ -103,7 +108,6 @@ fn folded_proj(b: &mut ModelBuilder, p: Proj, gamma: &[f32], beta: Option<&[f32]
     });
     let bias = match (p.b, shift) {
         (old, None) => old,
-        (None, Some(s)) if s.iter().all(|&v| v == 0.0) => None,
         (old, Some(s)) => {
             let base = match old {
                 Some(t) => b.weight_values(t)?.to_vec(),
@@ -193,33 +197,40 @@ mod tests {
         })
     }
 
+    /// A bias-free (or biased) 8 → 5 dense layer reading `r`.
+    fn dense_reader(bias: bool) -> impl FnOnce(&mut ModelBuilder, TensorId) -> TensorId {
+        move |b, r| {
+            let w = b.weight("w", &[5, 8], rng_vec(3, 40, 1.0)).unwrap();
+            let bb = bias.then(|| b.weight("b", &[5], rng_vec(4, 5, 1.0)).unwrap());
+            b.op(|y| Op::Dense(Dense { x: r, proj: Proj { w, b: bb }, act: Default::default(), y })).unwrap()
+        }
+    }
+
+    /// Fuses `b`: one fold, every norm left plain, and the same outputs on `x` within 1e-5 of
+    /// their scale.
+    fn assert_folded_same(mut b: ModelBuilder, x: &[f32], what: &str) {
+        let before = run(&b, x);
+        let report = fuse(&mut b);
+        assert_eq!(report.fused.get("layernorm affine into projections"), Some(&1), "{what}: {report:?}");
+        assert!(plain_norms(&b), "{what}");
+        let after = run(&b, x);
+        let scale = before.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (p, q) in before.iter().zip(&after) {
+            assert!((p - q).abs() <= 1e-5 * scale, "{what}: {p} vs {q}");
+        }
+    }
+
     #[test]
     fn a_dense_reader_takes_gamma_and_beta() {
         for (beta, bias) in [(true, true), (true, false), (false, true)] {
-            let mut b = model(
-                |b, r| {
-                    let w = b.weight("w", &[5, 8], rng_vec(3, 40, 1.0)).unwrap();
-                    let bb = bias.then(|| b.weight("b", &[5], rng_vec(4, 5, 1.0)).unwrap());
-                    b.op(|y| Op::Dense(Dense { x: r, proj: Proj { w, b: bb }, act: Default::default(), y })).unwrap()
-                },
-                beta,
-            );
-            let x = rng_vec(5, 48, 3.0);
-            let before = run(&b, &x);
-            let report = fuse(&mut b);
-            assert_eq!(report.fused.get("layernorm affine into projections"), Some(&1), "{report:?}");
-            assert!(plain_norms(&b));
-            let after = run(&b, &x);
-            let scale = before.iter().fold(0f32, |m, v| m.max(v.abs()));
-            for (p, q) in before.iter().zip(&after) {
-                assert!((p - q).abs() <= 1e-5 * scale, "beta {beta} bias {bias}: {p} vs {q}");
-            }
+            let b = model(dense_reader(bias), beta);
+            assert_folded_same(b, &rng_vec(5, 48, 3.0), &format!("beta {beta} bias {bias}"));
         }
     }
 
     #[test]
     fn a_standard_attention_takes_it_into_q_k_and_v() {
-        let mut b = model(
+        let b = model(
             |b, r| {
                 let mut p =
                     |s: u64| Proj { w: b.weight(&format!("w{s}"), &[8, 8], rng_vec(s, 64, 0.5)).unwrap(), b: None };
@@ -244,38 +255,19 @@ mod tests {
             },
             true,
         );
-        let x = rng_vec(7, 48, 2.0);
-        let before = run(&b, &x);
-        let report = fuse(&mut b);
-        assert_eq!(report.fused.get("layernorm affine into projections"), Some(&1), "{report:?}");
-        assert!(plain_norms(&b));
-        let after = run(&b, &x);
-        let scale = before.iter().fold(0f32, |m, v| m.max(v.abs()));
-        assert!(before.iter().zip(&after).all(|(p, q)| (p - q).abs() <= 1e-5 * scale));
+        assert_folded_same(b, &rng_vec(7, 48, 2.0), "attention");
     }
 
     #[test]
     fn a_norm_with_another_reader_or_already_plain_is_left_alone() {
         // Read by the dense layer and the graph output: the normalised values must stay.
-        let mut b = model(
-            |b, r| {
-                let w = b.weight("w", &[5, 8], rng_vec(3, 40, 1.0)).unwrap();
-                b.op(|y| Op::Dense(Dense { x: r, proj: Proj { w, b: None }, act: Default::default(), y })).unwrap()
-            },
-            true,
-        );
+        let mut b = model(dense_reader(false), true);
         let r = b.ops()[1].output();
         b.output(r);
         let report = fuse(&mut b);
         assert_eq!(report.fused.get("layernorm affine into projections"), None, "{report:?}");
         // Already plain: nothing to fold (and the pass does not loop on its own output).
-        let mut b = model(
-            |b, r| {
-                let w = b.weight("w", &[5, 8], rng_vec(3, 40, 1.0)).unwrap();
-                b.op(|y| Op::Dense(Dense { x: r, proj: Proj { w, b: None }, act: Default::default(), y })).unwrap()
-            },
-            false,
-        );
+        let mut b = model(dense_reader(false), false);
         let Op::LayerNorm(ln) = b.ops()[0] else { unreachable!() };
         let ones = b.weight("ones", &[8], vec![1.0; 8]).unwrap();
         let region = Region { nodes: vec![0], inputs: vec![ln.x], output: ln.y };

@@ -10,9 +10,6 @@ use kestrel_cpu::kernels::slice::SliceParams;
 use kestrel_format::ops::{NormAxis, Op, TensorId};
 use kestrel_format::{TensorKind, MAX_RANK};
 
-/// Rows a batched matmul needs for the tiled kernel (as a dense layer's).
-const MATMUL_TILE_MIN_ROWS: usize = 8;
-
 pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<Dispatch>, GpuError> {
     let shape = |id| ctx.info(id).map(|t| t.shape);
     Ok(match *op {
@@ -181,7 +178,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             // Tiled through workgroup memory where the 32 × 32 output tiles fill the device, as
             // dense layers (`Tuning::dense_tile_min_workgroups`), and a tile has rows enough.
             let tiles = batches.saturating_mul(m.div_ceil(32)).saturating_mul(n.div_ceil(32));
-            if m >= MATMUL_TILE_MIN_ROWS && tiles.saturating_mul(ctx.cap) >= ctx.tuning.dense_tile_min_workgroups {
+            if m >= super::TILE_MIN_ROWS && ctx.tiles_fill(tiles) {
                 let per = tiles.checked_mul(crate::kernels::WORKGROUP as usize);
                 let per = per.ok_or_else(|| GpuError::Model(format!("a {m}x{k}x{n} product overflows")))?;
                 let mut d = p.u(35, batches * m * n)?.done(Kernel::MatMulTile);
@@ -365,15 +362,9 @@ pub(super) fn slice_add_epilogue(
         return Ok(0);
     }
     let (x, y) = (ctx.act(s.x)?, ctx.act(b.y)?);
-    let overlap = |a, b| super::overlaps(a, b, ctx.cap);
-    if overlap(y, x) {
+    let r = if ot.kind == TensorKind::Activation { Some(ctx.act(other)?) } else { None };
+    if !super::fused_add_fits(y, x, r, ctx.cap) {
         return Ok(0);
-    }
-    if ot.kind == TensorKind::Activation {
-        let r = ctx.act(other)?;
-        if overlap(y, r) && y.base != r.base {
-            return Ok(0);
-        }
     }
     // The dispatch's output view is [outer, len, inner]; the operand, as many elements, is read
     // with that view's contiguous strides.

@@ -10,7 +10,7 @@ mod layers;
 mod mechanisms;
 mod prologue;
 
-use crate::kernels::{Kernel, PARAM_WORDS, WORKGROUP};
+use crate::kernels::{DenseInput, Kernel, PARAM_WORDS, WORKGROUP};
 use crate::GpuError;
 use crate::Tuning;
 use kestrel_format::ops::{Op, Proj, TensorId};
@@ -213,23 +213,6 @@ fn use_counts(file: &KesFile<'_>) -> Result<std::collections::HashMap<TensorId, 
     Ok(uses)
 }
 
-/// The dense kernels that read their input as rows at P2 + s·P3 (every form but the patch
-/// readers, whose P2 is a `[C, H, W]` map).
-pub(crate) fn reads_x_rows(k: Kernel) -> bool {
-    matches!(
-        k,
-        Kernel::Dense
-            | Kernel::DenseLn
-            | Kernel::DenseSplit
-            | Kernel::DenseSplitSg
-            | Kernel::DenseSplitLn
-            | Kernel::DenseSplitLnSg
-            | Kernel::DenseBlock
-            | Kernel::DenseBlockLn
-            | Kernel::DenseTile
-    )
-}
-
 /// The weight descriptors of a dense dispatch's parts (P16 and, with parts, P24 and P32).
 fn dense_wds(d: &Dispatch) -> impl Iterator<Item = Wd> + '_ {
     let parts = (d.params[41] as usize).max(1);
@@ -275,6 +258,13 @@ pub(crate) fn add_after(
     })
 }
 
+/// Whether an Add run inside a dispatch that reads `x` may write its output `y`: not over `x`
+/// (other threads still read it), and over the activation operand `r` only exactly (each output
+/// reads its own addend before writing it). The residual and slice-Add epilogues' rule.
+pub(crate) fn fused_add_fits(y: Region, x: Region, r: Option<Region>, cap: usize) -> bool {
+    !overlaps(y, x, cap) && r.is_none_or(|r| !overlaps(y, r, cap) || y.base == r.base)
+}
+
 /// Whether two regions' spans over `cap` samples share a word.
 pub(crate) fn overlaps(a: Region, b: Region, cap: usize) -> bool {
     let (ea, eb) = (a.base + a.stride * cap, b.base + b.stride * cap);
@@ -298,8 +288,7 @@ fn residual_epilogue(
     uses: &std::collections::HashMap<TensorId, u32>,
 ) -> Result<usize, GpuError> {
     let Some(last) = dispatches.last_mut() else { return Ok(0) };
-    let dense = reads_x_rows(last.kernel)
-        || matches!(last.kernel, Kernel::DenseBlockPatch | Kernel::DenseSplitPatch | Kernel::DenseSplitPatchSg);
+    let dense = last.kernel.dense_input().is_some();
     let out = op.output();
     if !dense || last.params[10] != 0 || last.params[15] != 0 || uses.get(&out) != Some(&1) {
         return Ok(0);
@@ -316,8 +305,7 @@ fn residual_epilogue(
     }
     let x = Region { base: last.params[2] as usize, stride: last.params[3] as usize };
     let (r, y) = (ctx.act(other)?, ctx.act(b.y)?);
-    let overlap = |a, b| overlaps(a, b, ctx.cap);
-    if overlap(y, x) || (overlap(y, r) && y.base != r.base) {
+    if !fused_add_fits(y, x, Some(r), ctx.cap) {
         return Ok(0);
     }
     last.params[4] = word(y.base)?;
@@ -348,6 +336,12 @@ pub(crate) fn dense_lanes(inp: usize, outputs: usize, cap: usize, t: &Tuning) ->
 }
 
 impl Ctx<'_, '_> {
+    /// Whether `tiles` workgroups per sample of a tiled GEMM (`dense_tile`, `matmul_tile`) fill
+    /// the device at this session's capacity ([`Tuning::dense_tile_min_workgroups`]).
+    pub fn tiles_fill(&self, tiles: usize) -> bool {
+        tiles.saturating_mul(self.cap) >= self.tuning.dense_tile_min_workgroups
+    }
+
     /// [`dense`] with this session's capacity and tuning.
     #[allow(clippy::too_many_arguments)]
     pub fn dense(
@@ -360,8 +354,7 @@ impl Ctx<'_, '_> {
         y: Region,
         add: Option<Region>,
     ) -> Result<Dispatch, GpuError> {
-        let tiled = dense_tiles(rows, out, proj.0)
-            .is_some_and(|tiles| tiles.saturating_mul(self.cap) >= self.tuning.dense_tile_min_workgroups);
+        let tiled = dense_tiles(rows, out, proj.0).is_some_and(|tiles| self.tiles_fill(tiles));
         let lanes = dense_lanes(proj.0.cols as usize, rows.saturating_mul(out), self.cap, &self.tuning);
         let mut d = dense(x, rows, out, proj, act, y, add, if tiled { Form::Tile } else { Form::Lanes(lanes) })?;
         if d.kernel == Kernel::DenseSplit && self.tuning.subgroups {
@@ -434,13 +427,7 @@ impl Ctx<'_, '_> {
     ) -> Result<Vec<Dispatch>, GpuError> {
         let t = (h / p) * (w / p);
         let direct = self.dense(x, t, out, proj, act, y, None)?;
-        let in_place = match direct.kernel {
-            Kernel::DenseBlock => Some(Kernel::DenseBlockPatch),
-            Kernel::DenseSplit => Some(Kernel::DenseSplitPatch),
-            Kernel::DenseSplitSg => Some(Kernel::DenseSplitPatchSg),
-            _ => None,
-        };
-        if let (Some(kernel), true) = (in_place, p.is_multiple_of(4)) {
+        if let (Some(kernel), true) = (direct.kernel.reading(DenseInput::Patches), p.is_multiple_of(4)) {
             let d = Params(direct.params).b(15, transposed).u(44, h * w)?.u(45, w)?.u(46, p)?.u(47, w / p)?;
             return Ok(vec![d.done(kernel)]);
         }
@@ -560,8 +547,8 @@ pub(crate) fn dense_tiles(rows: usize, out: usize, w: Wd) -> Option<usize> {
 /// P16..P39).
 const MAX_PARTS: usize = 3;
 
-/// Rows a dense layer needs for the tiled kernel.
-const TILE_MIN_ROWS: usize = 8;
+/// Rows a dense layer (or a batched matmul) needs for the tiled kernel.
+pub(crate) const TILE_MIN_ROWS: usize = 8;
 /// Rows a dense layer needs for the register-blocked kernel.
 const BLOCK_MIN_ROWS: usize = 4;
 /// Whether a row-wise op over `rows` rows per sample of `n` elements (`contiguous`: the

@@ -2,8 +2,8 @@
 //! produced them dispatches nothing: a plain LayerNorm normalised as its rows are read (the norm
 //! prologue) and a whole-row slice read at its window (a row-slice view).
 
-use super::{dense_wds, overlaps, reads_x_rows, word_aligned, Ctx, Dispatch, GpuError, Lowered, Params, Region};
-use crate::kernels::Kernel;
+use super::{dense_wds, overlaps, word_aligned, Ctx, Dispatch, GpuError, Lowered, Params, Region};
+use crate::kernels::{DenseInput, Kernel};
 use kestrel_format::ops::{Op, TensorId};
 
 /// The norm prologue: a LayerNorm over the last axis whose output only `op` reads (directly, or
@@ -44,29 +44,14 @@ pub(super) fn norm_prologue(
         return Ok(None);
     }
     let (src, read) = (ctx.act(ln.x)?, ctx.act(x_id)?);
-    let mut readers = Vec::new();
-    for (i, dsp) in dispatches.iter().enumerate() {
-        let reads_x = dsp.params[2] as usize == read.base && dsp.params[3] as usize == read.stride;
-        if !reads_x {
-            continue;
-        }
-        let out = Region { base: dsp.params[4] as usize, stride: dsp.params[5] as usize };
-        // The blocked kernel, or one thread per output (lanes 1) over word-aligned weight rows.
-        let fused = match dsp.kernel {
-            Kernel::DenseBlock => Kernel::DenseBlockLn,
-            Kernel::Dense if dsp.params[13] == 1 && dense_wds(dsp).all(word_aligned) => Kernel::DenseLn,
-            Kernel::DenseSplit => Kernel::DenseSplitLn,
-            Kernel::DenseSplitSg => Kernel::DenseSplitLnSg,
-            _ => return Ok(None),
-        };
-        if dsp.params[6] as usize != d || overlaps(out, src, ctx.cap) {
-            return Ok(None);
-        }
-        readers.push((i, fused));
-    }
-    if readers.is_empty() {
-        return Ok(None);
-    }
+    // The blocked and lane-split forms, or one thread per output (lanes 1) over word-aligned
+    // weight rows.
+    let form = |dsp: &Dispatch| match dsp.kernel {
+        _ if dsp.params[6] as usize != d => None,
+        Kernel::Dense if dsp.params[13] != 1 || !dense_wds(dsp).all(word_aligned) => None,
+        k => k.reading(DenseInput::Norm),
+    };
+    let Some(readers) = retarget(ctx, dispatches, read, src, form) else { return Ok(None) };
     for (i, kernel) in readers {
         let p = Params(dispatches[i].params).region(2, src)?.f(44, ln.eps);
         dispatches[i] = p.done(kernel);
@@ -132,24 +117,35 @@ pub(super) fn row_slice_view(
             return Ok(None);
         }
     }
+    let rows = |dsp: &Dispatch| matches!(dsp.kernel.dense_input(), Some(DenseInput::Rows | DenseInput::Norm));
+    let Some(readers) = retarget(ctx, dispatches, read, src, |dsp| rows(dsp).then_some(dsp.kernel)) else {
+        return Ok(None);
+    };
+    for (i, kernel) in readers {
+        dispatches[i] = Params(dispatches[i].params).region(2, view)?.done(kernel);
+    }
+    Ok(Some(at))
+}
+
+/// The dispatches reading `read` as their input rows (P2, P3), each with the kernel `form` gives
+/// it: `None` where one has no such form or writes over `src` (which they will read instead,
+/// while other threads still read it), or where none reads `read`.
+fn retarget(
+    ctx: &Ctx<'_, '_>,
+    dispatches: &[Dispatch],
+    read: Region,
+    src: Region,
+    form: impl Fn(&Dispatch) -> Option<Kernel>,
+) -> Option<Vec<(usize, Kernel)>> {
     let mut readers = Vec::new();
     for (i, dsp) in dispatches.iter().enumerate() {
         if dsp.params[2] as usize != read.base || dsp.params[3] as usize != read.stride {
             continue;
         }
         let out = Region { base: dsp.params[4] as usize, stride: dsp.params[5] as usize };
-        if !reads_x_rows(dsp.kernel) || overlaps(out, src, ctx.cap) {
-            return Ok(None);
-        }
-        readers.push(i);
+        readers.push((i, form(dsp).filter(|_| !overlaps(out, src, ctx.cap))?));
     }
-    if readers.is_empty() {
-        return Ok(None);
-    }
-    for i in readers {
-        dispatches[i] = Params(dispatches[i].params).region(2, view)?.done(dispatches[i].kernel);
-    }
-    Ok(Some(at))
+    (!readers.is_empty()).then_some(readers)
 }
 
 /// Ops whose every reader of their main input is a projection of it (a dense dispatch reading
@@ -162,12 +158,14 @@ fn projections_only(op: &Op) -> bool {
     }
 }
 
-/// Whether a LayerNorm is plain: γ all ones and no β (or a zero one), as the converter leaves a
-/// norm whose affine part it folded into the projections reading it. Only such a norm runs as a
-/// prologue: the kernels read no γ or β.
+/// Whether a LayerNorm is plain ([`kestrel_format::ops::LayerNorm::is_plain`], on f32 values):
+/// only such a norm runs as a prologue, the kernels reading no γ or β.
 fn plain_norm(ctx: &Ctx<'_, '_>, ln: &kestrel_format::ops::LayerNorm) -> bool {
-    let all = |id: TensorId, v: f32| {
-        ctx.file.weight(id).ok().and_then(|w| w.as_f32()).is_some_and(|x| x.iter().all(|&e| e == v))
+    let values = |id: TensorId| ctx.file.weight(id).ok().and_then(|w| w.as_f32());
+    let beta = match ln.beta.map(values) {
+        Some(None) => return false,
+        Some(b) => b,
+        None => None,
     };
-    all(ln.gamma, 1.0) && ln.beta.is_none_or(|b| all(b, 0.0))
+    values(ln.gamma).is_some_and(|g| kestrel_format::ops::LayerNorm::is_plain(g, beta))
 }

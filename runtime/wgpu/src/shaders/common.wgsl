@@ -348,20 +348,38 @@ const TILE_CH: u32 = 8u;
 var<workgroup> tile_x: array<V4, 256>;
 var<workgroup> tile_w: array<V4, 256>;
 
-// One staged step of a tile: this thread's rows tr + 8i × columns to + 8j, the chunks summed in
+// A tiled kernel's workgroup (`dense_tile`, `matmul_tile`, `conv2d_tile`): one whole tile, so
+// `live` is the same for all its threads and all or none of them reach the barriers; its sample
+// s and tile index. Each thread stages chunk `col` of the tile's items row, row + 8, row + 16,
+// row + 24, and computes rows row + 8i × columns col + 8j (`tile_step`).
+struct TileAt {
+    live: bool,
+    s: u32,
+    tile: u32,
+    row: u32,
+    col: u32,
+}
+
+fn tile_at(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> TileAt {
+    let first = (wid.y * nwg.x + wid.x) * WG;
+    let per = pu(1u);
+    return TileAt(first < total_threads(), first / per, (first % per) / WG, lid / TILE_CH, lid % TILE_CH);
+}
+
+// One staged step of a tile: this thread's rows row + 8i × columns col + 8j, the chunks summed in
 // order (one `dot_v4` each).
-fn tile_step(acc: Block4, tr: u32, to: u32) -> Block4 {
+fn tile_step(acc: Block4, row: u32, col: u32) -> Block4 {
     var a = acc;
     for (var ch = 0u; ch < TILE_CH; ch++) {
         let b = ch * TILE;
-        let w0 = tile_w[b + to];
-        let w1 = tile_w[b + to + 8u];
-        let w2 = tile_w[b + to + 16u];
-        let w3 = tile_w[b + to + 24u];
-        a.a0 += row4(tile_x[b + tr], w0, w1, w2, w3);
-        a.a1 += row4(tile_x[b + tr + 8u], w0, w1, w2, w3);
-        a.a2 += row4(tile_x[b + tr + 16u], w0, w1, w2, w3);
-        a.a3 += row4(tile_x[b + tr + 24u], w0, w1, w2, w3);
+        let w0 = tile_w[b + col];
+        let w1 = tile_w[b + col + 8u];
+        let w2 = tile_w[b + col + 16u];
+        let w3 = tile_w[b + col + 24u];
+        a.a0 += row4(tile_x[b + row], w0, w1, w2, w3);
+        a.a1 += row4(tile_x[b + row + 8u], w0, w1, w2, w3);
+        a.a2 += row4(tile_x[b + row + 16u], w0, w1, w2, w3);
+        a.a3 += row4(tile_x[b + row + 24u], w0, w1, w2, w3);
     }
     return a;
 }
@@ -387,12 +405,7 @@ fn dense_w(o: u32) -> WRow {
 // consecutive threads per output, each summing every lanes-th four-column chunk. Threads past
 // the end (live false, acc 0) still take part in the reductions that follow.
 struct SplitItem {
-    live: bool,
-    lanes: u32,
-    lane: u32,
-    s: u32,
-    l: u32,
-    o: u32,
+    p: SplitPos,
     acc: f32,
 }
 
@@ -416,7 +429,7 @@ fn dense_split_item(g: u32, lid: u32, mode: u32) -> SplitItem {
             acc = wdot_part(wr.w, wr.r, xb + r * inp, 1u, inp, p.lane, p.lanes);
         }
     }
-    return SplitItem(p.live, p.lanes, p.lane, p.s, p.l, p.o, acc);
+    return SplitItem(p, acc);
 }
 
 // Where thread g (local index lid) of a lane-split dense dispatch works: its output's sample s,
@@ -506,16 +519,11 @@ fn dense_split_ln_item(g: u32, lid: u32) -> SplitLnItem {
             acc += vec4<f32>(dot(xv, wv), wv.x + wv.y + wv.z + wv.w, xv.x + xv.y + xv.z + xv.w, dot(xv, xv));
         }
     }
-    return SplitLnItem(p.live, p.lanes, p.lane, p.s, p.l, p.o, acc);
+    return SplitLnItem(p, acc);
 }
 
 struct SplitLnItem {
-    live: bool,
-    lanes: u32,
-    lane: u32,
-    s: u32,
-    l: u32,
-    o: u32,
+    p: SplitPos,
     acc: vec4<f32>,
 }
 
@@ -524,7 +532,7 @@ fn dense_split_ln_finish(it: SplitLnItem, sums: vec4<f32>) {
     let inv = 1.0 / f32(pu(6u));
     let m = sums.z * inv;
     let rstd = 1.0 / sqrt(max(sums.w * inv - m * m, 0.0) + pf(44u));
-    dense_finish(it.s, it.l, it.o, (sums.x - m * sums.y) * rstd);
+    dense_finish(it.p.s, it.p.l, it.p.o, (sums.x - m * sums.y) * rstd);
 }
 
 // The end of every dense kernel's output: bias, activation, the fused residual, and the write,

@@ -167,7 +167,7 @@ fn conv2d_block(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
 // k = (ci, ky, kx). One workgroup per (sample, group, 32-pixel tile, 32-channel tile); per step of
 // 32 taps, the tile's 32 pixels' taps (gathered from the input, 0 in the padding) and 32 output
 // channels' weights (dequantised) are staged in workgroup memory, chunk-major, and every thread
-// takes 4 pixels (tr + 8i) × 4 channels (to + 8j) from there. Products in four-tap chunks
+// takes 4 pixels (row + 8i) × 4 channels (col + 8j) from there. Products in four-tap chunks
 // (`dot_v4`). Pixels and channels past the end are read clamped and not written.
 // per = groups · ⌈oh·ow / 32⌉ · ⌈(o / groups) / 32⌉ · WG; same parameters as `conv2d`.
 
@@ -192,15 +192,14 @@ fn conv_tap(x: u32, c0: u32, k: u32, oy: u32, ox: u32) -> f32 {
 @compute @workgroup_size(64)
 fn conv2d_tile(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_id) lid3: vec3<u32>) {
-    // A workgroup is one whole tile: the test is uniform.
-    let first = (wid.y * nwg.x + wid.x) * WG;
-    if first >= total_threads() {
+    let at = tile_at(wid, nwg, lid3.x);
+    if !at.live {
         return;
     }
-    let lid = lid3.x;
-    let per = pu(1u);
-    let s = first / per;
-    let tile = (first % per) / WG;
+    let s = at.s;
+    let tile = at.tile;
+    let row = at.row;
+    let col = at.col;
     let c = pu(4u);
     let o = pu(7u);
     let groups = pu(16u);
@@ -219,15 +218,11 @@ fn conv2d_tile(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let oc0 = grp * n;
     let x = pu(2u) + s * c * pu(5u) * pu(6u);
     let wt = wdesc(20u);
-    let lc = lid % 8u;
-    let li = lid / 8u;
-    let tr = lid / 8u;
-    let to = lid % 8u;
     var a = Block4(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
     for (var k0 = 0u; k0 < kk; k0 += 32u) {
-        let k = k0 + 4u * lc;
+        let k = k0 + 4u * col;
         for (var q = 0u; q < 4u; q++) {
-            let item = li + 8u * q;
+            let item = row + 8u * q;
             let p = min(p0 + item, m - 1u);
             let oy = p / ow;
             let ox = p % ow;
@@ -240,18 +235,18 @@ fn conv2d_tile(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
                     wv[u] = wget(wt, oc, k + u);
                 }
             }
-            tile_x[lc * TILE + item] = to_v4(xv);
-            tile_w[lc * TILE + item] = to_v4(wv);
+            tile_x[col * TILE + item] = to_v4(xv);
+            tile_w[col * TILE + item] = to_v4(wv);
         }
         workgroupBarrier();
-        a = tile_step(a, tr, to);
+        a = tile_step(a, row, col);
         workgroupBarrier();
     }
     let y = pu(3u) + s * o * m;
-    conv_tile_store(y, p0 + tr, oc0, n0 + to, m, n, a.a0);
-    conv_tile_store(y, p0 + tr + 8u, oc0, n0 + to, m, n, a.a1);
-    conv_tile_store(y, p0 + tr + 16u, oc0, n0 + to, m, n, a.a2);
-    conv_tile_store(y, p0 + tr + 24u, oc0, n0 + to, m, n, a.a3);
+    conv_tile_store(y, p0 + row, oc0, n0 + col, m, n, a.a0);
+    conv_tile_store(y, p0 + row + 8u, oc0, n0 + col, m, n, a.a1);
+    conv_tile_store(y, p0 + row + 16u, oc0, n0 + col, m, n, a.a2);
+    conv_tile_store(y, p0 + row + 24u, oc0, n0 + col, m, n, a.a3);
 }
 
 // Pixel p's channels n0, n0 + 8, n0 + 16, n0 + 24 of the group (those in range): bias,

@@ -19,19 +19,7 @@
 @compute @workgroup_size(64)
 fn dense(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
-    if g >= total_threads() {
-        return;
-    }
-    let per = pu(1u);
-    let s = g / per;
-    let l = g % per;
-    let inp = pu(6u);
-    let out = pu(7u);
-    let r = l / out;
-    let o = l % out;
-    let wr = dense_w(o);
-    dense_finish(s, l, o, wdot_part(wr.w, wr.r, pu(2u) + s * pu(3u) + r * inp, 1u, inp, 0u, 1u));
+    dense_body(thread_index(wid, nwg, lid), false);
 }
 
 // `dense_ln`: `dense` on the rows of a LayerNorm's input, normalised as they are read (the norm
@@ -41,7 +29,11 @@ fn dense(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
 @compute @workgroup_size(64)
 fn dense_ln(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
+    dense_body(thread_index(wid, nwg, lid), true);
+}
+
+// One output per thread; `norm` (a constant at each call) as in `dense_block_body`.
+fn dense_body(g: u32, norm: bool) {
     if g >= total_threads() {
         return;
     }
@@ -53,6 +45,10 @@ fn dense_ln(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let o = l % out;
     let wr = dense_w(o);
     let x = pu(2u) + s * pu(3u) + (l / out) * inp;
+    if !norm {
+        dense_finish(s, l, o, wdot_part(wr.w, wr.r, x, 1u, inp, 0u, 1u));
+        return;
+    }
     let st = ln_stats(x, inp);
     var acc = 0.0;
     for (var c = 0u; c < inp; c += 4u) {
@@ -80,14 +76,14 @@ fn dense_split_patch(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
 fn dense_split_body(g: u32, lid: u32, mode: u32) {
     let it = dense_split_item(g, lid, mode);
     part[lid] = it.acc;
-    for (var h = it.lanes / 2u; h > 0u; h /= 2u) {
+    for (var h = it.p.lanes / 2u; h > 0u; h /= 2u) {
         workgroupBarrier();
-        if it.lane < h {
+        if it.p.lane < h {
             part[lid] += part[lid + h];
         }
     }
-    if it.live && it.lane == 0u {
-        dense_finish(it.s, it.l, it.o, part[lid]);
+    if it.p.live && it.p.lane == 0u {
+        dense_finish(it.p.s, it.p.l, it.p.o, part[lid]);
     }
 }
 
@@ -100,13 +96,13 @@ fn dense_split_ln(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let it = dense_split_ln_item(thread_index(wid, nwg, lid3), lid3.x);
     let lid = lid3.x;
     part4[lid] = it.acc;
-    for (var h = it.lanes / 2u; h > 0u; h /= 2u) {
+    for (var h = it.p.lanes / 2u; h > 0u; h /= 2u) {
         workgroupBarrier();
-        if it.lane < h {
+        if it.p.lane < h {
             part4[lid] += part4[lid + h];
         }
     }
-    if it.live && it.lane == 0u {
+    if it.p.live && it.p.lane == 0u {
         dense_split_ln_finish(it, part4[lid]);
     }
 }
@@ -336,7 +332,7 @@ fn dense_block_store(s: u32, r0: u32, o0: u32, rows: u32, out: u32, a0: vec4<f32
 // 32-row tile, 32-output tile); per step of 32 columns, the tile's x rows and weight rows are
 // staged in workgroup memory once (weights dequantised from their encoding on the way, both
 // converted to the variant's V4), chunk-major so that a warp's reads fall on distinct banks, and
-// every thread takes its 4 rows (tr + 8i) × 4 outputs (to + 8j) from there: 8 global loads per
+// every thread takes its 4 rows (row + 8i) × 4 outputs (col + 8j) from there: 8 global loads per
 // 512 products instead of `dense_block`'s 8 per 64, each global load shared by 32 threads. Sums
 // run over the chunks in order, as in `dense`, so each output rounds the same way (chunks past
 // the last whole one are staged as zeros, adding +0). Rows and outputs past the end are read
@@ -364,16 +360,14 @@ fn wchunk(w: Wd, o: u32, c: u32) -> vec4<f32> {
 @compute @workgroup_size(64)
 fn dense_tile(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_id) lid3: vec3<u32>) {
-    // A workgroup is one whole tile (per is a multiple of WG): the test is uniform, so the
-    // barriers below are reached by all or none of its threads.
-    let first = (wid.y * nwg.x + wid.x) * WG;
-    if first >= total_threads() {
+    let at = tile_at(wid, nwg, lid3.x);
+    if !at.live {
         return;
     }
-    let lid = lid3.x;
-    let per = pu(1u);
-    let s = first / per;
-    let tile = (first % per) / WG;
+    let s = at.s;
+    let tile = at.tile;
+    let row = at.row;
+    let col = at.col;
     let inp = pu(6u);
     let out = pu(7u);
     let rows = pu(14u);
@@ -383,40 +377,34 @@ fn dense_tile(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     let xb = pu(2u) + s * pu(3u);
     let w = wdesc(16u);
     let full = inp & ~3u;
-    // Staging: this thread loads chunk `lc` of tile rows/outputs li, li + 8, li + 16, li + 24.
-    let lc = lid % TILE_CH;
-    let li = lid / TILE_CH;
-    // Computing: rows tr + 8i, outputs to + 8j of the tile.
-    let tr = lid / 8u;
-    let to = lid % 8u;
     var a = Block4(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
     for (var k = 0u; k < full; k += 4u * TILE_CH) {
-        let c = k + 4u * lc;
+        let c = k + 4u * col;
         for (var q = 0u; q < 4u; q++) {
-            let item = li + 8u * q;
+            let item = row + 8u * q;
             var xv = V4(0.0);
             var wv = V4(0.0);
             if c < full {
                 xv = act4(xb + min(rt + item, rows - 1u) * inp + c);
                 wv = to_v4(wchunk(w, min(ot + item, out - 1u), c));
             }
-            tile_x[lc * TILE + item] = xv;
-            tile_w[lc * TILE + item] = wv;
+            tile_x[col * TILE + item] = xv;
+            tile_w[col * TILE + item] = wv;
         }
         workgroupBarrier();
-        a = tile_step(a, tr, to);
+        a = tile_step(a, row, col);
         workgroupBarrier();
     }
-    let os = min(vec4<u32>(ot + to) + vec4<u32>(0u, 8u, 16u, 24u), vec4<u32>(out - 1u));
-    let r = vec4<u32>(rt + tr) + vec4<u32>(0u, 8u, 16u, 24u);
+    let os = min(vec4<u32>(ot + col) + vec4<u32>(0u, 8u, 16u, 24u), vec4<u32>(out - 1u));
+    let r = vec4<u32>(rt + row) + vec4<u32>(0u, 8u, 16u, 24u);
     a.a0 = dense_tail(w, os, xb + min(r.x, rows - 1u) * inp, full, inp, a.a0);
     a.a1 = dense_tail(w, os, xb + min(r.y, rows - 1u) * inp, full, inp, a.a1);
     a.a2 = dense_tail(w, os, xb + min(r.z, rows - 1u) * inp, full, inp, a.a2);
     a.a3 = dense_tail(w, os, xb + min(r.w, rows - 1u) * inp, full, inp, a.a3);
-    dense_tile_store(s, r.x, ot + to, rows, out, a.a0);
-    dense_tile_store(s, r.y, ot + to, rows, out, a.a1);
-    dense_tile_store(s, r.z, ot + to, rows, out, a.a2);
-    dense_tile_store(s, r.w, ot + to, rows, out, a.a3);
+    dense_tile_store(s, r.x, ot + col, rows, out, a.a0);
+    dense_tile_store(s, r.y, ot + col, rows, out, a.a1);
+    dense_tile_store(s, r.z, ot + col, rows, out, a.a2);
+    dense_tile_store(s, r.w, ot + col, rows, out, a.a3);
 }
 
 // Row r's outputs o0, o0 + 8, o0 + 16, o0 + 24 of a tile, those in range.

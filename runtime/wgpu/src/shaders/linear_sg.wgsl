@@ -28,8 +28,8 @@ fn dense_split_patch_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_work
 
 fn dense_split_sg_body(g: u32, lid: u32, sg: u32, mode: u32) {
     let it = dense_split_item(g, lid, mode);
-    let lanes = it.lanes;
-    let lane = it.lane;
+    let lanes = it.p.lanes;
+    let lane = it.p.lane;
     var acc = it.acc;
     // Levels at or above the subgroup size, through workgroup memory (none when lanes ≤ sg).
     var h = lanes / 2u;
@@ -47,8 +47,8 @@ fn dense_split_sg_body(g: u32, lid: u32, sg: u32, mode: u32) {
     for (; h > 0u; h /= 2u) {
         acc += subgroupShuffleXor(acc, h);
     }
-    if it.live && lane == 0u {
-        dense_finish(it.s, it.l, it.o, acc);
+    if it.p.live && lane == 0u {
+        dense_finish(it.p.s, it.p.l, it.p.o, acc);
     }
 }
 
@@ -61,12 +61,12 @@ fn dense_split_ln_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
     let it = dense_split_ln_item(thread_index(wid, nwg, lid3), lid3.x);
     let lid = lid3.x;
     var acc = it.acc;
-    var h = it.lanes / 2u;
+    var h = it.p.lanes / 2u;
     if h >= sg {
         part4_sg[lid] = acc;
         for (; h >= sg; h /= 2u) {
             workgroupBarrier();
-            if it.lane < h {
+            if it.p.lane < h {
                 part4_sg[lid] += part4_sg[lid + h];
             }
         }
@@ -76,7 +76,7 @@ fn dense_split_ln_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
     for (; h > 0u; h /= 2u) {
         acc += subgroupShuffleXor(acc, h);
     }
-    if it.live && it.lane == 0u {
+    if it.p.live && it.p.lane == 0u {
         dense_split_ln_finish(it, acc);
     }
 }

@@ -48,21 +48,20 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
 // (sample, batch item, 32 rows of a × 32 columns of b); per step of 32 k, the tile's a rows and b
 // columns (b read down a column: `n` apart, or contiguous when transposed; a weight dequantised
 // element by element) are staged in workgroup memory as the variant's vectors, zeros past k, and
-// every thread takes rows tr + 8i × columns to + 8j from there (`tile_step`, as `dense_tile`).
+// every thread takes rows row + 8i × columns col + 8j from there (`tile_step`, as `dense_tile`).
 // Same P as `matmul`, plus 35 the output's per-sample stride (batches · m · n);
 // per = batches · ceil(m / 32) · ceil(n / 32) · WG.
 @compute @workgroup_size(64)
 fn matmul_tile(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_id) lid3: vec3<u32>) {
-    // A workgroup is one whole tile: the test is uniform, so all or none reach the barriers.
-    let first = (wid.y * nwg.x + wid.x) * WG;
-    if first >= total_threads() {
+    let at = tile_at(wid, nwg, lid3.x);
+    if !at.live {
         return;
     }
-    let lid = lid3.x;
-    let per = pu(1u);
-    let s = first / per;
-    let tile = (first % per) / WG;
+    let s = at.s;
+    let tile = at.tile;
+    let row = at.row;
+    let col = at.col;
     let m = pu(8u);
     let k = pu(9u);
     let n = pu(10u);
@@ -86,44 +85,40 @@ fn matmul_tile(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let sb = select(n, 1u, tb);
     let weight = pu(4u) == 1u;
     let bb = select(pu(5u) + s * pu(6u) + ob, ob, weight);
-    let lc = lid % TILE_CH;
-    let li = lid / TILE_CH;
-    let tr = lid / 8u;
-    let to = lid % 8u;
     var acc = Block4(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
     for (var k0 = 0u; k0 < k; k0 += 4u * TILE_CH) {
-        let c = k0 + 4u * lc;
+        let c = k0 + 4u * col;
         for (var q = 0u; q < 4u; q++) {
-            let item = li + 8u * q;
+            let item = row + 8u * q;
             let a_row = ab + min(rt + item, m - 1u) * k;
-            let col = min(ct + item, n - 1u);
-            let b_col = bb + select(col, col * k, tb);
+            let bc = min(ct + item, n - 1u);
+            let b_col = bb + select(bc, bc * k, tb);
             var xv = vec4<f32>(0.0);
             var wv = vec4<f32>(0.0);
             for (var e = 0u; e < 4u; e++) {
                 if c + e < k {
                     xv[e] = act[a_row + c + e];
-                    let at = b_col + (c + e) * sb;
+                    let bw = b_col + (c + e) * sb;
                     if weight {
-                        wv[e] = wflat(wdesc(31u), at);
+                        wv[e] = wflat(wdesc(31u), bw);
                     } else {
-                        wv[e] = act[at];
+                        wv[e] = act[bw];
                     }
                 }
             }
-            tile_x[lc * TILE + item] = to_v4(xv);
-            tile_w[lc * TILE + item] = to_v4(wv);
+            tile_x[col * TILE + item] = to_v4(xv);
+            tile_w[col * TILE + item] = to_v4(wv);
         }
         workgroupBarrier();
-        acc = tile_step(acc, tr, to);
+        acc = tile_step(acc, row, col);
         workgroupBarrier();
     }
     let y = pu(7u) + s * pu(35u) + bmn;
-    let r = vec4<u32>(rt + tr) + vec4<u32>(0u, 8u, 16u, 24u);
-    matmul_tile_store(y, r.x, ct + to, m, n, acc.a0);
-    matmul_tile_store(y, r.y, ct + to, m, n, acc.a1);
-    matmul_tile_store(y, r.z, ct + to, m, n, acc.a2);
-    matmul_tile_store(y, r.w, ct + to, m, n, acc.a3);
+    let r = vec4<u32>(rt + row) + vec4<u32>(0u, 8u, 16u, 24u);
+    matmul_tile_store(y, r.x, ct + col, m, n, acc.a0);
+    matmul_tile_store(y, r.y, ct + col, m, n, acc.a1);
+    matmul_tile_store(y, r.z, ct + col, m, n, acc.a2);
+    matmul_tile_store(y, r.w, ct + col, m, n, acc.a3);
 }
 
 // Row r's columns c0, c0 + 8, c0 + 16, c0 + 24 of a tile, those in range.
