@@ -144,6 +144,31 @@ proptest! {
         }
     }
 
+    /// Special values through the vector GELU: +∞ and huge inputs pass through, NaN stays NaN
+    /// (the reciprocal's Newton step must not turn ∞ · 0 into NaN).
+    #[test]
+    fn gelu_specials(_x in 0..1i32) {
+        for isa in isas() {
+            let mut got = [f32::INFINITY, f32::NAN, 1e30, 3e38, -1e30];
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: supported ISAs only.
+            unsafe {
+                if isa == Isa::Avx512 {
+                    simd::x86::gelu_avx512(&mut got)
+                } else {
+                    simd::x86::gelu(&mut got)
+                }
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            got.iter_mut().for_each(|v| *v = kestrel_cpu::math::gelu(*v));
+            prop_assert_eq!(got[0], f32::INFINITY, "{}", isa.name());
+            prop_assert!(got[1].is_nan(), "{}", isa.name());
+            prop_assert!((got[2] / 1e30 - 1.0).abs() <= 3e-5, "{} {}", isa.name(), got[2]);
+            prop_assert!((got[3] / 3e38 - 1.0).abs() <= 3e-5, "{} {}", isa.name(), got[3]);
+            prop_assert_eq!(got[4], 0.0, "{}", isa.name());
+        }
+    }
+
     /// The vectorised σ and SiLU (`x·σ(x)`, one pass) of every ISA against f64, element by
     /// element within 1e-6 relative plus 1e-30 (results that underflow f32's normal range):
     /// saturating arguments (e^−x over- and underflowing), tiny ones, lengths that leave SIMD
@@ -403,6 +428,15 @@ fn check_q8(rows: usize, out: usize, cols: usize, x: &[f32], w: &[i8]) {
     );
     let expect: Vec<f32> = want.iter().enumerate().map(|(i, &a)| a as f32 * scales[i % out] * 0.25).collect();
     assert_eq!(y, expect, "linear_q8 int8, rows {rows} out {out} cols {cols}");
+    // With an f32 bias (the packed GEMM finishes in its tiles where it can): the same order,
+    // `(sum · scale) · x_scale + bias`, bit for bit.
+    let bias: Vec<f32> = (0..out).map(|o| o as f32 * 0.37 - 5.0).collect();
+    let bv = WeightView::f32(1, out, &bias).unwrap();
+    let mut y = vec![f32::NAN; rows * out];
+    let relu = kestrel_format::ops::Activation::Relu;
+    kestrel_cpu::kernels::linear::linear_q8(x, rows, &wv, Some(&bv), relu, 1.0 / inv, &mut y);
+    let expect: Vec<f32> = expect.iter().enumerate().map(|(i, &v)| (v + bias[i % out]).max(0.0)).collect();
+    assert_eq!(y, expect, "linear_q8 int8 + bias + relu, rows {rows} out {out} cols {cols}");
     let mut ran = false;
     #[cfg(target_arch = "x86_64")]
     {

@@ -232,7 +232,41 @@ pub fn linear_q8(
     debug_assert_eq!(x.len(), rows * inp);
     debug_assert_eq!(y.len(), rows * out);
     let inv = 1.0 / x_scale;
+    if let Some(fin) = fused_finish(w, b, rows, x_scale) {
+        // The weight scale, activation scale and bias inside the integer kernel's tiles; the
+        // activation after. (From 4 rows `split` divides by rows only, so every part sees all
+        // of `w` and `fin` is whole.)
+        let body = |xs: &[f32], r: usize, ws: &WeightView<'_>, ys: &mut [f32]| {
+            let kestrel_format::WeightData::I8 { q, .. } = ws.data() else { unreachable!("fused_finish: int8") };
+            if !super::simd::q8_dense_i8(xs, r, inv, q, inp, out, &fin, ys) {
+                q8_body(xs, r, ws, inv, ys);
+                let epi = Epilogue { b, act: Activation::None, scale: x_scale };
+                epi.apply(r, 0, ys);
+            }
+        };
+        return split(x, rows, w, y, &body, &Epilogue { b: None, act, scale: 1.0 });
+    }
     split(x, rows, w, y, &|xs, r, ws, ys| q8_body(xs, r, ws, inv, ys), &Epilogue { b, act, scale: x_scale });
+}
+
+/// The in-kernel finish of [`linear_q8`] ([`super::simd::Q8Finish`]) where it applies: int8
+/// weights (inputs within the exact i32 range), an f32 bias or none, and at least
+/// [`super::simd::Q8_FUSED_MIN_ROWS`] rows.
+fn fused_finish<'a>(
+    w: &WeightView<'a>,
+    b: Option<&WeightView<'a>>,
+    rows: usize,
+    x_scale: f32,
+) -> Option<super::simd::Q8Finish<'a>> {
+    let kestrel_format::WeightData::I8 { scales, .. } = w.data() else { return None };
+    if rows < super::simd::Q8_FUSED_MIN_ROWS || w.cols() == 0 || w.cols() > super::simd::Q8_EXACT_MAX_COLS {
+        return None;
+    }
+    let bias = match b {
+        None => None,
+        Some(bv) => Some(bv.as_f32().filter(|f| f.len() >= w.rows())?),
+    };
+    Some(super::simd::Q8Finish { scales, x_scale, bias })
 }
 
 /// `y = q(x) · W_qᵀ` times the weight scales (the activation scale, bias and activation come

@@ -105,6 +105,9 @@ pub fn layer_norm(
     if p.inner > 1 {
         return channels(p, g, b, x, y, stats);
     }
+    if super::simd::layer_norm_rows(&x[..p.rows * d], &mut y[..p.rows * d], d, g, b, p.eps) {
+        return;
+    }
     let inv_d = 1.0 / d as f32;
     for (xr, yr) in x[..p.rows * d].chunks_exact(d).zip(y[..p.rows * d].chunks_exact_mut(d)) {
         let mean = sum_lanes(xr, |v| v) * inv_d;

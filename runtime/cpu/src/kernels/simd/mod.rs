@@ -233,6 +233,23 @@ pub fn gelu(y: &mut [f32]) {
     }
 }
 
+/// Layer norm over rows of `d` contiguous features with γ and β decoded (`g`, `b`), where the
+/// CPU has a vector kernel (AVX-512: [`x86::layer_norm_rows_avx512`]); false elsewhere (the
+/// caller's portable loop runs).
+#[inline]
+pub fn layer_norm_rows(x: &[f32], y: &mut [f32], d: usize, g: &[f32], b: &[f32], eps: f32) -> bool {
+    debug_assert!(x.len() == y.len() && x.len().is_multiple_of(d.max(1)) && g.len() >= d && b.len() >= d);
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512F (and AVX2/FMA) detected; lengths as asserted by the callers.
+        Isa::Avx512 if d > 0 && g.len() >= d && b.len() >= d && x.len() == y.len() => {
+            unsafe { x86::layer_norm_rows_avx512(x, y, d, g, b, eps) };
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Softmax of `row` in place (maximum subtracted before exp). x86 (AVX2 and up): a vectorised
 /// exp (Cephes polynomial, ≤ 2 ulp); elsewhere libm's `expf`.
 #[inline]
@@ -655,6 +672,48 @@ pub fn q8_accumulate_i8(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize,
         }
         _ => {
             let _ = (x, rows, inv, w, cols, out, acc);
+            false
+        }
+    }
+}
+
+/// Rows from which [`q8_dense_i8`] may finish inside the kernel (the AVX-512 packed GEMM's side
+/// of its GEMV line); `linear_q8` splits such layers across threads by rows only.
+pub const Q8_FUSED_MIN_ROWS: usize = 4;
+
+/// How [`q8_dense_i8`] turns a row's exact integer sums into f32 outputs:
+/// `y[o] = f32(Σ) · scales[o] · x_scale (+ bias[o])`, the operation order of `linear_q8`'s
+/// portable path (the weight scale, then the activation scale, then the bias).
+pub struct Q8Finish<'a> {
+    /// One scale per output (the int8 weight rows' scales).
+    pub scales: &'a [f32],
+    /// The calibrated activation scale.
+    pub x_scale: f32,
+    /// f32 bias per output, if any.
+    pub bias: Option<&'a [f32]>,
+}
+
+/// `y = (q(x) · W_qᵀ) · scales · x_scale + bias` (int8 weights, `y` overwritten) with the exact
+/// sums finished inside the integer GEMM's tiles, where the CPU has such a kernel for this shape
+/// (AVX-512 VNNI, from 4 rows); false, touching nothing, elsewhere (the caller accumulates with
+/// [`q8_accumulate_i8`] and finishes in a pass of its own: the same f32 values).
+#[allow(clippy::too_many_arguments)]
+pub fn q8_dense_i8(
+    x: &[f32],
+    rows: usize,
+    inv: f32,
+    w: &[i8],
+    cols: usize,
+    out: usize,
+    fin: &Q8Finish<'_>,
+    y: &mut [f32],
+) -> bool {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512F/BW/VNNI and AVX2/FMA/F16C detected; the kernel checks lengths.
+        Isa::Avx512 if has_avx512_vnni() => unsafe { x86::q8_dense_i8_avx512vnni(x, rows, inv, w, cols, out, fin, y) },
+        _ => {
+            let _ = (x, rows, inv, w, cols, out, fin, y);
             false
         }
     }

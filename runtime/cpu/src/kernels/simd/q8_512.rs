@@ -88,7 +88,7 @@ unsafe fn quantize_u8(x: *const f32, n: usize, inv: f32, out: *mut u8) {
             let t = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(v, v), t);
             let t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);
             let u = _mm512_add_epi32(_mm512_cvtps_epi32(t), off);
-            _mm_mask_storeu_epi8(out.add(i).cast(), m, _mm512_cvtepi32_epi8(u));
+            _mm512_mask_cvtepi32_storeu_epi8(out.add(i).cast(), m, u);
             i += 16;
         }
     }
@@ -165,13 +165,15 @@ unsafe fn pack(q: *const i8, cols: usize, o0: usize, nrows: usize, k0: usize, kn
 }
 
 /// One tile: `M` rows (quantised in `xb`, row stride [`KC`]) × the packed panel `wp` over
-/// `k4n` groups of 4 inputs, added (less the offset `ws`) to `acc` rows at stride `ldy`, first
-/// `ncols` (≤ 32) columns.
+/// `k4n` groups of 4 inputs, less the offset `ws`, into `acc` rows at stride `ldy`, first
+/// `ncols` (≤ 32) columns: added to what they hold (`load`) or stored, as i32 sums or, with
+/// `fin`, finished to f32 ([`PanelFinish`]) in the same memory.
 ///
 /// # Safety
 /// AVX-512F/BW/VNNI in the caller; `xb` readable for `M` rows of `4·k4n` bytes at stride `KC`;
 /// `wp` for `k4n · 32` words; `acc` writable for `M` rows of `ncols` at stride `ldy`.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn tile<const M: usize>(
     xb: *const u8,
     wp: *const i32,
@@ -180,6 +182,8 @@ unsafe fn tile<const M: usize>(
     acc: *mut i32,
     ldy: usize,
     ncols: usize,
+    load: bool,
+    fin: Option<&PanelFinish>,
 ) {
     // SAFETY: per the contract.
     unsafe {
@@ -193,14 +197,62 @@ unsafe fn tile<const M: usize>(
                 ai[1] = _mm512_dpbusd_epi32(ai[1], x, b1);
             }
         }
-        let (m0, m1) = (mask16(ncols), mask16(ncols.saturating_sub(16)));
+        let masks = [mask16(ncols), mask16(ncols.saturating_sub(16))];
         for (i, ai) in a.iter().enumerate() {
-            let p = acc.add(i * ldy);
-            let v0 = _mm512_maskz_loadu_epi32(m0, p);
-            _mm512_mask_storeu_epi32(p, m0, _mm512_add_epi32(v0, _mm512_sub_epi32(ai[0], ws[0])));
-            if m1 != 0 {
-                let v1 = _mm512_maskz_loadu_epi32(m1, p.add(16));
-                _mm512_mask_storeu_epi32(p.add(16), m1, _mm512_add_epi32(v1, _mm512_sub_epi32(ai[1], ws[1])));
+            for h in 0..2 {
+                let (m, p) = (masks[h], acc.add(i * ldy + 16 * h));
+                if m == 0 {
+                    continue;
+                }
+                let mut v = _mm512_sub_epi32(ai[h], ws[h]);
+                if load {
+                    v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(m, p));
+                }
+                match fin {
+                    None => _mm512_mask_storeu_epi32(p, m, v),
+                    Some(f) => _mm512_mask_storeu_ps(p.cast(), m, f.apply(h, v)),
+                }
+            }
+        }
+    }
+}
+
+/// The finish of one panel of 32 outputs: `y = f32(Σ) · scale[o] · x_scale + bias[o]`, in the
+/// portable path's operation order (two roundings of products, then the bias), so the f32
+/// results equal `linear_q8`'s portable loop bit for bit.
+struct PanelFinish {
+    scale: [__m512; 2],
+    xs: __m512,
+    bias: Option<[__m512; 2]>,
+}
+
+impl PanelFinish {
+    /// Outputs `o0..o0+n` (n ≤ 32) of `fin`.
+    ///
+    /// # Safety
+    /// AVX-512F in the caller; `fin.scales` (and `fin.bias`) hold at least `o0 + n` values.
+    #[inline(always)]
+    unsafe fn new(fin: &super::Q8Finish<'_>, o0: usize, n: usize) -> PanelFinish {
+        // SAFETY: masked loads of the n values at o0 (per the contract).
+        unsafe {
+            let ld = |v: &[f32]| {
+                [
+                    _mm512_maskz_loadu_ps(mask16(n), v.as_ptr().add(o0)),
+                    _mm512_maskz_loadu_ps(mask16(n.saturating_sub(16)), v.as_ptr().add(o0 + 16)),
+                ]
+            };
+            PanelFinish { scale: ld(fin.scales), xs: _mm512_set1_ps(fin.x_scale), bias: fin.bias.map(ld) }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn apply(&self, h: usize, v: __m512i) -> __m512 {
+        // SAFETY: AVX-512F in the caller.
+        unsafe {
+            let r = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), self.scale[h]), self.xs);
+            match &self.bias {
+                Some(b) => _mm512_add_ps(r, b[h]),
+                None => r,
             }
         }
     }
@@ -213,8 +265,19 @@ unsafe fn tile<const M: usize>(
 /// AVX-512F/BW/VNNI in the caller; `x.len() >= rows·cols`, `w.len() >= out·cols`,
 /// `acc.len() >= rows·out`.
 #[inline(always)]
-pub(super) unsafe fn gemm(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemm(
+    x: &[f32],
+    rows: usize,
+    inv: f32,
+    w: &[i8],
+    cols: usize,
+    out: usize,
+    acc: &mut [i32],
+    fin: Option<&super::Q8Finish<'_>>,
+) {
     debug_assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
+    debug_assert!(fin.is_none_or(|f| f.scales.len() >= out && f.bias.is_none_or(|b| b.len() >= out)));
     // Not initialised as a whole (16 + 4 KiB of stores per call cost more than a small layer's
     // product): every byte a tile reads is written first — each row's `4·k4n` bytes (the
     // block's inputs, then the offset zero up to the group of 4) and the packed panel's
@@ -235,25 +298,33 @@ pub(super) unsafe fn gemm(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usiz
                     quantize_u8(xp.add((r0 + i) * cols + k0), kn, inv, xbm.add(i * KC));
                     core::ptr::write_bytes(xbm.add(i * KC + kn), 128, 4 * k4n - kn);
                 }
+                // Finishing to f32, the first block stores (the caller's memory is not read:
+                // no zeroing pass) and the last one finishes; otherwise every block adds.
+                let (load, last) = (k0 > 0 || fin.is_none(), k0 + KC >= cols);
                 for o0 in (0..out).step_by(NR) {
                     let nn = NR.min(out - o0);
                     let ws = pack(w.as_ptr(), cols, o0, nn, k0, kn, wpm);
+                    let pf = match fin {
+                        Some(f) if last => Some(PanelFinish::new(f, o0, nn)),
+                        _ => None,
+                    };
+                    let pf = pf.as_ref();
                     let (xbp, wpp) = (xbm.cast_const(), wpm.cast_const());
                     let at = |i: usize| accp.add((r0 + i) * out + o0);
                     let mut i = 0;
                     while i + MR <= rn {
-                        tile::<MR>(xbp.add(i * KC), wpp, k4n, &ws, at(i), out, nn);
+                        tile::<MR>(xbp.add(i * KC), wpp, k4n, &ws, at(i), out, nn, load, pf);
                         i += MR;
                     }
                     let (xr, ar) = (xbp.add(i * KC), at(i));
                     match rn - i {
-                        1 => tile::<1>(xr, wpp, k4n, &ws, ar, out, nn),
-                        2 => tile::<2>(xr, wpp, k4n, &ws, ar, out, nn),
-                        3 => tile::<3>(xr, wpp, k4n, &ws, ar, out, nn),
-                        4 => tile::<4>(xr, wpp, k4n, &ws, ar, out, nn),
-                        5 => tile::<5>(xr, wpp, k4n, &ws, ar, out, nn),
-                        6 => tile::<6>(xr, wpp, k4n, &ws, ar, out, nn),
-                        7 => tile::<7>(xr, wpp, k4n, &ws, ar, out, nn),
+                        1 => tile::<1>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
+                        2 => tile::<2>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
+                        3 => tile::<3>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
+                        4 => tile::<4>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
+                        5 => tile::<5>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
+                        6 => tile::<6>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
+                        7 => tile::<7>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
                         _ => {}
                     }
                 }
@@ -352,7 +423,7 @@ pub(super) unsafe fn gemv(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usiz
             1 => gemv_r::<1, 8>(x, inv, w, cols, out, acc),
             2 => gemv_r::<2, 4>(x, inv, w, cols, out, acc),
             3 => gemv_r::<3, 4>(x, inv, w, cols, out, acc),
-            _ => gemm(x, rows, inv, w, cols, out, acc),
+            _ => gemm(x, rows, inv, w, cols, out, acc, None),
         }
     }
 }

@@ -663,9 +663,41 @@ pub unsafe fn q8_i8_avx512vnni(x: &[f32], rows: usize, inv: f32, w: &[i8], cols:
         if rows < q8_512::GEMV_MAX_ROWS {
             q8_512::gemv(x, rows, inv, w, cols, out, acc)
         } else {
-            q8_512::gemm(x, rows, inv, w, cols, out, acc)
+            q8_512::gemm(x, rows, inv, w, cols, out, acc, None)
         }
     }
+}
+
+const _: () = assert!(q8_512::GEMV_MAX_ROWS == super::Q8_FUSED_MIN_ROWS);
+
+/// `y[r·out + o] = f32(Σ_k q(x[r, k]) · w[o, k]) · scales[o] · x_scale (+ bias[o])`, the exact
+/// sums of [`q8_i8_avx512vnni`] finished to f32 inside the packed GEMM's tiles (no zeroing
+/// pass, no second pass over `y`). `y` is overwritten. For `rows >= q8_512::GEMV_MAX_ROWS` and
+/// `cols > 0`; returns false, touching nothing, otherwise.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX-512BW and AVX-512 VNNI (plus AVX2, FMA, F16C).
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn q8_dense_i8_avx512vnni(
+    x: &[f32],
+    rows: usize,
+    inv: f32,
+    w: &[i8],
+    cols: usize,
+    out: usize,
+    fin: &super::Q8Finish<'_>,
+    y: &mut [f32],
+) -> bool {
+    if rows < q8_512::GEMV_MAX_ROWS || cols == 0 || cols > super::Q8_EXACT_MAX_COLS {
+        return false;
+    }
+    assert!(x.len() >= rows * cols && w.len() >= out * cols && y.len() >= rows * out);
+    assert!(fin.scales.len() >= out && fin.bias.is_none_or(|b| b.len() >= out));
+    let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut y[..rows * out]);
+    // SAFETY: features per the contract; lengths checked.
+    unsafe { q8_512::gemm(x, rows, inv, w, cols, out, acc, Some(fin)) };
+    true
 }
 
 /// `y[r·out + o] = Σ q(x[r, k]) · w[o, k] · scale(o, k / 32)` for int4 weights with the AVX-512
@@ -744,6 +776,7 @@ pub use super::x86_conv::{
 
 // The FMA peak probes and the vectorised GELU/softmax live in `x86_math.rs`.
 pub use super::x86_math::{
-    exp_sub, exp_sub_each, fma_probe_avx2, fma_probe_avx512, gelu, gelu_avx512, sigmoid, sigmoid_avx512, sigmoid_gate,
-    silu, silu_avx512, small_head_avx512, softmax, softmax_scaled_avx512, tanh, PROBE_CHAINS,
+    exp_sub, exp_sub_each, fma_probe_avx2, fma_probe_avx512, gelu, gelu_avx512, layer_norm_rows_avx512, sigmoid,
+    sigmoid_avx512, sigmoid_gate, silu, silu_avx512, small_head_avx512, softmax, softmax_scaled_avx512, tanh,
+    PROBE_CHAINS,
 };

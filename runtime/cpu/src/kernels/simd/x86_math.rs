@@ -376,8 +376,15 @@ unsafe fn erfc16(x: __m512) -> __m512 {
     // SAFETY: AVX-512F available in every caller.
     unsafe {
         let one = _mm512_set1_ps(1.0);
-        let z = _mm512_abs_ps(x);
-        let t = _mm512_div_ps(one, _mm512_fmadd_ps(z, _mm512_set1_ps(0.5), one));
+        // |x| capped at 16 (erfc(16) ≈ 1e-113 is 0 in f32 either way), so that ∞ takes the
+        // Newton step below finite (∞ · 0 would be NaN); NaN stays NaN (`min` returns it).
+        let z = _mm512_min_ps(_mm512_set1_ps(16.0), _mm512_abs_ps(x));
+        // t = 1 / (1 + z/2) by `vrcp14ps` and one Newton step (relative error ~2⁻²⁸ before
+        // rounding, under the fit's own): `vdivps` on 16 lanes cost more than the rest of the
+        // formula together (GELU over an MLP's 8,192 activations: 2.3× faster).
+        let den = _mm512_fmadd_ps(z, _mm512_set1_ps(0.5), one);
+        let r = _mm512_rcp14_ps(den);
+        let t = _mm512_fmadd_ps(r, _mm512_fnmadd_ps(den, r, one), r);
         let mut p = _mm512_set1_ps(ERFC_C[9]);
         for &c in ERFC_C[1..9].iter().rev() {
             p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(c));
@@ -649,4 +656,73 @@ unsafe fn tanh8(x: __m256) -> __m256 {
 pub unsafe fn tanh(v: &mut [f32]) {
     // SAFETY (closure): AVX2/FMA available here.
     map8(v, |x| unsafe { tanh8(x) });
+}
+
+/// `Σ (v − c)^e` over `n` floats at `p` (`e` = 1: `c` is 0; `e` = 2: squares of `v − c`),
+/// 16 lanes and two accumulators, the tail masked. (No closure: a closure's body does not take
+/// its caller's target features and would call every intrinsic out of line.)
+///
+/// # Safety
+/// AVX-512F in the caller; `p` readable for `n` floats.
+#[inline(always)]
+unsafe fn sum16<const SQUARES: bool>(p: *const f32, n: usize, c: f32) -> f32 {
+    // SAFETY: masked loads stay within the n floats.
+    unsafe {
+        let vc = _mm512_set1_ps(c);
+        let term = |v: __m512| {
+            if SQUARES {
+                let d = _mm512_sub_ps(v, vc);
+                _mm512_mul_ps(d, d)
+            } else {
+                v
+            }
+        };
+        let (mut a, mut b) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        let mut i = 0;
+        while i + 32 <= n {
+            a = _mm512_add_ps(a, term(_mm512_loadu_ps(p.add(i))));
+            b = _mm512_add_ps(b, term(_mm512_loadu_ps(p.add(i + 16))));
+            i += 32;
+        }
+        while i < n {
+            let m = if n - i >= 16 { !0 } else { ((1u32 << (n - i)) - 1) as __mmask16 };
+            a = _mm512_add_ps(a, _mm512_maskz_mov_ps(m, term(_mm512_maskz_loadu_ps(m, p.add(i)))));
+            i += 16;
+        }
+        _mm512_reduce_add_ps(_mm512_add_ps(a, b))
+    }
+}
+
+/// Layer norm of `rows` rows of `d` contiguous features (AVX-512F): per row the mean, then
+/// the biased variance of `x − mean` (two passes, as the portable loop), then
+/// `(x − mean) · inv · γ + β` with `inv = 1/√(var + ε)`.
+///
+/// # Safety
+/// AVX-512F (and AVX2/FMA) in the CPU; `x`, `y` hold `rows·d` floats, `g`, `b` hold `d`.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub unsafe fn layer_norm_rows_avx512(x: &[f32], y: &mut [f32], d: usize, g: &[f32], b: &[f32], eps: f32) {
+    let inv_d = 1.0 / d as f32;
+    for (xr, yr) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)) {
+        // SAFETY: every pointer stays within its row (d floats) or g/b (d floats); masked tails.
+        unsafe {
+            let mean = sum16::<false>(xr.as_ptr(), d, 0.0) * inv_d;
+            let var = sum16::<true>(xr.as_ptr(), d, mean) * inv_d;
+            // √ by the VEX instruction: libm's `sqrtf` is the legacy-SSE `sqrtss`, which after
+            // 512-bit code costs a state transition (it made this kernel 6× slower).
+            let sd = _mm_sqrt_ss(_mm_set_ss(var + eps));
+            let (vm, inv) = (_mm512_set1_ps(mean), _mm512_set1_ps(1.0 / _mm_cvtss_f32(sd)));
+            let mut i = 0;
+            while i < d {
+                let m = if d - i >= 16 { !0 } else { ((1u32 << (d - i)) - 1) as __mmask16 };
+                let v = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, xr.as_ptr().add(i)), vm), inv);
+                let o = _mm512_fmadd_ps(
+                    v,
+                    _mm512_maskz_loadu_ps(m, g.as_ptr().add(i)),
+                    _mm512_maskz_loadu_ps(m, b.as_ptr().add(i)),
+                );
+                _mm512_mask_storeu_ps(yr.as_mut_ptr().add(i), m, o);
+                i += 16;
+            }
+        }
+    }
 }
