@@ -322,11 +322,36 @@ fn blocked(
     let (oblk, rest) = rest.split_at_mut(if one { 0 } else { qb * c });
     let sblk = &mut rest[..qb * t];
 
-    let (keys_all, values_all) = project(p, w, rows, x, q, kbuf, vbuf, abuf);
+    // Super with one head, one sequence, not causal: V_hᵀ is `W^A`'s product itself (`vᵀ =
+    // xᵀ W^Aᵀ`, plus b^A per token), written straight into `vt` instead of transposed to `v`
+    // by `align_tokens` and back by the block loop.
+    let direct_vt = match &w.align {
+        Some(a) if one && groups == 1 && !p.causal && w.v.is_none() && abuf.len() >= t * d + t => Some(a),
+        _ => None,
+    };
+    let (keys_all, values_all) = match direct_vt {
+        Some(a) => {
+            let keys = project_qk(p, w, rows, x, q, kbuf);
+            let (xt, bias) = abuf.split_at_mut(td);
+            transpose_into(&x[..td], t, d, xt);
+            matmul_nt(xt, d, &a.w, &mut vt[..td]);
+            if let Some(b) = a.b {
+                let bias = &mut bias[..t];
+                b.decode_into(bias);
+                for vr in vt[..td].chunks_exact_mut(t) {
+                    for (v, &bi) in vr.iter_mut().zip(&*bias) {
+                        *v += bi;
+                    }
+                }
+            }
+            (keys, &[][..])
+        }
+        None => project(p, w, rows, x, q, kbuf, vbuf, abuf),
+    };
 
     for g in 0..groups {
         let keys = &keys_all[g * td..(g + 1) * td];
-        let values = &values_all[g * td..(g + 1) * td];
+        let values = if direct_vt.is_some() { &[][..] } else { &values_all[g * td..(g + 1) * td] };
         let q = &q[g * td..(g + 1) * td];
         let heads_out = &mut heads_out[g * td..(g + 1) * td];
         for h in 0..p.heads {
@@ -334,7 +359,12 @@ fn blocked(
             // Narrow heads over few keys (MobileViT: c = 8, T = 16): scores, softmax and output
             // from registers, no GEMM (whose packing dominates such tiny products). K_hᵀ goes in
             // `vt`; queries, values and outputs are read and written in place at stride d.
-            if t <= SMALL_HEAD && c <= SMALL_HEAD && mask.is_none() && crate::kernels::simd::small_head_available() {
+            if t <= SMALL_HEAD
+                && c <= SMALL_HEAD
+                && mask.is_none()
+                && direct_vt.is_none()
+                && crate::kernels::simd::small_head_available()
+            {
                 for (j, kr) in keys.chunks_exact(d).take(t).enumerate() {
                     for (u, &kv) in kr[col..col + c].iter().enumerate() {
                         vt[u * t + j] = kv;
@@ -373,7 +403,7 @@ fn blocked(
                 let qrows: &[f32] = if one { &q[i0 * d..i1 * d] } else { &qblk[..nb * c] };
                 // V_hᵀ [c, n] for this block's keys (built once per head when every block sees all
                 // T keys).
-                if p.causal || i0 == 0 {
+                if direct_vt.is_none() && (p.causal || i0 == 0) {
                     for u in 0..c {
                         for (j, v) in vt[u * n..(u + 1) * n].iter_mut().enumerate() {
                             *v = values[j * d + col + u];
@@ -462,14 +492,7 @@ fn project<'s>(
     // `rows` = G·T: every sequence's rows at once; Super's token mixing per sequence.
     let (t, d) = (p.t, p.d);
     let n = rows * d;
-    w.q.apply(&x[..n], rows, q);
-    let keys: &[f32] = match &w.k {
-        Some(k) => {
-            k.apply(&x[..n], rows, kbuf);
-            kbuf
-        }
-        None => &x[..n],
-    };
+    let keys = project_qk(p, w, rows, x, q, kbuf);
     let values: &[f32] = match (&w.v, &w.align) {
         (Some(v), _) => {
             v.apply(&x[..n], rows, vbuf);
@@ -484,6 +507,26 @@ fn project<'s>(
         (None, None) => &x[..n],
     };
     (keys, values)
+}
+
+/// [`project`]'s queries (into `q`) and keys (projected into `kbuf`, or `x` itself).
+fn project_qk<'s>(
+    p: &AttentionParams,
+    w: &AttentionWeights<'_>,
+    rows: usize,
+    x: &'s [f32],
+    q: &mut [f32],
+    kbuf: &'s mut [f32],
+) -> &'s [f32] {
+    let n = rows * p.d;
+    w.q.apply(&x[..n], rows, q);
+    match &w.k {
+        Some(k) => {
+            k.apply(&x[..n], rows, kbuf);
+            kbuf
+        }
+        None => &x[..n],
+    }
 }
 
 /// `v = W^A x + b^A` (token mixing). Non-causal with `buf` of `2·T·d` f32: one GEMM
