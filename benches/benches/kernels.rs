@@ -166,7 +166,7 @@ fn mechanisms(c: &mut Criterion) {
             ("efficient", AttentionVariant::Efficient),
             ("super", AttentionVariant::Super),
         ] {
-            let p = AttentionParams { t, d, heads: 1, causal: false, scale, variant };
+            let p = AttentionParams { t, d, heads: 1, causal: false, scale, variant, int8: false };
             let has_k = matches!(variant, AttentionVariant::Standard | AttentionVariant::Optimised);
             let w = AttentionWeights {
                 q: q.view(),

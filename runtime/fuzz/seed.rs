@@ -2,6 +2,7 @@
 //! as the first argument. Run via `seed.sh`.
 
 use kestrel_format::ops::{
+    Internals,
     Activation, Attention, AttentionVariant, Dense, Embedding, LayerNorm, NormAxis, Proj, Reduce,
     ReduceOp, Softmax,
 };
@@ -131,6 +132,7 @@ fn text_attention() -> ModelSpec {
                 o: Proj { w: 4, b: None },
                 mask: None,
                 y: 5,
+                internals: Internals::F32,
             }),
             Op::Reduce(Reduce {
                 x: 5,

@@ -26,7 +26,7 @@ fn tiny(which: usize, dtype: DType) -> Vec<u8> {
             let align = (which == 3).then(|| p(&mut b, t, t));
             let k = (which <= 1).then_some(k);
             let v = (which == 0).then_some(v);
-            b.op(|y| Op::Attention(Attention { x, variant, heads: 2, causal: which % 2 == 1, scale: 0.7, q, k, v, align, o, mask: None, y }))
+            b.op(|y| Op::Attention(Attention { x, variant, heads: 2, causal: which % 2 == 1, scale: 0.7, q, k, v, align, o, mask: None, y, internals: Internals::F32 }))
         }
         4 => {
             let (u, vv) = (p(&mut b, t, 2).w, p(&mut b, t, 2).w);
@@ -42,7 +42,7 @@ fn tiny(which: usize, dtype: DType) -> Vec<u8> {
             let mask = Some(b.input("mask", &[t, t]).unwrap());
             let (k, v) = (Some(k), Some(v));
             let variant = AttentionVariant::Standard;
-            b.op(|y| Op::Attention(Attention { x, variant, heads: 2, causal: false, scale: 0.7, q, k, v, align: None, o, mask, y }))
+            b.op(|y| Op::Attention(Attention { x, variant, heads: 2, causal: false, scale: 0.7, q, k, v, align: None, o, mask, y, internals: Internals::F32 }))
         }
         7 => {
             let k2 = p(&mut b, 2, d);

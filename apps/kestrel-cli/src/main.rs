@@ -79,9 +79,16 @@ enum Command {
         min_memory: bool,
         /// Calibrate int8 activations on these samples (one .npy per model input, samples on
         /// the first axis): dense layers and mechanism input projections with int8/int4 weights
-        /// then multiply in integers. Residual adds, norms and mechanism internals stay f32.
+        /// then multiply in integers. Residual adds, norms and (without --int8-attention) mechanism
+        /// internals stay f32.
         #[arg(long, value_name = "DATA.npy")]
         calibrate: Vec<PathBuf>,
+        /// With --calibrate: fused attention also multiplies its scores and weighted values in
+        /// int8 on the CPU (scales taken at run time; softmax, norms and residuals stay f32).
+        /// The last fifth of the calibration samples is held out, and the report gives the
+        /// cost (top-1 agreement, largest error) against the f32 model and f32 internals.
+        #[arg(long, requires = "calibrate")]
+        int8_attention: bool,
         /// Also run the ONNX model (tract) and the converted model (Kestrel) on the same inputs
         /// and report the differences: on INPUTS.npy if given, else on 4 seeded random samples.
         #[arg(long, value_name = "INPUTS.npy", num_args = 0..=1, default_missing_value = "")]
@@ -161,6 +168,7 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
             keep_first_last,
             min_memory,
             calibrate,
+            int8_attention,
             verify,
             json,
             meta,
@@ -172,6 +180,7 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
                 keep_first_last,
                 calibrate,
                 min_memory,
+                int8_attention,
             };
             let meta = convert::MetaEdit::load(meta.as_deref(), labels.as_deref())?;
             convert::run(w, &onnx, &out, &opts, verify.as_deref().map(std::path::Path::new), json, &meta)

@@ -17,6 +17,7 @@
 
 mod calibrate;
 mod error;
+mod internals;
 mod load;
 mod lower;
 mod npy;
@@ -28,6 +29,7 @@ mod verify;
 
 pub use calibrate::{CalibratedTensor, CalibrationReport};
 pub use error::{Blocker, ConvertError, SUPPORTED};
+pub use internals::{Agreement, InternalsReport};
 pub use kestrel_format::DType;
 pub use npy::{read_npy, write_npy_f32};
 pub use ops_table::{remedy, supported_ops_markdown, OnnxOp, ONNX_OPS};
@@ -57,6 +59,9 @@ pub struct ConvertOptions {
     /// Plan the smallest scratch region (slower kernels: row-at-a-time attention, direct
     /// convolution), for microcontrollers.
     pub min_memory: bool,
+    /// int8 scores and weighted values in every fused attention op (needs `calibrate`: the
+    /// cost is measured on a held-out fifth of its samples, see [`InternalsReport`]).
+    pub int8_attention: bool,
 }
 
 impl Default for ConvertOptions {
@@ -67,6 +72,7 @@ impl Default for ConvertOptions {
             keep_first_last: false,
             calibrate: Vec::new(),
             min_memory: false,
+            int8_attention: false,
         }
     }
 }
@@ -211,12 +217,27 @@ pub fn convert_with(
     for (name, count) in &fusion.fused {
         l.fused.push((name.clone(), *count));
     }
-    let calibration = if opts.calibrate.is_empty() {
-        None
+    let (calibration, int8_internals) = if opts.calibrate.is_empty() {
+        if opts.int8_attention {
+            return Err(ConvertError::Calibrate {
+                expected: "calibration data (--calibrate) with --int8-attention, to measure its cost".into(),
+                found: "none".into(),
+            });
+        }
+        (None, None)
     } else {
         progress.stage("calibrating int8 activations", 0);
         let samples = opts.calibrate.iter().map(read_npy).collect::<Result<Vec<_>, _>>()?;
-        Some(calibrate::calibrate(&mut l.b, &samples)?)
+        if opts.int8_attention {
+            // The last fifth of the samples is held out of calibration to measure the cost on.
+            let f32 = internals::f32_model(&l.b);
+            let (cal, held) = internals::split(&samples);
+            let c = calibrate::calibrate(&mut l.b, &cal)?;
+            progress.stage("int8 attention internals: measuring the accuracy cost", 0);
+            (Some(c), Some(internals::apply(&mut l.b, &f32, &cal, held.as_deref())?))
+        } else {
+            (Some(calibrate::calibrate(&mut l.b, &samples)?), None)
+        }
     };
     progress.stage("encoding weights, planning memory", 0);
     let kes = l.b.build()?;
@@ -249,6 +270,7 @@ pub fn convert_with(
         fusion_rejected: fusion.rejected,
         merged_duplicates: fusion.merged_duplicates,
         calibration,
+        int8_internals,
         params: weights.iter().map(|w| w.shape.iter().product::<usize>() as u64).sum(),
         arena_bytes_per_sample: plan.arena_bytes_per_sample,
         scratch_bytes: plan.scratch_bytes,

@@ -47,6 +47,9 @@ pub struct Report {
     /// Static int8 activation scales (`--calibrate`), if asked for.
     #[serde(default)]
     pub calibration: Option<crate::CalibrationReport>,
+    /// int8 attention internals (`--int8-attention`) and their measured cost, if asked for.
+    #[serde(default)]
+    pub int8_internals: Option<crate::InternalsReport>,
     /// Parameters (elements of every weight).
     pub params: u64,
     /// Activation arena bytes per sample.
@@ -104,6 +107,32 @@ impl Report {
             }
             for name in &c.uncalibrated {
                 let _ = writeln!(s, "  {name:<30} zero on every sample: not calibrated, its consumers stay f32");
+            }
+        }
+        if let Some(r) = &self.int8_internals {
+            let _ = writeln!(s, "int8 attention internals: {} attention op(s); cost measured:", r.attention_ops);
+            let rows = [
+                ("calibration samples, vs the f32 model", Some(&r.calibration_vs_f32)),
+                ("held-out samples, vs the f32 model", r.held_out_vs_f32.as_ref()),
+                ("calibration samples, vs f32 internals", Some(&r.calibration_vs_f32_internals)),
+                ("held-out samples, vs f32 internals", r.held_out_vs_f32_internals.as_ref()),
+            ];
+            for (what, a) in rows {
+                match a {
+                    Some(a) => {
+                        let _ = writeln!(
+                            s,
+                            "  {what:<40} {:>5} samples: top-1 agreement {:.2} %, max abs err {:.3e} (rel {:.3e})",
+                            a.samples,
+                            a.top1_agreement * 100.0,
+                            a.max_abs_err,
+                            a.max_rel_err
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(s, "  {what:<40} none held out (one calibration sample)");
+                    }
+                }
             }
         }
         for r in &self.fusion_rejected {

@@ -753,3 +753,48 @@ fn sigmoid_and_silu_keep_nan_and_saturate_at_infinity() {
         check(isa.name(), &s, &u);
     }
 }
+
+proptest! {
+    /// The per-row int8 quantiser of the attention internals: the dispatched kernel equals the
+    /// portable loop (bytes and scales), every byte within ±127 and within half a step of
+    /// `x / scale`; a row with ∞ or NaN is refused by both.
+    #[test]
+    fn quantize_rows_i8_matches_the_portable_loop(
+        rows in 1usize..6,
+        cols in 1usize..90,
+        stride_pad in 0usize..5,
+        seed: u64,
+        zero_row in any::<bool>(),
+        bad in prop_oneof![Just(0.0f32), Just(f32::NAN), Just(f32::INFINITY)],
+    ) {
+        let stride = cols + stride_pad;
+        let mut s = seed | 1;
+        let mut x: Vec<f32> = (0..rows * stride).map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * 3.0
+        }).collect();
+        if zero_row {
+            x[..cols].fill(0.0);
+        }
+        let (mut q, mut sc) = (vec![0i8; rows * cols], vec![0f32; rows]);
+        let (mut q2, mut sc2) = (vec![0i8; rows * cols], vec![0f32; rows]);
+        let ok = simd::quantize_rows_i8(&x, rows, cols, stride, &mut q, &mut sc);
+        let ok2 = simd::quantize_rows_i8_scalar(&x, rows, cols, stride, &mut q2, &mut sc2);
+        prop_assert!(ok && ok2);
+        prop_assert_eq!(&q, &q2);
+        prop_assert_eq!(&sc, &sc2);
+        for r in 0..rows {
+            for c in 0..cols {
+                let want = if sc[r] > 0.0 { f64::from(x[r * stride + c]) / f64::from(sc[r]) } else { 0.0 };
+                prop_assert!((f64::from(q[r * cols + c]) - want).abs() <= 0.5 + 1e-4);
+            }
+        }
+        if bad != 0.0 {
+            x[(rows - 1) * stride + cols - 1] = bad;
+            prop_assert!(!simd::quantize_rows_i8(&x, rows, cols, stride, &mut q, &mut sc));
+            prop_assert!(!simd::quantize_rows_i8_scalar(&x, rows, cols, stride, &mut q2, &mut sc2));
+        }
+    }
+}

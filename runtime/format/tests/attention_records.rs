@@ -51,3 +51,20 @@ fn a_thirteenth_slot_must_hold_the_mask_and_other_counts_are_rejected() {
         assert!(matches!(e, OpError::TensorCount { found, .. } if found == n), "{n}: {e:?}");
     }
 }
+
+#[test]
+fn int8_internals_are_a_fifth_attribute_and_f32_records_are_unchanged() {
+    let op = Op::decode(kind::ATTENTION, &PLAIN, &attrs()).unwrap();
+    let Op::Attention(a) = op else { panic!("{op:?}") };
+    assert_eq!(a.internals, Internals::F32);
+    let int8 = Op::Attention(Attention { internals: Internals::Int8, ..a });
+    let rec = int8.encode();
+    let mut want = attrs().to_vec();
+    want.push(Internals::Int8 as u32);
+    assert_eq!(rec.attrs(), &want[..]);
+    assert_eq!(Op::decode(kind::ATTENTION, rec.tensors(), rec.attrs()).unwrap(), int8);
+    // An unknown code is an error naming the attribute, not a silent f32.
+    want[4] = 7;
+    let e = Op::decode(kind::ATTENTION, &PLAIN, &want).unwrap_err();
+    assert!(format!("{e:?}").contains("internals"), "{e:?}");
+}

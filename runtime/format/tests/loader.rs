@@ -1,8 +1,8 @@
 //! Loader tests on a small model written by the writer: round trip, truncation, corruption,
 //! and one test per validation rule (corrupt files are resealed so they pass the checksum).
 
-use kestrel_format::ops::Attention;
 use kestrel_format::ops::{Activation, AttentionVariant, Dense, LayerNorm, NormAxis, Proj, Reduce, ReduceOp};
+use kestrel_format::ops::{Attention, Internals};
 use kestrel_format::weight::EncodedWeight;
 use kestrel_format::*;
 use proptest::prelude::*;
@@ -60,6 +60,7 @@ fn spec() -> ModelSpec {
             o: Proj { w: 9, b: None },
             mask: None,
             y: 10,
+            internals: Internals::F32,
         }),
         Op::Reduce(Reduce { x: 10, op: ReduceOp::Mean, axis: 0, keep_dims: false, y: 11 }),
     ];
@@ -648,6 +649,7 @@ fn every_op_kind_round_trips() {
             o: p(5),
             mask: None,
             y,
+            internals: Internals::F32,
         }),
         Op::AftFull(AftFull {
             x,

@@ -103,6 +103,7 @@ fn mechanism(
                 o,
                 mask: None,
                 y,
+                internals: Internals::F32,
             })
         })
     };

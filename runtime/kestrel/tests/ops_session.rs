@@ -539,6 +539,7 @@ fn attention_every_variant_heads_and_mask() {
                                 o,
                                 mask: None,
                                 y,
+                                internals: Internals::F32,
                             })
                         })
                     },
@@ -576,6 +577,7 @@ fn grouped_attention_with_a_mask_is_rejected() {
                 o,
                 mask: Some(m),
                 y,
+                internals: Internals::F32,
             })
         })
         .unwrap_err();
@@ -622,6 +624,7 @@ fn attention_with_a_mask_input_every_variant() {
                         o,
                         mask: Some(m),
                         y,
+                        internals: Internals::F32,
                     })
                 })
             }));

@@ -63,6 +63,7 @@ fn masked_attention_model(dtype: DType) -> Vec<u8> {
                 o,
                 mask: Some(mask),
                 y,
+                internals: kestrel::format::ops::Internals::F32,
             })
         })
         .unwrap();

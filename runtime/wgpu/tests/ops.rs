@@ -443,6 +443,7 @@ fn large_cases() -> Vec<Case> {
                 o,
                 mask,
                 y,
+                internals: Internals::F32,
             })
         })
     }));

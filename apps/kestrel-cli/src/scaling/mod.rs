@@ -300,6 +300,7 @@ pub fn layer_model(m: Mechanism, t: usize, d: usize, heads: usize, seed: u64) ->
                 o,
                 mask: None,
                 y: 0,
+                internals: Internals::F32,
             })
         }
         Mechanism::AftFull => {
@@ -397,7 +398,8 @@ pub fn predict(m: Mechanism, t: usize, d: usize, heads: usize) -> Result<Footpri
     let align = kestrel::format::TENSOR_ALIGN as u64;
     let act = ((t * d * 4) as u64).div_ceil(align) * align;
     let scale = 1.0 / ((d / heads) as f32).sqrt();
-    let attention = |variant| attention_scratch_fast(&AttentionParams { t, d, heads, causal: false, scale, variant });
+    let attention =
+        |variant| attention_scratch_fast(&AttentionParams { t, d, heads, causal: false, scale, variant, int8: false });
     let elems = match m {
         Mechanism::Standard => attention(AttentionVariant::Standard),
         Mechanism::Optimised => attention(AttentionVariant::Optimised),

@@ -54,8 +54,15 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
                 3 => (s.dim(0), (s.dim(1), s.dim(2))),
                 _ => (1, td(o.x)?),
             };
-            let p =
-                AttentionParams { t, d, heads: o.heads as usize, causal: o.causal, scale: o.scale, variant: o.variant };
+            let p = AttentionParams {
+                t,
+                d,
+                heads: o.heads as usize,
+                causal: o.causal,
+                scale: o.scale,
+                variant: o.variant,
+                int8: o.internals == kestrel_format::ops::Internals::Int8,
+            };
             let w = AttentionWeights { q: pin(o.q)?, k: opin(o.k)?, v: opin(o.v)?, align: opj(o.align)?, o: pj(o.o)? };
             p.check(&w)?;
             if let Some(m) = o.mask {

@@ -18,6 +18,7 @@
 //! 256 KiB), else [`QB`] (O(QB·T) memory, never T × T).
 
 use crate::error::{expect_eq, ShapeError};
+use crate::kernels::attention_q8::Q8Head;
 use crate::kernels::linear::{matmul_nt, ProjW};
 use crate::kernels::simd::softmax as softmax_in_place;
 use crate::kernels::simd::{axpy as axpy_simd, dot_f32};
@@ -41,6 +42,10 @@ pub struct AttentionParams {
     pub scale: f32,
     /// Which mechanism.
     pub variant: AttentionVariant,
+    /// int8 scores and weighted values (`Internals::Int8`, [`super::attention_q8`]) on the
+    /// blocked path; the row-at-a-time path and heads of at most [`SMALL_HEAD`] columns over as
+    /// few keys stay f32.
+    pub int8: bool,
 }
 
 /// The weights of one attention layer; which optional ones are present follows the variant.
@@ -203,7 +208,8 @@ fn blocked_scratch(p: &AttentionParams, groups: usize, qb: usize) -> usize {
     // V_hᵀ [c, T] and the scores [qb, T]; with several heads also the gathered K_h [T, c] and
     // the Q and O blocks [qb, c] (one head reads and writes [T, d] rows in place).
     let gathered = if p.heads > 1 { p.t * c + 2 * qb * c } else { 0 };
-    let fast = 2 * td + k + v + a + c * p.t + gathered + qb * p.t;
+    let q8 = if p.int8 { super::attention_q8::scratch(p.t, c, qb) } else { 0 };
+    let fast = 2 * td + k + v + a + c * p.t + gathered + qb * p.t + q8;
     fast.max(attention_scratch(p))
 }
 
@@ -320,7 +326,8 @@ fn blocked(
     let (vt, rest) = rest.split_at_mut(c * t);
     let (qblk, rest) = rest.split_at_mut(if one { 0 } else { qb * c });
     let (oblk, rest) = rest.split_at_mut(if one { 0 } else { qb * c });
-    let sblk = &mut rest[..qb * t];
+    let (sblk, q8buf) = rest.split_at_mut(qb * t);
+    let mut q8 = p.int8.then(|| Q8Head::new(q8buf, t, c, qb));
 
     // Super with one head, one sequence, not causal: V_hᵀ is `W^A`'s product itself (`vᵀ =
     // xᵀ W^Aᵀ`, plus b^A per token), written straight into `vt` instead of transposed to `v`
@@ -389,6 +396,10 @@ fn blocked(
                 }
             }
             let kh: &[f32] = if one { &keys[..td] } else { kh };
+            // int8 internals for this head: keys quantised once (a scale per key, so a causal
+            // block reads the first n of them), values with V_hᵀ.
+            let q8_keys = q8.as_mut().is_some_and(|q| q.keys(kh, t));
+            let mut q8_values = false;
             let mut i0 = 0;
             while i0 < t {
                 let i1 = (i0 + qb).min(t);
@@ -403,26 +414,36 @@ fn blocked(
                 let qrows: &[f32] = if one { &q[i0 * d..i1 * d] } else { &qblk[..nb * c] };
                 // V_hᵀ [c, n] for this block's keys (built once per head when every block sees all
                 // T keys).
-                if direct_vt.is_none() && (p.causal || i0 == 0) {
-                    for u in 0..c {
-                        for (j, v) in vt[u * n..(u + 1) * n].iter_mut().enumerate() {
-                            *v = values[j * d + col + u];
+                if p.causal || i0 == 0 {
+                    if direct_vt.is_none() {
+                        for u in 0..c {
+                            for (j, v) in vt[u * n..(u + 1) * n].iter_mut().enumerate() {
+                                *v = values[j * d + col + u];
+                            }
                         }
                     }
+                    q8_values = q8_keys && q8.as_mut().is_some_and(|q| q.values_t(&vt[..c * n], n));
                 }
                 let s = &mut sblk[..nb * n];
-                let kv = WeightView::f32(n, c, &kh[..n * c]).expect("K_h view: n·c elements");
-                matmul_nt(qrows, nb, &kv, s);
+                let int8 = q8_values && q8.as_ref().is_some_and(|q| q.scores(qrows, nb, n, s));
+                if !int8 {
+                    let kv = WeightView::f32(n, c, &kh[..n * c]).expect("K_h view: n·c elements");
+                    matmul_nt(qrows, nb, &kv, s);
+                }
                 for (r, row) in s.chunks_exact_mut(n).enumerate() {
                     let m = if p.causal { i0 + r + 1 } else { n };
                     masked_softmax(&mut row[..m], p.scale, mask_row(mask, t, i0 + r, m));
                     row[m..].fill(0.0);
                 }
-                let vv = WeightView::f32(c, n, &vt[..c * n]).expect("V_hᵀ view: c·n elements");
-                if one {
-                    matmul_nt(s, nb, &vv, &mut heads_out[i0 * d..i1 * d]);
-                } else {
-                    matmul_nt(s, nb, &vv, &mut oblk[..nb * c]);
+                let o = if one { &mut heads_out[i0 * d..i1 * d] } else { &mut oblk[..nb * c] };
+                match q8.as_mut() {
+                    Some(q) if int8 => q.weighted_values(s, nb, n, o),
+                    _ => {
+                        let vv = WeightView::f32(c, n, &vt[..c * n]).expect("V_hᵀ view: c·n elements");
+                        matmul_nt(s, nb, &vv, o);
+                    }
+                }
+                if !one {
                     for (r, orow) in oblk[..nb * c].chunks_exact(c).enumerate() {
                         heads_out[(i0 + r) * d + col..(i0 + r) * d + col + c].copy_from_slice(orow);
                     }

@@ -249,6 +249,25 @@ pub fn linear_q8(
     split(x, rows, w, y, &|xs, r, ws, ys| q8_body(xs, r, ws, inv, ys), &Epilogue { b, act, scale: x_scale });
 }
 
+/// `y [rows, out] = q(x) [rows, in] · W_qᵀ` times the weight scales and `x_scale` (no bias, no
+/// activation) on the calling thread, for int8 `w`: the integer products inside a mechanism
+/// kernel (int8 scores and weighted values), which run per sample. `x` is quantised at
+/// `x_scale` as [`linear_q8`] does; any other encoding of `w` multiplies in f32
+/// ([`matmul_nt`]).
+pub fn matmul_nt_q8(x: &[f32], rows: usize, w: &WeightView<'_>, x_scale: f32, y: &mut [f32]) {
+    let inv = 1.0 / x_scale;
+    if let (Some(fin), kestrel_format::WeightData::I8 { q, .. }) = (fused_finish(w, None, rows, x_scale), w.data()) {
+        if super::simd::q8_dense_i8(x, rows, inv, q, w.cols(), w.rows(), &fin, y) {
+            return;
+        }
+    }
+    if !w.is_integer() {
+        return matmul_nt(x, rows, w, y);
+    }
+    q8_body(x, rows, w, inv, y);
+    Epilogue { b: None, act: Activation::None, scale: x_scale }.apply(rows, 0, &mut y[..rows * w.rows()]);
+}
+
 /// The in-kernel finish of [`linear_q8`] ([`super::simd::Q8Finish`]) where it applies: int8
 /// weights (inputs within the exact i32 range), an f32 bias or none, and at least
 /// [`super::simd::Q8_FUSED_MIN_ROWS`] rows.

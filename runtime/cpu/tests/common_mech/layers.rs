@@ -135,7 +135,7 @@ pub fn variant(i: usize) -> AttentionVariant {
 
 pub fn attn_params(t: usize, d: usize, heads: usize, causal: bool, v: AttentionVariant) -> AttentionParams {
     let scale = 1.0 / ((d / heads) as f32).sqrt();
-    AttentionParams { t, d, heads, causal, scale, variant: v }
+    AttentionParams { t, d, heads, causal, scale, variant: v, int8: false }
 }
 
 // ---------------------------------------------------------------- AFT

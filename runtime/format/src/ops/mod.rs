@@ -207,6 +207,22 @@ code_enum!(
 );
 
 code_enum!(
+    /// The arithmetic of a mechanism's internal products (scores `Q·Kᵀ` and `P·V`): opt-in
+    /// int8 at conversion (`kestrel convert --calibrate … --int8-attention`).
+    Internals {
+        /// f32 products (every file before this attribute).
+        F32 = 0,
+        /// int8 × int8 → i32 products on the CPU: the queries per block of rows with one
+        /// scale (`max|Q| / 127`), the keys per key and the values per channel (`max / 127`
+        /// each, taken at run time), the softmax weights of each query row scaled to a maximum
+        /// of 127 (the row's scale is taken back after `P·V`); the softmax itself, the
+        /// projections' outputs, the residual stream and the norms stay f32. The GPU backend
+        /// computes these products in its own precision (f32 or f16) whatever this says.
+        Int8 = 1,
+    }
+);
+
+code_enum!(
     /// Direction of a recurrent op ([`Lstm`], [`Gru`]): ONNX's `direction` attribute.
     RnnDirection {
         /// t = 0, 1, …, T − 1 (one direction).
@@ -548,6 +564,9 @@ pub struct Attention {
     pub mask: Option<TensorId>,
     /// Output `[T, d]`.
     pub y: TensorId,
+    /// Arithmetic of the scores and the weighted sum of values. On disk a trailing attribute
+    /// written only when not f32, so f32 records are unchanged.
+    pub internals: Internals,
 }
 
 /// AFT-full (DESIGN.md §2): w is `[T, T]`, or factorised `u [T, r]`, `v [T, r]` with w = u vᵀ.

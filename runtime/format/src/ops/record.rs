@@ -428,6 +428,7 @@ fn walk<S: Slots>(s: &mut S, op: &mut Op) -> Result<(), OpError> {
             pos(s, &mut o.heads, "heads")?;
             flag(s, &mut o.causal, "causal")?;
             float(s, &mut o.scale, "scale")?;
+            opt_code(s, &mut o.internals, Internals::F32, "internals")?;
             if S::DECODE {
                 use AttentionVariant::*;
                 let v = o.variant;

@@ -35,6 +35,18 @@ impl ModelBuilder {
         &self.ops
     }
 
+    /// Sets the internal arithmetic of every fused attention op; returns how many there are.
+    pub fn set_attention_internals(&mut self, to: kestrel_format::ops::Internals) -> usize {
+        let mut n = 0;
+        for op in &mut self.ops {
+            if let Op::Attention(a) = op {
+                a.internals = to;
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Number of tensors created so far (ids are `0..count`).
     pub fn tensor_count(&self) -> usize {
         self.tensors.len()

@@ -335,6 +335,7 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
             o: od.proj,
             mask: mask_in,
             y: yout,
+            internals: Internals::F32,
         })
     })?;
     let inputs = match mask_src {

@@ -249,6 +249,7 @@ mod tests {
                         o,
                         mask: None,
                         y,
+                        internals: kestrel_format::ops::Internals::F32,
                     })
                 })
                 .unwrap()

@@ -122,7 +122,23 @@ pub fn attention_op(
     let align = if variant == AttentionVariant::Super { Some(c.proj(t, t, true)?) } else { None };
     let o = c.proj(d, d, true)?;
     let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
-    c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v: vv, align, o, mask, y }))
+    c.b.op(|y| {
+        Op::Attention(Attention {
+            x,
+            variant,
+            heads,
+            causal,
+            scale,
+            q,
+            k,
+            v: vv,
+            align,
+            o,
+            mask,
+            y,
+            internals: Internals::F32,
+        })
+    })
 }
 
 /// The attention core's tiling (16-row query blocks, 16-key tiles, 64-column chunks): T of 1 and

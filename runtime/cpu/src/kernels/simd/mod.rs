@@ -677,6 +677,63 @@ pub fn q8_accumulate_i8(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize,
     }
 }
 
+/// Quantises `rows` rows of `cols` floats (row `r` at `src[r·stride..]`) to int8 with a scale
+/// per row, `max|x| / 127` (0 for an all-zero row), rounding to nearest even: into `q`
+/// (`rows·cols`, contiguous) and `scales` (`rows`). Returns false if a row holds ∞ or NaN (the
+/// caller then keeps f32 arithmetic; what was written is meaningless). AVX-512 (F/BW): vector
+/// kernel; elsewhere the portable loop (the same bytes and scales).
+pub fn quantize_rows_i8(
+    src: &[f32],
+    rows: usize,
+    cols: usize,
+    stride: usize,
+    q: &mut [i8],
+    scales: &mut [f32],
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if isa() == Isa::Avx512 && has_avx512_vnni() {
+        // SAFETY: AVX-512F/BW (with AVX2/FMA/F16C) detected; the kernel checks lengths.
+        return unsafe { x86::quantize_rows_i8_avx512(src, rows, cols, stride, q, scales) };
+    }
+    quantize_rows_i8_scalar(src, rows, cols, stride, q, scales)
+}
+
+/// `max |x|` (0 for an empty slice), or `None` if an element is ∞ or NaN: AVX-512 vector
+/// kernel, elsewhere the portable fold.
+pub fn abs_max(x: &[f32]) -> Option<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if isa() == Isa::Avx512 {
+        // SAFETY: AVX-512F (with AVX2/FMA/F16C) detected.
+        return unsafe { x86::abs_max_avx512(x) };
+    }
+    x.iter().all(|v| v.is_finite()).then(|| x.iter().fold(0f32, |m, v| m.max(v.abs())))
+}
+
+/// The portable [`quantize_rows_i8`].
+pub fn quantize_rows_i8_scalar(
+    src: &[f32],
+    rows: usize,
+    cols: usize,
+    stride: usize,
+    q: &mut [i8],
+    scales: &mut [f32],
+) -> bool {
+    for r in 0..rows {
+        let row = &src[r * stride..r * stride + cols];
+        if !row.iter().all(|v| v.is_finite()) {
+            return false;
+        }
+        let scale = row.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+        scales[r] = scale;
+        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        for (o, &v) in q[r * cols..(r + 1) * cols].iter_mut().zip(row) {
+            // |v · inv| ≤ 127 up to one rounding: no clamp needed.
+            *o = libm::rintf(v * inv) as i8;
+        }
+    }
+    true
+}
+
 /// Rows from which [`q8_dense_i8`] may finish inside the kernel (the AVX-512 packed GEMM's side
 /// of its GEMV line); `linear_q8` splits such layers across threads by rows only.
 pub const Q8_FUSED_MIN_ROWS: usize = 4;

@@ -623,3 +623,74 @@ pub(super) unsafe fn gemm_i4(
         }
     }
 }
+
+// ---------------------------------------------------------------- per-row quantisation
+
+/// Quantises `rows` rows of `cols` floats (row `r` at `src + r·stride`) to int8 with one scale
+/// per row, `max|x| / 127` (0 for an all-zero row), rounding to nearest even, into `q`
+/// (`rows·cols`, contiguous) and `scales`. Returns false as soon as a row holds ∞ or NaN (what was written is then
+/// meaningless).
+///
+/// # Safety
+/// AVX-512F/BW in the caller; `src` readable for every row's `cols` floats, `q` writable for
+/// `rows·cols` bytes, `scales` for `rows` floats.
+#[inline(always)]
+pub(super) unsafe fn quantize_rows(
+    src: *const f32,
+    rows: usize,
+    cols: usize,
+    stride: usize,
+    q: *mut i8,
+    scales: *mut f32,
+) -> bool {
+    // SAFETY: masked loads within each row; stores within q and scales (the contract).
+    unsafe {
+        for r in 0..rows {
+            let row = src.add(r * stride);
+            let Some(amax) = abs_max(row, cols) else { return false };
+            let scale = amax / 127.0;
+            *scales.add(r) = scale;
+            let vinv = _mm512_set1_ps(if scale > 0.0 { 1.0 / scale } else { 0.0 });
+            // Round to nearest even (the current rounding mode) and narrow: |x| · inv ≤ 127
+            // up to one rounding, which still rounds to 127, so no clamp is needed.
+            let out = q.add(r * cols);
+            let mut i = 0;
+            while i < cols {
+                let m = mask16(cols - i);
+                let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row.add(i)), vinv);
+                _mm512_mask_cvtsepi32_storeu_epi8(out.add(i).cast(), m, _mm512_cvtps_epi32(v));
+                i += 16;
+            }
+        }
+        true
+    }
+}
+
+/// `max |x[i]|` over `n` floats (0 for none), or `None` if one is ∞ or NaN.
+///
+/// # Safety
+/// AVX-512F in the caller; `x` readable for `n` floats.
+#[inline(always)]
+pub(super) unsafe fn abs_max(x: *const f32, n: usize) -> Option<f32> {
+    // SAFETY: masked loads within the n floats.
+    unsafe {
+        let inf = _mm512_set1_ps(f32::INFINITY);
+        let (mut m0, mut m1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        let mut bad: __mmask16 = 0;
+        let mut i = 0;
+        while i + 32 <= n {
+            let (a, b) = (_mm512_abs_ps(_mm512_loadu_ps(x.add(i))), _mm512_abs_ps(_mm512_loadu_ps(x.add(i + 16))));
+            // Not below ∞: ∞ itself, or NaN (unordered).
+            bad |= _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(a, inf) | _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(b, inf);
+            (m0, m1) = (_mm512_max_ps(m0, a), _mm512_max_ps(m1, b));
+            i += 32;
+        }
+        while i < n {
+            let a = _mm512_abs_ps(_mm512_maskz_loadu_ps(mask16(n - i), x.add(i)));
+            bad |= _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(a, inf);
+            m0 = _mm512_max_ps(m0, a);
+            i += 16;
+        }
+        (bad == 0).then(|| _mm512_reduce_max_ps(_mm512_max_ps(m0, m1)))
+    }
+}

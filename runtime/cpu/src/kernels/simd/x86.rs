@@ -668,6 +668,37 @@ pub unsafe fn q8_i8_avx512vnni(x: &[f32], rows: usize, inv: f32, w: &[i8], cols:
     }
 }
 
+/// [`super::abs_max`] on AVX-512F.
+///
+/// # Safety
+/// The CPU must support AVX-512F (plus AVX2, FMA, F16C).
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub unsafe fn abs_max_avx512(x: &[f32]) -> Option<f32> {
+    // SAFETY: features per the contract; the kernel reads x.len() floats.
+    unsafe { q8_512::abs_max(x.as_ptr(), x.len()) }
+}
+
+/// [`super::quantize_rows_i8`] on AVX-512 (F/BW).
+///
+/// # Safety
+/// The CPU must support AVX-512F and AVX-512BW (plus AVX2, FMA, F16C).
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+pub unsafe fn quantize_rows_i8_avx512(
+    src: &[f32],
+    rows: usize,
+    cols: usize,
+    stride: usize,
+    q: &mut [i8],
+    scales: &mut [f32],
+) -> bool {
+    if rows == 0 {
+        return true;
+    }
+    assert!(src.len() >= (rows - 1) * stride + cols && q.len() >= rows * cols && scales.len() >= rows);
+    // SAFETY: features per the contract; lengths checked.
+    unsafe { q8_512::quantize_rows(src.as_ptr(), rows, cols, stride, q.as_mut_ptr(), scales.as_mut_ptr()) }
+}
+
 const _: () = assert!(q8_512::GEMV_MAX_ROWS == super::Q8_FUSED_MIN_ROWS);
 
 /// `y[r·out + o] = f32(Σ_k q(x[r, k]) · w[o, k]) · scales[o] · x_scale (+ bias[o])`, the exact

@@ -1,0 +1,79 @@
+//! Attention with int8 internals (`AttentionParams::int8`, the file's `Internals::Int8`): the
+//! scores and the weighted values as int8 × int8 products, against the f64 reference of the f32
+//! mechanism at the named `INT8_INTERNALS` tolerance, on every variant, head count, causality,
+//! weight encoding and block size; the f32 path on the same layer must differ (the integer path
+//! ran) and non-finite activations must still propagate.
+
+mod common_mech;
+
+use common_mech::layers::*;
+use common_mech::{Rng, DTYPES};
+use kestrel_cpu::kernels::attention::*;
+use kestrel_format::DType;
+use kestrel_reference::compare;
+use kestrel_reference::tolerance::{F32_KERNEL, INT8_INTERNALS};
+use proptest::prelude::*;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn int8_internals_match_the_f32_reference(
+        t in 17usize..=80,
+        d in prop::sample::select(vec![16usize, 32, 48, 64]),
+        heads in prop::sample::select(vec![1usize, 2]),
+        causal: bool,
+        v in 0usize..4,
+        dt in prop::sample::select(DTYPES.to_vec()),
+        qb in prop::sample::select(vec![0usize, 16]),
+        seed: u64,
+    ) {
+        let p = AttentionParams { int8: true, ..attn_params(t, d, heads, causal, variant(v)) };
+        let mut rng = Rng::new(seed);
+        let x = rng.normal_vec(t * d);
+        let mut layer = AttnLayer::random(&mut rng, dt, &p);
+        let want = layer.reference(&p, &x);
+        // 0: the planned block (all queries); 16: several blocks of 16 queries.
+        let got = if qb == 0 { layer.run(&p, &x) } else { layer.run_blocks(&p, &x, qb) };
+        let c = compare(&got, &want, INT8_INTERNALS);
+        prop_assert!(c.pass, "{p:?} {dt:?} qb {qb}: {c:?}");
+        let f32_path = layer.run(&AttentionParams { int8: false, ..p }, &x);
+        prop_assert!(compare(&f32_path, &want, F32_KERNEL).pass);
+        prop_assert_ne!(got, f32_path, "{:?}: the int8 internals did not run", p);
+    }
+}
+
+/// Rows of the output with the largest int8 error, printed: how the tolerance was chosen
+/// (`cargo test --release -p kestrel-cpu --test attention_int8 -- --nocapture worst`).
+#[test]
+fn worst_int8_error_over_fixed_layers() {
+    let mut worst = 0f64;
+    for seed in 0..24u64 {
+        let (t, d, heads) =
+            ([17, 33, 64, 80][seed as usize % 4], [16, 32, 64][seed as usize % 3], 1 + seed as usize % 2);
+        let p = AttentionParams { int8: true, ..attn_params(t, d, heads, seed % 5 == 0, variant(seed as usize % 4)) };
+        let mut rng = Rng::new(seed);
+        let x = rng.normal_vec(t * d);
+        let mut layer = AttnLayer::random(&mut rng, DType::F32, &p);
+        let c = compare(&layer.run(&p, &x), &layer.reference(&p, &x), INT8_INTERNALS);
+        assert!(c.pass, "{p:?}: {c:?}");
+        worst = worst.max(c.max_rel_err);
+    }
+    println!("worst int8-internals error: {:.2} % of the output's largest magnitude", worst * 100.0);
+}
+
+/// A NaN in the input reaches the output through the int8 path's f32 fallback, as in f32.
+#[test]
+fn non_finite_inputs_propagate() {
+    let p = AttentionParams { int8: true, ..attn_params(20, 32, 1, false, variant(0)) };
+    let mut rng = Rng::new(7);
+    let mut x = rng.normal_vec(20 * 32);
+    x[5 * 32 + 3] = f32::NAN;
+    let mut layer = AttnLayer::random(&mut rng, DType::F32, &p);
+    let got = layer.run(&p, &x);
+    let f32_path = layer.run(&AttentionParams { int8: false, ..p }, &x);
+    for (g, f) in got.iter().zip(&f32_path) {
+        assert_eq!(g.is_nan(), f.is_nan());
+    }
+    assert!(got.iter().any(|v| v.is_nan()));
+}
