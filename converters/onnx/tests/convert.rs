@@ -415,6 +415,52 @@ fn calibrated_int8_activations() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `--int8-attention` (with `--calibrate`): every fused attention op of the MNIST ViT fixture
+/// (T = 64, d = 64: the int8 path, not the small-head one) gets int8 internals in the file, the
+/// outputs change and stay close to tract's f32, and the report measures the cost on the
+/// calibration samples and the held-out fifth, against the f32 model and f32 internals.
+#[test]
+fn int8_attention_internals() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/mnist_vit_standard_h1");
+    let (model, cal) = (dir.join("model.onnx"), dir.join("input.npy"));
+    let calibrated = ConvertOptions { weights: DType::I8, calibrate: vec![cal.clone()], ..Default::default() };
+    let o = ConvertOptions { int8_attention: true, ..calibrated.clone() };
+    let conv = convert(&model, &o).unwrap();
+    println!("{}", conv.report.to_table());
+    let r = conv.report.int8_internals.as_ref().expect("int8 internals report");
+    assert_eq!(r.attention_ops, 2);
+    // 4 samples: 3 calibrate, 1 held out.
+    assert_eq!(conv.report.calibration.as_ref().unwrap().samples, 3);
+    assert_eq!((r.calibration_vs_f32.samples, r.held_out_vs_f32.as_ref().unwrap().samples), (3, 1));
+    for a in [&r.calibration_vs_f32, &r.calibration_vs_f32_internals, r.held_out_vs_f32.as_ref().unwrap()] {
+        assert!(a.max_abs_err > 0.0 && a.max_rel_err < 0.1, "{a:?}");
+        assert!((0.0..=1.0).contains(&a.top1_agreement) && a.rows == a.samples, "{a:?}");
+    }
+    let aligned = kestrel::format::aligned_copy(&conv.kes);
+    let file = kestrel::format::KesFile::parse(&aligned).unwrap();
+    let mut seen = 0;
+    for op in file.ops() {
+        if let kestrel::format::ops::Op::Attention(a) = op.unwrap() {
+            assert_eq!(a.internals, kestrel::format::ops::Internals::Int8);
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 2);
+    let test = vec![kestrel_onnx::read_npy(&cal).unwrap()];
+    let plain = convert(&model, &calibrated).unwrap();
+    let a = kestrel_onnx::run_kestrel(&plain.kes, &test).unwrap();
+    let b = kestrel_onnx::run_kestrel(&conv.kes, &test).unwrap();
+    assert_ne!(a, b, "the int8 internals were not used");
+    let v = verify(&model, &conv.kes, &test).unwrap();
+    println!("int8 internals vs tract: max rel {:.3e}, top-1 {:.3}", v.max_rel_err, v.top1_agreement);
+    assert!(v.max_rel_err < 0.1, "{}", v.max_rel_err);
+    // Without calibration data the option is refused, naming what is missing.
+    let e = convert(&model, &ConvertOptions { weights: DType::I8, int8_attention: true, ..Default::default() })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--int8-attention") && e.contains("--calibrate"), "{e}");
+}
+
 /// The progress hooks see every stage, and one lowering step per tract node.
 #[test]
 fn progress_reports_stages_and_lowering_steps() {
