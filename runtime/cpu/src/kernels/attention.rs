@@ -416,11 +416,7 @@ fn blocked(
                 // T keys).
                 if p.causal || i0 == 0 {
                     if direct_vt.is_none() {
-                        for u in 0..c {
-                            for (j, v) in vt[u * n..(u + 1) * n].iter_mut().enumerate() {
-                                *v = values[j * d + col + u];
-                            }
-                        }
+                        crate::kernels::simd::transpose_f32(&values[col..], n, c, d, &mut vt[..c * n], n);
                     }
                     q8_values = q8_keys && q8.as_mut().is_some_and(|q| q.values_t(&vt[..c * n], n));
                 }
@@ -581,9 +577,5 @@ fn align_tokens(a: &ProjW<'_>, causal: bool, x: &[f32], t: usize, d: usize, v: &
 
 /// `dst [cols, rows] = srcᵀ` for `src [rows, cols]`.
 pub(crate) fn transpose_into(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
-    for (r, sr) in src.chunks_exact(cols).take(rows).enumerate() {
-        for (u, &v) in sr.iter().enumerate() {
-            dst[u * rows + r] = v;
-        }
-    }
+    crate::kernels::simd::transpose_f32(src, rows, cols, cols, dst, rows);
 }

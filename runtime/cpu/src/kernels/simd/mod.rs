@@ -698,6 +698,22 @@ pub fn quantize_rows_i8(
     quantize_rows_i8_scalar(src, rows, cols, stride, q, scales)
 }
 
+/// `dst[c·ld_dst + r] = src[r·ld_src + c]` for `r < rows`, `c < cols` (a strided 2-D
+/// transpose; other elements of `dst` untouched): 16 × 16 register blocks on AVX-512, else the
+/// element loop.
+pub fn transpose_f32(src: &[f32], rows: usize, cols: usize, ld_src: usize, dst: &mut [f32], ld_dst: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if isa() == Isa::Avx512 {
+        // SAFETY: AVX-512F (with AVX2/FMA/F16C) detected; the kernel checks lengths.
+        return unsafe { x86::transpose_f32_avx512(src, rows, cols, ld_src, dst, ld_dst) };
+    }
+    for r in 0..rows {
+        for c in 0..cols {
+            dst[c * ld_dst + r] = src[r * ld_src + c];
+        }
+    }
+}
+
 /// `max |x|` (0 for an empty slice), or `None` if an element is ∞ or NaN: AVX-512 vector
 /// kernel, elsewhere the portable fold.
 pub fn abs_max(x: &[f32]) -> Option<f32> {

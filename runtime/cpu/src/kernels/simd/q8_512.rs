@@ -694,3 +694,36 @@ pub(super) unsafe fn abs_max(x: *const f32, n: usize) -> Option<f32> {
         (bad == 0).then(|| _mm512_reduce_max_ps(_mm512_max_ps(m0, m1)))
     }
 }
+
+/// `dst[c·ld_dst + r] = src[r·ld_src + c]` for `r < rows`, `c < cols`: 16 × 16 blocks through
+/// [`transpose16`] (four-byte lanes, so f32 as well), partial blocks masked.
+///
+/// # Safety
+/// AVX-512F in the caller; `src` readable for `rows` rows of `cols` at stride `ld_src`, `dst`
+/// writable for `cols` rows of `rows` at stride `ld_dst`.
+#[inline(always)]
+pub(super) unsafe fn transpose_f32(
+    src: *const f32,
+    rows: usize,
+    cols: usize,
+    ld_src: usize,
+    dst: *mut f32,
+    ld_dst: usize,
+) {
+    // SAFETY: masked loads and stores within the blocks' rows and columns (the contract).
+    unsafe {
+        for r0 in (0..rows).step_by(16) {
+            let rn = 16.min(rows - r0);
+            for c0 in (0..cols).step_by(16) {
+                let cn = 16.min(cols - c0);
+                let mut b = [_mm512_setzero_si512(); 16];
+                for (i, v) in b.iter_mut().enumerate().take(rn) {
+                    *v = _mm512_maskz_loadu_epi32(mask16(cn), src.add((r0 + i) * ld_src + c0).cast());
+                }
+                for (j, v) in transpose16(&b).into_iter().enumerate().take(cn) {
+                    _mm512_mask_storeu_epi32(dst.add((c0 + j) * ld_dst + r0).cast(), mask16(rn), v);
+                }
+            }
+        }
+    }
+}

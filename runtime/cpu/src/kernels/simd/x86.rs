@@ -668,6 +668,28 @@ pub unsafe fn q8_i8_avx512vnni(x: &[f32], rows: usize, inv: f32, w: &[i8], cols:
     }
 }
 
+/// [`super::transpose_f32`] on AVX-512F.
+///
+/// # Safety
+/// The CPU must support AVX-512F (plus AVX2, FMA, F16C).
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub unsafe fn transpose_f32_avx512(
+    src: &[f32],
+    rows: usize,
+    cols: usize,
+    ld_src: usize,
+    dst: &mut [f32],
+    ld_dst: usize,
+) {
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    assert!(ld_src >= cols && ld_dst >= rows);
+    assert!(src.len() >= (rows - 1) * ld_src + cols && dst.len() >= (cols - 1) * ld_dst + rows);
+    // SAFETY: features per the contract; lengths checked.
+    unsafe { q8_512::transpose_f32(src.as_ptr(), rows, cols, ld_src, dst.as_mut_ptr(), ld_dst) }
+}
+
 /// [`super::abs_max`] on AVX-512F.
 ///
 /// # Safety
