@@ -3,10 +3,12 @@
 Usage (release build of the CLI first; onnxruntime and numpy from PyPI)::
 
     cargo build --release -p kestrel-cli
-    python3 benches/paper_vs_ort.py --out benches/results/NAME/paper-int8 [--reps 7] [--only a,b]
+    python3 benches/paper_vs_ort.py --out benches/results/NAME/paper-int8 [--reps 7] [--only a,b] [--models DIR]
 
 The models are the committed fixtures with the paper's shapes (``converters/fixtures/``: MNIST
-and CIFAR-100 ViTs, IMDB and Amazon text classifiers, every mechanism; random weights). Each
+and CIFAR-100 ViTs, IMDB and Amazon text classifiers, every mechanism; random weights; the MNIST
+classifier heads shrunk to fit the repository), or with ``--models target/paper-models`` the paper
+models at their full shapes (``benches/paper/export_paper_models.py``, needs torch). Each
 ONNX file is converted with ``kestrel convert`` three ways: f32 weights, int8 weights (f32
 activations) and int8 weights with calibrated int8 activations (``--calibrate`` on the
 fixture's own ``input.npy``), and where the model has fused attention a fourth way, calibrated
@@ -53,12 +55,15 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=100)
     ap.add_argument("--cli", type=Path, default=ROOT / "target/release/kestrel")
     ap.add_argument("--only", default="", help="comma-separated fixture names: time only these, write nothing")
+    ap.add_argument("--models", type=Path, default=ROOT / "converters/fixtures",
+                    help="model directories (model.onnx, input.npy, meta.json): the committed fixtures, or the "
+                         "paper models at their real shapes from benches/paper/export_paper_models.py")
     args = ap.parse_args()
     work = ROOT / "target/paper-bench"
     work.mkdir(parents=True, exist_ok=True)
     only = [m for m in args.only.split(",") if m]
     rows = []
-    for d in sorted((ROOT / "converters/fixtures").iterdir()):
+    for d in sorted(args.models.iterdir()):
         meta_path = d / "meta.json"
         if not meta_path.exists() or (only and d.name not in only):
             continue
