@@ -43,8 +43,8 @@ pub struct AttentionParams {
     /// Which mechanism.
     pub variant: AttentionVariant,
     /// int8 scores and weighted values (`Internals::Int8`, [`super::attention_q8`]) on the
-    /// blocked path; the row-at-a-time path and heads of at most [`SMALL_HEAD`] columns over as
-    /// few keys stay f32.
+    /// blocked path, for heads where they pay ([`super::attention_q8::pays`]); the row-at-a-time
+    /// path and the other heads stay f32.
     pub int8: bool,
 }
 
@@ -396,9 +396,10 @@ fn blocked(
                 }
             }
             let kh: &[f32] = if one { &keys[..td] } else { kh };
-            // int8 internals for this head: keys quantised once (a scale per key, so a causal
-            // block reads the first n of them), values with V_hᵀ.
-            let q8_keys = q8.as_mut().is_some_and(|q| q.keys(kh, t));
+            // int8 internals for this head (where they pay: `attention_q8::pays`): keys
+            // quantised once (a scale per key, so a causal block reads the first n of them),
+            // values with V_hᵀ.
+            let q8_keys = crate::kernels::attention_q8::pays(t, c) && q8.as_mut().is_some_and(|q| q.keys(kh, t));
             let mut q8_values = false;
             let mut i0 = 0;
             while i0 < t {

@@ -17,6 +17,20 @@ use crate::kernels::linear::matmul_nt_q8;
 use crate::kernels::simd::{abs_max, quantize_rows_i8};
 use kestrel_format::{WeightData, WeightView};
 
+/// Heads narrower than this many columns, or over fewer keys, keep f32 products even with int8
+/// internals: the quantisation passes and the per-call packing then cost more than the integer
+/// products save (paper IMDB models, T = 32, and Amazon heads of 16 columns ran up to 1.3× slower
+/// in int8, `benches/results/intel-xeon-2core-shared-vm/paper-int8-full`), and f32 is the more
+/// accurate of the two.
+pub const MIN_COLS: usize = 48;
+/// See [`MIN_COLS`].
+pub const MIN_KEYS: usize = 48;
+
+/// Whether a head of `c` columns over `t` keys multiplies in int8 when the file asks for it.
+pub fn pays(t: usize, c: usize) -> bool {
+    t >= MIN_KEYS && c >= MIN_COLS
+}
+
 /// f32 elements of scratch the int8 internals add for `t` keys, heads of `c` columns and
 /// blocks of `qb` queries: `K_h` and `V_hᵀ` as bytes (`T·c` each), their scales (`T + c`) and
 /// a scale per query row of a block.

@@ -5,7 +5,7 @@
 
 pub mod aft;
 pub mod attention;
-mod attention_q8;
+pub mod attention_q8;
 pub mod conv;
 pub mod elementwise;
 pub mod embed;

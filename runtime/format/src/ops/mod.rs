@@ -216,8 +216,9 @@ code_enum!(
         /// scale (`max|Q| / 127`), the keys per key and the values per channel (`max / 127`
         /// each, taken at run time), the softmax weights of each query row scaled to a maximum
         /// of 127 (the row's scale is taken back after `P·V`); the softmax itself, the
-        /// projections' outputs, the residual stream and the norms stay f32. The GPU backend
-        /// computes these products in its own precision (f32 or f16) whatever this says.
+        /// projections' outputs, the residual stream and the norms stay f32. Heads too narrow
+        /// or too short for int8 to pay keep f32 products. The GPU backend computes these
+        /// products in its own precision (f32 or f16) whatever this says.
         Int8 = 1,
     }
 );
