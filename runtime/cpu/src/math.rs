@@ -65,3 +65,14 @@ pub fn softmax_scalar(row: &mut [f32]) {
     let inv = 1.0 / s;
     row.iter_mut().for_each(|v| *v *= inv);
 }
+
+/// `exp(w − m) − exp(−m)` for `m ≥ max(w, 0)`, without overflow or cancellation near w = 0
+/// (the scalar reference of [`crate::kernels::simd::exp_excess`]).
+#[inline]
+pub fn exp_excess(w: f32, m: f32) -> f32 {
+    if w >= 0.0 {
+        -libm::expf(w - m) * libm::expm1f(-w)
+    } else {
+        libm::expf(-m) * libm::expm1f(w)
+    }
+}

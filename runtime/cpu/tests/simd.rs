@@ -817,3 +817,54 @@ proptest! {
         prop_assert_eq!(got, want);
     }
 }
+
+proptest! {
+    /// AFT-local's window weights `exp(w − m) − exp(−m)` (`m ≥ max(w, 0)`) from the dispatched
+    /// kernel against f64 (`exp(−m) · expm1(w)`), within 2e-6 relative: across the polynomial's
+    /// `|w| < 0.5` and the exponentials' difference beyond it, tiny weights included.
+    #[test]
+    fn exp_excess_matches_f64(
+        w in proptest::collection::vec(prop_oneof![-6.0f32..6.0, -0.6f32..0.6, -1e-3f32..1e-3], 1..40),
+        extra in prop_oneof![Just(0.0f32), 0.0f32..0.5, 0.0f32..20.0],
+    ) {
+        let m = w.iter().fold(0.0f32, |m, &v| m.max(v)) + extra;
+        let mut got = w.clone();
+        simd::exp_excess(&mut got, m);
+        for (&g, &x) in got.iter().zip(&w) {
+            let want = (-f64::from(m)).exp() * f64::from(x).exp_m1();
+            prop_assert!((f64::from(g) - want).abs() <= 2e-6 * want.abs() + 1e-40, "w {x} m {m}: {g} vs {want}");
+            prop_assert_eq!(g.is_sign_negative() && g != 0.0, x < 0.0 && g != 0.0);
+        }
+        // The scalar reference agrees at the same bar.
+        for &x in &w {
+            let want = (-f64::from(m)).exp() * f64::from(x).exp_m1();
+            let s = kestrel_cpu::math::exp_excess(x, m);
+            prop_assert!((f64::from(s) - want).abs() <= 2e-6 * want.abs() + 1e-40);
+        }
+    }
+}
+
+proptest! {
+    /// The weighted sum of rows (`y += Σ_j a_j · x_j`, AFT-local's window) against f64, across
+    /// 64-column blocks and their masked tails.
+    #[test]
+    fn axpy_rows_matches_f64(d in 1usize..150, n in 0usize..20, seed: u64) {
+        let mut s = seed | 1;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        };
+        let y0: Vec<f32> = (0..d).map(|_| next()).collect();
+        let a: Vec<f32> = (0..n).map(|_| next()).collect();
+        let x: Vec<f32> = (0..n * d).map(|_| next()).collect();
+        let mut y = y0.clone();
+        simd::axpy_rows(&mut y, &a, &x);
+        for c in 0..d {
+            let want = f64::from(y0[c]) + (0..n).map(|j| f64::from(a[j]) * f64::from(x[j * d + c])).sum::<f64>();
+            let mag = f64::from(y0[c].abs()) + (0..n).map(|j| f64::from((a[j] * x[j * d + c]).abs())).sum::<f64>();
+            prop_assert!((f64::from(y[c]) - want).abs() <= 1e-6 * mag + 1e-30, "col {c}: {} vs {want}", y[c]);
+        }
+    }
+}

@@ -20,7 +20,7 @@ use crate::kernels::attention::{axpy, check_dims};
 use crate::kernels::attention::{block_rows, transpose_into};
 use crate::kernels::linear::{matmul_nt, ProjW};
 use crate::kernels::simd;
-use crate::math::exp;
+use crate::math::{exp, exp_excess};
 use kestrel_format::WeightView;
 
 /// Sizes and flags of an AFT-full layer.
@@ -266,16 +266,6 @@ pub fn aft_conv_scratch(p: &AftConvParams) -> usize {
     2 * p.t * p.d + p.t * p.heads + p.heads * taps + taps + 2 * p.d + 3 * p.heads
 }
 
-/// `exp(w − m) − exp(−m)` for `m ≥ max(w, 0)`, without overflow or cancellation near w = 0.
-#[inline]
-fn exp_excess(w: f32, m: f32) -> f32 {
-    if w >= 0.0 {
-        -exp(w - m) * libm::expm1f(-w)
-    } else {
-        exp(-m) * libm::expm1f(w)
-    }
-}
-
 /// Replaces each column of `k [rows, cols]` by `exp(k − max over rows)`; `m` is `[cols]` scratch.
 fn exp_keys(k: &mut [f32], cols: usize, m: &mut [f32]) {
     m.fill(f32::NEG_INFINITY);
@@ -351,10 +341,8 @@ pub fn aft_full(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mut [f
         simd::exp_sub(ew, mw);
         num.fill(0.0);
         den.fill(0.0);
-        for (j, &a) in ew.iter().enumerate() {
-            axpy(num, a, &ev[j * d..(j + 1) * d]);
-            axpy(den, a, &e[j * d..(j + 1) * d]);
-        }
+        simd::axpy_rows(num, ew, &ev[..n * d]);
+        simd::axpy_rows(den, ew, &e[..n * d]);
         gate(&mut qb[i * d..(i + 1) * d], num, den);
     }
     w.o.apply(qb, t, &mut y[..t * d]);
@@ -444,10 +432,19 @@ pub fn aft_local(p: &AftLocalParams, w: &AftLocalWeights<'_>, x: &[f32], y: &mut
         }
         let lo = i.saturating_sub(s - 1);
         let hi = if p.causal { i } else { i.saturating_add(s - 1).min(t - 1) };
-        let band = &mut band[..hi - lo + 1];
-        for (j, b) in band.iter_mut().enumerate() {
-            *b = if banded { w.w.get(i, lo + j + (s - 1) - i) } else { w.w.get(i, lo + j) };
-        }
+        let n = hi - lo + 1;
+        let band = if banded {
+            // The stored band row, decoded whole (2s − 1 values); key lo is column lo + s − 1 − i.
+            w.w.decode_row(i, &mut band[..w.w.cols()]);
+            let c0 = lo + (s - 1) - i;
+            &mut band[c0..c0 + n]
+        } else {
+            // A full [T, T] w (files before band storage): the window's values one by one.
+            for (j, b) in band[..n].iter_mut().enumerate() {
+                *b = w.w.get(i, lo + j);
+            }
+            &mut band[..n]
+        };
         // w is 0 outside the band, so the row's largest bias is at least 0.
         let m = band.iter().fold(0.0f32, |m, &v| m.max(v));
         let g = exp(-m);
@@ -455,12 +452,9 @@ pub fn aft_local(p: &AftLocalParams, w: &AftLocalWeights<'_>, x: &[f32], y: &mut
             *n = g * sv;
             *dn = g * se;
         }
-        for (j, &b) in band.iter().enumerate() {
-            let a = exp_excess(b, m);
-            let r = (lo + j) * d;
-            axpy(num, a, &ev[r..r + d]);
-            axpy(den, a, &e[r..r + d]);
-        }
+        simd::exp_excess(band, m);
+        simd::axpy_rows(num, band, &ev[lo * d..(hi + 1) * d]);
+        simd::axpy_rows(den, band, &e[lo * d..(hi + 1) * d]);
         gate(&mut qb[i * d..(i + 1) * d], num, den);
     }
     w.o.apply(qb, t, &mut y[..t * d]);

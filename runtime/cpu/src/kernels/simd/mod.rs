@@ -431,6 +431,21 @@ pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     }
 }
 
+/// `y += Σ_j a[j] · x[j·d..(j+1)·d]` with `d = y.len()` (a weighted sum of `a.len()` rows):
+/// AVX-512 holds 64 columns of `y` in registers across the rows; elsewhere one [`axpy`] per row.
+pub fn axpy_rows(y: &mut [f32], a: &[f32], x: &[f32]) {
+    let d = y.len();
+    assert!(x.len() >= a.len() * d, "axpy_rows: {} rows of {d} in {} values", a.len(), x.len());
+    #[cfg(target_arch = "x86_64")]
+    if isa() == Isa::Avx512 {
+        // SAFETY: AVX-512F (with AVX2/FMA/F16C) detected; x's length checked.
+        return unsafe { x86::axpy_rows_avx512(y, a, x) };
+    }
+    for (j, &aj) in a.iter().enumerate() {
+        axpy(y, aj, &x[j * d..(j + 1) * d]);
+    }
+}
+
 /// `y [m, n] = a [m, k] · b [k, n]`, f32 row-major, `y`'s rows at stride `ldy ≥ n` (a
 /// convolution's weights times its patches, or times its input for a 1×1 convolution: no
 /// transposes). x86: the register-blocked GEMM micro-kernels reading `b` in place; elsewhere one
@@ -696,6 +711,18 @@ pub fn quantize_rows_i8(
         return unsafe { x86::quantize_rows_i8_avx512(src, rows, cols, stride, q, scales) };
     }
     quantize_rows_i8_scalar(src, rows, cols, stride, q, scales)
+}
+
+/// `band[j] ← exp(band[j] − m) − exp(−m)` for `m ≥ max(band, 0)` (AFT-local's window weights):
+/// AVX-512 vector kernel (within 2e-6 relative of f64, `runtime/cpu/tests/simd.rs`), elsewhere
+/// the scalar [`crate::math::exp_excess`].
+pub fn exp_excess(band: &mut [f32], m: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if isa() == Isa::Avx512 {
+        // SAFETY: AVX-512F (with AVX2/FMA/F16C) detected.
+        return unsafe { x86::exp_excess_avx512(band, m) };
+    }
+    band.iter_mut().for_each(|w| *w = crate::math::exp_excess(*w, m));
 }
 
 /// `dst[c·ld_dst + r] = src[r·ld_src + c]` for `r < rows`, `c < cols` (a strided 2-D

@@ -829,7 +829,7 @@ pub use super::x86_conv::{
 
 // The FMA peak probes and the vectorised GELU/softmax live in `x86_math.rs`.
 pub use super::x86_math::{
-    exp_sub, exp_sub_each, fma_probe_avx2, fma_probe_avx512, gelu, gelu_avx512, layer_norm_rows_avx512, sigmoid,
-    sigmoid_avx512, sigmoid_gate, silu, silu_avx512, small_head_avx512, softmax, softmax_scaled_avx512, tanh,
-    PROBE_CHAINS,
+    axpy_rows_avx512, exp_excess_avx512, exp_sub, exp_sub_each, fma_probe_avx2, fma_probe_avx512, gelu, gelu_avx512,
+    layer_norm_rows_avx512, sigmoid, sigmoid_avx512, sigmoid_gate, silu, silu_avx512, small_head_avx512, softmax,
+    softmax_scaled_avx512, tanh, PROBE_CHAINS,
 };
