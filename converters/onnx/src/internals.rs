@@ -38,6 +38,11 @@ pub struct Agreement {
 pub struct InternalsReport {
     /// Attention ops given int8 internals.
     pub attention_ops: usize,
+    /// Of those, the ops whose heads are wide and long enough for the CPU to multiply in int8
+    /// (`kestrel_cpu::kernels::attention_q8::pays`: at least 48 columns per head over at least
+    /// 48 tokens); the others keep f32 products at run time.
+    #[serde(default)]
+    pub int8_ops: usize,
     /// On the calibration samples, against the f32 model.
     pub calibration_vs_f32: Agreement,
     /// On the held-out samples, against the f32 model (none with a single sample).
@@ -124,6 +129,20 @@ pub fn apply(
             found: format!("none among {} ops (AFT and Fastformer keep f32 internals)", ops.len()),
         });
     }
+    let int8_ops = b
+        .ops()
+        .iter()
+        .filter(|op| match op {
+            Op::Attention(a) => b.shape_of(a.x).is_some_and(|s| {
+                // [T, d], or [G, T, d] for G sequences.
+                let dims = s.dims();
+                let t = if dims.len() >= 2 { dims[dims.len() - 2] as usize } else { 1 };
+                let d = s.last();
+                kestrel_cpu::kernels::attention_q8::pays(t, d / (a.heads as usize).max(1))
+            }),
+            _ => false,
+        })
+        .count();
     let int8 = b.build()?;
     let reference = f32.build()?;
     let last: Vec<usize> = b.outputs().iter().map(|&o| b.shape_of(o).map_or(1, |s| s.last().max(1))).collect();
@@ -140,6 +159,7 @@ pub fn apply(
     };
     Ok(InternalsReport {
         attention_ops,
+        int8_ops,
         calibration_vs_f32,
         held_out_vs_f32,
         calibration_vs_f32_internals,

@@ -110,7 +110,12 @@ impl Report {
             }
         }
         if let Some(r) = &self.int8_internals {
-            let _ = writeln!(s, "int8 attention internals: {} attention op(s); cost measured:", r.attention_ops);
+            let _ = writeln!(
+                s,
+                "int8 attention internals: {} attention op(s), {} with heads wide and long enough for int8 \
+                 products (>= 48 columns, >= 48 tokens; the others stay f32); cost measured:",
+                r.attention_ops, r.int8_ops
+            );
             let rows = [
                 ("calibration samples, vs the f32 model", Some(&r.calibration_vs_f32)),
                 ("held-out samples, vs the f32 model", r.held_out_vs_f32.as_ref()),

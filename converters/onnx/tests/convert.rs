@@ -428,7 +428,7 @@ fn int8_attention_internals() {
     let conv = convert(&model, &o).unwrap();
     println!("{}", conv.report.to_table());
     let r = conv.report.int8_internals.as_ref().expect("int8 internals report");
-    assert_eq!(r.attention_ops, 2);
+    assert_eq!((r.attention_ops, r.int8_ops), (2, 2));
     // 4 samples: 3 calibrate, 1 held out.
     assert_eq!(conv.report.calibration.as_ref().unwrap().samples, 3);
     assert_eq!((r.calibration_vs_f32.samples, r.held_out_vs_f32.as_ref().unwrap().samples), (3, 1));

@@ -8,7 +8,8 @@ Usage (after ``python -m kestrel_torch.train``)::
         --out ../../target/eval
 
 For every trained model and weight encoding (f32, f16, int8, int8 with the first and last
-layers kept at f16, int4) this runs::
+layers kept at f16, int4, int8 with calibrated activations, and that with int8 attention
+internals) this runs::
 
     kestrel convert TRAIN/NAME/model.onnx -o OUT/NAME.ENC.kes --weights ENC --meta TRAIN/NAME/kes-meta.json
     kestrel classify TRAIN/NAME/test --model OUT/NAME.ENC.kes --eval --json --quiet
@@ -28,7 +29,17 @@ import time
 from pathlib import Path
 
 MODELS = ("fmnist_vit_super", "fmnist_aftconv", "digits_vit_super")
-ENCODINGS = (("f32", []), ("f16", []), ("int8", []), ("int8-keep-first-last", ["--keep-first-last"]), ("int4", []))
+ENCODINGS = (
+    ("f32", []),
+    ("f16", []),
+    ("int8", []),
+    ("int8-keep-first-last", ["--keep-first-last"]),
+    ("int4", []),
+    # int8 weights with calibrated int8 activations (`--calibrate` on 256 training images written
+    # by `train` as calib.npy), and the same with the fused attention's internals in int8.
+    ("int8-calibrated", ["--calibrate", "{calib}"]),
+    ("int8-calibrated-attention", ["--calibrate", "{calib}", "--int8-attention"]),
+)
 
 
 def run(cmd: list[str]) -> str:
@@ -44,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train", type=Path, default=Path("../../target/train"))
     ap.add_argument("--out", type=Path, default=Path("../../target/eval"))
     ap.add_argument("--model", action="append", help="only these models")
+    ap.add_argument("--encoding", action="append", help="only these encodings (f32 always runs first)")
     args = ap.parse_args(argv)
     k = str(args.kestrel)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -53,8 +65,13 @@ def main(argv: list[str] | None = None) -> int:
         test = src / "test"
         preds_f32: dict[str, int] | None = None
         for enc, extra in ENCODINGS:
+            if args.encoding and enc != "f32" and enc not in args.encoding:
+                continue
             weights = enc.split("-")[0]
             kes = args.out / f"{name}.{enc}.kes"
+            extra = [e.replace("{calib}", str(src / "calib.npy")) for e in extra]
+            if "--int8-attention" in extra and "aftconv" in name:
+                continue  # AFT-conv has no fused attention op
             run([k, "convert", str(src / "model.onnx"), "-o", str(kes), "--weights", weights,
                  "--meta", str(src / "kes-meta.json"), *extra])  # fmt: skip
             t0 = time.time()

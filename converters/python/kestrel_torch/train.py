@@ -321,6 +321,9 @@ def train(
     out.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), out / "model.pt")
     export(model, spec, out, xte, mean, std, log)
+    # Calibration data for `kestrel convert --calibrate` (int8 activations): 256 training images,
+    # preprocessed as the model sees them, never test images.
+    np.save(out / "calib.npy", xtr[:256].numpy().astype(np.float32))
     write_test_pngs(te_x, te_y, labels_for(spec), out / "test")
     (out / "train.json").write_text(json.dumps(log, indent=2) + "\n")
     return log
