@@ -246,7 +246,10 @@ pub fn layer_norm_rows(x: &[f32], y: &mut [f32], d: usize, g: &[f32], b: &[f32],
             unsafe { x86::layer_norm_rows_avx512(x, y, d, g, b, eps) };
             true
         }
-        _ => false,
+        _ => {
+            let _ = (x, y, d, g, b, eps);
+            false
+        }
     }
 }
 
