@@ -798,7 +798,7 @@ pub struct Q8Finish<'a> {
 
 /// `y = (q(x) · W_qᵀ) · scales · x_scale + bias` (int8 weights, `y` overwritten) with the exact
 /// sums finished inside the integer GEMM's tiles, where the CPU has such a kernel for this shape
-/// (AVX-512 VNNI, from 4 rows); false, touching nothing, elsewhere (the caller accumulates with
+/// (AVX-512 VNNI or AVX-VNNI, from 4 rows); false, touching nothing, elsewhere (the caller accumulates with
 /// [`q8_accumulate_i8`] and finishes in a pass of its own: the same f32 values).
 #[allow(clippy::too_many_arguments)]
 pub fn q8_dense_i8(
@@ -815,6 +815,11 @@ pub fn q8_dense_i8(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX-512F/BW/VNNI and AVX2/FMA/F16C detected; the kernel checks lengths.
         Isa::Avx512 if has_avx512_vnni() => unsafe { x86::q8_dense_i8_avx512vnni(x, rows, inv, w, cols, out, fin, y) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2/FMA/F16C and AVX-VNNI detected; the kernel checks lengths.
+        Isa::Avx2Vnni | Isa::Avx512 if has_avx_vnni() => unsafe {
+            x86::q8_dense_i8_avxvnni(x, rows, inv, w, cols, out, fin, y)
+        },
         _ => {
             let _ = (x, rows, inv, w, cols, out, fin, y);
             false

@@ -143,8 +143,18 @@ unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: us
     }
 }
 
-/// One `M × 16` tile (see `q8_512::tile`).
+/// The finish of one panel (`q8_512::PanelFinish`'s arithmetic, per column): the panel's
+/// weight scales and biases from its first output on.
+struct PanelFinish<'a> {
+    scales: &'a [f32],
+    xs: f32,
+    bias: Option<&'a [f32]>,
+}
+
+/// One `M × 16` tile (see `q8_512::tile`: added to `acc` or stored, as i32 sums or finished to
+/// f32 in the same memory).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn tile<const M: usize>(
     xb: *const u8,
     wp: *const i32,
@@ -153,6 +163,8 @@ unsafe fn tile<const M: usize>(
     acc: *mut i32,
     ldy: usize,
     ncols: usize,
+    load: bool,
+    fin: Option<&PanelFinish<'_>>,
 ) {
     // SAFETY: per the callers' bounds.
     unsafe {
@@ -167,12 +179,44 @@ unsafe fn tile<const M: usize>(
             }
         }
         for (i, ai) in a.iter().enumerate() {
+            if ncols == NR {
+                // A whole panel: 8 lanes at a time, the finish's scales and biases loaded as
+                // vectors (the same operations per lane as the scalar path below).
+                let p = acc.add(i * ldy);
+                for (h, (&av, &wv)) in ai.iter().zip(ws).enumerate() {
+                    let ph = p.add(8 * h);
+                    let mut v = _mm256_sub_epi32(av, wv);
+                    if load {
+                        v = _mm256_add_epi32(v, _mm256_loadu_si256(ph.cast()));
+                    }
+                    match fin {
+                        None => _mm256_storeu_si256(ph.cast(), v),
+                        Some(f) => {
+                            let sc = _mm256_loadu_ps(f.scales[8 * h..8 * h + 8].as_ptr());
+                            let r = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), sc), _mm256_set1_ps(f.xs));
+                            let r = match f.bias {
+                                Some(b) => _mm256_add_ps(r, _mm256_loadu_ps(b[8 * h..8 * h + 8].as_ptr())),
+                                None => r,
+                            };
+                            _mm256_storeu_ps(ph.cast(), r);
+                        }
+                    }
+                }
+                continue;
+            }
             let mut v = [0i32; NR];
             _mm256_storeu_si256(v.as_mut_ptr().cast(), _mm256_sub_epi32(ai[0], ws[0]));
             _mm256_storeu_si256(v.as_mut_ptr().add(8).cast(), _mm256_sub_epi32(ai[1], ws[1]));
             let p = acc.add(i * ldy);
             for (c, &vc) in v.iter().enumerate().take(ncols) {
-                *p.add(c) = (*p.add(c)).wrapping_add(vc);
+                let sum = if load { (*p.add(c)).wrapping_add(vc) } else { vc };
+                match fin {
+                    None => *p.add(c) = sum,
+                    Some(f) => {
+                        let r = sum as f32 * f.scales[c] * f.xs;
+                        *p.add(c).cast::<f32>() = f.bias.map_or(r, |b| r + b[c]);
+                    }
+                }
             }
         }
     }
@@ -184,8 +228,19 @@ unsafe fn tile<const M: usize>(
 /// AVX2 and AVX-VNNI in the caller; `x.len() >= rows·cols`, `w.len() >= out·cols`,
 /// `acc.len() >= rows·out`.
 #[inline(always)]
-pub(super) unsafe fn gemm(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemm(
+    x: &[f32],
+    rows: usize,
+    inv: f32,
+    w: &[i8],
+    cols: usize,
+    out: usize,
+    acc: &mut [i32],
+    fin: Option<&super::Q8Finish<'_>>,
+) {
     debug_assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
+    debug_assert!(fin.is_none_or(|f| f.scales.len() >= out && f.bias.is_none_or(|b| b.len() >= out)));
     // Not initialised as a whole (see `q8_512::gemm`): each row's `4·k4n` bytes and the panel's
     // `k4n · NR` words (`pack` writes whole 32-input blocks) are written before a tile reads them.
     let mut xb = MaybeUninit::<Bytes<{ RB * KC }>>::uninit();
@@ -203,23 +258,32 @@ pub(super) unsafe fn gemm(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usiz
                     quantize_u8(xp.add((r0 + i) * cols + k0), kn, inv, xbm.add(i * KC));
                     core::ptr::write_bytes(xbm.add(i * KC + kn), 128, 4 * k4n - kn);
                 }
+                // As `q8_512::gemm`: finishing, the first block stores and the last finishes.
+                let (load, last) = (k0 > 0 || fin.is_none(), k0 + KC >= cols);
                 for o0 in (0..out).step_by(NR) {
                     let nn = NR.min(out - o0);
                     let ws = pack(w.as_ptr(), cols, o0, nn, k0, kn, wpm);
+                    let pf = match fin {
+                        Some(f) if last => {
+                            Some(PanelFinish { scales: &f.scales[o0..], xs: f.x_scale, bias: f.bias.map(|b| &b[o0..]) })
+                        }
+                        _ => None,
+                    };
+                    let pf = pf.as_ref();
                     let (xbp, wpp) = (xbm.cast_const(), wpm.cast_const());
                     let at = |i: usize| accp.add((r0 + i) * out + o0);
                     let mut i = 0;
                     while i + MR <= rn {
-                        tile::<MR>(xbp.add(i * KC), wpp, k4n, &ws, at(i), out, nn);
+                        tile::<MR>(xbp.add(i * KC), wpp, k4n, &ws, at(i), out, nn, load, pf);
                         i += MR;
                     }
                     let (xr, ar) = (xbp.add(i * KC), at(i));
                     match rn - i {
-                        1 => tile::<1>(xr, wpp, k4n, &ws, ar, out, nn),
-                        2 => tile::<2>(xr, wpp, k4n, &ws, ar, out, nn),
-                        3 => tile::<3>(xr, wpp, k4n, &ws, ar, out, nn),
-                        4 => tile::<4>(xr, wpp, k4n, &ws, ar, out, nn),
-                        5 => tile::<5>(xr, wpp, k4n, &ws, ar, out, nn),
+                        1 => tile::<1>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
+                        2 => tile::<2>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
+                        3 => tile::<3>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
+                        4 => tile::<4>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
+                        5 => tile::<5>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
                         _ => {}
                     }
                 }
@@ -313,7 +377,7 @@ pub(super) unsafe fn gemv(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usiz
             1 => gemv_r::<1, 4>(x, inv, w, cols, out, acc),
             2 => gemv_r::<2, 3>(x, inv, w, cols, out, acc),
             3 => gemv_r::<3, 2>(x, inv, w, cols, out, acc),
-            _ => gemm(x, rows, inv, w, cols, out, acc),
+            _ => gemm(x, rows, inv, w, cols, out, acc, None),
         }
     }
 }

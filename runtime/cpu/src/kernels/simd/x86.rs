@@ -793,10 +793,39 @@ pub unsafe fn q8_i8_avxvnni(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: us
         if rows < q8_avx::GEMV_MAX_ROWS {
             q8_avx::gemv(x, rows, inv, w, cols, out, acc)
         } else {
-            q8_avx::gemm(x, rows, inv, w, cols, out, acc)
+            q8_avx::gemm(x, rows, inv, w, cols, out, acc, None)
         }
     }
 }
+
+/// [`q8_dense_i8_avx512vnni`] at 256 bits with AVX-VNNI ([`super::q8_avx`]).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-VNNI.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub unsafe fn q8_dense_i8_avxvnni(
+    x: &[f32],
+    rows: usize,
+    inv: f32,
+    w: &[i8],
+    cols: usize,
+    out: usize,
+    fin: &super::Q8Finish<'_>,
+    y: &mut [f32],
+) -> bool {
+    if rows < q8_avx::GEMV_MAX_ROWS || cols == 0 || cols > super::Q8_EXACT_MAX_COLS {
+        return false;
+    }
+    assert!(x.len() >= rows * cols && w.len() >= out * cols && y.len() >= rows * out);
+    assert!(fin.scales.len() >= out && fin.bias.is_none_or(|b| b.len() >= out));
+    let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut y[..rows * out]);
+    // SAFETY: features per the contract; lengths checked.
+    unsafe { q8_avx::gemm(x, rows, inv, w, cols, out, acc, Some(fin)) };
+    true
+}
+
+const _: () = assert!(q8_avx::GEMV_MAX_ROWS == super::Q8_FUSED_MIN_ROWS);
 
 /// One int4 group (16 packed bytes) times up to 32 int8 activations.
 ///
