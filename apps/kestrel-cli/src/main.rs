@@ -83,8 +83,9 @@ enum Command {
         /// internals stay f32.
         #[arg(long, value_name = "DATA.npy")]
         calibrate: Vec<PathBuf>,
-        /// With --calibrate: fused attention also multiplies its scores and weighted values in
-        /// int8 on the CPU (scales taken at run time; softmax, norms and residuals stay f32).
+        /// With --calibrate: fused attention also multiplies its scores, weighted values and
+        /// output projection in int8 on the CPU (scales taken at run time; softmax, norms and
+        /// residuals stay f32).
         /// The last fifth of the calibration samples is held out, and the report gives the
         /// cost (top-1 agreement, largest error) against the f32 model and f32 internals.
         #[arg(long, requires = "calibrate")]

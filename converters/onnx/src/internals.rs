@@ -2,8 +2,9 @@
 //! their measured accuracy cost.
 //!
 //! Every fused attention op (Standard, Optimised, Efficient, Super) gets `Internals::Int8`: its
-//! scores and weighted values multiply in int8 on the CPU, with scales taken at run time (see
-//! `kestrel_cpu`'s `attention_q8`). AFT and Fastformer keep f32 internals.
+//! scores and weighted values (where the heads are wide and long enough) and its output
+//! projection (where its weights are integer) multiply in int8 on the CPU, with scales taken at
+//! run time (see `kestrel_cpu`'s `attention_q8`). AFT and Fastformer keep f32 internals.
 //!
 //! The cost is measured, not assumed: the last fifth of the calibration samples (at least one,
 //! when there are two or more) is held out of calibration, and the converted model is compared

@@ -54,7 +54,8 @@ fn worst_int8_error_over_fixed_layers() {
         let p = AttentionParams { int8: true, ..attn_params(t, d, heads, seed % 5 == 0, variant(seed as usize % 4)) };
         let mut rng = Rng::new(seed);
         let x = rng.normal_vec(t * d);
-        let mut layer = AttnLayer::random(&mut rng, DType::F32, &p);
+        // int8 weights: the output projection reads the heads' outputs in int8 too.
+        let mut layer = AttnLayer::random(&mut rng, DType::I8, &p);
         let c = compare(&layer.run(&p, &x), &layer.reference(&p, &x), INT8_INTERNALS);
         assert!(c.pass, "{p:?}: {c:?}");
         worst = worst.max(c.max_rel_err);
@@ -72,7 +73,9 @@ fn narrow_heads_and_short_sequences_stay_f32() {
         let p = AttentionParams { int8: true, ..attn_params(t, d, heads, false, variant(0)) };
         let mut rng = Rng::new(t as u64);
         let x = rng.normal_vec(t * d);
-        let mut layer = AttnLayer::random(&mut rng, DType::I8, &p);
+        // f32 weights: the output projection stays f32 too (with integer weights it reads the
+        // heads' outputs in int8 whatever the heads).
+        let mut layer = AttnLayer::random(&mut rng, DType::F32, &p);
         assert_eq!(layer.run(&p, &x), layer.run(&AttentionParams { int8: false, ..p }, &x), "{p:?}");
     }
 }

@@ -43,8 +43,9 @@ pub struct AttentionParams {
     /// Which mechanism.
     pub variant: AttentionVariant,
     /// int8 scores and weighted values (`Internals::Int8`, [`super::attention_q8`]) on the
-    /// blocked path, for heads where they pay ([`super::attention_q8::pays`]); the row-at-a-time
-    /// path and the other heads stay f32.
+    /// blocked path, for heads where they pay ([`super::attention_q8::pays`]), and the output
+    /// projection's input in int8 where its weights are integer; the row-at-a-time path and the
+    /// other heads stay f32.
     pub int8: bool,
 }
 
@@ -449,7 +450,18 @@ fn blocked(
             }
         }
     }
-    w.o.apply(heads_out, rows, &mut y[..all]);
+    // int8 internals: the output projection reads the heads' outputs quantised at one scale
+    // taken now (`max|O| / 127`) where its weights are integer (an all-zero or non-finite O
+    // stays f32).
+    let o_scale = if p.int8 && w.o.w.is_integer() {
+        crate::kernels::simd::abs_max(&heads_out[..all]).filter(|&a| a > 0.0).map(|a| a / 127.0)
+    } else {
+        None
+    };
+    match o_scale {
+        Some(s) => ProjW { act_scale: Some(s), ..w.o }.apply(heads_out, rows, &mut y[..all]),
+        None => w.o.apply(heads_out, rows, &mut y[..all]),
+    }
 }
 
 /// [`attention`] one query row at a time (O(T) scores, [`attention_scratch`] elements).

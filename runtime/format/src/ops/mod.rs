@@ -215,9 +215,10 @@ code_enum!(
         /// int8 × int8 → i32 products on the CPU: the queries per block of rows with one
         /// scale (`max|Q| / 127`), the keys per key and the values per channel (`max / 127`
         /// each, taken at run time), the softmax weights of each query row scaled to a maximum
-        /// of 127 (the row's scale is taken back after `P·V`); the softmax itself, the
-        /// projections' outputs, the residual stream and the norms stay f32. Heads too narrow
-        /// or too short for int8 to pay keep f32 products. The GPU backend computes these
+        /// of 127 (the row's scale is taken back after `P·V`), and, where its weights are
+        /// integer, the output projection's input (the heads' outputs, one scale
+        /// `max|O| / 127`); the softmax itself, the residual stream and the norms stay f32.
+        /// Heads too narrow or too short for int8 to pay keep f32 scores and weighted values. The GPU backend computes these
         /// products in its own precision (f32 or f16) whatever this says.
         Int8 = 1,
     }
