@@ -742,15 +742,31 @@ pub unsafe fn q8_dense_i8_avx512vnni(
     fin: &super::Q8Finish<'_>,
     y: &mut [f32],
 ) -> bool {
-    if rows < q8_512::GEMV_MAX_ROWS || cols == 0 || cols > super::Q8_EXACT_MAX_COLS {
-        return false;
+    let Some(acc) = finish_target(x, rows, w, cols, out, fin, y) else { return false };
+    // SAFETY: features per the contract; lengths checked by `finish_target`.
+    unsafe { q8_512::gemm(x, rows, inv, w, cols, out, acc, Some(fin)) };
+    true
+}
+
+/// The in-tile finishes' shared checks: `y`'s first `rows·out` values as the i32 accumulator
+/// the GEMM finishes in, or `None` where the packed GEMM does not take the shape (fewer than
+/// [`super::Q8_FUSED_MIN_ROWS`] rows, no inputs, or inputs past the exact i32 range). Panics
+/// on slices shorter than the shape.
+fn finish_target<'y>(
+    x: &[f32],
+    rows: usize,
+    w: &[i8],
+    cols: usize,
+    out: usize,
+    fin: &super::Q8Finish<'_>,
+    y: &'y mut [f32],
+) -> Option<&'y mut [i32]> {
+    if rows < super::Q8_FUSED_MIN_ROWS || cols == 0 || cols > super::Q8_EXACT_MAX_COLS {
+        return None;
     }
     assert!(x.len() >= rows * cols && w.len() >= out * cols && y.len() >= rows * out);
     assert!(fin.scales.len() >= out && fin.bias.is_none_or(|b| b.len() >= out));
-    let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut y[..rows * out]);
-    // SAFETY: features per the contract; lengths checked.
-    unsafe { q8_512::gemm(x, rows, inv, w, cols, out, acc, Some(fin)) };
-    true
+    Some(bytemuck::cast_slice_mut(&mut y[..rows * out]))
 }
 
 /// `y[r·out + o] = Σ q(x[r, k]) · w[o, k] · scale(o, k / 32)` for int4 weights with the AVX-512
@@ -814,13 +830,8 @@ pub unsafe fn q8_dense_i8_avxvnni(
     fin: &super::Q8Finish<'_>,
     y: &mut [f32],
 ) -> bool {
-    if rows < q8_avx::GEMV_MAX_ROWS || cols == 0 || cols > super::Q8_EXACT_MAX_COLS {
-        return false;
-    }
-    assert!(x.len() >= rows * cols && w.len() >= out * cols && y.len() >= rows * out);
-    assert!(fin.scales.len() >= out && fin.bias.is_none_or(|b| b.len() >= out));
-    let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut y[..rows * out]);
-    // SAFETY: features per the contract; lengths checked.
+    let Some(acc) = finish_target(x, rows, w, cols, out, fin, y) else { return false };
+    // SAFETY: features per the contract; lengths checked by `finish_target`.
     unsafe { q8_avx::gemm(x, rows, inv, w, cols, out, acc, Some(fin)) };
     true
 }
