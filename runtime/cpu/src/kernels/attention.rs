@@ -340,18 +340,7 @@ fn blocked(
     let (keys_all, values_all) = match direct_vt {
         Some(a) => {
             let keys = project_qk(p, w, rows, x, q, kbuf);
-            let (xt, bias) = abuf.split_at_mut(td);
-            transpose_into(&x[..td], t, d, xt);
-            matmul_nt(xt, d, &a.w, &mut vt[..td]);
-            if let Some(b) = a.b {
-                let bias = &mut bias[..t];
-                b.decode_into(bias);
-                for vr in vt[..td].chunks_exact_mut(t) {
-                    for (v, &bi) in vr.iter_mut().zip(&*bias) {
-                        *v += bi;
-                    }
-                }
-            }
+            align_tokens_t(a, x, t, d, &mut vt[..td], abuf);
             (keys, &[][..])
         }
         None => project(p, w, rows, x, q, kbuf, vbuf, abuf),
@@ -559,22 +548,14 @@ fn project_qk<'s>(
     }
 }
 
-/// `v = W^A x + b^A` (token mixing). Non-causal with `buf` of `2·T·d` f32: one GEMM
-/// (`vᵀ = xᵀ W^Aᵀ`, through `xᵀ` and `vᵀ` in `buf`). Otherwise one row of W^A at a time (`buf`
+/// `v = W^A x + b^A` (token mixing). Non-causal with `buf` of `2·T·d + T` f32 (what the planner
+/// reserves): [`align_tokens_t`] into `buf`, transposed back. Otherwise one row of W^A at a time (`buf`
 /// holds T); causal reads only `W^A[i, j]` with `j ≤ i`.
 fn align_tokens(a: &ProjW<'_>, causal: bool, x: &[f32], t: usize, d: usize, v: &mut [f32], buf: &mut [f32]) {
-    if !causal && buf.len() >= 2 * t * d {
-        let (xt, rest) = buf.split_at_mut(t * d);
-        let vt = &mut rest[..t * d];
-        transpose_into(&x[..t * d], t, d, xt);
-        // vᵀ [d, T] = xᵀ [d, T] · W^Aᵀ.
-        matmul_nt(xt, d, &a.w, vt);
-        for i in 0..t {
-            let bias = a.b.map_or(0.0, |b| b.get(0, i));
-            for (u, out) in v[i * d..(i + 1) * d].iter_mut().enumerate() {
-                *out = vt[u * t + i] + bias;
-            }
-        }
+    if !causal && buf.len() >= 2 * t * d + t {
+        let (vt, rest) = buf.split_at_mut(t * d);
+        align_tokens_t(a, x, t, d, vt, rest);
+        crate::kernels::simd::transpose_f32(vt, d, t, t, &mut v[..t * d], d);
         return;
     }
     for i in 0..t {
@@ -584,6 +565,23 @@ fn align_tokens(a: &ProjW<'_>, causal: bool, x: &[f32], t: usize, d: usize, v: &
         let n = if causal { i + 1 } else { t };
         for (j, &aij) in row[..n].iter().enumerate() {
             axpy(out, aij, &x[j * d..(j + 1) * d]);
+        }
+    }
+}
+
+/// Non-causal token mixing transposed: `vt [d, T] = xᵀ W^Aᵀ` plus `b^A[i]` on token `i`'s
+/// column, by one GEMM over `xᵀ` (in `buf`, with `b^A` decoded after it: `T·d + T` elements).
+fn align_tokens_t(a: &ProjW<'_>, x: &[f32], t: usize, d: usize, vt: &mut [f32], buf: &mut [f32]) {
+    let (xt, bias) = buf.split_at_mut(t * d);
+    transpose_into(&x[..t * d], t, d, xt);
+    matmul_nt(xt, d, &a.w, &mut vt[..t * d]);
+    if let Some(b) = a.b {
+        let bias = &mut bias[..t];
+        b.decode_into(bias);
+        for vr in vt[..t * d].chunks_exact_mut(t) {
+            for (v, &bi) in vr.iter_mut().zip(&*bias) {
+                *v += bi;
+            }
         }
     }
 }
