@@ -20,12 +20,14 @@ mod gemm;
 mod gemv512;
 #[cfg(target_arch = "aarch64")]
 pub mod neon;
+mod q8;
 #[cfg(target_arch = "x86_64")]
 mod q8_512;
 #[cfg(target_arch = "x86_64")]
 mod q8_avx;
 #[cfg(target_arch = "aarch64")]
 mod q8_neon;
+mod rows;
 #[cfg(target_arch = "x86_64")]
 mod taps;
 #[cfg(target_arch = "x86_64")]
@@ -34,6 +36,14 @@ pub mod x86;
 mod x86_conv;
 #[cfg(target_arch = "x86_64")]
 mod x86_math;
+#[cfg(target_arch = "x86_64")]
+mod x86_q8;
+#[cfg(target_arch = "x86_64")]
+mod x86_rows;
+pub use q8::{has_dotprod, q8_accumulate_i8, q8_dense_i8, q8_int4, Q8Finish, Q8_EXACT_MAX_COLS, Q8_FUSED_MIN_ROWS};
+pub use rows::{
+    abs_max, axpy_rows, exp_excess, layer_norm_rows, quantize_rows_i8, quantize_rows_i8_scalar, transpose_f32,
+};
 
 /// Rows from which the x86 dense kernels switch from dot products to the GEMM kernels (which
 /// sum every output in one order whatever the row count; the dot products sum in another).
@@ -233,26 +243,6 @@ pub fn gelu(y: &mut [f32]) {
     }
 }
 
-/// Layer norm over rows of `d` contiguous features with γ and β decoded (`g`, `b`), where the
-/// CPU has a vector kernel (AVX-512: [`x86::layer_norm_rows_avx512`]); false elsewhere (the
-/// caller's portable loop runs).
-#[inline]
-pub fn layer_norm_rows(x: &[f32], y: &mut [f32], d: usize, g: &[f32], b: &[f32], eps: f32) -> bool {
-    debug_assert!(x.len() == y.len() && x.len().is_multiple_of(d.max(1)) && g.len() >= d && b.len() >= d);
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX-512F (and AVX2/FMA) detected; lengths as asserted by the callers.
-        Isa::Avx512 if d > 0 && g.len() >= d && b.len() >= d && x.len() == y.len() => {
-            unsafe { x86::layer_norm_rows_avx512(x, y, d, g, b, eps) };
-            true
-        }
-        _ => {
-            let _ = (x, y, d, g, b, eps);
-            false
-        }
-    }
-}
-
 /// Softmax of `row` in place (maximum subtracted before exp). x86 (AVX2 and up): a vectorised
 /// exp (Cephes polynomial, ≤ 2 ulp); elsewhere libm's `expf`.
 #[inline]
@@ -431,21 +421,6 @@ pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
                 *y += a * x;
             }
         }
-    }
-}
-
-/// `y += Σ_j a[j] · x[j·d..(j+1)·d]` with `d = y.len()` (a weighted sum of `a.len()` rows):
-/// AVX-512 holds 64 columns of `y` in registers across the rows; elsewhere one [`axpy`] per row.
-pub fn axpy_rows(y: &mut [f32], a: &[f32], x: &[f32]) {
-    let d = y.len();
-    assert!(x.len() >= a.len() * d, "axpy_rows: {} rows of {d} in {} values", a.len(), x.len());
-    #[cfg(target_arch = "x86_64")]
-    if isa() == Isa::Avx512 {
-        // SAFETY: AVX-512F (with AVX2/FMA/F16C) detected; x's length checked.
-        return unsafe { x86::axpy_rows_avx512(y, a, x) };
-    }
-    for (j, &aj) in a.iter().enumerate() {
-        axpy(y, aj, &x[j * d..(j + 1) * d]);
     }
 }
 
@@ -655,224 +630,6 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
         // SAFETY: NEON is baseline.
         Isa::Neon => unsafe { neon::dot_i8(a, b) },
         _ => dot_i8_scalar(a, b),
-    }
-}
-
-/// Input features up to which an int8 × int8 product is exact in i32 (`127² · K < 2³¹`):
-/// [`q8_accumulate_i8`]'s domain.
-pub const Q8_EXACT_MAX_COLS: usize = 1 << 17;
-
-/// `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]` in wrapping i32 (exact for
-/// `cols <= Q8_EXACT_MAX_COLS`), `q` being [`kestrel_format::weight::quantize_act`] at scale
-/// `1 / inv`, with a packed integer GEMM where the CPU has one (x86_64: AVX-512 VNNI, else
-/// AVX-VNNI at 256 bits; aarch64: the dot-product instructions). Returns
-/// false, touching nothing, elsewhere: the caller runs the dot products ([`dot_i8`]), which give
-/// the same integers.
-pub fn q8_accumulate_i8(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) -> bool {
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 if has_avx512_vnni() => {
-            // SAFETY: AVX-512F/BW/VNNI and AVX2/FMA/F16C detected; the kernel checks lengths.
-            unsafe { x86::q8_i8_avx512vnni(x, rows, inv, w, cols, out, acc) };
-            true
-        }
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2Vnni | Isa::Avx512 if has_avx_vnni() => {
-            // SAFETY: AVX2/FMA/F16C and AVX-VNNI detected; the kernel checks lengths.
-            unsafe { x86::q8_i8_avxvnni(x, rows, inv, w, cols, out, acc) };
-            true
-        }
-        #[cfg(target_arch = "aarch64")]
-        Isa::Neon if has_dotprod() => {
-            // SAFETY: FEAT_DotProd detected; the kernel checks lengths.
-            unsafe { neon::q8_i8_dotprod(x, rows, inv, w, cols, out, acc) };
-            true
-        }
-        _ => {
-            let _ = (x, rows, inv, w, cols, out, acc);
-            false
-        }
-    }
-}
-
-/// Quantises `rows` rows of `cols` floats (row `r` at `src[r·stride..]`) to int8 with a scale
-/// per row, `max|x| / 127` (0 for an all-zero row), rounding to nearest even: into `q`
-/// (`rows·cols`, contiguous) and `scales` (`rows`). Returns false if a row holds ∞ or NaN (the
-/// caller then keeps f32 arithmetic; what was written is meaningless). AVX-512 (F/BW): vector
-/// kernel; elsewhere the portable loop (the same bytes and scales).
-pub fn quantize_rows_i8(
-    src: &[f32],
-    rows: usize,
-    cols: usize,
-    stride: usize,
-    q: &mut [i8],
-    scales: &mut [f32],
-) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if isa() == Isa::Avx512 && has_avx512_vnni() {
-        // SAFETY: AVX-512F/BW (with AVX2/FMA/F16C) detected; the kernel checks lengths.
-        return unsafe { x86::quantize_rows_i8_avx512(src, rows, cols, stride, q, scales) };
-    }
-    quantize_rows_i8_scalar(src, rows, cols, stride, q, scales)
-}
-
-/// `band[j] ← exp(band[j] − m) − exp(−m)` for `m ≥ max(band, 0)` (AFT-local's window weights):
-/// AVX-512 vector kernel (within 2e-6 relative of f64, `runtime/cpu/tests/simd.rs`), elsewhere
-/// the scalar [`crate::math::exp_excess`].
-pub fn exp_excess(band: &mut [f32], m: f32) {
-    #[cfg(target_arch = "x86_64")]
-    if isa() == Isa::Avx512 {
-        // SAFETY: AVX-512F (with AVX2/FMA/F16C) detected.
-        return unsafe { x86::exp_excess_avx512(band, m) };
-    }
-    band.iter_mut().for_each(|w| *w = crate::math::exp_excess(*w, m));
-}
-
-/// `dst[c·ld_dst + r] = src[r·ld_src + c]` for `r < rows`, `c < cols` (a strided 2-D
-/// transpose; other elements of `dst` untouched): 16 × 16 register blocks on AVX-512, else the
-/// element loop.
-pub fn transpose_f32(src: &[f32], rows: usize, cols: usize, ld_src: usize, dst: &mut [f32], ld_dst: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if isa() == Isa::Avx512 {
-        // SAFETY: AVX-512F (with AVX2/FMA/F16C) detected; the kernel checks lengths.
-        return unsafe { x86::transpose_f32_avx512(src, rows, cols, ld_src, dst, ld_dst) };
-    }
-    for r in 0..rows {
-        for c in 0..cols {
-            dst[c * ld_dst + r] = src[r * ld_src + c];
-        }
-    }
-}
-
-/// `max |x|` (0 for an empty slice), or `None` if an element is ∞ or NaN: AVX-512 vector
-/// kernel, elsewhere the portable fold.
-pub fn abs_max(x: &[f32]) -> Option<f32> {
-    #[cfg(target_arch = "x86_64")]
-    if isa() == Isa::Avx512 {
-        // SAFETY: AVX-512F (with AVX2/FMA/F16C) detected.
-        return unsafe { x86::abs_max_avx512(x) };
-    }
-    x.iter().all(|v| v.is_finite()).then(|| x.iter().fold(0f32, |m, v| m.max(v.abs())))
-}
-
-/// The portable [`quantize_rows_i8`].
-pub fn quantize_rows_i8_scalar(
-    src: &[f32],
-    rows: usize,
-    cols: usize,
-    stride: usize,
-    q: &mut [i8],
-    scales: &mut [f32],
-) -> bool {
-    for r in 0..rows {
-        let row = &src[r * stride..r * stride + cols];
-        if !row.iter().all(|v| v.is_finite()) {
-            return false;
-        }
-        let scale = row.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
-        scales[r] = scale;
-        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-        for (o, &v) in q[r * cols..(r + 1) * cols].iter_mut().zip(row) {
-            // |v · inv| ≤ 127 up to one rounding: no clamp needed.
-            *o = libm::rintf(v * inv) as i8;
-        }
-    }
-    true
-}
-
-/// Rows from which [`q8_dense_i8`] may finish inside the kernel (the AVX-512 packed GEMM's side
-/// of its GEMV line); `linear_q8` splits such layers across threads by rows only.
-pub const Q8_FUSED_MIN_ROWS: usize = 4;
-
-/// How [`q8_dense_i8`] turns a row's exact integer sums into f32 outputs:
-/// `y[o] = f32(Σ) · scales[o] · x_scale (+ bias[o])`, the operation order of `linear_q8`'s
-/// portable path (the weight scale, then the activation scale, then the bias).
-pub struct Q8Finish<'a> {
-    /// One scale per output (the int8 weight rows' scales).
-    pub scales: &'a [f32],
-    /// The calibrated activation scale.
-    pub x_scale: f32,
-    /// f32 bias per output, if any.
-    pub bias: Option<&'a [f32]>,
-}
-
-/// `y = (q(x) · W_qᵀ) · scales · x_scale + bias` (int8 weights, `y` overwritten) with the exact
-/// sums finished inside the integer GEMM's tiles, where the CPU has such a kernel for this shape
-/// (AVX-512 VNNI or AVX-VNNI, from 4 rows); false, touching nothing, elsewhere (the caller accumulates with
-/// [`q8_accumulate_i8`] and finishes in a pass of its own: the same f32 values).
-#[allow(clippy::too_many_arguments)]
-pub fn q8_dense_i8(
-    x: &[f32],
-    rows: usize,
-    inv: f32,
-    w: &[i8],
-    cols: usize,
-    out: usize,
-    fin: &Q8Finish<'_>,
-    y: &mut [f32],
-) -> bool {
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX-512F/BW/VNNI and AVX2/FMA/F16C detected; the kernel checks lengths.
-        Isa::Avx512 if has_avx512_vnni() => unsafe { x86::q8_dense_i8_avx512vnni(x, rows, inv, w, cols, out, fin, y) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2/FMA/F16C and AVX-VNNI detected; the kernel checks lengths.
-        Isa::Avx2Vnni | Isa::Avx512 if has_avx_vnni() => unsafe {
-            x86::q8_dense_i8_avxvnni(x, rows, inv, w, cols, out, fin, y)
-        },
-        _ => {
-            let _ = (x, rows, inv, w, cols, out, fin, y);
-            false
-        }
-    }
-}
-
-/// Whether this CPU has the aarch64 dot-product instructions (`sdot`) that
-/// [`q8_accumulate_i8`] uses there.
-#[cfg(all(target_arch = "aarch64", feature = "std"))]
-pub fn has_dotprod() -> bool {
-    std::arch::is_aarch64_feature_detected!("dotprod")
-}
-/// Whether this CPU has the aarch64 dot-product instructions (`sdot`) that
-/// [`q8_accumulate_i8`] uses there.
-#[cfg(all(target_arch = "aarch64", not(feature = "std")))]
-pub fn has_dotprod() -> bool {
-    cfg!(target_feature = "dotprod")
-}
-/// Whether this CPU has the aarch64 dot-product instructions (`sdot`) that
-/// [`q8_accumulate_i8`] uses there.
-#[cfg(not(target_arch = "aarch64"))]
-pub fn has_dotprod() -> bool {
-    false
-}
-
-/// `y[r·out + o] = Σ_chunks Σ_groups (Σ_k q(x[r, k]) · w[o, k]) · scale(o, group)` for int4
-/// weights (`q`, `scales` as `WeightData::I4`) with calibrated activations, in f32 in the order of
-/// the portable loop (`WeightView::dot_row_q8` per 256-input chunk, chunks added to `y`), with a
-/// packed integer GEMM where the CPU has one (x86_64: AVX-512 VNNI). Returns false, touching
-/// nothing, elsewhere.
-#[allow(clippy::too_many_arguments)]
-pub fn q8_int4(
-    x: &[f32],
-    rows: usize,
-    inv: f32,
-    q: &[u8],
-    scales: &[half::f16],
-    cols: usize,
-    out: usize,
-    y: &mut [f32],
-) -> bool {
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 if has_avx512_vnni() => {
-            // SAFETY: AVX-512F/BW/VNNI and AVX2/FMA/F16C detected; the kernel checks lengths.
-            unsafe { x86::q8_i4_avx512vnni(x, rows, inv, q, scales, cols, out, y) };
-            true
-        }
-        _ => {
-            let _ = (x, rows, inv, q, scales, cols, out, y);
-            false
-        }
     }
 }
 
