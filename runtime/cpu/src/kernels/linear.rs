@@ -237,12 +237,7 @@ pub fn linear_q8(
         // activation after. (From 4 rows `split` divides by rows only, so every part sees all
         // of `w` and `fin` is whole.)
         let body = |xs: &[f32], r: usize, ws: &WeightView<'_>, ys: &mut [f32]| {
-            let kestrel_format::WeightData::I8 { q, .. } = ws.data() else { unreachable!("fused_finish: int8") };
-            if !super::simd::q8_dense_i8(xs, r, inv, q, inp, out, &fin, ys) {
-                q8_body(xs, r, ws, inv, ys);
-                let epi = Epilogue { b, act: Activation::None, scale: x_scale };
-                epi.apply(r, 0, ys);
-            }
+            q8_scaled(xs, r, ws, x_scale, b, Some(&fin), ys);
         };
         return split(x, rows, w, y, &body, &Epilogue { b: None, act, scale: 1.0 });
     }
@@ -255,17 +250,32 @@ pub fn linear_q8(
 /// `x_scale` as [`linear_q8`] does; any other encoding of `w` multiplies in f32
 /// ([`matmul_nt`]).
 pub fn matmul_nt_q8(x: &[f32], rows: usize, w: &WeightView<'_>, x_scale: f32, y: &mut [f32]) {
-    let inv = 1.0 / x_scale;
-    if let (Some(fin), kestrel_format::WeightData::I8 { q, .. }) = (fused_finish(w, None, rows, x_scale), w.data()) {
-        if super::simd::q8_dense_i8(x, rows, inv, q, w.cols(), w.rows(), &fin, y) {
-            return;
-        }
-    }
     if !w.is_integer() {
         return matmul_nt(x, rows, w, y);
     }
+    q8_scaled(x, rows, w, x_scale, None, fused_finish(w, None, rows, x_scale).as_ref(), y);
+}
+
+/// `y = q(x) · W_qᵀ · scales · x_scale + b` (no activation) for integer `w` on the calling
+/// thread: finished inside the integer kernel's tiles with `fin` where the CPU takes it, else
+/// the exact sums ([`q8_body`]) and then the scale and bias pass — the same f32 values.
+fn q8_scaled(
+    x: &[f32],
+    rows: usize,
+    w: &WeightView<'_>,
+    x_scale: f32,
+    b: Option<&WeightView<'_>>,
+    fin: Option<&super::simd::Q8Finish<'_>>,
+    y: &mut [f32],
+) {
+    let inv = 1.0 / x_scale;
+    if let (Some(fin), kestrel_format::WeightData::I8 { q, .. }) = (fin, w.data()) {
+        if super::simd::q8_dense_i8(x, rows, inv, q, w.cols(), w.rows(), fin, y) {
+            return;
+        }
+    }
     q8_body(x, rows, w, inv, y);
-    Epilogue { b: None, act: Activation::None, scale: x_scale }.apply(rows, 0, &mut y[..rows * w.rows()]);
+    Epilogue { b, act: Activation::None, scale: x_scale }.apply(rows, 0, &mut y[..rows * w.rows()]);
 }
 
 /// The in-kernel finish of [`linear_q8`] ([`super::simd::Q8Finish`]) where it applies: int8
