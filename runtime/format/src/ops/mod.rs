@@ -16,7 +16,7 @@ pub const NONE: u32 = u32::MAX;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum OpError {
     /// The kind id is not one this reader knows.
-    #[error("unknown op kind id {0} (this reader knows ids 1-15 and 32-37)")]
+    #[error("unknown op kind id {0} (this reader knows ids 1-16 and 32-37)")]
     UnknownKind(u16),
     /// The record has the wrong number of tensor slots.
     #[error("op {op}: expected {expected} tensor slots, found {found}")]
@@ -709,87 +709,12 @@ pub struct Fastformer {
     pub y: TensorId,
 }
 
-/// One graph node.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Op {
-    /// See [`Dense`].
-    Dense(Dense),
-    /// See [`LayerNorm`].
-    LayerNorm(LayerNorm),
-    /// See [`Unary`].
-    Unary(Unary),
-    /// See [`Binary`].
-    Binary(Binary),
-    /// See [`Softmax`].
-    Softmax(Softmax),
-    /// See [`PatchEmbed`].
-    PatchEmbed(PatchEmbed),
-    /// See [`Embedding`].
-    Embedding(Embedding),
-    /// See [`Reduce`].
-    Reduce(Reduce),
-    /// See [`Reshape`].
-    Reshape(Reshape),
-    /// See [`Transpose`].
-    Transpose(Transpose),
-    /// See [`MatMul`].
-    MatMul(MatMul),
-    /// See [`Slice`].
-    Slice(Slice),
-    /// See [`Conv2d`].
-    Conv2d(Conv2d),
-    /// See [`Pool2d`].
-    Pool2d(Pool2d),
-    /// See [`Lstm`].
-    Lstm(Lstm),
-    /// See [`Gru`].
-    Gru(Gru),
-    /// See [`Attention`].
-    Attention(Attention),
-    /// See [`AftFull`].
-    AftFull(AftFull),
-    /// See [`AftLocal`].
-    AftLocal(AftLocal),
-    /// See [`AftSimple`].
-    AftSimple(AftSimple),
-    /// See [`AftConv`].
-    AftConv(AftConv),
-    /// See [`Fastformer`].
-    Fastformer(Fastformer),
-}
-
-/// Kind ids on disk.
-pub mod kind {
-    #![allow(missing_docs)]
-    pub const DENSE: u16 = 1;
-    pub const LAYER_NORM: u16 = 2;
-    pub const UNARY: u16 = 3;
-    pub const BINARY: u16 = 4;
-    pub const SOFTMAX: u16 = 5;
-    pub const PATCH_EMBED: u16 = 6;
-    pub const EMBEDDING: u16 = 7;
-    pub const REDUCE: u16 = 8;
-    pub const RESHAPE: u16 = 9;
-    pub const TRANSPOSE: u16 = 10;
-    pub const MATMUL: u16 = 11;
-    pub const CONV2D: u16 = 12;
-    pub const POOL2D: u16 = 13;
-    pub const LSTM: u16 = 14;
-    pub const GRU: u16 = 15;
-    pub const SLICE: u16 = 16;
-    pub const ATTENTION: u16 = 32;
-    pub const AFT_FULL: u16 = 33;
-    pub const AFT_LOCAL: u16 = 34;
-    pub const AFT_SIMPLE: u16 = 35;
-    pub const AFT_CONV: u16 = 36;
-    pub const FASTFORMER: u16 = 37;
-}
-
 mod band;
 mod layout;
 pub use layout::{Reshape, Slice, Transpose};
 mod ident;
-pub use ident::kind_name;
+mod table;
+pub use table::{kind, kind_name, Op};
 
 mod record;
 pub use record::{OpRecordBuf, MAX_OP_ATTRS, MAX_OP_TENSORS};

@@ -1,7 +1,9 @@
-//! The on-disk record encoding of ops: fixed-capacity buffers and `Op::encode` / `Op::decode`,
-//! both driven by one walk over each op's slots ([`walk`]): the order of an op's tensor slots
-//! and attributes is written once, so the encoder and the decoder cannot disagree.
+//! The on-disk record encoding of ops: fixed-capacity buffers, the codecs of one field's slots
+//! and attributes, and `Op::encode` / `Op::decode`, both driven by the walk over each op's
+//! slots that `table.rs` generates from the op's entry: the order of an op's tensor slots and
+//! attributes is written once, so the encoder and the decoder cannot disagree.
 
+use super::table::{blank, walk};
 use super::*;
 
 /// Maximum tensor slots of any op record.
@@ -45,7 +47,7 @@ pub trait Code: Copy {
 
 /// One side of the walk over a record: writing an op's values ([`OpRecordBuf`]), counting its
 /// slots ([`Counter`]) or reading them into a blank op ([`Decoder`]).
-trait Slots {
+pub(super) trait Slots {
     /// True when values are read from the record into the op (and checked).
     const DECODE: bool;
     /// The op's name, for errors.
@@ -146,12 +148,15 @@ impl Slots for Decoder<'_> {
     }
 }
 
-fn bad(op: &'static str, attr: &'static str, value: u32) -> OpError {
+pub(super) fn bad(op: &'static str, attr: &'static str, value: u32) -> OpError {
     OpError::BadAttr { op, attr, value }
 }
 
+// The codecs an op's table entry lists (`table.rs`): each writes, counts or reads one field's
+// slots or attributes, and when decoding checks what it read.
+
 /// A required tensor slot.
-fn t<S: Slots>(s: &mut S, v: &mut TensorId, slot: &'static str) -> Result<(), OpError> {
+pub(super) fn t<S: Slots>(s: &mut S, v: &mut TensorId, slot: &'static str) -> Result<(), OpError> {
     s.slot(v);
     if S::DECODE && *v == NONE {
         return Err(OpError::MissingTensor { op: s.op(), slot });
@@ -160,34 +165,71 @@ fn t<S: Slots>(s: &mut S, v: &mut TensorId, slot: &'static str) -> Result<(), Op
 }
 
 /// An optional tensor slot (`NONE` when absent).
-fn opt<S: Slots>(s: &mut S, v: &mut Option<TensorId>) {
+pub(super) fn opt<S: Slots>(s: &mut S, v: &mut Option<TensorId>) -> Result<(), OpError> {
     let mut raw = v.unwrap_or(NONE);
     s.slot(&mut raw);
     *v = (raw != NONE).then_some(raw);
-}
-
-/// A projection: its weight (required) and bias (optional) slots.
-fn proj<S: Slots>(s: &mut S, p: &mut Proj, slot: &'static str) -> Result<(), OpError> {
-    t(s, &mut p.w, slot)?;
-    opt(s, &mut p.b);
     Ok(())
 }
 
+/// An optional tensor slot in the record only when present (the count of slots tells), never
+/// `NONE` when there.
+pub(super) fn opt_t<S: Slots>(s: &mut S, v: &mut Option<TensorId>, slot: &'static str) -> Result<(), OpError> {
+    if s.tensor_present(v.is_some()) {
+        let mut m = v.unwrap_or(NONE);
+        t(s, &mut m, slot)?;
+        *v = Some(m);
+    } else {
+        *v = None;
+    }
+    Ok(())
+}
+
+/// A projection: its weight (required) and bias (optional) slots.
+pub(super) fn proj<S: Slots>(s: &mut S, p: &mut Proj, slot: &'static str) -> Result<(), OpError> {
+    t(s, &mut p.w, slot)?;
+    opt(s, &mut p.b)
+}
+
 /// An optional projection: two slots, both `NONE` when absent.
-fn oproj<S: Slots>(s: &mut S, p: &mut Option<Proj>) {
+pub(super) fn oproj<S: Slots>(s: &mut S, p: &mut Option<Proj>) -> Result<(), OpError> {
     let (mut w, mut b) = (p.map(|p| p.w), p.and_then(|p| p.b));
-    opt(s, &mut w);
-    opt(s, &mut b);
+    opt(s, &mut w)?;
+    opt(s, &mut b)?;
     *p = w.map(|w| Proj { w, b });
+    Ok(())
+}
+
+/// AFT-full's position bias: three slots `w?, u?, v?`, either `w` alone or `u` and `v`.
+pub(super) fn aft_bias<S: Slots>(s: &mut S, bias: &mut AftBias) -> Result<(), OpError> {
+    let (mut w, mut u, mut v) = match *bias {
+        AftBias::Full(w) => (Some(w), None, None),
+        AftBias::Factorised { u, v } => (None, Some(u), Some(v)),
+    };
+    opt(s, &mut w)?;
+    opt(s, &mut u)?;
+    opt(s, &mut v)?;
+    *bias = match (w, u, v) {
+        (Some(w), None, None) => AftBias::Full(w),
+        (None, Some(u), Some(v)) => AftBias::Factorised { u, v },
+        _ => return Err(OpError::MissingTensor { op: s.op(), slot: "w (or u and v)" }),
+    };
+    Ok(())
 }
 
 /// An attribute taken as it is.
-fn raw<S: Slots>(s: &mut S, v: &mut u32) {
+pub(super) fn raw<S: Slots>(s: &mut S, v: &mut u32) -> Result<(), OpError> {
     s.attr(v);
+    Ok(())
+}
+
+/// Attributes taken as they are (paddings).
+pub(super) fn raw_each<S: Slots, const N: usize>(s: &mut S, v: &mut [u32; N]) -> Result<(), OpError> {
+    v.iter_mut().try_for_each(|v| raw(s, v))
 }
 
 /// A positive attribute.
-fn pos<S: Slots>(s: &mut S, v: &mut u32, attr: &'static str) -> Result<(), OpError> {
+pub(super) fn pos<S: Slots>(s: &mut S, v: &mut u32, attr: &'static str) -> Result<(), OpError> {
     s.attr(v);
     if S::DECODE && *v == 0 {
         return Err(bad(s.op(), attr, 0));
@@ -195,8 +237,26 @@ fn pos<S: Slots>(s: &mut S, v: &mut u32, attr: &'static str) -> Result<(), OpErr
     Ok(())
 }
 
+/// Positive attributes, each with its name.
+pub(super) fn pos_each<S: Slots, const N: usize>(
+    s: &mut S,
+    v: &mut [u32; N],
+    attrs: [&'static str; N],
+) -> Result<(), OpError> {
+    v.iter_mut().zip(attrs).try_for_each(|(v, attr)| pos(s, v, attr))
+}
+
+/// A positive odd attribute (`attr` when 0, `odd_attr` when even).
+pub(super) fn odd<S: Slots>(s: &mut S, v: &mut u32, attr: &'static str, odd_attr: &'static str) -> Result<(), OpError> {
+    pos(s, v, attr)?;
+    if S::DECODE && v.is_multiple_of(2) {
+        return Err(bad(s.op(), odd_attr, *v));
+    }
+    Ok(())
+}
+
 /// A 0/1 attribute.
-fn flag<S: Slots>(s: &mut S, v: &mut bool, attr: &'static str) -> Result<(), OpError> {
+pub(super) fn flag<S: Slots>(s: &mut S, v: &mut bool, attr: &'static str) -> Result<(), OpError> {
     let mut r = u32::from(*v);
     s.attr(&mut r);
     *v = match r {
@@ -208,7 +268,7 @@ fn flag<S: Slots>(s: &mut S, v: &mut bool, attr: &'static str) -> Result<(), OpE
 }
 
 /// A finite f32 stored as its bits.
-fn float<S: Slots>(s: &mut S, v: &mut f32, attr: &'static str) -> Result<(), OpError> {
+pub(super) fn float<S: Slots>(s: &mut S, v: &mut f32, attr: &'static str) -> Result<(), OpError> {
     let mut r = v.to_bits();
     s.attr(&mut r);
     if S::DECODE {
@@ -222,7 +282,7 @@ fn float<S: Slots>(s: &mut S, v: &mut f32, attr: &'static str) -> Result<(), OpE
 }
 
 /// A coded attribute.
-fn code<S: Slots, T: Code>(s: &mut S, v: &mut T, attr: &'static str) -> Result<(), OpError> {
+pub(super) fn code<S: Slots, T: Code>(s: &mut S, v: &mut T, attr: &'static str) -> Result<(), OpError> {
     let mut r = v.code();
     s.attr(&mut r);
     if S::DECODE {
@@ -233,7 +293,12 @@ fn code<S: Slots, T: Code>(s: &mut S, v: &mut T, attr: &'static str) -> Result<(
 
 /// A coded trailing attribute written only when not `absent` (files without it stay readable by
 /// older readers); decoded as `absent` when the record lacks it.
-fn opt_code<S: Slots, T: Code + PartialEq>(s: &mut S, v: &mut T, absent: T, attr: &'static str) -> Result<(), OpError> {
+pub(super) fn opt_code<S: Slots, T: Code + PartialEq>(
+    s: &mut S,
+    v: &mut T,
+    absent: T,
+    attr: &'static str,
+) -> Result<(), OpError> {
     if s.attr_present(*v != absent) {
         code(s, v, attr)
     } else {
@@ -242,288 +307,18 @@ fn opt_code<S: Slots, T: Code + PartialEq>(s: &mut S, v: &mut T, absent: T, attr
     }
 }
 
-/// The AFT and Fastformer records' first slots: the input and the Q, K, V projections.
-fn xqkv<S: Slots>(s: &mut S, x: &mut TensorId, qkv: [&mut Proj; 3]) -> Result<(), OpError> {
-    t(s, x, "x")?;
-    for (p, slot) in qkv.into_iter().zip(["wq", "wk", "wv"]) {
-        proj(s, p, slot)?;
+/// A permutation of axes, one attribute per axis (each `< MAX_RANK`).
+pub(super) fn axes<S: Slots>(
+    s: &mut S,
+    perm: &mut [u8; crate::dtype::MAX_RANK],
+    attr: &'static str,
+) -> Result<(), OpError> {
+    for p in perm {
+        let mut r = u32::from(*p);
+        s.attr(&mut r);
+        *p = u8::try_from(r).ok().filter(|&v| usize::from(v) < crate::dtype::MAX_RANK).ok_or(bad(s.op(), attr, r))?;
     }
     Ok(())
-}
-
-/// A mechanism record's output projection and output.
-fn out<S: Slots>(s: &mut S, o: &mut Proj, y: &mut TensorId) -> Result<(), OpError> {
-    proj(s, o, "wo")?;
-    t(s, y, "y")
-}
-
-/// Two positive attributes.
-fn pos2<S: Slots>(s: &mut S, v: &mut [u32; 2], attr: &'static str) -> Result<(), OpError> {
-    pos(s, &mut v[0], attr)?;
-    pos(s, &mut v[1], attr)
-}
-
-/// Four raw attributes (paddings).
-fn raw4<S: Slots>(s: &mut S, v: &mut [u32; 4]) {
-    for p in v {
-        raw(s, p);
-    }
-}
-
-/// Every op's record, slot by slot (tensor slots end with the output): the one place its layout
-/// is written. Checks of attribute domains and slot combinations run when decoding, in record
-/// order.
-fn walk<S: Slots>(s: &mut S, op: &mut Op) -> Result<(), OpError> {
-    match op {
-        Op::Dense(o) => {
-            t(s, &mut o.x, "x")?;
-            proj(s, &mut o.proj, "w")?;
-            t(s, &mut o.y, "y")?;
-            code(s, &mut o.act, "activation")?;
-        }
-        Op::LayerNorm(o) => {
-            t(s, &mut o.x, "x")?;
-            t(s, &mut o.gamma, "gamma")?;
-            opt(s, &mut o.beta);
-            t(s, &mut o.y, "y")?;
-            float(s, &mut o.eps, "eps")?;
-            // The normalised axis only when not the last (FORMAT.md §6, §9).
-            opt_code(s, &mut o.axis, NormAxis::Last, "axis")?;
-        }
-        Op::Unary(o) => {
-            t(s, &mut o.x, "x")?;
-            t(s, &mut o.y, "y")?;
-            code(s, &mut o.op, "op")?;
-        }
-        Op::Binary(o) => {
-            t(s, &mut o.a, "a")?;
-            t(s, &mut o.b, "b")?;
-            t(s, &mut o.y, "y")?;
-            code(s, &mut o.op, "op")?;
-        }
-        Op::Softmax(o) => {
-            t(s, &mut o.x, "x")?;
-            t(s, &mut o.y, "y")?;
-        }
-        Op::PatchEmbed(o) => {
-            t(s, &mut o.x, "x")?;
-            proj(s, &mut o.proj, "w")?;
-            t(s, &mut o.y, "y")?;
-            pos(s, &mut o.patch, "patch")?;
-        }
-        Op::Embedding(o) => {
-            t(s, &mut o.ids, "ids")?;
-            t(s, &mut o.table, "table")?;
-            opt(s, &mut o.pos);
-            t(s, &mut o.y, "y")?;
-        }
-        Op::Reduce(o) => {
-            t(s, &mut o.x, "x")?;
-            t(s, &mut o.y, "y")?;
-            code(s, &mut o.op, "op")?;
-            raw(s, &mut o.axis);
-            flag(s, &mut o.keep_dims, "keep_dims")?;
-        }
-        Op::Reshape(o) => {
-            t(s, &mut o.x, "x")?;
-            t(s, &mut o.y, "y")?;
-        }
-        Op::Transpose(o) => {
-            t(s, &mut o.x, "x")?;
-            t(s, &mut o.y, "y")?;
-            for p in &mut o.perm {
-                let mut r = u32::from(*p);
-                s.attr(&mut r);
-                *p = u8::try_from(r).ok().filter(|&v| (v as usize) < crate::dtype::MAX_RANK).ok_or(bad(
-                    s.op(),
-                    "perm",
-                    r,
-                ))?;
-            }
-        }
-        Op::MatMul(o) => {
-            t(s, &mut o.a, "a")?;
-            t(s, &mut o.b, "b")?;
-            t(s, &mut o.y, "y")?;
-            flag(s, &mut o.transpose_b, "transpose_b")?;
-        }
-        Op::Slice(o) => {
-            t(s, &mut o.x, "x")?;
-            t(s, &mut o.y, "y")?;
-            raw(s, &mut o.axis);
-            raw(s, &mut o.start);
-            pos(s, &mut o.step, "step")?;
-            pos(s, &mut o.count, "count")?;
-            raw(s, &mut o.offset);
-            pos(s, &mut o.len, "len")?;
-        }
-        Op::Conv2d(o) => {
-            t(s, &mut o.x, "x")?;
-            proj(s, &mut o.proj, "w")?;
-            t(s, &mut o.y, "y")?;
-            pos2(s, &mut o.stride, "stride")?;
-            raw4(s, &mut o.pad);
-            pos2(s, &mut o.dilation, "dilation")?;
-            pos(s, &mut o.groups, "groups")?;
-            // Only when fused: files without fused activations stay readable by 1.1.
-            opt_code(s, &mut o.act, Activation::None, "activation")?;
-        }
-        Op::Pool2d(o) => {
-            t(s, &mut o.x, "x")?;
-            t(s, &mut o.y, "y")?;
-            code(s, &mut o.kind, "kind")?;
-            pos2(s, &mut o.kernel, "kernel")?;
-            pos2(s, &mut o.stride, "stride")?;
-            raw4(s, &mut o.pad);
-            pos2(s, &mut o.dilation, "dilation")?;
-            flag(s, &mut o.count_include_pad, "count_include_pad")?;
-            if S::DECODE && o.count_include_pad && o.kind == PoolKind::Max {
-                return Err(bad(s.op(), "count_include_pad (Max)", 1));
-            }
-        }
-        Op::Lstm(o) => {
-            t(s, &mut o.x, "x")?;
-            t(s, &mut o.w, "w")?;
-            t(s, &mut o.r, "r")?;
-            t(s, &mut o.b, "b")?;
-            opt(s, &mut o.h0);
-            opt(s, &mut o.c0);
-            t(s, &mut o.y, "y")?;
-            pos(s, &mut o.hidden, "hidden")?;
-            code(s, &mut o.direction, "direction")?;
-            code(s, &mut o.output, "output")?;
-        }
-        Op::Gru(o) => {
-            t(s, &mut o.x, "x")?;
-            t(s, &mut o.w, "w")?;
-            t(s, &mut o.r, "r")?;
-            t(s, &mut o.b, "b")?;
-            opt(s, &mut o.h0);
-            t(s, &mut o.y, "y")?;
-            pos(s, &mut o.hidden, "hidden")?;
-            code(s, &mut o.direction, "direction")?;
-            code(s, &mut o.output, "output")?;
-            if S::DECODE && o.output == RnnOutput::Cell {
-                return Err(bad(s.op(), "output (a GRU has no cell state)", 2));
-            }
-        }
-        Op::Attention(o) => {
-            t(s, &mut o.x, "x")?;
-            proj(s, &mut o.q, "wq")?;
-            oproj(s, &mut o.k);
-            oproj(s, &mut o.v);
-            oproj(s, &mut o.align);
-            proj(s, &mut o.o, "wo")?;
-            // The key mask is a 13th slot, present only when used (older readers and files keep
-            // the 12-slot record).
-            if s.tensor_present(o.mask.is_some()) {
-                let mut m = o.mask.unwrap_or(NONE);
-                t(s, &mut m, "mask")?;
-                o.mask = Some(m);
-            } else {
-                o.mask = None;
-            }
-            t(s, &mut o.y, "y")?;
-            code(s, &mut o.variant, "variant")?;
-            pos(s, &mut o.heads, "heads")?;
-            flag(s, &mut o.causal, "causal")?;
-            float(s, &mut o.scale, "scale")?;
-            opt_code(s, &mut o.internals, Internals::F32, "internals")?;
-            if S::DECODE {
-                use AttentionVariant::*;
-                let v = o.variant;
-                for (present, want, slot) in [
-                    (o.k.is_some(), matches!(v, Standard | Optimised), "variant (wk)"),
-                    (o.v.is_some(), matches!(v, Standard), "variant (wv)"),
-                    (o.align.is_some(), matches!(v, Super), "variant (wa)"),
-                ] {
-                    if present != want {
-                        return Err(bad(s.op(), slot, v as u32));
-                    }
-                }
-            }
-        }
-        Op::AftFull(o) => {
-            xqkv(s, &mut o.x, [&mut o.q, &mut o.k, &mut o.v])?;
-            let (mut w, mut u, mut v) = match o.bias {
-                AftBias::Full(w) => (Some(w), None, None),
-                AftBias::Factorised { u, v } => (None, Some(u), Some(v)),
-            };
-            opt(s, &mut w);
-            opt(s, &mut u);
-            opt(s, &mut v);
-            o.bias = match (w, u, v) {
-                (Some(w), None, None) => AftBias::Full(w),
-                (None, Some(u), Some(v)) => AftBias::Factorised { u, v },
-                _ => return Err(OpError::MissingTensor { op: s.op(), slot: "w (or u and v)" }),
-            };
-            out(s, &mut o.o, &mut o.y)?;
-            flag(s, &mut o.causal, "causal")?;
-        }
-        Op::AftLocal(o) => {
-            xqkv(s, &mut o.x, [&mut o.q, &mut o.k, &mut o.v])?;
-            t(s, &mut o.w, "w")?;
-            out(s, &mut o.o, &mut o.y)?;
-            flag(s, &mut o.causal, "causal")?;
-            pos(s, &mut o.window, "window")?;
-        }
-        Op::AftSimple(o) => {
-            xqkv(s, &mut o.x, [&mut o.q, &mut o.k, &mut o.v])?;
-            out(s, &mut o.o, &mut o.y)?;
-            flag(s, &mut o.causal, "causal")?;
-        }
-        Op::AftConv(o) => {
-            xqkv(s, &mut o.x, [&mut o.q, &mut o.k, &mut o.v])?;
-            t(s, &mut o.w, "w")?;
-            out(s, &mut o.o, &mut o.y)?;
-            pos(s, &mut o.heads, "heads")?;
-            pos(s, &mut o.kernel, "kernel")?;
-            if S::DECODE && o.kernel % 2 == 0 {
-                return Err(bad(s.op(), "kernel (must be odd)", o.kernel));
-            }
-            pos(s, &mut o.grid[0], "grid_h")?;
-            pos(s, &mut o.grid[1], "grid_w")?;
-        }
-        Op::Fastformer(o) => {
-            xqkv(s, &mut o.x, [&mut o.q, &mut o.k, &mut o.v])?;
-            t(s, &mut o.wqa, "wqa")?;
-            t(s, &mut o.wka, "wka")?;
-            proj(s, &mut o.r, "wr")?;
-            t(s, &mut o.y, "y")?;
-            pos(s, &mut o.heads, "heads")?;
-            float(s, &mut o.scale, "scale")?;
-        }
-    }
-    Ok(())
-}
-
-/// A blank op of a kind (placeholder values, optional slots absent), `None` if unknown.
-fn blank(kind_id: u16) -> Option<Op> {
-    Some(match kind_id {
-        kind::DENSE => Op::Dense(Default::default()),
-        kind::LAYER_NORM => Op::LayerNorm(Default::default()),
-        kind::UNARY => Op::Unary(Default::default()),
-        kind::BINARY => Op::Binary(Default::default()),
-        kind::SOFTMAX => Op::Softmax(Default::default()),
-        kind::PATCH_EMBED => Op::PatchEmbed(Default::default()),
-        kind::EMBEDDING => Op::Embedding(Default::default()),
-        kind::REDUCE => Op::Reduce(Default::default()),
-        kind::RESHAPE => Op::Reshape(Default::default()),
-        kind::TRANSPOSE => Op::Transpose(Default::default()),
-        kind::MATMUL => Op::MatMul(Default::default()),
-        kind::SLICE => Op::Slice(Default::default()),
-        kind::CONV2D => Op::Conv2d(Default::default()),
-        kind::POOL2D => Op::Pool2d(Default::default()),
-        kind::LSTM => Op::Lstm(Default::default()),
-        kind::GRU => Op::Gru(Default::default()),
-        kind::ATTENTION => Op::Attention(Default::default()),
-        kind::AFT_FULL => Op::AftFull(Default::default()),
-        kind::AFT_LOCAL => Op::AftLocal(Default::default()),
-        kind::AFT_SIMPLE => Op::AftSimple(Default::default()),
-        kind::AFT_CONV => Op::AftConv(Default::default()),
-        kind::FASTFORMER => Op::Fastformer(Default::default()),
-        _ => return None,
-    })
 }
 
 impl Op {

@@ -1,0 +1,254 @@
+//! The op set as one table: each op is one entry, its kind id, the name of its kind constant,
+//! its tensor slots and its attributes in record order (the rows of FORMAT.md §6), each slot a
+//! field of the op's struct and the codec that writes and reads it (`record.rs`). Everything
+//! else per op is generated from the entry: the [`Op`] enum, the [`kind`] ids, [`kind_name`],
+//! [`Op::kind`], [`Op::output`], the blank op a record is decoded into, and the walk over the
+//! record that [`Op::encode`], [`Op::decode`] and the slot counting share, so an op's layout is
+//! written once and the encoder and the decoder cannot disagree. Each entry names every field
+//! of its struct exactly once (checked at compile time), and every match over [`Op`] is
+//! generated with one arm per entry.
+
+use super::record::*;
+use super::*;
+
+/// Expands the table (see the module docs). An entry:
+///
+/// ```text
+/// /// docs of the variant
+/// Name = id KIND_CONST [field: codec(args), … tensor slots …] [field: codec(args), … attributes …]
+///     check cross_field_check,   (optional: runs when decoding, after the attributes)
+/// ```
+macro_rules! op_table {
+    ($(
+        $(#[$doc:meta])*
+        $op:ident = $id:literal $konst:ident
+            [$($tf:ident: $tc:ident($($ta:expr),*)),* $(,)?]
+            [$($af:ident: $ac:ident($($aa:expr),*)),* $(,)?]
+            $(check $check:ident)?
+    ),* $(,)?) => {
+        /// One graph node.
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        pub enum Op {
+            $($(#[$doc])* $op($op),)*
+        }
+
+        /// Kind ids on disk.
+        pub mod kind {
+            #![allow(missing_docs)]
+            $(pub const $konst: u16 = $id;)*
+        }
+
+        /// The name of an op kind id, `None` if unknown.
+        pub fn kind_name(kind_id: u16) -> Option<&'static str> {
+            Some(match kind_id {
+                $(kind::$konst => stringify!($op),)*
+                _ => return None,
+            })
+        }
+
+        impl Op {
+            /// The op's kind id ([`kind`]), the one its record is encoded with. (A match, not an
+            /// encode: the runtime asks for it, and for [`output`](Self::output), on every node
+            /// of every run.)
+            pub fn kind(&self) -> u16 {
+                match self {
+                    $(Op::$op(_) => kind::$konst,)*
+                }
+            }
+
+            /// The single output tensor (the record's last slot; read straight from the op,
+            /// which sessions do for every node of every run).
+            pub fn output(&self) -> TensorId {
+                match self {
+                    $(Op::$op(o) => o.y,)*
+                }
+            }
+        }
+
+        /// A blank op of a kind (placeholder values, optional slots absent), `None` if unknown.
+        pub(super) fn blank(kind_id: u16) -> Option<Op> {
+            Some(match kind_id {
+                $(kind::$konst => Op::$op(Default::default()),)*
+                _ => return None,
+            })
+        }
+
+        /// Every op's record, slot by slot (tensor slots end with the output), as its table entry
+        /// lists it. Checks of attribute domains and slot combinations run when decoding, in
+        /// record order.
+        pub(super) fn walk<S: Slots>(s: &mut S, op: &mut Op) -> Result<(), OpError> {
+            match op {
+                $(Op::$op(o) => {
+                    // Every field of the struct is in the entry, once.
+                    let $op { $($tf: _,)* $($af: _,)* } = o;
+                    $($tc(s, &mut o.$tf $(, $ta)*)?;)*
+                    $($ac(s, &mut o.$af $(, $aa)*)?;)*
+                    $(if S::DECODE {
+                        $check(s.op(), o)?;
+                    })?
+                })*
+            }
+            Ok(())
+        }
+    };
+}
+
+op_table! {
+    /// See [`Dense`].
+    Dense = 1 DENSE [x: t("x"), proj: proj("w"), y: t("y")] [act: code("activation")],
+    /// See [`LayerNorm`].
+    LayerNorm = 2 LAYER_NORM [x: t("x"), gamma: t("gamma"), beta: opt(), y: t("y")]
+        // The normalised axis only when not the last (FORMAT.md §6, §9).
+        [eps: float("eps"), axis: opt_code(NormAxis::Last, "axis")],
+    /// See [`Unary`].
+    Unary = 3 UNARY [x: t("x"), y: t("y")] [op: code("op")],
+    /// See [`Binary`].
+    Binary = 4 BINARY [a: t("a"), b: t("b"), y: t("y")] [op: code("op")],
+    /// See [`Softmax`].
+    Softmax = 5 SOFTMAX [x: t("x"), y: t("y")] [],
+    /// See [`PatchEmbed`].
+    PatchEmbed = 6 PATCH_EMBED [x: t("x"), proj: proj("w"), y: t("y")] [patch: pos("patch")],
+    /// See [`Embedding`].
+    Embedding = 7 EMBEDDING [ids: t("ids"), table: t("table"), pos: opt(), y: t("y")] [],
+    /// See [`Reduce`].
+    Reduce = 8 REDUCE [x: t("x"), y: t("y")] [op: code("op"), axis: raw(), keep_dims: flag("keep_dims")],
+    /// See [`Reshape`].
+    Reshape = 9 RESHAPE [x: t("x"), y: t("y")] [],
+    /// See [`Transpose`].
+    Transpose = 10 TRANSPOSE [x: t("x"), y: t("y")] [perm: axes("perm")],
+    /// See [`MatMul`].
+    MatMul = 11 MATMUL [a: t("a"), b: t("b"), y: t("y")] [transpose_b: flag("transpose_b")],
+    /// See [`Slice`].
+    Slice = 16 SLICE [x: t("x"), y: t("y")] [
+        axis: raw(),
+        start: raw(),
+        step: pos("step"),
+        count: pos("count"),
+        offset: raw(),
+        len: pos("len"),
+    ],
+    /// See [`Conv2d`].
+    Conv2d = 12 CONV2D [x: t("x"), proj: proj("w"), y: t("y")] [
+        stride: pos_each(["stride"; 2]),
+        pad: raw_each(),
+        dilation: pos_each(["dilation"; 2]),
+        groups: pos("groups"),
+        // Only when fused: files without fused activations stay readable by 1.1.
+        act: opt_code(Activation::None, "activation"),
+    ],
+    /// See [`Pool2d`].
+    Pool2d = 13 POOL2D [x: t("x"), y: t("y")] [
+        kind: code("kind"),
+        kernel: pos_each(["kernel"; 2]),
+        stride: pos_each(["stride"; 2]),
+        pad: raw_each(),
+        dilation: pos_each(["dilation"; 2]),
+        count_include_pad: flag("count_include_pad"),
+    ] check pool_divisor,
+    /// See [`Lstm`].
+    Lstm = 14 LSTM [x: t("x"), w: t("w"), r: t("r"), b: t("b"), h0: opt(), c0: opt(), y: t("y")]
+        [hidden: pos("hidden"), direction: code("direction"), output: code("output")],
+    /// See [`Gru`].
+    Gru = 15 GRU [x: t("x"), w: t("w"), r: t("r"), b: t("b"), h0: opt(), y: t("y")]
+        [hidden: pos("hidden"), direction: code("direction"), output: code("output")] check gru_output,
+    /// See [`Attention`].
+    Attention = 32 ATTENTION [
+        x: t("x"),
+        q: proj("wq"),
+        k: oproj(),
+        v: oproj(),
+        align: oproj(),
+        o: proj("wo"),
+        // The key mask is a 13th slot, present only when used (older readers and files keep
+        // the 12-slot record).
+        mask: opt_t("mask"),
+        y: t("y"),
+    ] [
+        variant: code("variant"),
+        heads: pos("heads"),
+        causal: flag("causal"),
+        scale: float("scale"),
+        internals: opt_code(Internals::F32, "internals"),
+    ] check attention_slots,
+    /// See [`AftFull`].
+    AftFull = 33 AFT_FULL [
+        x: t("x"),
+        q: proj("wq"),
+        k: proj("wk"),
+        v: proj("wv"),
+        bias: aft_bias(),
+        o: proj("wo"),
+        y: t("y"),
+    ] [causal: flag("causal")],
+    /// See [`AftLocal`].
+    AftLocal = 34 AFT_LOCAL [
+        x: t("x"),
+        q: proj("wq"),
+        k: proj("wk"),
+        v: proj("wv"),
+        w: t("w"),
+        o: proj("wo"),
+        y: t("y"),
+    ] [causal: flag("causal"), window: pos("window")],
+    /// See [`AftSimple`].
+    AftSimple = 35 AFT_SIMPLE [x: t("x"), q: proj("wq"), k: proj("wk"), v: proj("wv"), o: proj("wo"), y: t("y")]
+        [causal: flag("causal")],
+    /// See [`AftConv`].
+    AftConv = 36 AFT_CONV [
+        x: t("x"),
+        q: proj("wq"),
+        k: proj("wk"),
+        v: proj("wv"),
+        w: t("w"),
+        o: proj("wo"),
+        y: t("y"),
+    ] [
+        heads: pos("heads"),
+        kernel: odd("kernel", "kernel (must be odd)"),
+        grid: pos_each(["grid_h", "grid_w"]),
+    ],
+    /// See [`Fastformer`].
+    Fastformer = 37 FASTFORMER [
+        x: t("x"),
+        q: proj("wq"),
+        k: proj("wk"),
+        v: proj("wv"),
+        wqa: t("wqa"),
+        wka: t("wka"),
+        r: proj("wr"),
+        y: t("y"),
+    ] [heads: pos("heads"), scale: float("scale")],
+}
+
+/// Pool2d: a max pool has no divisor, so no `count_include_pad`.
+fn pool_divisor(op: &'static str, o: &Pool2d) -> Result<(), OpError> {
+    if o.count_include_pad && o.kind == PoolKind::Max {
+        return Err(bad(op, "count_include_pad (Max)", 1));
+    }
+    Ok(())
+}
+
+/// Gru: no cell state to output.
+fn gru_output(op: &'static str, o: &Gru) -> Result<(), OpError> {
+    if o.output == RnnOutput::Cell {
+        return Err(bad(op, "output (a GRU has no cell state)", 2));
+    }
+    Ok(())
+}
+
+/// Attention: `wk` present exactly for Standard and Optimised, `wv` exactly for Standard, `wa`
+/// exactly for Super.
+fn attention_slots(op: &'static str, o: &Attention) -> Result<(), OpError> {
+    use AttentionVariant::*;
+    let v = o.variant;
+    for (present, want, slot) in [
+        (o.k.is_some(), matches!(v, Standard | Optimised), "variant (wk)"),
+        (o.v.is_some(), matches!(v, Standard), "variant (wv)"),
+        (o.align.is_some(), matches!(v, Super), "variant (wa)"),
+    ] {
+        if present != want {
+            return Err(bad(op, slot, v as u32));
+        }
+    }
+    Ok(())
+}
