@@ -136,6 +136,8 @@ fn every_op() -> Vec<Op> {
         y,
     };
     let gru = |h0, output| Gru { x, w: 1, r: 2, b: 3, h0, hidden: 8, direction: RnnDirection::Reverse, output, y };
+    let aft_full =
+        |causal, qvo: fn(u32) -> Proj, bias| AftFull { x, causal, q: qvo(1), k: p(3), v: qvo(5), bias, o: qvo(9), y };
     let mut all = vec![
         Op::Dense(Dense { x, proj: p(1), act: Activation::GeluTanh, y }),
         Op::Dense(Dense { x, proj: q(1), act: Activation::None, y }),
@@ -160,17 +162,8 @@ fn every_op() -> Vec<Op> {
         Op::Lstm(lstm(Some(5), None, RnnOutput::Y)),
         Op::Gru(gru(Some(4), RnnOutput::Y)),
         Op::Gru(gru(None, RnnOutput::Hidden)),
-        Op::AftFull(AftFull {
-            x,
-            causal: false,
-            q: p(1),
-            k: p(3),
-            v: p(5),
-            bias: AftBias::Factorised { u: 7, v: 8 },
-            o: p(9),
-            y,
-        }),
-        Op::AftFull(AftFull { x, causal: true, q: q(1), k: p(3), v: q(5), bias: AftBias::Full(7), o: q(9), y }),
+        Op::AftFull(aft_full(false, p, AftBias::Factorised { u: 7, v: 8 })),
+        Op::AftFull(aft_full(true, q, AftBias::Full(7))),
         Op::AftLocal(AftLocal { x, causal: false, window: 3, q: p(1), k: p(3), v: p(5), w: 7, o: p(9), y }),
         Op::AftSimple(AftSimple { x, causal: true, q: p(1), k: q(3), v: p(5), o: p(7), y }),
         Op::AftConv(AftConv { x, heads: 2, kernel: 3, grid: [2, 5], q: p(1), k: p(3), v: p(5), w: 7, o: p(9), y }),

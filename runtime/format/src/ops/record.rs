@@ -116,13 +116,11 @@ impl Slots for Counter {
 }
 
 /// Reads a record whose slot and attribute counts were checked against the op's
-/// ([`Op::decode`]), so every read is in bounds.
+/// ([`Op::decode`]), so no read runs past its end (one that did would read `NONE` or 0).
 struct Decoder<'a> {
     op: &'static str,
-    tensors: &'a [u32],
-    attrs: &'a [u32],
-    ti: usize,
-    ai: usize,
+    tensors: core::slice::Iter<'a, u32>,
+    attrs: core::slice::Iter<'a, u32>,
     with_tensor: bool,
     with_attr: bool,
 }
@@ -133,12 +131,10 @@ impl Slots for Decoder<'_> {
         self.op
     }
     fn slot(&mut self, v: &mut u32) {
-        *v = self.tensors[self.ti];
-        self.ti += 1;
+        *v = self.tensors.next().copied().unwrap_or(NONE);
     }
     fn attr(&mut self, v: &mut u32) {
-        *v = self.attrs[self.ai];
-        self.ai += 1;
+        *v = self.attrs.next().copied().unwrap_or(0);
     }
     fn tensor_present(&mut self, _: bool) -> bool {
         self.with_tensor
@@ -349,7 +345,7 @@ impl Op {
         if attrs.len() != na {
             return Err(OpError::AttrCount { op: name, expected: na, found: attrs.len() });
         }
-        let mut d = Decoder { op: name, tensors, attrs, ti: 0, ai: 0, with_tensor, with_attr };
+        let mut d = Decoder { op: name, tensors: tensors.iter(), attrs: attrs.iter(), with_tensor, with_attr };
         walk(&mut d, &mut op)?;
         Ok(op)
     }

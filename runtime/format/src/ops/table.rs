@@ -119,105 +119,52 @@ op_table! {
     /// See [`MatMul`].
     MatMul = 11 MATMUL [a: t("a"), b: t("b"), y: t("y")] [transpose_b: flag("transpose_b")],
     /// See [`Slice`].
-    Slice = 16 SLICE [x: t("x"), y: t("y")] [
-        axis: raw(),
-        start: raw(),
-        step: pos("step"),
-        count: pos("count"),
-        offset: raw(),
-        len: pos("len"),
-    ],
+    Slice = 16 SLICE [x: t("x"), y: t("y")]
+        [axis: raw(), start: raw(), step: pos("step"), count: pos("count"), offset: raw(), len: pos("len")],
     /// See [`Conv2d`].
-    Conv2d = 12 CONV2D [x: t("x"), proj: proj("w"), y: t("y")] [
-        stride: pos_each(["stride"; 2]),
-        pad: raw_each(),
-        dilation: pos_each(["dilation"; 2]),
-        groups: pos("groups"),
+    Conv2d = 12 CONV2D [x: t("x"), proj: proj("w"), y: t("y")]
+        [stride: pos_each(["stride"; 2]), pad: raw_each(), dilation: pos_each(["dilation"; 2]), groups: pos("groups"),
         // Only when fused: files without fused activations stay readable by 1.1.
-        act: opt_code(Activation::None, "activation"),
-    ],
+        act: opt_code(Activation::None, "activation")],
     /// See [`Pool2d`].
-    Pool2d = 13 POOL2D [x: t("x"), y: t("y")] [
-        kind: code("kind"),
-        kernel: pos_each(["kernel"; 2]),
-        stride: pos_each(["stride"; 2]),
-        pad: raw_each(),
-        dilation: pos_each(["dilation"; 2]),
-        count_include_pad: flag("count_include_pad"),
-    ] check pool_divisor,
+    Pool2d = 13 POOL2D [x: t("x"), y: t("y")]
+        [kind: code("kind"), kernel: pos_each(["kernel"; 2]), stride: pos_each(["stride"; 2]), pad: raw_each(),
+        dilation: pos_each(["dilation"; 2]), count_include_pad: flag("count_include_pad")]
+        check pool_divisor,
     /// See [`Lstm`].
     Lstm = 14 LSTM [x: t("x"), w: t("w"), r: t("r"), b: t("b"), h0: opt(), c0: opt(), y: t("y")]
         [hidden: pos("hidden"), direction: code("direction"), output: code("output")],
     /// See [`Gru`].
     Gru = 15 GRU [x: t("x"), w: t("w"), r: t("r"), b: t("b"), h0: opt(), y: t("y")]
-        [hidden: pos("hidden"), direction: code("direction"), output: code("output")] check gru_output,
+        [hidden: pos("hidden"), direction: code("direction"), output: code("output")]
+        check gru_output,
     /// See [`Attention`].
-    Attention = 32 ATTENTION [
-        x: t("x"),
-        q: proj("wq"),
-        k: oproj(),
-        v: oproj(),
-        align: oproj(),
-        o: proj("wo"),
+    Attention = 32 ATTENTION [x: t("x"), q: proj("wq"), k: oproj(), v: oproj(), align: oproj(), o: proj("wo"),
         // The key mask is a 13th slot, present only when used (older readers and files keep
         // the 12-slot record).
-        mask: opt_t("mask"),
-        y: t("y"),
-    ] [
-        variant: code("variant"),
-        heads: pos("heads"),
-        causal: flag("causal"),
-        scale: float("scale"),
-        internals: opt_code(Internals::F32, "internals"),
-    ] check attention_slots,
+        mask: opt_t("mask"), y: t("y")]
+        [variant: code("variant"), heads: pos("heads"), causal: flag("causal"), scale: float("scale"),
+        internals: opt_code(Internals::F32, "internals")]
+        check attention_slots,
     /// See [`AftFull`].
-    AftFull = 33 AFT_FULL [
-        x: t("x"),
-        q: proj("wq"),
-        k: proj("wk"),
-        v: proj("wv"),
-        bias: aft_bias(),
-        o: proj("wo"),
-        y: t("y"),
-    ] [causal: flag("causal")],
+    AftFull = 33 AFT_FULL
+        [x: t("x"), q: proj("wq"), k: proj("wk"), v: proj("wv"), bias: aft_bias(), o: proj("wo"), y: t("y")]
+        [causal: flag("causal")],
     /// See [`AftLocal`].
-    AftLocal = 34 AFT_LOCAL [
-        x: t("x"),
-        q: proj("wq"),
-        k: proj("wk"),
-        v: proj("wv"),
-        w: t("w"),
-        o: proj("wo"),
-        y: t("y"),
-    ] [causal: flag("causal"), window: pos("window")],
+    AftLocal = 34 AFT_LOCAL
+        [x: t("x"), q: proj("wq"), k: proj("wk"), v: proj("wv"), w: t("w"), o: proj("wo"), y: t("y")]
+        [causal: flag("causal"), window: pos("window")],
     /// See [`AftSimple`].
     AftSimple = 35 AFT_SIMPLE [x: t("x"), q: proj("wq"), k: proj("wk"), v: proj("wv"), o: proj("wo"), y: t("y")]
         [causal: flag("causal")],
     /// See [`AftConv`].
-    AftConv = 36 AFT_CONV [
-        x: t("x"),
-        q: proj("wq"),
-        k: proj("wk"),
-        v: proj("wv"),
-        w: t("w"),
-        o: proj("wo"),
-        y: t("y"),
-    ] [
-        heads: pos("heads"),
-        kernel: odd("kernel", "kernel (must be odd)"),
-        grid: pos_each(["grid_h", "grid_w"]),
-    ],
+    AftConv = 36 AFT_CONV
+        [x: t("x"), q: proj("wq"), k: proj("wk"), v: proj("wv"), w: t("w"), o: proj("wo"), y: t("y")]
+        [heads: pos("heads"), kernel: odd("kernel", "kernel (must be odd)"), grid: pos_each(["grid_h", "grid_w"])],
     /// See [`Fastformer`].
-    Fastformer = 37 FASTFORMER [
-        x: t("x"),
-        q: proj("wq"),
-        k: proj("wk"),
-        v: proj("wv"),
-        wqa: t("wqa"),
-        wka: t("wka"),
-        r: proj("wr"),
-        y: t("y"),
-    ] [heads: pos("heads"), scale: float("scale")],
+    Fastformer = 37 FASTFORMER
+        [x: t("x"), q: proj("wq"), k: proj("wk"), v: proj("wv"), wqa: t("wqa"), wka: t("wka"), r: proj("wr"), y: t("y")]
+        [heads: pos("heads"), scale: float("scale")],
 }
 
 /// Pool2d: a max pool has no divisor, so no `count_include_pad`.
