@@ -1,6 +1,8 @@
 //! Loader tests on a small model written by the writer: round trip, truncation, corruption,
 //! and one test per validation rule (corrupt files are resealed so they pass the checksum).
 
+mod common;
+
 use kestrel_format::ops::{Activation, AttentionVariant, Dense, LayerNorm, NormAxis, Proj, Reduce, ReduceOp};
 use kestrel_format::ops::{Attention, Internals};
 use kestrel_format::weight::EncodedWeight;
@@ -578,118 +580,7 @@ proptest! {
 #[test]
 fn every_op_kind_round_trips() {
     use kestrel_format::ops::*;
-    let p = |w| Proj { w, b: Some(w + 1) };
-    let (x, y) = (0, 13);
-    let all = vec![
-        Op::Dense(Dense { x, proj: p(1), act: Activation::GeluTanh, y }),
-        Op::LayerNorm(LayerNorm { x, gamma: 1, beta: None, eps: 1e-5, axis: NormAxis::Last, y }),
-        Op::LayerNorm(LayerNorm { x, gamma: 1, beta: Some(2), eps: 1e-6, axis: NormAxis::Channels, y }),
-        Op::Unary(Unary { x, op: UnaryOp::Silu, y }),
-        Op::Unary(Unary { x, op: UnaryOp::HardSigmoid, y }),
-        Op::Dense(Dense { x, proj: p(1), act: Activation::HardSigmoid, y }),
-        Op::Binary(Binary { a: x, b: 2, op: BinaryOp::Pow, y }),
-        Op::Softmax(Softmax { x, y }),
-        Op::PatchEmbed(PatchEmbed { x, proj: p(1), patch: 4, y }),
-        Op::Embedding(Embedding { ids: x, table: 1, pos: Some(2), y }),
-        Op::Reduce(Reduce { x, op: ReduceOp::Max, axis: 1, keep_dims: true, y }),
-        Op::Reshape(Reshape { x, y }),
-        Op::Transpose(Transpose { x, perm: [1, 0, 2, 3, 4, 5], y }),
-        Op::MatMul(MatMul { a: x, b: 3, transpose_b: true, y }),
-        Op::Slice(Slice { x, axis: 1, start: 2, step: 3, count: 2, offset: 1, len: 8, y }),
-        Op::Conv2d(Conv2d {
-            x,
-            proj: p(1),
-            stride: [1, 2],
-            pad: [0, 1, 2, 3],
-            dilation: [1, 1],
-            groups: 1,
-            act: Activation::None,
-            y,
-        }),
-        Op::Conv2d(Conv2d {
-            x,
-            proj: p(1),
-            stride: [1, 1],
-            pad: [0; 4],
-            dilation: [1, 1],
-            groups: 1,
-            act: Activation::HardSwish,
-            y,
-        }),
-        Op::Pool2d(Pool2d {
-            x,
-            kind: PoolKind::Max,
-            kernel: [3, 2],
-            stride: [2, 1],
-            pad: [1, 0, 2, 1],
-            dilation: [1, 2],
-            count_include_pad: false,
-            y,
-        }),
-        Op::Pool2d(Pool2d {
-            x,
-            kind: PoolKind::Avg,
-            kernel: [2, 2],
-            stride: [2, 2],
-            pad: [0, 0, 0, 0],
-            dilation: [1, 1],
-            count_include_pad: true,
-            y,
-        }),
-        Op::Attention(Attention {
-            x,
-            variant: AttentionVariant::Super,
-            heads: 2,
-            causal: true,
-            scale: 0.25,
-            q: p(1),
-            k: None,
-            v: None,
-            align: Some(p(3)),
-            o: p(5),
-            mask: None,
-            y,
-            internals: Internals::F32,
-        }),
-        Op::AftFull(AftFull {
-            x,
-            causal: false,
-            q: p(1),
-            k: p(3),
-            v: p(5),
-            bias: AftBias::Factorised { u: 7, v: 8 },
-            o: p(9),
-            y,
-        }),
-        Op::AftFull(AftFull { x, causal: true, q: p(1), k: p(3), v: p(5), bias: AftBias::Full(7), o: p(9), y }),
-        Op::AftLocal(AftLocal { x, causal: false, window: 3, q: p(1), k: p(3), v: p(5), w: 7, o: p(9), y }),
-        Op::AftSimple(AftSimple { x, causal: true, q: p(1), k: p(3), v: p(5), o: p(7), y }),
-        Op::AftConv(AftConv { x, heads: 2, kernel: 3, grid: [2, 2], q: p(1), k: p(3), v: p(5), w: 7, o: p(9), y }),
-        Op::Fastformer(Fastformer { x, heads: 2, scale: 0.5, q: p(1), k: p(3), v: p(5), wqa: 7, wka: 8, r: p(9), y }),
-        Op::Lstm(Lstm {
-            x,
-            w: 1,
-            r: 2,
-            b: 3,
-            h0: None,
-            c0: Some(4),
-            hidden: 8,
-            direction: RnnDirection::Bidirectional,
-            output: RnnOutput::Cell,
-            y,
-        }),
-        Op::Gru(Gru {
-            x,
-            w: 1,
-            r: 2,
-            b: 3,
-            h0: Some(4),
-            hidden: 8,
-            direction: RnnDirection::Reverse,
-            output: RnnOutput::Y,
-            y,
-        }),
-    ];
+    let all = common::every_op();
     let mut tensors = vec![act("x", &[4, 8], 0)];
     for i in 1..13 {
         tensors.push(weight(&format!("w{i}"), DType::F32, &[8, 8], i as f32));
