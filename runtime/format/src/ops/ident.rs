@@ -1,15 +1,10 @@
-//! What an op is without its record, beyond what its table entry generates ([`Op::kind`],
-//! [`Op::output`], [`kind_name`](super::kind_name)): its name, whether it is a mechanism, and
-//! its inputs (read through its record).
+//! What an op is without its record, beyond what its table entry generates ([`Op::name`],
+//! [`Op::kind`], [`Op::output`], [`kind_name`](super::kind_name)): whether it is a mechanism,
+//! and its inputs (read through its record).
 
 use super::*;
 
 impl Op {
-    /// The op's name as shown in reports and errors.
-    pub fn name(&self) -> &'static str {
-        kind_name(self.kind()).unwrap_or("?")
-    }
-
     /// True for the fused attention mechanisms (kind ids 32 and up).
     pub fn kind_is_mechanism(&self) -> bool {
         self.kind() >= kind::ATTENTION

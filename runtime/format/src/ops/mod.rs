@@ -5,6 +5,8 @@
 //! record `{kind: u16, n_tensors: u8, n_attrs: u8, tensors: [u32; n_tensors], attrs:
 //! [u32; n_attrs]}` (see `docs/FORMAT.md`); absent optional tensors are [`NONE`], f32 attributes
 //! are stored as their bit patterns. [`Op::decode`] and [`Op::encode`] convert between the two.
+//! Each op is one entry of the op table (`table.rs`): its kind id and its slots in record order,
+//! from which the [`Op`] enum, the [`kind`] ids and the encoding are generated.
 
 /// Index into the model's tensor table.
 pub type TensorId = u32;

@@ -331,8 +331,8 @@ impl Op {
     /// its optional slot or trailing attribute) and attribute domains. Tensor ids are not
     /// range-checked here (the model loader does that against its tensor table).
     pub fn decode(kind_id: u16, tensors: &[u32], attrs: &[u32]) -> Result<Op, OpError> {
-        let name = kind_name(kind_id).ok_or(OpError::UnknownKind(kind_id))?;
         let mut op = blank(kind_id).ok_or(OpError::UnknownKind(kind_id))?;
+        let name = op.name();
         let mut n = Counter::default();
         let mut counted = op;
         let _ = walk(&mut n, &mut counted);

@@ -2,11 +2,11 @@
 //! its tensor slots and its attributes in record order (the rows of FORMAT.md §6), each slot a
 //! field of the op's struct and the codec that writes and reads it (`record.rs`). Everything
 //! else per op is generated from the entry: the [`Op`] enum, the [`kind`] ids, [`kind_name`],
-//! [`Op::kind`], [`Op::output`], the blank op a record is decoded into, and the walk over the
-//! record that [`Op::encode`], [`Op::decode`] and the slot counting share, so an op's layout is
-//! written once and the encoder and the decoder cannot disagree. Each entry names every field
-//! of its struct exactly once (checked at compile time), and every match over [`Op`] is
-//! generated with one arm per entry.
+//! [`Op::name`], [`Op::kind`], [`Op::output`], the blank op a record is decoded into, and the
+//! walk over the record that [`Op::encode`], [`Op::decode`] and the slot counting share, so an
+//! op's layout is written once and the encoder and the decoder cannot disagree. Each entry
+//! names every field of its struct exactly once (checked at compile time), and every match
+//! over [`Op`] is generated with one arm per entry.
 
 use super::record::*;
 use super::*;
@@ -40,13 +40,17 @@ macro_rules! op_table {
 
         /// The name of an op kind id, `None` if unknown.
         pub fn kind_name(kind_id: u16) -> Option<&'static str> {
-            Some(match kind_id {
-                $(kind::$konst => stringify!($op),)*
-                _ => return None,
-            })
+            blank(kind_id).map(|op| op.name())
         }
 
         impl Op {
+            /// The op's name as shown in reports and errors.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(Op::$op(_) => stringify!($op),)*
+                }
+            }
+
             /// The op's kind id ([`kind`]), the one its record is encoded with. (A match, not an
             /// encode: the runtime asks for it, and for [`output`](Self::output), on every node
             /// of every run.)
@@ -65,7 +69,8 @@ macro_rules! op_table {
             }
         }
 
-        /// A blank op of a kind (placeholder values, optional slots absent), `None` if unknown.
+        /// A blank op of a kind (placeholder values, optional slots absent), `None` if unknown
+        /// (the one match over kind ids: the others are over [`Op`], one arm per entry).
         pub(super) fn blank(kind_id: u16) -> Option<Op> {
             Some(match kind_id {
                 $(kind::$konst => Op::$op(Default::default()),)*
