@@ -437,50 +437,23 @@ fn check_q8(rows: usize, out: usize, cols: usize, x: &[f32], w: &[i8]) {
     kestrel_cpu::kernels::linear::linear_q8(x, rows, &wv, Some(&bv), relu, 1.0 / inv, &mut y);
     let expect: Vec<f32> = expect.iter().enumerate().map(|(i, &v)| (v + bias[i % out]).max(0.0)).collect();
     assert_eq!(y, expect, "linear_q8 int8 + bias + relu, rows {rows} out {out} cols {cols}");
-    // Every in-tile finish this CPU has, called directly (the dispatch picks one): the same
-    // bits, `(sum · scale) · x_scale + bias`.
-    #[cfg(target_arch = "x86_64")]
-    {
-        let fin = simd::Q8Finish { scales: &scales, x_scale: 1.0 / inv, bias: Some(&bias) };
-        let want: Vec<f32> =
-            want.iter().enumerate().map(|(i, &a)| a as f32 * scales[i % out] * 0.25 + bias[i % out]).collect();
-        let check = |name: &str, f: &dyn Fn(&mut [f32]) -> bool| {
-            let mut y = vec![f32::NAN; rows * out];
-            if f(&mut y) {
-                assert_eq!(y, want, "{name} in-tile finish, rows {rows} out {out} cols {cols}");
-            } else {
-                assert!(rows < simd::Q8_FUSED_MIN_ROWS, "{name} declined {rows} rows");
-            }
-        };
-        if simd::has_avx512_vnni() {
-            // SAFETY: AVX-512F/BW/VNNI detected (with AVX2/FMA/F16C on every such CPU).
-            check("avx512-vnni", &|y| unsafe {
-                simd::x86::q8_dense_i8_avx512vnni(x, rows, inv, w, cols, out, &fin, y)
-            });
-        }
-        if Isa::Avx2Vnni.supported() {
-            // SAFETY: AVX2/FMA/F16C and AVX-VNNI detected.
-            check("avx-vnni", &|y| unsafe { simd::x86::q8_dense_i8_avxvnni(x, rows, inv, w, cols, out, &fin, y) });
-        }
-    }
+    // Every packed int8 kernel this CPU has (one table for every ISA; the dispatch picks one),
+    // called directly: exact sums onto what `acc` held, and the in-tile finish's f32 bits,
+    // `(sum · scale) · x_scale + bias`.
+    let fin = simd::Q8Finish { scales: &scales, x_scale: 1.0 / inv, bias: Some(&bias) };
+    let finished: Vec<f32> =
+        want.iter().enumerate().map(|(i, &a)| a as f32 * scales[i % out] * 0.25 + bias[i % out]).collect();
     let mut ran = false;
-    #[cfg(target_arch = "x86_64")]
-    {
-        if simd::has_avx512_vnni() {
-            // SAFETY: AVX-512F/BW/VNNI detected (with AVX2/FMA/F16C on every such CPU).
-            run("avx512-vnni", &|acc| unsafe { simd::x86::q8_i8_avx512vnni(x, rows, inv, w, cols, out, acc) });
-            ran = true;
+    for k in simd::Q8_KERNELS.iter().filter(|k| (k.supported)()) {
+        // SAFETY: the kernels' instructions are detected; they check lengths.
+        run(k.name, &|acc| unsafe { (k.accumulate)(x, rows, inv, w, cols, out, acc) });
+        let mut y = vec![f32::NAN; rows * out];
+        // SAFETY: as above.
+        if unsafe { (k.dense)(x, rows, inv, w, cols, out, &fin, &mut y) } {
+            assert_eq!(y, finished, "{} in-tile finish, rows {rows} out {out} cols {cols}", k.name);
+        } else {
+            assert!(rows < simd::Q8_FUSED_MIN_ROWS, "{} declined {rows} rows", k.name);
         }
-        if Isa::Avx2Vnni.supported() {
-            // SAFETY: AVX2/FMA/F16C and AVX-VNNI detected.
-            run("avx-vnni", &|acc| unsafe { simd::x86::q8_i8_avxvnni(x, rows, inv, w, cols, out, acc) });
-            ran = true;
-        }
-    }
-    #[cfg(target_arch = "aarch64")]
-    if simd::has_dotprod() {
-        // SAFETY: FEAT_DotProd detected.
-        run("neon sdot", &|acc| unsafe { simd::neon::q8_i8_dotprod(x, rows, inv, w, cols, out, acc) });
         ran = true;
     }
     if !ran {

@@ -414,24 +414,13 @@ unsafe fn gemm<L: Loader>(x: &[f32], rows: usize, w: &L, out: usize, inp: usize,
     }
 }
 
-/// `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]` in wrapping i32 for `r < rows`,
-/// `o < out`, `q` = [`kestrel_format::weight::quantize_act`] at `1 / inv`: the `sdot` kernels
-/// ([`super::q8_neon`]; exact, so equal to the portable loop bit for bit).
-///
-/// # Safety
-/// The CPU must support FEAT_DotProd (NEON is baseline).
-#[target_feature(enable = "neon,dotprod")]
-pub unsafe fn q8_i8_dotprod(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
-    assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
-    // SAFETY: features per the contract; lengths checked.
-    unsafe {
-        if rows < super::q8_neon::GEMV_MAX_ROWS {
-            super::q8_neon::gemv(x, rows, inv, w, cols, out, acc)
-        } else {
-            super::q8_neon::gemm(x, rows, inv, w, cols, out, acc)
-        }
-    }
-}
+super::q8_driver::q8_entry_points!(
+    super::q8_neon::DotProd,
+    "neon,dotprod",
+    "aarch64 `sdot`",
+    q8_i8_dotprod,
+    q8_dense_i8_dotprod
+);
 
 /// Integer `Σ a·b` of int8 slices.
 ///

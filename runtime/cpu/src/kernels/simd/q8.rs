@@ -2,49 +2,90 @@
 //! (`q8_accumulate_i8`), the same finished to f32 inside the GEMM's tiles (`q8_dense_i8`),
 //! int4 weights (`q8_int4`), and the aarch64 dot-product detection.
 
-use super::isa;
 #[cfg(target_arch = "aarch64")]
 use super::neon;
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-use super::Isa;
 #[cfg(target_arch = "x86_64")]
-use super::{has_avx512_vnni, has_avx_vnni, x86};
+use super::{has_avx512_vnni, x86};
+use super::{isa, Isa};
 
 /// Input features up to which an int8 × int8 product is exact in i32 (`127² · K < 2³¹`):
 /// [`q8_accumulate_i8`]'s domain.
 pub const Q8_EXACT_MAX_COLS: usize = 1 << 17;
 
+/// The int8 × int8 product's signature: `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]`
+/// (`x, rows, inv, w, cols, out, acc`).
+pub type Q8AccumulateFn = unsafe fn(&[f32], usize, f32, &[i8], usize, usize, &mut [i32]);
+/// The in-tile finish's signature (`x, rows, inv, w, cols, out, fin, y`; false where declined).
+pub type Q8DenseFn = unsafe fn(&[f32], usize, f32, &[i8], usize, usize, &Q8Finish<'_>, &mut [f32]) -> bool;
+
+/// One ISA's packed int8 × int8 kernels: the shared driver (`q8_driver.rs`) over that ISA's
+/// kernel, compiled for it. [`Q8_KERNELS`] lists them; the dispatch and the tests walk it.
+pub struct Q8Kernels {
+    /// A short name (`avx512-vnni`, `avx-vnni`, `neon-sdot`).
+    pub name: &'static str,
+    /// Whether this CPU has the instructions (the entry points' safety condition).
+    pub supported: fn() -> bool,
+    /// Whether the dispatch uses the kernels under the session's ISA (with [`Self::supported`]).
+    pub under: fn(Isa) -> bool,
+    /// Exact wrapping i32 sums, added to `acc` (the GEMV below 4 rows, else the packed GEMM).
+    ///
+    /// # Safety
+    /// Only where [`Self::supported`]; lengths are checked (panics on short slices).
+    pub accumulate: Q8AccumulateFn,
+    /// The sums finished to f32 in the GEMM's tiles (`y` overwritten); false, touching
+    /// nothing, below [`Q8_FUSED_MIN_ROWS`] rows or past [`Q8_EXACT_MAX_COLS`] inputs.
+    ///
+    /// # Safety
+    /// Only where [`Self::supported`]; lengths are checked (panics on short slices).
+    pub dense: Q8DenseFn,
+}
+
+/// Every packed int8 kernel compiled for this architecture, in dispatch order (the first the
+/// CPU and the session ISA allow runs).
+pub const Q8_KERNELS: &[Q8Kernels] = &[
+    #[cfg(target_arch = "x86_64")]
+    Q8Kernels {
+        name: "avx512-vnni",
+        supported: has_avx512_vnni,
+        under: |isa| isa == Isa::Avx512,
+        accumulate: x86::q8_i8_avx512vnni,
+        dense: x86::q8_dense_i8_avx512vnni,
+    },
+    #[cfg(target_arch = "x86_64")]
+    Q8Kernels {
+        name: "avx-vnni",
+        supported: || Isa::Avx2Vnni.supported(),
+        under: |isa| matches!(isa, Isa::Avx2Vnni | Isa::Avx512),
+        accumulate: x86::q8_i8_avxvnni,
+        dense: x86::q8_dense_i8_avxvnni,
+    },
+    #[cfg(target_arch = "aarch64")]
+    Q8Kernels {
+        name: "neon-sdot",
+        supported: has_dotprod,
+        under: |isa| isa == Isa::Neon,
+        accumulate: neon::q8_i8_dotprod,
+        dense: neon::q8_dense_i8_dotprod,
+    },
+];
+
+/// The kernels the dispatch uses on this CPU under the session's ISA, if any.
+fn q8_kernels() -> Option<&'static Q8Kernels> {
+    let isa = isa();
+    Q8_KERNELS.iter().find(|k| (k.under)(isa) && (k.supported)())
+}
+
 /// `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]` in wrapping i32 (exact for
 /// `cols <= Q8_EXACT_MAX_COLS`), `q` being [`kestrel_format::weight::quantize_act`] at scale
-/// `1 / inv`, with a packed integer GEMM where the CPU has one (x86_64: AVX-512 VNNI, else
-/// AVX-VNNI at 256 bits; aarch64: the dot-product instructions). Returns
-/// false, touching nothing, elsewhere: the caller runs the dot products ([`dot_i8`]), which give
+/// `1 / inv`, with a packed integer GEMM where the CPU has one ([`Q8_KERNELS`]: x86_64 AVX-512
+/// VNNI, else AVX-VNNI at 256 bits; aarch64 the dot-product instructions). Returns false,
+/// touching nothing, elsewhere: the caller runs the dot products ([`super::dot_i8`]), which give
 /// the same integers.
 pub fn q8_accumulate_i8(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) -> bool {
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 if has_avx512_vnni() => {
-            // SAFETY: AVX-512F/BW/VNNI and AVX2/FMA/F16C detected; the kernel checks lengths.
-            unsafe { x86::q8_i8_avx512vnni(x, rows, inv, w, cols, out, acc) };
-            true
-        }
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2Vnni | Isa::Avx512 if has_avx_vnni() => {
-            // SAFETY: AVX2/FMA/F16C and AVX-VNNI detected; the kernel checks lengths.
-            unsafe { x86::q8_i8_avxvnni(x, rows, inv, w, cols, out, acc) };
-            true
-        }
-        #[cfg(target_arch = "aarch64")]
-        Isa::Neon if has_dotprod() => {
-            // SAFETY: FEAT_DotProd detected; the kernel checks lengths.
-            unsafe { neon::q8_i8_dotprod(x, rows, inv, w, cols, out, acc) };
-            true
-        }
-        _ => {
-            let _ = (x, rows, inv, w, cols, out, acc);
-            false
-        }
-    }
+    let Some(k) = q8_kernels() else { return false };
+    // SAFETY: the kernels' instructions are detected (`supported`); they check lengths.
+    unsafe { (k.accumulate)(x, rows, inv, w, cols, out, acc) };
+    true
 }
 
 /// Rows from which [`q8_dense_i8`] may finish inside the kernel (the AVX-512 packed GEMM's side
@@ -65,8 +106,9 @@ pub struct Q8Finish<'a> {
 
 /// `y = (q(x) · W_qᵀ) · scales · x_scale + bias` (int8 weights, `y` overwritten) with the exact
 /// sums finished inside the integer GEMM's tiles, where the CPU has such a kernel for this shape
-/// (AVX-512 VNNI or AVX-VNNI, from 4 rows); false, touching nothing, elsewhere (the caller accumulates with
-/// [`q8_accumulate_i8`] and finishes in a pass of its own: the same f32 values).
+/// ([`Q8_KERNELS`], from [`Q8_FUSED_MIN_ROWS`] rows); false, touching nothing, elsewhere (the
+/// caller accumulates with [`q8_accumulate_i8`] and finishes in a pass of its own: the same f32
+/// values).
 #[allow(clippy::too_many_arguments)]
 pub fn q8_dense_i8(
     x: &[f32],
@@ -78,20 +120,8 @@ pub fn q8_dense_i8(
     fin: &Q8Finish<'_>,
     y: &mut [f32],
 ) -> bool {
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX-512F/BW/VNNI and AVX2/FMA/F16C detected; the kernel checks lengths.
-        Isa::Avx512 if has_avx512_vnni() => unsafe { x86::q8_dense_i8_avx512vnni(x, rows, inv, w, cols, out, fin, y) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2/FMA/F16C and AVX-VNNI detected; the kernel checks lengths.
-        Isa::Avx2Vnni | Isa::Avx512 if has_avx_vnni() => unsafe {
-            x86::q8_dense_i8_avxvnni(x, rows, inv, w, cols, out, fin, y)
-        },
-        _ => {
-            let _ = (x, rows, inv, w, cols, out, fin, y);
-            false
-        }
-    }
+    // SAFETY: the kernels' instructions are detected (`supported`); they check lengths.
+    q8_kernels().is_some_and(|k| unsafe { (k.dense)(x, rows, inv, w, cols, out, fin, y) })
 }
 
 /// Whether this CPU has the aarch64 dot-product instructions (`sdot`) that

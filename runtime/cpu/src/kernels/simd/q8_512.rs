@@ -11,16 +11,20 @@
 //! Intermediate sums may wrap (the offset doubles their range); the final value is exact while
 //! `127² · K < 2³¹` ([`super::Q8_EXACT_MAX_COLS`]).
 //!
-//! Two kernels, by rows of `x`:
-//! * [`gemm`] (from [`GEMV_MAX_ROWS`] rows): blocks of [`RB`] rows × [`KC`] inputs are quantised
-//!   into a stack buffer; for each panel of 32 outputs the weights are packed `[k/4][32][4]`
-//!   (16 × 16 transposes of 4-byte groups, 64 shuffles per 16 vectors) and an 8 × 32 tile of
-//!   accumulators takes one broadcast of 4 activation bytes and two `vpdpbusd` per row and step.
-//! * [`gemv`] (1–3 rows, the batch-1 heads): weight rows are read in place, 64 bytes per load,
+//! The kernel of the shared driver (`q8_driver.rs`), by rows of `x`:
+//! * the packed GEMM (from `GEMV_MAX_ROWS` rows): blocks of [`RB`] rows × [`KC`] inputs are
+//!   quantised into a stack buffer; for each panel of 32 outputs the weights are packed
+//!   `[k/4][32][4]` (16 × 16 transposes of 4-byte groups, 64 shuffles per 16 vectors) and an
+//!   8 × 32 tile of accumulators takes one broadcast of 4 activation bytes and two `vpdpbusd`
+//!   per row and step.
+//! * the GEMV (1–3 rows, the batch-1 heads): weight rows are read in place, 64 bytes per load,
 //!   4–8 rows per block with the next block prefetched into L2 (the weights come from DRAM).
+//!
+//! Also here, on the same registers: int4 weights with calibrated activations ([`gemm_i4`]),
+//! the per-row int8 quantiser, abs-max and the 16 × 16 strided transpose.
 
+use super::q8_driver::{gemm, gemv_r, quantize_block, tiles, Buf, Q8Kernel};
 use core::arch::x86_64::*;
-use core::mem::MaybeUninit;
 
 /// Inputs per packed block (a multiple of 64).
 pub const KC: usize = 256;
@@ -30,17 +34,6 @@ const RB: usize = 64;
 const NR: usize = 32;
 /// Rows per micro-kernel tile.
 const MR: usize = 8;
-/// Rows of `x` below which [`gemv`] runs.
-pub const GEMV_MAX_ROWS: usize = 4;
-/// Bytes of quantised inputs per pass of [`gemv`] (on the stack), shared by its rows: one row
-/// of up to 24,576 inputs (the CIFAR-100 head's 20,736 in one pass), three of 8,192.
-const XS: usize = 24 * 1024;
-
-#[repr(C, align(64))]
-struct Bytes<const N: usize>([u8; N]);
-
-#[repr(C, align(64))]
-struct Words<const N: usize>([i32; N]);
 
 /// Mask of the first `n` of 64 bytes.
 #[inline(always)]
@@ -220,7 +213,7 @@ unsafe fn tile<const M: usize>(
 /// The finish of one panel of 32 outputs: `y = f32(Σ) · scale[o] · x_scale + bias[o]`, in the
 /// portable path's operation order (two roundings of products, then the bias), so the f32
 /// results equal `linear_q8`'s portable loop bit for bit.
-struct PanelFinish {
+pub(super) struct PanelFinish {
     scale: [__m512; 2],
     xs: __m512,
     bias: Option<[__m512; 2]>,
@@ -258,172 +251,122 @@ impl PanelFinish {
     }
 }
 
-/// `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]` (wrapping i32) for `r < rows`,
-/// `o < out`: the packed kernel.
-///
-/// # Safety
-/// AVX-512F/BW/VNNI in the caller; `x.len() >= rows·cols`, `w.len() >= out·cols`,
-/// `acc.len() >= rows·out`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn gemm(
-    x: &[f32],
-    rows: usize,
-    inv: f32,
-    w: &[i8],
-    cols: usize,
-    out: usize,
-    acc: &mut [i32],
-    fin: Option<&super::Q8Finish<'_>>,
-) {
-    debug_assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
-    debug_assert!(fin.is_none_or(|f| f.scales.len() >= out && f.bias.is_none_or(|b| b.len() >= out)));
-    // Not initialised as a whole (16 + 4 KiB of stores per call cost more than a small layer's
-    // product): every byte a tile reads is written first — each row's `4·k4n` bytes (the
-    // block's inputs, then the offset zero up to the group of 4) and the packed panel's
-    // `k4n · NR` words (`pack` writes whole 64-input blocks, zeros past the rows and inputs).
-    let mut xb = MaybeUninit::<Bytes<{ RB * KC }>>::uninit();
-    let mut wp = MaybeUninit::<Words<{ KC / 4 * NR }>>::uninit();
-    let (xbm, wpm) = (xb.as_mut_ptr().cast::<u8>(), wp.as_mut_ptr().cast::<i32>());
-    // SAFETY: every pointer below stays inside x, w, acc (lengths above) or the two buffers;
-    // the buffers are read only where written (above).
-    unsafe {
-        let (xp, accp) = (x.as_ptr(), acc.as_mut_ptr());
-        for r0 in (0..rows).step_by(RB) {
-            let rn = RB.min(rows - r0);
-            for k0 in (0..cols).step_by(KC) {
-                let kn = KC.min(cols - k0);
-                let k4n = kn.div_ceil(4);
-                for i in 0..rn {
-                    quantize_u8(xp.add((r0 + i) * cols + k0), kn, inv, xbm.add(i * KC));
-                    core::ptr::write_bytes(xbm.add(i * KC + kn), 128, 4 * k4n - kn);
-                }
-                // Finishing to f32, the first block stores (the caller's memory is not read:
-                // no zeroing pass) and the last one finishes; otherwise every block adds.
-                let (load, last) = (k0 > 0 || fin.is_none(), k0 + KC >= cols);
-                for o0 in (0..out).step_by(NR) {
-                    let nn = NR.min(out - o0);
-                    let ws = pack(w.as_ptr(), cols, o0, nn, k0, kn, wpm);
-                    let pf = match fin {
-                        Some(f) if last => Some(PanelFinish::new(f, o0, nn)),
-                        _ => None,
-                    };
-                    let pf = pf.as_ref();
-                    let (xbp, wpp) = (xbm.cast_const(), wpm.cast_const());
-                    let at = |i: usize| accp.add((r0 + i) * out + o0);
-                    let mut i = 0;
-                    while i + MR <= rn {
-                        tile::<MR>(xbp.add(i * KC), wpp, k4n, &ws, at(i), out, nn, load, pf);
-                        i += MR;
-                    }
-                    let (xr, ar) = (xbp.add(i * KC), at(i));
-                    match rn - i {
-                        1 => tile::<1>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
-                        2 => tile::<2>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
-                        3 => tile::<3>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
-                        4 => tile::<4>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
-                        5 => tile::<5>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
-                        6 => tile::<6>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
-                        7 => tile::<7>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
-                        _ => {}
-                    }
-                }
+/// The AVX-512 VNNI kernel of the shared int8 driver.
+pub(super) struct Avx512Vnni;
+
+// SAFETY: every method is called from the `avx512f,avx512bw,avx512vnni` entry points only
+// (`x86_q8.rs`), with the pointer contracts the trait states.
+unsafe impl Q8Kernel for Avx512Vnni {
+    const KC: usize = KC;
+    const RB: usize = RB;
+    const NR: usize = NR;
+    const MR: usize = MR;
+    const KG: usize = 4;
+    const GV: usize = 64;
+    const PAD: u8 = 128;
+    const OFFSET: bool = true;
+    type Bytes = __m512i;
+    type Sums = __m512i;
+    type Offset = [__m512i; 2];
+    type Finish = PanelFinish;
+
+    #[inline(always)]
+    unsafe fn quantize(x: *const f32, n: usize, inv: f32, out: *mut u8) {
+        // SAFETY: the trait's contract.
+        unsafe { quantize_u8(x, n, inv, out) }
+    }
+
+    #[inline(always)]
+    unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: usize, wp: *mut u8) -> [__m512i; 2] {
+        // SAFETY: the trait's contract (the panel buffer is 64-byte aligned).
+        unsafe { pack(w, cols, o0, n, k0, kn, wp.cast()) }
+    }
+
+    #[inline(always)]
+    unsafe fn finish(fin: &super::Q8Finish<'_>, o0: usize, n: usize) -> PanelFinish {
+        // SAFETY: the trait's contract.
+        unsafe { PanelFinish::new(fin, o0, n) }
+    }
+
+    #[inline(always)]
+    unsafe fn tile<const M: usize>(
+        xb: *const u8,
+        wp: *const u8,
+        kp: usize,
+        ws: &[__m512i; 2],
+        acc: *mut i32,
+        ldy: usize,
+        ncols: usize,
+        load: bool,
+        fin: Option<&PanelFinish>,
+    ) {
+        // SAFETY: the trait's contract.
+        unsafe { tile::<M>(xb, wp.cast(), kp / 4, ws, acc, ldy, ncols, load, fin) }
+    }
+
+    #[inline(always)]
+    fn zero() -> __m512i {
+        // SAFETY: AVX-512F in every caller.
+        unsafe { _mm512_setzero_si512() }
+    }
+
+    #[inline(always)]
+    fn zero_bytes() -> __m512i {
+        Self::zero()
+    }
+
+    #[inline(always)]
+    unsafe fn load_row(p: *const i8, k: usize, end: usize) -> __m512i {
+        // SAFETY: bytes k..min(k + 64, end) of p (masked).
+        unsafe {
+            if k + 64 <= end {
+                _mm512_loadu_si512(p.add(k).cast())
+            } else {
+                _mm512_maskz_loadu_epi8(mask64(end - k), p.add(k))
             }
         }
     }
-}
 
-/// [`gemm`] for `R` (< [`GEMV_MAX_ROWS`]) rows, `O` weight rows per block read in place.
-///
-/// # Safety
-/// As [`gemm`], with `rows == R`.
-#[inline(always)]
-unsafe fn gemv_r<const R: usize, const O: usize>(
-    x: &[f32],
-    inv: f32,
-    w: &[i8],
-    cols: usize,
-    out: usize,
-    acc: &mut [i32],
-) {
-    debug_assert!(x.len() >= R * cols && w.len() >= out * cols && acc.len() >= R * out && out > 0);
-    let ks = XS / R / 64 * 64;
-    // Not initialised as a whole (24 KiB of stores per call cost more than a small head's
-    // product): each row's `64 · steps` bytes are written before they are read (the inputs,
-    // then the offset zero to the 64-byte step).
-    let mut xb = MaybeUninit::<Bytes<XS>>::uninit();
-    let xbm = xb.as_mut_ptr().cast::<u8>();
-    // SAFETY: weight rows < out (rows past the end are clamped and masked off entirely),
-    // bytes < k0 + kn ≤ cols; x and acc per the lengths above; xb read only where written.
-    unsafe {
-        let ones = _mm512_set1_epi8(1);
-        let (xp, wq, accp) = (x.as_ptr(), w.as_ptr(), acc.as_mut_ptr());
-        for k0 in (0..cols).step_by(ks) {
-            let kn = ks.min(cols - k0);
-            let steps = kn.div_ceil(64);
-            for r in 0..R {
-                quantize_u8(xp.add(r * cols + k0), kn, inv, xbm.add(r * ks));
-                core::ptr::write_bytes(xbm.add(r * ks + kn), 128, 64 * steps - kn);
-            }
-            for o0 in (0..out).step_by(O) {
-                let n = O.min(out - o0);
-                let row = |j: usize| wq.add((o0 + j).min(out - 1) * cols + k0);
-                let next = o0 + O < out;
-                let mut a = [[_mm512_setzero_si512(); O]; R];
-                let mut ws = [_mm512_setzero_si512(); O];
-                for s in 0..steps {
-                    let m = mask64(kn - 64 * s);
-                    if next {
-                        // The next block's line at this column, into L2.
-                        for j in 0..O {
-                            let o = (o0 + O + j).min(out - 1);
-                            _mm_prefetch::<_MM_HINT_T1>(wq.add(o * cols + k0 + 64 * s).cast());
-                        }
-                    }
-                    let mut wv = [_mm512_setzero_si512(); O];
-                    for (j, v) in wv.iter_mut().enumerate() {
-                        *v = if n == O && m == !0 {
-                            _mm512_loadu_si512(row(j).add(64 * s).cast())
-                        } else {
-                            _mm512_maskz_loadu_epi8(if j < n { m } else { 0 }, row(j).add(64 * s))
-                        };
-                        ws[j] = _mm512_dpbusd_epi32(ws[j], ones, *v);
-                    }
-                    for (r, ar) in a.iter_mut().enumerate() {
-                        let xv = _mm512_load_si512(xbm.add(r * ks + 64 * s).cast_const().cast());
-                        for (j, v) in wv.iter().enumerate() {
-                            ar[j] = _mm512_dpbusd_epi32(ar[j], xv, *v);
-                        }
-                    }
-                }
-                for j in 0..n {
-                    let off = _mm512_reduce_add_epi32(ws[j]).wrapping_mul(128);
-                    for (r, ar) in a.iter().enumerate() {
-                        let p = accp.add(r * out + o0 + j);
-                        *p = (*p).wrapping_add(_mm512_reduce_add_epi32(ar[j]).wrapping_sub(off));
-                    }
-                }
-            }
-        }
+    #[inline(always)]
+    unsafe fn load_act(p: *const u8) -> __m512i {
+        // SAFETY: the GEMV's rows start at multiples of 64 bytes in a 64-byte-aligned buffer.
+        unsafe { _mm512_load_si512(p.cast()) }
     }
-}
 
-/// [`gemm`] for fewer than [`GEMV_MAX_ROWS`] rows.
-///
-/// # Safety
-/// As [`gemm`], with `0 < rows < GEMV_MAX_ROWS`.
-#[inline(always)]
-pub(super) unsafe fn gemv(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
-    if out == 0 || cols == 0 {
-        return;
+    #[inline(always)]
+    fn dot(acc: __m512i, x: __m512i, w: __m512i) -> __m512i {
+        // SAFETY: AVX-512 VNNI in every caller.
+        unsafe { _mm512_dpbusd_epi32(acc, x, w) }
     }
-    // SAFETY: the caller's contract.
-    unsafe {
-        match rows {
-            1 => gemv_r::<1, 8>(x, inv, w, cols, out, acc),
-            2 => gemv_r::<2, 4>(x, inv, w, cols, out, acc),
-            3 => gemv_r::<3, 4>(x, inv, w, cols, out, acc),
-            _ => gemm(x, rows, inv, w, cols, out, acc, None),
+
+    #[inline(always)]
+    fn sum_bytes(acc: __m512i, w: __m512i) -> __m512i {
+        // SAFETY: AVX-512 VNNI in every caller.
+        unsafe { _mm512_dpbusd_epi32(acc, _mm512_set1_epi8(1), w) }
+    }
+
+    #[inline(always)]
+    fn hsum(v: __m512i) -> i32 {
+        // SAFETY: AVX-512F in every caller.
+        unsafe { _mm512_reduce_add_epi32(v) }
+    }
+
+    #[inline(always)]
+    unsafe fn prefetch(p: *const i8) {
+        // SAFETY: a prefetch does not fault.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(p) }
+    }
+
+    #[inline(always)]
+    unsafe fn gemv(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
+        // SAFETY: the trait's contract.
+        unsafe {
+            match rows {
+                1 => gemv_r::<Self, 1, 8>(x, inv, w, cols, out, acc),
+                2 => gemv_r::<Self, 2, 4>(x, inv, w, cols, out, acc),
+                3 => gemv_r::<Self, 3, 4>(x, inv, w, cols, out, acc),
+                _ => gemm::<Self>(x, rows, inv, w, cols, out, acc, None),
+            }
         }
     }
 }
@@ -576,23 +519,23 @@ pub(super) unsafe fn gemm_i4(
     let (row_bytes, groups) = (kestrel_format::weight::int4_row_bytes(cols), kestrel_format::weight::int4_groups(cols));
     debug_assert!(x.len() >= rows * cols && q.len() >= out * row_bytes && scales.len() >= out * groups);
     y[..rows * out].fill(0.0);
-    let mut xb = Bytes([128u8; RB * KC]);
-    let mut wp = Words([0i32; KC / 4 * NR]);
+    // Every byte a tile reads is written first (see `q8_driver::gemm`).
+    let mut xb = core::mem::MaybeUninit::<Buf<{ RB * KC }>>::uninit();
+    let mut wp = core::mem::MaybeUninit::<Buf<{ KC * NR }>>::uninit();
+    let (xbm, wpm) = (xb.as_mut_ptr().cast::<u8>(), wp.as_mut_ptr().cast::<i32>());
     // SAFETY: every pointer stays inside x, q, y or the buffers; scale indices < out·groups.
     unsafe {
         let mut wsg = [[_mm512_setzero_si512(); 2]; GROUPS];
-        let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
+        let yp = y.as_mut_ptr();
         for r0 in (0..rows).step_by(RB) {
             let rn = RB.min(rows - r0);
             for k0 in (0..cols).step_by(KC) {
                 let kn = KC.min(cols - k0);
                 let k4n = kn.div_ceil(4);
-                for i in 0..rn {
-                    quantize_u8(xp.add((r0 + i) * cols + k0), kn, inv, xb.0.as_mut_ptr().add(i * KC));
-                }
+                quantize_block::<Avx512Vnni>(x.as_ptr(), cols, r0, rn, k0, kn, 4 * k4n, inv, xbm, KC);
                 for o0 in (0..out).step_by(NR) {
                     let nn = NR.min(out - o0);
-                    pack_i4(q.as_ptr(), row_bytes, o0, nn, k0, kn, wp.0.as_mut_ptr(), &mut wsg);
+                    pack_i4(q.as_ptr(), row_bytes, o0, nn, k0, kn, wpm, &mut wsg);
                     let mut scl = [[_mm512_setzero_ps(); 2]; GROUPS];
                     for (g, sg) in scl.iter_mut().enumerate().take(kn.div_ceil(32)) {
                         let gi = k0 / 32 + g;
@@ -604,20 +547,17 @@ pub(super) unsafe fn gemm_i4(
                             *sh = _mm512_loadu_ps(v.as_ptr());
                         }
                     }
-                    let (xbp, wpp) = (xb.0.as_ptr(), wp.0.as_ptr());
-                    let at = |i: usize| yp.add((r0 + i) * out + o0);
-                    let mut i = 0;
-                    while i + 4 <= rn {
-                        tile_i4::<4>(xbp.add(i * KC), wpp, k4n, &wsg, &scl, at(i), out, nn);
-                        i += 4;
-                    }
-                    let (xr, yr) = (xbp.add(i * KC), at(i));
-                    match rn - i {
-                        1 => tile_i4::<1>(xr, wpp, k4n, &wsg, &scl, yr, out, nn),
-                        2 => tile_i4::<2>(xr, wpp, k4n, &wsg, &scl, yr, out, nn),
-                        3 => tile_i4::<3>(xr, wpp, k4n, &wsg, &scl, yr, out, nn),
-                        _ => {}
-                    }
+                    let (xbp, wpp) = (xbm.cast_const(), wpm.cast_const());
+                    tiles!(rn, 4, |i, M| tile_i4::<M>(
+                        xbp.add(i * KC),
+                        wpp,
+                        k4n,
+                        &wsg,
+                        &scl,
+                        yp.add((r0 + i) * out + o0),
+                        out,
+                        nn
+                    ));
                 }
             }
         }

@@ -3,12 +3,13 @@
 //! Same contract and arithmetic: activations quantised as `quantize_act` and offset to `u8`,
 //! `vpdpbusd` against int8 weights, the offset taken back with `128 · Σ w` — exact i32 sums,
 //! bit-equal to the portable loop (`runtime/cpu/tests/simd.rs`).
-//! * [`gemm`]: a 6 × 16 tile (12 accumulators), weights packed `[k/4][16][4]` per panel
+//! The kernel of the shared driver (`q8_driver.rs`):
+//! * the packed GEMM: a 6 × 16 tile (12 accumulators), weights packed `[k/4][16][4]` per panel
 //!   (8 × 8 transposes of 4-byte groups).
-//! * [`gemv`] (1–3 rows): weight rows read in place, 32 bytes per load.
+//! * the GEMV (1–3 rows): weight rows read in place, 32 bytes per load.
 
+use super::q8_driver::{gemm, gemv_r, Q8Kernel};
 use core::arch::x86_64::*;
-use core::mem::MaybeUninit;
 
 /// Inputs per packed block (a multiple of 32).
 const KC: usize = 256;
@@ -18,17 +19,6 @@ const RB: usize = 48;
 const NR: usize = 16;
 /// Rows per micro-kernel tile.
 const MR: usize = 6;
-/// Rows of `x` below which [`gemv`] runs.
-pub const GEMV_MAX_ROWS: usize = 4;
-/// Bytes of quantised inputs per pass of [`gemv`], shared by its rows.
-const XS: usize = 24 * 1024;
-
-#[repr(C, align(32))]
-struct Bytes<const N: usize>([u8; N]);
-
-#[repr(C, align(32))]
-struct Words<const N: usize>([i32; N]);
-
 /// `acc += Σ₄ u8(a) · i8(b)` per i32 lane (VEX `vpdpbusd`).
 #[inline(always)]
 unsafe fn dpbusd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
@@ -144,11 +134,11 @@ unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: us
 }
 
 /// The finish of one panel (`q8_512::PanelFinish`'s arithmetic, per column): the panel's
-/// weight scales and biases from its first output on.
-struct PanelFinish<'a> {
-    scales: &'a [f32],
+/// weight scales and biases from its first output on (valid for the GEMM call that made it).
+pub(super) struct PanelFinish {
+    scales: *const f32,
     xs: f32,
-    bias: Option<&'a [f32]>,
+    bias: Option<*const f32>,
 }
 
 /// One `M × 16` tile (see `q8_512::tile`: added to `acc` or stored, as i32 sums or finished to
@@ -164,7 +154,7 @@ unsafe fn tile<const M: usize>(
     ldy: usize,
     ncols: usize,
     load: bool,
-    fin: Option<&PanelFinish<'_>>,
+    fin: Option<&PanelFinish>,
 ) {
     // SAFETY: per the callers' bounds.
     unsafe {
@@ -192,10 +182,10 @@ unsafe fn tile<const M: usize>(
                     match fin {
                         None => _mm256_storeu_si256(ph.cast(), v),
                         Some(f) => {
-                            let sc = _mm256_loadu_ps(f.scales[8 * h..8 * h + 8].as_ptr());
+                            let sc = _mm256_loadu_ps(f.scales.add(8 * h));
                             let r = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), sc), _mm256_set1_ps(f.xs));
                             let r = match f.bias {
-                                Some(b) => _mm256_add_ps(r, _mm256_loadu_ps(b[8 * h..8 * h + 8].as_ptr())),
+                                Some(b) => _mm256_add_ps(r, _mm256_loadu_ps(b.add(8 * h))),
                                 None => r,
                             };
                             _mm256_storeu_ps(ph.cast(), r);
@@ -213,136 +203,8 @@ unsafe fn tile<const M: usize>(
                 match fin {
                     None => *p.add(c) = sum,
                     Some(f) => {
-                        let r = sum as f32 * f.scales[c] * f.xs;
-                        *p.add(c).cast::<f32>() = f.bias.map_or(r, |b| r + b[c]);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]` (wrapping i32): the packed kernel.
-///
-/// # Safety
-/// AVX2 and AVX-VNNI in the caller; `x.len() >= rows·cols`, `w.len() >= out·cols`,
-/// `acc.len() >= rows·out`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn gemm(
-    x: &[f32],
-    rows: usize,
-    inv: f32,
-    w: &[i8],
-    cols: usize,
-    out: usize,
-    acc: &mut [i32],
-    fin: Option<&super::Q8Finish<'_>>,
-) {
-    debug_assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
-    debug_assert!(fin.is_none_or(|f| f.scales.len() >= out && f.bias.is_none_or(|b| b.len() >= out)));
-    // Not initialised as a whole (see `q8_512::gemm`): each row's `4·k4n` bytes and the panel's
-    // `k4n · NR` words (`pack` writes whole 32-input blocks) are written before a tile reads them.
-    let mut xb = MaybeUninit::<Bytes<{ RB * KC }>>::uninit();
-    let mut wp = MaybeUninit::<Words<{ KC / 4 * NR }>>::uninit();
-    let (xbm, wpm) = (xb.as_mut_ptr().cast::<u8>(), wp.as_mut_ptr().cast::<i32>());
-    // SAFETY: every pointer stays inside x, w, acc or the two buffers, read only where written.
-    unsafe {
-        let (xp, accp) = (x.as_ptr(), acc.as_mut_ptr());
-        for r0 in (0..rows).step_by(RB) {
-            let rn = RB.min(rows - r0);
-            for k0 in (0..cols).step_by(KC) {
-                let kn = KC.min(cols - k0);
-                let k4n = kn.div_ceil(4);
-                for i in 0..rn {
-                    quantize_u8(xp.add((r0 + i) * cols + k0), kn, inv, xbm.add(i * KC));
-                    core::ptr::write_bytes(xbm.add(i * KC + kn), 128, 4 * k4n - kn);
-                }
-                // As `q8_512::gemm`: finishing, the first block stores and the last finishes.
-                let (load, last) = (k0 > 0 || fin.is_none(), k0 + KC >= cols);
-                for o0 in (0..out).step_by(NR) {
-                    let nn = NR.min(out - o0);
-                    let ws = pack(w.as_ptr(), cols, o0, nn, k0, kn, wpm);
-                    let pf = match fin {
-                        Some(f) if last => {
-                            Some(PanelFinish { scales: &f.scales[o0..], xs: f.x_scale, bias: f.bias.map(|b| &b[o0..]) })
-                        }
-                        _ => None,
-                    };
-                    let pf = pf.as_ref();
-                    let (xbp, wpp) = (xbm.cast_const(), wpm.cast_const());
-                    let at = |i: usize| accp.add((r0 + i) * out + o0);
-                    let mut i = 0;
-                    while i + MR <= rn {
-                        tile::<MR>(xbp.add(i * KC), wpp, k4n, &ws, at(i), out, nn, load, pf);
-                        i += MR;
-                    }
-                    let (xr, ar) = (xbp.add(i * KC), at(i));
-                    match rn - i {
-                        1 => tile::<1>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
-                        2 => tile::<2>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
-                        3 => tile::<3>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
-                        4 => tile::<4>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
-                        5 => tile::<5>(xr, wpp, k4n, &ws, ar, out, nn, load, pf),
-                        _ => {}
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// [`gemm`] for `R` (< [`GEMV_MAX_ROWS`]) rows, `O` weight rows per block read in place.
-#[inline(always)]
-unsafe fn gemv_r<const R: usize, const O: usize>(
-    x: &[f32],
-    inv: f32,
-    w: &[i8],
-    cols: usize,
-    out: usize,
-    acc: &mut [i32],
-) {
-    let ks = XS / R / 32 * 32;
-    // Not initialised as a whole: each row's `32 · steps` bytes are written before they are read.
-    let mut xb = MaybeUninit::<Bytes<XS>>::uninit();
-    let xbm = xb.as_mut_ptr().cast::<u8>();
-    // SAFETY: weight rows clamped below out, bytes < k0 + kn ≤ cols; x and acc per the caller;
-    // xb read only where written.
-    unsafe {
-        let ones = _mm256_set1_epi8(1);
-        let (xp, wq, accp) = (x.as_ptr(), w.as_ptr(), acc.as_mut_ptr());
-        for k0 in (0..cols).step_by(ks) {
-            let kn = ks.min(cols - k0);
-            let steps = kn.div_ceil(32);
-            for r in 0..R {
-                quantize_u8(xp.add(r * cols + k0), kn, inv, xbm.add(r * ks));
-                core::ptr::write_bytes(xbm.add(r * ks + kn), 128, 32 * steps - kn);
-            }
-            for o0 in (0..out).step_by(O) {
-                let n = O.min(out - o0);
-                let row = |j: usize| wq.add((o0 + j).min(out - 1) * cols + k0);
-                let mut a = [[_mm256_setzero_si256(); O]; R];
-                let mut ws = [_mm256_setzero_si256(); O];
-                for s in 0..steps {
-                    let mut wv = [_mm256_setzero_si256(); O];
-                    for (j, v) in wv.iter_mut().enumerate().take(n) {
-                        *v = load32(row(j), 32 * s, kn);
-                    }
-                    for (j, v) in wv.iter().enumerate() {
-                        ws[j] = dpbusd(ws[j], ones, *v);
-                    }
-                    for (r, ar) in a.iter_mut().enumerate() {
-                        let xv = _mm256_loadu_si256(xbm.add(r * ks + 32 * s).cast_const().cast());
-                        for (aj, v) in ar.iter_mut().zip(&wv) {
-                            *aj = dpbusd(*aj, xv, *v);
-                        }
-                    }
-                }
-                for j in 0..n {
-                    let off = hsum(ws[j]).wrapping_mul(128);
-                    for (r, ar) in a.iter().enumerate() {
-                        let p = accp.add(r * out + o0 + j);
-                        *p = (*p).wrapping_add(hsum(ar[j]).wrapping_sub(off));
+                        let r = sum as f32 * *f.scales.add(c) * f.xs;
+                        *p.add(c).cast::<f32>() = f.bias.map_or(r, |b| r + *b.add(c));
                     }
                 }
             }
@@ -362,22 +224,116 @@ unsafe fn hsum(v: __m256i) -> i32 {
     }
 }
 
-/// [`gemm`] for fewer than [`GEMV_MAX_ROWS`] rows.
-///
-/// # Safety
-/// As [`gemm`].
-#[inline(always)]
-pub(super) unsafe fn gemv(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
-    if out == 0 || cols == 0 {
-        return;
+/// The AVX-VNNI kernel of the shared int8 driver.
+pub(super) struct AvxVnni;
+
+// SAFETY: every method is called from the `avx2,fma,f16c,avxvnni` entry points only
+// (`x86_q8.rs`), with the pointer contracts the trait states.
+unsafe impl Q8Kernel for AvxVnni {
+    const KC: usize = KC;
+    const RB: usize = RB;
+    const NR: usize = NR;
+    const MR: usize = MR;
+    const KG: usize = 4;
+    const GV: usize = 32;
+    const PAD: u8 = 128;
+    const OFFSET: bool = true;
+    type Bytes = __m256i;
+    type Sums = __m256i;
+    type Offset = [__m256i; 2];
+    type Finish = PanelFinish;
+
+    #[inline(always)]
+    unsafe fn quantize(x: *const f32, n: usize, inv: f32, out: *mut u8) {
+        // SAFETY: the trait's contract.
+        unsafe { quantize_u8(x, n, inv, out) }
     }
-    // SAFETY: the caller's contract.
-    unsafe {
-        match rows {
-            1 => gemv_r::<1, 4>(x, inv, w, cols, out, acc),
-            2 => gemv_r::<2, 3>(x, inv, w, cols, out, acc),
-            3 => gemv_r::<3, 2>(x, inv, w, cols, out, acc),
-            _ => gemm(x, rows, inv, w, cols, out, acc, None),
+
+    #[inline(always)]
+    unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: usize, wp: *mut u8) -> [__m256i; 2] {
+        // SAFETY: the trait's contract (the panel buffer is 64-byte aligned).
+        unsafe { pack(w, cols, o0, n, k0, kn, wp.cast()) }
+    }
+
+    #[inline(always)]
+    unsafe fn finish(fin: &super::Q8Finish<'_>, o0: usize, _n: usize) -> PanelFinish {
+        // SAFETY: the trait's contract: o0 is inside the scales (and biases).
+        unsafe {
+            PanelFinish {
+                scales: fin.scales.as_ptr().add(o0),
+                xs: fin.x_scale,
+                bias: fin.bias.map(|b| b.as_ptr().add(o0)),
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn tile<const M: usize>(
+        xb: *const u8,
+        wp: *const u8,
+        kp: usize,
+        ws: &[__m256i; 2],
+        acc: *mut i32,
+        ldy: usize,
+        ncols: usize,
+        load: bool,
+        fin: Option<&PanelFinish>,
+    ) {
+        // SAFETY: the trait's contract.
+        unsafe { tile::<M>(xb, wp.cast(), kp / 4, ws, acc, ldy, ncols, load, fin) }
+    }
+
+    #[inline(always)]
+    fn zero() -> __m256i {
+        // SAFETY: AVX in every caller.
+        unsafe { _mm256_setzero_si256() }
+    }
+
+    #[inline(always)]
+    fn zero_bytes() -> __m256i {
+        Self::zero()
+    }
+
+    #[inline(always)]
+    unsafe fn load_row(p: *const i8, k: usize, end: usize) -> __m256i {
+        // SAFETY: the trait's contract.
+        unsafe { load32(p, k, end) }
+    }
+
+    #[inline(always)]
+    unsafe fn load_act(p: *const u8) -> __m256i {
+        // SAFETY: the trait's contract.
+        unsafe { _mm256_loadu_si256(p.cast()) }
+    }
+
+    #[inline(always)]
+    fn dot(acc: __m256i, x: __m256i, w: __m256i) -> __m256i {
+        // SAFETY: AVX-VNNI in every caller.
+        unsafe { dpbusd(acc, x, w) }
+    }
+
+    #[inline(always)]
+    fn sum_bytes(acc: __m256i, w: __m256i) -> __m256i {
+        // SAFETY: AVX-VNNI in every caller.
+        unsafe { dpbusd(acc, _mm256_set1_epi8(1), w) }
+    }
+
+    #[inline(always)]
+    fn hsum(v: __m256i) -> i32 {
+        // SAFETY: AVX2 in every caller.
+        unsafe { hsum(v) }
+    }
+
+    #[inline(always)]
+    unsafe fn gemv(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
+        // SAFETY: the trait's contract.
+        unsafe {
+            match rows {
+                1 => gemv_r::<Self, 1, 4>(x, inv, w, cols, out, acc),
+                2 => gemv_r::<Self, 2, 3>(x, inv, w, cols, out, acc),
+                3 => gemv_r::<Self, 3, 2>(x, inv, w, cols, out, acc),
+                _ => gemm::<Self>(x, rows, inv, w, cols, out, acc, None),
+            }
         }
     }
 }

@@ -1,39 +1,32 @@
 //! aarch64 int8 × int8 dense products with the dot-product instructions (`sdot`, FEAT_DotProd:
 //! Apple A13/M1 and later, Cortex-A55/A76 and later): `acc [rows, N] += q(x) [rows, K] · W_qᵀ`
-//! in exact i32 arithmetic, the same contract as the AVX-512 VNNI kernels (`q8_512.rs`), so the
-//! result equals the portable loop bit for bit (`runtime/cpu/tests/simd.rs`, run under QEMU).
+//! in exact i32 arithmetic: the kernel of the shared driver (`q8_driver.rs`), so the result
+//! equals the portable loop bit for bit (`runtime/cpu/tests/simd.rs`, run under QEMU).
 //!
 //! `sdot` multiplies signed by signed bytes, so no offset is needed. Activations are quantised
 //! with `fcvtas` (round to nearest, ties away from zero — `quantize_act`'s rounding; NaN → 0),
 //! clamped to ±127 and narrowed.
-//! * [`gemm`] (from [`GEMV_MAX_ROWS`] rows): blocks of [`RB`] rows × [`KC`] inputs quantised on the
-//!   stack; weights packed per panel of 8 outputs as `[k/4][8][4]` (4 × 4 transposes of 4-byte
-//!   groups); an 8 × 8 tile takes 16 bytes of each activation row and `sdot` by element, 16
-//!   instructions per two weight loads.
-//! * [`gemv`] (1–3 rows): weight rows read in place, 16 bytes per load, `sdot` of whole vectors,
-//!   4 weight rows per block.
+//! * the packed GEMM: blocks of [`RB`] rows × [`KC`] inputs quantised on the stack; weights
+//!   packed per panel of 8 outputs as `[k/4][8][4]` (4 × 4 transposes of 4-byte groups); an
+//!   8 × 8 tile takes 16 bytes of each activation row and `sdot` by element, 16 instructions per
+//!   two weight loads, and finishes to f32 in its tile where asked.
+//! * the GEMV (1–3 rows): weight rows read in place, 16 bytes per load, `sdot` of whole
+//!   vectors, 4 weight rows per block.
 //!
 //! The `sdot` intrinsics are not stable in Rust, so the instruction is written in `asm!`.
 
+use super::q8_driver::{gemm, gemv_r, Q8Kernel};
 use core::arch::aarch64::*;
 use core::arch::asm;
-use core::mem::MaybeUninit;
 
 /// Inputs per packed block (a multiple of 16).
-pub const KC: usize = 256;
+const KC: usize = 256;
 /// Rows of `x` quantised per block: `RB · KC` = 16 KiB on the stack.
 const RB: usize = 64;
 /// Output features per packed panel (two vectors of 4).
 const NR: usize = 8;
 /// Rows per micro-kernel tile.
 const MR: usize = 8;
-/// Rows of `x` below which [`gemv`] runs.
-pub const GEMV_MAX_ROWS: usize = 4;
-/// Bytes of quantised inputs per pass of [`gemv`], shared by its rows.
-const XS: usize = 24 * 1024;
-
-#[repr(C, align(64))]
-struct Bytes<const N: usize>([i8; N]);
 
 /// `acc += Σ_{i<4} w[4l + i] · x[4·LANE + i]` per lane `l` (`sdot` by element).
 #[inline(always)]
@@ -153,10 +146,29 @@ unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: us
     }
 }
 
+/// The finish of one panel (`q8_512::PanelFinish`'s arithmetic, per column): the panel's
+/// weight scales and biases from its first output on (valid for the GEMM call that made it).
+pub(super) struct PanelFinish {
+    scales: *const f32,
+    xs: f32,
+    bias: Option<*const f32>,
+}
+
 /// One `M × 8` tile: `M` quantised rows (`xb`, stride [`KC`], `k16` groups of 16 inputs) times
-/// the packed panel, added to `acc` rows at stride `ldy`, first `ncols` columns.
+/// the packed panel, into `acc` rows at stride `ldy`, first `ncols` columns: added to what they
+/// hold (`load`) or stored, as i32 sums or, with `fin`, finished to f32 in the same memory.
 #[inline(always)]
-unsafe fn tile<const M: usize>(xb: *const i8, wp: *const i8, k16: usize, acc: *mut i32, ldy: usize, ncols: usize) {
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<const M: usize>(
+    xb: *const i8,
+    wp: *const i8,
+    k16: usize,
+    acc: *mut i32,
+    ldy: usize,
+    ncols: usize,
+    load: bool,
+    fin: Option<&PanelFinish>,
+) {
     // SAFETY: per the callers' bounds.
     unsafe {
         let mut a = [[vdupq_n_s32(0); 2]; M];
@@ -183,59 +195,13 @@ unsafe fn tile<const M: usize>(xb: *const i8, wp: *const i8, k16: usize, acc: *m
             vst1q_s32(v.as_mut_ptr().add(4), ai[1]);
             let p = acc.add(i * ldy);
             for (c, &vc) in v.iter().enumerate().take(ncols) {
-                *p.add(c) = (*p.add(c)).wrapping_add(vc);
-            }
-        }
-    }
-}
-
-/// `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]` (wrapping i32): the packed kernel.
-///
-/// # Safety
-/// NEON and FEAT_DotProd in the caller; `x.len() >= rows·cols`, `w.len() >= out·cols`,
-/// `acc.len() >= rows·out`.
-#[inline(always)]
-pub(super) unsafe fn gemm(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
-    debug_assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
-    // Not initialised as a whole (see `q8_512::gemm`): each row's `16·k16` bytes (zeros past a
-    // block's inputs pair with zero weights) and the panel's `k16 · 4 · NR · 4` bytes (`pack`
-    // writes whole 16-input blocks) are written before a tile reads them.
-    let mut xb = MaybeUninit::<Bytes<{ RB * KC }>>::uninit();
-    let mut wp = MaybeUninit::<Bytes<{ KC * NR }>>::uninit();
-    let (xbm, wpm) = (xb.as_mut_ptr().cast::<i8>(), wp.as_mut_ptr().cast::<i8>());
-    // SAFETY: every pointer stays inside x, w, acc or the two buffers, read only where written.
-    unsafe {
-        let (xp, accp) = (x.as_ptr(), acc.as_mut_ptr());
-        for r0 in (0..rows).step_by(RB) {
-            let rn = RB.min(rows - r0);
-            for k0 in (0..cols).step_by(KC) {
-                let kn = KC.min(cols - k0);
-                let k16 = kn.div_ceil(16);
-                for i in 0..rn {
-                    let row = xbm.add(i * KC);
-                    quantize(xp.add((r0 + i) * cols + k0), kn, inv, row);
-                    core::ptr::write_bytes(row.add(kn), 0, 16 * k16 - kn);
-                }
-                for o0 in (0..out).step_by(NR) {
-                    let n = NR.min(out - o0);
-                    pack(w.as_ptr(), cols, o0, n, k0, kn, wpm);
-                    let (xbp, wpp) = (xbm.cast_const(), wpm.cast_const());
-                    let at = |i: usize| accp.add((r0 + i) * out + o0);
-                    let mut i = 0;
-                    while i + MR <= rn {
-                        tile::<MR>(xbp.add(i * KC), wpp, k16, at(i), out, n);
-                        i += MR;
-                    }
-                    let (xr, ar) = (xbp.add(i * KC), at(i));
-                    match rn - i {
-                        1 => tile::<1>(xr, wpp, k16, ar, out, n),
-                        2 => tile::<2>(xr, wpp, k16, ar, out, n),
-                        3 => tile::<3>(xr, wpp, k16, ar, out, n),
-                        4 => tile::<4>(xr, wpp, k16, ar, out, n),
-                        5 => tile::<5>(xr, wpp, k16, ar, out, n),
-                        6 => tile::<6>(xr, wpp, k16, ar, out, n),
-                        7 => tile::<7>(xr, wpp, k16, ar, out, n),
-                        _ => {}
+                let sum = if load { (*p.add(c)).wrapping_add(vc) } else { vc };
+                match fin {
+                    None => *p.add(c) = sum,
+                    Some(f) => {
+                        // The portable order: the weight scale, the activation scale, the bias.
+                        let r = sum as f32 * *f.scales.add(c) * f.xs;
+                        *p.add(c).cast::<f32>() = f.bias.map_or(r, |b| r + *b.add(c));
                     }
                 }
             }
@@ -243,66 +209,116 @@ pub(super) unsafe fn gemm(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usiz
     }
 }
 
-/// [`gemm`] for `R` (< [`GEMV_MAX_ROWS`]) rows, 4 weight rows per block read in place.
-#[inline(always)]
-unsafe fn gemv_r<const R: usize>(x: &[f32], inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
-    const O: usize = 4;
-    let ks = XS / R / 16 * 16;
-    // Not initialised as a whole: each row's `16 · steps` bytes are written before they are read.
-    let mut xb = MaybeUninit::<Bytes<XS>>::uninit();
-    let xbm = xb.as_mut_ptr().cast::<i8>();
-    // SAFETY: weight rows clamped below out, bytes < k0 + kn ≤ cols; x and acc per the caller;
-    // xb read only where written.
-    unsafe {
-        let (xp, wq, accp) = (x.as_ptr(), w.as_ptr(), acc.as_mut_ptr());
-        for k0 in (0..cols).step_by(ks) {
-            let kn = ks.min(cols - k0);
-            let steps = kn.div_ceil(16);
-            for r in 0..R {
-                let row = xbm.add(r * ks);
-                quantize(xp.add(r * cols + k0), kn, inv, row);
-                core::ptr::write_bytes(row.add(kn), 0, 16 * steps - kn);
-            }
-            for o0 in (0..out).step_by(O) {
-                let n = O.min(out - o0);
-                let row = |j: usize| wq.add((o0 + j).min(out - 1) * cols + k0);
-                let mut a = [[vdupq_n_s32(0); O]; R];
-                for s in 0..steps {
-                    let wv: [int8x16_t; O] = core::array::from_fn(|j| load16(row(j), 16 * s, kn));
-                    for (r, ar) in a.iter_mut().enumerate() {
-                        let xv = vld1q_s8(xbm.add(r * ks + 16 * s).cast_const());
-                        for (aj, wj) in ar.iter_mut().zip(&wv) {
-                            *aj = sdot(*aj, *wj, xv);
-                        }
-                    }
-                }
-                for (r, ar) in a.iter().enumerate() {
-                    for (j, aj) in ar.iter().enumerate().take(n) {
-                        let p = accp.add(r * out + o0 + j);
-                        *p = (*p).wrapping_add(vaddvq_s32(*aj));
-                    }
-                }
+/// The `sdot` kernel of the shared int8 driver.
+pub(super) struct DotProd;
+
+// SAFETY: every method is called from the `neon,dotprod` entry points only (`neon.rs`), with
+// the pointer contracts the trait states.
+unsafe impl Q8Kernel for DotProd {
+    const KC: usize = KC;
+    const RB: usize = RB;
+    const NR: usize = NR;
+    const MR: usize = MR;
+    const KG: usize = 16;
+    const GV: usize = 16;
+    const PAD: u8 = 0;
+    const OFFSET: bool = false;
+    type Bytes = int8x16_t;
+    type Sums = int32x4_t;
+    type Offset = ();
+    type Finish = PanelFinish;
+
+    #[inline(always)]
+    unsafe fn quantize(x: *const f32, n: usize, inv: f32, out: *mut u8) {
+        // SAFETY: the trait's contract.
+        unsafe { quantize(x, n, inv, out.cast()) }
+    }
+
+    #[inline(always)]
+    unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: usize, wp: *mut u8) {
+        // SAFETY: the trait's contract.
+        unsafe { pack(w, cols, o0, n, k0, kn, wp.cast()) }
+    }
+
+    #[inline(always)]
+    unsafe fn finish(fin: &super::Q8Finish<'_>, o0: usize, _n: usize) -> PanelFinish {
+        // SAFETY: the trait's contract: o0 is inside the scales (and biases).
+        unsafe {
+            PanelFinish {
+                scales: fin.scales.as_ptr().add(o0),
+                xs: fin.x_scale,
+                bias: fin.bias.map(|b| b.as_ptr().add(o0)),
             }
         }
     }
-}
 
-/// [`gemm`] for fewer than [`GEMV_MAX_ROWS`] rows.
-///
-/// # Safety
-/// As [`gemm`].
-#[inline(always)]
-pub(super) unsafe fn gemv(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
-    if out == 0 || cols == 0 {
-        return;
+    #[inline(always)]
+    unsafe fn tile<const M: usize>(
+        xb: *const u8,
+        wp: *const u8,
+        kp: usize,
+        _ws: &(),
+        acc: *mut i32,
+        ldy: usize,
+        ncols: usize,
+        load: bool,
+        fin: Option<&PanelFinish>,
+    ) {
+        // SAFETY: the trait's contract.
+        unsafe { tile::<M>(xb.cast(), wp.cast(), kp / 16, acc, ldy, ncols, load, fin) }
     }
-    // SAFETY: the caller's contract.
-    unsafe {
-        match rows {
-            1 => gemv_r::<1>(x, inv, w, cols, out, acc),
-            2 => gemv_r::<2>(x, inv, w, cols, out, acc),
-            3 => gemv_r::<3>(x, inv, w, cols, out, acc),
-            _ => gemm(x, rows, inv, w, cols, out, acc),
+
+    #[inline(always)]
+    fn zero() -> int32x4_t {
+        // SAFETY: NEON is baseline on aarch64.
+        unsafe { vdupq_n_s32(0) }
+    }
+
+    #[inline(always)]
+    fn zero_bytes() -> int8x16_t {
+        // SAFETY: NEON is baseline on aarch64.
+        unsafe { vdupq_n_s8(0) }
+    }
+
+    #[inline(always)]
+    unsafe fn load_row(p: *const i8, k: usize, end: usize) -> int8x16_t {
+        // SAFETY: the trait's contract.
+        unsafe { load16(p, k, end) }
+    }
+
+    #[inline(always)]
+    unsafe fn load_act(p: *const u8) -> int8x16_t {
+        // SAFETY: the trait's contract.
+        unsafe { vld1q_s8(p.cast()) }
+    }
+
+    #[inline(always)]
+    fn dot(acc: int32x4_t, x: int8x16_t, w: int8x16_t) -> int32x4_t {
+        // SAFETY: FEAT_DotProd in every caller.
+        unsafe { sdot(acc, w, x) }
+    }
+
+    #[inline(always)]
+    fn sum_bytes(acc: int32x4_t, _w: int8x16_t) -> int32x4_t {
+        acc
+    }
+
+    #[inline(always)]
+    fn hsum(v: int32x4_t) -> i32 {
+        // SAFETY: NEON is baseline on aarch64.
+        unsafe { vaddvq_s32(v) }
+    }
+
+    #[inline(always)]
+    unsafe fn gemv(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
+        // SAFETY: the trait's contract.
+        unsafe {
+            match rows {
+                1 => gemv_r::<Self, 1, 4>(x, inv, w, cols, out, acc),
+                2 => gemv_r::<Self, 2, 4>(x, inv, w, cols, out, acc),
+                3 => gemv_r::<Self, 3, 4>(x, inv, w, cols, out, acc),
+                _ => gemm::<Self>(x, rows, inv, w, cols, out, acc, None),
+            }
         }
     }
 }

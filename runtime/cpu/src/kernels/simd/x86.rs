@@ -10,7 +10,6 @@ use super::gemm;
 use super::gemv512;
 use super::nibble;
 use super::q8_512;
-use super::q8_avx;
 use core::arch::x86_64::*;
 use half::f16;
 use kestrel_format::weight::{int4_groups, int4_row_bytes};
@@ -649,25 +648,6 @@ pub unsafe fn dot_i8_vnni(a: &[i8], b: &[i8]) -> i32 {
     }
 }
 
-/// `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]` in wrapping i32 for `r < rows`,
-/// `o < out`, with `q` = [`kestrel_format::weight::quantize_act`] at `1 / inv`: the AVX-512 VNNI
-/// int8 × int8 kernels ([`super::q8_512`]; exact, so equal to the portable loop bit for bit).
-///
-/// # Safety
-/// The CPU must support AVX-512F, AVX-512BW and AVX-512 VNNI (plus AVX2, FMA, F16C).
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-pub unsafe fn q8_i8_avx512vnni(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
-    assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
-    // SAFETY: features per the contract; lengths checked.
-    unsafe {
-        if rows < q8_512::GEMV_MAX_ROWS {
-            q8_512::gemv(x, rows, inv, w, cols, out, acc)
-        } else {
-            q8_512::gemm(x, rows, inv, w, cols, out, acc, None)
-        }
-    }
-}
-
 /// `y[r·out + o] = Σ q(x[r, k]) · w[o, k] · scale(o, k / 32)` for int4 weights with the AVX-512
 /// VNNI kernel ([`super::q8_512::gemm_i4`]): f32 in the portable loop's order (per group an exact
 /// i32 sum, scaled; per 256-input chunk a partial), so equal to it bit for bit. `y` is overwritten.
@@ -694,23 +674,6 @@ pub unsafe fn q8_i4_avx512vnni(
     );
     // SAFETY: features per the contract; lengths checked.
     unsafe { q8_512::gemm_i4(x, rows, inv, q, scales, cols, out, y) }
-}
-
-/// [`q8_i8_avx512vnni`] at 256 bits with AVX-VNNI ([`super::q8_avx`]).
-///
-/// # Safety
-/// The CPU must support AVX2, FMA, F16C and AVX-VNNI.
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub unsafe fn q8_i8_avxvnni(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
-    assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
-    // SAFETY: features per the contract; lengths checked.
-    unsafe {
-        if rows < q8_avx::GEMV_MAX_ROWS {
-            q8_avx::gemv(x, rows, inv, w, cols, out, acc)
-        } else {
-            q8_avx::gemm(x, rows, inv, w, cols, out, acc, None)
-        }
-    }
 }
 
 /// One int4 group (16 packed bytes) times up to 32 int8 activations.
@@ -748,8 +711,9 @@ pub use super::x86_math::{
     silu, silu_avx512, small_head_avx512, softmax, softmax_scaled_avx512, tanh, PROBE_CHAINS,
 };
 
-// The int8 finish and attention-internals wrappers live in `x86_q8.rs`.
+// The int8 product and attention-internals wrappers live in `x86_q8.rs`.
 pub use super::x86_q8::{
-    abs_max_avx512, q8_dense_i8_avx512vnni, q8_dense_i8_avxvnni, quantize_rows_i8_avx512, transpose_f32_avx512,
+    abs_max_avx512, q8_dense_i8_avx512vnni, q8_dense_i8_avxvnni, q8_i8_avx512vnni, q8_i8_avxvnni,
+    quantize_rows_i8_avx512, transpose_f32_avx512,
 };
 pub use super::x86_rows::{axpy_rows_avx512, exp_excess_avx512, layer_norm_rows_avx512};

@@ -1,6 +1,6 @@
-//! x86_64 entry points of the int8 attention internals and of the in-tile int8 finish (see
-//! [`super::q8_dense_i8`]): `#[target_feature]` wrappers that check lengths and call the
-//! AVX-512 (`q8_512`) and AVX-VNNI (`q8_avx`) kernels.
+//! x86_64 entry points of the int8 products (the shared driver `q8_driver.rs` over the AVX-512
+//! VNNI and AVX-VNNI kernels, exact sums and the in-tile finish) and of the int8 attention
+//! internals' helpers: `#[target_feature]` wrappers that check lengths.
 
 use super::{q8_512, q8_avx};
 
@@ -57,74 +57,18 @@ pub unsafe fn quantize_rows_i8_avx512(
     unsafe { q8_512::quantize_rows(src.as_ptr(), rows, cols, stride, q.as_mut_ptr(), scales.as_mut_ptr()) }
 }
 
-/// `y[r·out + o] = f32(Σ_k q(x[r, k]) · w[o, k]) · scales[o] · x_scale (+ bias[o])`, the exact
-/// sums of [`q8_i8_avx512vnni`] finished to f32 inside the packed GEMM's tiles (no zeroing
-/// pass, no second pass over `y`). `y` is overwritten. For `rows >= q8_512::GEMV_MAX_ROWS` and
-/// `cols > 0`; returns false, touching nothing, otherwise.
-///
-/// # Safety
-/// The CPU must support AVX-512F, AVX-512BW and AVX-512 VNNI (plus AVX2, FMA, F16C).
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-pub unsafe fn q8_dense_i8_avx512vnni(
-    x: &[f32],
-    rows: usize,
-    inv: f32,
-    w: &[i8],
-    cols: usize,
-    out: usize,
-    fin: &super::Q8Finish<'_>,
-    y: &mut [f32],
-) -> bool {
-    let Some(acc) = finish_target(x, rows, w, cols, out, fin, y) else { return false };
-    // SAFETY: features per the contract; lengths checked by `finish_target`.
-    unsafe { q8_512::gemm(x, rows, inv, w, cols, out, acc, Some(fin)) };
-    true
-}
+super::q8_driver::q8_entry_points!(
+    q8_512::Avx512Vnni,
+    "avx512f,avx512bw,avx512vnni,avx2,fma,f16c",
+    "AVX-512 VNNI",
+    q8_i8_avx512vnni,
+    q8_dense_i8_avx512vnni
+);
 
-/// The in-tile finishes' shared checks: `y`'s first `rows·out` values as the i32 accumulator
-/// the GEMM finishes in, or `None` where the packed GEMM does not take the shape (fewer than
-/// [`super::Q8_FUSED_MIN_ROWS`] rows, no inputs, or inputs past the exact i32 range). Panics
-/// on slices shorter than the shape.
-fn finish_target<'y>(
-    x: &[f32],
-    rows: usize,
-    w: &[i8],
-    cols: usize,
-    out: usize,
-    fin: &super::Q8Finish<'_>,
-    y: &'y mut [f32],
-) -> Option<&'y mut [i32]> {
-    if rows < super::Q8_FUSED_MIN_ROWS || cols == 0 || cols > super::Q8_EXACT_MAX_COLS {
-        return None;
-    }
-    assert!(x.len() >= rows * cols && w.len() >= out * cols && y.len() >= rows * out);
-    assert!(fin.scales.len() >= out && fin.bias.is_none_or(|b| b.len() >= out));
-    Some(bytemuck::cast_slice_mut(&mut y[..rows * out]))
-}
-
-/// [`q8_dense_i8_avx512vnni`] at 256 bits with AVX-VNNI ([`super::q8_avx`]).
-///
-/// # Safety
-/// The CPU must support AVX2, FMA, F16C and AVX-VNNI.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub unsafe fn q8_dense_i8_avxvnni(
-    x: &[f32],
-    rows: usize,
-    inv: f32,
-    w: &[i8],
-    cols: usize,
-    out: usize,
-    fin: &super::Q8Finish<'_>,
-    y: &mut [f32],
-) -> bool {
-    let Some(acc) = finish_target(x, rows, w, cols, out, fin, y) else { return false };
-    // SAFETY: features per the contract; lengths checked by `finish_target`.
-    unsafe { q8_avx::gemm(x, rows, inv, w, cols, out, acc, Some(fin)) };
-    true
-}
-
-const _: () = assert!(q8_512::GEMV_MAX_ROWS == super::Q8_FUSED_MIN_ROWS);
-
-const _: () = assert!(q8_avx::GEMV_MAX_ROWS == super::Q8_FUSED_MIN_ROWS);
+super::q8_driver::q8_entry_points!(
+    q8_avx::AvxVnni,
+    "avx2,fma,f16c,avxvnni",
+    "AVX-VNNI (256-bit)",
+    q8_i8_avxvnni,
+    q8_dense_i8_avxvnni
+);

@@ -1,0 +1,430 @@
+//! The int8 × int8 dense product's driver, written once for every ISA: `acc [rows, N] +=
+//! q(x) [rows, K] · W_qᵀ` in exact (wrapping) i32 arithmetic, optionally finished to f32 inside
+//! the tiles ([`super::Q8Finish`]).
+//!
+//! An ISA supplies a [`Q8Kernel`]: its block sizes, the activation quantiser, the weight panel
+//! packer and micro-kernel tile of the packed GEMM, and the vector steps of the GEMV. The driver
+//! owns the loops, the stack buffers, the row/column blocking and the split between GEMV and
+//! GEMM; [`q8_entry_points!`] writes each ISA's `#[target_feature]` entry points from it, so
+//! every ISA's kernels inline into one function compiled for that ISA.
+//!
+//! Kernels: AVX-512 VNNI (`q8_512.rs`), AVX-VNNI (`q8_avx.rs`), aarch64 `sdot` (`q8_neon.rs`).
+//! They are listed once, with their CPU checks, in `q8.rs`'s table, which the dispatch and the
+//! tests (`runtime/cpu/tests/simd.rs`: every kernel bit for bit against the portable loop)
+//! walk alike.
+
+use core::mem::MaybeUninit;
+
+/// Bytes of the quantised activation block (the largest `RB · KC` of any kernel).
+const XB: usize = 64 * 256;
+/// Bytes of one packed weight panel (the largest of any kernel).
+const WP: usize = 256 * 32;
+/// Bytes of quantised inputs per pass of the GEMV (on the stack), shared by its rows: one row
+/// of up to 24,576 inputs (the CIFAR-100 head's 20,736 in one pass), three of 8,192.
+pub(super) const XS: usize = 24 * 1024;
+/// Rows of `x` below which the GEMV runs (the weights read in place, not packed).
+pub(super) const GEMV_MAX_ROWS: usize = 4;
+
+#[repr(C, align(64))]
+pub(super) struct Buf<const N: usize>([u8; N]);
+
+/// One ISA's pieces of the int8 GEMM and GEMV.
+///
+/// # Safety
+/// Implementations are called only from their ISA's `#[target_feature]` entry points (see
+/// [`q8_entry_points!`]); each method's pointer contract is stated on it.
+pub(super) unsafe trait Q8Kernel {
+    /// Inputs per packed block (a multiple of [`Self::KG`] and of [`Self::GV`]).
+    const KC: usize;
+    /// Rows of `x` quantised per block (`RB · KC` ≤ 16 KiB).
+    const RB: usize;
+    /// Output features per packed panel.
+    const NR: usize;
+    /// Rows per micro-kernel tile (≤ 8).
+    const MR: usize;
+    /// Inputs a tile step consumes: quantised rows are padded with [`Self::PAD`] to a multiple.
+    const KG: usize;
+    /// Bytes per GEMV step (one weight vector).
+    const GV: usize;
+    /// The quantised zero (activations are stored offset by 128 where the product is
+    /// unsigned × signed).
+    const PAD: u8;
+    /// Whether the offset must be taken back (`128 · Σ w` per output).
+    const OFFSET: bool;
+
+    /// A vector of weight or activation bytes.
+    type Bytes: Copy;
+    /// A vector of i32 sums.
+    type Sums: Copy;
+    /// A packed panel's offset correction ([`Self::pack`]'s result).
+    type Offset;
+    /// A panel's finish constants (scales, activation scale, biases).
+    type Finish;
+
+    /// `out[i] = q(x[i]) (+ 128 where PAD is 128)` for `i < n`, `q` = `quantize_act`.
+    ///
+    /// # Safety
+    /// `x` readable and `out` writable for `n` elements.
+    unsafe fn quantize(x: *const f32, n: usize, inv: f32, out: *mut u8);
+
+    /// Packs weight rows `o0..o0+n` (≤ `NR`; zeros past `n`), inputs `k0..k0+kn` (≤ `KC`;
+    /// zeros past `kn` up to whole steps) into `wp`; returns the panel's offset correction.
+    ///
+    /// # Safety
+    /// Rows `o0..o0+n` × inputs `k0..k0+kn` inside `w` (`cols` per row); `wp` writable for
+    /// the panel (≤ 8 KiB, 64-byte aligned).
+    unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: usize, wp: *mut u8) -> Self::Offset;
+
+    /// The finish of outputs `o0..o0+n` (n ≤ `NR`) of `fin`.
+    ///
+    /// # Safety
+    /// `fin.scales` (and `fin.bias`) hold at least `o0 + n` values.
+    unsafe fn finish(fin: &super::Q8Finish<'_>, o0: usize, n: usize) -> Self::Finish;
+
+    /// One tile: `M` quantised rows (`xb`, stride `KC`, `kp` inputs, a multiple of `KG`) times
+    /// the packed panel `wp`, less the offset `ws`, into `acc` rows at stride `ldy`, first
+    /// `ncols` (≤ `NR`) columns: added to what they hold (`load`) or stored, as i32 sums or,
+    /// with `fin`, finished to f32 in the same memory.
+    ///
+    /// # Safety
+    /// `xb` readable for `M` rows of `kp` bytes at stride `KC`; `wp` a panel packed for `kp`
+    /// inputs; `acc` writable for `M` rows of `ncols` at stride `ldy`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile<const M: usize>(
+        xb: *const u8,
+        wp: *const u8,
+        kp: usize,
+        ws: &Self::Offset,
+        acc: *mut i32,
+        ldy: usize,
+        ncols: usize,
+        load: bool,
+        fin: Option<&Self::Finish>,
+    );
+
+    /// A vector of zero sums.
+    fn zero() -> Self::Sums;
+    /// A vector of zero bytes.
+    fn zero_bytes() -> Self::Bytes;
+    /// `GV` bytes of row `p` from `k` (zeros past `end`).
+    ///
+    /// # Safety
+    /// Bytes `k..min(k + GV, end)` of `p` readable.
+    unsafe fn load_row(p: *const i8, k: usize, end: usize) -> Self::Bytes;
+    /// `GV` quantised activation bytes at `p`.
+    ///
+    /// # Safety
+    /// `p` readable for `GV` bytes.
+    unsafe fn load_act(p: *const u8) -> Self::Bytes;
+    /// `acc += Σ₄ x · w` per i32 lane.
+    fn dot(acc: Self::Sums, x: Self::Bytes, w: Self::Bytes) -> Self::Sums;
+    /// `acc += Σ₄ w` per i32 lane (the offset's sums; unused without [`Self::OFFSET`]).
+    fn sum_bytes(acc: Self::Sums, w: Self::Bytes) -> Self::Sums;
+    /// Wrapping sum of the lanes.
+    fn hsum(v: Self::Sums) -> i32;
+    /// Hints that `p`'s line is read soon (the GEMV's next weight rows).
+    ///
+    /// # Safety
+    /// Any address (a prefetch does not fault); kept `unsafe` for the intrinsics.
+    #[inline(always)]
+    unsafe fn prefetch(p: *const i8) {
+        let _ = p;
+    }
+    /// The GEMV for `rows` (1–3) rows: [`gemv_r`] with this ISA's weight rows per block.
+    ///
+    /// # Safety
+    /// As [`gemv_r`].
+    unsafe fn gemv(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]);
+}
+
+/// Quantises rows `r0..r0+rn` of `x` (`cols` per row), inputs `k0..k0+kn`, into `xb` (stride
+/// `stride`), each padded with `K::PAD` up to `kp` bytes.
+///
+/// # Safety
+/// The rows inside `x`; `xb` writable for `rn` rows of `kp ≤ stride` bytes.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn quantize_block<K: Q8Kernel>(
+    x: *const f32,
+    cols: usize,
+    r0: usize,
+    rn: usize,
+    k0: usize,
+    kn: usize,
+    kp: usize,
+    inv: f32,
+    xb: *mut u8,
+    stride: usize,
+) {
+    // SAFETY: per the contract.
+    unsafe {
+        for i in 0..rn {
+            K::quantize(x.add((r0 + i) * cols + k0), kn, inv, xb.add(i * stride));
+            core::ptr::write_bytes(xb.add(i * stride + kn), K::PAD, kp - kn);
+        }
+    }
+}
+
+/// Runs `$tile::<M>(row offset, …)` over `$rn` rows in tiles of `$mr` rows (`$mr` ≤ 8), the
+/// remainder as one tile of its size: `$call(i)` gives the tile's arguments for its first row.
+macro_rules! tiles {
+    ($rn:expr, $mr:expr, |$i:ident, $m:ident| $body:expr) => {{
+        let (rn, mr) = ($rn, $mr);
+        let mut $i = 0;
+        while $i + mr <= rn {
+            tiles!(@one mr, $m, $body);
+            $i += mr;
+        }
+        tiles!(@one rn - $i, $m, $body);
+    }};
+    (@one $n:expr, $m:ident, $body:expr) => {
+        match $n {
+            1 => { const $m: usize = 1; $body }
+            2 => { const $m: usize = 2; $body }
+            3 => { const $m: usize = 3; $body }
+            4 => { const $m: usize = 4; $body }
+            5 => { const $m: usize = 5; $body }
+            6 => { const $m: usize = 6; $body }
+            7 => { const $m: usize = 7; $body }
+            8 => { const $m: usize = 8; $body }
+            _ => {}
+        }
+    };
+}
+// Also the AVX-512 int4 GEMM's tile walk.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
+pub(super) use tiles;
+
+/// `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]` (wrapping i32), or with `fin` the
+/// same sums finished to f32 in `acc`'s memory (overwritten, not added): the packed kernel.
+///
+/// # Safety
+/// The kernel's ISA in the caller; `x.len() >= rows·cols`, `w.len() >= out·cols`,
+/// `acc.len() >= rows·out`; with `fin`, its scales and biases hold `out` values.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemm<K: Q8Kernel>(
+    x: &[f32],
+    rows: usize,
+    inv: f32,
+    w: &[i8],
+    cols: usize,
+    out: usize,
+    acc: &mut [i32],
+    fin: Option<&super::Q8Finish<'_>>,
+) {
+    const { assert!(K::RB * K::KC <= XB && K::KC % K::KG == 0 && K::MR <= 8) };
+    debug_assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
+    debug_assert!(fin.is_none_or(|f| f.scales.len() >= out && f.bias.is_none_or(|b| b.len() >= out)));
+    // Not initialised as a whole (16 + 8 KiB of stores per call cost more than a small layer's
+    // product): every byte a tile reads is written first — each row's `kp` bytes (the block's
+    // inputs, then the quantised zero up to the tile step) and the packed panel (`pack` writes
+    // whole steps, zeros past the rows and inputs).
+    let mut xb = MaybeUninit::<Buf<XB>>::uninit();
+    let mut wp = MaybeUninit::<Buf<WP>>::uninit();
+    let (xbm, wpm) = (xb.as_mut_ptr().cast::<u8>(), wp.as_mut_ptr().cast::<u8>());
+    // SAFETY: every pointer below stays inside x, w, acc (lengths above) or the two buffers;
+    // the buffers are read only where written (above).
+    unsafe {
+        let accp = acc.as_mut_ptr();
+        for r0 in (0..rows).step_by(K::RB) {
+            let rn = K::RB.min(rows - r0);
+            for k0 in (0..cols).step_by(K::KC) {
+                let kn = K::KC.min(cols - k0);
+                let kp = kn.next_multiple_of(K::KG);
+                quantize_block::<K>(x.as_ptr(), cols, r0, rn, k0, kn, kp, inv, xbm, K::KC);
+                // Finishing to f32, the first block stores (the caller's memory is not read:
+                // no zeroing pass) and the last one finishes; otherwise every block adds.
+                let (load, last) = (k0 > 0 || fin.is_none(), k0 + K::KC >= cols);
+                for o0 in (0..out).step_by(K::NR) {
+                    let nn = K::NR.min(out - o0);
+                    let ws = K::pack(w.as_ptr(), cols, o0, nn, k0, kn, wpm);
+                    let pf = match fin {
+                        Some(f) if last => Some(K::finish(f, o0, nn)),
+                        _ => None,
+                    };
+                    let (pf, xbp, wpp) = (pf.as_ref(), xbm.cast_const(), wpm.cast_const());
+                    tiles!(rn, K::MR, |i, M| K::tile::<M>(
+                        xbp.add(i * K::KC),
+                        wpp,
+                        kp,
+                        &ws,
+                        accp.add((r0 + i) * out + o0),
+                        out,
+                        nn,
+                        load,
+                        pf
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// [`gemm`] for `R` (< [`GEMV_MAX_ROWS`]) rows, `O` weight rows per block read in place (the
+/// next block's lines prefetched as the current one streams).
+///
+/// # Safety
+/// As [`gemm`], with `rows == R` and `out > 0`.
+#[inline(always)]
+pub(super) unsafe fn gemv_r<K: Q8Kernel, const R: usize, const O: usize>(
+    x: &[f32],
+    inv: f32,
+    w: &[i8],
+    cols: usize,
+    out: usize,
+    acc: &mut [i32],
+) {
+    debug_assert!(x.len() >= R * cols && w.len() >= out * cols && acc.len() >= R * out && out > 0);
+    let ks = XS / R / K::GV * K::GV;
+    // Not initialised as a whole (24 KiB of stores per call cost more than a small head's
+    // product): each row's `GV · steps` bytes are written before they are read.
+    let mut xb = MaybeUninit::<Buf<XS>>::uninit();
+    let xbm = xb.as_mut_ptr().cast::<u8>();
+    // SAFETY: weight rows clamped below out (rows past the block's `n` are never loaded),
+    // bytes < k0 + kn ≤ cols; x and acc per the lengths above; xb read only where written.
+    unsafe {
+        let (wq, accp) = (w.as_ptr(), acc.as_mut_ptr());
+        for k0 in (0..cols).step_by(ks) {
+            let kn = ks.min(cols - k0);
+            let steps = kn.div_ceil(K::GV);
+            quantize_block::<K>(x.as_ptr(), cols, 0, R, k0, kn, K::GV * steps, inv, xbm, ks);
+            for o0 in (0..out).step_by(O) {
+                let n = O.min(out - o0);
+                let row = |j: usize| wq.add((o0 + j) * cols + k0);
+                let next = o0 + O < out;
+                let mut a = [[K::zero(); O]; R];
+                let mut ws = [K::zero(); O];
+                for s in 0..steps {
+                    if next {
+                        // The next block's line at this column.
+                        for j in 0..O {
+                            K::prefetch(wq.add((o0 + O + j).min(out - 1) * cols + k0 + K::GV * s));
+                        }
+                    }
+                    let mut wv = [K::zero_bytes(); O];
+                    for (j, v) in wv.iter_mut().enumerate() {
+                        if j < n {
+                            *v = K::load_row(row(j), K::GV * s, kn);
+                        }
+                    }
+                    if K::OFFSET {
+                        for (wsj, v) in ws.iter_mut().zip(&wv) {
+                            *wsj = K::sum_bytes(*wsj, *v);
+                        }
+                    }
+                    for (r, ar) in a.iter_mut().enumerate() {
+                        let xv = K::load_act(xbm.add(r * ks + K::GV * s));
+                        for (aj, v) in ar.iter_mut().zip(&wv) {
+                            *aj = K::dot(*aj, xv, *v);
+                        }
+                    }
+                }
+                for j in 0..n {
+                    let off = if K::OFFSET { K::hsum(ws[j]).wrapping_mul(128) } else { 0 };
+                    for (r, ar) in a.iter().enumerate() {
+                        let p = accp.add(r * out + o0 + j);
+                        *p = (*p).wrapping_add(K::hsum(ar[j]).wrapping_sub(off));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `acc += q(x) · W_qᵀ` (exact wrapping i32): the GEMV below [`GEMV_MAX_ROWS`] rows, else the
+/// packed GEMM.
+///
+/// # Safety
+/// The kernel's ISA in the caller; lengths checked here (panics on short slices).
+#[inline(always)]
+pub(super) unsafe fn accumulate<K: Q8Kernel>(
+    x: &[f32],
+    rows: usize,
+    inv: f32,
+    w: &[i8],
+    cols: usize,
+    out: usize,
+    acc: &mut [i32],
+) {
+    assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
+    if out == 0 || cols == 0 || rows == 0 {
+        return;
+    }
+    // SAFETY: the ISA per the contract; lengths checked.
+    unsafe {
+        if rows < GEMV_MAX_ROWS {
+            K::gemv(x, rows, inv, w, cols, out, acc)
+        } else {
+            gemm::<K>(x, rows, inv, w, cols, out, acc, None)
+        }
+    }
+}
+
+/// `y = f32(q(x) · W_qᵀ) · scales · x_scale (+ bias)`, finished inside the packed GEMM's
+/// tiles; `y` is overwritten. For `rows >= Q8_FUSED_MIN_ROWS` and `0 < cols <=
+/// Q8_EXACT_MAX_COLS`; returns false, touching nothing, otherwise.
+///
+/// # Safety
+/// The kernel's ISA in the caller; lengths checked here (panics on short slices).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn dense<K: Q8Kernel>(
+    x: &[f32],
+    rows: usize,
+    inv: f32,
+    w: &[i8],
+    cols: usize,
+    out: usize,
+    fin: &super::Q8Finish<'_>,
+    y: &mut [f32],
+) -> bool {
+    const { assert!(GEMV_MAX_ROWS == super::Q8_FUSED_MIN_ROWS) };
+    if rows < super::Q8_FUSED_MIN_ROWS || cols == 0 || cols > super::Q8_EXACT_MAX_COLS {
+        return false;
+    }
+    assert!(x.len() >= rows * cols && w.len() >= out * cols && y.len() >= rows * out);
+    assert!(fin.scales.len() >= out && fin.bias.is_none_or(|b| b.len() >= out));
+    let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut y[..rows * out]);
+    // SAFETY: the ISA per the contract; lengths checked.
+    unsafe { gemm::<K>(x, rows, inv, w, cols, out, acc, Some(fin)) };
+    true
+}
+
+/// Writes an ISA's two `#[target_feature]` entry points over [`accumulate`] and [`dense`] for
+/// the kernel `$k`: `$acc(x, rows, inv, w, cols, out, acc)` and `$dense(x, rows, inv, w, cols,
+/// out, fin, y) -> bool`.
+macro_rules! q8_entry_points {
+    ($k:ty, $features:literal, $what:literal, $acc:ident, $dense:ident) => {
+        #[doc = concat!("`acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]` in wrapping i32 with the ", $what, " kernels (exact, so equal to the portable loop bit for bit).")]
+        ///
+        /// # Safety
+        #[doc = concat!("The CPU must support `", $features, "`.")]
+        #[target_feature(enable = $features)]
+        pub unsafe fn $acc(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
+            // SAFETY: the features per the contract.
+            unsafe { super::q8_driver::accumulate::<$k>(x, rows, inv, w, cols, out, acc) }
+        }
+
+        #[doc = concat!("`y = f32(q(x) · W_qᵀ) · scales · x_scale (+ bias)` finished inside the ", $what, " GEMM's tiles (`y` overwritten); false, touching nothing, below `Q8_FUSED_MIN_ROWS` rows or outside the exact i32 range.")]
+        ///
+        /// # Safety
+        #[doc = concat!("The CPU must support `", $features, "`.")]
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $features)]
+        pub unsafe fn $dense(
+            x: &[f32],
+            rows: usize,
+            inv: f32,
+            w: &[i8],
+            cols: usize,
+            out: usize,
+            fin: &super::Q8Finish<'_>,
+            y: &mut [f32],
+        ) -> bool {
+            // SAFETY: the features per the contract.
+            unsafe { super::q8_driver::dense::<$k>(x, rows, inv, w, cols, out, fin, y) }
+        }
+    };
+}
+pub(super) use q8_entry_points;
