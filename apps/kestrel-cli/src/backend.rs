@@ -1,37 +1,40 @@
-//! Where a model runs: `--backend cpu|wgpu|auto` and `--adapter NAME|INDEX` for every command
-//! that runs a model (`run`, `classify`, `profile`), and [`Runner`], one session on the chosen
-//! backend behind a single `run`.
+//! Where a model runs: `--backend cpu|wgpu|auto`, `--adapter NAME|INDEX` and `--gpu-precision`
+//! for every command that runs a model (`run`, `classify`, `profile`, `bench`), and [`Runner`],
+//! one session on the chosen backend behind a single `run`.
 //!
+//! The choice itself is the facade's ([`kestrel::backend::place`]), the same as the C ABI's:
 //! `auto` prefers a GPU and falls back to the CPU with a one-line notice on stderr when no
 //! adapter exists, the device cannot be created, the GPU cannot run this model (an op without a
 //! kernel, a buffer over the adapter's limits), or the only adapter is a software renderer
 //! (lavapipe, SwiftShader: slower than the CPU runtime) that `--adapter`/`KESTREL_ADAPTER` did
-//! not name — the same rule as the C ABI's `KESTREL_BACKEND_AUTO`. `wgpu` never falls back:
-//! those are errors.
+//! not name. `wgpu` never falls back: those are errors.
 
 use anyhow::{Context, Result};
-use clap::{Args, ValueEnum};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+use clap::Args;
+use kestrel::backend::{place, NoGpu, Placement, Request};
+pub use kestrel::backend::{Backend, GpuPrecision};
 use kestrel::{Input, Model};
-use kestrel_wgpu::{AdapterChoice, Arith, GpuContext, GpuError, GpuSession, Precision, SessionOptions};
+use kestrel_wgpu::{Arith, GpuContext, GpuSession};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Where a model runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum Backend {
-    /// The CPU runtime.
-    #[default]
-    Cpu,
-    /// The wgpu backend (an error if no GPU adapter exists or it cannot run the model).
-    Wgpu,
-    /// A GPU when one exists and can run the model, else the CPU with a one-line notice.
-    Auto,
+/// A clap parser for one of the facade's small enums (`Backend`, `GpuPrecision`): its names,
+/// each with its help line.
+fn named<T: Copy + Send + Sync + 'static>(
+    all: &'static [T],
+    name: fn(T) -> &'static str,
+    about: fn(T) -> &'static str,
+) -> impl TypedValueParser<Value = T> {
+    PossibleValuesParser::new(all.iter().map(|&v| PossibleValue::new(name(v)).help(about(v))))
+        .try_map(move |s| all.iter().copied().find(|&v| name(v) == s).ok_or("unknown value"))
 }
 
 /// The backend flags shared by the commands that run a model.
 #[derive(Args, Clone, Debug, Default)]
 pub struct BackendArgs {
     /// Where to run: cpu, wgpu, or auto (GPU if available, else CPU).
-    #[arg(long, value_enum, default_value = "cpu")]
+    #[arg(long, default_value = "cpu", value_parser = named(Backend::ALL, Backend::name, Backend::about))]
     pub backend: Backend,
     /// GPU adapter by name substring or index (see `kestrel devices`); default: env
     /// KESTREL_ADAPTER, else the best adapter.
@@ -39,7 +42,7 @@ pub struct BackendArgs {
     pub adapter: Option<String>,
     /// GPU arithmetic of the dot-product kernels: f32 (default), f16 (f16 products, f32 sums;
     /// an error without SHADER_F16), or auto (f16 where the device has it).
-    #[arg(long, value_enum, default_value = "f32")]
+    #[arg(long, default_value = "f32", value_parser = named(GpuPrecision::ALL, GpuPrecision::name, GpuPrecision::about))]
     pub gpu_precision: GpuPrecision,
     /// Most working memory (arena) one session may take, e.g. 512MiB, 2GiB: a larger batch
     /// runs in chunks that fit (a notice says so); a model whose single sample needs more is an
@@ -76,28 +79,6 @@ pub fn parse_bytes(text: &str) -> Result<usize, String> {
 
 /// `--memory-budget`'s default.
 pub const DEFAULT_MEMORY_BUDGET: usize = 2 << 30;
-
-/// `--gpu-precision`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum GpuPrecision {
-    /// f32 everywhere.
-    #[default]
-    F32,
-    /// f16 products with f32 accumulation in the dot-product kernels.
-    F16,
-    /// f16 where the device has SHADER_F16, else f32.
-    Auto,
-}
-
-impl From<GpuPrecision> for Precision {
-    fn from(p: GpuPrecision) -> Self {
-        match p {
-            GpuPrecision::F32 => Precision::F32,
-            GpuPrecision::F16 => Precision::F16,
-            GpuPrecision::Auto => Precision::Auto,
-        }
-    }
-}
 
 impl BackendArgs {
     /// The flags for `backend` with the default adapter choice and f32 arithmetic.
@@ -142,6 +123,8 @@ pub struct GpuRunner {
     pub session: GpuSession,
     /// The adapter, described for humans.
     pub adapter: String,
+    /// The device, held while the session lives.
+    _ctx: Arc<GpuContext>,
 }
 
 impl<'m> Runner<'m> {
@@ -166,49 +149,38 @@ impl<'m> Runner<'m> {
     /// The session and its capacity: `capacity`, or fewer samples on a GPU whose buffer limits
     /// cannot hold that many (a notice says so).
     fn open(model: &'m Model, capacity: usize, args: &BackendArgs) -> Result<(On<'m>, usize)> {
-        let fallback = |why: String| -> Result<(On<'m>, usize)> {
-            eprintln!("notice: {why}; running on the CPU");
-            Ok((On::Cpu(Box::new(model.session(capacity)?)), capacity))
+        let request = Request {
+            backend: args.backend,
+            precision: args.gpu_precision,
+            adapter: args.adapter.as_deref(),
+            split_batches: true,
         };
-        let ctx = match args.backend {
-            Backend::Cpu => return Ok((On::Cpu(Box::new(model.session(capacity)?)), capacity)),
-            Backend::Wgpu => open(args).context("--backend wgpu")?,
-            Backend::Auto => match open(args) {
-                Ok(c) => c,
-                Err(e) => return fallback(format!("no usable GPU ({e})")),
-            },
+        let placed = match place(&request, &model.cpu()?, capacity) {
+            Ok(p) => p,
+            Err(NoGpu::Unavailable(e)) => return Err(e).context("--backend wgpu"),
+            Err(NoGpu::Refused { error, .. }) => return Err(error).context("creating the GPU session"),
+            Err(e) => return Err(e).context("--backend wgpu"),
         };
-        let named = args.adapter.is_some() || std::env::var_os(kestrel_wgpu::ADAPTER_ENV).is_some();
-        if args.backend == Backend::Auto
-            && !named
-            && ctx.adapter_info().device_type == kestrel_wgpu::wgpu::DeviceType::Cpu
-        {
-            return fallback(format!(
-                "the only GPU adapter is a software renderer ({}), slower than the CPU runtime (name it with --adapter to use it)",
-                ctx.describe()
-            ));
-        }
-        let cpu = model.cpu()?;
-        let opts = SessionOptions { precision: args.gpu_precision.into(), ..Default::default() };
-        let mut cap = capacity;
-        let session = loop {
-            match GpuSession::with_options(&ctx, &cpu, cap, &opts) {
-                Ok(s) => break s,
-                // The batch's activations exceed a buffer limit of the adapter: fewer samples
-                // per run (the runner splits larger batches), down to one.
-                Err(GpuError::Limit { what: kestrel_wgpu::ACTIVATION_ARENA, .. }) if cap > 1 => cap = cap.div_ceil(2),
-                Err(e) if args.backend == Backend::Auto => {
-                    return fallback(format!("the GPU ({}) cannot run this model ({e})", ctx.describe()))
+        match placed {
+            Placement::Cpu { fallback } => {
+                if let Some(why) = fallback {
+                    let hint =
+                        if matches!(why, NoGpu::Software { .. }) { " (name it with --adapter to use it)" } else { "" };
+                    eprintln!("notice: {why}{hint}; running on the CPU");
                 }
-                Err(e) => return Err(e).context("creating the GPU session"),
+                Ok((On::Cpu(Box::new(model.session(capacity)?)), capacity))
             }
-        };
-        if cap < capacity {
-            eprintln!(
-                "notice: batch {capacity} runs on the GPU in chunks of {cap} samples (the adapter's buffer limits, `kestrel devices`)"
-            );
+            Placement::Gpu(g) => {
+                if g.capacity < capacity {
+                    eprintln!(
+                        "notice: batch {capacity} runs on the GPU in chunks of {} samples (the adapter's buffer limits, `kestrel devices`)",
+                        g.capacity
+                    );
+                }
+                let runner = GpuRunner { session: g.session, adapter: g.ctx.describe(), _ctx: g.ctx };
+                Ok((On::Gpu(Box::new(runner)), g.capacity))
+            }
         }
-        Ok((On::Gpu(Box::new(GpuRunner { session, adapter: ctx.describe() })), cap))
     }
 
     /// Where the session runs: `cpu`, or `wgpu: <adapter>`.
@@ -322,10 +294,6 @@ pub fn run_vec(
     let t0 = Instant::now();
     let out = runner.run_vec(feeds)?;
     Ok((out, t0.elapsed(), runner.on()))
-}
-
-fn open(args: &BackendArgs) -> Result<GpuContext, GpuError> {
-    GpuContext::new(&AdapterChoice::from_env_or(args.adapter.as_deref()))
 }
 
 #[cfg(test)]

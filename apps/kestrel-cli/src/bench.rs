@@ -1,6 +1,7 @@
 //! `kestrel bench`: time a model on the CPU runtime or the GPU (µs per sample, samples/s), and
-//! `kestrel bench paper`: the paper's Table 5 benchmark with tract beside it ([`crate::bench_paper`],
-//! which uses this module's timing helpers; `main` routes `paper` there),
+//! `kestrel bench paper`: the paper's Table 5 benchmark with tract beside it (in `bench_paper.rs`,
+//! which uses this module's timing helpers; `main` routes `paper` there, so this module does not
+//! depend on it),
 //! and `kestrel bench scaling`: time and memory against T for every mechanism
 //! ([`kestrel_cli::scaling`]).
 //!
@@ -297,9 +298,8 @@ pub fn scaling_flags_only_there(a: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// `kestrel bench` for a model file, `scaling` or `gemm` (`paper` is routed to
-/// [`crate::bench_paper::run_cli`] by the command line, so that module depends on this one and
-/// not the reverse).
+/// `kestrel bench` for a model file, `scaling` or `gemm` (`paper` is routed to `bench_paper.rs`
+/// by the command line, so that module depends on this one and not the reverse).
 pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
     kestrel_cpu::threads::set_threads(a.threads).map_err(|e| anyhow::anyhow!("--threads: {e}"))?;
     if a.samples == 0 || a.batch == 0 || a.reps == 0 {

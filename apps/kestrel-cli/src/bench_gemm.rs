@@ -83,9 +83,7 @@ pub fn read_bandwidth_gbs(runs: usize) -> f64 {
 /// Times `y [1, N] = x [1, K] · Wᵀ` with the weights evicted from the caches before every call
 /// (by streaming `flush`): median µs per call over at least `min_ms` of calls.
 pub fn time_gemv(n: usize, k: usize, dtype: DType, flush: &[f32], min_ms: f64) -> Result<(f64, usize)> {
-    let x = values(k, 1);
-    let wv = values(n * k, 2);
-    let enc = EncodedWeight::encode(dtype, n, k, &wv).context("encoding the weights")?;
+    let (x, enc) = problem(1, n, k, dtype)?;
     let bytes = enc.data.len() + enc.scales.len();
     let mut store = kestrel::format::weight::ViewStore::default();
     let w: WeightView<'_> = enc.view(&mut store);
@@ -152,23 +150,20 @@ pub fn peak_gflops(runs: usize) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// Deterministic values in [-1, 1) (an LCG; the timing does not depend on them, but zeros and
-/// denormals are avoided).
+/// Deterministic values in [-1, 1) (the timing does not depend on them).
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    kestrel::demo::Rng::new(seed).vec(n, 1.0)
+}
+
+/// A dense layer's random inputs `x [rows, k]` and weights `[n, k]` encoded as `dtype`.
+fn problem(rows: usize, n: usize, k: usize, dtype: DType) -> Result<(Vec<f32>, EncodedWeight)> {
+    let enc = EncodedWeight::encode(dtype, n, k, &values(n * k, 2)).context("encoding the weights")?;
+    Ok((values(rows * k, 1), enc))
 }
 
 /// Times one shape: median and best GFLOP/s over calls filling at least `min_ms`.
 pub fn time_shape(m: usize, n: usize, k: usize, dtype: DType, min_ms: f64) -> Result<(f64, f64)> {
-    let x = values(m * k, 1);
-    let wv = values(n * k, 2);
-    let enc = EncodedWeight::encode(dtype, n, k, &wv).context("encoding the weights")?;
+    let (x, enc) = problem(m, n, k, dtype)?;
     let mut store = kestrel::format::weight::ViewStore::default();
     let w: WeightView<'_> = enc.view(&mut store);
     let mut y = vec![0.0f32; m * n];

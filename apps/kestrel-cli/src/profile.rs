@@ -10,7 +10,7 @@ use crate::classify::BUNDLED;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kestrel::format::DType;
-use kestrel::profile::{OpTiming, Profile};
+use kestrel::profile::{OpTiming, PartTiming, Profile};
 use kestrel::{npy, Input, Model};
 use kestrel_wgpu::TimingSource;
 use std::fmt::Write as _;
@@ -205,39 +205,27 @@ pub fn gpu_profile(
     }
     let cpu = model.cpu()?;
     let file = *cpu.file();
-    let per = cpu.input(0)?.shape.numel().unwrap_or(1).max(1);
-    let len = match inputs.first() {
-        Some(Input::F32(d)) => d.len(),
-        Some(Input::I32(d)) => d.len(),
-        Some(Input::I64(d)) => d.len(),
-        None => 0,
-    };
-    if len == 0 || len % per != 0 {
-        bail!("profile: input 0 has {len} elements, not a whole batch of {per}-element samples");
-    }
-    let batch = len / per;
+    let batch = kestrel::profile::batch_of(&cpu, inputs)?;
     let dispatches = gpu.session.node_dispatch_counts();
-    let mut outs = Vec::new();
-    for i in 0..cpu.output_count() {
-        let n = batch.saturating_mul(cpu.output(i)?.shape.numel().unwrap_or(0));
-        outs.push(kestrel::mem::zeroed_vec::<f32>(n, "the outputs")?);
-    }
+    let mut outs = kestrel::profile::output_buffers(&cpu, batch)?;
     let mut o: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
     for _ in 0..warmup {
         gpu.session.run(inputs, &mut o).context("warm-up run on the GPU")?;
     }
-    let mut ops: Vec<OpTiming> = Vec::new();
+    let arena_bytes = cpu
+        .arena_bytes_threads(batch, kestrel_cpu::threads::threads())
+        .context("the arena size for this batch overflows")?;
+    let mut prof = Profile::empty(&file, batch, warmup, runs, arena_bytes);
+    prof.dispatches_per_run = Some(dispatches.iter().sum());
     let mut slot: Vec<Option<usize>> = Vec::new();
-    let mut total_ns = Vec::with_capacity(runs);
-    let mut run_start_ns = Vec::with_capacity(runs);
     let mut timing = Timing::GpuTimestamps;
     let origin = Instant::now();
     for r in 0..runs {
         let t0 = Instant::now();
         let (_, p) = gpu.session.run_profiled(inputs, &mut o).context("profiled run on the GPU")?;
-        total_ns.push(t0.elapsed().as_nanos() as u64);
+        prof.total_ns.push(t0.elapsed().as_nanos() as u64);
         let start = (t0 - origin).as_nanos() as u64;
-        run_start_ns.push(start);
+        prof.run_start_ns.push(start);
         if p.source != TimingSource::Timestamps {
             timing = Timing::WholeSubmission;
             continue;
@@ -245,58 +233,32 @@ pub fn gpu_profile(
         if r == 0 {
             slot = vec![None; p.nodes.len()];
             for t in p.nodes.iter().filter(|t| t.duration.is_some()) {
-                let op = file.op(t.node)?;
-                slot[t.node as usize] = Some(ops.len());
-                ops.push(OpTiming {
-                    node: t.node,
-                    op: op.name(),
-                    output: file.tensor(op.output())?.name.to_string(),
-                    flops: kestrel::profile::op_flops(&file, &op).map(|f| f * batch as u64),
-                    bytes: kestrel::profile::op_bytes(&file, &op, batch as u64),
-                    dispatches: dispatches.get(t.node as usize).copied(),
-                    ns: Vec::with_capacity(runs),
-                    parts: t
-                        .dispatches
-                        .iter()
-                        .map(|d| kestrel::profile::PartTiming { kernel: d.0, ns: Vec::with_capacity(runs) })
-                        .collect(),
-                    start_ns: Vec::with_capacity(runs),
-                });
+                slot[t.node as usize] = Some(prof.ops.len());
+                let mut op = OpTiming::for_node(&file, t.node, batch, runs)?;
+                op.dispatches = dispatches.get(t.node as usize).copied();
+                op.parts =
+                    t.dispatches.iter().map(|d| PartTiming { kernel: d.0, ns: Vec::with_capacity(runs) }).collect();
+                prof.ops.push(op);
             }
         }
         let mut at = start;
         for t in &p.nodes {
             let (Some(d), Some(Some(i))) = (t.duration, slot.get(t.node as usize)) else { continue };
             let ns = d.as_nanos() as u64;
-            ops[*i].ns.push(ns);
-            for (part, (_, pd)) in ops[*i].parts.iter_mut().zip(&t.dispatches) {
+            let op = &mut prof.ops[*i];
+            op.ns.push(ns);
+            for (part, (_, pd)) in op.parts.iter_mut().zip(&t.dispatches) {
                 part.ns.push(pd.as_nanos() as u64);
             }
-            ops[*i].start_ns.push(at);
+            op.start_ns.push(at);
             at += ns;
         }
     }
     if timing == Timing::WholeSubmission {
-        ops.clear();
-    } else if let Some(o) = ops.iter().find(|o| o.ns.len() != runs) {
+        prof.ops.clear();
+    } else if let Some(o) = prof.ops.iter().find(|o| o.ns.len() != runs) {
         bail!("profile: node {} ({}) was timed in {} of {runs} runs", o.node, o.op, o.ns.len());
     }
-    let weight_bytes = kestrel::profile::weight_bytes(&file);
-    let arena_bytes = cpu
-        .arena_bytes_threads(batch, kestrel_cpu::threads::threads())
-        .context("the arena size for this batch overflows")?;
-    let prof = Profile {
-        batch,
-        warmup,
-        runs,
-        ops,
-        total_ns,
-        run_start_ns,
-        arena_bytes,
-        weight_bytes,
-        nodes: file.op_count(),
-        dispatches_per_run: Some(dispatches.iter().sum()),
-    };
     Ok((prof, timing))
 }
 

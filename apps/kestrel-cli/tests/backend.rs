@@ -2,15 +2,9 @@
 //! The GPU cases skip (with a message) when no adapter exists, unless `KESTREL_REQUIRE_GPU=1`.
 
 use kestrel::npy::{self, Array};
-use std::process::Command;
 
 mod support;
-use support::have_gpu;
-
-fn kestrel(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kestrel")).args(args).output().expect("runs the binary");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
-}
+use support::{have_gpu, kestrel};
 
 fn f32s(path: &std::path::Path) -> Vec<f32> {
     match npy::read(path).unwrap() {

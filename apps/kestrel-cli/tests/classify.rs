@@ -5,7 +5,6 @@ use kestrel_cli::classify::{Classifier, BUNDLED};
 use kestrel_cli::preprocess::{decode, InputPrep};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 mod support;
 use std::time::Instant;
@@ -25,10 +24,9 @@ fn samples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("samples")
 }
 
+/// `kestrel` run from the repository root (the bundled models' paths are relative to it).
 fn kestrel(args: &[&str]) -> (bool, String, String) {
-    let out =
-        Command::new(env!("CARGO_BIN_EXE_kestrel")).current_dir(root()).args(args).output().expect("runs the binary");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    support::kestrel_in(Some(&root()), args)
 }
 
 fn tmp(name: &str) -> PathBuf {

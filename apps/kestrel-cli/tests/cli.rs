@@ -1,11 +1,7 @@
 //! The README's main command and `inspect`, run as a user would run them.
 
-use std::process::Command;
-
-fn kestrel(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kestrel")).args(args).output().expect("runs the binary");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
-}
+mod support;
+use support::kestrel;
 
 #[test]
 fn demo_writes_a_model_that_inspect_reads() {

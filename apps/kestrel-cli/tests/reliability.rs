@@ -3,10 +3,10 @@
 //! clear, typed error on stderr (or, for NaN inputs, a warning).
 
 mod bad_inputs;
+mod support;
 
 use bad_inputs::{bundled, fixture, npy_claiming, png_header, repo, with_plan};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 struct Out {
     code: Option<i32>,
@@ -15,7 +15,7 @@ struct Out {
 }
 
 fn kestrel(args: &[&str]) -> Out {
-    let out = Command::new(env!("CARGO_BIN_EXE_kestrel")).args(args).output().expect("runs the binary");
+    let out = support::run_kestrel(None, args);
     Out {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into(),

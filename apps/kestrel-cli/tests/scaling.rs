@@ -6,8 +6,10 @@ use indicatif::ProgressBar;
 use kestrel_cli::scaling::{
     conv_grid, footprint, layer_model, loglog_slope, predict, sweep, Config, Mechanism, Series,
 };
-use std::process::Command;
 use std::time::Duration;
+
+mod support;
+use support::kestrel;
 
 fn config(sizes: &[usize], d: usize, cap: u64) -> Config {
     Config {
@@ -134,11 +136,6 @@ fn loglog_slope_recovers_powers() {
     assert!((loglog_slope(&lin).unwrap() - 1.0).abs() < 1e-12);
     assert!((loglog_slope(&quad).unwrap() - 2.0).abs() < 1e-12);
     assert_eq!(loglog_slope(&lin[..1]), None);
-}
-
-fn kestrel(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kestrel")).args(args).output().expect("runs the binary");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
 }
 
 #[test]

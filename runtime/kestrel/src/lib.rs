@@ -3,7 +3,12 @@
 //! This facade crate loads `.kes` files (memory-mapped or from bytes), builds models in code
 //! ([`ModelBuilder`]) and runs them on the CPU through [`kestrel_cpu`] with an owned arena.
 //! Embedded users depend on `kestrel-cpu` directly (no_std, caller-provided arena).
+//!
+//! [`backend`] decides where a model runs (CPU, GPU, or AUTO's choice between them, and the GPU
+//! arithmetic) for the CLI and the C ABI alike; the GPU is the wgpu backend, compiled in with the
+//! cargo feature `gpu`. [`Storage`] holds a model's bytes (read, mapped or copied).
 
+pub mod backend;
 pub mod builder;
 pub mod demo;
 pub mod fuse;
@@ -12,11 +17,13 @@ mod model;
 pub mod npy;
 pub mod plan;
 pub mod profile;
+mod storage;
 
 pub use builder::ModelBuilder;
 pub use kestrel_cpu::session::Input;
 pub use kestrel_format as format;
 pub use model::{Model, Session};
+pub use storage::Storage;
 
 /// Errors of the facade: I/O, loading, building and running.
 #[derive(Debug, thiserror::Error)]

@@ -4,23 +4,10 @@
 //! is fallible: too large a request is an [`Error::OutOfMemory`] or, under a memory budget,
 //! [`Error::OverBudget`], never an abort.
 
+use crate::storage::Storage;
 use crate::{mem, Error};
 use kestrel_cpu::session::Input;
 use std::path::Path;
-
-enum Storage {
-    Mapped(memmap2::Mmap),
-    Owned(kestrel_format::AlignedBuf),
-}
-
-impl Storage {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Storage::Mapped(m) => m,
-            Storage::Owned(b) => b,
-        }
-    }
-}
 
 /// A validated model that owns its bytes.
 pub struct Model {
@@ -33,25 +20,7 @@ impl Model {
     /// affect it. The buffer is allocated fallibly ([`Error::OutOfMemory`] for a file larger
     /// than the memory available). This is what the CLI uses.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, Error> {
-        use std::io::Read as _;
-        let path = path.as_ref();
-        let io = |error| Error::Io { path: path.display().to_string(), error };
-        let mut file = std::fs::File::open(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
-        let mut buf = aligned(len, "the model file")?;
-        file.read_exact(&mut buf).map_err(io)?;
-        // The file grew while it was read: the bytes read are a prefix, which the checks
-        // reject as truncated if it is not a whole model; say what happened instead.
-        let mut probe = [0u8; 1];
-        if file.read(&mut probe).map_err(io)? != 0 {
-            return Err(Error::Io {
-                path: path.display().to_string(),
-                error: std::io::Error::other("the file changed size while it was read"),
-            });
-        }
-        let m = Self { storage: Storage::Owned(buf) };
-        m.cpu()?;
-        Ok(m)
+        Self::new(Storage::read(path)?)
     }
 
     /// Memory-maps and validates a `.kes` file: the weights are used in place, paged in from
@@ -64,21 +33,18 @@ impl Model {
     /// and that kills the process; a modified file changes the weights under the runtime after
     /// validation. [`Model::load`] reads the file instead and has no such contract.
     pub unsafe fn map(path: impl AsRef<Path>) -> Result<Self, Error> {
-        let path = path.as_ref();
-        let io = |error| Error::Io { path: path.display().to_string(), error };
-        let file = std::fs::File::open(path).map_err(io)?;
-        // SAFETY: read-only and private; the caller guarantees the file stays as it is.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        let m = Self { storage: Storage::Mapped(map) };
-        m.cpu()?;
-        Ok(m)
+        // SAFETY: the caller's contract, passed on.
+        Self::new(unsafe { Storage::map(path) }?)
     }
 
     /// Copies `bytes` into 64-byte-aligned memory (allocated fallibly) and validates them.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, Error> {
-        let mut buf = aligned(bytes.len() as u64, "a copy of the model")?;
-        buf.copy_from_slice(bytes);
-        let m = Self { storage: Storage::Owned(buf) };
+        Self::new(Storage::copy(bytes)?)
+    }
+
+    /// A model over `storage`, validated.
+    pub fn new(storage: Storage) -> Result<Self, Error> {
+        let m = Self { storage };
         m.cpu()?;
         Ok(m)
     }
@@ -156,12 +122,6 @@ pub(crate) fn arena_bytes(model: &kestrel_cpu::Model<'_>, capacity: usize) -> Re
         return Err(bad.into());
     }
     Ok(model.arena_bytes_threads(capacity, kestrel_cpu::threads::threads()).ok_or(bad)?)
-}
-
-/// A zeroed 64-byte-aligned buffer of `len` bytes, allocated fallibly.
-fn aligned(len: u64, what: &str) -> Result<kestrel_format::AlignedBuf, Error> {
-    let oom = || Error::OutOfMemory { what: what.into(), bytes: len };
-    kestrel_format::AlignedBuf::try_zeroed(usize::try_from(len).map_err(|_| oom())?).ok_or_else(oom)
 }
 
 /// A model with an owned arena and its decoded entries ([`kestrel_cpu::Table`], so runs do

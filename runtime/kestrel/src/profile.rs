@@ -249,11 +249,7 @@ pub fn profile(model: &Model, inputs: &[Input<'_>], warmup: usize, runs: usize) 
     // Timed as `Session::run` runs: with the decoded table.
     let table = kestrel_cpu::Table::new(&cpu)?;
     let mut session = kestrel_cpu::Session::new(&cpu, &mut arena, batch)?.with_table(&table)?;
-    let mut outs = Vec::new();
-    for i in 0..cpu.output_count() {
-        let n = batch.saturating_mul(cpu.output(i)?.shape.numel().unwrap_or(0));
-        outs.push(crate::mem::zeroed_vec::<f32>(n, "the outputs")?);
-    }
+    let mut outs = output_buffers(&cpu, batch)?;
     let mut executed: Vec<u32> = Vec::new();
     {
         let mut o: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
@@ -266,36 +262,19 @@ pub fn profile(model: &Model, inputs: &[Input<'_>], warmup: usize, runs: usize) 
         }
         s
     };
-    let mut ops = Vec::with_capacity(executed.len());
-    for &n in &executed {
-        let op = file.op(n)?;
-        let output = file.tensor(op.output())?.name.to_string();
-        let flops = op_flops(&file, &op).map(|f| f * batch as u64);
-        ops.push(OpTiming {
-            node: n,
-            op: op.name(),
-            output,
-            flops,
-            bytes: op_bytes(&file, &op, batch as u64),
-            dispatches: None,
-            ns: Vec::with_capacity(runs),
-            parts: Vec::new(),
-            start_ns: Vec::with_capacity(runs),
-        });
-    }
+    let mut prof = Profile::empty(&file, batch, warmup, runs, arena_bytes);
+    prof.ops = executed.iter().map(|&n| OpTiming::for_node(&file, n, batch, runs)).collect::<Result<_, _>>()?;
     let mut o: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
     for _ in 0..warmup {
         session.run(inputs, &mut o)?;
     }
     let origin = Instant::now();
-    let mut total_ns = Vec::with_capacity(runs);
-    let mut run_start_ns = Vec::with_capacity(runs);
     let started = std::cell::Cell::new(origin);
     let mut stamps: Vec<(u32, Duration, Duration)> = Vec::with_capacity(executed.len());
     for _ in 0..runs {
         stamps.clear();
         let t0 = Instant::now();
-        run_start_ns.push((t0 - origin).as_nanos() as u64);
+        prof.run_start_ns.push((t0 - origin).as_nanos() as u64);
         session.run_with(
             inputs,
             &mut o,
@@ -306,27 +285,64 @@ pub fn profile(model: &Model, inputs: &[Input<'_>], warmup: usize, runs: usize) 
                 stamps.push((n, st - origin, end - st));
             },
         )?;
-        total_ns.push(t0.elapsed().as_nanos() as u64);
+        prof.total_ns.push(t0.elapsed().as_nanos() as u64);
         for &(n, st, d) in &stamps {
             if let Some(i) = slot[n as usize] {
-                ops[i].start_ns.push(st.as_nanos() as u64);
-                ops[i].ns.push(d.as_nanos() as u64);
+                prof.ops[i].start_ns.push(st.as_nanos() as u64);
+                prof.ops[i].ns.push(d.as_nanos() as u64);
             }
         }
     }
-    let weight_bytes = weight_bytes(&file);
-    Ok(Profile {
-        batch,
-        warmup,
-        runs,
-        ops,
-        total_ns,
-        run_start_ns,
-        arena_bytes,
-        weight_bytes,
-        nodes: file.op_count(),
-        dispatches_per_run: None,
-    })
+    Ok(prof)
+}
+
+impl Profile {
+    /// A profile of `file` for `runs` measured runs of `batch` samples with nothing measured yet
+    /// (no ops, no run times; room for `runs` of them), its weight bytes and node count filled
+    /// in; on the CPU `arena_bytes` is the session's arena.
+    pub fn empty(file: &KesFile<'_>, batch: usize, warmup: usize, runs: usize, arena_bytes: usize) -> Self {
+        Profile {
+            batch,
+            warmup,
+            runs,
+            ops: Vec::new(),
+            total_ns: Vec::with_capacity(runs),
+            run_start_ns: Vec::with_capacity(runs),
+            arena_bytes,
+            weight_bytes: weight_bytes(file),
+            nodes: file.op_count(),
+            dispatches_per_run: None,
+        }
+    }
+}
+
+impl OpTiming {
+    /// Node `node`'s entry with no times yet (room for `runs`): its op, output, and FLOPs and
+    /// bytes for `batch` samples; no dispatches or parts (a GPU profile sets them).
+    pub fn for_node(file: &KesFile<'_>, node: u32, batch: usize, runs: usize) -> Result<Self, Error> {
+        let op = file.op(node)?;
+        Ok(OpTiming {
+            node,
+            op: op.name(),
+            output: file.tensor(op.output())?.name.to_string(),
+            flops: op_flops(file, &op).map(|f| f * batch as u64),
+            bytes: op_bytes(file, &op, batch as u64),
+            dispatches: None,
+            ns: Vec::with_capacity(runs),
+            parts: Vec::new(),
+            start_ns: Vec::with_capacity(runs),
+        })
+    }
+}
+
+/// Zeroed outputs of `cpu` for `batch` samples (allocated fallibly).
+pub fn output_buffers(cpu: &kestrel_cpu::Model<'_>, batch: usize) -> Result<Vec<Vec<f32>>, Error> {
+    let mut outs = Vec::with_capacity(cpu.output_count());
+    for i in 0..cpu.output_count() {
+        let n = batch.saturating_mul(cpu.output(i)?.shape.numel().unwrap_or(0));
+        outs.push(crate::mem::zeroed_vec::<f32>(n, "the outputs")?);
+    }
+    Ok(outs)
 }
 
 /// Bytes of weights (data and scales) in `file`.
@@ -338,7 +354,9 @@ pub fn weight_bytes(file: &KesFile<'_>) -> u64 {
         .sum()
 }
 
-fn batch_of(cpu: &kestrel_cpu::Model<'_>, inputs: &[Input<'_>]) -> Result<usize, Error> {
+/// The batch `inputs` hold: input 0's length over its per-sample size, an error unless it is a
+/// whole, non-empty batch.
+pub fn batch_of(cpu: &kestrel_cpu::Model<'_>, inputs: &[Input<'_>]) -> Result<usize, Error> {
     let per = cpu.input(0)?.shape.numel().unwrap_or(1).max(1);
     let len = match inputs.first() {
         Some(Input::F32(d)) => d.len(),

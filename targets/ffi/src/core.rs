@@ -2,6 +2,8 @@
 //! owned arena, backend choice, per-op timings, and the error type with its status code.
 
 use crate::status::Status;
+use kestrel::backend::{place, Placement, Request};
+use kestrel::Storage;
 use kestrel_cpu::session::Input;
 use std::cell::Cell;
 use std::ffi::{CStr, CString};
@@ -10,61 +12,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use crate::error::FfiError;
-pub use crate::precision::GpuPrecision;
-
-/// Which engine runs a session.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    /// The `no_std` CPU runtime (always available).
-    Cpu,
-    /// The wgpu GPU backend (cargo feature `wgpu`): Vulkan on Android and Linux, Metal on iOS
-    /// and macOS. Without the feature, asking for it is `KESTREL_ERR_UNSUPPORTED`; with it but no
-    /// usable adapter, `KESTREL_ERR_NO_GPU`.
-    Wgpu,
-    /// The GPU when one is usable (a hardware adapter, or the adapter `KESTREL_ADAPTER` names),
-    /// else the CPU. Never fails for lack of a GPU.
-    Auto,
-}
-
-impl Backend {
-    /// Decodes the ABI code (`KestrelBackend`).
-    pub fn from_code(code: u32) -> Result<Self, FfiError> {
-        match code {
-            0 => Ok(Self::Cpu),
-            1 => Ok(Self::Wgpu),
-            2 => Ok(Self::Auto),
-            _ => Err(FfiError::new(
-                Status::KESTREL_ERR_INVALID_ARGUMENT,
-                format!("backend code {code} is unknown (expected 0 = cpu, 1 = wgpu, 2 = auto)"),
-            )),
-        }
-    }
-
-    /// The ABI code.
-    pub fn code(self) -> u32 {
-        match self {
-            Self::Cpu => 0,
-            Self::Wgpu => 1,
-            Self::Auto => 2,
-        }
-    }
-
-    /// Whether a session on this backend can be created here: CPU and AUTO always; WGPU when the
-    /// library is built with it and a GPU device opens (which opens it, once per process while
-    /// sessions use it).
-    pub fn available(self) -> bool {
-        match self {
-            Self::Cpu | Self::Auto => true,
-            #[cfg(feature = "wgpu")]
-            Self::Wgpu => crate::gpu::context().is_ok(),
-            #[cfg(not(feature = "wgpu"))]
-            Self::Wgpu => false,
-        }
-    }
-}
-
-/// Whether this library was built with the wgpu backend (cargo feature `wgpu`).
-pub const WGPU_BUILT_IN: bool = cfg!(feature = "wgpu");
+/// Which engine runs a session, and the GPU arithmetic: the facade's, decoded from their ABI
+/// codes by [`crate::codes`]. `Backend::Auto` is the facade's AUTO policy
+/// ([`kestrel::backend::place`]); a library built without the `wgpu` feature answers WGPU with
+/// `KESTREL_ERR_UNSUPPORTED` and runs AUTO on the CPU.
+pub use kestrel::backend::{Backend, GpuPrecision};
 
 /// How the per-node times of the last run were measured (`KestrelTimingSource`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,23 +105,6 @@ impl TensorDesc {
     }
 }
 
-/// Where a model's bytes live. Either way their address is fixed for the owner's lifetime.
-enum Storage {
-    /// A read-only private map of the file.
-    Mapped(memmap2::Mmap),
-    /// A 64-byte-aligned heap copy.
-    Owned(kestrel_format::AlignedBuf),
-}
-
-impl Storage {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Storage::Mapped(m) => m,
-            Storage::Owned(b) => b,
-        }
-    }
-}
-
 /// A validated model that owns its bytes (memory-mapped or copied), with its descriptive strings
 /// as C strings. Shared between sessions and threads through an `Arc`.
 pub struct LoadedModel {
@@ -193,17 +128,15 @@ pub struct LoadedModel {
 impl LoadedModel {
     /// Memory-maps and validates the `.kes` file at `path`.
     pub fn from_path(path: &Path) -> Result<Self, FfiError> {
-        let io = |e: std::io::Error| FfiError::new(Status::KESTREL_ERR_IO, format!("{}: {e}", path.display()));
-        let file = std::fs::File::open(path).map_err(io)?;
         // SAFETY: a read-only private map; a file truncated by another process while mapped
         // would fault, as with any mmap-based loader (documented in the header).
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        Self::new(Storage::Mapped(map))
+        Self::new(unsafe { Storage::map(path) }?)
     }
 
-    /// Copies `bytes` into aligned memory and validates them.
+    /// Copies `bytes` into aligned memory (allocated fallibly: `KESTREL_ERR_TOO_LARGE` when the
+    /// memory is not there) and validates them.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, FfiError> {
-        Self::new(Storage::Owned(kestrel_format::aligned_copy(bytes)))
+        Self::new(Storage::copy(bytes)?)
     }
 
     fn new(owner: Storage) -> Result<Self, FfiError> {
@@ -347,7 +280,7 @@ const _: () = {
 
 impl SessionCore {
     /// A session on `backend` for batches up to `capacity`; every buffer is allocated here, once.
-    /// `Auto` tries the GPU and falls back to the CPU (see [`Backend::Auto`]); the session's
+    /// `Auto` tries the GPU and falls back to the CPU (see [`kestrel::backend`]); the session's
     /// [`backend`](Self::backend) tells which it got and [`device`](Self::device) why.
     pub fn new(model: Arc<LoadedModel>, backend: Backend, capacity: usize) -> Result<Self, FfiError> {
         Self::with_precision(model, backend, capacity, GpuPrecision::F32)
@@ -362,17 +295,34 @@ impl SessionCore {
     ) -> Result<Self, FfiError> {
         // The same capacity errors on every backend: 0 is INVALID_ARGUMENT, overflow TOO_LARGE.
         model.arena_bytes(capacity)?;
-        let (engine, backend, device) = match backend {
-            Backend::Cpu => (Self::cpu_engine(&model, capacity)?, Backend::Cpu, c"cpu".to_owned()),
-            Backend::Wgpu => Self::gpu_engine(&model, capacity, false, precision)?,
-            Backend::Auto => match Self::gpu_engine(&model, capacity, true, precision) {
-                Ok(e) => e,
-                Err(why) => {
-                    let engine = Self::cpu_engine(&model, capacity)?;
-                    let text = format!("cpu (auto: {})", why.message).replace('\0', " ");
-                    (engine, Backend::Cpu, CString::new(text).unwrap_or_default())
-                }
-            },
+        let request = Request { backend, precision, adapter: None, split_batches: false };
+        let placed = if crate::codes::WGPU_BUILT_IN {
+            place(&request, model.cpu(), capacity)
+        } else {
+            kestrel::backend::without_gpu(backend)
+        };
+        let explicit = backend == Backend::Wgpu;
+        let (engine, backend, device) = match placed.map_err(|why| crate::gpu::no_gpu(why, explicit))? {
+            Placement::Cpu { fallback } => {
+                let device = match fallback {
+                    None => c"cpu".to_owned(),
+                    Some(why) => {
+                        let text = format!("cpu (auto: {})", crate::gpu::no_gpu(why, false).message);
+                        CString::new(text.replace('\0', " ")).unwrap_or_default()
+                    }
+                };
+                (Self::cpu_engine(&model, capacity)?, Backend::Cpu, device)
+            }
+            #[cfg(feature = "wgpu")]
+            Placement::Gpu(g) => {
+                let device = CString::new(g.ctx.describe().replace('\0', " ")).unwrap_or_default();
+                (Engine::Gpu { session: Box::new(g.session), ctx: g.ctx }, Backend::Wgpu, device)
+            }
+            // A facade built with the GPU under a library built without it (features unified
+            // with another package's): `without_gpu` above never places on the GPU.
+            #[cfg(not(feature = "wgpu"))]
+            #[allow(unreachable_patterns)]
+            _ => return Err(FfiError::new(Status::KESTREL_ERR_INTERNAL, "a GPU session in a library without wgpu")),
         };
         let timings = Vec::with_capacity(model.op_count());
         Ok(Self {
@@ -398,44 +348,6 @@ impl SessionCore {
         // Bind once so a bad capacity fails here rather than at the first run.
         kestrel_cpu::Session::new(model.cpu(), &mut arena, capacity)?;
         Ok(Engine::Cpu { arena })
-    }
-
-    #[cfg(feature = "wgpu")]
-    fn gpu_engine(
-        model: &LoadedModel,
-        capacity: usize,
-        auto: bool,
-        precision: GpuPrecision,
-    ) -> Result<(Engine, Backend, CString), FfiError> {
-        let (session, ctx) = crate::gpu::session(model.cpu(), capacity, auto, precision).map_err(|e| {
-            if auto {
-                e
-            } else {
-                crate::gpu::explicit(e)
-            }
-        })?;
-        let device = CString::new(ctx.describe().replace('\0', " ")).unwrap_or_default();
-        Ok((Engine::Gpu { session: Box::new(session), ctx }, Backend::Wgpu, device))
-    }
-
-    #[cfg(not(feature = "wgpu"))]
-    fn gpu_engine(
-        _: &LoadedModel,
-        _: usize,
-        auto: bool,
-        _: GpuPrecision,
-    ) -> Result<(Engine, Backend, CString), FfiError> {
-        let hint = if auto {
-            ""
-        } else {
-            "; use KESTREL_BACKEND_CPU or KESTREL_BACKEND_AUTO, or a library built with default features"
-        };
-        Err(FfiError::new(
-            Status::KESTREL_ERR_UNSUPPORTED,
-            format!(
-                "this library was built without the wgpu backend (kestrel-ffi's cargo feature `wgpu` is off){hint}"
-            ),
-        ))
     }
 
     /// The model.

@@ -56,6 +56,20 @@ impl From<kestrel_cpu::RunError> for FfiError {
     }
 }
 
+impl From<kestrel::Error> for FfiError {
+    fn from(e: kestrel::Error) -> Self {
+        use kestrel::Error as E;
+        let status = match &e {
+            E::Io { .. } => Status::KESTREL_ERR_IO,
+            E::Format(_) | E::Load(_) => Status::KESTREL_ERR_INVALID_MODEL,
+            E::Run(r) => return Self::from(*r),
+            E::OutOfMemory { .. } | E::OverBudget { .. } => Status::KESTREL_ERR_TOO_LARGE,
+            E::Npy(_) | E::Build(_) => Status::KESTREL_ERR_INVALID_ARGUMENT,
+        };
+        Self::new(status, e.to_string())
+    }
+}
+
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }

@@ -1,97 +1,31 @@
-//! The wgpu backend under the C ABI (cargo feature `wgpu`): one shared GPU device per process
-//! while any session uses it, the AUTO policy, and the mapping of [`GpuError`] to status codes.
+//! The GPU under the C ABI: the status codes and messages of the facade's [`NoGpu`] and, with
+//! the cargo feature `wgpu`, of the wgpu backend's [`GpuError`](kestrel_wgpu::GpuError).
 //!
-//! The device is opened on the first GPU session (or `kestrel_backend_available` query) with
-//! [`AdapterChoice::from_env_or`]: the best adapter (discrete, integrated, virtual, then
-//! software), or the one `KESTREL_ADAPTER` names (a name substring or an index). Sessions hold it
-//! through an `Arc`; the cache holds a `Weak`, so the device is released when the last GPU
-//! session is freed, and a lost device is replaced for the next session.
+//! Where a session runs (the AUTO policy, the device shared by GPU sessions, `KESTREL_ADAPTER`)
+//! is the facade's [`kestrel::backend::place`], the same as the CLI's.
 
 use crate::error::FfiError;
 use crate::status::Status;
-use kestrel_wgpu::{AdapterChoice, GpuContext, GpuError, GpuSession, ADAPTER_ENV};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use kestrel::backend::NoGpu;
 
-static CONTEXT: Mutex<Weak<GpuContext>> = Mutex::new(Weak::new());
-
-fn slot() -> MutexGuard<'static, Weak<GpuContext>> {
-    // A panic while holding the lock cannot leave a half-written Weak.
-    CONTEXT.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The shared device: the live one if a session holds it, else a newly opened one.
-pub fn context() -> Result<Arc<GpuContext>, FfiError> {
-    let mut slot = slot();
-    if let Some(ctx) = slot.upgrade() {
-        return Ok(ctx);
-    }
-    let ctx = Arc::new(GpuContext::new(&AdapterChoice::from_env_or(None)).map_err(error)?);
-    *slot = Arc::downgrade(&ctx);
-    Ok(ctx)
-}
-
-/// Drops `ctx` from the cache (its device was lost): the next session opens a new one.
-fn forget(ctx: &Arc<GpuContext>) {
-    let mut slot = slot();
-    if slot.upgrade().is_some_and(|c| Arc::ptr_eq(&c, ctx)) {
-        *slot = Weak::new();
-    }
-}
-
-/// A GPU session for `model` on the shared device. With `auto`, a software adapter (such as
-/// Mesa's lavapipe or SwiftShader, which are slower than the CPU runtime) is refused unless
-/// `KESTREL_ADAPTER` chose it explicitly.
-pub fn session(
-    model: &kestrel_cpu::Model<'_>,
-    capacity: usize,
-    auto: bool,
-    precision: crate::precision::GpuPrecision,
-) -> Result<(GpuSession, Arc<GpuContext>), FfiError> {
-    use crate::precision::GpuPrecision;
-    let precision = match precision {
-        GpuPrecision::F32 => kestrel_wgpu::Precision::F32,
-        GpuPrecision::F16 => kestrel_wgpu::Precision::F16,
-        GpuPrecision::Auto => kestrel_wgpu::Precision::Auto,
-    };
-    let options = kestrel_wgpu::SessionOptions { precision, ..Default::default() };
-    let mut retried = false;
-    loop {
-        let ctx = context()?;
-        if auto
-            && ctx.adapter_info().device_type == kestrel_wgpu::wgpu::DeviceType::Cpu
-            && std::env::var_os(ADAPTER_ENV).is_none()
-        {
-            return Err(FfiError::new(
-                Status::KESTREL_ERR_NO_GPU,
-                format!(
-                    "the only GPU adapter is a software renderer ({}), which is slower than the CPU backend; \
-                     set {ADAPTER_ENV} to use it anyway",
-                    ctx.describe()
-                ),
-            ));
-        }
-        match GpuSession::with_options(&ctx, model, capacity, &options) {
-            Ok(s) => return Ok((s, ctx)),
-            // The cached device was lost since it was opened: open a new one, once.
-            Err(GpuError::DeviceLost(_)) if !retried => {
-                forget(&ctx);
-                retried = true;
-            }
-            Err(e) => return Err(error(e)),
-        }
-    }
+/// The shared device (`KESTREL_ADAPTER`'s adapter, else the best one): the live one if a session
+/// holds it, else a newly opened one.
+#[cfg(feature = "wgpu")]
+pub fn context() -> Result<std::sync::Arc<kestrel_wgpu::GpuContext>, FfiError> {
+    kestrel::backend::gpu::shared_context(&kestrel_wgpu::AdapterChoice::from_env_or(None)).map_err(error)
 }
 
 /// A run's error; a lost device is also dropped from the cache.
-pub fn run_error(e: GpuError, ctx: &Arc<GpuContext>) -> FfiError {
-    if matches!(e, GpuError::DeviceLost(_)) {
-        forget(ctx);
-    }
+#[cfg(feature = "wgpu")]
+pub fn run_error(e: kestrel_wgpu::GpuError, ctx: &std::sync::Arc<kestrel_wgpu::GpuContext>) -> FfiError {
+    kestrel::backend::gpu::forget_if_lost(&e, ctx);
     error(e)
 }
 
 /// The status code and message of a wgpu backend error.
-pub fn error(e: GpuError) -> FfiError {
+#[cfg(feature = "wgpu")]
+pub fn error(e: kestrel_wgpu::GpuError) -> FfiError {
+    use kestrel_wgpu::GpuError;
     let status = match &e {
         GpuError::NoAdapter { .. } | GpuError::AdapterNotFound { .. } | GpuError::DeviceCreation { .. } => {
             Status::KESTREL_ERR_NO_GPU
@@ -108,16 +42,41 @@ pub fn error(e: GpuError) -> FfiError {
     FfiError::new(status, format!("wgpu backend: {e}"))
 }
 
-/// `e` with advice for an app that asked for `KESTREL_BACKEND_WGPU` explicitly.
-pub fn explicit(mut e: FfiError) -> FfiError {
-    match e.status {
-        Status::KESTREL_ERR_NO_GPU => {
-            e.message.push_str("; use KESTREL_BACKEND_CPU, or KESTREL_BACKEND_AUTO to fall back by itself");
-        }
-        Status::KESTREL_ERR_UNSUPPORTED => {
-            e.message.push_str("; run this model with KESTREL_BACKEND_CPU (KESTREL_BACKEND_AUTO falls back by itself)");
-        }
-        _ => {}
+/// Why a session is not on the GPU, as an error: the wgpu backend's own where there is one; for
+/// `explicit` (an app that asked for `KESTREL_BACKEND_WGPU`), with advice.
+pub fn no_gpu(why: NoGpu, explicit: bool) -> FfiError {
+    let mut e = match why {
+        NoGpu::NotBuilt => FfiError::new(
+            Status::KESTREL_ERR_UNSUPPORTED,
+            "this library was built without the wgpu backend (kestrel-ffi's cargo feature `wgpu` is off)",
+        ),
+        NoGpu::Software { adapter } => FfiError::new(
+            Status::KESTREL_ERR_NO_GPU,
+            format!(
+                "the only GPU adapter is a software renderer ({adapter}), which is slower than the CPU backend; \
+                 set KESTREL_ADAPTER to use it anyway"
+            ),
+        ),
+        #[cfg(feature = "wgpu")]
+        NoGpu::Unavailable(e) | NoGpu::Refused { error: e, .. } => error(e),
+        // A facade built with the GPU under a library built without it (cargo features unified
+        // with another package's): this library has no wgpu types to report it with.
+        #[cfg(not(feature = "wgpu"))]
+        #[allow(unreachable_patterns)]
+        other => FfiError::new(Status::KESTREL_ERR_NO_GPU, other.to_string()),
+    };
+    if explicit {
+        let built_without =
+            "; use KESTREL_BACKEND_CPU or KESTREL_BACKEND_AUTO, or a library built with default features";
+        let advice = match e.status {
+            Status::KESTREL_ERR_NO_GPU => "; use KESTREL_BACKEND_CPU, or KESTREL_BACKEND_AUTO to fall back by itself",
+            Status::KESTREL_ERR_UNSUPPORTED if e.message.contains("built without") => built_without,
+            Status::KESTREL_ERR_UNSUPPORTED => {
+                "; run this model with KESTREL_BACKEND_CPU (KESTREL_BACKEND_AUTO falls back by itself)"
+            }
+            _ => "",
+        };
+        e.message.push_str(advice);
     }
     e
 }
@@ -127,16 +86,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_library_without_the_gpu_says_so() {
+        let e = no_gpu(NoGpu::NotBuilt, true);
+        assert_eq!(e.status, Status::KESTREL_ERR_UNSUPPORTED);
+        assert!(e.message.contains("built without the wgpu backend"), "{}", e.message);
+        assert!(e.message.contains("KESTREL_BACKEND_AUTO"), "{}", e.message);
+        let e = no_gpu(NoGpu::Software { adapter: "llvmpipe".into() }, false);
+        assert_eq!(e.status, Status::KESTREL_ERR_NO_GPU);
+        assert!(e.message.contains("llvmpipe") && !e.message.contains("KESTREL_BACKEND_CPU"), "{}", e.message);
+    }
+
+    #[test]
+    #[cfg(feature = "wgpu")]
     fn errors_map_to_typed_statuses() {
+        use kestrel_wgpu::GpuError;
         let e = error(GpuError::NoAdapter { detail: " (no driver)".into() });
         assert_eq!(e.status, Status::KESTREL_ERR_NO_GPU);
         assert!(e.message.contains("no GPU adapter"), "{}", e.message);
-        let e = explicit(e);
+        let e = no_gpu(NoGpu::Unavailable(GpuError::NoAdapter { detail: String::new() }), true);
         assert!(e.message.contains("KESTREL_BACKEND_CPU"), "{}", e.message);
         let e = error(GpuError::AdapterNotFound { wanted: "x".into(), available: "none".into() });
         assert_eq!(e.status, Status::KESTREL_ERR_NO_GPU);
         let e = GpuError::F16Unsupported { adapter: "x".into() };
-        assert_eq!(error(e).status, Status::KESTREL_ERR_UNSUPPORTED);
+        let e = no_gpu(NoGpu::Refused { adapter: "x".into(), error: e }, true);
+        assert_eq!(e.status, Status::KESTREL_ERR_UNSUPPORTED);
+        assert!(e.message.contains("run this model with KESTREL_BACKEND_CPU"), "{}", e.message);
         let e = GpuError::Limit { what: "arena", needed: 2, limit: 1, limit_name: "max_buffer_size" };
         assert_eq!(error(e).status, Status::KESTREL_ERR_TOO_LARGE);
         assert_eq!(error(GpuError::DeviceLost("reset".into())).status, Status::KESTREL_ERR_GPU);

@@ -127,14 +127,8 @@ pub unsafe fn session<'a>(p: *const KestrelSession, what: &str) -> Result<&'a Ke
 /// # Safety
 /// No other thread may be using the handle.
 pub unsafe fn free_model(p: *mut KestrelModel) -> Result<(), FfiError> {
-    if p.is_null() {
-        return Ok(());
-    }
-    take(p as usize, Kind::Model, "kestrel_model_free")?;
-    // SAFETY: it was registered by `new_model` from `Box::into_raw`, and is now unregistered, so
-    // this is the only drop.
-    drop(unsafe { Box::from_raw(p) });
-    Ok(())
+    // SAFETY: the caller's contract.
+    unsafe { free(p, Kind::Model, "kestrel_model_free") }
 }
 
 /// Unregisters and drops a session; NULL is a no-op.
@@ -142,11 +136,21 @@ pub unsafe fn free_model(p: *mut KestrelModel) -> Result<(), FfiError> {
 /// # Safety
 /// No other thread may be using the handle.
 pub unsafe fn free_session(p: *mut KestrelSession) -> Result<(), FfiError> {
+    // SAFETY: the caller's contract.
+    unsafe { free(p, Kind::Session, "kestrel_session_free") }
+}
+
+/// Unregisters and drops a handle of `kind` (whose boxes are `T`s); NULL is a no-op.
+///
+/// # Safety
+/// No other thread may be using the handle; handles of `kind` must be `Box<T>`s.
+unsafe fn free<T>(p: *mut T, kind: Kind, what: &str) -> Result<(), FfiError> {
     if p.is_null() {
         return Ok(());
     }
-    take(p as usize, Kind::Session, "kestrel_session_free")?;
-    // SAFETY: as in `free_model`.
+    take(p as usize, kind, what)?;
+    // SAFETY: it was registered by `new_model`/`new_session` from `Box::into_raw` of a `T` (the
+    // registry checked its kind), and is now unregistered, so this is the only drop.
     drop(unsafe { Box::from_raw(p) });
     Ok(())
 }

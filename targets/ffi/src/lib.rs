@@ -8,21 +8,23 @@
 //! - Handles are registered while alive, so NULL, misaligned, freed and wrong-kind handles are
 //!   rejected without being dereferenced.
 //!
-//! - [`gpu`] (cargo feature `wgpu`, on by default): the wgpu backend (`kestrel-wgpu`) behind
-//!   `KESTREL_BACKEND_WGPU` and `KESTREL_BACKEND_AUTO`, with one shared device per process.
+//! - [`gpu`]: the status codes of the GPU's errors. Where a session runs (`KESTREL_BACKEND_AUTO`'s
+//!   policy, the shared device) is the facade's `kestrel::backend`, as in the CLI; the cargo
+//!   feature `wgpu` (on by default) builds it with the wgpu backend (`kestrel/gpu`).
+//! - [`codes`]: the ABI codes of the backend and the GPU precision.
 //!
 //! Backends: the CPU runtime, and the wgpu backend when the `wgpu` feature is on. A CPU-only
 //! build (`--no-default-features`) answers `KESTREL_BACKEND_WGPU` with `KESTREL_ERR_UNSUPPORTED`
 //! and a message saying the library was built without it; `KESTREL_BACKEND_AUTO` uses the CPU.
 
 pub mod abi;
+pub mod codes;
 pub mod core;
 pub mod error;
-#[cfg(feature = "wgpu")]
 pub mod gpu;
 pub mod handles;
-pub mod precision;
 pub mod status;
 
+pub use codes::WGPU_BUILT_IN;
 pub use handles::{KestrelModel, KestrelSession};
 pub use status::Status;

@@ -1,4 +1,5 @@
-//! Status codes (the thread-local last error and the guards are in [`crate::error`]).
+//! Status codes: the lowest module of the ABI (the error type, the thread-local last error and
+//! the guards, in `error.rs`, build on it).
 
 /// What a Kestrel function returns: `KESTREL_OK` or the kind of failure (details in
 /// `kestrel_last_error()`).

@@ -1,4 +1,28 @@
-//! Helpers shared by the CLI's integration tests.
+//! Helpers shared by the CLI's integration tests (each test binary uses a part of them).
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// Runs the `kestrel` binary with `args`, in `dir` when given.
+pub fn run_kestrel(dir: Option<&Path>, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kestrel"));
+    if let Some(d) = dir {
+        cmd.current_dir(d);
+    }
+    cmd.args(args).output().expect("runs the binary")
+}
+
+/// Runs `kestrel` with `args` in `dir` (or here): whether it succeeded, its stdout, its stderr.
+pub fn kestrel_in(dir: Option<&Path>, args: &[&str]) -> (bool, String, String) {
+    let out = run_kestrel(dir, args);
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+/// [`kestrel_in`] the current directory.
+pub fn kestrel(args: &[&str]) -> (bool, String, String) {
+    kestrel_in(None, args)
+}
 
 /// Whether a GPU adapter exists; without one the GPU cases skip with a message, unless
 /// `KESTREL_REQUIRE_GPU=1` (CI installs lavapipe and sets it).

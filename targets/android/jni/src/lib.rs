@@ -8,10 +8,11 @@
 //! message. Arrays are copied in and out (no pinning of Java memory).
 
 use jni::objects::{JByteArray, JClass, JFloatArray, JIntArray, JLongArray, JObject, JObjectArray, JString, JValue};
-use jni::sys::{jboolean, jint, jlong, jobjectArray, jsize, jstring, JNI_TRUE};
+use jni::sys::{jboolean, jint, jintArray, jlong, jlongArray, jobjectArray, jsize, jstring, JNI_FALSE, JNI_TRUE};
 use jni::JNIEnv;
 use kestrel_cpu::session::Input;
-use kestrel_ffi::core::{Backend, FfiError, LoadedModel, SessionCore, TensorDesc};
+use kestrel_ffi::codes;
+use kestrel_ffi::core::{FfiError, GpuPrecision, LoadedModel, SessionCore, TensorDesc};
 use kestrel_ffi::handles::{self, KestrelModel, KestrelSession};
 use kestrel_ffi::Status;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -83,6 +84,46 @@ fn to_jsize(n: usize) -> Result<jsize, FfiError> {
     jsize::try_from(n).map_err(|_| err(Status::KESTREL_ERR_TOO_LARGE, format!("{n} elements do not fit a Java array")))
 }
 
+/// A Java `String` of `s`.
+fn jstr(env: &mut JNIEnv<'_>, s: &std::ffi::CStr) -> Result<jstring, FfiError> {
+    Ok(env.new_string(s.to_string_lossy()).map_err(jni_err)?.into_raw())
+}
+
+/// A Java `boolean`.
+fn jbool(b: bool) -> jboolean {
+    if b {
+        JNI_TRUE
+    } else {
+        JNI_FALSE
+    }
+}
+
+/// A Java `int` code (a `KestrelBackend` or `KestrelGpuPrecision`), as the ABI's `u32` (a negative
+/// one is unknown, like any other).
+fn code(c: jint) -> u32 {
+    u32::try_from(c).unwrap_or(u32::MAX)
+}
+
+/// Defines the JNI entry point `$name` (`Java_dev_kestrel_NativeBridge_<method>`): the JNI
+/// arguments around `$body`, which runs inside [`call`] with the environment bound to `$env`
+/// (an error or a panic becomes a thrown `KestrelException` and `$default` is returned).
+macro_rules! native {
+    ($(#[$doc:meta])* fn $name:ident($env:ident $(, $arg:ident: $ty:ty)*) -> $ret:ty = $default:expr, $body:expr) => {
+        $(#[$doc])*
+        #[no_mangle]
+        pub extern "system" fn $name<'l>(mut env: JNIEnv<'l>, _class: JClass<'l> $(, $arg: $ty)*) -> $ret {
+            call(&mut env, $default, |$env| $body)
+        }
+    };
+    ($(#[$doc:meta])* fn $name:ident($env:ident $(, $arg:ident: $ty:ty)*), $body:expr) => {
+        $(#[$doc])*
+        #[no_mangle]
+        pub extern "system" fn $name<'l>(mut env: JNIEnv<'l>, _class: JClass<'l> $(, $arg: $ty)*) {
+            call(&mut env, (), |$env| $body)
+        }
+    };
+}
+
 fn string_array<'l>(env: &mut JNIEnv<'l>, items: &[String]) -> Result<jobjectArray, FfiError> {
     let arr = env.new_object_array(to_jsize(items.len())?, "java/lang/String", JObject::null()).map_err(jni_err)?;
     for (i, s) in items.iter().enumerate() {
@@ -92,149 +133,93 @@ fn string_array<'l>(env: &mut JNIEnv<'l>, items: &[String]) -> Result<jobjectArr
     Ok(arr.into_raw())
 }
 
-/// `long modelLoadPath(String path)`
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_modelLoadPath<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    path: JString<'l>,
-) -> jlong {
-    call(&mut env, 0, |env| {
+native! {
+    /// `long modelLoadPath(String path)`
+    fn Java_dev_kestrel_NativeBridge_modelLoadPath(env, path: JString<'l>) -> jlong = 0, {
         if path.is_null() {
             return Err(err(Status::KESTREL_ERR_NULL_POINTER, "modelLoadPath: path is null"));
         }
         let path: String = env.get_string(&path).map_err(jni_err)?.into();
         let m = LoadedModel::from_path(std::path::Path::new(&path))?;
         Ok(handles::new_model(m) as usize as jlong)
-    })
+    }
 }
 
-/// `long modelLoadBytes(byte[] data)`
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_modelLoadBytes<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    data: JByteArray<'l>,
-) -> jlong {
-    call(&mut env, 0, |env| {
+native! {
+    /// `long modelLoadBytes(byte[] data)`
+    fn Java_dev_kestrel_NativeBridge_modelLoadBytes(env, data: JByteArray<'l>) -> jlong = 0, {
         if data.is_null() {
             return Err(err(Status::KESTREL_ERR_NULL_POINTER, "modelLoadBytes: data is null"));
         }
         let bytes = env.convert_byte_array(&data).map_err(jni_err)?;
         let m = LoadedModel::from_bytes(&bytes)?;
         Ok(handles::new_model(m) as usize as jlong)
-    })
-}
-
-/// `void modelFree(long model)` (0 is a no-op)
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_modelFree<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>, m: jlong) {
-    // SAFETY: the registry rejects anything but a live model handle.
-    call(&mut env, (), |_| unsafe { handles::free_model(m as usize as *mut KestrelModel) })
-}
-
-/// `String modelName(long model)`
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_modelName<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    m: jlong,
-) -> jstring {
-    call(&mut env, std::ptr::null_mut(), |env| {
-        let name = model(m, "modelName")?.inner.name().to_string_lossy().into_owned();
-        Ok(env.new_string(name).map_err(jni_err)?.into_raw())
-    })
-}
-
-/// `String modelTask(long model)`
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_modelTask<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    m: jlong,
-) -> jstring {
-    call(&mut env, std::ptr::null_mut(), |env| {
-        let task = model(m, "modelTask")?.inner.task().to_string_lossy().into_owned();
-        Ok(env.new_string(task).map_err(jni_err)?.into_raw())
-    })
-}
-
-/// `String[] modelLabels(long model)`
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_modelLabels<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    m: jlong,
-) -> jobjectArray {
-    call(&mut env, std::ptr::null_mut(), |env| {
-        let labels: Vec<String> =
-            model(m, "modelLabels")?.inner.labels().iter().map(|l| l.to_string_lossy().into_owned()).collect();
-        string_array(env, &labels)
-    })
-}
-
-fn descs(m: &KestrelModel, output: jboolean) -> &[TensorDesc] {
-    if output == JNI_TRUE {
-        m.inner.outputs()
-    } else {
-        m.inner.inputs()
     }
 }
 
-/// `int tensorCount(long model, boolean output)`
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_tensorCount<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    m: jlong,
-    output: jboolean,
-) -> jint {
-    call(&mut env, 0, |_| to_jsize(descs(model(m, "tensorCount")?, output).len()))
+native! {
+    /// `void modelFree(long model)` (0 is a no-op)
+    fn Java_dev_kestrel_NativeBridge_modelFree(_env, m: jlong),
+    // SAFETY: the registry rejects anything but a live model handle.
+    unsafe { handles::free_model(m as usize as *mut KestrelModel) }
 }
 
-/// `String tensorName(long model, boolean output, int index)`
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_tensorName<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    m: jlong,
-    output: jboolean,
-    i: jint,
-) -> jstring {
-    call(&mut env, std::ptr::null_mut(), |env| {
-        let d = descs(model(m, "tensorName")?, output);
-        let name = d[index(i, d.len(), "tensor")?].name.to_string_lossy().into_owned();
-        Ok(env.new_string(name).map_err(jni_err)?.into_raw())
-    })
+native! {
+    /// `String modelName(long model)`
+    fn Java_dev_kestrel_NativeBridge_modelName(env, m: jlong) -> jstring = std::ptr::null_mut(),
+    jstr(env, model(m, "modelName")?.inner.name())
 }
 
-/// `int tensorDType(long model, boolean output, int index)`: a `KestrelDType` code.
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_tensorDType<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    m: jlong,
-    output: jboolean,
-    i: jint,
-) -> jint {
-    call(&mut env, 0, |_| {
-        let d = descs(model(m, "tensorDType")?, output);
-        Ok(d[index(i, d.len(), "tensor")?].dtype.code() as jint)
-    })
+native! {
+    /// `String modelTask(long model)`
+    fn Java_dev_kestrel_NativeBridge_modelTask(env, m: jlong) -> jstring = std::ptr::null_mut(),
+    jstr(env, model(m, "modelTask")?.inner.task())
 }
 
-/// `int[] tensorShape(long model, boolean output, int index)`: the per-sample shape.
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_tensorShape<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    m: jlong,
-    output: jboolean,
-    i: jint,
-) -> jni::sys::jintArray {
-    call(&mut env, std::ptr::null_mut(), |env| {
-        let d = descs(model(m, "tensorShape")?, output);
-        let dims: Vec<jint> = d[index(i, d.len(), "tensor")?]
+native! {
+    /// `String[] modelLabels(long model)`
+    fn Java_dev_kestrel_NativeBridge_modelLabels(env, m: jlong) -> jobjectArray = std::ptr::null_mut(), {
+        let labels: Vec<String> =
+            model(m, "modelLabels")?.inner.labels().iter().map(|l| l.to_string_lossy().into_owned()).collect();
+        string_array(env, &labels)
+    }
+}
+
+/// The inputs or (`output`) the outputs of model handle `m`, and the one at `i` (`what` names
+/// the method in errors).
+fn desc<'a>(m: jlong, output: jboolean, i: jint, what: &str) -> Result<&'a TensorDesc, FfiError> {
+    let m = model(m, what)?;
+    let d = if output == JNI_TRUE { m.inner.outputs() } else { m.inner.inputs() };
+    Ok(&d[index(i, d.len(), "tensor")?])
+}
+
+native! {
+    /// `int tensorCount(long model, boolean output)`
+    fn Java_dev_kestrel_NativeBridge_tensorCount(_env, m: jlong, output: jboolean) -> jint = 0, {
+        let m = &model(m, "tensorCount")?.inner;
+        to_jsize(if output == JNI_TRUE { m.outputs().len() } else { m.inputs().len() })
+    }
+}
+
+native! {
+    /// `String tensorName(long model, boolean output, int index)`
+    fn Java_dev_kestrel_NativeBridge_tensorName(env, m: jlong, output: jboolean, i: jint) -> jstring =
+        std::ptr::null_mut(),
+    jstr(env, &desc(m, output, i, "tensorName")?.name)
+}
+
+native! {
+    /// `int tensorDType(long model, boolean output, int index)`: a `KestrelDType` code.
+    fn Java_dev_kestrel_NativeBridge_tensorDType(_env, m: jlong, output: jboolean, i: jint) -> jint = 0,
+    Ok(desc(m, output, i, "tensorDType")?.dtype.code() as jint)
+}
+
+native! {
+    /// `int[] tensorShape(long model, boolean output, int index)`: the per-sample shape.
+    fn Java_dev_kestrel_NativeBridge_tensorShape(env, m: jlong, output: jboolean, i: jint) -> jintArray =
+        std::ptr::null_mut(),
+    {
+        let dims: Vec<jint> = desc(m, output, i, "tensorShape")?
             .shape
             .iter()
             .map(|&v| jint::try_from(v).map_err(|_| err(Status::KESTREL_ERR_TOO_LARGE, "dim exceeds int")))
@@ -242,115 +227,97 @@ pub extern "system" fn Java_dev_kestrel_NativeBridge_tensorShape<'l>(
         let arr = env.new_int_array(to_jsize(dims.len())?).map_err(jni_err)?;
         env.set_int_array_region(&arr, 0, &dims).map_err(jni_err)?;
         Ok(arr.into_raw())
-    })
+    }
 }
 
-/// `long sessionNew(long model, int backend, int capacity)`
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_sessionNew<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
+/// A session on model handle `m` (`what` names the method in errors).
+fn session_new(
     m: jlong,
     backend: jint,
     capacity: jint,
-) -> jlong {
-    call(&mut env, 0, |_| {
-        let m = model(m, "sessionNew")?;
-        let backend = Backend::from_code(u32::try_from(backend).unwrap_or(u32::MAX))?;
-        let capacity = usize::try_from(capacity)
-            .map_err(|_| err(Status::KESTREL_ERR_INVALID_ARGUMENT, format!("capacity {capacity} is negative")))?;
-        let core = SessionCore::new(m.inner.clone(), backend, capacity)?;
-        Ok(handles::new_session(core) as usize as jlong)
-    })
+    precision: GpuPrecision,
+    what: &str,
+) -> Result<jlong, FfiError> {
+    let m = model(m, what)?;
+    let backend = codes::backend(code(backend))?;
+    let capacity = usize::try_from(capacity)
+        .map_err(|_| err(Status::KESTREL_ERR_INVALID_ARGUMENT, format!("capacity {capacity} is negative")))?;
+    let core = SessionCore::with_precision(m.inner.clone(), backend, capacity, precision)?;
+    Ok(handles::new_session(core) as usize as jlong)
 }
 
-/// `void sessionFree(long session)` (0 is a no-op)
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_sessionFree<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    s: jlong,
-) {
+native! {
+    /// `long sessionNew(long model, int backend, int capacity)`: GPU sessions in f32.
+    fn Java_dev_kestrel_NativeBridge_sessionNew(_env, m: jlong, backend: jint, capacity: jint) -> jlong = 0,
+    session_new(m, backend, capacity, GpuPrecision::F32, "sessionNew")
+}
+
+native! {
+    /// `long sessionNewWithPrecision(long model, int backend, int capacity, int gpuPrecision)`:
+    /// `sessionNew` with the GPU arithmetic (a `KestrelGpuPrecision` code; CPU sessions ignore it).
+    fn Java_dev_kestrel_NativeBridge_sessionNewWithPrecision(
+        _env, m: jlong, backend: jint, capacity: jint, precision: jint
+    ) -> jlong = 0,
+    session_new(m, backend, capacity, codes::precision(code(precision))?, "sessionNewWithPrecision")
+}
+
+native! {
+    /// `boolean sessionGpuF16(long session)`: whether the session's dot products are in f16.
+    fn Java_dev_kestrel_NativeBridge_sessionGpuF16(_env, s: jlong) -> jboolean = JNI_FALSE,
+    Ok(jbool(session(s, "sessionGpuF16")?.lock()?.gpu_f16()))
+}
+
+native! {
+    /// `void sessionFree(long session)` (0 is a no-op)
+    fn Java_dev_kestrel_NativeBridge_sessionFree(_env, s: jlong),
     // SAFETY: the registry rejects anything but a live session handle.
-    call(&mut env, (), |_| unsafe { handles::free_session(s as usize as *mut KestrelSession) })
+    unsafe { handles::free_session(s as usize as *mut KestrelSession) }
 }
 
-/// `int sessionBackend(long session)`: a `KestrelBackend` code.
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_sessionBackend<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    s: jlong,
-) -> jint {
-    call(&mut env, 0, |_| Ok(session(s, "sessionBackend")?.lock()?.backend().code() as jint))
+native! {
+    /// `int sessionBackend(long session)`: a `KestrelBackend` code.
+    fn Java_dev_kestrel_NativeBridge_sessionBackend(_env, s: jlong) -> jint = 0,
+    Ok(session(s, "sessionBackend")?.lock()?.backend().code() as jint)
 }
 
-/// `boolean backendAvailable(int backend)`: whether a session on this `KestrelBackend` can be
-/// created here (WGPU: built in and a GPU device opens).
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_backendAvailable<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    backend: jint,
-) -> jboolean {
-    call(&mut env, jni::sys::JNI_FALSE, |_| {
-        let b = Backend::from_code(u32::try_from(backend).unwrap_or(u32::MAX))?;
-        Ok(if b.available() { JNI_TRUE } else { jni::sys::JNI_FALSE })
-    })
+native! {
+    /// `boolean backendAvailable(int backend)`: whether a session on this `KestrelBackend` can be
+    /// created here (WGPU: built in and a GPU device opens).
+    fn Java_dev_kestrel_NativeBridge_backendAvailable(_env, backend: jint) -> jboolean = JNI_FALSE,
+    Ok(jbool(codes::available(codes::backend(code(backend))?)))
 }
 
-/// `String sessionDevice(long session)`: what runs the session, for logs ("cpu", the GPU
-/// adapter, or "cpu (auto: REASON)").
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_sessionDevice<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    s: jlong,
-) -> jstring {
-    call(&mut env, std::ptr::null_mut(), |env| {
-        let device = session(s, "sessionDevice")?.lock()?.device().to_string_lossy().into_owned();
-        Ok(env.new_string(device).map_err(jni_err)?.into_raw())
-    })
+native! {
+    /// `String sessionDevice(long session)`: what runs the session, for logs ("cpu", the GPU
+    /// adapter, or "cpu (auto: REASON)").
+    fn Java_dev_kestrel_NativeBridge_sessionDevice(env, s: jlong) -> jstring = std::ptr::null_mut(), {
+        let device = session(s, "sessionDevice")?.lock()?.device().clone();
+        jstr(env, &device)
+    }
 }
 
-/// `void sessionSetProfiling(long session, boolean on)`
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_sessionSetProfiling<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    s: jlong,
-    on: jboolean,
-) {
-    call(&mut env, (), |_| {
+native! {
+    /// `void sessionSetProfiling(long session, boolean on)`
+    fn Java_dev_kestrel_NativeBridge_sessionSetProfiling(_env, s: jlong, on: jboolean), {
         session(s, "sessionSetProfiling")?.lock()?.set_profiling(on == JNI_TRUE);
         Ok(())
-    })
+    }
 }
 
-/// `String[] profileOps(long session)`: op names of the last profiled run, in order.
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_profileOps<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    s: jlong,
-) -> jobjectArray {
-    call(&mut env, std::ptr::null_mut(), |env| {
+native! {
+    /// `String[] profileOps(long session)`: op names of the last profiled run, in order.
+    fn Java_dev_kestrel_NativeBridge_profileOps(env, s: jlong) -> jobjectArray = std::ptr::null_mut(), {
         let core = session(s, "profileOps")?.lock()?;
         let names: Vec<String> =
             core.timings().iter().map(|t| core.op_name(t.node).to_string_lossy().into_owned()).collect();
         drop(core);
         string_array(env, &names)
-    })
+    }
 }
 
-/// `long[] profileNanos(long session)`: nanoseconds per entry of `profileOps`.
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_profileNanos<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    s: jlong,
-) -> jni::sys::jlongArray {
-    call(&mut env, std::ptr::null_mut(), |env| {
+native! {
+    /// `long[] profileNanos(long session)`: nanoseconds per entry of `profileOps`.
+    fn Java_dev_kestrel_NativeBridge_profileNanos(env, s: jlong) -> jlongArray = std::ptr::null_mut(), {
         let nanos: Vec<jlong> = session(s, "profileNanos")?
             .lock()?
             .timings()
@@ -360,29 +327,19 @@ pub extern "system" fn Java_dev_kestrel_NativeBridge_profileNanos<'l>(
         let arr = env.new_long_array(to_jsize(nanos.len())?).map_err(jni_err)?;
         env.set_long_array_region(&arr, 0, &nanos).map_err(jni_err)?;
         Ok(arr.into_raw())
-    })
+    }
 }
 
-/// `int profileSource(long session)`: a `KestrelTimingSource` code for the last run's profile.
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_profileSource<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    s: jlong,
-) -> jint {
-    call(&mut env, 0, |_| Ok(session(s, "profileSource")?.lock()?.timing_source().code() as jint))
+native! {
+    /// `int profileSource(long session)`: a `KestrelTimingSource` code for the last run's profile.
+    fn Java_dev_kestrel_NativeBridge_profileSource(_env, s: jlong) -> jint = 0,
+    Ok(session(s, "profileSource")?.lock()?.timing_source().code() as jint)
 }
 
-/// `long profileWallNanos(long session)`: wall time of the last profiled run (0 if none).
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_profileWallNanos<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    s: jlong,
-) -> jlong {
-    call(&mut env, 0, |_| {
-        Ok(jlong::try_from(session(s, "profileWallNanos")?.lock()?.wall_nanos()).unwrap_or(jlong::MAX))
-    })
+native! {
+    /// `long profileWallNanos(long session)`: wall time of the last profiled run (0 if none).
+    fn Java_dev_kestrel_NativeBridge_profileWallNanos(_env, s: jlong) -> jlong = 0,
+    Ok(jlong::try_from(session(s, "profileWallNanos")?.lock()?.wall_nanos()).unwrap_or(jlong::MAX))
 }
 
 /// One Java input array, copied.
@@ -400,6 +357,7 @@ impl Owned {
             Owned::I64(v) => v.len(),
         }
     }
+
     fn input(&self) -> Input<'_> {
         match self {
             Owned::F32(v) => Input::F32(v),
@@ -409,45 +367,40 @@ impl Owned {
     }
 }
 
+/// Copies a Java array of the given wrapper type with its `get_*_array_region` method.
+macro_rules! copy_array {
+    ($env:expr, $obj:expr, $wrap:ident, $get:ident, $zero:expr) => {{
+        let a = $wrap::from($obj);
+        let n = $env.get_array_length(&a).map_err(jni_err)? as usize;
+        let mut v = vec![$zero; n];
+        $env.$get(&a, 0, &mut v).map_err(jni_err)?;
+        v
+    }};
+}
+
 fn read_input<'l>(env: &mut JNIEnv<'l>, obj: JObject<'l>, i: usize) -> Result<Owned, FfiError> {
     if obj.is_null() {
         return Err(err(Status::KESTREL_ERR_NULL_POINTER, format!("input {i} is null")));
     }
     let is = |env: &mut JNIEnv<'l>, sig: &str| env.is_instance_of(&obj, sig).map_err(jni_err);
     if is(env, "[F")? {
-        let a = JFloatArray::from(obj);
-        let n = env.get_array_length(&a).map_err(jni_err)? as usize;
-        let mut v = vec![0f32; n];
-        env.get_float_array_region(&a, 0, &mut v).map_err(jni_err)?;
-        Ok(Owned::F32(v))
+        Ok(Owned::F32(copy_array!(env, obj, JFloatArray, get_float_array_region, 0f32)))
     } else if is(env, "[I")? {
-        let a = JIntArray::from(obj);
-        let n = env.get_array_length(&a).map_err(jni_err)? as usize;
-        let mut v = vec![0i32; n];
-        env.get_int_array_region(&a, 0, &mut v).map_err(jni_err)?;
-        Ok(Owned::I32(v))
+        Ok(Owned::I32(copy_array!(env, obj, JIntArray, get_int_array_region, 0i32)))
     } else if is(env, "[J")? {
-        let a = JLongArray::from(obj);
-        let n = env.get_array_length(&a).map_err(jni_err)? as usize;
-        let mut v = vec![0i64; n];
-        env.get_long_array_region(&a, 0, &mut v).map_err(jni_err)?;
-        Ok(Owned::I64(v))
+        Ok(Owned::I64(copy_array!(env, obj, JLongArray, get_long_array_region, 0i64)))
     } else {
         Err(err(Status::KESTREL_ERR_SHAPE, format!("input {i} must be a float[], int[] or long[]")))
     }
 }
 
-/// `float[][] sessionRun(long session, Object[] inputs)`: each input a `float[]`, `int[]` or
-/// `long[]` of `batch × per-sample` elements in graph-input order; returns every output
-/// (`batch × per-sample` floats).
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_sessionRun<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    s: jlong,
-    inputs: JObjectArray<'l>,
-) -> jobjectArray {
-    call(&mut env, std::ptr::null_mut(), |env| {
+native! {
+    /// `float[][] sessionRun(long session, Object[] inputs)`: each input a `float[]`, `int[]` or
+    /// `long[]` of `batch × per-sample` elements in graph-input order; returns every output
+    /// (`batch × per-sample` floats).
+    fn Java_dev_kestrel_NativeBridge_sessionRun(env, s: jlong, inputs: JObjectArray<'l>) -> jobjectArray =
+        std::ptr::null_mut(),
+    {
         let sess = session(s, "sessionRun")?;
         if inputs.is_null() {
             return Err(err(Status::KESTREL_ERR_NULL_POINTER, "sessionRun: inputs is null"));
@@ -478,12 +431,12 @@ pub extern "system" fn Java_dev_kestrel_NativeBridge_sessionRun<'l>(
             env.set_object_array_element(&arr, i as jsize, fa).map_err(jni_err)?;
         }
         Ok(arr.into_raw())
-    })
+    }
 }
 
-/// `void selftestPanic()`: panics inside the guard (throws `KestrelException` with
-/// `KESTREL_ERR_PANIC`), so tests can prove no panic unwinds into the JVM.
-#[no_mangle]
-pub extern "system" fn Java_dev_kestrel_NativeBridge_selftestPanic<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>) {
-    call(&mut env, (), |_| -> Result<(), FfiError> { panic!("selftestPanic: a deliberate panic") })
+native! {
+    /// `void selftestPanic()`: panics inside the guard (throws `KestrelException` with
+    /// `KESTREL_ERR_PANIC`), so tests can prove no panic unwinds into the JVM.
+    fn Java_dev_kestrel_NativeBridge_selftestPanic(_env),
+    panic!("selftestPanic: a deliberate panic")
 }

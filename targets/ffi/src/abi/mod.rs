@@ -7,7 +7,7 @@
 //! size overflows `isize` (`KESTREL_ERR_TOO_LARGE`); handles are looked up in the registry of
 //! live handles (`KESTREL_ERR_INVALID_HANDLE`).
 
-use crate::core::{Backend, FfiError, LoadedModel, SessionCore, TimingSource};
+use crate::core::{Backend, FfiError, GpuPrecision, LoadedModel, SessionCore, TimingSource};
 use crate::error::{guard, guard_str, last_error_ptr};
 use crate::handles::{self, KestrelModel, KestrelSession};
 use crate::status::Status;
@@ -55,6 +55,15 @@ pub enum KestrelGpuPrecision {
     /// f16 where the device has `SHADER_F16`, else f32 (never an error).
     KESTREL_GPU_PRECISION_AUTO = 2,
 }
+
+const _: () = {
+    assert!(KestrelBackend::KESTREL_BACKEND_CPU as u32 == Backend::Cpu.code());
+    assert!(KestrelBackend::KESTREL_BACKEND_WGPU as u32 == Backend::Wgpu.code());
+    assert!(KestrelBackend::KESTREL_BACKEND_AUTO as u32 == Backend::Auto.code());
+    assert!(KestrelGpuPrecision::KESTREL_GPU_PRECISION_F32 as u32 == GpuPrecision::F32.code());
+    assert!(KestrelGpuPrecision::KESTREL_GPU_PRECISION_F16 as u32 == GpuPrecision::F16.code());
+    assert!(KestrelGpuPrecision::KESTREL_GPU_PRECISION_AUTO as u32 == GpuPrecision::Auto.code());
+};
 
 /// How the entries of a session's profile were measured (`kestrel_session_profile_source`).
 #[repr(u32)]
@@ -248,8 +257,8 @@ pub extern "C" fn kestrel_last_error() -> *const c_char {
 #[no_mangle]
 pub unsafe extern "C" fn kestrel_backend_available(backend: u32, out: *mut bool) -> Status {
     guard(|| {
-        let b = Backend::from_code(backend)?;
+        let b = crate::codes::backend(backend)?;
         // SAFETY: caller contract.
-        unsafe { put(out, b.available(), "out") }
+        unsafe { put(out, crate::codes::available(b), "out") }
     })
 }

@@ -1,7 +1,8 @@
 //! Sessions, runs and profiles: `kestrel_session_*`.
 
-use super::{clear, err, put, session_get, KestrelOpTiming, KestrelOutput, KestrelTensor};
-use crate::core::{Backend, DType, FfiError, GpuPrecision, SessionCore, TensorDesc};
+use super::{clear, err, put, session_get, KestrelGpuPrecision, KestrelOpTiming, KestrelOutput, KestrelTensor};
+use crate::codes;
+use crate::core::{DType, FfiError, SessionCore, TensorDesc};
 use crate::error::guard;
 use crate::handles::{self, KestrelModel, KestrelSession};
 use crate::status::Status;
@@ -23,19 +24,9 @@ pub unsafe extern "C" fn kestrel_session_new(
     capacity: usize,
     out: *mut *mut KestrelSession,
 ) -> Status {
-    guard(|| {
-        // SAFETY: caller contract.
-        unsafe {
-            clear(out);
-            let m = handles::model(model, "kestrel_session_new")?;
-            let backend = Backend::from_code(backend)?;
-            if out.is_null() {
-                return Err(err(Status::KESTREL_ERR_NULL_POINTER, "kestrel_session_new: out is NULL"));
-            }
-            let core = SessionCore::new(m.inner.clone(), backend, capacity)?;
-            put(out, handles::new_session(core), "out")
-        }
-    })
+    let f32_code = KestrelGpuPrecision::KESTREL_GPU_PRECISION_F32 as u32;
+    // SAFETY: the caller's contract on `out`.
+    unsafe { session_new(model, backend, capacity, f32_code, out, "kestrel_session_new") }
 }
 
 /// [`kestrel_session_new`] with the GPU arithmetic `gpu_precision` (a `KestrelGpuPrecision`
@@ -53,15 +44,31 @@ pub unsafe extern "C" fn kestrel_session_new_with_precision(
     gpu_precision: u32,
     out: *mut *mut KestrelSession,
 ) -> Status {
+    // SAFETY: the caller's contract on `out`.
+    unsafe { session_new(model, backend, capacity, gpu_precision, out, "kestrel_session_new_with_precision") }
+}
+
+/// Both session constructors; `func` names the caller in errors.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+unsafe fn session_new(
+    model: *const KestrelModel,
+    backend: u32,
+    capacity: usize,
+    gpu_precision: u32,
+    out: *mut *mut KestrelSession,
+    func: &str,
+) -> Status {
     guard(|| {
         // SAFETY: caller contract.
         unsafe {
             clear(out);
-            let m = handles::model(model, "kestrel_session_new_with_precision")?;
-            let backend = Backend::from_code(backend)?;
-            let precision = GpuPrecision::from_code(gpu_precision)?;
+            let m = handles::model(model, func)?;
+            let backend = codes::backend(backend)?;
+            let precision = codes::precision(gpu_precision)?;
             if out.is_null() {
-                return Err(err(Status::KESTREL_ERR_NULL_POINTER, "kestrel_session_new_with_precision: out is NULL"));
+                return Err(err(Status::KESTREL_ERR_NULL_POINTER, format!("{func}: out is NULL")));
             }
             let core = SessionCore::with_precision(m.inner.clone(), backend, capacity, precision)?;
             put(out, handles::new_session(core), "out")

@@ -545,6 +545,15 @@ static void test_cpu_only_build(const char *dir) {
     CHECK(s == NULL, "out not cleared on failure");
     CHECK(strstr(kestrel_last_error(), "built without the wgpu backend") != NULL, "message: %s",
           kestrel_last_error());
+    /* A GPU precision changes none of that: WGPU is refused, AUTO runs on the CPU in f32. */
+    EXPECT_STATUS(kestrel_session_new_with_precision(f.model, KESTREL_BACKEND_WGPU, 4, KESTREL_GPU_PRECISION_F16, &s),
+                  KESTREL_ERR_UNSUPPORTED);
+    CHECK(s == NULL, "out not cleared on failure");
+    REQUIRE_OK(kestrel_session_new_with_precision(f.model, KESTREL_BACKEND_AUTO, 4, KESTREL_GPU_PRECISION_AUTO, &s));
+    bool f16 = true;
+    REQUIRE_OK(kestrel_session_gpu_f16(s, &f16));
+    CHECK(!f16 && backend_of(s) == KESTREL_BACKEND_CPU, "AUTO with AUTO precision in a CPU-only build");
+    REQUIRE_OK(kestrel_session_free(s));
     check_auto(&f, KESTREL_BACKEND_CPU);
     free_fixture(&f);
 }

@@ -36,6 +36,17 @@ public enum Backend: UInt32 {
     }
 }
 
+/// The arithmetic of a GPU session's dot-product kernels (CPU sessions ignore it).
+public enum GpuPrecision: UInt32 {
+    /// f32 throughout: the CPU runtime's arithmetic (the default).
+    case f32 = 0
+    /// f16 products with f32 accumulation (relative errors of about 1e-3). A device without
+    /// SHADER_F16 refuses a `.wgpu` session with KESTREL_ERR_UNSUPPORTED (`.auto`: the CPU instead).
+    case f16 = 1
+    /// f16 where the device has SHADER_F16, else f32 (never an error).
+    case auto = 2
+}
+
 /// How the times of `Session.profile()` were measured.
 public enum TimingSource: UInt32 {
     /// The last run was not profiled.
@@ -146,10 +157,11 @@ public final class Model {
         }
     }
 
-    /// A session for batches of 1...capacity samples; its arena is allocated here, once.
-    public func session(capacity: Int = 1, backend: Backend = .auto) throws -> Session {
+    /// A session for batches of 1...capacity samples; its arena (or GPU buffers) is allocated
+    /// here, once. `gpuPrecision` is the GPU's arithmetic (see `GpuPrecision`).
+    public func session(capacity: Int = 1, backend: Backend = .auto, gpuPrecision: GpuPrecision = .f32) throws -> Session {
         var s: OpaquePointer? = nil
-        try check(kestrel_session_new(handle, backend.rawValue, capacity, &s))
+        try check(kestrel_session_new_with_precision(handle, backend.rawValue, capacity, gpuPrecision.rawValue, &s))
         return Session(handle: s!, model: self)
     }
 }
@@ -179,6 +191,12 @@ public final class Session {
         var p: UnsafePointer<CChar>? = nil
         guard kestrel_session_device(handle, &p).rawValue == 0, let p else { return "" }
         return String(cString: p)
+    }
+
+    /// Whether the dot products compute in f16 (see `GpuPrecision`); false on the CPU.
+    public var gpuF16: Bool {
+        var v = false
+        return kestrel_session_gpu_f16(handle, &v).rawValue == 0 && v
     }
 
     /// How the last run's `profile()` was measured.

@@ -15,10 +15,14 @@ final class KestrelTests: XCTestCase {
             let gpu = try model.session(capacity: 4, backend: .wgpu)
             XCTAssertEqual(gpu.backend, .wgpu)
             XCTAssertFalse(gpu.device.hasPrefix("cpu"))
+            XCTAssertFalse(gpu.gpuF16)
+            let half = try model.session(capacity: 4, backend: .wgpu, gpuPrecision: .auto)
+            XCTAssertEqual(half.backend, .wgpu)
         } else {
             XCTAssertThrowsError(try model.session(capacity: 4, backend: .wgpu))
         }
         let session = try model.session(capacity: 4)
+        XCTAssertFalse(try model.session(capacity: 1, backend: .cpu, gpuPrecision: .f16).gpuF16)
         XCTAssert(session.backend == .cpu || Backend.wgpu.isAvailable, "AUTO on \(session.device)")
         func floats(_ name: String) throws -> [Float] {
             let data = try Data(contentsOf: URL(fileURLWithPath: dir + "/" + name))

@@ -18,6 +18,8 @@ public final class JniTest {
     private static final double TOL = 1e-4;
     /** The wgpu backend vs PyTorch (f32 throughout, other summation order): the C test's GPU_TOL. */
     private static final double GPU_TOL = 1e-4;
+    /** f16 products on the GPU vs PyTorch: the C test's bound for f16 sessions. */
+    private static final double F16_TOL = 5e-2;
 
     private static void check(boolean ok, String what) {
         if (ok) {
@@ -111,7 +113,15 @@ public final class JniTest {
             check(NativeBridge.profileOps(g).length == gn.length, "GPU profile ops and times");
             System.out.printf("image model via JNI on %s: max rel err %.2e vs PyTorch, timing source %d, %d ops "
                     + "timed, %.3f ms GPU time%n", device, gerr, src, gn.length, gtotal / 1e6);
+            // GPU precision: f32 by sessionNew; AUTO takes f16 where the device has SHADER_F16.
+            check(!NativeBridge.sessionGpuF16(g), "sessionNew made an f16 GPU session");
             NativeBridge.sessionFree(g);
+            long h = NativeBridge.sessionNewWithPrecision(m, NativeBridge.BACKEND_WGPU, 4,
+                    NativeBridge.GPU_PRECISION_AUTO);
+            boolean h16 = NativeBridge.sessionGpuF16(h);
+            double herr = maxRelErr(NativeBridge.sessionRun(h, new Object[] {x})[0], want);
+            check(herr <= (h16 ? F16_TOL : GPU_TOL), "AUTO precision (f16 " + h16 + ") vs PyTorch: " + herr);
+            NativeBridge.sessionFree(h);
         } else {
             // Built without wgpu (UNSUPPORTED) or no usable adapter (NO_GPU).
             try {
@@ -182,6 +192,15 @@ public final class JniTest {
         expectStatus(KestrelException.INDEX, () -> NativeBridge.tensorName(m, false, 1), "input index");
         expectStatus(KestrelException.INDEX, () -> NativeBridge.tensorShape(m, true, -1), "negative index");
         expectStatus(KestrelException.INVALID_ARGUMENT, () -> NativeBridge.sessionNew(m, 9, 1), "bad backend");
+        expectStatus(KestrelException.INVALID_ARGUMENT,
+                () -> NativeBridge.sessionNewWithPrecision(m, NativeBridge.BACKEND_CPU, 1, 7), "bad GPU precision");
+        expectStatus(KestrelException.INVALID_ARGUMENT,
+                () -> NativeBridge.sessionNewWithPrecision(m, NativeBridge.BACKEND_CPU, 1, -1), "negative precision");
+        long c16 = NativeBridge.sessionNewWithPrecision(m, NativeBridge.BACKEND_CPU, 1, NativeBridge.GPU_PRECISION_F16);
+        check(NativeBridge.sessionBackend(c16) == NativeBridge.BACKEND_CPU && !NativeBridge.sessionGpuF16(c16),
+                "a CPU session ignores F16");
+        NativeBridge.sessionFree(c16);
+        expectStatus(KestrelException.NULL_POINTER, () -> NativeBridge.sessionGpuF16(0), "gpuF16 of a null session");
         expectStatus(KestrelException.INVALID_ARGUMENT, () -> NativeBridge.sessionNew(m, 0, 0), "capacity 0");
         expectStatus(KestrelException.INVALID_ARGUMENT, () -> NativeBridge.sessionNew(m, 0, -1), "capacity -1");
         expectStatus(KestrelException.SHAPE, () -> NativeBridge.sessionRun(s, new Object[] {}), "no inputs");

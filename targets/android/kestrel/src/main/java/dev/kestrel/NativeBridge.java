@@ -15,6 +15,8 @@ public final class NativeBridge {
 
     /** KestrelBackend codes. */
     public static final int BACKEND_CPU = 0, BACKEND_WGPU = 1, BACKEND_AUTO = 2;
+    /** KestrelGpuPrecision codes. */
+    public static final int GPU_PRECISION_F32 = 0, GPU_PRECISION_F16 = 1, GPU_PRECISION_AUTO = 2;
     /** KestrelDType codes. */
     public static final int DTYPE_F32 = 0, DTYPE_I32 = 1, DTYPE_I64 = 2;
     /** KestrelTimingSource codes. */
@@ -35,7 +37,15 @@ public final class NativeBridge {
     public static native int tensorDType(long model, boolean output, int index);
     public static native int[] tensorShape(long model, boolean output, int index);
 
+    /** A session; GPU sessions compute in f32 (see {@link #sessionNewWithPrecision}). */
     public static native long sessionNew(long model, int backend, int capacity);
+    /**
+     * {@link #sessionNew} with the GPU arithmetic (a GPU_PRECISION_* code; CPU sessions ignore it):
+     * F16 on a device without SHADER_F16 throws UNSUPPORTED (AUTO backend: the CPU instead).
+     */
+    public static native long sessionNewWithPrecision(long model, int backend, int capacity, int gpuPrecision);
+    /** Whether the session's dot products compute in f16 (a GPU session made with F16, or AUTO on a device with it). */
+    public static native boolean sessionGpuF16(long session);
     public static native void sessionFree(long session);
     public static native int sessionBackend(long session);
     /** What runs the session, for logs: "cpu", the GPU adapter, or "cpu (auto: REASON)". */

@@ -22,6 +22,20 @@ enum class Backend(internal val code: Int) {
     }
 }
 
+/** The arithmetic of a GPU session's dot-product kernels (CPU sessions ignore it). */
+enum class GpuPrecision(internal val code: Int) {
+    /** f32 throughout: the CPU runtime's arithmetic (the default). */
+    F32(NativeBridge.GPU_PRECISION_F32),
+    /**
+     * f16 products with f32 accumulation (relative errors of about 1e-3). A device without
+     * SHADER_F16 refuses a [Backend.WGPU] session with [KestrelException] UNSUPPORTED
+     * ([Backend.AUTO] then uses the CPU).
+     */
+    F16(NativeBridge.GPU_PRECISION_F16),
+    /** f16 where the device has SHADER_F16, else f32 (never an error). */
+    AUTO(NativeBridge.GPU_PRECISION_AUTO),
+}
+
 /** How the times of [Session.profile] were measured. */
 enum class TimingSource {
     /** The last run was not profiled. */
@@ -80,9 +94,15 @@ class Model private constructor(private var handle: Long) : Closeable {
         }
     }
 
-    /** A session for batches of 1..[capacity] samples; its arena is allocated here, once. */
-    fun session(capacity: Int = 1, backend: Backend = Backend.AUTO): Session =
-        Session(NativeBridge.sessionNew(h(), backend.code, capacity))
+    /**
+     * A session for batches of 1..[capacity] samples; its arena (or GPU buffers) is allocated
+     * here, once. [gpuPrecision] is the GPU's arithmetic (see [GpuPrecision]).
+     */
+    fun session(
+        capacity: Int = 1,
+        backend: Backend = Backend.AUTO,
+        gpuPrecision: GpuPrecision = GpuPrecision.F32,
+    ): Session = Session(NativeBridge.sessionNewWithPrecision(h(), backend.code, capacity, gpuPrecision.code))
 
     override fun close() = synchronized(this) {
         if (handle != 0L) NativeBridge.modelFree(handle)
@@ -99,6 +119,9 @@ class Session internal constructor(private var handle: Long) : Closeable {
 
     /** What runs the session, for logs: "cpu", the GPU adapter, or "cpu (auto: reason)". */
     val device: String get() = NativeBridge.sessionDevice(h())
+
+    /** Whether the dot products compute in f16 (see [GpuPrecision]); false on the CPU. */
+    val gpuF16: Boolean get() = NativeBridge.sessionGpuF16(h())
 
     /** Per-op timing of later runs (see [profile]). */
     var profiling: Boolean = false
