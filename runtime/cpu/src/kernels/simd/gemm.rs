@@ -23,7 +23,7 @@
 //! kernels, so they give identical results. Results equal the scalar kernels' up to f32
 //! summation order (`runtime/cpu/tests/simd.rs`).
 
-use super::x86::Loader;
+use super::loaders::Loader;
 use core::arch::x86_64::*;
 
 /// Input features per packed panel: `KC × 32` f32 = 32 KiB, which stays in L1/L2 while every
@@ -635,7 +635,7 @@ unsafe fn ukernel_t<V: Vf, const MR: usize, const NV: usize>(
 pub(super) unsafe fn gemm_small_m<V: Vf, const MR: usize, const NV: usize>(
     x: &[f32],
     rows: usize,
-    w: &super::x86::F32W<'_>,
+    w: &super::loaders::F32W<'_>,
     out: usize,
     y: *mut f32,
     ldy: usize,

@@ -27,7 +27,7 @@
 //! (`runtime/cpu/tests/simd.rs`), and a row's result depends only on that row and the shape (any
 //! split of the output features across threads gives the same bits).
 
-use super::x86::{Loader, F16W, F32W, I4W, I8W};
+use super::loaders::{Loader, F16W, F32W, I4W, I8W};
 use core::arch::x86_64::*;
 use kestrel_format::INT4_GROUP;
 

@@ -18,6 +18,8 @@ use kestrel_format::WeightView;
 mod gemm;
 #[cfg(target_arch = "x86_64")]
 mod gemv512;
+#[cfg(target_arch = "x86_64")]
+mod loaders;
 #[cfg(target_arch = "aarch64")]
 pub mod neon;
 mod q8;
