@@ -1,9 +1,8 @@
-//! The on-disk record encoding of ops: fixed-capacity buffers, the codecs of one field's slots
-//! and attributes, and `Op::encode` / `Op::decode`, both driven by the walk over each op's
-//! slots that `table.rs` generates from the op's entry: the order of an op's tensor slots and
-//! attributes is written once, so the encoder and the decoder cannot disagree.
+//! The on-disk record encoding of ops: fixed-capacity buffers and the codecs of one field's
+//! slots and attributes. `Op::encode` / `Op::decode` (in `table.rs`) drive them by the walk
+//! over each op's slots that the table generates from the op's entry: the order of an op's
+//! tensor slots and attributes is written once, so the encoder and the decoder cannot disagree.
 
-use super::table::{blank, walk};
 use super::*;
 
 /// Maximum tensor slots of any op record.
@@ -87,11 +86,11 @@ impl Slots for OpRecordBuf {
 /// Counts a blank op's slots: the fixed ones, and whether it has an optional tensor slot or
 /// trailing attribute (counted as absent).
 #[derive(Default)]
-struct Counter {
-    tensors: usize,
-    attrs: usize,
-    optional_tensor: bool,
-    optional_attr: bool,
+pub(super) struct Counter {
+    pub(super) tensors: usize,
+    pub(super) attrs: usize,
+    pub(super) optional_tensor: bool,
+    pub(super) optional_attr: bool,
 }
 
 impl Slots for Counter {
@@ -117,12 +116,12 @@ impl Slots for Counter {
 
 /// Reads a record whose slot and attribute counts were checked against the op's
 /// ([`Op::decode`]), so no read runs past its end (one that did would read `NONE` or 0).
-struct Decoder<'a> {
-    op: &'static str,
-    tensors: core::slice::Iter<'a, u32>,
-    attrs: core::slice::Iter<'a, u32>,
-    with_tensor: bool,
-    with_attr: bool,
+pub(super) struct Decoder<'a> {
+    pub(super) op: &'static str,
+    pub(super) tensors: core::slice::Iter<'a, u32>,
+    pub(super) attrs: core::slice::Iter<'a, u32>,
+    pub(super) with_tensor: bool,
+    pub(super) with_attr: bool,
 }
 
 impl Slots for Decoder<'_> {
@@ -315,38 +314,4 @@ pub(super) fn axes<S: Slots>(
         *p = u8::try_from(r).ok().filter(|&v| usize::from(v) < crate::dtype::MAX_RANK).ok_or(bad(s.op(), attr, r))?;
     }
     Ok(())
-}
-
-impl Op {
-    /// Encodes into a fixed-capacity record (tensor slots end with the output).
-    pub fn encode(&self) -> OpRecordBuf {
-        let mut r = OpRecordBuf { kind: self.kind(), ..OpRecordBuf::default() };
-        let mut op = *self;
-        // Writing checks nothing, so it cannot fail.
-        let _ = walk(&mut r, &mut op);
-        r
-    }
-
-    /// Decodes a record, checking slot and attribute counts (those of the kind, with or without
-    /// its optional slot or trailing attribute) and attribute domains. Tensor ids are not
-    /// range-checked here (the model loader does that against its tensor table).
-    pub fn decode(kind_id: u16, tensors: &[u32], attrs: &[u32]) -> Result<Op, OpError> {
-        let mut op = blank(kind_id).ok_or(OpError::UnknownKind(kind_id))?;
-        let name = op.name();
-        let mut n = Counter::default();
-        let mut counted = op;
-        let _ = walk(&mut n, &mut counted);
-        let with_tensor = n.optional_tensor && tensors.len() == n.tensors + 1;
-        let with_attr = n.optional_attr && attrs.len() == n.attrs + 1;
-        let (nt, na) = (n.tensors + usize::from(with_tensor), n.attrs + usize::from(with_attr));
-        if tensors.len() != nt {
-            return Err(OpError::TensorCount { op: name, expected: nt, found: tensors.len() });
-        }
-        if attrs.len() != na {
-            return Err(OpError::AttrCount { op: name, expected: na, found: attrs.len() });
-        }
-        let mut d = Decoder { op: name, tensors: tensors.iter(), attrs: attrs.iter(), with_tensor, with_attr };
-        walk(&mut d, &mut op)?;
-        Ok(op)
-    }
 }

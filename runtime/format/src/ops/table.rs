@@ -204,3 +204,37 @@ fn attention_slots(op: &'static str, o: &Attention) -> Result<(), OpError> {
     }
     Ok(())
 }
+
+impl Op {
+    /// Encodes into a fixed-capacity record (tensor slots end with the output).
+    pub fn encode(&self) -> OpRecordBuf {
+        let mut r = OpRecordBuf { kind: self.kind(), ..OpRecordBuf::default() };
+        let mut op = *self;
+        // Writing checks nothing, so it cannot fail.
+        let _ = walk(&mut r, &mut op);
+        r
+    }
+
+    /// Decodes a record, checking slot and attribute counts (those of the kind, with or without
+    /// its optional slot or trailing attribute) and attribute domains. Tensor ids are not
+    /// range-checked here (the model loader does that against its tensor table).
+    pub fn decode(kind_id: u16, tensors: &[u32], attrs: &[u32]) -> Result<Op, OpError> {
+        let mut op = blank(kind_id).ok_or(OpError::UnknownKind(kind_id))?;
+        let name = op.name();
+        let mut n = Counter::default();
+        let mut counted = op;
+        let _ = walk(&mut n, &mut counted);
+        let with_tensor = n.optional_tensor && tensors.len() == n.tensors + 1;
+        let with_attr = n.optional_attr && attrs.len() == n.attrs + 1;
+        let (nt, na) = (n.tensors + usize::from(with_tensor), n.attrs + usize::from(with_attr));
+        if tensors.len() != nt {
+            return Err(OpError::TensorCount { op: name, expected: nt, found: tensors.len() });
+        }
+        if attrs.len() != na {
+            return Err(OpError::AttrCount { op: name, expected: na, found: attrs.len() });
+        }
+        let mut d = Decoder { op: name, tensors: tensors.iter(), attrs: attrs.iter(), with_tensor, with_attr };
+        walk(&mut d, &mut op)?;
+        Ok(op)
+    }
+}
