@@ -1,6 +1,9 @@
 """Generates the recurrent test models of kestrel-onnx (run once; the outputs are committed).
 
-    /work/pyenv/bin/python converters/onnx/tests/data/make_rnn_models.py
+    python converters/onnx/tests/data/make_rnn_models.py
+
+(it writes beside itself from any working directory; it needs torch, onnx, onnxruntime and numpy,
+as listed in converters/python/requirements.txt).
 
 * `lstm_bi2.onnx`: nn.LSTM, 2 layers, bidirectional, batch_first, the legacy exporter; the head
   reads Y (`out[:, -1]`), Y_h (`h_n[-1]`) and Y_c (`c_n[0]`).
