@@ -1,7 +1,8 @@
-//! Kestrel's CPU runtime: `no_std`, no allocation in `run`.
+//! Kestrel's CPU runtime: `no_std`, no allocation in `run`. One backend over the backend-neutral
+//! `kestrel-core` (validation, shapes, op geometry, errors).
 //!
-//! [`Model::parse`] validates a `.kes` file once (every node's tensor roles, shapes, kernel
-//! weights, the arena plan); a [`Session`] binds it to a caller's arena (any alignment, size from
+//! [`Model::parse`] validates a `.kes` file once (the core's checks of every node, then the CPU
+//! kernels' weights and scratch against the arena plan); a [`Session`] binds it to a caller's arena (any alignment, size from
 //! [`Model::arena_bytes`]) and [`Session::run`] executes batches without touching the heap.
 //! With `std`, [`threads::set_threads`] starts a worker pool once and large dense layers are
 //! split across it (still allocation-free per run).
@@ -13,23 +14,24 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
-pub mod error;
 mod exec;
-mod graph;
 pub mod kernels;
 pub mod math;
 pub mod model;
 #[cfg(feature = "std")]
 pub mod panics;
 pub mod session;
-pub mod shapes;
 #[cfg(feature = "std")]
 pub mod threads;
 
-pub use error::{LoadError, RunError, ShapeError};
-#[cfg(feature = "alloc")]
-pub use graph::Table;
+// The backend-neutral parts live in `kestrel-core`: re-exported at their old paths.
 pub use kernels::linear::{linear, ProjW};
+pub use kestrel_core::error;
+pub(crate) use kestrel_core::graph;
+pub use kestrel_core::shapes;
+#[cfg(feature = "alloc")]
+pub use kestrel_core::Table;
+pub use kestrel_core::{LoadError, RunError, ShapeError};
 pub use model::{minimum_scratch_bytes, required_scratch_bytes, Model};
 
 /// Most copies of the scratch region a session uses (one per thread).

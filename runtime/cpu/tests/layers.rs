@@ -600,7 +600,7 @@ proptest! {
             assert_eq!((p.oh, p.ow), (oh, ow));
             assert_eq!(p.y_shape(), Some(shape(&[o, oh, ow])));
             let proj = ProjW { w: wt.view(), b: bias.then(|| bt.view()), act_scale: None };
-            p.check_weights(&proj).unwrap();
+            proj.check("Conv2d", p.o, p.patch_len()).unwrap();
             let mut y = out(o * oh * ow);
             // The im2col + GEMM path with the planner's scratch, the direct loop with the minimum.
             let n = if fast { conv2d_scratch_fast(&p) } else { conv2d_scratch(&p) };
@@ -638,7 +638,10 @@ fn conv2d_check_rejects_wrong_shapes() {
     let p = new(&[2, 5, 5], &[3, 2, 3, 3], z, [1, 1], 1).unwrap();
     let w = [0.0f32; 3 * 17];
     let proj = ProjW { w: WeightView::f32(3, 17, &w).unwrap(), b: None, act_scale: None };
-    assert!(matches!(p.check_weights(&proj), Err(ShapeError::Mismatch { expected: 18, found: 17, .. })));
+    assert!(matches!(
+        proj.check("Conv2d", p.o, p.patch_len()),
+        Err(ShapeError::Mismatch { expected: 18, found: 17, .. })
+    ));
 }
 
 // ---------------------------------------------------------------- embeddings

@@ -143,7 +143,7 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
                 [u(o.dilation[0]), u(o.dilation[1])],
                 u(o.groups),
             )?;
-            p.check_weights(&proj)?;
+            proj.check("Conv2d", p.o, p.patch_len())?;
             Prep::Conv2d { p, proj }
         }
         Op::Pool2d(o) => Prep::Pool2d(Pool2dParams::of(&o, &shp(o.x)?)?),

@@ -5,7 +5,7 @@
 
 use crate::error::{RunError, ShapeError};
 use crate::graph::Graph;
-use kestrel_format::ops::{kind, Op, TensorId, NONE};
+use kestrel_format::ops::{Op, TensorId};
 use kestrel_format::TensorInfo;
 
 mod layers;
@@ -81,28 +81,6 @@ impl<'s> OpIo<'s> {
     }
 }
 
-/// Calls `f(slot name, tensor id, role)` for every present input slot of `op`.
-pub(crate) fn for_each_slot(op: &Op, mut f: impl FnMut(&'static str, TensorId, Role)) {
-    let rec = op.encode();
-    let ts = rec.tensors();
-    let n = ts.len() - 1; // the last slot is the output
-    for (i, &id) in ts[..n].iter().enumerate() {
-        if id == NONE {
-            continue;
-        }
-        let (slot, role) = match (rec.kind, i) {
-            (kind::EMBEDDING, 0) => ("ids", Role::Ids),
-            (kind::BINARY, 0) => ("a", Role::ActOrWeight),
-            (kind::BINARY, 1) => ("b", Role::ActOrWeight),
-            (kind::MATMUL, 1) => ("b", Role::ActOrWeight),
-            (kind::ATTENTION, 11) => ("mask", Role::Act),
-            (_, 0) => ("x", Role::Act),
-            _ => ("weight", Role::Weight),
-        };
-        f(slot, id, role);
-    }
-}
-
 /// Scratch (f32 elements) `op` needs for one sample; also runs the kernel's weight-shape check.
 /// `fast`: what its fastest path needs (what the planner reserves); else the minimum it can run
 /// with (what a loaded file must provide: files planned before a faster path existed still load
@@ -132,19 +110,6 @@ pub(crate) fn info<'a>(file: &Graph<'_, 'a>, id: TensorId) -> Result<TensorInfo<
 /// A shape error from a lookup that validation already passed.
 pub(crate) fn lookup_err(_: kestrel_format::Error) -> ShapeError {
     ShapeError::Invalid { op: "?", what: "tensor lookup failed" }
-}
-
-/// What a tensor slot accepts.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role {
-    /// An f32 activation.
-    Act,
-    /// An i32 activation (token ids).
-    Ids,
-    /// A weight.
-    Weight,
-    /// An f32 activation or a weight (broadcast operands).
-    ActOrWeight,
 }
 
 // The arena layout: a tensor of the memory plan at capacity `cap` (shared by the session, which

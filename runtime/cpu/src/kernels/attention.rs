@@ -75,18 +75,7 @@ pub(crate) fn check_dims(op: &'static str, t: usize, d: usize, heads: usize) -> 
     Ok(())
 }
 
-/// Checks an attention mask's per-sample shape: `[T]` (per key) or `[T, T]` (per query and
-/// key).
-pub fn check_key_mask(op: &'static str, s: &kestrel_format::Shape, t: usize) -> Result<(), ShapeError> {
-    match s.dims() {
-        [n] => expect_eq(op, "key mask length (tokens T)", t, *n as usize),
-        [r, n] => {
-            expect_eq(op, "mask rows (tokens T)", t, *r as usize)?;
-            expect_eq(op, "mask columns (tokens T)", t, *n as usize)
-        }
-        _ => Err(ShapeError::Invalid { op, what: "attention mask must be [T] or [T, T] per sample" }),
-    }
-}
+pub use kestrel_core::shapes::check_key_mask;
 
 /// Checks that an optional weight is present exactly when the op needs it.
 pub(crate) fn check_present<T>(

@@ -4,9 +4,9 @@
 //! Shapes are per sample: an activation has no batch axis. A weight operand of `Binary` or
 //! `MatMul` broadcasts over the batch like any leading axis.
 
+use crate::error::expect_eq;
 use crate::error::ShapeError;
-use crate::kernels::pool::Pool2dParams;
-use crate::kernels::rnn::RnnParams;
+use crate::params::{Pool2dParams, RnnParams};
 use kestrel_format::ops::{Op, TensorId};
 use kestrel_format::{Shape, MAX_RANK};
 
@@ -242,7 +242,7 @@ pub fn output_shape(
             }
             let x = tokens(name, x)?;
             if let Some(m) = o.mask {
-                crate::kernels::attention::check_key_mask(name, &shape_of(m), x.dim(0))?;
+                check_key_mask(name, &shape_of(m), x.dim(0))?;
             }
             Ok(x)
         }
@@ -267,4 +267,17 @@ fn tokens(op: &'static str, s: Shape) -> Result<Shape, ShapeError> {
         return Err(mismatch(op, "input rank ([T, d])", 2, s.rank()));
     }
     Ok(s)
+}
+
+/// Checks an attention mask's per-sample shape: `[T]` (per key) or `[T, T]` (per query and
+/// key).
+pub fn check_key_mask(op: &'static str, s: &kestrel_format::Shape, t: usize) -> Result<(), ShapeError> {
+    match s.dims() {
+        [n] => expect_eq(op, "key mask length (tokens T)", t, *n as usize),
+        [r, n] => {
+            expect_eq(op, "mask rows (tokens T)", t, *r as usize)?;
+            expect_eq(op, "mask columns (tokens T)", t, *n as usize)
+        }
+        _ => Err(ShapeError::Invalid { op, what: "attention mask must be [T] or [T, T] per sample" }),
+    }
 }

@@ -1,4 +1,4 @@
-//! What the kernels read a model through: the validated file and, where the caller built one,
+//! What a backend reads a model through: the validated file and, where the caller built one,
 //! a [`Table`] of its entries decoded once.
 //!
 //! The `.kes` reader is zero-copy: every tensor entry and op record is decoded (bounds-checked
@@ -6,7 +6,7 @@
 //! their weight views, every time; on graphs of hundreds of small nodes (LeViT, MobileNetV3)
 //! that decoding took 15–50 % of the run. A [`Table`] holds those decoded entries, built once
 //! (with `alloc`, fallibly) by whoever owns a session — the `std` facade does — and lent to
-//! [`Session::with_table`](crate::Session::with_table). Without one (`no_std` without `alloc`,
+//! the CPU session (`kestrel_cpu::Session::with_table`). Without one (`no_std` without `alloc`,
 //! the firmware), lookups go to the file as before: same results, more time per node.
 
 use kestrel_format::ops::{Op, TensorId};
@@ -14,7 +14,7 @@ use kestrel_format::{Error, KesFile, TensorInfo, WeightView};
 
 /// The file, plus the decoded table when there is one. Lookups answer exactly as the file's.
 #[derive(Clone, Copy)]
-pub(crate) struct Graph<'t, 'a> {
+pub struct Graph<'t, 'a> {
     file: &'t KesFile<'a>,
     #[cfg(feature = "alloc")]
     table: Option<&'t Table<'a>>,

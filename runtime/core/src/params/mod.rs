@@ -1,0 +1,12 @@
+//! Op parameters derived from a node and its tensor shapes, checked once: the geometry both
+//! backends lower from (the CPU kernels and the wgpu dispatches read the same structs).
+
+mod conv;
+mod pool;
+mod rnn;
+mod slice;
+
+pub use conv::Conv2dParams;
+pub use pool::Pool2dParams;
+pub use rnn::{rnn_scratch, RnnCell, RnnParams};
+pub use slice::SliceParams;

@@ -1,0 +1,39 @@
+//! The roles of an op's tensor slots (what each input slot accepts), read from the op's record
+//! layout: shared by validation and by every backend's binding of inputs.
+
+use kestrel_format::ops::{kind, Op, TensorId, NONE};
+
+/// What a tensor slot accepts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// An f32 activation.
+    Act,
+    /// An i32 activation (token ids).
+    Ids,
+    /// A weight.
+    Weight,
+    /// An f32 activation or a weight (broadcast operands).
+    ActOrWeight,
+}
+
+/// Calls `f(slot name, tensor id, role)` for every present input slot of `op`.
+pub fn for_each_slot(op: &Op, mut f: impl FnMut(&'static str, TensorId, Role)) {
+    let rec = op.encode();
+    let ts = rec.tensors();
+    let n = ts.len() - 1; // the last slot is the output
+    for (i, &id) in ts[..n].iter().enumerate() {
+        if id == NONE {
+            continue;
+        }
+        let (slot, role) = match (rec.kind, i) {
+            (kind::EMBEDDING, 0) => ("ids", Role::Ids),
+            (kind::BINARY, 0) => ("a", Role::ActOrWeight),
+            (kind::BINARY, 1) => ("b", Role::ActOrWeight),
+            (kind::MATMUL, 1) => ("b", Role::ActOrWeight),
+            (kind::ATTENTION, 11) => ("mask", Role::Act),
+            (_, 0) => ("x", Role::Act),
+            _ => ("weight", Role::Weight),
+        };
+        f(slot, id, role);
+    }
+}
