@@ -2,6 +2,7 @@
 //! key of every entry point, the arithmetic variants ([`Arith`]: f32 everywhere, f16 for the
 //! families whose work is dot products), and the pipeline cache keyed by [`Variant`].
 
+use crate::params::Layout;
 use crate::GpuError;
 use std::collections::HashMap;
 
@@ -13,6 +14,7 @@ pub const PARAM_BYTES: u64 = (PARAM_WORDS * 4) as u64;
 pub const WORKGROUP: u32 = 64;
 
 const COMMON: &str = include_str!("shaders/common.wgsl");
+const DENSE_PRELUDE: &str = include_str!("shaders/prelude/dense.wgsl");
 const ARITH_F32: &str = include_str!("shaders/arith_f32.wgsl");
 const ARITH_F16: &str = include_str!("shaders/arith_f16.wgsl");
 
@@ -135,10 +137,32 @@ impl Family {
         (arith == Arith::F32 || self.has_f16()).then(|| self.compose(arith))
     }
 
+    /// The shared WGSL every variant of the family starts with, after any `enable`: `common.wgsl`,
+    /// the family's own prelude parts (`shaders/prelude/`), and the parameter blocks of its kernels'
+    /// layouts, generated from [`crate::params`].
+    fn prelude(self) -> String {
+        let mut layouts: Vec<Layout> = Vec::new();
+        for k in Kernel::ALL.iter().filter(|k| k.family() == self) {
+            for l in k.layout().chain() {
+                if !layouts.contains(&l) {
+                    layouts.push(l);
+                }
+            }
+        }
+        let dense = if self.includes_dense_prelude() { DENSE_PRELUDE } else { "" };
+        format!("{COMMON}\n{dense}\n{}", Layout::wgsl(&layouts))
+    }
+
+    /// Whether the family's kernels are dense layers (`prelude/dense.wgsl`).
+    fn includes_dense_prelude(self) -> bool {
+        matches!(self, Family::Linear | Family::LinearSg)
+    }
+
     fn compose(self, arith: Arith) -> String {
+        let prelude = self.prelude();
         match arith {
-            Arith::F32 => format!("{COMMON}\n{ARITH_F32}\n{}", self.body()),
-            Arith::F16 => format!("enable f16;\n\n{COMMON}\n{ARITH_F16}\n{}", self.body()),
+            Arith::F32 => format!("{prelude}\n{ARITH_F32}\n{}", self.body()),
+            Arith::F16 => format!("enable f16;\n\n{prelude}\n{ARITH_F16}\n{}", self.body()),
         }
     }
 }
@@ -344,6 +368,40 @@ impl Kernel {
             AlignTokens | Attend | AttendRows => Family::Attention,
             ExpValues | ExpKeys | AftBias | AftFull | AftLocal | AftSimple | AftConv => Family::Aft,
             FfScores | FfPool | FfScaleRows => Family::Fastformer,
+        }
+    }
+
+    /// Its parameter layout (the fields its block has, [`crate::params`]).
+    pub(crate) fn layout(self) -> Layout {
+        use Kernel::*;
+        match self {
+            Dense | DenseSplit | DenseSplitSg | DenseBlock | DenseTile => Layout::Dense,
+            DenseLn | DenseSplitLn | DenseSplitLnSg | DenseBlockLn => Layout::DenseLn,
+            DenseSplitPatch | DenseSplitPatchSg | DenseBlockPatch => Layout::DensePatch,
+            Unary => Layout::Unary,
+            Strided => Layout::Strided,
+            LayerNorm | LayerNormSplit => Layout::LayerNorm,
+            Softmax | SoftmaxSplit => Layout::Softmax,
+            Reduce | ReduceSplit => Layout::Reduce,
+            MatMul => Layout::MatMul,
+            MatMulTile => Layout::MatMulTile,
+            Conv2d | Conv2dBlock | Conv2dTile => Layout::Conv,
+            Pool2d => Layout::Pool,
+            Rnn => Layout::Rnn,
+            Embedding => Layout::Embedding,
+            PatchGather => Layout::PatchGather,
+            AlignTokens => Layout::AlignTokens,
+            Attend | AttendRows => Layout::Attend,
+            ExpValues => Layout::ExpValues,
+            ExpKeys => Layout::ExpKeys,
+            AftBias => Layout::AftBias,
+            AftFull => Layout::AftFull,
+            AftLocal => Layout::AftLocal,
+            AftSimple => Layout::Aft,
+            AftConv => Layout::AftConv,
+            FfScores => Layout::FfScores,
+            FfPool => Layout::FfPool,
+            FfScaleRows => Layout::FfScaleRows,
         }
     }
 

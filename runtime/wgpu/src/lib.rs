@@ -34,6 +34,7 @@ mod compile;
 pub mod device;
 mod error;
 pub mod kernels;
+mod params;
 mod session;
 mod tuning;
 

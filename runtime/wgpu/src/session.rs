@@ -509,7 +509,7 @@ impl GpuSession {
         if batch != self.last_batch {
             // Not steady state: a new batch size rewrites the parameter blocks once.
             for block in self.param_words.chunks_exact_mut(PARAM_WORDS) {
-                block[0] = batch as u32;
+                block[crate::params::BATCH] = batch as u32;
             }
             self.ctx.queue.write_buffer(&self.params, 0, bytemuck::cast_slice(&self.param_words));
             self.last_batch = batch;

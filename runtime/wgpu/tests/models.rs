@@ -63,6 +63,19 @@ fn fixture_dirs() -> Vec<PathBuf> {
     dirs
 }
 
+/// A fixture converted with the default options: its name, the `.kes` bytes, its input and batch.
+fn fixture(d: &std::path::Path) -> (String, Vec<u8>, Feed, usize) {
+    let name = d.file_name().unwrap().to_string_lossy().to_string();
+    let conv = convert(d.join("model.onnx"), &ConvertOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let input = read_npy(d.join("input.npy")).unwrap();
+    let batch = input.shape[0];
+    let feed = match input.data {
+        InputData::F32(v) => Feed::F32(v),
+        InputData::I64(v) => Feed::I64(v),
+    };
+    (name, conv.kes, feed, batch)
+}
+
 #[test]
 fn every_fixture_matches_cpu_at_f32() {
     let Some(g) = gpu() else { return };
@@ -70,15 +83,8 @@ fn every_fixture_matches_cpu_at_f32() {
     let dirs = fixture_dirs();
     let mut worst = 0f64;
     for d in &dirs {
-        let name = d.file_name().unwrap().to_string_lossy().to_string();
-        let conv = convert(d.join("model.onnx"), &ConvertOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let input = read_npy(d.join("input.npy")).unwrap();
-        let batch = input.shape[0];
-        let feed = match input.data {
-            InputData::F32(v) => Feed::F32(v),
-            InputData::I64(v) => Feed::I64(v),
-        };
-        let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
+        let (name, kes, feed, batch) = fixture(d);
+        let model = kestrel::Model::from_bytes(&kes).unwrap();
         let want = run_cpu(&model, std::slice::from_ref(&feed), batch);
         let t0 = std::time::Instant::now();
         let got = run_gpu(&g, &model, std::slice::from_ref(&feed), batch, batch);
@@ -128,15 +134,8 @@ fn demo_models_and_fixtures_keep_top1_at_f16() {
     }
     let dirs = fixture_dirs();
     for d in &dirs {
-        let name = d.file_name().unwrap().to_string_lossy().to_string();
-        let conv = convert(d.join("model.onnx"), &ConvertOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let input = read_npy(d.join("input.npy")).unwrap();
-        let batch = input.shape[0];
-        let feed = match input.data {
-            InputData::F32(v) => Feed::F32(v),
-            InputData::I64(v) => Feed::I64(v),
-        };
-        check(name, &kestrel::Model::from_bytes(&conv.kes).unwrap(), &feed, batch);
+        let (name, kes, feed, batch) = fixture(d);
+        check(name, &kestrel::Model::from_bytes(&kes).unwrap(), &feed, batch);
     }
     println!(
         "f16: {} fixtures + 8 demo models, worst max rel {worst_rel:.2e}, smallest top-1 margin {min_margin:.2e}",

@@ -21,7 +21,7 @@ use kestrel::format::DType;
 use kestrel::{Error, Input, ModelBuilder};
 use kestrel_reference::tolerance::{Tolerance, F32_KERNEL};
 use kestrel_wgpu::{
-    Arith, DeviceOptions, GpuContext, GpuError, GpuSession, Kernel, Precision, SessionOptions, Tuning, Variant,
+    Arith, DeviceOptions, Family, GpuContext, GpuError, GpuSession, Kernel, Precision, SessionOptions, Tuning, Variant,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -599,31 +599,8 @@ fn tuning_name(t: Tuning) -> &'static str {
 /// the convolution (one thread per output, register-blocked) ran at the precision's arithmetic,
 /// and both forms of each row-wise op (always f32).
 fn assert_both_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
-    let row_wise = [
-        Kernel::LayerNorm,
-        Kernel::LayerNormSplit,
-        Kernel::Softmax,
-        Kernel::SoftmaxSplit,
-        Kernel::Reduce,
-        Kernel::ReduceSplit,
-    ];
-    let dot = [
-        Kernel::Dense,
-        Kernel::DenseLn,
-        Kernel::DenseSplit,
-        Kernel::DenseSplitLn,
-        Kernel::DenseSplitPatch,
-        Kernel::DenseBlock,
-        Kernel::DenseBlockLn,
-        Kernel::DenseBlockPatch,
-        Kernel::DenseTile,
-        Kernel::MatMul,
-        Kernel::MatMulTile,
-        Kernel::Conv2d,
-        Kernel::Conv2dBlock,
-        Kernel::Conv2dTile,
-    ];
-    for k in dot.into_iter().chain(row_wise) {
+    let families = [Family::Linear, Family::MatMul, Family::Conv, Family::Norm];
+    for &k in Kernel::ALL.iter().filter(|k| families.contains(&k.family())) {
         let v = Variant::of(k, arith);
         assert!(seen.contains(&v), "{k:?} at {:?} not exercised", v.arith());
     }
@@ -648,19 +625,18 @@ fn assert_subgroup_form_ran(g: &GpuContext, seen: &BTreeSet<Variant>, arith: Ari
 const F32_ONLY_FAMILIES: &[&str] =
     &["layer_norm", "unary", "binary", "softmax", "embedding", "reduce", "transpose", "slice", "pool2d"];
 
-#[test]
-fn layer_and_generic_kernels_match_cpu() {
-    let Some(g) = gpu() else { return };
-    let seen = check(&g, &layer_cases(), Precision::F32, &TUNINGS);
-    assert_both_forms_ran(&seen, Arith::F32);
-    assert_subgroup_form_ran(&g, &seen, Arith::F32);
+/// The layer and generic cases at `precision`, under every tuning, and every form of their kernels
+/// at `arith`.
+fn layer_kernels_match(g: &GpuContext, precision: Precision, arith: Arith) {
+    let seen = check(g, &layer_cases(), precision, &TUNINGS);
+    assert_both_forms_ran(&seen, arith);
+    assert_subgroup_form_ran(g, &seen, arith);
 }
 
 #[test]
-fn mechanism_kernels_match_cpu() {
+fn layer_and_generic_kernels_match_cpu() {
     let Some(g) = gpu() else { return };
-    let seen = check(&g, &mechanism_cases(), Precision::F32, &TUNINGS);
-    assert_both_attention_forms_ran(&seen, Arith::F32);
+    layer_kernels_match(&g, Precision::F32, Arith::F32);
 }
 
 /// Both attention cores ran: flash style (`attend`, GPU tuning) and barrier-free
@@ -671,33 +647,40 @@ fn assert_both_attention_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
     }
 }
 
+/// `cases` at `precision` under `tunings`, and both attention cores at `arith`.
+fn attention_cases_match(g: &GpuContext, cases: &[Case], precision: Precision, arith: Arith, tunings: &[Tuning]) {
+    let seen = check(g, cases, precision, tunings);
+    assert_both_attention_forms_ran(&seen, arith);
+}
+
+#[test]
+fn mechanism_kernels_match_cpu() {
+    let Some(g) = gpu() else { return };
+    attention_cases_match(&g, &mechanism_cases(), Precision::F32, Arith::F32, &TUNINGS);
+}
+
 #[test]
 fn large_shapes_match_cpu() {
     let Some(g) = gpu() else { return };
-    let seen = check(&g, &large_cases(), Precision::F32, &TUNINGS[..2]);
-    assert_both_attention_forms_ran(&seen, Arith::F32);
+    attention_cases_match(&g, &large_cases(), Precision::F32, Arith::F32, &TUNINGS[..2]);
 }
 
 #[test]
 fn layer_and_generic_kernels_match_cpu_f16() {
     let Some(g) = gpu_f16() else { return };
-    let seen = check(&g, &layer_cases(), Precision::F16, &TUNINGS);
-    assert_both_forms_ran(&seen, Arith::F16);
-    assert_subgroup_form_ran(&g, &seen, Arith::F16);
+    layer_kernels_match(&g, Precision::F16, Arith::F16);
 }
 
 #[test]
 fn mechanism_kernels_match_cpu_f16() {
     let Some(g) = gpu_f16() else { return };
-    let seen = check(&g, &mechanism_cases(), Precision::F16, &TUNINGS);
-    assert_both_attention_forms_ran(&seen, Arith::F16);
+    attention_cases_match(&g, &mechanism_cases(), Precision::F16, Arith::F16, &TUNINGS);
 }
 
 #[test]
 fn large_shapes_match_cpu_f16() {
     let Some(g) = gpu_f16() else { return };
-    let seen = check(&g, &large_cases(), Precision::F16, &TUNINGS[..2]);
-    assert_both_attention_forms_ran(&seen, Arith::F16);
+    attention_cases_match(&g, &large_cases(), Precision::F16, Arith::F16, &TUNINGS[..2]);
 }
 
 /// A dense row whose first input, 1 + 2⁻¹², is not an f16 number: the f32 path keeps it (as the

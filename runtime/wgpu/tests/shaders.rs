@@ -188,3 +188,32 @@ fn workgroup_memory_fits_webgpus_minimum() {
     }
     assert!(attend > 12_000, "the attention core's f32 tiles: {attend} bytes");
 }
+
+/// Kernels read their parameter blocks by name only (the structs and constants generated from
+/// the Rust table, `params.rs`): no family body, `common.wgsl` or prelude part reads a word by a
+/// literal position, so the lowering and the shaders cannot disagree on one.
+#[test]
+fn parameters_are_read_by_name() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/shaders");
+    let mut texts: Vec<(String, String)> =
+        Family::ALL.iter().map(|f| (format!("{f:?}"), f.body().to_string())).collect();
+    for name in ["common.wgsl", "prelude/dense.wgsl"] {
+        texts.push((name.into(), std::fs::read_to_string(dir.join(name)).unwrap()));
+    }
+    for (name, text) in &texts {
+        for read in ["pu(", "pf(", "wdesc(", "reg("] {
+            for (at, _) in text.match_indices(read) {
+                let next = text[at + read.len()..].chars().next().unwrap();
+                assert!(!next.is_ascii_digit(), "{name}: `{read}` of a literal word at byte {at}");
+            }
+        }
+    }
+    // The generated part names every kernel's layout: each module declares the loaders its
+    // entry points call.
+    let src = Family::Linear.source(Arith::F32).unwrap();
+    for decl in
+        ["fn dense_p() -> DenseP", "fn dense_ln_p() -> DenseLnP", "fn dense_p_w(i: u32) -> Wd", "const DENSE_W: u32"]
+    {
+        assert!(src.contains(decl), "Linear: no `{decl}`");
+    }
+}

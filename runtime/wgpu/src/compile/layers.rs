@@ -1,7 +1,10 @@
 //! Dispatches of the layer and generic ops.
 
-use super::{numel, split_per, Ctx, Dispatch, Params, Region};
+use super::{numel, split_per, Ctx, Dispatch, Params};
 use crate::kernels::Kernel;
+use crate::params::{
+    conv, embedding, layer_norm, matmul, matmul_tile, pool, reduce, rnn, strided, unary, window, Field,
+};
 use crate::GpuError;
 use kestrel_cpu::kernels::conv::Conv2dParams;
 use kestrel_cpu::kernels::pool::Pool2dParams;
@@ -34,36 +37,32 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             let rows = x.numel().unwrap_or(0) / d.max(1);
             let split = ctx.row_split(rows, d, inner == 1);
             let mut p = Params::new(split_per(rows, split)?)?
-                .u(2, ctx.act(o.x)?.base)?
-                .u(3, ctx.act(o.y)?.base)?
-                .u(4, d)?
-                .f(5, o.eps)
-                .b(6, o.beta.is_some())
-                .u(7, inner)?
-                .w(8, ctx.weight(o.gamma)?);
+                .set(layer_norm::x_base, ctx.act(o.x)?.base)?
+                .set(layer_norm::y_base, ctx.act(o.y)?.base)?
+                .set(layer_norm::d, d)?
+                .set(layer_norm::eps, o.eps)?
+                .set(layer_norm::has_beta, o.beta.is_some())?
+                .set(layer_norm::inner, inner)?
+                .set(layer_norm::gamma, ctx.weight(o.gamma)?)?;
             if let Some(b) = o.beta {
-                p = p.w(12, ctx.weight(b)?);
+                p = p.set(layer_norm::beta, ctx.weight(b)?)?;
             }
             vec![p.done(if split { Kernel::LayerNormSplit } else { Kernel::LayerNorm })]
         }
         Op::Unary(o) => {
             let n = numel(&ctx.info(o.x)?)?;
             vec![Params::new(n)?
-                .u(2, ctx.act(o.x)?.base)?
-                .u(3, ctx.act(o.y)?.base)?
-                .u(4, o.op as usize)?
+                .set(unary::x_base, ctx.act(o.x)?.base)?
+                .set(unary::y_base, ctx.act(o.y)?.base)?
+                .set(unary::op, o.op as usize)?
                 .done(Kernel::Unary)]
         }
         Op::Binary(o) => {
             let y = shape(o.y)?;
             let r = y.rank();
-            let mut p = Params::new(y.numel().unwrap_or(0))?.u(2, ctx.act(o.y)?.base)?.u(3, o.op as usize)?.u(4, r)?;
-            for k in 0..r {
-                p = p.u(5 + k, y.dim(k))?;
-            }
-            p = operand(ctx, p, 11, o.a, &broadcast_strides(&dims(&shape(o.a)?), r))?;
-            p = operand(ctx, p, 24, o.b, &broadcast_strides(&dims(&shape(o.b)?), r))?;
-            vec![p.done(Kernel::Strided)]
+            let p = strided_out(ctx, o.y, o.op as usize)?;
+            let p = operand(ctx, p, OPERAND_A, o.a, &broadcast_strides(&dims(&shape(o.a)?), r))?;
+            vec![operand(ctx, p, OPERAND_B, o.b, &broadcast_strides(&dims(&shape(o.b)?), r))?.done(Kernel::Strided)]
         }
         Op::Softmax(o) => {
             let x = shape(o.x)?;
@@ -82,15 +81,15 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             let table = ctx.info(o.table)?;
             let (vocab, d) = table.shape.as_matrix().ok_or_else(|| GpuError::Model("table shape".into()))?;
             let mut p = Params::new(ids.dim(0) * d)?
-                .u(2, ctx.act(o.ids)?.base)?
-                .u(3, ctx.act(o.y)?.base)?
-                .u(4, ids.dim(0))?
-                .u(5, d)?
-                .u(6, vocab)?
-                .b(7, o.pos.is_some())
-                .w(8, ctx.weight(o.table)?);
+                .set(embedding::ids_base, ctx.act(o.ids)?.base)?
+                .set(embedding::y_base, ctx.act(o.y)?.base)?
+                .set(embedding::tokens, ids.dim(0))?
+                .set(embedding::d, d)?
+                .set(embedding::vocab, vocab)?
+                .set(embedding::has_pos, o.pos.is_some())?
+                .set(embedding::table, ctx.weight(o.table)?)?;
             if let Some(pos) = o.pos {
-                p = p.w(12, ctx.weight(pos)?);
+                p = p.set(embedding::pos, ctx.weight(pos)?)?;
             }
             vec![p.done(Kernel::Embedding)]
         }
@@ -102,51 +101,42 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             let (n, outputs) = (x.dim(a), outer * inner);
             let split = ctx.row_split(outputs, n, inner == 1);
             vec![Params::new(split_per(outputs, split)?)?
-                .u(2, ctx.act(o.x)?.base)?
-                .u(3, ctx.act(o.y)?.base)?
-                .u(4, o.op as usize)?
-                .u(5, n)?
-                .u(6, inner)?
+                .set(reduce::x_base, ctx.act(o.x)?.base)?
+                .set(reduce::y_base, ctx.act(o.y)?.base)?
+                .set(reduce::op, o.op as usize)?
+                .set(reduce::n, n)?
+                .set(reduce::inner, inner)?
                 .done(if split { Kernel::ReduceSplit } else { Kernel::Reduce })]
         }
         Op::Reshape(_) => Vec::new(),
         Op::Transpose(o) => {
             let x = shape(o.x)?;
-            let y = shape(o.y)?;
             let r = x.rank();
             let xs = contiguous_strides(&dims(&x));
             let mut src = [0usize; MAX_RANK];
             for k in 0..r {
                 src[k] = xs[o.perm[k] as usize];
             }
-            let mut p = Params::new(y.numel().unwrap_or(0))?.u(2, ctx.act(o.y)?.base)?.u(3, 100)?.u(4, r)?;
-            for k in 0..r {
-                p = p.u(5 + k, y.dim(k))?;
-            }
-            vec![operand(ctx, p, 11, o.x, &src[..r])?.done(Kernel::Strided)]
+            let p = strided_out(ctx, o.y, STRIDED_COPY)?;
+            vec![operand(ctx, p, OPERAND_A, o.x, &src[..r])?.done(Kernel::Strided)]
         }
         Op::Slice(o) => {
             // The strided copy over `[outer, len, inner]`, reading `x` from the window's start
             // with the window's step, zeros outside `offset..offset + count` (op 101).
             let p = SliceParams::new(&shape(o.x)?, &o).map_err(|e| GpuError::Model(e.to_string()))?;
             let x = ctx.act(o.x)?;
-            let p = Params::new(p.out_len())?
-                .u(2, ctx.act(o.y)?.base)?
-                .u(3, 101)?
-                .u(4, 3)?
-                .u(5, p.outer)?
-                .u(6, p.len)?
-                .u(7, p.inner)?
-                .u(11, 0)?
-                .u(12, x.base + p.start * p.inner)?
-                .u(13, x.stride)?
-                .u(14, p.n * p.inner)?
-                .u(15, p.step * p.inner)?
-                .u(16, 1)?
-                .u(37, 1)?
-                .u(38, p.offset)?
-                .u(39, p.count)?;
-            vec![p.done(Kernel::Strided)]
+            let window = Params::new(p.out_len())?
+                .set(strided::y_base, ctx.act(o.y)?.base)?
+                .set(strided::op, STRIDED_WINDOW)?
+                .set(strided::rank, 3)?
+                .set_all(strided::dims, [p.outer, p.len, p.inner])?
+                .set(strided::a_kind, 0)?
+                .set(strided::a, super::Region { base: x.base + p.start * p.inner, stride: x.stride })?
+                .set_all(strided::a_strides, [p.n * p.inner, p.step * p.inner, 1])?
+                .set(strided::window_axis, 1)?
+                .set(strided::window_first, p.offset)?
+                .set(strided::window_count, p.count)?;
+            vec![window.done(Kernel::Strided)]
         }
         Op::MatMul(o) => {
             let (a, b, y) = (shape(o.a)?, shape(o.b)?, shape(o.y)?);
@@ -158,32 +148,28 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             let batches: usize = y.dims()[..batch_rank].iter().map(|&v| v as usize).product();
             let sa = broadcast_strides(&da[..ra - 2], batch_rank);
             let sb = broadcast_strides(&db[..rb - 2], batch_rank);
-            let a_reg = ctx.act(o.a)?;
-            let mut p = Params::new(batches * m * n)?
-                .region(2, a_reg)?
-                .u(7, ctx.act(o.y)?.base)?
-                .u(8, m)?
-                .u(9, k)?
-                .u(10, n)?
-                .b(11, o.transpose_b)
-                .u(12, batch_rank)?;
-            for ax in 0..batch_rank {
-                p = p.u(13 + ax, y.dim(ax))?.u(19 + ax, sa[ax] * m * k)?.u(25 + ax, sb[ax] * k * n)?;
-            }
-            p = if ctx.info(o.b)?.kind == TensorKind::Weight {
-                p.u(4, 1)?.w(31, ctx.weight(o.b)?)
-            } else {
-                p.region(5, ctx.act(o.b)?)?
-            };
             // Tiled through workgroup memory where the 32 × 32 output tiles fill the device, as
             // dense layers (`Tuning::dense_tile_min_workgroups`), and a tile has rows enough.
             let tiles = batches.saturating_mul(m.div_ceil(32)).saturating_mul(n.div_ceil(32));
-            if m >= super::TILE_MIN_ROWS && ctx.tiles_fill(tiles) {
-                let per = tiles.checked_mul(crate::kernels::WORKGROUP as usize);
-                let per = per.ok_or_else(|| GpuError::Model(format!("a {m}x{k}x{n} product overflows")))?;
-                let mut d = p.u(35, batches * m * n)?.done(Kernel::MatMulTile);
-                d.params[1] = super::word(per)?;
-                vec![d]
+            let tiled = m >= super::TILE_MIN_ROWS && ctx.tiles_fill(tiles);
+            let per = if tiled { tiles.checked_mul(crate::kernels::WORKGROUP as usize) } else { Some(batches * m * n) };
+            let per = per.ok_or_else(|| GpuError::Model(format!("a {m}x{k}x{n} product overflows")))?;
+            let weight = ctx.info(o.b)?.kind == TensorKind::Weight;
+            let mut p = Params::new(per)?
+                .set(matmul::a, ctx.act(o.a)?)?
+                .set(matmul::b_kind, usize::from(weight))?
+                .set(matmul::y_base, ctx.act(o.y)?.base)?
+                .set(matmul::m, m)?
+                .set(matmul::k, k)?
+                .set(matmul::n, n)?
+                .set(matmul::transpose_b, o.transpose_b)?
+                .set(matmul::batch_rank, batch_rank)?
+                .set_all(matmul::dims, (0..batch_rank).map(|ax| y.dim(ax)))?
+                .set_all(matmul::a_strides, (0..batch_rank).map(|ax| sa[ax] * m * k))?
+                .set_all(matmul::b_strides, (0..batch_rank).map(|ax| sb[ax] * k * n))?;
+            p = if weight { p.set(matmul::b_w, ctx.weight(o.b)?)? } else { p.set(matmul::b, ctx.act(o.b)?)? };
+            if tiled {
+                vec![p.set(matmul_tile::y_stride, batches * m * n)?.done(Kernel::MatMulTile)]
             } else {
                 vec![p.done(Kernel::MatMul)]
             }
@@ -200,23 +186,6 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             )
             .map_err(|e| GpuError::Model(e.to_string()))?;
             let (w, b) = ctx.proj(o.proj)?;
-            let vals = [
-                c.c,
-                c.h,
-                c.w,
-                c.o,
-                c.kh,
-                c.kw,
-                c.stride[0],
-                c.stride[1],
-                c.pad[0],
-                c.pad[1],
-                c.dilation[0],
-                c.dilation[1],
-                c.groups,
-                c.oh,
-                c.ow,
-            ];
             // A patchifying convolution (kernel = stride, no padding or dilation, one group,
             // the map divided into whole patches) is a patch gather and a dense layer over the
             // patches, written channels-first: its dot products then split across threads like
@@ -250,13 +219,16 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             } else {
                 c.o * c.oh * c.ow
             };
-            let mut p = Params::new(per)?.u(2, ctx.act(o.x)?.base)?.u(3, ctx.act(o.y)?.base)?;
-            for (i, v) in vals.into_iter().enumerate() {
-                p = p.u(4 + i, v)?;
-            }
-            p = p.b(19, b.is_some()).w(20, w).u(28, o.act as usize)?;
+            let (x, y) = (ctx.act(o.x)?.base, ctx.act(o.y)?.base);
+            let p = Params::new(per)?;
+            let mut p = window(p, x, y, [c.c, c.h, c.w], [c.kh, c.kw], c.stride, c.pad, c.dilation, [c.oh, c.ow])?
+                .set(conv::o, c.o)?
+                .set(conv::groups, c.groups)?
+                .set(conv::has_bias, b.is_some())?
+                .set(conv::weight, w)?
+                .set(conv::activation, o.act as usize)?;
             if let Some(b) = b {
-                p = p.w(24, b);
+                p = p.set(conv::bias, b)?;
             }
             vec![p.done(if tiled {
                 Kernel::Conv2dTile
@@ -268,27 +240,11 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
         }
         Op::Pool2d(o) => {
             let c = Pool2dParams::of(&o, &shape(o.x)?).map_err(|e| GpuError::Model(e.to_string()))?;
-            let vals = [
-                c.c,
-                c.h,
-                c.w,
-                c.kind as usize,
-                c.kh,
-                c.kw,
-                c.stride[0],
-                c.stride[1],
-                c.pad[0],
-                c.pad[1],
-                c.dilation[0],
-                c.dilation[1],
-                usize::from(c.count_include_pad),
-                c.oh,
-                c.ow,
-            ];
-            let mut p = Params::new(c.c * c.oh * c.ow)?.u(2, ctx.act(o.x)?.base)?.u(3, ctx.act(o.y)?.base)?;
-            for (i, v) in vals.into_iter().enumerate() {
-                p = p.u(4 + i, v)?;
-            }
+            let (x, y) = (ctx.act(o.x)?.base, ctx.act(o.y)?.base);
+            let p = Params::new(c.c * c.oh * c.ow)?;
+            let p = window(p, x, y, [c.c, c.h, c.w], [c.kh, c.kw], c.stride, c.pad, c.dilation, [c.oh, c.ow])?
+                .set(pool::kind, c.kind as usize)?
+                .set(pool::count_include_pad, c.count_include_pad)?;
             vec![p.done(Kernel::Pool2d)]
         }
         Op::Lstm(o) => {
@@ -349,13 +305,12 @@ pub(super) fn slice_add_epilogue(
     node: u32,
     op: &Op,
     dispatches: &mut [Dispatch],
-    uses: &std::collections::HashMap<TensorId, u32>,
 ) -> Result<usize, GpuError> {
     let (Op::Slice(s), [d]) = (op, dispatches) else { return Ok(0) };
-    if d.kernel != Kernel::Strided || d.params[3] != 101 {
+    if d.kernel != Kernel::Strided || d.get(strided::op) != STRIDED_WINDOW {
         return Ok(0);
     }
-    let Some((next, fed, b, other)) = super::add_after(ctx, node, s.y, uses)? else { return Ok(0) };
+    let Some((next, fed, b, other)) = super::add_after(ctx, node, s.y)? else { return Ok(0) };
     let (ft, ot, bt) = (ctx.info(fed)?, ctx.info(other)?, ctx.info(b.y)?);
     let numel = ft.shape.numel();
     if ot.shape.numel() != numel || bt.shape.numel() != numel {
@@ -368,23 +323,78 @@ pub(super) fn slice_add_epilogue(
     }
     // The dispatch's output view is [outer, len, inner]; the operand, as many elements, is read
     // with that view's contiguous strides.
-    let view = [d.params[5] as usize, d.params[6] as usize, d.params[7] as usize];
-    let p = operand(ctx, Params(d.params), 24, other, &contiguous_strides(&view))?.u(2, y.base)?.u(40, 1)?;
-    *d = p.done(Kernel::Strided);
+    let view = [0, 1, 2].map(|i| d.get(strided::dims.at(i)));
+    let p = operand(ctx, d.edit(), OPERAND_B, other, &contiguous_strides(&view))?;
+    *d = p.reset(strided::y_base, y.base)?.set(strided::window_add, true)?.done(Kernel::Strided);
     Ok((next - node) as usize)
 }
 
-/// Writes an operand block (see `operand` in `elementwise.wgsl`) at word `o`.
-fn operand(ctx: &Ctx<'_, '_>, mut p: Params, o: usize, id: u32, strides: &[usize]) -> Result<Params, GpuError> {
-    for (k, &s) in strides.iter().enumerate() {
-        p = p.u(o + 3 + k, s)?;
-    }
+/// The `strided` op codes past the binary ops: a copy of operand a (a transpose), and a window
+/// of operand a (a slice).
+const STRIDED_COPY: usize = 100;
+const STRIDED_WINDOW: usize = 101;
+
+/// A `strided` block writing tensor `y` (its dims the output axes) with `op`.
+fn strided_out(ctx: &Ctx<'_, '_>, y: TensorId, op: usize) -> Result<Params, GpuError> {
+    let shape = ctx.info(y)?.shape;
+    Params::new(shape.numel().unwrap_or(0))?
+        .set(strided::y_base, ctx.act(y)?.base)?
+        .set(strided::op, op)?
+        .set(strided::rank, shape.rank())?
+        .set_all(strided::dims, (0..shape.rank()).map(|k| shape.dim(k)))
+}
+
+/// The fields of one operand of the `strided` kernel (`operand` in `elementwise.wgsl`).
+struct Operand {
+    kind: Field<usize>,
+    act: Field<super::Region>,
+    strides: Field<usize>,
+    weight: Field<super::Wd>,
+}
+
+const OPERAND_A: Operand =
+    Operand { kind: strided::a_kind, act: strided::a, strides: strided::a_strides, weight: strided::a_w };
+const OPERAND_B: Operand =
+    Operand { kind: strided::b_kind, act: strided::b, strides: strided::b_strides, weight: strided::b_w };
+
+/// Sets operand `o`: tensor `id` read with `strides` per output axis.
+fn operand(ctx: &Ctx<'_, '_>, p: Params, o: Operand, id: u32, strides: &[usize]) -> Result<Params, GpuError> {
+    let p = p.set_all(o.strides, strides.iter().copied())?;
     if ctx.info(id)?.kind == TensorKind::Weight {
-        Ok(p.u(o, 1)?.w(o + 9, ctx.weight(id)?))
+        p.set(o.kind, 1)?.set(o.weight, ctx.weight(id)?)
     } else {
-        let r: Region = ctx.act(id)?;
-        p.u(o + 1, r.base)?.u(o + 2, r.stride)
+        p.set(o.kind, 0)?.set(o.act, ctx.act(id)?)
     }
+}
+
+/// Sets the window fields convolution and pooling share.
+#[allow(clippy::too_many_arguments)]
+fn window(
+    p: Params,
+    x_base: usize,
+    y_base: usize,
+    chw: [usize; 3],
+    k: [usize; 2],
+    s: [usize; 2],
+    pad: [usize; 4],
+    dl: [usize; 2],
+    out: [usize; 2],
+) -> Result<Params, GpuError> {
+    p.set(window::x_base, x_base)?
+        .set(window::y_base, y_base)?
+        .set(window::c, chw[0])?
+        .set(window::h, chw[1])?
+        .set(window::w, chw[2])?
+        .set(window::kh, k[0])?
+        .set(window::kw, k[1])?
+        .set(window::sh, s[0])?
+        .set(window::sw, s[1])?
+        .set(window::pad_top, pad[0])?
+        .set(window::pad_left, pad[1])?
+        .set(window::dh, dl[0])?
+        .set(window::dw, dl[1])?
+        .set(window::oh, out[0])?
+        .set(window::ow, out[1])
 }
 
 fn rnn_lookup(op: &Op) -> kestrel_cpu::error::ShapeError {
@@ -410,24 +420,24 @@ fn rnn(
     let project = ctx.dense(ctx.act(x)?, p.t, dirs * g, (ctx.weight(w)?, None), 0, xw, None)?;
     let yr = ctx.act(y)?;
     let mut q = Params::new(dirs * crate::kernels::WORKGROUP as usize)?
-        .region(2, xw)?
-        .region(4, yr)?
-        .region(6, state)?
-        .u(8, p.t)?
-        .u(9, h)?
-        .u(10, dirs)?
-        .u(11, usize::from(p.cell == RnnCell::Gru))?
-        .u(12, p.direction as usize)?
-        .u(13, p.output as usize)?
-        .b(14, h0.is_some())
-        .b(15, c0.is_some())
-        .w(16, ctx.weight(r)?)
-        .w(20, ctx.weight(b)?);
+        .set(rnn::xw, xw)?
+        .set(rnn::y, yr)?
+        .set(rnn::state, state)?
+        .set(rnn::t, p.t)?
+        .set(rnn::hidden, h)?
+        .set(rnn::dirs, dirs)?
+        .set(rnn::cell, usize::from(p.cell == RnnCell::Gru))?
+        .set(rnn::direction, p.direction as usize)?
+        .set(rnn::output, p.output as usize)?
+        .set(rnn::has_h0, h0.is_some())?
+        .set(rnn::has_c0, c0.is_some())?
+        .set(rnn::r, ctx.weight(r)?)?
+        .set(rnn::bias, ctx.weight(b)?)?;
     if let Some(h0) = h0 {
-        q = q.w(24, ctx.weight(h0)?);
+        q = q.set(rnn::h0, ctx.weight(h0)?)?;
     }
     if let Some(c0) = c0 {
-        q = q.w(28, ctx.weight(c0)?);
+        q = q.set(rnn::c0, ctx.weight(c0)?)?;
     }
     Ok(vec![project, q.done(Kernel::Rnn)])
 }

@@ -4,6 +4,10 @@
 
 use super::{Ctx, Dispatch, Params, Region};
 use crate::kernels::Kernel;
+use crate::params::{
+    aft, aft_bias, aft_conv, aft_full, aft_local, align_tokens, attend, exp_keys, exp_values, ff_pool, ff_scale_rows,
+    ff_scores,
+};
 use crate::GpuError;
 use kestrel_format::ops::{AftBias, AttentionVariant, Op};
 
@@ -18,11 +22,14 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
     let x_id = op.main_input();
     let xs = ctx.info(x_id)?.shape;
     // `[T, d]`; attention also takes `[G, T, d]`, G sequences per sample (no mask then).
-    let (groups, t, d) = match (op, xs.rank()) {
-        (_, 2) => (1, xs.dim(0), xs.dim(1)),
-        (Op::Attention(_), 3) => (xs.dim(0), xs.dim(1), xs.dim(2)),
-        _ => return Err(GpuError::Model(format!("node {node}: mechanism input must be [T, d]"))),
+    let shape_err = || GpuError::Model(format!("node {node}: mechanism input must be [T, d]"));
+    let (groups, t, d) = match xs.rank() {
+        2 => (1, xs.dim(0), xs.dim(1)),
+        3 => (xs.dim(0), xs.dim(1), xs.dim(2)),
+        _ => return Err(shape_err()),
     };
+    // Every mechanism but attention takes `[T, d]` only.
+    let one_sequence = || if xs.rank() == 2 { Ok(()) } else { Err(shape_err()) };
     let td = t * d;
     let x = ctx.act(x_id)?;
     let y = ctx.act(op.output())?;
@@ -52,15 +59,15 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                     let r = ctx.scratch(gtd);
                     let (aw, ab) = ctx.proj(a)?;
                     let mut p = Params::new(gtd)?
-                        .u(2, x.base)?
-                        .u(3, r.base)?
-                        .u(4, t)?
-                        .u(5, d)?
-                        .b(6, o.causal)
-                        .b(7, ab.is_some())
-                        .w(8, aw);
+                        .set(align_tokens::x_base, x.base)?
+                        .set(align_tokens::v_base, r.base)?
+                        .set(align_tokens::t, t)?
+                        .set(align_tokens::d, d)?
+                        .set(align_tokens::causal, o.causal)?
+                        .set(align_tokens::has_bias, ab.is_some())?
+                        .set(align_tokens::a, aw)?;
                     if let Some(ab) = ab {
-                        p = p.w(12, ab);
+                        p = p.set(align_tokens::bias, ab)?;
                     }
                     v.push(p.done(Kernel::AlignTokens));
                     r
@@ -90,105 +97,91 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 (blocks * crate::kernels::WORKGROUP as usize, Kernel::Attend)
             };
             let mut p = Params::new(groups * per)?
-                .region(2, seq(q))?
-                .region(4, seq(k))?
-                .region(6, seq(val))?
-                .region(8, seq(heads_out))?
-                .u(10, t)?
-                .u(11, d)?
-                .u(12, o.heads as usize)?
-                .b(13, o.causal)
-                .f(14, o.scale)
-                .u(19, groups)?;
+                .set(attend::q, seq(q))?
+                .set(attend::k, seq(k))?
+                .set(attend::v, seq(val))?
+                .set(attend::o, seq(heads_out))?
+                .set(attend::t, t)?
+                .set(attend::d, d)?
+                .set(attend::heads, o.heads as usize)?
+                .set(attend::causal, o.causal)?
+                .set(attend::scale, o.scale)?
+                .set(attend::has_mask, o.mask.is_some())?
+                .set(attend::groups, groups)?;
             if let Some(m) = o.mask {
                 // `[T]` or `[T, T]` per sample (the loader checked the shape).
                 let mr = ctx.act(m)?;
-                p = p.b(15, true).region(16, mr)?.b(18, mr.stride != t);
+                p = p.set(attend::mask, mr)?.set(attend::mask_rows, mr.stride != t)?;
             }
             v.push(p.done(kernel));
             v.push(ctx.dense(heads_out, rows, d, ctx.proj(o.o)?, 0, y, None)?);
         }
         Op::AftFull(o) => {
+            one_sequence()?;
             let (q, e, ev) = project_exp(ctx, &mut v, x, t, d, d, (o.q, o.k, o.v))?;
-            let mut p = Params::new(td)?.u(2, q.base)?.u(3, e.base)?.u(4, ev.base)?.u(5, td)?.u(6, t)?.u(7, d)?;
-            p = p.b(8, o.causal);
-            p = match o.bias {
-                AftBias::Full(w) => p.w(12, ctx.weight(w)?),
+            let p = aft_core(td, (q, e, ev), t, d, o.causal)?;
+            let p = match o.bias {
+                AftBias::Full(w) => p.set(aft_full::scratch_bias, false)?.set(aft_full::w, ctx.weight(w)?)?,
                 AftBias::Factorised { u, v: vv } => {
                     // u vᵀ once per run into shared scratch; the core then reads it like a full bias.
                     let rank = ctx.info(u)?.shape.as_matrix().map(|m| m.1).unwrap_or(0);
                     let bias = ctx.scratch_shared(t * t);
                     v.push(
                         Params::new(t * t)?
-                            .u(2, bias)?
-                            .u(3, t)?
-                            .u(4, rank)?
-                            .w(12, ctx.weight(u)?)
-                            .w(16, ctx.weight(vv)?)
+                            .set(aft_bias::bias_base, bias)?
+                            .set(aft_bias::t, t)?
+                            .set(aft_bias::rank, rank)?
+                            .set(aft_bias::u, ctx.weight(u)?)?
+                            .set(aft_bias::v, ctx.weight(vv)?)?
                             .done(Kernel::AftBias),
                     );
-                    p.b(9, true).u(11, bias)?
+                    p.set(aft_full::scratch_bias, true)?.set(aft_full::bias_base, bias)?
                 }
             };
             v.push(p.done(Kernel::AftFull));
             v.push(ctx.dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
         }
         Op::AftLocal(o) => {
+            one_sequence()?;
             let (q, e, ev) = project_exp(ctx, &mut v, x, t, d, d, (o.q, o.k, o.v))?;
-            v.push(
-                Params::new(td)?
-                    .u(2, q.base)?
-                    .u(3, e.base)?
-                    .u(4, ev.base)?
-                    .u(5, td)?
-                    .u(6, t)?
-                    .u(7, d)?
-                    .b(8, o.causal)
-                    .u(9, o.window as usize)?
-                    .w(12, ctx.weight(o.w)?)
-                    .done(Kernel::AftLocal),
-            );
+            let p = aft_core(td, (q, e, ev), t, d, o.causal)?;
+            let p = p.set(aft_local::window, o.window as usize)?.set(aft_local::w, ctx.weight(o.w)?)?;
+            v.push(p.done(Kernel::AftLocal));
             v.push(ctx.dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
         }
         Op::AftSimple(o) => {
+            one_sequence()?;
             let (q, k, val) = (ctx.scratch(td), ctx.scratch(td), ctx.scratch(td));
             v.push(ctx.dense(x, t, d, ctx.proj(o.q)?, 0, q, None)?);
             v.push(ctx.dense(x, t, d, ctx.proj(o.k)?, 0, k, None)?);
             v.push(ctx.dense(x, t, d, ctx.proj(o.v)?, 0, val, None)?);
             // One workgroup per (sample, channel).
-            v.push(
-                Params::new(d * crate::kernels::WORKGROUP as usize)?
-                    .u(2, q.base)?
-                    .u(3, k.base)?
-                    .u(4, val.base)?
-                    .u(5, td)?
-                    .u(6, t)?
-                    .u(7, d)?
-                    .b(8, o.causal)
-                    .done(Kernel::AftSimple),
-            );
+            let p = aft_core(d * crate::kernels::WORKGROUP as usize, (q, k, val), t, d, o.causal)?;
+            v.push(p.done(Kernel::AftSimple));
             v.push(ctx.dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
         }
         Op::AftConv(o) => {
+            one_sequence()?;
             let h = o.heads as usize;
             let (q, e, ev) = project_exp(ctx, &mut v, x, t, d, h, (o.q, o.k, o.v))?;
             v.push(
                 Params::new(td)?
-                    .u(2, q.base)?
-                    .u(3, e.base)?
-                    .u(4, ev.base)?
-                    .u(5, t)?
-                    .u(6, d)?
-                    .u(7, h)?
-                    .u(8, o.kernel as usize)?
-                    .u(9, o.grid[0] as usize)?
-                    .u(10, o.grid[1] as usize)?
-                    .w(12, ctx.weight(o.w)?)
+                    .set(aft_conv::q_base, q.base)?
+                    .set(aft_conv::e_base, e.base)?
+                    .set(aft_conv::ev_base, ev.base)?
+                    .set(aft_conv::t, t)?
+                    .set(aft_conv::d, d)?
+                    .set(aft_conv::heads, h)?
+                    .set(aft_conv::kernel, o.kernel as usize)?
+                    .set(aft_conv::grid_h, o.grid[0] as usize)?
+                    .set(aft_conv::grid_w, o.grid[1] as usize)?
+                    .set(aft_conv::w, ctx.weight(o.w)?)?
                     .done(Kernel::AftConv),
             );
             v.push(ctx.dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
         }
         Op::Fastformer(o) => {
+            one_sequence()?;
             let h = o.heads as usize;
             let (q, k, val) = (ctx.scratch(td), ctx.scratch(td), ctx.scratch(td));
             let alpha = ctx.scratch(h * t);
@@ -199,27 +192,33 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             for (rows, score, g, target) in [(q, o.wqa, g1, k), (k, o.wka, g2, val)] {
                 v.push(
                     Params::new(h * t)?
-                        .region(2, rows)?
-                        .u(4, alpha.base)?
-                        .u(5, t)?
-                        .u(6, d)?
-                        .u(7, h)?
-                        .f(8, o.scale)
-                        .w(12, ctx.weight(score)?)
+                        .set(ff_scores::rows, rows)?
+                        .set(ff_scores::alpha_base, alpha.base)?
+                        .set(ff_scores::t, t)?
+                        .set(ff_scores::d, d)?
+                        .set(ff_scores::heads, h)?
+                        .set(ff_scores::scale, o.scale)?
+                        .set(ff_scores::w, ctx.weight(score)?)?
                         .done(Kernel::FfScores),
                 );
                 v.push(ctx.softmax(alpha.base, alpha.base, h, t)?);
                 v.push(
                     Params::new(d)?
-                        .region(2, rows)?
-                        .u(4, alpha.base)?
-                        .u(5, g.base)?
-                        .u(6, t)?
-                        .u(7, d)?
-                        .u(8, h)?
+                        .set(ff_pool::rows, rows)?
+                        .set(ff_pool::alpha_base, alpha.base)?
+                        .set(ff_pool::out_base, g.base)?
+                        .set(ff_pool::t, t)?
+                        .set(ff_pool::d, d)?
+                        .set(ff_pool::heads, h)?
                         .done(Kernel::FfPool),
                 );
-                v.push(Params::new(td)?.region(2, target)?.u(4, g.base)?.u(5, d)?.done(Kernel::FfScaleRows));
+                v.push(
+                    Params::new(td)?
+                        .set(ff_scale_rows::rows, target)?
+                        .set(ff_scale_rows::vec_base, g.base)?
+                        .set(ff_scale_rows::d, d)?
+                        .done(Kernel::FfScaleRows),
+                );
             }
             v.push(ctx.dense(val, t, d, ctx.proj(o.r)?, 0, y, Some(q))?);
         }
@@ -249,6 +248,24 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
     Ok(v)
 }
 
+/// An AFT core's block (`per` threads per sample) over Q, K and V (or E and E ⊙ V), each `[t, d]`.
+fn aft_core(
+    per: usize,
+    (q, k, v): (Region, Region, Region),
+    t: usize,
+    d: usize,
+    causal: bool,
+) -> Result<Params, GpuError> {
+    Params::new(per)?
+        .set(aft::q_base, q.base)?
+        .set(aft::k_base, k.base)?
+        .set(aft::v_base, v.base)?
+        .set(aft::stride, t * d)?
+        .set(aft::t, t)?
+        .set(aft::d, d)?
+        .set(aft::causal, causal)
+}
+
 /// Q, K (`kcols` channels) and V projections into scratch, then V ← exp(K − max) ⊙ V and
 /// K ← exp(K − max). Returns (Q, E, E ⊙ V).
 #[allow(clippy::type_complexity)]
@@ -265,7 +282,21 @@ fn project_exp(
     v.push(ctx.dense(x, t, d, ctx.proj(pq)?, 0, q, None)?);
     v.push(ctx.dense(x, t, kcols, ctx.proj(pk)?, 0, e, None)?);
     v.push(ctx.dense(x, t, d, ctx.proj(pv)?, 0, ev, None)?);
-    v.push(Params::new(d)?.region(2, e)?.region(4, ev)?.u(6, t)?.u(7, d)?.u(8, kcols)?.done(Kernel::ExpValues));
-    v.push(Params::new(kcols)?.region(2, e)?.u(4, t)?.u(5, kcols)?.done(Kernel::ExpKeys));
+    v.push(
+        Params::new(d)?
+            .set(exp_values::k, e)?
+            .set(exp_values::v, ev)?
+            .set(exp_values::t, t)?
+            .set(exp_values::d, d)?
+            .set(exp_values::kcols, kcols)?
+            .done(Kernel::ExpValues),
+    );
+    v.push(
+        Params::new(kcols)?
+            .set(exp_keys::k, e)?
+            .set(exp_keys::t, t)?
+            .set(exp_keys::kcols, kcols)?
+            .done(Kernel::ExpKeys),
+    );
     Ok((q, e, ev))
 }

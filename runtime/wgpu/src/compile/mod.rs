@@ -11,57 +11,43 @@ mod mechanisms;
 mod prologue;
 
 use crate::kernels::{DenseInput, Kernel, PARAM_WORDS, WORKGROUP};
+pub(crate) use crate::params::Params;
+use crate::params::{dense, dense_patch, patch_gather, softmax, Field, Value, PER};
 use crate::GpuError;
 use crate::Tuning;
 use kestrel_format::ops::{Op, Proj, TensorId};
 use kestrel_format::{DType, KesFile, TensorInfo, TensorKind};
 
 /// One compute dispatch: `batch · per` threads of `kernel` with its parameter block
-/// (word 0, the batch, is written at run time).
+/// (word 0, the batch, is written at run time), built by name ([`Params`]).
 #[derive(Clone, Debug)]
 pub(crate) struct Dispatch {
     pub kernel: Kernel,
     pub params: [u32; PARAM_WORDS],
+    /// The words and layouts set ([`Params`]'s debug checks, kept for later edits).
+    set: u64,
+    layouts: u64,
 }
 
 impl Dispatch {
+    pub(crate) fn new(kernel: Kernel, params: [u32; PARAM_WORDS], set: u64, layouts: u64) -> Self {
+        Self { kernel, params, set, layouts }
+    }
+
     /// Threads per sample.
     pub fn per(&self) -> u32 {
-        self.params[1]
+        self.params[PER]
     }
-}
 
-/// Builder of one dispatch's parameter block.
-pub(crate) struct Params([u32; PARAM_WORDS]);
+    /// A field of its block (of its kernel's layout).
+    pub fn get<T: Value>(&self, f: Field<T>) -> T {
+        debug_assert!(self.kernel.layout().chain().any(|l| l == f.info().layout), "{:?}: {:?}", self.kernel, f.info());
+        crate::params::get(&self.params, f)
+    }
 
-impl Params {
-    /// A block with `per` threads per sample.
-    pub fn new(per: usize) -> Result<Self, GpuError> {
-        let mut p = [0u32; PARAM_WORDS];
-        p[1] = word(per)?;
-        Ok(Self(p))
-    }
-    pub fn u(mut self, i: usize, v: usize) -> Result<Self, GpuError> {
-        self.0[i] = word(v)?;
-        Ok(self)
-    }
-    pub fn b(mut self, i: usize, v: bool) -> Self {
-        self.0[i] = u32::from(v);
-        self
-    }
-    pub fn f(mut self, i: usize, v: f32) -> Self {
-        self.0[i] = v.to_bits();
-        self
-    }
-    pub fn w(mut self, i: usize, w: Wd) -> Self {
-        self.0[i..i + 4].copy_from_slice(&[w.dt, w.off, w.soff, w.cols]);
-        self
-    }
-    pub fn region(self, i: usize, r: Region) -> Result<Self, GpuError> {
-        self.u(i, r.base)?.u(i + 1, r.stride)
-    }
-    pub fn done(self, kernel: Kernel) -> Dispatch {
-        Dispatch { kernel, params: self.0 }
+    /// Its block, to change and finish again.
+    pub fn edit(&self) -> Params {
+        Params::of(self.params, self.set, self.layouts)
     }
 }
 
@@ -81,7 +67,7 @@ pub(crate) struct Wd {
 }
 
 /// A batch-strided f32 region of the arena: sample s starts at word `base + s·stride`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Region {
     pub base: usize,
     pub stride: usize,
@@ -97,9 +83,16 @@ pub(crate) struct Ctx<'f, 'a> {
     pub scratch_words: usize,
     /// The device's kernel-choice thresholds.
     pub tuning: Tuning,
+    /// How many ops read each tensor, graph outputs counted as one more read.
+    uses: std::collections::HashMap<TensorId, u32>,
 }
 
 impl<'f, 'a> Ctx<'f, 'a> {
+    /// Whether exactly one op reads tensor `t` (and it is no graph output).
+    pub fn read_once(&self, t: TensorId) -> bool {
+        self.uses.get(&t) == Some(&1)
+    }
+
     pub fn info(&self, id: TensorId) -> Result<TensorInfo<'a>, GpuError> {
         self.file.tensor(id).map_err(|e| GpuError::Model(e.to_string()))
     }
@@ -165,8 +158,8 @@ pub(crate) fn compile(
     acts_words: usize,
     tuning: Tuning,
 ) -> Result<(Lowered, usize), GpuError> {
-    let mut ctx = Ctx { file, cap, scratch_base: acts_words, scratch_used: 0, scratch_words: 0, tuning };
     let uses = use_counts(file)?;
+    let mut ctx = Ctx { file, cap, scratch_base: acts_words, scratch_used: 0, scratch_words: 0, tuning, uses };
     let mut nodes: Lowered = Vec::new();
     // Nodes after this one whose work the last lowered node took over (the Add of a residual
     // epilogue, and a reshape before it): they dispatch nothing.
@@ -184,16 +177,16 @@ pub(crate) fn compile(
         } else {
             layers::compile(&mut ctx, node, &op)?
         };
-        let ln = prologue::norm_prologue(&ctx, &nodes, &op, &mut d, &uses)?;
+        let ln = prologue::norm_prologue(&ctx, &nodes, &op, &mut d)?;
         if let Some(at) = ln {
             nodes[at].1.clear();
         }
-        if let Some(at) = prologue::row_slice_view(&ctx, &nodes, ln, &op, &mut d, &uses)? {
+        if let Some(at) = prologue::row_slice_view(&ctx, &nodes, ln, &op, &mut d)? {
             nodes[at].1.clear();
         }
-        absorbed = residual_epilogue(&ctx, node, &op, &mut d, &uses)?;
+        absorbed = residual_epilogue(&ctx, node, &op, &mut d)?;
         if absorbed == 0 {
-            absorbed = layers::slice_add_epilogue(&ctx, node, &op, &mut d, &uses)?;
+            absorbed = layers::slice_add_epilogue(&ctx, node, &op, &mut d)?;
         }
         nodes.push((op, d));
     }
@@ -213,13 +206,9 @@ fn use_counts(file: &KesFile<'_>) -> Result<std::collections::HashMap<TensorId, 
     Ok(uses)
 }
 
-/// The weight descriptors of a dense dispatch's parts (P16 and, with parts, P24 and P32).
+/// The weight descriptors of a dense dispatch's parts.
 fn dense_wds(d: &Dispatch) -> impl Iterator<Item = Wd> + '_ {
-    let parts = (d.params[41] as usize).max(1);
-    (0..parts).map(move |p| {
-        let w = &d.params[16 + 8 * p..20 + 8 * p];
-        Wd { dt: w[0], off: w[1], soff: w[2], cols: w[3] }
-    })
+    (0..d.get(dense::parts).max(1)).map(move |p| d.get(dense::w.at(p)))
 }
 
 /// The element-wise `Add` that reads `out` (node `node`'s output) as its only reader, in the next
@@ -230,16 +219,15 @@ pub(crate) fn add_after(
     ctx: &Ctx<'_, '_>,
     node: u32,
     out: TensorId,
-    uses: &std::collections::HashMap<TensorId, u32>,
 ) -> Result<Option<(u32, TensorId, kestrel_format::ops::Binary, TensorId)>, GpuError> {
     let op_err = |e: kestrel_format::Error| GpuError::Model(e.to_string());
     let n = ctx.file.op_count();
     let (mut next, mut fed) = (node + 1, out);
-    if uses.get(&out) != Some(&1) || next >= n {
+    if !ctx.read_once(out) || next >= n {
         return Ok(None);
     }
     if let Op::Reshape(r) = ctx.file.op(next).map_err(op_err)? {
-        if r.x != out || uses.get(&r.y) != Some(&1) {
+        if r.x != out || !ctx.read_once(r.y) {
             return Ok(None);
         }
         (next, fed) = (next + 1, r.y);
@@ -280,39 +268,29 @@ pub(crate) fn overlaps(a: Region, b: Region, cap: usize) -> bool {
 /// it: the Add's output must not overlap the dense input, which other threads still read, and may
 /// overlap `r` only exactly, each output reading its own addend before writing it; the memory
 /// planner keeps a Dense's input live through such an Add for this).
-fn residual_epilogue(
-    ctx: &Ctx<'_, '_>,
-    node: u32,
-    op: &Op,
-    dispatches: &mut [Dispatch],
-    uses: &std::collections::HashMap<TensorId, u32>,
-) -> Result<usize, GpuError> {
+fn residual_epilogue(ctx: &Ctx<'_, '_>, node: u32, op: &Op, dispatches: &mut [Dispatch]) -> Result<usize, GpuError> {
     let Some(last) = dispatches.last_mut() else { return Ok(0) };
     let dense = last.kernel.dense_input().is_some();
     let out = op.output();
-    if !dense || last.params[10] != 0 || last.params[15] != 0 || uses.get(&out) != Some(&1) {
+    if !dense || last.get(dense::has_add) || last.get(dense::transposed) || !ctx.read_once(out) {
         return Ok(0);
     }
     let written = ctx.act(out)?;
-    if last.params[4] as usize != written.base || last.params[5] as usize != written.stride {
+    if last.get(dense::y) != written {
         return Ok(0);
     }
-    let Some((next, fed, b, other)) = add_after(ctx, node, out, uses)? else { return Ok(0) };
+    let Some((next, fed, b, other)) = add_after(ctx, node, out)? else { return Ok(0) };
     let (ft, ot, bt) = (ctx.info(fed)?, ctx.info(other)?, ctx.info(b.y)?);
     let same = |t: &TensorInfo<'_>| t.shape.numel() == ft.shape.numel() && t.shape.dims() == ft.shape.dims();
     if ot.kind != TensorKind::Activation || !same(&ot) || !same(&bt) {
         return Ok(0);
     }
-    let x = Region { base: last.params[2] as usize, stride: last.params[3] as usize };
+    let x = last.get(dense::x);
     let (r, y) = (ctx.act(other)?, ctx.act(b.y)?);
     if !fused_add_fits(y, x, Some(r), ctx.cap) {
         return Ok(0);
     }
-    last.params[4] = word(y.base)?;
-    last.params[5] = word(y.stride)?;
-    last.params[10] = 1;
-    last.params[11] = word(r.base)?;
-    last.params[12] = word(r.stride)?;
+    *last = last.edit().reset(dense::y, y)?.reset(dense::has_add, true)?.set(dense::add, r)?.done(last.kernel);
     Ok((next - node) as usize)
 }
 
@@ -399,11 +377,12 @@ impl Ctx<'_, '_> {
         if !merged {
             return separate();
         }
-        let mut p = Params(d.params).u(40, spacing)?.u(41, parts.len())?.u(42, out)?;
+        let mut p =
+            d.edit().set(dense::part_gap, spacing)?.set(dense::parts, parts.len())?.set(dense::part_out, out)?;
         for (i, &((w, b), _)) in parts.iter().enumerate().skip(1) {
-            p = p.w(16 + 8 * i, w);
+            p = p.set(dense::w.at(i), w)?;
             if let Some(b) = b {
-                p = p.w(20 + 8 * i, b);
+                p = p.set(dense::b.at(i), b)?;
             }
         }
         Ok(vec![p.done(d.kernel)])
@@ -428,21 +407,26 @@ impl Ctx<'_, '_> {
         let t = (h / p) * (w / p);
         let direct = self.dense(x, t, out, proj, act, y, None)?;
         if let (Some(kernel), true) = (direct.kernel.reading(DenseInput::Patches), p.is_multiple_of(4)) {
-            let d = Params(direct.params).b(15, transposed).u(44, h * w)?.u(45, w)?.u(46, p)?.u(47, w / p)?;
+            let d = direct
+                .edit()
+                .reset(dense::transposed, transposed)?
+                .set(dense_patch::map_hw, h * w)?
+                .set(dense_patch::map_w, w)?
+                .set(dense_patch::p, p)?
+                .set(dense_patch::grid_w, w / p)?;
             return Ok(vec![d.done(kernel)]);
         }
         let patches = self.scratch(t * c * p * p);
         let gather = Params::new(c * h * w)?
-            .u(2, x.base)?
-            .u(3, patches.base)?
-            .u(4, c)?
-            .u(5, h)?
-            .u(6, w)?
-            .u(7, p)?
+            .set(patch_gather::x_base, x.base)?
+            .set(patch_gather::y_base, patches.base)?
+            .set(patch_gather::c, c)?
+            .set(patch_gather::h, h)?
+            .set(patch_gather::w, w)?
+            .set(patch_gather::p, p)?
             .done(Kernel::PatchGather);
-        let mut dense = self.dense(patches, t, out, proj, act, y, None)?;
-        dense.params[15] = u32::from(transposed);
-        Ok(vec![gather, dense])
+        let d = self.dense(patches, t, out, proj, act, y, None)?;
+        Ok(vec![gather, d.edit().reset(dense::transposed, transposed)?.done(d.kernel)])
     }
 
     /// Whether a row-wise op runs a workgroup per row ([`row_split`] under this tuning).
@@ -454,11 +438,11 @@ impl Ctx<'_, '_> {
     /// equal): [`row_split`] picks the kernel.
     pub fn softmax(&self, x_base: usize, y_base: usize, rows: usize, n: usize) -> Result<Dispatch, GpuError> {
         let split = self.row_split(rows, n, true);
-        Ok(Params::new(split_per(rows, split)?)?.u(2, x_base)?.u(3, y_base)?.u(4, n)?.done(if split {
-            Kernel::SoftmaxSplit
-        } else {
-            Kernel::Softmax
-        }))
+        let p = Params::new(split_per(rows, split)?)?
+            .set(softmax::x_base, x_base)?
+            .set(softmax::y_base, y_base)?
+            .set(softmax::n, n)?;
+        Ok(p.done(if split { Kernel::SoftmaxSplit } else { Kernel::Softmax }))
     }
 }
 
@@ -499,21 +483,24 @@ fn dense(
     let per = per
         .ok_or_else(|| GpuError::Model(format!("a dense layer of {rows} rows x {out} outputs ({form:?}) overflows")))?;
     let mut p = Params::new(per)?
-        .region(2, x)?
-        .region(4, y)?
-        .u(6, inp)?
-        .u(7, out)?
-        .u(8, act as usize)?
-        .b(9, b.is_some())
-        .u(13, lanes)?
-        .w(16, w);
+        .set(dense::x, x)?
+        .set(dense::y, y)?
+        .set(dense::inp, inp)?
+        .set(dense::out, out)?
+        .set(dense::activation, act as usize)?
+        .set(dense::has_bias, b.is_some())?
+        .set(dense::has_add, add.is_some())?
+        .set(dense::lanes, lanes)?
+        .set(dense::rows, rows)?
+        .set(dense::transposed, false)?
+        .set(dense::w.at(0), w)?;
     if let Some(b) = b {
-        p = p.w(20, b);
+        p = p.set(dense::b.at(0), b)?;
     }
     if let Some(a) = add {
-        p = p.b(10, true).region(11, a)?;
+        p = p.set(dense::add, a)?;
     }
-    Ok(p.u(14, rows)?.done(kernel))
+    Ok(p.done(kernel))
 }
 
 /// Whether a weight matrix's rows start on whole words for its encoding (f16: even, int8:

@@ -2,8 +2,9 @@
 //! produced them dispatches nothing: a plain LayerNorm normalised as its rows are read (the norm
 //! prologue) and a whole-row slice read at its window (a row-slice view).
 
-use super::{dense_wds, overlaps, word_aligned, Ctx, Dispatch, GpuError, Lowered, Params, Region};
+use super::{dense_wds, overlaps, word_aligned, Ctx, Dispatch, GpuError, Lowered, Region};
 use crate::kernels::{DenseInput, Kernel};
+use crate::params::{dense, dense_ln};
 use kestrel_format::ops::{Op, TensorId};
 
 /// The norm prologue: a LayerNorm over the last axis whose output only `op` reads (directly, or
@@ -20,25 +21,24 @@ pub(super) fn norm_prologue(
     nodes: &Lowered,
     op: &Op,
     dispatches: &mut [Dispatch],
-    uses: &std::collections::HashMap<TensorId, u32>,
 ) -> Result<Option<usize>, GpuError> {
     use kestrel_format::ops::NormAxis;
     let x_id = op.main_input();
-    let once = |t: TensorId| uses.get(&t) == Some(&1);
+    let once = |t: TensorId| ctx.read_once(t);
     if !projections_only(op) || !once(x_id) || nodes.is_empty() {
         return Ok(None);
     }
     // The LayerNorm: the previous node, or the one before reshape views.
     let mut at = nodes.len() - 1;
     let mut fed = x_id;
-    while let Op::Reshape(r) = nodes[at].0 {
+    while let Role::Reshape(r) = role(&nodes[at].0) {
         if r.y != fed || at == 0 || !once(r.x) {
             return Ok(None);
         }
         fed = r.x;
         at -= 1;
     }
-    let Op::LayerNorm(ln) = nodes[at].0 else { return Ok(None) };
+    let Role::LayerNorm(ln) = role(&nodes[at].0) else { return Ok(None) };
     let d = ctx.info(ln.x)?.shape.last();
     if ln.y != fed || ln.axis != NormAxis::Last || !d.is_multiple_of(4) || !plain_norm(ctx, &ln) {
         return Ok(None);
@@ -47,14 +47,13 @@ pub(super) fn norm_prologue(
     // The blocked and lane-split forms, or one thread per output (lanes 1) over word-aligned
     // weight rows.
     let form = |dsp: &Dispatch| match dsp.kernel {
-        _ if dsp.params[6] as usize != d => None,
-        Kernel::Dense if dsp.params[13] != 1 || !dense_wds(dsp).all(word_aligned) => None,
+        _ if dsp.get(dense::inp) != d => None,
+        Kernel::Dense if dsp.get(dense::lanes) != 1 || !dense_wds(dsp).all(word_aligned) => None,
         k => k.reading(DenseInput::Norm),
     };
     let Some(readers) = retarget(ctx, dispatches, read, src, form) else { return Ok(None) };
     for (i, kernel) in readers {
-        let p = Params(dispatches[i].params).region(2, src)?.f(44, ln.eps);
-        dispatches[i] = p.done(kernel);
+        dispatches[i] = dispatches[i].edit().reset(dense::x, src)?.set(dense_ln::eps, ln.eps)?.done(kernel);
     }
     Ok(Some(at))
 }
@@ -73,18 +72,17 @@ pub(super) fn row_slice_view(
     ln_at: Option<usize>,
     op: &Op,
     dispatches: &mut [Dispatch],
-    uses: &std::collections::HashMap<TensorId, u32>,
 ) -> Result<Option<usize>, GpuError> {
     // The tensor the dispatches read, and the node before which to look for its producer.
     let (mut fed, mut at) = match ln_at {
-        Some(i) => match nodes[i].0 {
-            Op::LayerNorm(ln) => (ln.x, i),
+        Some(i) => match role(&nodes[i].0) {
+            Role::LayerNorm(ln) => (ln.x, i),
             _ => return Ok(None),
         },
         None => (op.main_input(), nodes.len()),
     };
     let read = ctx.act(fed)?;
-    let once = |t: TensorId| uses.get(&t) == Some(&1);
+    let once = |t: TensorId| ctx.read_once(t);
     if !projections_only(op) || !once(fed) {
         return Ok(None);
     }
@@ -92,9 +90,9 @@ pub(super) fn row_slice_view(
     let slice = loop {
         let Some(j) = (0..at).rev().find(|&j| nodes[j].0.output() == fed) else { return Ok(None) };
         at = j;
-        match nodes[j].0 {
-            Op::Reshape(r) if once(r.x) => fed = r.x,
-            Op::Slice(s) => break s,
+        match role(&nodes[j].0) {
+            Role::Reshape(r) if once(r.x) => fed = r.x,
+            Role::Slice(s) => break s,
             _ => return Ok(None),
         }
     };
@@ -122,14 +120,15 @@ pub(super) fn row_slice_view(
         return Ok(None);
     };
     for (i, kernel) in readers {
-        dispatches[i] = Params(dispatches[i].params).region(2, view)?.done(kernel);
+        dispatches[i] = dispatches[i].edit().reset(dense::x, view)?.done(kernel);
     }
     Ok(Some(at))
 }
 
-/// The dispatches reading `read` as their input rows (P2, P3), each with the kernel `form` gives
+/// The dense dispatches reading `read` as their input rows, each with the kernel `form` gives
 /// it: `None` where one has no such form or writes over `src` (which they will read instead,
-/// while other threads still read it), or where none reads `read`.
+/// while other threads still read it), or where none reads `read`. (The callers' ops read their
+/// main input through dense dispatches only: [`projections_only`].)
 fn retarget(
     ctx: &Ctx<'_, '_>,
     dispatches: &[Dispatch],
@@ -139,10 +138,10 @@ fn retarget(
 ) -> Option<Vec<(usize, Kernel)>> {
     let mut readers = Vec::new();
     for (i, dsp) in dispatches.iter().enumerate() {
-        if dsp.params[2] as usize != read.base || dsp.params[3] as usize != read.stride {
+        if dsp.kernel.dense_input().is_none() || dsp.get(dense::x) != read {
             continue;
         }
-        let out = Region { base: dsp.params[4] as usize, stride: dsp.params[5] as usize };
+        let out = dsp.get(dense::y);
         readers.push((i, form(dsp).filter(|_| !overlaps(out, src, ctx.cap))?));
     }
     (!readers.is_empty()).then_some(readers)
@@ -151,10 +150,49 @@ fn retarget(
 /// Ops whose every reader of their main input is a projection of it (a dense dispatch reading
 /// rows): a Dense, and a Standard attention (Q, K and V projections, no alignment weights).
 fn projections_only(op: &Op) -> bool {
-    match op {
-        Op::Dense(_) => true,
-        Op::Attention(a) => a.k.is_some() && a.v.is_some() && a.align.is_none(),
-        _ => false,
+    matches!(role(op), Role::Projections)
+}
+
+/// What the in-place passes see in a node. Every op is named here once, so an op added to the
+/// format fails to compile until it is given its role.
+enum Role {
+    /// A view of its input (dispatches nothing).
+    Reshape(kestrel_format::ops::Reshape),
+    /// A slice (possibly read in place).
+    Slice(kestrel_format::ops::Slice),
+    /// A layer norm (possibly a prologue).
+    LayerNorm(kestrel_format::ops::LayerNorm),
+    /// An op whose main input only dense dispatches read, as their rows.
+    Projections,
+    /// Anything else.
+    Other,
+}
+
+fn role(op: &Op) -> Role {
+    match *op {
+        Op::Reshape(r) => Role::Reshape(r),
+        Op::Slice(s) => Role::Slice(s),
+        Op::LayerNorm(ln) => Role::LayerNorm(ln),
+        Op::Dense(_) => Role::Projections,
+        Op::Attention(a) if a.k.is_some() && a.v.is_some() && a.align.is_none() => Role::Projections,
+        Op::Attention(_)
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Softmax(_)
+        | Op::PatchEmbed(_)
+        | Op::Embedding(_)
+        | Op::Reduce(_)
+        | Op::Transpose(_)
+        | Op::MatMul(_)
+        | Op::Conv2d(_)
+        | Op::Pool2d(_)
+        | Op::Lstm(_)
+        | Op::Gru(_)
+        | Op::AftFull(_)
+        | Op::AftLocal(_)
+        | Op::AftSimple(_)
+        | Op::AftConv(_)
+        | Op::Fastformer(_) => Role::Other,
     }
 }
 

@@ -2,49 +2,47 @@
 // projections are dense dispatches around them. Keys enter as E = exp(K − max_t K) per key
 // channel and values as E ⊙ V; the gate writes σ(Q) ⊙ num / den over Q in place.
 
-// V[s, t, col] *= exp(K[s, t, kc] − max_t K[s, t, kc]), kc = col / (d / kcols).
-// P: 2 k_base, 3 k_stride, 4 v_base, 5 v_stride, 6 t, 7 d, 8 kcols. per = d.
-@compute @workgroup_size(64)
-fn exp_values(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-              @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
-    if g >= total_threads() {
-        return;
-    }
-    let d = pu(7u);
-    let s = g / d;
-    let col = g % d;
-    let t = pu(6u);
-    let kcols = pu(8u);
-    let kc = col / (d / kcols);
-    let k = pu(2u) + s * pu(3u) + kc;
-    let v = pu(4u) + s * pu(5u) + col;
+// The maximum over t of act[k + j·kcols], j < t.
+fn key_max(k: u32, t: u32, kcols: u32) -> f32 {
     var m = act[k];
     for (var j = 1u; j < t; j++) {
         m = max(m, act[k + j * kcols]);
     }
-    for (var j = 0u; j < t; j++) {
+    return m;
+}
+
+// V[s, t, col] *= exp(K[s, t, kc] − max_t K[s, t, kc]), kc = col / (d / kcols).
+// Parameters `ExpValuesP`: k, v, t, d, kcols. per = d.
+@compute @workgroup_size(64)
+fn exp_values(id: Ids) {
+    let it = item(id);
+    if !it.live {
+        return;
+    }
+    let prm = exp_values_p();
+    let d = prm.d;
+    let kcols = prm.kcols;
+    let kc = it.l / (d / kcols);
+    let k = prm.k.base + it.s * prm.k.stride + kc;
+    let v = prm.v.base + it.s * prm.v.stride + it.l;
+    let m = key_max(k, prm.t, kcols);
+    for (var j = 0u; j < prm.t; j++) {
         act[v + j * d] *= exp(act[k + j * kcols] - m);
     }
 }
 
-// K[s, t, kc] = exp(K − max_t K). P: 2 k_base, 3 k_stride, 4 t, 5 kcols. per = kcols.
+// K[s, t, kc] = exp(K − max_t K). Parameters `ExpKeysP`: k, t, kcols. per = kcols.
 @compute @workgroup_size(64)
-fn exp_keys(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-            @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
-    if g >= total_threads() {
+fn exp_keys(id: Ids) {
+    let it = item(id);
+    if !it.live {
         return;
     }
-    let kcols = pu(5u);
-    let s = g / kcols;
-    let t = pu(4u);
-    let k = pu(2u) + s * pu(3u) + g % kcols;
-    var m = act[k];
-    for (var j = 1u; j < t; j++) {
-        m = max(m, act[k + j * kcols]);
-    }
-    for (var j = 0u; j < t; j++) {
+    let prm = exp_keys_p();
+    let kcols = prm.kcols;
+    let k = prm.k.base + it.s * prm.k.stride + it.l;
+    let m = key_max(k, prm.t, kcols);
+    for (var j = 0u; j < prm.t; j++) {
         act[k + j * kcols] = exp(act[k + j * kcols] - m);
     }
 }
@@ -55,98 +53,104 @@ fn gate(q: u32, num: f32, den: f32) {
 
 // The factorised AFT-full bias w[i, j] = u[i, :] · v[j, :], once per run (the same for every
 // sample) into a t × t scratch region, so AFT-full's per-output loops are over T, not T·rank.
-// P: 2 bias_base, 3 t, 4 rank, 12..15 u, 16..19 v. per = t · t (threads past it return).
+// Parameters `AftBiasP`: bias_base, t, rank, u, v. per = t · t (threads past it return).
 @compute @workgroup_size(64)
-fn aft_bias(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-            @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
-    let t = pu(3u);
+fn aft_bias(id: Ids) {
+    let g = thread_index(id);
+    let prm = aft_bias_p();
+    let t = prm.t;
     if g >= t * t {
         return;
     }
     let i = g / t;
     let j = g % t;
-    let u = wdesc(12u);
-    let v = wdesc(16u);
     var w = 0.0;
-    for (var r = 0u; r < pu(4u); r++) {
-        w += wget(u, i, r) * wget(v, j, r);
+    for (var r = 0u; r < prm.rank; r++) {
+        w += wget(prm.u, i, r) * wget(prm.v, j, r);
     }
-    act[pu(2u) + g] = w;
+    act[prm.bias_base + g] = w;
 }
 
-// AFT-full. P: 2 q_base, 3 e_base, 4 ev_base, 5 stride (t·d), 6 t, 7 d, 8 causal,
-// 9 bias source (0 the weight at 12..15, 1 the `aft_bias` region at 11), 11 bias_base,
-// 12..15 w. per = t · d.
+// AFT-full. Parameters `AftP` (q_base, k_base the E region, v_base the E ⊙ V region, stride t·d,
+// t, d, causal) and `AftFullP` (scratch_bias: the bias is the `aft_bias` region at bias_base,
+// else the weight w). per = t · d.
 fn aft_full_bias(i: u32, j: u32, t: u32) -> f32 {
-    if pu(9u) == 1u {
-        return act[pu(11u) + i * t + j];
+    let prm = aft_full_p();
+    if prm.scratch_bias {
+        return act[prm.bias_base + i * t + j];
     }
-    return wget(wdesc(12u), i, j);
+    return wget(prm.w, i, j);
+}
+
+// Thread (sample s, token i, channel ch) of AFT-full or -local (`AftP`): the keys token i sees
+// (all t, or i + 1 when causal), the E and E ⊙ V columns at e and ev, and q its gate's word.
+struct AftAt {
+    i: u32,
+    seen: u32,
+    q: u32,
+    e: u32,
+    ev: u32,
+}
+
+fn aft_at(it: Item) -> AftAt {
+    let prm = aft_p();
+    let i = it.l / prm.d;
+    let ch = it.l % prm.d;
+    let o = it.s * prm.stride;
+    let seen = select(prm.t, i + 1u, prm.causal);
+    return AftAt(i, seen, prm.q_base + o + it.l, prm.k_base + o + ch, prm.v_base + o + ch);
 }
 
 @compute @workgroup_size(64)
-fn aft_full(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-            @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
-    if g >= total_threads() {
+fn aft_full(id: Ids) {
+    let it = item(id);
+    if !it.live {
         return;
     }
-    let per = pu(1u);
-    let s = g / per;
-    let l = g % per;
-    let t = pu(6u);
-    let d = pu(7u);
-    let i = l / d;
-    let ch = l % d;
-    let n = select(t, i + 1u, pu(8u) == 1u);
+    let at = aft_at(it);
+    let t = aft_p().t;
+    let d = aft_p().d;
     var mw = -3.4028235e38;
-    for (var j = 0u; j < n; j++) {
-        mw = max(mw, aft_full_bias(i, j, t));
+    for (var j = 0u; j < at.seen; j++) {
+        mw = max(mw, aft_full_bias(at.i, j, t));
     }
-    let e = pu(3u) + s * pu(5u) + ch;
-    let ev = pu(4u) + s * pu(5u) + ch;
     var num = 0.0;
     var den = 0.0;
-    for (var j = 0u; j < n; j++) {
-        let a = exp(aft_full_bias(i, j, t) - mw);
-        num += a * act[ev + j * d];
-        den += a * act[e + j * d];
+    for (var j = 0u; j < at.seen; j++) {
+        let a = exp(aft_full_bias(at.i, j, t) - mw);
+        num += a * act[at.ev + j * d];
+        den += a * act[at.e + j * d];
     }
-    gate(pu(2u) + s * pu(5u) + l, num, den);
+    gate(at.q, num, den);
 }
 
 // AFT-local: global sums plus a banded correction with exp(w) − 1.
-// P: 2 q_base, 3 e_base, 4 ev_base, 5 stride, 6 t, 7 d, 8 causal, 9 window, 12..15 w ([T, T] or
-// its band [T, 2s − 1]). per = t · d.
+// Parameters `AftP` (as AFT-full's) and `AftLocalP`: window, w ([T, T] or its band [T, 2s − 1]).
+// per = t · d.
 @compute @workgroup_size(64)
-fn aft_local(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-             @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
-    if g >= total_threads() {
+fn aft_local(id: Ids) {
+    let it = item(id);
+    if !it.live {
         return;
     }
-    let per = pu(1u);
-    let s = g / per;
-    let l = g % per;
-    let t = pu(6u);
-    let d = pu(7u);
-    let i = l / d;
-    let ch = l % d;
-    let causal = pu(8u) == 1u;
-    let win = pu(9u);
-    let e = pu(3u) + s * pu(5u) + ch;
-    let ev = pu(4u) + s * pu(5u) + ch;
-    let n = select(t, i + 1u, causal);
+    let at = aft_at(it);
+    let prm = aft_p();
+    let t = prm.t;
+    let d = prm.d;
+    let i = at.i;
+    let causal = prm.causal;
+    let win = aft_local_p().window;
+    let e = at.e;
+    let ev = at.ev;
     var sum_e = 0.0;
     var sum_ev = 0.0;
-    for (var j = 0u; j < n; j++) {
+    for (var j = 0u; j < at.seen; j++) {
         sum_ev += act[ev + j * d];
         sum_e += act[e + j * d];
     }
     let lo = select(0u, i - (win - 1u), i >= win - 1u);
     let hi = select(min(i + win - 1u, t - 1u), i, causal);
-    let wt = wdesc(12u);
+    let wt = aft_local_p().w;
     // w stored as its band [T, 2s − 1] (fewer columns than T): key j is column j + s − 1 − i.
     let banded = wt.cols != t;
     var m = 0.0;
@@ -161,7 +165,7 @@ fn aft_local(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
         num += a * act[ev + j * d];
         den += a * act[e + j * d];
     }
-    gate(pu(2u) + s * pu(5u) + l, num, den);
+    gate(at.q, num, den);
 }
 
 // AFT-simple, one workgroup per (sample, channel): thread `lid` owns the token block
@@ -171,7 +175,7 @@ fn aft_local(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
 // its tokens with the total. Causal: a Hillis–Steele scan gives each block the join of the blocks
 // before it, from which the thread walks its tokens with the sequential running-maximum update.
 // So no thread loops over more than 3·len tokens.
-// P: 2 q_base, 3 k_base, 4 v_base, 5 stride, 6 t, 7 d, 8 causal. per = d · WG (threads).
+// Parameters `AftP`: q_base, k_base, v_base, stride, t, d, causal. per = d · WG (threads).
 var<workgroup> agg_m: array<f32, 64>;
 var<workgroup> agg_n: array<f32, 64>;
 var<workgroup> agg_e: array<f32, 64>;
@@ -184,20 +188,20 @@ fn aft_join(a: vec3<f32>, b: vec3<f32>) -> vec3<f32> {
 }
 
 @compute @workgroup_size(64)
-fn aft_simple(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-              @builtin(local_invocation_id) lid3: vec3<u32>) {
-    let row = wid.y * nwg.x + wid.x;
-    let d = pu(7u);
-    if row >= pu(0u) * d {
+fn aft_simple(id: Ids) {
+    let row = wg_index(id);
+    let prm = aft_p();
+    let d = prm.d;
+    if row >= pu(P_BATCH) * d {
         return;
     }
-    let lid = lid3.x;
-    let t = pu(6u);
+    let lid = id.lid3.x;
+    let t = prm.t;
     let s = row / d;
     let ch = row % d;
-    let q = pu(2u) + s * pu(5u) + ch;
-    let k = pu(3u) + s * pu(5u) + ch;
-    let v = pu(4u) + s * pu(5u) + ch;
+    let q = prm.q_base + s * prm.stride + ch;
+    let k = prm.k_base + s * prm.stride + ch;
+    let v = prm.v_base + s * prm.stride + ch;
     let len = (t + WG - 1u) / WG;
     let lo = min(lid * len, t);
     let hi = min(lo + len, t);
@@ -217,7 +221,7 @@ fn aft_simple(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     agg_m[lid] = own.x;
     agg_n[lid] = own.y;
     agg_e[lid] = own.z;
-    if pu(8u) == 1u {
+    if prm.causal {
         // Inclusive scan: after it, slot i holds the join of blocks 0..=i.
         for (var off = 1u; off < WG; off *= 2u) {
             workgroupBarrier();
@@ -275,36 +279,36 @@ fn aft_simple(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
 }
 
 // AFT-conv on a grid_h × grid_w token grid, h heads (E has one key channel per head).
-// P: 2 q_base, 3 e_base, 4 ev_base, 5 t, 6 d, 7 heads, 8 kernel, 9 grid_h, 10 grid_w, 12..15 w.
+// Parameters `AftConvP`: q_base, e_base, ev_base, t, d, heads, kernel, grid_h, grid_w, w.
 // per = t · d; q and ev have stride t·d, e has stride t·heads.
 @compute @workgroup_size(64)
-fn aft_conv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-            @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
-    if g >= total_threads() {
+fn aft_conv(id: Ids) {
+    let it = item(id);
+    if !it.live {
         return;
     }
-    let per = pu(1u);
-    let s = g / per;
-    let l = g % per;
-    let t = pu(5u);
-    let d = pu(6u);
-    let h = pu(7u);
-    let ks = pu(8u);
-    let gh = pu(9u);
-    let gw = pu(10u);
+    let prm = aft_conv_p();
+    let per = pu(P_PER);
+    let s = it.s;
+    let l = it.l;
+    let t = prm.t;
+    let d = prm.d;
+    let h = prm.heads;
+    let ks = prm.kernel;
+    let gh = prm.grid_h;
+    let gw = prm.grid_w;
     let ti = l / d;
     let ch = l % d;
     let head = ch / (d / h);
-    let e = pu(3u) + s * t * h + head;
-    let ev = pu(4u) + s * per + ch;
+    let e = prm.e_base + s * t * h + head;
+    let ev = prm.ev_base + s * per + ch;
     var sum_e = 0.0;
     var sum_ev = 0.0;
     for (var j = 0u; j < t; j++) {
         sum_ev += act[ev + j * d];
         sum_e += act[e + j * h];
     }
-    let wt = wdesc(12u);
+    let wt = prm.w;
     var m = 0.0;
     for (var k = 0u; k < ks * ks; k++) {
         m = max(m, wget(wt, head, k));
@@ -330,5 +334,5 @@ fn aft_conv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
             num += kap * act[ev + tj * d];
         }
     }
-    gate(pu(2u) + s * per + l, num, den);
+    gate(prm.q_base + s * per + l, num, den);
 }

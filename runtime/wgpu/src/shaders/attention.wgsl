@@ -4,30 +4,31 @@
 // online softmax (flash attention).
 
 // Super's token mixing: v[s, i, col] = bA[i] + Σ_{j<n} A[i, j] x[s, j, col] (n = i+1 if causal).
-// P: 2 x_base, 3 v_base, 4 t, 5 d, 6 causal, 7 has_bias, 8..11 A, 12..15 bA. per = G · t · d
-// (G sequences per sample, contiguous).
+// Parameters `AlignTokensP`: x_base, v_base, t, d, causal, has_bias, a (A), bias (bA).
+// per = G · t · d (G sequences per sample, contiguous).
 @compute @workgroup_size(64)
-fn align_tokens(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
-    if g >= total_threads() {
+fn align_tokens(id: Ids) {
+    let it = item(id);
+    if !it.live {
         return;
     }
-    // Sequence sq of the batch's G·B (each T·d words, contiguous; P[1] = G·T·d).
-    let t = pu(4u);
-    let d = pu(5u);
+    let prm = align_tokens_p();
+    let g = it.g;
+    // Sequence sq of the batch's G·B (each T·d words, contiguous; per = G·T·d).
+    let t = prm.t;
+    let d = prm.d;
     let td = t * d;
     let sq = g / td;
     let l = g % td;
     let i = l / d;
     let col = l % d;
     var acc = 0.0;
-    if pu(7u) == 1u {
-        acc = wflat(wdesc(12u), i);
+    if prm.has_bias {
+        acc = wflat(prm.bias, i);
     }
-    let n = select(t, i + 1u, pu(6u) == 1u);
-    acc += wdot_part(wdesc(8u), i, pu(2u) + sq * td + col, d, n, 0u, 1u);
-    act[pu(3u) + g] = acc;
+    let n = select(t, i + 1u, prm.causal);
+    acc += wdot_part(prm.a, i, prm.x_base + sq * td + col, d, n, 0u, 1u);
+    act[prm.v_base + g] = acc;
 }
 
 // One workgroup per (sample, head, block of BQ query rows), flash-attention style. For each tile
@@ -43,12 +44,11 @@ fn align_tokens(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
 // Heads wider than CT split their output into CT-column chunks, one workgroup each, every one
 // recomputing the scores (their dot products then run over every CT-column chunk of Q and K); any T (keys past T, and
 // past the block's last row when causal, are never staged). Per-thread loops are short (lavapipe
-// cuts very long loops short). With a mask (15 = 1), mask[s, j] ([T] per sample, 18 = 0) or
-// mask[s, i, j] ([T, T], 18 = 1) is added to the score of query i and key j; a row whose every
-// score is −∞ gets zero weights (its sum is 0), not NaN.
-// P: 2 q_base, 3 q_stride, 4 k_base, 5 k_stride, 6 v_base, 7 v_stride, 8 o_base, 9 o_stride,
-//    10 t, 11 d, 12 heads, 13 causal, 14 scale, 15 has_mask, 16 mask_base, 17 mask_stride,
-//    18 mask per query, 19 sequences per sample G (0 = 1; strides then per sequence, no mask).
+// cuts very long loops short). With a mask (`has_mask`), mask[s, j] ([T] per sample) or
+// mask[s, i, j] ([T, T], `mask_rows`) is added to the score of query i and key j; a row whose
+// every score is −∞ gets zero weights (its sum is 0), not NaN.
+// Parameters `AttendP`: regions q, k, v, o; t, d, heads, causal, scale, has_mask, mask,
+//    mask_rows, groups (sequences per sample G, 0 = 1; strides then per sequence, no mask).
 //    Rows of q, k, v, o are d apart.
 //    per = heads · ⌈t / BQ⌉ · ⌈c / CT⌉ · WG (threads), so one workgroup per query block and
 //    output column chunk.
@@ -72,10 +72,17 @@ var<workgroup> red_l: array<f32, 64>;
 
 // The additive mask of query i and key j in sample s (0 without a mask).
 fn key_bias(s: u32, i: u32, j: u32) -> f32 {
-    if pu(15u) == 1u {
-        return act[pu(16u) + s * pu(17u) + select(0u, i * pu(10u), pu(18u) == 1u) + j];
+    let prm = attend_p();
+    if prm.has_mask {
+        return act[prm.mask.base + s * prm.mask.stride + select(0u, i * prm.t, prm.mask_rows) + j];
     }
     return 0.0;
+}
+
+// The per-sequence bases of a head's columns (at hc) in q, k and v, for sequence s.
+fn head_bases(s: u32, hc: u32) -> vec3<u32> {
+    let prm = attend_p();
+    return vec3<u32>(prm.q.base + s * prm.q.stride, prm.k.base + s * prm.k.stride, prm.v.base + s * prm.v.stride) + hc;
 }
 
 // act[p + u] for u < min(n, 4), zeros past n.
@@ -106,34 +113,35 @@ fn tile4(base: u32, row: u32, nrows: u32, d: u32, col: u32, c: u32) -> V4 {
 }
 
 @compute @workgroup_size(64)
-fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-          @builtin(local_invocation_id) lid3: vec3<u32>) {
-    let t = pu(10u);
-    let d = pu(11u);
-    let heads = pu(12u);
+fn attend(id: Ids) {
+    let prm = attend_p();
+    let t = prm.t;
+    let d = prm.d;
+    let heads = prm.heads;
     let nb = (t + BQ - 1u) / BQ;
     let c = d / heads;
     let chunks = max((c + CT - 1u) / CT, 1u);
     // Workgroup (sample, head, query block, output column chunk), the chunk innermost.
-    let wg = wid.y * nwg.x + wid.x;
-    // P19: sequences per sample (`[G, T, d]` input; 0 or 1: one), each its own (sample, …).
-    if wg >= pu(0u) * max(pu(19u), 1u) * heads * nb * chunks {
+    let wg = wg_index(id);
+    // `groups`: sequences per sample (`[G, T, d]` input; 0 or 1: one), each its own (sample, …).
+    if wg >= pu(P_BATCH) * max(prm.groups, 1u) * heads * nb * chunks {
         return;
     }
     let mine = wg % chunks;
     let blk = wg / chunks;
-    let lid = lid3.x;
+    let lid = id.lid3.x;
     let s = blk / (heads * nb);
     let head = (blk / nb) % heads;
     let q0 = (blk % nb) * BQ;
     let hc = head * c;
-    let qb = pu(2u) + s * pu(3u) + hc;
-    let kb = pu(4u) + s * pu(5u) + hc;
-    let vb = pu(6u) + s * pu(7u) + hc;
-    let ob = pu(8u) + s * pu(9u) + hc;
-    let causal = pu(13u) == 1u;
-    let scale = pf(14u);
-    let masked = pu(15u) == 1u;
+    let qkv = head_bases(s, hc);
+    let qb = qkv.x;
+    let kb = qkv.y;
+    let vb = qkv.z;
+    let ob = prm.o.base + s * prm.o.stride + hc;
+    let causal = prm.causal;
+    let scale = prm.scale;
+    let masked = prm.has_mask;
     // This thread's query row, its quarter of each key tile and output chunk, and its row's
     // first thread.
     let qi = lid / 4u;
@@ -279,15 +287,16 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
 // limit (`Tuning::attend_rows_max_steps`).
 // P: as `attend`; per = G · heads · t · ⌈c / 16⌉ (threads).
 @compute @workgroup_size(64)
-fn attend_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-               @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
-    if g >= total_threads() {
+fn attend_rows(id: Ids) {
+    let it = item(id);
+    if !it.live {
         return;
     }
-    let t = pu(10u);
-    let d = pu(11u);
-    let heads = pu(12u);
+    let prm = attend_p();
+    let g = it.g;
+    let t = prm.t;
+    let d = prm.d;
+    let heads = prm.heads;
     let c = d / heads;
     let c4 = (c + 3u) / 4u;
     let c16 = (c + 15u) / 16u;
@@ -299,11 +308,12 @@ fn attend_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let i = (l0 / c16) % t;
     let head = l0 / (c16 * t);
     let hc = head * c;
-    let qb = pu(2u) + s * pu(3u) + hc;
-    let kb = pu(4u) + s * pu(5u) + hc;
-    let vb = pu(6u) + s * pu(7u) + hc;
-    let scale = pf(14u);
-    let seen = select(t, i + 1u, pu(13u) == 1u);
+    let qkv = head_bases(s, hc);
+    let qb = qkv.x;
+    let kb = qkv.y;
+    let vb = qkv.z;
+    let scale = prm.scale;
+    let seen = select(t, i + 1u, prm.causal);
     let col = 16u * e;
     var m = -3.4028235e38;
     var l = 0.0;
@@ -329,7 +339,7 @@ fn attend_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         m = mn;
     }
     let inv = select(0.0, 1.0 / l, l > 0.0);
-    let o = pu(8u) + s * pu(9u) + hc + i * d;
+    let o = prm.o.base + s * prm.o.stride + hc + i * d;
     store4_upto(o, col, c, a0 * inv);
     store4_upto(o, col + 4u, c, a1 * inv);
     store4_upto(o, col + 8u, c, a2 * inv);

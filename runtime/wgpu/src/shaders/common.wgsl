@@ -3,8 +3,10 @@
 // Bindings, identical for every pipeline:
 //   0: the activation arena (f32 words; i32 token ids stored as their bits), read-write
 //   1: the model file's bytes as u32 words (weights in their stored encoding), read-only
-//   2: this dispatch's parameter block: 64 u32 words, read with `pu(i)`
-// Every kernel runs `batch * per` threads (P[0] = batch, P[1] = per): one per output item, or a
+//   2: this dispatch's parameter block: 64 u32 words. Each kernel reads it through the struct of
+//      its layout (`dense_p()` → `DenseP`, ...), generated with the layouts' word constants from
+//      the Rust table that the lowering fills it by (`params.rs`), and appended to this preamble.
+// Every kernel runs `batch * per` threads (words P_BATCH, P_PER): one per output item, or a
 // few cooperating threads (a workgroup's share) per item where the kernel says so.
 // Shapes and scalars come from the parameter block, never from the shader text.
 
@@ -22,13 +24,61 @@ fn pf(i: u32) -> f32 {
     return bitcast<f32>(pu(i));
 }
 
-// Flat thread index over a (x, y) grid of workgroups of WG threads.
-fn thread_index(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>) -> u32 {
-    return (wid.y * nwg.x + wid.x) * WG + lid.x;
+// An arena region in a parameter block: sample s at base + s·stride.
+struct Reg {
+    base: u32,
+    stride: u32,
+}
+
+fn reg(i: u32) -> Reg {
+    return Reg(pu(i), pu(i + 1u));
+}
+
+// The builtins of every entry point (kernels needing more take them as further parameters).
+struct Ids {
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_id) lid3: vec3<u32>,
+}
+
+// Flat workgroup index over the (x, y) grid.
+fn wg_index(id: Ids) -> u32 {
+    return id.wid.y * id.nwg.x + id.wid.x;
+}
+
+// Flat thread index over the grid of workgroups of WG threads.
+fn thread_index(id: Ids) -> u32 {
+    return wg_index(id) * WG + id.lid3.x;
 }
 
 fn total_threads() -> u32 {
-    return pu(0u) * pu(1u);
+    return pu(P_BATCH) * pu(P_PER);
+}
+
+// A thread of a dispatch of `per` threads per sample: live (within batch · per), its flat index
+// g, its sample s and its index l within the sample.
+struct Item {
+    live: bool,
+    g: u32,
+    s: u32,
+    l: u32,
+}
+
+fn item(id: Ids) -> Item {
+    let g = thread_index(id);
+    let per = pu(P_PER);
+    return Item(g < total_threads(), g, g / per, g % per);
+}
+
+// Along one axis of a sliding window (convolution, pooling): the input coordinate that tap k of
+// output coordinate o reads (stride st, dilation dl, padding pad before an input of n), or n
+// where the tap falls in the padding.
+fn tap(o: u32, k: u32, st: u32, dl: u32, pad: u32, n: u32) -> u32 {
+    let t = o * st + k * dl;
+    if t < pad || t - pad >= n {
+        return n;
+    }
+    return t - pad;
 }
 
 // A weight matrix [rows, cols] in its stored encoding: dt 0 f32, 1 f16, 2 int8 (f32 scale per
@@ -134,6 +184,54 @@ fn w4_i8_word(off: u32, i: u32) -> vec4<f32> {
 
 fn w4_i8(off: u32, i: u32) -> vec4<f32> {
     return vec4<f32>(i8_at(off, i), i8_at(off, i + 1u), i8_at(off, i + 2u), i8_at(off, i + 3u));
+}
+
+// Row r's int8 scale.
+fn row_scale(w: Wd, r: u32) -> f32 {
+    return bitcast<f32>(wts[w.soff + r]);
+}
+
+// Row o's columns c .. c + 3 as f32 (c % 4 == 0, rows starting on whole words for the encoding:
+// f16 even, int8 multiple-of-4 columns) in encoding `enc` (`sc`: the row's int8 scale). Where
+// `enc` is a constant at the call, the switch folds away once the call is inlined.
+fn w4_enc(w: Wd, o: u32, c: u32, enc: u32, sc: f32) -> vec4<f32> {
+    let i = o * w.cols + c;
+    switch enc {
+        case 0u: {
+            return w4_f32(w.off, i);
+        }
+        case 1u: {
+            return w4_f16_pair(w.off, i);
+        }
+        case 2u: {
+            return w4_i8_word(w.off, i) * sc;
+        }
+        default: {
+            return w4_i4(w, o, c);
+        }
+    }
+}
+
+// `w4_enc` in the weight's own encoding (a uniform branch).
+fn wchunk(w: Wd, o: u32, c: u32) -> vec4<f32> {
+    var sc = 0.0;
+    if w.dt == 2u {
+        sc = row_scale(w, o);
+    }
+    return w4_enc(w, o, c, w.dt, sc);
+}
+
+// Four columns c .. c + 3 of weight row r as f32, any encoding and row alignment (uniform
+// branches: for the GPU kernels only, not the lavapipe-tuned loops below).
+fn w4_any(w: Wd, r: u32, c: u32) -> vec4<f32> {
+    let i = r * w.cols + c;
+    if w.dt == 1u && (w.cols & 1u) != 0u {
+        return w4_f16(w.off, i);
+    }
+    if w.dt == 2u && (w.cols & 3u) != 0u {
+        return w4_i8(w.off, i) * row_scale(w, r);
+    }
+    return wchunk(w, r, c);
 }
 
 // Row r, columns c .. c + 3 of an int4 matrix, scaled; c % 4 == 0, so the four nibbles share one
@@ -360,10 +458,31 @@ struct TileAt {
     col: u32,
 }
 
-fn tile_at(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> TileAt {
-    let first = (wid.y * nwg.x + wid.x) * WG;
-    let per = pu(1u);
+fn tile_at(id: Ids) -> TileAt {
+    let first = wg_index(id) * WG;
+    let per = pu(P_PER);
+    let lid = id.lid3.x;
     return TileAt(first < total_threads(), first / per, (first % per) / WG, lid / TILE_CH, lid % TILE_CH);
+}
+
+// Stages this thread's chunk of item `item` (x and weight sides) for the step.
+fn tile_put(at: TileAt, item: u32, xv: V4, wv: V4) {
+    tile_x[at.col * TILE + item] = xv;
+    tile_w[at.col * TILE + item] = wv;
+}
+
+// The staged step's products once every thread has staged its chunks (`tile_step`), and the
+// barrier after which the tiles may be staged again. Uniform control flow only.
+fn tile_sync(acc: Block4, at: TileAt) -> Block4 {
+    workgroupBarrier();
+    let a = tile_step(acc, at.row, at.col);
+    workgroupBarrier();
+    return a;
+}
+
+// A zero register block.
+fn block0() -> Block4 {
+    return Block4(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
 }
 
 // One staged step of a tile: this thread's rows row + 8i × columns col + 8j, the chunks summed in
@@ -382,186 +501,6 @@ fn tile_step(acc: Block4, row: u32, col: u32) -> Block4 {
         a.a3 += row4(tile_x[b + row + 24u], w0, w1, w2, w3);
     }
     return a;
-}
-
-// Dense kernels' parts (`linear.wgsl`, `linear_sg.wgsl`; P41 parts, 0 or 1: one): a dispatch may
-// compute several projections of the same input at once (attention's Q, K and V), output o of
-// the dispatch's parts · P42 being output o % P42 of part o / P42, whose weights are at P16 + 8p
-// (bias P20 + 8p) and whose outputs P40 words after the previous part's (parts share the rest).
-struct WRow {
-    w: Wd,
-    r: u32,
-}
-
-fn dense_w(o: u32) -> WRow {
-    if pu(41u) > 1u {
-        let p = o / pu(42u);
-        return WRow(wdesc(16u + 8u * p), o - p * pu(42u));
-    }
-    return WRow(wdesc(16u), o);
-}
-
-// One thread's share of a lane-split dense output (`dense_split`, `dense_split_sg`): `lanes`
-// consecutive threads per output, each summing every lanes-th four-column chunk. Threads past
-// the end (live false, acc 0) still take part in the reductions that follow.
-struct SplitItem {
-    p: SplitPos,
-    acc: f32,
-}
-
-// `mode` (a constant at each call): 0 rows of `in` back to back; 2 the p × p patches of a
-// `[C, H, W]` map read in place (`xrow`, `xcol`; p % 4 == 0), the chunks' weights decoded by
-// `w4_any` (GPU tunings only pick the lane-split form).
-fn dense_split_item(g: u32, lid: u32, mode: u32) -> SplitItem {
-    let p = split_pos(g, lid);
-    var acc = 0.0;
-    if p.live {
-        let inp = pu(6u);
-        let wr = dense_w(p.o);
-        let r = p.l / pu(7u);
-        let xb = pu(2u) + p.s * pu(3u);
-        if mode == 2u {
-            let x = xb + xrow(r, inp, mode);
-            for (var c = 4u * p.lane; c < inp; c += 4u * p.lanes) {
-                acc += dot_v4(act4(x + xcol(c, mode)), to_v4(w4_any(wr.w, wr.r, c)));
-            }
-        } else {
-            acc = wdot_part(wr.w, wr.r, xb + r * inp, 1u, inp, p.lane, p.lanes);
-        }
-    }
-    return SplitItem(p, acc);
-}
-
-// Where thread g (local index lid) of a lane-split dense dispatch works: its output's sample s,
-// flat output index l (row l / out, output o = l % out), and its lane among `lanes`.
-struct SplitPos {
-    live: bool,
-    lanes: u32,
-    lane: u32,
-    s: u32,
-    l: u32,
-    o: u32,
-}
-
-fn split_pos(g: u32, lid: u32) -> SplitPos {
-    let lanes = pu(13u);
-    let per = pu(1u) / lanes;
-    let item = g / lanes;
-    let l = item % per;
-    return SplitPos(g < total_threads(), lanes, lid % lanes, item / per, l, l % pu(7u));
-}
-
-// Offset of row r's first column in the sample: rows of `inp` back to back, or (patches) the
-// top-left pixel of patch r.
-fn xrow(r: u32, inp: u32, mode: u32) -> u32 {
-    if mode == 2u {
-        let p = pu(46u);
-        return (r / pu(47u)) * p * pu(45u) + (r % pu(47u)) * p;
-    }
-    return r * inp;
-}
-
-// Offset of column c (c % 4 == 0) from its row's first: c, or (patches) channel c / p², patch row
-// (c % p²) / p, column c % p.
-fn xcol(c: u32, mode: u32) -> u32 {
-    if mode == 2u {
-        let p = pu(46u);
-        let e = c % (p * p);
-        return (c / (p * p)) * pu(44u) + (e / p) * pu(45u) + e % p;
-    }
-    return c;
-}
-
-// Four columns c .. c + 3 of weight row r as f32, any encoding (a uniform branch: for the GPU
-// kernels only, not the lavapipe-tuned loops above).
-fn w4_any(w: Wd, r: u32, c: u32) -> vec4<f32> {
-    let i = r * w.cols + c;
-    switch w.dt {
-        case 0u: {
-            return w4_f32(w.off, i);
-        }
-        case 1u: {
-            if (w.cols & 1u) == 0u {
-                return w4_f16_pair(w.off, i);
-            }
-            return w4_f16(w.off, i);
-        }
-        case 2u: {
-            let sc = bitcast<f32>(wts[w.soff + r]);
-            if (w.cols & 3u) == 0u {
-                return w4_i8_word(w.off, i) * sc;
-            }
-            return w4_i8(w.off, i) * sc;
-        }
-        default: {
-            return w4_i4(w, r, c);
-        }
-    }
-}
-
-// `dense_split_ln`, `dense_split_ln_sg`: a lane-split dense output on the rows of a plain
-// LayerNorm's input (γ = 1, no β; P 44 eps; in % 4 == 0), statistics and products in one pass.
-// With x' = x − k (k the row's first element, a shift that keeps E[x'²] − E[x']² well
-// conditioned), each lane sums over its chunks (Σ x'·w, Σ w, Σ x', Σ x'²), in f32; the lanes'
-// sums meet in the kernel's tree, and lane 0 takes m' = Σx'/in, 1/σ from Σx'²/in − m'², and
-// finishes (Σ x'·w − m'·Σ w) / σ = Σ (x − mean)·w / σ.
-fn dense_split_ln_item(g: u32, lid: u32) -> SplitLnItem {
-    let p = split_pos(g, lid);
-    var acc = vec4<f32>(0.0);
-    if p.live {
-        let inp = pu(6u);
-        let wr = dense_w(p.o);
-        let x = pu(2u) + p.s * pu(3u) + (p.l / pu(7u)) * inp;
-        let k = act[x];
-        for (var c = 4u * p.lane; c < inp; c += 4u * p.lanes) {
-            let xv = vec4<f32>(act[x + c], act[x + c + 1u], act[x + c + 2u], act[x + c + 3u]) - k;
-            let wv = w4_any(wr.w, wr.r, c);
-            acc += vec4<f32>(dot(xv, wv), wv.x + wv.y + wv.z + wv.w, xv.x + xv.y + xv.z + xv.w, dot(xv, xv));
-        }
-    }
-    return SplitLnItem(p, acc);
-}
-
-struct SplitLnItem {
-    p: SplitPos,
-    acc: vec4<f32>,
-}
-
-// Lane 0's finish of `dense_split_ln_item`'s summed lanes.
-fn dense_split_ln_finish(it: SplitLnItem, sums: vec4<f32>) {
-    let inv = 1.0 / f32(pu(6u));
-    let m = sums.z * inv;
-    let rstd = 1.0 / sqrt(max(sums.w * inv - m * m, 0.0) + pf(44u));
-    dense_finish(it.p.s, it.p.l, it.p.o, (sums.x - m * sums.y) * rstd);
-}
-
-// The end of every dense kernel's output: bias, activation, the fused residual, and the write,
-// channels-first when P15 says so, into its part's region when there are parts (no residual or
-// channels-first output then).
-fn dense_finish(s: u32, l: u32, o: u32, sum: f32) {
-    var v = sum;
-    var part = 0u;
-    var oo = o;
-    if pu(41u) > 1u {
-        part = o / pu(42u);
-        oo = o - part * pu(42u);
-    }
-    if pu(9u) == 1u {
-        v += wflat(wdesc(20u + 8u * part), oo);
-    }
-    v = activate(pu(8u), v);
-    if pu(10u) == 1u {
-        v += act[pu(11u) + s * pu(12u) + l];
-    }
-    // Transposed output (15 = 1): y[s, o, r], a convolution's channels-first map.
-    var yi = l;
-    if pu(15u) == 1u {
-        yi = o * pu(14u) + l / pu(7u);
-    }
-    if pu(41u) > 1u {
-        yi = part * pu(40u) + (l / pu(7u)) * pu(42u) + oo;
-    }
-    act[pu(4u) + s * pu(5u) + yi] = v;
 }
 
 // Fused activation of a dense layer or a convolution: 0 none, 1 relu, 2 gelu, 3 gelu-tanh,

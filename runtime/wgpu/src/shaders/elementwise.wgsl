@@ -1,17 +1,17 @@
 // Element-wise kernels: unary functions, and a strided kernel for binary ops with numpy
 // broadcasting (either operand may be a weight) and for transposes (a permuted copy).
 
-// P: 2 x_base, 3 y_base, 4 op. per = n (elements per sample).
+// Parameters `UnaryP`: x_base, y_base, op. per = n (elements per sample).
 @compute @workgroup_size(64)
-fn unary(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-         @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
-    if g >= total_threads() {
+fn unary(id: Ids) {
+    let it = item(id);
+    if !it.live {
         return;
     }
-    let x = act[pu(2u) + g];
+    let prm = unary_p();
+    let x = act[prm.x_base + it.g];
     var y: f32;
-    switch pu(4u) {
+    switch prm.op {
         case 0u: { y = max(x, 0.0); }
         case 1u: { y = gelu(x); }
         case 2u: { y = gelu_tanh(x); }
@@ -30,21 +30,30 @@ fn unary(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
         // Unreachable: the loader rejects unknown codes.
         default: { y = x; }
     }
-    act[pu(3u) + g] = y;
+    act[prm.y_base + it.g] = y;
 }
 
-// An operand of the strided kernel, its block at word `o` of P:
-// o kind (0 activation, 1 weight), o+1 base, o+2 sample stride, o+3..o+8 strides per output
-// axis, o+9..o+12 weight descriptor.
-fn operand(o: u32, s: u32, idx: array<u32, 6>, rank: u32) -> f32 {
+// An operand of the strided kernel (`StridedP`'s a_* or b_* fields): kind (0 an activation
+// region r, 1 a weight w), read with the strides per output axis whose first word is `strides`.
+fn operand(kind: u32, r: Reg, w: Wd, strides: u32, s: u32, idx: array<u32, 6>, rank: u32) -> f32 {
     var off = 0u;
     for (var k = 0u; k < rank; k++) {
-        off += idx[k] * pu(o + 3u + k);
+        off += idx[k] * pu(strides + k);
     }
-    if pu(o) == 1u {
-        return wflat(wdesc(o + 9u), off);
+    if kind == 1u {
+        return wflat(w, off);
     }
-    return act[pu(o + 1u) + s * pu(o + 2u) + off];
+    return act[r.base + s * r.stride + off];
+}
+
+fn operand_a(s: u32, idx: array<u32, 6>, rank: u32) -> f32 {
+    let prm = strided_p();
+    return operand(prm.a_kind, prm.a, prm.a_w, STRIDED_A_STRIDES, s, idx, rank);
+}
+
+fn operand_b(s: u32, idx: array<u32, 6>, rank: u32) -> f32 {
+    let prm = strided_p();
+    return operand(prm.b_kind, prm.b, prm.b_w, STRIDED_B_STRIDES, s, idx, rank);
 }
 
 fn binary_fn(op: u32, a: f32, b: f32) -> f32 {
@@ -72,47 +81,47 @@ fn binary_fn(op: u32, a: f32, b: f32) -> f32 {
     }
 }
 
-// P: 2 y_base, 3 op (0..6 binary, 100 copy of operand a, 101 window of operand a), 4 rank,
-//    5..10 output dims, 11..23 operand a, 24..36 operand b, 37..39 the window (axis, first
-//    output index, count), 40 window plus operand b. per = output elements.
+// Parameters `StridedP`: y_base, op (0..6 binary, 100 copy of operand a, 101 window of operand
+// a), rank, dims (the output's), operands a and b, the window (window_axis, window_first output
+// index, window_count), window_add (the window plus operand b). per = output elements.
 @compute @workgroup_size(64)
-fn strided(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-           @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
-    if g >= total_threads() {
+fn strided(id: Ids) {
+    let it = item(id);
+    if !it.live {
         return;
     }
-    let per = pu(1u);
-    let s = g / per;
-    var l = g % per;
-    let rank = pu(4u);
+    let prm = strided_p();
+    let s = it.s;
+    var l = it.l;
+    let rank = prm.rank;
     var idx = array<u32, 6>(0u, 0u, 0u, 0u, 0u, 0u);
     for (var k = rank; k > 0u; k--) {
-        let dim = pu(4u + k);
+        let dim = strided_p_dims(k - 1u);
         idx[k - 1u] = l % dim;
         l = l / dim;
     }
-    let op = pu(3u);
+    let op = prm.op;
     if op == 101u {
-        // A window on axis P37: output indices P38..P38+P39 read operand a, the rest are zero;
-        // plus operand b at the output's index when P40 is 1 (an Add fused after the slice).
-        let k = pu(37u);
-        let j = idx[k] - pu(38u);
+        // A window on axis `window_axis`: output indices window_first .. + window_count read
+        // operand a, the rest are zero; plus operand b at the output's index when `window_add`
+        // (an Add fused after the slice).
+        let k = prm.window_axis;
+        let j = idx[k] - prm.window_first;
         var y = 0.0;
-        if pu(40u) == 1u {
-            y = operand(24u, s, idx, rank);
+        if prm.window_add {
+            y = operand_b(s, idx, rank);
         }
-        if idx[k] >= pu(38u) && j < pu(39u) {
+        if idx[k] >= prm.window_first && j < prm.window_count {
             idx[k] = j;
-            y += operand(11u, s, idx, rank);
+            y += operand_a(s, idx, rank);
         }
-        act[pu(2u) + g] = y;
+        act[prm.y_base + it.g] = y;
         return;
     }
-    let a = operand(11u, s, idx, rank);
+    let a = operand_a(s, idx, rank);
     var y = a;
     if op != 100u {
-        y = binary_fn(op, a, operand(24u, s, idx, rank));
+        y = binary_fn(op, a, operand_b(s, idx, rank));
     }
-    act[pu(2u) + g] = y;
+    act[prm.y_base + it.g] = y;
 }

@@ -1,54 +1,46 @@
 // Embeddings: token lookup (+ position rows), and the patch gather of a patch embedding (the
 // projection that follows is a dense dispatch).
 
-// P: 2 ids_base, 3 y_base, 4 tokens, 5 d, 6 vocab, 7 has_pos, 8..11 table, 12..15 pos.
+// Parameters `EmbeddingP`: ids_base, y_base, tokens, d, vocab, has_pos, table, pos.
 // per = tokens · d. Ids were range-checked on the host; a bad one reads row 0, never out of bounds.
 @compute @workgroup_size(64)
-fn embedding(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-             @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
-    if g >= total_threads() {
+fn embedding(id: Ids) {
+    let it = item(id);
+    if !it.live {
         return;
     }
-    let per = pu(1u);
-    let s = g / per;
-    let l = g % per;
-    let d = pu(5u);
-    let t = l / d;
-    let j = l % d;
-    let id = bitcast<i32>(act[pu(2u) + s * pu(4u) + t]);
-    let row = select(0u, u32(id), id >= 0 && u32(id) < pu(6u));
-    var v = wget(wdesc(8u), row, j);
-    if pu(7u) == 1u {
-        v += wget(wdesc(12u), t, j);
+    let prm = embedding_p();
+    let t = it.l / prm.d;
+    let j = it.l % prm.d;
+    let tok = bitcast<i32>(act[prm.ids_base + it.s * prm.tokens + t]);
+    let row = select(0u, u32(tok), tok >= 0 && u32(tok) < prm.vocab);
+    var v = wget(prm.table, row, j);
+    if prm.has_pos {
+        v += wget(prm.pos, t, j);
     }
-    act[pu(3u) + g] = v;
+    act[prm.y_base + it.g] = v;
 }
 
 // x [C, H, W] -> patches [T, C·p·p], token t = py·(W/p) + px, patch flattened in (c, i, j) order.
-// P: 2 x_base, 3 y_base, 4 c, 5 h, 6 w, 7 p. per = C · H · W.
+// Parameters `PatchGatherP`: x_base, y_base, c, h, w, p. per = C · H · W.
 @compute @workgroup_size(64)
-fn patch_gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
-    if g >= total_threads() {
+fn patch_gather(id: Ids) {
+    let it = item(id);
+    if !it.live {
         return;
     }
-    let per = pu(1u);
-    let s = g / per;
-    let l = g % per;
-    let c = pu(4u);
-    let h = pu(5u);
-    let w = pu(6u);
-    let p = pu(7u);
-    let k = c * p * p;
-    let t = l / k;
-    let e = l % k;
+    let prm = patch_gather_p();
+    let h = prm.h;
+    let w = prm.w;
+    let p = prm.p;
+    let k = prm.c * p * p;
+    let t = it.l / k;
+    let e = it.l % k;
     let ch = e / (p * p);
     let i = (e / p) % p;
     let j = e % p;
     let gw = w / p;
     let py = t / gw;
     let px = t % gw;
-    act[pu(3u) + g] = act[pu(2u) + s * per + ch * h * w + (py * p + i) * w + px * p + j];
+    act[prm.y_base + it.g] = act[prm.x_base + it.s * pu(P_PER) + ch * h * w + (py * p + i) * w + px * p + j];
 }

@@ -1,5 +1,5 @@
-// Dense layers with subgroup reductions (compiled only on devices with SUBGROUP): parameter words
-// as in `linear.wgsl`.
+// Dense layers with subgroup reductions (compiled only on devices with SUBGROUP): parameters as
+// in `linear.wgsl`.
 //
 // `dense_split_sg`: `dense_split` whose partial sums meet through subgroup shuffles instead of
 // workgroup memory wherever the `lanes` threads of an output share a subgroup. The tree is the
@@ -14,16 +14,14 @@
 var<workgroup> part_sg: array<f32, 64>;
 
 @compute @workgroup_size(64)
-fn dense_split_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                  @builtin(local_invocation_id) lid3: vec3<u32>, @builtin(subgroup_size) sg: u32) {
-    dense_split_sg_body(thread_index(wid, nwg, lid3), lid3.x, sg, 0u);
+fn dense_split_sg(id: Ids, @builtin(subgroup_size) sg: u32) {
+    dense_split_sg_body(thread_index(id), id.lid3.x, sg, 0u);
 }
 
 // `dense_split_patch` with the subgroup tree.
 @compute @workgroup_size(64)
-fn dense_split_patch_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                        @builtin(local_invocation_id) lid3: vec3<u32>, @builtin(subgroup_size) sg: u32) {
-    dense_split_sg_body(thread_index(wid, nwg, lid3), lid3.x, sg, 2u);
+fn dense_split_patch_sg(id: Ids, @builtin(subgroup_size) sg: u32) {
+    dense_split_sg_body(thread_index(id), id.lid3.x, sg, 2u);
 }
 
 fn dense_split_sg_body(g: u32, lid: u32, sg: u32, mode: u32) {
@@ -56,10 +54,9 @@ var<workgroup> part4_sg: array<vec4<f32>, 64>;
 
 // `dense_split_ln` with the same subgroup tree as `dense_split_sg`, over the four sums.
 @compute @workgroup_size(64)
-fn dense_split_ln_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                     @builtin(local_invocation_id) lid3: vec3<u32>, @builtin(subgroup_size) sg: u32) {
-    let it = dense_split_ln_item(thread_index(wid, nwg, lid3), lid3.x);
-    let lid = lid3.x;
+fn dense_split_ln_sg(id: Ids, @builtin(subgroup_size) sg: u32) {
+    let it = dense_split_ln_item(thread_index(id), id.lid3.x);
+    let lid = id.lid3.x;
     var acc = it.acc;
     var h = it.p.lanes / 2u;
     if h >= sg {

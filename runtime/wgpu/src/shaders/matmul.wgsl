@@ -1,46 +1,48 @@
 // Batched matrix product with broadcast batch axes: y[.., M, N] = a[.., M, K] · b, where b is
 // [.., K, N] or [.., N, K] (transpose_b), an activation or a weight (flat row-major).
-// P: 2 a_base, 3 a_stride, 4 b_kind (0 act, 1 weight), 5 b_base, 6 b_stride, 7 y_base, 8 m,
-//    9 k, 10 n, 11 transpose_b, 12 batch_rank, 13..18 batch dims, 19..24 a strides,
-//    25..30 b strides, 31..34 b weight. per = batches · m · n.
+// Parameters `MatmulP`: a, b_kind (0 activation b, 1 weight b_w), y_base, m, k, n, transpose_b,
+// batch_rank, and per batch axis dims, a_strides, b_strides. per = batches · m · n.
+
+// The offsets of batch item `bi` in a and in b (broadcast batch axes: stride 0).
+fn batch_offsets(bi: u32) -> vec2<u32> {
+    var rest = bi;
+    var o = vec2<u32>(0u);
+    for (var ax = matmul_p().batch_rank; ax > 0u; ax--) {
+        let dim = matmul_p_dims(ax - 1u);
+        let v = rest % dim;
+        rest = rest / dim;
+        o += v * vec2<u32>(matmul_p_a_strides(ax - 1u), matmul_p_b_strides(ax - 1u));
+    }
+    return o;
+}
+
 @compute @workgroup_size(64)
-fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-          @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
-    if g >= total_threads() {
+fn matmul(id: Ids) {
+    let it = item(id);
+    if !it.live {
         return;
     }
-    let per = pu(1u);
-    let s = g / per;
-    let l = g % per;
-    let m = pu(8u);
-    let k = pu(9u);
-    let n = pu(10u);
-    let mn = m * n;
-    var bi = l / mn;
+    let prm = matmul_p();
+    let s = it.s;
+    let l = it.l;
+    let k = prm.k;
+    let n = prm.n;
+    let mn = prm.m * n;
     let i = (l % mn) / n;
     let j = l % n;
-    var oa = 0u;
-    var ob = 0u;
-    for (var ax = pu(12u); ax > 0u; ax--) {
-        let dim = pu(12u + ax);
-        let v = bi % dim;
-        bi = bi / dim;
-        oa += v * pu(18u + ax);
-        ob += v * pu(24u + ax);
-    }
-    let a = pu(2u) + s * pu(3u) + oa + i * k;
-    let tb = pu(11u) == 1u;
+    let off = batch_offsets(l / mn);
+    let a = prm.a.base + s * prm.a.stride + off.x + i * k;
+    let tb = prm.transpose_b;
     // b's column j: k elements from `b0`, `sb` apart.
-    let b0 = ob + select(j, j * k, tb);
+    let b0 = off.y + select(j, j * k, tb);
     let sb = select(n, 1u, tb);
     var acc: f32;
-    if pu(4u) == 1u {
-        acc = wflat_dot(wdesc(31u), b0, sb, a, k);
+    if prm.b_kind == 1u {
+        acc = wflat_dot(prm.b_w, b0, sb, a, k);
     } else {
-        acc = adot(a, 1u, pu(5u) + s * pu(6u) + b0, sb, k);
+        acc = adot(a, 1u, prm.b.base + s * prm.b.stride + b0, sb, k);
     }
-    act[pu(7u) + s * per + l] = acc;
+    act[prm.y_base + s * pu(P_PER) + l] = acc;
 }
 
 // `matmul_tile`: the same product as a shared-memory tiled GEMM for products with work enough to
@@ -49,47 +51,35 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
 // columns (b read down a column: `n` apart, or contiguous when transposed; a weight dequantised
 // element by element) are staged in workgroup memory as the variant's vectors, zeros past k, and
 // every thread takes rows row + 8i × columns col + 8j from there (`tile_step`, as `dense_tile`).
-// Same P as `matmul`, plus 35 the output's per-sample stride (batches · m · n);
-// per = batches · ceil(m / 32) · ceil(n / 32) · WG.
+// The parameters of `matmul`, plus `MatmulTileP.y_stride`, the output's per-sample stride
+// (batches · m · n); per = batches · ceil(m / 32) · ceil(n / 32) · WG.
 @compute @workgroup_size(64)
-fn matmul_tile(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-               @builtin(local_invocation_id) lid3: vec3<u32>) {
-    let at = tile_at(wid, nwg, lid3.x);
+fn matmul_tile(id: Ids) {
+    let at = tile_at(id);
     if !at.live {
         return;
     }
-    let s = at.s;
-    let tile = at.tile;
-    let row = at.row;
-    let col = at.col;
-    let m = pu(8u);
-    let k = pu(9u);
-    let n = pu(10u);
+    let prm = matmul_p();
+    let m = prm.m;
+    let k = prm.k;
+    let n = prm.n;
     let mt = (m + TILE - 1u) / TILE;
     let nt = (n + TILE - 1u) / TILE;
-    var bi = tile / (mt * nt);
+    let bi = at.tile / (mt * nt);
     let bmn = bi * m * n;
-    let rt = ((tile % (mt * nt)) / nt) * TILE;
-    let ct = (tile % nt) * TILE;
-    var oa = 0u;
-    var ob = 0u;
-    for (var ax = pu(12u); ax > 0u; ax--) {
-        let dim = pu(12u + ax);
-        let v = bi % dim;
-        bi = bi / dim;
-        oa += v * pu(18u + ax);
-        ob += v * pu(24u + ax);
-    }
-    let ab = pu(2u) + s * pu(3u) + oa;
-    let tb = pu(11u) == 1u;
+    let rt = ((at.tile % (mt * nt)) / nt) * TILE;
+    let ct = (at.tile % nt) * TILE;
+    let off = batch_offsets(bi);
+    let ab = prm.a.base + at.s * prm.a.stride + off.x;
+    let tb = prm.transpose_b;
     let sb = select(n, 1u, tb);
-    let weight = pu(4u) == 1u;
-    let bb = select(pu(5u) + s * pu(6u) + ob, ob, weight);
-    var acc = Block4(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    let weight = prm.b_kind == 1u;
+    let bb = select(prm.b.base + at.s * prm.b.stride + off.y, off.y, weight);
+    var acc = block0();
     for (var k0 = 0u; k0 < k; k0 += 4u * TILE_CH) {
-        let c = k0 + 4u * col;
+        let c = k0 + 4u * at.col;
         for (var q = 0u; q < 4u; q++) {
-            let item = row + 8u * q;
+            let item = at.row + 8u * q;
             let a_row = ab + min(rt + item, m - 1u) * k;
             let bc = min(ct + item, n - 1u);
             let b_col = bb + select(bc, bc * k, tb);
@@ -100,25 +90,22 @@ fn matmul_tile(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
                     xv[e] = act[a_row + c + e];
                     let bw = b_col + (c + e) * sb;
                     if weight {
-                        wv[e] = wflat(wdesc(31u), bw);
+                        wv[e] = wflat(prm.b_w, bw);
                     } else {
                         wv[e] = act[bw];
                     }
                 }
             }
-            tile_x[col * TILE + item] = to_v4(xv);
-            tile_w[col * TILE + item] = to_v4(wv);
+            tile_put(at, item, to_v4(xv), to_v4(wv));
         }
-        workgroupBarrier();
-        acc = tile_step(acc, row, col);
-        workgroupBarrier();
+        acc = tile_sync(acc, at);
     }
-    let y = pu(7u) + s * pu(35u) + bmn;
-    let r = vec4<u32>(rt + row) + vec4<u32>(0u, 8u, 16u, 24u);
-    matmul_tile_store(y, r.x, ct + col, m, n, acc.a0);
-    matmul_tile_store(y, r.y, ct + col, m, n, acc.a1);
-    matmul_tile_store(y, r.z, ct + col, m, n, acc.a2);
-    matmul_tile_store(y, r.w, ct + col, m, n, acc.a3);
+    let y = prm.y_base + at.s * matmul_tile_p().y_stride + bmn;
+    let r = vec4<u32>(rt + at.row) + vec4<u32>(0u, 8u, 16u, 24u);
+    matmul_tile_store(y, r.x, ct + at.col, m, n, acc.a0);
+    matmul_tile_store(y, r.y, ct + at.col, m, n, acc.a1);
+    matmul_tile_store(y, r.z, ct + at.col, m, n, acc.a2);
+    matmul_tile_store(y, r.w, ct + at.col, m, n, acc.a3);
 }
 
 // Row r's columns c0, c0 + 8, c0 + 16, c0 + 24 of a tile, those in range.

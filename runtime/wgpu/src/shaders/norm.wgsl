@@ -32,36 +32,39 @@ fn wg_reduce(lid: u32, v: f32, op: u32) -> f32 {
     return r;
 }
 
-// The row index of a cooperative kernel's workgroup.
-fn wg_row(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return wid.y * nwg.x + wid.x;
+// A cooperative kernel's workgroup: its row, live while within the rows the dispatch covers
+// (per = rows · WG per sample), and the thread's index in it.
+struct RowAt {
+    live: bool,
+    row: u32,
+    lid: u32,
 }
 
-// Rows a cooperative dispatch covers (per = rows · WG per sample).
-fn wg_rows() -> u32 {
-    return pu(0u) * (pu(1u) / WG);
+fn wg_row(id: Ids) -> RowAt {
+    let row = wg_index(id);
+    return RowAt(row < pu(P_BATCH) * (pu(P_PER) / WG), row, id.lid3.x);
 }
 
 // Layer norm. Rows of d features, each `inner` elements after the previous, in blocks of
 // d·inner: the last axis is inner = 1 (row g at g·d); channels-first [C, S] per sample is d = C,
 // inner = S (row g at (g / S)·C·S + g % S). Two passes as on the CPU: the mean, then the centred
 // sum of squares; then y = (x − mean)·γ/√(var + eps) (+ β).
-// P: 2 x_base, 3 y_base, 4 d, 5 eps, 6 has_beta, 7 inner, 8..11 gamma, 12..15 beta.
+// Parameters `LayerNormP`: x_base, y_base, d, eps, has_beta, inner, gamma, beta.
 // `layer_norm`: per = rows · inner; `layer_norm_split`: per = rows · inner · WG.
 
 fn ln_first(g: u32) -> u32 {
-    let d = pu(4u);
-    let inner = pu(7u);
-    return (g / inner) * d * inner + g % inner;
+    let prm = layer_norm_p();
+    return (g / prm.inner) * prm.d * prm.inner + g % prm.inner;
 }
 
 // y = (x − mean)·inv·γ (+ β) over the same elements. The encodings are tested once, outside the
 // loops: f32 and f16 γ/β (β following γ's encoding) are read directly, anything else through
 // `wflat` (on lavapipe a branch inside a loop costs every arm on every iteration).
 fn ln_write(x: u32, y: u32, inner: u32, i0: u32, step: u32, d: u32, mean: f32, inv: f32) {
-    let gamma = wdesc(8u);
-    let beta = wdesc(12u);
-    let hb = pu(6u) == 1u;
+    let prm = layer_norm_p();
+    let gamma = prm.gamma;
+    let beta = prm.beta;
+    let hb = prm.has_beta;
     let bdt = select(gamma.dt, beta.dt, hb);
     if gamma.dt == 0u && bdt == 0u {
         for (var i = i0; i < d; i += step) {
@@ -91,54 +94,54 @@ fn ln_write(x: u32, y: u32, inner: u32, i0: u32, step: u32, d: u32, mean: f32, i
 }
 
 @compute @workgroup_size(64)
-fn layer_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-              @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
-    if g >= total_threads() {
+fn layer_norm(id: Ids) {
+    let it = item(id);
+    if !it.live {
         return;
     }
-    let d = pu(4u);
-    let inner = pu(7u);
-    let first = ln_first(g);
-    let x = pu(2u) + first;
+    let prm = layer_norm_p();
+    let d = prm.d;
+    let inner = prm.inner;
+    let first = ln_first(it.g);
+    let x = prm.x_base + first;
     let inv_d = 1.0 / f32(d);
     let mean = ln_sum(x, inner, 0u, 1u, d) * inv_d;
-    let inv = 1.0 / sqrt(ln_sq(x, inner, 0u, 1u, d, mean) * inv_d + pf(5u));
-    ln_write(x, pu(3u) + first, inner, 0u, 1u, d, mean, inv);
+    let inv = 1.0 / sqrt(ln_sq(x, inner, 0u, 1u, d, mean) * inv_d + prm.eps);
+    ln_write(x, prm.y_base + first, inner, 0u, 1u, d, mean, inv);
 }
 
 @compute @workgroup_size(64)
-fn layer_norm_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                    @builtin(local_invocation_id) lid3: vec3<u32>) {
-    let row = wg_row(wid, nwg);
-    if row >= wg_rows() {
+fn layer_norm_split(id: Ids) {
+    let at = wg_row(id);
+    if !at.live {
         return;
     }
-    let lid = lid3.x;
-    let d = pu(4u);
-    let inner = pu(7u);
-    let first = ln_first(row);
-    let x = pu(2u) + first;
+    let prm = layer_norm_p();
+    let lid = at.lid;
+    let d = prm.d;
+    let inner = prm.inner;
+    let first = ln_first(at.row);
+    let x = prm.x_base + first;
     let inv_d = 1.0 / f32(d);
     let mean = wg_reduce(lid, ln_sum(x, inner, lid, WG, d), 0u) * inv_d;
     let sq = wg_reduce(lid, ln_sq(x, inner, lid, WG, d, mean), 0u);
-    let inv = 1.0 / sqrt(sq * inv_d + pf(5u));
-    ln_write(x, pu(3u) + first, inner, lid, WG, d, mean, inv);
+    let inv = 1.0 / sqrt(sq * inv_d + prm.eps);
+    ln_write(x, prm.y_base + first, inner, lid, WG, d, mean, inv);
 }
 
-// Softmax over rows of n. P: 2 x_base, 3 y_base, 4 n. `softmax`: per = rows; `softmax_split`:
-// per = rows · WG. In place when x_base == y_base.
+// Softmax over rows of n. Parameters `SoftmaxP`: x_base, y_base, n. `softmax`: per = rows;
+// `softmax_split`: per = rows · WG. In place when x_base == y_base.
 
 @compute @workgroup_size(64)
-fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-           @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
-    if g >= total_threads() {
+fn softmax(id: Ids) {
+    let it = item(id);
+    if !it.live {
         return;
     }
-    let n = pu(4u);
-    let x = pu(2u) + g * n;
-    let y = pu(3u) + g * n;
+    let prm = softmax_p();
+    let n = prm.n;
+    let x = prm.x_base + it.g * n;
+    let y = prm.y_base + it.g * n;
     var m = act[x];
     for (var i = 1u; i < n; i++) {
         m = max(m, act[x + i]);
@@ -154,16 +157,16 @@ fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
 }
 
 @compute @workgroup_size(64)
-fn softmax_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                 @builtin(local_invocation_id) lid3: vec3<u32>) {
-    let row = wg_row(wid, nwg);
-    if row >= wg_rows() {
+fn softmax_split(id: Ids) {
+    let at = wg_row(id);
+    if !at.live {
         return;
     }
-    let lid = lid3.x;
-    let n = pu(4u);
-    let x = pu(2u) + row * n;
-    let y = pu(3u) + row * n;
+    let prm = softmax_p();
+    let lid = at.lid;
+    let n = prm.n;
+    let x = prm.x_base + at.row * n;
+    let y = prm.y_base + at.row * n;
     // Every thread starts from the first element, so the maximum is the thread-per-row one's.
     var m = act[x];
     for (var i = lid; i < n; i += WG) {
@@ -181,7 +184,7 @@ fn softmax_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
 }
 
 // Reduce axis of [outer, n, inner] to [outer, inner].
-// P: 2 x_base, 3 y_base, 4 op (0 mean, 1 sum, 2 max, 3 min), 5 n, 6 inner.
+// Parameters `ReduceP`: x_base, y_base, op (0 mean, 1 sum, 2 max, 3 min), n, inner.
 // `reduce`: per = outer · inner (a thread per output); `reduce_split`: per = outer · inner · WG.
 
 // The op over act[x + j·inner], j = j0, j0 + step, … < n (j0 < n); the op's branch outside the
@@ -209,35 +212,37 @@ fn reduce_part(x: u32, inner: u32, j0: u32, step: u32, n: u32, op: u32) -> f32 {
 }
 
 @compute @workgroup_size(64)
-fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-          @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = thread_index(wid, nwg, lid);
-    if g >= total_threads() {
+fn reduce(id: Ids) {
+    let it = item(id);
+    if !it.live {
         return;
     }
-    let n = pu(5u);
-    let inner = pu(6u);
-    let x = pu(2u) + (g / inner) * n * inner + g % inner;
-    let op = pu(4u);
+    let prm = reduce_p();
+    let g = it.g;
+    let n = prm.n;
+    let inner = prm.inner;
+    let x = prm.x_base + (g / inner) * n * inner + g % inner;
+    let op = prm.op;
     var acc = reduce_part(x, inner, 0u, 1u, n, op);
     if op == 0u {
         acc *= 1.0 / f32(n);
     }
-    act[pu(3u) + g] = acc;
+    act[prm.y_base + g] = acc;
 }
 
 @compute @workgroup_size(64)
-fn reduce_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                @builtin(local_invocation_id) lid3: vec3<u32>) {
-    let g = wg_row(wid, nwg);
-    if g >= wg_rows() {
+fn reduce_split(id: Ids) {
+    let at = wg_row(id);
+    if !at.live {
         return;
     }
-    let lid = lid3.x;
-    let n = pu(5u);
-    let inner = pu(6u);
-    let x = pu(2u) + (g / inner) * n * inner + g % inner;
-    let op = pu(4u);
+    let prm = reduce_p();
+    let g = at.row;
+    let lid = at.lid;
+    let n = prm.n;
+    let inner = prm.inner;
+    let x = prm.x_base + (g / inner) * n * inner + g % inner;
+    let op = prm.op;
     // Threads past the row's end hold 0 for a sum and the first element for a maximum or minimum.
     var acc = select(0.0, act[x], op >= 2u);
     if lid < n {
@@ -249,6 +254,6 @@ fn reduce_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
         acc *= 1.0 / f32(n);
     }
     if lid == 0u {
-        act[pu(3u) + g] = acc;
+        act[prm.y_base + g] = acc;
     }
 }

@@ -6,10 +6,10 @@
 // j (threads j ≡ lid mod WG) adds its recurrent product R[j] · h (`wdot_part`) and both biases to
 // its projection; (2) every hidden unit k (threads k ≡ lid mod WG) applies the gates and updates
 // its h[k] and c[k].
-// P: 2 xw_base, 3 xw_stride, 4 y_base, 5 y_stride, 6 st_base, 7 st_stride, 8 t, 9 hidden, 10 dirs,
-//    11 cell (0 LSTM, 1 GRU), 12 direction (0 forward, 1 reverse, 2 bidirectional),
-//    13 output (0 Y [T, dirs, H], 1 Y_h [dirs, H], 2 Y_c [dirs, H]), 14 has_h0, 15 has_c0,
-//    16..19 R [dirs·G·H, H], 20..23 B [dirs, 2·G·H], 24..27 h0 [dirs, H], 28..31 c0 [dirs, H].
+// Parameters `RnnP`: regions xw, y, state; t, hidden, dirs, cell (0 LSTM, 1 GRU), direction
+//    (0 forward, 1 reverse, 2 bidirectional), output (0 Y [T, dirs, H], 1 Y_h [dirs, H], 2 Y_c
+//    [dirs, H]), has_h0, has_c0, r (R [dirs·G·H, H]), bias (B [dirs, 2·G·H]), h0 [dirs, H],
+//    c0 [dirs, H].
 //    xw rows are dirs·G·H wide. State per sample: gates [dirs, G·H], the GRU's recurrent
 //    candidate term [dirs, H], h [dirs, H], c [dirs, H]. per = dirs · WG (threads).
 
@@ -29,39 +29,39 @@ fn tanh_(x: f32) -> f32 {
 }
 
 @compute @workgroup_size(64)
-fn rnn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-       @builtin(local_invocation_id) lid3: vec3<u32>) {
-    let item = wid.y * nwg.x + wid.x;
-    let dirs = pu(10u);
-    if item >= pu(0u) * dirs {
+fn rnn(id: Ids) {
+    let prm = rnn_p();
+    let wg = wg_index(id);
+    let dirs = prm.dirs;
+    if wg >= pu(P_BATCH) * dirs {
         return;
     }
-    let lid = lid3.x;
-    let s = item / dirs;
-    let d = item % dirs;
-    let t_len = pu(8u);
-    let h_n = pu(9u);
-    let gru = pu(11u) == 1u;
+    let lid = id.lid3.x;
+    let s = wg / dirs;
+    let d = wg % dirs;
+    let t_len = prm.t;
+    let h_n = prm.hidden;
+    let gru = prm.cell == 1u;
     let g_n = select(4u, 3u, gru) * h_n;
-    let xw = pu(2u) + s * pu(3u);
-    let y = pu(4u) + s * pu(5u);
-    let st = pu(6u) + s * pu(7u);
+    let xw = prm.xw.base + s * prm.xw.stride;
+    let y = prm.y.base + s * prm.y.stride;
+    let st = prm.state.base + s * prm.state.stride;
     let gbuf = st + d * g_n;
     let ebuf = st + dirs * g_n + d * h_n;
     let hbuf = st + dirs * g_n + dirs * h_n + d * h_n;
     let cbuf = st + dirs * g_n + 2u * dirs * h_n + d * h_n;
-    let rw = wdesc(16u);
-    let bw = wdesc(20u);
-    let reversed = pu(12u) == 1u || (pu(12u) == 2u && d == 1u);
-    let output = pu(13u);
+    let rw = prm.r;
+    let bw = prm.bias;
+    let reversed = prm.direction == 1u || (prm.direction == 2u && d == 1u);
+    let output = prm.output;
     for (var k = lid; k < h_n; k += WG) {
         var h0 = 0.0;
-        if pu(14u) == 1u {
-            h0 = wget(wdesc(24u), d, k);
+        if prm.has_h0 {
+            h0 = wget(prm.h0, d, k);
         }
         var c0 = 0.0;
-        if pu(15u) == 1u {
-            c0 = wget(wdesc(28u), d, k);
+        if prm.has_c0 {
+            c0 = wget(prm.c0, d, k);
         }
         act[hbuf + k] = h0;
         act[cbuf + k] = c0;

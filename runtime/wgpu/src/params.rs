@@ -1,0 +1,556 @@
+//! Named parameter blocks: one table of every kernel layout's fields (a name, a type and the
+//! word it starts at), from which both sides are made. The lowering sets fields by name
+//! ([`Params::set`]: a debug check that each is set at most once, that every required one is set
+//! and that every field set belongs to the kernel's layout); the WGSL side gets, prepended to
+//! each module, a struct per layout with a loader (`dense_p()` → `DenseP`, fields typed `u32`,
+//! `f32`, `bool`, `Wd` or `Reg`), an accessor per array field (`dense_p_w(i)`) and a constant per
+//! field's first word (`DENSE_W`, for offsets computed in the shader). So the Rust side that fills
+//! a block and the shader that reads it name the same fields and cannot disagree on a position.
+//!
+//! Words 0 and 1 of every block are the header ([`BATCH`], written per run, and [`PER`], threads
+//! per sample); layouts start at word 2.
+
+#![allow(non_upper_case_globals)]
+
+use crate::compile::{word, Region, Wd};
+use crate::kernels::PARAM_WORDS;
+use crate::GpuError;
+use std::fmt::Write as _;
+use std::marker::PhantomData;
+
+/// Word of the batch size (written at run time when it changes).
+pub const BATCH: usize = 0;
+/// Word of the threads per sample.
+pub const PER: usize = 1;
+
+/// What a field holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ty {
+    /// A `u32` (a `usize` on the Rust side, checked to fit).
+    U32,
+    /// An `f32` (its bits).
+    F32,
+    /// A flag, 0 or 1 (`bool` in WGSL).
+    Bool,
+    /// A weight descriptor, 4 words (`Wd` in `common.wgsl`).
+    Wd,
+    /// An arena region, base and per-sample stride (`Reg` in `common.wgsl`).
+    Region,
+}
+
+impl Ty {
+    /// Words it takes.
+    pub const fn words(self) -> usize {
+        match self {
+            Ty::U32 | Ty::F32 | Ty::Bool => 1,
+            Ty::Wd => 4,
+            Ty::Region => 2,
+        }
+    }
+
+    fn wgsl(self) -> &'static str {
+        match self {
+            Ty::U32 => "u32",
+            Ty::F32 => "f32",
+            Ty::Bool => "bool",
+            Ty::Wd => "Wd",
+            Ty::Region => "Reg",
+        }
+    }
+
+    /// The WGSL expression that loads it from word expression `at`.
+    fn load(self, at: &str) -> String {
+        match self {
+            Ty::U32 => format!("pu({at})"),
+            Ty::F32 => format!("pf({at})"),
+            Ty::Bool => format!("pu({at}) == 1u"),
+            Ty::Wd => format!("wdesc({at})"),
+            Ty::Region => format!("reg({at})"),
+        }
+    }
+}
+
+/// A Rust value a field holds.
+pub(crate) trait Value: Copy {
+    /// Its field type.
+    const TY: Ty;
+    /// Its words (`Ty::words` of them).
+    fn put(self, w: &mut [u32]) -> Result<(), GpuError>;
+    /// Read back from its words.
+    fn get(w: &[u32]) -> Self;
+}
+
+impl Value for usize {
+    const TY: Ty = Ty::U32;
+    fn put(self, w: &mut [u32]) -> Result<(), GpuError> {
+        w[0] = word(self)?;
+        Ok(())
+    }
+    fn get(w: &[u32]) -> Self {
+        w[0] as usize
+    }
+}
+
+impl Value for f32 {
+    const TY: Ty = Ty::F32;
+    fn put(self, w: &mut [u32]) -> Result<(), GpuError> {
+        w[0] = self.to_bits();
+        Ok(())
+    }
+    fn get(w: &[u32]) -> Self {
+        f32::from_bits(w[0])
+    }
+}
+
+impl Value for bool {
+    const TY: Ty = Ty::Bool;
+    fn put(self, w: &mut [u32]) -> Result<(), GpuError> {
+        w[0] = u32::from(self);
+        Ok(())
+    }
+    fn get(w: &[u32]) -> Self {
+        w[0] == 1
+    }
+}
+
+impl Value for Wd {
+    const TY: Ty = Ty::Wd;
+    fn put(self, w: &mut [u32]) -> Result<(), GpuError> {
+        w.copy_from_slice(&[self.dt, self.off, self.soff, self.cols]);
+        Ok(())
+    }
+    fn get(w: &[u32]) -> Self {
+        Wd { dt: w[0], off: w[1], soff: w[2], cols: w[3] }
+    }
+}
+
+impl Value for Region {
+    const TY: Ty = Ty::Region;
+    fn put(self, w: &mut [u32]) -> Result<(), GpuError> {
+        w[0] = word(self.base)?;
+        w[1] = word(self.stride)?;
+        Ok(())
+    }
+    fn get(w: &[u32]) -> Self {
+        Region { base: w[0] as usize, stride: w[1] as usize }
+    }
+}
+
+/// A field of a layout, untyped: `len` elements (1: a scalar) `step` words apart from word `at`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FieldInfo {
+    pub layout: Layout,
+    pub name: &'static str,
+    pub ty: Ty,
+    pub at: usize,
+    pub len: usize,
+    pub step: usize,
+    /// Whether every block of the layout sets it (element 0 of an array); else it is set where
+    /// a flag or a mode says it is present, and reads 0 otherwise.
+    pub required: bool,
+}
+
+impl FieldInfo {
+    /// The words of element `i`.
+    fn words(&self, i: usize) -> std::ops::Range<usize> {
+        let a = self.at + i * self.step;
+        a..a + self.ty.words()
+    }
+
+    /// The block words of every element, as a mask.
+    pub fn mask(&self) -> u64 {
+        (0..self.len).map(|i| self.element_mask(i)).fold(0, |a, b| a | b)
+    }
+
+    fn element_mask(&self, i: usize) -> u64 {
+        self.words(i).fold(0, |m, w| m | 1u64 << w)
+    }
+}
+
+/// A typed field: set with a `T` ([`Params::set`]), read back as one ([`crate::compile::Dispatch::get`]).
+#[derive(Debug)]
+pub(crate) struct Field<T> {
+    info: FieldInfo,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Field<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Field<T> {}
+
+impl<T: Value> Field<T> {
+    const fn new(layout: Layout, name: &'static str, at: usize, len: usize, step: usize, required: bool) -> Self {
+        Self { info: FieldInfo { layout, name, ty: T::TY, at, len, step, required }, _t: PhantomData }
+    }
+
+    /// Element `i` of an array field (as a scalar field of its own).
+    pub fn at(self, i: usize) -> Self {
+        debug_assert!(i < self.info.len, "{}: element {i} of {}", self.info.name, self.info.len);
+        let at = self.info.at + i * self.info.step;
+        Self { info: FieldInfo { at, len: 1, required: self.info.required && i == 0, ..self.info }, _t: PhantomData }
+    }
+
+    pub(crate) const fn info(self) -> FieldInfo {
+        self.info
+    }
+}
+
+/// A dispatch's parameter block under construction, with the words and layouts set so far.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Params {
+    words: [u32; PARAM_WORDS],
+    set: u64,
+    layouts: u64,
+}
+
+impl Params {
+    /// A block with `per` threads per sample.
+    pub fn new(per: usize) -> Result<Self, GpuError> {
+        let mut words = [0u32; PARAM_WORDS];
+        words[PER] = word(per)?;
+        Ok(Self { words, set: 1 << PER, layouts: 0 })
+    }
+
+    /// The block of an existing dispatch, to change (fields may be set again).
+    pub fn of(words: [u32; PARAM_WORDS], set: u64, layouts: u64) -> Self {
+        Self { words, set, layouts }
+    }
+
+    /// Sets a scalar field (or an element, [`Field::at`]) not set before.
+    pub fn set<T: Value>(self, f: Field<T>, v: T) -> Result<Self, GpuError> {
+        debug_assert!(self.set & f.info.mask() == 0, "parameter `{}` set twice", f.info.name);
+        self.put(f, v)
+    }
+
+    /// Sets a field whether or not it was set before (a later pass changing a dispatch).
+    pub fn reset<T: Value>(mut self, f: Field<T>, v: T) -> Result<Self, GpuError> {
+        self.set &= !f.info.mask();
+        self.put(f, v)
+    }
+
+    fn put<T: Value>(mut self, f: Field<T>, v: T) -> Result<Self, GpuError> {
+        debug_assert_eq!(f.info.len, 1, "`{}` is an array: set an element", f.info.name);
+        v.put(&mut self.words[f.info.words(0)])?;
+        self.set |= f.info.mask();
+        self.layouts |= 1 << f.info.layout as u32;
+        Ok(self)
+    }
+
+    /// Sets element `i` of array field `f` for each value, in order.
+    pub fn set_all<T: Value>(mut self, f: Field<T>, values: impl IntoIterator<Item = T>) -> Result<Self, GpuError> {
+        for (i, v) in values.into_iter().enumerate() {
+            self = self.set(f.at(i), v)?;
+        }
+        Ok(self)
+    }
+
+    /// The finished dispatch of `kernel`. Debug builds check that every field set belongs to the
+    /// kernel's layout (or one it extends) and that its required fields are all set.
+    pub fn done(self, kernel: crate::kernels::Kernel) -> crate::compile::Dispatch {
+        if cfg!(debug_assertions) {
+            check(kernel.layout(), self.set, self.layouts);
+        }
+        crate::compile::Dispatch::new(kernel, self.words, self.set, self.layouts)
+    }
+}
+
+/// The debug check of [`Params::done`].
+fn check(layout: Layout, set: u64, layouts: u64) {
+    let chain: u64 = layout.chain().fold(0, |m, l| m | 1 << l as u32);
+    assert!(layouts & !chain == 0, "a `{:?}` block has fields of another layout ({layouts:#x})", layout);
+    for l in layout.chain() {
+        for f in l.fields().iter().filter(|f| f.required) {
+            assert!(set & f.element_mask(0) == f.element_mask(0), "`{l:?}` parameter `{}` not set", f.name);
+        }
+    }
+}
+
+/// Reads a field of a finished block.
+pub(crate) fn get<T: Value>(words: &[u32; PARAM_WORDS], f: Field<T>) -> T {
+    debug_assert_eq!(f.info.len, 1, "`{}` is an array: read an element", f.info.name);
+    T::get(&words[f.info.words(0)])
+}
+
+macro_rules! layouts {
+    (@len) => { 1 };
+    (@len $len:literal) => { $len };
+    (@step) => { 0 };
+    (@step $step:literal) => { $step };
+    (@required) => { true };
+    (@required $opt:ident) => { false };
+    (@parent) => { None };
+    (@parent $p:ident) => { Some(Layout::$p) };
+    ($(
+        $(#[$doc:meta])*
+        $kind:ident $module:ident $(: $parent:ident)? {
+            $( $f:ident : $t:ty = $at:literal $([$len:literal step $step:literal])? $($opt:ident)? ),* $(,)?
+        }
+    )*) => {
+        /// A parameter layout: the fields of a kernel's block (see the module docs).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub(crate) enum Layout { $( $kind ),* }
+
+        impl Layout {
+            /// Every layout.
+            #[cfg_attr(not(test), allow(dead_code))]
+            pub const ALL: &'static [Layout] = &[ $( Layout::$kind ),* ];
+
+            /// Its own fields (not its parent's).
+            pub fn fields(self) -> &'static [FieldInfo] {
+                match self { $( Layout::$kind => $module::FIELDS ),* }
+            }
+
+            /// The layout it extends (whose fields its kernels also read).
+            pub fn parent(self) -> Option<Layout> {
+                match self { $( Layout::$kind => layouts!(@parent $($parent)?) ),* }
+            }
+
+            /// Its WGSL name stem: `<stem>_p()` loads `<Stem>P`.
+            pub fn stem(self) -> &'static str {
+                match self { $( Layout::$kind => stringify!($module) ),* }
+            }
+        }
+
+        $(
+            $(#[$doc])*
+            pub(crate) mod $module {
+                use super::*;
+                $(
+                    pub const $f: Field<$t> = Field::new(
+                        Layout::$kind,
+                        stringify!($f),
+                        $at,
+                        layouts!(@len $($len)?),
+                        layouts!(@step $($step)?),
+                        layouts!(@required $($opt)?),
+                    );
+                )*
+                pub(crate) const FIELDS: &[FieldInfo] = &[ $( $f.info() ),* ];
+            }
+        )*
+    };
+}
+
+layouts! {
+/// Dense layers (`linear.wgsl`, `linear_sg.wgsl`, `prelude/dense.wgsl`): rows of `inp`
+/// features at `x`, `rows` per sample, `out` outputs each into `y` (`transposed`: `[out, rows]`);
+/// `lanes` threads per output. Parts (one dispatch for several projections of the same input):
+/// `parts` (0 or 1: one), part p's weights `w[p]`, bias `b[p]`, outputs `part_out` each,
+/// `part_gap` words after the previous part's.
+Dense dense {
+    x: Region = 2, y: Region = 4, inp: usize = 6, out: usize = 7, activation: usize = 8,
+    has_bias: bool = 9, has_add: bool = 10, add: Region = 11 opt, lanes: usize = 13, rows: usize = 14,
+    transposed: bool = 15, w: Wd = 16 [3 step 8], b: Wd = 20 [3 step 8] opt, part_gap: usize = 40 opt,
+    parts: usize = 41 opt, part_out: usize = 42 opt,
+}
+/// A dense layer on the rows of a plain LayerNorm's input (the norm prologue).
+DenseLn dense_ln: Dense {
+    eps: f32 = 44,
+}
+/// A dense layer over the p × p patches of a `[C, H, W]` map read in place.
+DensePatch dense_patch: Dense {
+    map_hw: usize = 44, map_w: usize = 45, p: usize = 46, grid_w: usize = 47,
+}
+/// `elementwise.wgsl: unary`.
+Unary unary {
+    x_base: usize = 2, y_base: usize = 3, op: usize = 4,
+}
+/// `elementwise.wgsl: strided`: operands a and b (`*_kind` 0 an activation region, 1 a
+/// weight), each read with its strides per output axis; op 100 copies a, 101 a window of a
+/// (plus b where `window_add`).
+Strided strided {
+    y_base: usize = 2, op: usize = 3, rank: usize = 4, dims: usize = 5 [6 step 1] opt, a_kind: usize = 11,
+    a: Region = 12 opt, a_strides: usize = 14 [6 step 1] opt, a_w: Wd = 20 opt, b_kind: usize = 24 opt,
+    b: Region = 25 opt, b_strides: usize = 27 [6 step 1] opt, b_w: Wd = 33 opt,
+    window_axis: usize = 37 opt, window_first: usize = 38 opt, window_count: usize = 39 opt,
+    window_add: bool = 40 opt,
+}
+/// `norm.wgsl: layer_norm[_split]`.
+LayerNorm layer_norm {
+    x_base: usize = 2, y_base: usize = 3, d: usize = 4, eps: f32 = 5, has_beta: bool = 6, inner: usize = 7,
+    gamma: Wd = 8, beta: Wd = 12 opt,
+}
+/// `norm.wgsl: softmax[_split]`.
+Softmax softmax {
+    x_base: usize = 2, y_base: usize = 3, n: usize = 4,
+}
+/// `norm.wgsl: reduce[_split]`.
+Reduce reduce {
+    x_base: usize = 2, y_base: usize = 3, op: usize = 4, n: usize = 5, inner: usize = 6,
+}
+/// `matmul.wgsl: matmul`: b an activation region (`b_kind` 0) or a weight (1).
+MatMul matmul {
+    a: Region = 2, b_kind: usize = 4, b: Region = 5 opt, y_base: usize = 7, m: usize = 8, k: usize = 9,
+    n: usize = 10, transpose_b: bool = 11, batch_rank: usize = 12, dims: usize = 13 [6 step 1] opt,
+    a_strides: usize = 19 [6 step 1] opt, b_strides: usize = 25 [6 step 1] opt, b_w: Wd = 31 opt,
+}
+/// `matmul.wgsl: matmul_tile`.
+MatMulTile matmul_tile: MatMul {
+    y_stride: usize = 35,
+}
+/// The sliding window of convolution and pooling: a `[c, h, w]` map per sample, kernel
+/// kh × kw, strides, top/left padding, dilations, output oh × ow.
+Window window {
+    x_base: usize = 2, y_base: usize = 3, c: usize = 4, h: usize = 5, w: usize = 6, kh: usize = 8,
+    kw: usize = 9, sh: usize = 10, sw: usize = 11, pad_top: usize = 12, pad_left: usize = 13,
+    dh: usize = 14, dw: usize = 15, oh: usize = 17, ow: usize = 18,
+}
+/// `conv.wgsl`: o output channels in `groups` groups.
+Conv conv: Window {
+    o: usize = 7, groups: usize = 16, has_bias: bool = 19, weight: Wd = 20, bias: Wd = 24 opt,
+    activation: usize = 28,
+}
+/// `pool.wgsl` (`kind` 0 max, 1 average).
+Pool pool: Window {
+    kind: usize = 7, count_include_pad: bool = 16,
+}
+/// `rnn.wgsl`.
+Rnn rnn {
+    xw: Region = 2, y: Region = 4, state: Region = 6, t: usize = 8, hidden: usize = 9, dirs: usize = 10,
+    cell: usize = 11, direction: usize = 12, output: usize = 13, has_h0: bool = 14, has_c0: bool = 15,
+    r: Wd = 16, bias: Wd = 20, h0: Wd = 24 opt, c0: Wd = 28 opt,
+}
+/// `embed.wgsl: embedding`.
+Embedding embedding {
+    ids_base: usize = 2, y_base: usize = 3, tokens: usize = 4, d: usize = 5, vocab: usize = 6,
+    has_pos: bool = 7, table: Wd = 8, pos: Wd = 12 opt,
+}
+/// `embed.wgsl: patch_gather`.
+PatchGather patch_gather {
+    x_base: usize = 2, y_base: usize = 3, c: usize = 4, h: usize = 5, w: usize = 6, p: usize = 7,
+}
+/// `attention.wgsl: align_tokens`.
+AlignTokens align_tokens {
+    x_base: usize = 2, v_base: usize = 3, t: usize = 4, d: usize = 5, causal: bool = 6, has_bias: bool = 7,
+    a: Wd = 8, bias: Wd = 12 opt,
+}
+/// `attention.wgsl: attend`, `attend_rows` (`groups`: sequences per sample, 0 = 1).
+Attend attend {
+    q: Region = 2, k: Region = 4, v: Region = 6, o: Region = 8, t: usize = 10, d: usize = 11,
+    heads: usize = 12, causal: bool = 13, scale: f32 = 14, has_mask: bool = 15, mask: Region = 16 opt,
+    mask_rows: bool = 18 opt, groups: usize = 19,
+}
+/// `aft.wgsl: exp_values`.
+ExpValues exp_values {
+    k: Region = 2, v: Region = 4, t: usize = 6, d: usize = 7, kcols: usize = 8,
+}
+/// `aft.wgsl: exp_keys`.
+ExpKeys exp_keys {
+    k: Region = 2, t: usize = 4, kcols: usize = 5,
+}
+/// `aft.wgsl: aft_bias`.
+AftBias aft_bias {
+    bias_base: usize = 2, t: usize = 3, rank: usize = 4, u: Wd = 12, v: Wd = 16,
+}
+/// `aft.wgsl`: the AFT cores over t tokens of d channels, regions `stride` words per sample:
+/// Q (gated in place), and K and V (`aft_simple`) or E = exp(K − max K) and E ⊙ V (AFT-full
+/// and -local). `aft_simple`'s whole block.
+Aft aft {
+    q_base: usize = 2, k_base: usize = 3, v_base: usize = 4, stride: usize = 5, t: usize = 6, d: usize = 7,
+    causal: bool = 8,
+}
+/// `aft.wgsl: aft_full` (`scratch_bias`: the bias is `aft_bias`'s region, else the weight `w`).
+AftFull aft_full: Aft {
+    scratch_bias: bool = 9, bias_base: usize = 11 opt, w: Wd = 12 opt,
+}
+/// `aft.wgsl: aft_local`.
+AftLocal aft_local: Aft {
+    window: usize = 9, w: Wd = 12,
+}
+/// `aft.wgsl: aft_conv`.
+AftConv aft_conv {
+    q_base: usize = 2, e_base: usize = 3, ev_base: usize = 4, t: usize = 5, d: usize = 6, heads: usize = 7,
+    kernel: usize = 8, grid_h: usize = 9, grid_w: usize = 10, w: Wd = 12,
+}
+/// `fastformer.wgsl: ff_scores`.
+FfScores ff_scores {
+    rows: Region = 2, alpha_base: usize = 4, t: usize = 5, d: usize = 6, heads: usize = 7, scale: f32 = 8,
+    w: Wd = 12,
+}
+/// `fastformer.wgsl: ff_pool`.
+FfPool ff_pool {
+    rows: Region = 2, alpha_base: usize = 4, out_base: usize = 5, t: usize = 6, d: usize = 7,
+    heads: usize = 8,
+}
+/// `fastformer.wgsl: ff_scale_rows`.
+FfScaleRows ff_scale_rows {
+    rows: Region = 2, vec_base: usize = 4, d: usize = 5,
+}
+}
+
+impl Layout {
+    /// This layout, then the one it extends, and so on.
+    pub fn chain(self) -> impl Iterator<Item = Layout> {
+        std::iter::successors(Some(self), |l| l.parent())
+    }
+
+    /// The WGSL of these layouts (each once, in order): per layout a constant per field's first
+    /// word (`DENSE_W`), a struct of its scalar fields with its loader (`DenseP`, `dense_p()`), and
+    /// an accessor per array field (`dense_p_w(i)`).
+    pub fn wgsl(layouts: &[Layout]) -> String {
+        let mut s = String::from("// Parameter blocks, generated from the Rust table (`params.rs`).\n");
+        let _ = writeln!(s, "const P_BATCH: u32 = {BATCH}u;\nconst P_PER: u32 = {PER}u;");
+        for &l in layouts {
+            l.write_wgsl(&mut s);
+        }
+        s
+    }
+
+    fn write_wgsl(self, s: &mut String) {
+        let stem = self.stem();
+        let upper = stem.to_ascii_uppercase();
+        let ty = format!("{}P", camel(stem));
+        let _ = writeln!(s, "\n// {self:?}");
+        for f in self.fields() {
+            let _ = writeln!(s, "const {upper}_{}: u32 = {}u;", f.name.to_ascii_uppercase(), f.at);
+        }
+        let scalars: Vec<&FieldInfo> = self.fields().iter().filter(|f| f.len == 1).collect();
+        if !scalars.is_empty() {
+            let _ = writeln!(s, "struct {ty} {{");
+            for f in &scalars {
+                let _ = writeln!(s, "    {}: {},", f.name, f.ty.wgsl());
+            }
+            let loads: Vec<String> = scalars.iter().map(|f| f.ty.load(&format!("{}u", f.at))).collect();
+            let _ = writeln!(s, "}}\nfn {stem}_p() -> {ty} {{\n    return {ty}({});\n}}", loads.join(", "));
+        }
+        for f in self.fields().iter().filter(|f| f.len > 1) {
+            let at = format!("{}u + {}u * i", f.at, f.step);
+            let _ =
+                writeln!(s, "fn {stem}_p_{}(i: u32) -> {} {{\n    return {};\n}}", f.name, f.ty.wgsl(), f.ty.load(&at));
+        }
+    }
+}
+
+fn camel(stem: &str) -> String {
+    stem.split('_').map(|w| w[..1].to_ascii_uppercase() + &w[1..]).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Within a layout and the layouts it extends, no two fields share a word, none touches the
+    /// header, and all fit the block.
+    #[test]
+    fn fields_do_not_overlap() {
+        for &l in Layout::ALL {
+            let mut used = (1u64 << BATCH) | (1u64 << PER);
+            for f in l.chain().flat_map(|l| l.fields()) {
+                assert!(f.at + (f.len - 1) * f.step + f.ty.words() <= PARAM_WORDS, "{l:?}.{}", f.name);
+                assert!(f.len == 1 || f.step >= f.ty.words(), "{l:?}.{}", f.name);
+                assert_eq!(used & f.mask(), 0, "{l:?}.{} overlaps another field", f.name);
+                used |= f.mask();
+            }
+        }
+    }
+
+    #[test]
+    fn every_layout_belongs_to_a_kernel() {
+        for &l in Layout::ALL {
+            assert!(crate::kernels::Kernel::ALL.iter().any(|k| k.layout().chain().any(|c| c == l)), "{l:?}");
+        }
+    }
+}
