@@ -15,8 +15,7 @@ fn f32s(path: &std::path::Path) -> Vec<f32> {
 
 #[test]
 fn run_on_every_backend_gives_the_same_outputs() {
-    let dir = std::env::temp_dir().join(format!("kestrel-cli-backend-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = support::scratch_dir("cli-backend");
     let model = dir.join("demo.kes");
     std::fs::write(&model, kestrel::demo::image_model(3, kestrel::format::DType::I8).unwrap()).unwrap();
     let input = dir.join("x.npy");

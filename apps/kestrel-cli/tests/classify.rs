@@ -30,9 +30,7 @@ fn kestrel(args: &[&str]) -> (bool, String, String) {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("kestrel-classify-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    support::scratch_dir(&format!("classify-{name}"))
 }
 
 fn npy_f32(path: &Path) -> (Vec<usize>, Vec<f32>) {

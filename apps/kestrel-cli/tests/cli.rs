@@ -28,8 +28,7 @@ fn demo_writes_a_model_that_inspect_reads() {
 /// variant, heads and its mask tensor.
 #[test]
 fn inspect_shows_the_mask_of_fused_attention() {
-    let dir = std::env::temp_dir().join(format!("kestrel-cli-mask-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = support::scratch_dir("cli-mask");
     let kes = dir.join("bert.kes");
     let onnx = concat!(env!("CARGO_MANIFEST_DIR"), "/../../converters/zoo/bert-legacy17/model.onnx");
     let (ok, _, stderr) = kestrel(&["convert", onnx, "-o", kes.to_str().unwrap()]);
@@ -45,8 +44,7 @@ fn inspect_shows_the_mask_of_fused_attention() {
 
 #[test]
 fn bad_files_are_clear_errors_not_panics() {
-    let dir = std::env::temp_dir().join(format!("kestrel-cli-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = support::scratch_dir("cli-bad");
     let junk = dir.join("junk.kes");
     std::fs::write(&junk, b"definitely not a model").unwrap();
     let (ok, _, stderr) = kestrel(&["inspect", junk.to_str().unwrap()]);
@@ -59,8 +57,7 @@ fn bad_files_are_clear_errors_not_panics() {
 
 #[test]
 fn run_reads_npy_batches_and_writes_npy_outputs() {
-    let dir = std::env::temp_dir().join(format!("kestrel-cli-run-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = support::scratch_dir("cli-run");
     let model = dir.join("demo.kes");
     let (ok, _, stderr) = kestrel(&["demo", "--out", model.to_str().unwrap(), "--batch", "1"]);
     assert!(ok, "{stderr}");

@@ -33,9 +33,7 @@ fn fails_with(o: &Out, needle: &str) {
 }
 
 fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("kestrel-reliability-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    support::scratch_dir(&format!("reliability-{name}"))
 }
 
 fn s(p: &Path) -> &str {

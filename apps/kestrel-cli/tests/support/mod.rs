@@ -1,7 +1,7 @@
 //! Helpers shared by the CLI's integration tests (each test binary uses a part of them).
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Runs the `kestrel` binary with `args`, in `dir` when given.
@@ -22,6 +22,13 @@ pub fn kestrel_in(dir: Option<&Path>, args: &[&str]) -> (bool, String, String) {
 /// [`kestrel_in`] the current directory.
 pub fn kestrel(args: &[&str]) -> (bool, String, String) {
     kestrel_in(None, args)
+}
+
+/// A fresh-named directory `kestrel-NAME-PID` under the system's temporary directory, created.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("kestrel-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("creating {}: {e}", d.display()));
+    d
 }
 
 /// Whether a GPU adapter exists; without one the GPU cases skip with a message, unless

@@ -157,9 +157,14 @@ public final class Model {
         }
     }
 
-    /// A session for batches of 1...capacity samples; its arena (or GPU buffers) is allocated
-    /// here, once. `gpuPrecision` is the GPU's arithmetic (see `GpuPrecision`).
-    public func session(capacity: Int = 1, backend: Backend = .auto, gpuPrecision: GpuPrecision = .f32) throws -> Session {
+    /// A session for batches of 1...capacity samples; its arena is allocated here, once (GPU: f32).
+    public func session(capacity: Int = 1, backend: Backend = .auto) throws -> Session {
+        try session(capacity: capacity, backend: backend, gpuPrecision: .f32)
+    }
+
+    /// `session(capacity:backend:)` with the GPU's arithmetic `gpuPrecision` (see `GpuPrecision`;
+    /// CPU sessions ignore it).
+    public func session(capacity: Int, backend: Backend, gpuPrecision: GpuPrecision) throws -> Session {
         var s: OpaquePointer? = nil
         try check(kestrel_session_new_with_precision(handle, backend.rawValue, capacity, gpuPrecision.rawValue, &s))
         return Session(handle: s!, model: self)

@@ -94,15 +94,13 @@ class Model private constructor(private var handle: Long) : Closeable {
         }
     }
 
-    /**
-     * A session for batches of 1..[capacity] samples; its arena (or GPU buffers) is allocated
-     * here, once. [gpuPrecision] is the GPU's arithmetic (see [GpuPrecision]).
-     */
-    fun session(
-        capacity: Int = 1,
-        backend: Backend = Backend.AUTO,
-        gpuPrecision: GpuPrecision = GpuPrecision.F32,
-    ): Session = Session(NativeBridge.sessionNewWithPrecision(h(), backend.code, capacity, gpuPrecision.code))
+    /** A session for batches of 1..[capacity] samples; its arena is allocated here, once (GPU: f32). */
+    fun session(capacity: Int = 1, backend: Backend = Backend.AUTO): Session =
+        session(capacity, backend, GpuPrecision.F32)
+
+    /** [session] with the GPU's arithmetic [gpuPrecision] (see [GpuPrecision]; CPU sessions ignore it). */
+    fun session(capacity: Int, backend: Backend, gpuPrecision: GpuPrecision): Session =
+        Session(NativeBridge.sessionNewWithPrecision(h(), backend.code, capacity, gpuPrecision.code))
 
     override fun close() = synchronized(this) {
         if (handle != 0L) NativeBridge.modelFree(handle)
