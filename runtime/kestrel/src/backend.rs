@@ -19,38 +19,24 @@
 
 use std::fmt;
 
-/// Which engine runs a session.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Backend {
-    /// The CPU runtime (always available).
-    #[default]
-    Cpu = 0,
-    /// The wgpu GPU backend (an error if no GPU can be used or it cannot run the model).
-    Wgpu = 1,
-    /// A GPU when one can be used and runs the model, else the CPU (see the module docs).
-    Auto = 2,
-}
-
-/// The arithmetic of a GPU session's dot-product kernels; the CPU ignores it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum GpuPrecision {
-    /// f32 throughout: the CPU runtime's arithmetic (the default).
-    #[default]
-    F32 = 0,
-    /// f16 products with f32 accumulation (relative errors of about 1e-3); a device without
-    /// `SHADER_F16` refuses the session.
-    F16 = 1,
-    /// f16 where the device has `SHADER_F16`, else f32 (never an error).
-    Auto = 2,
-}
-
-/// The code, name and description of each value of a small enum shared by the front ends: the
-/// ABI code is the value's index in `ALL`, the name is the CLI's spelling.
+/// A small enum shared by the front ends, with the code, name and help line of each value: the
+/// code is the C ABI's and the JNI's (and the value's index in `ALL`), the name the CLI's spelling.
 macro_rules! codes {
-    ($t:ty, $what:literal, [$(($v:ident, $name:literal, $about:literal)),+ $(,)?]) => {
+    (
+        $(#[$doc:meta])*
+        pub enum $t:ident ($what:literal) {
+            $($(#[$vdoc:meta])* $v:ident = $code:literal, $name:literal, $about:literal;)+
+        }
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+        pub enum $t {
+            $($(#[$vdoc])* $v = $code,)+
+        }
+
         impl $t {
             /// Every value, in code order.
-            pub const ALL: &'static [$t] = &[$(<$t>::$v),+];
+            pub const ALL: &'static [$t] = &[$($t::$v),+];
 
             /// The code the C ABI and the JNI bindings use for it.
             pub const fn code(self) -> u32 {
@@ -65,14 +51,14 @@ macro_rules! codes {
             /// The lower-case name (`--backend`, `--gpu-precision`).
             pub const fn name(self) -> &'static str {
                 match self {
-                    $(<$t>::$v => $name),+
+                    $($t::$v => $name),+
                 }
             }
 
             /// One line for help texts.
             pub const fn about(self) -> &'static str {
                 match self {
-                    $(<$t>::$v => $about),+
+                    $($t::$v => $about),+
                 }
             }
 
@@ -101,25 +87,32 @@ macro_rules! codes {
     };
 }
 
-codes!(
-    Backend,
-    "backend",
-    [
-        (Cpu, "cpu", "The CPU runtime"),
-        (Wgpu, "wgpu", "The wgpu backend (an error if no GPU adapter exists or it cannot run the model)"),
-        (Auto, "auto", "A GPU when one exists and can run the model, else the CPU with a one-line notice"),
-    ]
-);
+codes! {
+    /// Which engine runs a session.
+    pub enum Backend("backend") {
+        /// The CPU runtime (always available).
+        #[default]
+        Cpu = 0, "cpu", "The CPU runtime";
+        /// The wgpu GPU backend (an error if no GPU can be used or it cannot run the model).
+        Wgpu = 1, "wgpu", "The wgpu backend (an error if no GPU adapter exists or it cannot run the model)";
+        /// A GPU when one can be used and runs the model, else the CPU (see the module docs).
+        Auto = 2, "auto", "A GPU when one exists and can run the model, else the CPU with a one-line notice";
+    }
+}
 
-codes!(
-    GpuPrecision,
-    "GPU precision",
-    [
-        (F32, "f32", "f32 everywhere"),
-        (F16, "f16", "f16 products with f32 accumulation in the dot-product kernels"),
-        (Auto, "auto", "f16 where the device has SHADER_F16, else f32"),
-    ]
-);
+codes! {
+    /// The arithmetic of a GPU session's dot-product kernels; the CPU ignores it.
+    pub enum GpuPrecision("GPU precision") {
+        /// f32 throughout: the CPU runtime's arithmetic (the default).
+        #[default]
+        F32 = 0, "f32", "f32 everywhere";
+        /// f16 products with f32 accumulation (relative errors of about 1e-3); a device without
+        /// `SHADER_F16` refuses the session.
+        F16 = 1, "f16", "f16 products with f32 accumulation in the dot-product kernels";
+        /// f16 where the device has `SHADER_F16`, else f32 (never an error).
+        Auto = 2, "auto", "f16 where the device has SHADER_F16, else f32";
+    }
+}
 
 /// Whether this build has the GPU backend (cargo feature `gpu`).
 pub const GPU_BUILT_IN: bool = cfg!(feature = "gpu");
