@@ -211,7 +211,7 @@ fn demo(w: &mut String, dtype: DType, out: &PathBuf, batch: usize) -> Result<()>
         dtype.name(),
         cpu.file().op_count()
     )?;
-    writeln!(w, "mechanisms {}", kestrel::demo::MECHANISMS.join(", "))?;
+    writeln!(w, "mechanisms {}", kestrel::demo::mechanisms().join(", "))?;
     writeln!(w, "arena      {} bytes for batch {batch}", cpu.arena_bytes(batch).unwrap_or(0))?;
     writeln!(w, "built      in {:.1} ms", built.as_secs_f64() * 1e3)?;
     // Synthetic images: smooth patterns that differ per sample.

@@ -5,6 +5,7 @@
 //! The weights are pseudo-random (a fixed-seed generator), so outputs are meaningful as numbers,
 //! not as predictions.
 
+use crate::mechanisms::{Case, CASES};
 use crate::{Error, ModelBuilder};
 use kestrel_format::ops::*;
 use kestrel_format::DType;
@@ -31,18 +32,10 @@ impl Rng {
     }
 }
 
-/// Every mechanism, in the order the demo model chains them.
-pub const MECHANISMS: &[&str] = &[
-    "standard(h=2)",
-    "optimised(h=4, causal)",
-    "efficient(h=1)",
-    "super(h=2)",
-    "aft-full(factorised, causal)",
-    "aft-local(s=3)",
-    "aft-simple",
-    "aft-conv(h=2, 3x3)",
-    "fastformer(h=4)",
-];
+/// Every mechanism, in the order the demo model chains them ([`CASES`]' labels).
+pub fn mechanisms() -> Vec<String> {
+    CASES.iter().map(Case::label).collect()
+}
 
 struct Ctx<'b> {
     b: &'b mut ModelBuilder,
@@ -72,84 +65,19 @@ impl Ctx<'_> {
     }
 }
 
-fn mechanism(
-    c: &mut Ctx<'_>,
-    which: usize,
-    x: TensorId,
-    t: usize,
-    d: usize,
-    grid: [u32; 2],
-) -> Result<TensorId, Error> {
-    let attention = |c: &mut Ctx<'_>, variant, heads: usize, causal| -> Result<TensorId, Error> {
-        let q = c.proj(d, d)?;
-        let k = matches!(variant, AttentionVariant::Standard | AttentionVariant::Optimised)
-            .then(|| c.proj(d, d))
-            .transpose()?;
-        let v = matches!(variant, AttentionVariant::Standard).then(|| c.proj(d, d)).transpose()?;
-        let align = matches!(variant, AttentionVariant::Super).then(|| c.proj(t, t)).transpose()?;
-        let o = c.proj(d, d)?;
-        let scale = 1.0 / ((d / heads) as f32).sqrt();
-        c.b.op(|y| {
-            Op::Attention(Attention {
-                x,
-                variant,
-                heads: heads as u32,
-                causal,
-                scale,
-                q,
-                k,
-                v,
-                align,
-                o,
-                mask: None,
-                y,
-                internals: Internals::F32,
-            })
-        })
-    };
-    match which {
-        0 => attention(c, AttentionVariant::Standard, 2, false),
-        1 => attention(c, AttentionVariant::Optimised, 4, true),
-        2 => attention(c, AttentionVariant::Efficient, 1, false),
-        3 => attention(c, AttentionVariant::Super, 2, false),
-        4 => {
-            let (q, k, v) = (c.proj(d, d)?, c.proj(d, d)?, c.proj(d, d)?);
-            let u = c.w(&[t, 8], 8)?;
-            let vv = c.w(&[t, 8], 8)?;
-            let o = c.proj(d, d)?;
-            c.b.op(|y| Op::AftFull(AftFull { x, causal: true, q, k, v, bias: AftBias::Factorised { u, v: vv }, o, y }))
-        }
-        5 => {
-            let (q, k, v) = (c.proj(d, d)?, c.proj(d, d)?, c.proj(d, d)?);
-            let w = c.w(&[t, t], t)?;
-            let o = c.proj(d, d)?;
-            c.b.op(|y| Op::AftLocal(AftLocal { x, causal: false, window: 3, q, k, v, w, o, y }))
-        }
-        6 => {
-            let (q, k, v, o) = (c.proj(d, d)?, c.proj(d, d)?, c.proj(d, d)?, c.proj(d, d)?);
-            c.b.op(|y| Op::AftSimple(AftSimple { x, causal: false, q, k, v, o, y }))
-        }
-        7 => {
-            let heads = 2;
-            let (q, k, v) = (c.proj(d, d)?, c.proj(heads, d)?, c.proj(d, d)?);
-            let w = c.w(&[heads, 3, 3], 9)?;
-            let o = c.proj(d, d)?;
-            c.b.op(|y| Op::AftConv(AftConv { x, heads: heads as u32, kernel: 3, grid, q, k, v, w, o, y }))
-        }
-        _ => {
-            let heads = 4;
-            let (q, k, v) = (c.proj(d, d)?, c.proj(d, d)?, c.proj(d, d)?);
-            let wqa = c.w(&[heads, d], d)?;
-            let wka = c.w(&[heads, d], d)?;
-            let r = c.proj(d, d)?;
-            let scale = 1.0 / ((d / heads) as f32).sqrt();
-            c.b.op(|y| Op::Fastformer(Fastformer { x, heads: heads as u32, scale, q, k, v, wqa, wka, r, y }))
-        }
-    }
+/// The demo's layer of `case` reading `x` (`[t, d]`), its weights drawn like every other.
+fn mechanism(c: &mut Ctx<'_>, case: &Case, x: TensorId, t: usize, d: usize) -> Result<TensorId, Error> {
+    let (rng, n) = (&mut c.rng, &mut c.n);
+    case.add(c.b, x, t, d, &mut |b, s| {
+        *n += 1;
+        let count: usize = s.dims.iter().product();
+        let v = rng.vec(count, 1.0 / (s.fan_in as f32).sqrt());
+        b.weight(&format!("w{n}"), &s.dims, v)
+    })
 }
 
 /// A ViT-style classifier over a 1×16×16 image: 4×4 patches (T = 16, d = 32), position
-/// embedding, one pre-LN block per mechanism in [`MECHANISMS`] (each followed by a GELU MLP),
+/// embedding, one pre-LN block per mechanism in [`CASES`] (each followed by a GELU MLP),
 /// mean pooling and a 10-way softmax head. Weights are stored as `dtype` (norms stay f32).
 pub fn image_model(seed: u64, dtype: DType) -> Result<Vec<u8>, Error> {
     let (t, d, p, side) = (16usize, 32usize, 4usize, 16usize);
@@ -163,10 +91,9 @@ pub fn image_model(seed: u64, dtype: DType) -> Result<Vec<u8>, Error> {
     let patches = c.b.op(|y| Op::PatchEmbed(PatchEmbed { x: img, proj, patch: p as u32, y }))?;
     let pos = c.w(&[t, d], 4)?;
     let mut x = c.b.op(|y| Op::Binary(Binary { a: patches, b: pos, op: BinaryOp::Add, y }))?;
-    let grid = [(side / p) as u32, (side / p) as u32];
-    for which in 0..MECHANISMS.len() {
+    for (which, case) in CASES.iter().enumerate() {
         let h = c.layer_norm(x, d)?;
-        let a = mechanism(&mut c, which, h, t, d, grid)?;
+        let a = mechanism(&mut c, case, h, t, d)?;
         x = c.residual(x, a)?;
         let h = c.layer_norm(x, d)?;
         let (p1, p2) = (c.proj(2 * d, d)?, c.proj(d, 2 * d)?);
@@ -198,7 +125,7 @@ pub fn text_model(seed: u64, dtype: DType) -> Result<Vec<u8>, Error> {
     let pos = c.w(&[t, d], 1)?;
     let mut x = c.b.op(|y| Op::Embedding(Embedding { ids, table, pos: Some(pos), y }))?;
     for which in [8usize, 0] {
-        let a = mechanism(&mut c, which, x, t, d, [1, t as u32])?;
+        let a = mechanism(&mut c, &CASES[which], x, t, d)?;
         let r = c.residual(x, a)?;
         x = c.layer_norm(r, d)?;
     }

@@ -75,27 +75,14 @@ pub struct ScalingArgs {
     pub plot: Option<PathBuf>,
 }
 
-/// Every mechanism the runtime fuses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mechanism {
-    /// softmax(QKᵀ/√c)V, Q, K, V projected.
-    Standard,
-    /// V = X.
-    Optimised,
-    /// K = V = X.
-    Efficient,
-    /// Efficient with V = W^A X + b^A (W^A `[T, T]`).
-    Super,
-    /// AFT-full with a factorised bias (rank [`AFT_FULL_RANK`]).
-    AftFull,
-    /// AFT-local, window [`AFT_LOCAL_WINDOW`].
-    AftLocal,
-    /// AFT-simple.
-    AftSimple,
-    /// AFT-conv, [`AFT_CONV_KERNEL`]² kernel on a near-square token grid.
-    AftConv,
-    /// Fastformer additive attention.
-    Fastformer,
+use kestrel::mechanisms::Case;
+pub use kestrel::mechanisms::Mechanism;
+
+/// The case of `m` that `kestrel bench scaling` times: `heads` heads (where it has heads), not
+/// causal, AFT-full rank [`AFT_FULL_RANK`], AFT-local window [`AFT_LOCAL_WINDOW`] (band bias),
+/// AFT-conv kernel [`AFT_CONV_KERNEL`].
+pub fn case(m: Mechanism, heads: usize) -> Case {
+    Case { heads, rank: AFT_FULL_RANK, window: AFT_LOCAL_WINDOW, kernel: AFT_CONV_KERNEL, band: true, ..Case::new(m) }
 }
 
 /// How a quantity is expected to grow with T.
@@ -117,48 +104,18 @@ impl Growth {
     }
 }
 
-impl Mechanism {
-    /// All nine, in table order.
-    pub const ALL: [Mechanism; 9] = [
-        Mechanism::Standard,
-        Mechanism::Optimised,
-        Mechanism::Efficient,
-        Mechanism::Super,
-        Mechanism::AftFull,
-        Mechanism::AftLocal,
-        Mechanism::AftSimple,
-        Mechanism::AftConv,
-        Mechanism::Fastformer,
-    ];
-
-    /// Command-line name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mechanism::Standard => "standard",
-            Mechanism::Optimised => "optimised",
-            Mechanism::Efficient => "efficient",
-            Mechanism::Super => "super",
-            Mechanism::AftFull => "aft-full",
-            Mechanism::AftLocal => "aft-local",
-            Mechanism::AftSimple => "aft-simple",
-            Mechanism::AftConv => "aft-conv",
-            Mechanism::Fastformer => "fastformer",
-        }
-    }
-
-    /// From a command-line name (`_` accepted for `-`).
-    pub fn from_name(s: &str) -> Option<Mechanism> {
-        let s = s.trim().to_ascii_lowercase().replace('_', "-");
-        Mechanism::ALL.into_iter().find(|m| m.name() == s)
-    }
-
-    /// Whether the mechanism has heads (the others are single-head by definition).
-    pub fn has_heads(self) -> bool {
-        !matches!(self, Mechanism::AftFull | Mechanism::AftLocal | Mechanism::AftSimple)
-    }
-
+/// What the scaling report says of each mechanism: its settings and expected growth.
+pub trait Expectations {
     /// The settings of this mechanism in words.
-    pub fn settings(self, heads: usize) -> String {
+    fn settings(self, heads: usize) -> String;
+    /// Expected growth of time per sample (the algorithm's cost at fixed d).
+    fn time_growth(self) -> Growth;
+    /// Expected growth of the weights.
+    fn weight_growth(self) -> Growth;
+}
+
+impl Expectations for Mechanism {
+    fn settings(self, heads: usize) -> String {
         let h = if self.has_heads() { format!("h={heads}") } else { String::new() };
         match self {
             Mechanism::AftFull => format!("w = u v^T, rank {AFT_FULL_RANK}"),
@@ -169,8 +126,7 @@ impl Mechanism {
         }
     }
 
-    /// Expected growth of time per sample (the algorithm's cost at fixed d).
-    pub fn time_growth(self) -> Growth {
+    fn time_growth(self) -> Growth {
         match self {
             Mechanism::Standard
             | Mechanism::Optimised
@@ -181,9 +137,9 @@ impl Mechanism {
         }
     }
 
-    /// Expected growth of the weights: Super's W^A is T×T by definition; AFT-local stores only
-    /// its band `[T, 2s − 1]` (linear in T).
-    pub fn weight_growth(self) -> Growth {
+    // Super's W^A is T×T by definition; AFT-local stores only its band `[T, 2s − 1]` (linear
+    // in T).
+    fn weight_growth(self) -> Growth {
         match self {
             Mechanism::Super => Growth::Quadratic,
             _ => Growth::Linear,
@@ -191,58 +147,7 @@ impl Mechanism {
     }
 }
 
-/// The near-square token grid (h, w) of AFT-conv for T tokens: h the largest divisor ≤ √T.
-pub fn conv_grid(t: usize) -> (usize, usize) {
-    let mut h = (t as f64).sqrt() as usize;
-    while h > 1 && !t.is_multiple_of(h) {
-        h -= 1;
-    }
-    let h = h.max(1);
-    (h, t / h)
-}
-
-/// Shapes of the layer's weights, in the order [`layer_model`] creates them.
-fn weight_shapes(m: Mechanism, t: usize, d: usize, heads: usize) -> Vec<Vec<usize>> {
-    let proj = |out: usize, inp: usize| [vec![out, inp], vec![out]];
-    let mut s: Vec<Vec<usize>> = proj(d, d).to_vec(); // W^Q, b^Q
-    match m {
-        Mechanism::Standard => {
-            s.extend(proj(d, d)); // K
-            s.extend(proj(d, d)); // V
-        }
-        Mechanism::Optimised => s.extend(proj(d, d)),
-        Mechanism::Efficient => {}
-        Mechanism::Super => s.extend(proj(t, t)), // W^A, b^A
-        Mechanism::AftFull => {
-            s.extend(proj(d, d));
-            s.extend(proj(d, d));
-            s.push(vec![t, AFT_FULL_RANK]);
-            s.push(vec![t, AFT_FULL_RANK]);
-        }
-        Mechanism::AftLocal => {
-            s.extend(proj(d, d));
-            s.extend(proj(d, d));
-            s.push(vec![t, kestrel::format::ops::AftLocal::w_cols(t, AFT_LOCAL_WINDOW)]);
-        }
-        Mechanism::AftSimple => {
-            s.extend(proj(d, d));
-            s.extend(proj(d, d));
-        }
-        Mechanism::AftConv => {
-            s.extend(proj(heads, d)); // one key channel per head
-            s.extend(proj(d, d));
-            s.push(vec![heads, AFT_CONV_KERNEL, AFT_CONV_KERNEL]);
-        }
-        Mechanism::Fastformer => {
-            s.extend(proj(d, d));
-            s.extend(proj(d, d));
-            s.push(vec![heads, d]);
-            s.push(vec![heads, d]);
-        }
-    }
-    s.extend(proj(d, d)); // W^O (W^R for Fastformer)
-    s
-}
+pub use kestrel::mechanisms::conv_grid;
 
 /// Checks the layer's sizes before anything is built.
 fn check_sizes(m: Mechanism, t: usize, d: usize, heads: usize) -> Result<()> {
@@ -264,107 +169,15 @@ pub fn layer_model(m: Mechanism, t: usize, d: usize, heads: usize, seed: u64) ->
     b.meta.task = "benchmark (random weights)".into();
     let x = b.input("x", &[t, d])?;
     let mut rng = Rng::new(seed);
-    let mut ids = Vec::new();
-    for (i, shape) in weight_shapes(m, t, d, heads).into_iter().enumerate() {
-        let fan_in = *shape.last().unwrap_or(&1);
-        let n: usize = shape.iter().product();
-        let v = rng.vec(n, 1.0 / (fan_in.max(1) as f32).sqrt());
-        ids.push(b.weight(&format!("w{i}"), &shape, v)?);
-    }
-    let mut ids = Ids(ids.into_iter());
-    let scale = 1.0 / ((d / heads) as f32).sqrt();
-    let h32 = u32::try_from(heads).context("heads")?;
-    let op = match m {
-        Mechanism::Standard | Mechanism::Optimised | Mechanism::Efficient | Mechanism::Super => {
-            let variant = match m {
-                Mechanism::Standard => AttentionVariant::Standard,
-                Mechanism::Optimised => AttentionVariant::Optimised,
-                Mechanism::Efficient => AttentionVariant::Efficient,
-                _ => AttentionVariant::Super,
-            };
-            let q = ids.proj()?;
-            let k = if matches!(m, Mechanism::Standard | Mechanism::Optimised) { Some(ids.proj()?) } else { None };
-            let v = if m == Mechanism::Standard { Some(ids.proj()?) } else { None };
-            let align = if m == Mechanism::Super { Some(ids.proj()?) } else { None };
-            let o = ids.proj()?;
-            Op::Attention(Attention {
-                x,
-                variant,
-                heads: h32,
-                causal: false,
-                scale,
-                q,
-                k,
-                v,
-                align,
-                o,
-                mask: None,
-                y: 0,
-                internals: Internals::F32,
-            })
-        }
-        Mechanism::AftFull => {
-            let (q, k, v) = (ids.proj()?, ids.proj()?, ids.proj()?);
-            let bias = AftBias::Factorised { u: ids.id()?, v: ids.id()? };
-            let o = ids.proj()?;
-            Op::AftFull(AftFull { x, causal: false, q, k, v, bias, o, y: 0 })
-        }
-        Mechanism::AftLocal => {
-            let (q, k, v) = (ids.proj()?, ids.proj()?, ids.proj()?);
-            let (w, o) = (ids.id()?, ids.proj()?);
-            let window = AFT_LOCAL_WINDOW as u32;
-            Op::AftLocal(AftLocal { x, causal: false, window, q, k, v, w, o, y: 0 })
-        }
-        Mechanism::AftSimple => {
-            let (q, k, v, o) = (ids.proj()?, ids.proj()?, ids.proj()?, ids.proj()?);
-            Op::AftSimple(AftSimple { x, causal: false, q, k, v, o, y: 0 })
-        }
-        Mechanism::AftConv => {
-            let (q, k, v) = (ids.proj()?, ids.proj()?, ids.proj()?);
-            let (w, o) = (ids.id()?, ids.proj()?);
-            let (gh, gw) = conv_grid(t);
-            let grid = [u32::try_from(gh)?, u32::try_from(gw)?];
-            let kernel = AFT_CONV_KERNEL as u32;
-            Op::AftConv(AftConv { x, heads: h32, kernel, grid, q, k, v, w, o, y: 0 })
-        }
-        Mechanism::Fastformer => {
-            let (q, k, v) = (ids.proj()?, ids.proj()?, ids.proj()?);
-            let (wqa, wka, r) = (ids.id()?, ids.id()?, ids.proj()?);
-            Op::Fastformer(Fastformer { x, heads: h32, scale, q, k, v, wqa, wka, r, y: 0 })
-        }
-    };
-    if ids.0.next().is_some() {
-        bail!("internal: {} used fewer weights than it declared", m.name());
-    }
-    let y = b.op(|y| with_output(op, y))?;
+    let mut i = 0;
+    let y = case(m, heads).add(&mut b, x, t, d, &mut |b, s| {
+        let n: usize = s.dims.iter().product();
+        let v = rng.vec(n, 1.0 / (s.fan_in.max(1) as f32).sqrt());
+        i += 1;
+        b.weight(&format!("w{}", i - 1), &s.dims, v)
+    })?;
     b.output(y);
     Ok(b.build()?)
-}
-
-/// The layer's weight ids, taken in declaration order.
-struct Ids(std::vec::IntoIter<TensorId>);
-
-impl Ids {
-    fn id(&mut self) -> Result<TensorId> {
-        self.0.next().context("internal: the layer takes more weights than it declared")
-    }
-    fn proj(&mut self) -> Result<Proj> {
-        Ok(Proj { w: self.id()?, b: Some(self.id()?) })
-    }
-}
-
-/// `op` writing tensor `y`.
-fn with_output(mut op: Op, y: TensorId) -> Op {
-    match &mut op {
-        Op::Attention(o) => o.y = y,
-        Op::AftFull(o) => o.y = y,
-        Op::AftLocal(o) => o.y = y,
-        Op::AftSimple(o) => o.y = y,
-        Op::AftConv(o) => o.y = y,
-        Op::Fastformer(o) => o.y = y,
-        _ => {}
-    }
-    op
 }
 
 /// Memory of one layer model at one T.
@@ -414,7 +227,7 @@ pub fn predict(m: Mechanism, t: usize, d: usize, heads: usize) -> Result<Footpri
         }
         Mechanism::Fastformer => fastformer_scratch(&FastformerParams { t, d, heads, scale }),
     };
-    let weights = weight_shapes(m, t, d, heads).iter().map(|s| s.iter().product::<usize>() as u64 * 4).sum();
+    let weights = case(m, heads).weight_shapes(t, d).iter().map(|s| s.dims.iter().product::<usize>() as u64 * 4).sum();
     Ok(Footprint { activations: 2 * act, scratch: elems as u64 * 4, weights })
 }
 

@@ -67,6 +67,15 @@ macro_rules! op_table {
                     $(Op::$op(o) => o.y,)*
                 }
             }
+
+            /// The op writing `y` instead (builders make an op, then give it its output).
+            #[must_use]
+            pub fn with_output(mut self, y: TensorId) -> Op {
+                match &mut self {
+                    $(Op::$op(o) => o.y = y,)*
+                }
+                self
+            }
         }
 
         /// A blank op of a kind (placeholder values, optional slots absent), `None` if unknown
