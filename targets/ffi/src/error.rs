@@ -134,4 +134,17 @@ mod tests {
         assert_eq!(guard(|| Ok(())), Status::KESTREL_OK);
         assert_eq!(last_error(), "bad\\0shape", "success leaves the last error alone");
     }
+
+    #[test]
+    fn facade_errors_map_to_statuses() {
+        let io = kestrel::Error::Io { path: "m.kes".into(), error: std::io::Error::other("gone") };
+        let e = FfiError::from(io);
+        assert_eq!((e.status, e.message.as_str()), (Status::KESTREL_ERR_IO, "m.kes: gone"));
+        let oom = kestrel::Error::OutOfMemory { what: "a copy of the model".into(), bytes: 1 << 40 };
+        assert_eq!(FfiError::from(oom).status, Status::KESTREL_ERR_TOO_LARGE);
+        let run = kestrel_cpu::RunError::TokenIdOutOfRange { position: 0, id: 9, vocab: 4 };
+        assert_eq!(FfiError::from(kestrel::Error::Run(run)).status, Status::KESTREL_ERR_INPUT_VALUE);
+        let bad = kestrel::Model::from_bytes(b"not a model").map(|_| ()).unwrap_err();
+        assert_eq!(FfiError::from(bad).status, Status::KESTREL_ERR_INVALID_MODEL);
+    }
 }
