@@ -23,7 +23,7 @@
 //! Also here, on the same registers: int4 weights with calibrated activations ([`gemm_i4`]),
 //! the per-row int8 quantiser, abs-max and the 16 × 16 strided transpose.
 
-use super::q8_driver::{gemm, gemv_r, quantize_block, tiles, Buf, Q8Kernel};
+use super::q8_driver::{gemm, gemv_r, quantize_block, tiles, Buf, Q8Kernel, Tile};
 use core::arch::x86_64::*;
 
 /// Inputs per packed block (a multiple of 64).
@@ -52,38 +52,6 @@ fn mask16(n: usize) -> __mmask16 {
         !0
     } else {
         ((1u32 << n) - 1) as __mmask16
-    }
-}
-
-/// `out[i] = q(x[i]) + 128` for `i < n`, `q` = `quantize_act`'s rounding (half away from zero,
-/// NaN → 0) and clamp (±127).
-///
-/// # Safety
-/// AVX-512F/BW in the caller; `x` readable and `out` writable for `n` elements.
-#[inline(always)]
-unsafe fn quantize_u8(x: *const f32, n: usize, inv: f32, out: *mut u8) {
-    // SAFETY: masked loads/stores stay within the n elements.
-    unsafe {
-        let vinv = _mm512_set1_ps(inv);
-        let (half, nhalf, one) = (_mm512_set1_ps(0.5), _mm512_set1_ps(-0.5), _mm512_set1_ps(1.0));
-        let (lo, hi) = (_mm512_set1_ps(-127.0), _mm512_set1_ps(127.0));
-        let off = _mm512_set1_epi32(128);
-        let mut i = 0;
-        while i < n {
-            let m = mask16(n - i);
-            let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x.add(i)), vinv);
-            // Truncate, then step away from zero when the fraction is at least a half.
-            let t = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
-            let f = _mm512_sub_ps(v, t);
-            let t = _mm512_mask_add_ps(t, _mm512_cmp_ps_mask::<_CMP_GE_OQ>(f, half), t, one);
-            let t = _mm512_mask_sub_ps(t, _mm512_cmp_ps_mask::<_CMP_LE_OQ>(f, nhalf), t, one);
-            // NaN quantises to 0 (as `x as i32` does); ±∞ saturate like any large value.
-            let t = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(v, v), t);
-            let t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);
-            let u = _mm512_add_epi32(_mm512_cvtps_epi32(t), off);
-            _mm512_mask_cvtepi32_storeu_epi8(out.add(i).cast(), m, u);
-            i += 16;
-        }
     }
 }
 
@@ -120,93 +88,6 @@ unsafe fn transpose16(r: &[__m512i; 16]) -> [__m512i; 16] {
             out[c + 12] = _mm512_shuffle_i32x4::<0xDD>(s1, s3);
         }
         out
-    }
-}
-
-/// Packs weight rows `o0..o0+nrows` (≤ 32; missing rows are zeros), inputs `k0..k0+kn`
-/// (≤ [`KC`]; zeros past `kn`) as `wp[k4·32 + j]` = bytes `4·k4..4·k4+4` of row `o0 + j`.
-/// Returns `128 · Σ_k w[o, k]` per output (two vectors of 16).
-///
-/// # Safety
-/// AVX-512F/BW/VNNI in the caller; rows `o0..o0+nrows` × inputs `k0..k0+kn` inside `q`
-/// (`cols` per row); `wp` writable for `KC / 4 · 32` words.
-#[inline(always)]
-unsafe fn pack(q: *const i8, cols: usize, o0: usize, nrows: usize, k0: usize, kn: usize, wp: *mut i32) -> [__m512i; 2] {
-    // SAFETY: masked loads read only bytes k0..k0+kn of existing rows; stores < KC/4·32 words.
-    unsafe {
-        let ones = _mm512_set1_epi8(1);
-        let mut ws = [_mm512_setzero_si512(); 2];
-        for (h, wsum) in ws.iter_mut().enumerate() {
-            for blk in 0..kn.div_ceil(64) {
-                let m = mask64(kn - 64 * blk);
-                let mut r = [_mm512_setzero_si512(); 16];
-                for (i, ri) in r.iter_mut().enumerate() {
-                    let o = h * 16 + i;
-                    if o < nrows {
-                        *ri = _mm512_maskz_loadu_epi8(m, q.add((o0 + o) * cols + k0 + 64 * blk));
-                    }
-                }
-                for (j, v) in transpose16(&r).into_iter().enumerate() {
-                    _mm512_store_si512(wp.add((16 * blk + j) * NR + 16 * h).cast(), v);
-                    *wsum = _mm512_dpbusd_epi32(*wsum, ones, v);
-                }
-            }
-            *wsum = _mm512_slli_epi32::<7>(*wsum);
-        }
-        ws
-    }
-}
-
-/// One tile: `M` rows (quantised in `xb`, row stride [`KC`]) × the packed panel `wp` over
-/// `k4n` groups of 4 inputs, less the offset `ws`, into `acc` rows at stride `ldy`, first
-/// `ncols` (≤ 32) columns: added to what they hold (`load`) or stored, as i32 sums or, with
-/// `fin`, finished to f32 ([`PanelFinish`]) in the same memory.
-///
-/// # Safety
-/// AVX-512F/BW/VNNI in the caller; `xb` readable for `M` rows of `4·k4n` bytes at stride `KC`;
-/// `wp` for `k4n · 32` words; `acc` writable for `M` rows of `ncols` at stride `ldy`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile<const M: usize>(
-    xb: *const u8,
-    wp: *const i32,
-    k4n: usize,
-    ws: &[__m512i; 2],
-    acc: *mut i32,
-    ldy: usize,
-    ncols: usize,
-    load: bool,
-    fin: Option<&PanelFinish>,
-) {
-    // SAFETY: per the contract.
-    unsafe {
-        let mut a = [[_mm512_setzero_si512(); 2]; M];
-        for k in 0..k4n {
-            let b0 = _mm512_load_si512(wp.add(k * NR).cast());
-            let b1 = _mm512_load_si512(wp.add(k * NR + 16).cast());
-            for (i, ai) in a.iter_mut().enumerate() {
-                let x = _mm512_set1_epi32(core::ptr::read_unaligned(xb.add(i * KC + 4 * k).cast::<i32>()));
-                ai[0] = _mm512_dpbusd_epi32(ai[0], x, b0);
-                ai[1] = _mm512_dpbusd_epi32(ai[1], x, b1);
-            }
-        }
-        let masks = [mask16(ncols), mask16(ncols.saturating_sub(16))];
-        for (i, ai) in a.iter().enumerate() {
-            for h in 0..2 {
-                let (m, p) = (masks[h], acc.add(i * ldy + 16 * h));
-                if m == 0 {
-                    continue;
-                }
-                let mut v = _mm512_sub_epi32(ai[h], ws[h]);
-                if load {
-                    v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(m, p));
-                }
-                match fin {
-                    None => _mm512_mask_storeu_epi32(p, m, v),
-                    Some(f) => _mm512_mask_storeu_ps(p.cast(), m, f.apply(h, v)),
-                }
-            }
-        }
     }
 }
 
@@ -272,14 +153,57 @@ unsafe impl Q8Kernel for Avx512Vnni {
 
     #[inline(always)]
     unsafe fn quantize(x: *const f32, n: usize, inv: f32, out: *mut u8) {
-        // SAFETY: the trait's contract.
-        unsafe { quantize_u8(x, n, inv, out) }
+        // SAFETY: masked loads/stores stay within the n elements.
+        unsafe {
+            let vinv = _mm512_set1_ps(inv);
+            let (half, nhalf, one) = (_mm512_set1_ps(0.5), _mm512_set1_ps(-0.5), _mm512_set1_ps(1.0));
+            let (lo, hi) = (_mm512_set1_ps(-127.0), _mm512_set1_ps(127.0));
+            let off = _mm512_set1_epi32(128);
+            let mut i = 0;
+            while i < n {
+                let m = mask16(n - i);
+                let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x.add(i)), vinv);
+                // Truncate, then step away from zero when the fraction is at least a half.
+                let t = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
+                let f = _mm512_sub_ps(v, t);
+                let t = _mm512_mask_add_ps(t, _mm512_cmp_ps_mask::<_CMP_GE_OQ>(f, half), t, one);
+                let t = _mm512_mask_sub_ps(t, _mm512_cmp_ps_mask::<_CMP_LE_OQ>(f, nhalf), t, one);
+                // NaN quantises to 0 (as `x as i32` does); ±∞ saturate like any large value.
+                let t = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(v, v), t);
+                let t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);
+                let u = _mm512_add_epi32(_mm512_cvtps_epi32(t), off);
+                _mm512_mask_cvtepi32_storeu_epi8(out.add(i).cast(), m, u);
+                i += 16;
+            }
+        }
     }
 
     #[inline(always)]
     unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: usize, wp: *mut u8) -> [__m512i; 2] {
-        // SAFETY: the trait's contract (the panel buffer is 64-byte aligned).
-        unsafe { pack(w, cols, o0, n, k0, kn, wp.cast()) }
+        let (q, nrows, wp) = (w, n, wp.cast::<i32>());
+        // SAFETY: masked loads read only bytes k0..k0+kn of existing rows; stores < KC/4·32 words.
+        unsafe {
+            let ones = _mm512_set1_epi8(1);
+            let mut ws = [_mm512_setzero_si512(); 2];
+            for (h, wsum) in ws.iter_mut().enumerate() {
+                for blk in 0..kn.div_ceil(64) {
+                    let m = mask64(kn - 64 * blk);
+                    let mut r = [_mm512_setzero_si512(); 16];
+                    for (i, ri) in r.iter_mut().enumerate() {
+                        let o = h * 16 + i;
+                        if o < nrows {
+                            *ri = _mm512_maskz_loadu_epi8(m, q.add((o0 + o) * cols + k0 + 64 * blk));
+                        }
+                    }
+                    for (j, v) in transpose16(&r).into_iter().enumerate() {
+                        _mm512_store_si512(wp.add((16 * blk + j) * NR + 16 * h).cast(), v);
+                        *wsum = _mm512_dpbusd_epi32(*wsum, ones, v);
+                    }
+                }
+                *wsum = _mm512_slli_epi32::<7>(*wsum);
+            }
+            ws
+        }
     }
 
     #[inline(always)]
@@ -289,19 +213,39 @@ unsafe impl Q8Kernel for Avx512Vnni {
     }
 
     #[inline(always)]
-    unsafe fn tile<const M: usize>(
-        xb: *const u8,
-        wp: *const u8,
-        kp: usize,
-        ws: &[__m512i; 2],
-        acc: *mut i32,
-        ldy: usize,
-        ncols: usize,
-        load: bool,
-        fin: Option<&PanelFinish>,
-    ) {
-        // SAFETY: the trait's contract.
-        unsafe { tile::<M>(xb, wp.cast(), kp / 4, ws, acc, ldy, ncols, load, fin) }
+    unsafe fn tile<const M: usize>(t: &Tile, ws: &Self::Offset, fin: Option<&Self::Finish>) {
+        let Tile { xb, wp, kp, acc, ldy, ncols, load } = *t;
+        let (wp, k4n) = (wp.cast::<i32>(), kp / 4);
+        // SAFETY: per the contract.
+        unsafe {
+            let mut a = [[_mm512_setzero_si512(); 2]; M];
+            for k in 0..k4n {
+                let b0 = _mm512_load_si512(wp.add(k * NR).cast());
+                let b1 = _mm512_load_si512(wp.add(k * NR + 16).cast());
+                for (i, ai) in a.iter_mut().enumerate() {
+                    let x = _mm512_set1_epi32(core::ptr::read_unaligned(xb.add(i * KC + 4 * k).cast::<i32>()));
+                    ai[0] = _mm512_dpbusd_epi32(ai[0], x, b0);
+                    ai[1] = _mm512_dpbusd_epi32(ai[1], x, b1);
+                }
+            }
+            let masks = [mask16(ncols), mask16(ncols.saturating_sub(16))];
+            for (i, ai) in a.iter().enumerate() {
+                for h in 0..2 {
+                    let (m, p) = (masks[h], acc.add(i * ldy + 16 * h));
+                    if m == 0 {
+                        continue;
+                    }
+                    let mut v = _mm512_sub_epi32(ai[h], ws[h]);
+                    if load {
+                        v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(m, p));
+                    }
+                    match fin {
+                        None => _mm512_mask_storeu_epi32(p, m, v),
+                        Some(f) => _mm512_mask_storeu_ps(p.cast(), m, f.apply(h, v)),
+                    }
+                }
+            }
+        }
     }
 
     #[inline(always)]

@@ -8,7 +8,7 @@
 //!   (8 × 8 transposes of 4-byte groups).
 //! * the GEMV (1–3 rows): weight rows read in place, 32 bytes per load.
 
-use super::q8_driver::{gemm, gemv_r, Q8Kernel};
+use super::q8_driver::{gemm, gemv_r, Q8Kernel, SliceFinish, Tile};
 use core::arch::x86_64::*;
 
 /// Inputs per packed block (a multiple of 32).
@@ -24,44 +24,6 @@ const MR: usize = 6;
 unsafe fn dpbusd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
     // SAFETY: AVX-VNNI in every caller.
     unsafe { _mm256_dpbusd_avx_epi32(acc, a, b) }
-}
-
-/// `out[i] = q(x[i]) + 128` for `i < n` (`quantize_act`'s rounding and clamp; NaN → 0).
-#[inline(always)]
-unsafe fn quantize_u8(x: *const f32, n: usize, inv: f32, out: *mut u8) {
-    // SAFETY: indices < n.
-    unsafe {
-        let vinv = _mm256_set1_ps(inv);
-        let (half, nhalf, one) = (_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5), _mm256_set1_ps(1.0));
-        let (lo, hi) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0));
-        let off = _mm256_set1_epi32(128);
-        let gather = _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0);
-        let mut i = 0;
-        while i + 8 <= n {
-            let v = _mm256_mul_ps(_mm256_loadu_ps(x.add(i)), vinv);
-            let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
-            let f = _mm256_sub_ps(v, t);
-            let t = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(f, half), one));
-            let t = _mm256_sub_ps(t, _mm256_and_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(f, nhalf), one));
-            let t = _mm256_and_ps(t, _mm256_cmp_ps::<_CMP_ORD_Q>(v, v));
-            let t = _mm256_min_ps(_mm256_max_ps(t, lo), hi);
-            let u = _mm256_add_epi32(_mm256_cvtps_epi32(t), off);
-            // 1..255 in each i32 → bytes: lane-wise packs, then the two lanes' first dwords.
-            let p = _mm256_packus_epi16(_mm256_packus_epi32(u, u), _mm256_setzero_si256());
-            let p = _mm256_permutevar8x32_epi32(p, gather);
-            _mm_storel_epi64(out.add(i).cast(), _mm256_castsi256_si128(p));
-            i += 8;
-        }
-        if i < n {
-            let (xs, os) =
-                (core::slice::from_raw_parts(x.add(i), n - i), core::slice::from_raw_parts_mut(out.add(i), n - i));
-            for (o, &v) in os.iter_mut().zip(xs) {
-                let mut q = [0i8; 1];
-                kestrel_format::weight::quantize_act(&[v], inv, &mut q);
-                *o = (i16::from(q[0]) + 128) as u8;
-            }
-        }
-    }
 }
 
 /// 32 bytes of row `p` from `k` (zeros past `end`).
@@ -108,110 +70,6 @@ unsafe fn transpose8(r: &[__m256i; 8]) -> [__m256i; 8] {
     }
 }
 
-/// Packs weight rows `o0..o0+n` (≤ 16; zeros past `n`), inputs `k0..k0+kn` (zeros past `kn`) as
-/// `wp[k4·16 + j]` = bytes `4·k4..4·k4+4` of row `o0 + j`; returns `128 · Σ_k w` per output.
-#[inline(always)]
-unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: usize, wp: *mut i32) -> [__m256i; 2] {
-    // SAFETY: rows < o0 + n, bytes < k0 + kn; wp holds KC / 4 · 16 words.
-    unsafe {
-        let ones = _mm256_set1_epi8(1);
-        let mut ws = [_mm256_setzero_si256(); 2];
-        for (h, wsum) in ws.iter_mut().enumerate() {
-            for blk in 0..kn.div_ceil(32) {
-                let mut r = [_mm256_setzero_si256(); 8];
-                for (i, ri) in r.iter_mut().enumerate().take(n.saturating_sub(8 * h)) {
-                    *ri = load32(w.add((o0 + 8 * h + i) * cols + k0), 32 * blk, kn);
-                }
-                for (c, v) in transpose8(&r).into_iter().enumerate() {
-                    _mm256_store_si256(wp.add((8 * blk + c) * NR + 8 * h).cast(), v);
-                    *wsum = dpbusd(*wsum, ones, v);
-                }
-            }
-            *wsum = _mm256_slli_epi32::<7>(*wsum);
-        }
-        ws
-    }
-}
-
-/// The finish of one panel (`q8_512::PanelFinish`'s arithmetic, per column): the panel's
-/// weight scales and biases from its first output on (valid for the GEMM call that made it).
-pub(super) struct PanelFinish {
-    scales: *const f32,
-    xs: f32,
-    bias: Option<*const f32>,
-}
-
-/// One `M × 16` tile (see `q8_512::tile`: added to `acc` or stored, as i32 sums or finished to
-/// f32 in the same memory).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile<const M: usize>(
-    xb: *const u8,
-    wp: *const i32,
-    k4n: usize,
-    ws: &[__m256i; 2],
-    acc: *mut i32,
-    ldy: usize,
-    ncols: usize,
-    load: bool,
-    fin: Option<&PanelFinish>,
-) {
-    // SAFETY: per the callers' bounds.
-    unsafe {
-        let mut a = [[_mm256_setzero_si256(); 2]; M];
-        for k in 0..k4n {
-            let b0 = _mm256_load_si256(wp.add(k * NR).cast());
-            let b1 = _mm256_load_si256(wp.add(k * NR + 8).cast());
-            for (i, ai) in a.iter_mut().enumerate() {
-                let x = _mm256_set1_epi32(core::ptr::read_unaligned(xb.add(i * KC + 4 * k).cast::<i32>()));
-                ai[0] = dpbusd(ai[0], x, b0);
-                ai[1] = dpbusd(ai[1], x, b1);
-            }
-        }
-        for (i, ai) in a.iter().enumerate() {
-            if ncols == NR {
-                // A whole panel: 8 lanes at a time, the finish's scales and biases loaded as
-                // vectors (the same operations per lane as the scalar path below).
-                let p = acc.add(i * ldy);
-                for (h, (&av, &wv)) in ai.iter().zip(ws).enumerate() {
-                    let ph = p.add(8 * h);
-                    let mut v = _mm256_sub_epi32(av, wv);
-                    if load {
-                        v = _mm256_add_epi32(v, _mm256_loadu_si256(ph.cast()));
-                    }
-                    match fin {
-                        None => _mm256_storeu_si256(ph.cast(), v),
-                        Some(f) => {
-                            let sc = _mm256_loadu_ps(f.scales.add(8 * h));
-                            let r = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), sc), _mm256_set1_ps(f.xs));
-                            let r = match f.bias {
-                                Some(b) => _mm256_add_ps(r, _mm256_loadu_ps(b.add(8 * h))),
-                                None => r,
-                            };
-                            _mm256_storeu_ps(ph.cast(), r);
-                        }
-                    }
-                }
-                continue;
-            }
-            let mut v = [0i32; NR];
-            _mm256_storeu_si256(v.as_mut_ptr().cast(), _mm256_sub_epi32(ai[0], ws[0]));
-            _mm256_storeu_si256(v.as_mut_ptr().add(8).cast(), _mm256_sub_epi32(ai[1], ws[1]));
-            let p = acc.add(i * ldy);
-            for (c, &vc) in v.iter().enumerate().take(ncols) {
-                let sum = if load { (*p.add(c)).wrapping_add(vc) } else { vc };
-                match fin {
-                    None => *p.add(c) = sum,
-                    Some(f) => {
-                        let r = sum as f32 * *f.scales.add(c) * f.xs;
-                        *p.add(c).cast::<f32>() = f.bias.map_or(r, |b| r + *b.add(c));
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// Wrapping sum of 8 i32 lanes.
 #[inline(always)]
 unsafe fn hsum(v: __m256i) -> i32 {
@@ -241,46 +99,133 @@ unsafe impl Q8Kernel for AvxVnni {
     type Bytes = __m256i;
     type Sums = __m256i;
     type Offset = [__m256i; 2];
-    type Finish = PanelFinish;
+    type Finish = SliceFinish;
 
     #[inline(always)]
     unsafe fn quantize(x: *const f32, n: usize, inv: f32, out: *mut u8) {
-        // SAFETY: the trait's contract.
-        unsafe { quantize_u8(x, n, inv, out) }
-    }
-
-    #[inline(always)]
-    unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: usize, wp: *mut u8) -> [__m256i; 2] {
-        // SAFETY: the trait's contract (the panel buffer is 64-byte aligned).
-        unsafe { pack(w, cols, o0, n, k0, kn, wp.cast()) }
-    }
-
-    #[inline(always)]
-    unsafe fn finish(fin: &super::Q8Finish<'_>, o0: usize, _n: usize) -> PanelFinish {
-        // SAFETY: the trait's contract: o0 is inside the scales (and biases).
+        // SAFETY: indices < n.
         unsafe {
-            PanelFinish {
-                scales: fin.scales.as_ptr().add(o0),
-                xs: fin.x_scale,
-                bias: fin.bias.map(|b| b.as_ptr().add(o0)),
+            let vinv = _mm256_set1_ps(inv);
+            let (half, nhalf, one) = (_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5), _mm256_set1_ps(1.0));
+            let (lo, hi) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0));
+            let off = _mm256_set1_epi32(128);
+            let gather = _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0);
+            let mut i = 0;
+            while i + 8 <= n {
+                let v = _mm256_mul_ps(_mm256_loadu_ps(x.add(i)), vinv);
+                let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
+                let f = _mm256_sub_ps(v, t);
+                let t = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(f, half), one));
+                let t = _mm256_sub_ps(t, _mm256_and_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(f, nhalf), one));
+                let t = _mm256_and_ps(t, _mm256_cmp_ps::<_CMP_ORD_Q>(v, v));
+                let t = _mm256_min_ps(_mm256_max_ps(t, lo), hi);
+                let u = _mm256_add_epi32(_mm256_cvtps_epi32(t), off);
+                // 1..255 in each i32 → bytes: lane-wise packs, then the two lanes' first dwords.
+                let p = _mm256_packus_epi16(_mm256_packus_epi32(u, u), _mm256_setzero_si256());
+                let p = _mm256_permutevar8x32_epi32(p, gather);
+                _mm_storel_epi64(out.add(i).cast(), _mm256_castsi256_si128(p));
+                i += 8;
+            }
+            if i < n {
+                let (xs, os) =
+                    (core::slice::from_raw_parts(x.add(i), n - i), core::slice::from_raw_parts_mut(out.add(i), n - i));
+                for (o, &v) in os.iter_mut().zip(xs) {
+                    let mut q = [0i8; 1];
+                    kestrel_format::weight::quantize_act(&[v], inv, &mut q);
+                    *o = (i16::from(q[0]) + 128) as u8;
+                }
             }
         }
     }
 
     #[inline(always)]
-    unsafe fn tile<const M: usize>(
-        xb: *const u8,
-        wp: *const u8,
-        kp: usize,
-        ws: &[__m256i; 2],
-        acc: *mut i32,
-        ldy: usize,
-        ncols: usize,
-        load: bool,
-        fin: Option<&PanelFinish>,
-    ) {
-        // SAFETY: the trait's contract.
-        unsafe { tile::<M>(xb, wp.cast(), kp / 4, ws, acc, ldy, ncols, load, fin) }
+    unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: usize, wp: *mut u8) -> [__m256i; 2] {
+        let wp = wp.cast::<i32>();
+        // SAFETY: rows < o0 + n, bytes < k0 + kn; wp holds KC / 4 · 16 words.
+        unsafe {
+            let ones = _mm256_set1_epi8(1);
+            let mut ws = [_mm256_setzero_si256(); 2];
+            for (h, wsum) in ws.iter_mut().enumerate() {
+                for blk in 0..kn.div_ceil(32) {
+                    let mut r = [_mm256_setzero_si256(); 8];
+                    for (i, ri) in r.iter_mut().enumerate().take(n.saturating_sub(8 * h)) {
+                        *ri = load32(w.add((o0 + 8 * h + i) * cols + k0), 32 * blk, kn);
+                    }
+                    for (c, v) in transpose8(&r).into_iter().enumerate() {
+                        _mm256_store_si256(wp.add((8 * blk + c) * NR + 8 * h).cast(), v);
+                        *wsum = dpbusd(*wsum, ones, v);
+                    }
+                }
+                *wsum = _mm256_slli_epi32::<7>(*wsum);
+            }
+            ws
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn finish(fin: &super::Q8Finish<'_>, o0: usize, _n: usize) -> SliceFinish {
+        // SAFETY: the trait's contract: o0 is inside the scales (and biases).
+        unsafe { SliceFinish::new(fin, o0) }
+    }
+
+    #[inline(always)]
+    unsafe fn tile<const M: usize>(t: &Tile, ws: &Self::Offset, fin: Option<&Self::Finish>) {
+        let Tile { xb, wp, kp, acc, ldy, ncols, load } = *t;
+        let (wp, k4n) = (wp.cast::<i32>(), kp / 4);
+        // SAFETY: per the callers' bounds.
+        unsafe {
+            let mut a = [[_mm256_setzero_si256(); 2]; M];
+            for k in 0..k4n {
+                let b0 = _mm256_load_si256(wp.add(k * NR).cast());
+                let b1 = _mm256_load_si256(wp.add(k * NR + 8).cast());
+                for (i, ai) in a.iter_mut().enumerate() {
+                    let x = _mm256_set1_epi32(core::ptr::read_unaligned(xb.add(i * KC + 4 * k).cast::<i32>()));
+                    ai[0] = dpbusd(ai[0], x, b0);
+                    ai[1] = dpbusd(ai[1], x, b1);
+                }
+            }
+            for (i, ai) in a.iter().enumerate() {
+                if ncols == NR {
+                    // A whole panel: 8 lanes at a time, the finish's scales and biases loaded as
+                    // vectors (the same operations per lane as the scalar path below).
+                    let p = acc.add(i * ldy);
+                    for (h, (&av, &wv)) in ai.iter().zip(ws).enumerate() {
+                        let ph = p.add(8 * h);
+                        let mut v = _mm256_sub_epi32(av, wv);
+                        if load {
+                            v = _mm256_add_epi32(v, _mm256_loadu_si256(ph.cast()));
+                        }
+                        match fin {
+                            None => _mm256_storeu_si256(ph.cast(), v),
+                            Some(f) => {
+                                let (sc, xs, bias) = f.at(8 * h);
+                                let sc = _mm256_loadu_ps(sc);
+                                let r = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), sc), _mm256_set1_ps(xs));
+                                let r = match bias {
+                                    Some(b) => _mm256_add_ps(r, _mm256_loadu_ps(b)),
+                                    None => r,
+                                };
+                                _mm256_storeu_ps(ph.cast(), r);
+                            }
+                        }
+                    }
+                    continue;
+                }
+                let mut v = [0i32; NR];
+                _mm256_storeu_si256(v.as_mut_ptr().cast(), _mm256_sub_epi32(ai[0], ws[0]));
+                _mm256_storeu_si256(v.as_mut_ptr().add(8).cast(), _mm256_sub_epi32(ai[1], ws[1]));
+                let p = acc.add(i * ldy);
+                for (c, &vc) in v.iter().enumerate().take(ncols) {
+                    let sum = if load { (*p.add(c)).wrapping_add(vc) } else { vc };
+                    match fin {
+                        None => *p.add(c) = sum,
+                        Some(f) => {
+                            *p.add(c).cast::<f32>() = f.column(c, sum);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[inline(always)]

@@ -81,26 +81,11 @@ pub(super) unsafe trait Q8Kernel {
     /// `fin.scales` (and `fin.bias`) hold at least `o0 + n` values.
     unsafe fn finish(fin: &super::Q8Finish<'_>, o0: usize, n: usize) -> Self::Finish;
 
-    /// One tile: `M` quantised rows (`xb`, stride `KC`, `kp` inputs, a multiple of `KG`) times
-    /// the packed panel `wp`, less the offset `ws`, into `acc` rows at stride `ldy`, first
-    /// `ncols` (≤ `NR`) columns: added to what they hold (`load`) or stored, as i32 sums or,
-    /// with `fin`, finished to f32 in the same memory.
+    /// One tile ([`Tile`]) of `M` rows, less the panel's offset `ws`, finished with `fin`.
     ///
     /// # Safety
-    /// `xb` readable for `M` rows of `kp` bytes at stride `KC`; `wp` a panel packed for `kp`
-    /// inputs; `acc` writable for `M` rows of `ncols` at stride `ldy`.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn tile<const M: usize>(
-        xb: *const u8,
-        wp: *const u8,
-        kp: usize,
-        ws: &Self::Offset,
-        acc: *mut i32,
-        ldy: usize,
-        ncols: usize,
-        load: bool,
-        fin: Option<&Self::Finish>,
-    );
+    /// As [`Tile`] states.
+    unsafe fn tile<const M: usize>(t: &Tile, ws: &Self::Offset, fin: Option<&Self::Finish>);
 
     /// A vector of zero sums.
     fn zero() -> Self::Sums;
@@ -135,6 +120,68 @@ pub(super) unsafe trait Q8Kernel {
     /// # Safety
     /// As [`gemv_r`].
     unsafe fn gemv(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]);
+}
+
+/// One micro-kernel tile's operands: `M` quantised rows (`xb`, stride `KC`, `kp` inputs, a
+/// multiple of `KG`) times the packed panel `wp`, into `acc` rows at stride `ldy`, first `ncols`
+/// (≤ `NR`) columns: added to what they hold (`load`) or stored, as i32 sums or, with a finish,
+/// as f32 in the same memory. `xb` must be readable for `M` rows of `kp` bytes at stride `KC`,
+/// `wp` be a panel packed for `kp` inputs, `acc` writable for `M` rows of `ncols` at stride `ldy`.
+#[derive(Clone, Copy)]
+pub(super) struct Tile {
+    pub xb: *const u8,
+    pub wp: *const u8,
+    pub kp: usize,
+    pub acc: *mut i32,
+    pub ldy: usize,
+    pub ncols: usize,
+    pub load: bool,
+}
+
+/// A panel's finish read from the caller's slices, column by column (`q8_512` preloads vectors
+/// instead): the scales and biases from the panel's first output on, valid for the GEMM call
+/// that made it.
+pub(super) struct SliceFinish {
+    scales: *const f32,
+    xs: f32,
+    bias: Option<*const f32>,
+}
+
+impl SliceFinish {
+    /// Outputs from `o0` of `fin`.
+    ///
+    /// # Safety
+    /// `o0` inside `fin.scales` (and `fin.bias`).
+    #[inline(always)]
+    pub(super) unsafe fn new(fin: &super::Q8Finish<'_>, o0: usize) -> SliceFinish {
+        // SAFETY: per the contract.
+        unsafe {
+            SliceFinish {
+                scales: fin.scales.as_ptr().add(o0),
+                xs: fin.x_scale,
+                bias: fin.bias.map(|b| b.as_ptr().add(o0)),
+            }
+        }
+    }
+
+    /// Column `c`'s sum finished: `f32(sum) · scale · x_scale (+ bias)`, `linear_q8`'s order.
+    ///
+    /// # Safety
+    /// `c` inside the panel.
+    #[inline(always)]
+    pub(super) unsafe fn column(&self, c: usize, sum: i32) -> f32 {
+        // SAFETY: per the contract.
+        unsafe {
+            let r = sum as f32 * *self.scales.add(c) * self.xs;
+            self.bias.map_or(r, |b| r + *b.add(c))
+        }
+    }
+
+    /// The scales and biases of columns `c..c+8`, as pointers (for vector loads).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(super) fn at(&self, c: usize) -> (*const f32, f32, Option<*const f32>) {
+        (self.scales.wrapping_add(c), self.xs, self.bias.map(|b| b.wrapping_add(c)))
+    }
 }
 
 /// Quantises rows `r0..r0+rn` of `x` (`cols` per row), inputs `k0..k0+kn`, into `xb` (stride
@@ -244,17 +291,16 @@ pub(super) unsafe fn gemm<K: Q8Kernel>(
                         _ => None,
                     };
                     let (pf, xbp, wpp) = (pf.as_ref(), xbm.cast_const(), wpm.cast_const());
-                    tiles!(rn, K::MR, |i, M| K::tile::<M>(
-                        xbp.add(i * K::KC),
-                        wpp,
+                    let tile = |i: usize| Tile {
+                        xb: xbp.add(i * K::KC),
+                        wp: wpp,
                         kp,
-                        &ws,
-                        accp.add((r0 + i) * out + o0),
-                        out,
-                        nn,
+                        acc: accp.add((r0 + i) * out + o0),
+                        ldy: out,
+                        ncols: nn,
                         load,
-                        pf
-                    ));
+                    };
+                    tiles!(rn, K::MR, |i, M| K::tile::<M>(&tile(i), &ws, pf));
                 }
             }
         }

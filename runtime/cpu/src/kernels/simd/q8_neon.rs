@@ -15,7 +15,7 @@
 //!
 //! The `sdot` intrinsics are not stable in Rust, so the instruction is written in `asm!`.
 
-use super::q8_driver::{gemm, gemv_r, Q8Kernel};
+use super::q8_driver::{gemm, gemv_r, Q8Kernel, SliceFinish, Tile};
 use core::arch::aarch64::*;
 use core::arch::asm;
 
@@ -63,33 +63,6 @@ unsafe fn sdot(acc: int32x4_t, w: int8x16_t, x: int8x16_t) -> int32x4_t {
     a
 }
 
-/// `out[i] = q(x[i])` for `i < n` (`quantize_act`: round half away from zero, NaN → 0, ±127).
-///
-/// # Safety
-/// NEON; `x` readable and `out` writable for `n` elements.
-#[inline(always)]
-unsafe fn quantize(x: *const f32, n: usize, inv: f32, out: *mut i8) {
-    // SAFETY: indices < n.
-    unsafe {
-        let vinv = vdupq_n_f32(inv);
-        let (lo, hi) = (vdupq_n_s32(-127), vdupq_n_s32(127));
-        let q4 = |p: *const f32| vminq_s32(vmaxq_s32(vcvtaq_s32_f32(vmulq_f32(vld1q_f32(p), vinv)), lo), hi);
-        let mut i = 0;
-        while i + 8 <= n {
-            let h = vcombine_s16(vmovn_s32(q4(x.add(i))), vmovn_s32(q4(x.add(i + 4))));
-            vst1_s8(out.add(i), vmovn_s16(h));
-            i += 8;
-        }
-        if i < n {
-            kestrel_format::weight::quantize_act(
-                core::slice::from_raw_parts(x.add(i), n - i),
-                inv,
-                core::slice::from_raw_parts_mut(out.add(i), n - i),
-            );
-        }
-    }
-}
-
 /// 16 bytes of row `p` from `k` (zeros past `end`).
 #[inline(always)]
 unsafe fn load16(p: *const i8, k: usize, end: usize) -> int8x16_t {
@@ -125,90 +98,6 @@ unsafe fn transpose4(a: int8x16_t, b: int8x16_t, c: int8x16_t, d: int8x16_t) -> 
     }
 }
 
-/// Packs weight rows `o0..o0+n` (≤ 8; zeros past `n`), inputs `k0..k0+kn` (zeros past `kn`,
-/// up to the next multiple of 16) as `wp[(k4·8 + j)·4 ..]` = bytes `4·k4..4·k4+4` of row `o0 + j`.
-#[inline(always)]
-unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: usize, wp: *mut i8) {
-    // SAFETY: rows < o0 + n, bytes < k0 + kn; wp holds KC · 8 bytes.
-    unsafe {
-        let z = vdupq_n_s8(0);
-        for blk in 0..kn.div_ceil(16) {
-            let r: [int8x16_t; NR] =
-                core::array::from_fn(|j| if j < n { load16(w.add((o0 + j) * cols + k0), 16 * blk, kn) } else { z });
-            let lo = transpose4(r[0], r[1], r[2], r[3]);
-            let hi = transpose4(r[4], r[5], r[6], r[7]);
-            for c in 0..4 {
-                let dst = wp.add((4 * blk + c) * NR * 4);
-                vst1q_s8(dst, lo[c]);
-                vst1q_s8(dst.add(16), hi[c]);
-            }
-        }
-    }
-}
-
-/// The finish of one panel (`q8_512::PanelFinish`'s arithmetic, per column): the panel's
-/// weight scales and biases from its first output on (valid for the GEMM call that made it).
-pub(super) struct PanelFinish {
-    scales: *const f32,
-    xs: f32,
-    bias: Option<*const f32>,
-}
-
-/// One `M × 8` tile: `M` quantised rows (`xb`, stride [`KC`], `k16` groups of 16 inputs) times
-/// the packed panel, into `acc` rows at stride `ldy`, first `ncols` columns: added to what they
-/// hold (`load`) or stored, as i32 sums or, with `fin`, finished to f32 in the same memory.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile<const M: usize>(
-    xb: *const i8,
-    wp: *const i8,
-    k16: usize,
-    acc: *mut i32,
-    ldy: usize,
-    ncols: usize,
-    load: bool,
-    fin: Option<&PanelFinish>,
-) {
-    // SAFETY: per the callers' bounds.
-    unsafe {
-        let mut a = [[vdupq_n_s32(0); 2]; M];
-        macro_rules! step {
-            ($xv:expr, $g:literal, $k4:expr) => {{
-                let p = wp.add($k4 * NR * 4);
-                let (w0, w1) = (vld1q_s8(p), vld1q_s8(p.add(16)));
-                for (ai, xv) in a.iter_mut().zip($xv.iter()) {
-                    ai[0] = sdot_lane::<$g>(ai[0], w0, *xv);
-                    ai[1] = sdot_lane::<$g>(ai[1], w1, *xv);
-                }
-            }};
-        }
-        for s in 0..k16 {
-            let xv: [int8x16_t; M] = core::array::from_fn(|i| vld1q_s8(xb.add(i * KC + 16 * s)));
-            step!(xv, 0, 4 * s);
-            step!(xv, 1, 4 * s + 1);
-            step!(xv, 2, 4 * s + 2);
-            step!(xv, 3, 4 * s + 3);
-        }
-        for (i, ai) in a.iter().enumerate() {
-            let mut v = [0i32; NR];
-            vst1q_s32(v.as_mut_ptr(), ai[0]);
-            vst1q_s32(v.as_mut_ptr().add(4), ai[1]);
-            let p = acc.add(i * ldy);
-            for (c, &vc) in v.iter().enumerate().take(ncols) {
-                let sum = if load { (*p.add(c)).wrapping_add(vc) } else { vc };
-                match fin {
-                    None => *p.add(c) = sum,
-                    Some(f) => {
-                        // The portable order: the weight scale, the activation scale, the bias.
-                        let r = sum as f32 * *f.scales.add(c) * f.xs;
-                        *p.add(c).cast::<f32>() = f.bias.map_or(r, |b| r + *b.add(c));
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// The `sdot` kernel of the shared int8 driver.
 pub(super) struct DotProd;
 
@@ -226,46 +115,98 @@ unsafe impl Q8Kernel for DotProd {
     type Bytes = int8x16_t;
     type Sums = int32x4_t;
     type Offset = ();
-    type Finish = PanelFinish;
+    type Finish = SliceFinish;
 
     #[inline(always)]
     unsafe fn quantize(x: *const f32, n: usize, inv: f32, out: *mut u8) {
-        // SAFETY: the trait's contract.
-        unsafe { quantize(x, n, inv, out.cast()) }
-    }
-
-    #[inline(always)]
-    unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: usize, wp: *mut u8) {
-        // SAFETY: the trait's contract.
-        unsafe { pack(w, cols, o0, n, k0, kn, wp.cast()) }
-    }
-
-    #[inline(always)]
-    unsafe fn finish(fin: &super::Q8Finish<'_>, o0: usize, _n: usize) -> PanelFinish {
-        // SAFETY: the trait's contract: o0 is inside the scales (and biases).
+        let out = out.cast::<i8>();
+        // SAFETY: indices < n.
         unsafe {
-            PanelFinish {
-                scales: fin.scales.as_ptr().add(o0),
-                xs: fin.x_scale,
-                bias: fin.bias.map(|b| b.as_ptr().add(o0)),
+            let vinv = vdupq_n_f32(inv);
+            let (lo, hi) = (vdupq_n_s32(-127), vdupq_n_s32(127));
+            let q4 = |p: *const f32| vminq_s32(vmaxq_s32(vcvtaq_s32_f32(vmulq_f32(vld1q_f32(p), vinv)), lo), hi);
+            let mut i = 0;
+            while i + 8 <= n {
+                let h = vcombine_s16(vmovn_s32(q4(x.add(i))), vmovn_s32(q4(x.add(i + 4))));
+                vst1_s8(out.add(i), vmovn_s16(h));
+                i += 8;
+            }
+            if i < n {
+                kestrel_format::weight::quantize_act(
+                    core::slice::from_raw_parts(x.add(i), n - i),
+                    inv,
+                    core::slice::from_raw_parts_mut(out.add(i), n - i),
+                );
             }
         }
     }
 
     #[inline(always)]
-    unsafe fn tile<const M: usize>(
-        xb: *const u8,
-        wp: *const u8,
-        kp: usize,
-        _ws: &(),
-        acc: *mut i32,
-        ldy: usize,
-        ncols: usize,
-        load: bool,
-        fin: Option<&PanelFinish>,
-    ) {
-        // SAFETY: the trait's contract.
-        unsafe { tile::<M>(xb.cast(), wp.cast(), kp / 16, acc, ldy, ncols, load, fin) }
+    unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: usize, wp: *mut u8) {
+        let wp = wp.cast::<i8>();
+        // SAFETY: rows < o0 + n, bytes < k0 + kn; wp holds KC · 8 bytes.
+        unsafe {
+            let z = vdupq_n_s8(0);
+            for blk in 0..kn.div_ceil(16) {
+                let r: [int8x16_t; NR] =
+                    core::array::from_fn(|j| if j < n { load16(w.add((o0 + j) * cols + k0), 16 * blk, kn) } else { z });
+                let lo = transpose4(r[0], r[1], r[2], r[3]);
+                let hi = transpose4(r[4], r[5], r[6], r[7]);
+                for c in 0..4 {
+                    let dst = wp.add((4 * blk + c) * NR * 4);
+                    vst1q_s8(dst, lo[c]);
+                    vst1q_s8(dst.add(16), hi[c]);
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn finish(fin: &super::Q8Finish<'_>, o0: usize, _n: usize) -> SliceFinish {
+        // SAFETY: the trait's contract: o0 is inside the scales (and biases).
+        unsafe { SliceFinish::new(fin, o0) }
+    }
+
+    #[inline(always)]
+    unsafe fn tile<const M: usize>(t: &Tile, ws: &Self::Offset, fin: Option<&Self::Finish>) {
+        let Tile { xb, wp, kp, acc, ldy, ncols, load } = *t;
+        let (xb, wp, k16, _) = (xb.cast::<i8>(), wp.cast::<i8>(), kp / 16, ws);
+        // SAFETY: per the callers' bounds.
+        unsafe {
+            let mut a = [[vdupq_n_s32(0); 2]; M];
+            macro_rules! step {
+                ($xv:expr, $g:literal, $k4:expr) => {{
+                    let p = wp.add($k4 * NR * 4);
+                    let (w0, w1) = (vld1q_s8(p), vld1q_s8(p.add(16)));
+                    for (ai, xv) in a.iter_mut().zip($xv.iter()) {
+                        ai[0] = sdot_lane::<$g>(ai[0], w0, *xv);
+                        ai[1] = sdot_lane::<$g>(ai[1], w1, *xv);
+                    }
+                }};
+            }
+            for s in 0..k16 {
+                let xv: [int8x16_t; M] = core::array::from_fn(|i| vld1q_s8(xb.add(i * KC + 16 * s)));
+                step!(xv, 0, 4 * s);
+                step!(xv, 1, 4 * s + 1);
+                step!(xv, 2, 4 * s + 2);
+                step!(xv, 3, 4 * s + 3);
+            }
+            for (i, ai) in a.iter().enumerate() {
+                let mut v = [0i32; NR];
+                vst1q_s32(v.as_mut_ptr(), ai[0]);
+                vst1q_s32(v.as_mut_ptr().add(4), ai[1]);
+                let p = acc.add(i * ldy);
+                for (c, &vc) in v.iter().enumerate().take(ncols) {
+                    let sum = if load { (*p.add(c)).wrapping_add(vc) } else { vc };
+                    match fin {
+                        None => *p.add(c) = sum,
+                        Some(f) => {
+                            *p.add(c).cast::<f32>() = f.column(c, sum);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[inline(always)]
