@@ -160,19 +160,14 @@ fn mechanisms(c: &mut Criterion) {
         let (q, k, v, o) = (Proj::new(d, d, 11), Proj::new(d, d, 13), Proj::new(d, d, 15), Proj::new(d, d, 17));
         let align = Proj::new(t, t, 19);
         let scale = 1.0 / (d as f32).sqrt();
-        for (name, variant) in [
-            ("standard", AttentionVariant::Standard),
-            ("optimised", AttentionVariant::Optimised),
-            ("efficient", AttentionVariant::Efficient),
-            ("super", AttentionVariant::Super),
-        ] {
+        for &variant in AttentionVariant::ALL {
+            let name = &format!("{variant:?}").to_lowercase();
             let p = AttentionParams { t, d, heads: 1, causal: false, scale, variant, int8: false };
-            let has_k = matches!(variant, AttentionVariant::Standard | AttentionVariant::Optimised);
             let w = AttentionWeights {
                 q: q.view(),
-                k: has_k.then(|| k.view()),
-                v: (variant == AttentionVariant::Standard).then(|| v.view()),
-                align: (variant == AttentionVariant::Super).then(|| align.view()),
+                k: variant.has_k().then(|| k.view()),
+                v: variant.has_v().then(|| v.view()),
+                align: variant.has_align().then(|| align.view()),
                 o: o.view(),
             };
             p.check(&w).expect("attention weights fit");

@@ -172,13 +172,15 @@ impl Case {
         let mut s: Vec<WeightShape> = proj(d, d).to_vec(); // W^Q, b^Q
         let h = self.heads;
         match self.mechanism {
-            Mechanism::Standard => {
-                s.extend(proj(d, d)); // K
-                s.extend(proj(d, d)); // V
+            Mechanism::Standard | Mechanism::Optimised | Mechanism::Efficient | Mechanism::Super => {
+                let (k, v, align) =
+                    self.mechanism.attention_variant().map_or((false, false, false), |a| a.projections());
+                for (present, out, inp) in [(k, d, d), (v, d, d), (align, t, t)] {
+                    if present {
+                        s.extend(proj(out, inp)); // W^K, W^V, W^A (with their biases)
+                    }
+                }
             }
-            Mechanism::Optimised => s.extend(proj(d, d)),
-            Mechanism::Efficient => {}
-            Mechanism::Super => s.extend(proj(t, t)), // W^A, b^A
             Mechanism::AftFull => {
                 s.extend(proj(d, d));
                 s.extend(proj(d, d));
@@ -239,12 +241,12 @@ impl Case {
         let m = self.mechanism;
         let op: Op = match m {
             Mechanism::Standard | Mechanism::Optimised | Mechanism::Efficient | Mechanism::Super => {
-                let q = ids.proj()?;
-                let k = matches!(m, Mechanism::Standard | Mechanism::Optimised).then(|| ids.proj()).transpose()?;
-                let v = (m == Mechanism::Standard).then(|| ids.proj()).transpose()?;
-                let align = (m == Mechanism::Super).then(|| ids.proj()).transpose()?;
-                let o = ids.proj()?;
                 let variant = m.attention_variant().ok_or_else(|| bad("not an attention".into()))?;
+                let q = ids.proj()?;
+                let k = variant.has_k().then(|| ids.proj()).transpose()?;
+                let v = variant.has_v().then(|| ids.proj()).transpose()?;
+                let align = variant.has_align().then(|| ids.proj()).transpose()?;
+                let o = ids.proj()?;
                 let internals = Internals::F32;
                 Op::Attention(Attention {
                     x,

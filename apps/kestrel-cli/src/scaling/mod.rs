@@ -24,7 +24,6 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use kestrel::demo::Rng;
-use kestrel::format::ops::*;
 use kestrel::format::{DType, TensorKind};
 use kestrel::{Input, Model, ModelBuilder};
 use kestrel_cpu::kernels::aft::{
@@ -214,10 +213,9 @@ pub fn predict(m: Mechanism, t: usize, d: usize, heads: usize) -> Result<Footpri
     let attention =
         |variant| attention_scratch_fast(&AttentionParams { t, d, heads, causal: false, scale, variant, int8: false });
     let elems = match m {
-        Mechanism::Standard => attention(AttentionVariant::Standard),
-        Mechanism::Optimised => attention(AttentionVariant::Optimised),
-        Mechanism::Efficient => attention(AttentionVariant::Efficient),
-        Mechanism::Super => attention(AttentionVariant::Super),
+        Mechanism::Standard | Mechanism::Optimised | Mechanism::Efficient | Mechanism::Super => {
+            attention(m.attention_variant().context("internal: an attention mechanism without a variant")?)
+        }
         Mechanism::AftFull => aft_full_scratch_fast(&AftFullParams { t, d, causal: false, rank: AFT_FULL_RANK }),
         Mechanism::AftLocal => aft_local_scratch(&AftLocalParams { t, d, causal: false, window: AFT_LOCAL_WINDOW }),
         Mechanism::AftSimple => aft_simple_scratch(&AftSimpleParams { t, d, causal: false }),

@@ -100,15 +100,15 @@ pub(crate) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
 
 impl AttentionParams {
     fn has_k(&self) -> bool {
-        matches!(self.variant, AttentionVariant::Standard | AttentionVariant::Optimised)
+        self.variant.has_k()
     }
 
     fn has_v(&self) -> bool {
-        self.variant == AttentionVariant::Standard
+        self.variant.has_v()
     }
 
     fn is_super(&self) -> bool {
-        self.variant == AttentionVariant::Super
+        self.variant.has_align()
     }
 
     /// Checks every weight against the sizes and the variant.

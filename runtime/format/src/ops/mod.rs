@@ -266,6 +266,40 @@ code_enum!(
     }
 );
 
+impl AttentionVariant {
+    /// Which projections the variant's record carries, `(W^K, W^V, W^A)`: the one statement of
+    /// each variant's structure, which the kernels' weight checks, the builders and the
+    /// converter's pattern matching all read.
+    pub const fn projections(self) -> (bool, bool, bool) {
+        match self {
+            AttentionVariant::Standard => (true, true, false),
+            AttentionVariant::Optimised => (true, false, false),
+            AttentionVariant::Efficient => (false, false, false),
+            AttentionVariant::Super => (false, false, true),
+        }
+    }
+
+    /// The variant whose record carries these projections (see [`projections`](Self::projections)).
+    pub fn from_projections(k: bool, v: bool, align: bool) -> Option<AttentionVariant> {
+        AttentionVariant::ALL.iter().copied().find(|a| a.projections() == (k, v, align))
+    }
+
+    /// Whether K is projected (else K = X).
+    pub const fn has_k(self) -> bool {
+        self.projections().0
+    }
+
+    /// Whether V is projected (else V = X, or W^A's token mixing).
+    pub const fn has_v(self) -> bool {
+        self.projections().1
+    }
+
+    /// Whether V mixes tokens with W^A `[T, T]` (Super attention).
+    pub const fn has_align(self) -> bool {
+        self.projections().2
+    }
+}
+
 /// A dense projection: weight `[out, in]` and an optional bias `[out]`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Proj {

@@ -282,13 +282,7 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
         (None, Some(proj))
     };
     nodes.extend(views);
-    let variant = match (k.is_some(), v.is_some(), align.is_some()) {
-        (true, true, false) => AttentionVariant::Standard,
-        (true, false, false) => AttentionVariant::Optimised,
-        (false, false, false) => AttentionVariant::Efficient,
-        (false, false, true) => AttentionVariant::Super,
-        _ => return None,
-    };
+    let variant = AttentionVariant::from_projections(k.is_some(), v.is_some(), align.is_some())?;
     let causal = match mask {
         None => false,
         Some(m) if keep.is_none_or(|k| lower_ones(b, k, t)) && causal_mask(b, m, t) => true,
