@@ -6,7 +6,7 @@ use crate::compile::{self, numel, Dispatch};
 use crate::device::GpuContext;
 use crate::kernels::{Arith, PipelineCache, Variant, PARAM_BYTES, PARAM_WORDS, WORKGROUP};
 use crate::{GpuError, Tuning};
-use kestrel_cpu::{Input, RunError};
+use kestrel_core::{Input, RunError};
 use kestrel_format::ops::Op;
 use kestrel_format::{DType, TensorId};
 use std::time::{Duration, Instant};
@@ -140,7 +140,7 @@ impl GpuSession {
     /// (f32 arithmetic). Every op has a GPU lowering (the lowering's matches over ops are
     /// exhaustive, so a new op does not compile without one); a model the lowering cannot take is
     /// a [`GpuError::Model`] here, before anything runs.
-    pub fn new(ctx: &GpuContext, model: &kestrel_cpu::Model<'_>, capacity: usize) -> Result<Self, GpuError> {
+    pub fn new(ctx: &GpuContext, model: &kestrel_core::Model<'_>, capacity: usize) -> Result<Self, GpuError> {
         Self::with_options(ctx, model, capacity, &SessionOptions::default())
     }
 
@@ -148,7 +148,7 @@ impl GpuSession {
     /// `SHADER_F16` is a [`GpuError::F16Unsupported`]; [`Precision::Auto`] falls back to f32 there.
     pub fn with_options(
         ctx: &GpuContext,
-        model: &kestrel_cpu::Model<'_>,
+        model: &kestrel_core::Model<'_>,
         capacity: usize,
         options: &SessionOptions,
     ) -> Result<Self, GpuError> {

@@ -6,10 +6,7 @@ use crate::params::{
     conv, embedding, layer_norm, matmul, matmul_tile, pool, reduce, rnn, strided, unary, window, Field,
 };
 use crate::GpuError;
-use kestrel_cpu::kernels::conv::Conv2dParams;
-use kestrel_cpu::kernels::pool::Pool2dParams;
-use kestrel_cpu::kernels::rnn::{RnnCell, RnnParams};
-use kestrel_cpu::kernels::slice::SliceParams;
+use kestrel_core::params::{Conv2dParams, Pool2dParams, RnnCell, RnnParams, SliceParams};
 use kestrel_format::ops::{NormAxis, Op, TensorId};
 use kestrel_format::{TensorKind, MAX_RANK};
 
@@ -397,8 +394,8 @@ fn window(
         .set(window::ow, out[1])
 }
 
-fn rnn_lookup(op: &Op) -> kestrel_cpu::error::ShapeError {
-    kestrel_cpu::error::ShapeError::Invalid { op: op.name(), what: "tensor lookup failed" }
+fn rnn_lookup(op: &Op) -> kestrel_core::ShapeError {
+    kestrel_core::ShapeError::Invalid { op: op.name(), what: "tensor lookup failed" }
 }
 
 /// An LSTM/GRU: the input projection of every step and both directions as one dense dispatch
