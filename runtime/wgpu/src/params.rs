@@ -531,6 +531,7 @@ fn camel(stem: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::Kernel;
 
     /// Within a layout and the layouts it extends, no two fields share a word, none touches the
     /// header, and all fit the block.
@@ -547,10 +548,44 @@ mod tests {
         }
     }
 
+    fn softmax_block() -> Params {
+        let p = Params::new(1).unwrap().set(softmax::x_base, 0).unwrap();
+        p.set(softmax::y_base, 8).unwrap().set(softmax::n, 8).unwrap()
+    }
+
+    #[test]
+    fn a_complete_block_reads_back_by_name() {
+        let d = softmax_block().done(Kernel::Softmax);
+        assert_eq!((d.get(softmax::y_base), d.get(softmax::n), d.per()), (8, 8, 1));
+        let d = d.edit().reset(softmax::n, 5).unwrap().done(Kernel::SoftmaxSplit);
+        assert_eq!(d.params[softmax::n.info().at], 5);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "set twice")]
+    fn a_field_set_twice_is_caught() {
+        let _ = softmax_block().set(softmax::n, 4);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "not set")]
+    fn a_missing_field_is_caught() {
+        Params::new(1).unwrap().set(softmax::x_base, 0).unwrap().done(Kernel::Softmax);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "another layout")]
+    fn a_field_of_another_layout_is_caught() {
+        softmax_block().set(reduce::inner, 1).unwrap().done(Kernel::Softmax);
+    }
+
     #[test]
     fn every_layout_belongs_to_a_kernel() {
         for &l in Layout::ALL {
-            assert!(crate::kernels::Kernel::ALL.iter().any(|k| k.layout().chain().any(|c| c == l)), "{l:?}");
+            assert!(Kernel::ALL.iter().any(|k| k.layout().chain().any(|c| c == l)), "{l:?}");
         }
     }
 }

@@ -175,24 +175,25 @@ fn role(op: &Op) -> Role {
         Op::LayerNorm(ln) => Role::LayerNorm(ln),
         Op::Dense(_) => Role::Projections,
         Op::Attention(a) if a.k.is_some() && a.v.is_some() && a.align.is_none() => Role::Projections,
-        Op::Attention(_)
-        | Op::Unary(_)
-        | Op::Binary(_)
-        | Op::Softmax(_)
-        | Op::PatchEmbed(_)
-        | Op::Embedding(_)
-        | Op::Reduce(_)
-        | Op::Transpose(_)
-        | Op::MatMul(_)
-        | Op::Conv2d(_)
-        | Op::Pool2d(_)
-        | Op::Lstm(_)
-        | Op::Gru(_)
+        // The rest, alphabetically.
+        Op::AftConv(_)
         | Op::AftFull(_)
         | Op::AftLocal(_)
         | Op::AftSimple(_)
-        | Op::AftConv(_)
-        | Op::Fastformer(_) => Role::Other,
+        | Op::Attention(_)
+        | Op::Binary(_)
+        | Op::Conv2d(_)
+        | Op::Embedding(_)
+        | Op::Fastformer(_)
+        | Op::Gru(_)
+        | Op::Lstm(_)
+        | Op::MatMul(_)
+        | Op::PatchEmbed(_)
+        | Op::Pool2d(_)
+        | Op::Reduce(_)
+        | Op::Softmax(_)
+        | Op::Transpose(_)
+        | Op::Unary(_) => Role::Other,
     }
 }
 

@@ -289,19 +289,17 @@ fn aft_conv(id: Ids) {
     }
     let prm = aft_conv_p();
     let per = pu(P_PER);
-    let s = it.s;
-    let l = it.l;
     let t = prm.t;
     let d = prm.d;
     let h = prm.heads;
     let ks = prm.kernel;
     let gh = prm.grid_h;
     let gw = prm.grid_w;
-    let ti = l / d;
-    let ch = l % d;
+    let ti = it.l / d;
+    let ch = it.l % d;
     let head = ch / (d / h);
-    let e = prm.e_base + s * t * h + head;
-    let ev = prm.ev_base + s * per + ch;
+    let e = prm.e_base + it.s * t * h + head;
+    let ev = prm.ev_base + it.s * per + ch;
     var sum_e = 0.0;
     var sum_ev = 0.0;
     for (var j = 0u; j < t; j++) {
@@ -319,20 +317,22 @@ fn aft_conv(id: Ids) {
     let half = ks / 2u;
     let yy = ti / gw;
     let xx = ti % gw;
+    // The kernel's taps on the grid (`tap`: stride and dilation 1, padding half).
     for (var a = 0u; a < ks; a++) {
-        if yy + a < half || yy + a - half >= gh {
+        let ny = tap(yy, a, 1u, 1u, half, gh);
+        if ny == gh {
             continue;
         }
-        let ny = yy + a - half;
         for (var b = 0u; b < ks; b++) {
-            if xx + b < half || xx + b - half >= gw {
+            let nx = tap(xx, b, 1u, 1u, half, gw);
+            if nx == gw {
                 continue;
             }
-            let tj = ny * gw + xx + b - half;
+            let tj = ny * gw + nx;
             let kap = exp_excess(wget(wt, head, a * ks + b), m);
             den += kap * act[e + tj * h];
             num += kap * act[ev + tj * d];
         }
     }
-    gate(prm.q_base + s * per + l, num, den);
+    gate(prm.q_base + it.s * per + it.l, num, den);
 }

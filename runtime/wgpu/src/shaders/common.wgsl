@@ -70,9 +70,9 @@ fn item(id: Ids) -> Item {
     return Item(g < total_threads(), g, g / per, g % per);
 }
 
-// Along one axis of a sliding window (convolution, pooling): the input coordinate that tap k of
-// output coordinate o reads (stride st, dilation dl, padding pad before an input of n), or n
-// where the tap falls in the padding.
+// Along one axis of a sliding window (convolution, pooling, AFT-conv): the input coordinate that
+// tap k of output coordinate o reads (stride st, dilation dl, padding pad before an input of n),
+// or n where the tap falls in the padding.
 fn tap(o: u32, k: u32, st: u32, dl: u32, pad: u32, n: u32) -> u32 {
     let t = o * st + k * dl;
     if t < pad || t - pad >= n {

@@ -10,26 +10,22 @@ fn conv2d(id: Ids) {
     }
     let win = window_p();
     let prm = conv_p();
-    let h = win.h;
-    let w = win.w;
-    let kh = win.kh;
-    let kw = win.kw;
     let oc = it.l / (win.oh * win.ow);
     let oy = (it.l / win.ow) % win.oh;
     let ox = it.l % win.ow;
     let xin = conv_in(it.s, oc);
     var acc = 0.0;
     for (var ci = 0u; ci < win.c / prm.groups; ci++) {
-        let xc = xin.x + (xin.y + ci) * h * w;
-        for (var ky = 0u; ky < kh; ky++) {
-            let iy = tap(oy, ky, win.sh, win.dh, win.pad_top, h);
-            if iy == h {
+        let xc = xin.x + (xin.y + ci) * win.h * win.w;
+        for (var ky = 0u; ky < win.kh; ky++) {
+            let iy = tap(oy, ky, win.sh, win.dh, win.pad_top, win.h);
+            if iy == win.h {
                 continue;
             }
-            for (var kx = 0u; kx < kw; kx++) {
-                let ix = tap(ox, kx, win.sw, win.dw, win.pad_left, w);
-                if ix < w {
-                    acc += mul_s(to_s(act[xc + iy * w + ix]), ws(prm.weight, oc, (ci * kh + ky) * kw + kx));
+            for (var kx = 0u; kx < win.kw; kx++) {
+                let ix = tap(ox, kx, win.sw, win.dw, win.pad_left, win.w);
+                if ix < win.w {
+                    acc += mul_s(to_s(act[xc + iy * win.w + ix]), ws(prm.weight, oc, (ci * win.kh + ky) * win.kw + kx));
                 }
             }
         }
@@ -188,13 +184,10 @@ fn conv2d_tile(id: Ids) {
     }
     let win = window_p();
     let prm = conv_p();
-    let c = win.c;
-    let o = prm.o;
-    let groups = prm.groups;
     let m = win.oh * win.ow;
     let ow = win.ow;
-    let n = o / groups;
-    let cg = c / groups;
+    let n = prm.o / prm.groups;
+    let cg = win.c / prm.groups;
     let kk = cg * win.kh * win.kw;
     let ptiles = (m + 31u) / 32u;
     let otiles = (n + 31u) / 32u;
@@ -226,7 +219,7 @@ fn conv2d_tile(id: Ids) {
         }
         a = tile_sync(a, at);
     }
-    let y = win.y_base + at.s * o * m;
+    let y = win.y_base + at.s * prm.o * m;
     conv_tile_store(y, p0 + at.row, oc0, n0 + at.col, m, n, a.a0);
     conv_tile_store(y, p0 + at.row + 8u, oc0, n0 + at.col, m, n, a.a1);
     conv_tile_store(y, p0 + at.row + 16u, oc0, n0 + at.col, m, n, a.a2);

@@ -10,31 +10,24 @@ fn pool2d(id: Ids) {
     }
     let win = window_p();
     let prm = pool_p();
-    let l = it.l;
-    let h = win.h;
-    let w = win.w;
-    let kh = win.kh;
-    let kw = win.kw;
-    let oh = win.oh;
-    let ow = win.ow;
-    let ch = l / (oh * ow);
-    let oy = (l / ow) % oh;
-    let ox = l % ow;
-    let x = win.x_base + (it.s * win.c + ch) * h * w;
+    let ch = it.l / (win.oh * win.ow);
+    let oy = (it.l / win.ow) % win.oh;
+    let ox = it.l % win.ow;
+    let x = win.x_base + (it.s * win.c + ch) * win.h * win.w;
     // Both the max and the sum are kept (no branch on the kind inside the loops); the max starts
     // at the first input tap.
     var mx = 0.0;
     var sum = 0.0;
     var n = 0u;
-    for (var ky = 0u; ky < kh; ky++) {
-        let iy = tap(oy, ky, win.sh, win.dh, win.pad_top, h);
-        if iy == h {
+    for (var ky = 0u; ky < win.kh; ky++) {
+        let iy = tap(oy, ky, win.sh, win.dh, win.pad_top, win.h);
+        if iy == win.h {
             continue;
         }
-        let row = x + iy * w;
-        for (var kx = 0u; kx < kw; kx++) {
-            let ix = tap(ox, kx, win.sw, win.dw, win.pad_left, w);
-            if ix < w {
+        let row = x + iy * win.w;
+        for (var kx = 0u; kx < win.kw; kx++) {
+            let ix = tap(ox, kx, win.sw, win.dw, win.pad_left, win.w);
+            if ix < win.w {
                 let v = act[row + ix];
                 mx = select(max(mx, v), v, n == 0u);
                 sum += v;
@@ -42,6 +35,6 @@ fn pool2d(id: Ids) {
             }
         }
     }
-    let count = select(n, kh * kw, prm.count_include_pad);
-    act[win.y_base + it.s * pu(P_PER) + l] = select(sum / f32(count), mx, prm.kind == 0u);
+    let count = select(n, win.kh * win.kw, prm.count_include_pad);
+    act[win.y_base + it.s * pu(P_PER) + it.l] = select(sum / f32(count), mx, prm.kind == 0u);
 }

@@ -4,6 +4,21 @@
 
 use crate::*;
 
+/// Case `c` built at `dtype` (weights from `seed`) in a session of capacity 2 under `tuning` (the
+/// device's own where `None`): its dispatches, each node's, and its kernels.
+fn lowered(
+    g: &GpuContext,
+    c: &Case,
+    dtype: DType,
+    seed: u64,
+    tuning: Option<Tuning>,
+) -> (usize, Vec<usize>, Vec<Kernel>) {
+    let (model, _) = build(c, dtype, seed);
+    let cpu = model.cpu().unwrap();
+    let s = GpuSession::with_options(g, &cpu, 2, &SessionOptions { precision: Precision::F32, tuning }).unwrap();
+    (s.dispatch_count(), s.node_dispatch_counts(), s.variants().iter().map(|v| v.kernel()).collect())
+}
+
 /// Attention's Q, K and V projections (those the variant has) run as one dense dispatch where
 /// their encodings, widths and regions allow (`Ctx::dense_parts`); the mechanism cases check the
 /// values under every tuning. Kept apart: a head width not a multiple of 4 under the blocked
@@ -25,12 +40,8 @@ fn qkv_projections_share_one_dispatch() {
         (Standard, 17, 64, DType::F32, tiled, 5),
     ] {
         let c = cases::attention(variant, t, d, 2, false, None);
-        let (model, _) = build(&c, dtype, 3);
-        let cpu = model.cpu().unwrap();
-        let options = SessionOptions { precision: Precision::F32, tuning: Some(tuning) };
-        let s = GpuSession::with_options(&g, &cpu, 2, &options).unwrap();
-        let kernels: Vec<Kernel> = s.variants().iter().map(|v| v.kernel()).collect();
-        assert_eq!(s.dispatch_count(), want, "{} {dtype:?} {}: {kernels:?}", c.name, tuning_name(tuning));
+        let (n, _, kernels) = lowered(&g, &c, dtype, 3, Some(tuning));
+        assert_eq!(n, want, "{} {dtype:?} {}: {kernels:?}", c.name, tuning_name(tuning));
     }
 }
 
@@ -40,10 +51,8 @@ fn qkv_projections_share_one_dispatch() {
 fn residual_add_fuses_into_the_dense_dispatch() {
     let Some(g) = gpu() else { return };
     let counts = |c: &Case| {
-        let (model, _) = build(c, DType::F32, 1);
-        let cpu = model.cpu().unwrap();
-        let s = GpuSession::new(&g, &cpu, 2).unwrap();
-        (s.dispatch_count(), s.node_dispatch_counts())
+        let (n, per_node, _) = lowered(&g, c, DType::F32, 1, None);
+        (n, per_node)
     };
     let dense = cases::fusion::residual_dense_cases();
     let named = |name: &str| dense.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no case {name}"));
@@ -63,7 +72,6 @@ fn residual_add_fuses_into_the_dense_dispatch() {
 #[test]
 fn layer_norm_fuses_into_the_dense_prologue() {
     let Some(g) = gpu() else { return };
-    let options = SessionOptions { precision: Precision::F32, tuning: Some(TUNINGS[0]) };
     let cases = cases::fusion::norm_prologue_cases();
     for (c, want) in cases.iter().zip([
         (2, vec![0, 1, 1]),
@@ -75,11 +83,8 @@ fn layer_norm_fuses_into_the_dense_prologue() {
         (3, vec![1, 1, 1]),
     ]) {
         for dtype in [DType::F32, DType::I8] {
-            let (model, _) = build(c, dtype, 5);
-            let cpu = model.cpu().unwrap();
-            let s = GpuSession::with_options(&g, &cpu, 2, &options).unwrap();
-            let kernels: Vec<Kernel> = s.variants().iter().map(|v| v.kernel()).collect();
-            assert_eq!((s.dispatch_count(), s.node_dispatch_counts()), want, "{} {dtype:?}: {kernels:?}", c.name);
+            let (n, per_node, kernels) = lowered(&g, c, dtype, 5, Some(TUNINGS[0]));
+            assert_eq!((n, per_node), want, "{} {dtype:?}: {kernels:?}", c.name);
         }
     }
 }
@@ -91,10 +96,8 @@ fn add_after_a_slice_fuses_into_the_slice() {
     let Some(g) = gpu() else { return };
     for (c, want) in cases::fusion::slice_add_cases().iter().zip([(1, vec![1, 0]), (1, vec![1, 0, 0]), (2, vec![1, 1])])
     {
-        let (model, _) = build(c, DType::F32, 5);
-        let cpu = model.cpu().unwrap();
-        let s = GpuSession::new(&g, &cpu, 2).unwrap();
-        assert_eq!((s.dispatch_count(), s.node_dispatch_counts()), want, "{}", c.name);
+        let (n, per_node, _) = lowered(&g, c, DType::F32, 5, None);
+        assert_eq!((n, per_node), want, "{}", c.name);
     }
 }
 
@@ -105,17 +108,13 @@ fn add_after_a_slice_fuses_into_the_slice() {
 fn a_row_slice_is_read_in_place_by_the_dense_layer() {
     let Some(g) = gpu() else { return };
     for tuning in TUNINGS {
-        let options = SessionOptions { precision: Precision::F32, tuning: Some(tuning) };
         for (c, want) in cases::fusion::slice_view_cases().iter().zip([
             (3, vec![0, 1, 1, 1]),
             (1, vec![0, 0, 0, 1]),
             (2, vec![1, 1]),
         ]) {
-            let (model, _) = build(c, DType::F32, 5);
-            let cpu = model.cpu().unwrap();
-            let s = GpuSession::with_options(&g, &cpu, 2, &options).unwrap();
-            let kernels: Vec<Kernel> = s.variants().iter().map(|v| v.kernel()).collect();
-            assert_eq!((s.dispatch_count(), s.node_dispatch_counts()), want, "{} {tuning:?}: {kernels:?}", c.name);
+            let (n, per_node, kernels) = lowered(&g, c, DType::F32, 5, Some(tuning));
+            assert_eq!((n, per_node), want, "{} {tuning:?}: {kernels:?}", c.name);
         }
     }
 }
@@ -135,13 +134,9 @@ fn patches_are_read_in_place_by_the_blocked_and_lane_split_forms() {
     };
     let in_place = [Kernel::DenseBlockPatch, Kernel::DenseSplitPatch, Kernel::DenseSplitPatchSg];
     for tuning in [TUNINGS[0], TUNINGS[1]] {
-        let options = SessionOptions { precision: Precision::F32, tuning: Some(tuning) };
         for (c, want) in [(patch(3, 16, 8), 1), (patch(1, 8, 4), 1), (patch(3, 12, 3), 2)] {
-            let (model, _) = build(&c, DType::F32, 5);
-            let cpu = model.cpu().unwrap();
-            let s = GpuSession::with_options(&g, &cpu, 2, &options).unwrap();
-            let kernels: Vec<Kernel> = s.variants().iter().map(|v| v.kernel()).collect();
-            assert_eq!(s.dispatch_count(), want, "{} {}: {kernels:?}", c.name, tuning_name(tuning));
+            let (n, _, kernels) = lowered(&g, &c, DType::F32, 5, Some(tuning));
+            assert_eq!(n, want, "{} {}: {kernels:?}", c.name, tuning_name(tuning));
             assert_eq!(want == 1, kernels.iter().any(|k| in_place.contains(k)), "{}: {kernels:?}", c.name);
         }
     }

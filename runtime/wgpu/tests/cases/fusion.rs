@@ -99,21 +99,30 @@ pub fn norm_prologue_cases() -> Vec<Case> {
         };
         c.b.op(|y| Op::LayerNorm(LayerNorm { x, gamma, beta, eps: 1e-5, axis: NormAxis::Last, y }))
     }
+    // A dense layer of `out` features over rows of `inp`, with or without a bias.
+    fn dense(
+        c: &mut crate::Ctx,
+        x: TensorId,
+        (out, inp): (usize, usize),
+        bias: bool,
+        act: Activation,
+    ) -> Result<TensorId, kestrel::Error> {
+        let proj = c.proj(out, inp, bias)?;
+        c.b.op(|y| Op::Dense(Dense { x, proj, act, y }))
+    }
     let mut v = Vec::new();
     // The LayerNorm's input is read again afterwards (a transformer's residual stream), so the
     // memory plan cannot put the dense output over it.
     v.push(case("dense", "layernorm -> dense 17x48->48 gelu", |c| {
         let x = c.input(&[17, 48])?;
         let n = layer_norm(c, x, 48, false)?;
-        let proj = c.proj(48, 48, true)?;
-        let d = c.b.op(|y| Op::Dense(Dense { x: n, proj, act: Activation::Gelu, y }))?;
+        let d = dense(c, n, (48, 48), true, Activation::Gelu)?;
         c.b.op(|y| Op::Binary(Binary { a: d, b: x, op: BinaryOp::Mul, y }))
     }));
     v.push(case("dense", "layernorm -> dense 5x16->16 + residual", |c| {
         let x = c.input(&[5, 16])?;
         let n = layer_norm(c, x, 16, false)?;
-        let proj = c.proj(16, 16, true)?;
-        let d = c.b.op(|y| Op::Dense(Dense { x: n, proj, act: Activation::None, y }))?;
+        let d = dense(c, n, (16, 16), true, Activation::None)?;
         c.b.op(|y| Op::Binary(Binary { a: d, b: x, op: BinaryOp::Add, y }))
     }));
     v.push(case("attention", "layernorm -> reshape -> attention Standard", |c| {
@@ -130,28 +139,24 @@ pub fn norm_prologue_cases() -> Vec<Case> {
         let k = c.b.weight("offset", &[1], vec![50.0])?;
         let x = c.b.op(|y| Op::Binary(Binary { a: x, b: k, op: BinaryOp::Add, y }))?;
         let n = layer_norm(c, x, 16, false)?;
-        let proj = c.proj(16, 16, true)?;
-        let d = c.b.op(|y| Op::Dense(Dense { x: n, proj, act: Activation::None, y }))?;
+        let d = dense(c, n, (16, 16), true, Activation::None)?;
         c.b.op(|y| Op::Binary(Binary { a: d, b: x, op: BinaryOp::Add, y }))
     }));
     // A GEMV-shaped head (one row: `dense_ln` under the software tuning).
     v.push(case("dense", "layernorm -> dense head 1x48->10", |c| {
         let x = c.input(&[1, 48])?;
         let n = layer_norm(c, x, 48, false)?;
-        let proj = c.proj(10, 48, true)?;
-        c.b.op(|y| Op::Dense(Dense { x: n, proj, act: Activation::None, y }))
+        dense(c, n, (10, 48), true, Activation::None)
     }));
     v.push(case("dense", "affine layernorm -> dense (not fused: its γ and β not folded)", |c| {
         let x = c.input(&[6, 12])?;
         let n = layer_norm(c, x, 12, true)?;
-        let proj = c.proj(8, 12, true)?;
-        c.b.op(|y| Op::Dense(Dense { x: n, proj, act: Activation::None, y }))
+        dense(c, n, (8, 12), true, Activation::None)
     }));
     v.push(case("dense", "layernorm read twice -> dense (not fused)", |c| {
         let x = c.input(&[5, 16])?;
         let n = layer_norm(c, x, 16, false)?;
-        let proj = c.proj(16, 16, false)?;
-        let d = c.b.op(|y| Op::Dense(Dense { x: n, proj, act: Activation::None, y }))?;
+        let d = dense(c, n, (16, 16), false, Activation::None)?;
         c.b.op(|y| Op::Binary(Binary { a: d, b: n, op: BinaryOp::Mul, y }))
     }));
     v

@@ -73,25 +73,21 @@ pub fn attention(
         None => String::new(),
     };
     let name = format!("attention {variant:?} T{t} d{d} h{heads} c{} causal={causal}{m}", d / heads as usize);
-    attention_case(name, variant, 1, t, d, heads, causal, mask)
+    attention_case(name, variant, (1, t, d, heads), causal, mask)
 }
 
 /// An attention node over `g` sequences per sample (`[G, T, d]`, MobileViT's layout).
 pub fn grouped_attention(variant: AttentionVariant, g: usize, t: usize, d: usize, heads: u32, causal: bool) -> Case {
     let name = format!("attention {variant:?} G{g} T{t} d{d} h{heads} causal={causal}");
-    attention_case(name, variant, g, t, d, heads, causal, None)
+    attention_case(name, variant, (g, t, d, heads), causal, None)
 }
 
 /// The one builder of both: input `[T, d]` (or `[G, T, d]` for `g > 1`), the variant's
 /// projections with biases, the mask input when asked.
-#[allow(clippy::too_many_arguments)]
 fn attention_case(
     name: String,
     variant: AttentionVariant,
-    g: usize,
-    t: usize,
-    d: usize,
-    heads: u32,
+    (g, t, d, heads): (usize, usize, usize, u32),
     causal: bool,
     mask: Option<(bool, f32, bool)>,
 ) -> Case {
