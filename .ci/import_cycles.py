@@ -5,7 +5,7 @@ For every crate (a folder with Cargo.toml and src/), each source file is a modul
 depends on another when its code (comments stripped) names it through `crate::`, `super::` or
 `self::` paths, `use` groups included. References between a module and its own ancestors or
 descendants (a `mod.rs` and the files it declares) are the normal shape of a Rust module tree
-and are not counted. Prints every strongly connected component of two or more modules and
+and are not counted, nor are `#[cfg(test)]` unit-test modules. Prints every strongly connected component of two or more modules and
 exits 1 if there is one.
 
 Usage: python3 .ci/import_cycles.py [ROOT]
@@ -19,7 +19,21 @@ PATH = re.compile(r"\b(crate|super|self)((?:\s*::\s*(?:\w+|\{))+)")
 
 def strip_comments(src):
     src = re.sub(r"/\*.*?\*/", "", src, flags=re.S)
-    return "\n".join(re.sub(r"//.*", "", line) for line in src.splitlines())
+    src = "\n".join(re.sub(r"//.*", "", line) for line in src.splitlines())
+    return strip_test_modules(src)
+
+
+def strip_test_modules(src):
+    """Drops `#[cfg(test)] mod x { ... }` blocks: unit tests are not part of the structure."""
+    while True:
+        m = re.search(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*\{", src)
+        if not m:
+            return src
+        depth, i = 1, m.end()
+        while i < len(src) and depth:
+            depth += {"{": 1, "}": -1}.get(src[i], 0)
+            i += 1
+        src = src[: m.start()] + src[i:]
 
 
 def module_of(src_dir, path):

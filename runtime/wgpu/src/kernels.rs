@@ -6,8 +6,7 @@ use crate::params::Layout;
 use crate::GpuError;
 use std::collections::HashMap;
 
-/// Words in a dispatch's parameter block (the `P` uniform of every shader).
-pub const PARAM_WORDS: usize = 64;
+pub(crate) use crate::params::PARAM_WORDS;
 /// Bytes of a parameter block; also its offset alignment in the uniform buffer.
 pub const PARAM_BYTES: u64 = (PARAM_WORDS * 4) as u64;
 /// Threads per workgroup (`WG` in `common.wgsl`).

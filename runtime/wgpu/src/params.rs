@@ -12,9 +12,32 @@
 
 #![allow(non_upper_case_globals)]
 
-use crate::compile::{word, Region, Wd};
-use crate::kernels::PARAM_WORDS;
 use crate::GpuError;
+
+/// Words in a dispatch's parameter block (the `P` uniform of every shader).
+pub const PARAM_WORDS: usize = 64;
+
+/// A value as a shader word; the arena and file are checked against the adapter's binding
+/// limits first, so this only fails for absurd shapes.
+pub(crate) fn word(v: usize) -> Result<u32, GpuError> {
+    u32::try_from(v).map_err(|_| GpuError::Model(format!("value {v} does not fit a 32-bit shader word")))
+}
+
+/// A weight as the shaders address it (see `Wd` in `common.wgsl`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Wd {
+    pub dt: u32,
+    pub off: u32,
+    pub soff: u32,
+    pub cols: u32,
+}
+
+/// A batch-strided f32 region of the arena: sample s starts at word `base + s·stride`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Region {
+    pub base: usize,
+    pub stride: usize,
+}
 use std::fmt::Write as _;
 use std::marker::PhantomData;
 
@@ -247,18 +270,15 @@ impl Params {
         Ok(self)
     }
 
-    /// The finished dispatch of `kernel`. Debug builds check that every field set belongs to the
-    /// kernel's layout (or one it extends) and that its required fields are all set.
-    pub fn done(self, kernel: crate::kernels::Kernel) -> crate::compile::Dispatch {
-        if cfg!(debug_assertions) {
-            check(kernel.layout(), self.set, self.layouts);
-        }
-        crate::compile::Dispatch::new(kernel, self.words, self.set, self.layouts)
+    /// The block's words and its debug record (the fields and layouts set), for
+    /// `Params::done` (in `compile`, where dispatches are made).
+    pub(crate) fn parts(self) -> ([u32; PARAM_WORDS], u64, u64) {
+        (self.words, self.set, self.layouts)
     }
 }
 
-/// The debug check of [`Params::done`].
-fn check(layout: Layout, set: u64, layouts: u64) {
+/// The debug check of `Params::done`.
+pub(crate) fn check(layout: Layout, set: u64, layouts: u64) {
     let chain: u64 = layout.chain().fold(0, |m, l| m | 1 << l as u32);
     assert!(layouts & !chain == 0, "a `{:?}` block has fields of another layout ({layouts:#x})", layout);
     for l in layout.chain() {

@@ -11,8 +11,8 @@ mod mechanisms;
 mod prologue;
 
 use crate::kernels::{DenseInput, Kernel, PARAM_WORDS, WORKGROUP};
-pub(crate) use crate::params::Params;
 use crate::params::{dense, dense_patch, patch_gather, softmax, Field, Value, PER};
+pub(crate) use crate::params::{word, Params, Region, Wd};
 use crate::GpuError;
 use crate::Tuning;
 use kestrel_format::ops::{Op, Proj, TensorId};
@@ -51,26 +51,16 @@ impl Dispatch {
     }
 }
 
-/// A value as a shader word; the arena and file are checked against the adapter's binding
-/// limits first, so this only fails for absurd shapes.
-pub(crate) fn word(v: usize) -> Result<u32, GpuError> {
-    u32::try_from(v).map_err(|_| GpuError::Model(format!("value {v} does not fit a 32-bit shader word")))
-}
-
-/// A weight as the shaders address it (see `Wd` in `common.wgsl`).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Wd {
-    pub dt: u32,
-    pub off: u32,
-    pub soff: u32,
-    pub cols: u32,
-}
-
-/// A batch-strided f32 region of the arena: sample s starts at word `base + s·stride`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Region {
-    pub base: usize,
-    pub stride: usize,
+impl Params {
+    /// The finished dispatch of `kernel`. Debug builds check that every field set belongs to the
+    /// kernel's layout (or one it extends) and that its required fields are all set.
+    pub fn done(self, kernel: Kernel) -> Dispatch {
+        let (words, set, layouts) = self.parts();
+        if cfg!(debug_assertions) {
+            crate::params::check(kernel.layout(), set, layouts);
+        }
+        Dispatch::new(kernel, words, set, layouts)
+    }
 }
 
 /// Addresses of tensors and scratch for one batch capacity.

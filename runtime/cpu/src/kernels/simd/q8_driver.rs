@@ -260,7 +260,8 @@ pub(super) unsafe fn gemm<K: Q8Kernel>(
     acc: &mut [i32],
     fin: Option<&super::Q8Finish<'_>>,
 ) {
-    const { assert!(K::RB * K::KC <= XB && K::KC % K::KG == 0 && K::MR <= 8) };
+    // The quantised block and the packed panel (KC·NR bytes) fit the stack buffers.
+    const { assert!(K::RB * K::KC <= XB && K::KC * K::NR <= WP && K::KC % K::KG == 0 && K::MR <= 8) };
     debug_assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
     debug_assert!(fin.is_none_or(|f| f.scales.len() >= out && f.bias.is_none_or(|b| b.len() >= out)));
     // Not initialised as a whole (16 + 8 KiB of stores per call cost more than a small layer's
