@@ -272,6 +272,12 @@ unsafe impl Q8Kernel for Avx512Vnni {
     }
 
     #[inline(always)]
+    unsafe fn load_full(p: *const i8) -> __m512i {
+        // SAFETY: the trait's contract.
+        unsafe { _mm512_loadu_si512(p.cast()) }
+    }
+
+    #[inline(always)]
     unsafe fn load_act(p: *const u8) -> __m512i {
         // SAFETY: the GEMV's rows start at multiples of 64 bytes in a 64-byte-aligned buffer.
         unsafe { _mm512_load_si512(p.cast()) }

@@ -246,6 +246,12 @@ unsafe impl Q8Kernel for AvxVnni {
     }
 
     #[inline(always)]
+    unsafe fn load_full(p: *const i8) -> __m256i {
+        // SAFETY: the trait's contract.
+        unsafe { _mm256_loadu_si256(p.cast()) }
+    }
+
+    #[inline(always)]
     unsafe fn load_act(p: *const u8) -> __m256i {
         // SAFETY: the trait's contract.
         unsafe { _mm256_loadu_si256(p.cast()) }

@@ -96,6 +96,11 @@ pub(super) unsafe trait Q8Kernel {
     /// # Safety
     /// Bytes `k..min(k + GV, end)` of `p` readable.
     unsafe fn load_row(p: *const i8, k: usize, end: usize) -> Self::Bytes;
+    /// `GV` bytes of a row at `p` (all inside the row).
+    ///
+    /// # Safety
+    /// `p` readable for `GV` bytes.
+    unsafe fn load_full(p: *const i8) -> Self::Bytes;
     /// `GV` quantised activation bytes at `p`.
     ///
     /// # Safety
@@ -349,10 +354,15 @@ pub(super) unsafe fn gemv_r<K: Q8Kernel, const R: usize, const O: usize>(
                             K::prefetch(wq.add((o0 + O + j).min(out - 1) * cols + k0 + K::GV * s));
                         }
                     }
-                    let mut wv = [K::zero_bytes(); O];
+                    // Whole steps load unmasked; the last partial one stops at the inputs' end.
+                    let (mut wv, full) = ([K::zero_bytes(); O], K::GV * (s + 1) <= kn);
                     for (j, v) in wv.iter_mut().enumerate() {
                         if j < n {
-                            *v = K::load_row(row(j), K::GV * s, kn);
+                            *v = if full {
+                                K::load_full(row(j).add(K::GV * s))
+                            } else {
+                                K::load_row(row(j), K::GV * s, kn)
+                            };
                         }
                     }
                     if K::OFFSET {

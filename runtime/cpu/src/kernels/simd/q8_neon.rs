@@ -228,6 +228,12 @@ unsafe impl Q8Kernel for DotProd {
     }
 
     #[inline(always)]
+    unsafe fn load_full(p: *const i8) -> int8x16_t {
+        // SAFETY: the trait's contract.
+        unsafe { vld1q_s8(p) }
+    }
+
+    #[inline(always)]
     unsafe fn load_act(p: *const u8) -> int8x16_t {
         // SAFETY: the trait's contract.
         unsafe { vld1q_s8(p.cast()) }
