@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -34,7 +33,8 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from zoo_vs_ort import ROOT, machine_info, ort_session, time_kestrel, time_ort  # noqa: E402
+from zoo_vs_ort import (ROOT, convert_configs, machine_info, ort_session, time_alternating, time_ort,  # noqa: E402
+                        write_results)
 
 # Issue 18's targets for calibrated int8 over onnxruntime f32, by task.
 TARGETS = {"imdb": 0.4, "amazon": 0.4, "mnist": 0.2}
@@ -70,20 +70,11 @@ def main() -> int:
         meta = json.loads(meta_path.read_text())
         if meta.get("task") not in ("mnist", "cifar100", "imdb", "amazon"):
             continue
-        kes = {}
-        for who, flags in CONFIGS.items():
-            kes[who] = work / f"{d.name}.{who}.kes"
-            cmd = [str(args.cli), "convert", str(d / "model.onnx"), "-o", str(kes[who]), *flags]
-            if who in ("q8", "q8a"):
-                cmd += ["--calibrate", str(d / "input.npy")]
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0 and who == "q8a" and "--int8-attention" in r.stderr:
-                del kes[who]  # no fused attention op
-                continue
-            if r.returncode != 0:
-                print(f"{d.name} ({who}): does not convert: {r.stderr.strip().splitlines()[-1]}", file=sys.stderr)
-                kes = {}
-                break
+        configs = {who: flags + (["--calibrate", str(d / "input.npy")] if who in ("q8", "q8a") else [])
+                   for who, flags in CONFIGS.items()}
+        # q8a fails where the model has no fused attention op.
+        kes = convert_configs(args.cli, d, work, configs,
+                              optional=lambda who, stderr: who == "q8a" and "--int8-attention" in stderr)
         if not kes:
             continue
         sess = ort_session(d / "model.onnx")
@@ -91,14 +82,7 @@ def main() -> int:
         name = sess.get_inputs()[0].name
         feed = {name: x.astype(np.int64) if x.dtype.kind in "iu" else x.astype(np.float32)}
         time_ort(sess, feed, 5)  # warm-up
-        times = {"ort": [], **{k: [] for k in kes}}
-        order = list(times)
-        for rep in range(args.reps):
-            for who in order[rep % len(order):] + order[: rep % len(order)]:
-                if who == "ort":
-                    times[who].append(time_ort(sess, feed, args.samples))
-                else:
-                    times[who].append(time_kestrel(args.cli, kes[who], args.samples))
+        times = time_alternating(args.cli, sess, feed, kes, args.reps, args.samples)
         med = {k: statistics.median(v) for k, v in times.items()}
         task = meta["task"]
         # The faster calibrated configuration (q8, or q8a where the model has fused attention).
@@ -123,8 +107,6 @@ def main() -> int:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     machine = machine_info()
-    (args.out / "results.json").write_text(json.dumps({"machine": machine, "reps": args.reps,
-                                                       "samples": args.samples, "rows": rows}, indent=1) + "\n")
     targeted = [r for r in rows if r["target"] is not None]
     lines = [
         f"# Kestrel int8 vs onnxruntime {ort.__version__} (f32) on the paper models\n",
@@ -145,7 +127,7 @@ def main() -> int:
         lines.append(f"| {r['model']} | {r['ort_us']:.1f} | {r['f32_over_ort']:.2f} | {r['int8_over_ort']:.2f} | "
                      f"{r['q8_over_ort']:.2f} | {fmt(r['q8a_over_ort'])} | {target} | {r['q8_over_int8']:.2f} | "
                      f"{fmt(r['q8a_over_int8'])} |")
-    (args.out / "table.md").write_text("\n".join(lines) + "\n")
+    write_results(args.out, machine, {"reps": args.reps, "samples": args.samples}, rows, lines)
     return 0
 
 

@@ -85,6 +85,45 @@ def time_kestrel(cli: Path, kes: Path, samples: int) -> float:
     return json.loads(r.stdout)["us_per_sample"]
 
 
+def convert_configs(cli: Path, d: Path, work: Path, configs: dict, optional=lambda who, stderr: False) -> dict:
+    """``d/model.onnx`` converted once per configuration (name -> ``kestrel convert`` flags) to
+    ``work/{d.name}.{name}.kes``: name -> path, or ``{}`` (with a message) when one does not
+    convert. A configuration that fails where ``optional(name, stderr)`` holds is left out."""
+    kes = {}
+    for who, flags in configs.items():
+        path = work / f"{d.name}.{who}.kes"
+        r = subprocess.run([str(cli), "convert", str(d / "model.onnx"), "-o", str(path), *flags],
+                           capture_output=True, text=True)
+        if r.returncode != 0 and optional(who, r.stderr):
+            continue
+        if r.returncode != 0:
+            print(f"{d.name} ({who}): does not convert: {r.stderr.strip().splitlines()[-1]}", file=sys.stderr)
+            return {}
+        kes[who] = path
+    return kes
+
+
+def time_alternating(cli: Path, sess: ort.InferenceSession, feed: dict, kes: dict, reps: int,
+                     samples: int) -> dict:
+    """``reps`` passes of onnxruntime and of each Kestrel model in ``kes`` (name -> .kes), the
+    order rotated by one each pass: µs/sample per pass, by name ("ort" for onnxruntime)."""
+    times = {"ort": [], **{k: [] for k in kes}}
+    order = list(times)
+    for rep in range(reps):
+        for who in order[rep % len(order):] + order[: rep % len(order)]:
+            if who == "ort":
+                times[who].append(time_ort(sess, feed, samples))
+            else:
+                times[who].append(time_kestrel(cli, kes[who], samples))
+    return times
+
+
+def write_results(out: Path, machine: dict, fields: dict, rows: list, lines: list) -> None:
+    """``results.json`` (the machine, ``fields``, the rows) and ``table.md`` (``lines``) in ``out``."""
+    (out / "results.json").write_text(json.dumps({"machine": machine, **fields, "rows": rows}, indent=1) + "\n")
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -107,29 +146,13 @@ def main() -> int:
         only = [m for m in args.only.split(",") if m]
         if only and d.name.rsplit("-", 1)[0] not in only:
             continue
-        kes = {}
-        for w in ("f32", "int8"):
-            kes[w] = work / f"{d.name}.{w}.kes"
-            r = subprocess.run([str(args.cli), "convert", str(d / "model.onnx"), "-o", str(kes[w]), "--weights", w],
-                               capture_output=True, text=True)
-            if r.returncode != 0:
-                print(f"{d.name}: does not convert: {r.stderr.strip().splitlines()[-1]}", file=sys.stderr)
-                kes = {}
-                break
+        kes = convert_configs(args.cli, d, work, {w: ["--weights", w] for w in ("f32", "int8")})
         if not kes:
             continue
         sess = ort_session(d / "model.onnx")
         f = feeds(sess, meta)
         time_ort(sess, f, 5)  # warm-up
-        times = {"ort": [], "f32": [], "int8": []}
-        for rep in range(args.reps):
-            order = ["ort", "f32", "int8"]
-            order = order[rep % 3:] + order[: rep % 3]
-            for who in order:
-                if who == "ort":
-                    times[who].append(time_ort(sess, f, args.samples))
-                else:
-                    times[who].append(time_kestrel(args.cli, kes[who], args.samples))
+        times = time_alternating(args.cli, sess, f, kes, args.reps, args.samples)
         med = {k: statistics.median(v) for k, v in times.items()}
         target = TARGETS.get(meta["family"], 1.0)
         row = {
@@ -145,9 +168,6 @@ def main() -> int:
     if args.only:
         return 0
     machine = machine_info()
-    (args.out / "results.json").write_text(json.dumps({"machine": machine, "exporter": args.exporter,
-                                                       "reps": args.reps, "samples": args.samples,
-                                                       "rows": rows}, indent=1) + "\n")
     lines = [
         f"# Kestrel vs onnxruntime {ort.__version__} on the zoo ({args.exporter} exports)\n",
         f"{machine['cpu']}, one thread, batch 1, median of {args.reps} alternating passes of {args.samples} "
@@ -162,7 +182,8 @@ def main() -> int:
         lines.append(f"| {r['model']} | {r['family']} | {r['ort_us']:.1f} | {r['kestrel_f32_us']:.1f} | "
                      f"{r['f32_over_ort']:.2f} | {mark} {r['target']:.1f} | {r['kestrel_int8_us']:.1f} | "
                      f"{r['int8_over_ort']:.2f} |")
-    (args.out / "table.md").write_text("\n".join(lines) + "\n")
+    write_results(args.out, machine, {"exporter": args.exporter, "reps": args.reps, "samples": args.samples},
+                  rows, lines)
     return 0
 
 
