@@ -88,16 +88,21 @@ class Spec:
     extra: dict = field(default_factory=dict)
 
 
+def grey_super_vit(image_size: int, patch: int, d: int, mlp_units: list[int], head_units: tuple[int, ...]) -> nn.Module:
+    """A ViT classifier of 10 classes on grey images: Super attention (2 heads), 2 blocks, mean pool."""
+    return M.ViT(
+        image_size=image_size, channels=1, patch=patch, d=d, layers=2, classes=10,
+        mixer=M.MixerConfig(mechanism="super", heads=2), mlp_units=mlp_units, head_units=head_units, pool="mean",
+    )  # fmt: skip
+
+
 def specs() -> list[Spec]:
     """The bundled models."""
     return [
         Spec(
             "fmnist_vit_super",
             "fmnist",
-            lambda: M.ViT(
-                image_size=28, channels=1, patch=7, d=64, layers=2, classes=10,
-                mixer=M.MixerConfig(mechanism="super", heads=2), mlp_units=[128, 64], head_units=(128,), pool="mean",
-            ),
+            lambda: grey_super_vit(image_size=28, patch=7, d=64, mlp_units=[128, 64], head_units=(128,)),
             epochs=6,
             notes="ViT, Super attention (2 heads), 28x28 grey, 7x7 patches (T=16), d=64, 2 pre-LN blocks, "
             "MLP [128, 64], mean pool, head [128]",
@@ -113,10 +118,7 @@ def specs() -> list[Spec]:
         Spec(
             "digits_vit_super",
             "digits",
-            lambda: M.ViT(
-                image_size=20, channels=1, patch=5, d=48, layers=2, classes=10,
-                mixer=M.MixerConfig(mechanism="super", heads=2), mlp_units=[96, 48], head_units=(64,), pool="mean",
-            ),
+            lambda: grey_super_vit(image_size=20, patch=5, d=48, mlp_units=[96, 48], head_units=(64,)),
             epochs=20,
             flip=False,
             shift=1,
