@@ -7,6 +7,10 @@
 //! Inputs (env overrides): `KESTREL_FIRMWARE_MODEL` (default `model/mnist_vit_super_h1.int8.kes`),
 //! `KESTREL_FIRMWARE_INPUT` (default the fixture's `input.npy`), `KESTREL_FIRMWARE_SAMPLE` (0).
 
+#[path = "src/argmax.rs"]
+mod argmax;
+
+use argmax::argmax;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -25,6 +29,7 @@ fn main() {
     println!("cargo:rerun-if-changed={}", input_path.display());
     println!("cargo:rerun-if-changed=memory.x");
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=src/argmax.rs");
 
     // memory.x for cortex-m-rt's link.x.
     std::fs::copy(dir.join("memory.x"), out.join("memory.x")).expect("copying memory.x");
@@ -69,16 +74,6 @@ fn main() {
 fn floats(v: &[f32]) -> String {
     let items: Vec<String> = v.iter().map(|x| format!("f32::from_bits({:#010x})", x.to_bits())).collect();
     format!("[{}]", items.join(", "))
-}
-
-fn argmax(v: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best
 }
 
 /// Sample `sample` (`len` elements) of a little-endian float32 `.npy` array, C order.

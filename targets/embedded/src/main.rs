@@ -6,8 +6,10 @@
 #![no_std]
 #![no_main]
 
+mod argmax;
 mod clock;
 
+use argmax::argmax;
 use clock::{CycleClock, Delay, DwtClock, SysTickClock};
 use core::fmt::Write;
 use cortex_m_rt::{entry, exception};
@@ -35,16 +37,6 @@ static ARENA: Arena = Arena(core::cell::UnsafeCell::new([0; ARENA_BYTES]));
 #[exception]
 fn SysTick() {
     clock::on_systick();
-}
-
-fn argmax(v: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best
 }
 
 /// Runs the model once and reports to `w`; returns whether the class matches the host's.
