@@ -50,10 +50,9 @@ fn main() {
     }
     if dirs.is_empty() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
-        dirs = std::fs::read_dir(&root).expect("converters/fixtures").filter_map(|e| Some(e.ok()?.path())).collect();
+        dirs = kestrel_onnx::model_dirs(&root).expect("converters/fixtures");
         // Classifiers only: the single-layer fixtures output [T, d] features, not classes.
-        dirs.retain(|d| d.join("model.onnx").exists() && !d.to_string_lossy().contains("/layer_"));
-        dirs.sort();
+        dirs.retain(|d| !d.to_string_lossy().contains("/layer_"));
     }
     let tmp = std::env::temp_dir().join(format!("kestrel-agree-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).expect("temp dir");

@@ -12,12 +12,8 @@ use std::path::PathBuf;
 fn main() {
     let filter = std::env::args().nth(1).unwrap_or_default();
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../zoo");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("converters/zoo")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("model.onnx").exists() && p.to_string_lossy().contains(&filter))
-        .collect();
-    dirs.sort();
+    let mut dirs = kestrel_onnx::model_dirs(&dir).expect("converters/zoo");
+    dirs.retain(|p| p.to_string_lossy().contains(&filter));
     for d in dirs {
         let name = d.file_name().unwrap().to_string_lossy().to_string();
         let line = (|| -> Result<String, String> {

@@ -302,3 +302,14 @@ pub fn dump_tract_graph(onnx_path: impl AsRef<Path>) -> Result<String, ConvertEr
     }
     Ok(s)
 }
+
+/// The folders directly under `dir` that hold a `model.onnx` (the layout of
+/// `converters/fixtures/` and `converters/zoo/`), sorted by path.
+pub fn model_dirs(dir: impl AsRef<Path>) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut dirs: Vec<std::path::PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("model.onnx").exists())
+        .collect();
+    dirs.sort();
+    Ok(dirs)
+}

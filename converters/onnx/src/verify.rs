@@ -34,6 +34,13 @@ impl InputTensor {
     pub fn i64(shape: &[usize], data: Vec<i64>) -> Self {
         Self { shape: shape.to_vec(), data: InputData::I64(data) }
     }
+    /// Its values as the runtime's [`Input`] (whole batch).
+    pub fn as_input(&self) -> Input<'_> {
+        match &self.data {
+            InputData::F32(d) => Input::F32(d),
+            InputData::I64(d) => Input::I64(d),
+        }
+    }
 }
 
 /// How close Kestrel is to tract.
@@ -113,13 +120,7 @@ pub fn run_kestrel(kes: &[u8], inputs: &[InputTensor]) -> Result<Vec<Vec<f32>>, 
     let batch = inputs.first().and_then(|i| i.shape.first().copied()).unwrap_or(1);
     let model = kestrel::Model::from_bytes(kes)?;
     let mut session = model.session(batch.max(1))?;
-    let feeds: Vec<Input<'_>> = inputs
-        .iter()
-        .map(|i| match &i.data {
-            InputData::F32(d) => Input::F32(d),
-            InputData::I64(d) => Input::I64(d),
-        })
-        .collect();
+    let feeds: Vec<Input<'_>> = inputs.iter().map(InputTensor::as_input).collect();
     Ok(session.run_vec(&feeds)?)
 }
 

@@ -1,7 +1,7 @@
 //! Converts every fixture under `converters/fixtures/<name>/{model.onnx, input.npy, output.npy}`
 //! (written by the PyTorch side) and compares Kestrel at f32 with `output.npy`.
 
-use kestrel_onnx::{compare, convert, read_npy, run_kestrel, ConvertOptions, InputData};
+use kestrel_onnx::{compare, convert, model_dirs, read_npy, run_kestrel, ConvertOptions, InputData};
 use std::path::PathBuf;
 
 /// Fixtures committed under `converters/fixtures/` (`KESTREL_FIXTURES` overrides the directory).
@@ -12,10 +12,7 @@ const COMMITTED_FIXTURES: usize = 38;
 fn fixture_dirs() -> Vec<PathBuf> {
     let override_dir = std::env::var_os("KESTREL_FIXTURES").map(PathBuf::from);
     let dir = override_dir.clone().unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures"));
-    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("no fixtures at {}: {e}", dir.display()));
-    let mut dirs: Vec<PathBuf> =
-        entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("model.onnx").exists()).collect();
-    dirs.sort();
+    let dirs = model_dirs(&dir).unwrap_or_else(|e| panic!("no fixtures at {}: {e}", dir.display()));
     if override_dir.is_none() {
         assert!(
             dirs.len() >= COMMITTED_FIXTURES,

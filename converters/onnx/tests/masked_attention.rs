@@ -3,10 +3,13 @@
 //! `Attention` node whose mask input is the padding bias, and the converted model matches
 //! onnxruntime's saved output (3 samples, two of them padded) on the CPU and on the GPU.
 
+mod common;
+
+use common::gpu;
 use kestrel::format::ops::Op;
 use kestrel::Input;
 use kestrel_onnx::{compare, convert, read_npy, run_kestrel, ConvertOptions, InputData, InputTensor};
-use kestrel_wgpu::{AdapterChoice, GpuContext, GpuError, GpuSession};
+use kestrel_wgpu::GpuSession;
 use std::path::PathBuf;
 
 const REL_TOL: f64 = 1e-4;
@@ -48,24 +51,10 @@ fn transformer_encoder_with_a_padding_mask_fuses_and_matches_onnxruntime() {
     println!("CPU vs onnxruntime: max abs {abs:.2e}, rel {rel:.2e}, top-1 {top1:.2}");
     assert!(rel <= REL_TOL, "relative error {rel:.2e}");
 
-    let ctx = match GpuContext::new(&AdapterChoice::from_env_or(None)) {
-        Ok(c) => c,
-        Err(e @ GpuError::NoAdapter { .. }) => {
-            assert!(!std::env::var("KESTREL_REQUIRE_GPU").is_ok_and(|v| v == "1"), "KESTREL_REQUIRE_GPU=1 but {e}");
-            eprintln!("SKIPPED the GPU half: {e}");
-            return;
-        }
-        Err(e) => panic!("opening the GPU: {e}"),
-    };
+    let Some(ctx) = gpu() else { return };
     let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
     let cpu = model.cpu().unwrap();
-    let ins: Vec<Input<'_>> = feeds
-        .iter()
-        .map(|f| match &f.data {
-            InputData::F32(v) => Input::F32(v),
-            InputData::I64(v) => Input::I64(v),
-        })
-        .collect();
+    let ins: Vec<Input<'_>> = feeds.iter().map(InputTensor::as_input).collect();
     let mut out = vec![0f32; want.len()];
     GpuSession::new(&ctx, &cpu, feeds[0].shape[0]).unwrap().run(&ins, &mut [out.as_mut_slice()]).unwrap();
     let (abs, rel, _, _) = compare(&[want], &[out], &[last]).unwrap();

@@ -3,9 +3,12 @@
 //! tract (`verify`, at batch 3) and onnxruntime's saved outputs, on the CPU and on the GPU;
 //! the ONNX features Kestrel's ops do not have are blockers that say what they are.
 
+mod common;
+
+use common::gpu;
 use kestrel::Input;
 use kestrel_onnx::{compare, convert, read_npy, run_kestrel, verify, ConvertError, ConvertOptions, DType, InputData};
-use kestrel_wgpu::{AdapterChoice, GpuContext, GpuError, GpuSession};
+use kestrel_wgpu::GpuSession;
 use std::path::PathBuf;
 
 const REL_TOL: f64 = 1e-4;
@@ -77,20 +80,6 @@ fn unsupported_recurrent_features_are_named() {
             }
             other => panic!("{name}: expected a blocker, got {other:?}"),
         }
-    }
-}
-
-/// The GPU device, or `None` (with a message) when there is none and `KESTREL_REQUIRE_GPU` is
-/// not set.
-fn gpu() -> Option<GpuContext> {
-    match GpuContext::new(&AdapterChoice::from_env_or(None)) {
-        Ok(c) => Some(c),
-        Err(e @ GpuError::NoAdapter { .. }) => {
-            assert!(!std::env::var("KESTREL_REQUIRE_GPU").is_ok_and(|v| v == "1"), "KESTREL_REQUIRE_GPU=1 but {e}");
-            eprintln!("SKIPPED: {e} (set KESTREL_REQUIRE_GPU=1 to make this a failure)");
-            None
-        }
-        Err(e) => panic!("opening the GPU: {e}"),
     }
 }
 

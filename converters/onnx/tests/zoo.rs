@@ -4,11 +4,15 @@
 //! the output's scale), except the ones listed in [`BLOCKED`], which must fail with a blocker
 //! naming the ONNX op — and must be removed from the list the day they convert.
 
+mod common;
+
+use common::gpu;
 use kestrel::Input;
 use kestrel_onnx::{
-    compare, convert, read_npy, run_kestrel, ConvertError, ConvertOptions, DType, InputData, InputTensor, ONNX_OPS,
+    compare, convert, model_dirs, read_npy, run_kestrel, ConvertError, ConvertOptions, DType, InputData, InputTensor,
+    ONNX_OPS,
 };
-use kestrel_wgpu::{AdapterChoice, GpuContext, GpuError, GpuSession};
+use kestrel_wgpu::GpuSession;
 use std::path::{Path, PathBuf};
 
 /// Zoo models that do not convert yet: (name prefix, the ONNX op that blocks them).
@@ -21,12 +25,7 @@ const REL_TOL: f64 = 1e-4;
 
 fn zoo() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../zoo");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("no zoo at {}: {e}", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("model.onnx").exists())
-        .collect();
-    dirs.sort();
+    let dirs = model_dirs(&dir).unwrap_or_else(|e| panic!("no zoo at {}: {e}", dir.display()));
     assert_eq!(dirs.len(), COMMITTED, "zoo exports in {}", dir.display());
     dirs
 }
@@ -228,20 +227,6 @@ fn masked_attention_fused(name: &str, meta: &serde_json::Value, conv: &kestrel_o
     Ok(())
 }
 
-/// The GPU device, or `None` (with a message) when there is none and `KESTREL_REQUIRE_GPU` is
-/// not set (`.ci/run` sets it after installing lavapipe).
-fn gpu() -> Option<GpuContext> {
-    match GpuContext::new(&AdapterChoice::from_env_or(None)) {
-        Ok(c) => Some(c),
-        Err(e @ GpuError::NoAdapter { .. }) => {
-            assert!(!std::env::var("KESTREL_REQUIRE_GPU").is_ok_and(|v| v == "1"), "KESTREL_REQUIRE_GPU=1 but {e}");
-            eprintln!("SKIPPED: {e} (set KESTREL_REQUIRE_GPU=1 to make this a failure)");
-            None
-        }
-        Err(e) => panic!("opening the GPU: {e}"),
-    }
-}
-
 /// The same models on the wgpu backend (f32 arithmetic): within 1e-4 of onnxruntime too.
 #[test]
 fn every_converted_zoo_model_matches_onnxruntime_on_the_gpu() {
@@ -261,13 +246,7 @@ fn every_converted_zoo_model_matches_onnxruntime_on_the_gpu() {
         let expected = read_npy(d.join("output.npy")).unwrap();
         let InputData::F32(want) = expected.data else { panic!("{name}: output.npy is not f32") };
         let mut got = vec![0f32; want.len()];
-        let ins: Vec<Input<'_>> = feeds
-            .iter()
-            .map(|f| match &f.data {
-                InputData::F32(v) => Input::F32(v),
-                InputData::I64(v) => Input::I64(v),
-            })
-            .collect();
+        let ins: Vec<Input<'_>> = feeds.iter().map(InputTensor::as_input).collect();
         let run = GpuSession::new(&ctx, &cpu, batch).and_then(|mut s| s.run(&ins, &mut [got.as_mut_slice()]));
         if let Err(e) = run {
             failures.push(format!("{name}: wgpu: {e}"));

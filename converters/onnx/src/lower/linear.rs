@@ -1,12 +1,12 @@
 //! EinSum (ONNX MatMul, Gemm) → `Dense` or `MatMul`; Conv → `Conv2d`.
 
+use super::pool::Spatial;
 use super::{f32s, Lowerer, Res, Val};
 use kestrel_format::ops::{Activation, Conv2d, Dense, MatMul, Op, Proj, TensorId};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat};
 use tract_onnx::tract_core::ops::einsum::EinSum;
-use tract_onnx::tract_core::ops::nn::DataFormat;
 
 /// One operand of a contraction: an activation or a constant, with its axes' labels.
 #[derive(Clone)]
@@ -391,25 +391,9 @@ impl Lowerer<'_> {
         }
         let ps = &op.pool_spec;
         // A 1-D convolution (text CNNs, tract's 1-D Downsample-free convs) runs as a 2-D one of
-        // height 1.
-        let nd = ps.kernel_shape.len();
-        if nd != 1 && nd != 2 {
-            return Err(self.unsupported(&format!("{nd}-D convolution")));
-        }
-        let (x, xs) = self.act(node.inputs[0])?;
-        // Channels-last layouts (tract's declutter may pick them) are transposed around Conv2d.
-        let (spatial, channels_last) = match (ps.data_format, xs.len()) {
-            (DataFormat::NCHW | DataFormat::NHWC, r) if r == nd + 2 && xs[0] == 1 => {
-                (xs[1..].to_vec(), ps.data_format == DataFormat::NHWC)
-            }
-            (DataFormat::CHW | DataFormat::HWC, r) if r == nd + 1 => (xs.clone(), ps.data_format == DataFormat::HWC),
-            (f, r) => return Err(self.unsupported(&format!("data format {f:?} at rank {r}"))),
-        };
-        let x = self.reshape(x, &xs, &spatial)?;
-        let to_first: Vec<usize> = std::iter::once(nd).chain(0..nd).collect();
-        let (x, cs) = if channels_last { self.transpose(x, &spatial, &to_first)? } else { (x, spatial) };
-        let chw: Vec<usize> = if nd == 1 { vec![cs[0], 1, cs[1]] } else { cs.clone() };
-        let x = self.reshape(x, &cs, &chw)?;
+        // height 1; channels-last layouts (tract's declutter may pick them) are transposed around
+        // Conv2d.
+        let Spatial { x, cs, nd, channels_last, .. } = self.spatial_in(ps, "convolution")?;
         let Val::Const(kernel) = self.val(node.inputs[1])? else {
             return Err(self.bad("a constant kernel", "an activation".into()));
         };
@@ -461,15 +445,7 @@ impl Lowerer<'_> {
         let out = self.out_shape()?;
         let ys =
             self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect::<Vec<_>>()).unwrap_or_default();
-        let (y, ys) = if nd == 1 {
-            let flat = vec![ys[0], ys[2]];
-            (self.reshape(y, &ys, &flat)?, flat)
-        } else {
-            (y, ys)
-        };
-        let to_last: Vec<usize> = (1..=nd).chain(std::iter::once(0)).collect();
-        let (y, ys) = if channels_last { self.transpose(y, &ys, &to_last)? } else { (y, ys) };
-        let y = self.reshape(y, &ys, &out)?;
+        let y = self.spatial_out(y, ys, nd, channels_last, &out)?;
         self.finish_with(y, out, None, act, "conv");
         Ok(())
     }

@@ -10,7 +10,7 @@
 //! the windows that reach into the extra padding.
 
 use super::{Lowerer, Res};
-use kestrel_format::ops::{Binary, BinaryOp, Op, Pool2d, PoolKind};
+use kestrel_format::ops::{Binary, BinaryOp, Op, Pool2d, PoolKind, TensorId};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::cnn::{MaxPool, PaddingSpec, PoolSpec, SumPool};
 use tract_onnx::tract_core::ops::nn::DataFormat;
@@ -66,26 +66,7 @@ impl Lowerer<'_> {
     }
 
     fn pool(&mut self, ps: &PoolSpec, kind: PoolKind, count_include_pad: bool) -> Res<()> {
-        let node = self.model.node(self.node);
-        let nd = ps.kernel_shape.len();
-        if nd != 1 && nd != 2 {
-            return Err(self.unsupported(&format!("{nd}-D pooling")));
-        }
-        let (x, xs) = self.act(node.inputs[0])?;
-        // Channels-last layouts are transposed around Pool2d; a 1-D pool runs with height 1.
-        let (spatial, channels_last) = match (ps.data_format, xs.len()) {
-            (DataFormat::NCHW | DataFormat::NHWC, r) if r == nd + 2 && xs[0] == 1 => {
-                (xs[1..].to_vec(), ps.data_format == DataFormat::NHWC)
-            }
-            (DataFormat::CHW | DataFormat::HWC, r) if r == nd + 1 => (xs.clone(), ps.data_format == DataFormat::HWC),
-            (f, r) => return Err(self.unsupported(&format!("data format {f:?} at rank {r}"))),
-        };
-        let x = self.reshape(x, &xs, &spatial)?;
-        let to_first: Vec<usize> = std::iter::once(nd).chain(0..nd).collect();
-        let (x, cs) = if channels_last { self.transpose(x, &spatial, &to_first)? } else { (x, spatial) };
-        let chw: Vec<usize> = if nd == 1 { vec![cs[0], 1, cs[1]] } else { cs.clone() };
-        let x = self.reshape(x, &cs, &chw)?;
-
+        let Spatial { x, cs, chw, nd, channels_last } = self.spatial_in(ps, "pooling")?;
         let geo = ps.computed_padding(&cs[1..]);
         let (s, d) = (ps.strides(), ps.dilations());
         let mut axes = [Axis::UNIT; 2];
@@ -148,6 +129,46 @@ impl Lowerer<'_> {
             None => y,
         };
         let out = self.out_shape()?;
+        let y = self.spatial_out(y, ys, nd, channels_last, &out)?;
+        self.out(y, out);
+        Ok(())
+    }
+
+    /// The input of a 1-D or 2-D convolution or pool (`what`), NCHW at batch 1, CHW, NHWC or
+    /// HWC, as the `[C, H, W]` tensor `Conv2d`/`Pool2d` read: channels-last layouts are
+    /// transposed to channels first, a 1-D input runs with height 1.
+    pub(super) fn spatial_in(&mut self, ps: &PoolSpec, what: &str) -> Res<Spatial> {
+        let node = self.model.node(self.node);
+        let nd = ps.kernel_shape.len();
+        if nd != 1 && nd != 2 {
+            return Err(self.unsupported(&format!("{nd}-D {what}")));
+        }
+        let (x, xs) = self.act(node.inputs[0])?;
+        let (spatial, channels_last) = match (ps.data_format, xs.len()) {
+            (DataFormat::NCHW | DataFormat::NHWC, r) if r == nd + 2 && xs[0] == 1 => {
+                (xs[1..].to_vec(), ps.data_format == DataFormat::NHWC)
+            }
+            (DataFormat::CHW | DataFormat::HWC, r) if r == nd + 1 => (xs.clone(), ps.data_format == DataFormat::HWC),
+            (f, r) => return Err(self.unsupported(&format!("data format {f:?} at rank {r}"))),
+        };
+        let x = self.reshape(x, &xs, &spatial)?;
+        let to_first: Vec<usize> = std::iter::once(nd).chain(0..nd).collect();
+        let (x, cs) = if channels_last { self.transpose(x, &spatial, &to_first)? } else { (x, spatial) };
+        let chw: Vec<usize> = if nd == 1 { vec![cs[0], 1, cs[1]] } else { cs.clone() };
+        let x = self.reshape(x, &cs, &chw)?;
+        Ok(Spatial { x, cs, chw, nd, channels_last })
+    }
+
+    /// The `[C', H', W']` output `y` (shape `ys`) of what [`Self::spatial_in`] prepared, back in
+    /// the input's layout and reshaped to the node's shape `out`.
+    pub(super) fn spatial_out(
+        &mut self,
+        y: TensorId,
+        ys: Vec<usize>,
+        nd: usize,
+        channels_last: bool,
+        out: &[usize],
+    ) -> Res<TensorId> {
         let (y, ys) = if nd == 1 {
             let flat = vec![ys[0], ys[2]];
             (self.reshape(y, &ys, &flat)?, flat)
@@ -156,10 +177,22 @@ impl Lowerer<'_> {
         };
         let to_last: Vec<usize> = (1..=nd).chain(std::iter::once(0)).collect();
         let (y, ys) = if channels_last { self.transpose(y, &ys, &to_last)? } else { (y, ys) };
-        let y = self.reshape(y, &ys, &out)?;
-        self.out(y, out);
-        Ok(())
+        self.reshape(y, &ys, out)
     }
+}
+
+/// A convolution's or pool's input as [`Lowerer::spatial_in`] prepares it.
+pub(super) struct Spatial {
+    /// The `[C, H, W]` tensor.
+    pub x: TensorId,
+    /// Its channels-first shape before a 1-D input gains height 1: `[C, H, W]` or `[C, L]`.
+    pub cs: Vec<usize>,
+    /// `[C, H, W]` (`[C, 1, L]` for a 1-D input).
+    pub chw: Vec<usize>,
+    /// Spatial rank, 1 or 2.
+    pub nd: usize,
+    /// Whether the input is channels-last (NHWC or HWC).
+    pub channels_last: bool,
 }
 
 #[cfg(test)]
