@@ -3,6 +3,9 @@
 //! The ISA-specific entry points are called directly (not through the process-wide dispatch),
 //! for every ISA this CPU supports; on a CPU without one the tests say so on stderr.
 
+mod common_simd;
+
+use common_simd::isas;
 use kestrel_cpu::kernels::linear::linear_scalar_body;
 use kestrel_cpu::kernels::simd::{self, Isa};
 use kestrel_format::weight::{EncodedWeight, ViewStore};
@@ -29,15 +32,6 @@ fn simd_matmul(isa: Isa, x: &[f32], rows: usize, w: &WeightView<'_>) -> Option<V
         _ => return None,
     }
     Some(y)
-}
-
-fn isas() -> Vec<Isa> {
-    let all = [Isa::Avx2, Isa::Avx2Vnni, Isa::Avx512, Isa::Neon];
-    let found: Vec<Isa> = all.into_iter().filter(|i| i.supported()).collect();
-    if found.is_empty() {
-        eprintln!("no SIMD ISA on this CPU: only the scalar kernels run here");
-    }
-    found
 }
 
 /// `rows` rows of x, `out` weight rows, `inp` columns, random values.
@@ -481,6 +475,28 @@ proptest! {
     }
 }
 
+/// `(rows, out, cols, x, bytes, scales)`: `rows × cols` activations from `act` and an
+/// `[out (1..40), cols]` int4 matrix of arbitrary packed bytes (every nibble, -8 included, and
+/// garbage in a row's padding past `cols`) with group scales in ±2.
+fn raw_int4_case<A: Strategy<Value = f32>>(
+    rows: impl Strategy<Value = usize>,
+    cols: impl Strategy<Value = usize>,
+    act: impl Fn() -> A,
+) -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<u8>, Vec<f32>)> {
+    (rows, 1usize..40, cols).prop_flat_map(move |(rows, out, cols)| {
+        let rb = kestrel_format::weight::int4_row_bytes(cols);
+        let g = kestrel_format::weight::int4_groups(cols);
+        (
+            Just(rows),
+            Just(out),
+            Just(cols),
+            proptest::collection::vec(act(), rows * cols),
+            proptest::collection::vec(any::<u8>(), out * rb),
+            proptest::collection::vec(-2.0f32..2.0, out * g),
+        )
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
@@ -489,17 +505,7 @@ proptest! {
     /// `cols` — through every ISA's dense kernels (GEMV and GEMM shapes) against the scalar ones.
     #[test]
     fn int4_kernels_take_every_nibble(
-        (rows, out, cols, x, bytes, sc) in (prop_oneof![1usize..4, 8usize..20], 1usize..40, prop_oneof![1usize..70, 250usize..300])
-            .prop_flat_map(|(rows, out, cols)| {
-                let rb = kestrel_format::weight::int4_row_bytes(cols);
-                let g = kestrel_format::weight::int4_groups(cols);
-                (
-                    Just(rows), Just(out), Just(cols),
-                    proptest::collection::vec(-2.0f32..2.0, rows * cols),
-                    proptest::collection::vec(any::<u8>(), out * rb),
-                    proptest::collection::vec(-2.0f32..2.0, out * g),
-                )
-            }),
+        (rows, out, cols, x, bytes, sc) in raw_int4_case(prop_oneof![1usize..4, 8usize..20], prop_oneof![1usize..70, 250usize..300], || -2.0f32..2.0),
     ) {
         let scales: Vec<half::f16> = sc.iter().map(|&v| half::f16::from_f32(v)).collect();
         let w = WeightView::new(out, cols, kestrel_format::WeightData::I4 { q: &bytes, scales: &scales }).unwrap();
@@ -539,17 +545,7 @@ proptest! {
     /// scales, not only what the encoder writes.
     #[test]
     fn int4_q8_gemm_matches_the_portable_loop_bit_for_bit(
-        (rows, out, cols, x, bytes, sc) in (prop_oneof![1usize..10, 60usize..70], 1usize..40, prop_oneof![1usize..70, 250usize..530])
-            .prop_flat_map(|(rows, out, cols)| {
-                let rb = kestrel_format::weight::int4_row_bytes(cols);
-                let g = kestrel_format::weight::int4_groups(cols);
-                (
-                    Just(rows), Just(out), Just(cols),
-                    proptest::collection::vec(q8_act(), rows * cols),
-                    proptest::collection::vec(any::<u8>(), out * rb),
-                    proptest::collection::vec(-2.0f32..2.0, out * g),
-                )
-            }),
+        (rows, out, cols, x, bytes, sc) in raw_int4_case(prop_oneof![1usize..10, 60usize..70], prop_oneof![1usize..70, 250usize..530], q8_act),
     ) {
         let scales: Vec<half::f16> = sc.iter().map(|&v| half::f16::from_f32(v)).collect();
         let w = WeightView::new(out, cols, kestrel_format::WeightData::I4 { q: &bytes, scales: &scales }).unwrap();

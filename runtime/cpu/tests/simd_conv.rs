@@ -2,19 +2,12 @@
 //! (`matmul_kn_rows`, patch rows at arbitrary offsets) and the depthwise taps (planar and
 //! channels-innermost), through the dispatch and every ISA's entry point this CPU supports.
 
+mod common_simd;
+
+use common_simd::isas;
 use kestrel_cpu::kernels::simd::{self, Isa};
 use kestrel_reference::tolerance::{assert_close, F32_APPROX};
 use proptest::prelude::*;
-
-/// The SIMD ISAs this CPU supports (the dispatched entry points run the scalar loops elsewhere).
-fn isas() -> Vec<Isa> {
-    let all = [Isa::Avx2, Isa::Avx2Vnni, Isa::Avx512, Isa::Neon];
-    let found: Vec<Isa> = all.into_iter().filter(|i| i.supported()).collect();
-    if found.is_empty() {
-        eprintln!("no SIMD ISA on this CPU: only the scalar kernels run here");
-    }
-    found
-}
 
 /// [`simd::matmul_kn_rows`] for `isa` (None: not available here), rows of `b` at `offs`.
 #[cfg(target_arch = "x86_64")]

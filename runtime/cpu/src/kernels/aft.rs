@@ -16,7 +16,7 @@
 //! underflows token t's sums (AFT-simple uses a running maximum and has no such limit).
 
 use crate::error::{expect_eq, ShapeError};
-use crate::kernels::attention::{axpy, check_dims};
+use crate::kernels::attention::{axpy, check_dims, check_qkvo};
 use crate::kernels::attention::{block_rows, transpose_into};
 use crate::kernels::linear::{matmul_nt, ProjW};
 use crate::kernels::simd;
@@ -148,21 +148,6 @@ pub struct AftConvWeights<'a> {
     pub w: WeightView<'a>,
     /// W^O `[d, d]` and bias.
     pub o: ProjW<'a>,
-}
-
-fn check_qkvo(
-    op: &'static str,
-    d: usize,
-    kout: usize,
-    q: &ProjW<'_>,
-    k: &ProjW<'_>,
-    v: &ProjW<'_>,
-    o: &ProjW<'_>,
-) -> Result<(), ShapeError> {
-    q.check(op, d, d)?;
-    k.check(op, kout, d)?;
-    v.check(op, d, d)?;
-    o.check(op, d, d)
 }
 
 impl AftFullParams {

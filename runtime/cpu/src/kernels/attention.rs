@@ -75,6 +75,38 @@ pub(crate) fn check_dims(op: &'static str, t: usize, d: usize, heads: usize) -> 
     Ok(())
 }
 
+/// [`check_dims`], and a finite score `scale`.
+pub(crate) fn check_dims_scale(
+    op: &'static str,
+    t: usize,
+    d: usize,
+    heads: usize,
+    scale: f32,
+) -> Result<(), ShapeError> {
+    check_dims(op, t, d, heads)?;
+    if !scale.is_finite() {
+        return Err(ShapeError::Invalid { op, what: "scale must be finite" });
+    }
+    Ok(())
+}
+
+/// Checks the four projections of a mechanism in the order q, k, v, o: W^K `[kout, d]`, the
+/// others `[d, d]`.
+pub(crate) fn check_qkvo(
+    op: &'static str,
+    d: usize,
+    kout: usize,
+    q: &ProjW<'_>,
+    k: &ProjW<'_>,
+    v: &ProjW<'_>,
+    o: &ProjW<'_>,
+) -> Result<(), ShapeError> {
+    q.check(op, d, d)?;
+    k.check(op, kout, d)?;
+    v.check(op, d, d)?;
+    o.check(op, d, d)
+}
+
 pub use kestrel_core::shapes::check_key_mask;
 
 /// Checks that an optional weight is present exactly when the op needs it.
@@ -113,10 +145,7 @@ impl AttentionParams {
 
     /// Checks every weight against the sizes and the variant.
     pub fn check(&self, w: &AttentionWeights<'_>) -> Result<(), ShapeError> {
-        check_dims(OP, self.t, self.d, self.heads)?;
-        if !self.scale.is_finite() {
-            return Err(ShapeError::Invalid { op: OP, what: "scale must be finite" });
-        }
+        check_dims_scale(OP, self.t, self.d, self.heads, self.scale)?;
         let d = self.d;
         w.q.check(OP, d, d)?;
         w.o.check(OP, d, d)?;

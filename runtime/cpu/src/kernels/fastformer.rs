@@ -7,7 +7,7 @@
 //! official `Linear(d, h)`); per-head c-vectors are the block-diagonal special case.
 
 use crate::error::{expect_eq, ShapeError};
-use crate::kernels::attention::{axpy, check_dims};
+use crate::kernels::attention::{axpy, check_dims_scale, check_qkvo};
 use crate::kernels::linear::ProjW;
 use crate::kernels::simd::softmax as softmax_in_place;
 use kestrel_format::WeightView;
@@ -47,15 +47,9 @@ pub struct FastformerWeights<'a> {
 impl FastformerParams {
     /// Checks every weight against the sizes.
     pub fn check(&self, w: &FastformerWeights<'_>) -> Result<(), ShapeError> {
-        check_dims(OP, self.t, self.d, self.heads)?;
-        if !self.scale.is_finite() {
-            return Err(ShapeError::Invalid { op: OP, what: "scale must be finite" });
-        }
+        check_dims_scale(OP, self.t, self.d, self.heads, self.scale)?;
         let d = self.d;
-        w.q.check(OP, d, d)?;
-        w.k.check(OP, d, d)?;
-        w.v.check(OP, d, d)?;
-        w.r.check(OP, d, d)?;
+        check_qkvo(OP, d, d, &w.q, &w.k, &w.v, &w.r)?;
         expect_eq(OP, "wqa rows (heads)", self.heads, w.wqa.rows())?;
         expect_eq(OP, "wqa cols", d, w.wqa.cols())?;
         expect_eq(OP, "wka rows (heads)", self.heads, w.wka.rows())?;

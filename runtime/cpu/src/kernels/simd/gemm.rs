@@ -49,71 +49,51 @@ pub(super) trait Vf: Copy {
     unsafe fn store(p: *mut f32, v: Self);
 }
 
-/// AVX2 + FMA: 8 lanes.
-#[derive(Clone, Copy)]
-pub(super) struct Y(__m256);
+/// Implements [`Vf`] for a one-register wrapper: the same six operations, the intrinsics of
+/// its width. `$safety` names the target features every caller has.
+macro_rules! impl_vf {
+    ($t:ident($reg:ty), $lanes:expr, $safety:literal, zero: $zero:ident, load: $load:ident,
+     splat: |$sp:ident| $splat:expr, fma: $fma:ident, add: $add:ident, store: $store:ident) => {
+        #[doc = concat!($safety, ": ", stringify!($lanes), " lanes.")]
+        #[derive(Clone, Copy)]
+        pub(super) struct $t($reg);
 
-impl Vf for Y {
-    const L: usize = 8;
-    #[inline(always)]
-    unsafe fn zero() -> Self {
-        // SAFETY (all methods): AVX2/FMA available in every caller; pointers valid per caller.
-        unsafe { Y(_mm256_setzero_ps()) }
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        unsafe { Y(_mm256_loadu_ps(p)) }
-    }
-    #[inline(always)]
-    unsafe fn splat(p: *const f32) -> Self {
-        unsafe { Y(_mm256_broadcast_ss(&*p)) }
-    }
-    #[inline(always)]
-    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
-        unsafe { Y(_mm256_fmadd_ps(a.0, b.0, c.0)) }
-    }
-    #[inline(always)]
-    unsafe fn add(a: Self, b: Self) -> Self {
-        unsafe { Y(_mm256_add_ps(a.0, b.0)) }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: Self) {
-        unsafe { _mm256_storeu_ps(p, v.0) }
-    }
+        impl Vf for $t {
+            const L: usize = $lanes;
+            #[inline(always)]
+            unsafe fn zero() -> Self {
+                // SAFETY (all methods): the features of `$safety` available in every caller;
+                // pointers valid per caller.
+                unsafe { $t($zero()) }
+            }
+            #[inline(always)]
+            unsafe fn load(p: *const f32) -> Self {
+                unsafe { $t($load(p)) }
+            }
+            #[inline(always)]
+            unsafe fn splat($sp: *const f32) -> Self {
+                unsafe { $t($splat) }
+            }
+            #[inline(always)]
+            unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+                unsafe { $t($fma(a.0, b.0, c.0)) }
+            }
+            #[inline(always)]
+            unsafe fn add(a: Self, b: Self) -> Self {
+                unsafe { $t($add(a.0, b.0)) }
+            }
+            #[inline(always)]
+            unsafe fn store(p: *mut f32, v: Self) {
+                unsafe { $store(p, v.0) }
+            }
+        }
+    };
 }
 
-/// AVX-512F: 16 lanes.
-#[derive(Clone, Copy)]
-pub(super) struct Z(__m512);
-
-impl Vf for Z {
-    const L: usize = 16;
-    #[inline(always)]
-    unsafe fn zero() -> Self {
-        // SAFETY (all methods): AVX-512F available in every caller; pointers valid per caller.
-        unsafe { Z(_mm512_setzero_ps()) }
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        unsafe { Z(_mm512_loadu_ps(p)) }
-    }
-    #[inline(always)]
-    unsafe fn splat(p: *const f32) -> Self {
-        unsafe { Z(_mm512_set1_ps(*p)) }
-    }
-    #[inline(always)]
-    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
-        unsafe { Z(_mm512_fmadd_ps(a.0, b.0, c.0)) }
-    }
-    #[inline(always)]
-    unsafe fn add(a: Self, b: Self) -> Self {
-        unsafe { Z(_mm512_add_ps(a.0, b.0)) }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: Self) {
-        unsafe { _mm512_storeu_ps(p, v.0) }
-    }
-}
+impl_vf!(Y(__m256), 8, "AVX2 + FMA", zero: _mm256_setzero_ps, load: _mm256_loadu_ps,
+    splat: |p| _mm256_broadcast_ss(&*p), fma: _mm256_fmadd_ps, add: _mm256_add_ps, store: _mm256_storeu_ps);
+impl_vf!(Z(__m512), 16, "AVX-512F", zero: _mm512_setzero_ps, load: _mm512_loadu_ps,
+    splat: |p| _mm512_set1_ps(*p), fma: _mm512_fmadd_ps, add: _mm512_add_ps, store: _mm512_storeu_ps);
 
 /// Transposes the 8×8 block `r` (row i = `r[i]`) in registers: returns its columns.
 #[inline(always)]

@@ -24,9 +24,51 @@ pub(super) trait Loader {
     const LINE_COLS: usize;
 }
 
-pub(super) struct F32W<'a>(pub(super) &'a [f32], pub(super) usize);
-impl Loader for F32W<'_> {
+/// An element type a weight matrix is stored in densely (no per-row scale): f32 or f16.
+pub(super) trait Dense: Copy {
+    /// Columns per 64-byte cache line.
+    const LINE_COLS: usize;
+    /// The 8 elements at `p` as f32 lanes.
+    unsafe fn load8(p: *const Self) -> __m256;
+    /// The element as f32.
+    fn widen(self) -> f32;
+}
+
+impl Dense for f32 {
     const LINE_COLS: usize = 16;
+    #[inline(always)]
+    unsafe fn load8(p: *const f32) -> __m256 {
+        // SAFETY: 8 floats at p (the caller's contract).
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl Dense for f16 {
+    const LINE_COLS: usize = 32;
+    #[inline(always)]
+    unsafe fn load8(p: *const f16) -> __m256 {
+        // SAFETY: 8 halves at p (the caller's contract); F16C available in every caller.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// A dense `[rows, cols]` matrix of `T` (the slice, `cols`).
+pub(super) struct DenseW<'a, T>(pub(super) &'a [T], pub(super) usize);
+/// f32 weights.
+pub(super) type F32W<'a> = DenseW<'a, f32>;
+/// f16 weights.
+pub(super) type F16W<'a> = DenseW<'a, f16>;
+
+impl<T: Dense> Loader for DenseW<'_, T> {
+    const LINE_COLS: usize = T::LINE_COLS;
     #[inline(always)]
     fn cols(&self) -> usize {
         self.1
@@ -35,38 +77,11 @@ impl Loader for F32W<'_> {
     unsafe fn load(&self, o: usize, k: usize) -> __m256 {
         debug_assert!(k + 8 <= self.1);
         // SAFETY: (o, k..k+8) is inside the [rows, cols] matrix (callers' loop bounds).
-        unsafe { _mm256_loadu_ps(self.0.as_ptr().add(o * self.1 + k)) }
+        unsafe { T::load8(self.0.as_ptr().add(o * self.1 + k)) }
     }
     #[inline(always)]
     fn get(&self, o: usize, k: usize) -> f32 {
-        self.0[o * self.1 + k]
-    }
-    #[inline(always)]
-    fn addr(&self, o: usize, k: usize) -> *const u8 {
-        self.0.as_ptr().wrapping_add(o * self.1 + k).cast()
-    }
-    #[inline(always)]
-    fn row_scale(&self, _: usize) -> f32 {
-        1.0
-    }
-}
-
-pub(super) struct F16W<'a>(pub(super) &'a [f16], pub(super) usize);
-impl Loader for F16W<'_> {
-    const LINE_COLS: usize = 32;
-    #[inline(always)]
-    fn cols(&self) -> usize {
-        self.1
-    }
-    #[inline(always)]
-    unsafe fn load(&self, o: usize, k: usize) -> __m256 {
-        debug_assert!(k + 8 <= self.1);
-        // SAFETY: 8 halves inside the matrix; F16C available in every caller.
-        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(self.0.as_ptr().add(o * self.1 + k).cast())) }
-    }
-    #[inline(always)]
-    fn get(&self, o: usize, k: usize) -> f32 {
-        self.0[o * self.1 + k].to_f32()
+        self.0[o * self.1 + k].widen()
     }
     #[inline(always)]
     fn addr(&self, o: usize, k: usize) -> *const u8 {

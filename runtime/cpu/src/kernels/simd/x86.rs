@@ -8,7 +8,7 @@
 
 use super::gemm;
 use super::gemv512;
-use super::loaders::{Loader, F16W, F32W, I4W, I8W};
+use super::loaders::{DenseW, Loader, I4W, I8W};
 use super::q8_512;
 use core::arch::x86_64::*;
 use half::f16;
@@ -326,11 +326,11 @@ macro_rules! with_loader {
     ($w:expr, $inp:expr, $l:ident => $body:expr) => {
         match $w.data() {
             WeightData::F32(d) => {
-                let $l = &F32W(d, $inp);
+                let $l = &DenseW(d, $inp);
                 $body
             }
             WeightData::F16(d) => {
-                let $l = &F16W(d, $inp);
+                let $l = &DenseW(d, $inp);
                 $body
             }
             WeightData::I8 { q, scales } => {
@@ -367,18 +367,44 @@ pub unsafe fn matmul_wt(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn matmul_wt_ptr(x: &[f32], rows: usize, w: &WeightView<'_>, y: *mut f32, ldy: usize) {
     let (out, inp) = (w.rows(), w.cols());
+    // SAFETY: the caller's contract; the view's data lengths were validated by `WeightView::new`.
+    unsafe {
+        if !gemm_tiers::<gemm::Y, 6, 2, 6, 2>(x, rows, w, y, ldy) {
+            with_loader!(w, inp, l => matmul_impl(x, rows, l, out, y, ldy))
+        }
+    }
+}
+
+/// [`matmul_wt_ptr`]'s GEMM tiers, with vectors `V`: from [`gemm::MIN_ROWS`] to
+/// [`gemm::SMALL_M_MAX`] rows of f32 the transposed-`x` kernel (`SMR`×`SNV` vectors), from
+/// [`gemm::MIN_ROWS`] rows the packed GEMM (`MR`×`NV` vectors). Returns false, having written
+/// nothing, below [`gemm::MIN_ROWS`] rows (the caller's dot-product kernels take them). Checks
+/// `x` and `ldy`.
+///
+/// # Safety
+/// `V`'s instructions available; `y` as [`matmul_wt_ptr`].
+#[inline(always)]
+unsafe fn gemm_tiers<V: gemm::Vf, const SMR: usize, const SNV: usize, const MR: usize, const NV: usize>(
+    x: &[f32],
+    rows: usize,
+    w: &WeightView<'_>,
+    y: *mut f32,
+    ldy: usize,
+) -> bool {
+    let (out, inp) = (w.rows(), w.cols());
     assert!(x.len() >= rows * inp && ldy >= out);
     // SAFETY: lengths checked; the view's data lengths were validated by `WeightView::new`.
     unsafe {
         let f32_rows = if let WeightData::F32(d) = w.data() { Some(d) } else { None };
         if let (Some(d), true) = (f32_rows, (gemm::MIN_ROWS..=gemm::SMALL_M_MAX).contains(&rows)) {
-            gemm::gemm_small_m::<gemm::Y, 6, 2>(x, rows, &F32W(d, inp), out, y, ldy)
+            gemm::gemm_small_m::<V, SMR, SNV>(x, rows, &DenseW(d, inp), out, y, ldy)
         } else if rows >= gemm::MIN_ROWS {
-            with_loader!(w, inp, l => gemm::gemm::<gemm::Y, _, 6, 2>(x, rows, l, out, y, ldy))
+            with_loader!(w, inp, l => gemm::gemm::<V, _, MR, NV>(x, rows, l, out, y, ldy))
         } else {
-            with_loader!(w, inp, l => matmul_impl(x, rows, l, out, y, ldy))
+            return false;
         }
     }
+    true
 }
 
 /// [`matmul_wt`] with the AVX-512 packed 8×32 GEMM from [`gemm::MIN_ROWS`] rows (fewer rows:
@@ -400,18 +426,14 @@ pub unsafe fn matmul_wt_avx512(x: &[f32], rows: usize, w: &WeightView<'_>, y: &m
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 pub unsafe fn matmul_wt_avx512_ptr(x: &[f32], rows: usize, w: &WeightView<'_>, y: *mut f32, ldy: usize) {
     let (out, inp) = (w.rows(), w.cols());
-    assert!(x.len() >= rows * inp && ldy >= out);
-    // SAFETY: lengths checked; the view's data lengths were validated by `WeightView::new`.
+    // SAFETY: the caller's contract; the view's data lengths were validated by `WeightView::new`.
     unsafe {
-        let f32_rows = if let WeightData::F32(d) = w.data() { Some(d) } else { None };
-        if let (Some(d), true) = (f32_rows, (gemm::MIN_ROWS..=gemm::SMALL_M_MAX).contains(&rows)) {
-            gemm::gemm_small_m::<gemm::Z, 12, 1>(x, rows, &F32W(d, inp), out, y, ldy)
-        } else if rows >= gemm::MIN_ROWS {
-            with_loader!(w, inp, l => gemm::gemm::<gemm::Z, _, 8, 2>(x, rows, l, out, y, ldy))
-        } else if rows < gemv512::MAX_ROWS {
-            with_loader!(w, inp, l => gemv512::gemv(x, rows, l, out, y, ldy))
-        } else {
-            with_loader!(w, inp, l => matmul_impl(x, rows, l, out, y, ldy))
+        if !gemm_tiers::<gemm::Z, 12, 1, 8, 2>(x, rows, w, y, ldy) {
+            if rows < gemv512::MAX_ROWS {
+                with_loader!(w, inp, l => gemv512::gemv(x, rows, l, out, y, ldy))
+            } else {
+                with_loader!(w, inp, l => matmul_impl(x, rows, l, out, y, ldy))
+            }
         }
     }
 }

@@ -222,23 +222,60 @@ pub unsafe fn gelu(y: &mut [f32]) {
             _mm256_blendv_ps(g, _mm256_mul_ps(h, ec), tail)
         }
     }
-    map8(y, |v| unsafe { gelu8(v) });
+    map(y, |v| unsafe { gelu8(v) });
 }
 
-/// Applies `f` to `y` 8 lanes at a time; the tail through a padded copy.
+/// One register of f32 lanes, as [`map`] loads and stores it.
+trait Lanes: Copy {
+    /// Lanes (at most 16).
+    const L: usize;
+    unsafe fn loadu(p: *const f32) -> Self;
+    unsafe fn storeu(p: *mut f32, v: Self);
+}
+
+impl Lanes for __m256 {
+    const L: usize = 8;
+    #[inline(always)]
+    unsafe fn loadu(p: *const f32) -> Self {
+        // SAFETY: 8 f32 at p; AVX available in every caller.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn storeu(p: *mut f32, v: Self) {
+        // SAFETY: 8 f32 at p; AVX available in every caller.
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+}
+
+impl Lanes for __m512 {
+    const L: usize = 16;
+    #[inline(always)]
+    unsafe fn loadu(p: *const f32) -> Self {
+        // SAFETY: 16 f32 at p; AVX-512F available in every caller.
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn storeu(p: *mut f32, v: Self) {
+        // SAFETY: 16 f32 at p; AVX-512F available in every caller.
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
+}
+
+/// Applies `f` to `y` one register (8 or 16 lanes) at a time; the tail through a padded copy,
+/// so every element gets the same arithmetic.
 #[inline(always)]
-fn map8(y: &mut [f32], f: impl Fn(__m256) -> __m256) {
-    let mut chunks = y.chunks_exact_mut(8);
+fn map<V: Lanes>(y: &mut [f32], f: impl Fn(V) -> V) {
+    let mut chunks = y.chunks_exact_mut(V::L);
     for c in &mut chunks {
-        // SAFETY: c holds 8 f32; AVX available in every caller.
-        unsafe { _mm256_storeu_ps(c.as_mut_ptr(), f(_mm256_loadu_ps(c.as_ptr()))) };
+        // SAFETY: c holds V::L f32; V's instructions available in every caller.
+        unsafe { V::storeu(c.as_mut_ptr(), f(V::loadu(c.as_ptr()))) };
     }
     let tail = chunks.into_remainder();
     if !tail.is_empty() {
-        let mut buf = [0.0f32; 8];
+        let mut buf = [0.0f32; 16];
         buf[..tail.len()].copy_from_slice(tail);
-        // SAFETY: buf holds 8 f32.
-        unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), f(_mm256_loadu_ps(buf.as_ptr()))) };
+        // SAFETY: buf holds 16 ≥ V::L f32.
+        unsafe { V::storeu(buf.as_mut_ptr(), f(V::loadu(buf.as_ptr()))) };
         tail.copy_from_slice(&buf[..tail.len()]);
     }
 }
@@ -257,7 +294,7 @@ pub unsafe fn softmax(row: &mut [f32]) {
     unsafe { exp_sub(row, m) };
     let s: f32 = row.iter().sum();
     let inv = _mm256_set1_ps(1.0 / s);
-    map8(row, |v| _mm256_mul_ps(v, inv));
+    map(row, |v| _mm256_mul_ps(v, inv));
 }
 
 /// `σ(x) = 1 / (1 + e^−x)` for 8 lanes, from `e = e^−|x|` (never overflows): `1 / (1 + e)` for
@@ -281,7 +318,7 @@ unsafe fn sigmoid8(x: __m256) -> __m256 {
 pub unsafe fn exp_sub(v: &mut [f32], m: f32) {
     let mv = _mm256_set1_ps(m);
     // SAFETY (closure): AVX2/FMA available here.
-    map8(v, |x| unsafe { exp8(_mm256_sub_ps(x, mv)) });
+    map(v, |x| unsafe { exp8(_mm256_sub_ps(x, mv)) });
 }
 
 /// `v[i] ← e^(v[i] − m[i])` for `v[i] ≤ m[i]`, over `v.len()` elements (`m.len() >= v.len()`).
@@ -305,7 +342,7 @@ pub unsafe fn exp_sub_each(v: &mut [f32], m: &[f32]) {
         *v -= m;
     }
     // SAFETY (closure): AVX2/FMA available here.
-    map8(tail, |x| unsafe { exp8(x) });
+    map(tail, |x| unsafe { exp8(x) });
 }
 
 /// `q[i] ← σ(q[i]) · num[i] · s / den[i]` over `q.len()` elements (`den` absent: 1).
@@ -337,7 +374,7 @@ pub unsafe fn sigmoid_gate(q: &mut [f32], num: &[f32], den: Option<&[f32]>, s: f
         let tail = &mut q[n8..];
         buf[..tail.len()].copy_from_slice(tail);
         // SAFETY (closure): AVX2/FMA available here.
-        map8(&mut buf, |x| unsafe { sigmoid8(x) });
+        map(&mut buf, |x| unsafe { sigmoid8(x) });
         for (j, q) in tail.iter_mut().enumerate() {
             let g = buf[j] * (num[n8 + j] * s);
             *q = match den {
@@ -429,38 +466,7 @@ pub unsafe fn gelu_avx512(y: &mut [f32]) {
             _mm512_storeu_ps(p.add(48), f);
         }
     }
-    let mut chunks = quads.into_remainder().chunks_exact_mut(16);
-    for c in &mut chunks {
-        // SAFETY: c holds 16 f32.
-        unsafe { _mm512_storeu_ps(c.as_mut_ptr(), gelu16(_mm512_loadu_ps(c.as_ptr()))) };
-    }
-    let tail = chunks.into_remainder();
-    if !tail.is_empty() {
-        let mut buf = [0.0f32; 16];
-        buf[..tail.len()].copy_from_slice(tail);
-        // SAFETY: buf holds 16 f32.
-        unsafe { _mm512_storeu_ps(buf.as_mut_ptr(), gelu16(_mm512_loadu_ps(buf.as_ptr()))) };
-        tail.copy_from_slice(&buf[..tail.len()]);
-    }
-}
-
-/// `f` over `y` 16 lanes at a time (AVX-512F), the tail through a padded copy so every element
-/// gets the same arithmetic.
-#[inline(always)]
-fn map16(y: &mut [f32], f: impl Fn(__m512) -> __m512) {
-    let mut chunks = y.chunks_exact_mut(16);
-    for c in &mut chunks {
-        // SAFETY: c holds 16 f32; AVX-512F available in every caller.
-        unsafe { _mm512_storeu_ps(c.as_mut_ptr(), f(_mm512_loadu_ps(c.as_ptr()))) };
-    }
-    let tail = chunks.into_remainder();
-    if !tail.is_empty() {
-        let mut buf = [0.0f32; 16];
-        buf[..tail.len()].copy_from_slice(tail);
-        // SAFETY: buf holds 16 f32.
-        unsafe { _mm512_storeu_ps(buf.as_mut_ptr(), f(_mm512_loadu_ps(buf.as_ptr()))) };
-        tail.copy_from_slice(&buf[..tail.len()]);
-    }
+    map(quads.into_remainder(), |v| unsafe { gelu16(v) });
 }
 
 /// Softmax of `scale · row` in place, 16 lanes at a time (AVX-512F): one pass scales and finds
@@ -606,7 +612,7 @@ unsafe fn sigmoid16(x: __m512) -> __m512 {
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 pub unsafe fn sigmoid_avx512(v: &mut [f32]) {
     // SAFETY (closure): AVX-512F available here.
-    map16(v, |x| unsafe { sigmoid16(x) });
+    map(v, |x| unsafe { sigmoid16(x) });
 }
 
 /// SiLU `v[i]·σ(v[i])` in place, 16 lanes at a time: `x / (1 + e^−x)` in one pass (no copy).
@@ -616,7 +622,7 @@ pub unsafe fn sigmoid_avx512(v: &mut [f32]) {
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 pub unsafe fn silu_avx512(v: &mut [f32]) {
     // SAFETY (closure): AVX-512F available here.
-    map16(v, |x| unsafe { _mm512_mul_ps(x, sigmoid16(x)) });
+    map(v, |x| unsafe { _mm512_mul_ps(x, sigmoid16(x)) });
 }
 
 /// SiLU `v[i]·σ(v[i])` in place, 8 lanes at a time ([`sigmoid8`], one pass).
@@ -626,7 +632,7 @@ pub unsafe fn silu_avx512(v: &mut [f32]) {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn silu(v: &mut [f32]) {
     // SAFETY (closure): AVX2/FMA available here.
-    map8(v, |x| unsafe { _mm256_mul_ps(x, sigmoid8(x)) });
+    map(v, |x| unsafe { _mm256_mul_ps(x, sigmoid8(x)) });
 }
 
 /// `σ(v[i])` in place, 8 lanes at a time ([`sigmoid8`]; the tail through a padded copy).
@@ -636,7 +642,7 @@ pub unsafe fn silu(v: &mut [f32]) {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn sigmoid(v: &mut [f32]) {
     // SAFETY (closure): AVX2/FMA available here.
-    map8(v, |x| unsafe { sigmoid8(x) });
+    map(v, |x| unsafe { sigmoid8(x) });
 }
 
 /// Cephes `tanhf`'s odd polynomial for |x| < 0.625: `tanh x ≈ x + x·z·P(z)`, `z = x²`.
@@ -671,5 +677,5 @@ unsafe fn tanh8(x: __m256) -> __m256 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn tanh(v: &mut [f32]) {
     // SAFETY (closure): AVX2/FMA available here.
-    map8(v, |x| unsafe { tanh8(x) });
+    map(v, |x| unsafe { tanh8(x) });
 }
