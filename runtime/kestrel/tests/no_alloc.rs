@@ -3,55 +3,12 @@
 use kestrel::demo::{image_model, text_model, Rng};
 use kestrel::format::DType;
 use kestrel::{Input, Model};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+use kestrel_reference::alloc_count::{count_this_thread as count, Counting};
 
-struct Counting;
-
-// Per thread: the test harness runs tests on parallel threads, and only the thread inside
-// `count` is measured. `const` thread-locals never allocate.
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCS: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note_alloc() {
-    // `try_with`: the allocator can be called while thread-locals are being torn down.
-    let _ = COUNTING.try_with(|c| {
-        if c.get() {
-            let _ = ALLOCS.try_with(|n| n.set(n.get() + 1));
-        }
-    });
-}
-
-// SAFETY: forwards to the system allocator; only adds a counter.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note_alloc();
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note_alloc();
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
+// Counted per thread: the test harness runs tests on parallel threads, and only the thread inside
+// `count` is measured.
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-fn count<R>(f: impl FnOnce() -> R) -> (R, usize) {
-    ALLOCS.with(|n| n.set(0));
-    COUNTING.with(|c| c.set(true));
-    let r = f();
-    COUNTING.with(|c| c.set(false));
-    (r, ALLOCS.with(|n| n.get()))
-}
 
 #[test]
 fn counter_sees_allocations() {

@@ -18,6 +18,7 @@ use kestrel::format::ops::*;
 use kestrel::format::{DType, MAX_RANK};
 use kestrel::{Error, Model, ModelBuilder};
 use kestrel_reference::assert_close;
+use kestrel_reference::testing::standard_attention;
 use kestrel_reference::tolerance::{Tolerance, F32_KERNEL};
 use std::collections::BTreeMap;
 
@@ -504,6 +505,29 @@ fn pool2d_max_and_average_stride_pad_dilation() {
 const T: usize = 6;
 const D: usize = 8;
 
+/// An attention node over `x` (`[T, D]` or `[G, T, D]`) with the projections its variant has,
+/// drawn here in the order q, k, v, align, o; `biased` says whether v and o have a bias.
+fn attention(
+    c: &mut Ctx,
+    x: TensorId,
+    variant: AttentionVariant,
+    heads: usize,
+    causal: bool,
+    mask: Option<TensorId>,
+    biased: [bool; 2],
+) -> Result<TensorId, Error> {
+    use AttentionVariant::*;
+    let q = c.proj(D, D, true)?;
+    let k = matches!(variant, Standard | Optimised).then(|| c.proj(D, D, true)).transpose()?;
+    let v = (variant == Standard).then(|| c.proj(D, D, biased[0])).transpose()?;
+    let align = (variant == Super).then(|| c.proj(T, T, true)).transpose()?;
+    let o = c.proj(D, D, biased[1])?;
+    let scale = 1.0 / ((D / heads) as f32).sqrt();
+    let heads = heads as u32;
+    let internals = Internals::F32;
+    c.b.op(|y| Op::Attention(Attention { x, variant, heads, causal, scale, q, k, v, align, o, mask, y, internals }))
+}
+
 #[test]
 fn attention_every_variant_heads_and_mask() {
     let mut cases = Vec::new();
@@ -516,32 +540,9 @@ fn attention_every_variant_heads_and_mask() {
                     format!("Attention {variant:?} h{heads} G{groups} causal {causal}"),
                     false,
                     move |c| {
-                        use AttentionVariant::*;
                         let dims = if groups > 1 { vec![groups, T, D] } else { vec![T, D] };
                         let x = c.input(&dims, NORMAL)?;
-                        let q = c.proj(D, D, true)?;
-                        let k = matches!(variant, Standard | Optimised).then(|| c.proj(D, D, true)).transpose()?;
-                        let v = (variant == Standard).then(|| c.proj(D, D, causal)).transpose()?;
-                        let align = (variant == Super).then(|| c.proj(T, T, true)).transpose()?;
-                        let o = c.proj(D, D, !causal)?;
-                        let scale = 1.0 / ((D / heads) as f32).sqrt();
-                        c.b.op(|y| {
-                            Op::Attention(Attention {
-                                x,
-                                variant,
-                                heads: heads as u32,
-                                causal,
-                                scale,
-                                q,
-                                k,
-                                v,
-                                align,
-                                o,
-                                mask: None,
-                                y,
-                                internals: Internals::F32,
-                            })
-                        })
+                        attention(c, x, variant, heads, causal, None, [causal, !causal])
                     },
                 ));
             }
@@ -561,26 +562,8 @@ fn grouped_attention_with_a_mask_is_rejected() {
         let w = b.weight(name, &[D, D], rng.uniform_vec(D * D, 1.0)).unwrap();
         Proj { w, b: None }
     };
-    let (q, k, v, o) = (proj(&mut b, "q"), proj(&mut b, "k"), proj(&mut b, "v"), proj(&mut b, "o"));
-    let err = b
-        .op(|y| {
-            Op::Attention(Attention {
-                x,
-                variant: AttentionVariant::Standard,
-                heads: 2,
-                causal: false,
-                scale: 0.5,
-                q,
-                k: Some(k),
-                v: Some(v),
-                align: None,
-                o,
-                mask: Some(m),
-                y,
-                internals: Internals::F32,
-            })
-        })
-        .unwrap_err();
+    let qkvo = [proj(&mut b, "q"), proj(&mut b, "k"), proj(&mut b, "v"), proj(&mut b, "o")];
+    let err = b.op(|y| standard_attention(x, 2, 0.5, qkvo, Some(m), y)).unwrap_err();
     assert!(err.to_string().contains("key mask needs a [T, d] input"), "{err}");
 }
 
@@ -596,7 +579,6 @@ fn attention_with_a_mask_input_every_variant() {
         {
             let name = format!("Attention {variant:?} h{heads} causal {causal} mask per query {per_query} {fill:e}");
             cases.push(case("Attention", name, false, move |c| {
-                use AttentionVariant::*;
                 let x = c.input(&[T, D], NORMAL)?;
                 let mask_dims: &[usize] = if per_query { &[T, T] } else { &[T] };
                 let m = c.b.input("mask", mask_dims)?;
@@ -604,29 +586,7 @@ fn attention_with_a_mask_input_every_variant() {
                     .flat_map(|_| kestrel_reference::testing::random_mask(&mut c.rng, T, per_query, causal, fill, true))
                     .collect();
                 c.feeds.push(Feed::F32(v));
-                let q = c.proj(D, D, true)?;
-                let k = matches!(variant, Standard | Optimised).then(|| c.proj(D, D, true)).transpose()?;
-                let v = (variant == Standard).then(|| c.proj(D, D, true)).transpose()?;
-                let align = (variant == Super).then(|| c.proj(T, T, true)).transpose()?;
-                let o = c.proj(D, D, true)?;
-                let scale = 1.0 / ((D / heads) as f32).sqrt();
-                c.b.op(|y| {
-                    Op::Attention(Attention {
-                        x,
-                        variant,
-                        heads: heads as u32,
-                        causal,
-                        scale,
-                        q,
-                        k,
-                        v,
-                        align,
-                        o,
-                        mask: Some(m),
-                        y,
-                        internals: Internals::F32,
-                    })
-                })
+                attention(c, x, variant, heads, causal, Some(m), [true, true])
             }));
         }
     }

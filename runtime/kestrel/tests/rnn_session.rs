@@ -10,6 +10,7 @@ use common_graph::{reference_batch, run_session, Feed, Rng, DTYPES};
 use kestrel::format::ops::*;
 use kestrel::format::DType;
 use kestrel::{Model, ModelBuilder};
+use kestrel_reference::alloc_count::{count_this_thread, Counting};
 use kestrel_reference::assert_close;
 use kestrel_reference::tolerance::F32_APPROX;
 
@@ -53,6 +54,14 @@ fn layer(c: &mut Ctx, gates: usize, dirs: usize, i: usize, h: usize, states: boo
     let h0 = states.then(|| c.w_f32(&[dirs, h], 1.0));
     let c0 = states.then(|| c.w_f32(&[dirs, h], 1.0));
     [Some(w), Some(r), Some(b), h0, c0]
+}
+
+/// A one-direction GRU without initial state over `x [T, i]` (a layer stacked on another), its
+/// weights drawn here.
+fn stacked_gru(c: &mut Ctx, x: TensorId, i: usize, h: usize, direction: RnnDirection, output: RnnOutput) -> TensorId {
+    let [w, r, b, _, _] = layer(c, 3, 1, i, h, false);
+    let (w, r, b) = (w.unwrap(), r.unwrap(), b.unwrap());
+    c.b.op(|y| Op::Gru(Gru { x, w, r, b, h0: None, hidden: h as u32, direction, output, y })).unwrap()
 }
 
 fn check(name: &str, dtype: DType, seed: u64, build: impl Fn(&mut Ctx) -> Vec<TensorId>) {
@@ -132,79 +141,17 @@ fn stacked_layers_and_two_outputs_of_one_recurrence() {
         let seq = c.b.op(|y| with_y(lstm(RnnOutput::Y), y)).unwrap();
         let last = c.b.op(|y| with_y(lstm(RnnOutput::Hidden), y)).unwrap();
         let flat = c.b.reshape(seq, &[t, 2 * h]).unwrap();
-        let [w2, r2, b2, _, _] = layer(c, 3, 1, 2 * h, h, false);
-        let (w2, r2, b2) = (w2.unwrap(), r2.unwrap(), b2.unwrap());
-        let gru =
-            c.b.op(|y| {
-                Op::Gru(Gru {
-                    x: flat,
-                    w: w2,
-                    r: r2,
-                    b: b2,
-                    h0: None,
-                    hidden,
-                    direction: RnnDirection::Forward,
-                    output: RnnOutput::Y,
-                    y,
-                })
-            })
-            .unwrap();
+        let gru = stacked_gru(c, flat, 2 * h, h, RnnDirection::Forward, RnnOutput::Y);
         let head = Proj { w: c.w(&[3, h], 0.3), b: None };
         let logits = c.b.op(|y| Op::Dense(Dense { x: gru, proj: head, act: Activation::None, y })).unwrap();
         vec![logits, last]
     });
 }
 
-/// Counts allocations on the current thread (the harness runs tests on parallel threads; only
-/// the thread inside `count` is measured).
-mod counting {
-    use std::alloc::{GlobalAlloc, Layout, System};
-    use std::cell::Cell;
-
-    pub struct Counting;
-
-    thread_local! {
-        static ON: Cell<bool> = const { Cell::new(false) };
-        static ALLOCS: Cell<usize> = const { Cell::new(0) };
-    }
-
-    fn note() {
-        let _ = ON.try_with(|c| {
-            if c.get() {
-                let _ = ALLOCS.try_with(|n| n.set(n.get() + 1));
-            }
-        });
-    }
-
-    // SAFETY: forwards to the system allocator; only adds a counter.
-    unsafe impl GlobalAlloc for Counting {
-        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            note();
-            // SAFETY: the caller's contract.
-            unsafe { System.alloc(layout) }
-        }
-        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            // SAFETY: the caller's contract.
-            unsafe { System.dealloc(ptr, layout) }
-        }
-        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-            note();
-            // SAFETY: the caller's contract.
-            unsafe { System.realloc(ptr, layout, new_size) }
-        }
-    }
-
-    pub fn count<R>(f: impl FnOnce() -> R) -> (R, usize) {
-        ALLOCS.with(|n| n.set(0));
-        ON.with(|c| c.set(true));
-        let r = f();
-        ON.with(|c| c.set(false));
-        (r, ALLOCS.with(|n| n.get()))
-    }
-}
-
+// Counted per thread: the harness runs tests on parallel threads; only the thread inside
+// `count_this_thread` is measured.
 #[global_allocator]
-static GLOBAL: counting::Counting = counting::Counting;
+static GLOBAL: Counting = Counting;
 
 /// `run` of a bidirectional LSTM and a GRU allocates nothing: the projection, the recurrent
 /// products and the gates all work in the plan's scratch.
@@ -223,29 +170,13 @@ fn recurrent_runs_allocate_nothing() {
         let y =
             c.b.op(|y| Op::Lstm(Lstm { x, w, r, b: bb, h0, c0, hidden, direction, output: RnnOutput::Y, y })).unwrap();
         let flat = c.b.reshape(y, &[t, 2 * h]).unwrap();
-        let [w2, r2, b2, _, _] = layer(&mut c, 3, 1, 2 * h, h, false);
-        let (w2, r2, b2) = (w2.unwrap(), r2.unwrap(), b2.unwrap());
-        let out =
-            c.b.op(|y| {
-                Op::Gru(Gru {
-                    x: flat,
-                    w: w2,
-                    r: r2,
-                    b: b2,
-                    h0: None,
-                    hidden,
-                    direction: RnnDirection::Reverse,
-                    output: RnnOutput::Hidden,
-                    y,
-                })
-            })
-            .unwrap();
+        let out = stacked_gru(&mut c, flat, 2 * h, h, RnnDirection::Reverse, RnnOutput::Hidden);
         c.b.output(out);
         let model = Model::from_bytes(&c.b.build().unwrap()).unwrap();
         let mut sess = model.session(BATCH).unwrap();
         let Feed::F32(xs) = &c.feeds[0] else { unreachable!() };
         let mut y = vec![0f32; BATCH * h];
-        let (res, n) = counting::count(|| sess.run(&[kestrel::Input::F32(xs)], &mut [&mut y]));
+        let (res, n) = count_this_thread(|| sess.run(&[kestrel::Input::F32(xs)], &mut [&mut y]));
         res.unwrap();
         assert_eq!(n, 0, "{dtype:?}: run allocated {n} times");
         assert!(y.iter().all(|v| v.is_finite()) && y.iter().any(|&v| v != 0.0));

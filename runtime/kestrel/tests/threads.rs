@@ -36,7 +36,8 @@ fn run(
 
 /// One Standard attention layer (T = 6, d = 8, 2 heads) with a `[T]` key mask input.
 fn masked_attention_model(dtype: DType) -> Vec<u8> {
-    use kestrel::format::ops::{Attention, AttentionVariant, Op, Proj};
+    use kestrel::format::ops::Proj;
+    use kestrel_reference::testing::standard_attention;
     let mut b = kestrel::ModelBuilder::new("masked");
     b.set_weight_dtype(dtype);
     let mut rng = Rng::new(9);
@@ -47,26 +48,8 @@ fn masked_attention_model(dtype: DType) -> Vec<u8> {
         let bias = b.weight("b", &[8], rng.vec(8, 0.1)).unwrap();
         Proj { w, b: Some(bias) }
     };
-    let (q, k, v, o) = (proj(&mut b), Some(proj(&mut b)), Some(proj(&mut b)), proj(&mut b));
-    let y = b
-        .op(|y| {
-            Op::Attention(Attention {
-                x,
-                variant: AttentionVariant::Standard,
-                heads: 2,
-                causal: false,
-                scale: 0.5,
-                q,
-                k,
-                v,
-                align: None,
-                o,
-                mask: Some(mask),
-                y,
-                internals: kestrel::format::ops::Internals::F32,
-            })
-        })
-        .unwrap();
+    let qkvo = [proj(&mut b), proj(&mut b), proj(&mut b), proj(&mut b)];
+    let y = b.op(|y| standard_attention(x, 2, 0.5, qkvo, Some(mask), y)).unwrap();
     b.output(y);
     b.build().unwrap()
 }

@@ -4,7 +4,9 @@
 
 use crate::layers::{Act, BinaryFn, PoolFn, ReduceFn, UnaryFn};
 use crate::mechanisms::AttentionKind;
-use kestrel_format::ops::{Activation, AttentionVariant, BinaryOp, PoolKind, ReduceOp, UnaryOp};
+use kestrel_format::ops::{
+    Activation, Attention, AttentionVariant, BinaryOp, Internals, Op, PoolKind, Proj, ReduceOp, TensorId, UnaryOp,
+};
 use kestrel_format::DType;
 
 /// The four weight encodings.
@@ -83,6 +85,34 @@ pub fn random_mask(rng: &mut Rng, t: usize, per_query: bool, causal: bool, fill:
         }
     }
     m
+}
+
+/// A non-causal standard attention node (projections q, k, v, o), f32 internals, with an
+/// optional key mask: the attention the tests build where the variant is not what they test.
+pub fn standard_attention(
+    x: TensorId,
+    heads: u32,
+    scale: f32,
+    qkvo: [Proj; 4],
+    mask: Option<TensorId>,
+    y: TensorId,
+) -> Op {
+    let [q, k, v, o] = qkvo;
+    Op::Attention(Attention {
+        x,
+        variant: AttentionVariant::Standard,
+        heads,
+        causal: false,
+        scale,
+        q,
+        k: Some(k),
+        v: Some(v),
+        align: None,
+        o,
+        mask,
+        y,
+        internals: Internals::F32,
+    })
 }
 
 /// Reference activation for a format activation.

@@ -3,7 +3,7 @@
 //! check decides.
 
 use super::attention::{forward_layout, projection, root_view, through_layout, tokens};
-use super::{around_tokens, rewrite_each, sole_consumer, try_replace, FusionReport};
+use super::{around_tokens, rewrite_each, rewrite_each_named, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::*;
@@ -207,22 +207,16 @@ fn match_fastformer(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec
 /// `E = exp(w − row max)` (exporters fold the position biases into it): w is recovered as ln E
 /// (a per-row shift cancels in the ratio); zeros above the diagonal mean the causal form.
 pub(super) fn aft_full(b: &mut ModelBuilder, report: &mut FusionReport) {
-    let mut i = 0;
-    while i < b.ops().len() {
-        if let Op::Unary(Unary { op: UnaryOp::Exp, .. }) = b.ops()[i] {
-            if let Some((region, ops)) = match_aft_full(b, i) {
-                let pattern = match ops.iter().find(|o| !matches!(o, Op::Reshape(_))) {
-                    Some(Op::AftLocal(_)) => "aft-local",
-                    Some(Op::AftSimple(_)) => "aft-simple",
-                    _ => "aft-full",
-                };
-                if try_replace(b, &region, ops, pattern, report) {
-                    continue;
-                }
-            }
-        }
-        i += 1;
-    }
+    rewrite_each_named(b, report, |b, i| {
+        let Op::Unary(Unary { op: UnaryOp::Exp, .. }) = b.ops()[i] else { return None };
+        let (region, ops) = match_aft_full(b, i)?;
+        let pattern = match ops.iter().find(|o| !matches!(o, Op::Reshape(_))) {
+            Some(Op::AftLocal(_)) => "aft-local",
+            Some(Op::AftSimple(_)) => "aft-simple",
+            _ => "aft-full",
+        };
+        Some((region, ops, pattern))
+    });
 }
 
 /// `y = E·s` along tokens, written transpose (node `t1`) → dense(E, no bias) → transpose:

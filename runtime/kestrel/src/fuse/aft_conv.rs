@@ -15,24 +15,17 @@
 
 use super::aft::{other_operand, stable_exp, StableExp};
 use super::attention::{forward_layout, projection, root_view};
-use super::{around_tokens, sole_consumer, try_replace, FusionReport};
+use super::{around_tokens, rewrite_each, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::*;
 
 /// Fuses every AFT-conv block it can prove.
 pub(super) fn aft_conv(b: &mut ModelBuilder, report: &mut FusionReport) {
-    let mut i = 0;
-    while i < b.ops().len() {
-        if let Op::Unary(Unary { op: UnaryOp::Exp, .. }) = b.ops()[i] {
-            if let Some((region, ops)) = match_aft_conv(b, i) {
-                if try_replace(b, &region, ops, "aft-conv", report) {
-                    continue;
-                }
-            }
-        }
-        i += 1;
-    }
+    rewrite_each(b, report, "aft-conv", |b, i| {
+        let Op::Unary(Unary { op: UnaryOp::Exp, .. }) = b.ops()[i] else { return None };
+        match_aft_conv(b, i)
+    });
 }
 
 /// The nodes that read `t` once reshape/transpose views are looked through (the views go to

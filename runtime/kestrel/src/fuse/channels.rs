@@ -3,7 +3,7 @@
 //! scale) after a convolution or a dense layer, folded into its weights; and a constant scale
 //! after the sum of two dense layers (a distilled ViT's averaged heads), folded into both.
 
-use super::{dims, rewrite_each, scalar, sole_consumer, try_replace, FusionReport};
+use super::{dims, rewrite_each, rewrite_each_named, scalar, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::{Activation, Binary, BinaryOp, LayerNorm, NormAxis, Op, Reshape, TensorId};
@@ -16,17 +16,11 @@ use kestrel_format::DType;
 /// `[C, S…]` (reshape views around it when `k > 0`). The order `P` gives the other axes does
 /// not matter: every position is normalised on its own.
 pub(super) fn channels_layer_norm(b: &mut ModelBuilder, report: &mut FusionReport) {
-    let mut i = 0;
-    while i < b.ops().len() {
-        if let Some((region, ln, cs)) = match_channels_layer_norm(b, i) {
-            if let Some(ops) = channels_layer_norm_ops(b, &region, ln, &cs) {
-                if try_replace(b, &region, ops, "layer-norm (channels-first)", report) {
-                    continue;
-                }
-            }
-        }
-        i += 1;
-    }
+    rewrite_each(b, report, "layer-norm (channels-first)", |b, i| {
+        let (region, ln, cs) = match_channels_layer_norm(b, i)?;
+        let ops = channels_layer_norm_ops(b, &region, ln, &cs)?;
+        Some((region, ops))
+    });
 }
 
 /// The region (transpose, layer norm, transpose), the layer norm and the channels-first dims
@@ -77,17 +71,11 @@ fn channels_layer_norm_ops(b: &mut ModelBuilder, region: &Region, ln: LayerNorm,
 /// encoding would represent the scaled rows worse than the original ones (an f16 weight times
 /// a layer scale of 1e-6 underflows).
 pub(super) fn scale_into_weights(b: &mut ModelBuilder, report: &mut FusionReport) {
-    let mut i = 0;
-    while i < b.ops().len() {
-        if let Some(m) = match_scale(b, i) {
-            if let Some(ops) = scaled_ops(b, &m) {
-                if try_replace(b, &m.region, ops, m.pattern, report) {
-                    continue;
-                }
-            }
-        }
-        i += 1;
-    }
+    rewrite_each_named(b, report, |b, i| {
+        let m = match_scale(b, i)?;
+        let ops = scaled_ops(b, &m)?;
+        Some((m.region, ops, m.pattern))
+    });
 }
 
 /// `(A + B) · c`, `c` a one-element constant and `A`, `B` dense layers without an activation

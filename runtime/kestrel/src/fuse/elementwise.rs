@@ -1,6 +1,6 @@
 //! Element-wise patterns: GELU written out with erf, and an activation following a dense layer.
 
-use super::{scalar, sole_consumer, try_replace, FusionReport};
+use super::{rewrite_each, scalar, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::{Activation, Binary, BinaryOp, Dense, Op, Unary, UnaryOp};
@@ -20,16 +20,11 @@ fn with_scalar(b: &ModelBuilder, op: &Binary) -> Option<(u32, f32)> {
 
 /// `x·0.5·(1 + erf(x/√2))` in any association order → `Unary(Gelu)`.
 pub(super) fn gelu_erf(b: &mut ModelBuilder, report: &mut FusionReport) {
-    let mut i = 0;
-    while i < b.ops().len() {
-        if let Some((region, x)) = match_gelu_erf(b, i) {
-            let y = region.output;
-            if try_replace(b, &region, vec![Op::Unary(Unary { x, op: UnaryOp::Gelu, y })], "gelu(erf)", report) {
-                continue;
-            }
-        }
-        i += 1;
-    }
+    rewrite_each(b, report, "gelu(erf)", |b, i| {
+        let (region, x) = match_gelu_erf(b, i)?;
+        let y = region.output;
+        Some((region, vec![Op::Unary(Unary { x, op: UnaryOp::Gelu, y })]))
+    });
 }
 
 fn match_gelu_erf(b: &ModelBuilder, erf_node: usize) -> Option<(Region, u32)> {
@@ -87,31 +82,22 @@ fn match_gelu_erf(b: &ModelBuilder, erf_node: usize) -> Option<(Region, u32)> {
 
 /// `Dense(act: None)` followed by its only consumer `Relu`/`Gelu`/`GeluTanh` → one `Dense`.
 pub(super) fn dense_activation(b: &mut ModelBuilder, report: &mut FusionReport) {
-    let mut i = 0;
-    while i < b.ops().len() {
-        if let Op::Dense(d) = b.ops()[i] {
-            if d.act == Activation::None {
-                if let Some(n) = sole_consumer(b, d.y) {
-                    if let Op::Unary(u) = b.ops()[n] {
-                        let act = match u.op {
-                            UnaryOp::Relu => Some(Activation::Relu),
-                            UnaryOp::Gelu => Some(Activation::Gelu),
-                            UnaryOp::GeluTanh => Some(Activation::GeluTanh),
-                            _ => None,
-                        };
-                        if let Some(act) = act {
-                            let region = Region { nodes: vec![i, n], inputs: vec![d.x], output: u.y };
-                            let fused = Op::Dense(Dense { x: d.x, proj: d.proj, act, y: u.y });
-                            if try_replace(b, &region, vec![fused], "dense+activation", report) {
-                                continue;
-                            }
-                        }
-                    }
-                }
-            }
+    rewrite_each(b, report, "dense+activation", |b, i| {
+        let Op::Dense(d) = b.ops()[i] else { return None };
+        if d.act != Activation::None {
+            return None;
         }
-        i += 1;
-    }
+        let n = sole_consumer(b, d.y)?;
+        let Op::Unary(u) = b.ops()[n] else { return None };
+        let act = match u.op {
+            UnaryOp::Relu => Activation::Relu,
+            UnaryOp::Gelu => Activation::Gelu,
+            UnaryOp::GeluTanh => Activation::GeluTanh,
+            _ => return None,
+        };
+        let region = Region { nodes: vec![i, n], inputs: vec![d.x], output: u.y };
+        Some((region, vec![Op::Dense(Dense { x: d.x, proj: d.proj, act, y: u.y })]))
+    });
 }
 
 /// A bias added after reshape views of a bias-free, activation-free `Dense` (exporters write
@@ -121,26 +107,19 @@ pub(super) fn dense_activation(b: &mut ModelBuilder, report: &mut FusionReport) 
 /// the constant `[1, .., out]`); the numerical check proves the rest.
 pub(super) fn dense_bias_through_views(b: &mut ModelBuilder, report: &mut FusionReport) {
     use kestrel_format::ops::Reshape;
-    let mut i = 0;
-    while i < b.ops().len() {
-        if let Some((region, dense, bias)) = match_bias_through_views(b, i) {
-            let (out, y) = (bias.len(), region.output);
-            let dims: Vec<usize> =
-                b.shape_of(dense.y).map(|s| s.dims().iter().map(|&v| v as usize).collect()).unwrap_or_default();
-            let made = b
-                .weight("folded_bias", &[out], bias)
-                .and_then(|bid| Ok((bid, b.new_activation("dense_biased", &dims)?)));
-            if let Ok((bid, dy)) = made {
-                let mut proj = dense.proj;
-                proj.b = Some(bid);
-                let ops = vec![Op::Dense(Dense { y: dy, proj, ..dense }), Op::Reshape(Reshape { x: dy, y })];
-                if try_replace(b, &region, ops, "dense+bias (through views)", report) {
-                    continue;
-                }
-            }
-        }
-        i += 1;
-    }
+    rewrite_each(b, report, "dense+bias (through views)", |b, i| {
+        let (region, dense, bias) = match_bias_through_views(b, i)?;
+        let (out, y) = (bias.len(), region.output);
+        let dims: Vec<usize> =
+            b.shape_of(dense.y).map(|s| s.dims().iter().map(|&v| v as usize).collect()).unwrap_or_default();
+        let (bid, dy) = b
+            .weight("folded_bias", &[out], bias)
+            .and_then(|bid| Ok((bid, b.new_activation("dense_biased", &dims)?)))
+            .ok()?;
+        let mut proj = dense.proj;
+        proj.b = Some(bid);
+        Some((region, vec![Op::Dense(Dense { y: dy, proj, ..dense }), Op::Reshape(Reshape { x: dy, y })]))
+    });
 }
 
 fn match_bias_through_views(b: &ModelBuilder, add_node: usize) -> Option<(Region, Dense, Vec<f32>)> {

@@ -92,9 +92,18 @@ pub(crate) fn rewrite_each(
     pattern: &str,
     mut matcher: impl FnMut(&mut ModelBuilder, usize) -> Option<(Region, Vec<Op>)>,
 ) {
+    rewrite_each_named(b, report, |b, i| matcher(b, i).map(|(region, ops)| (region, ops, pattern)));
+}
+
+/// [`rewrite_each`] where each match names its own pattern.
+pub(crate) fn rewrite_each_named<'p>(
+    b: &mut ModelBuilder,
+    report: &mut FusionReport,
+    mut matcher: impl FnMut(&mut ModelBuilder, usize) -> Option<(Region, Vec<Op>, &'p str)>,
+) {
     let mut i = 0;
     while i < b.ops().len() {
-        if let Some((region, ops)) = matcher(b, i) {
+        if let Some((region, ops, pattern)) = matcher(b, i) {
             if try_replace(b, &region, ops, pattern, report) {
                 continue;
             }

@@ -163,7 +163,8 @@ fn columns_encode_as_well(dtype: DType, (rows, cols): (usize, usize), old: &[f32
 mod tests {
     use super::*;
     use crate::fuse::fuse;
-    use kestrel_format::ops::{Attention, Dense, TensorId};
+    use kestrel_format::ops::{Dense, TensorId};
+    use kestrel_reference::testing::standard_attention;
 
     fn rng_vec(seed: u64, n: usize, scale: f32) -> Vec<f32> {
         crate::demo::Rng::new(seed).vec(n, scale)
@@ -234,25 +235,8 @@ mod tests {
             |b, r| {
                 let mut p =
                     |s: u64| Proj { w: b.weight(&format!("w{s}"), &[8, 8], rng_vec(s, 64, 0.5)).unwrap(), b: None };
-                let (q, k, v, o) = (p(10), p(11), p(12), p(13));
-                b.op(|y| {
-                    Op::Attention(Attention {
-                        x: r,
-                        variant: AttentionVariant::Standard,
-                        heads: 2,
-                        causal: false,
-                        scale: 0.5,
-                        q,
-                        k: Some(k),
-                        v: Some(v),
-                        align: None,
-                        o,
-                        mask: None,
-                        y,
-                        internals: kestrel_format::ops::Internals::F32,
-                    })
-                })
-                .unwrap()
+                let qkvo = [p(10), p(11), p(12), p(13)];
+                b.op(|y| standard_attention(r, 2, 0.5, qkvo, None, y)).unwrap()
             },
             true,
         );

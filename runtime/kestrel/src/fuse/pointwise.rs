@@ -7,7 +7,7 @@
 //! activation that followed the second transpose become the convolution's own.
 
 use super::channels::per_channel;
-use super::{dims, rewrite_each, sole_consumer, try_replace, FusionReport};
+use super::{dims, rewrite_each, rewrite_each_named, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::{Activation, BinaryOp, Conv2d, Op, Proj, Reshape, UnaryOp};
@@ -81,15 +81,7 @@ fn match_channels_last_dense(b: &mut ModelBuilder, n: usize) -> Option<(Region, 
 /// per output channel → that bias folded into the convolution; an activation-free `Conv2d`,
 /// views, then a `Unary` activation → the convolution's activation. The views are kept.
 pub(super) fn conv_epilogue(b: &mut ModelBuilder, report: &mut FusionReport) {
-    let mut i = 0;
-    while i < b.ops().len() {
-        if let Some((region, ops, pattern)) = match_conv_epilogue(b, i) {
-            if try_replace(b, &region, ops, pattern, report) {
-                continue;
-            }
-        }
-        i += 1;
-    }
+    rewrite_each_named(b, report, match_conv_epilogue);
 }
 
 fn match_conv_epilogue(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>, &'static str)> {

@@ -5,7 +5,7 @@
 //! `Conv2d`, whose kernel gathers the stride-phase columns itself (two ops and a copy of the map
 //! fewer per shortcut).
 
-use super::{sole_consumer, try_replace, FusionReport};
+use super::{rewrite_each, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::{Conv2d, Op, PoolKind, Reshape};
@@ -15,34 +15,27 @@ use kestrel_format::ops::{Conv2d, Op, PoolKind, Reshape};
 /// input.
 /// Every intermediate must have the next node as its only consumer; verified numerically.
 pub(super) fn strided_pointwise_conv(b: &mut ModelBuilder, report: &mut FusionReport) {
-    let mut i = 0;
-    while i < b.ops().len() {
-        if let Some((region, conv)) = match_subsampled_conv(b, i) {
-            // The convolution the lowering made of the 1×1 product may run on a flattened
-            // `[C, 1, H'·W']` view: the strided one gives `[O, H', W']`, viewed back.
-            let (xs, ys) = (b.shape_of(conv.x), b.shape_of(conv.y));
-            let out = xs.zip(ys).and_then(|(xs, ys)| {
-                let o = ys.dim(0);
-                let h = xs.dim(1).div_ceil(conv.stride[0] as usize);
-                let w = xs.dim(2).div_ceil(conv.stride[1] as usize);
-                (ys.numel()? == o * h * w).then_some((ys, [o, h, w]))
-            });
-            let ops = match out {
-                Some((ys, dims)) if ys.dims().iter().map(|&d| d as usize).eq(dims) => Some(vec![Op::Conv2d(conv)]),
-                Some((_, dims)) => b
-                    .new_activation("conv2d_strided", &dims)
-                    .ok()
-                    .map(|t| vec![Op::Conv2d(Conv2d { y: t, ..conv }), Op::Reshape(Reshape { x: t, y: conv.y })]),
-                None => None,
-            };
-            if let Some(ops) = ops {
-                if try_replace(b, &region, ops, "strided 1x1 conv (subsampling folded)", report) {
-                    continue;
-                }
-            }
-        }
-        i += 1;
-    }
+    rewrite_each(b, report, "strided 1x1 conv (subsampling folded)", |b, i| {
+        let (region, conv) = match_subsampled_conv(b, i)?;
+        // The convolution the lowering made of the 1×1 product may run on a flattened
+        // `[C, 1, H'·W']` view: the strided one gives `[O, H', W']`, viewed back.
+        let (xs, ys) = (b.shape_of(conv.x), b.shape_of(conv.y));
+        let out = xs.zip(ys).and_then(|(xs, ys)| {
+            let o = ys.dim(0);
+            let h = xs.dim(1).div_ceil(conv.stride[0] as usize);
+            let w = xs.dim(2).div_ceil(conv.stride[1] as usize);
+            (ys.numel()? == o * h * w).then_some((ys, [o, h, w]))
+        });
+        let ops = match out {
+            Some((ys, dims)) if ys.dims().iter().map(|&d| d as usize).eq(dims) => Some(vec![Op::Conv2d(conv)]),
+            Some((_, dims)) => b
+                .new_activation("conv2d_strided", &dims)
+                .ok()
+                .map(|t| vec![Op::Conv2d(Conv2d { y: t, ..conv }), Op::Reshape(Reshape { x: t, y: conv.y })]),
+            None => None,
+        };
+        Some((region, ops?))
+    });
 }
 
 /// A 1×1, unpadded, undilated max pool: a pure subsampling by its stride.
