@@ -7,7 +7,7 @@
 mod common;
 
 use common::{argmax_rows, gpu, gpu_f16, measure, run_cpu, run_gpu, run_gpu_at, top1_with_margin, Feed, DTYPES};
-use kestrel_onnx::{convert, read_npy, ConvertOptions, InputData};
+use kestrel_onnx::{convert, model_dirs, read_npy, ConvertOptions, InputData};
 use kestrel_reference::tolerance::F32_MODEL;
 use kestrel_wgpu::Precision;
 use std::path::PathBuf;
@@ -53,12 +53,7 @@ fn demo_models_match_cpu_in_every_encoding() {
 
 fn fixture_dirs() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../converters/fixtures");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("no fixtures at {}: {e}", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("model.onnx").exists())
-        .collect();
-    dirs.sort();
+    let dirs = model_dirs(&dir).unwrap_or_else(|e| panic!("no fixtures at {}: {e}", dir.display()));
     assert!(dirs.len() >= COMMITTED_FIXTURES, "{} fixtures, expected {COMMITTED_FIXTURES}", dirs.len());
     dirs
 }
