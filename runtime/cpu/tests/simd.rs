@@ -91,6 +91,24 @@ fn gemm_case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>
     case_with(6..42, 1..80, prop_oneof![1usize..40, 250usize..600, 1000usize..1100])
 }
 
+/// GELU in place through `isa`'s kernel (a supported ISA; the scalar GELU off x86).
+fn gelu_on(isa: Isa, got: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: supported ISAs only.
+    unsafe {
+        if isa == Isa::Avx512 {
+            simd::x86::gelu_avx512(got)
+        } else {
+            simd::x86::gelu(got)
+        }
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = isa;
+        got.iter_mut().for_each(|v| *v = kestrel_cpu::math::gelu(*v));
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
@@ -121,17 +139,7 @@ proptest! {
         }).collect();
         for isa in isas() {
             let mut got = xs.clone();
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: supported ISAs only.
-            unsafe {
-                if isa == Isa::Avx512 {
-                    simd::x86::gelu_avx512(&mut got)
-                } else {
-                    simd::x86::gelu(&mut got)
-                }
-            };
-            #[cfg(not(target_arch = "x86_64"))]
-            got.iter_mut().for_each(|v| *v = kestrel_cpu::math::gelu(*v));
+            gelu_on(isa, &mut got);
             for ((&g, &w), &x) in got.iter().zip(&want).zip(&xs) {
                 prop_assert!((f64::from(g) - w).abs() <= 3e-5 * w.abs() + 1e-37, "{} gelu({x}) = {g}, want {w}", isa.name());
             }
@@ -144,17 +152,7 @@ proptest! {
     fn gelu_specials(_x in 0..1i32) {
         for isa in isas() {
             let mut got = [f32::INFINITY, f32::NAN, 1e30, 3e38, -1e30];
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: supported ISAs only.
-            unsafe {
-                if isa == Isa::Avx512 {
-                    simd::x86::gelu_avx512(&mut got)
-                } else {
-                    simd::x86::gelu(&mut got)
-                }
-            };
-            #[cfg(not(target_arch = "x86_64"))]
-            got.iter_mut().for_each(|v| *v = kestrel_cpu::math::gelu(*v));
+            gelu_on(isa, &mut got);
             prop_assert_eq!(got[0], f32::INFINITY, "{}", isa.name());
             prop_assert!(got[1].is_nan(), "{}", isa.name());
             prop_assert!((got[2] / 1e30 - 1.0).abs() <= 3e-5, "{} {}", isa.name(), got[2]);

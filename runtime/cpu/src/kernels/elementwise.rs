@@ -332,34 +332,12 @@ pub fn binary(p: &BinaryParams, a: Operand<'_>, b: Operand<'_>, y: &mut [f32], _
     // One operand full-shape, the other constant over trailing axes (a per-channel scale or
     // shift of `[C, H, W]`, a gate of `[C, 1, 1]`): one vectorised loop per run of `y`.
     if let (Some(sa), true) = (a.as_f32(), p.a == p.y) {
-        if let Some((t, run)) = scalar_runs(&p.y, &p.b_strides) {
-            // The other operand one f32 value per run, in order (a squeeze-excitation gate): the
-            // runs zipped with it, the op chosen once (small maps have runs of 4 or 16; Add, Mul).
-            if let Some(sb) = b.as_f32().filter(|_| PER_RUN_PATH && one_per_run(&p.y, &p.b_strides, t)) {
-                if per_run_op(p.op, &mut y[..p.n], &sa[..p.n], &sb[..p.n / run], run) {
-                    return;
-                }
-            }
-            let (dims, _) = outer_dims(&p.y);
-            for_each_index(&dims[..t], [&p.b_strides], |i, [ob]| {
-                let r = i * run..(i + 1) * run;
-                scalar_op(p.op, &mut y[r.clone()], &sa[r], b.at(ob), false);
-            });
+        if by_runs(p, sa, &b, &p.b_strides, false, y) {
             return;
         }
     }
     if let (Some(sb), true) = (b.as_f32(), p.b == p.y) {
-        if let Some((t, run)) = scalar_runs(&p.y, &p.a_strides) {
-            if let Some(sa) = a.as_f32().filter(|_| PER_RUN_PATH && one_per_run(&p.y, &p.a_strides, t)) {
-                if per_run_op(p.op, &mut y[..p.n], &sb[..p.n], &sa[..p.n / run], run) {
-                    return;
-                }
-            }
-            let (dims, _) = outer_dims(&p.y);
-            for_each_index(&dims[..t], [&p.a_strides], |i, [oa]| {
-                let r = i * run..(i + 1) * run;
-                scalar_op(p.op, &mut y[r.clone()], &sb[r], a.at(oa), true);
-            });
+        if by_runs(p, sb, &a, &p.a_strides, true, y) {
             return;
         }
     }
@@ -369,6 +347,35 @@ pub fn binary(p: &BinaryParams, a: Operand<'_>, b: Operand<'_>, y: &mut [f32], _
         (None, Some(sb)) => binary_loop(p, |i| a.at(i), |i| sb[i], y),
         (None, None) => binary_loop(p, |i| a.at(i), |i| b.at(i), y),
     }
+}
+
+/// `y = op(full, other)` (`op(other, full)` where `swapped`) for `full` of `p.y`'s shape and
+/// `other` constant over trailing axes (its `strides`): one vectorised loop per run of `y`.
+/// False, having written nothing, where `other` is not constant over runs.
+fn by_runs(
+    p: &BinaryParams,
+    full: &[f32],
+    other: &Operand<'_>,
+    strides: &[usize; MAX_RANK],
+    swapped: bool,
+    y: &mut [f32],
+) -> bool {
+    let Some((t, run)) = scalar_runs(&p.y, strides) else {
+        return false;
+    };
+    // The other operand one f32 value per run, in order (a squeeze-excitation gate): the runs
+    // zipped with it, the op chosen once (small maps have runs of 4 or 16; Add, Mul).
+    if let Some(so) = other.as_f32().filter(|_| PER_RUN_PATH && one_per_run(&p.y, strides, t)) {
+        if per_run_op(p.op, &mut y[..p.n], &full[..p.n], &so[..p.n / run], run) {
+            return true;
+        }
+    }
+    let (dims, _) = outer_dims(&p.y);
+    for_each_index(&dims[..t], [strides], |i, [o]| {
+        let r = i * run..(i + 1) * run;
+        scalar_op(p.op, &mut y[r.clone()], &full[r], other.at(o), swapped);
+    });
+    true
 }
 
 /// The first axis `t` from which every axis of `y` is broadcast in `strides` (stride 0, or
