@@ -55,36 +55,33 @@ trait Loader {
     fn row_scale(&self, o: usize) -> f32;
 }
 
-struct F32W<'a>(&'a [f32], usize);
-impl Loader for F32W<'_> {
+/// An element type a weight matrix is stored in densely (no per-row scale): f32 or f16.
+trait Dense: Copy {
+    /// The 8 elements at `p` as f32 lanes.
+    unsafe fn load8(p: *const Self) -> (float32x4_t, float32x4_t);
+    /// The element as f32.
+    fn widen(self) -> f32;
+}
+
+impl Dense for f32 {
     #[inline(always)]
-    unsafe fn load8(&self, o: usize, k: usize) -> (float32x4_t, float32x4_t) {
-        debug_assert!(k + 8 <= self.1);
-        // SAFETY: (o, k..k+8) inside the matrix (callers' bounds).
-        unsafe {
-            let p = self.0.as_ptr().add(o * self.1 + k);
-            (vld1q_f32(p), vld1q_f32(p.add(4)))
-        }
+    unsafe fn load8(p: *const f32) -> (float32x4_t, float32x4_t) {
+        // SAFETY: 8 floats at p (the caller's contract).
+        unsafe { (vld1q_f32(p), vld1q_f32(p.add(4))) }
     }
     #[inline(always)]
-    fn get(&self, o: usize, k: usize) -> f32 {
-        self.0[o * self.1 + k]
-    }
-    #[inline(always)]
-    fn row_scale(&self, _: usize) -> f32 {
-        1.0
+    fn widen(self) -> f32 {
+        self
     }
 }
 
-struct F16W<'a>(&'a [f16], usize);
-impl Loader for F16W<'_> {
+impl Dense for f16 {
     #[inline(always)]
-    unsafe fn load8(&self, o: usize, k: usize) -> (float32x4_t, float32x4_t) {
-        debug_assert!(k + 8 <= self.1);
-        // SAFETY: 8 halves inside the matrix. `fcvtl`/`fcvtl2` (half → single, exact) are base
-        // ARMv8 FP; Rust's f16 vector types are not stable, hence the asm.
+    unsafe fn load8(p: *const f16) -> (float32x4_t, float32x4_t) {
+        // SAFETY: 8 halves at p (the caller's contract). `fcvtl`/`fcvtl2` (half → single, exact)
+        // are base ARMv8 FP; Rust's f16 vector types are not stable, hence the asm.
         unsafe {
-            let h = vld1q_u16(self.0.as_ptr().add(o * self.1 + k).cast());
+            let h = vld1q_u16(p.cast());
             let (lo, hi): (float32x4_t, float32x4_t);
             core::arch::asm!(
                 "fcvtl {lo:v}.4s, {h:v}.4h",
@@ -98,8 +95,23 @@ impl Loader for F16W<'_> {
         }
     }
     #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// A dense `[rows, cols]` matrix of `T` (the slice, `cols`).
+struct DenseW<'a, T>(&'a [T], usize);
+impl<T: Dense> Loader for DenseW<'_, T> {
+    #[inline(always)]
+    unsafe fn load8(&self, o: usize, k: usize) -> (float32x4_t, float32x4_t) {
+        debug_assert!(k + 8 <= self.1);
+        // SAFETY: (o, k..k+8) inside the matrix (callers' bounds).
+        unsafe { T::load8(self.0.as_ptr().add(o * self.1 + k)) }
+    }
+    #[inline(always)]
     fn get(&self, o: usize, k: usize) -> f32 {
-        self.0[o * self.1 + k].to_f32()
+        self.0[o * self.1 + k].widen()
     }
     #[inline(always)]
     fn row_scale(&self, _: usize) -> f32 {
@@ -178,8 +190,8 @@ pub unsafe fn matmul_wt(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32
     // SAFETY: lengths checked; the view's data lengths were validated by `WeightView::new`.
     unsafe {
         match w.data() {
-            WeightData::F32(d) => matmul(x, rows, &F32W(d, inp), out, inp, y),
-            WeightData::F16(d) => matmul(x, rows, &F16W(d, inp), out, inp, y),
+            WeightData::F32(d) => matmul(x, rows, &DenseW(d, inp), out, inp, y),
+            WeightData::F16(d) => matmul(x, rows, &DenseW(d, inp), out, inp, y),
             WeightData::I8 { q, scales } => matmul(x, rows, &I8W(q, scales, inp), out, inp, y),
             WeightData::I4 { q, scales } => {
                 let l = I4W { q, scales, cols: inp, row_bytes: int4_row_bytes(inp), groups: int4_groups(inp) };
