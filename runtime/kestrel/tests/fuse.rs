@@ -43,10 +43,16 @@ fn mlp(order_half_first: bool, divide: bool) -> ModelBuilder {
     b
 }
 
-fn run(b: &ModelBuilder) -> Vec<f32> {
+/// Builds `b` and runs `batch` samples of 48 values uniform in ±`scale` (seeded) through it;
+/// returns the first output.
+fn run_random(b: &ModelBuilder, batch: usize, seed: u64, scale: f32) -> Vec<f32> {
     let model = Model::from_bytes(&b.build().unwrap()).unwrap();
-    let x = Rng::new(9).vec(2 * 48, 2.0);
-    model.session(2).unwrap().run_vec(&[Input::F32(&x)]).unwrap().remove(0)
+    let x = Rng::new(seed).vec(batch * 48, scale);
+    model.session(batch).unwrap().run_vec(&[Input::F32(&x)]).unwrap().remove(0)
+}
+
+fn run(b: &ModelBuilder) -> Vec<f32> {
+    run_random(b, 2, 9, 2.0)
 }
 
 #[test]
@@ -223,9 +229,7 @@ fn decomposed_masked_attention(sp: &Spelling, pad: Option<Padding>) -> ModelBuil
 }
 
 fn run_attn(b: &ModelBuilder) -> Vec<f32> {
-    let model = Model::from_bytes(&b.build().unwrap()).unwrap();
-    let x = Rng::new(4).vec(3 * 48, 1.5);
-    model.session(3).unwrap().run_vec(&[Input::F32(&x)]).unwrap().remove(0)
+    run_random(b, 3, 4, 1.5)
 }
 
 #[test]

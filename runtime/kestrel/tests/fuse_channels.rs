@@ -141,14 +141,7 @@ fn a_convnext_block_loses_its_transposes_and_its_layer_scale() {
 fn the_layer_scale_is_folded_into_the_weight_rows_and_the_bias() {
     let mut b = block(TIMM);
     fuse(&mut b);
-    let conv = b
-        .ops()
-        .iter()
-        .find_map(|o| match o {
-            Op::Conv2d(c) => Some(*c),
-            _ => None,
-        })
-        .unwrap();
+    let conv = conv_of(&b);
     let orig = block(TIMM);
     let old_w = orig.weight_values(conv_of(&orig).proj.w).unwrap().to_vec();
     let old_b = orig.weight_values(conv_of(&orig).proj.b.unwrap()).unwrap().to_vec();
