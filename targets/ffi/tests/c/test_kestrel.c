@@ -385,52 +385,6 @@ static void test_image(const char *dir) {
     free(want);
 }
 
-static void test_text(const char *dir) {
-    char *path = join(dir, "text.kes");
-    KestrelModel *model = NULL;
-    REQUIRE_OK(kestrel_model_load_path(path, &model));
-    free(path);
-    KestrelTensorInfo in;
-    REQUIRE_OK(kestrel_model_input_info(model, 0, &in));
-    CHECK(in.dtype == KESTREL_DTYPE_I32 && in.rank == 1 && in.dims[0] == 32, "ids input dtype %u rank %zu",
-          in.dtype, in.rank);
-    size_t len = 0;
-    int64_t *ids = read_file(dir, "text_input.bin", &len);
-    CHECK(len == 4 * 32 * sizeof(int64_t), "ids bytes %zu", len);
-    float *want = read_file(dir, "text_expected.bin", &len);
-    CHECK(len == 4 * 2 * sizeof(float), "expected bytes %zu", len);
-    KestrelSession *session = NULL;
-    REQUIRE_OK(kestrel_session_new(model, KESTREL_BACKEND_CPU, 4, &session));
-    float y[8];
-    size_t xs[2] = {4, 32}, ys[2] = {4, 2};
-    KestrelTensor x64 = {KESTREL_DTYPE_I64, ids, xs, 2};
-    KestrelOutput yt = {y, ys, 2};
-    REQUIRE_OK(kestrel_session_run(session, &x64, 1, &yt, 1, NULL));
-    double err = max_rel_err(y, want, 8);
-    CHECK(err <= TOL, "i64 ids vs PyTorch: max rel err %g", err);
-    int32_t ids32[4 * 32];
-    for (int i = 0; i < 4 * 32; i++) ids32[i] = (int32_t)ids[i];
-    KestrelTensor x32 = {KESTREL_DTYPE_I32, ids32, xs, 2};
-    float y32[8];
-    KestrelOutput yt32 = {y32, ys, 2};
-    REQUIRE_OK(kestrel_session_run(session, &x32, 1, &yt32, 1, NULL));
-    CHECK(memcmp(y, y32, sizeof y) == 0, "i32 and i64 ids differ");
-    printf("text model: i64 and i32 ids agree, max rel err %.2e vs PyTorch\n", err);
-    KestrelTensor xf = {KESTREL_DTYPE_F32, y, xs, 2};
-    EXPECT_STATUS(kestrel_session_run(session, &xf, 1, &yt, 1, NULL), KESTREL_ERR_SHAPE);
-    /* ids outside the vocabulary, negative, or beyond i32 */
-    ids32[5] = 1000000;
-    EXPECT_STATUS(kestrel_session_run(session, &x32, 1, &yt32, 1, NULL), KESTREL_ERR_INPUT_VALUE);
-    ids32[5] = -1;
-    EXPECT_STATUS(kestrel_session_run(session, &x32, 1, &yt32, 1, NULL), KESTREL_ERR_INPUT_VALUE);
-    ids[7] = (int64_t)1 << 40;
-    EXPECT_STATUS(kestrel_session_run(session, &x64, 1, &yt, 1, NULL), KESTREL_ERR_INPUT_VALUE);
-    REQUIRE_OK(kestrel_session_free(session));
-    REQUIRE_OK(kestrel_model_free(model));
-    free(ids);
-    free(want);
-}
-
 static void test_loading_errors(const char *dir) {
     KestrelModel *m = (KestrelModel *)1;
     EXPECT_STATUS(kestrel_model_load_path(NULL, &m), KESTREL_ERR_NULL_POINTER);
@@ -534,17 +488,23 @@ static void check_auto(struct fixture *f, uint32_t expected) {
     REQUIRE_OK(kestrel_session_free(s));
 }
 
+/* Where wgpu cannot be used (`where`): it is not available, and a WGPU session is refused with
+ * `status` and a message containing `message`, its out pointer cleared. */
+static void check_no_wgpu(const struct fixture *f, const char *where, KestrelStatus status, const char *message) {
+    bool avail = true;
+    REQUIRE_OK(kestrel_backend_available(KESTREL_BACKEND_WGPU, &avail));
+    CHECK(!avail, "wgpu claims to be available %s", where);
+    KestrelSession *s = (KestrelSession *)1;
+    EXPECT_STATUS(kestrel_session_new(f->model, KESTREL_BACKEND_WGPU, 4, &s), status);
+    CHECK(s == NULL, "out not cleared on failure");
+    CHECK(strstr(kestrel_last_error(), message) != NULL, "message: %s", kestrel_last_error());
+}
+
 /* A library built without the wgpu feature. */
 static void test_cpu_only_build(const char *dir) {
     struct fixture f = load_image(dir);
-    bool avail = true;
-    REQUIRE_OK(kestrel_backend_available(KESTREL_BACKEND_WGPU, &avail));
-    CHECK(!avail, "a CPU-only build claims wgpu is available");
+    check_no_wgpu(&f, "in a CPU-only build", KESTREL_ERR_UNSUPPORTED, "built without the wgpu backend");
     KestrelSession *s = (KestrelSession *)1;
-    EXPECT_STATUS(kestrel_session_new(f.model, KESTREL_BACKEND_WGPU, 4, &s), KESTREL_ERR_UNSUPPORTED);
-    CHECK(s == NULL, "out not cleared on failure");
-    CHECK(strstr(kestrel_last_error(), "built without the wgpu backend") != NULL, "message: %s",
-          kestrel_last_error());
     /* A GPU precision changes none of that: WGPU is refused, AUTO runs on the CPU in f32. */
     EXPECT_STATUS(kestrel_session_new_with_precision(f.model, KESTREL_BACKEND_WGPU, 4, KESTREL_GPU_PRECISION_F16, &s),
                   KESTREL_ERR_UNSUPPORTED);
@@ -561,13 +521,7 @@ static void test_cpu_only_build(const char *dir) {
 /* wgpu built in, but no adapter on this machine (the test hides the Vulkan drivers). */
 static void test_no_gpu(const char *dir) {
     struct fixture f = load_image(dir);
-    bool avail = true;
-    REQUIRE_OK(kestrel_backend_available(KESTREL_BACKEND_WGPU, &avail));
-    CHECK(!avail, "wgpu claims to be available without an adapter");
-    KestrelSession *s = (KestrelSession *)1;
-    EXPECT_STATUS(kestrel_session_new(f.model, KESTREL_BACKEND_WGPU, 4, &s), KESTREL_ERR_NO_GPU);
-    CHECK(s == NULL, "out not cleared on failure");
-    CHECK(strstr(kestrel_last_error(), "no GPU adapter") != NULL, "message: %s", kestrel_last_error());
+    check_no_wgpu(&f, "without an adapter", KESTREL_ERR_NO_GPU, "no GPU adapter");
     printf("WGPU without an adapter: %s\n", kestrel_last_error());
     check_auto(&f, KESTREL_BACKEND_CPU);
     free_fixture(&f);
@@ -750,31 +704,47 @@ static void test_gpu_image(const char *dir, uint32_t auto_expected) {
     free(f.want);
 }
 
-static void test_gpu_text(const char *dir) {
+/* The text model (int64 and int32 token ids) on `backend` (CPU or WGPU): both id types agree and
+ * match PyTorch; ids outside the vocabulary or beyond i32 are refused, and the session still
+ * runs afterwards. */
+static void test_text(const char *dir, uint32_t backend) {
+    int gpu = backend == KESTREL_BACKEND_WGPU;
+    const char *on = gpu ? "GPU " : "";
     char *path = join(dir, "text.kes");
     KestrelModel *model = NULL;
     REQUIRE_OK(kestrel_model_load_path(path, &model));
     free(path);
+    KestrelTensorInfo in;
+    REQUIRE_OK(kestrel_model_input_info(model, 0, &in));
+    CHECK(in.dtype == KESTREL_DTYPE_I32 && in.rank == 1 && in.dims[0] == 32, "ids input dtype %u rank %zu",
+          in.dtype, in.rank);
     size_t len = 0;
     int64_t *ids = read_file(dir, "text_input.bin", &len);
+    CHECK(len == 4 * 32 * sizeof(int64_t), "ids bytes %zu", len);
     float *want = read_file(dir, "text_expected.bin", &len);
+    CHECK(len == 4 * 2 * sizeof(float), "expected bytes %zu", len);
     KestrelSession *s = NULL;
-    REQUIRE_OK(kestrel_session_new(model, KESTREL_BACKEND_WGPU, 4, &s));
-    CHECK(backend_of(s) == KESTREL_BACKEND_WGPU, "text session on backend %u", backend_of(s));
+    REQUIRE_OK(kestrel_session_new(model, backend, 4, &s));
+    CHECK(backend_of(s) == backend, "text session on backend %u", backend_of(s));
     float y[8], y32[8];
     size_t xs[2] = {4, 32}, ys[2] = {4, 2};
     KestrelTensor x64 = {KESTREL_DTYPE_I64, ids, xs, 2};
     KestrelOutput yt = {y, ys, 2};
     REQUIRE_OK(kestrel_session_run(s, &x64, 1, &yt, 1, NULL));
     double err = max_rel_err(y, want, 8);
-    CHECK(err <= GPU_TOL, "GPU i64 ids vs PyTorch: max rel err %g", err);
+    CHECK(err <= (gpu ? GPU_TOL : TOL), "%si64 ids vs PyTorch: max rel err %g", on, err);
     int32_t ids32[4 * 32];
     for (int i = 0; i < 4 * 32; i++) ids32[i] = (int32_t)ids[i];
     KestrelTensor x32 = {KESTREL_DTYPE_I32, ids32, xs, 2};
     KestrelOutput yt32 = {y32, ys, 2};
     REQUIRE_OK(kestrel_session_run(s, &x32, 1, &yt32, 1, NULL));
-    CHECK(memcmp(y, y32, sizeof y) == 0, "GPU: i32 and i64 ids differ");
-    printf("text model on the GPU: i64 and i32 ids agree, max rel err %.2e vs PyTorch\n", err);
+    CHECK(memcmp(y, y32, sizeof y) == 0, "%si32 and i64 ids differ", on);
+    printf("text model%s: i64 and i32 ids agree, max rel err %.2e vs PyTorch\n", gpu ? " on the GPU" : "", err);
+    if (!gpu) {
+        KestrelTensor xf = {KESTREL_DTYPE_F32, y, xs, 2};
+        EXPECT_STATUS(kestrel_session_run(s, &xf, 1, &yt, 1, NULL), KESTREL_ERR_SHAPE);
+    }
+    /* ids outside the vocabulary, negative, or beyond i32 */
     ids32[5] = 1000000;
     EXPECT_STATUS(kestrel_session_run(s, &x32, 1, &yt32, 1, NULL), KESTREL_ERR_INPUT_VALUE);
     ids32[5] = -1;
@@ -785,7 +755,7 @@ static void test_gpu_text(const char *dir) {
     ids[7] = saved;
     memset(y, 0xff, sizeof y);
     REQUIRE_OK(kestrel_session_run(s, &x64, 1, &yt, 1, NULL));
-    CHECK(memcmp(y, y32, sizeof y) == 0, "GPU text session after errors differs");
+    CHECK(memcmp(y, y32, sizeof y) == 0, "%stext session after errors differs", on);
     REQUIRE_OK(kestrel_session_free(s));
     REQUIRE_OK(kestrel_model_free(model));
     free(ids);
@@ -805,14 +775,14 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "cpu") == 0 || strcmp(mode, "cpu-only-build") == 0) {
         test_loading_errors(dir);
         test_image(dir);
-        test_text(dir);
+        test_text(dir, KESTREL_BACKEND_CPU);
         if (strcmp(mode, "cpu-only-build") == 0) test_cpu_only_build(dir);
     } else if (strcmp(mode, "no-gpu") == 0) {
         test_no_gpu(dir);
     } else if (strcmp(mode, "gpu") == 0 && argc == 4 &&
                (strcmp(argv[3], "wgpu") == 0 || strcmp(argv[3], "cpu") == 0)) {
         test_gpu_image(dir, strcmp(argv[3], "wgpu") == 0 ? KESTREL_BACKEND_WGPU : KESTREL_BACKEND_CPU);
-        test_gpu_text(dir);
+        test_text(dir, KESTREL_BACKEND_WGPU);
     } else {
         return usage(argv[0]);
     }
