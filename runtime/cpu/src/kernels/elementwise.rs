@@ -162,6 +162,12 @@ pub fn unary(p: &UnaryParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
             }
         };
     }
+    macro_rules! in_place {
+        ($f:path) => {{
+            y.copy_from_slice(x);
+            $f(y);
+        }};
+    }
     // One loop per function so each vectorises or at least avoids a per-element branch.
     match p.op {
         UnaryOp::Relu => map!(|v: f32| v.max(0.0)),
@@ -170,23 +176,12 @@ pub fn unary(p: &UnaryParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
         UnaryOp::Reciprocal => map!(|v: f32| 1.0 / v),
         UnaryOp::HardSwish => map!(|v: f32| v * math::hard_sigmoid(v)),
         UnaryOp::HardSigmoid => map!(math::hard_sigmoid),
-        UnaryOp::Gelu => {
-            y.copy_from_slice(x);
-            crate::kernels::simd::gelu(y);
-        }
-        // The vectorised sigmoid and tanh of the recurrent kernels (x86; libm elsewhere).
-        UnaryOp::Sigmoid => {
-            y.copy_from_slice(x);
-            crate::kernels::simd::sigmoid(y);
-        }
-        UnaryOp::Tanh => {
-            y.copy_from_slice(x);
-            crate::kernels::simd::tanh(y);
-        }
-        UnaryOp::Silu => {
-            y.copy_from_slice(x);
-            crate::kernels::simd::silu(y);
-        }
+        // The vectorised GELU, and the sigmoid and tanh of the recurrent kernels (x86; libm
+        // elsewhere): in place on a copy.
+        UnaryOp::Gelu => in_place!(crate::kernels::simd::gelu),
+        UnaryOp::Sigmoid => in_place!(crate::kernels::simd::sigmoid),
+        UnaryOp::Tanh => in_place!(crate::kernels::simd::tanh),
+        UnaryOp::Silu => in_place!(crate::kernels::simd::silu),
         op => map!(|v| unary_fn(op, v)),
     }
 }
