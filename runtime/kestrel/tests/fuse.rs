@@ -120,6 +120,14 @@ struct Spelling {
     causal: bool,
 }
 
+impl Spelling {
+    /// The plainest spelling: the scores multiplied by the scale, K transposed by the product
+    /// (`transpose_b`), a causal W^A masked.
+    fn plain(variant: AttentionVariant, heads: usize, causal: bool) -> Self {
+        Spelling { variant, full_wa: false, heads, scale_on_q: false, divide: false, explicit_kt: false, causal }
+    }
+}
+
 /// A padding mask on top of a [`Spelling`]: a second graph input `keep` (0/1) of shape
 /// `keep_dims` per sample, turned into the additive bias `(1 − keep)·f32::MIN` as transformers
 /// writes it, and added to the scores.
@@ -293,15 +301,7 @@ fn attention_with_a_computed_padding_mask_fuses_with_the_mask_input() {
         for heads in [1, 2] {
             for (i, &keep_dims) in keys.iter().enumerate() {
                 let causal = i % 2 == 1;
-                let sp = Spelling {
-                    variant,
-                    full_wa: false,
-                    heads,
-                    scale_on_q: i % 3 == 0,
-                    divide: false,
-                    explicit_kt: false,
-                    causal,
-                };
+                let sp = Spelling { scale_on_q: i % 3 == 0, ..Spelling::plain(variant, heads, causal) };
                 let pad = Padding { keep_dims, before_scale: false };
                 let mut b = decomposed_masked_attention(&sp, Some(pad));
                 let n = keep_dims.iter().product();
@@ -338,15 +338,7 @@ fn attention_with_a_computed_padding_mask_fuses_with_the_mask_input() {
 /// (`[1, h, 1, T]`) is not a mask the node takes, so it is not fused either.
 #[test]
 fn attention_with_a_mask_the_node_does_not_compute_is_not_fused() {
-    let sp = Spelling {
-        variant: AttentionVariant::Standard,
-        full_wa: false,
-        heads: 2,
-        scale_on_q: false,
-        divide: false,
-        explicit_kt: false,
-        causal: false,
-    };
+    let sp = Spelling::plain(AttentionVariant::Standard, 2, false);
     let mut b = decomposed_masked_attention(&sp, Some(Padding { keep_dims: &[1, 1, 1, 6], before_scale: true }));
     let before = b.ops().len();
     let report = fuse(&mut b);
@@ -364,15 +356,7 @@ fn attention_with_a_mask_the_node_does_not_compute_is_not_fused() {
 
 #[test]
 fn attention_with_a_non_causal_mask_is_not_fused() {
-    let sp = Spelling {
-        variant: AttentionVariant::Standard,
-        full_wa: false,
-        heads: 2,
-        scale_on_q: false,
-        divide: false,
-        explicit_kt: false,
-        causal: true,
-    };
+    let sp = Spelling::plain(AttentionVariant::Standard, 2, true);
     let b = decomposed_attention(&sp);
     // Make the mask something other than causal: fusing would change the maths.
     let mask = (0..b.tensor_count() as u32).find(|&i| b.tensor_name(i) == Some("mask")).unwrap();
@@ -395,15 +379,7 @@ fn attention_with_a_non_causal_mask_is_not_fused() {
 fn causal_super_reading_the_upper_triangle_of_wa_is_not_fused() {
     // Structurally a causal Super block, but its W^A mixes in later tokens: the fused kernel
     // (which masks W^A) would compute something else, and the numerical check must say so.
-    let sp = Spelling {
-        variant: AttentionVariant::Super,
-        full_wa: true,
-        heads: 2,
-        scale_on_q: false,
-        divide: false,
-        explicit_kt: false,
-        causal: true,
-    };
+    let sp = Spelling { full_wa: true, ..Spelling::plain(AttentionVariant::Super, 2, true) };
     let mut b = decomposed_attention(&sp);
     let before = b.ops().len();
     let report = fuse(&mut b);

@@ -3,7 +3,7 @@
 //! scale) after a convolution or a dense layer, folded into its weights; and a constant scale
 //! after the sum of two dense layers (a distilled ViT's averaged heads), folded into both.
 
-use super::{dims, rewrite_each, rewrite_each_named, scalar, sole_consumer, FusionReport};
+use super::{back_through_views, dims, rewrite_each, rewrite_each_named, scalar, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::{Activation, Binary, BinaryOp, LayerNorm, NormAxis, Op, Reshape, TensorId};
@@ -157,13 +157,7 @@ fn match_scale(b: &ModelBuilder, mul_node: usize) -> Option<ScaleMatch> {
     }
     // Back through reshape views (each output read only by the next step).
     let mut nodes = vec![mul_node];
-    let mut t = view;
-    while let Some(p) = b.producer(t) {
-        let Op::Reshape(r) = b.ops()[p] else { break };
-        (sole_consumer(b, t)? == *nodes.last()?).then_some(())?;
-        nodes.push(p);
-        t = r.x;
-    }
+    let t = back_through_views(b, view, &mut nodes)?;
     let pn = b.producer(t)?;
     (sole_consumer(b, t)? == *nodes.last()?).then_some(())?;
     let (node, td) = (b.ops()[pn], dims(b, t)?);

@@ -1,6 +1,6 @@
 //! Element-wise patterns: GELU written out with erf, and an activation following a dense layer.
 
-use super::{rewrite_each, scalar, sole_consumer, FusionReport};
+use super::{back_through_views, rewrite_each, scalar, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::{Activation, Binary, BinaryOp, Dense, Op, Unary, UnaryOp};
@@ -134,13 +134,7 @@ fn match_bias_through_views(b: &ModelBuilder, add_node: usize) -> Option<(Region
     };
     // Back through one or more reshapes (each output read only by the next step).
     let mut nodes = vec![add_node];
-    let mut t = view;
-    while let Some(p) = b.producer(t) {
-        let Op::Reshape(r) = b.ops()[p] else { break };
-        (sole_consumer(b, t)? == *nodes.last()?).then_some(())?;
-        nodes.push(p);
-        t = r.x;
-    }
+    let t = back_through_views(b, view, &mut nodes)?;
     if nodes.len() < 2 {
         return None; // no view in between: the lowering's own fusion covers a direct add
     }

@@ -222,6 +222,19 @@ pub(crate) fn sole_consumer(b: &ModelBuilder, id: u32) -> Option<usize> {
     (c.len() == 1 && !b.outputs().contains(&id)).then(|| c[0])
 }
 
+/// Follows reshape views back from `t`, each view's output read only by the node last in
+/// `nodes` (the reader of `t` at first), pushing the view nodes; the tensor they view, or `None`
+/// where a view has another reader.
+pub(crate) fn back_through_views(b: &ModelBuilder, mut t: u32, nodes: &mut Vec<usize>) -> Option<u32> {
+    while let Some(p) = b.producer(t) {
+        let Op::Reshape(r) = b.ops()[p] else { break };
+        (sole_consumer(b, t)? == *nodes.last()?).then_some(())?;
+        nodes.push(p);
+        t = r.x;
+    }
+    Some(t)
+}
+
 /// The dims of tensor `id`.
 pub(crate) fn dims(b: &ModelBuilder, id: u32) -> Option<Vec<usize>> {
     Some(b.shape_of(id)?.dims().iter().map(|&d| d as usize).collect())
