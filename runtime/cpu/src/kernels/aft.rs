@@ -16,7 +16,7 @@
 //! underflows token t's sums (AFT-simple uses a running maximum and has no such limit).
 
 use crate::error::{expect_eq, ShapeError};
-use crate::kernels::attention::{axpy, check_dims, check_qkvo};
+use crate::kernels::attention::{axpy, check_dims, check_qkvo, project_qkv};
 use crate::kernels::attention::{block_rows, transpose_into};
 use crate::kernels::linear::{matmul_nt, ProjW};
 use crate::kernels::simd;
@@ -270,19 +270,9 @@ fn gate(q: &mut [f32], num: &[f32], den: &[f32]) {
     simd::sigmoid_gate(q, num, Some(den), 1.0);
 }
 
-/// Projects Q, K, V, turns K into `E = exp(K − max)` and V into `E ⊙ V` (same-width keys).
-fn project_exp(
-    x: &[f32],
-    t: usize,
-    d: usize,
-    (q, k, v): (&ProjW<'_>, &ProjW<'_>, &ProjW<'_>),
-    (qb, kb, vb): (&mut [f32], &mut [f32], &mut [f32]),
-    m: &mut [f32],
-) {
-    let x = &x[..t * d];
-    q.apply(x, t, qb);
-    k.apply(x, t, kb);
-    v.apply(x, t, vb);
+/// Turns the projected K into `E = exp(K − max)` and V into `E ⊙ V` (same-width keys; `m`:
+/// scratch of `d`).
+fn exp_values(kb: &mut [f32], vb: &mut [f32], d: usize, m: &mut [f32]) {
     exp_keys(kb, d, m);
     for (v, &e) in vb.iter_mut().zip(kb.iter()) {
         *v *= e;
@@ -301,14 +291,12 @@ pub fn aft_full(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mut [f
         return aft_full_blocked(p, w, x, y, scratch);
     }
     let (t, d) = (p.t, p.d);
-    let (qb, rest) = scratch.split_at_mut(t * d);
-    let (e, rest) = rest.split_at_mut(t * d);
-    let (ev, rest) = rest.split_at_mut(t * d);
+    let ([qb, e, ev], rest) = project_qkv(x, t, d, (&w.q, &w.k, &w.v), scratch);
     let (ew, rest) = rest.split_at_mut(t);
     let (num, rest) = rest.split_at_mut(d);
     let (den, rest) = rest.split_at_mut(d);
     let wbuf = &mut rest[..t.max(p.rank)];
-    project_exp(x, t, d, (&w.q, &w.k, &w.v), (qb, e, ev), num);
+    exp_values(e, ev, d, num);
 
     for i in 0..t {
         let n = if p.causal { i + 1 } else { t };
@@ -337,16 +325,14 @@ pub fn aft_full(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mut [f
 fn aft_full_blocked(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (t, d, rank) = (p.t, p.d, p.rank);
     let qb = block_rows(t);
-    let (qbuf, rest) = scratch.split_at_mut(t * d);
-    let (e, rest) = rest.split_at_mut(t * d);
-    let (ev, rest) = rest.split_at_mut(t * d);
+    let ([qbuf, e, ev], rest) = project_qkv(x, t, d, (&w.q, &w.k, &w.v), scratch);
     let (et, rest) = rest.split_at_mut(t * d);
     let (eb, rest) = rest.split_at_mut(qb * t);
     let (numb, rest) = rest.split_at_mut(qb * d);
     let (denb, rest) = rest.split_at_mut(qb * d);
     let (ub, rest) = rest.split_at_mut(qb * rank.max(1));
     let wbuf = &mut rest[..t.max(rank)];
-    project_exp(x, t, d, (&w.q, &w.k, &w.v), (qbuf, e, ev), &mut numb[..d]);
+    exp_values(e, ev, d, &mut numb[..d]);
     // e^Kᵀ and (e^K ⊙ V)ᵀ [d, T]: the GEMMs' weight operands (the latter reuses e's space).
     transpose_into(e, t, d, et);
     transpose_into(ev, t, d, e);
@@ -390,15 +376,13 @@ fn aft_full_blocked(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mu
 /// `scratch.len() >= aft_local_scratch(p)`; `x` and `y` hold at least T·d elements.
 pub fn aft_local(p: &AftLocalParams, w: &AftLocalWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (t, d, s) = (p.t, p.d, p.window);
-    let (qb, rest) = scratch.split_at_mut(t * d);
-    let (e, rest) = rest.split_at_mut(t * d);
-    let (ev, rest) = rest.split_at_mut(t * d);
+    let ([qb, e, ev], rest) = project_qkv(x, t, d, (&w.q, &w.k, &w.v), scratch);
     let (sum_ev, rest) = rest.split_at_mut(d);
     let (sum_e, rest) = rest.split_at_mut(d);
     let (num, rest) = rest.split_at_mut(d);
     let (den, rest) = rest.split_at_mut(d);
     let band = &mut rest[..p.band()];
-    project_exp(x, t, d, (&w.q, &w.k, &w.v), (qb, e, ev), num);
+    exp_values(e, ev, d, num);
     // w stored as its band: key j of row i is column j + (s − 1) − i.
     let banded = w.w.cols() != t;
 
@@ -449,16 +433,10 @@ pub fn aft_local(p: &AftLocalParams, w: &AftLocalWeights<'_>, x: &[f32], y: &mut
 /// `scratch.len() >= aft_simple_scratch(p)`; `x` and `y` hold at least T·d elements.
 pub fn aft_simple(p: &AftSimpleParams, w: &AftSimpleWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (t, d) = (p.t, p.d);
-    let (qb, rest) = scratch.split_at_mut(t * d);
-    let (kb, rest) = rest.split_at_mut(t * d);
-    let (vb, rest) = rest.split_at_mut(t * d);
+    let ([qb, kb, vb], rest) = project_qkv(x, t, d, (&w.q, &w.k, &w.v), scratch);
     let (num, rest) = rest.split_at_mut(d);
     let (den, rest) = rest.split_at_mut(d);
     let m = &mut rest[..d];
-    let xs = &x[..t * d];
-    w.q.apply(xs, t, qb);
-    w.k.apply(xs, t, kb);
-    w.v.apply(xs, t, vb);
     num.fill(0.0);
     den.fill(0.0);
     if p.causal {

@@ -107,6 +107,25 @@ pub(crate) fn check_qkvo(
     o.check(op, d, d)
 }
 
+/// Splits Q, K and V (`[T, d]` each, in that order) off the front of `scratch` and projects
+/// `x [T, d]` into them; returns them and the rest of `scratch`.
+pub(crate) fn project_qkv<'s>(
+    x: &[f32],
+    t: usize,
+    d: usize,
+    (q, k, v): (&ProjW<'_>, &ProjW<'_>, &ProjW<'_>),
+    scratch: &'s mut [f32],
+) -> ([&'s mut [f32]; 3], &'s mut [f32]) {
+    let (qb, rest) = scratch.split_at_mut(t * d);
+    let (kb, rest) = rest.split_at_mut(t * d);
+    let (vb, rest) = rest.split_at_mut(t * d);
+    let x = &x[..t * d];
+    q.apply(x, t, qb);
+    k.apply(x, t, kb);
+    v.apply(x, t, vb);
+    ([qb, kb, vb], rest)
+}
+
 pub use kestrel_core::shapes::check_key_mask;
 
 /// Checks that an optional weight is present exactly when the op needs it.

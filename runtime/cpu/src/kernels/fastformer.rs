@@ -7,7 +7,7 @@
 //! official `Linear(d, h)`); per-head c-vectors are the block-diagonal special case.
 
 use crate::error::{expect_eq, ShapeError};
-use crate::kernels::attention::{axpy, check_dims_scale, check_qkvo};
+use crate::kernels::attention::{axpy, check_dims_scale, check_qkvo, project_qkv};
 use crate::kernels::linear::ProjW;
 use crate::kernels::simd::softmax as softmax_in_place;
 use kestrel_format::WeightView;
@@ -82,16 +82,10 @@ fn pool(rows: &[f32], p: &FastformerParams, score: &WeightView<'_>, alpha: &mut 
 /// `scratch.len() >= fastformer_scratch(p)`; `x` and `y` hold at least T·d elements.
 pub fn fastformer(p: &FastformerParams, w: &FastformerWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (t, d) = (p.t, p.d);
-    let (qb, rest) = scratch.split_at_mut(t * d);
-    let (kb, rest) = rest.split_at_mut(t * d);
-    let (vb, rest) = rest.split_at_mut(t * d);
+    let ([qb, kb, vb], rest) = project_qkv(x, t, d, (&w.q, &w.k, &w.v), scratch);
     let (alpha, rest) = rest.split_at_mut(t);
     let (g, rest) = rest.split_at_mut(d);
     let gk = &mut rest[..d];
-    let xs = &x[..t * d];
-    w.q.apply(xs, t, qb);
-    w.k.apply(xs, t, kb);
-    w.v.apply(xs, t, vb);
 
     pool(qb, p, &w.wqa, alpha, g);
     for row in kb.chunks_exact_mut(d) {
