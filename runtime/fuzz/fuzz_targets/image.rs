@@ -25,25 +25,19 @@ use std::sync::OnceLock;
 fn preps() -> &'static [InputPrep; 2] {
     static PREPS: OnceLock<[InputPrep; 2]> = OnceLock::new();
     PREPS.get_or_init(|| {
+        // 8-bit pixels; one mean and std per channel.
+        let prep = |layout, size, resize, mean: &[f32], std: &[f32]| InputPrep {
+            layout,
+            channels: mean.len(),
+            size,
+            resize,
+            pixel_scale: 1.0 / 255.0,
+            mean: mean.to_vec(),
+            std: std.to_vec(),
+        };
         [
-            InputPrep {
-                layout: Layout::Chw,
-                channels: 1,
-                size: [28, 28],
-                resize: [28, 28],
-                pixel_scale: 1.0 / 255.0,
-                mean: vec![0.286],
-                std: vec![0.353],
-            },
-            InputPrep {
-                layout: Layout::Hwc,
-                channels: 3,
-                size: [16, 16],
-                resize: [20, 18],
-                pixel_scale: 1.0 / 255.0,
-                mean: vec![0.485, 0.456, 0.406],
-                std: vec![0.229, 0.224, 0.225],
-            },
+            prep(Layout::Chw, [28, 28], [28, 28], &[0.286], &[0.353]),
+            prep(Layout::Hwc, [16, 16], [20, 18], &[0.485, 0.456, 0.406], &[0.229, 0.224, 0.225]),
         ]
     })
 }
@@ -52,7 +46,10 @@ fn preps() -> &'static [InputPrep; 2] {
 const MAX_PIXELS: u64 = 1 << 16;
 
 fuzz_target!(|data: &[u8]| {
-    let dims = image::ImageReader::new(std::io::Cursor::new(data)).with_guessed_format().ok().and_then(|r| r.into_dimensions().ok());
+    let dims = image::ImageReader::new(std::io::Cursor::new(data))
+        .with_guessed_format()
+        .ok()
+        .and_then(|r| r.into_dimensions().ok());
     if dims.is_some_and(|(w, h)| u64::from(w) * u64::from(h) > MAX_PIXELS) {
         return;
     }
