@@ -162,6 +162,17 @@ impl AttentionParams {
         self.variant.has_align()
     }
 
+    /// Splits Q, the heads' output, K (where the variant has W^K) and V (where it has W^V or
+    /// W^A), `n` elements each (empty where absent), off the front of `scratch`; returns them
+    /// and the rest.
+    fn split_qkv<'s>(&self, scratch: &'s mut [f32], n: usize) -> ([&'s mut [f32]; 4], &'s mut [f32]) {
+        let (q, rest) = scratch.split_at_mut(n);
+        let (heads_out, rest) = rest.split_at_mut(n);
+        let (kbuf, rest) = rest.split_at_mut(if self.has_k() { n } else { 0 });
+        let (vbuf, rest) = rest.split_at_mut(if self.has_v() || self.is_super() { n } else { 0 });
+        ([q, heads_out, kbuf, vbuf], rest)
+    }
+
     /// Checks every weight against the sizes and the variant.
     pub fn check(&self, w: &AttentionWeights<'_>) -> Result<(), ShapeError> {
         check_dims_scale(OP, self.t, self.d, self.heads, self.scale)?;
@@ -354,10 +365,7 @@ fn blocked(
     let rows = groups * t;
     let all = groups * td;
     let c = d / p.heads;
-    let (q, rest) = scratch.split_at_mut(all);
-    let (heads_out, rest) = rest.split_at_mut(all);
-    let (kbuf, rest) = rest.split_at_mut(if p.has_k() { all } else { 0 });
-    let (vbuf, rest) = rest.split_at_mut(if p.has_v() || p.is_super() { all } else { 0 });
+    let ([q, heads_out, kbuf, vbuf], rest) = p.split_qkv(scratch, all);
     let (abuf, rest) = rest.split_at_mut(if p.is_super() { t + if p.causal { 0 } else { 2 * td } } else { 0 });
     let one = p.heads == 1;
     let (kh, rest) = rest.split_at_mut(if one { 0 } else { t * c });
@@ -501,10 +509,7 @@ fn attention_rowwise(
 ) {
     let (t, d) = (p.t, p.d);
     let td = t * d;
-    let (q, rest) = scratch.split_at_mut(td);
-    let (heads_out, rest) = rest.split_at_mut(td);
-    let (kbuf, rest) = rest.split_at_mut(if p.has_k() { td } else { 0 });
-    let (vbuf, rest) = rest.split_at_mut(if p.has_v() || p.is_super() { td } else { 0 });
+    let ([q, heads_out, kbuf, vbuf], rest) = p.split_qkv(scratch, td);
     let (scores, rest) = rest.split_at_mut(t);
     let arow = &mut rest[..if p.is_super() { t } else { 0 }];
 
