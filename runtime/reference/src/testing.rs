@@ -4,6 +4,7 @@
 
 use crate::layers::{Act, BinaryFn, PoolFn, ReduceFn, UnaryFn};
 use crate::mechanisms::AttentionKind;
+use kestrel_core::Input;
 use kestrel_format::ops::{
     Activation, Attention, AttentionVariant, BinaryOp, Internals, Op, PoolKind, Proj, ReduceOp, TensorId, UnaryOp,
 };
@@ -207,5 +208,61 @@ pub fn rnn_pick(out: &crate::rnn::RnnOut, which: kestrel_format::ops::RnnOutput)
         RnnOutput::Y => out.y.clone(),
         RnnOutput::Hidden => out.y_h.clone(),
         RnnOutput::Cell => out.y_c.clone(),
+    }
+}
+
+/// One graph input's data for a whole batch (samples back to back), owned.
+#[derive(Clone, Debug)]
+pub enum Feed {
+    /// f32 data.
+    F32(Vec<f32>),
+    /// i32 token ids.
+    I32(Vec<i32>),
+    /// i64 token ids.
+    I64(Vec<i64>),
+}
+
+impl Feed {
+    /// The data as a session input.
+    pub fn input(&self) -> Input<'_> {
+        match self {
+            Feed::F32(v) => Input::F32(v),
+            Feed::I32(v) => Input::I32(v),
+            Feed::I64(v) => Input::I64(v),
+        }
+    }
+    /// Elements (batch × per-sample).
+    pub fn len(&self) -> usize {
+        self.input().len()
+    }
+    /// Whether there is no data.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Sample `s` of a batch of `batch`, as f64 (ids are small integers, exact).
+    pub fn sample_f64(&self, s: usize, batch: usize) -> Vec<f64> {
+        let n = self.len() / batch;
+        let rg = s * n..(s + 1) * n;
+        match self {
+            Feed::F32(v) => v[rg].iter().map(|&x| f64::from(x)).collect(),
+            Feed::I32(v) => v[rg].iter().map(|&x| f64::from(x)).collect(),
+            Feed::I64(v) => v[rg].iter().map(|&x| x as f64).collect(),
+        }
+    }
+    /// Sample `s` of a batch of `batch` as a batch of one.
+    pub fn sample(&self, s: usize, batch: usize) -> Feed {
+        let n = self.len() / batch;
+        self.range(s * n..(s + 1) * n)
+    }
+    /// The first `n` of `batch` samples.
+    pub fn head(&self, n: usize, batch: usize) -> Feed {
+        self.range(0..self.len() / batch * n)
+    }
+    fn range(&self, rg: core::ops::Range<usize>) -> Feed {
+        match self {
+            Feed::F32(v) => Feed::F32(v[rg].to_vec()),
+            Feed::I32(v) => Feed::I32(v[rg].to_vec()),
+            Feed::I64(v) => Feed::I64(v[rg].to_vec()),
+        }
     }
 }

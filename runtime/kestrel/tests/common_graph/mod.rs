@@ -13,52 +13,7 @@ use kestrel_reference::rnn::{Cell, RnnRef};
 use kestrel_reference::testing::{rnn_pick, rnn_reversed};
 use std::collections::HashMap;
 
-pub use kestrel_reference::testing::{act, attention_kind, binary_fn, pool_fn, reduce_fn, unary_fn, Rng, DTYPES};
-
-/// One graph input's data for a whole batch (samples back to back).
-#[derive(Clone, Debug)]
-pub enum Feed {
-    F32(Vec<f32>),
-    I32(Vec<i32>),
-    I64(Vec<i64>),
-}
-
-impl Feed {
-    pub fn input(&self) -> Input<'_> {
-        match self {
-            Feed::F32(v) => Input::F32(v),
-            Feed::I32(v) => Input::I32(v),
-            Feed::I64(v) => Input::I64(v),
-        }
-    }
-    pub fn len(&self) -> usize {
-        match self {
-            Feed::F32(v) => v.len(),
-            Feed::I32(v) => v.len(),
-            Feed::I64(v) => v.len(),
-        }
-    }
-    /// Sample `s` of a batch of `batch`, as f64 (ids are small integers, exact).
-    pub fn sample_f64(&self, s: usize, batch: usize) -> Vec<f64> {
-        let n = self.len() / batch;
-        let rg = s * n..(s + 1) * n;
-        match self {
-            Feed::F32(v) => v[rg].iter().map(|&x| f64::from(x)).collect(),
-            Feed::I32(v) => v[rg].iter().map(|&x| f64::from(x)).collect(),
-            Feed::I64(v) => v[rg].iter().map(|&x| x as f64).collect(),
-        }
-    }
-    /// Sample `s` of a batch of `batch` as a batch of one.
-    pub fn sample(&self, s: usize, batch: usize) -> Feed {
-        let n = self.len() / batch;
-        let rg = s * n..(s + 1) * n;
-        match self {
-            Feed::F32(v) => Feed::F32(v[rg].to_vec()),
-            Feed::I32(v) => Feed::I32(v[rg].to_vec()),
-            Feed::I64(v) => Feed::I64(v[rg].to_vec()),
-        }
-    }
-}
+pub use kestrel_reference::testing::{act, attention_kind, binary_fn, pool_fn, reduce_fn, unary_fn, Feed, Rng, DTYPES};
 
 /// Runs `feeds` (a batch of `feeds[0].len() / per-sample` samples) through a session of
 /// `capacity`; returns every output.
