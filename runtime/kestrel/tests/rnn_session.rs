@@ -97,25 +97,23 @@ fn lstm_and_gru_every_direction_output_and_encoding() {
                 for states in [false, true] {
                     seed += 1;
                     let dirs = direction.dirs();
-                    let name = format!("Lstm {direction:?} {output:?} states {states}");
-                    check(&name, dtype, seed, |c| {
-                        let x = c.input(&[t, i]);
-                        let [w, r, b, h0, c0] = layer(c, 4, dirs, i, h, states);
-                        let (w, r, b) = (w.unwrap(), r.unwrap(), b.unwrap());
-                        let hidden = h as u32;
-                        vec![c.b.op(|y| Op::Lstm(Lstm { x, w, r, b, h0, c0, hidden, direction, output, y })).unwrap()]
-                    });
-                    if output == RnnOutput::Cell {
-                        continue;
+                    // A GRU has no cell state to output.
+                    let cells: &[(&str, usize)] =
+                        if output == RnnOutput::Cell { &[("Lstm", 4)] } else { &[("Lstm", 4), ("Gru", 3)] };
+                    for &(cell, gates) in cells {
+                        let name = format!("{cell} {direction:?} {output:?} states {states}");
+                        check(&name, dtype, seed, |c| {
+                            let x = c.input(&[t, i]);
+                            let [w, r, b, h0, c0] = layer(c, gates, dirs, i, h, states);
+                            let (w, r, b) = (w.unwrap(), r.unwrap(), b.unwrap());
+                            let hidden = h as u32;
+                            let op = |y| match gates {
+                                4 => Op::Lstm(Lstm { x, w, r, b, h0, c0, hidden, direction, output, y }),
+                                _ => Op::Gru(Gru { x, w, r, b, h0, hidden, direction, output, y }),
+                            };
+                            vec![c.b.op(op).unwrap()]
+                        });
                     }
-                    let name = format!("Gru {direction:?} {output:?} states {states}");
-                    check(&name, dtype, seed, |c| {
-                        let x = c.input(&[t, i]);
-                        let [w, r, b, h0, _] = layer(c, 3, dirs, i, h, states);
-                        let (w, r, b) = (w.unwrap(), r.unwrap(), b.unwrap());
-                        let hidden = h as u32;
-                        vec![c.b.op(|y| Op::Gru(Gru { x, w, r, b, h0, hidden, direction, output, y })).unwrap()]
-                    });
                 }
             }
         }

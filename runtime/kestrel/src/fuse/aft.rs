@@ -128,6 +128,22 @@ fn additive_pool(
     Some((src, ad.proj.w, scale, forward_layout(b, red.y, nodes)))
 }
 
+/// `g ⊙ k`: the sole reader of `g`, a `Mul` whose other operand is (through layout views) a
+/// projection `k` of `x`; the product and the projection, their nodes pushed to `nodes`.
+fn gated_projection(b: &ModelBuilder, g: TensorId, x: TensorId, nodes: &mut Vec<usize>) -> Option<(Binary, Dense)> {
+    let mn = sole_consumer(b, g)?;
+    let Op::Binary(mul) = b.ops()[mn] else { return None };
+    if mul.op != BinaryOp::Mul {
+        return None;
+    }
+    nodes.push(mn);
+    let src = through_layout(b, other_operand(&mul, g)?, nodes, &mut 1.0);
+    let (pn, proj) = projection(b, src)?;
+    (root_view(b, proj.x, nodes) == x).then_some(())?;
+    nodes.push(pn);
+    Some((mul, proj))
+}
+
 fn match_fastformer(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<Op>)> {
     let mut nodes = Vec::new();
     // α over q → g.
@@ -137,16 +153,7 @@ fn match_fastformer(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec
     let x = root_view(b, qd.x, &mut nodes);
     let (t, d) = tokens(b, x)?;
     // p = g ⊙ k.
-    let pn = sole_consumer(b, g)?;
-    let Op::Binary(pm) = b.ops()[pn] else { return None };
-    if pm.op != BinaryOp::Mul {
-        return None;
-    }
-    nodes.push(pn);
-    let k_src = through_layout(b, other_operand(&pm, g)?, &mut nodes, &mut 1.0);
-    let (kn, kd) = projection(b, k_src)?;
-    (root_view(b, kd.x, &mut nodes) == x).then_some(())?;
-    nodes.push(kn);
+    let (pm, kd) = gated_projection(b, g, x, &mut nodes)?;
     // β over p → G: the second softmax is the one whose scores read p.
     let p = pm.y;
     let second = (0..b.ops().len()).find(|&i| {
@@ -159,16 +166,7 @@ fn match_fastformer(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec
         return None;
     }
     // u = G ⊙ v, then W^R u + b^R, then + q.
-    let un = sole_consumer(b, big_g)?;
-    let Op::Binary(um) = b.ops()[un] else { return None };
-    if um.op != BinaryOp::Mul {
-        return None;
-    }
-    nodes.push(un);
-    let v_src = through_layout(b, other_operand(&um, big_g)?, &mut nodes, &mut 1.0);
-    let (vn, vd) = projection(b, v_src)?;
-    (root_view(b, vd.x, &mut nodes) == x).then_some(())?;
-    nodes.push(vn);
+    let (um, vd) = gated_projection(b, big_g, x, &mut nodes)?;
     let u = forward_layout(b, um.y, &mut nodes);
     let rn = sole_consumer(b, u)?;
     let Op::Dense(rd) = b.ops()[rn] else { return None };

@@ -3,7 +3,9 @@
 //! scale) after a convolution or a dense layer, folded into its weights; and a constant scale
 //! after the sum of two dense layers (a distilled ViT's averaged heads), folded into both.
 
-use super::{back_through_views, dims, rewrite_each, rewrite_each_named, scalar, sole_consumer, FusionReport};
+use super::{
+    back_through_views, between_transposes, dims, rewrite_each, rewrite_each_named, scalar, sole_consumer, FusionReport,
+};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::{Activation, Binary, BinaryOp, LayerNorm, NormAxis, Op, Reshape, TensorId};
@@ -30,26 +32,9 @@ fn match_channels_layer_norm(b: &ModelBuilder, n: usize) -> Option<(Region, Laye
     if ln.axis != NormAxis::Last {
         return None;
     }
-    let t1n = b.producer(ln.x)?;
-    let Op::Transpose(t1) = b.ops()[t1n] else { return None };
-    let t2n = sole_consumer(b, ln.y)?;
-    let Op::Transpose(t2) = b.ops()[t2n] else { return None };
-    if sole_consumer(b, ln.x)? != n {
-        return None;
-    }
-    let xd = dims(b, t1.x)?;
-    let r = xd.len();
-    let (p1, p2) = (&t1.perm[..r], &t2.perm[..r]);
-    let k = usize::from(*p1.last()?);
-    // Output axis i of a transpose is its input's axis perm[i]: the pair is the identity when
-    // p1[p2[i]] == i for every i.
-    let undone = p2.iter().enumerate().all(|(i, &q)| p1.get(usize::from(q)).is_some_and(|&v| usize::from(v) == i));
-    if !undone || k >= r || xd[..k].iter().any(|&d| d != 1) {
-        return None;
-    }
-    let mut nodes = vec![t1n, n, t2n];
-    nodes.sort_unstable();
-    Some((Region { nodes, inputs: vec![t1.x], output: t2.y }, ln, xd[k..].to_vec()))
+    let s = between_transposes(b, n, ln.x, ln.y)?;
+    let cs = s.xd[s.k..].to_vec();
+    Some((Region { nodes: s.nodes, inputs: vec![s.x], output: s.y }, ln, cs))
 }
 
 fn channels_layer_norm_ops(b: &mut ModelBuilder, region: &Region, ln: LayerNorm, cs: &[usize]) -> Option<Vec<Op>> {

@@ -235,6 +235,50 @@ pub(crate) fn back_through_views(b: &ModelBuilder, mut t: u32, nodes: &mut Vec<u
     Some(t)
 }
 
+/// Node `n` (reading `x`, writing `y`) between two transposes, `Transpose(P) → n →
+/// Transpose(P⁻¹)`: [`between_transposes`]'s match.
+pub(crate) struct Transposed {
+    /// The region's nodes: the two transposes and `n`, in graph order.
+    pub nodes: Vec<usize>,
+    /// `P`'s input, the region's input.
+    pub x: u32,
+    /// `P⁻¹`'s output, the region's output.
+    pub y: u32,
+    /// The dims of `x`.
+    pub xd: Vec<usize>,
+    /// `P` (as long as `xd`).
+    pub perm: Vec<usize>,
+    /// The axis of `x` that `P` puts last.
+    pub k: usize,
+}
+
+/// Node `n`, reading `x` and writing `y`, between two transposes: `Transpose(P) → n →
+/// Transpose(P⁻¹)`, `x` read only by `n` and `y` only by the second transpose, which undoes
+/// the first; `P` puts last an axis `k` with only size-1 axes before it.
+pub(crate) fn between_transposes(b: &ModelBuilder, n: usize, x: u32, y: u32) -> Option<Transposed> {
+    let t1n = b.producer(x)?;
+    let Op::Transpose(t1) = b.ops()[t1n] else { return None };
+    let t2n = sole_consumer(b, y)?;
+    let Op::Transpose(t2) = b.ops()[t2n] else { return None };
+    if sole_consumer(b, x)? != n {
+        return None;
+    }
+    let xd = dims(b, t1.x)?;
+    let r = xd.len();
+    let (p1, p2) = (&t1.perm[..r], &t2.perm[..r]);
+    let k = usize::from(*p1.last()?);
+    // Output axis i of a transpose is its input's axis perm[i]: the pair is the identity when
+    // p1[p2[i]] == i for every i.
+    let undone = p2.iter().enumerate().all(|(i, &q)| p1.get(usize::from(q)).is_some_and(|&v| usize::from(v) == i));
+    if !undone || k >= r || xd[..k].iter().any(|&d| d != 1) {
+        return None;
+    }
+    let mut nodes = vec![t1n, n, t2n];
+    nodes.sort_unstable();
+    let perm = p1.iter().map(|&a| usize::from(a)).collect();
+    Some(Transposed { nodes, x: t1.x, y: t2.y, xd, perm, k })
+}
+
 /// The dims of tensor `id`.
 pub(crate) fn dims(b: &ModelBuilder, id: u32) -> Option<Vec<usize>> {
     Some(b.shape_of(id)?.dims().iter().map(|&d| d as usize).collect())

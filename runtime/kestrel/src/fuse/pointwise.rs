@@ -7,7 +7,7 @@
 //! activation that followed the second transpose become the convolution's own.
 
 use super::channels::per_channel;
-use super::{dims, rewrite_each, rewrite_each_named, sole_consumer, FusionReport};
+use super::{between_transposes, dims, rewrite_each, rewrite_each_named, sole_consumer, FusionReport, Transposed};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::{Activation, BinaryOp, Conv2d, Op, Proj, Reshape, UnaryOp};
@@ -21,21 +21,9 @@ pub(super) fn channels_last_dense(b: &mut ModelBuilder, report: &mut FusionRepor
 
 fn match_channels_last_dense(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
     let Op::Dense(d) = b.ops()[n] else { return None };
-    let t1n = b.producer(d.x)?;
-    let Op::Transpose(t1) = b.ops()[t1n] else { return None };
-    let t2n = sole_consumer(b, d.y)?;
-    let Op::Transpose(t2) = b.ops()[t2n] else { return None };
-    if sole_consumer(b, d.x)? != n {
-        return None;
-    }
-    let xd = dims(b, t1.x)?;
-    let r = xd.len();
-    let (p1, p2) = (&t1.perm[..r], &t2.perm[..r]);
-    let k = usize::from(*p1.last()?);
-    // P moves k last and keeps the other axes in order; the second transpose undoes it.
-    let moves_k: Vec<usize> = (0..r).filter(|&a| a != k).chain([k]).collect();
-    let undone = p2.iter().enumerate().all(|(i, &q)| p1.get(usize::from(q)).is_some_and(|&v| usize::from(v) == i));
-    if k >= r || !p1.iter().map(|&a| usize::from(a)).eq(moves_k) || !undone || xd[..k].iter().any(|&v| v != 1) {
+    let Transposed { nodes, x, y, xd, perm, k } = between_transposes(b, n, d.x, d.y)?;
+    // P moves k last and keeps the other axes in order.
+    if !perm.iter().copied().eq((0..xd.len()).filter(|&a| a != k).chain([k])) {
         return None;
     }
     let (c, s) = (xd[k], xd[k + 1..].iter().product::<usize>());
@@ -48,7 +36,6 @@ fn match_channels_last_dense(b: &mut ModelBuilder, n: usize) -> Option<(Region, 
     let dtype = b.weight_dtype(d.proj.w)?;
     let name = format!("{}.as_conv", b.tensor_name(d.proj.w).unwrap_or("w"));
     let w = b.weight_as(&name, &[o, c, 1, 1], w_vals, dtype).ok()?;
-    let (x, y) = (t1.x, t2.y);
     let mut ops = Vec::new();
     let xin = if xd == [c, 1, s] {
         x
@@ -72,8 +59,6 @@ fn match_channels_last_dense(b: &mut ModelBuilder, n: usize) -> Option<(Region, 
     if !direct {
         ops.push(Op::Reshape(Reshape { x: yout, y }));
     }
-    let mut nodes = vec![t1n, n, t2n];
-    nodes.sort_unstable();
     Some((Region { nodes, inputs: vec![x], output: y }, ops))
 }
 
