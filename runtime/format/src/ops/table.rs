@@ -200,12 +200,12 @@ fn gru_output(op: &'static str, o: &Gru) -> Result<(), OpError> {
 /// Attention: `wk` present exactly for Standard and Optimised, `wv` exactly for Standard, `wa`
 /// exactly for Super.
 fn attention_slots(op: &'static str, o: &Attention) -> Result<(), OpError> {
-    use AttentionVariant::*;
     let v = o.variant;
+    let (k, wv, align) = v.projections();
     for (present, want, slot) in [
-        (o.k.is_some(), matches!(v, Standard | Optimised), "variant (wk)"),
-        (o.v.is_some(), matches!(v, Standard), "variant (wv)"),
-        (o.align.is_some(), matches!(v, Super), "variant (wa)"),
+        (o.k.is_some(), k, "variant (wk)"),
+        (o.v.is_some(), wv, "variant (wv)"),
+        (o.align.is_some(), align, "variant (wa)"),
     ] {
         if present != want {
             return Err(bad(op, slot, v as u32));
