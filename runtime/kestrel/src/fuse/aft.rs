@@ -38,16 +38,7 @@ fn match_aft_simple(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec
     let (t, d) = tokens(b, x)?;
     // ⊙ V
     let w = forward_layout(b, sm.y, &mut nodes);
-    let mn = sole_consumer(b, w)?;
-    let Op::Binary(mul) = b.ops()[mn] else { return None };
-    if mul.op != BinaryOp::Mul {
-        return None;
-    }
-    nodes.push(mn);
-    let v_src = through_layout(b, other_operand(&mul, w)?, &mut nodes, &mut unit);
-    let (vn, vd) = projection(b, v_src)?;
-    (root_view(b, vd.x, &mut nodes) == x).then_some(())?;
-    nodes.push(vn);
+    let (mul, vd) = gated_projection(b, w, x, &mut nodes, &mut unit)?;
     // Σ over tokens
     let rn = sole_consumer(b, mul.y)?;
     let Op::Reduce(red) = b.ops()[rn] else { return None };
@@ -128,16 +119,23 @@ fn additive_pool(
     Some((src, ad.proj.w, scale, forward_layout(b, red.y, nodes)))
 }
 
-/// `g ⊙ k`: the sole reader of `g`, a `Mul` whose other operand is (through layout views) a
-/// projection `k` of `x`; the product and the projection, their nodes pushed to `nodes`.
-fn gated_projection(b: &ModelBuilder, g: TensorId, x: TensorId, nodes: &mut Vec<usize>) -> Option<(Binary, Dense)> {
+/// `g ⊙ k`: the sole reader of `g`, a `Mul` whose other operand is (through layout views, whose
+/// scales multiply `scale`) a projection `k` of `x`; the product and the projection, their
+/// nodes pushed to `nodes`.
+fn gated_projection(
+    b: &ModelBuilder,
+    g: TensorId,
+    x: TensorId,
+    nodes: &mut Vec<usize>,
+    scale: &mut f32,
+) -> Option<(Binary, Dense)> {
     let mn = sole_consumer(b, g)?;
     let Op::Binary(mul) = b.ops()[mn] else { return None };
     if mul.op != BinaryOp::Mul {
         return None;
     }
     nodes.push(mn);
-    let src = through_layout(b, other_operand(&mul, g)?, nodes, &mut 1.0);
+    let src = through_layout(b, other_operand(&mul, g)?, nodes, scale);
     let (pn, proj) = projection(b, src)?;
     (root_view(b, proj.x, nodes) == x).then_some(())?;
     nodes.push(pn);
@@ -153,7 +151,7 @@ fn match_fastformer(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec
     let x = root_view(b, qd.x, &mut nodes);
     let (t, d) = tokens(b, x)?;
     // p = g ⊙ k.
-    let (pm, kd) = gated_projection(b, g, x, &mut nodes)?;
+    let (pm, kd) = gated_projection(b, g, x, &mut nodes, &mut 1.0)?;
     // β over p → G: the second softmax is the one whose scores read p.
     let p = pm.y;
     let second = (0..b.ops().len()).find(|&i| {
@@ -166,7 +164,7 @@ fn match_fastformer(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec
         return None;
     }
     // u = G ⊙ v, then W^R u + b^R, then + q.
-    let (um, vd) = gated_projection(b, big_g, x, &mut nodes)?;
+    let (um, vd) = gated_projection(b, big_g, x, &mut nodes, &mut 1.0)?;
     let u = forward_layout(b, um.y, &mut nodes);
     let rn = sole_consumer(b, u)?;
     let Op::Dense(rd) = b.ops()[rn] else { return None };

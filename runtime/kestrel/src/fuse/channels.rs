@@ -73,16 +73,22 @@ pub(super) fn scale_into_summed_dense(b: &mut ModelBuilder, report: &mut FusionR
     rewrite_each(b, report, "scale into summed dense layers", match_scaled_sum);
 }
 
-fn match_scaled_sum(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
+/// Node `n` as `Binary Mul` of an activation by a constant: the node, the activation and the
+/// constant.
+fn times_constant(b: &ModelBuilder, n: usize) -> Option<(Binary, TensorId, TensorId)> {
     let Op::Binary(mul) = b.ops()[n] else { return None };
     if mul.op != BinaryOp::Mul {
         return None;
     }
-    let (t, c) = match (b.is_weight(mul.a), b.is_weight(mul.b)) {
-        (false, true) => (mul.a, mul.b),
-        (true, false) => (mul.b, mul.a),
-        _ => return None,
-    };
+    match (b.is_weight(mul.a), b.is_weight(mul.b)) {
+        (false, true) => Some((mul, mul.a, mul.b)),
+        (true, false) => Some((mul, mul.b, mul.a)),
+        _ => None,
+    }
+}
+
+fn match_scaled_sum(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
+    let (mul, t, c) = times_constant(b, n)?;
     let k = scalar(b, c)?;
     let out = dims(b, mul.y)?;
     let pa = b.producer(t)?;
@@ -126,15 +132,7 @@ struct ScaleMatch {
 }
 
 fn match_scale(b: &ModelBuilder, mul_node: usize) -> Option<ScaleMatch> {
-    let Op::Binary(mul) = b.ops()[mul_node] else { return None };
-    if mul.op != BinaryOp::Mul {
-        return None;
-    }
-    let (view, c) = match (b.is_weight(mul.a), b.is_weight(mul.b)) {
-        (false, true) => (mul.a, mul.b),
-        (true, false) => (mul.b, mul.a),
-        _ => return None,
-    };
+    let (mul, view, c) = times_constant(b, mul_node)?;
     // The constant broadcasts into the activation's shape, never widens it.
     let out_dims = dims(b, mul.y)?;
     if dims(b, view)? != out_dims {

@@ -235,6 +235,22 @@ pub(crate) fn back_through_views(b: &ModelBuilder, mut t: u32, nodes: &mut Vec<u
     Some(t)
 }
 
+/// Follows the sole reader of `t` forward through reshape views, pushing the view nodes: the
+/// tensor the first reader that is not a view reads, that reader and its op. `None` where a
+/// tensor on the way is a graph output or has other readers.
+pub(crate) fn forward_through_views(b: &ModelBuilder, mut t: u32, nodes: &mut Vec<usize>) -> Option<(u32, usize, Op)> {
+    loop {
+        let c = sole_consumer(b, t)?;
+        match b.ops()[c] {
+            Op::Reshape(r) => {
+                nodes.push(c);
+                t = r.y;
+            }
+            op => return Some((t, c, op)),
+        }
+    }
+}
+
 /// Node `n` (reading `x`, writing `y`) between two transposes, `Transpose(P) → n →
 /// Transpose(P⁻¹)`: [`between_transposes`]'s match.
 pub(crate) struct Transposed {

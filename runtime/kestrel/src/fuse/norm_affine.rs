@@ -11,7 +11,7 @@
 //! Not applied where a weight's encoding would represent the scaled columns worse than the
 //! original (an f16 or int8 row whose γ spans decades), nor to a LayerNorm that is already plain.
 
-use super::{dims, rewrite_each, sole_consumer, FusionReport};
+use super::{dims, forward_through_views, rewrite_each, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::{AttentionVariant, LayerNorm, NormAxis, Op, Proj};
@@ -47,18 +47,7 @@ fn fold(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
     // normalised rows and of any view whose last axis is d: the chain may pass through other
     // shapes as long as the reader's input ends in d (checked below).
     let mut nodes = vec![n];
-    let mut fed = ln.y;
-    let reader = loop {
-        let c = sole_consumer(b, fed)?;
-        match b.ops()[c] {
-            Op::Reshape(r) => {
-                nodes.push(c);
-                fed = r.y;
-            }
-            op => break (c, op),
-        }
-    };
-    let (c, op) = reader;
+    let (fed, c, op) = forward_through_views(b, ln.y, &mut nodes)?;
     if dims(b, fed)?.last() != Some(&d) {
         return None;
     }

@@ -7,7 +7,10 @@
 //! activation that followed the second transpose become the convolution's own.
 
 use super::channels::per_channel;
-use super::{between_transposes, dims, rewrite_each, rewrite_each_named, sole_consumer, FusionReport, Transposed};
+use super::{
+    between_transposes, dims, forward_through_views, rewrite_each, rewrite_each_named, sole_consumer, FusionReport,
+    Transposed,
+};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::{Activation, BinaryOp, Conv2d, Op, Proj, Reshape, UnaryOp};
@@ -75,18 +78,7 @@ fn match_conv_epilogue(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op
         return None;
     }
     let mut nodes = vec![n];
-    let mut t = cv.y;
-    let next = loop {
-        let c = sole_consumer(b, t)?;
-        match b.ops()[c] {
-            Op::Reshape(r) => {
-                nodes.push(c);
-                t = r.y;
-            }
-            op => break (c, op),
-        }
-    };
-    let (en, eop) = next;
+    let (t, en, eop) = forward_through_views(b, cv.y, &mut nodes)?;
     let (mut conv, out, pattern) = match eop {
         Op::Unary(u) => {
             let act = match u.op {
