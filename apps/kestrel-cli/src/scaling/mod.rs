@@ -132,7 +132,7 @@ impl Expectations for Mechanism {
             | Mechanism::Efficient
             | Mechanism::Super
             | Mechanism::AftFull => Growth::Quadratic,
-            _ => Growth::Linear,
+            Mechanism::AftLocal | Mechanism::AftSimple | Mechanism::AftConv | Mechanism::Fastformer => Growth::Linear,
         }
     }
 
@@ -141,7 +141,14 @@ impl Expectations for Mechanism {
     fn weight_growth(self) -> Growth {
         match self {
             Mechanism::Super => Growth::Quadratic,
-            _ => Growth::Linear,
+            Mechanism::Standard
+            | Mechanism::Optimised
+            | Mechanism::Efficient
+            | Mechanism::AftFull
+            | Mechanism::AftLocal
+            | Mechanism::AftSimple
+            | Mechanism::AftConv
+            | Mechanism::Fastformer => Growth::Linear,
         }
     }
 }
