@@ -2,7 +2,7 @@
 //! one `AftSimple` node. As for attention, the matcher is loose about layout and the numerical
 //! check decides.
 
-use super::attention::{forward_layout, projection, root_view, through_layout, tokens};
+use super::attention::{forward_layout, output_projection, projection, root_view, through_layout, tokens};
 use super::{around_tokens, rewrite_each, rewrite_each_named, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
@@ -63,13 +63,10 @@ fn match_aft_simple(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec
     (root_view(b, qd.x, &mut nodes) == x).then_some(())?;
     nodes.push(qn);
     // Output projection.
-    let merged = forward_layout(b, gate.y, &mut nodes);
-    let on = sole_consumer(b, merged)?;
-    let Op::Dense(od) = b.ops()[on] else { return None };
-    if od.act != Activation::None || unit != 1.0 {
+    let od = output_projection(b, gate.y, &mut nodes)?;
+    if unit != 1.0 {
         return None;
     }
-    nodes.push(on);
     nodes.sort_unstable();
     nodes.dedup();
     let y = od.y;
@@ -165,13 +162,7 @@ fn match_fastformer(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec
     }
     // u = G ⊙ v, then W^R u + b^R, then + q.
     let (um, vd) = gated_projection(b, big_g, x, &mut nodes, &mut 1.0)?;
-    let u = forward_layout(b, um.y, &mut nodes);
-    let rn = sole_consumer(b, u)?;
-    let Op::Dense(rd) = b.ops()[rn] else { return None };
-    if rd.act != Activation::None {
-        return None;
-    }
-    nodes.push(rn);
+    let rd = output_projection(b, um.y, &mut nodes)?;
     let an = sole_consumer(b, rd.y)?;
     let Op::Binary(add) = b.ops()[an] else { return None };
     if add.op != BinaryOp::Add || through_layout(b, other_operand(&add, rd.y)?, &mut Vec::new(), &mut 1.0) != q {
@@ -322,13 +313,7 @@ fn match_aft_full(b: &mut ModelBuilder, exp_node: usize) -> Option<(Region, Vec<
         }
         _ => return None,
     }
-    let merged = forward_layout(b, div.y, &mut nodes);
-    let on = sole_consumer(b, merged)?;
-    let Op::Dense(od) = b.ops()[on] else { return None };
-    if od.act != Activation::None {
-        return None;
-    }
-    nodes.push(on);
+    let od = output_projection(b, div.y, &mut nodes)?;
     // w = ln E; an all-zero upper triangle is the causal mask.
     let e = b.weight_values(e_id)?;
     if e.len() != t * t || e.iter().any(|&v| v.is_nan() || v < 0.0 || !v.is_finite()) {

@@ -14,7 +14,7 @@
 //! loose about layout and the numerical check decides.
 
 use super::aft::{other_operand, stable_exp, StableExp};
-use super::attention::{forward_layout, projection, root_view};
+use super::attention::{forward_layout, output_projection, projection, root_view};
 use super::{around_tokens, rewrite_each, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
@@ -159,13 +159,7 @@ fn match_aft_conv(b: &mut ModelBuilder, exp_node: usize) -> Option<(Region, Vec<
     let (qn, qd) = projection(b, q_pre)?;
     (root_view(b, qd.x, &mut nodes) == x).then_some(())?;
     nodes.push(qn);
-    let merged = forward_layout(b, ratio, &mut nodes);
-    let on = sole_consumer(b, merged)?;
-    let Op::Dense(od) = b.ops()[on] else { return None };
-    if od.act != Activation::None {
-        return None;
-    }
-    nodes.push(on);
+    let od = output_projection(b, ratio, &mut nodes)?;
     // w = ln(kern / c + 1) from the denominator's kernel [h, 1, s, s].
     let kern = b.weight_values(dconv.proj.w)?;
     let mut w = Vec::with_capacity(heads * s * s);

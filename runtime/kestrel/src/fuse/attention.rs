@@ -90,6 +90,19 @@ pub(super) fn projection(b: &ModelBuilder, t: TensorId) -> Option<(usize, Dense)
     }
 }
 
+/// The output projection reading `t`: through layout views (pushed to `nodes`) to its sole
+/// reader, an activation-free dense layer (pushed too).
+pub(super) fn output_projection(b: &ModelBuilder, t: TensorId, nodes: &mut Vec<usize>) -> Option<Dense> {
+    let merged = forward_layout(b, t, nodes);
+    let on = sole_consumer(b, merged)?;
+    let Op::Dense(od) = b.ops()[on] else { return None };
+    if od.act != Activation::None {
+        return None;
+    }
+    nodes.push(on);
+    Some(od)
+}
+
 /// `W^A X + b^A` written as transpose → dense over tokens (→ transpose, which the layout walk
 /// may already have passed) (→ an add of a per-token constant, when a converter could not fold
 /// b^A into the dense bias): returns the nodes, the dense layer and the values of b^A if they
@@ -241,13 +254,7 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     if unused != 1.0 {
         return None;
     }
-    let merged = forward_layout(b, m2.y, &mut nodes);
-    let on = sole_consumer(b, merged)?;
-    let Op::Dense(od) = b.ops()[on] else { return None };
-    if od.act != Activation::None {
-        return None;
-    }
-    nodes.push(on);
+    let od = output_projection(b, m2.y, &mut nodes)?;
     // Projections and the variant; projections may read different reshape views of the input.
     let (qn, qd) = projection(b, q_src)?;
     nodes.push(qn);
