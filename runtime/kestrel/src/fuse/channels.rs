@@ -8,7 +8,9 @@ use super::{
 };
 use crate::builder::Region;
 use crate::ModelBuilder;
-use kestrel_format::ops::{Activation, Binary, BinaryOp, LayerNorm, NormAxis, Op, Reshape, TensorId};
+use kestrel_format::ops::{
+    Activation, Binary, BinaryOp, Conv2d, Dense, LayerNorm, NormAxis, Op, Proj, Reshape, TensorId,
+};
 use kestrel_format::weight::EncodedWeight;
 use kestrel_format::DType;
 
@@ -224,25 +226,18 @@ fn scaled_ops(b: &mut ModelBuilder, m: &ScaleMatch) -> Option<Vec<Op>> {
     let direct = dims(b, m.y)? == dims(b, out)?;
     let name = if m.pattern == "conv+scale" { "conv2d_scaled" } else { "dense_scaled" };
     let y = if direct { out } else { b.new_activation(name, &dims(b, m.y)?).ok()? };
+    // Row o of the weight and the bias b[o] times γ[o].
+    let mut scaled = |p: Proj| -> Option<Proj> {
+        let w = scaled_weight(b, p.w, &m.gamma)?;
+        let bias = match p.b {
+            Some(t) => Some(scaled_weight(b, t, &m.gamma)?),
+            None => None,
+        };
+        Some(Proj { w, b: bias })
+    };
     let node = match m.node {
-        Op::Conv2d(mut cv) => {
-            cv.proj.w = scaled_weight(b, cv.proj.w, &m.gamma)?;
-            cv.proj.b = match cv.proj.b {
-                Some(t) => Some(scaled_weight(b, t, &m.gamma)?),
-                None => None,
-            };
-            cv.y = y;
-            Op::Conv2d(cv)
-        }
-        Op::Dense(mut d) => {
-            d.proj.w = scaled_weight(b, d.proj.w, &m.gamma)?;
-            d.proj.b = match d.proj.b {
-                Some(t) => Some(scaled_weight(b, t, &m.gamma)?),
-                None => None,
-            };
-            d.y = y;
-            Op::Dense(d)
-        }
+        Op::Conv2d(cv) => Op::Conv2d(Conv2d { proj: scaled(cv.proj)?, y, ..cv }),
+        Op::Dense(d) => Op::Dense(Dense { proj: scaled(d.proj)?, y, ..d }),
         _ => return None,
     };
     let mut ops = vec![node];
