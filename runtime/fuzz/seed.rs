@@ -2,9 +2,8 @@
 //! as the first argument. Run via `seed.sh`.
 
 use kestrel_format::ops::{
-    Internals,
-    Activation, Attention, AttentionVariant, Dense, Embedding, LayerNorm, NormAxis, Proj, Reduce,
-    ReduceOp, Softmax,
+    Activation, Attention, AttentionVariant, Dense, Embedding, Internals, LayerNorm, NormAxis, Proj, Reduce, ReduceOp,
+    Softmax,
 };
 use kestrel_format::weight::EncodedWeight;
 use kestrel_format::*;
@@ -17,21 +16,11 @@ fn weight(name: &str, dtype: DType, dims: &[u32]) -> TensorSpec {
     let s = shape(dims);
     let (rows, cols) = s.as_matrix().unwrap();
     let v: Vec<f32> = (0..rows * cols).map(|i| (i as f32 * 0.37).sin()).collect();
-    TensorSpec::Weight {
-        name: name.into(),
-        shape: s,
-        weight: EncodedWeight::encode(dtype, rows, cols, &v).unwrap(),
-    }
+    TensorSpec::Weight { name: name.into(), shape: s, weight: EncodedWeight::encode(dtype, rows, cols, &v).unwrap() }
 }
 
 fn act(name: &str, dtype: DType, dims: &[u32], offset: u64) -> TensorSpec {
-    TensorSpec::Activation {
-        name: name.into(),
-        dtype,
-        shape: shape(dims),
-        offset,
-        act_scale: None,
-    }
+    TensorSpec::Activation { name: name.into(), dtype, shape: shape(dims), offset, act_scale: None }
 }
 
 fn meta(input: u32, output: u32, dims: &[u32], feed: FeedDType, image: bool) -> MetadataSpec {
@@ -54,11 +43,7 @@ fn meta(input: u32, output: u32, dims: &[u32], feed: FeedDType, image: bool) -> 
                 pixel_scale: 1.0 / 255.0,
             }),
         }],
-        outputs: vec![OutputSpec {
-            name: "out".into(),
-            tensor: output,
-            kind: OutputKind::Logits,
-        }],
+        outputs: vec![OutputSpec { name: "out".into(), tensor: output, kind: OutputKind::Logits }],
     }
 }
 
@@ -73,20 +58,12 @@ fn dense_softmax() -> ModelSpec {
             act("p", DType::F32, &[8], 128),
         ],
         ops: vec![
-            Op::Dense(Dense {
-                x: 0,
-                proj: Proj { w: 1, b: Some(2) },
-                act: Activation::Relu,
-                y: 3,
-            }),
+            Op::Dense(Dense { x: 0, proj: Proj { w: 1, b: Some(2) }, act: Activation::Relu, y: 3 }),
             Op::Softmax(Softmax { x: 3, y: 4 }),
         ],
         inputs: vec![0],
         outputs: vec![4],
-        plan: MemoryPlan {
-            arena_bytes_per_sample: 192,
-            scratch_bytes: 0,
-        },
+        plan: MemoryPlan { arena_bytes_per_sample: 192, scratch_bytes: 0 },
     }
 }
 
@@ -105,20 +82,8 @@ fn text_attention() -> ModelSpec {
             act("n", DType::F32, &[4, 8], 384),
         ],
         ops: vec![
-            Op::Embedding(Embedding {
-                ids: 0,
-                table: 1,
-                pos: None,
-                y: 3,
-            }),
-            Op::LayerNorm(LayerNorm {
-                x: 3,
-                gamma: 7,
-                beta: None,
-                eps: 1e-6,
-                axis: NormAxis::Last,
-                y: 8,
-            }),
+            Op::Embedding(Embedding { ids: 0, table: 1, pos: None, y: 3 }),
+            Op::LayerNorm(LayerNorm { x: 3, gamma: 7, beta: None, eps: 1e-6, axis: NormAxis::Last, y: 8 }),
             Op::Attention(Attention {
                 x: 8,
                 variant: AttentionVariant::Efficient,
@@ -134,20 +99,11 @@ fn text_attention() -> ModelSpec {
                 y: 5,
                 internals: Internals::F32,
             }),
-            Op::Reduce(Reduce {
-                x: 5,
-                op: ReduceOp::Mean,
-                axis: 0,
-                keep_dims: false,
-                y: 6,
-            }),
+            Op::Reduce(Reduce { x: 5, op: ReduceOp::Mean, axis: 0, keep_dims: false, y: 6 }),
         ],
         inputs: vec![0],
         outputs: vec![6],
-        plan: MemoryPlan {
-            arena_bytes_per_sample: 512,
-            scratch_bytes: 64,
-        },
+        plan: MemoryPlan { arena_bytes_per_sample: 512, scratch_bytes: 64 },
     }
 }
 
@@ -158,23 +114,14 @@ fn empty() -> ModelSpec {
         ops: vec![],
         inputs: vec![],
         outputs: vec![],
-        plan: MemoryPlan {
-            arena_bytes_per_sample: 0,
-            scratch_bytes: 0,
-        },
+        plan: MemoryPlan { arena_bytes_per_sample: 0, scratch_bytes: 0 },
     }
 }
 
 fn main() {
-    let dir = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "corpus/load".into());
+    let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus/load".into());
     std::fs::create_dir_all(&dir).unwrap();
-    for (name, spec) in [
-        ("dense_softmax", dense_softmax()),
-        ("text_attention", text_attention()),
-        ("empty", empty()),
-    ] {
+    for (name, spec) in [("dense_softmax", dense_softmax()), ("text_attention", text_attention()), ("empty", empty())] {
         let bytes = write_model(&spec).unwrap();
         std::fs::write(format!("{dir}/{name}.kes"), bytes).unwrap();
     }

@@ -33,13 +33,7 @@ fn touch_all(f: &KesFile<'_>) {
     for op in f.ops() {
         op.expect("op after a successful parse");
     }
-    let _ = (
-        f.inputs().count(),
-        f.outputs().count(),
-        f.plan(),
-        f.version(),
-        f.bytes().len(),
-    );
+    let _ = (f.inputs().count(), f.outputs().count(), f.plan(), f.version(), f.bytes().len());
 }
 
 fuzz_target!(|data: &[u8]| {
