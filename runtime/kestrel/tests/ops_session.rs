@@ -516,11 +516,10 @@ fn attention(
     mask: Option<TensorId>,
     biased: [bool; 2],
 ) -> Result<TensorId, Error> {
-    use AttentionVariant::*;
     let q = c.proj(D, D, true)?;
-    let k = matches!(variant, Standard | Optimised).then(|| c.proj(D, D, true)).transpose()?;
-    let v = (variant == Standard).then(|| c.proj(D, D, biased[0])).transpose()?;
-    let align = (variant == Super).then(|| c.proj(T, T, true)).transpose()?;
+    let k = variant.has_k().then(|| c.proj(D, D, true)).transpose()?;
+    let v = variant.has_v().then(|| c.proj(D, D, biased[0])).transpose()?;
+    let align = variant.has_align().then(|| c.proj(T, T, true)).transpose()?;
     let o = c.proj(D, D, biased[1])?;
     let scale = 1.0 / ((D / heads) as f32).sqrt();
     let heads = heads as u32;

@@ -7,7 +7,7 @@ use kestrel_cpu::kernels::attention::*;
 use kestrel_cpu::kernels::fastformer::*;
 use kestrel_format::ops::AttentionVariant;
 use kestrel_format::DType;
-use kestrel_reference::mechanisms::{self as reference, AttentionKind, AttentionRef, Qkvo};
+use kestrel_reference::mechanisms::{self as reference, AttentionRef, Qkvo};
 
 // ---------------------------------------------------------------- attention
 
@@ -22,16 +22,12 @@ pub struct AttnLayer {
 impl AttnLayer {
     pub fn random(rng: &mut Rng, dtype: DType, p: &AttentionParams) -> Self {
         let (t, d) = (p.t, p.d);
-        let (std, opt, sup) = (
-            p.variant == AttentionVariant::Standard,
-            p.variant == AttentionVariant::Optimised,
-            p.variant == AttentionVariant::Super,
-        );
+        let (k, v, align) = p.variant.projections();
         Self {
             q: TProj::random(rng, dtype, d, d, 0.0),
-            k: (std || opt).then(|| TProj::random(rng, dtype, d, d, 0.0)),
-            v: std.then(|| TProj::random(rng, dtype, d, d, 0.0)),
-            align: sup.then(|| TProj::random(rng, dtype, t, t, 0.0)),
+            k: k.then(|| TProj::random(rng, dtype, d, d, 0.0)),
+            v: v.then(|| TProj::random(rng, dtype, d, d, 0.0)),
+            align: align.then(|| TProj::random(rng, dtype, t, t, 0.0)),
             o: TProj::random(rng, dtype, d, d, 0.0),
         }
     }
@@ -43,12 +39,7 @@ impl AttnLayer {
     /// [`reference`](Self::reference) with an additive mask `[T]` or `[T, T]`.
     pub fn reference_masked(&self, p: &AttentionParams, x: &[f32], mask: Option<&[f32]>) -> Vec<f64> {
         let mask = mask.map(to_f64);
-        let kind = match p.variant {
-            AttentionVariant::Standard => AttentionKind::Standard,
-            AttentionVariant::Optimised => AttentionKind::Optimised,
-            AttentionVariant::Efficient => AttentionKind::Efficient,
-            AttentionVariant::Super => AttentionKind::Super,
-        };
+        let kind = kestrel_reference::testing::attention_kind(p.variant);
         let a = AttentionRef {
             kind,
             heads: p.heads,

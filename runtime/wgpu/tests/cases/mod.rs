@@ -112,10 +112,9 @@ pub fn attention_op(
     mask: Option<TensorId>,
 ) -> Result<TensorId, kestrel::Error> {
     let q = c.proj(d, d, true)?;
-    let std_or_opt = matches!(variant, AttentionVariant::Standard | AttentionVariant::Optimised);
-    let k = if std_or_opt { Some(c.proj(d, d, true)?) } else { None };
-    let vv = if variant == AttentionVariant::Standard { Some(c.proj(d, d, true)?) } else { None };
-    let align = if variant == AttentionVariant::Super { Some(c.proj(t, t, true)?) } else { None };
+    let k = if variant.has_k() { Some(c.proj(d, d, true)?) } else { None };
+    let vv = if variant.has_v() { Some(c.proj(d, d, true)?) } else { None };
+    let align = if variant.has_align() { Some(c.proj(t, t, true)?) } else { None };
     let o = c.proj(d, d, true)?;
     let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
     c.b.op(|y| {
