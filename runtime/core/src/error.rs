@@ -1,4 +1,5 @@
-//! Errors of the CPU runtime.
+//! The errors every backend shares: loading and validating a model (`LoadError`), a shape that
+//! does not fit its op (`ShapeError`), and running it (`RunError`).
 
 /// A tensor's shape does not fit the op that uses it (found while validating a model).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
