@@ -70,39 +70,8 @@ pub fn gpu_f16() -> Option<GpuContext> {
     None
 }
 
-/// Owned feeds (batch-major).
-#[derive(Clone, Debug)]
-pub enum Feed {
-    F32(Vec<f32>),
-    I32(Vec<i32>),
-    I64(Vec<i64>),
-}
-
-impl Feed {
-    pub fn input(&self) -> Input<'_> {
-        match self {
-            Feed::F32(v) => Input::F32(v),
-            Feed::I32(v) => Input::I32(v),
-            Feed::I64(v) => Input::I64(v),
-        }
-    }
-    pub fn len(&self) -> usize {
-        match self {
-            Feed::F32(v) => v.len(),
-            Feed::I32(v) => v.len(),
-            Feed::I64(v) => v.len(),
-        }
-    }
-    /// The first `n` of `batch` samples.
-    pub fn head(&self, n: usize, batch: usize) -> Feed {
-        let k = self.len() / batch * n;
-        match self {
-            Feed::F32(v) => Feed::F32(v[..k].to_vec()),
-            Feed::I32(v) => Feed::I32(v[..k].to_vec()),
-            Feed::I64(v) => Feed::I64(v[..k].to_vec()),
-        }
-    }
-}
+/// Owned feeds (batch-major): the reference crate's.
+pub use kestrel_reference::testing::Feed;
 
 fn outputs_for(model: &kestrel::Model, batch: usize) -> Vec<Vec<f32>> {
     let m = model.cpu().expect("model");

@@ -8,7 +8,7 @@
 //!   (8 × 8 transposes of 4-byte groups).
 //! * the GEMV (1–3 rows): weight rows read in place, 32 bytes per load.
 
-use super::q8_driver::{gemm, gemv_r, Q8Kernel, SliceFinish, Tile};
+use super::q8_driver::{gemm, gemv_r, store_columns, Q8Kernel, SliceFinish, Tile};
 use core::arch::x86_64::*;
 
 /// Inputs per packed block (a multiple of 32).
@@ -214,16 +214,7 @@ unsafe impl Q8Kernel for AvxVnni {
                 let mut v = [0i32; NR];
                 _mm256_storeu_si256(v.as_mut_ptr().cast(), _mm256_sub_epi32(ai[0], ws[0]));
                 _mm256_storeu_si256(v.as_mut_ptr().add(8).cast(), _mm256_sub_epi32(ai[1], ws[1]));
-                let p = acc.add(i * ldy);
-                for (c, &vc) in v.iter().enumerate().take(ncols) {
-                    let sum = if load { (*p.add(c)).wrapping_add(vc) } else { vc };
-                    match fin {
-                        None => *p.add(c) = sum,
-                        Some(f) => {
-                            *p.add(c).cast::<f32>() = f.column(c, sum);
-                        }
-                    }
-                }
+                store_columns(acc.add(i * ldy), &v, ncols, load, fin);
             }
         }
     }

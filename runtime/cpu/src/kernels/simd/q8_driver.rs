@@ -189,6 +189,27 @@ impl SliceFinish {
     }
 }
 
+/// A tile row's sums `v` (first `ncols` columns) into `p`: added to what it holds (`load`) or
+/// stored, as i32 or, with `fin`, finished to f32 in the same memory — the column-by-column
+/// epilogue of the kernels that keep no finish in registers.
+///
+/// # Safety
+/// `p` writable (and readable with `load`) for `ncols ≤ v.len()` values; `fin` as made for
+/// this panel.
+#[inline(always)]
+pub(super) unsafe fn store_columns(p: *mut i32, v: &[i32], ncols: usize, load: bool, fin: Option<&SliceFinish>) {
+    // SAFETY: per the contract.
+    unsafe {
+        for (c, &vc) in v.iter().enumerate().take(ncols) {
+            let sum = if load { (*p.add(c)).wrapping_add(vc) } else { vc };
+            match fin {
+                None => *p.add(c) = sum,
+                Some(f) => *p.add(c).cast::<f32>() = f.column(c, sum),
+            }
+        }
+    }
+}
+
 /// Quantises rows `r0..r0+rn` of `x` (`cols` per row), inputs `k0..k0+kn`, into `xb` (stride
 /// `stride`), each padded with `K::PAD` up to `kp` bytes.
 ///

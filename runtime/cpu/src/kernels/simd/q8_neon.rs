@@ -15,7 +15,7 @@
 //!
 //! The `sdot` intrinsics are not stable in Rust, so the instruction is written in `asm!`.
 
-use super::q8_driver::{gemm, gemv_r, Q8Kernel, SliceFinish, Tile};
+use super::q8_driver::{gemm, gemv_r, store_columns, Q8Kernel, SliceFinish, Tile};
 use core::arch::aarch64::*;
 use core::arch::asm;
 
@@ -195,16 +195,7 @@ unsafe impl Q8Kernel for DotProd {
                 let mut v = [0i32; NR];
                 vst1q_s32(v.as_mut_ptr(), ai[0]);
                 vst1q_s32(v.as_mut_ptr().add(4), ai[1]);
-                let p = acc.add(i * ldy);
-                for (c, &vc) in v.iter().enumerate().take(ncols) {
-                    let sum = if load { (*p.add(c)).wrapping_add(vc) } else { vc };
-                    match fin {
-                        None => *p.add(c) = sum,
-                        Some(f) => {
-                            *p.add(c).cast::<f32>() = f.column(c, sum);
-                        }
-                    }
-                }
+                store_columns(acc.add(i * ldy), &v, ncols, load, fin);
             }
         }
     }
