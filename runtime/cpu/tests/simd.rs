@@ -13,25 +13,23 @@ use kestrel_format::{DType, WeightView};
 use kestrel_reference::tolerance::{assert_close, F32_APPROX, F32_KERNEL};
 use proptest::prelude::*;
 
-/// SIMD `x · Wᵀ` for `isa` (None: the ISA is not available here).
-fn simd_matmul(isa: Isa, x: &[f32], rows: usize, w: &WeightView<'_>) -> Option<Vec<f32>> {
-    if !isa.supported() {
-        return None;
+/// `x · Wᵀ` through every f32 dense kernel this CPU runs (one table for every ISA; the
+/// dispatch picks one), called directly: `(ISA name, y)` each.
+fn simd_matmuls(x: &[f32], rows: usize, w: &WeightView<'_>) -> Vec<(&'static str, Vec<f32>)> {
+    let ran: Vec<_> = simd::F32_KERNELS
+        .iter()
+        .filter(|k| k.isa.supported())
+        .map(|k| {
+            let mut y = vec![f32::NAN; rows * w.rows()];
+            // SAFETY: supported() checked the kernel's instructions; lengths as the contract.
+            unsafe { (k.dense)(x, rows, w, &mut y) };
+            (k.isa.name(), y)
+        })
+        .collect();
+    if ran.is_empty() {
+        eprintln!("no SIMD f32 dense kernel on this CPU: only the scalar kernels run here");
     }
-    let mut y = vec![f32::NAN; rows * w.rows()];
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: supported() checked AVX2/FMA/F16C.
-        Isa::Avx2 => unsafe { simd::x86::matmul_wt(x, rows, w, &mut y) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: supported() checked AVX-512F and AVX2/FMA/F16C.
-        Isa::Avx512 => unsafe { simd::x86::matmul_wt_avx512(x, rows, w, &mut y) },
-        #[cfg(target_arch = "aarch64")]
-        // SAFETY: NEON is baseline.
-        Isa::Neon => unsafe { simd::neon::matmul_wt(x, rows, w, &mut y) },
-        _ => return None,
-    }
-    Some(y)
+    ran
 }
 
 /// `rows` rows of x, `out` weight rows, `inp` columns, random values.
@@ -72,12 +70,10 @@ fn check_matmul(rows: usize, out: usize, inp: usize, x: &[f32], wv: &[f32], dt: 
         })
         .collect();
     assert_close("scalar linear", &scalar, &want, F32_APPROX);
-    for isa in isas() {
-        if let Some(got) = simd_matmul(isa, x, rows, &w) {
-            assert_close(&format!("{} {:?} matmul_wt", isa.name(), dtype), &got, &want, F32_APPROX);
-            let scalar64: Vec<f64> = scalar.iter().map(|&v| f64::from(v)).collect();
-            assert_close(&format!("{} {:?} vs scalar", isa.name(), dtype), &got, &scalar64, F32_APPROX);
-        }
+    let scalar64: Vec<f64> = scalar.iter().map(|&v| f64::from(v)).collect();
+    for (name, got) in simd_matmuls(x, rows, &w) {
+        assert_close(&format!("{name} {dtype:?} matmul_wt"), &got, &want, F32_APPROX);
+        assert_close(&format!("{name} {dtype:?} vs scalar"), &got, &scalar64, F32_APPROX);
     }
 }
 
@@ -510,10 +506,8 @@ proptest! {
         let mut scalar = vec![0.0f32; rows * out];
         linear_scalar_body(&x, rows, &w, None, &mut scalar);
         let scalar64: Vec<f64> = scalar.iter().map(|&v| f64::from(v)).collect();
-        for isa in isas() {
-            if let Some(got) = simd_matmul(isa, &x, rows, &w) {
-                assert_close(&format!("{} int4 (raw bytes) matmul_wt", isa.name()), &got, &scalar64, F32_APPROX);
-            }
+        for (name, got) in simd_matmuls(&x, rows, &w) {
+            assert_close(&format!("{name} int4 (raw bytes) matmul_wt"), &got, &scalar64, F32_APPROX);
         }
     }
 }

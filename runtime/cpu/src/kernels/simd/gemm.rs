@@ -23,77 +23,17 @@
 //! kernels, so they give identical results. Results equal the scalar kernels' up to f32
 //! summation order (`runtime/cpu/tests/simd.rs`).
 
-use super::loaders::Loader;
+pub(super) use super::f32_driver::Vf;
+use super::f32_driver::{panel_rows, zero_rows, GemmKernel, Load, Panel, Strided, Weights, F32W, NR_MAX};
+pub(super) use super::loaders::{Y, Z};
 use core::arch::x86_64::*;
 
 /// Input features per packed panel: `KC × 32` f32 = 32 KiB, which stays in L1/L2 while every
 /// row of `x` passes over it. A multiple of the int4 group and of 8.
 pub const KC: usize = 512;
 
-/// The widest panel (AVX-512: two vectors of 16).
-const NR_MAX: usize = 32;
-
 /// Rows from which the GEMM kernels are used (below, the dot-product kernels are faster).
 pub const MIN_ROWS: usize = super::GEMM_MIN_ROWS;
-
-/// One SIMD register of f32 lanes.
-pub(super) trait Vf: Copy {
-    /// Lanes.
-    const L: usize;
-    unsafe fn zero() -> Self;
-    unsafe fn load(p: *const f32) -> Self;
-    unsafe fn splat(p: *const f32) -> Self;
-    /// `a · b + c`.
-    unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
-    unsafe fn add(a: Self, b: Self) -> Self;
-    unsafe fn store(p: *mut f32, v: Self);
-}
-
-/// Implements [`Vf`] for a one-register wrapper: the same six operations, the intrinsics of
-/// its width. `$safety` names the target features every caller has.
-macro_rules! impl_vf {
-    ($t:ident($reg:ty), $lanes:expr, $safety:literal, zero: $zero:ident, load: $load:ident,
-     splat: |$sp:ident| $splat:expr, fma: $fma:ident, add: $add:ident, store: $store:ident) => {
-        #[doc = concat!($safety, ": ", stringify!($lanes), " lanes.")]
-        #[derive(Clone, Copy)]
-        pub(super) struct $t($reg);
-
-        impl Vf for $t {
-            const L: usize = $lanes;
-            #[inline(always)]
-            unsafe fn zero() -> Self {
-                // SAFETY (all methods): the features of `$safety` available in every caller;
-                // pointers valid per caller.
-                unsafe { $t($zero()) }
-            }
-            #[inline(always)]
-            unsafe fn load(p: *const f32) -> Self {
-                unsafe { $t($load(p)) }
-            }
-            #[inline(always)]
-            unsafe fn splat($sp: *const f32) -> Self {
-                unsafe { $t($splat) }
-            }
-            #[inline(always)]
-            unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
-                unsafe { $t($fma(a.0, b.0, c.0)) }
-            }
-            #[inline(always)]
-            unsafe fn add(a: Self, b: Self) -> Self {
-                unsafe { $t($add(a.0, b.0)) }
-            }
-            #[inline(always)]
-            unsafe fn store(p: *mut f32, v: Self) {
-                unsafe { $store(p, v.0) }
-            }
-        }
-    };
-}
-
-impl_vf!(Y(__m256), 8, "AVX2 + FMA", zero: _mm256_setzero_ps, load: _mm256_loadu_ps,
-    splat: |p| _mm256_broadcast_ss(&*p), fma: _mm256_fmadd_ps, add: _mm256_add_ps, store: _mm256_storeu_ps);
-impl_vf!(Z(__m512), 16, "AVX-512F", zero: _mm512_setzero_ps, load: _mm512_loadu_ps,
-    splat: |p| _mm512_set1_ps(*p), fma: _mm512_fmadd_ps, add: _mm512_add_ps, store: _mm512_storeu_ps);
 
 /// Transposes the 8×8 block `r` (row i = `r[i]`) in registers: returns its columns.
 #[inline(always)]
@@ -129,11 +69,29 @@ unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
     }
 }
 
+/// AVX2 and AVX-512 pack with the 8-column AVX2 loads and transposes; their tiles are the
+/// driver's broadcast kernel.
+macro_rules! x86_gemm_kernel {
+    ($($v:ty),*) => {$(
+        // SAFETY: as `Vf` for the vector (packing needs AVX2/F16C, which every caller has).
+        unsafe impl GemmKernel for $v {
+            type Pack = Y;
+            const KC: usize = KC;
+            #[inline(always)]
+            unsafe fn pack<L: Load<Y>>(w: &L, n0: usize, nv: usize, k0: usize, kc: usize, nr: usize, buf: *mut f32) {
+                // SAFETY: the trait's contract.
+                unsafe { pack(w, n0, nv, k0, kc, nr, buf) }
+            }
+        }
+    )*};
+}
+x86_gemm_kernel!(Y, Z);
+
 /// Packs `W[n0 .. n0 + nv, k0 .. k0 + kc]` (dequantised, times the row scales) into
 /// `buf[kk · nr + j]`; features `nv .. nr` of the panel are zeros. `k0 % 8 == 0`, `nr % 8 == 0`;
 /// `buf` has room for `kc · nr` f32 (it may be uninitialised: every element is written).
 #[inline(always)]
-unsafe fn pack<L: Loader>(w: &L, n0: usize, nv: usize, k0: usize, kc: usize, nr: usize, buf: *mut f32) {
+unsafe fn pack<L: Load<Y>>(w: &L, n0: usize, nv: usize, k0: usize, kc: usize, nr: usize, buf: *mut f32) {
     debug_assert!(nv <= nr && k0.is_multiple_of(8) && nr.is_multiple_of(8));
     let kc8 = kc / 8 * 8;
     let bp = buf;
@@ -156,7 +114,7 @@ unsafe fn pack<L: Loader>(w: &L, n0: usize, nv: usize, k0: usize, kc: usize, nr:
                 // 4× slower for it).
                 let mut rows = [_mm256_setzero_ps(); 8];
                 for (i, r) in rows.iter_mut().enumerate().take(nv.saturating_sub(j8)) {
-                    *r = _mm256_mul_ps(w.load(n0 + j8 + i, k0 + kk), _mm256_set1_ps(scale[i]));
+                    *r = _mm256_mul_ps(w.load(n0 + j8 + i, k0 + kk).0, _mm256_set1_ps(scale[i]));
                 }
                 for (i, col) in transpose8(rows).into_iter().enumerate() {
                     _mm256_storeu_ps(bp.add((kk + i) * nr + j8), col);
@@ -173,27 +131,6 @@ unsafe fn pack<L: Loader>(w: &L, n0: usize, nv: usize, k0: usize, kc: usize, nr:
     }
 }
 
-/// Where the micro-kernel finds row `kk` of a `[kc, NV·L]` block of `b`.
-pub(super) trait Panel: Copy {
-    /// Row `kk`'s first element.
-    ///
-    /// # Safety
-    /// `kk` is below the block's `kc`, for which the panel was built.
-    unsafe fn row(self, kk: usize) -> *const f32;
-}
-
-/// Rows at a fixed stride: a packed panel (`ld = NV·L`) or a row-major matrix read in place.
-#[derive(Clone, Copy)]
-pub(super) struct Strided(pub *const f32, pub usize);
-
-impl Panel for Strided {
-    #[inline(always)]
-    unsafe fn row(self, kk: usize) -> *const f32 {
-        // SAFETY: the caller's row index; the panel's builder guarantees the rows exist.
-        unsafe { self.0.add(kk * self.1) }
-    }
-}
-
 /// Rows at arbitrary offsets from one base (`base + off[kk]`): an implicit matrix such as a
 /// convolution's patches, each row a contiguous run of its input's phase planes.
 #[derive(Clone, Copy)]
@@ -204,166 +141,6 @@ impl Panel for Indexed {
     unsafe fn row(self, kk: usize) -> *const f32 {
         // SAFETY: the caller's row index < kc, for which the offset table holds valid offsets.
         unsafe { self.0.add(*self.1.add(kk)) }
-    }
-}
-
-/// `y[MR rows, nvalid cols] (=|+=) x[MR rows, kc] · b[kc, NV·L]`: `a` points at x's first
-/// element (row stride `lda`), `b` gives the `kc` rows of `NV·L` f32 ([`Panel`]), `c` at y's
-/// (row stride `ldc`).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn ukernel<V: Vf, P: Panel, const MR: usize, const NV: usize>(
-    kc: usize,
-    a: *const f32,
-    lda: usize,
-    b: P,
-    c: *mut f32,
-    ldc: usize,
-    nvalid: usize,
-    add: bool,
-) {
-    // SAFETY: the caller guarantees MR rows of kc activations at a (stride lda), kc rows of NV·L
-    // f32 through b, and MR rows of nvalid outputs at c (stride ldc).
-    unsafe {
-        let mut acc = [[V::zero(); NV]; MR];
-        let mut ap = a;
-        for kk in 0..kc {
-            let bp = b.row(kk);
-            let mut bv = [V::zero(); NV];
-            for (v, bv) in bv.iter_mut().enumerate() {
-                *bv = V::load(bp.add(v * V::L));
-            }
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let xa = V::splat(ap.add(r * lda));
-                for (acc, &bv) in acc.iter_mut().zip(&bv) {
-                    *acc = V::fma(xa, bv, *acc);
-                }
-            }
-            ap = ap.add(1);
-        }
-        for (r, acc) in acc.iter().enumerate() {
-            for (v, &acc) in acc.iter().enumerate() {
-                let col = v * V::L;
-                let p = c.add(r * ldc + col);
-                if col + V::L <= nvalid {
-                    let val = if add { V::add(V::load(p), acc) } else { acc };
-                    V::store(p, val);
-                } else if col < nvalid {
-                    let mut tmp = [0.0f32; 16];
-                    V::store(tmp.as_mut_ptr(), acc);
-                    for (i, &t) in tmp.iter().enumerate().take(nvalid - col) {
-                        *p.add(i) = if add { *p.add(i) + t } else { t };
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The `rows - m0 < MR` tail rows through the matching micro-kernel.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn ukernel_tail<V: Vf, P: Panel, const NV: usize>(
-    m: usize,
-    kc: usize,
-    a: *const f32,
-    lda: usize,
-    b: P,
-    c: *mut f32,
-    ldc: usize,
-    nvalid: usize,
-    add: bool,
-) {
-    // SAFETY: as `ukernel`, for m rows.
-    unsafe {
-        match m {
-            1 => ukernel::<V, P, 1, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            2 => ukernel::<V, P, 2, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            3 => ukernel::<V, P, 3, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            4 => ukernel::<V, P, 4, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            5 => ukernel::<V, P, 5, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            6 => ukernel::<V, P, 6, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            7 => ukernel::<V, P, 7, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            _ => unreachable!("tail of {m} rows"),
-        }
-    }
-}
-
-/// Every row of `y` against one `[kc, NV·L]` panel: `MR` rows at a time, the rest through
-/// [`ukernel_tail`]. `a` points at row 0, column `k0` of the left matrix (row stride `lda`), `c`
-/// at row 0, column `n0` of `y` (row stride `ldc`).
-///
-/// # Safety
-/// As [`ukernel`], for `m` rows.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn panel_rows<V: Vf, P: Panel, const MR: usize, const NV: usize>(
-    m: usize,
-    kc: usize,
-    a: *const f32,
-    lda: usize,
-    panel: P,
-    c: *mut f32,
-    ldc: usize,
-    nv: usize,
-    add: bool,
-) {
-    let mut m0 = 0;
-    // SAFETY: rows m0.. < m of a and c, per the caller's contract.
-    unsafe {
-        while m0 + MR <= m {
-            ukernel::<V, P, MR, NV>(kc, a.add(m0 * lda), lda, panel, c.add(m0 * ldc), ldc, nv, add);
-            m0 += MR;
-        }
-        if m0 < m {
-            ukernel_tail::<V, P, NV>(m - m0, kc, a.add(m0 * lda), lda, panel, c.add(m0 * ldc), ldc, nv, add);
-        }
-    }
-}
-
-/// `y [rows, out] = x [rows, K] · Wᵀ` with an `MR × (NV·lanes)` micro-kernel (`MR ≤ 8`).
-///
-/// # Safety
-/// The CPU must support `V`'s instructions and AVX2/FMA/F16C (packing); `x.len() >= rows·K`,
-/// `W` has `out` rows of `K` columns, and `y` points at `rows` rows of `out` writable f32 with
-/// row stride `ldy ≥ out`, which no one else accesses meanwhile.
-#[inline(always)]
-pub(super) unsafe fn gemm<V: Vf, L: Loader, const MR: usize, const NV: usize>(
-    x: &[f32],
-    rows: usize,
-    w: &L,
-    out: usize,
-    y: *mut f32,
-    ldy: usize,
-) {
-    let inp = w.cols();
-    assert!(x.len() >= rows * inp && ldy >= out && NV * V::L <= NR_MAX && MR <= 8);
-    if inp == 0 {
-        // SAFETY: the caller's contract on y.
-        unsafe { zero_rows(y, rows, out, ldy) };
-        return;
-    }
-    let nr = NV * V::L;
-    // Not zeroed (64 KiB of stores per call): `pack` writes every element the kernel reads.
-    let mut buf = core::mem::MaybeUninit::<[f32; KC * NR_MAX]>::uninit();
-    let bp = buf.as_mut_ptr().cast::<f32>();
-    let (xp, yp) = (x.as_ptr(), y);
-    // SAFETY: every micro-kernel call covers rows m0..m0+m < rows, columns k0..k0+kc ≤ inp of x,
-    // and outputs n0..n0+nv ≤ out of y; `pack` stays inside W and buf.
-    unsafe {
-        let mut n0 = 0;
-        while n0 < out {
-            let nv = nr.min(out - n0);
-            let mut k0 = 0;
-            while k0 < inp {
-                let kc = KC.min(inp - k0);
-                pack(w, n0, nv, k0, kc, nr, bp);
-                let (a, c) = (xp.add(k0), yp.add(n0));
-                panel_rows::<V, _, MR, NV>(rows, kc, a, inp, Strided(bp, nr), c, ldy, nv, k0 > 0);
-                k0 += kc;
-            }
-            n0 += nr;
-        }
     }
 }
 
@@ -382,7 +159,7 @@ const KC_KN: usize = 256;
 /// `ldy ≥ n`, which no one else accesses meanwhile. (Slice lengths are checked.)
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn gemm_kn<V: Vf, const MR: usize, const NV: usize>(
+pub(super) unsafe fn gemm_kn<V: GemmKernel, const MR: usize, const NV: usize>(
     a: &[f32],
     m: usize,
     k: usize,
@@ -442,7 +219,7 @@ pub(super) unsafe fn gemm_kn<V: Vf, const MR: usize, const NV: usize>(
 /// As [`gemm_kn`] on `y`. (`rows(kk) + n <= b.len()` is checked for every row.)
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn gemm_kn_rows<V: Vf, const MR: usize, const NV: usize>(
+pub(super) unsafe fn gemm_kn_rows<V: GemmKernel, const MR: usize, const NV: usize>(
     a: &[f32],
     m: usize,
     k: usize,
@@ -615,7 +392,7 @@ unsafe fn ukernel_t<V: Vf, const MR: usize, const NV: usize>(
 pub(super) unsafe fn gemm_small_m<V: Vf, const MR: usize, const NV: usize>(
     x: &[f32],
     rows: usize,
-    w: &super::loaders::F32W<'_>,
+    w: &F32W<'_>,
     out: usize,
     y: *mut f32,
     ldy: usize,
@@ -651,16 +428,5 @@ pub(super) unsafe fn gemm_small_m<V: Vf, const MR: usize, const NV: usize>(
             }
             k0 += kc;
         }
-    }
-}
-
-/// Zeroes `rows` rows of `cols` f32 at stride `ld` from `y` (an empty product).
-///
-/// # Safety
-/// As [`gemm`]'s contract on `y`.
-pub(super) unsafe fn zero_rows(y: *mut f32, rows: usize, cols: usize, ld: usize) {
-    for r in 0..rows {
-        // SAFETY: row r's cols elements are the caller's.
-        unsafe { core::ptr::write_bytes(y.add(r * ld), 0, cols) };
     }
 }

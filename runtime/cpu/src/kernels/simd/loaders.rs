@@ -1,175 +1,214 @@
-//! The f32 dense kernels' weight loaders (x86_64): a weight matrix of any stored encoding read
-//! 8 columns at a time and dequantised in registers, shared by the AVX2 GEMV (`x86.rs`), the
-//! AVX-512 GEMV (`gemv512.rs`) and the packed GEMMs (`gemm.rs`).
+//! The f32 dense kernels' x86_64 pieces for the driver (`f32_driver.rs`): the vectors ([`Y`],
+//! AVX2 8 lanes; [`Z`], AVX-512 16 lanes) and each weight encoding's decode of a vector of
+//! columns in registers (f16 by `vcvtph2ps`, int8 by sign extension and `vcvtdq2ps`, int4 by
+//! nibble unpacking and the group's scale), used by the dot products (`x86.rs`) and the packed
+//! GEMMs (`gemm.rs`: always 8 columns at a time, [`Y`]).
 
-use super::nibble;
+use super::f32_driver::{DotKernel, Load, Vf, F16W, F32W, I4W, I8W};
 use core::arch::x86_64::*;
-use half::f16;
-use kestrel_format::INT4_GROUP;
 
-/// A weight matrix read 8 columns at a time, dequantised in registers.
-pub(super) trait Loader {
-    /// Columns.
-    fn cols(&self) -> usize;
-    /// Columns `k..k+8` of row `o`, dequantised except for the per-row scale
-    /// (`k % 8 == 0`, `k + 8 <= cols`).
-    unsafe fn load(&self, o: usize, k: usize) -> __m256;
-    /// Element `(o, k)`, same convention (for the column tail).
-    fn get(&self, o: usize, k: usize) -> f32;
-    /// Factor applied to row `o`'s sums.
-    fn row_scale(&self, o: usize) -> f32;
-    /// Address of the byte holding element `(o, k)` (`k < cols`), for software prefetches.
-    fn addr(&self, o: usize, k: usize) -> *const u8;
-    /// Columns per 64-byte cache line.
-    const LINE_COLS: usize;
+/// Implements [`Vf`] for a one-register wrapper: the same operations, the intrinsics of its
+/// width. `$safety` names the target features every caller has.
+macro_rules! impl_vf {
+    ($t:ident($reg:ty), $lanes:expr, $safety:literal, zero: $zero:ident, load: $load:ident,
+     splat: |$sp:ident| $splat:expr, fma: $fma:ident, add: $add:ident, store: $store:ident,
+     hsum: |$hv:ident| $hsum:expr) => {
+        #[doc = concat!($safety, ": ", stringify!($lanes), " lanes.")]
+        #[derive(Clone, Copy)]
+        pub(super) struct $t(pub(super) $reg);
+
+        // SAFETY: called only from entry points with `$safety` enabled (the trait's contract).
+        unsafe impl Vf for $t {
+            const L: usize = $lanes;
+            #[inline(always)]
+            unsafe fn zero() -> Self {
+                // SAFETY (all methods): the features of `$safety` available in every caller;
+                // pointers valid per caller.
+                unsafe { $t($zero()) }
+            }
+            #[inline(always)]
+            unsafe fn load(p: *const f32) -> Self {
+                unsafe { $t($load(p)) }
+            }
+            #[inline(always)]
+            unsafe fn splat($sp: *const f32) -> Self {
+                unsafe { $t($splat) }
+            }
+            #[inline(always)]
+            unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+                unsafe { $t($fma(a.0, b.0, c.0)) }
+            }
+            #[inline(always)]
+            unsafe fn add(a: Self, b: Self) -> Self {
+                unsafe { $t($add(a.0, b.0)) }
+            }
+            #[inline(always)]
+            unsafe fn store(p: *mut f32, v: Self) {
+                unsafe { $store(p, v.0) }
+            }
+            #[inline(always)]
+            unsafe fn hsum(v: Self) -> f32 {
+                let $hv = v.0;
+                unsafe { $hsum }
+            }
+            #[inline(always)]
+            unsafe fn prefetch_l1(p: *const u8) {
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
+            }
+            #[inline(always)]
+            unsafe fn prefetch_l2(p: *const u8) {
+                unsafe { _mm_prefetch::<_MM_HINT_T1>(p.cast()) }
+            }
+        }
+    };
 }
 
-/// An element type a weight matrix is stored in densely (no per-row scale): f32 or f16.
-pub(super) trait Dense: Copy {
-    /// Columns per 64-byte cache line.
-    const LINE_COLS: usize;
-    /// The 8 elements at `p` as f32 lanes.
-    unsafe fn load8(p: *const Self) -> __m256;
-    /// The element as f32.
-    fn widen(self) -> f32;
-}
+impl_vf!(Y(__m256), 8, "AVX2 + FMA", zero: _mm256_setzero_ps, load: _mm256_loadu_ps,
+    splat: |p| _mm256_broadcast_ss(&*p), fma: _mm256_fmadd_ps, add: _mm256_add_ps, store: _mm256_storeu_ps,
+    hsum: |v| hsum(v));
+impl_vf!(Z(__m512), 16, "AVX-512F", zero: _mm512_setzero_ps, load: _mm512_loadu_ps,
+    splat: |p| _mm512_set1_ps(*p), fma: _mm512_fmadd_ps, add: _mm512_add_ps, store: _mm512_storeu_ps,
+    hsum: |v| _mm512_reduce_add_ps(v));
 
-impl Dense for f32 {
-    const LINE_COLS: usize = 16;
-    #[inline(always)]
-    unsafe fn load8(p: *const f32) -> __m256 {
-        // SAFETY: 8 floats at p (the caller's contract).
-        unsafe { _mm256_loadu_ps(p) }
-    }
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self
+/// The 8 lanes' sum: halves, then pairs, then the last two.
+#[inline(always)]
+pub(super) unsafe fn hsum(v: __m256) -> f32 {
+    // SAFETY (whole fn): AVX available in every caller.
+    unsafe {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+        _mm_cvtss_f32(s)
     }
 }
 
-impl Dense for f16 {
-    const LINE_COLS: usize = 32;
+/// Longest row of `x` (f32 columns, 32 KiB) that the streaming GEMV reads once per weight row
+/// of an encoding other than f32 (beside the weight stream in L1).
+const STREAM_MAX_COLS: usize = 8 * 1024;
+
+/// AVX2: 256 columns per block (a multiple of the int4 group, so blocks start on group
+/// boundaries; 4 rows of `x` × 256 columns = 4 KiB stay in L1 across the weight rows); a GEMV
+/// streams f32 weights (16 columns per cache line), and f16 (32) with rows of `x` that fit in L1.
+impl DotKernel for Y {
+    const KC: usize = 256;
     #[inline(always)]
-    unsafe fn load8(p: *const f16) -> __m256 {
-        // SAFETY: 8 halves at p (the caller's contract); F16C available in every caller.
-        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
-    }
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self.to_f32()
+    fn stream(line_cols: usize, cols: usize) -> bool {
+        line_cols == 16 || (line_cols == 32 && cols <= STREAM_MAX_COLS)
     }
 }
 
-/// A dense `[rows, cols]` matrix of `T` (the slice, `cols`).
-pub(super) struct DenseW<'a, T>(pub(super) &'a [T], pub(super) usize);
-/// f32 weights.
-pub(super) type F32W<'a> = DenseW<'a, f32>;
-/// f16 weights.
-pub(super) type F16W<'a> = DenseW<'a, f16>;
-
-impl<T: Dense> Loader for DenseW<'_, T> {
-    const LINE_COLS: usize = T::LINE_COLS;
+/// AVX-512 (the GEMV only): f32 weights always stream (rereading `x` costs no more than the
+/// weights), other encodings while a row of `x` fits in L1 beside the stream.
+impl DotKernel for Z {
+    const KC: usize = 256;
     #[inline(always)]
-    fn cols(&self) -> usize {
-        self.1
+    fn stream(line_cols: usize, cols: usize) -> bool {
+        line_cols == 16 || cols <= STREAM_MAX_COLS
     }
+}
+
+/// The int4 columns `k..k+2n` from the `n` packed bytes in `b`'s low lanes, as sign-extended
+/// bytes in order (element 2j is byte j's low nibble, 2j+1 its high one).
+#[inline(always)]
+unsafe fn nibbles(b: __m128i) -> __m128i {
+    // SAFETY: SSE2 in every caller.
+    unsafe {
+        let m = _mm_set1_epi8(0x0f);
+        let n = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16::<4>(b), m));
+        let eight = _mm_set1_epi8(8);
+        _mm_sub_epi8(_mm_xor_si128(n, eight), eight)
+    }
+}
+
+/// The f16 scale `h` (bits) in every lane, by `vcvtph2ps` (`half::f16::to_f32` would detect F16C
+/// again at run time on every call, ~1 ns per 8 weights).
+#[inline(always)]
+unsafe fn scale_ps(h: u16) -> __m128 {
+    // SAFETY: F16C in every caller.
+    unsafe { _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))) }
+}
+
+// SAFETY (every `load` below): (o, k..k + lanes) is inside the matrix (the trait's contract);
+// the vector's features, and F16C, in every caller.
+impl Load<Y> for F32W<'_> {
     #[inline(always)]
-    unsafe fn load(&self, o: usize, k: usize) -> __m256 {
+    unsafe fn load(&self, o: usize, k: usize) -> Y {
         debug_assert!(k + 8 <= self.1);
-        // SAFETY: (o, k..k+8) is inside the [rows, cols] matrix (callers' loop bounds).
-        unsafe { T::load8(self.0.as_ptr().add(o * self.1 + k)) }
-    }
-    #[inline(always)]
-    fn get(&self, o: usize, k: usize) -> f32 {
-        self.0[o * self.1 + k].widen()
-    }
-    #[inline(always)]
-    fn addr(&self, o: usize, k: usize) -> *const u8 {
-        self.0.as_ptr().wrapping_add(o * self.1 + k).cast()
-    }
-    #[inline(always)]
-    fn row_scale(&self, _: usize) -> f32 {
-        1.0
+        unsafe { Y(_mm256_loadu_ps(self.ptr(o, k))) }
     }
 }
 
-pub(super) struct I8W<'a>(pub(super) &'a [i8], pub(super) &'a [f32], pub(super) usize);
-impl Loader for I8W<'_> {
-    const LINE_COLS: usize = 64;
+impl Load<Y> for F16W<'_> {
     #[inline(always)]
-    fn cols(&self) -> usize {
-        self.2
+    unsafe fn load(&self, o: usize, k: usize) -> Y {
+        debug_assert!(k + 8 <= self.1);
+        unsafe { Y(_mm256_cvtph_ps(_mm_loadu_si128(self.ptr(o, k).cast()))) }
     }
+}
+
+impl Load<Y> for I8W<'_> {
     #[inline(always)]
-    unsafe fn load(&self, o: usize, k: usize) -> __m256 {
+    unsafe fn load(&self, o: usize, k: usize) -> Y {
         debug_assert!(k + 8 <= self.2);
-        // SAFETY: 8 bytes inside the matrix.
         unsafe {
             let q = _mm_loadl_epi64(self.0.as_ptr().add(o * self.2 + k).cast());
-            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))
+            Y(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)))
         }
-    }
-    #[inline(always)]
-    fn get(&self, o: usize, k: usize) -> f32 {
-        f32::from(self.0[o * self.2 + k])
-    }
-    #[inline(always)]
-    fn addr(&self, o: usize, k: usize) -> *const u8 {
-        self.0.as_ptr().wrapping_add(o * self.2 + k).cast()
-    }
-    #[inline(always)]
-    fn row_scale(&self, o: usize) -> f32 {
-        self.1[o]
     }
 }
 
-pub(super) struct I4W<'a> {
-    pub(super) q: &'a [u8],
-    pub(super) scales: &'a [f16],
-    pub(super) cols: usize,
-    pub(super) row_bytes: usize,
-    pub(super) groups: usize,
-}
-impl Loader for I4W<'_> {
-    const LINE_COLS: usize = 128;
+impl Load<Y> for I4W<'_> {
     #[inline(always)]
-    fn cols(&self) -> usize {
-        self.cols
-    }
-    #[inline(always)]
-    unsafe fn load(&self, o: usize, k: usize) -> __m256 {
+    unsafe fn load(&self, o: usize, k: usize) -> Y {
         debug_assert!(k + 8 <= self.cols && k.is_multiple_of(8));
-        // SAFETY: 4 bytes (8 nibbles) inside row o's packed bytes; the group scale index is
-        // < groups; AVX2/F16C available in every caller.
+        // 4 bytes: 8 nibbles of one group.
         unsafe {
-            let p = self.q.as_ptr().add(o * self.row_bytes + k / 2);
-            let b = _mm_cvtsi32_si128(p.cast::<i32>().read_unaligned());
-            let m = _mm_set1_epi8(0x0f);
-            let lo = _mm_and_si128(b, m);
-            let hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
-            // Element 2j is byte j's low nibble, 2j+1 its high nibble; sign-extend 4 → 8 bits.
-            let n = _mm_unpacklo_epi8(lo, hi);
-            let eight = _mm_set1_epi8(8);
-            let n = _mm_sub_epi8(_mm_xor_si128(n, eight), eight);
-            let v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(n));
-            // The group's f16 scale by `vcvtph2ps` (F16C is enabled here; `half::f16::to_f32`
-            // would detect the feature again at run time on every call, ~1 ns per 8 weights).
-            let h = self.scales.get_unchecked(o * self.groups + k / INT4_GROUP).to_bits();
-            let s = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))));
-            _mm256_mul_ps(v, s)
+            let b = _mm_cvtsi32_si128(self.ptr(o, k).cast::<i32>().read_unaligned());
+            let v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(nibbles(b)));
+            Y(_mm256_mul_ps(v, _mm256_broadcastss_ps(scale_ps(self.scale_bits(o, k)))))
         }
     }
+}
+
+impl Load<Z> for F32W<'_> {
     #[inline(always)]
-    fn get(&self, o: usize, k: usize) -> f32 {
-        let row = &self.q[o * self.row_bytes..(o + 1) * self.row_bytes];
-        nibble(row, k) * self.scales[o * self.groups + k / INT4_GROUP].to_f32()
+    unsafe fn load(&self, o: usize, k: usize) -> Z {
+        debug_assert!(k + 16 <= self.1);
+        unsafe { Z(_mm512_loadu_ps(self.ptr(o, k))) }
     }
+}
+
+impl Load<Z> for F16W<'_> {
     #[inline(always)]
-    fn addr(&self, o: usize, k: usize) -> *const u8 {
-        self.q.as_ptr().wrapping_add(o * self.row_bytes + k / 2)
+    unsafe fn load(&self, o: usize, k: usize) -> Z {
+        debug_assert!(k + 16 <= self.1);
+        unsafe { Z(_mm512_cvtph_ps(_mm256_loadu_si256(self.ptr(o, k).cast()))) }
     }
+}
+
+impl Load<Z> for I8W<'_> {
     #[inline(always)]
-    fn row_scale(&self, _: usize) -> f32 {
-        1.0
+    unsafe fn load(&self, o: usize, k: usize) -> Z {
+        debug_assert!(k + 16 <= self.2);
+        unsafe {
+            Z(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(self.0.as_ptr().add(o * self.2 + k).cast()))))
+        }
+    }
+}
+
+impl Load<Z> for I4W<'_> {
+    #[inline(always)]
+    unsafe fn load(&self, o: usize, k: usize) -> Z {
+        debug_assert!(k + 16 <= self.cols && k.is_multiple_of(16));
+        // 8 bytes → 16 nibbles in order → signed bytes through a 16-entry table → 16 f32, times
+        // the group's scale (16 columns never straddle a group of 32).
+        unsafe {
+            let b = _mm_loadl_epi64(self.ptr(o, k).cast());
+            let m = _mm_set1_epi8(0x0f);
+            let n = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16::<4>(b), m));
+            let lut = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
+            let v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(lut, n)));
+            Z(_mm512_mul_ps(v, _mm512_broadcastss_ps(scale_ps(self.scale_bits(o, k)))))
+        }
     }
 }

@@ -14,10 +14,10 @@ use core::sync::atomic::{AtomicU8, Ordering};
 use kestrel_format::weight::dot_f32 as dot_f32_scalar;
 use kestrel_format::WeightView;
 
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod f32_driver;
 #[cfg(target_arch = "x86_64")]
 mod gemm;
-#[cfg(target_arch = "x86_64")]
-mod gemv512;
 #[cfg(target_arch = "x86_64")]
 mod loaders;
 #[cfg(target_arch = "aarch64")]
@@ -552,32 +552,46 @@ pub fn matmul_kn_rows(
     }
 }
 
-/// `y [rows, out] = x [rows, in] · Wᵀ` (no bias) with the SIMD kernels. Returns false (and
-/// leaves `y` alone) when the ISA is scalar; the caller then runs the scalar loop.
+/// The f32 dense product's signature (`x, rows, w, y`): `y [rows, out] = x [rows, in] · Wᵀ`.
+pub type F32DenseFn = unsafe fn(&[f32], usize, &WeightView<'_>, &mut [f32]);
+
+/// One ISA's f32 dense kernels: the shared driver (`f32_driver.rs`) over that ISA's vectors,
+/// compiled for it. [`F32_KERNELS`] lists them; the dispatch and the tests walk it.
+pub struct F32Kernels {
+    /// The ISA they run under (its [`Isa::supported`] is the entry point's safety condition).
+    pub isa: Isa,
+    /// Whether the dispatch uses them under the session's ISA.
+    pub under: fn(Isa) -> bool,
+    /// `y = x · Wᵀ` for any weight encoding (no bias).
+    ///
+    /// # Safety
+    /// Only where [`Self::isa`] is supported; `x.len() >= rows·in`, `y.len() >= rows·out`.
+    pub dense: F32DenseFn,
+}
+
+/// Every f32 dense kernel compiled for this architecture (the dispatch takes the one whose
+/// `under` holds for the session's ISA).
+pub const F32_KERNELS: &[F32Kernels] = &[
+    #[cfg(target_arch = "x86_64")]
+    F32Kernels { isa: Isa::Avx2, under: |isa| matches!(isa, Isa::Avx2 | Isa::Avx2Vnni), dense: x86::matmul_wt },
+    #[cfg(target_arch = "x86_64")]
+    F32Kernels { isa: Isa::Avx512, under: |isa| isa == Isa::Avx512, dense: x86::matmul_wt_avx512 },
+    #[cfg(target_arch = "aarch64")]
+    F32Kernels { isa: Isa::Neon, under: |isa| isa == Isa::Neon, dense: neon::matmul_wt },
+];
+
+/// `y [rows, out] = x [rows, in] · Wᵀ` (no bias) with the SIMD kernels ([`F32_KERNELS`]).
+/// Returns false (and leaves `y` alone) when the ISA is scalar; the caller then runs the scalar
+/// loop.
 #[inline]
 pub fn matmul_wt(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32]) -> bool {
     assert!(x.len() >= rows * w.cols() && y.len() >= rows * w.rows(), "matmul_wt: slices too short");
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx2Vnni => {
-            // SAFETY: features detected (see `dot_f32`); lengths checked above.
-            unsafe { x86::matmul_wt(x, rows, w, y) };
-            true
-        }
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => {
-            // SAFETY: AVX-512F, AVX2, FMA and F16C detected; lengths checked above.
-            unsafe { x86::matmul_wt_avx512(x, rows, w, y) };
-            true
-        }
-        #[cfg(target_arch = "aarch64")]
-        Isa::Neon => {
-            // SAFETY: NEON is baseline; lengths checked above.
-            unsafe { neon::matmul_wt(x, rows, w, y) };
-            true
-        }
-        _ => false,
-    }
+    let isa = isa();
+    let Some(k) = F32_KERNELS.iter().find(|k| (k.under)(isa)) else { return false };
+    // SAFETY: `isa()` only returns an ISA this CPU supports, and `under` holds only where
+    // `k.isa`'s instructions are part of it; lengths checked above.
+    unsafe { (k.dense)(x, rows, w, y) };
+    true
 }
 
 /// [`matmul_wt`] into `rows` rows of `w.rows()` f32 at row stride `ldy` (a column block of a
@@ -685,8 +699,8 @@ pub fn dot_i4_group_scalar(bytes: &[u8], xq: &[i8]) -> i32 {
         .sum()
 }
 
-/// Sign-extended int4 nibble (the x86 kernels' column tails).
-#[cfg(target_arch = "x86_64")]
+/// Sign-extended int4 nibble (the f32 kernels' column tails).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[inline]
 pub(crate) fn nibble(bytes: &[u8], j: usize) -> f32 {
     let b = bytes[j / 2];

@@ -1,0 +1,750 @@
+//! The f32-activation dense product's driver (`y [rows, N] = x [rows, K] · Wᵀ`, weights in any
+//! encoding, dequantised in registers), written once for every ISA.
+//!
+//! An ISA supplies a vector ([`Vf`]: its width, loads, broadcast, FMA, horizontal sum,
+//! prefetches), the decode of a weight chunk of that width for each encoding ([`Load`]), and the
+//! policy of its dot products ([`DotKernel`]: which GEMVs stream, the column blocking). The
+//! driver owns the loops, the blocking by weight rows and rows of `x`, the prefetching and the
+//! column tails; the ISA files choose between these dot products and their packed GEMM by row
+//! count (x86: `x86.rs` over `loaders.rs`' vectors and `gemm.rs`; aarch64: `neon.rs`). Every
+//! kernel here is `#[inline(always)]`: it compiles inside its ISA's `#[target_feature]` entry
+//! point.
+//!
+//! The weight encodings ([`DenseW`] for f32 and f16, [`I8W`], [`I4W`]) and their element reads
+//! (the column tails) are portable; [`weights!`] picks one from a [`WeightView`].
+//!
+//! Every output sums per lane over `k` in order (within [`DotKernel::KC`] blocks, which
+//! accumulate in `y`), then reduces the lanes, then adds the column tail in scalar, then applies
+//! the row scale: results equal the scalar kernels' up to f32 summation order
+//! (`runtime/cpu/tests/simd.rs`), and a row's result depends only on that row and the shape, not
+//! on which block shape computed it (any split of the output features across threads gives the
+//! same bits).
+//!
+//! The batch-1 GEMV ([`gemv_stream`]), where each weight is used once per row of `x` and the time
+//! is the weights' trip from memory: one weight row at a time, so the matrix is read as one
+//! sequential stream, every cache line prefetched into L1 [`STREAM_PF_BYTES`] ahead (while a row of `x`, up to 32 KiB, stays in L1); eight
+//! accumulators per row, each summing every eighth step, cover the FMA latency. Measured on one
+//! Zen 5 core of a shared VM (AVX-512), in one process, the stream and the 8-row blocks
+//! interleaved (2560 × 4096, 42 MB as f32, median of 57 calls each, three runs): the stream takes
+//! 0.84–0.88× the 8-row kernel's time for f32, 0.83× for f16, 0.73× for int4, and the same for
+//! int8 (10.5 MB, served from L3). A plain AVX-512 read of the same 42 MB with the same prefetch
+//! ran at 0.62–0.75× of the stream's time: the rest of the gap is the second load stream (`x`)
+//! and the FMAs. On the CIFAR head's 20,736-column rows (`kestrel bench gemm`, old and new
+//! binaries alternated, weights evicted) the stream was faster for f32 (5,131–6,614 µs against
+//! 6,363–7,736) but slower for int8 (1,697–2,729 against 1,523–1,625) and no better for f16:
+//! hence [`DotKernel::stream`]. AVX2 (`kestrel bench gemm --isa avx2`, Zen 5): MNIST head f32
+//! 1,340–1,419 → 875–1,173 µs, f16 538–642 → 413–514; second head f32 297–350 → 193–238, f16
+//! 162–182 → 103–116; CIFAR head f32 6,147–6,821 → 5,393–5,686 (its f16 rows stay on the
+//! blocks); int8/int4 keep the blocks there (their 8-lane widening loads made the stream slower:
+//! MNIST head int8 345–352 → 394–399 µs).
+
+use half::f16;
+use kestrel_format::INT4_GROUP;
+
+/// One SIMD register of f32 lanes (or a fixed group of registers used as one).
+///
+/// # Safety
+/// Implementations are called only where their ISA's instructions are enabled (the ISA's
+/// `#[target_feature]` entry points); pointer arguments are valid for `L` lanes.
+pub(super) unsafe trait Vf: Copy {
+    /// Lanes.
+    const L: usize;
+    /// All lanes zero.
+    unsafe fn zero() -> Self;
+    /// `L` f32 from `p` (unaligned).
+    unsafe fn load(p: *const f32) -> Self;
+    /// `*p` in every lane.
+    unsafe fn splat(p: *const f32) -> Self;
+    /// `a · b + c`, fused.
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
+    /// `a + b`.
+    unsafe fn add(a: Self, b: Self) -> Self;
+    /// The lanes to `p` (unaligned).
+    unsafe fn store(p: *mut f32, v: Self);
+    /// The sum of the lanes, in this ISA's fixed reduction order.
+    unsafe fn hsum(v: Self) -> f32;
+    /// Prefetches the line at `p` into L1 (a hint: never faults; a no-op where the ISA has none).
+    unsafe fn prefetch_l1(p: *const u8);
+    /// Prefetches the line at `p` into L2 (as [`Self::prefetch_l1`]).
+    unsafe fn prefetch_l2(p: *const u8);
+}
+
+/// A weight matrix of one encoding: the portable part (shape, element reads, addresses).
+pub(super) trait Weights {
+    /// Columns per 64-byte cache line.
+    const LINE_COLS: usize;
+    /// Columns.
+    fn cols(&self) -> usize;
+    /// Element `(o, k)`, dequantised except for the per-row scale (the column tails).
+    fn get(&self, o: usize, k: usize) -> f32;
+    /// Factor applied to row `o`'s sums.
+    fn row_scale(&self, o: usize) -> f32;
+    /// Address of the byte holding element `(o, k)` (`k < cols`), for software prefetches.
+    fn addr(&self, o: usize, k: usize) -> *const u8;
+}
+
+/// A weight matrix read `V::L` columns at a time (one ISA's decode of the encoding).
+pub(super) trait Load<V: Vf>: Weights {
+    /// Columns `k..k+V::L` of row `o`, dequantised except for the per-row scale
+    /// (`k % V::L == 0`, `k + V::L <= cols`; the caller's ISA enabled).
+    unsafe fn load(&self, o: usize, k: usize) -> V;
+}
+
+/// An element type a weight matrix is stored in densely (no per-row scale): f32 or f16.
+pub(super) trait Dense: Copy {
+    /// Columns per 64-byte cache line.
+    const LINE_COLS: usize;
+    /// The element as f32.
+    fn widen(self) -> f32;
+}
+
+impl Dense for f32 {
+    const LINE_COLS: usize = 16;
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl Dense for f16 {
+    const LINE_COLS: usize = 32;
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// A dense `[rows, cols]` matrix of `T` (the slice, `cols`).
+pub(super) struct DenseW<'a, T>(pub(super) &'a [T], pub(super) usize);
+/// f32 weights.
+pub(super) type F32W<'a> = DenseW<'a, f32>;
+/// f16 weights.
+pub(super) type F16W<'a> = DenseW<'a, f16>;
+
+impl<T: Dense> DenseW<'_, T> {
+    /// Pointer to element `(o, k)`.
+    #[inline(always)]
+    pub(super) fn ptr(&self, o: usize, k: usize) -> *const T {
+        self.0.as_ptr().wrapping_add(o * self.1 + k)
+    }
+}
+
+impl<T: Dense> Weights for DenseW<'_, T> {
+    const LINE_COLS: usize = T::LINE_COLS;
+    #[inline(always)]
+    fn cols(&self) -> usize {
+        self.1
+    }
+    #[inline(always)]
+    fn get(&self, o: usize, k: usize) -> f32 {
+        self.0[o * self.1 + k].widen()
+    }
+    #[inline(always)]
+    fn row_scale(&self, _: usize) -> f32 {
+        1.0
+    }
+    #[inline(always)]
+    fn addr(&self, o: usize, k: usize) -> *const u8 {
+        self.ptr(o, k).cast()
+    }
+}
+
+/// int8 weights with one f32 scale per row (the bytes, the scales, `cols`).
+pub(super) struct I8W<'a>(pub(super) &'a [i8], pub(super) &'a [f32], pub(super) usize);
+
+impl Weights for I8W<'_> {
+    const LINE_COLS: usize = 64;
+    #[inline(always)]
+    fn cols(&self) -> usize {
+        self.2
+    }
+    #[inline(always)]
+    fn get(&self, o: usize, k: usize) -> f32 {
+        f32::from(self.0[o * self.2 + k])
+    }
+    #[inline(always)]
+    fn row_scale(&self, o: usize) -> f32 {
+        self.1[o]
+    }
+    #[inline(always)]
+    fn addr(&self, o: usize, k: usize) -> *const u8 {
+        self.0.as_ptr().wrapping_add(o * self.2 + k).cast()
+    }
+}
+
+/// int4 weights: rows of packed nibbles (low first), one f16 scale per group of [`INT4_GROUP`].
+pub(super) struct I4W<'a> {
+    /// The packed rows.
+    pub(super) q: &'a [u8],
+    /// `groups` scales per row.
+    pub(super) scales: &'a [f16],
+    /// Columns.
+    pub(super) cols: usize,
+    /// Bytes per packed row.
+    pub(super) row_bytes: usize,
+    /// Groups per row.
+    pub(super) groups: usize,
+}
+
+impl<'a> I4W<'a> {
+    /// The matrix of `cols` columns stored as `q` and `scales`.
+    pub(super) fn new(q: &'a [u8], scales: &'a [f16], cols: usize) -> Self {
+        use kestrel_format::weight::{int4_groups, int4_row_bytes};
+        I4W { q, scales, cols, row_bytes: int4_row_bytes(cols), groups: int4_groups(cols) }
+    }
+    /// The f16 bits of the scale of the group holding `(o, k)` (unchecked).
+    ///
+    /// # Safety
+    /// `o` is a row and `k < cols`.
+    #[inline(always)]
+    pub(super) unsafe fn scale_bits(&self, o: usize, k: usize) -> u16 {
+        // SAFETY: the group index is < rows · groups (the caller's contract).
+        unsafe { self.scales.get_unchecked(o * self.groups + k / INT4_GROUP).to_bits() }
+    }
+    /// Pointer to the byte holding `(o, k)`.
+    #[inline(always)]
+    pub(super) fn ptr(&self, o: usize, k: usize) -> *const u8 {
+        self.q.as_ptr().wrapping_add(o * self.row_bytes + k / 2)
+    }
+}
+
+impl Weights for I4W<'_> {
+    const LINE_COLS: usize = 128;
+    #[inline(always)]
+    fn cols(&self) -> usize {
+        self.cols
+    }
+    #[inline(always)]
+    fn get(&self, o: usize, k: usize) -> f32 {
+        let row = &self.q[o * self.row_bytes..(o + 1) * self.row_bytes];
+        super::nibble(row, k) * self.scales[o * self.groups + k / INT4_GROUP].to_f32()
+    }
+    #[inline(always)]
+    fn row_scale(&self, _: usize) -> f32 {
+        1.0
+    }
+    #[inline(always)]
+    fn addr(&self, o: usize, k: usize) -> *const u8 {
+        self.ptr(o, k)
+    }
+}
+
+/// Runs `$body` with `$l` bound to the loader of the [`kestrel_format::WeightView`] `$w`'s
+/// encoding.
+macro_rules! weights {
+    ($w:expr, $l:ident => $body:expr) => {{
+        use kestrel_format::WeightData;
+        use $crate::kernels::simd::f32_driver::{DenseW, I4W, I8W};
+        let inp = $w.cols();
+        match $w.data() {
+            WeightData::F32(d) => {
+                let $l = &DenseW(d, inp);
+                $body
+            }
+            WeightData::F16(d) => {
+                let $l = &DenseW(d, inp);
+                $body
+            }
+            WeightData::I8 { q, scales } => {
+                let $l = &I8W(q, scales, inp);
+                $body
+            }
+            WeightData::I4 { q, scales } => {
+                let $l = &I4W::new(q, scales, inp);
+                $body
+            }
+        }
+    }};
+}
+pub(super) use weights;
+
+/// One ISA's dot-product policy, on its vector.
+pub(super) trait DotKernel: Vf {
+    /// Columns per cache block from 5 rows of `x` on (`usize::MAX`: no blocking).
+    const KC: usize;
+    /// Whether a GEMV (below [`GEMV_MAX_ROWS`] rows) over weights of `line_cols` columns per
+    /// cache line and `cols` columns runs [`gemv_stream`] (else 8-row blocks).
+    fn stream(line_cols: usize, cols: usize) -> bool;
+}
+
+/// Rows of `x` below which the dot products run as a GEMV (8-row blocks or the stream; from
+/// there 4-row blocks reuse each weight load across rows).
+pub(super) const GEMV_MAX_ROWS: usize = 4;
+
+/// Bytes ahead that [`gemv_stream`] prefetches the weight stream into L1 (measured on Zen 5:
+/// 8 KiB beat 4 KiB and 16 KiB).
+const STREAM_PF_BYTES: usize = 8 * 1024;
+
+/// Cache lines ahead that the GEMV blocks prefetch each weight row into L1 (2 KiB).
+const GEMV_PF_LINES: usize = 32;
+
+/// A contiguous range of weight bytes to prefetch into L2 while a GEMV block runs: `step` cache
+/// lines per vector step, from `p` through `end` (the next block of weight rows).
+#[derive(Clone, Copy)]
+struct NextBlock {
+    p: *const u8,
+    end: *const u8,
+    step: usize,
+}
+
+impl NextBlock {
+    const NONE: NextBlock = NextBlock { p: core::ptr::null(), end: core::ptr::null(), step: 0 };
+
+    /// Weight rows `o0..min(o0 + n, out)` of `w` (nothing when `o0 >= out`), spread over the
+    /// `steps` vector steps of the current block.
+    fn rows<W: Weights>(w: &W, o0: usize, n: usize, out: usize, steps: usize) -> NextBlock {
+        if o0 >= out || w.cols() == 0 {
+            return NextBlock::NONE;
+        }
+        let (a, b) = (w.addr(o0, 0), w.addr((o0 + n).min(out) - 1, w.cols() - 1));
+        let lines = (b as usize - a as usize) / 64 + 1;
+        NextBlock { p: a, end: b, step: lines.div_ceil(steps.max(1)) }
+    }
+}
+
+/// `R` rows of `x` (from `r0`) times `O` rows of `W` (from `o0`) over columns `k0..k1`
+/// (`k0 % V::L == 0`); the sums are stored in `y`, or added to it when `add`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block<V: Vf, L: Load<V>, const R: usize, const O: usize>(
+    x: &[f32],
+    r0: usize,
+    w: &L,
+    o0: usize,
+    ldy: usize,
+    (k0, k1, add): (usize, usize, bool),
+    y: *mut f32,
+    mut next: NextBlock,
+) {
+    let inp = w.cols();
+    let kv = k0 + (k1 - k0) / V::L * V::L;
+    let xp = x.as_ptr();
+    // SAFETY: rows r0..r0+R of x and o0..o0+O of W exist (callers' bounds); k < kv ≤ k1 ≤ inp.
+    // Prefetch addresses may run past the matrix: a prefetch never faults.
+    unsafe {
+        let mut acc = [[V::zero(); O]; R];
+        let mut k = k0;
+        while k < kv {
+            for _ in 0..next.step {
+                if next.p <= next.end {
+                    V::prefetch_l2(next.p);
+                    next.p = next.p.wrapping_add(64);
+                }
+            }
+            // A GEMV streams W once from memory: prefetch each row GEMV_PF_LINES cache lines
+            // ahead, once per line, to keep more misses in flight than the hardware prefetchers
+            // do for 8 streams. Measured on the MNIST paper model at batch 1 (AVX2): f32 2,190 →
+            // 1,720 µs per sample; int8 got slower (550–625 → 670 µs), so 1-byte encodings do not.
+            let ahead = GEMV_PF_LINES * L::LINE_COLS;
+            if R == 1 && L::LINE_COLS <= 32 && k % L::LINE_COLS == 0 && k + ahead < inp {
+                for j in 0..O {
+                    V::prefetch_l1(w.addr(o0 + j, k + ahead));
+                }
+            }
+            let mut wv = [V::zero(); O];
+            for (j, wv) in wv.iter_mut().enumerate() {
+                *wv = w.load(o0 + j, k);
+            }
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let xv = V::load(xp.add((r0 + r) * inp + k));
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    *acc = V::fma(wv[j], xv, *acc);
+                }
+            }
+            k += V::L;
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (j, acc) in acc.iter().enumerate() {
+                let mut s = V::hsum(*acc);
+                for kk in kv..k1 {
+                    s += w.get(o0 + j, kk) * x[(r0 + r) * inp + kk];
+                }
+                let v = s * w.row_scale(o0 + j);
+                let yv = y.add((r0 + r) * ldy + o0 + j);
+                *yv = if add { *yv + v } else { v };
+            }
+        }
+    }
+}
+
+/// The GEMV one weight row at a time (see the module notes): 8 accumulators of `V::L` lanes per
+/// row (`8·V::L` columns per step), added in a fixed tree, then the lanes, then the scalar
+/// column tail.
+///
+/// # Safety
+/// As [`dots`].
+#[inline(always)]
+pub(super) unsafe fn gemv_stream<V: Vf, L: Load<V>>(
+    x: &[f32],
+    rows: usize,
+    w: &L,
+    out: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    const A: usize = 8;
+    let inp = w.cols();
+    let kv = inp / V::L * V::L;
+    // Whole groups of A steps; the remaining steps go to accumulator 0.
+    let ka = inp / (V::L * A) * (V::L * A);
+    // SAFETY: every (o, k) read is < (out, inp); x indices < rows·inp; y per the caller's
+    // contract. Prefetch addresses may run past the matrix (`wrapping_add`): prefetches never fault.
+    unsafe {
+        for o in 0..out {
+            for r in 0..rows {
+                let xr = x.as_ptr().add(r * inp);
+                let mut acc = [V::zero(); A];
+                let mut k = 0;
+                while k < ka {
+                    // Each line once (first pass over x only; later rows of x find W in L1/L2).
+                    if r == 0 {
+                        let mut c = 0;
+                        while c < V::L * A {
+                            V::prefetch_l1(w.addr(o, k + c).wrapping_add(STREAM_PF_BYTES));
+                            c += L::LINE_COLS;
+                        }
+                    }
+                    // Unrolled by hand with constant indices: as a loop, LLVM kept the int4
+                    // accumulators on the stack (a store-forwarding chain per FMA).
+                    macro_rules! step {
+                        ($($a:literal)*) => {$(
+                            acc[$a] = V::fma(w.load(o, k + V::L * $a), V::load(xr.add(k + V::L * $a)), acc[$a]);
+                        )*};
+                    }
+                    step!(0 1 2 3 4 5 6 7);
+                    k += V::L * A;
+                }
+                while k < kv {
+                    acc[0] = V::fma(w.load(o, k), V::load(xr.add(k)), acc[0]);
+                    k += V::L;
+                }
+                let t = V::add(
+                    V::add(V::add(acc[0], acc[1]), V::add(acc[2], acc[3])),
+                    V::add(V::add(acc[4], acc[5]), V::add(acc[6], acc[7])),
+                );
+                let mut s = V::hsum(t);
+                for kk in kv..inp {
+                    s += w.get(o, kk) * *xr.add(kk);
+                }
+                *y.add(r * ldy + o) = s * w.row_scale(o);
+            }
+        }
+    }
+}
+
+/// `y[r·ldy + o] = Σ_k x[r·K + k] · W[o, k] · scale(o)` for `r < rows`, `o < out` with dot
+/// products: below [`GEMV_MAX_ROWS`] rows [`gemv_stream`] where [`DotKernel::stream`] says so,
+/// else eight weight rows at a time (eight sequential streams in flight for the prefetcher and
+/// eight independent FMA chains per row of `x`; the next eight rows prefetched into L2 during the
+/// first pass: measured, the MNIST paper model's 2048×4096 head GEMV went from ~15 to ~30 GB/s,
+/// two rows at a time left it latency-bound); from there 4 rows of `x` × 2 weight rows per block,
+/// in column blocks of [`DotKernel::KC`] from 5 rows (the `x` block and the weight rows stay in
+/// cache, so a batch reads the weights from memory once, and long rows do not evict `x`).
+///
+/// # Safety
+/// `V`'s instructions available; `x.len() >= rows·K`, `w` has `out` rows of `K` columns, and `y`
+/// is valid for writes at `r·ldy + o` for every `r < rows`, `o < out` (`ldy >= out`), which no one
+/// else accesses meanwhile.
+#[inline(always)]
+pub(super) unsafe fn dots<V: DotKernel, L: Load<V>>(
+    x: &[f32],
+    rows: usize,
+    w: &L,
+    out: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    let inp = w.cols();
+    debug_assert!(x.len() >= rows * inp && ldy >= out);
+    if rows < GEMV_MAX_ROWS && V::stream(L::LINE_COLS, inp) {
+        // SAFETY: the caller's contract.
+        return unsafe { gemv_stream::<V, L>(x, rows, w, out, y, ldy) };
+    }
+    // Column blocks outermost (partial sums accumulate in `y`), then weight-row blocks, then
+    // rows of `x`.
+    // SAFETY: `block` is called with in-bounds row/output/column ranges.
+    unsafe {
+        let r4 = rows / 4 * 4;
+        let o2 = out / 2 * 2;
+        let mut k0 = 0;
+        loop {
+            // Few rows: no reuse of `x` to protect, and whole weight rows keep the hardware
+            // prefetcher on long sequential streams.
+            let k1 = if rows > 4 && inp - k0 > V::KC { k0 + V::KC } else { inp };
+            let kr = (k0, k1, k0 > 0);
+            let mut o = 0;
+            if rows < GEMV_MAX_ROWS {
+                while o + 8 <= out {
+                    let next = NextBlock::rows(w, o + 8, 8, out, (k1 - k0) / V::L);
+                    for r in 0..rows {
+                        let next = if r == 0 { next } else { NextBlock::NONE };
+                        block::<V, L, 1, 8>(x, r, w, o, ldy, kr, y, next);
+                    }
+                    o += 8;
+                }
+            }
+            while o < out {
+                // Pairs of weight rows, then the last one alone.
+                let pair = o < o2;
+                let mut r = 0;
+                while r < r4 {
+                    if pair {
+                        block::<V, L, 4, 2>(x, r, w, o, ldy, kr, y, NextBlock::NONE);
+                    } else {
+                        block::<V, L, 4, 1>(x, r, w, o, ldy, kr, y, NextBlock::NONE);
+                    }
+                    r += 4;
+                }
+                while r < rows {
+                    if pair {
+                        block::<V, L, 1, 2>(x, r, w, o, ldy, kr, y, NextBlock::NONE);
+                    } else {
+                        block::<V, L, 1, 1>(x, r, w, o, ldy, kr, y, NextBlock::NONE);
+                    }
+                    r += 1;
+                }
+                o += if pair { 2 } else { 1 };
+            }
+            if k1 >= inp {
+                break;
+            }
+            k0 = k1;
+        }
+    }
+}
+
+/// The widest panel of any packed GEMM (AVX-512: two vectors of 16).
+pub(super) const NR_MAX: usize = 32;
+
+/// The largest [`GemmKernel::KC`] (the packed panel's stack buffer: `KC_MAX × NR_MAX` f32).
+const KC_MAX: usize = 512;
+
+/// One ISA's packed GEMM pieces: the weight panel's packer and the micro-kernel tile.
+///
+/// # Safety
+/// As [`Vf`]: called only where the ISA's (and [`Self::Pack`]'s) instructions are enabled.
+pub(super) unsafe trait GemmKernel: Vf {
+    /// The vector [`Self::pack`] decodes weights with.
+    type Pack: Vf;
+    /// Inputs per packed panel (≤ 512; a multiple of 8 and of the int4 group).
+    const KC: usize;
+    /// Packs `W[n0..n0+nv, k0..k0+kc]` (dequantised, times the row scales) as `buf[kk·nr + j]`, zeros past `nv` (`buf`: room for `kc·nr`, maybe uninitialised).
+    unsafe fn pack<L: Load<Self::Pack>>(w: &L, n0: usize, nv: usize, k0: usize, kc: usize, nr: usize, buf: *mut f32);
+    /// One `MR × NV·L` tile over `kc` rows of `b` (see [`ukernel`], the default).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile<P: Panel, const MR: usize, const NV: usize>(
+        kc: usize,
+        a: *const f32,
+        lda: usize,
+        b: P,
+        c: *mut f32,
+        ldc: usize,
+        nvalid: usize,
+        add: bool,
+    ) {
+        // SAFETY: the caller's contract, as `ukernel`'s.
+        unsafe { ukernel::<Self, P, MR, NV>(kc, a, lda, b, c, ldc, nvalid, add) }
+    }
+}
+
+/// Where the micro-kernel finds row `kk` of a `[kc, NV·L]` block of `b`.
+pub(super) trait Panel: Copy {
+    /// Row `kk`'s first element.
+    ///
+    /// # Safety
+    /// `kk` is below the block's `kc`, for which the panel was built.
+    unsafe fn row(self, kk: usize) -> *const f32;
+}
+
+/// Rows at a fixed stride: a packed panel (`ld = NV·L`) or a row-major matrix read in place.
+#[derive(Clone, Copy)]
+pub(super) struct Strided(pub *const f32, pub usize);
+
+impl Panel for Strided {
+    #[inline(always)]
+    unsafe fn row(self, kk: usize) -> *const f32 {
+        // SAFETY: the caller's row index; the panel's builder guarantees the rows exist.
+        unsafe { self.0.add(kk * self.1) }
+    }
+}
+
+/// `y[MR rows, nvalid cols] (=|+=) x[MR rows, kc] · b[kc, NV·L]`: `a` points at x's first
+/// element (row stride `lda`), `b` gives the `kc` rows of `NV·L` f32 ([`Panel`]), `c` at y's
+/// (row stride `ldc`). The default [`GemmKernel::tile`]: per step `NV` vectors of `b`, one
+/// broadcast of each row's activation, `MR·NV` FMAs.
+///
+/// # Safety
+/// `V`'s instructions available; `MR` rows of `kc` activations at `a`, `kc` rows of `NV·L` f32
+/// through `b`, `MR` rows of `nvalid` outputs at `c`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn ukernel<V: Vf, P: Panel, const MR: usize, const NV: usize>(
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    b: P,
+    c: *mut f32,
+    ldc: usize,
+    nvalid: usize,
+    add: bool,
+) {
+    // SAFETY: the caller guarantees MR rows of kc activations at a (stride lda), kc rows of NV·L
+    // f32 through b, and MR rows of nvalid outputs at c (stride ldc).
+    unsafe {
+        let mut acc = [[V::zero(); NV]; MR];
+        let mut ap = a;
+        for kk in 0..kc {
+            let bp = b.row(kk);
+            let mut bv = [V::zero(); NV];
+            for (v, bv) in bv.iter_mut().enumerate() {
+                *bv = V::load(bp.add(v * V::L));
+            }
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let xa = V::splat(ap.add(r * lda));
+                for (acc, &bv) in acc.iter_mut().zip(&bv) {
+                    *acc = V::fma(xa, bv, *acc);
+                }
+            }
+            ap = ap.add(1);
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (v, &acc) in acc.iter().enumerate() {
+                let col = v * V::L;
+                let p = c.add(r * ldc + col);
+                if col + V::L <= nvalid {
+                    let val = if add { V::add(V::load(p), acc) } else { acc };
+                    V::store(p, val);
+                } else if col < nvalid {
+                    let mut tmp = [0.0f32; 16];
+                    V::store(tmp.as_mut_ptr(), acc);
+                    for (i, &t) in tmp.iter().enumerate().take(nvalid - col) {
+                        *p.add(i) = if add { *p.add(i) + t } else { t };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The `rows - m0 < MR` tail rows through the matching micro-kernel.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn ukernel_tail<V: GemmKernel, P: Panel, const NV: usize>(
+    m: usize,
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    b: P,
+    c: *mut f32,
+    ldc: usize,
+    nvalid: usize,
+    add: bool,
+) {
+    // SAFETY: as `ukernel`, for m rows.
+    unsafe {
+        match m {
+            1 => V::tile::<P, 1, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            2 => V::tile::<P, 2, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            3 => V::tile::<P, 3, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            4 => V::tile::<P, 4, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            5 => V::tile::<P, 5, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            6 => V::tile::<P, 6, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            7 => V::tile::<P, 7, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            _ => unreachable!("tail of {m} rows"),
+        }
+    }
+}
+
+/// Every row of `y` against one `[kc, NV·L]` panel: `MR` rows at a time, the rest through
+/// [`ukernel_tail`]. `a` points at row 0, column `k0` of the left matrix (row stride `lda`), `c`
+/// at row 0, column `n0` of `y` (row stride `ldc`).
+///
+/// # Safety
+/// As [`ukernel`], for `m` rows.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn panel_rows<V: GemmKernel, P: Panel, const MR: usize, const NV: usize>(
+    m: usize,
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    panel: P,
+    c: *mut f32,
+    ldc: usize,
+    nv: usize,
+    add: bool,
+) {
+    let mut m0 = 0;
+    // SAFETY: rows m0.. < m of a and c, per the caller's contract.
+    unsafe {
+        while m0 + MR <= m {
+            V::tile::<P, MR, NV>(kc, a.add(m0 * lda), lda, panel, c.add(m0 * ldc), ldc, nv, add);
+            m0 += MR;
+        }
+        if m0 < m {
+            ukernel_tail::<V, P, NV>(m - m0, kc, a.add(m0 * lda), lda, panel, c.add(m0 * ldc), ldc, nv, add);
+        }
+    }
+}
+
+/// `y [rows, out] = x [rows, K] · Wᵀ`, the packed GEMM: per panel of `NV·lanes` output features
+/// and block of [`GemmKernel::KC`] inputs, the weights are dequantised once into `[k][NV·lanes]`
+/// ([`GemmKernel::pack`]) and every row of `x` passes over them, `MR` rows per tile (`MR ≤ 8`),
+/// the rest through smaller tiles. Sums run over `k` in order within each block; blocks
+/// accumulate in `y`.
+///
+/// # Safety
+/// The CPU must support `V`'s (and its packer's) instructions; `x.len() >= rows·K`,
+/// `W` has `out` rows of `K` columns, and `y` points at `rows` rows of `out` writable f32 with
+/// row stride `ldy ≥ out`, which no one else accesses meanwhile.
+#[inline(always)]
+pub(super) unsafe fn gemm<V: GemmKernel, L: Load<V::Pack>, const MR: usize, const NV: usize>(
+    x: &[f32],
+    rows: usize,
+    w: &L,
+    out: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    let inp = w.cols();
+    assert!(x.len() >= rows * inp && ldy >= out && NV * V::L <= NR_MAX && MR <= 8 && V::KC <= KC_MAX);
+    if inp == 0 {
+        // SAFETY: the caller's contract on y.
+        unsafe { zero_rows(y, rows, out, ldy) };
+        return;
+    }
+    let nr = NV * V::L;
+    // Not zeroed (64 KiB of stores per call): `pack` writes every element the kernel reads.
+    let mut buf = core::mem::MaybeUninit::<[f32; KC_MAX * NR_MAX]>::uninit();
+    let bp = buf.as_mut_ptr().cast::<f32>();
+    let (xp, yp) = (x.as_ptr(), y);
+    // SAFETY: every micro-kernel call covers rows m0..m0+m < rows, columns k0..k0+kc ≤ inp of x,
+    // and outputs n0..n0+nv ≤ out of y; `pack` stays inside W and buf.
+    unsafe {
+        let mut n0 = 0;
+        while n0 < out {
+            let nv = nr.min(out - n0);
+            let mut k0 = 0;
+            while k0 < inp {
+                let kc = V::KC.min(inp - k0);
+                V::pack(w, n0, nv, k0, kc, nr, bp);
+                let (a, c) = (xp.add(k0), yp.add(n0));
+                panel_rows::<V, _, MR, NV>(rows, kc, a, inp, Strided(bp, nr), c, ldy, nv, k0 > 0);
+                k0 += kc;
+            }
+            n0 += nr;
+        }
+    }
+}
+
+/// Zeroes `rows` rows of `cols` f32 at stride `ld` from `y` (an empty product).
+///
+/// # Safety
+/// As [`gemm`]'s contract on `y`.
+pub(super) unsafe fn zero_rows(y: *mut f32, rows: usize, cols: usize, ld: usize) {
+    for r in 0..rows {
+        // SAFETY: row r's cols elements are the caller's.
+        unsafe { core::ptr::write_bytes(y.add(r * ld), 0, cols) };
+    }
+}
