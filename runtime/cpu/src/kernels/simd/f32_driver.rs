@@ -532,19 +532,34 @@ pub(super) unsafe trait GemmKernel: Vf {
     unsafe fn pack<L: Load<Self::Pack>>(w: &L, n0: usize, nv: usize, k0: usize, kc: usize, nr: usize, buf: *mut f32);
     /// One `MR × NV·L` tile over `kc` rows of `b` (see [`ukernel`], the default).
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn tile<P: Panel, const MR: usize, const NV: usize>(
-        kc: usize,
-        a: *const f32,
-        lda: usize,
-        b: P,
-        c: *mut f32,
-        ldc: usize,
-        nvalid: usize,
-        add: bool,
-    ) {
+    unsafe fn tile<P: Panel, const MR: usize, const NV: usize>(kc: usize, b: P, t: Tile) {
         // SAFETY: the caller's contract, as `ukernel`'s.
-        unsafe { ukernel::<Self, P, MR, NV>(kc, a, lda, b, c, ldc, nvalid, add) }
+        unsafe { ukernel::<Self, P, MR, NV>(kc, b, t) }
+    }
+}
+
+/// Where a micro-kernel tile reads its rows of activations and writes its outputs.
+#[derive(Clone, Copy)]
+pub(super) struct Tile {
+    /// Row 0's first activation (column `k0` of the left matrix).
+    pub(super) a: *const f32,
+    /// Row stride of `a`.
+    pub(super) lda: usize,
+    /// Row 0's first output (column `n0` of `y`).
+    pub(super) c: *mut f32,
+    /// Row stride of `c`.
+    pub(super) ldc: usize,
+    /// Valid output columns (at most the panel's width).
+    pub(super) nvalid: usize,
+    /// Whether the sums are added to the outputs (later blocks of `k`) or stored.
+    pub(super) add: bool,
+}
+
+impl Tile {
+    /// The same tile `m` rows further down.
+    #[inline(always)]
+    fn down(self, m: usize) -> Tile {
+        Tile { a: self.a.wrapping_add(m * self.lda), c: self.c.wrapping_add(m * self.ldc), ..self }
     }
 }
 
@@ -569,26 +584,17 @@ impl Panel for Strided {
     }
 }
 
-/// `y[MR rows, nvalid cols] (=|+=) x[MR rows, kc] · b[kc, NV·L]`: `a` points at x's first
-/// element (row stride `lda`), `b` gives the `kc` rows of `NV·L` f32 ([`Panel`]), `c` at y's
-/// (row stride `ldc`). The default [`GemmKernel::tile`]: per step `NV` vectors of `b`, one
+/// `y[MR rows, nvalid cols] (=|+=) x[MR rows, kc] · b[kc, NV·L]`: `t.a` points at x's first
+/// element (row stride `t.lda`), `b` gives the `kc` rows of `NV·L` f32 ([`Panel`]), `t.c` at y's
+/// (row stride `t.ldc`). The default [`GemmKernel::tile`]: per step `NV` vectors of `b`, one
 /// broadcast of each row's activation, `MR·NV` FMAs.
 ///
 /// # Safety
 /// `V`'s instructions available; `MR` rows of `kc` activations at `a`, `kc` rows of `NV·L` f32
 /// through `b`, `MR` rows of `nvalid` outputs at `c`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn ukernel<V: Vf, P: Panel, const MR: usize, const NV: usize>(
-    kc: usize,
-    a: *const f32,
-    lda: usize,
-    b: P,
-    c: *mut f32,
-    ldc: usize,
-    nvalid: usize,
-    add: bool,
-) {
+pub(super) unsafe fn ukernel<V: Vf, P: Panel, const MR: usize, const NV: usize>(kc: usize, b: P, t: Tile) {
+    let Tile { a, lda, c, ldc, nvalid, add } = t;
     // SAFETY: the caller guarantees MR rows of kc activations at a (stride lda), kc rows of NV·L
     // f32 through b, and MR rows of nvalid outputs at c (stride ldc).
     unsafe {
@@ -629,61 +635,43 @@ pub(super) unsafe fn ukernel<V: Vf, P: Panel, const MR: usize, const NV: usize>(
 
 /// The `rows - m0 < MR` tail rows through the matching micro-kernel.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn ukernel_tail<V: GemmKernel, P: Panel, const NV: usize>(
-    m: usize,
-    kc: usize,
-    a: *const f32,
-    lda: usize,
-    b: P,
-    c: *mut f32,
-    ldc: usize,
-    nvalid: usize,
-    add: bool,
-) {
+unsafe fn ukernel_tail<V: GemmKernel, P: Panel, const NV: usize>(m: usize, kc: usize, b: P, t: Tile) {
     // SAFETY: as `ukernel`, for m rows.
     unsafe {
         match m {
-            1 => V::tile::<P, 1, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            2 => V::tile::<P, 2, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            3 => V::tile::<P, 3, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            4 => V::tile::<P, 4, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            5 => V::tile::<P, 5, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            6 => V::tile::<P, 6, NV>(kc, a, lda, b, c, ldc, nvalid, add),
-            7 => V::tile::<P, 7, NV>(kc, a, lda, b, c, ldc, nvalid, add),
+            1 => V::tile::<P, 1, NV>(kc, b, t),
+            2 => V::tile::<P, 2, NV>(kc, b, t),
+            3 => V::tile::<P, 3, NV>(kc, b, t),
+            4 => V::tile::<P, 4, NV>(kc, b, t),
+            5 => V::tile::<P, 5, NV>(kc, b, t),
+            6 => V::tile::<P, 6, NV>(kc, b, t),
+            7 => V::tile::<P, 7, NV>(kc, b, t),
             _ => unreachable!("tail of {m} rows"),
         }
     }
 }
 
 /// Every row of `y` against one `[kc, NV·L]` panel: `MR` rows at a time, the rest through
-/// [`ukernel_tail`]. `a` points at row 0, column `k0` of the left matrix (row stride `lda`), `c`
-/// at row 0, column `n0` of `y` (row stride `ldc`).
+/// [`ukernel_tail`]; `t` is the tile of rows 0.. (see [`Tile`]).
 ///
 /// # Safety
 /// As [`ukernel`], for `m` rows.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn panel_rows<V: GemmKernel, P: Panel, const MR: usize, const NV: usize>(
     m: usize,
     kc: usize,
-    a: *const f32,
-    lda: usize,
     panel: P,
-    c: *mut f32,
-    ldc: usize,
-    nv: usize,
-    add: bool,
+    t: Tile,
 ) {
     let mut m0 = 0;
     // SAFETY: rows m0.. < m of a and c, per the caller's contract.
     unsafe {
         while m0 + MR <= m {
-            V::tile::<P, MR, NV>(kc, a.add(m0 * lda), lda, panel, c.add(m0 * ldc), ldc, nv, add);
+            V::tile::<P, MR, NV>(kc, panel, t.down(m0));
             m0 += MR;
         }
         if m0 < m {
-            ukernel_tail::<V, P, NV>(m - m0, kc, a.add(m0 * lda), lda, panel, c.add(m0 * ldc), ldc, nv, add);
+            ukernel_tail::<V, P, NV>(m - m0, kc, panel, t.down(m0));
         }
     }
 }
@@ -730,7 +718,8 @@ pub(super) unsafe fn gemm<V: GemmKernel, L: Load<V::Pack>, const MR: usize, cons
                 let kc = V::KC.min(inp - k0);
                 V::pack(w, n0, nv, k0, kc, nr, bp);
                 let (a, c) = (xp.add(k0), yp.add(n0));
-                panel_rows::<V, _, MR, NV>(rows, kc, a, inp, Strided(bp, nr), c, ldy, nv, k0 > 0);
+                let t = Tile { a, lda: inp, c, ldc: ldy, nvalid: nv, add: k0 > 0 };
+                panel_rows::<V, _, MR, NV>(rows, kc, Strided(bp, nr), t);
                 k0 += kc;
             }
             n0 += nr;

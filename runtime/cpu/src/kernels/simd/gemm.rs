@@ -24,7 +24,7 @@
 //! summation order (`runtime/cpu/tests/simd.rs`).
 
 pub(super) use super::f32_driver::Vf;
-use super::f32_driver::{panel_rows, zero_rows, GemmKernel, Load, Panel, Strided, Weights, F32W, NR_MAX};
+use super::f32_driver::{panel_rows, zero_rows, GemmKernel, Load, Panel, Strided, Tile, Weights, F32W, NR_MAX};
 pub(super) use super::loaders::{Y, Z};
 use core::arch::x86_64::*;
 
@@ -201,7 +201,8 @@ pub(super) unsafe fn gemm_kn<V: GemmKernel, const MR: usize, const NV: usize>(
                     }
                     Strided(tp.cast_const(), nr)
                 };
-                panel_rows::<V, _, MR, NV>(m, kc, ap.add(k0), k, panel, y.add(n0), ldy, nv, k0 > 0);
+                let t = Tile { a: ap.add(k0), lda: k, c: y.add(n0), ldc: ldy, nvalid: nv, add: k0 > 0 };
+                panel_rows::<V, _, MR, NV>(m, kc, panel, t);
                 k0 += kc;
             }
             n0 += nr;
@@ -258,17 +259,17 @@ pub(super) unsafe fn gemm_kn_rows<V: GemmKernel, const MR: usize, const NV: usiz
             let mut n0 = 0;
             while n0 < n {
                 let nv = nr.min(n - n0);
-                let (a, c) = (ap.add(k0), y.add(n0));
+                let t = Tile { a: ap.add(k0), lda: k, c: y.add(n0), ldc: ldy, nvalid: nv, add };
                 if nv == nr {
                     let full = Indexed(bp.add(n0), tab.as_ptr());
-                    panel_rows::<V, _, MR, NV>(m, kc, a, k, full, c, ldy, nv, add);
+                    panel_rows::<V, _, MR, NV>(m, kc, full, t);
                 } else {
                     core::ptr::write_bytes(tp, 0, kc * nr);
                     for (kk, &off) in tab[..kc].iter().enumerate() {
                         let dst = core::slice::from_raw_parts_mut(tp.add(kk * nr), nv);
                         crate::kernels::copy_short(dst, core::slice::from_raw_parts(bp.add(off + n0), nv));
                     }
-                    panel_rows::<V, _, MR, NV>(m, kc, a, k, Strided(tp.cast_const(), nr), c, ldy, nv, add);
+                    panel_rows::<V, _, MR, NV>(m, kc, Strided(tp.cast_const(), nr), t);
                 }
                 n0 += nr;
             }

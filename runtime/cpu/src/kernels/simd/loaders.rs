@@ -128,35 +128,45 @@ unsafe fn scale_ps(h: u16) -> __m128 {
     unsafe { _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))) }
 }
 
-// SAFETY (every `load` below): (o, k..k + lanes) is inside the matrix (the trait's contract);
-// the vector's features, and F16C, in every caller.
-impl Load<Y> for F32W<'_> {
-    #[inline(always)]
-    unsafe fn load(&self, o: usize, k: usize) -> Y {
-        debug_assert!(k + 8 <= self.1);
-        unsafe { Y(_mm256_loadu_ps(self.ptr(o, k))) }
-    }
-}
-
-impl Load<Y> for F16W<'_> {
-    #[inline(always)]
-    unsafe fn load(&self, o: usize, k: usize) -> Y {
-        debug_assert!(k + 8 <= self.1);
-        unsafe { Y(_mm256_cvtph_ps(_mm_loadu_si128(self.ptr(o, k).cast()))) }
-    }
-}
-
-impl Load<Y> for I8W<'_> {
-    #[inline(always)]
-    unsafe fn load(&self, o: usize, k: usize) -> Y {
-        debug_assert!(k + 8 <= self.2);
-        unsafe {
-            let q = _mm_loadl_epi64(self.0.as_ptr().add(o * self.2 + k).cast());
-            Y(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)))
+/// The decodes that are one load and one widening, at one width: f32, f16 (`vcvtph2ps`), int8
+/// (sign extension, `vcvtdq2ps`).
+macro_rules! plain_loads {
+    ($v:ident, $n:literal, f32: $f32:ident, f16: |$h:ident| $f16:expr, i8: |$q:ident| $i8:expr) => {
+        impl Load<$v> for F32W<'_> {
+            #[inline(always)]
+            unsafe fn load(&self, o: usize, k: usize) -> $v {
+                debug_assert!(k + $n <= self.1);
+                // SAFETY (all three): (o, k..k + lanes) is inside the matrix (the trait's
+                // contract); the vector's features, and F16C, in every caller.
+                unsafe { $v($f32(self.ptr(o, k))) }
+            }
         }
-    }
+        impl Load<$v> for F16W<'_> {
+            #[inline(always)]
+            unsafe fn load(&self, o: usize, k: usize) -> $v {
+                debug_assert!(k + $n <= self.1);
+                let $h = self.ptr(o, k).cast();
+                unsafe { $v($f16) }
+            }
+        }
+        impl Load<$v> for I8W<'_> {
+            #[inline(always)]
+            unsafe fn load(&self, o: usize, k: usize) -> $v {
+                debug_assert!(k + $n <= self.2);
+                let $q = self.0.as_ptr().wrapping_add(o * self.2 + k).cast();
+                unsafe { $v($i8) }
+            }
+        }
+    };
 }
 
+plain_loads!(Y, 8, f32: _mm256_loadu_ps, f16: |h| _mm256_cvtph_ps(_mm_loadu_si128(h)),
+    i8: |q| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(q))));
+plain_loads!(Z, 16, f32: _mm512_loadu_ps, f16: |h| _mm512_cvtph_ps(_mm256_loadu_si256(h)),
+    i8: |q| _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q))));
+
+// SAFETY (both int4 `load`s): (o, k..k + lanes) is inside the matrix (the trait's contract); the
+// vector's features, and F16C, in every caller.
 impl Load<Y> for I4W<'_> {
     #[inline(always)]
     unsafe fn load(&self, o: usize, k: usize) -> Y {
@@ -166,32 +176,6 @@ impl Load<Y> for I4W<'_> {
             let b = _mm_cvtsi32_si128(self.ptr(o, k).cast::<i32>().read_unaligned());
             let v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(nibbles(b)));
             Y(_mm256_mul_ps(v, _mm256_broadcastss_ps(scale_ps(self.scale_bits(o, k)))))
-        }
-    }
-}
-
-impl Load<Z> for F32W<'_> {
-    #[inline(always)]
-    unsafe fn load(&self, o: usize, k: usize) -> Z {
-        debug_assert!(k + 16 <= self.1);
-        unsafe { Z(_mm512_loadu_ps(self.ptr(o, k))) }
-    }
-}
-
-impl Load<Z> for F16W<'_> {
-    #[inline(always)]
-    unsafe fn load(&self, o: usize, k: usize) -> Z {
-        debug_assert!(k + 16 <= self.1);
-        unsafe { Z(_mm512_cvtph_ps(_mm256_loadu_si256(self.ptr(o, k).cast()))) }
-    }
-}
-
-impl Load<Z> for I8W<'_> {
-    #[inline(always)]
-    unsafe fn load(&self, o: usize, k: usize) -> Z {
-        debug_assert!(k + 16 <= self.2);
-        unsafe {
-            Z(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(self.0.as_ptr().add(o * self.2 + k).cast()))))
         }
     }
 }

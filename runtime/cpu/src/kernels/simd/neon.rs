@@ -7,7 +7,7 @@
 //! Tested under QEMU user mode (`.cargo/config.toml`) against the scalar kernels and the f64
 //! reference; not yet timed on aarch64 hardware.
 
-use super::f32_driver::{dots, gemm, weights, DotKernel, GemmKernel, Load, Panel, Vf, F16W, F32W, I4W, I8W};
+use super::f32_driver::{dots, gemm, weights, DotKernel, GemmKernel, Load, Panel, Tile, Vf, F16W, F32W, I4W, I8W};
 use core::arch::aarch64::*;
 use half::f16;
 use kestrel_format::WeightView;
@@ -252,17 +252,9 @@ unsafe impl GemmKernel for N2 {
     /// One `M × 8` tile: four steps per load of each row's activations, each weight vector
     /// times one lane of them (`fmla` by element).
     #[inline(always)]
-    unsafe fn tile<P: Panel, const M: usize, const NV: usize>(
-        kn: usize,
-        xr: *const f32,
-        ldx: usize,
-        b: P,
-        y: *mut f32,
-        ldy: usize,
-        ncols: usize,
-        add: bool,
-    ) {
+    unsafe fn tile<P: Panel, const M: usize, const NV: usize>(kn: usize, b: P, t: Tile) {
         debug_assert!(NV == 1);
+        let Tile { a: xr, lda: ldx, c: y, ldc: ldy, nvalid: ncols, add } = t;
         // SAFETY: x rows readable for kn columns at stride ldx; kn rows of 8 through b; y rows
         // writable for ncols at ldy (the trait's contract).
         unsafe {

@@ -203,21 +203,37 @@ unsafe fn madd32(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
     }
 }
 
-/// Integer `Σ a·b` of two int8 slices (values in ±127) with AVX2.
+/// Integer `Σ a·b` of two int8 slices (values in ±127), 32 lanes per step: `vpmaddubsw` +
+/// `vpmaddwd`, or with `VNNI` the AVX-VNNI `vpdpbusd`; the tail in scalar.
 ///
 /// # Safety
-/// The CPU must support AVX2.
+/// AVX2 (and AVX-VNNI with `VNNI`) available in every caller.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+unsafe fn dot_i8_by<const VNNI: bool>(a: &[i8], b: &[i8]) -> i32 {
     let n = a.len().min(b.len());
     let mut acc = _mm256_setzero_si256();
     let mut i = 0;
-    // SAFETY: indices < n.
+    // SAFETY: indices < n; the instructions per the caller.
     unsafe {
         while i + 32 <= n {
             let va = _mm256_loadu_si256(a.as_ptr().add(i).cast());
             let vb = _mm256_loadu_si256(b.as_ptr().add(i).cast());
-            acc = madd32(acc, va, vb);
+            if VNNI {
+                let (u, s) = sign_split(va, vb);
+                // VEX-encoded AVX-VNNI `vpdpbusd` (acc += Σ₄ u8·i8 per i32 lane), written when
+                // the MSRV predated `_mm256_dpbusd_avx_epi32` (stable since 1.89, which
+                // `q8_avx.rs` uses).
+                core::arch::asm!(
+                    "{{vex}} vpdpbusd {acc}, {u}, {s}",
+                    acc = inout(ymm_reg) acc,
+                    u = in(ymm_reg) u,
+                    s = in(ymm_reg) s,
+                    options(pure, nomem, nostack),
+                );
+            } else {
+                acc = madd32(acc, va, vb);
+            }
             i += 32;
         }
         let mut s = hsum_i32(acc);
@@ -229,39 +245,24 @@ pub unsafe fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     }
 }
 
+/// Integer `Σ a·b` of two int8 slices (values in ±127) with AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    // SAFETY: AVX2 per the contract.
+    unsafe { dot_i8_by::<false>(a, b) }
+}
+
 /// [`dot_i8`] with AVX-VNNI `vpdpbusd` (u8 × i8 → i32 in one instruction).
 ///
 /// # Safety
 /// The CPU must support AVX2 and AVX-VNNI.
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 pub unsafe fn dot_i8_vnni(a: &[i8], b: &[i8]) -> i32 {
-    let n = a.len().min(b.len());
-    let mut acc = _mm256_setzero_si256();
-    let mut i = 0;
-    // SAFETY: indices < n.
-    unsafe {
-        while i + 32 <= n {
-            let va = _mm256_loadu_si256(a.as_ptr().add(i).cast());
-            let vb = _mm256_loadu_si256(b.as_ptr().add(i).cast());
-            let (u, s) = sign_split(va, vb);
-            // VEX-encoded AVX-VNNI `vpdpbusd` (acc += Σ₄ u8·i8 per i32 lane), written when the
-            // MSRV predated `_mm256_dpbusd_avx_epi32` (stable since 1.89, which `q8_avx.rs` uses).
-            core::arch::asm!(
-                "{{vex}} vpdpbusd {acc}, {u}, {s}",
-                acc = inout(ymm_reg) acc,
-                u = in(ymm_reg) u,
-                s = in(ymm_reg) s,
-                options(pure, nomem, nostack),
-            );
-            i += 32;
-        }
-        let mut s = hsum_i32(acc);
-        while i < n {
-            s += i32::from(*a.get_unchecked(i)) * i32::from(*b.get_unchecked(i));
-            i += 1;
-        }
-        s
-    }
+    // SAFETY: AVX2 and AVX-VNNI per the contract.
+    unsafe { dot_i8_by::<true>(a, b) }
 }
 
 /// `y[r·out + o] = Σ q(x[r, k]) · w[o, k] · scale(o, k / 32)` for int4 weights with the AVX-512
