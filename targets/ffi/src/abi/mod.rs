@@ -157,6 +157,14 @@ fn err(status: Status, message: impl Into<String>) -> FfiError {
     FfiError::new(status, message)
 }
 
+/// Entry `index` of `list`, else `KESTREL_ERR_INDEX` naming the entry (`what`) and the list's
+/// owner (`of`: "the model", "the last run").
+fn nth<'a, T>(list: &'a [T], index: usize, what: &str, of: &str) -> Result<&'a T, FfiError> {
+    list.get(index).ok_or_else(|| {
+        err(Status::KESTREL_ERR_INDEX, format!("{what} {index} does not exist ({of} has {})", list.len()))
+    })
+}
+
 /// Writes `v` through an out-pointer after checking it.
 ///
 /// # Safety
@@ -184,8 +192,17 @@ unsafe fn clear<T>(out: *mut *mut T) {
     }
 }
 
-/// The shape of every model getter: the handle looked up (`func` names the caller in errors),
-/// `f`'s value written through `out`, errors and panics turned into a status by [`guard`].
+/// The shape of every getter: `value` (which looks its handle up) written through `out`, errors
+/// and panics turned into a status by [`guard`].
+///
+/// # Safety
+/// As for [`put`].
+unsafe fn get<T>(out: *mut T, value: impl FnOnce() -> Result<T, FfiError>) -> Status {
+    // SAFETY: `out` is the caller's contract.
+    guard(|| unsafe { put(out, value()?, "out") })
+}
+
+/// [`get`] for models: the handle looked up (`func` names the caller in errors), `f` reads it.
 ///
 /// # Safety
 /// As for [`put`].
@@ -195,17 +212,12 @@ unsafe fn model_get<T>(
     out: *mut T,
     f: impl FnOnce(&LoadedModel) -> Result<T, FfiError>,
 ) -> Status {
-    guard(|| {
-        // SAFETY: the handle is checked against the registry; `out` is the caller's contract.
-        unsafe {
-            let m = handles::model(model, func)?;
-            put(out, f(&m.inner)?, "out")
-        }
-    })
+    // SAFETY: the handle is checked against the registry; `out` is the caller's contract.
+    unsafe { get(out, || f(&handles::model(model, func)?.inner)) }
 }
 
-/// [`model_get`] for sessions: `f` reads the locked session. Pointers it returns must point into
-/// data the session keeps unchanged for its lifetime (its device string).
+/// [`get`] for sessions: `f` reads the locked session. Pointers it returns must point into data
+/// the session keeps unchanged for its lifetime (its device string).
 ///
 /// # Safety
 /// As for [`put`].
@@ -215,14 +227,8 @@ unsafe fn session_get<T>(
     out: *mut T,
     f: impl FnOnce(&SessionCore) -> Result<T, FfiError>,
 ) -> Status {
-    guard(|| {
-        // SAFETY: the handle is checked against the registry; `out` is the caller's contract.
-        unsafe {
-            let s = handles::session(session, func)?;
-            let v = f(&*s.lock()?)?;
-            put(out, v, "out")
-        }
-    })
+    // SAFETY: the handle is checked against the registry; `out` is the caller's contract.
+    unsafe { get(out, || f(&*handles::session(session, func)?.lock()?)) }
 }
 
 /// The library version (a static NUL-terminated string, e.g. "0.1.0").

@@ -1,7 +1,7 @@
 //! Loading models and reading their metadata: `kestrel_model_*`.
 
-use super::{clear, err, model_get, put, KestrelTensorInfo, KESTREL_MAX_RANK};
-use crate::core::{FfiError, LoadedModel, TensorDesc};
+use super::{clear, err, model_get, nth, put, KestrelTensorInfo, KESTREL_MAX_RANK};
+use crate::core::{LoadedModel, TensorDesc};
 use crate::error::guard;
 use crate::handles::{self, KestrelModel};
 use crate::status::Status;
@@ -124,17 +124,10 @@ pub unsafe extern "C" fn kestrel_model_label(
     index: usize,
     out: *mut *const c_char,
 ) -> Status {
-    guard(|| {
-        // SAFETY: caller contract.
-        unsafe {
-            let m = handles::model(model, "kestrel_model_label")?;
-            let labels = m.inner.labels();
-            let l = labels.get(index).ok_or_else(|| {
-                err(Status::KESTREL_ERR_INDEX, format!("label {index} does not exist (the model has {})", labels.len()))
-            })?;
-            put(out, l.as_ptr(), "out")
-        }
-    })
+    // SAFETY: the caller's contract on `out`.
+    unsafe {
+        model_get(model, "kestrel_model_label", out, |m| Ok(nth(m.labels(), index, "label", "the model")?.as_ptr()))
+    }
 }
 
 /// Number of graph inputs.
@@ -165,12 +158,6 @@ fn info(d: &TensorDesc) -> KestrelTensorInfo {
     KestrelTensorInfo { name: d.name.as_ptr(), dtype: d.dtype.code(), rank: d.shape.len(), dims }
 }
 
-fn desc<'a>(list: &'a [TensorDesc], index: usize, what: &str) -> Result<&'a TensorDesc, FfiError> {
-    list.get(index).ok_or_else(|| {
-        err(Status::KESTREL_ERR_INDEX, format!("{what} {index} does not exist (the model has {})", list.len()))
-    })
-}
-
 /// Name, dtype and per-sample shape of graph input `index`.
 ///
 /// # Safety
@@ -182,7 +169,9 @@ pub unsafe extern "C" fn kestrel_model_input_info(
     out: *mut KestrelTensorInfo,
 ) -> Status {
     // SAFETY: the caller's contract on `out`.
-    unsafe { model_get(model, "kestrel_model_input_info", out, |m| Ok(info(desc(m.inputs(), index, "input")?))) }
+    unsafe {
+        model_get(model, "kestrel_model_input_info", out, |m| Ok(info(nth(m.inputs(), index, "input", "the model")?)))
+    }
 }
 
 /// Name, dtype (always F32) and per-sample shape of graph output `index`.
@@ -196,7 +185,11 @@ pub unsafe extern "C" fn kestrel_model_output_info(
     out: *mut KestrelTensorInfo,
 ) -> Status {
     // SAFETY: the caller's contract on `out`.
-    unsafe { model_get(model, "kestrel_model_output_info", out, |m| Ok(info(desc(m.outputs(), index, "output")?))) }
+    unsafe {
+        model_get(model, "kestrel_model_output_info", out, |m| {
+            Ok(info(nth(m.outputs(), index, "output", "the model")?))
+        })
+    }
 }
 
 /// Number of nodes in the graph (an upper bound on the profile entries of a run).

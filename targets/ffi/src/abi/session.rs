@@ -1,6 +1,6 @@
 //! Sessions, runs and profiles: `kestrel_session_*`.
 
-use super::{clear, err, put, session_get, KestrelGpuPrecision, KestrelOpTiming, KestrelOutput, KestrelTensor};
+use super::{clear, err, nth, put, session_get, KestrelGpuPrecision, KestrelOpTiming, KestrelOutput, KestrelTensor};
 use crate::codes;
 use crate::core::{DType, FfiError, SessionCore, TensorDesc};
 use crate::error::guard;
@@ -177,20 +177,13 @@ pub unsafe extern "C" fn kestrel_session_profile_entry(
     index: usize,
     out: *mut KestrelOpTiming,
 ) -> Status {
-    guard(|| {
-        // SAFETY: caller contract.
-        unsafe {
-            let s = handles::session(session, "kestrel_session_profile_entry")?;
-            let core = s.lock()?;
-            let t = core.timings().get(index).copied().ok_or_else(|| {
-                err(
-                    Status::KESTREL_ERR_INDEX,
-                    format!("profile entry {index} does not exist (the last run has {})", core.timings().len()),
-                )
-            })?;
-            put(out, KestrelOpTiming { node: t.node, op: core.op_name(t.node).as_ptr(), nanos: t.nanos }, "out")
-        }
-    })
+    // SAFETY: the caller's contract on `out`.
+    unsafe {
+        session_get(session, "kestrel_session_profile_entry", out, |s| {
+            let t = nth(s.timings(), index, "profile entry", "the last run")?;
+            Ok(KestrelOpTiming { node: t.node, op: s.op_name(t.node).as_ptr(), nanos: t.nanos })
+        })
+    }
 }
 
 /// A checked view of one caller tensor: its batch, element count and byte range.
