@@ -16,26 +16,33 @@ use kestrel_reference::tolerance::F32_APPROX;
 
 const BATCH: usize = 3;
 
+/// The graph being built, its random source and the batch's input data.
 struct Ctx {
     b: ModelBuilder,
     rng: Rng,
     feeds: Vec<Feed>,
-    n: usize,
 }
 
 impl Ctx {
     fn vals(&mut self, n: usize, a: f64) -> Vec<f32> {
         (0..n).map(|_| self.rng.nz(a)).collect()
     }
+    /// A weight of `dims` drawn from ±`a`, in the model's weight encoding.
     fn w(&mut self, dims: &[usize], a: f64) -> TensorId {
-        let v = self.vals(dims.iter().product(), a);
-        self.n += 1;
-        self.b.weight(&format!("w{}", self.n), dims, v).unwrap()
+        self.weight(dims, a, None)
     }
+    /// A weight kept in f32 whatever the encoding (biases and initial states).
     fn w_f32(&mut self, dims: &[usize], a: f64) -> TensorId {
+        self.weight(dims, a, Some(DType::F32))
+    }
+    fn weight(&mut self, dims: &[usize], a: f64, dtype: Option<DType>) -> TensorId {
         let v = self.vals(dims.iter().product(), a);
-        self.n += 1;
-        self.b.weight_as(&format!("w{}", self.n), dims, v, DType::F32).unwrap()
+        let name = format!("w{}", self.b.tensor_count());
+        match dtype {
+            Some(dtype) => self.b.weight_as(&name, dims, v, dtype),
+            None => self.b.weight(&name, dims, v),
+        }
+        .unwrap()
     }
     fn input(&mut self, dims: &[usize]) -> TensorId {
         let id = self.b.input("x", dims).unwrap();
@@ -67,7 +74,7 @@ fn stacked_gru(c: &mut Ctx, x: TensorId, i: usize, h: usize, direction: RnnDirec
 fn check(name: &str, dtype: DType, seed: u64, build: impl Fn(&mut Ctx) -> Vec<TensorId>) {
     let mut b = ModelBuilder::new(name);
     b.set_weight_dtype(dtype);
-    let mut c = Ctx { b, rng: Rng::new(seed), feeds: Vec::new(), n: 0 };
+    let mut c = Ctx { b, rng: Rng::new(seed), feeds: Vec::new() };
     let outs = build(&mut c);
     for &y in &outs {
         c.b.output(y);
@@ -159,7 +166,7 @@ fn recurrent_runs_allocate_nothing() {
     for dtype in DTYPES {
         let mut b = ModelBuilder::new("rnn");
         b.set_weight_dtype(dtype);
-        let mut c = Ctx { b, rng: Rng::new(5), feeds: Vec::new(), n: 0 };
+        let mut c = Ctx { b, rng: Rng::new(5), feeds: Vec::new() };
         let x = c.input(&[t, i]);
         let [w, r, bb, h0, c0] = layer(&mut c, 4, 2, i, h, true);
         let (w, r, bb) = (w.unwrap(), r.unwrap(), bb.unwrap());
