@@ -431,13 +431,14 @@ fn check_q8(rows: usize, out: usize, cols: usize, x: &[f32], w: &[i8]) {
     let fin = simd::Q8Finish { scales: &scales, x_scale: 1.0 / inv, bias: Some(&bias) };
     let finished: Vec<f32> =
         want.iter().enumerate().map(|(i, &a)| a as f32 * scales[i % out] * 0.25 + bias[i % out]).collect();
+    let op = simd::Q8Operands { x, rows, inv, w, cols, out };
     let mut ran = false;
     for k in simd::Q8_KERNELS.iter().filter(|k| (k.supported)()) {
         // SAFETY: the kernels' instructions are detected; they check lengths.
-        run(k.name, &|acc| unsafe { (k.accumulate)(x, rows, inv, w, cols, out, acc) });
+        run(k.name, &|acc| unsafe { (k.accumulate)(&op, acc) });
         let mut y = vec![f32::NAN; rows * out];
         // SAFETY: as above.
-        if unsafe { (k.dense)(x, rows, inv, w, cols, out, &fin, &mut y) } {
+        if unsafe { (k.dense)(&op, &fin, &mut y) } {
             assert_eq!(y, finished, "{} in-tile finish, rows {rows} out {out} cols {cols}", k.name);
         } else {
             assert!(rows < simd::Q8_FUSED_MIN_ROWS, "{} declined {rows} rows", k.name);

@@ -87,6 +87,20 @@ macro_rules! x86_gemm_kernel {
 }
 x86_gemm_kernel!(Y, Z);
 
+/// Stores the 8×8 block `rows` transposed: its column `i` at `dst + i·ld`.
+///
+/// # Safety
+/// AVX in the caller; `dst + i·ld .. + 8` writable for `i < 8`.
+#[inline(always)]
+unsafe fn store_transposed(rows: [__m256; 8], dst: *mut f32, ld: usize) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        for (i, col) in transpose8(rows).into_iter().enumerate() {
+            _mm256_storeu_ps(dst.add(i * ld), col);
+        }
+    }
+}
+
 /// Packs `W[n0 .. n0 + nv, k0 .. k0 + kc]` (dequantised, times the row scales) into
 /// `buf[kk · nr + j]`; features `nv .. nr` of the panel are zeros. `k0 % 8 == 0`, `nr % 8 == 0`;
 /// `buf` has room for `kc · nr` f32 (it may be uninitialised: every element is written).
@@ -116,9 +130,7 @@ unsafe fn pack<L: Load<Y>>(w: &L, n0: usize, nv: usize, k0: usize, kc: usize, nr
                 for (i, r) in rows.iter_mut().enumerate().take(nv.saturating_sub(j8)) {
                     *r = _mm256_mul_ps(w.load(n0 + j8 + i, k0 + kk).0, _mm256_set1_ps(scale[i]));
                 }
-                for (i, col) in transpose8(rows).into_iter().enumerate() {
-                    _mm256_storeu_ps(bp.add((kk + i) * nr + j8), col);
-                }
+                store_transposed(rows, bp.add(kk * nr + j8), nr);
                 kk += 8;
             }
             for kk in kc8..kc {
@@ -311,9 +323,7 @@ unsafe fn pack_xt(x: &[f32], inp: usize, m0: usize, mv: usize, k0: usize, kc: us
                 for (i, r) in rows.iter_mut().enumerate().take(mv.saturating_sub(r8)) {
                     *r = _mm256_loadu_ps(xp.add((m0 + r8 + i) * inp + k0 + kk));
                 }
-                for (i, col) in transpose8(rows).into_iter().enumerate() {
-                    _mm256_storeu_ps(tp.add((kk + i) * nr + r8), col);
-                }
+                store_transposed(rows, tp.add(kk * nr + r8), nr);
                 kk += 8;
             }
             for kk in kc8..kc {

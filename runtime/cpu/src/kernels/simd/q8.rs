@@ -12,11 +12,29 @@ use super::{isa, Isa};
 /// [`q8_accumulate_i8`]'s domain.
 pub const Q8_EXACT_MAX_COLS: usize = 1 << 17;
 
-/// The int8 × int8 product's signature: `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]`
-/// (`x, rows, inv, w, cols, out, acc`).
-pub type Q8AccumulateFn = unsafe fn(&[f32], usize, f32, &[i8], usize, usize, &mut [i32]);
-/// The in-tile finish's signature (`x, rows, inv, w, cols, out, fin, y`; false where declined).
-pub type Q8DenseFn = unsafe fn(&[f32], usize, f32, &[i8], usize, usize, &Q8Finish<'_>, &mut [f32]) -> bool;
+/// The operands of an int8 × int8 product: `rows` rows of `cols` f32 activations `x`, quantised
+/// at scale `1 / inv` ([`kestrel_format::weight::quantize_act`]), times `out` int8 weight rows
+/// `w` of `cols`.
+#[derive(Clone, Copy)]
+pub struct Q8Operands<'a> {
+    /// The activations, `rows · cols` f32 (row-major).
+    pub x: &'a [f32],
+    /// Rows of `x`.
+    pub rows: usize,
+    /// The inverse of the activations' quantisation scale.
+    pub inv: f32,
+    /// The weights, `out · cols` int8 (row-major).
+    pub w: &'a [i8],
+    /// Inputs per row.
+    pub cols: usize,
+    /// Weight rows (output features).
+    pub out: usize,
+}
+
+/// The int8 × int8 product's signature: `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]`.
+pub type Q8AccumulateFn = unsafe fn(&Q8Operands<'_>, &mut [i32]);
+/// The in-tile finish's signature (`y` overwritten; false where declined).
+pub type Q8DenseFn = unsafe fn(&Q8Operands<'_>, &Q8Finish<'_>, &mut [f32]) -> bool;
 
 /// One ISA's packed int8 × int8 kernels: the shared driver (`q8_driver.rs`) over that ISA's
 /// kernel, compiled for it. [`Q8_KERNELS`] lists them; the dispatch and the tests walk it.
@@ -84,7 +102,7 @@ fn q8_kernels() -> Option<&'static Q8Kernels> {
 pub fn q8_accumulate_i8(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) -> bool {
     let Some(k) = q8_kernels() else { return false };
     // SAFETY: the kernels' instructions are detected (`supported`); they check lengths.
-    unsafe { (k.accumulate)(x, rows, inv, w, cols, out, acc) };
+    unsafe { (k.accumulate)(&Q8Operands { x, rows, inv, w, cols, out }, acc) };
     true
 }
 
@@ -121,7 +139,7 @@ pub fn q8_dense_i8(
     y: &mut [f32],
 ) -> bool {
     // SAFETY: the kernels' instructions are detected (`supported`); they check lengths.
-    q8_kernels().is_some_and(|k| unsafe { (k.dense)(x, rows, inv, w, cols, out, fin, y) })
+    q8_kernels().is_some_and(|k| unsafe { (k.dense)(&Q8Operands { x, rows, inv, w, cols, out }, fin, y) })
 }
 
 /// Whether this CPU has the aarch64 dot-product instructions (`sdot`) that

@@ -23,7 +23,7 @@
 //! Also here, on the same registers: int4 weights with calibrated activations ([`gemm_i4`]),
 //! the per-row int8 quantiser, abs-max and the 16 × 16 strided transpose.
 
-use super::q8_driver::{gemm, gemv_r, quantize_block, tiles, Buf, Q8Kernel, Tile};
+use super::q8_driver::{quantize_block, tiles, Buf, Q8Kernel, Tile};
 use core::arch::x86_64::*;
 
 /// Inputs per packed block (a multiple of 64).
@@ -307,18 +307,7 @@ unsafe impl Q8Kernel for Avx512Vnni {
         unsafe { _mm_prefetch::<_MM_HINT_T1>(p) }
     }
 
-    #[inline(always)]
-    unsafe fn gemv(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
-        // SAFETY: the trait's contract.
-        unsafe {
-            match rows {
-                1 => gemv_r::<Self, 1, 8>(x, inv, w, cols, out, acc),
-                2 => gemv_r::<Self, 2, 4>(x, inv, w, cols, out, acc),
-                3 => gemv_r::<Self, 3, 4>(x, inv, w, cols, out, acc),
-                _ => gemm::<Self>(x, rows, inv, w, cols, out, acc, None),
-            }
-        }
-    }
+    super::q8_driver::q8_gemv!(8, 4, 4);
 }
 
 // ---------------------------------------------------------------- int4 weights

@@ -8,7 +8,7 @@
 //!   (8 × 8 transposes of 4-byte groups).
 //! * the GEMV (1–3 rows): weight rows read in place, 32 bytes per load.
 
-use super::q8_driver::{gemm, gemv_r, store_columns, Q8Kernel, SliceFinish, Tile};
+use super::q8_driver::{store_columns, Q8Kernel, SliceFinish, Tile};
 use core::arch::x86_64::*;
 
 /// Inputs per packed block (a multiple of 32).
@@ -266,16 +266,5 @@ unsafe impl Q8Kernel for AvxVnni {
         unsafe { hsum(v) }
     }
 
-    #[inline(always)]
-    unsafe fn gemv(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
-        // SAFETY: the trait's contract.
-        unsafe {
-            match rows {
-                1 => gemv_r::<Self, 1, 4>(x, inv, w, cols, out, acc),
-                2 => gemv_r::<Self, 2, 3>(x, inv, w, cols, out, acc),
-                3 => gemv_r::<Self, 3, 2>(x, inv, w, cols, out, acc),
-                _ => gemm::<Self>(x, rows, inv, w, cols, out, acc, None),
-            }
-        }
-    }
+    super::q8_driver::q8_gemv!(4, 3, 2);
 }

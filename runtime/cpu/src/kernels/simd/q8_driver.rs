@@ -13,6 +13,7 @@
 //! tests (`runtime/cpu/tests/simd.rs`: every kernel bit for bit against the portable loop)
 //! walk alike.
 
+use super::Q8Operands;
 use core::mem::MaybeUninit;
 
 /// Bytes of the quantised activation block (the largest `RB · KC` of any kernel).
@@ -120,11 +121,12 @@ pub(super) unsafe trait Q8Kernel {
     unsafe fn prefetch(p: *const i8) {
         let _ = p;
     }
-    /// The GEMV for `rows` (1–3) rows: [`gemv_r`] with this ISA's weight rows per block.
+    /// The GEMV for `op.rows` (1–3) rows: [`gemv_r`] with this ISA's weight rows per block
+    /// (written by [`q8_gemv!`]).
     ///
     /// # Safety
     /// As [`gemv_r`].
-    unsafe fn gemv(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]);
+    unsafe fn gemv(op: &Q8Operands<'_>, acc: &mut [i32]);
 }
 
 /// One micro-kernel tile's operands: `M` quantised rows (`xb`, stride `KC`, `kp` inputs, a
@@ -275,17 +277,8 @@ pub(super) use tiles;
 /// The kernel's ISA in the caller; `x.len() >= rows·cols`, `w.len() >= out·cols`,
 /// `acc.len() >= rows·out`; with `fin`, its scales and biases hold `out` values.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn gemm<K: Q8Kernel>(
-    x: &[f32],
-    rows: usize,
-    inv: f32,
-    w: &[i8],
-    cols: usize,
-    out: usize,
-    acc: &mut [i32],
-    fin: Option<&super::Q8Finish<'_>>,
-) {
+pub(super) unsafe fn gemm<K: Q8Kernel>(op: &Q8Operands<'_>, acc: &mut [i32], fin: Option<&super::Q8Finish<'_>>) {
+    let Q8Operands { x, rows, inv, w, cols, out } = *op;
     // The quantised block and the packed panel (KC·NR bytes) fit the stack buffers.
     const { assert!(K::RB * K::KC <= XB && K::KC * K::NR <= WP && K::KC % K::KG == 0 && K::MR <= 8) };
     debug_assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
@@ -340,14 +333,8 @@ pub(super) unsafe fn gemm<K: Q8Kernel>(
 /// # Safety
 /// As [`gemm`], with `rows == R` and `out > 0`.
 #[inline(always)]
-pub(super) unsafe fn gemv_r<K: Q8Kernel, const R: usize, const O: usize>(
-    x: &[f32],
-    inv: f32,
-    w: &[i8],
-    cols: usize,
-    out: usize,
-    acc: &mut [i32],
-) {
+pub(super) unsafe fn gemv_r<K: Q8Kernel, const R: usize, const O: usize>(op: &Q8Operands<'_>, acc: &mut [i32]) {
+    let Q8Operands { x, inv, w, cols, out, .. } = *op;
     debug_assert!(x.len() >= R * cols && w.len() >= out * cols && acc.len() >= R * out && out > 0);
     let ks = XS / R / K::GV * K::GV;
     // Not initialised as a whole (24 KiB of stores per call cost more than a small head's
@@ -416,15 +403,8 @@ pub(super) unsafe fn gemv_r<K: Q8Kernel, const R: usize, const O: usize>(
 /// # Safety
 /// The kernel's ISA in the caller; lengths checked here (panics on short slices).
 #[inline(always)]
-pub(super) unsafe fn accumulate<K: Q8Kernel>(
-    x: &[f32],
-    rows: usize,
-    inv: f32,
-    w: &[i8],
-    cols: usize,
-    out: usize,
-    acc: &mut [i32],
-) {
+pub(super) unsafe fn accumulate<K: Q8Kernel>(op: &Q8Operands<'_>, acc: &mut [i32]) {
+    let Q8Operands { x, rows, w, cols, out, .. } = *op;
     assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
     if out == 0 || cols == 0 || rows == 0 {
         return;
@@ -432,9 +412,9 @@ pub(super) unsafe fn accumulate<K: Q8Kernel>(
     // SAFETY: the ISA per the contract; lengths checked.
     unsafe {
         if rows < GEMV_MAX_ROWS {
-            K::gemv(x, rows, inv, w, cols, out, acc)
+            K::gemv(op, acc)
         } else {
-            gemm::<K>(x, rows, inv, w, cols, out, acc, None)
+            gemm::<K>(op, acc, None)
         }
     }
 }
@@ -446,17 +426,8 @@ pub(super) unsafe fn accumulate<K: Q8Kernel>(
 /// # Safety
 /// The kernel's ISA in the caller; lengths checked here (panics on short slices).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn dense<K: Q8Kernel>(
-    x: &[f32],
-    rows: usize,
-    inv: f32,
-    w: &[i8],
-    cols: usize,
-    out: usize,
-    fin: &super::Q8Finish<'_>,
-    y: &mut [f32],
-) -> bool {
+pub(super) unsafe fn dense<K: Q8Kernel>(op: &Q8Operands<'_>, fin: &super::Q8Finish<'_>, y: &mut [f32]) -> bool {
+    let Q8Operands { x, rows, w, cols, out, .. } = *op;
     const { assert!(GEMV_MAX_ROWS == super::Q8_FUSED_MIN_ROWS) };
     if rows < super::Q8_FUSED_MIN_ROWS || cols == 0 || cols > super::Q8_EXACT_MAX_COLS {
         return false;
@@ -465,13 +436,13 @@ pub(super) unsafe fn dense<K: Q8Kernel>(
     assert!(fin.scales.len() >= out && fin.bias.is_none_or(|b| b.len() >= out));
     let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut y[..rows * out]);
     // SAFETY: the ISA per the contract; lengths checked.
-    unsafe { gemm::<K>(x, rows, inv, w, cols, out, acc, Some(fin)) };
+    unsafe { gemm::<K>(op, acc, Some(fin)) };
     true
 }
 
 /// Writes an ISA's two `#[target_feature]` entry points over [`accumulate`] and [`dense`] for
-/// the kernel `$k`: `$acc(x, rows, inv, w, cols, out, acc)` and `$dense(x, rows, inv, w, cols,
-/// out, fin, y) -> bool`.
+/// the kernel `$k`: `$acc(op, acc)` and `$dense(op, fin, y) -> bool` ([`super::Q8AccumulateFn`],
+/// [`super::Q8DenseFn`]).
 macro_rules! q8_entry_points {
     ($k:ty, $features:literal, $what:literal, $acc:ident, $dense:ident) => {
         #[doc = concat!("`acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]` in wrapping i32 with the ", $what, " kernels (exact, so equal to the portable loop bit for bit).")]
@@ -479,30 +450,41 @@ macro_rules! q8_entry_points {
         /// # Safety
         #[doc = concat!("The CPU must support `", $features, "`.")]
         #[target_feature(enable = $features)]
-        pub unsafe fn $acc(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
+        pub unsafe fn $acc(op: &super::Q8Operands<'_>, acc: &mut [i32]) {
             // SAFETY: the features per the contract.
-            unsafe { super::q8_driver::accumulate::<$k>(x, rows, inv, w, cols, out, acc) }
+            unsafe { super::q8_driver::accumulate::<$k>(op, acc) }
         }
 
         #[doc = concat!("`y = f32(q(x) · W_qᵀ) · scales · x_scale (+ bias)` finished inside the ", $what, " GEMM's tiles (`y` overwritten); false, touching nothing, below `Q8_FUSED_MIN_ROWS` rows or outside the exact i32 range.")]
         ///
         /// # Safety
         #[doc = concat!("The CPU must support `", $features, "`.")]
-        #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = $features)]
-        pub unsafe fn $dense(
-            x: &[f32],
-            rows: usize,
-            inv: f32,
-            w: &[i8],
-            cols: usize,
-            out: usize,
-            fin: &super::Q8Finish<'_>,
-            y: &mut [f32],
-        ) -> bool {
+        pub unsafe fn $dense(op: &super::Q8Operands<'_>, fin: &super::Q8Finish<'_>, y: &mut [f32]) -> bool {
             // SAFETY: the features per the contract.
-            unsafe { super::q8_driver::dense::<$k>(x, rows, inv, w, cols, out, fin, y) }
+            unsafe { super::q8_driver::dense::<$k>(op, fin, y) }
         }
     };
 }
 pub(super) use q8_entry_points;
+
+/// Writes a kernel's [`Q8Kernel::gemv`]: [`gemv_r`] for 1, 2 and 3 rows with `$o1`, `$o2` and
+/// `$o3` weight rows per block (the packed GEMM past that).
+macro_rules! q8_gemv {
+    ($o1:literal, $o2:literal, $o3:literal) => {
+        #[inline(always)]
+        unsafe fn gemv(op: &super::Q8Operands<'_>, acc: &mut [i32]) {
+            use super::q8_driver::{gemm, gemv_r};
+            // SAFETY: the trait's contract.
+            unsafe {
+                match op.rows {
+                    1 => gemv_r::<Self, 1, $o1>(op, acc),
+                    2 => gemv_r::<Self, 2, $o2>(op, acc),
+                    3 => gemv_r::<Self, 3, $o3>(op, acc),
+                    _ => gemm::<Self>(op, acc, None),
+                }
+            }
+        }
+    };
+}
+pub(super) use q8_gemv;

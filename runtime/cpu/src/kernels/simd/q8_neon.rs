@@ -15,7 +15,7 @@
 //!
 //! The `sdot` intrinsics are not stable in Rust, so the instruction is written in `asm!`.
 
-use super::q8_driver::{gemm, gemv_r, store_columns, Q8Kernel, SliceFinish, Tile};
+use super::q8_driver::{store_columns, Q8Kernel, SliceFinish, Tile};
 use core::arch::aarch64::*;
 use core::arch::asm;
 
@@ -247,16 +247,5 @@ unsafe impl Q8Kernel for DotProd {
         unsafe { vaddvq_s32(v) }
     }
 
-    #[inline(always)]
-    unsafe fn gemv(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) {
-        // SAFETY: the trait's contract.
-        unsafe {
-            match rows {
-                1 => gemv_r::<Self, 1, 4>(x, inv, w, cols, out, acc),
-                2 => gemv_r::<Self, 2, 4>(x, inv, w, cols, out, acc),
-                3 => gemv_r::<Self, 3, 4>(x, inv, w, cols, out, acc),
-                _ => gemm::<Self>(x, rows, inv, w, cols, out, acc, None),
-            }
-        }
-    }
+    super::q8_driver::q8_gemv!(4, 4, 4);
 }
