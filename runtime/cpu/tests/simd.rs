@@ -105,6 +105,38 @@ fn gelu_on(isa: Isa, got: &mut [f32]) {
     }
 }
 
+/// `softmax(scale · xs)` through every ISA's kernel (AVX-512: scaled inside its passes; AVX2:
+/// a scaling pass, then its softmax; elsewhere the dispatched path) against the f64 softmax of
+/// the scaled values, per element: 1e-6 relative plus the rounding of `x − max` in f32, plus
+/// 1e-30.
+fn check_softmax(xs: &[f32], scale: f32, what: &str) -> Result<(), TestCaseError> {
+    let sx: Vec<f32> = xs.iter().map(|&v| v * scale).collect();
+    let m = sx.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+    let e: Vec<f64> = sx.iter().map(|&v| (f64::from(v) - m).exp()).collect();
+    let sum: f64 = e.iter().sum();
+    for isa in isas() {
+        let mut got = xs.to_vec();
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: supported ISAs only.
+        unsafe {
+            if isa == Isa::Avx512 {
+                simd::x86::softmax_scaled_avx512(&mut got, scale)
+            } else {
+                got.iter_mut().for_each(|v| *v *= scale);
+                simd::x86::softmax(&mut got)
+            }
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        simd::softmax_scaled(&mut got, scale);
+        for ((&g, &e), &x) in got.iter().zip(&e).zip(&sx) {
+            let w = e / sum;
+            let bound = (1e-6 + f64::from(f32::EPSILON) * (m - f64::from(x))) * w + 1e-30;
+            prop_assert!((f64::from(g) - w).abs() <= bound, "{} {what} {g} vs {w}", isa.name());
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
@@ -207,58 +239,14 @@ proptest! {
     /// relatively), plus 1e-30 for underflowing entries; rows with a wide spread of values.
     #[test]
     fn softmax_matches_f64(xs in proptest::collection::vec(-60.0f32..60.0, 1..90)) {
-        let m = xs.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
-        let e: Vec<f64> = xs.iter().map(|&v| (f64::from(v) - m).exp()).collect();
-        let sum: f64 = e.iter().sum();
-        for isa in isas() {
-            let mut got = xs.clone();
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: supported ISAs only.
-            unsafe {
-                if isa == Isa::Avx512 {
-                    simd::x86::softmax_scaled_avx512(&mut got, 1.0)
-                } else {
-                    simd::x86::softmax(&mut got)
-                }
-            };
-            #[cfg(not(target_arch = "x86_64"))]
-            kestrel_cpu::math::softmax_scalar(&mut got);
-            for ((&g, &e), &x) in got.iter().zip(&e).zip(&xs) {
-                let w = e / sum;
-                let bound = (1e-6 + f64::from(f32::EPSILON) * (m - f64::from(x))) * w + 1e-30;
-                prop_assert!((f64::from(g) - w).abs() <= bound, "{} softmax {g} vs {w}", isa.name());
-            }
-        }
+        check_softmax(&xs, 1.0, "softmax")?;
     }
 
     /// The scaled softmax (attention scores: `softmax(scale · x)`, either sign) against f64, the
     /// bound as above on the scaled values; every tail length of the masked AVX-512 path.
     #[test]
     fn scaled_softmax_matches_f64(xs in proptest::collection::vec(-60.0f32..60.0, 1..70), scale in prop_oneof![-2.0f32..-0.05, 0.05f32..2.0]) {
-        let sx: Vec<f32> = xs.iter().map(|&v| v * scale).collect();
-        let m = sx.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
-        let e: Vec<f64> = sx.iter().map(|&v| (f64::from(v) - m).exp()).collect();
-        let sum: f64 = e.iter().sum();
-        for isa in isas() {
-            let mut got = xs.clone();
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: supported ISAs only.
-            unsafe {
-                if isa == Isa::Avx512 {
-                    simd::x86::softmax_scaled_avx512(&mut got, scale)
-                } else {
-                    got.iter_mut().for_each(|v| *v *= scale);
-                    simd::x86::softmax(&mut got)
-                }
-            };
-            #[cfg(not(target_arch = "x86_64"))]
-            simd::softmax_scaled(&mut got, scale);
-            for ((&g, &e), &x) in got.iter().zip(&e).zip(&sx) {
-                let w = e / sum;
-                let bound = (1e-6 + f64::from(f32::EPSILON) * (m - f64::from(x))) * w + 1e-30;
-                prop_assert!((f64::from(g) - w).abs() <= bound, "{} scaled softmax {g} vs {w}", isa.name());
-            }
-        }
+        check_softmax(&xs, scale, "scaled softmax")?;
     }
 
     /// The vectorised `e^(v − m)` (one maximum, and one per element) against f64: 1e-6 relative

@@ -67,6 +67,20 @@ proptest! {
     }
 }
 
+/// `run(None, y)` (the dispatch) and, on x86, `run(Some(isa), y)` for every ISA this CPU
+/// supports (its entry point), each into a NaN-filled buffer as long as `want`, against `want`.
+fn check_every_isa(what: &str, want: &[f64], run: impl Fn(Option<Isa>, &mut [f32])) {
+    let mut got = vec![f32::NAN; want.len()];
+    run(None, &mut got);
+    assert_close(&format!("{what} (dispatched)"), &got, want, F32_APPROX);
+    #[cfg(target_arch = "x86_64")]
+    for isa in isas() {
+        let mut got = vec![f32::NAN; want.len()];
+        run(Some(isa), &mut got);
+        assert_close(&format!("{} {what}", isa.name()), &got, want, F32_APPROX);
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
@@ -83,21 +97,17 @@ proptest! {
     ) {
         let want: Vec<f64> =
             (0..n).map(|j| w.iter().zip(&off).map(|(&wv, &o)| f64::from(wv) * f64::from(src[o + j])).sum()).collect();
-        let mut got = vec![f32::NAN; n];
-        simd::taps(&w, &off, &src, &mut got);
-        assert_close("taps (dispatched)", &got, &want, F32_APPROX);
-        #[cfg(target_arch = "x86_64")]
-        for isa in isas() {
-            let mut got = vec![f32::NAN; n];
+        check_every_isa("taps", &want, |isa, got| match isa {
+            None => simd::taps(&w, &off, &src, got),
+            #[cfg(target_arch = "x86_64")]
             // SAFETY: supported ISAs only.
-            unsafe {
-                match isa {
-                    Isa::Avx512 => simd::x86::taps_avx512(&w, &off, &src, &mut got),
-                    _ => simd::x86::taps(&w, &off, &src, &mut got),
-                }
-            }
-            assert_close(&format!("{} taps", isa.name()), &got, &want, F32_APPROX);
-        }
+            Some(Isa::Avx512) => unsafe { simd::x86::taps_avx512(&w, &off, &src, got) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: supported ISAs only.
+            Some(_) => unsafe { simd::x86::taps(&w, &off, &src, got) },
+            #[cfg(not(target_arch = "x86_64"))]
+            Some(_) => unreachable!("no per-ISA taps entry points here"),
+        });
     }
 }
 
@@ -120,21 +130,17 @@ proptest! {
         let want: Vec<f64> = (0..c)
             .map(|j| pairs.iter().map(|&(t, o)| f64::from(w[t * c + j]) * f64::from(x[o + j])).sum())
             .collect();
-        let mut got = vec![f32::NAN; c];
-        simd::taps_cl(&w, &pairs, &x, &mut got);
-        assert_close("taps_cl (dispatched)", &got, &want, F32_APPROX);
-        #[cfg(target_arch = "x86_64")]
-        for isa in isas() {
-            let mut got = vec![f32::NAN; c];
+        check_every_isa("taps_cl", &want, |isa, got| match isa {
+            None => simd::taps_cl(&w, &pairs, &x, got),
+            #[cfg(target_arch = "x86_64")]
             // SAFETY: supported ISAs only.
-            unsafe {
-                match isa {
-                    Isa::Avx512 => simd::x86::taps_cl_avx512(&w, &pairs, &x, &mut got),
-                    _ => simd::x86::taps_cl(&w, &pairs, &x, &mut got),
-                }
-            }
-            assert_close(&format!("{} taps_cl", isa.name()), &got, &want, F32_APPROX);
-        }
+            Some(Isa::Avx512) => unsafe { simd::x86::taps_cl_avx512(&w, &pairs, &x, got) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: supported ISAs only.
+            Some(_) => unsafe { simd::x86::taps_cl(&w, &pairs, &x, got) },
+            #[cfg(not(target_arch = "x86_64"))]
+            Some(_) => unreachable!("no per-ISA taps entry points here"),
+        });
     }
 }
 

@@ -22,9 +22,9 @@
 //!
 //! The batch-1 GEMV ([`gemv_stream`]), where each weight is used once per row of `x` and the time
 //! is the weights' trip from memory: one weight row at a time, so the matrix is read as one
-//! sequential stream, every cache line prefetched into L1 [`STREAM_PF_BYTES`] ahead (while a row of `x`, up to 32 KiB, stays in L1); eight
-//! accumulators per row, each summing every eighth step, cover the FMA latency. Measured on one
-//! Zen 5 core of a shared VM (AVX-512), in one process, the stream and the 8-row blocks
+//! sequential stream, every cache line prefetched into L1 [`STREAM_PF_BYTES`] ahead (while a row
+//! of `x`, up to 32 KiB, stays in L1); eight accumulators per row, each summing every eighth
+//! step, cover the FMA latency. Measured on one Zen 5 core of a shared VM (AVX-512), in one process, the stream and the 8-row blocks
 //! interleaved (2560 × 4096, 42 MB as f32, median of 57 calls each, three runs): the stream takes
 //! 0.84–0.88× the 8-row kernel's time for f32, 0.83× for f16, 0.73× for int4, and the same for
 //! int8 (10.5 MB, served from L3). A plain AVX-512 read of the same 42 MB with the same prefetch
@@ -528,7 +528,7 @@ pub(super) unsafe trait GemmKernel: Vf {
     type Pack: Vf;
     /// Inputs per packed panel (≤ 512; a multiple of 8 and of the int4 group).
     const KC: usize;
-    /// Packs `W[n0..n0+nv, k0..k0+kc]` (dequantised, times the row scales) as `buf[kk·nr + j]`, zeros past `nv` (`buf`: room for `kc·nr`, maybe uninitialised).
+    /// Packs `W[n0.., k0..k0+kc]` (`nv` rows, dequantised, scaled) as `buf[kk·nr + j]`, zeros past `nv`.
     unsafe fn pack<L: Load<Self::Pack>>(w: &L, n0: usize, nv: usize, k0: usize, kc: usize, nr: usize, buf: *mut f32);
     /// One `MR × NV·L` tile over `kc` rows of `b` (see [`ukernel`], the default).
     #[inline(always)]

@@ -219,6 +219,23 @@ fn has_neon() -> bool {
     false
 }
 
+/// Runs `$avx2` under the AVX2 tiers, `$avx512` under AVX-512 (x86 `#[target_feature]` entry
+/// points needing no more than their tier's features, the rest of their contract checked by the
+/// caller or inside them), `$other` elsewhere.
+macro_rules! by_tier {
+    (avx2: $avx2:expr, avx512: $avx512:expr, other: $other:expr) => {
+        match isa() {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `isa()` returns these tiers only after detecting AVX2, FMA and F16C.
+            Isa::Avx2 | Isa::Avx2Vnni => unsafe { $avx2 },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `isa()` returns AVX-512 only after detecting AVX-512F, AVX2, FMA and F16C.
+            Isa::Avx512 => unsafe { $avx512 },
+            _ => $other,
+        }
+    };
+}
+
 /// `Σ a[i]·b[i]` over the common length.
 #[inline]
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
@@ -239,30 +256,22 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 /// see `runtime/cpu/tests/simd.rs`; elsewhere the scalar [`crate::math::gelu`] (libm `erfcf`).
 #[inline]
 pub fn gelu(y: &mut [f32]) {
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2/FMA detected.
-        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::gelu(y) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX-512F (and AVX2/FMA) detected.
-        Isa::Avx512 => unsafe { x86::gelu_avx512(y) },
-        _ => y.iter_mut().for_each(|v| *v = crate::math::gelu(*v)),
-    }
+    by_tier!(
+        avx2: x86::gelu(y),
+        avx512: x86::gelu_avx512(y),
+        other: y.iter_mut().for_each(|v| *v = crate::math::gelu(*v))
+    )
 }
 
 /// Softmax of `row` in place (maximum subtracted before exp). x86 (AVX2 and up): a vectorised
 /// exp (Cephes polynomial, ≤ 2 ulp); elsewhere libm's `expf`.
 #[inline]
 pub fn softmax(row: &mut [f32]) {
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2/FMA detected.
-        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::softmax(row) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX-512F/AVX2/FMA detected.
-        Isa::Avx512 => unsafe { x86::softmax_scaled_avx512(row, 1.0) },
-        _ => crate::math::softmax_scalar(row),
-    }
+    by_tier!(
+        avx2: x86::softmax(row),
+        avx512: x86::softmax_scaled_avx512(row, 1.0),
+        other: crate::math::softmax_scalar(row)
+    )
 }
 
 /// Whether [`small_head`] runs on this CPU (AVX-512).
@@ -330,12 +339,11 @@ pub fn softmax_scaled(row: &mut [f32], scale: f32) {
 /// vectorised exp of [`softmax`]; elsewhere libm's `expf`.
 #[inline]
 pub fn exp_sub(v: &mut [f32], m: f32) {
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2/FMA detected.
-        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { x86::exp_sub(v, m) },
-        _ => v.iter_mut().for_each(|v| *v = crate::math::exp(*v - m)),
-    }
+    by_tier!(
+        avx2: x86::exp_sub(v, m),
+        avx512: x86::exp_sub(v, m),
+        other: v.iter_mut().for_each(|v| *v = crate::math::exp(*v - m))
+    )
 }
 
 /// `v[i] ← e^(v[i] − m[i])` over `v.len()` elements, for `v[i] ≤ m[i]`; `m` must be at least
@@ -343,12 +351,11 @@ pub fn exp_sub(v: &mut [f32], m: f32) {
 #[inline]
 pub fn exp_sub_each(v: &mut [f32], m: &[f32]) {
     assert!(m.len() >= v.len(), "exp_sub_each: {} maxima for {} values", m.len(), v.len());
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2/FMA detected.
-        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { x86::exp_sub_each(v, m) },
-        _ => v.iter_mut().zip(m).for_each(|(v, &m)| *v = crate::math::exp(*v - m)),
-    }
+    by_tier!(
+        avx2: x86::exp_sub_each(v, m),
+        avx512: x86::exp_sub_each(v, m),
+        other: v.iter_mut().zip(m).for_each(|(v, &m)| *v = crate::math::exp(*v - m))
+    )
 }
 
 /// The AFT gate: `q[i] ← σ(q[i]) · num[i] · s / den[i]` (`den` absent: no division) over
@@ -357,50 +364,37 @@ pub fn exp_sub_each(v: &mut [f32], m: &[f32]) {
 #[inline]
 pub fn sigmoid_gate(q: &mut [f32], num: &[f32], den: Option<&[f32]>, s: f32) {
     assert!(num.len() >= q.len() && den.is_none_or(|d| d.len() >= q.len()), "sigmoid_gate: short num/den");
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2/FMA detected; lengths checked above.
-        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { x86::sigmoid_gate(q, num, den, s) },
-        _ => {
-            for (i, q) in q.iter_mut().enumerate() {
-                let g = crate::math::sigmoid(*q) * (num[i] * s);
-                *q = match den {
-                    Some(d) => g / d[i],
-                    None => g,
-                };
-            }
+    by_tier!(avx2: x86::sigmoid_gate(q, num, den, s), avx512: x86::sigmoid_gate(q, num, den, s), other: {
+        for (i, q) in q.iter_mut().enumerate() {
+            let g = crate::math::sigmoid(*q) * (num[i] * s);
+            *q = match den {
+                Some(d) => g / d[i],
+                None => g,
+            };
         }
-    }
+    })
 }
 
 /// `v[i] ← σ(v[i])` (the recurrent layers' gates). x86 (AVX2 and up): σ from the vectorised
 /// exp of `e^−|x|`; elsewhere [`crate::math::sigmoid`].
 #[inline]
 pub fn sigmoid(v: &mut [f32]) {
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2/FMA detected.
-        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::sigmoid(v) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX-512F/AVX2/FMA detected.
-        Isa::Avx512 => unsafe { x86::sigmoid_avx512(v) },
-        _ => v.iter_mut().for_each(|v| *v = crate::math::sigmoid(*v)),
-    }
+    by_tier!(
+        avx2: x86::sigmoid(v),
+        avx512: x86::sigmoid_avx512(v),
+        other: v.iter_mut().for_each(|v| *v = crate::math::sigmoid(*v))
+    )
 }
 
 /// SiLU `v[i] ← v[i]·σ(v[i])` in place, one pass: x86 `x·σ(x)` with the vectorised sigmoid (16
 /// lanes on AVX-512), elsewhere the scalar [`crate::math::sigmoid`].
 #[inline]
 pub fn silu(v: &mut [f32]) {
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2/FMA detected.
-        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::silu(v) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX-512F/AVX2/FMA detected.
-        Isa::Avx512 => unsafe { x86::silu_avx512(v) },
-        _ => v.iter_mut().for_each(|v| *v *= crate::math::sigmoid(*v)),
-    }
+    by_tier!(
+        avx2: x86::silu(v),
+        avx512: x86::silu_avx512(v),
+        other: v.iter_mut().for_each(|v| *v *= crate::math::sigmoid(*v))
+    )
 }
 
 /// `v[i] ← tanh(v[i])` (the recurrent layers' candidates and outputs). x86 (AVX2 and up): an odd
@@ -408,27 +402,17 @@ pub fn silu(v: &mut [f32]) {
 /// elsewhere libm's `tanhf`.
 #[inline]
 pub fn tanh(v: &mut [f32]) {
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2/FMA detected.
-        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { x86::tanh(v) },
-        _ => v.iter_mut().for_each(|v| *v = libm::tanhf(*v)),
-    }
+    by_tier!(avx2: x86::tanh(v), avx512: x86::tanh(v), other: v.iter_mut().for_each(|v| *v = libm::tanhf(*v)))
 }
 
 /// `y[i] += a · x[i]` over the common length.
 #[inline]
 pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as in `dot_f32`.
-        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { x86::axpy(y, a, x) },
-        _ => {
-            for (y, &x) in y.iter_mut().zip(x) {
-                *y += a * x;
-            }
+    by_tier!(avx2: x86::axpy(y, a, x), avx512: x86::axpy(y, a, x), other: {
+        for (y, &x) in y.iter_mut().zip(x) {
+            *y += a * x;
         }
-    }
+    })
 }
 
 /// `y [m, n] = a [m, k] · b [k, n]`, f32 row-major, `y`'s rows at stride `ldy ≥ n` (a
@@ -438,23 +422,15 @@ pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
 pub fn matmul_kn(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &mut [f32], ldy: usize) {
     let y_len = if m == 0 { 0 } else { (m - 1) * ldy + n };
     assert!(a.len() >= m * k && b.len() >= k * n && y.len() >= y_len && ldy >= n, "matmul_kn: slices too short");
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2, FMA and F16C detected; lengths checked.
-        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::matmul_kn(a, m, k, b, n, y, ldy) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX-512F, AVX2, FMA and F16C detected; lengths checked.
-        Isa::Avx512 => unsafe { x86::matmul_kn_avx512(a, m, k, b, n, y, ldy) },
-        _ => {
-            for o in 0..m {
-                let yr = &mut y[o * ldy..o * ldy + n];
-                yr.fill(0.0);
-                for kk in 0..k {
-                    axpy(yr, a[o * k + kk], &b[kk * n..(kk + 1) * n]);
-                }
+    by_tier!(avx2: x86::matmul_kn(a, m, k, b, n, y, ldy), avx512: x86::matmul_kn_avx512(a, m, k, b, n, y, ldy), other: {
+        for o in 0..m {
+            let yr = &mut y[o * ldy..o * ldy + n];
+            yr.fill(0.0);
+            for kk in 0..k {
+                axpy(yr, a[o * k + kk], &b[kk * n..(kk + 1) * n]);
             }
         }
-    }
+    })
 }
 
 /// `acc[j] = Σ_t w[t] · src[off[t] + j]` (taps in order): a depthwise convolution's taps over
@@ -465,23 +441,15 @@ pub fn matmul_kn(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &mut [f3
 /// When a tap reads past `src` (`off[t] + acc.len() > src.len()`) or `off` is shorter than `w`.
 pub fn taps(w: &[f32], off: &[usize], src: &[f32], acc: &mut [f32]) {
     assert!(off.len() >= w.len(), "taps: {} offsets for {} weights", off.len(), w.len());
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2/FMA detected (bounds are checked inside).
-        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::taps(w, off, src, acc) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX-512F/AVX2/FMA detected (bounds are checked inside).
-        Isa::Avx512 => unsafe { x86::taps_avx512(w, off, src, acc) },
-        _ => {
-            let n = acc.len();
-            acc.fill(0.0);
-            for (&wv, &o) in w.iter().zip(off) {
-                for (a, &v) in acc.iter_mut().zip(&src[o..o + n]) {
-                    *a += wv * v;
-                }
+    by_tier!(avx2: x86::taps(w, off, src, acc), avx512: x86::taps_avx512(w, off, src, acc), other: {
+        let n = acc.len();
+        acc.fill(0.0);
+        for (&wv, &o) in w.iter().zip(off) {
+            for (a, &v) in acc.iter_mut().zip(&src[o..o + n]) {
+                *a += wv * v;
             }
         }
-    }
+    })
 }
 
 /// `y[c] = Σ_i w[t_i·C + c] · x[o_i + c]` (`C = y.len()`, pairs `(t_i, o_i)` in order): one
@@ -492,23 +460,15 @@ pub fn taps(w: &[f32], off: &[usize], src: &[f32], acc: &mut [f32]) {
 /// # Panics
 /// When a pair reads past `w` or `x`.
 pub fn taps_cl(w: &[f32], pairs: &[(usize, usize)], x: &[f32], y: &mut [f32]) {
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2/FMA detected (bounds are checked inside).
-        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::taps_cl(w, pairs, x, y) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX-512F/AVX2/FMA detected (bounds are checked inside).
-        Isa::Avx512 => unsafe { x86::taps_cl_avx512(w, pairs, x, y) },
-        _ => {
-            let c = y.len();
-            y.fill(0.0);
-            for &(t, o) in pairs {
-                for ((a, &wv), &v) in y.iter_mut().zip(&w[t * c..(t + 1) * c]).zip(&x[o..o + c]) {
-                    *a += wv * v;
-                }
+    by_tier!(avx2: x86::taps_cl(w, pairs, x, y), avx512: x86::taps_cl_avx512(w, pairs, x, y), other: {
+        let c = y.len();
+        y.fill(0.0);
+        for &(t, o) in pairs {
+            for ((a, &wv), &v) in y.iter_mut().zip(&w[t * c..(t + 1) * c]).zip(&x[o..o + c]) {
+                *a += wv * v;
             }
         }
-    }
+    })
 }
 
 /// `y [m, n] = a [m, k] · B` (row stride `ldy`) where row `kk` of the implicit `B` is
@@ -531,25 +491,17 @@ pub fn matmul_kn_rows(
 ) {
     let y_len = if m == 0 { 0 } else { (m - 1) * ldy + n };
     assert!(a.len() >= m * k && y.len() >= y_len && ldy >= n, "matmul_kn_rows: slices too short");
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2, FMA and F16C detected; lengths checked (rows of B inside).
-        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::matmul_kn_rows(a, m, k, b, rows, n, y, ldy) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX-512F, AVX2, FMA and F16C detected; lengths checked (rows of B inside).
-        Isa::Avx512 => unsafe { x86::matmul_kn_rows_avx512(a, m, k, b, rows, n, y, ldy) },
-        _ => {
-            for o in 0..m {
-                let yr = &mut y[o * ldy..o * ldy + n];
-                yr.fill(0.0);
-                for kk in 0..k {
-                    let off = rows(kk);
-                    assert!(off <= b.len() && b.len() - off >= n, "matmul_kn_rows: row {kk} outside b");
-                    axpy(yr, a[o * k + kk], &b[off..off + n]);
-                }
+    by_tier!(avx2: x86::matmul_kn_rows(a, m, k, b, rows, n, y, ldy), avx512: x86::matmul_kn_rows_avx512(a, m, k, b, rows, n, y, ldy), other: {
+        for o in 0..m {
+            let yr = &mut y[o * ldy..o * ldy + n];
+            yr.fill(0.0);
+            for kk in 0..k {
+                let off = rows(kk);
+                assert!(off <= b.len() && b.len() - off >= n, "matmul_kn_rows: row {kk} outside b");
+                axpy(yr, a[o * k + kk], &b[off..off + n]);
             }
         }
-    }
+    })
 }
 
 /// The f32 dense product's signature (`x, rows, w, y`): `y [rows, out] = x [rows, in] · Wᵀ`.
@@ -679,12 +631,11 @@ pub fn dot_i8_scalar(a: &[i8], b: &[i8]) -> i32 {
 /// activations, in integers. `bytes.len() >= 16`, `xq.len() <= 32`.
 #[inline]
 pub fn dot_i4_group(bytes: &[u8], xq: &[i8]) -> i32 {
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: features detected; `x86::dot_i4_group` checks the lengths.
-        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => unsafe { x86::dot_i4_group(bytes, xq) },
-        _ => dot_i4_group_scalar(bytes, xq),
-    }
+    by_tier!(
+        avx2: x86::dot_i4_group(bytes, xq),
+        avx512: x86::dot_i4_group(bytes, xq),
+        other: dot_i4_group_scalar(bytes, xq)
+    )
 }
 
 /// Scalar [`dot_i4_group`].

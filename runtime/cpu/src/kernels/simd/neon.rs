@@ -192,7 +192,7 @@ const NR: usize = 8;
 
 /// Transposes a 4 × 4 block: `out[c]` lane `r` = `r_in[r]` lane `c`.
 #[inline(always)]
-unsafe fn transpose4(a: float32x4_t, b: float32x4_t, c: float32x4_t, d: float32x4_t) -> [float32x4_t; 4] {
+pub(super) unsafe fn transpose4(a: float32x4_t, b: float32x4_t, c: float32x4_t, d: float32x4_t) -> [float32x4_t; 4] {
     // SAFETY: NEON in every caller.
     unsafe {
         let (ab0, ab1) = (vtrn1q_f32(a, b), vtrn2q_f32(a, b));

@@ -78,23 +78,16 @@ unsafe fn load16(p: *const i8, k: usize, end: usize) -> int8x16_t {
     }
 }
 
-/// Transposes 4 rows of 4 four-byte groups: `out[c]` group `r` = `r_in[r]` group `c`.
+/// Transposes 4 rows of 4 four-byte groups: `out[c]` group `r` = `r_in[r]` group `c` (the f32
+/// 4 × 4 transpose of `neon.rs`, on the same bits).
 #[inline(always)]
 unsafe fn transpose4(a: int8x16_t, b: int8x16_t, c: int8x16_t, d: int8x16_t) -> [int8x16_t; 4] {
     // SAFETY: NEON in every caller.
     unsafe {
-        let (a, b, c, d) =
-            (vreinterpretq_s32_s8(a), vreinterpretq_s32_s8(b), vreinterpretq_s32_s8(c), vreinterpretq_s32_s8(d));
-        let (ab0, ab1) = (vtrn1q_s32(a, b), vtrn2q_s32(a, b));
-        let (cd0, cd1) = (vtrn1q_s32(c, d), vtrn2q_s32(c, d));
-        let f = vreinterpretq_s64_s32;
-        let g = vreinterpretq_s8_s64;
-        [
-            g(vtrn1q_s64(f(ab0), f(cd0))),
-            g(vtrn1q_s64(f(ab1), f(cd1))),
-            g(vtrn2q_s64(f(ab0), f(cd0))),
-            g(vtrn2q_s64(f(ab1), f(cd1))),
-        ]
+        let f = vreinterpretq_f32_s8;
+        let t = super::neon::transpose4(f(a), f(b), f(c), f(d));
+        let g = vreinterpretq_s8_f32;
+        [g(t[0]), g(t[1]), g(t[2]), g(t[3])]
     }
 }
 

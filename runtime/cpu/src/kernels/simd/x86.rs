@@ -97,7 +97,8 @@ unsafe fn gemv_avx512<L: Load<Z>>(x: &[f32], rows: usize, w: &L, out: usize, y: 
 /// tier's GEMM tiles (`gemm_tiers` parameters `$tiers`) and, below [`GEMV_MAX_ROWS`] rows, its
 /// GEMV `$gemv`.
 macro_rules! dense_entry_points {
-    ($features:literal, $needs:literal, $what:literal, $v:ty, [$($tiers:literal),*], $gemv:path, $wt:ident, $wt_ptr:ident) => {
+    ($features:literal, $needs:literal, $what:literal, $v:ty, [$($tiers:literal),*], $gemv:path,
+     $wt:ident, $wt_ptr:ident) => {
         #[doc = concat!("`y [rows, out] = x [rows, in] · Wᵀ` for any weight encoding (no bias) ", $what)]
         ///
         /// # Safety
