@@ -22,6 +22,7 @@ use anyhow::{Context, Result};
 use kestrel::format::ops::Activation;
 use kestrel::format::weight::EncodedWeight;
 use kestrel::format::{DType, WeightView};
+use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
@@ -44,8 +45,8 @@ pub const SHAPES: &[(&str, usize, usize, usize)] = &[
 pub const GEMV_SHAPES: &[(&str, usize, usize)] =
     &[("mnist head, batch 1", 2048, 4096), ("mnist head 2, batch 1", 1024, 2048), ("cifar head, batch 1", 2048, 20736)];
 
-/// One GEMV's result.
-#[derive(Clone, Debug)]
+/// One GEMV's result (its JSON object in `gemm.json`).
+#[derive(Clone, Debug, Serialize)]
 pub struct GemvRow {
     /// Label.
     pub shape: String,
@@ -56,6 +57,7 @@ pub struct GemvRow {
     /// Weight encoding.
     pub dtype: String,
     /// Weight bytes read per call.
+    #[serde(rename = "weight_bytes")]
     pub bytes: usize,
     /// Median µs per call.
     pub us: f64,
@@ -105,8 +107,8 @@ pub fn time_gemv(n: usize, k: usize, dtype: DType, flush: &[f32], min_ms: f64) -
     Ok((secs[secs.len() / 2] * 1e6, bytes))
 }
 
-/// One shape's result.
-#[derive(Clone, Debug)]
+/// One shape's result (its JSON object in `gemm.json`).
+#[derive(Clone, Debug, Serialize)]
 pub struct Row {
     /// Label.
     pub shape: String,
@@ -255,16 +257,10 @@ pub fn run(w: &mut String, isa: &str, threads: usize, json: bool, out: Option<&P
         "peak_gflops_per_core": peak1,
         "peak_gflops": peak,
         "peak_method": "16 independent FMA chains of the GEMM's widest vectors, best of 5 runs of ~50 ms, one thread; × threads",
-        "rows": rows.iter().map(|r| serde_json::json!({
-            "shape": r.shape, "m": r.m, "n": r.n, "k": r.k, "dtype": r.dtype,
-            "gflops": r.gflops, "gflops_max": r.gflops_max, "fraction_of_peak": r.fraction_of_peak,
-        })).collect::<Vec<_>>(),
+        "rows": rows,
         "read_bandwidth_gbs": bandwidth,
         "read_bandwidth_method": "one thread streaming 256 MiB through the SIMD dot kernel, best of 5",
-        "gemv": gemv.iter().map(|r| serde_json::json!({
-            "shape": r.shape, "n": r.n, "k": r.k, "dtype": r.dtype, "weight_bytes": r.bytes,
-            "us": r.us, "gbs": r.gbs, "fraction_of_bandwidth": r.fraction_of_bandwidth,
-        })).collect::<Vec<_>>(),
+        "gemv": gemv,
     });
     let mut md = String::new();
     writeln!(
@@ -276,22 +272,12 @@ pub fn run(w: &mut String, isa: &str, threads: usize, json: bool, out: Option<&P
         machine["cpu"].as_str().unwrap_or("?"),
         machine["logical_cores"],
     )?;
-    writeln!(md, "| shape | M | N | K | weights | GFLOP/s (median) | best | % of peak |")?;
-    writeln!(md, "|---|---:|---:|---:|---|---:|---:|---:|")?;
-    for r in &rows {
-        writeln!(
-            md,
-            "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.0}% |",
-            r.shape,
-            r.m,
-            r.n,
-            r.k,
-            r.dtype,
-            r.gflops,
-            r.gflops_max,
-            100.0 * r.fraction_of_peak
-        )?;
-    }
+    let head = ["shape", "M", "N", "K", "weights", "GFLOP/s (median)", "best", "% of peak"];
+    let cells = rows.iter().map(|r| {
+        let (gflops, best, peak) = (r.gflops, r.gflops_max, 100.0 * r.fraction_of_peak);
+        format!("{} | {} | {} | {} | {} | {gflops:.1} | {best:.1} | {peak:.0}%", r.shape, r.m, r.n, r.k, r.dtype)
+    });
+    md_table(&mut md, &head, "|---|---:|---:|---:|---|---:|---:|---:|", cells)?;
     if !gemv.is_empty() {
         writeln!(
             md,
@@ -299,22 +285,12 @@ pub fn run(w: &mut String, isa: &str, threads: usize, json: bool, out: Option<&P
              kernel, best of 5). Each call's weights are evicted first (a 64 MiB buffer streamed between calls), as in a model whose \
              weights outgrow the cache. The GEMVs run on {threads} thread(s); the % is of the one-thread bandwidth.\n"
         )?;
-        writeln!(md, "| shape | N | K | weights | weight MB | µs (median) | GB/s | % of read bandwidth |")?;
-        writeln!(md, "|---|---:|---:|---|---:|---:|---:|---:|")?;
-        for r in &gemv {
-            writeln!(
-                md,
-                "| {} | {} | {} | {} | {:.1} | {:.0} | {:.1} | {:.0}% |",
-                r.shape,
-                r.n,
-                r.k,
-                r.dtype,
-                r.bytes as f64 / 1e6,
-                r.us,
-                r.gbs,
-                100.0 * r.fraction_of_bandwidth
-            )?;
-        }
+        let head = ["shape", "N", "K", "weights", "weight MB", "µs (median)", "GB/s", "% of read bandwidth"];
+        let cells = gemv.iter().map(|r| {
+            let (mb, us, gbs, bw) = (r.bytes as f64 / 1e6, r.us, r.gbs, 100.0 * r.fraction_of_bandwidth);
+            format!("{} | {} | {} | {} | {mb:.1} | {us:.0} | {gbs:.1} | {bw:.0}%", r.shape, r.n, r.k, r.dtype)
+        });
+        md_table(&mut md, &head, "|---|---:|---:|---|---:|---:|---:|---:|", cells)?;
     }
     if let Some(dir) = out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -325,6 +301,17 @@ pub fn run(w: &mut String, isa: &str, threads: usize, json: bool, out: Option<&P
         writeln!(w, "{obj}")?;
     } else {
         w.push_str(&md);
+    }
+    Ok(())
+}
+
+/// A Markdown table: the header cells, the alignment row, then each row's cells (already joined
+/// by ` | `), each row framed by `| … |`.
+fn md_table(md: &mut String, head: &[&str], align: &str, rows: impl Iterator<Item = String>) -> std::fmt::Result {
+    writeln!(md, "| {} |", head.join(" | "))?;
+    writeln!(md, "{align}")?;
+    for r in rows {
+        writeln!(md, "| {r} |")?;
     }
     Ok(())
 }

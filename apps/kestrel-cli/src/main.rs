@@ -8,6 +8,7 @@ mod devices;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use kestrel::format::ops::Mechanism as M;
 use kestrel::format::{DType, TensorKind};
 use kestrel::{npy, Input};
 use kestrel_cli::backend;
@@ -338,8 +339,8 @@ fn inspect(w: &mut String, path: &PathBuf) -> Result<()> {
         let mut ins = Vec::new();
         op.for_each_input(|id| ins.push(id.to_string()));
         // Attention's flags, and its key mask (an input listed above) by name.
-        let detail = match op {
-            kestrel_format::ops::Op::Attention(a) => {
+        let detail = match op.mechanism() {
+            Some(M::Attention(a)) => {
                 let mask = match a.mask {
                     Some(m) => {
                         let t = f.tensor(m)?;
@@ -349,7 +350,9 @@ fn inspect(w: &mut String, path: &PathBuf) -> Result<()> {
                 };
                 format!("  ({:?}, {} heads{}{mask})", a.variant, a.heads, if a.causal { ", causal" } else { "" })
             }
-            _ => String::new(),
+            Some(M::AftFull(_) | M::AftLocal(_) | M::AftSimple(_) | M::AftConv(_) | M::Fastformer(_)) | None => {
+                String::new()
+            }
         };
         writeln!(w, "{n:>4}  {:<12} {} {}  <- [{}]{detail}", op.name(), y.name, y.shape, ins.join(", "))?;
     }

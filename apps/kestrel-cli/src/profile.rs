@@ -10,7 +10,7 @@ use crate::classify::BUNDLED;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kestrel::format::DType;
-use kestrel::profile::{OpTiming, PartTiming, Profile};
+use kestrel::profile::{OpTiming, PartTiming, Profile, Timed};
 use kestrel::{npy, Input, Model};
 use kestrel_wgpu::TimingSource;
 use std::fmt::Write as _;

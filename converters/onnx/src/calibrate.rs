@@ -62,22 +62,11 @@ fn targets(b: &ModelBuilder) -> Vec<(TensorId, Vec<String>)> {
             Op::AftConv(a) => (a.x, a.q.w),
             Op::Fastformer(a) => (a.x, a.q.w),
             // No int8-activation kernels: integer convolutions and recurrences dequantise their
-            // weights against f32 activations; the rest have no projections.
-            Op::Conv2d(_)
-            | Op::Lstm(_)
-            | Op::Gru(_)
-            | Op::MatMul(_)
-            | Op::PatchEmbed(_)
-            | Op::Embedding(_)
-            | Op::LayerNorm(_)
-            | Op::Unary(_)
-            | Op::Binary(_)
-            | Op::Softmax(_)
-            | Op::Reduce(_)
-            | Op::Reshape(_)
-            | Op::Slice(_)
-            | Op::Transpose(_)
-            | Op::Pool2d(_) => continue,
+            // weights against f32 activations.
+            Op::Conv2d(_) | Op::PatchEmbed(_) | Op::Lstm(_) | Op::Gru(_) | Op::Embedding(_) => continue,
+            // No projections: arithmetic, normalisation, pooling and layout.
+            Op::MatMul(_) | Op::Unary(_) | Op::Binary(_) | Op::Softmax(_) | Op::Reduce(_) => continue,
+            Op::LayerNorm(_) | Op::Pool2d(_) | Op::Reshape(_) | Op::Slice(_) | Op::Transpose(_) => continue,
         };
         if !integer(b, w) {
             continue;

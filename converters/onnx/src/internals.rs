@@ -14,7 +14,7 @@
 
 use crate::error::ConvertError;
 use crate::verify::{compare, run_kestrel, InputData, InputTensor};
-use kestrel::format::ops::{Internals, Op};
+use kestrel::format::ops::{Internals, Mechanism as M, Op};
 use kestrel::format::DType;
 use kestrel::ModelBuilder;
 use serde::{Deserialize, Serialize};
@@ -133,15 +133,16 @@ pub fn apply(
     let int8_ops = b
         .ops()
         .iter()
-        .filter(|op| match op {
-            Op::Attention(a) => b.shape_of(a.x).is_some_and(|s| {
+        .filter(|op| match op.mechanism() {
+            Some(M::Attention(a)) => b.shape_of(a.x).is_some_and(|s| {
                 // [T, d], or [G, T, d] for G sequences.
                 let dims = s.dims();
                 let t = if dims.len() >= 2 { dims[dims.len() - 2] as usize } else { 1 };
                 let d = s.last();
                 kestrel_cpu::kernels::attention_q8::pays(t, d / (a.heads as usize).max(1))
             }),
-            _ => false,
+            // Only attention has int8 internals; the layer ops have no internals at all.
+            Some(M::AftFull(_) | M::AftLocal(_) | M::AftSimple(_) | M::AftConv(_) | M::Fastformer(_)) | None => false,
         })
         .count();
     let int8 = b.build()?;

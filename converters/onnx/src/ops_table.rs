@@ -1,6 +1,8 @@
 //! The ONNX ops the converter takes, what each becomes in Kestrel and its limits — the source
 //! of `docs/onnx-ops.md` (a test keeps the two equal) — and the remedies printed with blockers.
 
+use std::sync::LazyLock;
+
 /// One ONNX op the converter handles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OnnxOp {
@@ -12,112 +14,92 @@ pub struct OnnxOp {
     pub limits: &'static str,
 }
 
-const fn op(op: &'static str, kestrel: &'static str, limits: &'static str) -> OnnxOp {
-    OnnxOp { op, kestrel, limits }
-}
+/// Every ONNX op the converter lowers, sorted by name, one a line: the ONNX op type, what it
+/// becomes in Kestrel, its limits (none when the line stops after the second field). Any op whose
+/// inputs are all constants is also accepted: it is evaluated at conversion time and its result
+/// stored.
+const TABLE: &str = "
+Abs | Unary
+Add | Binary (or a Dense/LayerNorm bias) | numpy broadcasting
+And | Binary Mul on 0/1 values | boolean operands
+AveragePool | Pool2d Avg | 1-D and 2-D; ceil_mode and count_include_pad honoured
+BatchNormalization | folded into constants (inference mode)
+Cast | nothing (f32→f32, int→int) / Embedding into [0, 1] | int→bool only for a 0/1 input (an id ≥ 2 is a run-time error)
+Clip | Binary Max/Min | constant bounds
+Concat | a Slice per piece (a copy into its place; fused from a 0/1 placing Dense)
+Constant | weights where read
+ConstantOfShape | folded | constant shape
+Conv | Conv2d (fused attention where a mechanism is recognised) | 1-D and 2-D, constant kernel and bias
+CumSum | Dense with a triangular 0/1 weight | constant axis
+Div | Binary
+Dropout | nothing (inference)
+Equal | folded | constant operands
+Erf | Unary (or fused into GELU)
+Exp | Unary
+Expand | Dense with a 0/1 weight
+Flatten | Reshape view
+GRU | Gru (one node per output read) | default activations, linear_before_reset = 1 (PyTorch's GRU), constant weights and initial state, no clip, full-length sequence_lens
+Gather | Embedding (constant table), or a Slice (evenly spaced indices) or a Dense with a one-hot weight | constant indices when gathering from an activation
+GatherElements | folded | constant operands
+GatherND | Dense with a one-hot weight | constant indices, batch_dims 0
+Gelu | Unary Gelu / GeluTanh (or fused into the Dense before it)
+Gemm | Dense | constant B
+GlobalAveragePool | Reduce Mean
+GlobalMaxPool | Reduce Max
+GreaterOrEqual | folded | constant operands
+HardSigmoid | fused into the Dense/Conv2d before it (activation HardSigmoid), else Unary HardSigmoid | alpha = 1/6, beta = 1/2 (PyTorch's hardsigmoid; also relu6(x + 3)/6 written out); other constants: Binary arithmetic
+HardSwish | Unary HardSwish (or fused into the Dense/Conv2d before it)
+Identity | nothing
+LSTM | Lstm (one node per output read) | default activations, no peepholes, clip or input_forget, constant weights and initial states, full-length sequence_lens
+LayerNormalization | LayerNorm
+LeakyRelu | Binary Mul + Max | alpha ≥ 0
+Log | Unary
+MatMul | Dense (constant operand) or MatMul; fused into Attention / AFT / Fastformer
+Max | Binary | two operands
+MaxPool | Pool2d Max | 1-D and 2-D; one output (no indices)
+Min | Binary | two operands
+Mod | folded | constant operands
+Mul | Binary
+Neg | Unary
+Not | Binary 1 − x | boolean operand
+Or | Binary Max on 0/1 values | boolean operands
+Pad | a Slice into zeros plus the constant (edge, reflect: Dense with a 0/1 weight) | constant mode, constant pads
+Pow | Binary
+Range | folded | constant bounds
+Reciprocal | Unary
+ReduceMax | Reduce
+ReduceMean | Reduce (or part of LayerNorm)
+ReduceMin | Reduce
+ReduceSum | Reduce
+Relu | Unary (or fused into the Dense before it)
+Reshape | Reshape view | constant shape
+Shape | folded | static shapes (batch fixed at conversion)
+Sigmoid | Unary (x·σ(x) becomes Silu)
+Slice | Slice (one copy; fused from a one-hot Dense and the transposes around it) | constant bounds
+Softmax | Softmax (fused into attention where recognised) | one axis
+Split | a Slice per part | constant split sizes
+Sqrt | Unary
+Squeeze | Reshape view
+Sub | Binary
+Tanh | Unary
+Transpose | Transpose (a view when only size-1 axes move)
+Unsqueeze | Reshape view
+Where | Binary arithmetic c·a + (1 − c)·b | 0/1 condition, finite branches (±inf constants become ±f32::MAX)
+Xor | Binary |a − b| on 0/1 values | boolean operands
+";
 
-/// Every ONNX op the converter lowers, sorted by name. Any op whose inputs are all constants
-/// is also accepted: it is evaluated at conversion time and its result stored.
-pub const ONNX_OPS: &[OnnxOp] = &[
-    op("Abs", "Unary", ""),
-    op("Add", "Binary (or a Dense/LayerNorm bias)", "numpy broadcasting"),
-    op("And", "Binary Mul on 0/1 values", "boolean operands"),
-    op("AveragePool", "Pool2d Avg", "1-D and 2-D; ceil_mode and count_include_pad honoured"),
-    op("BatchNormalization", "folded into constants (inference mode)", ""),
-    op(
-        "Cast",
-        "nothing (f32→f32, int→int) / Embedding into [0, 1]",
-        "int→bool only for a 0/1 input (an id ≥ 2 is a run-time error)",
-    ),
-    op("Clip", "Binary Max/Min", "constant bounds"),
-    op("Concat", "a Slice per piece (a copy into its place; fused from a 0/1 placing Dense)", ""),
-    op("Constant", "weights where read", ""),
-    op("ConstantOfShape", "folded", "constant shape"),
-    op("Conv", "Conv2d (fused attention where a mechanism is recognised)", "1-D and 2-D, constant kernel and bias"),
-    op("CumSum", "Dense with a triangular 0/1 weight", "constant axis"),
-    op("Div", "Binary", ""),
-    op("Dropout", "nothing (inference)", ""),
-    op("Equal", "folded", "constant operands"),
-    op("Erf", "Unary (or fused into GELU)", ""),
-    op("Exp", "Unary", ""),
-    op("Expand", "Dense with a 0/1 weight", ""),
-    op("Flatten", "Reshape view", ""),
-    op(
-        "GRU",
-        "Gru (one node per output read)",
-        "default activations, linear_before_reset = 1 (PyTorch's GRU), constant weights and initial state, \
-         no clip, full-length sequence_lens",
-    ),
-    op(
-        "Gather",
-        "Embedding (constant table), or a Slice (evenly spaced indices) or a Dense with a one-hot weight",
-        "constant indices when gathering from an activation",
-    ),
-    op("GatherElements", "folded", "constant operands"),
-    op("GatherND", "Dense with a one-hot weight", "constant indices, batch_dims 0"),
-    op("Gelu", "Unary Gelu / GeluTanh (or fused into the Dense before it)", ""),
-    op("Gemm", "Dense", "constant B"),
-    op("GlobalAveragePool", "Reduce Mean", ""),
-    op("GlobalMaxPool", "Reduce Max", ""),
-    op("GreaterOrEqual", "folded", "constant operands"),
-    op(
-        "HardSigmoid",
-        "fused into the Dense/Conv2d before it (activation HardSigmoid), else Unary HardSigmoid",
-        "alpha = 1/6, beta = 1/2 (PyTorch's hardsigmoid; also relu6(x + 3)/6 written out); other \
-         constants: Binary arithmetic",
-    ),
-    op("HardSwish", "Unary HardSwish (or fused into the Dense/Conv2d before it)", ""),
-    op("Identity", "nothing", ""),
-    op(
-        "LSTM",
-        "Lstm (one node per output read)",
-        "default activations, no peepholes, clip or input_forget, constant weights and initial states, \
-         full-length sequence_lens",
-    ),
-    op("LayerNormalization", "LayerNorm", ""),
-    op("LeakyRelu", "Binary Mul + Max", "alpha ≥ 0"),
-    op("Log", "Unary", ""),
-    op("MatMul", "Dense (constant operand) or MatMul; fused into Attention / AFT / Fastformer", ""),
-    op("Max", "Binary", "two operands"),
-    op("MaxPool", "Pool2d Max", "1-D and 2-D; one output (no indices)"),
-    op("Min", "Binary", "two operands"),
-    op("Mod", "folded", "constant operands"),
-    op("Mul", "Binary", ""),
-    op("Neg", "Unary", ""),
-    op("Not", "Binary 1 − x", "boolean operand"),
-    op("Or", "Binary Max on 0/1 values", "boolean operands"),
-    op(
-        "Pad",
-        "a Slice into zeros plus the constant (edge, reflect: Dense with a 0/1 weight)",
-        "constant mode, constant pads",
-    ),
-    op("Pow", "Binary", ""),
-    op("Range", "folded", "constant bounds"),
-    op("Reciprocal", "Unary", ""),
-    op("ReduceMax", "Reduce", ""),
-    op("ReduceMean", "Reduce (or part of LayerNorm)", ""),
-    op("ReduceMin", "Reduce", ""),
-    op("ReduceSum", "Reduce", ""),
-    op("Relu", "Unary (or fused into the Dense before it)", ""),
-    op("Reshape", "Reshape view", "constant shape"),
-    op("Shape", "folded", "static shapes (batch fixed at conversion)"),
-    op("Sigmoid", "Unary (x·σ(x) becomes Silu)", ""),
-    op("Slice", "Slice (one copy; fused from a one-hot Dense and the transposes around it)", "constant bounds"),
-    op("Softmax", "Softmax (fused into attention where recognised)", "one axis"),
-    op("Split", "a Slice per part", "constant split sizes"),
-    op("Sqrt", "Unary", ""),
-    op("Squeeze", "Reshape view", ""),
-    op("Sub", "Binary", ""),
-    op("Tanh", "Unary", ""),
-    op("Transpose", "Transpose (a view when only size-1 axes move)", ""),
-    op("Unsqueeze", "Reshape view", ""),
-    op(
-        "Where",
-        "Binary arithmetic c·a + (1 − c)·b",
-        "0/1 condition, finite branches (±inf constants become ±f32::MAX)",
-    ),
-    op("Xor", "Binary |a − b| on 0/1 values", "boolean operands"),
-];
+/// [`TABLE`], parsed once.
+pub static ONNX_OPS: LazyLock<Vec<OnnxOp>> = LazyLock::new(|| {
+    TABLE
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let mut fields = l.split(" | ");
+            let (op, kestrel) = (fields.next().unwrap_or(""), fields.next().unwrap_or(""));
+            OnnxOp { op, kestrel, limits: fields.next().unwrap_or("") }
+        })
+        .collect()
+});
 
 /// What a user can do about an ONNX op that does not convert, when something helps.
 pub fn remedy(op_type: &str) -> Option<&'static str> {
@@ -156,7 +138,7 @@ pub fn supported_ops_markdown() -> String {
          listed at once, by ONNX op type and node name, with a remedy where one exists.\n\n\
          | ONNX op | becomes in Kestrel | limits |\n|---|---|---|\n",
     );
-    for o in ONNX_OPS {
+    for o in ONNX_OPS.iter() {
         s.push_str(&format!("| {} | {} | {} |\n", o.op, o.kestrel, o.limits));
     }
     s

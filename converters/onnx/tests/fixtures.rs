@@ -7,9 +7,9 @@ use std::path::PathBuf;
 /// Fixtures committed under `converters/fixtures/` (`KESTREL_FIXTURES` overrides the directory).
 const COMMITTED_FIXTURES: usize = 40;
 
-/// Every fixture directory, sorted. Panics if the committed fixtures are missing, so no test here
-/// can pass without checking anything.
-fn fixture_dirs() -> Vec<PathBuf> {
+/// Every fixture directory with its name, sorted. Panics if the committed fixtures are missing,
+/// so no test here can pass without checking anything.
+fn fixture_dirs() -> Vec<(String, PathBuf)> {
     let override_dir = std::env::var_os("KESTREL_FIXTURES").map(PathBuf::from);
     let dir = override_dir.clone().unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures"));
     let dirs = model_dirs(&dir).unwrap_or_else(|e| panic!("no fixtures at {}: {e}", dir.display()));
@@ -21,15 +21,14 @@ fn fixture_dirs() -> Vec<PathBuf> {
             dir.display()
         );
     }
-    dirs
+    dirs.into_iter().map(|d| (d.file_name().unwrap().to_string_lossy().to_string(), d)).collect()
 }
 
 #[test]
 fn every_fixture_converts_and_matches_at_f32() {
     let dirs = fixture_dirs();
     let mut failures = Vec::new();
-    for d in &dirs {
-        let name = d.file_name().unwrap().to_string_lossy().to_string();
+    for (name, d) in &dirs {
         let result = (|| -> Result<f64, String> {
             let conv = convert(d.join("model.onnx"), &ConvertOptions::default()).map_err(|e| e.to_string())?;
             let input = read_npy(d.join("input.npy")).map_err(|e| e.to_string())?;
@@ -69,10 +68,9 @@ fn every_fixture_converts_and_matches_at_f32() {
 #[test]
 fn mechanism_fixtures_fuse_every_layer() {
     let mut checked = 0;
-    for d in fixture_dirs() {
+    for (name, d) in fixture_dirs() {
         let Ok(meta) = std::fs::read_to_string(d.join("meta.json")) else { continue };
         let meta: serde_json::Value = serde_json::from_str(&meta).expect("meta.json is JSON");
-        let name = d.file_name().unwrap().to_string_lossy().to_string();
         let (pattern, op) = match meta["mechanism"].as_str().unwrap_or("") {
             "standard" | "optimised" | "efficient" | "super" | "handwritten" | "torch_mha" => {
                 ("attention", "Attention")
@@ -111,8 +109,7 @@ fn mechanism_fixtures_fuse_every_layer() {
 fn every_fixture_matches_tract_at_f32_and_f16() {
     let dirs = fixture_dirs();
     let mut failures = Vec::new();
-    for d in &dirs {
-        let name = d.file_name().unwrap().to_string_lossy().to_string();
+    for (name, d) in &dirs {
         let input = read_npy(d.join("input.npy")).unwrap();
         for (dtype, tol) in [(kestrel_onnx::DType::F32, 1e-4), (kestrel_onnx::DType::F16, 1e-2)] {
             let opts = ConvertOptions { weights: dtype, ..ConvertOptions::default() };

@@ -5,7 +5,7 @@
 mod common_mech;
 
 use common_mech::layers::*;
-use common_mech::{max_diff, to_f64, Rng, TProj, DTYPES, TW};
+use common_mech::{max_diff, seeded_input, to_f64, Rng, TProj, DTYPES, TW};
 use kestrel_cpu::kernels::aft::*;
 use kestrel_cpu::kernels::attention::*;
 use kestrel_cpu::kernels::fastformer::*;
@@ -43,8 +43,7 @@ proptest! {
         dt in dtype(), seed: u64,
     ) {
         let p = attn_params(t, d, h, causal, variant(v));
-        let mut rng = Rng::new(seed);
-        let x = rng.normal_vec(t * d);
+        let (mut rng, x) = seeded_input(seed, t * d);
         let mut layer = AttnLayer::random(&mut rng, dt, &p);
         let want = layer.reference(&p, &x);
         assert_close(&format!("{p:?} {dt:?}"), &layer.run(&p, &x), &want, F32_KERNEL);
@@ -60,8 +59,7 @@ proptest! {
         dt in dtype(), seed: u64,
     ) {
         let p = attn_params(t, d, h, causal, variant(v));
-        let mut rng = Rng::new(seed);
-        let x = rng.normal_vec(g * t * d);
+        let (mut rng, x) = seeded_input(seed, g * t * d);
         let mut layer = AttnLayer::random(&mut rng, dt, &p);
         let want: Vec<f64> = x.chunks_exact(t * d).flat_map(|xs| layer.reference(&p, xs)).collect();
         for scratch in [attention_scratch_groups(&p, g), attention_scratch_fast(&p)] {
@@ -79,8 +77,7 @@ proptest! {
         dt in dtype(), per_query: bool, fill in 0usize..3, bias: bool, seed: u64,
     ) {
         let p = attn_params(t, d, h, causal, variant(v));
-        let mut rng = Rng::new(seed);
-        let x = rng.normal_vec(t * d);
+        let (mut rng, x) = seeded_input(seed, t * d);
         let mut layer = AttnLayer::random(&mut rng, dt, &p);
         let fill = [f32::MIN, f32::NEG_INFINITY, -1e4][fill];
         let mask = random_mask(&mut rng, t, per_query, causal, fill, bias);
@@ -96,8 +93,7 @@ proptest! {
         t in 1usize..=24, d in dim(), causal: bool, rank in 0usize..=5, dt in dtype(), seed: u64,
     ) {
         let p = AftFullParams { t, d, causal, rank };
-        let mut rng = Rng::new(seed);
-        let x = rng.normal_vec(t * d);
+        let (mut rng, x) = seeded_input(seed, t * d);
         let mut layer = AftFullLayer::random(&mut rng, dt, &p, 0.0);
         let want = layer.reference(&p, &x);
         assert_close(&format!("{p:?} {dt:?}"), &layer.run(&p, &x), &want, F32_KERNEL);
@@ -110,8 +106,7 @@ proptest! {
         seed: u64,
     ) {
         let p = AftLocalParams { t, d, causal, window };
-        let mut rng = Rng::new(seed);
-        let x = rng.normal_vec(t * d);
+        let (mut rng, x) = seeded_input(seed, t * d);
         let mut layer = AftLocalLayer::random(&mut rng, dt, &p, 0.0);
         let want = layer.reference(&p, &x);
         assert_close(&format!("{p:?} {dt:?}"), &layer.run(&p, &x), &want, F32_KERNEL);
@@ -126,8 +121,7 @@ proptest! {
         t in 1usize..=24, d in dim(), causal: bool, dt in dtype(), seed: u64,
     ) {
         let p = AftSimpleParams { t, d, causal };
-        let mut rng = Rng::new(seed);
-        let x = rng.normal_vec(t * d);
+        let (mut rng, x) = seeded_input(seed, t * d);
         let mut layer = Proj4::random(&mut rng, dt, d, d, 0.0);
         let want = simple_reference(&layer, &p, &x);
         assert_close(&format!("{p:?} {dt:?}"), &simple_run(&mut layer, &p, &x), &want, F32_KERNEL);
@@ -139,8 +133,7 @@ proptest! {
         kernel in prop::sample::select(vec![1usize, 3, 5]), dt in dtype(), seed: u64,
     ) {
         let p = AftConvParams { t: gh * gw, d, heads: h, kernel, grid_h: gh, grid_w: gw };
-        let mut rng = Rng::new(seed);
-        let x = rng.normal_vec(p.t * d);
+        let (mut rng, x) = seeded_input(seed, p.t * d);
         let mut layer = AftConvLayer::random(&mut rng, dt, &p, 0.0);
         let want = layer.reference(&p, &x);
         assert_close(&format!("{p:?} {dt:?}"), &layer.run(&p, &x), &want, F32_KERNEL);
@@ -151,8 +144,7 @@ proptest! {
         t in 1usize..=24, d in dim(), h in heads(), dt in dtype(), seed: u64,
     ) {
         let p = ff_params(t, d, h);
-        let mut rng = Rng::new(seed);
-        let x = rng.normal_vec(t * d);
+        let (mut rng, x) = seeded_input(seed, t * d);
         let mut layer = FfLayer::random(&mut rng, dt, &p, 0.0);
         let want = layer.reference(&p, &x);
         assert_close(&format!("{p:?} {dt:?}"), &layer.run(&p, &x), &want, F32_KERNEL);
@@ -167,8 +159,7 @@ proptest! {
         dt in dtype(), seed: u64,
     ) {
         let cut = ((t - 1) as f64 * cut_frac) as usize;
-        let mut rng = Rng::new(seed);
-        let x = rng.normal_vec(t * d);
+        let (mut rng, x) = seeded_input(seed, t * d);
         let mut x2 = x.clone();
         for v in &mut x2[(cut + 1) * d..] {
             *v += 3.0 * rng.normal();
@@ -383,17 +374,18 @@ fn check_rejects_bad_shapes() {
     let pr = &mut l.p;
     let w = AftLocalWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), w: l.w.view(), o: pr.o.view() };
     assert!(p.check(&w).is_ok());
-    assert!(AftLocalParams { window: 0, ..p }.check(&w).is_err());
-    assert!(AftLocalParams { t: 6, ..p }.check(&w).is_err());
+    for bad in [AftLocalParams { window: 0, ..p }, AftLocalParams { t: 6, ..p }] {
+        assert!(bad.check(&w).is_err(), "{bad:?}");
+    }
 
     let p = AftConvParams { t: 6, d: 4, heads: 2, kernel: 3, grid_h: 2, grid_w: 3 };
     let mut l = AftConvLayer::random(&mut rng, DType::F32, &p, 0.0);
     let pr = &mut l.p;
     let w = AftConvWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), w: l.w.view(), o: pr.o.view() };
     assert!(p.check(&w).is_ok());
-    assert!(AftConvParams { grid_w: 2, ..p }.check(&w).is_err());
-    assert!(AftConvParams { kernel: 2, ..p }.check(&w).is_err());
-    assert!(AftConvParams { heads: 1, ..p }.check(&w).is_err());
+    for bad in [AftConvParams { grid_w: 2, ..p }, AftConvParams { kernel: 2, ..p }, AftConvParams { heads: 1, ..p }] {
+        assert!(bad.check(&w).is_err(), "{bad:?}");
+    }
 
     let p = AftFullParams { t: 5, d: 4, causal: false, rank: 2 };
     let mut l = AftFullLayer::random(&mut rng, DType::F32, &p, 0.0);
@@ -402,20 +394,13 @@ fn check_rejects_bad_shapes() {
     let bias = AftBiasW::Factorised { u: u.view(), v: v.view() };
     let w = AftFullWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), bias, o: pr.o.view() };
     assert!(p.check(&w).is_ok());
-    assert!(AftFullParams { rank: 0, ..p }.check(&w).is_err());
-    assert!(AftFullParams { rank: 3, ..p }.check(&w).is_err());
+    for bad in [AftFullParams { rank: 0, ..p }, AftFullParams { rank: 3, ..p }] {
+        assert!(bad.check(&w).is_err(), "{bad:?}");
+    }
 
     let p = ff_params(5, 8, 2);
     let mut l = FfLayer::random(&mut rng, DType::F32, &p, 0.0);
-    let pr = &mut l.p;
-    let w = FastformerWeights {
-        q: pr.q.view(),
-        k: pr.k.view(),
-        v: pr.v.view(),
-        wqa: l.wqa.view(),
-        wka: l.wka.view(),
-        r: pr.o.view(),
-    };
+    let w = l.weights();
     assert!(p.check(&w).is_ok());
     assert!(FastformerParams { heads: 4, ..p }.check(&w).is_err());
 }

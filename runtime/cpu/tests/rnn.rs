@@ -121,25 +121,18 @@ fn check(
 proptest! {
     #![proptest_config(config())]
 
+    /// Each case runs both cells (the GRU has no cell state: `c0` is the LSTM's only).
     #[test]
-    fn lstm_matches_reference(
+    fn lstm_and_gru_match_reference(
         (d, v) in dims().prop_flat_map(|d| (Just(d), values(d.0, d.1, d.2))),
         direction in prop::sample::select(RnnDirection::ALL.to_vec()),
         dt in dtype(),
         h0 in any::<bool>(),
         c0 in any::<bool>(),
     ) {
-        check(RnnCell::Lstm, direction, d, &v, dt, h0, c0);
-    }
-
-    #[test]
-    fn gru_matches_reference(
-        (d, v) in dims().prop_flat_map(|d| (Just(d), values(d.0, d.1, d.2))),
-        direction in prop::sample::select(RnnDirection::ALL.to_vec()),
-        dt in dtype(),
-        h0 in any::<bool>(),
-    ) {
-        check(RnnCell::Gru, direction, d, &v, dt, h0, false);
+        for cell in [RnnCell::Lstm, RnnCell::Gru] {
+            check(cell, direction, d, &v, dt, h0, c0);
+        }
     }
 
     /// The vectorised σ and tanh against f64 over a wide range, tiny arguments included (tanh's

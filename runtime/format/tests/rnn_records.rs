@@ -3,11 +3,19 @@
 
 use kestrel_format::ops::*;
 
+/// Decodes the record, checks it is `want`, and that `want` encodes back to the same words.
+fn round_trip(kind: u16, tensors: &[u32], attrs: &[u32], want: Op) -> Op {
+    let op = Op::decode(kind, tensors, attrs).unwrap();
+    assert_eq!(op, want);
+    assert_eq!(op.encode().tensors(), tensors);
+    assert_eq!(op.encode().attrs(), attrs);
+    op
+}
+
 #[test]
 fn lstm_and_gru_records_round_trip_and_are_validated() {
     // Lstm: x, w, r, b, h0?, c0?, y; hidden, direction, output.
     let lstm = [0u32, 1, 2, 3, NONE, 5, 6];
-    let op = Op::decode(kind::LSTM, &lstm, &[16, 2, 2]).unwrap();
     let want = Lstm {
         x: 0,
         w: 1,
@@ -20,16 +28,13 @@ fn lstm_and_gru_records_round_trip_and_are_validated() {
         output: RnnOutput::Cell,
         y: 6,
     };
-    assert_eq!(op, Op::Lstm(want));
-    assert_eq!(op.encode().tensors(), lstm);
-    assert_eq!(op.encode().attrs(), [16, 2, 2]);
+    let op = round_trip(kind::LSTM, &lstm, &[16, 2, 2], Op::Lstm(want));
     assert_eq!((op.name(), op.output(), op.main_input(), op.kind_is_mechanism()), ("Lstm", 6, 0, false));
     let mut inputs = Vec::new();
     op.for_each_input(|t| inputs.push(t));
     assert_eq!(inputs, [0, 1, 2, 3, 5]);
     // Gru: x, w, r, b, h0?, y.
     let gru = [0u32, 1, 2, 3, 4, 5];
-    let op = Op::decode(kind::GRU, &gru, &[8, 1, 1]).unwrap();
     let want = Gru {
         x: 0,
         w: 1,
@@ -41,8 +46,7 @@ fn lstm_and_gru_records_round_trip_and_are_validated() {
         output: RnnOutput::Hidden,
         y: 5,
     };
-    assert_eq!(op, Op::Gru(want));
-    assert_eq!(op.encode().tensors(), gru);
+    let op = round_trip(kind::GRU, &gru, &[8, 1, 1], Op::Gru(want));
     assert_eq!(op.name(), "Gru");
 
     let bad = |k, t: &[u32], a: &[u32]| Op::decode(k, t, a).unwrap_err();

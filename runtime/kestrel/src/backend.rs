@@ -19,15 +19,15 @@
 
 use std::fmt;
 
-/// A small enum shared by the front ends, with the code, name and help line of each value: the
+/// Small enums shared by the front ends, with the code, name and help line of each value: the
 /// code is the C ABI's and the JNI's (and the value's index in `ALL`), the name the CLI's spelling.
 macro_rules! codes {
-    (
+    ($(
         $(#[$doc:meta])*
         pub enum $t:ident ($what:literal) {
             $($(#[$vdoc:meta])* $v:ident = $code:literal, $name:literal, $about:literal;)+
         }
-    ) => {
+    )+) => {$(
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
         pub enum $t {
@@ -84,7 +84,7 @@ macro_rules! codes {
                 })
             }
         }
-    };
+    )+};
 }
 
 codes! {
@@ -98,9 +98,7 @@ codes! {
         /// A GPU when one can be used and runs the model, else the CPU (see the module docs).
         Auto = 2, "auto", "A GPU when one exists and can run the model, else the CPU with a one-line notice";
     }
-}
 
-codes! {
     /// The arithmetic of a GPU session's dot-product kernels; the CPU ignores it.
     pub enum GpuPrecision("GPU precision") {
         /// f32 throughout: the CPU runtime's arithmetic (the default).

@@ -123,7 +123,12 @@ pub fn plan(
                 match ops[k] {
                     Op::Reshape(r) => fed = r.y,
                     Op::LayerNorm(ln) if ln.x == fed => fed = ln.y,
-                    _ => break,
+                    // Any other reader ends the walk (a layer norm reading `fed` as γ or β too).
+                    Op::LayerNorm(_) | Op::Dense(_) | Op::Embedding(_) | Op::MatMul(_) | Op::PatchEmbed(_) => break,
+                    Op::Unary(_) | Op::Binary(_) | Op::Softmax(_) | Op::Reduce(_) => break,
+                    Op::Slice(_) | Op::Transpose(_) | Op::Conv2d(_) | Op::Pool2d(_) | Op::Lstm(_) | Op::Gru(_) => break,
+                    Op::Attention(_) | Op::AftFull(_) | Op::AftLocal(_) => break,
+                    Op::AftSimple(_) | Op::AftConv(_) | Op::Fastformer(_) => break,
                 }
             }
             let next = &ops[m];

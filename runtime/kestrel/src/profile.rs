@@ -46,29 +46,36 @@ pub struct PartTiming {
     pub ns: Vec<u64>,
 }
 
-impl PartTiming {
+/// Something timed in every measured run ([`OpTiming`], [`PartTiming`]): its durations and their
+/// statistics.
+pub trait Timed {
+    /// Duration in each measured run, in nanoseconds.
+    fn runs_ns(&self) -> &[u64];
+
     /// Mean duration in nanoseconds.
-    pub fn mean_ns(&self) -> f64 {
-        mean(&self.ns)
+    fn mean_ns(&self) -> f64 {
+        mean(self.runs_ns())
     }
 
     /// The `p`-th percentile (0..=100, nearest rank) in nanoseconds.
-    pub fn percentile_ns(&self, p: f64) -> u64 {
-        percentile(&self.ns, p)
+    fn percentile_ns(&self, p: f64) -> u64 {
+        percentile(self.runs_ns(), p)
+    }
+}
+
+impl Timed for PartTiming {
+    fn runs_ns(&self) -> &[u64] {
+        &self.ns
+    }
+}
+
+impl Timed for OpTiming {
+    fn runs_ns(&self) -> &[u64] {
+        &self.ns
     }
 }
 
 impl OpTiming {
-    /// Mean duration in nanoseconds.
-    pub fn mean_ns(&self) -> f64 {
-        mean(&self.ns)
-    }
-
-    /// The `p`-th percentile (0..=100, nearest rank) in nanoseconds.
-    pub fn percentile_ns(&self, p: f64) -> u64 {
-        percentile(&self.ns, p)
-    }
-
     /// Achieved GFLOP/s at the median duration (robust to a run preempted by the OS), where
     /// the FLOPs are known.
     pub fn gflops(&self) -> Option<f64> {

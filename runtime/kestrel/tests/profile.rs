@@ -2,7 +2,7 @@
 //! Chrome trace with one event per op per run.
 
 use kestrel::format::{DType, Op};
-use kestrel::profile::{op_bytes, op_flops, profile};
+use kestrel::profile::{op_bytes, op_flops, profile, Timed};
 use kestrel::{Input, Model};
 
 fn demo() -> Model {

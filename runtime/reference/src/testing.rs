@@ -266,3 +266,22 @@ impl Feed {
         }
     }
 }
+
+/// A version-1.0 `.npy` file with this header (`descr`, the Fortran-order flag, the shape as
+/// Python tuple text) over `body`, header padded per the NumPy spec: the tests' files in dtypes,
+/// layouts and shapes (true or lying) that `kestrel::npy::write_f32` does not produce.
+pub fn npy_raw(descr: &str, fortran: bool, shape: &str, body: &[u8]) -> Vec<u8> {
+    let mut header = format!(
+        "{{'descr': '{descr}', 'fortran_order': {}, 'shape': {shape}, }}",
+        if fortran { "True" } else { "False" }
+    );
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend((header.len() as u16).to_le_bytes());
+    out.extend(header.as_bytes());
+    out.extend(body);
+    out
+}

@@ -128,12 +128,14 @@ pub fn markdown(series: &[Series], cfg: &Config, machine: &serde_json::Value) ->
 
 /// The JSON report (stable keys, see `benches/README.md`).
 pub fn json(series: &[Series], cfg: &Config, machine: &serde_json::Value) -> serde_json::Value {
-    let fp = |f: &Footprint| {
+    // A point's footprint at `t` tokens.
+    let fp = |f: &Footprint, t: usize| {
         serde_json::json!({
             "arena_bytes": f.arena(),
             "activation_bytes": f.activations,
             "scratch_bytes": f.scratch,
             "weight_bytes": f.weights,
+            "t": t,
         })
     };
     let rows: Vec<_> = series
@@ -144,8 +146,7 @@ pub fn json(series: &[Series], cfg: &Config, machine: &serde_json::Value) -> ser
                 .points
                 .iter()
                 .map(|p| {
-                    let mut j = fp(&p.footprint);
-                    j["t"] = p.t.into();
+                    let mut j = fp(&p.footprint, p.t);
                     if let Some(t) = p.timing {
                         j["us_per_sample"] = t.median_us.into();
                         j["us_per_sample_min"] = t.min_us.into();
@@ -160,8 +161,7 @@ pub fn json(series: &[Series], cfg: &Config, machine: &serde_json::Value) -> ser
                 .skipped
                 .iter()
                 .map(|k| {
-                    let mut j = fp(&k.predicted);
-                    j["t"] = k.t.into();
+                    let mut j = fp(&k.predicted, k.t);
                     j["reason"] = k.reason.clone().into();
                     j
                 })
@@ -196,18 +196,9 @@ pub fn json(series: &[Series], cfg: &Config, machine: &serde_json::Value) -> ser
     })
 }
 
-/// Colours of the nine series (the tab10 palette, one per mechanism).
-const COLOURS: [(u8, u8, u8); 9] = [
-    (31, 119, 180),
-    (255, 127, 14),
-    (44, 160, 44),
-    (214, 39, 40),
-    (148, 103, 189),
-    (140, 86, 75),
-    (227, 119, 194),
-    (127, 127, 127),
-    (23, 190, 207),
-];
+/// Colours of the nine series: the tab10 palette (as matplotlib lists it, `0xRRGGBB`), one per
+/// mechanism.
+const COLOURS: [u32; 9] = [0x1f77b4, 0xff7f0e, 0x2ca02c, 0xd62728, 0x9467bd, 0x8c564b, 0xe377c2, 0x7f7f7f, 0x17becf];
 
 /// Draws the log-log PNG: time per sample, arena bytes and weight bytes against T, one line per
 /// mechanism, with dashed slope-1 and slope-2 guides on the time panel.
@@ -280,7 +271,8 @@ pub fn plot(series: &[Series], cfg: &Config, path: &Path) -> Result<()> {
                 }
             }
             for (i, se) in series.iter().enumerate() {
-                let (r, g, b) = COLOURS[Mechanism::ALL.iter().position(|&m| m == se.mechanism).unwrap_or(i) % 9];
+                let c = COLOURS[Mechanism::ALL.iter().position(|&m| m == se.mechanism).unwrap_or(i) % 9];
+                let (r, g, b) = ((c >> 16) as u8, (c >> 8) as u8, c as u8);
                 let colour = RGBColor(r, g, b);
                 let pts: Vec<(f64, f64)> =
                     se.points.iter().filter_map(|p| get(p).map(|v| (p.t as f64, v))).filter(|p| p.1 > 0.0).collect();

@@ -48,22 +48,7 @@ pub fn with_plan(bytes: &[u8], arena: u64) -> Vec<u8> {
     b
 }
 
-/// A `.npy` file with this header (descr, fortran flag, shape text) over `body`.
-pub fn npy_raw(descr: &str, fortran: bool, shape: &str, body: &[u8]) -> Vec<u8> {
-    let mut header = format!(
-        "{{'descr': '{descr}', 'fortran_order': {}, 'shape': {shape}, }}",
-        if fortran { "True" } else { "False" }
-    );
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend((header.len() as u16).to_le_bytes());
-    out.extend(header.as_bytes());
-    out.extend(body);
-    out
-}
+pub use kestrel_reference::testing::npy_raw;
 
 /// A float32 `.npy` file whose header claims `shape` over `body` (any length).
 pub fn npy_claiming(shape: &[u64], body: &[u8]) -> Vec<u8> {

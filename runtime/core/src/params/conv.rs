@@ -2,6 +2,7 @@
 //! weight shapes.
 
 use crate::error::{expect_eq, ShapeError};
+use kestrel_format::ops::Conv2d;
 use kestrel_format::Shape;
 
 /// Shapes and hyper-parameters of a 2-D convolution.
@@ -69,6 +70,12 @@ impl Conv2dParams {
         let ow = out(wd, pad[1], pad[3], kw, stride[1], dilation[1])
             .ok_or(ShapeError::Invalid { op: OP, what: "output width would be < 1" })?;
         Ok(Self { c, h, w: wd, o, kh, kw, stride, pad, dilation, groups, oh, ow })
+    }
+
+    /// [`new`](Self::new) with an op's attributes, `x` its input's shape and `w` its weight's.
+    pub fn of(op: &Conv2d, x: &Shape, w: &Shape) -> Result<Self, ShapeError> {
+        let u = |v: u32| v as usize;
+        Self::new(x, w, op.stride.map(u), op.pad.map(u), op.dilation.map(u), u(op.groups))
     }
 
     /// Input channels per group times kernel area: the weight matrix's columns.

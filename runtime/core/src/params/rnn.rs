@@ -106,36 +106,28 @@ impl RnnParams {
 
     /// The params of an [`Lstm`] node, with tensor shapes from `shape_of`.
     pub fn of_lstm(o: &Lstm, shape_of: impl Fn(TensorId) -> Result<Shape, ShapeError>) -> Result<Self, ShapeError> {
-        let (h0, c0) = (o.h0.map(&shape_of).transpose()?, o.c0.map(&shape_of).transpose()?);
-        Self::new(
-            RnnCell::Lstm,
-            &shape_of(o.x)?,
-            &shape_of(o.w)?,
-            &shape_of(o.r)?,
-            &shape_of(o.b)?,
-            h0.as_ref(),
-            c0.as_ref(),
-            o.hidden as usize,
-            o.direction,
-            o.output,
-        )
+        let node = (o.hidden, o.direction, o.output);
+        Self::of_node(RnnCell::Lstm, [o.x, o.w, o.r, o.b], [o.h0, o.c0], node, shape_of)
     }
 
     /// The params of a [`Gru`] node, with tensor shapes from `shape_of`.
     pub fn of_gru(o: &Gru, shape_of: impl Fn(TensorId) -> Result<Shape, ShapeError>) -> Result<Self, ShapeError> {
-        let h0 = o.h0.map(&shape_of).transpose()?;
-        Self::new(
-            RnnCell::Gru,
-            &shape_of(o.x)?,
-            &shape_of(o.w)?,
-            &shape_of(o.r)?,
-            &shape_of(o.b)?,
-            h0.as_ref(),
-            None,
-            o.hidden as usize,
-            o.direction,
-            o.output,
-        )
+        let node = (o.hidden, o.direction, o.output);
+        Self::of_node(RnnCell::Gru, [o.x, o.w, o.r, o.b], [o.h0, None], node, shape_of)
+    }
+
+    /// [`new`](Self::new) over a node's tensors `[x, w, r, b]`, its initial states and its
+    /// attributes (hidden size, direction, output).
+    fn of_node(
+        cell: RnnCell,
+        [x, w, r, b]: [TensorId; 4],
+        [h0, c0]: [Option<TensorId>; 2],
+        (hidden, direction, output): (u32, RnnDirection, RnnOutput),
+        shape_of: impl Fn(TensorId) -> Result<Shape, ShapeError>,
+    ) -> Result<Self, ShapeError> {
+        let (h0, c0) = (h0.map(&shape_of).transpose()?, c0.map(&shape_of).transpose()?);
+        let (x, w, r, b) = (shape_of(x)?, shape_of(w)?, shape_of(r)?, shape_of(b)?);
+        Self::new(cell, &x, &w, &r, &b, h0.as_ref(), c0.as_ref(), hidden as usize, direction, output)
     }
 
     /// Directions (1 or 2).

@@ -81,6 +81,20 @@ fn operand<'a>(s: &Src<'a>, region: Option<&'a [f32]>) -> Operand<'a> {
     }
 }
 
+/// An LSTM's or GRU's weights (`[w, r, b]`, the optional initial states), checked against `p`.
+fn rnn_prep<'a>(
+    file: &Graph<'_, 'a>,
+    p: RnnParams,
+    [w, r, b]: [TensorId; 3],
+    h0: Option<TensorId>,
+    c0: Option<TensorId>,
+) -> Result<Prep<'a>, ShapeError> {
+    let opt = |t: Option<TensorId>| t.map(|t| weight(file, t)).transpose();
+    let wts = RnnWeights { w: weight(file, w)?, r: weight(file, r)?, b: weight(file, b)?, h0: opt(h0)?, c0: opt(c0)? };
+    wts.check(&p)?;
+    Ok(Prep::Rnn { p, wts })
+}
+
 fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
     let shp = |id| shape(file, id);
     Ok(match *op {
@@ -134,43 +148,13 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
         }
         Op::Conv2d(o) => {
             let proj = proj(file, o.proj)?;
-            let u = |v: u32| v as usize;
-            let p = Conv2dParams::new(
-                &shp(o.x)?,
-                &shp(o.proj.w)?,
-                [u(o.stride[0]), u(o.stride[1])],
-                [u(o.pad[0]), u(o.pad[1]), u(o.pad[2]), u(o.pad[3])],
-                [u(o.dilation[0]), u(o.dilation[1])],
-                u(o.groups),
-            )?;
+            let p = Conv2dParams::of(&o, &shp(o.x)?, &shp(o.proj.w)?)?;
             proj.check("Conv2d", p.o, p.patch_len())?;
             Prep::Conv2d { p, proj }
         }
         Op::Pool2d(o) => Prep::Pool2d(Pool2dParams::of(&o, &shp(o.x)?)?),
-        Op::Lstm(o) => {
-            let p = RnnParams::of_lstm(&o, shp)?;
-            let wts = RnnWeights {
-                w: weight(file, o.w)?,
-                r: weight(file, o.r)?,
-                b: weight(file, o.b)?,
-                h0: o.h0.map(|t| weight(file, t)).transpose()?,
-                c0: o.c0.map(|t| weight(file, t)).transpose()?,
-            };
-            wts.check(&p)?;
-            Prep::Rnn { p, wts }
-        }
-        Op::Gru(o) => {
-            let p = RnnParams::of_gru(&o, shp)?;
-            let wts = RnnWeights {
-                w: weight(file, o.w)?,
-                r: weight(file, o.r)?,
-                b: weight(file, o.b)?,
-                h0: o.h0.map(|t| weight(file, t)).transpose()?,
-                c0: None,
-            };
-            wts.check(&p)?;
-            Prep::Rnn { p, wts }
-        }
+        Op::Lstm(o) => rnn_prep(file, RnnParams::of_lstm(&o, shp)?, [o.w, o.r, o.b], o.h0, o.c0)?,
+        Op::Gru(o) => rnn_prep(file, RnnParams::of_gru(&o, shp)?, [o.w, o.r, o.b], o.h0, None)?,
         Op::Reshape(_) => Prep::Reshape,
         // Exhaustive: an op added to the format fails to compile here until it has a kernel.
         Op::Attention(_) | Op::AftFull(_) | Op::AftLocal(_) | Op::AftSimple(_) | Op::AftConv(_) | Op::Fastformer(_) => {

@@ -13,12 +13,12 @@ use crate::kernels::attention::{
 use crate::kernels::fastformer::{fastformer, fastformer_scratch, FastformerParams, FastformerWeights};
 #[cfg(feature = "std")]
 use crate::threads::SharedMut;
-use kestrel_format::ops::{AftBias, Op, Proj};
+use kestrel_format::ops::{AftBias, Mechanism, Op, Proj, TensorId};
 
 /// Kernel params and weights of one mechanism node.
 enum Prep<'a> {
-    /// With the sequences per sample (`G` of a `[G, T, d]` input, else 1).
-    Attention(AttentionParams, AttentionWeights<'a>, usize),
+    /// With the sequences per sample (`G` of a `[G, T, d]` input, else 1) and the key mask.
+    Attention(AttentionParams, AttentionWeights<'a>, usize, Option<TensorId>),
     AftFull(AftFullParams, AftFullWeights<'a>),
     AftLocal(AftLocalParams, AftLocalWeights<'a>),
     AftSimple(AftSimpleParams, AftSimpleWeights<'a>),
@@ -46,8 +46,11 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
     let opin = |p: Option<Proj>| p.map(|p| proj_in(file, p, x_id)).transpose();
     let pj = |p: Proj| proj(file, p);
     let opj = |p: Option<Proj>| p.map(|p| proj(file, p)).transpose();
-    let prep = match *op {
-        Op::Attention(o) => {
+    let Some(mechanism) = op.mechanism() else {
+        return Err(ShapeError::Invalid { op: op.name(), what: "not a mechanism" });
+    };
+    let prep = match mechanism {
+        Mechanism::Attention(o) => {
             // `[G, T, d]`: G sequences of the same weights (checked at load: no mask then).
             let s = shape(file, o.x)?;
             let (groups, (t, d)) = match s.rank() {
@@ -68,9 +71,9 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             if let Some(m) = o.mask {
                 check_key_mask(op.name(), &shape(file, m)?, t)?;
             }
-            Prep::Attention(p, w, groups)
+            Prep::Attention(p, w, groups, o.mask)
         }
-        Op::AftFull(o) => {
+        Mechanism::AftFull(o) => {
             let (t, d) = td(o.x)?;
             let (bias, rank) = match o.bias {
                 AftBias::Full(w) => (AftBiasW::Full(weight(file, w)?), 0),
@@ -85,21 +88,21 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             p.check(&w)?;
             Prep::AftFull(p, w)
         }
-        Op::AftLocal(o) => {
+        Mechanism::AftLocal(o) => {
             let (t, d) = td(o.x)?;
             let p = AftLocalParams { t, d, causal: o.causal, window: o.window as usize };
             let w = AftLocalWeights { q: pin(o.q)?, k: pin(o.k)?, v: pin(o.v)?, w: weight(file, o.w)?, o: pj(o.o)? };
             p.check(&w)?;
             Prep::AftLocal(p, w)
         }
-        Op::AftSimple(o) => {
+        Mechanism::AftSimple(o) => {
             let (t, d) = td(o.x)?;
             let p = AftSimpleParams { t, d, causal: o.causal };
             let w = AftSimpleWeights { q: pin(o.q)?, k: pin(o.k)?, v: pin(o.v)?, o: pj(o.o)? };
             p.check(&w)?;
             Prep::AftSimple(p, w)
         }
-        Op::AftConv(o) => {
+        Mechanism::AftConv(o) => {
             let (t, d) = td(o.x)?;
             let p = AftConvParams {
                 t,
@@ -113,7 +116,7 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             p.check(&w)?;
             Prep::AftConv(p, w)
         }
-        Op::Fastformer(o) => {
+        Mechanism::Fastformer(o) => {
             let (t, d) = td(o.x)?;
             let p = FastformerParams { t, d, heads: o.heads as usize, scale: o.scale };
             let w = FastformerWeights {
@@ -127,32 +130,15 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             p.check(&w)?;
             Prep::Fastformer(p, w)
         }
-        // Exhaustive: an op added to the format fails to compile here until it is routed.
-        Op::Dense(_)
-        | Op::LayerNorm(_)
-        | Op::Unary(_)
-        | Op::Binary(_)
-        | Op::Softmax(_)
-        | Op::PatchEmbed(_)
-        | Op::Embedding(_)
-        | Op::Reduce(_)
-        | Op::Reshape(_)
-        | Op::Slice(_)
-        | Op::Transpose(_)
-        | Op::MatMul(_)
-        | Op::Conv2d(_)
-        | Op::Pool2d(_)
-        | Op::Lstm(_)
-        | Op::Gru(_) => return Err(ShapeError::Invalid { op: op.name(), what: "not a mechanism" }),
     };
     Ok(prep)
 }
 
 pub(super) fn scratch_elems(file: &Graph<'_, '_>, op: &Op, fast: bool) -> Result<usize, ShapeError> {
     Ok(match prepare(file, op)? {
-        Prep::Attention(p, _, g) if fast && g > 1 => attention_scratch_groups(&p, g).max(attention_scratch_fast(&p)),
-        Prep::Attention(p, _, _) if fast => attention_scratch_fast(&p),
-        Prep::Attention(p, _, _) => attention_scratch(&p),
+        Prep::Attention(p, _, g, _) if fast && g > 1 => attention_scratch_groups(&p, g).max(attention_scratch_fast(&p)),
+        Prep::Attention(p, _, _, _) if fast => attention_scratch_fast(&p),
+        Prep::Attention(p, _, _, _) => attention_scratch(&p),
         Prep::AftFull(p, _) if fast => aft_full_scratch_fast(&p),
         Prep::AftFull(p, _) => aft_full_scratch(&p),
         Prep::AftLocal(p, _) => aft_local_scratch(&p),
@@ -170,21 +156,23 @@ pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Resul
     let x_all = acts.region(&x_info)?;
     let n = numel(&x_info)?;
     // The attention key mask, `[T]` per sample (validated at load).
-    let mask = match op {
-        Op::Attention(o) => match o.mask {
-            Some(m) => {
-                let mi = info(file, m)?;
-                Some((acts.region(&mi)?, numel(&mi)?))
-            }
-            None => None,
-        },
-        _ => None,
+    let mask = match prep {
+        Prep::Attention(.., Some(m)) => {
+            let mi = info(file, m)?;
+            Some((acts.region(&mi)?, numel(&mi)?))
+        }
+        Prep::Attention(.., None)
+        | Prep::AftFull(..)
+        | Prep::AftLocal(..)
+        | Prep::AftSimple(..)
+        | Prep::AftConv(..)
+        | Prep::Fastformer(..) => None,
     };
     let one = |s: usize, x: &[f32], y: &mut [f32], scratch: &mut [f32]| match &prep {
-        Prep::Attention(p, w, 1) => {
+        Prep::Attention(p, w, 1, _) => {
             attention_masked(p, w, x, mask.map(|(all, mn)| &all[s * mn..(s + 1) * mn]), y, scratch)
         }
-        Prep::Attention(p, w, g) => attention_groups(p, w, *g, x, y, scratch),
+        Prep::Attention(p, w, g, _) => attention_groups(p, w, *g, x, y, scratch),
         Prep::AftFull(p, w) => aft_full(p, w, x, y, scratch),
         Prep::AftLocal(p, w) => aft_local(p, w, x, y, scratch),
         Prep::AftSimple(p, w) => aft_simple(p, w, x, y, scratch),

@@ -307,16 +307,20 @@ impl FfLayer {
         reference::fastformer(&to_f64(x), p.t, p.d, &f)
     }
 
-    pub fn run(&mut self, p: &FastformerParams, x: &[f32]) -> Vec<f32> {
+    pub fn weights(&mut self) -> FastformerWeights<'_> {
         let pr = &mut self.p;
-        let w = FastformerWeights {
+        FastformerWeights {
             q: pr.q.view(),
             k: pr.k.view(),
             v: pr.v.view(),
             wqa: self.wqa.view(),
             wka: self.wka.view(),
             r: pr.o.view(),
-        };
+        }
+    }
+
+    pub fn run(&mut self, p: &FastformerParams, x: &[f32]) -> Vec<f32> {
+        let w = self.weights();
         p.check(&w).expect("valid fastformer shapes");
         run(p.t * p.d, fastformer_scratch(p), |y, s| fastformer(p, &w, x, y, s))
     }

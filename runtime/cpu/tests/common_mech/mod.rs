@@ -11,6 +11,13 @@ use kestrel_reference::mechanisms::Dense64;
 
 pub use kestrel_reference::testing::{Rng, DTYPES};
 
+/// A generator seeded with `seed` and the `n` standard normal inputs drawn from it first.
+pub fn seeded_input(seed: u64, n: usize) -> (Rng, Vec<f32>) {
+    let mut rng = Rng::new(seed);
+    let x = rng.normal_vec(n);
+    (rng, x)
+}
+
 /// A weight encoded as `dtype`, with its decoded values in f64.
 pub struct TW {
     enc: EncodedWeight,

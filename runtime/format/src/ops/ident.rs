@@ -1,6 +1,6 @@
 //! What an op is without its record, beyond what its table entry generates ([`Op::name`],
-//! [`Op::kind`], [`Op::output`], [`kind_name`](super::kind_name)): whether it is a mechanism,
-//! and its inputs (read through its record).
+//! [`Op::kind`], [`Op::output`], [`kind_name`](super::kind_name)): whether it is a mechanism
+//! (and which, [`Op::mechanism`]), and its inputs (read through its record).
 
 use super::*;
 
@@ -8,6 +8,27 @@ impl Op {
     /// True for the fused attention mechanisms (kind ids 32 and up).
     pub fn kind_is_mechanism(&self) -> bool {
         self.kind() >= kind::ATTENTION
+    }
+
+    /// The op as a [`Mechanism`], `None` for the layer ops. Every op is named here, so an op
+    /// added to the format fails to compile until it is classed; the backends' mechanism
+    /// lowerings then match [`Mechanism`] exhaustively.
+    pub fn mechanism(&self) -> Option<Mechanism<'_>> {
+        Some(match self {
+            Op::Attention(o) => Mechanism::Attention(o),
+            Op::AftFull(o) => Mechanism::AftFull(o),
+            Op::AftLocal(o) => Mechanism::AftLocal(o),
+            Op::AftSimple(o) => Mechanism::AftSimple(o),
+            Op::AftConv(o) => Mechanism::AftConv(o),
+            Op::Fastformer(o) => Mechanism::Fastformer(o),
+            // The layer ops, by family: dense, elementwise and reductions, layout, grids,
+            // recurrences.
+            Op::Dense(_) | Op::LayerNorm(_) | Op::Embedding(_) | Op::MatMul(_) => return None,
+            Op::Unary(_) | Op::Binary(_) | Op::Softmax(_) | Op::Reduce(_) => return None,
+            Op::Reshape(_) | Op::Slice(_) | Op::Transpose(_) => return None,
+            Op::Conv2d(_) | Op::PatchEmbed(_) | Op::Pool2d(_) => return None,
+            Op::Lstm(_) | Op::Gru(_) => return None,
+        })
     }
 
     /// The main activation input (slot 0: `x`, `a` or `ids`).
@@ -24,6 +45,37 @@ impl Op {
             if t != NONE {
                 f(t);
             }
+        }
+    }
+}
+
+/// A fused mechanism op (kind ids 32 and up), borrowed from its [`Op`] ([`Op::mechanism`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Mechanism<'a> {
+    /// [`Op::Attention`].
+    Attention(&'a Attention),
+    /// [`Op::AftFull`].
+    AftFull(&'a AftFull),
+    /// [`Op::AftLocal`].
+    AftLocal(&'a AftLocal),
+    /// [`Op::AftSimple`].
+    AftSimple(&'a AftSimple),
+    /// [`Op::AftConv`].
+    AftConv(&'a AftConv),
+    /// [`Op::Fastformer`].
+    Fastformer(&'a Fastformer),
+}
+
+impl Mechanism<'_> {
+    /// The query projection W^Q, which every mechanism has and which reads the input's rows.
+    pub fn q(&self) -> Proj {
+        match self {
+            Mechanism::Attention(o) => o.q,
+            Mechanism::AftFull(o) => o.q,
+            Mechanism::AftLocal(o) => o.q,
+            Mechanism::AftSimple(o) => o.q,
+            Mechanism::AftConv(o) => o.q,
+            Mechanism::Fastformer(o) => o.q,
         }
     }
 }

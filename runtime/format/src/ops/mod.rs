@@ -749,6 +749,7 @@ mod band;
 mod layout;
 pub use layout::{Reshape, Slice, Transpose};
 mod ident;
+pub use ident::Mechanism;
 mod table;
 pub use table::{kind, kind_name, Op};
 

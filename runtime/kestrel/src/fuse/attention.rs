@@ -93,14 +93,14 @@ pub(super) fn projection(b: &ModelBuilder, t: TensorId) -> Option<(usize, Dense)
 /// The output projection reading `t`: through layout views (pushed to `nodes`) to its sole
 /// reader, an activation-free dense layer (pushed too).
 pub(super) fn output_projection(b: &ModelBuilder, t: TensorId, nodes: &mut Vec<usize>) -> Option<Dense> {
-    let merged = forward_layout(b, t, nodes);
-    let on = sole_consumer(b, merged)?;
-    let Op::Dense(od) = b.ops()[on] else { return None };
-    if od.act != Activation::None {
-        return None;
+    let on = sole_consumer(b, forward_layout(b, t, nodes))?;
+    match b.ops()[on] {
+        Op::Dense(od) if od.act == Activation::None => {
+            nodes.push(on);
+            Some(od)
+        }
+        _ => None,
     }
-    nodes.push(on);
-    Some(od)
 }
 
 /// `W^A X + b^A` written as transpose → dense over tokens (→ transpose, which the layout walk

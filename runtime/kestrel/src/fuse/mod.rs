@@ -19,6 +19,7 @@ mod slices;
 mod subsample;
 
 use crate::builder::Region;
+use crate::npy::Array;
 use crate::{Error, Input, Model, ModelBuilder};
 use kestrel_format::ops::Op;
 use kestrel_format::DType;
@@ -155,24 +156,18 @@ fn run_region(b: &ModelBuilder, region: &Region) -> Result<Vec<f32>, Error> {
     let model = Model::from_bytes(&m.build()?)?;
     let cpu = model.cpu()?;
     let mut rng = crate::demo::Rng::new(0x5eed);
-    let mut f32s = Vec::new();
-    let mut ids = Vec::new();
+    // Token ids (0 and 1) for id inputs, values for the rest, in input order.
+    let mut data = Vec::new();
     for i in 0..cpu.input_count() {
         let t = cpu.input(i)?;
         let n = t.shape.numel().unwrap_or(0) * 2;
-        if t.dtype == DType::I32 {
-            ids.push((0..n).map(|k| (k % 2) as i32).collect::<Vec<_>>());
+        data.push(if t.dtype == DType::I32 {
+            Array::I64 { shape: vec![n], data: (0..n).map(|k| (k % 2) as i64).collect() }
         } else {
-            f32s.push(rng.vec(n, 2.0));
-        }
+            Array::F32 { shape: vec![n], data: rng.vec(n, 2.0) }
+        });
     }
-    let (mut fi, mut ii) = (f32s.iter(), ids.iter());
-    let inputs: Vec<Input<'_>> = (0..cpu.input_count())
-        .map(|i| match cpu.input(i).map(|t| t.dtype) {
-            Ok(DType::I32) => Input::I32(ii.next().expect("counted")),
-            _ => Input::F32(fi.next().expect("counted")),
-        })
-        .collect();
+    let inputs: Vec<Input<'_>> = data.iter().map(Array::input).collect();
     let mut s = model.session(2)?;
     Ok(s.run_vec(&inputs)?.remove(0))
 }

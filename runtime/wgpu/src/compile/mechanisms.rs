@@ -9,7 +9,7 @@ use crate::params::{
     ff_scores,
 };
 use crate::GpuError;
-use kestrel_format::ops::{AftBias, AttentionVariant, Op};
+use kestrel_format::ops::{AftBias, AttentionVariant, Mechanism, Op};
 
 /// Query rows per workgroup of `attend` (`BQ` in `attention.wgsl`).
 const ATTEND_ROWS: usize = 16;
@@ -19,6 +19,9 @@ const ATTEND_COLS: usize = 64;
 const ATTEND_ROWS_MAX_COLS: usize = 16;
 
 pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<Dispatch>, GpuError> {
+    let Some(mechanism) = op.mechanism() else {
+        return Err(GpuError::Model(format!("node {node}: {} is not a mechanism (lowered in layers.rs)", op.name())));
+    };
     let x_id = op.main_input();
     let xs = ctx.info(x_id)?.shape;
     // `[T, d]`; attention also takes `[G, T, d]`, G sequences per sample (no mask then).
@@ -34,8 +37,8 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
     let x = ctx.act(x_id)?;
     let y = ctx.act(op.output())?;
     let mut v = Vec::new();
-    match *op {
-        Op::Attention(o) => {
+    match mechanism {
+        Mechanism::Attention(o) => {
             // The projections run over all G·T rows; the kernels walk G·batch sequences.
             let (rows, gtd) = (groups * t, groups * td);
             // The Q, K and V projections (those the variant has), in one dispatch where they allow.
@@ -116,7 +119,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             v.push(p.done(kernel));
             v.push(ctx.dense(heads_out, rows, d, ctx.proj(o.o)?, 0, y, None)?);
         }
-        Op::AftFull(o) => {
+        Mechanism::AftFull(o) => {
             one_sequence()?;
             let (q, e, ev) = project_exp(ctx, &mut v, x, t, d, d, (o.q, o.k, o.v))?;
             let p = aft_core(td, (q, e, ev), t, d, o.causal)?;
@@ -141,7 +144,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             v.push(p.done(Kernel::AftFull));
             v.push(ctx.dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
         }
-        Op::AftLocal(o) => {
+        Mechanism::AftLocal(o) => {
             one_sequence()?;
             let (q, e, ev) = project_exp(ctx, &mut v, x, t, d, d, (o.q, o.k, o.v))?;
             let p = aft_core(td, (q, e, ev), t, d, o.causal)?;
@@ -149,7 +152,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             v.push(p.done(Kernel::AftLocal));
             v.push(ctx.dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
         }
-        Op::AftSimple(o) => {
+        Mechanism::AftSimple(o) => {
             one_sequence()?;
             let (q, k, val) = (ctx.scratch(td), ctx.scratch(td), ctx.scratch(td));
             v.push(ctx.dense(x, t, d, ctx.proj(o.q)?, 0, q, None)?);
@@ -160,7 +163,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             v.push(p.done(Kernel::AftSimple));
             v.push(ctx.dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
         }
-        Op::AftConv(o) => {
+        Mechanism::AftConv(o) => {
             one_sequence()?;
             let h = o.heads as usize;
             let (q, e, ev) = project_exp(ctx, &mut v, x, t, d, h, (o.q, o.k, o.v))?;
@@ -180,7 +183,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             );
             v.push(ctx.dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
         }
-        Op::Fastformer(o) => {
+        Mechanism::Fastformer(o) => {
             one_sequence()?;
             let h = o.heads as usize;
             let (q, k, val) = (ctx.scratch(td), ctx.scratch(td), ctx.scratch(td));
@@ -221,28 +224,6 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 );
             }
             v.push(ctx.dense(val, t, d, ctx.proj(o.r)?, 0, y, Some(q))?);
-        }
-        // Exhaustive: an op added to the format fails to compile here until it is routed.
-        Op::Dense(_)
-        | Op::LayerNorm(_)
-        | Op::Unary(_)
-        | Op::Binary(_)
-        | Op::Softmax(_)
-        | Op::PatchEmbed(_)
-        | Op::Embedding(_)
-        | Op::Reduce(_)
-        | Op::Reshape(_)
-        | Op::Slice(_)
-        | Op::Transpose(_)
-        | Op::MatMul(_)
-        | Op::Conv2d(_)
-        | Op::Pool2d(_)
-        | Op::Lstm(_)
-        | Op::Gru(_) => {
-            return Err(GpuError::Model(format!(
-                "node {node}: {} is not a mechanism (lowered in layers.rs)",
-                op.name()
-            )))
         }
     }
     Ok(v)

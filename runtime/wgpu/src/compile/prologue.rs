@@ -175,25 +175,13 @@ fn role(op: &Op) -> Role {
         Op::LayerNorm(ln) => Role::LayerNorm(ln),
         Op::Dense(_) => Role::Projections,
         Op::Attention(a) if a.k.is_some() && a.v.is_some() && a.align.is_none() => Role::Projections,
-        // The rest, alphabetically.
-        Op::AftConv(_)
-        | Op::AftFull(_)
-        | Op::AftLocal(_)
-        | Op::AftSimple(_)
-        | Op::Attention(_)
-        | Op::Binary(_)
-        | Op::Conv2d(_)
-        | Op::Embedding(_)
-        | Op::Fastformer(_)
-        | Op::Gru(_)
-        | Op::Lstm(_)
-        | Op::MatMul(_)
-        | Op::PatchEmbed(_)
-        | Op::Pool2d(_)
-        | Op::Reduce(_)
-        | Op::Softmax(_)
-        | Op::Transpose(_)
-        | Op::Unary(_) => Role::Other,
+        // The rest: the other mechanisms (their inputs are read by more than projections), and
+        // the layers by family.
+        Op::Attention(_) | Op::AftFull(_) | Op::AftLocal(_) => Role::Other,
+        Op::AftSimple(_) | Op::AftConv(_) | Op::Fastformer(_) => Role::Other,
+        Op::Embedding(_) | Op::MatMul(_) | Op::Transpose(_) => Role::Other,
+        Op::Unary(_) | Op::Binary(_) | Op::Softmax(_) | Op::Reduce(_) => Role::Other,
+        Op::Conv2d(_) | Op::PatchEmbed(_) | Op::Pool2d(_) | Op::Lstm(_) | Op::Gru(_) => Role::Other,
     }
 }
 
