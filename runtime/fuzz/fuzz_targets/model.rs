@@ -22,7 +22,7 @@ fn exercise(bytes: &[u8]) {
     let mut session = match owned.session_within(1, MAX_ARENA) {
         Ok(s) => s,
         Err(kestrel::Error::OverBudget { needed, budget, .. }) => {
-            assert!(needed > budget as u64 && model.arena_bytes(1).is_none_or(|n| n > MAX_ARENA));
+            assert!(needed > budget && model.arena_bytes(1).is_none_or(|n| n > MAX_ARENA));
             return;
         }
         Err(e @ (kestrel::Error::Run(_) | kestrel::Error::OutOfMemory { .. })) => {
