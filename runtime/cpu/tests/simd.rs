@@ -105,6 +105,37 @@ fn gelu_on(isa: Isa, got: &mut [f32]) {
     }
 }
 
+/// Sigmoid and SiLU of `xs` through the dispatch and every ISA this CPU supports (x86: its
+/// entry points; elsewhere the dispatched kernels again): `(who, sigmoid, silu)` each.
+fn sigmoid_silu_runs(xs: &[f32]) -> Vec<(&'static str, Vec<f32>, Vec<f32>)> {
+    let mut runs = Vec::new();
+    let (mut s, mut u) = (xs.to_vec(), xs.to_vec());
+    simd::sigmoid(&mut s);
+    simd::silu(&mut u);
+    runs.push(("dispatched", s, u));
+    for isa in isas() {
+        let (mut s, mut u) = (xs.to_vec(), xs.to_vec());
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: supported ISAs only.
+        unsafe {
+            if isa == Isa::Avx512 {
+                simd::x86::sigmoid_avx512(&mut s);
+                simd::x86::silu_avx512(&mut u);
+            } else {
+                simd::x86::sigmoid(&mut s);
+                simd::x86::silu(&mut u);
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            simd::sigmoid(&mut s);
+            simd::silu(&mut u);
+        }
+        runs.push((isa.name(), s, u));
+    }
+    runs
+}
+
 /// `softmax(scale · xs)` through every ISA's kernel (AVX-512: scaled inside its passes; AVX2:
 /// a scaling pass, then its softmax; elsewhere the dispatched path) against the f64 softmax of
 /// the scaled values, per element: 1e-6 relative plus the rounding of `x − max` in f32, plus
@@ -200,32 +231,7 @@ proptest! {
         let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
         let want_s: Vec<f64> = xs.iter().map(|&x| sig(f64::from(x))).collect();
         let want_u: Vec<f64> = xs.iter().map(|&x| f64::from(x) * sig(f64::from(x))).collect();
-        let mut runs: Vec<(&str, Vec<f32>, Vec<f32>)> = Vec::new();
-        let (mut s, mut u) = (xs.clone(), xs.clone());
-        simd::sigmoid(&mut s);
-        simd::silu(&mut u);
-        runs.push(("dispatched", s, u));
-        for isa in isas() {
-            let (mut s, mut u) = (xs.clone(), xs.clone());
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: supported ISAs only.
-            unsafe {
-                if isa == Isa::Avx512 {
-                    simd::x86::sigmoid_avx512(&mut s);
-                    simd::x86::silu_avx512(&mut u);
-                } else {
-                    simd::x86::sigmoid(&mut s);
-                    simd::x86::silu(&mut u);
-                }
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            {
-                simd::sigmoid(&mut s);
-                simd::silu(&mut u);
-            }
-            runs.push((isa.name(), s, u));
-        }
-        for (who, s, u) in &runs {
+        for (who, s, u) in &sigmoid_silu_runs(&xs) {
             for (k, &x) in xs.iter().enumerate() {
                 let (ws, wu) = (want_s[k], want_u[k]);
                 prop_assert!((f64::from(s[k]) - ws).abs() <= 1e-6 * ws.abs() + 1e-30, "{who} sigmoid({x}) = {}, want {ws}", s[k]);
@@ -709,23 +715,7 @@ fn sigmoid_and_silu_keep_nan_and_saturate_at_infinity() {
         assert_eq!((u[1], u[3]), (f32::INFINITY, 0.0), "{who}: {u:?}");
         assert!(s[4] >= 0.0 && s[4] < 1e-30 && s[5] == 1.0, "{who}: {s:?}");
     };
-    let (mut s, mut u) = (xs.to_vec(), xs.to_vec());
-    simd::sigmoid(&mut s);
-    simd::silu(&mut u);
-    check("dispatched", &s, &u);
-    #[cfg(target_arch = "x86_64")]
-    for isa in isas() {
-        let (mut s, mut u) = (xs.to_vec(), xs.to_vec());
-        // SAFETY: supported ISAs only.
-        unsafe {
-            if isa == Isa::Avx512 {
-                simd::x86::sigmoid_avx512(&mut s);
-                simd::x86::silu_avx512(&mut u);
-            } else {
-                simd::x86::sigmoid(&mut s);
-                simd::x86::silu(&mut u);
-            }
-        }
-        check(isa.name(), &s, &u);
+    for (who, s, u) in sigmoid_silu_runs(&xs) {
+        check(who, &s, &u);
     }
 }

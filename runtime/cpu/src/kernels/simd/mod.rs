@@ -168,46 +168,31 @@ pub fn set_isa(isa: Isa) -> bool {
     true
 }
 
-#[cfg(all(target_arch = "x86_64", feature = "std"))]
-fn has_avx2() -> bool {
-    std::is_x86_feature_detected!("avx2")
-        && std::is_x86_feature_detected!("fma")
-        && std::is_x86_feature_detected!("f16c")
-}
-#[cfg(all(target_arch = "x86_64", not(feature = "std")))]
-fn has_avx2() -> bool {
-    cfg!(all(target_feature = "avx2", target_feature = "fma", target_feature = "f16c"))
-}
-#[cfg(not(target_arch = "x86_64"))]
-fn has_avx2() -> bool {
-    false
-}
-
-#[cfg(all(target_arch = "x86_64", feature = "std"))]
-fn has_avx_vnni() -> bool {
-    std::is_x86_feature_detected!("avxvnni")
-}
-#[cfg(all(target_arch = "x86_64", not(feature = "std")))]
-fn has_avx_vnni() -> bool {
-    cfg!(target_feature = "avxvnni")
-}
-#[cfg(not(target_arch = "x86_64"))]
-fn has_avx_vnni() -> bool {
-    false
+/// Defines `$name()`: whether the CPU has every x86 feature `$f` (detected at run time with
+/// `std`, from the compile-time `target_feature`s without; false off x86_64).
+macro_rules! x86_features {
+    ($(#[$doc:meta])* $vis:vis $name:ident: $($f:tt),+) => {
+        $(#[$doc])*
+        #[cfg(all(target_arch = "x86_64", feature = "std"))]
+        $vis fn $name() -> bool {
+            $(std::is_x86_feature_detected!($f))&&+
+        }
+        $(#[$doc])*
+        #[cfg(all(target_arch = "x86_64", not(feature = "std")))]
+        $vis fn $name() -> bool {
+            cfg!(all($(target_feature = $f),+))
+        }
+        $(#[$doc])*
+        #[cfg(not(target_arch = "x86_64"))]
+        $vis fn $name() -> bool {
+            false
+        }
+    };
 }
 
-#[cfg(all(target_arch = "x86_64", feature = "std"))]
-fn has_avx512() -> bool {
-    std::is_x86_feature_detected!("avx512f")
-}
-#[cfg(all(target_arch = "x86_64", not(feature = "std")))]
-fn has_avx512() -> bool {
-    cfg!(target_feature = "avx512f")
-}
-#[cfg(not(target_arch = "x86_64"))]
-fn has_avx512() -> bool {
-    false
-}
+x86_features!(has_avx2: "avx2", "fma", "f16c");
+x86_features!(has_avx_vnni: "avxvnni");
+x86_features!(has_avx512: "avx512f");
 
 #[cfg(target_arch = "aarch64")]
 fn has_neon() -> bool {
@@ -606,21 +591,10 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     }
 }
 
-/// Whether this CPU has the AVX-512 int8 GEMM of [`q8_accumulate_i8`] (AVX-512F, BW and VNNI).
-#[cfg(all(target_arch = "x86_64", feature = "std"))]
-pub fn has_avx512_vnni() -> bool {
-    has_avx512() && std::is_x86_feature_detected!("avx512bw") && std::is_x86_feature_detected!("avx512vnni")
-}
-/// Whether this CPU has the AVX-512 int8 GEMM of [`q8_accumulate_i8`] (AVX-512F, BW and VNNI).
-#[cfg(all(target_arch = "x86_64", not(feature = "std")))]
-pub fn has_avx512_vnni() -> bool {
-    cfg!(all(target_feature = "avx512f", target_feature = "avx512bw", target_feature = "avx512vnni"))
-}
-/// Whether this CPU has the AVX-512 int8 GEMM of [`q8_accumulate_i8`] (AVX-512F, BW and VNNI).
-#[cfg(not(target_arch = "x86_64"))]
-pub fn has_avx512_vnni() -> bool {
-    false
-}
+x86_features!(
+    /// Whether this CPU has the AVX-512 int8 GEMM of [`q8_accumulate_i8`] (AVX-512F, BW and VNNI).
+    pub has_avx512_vnni: "avx512f", "avx512bw", "avx512vnni"
+);
 
 /// Scalar [`dot_i8`].
 pub fn dot_i8_scalar(a: &[i8], b: &[i8]) -> i32 {
