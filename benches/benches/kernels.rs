@@ -13,6 +13,8 @@
 //! best instruction set the CPU has (printed at start); `KESTREL_BENCH_ISA=scalar|avx2|...`
 //! forces one. Summarise a run with `cargo run -p kestrel-bench -- criterion-summary
 //! TARGET/criterion OUT.md`.
+// `criterion_group!` defines an undocumented `pub fn` (the workspace warns on missing docs).
+#![allow(missing_docs)]
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kestrel_cpu::kernels::aft::{

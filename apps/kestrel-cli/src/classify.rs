@@ -60,6 +60,7 @@ pub struct ClassifyArgs {
     /// Images per model run.
     #[arg(long, default_value_t = 32)]
     pub batch: usize,
+    /// Where the model runs.
     #[command(flatten)]
     pub backend: BackendArgs,
     /// Evaluate: each image's class is its parent folder's name (a label or a class index);

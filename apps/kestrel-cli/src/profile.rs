@@ -34,6 +34,7 @@ pub struct ProfileArgs {
     /// Input array (.npy, batch = first axis) instead of seeded random inputs.
     #[arg(long, value_name = "X.npy")]
     pub input: Option<PathBuf>,
+    /// Where the model runs.
     #[command(flatten)]
     pub backend: BackendArgs,
     /// Write a Chrome trace (chrome://tracing, Perfetto): one event per op per run.

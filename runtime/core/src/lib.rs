@@ -11,7 +11,6 @@
 //! * [`graph`]: tensor lookups over a file, optionally through a prebuilt table.
 //! * The error types ([`LoadError`], [`ShapeError`], [`RunError`]) and [`Input`].
 #![no_std]
-#![warn(missing_docs)]
 
 #[cfg(feature = "alloc")]
 extern crate alloc;

@@ -7,7 +7,6 @@
 //! With `std`, [`threads::set_threads`] starts a worker pool once and large dense layers are
 //! split across it (still allocation-free per run).
 #![no_std]
-#![warn(missing_docs)]
 
 #[cfg(feature = "alloc")]
 extern crate alloc;

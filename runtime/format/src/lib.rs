@@ -12,7 +12,6 @@
 //! The byte layout is specified in `docs/FORMAT.md`. The reader is `no_std` and never panics on
 //! malformed input; the writer needs `std`.
 #![no_std]
-#![warn(missing_docs)]
 
 #[cfg(feature = "alloc")]
 extern crate alloc;

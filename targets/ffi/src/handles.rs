@@ -10,12 +10,14 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, TryLockError};
 
 /// A loaded model (opaque). Immutable; may be used from several threads at once.
 pub struct KestrelModel {
+    /// The model, shared with its sessions.
     pub inner: Arc<LoadedModel>,
 }
 
 /// A session: a model bound to an arena for batches up to a capacity (opaque). One thread at a
 /// time; a concurrent run is refused with `KESTREL_ERR_INVALID_ARGUMENT`, not raced.
 pub struct KestrelSession {
+    /// The session, locked for each call.
     pub core: Mutex<SessionCore>,
 }
 
