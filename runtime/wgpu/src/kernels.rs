@@ -14,6 +14,8 @@ pub const WORKGROUP: u32 = 64;
 
 const COMMON: &str = include_str!("shaders/common.wgsl");
 const DENSE_PRELUDE: &str = include_str!("shaders/prelude/dense.wgsl");
+const LANE_SUM: &str = include_str!("shaders/prelude/lane_sum.wgsl");
+const LANE_SUM_SG: &str = include_str!("shaders/prelude/lane_sum_sg.wgsl");
 const ARITH_F32: &str = include_str!("shaders/arith_f32.wgsl");
 const ARITH_F16: &str = include_str!("shaders/arith_f16.wgsl");
 
@@ -34,70 +36,58 @@ impl Arith {
     pub const ALL: &'static [Arith] = &[Arith::F32, Arith::F16];
 }
 
-/// A WGSL file of related kernels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Family {
-    /// Dense layers (`linear.wgsl`).
-    Linear,
-    /// Dense layers with subgroup reductions (`linear_sg.wgsl`; devices with `SUBGROUP` only).
-    LinearSg,
-    /// Unary, binary and transpose (`elementwise.wgsl`).
-    Elementwise,
-    /// Layer norm, softmax, reductions (`norm.wgsl`).
-    Norm,
-    /// Batched matmul (`matmul.wgsl`).
-    MatMul,
-    /// 2-D convolution (`conv.wgsl`).
-    Conv,
-    /// 2-D max and average pooling (`pool.wgsl`).
-    Pool,
-    /// LSTM and GRU recurrences (`rnn.wgsl`).
-    Rnn,
-    /// Token and patch embeddings (`embed.wgsl`).
-    Embed,
-    /// Attention cores (`attention.wgsl`).
-    Attention,
-    /// AFT cores (`aft.wgsl`).
-    Aft,
-    /// Fastformer pooling (`fastformer.wgsl`).
-    Fastformer,
+/// Declares [`Family`] from one list: each family's doc, variant and WGSL file, from which
+/// [`Family::ALL`] and [`Family::body`] follow.
+macro_rules! families {
+    ($($(#[doc = $doc:literal])+ $family:ident => $file:literal,)+) => {
+        /// A WGSL file of related kernels.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Family {
+            $($(#[doc = $doc])+ #[doc = concat!("(`", $file, "`)")] $family,)+
+        }
+
+        impl Family {
+            /// Every family.
+            pub const ALL: &'static [Family] = &[$(Family::$family),+];
+
+            /// The family's own WGSL (without the preamble).
+            pub fn body(self) -> &'static str {
+                match self {
+                    $(Family::$family => include_str!(concat!("shaders/", $file)),)+
+                }
+            }
+        }
+    };
+}
+
+families! {
+    /// Dense layers.
+    Linear => "linear.wgsl",
+    /// Dense layers with subgroup reductions (devices with `SUBGROUP` only).
+    LinearSg => "linear_sg.wgsl",
+    /// Unary, binary and transpose.
+    Elementwise => "elementwise.wgsl",
+    /// Layer norm, softmax, reductions.
+    Norm => "norm.wgsl",
+    /// Batched matmul.
+    MatMul => "matmul.wgsl",
+    /// 2-D convolution.
+    Conv => "conv.wgsl",
+    /// 2-D max and average pooling.
+    Pool => "pool.wgsl",
+    /// LSTM and GRU recurrences.
+    Rnn => "rnn.wgsl",
+    /// Token and patch embeddings.
+    Embed => "embed.wgsl",
+    /// Attention cores.
+    Attention => "attention.wgsl",
+    /// AFT cores.
+    Aft => "aft.wgsl",
+    /// Fastformer pooling.
+    Fastformer => "fastformer.wgsl",
 }
 
 impl Family {
-    /// Every family.
-    pub const ALL: &'static [Family] = &[
-        Family::Linear,
-        Family::LinearSg,
-        Family::Elementwise,
-        Family::Norm,
-        Family::MatMul,
-        Family::Conv,
-        Family::Pool,
-        Family::Rnn,
-        Family::Embed,
-        Family::Attention,
-        Family::Aft,
-        Family::Fastformer,
-    ];
-
-    /// The family's own WGSL (without the preamble).
-    pub fn body(self) -> &'static str {
-        match self {
-            Family::Linear => include_str!("shaders/linear.wgsl"),
-            Family::LinearSg => include_str!("shaders/linear_sg.wgsl"),
-            Family::Elementwise => include_str!("shaders/elementwise.wgsl"),
-            Family::Norm => include_str!("shaders/norm.wgsl"),
-            Family::MatMul => include_str!("shaders/matmul.wgsl"),
-            Family::Conv => include_str!("shaders/conv.wgsl"),
-            Family::Pool => include_str!("shaders/pool.wgsl"),
-            Family::Rnn => include_str!("shaders/rnn.wgsl"),
-            Family::Embed => include_str!("shaders/embed.wgsl"),
-            Family::Attention => include_str!("shaders/attention.wgsl"),
-            Family::Aft => include_str!("shaders/aft.wgsl"),
-            Family::Fastformer => include_str!("shaders/fastformer.wgsl"),
-        }
-    }
-
     /// Whether the family has an f16 variant: the families whose work is dot products (dense,
     /// matmul, convolution, attention, Fastformer's pooling). The others stay f32 at every
     /// precision: element-wise ops, embeddings and 2-D pooling have no products to speed up,
@@ -149,7 +139,12 @@ impl Family {
             }
         }
         let dense = if self.includes_dense_prelude() { DENSE_PRELUDE } else { "" };
-        format!("{COMMON}\n{dense}\n{}", Layout::wgsl(&layouts))
+        let lane_sums = match self {
+            Family::Linear => lane_sums(LANE_SUM),
+            Family::LinearSg => lane_sums(LANE_SUM_SG),
+            _ => String::new(),
+        };
+        format!("{COMMON}\n{dense}\n{lane_sums}\n{}", Layout::wgsl(&layouts))
     }
 
     /// Whether the family's kernels are dense layers (`prelude/dense.wgsl`).
@@ -164,6 +159,16 @@ impl Family {
             Arith::F16 => format!("enable f16;\n\n{prelude}\n{ARITH_F16}\n{}", self.body()),
         }
     }
+}
+
+/// A lane-sum template (`shaders/prelude/lane_sum*.wgsl`, written over `Elem`) for both element
+/// types the lane-split dense kernels sum: `f32` (suffix `_f32`) and `vec4<f32>` (`_v4`).
+fn lane_sums(template: &str) -> String {
+    [("f32", "_f32"), ("vec4<f32>", "_v4")]
+        .iter()
+        .map(|(ty, suffix)| template.replace("Elem", ty).replace("_elem", suffix))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// One compute entry point: the pipeline-cache key.

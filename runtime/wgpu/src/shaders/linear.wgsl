@@ -8,7 +8,8 @@
 // cooperative, `lanes` consecutive threads (a power of two from 2 to WG, chosen at lowering from
 // the input width and the number of outputs: `dense_lanes`) share one output. Each sums every
 // lanes-th four-column chunk of the row (`wdot_part`), then the partial sums meet in a
-// shared-memory tree (log2(lanes) levels) and lane 0 finishes the output. So no thread loops over
+// shared-memory tree (log2(lanes) levels: `lane_sum_f32`, `prelude/lane_sum.wgsl`) and lane 0
+// finishes the output. So no thread loops over
 // a whole long row: the sequential part of every sum is in/(4·lanes) chunks, which both spreads a
 // wide layer over many threads and keeps rounding-error growth to that length plus the tree's
 // depth. (Separate entry points because a barrier anywhere in a shader slows all of it on
@@ -50,8 +51,6 @@ fn dense_body(it: Item, norm: bool) {
     dense_finish(it.s, it.l, o, acc * st.y);
 }
 
-var<workgroup> part: array<f32, 64>;
-
 @compute @workgroup_size(64)
 fn dense_split(id: Ids) {
     dense_split_body(thread_index(id), id.lid3.x, 0u);
@@ -66,34 +65,19 @@ fn dense_split_patch(id: Ids) {
 
 fn dense_split_body(g: u32, lid: u32, mode: u32) {
     let it = dense_split_item(g, lid, mode);
-    part[lid] = it.acc;
-    for (var h = it.p.lanes / 2u; h > 0u; h /= 2u) {
-        workgroupBarrier();
-        if it.p.lane < h {
-            part[lid] += part[lid + h];
-        }
-    }
+    let sum = lane_sum_f32(lid, it.p.lane, it.p.lanes, it.acc);
     if it.p.live && it.p.lane == 0u {
-        dense_finish(it.p.s, it.p.l, it.p.o, part[lid]);
+        dense_finish(it.p.s, it.p.l, it.p.o, sum);
     }
 }
-
-var<workgroup> part4: array<vec4<f32>, 64>;
 
 // `dense_split` over a plain LayerNorm's input (`dense_split_ln_item` in `prelude/dense.wgsl`).
 @compute @workgroup_size(64)
 fn dense_split_ln(id: Ids) {
     let it = dense_split_ln_item(thread_index(id), id.lid3.x);
-    let lid = id.lid3.x;
-    part4[lid] = it.acc;
-    for (var h = it.p.lanes / 2u; h > 0u; h /= 2u) {
-        workgroupBarrier();
-        if it.p.lane < h {
-            part4[lid] += part4[lid + h];
-        }
-    }
+    let sum = lane_sum_v4(id.lid3.x, it.p.lane, it.p.lanes, it.acc);
     if it.p.live && it.p.lane == 0u {
-        dense_split_ln_finish(it, part4[lid]);
+        dense_split_ln_finish(it, sum);
     }
 }
 
