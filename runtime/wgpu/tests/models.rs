@@ -6,7 +6,9 @@
 
 mod common;
 
-use common::{argmax_rows, gpu, gpu_f16, measure, run_cpu, run_gpu, run_gpu_at, top1_with_margin, Feed, DTYPES};
+use common::{
+    argmax_rows, demo_image_model, gpu, gpu_f16, measure, run_cpu, run_gpu, run_gpu_at, top1_with_margin, Feed, DTYPES,
+};
 use kestrel_onnx::{convert, model_dirs, read_npy, ConvertOptions, InputData};
 use kestrel_reference::tolerance::F32_MODEL;
 use kestrel_wgpu::Precision;
@@ -142,8 +144,7 @@ fn demo_models_and_fixtures_keep_top1_at_f16() {
 #[test]
 fn profile_times_every_node() {
     let Some(g) = gpu() else { return };
-    let bytes = kestrel::demo::image_model(7, kestrel::format::DType::F32).unwrap();
-    let model = kestrel::Model::from_bytes(&bytes).unwrap();
+    let model = demo_image_model();
     let cpu = model.cpu().unwrap();
     let mut s = kestrel_wgpu::GpuSession::new(&g, &cpu, 2).unwrap();
     let x = kestrel::demo::Rng::new(5).vec(2 * 256, 1.0);

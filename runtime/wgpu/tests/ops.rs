@@ -242,48 +242,28 @@ fn layer_cases() -> Vec<Case> {
             },
         ));
     }
-    v.push(case("matmul", "matmul act x act, broadcast batch", |c| {
-        let a = c.input(&[2, 3, 5, 4])?;
-        let b = c.input(&[3, 4, 6])?;
-        c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b: false, y }))
-    }));
-    v.push(case("matmul", "matmul act x act^T", |c| {
-        let a = c.input(&[2, 5, 4])?;
-        let b = c.input(&[2, 7, 4])?;
-        c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b: true, y }))
-    }));
-    v.push(case("matmul", "matmul act x weight", |c| {
-        let a = c.input(&[5, 8])?;
-        let b = c.w(&[8, 6], 0.5)?;
-        c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b: false, y }))
-    }));
-    v.push(case("matmul", "matmul act x weight^T", |c| {
-        let a = c.input(&[3, 5, 40])?;
-        let b = c.w(&[6, 40], 0.5)?;
-        c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b: true, y }))
-    }));
-    // Rows enough for the tiled kernel (`matmul_tile` under the tiles-everywhere tuning): k not
-    // a multiple of 4 (zeros staged past it), partial tiles, broadcast batch axes, weights.
-    v.push(case("matmul", "matmul act x act 2x9x10 . 10x33", |c| {
-        let a = c.input(&[2, 9, 10])?;
-        let b = c.input(&[2, 10, 33])?;
-        c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b: false, y }))
-    }));
-    v.push(case("matmul", "matmul act x act^T, broadcast batch, 17x12 . (20x12)^T", |c| {
-        let a = c.input(&[2, 3, 17, 12])?;
-        let b = c.input(&[3, 20, 12])?;
-        c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b: true, y }))
-    }));
-    v.push(case("matmul", "matmul act x weight 40x12 . 12x36", |c| {
-        let a = c.input(&[40, 12])?;
-        let b = c.w(&[12, 36], 0.5)?;
-        c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b: false, y }))
-    }));
-    v.push(case("matmul", "matmul act x weight^T 33x70 . (20x70)^T", |c| {
-        let a = c.input(&[1, 33, 70])?;
-        let b = c.w(&[20, 70], 0.5)?;
-        c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b: true, y }))
-    }));
+    // b an activation or a weight, transposed or not; the last four with rows enough for the
+    // tiled kernel (`matmul_tile` under the tiles-everywhere tuning): k not a multiple of 4
+    // (zeros staged past it), partial tiles, broadcast batch axes, weights.
+    // (name, a's dims, b's dims, b a weight, b transposed)
+    type MatMulCase = (&'static str, &'static [usize], &'static [usize], bool, bool);
+    let matmuls: [MatMulCase; 8] = [
+        ("act x act, broadcast batch", &[2, 3, 5, 4], &[3, 4, 6], false, false),
+        ("act x act^T", &[2, 5, 4], &[2, 7, 4], false, true),
+        ("act x weight", &[5, 8], &[8, 6], true, false),
+        ("act x weight^T", &[3, 5, 40], &[6, 40], true, true),
+        ("act x act 2x9x10 . 10x33", &[2, 9, 10], &[2, 10, 33], false, false),
+        ("act x act^T, broadcast batch, 17x12 . (20x12)^T", &[2, 3, 17, 12], &[3, 20, 12], false, true),
+        ("act x weight 40x12 . 12x36", &[40, 12], &[12, 36], true, false),
+        ("act x weight^T 33x70 . (20x70)^T", &[1, 33, 70], &[20, 70], true, true),
+    ];
+    for (name, a, b, weight, transpose_b) in matmuls {
+        v.push(case("matmul", format!("matmul {name}"), move |c| {
+            let a = c.input(a)?;
+            let b = if weight { c.w(b, 0.5)? } else { c.input(b)? };
+            c.b.op(|y| Op::MatMul(MatMul { a, b, transpose_b, y }))
+        }));
+    }
     v.extend(cases::conv_cases());
     v.extend(cases::fusion::residual_dense_cases());
     v.extend(cases::fusion::patchify_cases());
@@ -453,22 +433,17 @@ fn large_cases() -> Vec<Case> {
         let proj = c.proj(16, 20736, true)?;
         c.b.op(|y| Op::Dense(Dense { x, proj, act: Activation::None, y }))
     }));
-    v.push(case("aft_full", "aft_full T128 d16 factorised r8", |c| {
-        let (t, d) = (128, 16);
-        let x = c.input(&[t, d])?;
-        let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
-        let bias = AftBias::Factorised { u: c.w(&[t, 8], 0.5)?, v: c.w(&[t, 8], 0.5)? };
-        let o = c.proj(d, d, true)?;
-        c.b.op(|y| Op::AftFull(AftFull { x, causal: false, q, k, v: vv, bias, o, y }))
-    }));
-    v.push(case("aft_full", "aft_full T160 d8 factorised r12 causal", |c| {
-        let (t, d) = (160, 8);
-        let x = c.input(&[t, d])?;
-        let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
-        let bias = AftBias::Factorised { u: c.w(&[t, 12], 0.5)?, v: c.w(&[t, 12], 0.5)? };
-        let o = c.proj(d, d, true)?;
-        c.b.op(|y| Op::AftFull(AftFull { x, causal: true, q, k, v: vv, bias, o, y }))
-    }));
+    // A factorised bias of rank r.
+    for (t, d, r, causal) in [(128usize, 16usize, 8usize, false), (160, 8, 12, true)] {
+        let name = format!("aft_full T{t} d{d} factorised r{r}{}", if causal { " causal" } else { "" });
+        v.push(case("aft_full", name, move |c| {
+            let x = c.input(&[t, d])?;
+            let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
+            let bias = AftBias::Factorised { u: c.w(&[t, r], 0.5)?, v: c.w(&[t, r], 0.5)? };
+            let o = c.proj(d, d, true)?;
+            c.b.op(|y| Op::AftFull(AftFull { x, causal, q, k, v: vv, bias, o, y }))
+        }));
+    }
     // More tokens than a workgroup has threads: blocks of 5 (causal, a scan across blocks) and of
     // 5 with a short last block (non-causal, a tree join).
     for (t, d, causal) in [(300usize, 8usize, true), (257, 6, false)] {
@@ -633,12 +608,6 @@ fn layer_kernels_match(g: &GpuContext, precision: Precision, arith: Arith) {
     assert_subgroup_form_ran(g, &seen, arith);
 }
 
-#[test]
-fn layer_and_generic_kernels_match_cpu() {
-    let Some(g) = gpu() else { return };
-    layer_kernels_match(&g, Precision::F32, Arith::F32);
-}
-
 /// Both attention cores ran: flash style (`attend`, GPU tuning) and barrier-free
 /// (`attend_rows`, software tuning).
 fn assert_both_attention_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
@@ -653,34 +622,34 @@ fn attention_cases_match(g: &GpuContext, cases: &[Case], precision: Precision, a
     assert_both_attention_forms_ran(&seen, arith);
 }
 
-#[test]
-fn mechanism_kernels_match_cpu() {
-    let Some(g) = gpu() else { return };
-    attention_cases_match(&g, &mechanism_cases(), Precision::F32, Arith::F32, &TUNINGS);
+/// Each test twice: at f32 on any device (`gpu()`), and at f16 (`_f16`) on a device with
+/// SHADER_F16 (`gpu_f16()`), its body given the device, the session precision and the arithmetic
+/// of the kernels that must have run.
+macro_rules! at_both_precisions {
+    ($($f32:ident, $f16:ident: |$g:ident, $precision:ident, $arith:ident| $body:expr;)+) => {$(
+        #[test]
+        fn $f32() {
+            let Some($g) = gpu() else { return };
+            let ($precision, $arith) = (Precision::F32, Arith::F32);
+            $body
+        }
+
+        #[test]
+        fn $f16() {
+            let Some($g) = gpu_f16() else { return };
+            let ($precision, $arith) = (Precision::F16, Arith::F16);
+            $body
+        }
+    )+};
 }
 
-#[test]
-fn large_shapes_match_cpu() {
-    let Some(g) = gpu() else { return };
-    attention_cases_match(&g, &large_cases(), Precision::F32, Arith::F32, &TUNINGS[..2]);
-}
-
-#[test]
-fn layer_and_generic_kernels_match_cpu_f16() {
-    let Some(g) = gpu_f16() else { return };
-    layer_kernels_match(&g, Precision::F16, Arith::F16);
-}
-
-#[test]
-fn mechanism_kernels_match_cpu_f16() {
-    let Some(g) = gpu_f16() else { return };
-    attention_cases_match(&g, &mechanism_cases(), Precision::F16, Arith::F16, &TUNINGS);
-}
-
-#[test]
-fn large_shapes_match_cpu_f16() {
-    let Some(g) = gpu_f16() else { return };
-    attention_cases_match(&g, &large_cases(), Precision::F16, Arith::F16, &TUNINGS[..2]);
+at_both_precisions! {
+    layer_and_generic_kernels_match_cpu, layer_and_generic_kernels_match_cpu_f16:
+        |g, precision, arith| layer_kernels_match(&g, precision, arith);
+    mechanism_kernels_match_cpu, mechanism_kernels_match_cpu_f16:
+        |g, precision, arith| attention_cases_match(&g, &mechanism_cases(), precision, arith, &TUNINGS);
+    large_shapes_match_cpu, large_shapes_match_cpu_f16:
+        |g, precision, arith| attention_cases_match(&g, &large_cases(), precision, arith, &TUNINGS[..2]);
 }
 
 /// A dense row whose first input, 1 + 2⁻¹², is not an f16 number: the f32 path keeps it (as the

@@ -5,18 +5,14 @@
 
 mod common;
 
-use common::{gpu, measure, run_cpu, Feed};
+use common::{demo_image_model, demo_text_model, gpu, measure, run_cpu, Feed};
 use kestrel_reference::tolerance::F32_MODEL;
 use kestrel_wgpu::GpuSession;
-
-fn image_model() -> kestrel::Model {
-    kestrel::Model::from_bytes(&kestrel::demo::image_model(7, kestrel::format::DType::F32).unwrap()).unwrap()
-}
 
 #[test]
 fn steady_state_runs_create_nothing_on_the_gpu() {
     let Some(g) = gpu() else { return };
-    let model = image_model();
+    let model = demo_image_model();
     let cpu = model.cpu().unwrap();
     let cap = 4;
     let mut s = GpuSession::new(&g, &cpu, cap).unwrap();
@@ -41,7 +37,7 @@ fn steady_state_runs_create_nothing_on_the_gpu() {
 #[test]
 fn a_run_records_one_dispatch_list() {
     let Some(g) = gpu() else { return };
-    let model = image_model();
+    let model = demo_image_model();
     let cpu = model.cpu().unwrap();
     let s = GpuSession::new(&g, &cpu, 2).unwrap();
     let ops = cpu.file().op_count() as usize;
@@ -57,8 +53,7 @@ fn a_run_records_one_dispatch_list() {
 #[test]
 fn a_failed_run_leaves_the_session_usable() {
     let Some(g) = gpu() else { return };
-    let bytes = kestrel::demo::text_model(7, kestrel::format::DType::F32).unwrap();
-    let model = kestrel::Model::from_bytes(&bytes).unwrap();
+    let model = demo_text_model();
     let cpu = model.cpu().unwrap();
     let mut s = GpuSession::new(&g, &cpu, 2).unwrap();
     let mut out = vec![0f32; 2 * 2];

@@ -377,21 +377,24 @@ fn window(
     dl: [usize; 2],
     out: [usize; 2],
 ) -> Result<Params, GpuError> {
-    p.set(window::x_base, x_base)?
-        .set(window::y_base, y_base)?
-        .set(window::c, chw[0])?
-        .set(window::h, chw[1])?
-        .set(window::w, chw[2])?
-        .set(window::kh, k[0])?
-        .set(window::kw, k[1])?
-        .set(window::sh, s[0])?
-        .set(window::sw, s[1])?
-        .set(window::pad_top, pad[0])?
-        .set(window::pad_left, pad[1])?
-        .set(window::dh, dl[0])?
-        .set(window::dw, dl[1])?
-        .set(window::oh, out[0])?
-        .set(window::ow, out[1])
+    let bases = [x_base, y_base];
+    // Each argument's fields, in its order.
+    let fields: [(&[Field<usize>], &[usize]); 7] = [
+        (&[window::x_base, window::y_base], &bases),
+        (&[window::c, window::h, window::w], &chw),
+        (&[window::kh, window::kw], &k),
+        (&[window::sh, window::sw], &s),
+        (&[window::pad_top, window::pad_left], &pad[..2]),
+        (&[window::dh, window::dw], &dl),
+        (&[window::oh, window::ow], &out),
+    ];
+    let mut p = p;
+    for (fields, values) in fields {
+        for (&f, &v) in fields.iter().zip(values) {
+            p = p.set(f, v)?;
+        }
+    }
+    Ok(p)
 }
 
 fn rnn_lookup(op: &Op) -> kestrel_core::ShapeError {

@@ -110,20 +110,28 @@ pub fn norm_prologue_cases() -> Vec<Case> {
         let proj = c.proj(out, inp, bias)?;
         c.b.op(|y| Op::Dense(Dense { x, proj, act, y }))
     }
+    // A plain LayerNorm over rows `x` of width `d`, a d -> d dense layer with `act`, then `op` of
+    // its output and `x`: the LayerNorm's input is read again afterwards (a transformer's
+    // residual stream), so the memory plan cannot put the dense output over it.
+    fn norm_dense_residual(
+        c: &mut crate::Ctx,
+        x: TensorId,
+        d: usize,
+        act: Activation,
+        op: BinaryOp,
+    ) -> Result<TensorId, kestrel::Error> {
+        let n = layer_norm(c, x, d, false)?;
+        let a = dense(c, n, (d, d), true, act)?;
+        c.b.op(|y| Op::Binary(Binary { a, b: x, op, y }))
+    }
     let mut v = Vec::new();
-    // The LayerNorm's input is read again afterwards (a transformer's residual stream), so the
-    // memory plan cannot put the dense output over it.
     v.push(case("dense", "layernorm -> dense 17x48->48 gelu", |c| {
         let x = c.input(&[17, 48])?;
-        let n = layer_norm(c, x, 48, false)?;
-        let d = dense(c, n, (48, 48), true, Activation::Gelu)?;
-        c.b.op(|y| Op::Binary(Binary { a: d, b: x, op: BinaryOp::Mul, y }))
+        norm_dense_residual(c, x, 48, Activation::Gelu, BinaryOp::Mul)
     }));
     v.push(case("dense", "layernorm -> dense 5x16->16 + residual", |c| {
         let x = c.input(&[5, 16])?;
-        let n = layer_norm(c, x, 16, false)?;
-        let d = dense(c, n, (16, 16), true, Activation::None)?;
-        c.b.op(|y| Op::Binary(Binary { a: d, b: x, op: BinaryOp::Add, y }))
+        norm_dense_residual(c, x, 16, Activation::None, BinaryOp::Add)
     }));
     v.push(case("attention", "layernorm -> reshape -> attention Standard", |c| {
         let (t, d) = (9usize, 32usize);
@@ -138,9 +146,7 @@ pub fn norm_prologue_cases() -> Vec<Case> {
         let x = c.input(&[5, 16])?;
         let k = c.b.weight("offset", &[1], vec![50.0])?;
         let x = c.b.op(|y| Op::Binary(Binary { a: x, b: k, op: BinaryOp::Add, y }))?;
-        let n = layer_norm(c, x, 16, false)?;
-        let d = dense(c, n, (16, 16), true, Activation::None)?;
-        c.b.op(|y| Op::Binary(Binary { a: d, b: x, op: BinaryOp::Add, y }))
+        norm_dense_residual(c, x, 16, Activation::None, BinaryOp::Add)
     }));
     // A GEMV-shaped head (one row: `dense_ln` under the software tuning).
     v.push(case("dense", "layernorm -> dense head 1x48->10", |c| {

@@ -73,6 +73,16 @@ pub fn gpu_f16() -> Option<GpuContext> {
 /// Owned feeds (batch-major): the reference crate's.
 pub use kestrel_reference::testing::Feed;
 
+/// The demo image model (`kestrel::demo`, seed 7, f32 weights; input `[256]`, 10 classes).
+pub fn demo_image_model() -> kestrel::Model {
+    kestrel::Model::from_bytes(&kestrel::demo::image_model(7, DType::F32).unwrap()).unwrap()
+}
+
+/// The demo text model (`kestrel::demo`, seed 7, f32 weights; 48 token ids, 2 classes).
+pub fn demo_text_model() -> kestrel::Model {
+    kestrel::Model::from_bytes(&kestrel::demo::text_model(7, DType::F32).unwrap()).unwrap()
+}
+
 fn outputs_for(model: &kestrel::Model, batch: usize) -> Vec<Vec<f32>> {
     let m = model.cpu().expect("model");
     (0..m.output_count()).map(|i| vec![0.0; m.output(i).unwrap().shape.numel().unwrap() * batch]).collect()
