@@ -122,10 +122,14 @@ pub(super) type F32W<'a> = DenseW<'a, f32>;
 pub(super) type F16W<'a> = DenseW<'a, f16>;
 
 impl<T: Dense> DenseW<'_, T> {
-    /// Pointer to element `(o, k)`.
+    /// Pointer to element `(o, k)` (the loads' address: in bounds).
+    ///
+    /// # Safety
+    /// `o · cols + k` is at most the slice's length.
     #[inline(always)]
-    pub(super) fn ptr(&self, o: usize, k: usize) -> *const T {
-        self.0.as_ptr().wrapping_add(o * self.1 + k)
+    pub(super) unsafe fn ptr(&self, o: usize, k: usize) -> *const T {
+        // SAFETY: the caller's contract.
+        unsafe { self.0.as_ptr().add(o * self.1 + k) }
     }
 }
 
@@ -145,7 +149,7 @@ impl<T: Dense> Weights for DenseW<'_, T> {
     }
     #[inline(always)]
     fn addr(&self, o: usize, k: usize) -> *const u8 {
-        self.ptr(o, k).cast()
+        self.0.as_ptr().wrapping_add(o * self.1 + k).cast()
     }
 }
 
@@ -201,10 +205,14 @@ impl<'a> I4W<'a> {
         // SAFETY: the group index is < rows · groups (the caller's contract).
         unsafe { self.scales.get_unchecked(o * self.groups + k / INT4_GROUP).to_bits() }
     }
-    /// Pointer to the byte holding `(o, k)`.
+    /// Pointer to the byte holding `(o, k)` (the loads' address: in bounds).
+    ///
+    /// # Safety
+    /// `(o, k)` is inside the matrix.
     #[inline(always)]
-    pub(super) fn ptr(&self, o: usize, k: usize) -> *const u8 {
-        self.q.as_ptr().wrapping_add(o * self.row_bytes + k / 2)
+    pub(super) unsafe fn ptr(&self, o: usize, k: usize) -> *const u8 {
+        // SAFETY: the caller's contract.
+        unsafe { self.q.as_ptr().add(o * self.row_bytes + k / 2) }
     }
 }
 
@@ -225,7 +233,7 @@ impl Weights for I4W<'_> {
     }
     #[inline(always)]
     fn addr(&self, o: usize, k: usize) -> *const u8 {
-        self.ptr(o, k)
+        self.q.as_ptr().wrapping_add(o * self.row_bytes + k / 2)
     }
 }
 

@@ -145,16 +145,20 @@ macro_rules! plain_loads {
             #[inline(always)]
             unsafe fn load(&self, o: usize, k: usize) -> $v {
                 debug_assert!(k + $n <= self.1);
-                let $h = self.ptr(o, k).cast();
-                unsafe { $v($f16) }
+                unsafe {
+                    let $h = self.ptr(o, k).cast();
+                    $v($f16)
+                }
             }
         }
         impl Load<$v> for I8W<'_> {
             #[inline(always)]
             unsafe fn load(&self, o: usize, k: usize) -> $v {
                 debug_assert!(k + $n <= self.2);
-                let $q = self.0.as_ptr().wrapping_add(o * self.2 + k).cast();
-                unsafe { $v($i8) }
+                unsafe {
+                    let $q = self.0.as_ptr().add(o * self.2 + k).cast();
+                    $v($i8)
+                }
             }
         }
     };
