@@ -8,7 +8,7 @@ mod devices;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use kestrel::format::ops::Mechanism as M;
+use kestrel::format::ops::MechanismOp as M;
 use kestrel::format::{DType, TensorKind};
 use kestrel::{npy, Input};
 use kestrel_cli::backend;

@@ -14,7 +14,7 @@
 
 use crate::error::ConvertError;
 use crate::verify::{compare, run_kestrel, InputData, InputTensor};
-use kestrel::format::ops::{Internals, Mechanism as M, Op};
+use kestrel::format::ops::{Internals, MechanismOp as M, Op};
 use kestrel::format::DType;
 use kestrel::ModelBuilder;
 use serde::{Deserialize, Serialize};

@@ -605,6 +605,7 @@ fn every_op_kind_round_trips() {
         assert_eq!(op.kind(), rec.kind, "{op:?}");
         assert_eq!(Some(&op.output()), rec.tensors().last(), "{op:?}");
         assert_eq!(op.kind_is_mechanism(), rec.kind >= kind::ATTENTION, "{op:?}");
+        assert_eq!(op.mechanism().is_some(), rec.kind >= kind::ATTENTION, "{op:?}");
         assert_eq!(f.op_kind(i as u32), Ok(rec.kind), "{op:?}");
     }
     let n = all.len() as u32;

@@ -13,7 +13,7 @@ use crate::kernels::attention::{
 use crate::kernels::fastformer::{fastformer, fastformer_scratch, FastformerParams, FastformerWeights};
 #[cfg(feature = "std")]
 use crate::threads::SharedMut;
-use kestrel_format::ops::{AftBias, Mechanism, Op, Proj, TensorId};
+use kestrel_format::ops::{AftBias, MechanismOp, Op, Proj, TensorId};
 
 /// Kernel params and weights of one mechanism node.
 enum Prep<'a> {
@@ -50,7 +50,7 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
         return Err(ShapeError::Invalid { op: op.name(), what: "not a mechanism" });
     };
     let prep = match mechanism {
-        Mechanism::Attention(o) => {
+        MechanismOp::Attention(o) => {
             // `[G, T, d]`: G sequences of the same weights (checked at load: no mask then).
             let s = shape(file, o.x)?;
             let (groups, (t, d)) = match s.rank() {
@@ -73,7 +73,7 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             }
             Prep::Attention(p, w, groups, o.mask)
         }
-        Mechanism::AftFull(o) => {
+        MechanismOp::AftFull(o) => {
             let (t, d) = td(o.x)?;
             let (bias, rank) = match o.bias {
                 AftBias::Full(w) => (AftBiasW::Full(weight(file, w)?), 0),
@@ -88,21 +88,21 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             p.check(&w)?;
             Prep::AftFull(p, w)
         }
-        Mechanism::AftLocal(o) => {
+        MechanismOp::AftLocal(o) => {
             let (t, d) = td(o.x)?;
             let p = AftLocalParams { t, d, causal: o.causal, window: o.window as usize };
             let w = AftLocalWeights { q: pin(o.q)?, k: pin(o.k)?, v: pin(o.v)?, w: weight(file, o.w)?, o: pj(o.o)? };
             p.check(&w)?;
             Prep::AftLocal(p, w)
         }
-        Mechanism::AftSimple(o) => {
+        MechanismOp::AftSimple(o) => {
             let (t, d) = td(o.x)?;
             let p = AftSimpleParams { t, d, causal: o.causal };
             let w = AftSimpleWeights { q: pin(o.q)?, k: pin(o.k)?, v: pin(o.v)?, o: pj(o.o)? };
             p.check(&w)?;
             Prep::AftSimple(p, w)
         }
-        Mechanism::AftConv(o) => {
+        MechanismOp::AftConv(o) => {
             let (t, d) = td(o.x)?;
             let p = AftConvParams {
                 t,
@@ -116,7 +116,7 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             p.check(&w)?;
             Prep::AftConv(p, w)
         }
-        Mechanism::Fastformer(o) => {
+        MechanismOp::Fastformer(o) => {
             let (t, d) = td(o.x)?;
             let p = FastformerParams { t, d, heads: o.heads as usize, scale: o.scale };
             let w = FastformerWeights {

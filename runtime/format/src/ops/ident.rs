@@ -10,17 +10,17 @@ impl Op {
         self.kind() >= kind::ATTENTION
     }
 
-    /// The op as a [`Mechanism`], `None` for the layer ops. Every op is named here, so an op
+    /// The op as a [`MechanismOp`], `None` for the layer ops. Every op is named here, so an op
     /// added to the format fails to compile until it is classed; the backends' mechanism
-    /// lowerings then match [`Mechanism`] exhaustively.
-    pub fn mechanism(&self) -> Option<Mechanism<'_>> {
+    /// lowerings then match [`MechanismOp`] exhaustively.
+    pub fn mechanism(&self) -> Option<MechanismOp<'_>> {
         Some(match self {
-            Op::Attention(o) => Mechanism::Attention(o),
-            Op::AftFull(o) => Mechanism::AftFull(o),
-            Op::AftLocal(o) => Mechanism::AftLocal(o),
-            Op::AftSimple(o) => Mechanism::AftSimple(o),
-            Op::AftConv(o) => Mechanism::AftConv(o),
-            Op::Fastformer(o) => Mechanism::Fastformer(o),
+            Op::Attention(o) => MechanismOp::Attention(o),
+            Op::AftFull(o) => MechanismOp::AftFull(o),
+            Op::AftLocal(o) => MechanismOp::AftLocal(o),
+            Op::AftSimple(o) => MechanismOp::AftSimple(o),
+            Op::AftConv(o) => MechanismOp::AftConv(o),
+            Op::Fastformer(o) => MechanismOp::Fastformer(o),
             // The layer ops, by family: dense, elementwise and reductions, layout, grids,
             // recurrences.
             Op::Dense(_) | Op::LayerNorm(_) | Op::Embedding(_) | Op::MatMul(_) => return None,
@@ -51,7 +51,7 @@ impl Op {
 
 /// A fused mechanism op (kind ids 32 and up), borrowed from its [`Op`] ([`Op::mechanism`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Mechanism<'a> {
+pub enum MechanismOp<'a> {
     /// [`Op::Attention`].
     Attention(&'a Attention),
     /// [`Op::AftFull`].
@@ -64,18 +64,4 @@ pub enum Mechanism<'a> {
     AftConv(&'a AftConv),
     /// [`Op::Fastformer`].
     Fastformer(&'a Fastformer),
-}
-
-impl Mechanism<'_> {
-    /// The query projection W^Q, which every mechanism has and which reads the input's rows.
-    pub fn q(&self) -> Proj {
-        match self {
-            Mechanism::Attention(o) => o.q,
-            Mechanism::AftFull(o) => o.q,
-            Mechanism::AftLocal(o) => o.q,
-            Mechanism::AftSimple(o) => o.q,
-            Mechanism::AftConv(o) => o.q,
-            Mechanism::Fastformer(o) => o.q,
-        }
-    }
 }

@@ -9,7 +9,7 @@ use crate::params::{
     ff_scores,
 };
 use crate::GpuError;
-use kestrel_format::ops::{AftBias, AttentionVariant, Mechanism, Op};
+use kestrel_format::ops::{AftBias, AttentionVariant, MechanismOp, Op};
 
 /// Query rows per workgroup of `attend` (`BQ` in `attention.wgsl`).
 const ATTEND_ROWS: usize = 16;
@@ -38,7 +38,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
     let y = ctx.act(op.output())?;
     let mut v = Vec::new();
     match mechanism {
-        Mechanism::Attention(o) => {
+        MechanismOp::Attention(o) => {
             // The projections run over all G·T rows; the kernels walk G·batch sequences.
             let (rows, gtd) = (groups * t, groups * td);
             // The Q, K and V projections (those the variant has), in one dispatch where they allow.
@@ -119,7 +119,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             v.push(p.done(kernel));
             v.push(ctx.dense(heads_out, rows, d, ctx.proj(o.o)?, 0, y, None)?);
         }
-        Mechanism::AftFull(o) => {
+        MechanismOp::AftFull(o) => {
             one_sequence()?;
             let (q, e, ev) = project_exp(ctx, &mut v, x, t, d, d, (o.q, o.k, o.v))?;
             let p = aft_core(td, (q, e, ev), t, d, o.causal)?;
@@ -144,7 +144,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             v.push(p.done(Kernel::AftFull));
             v.push(ctx.dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
         }
-        Mechanism::AftLocal(o) => {
+        MechanismOp::AftLocal(o) => {
             one_sequence()?;
             let (q, e, ev) = project_exp(ctx, &mut v, x, t, d, d, (o.q, o.k, o.v))?;
             let p = aft_core(td, (q, e, ev), t, d, o.causal)?;
@@ -152,7 +152,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             v.push(p.done(Kernel::AftLocal));
             v.push(ctx.dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
         }
-        Mechanism::AftSimple(o) => {
+        MechanismOp::AftSimple(o) => {
             one_sequence()?;
             let (q, k, val) = (ctx.scratch(td), ctx.scratch(td), ctx.scratch(td));
             v.push(ctx.dense(x, t, d, ctx.proj(o.q)?, 0, q, None)?);
@@ -163,7 +163,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             v.push(p.done(Kernel::AftSimple));
             v.push(ctx.dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
         }
-        Mechanism::AftConv(o) => {
+        MechanismOp::AftConv(o) => {
             one_sequence()?;
             let h = o.heads as usize;
             let (q, e, ev) = project_exp(ctx, &mut v, x, t, d, h, (o.q, o.k, o.v))?;
@@ -183,7 +183,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             );
             v.push(ctx.dense(q, t, d, ctx.proj(o.o)?, 0, y, None)?);
         }
-        Mechanism::Fastformer(o) => {
+        MechanismOp::Fastformer(o) => {
             one_sequence()?;
             let h = o.heads as usize;
             let (q, k, val) = (ctx.scratch(td), ctx.scratch(td), ctx.scratch(td));
