@@ -13,7 +13,6 @@
 //! and scalars always stay f32**, whatever the choice. [`verify`] runs the ONNX model with tract
 //! and the `.kes` with Kestrel on the same inputs and compares them.
 
-
 mod calibrate;
 mod error;
 mod internals;
