@@ -20,7 +20,7 @@ use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criteri
 use kestrel_cpu::kernels::aft::{
     aft_conv, aft_conv_scratch, aft_full, aft_full_scratch_fast, aft_local, aft_local_scratch, aft_simple,
     aft_simple_scratch, AftBiasW, AftConvParams, AftConvWeights, AftFullParams, AftFullWeights, AftLocalParams,
-    AftLocalWeights, AftSimpleParams, AftSimpleWeights,
+    AftLocalWeights, AftSimpleParams, AftSimpleWeights, Qkvo,
 };
 use kestrel_cpu::kernels::attention::{attention, attention_scratch_fast, AttentionParams, AttentionWeights};
 use kestrel_cpu::kernels::fastformer::{fastformer, fastformer_scratch, FastformerParams, FastformerWeights};
@@ -178,40 +178,28 @@ fn mechanisms(c: &mut Criterion) {
         // AFT-full with a full T×T bias (as the paper's models).
         let wb = values(t * t, 21, 0.5);
         let p = AftFullParams { t, d, causal: false, rank: 0 };
-        let w = AftFullWeights {
-            q: q.view(),
-            k: k.view(),
-            v: v.view(),
-            bias: AftBiasW::Full(f32_view(t, t, &wb)),
-            o: o.view(),
-        };
+        let proj = Qkvo { q: q.view(), k: k.view(), v: v.view(), o: o.view() };
+        let w = AftFullWeights { proj, bias: AftBiasW::Full(f32_view(t, t, &wb)) };
         p.check(&w).expect("aft-full weights fit");
         bench_kernel(&mut g, "aft_full", t, d, aft_full_scratch_fast(&p), |x, y, s| aft_full(&p, &w, x, y, s));
         let p = AftLocalParams { t, d, causal: false, window: 8 };
-        let w = AftLocalWeights { q: q.view(), k: k.view(), v: v.view(), w: f32_view(t, t, &wb), o: o.view() };
+        let w = AftLocalWeights { proj, w: f32_view(t, t, &wb) };
         p.check(&w).expect("aft-local weights fit");
         bench_kernel(&mut g, "aft_local_s8", t, d, aft_local_scratch(&p), |x, y, s| aft_local(&p, &w, x, y, s));
         let p = AftSimpleParams { t, d, causal: false };
-        let w = AftSimpleWeights { q: q.view(), k: k.view(), v: v.view(), o: o.view() };
+        let w: AftSimpleWeights<'_> = proj;
         p.check(&w).expect("aft-simple weights fit");
         bench_kernel(&mut g, "aft_simple", t, d, aft_simple_scratch(&p), |x, y, s| aft_simple(&p, &w, x, y, s));
         let side = (t as f64).sqrt() as usize; // 8×8 and 12×12 grids
         let kc = Proj::new(1, d, 23);
         let kernel = values(9, 25, 0.5);
         let p = AftConvParams { t, d, heads: 1, kernel: 3, grid_h: side, grid_w: t / side };
-        let w = AftConvWeights { q: q.view(), k: kc.view(), v: v.view(), w: f32_view(1, 9, &kernel), o: o.view() };
+        let w = AftConvWeights { proj: Qkvo { k: kc.view(), ..proj }, w: f32_view(1, 9, &kernel) };
         p.check(&w).expect("aft-conv weights fit");
         bench_kernel(&mut g, "aft_conv_3x3", t, d, aft_conv_scratch(&p), |x, y, s| aft_conv(&p, &w, x, y, s));
         let (wqa, wka) = (values(d, 27, scale), values(d, 29, scale));
         let p = FastformerParams { t, d, heads: 1, scale };
-        let w = FastformerWeights {
-            q: q.view(),
-            k: k.view(),
-            v: v.view(),
-            wqa: f32_view(1, d, &wqa),
-            wka: f32_view(1, d, &wka),
-            r: o.view(),
-        };
+        let w = FastformerWeights { proj, wqa: f32_view(1, d, &wqa), wka: f32_view(1, d, &wka) };
         p.check(&w).expect("fastformer weights fit");
         bench_kernel(&mut g, "fastformer", t, d, fastformer_scratch(&p), |x, y, s| fastformer(&p, &w, x, y, s));
     }

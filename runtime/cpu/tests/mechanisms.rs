@@ -372,7 +372,7 @@ fn check_rejects_bad_shapes() {
     let p = AftLocalParams { t: 5, d: 4, causal: false, window: 2 };
     let mut l = AftLocalLayer::random(&mut rng, DType::F32, &p, 0.0);
     let pr = &mut l.p;
-    let w = AftLocalWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), w: l.w.view(), o: pr.o.view() };
+    let w = AftLocalWeights { proj: pr.view(), w: l.w.view() };
     assert!(p.check(&w).is_ok());
     for bad in [AftLocalParams { window: 0, ..p }, AftLocalParams { t: 6, ..p }] {
         assert!(bad.check(&w).is_err(), "{bad:?}");
@@ -381,7 +381,7 @@ fn check_rejects_bad_shapes() {
     let p = AftConvParams { t: 6, d: 4, heads: 2, kernel: 3, grid_h: 2, grid_w: 3 };
     let mut l = AftConvLayer::random(&mut rng, DType::F32, &p, 0.0);
     let pr = &mut l.p;
-    let w = AftConvWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), w: l.w.view(), o: pr.o.view() };
+    let w = AftConvWeights { proj: pr.view(), w: l.w.view() };
     assert!(p.check(&w).is_ok());
     for bad in [AftConvParams { grid_w: 2, ..p }, AftConvParams { kernel: 2, ..p }, AftConvParams { heads: 1, ..p }] {
         assert!(bad.check(&w).is_err(), "{bad:?}");
@@ -392,7 +392,7 @@ fn check_rejects_bad_shapes() {
     let (u, v) = l.uv.as_mut().unwrap();
     let pr = &mut l.p;
     let bias = AftBiasW::Factorised { u: u.view(), v: v.view() };
-    let w = AftFullWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), bias, o: pr.o.view() };
+    let w = AftFullWeights { proj: pr.view(), bias };
     assert!(p.check(&w).is_ok());
     for bad in [AftFullParams { rank: 0, ..p }, AftFullParams { rank: 3, ..p }] {
         assert!(bad.check(&w).is_err(), "{bad:?}");

@@ -46,6 +46,9 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
     let opin = |p: Option<Proj>| p.map(|p| proj_in(file, p, x_id)).transpose();
     let pj = |p: Proj| proj(file, p);
     let opj = |p: Option<Proj>| p.map(|p| proj(file, p)).transpose();
+    // W^Q, W^K, W^V from the input, and the output projection from the kernel's own values.
+    let qkvo =
+        |q, k, v, o| -> Result<Qkvo<'_>, ShapeError> { Ok(Qkvo { q: pin(q)?, k: pin(k)?, v: pin(v)?, o: pj(o)? }) };
     let Some(mechanism) = op.mechanism() else {
         return Err(ShapeError::Invalid { op: op.name(), what: "not a mechanism" });
     };
@@ -84,21 +87,21 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
                 }
             };
             let p = AftFullParams { t, d, causal: o.causal, rank };
-            let w = AftFullWeights { q: pin(o.q)?, k: pin(o.k)?, v: pin(o.v)?, bias, o: pj(o.o)? };
+            let w = AftFullWeights { proj: qkvo(o.q, o.k, o.v, o.o)?, bias };
             p.check(&w)?;
             Prep::AftFull(p, w)
         }
         MechanismOp::AftLocal(o) => {
             let (t, d) = td(o.x)?;
             let p = AftLocalParams { t, d, causal: o.causal, window: o.window as usize };
-            let w = AftLocalWeights { q: pin(o.q)?, k: pin(o.k)?, v: pin(o.v)?, w: weight(file, o.w)?, o: pj(o.o)? };
+            let w = AftLocalWeights { proj: qkvo(o.q, o.k, o.v, o.o)?, w: weight(file, o.w)? };
             p.check(&w)?;
             Prep::AftLocal(p, w)
         }
         MechanismOp::AftSimple(o) => {
             let (t, d) = td(o.x)?;
             let p = AftSimpleParams { t, d, causal: o.causal };
-            let w = AftSimpleWeights { q: pin(o.q)?, k: pin(o.k)?, v: pin(o.v)?, o: pj(o.o)? };
+            let w = qkvo(o.q, o.k, o.v, o.o)?;
             p.check(&w)?;
             Prep::AftSimple(p, w)
         }
@@ -112,7 +115,7 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
                 grid_h: o.grid[0] as usize,
                 grid_w: o.grid[1] as usize,
             };
-            let w = AftConvWeights { q: pin(o.q)?, k: pin(o.k)?, v: pin(o.v)?, w: weight(file, o.w)?, o: pj(o.o)? };
+            let w = AftConvWeights { proj: qkvo(o.q, o.k, o.v, o.o)?, w: weight(file, o.w)? };
             p.check(&w)?;
             Prep::AftConv(p, w)
         }
@@ -120,12 +123,9 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             let (t, d) = td(o.x)?;
             let p = FastformerParams { t, d, heads: o.heads as usize, scale: o.scale };
             let w = FastformerWeights {
-                q: pin(o.q)?,
-                k: pin(o.k)?,
-                v: pin(o.v)?,
+                proj: qkvo(o.q, o.k, o.v, o.r)?,
                 wqa: weight(file, o.wqa)?,
                 wka: weight(file, o.wka)?,
-                r: pj(o.r)?,
             };
             p.check(&w)?;
             Prep::Fastformer(p, w)

@@ -16,9 +16,10 @@
 //! underflows token t's sums (AFT-simple uses a running maximum and has no such limit).
 
 use crate::error::{expect_eq, ShapeError};
-use crate::kernels::attention::{axpy, check_dims, check_qkvo, project_qkv};
+pub use crate::kernels::attention::Qkvo;
+use crate::kernels::attention::{axpy, check_dims};
 use crate::kernels::attention::{block_rows, transpose_into};
-use crate::kernels::linear::{matmul_nt, ProjW};
+use crate::kernels::linear::matmul_nt;
 use crate::kernels::simd;
 use crate::math::{exp, exp_excess};
 use kestrel_format::WeightView;
@@ -53,16 +54,10 @@ pub enum AftBiasW<'a> {
 /// The weights of an AFT-full layer.
 #[derive(Clone, Copy, Debug)]
 pub struct AftFullWeights<'a> {
-    /// W^Q `[d, d]` and bias.
-    pub q: ProjW<'a>,
-    /// W^K `[d, d]` and bias.
-    pub k: ProjW<'a>,
-    /// W^V `[d, d]` and bias.
-    pub v: ProjW<'a>,
+    /// W^Q, W^K, W^V and W^O `[d, d]`, with their biases.
+    pub proj: Qkvo<'a>,
     /// Position bias.
     pub bias: AftBiasW<'a>,
-    /// W^O `[d, d]` and bias.
-    pub o: ProjW<'a>,
 }
 
 /// Sizes and flags of an AFT-local layer.
@@ -81,16 +76,10 @@ pub struct AftLocalParams {
 /// The weights of an AFT-local layer.
 #[derive(Clone, Copy, Debug)]
 pub struct AftLocalWeights<'a> {
-    /// W^Q `[d, d]` and bias.
-    pub q: ProjW<'a>,
-    /// W^K `[d, d]` and bias.
-    pub k: ProjW<'a>,
-    /// W^V `[d, d]` and bias.
-    pub v: ProjW<'a>,
+    /// W^Q, W^K, W^V and W^O `[d, d]`, with their biases.
+    pub proj: Qkvo<'a>,
     /// w `[T, T]`, or its band `[T, 2s − 1]` (only |t − t'| < s is read).
     pub w: WeightView<'a>,
-    /// W^O `[d, d]` and bias.
-    pub o: ProjW<'a>,
 }
 
 /// Sizes and flags of an AFT-simple layer.
@@ -104,18 +93,8 @@ pub struct AftSimpleParams {
     pub causal: bool,
 }
 
-/// The weights of an AFT-simple layer.
-#[derive(Clone, Copy, Debug)]
-pub struct AftSimpleWeights<'a> {
-    /// W^Q `[d, d]` and bias.
-    pub q: ProjW<'a>,
-    /// W^K `[d, d]` and bias.
-    pub k: ProjW<'a>,
-    /// W^V `[d, d]` and bias.
-    pub v: ProjW<'a>,
-    /// W^O `[d, d]` and bias.
-    pub o: ProjW<'a>,
-}
+/// The weights of an AFT-simple layer: its four projections.
+pub type AftSimpleWeights<'a> = Qkvo<'a>;
 
 /// Sizes of an AFT-conv layer on a `grid_h × grid_w` token grid (row-major, T = grid_h·grid_w).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,17 +116,11 @@ pub struct AftConvParams {
 /// The weights of an AFT-conv layer.
 #[derive(Clone, Copy, Debug)]
 pub struct AftConvWeights<'a> {
-    /// W^Q `[d, d]` and bias.
-    pub q: ProjW<'a>,
-    /// W^K `[h, d]` and bias `[h]`: one key channel per head.
-    pub k: ProjW<'a>,
-    /// W^V `[d, d]` and bias.
-    pub v: ProjW<'a>,
+    /// W^Q, W^V and W^O `[d, d]`, W^K `[h, d]` (one key channel per head), with their biases.
+    pub proj: Qkvo<'a>,
     /// w `[h, s, s]` viewed as `[h, s·s]`; as a PyTorch (cross-correlation) kernel, tap `(a, b)`
     /// links token `(y, x)` to `(y + a − s/2, x + b − s/2)`.
     pub w: WeightView<'a>,
-    /// W^O `[d, d]` and bias.
-    pub o: ProjW<'a>,
 }
 
 impl AftFullParams {
@@ -155,7 +128,7 @@ impl AftFullParams {
     pub fn check(&self, w: &AftFullWeights<'_>) -> Result<(), ShapeError> {
         const OP: &str = "aft_full";
         check_dims(OP, self.t, self.d, 1)?;
-        check_qkvo(OP, self.d, self.d, &w.q, &w.k, &w.v, &w.o)?;
+        w.proj.check(OP, self.d, self.d)?;
         match &w.bias {
             AftBiasW::Full(b) => {
                 expect_eq(OP, "rank (0 for a full bias)", 0, self.rank)?;
@@ -183,7 +156,7 @@ impl AftLocalParams {
         if self.window == 0 {
             return Err(ShapeError::Invalid { op: OP, what: "window must be at least 1" });
         }
-        check_qkvo(OP, self.d, self.d, &w.q, &w.k, &w.v, &w.o)?;
+        w.proj.check(OP, self.d, self.d)?;
         expect_eq(OP, "w rows", self.t, w.w.rows())?;
         match kestrel_format::ops::AftLocal::is_band(self.t, self.window, w.w.cols()) {
             Some(_) => Ok(()),
@@ -201,7 +174,7 @@ impl AftSimpleParams {
     pub fn check(&self, w: &AftSimpleWeights<'_>) -> Result<(), ShapeError> {
         const OP: &str = "aft_simple";
         check_dims(OP, self.t, self.d, 1)?;
-        check_qkvo(OP, self.d, self.d, &w.q, &w.k, &w.v, &w.o)
+        w.check(OP, self.d, self.d)
     }
 }
 
@@ -215,7 +188,7 @@ impl AftConvParams {
         if self.kernel.is_multiple_of(2) || self.kernel.checked_mul(self.kernel).is_none() {
             return Err(ShapeError::Invalid { op: OP, what: "kernel size must be odd (and its square fit in usize)" });
         }
-        check_qkvo(OP, self.d, self.heads, &w.q, &w.k, &w.v, &w.o)?;
+        w.proj.check(OP, self.d, self.heads)?;
         expect_eq(OP, "w rows (heads)", self.heads, w.w.rows())?;
         expect_eq(OP, "w cols (kernel²)", self.kernel * self.kernel, w.w.cols())
     }
@@ -291,7 +264,7 @@ pub fn aft_full(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mut [f
         return aft_full_blocked(p, w, x, y, scratch);
     }
     let (t, d) = (p.t, p.d);
-    let ([qb, e, ev], rest) = project_qkv(x, t, d, (&w.q, &w.k, &w.v), scratch);
+    let ([qb, e, ev], rest) = w.proj.project(x, t, d, scratch);
     let (ew, rest) = rest.split_at_mut(t);
     let (num, rest) = rest.split_at_mut(d);
     let (den, rest) = rest.split_at_mut(d);
@@ -318,14 +291,14 @@ pub fn aft_full(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mut [f
         simd::axpy_rows(den, ew, &e[..n * d]);
         gate(&mut qb[i * d..(i + 1) * d], num, den);
     }
-    w.o.apply(qb, t, &mut y[..t * d]);
+    w.proj.o.apply(qb, t, &mut y[..t * d]);
 }
 
 /// [`aft_full`]'s blocked path (`scratch.len() >= aft_full_scratch_fast(p)`).
 fn aft_full_blocked(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (t, d, rank) = (p.t, p.d, p.rank);
     let qb = block_rows(t);
-    let ([qbuf, e, ev], rest) = project_qkv(x, t, d, (&w.q, &w.k, &w.v), scratch);
+    let ([qbuf, e, ev], rest) = w.proj.project(x, t, d, scratch);
     let (et, rest) = rest.split_at_mut(t * d);
     let (eb, rest) = rest.split_at_mut(qb * t);
     let (numb, rest) = rest.split_at_mut(qb * d);
@@ -369,14 +342,14 @@ fn aft_full_blocked(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mu
         gate(&mut qbuf[i0 * d..i1 * d], &numb[..nb * d], &denb[..nb * d]);
         i0 = i1;
     }
-    w.o.apply(qbuf, t, &mut y[..t * d]);
+    w.proj.o.apply(qbuf, t, &mut y[..t * d]);
 }
 
 /// AFT-local, one sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
 /// `scratch.len() >= aft_local_scratch(p)`; `x` and `y` hold at least T·d elements.
 pub fn aft_local(p: &AftLocalParams, w: &AftLocalWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (t, d, s) = (p.t, p.d, p.window);
-    let ([qb, e, ev], rest) = project_qkv(x, t, d, (&w.q, &w.k, &w.v), scratch);
+    let ([qb, e, ev], rest) = w.proj.project(x, t, d, scratch);
     let (sum_ev, rest) = rest.split_at_mut(d);
     let (sum_e, rest) = rest.split_at_mut(d);
     let (num, rest) = rest.split_at_mut(d);
@@ -426,14 +399,14 @@ pub fn aft_local(p: &AftLocalParams, w: &AftLocalWeights<'_>, x: &[f32], y: &mut
         simd::axpy_rows(den, band, &e[lo * d..(hi + 1) * d]);
         gate(&mut qb[i * d..(i + 1) * d], num, den);
     }
-    w.o.apply(qb, t, &mut y[..t * d]);
+    w.proj.o.apply(qb, t, &mut y[..t * d]);
 }
 
 /// AFT-simple, one sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
 /// `scratch.len() >= aft_simple_scratch(p)`; `x` and `y` hold at least T·d elements.
 pub fn aft_simple(p: &AftSimpleParams, w: &AftSimpleWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (t, d) = (p.t, p.d);
-    let ([qb, kb, vb], rest) = project_qkv(x, t, d, (&w.q, &w.k, &w.v), scratch);
+    let ([qb, kb, vb], rest) = w.project(x, t, d, scratch);
     let (num, rest) = rest.split_at_mut(d);
     let (den, rest) = rest.split_at_mut(d);
     let m = &mut rest[..d];
@@ -491,9 +464,9 @@ pub fn aft_conv(p: &AftConvParams, w: &AftConvWeights<'_>, x: &[f32], y: &mut [f
     let g = &mut rest[..h];
 
     let xs = &x[..t * d];
-    w.q.apply(xs, t, qb);
-    w.k.apply(xs, t, e);
-    w.v.apply(xs, t, ev);
+    w.proj.q.apply(xs, t, qb);
+    w.proj.k.apply(xs, t, e);
+    w.proj.v.apply(xs, t, ev);
     exp_keys(e, h, den);
     for (evj, ej) in ev.chunks_exact_mut(d).zip(e.chunks_exact(h)) {
         for (evh, &eh) in evj.chunks_exact_mut(c).zip(ej) {
@@ -547,5 +520,5 @@ pub fn aft_conv(p: &AftConvParams, w: &AftConvWeights<'_>, x: &[f32], y: &mut [f
             }
         }
     }
-    w.o.apply(qb, t, &mut y[..t * d]);
+    w.proj.o.apply(qb, t, &mut y[..t * d]);
 }

@@ -90,40 +90,47 @@ pub(crate) fn check_dims_scale(
     Ok(())
 }
 
-/// Checks the four projections of a mechanism in the order q, k, v, o: W^K `[kout, d]`, the
-/// others `[d, d]`.
-pub(crate) fn check_qkvo(
-    op: &'static str,
-    d: usize,
-    kout: usize,
-    q: &ProjW<'_>,
-    k: &ProjW<'_>,
-    v: &ProjW<'_>,
-    o: &ProjW<'_>,
-) -> Result<(), ShapeError> {
-    q.check(op, d, d)?;
-    k.check(op, kout, d)?;
-    v.check(op, d, d)?;
-    o.check(op, d, d)
+/// The four projections of an AFT layer or a Fastformer layer, each with its bias: W^Q, W^K and
+/// W^V from the input, and the output projection (W^O; Fastformer's W^R).
+#[derive(Clone, Copy, Debug)]
+pub struct Qkvo<'a> {
+    /// W^Q `[d, d]` and bias.
+    pub q: ProjW<'a>,
+    /// W^K `[d, d]` and bias (`[h, d]` and `[h]` for AFT-conv: one key channel per head).
+    pub k: ProjW<'a>,
+    /// W^V `[d, d]` and bias.
+    pub v: ProjW<'a>,
+    /// W^O (Fastformer: W^R) `[d, d]` and bias.
+    pub o: ProjW<'a>,
 }
 
-/// Splits Q, K and V (`[T, d]` each, in that order) off the front of `scratch` and projects
-/// `x [T, d]` into them; returns them and the rest of `scratch`.
-pub(crate) fn project_qkv<'s>(
-    x: &[f32],
-    t: usize,
-    d: usize,
-    (q, k, v): (&ProjW<'_>, &ProjW<'_>, &ProjW<'_>),
-    scratch: &'s mut [f32],
-) -> ([&'s mut [f32]; 3], &'s mut [f32]) {
-    let (qb, rest) = scratch.split_at_mut(t * d);
-    let (kb, rest) = rest.split_at_mut(t * d);
-    let (vb, rest) = rest.split_at_mut(t * d);
-    let x = &x[..t * d];
-    q.apply(x, t, qb);
-    k.apply(x, t, kb);
-    v.apply(x, t, vb);
-    ([qb, kb, vb], rest)
+impl Qkvo<'_> {
+    /// Checks the projections in the order q, k, v, o: W^K `[kout, d]`, the others `[d, d]`.
+    pub(crate) fn check(&self, op: &'static str, d: usize, kout: usize) -> Result<(), ShapeError> {
+        self.q.check(op, d, d)?;
+        self.k.check(op, kout, d)?;
+        self.v.check(op, d, d)?;
+        self.o.check(op, d, d)
+    }
+
+    /// Splits Q, K and V (`[T, d]` each, in that order) off the front of `scratch` and projects
+    /// `x [T, d]` into them; returns them and the rest of `scratch`.
+    pub(crate) fn project<'s>(
+        &self,
+        x: &[f32],
+        t: usize,
+        d: usize,
+        scratch: &'s mut [f32],
+    ) -> ([&'s mut [f32]; 3], &'s mut [f32]) {
+        let (qb, rest) = scratch.split_at_mut(t * d);
+        let (kb, rest) = rest.split_at_mut(t * d);
+        let (vb, rest) = rest.split_at_mut(t * d);
+        let x = &x[..t * d];
+        self.q.apply(x, t, qb);
+        self.k.apply(x, t, kb);
+        self.v.apply(x, t, vb);
+        ([qb, kb, vb], rest)
+    }
 }
 
 pub use kestrel_core::shapes::check_key_mask;

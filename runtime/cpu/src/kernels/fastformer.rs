@@ -7,8 +7,7 @@
 //! official `Linear(d, h)`); per-head c-vectors are the block-diagonal special case.
 
 use crate::error::{expect_eq, ShapeError};
-use crate::kernels::attention::{axpy, check_dims_scale, check_qkvo, project_qkv};
-use crate::kernels::linear::ProjW;
+use crate::kernels::attention::{axpy, check_dims_scale, Qkvo};
 use crate::kernels::simd::softmax as softmax_in_place;
 use kestrel_format::WeightView;
 
@@ -30,18 +29,12 @@ pub struct FastformerParams {
 /// The weights of a Fastformer layer.
 #[derive(Clone, Copy, Debug)]
 pub struct FastformerWeights<'a> {
-    /// W^Q `[d, d]` and bias.
-    pub q: ProjW<'a>,
-    /// W^K `[d, d]` and bias.
-    pub k: ProjW<'a>,
-    /// W^V `[d, d]` and bias.
-    pub v: ProjW<'a>,
+    /// W^Q, W^K, W^V and W^R (as `o`) `[d, d]`, with their biases.
+    pub proj: Qkvo<'a>,
     /// Query scoring vectors `[h, d]`.
     pub wqa: WeightView<'a>,
     /// Key scoring vectors `[h, d]`.
     pub wka: WeightView<'a>,
-    /// W^R `[d, d]` and b^R.
-    pub r: ProjW<'a>,
 }
 
 impl FastformerParams {
@@ -49,7 +42,7 @@ impl FastformerParams {
     pub fn check(&self, w: &FastformerWeights<'_>) -> Result<(), ShapeError> {
         check_dims_scale(OP, self.t, self.d, self.heads, self.scale)?;
         let d = self.d;
-        check_qkvo(OP, d, d, &w.q, &w.k, &w.v, &w.r)?;
+        w.proj.check(OP, d, d)?;
         expect_eq(OP, "wqa rows (heads)", self.heads, w.wqa.rows())?;
         expect_eq(OP, "wqa cols", d, w.wqa.cols())?;
         expect_eq(OP, "wka rows (heads)", self.heads, w.wka.rows())?;
@@ -82,7 +75,7 @@ fn pool(rows: &[f32], p: &FastformerParams, score: &WeightView<'_>, alpha: &mut 
 /// `scratch.len() >= fastformer_scratch(p)`; `x` and `y` hold at least T·d elements.
 pub fn fastformer(p: &FastformerParams, w: &FastformerWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (t, d) = (p.t, p.d);
-    let ([qb, kb, vb], rest) = project_qkv(x, t, d, (&w.q, &w.k, &w.v), scratch);
+    let ([qb, kb, vb], rest) = w.proj.project(x, t, d, scratch);
     let (alpha, rest) = rest.split_at_mut(t);
     let (g, rest) = rest.split_at_mut(d);
     let gk = &mut rest[..d];
@@ -96,6 +89,6 @@ pub fn fastformer(p: &FastformerParams, w: &FastformerWeights<'_>, x: &[f32], y:
         row.iter_mut().zip(&*gk).for_each(|(v, &g)| *v *= g);
     }
     let y = &mut y[..t * d];
-    w.r.apply(vb, t, y);
+    w.proj.o.apply(vb, t, y);
     axpy(y, 1.0, qb);
 }

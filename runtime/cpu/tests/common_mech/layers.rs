@@ -152,6 +152,11 @@ impl Proj4 {
     pub fn dense(&self) -> Qkvo<'_> {
         Qkvo { q: self.q.dense(), k: self.k.dense(), v: self.v.dense(), o: self.o.dense() }
     }
+
+    /// The four projections as the kernels take them.
+    pub fn view(&mut self) -> kestrel_cpu::kernels::aft::Qkvo<'_> {
+        kestrel_cpu::kernels::aft::Qkvo { q: self.q.view(), k: self.k.view(), v: self.v.view(), o: self.o.view() }
+    }
 }
 
 /// An AFT-full layer; `u`/`v` present for a factorised bias, else `w` is `[T, T]`.
@@ -203,7 +208,7 @@ impl AftFullLayer {
             (None, None) => unreachable!(),
         };
         let pr = &mut self.p;
-        let w = AftFullWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), bias, o: pr.o.view() };
+        let w = AftFullWeights { proj: pr.view(), bias };
         p.check(&w).expect("valid aft_full shapes");
         run(p.t * p.d, scratch, |y, s| aft_full(p, &w, x, y, s))
     }
@@ -233,7 +238,7 @@ impl AftLocalLayer {
 
     pub fn run(&mut self, p: &AftLocalParams, x: &[f32]) -> Vec<f32> {
         let pr = &mut self.p;
-        let w = AftLocalWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), w: self.w.view(), o: pr.o.view() };
+        let w = AftLocalWeights { proj: pr.view(), w: self.w.view() };
         p.check(&w).expect("valid aft_local shapes");
         run(p.t * p.d, aft_local_scratch(p), |y, s| aft_local(p, &w, x, y, s))
     }
@@ -244,7 +249,7 @@ pub fn simple_reference(l: &Proj4, p: &AftSimpleParams, x: &[f32]) -> Vec<f64> {
 }
 
 pub fn simple_run(l: &mut Proj4, p: &AftSimpleParams, x: &[f32]) -> Vec<f32> {
-    let w = AftSimpleWeights { q: l.q.view(), k: l.k.view(), v: l.v.view(), o: l.o.view() };
+    let w: AftSimpleWeights<'_> = l.view();
     p.check(&w).expect("valid aft_simple shapes");
     run(p.t * p.d, aft_simple_scratch(p), |y, s| aft_simple(p, &w, x, y, s))
 }
@@ -269,7 +274,7 @@ impl AftConvLayer {
 
     pub fn run(&mut self, p: &AftConvParams, x: &[f32]) -> Vec<f32> {
         let pr = &mut self.p;
-        let w = AftConvWeights { q: pr.q.view(), k: pr.k.view(), v: pr.v.view(), w: self.w.view(), o: pr.o.view() };
+        let w = AftConvWeights { proj: pr.view(), w: self.w.view() };
         p.check(&w).expect("valid aft_conv shapes");
         run(p.t * p.d, aft_conv_scratch(p), |y, s| aft_conv(p, &w, x, y, s))
     }
@@ -308,15 +313,7 @@ impl FfLayer {
     }
 
     pub fn weights(&mut self) -> FastformerWeights<'_> {
-        let pr = &mut self.p;
-        FastformerWeights {
-            q: pr.q.view(),
-            k: pr.k.view(),
-            v: pr.v.view(),
-            wqa: self.wqa.view(),
-            wka: self.wka.view(),
-            r: pr.o.view(),
-        }
+        FastformerWeights { proj: self.p.view(), wqa: self.wqa.view(), wka: self.wka.view() }
     }
 
     pub fn run(&mut self, p: &FastformerParams, x: &[f32]) -> Vec<f32> {
