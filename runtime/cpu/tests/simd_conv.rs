@@ -9,31 +9,22 @@ use kestrel_cpu::kernels::simd::{self, Isa};
 use kestrel_reference::tolerance::{assert_close, F32_APPROX};
 use proptest::prelude::*;
 
-/// [`simd::matmul_kn_rows`] for `isa` (None: not available here), rows of `b` at `offs`.
+/// [`simd::matmul_kn_rows`] for `isa` through its entry point (None: not available here).
 #[cfg(target_arch = "x86_64")]
-fn simd_matmul_kn_rows(
-    isa: Isa,
-    a: &[f32],
-    m: usize,
-    k: usize,
-    b: &[f32],
-    offs: &[usize],
-    n: usize,
-) -> Option<Vec<f32>> {
-    let mut y = vec![f32::NAN; m * n];
-    let rows = |kk: usize| offs[kk];
+fn simd_matmul_kn_rows<F: Fn(usize) -> usize>(isa: Isa, p: &simd::KnRows<'_, F>) -> Option<Vec<f32>> {
+    let mut y = vec![f32::NAN; p.m * p.n];
     match isa {
         // SAFETY: only called for supported ISAs.
-        Isa::Avx2 | Isa::Avx2Vnni => unsafe { simd::x86::matmul_kn_rows(a, m, k, b, rows, n, &mut y, n) },
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { simd::x86::matmul_kn_rows(p, &mut y, p.n) },
         // SAFETY: only called for supported ISAs.
-        Isa::Avx512 => unsafe { simd::x86::matmul_kn_rows_avx512(a, m, k, b, rows, n, &mut y, n) },
+        Isa::Avx512 => unsafe { simd::x86::matmul_kn_rows_avx512(p, &mut y, p.n) },
         _ => return None,
     }
     Some(y)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn simd_matmul_kn_rows(_: Isa, _: &[f32], _: usize, _: usize, _: &[f32], _: &[usize], _: usize) -> Option<Vec<f32>> {
+fn simd_matmul_kn_rows<F>(_: Isa, _: &simd::KnRows<'_, F>) -> Option<Vec<f32>> {
     None
 }
 
@@ -59,21 +50,42 @@ proptest! {
         let mut y = vec![f32::NAN; m * n];
         simd::matmul_kn_rows(&a, m, k, &b, |kk| offs[kk], n, &mut y, n);
         assert_close("matmul_kn_rows (dispatched)", &y, &want, F32_APPROX);
+        let p = simd::KnRows { a: &a, m, k, b: &b, rows: |kk: usize| offs[kk], n };
         for isa in isas() {
-            if let Some(got) = simd_matmul_kn_rows(isa, &a, m, k, &b, &offs, n) {
+            if let Some(got) = simd_matmul_kn_rows(isa, &p) {
                 assert_close(&format!("{} matmul_kn_rows", isa.name()), &got, &want, F32_APPROX);
             }
         }
     }
 }
 
-/// `run(None, y)` (the dispatch) and, on x86, `run(Some(isa), y)` for every ISA this CPU
-/// supports (its entry point), each into a NaN-filled buffer as long as `want`, against `want`.
+/// The planar depthwise taps' signature (`w, off, src, acc`).
+type TapsFn = unsafe fn(&[f32], &[usize], &[f32], &mut [f32]);
+/// The channels-innermost depthwise pixel's signature (`w, pairs, x, y`).
+type TapsClFn = unsafe fn(&[f32], &[(usize, usize)], &[f32], &mut [f32]);
+
+/// `isa`'s depthwise entry points.
+#[cfg(target_arch = "x86_64")]
+fn depthwise(isa: Isa) -> (TapsFn, TapsClFn) {
+    if isa == Isa::Avx512 {
+        (simd::x86::taps_avx512, simd::x86::taps_cl_avx512)
+    } else {
+        (simd::x86::taps, simd::x86::taps_cl)
+    }
+}
+
+/// The dispatched depthwise kernels (no per-ISA entry points off x86).
+#[cfg(not(target_arch = "x86_64"))]
+fn depthwise(_: Isa) -> (TapsFn, TapsClFn) {
+    (simd::taps, simd::taps_cl)
+}
+
+/// `run(None, y)` (the dispatch) and `run(Some(isa), y)` for every ISA this CPU supports, each
+/// into a NaN-filled buffer as long as `want`, against `want`.
 fn check_every_isa(what: &str, want: &[f64], run: impl Fn(Option<Isa>, &mut [f32])) {
     let mut got = vec![f32::NAN; want.len()];
     run(None, &mut got);
     assert_close(&format!("{what} (dispatched)"), &got, want, F32_APPROX);
-    #[cfg(target_arch = "x86_64")]
     for isa in isas() {
         let mut got = vec![f32::NAN; want.len()];
         run(Some(isa), &mut got);
@@ -99,14 +111,8 @@ proptest! {
             (0..n).map(|j| w.iter().zip(&off).map(|(&wv, &o)| f64::from(wv) * f64::from(src[o + j])).sum()).collect();
         check_every_isa("taps", &want, |isa, got| match isa {
             None => simd::taps(&w, &off, &src, got),
-            #[cfg(target_arch = "x86_64")]
             // SAFETY: supported ISAs only.
-            Some(Isa::Avx512) => unsafe { simd::x86::taps_avx512(&w, &off, &src, got) },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: supported ISAs only.
-            Some(_) => unsafe { simd::x86::taps(&w, &off, &src, got) },
-            #[cfg(not(target_arch = "x86_64"))]
-            Some(_) => unreachable!("no per-ISA taps entry points here"),
+            Some(isa) => unsafe { depthwise(isa).0(&w, &off, &src, got) },
         });
     }
 }
@@ -132,14 +138,8 @@ proptest! {
             .collect();
         check_every_isa("taps_cl", &want, |isa, got| match isa {
             None => simd::taps_cl(&w, &pairs, &x, got),
-            #[cfg(target_arch = "x86_64")]
             // SAFETY: supported ISAs only.
-            Some(Isa::Avx512) => unsafe { simd::x86::taps_cl_avx512(&w, &pairs, &x, got) },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: supported ISAs only.
-            Some(_) => unsafe { simd::x86::taps_cl(&w, &pairs, &x, got) },
-            #[cfg(not(target_arch = "x86_64"))]
-            Some(_) => unreachable!("no per-ISA taps entry points here"),
+            Some(isa) => unsafe { depthwise(isa).1(&w, &pairs, &x, got) },
         });
     }
 }

@@ -456,6 +456,23 @@ pub fn taps_cl(w: &[f32], pairs: &[(usize, usize)], x: &[f32], y: &mut [f32]) {
     })
 }
 
+/// The operands of [`matmul_kn_rows`]: `a [m, k]` (f32, row-major) and the implicit `B`, whose
+/// row `kk` is `b[rows(kk) ..][..n]`.
+pub struct KnRows<'a, F> {
+    /// The left matrix, `m · k` f32.
+    pub a: &'a [f32],
+    /// Rows of `a` (and of `y`).
+    pub m: usize,
+    /// Columns of `a`, rows of `B`.
+    pub k: usize,
+    /// Where the rows of `B` lie.
+    pub b: &'a [f32],
+    /// The offset in `b` of each row of `B`.
+    pub rows: F,
+    /// Columns of `B` (and of `y`).
+    pub n: usize,
+}
+
 /// `y [m, n] = a [m, k] · B` (row stride `ldy`) where row `kk` of the implicit `B` is
 /// `b[rows(kk) ..][..n]` — a convolution's patches read in place from its input's phase planes.
 /// x86: [`matmul_kn`]'s micro-kernels through a per-block offset table; elsewhere one axpy per
@@ -476,17 +493,22 @@ pub fn matmul_kn_rows(
 ) {
     let y_len = if m == 0 { 0 } else { (m - 1) * ldy + n };
     assert!(a.len() >= m * k && y.len() >= y_len && ldy >= n, "matmul_kn_rows: slices too short");
-    by_tier!(avx2: x86::matmul_kn_rows(a, m, k, b, rows, n, y, ldy), avx512: x86::matmul_kn_rows_avx512(a, m, k, b, rows, n, y, ldy), other: {
-        for o in 0..m {
-            let yr = &mut y[o * ldy..o * ldy + n];
-            yr.fill(0.0);
-            for kk in 0..k {
-                let off = rows(kk);
-                assert!(off <= b.len() && b.len() - off >= n, "matmul_kn_rows: row {kk} outside b");
-                axpy(yr, a[o * k + kk], &b[off..off + n]);
+    let p = KnRows { a, m, k, b, rows, n };
+    by_tier!(
+        avx2: x86::matmul_kn_rows(&p, y, ldy),
+        avx512: x86::matmul_kn_rows_avx512(&p, y, ldy),
+        other: {
+            for o in 0..m {
+                let yr = &mut y[o * ldy..o * ldy + n];
+                yr.fill(0.0);
+                for kk in 0..k {
+                    let off = (p.rows)(kk);
+                    assert!(off <= b.len() && b.len() - off >= n, "matmul_kn_rows: row {kk} outside b");
+                    axpy(yr, a[o * k + kk], &b[off..off + n]);
+                }
             }
         }
-    })
+    )
 }
 
 /// The f32 dense product's signature (`x, rows, w, y`): `y [rows, out] = x [rows, in] · Wᵀ`.

@@ -28,29 +28,19 @@ macro_rules! conv_entry_points {
             }
         }
 
-        #[doc = concat!("`y [m, n] = a [m, k] · B`, row `kk` of `B` at `b[rows(kk)..][..n]` (see [`gemm::gemm_kn_rows`]), with the ", $tile, " micro-kernel.")]
+        #[doc = concat!("`y [m, n] = a [m, k] · B`, row `kk` of `B` at `b[rows(kk)..][..n]` ([`super::KnRows`]; see [`gemm::gemm_kn_rows`]), with the ", $tile, " micro-kernel.")]
         ///
         /// # Safety
         #[doc = concat!("The CPU must support ", $needs, ". (Lengths are checked.)")]
         #[target_feature(enable = $features)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe fn $kn_rows(
-            a: &[f32],
-            m: usize,
-            k: usize,
-            b: &[f32],
-            rows: impl Fn(usize) -> usize,
-            n: usize,
-            y: &mut [f32],
-            ldy: usize,
-        ) {
-            assert!(ldy >= n && (m == 0 || y.len() >= (m - 1) * ldy + n));
+        pub unsafe fn $kn_rows<F: Fn(usize) -> usize>(p: &super::KnRows<'_, F>, y: &mut [f32], ldy: usize) {
+            assert!(ldy >= p.n && (p.m == 0 || y.len() >= (p.m - 1) * ldy + p.n));
             // SAFETY: y is exclusively borrowed and holds m rows of n at stride ldy.
             unsafe {
-                if n <= <$v>::L {
-                    gemm::gemm_kn_rows::<$v, $mr, 1>(a, m, k, b, rows, n, y.as_mut_ptr(), ldy)
+                if p.n <= <$v>::L {
+                    gemm::gemm_kn_rows::<$v, $mr, 1, F>(p, y.as_mut_ptr(), ldy)
                 } else {
-                    gemm::gemm_kn_rows::<$v, $mr, 2>(a, m, k, b, rows, n, y.as_mut_ptr(), ldy)
+                    gemm::gemm_kn_rows::<$v, $mr, 2, F>(p, y.as_mut_ptr(), ldy)
                 }
             }
         }
