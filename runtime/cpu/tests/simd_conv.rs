@@ -50,7 +50,7 @@ proptest! {
         let mut y = vec![f32::NAN; m * n];
         simd::matmul_kn_rows(&a, m, k, &b, |kk| offs[kk], n, &mut y, n);
         assert_close("matmul_kn_rows (dispatched)", &y, &want, F32_APPROX);
-        let p = simd::KnRows { a: &a, m, k, b: &b, rows: |kk: usize| offs[kk], n };
+        let p = simd::KnRows { m, k, n, a: &a, b: &b, rows: |kk: usize| offs[kk] };
         for isa in isas() {
             if let Some(got) = simd_matmul_kn_rows(isa, &p) {
                 assert_close(&format!("{} matmul_kn_rows", isa.name()), &got, &want, F32_APPROX);

@@ -459,18 +459,18 @@ pub fn taps_cl(w: &[f32], pairs: &[(usize, usize)], x: &[f32], y: &mut [f32]) {
 /// The operands of [`matmul_kn_rows`]: `a [m, k]` (f32, row-major) and the implicit `B`, whose
 /// row `kk` is `b[rows(kk) ..][..n]`.
 pub struct KnRows<'a, F> {
-    /// The left matrix, `m · k` f32.
-    pub a: &'a [f32],
     /// Rows of `a` (and of `y`).
     pub m: usize,
     /// Columns of `a`, rows of `B`.
     pub k: usize,
+    /// Columns of `B` (and of `y`).
+    pub n: usize,
+    /// The left matrix, `m · k` f32.
+    pub a: &'a [f32],
     /// Where the rows of `B` lie.
     pub b: &'a [f32],
     /// The offset in `b` of each row of `B`.
     pub rows: F,
-    /// Columns of `B` (and of `y`).
-    pub n: usize,
 }
 
 /// `y [m, n] = a [m, k] · B` (row stride `ldy`) where row `kk` of the implicit `B` is
@@ -493,7 +493,7 @@ pub fn matmul_kn_rows(
 ) {
     let y_len = if m == 0 { 0 } else { (m - 1) * ldy + n };
     assert!(a.len() >= m * k && y.len() >= y_len && ldy >= n, "matmul_kn_rows: slices too short");
-    let p = KnRows { a, m, k, b, rows, n };
+    let p = KnRows { m, k, n, a, b, rows };
     by_tier!(
         avx2: x86::matmul_kn_rows(&p, y, ldy),
         avx512: x86::matmul_kn_rows_avx512(&p, y, ldy),
