@@ -270,8 +270,7 @@ pub(super) use weights;
 pub(super) trait DotKernel: Vf {
     /// Columns per cache block from 5 rows of `x` on (`usize::MAX`: no blocking).
     const KC: usize;
-    /// Whether a GEMV (below [`GEMV_MAX_ROWS`] rows) over weights of `line_cols` columns per
-    /// cache line and `cols` columns runs [`gemv_stream`] (else 8-row blocks).
+    /// Whether a GEMV over weights of `line_cols` columns per cache line, `cols` wide, streams.
     fn stream(line_cols: usize, cols: usize) -> bool;
 }
 

@@ -145,6 +145,7 @@ macro_rules! plain_loads {
             #[inline(always)]
             unsafe fn load(&self, o: usize, k: usize) -> $v {
                 debug_assert!(k + $n <= self.1);
+                // SAFETY: as for the f32 load above.
                 unsafe {
                     let $h = self.ptr(o, k).cast();
                     $v($f16)
@@ -155,6 +156,7 @@ macro_rules! plain_loads {
             #[inline(always)]
             unsafe fn load(&self, o: usize, k: usize) -> $v {
                 debug_assert!(k + $n <= self.2);
+                // SAFETY: as for the f32 load above.
                 unsafe {
                     let $q = self.0.as_ptr().add(o * self.2 + k).cast();
                     $v($i8)
@@ -174,6 +176,7 @@ plain_loads!(Z, 16, f32: _mm512_loadu_ps, f16: |h| _mm512_cvtph_ps(_mm256_loadu_
 impl Load<Y> for I4W<'_> {
     #[inline(always)]
     unsafe fn load(&self, o: usize, k: usize) -> Y {
+        // SAFETY: see the comment above these two impls.
         debug_assert!(k + 8 <= self.cols && k.is_multiple_of(8));
         // 4 bytes: 8 nibbles of one group.
         unsafe {
@@ -188,6 +191,7 @@ impl Load<Z> for I4W<'_> {
     #[inline(always)]
     unsafe fn load(&self, o: usize, k: usize) -> Z {
         debug_assert!(k + 16 <= self.cols && k.is_multiple_of(16));
+        // SAFETY: see the comment above these two impls.
         // 8 bytes → 16 nibbles in order → signed bytes through a 16-entry table → 16 f32, times
         // the group's scale (16 columns never straddle a group of 32).
         unsafe {

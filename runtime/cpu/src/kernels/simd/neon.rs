@@ -58,22 +58,27 @@ unsafe impl Vf for N2 {
     }
     #[inline(always)]
     unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: NEON; pointers valid per the caller (as above).
         unsafe { N2(vld1q_f32(p), vld1q_f32(p.add(4))) }
     }
     #[inline(always)]
     unsafe fn splat(p: *const f32) -> Self {
+        // SAFETY: NEON; pointers valid per the caller (as above).
         unsafe { N2(vld1q_dup_f32(p), vld1q_dup_f32(p)) }
     }
     #[inline(always)]
     unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+        // SAFETY: NEON; pointers valid per the caller (as above).
         unsafe { N2(vfmaq_f32(c.0, a.0, b.0), vfmaq_f32(c.1, a.1, b.1)) }
     }
     #[inline(always)]
     unsafe fn add(a: Self, b: Self) -> Self {
+        // SAFETY: NEON; pointers valid per the caller (as above).
         unsafe { N2(vaddq_f32(a.0, b.0), vaddq_f32(a.1, b.1)) }
     }
     #[inline(always)]
     unsafe fn store(p: *mut f32, v: Self) {
+        // SAFETY: NEON; pointers valid per the caller (as above).
         unsafe {
             vst1q_f32(p, v.0);
             vst1q_f32(p.add(4), v.1);
@@ -81,6 +86,7 @@ unsafe impl Vf for N2 {
     }
     #[inline(always)]
     unsafe fn hsum(v: Self) -> f32 {
+        // SAFETY: NEON; pointers valid per the caller (as above).
         unsafe { vaddvq_f32(vaddq_f32(v.0, v.1)) }
     }
     #[inline(always)]
@@ -98,6 +104,7 @@ impl DotKernel for N2 {
         false
     }
 }
+// SAFETY: see the comment above these impls.
 
 // SAFETY (every `load` below): (o, k..k+8) is inside the matrix (the trait's contract); NEON.
 impl Load<N2> for F32W<'_> {
@@ -108,6 +115,7 @@ impl Load<N2> for F32W<'_> {
     }
 }
 
+// SAFETY: see the comment above these impls.
 impl Load<N2> for F16W<'_> {
     #[inline(always)]
     unsafe fn load(&self, o: usize, k: usize) -> N2 {
@@ -138,6 +146,7 @@ unsafe fn widen8(n: int8x8_t) -> N2 {
         let q = vmovl_s8(n);
         N2(vcvtq_f32_s32(vmovl_s16(vget_low_s16(q))), vcvtq_f32_s32(vmovl_high_s16(q)))
     }
+    // SAFETY: see the comment above these impls.
 }
 
 impl Load<N2> for I8W<'_> {
@@ -147,6 +156,7 @@ impl Load<N2> for I8W<'_> {
         unsafe { widen8(vld1_s8(self.0.as_ptr().add(o * self.2 + k))) }
     }
 }
+// SAFETY: see the comment above these impls.
 
 impl Load<N2> for I4W<'_> {
     #[inline(always)]

@@ -121,8 +121,7 @@ pub(super) unsafe trait Q8Kernel {
     unsafe fn prefetch(p: *const i8) {
         let _ = p;
     }
-    /// The GEMV for `op.rows` (1–3) rows: [`gemv_r`] with this ISA's weight rows per block
-    /// (written by [`q8_gemv!`]).
+    /// The GEMV for `op.rows` (1–3) rows: [`gemv_r`] with this ISA's blocks ([`q8_gemv!`]).
     ///
     /// # Safety
     /// As [`gemv_r`].
