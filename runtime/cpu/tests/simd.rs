@@ -547,8 +547,9 @@ proptest! {
         #[cfg(target_arch = "x86_64")]
         if simd::has_avx512_vnni() {
             let mut y = vec![f32::NAN; rows * out];
+            let op = simd::Q8Operands { x: &x, rows, inv, w: (&bytes[..], &scales[..]), cols, out };
             // SAFETY: AVX-512F/BW/VNNI detected (with AVX2/FMA/F16C on every such CPU).
-            unsafe { simd::x86::q8_i4_avx512vnni(&x, rows, inv, &bytes, &scales, cols, out, &mut y) };
+            unsafe { simd::x86::q8_i4_avx512vnni(&op, &mut y) };
             prop_assert_eq!(y, want, "avx512-vnni int4 q8, rows {} out {} cols {}", rows, out, cols);
         }
     }

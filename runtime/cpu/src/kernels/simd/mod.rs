@@ -45,8 +45,8 @@ mod x86_q8;
 #[cfg(target_arch = "x86_64")]
 mod x86_rows;
 pub use q8::{
-    has_dotprod, q8_accumulate_i8, q8_dense_i8, q8_int4, Q8AccumulateFn, Q8DenseFn, Q8Finish, Q8Kernels, Q8Operands,
-    Q8_EXACT_MAX_COLS, Q8_FUSED_MIN_ROWS, Q8_KERNELS,
+    has_dotprod, q8_accumulate_i8, q8_dense_i8, q8_int4, Q8AccumulateFn, Q8DenseFn, Q8Finish, Q8Int4, Q8Kernels,
+    Q8Operands, Q8_EXACT_MAX_COLS, Q8_FUSED_MIN_ROWS, Q8_KERNELS,
 };
 pub use rows::{
     abs_max, axpy_rows, exp_excess, layer_norm_rows, quantize_rows_i8, quantize_rows_i8_scalar, transpose_f32,

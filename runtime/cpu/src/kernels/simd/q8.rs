@@ -12,24 +12,29 @@ use super::{isa, Isa};
 /// [`q8_accumulate_i8`]'s domain.
 pub const Q8_EXACT_MAX_COLS: usize = 1 << 17;
 
-/// The operands of an int8 × int8 product: `rows` rows of `cols` f32 activations `x`, quantised
-/// at scale `1 / inv` ([`kestrel_format::weight::quantize_act`]), times `out` int8 weight rows
-/// `w` of `cols`.
+/// The operands of an int8 × int8 (or int4) product: `rows` rows of `cols` f32 activations `x`,
+/// quantised at scale `1 / inv` ([`kestrel_format::weight::quantize_act`]), times `out` weight
+/// rows `w` of `cols`.
 #[derive(Clone, Copy)]
-pub struct Q8Operands<'a> {
+pub struct Q8Operands<'a, W = &'a [i8]> {
     /// The activations, `rows · cols` f32 (row-major).
     pub x: &'a [f32],
     /// Rows of `x`.
     pub rows: usize,
     /// The inverse of the activations' quantisation scale.
     pub inv: f32,
-    /// The weights, `out · cols` int8 (row-major).
-    pub w: &'a [i8],
+    /// The weights: `out · cols` int8 (row-major), or int4 as `(packed rows, group scales)`
+    /// ([`Q8Int4`]).
+    pub w: W,
     /// Inputs per row.
     pub cols: usize,
     /// Weight rows (output features).
     pub out: usize,
 }
+
+/// The operands of an int8 × int4 product: the weights as `WeightData::I4` holds them (rows of
+/// packed nibbles, f16 scales per group).
+pub type Q8Int4<'a> = Q8Operands<'a, (&'a [u8], &'a [half::f16])>;
 
 /// The int8 × int8 product's signature: `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]`.
 pub type Q8AccumulateFn = unsafe fn(&Q8Operands<'_>, &mut [i32]);
@@ -181,7 +186,7 @@ pub fn q8_int4(
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 if has_avx512_vnni() => {
             // SAFETY: AVX-512F/BW/VNNI and AVX2/FMA/F16C detected; the kernel checks lengths.
-            unsafe { x86::q8_i4_avx512vnni(x, rows, inv, q, scales, cols, out, y) };
+            unsafe { x86::q8_i4_avx512vnni(&Q8Operands { x, rows, inv, w: (q, scales), cols, out }, y) };
             true
         }
         _ => {

@@ -444,17 +444,8 @@ unsafe fn tile_i4<const M: usize>(
 /// `scales.len() >= out·groups`, `y.len() >= rows·out`, `row_bytes = int4_row_bytes(cols)`,
 /// `groups = int4_groups(cols)`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn gemm_i4(
-    x: &[f32],
-    rows: usize,
-    inv: f32,
-    q: &[u8],
-    scales: &[half::f16],
-    cols: usize,
-    out: usize,
-    y: &mut [f32],
-) {
+pub(super) unsafe fn gemm_i4(op: &super::Q8Int4<'_>, y: &mut [f32]) {
+    let super::Q8Operands { x, rows, inv, w: (q, scales), cols, out } = *op;
     let (row_bytes, groups) = (kestrel_format::weight::int4_row_bytes(cols), kestrel_format::weight::int4_groups(cols));
     debug_assert!(x.len() >= rows * cols && q.len() >= out * row_bytes && scales.len() >= out * groups);
     y[..rows * out].fill(0.0);

@@ -12,7 +12,6 @@ use super::gemm;
 use super::loaders::{hsum, Y, Z};
 use super::q8_512;
 use core::arch::x86_64::*;
-use half::f16;
 use kestrel_format::weight::{int4_groups, int4_row_bytes};
 use kestrel_format::{WeightData, WeightView};
 
@@ -273,17 +272,8 @@ pub unsafe fn dot_i8_vnni(a: &[i8], b: &[i8]) -> i32 {
 /// # Safety
 /// The CPU must support AVX-512F, AVX-512BW and AVX-512 VNNI (plus AVX2, FMA, F16C).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn q8_i4_avx512vnni(
-    x: &[f32],
-    rows: usize,
-    inv: f32,
-    q: &[u8],
-    scales: &[f16],
-    cols: usize,
-    out: usize,
-    y: &mut [f32],
-) {
+pub unsafe fn q8_i4_avx512vnni(op: &super::Q8Int4<'_>, y: &mut [f32]) {
+    let super::Q8Operands { x, rows, w: (q, scales), cols, out, .. } = *op;
     assert!(
         x.len() >= rows * cols
             && q.len() >= out * int4_row_bytes(cols)
@@ -291,7 +281,7 @@ pub unsafe fn q8_i4_avx512vnni(
             && y.len() >= rows * out
     );
     // SAFETY: features per the contract; lengths checked.
-    unsafe { q8_512::gemm_i4(x, rows, inv, q, scales, cols, out, y) }
+    unsafe { q8_512::gemm_i4(op, y) }
 }
 
 /// One int4 group (16 packed bytes) times up to 32 int8 activations.
