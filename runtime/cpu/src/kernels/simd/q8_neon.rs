@@ -28,39 +28,36 @@ const NR: usize = 8;
 /// Rows per micro-kernel tile.
 const MR: usize = 8;
 
+/// `sdot {acc}.4s, {w}.16b, {x}<$form>`: the one asm block behind [`sdot_lane`] and [`sdot`] (the
+/// `sdot` intrinsics are not stable in Rust yet); `$lane` fills `{l}` in `$form`.
+macro_rules! sdot_asm {
+    ($acc:expr, $w:expr, $x:expr, $form:literal $(, $lane:expr)?) => {{
+        let mut a = $acc;
+        // SAFETY: FEAT_DotProd in every caller (target_feature "dotprod"); registers only.
+        unsafe {
+            asm!(
+                concat!("sdot {a:v}.4s, {w:v}.16b, {x:v}", $form),
+                a = inout(vreg) a,
+                w = in(vreg) $w,
+                x = in(vreg) $x,
+                $(l = const $lane,)?
+                options(pure, nomem, nostack),
+            );
+        }
+        a
+    }};
+}
+
 /// `acc += Σ_{i<4} w[4l + i] · x[4·LANE + i]` per lane `l` (`sdot` by element).
 #[inline(always)]
 unsafe fn sdot_lane<const LANE: i32>(acc: int32x4_t, w: int8x16_t, x: int8x16_t) -> int32x4_t {
-    let mut a = acc;
-    // SAFETY: FEAT_DotProd in every caller (target_feature "dotprod").
-    unsafe {
-        asm!(
-            "sdot {a:v}.4s, {w:v}.16b, {x:v}.4b[{l}]",
-            a = inout(vreg) a,
-            w = in(vreg) w,
-            x = in(vreg) x,
-            l = const LANE,
-            options(pure, nomem, nostack),
-        );
-    }
-    a
+    sdot_asm!(acc, w, x, ".4b[{l}]", LANE)
 }
 
 /// `acc += Σ_{i<4} w[4l + i] · x[4l + i]` per lane `l` (`sdot` of vectors).
 #[inline(always)]
 unsafe fn sdot(acc: int32x4_t, w: int8x16_t, x: int8x16_t) -> int32x4_t {
-    let mut a = acc;
-    // SAFETY: FEAT_DotProd in every caller.
-    unsafe {
-        asm!(
-            "sdot {a:v}.4s, {w:v}.16b, {x:v}.16b",
-            a = inout(vreg) a,
-            w = in(vreg) w,
-            x = in(vreg) x,
-            options(pure, nomem, nostack),
-        );
-    }
-    a
+    sdot_asm!(acc, w, x, ".16b")
 }
 
 /// 16 bytes of row `p` from `k` (zeros past `end`).
