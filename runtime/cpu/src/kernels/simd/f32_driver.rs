@@ -463,10 +463,28 @@ pub(super) unsafe fn dots<V: DotKernel, L: Load<V>>(
 ) {
     let inp = w.cols();
     debug_assert!(x.len() >= rows * inp && ldy >= out);
+    // SAFETY (both): the caller's contract.
     if rows < GEMV_MAX_ROWS && V::stream(L::LINE_COLS, inp) {
-        // SAFETY: the caller's contract.
-        return unsafe { gemv_stream::<V, L>(x, rows, w, out, y, ldy) };
+        unsafe { gemv_stream::<V, L>(x, rows, w, out, y, ldy) }
+    } else {
+        unsafe { dot_blocks::<V, L>(x, rows, w, out, y, ldy) }
     }
+}
+
+/// [`dots`] without the stream: the blocks by weight rows and rows of `x`.
+///
+/// # Safety
+/// As [`dots`].
+#[inline(always)]
+pub(super) unsafe fn dot_blocks<V: DotKernel, L: Load<V>>(
+    x: &[f32],
+    rows: usize,
+    w: &L,
+    out: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    let inp = w.cols();
     // Column blocks outermost (partial sums accumulate in `y`), then weight-row blocks, then
     // rows of `x`.
     // SAFETY: `block` is called with in-bounds row/output/column ranges.
