@@ -307,14 +307,6 @@ unsafe impl GemmKernel for N2 {
     }
 }
 
-super::q8_driver::q8_entry_points!(
-    super::q8_neon::DotProd,
-    "neon,dotprod",
-    "aarch64 `sdot`",
-    q8_i8_dotprod,
-    q8_dense_i8_dotprod
-);
-
 /// Integer `Σ a·b` of int8 slices.
 ///
 /// # Safety

@@ -3,7 +3,7 @@
 //! int4 weights (`q8_int4`), and the aarch64 dot-product detection.
 
 #[cfg(target_arch = "aarch64")]
-use super::neon;
+use super::q8_neon;
 #[cfg(target_arch = "x86_64")]
 use super::{has_avx512_vnni, x86};
 use super::{isa, Isa};
@@ -87,8 +87,8 @@ pub const Q8_KERNELS: &[Q8Kernels] = &[
         name: "neon-sdot",
         supported: has_dotprod,
         under: |isa| isa == Isa::Neon,
-        accumulate: neon::q8_i8_dotprod,
-        dense: neon::q8_dense_i8_dotprod,
+        accumulate: q8_neon::q8_i8_dotprod,
+        dense: q8_neon::q8_dense_i8_dotprod,
     },
 ];
 

@@ -91,7 +91,7 @@ unsafe fn transpose4(a: int8x16_t, b: int8x16_t, c: int8x16_t, d: int8x16_t) -> 
 /// The `sdot` kernel of the shared int8 driver.
 pub(super) struct DotProd;
 
-// SAFETY: every method is called from the `neon,dotprod` entry points only (`neon.rs`), with
+// SAFETY: every method is called from the `neon,dotprod` entry points only (below), with
 // the pointer contracts the trait states.
 unsafe impl Q8Kernel for DotProd {
     const KC: usize = KC;
@@ -239,3 +239,5 @@ unsafe impl Q8Kernel for DotProd {
 
     super::q8_driver::q8_gemv!(4, 4, 4);
 }
+
+super::q8_driver::q8_entry_points!(DotProd, "neon,dotprod", "aarch64 `sdot`", q8_i8_dotprod, q8_dense_i8_dotprod);
