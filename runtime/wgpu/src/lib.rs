@@ -28,7 +28,6 @@
 //!
 //! Dense layers are workgroup-cooperative: up to 64 threads share an output, each summing a
 //! strided share of the row, and the partial sums meet in a shared-memory tree.
-#![warn(missing_docs)]
 
 mod compile;
 pub mod device;
