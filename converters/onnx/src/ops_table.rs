@@ -143,3 +143,18 @@ pub fn supported_ops_markdown() -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    /// The parser takes the first three ` | `-separated fields and reads a missing one as empty:
+    /// a line with a fourth field, or with an empty op or target, would lose text silently.
+    #[test]
+    fn every_table_line_has_two_or_three_nonempty_fields() {
+        for line in super::TABLE.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let fields: Vec<&str> = line.split(" | ").collect();
+            assert!((2..=3).contains(&fields.len()), "{line:?}: {} fields", fields.len());
+            assert!(fields.iter().all(|f| !f.trim().is_empty()), "{line:?}: an empty field");
+        }
+        assert_eq!(super::ONNX_OPS.len(), super::TABLE.lines().filter(|l| !l.trim().is_empty()).count());
+    }
+}
