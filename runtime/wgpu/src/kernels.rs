@@ -16,6 +16,7 @@ const COMMON: &str = include_str!("shaders/common.wgsl");
 const DENSE_PRELUDE: &str = include_str!("shaders/prelude/dense.wgsl");
 const LANE_SUM: &str = include_str!("shaders/prelude/lane_sum.wgsl");
 const LANE_SUM_SG: &str = include_str!("shaders/prelude/lane_sum_sg.wgsl");
+const WINDOW_PRELUDE: &str = include_str!("shaders/prelude/window.wgsl");
 const ARITH_F32: &str = include_str!("shaders/arith_f32.wgsl");
 const ARITH_F16: &str = include_str!("shaders/arith_f16.wgsl");
 
@@ -127,8 +128,9 @@ impl Family {
     }
 
     /// The shared WGSL every variant of the family starts with, after any `enable`: `common.wgsl`,
-    /// the family's own prelude parts (`shaders/prelude/`), and the parameter blocks of its kernels'
-    /// layouts, generated from [`crate::params`].
+    /// the family's own prelude parts (`shaders/prelude/`), the parameter blocks of its kernels'
+    /// layouts, generated from [`crate::params`], and the window helpers (`prelude/window.wgsl`)
+    /// where they read `WindowP`.
     fn prelude(self) -> String {
         let mut layouts: Vec<Layout> = Vec::new();
         for k in Kernel::ALL.iter().filter(|k| k.family() == self) {
@@ -144,7 +146,8 @@ impl Family {
             Family::LinearSg => lane_sums(LANE_SUM_SG),
             _ => String::new(),
         };
-        format!("{COMMON}\n{dense}\n{lane_sums}\n{}", Layout::wgsl(&layouts))
+        let window = if layouts.contains(&Layout::Window) { WINDOW_PRELUDE } else { "" };
+        format!("{COMMON}\n{dense}\n{lane_sums}\n{}\n{window}", Layout::wgsl(&layouts))
     }
 
     /// Whether the family's kernels are dense layers (`prelude/dense.wgsl`).
@@ -154,11 +157,53 @@ impl Family {
 
     fn compose(self, arith: Arith) -> String {
         let prelude = self.prelude();
+        let entries = self.entry_points();
         match arith {
-            Arith::F32 => format!("{prelude}\n{ARITH_F32}\n{}", self.body()),
-            Arith::F16 => format!("enable f16;\n\n{prelude}\n{ARITH_F16}\n{}", self.body()),
+            Arith::F32 => format!("{prelude}\n{ARITH_F32}\n{}{entries}", self.body()),
+            Arith::F16 => format!("enable f16;\n\n{prelude}\n{ARITH_F16}\n{}{entries}", self.body()),
         }
     }
+
+    /// The entry points the assembler writes for the family's kernels ([`Kernel::start`]; the
+    /// others are in the family's file).
+    fn entry_points(self) -> String {
+        Kernel::ALL.iter().filter(|k| k.family() == self).filter_map(|k| k.entry_point()).collect()
+    }
+}
+
+/// How a thread finds its work: a prelude function of `common.wgsl` returning a struct with a
+/// `live` flag (false past the end of the dispatch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Grid {
+    /// `item(id) -> Item`: a thread per item, `batch · per` threads.
+    Item,
+    /// `wg_row(id) -> RowAt`: a workgroup per row, `per = rows · WG` (live for a whole workgroup).
+    Row,
+    /// `tile_at(id) -> TileAt`: a workgroup per tile (live for a whole workgroup).
+    Tile,
+}
+
+impl Grid {
+    fn wgsl(self) -> &'static str {
+        match self {
+            Grid::Item => "item",
+            Grid::Row => "wg_row",
+            Grid::Tile => "tile_at",
+        }
+    }
+}
+
+/// How a kernel's entry point starts (see "Entry points" in `common.wgsl`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Start {
+    /// Written out in the family's file.
+    Written,
+    /// Written by the assembler: the thread's work from the grid, dead threads return, live ones
+    /// run `<entry>_body(at)`.
+    Body(Grid),
+    /// As `Body`, running a body shared by several entry points with a constant mode:
+    /// `body(at, mode)`.
+    Mode(Grid, &'static str, &'static str),
 }
 
 /// A lane-sum template (`shaders/prelude/lane_sum*.wgsl`, written over `Elem`) for both element
@@ -407,6 +452,45 @@ impl Kernel {
             FfPool => Layout::FfPool,
             FfScaleRows => Layout::FfScaleRows,
         }
+    }
+
+    /// How its entry point starts: written by the assembler for the kernels whose threads each
+    /// find their work, return when dead and otherwise run the body (one definition of that start
+    /// for every such kernel); written out by the kernels whose threads all take part before they
+    /// know whether they are live (the lane trees of `dense_split*`, `attend`'s tiles) or whose
+    /// extent is not `batch · per` (`aft_bias`).
+    fn start(self) -> Start {
+        use Grid::*;
+        use Kernel::*;
+        match self {
+            Dense => Start::Mode(Item, "dense_body", "false"),
+            DenseLn => Start::Mode(Item, "dense_body", "true"),
+            DenseBlock => Start::Mode(Item, "dense_block_body", "0u"),
+            DenseBlockLn => Start::Mode(Item, "dense_block_body", "1u"),
+            DenseBlockPatch => Start::Mode(Item, "dense_block_body", "2u"),
+            Unary | Strided | LayerNorm | Softmax | Reduce | MatMul | Conv2d | Conv2dBlock | Pool2d | Embedding
+            | PatchGather | AlignTokens | AttendRows | ExpValues | ExpKeys | AftFull | AftLocal | AftConv
+            | FfScores | FfPool | FfScaleRows => Start::Body(Item),
+            LayerNormSplit | SoftmaxSplit | ReduceSplit | Rnn | AftSimple => Start::Body(Row),
+            DenseTile | MatMulTile | Conv2dTile => Start::Body(Tile),
+            DenseSplit | DenseSplitSg | DenseSplitLn | DenseSplitLnSg | DenseSplitPatch | DenseSplitPatchSg
+            | Attend | AftBias => Start::Written,
+        }
+    }
+
+    /// The entry point the assembler writes for it ([`Kernel::start`]), if it does.
+    fn entry_point(self) -> Option<String> {
+        let entry = self.entry();
+        let (grid, call) = match self.start() {
+            Start::Written => return None,
+            Start::Body(grid) => (grid, format!("{entry}_body(at)")),
+            Start::Mode(grid, body, mode) => (grid, format!("{body}(at, {mode})")),
+        };
+        let grid = grid.wgsl();
+        Some(format!(
+            "\n@compute @workgroup_size({WORKGROUP})\nfn {entry}(id: Ids) {{\n    let at = {grid}(id);\n    \
+             if !at.live {{\n        return;\n    }}\n    {call};\n}}\n"
+        ))
     }
 
     /// The WGSL entry point's name.

@@ -197,7 +197,13 @@ fn parameters_are_read_by_name() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/shaders");
     let mut texts: Vec<(String, String)> =
         Family::ALL.iter().map(|f| (format!("{f:?}"), f.body().to_string())).collect();
-    for name in ["common.wgsl", "prelude/dense.wgsl", "prelude/lane_sum.wgsl", "prelude/lane_sum_sg.wgsl"] {
+    for name in [
+        "common.wgsl",
+        "prelude/dense.wgsl",
+        "prelude/lane_sum.wgsl",
+        "prelude/lane_sum_sg.wgsl",
+        "prelude/window.wgsl",
+    ] {
         texts.push((name.into(), std::fs::read_to_string(dir.join(name)).unwrap()));
     }
     for (name, text) in &texts {

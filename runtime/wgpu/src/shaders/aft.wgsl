@@ -13,12 +13,7 @@ fn key_max(k: u32, t: u32, kcols: u32) -> f32 {
 
 // V[s, t, col] *= exp(K[s, t, kc] − max_t K[s, t, kc]), kc = col / (d / kcols).
 // Parameters `ExpValuesP`: k, v, t, d, kcols. per = d.
-@compute @workgroup_size(64)
-fn exp_values(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn exp_values_body(it: Item) {
     let prm = exp_values_p();
     let d = prm.d;
     let kcols = prm.kcols;
@@ -32,12 +27,7 @@ fn exp_values(id: Ids) {
 }
 
 // K[s, t, kc] = exp(K − max_t K). Parameters `ExpKeysP`: k, t, kcols. per = kcols.
-@compute @workgroup_size(64)
-fn exp_keys(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn exp_keys_body(it: Item) {
     let prm = exp_keys_p();
     let kcols = prm.kcols;
     let k = prm.k.base + it.s * prm.k.stride + it.l;
@@ -101,12 +91,7 @@ fn aft_at(it: Item) -> AftAt {
     return AftAt(i, seen, prm.q_base + o + it.l, prm.k_base + o + ch, prm.v_base + o + ch);
 }
 
-@compute @workgroup_size(64)
-fn aft_full(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn aft_full_body(it: Item) {
     let at = aft_at(it);
     let t = aft_p().t;
     let d = aft_p().d;
@@ -127,12 +112,7 @@ fn aft_full(id: Ids) {
 // AFT-local: global sums plus a banded correction with exp(w) − 1.
 // Parameters `AftP` (as AFT-full's) and `AftLocalP`: window, w ([T, T] or its band [T, 2s − 1]).
 // per = t · d.
-@compute @workgroup_size(64)
-fn aft_local(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn aft_local_body(it: Item) {
     let at = aft_at(it);
     let prm = aft_p();
     let t = prm.t;
@@ -187,18 +167,13 @@ fn aft_join(a: vec3<f32>, b: vec3<f32>) -> vec3<f32> {
     return vec3<f32>(m, a.y * fa + b.y * fb, a.z * fa + b.z * fb);
 }
 
-@compute @workgroup_size(64)
-fn aft_simple(id: Ids) {
-    let row = wg_index(id);
+fn aft_simple_body(at: RowAt) {
     let prm = aft_p();
     let d = prm.d;
-    if row >= pu(P_BATCH) * d {
-        return;
-    }
-    let lid = id.lid3.x;
+    let lid = at.lid;
     let t = prm.t;
-    let s = row / d;
-    let ch = row % d;
+    let s = at.row / d;
+    let ch = at.row % d;
     let q = prm.q_base + s * prm.stride + ch;
     let k = prm.k_base + s * prm.stride + ch;
     let v = prm.v_base + s * prm.stride + ch;
@@ -281,12 +256,7 @@ fn aft_simple(id: Ids) {
 // AFT-conv on a grid_h × grid_w token grid, h heads (E has one key channel per head).
 // Parameters `AftConvP`: q_base, e_base, ev_base, t, d, heads, kernel, grid_h, grid_w, w.
 // per = t · d; q and ev have stride t·d, e has stride t·heads.
-@compute @workgroup_size(64)
-fn aft_conv(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn aft_conv_body(it: Item) {
     let prm = aft_conv_p();
     let per = pu(P_PER);
     let t = prm.t;

@@ -6,12 +6,7 @@
 // Super's token mixing: v[s, i, col] = bA[i] + Σ_{j<n} A[i, j] x[s, j, col] (n = i+1 if causal).
 // Parameters `AlignTokensP`: x_base, v_base, t, d, causal, has_bias, a (A), bias (bA).
 // per = G · t · d (G sequences per sample, contiguous).
-@compute @workgroup_size(64)
-fn align_tokens(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn align_tokens_body(it: Item) {
     let prm = align_tokens_p();
     let g = it.g;
     // Sequence sq of the batch's G·B (each T·d words, contiguous; per = G·T·d).
@@ -286,12 +281,7 @@ fn attend(id: Ids) {
 // loops T · (⌈c/4⌉ + 4) times: chosen at lowering only while that stays far under lavapipe's loop
 // limit (`Tuning::attend_rows_max_steps`).
 // P: as `attend`; per = G · heads · t · ⌈c / 16⌉ (threads).
-@compute @workgroup_size(64)
-fn attend_rows(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn attend_rows_body(it: Item) {
     let prm = attend_p();
     let g = it.g;
     let t = prm.t;

@@ -70,6 +70,38 @@ fn item(id: Ids) -> Item {
     return Item(g < total_threads(), g, g / per, g % per);
 }
 
+// A cooperative kernel's workgroup: its row, live while within the rows the dispatch covers
+// (per = rows · WG per sample), and the thread's index in it.
+struct RowAt {
+    live: bool,
+    row: u32,
+    lid: u32,
+}
+
+fn wg_row(id: Ids) -> RowAt {
+    let row = wg_index(id);
+    return RowAt(row < pu(P_BATCH) * (pu(P_PER) / WG), row, id.lid3.x);
+}
+
+// Entry points. Most kernels start alike: find the thread's work (`item` above, `wg_row`, or
+// `tile_at` below: each with a `live` flag, the same for a whole workgroup where the kernel has
+// barriers), return if it is past the dispatch's end, then do the kernel's own work. That start
+// is written once, by the shader assembler (`Kernel::start` in `kernels.rs`), which appends to
+// each module, for such a kernel `name`:
+//
+//     @compute @workgroup_size(64)
+//     fn name(id: Ids) {
+//         let at = item(id);          // or wg_row(id), tile_at(id)
+//         if !at.live {
+//             return;
+//         }
+//         name_body(at);              // or a body shared with a constant mode: dense_body(at, false)
+//     }
+//
+// so a family's file holds only `fn name_body(it: Item)` (`RowAt`, `TileAt`), called for live
+// threads only. The others (lane trees and attention tiles, whose every thread takes part before
+// liveness is known or whose extent is not batch · per) write their `@compute` entry points out.
+
 // Along one axis of a sliding window (convolution, pooling, AFT-conv): the input coordinate that
 // tap k of output coordinate o reads (stride st, dilation dl, padding pad before an input of n),
 // or n where the tap falls in the padding.

@@ -2,28 +2,22 @@
 // Parameters `WindowP` (the map, kernel, strides, padding, dilations and output size, shared with
 // pooling) and `ConvP` (o output channels in `groups` groups, weight, bias, activation after the
 // bias). per = o · oh · ow.
-@compute @workgroup_size(64)
-fn conv2d(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn conv2d_body(it: Item) {
     let win = window_p();
     let prm = conv_p();
-    let oc = it.l / (win.oh * win.ow);
-    let oy = (it.l / win.ow) % win.oh;
-    let ox = it.l % win.ow;
+    let o = win_out(it.l);
+    let oc = o.c;
     let xin = conv_in(it.s, oc);
     var acc = 0.0;
     for (var ci = 0u; ci < win.c / prm.groups; ci++) {
         let xc = xin.x + (xin.y + ci) * win.h * win.w;
         for (var ky = 0u; ky < win.kh; ky++) {
-            let iy = tap(oy, ky, win.sh, win.dh, win.pad_top, win.h);
+            let iy = tap(o.y, ky, win.sh, win.dh, win.pad_top, win.h);
             if iy == win.h {
                 continue;
             }
             for (var kx = 0u; kx < win.kw; kx++) {
-                let ix = tap(ox, kx, win.sw, win.dw, win.pad_left, win.w);
+                let ix = tap(o.x, kx, win.sw, win.dw, win.pad_left, win.w);
                 if ix < win.w {
                     acc += mul_s(to_s(act[xc + iy * win.w + ix]), ws(prm.weight, oc, (ci * win.kh + ky) * win.kw + kx));
                 }
@@ -125,12 +119,7 @@ fn conv_store4(y: u32, oc: u32, oy: u32, ox0: u32, oh: u32, ow: u32, a: vec4<f32
     }
 }
 
-@compute @workgroup_size(64)
-fn conv2d_block(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn conv2d_block_body(it: Item) {
     let win = window_p();
     let oh = win.oh;
     let ow = win.ow;
@@ -176,12 +165,7 @@ fn conv_tap(x: u32, c0: u32, k: u32, oy: u32, ox: u32) -> f32 {
     return act[x + (c0 + ci) * win.h * win.w + iy * win.w + ix];
 }
 
-@compute @workgroup_size(64)
-fn conv2d_tile(id: Ids) {
-    let at = tile_at(id);
-    if !at.live {
-        return;
-    }
+fn conv2d_tile_body(at: TileAt) {
     let win = window_p();
     let prm = conv_p();
     let m = win.oh * win.ow;

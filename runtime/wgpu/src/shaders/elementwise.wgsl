@@ -2,12 +2,7 @@
 // broadcasting (either operand may be a weight) and for transposes (a permuted copy).
 
 // Parameters `UnaryP`: x_base, y_base, op. per = n (elements per sample).
-@compute @workgroup_size(64)
-fn unary(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn unary_body(it: Item) {
     let prm = unary_p();
     let x = act[prm.x_base + it.g];
     var y: f32;
@@ -84,12 +79,7 @@ fn binary_fn(op: u32, a: f32, b: f32) -> f32 {
 // Parameters `StridedP`: y_base, op (0..6 binary, 100 copy of operand a, 101 window of operand
 // a), rank, dims (the output's), operands a and b, the window (window_axis, window_first output
 // index, window_count), window_add (the window plus operand b). per = output elements.
-@compute @workgroup_size(64)
-fn strided(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn strided_body(it: Item) {
     let prm = strided_p();
     let s = it.s;
     var l = it.l;

@@ -3,12 +3,7 @@
 
 // Parameters `EmbeddingP`: ids_base, y_base, tokens, d, vocab, has_pos, table, pos.
 // per = tokens · d. Ids were range-checked on the host; a bad one reads row 0, never out of bounds.
-@compute @workgroup_size(64)
-fn embedding(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn embedding_body(it: Item) {
     let prm = embedding_p();
     let t = it.l / prm.d;
     let j = it.l % prm.d;
@@ -23,12 +18,7 @@ fn embedding(id: Ids) {
 
 // x [C, H, W] -> patches [T, C·p·p], token t = py·(W/p) + px, patch flattened in (c, i, j) order.
 // Parameters `PatchGatherP`: x_base, y_base, c, h, w, p. per = C · H · W.
-@compute @workgroup_size(64)
-fn patch_gather(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn patch_gather_body(it: Item) {
     let prm = patch_gather_p();
     let h = prm.h;
     let w = prm.w;

@@ -3,12 +3,7 @@
 
 // alpha[s, head, t] = (rows[s, t, :] · w[head, :]) · scale.
 // Parameters `FfScoresP`: rows, alpha_base, t, d, heads, scale, w. per = heads · t.
-@compute @workgroup_size(64)
-fn ff_scores(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn ff_scores_body(it: Item) {
     let prm = ff_scores_p();
     let head = it.l / prm.t;
     let tok = it.l % prm.t;
@@ -18,12 +13,7 @@ fn ff_scores(id: Ids) {
 
 // out[s, col] = Σ_t alpha[s, head(col), t] · rows[s, t, col].
 // Parameters `FfPoolP`: rows, alpha_base, out_base, t, d, heads. per = d.
-@compute @workgroup_size(64)
-fn ff_pool(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn ff_pool_body(it: Item) {
     let prm = ff_pool_p();
     let t = prm.t;
     let d = prm.d;
@@ -35,12 +25,7 @@ fn ff_pool(id: Ids) {
 }
 
 // rows[s, t, col] *= vec[s, col]. Parameters `FfScaleRowsP`: rows, vec_base, d. per = t · d.
-@compute @workgroup_size(64)
-fn ff_scale_rows(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn ff_scale_rows_body(it: Item) {
     let prm = ff_scale_rows_p();
     act[prm.rows.base + it.s * prm.rows.stride + it.l] *= act[prm.vec_base + it.s * prm.d + it.l % prm.d];
 }

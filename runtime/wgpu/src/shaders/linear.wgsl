@@ -15,25 +15,14 @@
 // depth. (Separate entry points because a barrier anywhere in a shader slows all of it on
 // lavapipe, and shared memory lowers occupancy on GPUs.)
 
-@compute @workgroup_size(64)
-fn dense(id: Ids) {
-    dense_body(item(id), false);
-}
-
 // `dense_ln`: `dense` on the rows of a LayerNorm's input, normalised as they are read (the norm
 // prologue of `dense_block_ln`, whose `DenseLnP` it shares; in % 4 == 0 and word-aligned weight
 // rows: checked at lowering). Each thread takes its row's statistics: GEMV-shaped layers (a
 // classifier head on the class token) have a row or a few.
-@compute @workgroup_size(64)
-fn dense_ln(id: Ids) {
-    dense_body(item(id), true);
-}
-
-// One output per thread; `norm` (a constant at each call) as in `dense_block_body`.
+//
+// Both run `dense_body`, one output per thread, with a constant `norm` (false for `dense`, true
+// for `dense_ln`: their entry points are the assembler's, `Kernel::start`), as `dense_block_body`.
 fn dense_body(it: Item, norm: bool) {
-    if !it.live {
-        return;
-    }
     let prm = dense_p();
     let inp = prm.inp;
     let o = it.l % prm.out;
@@ -101,23 +90,9 @@ fn dense_split_ln(id: Ids) {
 // embedding or patchifying convolution without the gather into scratch. `DensePatchP`: map_hw
 // H·W, map_w W, p (p % 4 == 0: four columns of a patch row are contiguous), grid_w W/p.
 //
-// The entry points run `dense_block_body` with a constant `mode` (0 plain, 1 norm, 2 patches),
-// which compilers fold once the body is inlined, so none pays for another's work in its loops.
-
-@compute @workgroup_size(64)
-fn dense_block(id: Ids) {
-    dense_block_body(item(id), 0u);
-}
-
-@compute @workgroup_size(64)
-fn dense_block_ln(id: Ids) {
-    dense_block_body(item(id), 1u);
-}
-
-@compute @workgroup_size(64)
-fn dense_block_patch(id: Ids) {
-    dense_block_body(item(id), 2u);
-}
+// The entry points (written by the assembler: `Kernel::start`) run `dense_block_body` with a
+// constant `mode` (0 plain, 1 norm, 2 patches), which compilers fold once the body is inlined, so
+// none pays for another's work in its loops.
 
 // (mean, 1 / sqrt(var + eps)) of the `d` features at x (d % 4 == 0), in one pass over the row
 // (every column block's thread takes its rows' statistics, so the pass count matters): sums of
@@ -150,9 +125,6 @@ fn xin4(p: u32, mean: f32, norm: bool) -> V4 {
 
 fn dense_block_body(it: Item, mode: u32) {
     let norm = mode == 1u;
-    if !it.live {
-        return;
-    }
     let prm = dense_p();
     let inp = prm.inp;
     let out = prm.out;
@@ -279,12 +251,7 @@ fn dense_block_store(s: u32, r0: u32, o0: u32, rows: u32, out: u32, a: Block4) {
 // clamped and not written. Weight rows must be chunk-aligned for the encoding (as `dense_block`).
 // per = ceil(rows / 32) · ceil(out / 32) · 64.
 
-@compute @workgroup_size(64)
-fn dense_tile(id: Ids) {
-    let at = tile_at(id);
-    if !at.live {
-        return;
-    }
+fn dense_tile_body(at: TileAt) {
     let prm = dense_p();
     let inp = prm.inp;
     let out = prm.out;

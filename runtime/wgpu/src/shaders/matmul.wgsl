@@ -16,12 +16,7 @@ fn batch_offsets(bi: u32) -> vec2<u32> {
     return o;
 }
 
-@compute @workgroup_size(64)
-fn matmul(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn matmul_body(it: Item) {
     let prm = matmul_p();
     let s = it.s;
     let l = it.l;
@@ -53,12 +48,7 @@ fn matmul(id: Ids) {
 // every thread takes rows row + 8i × columns col + 8j from there (`tile_step`, as `dense_tile`).
 // The parameters of `matmul`, plus `MatmulTileP.y_stride`, the output's per-sample stride
 // (batches · m · n); per = batches · ceil(m / 32) · ceil(n / 32) · WG.
-@compute @workgroup_size(64)
-fn matmul_tile(id: Ids) {
-    let at = tile_at(id);
-    if !at.live {
-        return;
-    }
+fn matmul_tile_body(at: TileAt) {
     let prm = matmul_p();
     let m = prm.m;
     let k = prm.k;

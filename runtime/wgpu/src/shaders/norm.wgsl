@@ -32,19 +32,6 @@ fn wg_reduce(lid: u32, v: f32, op: u32) -> f32 {
     return r;
 }
 
-// A cooperative kernel's workgroup: its row, live while within the rows the dispatch covers
-// (per = rows · WG per sample), and the thread's index in it.
-struct RowAt {
-    live: bool,
-    row: u32,
-    lid: u32,
-}
-
-fn wg_row(id: Ids) -> RowAt {
-    let row = wg_index(id);
-    return RowAt(row < pu(P_BATCH) * (pu(P_PER) / WG), row, id.lid3.x);
-}
-
 // Layer norm. Rows of d features, each `inner` elements after the previous, in blocks of
 // d·inner: the last axis is inner = 1 (row g at g·d); channels-first [C, S] per sample is d = C,
 // inner = S (row g at (g / S)·C·S + g % S). Two passes as on the CPU: the mean, then the centred
@@ -93,12 +80,7 @@ fn ln_write(x: u32, y: u32, inner: u32, i0: u32, step: u32, d: u32, mean: f32, i
     }
 }
 
-@compute @workgroup_size(64)
-fn layer_norm(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn layer_norm_body(it: Item) {
     let prm = layer_norm_p();
     let d = prm.d;
     let inner = prm.inner;
@@ -110,12 +92,7 @@ fn layer_norm(id: Ids) {
     ln_write(x, prm.y_base + first, inner, 0u, 1u, d, mean, inv);
 }
 
-@compute @workgroup_size(64)
-fn layer_norm_split(id: Ids) {
-    let at = wg_row(id);
-    if !at.live {
-        return;
-    }
+fn layer_norm_split_body(at: RowAt) {
     let prm = layer_norm_p();
     let lid = at.lid;
     let d = prm.d;
@@ -132,12 +109,7 @@ fn layer_norm_split(id: Ids) {
 // Softmax over rows of n. Parameters `SoftmaxP`: x_base, y_base, n. `softmax`: per = rows;
 // `softmax_split`: per = rows · WG. In place when x_base == y_base.
 
-@compute @workgroup_size(64)
-fn softmax(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn softmax_body(it: Item) {
     let prm = softmax_p();
     let n = prm.n;
     let x = prm.x_base + it.g * n;
@@ -156,12 +128,7 @@ fn softmax(id: Ids) {
     }
 }
 
-@compute @workgroup_size(64)
-fn softmax_split(id: Ids) {
-    let at = wg_row(id);
-    if !at.live {
-        return;
-    }
+fn softmax_split_body(at: RowAt) {
     let prm = softmax_p();
     let lid = at.lid;
     let n = prm.n;
@@ -211,12 +178,7 @@ fn reduce_part(x: u32, inner: u32, j0: u32, step: u32, n: u32, op: u32) -> f32 {
     return acc;
 }
 
-@compute @workgroup_size(64)
-fn reduce(id: Ids) {
-    let it = item(id);
-    if !it.live {
-        return;
-    }
+fn reduce_body(it: Item) {
     let prm = reduce_p();
     let g = it.g;
     let n = prm.n;
@@ -230,12 +192,7 @@ fn reduce(id: Ids) {
     act[prm.y_base + g] = acc;
 }
 
-@compute @workgroup_size(64)
-fn reduce_split(id: Ids) {
-    let at = wg_row(id);
-    if !at.live {
-        return;
-    }
+fn reduce_split_body(at: RowAt) {
     let prm = reduce_p();
     let g = at.row;
     let lid = at.lid;

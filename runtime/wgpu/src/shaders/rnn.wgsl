@@ -28,17 +28,12 @@ fn tanh_(x: f32) -> f32 {
     return select(t, -t, x < 0.0);
 }
 
-@compute @workgroup_size(64)
-fn rnn(id: Ids) {
+fn rnn_body(at: RowAt) {
     let prm = rnn_p();
-    let wg = wg_index(id);
     let dirs = prm.dirs;
-    if wg >= pu(P_BATCH) * dirs {
-        return;
-    }
-    let lid = id.lid3.x;
-    let s = wg / dirs;
-    let d = wg % dirs;
+    let lid = at.lid;
+    let s = at.row / dirs;
+    let d = at.row % dirs;
     let t_len = prm.t;
     let h_n = prm.hidden;
     let gru = prm.cell == 1u;
