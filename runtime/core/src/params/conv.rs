@@ -1,37 +1,34 @@
 //! 2-D convolution geometry: [`Conv2dParams`] of a `Conv2d` node, checked against its input and
 //! weight shapes.
 
+use super::Window2d;
 use crate::error::{expect_eq, ShapeError};
+use core::ops::Deref;
 use kestrel_format::ops::Conv2d;
 use kestrel_format::Shape;
 
-/// Shapes and hyper-parameters of a 2-D convolution.
+/// Shapes and hyper-parameters of a 2-D convolution: channels and groups around the
+/// [`Window2d`] its kernel slides (whose fields read through, `p.kh`, `p.oh`, …).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Conv2dParams {
     /// Input channels C.
     pub c: usize,
-    /// Input height H.
-    pub h: usize,
-    /// Input width W.
-    pub w: usize,
     /// Output channels O.
     pub o: usize,
-    /// Kernel height.
-    pub kh: usize,
-    /// Kernel width.
-    pub kw: usize,
-    /// Stride (h, w).
-    pub stride: [usize; 2],
-    /// Padding (top, left, bottom, right).
-    pub pad: [usize; 4],
-    /// Dilation (h, w).
-    pub dilation: [usize; 2],
     /// Groups g (C and O are multiples of g).
     pub groups: usize,
-    /// Output height H'.
-    pub oh: usize,
-    /// Output width W'.
-    pub ow: usize,
+    /// The kernel's window over the `H × W` input plane, and the output size `H' × W'`.
+    pub window: Window2d,
+}
+
+/// The window's fields, read through (the kernels read `p.kh`, `p.stride`, … as those of the
+/// convolution).
+impl Deref for Conv2dParams {
+    type Target = Window2d;
+    #[inline]
+    fn deref(&self) -> &Window2d {
+        &self.window
+    }
 }
 
 impl Conv2dParams {
@@ -60,16 +57,8 @@ impl Conv2dParams {
             return Err(ShapeError::Invalid { op: OP, what: "channels must be multiples of groups" });
         }
         expect_eq(OP, "weight input channels (C/groups)", c / groups, cg)?;
-        let out = |len: usize, p0: usize, p1: usize, k: usize, s: usize, d: usize| {
-            let span = d.checked_mul(k - 1)?.checked_add(1)?;
-            let padded = len.checked_add(p0)?.checked_add(p1)?;
-            (padded >= span).then(|| (padded - span) / s + 1)
-        };
-        let oh = out(h, pad[0], pad[2], kh, stride[0], dilation[0])
-            .ok_or(ShapeError::Invalid { op: OP, what: "output height would be < 1" })?;
-        let ow = out(wd, pad[1], pad[3], kw, stride[1], dilation[1])
-            .ok_or(ShapeError::Invalid { op: OP, what: "output width would be < 1" })?;
-        Ok(Self { c, h, w: wd, o, kh, kw, stride, pad, dilation, groups, oh, ow })
+        let window = Window2d::new(OP, [h, wd], [kh, kw], stride, pad, dilation)?;
+        Ok(Self { c, o, groups, window })
     }
 
     /// [`new`](Self::new) with an op's attributes, `x` its input's shape and `w` its weight's.

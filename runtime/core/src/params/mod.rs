@@ -5,8 +5,10 @@ mod conv;
 mod pool;
 mod rnn;
 mod slice;
+mod window;
 
 pub use conv::Conv2dParams;
 pub use pool::Pool2dParams;
 pub use rnn::{rnn_scratch, RnnCell, RnnParams};
 pub use slice::SliceParams;
+pub use window::Window2d;

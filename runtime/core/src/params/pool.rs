@@ -1,10 +1,13 @@
 //! 2-D pooling geometry: [`Pool2dParams`] of a `Pool2d` node, checked against its input shape.
 
+use super::Window2d;
 use crate::error::{expect_eq, ShapeError};
+use core::ops::Deref;
 use kestrel_format::ops::{Pool2d, PoolKind};
 use kestrel_format::Shape;
 
-/// Shapes and hyper-parameters of a 2-D pooling.
+/// Shapes and hyper-parameters of a 2-D pooling: what it computes around the [`Window2d`] it
+/// slides (whose fields read through, `p.kh`, `p.oh`, …).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pool2dParams {
     /// Max or average.
@@ -13,33 +16,20 @@ pub struct Pool2dParams {
     pub count_include_pad: bool,
     /// Channels C.
     pub c: usize,
-    /// Input height H.
-    pub h: usize,
-    /// Input width W.
-    pub w: usize,
-    /// Window height.
-    pub kh: usize,
-    /// Window width.
-    pub kw: usize,
-    /// Stride (h, w).
-    pub stride: [usize; 2],
-    /// Padding (top, left, bottom, right).
-    pub pad: [usize; 4],
-    /// Dilation (h, w).
-    pub dilation: [usize; 2],
-    /// Output height H'.
-    pub oh: usize,
-    /// Output width W'.
-    pub ow: usize,
+    /// The window over the `H × W` input plane, and the output size `H' × W'`.
+    pub window: Window2d,
     /// Output columns `inner[0] .. inner[1]` have every tap inside the input columns.
     pub inner: [usize; 2],
 }
 
-/// Output length along one axis (`None` if it would be < 1 or overflows).
-fn out_len(len: usize, k: usize, s: usize, d: usize, p0: usize, p1: usize) -> Option<usize> {
-    let span = d.checked_mul(k - 1)?.checked_add(1)?;
-    let padded = len.checked_add(p0)?.checked_add(p1)?;
-    (padded >= span).then(|| (padded - span) / s + 1)
+/// The window's fields, read through (the kernels read `p.kh`, `p.stride`, … and `p.row`,
+/// `p.col` as those of the pooling).
+impl Deref for Pool2dParams {
+    type Target = Window2d;
+    #[inline]
+    fn deref(&self) -> &Window2d {
+        &self.window
+    }
 }
 
 /// Whether each of the `out` windows along an axis has a tap inside the input `p0 .. p0 + len`
@@ -73,12 +63,8 @@ impl Pool2dParams {
         if count_include_pad && kind == PoolKind::Max {
             return Err(ShapeError::Invalid { op: OP, what: "count_include_pad applies to average pooling only" });
         }
-        let (c, h, w) = (x.dim(0), x.dim(1), x.dim(2));
-        let [kh, kw] = kernel;
-        let oh = out_len(h, kh, stride[0], dilation[0], pad[0], pad[2])
-            .ok_or(ShapeError::Invalid { op: OP, what: "output height would be < 1" })?;
-        let ow = out_len(w, kw, stride[1], dilation[1], pad[1], pad[3])
-            .ok_or(ShapeError::Invalid { op: OP, what: "output width would be < 1" })?;
+        let window = Window2d::new(OP, [x.dim(1), x.dim(2)], kernel, stride, pad, dilation)?;
+        let Window2d { h, w, kh, kw, oh, ow, .. } = window;
         if !every_window_hits(h, kh, stride[0], dilation[0], pad[0], oh)
             || !every_window_hits(w, kw, stride[1], dilation[1], pad[1], ow)
         {
@@ -89,7 +75,7 @@ impl Pool2dParams {
         let last = (w + pad[1] - 1).checked_sub((kw - 1) * dilation[1]).map_or(0, |v| v / stride[1] + 1);
         let hi = last.clamp(lo, ow);
         let inner = [lo, hi];
-        Ok(Self { kind, count_include_pad, c, h, w, kh, kw, stride, pad, dilation, oh, ow, inner })
+        Ok(Self { kind, count_include_pad, c: x.dim(0), window, inner })
     }
 
     /// [`new`](Self::new) with an op's attributes.
@@ -109,17 +95,5 @@ impl Pool2dParams {
     /// Output shape `[C, H', W']`.
     pub fn y_shape(&self) -> Option<Shape> {
         Shape::from_usize(&[self.c, self.oh, self.ow])
-    }
-
-    /// Input row of output row `i`'s tap `u`, if it is inside the input.
-    #[inline]
-    pub fn row(&self, i: usize, u: usize) -> Option<usize> {
-        (i * self.stride[0] + u * self.dilation[0]).checked_sub(self.pad[0]).filter(|&r| r < self.h)
-    }
-
-    /// Input column of output column `j`'s tap `v`, if it is inside the input.
-    #[inline]
-    pub fn col(&self, j: usize, v: usize) -> Option<usize> {
-        (j * self.stride[1] + v * self.dilation[1]).checked_sub(self.pad[1]).filter(|&c| c < self.w)
     }
 }
