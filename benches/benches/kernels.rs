@@ -5,9 +5,10 @@
 //!   rows × out × in, weights f32, f16, int8 (per-row scales), int4 (groups of 32) — f32
 //!   activations — and int8/int4 weights with calibrated int8 activations (`+q8act`).
 //!   Throughput is reported in FLOP/s (2 · rows · out · in per call).
-//! * `mechanism/<name>/T<t>_d<d>`: each fused mechanism kernel on one sample, f32 weights,
-//!   h = 1, non-causal, at the MNIST/Amazon shape (T = d = 64) and the CIFAR-100 shape
-//!   (T = d = 144), projections included.
+//! * `mechanism/<case>/T<t>_d<d>`: each mechanism as one fused layer, the one-layer model of the
+//!   shared case table (`kestrel::mechanisms`, built by `kestrel::demo::layer_model`) run by a
+//!   batch-1 session on one sample, f32 weights, h = 1, not causal, at the MNIST/Amazon shape
+//!   (T = d = 64) and the CIFAR-100 shape (T = d = 144), projections included.
 //!
 //! Weights and inputs are seeded pseudo-random values (timing only). Kernels dispatch to the
 //! best instruction set the CPU has (printed at start); `KESTREL_BENCH_ISA=scalar|avx2|...`
@@ -17,31 +18,19 @@
 #![allow(missing_docs)]
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kestrel_cpu::kernels::aft::{
-    aft_conv, aft_conv_scratch, aft_full, aft_full_scratch_fast, aft_local, aft_local_scratch, aft_simple,
-    aft_simple_scratch, AftBiasW, AftConvParams, AftConvWeights, AftFullParams, AftFullWeights, AftLocalParams,
-    AftLocalWeights, AftSimpleParams, AftSimpleWeights, Qkvo,
-};
-use kestrel_cpu::kernels::attention::{attention, attention_scratch_fast, AttentionParams, AttentionWeights};
-use kestrel_cpu::kernels::fastformer::{fastformer, fastformer_scratch, FastformerParams, FastformerWeights};
-use kestrel_cpu::kernels::linear::{linear_q8, ProjW};
+use kestrel::demo::layer_model;
+use kestrel::mechanisms::{Case, Mechanism};
+use kestrel::{Input, Model};
+use kestrel_cpu::kernels::linear::linear_q8;
 use kestrel_cpu::kernels::simd::{isa, set_isa, Isa};
-use kestrel_format::ops::{Activation, AttentionVariant};
+use kestrel_format::ops::Activation;
 use kestrel_format::weight::{EncodedWeight, ViewStore};
 use kestrel_format::{DType, WeightView};
 use std::time::Duration;
 
-/// xorshift values in [-scale, scale).
+/// Seeded values in [-scale, scale) (the facade's generator; timing only).
 fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
+    kestrel::demo::Rng::new(seed).vec(n, scale)
 }
 
 /// An encoded weight and the typed store its view borrows.
@@ -110,98 +99,39 @@ fn dense(c: &mut Criterion) {
     g.finish();
 }
 
-/// f32 projections `[out, in]` + bias, owned.
-struct Proj {
-    w: Vec<f32>,
-    b: Vec<f32>,
-    out: usize,
-    inp: usize,
-}
-
-impl Proj {
-    fn new(out: usize, inp: usize, seed: u64) -> Proj {
-        Proj { w: values(out * inp, seed, 1.0 / (inp as f32).sqrt()), b: values(out, seed + 1, 0.1), out, inp }
-    }
-    fn view(&self) -> ProjW<'_> {
-        ProjW {
-            w: WeightView::f32(self.out, self.inp, &self.w).expect("weight view"),
-            b: Some(WeightView::f32(1, self.out, &self.b).expect("bias view")),
-            act_scale: None,
-        }
-    }
-}
-
-fn f32_view(rows: usize, cols: usize, v: &[f32]) -> WeightView<'_> {
-    WeightView::f32(rows, cols, v).expect("view")
-}
-
-/// Runs one mechanism kernel under criterion: `run(x, y, scratch)`.
-fn bench_kernel(
-    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
-    name: &str,
-    t: usize,
-    d: usize,
-    scratch: usize,
-    mut run: impl FnMut(&[f32], &mut [f32], &mut [f32]),
-) {
-    let x = values(t * d, 7, 1.0);
-    let mut y = vec![0f32; t * d];
-    let mut s = vec![0f32; scratch];
-    g.bench_function(BenchmarkId::new(name, format!("T{t}_d{d}")), |b| {
-        b.iter(|| {
-            run(black_box(&x), &mut y, &mut s);
-            black_box(&y);
+/// The mechanism cases timed: every mechanism once, h = 1, not causal, as the paper's models
+/// (AFT-full with a full `[T, T]` bias, AFT-local's window 8 over a full `[T, T]` bias, AFT-conv
+/// 3×3), named as the shared table names them ([`Case::label`]).
+fn bench_cases() -> Vec<Case> {
+    Mechanism::ALL
+        .iter()
+        .map(|&m| match m {
+            Mechanism::AftFull => Case { rank: 0, ..Case::new(m) },
+            Mechanism::AftLocal => Case { window: 8, band: false, ..Case::new(m) },
+            _ => Case::new(m),
         })
-    });
+        .collect()
 }
 
+/// Each mechanism as the runtime runs it: the one-layer model of the shared case table
+/// (`kestrel::demo::layer_model`, f32 weights) in a batch-1 session, one sample per call.
 fn mechanisms(c: &mut Criterion) {
     let mut g = c.benchmark_group("mechanism");
     g.sample_size(30);
     for (t, d) in [(64usize, 64usize), (144, 144)] {
-        let (q, k, v, o) = (Proj::new(d, d, 11), Proj::new(d, d, 13), Proj::new(d, d, 15), Proj::new(d, d, 17));
-        let align = Proj::new(t, t, 19);
-        let scale = 1.0 / (d as f32).sqrt();
-        for &variant in AttentionVariant::ALL {
-            let name = &format!("{variant:?}").to_lowercase();
-            let p = AttentionParams { t, d, heads: 1, causal: false, scale, variant, int8: false };
-            let w = AttentionWeights {
-                q: q.view(),
-                k: variant.has_k().then(|| k.view()),
-                v: variant.has_v().then(|| v.view()),
-                align: variant.has_align().then(|| align.view()),
-                o: o.view(),
-            };
-            p.check(&w).expect("attention weights fit");
-            bench_kernel(&mut g, name, t, d, attention_scratch_fast(&p), |x, y, s| attention(&p, &w, x, y, s));
+        for case in bench_cases() {
+            let bytes = layer_model(&case, t, d, DType::F32, 11).expect("the case builds");
+            let model = Model::from_bytes(&bytes).expect("the built model loads");
+            let mut session = model.session(1).expect("a batch-1 session");
+            let x = values(t * d, 7, 1.0);
+            let mut y = vec![0f32; t * d];
+            g.bench_function(BenchmarkId::new(case.label(), format!("T{t}_d{d}")), |b| {
+                b.iter(|| {
+                    session.run(&[Input::F32(black_box(&x))], &mut [&mut y]).expect("the layer runs");
+                    black_box(&y);
+                })
+            });
         }
-        // AFT-full with a full T×T bias (as the paper's models).
-        let wb = values(t * t, 21, 0.5);
-        let p = AftFullParams { t, d, causal: false, rank: 0 };
-        let proj = Qkvo { q: q.view(), k: k.view(), v: v.view(), o: o.view() };
-        let w = AftFullWeights { proj, bias: AftBiasW::Full(f32_view(t, t, &wb)) };
-        p.check(&w).expect("aft-full weights fit");
-        bench_kernel(&mut g, "aft_full", t, d, aft_full_scratch_fast(&p), |x, y, s| aft_full(&p, &w, x, y, s));
-        let p = AftLocalParams { t, d, causal: false, window: 8 };
-        let w = AftLocalWeights { proj, w: f32_view(t, t, &wb) };
-        p.check(&w).expect("aft-local weights fit");
-        bench_kernel(&mut g, "aft_local_s8", t, d, aft_local_scratch(&p), |x, y, s| aft_local(&p, &w, x, y, s));
-        let p = AftSimpleParams { t, d, causal: false };
-        let w: AftSimpleWeights<'_> = proj;
-        p.check(&w).expect("aft-simple weights fit");
-        bench_kernel(&mut g, "aft_simple", t, d, aft_simple_scratch(&p), |x, y, s| aft_simple(&p, &w, x, y, s));
-        let side = (t as f64).sqrt() as usize; // 8×8 and 12×12 grids
-        let kc = Proj::new(1, d, 23);
-        let kernel = values(9, 25, 0.5);
-        let p = AftConvParams { t, d, heads: 1, kernel: 3, grid_h: side, grid_w: t / side };
-        let w = AftConvWeights { proj: Qkvo { k: kc.view(), ..proj }, w: f32_view(1, 9, &kernel) };
-        p.check(&w).expect("aft-conv weights fit");
-        bench_kernel(&mut g, "aft_conv_3x3", t, d, aft_conv_scratch(&p), |x, y, s| aft_conv(&p, &w, x, y, s));
-        let (wqa, wka) = (values(d, 27, scale), values(d, 29, scale));
-        let p = FastformerParams { t, d, heads: 1, scale };
-        let w = FastformerWeights { proj, wqa: f32_view(1, d, &wqa), wka: f32_view(1, d, &wka) };
-        p.check(&w).expect("fastformer weights fit");
-        bench_kernel(&mut g, "fastformer", t, d, fastformer_scratch(&p), |x, y, s| fastformer(&p, &w, x, y, s));
     }
     g.finish();
 }

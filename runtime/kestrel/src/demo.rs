@@ -76,6 +76,20 @@ fn mechanism(c: &mut Ctx<'_>, case: &Case, x: TensorId, t: usize, d: usize) -> R
     })
 }
 
+/// The one-layer model `x [t, d] → case → y [t, d]`, its weights drawn from a generator seeded
+/// with `seed` (uniform in ±1/√fan_in) and stored as `dtype`: what `kestrel bench scaling` and the
+/// kernel benchmarks time and the reference tests check, one builder for all of them.
+pub fn layer_model(case: &Case, t: usize, d: usize, dtype: DType, seed: u64) -> Result<Vec<u8>, Error> {
+    let mut b = ModelBuilder::new(&format!("{}-t{t}-d{d}", case.label()));
+    b.set_weight_dtype(dtype);
+    b.meta.task = "benchmark (random weights)".into();
+    let x = b.input("x", &[t, d])?;
+    let mut c = Ctx { b: &mut b, rng: Rng::new(seed), n: 0 };
+    let y = mechanism(&mut c, case, x, t, d)?;
+    b.output(y);
+    b.build()
+}
+
 /// A ViT-style classifier over a 1×16×16 image: 4×4 patches (T = 16, d = 32), position
 /// embedding, one pre-LN block per mechanism in [`CASES`] (each followed by a GELU MLP),
 /// mean pooling and a 10-way softmax head. Weights are stored as `dtype` (norms stay f32).

@@ -68,20 +68,8 @@ fn every_mechanism_case_matches_f64_interpreter() {
     }
     let (t, d) = (12usize, 8usize);
     for case in cases {
-        let mut b = kestrel::ModelBuilder::new("case");
-        b.set_weight_dtype(kestrel::format::DType::F32);
-        let x = b.input("x", &[t, d]).unwrap();
-        let mut rng = kestrel::demo::Rng::new(0xCA5E);
-        let mut n = 0;
-        let y = case
-            .add(&mut b, x, t, d, &mut |b, s| {
-                n += 1;
-                let v = rng.vec(s.dims.iter().product(), 1.0 / (s.fan_in as f32).sqrt());
-                b.weight(&format!("w{n}"), &s.dims, v)
-            })
-            .unwrap();
-        b.output(y);
-        let model = Model::from_bytes(&b.build().unwrap()).unwrap();
+        let bytes = kestrel::demo::layer_model(&case, t, d, kestrel::format::DType::F32, 0xCA5E).unwrap();
+        let model = Model::from_bytes(&bytes).unwrap();
         let mut rng = Rng::new(0xFEED);
         let x: Vec<f32> = (0..BATCH * t * d).map(|_| rng.uniform(1.0)).collect();
         let err = check(&case.label(), &model, &[Feed::F32(x)]);
