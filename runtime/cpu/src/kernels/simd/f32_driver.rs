@@ -309,6 +309,32 @@ impl NextBlock {
     }
 }
 
+/// The operands of one dense product, `y[r·ldy + o] = Σ_k x[r·K + k] · W[o, k] · scale(o)` for
+/// `r < rows`, `o < out` (`K = w.cols()`): what [`dots`], its GEMVs and the packed [`gemm`]
+/// take.
+pub(super) struct DenseOp<'a, L> {
+    /// The rows of `x`, `K` values each.
+    pub(super) x: &'a [f32],
+    /// Rows of `x` (and of `y`).
+    pub(super) rows: usize,
+    /// The weights, `out` rows of `K`.
+    pub(super) w: &'a L,
+    /// Outputs per row.
+    pub(super) out: usize,
+    /// Row 0's first output.
+    pub(super) y: *mut f32,
+    /// Row stride of `y` (`>= out`).
+    pub(super) ldy: usize,
+}
+
+impl<L> Clone for DenseOp<'_, L> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<L> Copy for DenseOp<'_, L> {}
+
 /// `R` rows of `x` (from `r0`) times `O` rows of `W` (from `o0`) over columns `k0..k1`
 /// (`k0 % V::L == 0`); the sums are stored in `y`, or added to it when `add`.
 #[inline(always)]
@@ -374,6 +400,30 @@ unsafe fn block<V: Vf, L: Load<V>, const R: usize, const O: usize>(
     }
 }
 
+/// [`block`] of `R` rows of `x` (from `r0`) against weight rows `o0` and `o0 + 1` (`pair`) or
+/// `o0` alone, nothing prefetched.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pair_block<V: Vf, L: Load<V>, const R: usize>(
+    pair: bool,
+    x: &[f32],
+    r0: usize,
+    w: &L,
+    o0: usize,
+    ldy: usize,
+    kr: (usize, usize, bool),
+    y: *mut f32,
+) {
+    // SAFETY: the caller's bounds, as `block`'s.
+    unsafe {
+        if pair {
+            block::<V, L, R, 2>(x, r0, w, o0, ldy, kr, y, NextBlock::NONE);
+        } else {
+            block::<V, L, R, 1>(x, r0, w, o0, ldy, kr, y, NextBlock::NONE);
+        }
+    }
+}
+
 /// The GEMV one weight row at a time (see the module notes): 8 accumulators of `V::L` lanes per
 /// row (`8·V::L` columns per step), added in a fixed tree, then the lanes, then the scalar
 /// column tail.
@@ -381,14 +431,8 @@ unsafe fn block<V: Vf, L: Load<V>, const R: usize, const O: usize>(
 /// # Safety
 /// As [`dots`].
 #[inline(always)]
-pub(super) unsafe fn gemv_stream<V: Vf, L: Load<V>>(
-    x: &[f32],
-    rows: usize,
-    w: &L,
-    out: usize,
-    y: *mut f32,
-    ldy: usize,
-) {
+pub(super) unsafe fn gemv_stream<V: Vf, L: Load<V>>(op: DenseOp<'_, L>) {
+    let DenseOp { x, rows, w, out, y, ldy } = op;
     const A: usize = 8;
     let inp = w.cols();
     let kv = inp / V::L * V::L;
@@ -453,21 +497,15 @@ pub(super) unsafe fn gemv_stream<V: Vf, L: Load<V>>(
 /// is valid for writes at `r·ldy + o` for every `r < rows`, `o < out` (`ldy >= out`), which no one
 /// else accesses meanwhile.
 #[inline(always)]
-pub(super) unsafe fn dots<V: DotKernel, L: Load<V>>(
-    x: &[f32],
-    rows: usize,
-    w: &L,
-    out: usize,
-    y: *mut f32,
-    ldy: usize,
-) {
+pub(super) unsafe fn dots<V: DotKernel, L: Load<V>>(op: DenseOp<'_, L>) {
+    let DenseOp { x, rows, w, out, ldy, .. } = op;
     let inp = w.cols();
     debug_assert!(x.len() >= rows * inp && ldy >= out);
     // SAFETY (both): the caller's contract.
     if rows < GEMV_MAX_ROWS && V::stream(L::LINE_COLS, inp) {
-        unsafe { gemv_stream::<V, L>(x, rows, w, out, y, ldy) }
+        unsafe { gemv_stream::<V, L>(op) }
     } else {
-        unsafe { dot_blocks::<V, L>(x, rows, w, out, y, ldy) }
+        unsafe { dot_blocks::<V, L>(op) }
     }
 }
 
@@ -476,14 +514,8 @@ pub(super) unsafe fn dots<V: DotKernel, L: Load<V>>(
 /// # Safety
 /// As [`dots`].
 #[inline(always)]
-pub(super) unsafe fn dot_blocks<V: DotKernel, L: Load<V>>(
-    x: &[f32],
-    rows: usize,
-    w: &L,
-    out: usize,
-    y: *mut f32,
-    ldy: usize,
-) {
+pub(super) unsafe fn dot_blocks<V: DotKernel, L: Load<V>>(op: DenseOp<'_, L>) {
+    let DenseOp { x, rows, w, out, y, ldy } = op;
     let inp = w.cols();
     // Column blocks outermost (partial sums accumulate in `y`), then weight-row blocks, then
     // rows of `x`.
@@ -513,19 +545,11 @@ pub(super) unsafe fn dot_blocks<V: DotKernel, L: Load<V>>(
                 let pair = o < o2;
                 let mut r = 0;
                 while r < r4 {
-                    if pair {
-                        block::<V, L, 4, 2>(x, r, w, o, ldy, kr, y, NextBlock::NONE);
-                    } else {
-                        block::<V, L, 4, 1>(x, r, w, o, ldy, kr, y, NextBlock::NONE);
-                    }
+                    pair_block::<V, L, 4>(pair, x, r, w, o, ldy, kr, y);
                     r += 4;
                 }
                 while r < rows {
-                    if pair {
-                        block::<V, L, 1, 2>(x, r, w, o, ldy, kr, y, NextBlock::NONE);
-                    } else {
-                        block::<V, L, 1, 1>(x, r, w, o, ldy, kr, y, NextBlock::NONE);
-                    }
+                    pair_block::<V, L, 1>(pair, x, r, w, o, ldy, kr, y);
                     r += 1;
                 }
                 o += if pair { 2 } else { 1 };
@@ -712,14 +736,8 @@ pub(super) unsafe fn panel_rows<V: GemmKernel, P: Panel, const MR: usize, const 
 /// `W` has `out` rows of `K` columns, and `y` points at `rows` rows of `out` writable f32 with
 /// row stride `ldy ≥ out`, which no one else accesses meanwhile.
 #[inline(always)]
-pub(super) unsafe fn gemm<V: GemmKernel, L: Load<V::Pack>, const MR: usize, const NV: usize>(
-    x: &[f32],
-    rows: usize,
-    w: &L,
-    out: usize,
-    y: *mut f32,
-    ldy: usize,
-) {
+pub(super) unsafe fn gemm<V: GemmKernel, L: Load<V::Pack>, const MR: usize, const NV: usize>(op: DenseOp<'_, L>) {
+    let DenseOp { x, rows, w, out, y, ldy } = op;
     let inp = w.cols();
     assert!(x.len() >= rows * inp && ldy >= out && NV * V::L <= NR_MAX && MR <= 8 && V::KC <= KC_MAX);
     if inp == 0 {

@@ -24,7 +24,9 @@
 //! summation order (`runtime/cpu/tests/simd.rs`).
 
 pub(super) use super::f32_driver::Vf;
-use super::f32_driver::{panel_rows, zero_rows, GemmKernel, Load, Panel, Strided, Tile, Weights, F32W, NR_MAX};
+use super::f32_driver::{
+    panel_rows, zero_rows, DenseOp, GemmKernel, Load, Panel, Strided, Tile, Weights, F32W, NR_MAX,
+};
 pub(super) use super::loaders::{Y, Z};
 use core::arch::x86_64::*;
 
@@ -395,14 +397,8 @@ unsafe fn ukernel_t<V: Vf, const MR: usize, const NV: usize>(
 /// # Safety
 /// As [`gemm`] (`y`: `rows` rows of `out` at stride `ldy`); `rows <= NV · V::L`.
 #[inline(always)]
-pub(super) unsafe fn gemm_small_m<V: Vf, const MR: usize, const NV: usize>(
-    x: &[f32],
-    rows: usize,
-    w: &F32W<'_>,
-    out: usize,
-    y: *mut f32,
-    ldy: usize,
-) {
+pub(super) unsafe fn gemm_small_m<V: Vf, const MR: usize, const NV: usize>(op: DenseOp<'_, F32W<'_>>) {
+    let DenseOp { x, rows, w, out, y, ldy } = op;
     let inp = w.cols();
     let nr = NV * V::L;
     assert!(x.len() >= rows * inp && ldy >= out && rows <= nr && nr <= NR_MAX);

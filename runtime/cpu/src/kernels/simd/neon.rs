@@ -7,7 +7,9 @@
 //! Tested under QEMU user mode (`.cargo/config.toml`) against the scalar kernels and the f64
 //! reference; not yet timed on aarch64 hardware.
 
-use super::f32_driver::{dots, gemm, weights, DotKernel, GemmKernel, Load, Panel, Tile, Vf, F16W, F32W, I4W, I8W};
+use super::f32_driver::{
+    dots, gemm, weights, DenseOp, DotKernel, GemmKernel, Load, Panel, Tile, Vf, F16W, F32W, I4W, I8W,
+};
 use core::arch::aarch64::*;
 use half::f16;
 use kestrel_format::WeightView;
@@ -189,10 +191,11 @@ pub unsafe fn matmul_wt(x: &[f32], rows: usize, w: &WeightView<'_>, y: &mut [f32
     assert!(x.len() >= rows * inp && y.len() >= rows * out);
     // SAFETY: lengths checked; the view's data lengths were validated by `WeightView::new`.
     unsafe {
+        let y = y.as_mut_ptr();
         if rows >= super::GEMM_MIN_ROWS {
-            weights!(w, l => gemm::<N2, _, 8, 1>(x, rows, l, out, y.as_mut_ptr(), out))
+            weights!(w, l => gemm::<N2, _, 8, 1>(DenseOp { x, rows, w: l, out, y, ldy: out }))
         } else {
-            weights!(w, l => dots::<N2, _>(x, rows, l, out, y.as_mut_ptr(), out))
+            weights!(w, l => dots::<N2, _>(DenseOp { x, rows, w: l, out, y, ldy: out }))
         }
     }
 }

@@ -7,7 +7,7 @@
 //! lanes below 4 rows), the packed GEMM of `gemm.rs` from there. Everything is `#[inline(always)]`
 //! into the `#[target_feature]` entry points, so it compiles for their ISA.
 
-use super::f32_driver::{dots, gemm as packed, weights, DotKernel, GemmKernel, Load, GEMV_MAX_ROWS};
+use super::f32_driver::{dots, gemm as packed, weights, DenseOp, DotKernel, GemmKernel, Load, GEMV_MAX_ROWS};
 use super::gemm;
 use super::loaders::{hsum, Y, Z};
 use super::q8_512;
@@ -88,15 +88,15 @@ pub unsafe fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
 /// # Safety
 /// The CPU must support AVX-512F, AVX2, FMA and F16C; the rest as [`super::f32_driver::dots`].
 #[inline(always)]
-unsafe fn gemv_avx512<L: Load<Z>>(x: &[f32], rows: usize, w: &L, out: usize, y: *mut f32, ldy: usize) {
+unsafe fn gemv_avx512<L: Load<Z>>(op: DenseOp<'_, L>) {
     /// Writes a not-inlined AVX-512 wrapper `$name` of the driver's `$f`.
     macro_rules! own_fn {
         ($name:ident, $f:ident) => {
             #[inline(never)]
             #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-            unsafe fn $name<L: Load<Z>>(x: &[f32], rows: usize, w: &L, out: usize, y: *mut f32, ldy: usize) {
+            unsafe fn $name<L: Load<Z>>(op: DenseOp<'_, L>) {
                 // SAFETY: the caller's contract.
-                unsafe { super::f32_driver::$f::<Z, L>(x, rows, w, out, y, ldy) }
+                unsafe { super::f32_driver::$f::<Z, L>(op) }
             }
         };
     }
@@ -104,10 +104,10 @@ unsafe fn gemv_avx512<L: Load<Z>>(x: &[f32], rows: usize, w: &L, out: usize, y: 
     own_fn!(blocks, dot_blocks);
     // SAFETY: the caller's contract.
     unsafe {
-        if <Z as DotKernel>::stream(L::LINE_COLS, w.cols()) {
-            stream(x, rows, w, out, y, ldy)
+        if <Z as DotKernel>::stream(L::LINE_COLS, op.w.cols()) {
+            stream(op)
         } else {
-            blocks(x, rows, w, out, y, ldy)
+            blocks(op)
         }
     }
 }
@@ -141,9 +141,9 @@ macro_rules! dense_entry_points {
             unsafe {
                 if !gemm_tiers::<$v, $($tiers),*>(x, rows, w, y, ldy) {
                     if rows < GEMV_MAX_ROWS {
-                        weights!(w, l => $gemv(x, rows, l, out, y, ldy))
+                        weights!(w, l => $gemv(DenseOp { x, rows, w: l, out, y, ldy }))
                     } else {
-                        weights!(w, l => dots::<Y, _>(x, rows, l, out, y, ldy))
+                        weights!(w, l => dots::<Y, _>(DenseOp { x, rows, w: l, out, y, ldy }))
                     }
                 }
             }
@@ -194,9 +194,9 @@ unsafe fn gemm_tiers<V: GemmKernel<Pack = Y>, const SMR: usize, const SNV: usize
     unsafe {
         let f32_rows = if let WeightData::F32(d) = w.data() { Some(d) } else { None };
         if let (Some(d), true) = (f32_rows, (gemm::MIN_ROWS..=gemm::SMALL_M_MAX).contains(&rows)) {
-            gemm::gemm_small_m::<V, SMR, SNV>(x, rows, &super::f32_driver::DenseW(d, inp), out, y, ldy)
+            gemm::gemm_small_m::<V, SMR, SNV>(DenseOp { x, rows, w: &super::f32_driver::DenseW(d, inp), out, y, ldy })
         } else if rows >= gemm::MIN_ROWS {
-            weights!(w, l => packed::<V, _, MR, NV>(x, rows, l, out, y, ldy))
+            weights!(w, l => packed::<V, _, MR, NV>(DenseOp { x, rows, w: l, out, y, ldy }))
         } else {
             return false;
         }
