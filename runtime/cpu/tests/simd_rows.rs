@@ -31,8 +31,9 @@ proptest! {
         }
         let (mut q, mut sc) = (vec![0i8; rows * cols], vec![0f32; rows]);
         let (mut q2, mut sc2) = (vec![0i8; rows * cols], vec![0f32; rows]);
-        let ok = simd::quantize_rows_i8(&x, rows, cols, stride, &mut q, &mut sc);
-        let ok2 = simd::quantize_rows_i8_scalar(&x, rows, cols, stride, &mut q2, &mut sc2);
+        let src = simd::StridedRows { src: &x, rows, cols, stride };
+        let ok = simd::quantize_rows_i8(src, &mut q, &mut sc);
+        let ok2 = simd::quantize_rows_i8_scalar(src, &mut q2, &mut sc2);
         prop_assert!(ok && ok2);
         prop_assert_eq!(&q, &q2);
         prop_assert_eq!(&sc, &sc2);
@@ -44,8 +45,9 @@ proptest! {
         }
         if bad != 0.0 {
             x[(rows - 1) * stride + cols - 1] = bad;
-            prop_assert!(!simd::quantize_rows_i8(&x, rows, cols, stride, &mut q, &mut sc));
-            prop_assert!(!simd::quantize_rows_i8_scalar(&x, rows, cols, stride, &mut q2, &mut sc2));
+            let src = simd::StridedRows { src: &x, rows, cols, stride };
+            prop_assert!(!simd::quantize_rows_i8(src, &mut q, &mut sc));
+            prop_assert!(!simd::quantize_rows_i8_scalar(src, &mut q2, &mut sc2));
         }
     }
 }

@@ -16,7 +16,7 @@
 //! caller's path), so such values propagate exactly as without this option.
 
 use crate::kernels::linear::matmul_nt_q8;
-use crate::kernels::simd::{abs_max, quantize_rows_i8};
+use crate::kernels::simd::{abs_max, quantize_rows_i8, StridedRows};
 use kestrel_format::{WeightData, WeightView};
 
 /// Heads narrower than this many columns, or over fewer keys, keep f32 products even with int8
@@ -63,14 +63,14 @@ impl<'s> Q8Head<'s> {
     /// Quantises `K_h [n, c]` (contiguous), a scale per key. False if a key is not finite.
     pub(crate) fn keys(&mut self, kh: &[f32], n: usize) -> bool {
         let c = self.c;
-        quantize_rows_i8(kh, n, c, c, &mut self.kq[..n * c], &mut self.ks[..n])
+        quantize_rows_i8(StridedRows { src: kh, rows: n, cols: c, stride: c }, &mut self.kq[..n * c], &mut self.ks[..n])
     }
 
     /// Quantises `V_hᵀ [c, n]` (contiguous), a scale per channel. False if a value is not
     /// finite.
     pub(crate) fn values_t(&mut self, vt: &[f32], n: usize) -> bool {
         let c = self.c;
-        quantize_rows_i8(vt, c, n, n, &mut self.vq[..c * n], &mut self.vs[..c])
+        quantize_rows_i8(StridedRows { src: vt, rows: c, cols: n, stride: n }, &mut self.vq[..c * n], &mut self.vs[..c])
     }
 
     /// `s [nb, n] = Q [nb, c] · K_hᵀ` over the first `n` keys, the queries quantised at one

@@ -50,6 +50,7 @@ pub use q8::{
 };
 pub use rows::{
     abs_max, axpy_rows, exp_excess, layer_norm_rows, quantize_rows_i8, quantize_rows_i8_scalar, transpose_f32,
+    StridedRows,
 };
 
 /// Rows from which the x86 dense kernels switch from dot products to the GEMM kernels (which

@@ -23,8 +23,9 @@
 //! Also here, on the same registers: int4 weights with calibrated activations ([`gemm_i4`]),
 //! the per-row int8 quantiser, abs-max and the 16 × 16 strided transpose.
 
-use super::q8_driver::{quantize_block, tiles, Buf, Q8Kernel, Tile};
+use super::q8_driver::{quantize_block, tiles, Buf, Q8Kernel, Q8Tile, Tile};
 use core::arch::x86_64::*;
+use core::ops::Range;
 
 /// Inputs per packed block (a multiple of 64).
 pub const KC: usize = 256;
@@ -138,14 +139,7 @@ pub(super) struct Avx512Vnni;
 // SAFETY: every method is called from the `avx512f,avx512bw,avx512vnni` entry points only
 // (`x86_q8.rs`), with the pointer contracts the trait states.
 unsafe impl Q8Kernel for Avx512Vnni {
-    const KC: usize = KC;
-    const RB: usize = RB;
-    const NR: usize = NR;
-    const MR: usize = MR;
-    const KG: usize = 4;
-    const GV: usize = 64;
-    const PAD: u8 = 128;
-    const OFFSET: bool = true;
+    const TILE: Q8Tile = Q8Tile { kc: KC, rb: RB, nr: NR, mr: MR, kg: 4, gv: 64, pad: 128 };
     type Bytes = __m512i;
     type Sums = __m512i;
     type Offset = [__m512i; 2];
@@ -180,29 +174,11 @@ unsafe impl Q8Kernel for Avx512Vnni {
 
     #[inline(always)]
     unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: usize, wp: *mut u8) -> [__m512i; 2] {
-        let (q, nrows, wp) = (w, n, wp.cast::<i32>());
-        // SAFETY: masked loads read only bytes k0..k0+kn of existing rows; stores < KC/4·32 words.
+        // SAFETY: rows o0..o0+n of `cols` bytes inside w (the contract); wp holds the panel.
         unsafe {
-            let ones = _mm512_set1_epi8(1);
-            let mut ws = [_mm512_setzero_si512(); 2];
-            for (h, wsum) in ws.iter_mut().enumerate() {
-                for blk in 0..kn.div_ceil(64) {
-                    let m = mask64(kn - 64 * blk);
-                    let mut r = [_mm512_setzero_si512(); 16];
-                    for (i, ri) in r.iter_mut().enumerate() {
-                        let o = h * 16 + i;
-                        if o < nrows {
-                            *ri = _mm512_maskz_loadu_epi8(m, q.add((o0 + o) * cols + k0 + 64 * blk));
-                        }
-                    }
-                    for (j, v) in transpose16(&r).into_iter().enumerate() {
-                        _mm512_store_si512(wp.add((16 * blk + j) * NR + 16 * h).cast(), v);
-                        *wsum = _mm512_dpbusd_epi32(*wsum, ones, v);
-                    }
-                }
-                *wsum = _mm512_slli_epi32::<7>(*wsum);
-            }
-            ws
+            let mut ws = [[_mm512_setzero_si512(); 2]];
+            pack_panel(&I8Rows { w, cols, o0, k0, kn }, n, kn, wp.cast(), &mut ws);
+            ws[0]
         }
     }
 
@@ -219,15 +195,7 @@ unsafe impl Q8Kernel for Avx512Vnni {
         // SAFETY: per the contract.
         unsafe {
             let mut a = [[_mm512_setzero_si512(); 2]; M];
-            for k in 0..k4n {
-                let b0 = _mm512_load_si512(wp.add(k * NR).cast());
-                let b1 = _mm512_load_si512(wp.add(k * NR + 16).cast());
-                for (i, ai) in a.iter_mut().enumerate() {
-                    let x = _mm512_set1_epi32(core::ptr::read_unaligned(xb.add(i * KC + 4 * k).cast::<i32>()));
-                    ai[0] = _mm512_dpbusd_epi32(ai[0], x, b0);
-                    ai[1] = _mm512_dpbusd_epi32(ai[1], x, b1);
-                }
-            }
+            panel_steps(&mut a, xb, wp, 0..k4n);
             let masks = [mask16(ncols), mask16(ncols.saturating_sub(16))];
             for (i, ai) in a.iter().enumerate() {
                 for h in 0..2 {
@@ -272,12 +240,6 @@ unsafe impl Q8Kernel for Avx512Vnni {
     }
 
     #[inline(always)]
-    unsafe fn load_full(p: *const i8) -> __m512i {
-        // SAFETY: the trait's contract.
-        unsafe { _mm512_loadu_si512(p.cast()) }
-    }
-
-    #[inline(always)]
     unsafe fn load_act(p: *const u8) -> __m512i {
         // SAFETY: the GEMV's rows start at multiples of 64 bytes in a 64-byte-aligned buffer.
         unsafe { _mm512_load_si512(p.cast()) }
@@ -310,6 +272,102 @@ unsafe impl Q8Kernel for Avx512Vnni {
     super::q8_driver::q8_gemv!(8, 4, 4);
 }
 
+/// `a[i][h] += Σ₄ x_i · w` over the steps `ks` (4 inputs each) of `M` quantised rows at `xb`
+/// (stride [`KC`]) and the packed panel `wp`: per step one broadcast of each row's 4 activation
+/// bytes and two `vpdpbusd` (the int8 and int4 tiles' product).
+///
+/// # Safety
+/// AVX-512F/VNNI in the caller; `xb` readable for `M` rows of `4 · ks.end` bytes, `wp` for
+/// `ks.end` steps of the panel (64-byte aligned).
+#[inline(always)]
+unsafe fn panel_steps<const M: usize>(a: &mut [[__m512i; 2]; M], xb: *const u8, wp: *const i32, ks: Range<usize>) {
+    // SAFETY: per the contract.
+    unsafe {
+        for k in ks {
+            let b0 = _mm512_load_si512(wp.add(k * NR).cast());
+            let b1 = _mm512_load_si512(wp.add(k * NR + 16).cast());
+            for (i, ai) in a.iter_mut().enumerate() {
+                let x = _mm512_set1_epi32(core::ptr::read_unaligned(xb.add(i * KC + 4 * k).cast::<i32>()));
+                ai[0] = _mm512_dpbusd_epi32(ai[0], x, b0);
+                ai[1] = _mm512_dpbusd_epi32(ai[1], x, b1);
+            }
+        }
+    }
+}
+
+/// A panel's weight rows, 64 inputs (one byte each, signed) at a time: [`pack_panel`]'s source.
+trait PanelRows {
+    /// Inputs `64·blk..64·blk + 64` of the panel's row `o` (zeros past the block's inputs).
+    ///
+    /// # Safety
+    /// AVX-512F/BW in the caller; row `o` and block `blk` inside the source.
+    unsafe fn load(&self, o: usize, blk: usize) -> __m512i;
+}
+
+/// int8 rows `o0..` of `w` (`cols` per row), inputs `k0..k0+kn`.
+struct I8Rows {
+    w: *const i8,
+    cols: usize,
+    o0: usize,
+    k0: usize,
+    kn: usize,
+}
+
+impl PanelRows for I8Rows {
+    #[inline(always)]
+    unsafe fn load(&self, o: usize, blk: usize) -> __m512i {
+        // SAFETY: the masked load reads only bytes k0..k0+kn of the row (the contract).
+        unsafe {
+            let m = mask64(self.kn - 64 * blk);
+            _mm512_maskz_loadu_epi8(m, self.w.add((self.o0 + o) * self.cols + self.k0 + 64 * blk))
+        }
+    }
+}
+
+/// Packs the panel of `nrows` (≤ 32) rows of `rows`, `kn` (≤ [`KC`]) inputs, into `wp` as
+/// `[k/4][32][4]` (16 × 16 transposes of 4-byte groups; rows past `nrows` zero) and sums each
+/// half's weights into `sums` (`128 · Σ w` once done): one sum per half (`G` = 1) or per
+/// group of 32 inputs (`G` = [`GROUPS`]).
+///
+/// # Safety
+/// AVX-512F/BW/VNNI in the caller; `rows` readable as [`PanelRows::load`] states for rows
+/// `< nrows` and blocks `< kn.div_ceil(64)`; `wp` writable for `KC / 4 · 32` words, 64-byte
+/// aligned.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // h indexes the sums and the panel
+unsafe fn pack_panel<R: PanelRows, const G: usize>(
+    rows: &R,
+    nrows: usize,
+    kn: usize,
+    wp: *mut i32,
+    sums: &mut [[__m512i; 2]; G],
+) {
+    // SAFETY: loads per the contract; stores < KC/4·32 words.
+    unsafe {
+        let ones = _mm512_set1_epi8(1);
+        *sums = [[_mm512_setzero_si512(); 2]; G];
+        for h in 0..2 {
+            for blk in 0..kn.div_ceil(64) {
+                let mut r = [_mm512_setzero_si512(); 16];
+                for (i, ri) in r.iter_mut().enumerate() {
+                    let o = h * 16 + i;
+                    if o < nrows {
+                        *ri = rows.load(o, blk);
+                    }
+                }
+                for (c, v) in transpose16(&r).into_iter().enumerate() {
+                    _mm512_store_si512(wp.add((16 * blk + c) * NR + 16 * h).cast(), v);
+                    let s = &mut sums[if G > 1 { 2 * blk + c / 8 } else { 0 }][h];
+                    *s = _mm512_dpbusd_epi32(*s, ones, v);
+                }
+            }
+        }
+        for v in sums.iter_mut().flatten() {
+            *v = _mm512_slli_epi32::<7>(*v);
+        }
+    }
+}
+
 // ---------------------------------------------------------------- int4 weights
 
 /// Groups of 32 inputs per [`KC`] block.
@@ -337,13 +395,31 @@ unsafe fn unpack_i4(p: *const u8, avail: usize, valid: usize) -> __m512i {
     }
 }
 
+/// int4 rows `o0..` of `q` (`row_bytes` per row), inputs `k0..k0+kn`, unpacked to bytes.
+struct I4Rows {
+    q: *const u8,
+    row_bytes: usize,
+    o0: usize,
+    k0: usize,
+    kn: usize,
+}
+
+impl PanelRows for I4Rows {
+    #[inline(always)]
+    unsafe fn load(&self, o: usize, blk: usize) -> __m512i {
+        let (kb, valid) = (self.k0 + 64 * blk, self.kn - 64 * blk);
+        // SAFETY: inside the row's bytes (the contract).
+        unsafe { unpack_i4(self.q.add((self.o0 + o) * self.row_bytes + kb / 2), self.row_bytes - kb / 2, valid) }
+    }
+}
+
 /// [`pack`] for int4 rows (`row_bytes` per row): the panel as int8, and `128 · Σ w` per group of
 /// 32 inputs (`wsg[g]`, two vectors of 16 outputs).
 ///
 /// # Safety
 /// As [`pack`]; rows `o0..o0+nrows` of `row_bytes` bytes inside `q`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // h indexes three arrays
+#[allow(clippy::too_many_arguments)]
 unsafe fn pack_i4(
     q: *const u8,
     row_bytes: usize,
@@ -354,33 +430,9 @@ unsafe fn pack_i4(
     wp: *mut i32,
     wsg: &mut [[__m512i; 2]; GROUPS],
 ) {
-    // SAFETY: loads stay inside each row's bytes; stores < KC/4·32 words.
-    unsafe {
-        let ones = _mm512_set1_epi8(1);
-        *wsg = [[_mm512_setzero_si512(); 2]; GROUPS];
-        for h in 0..2 {
-            for blk in 0..kn.div_ceil(64) {
-                let (kb, valid) = (k0 + 64 * blk, kn - 64 * blk);
-                let mut r = [_mm512_setzero_si512(); 16];
-                for (i, ri) in r.iter_mut().enumerate() {
-                    let o = h * 16 + i;
-                    if o < nrows {
-                        *ri = unpack_i4(q.add((o0 + o) * row_bytes + kb / 2), row_bytes - kb / 2, valid);
-                    }
-                }
-                for (c, v) in transpose16(&r).into_iter().enumerate() {
-                    _mm512_store_si512(wp.add((16 * blk + c) * NR + 16 * h).cast(), v);
-                    let g = &mut wsg[2 * blk + c / 8][h];
-                    *g = _mm512_dpbusd_epi32(*g, ones, v);
-                }
-            }
-        }
-        for g in wsg.iter_mut() {
-            for v in g.iter_mut() {
-                *v = _mm512_slli_epi32::<7>(*v);
-            }
-        }
-    }
+    let rows = I4Rows { q, row_bytes, o0, k0, kn };
+    // SAFETY: the rows inside q (the contract); wp holds the panel.
+    unsafe { pack_panel(&rows, nrows, kn, wp, wsg) }
 }
 
 /// [`tile`] for int4 weights: per group of 32 inputs the exact i32 sum is converted and scaled
@@ -406,15 +458,7 @@ unsafe fn tile_i4<const M: usize>(
         let mut part = [[_mm512_setzero_ps(); 2]; M];
         for g in 0..k4n.div_ceil(8) {
             let mut a = [[_mm512_setzero_si512(); 2]; M];
-            for k in 8 * g..(8 * g + 8).min(k4n) {
-                let b0 = _mm512_load_si512(wp.add(k * NR).cast());
-                let b1 = _mm512_load_si512(wp.add(k * NR + 16).cast());
-                for (i, ai) in a.iter_mut().enumerate() {
-                    let x = _mm512_set1_epi32(core::ptr::read_unaligned(xb.add(i * KC + 4 * k).cast::<i32>()));
-                    ai[0] = _mm512_dpbusd_epi32(ai[0], x, b0);
-                    ai[1] = _mm512_dpbusd_epi32(ai[1], x, b1);
-                }
-            }
+            panel_steps(&mut a, xb, wp, 8 * g..(8 * g + 8).min(k4n));
             for (pi, ai) in part.iter_mut().zip(&a) {
                 for h in 0..2 {
                     let v = _mm512_cvtepi32_ps(_mm512_sub_epi32(ai[h], wsg[g][h]));
@@ -496,23 +540,17 @@ pub(super) unsafe fn gemm_i4(op: &super::Q8Int4<'_>, y: &mut [f32]) {
 
 // ---------------------------------------------------------------- per-row quantisation
 
-/// Quantises `rows` rows of `cols` floats (row `r` at `src + r·stride`) to int8 with one scale
-/// per row, `max|x| / 127` (0 for an all-zero row), rounding to nearest even, into `q`
-/// (`rows·cols`, contiguous) and `scales`. Returns false as soon as a row holds ∞ or NaN (what was written is then
-/// meaningless).
+/// Quantises the rows of `src` to int8 with one scale per row, `max|x| / 127` (0 for an
+/// all-zero row), rounding to nearest even, into `q` (`rows·cols`, contiguous) and `scales`.
+/// Returns false as soon as a row holds ∞ or NaN (what was written is then meaningless).
 ///
 /// # Safety
-/// AVX-512F/BW in the caller; `src` readable for every row's `cols` floats, `q` writable for
+/// AVX-512F/BW in the caller; `src.src` holds every row's `cols` floats, `q` writable for
 /// `rows·cols` bytes, `scales` for `rows` floats.
 #[inline(always)]
-pub(super) unsafe fn quantize_rows(
-    src: *const f32,
-    rows: usize,
-    cols: usize,
-    stride: usize,
-    q: *mut i8,
-    scales: *mut f32,
-) -> bool {
+pub(super) unsafe fn quantize_rows(src: super::StridedRows<'_>, q: *mut i8, scales: *mut f32) -> bool {
+    let super::StridedRows { src, rows, cols, stride } = src;
+    let src = src.as_ptr();
     // SAFETY: masked loads within each row; stores within q and scales (the contract).
     unsafe {
         for r in 0..rows {

@@ -8,7 +8,7 @@
 //!   (8 × 8 transposes of 4-byte groups).
 //! * the GEMV (1–3 rows): weight rows read in place, 32 bytes per load.
 
-use super::q8_driver::{store_columns, Q8Kernel, SliceFinish, Tile};
+use super::q8_driver::{store_columns, Q8Kernel, Q8Tile, SliceFinish, Tile};
 use core::arch::x86_64::*;
 
 /// Inputs per packed block (a multiple of 32).
@@ -88,14 +88,7 @@ pub(super) struct AvxVnni;
 // SAFETY: every method is called from the `avx2,fma,f16c,avxvnni` entry points only
 // (`x86_q8.rs`), with the pointer contracts the trait states.
 unsafe impl Q8Kernel for AvxVnni {
-    const KC: usize = KC;
-    const RB: usize = RB;
-    const NR: usize = NR;
-    const MR: usize = MR;
-    const KG: usize = 4;
-    const GV: usize = 32;
-    const PAD: u8 = 128;
-    const OFFSET: bool = true;
+    const TILE: Q8Tile = Q8Tile { kc: KC, rb: RB, nr: NR, mr: MR, kg: 4, gv: 32, pad: 128 };
     type Bytes = __m256i;
     type Sums = __m256i;
     type Offset = [__m256i; 2];
@@ -234,12 +227,6 @@ unsafe impl Q8Kernel for AvxVnni {
     unsafe fn load_row(p: *const i8, k: usize, end: usize) -> __m256i {
         // SAFETY: the trait's contract.
         unsafe { load32(p, k, end) }
-    }
-
-    #[inline(always)]
-    unsafe fn load_full(p: *const i8) -> __m256i {
-        // SAFETY: the trait's contract.
-        unsafe { _mm256_loadu_si256(p.cast()) }
     }
 
     #[inline(always)]

@@ -29,29 +29,38 @@ pub(super) const GEMV_MAX_ROWS: usize = 4;
 #[repr(C, align(64))]
 pub(super) struct Buf<const N: usize>([u8; N]);
 
+/// An int8 kernel's block sizes and quantised zero ([`Q8Kernel::TILE`]), compile-time constants
+/// of the driver's loops.
+#[derive(Clone, Copy)]
+pub(super) struct Q8Tile {
+    /// Inputs per packed block (a multiple of `kg` and of `gv`).
+    pub kc: usize,
+    /// Rows of `x` quantised per block (`rb · kc` ≤ 16 KiB).
+    pub rb: usize,
+    /// Output features per packed panel.
+    pub nr: usize,
+    /// Rows per micro-kernel tile (≤ 8).
+    pub mr: usize,
+    /// Inputs a tile step consumes: quantised rows are padded with `pad` to a multiple.
+    pub kg: usize,
+    /// Bytes per GEMV step (one weight vector).
+    pub gv: usize,
+    /// The quantised zero (activations are stored offset by 128 where the product is
+    /// unsigned × signed).
+    pub pad: u8,
+}
+
 /// One ISA's pieces of the int8 GEMM and GEMV.
 ///
 /// # Safety
 /// Implementations are called only from their ISA's `#[target_feature]` entry points (see
 /// [`q8_entry_points!`]); each method's pointer contract is stated on it.
 pub(super) unsafe trait Q8Kernel {
-    /// Inputs per packed block (a multiple of [`Self::KG`] and of [`Self::GV`]).
-    const KC: usize;
-    /// Rows of `x` quantised per block (`RB · KC` ≤ 16 KiB).
-    const RB: usize;
-    /// Output features per packed panel.
-    const NR: usize;
-    /// Rows per micro-kernel tile (≤ 8).
-    const MR: usize;
-    /// Inputs a tile step consumes: quantised rows are padded with [`Self::PAD`] to a multiple.
-    const KG: usize;
-    /// Bytes per GEMV step (one weight vector).
-    const GV: usize;
-    /// The quantised zero (activations are stored offset by 128 where the product is
-    /// unsigned × signed).
-    const PAD: u8;
-    /// Whether the offset must be taken back (`128 · Σ w` per output).
-    const OFFSET: bool;
+    /// The kernel's blocking and padding.
+    const TILE: Q8Tile;
+    /// Whether the offset must be taken back (`128 · Σ w` per output): the activations are
+    /// stored offset (a non-zero [`Q8Tile::pad`]).
+    const OFFSET: bool = Self::TILE.pad != 0;
 
     /// A vector of weight or activation bytes.
     type Bytes: Copy;
@@ -68,7 +77,7 @@ pub(super) unsafe trait Q8Kernel {
     /// `x` readable and `out` writable for `n` elements.
     unsafe fn quantize(x: *const f32, n: usize, inv: f32, out: *mut u8);
 
-    /// Packs weight rows `o0..o0+n` (≤ `NR`; zeros past `n`), inputs `k0..k0+kn` (≤ `KC`;
+    /// Packs weight rows `o0..o0+n` (≤ `TILE.nr`; zeros past `n`), inputs `k0..k0+kn` (≤ `TILE.kc`;
     /// zeros past `kn` up to whole steps) into `wp`; returns the panel's offset correction.
     ///
     /// # Safety
@@ -76,7 +85,7 @@ pub(super) unsafe trait Q8Kernel {
     /// the panel (≤ 8 KiB, 64-byte aligned).
     unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: usize, wp: *mut u8) -> Self::Offset;
 
-    /// The finish of outputs `o0..o0+n` (n ≤ `NR`) of `fin`.
+    /// The finish of outputs `o0..o0+n` (n ≤ `TILE.nr`) of `fin`.
     ///
     /// # Safety
     /// `fin.scales` (and `fin.bias`) hold at least `o0 + n` values.
@@ -92,20 +101,25 @@ pub(super) unsafe trait Q8Kernel {
     fn zero() -> Self::Sums;
     /// A vector of zero bytes.
     fn zero_bytes() -> Self::Bytes;
-    /// `GV` bytes of row `p` from `k` (zeros past `end`).
+    /// `TILE.gv` bytes of row `p` from `k` (zeros past `end`).
     ///
     /// # Safety
-    /// Bytes `k..min(k + GV, end)` of `p` readable.
+    /// Bytes `k..min(k + TILE.gv, end)` of `p` readable.
     unsafe fn load_row(p: *const i8, k: usize, end: usize) -> Self::Bytes;
-    /// `GV` bytes of a row at `p` (all inside the row).
+    /// `TILE.gv` bytes of a row at `p` (all inside the row): [`Self::load_row`] of a whole step
+    /// (its check folds away: the plain load).
     ///
     /// # Safety
-    /// `p` readable for `GV` bytes.
-    unsafe fn load_full(p: *const i8) -> Self::Bytes;
-    /// `GV` quantised activation bytes at `p`.
+    /// `p` readable for `TILE.gv` bytes.
+    #[inline(always)]
+    unsafe fn load_full(p: *const i8) -> Self::Bytes {
+        // SAFETY: bytes 0..TILE.gv of p (the contract).
+        unsafe { Self::load_row(p, 0, Self::TILE.gv) }
+    }
+    /// `TILE.gv` quantised activation bytes at `p`.
     ///
     /// # Safety
-    /// `p` readable for `GV` bytes.
+    /// `p` readable for `TILE.gv` bytes.
     unsafe fn load_act(p: *const u8) -> Self::Bytes;
     /// `acc += Σ₄ x · w` per i32 lane.
     fn dot(acc: Self::Sums, x: Self::Bytes, w: Self::Bytes) -> Self::Sums;
@@ -128,10 +142,10 @@ pub(super) unsafe trait Q8Kernel {
     unsafe fn gemv(op: &Q8Operands<'_>, acc: &mut [i32]);
 }
 
-/// One micro-kernel tile's operands: `M` quantised rows (`xb`, stride `KC`, `kp` inputs, a
-/// multiple of `KG`) times the packed panel `wp`, into `acc` rows at stride `ldy`, first `ncols`
-/// (≤ `NR`) columns: added to what they hold (`load`) or stored, as i32 sums or, with a finish,
-/// as f32 in the same memory. `xb` must be readable for `M` rows of `kp` bytes at stride `KC`,
+/// One micro-kernel tile's operands: `M` quantised rows (`xb`, stride `TILE.kc`, `kp` inputs, a
+/// multiple of `TILE.kg`) times the packed panel `wp`, into `acc` rows at stride `ldy`, first `ncols`
+/// (≤ `TILE.nr`) columns: added to what they hold (`load`) or stored, as i32 sums or, with a finish,
+/// as f32 in the same memory. `xb` must be readable for `M` rows of `kp` bytes at stride `TILE.kc`,
 /// `wp` be a panel packed for `kp` inputs, `acc` writable for `M` rows of `ncols` at stride `ldy`.
 #[derive(Clone, Copy)]
 pub(super) struct Tile {
@@ -212,7 +226,7 @@ pub(super) unsafe fn store_columns(p: *mut i32, v: &[i32], ncols: usize, load: b
 }
 
 /// Quantises rows `r0..r0+rn` of `x` (`cols` per row), inputs `k0..k0+kn`, into `xb` (stride
-/// `stride`), each padded with `K::PAD` up to `kp` bytes.
+/// `stride`), each padded with `K::TILE.pad` up to `kp` bytes.
 ///
 /// # Safety
 /// The rows inside `x`; `xb` writable for `rn` rows of `kp ≤ stride` bytes.
@@ -234,7 +248,7 @@ pub(super) unsafe fn quantize_block<K: Q8Kernel>(
     unsafe {
         for i in 0..rn {
             K::quantize(x.add((r0 + i) * cols + k0), kn, inv, xb.add(i * stride));
-            core::ptr::write_bytes(xb.add(i * stride + kn), K::PAD, kp - kn);
+            core::ptr::write_bytes(xb.add(i * stride + kn), K::TILE.pad, kp - kn);
         }
     }
 }
@@ -278,8 +292,10 @@ pub(super) use tiles;
 #[inline(always)]
 pub(super) unsafe fn gemm<K: Q8Kernel>(op: &Q8Operands<'_>, acc: &mut [i32], fin: Option<&super::Q8Finish<'_>>) {
     let Q8Operands { x, rows, inv, w, cols, out } = *op;
+    let Q8Tile { kc, rb, nr, mr, kg, .. } = K::TILE;
     // The quantised block and the packed panel (KC·NR bytes) fit the stack buffers.
-    const { assert!(K::RB * K::KC <= XB && K::KC * K::NR <= WP && K::KC % K::KG == 0 && K::MR <= 8) };
+    const { assert!(K::TILE.rb * K::TILE.kc <= XB && K::TILE.kc * K::TILE.nr <= WP) };
+    const { assert!(K::TILE.kc % K::TILE.kg == 0 && K::TILE.mr <= 8) };
     debug_assert!(x.len() >= rows * cols && w.len() >= out * cols && acc.len() >= rows * out);
     debug_assert!(fin.is_none_or(|f| f.scales.len() >= out && f.bias.is_none_or(|b| b.len() >= out)));
     // Not initialised as a whole (16 + 8 KiB of stores per call cost more than a small layer's
@@ -293,17 +309,17 @@ pub(super) unsafe fn gemm<K: Q8Kernel>(op: &Q8Operands<'_>, acc: &mut [i32], fin
     // the buffers are read only where written (above).
     unsafe {
         let accp = acc.as_mut_ptr();
-        for r0 in (0..rows).step_by(K::RB) {
-            let rn = K::RB.min(rows - r0);
-            for k0 in (0..cols).step_by(K::KC) {
-                let kn = K::KC.min(cols - k0);
-                let kp = kn.next_multiple_of(K::KG);
-                quantize_block::<K>(x.as_ptr(), cols, r0, rn, k0, kn, kp, inv, xbm, K::KC);
+        for r0 in (0..rows).step_by(rb) {
+            let rn = rb.min(rows - r0);
+            for k0 in (0..cols).step_by(kc) {
+                let kn = kc.min(cols - k0);
+                let kp = kn.next_multiple_of(kg);
+                quantize_block::<K>(x.as_ptr(), cols, r0, rn, k0, kn, kp, inv, xbm, kc);
                 // Finishing to f32, the first block stores (the caller's memory is not read:
                 // no zeroing pass) and the last one finishes; otherwise every block adds.
-                let (load, last) = (k0 > 0 || fin.is_none(), k0 + K::KC >= cols);
-                for o0 in (0..out).step_by(K::NR) {
-                    let nn = K::NR.min(out - o0);
+                let (load, last) = (k0 > 0 || fin.is_none(), k0 + kc >= cols);
+                for o0 in (0..out).step_by(nr) {
+                    let nn = nr.min(out - o0);
                     let ws = K::pack(w.as_ptr(), cols, o0, nn, k0, kn, wpm);
                     let pf = match fin {
                         Some(f) if last => Some(K::finish(f, o0, nn)),
@@ -311,7 +327,7 @@ pub(super) unsafe fn gemm<K: Q8Kernel>(op: &Q8Operands<'_>, acc: &mut [i32], fin
                     };
                     let (pf, xbp, wpp) = (pf.as_ref(), xbm.cast_const(), wpm.cast_const());
                     let tile = |i: usize| Tile {
-                        xb: xbp.add(i * K::KC),
+                        xb: xbp.add(i * kc),
                         wp: wpp,
                         kp,
                         acc: accp.add((r0 + i) * out + o0),
@@ -319,7 +335,7 @@ pub(super) unsafe fn gemm<K: Q8Kernel>(op: &Q8Operands<'_>, acc: &mut [i32], fin
                         ncols: nn,
                         load,
                     };
-                    tiles!(rn, K::MR, |i, M| K::tile::<M>(&tile(i), &ws, pf));
+                    tiles!(rn, mr, |i, M| K::tile::<M>(&tile(i), &ws, pf));
                 }
             }
         }
@@ -334,8 +350,9 @@ pub(super) unsafe fn gemm<K: Q8Kernel>(op: &Q8Operands<'_>, acc: &mut [i32], fin
 #[inline(always)]
 pub(super) unsafe fn gemv_r<K: Q8Kernel, const R: usize, const O: usize>(op: &Q8Operands<'_>, acc: &mut [i32]) {
     let Q8Operands { x, inv, w, cols, out, .. } = *op;
+    let gv = K::TILE.gv;
     debug_assert!(x.len() >= R * cols && w.len() >= out * cols && acc.len() >= R * out && out > 0);
-    let ks = XS / R / K::GV * K::GV;
+    let ks = XS / R / gv * gv;
     // Not initialised as a whole (24 KiB of stores per call cost more than a small head's
     // product): each row's `GV · steps` bytes are written before they are read.
     let mut xb = MaybeUninit::<Buf<XS>>::uninit();
@@ -346,8 +363,8 @@ pub(super) unsafe fn gemv_r<K: Q8Kernel, const R: usize, const O: usize>(op: &Q8
         let (wq, accp) = (w.as_ptr(), acc.as_mut_ptr());
         for k0 in (0..cols).step_by(ks) {
             let kn = ks.min(cols - k0);
-            let steps = kn.div_ceil(K::GV);
-            quantize_block::<K>(x.as_ptr(), cols, 0, R, k0, kn, K::GV * steps, inv, xbm, ks);
+            let steps = kn.div_ceil(gv);
+            quantize_block::<K>(x.as_ptr(), cols, 0, R, k0, kn, gv * steps, inv, xbm, ks);
             for o0 in (0..out).step_by(O) {
                 let n = O.min(out - o0);
                 let row = |j: usize| wq.add((o0 + j) * cols + k0);
@@ -358,18 +375,14 @@ pub(super) unsafe fn gemv_r<K: Q8Kernel, const R: usize, const O: usize>(op: &Q8
                     if next {
                         // The next block's line at this column.
                         for j in 0..O {
-                            K::prefetch(wq.add((o0 + O + j).min(out - 1) * cols + k0 + K::GV * s));
+                            K::prefetch(wq.add((o0 + O + j).min(out - 1) * cols + k0 + gv * s));
                         }
                     }
                     // Whole steps load unmasked; the last partial one stops at the inputs' end.
-                    let (mut wv, full) = ([K::zero_bytes(); O], K::GV * (s + 1) <= kn);
+                    let (mut wv, full) = ([K::zero_bytes(); O], gv * (s + 1) <= kn);
                     for (j, v) in wv.iter_mut().enumerate() {
                         if j < n {
-                            *v = if full {
-                                K::load_full(row(j).add(K::GV * s))
-                            } else {
-                                K::load_row(row(j), K::GV * s, kn)
-                            };
+                            *v = if full { K::load_full(row(j).add(gv * s)) } else { K::load_row(row(j), gv * s, kn) };
                         }
                     }
                     if K::OFFSET {
@@ -378,7 +391,7 @@ pub(super) unsafe fn gemv_r<K: Q8Kernel, const R: usize, const O: usize>(op: &Q8
                         }
                     }
                     for (r, ar) in a.iter_mut().enumerate() {
-                        let xv = K::load_act(xbm.add(r * ks + K::GV * s));
+                        let xv = K::load_act(xbm.add(r * ks + gv * s));
                         for (aj, v) in ar.iter_mut().zip(&wv) {
                             *aj = K::dot(*aj, xv, *v);
                         }

@@ -15,7 +15,7 @@
 //!
 //! The `sdot` intrinsics are not stable in Rust, so the instruction is written in `asm!`.
 
-use super::q8_driver::{store_columns, Q8Kernel, SliceFinish, Tile};
+use super::q8_driver::{store_columns, Q8Kernel, Q8Tile, SliceFinish, Tile};
 use core::arch::aarch64::*;
 use core::arch::asm;
 
@@ -94,14 +94,7 @@ pub(super) struct DotProd;
 // SAFETY: every method is called from the `neon,dotprod` entry points only (below), with
 // the pointer contracts the trait states.
 unsafe impl Q8Kernel for DotProd {
-    const KC: usize = KC;
-    const RB: usize = RB;
-    const NR: usize = NR;
-    const MR: usize = MR;
-    const KG: usize = 16;
-    const GV: usize = 16;
-    const PAD: u8 = 0;
-    const OFFSET: bool = false;
+    const TILE: Q8Tile = Q8Tile { kc: KC, rb: RB, nr: NR, mr: MR, kg: 16, gv: 16, pad: 0 };
     type Bytes = int8x16_t;
     type Sums = int32x4_t;
     type Offset = ();
@@ -206,12 +199,6 @@ unsafe impl Q8Kernel for DotProd {
     unsafe fn load_row(p: *const i8, k: usize, end: usize) -> int8x16_t {
         // SAFETY: the trait's contract.
         unsafe { load16(p, k, end) }
-    }
-
-    #[inline(always)]
-    unsafe fn load_full(p: *const i8) -> int8x16_t {
-        // SAFETY: the trait's contract.
-        unsafe { vld1q_s8(p) }
     }
 
     #[inline(always)]

@@ -26,36 +26,37 @@ pub fn layer_norm_rows(x: &[f32], y: &mut [f32], d: usize, g: &[f32], b: &[f32],
     }
 }
 
-/// Quantises `rows` rows of `cols` floats (row `r` at `src[r·stride..]`) to int8 with a scale
-/// per row, `max|x| / 127` (0 for an all-zero row), rounding to nearest even: into `q`
-/// (`rows·cols`, contiguous) and `scales` (`rows`). Returns false if a row holds ∞ or NaN (the
-/// caller then keeps f32 arithmetic; what was written is meaningless). AVX-512 (F/BW): vector
-/// kernel; elsewhere the portable loop (the same bytes and scales).
-pub fn quantize_rows_i8(
-    src: &[f32],
-    rows: usize,
-    cols: usize,
-    stride: usize,
-    q: &mut [i8],
-    scales: &mut [f32],
-) -> bool {
+/// `rows` rows of `cols` floats in `src`, row `r` at `src[r·stride..]`: the input of the
+/// per-row int8 quantiser ([`quantize_rows_i8`]).
+#[derive(Clone, Copy, Debug)]
+pub struct StridedRows<'a> {
+    /// The floats.
+    pub src: &'a [f32],
+    /// Rows.
+    pub rows: usize,
+    /// Floats per row.
+    pub cols: usize,
+    /// Floats from one row's start to the next (`>= cols`).
+    pub stride: usize,
+}
+
+/// Quantises the rows of `src` to int8 with a scale per row, `max|x| / 127` (0 for an all-zero
+/// row), rounding to nearest even: into `q` (`rows·cols`, contiguous) and `scales` (`rows`).
+/// Returns false if a row holds ∞ or NaN (the caller then keeps f32 arithmetic; what was
+/// written is meaningless). AVX-512 (F/BW): vector kernel; elsewhere the portable loop (the
+/// same bytes and scales).
+pub fn quantize_rows_i8(src: StridedRows<'_>, q: &mut [i8], scales: &mut [f32]) -> bool {
     #[cfg(target_arch = "x86_64")]
     if isa() == Isa::Avx512 && has_avx512_vnni() {
         // SAFETY: AVX-512F/BW (with AVX2/FMA/F16C) detected; the kernel checks lengths.
-        return unsafe { x86::quantize_rows_i8_avx512(src, rows, cols, stride, q, scales) };
+        return unsafe { x86::quantize_rows_i8_avx512(src, q, scales) };
     }
-    quantize_rows_i8_scalar(src, rows, cols, stride, q, scales)
+    quantize_rows_i8_scalar(src, q, scales)
 }
 
 /// The portable [`quantize_rows_i8`].
-pub fn quantize_rows_i8_scalar(
-    src: &[f32],
-    rows: usize,
-    cols: usize,
-    stride: usize,
-    q: &mut [i8],
-    scales: &mut [f32],
-) -> bool {
+pub fn quantize_rows_i8_scalar(src: StridedRows<'_>, q: &mut [i8], scales: &mut [f32]) -> bool {
+    let StridedRows { src, rows, cols, stride } = src;
     for r in 0..rows {
         let row = &src[r * stride..r * stride + cols];
         if !row.iter().all(|v| v.is_finite()) {

@@ -41,20 +41,14 @@ pub unsafe fn transpose_f32_avx512(
 /// # Safety
 /// The CPU must support AVX-512F and AVX-512BW (plus AVX2, FMA, F16C).
 #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
-pub unsafe fn quantize_rows_i8_avx512(
-    src: &[f32],
-    rows: usize,
-    cols: usize,
-    stride: usize,
-    q: &mut [i8],
-    scales: &mut [f32],
-) -> bool {
+pub unsafe fn quantize_rows_i8_avx512(src: super::StridedRows<'_>, q: &mut [i8], scales: &mut [f32]) -> bool {
+    let super::StridedRows { src: x, rows, cols, stride } = src;
     if rows == 0 {
         return true;
     }
-    assert!(src.len() >= (rows - 1) * stride + cols && q.len() >= rows * cols && scales.len() >= rows);
+    assert!(x.len() >= (rows - 1) * stride + cols && q.len() >= rows * cols && scales.len() >= rows);
     // SAFETY: features per the contract; lengths checked.
-    unsafe { q8_512::quantize_rows(src.as_ptr(), rows, cols, stride, q.as_mut_ptr(), scales.as_mut_ptr()) }
+    unsafe { q8_512::quantize_rows(src, q.as_mut_ptr(), scales.as_mut_ptr()) }
 }
 
 super::q8_driver::q8_entry_points!(
