@@ -92,7 +92,7 @@ proptest! {
     fn aft_full_matches_reference(
         t in 1usize..=24, d in dim(), causal: bool, rank in 0usize..=5, dt in dtype(), seed: u64,
     ) {
-        let p = AftFullParams { t, d, causal, rank };
+        let p = AftFullParams { shape: AftShape { t, d, causal }, rank };
         let (mut rng, x) = seeded_input(seed, t * d);
         let mut layer = AftFullLayer::random(&mut rng, dt, &p, 0.0);
         let want = layer.reference(&p, &x);
@@ -105,7 +105,7 @@ proptest! {
         t in 1usize..=24, d in dim(), causal: bool, window in 1usize..=28, dt in dtype(),
         seed: u64,
     ) {
-        let p = AftLocalParams { t, d, causal, window };
+        let p = AftLocalParams { shape: AftShape { t, d, causal }, window };
         let (mut rng, x) = seeded_input(seed, t * d);
         let mut layer = AftLocalLayer::random(&mut rng, dt, &p, 0.0);
         let want = layer.reference(&p, &x);
@@ -172,12 +172,12 @@ proptest! {
                 (l.run(&p, &x), l.run(&p, &x2), true)
             }
             4 => {
-                let p = AftFullParams { t, d, causal: true, rank: 0 };
+                let p = AftFullParams { shape: AftShape { t, d, causal: true }, rank: 0 };
                 let mut l = AftFullLayer::random(&mut rng, dt, &p, 0.0);
                 (l.run(&p, &x), l.run(&p, &x2), false)
             }
             5 => {
-                let p = AftLocalParams { t, d, causal: true, window: 1 + (seed % 4) as usize };
+                let p = AftLocalParams { shape: AftShape { t, d, causal: true }, window: 1 + (seed % 4) as usize };
                 let mut l = AftLocalLayer::random(&mut rng, dt, &p, 0.0);
                 (l.run(&p, &x), l.run(&p, &x2), false)
             }
@@ -212,7 +212,7 @@ fn large_keys_are_stable() {
             let what = format!("{dt:?} causal={causal}");
 
             for rank in [0, 3] {
-                let p = AftFullParams { t, d, causal, rank };
+                let p = AftFullParams { shape: AftShape { t, d, causal }, rank };
                 let mut l = AftFullLayer::random(&mut rng, dt, &p, 100.0);
                 let want = l.reference(&p, &x);
                 assert_close(&format!("aft_full rank {rank} {what}"), &l.run(&p, &x), &want, F32_KERNEL);
@@ -220,7 +220,7 @@ fn large_keys_are_stable() {
                 assert_close(&format!("aft_full rank {rank} row-wise {what}"), &got, &want, F32_KERNEL);
             }
 
-            let p = AftLocalParams { t, d, causal, window: 2 };
+            let p = AftLocalParams { shape: AftShape { t, d, causal }, window: 2 };
             let mut l = AftLocalLayer::random(&mut rng, dt, &p, 100.0);
             assert_close(&format!("aft_local {what}"), &l.run(&p, &x), &l.reference(&p, &x), F32_KERNEL);
 
@@ -267,9 +267,9 @@ fn aft_local_with_window_at_least_t_equals_aft_full() {
                 let mut rng = Rng::new(40 + n as u64);
                 let d = 8;
                 let x = rng.normal_vec(t * d);
-                let pl = AftLocalParams { t, d, causal, window: t + extra };
+                let pl = AftLocalParams { shape: AftShape { t, d, causal }, window: t + extra };
                 let mut local = AftLocalLayer::random(&mut rng, dt, &pl, 0.0);
-                let pf = AftFullParams { t, d, causal, rank: 0 };
+                let pf = AftFullParams { shape: AftShape { t, d, causal }, rank: 0 };
                 let w = Some(TW::new(DType::F32, t, t, &local.w_values()));
                 let mut full = AftFullLayer { p: local.p_decoded(), w, uv: None };
                 let yl = local.run(&pl, &x);
@@ -288,7 +288,7 @@ fn aft_local_keeps_global_connectivity() {
         let (t, d) = (16, 8);
         let mut rng = Rng::new(11);
         let x = rng.normal_vec(t * d);
-        let p = AftLocalParams { t, d, causal, window: 1 };
+        let p = AftLocalParams { shape: AftShape { t, d, causal }, window: 1 };
         let mut l = AftLocalLayer::random(&mut rng, DType::F32, &p, 0.0);
         let mut x2 = x.clone();
         // Token 10 is outside the s = 1 window of tokens 0..10 and of 11..16.
@@ -369,12 +369,12 @@ fn check_rejects_bad_shapes() {
     assert!(p.check(&w).is_ok());
     assert!(matches!(bad.check(&w), Err(ShapeError::Invalid { .. })));
 
-    let p = AftLocalParams { t: 5, d: 4, causal: false, window: 2 };
+    let p = AftLocalParams { shape: AftShape { t: 5, d: 4, causal: false }, window: 2 };
     let mut l = AftLocalLayer::random(&mut rng, DType::F32, &p, 0.0);
     let pr = &mut l.p;
     let w = AftLocalWeights { proj: pr.view(), w: l.w.view() };
     assert!(p.check(&w).is_ok());
-    for bad in [AftLocalParams { window: 0, ..p }, AftLocalParams { t: 6, ..p }] {
+    for bad in [AftLocalParams { window: 0, ..p }, AftLocalParams { shape: AftShape { t: 6, ..p.shape }, ..p }] {
         assert!(bad.check(&w).is_err(), "{bad:?}");
     }
 
@@ -387,12 +387,12 @@ fn check_rejects_bad_shapes() {
         assert!(bad.check(&w).is_err(), "{bad:?}");
     }
 
-    let p = AftFullParams { t: 5, d: 4, causal: false, rank: 2 };
+    let p = AftFullParams { shape: AftShape { t: 5, d: 4, causal: false }, rank: 2 };
     let mut l = AftFullLayer::random(&mut rng, DType::F32, &p, 0.0);
     let (u, v) = l.uv.as_mut().unwrap();
     let pr = &mut l.p;
     let bias = AftBiasW::Factorised { u: u.view(), v: v.view() };
-    let w = AftFullWeights { proj: pr.view(), bias };
+    let w = AftFullWeights { proj: pr.view(), w: bias };
     assert!(p.check(&w).is_ok());
     for bad in [AftFullParams { rank: 0, ..p }, AftFullParams { rank: 3, ..p }] {
         assert!(bad.check(&w).is_err(), "{bad:?}");
@@ -515,7 +515,7 @@ fn aft_full_over_several_query_blocks_matches_reference() {
     let mut rng = Rng::new(91);
     let x = rng.normal_vec(t * d);
     for (causal, rank) in [(false, 0), (true, 0), (false, 4), (true, 4)] {
-        let p = AftFullParams { t, d, causal, rank };
+        let p = AftFullParams { shape: AftShape { t, d, causal }, rank };
         let mut l = AftFullLayer::random(&mut rng, DTYPES[0], &p, 0.0);
         let want = l.reference(&p, &x);
         assert_close(&format!("{p:?}"), &l.run(&p, &x), &want, F32_KERNEL);
@@ -534,10 +534,10 @@ fn benchmark_size_matches_reference() {
             let mut l = AttnLayer::random(&mut rng, dt, &p);
             assert_close(&format!("{p:?} {dt:?}"), &l.run(&p, &x), &l.reference(&p, &x), F32_KERNEL);
         }
-        let p = AftFullParams { t, d, causal: false, rank: 16 };
+        let p = AftFullParams { shape: AftShape { t, d, causal: false }, rank: 16 };
         let mut l = AftFullLayer::random(&mut rng, dt, &p, 0.0);
         assert_close(&format!("{p:?} {dt:?}"), &l.run(&p, &x), &l.reference(&p, &x), F32_KERNEL);
-        let p = AftLocalParams { t, d, causal: true, window: 7 };
+        let p = AftLocalParams { shape: AftShape { t, d, causal: true }, window: 7 };
         let mut l = AftLocalLayer::random(&mut rng, dt, &p, 0.0);
         assert_close(&format!("{p:?} {dt:?}"), &l.run(&p, &x), &l.reference(&p, &x), F32_KERNEL);
         let p = AftSimpleParams { t, d, causal: false };

@@ -25,10 +25,10 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use kestrel::demo::Rng;
 use kestrel::format::{DType, TensorKind};
-use kestrel::{Input, Model, ModelBuilder};
+use kestrel::{Input, Model};
 use kestrel_cpu::kernels::aft::{
     aft_conv_scratch, aft_full_scratch_fast, aft_local_scratch, aft_simple_scratch, AftConvParams, AftFullParams,
-    AftLocalParams, AftSimpleParams,
+    AftLocalParams, AftShape,
 };
 use kestrel_cpu::kernels::attention::{attention_scratch_fast, AttentionParams};
 use kestrel_cpu::kernels::fastformer::{fastformer_scratch, FastformerParams};
@@ -167,23 +167,10 @@ fn check_sizes(m: Mechanism, t: usize, d: usize, heads: usize) -> Result<()> {
 }
 
 /// Builds the one-layer model `x [T, d] → m → y [T, d]` with seeded random weights (uniform,
-/// ±1/√fan_in), stored f32.
+/// ±1/√fan_in), stored f32 ([`kestrel::demo::layer_model`] of [`case`]).
 pub fn layer_model(m: Mechanism, t: usize, d: usize, heads: usize, seed: u64) -> Result<Vec<u8>> {
     check_sizes(m, t, d, heads)?;
-    let mut b = ModelBuilder::new(&format!("scaling-{}-t{t}-d{d}", m.name()));
-    b.set_weight_dtype(DType::F32);
-    b.meta.task = "benchmark (random weights)".into();
-    let x = b.input("x", &[t, d])?;
-    let mut rng = Rng::new(seed);
-    let mut i = 0;
-    let y = case(m, heads).add(&mut b, x, t, d, &mut |b, s| {
-        let n: usize = s.dims.iter().product();
-        let v = rng.vec(n, 1.0 / (s.fan_in.max(1) as f32).sqrt());
-        i += 1;
-        b.weight(&format!("w{}", i - 1), &s.dims, v)
-    })?;
-    b.output(y);
-    Ok(b.build()?)
+    Ok(kestrel::demo::layer_model(&case(m, heads), t, d, DType::F32, seed)?)
 }
 
 /// Memory of one layer model at one T.
@@ -219,13 +206,14 @@ pub fn predict(m: Mechanism, t: usize, d: usize, heads: usize) -> Result<Footpri
     let scale = 1.0 / ((d / heads) as f32).sqrt();
     let attention =
         |variant| attention_scratch_fast(&AttentionParams { t, d, heads, causal: false, scale, variant, int8: false });
+    let shape = AftShape { t, d, causal: false };
     let elems = match m {
         Mechanism::Standard | Mechanism::Optimised | Mechanism::Efficient | Mechanism::Super => {
             attention(m.attention_variant().context("internal: an attention mechanism without a variant")?)
         }
-        Mechanism::AftFull => aft_full_scratch_fast(&AftFullParams { t, d, causal: false, rank: AFT_FULL_RANK }),
-        Mechanism::AftLocal => aft_local_scratch(&AftLocalParams { t, d, causal: false, window: AFT_LOCAL_WINDOW }),
-        Mechanism::AftSimple => aft_simple_scratch(&AftSimpleParams { t, d, causal: false }),
+        Mechanism::AftFull => aft_full_scratch_fast(&AftFullParams { shape, rank: AFT_FULL_RANK }),
+        Mechanism::AftLocal => aft_local_scratch(&AftLocalParams { shape, window: AFT_LOCAL_WINDOW }),
+        Mechanism::AftSimple => aft_simple_scratch(&shape),
         Mechanism::AftConv => {
             let (grid_h, grid_w) = conv_grid(t);
             aft_conv_scratch(&AftConvParams { t, d, heads, kernel: AFT_CONV_KERNEL, grid_h, grid_w })

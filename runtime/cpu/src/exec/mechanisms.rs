@@ -10,7 +10,9 @@ use crate::kernels::attention::{
     attention_groups, attention_masked, attention_scratch, attention_scratch_fast, attention_scratch_groups,
     check_key_mask, AttentionParams, AttentionWeights,
 };
-use crate::kernels::fastformer::{fastformer, fastformer_scratch, FastformerParams, FastformerWeights};
+use crate::kernels::fastformer::{
+    fastformer, fastformer_scratch, FastformerParams, FastformerScores, FastformerWeights,
+};
 #[cfg(feature = "std")]
 use crate::threads::SharedMut;
 use kestrel_format::ops::{AftBias, MechanismOp, Op, Proj, TensorId};
@@ -86,14 +88,14 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
                     (AftBiasW::Factorised { u, v }, rank)
                 }
             };
-            let p = AftFullParams { t, d, causal: o.causal, rank };
-            let w = AftFullWeights { proj: qkvo(o.q, o.k, o.v, o.o)?, bias };
+            let p = AftFullParams { shape: AftShape { t, d, causal: o.causal }, rank };
+            let w = AftFullWeights { proj: qkvo(o.q, o.k, o.v, o.o)?, w: bias };
             p.check(&w)?;
             Prep::AftFull(p, w)
         }
         MechanismOp::AftLocal(o) => {
             let (t, d) = td(o.x)?;
-            let p = AftLocalParams { t, d, causal: o.causal, window: o.window as usize };
+            let p = AftLocalParams { shape: AftShape { t, d, causal: o.causal }, window: o.window as usize };
             let w = AftLocalWeights { proj: qkvo(o.q, o.k, o.v, o.o)?, w: weight(file, o.w)? };
             p.check(&w)?;
             Prep::AftLocal(p, w)
@@ -124,8 +126,7 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             let p = FastformerParams { t, d, heads: o.heads as usize, scale: o.scale };
             let w = FastformerWeights {
                 proj: qkvo(o.q, o.k, o.v, o.r)?,
-                wqa: weight(file, o.wqa)?,
-                wka: weight(file, o.wka)?,
+                w: FastformerScores { wqa: weight(file, o.wqa)?, wka: weight(file, o.wka)? },
             };
             p.check(&w)?;
             Prep::Fastformer(p, w)

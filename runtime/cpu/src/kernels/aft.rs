@@ -16,23 +16,30 @@
 //! underflows token t's sums (AFT-simple uses a running maximum and has no such limit).
 
 use crate::error::{expect_eq, ShapeError};
-pub use crate::kernels::attention::Qkvo;
 use crate::kernels::attention::{axpy, check_dims};
 use crate::kernels::attention::{block_rows, transpose_into};
+pub use crate::kernels::attention::{MechanismWeights, Qkvo};
 use crate::kernels::linear::matmul_nt;
 use crate::kernels::simd;
 use crate::math::{exp, exp_excess};
 use kestrel_format::WeightView;
 
-/// Sizes and flags of an AFT-full layer.
+/// Sizes and flags every AFT variant over a token sequence shares (full, local, simple).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AftFullParams {
+pub struct AftShape {
     /// Tokens T.
     pub t: usize,
     /// Features d.
     pub d: usize,
     /// Sum over t' ≤ t only.
     pub causal: bool,
+}
+
+/// Sizes and flags of an AFT-full layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AftFullParams {
+    /// Tokens, features, causal.
+    pub shape: AftShape,
     /// 0 for a full `[T, T]` bias; r for a factorised bias with u, v `[T, r]`.
     pub rank: usize,
 }
@@ -51,47 +58,24 @@ pub enum AftBiasW<'a> {
     },
 }
 
-/// The weights of an AFT-full layer.
-#[derive(Clone, Copy, Debug)]
-pub struct AftFullWeights<'a> {
-    /// W^Q, W^K, W^V and W^O `[d, d]`, with their biases.
-    pub proj: Qkvo<'a>,
-    /// Position bias.
-    pub bias: AftBiasW<'a>,
-}
+/// The weights of an AFT-full layer: the projections and the position bias.
+pub type AftFullWeights<'a> = MechanismWeights<'a, AftBiasW<'a>>;
 
 /// Sizes and flags of an AFT-local layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AftLocalParams {
-    /// Tokens T.
-    pub t: usize,
-    /// Features d.
-    pub d: usize,
-    /// Sum over t' ≤ t only.
-    pub causal: bool,
+    /// Tokens, features, causal.
+    pub shape: AftShape,
     /// Window s ≥ 1: w_tt' is used where |t − t'| < s and is 0 elsewhere.
     pub window: usize,
 }
 
-/// The weights of an AFT-local layer.
-#[derive(Clone, Copy, Debug)]
-pub struct AftLocalWeights<'a> {
-    /// W^Q, W^K, W^V and W^O `[d, d]`, with their biases.
-    pub proj: Qkvo<'a>,
-    /// w `[T, T]`, or its band `[T, 2s − 1]` (only |t − t'| < s is read).
-    pub w: WeightView<'a>,
-}
+/// The weights of an AFT-local layer: the projections and w `[T, T]`, or its band
+/// `[T, 2s − 1]` (only |t − t'| < s is read).
+pub type AftLocalWeights<'a> = MechanismWeights<'a, WeightView<'a>>;
 
-/// Sizes and flags of an AFT-simple layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AftSimpleParams {
-    /// Tokens T.
-    pub t: usize,
-    /// Features d.
-    pub d: usize,
-    /// Sum over t' ≤ t only.
-    pub causal: bool,
-}
+/// Sizes and flags of an AFT-simple layer: the shared ones alone.
+pub type AftSimpleParams = AftShape;
 
 /// The weights of an AFT-simple layer: its four projections.
 pub type AftSimpleWeights<'a> = Qkvo<'a>;
@@ -113,35 +97,43 @@ pub struct AftConvParams {
     pub grid_w: usize,
 }
 
-/// The weights of an AFT-conv layer.
-#[derive(Clone, Copy, Debug)]
-pub struct AftConvWeights<'a> {
-    /// W^Q, W^V and W^O `[d, d]`, W^K `[h, d]` (one key channel per head), with their biases.
-    pub proj: Qkvo<'a>,
-    /// w `[h, s, s]` viewed as `[h, s·s]`; as a PyTorch (cross-correlation) kernel, tap `(a, b)`
-    /// links token `(y, x)` to `(y + a − s/2, x + b − s/2)`.
-    pub w: WeightView<'a>,
+/// The weights of an AFT-conv layer: the projections (W^K `[h, d]`, one key channel per head)
+/// and w `[h, s, s]` viewed as `[h, s·s]`; as a PyTorch (cross-correlation) kernel, tap `(a, b)`
+/// links token `(y, x)` to `(y + a − s/2, x + b − s/2)`.
+pub type AftConvWeights<'a> = MechanismWeights<'a, WeightView<'a>>;
+
+impl AftShape {
+    /// Checks every weight of an AFT-simple layer against the sizes.
+    pub fn check(&self, w: &AftSimpleWeights<'_>) -> Result<(), ShapeError> {
+        self.check_proj("aft_simple", w)
+    }
+
+    /// T ≥ 1, d ≥ 1 and the four projections `[d, d]`, as `op`.
+    fn check_proj(&self, op: &'static str, proj: &Qkvo<'_>) -> Result<(), ShapeError> {
+        check_dims(op, self.t, self.d, 1)?;
+        proj.check(op, self.d, self.d)
+    }
 }
 
 impl AftFullParams {
     /// Checks every weight against the sizes.
     pub fn check(&self, w: &AftFullWeights<'_>) -> Result<(), ShapeError> {
         const OP: &str = "aft_full";
-        check_dims(OP, self.t, self.d, 1)?;
-        w.proj.check(OP, self.d, self.d)?;
-        match &w.bias {
+        self.shape.check_proj(OP, &w.proj)?;
+        let t = self.shape.t;
+        match &w.w {
             AftBiasW::Full(b) => {
                 expect_eq(OP, "rank (0 for a full bias)", 0, self.rank)?;
-                expect_eq(OP, "w rows", self.t, b.rows())?;
-                expect_eq(OP, "w cols", self.t, b.cols())
+                expect_eq(OP, "w rows", t, b.rows())?;
+                expect_eq(OP, "w cols", t, b.cols())
             }
             AftBiasW::Factorised { u, v } => {
                 if self.rank == 0 {
                     return Err(ShapeError::Invalid { op: OP, what: "factorised bias needs rank ≥ 1" });
                 }
-                expect_eq(OP, "u rows", self.t, u.rows())?;
+                expect_eq(OP, "u rows", t, u.rows())?;
                 expect_eq(OP, "u cols (rank)", self.rank, u.cols())?;
-                expect_eq(OP, "v rows", self.t, v.rows())?;
+                expect_eq(OP, "v rows", t, v.rows())?;
                 expect_eq(OP, "v cols (rank)", self.rank, v.cols())
             }
         }
@@ -152,29 +144,21 @@ impl AftLocalParams {
     /// Checks every weight against the sizes.
     pub fn check(&self, w: &AftLocalWeights<'_>) -> Result<(), ShapeError> {
         const OP: &str = "aft_local";
-        check_dims(OP, self.t, self.d, 1)?;
+        let AftShape { t, d, .. } = self.shape;
+        check_dims(OP, t, d, 1)?;
         if self.window == 0 {
             return Err(ShapeError::Invalid { op: OP, what: "window must be at least 1" });
         }
-        w.proj.check(OP, self.d, self.d)?;
-        expect_eq(OP, "w rows", self.t, w.w.rows())?;
-        match kestrel_format::ops::AftLocal::is_band(self.t, self.window, w.w.cols()) {
+        w.proj.check(OP, d, d)?;
+        expect_eq(OP, "w rows", t, w.w.rows())?;
+        match kestrel_format::ops::AftLocal::is_band(t, self.window, w.w.cols()) {
             Some(_) => Ok(()),
             None => Err(ShapeError::Invalid { op: OP, what: "w must be [T, T] or its band [T, 2s - 1] (2s - 1 < T)" }),
         }
     }
 
     fn band(&self) -> usize {
-        kestrel_format::ops::AftLocal::w_cols(self.t, self.window)
-    }
-}
-
-impl AftSimpleParams {
-    /// Checks every weight against the sizes.
-    pub fn check(&self, w: &AftSimpleWeights<'_>) -> Result<(), ShapeError> {
-        const OP: &str = "aft_simple";
-        check_dims(OP, self.t, self.d, 1)?;
-        w.check(OP, self.d, self.d)
+        kestrel_format::ops::AftLocal::w_cols(self.shape.t, self.window)
     }
 }
 
@@ -196,21 +180,23 @@ impl AftConvParams {
 
 /// f32 scratch elements [`aft_full`] needs for one sample.
 pub fn aft_full_scratch(p: &AftFullParams) -> usize {
-    3 * p.t * p.d + p.t + 2 * p.d + p.t.max(p.rank)
+    let AftShape { t, d, .. } = p.shape;
+    3 * t * d + t + 2 * d + t.max(p.rank)
 }
 
 /// f32 scratch elements for [`aft_full`]'s blocked GEMM path (what the planner reserves): a
 /// block of queries' weights `[qb, T]` (all queries up to T = 256, else 64: linear in T), the
 /// transposed `e^K` and `e^K ⊙ V`, and the block's numerators and denominators.
 pub fn aft_full_scratch_fast(p: &AftFullParams) -> usize {
-    let (t, d) = (p.t, p.d);
+    let AftShape { t, d, .. } = p.shape;
     let qb = block_rows(t);
     (4 * t * d + qb * t + 2 * qb * d + qb * p.rank.max(1) + t.max(p.rank)).max(aft_full_scratch(p))
 }
 
 /// f32 scratch elements [`aft_local`] needs for one sample.
 pub fn aft_local_scratch(p: &AftLocalParams) -> usize {
-    3 * p.t * p.d + 4 * p.d + p.band()
+    let AftShape { t, d, .. } = p.shape;
+    3 * t * d + 4 * d + p.band()
 }
 
 /// f32 scratch elements [`aft_simple`] needs for one sample.
@@ -263,7 +249,7 @@ pub fn aft_full(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mut [f
     if scratch.len() >= aft_full_scratch_fast(p) {
         return aft_full_blocked(p, w, x, y, scratch);
     }
-    let (t, d) = (p.t, p.d);
+    let AftShape { t, d, causal } = p.shape;
     let ([qb, e, ev], rest) = w.proj.project(x, t, d, scratch);
     let (ew, rest) = rest.split_at_mut(t);
     let (num, rest) = rest.split_at_mut(d);
@@ -272,9 +258,9 @@ pub fn aft_full(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mut [f
     exp_values(e, ev, d, num);
 
     for i in 0..t {
-        let n = if p.causal { i + 1 } else { t };
+        let n = if causal { i + 1 } else { t };
         let ew = &mut ew[..n];
-        match &w.bias {
+        match &w.w {
             AftBiasW::Full(b) => ew.copy_from_slice(&b.row(i, wbuf)[..n]),
             AftBiasW::Factorised { u, v } => {
                 let ui = u.row(i, wbuf);
@@ -296,7 +282,7 @@ pub fn aft_full(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mut [f
 
 /// [`aft_full`]'s blocked path (`scratch.len() >= aft_full_scratch_fast(p)`).
 fn aft_full_blocked(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-    let (t, d, rank) = (p.t, p.d, p.rank);
+    let (AftShape { t, d, causal }, rank) = (p.shape, p.rank);
     let qb = block_rows(t);
     let ([qbuf, e, ev], rest) = w.proj.project(x, t, d, scratch);
     let (et, rest) = rest.split_at_mut(t * d);
@@ -316,7 +302,7 @@ fn aft_full_blocked(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mu
         let i1 = (i0 + qb).min(t);
         let nb = i1 - i0;
         let eblk = &mut eb[..nb * t];
-        match &w.bias {
+        match &w.w {
             AftBiasW::Full(b) => {
                 for (r, row) in eblk.chunks_exact_mut(t).enumerate() {
                     row.copy_from_slice(&b.row(i0 + r, wbuf)[..t]);
@@ -332,7 +318,7 @@ fn aft_full_blocked(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mu
         }
         for (r, row) in eblk.chunks_exact_mut(t).enumerate() {
             // Keys this query sees: all, or (causal) up to itself; the rest weigh exactly 0.
-            let n = if p.causal { i0 + r + 1 } else { t };
+            let n = if causal { i0 + r + 1 } else { t };
             let m = row[..n].iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
             simd::exp_sub(&mut row[..n], m);
             row[n..].fill(0.0);
@@ -348,7 +334,7 @@ fn aft_full_blocked(p: &AftFullParams, w: &AftFullWeights<'_>, x: &[f32], y: &mu
 /// AFT-local, one sample: `x [T, d] -> y [T, d]`. Requires `p.check(w)` to have passed and
 /// `scratch.len() >= aft_local_scratch(p)`; `x` and `y` hold at least T·d elements.
 pub fn aft_local(p: &AftLocalParams, w: &AftLocalWeights<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-    let (t, d, s) = (p.t, p.d, p.window);
+    let (AftShape { t, d, causal }, s) = (p.shape, p.window);
     let ([qb, e, ev], rest) = w.proj.project(x, t, d, scratch);
     let (sum_ev, rest) = rest.split_at_mut(d);
     let (sum_e, rest) = rest.split_at_mut(d);
@@ -361,19 +347,19 @@ pub fn aft_local(p: &AftLocalParams, w: &AftLocalWeights<'_>, x: &[f32], y: &mut
 
     sum_ev.fill(0.0);
     sum_e.fill(0.0);
-    if !p.causal {
+    if !causal {
         for (evj, ej) in ev.chunks_exact(d).zip(e.chunks_exact(d)) {
             axpy(sum_ev, 1.0, evj);
             axpy(sum_e, 1.0, ej);
         }
     }
     for i in 0..t {
-        if p.causal {
+        if causal {
             axpy(sum_ev, 1.0, &ev[i * d..(i + 1) * d]);
             axpy(sum_e, 1.0, &e[i * d..(i + 1) * d]);
         }
         let lo = i.saturating_sub(s - 1);
-        let hi = if p.causal { i } else { i.saturating_add(s - 1).min(t - 1) };
+        let hi = if causal { i } else { i.saturating_add(s - 1).min(t - 1) };
         let n = hi - lo + 1;
         let band = if banded {
             // The stored band row, decoded whole (2s − 1 values); key lo is column lo + s − 1 − i.

@@ -104,6 +104,17 @@ pub struct Qkvo<'a> {
     pub o: ProjW<'a>,
 }
 
+/// The weights of an AFT-full, AFT-local, AFT-conv or Fastformer layer: its four projections
+/// and the mechanism's own weights `w` (what each holds: the layer's alias in `aft` or
+/// `fastformer`).
+#[derive(Clone, Copy, Debug)]
+pub struct MechanismWeights<'a, W> {
+    /// W^Q, W^K, W^V and W^O `[d, d]` with their biases (AFT-conv: W^K `[h, d]`).
+    pub proj: Qkvo<'a>,
+    /// The mechanism's position bias or scoring vectors.
+    pub w: W,
+}
+
 impl Qkvo<'_> {
     /// Checks the projections in the order q, k, v, o: W^K `[kout, d]`, the others `[d, d]`.
     pub(crate) fn check(&self, op: &'static str, d: usize, kout: usize) -> Result<(), ShapeError> {

@@ -7,7 +7,7 @@
 //! official `Linear(d, h)`); per-head c-vectors are the block-diagonal special case.
 
 use crate::error::{expect_eq, ShapeError};
-use crate::kernels::attention::{axpy, check_dims_scale, Qkvo};
+use crate::kernels::attention::{axpy, check_dims_scale, MechanismWeights};
 use crate::kernels::simd::softmax as softmax_in_place;
 use kestrel_format::WeightView;
 
@@ -26,16 +26,18 @@ pub struct FastformerParams {
     pub scale: f32,
 }
 
-/// The weights of a Fastformer layer.
+/// Fastformer's scoring vectors, one per head over all d features.
 #[derive(Clone, Copy, Debug)]
-pub struct FastformerWeights<'a> {
-    /// W^Q, W^K, W^V and W^R (as `o`) `[d, d]`, with their biases.
-    pub proj: Qkvo<'a>,
+pub struct FastformerScores<'a> {
     /// Query scoring vectors `[h, d]`.
     pub wqa: WeightView<'a>,
     /// Key scoring vectors `[h, d]`.
     pub wka: WeightView<'a>,
 }
+
+/// The weights of a Fastformer layer: W^Q, W^K, W^V and W^R (as `o`) `[d, d]` with their
+/// biases, and the scoring vectors.
+pub type FastformerWeights<'a> = MechanismWeights<'a, FastformerScores<'a>>;
 
 impl FastformerParams {
     /// Checks every weight against the sizes.
@@ -43,10 +45,10 @@ impl FastformerParams {
         check_dims_scale(OP, self.t, self.d, self.heads, self.scale)?;
         let d = self.d;
         w.proj.check(OP, d, d)?;
-        expect_eq(OP, "wqa rows (heads)", self.heads, w.wqa.rows())?;
-        expect_eq(OP, "wqa cols", d, w.wqa.cols())?;
-        expect_eq(OP, "wka rows (heads)", self.heads, w.wka.rows())?;
-        expect_eq(OP, "wka cols", d, w.wka.cols())
+        expect_eq(OP, "wqa rows (heads)", self.heads, w.w.wqa.rows())?;
+        expect_eq(OP, "wqa cols", d, w.w.wqa.cols())?;
+        expect_eq(OP, "wka rows (heads)", self.heads, w.w.wka.rows())?;
+        expect_eq(OP, "wka cols", d, w.w.wka.cols())
     }
 }
 
@@ -80,11 +82,11 @@ pub fn fastformer(p: &FastformerParams, w: &FastformerWeights<'_>, x: &[f32], y:
     let (g, rest) = rest.split_at_mut(d);
     let gk = &mut rest[..d];
 
-    pool(qb, p, &w.wqa, alpha, g);
+    pool(qb, p, &w.w.wqa, alpha, g);
     for row in kb.chunks_exact_mut(d) {
         row.iter_mut().zip(&*g).for_each(|(k, &g)| *k *= g);
     }
-    pool(kb, p, &w.wka, alpha, gk);
+    pool(kb, p, &w.w.wka, alpha, gk);
     for row in vb.chunks_exact_mut(d) {
         row.iter_mut().zip(&*gk).for_each(|(v, &g)| *v *= g);
     }

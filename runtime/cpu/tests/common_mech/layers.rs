@@ -168,13 +168,13 @@ pub struct AftFullLayer {
 
 impl AftFullLayer {
     pub fn random(rng: &mut Rng, dtype: DType, p: &AftFullParams, kshift: f32) -> Self {
-        let proj = Proj4::random(rng, dtype, p.d, p.d, kshift);
+        let proj = Proj4::random(rng, dtype, p.shape.d, p.shape.d, kshift);
         if p.rank == 0 {
-            Self { p: proj, w: Some(TW::random(rng, dtype, p.t, p.t, 1.0)), uv: None }
+            Self { p: proj, w: Some(TW::random(rng, dtype, p.shape.t, p.shape.t, 1.0)), uv: None }
         } else {
             let a = 1.0 / (p.rank as f64).sqrt();
-            let u = TW::random(rng, dtype, p.t, p.rank, a);
-            let v = TW::random(rng, dtype, p.t, p.rank, a);
+            let u = TW::random(rng, dtype, p.shape.t, p.rank, a);
+            let v = TW::random(rng, dtype, p.shape.t, p.rank, a);
             Self { p: proj, w: None, uv: Some((u, v)) }
         }
     }
@@ -182,13 +182,13 @@ impl AftFullLayer {
     pub fn bias(&self, p: &AftFullParams) -> Vec<f64> {
         match (&self.w, &self.uv) {
             (Some(w), _) => w.dec.clone(),
-            (None, Some((u, v))) => reference::aft_bias_from_factors(&u.dec, &v.dec, p.t, p.rank),
+            (None, Some((u, v))) => reference::aft_bias_from_factors(&u.dec, &v.dec, p.shape.t, p.rank),
             (None, None) => unreachable!(),
         }
     }
 
     pub fn reference(&self, p: &AftFullParams, x: &[f32]) -> Vec<f64> {
-        reference::aft_full(&to_f64(x), p.t, p.d, p.causal, &self.p.dense(), &self.bias(p))
+        reference::aft_full(&to_f64(x), p.shape.t, p.shape.d, p.shape.causal, &self.p.dense(), &self.bias(p))
     }
 
     /// The blocked path (the planner's scratch).
@@ -208,9 +208,9 @@ impl AftFullLayer {
             (None, None) => unreachable!(),
         };
         let pr = &mut self.p;
-        let w = AftFullWeights { proj: pr.view(), bias };
+        let w = AftFullWeights { proj: pr.view(), w: bias };
         p.check(&w).expect("valid aft_full shapes");
-        run(p.t * p.d, scratch, |y, s| aft_full(p, &w, x, y, s))
+        run(p.shape.t * p.shape.d, scratch, |y, s| aft_full(p, &w, x, y, s))
     }
 }
 
@@ -222,25 +222,31 @@ pub struct AftLocalLayer {
 
 impl AftLocalLayer {
     pub fn random(rng: &mut Rng, dtype: DType, p: &AftLocalParams, kshift: f32) -> Self {
-        Self { p: Proj4::random(rng, dtype, p.d, p.d, kshift), w: TW::random(rng, dtype, p.t, p.t, 1.0) }
+        Self {
+            p: Proj4::random(rng, dtype, p.shape.d, p.shape.d, kshift),
+            w: TW::random(rng, dtype, p.shape.t, p.shape.t, 1.0),
+        }
     }
 
     /// w stored as writers store it now: its band `[T, 2s − 1]` when that is narrower than T.
     pub fn random_band(rng: &mut Rng, dtype: DType, p: &AftLocalParams, kshift: f32) -> Self {
-        let cols = kestrel_format::ops::AftLocal::w_cols(p.t, p.window);
-        Self { p: Proj4::random(rng, dtype, p.d, p.d, kshift), w: TW::random(rng, dtype, p.t, cols, 1.0) }
+        let cols = kestrel_format::ops::AftLocal::w_cols(p.shape.t, p.window);
+        Self {
+            p: Proj4::random(rng, dtype, p.shape.d, p.shape.d, kshift),
+            w: TW::random(rng, dtype, p.shape.t, cols, 1.0),
+        }
     }
 
     pub fn reference(&self, p: &AftLocalParams, x: &[f32]) -> Vec<f64> {
         let dense = self.p.dense();
-        reference::aft_local(&to_f64(x), p.t, p.d, p.causal, p.window, &dense, &self.w.dec)
+        reference::aft_local(&to_f64(x), p.shape.t, p.shape.d, p.shape.causal, p.window, &dense, &self.w.dec)
     }
 
     pub fn run(&mut self, p: &AftLocalParams, x: &[f32]) -> Vec<f32> {
         let pr = &mut self.p;
         let w = AftLocalWeights { proj: pr.view(), w: self.w.view() };
         p.check(&w).expect("valid aft_local shapes");
-        run(p.t * p.d, aft_local_scratch(p), |y, s| aft_local(p, &w, x, y, s))
+        run(p.shape.t * p.shape.d, aft_local_scratch(p), |y, s| aft_local(p, &w, x, y, s))
     }
 }
 
@@ -313,7 +319,7 @@ impl FfLayer {
     }
 
     pub fn weights(&mut self) -> FastformerWeights<'_> {
-        FastformerWeights { proj: self.p.view(), wqa: self.wqa.view(), wka: self.wka.view() }
+        FastformerWeights { proj: self.p.view(), w: FastformerScores { wqa: self.wqa.view(), wka: self.wka.view() } }
     }
 
     pub fn run(&mut self, p: &FastformerParams, x: &[f32]) -> Vec<f32> {
