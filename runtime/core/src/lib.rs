@@ -5,6 +5,8 @@
 //!   arena plan's alignment. A backend adds its own per-node checks through
 //!   [`Model::parse_with`] (the CPU backend: its kernels' weight shapes and scratch).
 //! * [`shapes::output_shape`]: every op's output shape from its inputs' shapes.
+//! * [`cost`]: every op's FLOPs and compulsory bytes moved, from the file's shapes and
+//!   encodings (the profilers' roofline on every backend).
 //! * [`params`]: the geometry of convolutions, pooling, slices and recurrences, derived from a
 //!   node's shapes, that the CPU kernels and the wgpu lowering both read.
 //! * [`slots`]: what each input slot of an op accepts.
@@ -17,6 +19,7 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod cost;
 pub mod error;
 pub mod graph;
 mod input;

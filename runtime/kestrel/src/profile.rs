@@ -10,7 +10,8 @@
 //! (`chrome://tracing`, Perfetto) with one complete event per op per run.
 
 use crate::{Error, Input, Model};
-use kestrel_format::{KesFile, Op, TensorId, TensorKind};
+pub use kestrel_core::cost::{op_bytes, op_flops, weight_bytes};
+use kestrel_format::KesFile;
 use std::time::{Duration, Instant};
 
 /// Timings of one executed graph node over every measured run.
@@ -352,15 +353,6 @@ pub fn output_buffers(cpu: &kestrel_cpu::Model<'_>, batch: usize) -> Result<Vec<
     Ok(outs)
 }
 
-/// Bytes of weights (data and scales) in `file`.
-pub fn weight_bytes(file: &KesFile<'_>) -> u64 {
-    (0..file.tensor_count())
-        .filter_map(|id| file.tensor(id).ok())
-        .filter(|t| t.kind == TensorKind::Weight)
-        .map(|t| t.len + t.scale_len)
-        .sum()
-}
-
 /// The batch `inputs` hold: input 0's length over its per-sample size, an error unless it is a
 /// whole, non-empty batch.
 pub fn batch_of(cpu: &kestrel_cpu::Model<'_>, inputs: &[Input<'_>]) -> Result<usize, Error> {
@@ -377,145 +369,4 @@ pub fn batch_of(cpu: &kestrel_cpu::Model<'_>, inputs: &[Input<'_>]) -> Result<us
         )));
     }
     Ok(len / per)
-}
-
-fn numel(file: &KesFile<'_>, id: TensorId) -> Option<u64> {
-    file.tensor(id).ok()?.shape.numel().map(|n| n as u64)
-}
-
-fn dims(file: &KesFile<'_>, id: TensorId) -> Option<Vec<u64>> {
-    Some(file.tensor(id).ok()?.shape.dims().iter().map(|&d| u64::from(d)).collect())
-}
-
-/// `[T, d]` of a mechanism's input (the last two axes of its per-sample shape).
-fn tokens_dim(file: &KesFile<'_>, x: TensorId) -> Option<(u64, u64)> {
-    let d = dims(file, x)?;
-    match d.as_slice() {
-        [.., t, c] => Some((*t, *c)),
-        _ => None,
-    }
-}
-
-/// Floating-point operations of one sample of `op` (a multiply-add counts 2), where its shapes
-/// define them; `None` for data movement (reshape, transpose, embedding lookups).
-///
-/// Dense / conv / patch embedding: `2 · |y| · fan_in`; matmul: `2 · |y| · K`; attention:
-/// `2Td²` per projection, `2T²d` for the scores, for the weighted sum and (Super) for `W^A X`;
-/// AFT-full/local: `2Td²` per projection plus `4T·T'·d` for the two weighted sums (T' = T or the
-/// local window `2s−1`); AFT-conv: projections plus `4T·s²·d`; element-wise ops: `|y|`; layer
-/// norm: `8|x|`; softmax: `5|x|`; reductions: `|x|`; pooling: `|y| · kh·kw` (one max or add per
-/// window tap, padding taps included); LSTM/GRU: `2·T·(|w| + |r|)` for the input and recurrent
-/// products, `3·T` per gate row (two bias adds and an activation) and `4·T·dirs·H` for the state
-/// update.
-pub fn op_flops(file: &KesFile<'_>, op: &Op) -> Option<u64> {
-    let proj = |t: u64, d_in: u64, p: &kestrel_format::ops::Proj| -> Option<u64> {
-        let w = numel(file, p.w)?;
-        Some(2 * t * w + if p.b.is_some() { t * (w / d_in.max(1)) } else { 0 })
-    };
-    Some(match op {
-        Op::Dense(o) => {
-            let y = numel(file, o.y)?;
-            let out = *dims(file, o.y)?.last()?;
-            2 * y * (numel(file, o.proj.w)? / out.max(1))
-        }
-        Op::Conv2d(o) => {
-            let cout = *dims(file, o.proj.w)?.first()?;
-            2 * numel(file, o.y)? * (numel(file, o.proj.w)? / cout.max(1))
-        }
-        Op::PatchEmbed(o) => {
-            let out = *dims(file, o.y)?.last()?;
-            2 * numel(file, o.y)? * (numel(file, o.proj.w)? / out.max(1))
-        }
-        Op::MatMul(o) => 2 * numel(file, o.y)? * dims(file, o.a)?.last().copied()?,
-        Op::Attention(o) => {
-            let (t, d) = tokens_dim(file, o.x)?;
-            // `[G, T, d]`: G sequences.
-            let groups = numel(file, o.x)? / (t * d).max(1);
-            let mut f = proj(t, d, &o.q)? + proj(t, d, &o.o)?;
-            for p in [o.k, o.v].iter().flatten() {
-                f += proj(t, d, p)?;
-            }
-            if o.align.is_some() {
-                f += 2 * t * t * d;
-            }
-            groups * (f + 4 * t * t * d + 5 * t * t * u64::from(o.heads))
-        }
-        Op::AftFull(o) => {
-            let (t, d) = tokens_dim(file, o.x)?;
-            proj(t, d, &o.q)? + proj(t, d, &o.k)? + proj(t, d, &o.v)? + proj(t, d, &o.o)? + 4 * t * t * d
-        }
-        Op::AftLocal(o) => {
-            let (t, d) = tokens_dim(file, o.x)?;
-            let win = t.min(2 * u64::from(o.window).max(1) - 1);
-            proj(t, d, &o.q)? + proj(t, d, &o.k)? + proj(t, d, &o.v)? + proj(t, d, &o.o)? + 4 * t * win * d
-        }
-        Op::AftSimple(o) => {
-            let (t, d) = tokens_dim(file, o.x)?;
-            proj(t, d, &o.q)? + proj(t, d, &o.k)? + proj(t, d, &o.v)? + proj(t, d, &o.o)? + 6 * t * d
-        }
-        Op::AftConv(o) => {
-            let (t, d) = tokens_dim(file, o.x)?;
-            let s2 = u64::from(o.kernel) * u64::from(o.kernel);
-            proj(t, d, &o.q)? + proj(t, d, &o.k)? + proj(t, d, &o.v)? + proj(t, d, &o.o)? + 4 * t * s2 * d
-        }
-        Op::Fastformer(o) => {
-            let (t, d) = tokens_dim(file, o.x)?;
-            proj(t, d, &o.q)? + proj(t, d, &o.k)? + proj(t, d, &o.v)? + proj(t, d, &o.r)? + 8 * t * d
-        }
-        Op::LayerNorm(o) => 8 * numel(file, o.x)?,
-        Op::Softmax(o) => 5 * numel(file, o.x)?,
-        Op::Unary(o) => numel(file, o.y)?,
-        Op::Binary(o) => numel(file, o.y)?,
-        Op::Reduce(o) => numel(file, o.x)?,
-        Op::Pool2d(o) => numel(file, o.y)? * u64::from(o.kernel[0]) * u64::from(o.kernel[1]),
-        Op::Lstm(kestrel_format::ops::Lstm { x, w, r, direction, hidden, .. })
-        | Op::Gru(kestrel_format::ops::Gru { x, w, r, direction, hidden, .. }) => {
-            let t = *dims(file, *x)?.first()?;
-            let gate_rows = *dims(file, *w)?.first()?;
-            let states = direction.dirs() as u64 * u64::from(*hidden);
-            2 * t * (numel(file, *w)? + numel(file, *r)?) + 3 * t * gate_rows + 4 * t * states
-        }
-        Op::Reshape(_) | Op::Transpose(_) | Op::Slice(_) | Op::Embedding(_) => return None,
-    })
-}
-
-/// Bytes one run of `op` must move at batch `batch`, the denominator of its arithmetic
-/// intensity; `None` for a reshape (a view: nothing moves) or a tensor the file cannot describe.
-///
-/// Counted from the file's tensor table, so the same on every backend: each distinct activation
-/// input read once and the output written once, `batch ×` their per-sample bytes (f32, or i32
-/// token ids); each weight read once per run in its stored encoding, data plus scales (f32: 4
-/// bytes an element, f16: 2, int8: 1 plus an f32 scale per row, int4: ½ per element with rows
-/// padded to groups of 32, plus an f16 scale per group); an embedding reads only the table rows
-/// it gathers (`batch · T` of them) and the first `T` rows of its position table. This is the
-/// compulsory traffic of op-by-op execution: a kernel that re-reads its weights per sample or
-/// spills intermediates (attention scores) to memory moves more, so bytes / time is a lower
-/// bound on the achieved bandwidth.
-pub fn op_bytes(file: &KesFile<'_>, op: &Op, batch: u64) -> Option<u64> {
-    if matches!(op, Op::Reshape(_)) {
-        return None;
-    }
-    let mut ids: Vec<TensorId> = Vec::new();
-    op.for_each_input(|id| {
-        if !ids.contains(&id) {
-            ids.push(id);
-        }
-    });
-    let y = file.tensor(op.output()).ok()?;
-    let mut total = y.len.checked_mul(batch)?;
-    for id in ids {
-        let t = file.tensor(id).ok()?;
-        let stored = t.len.checked_add(t.scale_len)?;
-        total = total.checked_add(match (t.kind, op) {
-            (TensorKind::Activation, _) => t.len.checked_mul(batch)?,
-            (TensorKind::Weight, Op::Embedding(e)) if id == e.table || Some(id) == e.pos => {
-                let rows = u64::from(*t.shape.dims().first()?).max(1);
-                let tokens = numel(file, e.ids)?;
-                let gathered = if id == e.table { tokens.checked_mul(batch)? } else { tokens.min(rows) };
-                (stored / rows).checked_mul(gathered)?
-            }
-            (TensorKind::Weight, _) => stored,
-        })?;
-    }
-    Some(total)
 }
