@@ -31,7 +31,7 @@ pub struct Window2d {
 
 /// Output length along one axis (`None` if it would be < 1 or overflows).
 fn out_len(len: usize, k: usize, s: usize, d: usize, p0: usize, p1: usize) -> Option<usize> {
-    let span = d.checked_mul(k - 1)?.checked_add(1)?;
+    let span = d.checked_mul(k.checked_sub(1)?)?.checked_add(1)?;
     let padded = len.checked_add(p0)?.checked_add(p1)?;
     (padded >= span).then(|| (padded - span) / s + 1)
 }
