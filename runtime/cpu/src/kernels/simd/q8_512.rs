@@ -228,11 +228,17 @@ unsafe impl Q8Kernel for Avx512Vnni {
     }
 
     #[inline(always)]
+    unsafe fn load_full(p: *const i8) -> __m512i {
+        // SAFETY: the trait's contract.
+        unsafe { _mm512_loadu_si512(p.cast()) }
+    }
+
+    #[inline(always)]
     unsafe fn load_row(p: *const i8, k: usize, end: usize) -> __m512i {
         // SAFETY: bytes k..min(k + 64, end) of p (masked).
         unsafe {
             if k + 64 <= end {
-                _mm512_loadu_si512(p.add(k).cast())
+                Self::load_full(p.add(k))
             } else {
                 _mm512_maskz_loadu_epi8(mask64(end - k), p.add(k))
             }

@@ -26,21 +26,6 @@ unsafe fn dpbusd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
     unsafe { _mm256_dpbusd_avx_epi32(acc, a, b) }
 }
 
-/// 32 bytes of row `p` from `k` (zeros past `end`).
-#[inline(always)]
-unsafe fn load32(p: *const i8, k: usize, end: usize) -> __m256i {
-    // SAFETY: reads bytes k..min(k + 32, end) of p.
-    unsafe {
-        if k + 32 <= end {
-            _mm256_loadu_si256(p.add(k).cast())
-        } else {
-            let mut t = [0i8; 32];
-            core::ptr::copy_nonoverlapping(p.add(k), t.as_mut_ptr(), end.saturating_sub(k).min(32));
-            _mm256_loadu_si256(t.as_ptr().cast())
-        }
-    }
-}
-
 /// Transposes 8 rows of 8 four-byte groups: `out[c]` lane `r` = `r_in[r]` lane `c`.
 #[inline(always)]
 unsafe fn transpose8(r: &[__m256i; 8]) -> [__m256i; 8] {
@@ -142,7 +127,7 @@ unsafe impl Q8Kernel for AvxVnni {
                 for blk in 0..kn.div_ceil(32) {
                     let mut r = [_mm256_setzero_si256(); 8];
                     for (i, ri) in r.iter_mut().enumerate().take(n.saturating_sub(8 * h)) {
-                        *ri = load32(w.add((o0 + 8 * h + i) * cols + k0), 32 * blk, kn);
+                        *ri = Self::load_row(w.add((o0 + 8 * h + i) * cols + k0), 32 * blk, kn);
                     }
                     for (c, v) in transpose8(&r).into_iter().enumerate() {
                         _mm256_store_si256(wp.add((8 * blk + c) * NR + 8 * h).cast(), v);
@@ -224,13 +209,7 @@ unsafe impl Q8Kernel for AvxVnni {
     }
 
     #[inline(always)]
-    unsafe fn load_row(p: *const i8, k: usize, end: usize) -> __m256i {
-        // SAFETY: the trait's contract.
-        unsafe { load32(p, k, end) }
-    }
-
-    #[inline(always)]
-    unsafe fn load_act(p: *const u8) -> __m256i {
+    unsafe fn load_full(p: *const i8) -> __m256i {
         // SAFETY: the trait's contract.
         unsafe { _mm256_loadu_si256(p.cast()) }
     }

@@ -101,26 +101,40 @@ pub(super) unsafe trait Q8Kernel {
     fn zero() -> Self::Sums;
     /// A vector of zero bytes.
     fn zero_bytes() -> Self::Bytes;
-    /// `TILE.gv` bytes of row `p` from `k` (zeros past `end`).
+    /// `TILE.gv` bytes of a row at `p` (all inside the row).
+    ///
+    /// # Safety
+    /// `p` readable for `TILE.gv` bytes.
+    unsafe fn load_full(p: *const i8) -> Self::Bytes;
+    /// `TILE.gv` bytes of row `p` from `k` (zeros past `end`): [`Self::load_full`] of a whole
+    /// step, else of a zero-padded copy of the step's bytes (`q8_512` masks the load instead).
     ///
     /// # Safety
     /// Bytes `k..min(k + TILE.gv, end)` of `p` readable.
-    unsafe fn load_row(p: *const i8, k: usize, end: usize) -> Self::Bytes;
-    /// `TILE.gv` bytes of a row at `p` (all inside the row): [`Self::load_row`] of a whole step
-    /// (its check folds away: the plain load).
+    #[inline(always)]
+    unsafe fn load_row(p: *const i8, k: usize, end: usize) -> Self::Bytes {
+        const { assert!(Self::TILE.gv <= 64) };
+        // SAFETY: reads bytes k..min(k + gv, end) of p (the contract); `t` holds a whole step.
+        unsafe {
+            if k + Self::TILE.gv <= end {
+                Self::load_full(p.add(k))
+            } else {
+                let mut t = [0i8; 64];
+                core::ptr::copy_nonoverlapping(p.add(k), t.as_mut_ptr(), end.saturating_sub(k).min(Self::TILE.gv));
+                Self::load_full(t.as_ptr())
+            }
+        }
+    }
+    /// `TILE.gv` quantised activation bytes at `p`: [`Self::load_full`] of them (`q8_512` loads
+    /// them aligned).
     ///
     /// # Safety
     /// `p` readable for `TILE.gv` bytes.
     #[inline(always)]
-    unsafe fn load_full(p: *const i8) -> Self::Bytes {
-        // SAFETY: bytes 0..TILE.gv of p (the contract).
-        unsafe { Self::load_row(p, 0, Self::TILE.gv) }
+    unsafe fn load_act(p: *const u8) -> Self::Bytes {
+        // SAFETY: the contract.
+        unsafe { Self::load_full(p.cast()) }
     }
-    /// `TILE.gv` quantised activation bytes at `p`.
-    ///
-    /// # Safety
-    /// `p` readable for `TILE.gv` bytes.
-    unsafe fn load_act(p: *const u8) -> Self::Bytes;
     /// `acc += Σ₄ x · w` per i32 lane.
     fn dot(acc: Self::Sums, x: Self::Bytes, w: Self::Bytes) -> Self::Sums;
     /// `acc += Σ₄ w` per i32 lane (the offset's sums; unused without [`Self::OFFSET`]).

@@ -60,21 +60,6 @@ unsafe fn sdot(acc: int32x4_t, w: int8x16_t, x: int8x16_t) -> int32x4_t {
     sdot_asm!(acc, w, x, ".16b")
 }
 
-/// 16 bytes of row `p` from `k` (zeros past `end`).
-#[inline(always)]
-unsafe fn load16(p: *const i8, k: usize, end: usize) -> int8x16_t {
-    // SAFETY: reads bytes k..min(k + 16, end) of p.
-    unsafe {
-        if k + 16 <= end {
-            vld1q_s8(p.add(k))
-        } else {
-            let mut t = [0i8; 16];
-            core::ptr::copy_nonoverlapping(p.add(k), t.as_mut_ptr(), end.saturating_sub(k).min(16));
-            vld1q_s8(t.as_ptr())
-        }
-    }
-}
-
 /// Transposes 4 rows of 4 four-byte groups: `out[c]` group `r` = `r_in[r]` group `c` (the f32
 /// 4 × 4 transpose of `neon.rs`, on the same bits).
 #[inline(always)]
@@ -131,8 +116,13 @@ unsafe impl Q8Kernel for DotProd {
         unsafe {
             let z = vdupq_n_s8(0);
             for blk in 0..kn.div_ceil(16) {
-                let r: [int8x16_t; NR] =
-                    core::array::from_fn(|j| if j < n { load16(w.add((o0 + j) * cols + k0), 16 * blk, kn) } else { z });
+                let r: [int8x16_t; NR] = core::array::from_fn(|j| {
+                    if j < n {
+                        Self::load_row(w.add((o0 + j) * cols + k0), 16 * blk, kn)
+                    } else {
+                        z
+                    }
+                });
                 let lo = transpose4(r[0], r[1], r[2], r[3]);
                 let hi = transpose4(r[4], r[5], r[6], r[7]);
                 for c in 0..4 {
@@ -196,15 +186,9 @@ unsafe impl Q8Kernel for DotProd {
     }
 
     #[inline(always)]
-    unsafe fn load_row(p: *const i8, k: usize, end: usize) -> int8x16_t {
+    unsafe fn load_full(p: *const i8) -> int8x16_t {
         // SAFETY: the trait's contract.
-        unsafe { load16(p, k, end) }
-    }
-
-    #[inline(always)]
-    unsafe fn load_act(p: *const u8) -> int8x16_t {
-        // SAFETY: the trait's contract.
-        unsafe { vld1q_s8(p.cast()) }
+        unsafe { vld1q_s8(p) }
     }
 
     #[inline(always)]
