@@ -23,7 +23,7 @@
 //! Also here, on the same registers: int4 weights with calibrated activations ([`gemm_i4`]),
 //! the per-row int8 quantiser, abs-max and the 16 × 16 strided transpose.
 
-use super::q8_driver::{quantize_block, tiles, Buf, Q8Kernel, Q8Tile, Tile};
+use super::q8_driver::{quantize_block, tiles, Buf, NewFinish, Q8Kernel, Q8Tile, Tile};
 use core::arch::x86_64::*;
 use core::ops::Range;
 
@@ -101,11 +101,8 @@ pub(super) struct PanelFinish {
     bias: Option<[__m512; 2]>,
 }
 
-impl PanelFinish {
-    /// Outputs `o0..o0+n` (n ≤ 32) of `fin`.
-    ///
-    /// # Safety
-    /// AVX-512F in the caller; `fin.scales` (and `fin.bias`) hold at least `o0 + n` values.
+impl NewFinish for PanelFinish {
+    /// Outputs `o0..o0+n` (n ≤ 32) of `fin`: masked vector loads (AVX-512F).
     #[inline(always)]
     unsafe fn new(fin: &super::Q8Finish<'_>, o0: usize, n: usize) -> PanelFinish {
         // SAFETY: masked loads of the n values at o0 (per the contract).
@@ -119,7 +116,9 @@ impl PanelFinish {
             PanelFinish { scale: ld(fin.scales), xs: _mm512_set1_ps(fin.x_scale), bias: fin.bias.map(ld) }
         }
     }
+}
 
+impl PanelFinish {
     #[inline(always)]
     unsafe fn apply(&self, h: usize, v: __m512i) -> __m512 {
         // SAFETY: AVX-512F in the caller.
@@ -180,12 +179,6 @@ unsafe impl Q8Kernel for Avx512Vnni {
             pack_panel(&I8Rows { w, cols, o0, k0, kn }, n, kn, wp.cast(), &mut ws);
             ws[0]
         }
-    }
-
-    #[inline(always)]
-    unsafe fn finish(fin: &super::Q8Finish<'_>, o0: usize, n: usize) -> PanelFinish {
-        // SAFETY: the trait's contract.
-        unsafe { PanelFinish::new(fin, o0, n) }
     }
 
     #[inline(always)]

@@ -141,12 +141,6 @@ unsafe impl Q8Kernel for AvxVnni {
     }
 
     #[inline(always)]
-    unsafe fn finish(fin: &super::Q8Finish<'_>, o0: usize, _n: usize) -> SliceFinish {
-        // SAFETY: the trait's contract: o0 is inside the scales (and biases).
-        unsafe { SliceFinish::new(fin, o0) }
-    }
-
-    #[inline(always)]
     unsafe fn tile<const M: usize>(t: &Tile, ws: &Self::Offset, fin: Option<&Self::Finish>) {
         let Tile { xb, wp, kp, acc, ldy, ncols, load } = *t;
         let (wp, k4n) = (wp.cast::<i32>(), kp / 4);

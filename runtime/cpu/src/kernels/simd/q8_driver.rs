@@ -69,7 +69,7 @@ pub(super) unsafe trait Q8Kernel {
     /// A packed panel's offset correction ([`Self::pack`]'s result).
     type Offset;
     /// A panel's finish constants (scales, activation scale, biases).
-    type Finish;
+    type Finish: NewFinish;
 
     /// `out[i] = q(x[i]) (+ 128 where PAD is 128)` for `i < n`, `q` = `quantize_act`.
     ///
@@ -84,12 +84,6 @@ pub(super) unsafe trait Q8Kernel {
     /// Rows `o0..o0+n` × inputs `k0..k0+kn` inside `w` (`cols` per row); `wp` writable for
     /// the panel (≤ 8 KiB, 64-byte aligned).
     unsafe fn pack(w: *const i8, cols: usize, o0: usize, n: usize, k0: usize, kn: usize, wp: *mut u8) -> Self::Offset;
-
-    /// The finish of outputs `o0..o0+n` (n ≤ `TILE.nr`) of `fin`.
-    ///
-    /// # Safety
-    /// `fin.scales` (and `fin.bias`) hold at least `o0 + n` values.
-    unsafe fn finish(fin: &super::Q8Finish<'_>, o0: usize, n: usize) -> Self::Finish;
 
     /// One tile ([`Tile`]) of `M` rows, less the panel's offset `ws`, finished with `fin`.
     ///
@@ -181,13 +175,19 @@ pub(super) struct SliceFinish {
     bias: Option<*const f32>,
 }
 
-impl SliceFinish {
-    /// Outputs from `o0` of `fin`.
+/// A panel's finish constants ([`Q8Kernel::Finish`]), made once per panel from the call's.
+pub(super) trait NewFinish: Sized {
+    /// The finish of outputs `o0..o0+n` (n ≤ `TILE.nr`) of `fin`.
     ///
     /// # Safety
-    /// `o0` inside `fin.scales` (and `fin.bias`).
+    /// The kernel's ISA in the caller; `fin.scales` (and `fin.bias`) hold at least `o0 + n`
+    /// values.
+    unsafe fn new(fin: &super::Q8Finish<'_>, o0: usize, n: usize) -> Self;
+}
+
+impl NewFinish for SliceFinish {
     #[inline(always)]
-    pub(super) unsafe fn new(fin: &super::Q8Finish<'_>, o0: usize) -> SliceFinish {
+    unsafe fn new(fin: &super::Q8Finish<'_>, o0: usize, _n: usize) -> SliceFinish {
         // SAFETY: per the contract.
         unsafe {
             SliceFinish {
@@ -197,7 +197,9 @@ impl SliceFinish {
             }
         }
     }
+}
 
+impl SliceFinish {
     /// Column `c`'s sum finished: `f32(sum) · scale · x_scale (+ bias)`, `linear_q8`'s order.
     ///
     /// # Safety
@@ -336,7 +338,7 @@ pub(super) unsafe fn gemm<K: Q8Kernel>(op: &Q8Operands<'_>, acc: &mut [i32], fin
                     let nn = nr.min(out - o0);
                     let ws = K::pack(w.as_ptr(), cols, o0, nn, k0, kn, wpm);
                     let pf = match fin {
-                        Some(f) if last => Some(K::finish(f, o0, nn)),
+                        Some(f) if last => Some(<K::Finish as NewFinish>::new(f, o0, nn)),
                         _ => None,
                     };
                     let (pf, xbp, wpp) = (pf.as_ref(), xbm.cast_const(), wpm.cast_const());

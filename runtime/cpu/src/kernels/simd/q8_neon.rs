@@ -135,12 +135,6 @@ unsafe impl Q8Kernel for DotProd {
     }
 
     #[inline(always)]
-    unsafe fn finish(fin: &super::Q8Finish<'_>, o0: usize, _n: usize) -> SliceFinish {
-        // SAFETY: the trait's contract: o0 is inside the scales (and biases).
-        unsafe { SliceFinish::new(fin, o0) }
-    }
-
-    #[inline(always)]
     unsafe fn tile<const M: usize>(t: &Tile, ws: &Self::Offset, fin: Option<&Self::Finish>) {
         let Tile { xb, wp, kp, acc, ldy, ncols, load } = *t;
         let (xb, wp, k16, _) = (xb.cast::<i8>(), wp.cast::<i8>(), kp / 16, ws);
