@@ -12,7 +12,7 @@
 
 use crate::error::ConvertError;
 use crate::verify::{InputData, InputTensor};
-use kestrel::format::ops::Op;
+use kestrel::format::ops::{LayerOp, OpClass};
 use kestrel::format::{DType, TensorId};
 use kestrel::{Input, Model, ModelBuilder};
 use serde::{Deserialize, Serialize};
@@ -53,20 +53,22 @@ fn targets(b: &ModelBuilder) -> Vec<(TensorId, Vec<String>)> {
     for op in b.ops() {
         // Exhaustive: an op added to the format must say here whether it reads a calibrated
         // input (its integer projection quantises the activation it reads).
-        let (x, w) = match op {
-            Op::Dense(d) => (d.x, d.proj.w),
-            Op::Attention(a) => (a.x, a.q.w),
-            Op::AftFull(a) => (a.x, a.q.w),
-            Op::AftLocal(a) => (a.x, a.q.w),
-            Op::AftSimple(a) => (a.x, a.q.w),
-            Op::AftConv(a) => (a.x, a.q.w),
-            Op::Fastformer(a) => (a.x, a.q.w),
+        let (x, w) = match op.class() {
+            // Every mechanism quantises its input for W^Q (and W^K, W^V where it has them).
+            OpClass::Mechanism(m) => (m.x(), m.q().w),
+            OpClass::Layer(LayerOp::Dense(d)) => (d.x, d.proj.w),
             // No int8-activation kernels: integer convolutions and recurrences dequantise their
             // weights against f32 activations.
-            Op::Conv2d(_) | Op::PatchEmbed(_) | Op::Lstm(_) | Op::Gru(_) | Op::Embedding(_) => continue,
+            OpClass::Layer(LayerOp::Conv2d(_) | LayerOp::PatchEmbed(_) | LayerOp::Lstm(_) | LayerOp::Gru(_)) => {
+                continue
+            }
+            OpClass::Layer(LayerOp::Embedding(_)) => continue,
             // No projections: arithmetic, normalisation, pooling and layout.
-            Op::MatMul(_) | Op::Unary(_) | Op::Binary(_) | Op::Softmax(_) | Op::Reduce(_) => continue,
-            Op::LayerNorm(_) | Op::Pool2d(_) | Op::Reshape(_) | Op::Slice(_) | Op::Transpose(_) => continue,
+            OpClass::Layer(LayerOp::MatMul(_) | LayerOp::Unary(_) | LayerOp::Binary(_) | LayerOp::Softmax(_)) => {
+                continue
+            }
+            OpClass::Layer(LayerOp::Reduce(_) | LayerOp::LayerNorm(_) | LayerOp::Pool2d(_)) => continue,
+            OpClass::Layer(LayerOp::Reshape(_) | LayerOp::Slice(_) | LayerOp::Transpose(_)) => continue,
         };
         if !integer(b, w) {
             continue;
@@ -172,7 +174,7 @@ pub fn calibrate(b: &mut ModelBuilder, samples: &[InputTensor]) -> Result<Calibr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kestrel::format::ops::{Activation, Dense, Proj};
+    use kestrel::format::ops::{Activation, Dense, Op, Proj};
 
     /// x [2, 4] → Dense(int8 w [3, 4]) → y.
     fn model() -> ModelBuilder {

@@ -606,6 +606,12 @@ fn every_op_kind_round_trips() {
         assert_eq!(Some(&op.output()), rec.tensors().last(), "{op:?}");
         assert_eq!(op.kind_is_mechanism(), rec.kind >= kind::ATTENTION, "{op:?}");
         assert_eq!(op.mechanism().is_some(), rec.kind >= kind::ATTENTION, "{op:?}");
+        assert_eq!(op.layer().is_some(), rec.kind < kind::ATTENTION, "{op:?}");
+        if let Some(m) = op.mechanism() {
+            // The accessors every mechanism has: its input (slot 0) and W^Q with its bias (slots 1, 2).
+            let (q, t) = (m.q(), rec.tensors());
+            assert_eq!((m.x(), q.w, q.b.unwrap_or(NONE)), (t[0], t[1], t[2]), "{op:?}");
+        }
         assert_eq!(f.op_kind(i as u32), Ok(rec.kind), "{op:?}");
     }
     let n = all.len() as u32;

@@ -12,7 +12,7 @@
 //! (`ModelBuilder::min_scratch`, `convert --min-memory`). Placement is greedy first-fit in
 //! definition order, largest first among ties.
 
-use kestrel_format::ops::{BinaryOp, Op, TensorId};
+use kestrel_format::ops::{BinaryOp, LayerOp, Op, OpClass, TensorId};
 use kestrel_format::TENSOR_ALIGN;
 
 /// One activation the planner places.
@@ -120,15 +120,19 @@ pub fn plan(
             let (mut m, mut fed) = (n, s.y);
             while let Some(k) = (m + 1..ops.len()).find(|&k| reads(&ops[k], fed)) {
                 m = k;
-                match ops[k] {
-                    Op::Reshape(r) => fed = r.y,
-                    Op::LayerNorm(ln) if ln.x == fed => fed = ln.y,
+                let layer = match ops[k].class() {
+                    OpClass::Layer(l) => l,
+                    // A mechanism reader ends the walk (checked below: it may read the slice).
+                    OpClass::Mechanism(_) => break,
+                };
+                match layer {
+                    LayerOp::Reshape(r) => fed = r.y,
+                    LayerOp::LayerNorm(ln) if ln.x == fed => fed = ln.y,
                     // Any other reader ends the walk (a layer norm reading `fed` as γ or β too).
-                    Op::LayerNorm(_) | Op::Dense(_) | Op::Embedding(_) | Op::MatMul(_) | Op::PatchEmbed(_) => break,
-                    Op::Unary(_) | Op::Binary(_) | Op::Softmax(_) | Op::Reduce(_) => break,
-                    Op::Slice(_) | Op::Transpose(_) | Op::Conv2d(_) | Op::Pool2d(_) | Op::Lstm(_) | Op::Gru(_) => break,
-                    Op::Attention(_) | Op::AftFull(_) | Op::AftLocal(_) => break,
-                    Op::AftSimple(_) | Op::AftConv(_) | Op::Fastformer(_) => break,
+                    LayerOp::LayerNorm(_) | LayerOp::Dense(_) | LayerOp::Embedding(_) | LayerOp::MatMul(_) => break,
+                    LayerOp::PatchEmbed(_) | LayerOp::Unary(_) | LayerOp::Binary(_) | LayerOp::Softmax(_) => break,
+                    LayerOp::Reduce(_) | LayerOp::Slice(_) | LayerOp::Transpose(_) | LayerOp::Conv2d(_) => break,
+                    LayerOp::Pool2d(_) | LayerOp::Lstm(_) | LayerOp::Gru(_) => break,
                 }
             }
             let next = &ops[m];

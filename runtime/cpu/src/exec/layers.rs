@@ -18,7 +18,7 @@ use crate::kernels::rnn::{rnn, rnn_scratch, RnnParams, RnnWeights};
 use crate::kernels::slice::{slice, SliceParams};
 use crate::kernels::softmax::{softmax, SoftmaxParams};
 use crate::kernels::transpose::{transpose, TransposeParams};
-use kestrel_format::ops::{Activation, Gru, Lstm, Op, Proj, TensorId};
+use kestrel_format::ops::{Activation, Gru, LayerOp, Lstm, Op, Proj, TensorId};
 use kestrel_format::{Shape, TensorKind, WeightView};
 
 /// A weight view from a validated file.
@@ -97,22 +97,25 @@ fn rnn_prep<'a>(
 
 fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
     let shp = |id| shape(file, id);
-    Ok(match *op {
-        Op::Dense(o) => {
+    let Some(layer) = op.layer() else {
+        return Err(ShapeError::Invalid { op: op.name(), what: "not a layer op" });
+    };
+    Ok(match layer {
+        LayerOp::Dense(o) => {
             let x = shp(o.x)?;
             let proj = proj_in(file, o.proj, o.x)?;
             proj.check("Dense", proj.out_features(), x.last())?;
             let rows = x.numel().unwrap_or(0) / x.last().max(1);
             Prep::Dense { proj, rows, act: o.act }
         }
-        Op::LayerNorm(o) => {
+        LayerOp::LayerNorm(o) => {
             let gamma = weight(file, o.gamma)?;
             let beta = o.beta.map(|b| weight(file, b)).transpose()?;
             let p = LayerNormParams::with_axis(&shp(o.x)?, &gamma, beta.as_ref(), o.eps, o.axis)?;
             Prep::LayerNorm { p, gamma, beta }
         }
-        Op::Unary(o) => Prep::Unary(UnaryParams::new(o.op, &shp(o.x)?)?),
-        Op::Binary(o) => {
+        LayerOp::Unary(o) => Prep::Unary(UnaryParams::new(o.op, &shp(o.x)?)?),
+        LayerOp::Binary(o) => {
             let p = BinaryParams::new(o.op, &shp(o.a)?, &shp(o.b)?)?;
             let (a, b) = (src(file, o.a)?, src(file, o.b)?);
             if let (Src::Weight(wa), Src::Weight(wb)) = (a, b) {
@@ -120,46 +123,42 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             }
             Prep::Binary { p, a, b }
         }
-        Op::Softmax(o) => Prep::Softmax(SoftmaxParams::new(&shp(o.x)?)?),
-        Op::PatchEmbed(o) => {
+        LayerOp::Softmax(o) => Prep::Softmax(SoftmaxParams::new(&shp(o.x)?)?),
+        LayerOp::PatchEmbed(o) => {
             let proj = proj(file, o.proj)?;
             Prep::PatchEmbed { p: PatchEmbedParams::new(&shp(o.x)?, o.patch as usize, &proj)?, proj }
         }
-        Op::Embedding(o) => {
+        LayerOp::Embedding(o) => {
             let table = weight(file, o.table)?;
             let pos = o.pos.map(|p| weight(file, p)).transpose()?;
             Prep::Embedding { p: EmbeddingParams::new(&shp(o.ids)?, &table, pos.as_ref())?, table, pos }
         }
-        Op::Reduce(o) => Prep::Reduce(ReduceParams::new(o.op, &shp(o.x)?, o.axis as usize, o.keep_dims)?),
-        Op::Transpose(o) => {
+        LayerOp::Reduce(o) => Prep::Reduce(ReduceParams::new(o.op, &shp(o.x)?, o.axis as usize, o.keep_dims)?),
+        LayerOp::Transpose(o) => {
             let x = shp(o.x)?;
             Prep::Transpose(TransposeParams::new(&x, &o.perm[..x.rank()])?)
         }
-        Op::Slice(o) => {
+        LayerOp::Slice(o) => {
             if !matches!(src(file, o.x)?, Src::Act) {
                 return Err(ShapeError::Invalid { op: op.name(), what: "the input must be an activation" });
             }
-            Prep::Slice(SliceParams::new(&shp(o.x)?, &o)?)
+            Prep::Slice(SliceParams::new(&shp(o.x)?, o)?)
         }
-        Op::MatMul(o) => {
+        LayerOp::MatMul(o) => {
             let b = src(file, o.b)?;
             let p = MatMulParams::new(&shp(o.a)?, &shp(o.b)?, o.transpose_b, matches!(b, Src::Weight(_)))?;
             Prep::MatMul { p, b }
         }
-        Op::Conv2d(o) => {
+        LayerOp::Conv2d(o) => {
             let proj = proj(file, o.proj)?;
-            let p = Conv2dParams::of(&o, &shp(o.x)?, &shp(o.proj.w)?)?;
+            let p = Conv2dParams::of(o, &shp(o.x)?, &shp(o.proj.w)?)?;
             proj.check("Conv2d", p.o, p.patch_len())?;
             Prep::Conv2d { p, proj }
         }
-        Op::Pool2d(o) => Prep::Pool2d(Pool2dParams::of(&o, &shp(o.x)?)?),
-        Op::Lstm(o) => rnn_prep(file, RnnParams::of_lstm(&o, shp)?, [o.w, o.r, o.b], o.h0, o.c0)?,
-        Op::Gru(o) => rnn_prep(file, RnnParams::of_gru(&o, shp)?, [o.w, o.r, o.b], o.h0, None)?,
-        Op::Reshape(_) => Prep::Reshape,
-        // Exhaustive: an op added to the format fails to compile here until it has a kernel.
-        Op::Attention(_) | Op::AftFull(_) | Op::AftLocal(_) | Op::AftSimple(_) | Op::AftConv(_) | Op::Fastformer(_) => {
-            return Err(ShapeError::Invalid { op: op.name(), what: "not a layer op" })
-        }
+        LayerOp::Pool2d(o) => Prep::Pool2d(Pool2dParams::of(o, &shp(o.x)?)?),
+        LayerOp::Lstm(o) => rnn_prep(file, RnnParams::of_lstm(o, shp)?, [o.w, o.r, o.b], o.h0, o.c0)?,
+        LayerOp::Gru(o) => rnn_prep(file, RnnParams::of_gru(o, shp)?, [o.w, o.r, o.b], o.h0, None)?,
+        LayerOp::Reshape(_) => Prep::Reshape,
     })
 }
 

@@ -749,7 +749,7 @@ mod band;
 mod layout;
 pub use layout::{Reshape, Slice, Transpose};
 mod ident;
-pub use ident::MechanismOp;
+pub use ident::{LayerOp, MechanismOp, OpClass};
 mod table;
 pub use table::{kind, kind_name, Op};
 

@@ -7,20 +7,23 @@ use crate::params::{
 };
 use crate::GpuError;
 use kestrel_core::params::{Conv2dParams, Pool2dParams, RnnCell, RnnParams, SliceParams};
-use kestrel_format::ops::{NormAxis, Op, TensorId};
+use kestrel_format::ops::{LayerOp, NormAxis, Op, TensorId};
 use kestrel_format::{TensorKind, MAX_RANK};
 
 pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<Dispatch>, GpuError> {
     let shape = |id| ctx.info(id).map(|t| t.shape);
-    Ok(match *op {
-        Op::Dense(o) => {
+    let Some(layer) = op.layer() else {
+        return Err(GpuError::Model(format!("node {node}: {} is a mechanism (lowered in mechanisms.rs)", op.name())));
+    };
+    Ok(match layer {
+        LayerOp::Dense(o) => {
             let x = shape(o.x)?;
             let proj = ctx.proj(o.proj)?;
             let out = ctx.info(o.proj.w)?.shape.dim(0);
             let rows = x.numel().unwrap_or(0) / x.last().max(1);
             vec![ctx.dense(ctx.act(o.x)?, rows, out, proj, o.act as u32, ctx.act(o.y)?, None)?]
         }
-        Op::LayerNorm(o) => {
+        LayerOp::LayerNorm(o) => {
             let x = shape(o.x)?;
             // Rows of d features `inner` apart: the last axis, or channels-first [C, S…].
             let (d, inner) = match o.axis {
@@ -46,7 +49,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             }
             vec![p.done(if split { Kernel::LayerNormSplit } else { Kernel::LayerNorm })]
         }
-        Op::Unary(o) => {
+        LayerOp::Unary(o) => {
             let n = numel(&ctx.info(o.x)?)?;
             vec![Params::new(n)?
                 .set(unary::x_base, ctx.act(o.x)?.base)?
@@ -54,26 +57,26 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 .set(unary::op, o.op as usize)?
                 .done(Kernel::Unary)]
         }
-        Op::Binary(o) => {
+        LayerOp::Binary(o) => {
             let y = shape(o.y)?;
             let r = y.rank();
             let p = strided_out(ctx, o.y, o.op as usize)?;
             let p = operand(ctx, p, OPERAND_A, o.a, &broadcast_strides(&dims(&shape(o.a)?), r))?;
             vec![operand(ctx, p, OPERAND_B, o.b, &broadcast_strides(&dims(&shape(o.b)?), r))?.done(Kernel::Strided)]
         }
-        Op::Softmax(o) => {
+        LayerOp::Softmax(o) => {
             let x = shape(o.x)?;
             let n = x.last();
             vec![ctx.softmax(ctx.act(o.x)?.base, ctx.act(o.y)?.base, x.numel().unwrap_or(0) / n.max(1), n)?]
         }
-        Op::PatchEmbed(o) => {
+        LayerOp::PatchEmbed(o) => {
             let x = shape(o.x)?;
             let (c, h, w, p) = (x.dim(0), x.dim(1), x.dim(2), o.patch as usize);
             let out = ctx.info(o.proj.w)?.shape.dim(0);
             let (xr, proj, y) = (ctx.act(o.x)?, ctx.proj(o.proj)?, ctx.act(o.y)?);
             ctx.patch_dense(xr, (c, h, w, p), out, proj, 0, y, false)?
         }
-        Op::Embedding(o) => {
+        LayerOp::Embedding(o) => {
             let ids = shape(o.ids)?;
             let table = ctx.info(o.table)?;
             let (vocab, d) = table.shape.as_matrix().ok_or_else(|| GpuError::Model("table shape".into()))?;
@@ -90,7 +93,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             }
             vec![p.done(Kernel::Embedding)]
         }
-        Op::Reduce(o) => {
+        LayerOp::Reduce(o) => {
             let x = shape(o.x)?;
             let a = o.axis as usize;
             let outer: usize = x.dims()[..a].iter().map(|&v| v as usize).product();
@@ -105,8 +108,8 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 .set(reduce::inner, inner)?
                 .done(if split { Kernel::ReduceSplit } else { Kernel::Reduce })]
         }
-        Op::Reshape(_) => Vec::new(),
-        Op::Transpose(o) => {
+        LayerOp::Reshape(_) => Vec::new(),
+        LayerOp::Transpose(o) => {
             let x = shape(o.x)?;
             let r = x.rank();
             let xs = contiguous_strides(&dims(&x));
@@ -117,10 +120,10 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             let p = strided_out(ctx, o.y, STRIDED_COPY)?;
             vec![operand(ctx, p, OPERAND_A, o.x, &src[..r])?.done(Kernel::Strided)]
         }
-        Op::Slice(o) => {
+        LayerOp::Slice(o) => {
             // The strided copy over `[outer, len, inner]`, reading `x` from the window's start
             // with the window's step, zeros outside `offset..offset + count` (op 101).
-            let p = SliceParams::new(&shape(o.x)?, &o).map_err(|e| GpuError::Model(e.to_string()))?;
+            let p = SliceParams::new(&shape(o.x)?, o).map_err(|e| GpuError::Model(e.to_string()))?;
             let x = ctx.act(o.x)?;
             let window = Params::new(p.out_len())?
                 .set(strided::y_base, ctx.act(o.y)?.base)?
@@ -135,7 +138,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 .set(strided::window_count, p.count)?;
             vec![window.done(Kernel::Strided)]
         }
-        Op::MatMul(o) => {
+        LayerOp::MatMul(o) => {
             let (a, b, y) = (shape(o.a)?, shape(o.b)?, shape(o.y)?);
             let (da, db) = (dims(&a), dims(&b));
             let (ra, rb) = (da.len(), db.len());
@@ -171,7 +174,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 vec![p.done(Kernel::MatMul)]
             }
         }
-        Op::Conv2d(o) => {
+        LayerOp::Conv2d(o) => {
             let u = |v: u32| v as usize;
             let c = Conv2dParams::new(
                 &shape(o.x)?,
@@ -235,8 +238,8 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 Kernel::Conv2d
             })]
         }
-        Op::Pool2d(o) => {
-            let c = Pool2dParams::of(&o, &shape(o.x)?).map_err(|e| GpuError::Model(e.to_string()))?;
+        LayerOp::Pool2d(o) => {
+            let c = Pool2dParams::of(o, &shape(o.x)?).map_err(|e| GpuError::Model(e.to_string()))?;
             let (x, y) = (ctx.act(o.x)?.base, ctx.act(o.y)?.base);
             let p = Params::new(c.c * c.oh * c.ow)?;
             let p = window(p, x, y, [c.c, c.h, c.w], [c.kh, c.kw], c.stride, c.pad, c.dilation, [c.oh, c.ow])?
@@ -244,22 +247,15 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 .set(pool::count_include_pad, c.count_include_pad)?;
             vec![p.done(Kernel::Pool2d)]
         }
-        Op::Lstm(o) => {
-            let p = RnnParams::of_lstm(&o, |id| shape(id).map_err(|_| rnn_lookup(op)))
+        LayerOp::Lstm(o) => {
+            let p = RnnParams::of_lstm(o, |id| shape(id).map_err(|_| rnn_lookup(op)))
                 .map_err(|e| GpuError::Model(e.to_string()))?;
             rnn(ctx, &p, o.x, o.y, [Some(o.w), Some(o.r), Some(o.b), o.h0, o.c0])?
         }
-        Op::Gru(o) => {
-            let p = RnnParams::of_gru(&o, |id| shape(id).map_err(|_| rnn_lookup(op)))
+        LayerOp::Gru(o) => {
+            let p = RnnParams::of_gru(o, |id| shape(id).map_err(|_| rnn_lookup(op)))
                 .map_err(|e| GpuError::Model(e.to_string()))?;
             rnn(ctx, &p, o.x, o.y, [Some(o.w), Some(o.r), Some(o.b), o.h0, None])?
-        }
-        // Exhaustive: an op added to the format fails to compile here until it is lowered.
-        Op::Attention(_) | Op::AftFull(_) | Op::AftLocal(_) | Op::AftSimple(_) | Op::AftConv(_) | Op::Fastformer(_) => {
-            return Err(GpuError::Model(format!(
-                "node {node}: {} is a mechanism (lowered in mechanisms.rs)",
-                op.name()
-            )))
         }
     })
 }

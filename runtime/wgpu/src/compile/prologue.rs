@@ -5,7 +5,7 @@
 use super::{dense_wds, overlaps, word_aligned, Ctx, Dispatch, GpuError, Lowered, Region};
 use crate::kernels::{DenseInput, Kernel};
 use crate::params::{dense, dense_ln};
-use kestrel_format::ops::{Op, TensorId};
+use kestrel_format::ops::{LayerOp, MechanismOp, Op, OpClass, TensorId};
 
 /// The norm prologue: a LayerNorm over the last axis whose output only `op` reads (directly, or
 /// through reshape views only it reads), when the only dispatches of `op` reading it are dense
@@ -169,19 +169,25 @@ enum Role {
 }
 
 fn role(op: &Op) -> Role {
-    match *op {
-        Op::Reshape(r) => Role::Reshape(r),
-        Op::Slice(s) => Role::Slice(s),
-        Op::LayerNorm(ln) => Role::LayerNorm(ln),
-        Op::Dense(_) => Role::Projections,
-        Op::Attention(a) if a.k.is_some() && a.v.is_some() && a.align.is_none() => Role::Projections,
-        // The rest: the other mechanisms (their inputs are read by more than projections), and
-        // the layers by family.
-        Op::Attention(_) | Op::AftFull(_) | Op::AftLocal(_) => Role::Other,
-        Op::AftSimple(_) | Op::AftConv(_) | Op::Fastformer(_) => Role::Other,
-        Op::Embedding(_) | Op::MatMul(_) | Op::Transpose(_) => Role::Other,
-        Op::Unary(_) | Op::Binary(_) | Op::Softmax(_) | Op::Reduce(_) => Role::Other,
-        Op::Conv2d(_) | Op::PatchEmbed(_) | Op::Pool2d(_) | Op::Lstm(_) | Op::Gru(_) => Role::Other,
+    let layer = match op.class() {
+        OpClass::Mechanism(MechanismOp::Attention(a)) if a.k.is_some() && a.v.is_some() && a.align.is_none() => {
+            return Role::Projections
+        }
+        // The other mechanisms: their inputs are read by more than projections.
+        OpClass::Mechanism(_) => return Role::Other,
+        OpClass::Layer(l) => l,
+    };
+    match layer {
+        LayerOp::Reshape(r) => Role::Reshape(*r),
+        LayerOp::Slice(s) => Role::Slice(*s),
+        LayerOp::LayerNorm(ln) => Role::LayerNorm(*ln),
+        LayerOp::Dense(_) => Role::Projections,
+        // The other layers, by family.
+        LayerOp::Embedding(_) | LayerOp::MatMul(_) | LayerOp::Transpose(_) => Role::Other,
+        LayerOp::Unary(_) | LayerOp::Binary(_) | LayerOp::Softmax(_) | LayerOp::Reduce(_) => Role::Other,
+        LayerOp::Conv2d(_) | LayerOp::PatchEmbed(_) | LayerOp::Pool2d(_) | LayerOp::Lstm(_) | LayerOp::Gru(_) => {
+            Role::Other
+        }
     }
 }
 
