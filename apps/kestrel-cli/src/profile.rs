@@ -482,7 +482,7 @@ pub fn plot(prof: &Profile, path: &Path, name: &str, top: usize) -> Result<()> {
             ))
             .map_err(err)?;
             let len = ((o.mean_ns() / max) * f64::from(bar_w)).round().max(1.0) as i32;
-            let colour = if o.op == "Attention" || o.op.starts_with("Aft") || o.op == "Fastformer" {
+            let colour = if o.mechanism {
                 RGBColor(214, 96, 77)
             } else {
                 RGBColor(67, 147, 195)

@@ -21,6 +21,8 @@ pub struct OpTiming {
     pub node: u32,
     /// Op kind name (`Dense`, `Attention`, ...).
     pub op: &'static str,
+    /// Whether the op is a fused mechanism ([`kestrel_format::Op::mechanism`]), not a layer.
+    pub mechanism: bool,
     /// Name of the node's output tensor.
     pub output: String,
     /// Floating-point operations for the whole batch, where the op's shapes define them.
@@ -332,6 +334,7 @@ impl OpTiming {
         Ok(OpTiming {
             node,
             op: op.name(),
+            mechanism: op.mechanism().is_some(),
             output: file.tensor(op.output())?.name.to_string(),
             flops: op_flops(file, &op).map(|f| f * batch as u64),
             bytes: op_bytes(file, &op, batch as u64),
