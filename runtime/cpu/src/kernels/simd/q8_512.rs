@@ -176,7 +176,7 @@ unsafe impl Q8Kernel for Avx512Vnni {
         // SAFETY: rows o0..o0+n of `cols` bytes inside w (the contract); wp holds the panel.
         unsafe {
             let mut ws = [[_mm512_setzero_si512(); 2]];
-            pack_panel(&I8Rows { w, cols, o0, k0, kn }, n, kn, wp.cast(), &mut ws);
+            pack_panel(I8Rows { w, cols, o0, k0, kn }, n, kn, wp.cast(), &mut ws);
             ws[0]
         }
     }
@@ -294,8 +294,9 @@ unsafe fn panel_steps<const M: usize>(a: &mut [[__m512i; 2]; M], xb: *const u8, 
     }
 }
 
-/// A panel's weight rows, 64 inputs (one byte each, signed) at a time: [`pack_panel`]'s source.
-trait PanelRows {
+/// A panel's weight rows, 64 inputs (one byte each, signed) at a time: [`pack_panel`]'s source
+/// (a few words, passed by value so its fields stay in registers while the panel is stored).
+trait PanelRows: Copy {
     /// Inputs `64·blk..64·blk + 64` of the panel's row `o` (zeros past the block's inputs).
     ///
     /// # Safety
@@ -304,6 +305,7 @@ trait PanelRows {
 }
 
 /// int8 rows `o0..` of `w` (`cols` per row), inputs `k0..k0+kn`.
+#[derive(Clone, Copy)]
 struct I8Rows {
     w: *const i8,
     cols: usize,
@@ -335,7 +337,7 @@ impl PanelRows for I8Rows {
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // h indexes the sums and the panel
 unsafe fn pack_panel<R: PanelRows, const G: usize>(
-    rows: &R,
+    rows: R,
     nrows: usize,
     kn: usize,
     wp: *mut i32,
@@ -395,6 +397,7 @@ unsafe fn unpack_i4(p: *const u8, avail: usize, valid: usize) -> __m512i {
 }
 
 /// int4 rows `o0..` of `q` (`row_bytes` per row), inputs `k0..k0+kn`, unpacked to bytes.
+#[derive(Clone, Copy)]
 struct I4Rows {
     q: *const u8,
     row_bytes: usize,
@@ -431,7 +434,7 @@ unsafe fn pack_i4(
 ) {
     let rows = I4Rows { q, row_bytes, o0, k0, kn };
     // SAFETY: the rows inside q (the contract); wp holds the panel.
-    unsafe { pack_panel(&rows, nrows, kn, wp, wsg) }
+    unsafe { pack_panel(rows, nrows, kn, wp, wsg) }
 }
 
 /// [`tile`] for int4 weights: per group of 32 inputs the exact i32 sum is converted and scaled
