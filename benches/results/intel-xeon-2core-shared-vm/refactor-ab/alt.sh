@@ -1,10 +1,15 @@
 #!/bin/bash
 # Alternates old and new kestrel bench runs per model: 3 rounds, median of the rounds' us_per_sample.
-# Usage: OLD=old/kestrel NEW=new/kestrel alt.sh [EXTRA.kes ...]  (models in $DIR, default /tmp/bm;
-# EXTRA models are timed first, then the sixth session's seven).
+# Usage: OLD=old/kestrel NEW=new/kestrel alt.sh [MODEL.kes ...]  (models in $DIR, default /tmp/bm;
+# without arguments, the sixth session's seven).
 cd "${DIR:-/tmp/bm}" || exit 1
 OLD=${OLD:-/tmp/kestrel-old} NEW=${NEW:-/tmp/kestrel-new}
-for m in "$@" digits_vit_super.int8.kes fmnist_vit_super.int8.kes fmnist_aftconv.int8.kes mnist_vit_super_h1.q8.kes amazon_text_efficient_h1.q8.kes paper_mnist_super_h1.q8.kes paper_amazon_standard_h1.q8a.kes; do
+models=("$@")
+if ((${#models[@]} == 0)); then
+  models=(digits_vit_super.int8.kes fmnist_vit_super.int8.kes fmnist_aftconv.int8.kes mnist_vit_super_h1.q8.kes
+          amazon_text_efficient_h1.q8.kes paper_mnist_super_h1.q8.kes paper_amazon_standard_h1.q8a.kes)
+fi
+for m in "${models[@]}"; do
   o=(); n=()
   for r in 1 2 3; do
     o+=($($OLD bench $m --samples 300 --reps 5 --threads 1 --json 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['us_per_sample'])"))
