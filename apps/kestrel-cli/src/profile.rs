@@ -482,11 +482,7 @@ pub fn plot(prof: &Profile, path: &Path, name: &str, top: usize) -> Result<()> {
             ))
             .map_err(err)?;
             let len = ((o.mean_ns() / max) * f64::from(bar_w)).round().max(1.0) as i32;
-            let colour = if o.mechanism {
-                RGBColor(214, 96, 77)
-            } else {
-                RGBColor(67, 147, 195)
-            };
+            let colour = if o.mechanism { RGBColor(214, 96, 77) } else { RGBColor(67, 147, 195) };
             root.draw(&Rectangle::new([(left, y + 3), (left + len, y + row_h - 3)], colour.filled())).map_err(err)?;
             let v = format!("{:.1} us ({:.1}%)", us(o.mean_ns()), prof.share(i) * 100.0);
             root.draw(&Text::new(
