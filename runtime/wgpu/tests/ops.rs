@@ -85,6 +85,16 @@ impl Ctx {
         let v = self.vals(dims.iter().product(), scale);
         self.b.weight(&format!("w{}", self.n), dims, v)
     }
+    /// A mechanism layer of the shared case table ([`kestrel::mechanisms::Case::add`]) reading
+    /// `x [t, d]`, its weights drawn from this context (±1/√fan_in).
+    fn layer(&mut self, layer: &kestrel::mechanisms::Case, x: TensorId, t: usize, d: usize) -> Result<TensorId, Error> {
+        let (rng, n) = (&mut self.rng, &mut self.n);
+        layer.add(&mut self.b, x, t, d, &mut |b, s| {
+            *n += 1;
+            let v = rng.vec(s.dims.iter().product(), 1.0 / (s.fan_in as f32).sqrt());
+            b.weight(&format!("w{n}"), &s.dims, v)
+        })
+    }
     fn proj(&mut self, out: usize, inp: usize, bias: bool) -> Result<Proj, Error> {
         let a = 1.0 / (inp as f32).sqrt();
         Ok(Proj { w: self.w(&[out, inp], a)?, b: if bias { Some(self.w(&[out], 0.5)?) } else { None } })
@@ -320,68 +330,39 @@ fn mechanism_cases() -> Vec<Case> {
         v.push(cases::attention(variant, t, d, heads, causal, Some((per_query, fill, full_row))));
     }
     v.extend(cases::attention_cases());
-    for (t, d, causal, rank) in [(6usize, 8usize, false, 0usize), (7, 4, true, 0), (5, 8, false, 3), (8, 6, true, 2)] {
-        v.push(case("aft_full", format!("aft_full T{t} d{d} causal={causal} rank={rank}"), move |c| {
-            let x = c.input(&[t, d])?;
-            let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
-            let bias = if rank == 0 {
-                AftBias::Full(c.w(&[t, t], 1.0)?)
-            } else {
-                AftBias::Factorised { u: c.w(&[t, rank], 1.0)?, v: c.w(&[t, rank], 1.0)? }
-            };
-            let o = c.proj(d, d, true)?;
-            c.b.op(|y| Op::AftFull(AftFull { x, causal, q, k, v: vv, bias, o, y }))
-        }));
+    // AFT and Fastformer layers as the shared case table builds them (`kestrel::mechanisms::Case`,
+    // `Case::add`: the builder of the demo, the benches and the reference tests), over shapes
+    // that stress the kernels: full and factorised AFT-full biases; AFT-local's w full `[T, T]`
+    // (files from before the band) and as its band `[T, 2s − 1]`, windows from 1 to past T;
+    // AFT-conv on 3×4, 4×4 and 2×5 grids (`conv_grid`); causal and not; one to four heads.
+    use kestrel::mechanisms::{Case as Layer, Mechanism as M};
+    let (full, local) = (Layer::new(M::AftFull), Layer::new(M::AftLocal));
+    let (conv, ff) = (Layer::new(M::AftConv), Layer::new(M::Fastformer));
+    let mut layers = vec![
+        (Layer { rank: 0, ..full }, 6usize, 8usize),
+        (Layer { rank: 0, causal: true, ..full }, 7, 4),
+        (Layer { rank: 3, ..full }, 5, 8),
+        (Layer { rank: 2, causal: true, ..full }, 8, 6),
+        (Layer::new(M::AftSimple), 8, 6),
+        (Layer { causal: true, ..Layer::new(M::AftSimple) }, 7, 4),
+        (Layer { causal: true, ..Layer::new(M::AftSimple) }, 1, 8),
+        (Layer { heads: 2, kernel: 3, ..conv }, 12, 8),
+        (Layer { heads: 1, kernel: 3, ..conv }, 16, 6),
+        (Layer { heads: 4, kernel: 5, ..conv }, 10, 8),
+        (Layer { heads: 1, ..ff }, 6, 8),
+        (Layer { heads: 2, ..ff }, 5, 8),
+        (Layer { heads: 4, ..ff }, 9, 16),
+    ];
+    for band in [false, true] {
+        for (t, d, causal, window) in [(8usize, 6usize, false, 3usize), (7, 4, true, 2), (5, 8, false, 1)] {
+            layers.push((Layer { causal, window, band, ..local }, t, d));
+        }
     }
-    // w full [T, T] (files from before the band) and as its band [T, 2s − 1].
-    for (t, d, causal, window, band) in [
-        (8usize, 6usize, false, 3u32, false),
-        (7, 4, true, 2, false),
-        (5, 8, false, 1, false),
-        (6, 4, false, 9, false),
-        (8, 6, false, 3, true),
-        (7, 4, true, 2, true),
-        (5, 8, false, 1, true),
-    ] {
-        let name = format!("aft_local T{t} d{d} causal={causal} s={window}{}", if band { " band" } else { "" });
-        v.push(case("aft_local", name, move |c| {
+    layers.push((Layer { window: 9, band: false, ..local }, 6, 4));
+    for (layer, t, d) in layers {
+        v.push(case(layer.mechanism.name(), format!("{} T{t} d{d}", layer.label()), move |c| {
             let x = c.input(&[t, d])?;
-            let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
-            let cols = if band { AftLocal::w_cols(t, window as usize) } else { t };
-            let w = c.w(&[t, cols], 1.0)?;
-            let o = c.proj(d, d, true)?;
-            c.b.op(|y| Op::AftLocal(AftLocal { x, causal, window, q, k, v: vv, w, o, y }))
-        }));
-    }
-    for (t, d, causal) in [(8usize, 6usize, false), (7, 4, true), (1, 8, true)] {
-        v.push(case("aft_simple", format!("aft_simple T{t} d{d} causal={causal}"), move |c| {
-            let x = c.input(&[t, d])?;
-            let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
-            let o = c.proj(d, d, true)?;
-            c.b.op(|y| Op::AftSimple(AftSimple { x, causal, q, k, v: vv, o, y }))
-        }));
-    }
-    for (gh, gw, d, heads, kernel) in [(3usize, 4usize, 8usize, 2u32, 3u32), (4, 4, 6, 1, 3), (2, 5, 8, 4, 5)] {
-        v.push(case("aft_conv", format!("aft_conv {gh}x{gw} d{d} h{heads} k{kernel}"), move |c| {
-            let t = gh * gw;
-            let x = c.input(&[t, d])?;
-            let q = c.proj(d, d, true)?;
-            let k = c.proj(heads as usize, d, true)?;
-            let vv = c.proj(d, d, true)?;
-            let w = c.w(&[heads as usize, kernel as usize, kernel as usize], 1.0)?;
-            let o = c.proj(d, d, true)?;
-            c.b.op(|y| Op::AftConv(AftConv { x, heads, kernel, grid: [gh as u32, gw as u32], q, k, v: vv, w, o, y }))
-        }));
-    }
-    for (t, d, heads) in [(6usize, 8usize, 1u32), (5, 8, 2), (9, 16, 4)] {
-        v.push(case("fastformer", format!("fastformer T{t} d{d} h{heads}"), move |c| {
-            let x = c.input(&[t, d])?;
-            let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
-            let wqa = c.w(&[heads as usize, d], 1.0)?;
-            let wka = c.w(&[heads as usize, d], 1.0)?;
-            let r = c.proj(d, d, true)?;
-            let scale = 1.0 / ((d / heads as usize) as f32).sqrt();
-            c.b.op(|y| Op::Fastformer(Fastformer { x, heads, scale, q, k, v: vv, wqa, wka, r, y }))
+            c.layer(&layer, x, t, d)
         }));
     }
     v
