@@ -4,6 +4,7 @@
 
 use crate::kernels::linear::ProjW;
 pub use kestrel_core::params::Conv2dParams;
+use kestrel_core::params::Window2d;
 use kestrel_format::ops::Activation;
 
 mod depthwise_cl;
@@ -112,7 +113,7 @@ const PRODUCT_CHUNK: usize = 1 << 16;
 
 /// Output rows per chunk of the implicit GEMM's product `[O/g, rows·wq]` (at least one).
 fn chunk_rows(p: &Conv2dParams) -> usize {
-    let row = (p.o / p.groups).saturating_mul(Depthwise::of(p).wq);
+    let row = (p.o / p.groups).saturating_mul(Depthwise::of(p).geom.wq);
     (PRODUCT_CHUNK / row.max(1)).clamp(1, p.oh.max(1))
 }
 
@@ -124,7 +125,7 @@ fn product_len(p: &Conv2dParams) -> usize {
     if pointwise(p) || small_plane(p) {
         0
     } else {
-        (p.o / p.groups).saturating_mul(chunk_rows(p)).saturating_mul(Depthwise::of(p).wq)
+        (p.o / p.groups).saturating_mul(chunk_rows(p)).saturating_mul(Depthwise::of(p).geom.wq)
     }
 }
 
@@ -189,8 +190,8 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scr
         // `ox ≥ W'` fall between output rows: computed, then dropped). The planes' extra row
         // (`Depthwise::hq`) keeps every such run inside the channel's planes. A chunk of output
         // rows at a time (see `PRODUCT_CHUNK`), copied into y with the bias.
-        let (taps, set, wq) = (p.kh * p.kw, ph.set(), ph.wq);
-        let off = TapOffsets::new(p.kh, p.kw, p.stride, p.dilation, ph.hq * ph.wq, ph.wq);
+        let (taps, set, wq) = (p.kh * p.kw, ph.set(), ph.geom.wq);
+        let off = TapOffsets::new(p.kh, p.kw, p.stride, p.dilation, ph.geom.hq * ph.geom.wq, ph.geom.wq);
         let rows = chunk_rows(p);
         split_channels(p, &ph, xg, cg, planes);
         for oy0 in (0..p.oh).step_by(rows) {
@@ -262,7 +263,7 @@ fn transpose2d(x: &[f32], rows: usize, cols: usize, y: &mut [f32]) {
 fn split_channels(p: &Conv2dParams, ph: &Depthwise, x: &[f32], cg: usize, planes: &mut [f32]) {
     let (hw, set) = (p.h * p.w, ph.set());
     for (ci, pl) in planes[..cg * set].chunks_exact_mut(set).enumerate() {
-        ph.split(p, &x[ci * hw..(ci + 1) * hw], pl);
+        ph.split(&x[ci * hw..(ci + 1) * hw], pl);
     }
 }
 
@@ -319,12 +320,12 @@ impl TapOffsets {
 /// The patches of all channels as rows `xt [H'·W', C·kh·kw]` from their phase planes.
 fn im2row_phased(p: &Conv2dParams, ph: &Depthwise, planes: &[f32], xt: &mut [f32]) {
     let (taps, k) = (p.kh * p.kw, p.patch_len());
-    let off = TapOffsets::new(p.kh, p.kw, p.stride, p.dilation, ph.hq * ph.wq, ph.wq);
+    let off = TapOffsets::new(p.kh, p.kw, p.stride, p.dilation, ph.geom.hq * ph.geom.wq, ph.geom.wq);
     let set = ph.set();
     for oy in 0..p.oh {
         for ox in 0..p.ow {
             let row = &mut xt[(oy * p.ow + ox) * k..][..k];
-            let at = oy * ph.wq + ox;
+            let at = oy * ph.geom.wq + ox;
             for (ci, rc) in row.chunks_exact_mut(taps).enumerate() {
                 let base = ci * set + at;
                 for (t, v) in rc.iter_mut().enumerate() {
@@ -343,11 +344,8 @@ fn im2row_phased(p: &Conv2dParams, ph: &Depthwise, planes: &[f32], xt: &mut [f32
 /// scratch, never read back), whatever the stride and dilation.
 #[derive(Clone, Copy, Debug)]
 struct Depthwise {
-    /// Columns per phase row (`⌈padded width / sw⌉`).
-    wq: usize,
-    /// Rows per phase plane (`⌈padded height / sh⌉`, plus one so the last rows' scratch
-    /// columns read inside the plane).
-    hq: usize,
+    /// Where the phase planes put the padded input ([`PhaseGeom::of`] the window).
+    geom: PhaseGeom,
     /// Phase planes (`sh · sw`).
     phases: usize,
     /// Accumulator length `H' · wq`.
@@ -358,21 +356,18 @@ struct Depthwise {
 
 impl Depthwise {
     fn of(p: &Conv2dParams) -> Self {
-        let hp = p.h.saturating_add(p.pad[0]).saturating_add(p.pad[2]);
-        let wp = p.w.saturating_add(p.pad[1]).saturating_add(p.pad[3]);
-        let wq = wp.div_ceil(p.stride[1]);
+        let geom = PhaseGeom::of(&p.window);
         Self {
-            wq,
-            hq: hp.div_ceil(p.stride[0]).saturating_add(1),
+            geom,
             phases: p.stride[0].saturating_mul(p.stride[1]),
-            acc: p.oh.saturating_mul(wq),
+            acc: p.oh.saturating_mul(geom.wq),
             taps: p.kh * p.kw,
         }
     }
 
     /// One channel's phase planes.
     fn set(&self) -> usize {
-        self.phases.saturating_mul(self.hq).saturating_mul(self.wq)
+        self.phases.saturating_mul(self.geom.hq).saturating_mul(self.geom.wq)
     }
 
     /// Phase planes, the accumulator and one decoded weight row.
@@ -382,9 +377,8 @@ impl Depthwise {
 
     /// Writes input channel `xc [H, W]` into the phase planes (zeros in the padding).
     #[cfg_attr(target_arch = "x86_64", inline(always))]
-    fn split(&self, p: &Conv2dParams, xc: &[f32], planes: &mut [f32]) {
-        let geom = PhaseGeom { h: p.h, w: p.w, pt: p.pad[0], pl: p.pad[1], stride: p.stride, hq: self.hq, wq: self.wq };
-        split_phases(&geom, xc, 0.0, planes);
+    fn split(&self, xc: &[f32], planes: &mut [f32]) {
+        split_phases(&self.geom, xc, 0.0, planes);
     }
 
     /// The depthwise convolution, compiled for the detected x86 ISA (the copies and the
@@ -411,20 +405,20 @@ impl Depthwise {
         let plane = oh * ow;
         let (planes, rest) = scratch.split_at_mut(self.set());
         let (acc, wbuf) = rest.split_at_mut(self.acc);
-        let off = TapOffsets::new(p.kh, p.kw, p.stride, p.dilation, self.hq * self.wq, self.wq);
+        let off = TapOffsets::new(p.kh, p.kw, p.stride, p.dilation, self.geom.hq * self.geom.wq, self.geom.wq);
         let mut channel = usize::MAX;
         for (oc, yp) in y[..p.o * plane].chunks_exact_mut(plane).enumerate() {
             // One input channel per group: output channels oc of group oc / og read channel
             // oc / og (all of them read channel 0 when the input has one channel).
             let c = oc / og;
             if c != channel {
-                self.split(p, &x[c * p.h * p.w..(c + 1) * p.h * p.w], planes);
+                self.split(&x[c * p.h * p.w..(c + 1) * p.h * p.w], planes);
                 channel = c;
             }
             let wr = proj.w.row(oc, wbuf);
             taps_body(p, &off, wr, planes, acc);
             let bias = proj.b.map_or(0.0, |b| b.get(oc / b.cols(), oc % b.cols()));
-            for (yr, ar) in yp.chunks_exact_mut(ow).zip(acc.chunks_exact(self.wq)) {
+            for (yr, ar) in yp.chunks_exact_mut(ow).zip(acc.chunks_exact(self.geom.wq)) {
                 for (v, &a) in yr.iter_mut().zip(ar) {
                     *v = a + bias;
                 }
@@ -477,6 +471,25 @@ pub(crate) struct PhaseGeom {
     pub stride: [usize; 2],
     pub hq: usize,
     pub wq: usize,
+}
+
+impl PhaseGeom {
+    /// The phases of `win`'s padded plane: `⌈padded height / sh⌉` rows (plus one, so the last
+    /// rows' scratch columns read inside the plane) of `⌈padded width / sw⌉` columns
+    /// (saturating: a geometry too large to plan never splits).
+    pub(crate) fn of(win: &Window2d) -> Self {
+        let hp = win.h.saturating_add(win.pad[0]).saturating_add(win.pad[2]);
+        let wp = win.w.saturating_add(win.pad[1]).saturating_add(win.pad[3]);
+        PhaseGeom {
+            h: win.h,
+            w: win.w,
+            pt: win.pad[0],
+            pl: win.pad[1],
+            stride: win.stride,
+            hq: hp.div_ceil(win.stride[0]).saturating_add(1),
+            wq: wp.div_ceil(win.stride[1]),
+        }
+    }
 }
 
 /// Splits `xc [h, w]` into its stride phases (see [`PhaseGeom`]); `fill` everywhere else (the

@@ -24,7 +24,7 @@ pub fn pool2d_scratch(_p: &Pool2dParams) -> usize {
 pub fn pool2d_scratch_fast(p: &Pool2dParams) -> usize {
     if p.kind == PoolKind::Max {
         // Saturating: a geometry too large to plan keeps the row loops.
-        let g = phases(p);
+        let g = PhaseGeom::of(&p.window);
         let set = p.stride[0].saturating_mul(p.stride[1]).saturating_mul(g.hq).saturating_mul(g.wq);
         set.saturating_add(p.oh.saturating_mul(g.wq))
     } else {
@@ -32,25 +32,11 @@ pub fn pool2d_scratch_fast(p: &Pool2dParams) -> usize {
     }
 }
 
-fn phases(p: &Pool2dParams) -> PhaseGeom {
-    let hp = p.h.saturating_add(p.pad[0]).saturating_add(p.pad[2]);
-    let wp = p.w.saturating_add(p.pad[1]).saturating_add(p.pad[3]);
-    PhaseGeom {
-        h: p.h,
-        w: p.w,
-        pt: p.pad[0],
-        pl: p.pad[1],
-        stride: p.stride,
-        hq: hp.div_ceil(p.stride[0]).saturating_add(1),
-        wq: wp.div_ceil(p.stride[1]),
-    }
-}
-
 /// Max pooling through the stride phases (see [`pool2d_scratch_fast`]); each output is the
 /// maximum of its window's taps (the padding's −∞ never wins: every window holds an input).
 #[cfg_attr(target_arch = "x86_64", inline(always))]
 fn max_phased(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-    let g = phases(p);
+    let g = PhaseGeom::of(&p.window);
     let [sh, sw] = p.stride;
     let (plane, oplane, pq) = (p.h * p.w, p.oh * p.ow, g.hq * g.wq);
     let (planes, rest) = scratch.split_at_mut(sh * sw * pq);
