@@ -176,7 +176,7 @@ unsafe impl Q8Kernel for Avx512Vnni {
         // SAFETY: rows o0..o0+n of `cols` bytes inside w (the contract); wp holds the panel.
         unsafe {
             let mut ws = [[_mm512_setzero_si512(); 2]];
-            pack_panel(I8Rows { w, cols, o0, k0, kn }, n, kn, wp.cast(), &mut ws);
+            pack_panel(I8Rows { w, cols, o0, k0, kn }, n, wp.cast(), &mut ws);
             ws[0]
         }
     }
@@ -297,6 +297,8 @@ unsafe fn panel_steps<const M: usize>(a: &mut [[__m512i; 2]; M], xb: *const u8, 
 /// A panel's weight rows, 64 inputs (one byte each, signed) at a time: [`pack_panel`]'s source
 /// (a few words, passed by value so its fields stay in registers while the panel is stored).
 trait PanelRows: Copy {
+    /// Inputs per row (≤ [`KC`]).
+    fn inputs(&self) -> usize;
     /// Inputs `64·blk..64·blk + 64` of the panel's row `o` (zeros past the block's inputs).
     ///
     /// # Safety
@@ -316,6 +318,10 @@ struct I8Rows {
 
 impl PanelRows for I8Rows {
     #[inline(always)]
+    fn inputs(&self) -> usize {
+        self.kn
+    }
+    #[inline(always)]
     unsafe fn load(&self, o: usize, blk: usize) -> __m512i {
         // SAFETY: the masked load reads only bytes k0..k0+kn of the row (the contract).
         unsafe {
@@ -325,30 +331,24 @@ impl PanelRows for I8Rows {
     }
 }
 
-/// Packs the panel of `nrows` (≤ 32) rows of `rows`, `kn` (≤ [`KC`]) inputs, into `wp` as
+/// Packs the panel of `nrows` (≤ 32) rows of `rows` (their [`PanelRows::inputs`]) into `wp` as
 /// `[k/4][32][4]` (16 × 16 transposes of 4-byte groups; rows past `nrows` zero) and sums each
 /// half's weights into `sums` (`128 · Σ w` once done): one sum per half (`G` = 1) or per
 /// group of 32 inputs (`G` = [`GROUPS`]).
 ///
 /// # Safety
 /// AVX-512F/BW/VNNI in the caller; `rows` readable as [`PanelRows::load`] states for rows
-/// `< nrows` and blocks `< kn.div_ceil(64)`; `wp` writable for `KC / 4 · 32` words, 64-byte
+/// `< nrows` and blocks of its inputs; `wp` writable for `KC / 4 · 32` words, 64-byte
 /// aligned.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // h indexes the sums and the panel
-unsafe fn pack_panel<R: PanelRows, const G: usize>(
-    rows: R,
-    nrows: usize,
-    kn: usize,
-    wp: *mut i32,
-    sums: &mut [[__m512i; 2]; G],
-) {
+unsafe fn pack_panel<R: PanelRows, const G: usize>(rows: R, nrows: usize, wp: *mut i32, sums: &mut [[__m512i; 2]; G]) {
     // SAFETY: loads per the contract; stores < KC/4·32 words.
     unsafe {
         let ones = _mm512_set1_epi8(1);
         *sums = [[_mm512_setzero_si512(); 2]; G];
         for h in 0..2 {
-            for blk in 0..kn.div_ceil(64) {
+            for blk in 0..rows.inputs().div_ceil(64) {
                 let mut r = [_mm512_setzero_si512(); 16];
                 for (i, ri) in r.iter_mut().enumerate() {
                     let o = h * 16 + i;
@@ -408,33 +408,15 @@ struct I4Rows {
 
 impl PanelRows for I4Rows {
     #[inline(always)]
+    fn inputs(&self) -> usize {
+        self.kn
+    }
+    #[inline(always)]
     unsafe fn load(&self, o: usize, blk: usize) -> __m512i {
         let (kb, valid) = (self.k0 + 64 * blk, self.kn - 64 * blk);
         // SAFETY: inside the row's bytes (the contract).
         unsafe { unpack_i4(self.q.add((self.o0 + o) * self.row_bytes + kb / 2), self.row_bytes - kb / 2, valid) }
     }
-}
-
-/// [`pack`] for int4 rows (`row_bytes` per row): the panel as int8, and `128 · Σ w` per group of
-/// 32 inputs (`wsg[g]`, two vectors of 16 outputs).
-///
-/// # Safety
-/// As [`pack`]; rows `o0..o0+nrows` of `row_bytes` bytes inside `q`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn pack_i4(
-    q: *const u8,
-    row_bytes: usize,
-    o0: usize,
-    nrows: usize,
-    k0: usize,
-    kn: usize,
-    wp: *mut i32,
-    wsg: &mut [[__m512i; 2]; GROUPS],
-) {
-    let rows = I4Rows { q, row_bytes, o0, k0, kn };
-    // SAFETY: the rows inside q (the contract); wp holds the panel.
-    unsafe { pack_panel(rows, nrows, kn, wp, wsg) }
 }
 
 /// [`tile`] for int4 weights: per group of 32 inputs the exact i32 sum is converted and scaled
@@ -511,7 +493,8 @@ pub(super) unsafe fn gemm_i4(op: &super::Q8Int4<'_>, y: &mut [f32]) {
                 quantize_block::<Avx512Vnni>(x.as_ptr(), cols, r0, rn, k0, kn, 4 * k4n, inv, xbm, KC);
                 for o0 in (0..out).step_by(NR) {
                     let nn = NR.min(out - o0);
-                    pack_i4(q.as_ptr(), row_bytes, o0, nn, k0, kn, wpm, &mut wsg);
+                    // The panel as int8 and `128 · Σ w` per group of 32 inputs (`wsg[g]`).
+                    pack_panel(I4Rows { q: q.as_ptr(), row_bytes, o0, k0, kn }, nn, wpm, &mut wsg);
                     let mut scl = [[_mm512_setzero_ps(); 2]; GROUPS];
                     for (g, sg) in scl.iter_mut().enumerate().take(kn.div_ceil(32)) {
                         let gi = k0 / 32 + g;
