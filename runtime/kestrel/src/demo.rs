@@ -65,15 +65,28 @@ impl Ctx<'_> {
     }
 }
 
-/// The demo's layer of `case` reading `x` (`[t, d]`), its weights drawn like every other.
-fn mechanism(c: &mut Ctx<'_>, case: &Case, x: TensorId, t: usize, d: usize) -> Result<TensorId, Error> {
-    let (rng, n) = (&mut c.rng, &mut c.n);
-    case.add(c.b, x, t, d, &mut |b, s| {
+/// Adds `case`'s layer reading `x` (`[t, d]`) to `b`, its weights drawn from `rng` (uniform in
+/// ±1/√fan_in) and named `w{n}` from the counter `n`: how the demo models, [`layer_model`] and
+/// the GPU kernel test draw a mechanism layer.
+pub fn random_layer(
+    b: &mut ModelBuilder,
+    case: &Case,
+    x: TensorId,
+    (t, d): (usize, usize),
+    rng: &mut Rng,
+    n: &mut usize,
+) -> Result<TensorId, Error> {
+    case.add(b, x, t, d, &mut |b, s| {
         *n += 1;
         let count: usize = s.dims.iter().product();
         let v = rng.vec(count, 1.0 / (s.fan_in as f32).sqrt());
         b.weight(&format!("w{n}"), &s.dims, v)
     })
+}
+
+/// The demo's layer of `case` reading `x` (`[t, d]`), its weights drawn like every other.
+fn mechanism(c: &mut Ctx<'_>, case: &Case, x: TensorId, t: usize, d: usize) -> Result<TensorId, Error> {
+    random_layer(c.b, case, x, (t, d), &mut c.rng, &mut c.n)
 }
 
 /// The one-layer model `x [t, d] → case → y [t, d]`, its weights drawn from a generator seeded

@@ -86,14 +86,9 @@ impl Ctx {
         self.b.weight(&format!("w{}", self.n), dims, v)
     }
     /// A mechanism layer of the shared case table ([`kestrel::mechanisms::Case::add`]) reading
-    /// `x [t, d]`, its weights drawn from this context (±1/√fan_in).
+    /// `x [t, d]`, its weights drawn from this context ([`kestrel::demo::random_layer`]).
     fn layer(&mut self, layer: &kestrel::mechanisms::Case, x: TensorId, t: usize, d: usize) -> Result<TensorId, Error> {
-        let (rng, n) = (&mut self.rng, &mut self.n);
-        layer.add(&mut self.b, x, t, d, &mut |b, s| {
-            *n += 1;
-            let v = rng.vec(s.dims.iter().product(), 1.0 / (s.fan_in as f32).sqrt());
-            b.weight(&format!("w{n}"), &s.dims, v)
-        })
+        kestrel::demo::random_layer(&mut self.b, layer, x, (t, d), &mut self.rng, &mut self.n)
     }
     fn proj(&mut self, out: usize, inp: usize, bias: bool) -> Result<Proj, Error> {
         let a = 1.0 / (inp as f32).sqrt();
