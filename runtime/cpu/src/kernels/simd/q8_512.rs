@@ -176,7 +176,7 @@ unsafe impl Q8Kernel for Avx512Vnni {
         // SAFETY: rows o0..o0+n of `cols` bytes inside w (the contract); wp holds the panel.
         unsafe {
             let mut ws = [[_mm512_setzero_si512(); 2]];
-            pack_panel(I8Rows { w, cols, o0, k0, kn }, n, wp.cast(), &mut ws);
+            pack_panel(I8Rows { w, cols }, o0, n, k0, kn, wp.cast(), &mut ws);
             ws[0]
         }
     }
@@ -294,66 +294,62 @@ unsafe fn panel_steps<const M: usize>(a: &mut [[__m512i; 2]; M], xb: *const u8, 
     }
 }
 
-/// A panel's weight rows, 64 inputs (one byte each, signed) at a time: [`pack_panel`]'s source
-/// (a few words, passed by value so its fields stay in registers while the panel is stored).
+/// Weight rows in their stored encoding, read 64 inputs (one byte each, signed) at a time:
+/// [`pack_panel`]'s source (a pointer and a row length, passed by value so they stay in
+/// registers while the panel is stored).
 trait PanelRows: Copy {
-    /// Inputs per row (≤ [`KC`]).
-    fn inputs(&self) -> usize;
-    /// Inputs `64·blk..64·blk + 64` of the panel's row `o` (zeros past the block's inputs).
+    /// Inputs `k..k + 64` of row `row`, zeros from `valid` on.
     ///
     /// # Safety
-    /// AVX-512F/BW in the caller; row `o` and block `blk` inside the source.
-    unsafe fn load(&self, o: usize, blk: usize) -> __m512i;
+    /// AVX-512F/BW in the caller; row `row` inside the source, its inputs `k..k + min(64, valid)`.
+    unsafe fn load(&self, row: usize, k: usize, valid: usize) -> __m512i;
 }
 
-/// int8 rows `o0..` of `w` (`cols` per row), inputs `k0..k0+kn`.
+/// int8 rows of `w`, `cols` per row.
 #[derive(Clone, Copy)]
 struct I8Rows {
     w: *const i8,
     cols: usize,
-    o0: usize,
-    k0: usize,
-    kn: usize,
 }
 
 impl PanelRows for I8Rows {
     #[inline(always)]
-    fn inputs(&self) -> usize {
-        self.kn
-    }
-    #[inline(always)]
-    unsafe fn load(&self, o: usize, blk: usize) -> __m512i {
-        // SAFETY: the masked load reads only bytes k0..k0+kn of the row (the contract).
-        unsafe {
-            let m = mask64(self.kn - 64 * blk);
-            _mm512_maskz_loadu_epi8(m, self.w.add((self.o0 + o) * self.cols + self.k0 + 64 * blk))
-        }
+    unsafe fn load(&self, row: usize, k: usize, valid: usize) -> __m512i {
+        // SAFETY: the masked load reads only the valid bytes (the contract).
+        unsafe { _mm512_maskz_loadu_epi8(mask64(valid), self.w.add(row * self.cols + k)) }
     }
 }
 
-/// Packs the panel of `nrows` (≤ 32) rows of `rows` (their [`PanelRows::inputs`]) into `wp` as
-/// `[k/4][32][4]` (16 × 16 transposes of 4-byte groups; rows past `nrows` zero) and sums each
-/// half's weights into `sums` (`128 · Σ w` once done): one sum per half (`G` = 1) or per
-/// group of 32 inputs (`G` = [`GROUPS`]).
+/// Packs rows `o0..o0 + nrows` (≤ 32) of `rows`, inputs `k0..k0 + kn` (`kn` ≤ [`KC`]), into
+/// `wp` as `[k/4][32][4]` (16 × 16 transposes of 4-byte groups; rows past `nrows` and inputs
+/// past `kn` zero) and sums each half's weights into `sums` (`128 · Σ w` once done): one sum per
+/// half (`G` = 1) or per group of 32 inputs (`G` = [`GROUPS`]).
 ///
 /// # Safety
-/// AVX-512F/BW/VNNI in the caller; `rows` readable as [`PanelRows::load`] states for rows
-/// `< nrows` and blocks of its inputs; `wp` writable for `KC / 4 · 32` words, 64-byte
-/// aligned.
+/// AVX-512F/BW/VNNI in the caller; those rows and inputs inside `rows`; `wp` writable for
+/// `KC / 4 · 32` words, 64-byte aligned.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // h indexes the sums and the panel
-unsafe fn pack_panel<R: PanelRows, const G: usize>(rows: R, nrows: usize, wp: *mut i32, sums: &mut [[__m512i; 2]; G]) {
+unsafe fn pack_panel<R: PanelRows, const G: usize>(
+    rows: R,
+    o0: usize,
+    nrows: usize,
+    k0: usize,
+    kn: usize,
+    wp: *mut i32,
+    sums: &mut [[__m512i; 2]; G],
+) {
     // SAFETY: loads per the contract; stores < KC/4·32 words.
     unsafe {
         let ones = _mm512_set1_epi8(1);
         *sums = [[_mm512_setzero_si512(); 2]; G];
         for h in 0..2 {
-            for blk in 0..rows.inputs().div_ceil(64) {
+            for blk in 0..kn.div_ceil(64) {
                 let mut r = [_mm512_setzero_si512(); 16];
                 for (i, ri) in r.iter_mut().enumerate() {
                     let o = h * 16 + i;
                     if o < nrows {
-                        *ri = rows.load(o, blk);
+                        *ri = rows.load(o0 + o, k0 + 64 * blk, kn - 64 * blk);
                     }
                 }
                 for (c, v) in transpose16(&r).into_iter().enumerate() {
@@ -396,26 +392,19 @@ unsafe fn unpack_i4(p: *const u8, avail: usize, valid: usize) -> __m512i {
     }
 }
 
-/// int4 rows `o0..` of `q` (`row_bytes` per row), inputs `k0..k0+kn`, unpacked to bytes.
+/// int4 rows of `q`, `row_bytes` per row (two inputs a byte, low nibble first), unpacked to
+/// bytes.
 #[derive(Clone, Copy)]
 struct I4Rows {
     q: *const u8,
     row_bytes: usize,
-    o0: usize,
-    k0: usize,
-    kn: usize,
 }
 
 impl PanelRows for I4Rows {
     #[inline(always)]
-    fn inputs(&self) -> usize {
-        self.kn
-    }
-    #[inline(always)]
-    unsafe fn load(&self, o: usize, blk: usize) -> __m512i {
-        let (kb, valid) = (self.k0 + 64 * blk, self.kn - 64 * blk);
+    unsafe fn load(&self, row: usize, k: usize, valid: usize) -> __m512i {
         // SAFETY: inside the row's bytes (the contract).
-        unsafe { unpack_i4(self.q.add((self.o0 + o) * self.row_bytes + kb / 2), self.row_bytes - kb / 2, valid) }
+        unsafe { unpack_i4(self.q.add(row * self.row_bytes + k / 2), self.row_bytes - k / 2, valid) }
     }
 }
 
@@ -494,7 +483,7 @@ pub(super) unsafe fn gemm_i4(op: &super::Q8Int4<'_>, y: &mut [f32]) {
                 for o0 in (0..out).step_by(NR) {
                     let nn = NR.min(out - o0);
                     // The panel as int8 and `128 · Σ w` per group of 32 inputs (`wsg[g]`).
-                    pack_panel(I4Rows { q: q.as_ptr(), row_bytes, o0, k0, kn }, nn, wpm, &mut wsg);
+                    pack_panel(I4Rows { q: q.as_ptr(), row_bytes }, o0, nn, k0, kn, wpm, &mut wsg);
                     let mut scl = [[_mm512_setzero_ps(); 2]; GROUPS];
                     for (g, sg) in scl.iter_mut().enumerate().take(kn.div_ceil(32)) {
                         let gi = k0 / 32 + g;
