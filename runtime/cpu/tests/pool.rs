@@ -142,3 +142,23 @@ fn pool2d_check_rejects_bad_geometry() {
     assert_eq!((p.oh, p.ow), (5, 5));
     assert_eq!(p.inner, [1, 5]);
 }
+
+/// Issue 33: the reported 1-D max pool (ONNX `[1, 1, 220000]`, kernel 200, stride 10, dilation
+/// 10, pads 100/100 → 21,821 outputs) as the converter lowers it: height 1.
+#[test]
+fn issue33_reported_one_d_dilated_max_pool() {
+    let (w, kernel, stride, pad, dilation) = (220_000, [1, 200], [1, 10], [0, 100, 0, 100], [1, 10]);
+    let x: Vec<f32> =
+        (0..w).map(|i| ((i * 7919 % 10007) as f32 / 5003.0 - 1.0) + 0.5f32.copysign(i as f32 % 3.0 - 1.0)).collect();
+    let p = Pool2dParams::new(PoolKind::Max, &shape(&[1, 1, w]), kernel, stride, pad, dilation, false).unwrap();
+    assert_eq!(p.ow, 21_821);
+    let spec = r::PoolSpec { kernel, stride, pad, dilation };
+    let (want, _, _) = r::pool2d(&f64s(&x), [1, 1, w], pool_fn(PoolKind::Max, false), spec);
+    let mut y = out(p.ow);
+    pool2d(&p, &x, &mut y, &mut scratch(pool2d_scratch_fast(&p)));
+    let wrong = y.iter().zip(&want).filter(|(g, w)| f64::from(**g) != **w).count();
+    let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+    let err = y.iter().zip(&want).fold(0f64, |m, (g, w)| m.max((f64::from(*g) - w).abs() / scale));
+    eprintln!("issue 33: {wrong} of {} wrong, max error {err:.3} of the output scale", p.ow);
+    assert_close("issue 33", &y, &want, EXACT);
+}

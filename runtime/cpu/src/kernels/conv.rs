@@ -276,6 +276,9 @@ const MAX_TAPS: usize = 121;
 /// per element). Kernels above [`MAX_TAPS`] taps compute them on demand.
 pub(crate) struct TapOffsets {
     off: [usize; MAX_TAPS],
+    /// How many leading entries of `off` are computed: `kh·kw`, or 0 above [`MAX_TAPS`] (the
+    /// table is then left unfilled and every offset is computed on demand).
+    tabled: usize,
     geom: (usize, [usize; 2], [usize; 2], usize, usize),
 }
 
@@ -284,11 +287,11 @@ impl TapOffsets {
     /// elements and rows of `wq`.
     #[cfg_attr(target_arch = "x86_64", inline(always))]
     pub(crate) fn new(kh: usize, kw: usize, stride: [usize; 2], dilation: [usize; 2], plane: usize, wq: usize) -> Self {
-        let mut t = Self { off: [0; MAX_TAPS], geom: (kw, stride, dilation, plane, wq) };
-        if kh * kw <= MAX_TAPS {
-            for i in 0..kh * kw {
-                t.off[i] = t.compute(i);
-            }
+        let taps = kh * kw;
+        let tabled = if taps <= MAX_TAPS { taps } else { 0 };
+        let mut t = Self { off: [0; MAX_TAPS], tabled, geom: (kw, stride, dilation, plane, wq) };
+        for i in 0..tabled {
+            t.off[i] = t.compute(i);
         }
         t
     }
@@ -301,15 +304,18 @@ impl TapOffsets {
         (ry * sw + rx) * plane + qy * wq + qx
     }
 
-    /// The first `taps` offsets as a slice, when they are tabled (`taps ≤ MAX_TAPS`).
+    /// The first `taps` offsets as a slice, when they are tabled (a kernel of at most
+    /// [`MAX_TAPS`] taps).
     pub(crate) fn table(&self, taps: usize) -> Option<&[usize]> {
-        self.off.get(..taps)
+        self.off[..self.tabled].get(..taps)
     }
 
-    /// Tap `t`'s offset.
+    /// Tap `t`'s offset: from the table when it holds the kernel's taps, else computed (a
+    /// kernel above [`MAX_TAPS`] taps leaves the table unfilled, so its first taps must not
+    /// read it either: issue 33, where they all read tap 0's offset).
     #[cfg_attr(target_arch = "x86_64", inline(always))]
     pub(crate) fn get(&self, t: usize) -> usize {
-        if t < MAX_TAPS {
+        if t < self.tabled {
             self.off[t]
         } else {
             self.compute(t)
