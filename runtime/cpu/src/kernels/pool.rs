@@ -1,13 +1,16 @@
 //! 2-D pooling, NCHW per sample: `x [C, H, W]` → `y [C, H', W']`, max or average, with stride,
 //! padding, dilation and both of ONNX's average divisors. Taps that fall in the padding are
 //! skipped (they enter neither a max nor a sum); `count_include_pad` divides by `kh·kw`, else by
-//! the number of taps inside the input. No scratch.
+//! the number of taps inside the input. Three paths ([`pool2d_path`]):
 //!
-//! Each output row is accumulated in place: for every kernel tap `(u, v)` whose input row exists,
-//! one pass over the output columns whose windows lie wholly inside the input columns (the inner
-//! loop, contiguous for stride 1, so it vectorises), and a short bounds-checked loop over the few
-//! border columns. A window one column wide (global pooling) instead reduces each contiguous input
-//! row segment in eight lanes.
+//! * Rows (no scratch): each output row is accumulated in place: for every kernel tap `(u, v)`
+//!   whose input row exists, one pass over the output columns whose windows lie wholly inside the
+//!   input columns (the inner loop, contiguous for stride 1, so it vectorises), and a short
+//!   bounds-checked loop over the few border columns. A window one column wide (global pooling)
+//!   instead reduces each contiguous input row segment in eight lanes.
+//! * Phased (max pools given [`pool2d_scratch_fast`] scratch): the input split into its stride
+//!   phases, every tap one contiguous maximum over the whole output plane.
+//! * Pairs: disjoint windows two columns wide (the CNN's 2×2 pool).
 
 use crate::kernels::conv::{split_phases, PhaseGeom, TapOffsets};
 pub use kestrel_core::params::Pool2dParams;
@@ -58,21 +61,57 @@ fn max_phased(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     }
 }
 
+/// Which loops [`pool2d`] runs for a geometry and the scratch it is given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PoolPath {
+    /// Disjoint windows two columns wide, a few contiguous passes per output row ([`pairs`]).
+    Pairs,
+    /// A max pool of more than one tap with [`pool2d_scratch_fast`] scratch and more than one
+    /// output column: every tap one contiguous maximum over the input's stride phases.
+    Phased,
+    /// Row by row: per tap a pass over the inner columns, the border columns bounds-checked (a
+    /// window one column wide: each input row segment reduced in eight lanes).
+    Rows,
+}
+
+/// The path [`pool2d`] takes for `p` given `scratch` elements of scratch.
+pub fn pool2d_path(p: &Pool2dParams, scratch: usize) -> PoolPath {
+    if pairs(p) {
+        return PoolPath::Pairs;
+    }
+    let fast = pool2d_scratch_fast(p);
+    if p.kind == PoolKind::Max && p.kh * p.kw > 1 && fast > 0 && scratch >= fast && p.ow > 1 {
+        PoolPath::Phased
+    } else {
+        PoolPath::Rows
+    }
+}
+
 /// `y [C, H', W']` = pool(`x [C, H, W]`): max pools with [`pool2d_scratch_fast`] scratch and
-/// a window of more than one tap through the stride phases, the rest row by row. Compiled for
-/// the detected x86 ISA (the loops vectorise to its width), portable elsewhere.
+/// a window of more than one tap through the stride phases, the rest row by row (see
+/// [`pool2d_path`]). Compiled for the detected x86 ISA (the loops vectorise to its width),
+/// portable elsewhere.
 pub fn pool2d(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    pool2d_on(crate::kernels::simd::isa(), p, x, y, scratch)
+}
+
+/// [`pool2d`] compiled for `isa`: the AVX-512 or the AVX2 build of the same loops where `isa` is
+/// one of them and the CPU runs it, the portable build otherwise (scalar, NEON, or a tier the CPU
+/// lacks). [`pool2d`] passes the detected ISA; the tests pass each tier in turn.
+pub fn pool2d_on(isa: crate::kernels::simd::Isa, p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        use crate::kernels::simd::{isa, Isa};
-        match isa() {
-            // SAFETY: AVX-512F/AVX2/FMA detected by `isa()`.
-            Isa::Avx512 => return unsafe { pool2d_avx512(p, x, y, scratch) },
-            // SAFETY: AVX2/FMA detected by `isa()`.
-            Isa::Avx2 | Isa::Avx2Vnni => return unsafe { pool2d_avx2(p, x, y, scratch) },
+        use crate::kernels::simd::Isa;
+        match isa {
+            // SAFETY: AVX-512F/AVX2/FMA checked by `supported()`.
+            Isa::Avx512 if isa.supported() => return unsafe { pool2d_avx512(p, x, y, scratch) },
+            // SAFETY: AVX2/FMA checked by `supported()`.
+            Isa::Avx2 | Isa::Avx2Vnni if isa.supported() => return unsafe { pool2d_avx2(p, x, y, scratch) },
             _ => {}
         }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = isa;
     pool2d_body(p, x, y, scratch)
 }
 
@@ -90,15 +129,11 @@ unsafe fn pool2d_avx2(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut 
 
 #[cfg_attr(target_arch = "x86_64", inline(always))]
 fn pool2d_body(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-    if pairs(p) {
-        if p.kind == PoolKind::Max {
-            return pool_pairs::<true>(p, x, y);
-        }
-        return pool_pairs::<false>(p, x, y);
-    }
-    let fast = pool2d_scratch_fast(p);
-    if p.kind == PoolKind::Max && p.kh * p.kw > 1 && fast > 0 && scratch.len() >= fast && p.ow > 1 {
-        return max_phased(p, x, y, scratch);
+    match pool2d_path(p, scratch.len()) {
+        PoolPath::Pairs if p.kind == PoolKind::Max => return pool_pairs::<true>(p, x, y),
+        PoolPath::Pairs => return pool_pairs::<false>(p, x, y),
+        PoolPath::Phased => return max_phased(p, x, y, scratch),
+        PoolPath::Rows => {}
     }
     let (plane, oplane) = (p.h * p.w, p.oh * p.ow);
     if p.c == 0 || plane == 0 {
