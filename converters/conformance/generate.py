@@ -22,6 +22,7 @@ the harness, not a reason to leave a case out.
 from __future__ import annotations
 
 import argparse
+import datetime
 import io
 import json
 import shutil
@@ -245,6 +246,14 @@ def main() -> int:
         for fname, data in files[name]:
             (d / fname).write_bytes(data)
         (d / "case.json").write_text(json.dumps(metas[name], indent=1) + "\n")
+    suite = {
+        "onnx_version": onnx.__version__,
+        "generated": datetime.date.today().isoformat(),
+        "command": "python converters/conformance/generate.py " + " ".join(sys.argv[1:]),
+        "cases": len(names),
+    }
+    if not args.sample:
+        (args.out / "suite.json").write_text(json.dumps(suite, indent=1) + "\n")
     in_scope = sum(1 for n in names if metas[n]["out_of_scope"] is None)
     ops = len({metas[n]["main_op"] for n in names})
     total = sum(sizes[n] for n in names)
