@@ -1,7 +1,9 @@
 /*
  * Kestrel C ABI. Every function returns a KestrelStatus (KESTREL_OK = 0) unless it says otherwise;
- * on failure, kestrel_last_error() describes the error on the calling thread. Handles are opaque;
- * a model may be shared between threads, a session must be used by one thread at a time.
+ * on failure, kestrel_last_error() describes the error on the calling thread. Handles are opaque
+ * tokens, never reused: a freed one is KESTREL_ERR_CLOSED. A model may be shared between threads;
+ * a session runs one batch at a time (KESTREL_ERR_BUSY otherwise). Freeing either is safe from any
+ * thread at any time: calls in progress finish first, on their own reference.
  */
 
 #ifndef KESTREL_H
@@ -37,7 +39,8 @@ typedef enum KestrelStatus {
    */
   KESTREL_ERR_INVALID_ARGUMENT = 2,
   /**
-   * A handle is misaligned, of the wrong kind, or already freed (as far as can be told).
+   * A pointer is not a handle of the expected kind: misaligned, a handle of the other kind, or
+   * not from Kestrel. (A handle that was freed is `KESTREL_ERR_CLOSED`.)
    */
   KESTREL_ERR_INVALID_HANDLE = 3,
   /**
@@ -96,6 +99,17 @@ typedef enum KestrelStatus {
    * CPU backend is unaffected.
    */
   KESTREL_ERR_GPU = 16,
+  /**
+   * The handle was freed (closed), possibly by another thread while the call was starting: the
+   * call did nothing. Also the answer of a second free. Handles are never reused, so a freed
+   * handle stays closed.
+   */
+  KESTREL_ERR_CLOSED = 17,
+  /**
+   * The session is in use by another thread (a run, or a read or change of its profile): the
+   * call did nothing. A session runs one batch at a time; use one session per thread.
+   */
+  KESTREL_ERR_BUSY = 18,
 } KestrelStatus;
 
 /**
@@ -230,13 +244,16 @@ typedef uint32_t KestrelTimingSource;
 #endif // __cplusplus
 
 /**
- * A loaded model (opaque). Immutable; may be used from several threads at once.
+ * A loaded model (opaque: the C type behind a model handle, which is a registry token and is
+ * never dereferenced). Immutable; may be used from several threads at once.
  */
 typedef struct KestrelModel KestrelModel;
 
 /**
- * A session: a model bound to an arena for batches up to a capacity (opaque). One thread at a
- * time; a concurrent run is refused with `KESTREL_ERR_INVALID_ARGUMENT`, not raced.
+ * A session: a model bound to an arena for batches up to a capacity (opaque to C). Runs and the
+ * profile are used by one thread at a time: a call while another thread holds the session is
+ * refused with `KESTREL_ERR_BUSY`, not raced. What never changes after creation (backend,
+ * device, f16 arithmetic, capacity, the model) is readable from any thread at any time.
  */
 typedef struct KestrelSession KestrelSession;
 
@@ -326,7 +343,7 @@ typedef struct KestrelOutput {
 /**
  * Every status, in code order.
  */
-#define KestrelStatus_ALL { KESTREL_OK, KESTREL_ERR_NULL_POINTER, KESTREL_ERR_INVALID_ARGUMENT, KESTREL_ERR_INVALID_HANDLE, KESTREL_ERR_MISALIGNED, KESTREL_ERR_TOO_LARGE, KESTREL_ERR_IO, KESTREL_ERR_INVALID_MODEL, KESTREL_ERR_SHAPE, KESTREL_ERR_INDEX, KESTREL_ERR_INPUT_VALUE, KESTREL_ERR_UNSUPPORTED, KESTREL_ERR_BUFFER_TOO_SMALL, KESTREL_ERR_PANIC, KESTREL_ERR_INTERNAL, KESTREL_ERR_NO_GPU, KESTREL_ERR_GPU, }
+#define KestrelStatus_ALL { KESTREL_OK, KESTREL_ERR_NULL_POINTER, KESTREL_ERR_INVALID_ARGUMENT, KESTREL_ERR_INVALID_HANDLE, KESTREL_ERR_MISALIGNED, KESTREL_ERR_TOO_LARGE, KESTREL_ERR_IO, KESTREL_ERR_INVALID_MODEL, KESTREL_ERR_SHAPE, KESTREL_ERR_INDEX, KESTREL_ERR_INPUT_VALUE, KESTREL_ERR_UNSUPPORTED, KESTREL_ERR_BUFFER_TOO_SMALL, KESTREL_ERR_PANIC, KESTREL_ERR_INTERNAL, KESTREL_ERR_NO_GPU, KESTREL_ERR_GPU, KESTREL_ERR_CLOSED, KESTREL_ERR_BUSY, }
 
 #ifdef __cplusplus
 extern "C" {
@@ -384,10 +401,15 @@ enum KestrelStatus kestrel_model_load_memory(const uint8_t *data,
 
 /**
  * Releases a model. Sessions made from it keep their own reference, so it may be freed before
- * them. NULL is a no-op; a pointer that is not a live model is `KESTREL_ERR_INVALID_HANDLE`.
+ * them. Safe from any thread at any time: calls on the model already in progress on other
+ * threads (getters, `kestrel_session_new`) finish normally, later ones return
+ * `KESTREL_ERR_CLOSED`; the memory goes with the last user. NULL is a no-op; a second free
+ * does nothing and returns `KESTREL_ERR_CLOSED`; a pointer that is not a model is
+ * `KESTREL_ERR_INVALID_HANDLE`. Strings the model handed out (name, labels...) are valid until
+ * it is freed and its sessions are.
  *
  * # Safety
- * No other thread may be using `model`.
+ * None beyond the signature: `model` is never dereferenced.
  */
 enum KestrelStatus kestrel_model_free(struct KestrelModel *model);
 
@@ -520,15 +542,19 @@ enum KestrelStatus kestrel_session_new_with_precision(const struct KestrelModel 
 enum KestrelStatus kestrel_session_gpu_f16(const struct KestrelSession *session, bool *out);
 
 /**
- * Releases a session. NULL is a no-op.
+ * Releases a session. Safe from any thread at any time, also while another thread runs it: the
+ * run finishes normally (its outputs are written) and the session's memory goes when it ends;
+ * the free does not wait for it. Later calls with the handle return `KESTREL_ERR_CLOSED`. NULL
+ * is a no-op; a second free does nothing and returns `KESTREL_ERR_CLOSED`.
  *
  * # Safety
- * No other thread may be using `session`.
+ * None beyond the signature: `session` is never dereferenced.
  */
 enum KestrelStatus kestrel_session_free(struct KestrelSession *session);
 
 /**
- * The backend a session runs on (a `KestrelBackend` code; never AUTO).
+ * The backend a session runs on (a `KestrelBackend` code; never AUTO). Readable during a run on
+ * another thread.
  *
  * # Safety
  * `out` must be NULL or valid for a write.
@@ -538,7 +564,7 @@ enum KestrelStatus kestrel_session_backend(const struct KestrelSession *session,
 /**
  * What runs a session, for logs (valid while the session lives): "cpu", the GPU adapter
  * ("NAME (Vulkan, DiscreteGpu)"), or "cpu (auto: REASON)" when AUTO did not get the GPU. Not
- * meant to be parsed: use `kestrel_session_backend`.
+ * meant to be parsed: use `kestrel_session_backend`. Readable during a run on another thread.
  *
  * # Safety
  * `out` must be NULL or valid for a write.
@@ -546,10 +572,11 @@ enum KestrelStatus kestrel_session_backend(const struct KestrelSession *session,
 enum KestrelStatus kestrel_session_device(const struct KestrelSession *session, const char **out);
 
 /**
- * Turns per-node timing on or off for the following runs (off by default).
+ * Turns per-node timing on or off for the following runs (off by default). `KESTREL_ERR_BUSY`
+ * while another thread runs the session.
  *
  * # Safety
- * `session` must be NULL or a pointer from `kestrel_session_new`.
+ * None beyond the signature: `session` is never dereferenced.
  */
 enum KestrelStatus kestrel_session_set_profiling(struct KestrelSession *session, bool enabled);
 
@@ -599,6 +626,9 @@ enum KestrelStatus kestrel_session_profile_entry(const struct KestrelSession *se
  * inputs. `*batch_out` (if not NULL) receives the batch. On the CPU the run itself allocates
  * nothing (the call allocates two small arrays of slice descriptors); on the GPU it records
  * and submits one command buffer and waits for the outputs.
+ *
+ * `KESTREL_ERR_BUSY` while another thread runs the session (one run at a time per session);
+ * a free of the session (or its model) on another thread during the run does not disturb it.
  *
  * # Safety
  * `inputs`/`outputs` must be NULL or valid for `n_inputs`/`n_outputs` reads, each tensor's

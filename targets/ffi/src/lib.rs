@@ -5,8 +5,10 @@
 //!   (`targets/android`) both call.
 //! - [`abi`]: the `extern "C"` functions. Every one catches panics and errors at the boundary,
 //!   returns a [`Status`] and leaves a message in the thread-local `kestrel_last_error()`.
-//! - Handles are registered while alive, so NULL, misaligned, freed and wrong-kind handles are
-//!   rejected without being dereferenced.
+//! - [`handles`]: handles are tokens for objects a registry owns by reference count, so NULL,
+//!   misaligned, freed (`KESTREL_ERR_CLOSED`) and wrong-kind handles are rejected without being
+//!   dereferenced, and a free from any thread at any time is safe: calls in flight keep the
+//!   object alive until they end.
 //!
 //! - [`gpu`]: the status codes of the GPU's errors. Where a session runs (`KESTREL_BACKEND_AUTO`'s
 //!   policy, the shared device) is the facade's `kestrel::backend`, as in the CLI; the cargo

@@ -14,7 +14,8 @@ pub enum Status {
     /// An argument is out of its domain (unknown enum code, zero capacity, overlapping buffers,
     /// a path that is not UTF-8...).
     KESTREL_ERR_INVALID_ARGUMENT = 2,
-    /// A handle is misaligned, of the wrong kind, or already freed (as far as can be told).
+    /// A pointer is not a handle of the expected kind: misaligned, a handle of the other kind, or
+    /// not from Kestrel. (A handle that was freed is `KESTREL_ERR_CLOSED`.)
     KESTREL_ERR_INVALID_HANDLE = 3,
     /// A data pointer is not aligned for its element type.
     KESTREL_ERR_MISALIGNED = 4,
@@ -46,11 +47,18 @@ pub enum Status {
     /// timeout or a failed readback. A session whose device was lost cannot be used again; the
     /// CPU backend is unaffected.
     KESTREL_ERR_GPU = 16,
+    /// The handle was freed (closed), possibly by another thread while the call was starting: the
+    /// call did nothing. Also the answer of a second free. Handles are never reused, so a freed
+    /// handle stays closed.
+    KESTREL_ERR_CLOSED = 17,
+    /// The session is in use by another thread (a run, or a read or change of its profile): the
+    /// call did nothing. A session runs one batch at a time; use one session per thread.
+    KESTREL_ERR_BUSY = 18,
 }
 
 impl Status {
     /// Every status, in code order.
-    pub const ALL: [Status; 17] = [
+    pub const ALL: [Status; 19] = [
         Status::KESTREL_OK,
         Status::KESTREL_ERR_NULL_POINTER,
         Status::KESTREL_ERR_INVALID_ARGUMENT,
@@ -68,6 +76,8 @@ impl Status {
         Status::KESTREL_ERR_INTERNAL,
         Status::KESTREL_ERR_NO_GPU,
         Status::KESTREL_ERR_GPU,
+        Status::KESTREL_ERR_CLOSED,
+        Status::KESTREL_ERR_BUSY,
     ];
 
     /// The status with this code, if any.
@@ -100,6 +110,8 @@ impl Status {
             Status::KESTREL_ERR_INTERNAL => c"KESTREL_ERR_INTERNAL",
             Status::KESTREL_ERR_NO_GPU => c"KESTREL_ERR_NO_GPU",
             Status::KESTREL_ERR_GPU => c"KESTREL_ERR_GPU",
+            Status::KESTREL_ERR_CLOSED => c"KESTREL_ERR_CLOSED",
+            Status::KESTREL_ERR_BUSY => c"KESTREL_ERR_BUSY",
         }
     }
 }

@@ -3,9 +3,12 @@
 //! (`dev.kestrel.Model`, `dev.kestrel.Session`) wraps.
 //!
 //! Handles are the C ABI's registered handles (`kestrel_ffi::handles`) passed as `long`, so a
-//! zero, freed or wrong-kind handle is an exception, never a crash. Every method catches Rust
-//! panics; errors become a `dev.kestrel.KestrelException` carrying the C status code and
-//! message. Arrays are copied in and out (no pinning of Java memory).
+//! zero or wrong-kind handle is an exception (`INVALID_HANDLE`), and so is a freed one (`CLOSED`),
+//! never a crash. Each method holds its own reference to the model or session it was given for
+//! its whole duration, so `modelFree`/`sessionFree` from another thread (a `close()`, the Kotlin
+//! safety net) never pulls the object from under it: a run in progress finishes normally.
+//! Every method catches Rust panics; errors become a `dev.kestrel.KestrelException` carrying
+//! the C status code and message. Arrays are copied in and out (no pinning of Java memory).
 
 use jni::objects::{JByteArray, JClass, JFloatArray, JIntArray, JLongArray, JObject, JObjectArray, JString, JValue};
 use jni::sys::{jboolean, jint, jintArray, jlong, jlongArray, jobjectArray, jsize, jstring, JNI_FALSE, JNI_TRUE};
@@ -16,6 +19,7 @@ use kestrel_ffi::core::{FfiError, GpuPrecision, LoadedModel, SessionCore, Tensor
 use kestrel_ffi::handles::{self, KestrelModel, KestrelSession};
 use kestrel_ffi::Status;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 const EXCEPTION: &str = "dev/kestrel/KestrelException";
 
@@ -62,15 +66,14 @@ fn throw(env: &mut JNIEnv<'_>, e: &FfiError) {
     }
 }
 
-fn model<'a>(handle: jlong, what: &str) -> Result<&'a KestrelModel, FfiError> {
-    // SAFETY: the registry check rejects anything that is not a live model handle; Java owners
-    // (`dev.kestrel.Model`) serialise `close()` with use.
-    unsafe { handles::model(handle as usize as *const KestrelModel, what) }
+/// The model behind a handle, held for as long as the caller keeps the `Arc`.
+fn model(handle: jlong, what: &str) -> Result<Arc<LoadedModel>, FfiError> {
+    handles::model(std::ptr::without_provenance(handle as usize), what)
 }
 
-fn session<'a>(handle: jlong, what: &str) -> Result<&'a KestrelSession, FfiError> {
-    // SAFETY: as for `model`.
-    unsafe { handles::session(handle as usize as *const KestrelSession, what) }
+/// The session behind a handle, held for as long as the caller keeps the `Arc`.
+fn session(handle: jlong, what: &str) -> Result<Arc<KestrelSession>, FfiError> {
+    handles::session(std::ptr::without_provenance(handle as usize), what)
 }
 
 fn index(i: jint, len: usize, what: &str) -> Result<usize, FfiError> {
@@ -158,45 +161,43 @@ native! {
 }
 
 native! {
-    /// `void modelFree(long model)` (0 is a no-op)
+    /// `void modelFree(long model)` (0 is a no-op; any thread, also during other calls on it)
     fn Java_dev_kestrel_NativeBridge_modelFree(_env, m: jlong),
-    // SAFETY: the registry rejects anything but a live model handle.
-    unsafe { handles::free_model(m as usize as *mut KestrelModel) }
+    handles::free_model(std::ptr::without_provenance_mut::<KestrelModel>(m as usize))
 }
 
 native! {
     /// `String modelName(long model)`
     fn Java_dev_kestrel_NativeBridge_modelName(env, m: jlong) -> jstring = std::ptr::null_mut(),
-    jstr(env, model(m, "modelName")?.inner.name())
+    jstr(env, model(m, "modelName")?.name())
 }
 
 native! {
     /// `String modelTask(long model)`
     fn Java_dev_kestrel_NativeBridge_modelTask(env, m: jlong) -> jstring = std::ptr::null_mut(),
-    jstr(env, model(m, "modelTask")?.inner.task())
+    jstr(env, model(m, "modelTask")?.task())
 }
 
 native! {
     /// `String[] modelLabels(long model)`
     fn Java_dev_kestrel_NativeBridge_modelLabels(env, m: jlong) -> jobjectArray = std::ptr::null_mut(), {
         let labels: Vec<String> =
-            model(m, "modelLabels")?.inner.labels().iter().map(|l| l.to_string_lossy().into_owned()).collect();
+            model(m, "modelLabels")?.labels().iter().map(|l| l.to_string_lossy().into_owned()).collect();
         string_array(env, &labels)
     }
 }
 
-/// The inputs or (`output`) the outputs of model handle `m`, and the one at `i` (`what` names
-/// the method in errors).
-fn desc<'a>(m: jlong, output: jboolean, i: jint, what: &str) -> Result<&'a TensorDesc, FfiError> {
+/// The input or (`output`) the output `i` of model handle `m` (`what` names the method in errors).
+fn desc(m: jlong, output: jboolean, i: jint, what: &str) -> Result<TensorDesc, FfiError> {
     let m = model(m, what)?;
-    let d = if output == JNI_TRUE { m.inner.outputs() } else { m.inner.inputs() };
-    Ok(&d[index(i, d.len(), "tensor")?])
+    let d = if output == JNI_TRUE { m.outputs() } else { m.inputs() };
+    Ok(d[index(i, d.len(), "tensor")?].clone())
 }
 
 native! {
     /// `int tensorCount(long model, boolean output)`
     fn Java_dev_kestrel_NativeBridge_tensorCount(_env, m: jlong, output: jboolean) -> jint = 0, {
-        let m = &model(m, "tensorCount")?.inner;
+        let m = model(m, "tensorCount")?;
         to_jsize(if output == JNI_TRUE { m.outputs().len() } else { m.inputs().len() })
     }
 }
@@ -242,7 +243,7 @@ fn session_new(
     let backend = codes::backend(code(backend))?;
     let capacity = usize::try_from(capacity)
         .map_err(|_| err(Status::KESTREL_ERR_INVALID_ARGUMENT, format!("capacity {capacity} is negative")))?;
-    let core = SessionCore::with_precision(m.inner.clone(), backend, capacity, precision)?;
+    let core = SessionCore::with_precision(m, backend, capacity, precision)?;
     Ok(handles::new_session(core) as usize as jlong)
 }
 
@@ -264,20 +265,20 @@ native! {
 native! {
     /// `boolean sessionGpuF16(long session)`: whether the session's dot products are in f16.
     fn Java_dev_kestrel_NativeBridge_sessionGpuF16(_env, s: jlong) -> jboolean = JNI_FALSE,
-    Ok(jbool(session(s, "sessionGpuF16")?.lock()?.gpu_f16()))
+    Ok(jbool(session(s, "sessionGpuF16")?.gpu_f16()))
 }
 
 native! {
-    /// `void sessionFree(long session)` (0 is a no-op)
+    /// `void sessionFree(long session)` (0 is a no-op; any thread, also during a run: the run
+    /// finishes and the session goes when it ends)
     fn Java_dev_kestrel_NativeBridge_sessionFree(_env, s: jlong),
-    // SAFETY: the registry rejects anything but a live session handle.
-    unsafe { handles::free_session(s as usize as *mut KestrelSession) }
+    handles::free_session(std::ptr::without_provenance_mut::<KestrelSession>(s as usize))
 }
 
 native! {
     /// `int sessionBackend(long session)`: a `KestrelBackend` code.
     fn Java_dev_kestrel_NativeBridge_sessionBackend(_env, s: jlong) -> jint = 0,
-    Ok(session(s, "sessionBackend")?.lock()?.backend().code() as jint)
+    Ok(session(s, "sessionBackend")?.backend().code() as jint)
 }
 
 native! {
@@ -291,7 +292,7 @@ native! {
     /// `String sessionDevice(long session)`: what runs the session, for logs ("cpu", the GPU
     /// adapter, or "cpu (auto: REASON)").
     fn Java_dev_kestrel_NativeBridge_sessionDevice(env, s: jlong) -> jstring = std::ptr::null_mut(), {
-        let device = session(s, "sessionDevice")?.lock()?.device().clone();
+        let device = session(s, "sessionDevice")?.device().clone();
         jstr(env, &device)
     }
 }
@@ -307,7 +308,8 @@ native! {
 native! {
     /// `String[] profileOps(long session)`: op names of the last profiled run, in order.
     fn Java_dev_kestrel_NativeBridge_profileOps(env, s: jlong) -> jobjectArray = std::ptr::null_mut(), {
-        let core = session(s, "profileOps")?.lock()?;
+        let sess = session(s, "profileOps")?;
+        let core = sess.lock()?;
         let names: Vec<String> =
             core.timings().iter().map(|t| core.op_name(t.node).to_string_lossy().into_owned()).collect();
         drop(core);

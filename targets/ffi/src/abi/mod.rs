@@ -5,7 +5,9 @@
 //! becomes its status with the message in `kestrel_last_error()`. Pointers are checked before use:
 //! NULL (`KESTREL_ERR_NULL_POINTER`), misaligned (`KESTREL_ERR_MISALIGNED`), lengths whose byte
 //! size overflows `isize` (`KESTREL_ERR_TOO_LARGE`); handles are looked up in the registry of
-//! live handles (`KESTREL_ERR_INVALID_HANDLE`).
+//! live handles (`KESTREL_ERR_INVALID_HANDLE`, `KESTREL_ERR_CLOSED` once freed), which lends each
+//! call its own reference to the object: a free on another thread never pulls it from under a
+//! call.
 
 use crate::core::{Backend, FfiError, GpuPrecision, LoadedModel, SessionCore, TimingSource};
 use crate::error::{guard, guard_str, last_error_ptr};
@@ -212,12 +214,39 @@ unsafe fn model_get<T>(
     out: *mut T,
     f: impl FnOnce(&LoadedModel) -> Result<T, FfiError>,
 ) -> Status {
-    // SAFETY: the handle is checked against the registry; `out` is the caller's contract.
-    unsafe { get(out, || f(&handles::model(model, func)?.inner)) }
+    // SAFETY: `out` is the caller's contract (the handle is only looked up).
+    unsafe {
+        get(out, || {
+            let m = handles::model(model, func)?;
+            f(&m)
+        })
+    }
 }
 
-/// [`get`] for sessions: `f` reads the locked session. Pointers it returns must point into data
-/// the session keeps unchanged for its lifetime (its device string).
+/// [`get`] for what a session never changes (backend, device, f16): read without its lock, so
+/// these never wait for or fail because of a run on another thread. Pointers `f` returns must
+/// point into data the session keeps for its lifetime (its device string).
+///
+/// # Safety
+/// As for [`put`].
+unsafe fn session_fact<T>(
+    session: *const KestrelSession,
+    func: &str,
+    out: *mut T,
+    f: impl FnOnce(&KestrelSession) -> Result<T, FfiError>,
+) -> Status {
+    // SAFETY: `out` is the caller's contract (the handle is only looked up).
+    unsafe {
+        get(out, || {
+            let s = handles::session(session, func)?;
+            f(&s)
+        })
+    }
+}
+
+/// [`get`] for a session's changing state (its profile): `f` reads the locked session
+/// (`KESTREL_ERR_BUSY` while another thread runs it). Pointers it returns must point into data
+/// the session keeps unchanged for its lifetime (op names).
 ///
 /// # Safety
 /// As for [`put`].
@@ -227,8 +256,14 @@ unsafe fn session_get<T>(
     out: *mut T,
     f: impl FnOnce(&SessionCore) -> Result<T, FfiError>,
 ) -> Status {
-    // SAFETY: the handle is checked against the registry; `out` is the caller's contract.
-    unsafe { get(out, || f(&*handles::session(session, func)?.lock()?)) }
+    // SAFETY: `out` is the caller's contract (the handle is only looked up).
+    unsafe {
+        get(out, || {
+            let s = handles::session(session, func)?;
+            let core = s.lock()?;
+            f(&core)
+        })
+    }
 }
 
 /// The library version (a static NUL-terminated string, e.g. "0.1.0").

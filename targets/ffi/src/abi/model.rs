@@ -74,14 +74,18 @@ pub unsafe extern "C" fn kestrel_model_load_memory(data: *const u8, len: usize, 
 }
 
 /// Releases a model. Sessions made from it keep their own reference, so it may be freed before
-/// them. NULL is a no-op; a pointer that is not a live model is `KESTREL_ERR_INVALID_HANDLE`.
+/// them. Safe from any thread at any time: calls on the model already in progress on other
+/// threads (getters, `kestrel_session_new`) finish normally, later ones return
+/// `KESTREL_ERR_CLOSED`; the memory goes with the last user. NULL is a no-op; a second free
+/// does nothing and returns `KESTREL_ERR_CLOSED`; a pointer that is not a model is
+/// `KESTREL_ERR_INVALID_HANDLE`. Strings the model handed out (name, labels...) are valid until
+/// it is freed and its sessions are.
 ///
 /// # Safety
-/// No other thread may be using `model`.
+/// None beyond the signature: `model` is never dereferenced.
 #[no_mangle]
 pub unsafe extern "C" fn kestrel_model_free(model: *mut KestrelModel) -> Status {
-    // SAFETY: caller contract.
-    guard(|| unsafe { handles::free_model(model) })
+    guard(|| handles::free_model(model))
 }
 
 /// The model's name from its metadata (valid while the model lives).

@@ -1,6 +1,8 @@
 //! Sessions, runs and profiles: `kestrel_session_*`.
 
-use super::{clear, err, nth, put, session_get, KestrelGpuPrecision, KestrelOpTiming, KestrelOutput, KestrelTensor};
+use super::{
+    clear, err, nth, put, session_fact, session_get, KestrelGpuPrecision, KestrelOpTiming, KestrelOutput, KestrelTensor,
+};
 use crate::codes;
 use crate::core::{DType, FfiError, SessionCore, TensorDesc};
 use crate::error::guard;
@@ -62,17 +64,18 @@ unsafe fn session_new(
 ) -> Status {
     guard(|| {
         // SAFETY: caller contract.
-        unsafe {
-            clear(out);
-            let m = handles::model(model, func)?;
-            let backend = codes::backend(backend)?;
-            let precision = codes::precision(gpu_precision)?;
-            if out.is_null() {
-                return Err(err(Status::KESTREL_ERR_NULL_POINTER, format!("{func}: out is NULL")));
-            }
-            let core = SessionCore::with_precision(m.inner.clone(), backend, capacity, precision)?;
-            put(out, handles::new_session(core), "out")
+        unsafe { clear(out) };
+        // Holds the model for the whole call: a free on another thread meanwhile does not pull it
+        // from under the new session.
+        let m = handles::model(model, func)?;
+        let backend = codes::backend(backend)?;
+        let precision = codes::precision(gpu_precision)?;
+        if out.is_null() {
+            return Err(err(Status::KESTREL_ERR_NULL_POINTER, format!("{func}: out is NULL")));
         }
+        let core = SessionCore::with_precision(m, backend, capacity, precision)?;
+        // SAFETY: caller contract.
+        unsafe { put(out, handles::new_session(core), "out") }
     })
 }
 
@@ -85,51 +88,53 @@ unsafe fn session_new(
 #[no_mangle]
 pub unsafe extern "C" fn kestrel_session_gpu_f16(session: *const KestrelSession, out: *mut bool) -> Status {
     // SAFETY: the caller's contract on `out`.
-    unsafe { session_get(session, "kestrel_session_gpu_f16", out, |s| Ok(s.gpu_f16())) }
+    unsafe { session_fact(session, "kestrel_session_gpu_f16", out, |s| Ok(s.gpu_f16())) }
 }
 
-/// Releases a session. NULL is a no-op.
+/// Releases a session. Safe from any thread at any time, also while another thread runs it: the
+/// run finishes normally (its outputs are written) and the session's memory goes when it ends;
+/// the free does not wait for it. Later calls with the handle return `KESTREL_ERR_CLOSED`. NULL
+/// is a no-op; a second free does nothing and returns `KESTREL_ERR_CLOSED`.
 ///
 /// # Safety
-/// No other thread may be using `session`.
+/// None beyond the signature: `session` is never dereferenced.
 #[no_mangle]
 pub unsafe extern "C" fn kestrel_session_free(session: *mut KestrelSession) -> Status {
-    // SAFETY: caller contract.
-    guard(|| unsafe { handles::free_session(session) })
+    guard(|| handles::free_session(session))
 }
 
-/// The backend a session runs on (a `KestrelBackend` code; never AUTO).
+/// The backend a session runs on (a `KestrelBackend` code; never AUTO). Readable during a run on
+/// another thread.
 ///
 /// # Safety
 /// `out` must be NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn kestrel_session_backend(session: *const KestrelSession, out: *mut u32) -> Status {
     // SAFETY: the caller's contract on `out`.
-    unsafe { session_get(session, "kestrel_session_backend", out, |s| Ok(s.backend().code())) }
+    unsafe { session_fact(session, "kestrel_session_backend", out, |s| Ok(s.backend().code())) }
 }
 
 /// What runs a session, for logs (valid while the session lives): "cpu", the GPU adapter
 /// ("NAME (Vulkan, DiscreteGpu)"), or "cpu (auto: REASON)" when AUTO did not get the GPU. Not
-/// meant to be parsed: use `kestrel_session_backend`.
+/// meant to be parsed: use `kestrel_session_backend`. Readable during a run on another thread.
 ///
 /// # Safety
 /// `out` must be NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn kestrel_session_device(session: *const KestrelSession, out: *mut *const c_char) -> Status {
     // SAFETY: the caller's contract on `out`.
-    unsafe { session_get(session, "kestrel_session_device", out, |s| Ok(s.device().as_ptr())) }
+    unsafe { session_fact(session, "kestrel_session_device", out, |s| Ok(s.device().as_ptr())) }
 }
 
-/// Turns per-node timing on or off for the following runs (off by default).
+/// Turns per-node timing on or off for the following runs (off by default). `KESTREL_ERR_BUSY`
+/// while another thread runs the session.
 ///
 /// # Safety
-/// `session` must be NULL or a pointer from `kestrel_session_new`.
+/// None beyond the signature: `session` is never dereferenced.
 #[no_mangle]
 pub unsafe extern "C" fn kestrel_session_set_profiling(session: *mut KestrelSession, enabled: bool) -> Status {
     guard(|| {
-        // SAFETY: caller contract.
-        let s = unsafe { handles::session(session, "kestrel_session_set_profiling")? };
-        s.lock()?.set_profiling(enabled);
+        handles::session(session, "kestrel_session_set_profiling")?.lock()?.set_profiling(enabled);
         Ok(())
     })
 }
@@ -293,6 +298,9 @@ unsafe fn arg_slice<'a, T>(ptr: *const T, count: usize, expected: usize, what: &
 /// nothing (the call allocates two small arrays of slice descriptors); on the GPU it records
 /// and submits one command buffer and waits for the outputs.
 ///
+/// `KESTREL_ERR_BUSY` while another thread runs the session (one run at a time per session);
+/// a free of the session (or its model) on another thread during the run does not disturb it.
+///
 /// # Safety
 /// `inputs`/`outputs` must be NULL or valid for `n_inputs`/`n_outputs` reads, each tensor's
 /// `shape` valid for `rank` reads and `data` valid for `product(shape)` elements (written, for
@@ -307,8 +315,9 @@ pub unsafe extern "C" fn kestrel_session_run(
     batch_out: *mut usize,
 ) -> Status {
     guard(|| {
-        // SAFETY: caller contract.
-        let s = unsafe { handles::session(session, "kestrel_session_run")? };
+        // Holds the session for the whole run: a free on another thread meanwhile only
+        // unregisters the handle, and the session goes when this run ends.
+        let s = handles::session(session, "kestrel_session_run")?;
         if !batch_out.is_null() && !batch_out.is_aligned() {
             return Err(err(Status::KESTREL_ERR_MISALIGNED, format!("batch_out {batch_out:p} is misaligned")));
         }

@@ -280,12 +280,13 @@ static void test_image(const char *dir) {
     EXPECT_STATUS(kestrel_session_run(session2, &xt, 1, &yt, 1, NULL), KESTREL_ERR_SHAPE); /* capacity 1 */
     EXPECT_STATUS(kestrel_model_free((KestrelModel *)session), KESTREL_ERR_INVALID_HANDLE);
     EXPECT_STATUS(kestrel_session_free((KestrelSession *)model), KESTREL_ERR_INVALID_HANDLE);
-    /* freed handles: use after free and double free are caught (nothing is dereferenced) */
-    EXPECT_STATUS(kestrel_model_input_count(model2, &n), KESTREL_ERR_INVALID_HANDLE);
-    EXPECT_STATUS(kestrel_model_free(model2), KESTREL_ERR_INVALID_HANDLE);
+    /* freed handles: use after free and double free are CLOSED and do nothing (handles are
+       never reused nor dereferenced) */
+    EXPECT_STATUS(kestrel_model_input_count(model2, &n), KESTREL_ERR_CLOSED);
+    EXPECT_STATUS(kestrel_model_free(model2), KESTREL_ERR_CLOSED);
     REQUIRE_OK(kestrel_session_free(session2));
-    EXPECT_STATUS(kestrel_session_free(session2), KESTREL_ERR_INVALID_HANDLE);
-    EXPECT_STATUS(kestrel_session_run(session2, &xt, 1, &yt2, 1, NULL), KESTREL_ERR_INVALID_HANDLE);
+    EXPECT_STATUS(kestrel_session_free(session2), KESTREL_ERR_CLOSED);
+    EXPECT_STATUS(kestrel_session_run(session2, &xt, 1, &yt2, 1, NULL), KESTREL_ERR_CLOSED);
     REQUIRE_OK(kestrel_model_free(NULL));
     REQUIRE_OK(kestrel_session_free(NULL));
     /* out-pointers */
@@ -412,7 +413,9 @@ static void test_statics(void) {
     CHECK(strcmp(kestrel_status_name(-3), "KESTREL_UNKNOWN_STATUS") == 0, "unknown name");
     CHECK(strcmp(kestrel_status_name(KESTREL_ERR_NO_GPU), "KESTREL_ERR_NO_GPU") == 0, "NO_GPU name");
     CHECK(strcmp(kestrel_status_name(KESTREL_ERR_GPU), "KESTREL_ERR_GPU") == 0, "GPU name");
-    CHECK(strcmp(kestrel_status_name(KESTREL_ERR_GPU + 1), "KESTREL_UNKNOWN_STATUS") == 0, "unknown name");
+    CHECK(strcmp(kestrel_status_name(KESTREL_ERR_CLOSED), "KESTREL_ERR_CLOSED") == 0, "CLOSED name");
+    CHECK(strcmp(kestrel_status_name(KESTREL_ERR_BUSY), "KESTREL_ERR_BUSY") == 0, "BUSY name");
+    CHECK(strcmp(kestrel_status_name(KESTREL_ERR_BUSY + 1), "KESTREL_UNKNOWN_STATUS") == 0, "unknown name");
     CHECK(strcmp(kestrel_last_error(), "") == 0, "last error before any failure: %s", kestrel_last_error());
 }
 
@@ -699,7 +702,7 @@ static void test_gpu_image(const char *dir, uint32_t auto_expected) {
     err = max_rel_err(y, f.want, 30);
     CHECK(err <= GPU_TOL, "GPU session after its model was freed: max rel err %g", err);
     REQUIRE_OK(kestrel_session_free(gpu));
-    EXPECT_STATUS(kestrel_session_free(gpu), KESTREL_ERR_INVALID_HANDLE);
+    EXPECT_STATUS(kestrel_session_free(gpu), KESTREL_ERR_CLOSED);
     free(f.x);
     free(f.want);
 }

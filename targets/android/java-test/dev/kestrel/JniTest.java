@@ -187,8 +187,8 @@ public final class JniTest {
         expectStatus(KestrelException.INVALID_HANDLE, () -> NativeBridge.modelName(s), "session as model");
         expectStatus(KestrelException.INVALID_HANDLE, () -> NativeBridge.sessionRun(m, new Object[] {x}),
                 "model as session");
-        expectStatus(KestrelException.INVALID_HANDLE, () -> NativeBridge.modelName(m2), "freed model");
-        expectStatus(KestrelException.INVALID_HANDLE, () -> NativeBridge.sessionFree(s2), "double free");
+        expectStatus(KestrelException.CLOSED, () -> NativeBridge.modelName(m2), "freed model");
+        expectStatus(KestrelException.CLOSED, () -> NativeBridge.sessionFree(s2), "double free");
         expectStatus(KestrelException.INDEX, () -> NativeBridge.tensorName(m, false, 1), "input index");
         expectStatus(KestrelException.INDEX, () -> NativeBridge.tensorShape(m, true, -1), "negative index");
         expectStatus(KestrelException.INVALID_ARGUMENT, () -> NativeBridge.sessionNew(m, 9, 1), "bad backend");
