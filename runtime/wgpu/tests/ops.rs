@@ -275,24 +275,6 @@ fn layer_cases() -> Vec<Case> {
     v.extend(cases::fusion::norm_prologue_cases());
     v.extend(cases::fusion::slice_view_cases());
     v.extend(cases::fusion::slice_add_cases());
-    // Max and both average divisors: a global pool, the CNN stem's 3×3 stride-2 pool, a 2×2
-    // stride-2 pool on an odd size with ONNX ceil mode's extra bottom/right padding, dilation
-    // with asymmetric padding.
-    for (ch, h, w, k, stride, pad, dil) in [
-        (3usize, 7usize, 7usize, [7u32, 7u32], [1u32, 1u32], [0u32, 0, 0, 0], [1u32, 1u32]),
-        (4, 12, 12, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1]),
-        (3, 7, 9, [2, 2], [2, 2], [0, 0, 1, 1], [1, 1]),
-        (2, 9, 8, [3, 2], [2, 1], [2, 1, 0, 1], [2, 3]),
-    ] {
-        for (kind, count_include_pad) in [(PoolKind::Max, false), (PoolKind::Avg, false), (PoolKind::Avg, true)] {
-            let name =
-                format!("pool2d {kind:?} {ch}x{h}x{w} k{k:?} s{stride:?} p{pad:?} d{dil:?} cip={count_include_pad}");
-            v.push(case("pool2d", name, move |c| {
-                let x = c.input(&[ch, h, w])?;
-                c.b.op(|y| Op::Pool2d(Pool2d { x, kind, kernel: k, stride, pad, dilation: dil, count_include_pad, y }))
-            }));
-        }
-    }
     v.extend(cases::rnn_cases());
     v.extend(cases::row_cases());
     v
@@ -557,6 +539,36 @@ fn assert_both_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
     }
 }
 
+/// Max and both average divisors: a global pool, the CNN stem's 3×3 stride-2 pool, a 2×2
+/// stride-2 pool on an odd size with ONNX ceil mode's extra bottom/right padding, dilation with
+/// asymmetric padding; then issue 33's 1-D pool (`[1, 220000]`: kernel 200, stride 10, dilation
+/// 10, padding 100 each side — the CPU's phase path read the first 121 taps' offsets from an
+/// unfilled table; the shader computes each tap's coordinate, and matches the fixed CPU), as
+/// the converter lowers it (height 1) and along the height (width 1), and a 12×12 window (144
+/// taps) with stride, dilation and padding.
+fn pool_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for (ch, h, w, k, stride, pad, dil) in [
+        (3usize, 7usize, 7usize, [7u32, 7u32], [1u32, 1u32], [0u32, 0, 0, 0], [1u32, 1u32]),
+        (4, 12, 12, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1]),
+        (3, 7, 9, [2, 2], [2, 2], [0, 0, 1, 1], [1, 1]),
+        (2, 9, 8, [3, 2], [2, 1], [2, 1, 0, 1], [2, 3]),
+        (1, 1, 220_000, [1, 200], [1, 10], [0, 100, 0, 100], [1, 10]),
+        (1, 220_000, 1, [200, 1], [10, 1], [100, 0, 100, 0], [10, 1]),
+        (2, 30, 40, [12, 12], [2, 3], [5, 6, 4, 7], [1, 2]),
+    ] {
+        for (kind, count_include_pad) in [(PoolKind::Max, false), (PoolKind::Avg, false), (PoolKind::Avg, true)] {
+            let name =
+                format!("pool2d {kind:?} {ch}x{h}x{w} k{k:?} s{stride:?} p{pad:?} d{dil:?} cip={count_include_pad}");
+            v.push(case("pool2d", name, move |c| {
+                let x = c.input(&[ch, h, w])?;
+                c.b.op(|y| Op::Pool2d(Pool2d { x, kind, kernel: k, stride, pad, dilation: dil, count_include_pad, y }))
+            }));
+        }
+    }
+    v
+}
+
 /// The cooperative dense layer reduced through subgroup shuffles (`dense_split_sg`, beside the
 /// workgroup-memory `dense_split` of the no-subgroup tuning) wherever the device has `SUBGROUP`
 /// (lavapipe does, so CI checks it).
@@ -626,6 +638,8 @@ at_both_precisions! {
         |g, precision, arith| attention_cases_match(&g, &mechanism_cases(), precision, arith, &TUNINGS);
     large_shapes_match_cpu, large_shapes_match_cpu_f16:
         |g, precision, arith| attention_cases_match(&g, &large_cases(), precision, arith, &TUNINGS[..2]);
+    pool_kernels_match_cpu, pool_kernels_match_cpu_f16:
+        |g, precision, _arith| { check(&g, &pool_cases(), precision, &TUNINGS); };
 }
 
 /// A dense row whose first input, 1 + 2⁻¹², is not an f16 number: the f32 path keeps it (as the
