@@ -16,6 +16,9 @@ step "cargo check for Android (FFI + JNI, with wgpu)" \
 step "cargo check for iOS (FFI, with wgpu)" cargo check -p kestrel-ffi --target aarch64-apple-ios
 step "clippy, CPU-only FFI + JNI (--no-default-features)" \
     cargo clippy -p kestrel-ffi -p kestrel-jni --all-targets --no-default-features -- -D warnings
+# The Kotlin SDK compiled (kotlinc -Werror, installed from npm when missing) and run on the host
+# JVM against libkestrel_jni.so: API, Java interop, and close/use races (issue 35). Under 2 minutes.
+step "Kotlin SDK on the host JVM (API, Java interop, concurrency)" bash targets/android/kotlin-check.sh
 # Static libraries need no linker, so they build without the NDK or Xcode. Both variants are
 # gated: CPU only (--no-default-features) and with the wgpu backend (the default). The library's
 # file names carry no hash, so the CPU-only variant gets its own target directory (its few

@@ -1,6 +1,10 @@
 package dev.kestrel
 
 import java.io.Closeable
+import java.lang.ref.PhantomReference
+import java.lang.ref.ReferenceQueue
+import java.util.concurrent.ConcurrentHashMap
+import java.util.concurrent.atomic.AtomicLong
 
 /** Which engine runs a session. */
 enum class Backend(internal val code: Int) {
@@ -51,20 +55,109 @@ enum class TimingSource {
 /** Element type of a graph input or output. */
 enum class DType { F32, I32, I64 }
 
-/** A graph input or output: name, element type, per-sample shape (no batch axis). */
+/**
+ * A graph input or output: name, element type, per-sample shape (no batch axis). Equal when the
+ * three are (the shape compared element by element).
+ */
 data class TensorInfo(val name: String, val dtype: DType, val shape: IntArray) {
     /** Elements per sample. */
     val size: Int get() = shape.fold(1) { a, b -> a * b }
+
+    override fun equals(other: Any?): Boolean =
+        other is TensorInfo && name == other.name && dtype == other.dtype && shape.contentEquals(other.shape)
+
+    override fun hashCode(): Int = (name.hashCode() * 31 + dtype.hashCode()) * 31 + shape.contentHashCode()
+
+    override fun toString(): String = "TensorInfo(name=$name, dtype=$dtype, shape=${shape.contentToString()})"
 }
 
 /** One node's time in a profiled run. */
 data class OpTiming(val op: String, val nanos: Long)
 
 /**
- * A validated `.kes` model. Thread-safe; close it when done (sessions keep their own reference,
- * so a model may be closed before its sessions).
+ * A native handle, freed exactly once: by `close()`, or by the [SafetyNet] when its owner was
+ * never closed. Reading it after that throws [KestrelException.CLOSED].
+ *
+ * Closing is safe from any thread at any time: the native layer (`kestrel_ffi::handles`) keeps the
+ * object alive for calls already in flight (a run on another thread finishes normally, then the
+ * memory goes) and answers later calls with the handle with `KESTREL_ERR_CLOSED`.
  */
-class Model private constructor(private var handle: Long) : Closeable {
+internal class NativeHandle(handle: Long, private val what: String, private val free: (Long) -> Unit) {
+    private val value = AtomicLong(handle)
+
+    /** The handle, or [KestrelException.CLOSED]. */
+    fun get(): Long {
+        val h = value.get()
+        if (h == 0L) throw KestrelException(KestrelException.CLOSED, "$what is closed")
+        return h
+    }
+
+    /** Frees the handle unless that was done already (by any thread); true if this call did. */
+    fun release(): Boolean {
+        val h = value.getAndSet(0L)
+        if (h == 0L) return false
+        free(h)
+        return true
+    }
+}
+
+/**
+ * The safety net for models and sessions that are never closed: when one becomes unreachable its
+ * native handle is freed from a daemon thread. It is a net, not a way to manage them: when that
+ * happens depends on the garbage collector, which does not see the native memory (a model's
+ * weights, a session's arena) and may let a great deal of it pile up first. Close models and
+ * sessions (`use { }`) when done.
+ *
+ * This is `java.lang.ref.Cleaner`'s mechanism (a phantom reference per object, one thread draining
+ * their queue) written out, because `Cleaner` needs Android API 33 and this library supports 24.
+ */
+internal object SafetyNet {
+    private val queue = ReferenceQueue<Any>()
+    private val pending: MutableSet<Entry> = ConcurrentHashMap.newKeySet()
+
+    /** Handles freed by the net rather than by `close()` (for tests and diagnostics). */
+    val freed = AtomicLong()
+
+    /** The registration of one object: [clean] frees its handle now (what `close()` does). */
+    class Entry(owner: Any, private val handle: NativeHandle) : PhantomReference<Any>(owner, queue) {
+        fun clean(): Boolean {
+            pending.remove(this)
+            clear()
+            return handle.release()
+        }
+    }
+
+    init {
+        val t = Thread({
+            while (true) {
+                try {
+                    val e = queue.remove() as Entry
+                    if (e.clean()) freed.incrementAndGet()
+                } catch (_: InterruptedException) {
+                    // keep draining: the thread lives as long as the process
+                } catch (_: Throwable) {
+                    // a free never throws for a handle it was given; keep the thread alive regardless
+                }
+            }
+        }, "kestrel-safety-net")
+        t.isDaemon = true
+        t.start()
+    }
+
+    /** Registers [owner], whose native handle is [handle]. */
+    fun register(owner: Any, handle: NativeHandle): Entry = Entry(owner, handle).also { pending.add(it) }
+}
+
+/**
+ * A validated `.kes` model. Thread-safe: every method may be called from any thread, [close]
+ * included, at any time; a call on a closed model throws [KestrelException] with status
+ * [KestrelException.CLOSED]. Sessions keep their own reference to the native model, so a model may
+ * be closed before its sessions, and they keep working.
+ *
+ * Close it when done (`use { }`); a model never closed is freed after it becomes unreachable (see
+ * [SafetyNet]), but only as a safety net.
+ */
+class Model private constructor(raw: Long) : Closeable {
     companion object {
         /** Memory-maps and validates a model file (e.g. one copied out of the APK's assets). */
         @JvmStatic
@@ -75,17 +168,26 @@ class Model private constructor(private var handle: Long) : Closeable {
         fun fromBytes(bytes: ByteArray): Model = Model(NativeBridge.modelLoadBytes(bytes))
     }
 
-    private fun h(): Long = synchronized(this) { check(handle != 0L) { "model is closed" }; handle }
+    private val handle = NativeHandle(raw, "the model", NativeBridge::modelFree)
+    private val net = SafetyNet.register(this, handle)
 
-    val name: String get() = NativeBridge.modelName(h())
-    val task: String get() = NativeBridge.modelTask(h())
-    val labels: List<String> get() = NativeBridge.modelLabels(h()).toList()
+    /** Keeps `this` reachable until the end of [f]: the safety net does not free a model mid-call. */
+    @Volatile private var touched = 0
+
+    private inline fun <T> native(f: (Long) -> T): T {
+        val r = f(handle.get())
+        touched = 1
+        return r
+    }
+
+    val name: String get() = native { NativeBridge.modelName(it) }
+    val task: String get() = native { NativeBridge.modelTask(it) }
+    val labels: List<String> get() = native { NativeBridge.modelLabels(it).toList() }
     val inputs: List<TensorInfo> get() = infos(false)
     val outputs: List<TensorInfo> get() = infos(true)
 
-    private fun infos(output: Boolean): List<TensorInfo> {
-        val m = h()
-        return (0 until NativeBridge.tensorCount(m, output)).map { i ->
+    private fun infos(output: Boolean): List<TensorInfo> = native { m ->
+        (0 until NativeBridge.tensorCount(m, output)).map { i ->
             TensorInfo(
                 NativeBridge.tensorName(m, output, i),
                 DType.values()[NativeBridge.tensorDType(m, output, i)],
@@ -94,61 +196,89 @@ class Model private constructor(private var handle: Long) : Closeable {
         }
     }
 
-    /** A session for batches of 1..[capacity] samples; its arena is allocated here, once (GPU: f32). */
-    fun session(capacity: Int = 1, backend: Backend = Backend.AUTO): Session =
-        session(capacity, backend, GpuPrecision.F32)
+    /**
+     * A session for batches of 1..[capacity] samples on [backend], its GPU arithmetic
+     * [gpuPrecision] (see [GpuPrecision]; CPU sessions ignore it); its arena is allocated here,
+     * once. From Java: `session()`, `session(capacity)`, `session(capacity, backend)` or all three.
+     */
+    @JvmOverloads
+    fun session(
+        capacity: Int = 1,
+        backend: Backend = Backend.AUTO,
+        gpuPrecision: GpuPrecision = GpuPrecision.F32,
+    ): Session = native { Session(NativeBridge.sessionNewWithPrecision(it, backend.code, capacity, gpuPrecision.code)) }
 
-    /** [session] with the GPU's arithmetic [gpuPrecision] (see [GpuPrecision]; CPU sessions ignore it). */
-    fun session(capacity: Int, backend: Backend, gpuPrecision: GpuPrecision): Session =
-        Session(NativeBridge.sessionNewWithPrecision(h(), backend.code, capacity, gpuPrecision.code))
-
-    override fun close() = synchronized(this) {
-        if (handle != 0L) NativeBridge.modelFree(handle)
-        handle = 0L
+    /** Frees the model (its sessions keep it alive as long as they need it). A second call does nothing. */
+    override fun close() {
+        net.clean()
     }
 }
 
-/** A model bound to an arena. Not thread-safe: use one session per thread. */
-class Session internal constructor(private var handle: Long) : Closeable {
-    private fun h(): Long { check(handle != 0L) { "session is closed" }; return handle }
+/**
+ * A model bound to an arena. A session runs one batch at a time: a [run] (or [profile] read)
+ * while another thread runs it throws [KestrelException.BUSY]; use one session per thread for
+ * parallel runs. The facts ([backend], [device], [gpuF16]) are readable from any thread, also
+ * during a run. [close] is safe from any thread at any time: a run in progress on another thread
+ * finishes normally (the native session is freed when it ends) and every later call throws
+ * [KestrelException] with status [KestrelException.CLOSED].
+ *
+ * Close it when done (`use { }`); a session never closed is freed after it becomes unreachable
+ * (see [SafetyNet]), but only as a safety net.
+ */
+class Session internal constructor(raw: Long) : Closeable {
+    private val handle = NativeHandle(raw, "the session", NativeBridge::sessionFree)
+    private val net = SafetyNet.register(this, handle)
+
+    /** Keeps `this` reachable until the end of a native call (see [Model]). */
+    @Volatile private var touched = 0
+
+    private inline fun <T> native(f: (Long) -> T): T {
+        val r = f(handle.get())
+        touched = 1
+        return r
+    }
 
     /** The backend actually running this session (AUTO resolves to a concrete one). */
-    val backend: Backend get() = Backend.of(NativeBridge.sessionBackend(h()))
+    val backend: Backend get() = Backend.of(native { NativeBridge.sessionBackend(it) })
 
     /** What runs the session, for logs: "cpu", the GPU adapter, or "cpu (auto: reason)". */
-    val device: String get() = NativeBridge.sessionDevice(h())
+    val device: String get() = native { NativeBridge.sessionDevice(it) }
 
     /** Whether the dot products compute in f16 (see [GpuPrecision]); false on the CPU. */
-    val gpuF16: Boolean get() = NativeBridge.sessionGpuF16(h())
+    val gpuF16: Boolean get() = native { NativeBridge.sessionGpuF16(it) }
 
     /** Per-op timing of later runs (see [profile]). */
+    @Volatile
     var profiling: Boolean = false
-        set(on) { NativeBridge.sessionSetProfiling(h(), on); field = on }
+        set(on) {
+            native { NativeBridge.sessionSetProfiling(it, on) }
+            field = on
+        }
 
     /**
      * Runs a batch. Each input is a FloatArray, IntArray or LongArray (token ids) of
      * `batch × per-sample` elements in graph-input order; returns every output.
      */
-    fun run(vararg inputs: Any): List<FloatArray> = NativeBridge.sessionRun(h(), arrayOf(*inputs)).toList()
+    fun run(vararg inputs: Any): List<FloatArray> = native { NativeBridge.sessionRun(it, arrayOf(*inputs)).toList() }
 
     /** Runs a single-input, single-output model on float data. */
-    fun run(input: FloatArray): FloatArray = NativeBridge.sessionRun(h(), arrayOf<Any>(input))[0]
+    fun run(input: FloatArray): FloatArray = native { NativeBridge.sessionRun(it, arrayOf<Any>(input))[0] }
 
     /** How the last run's [profile] was measured. */
-    val profileSource: TimingSource get() = TimingSource.values()[NativeBridge.profileSource(h())]
+    val profileSource: TimingSource get() = TimingSource.values()[native { NativeBridge.profileSource(it) }]
 
     /** Wall time of the last profiled run in ns (GPU: submission to readback), 0 if not profiled. */
-    val profileWallNanos: Long get() = NativeBridge.profileWallNanos(h())
+    val profileWallNanos: Long get() = native { NativeBridge.profileWallNanos(it) }
 
     /** Per-op times of the last run (empty unless [profiling] was on), see [profileSource]. */
-    fun profile(): List<OpTiming> {
-        val ops = NativeBridge.profileOps(h())
-        val nanos = NativeBridge.profileNanos(h())
-        return ops.indices.map { OpTiming(ops[it], nanos[it]) }
+    fun profile(): List<OpTiming> = native { h ->
+        val ops = NativeBridge.profileOps(h)
+        val nanos = NativeBridge.profileNanos(h)
+        ops.indices.map { OpTiming(ops[it], nanos[it]) }
     }
 
+    /** Frees the session, from any thread, also during a run (see the class). A second call does nothing. */
     override fun close() {
-        if (handle != 0L) NativeBridge.sessionFree(handle)
-        handle = 0L
+        net.clean()
     }
 }

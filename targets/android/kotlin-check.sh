@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The Kotlin SDK on the host JVM (called by targets/ci.sh; runs alone too): compiles the Android
+# module's Kotlin and Java sources (kestrel/src/main) with kotlinc -Werror and javac -Werror, with
+# the checks in kotlin-test/, against the host libkestrel_jni.so, and runs them with
+# java -Xcheck:jni: the API, Java interop (@JvmOverloads, TensorInfo equality) and the concurrency
+# and lifetime guarantees (close during a run, close racing getters and session(), racing closes,
+# getters during runs, the safety net for unclosed objects). Bounded: KESTREL_KOTLIN_ITERATIONS
+# (default 1000) per scenario, within KESTREL_KOTLIN_SECONDS (default 80) in all.
+#
+# Needs a JDK (17+), and kotlinc: from PATH, else the npm package kotlin-compiler (pinned below),
+# installed with npm into KESTREL_TOOLS_DIR (default ~/.cache/kestrel-tools) when missing. A
+# missing JDK or npm is installed with apt-get when running as root; otherwise, or when an install
+# fails, the script fails (it never skips).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+KOTLIN_VERSION=2.4.20
+tools="${KESTREL_TOOLS_DIR:-$HOME/.cache/kestrel-tools}"
+fail() {
+    echo "kotlin-check: $*" >&2
+    exit 1
+}
+apt_install() {
+    [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null || fail "$1 is missing (install it: $2)"
+    echo "kotlin-check: installing $2 with apt-get"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $2 >/dev/null ||
+        fail "apt-get install $2 failed"
+}
+command -v javac >/dev/null || apt_install javac openjdk-17-jdk-headless
+kotlinc=$(command -v kotlinc || true)
+if [[ -z "$kotlinc" ]]; then
+    prefix="$tools/kotlin-compiler-$KOTLIN_VERSION"
+    kotlinc="$prefix/node_modules/kotlin-compiler/bin/kotlinc"
+    if [[ ! -x "$kotlinc" ]]; then
+        command -v npm >/dev/null || apt_install npm npm
+        echo "kotlin-check: installing kotlinc $KOTLIN_VERSION (npm package kotlin-compiler) into $prefix"
+        mkdir -p "$prefix"
+        npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error "kotlin-compiler@$KOTLIN_VERSION" ||
+            fail "npm install kotlin-compiler@$KOTLIN_VERSION failed"
+        [[ -x "$kotlinc" ]] || fail "the kotlin-compiler package has no bin/kotlinc"
+    fi
+fi
+kotlin_home="$(cd "$(dirname "$kotlinc")/.." && pwd)"
+stdlib="$kotlin_home/lib/kotlin-stdlib.jar"
+[[ -f "$stdlib" ]] || fail "no kotlin-stdlib.jar in $kotlin_home/lib"
+
+target_dir="${CARGO_TARGET_DIR:-target}"
+cargo build -q -p kestrel-jni
+lib="$target_dir/debug/libkestrel_jni.so"
+[[ -f "$lib" ]] || fail "$lib was not built"
+
+out="$target_dir/tmp/kotlin-check"
+rm -rf "$out" && mkdir -p "$out/classes"
+src=targets/android/kestrel/src/main
+tests=targets/android/kotlin-test/dev/kestrel
+t0=$SECONDS
+# kotlinc reads the Java sources for their declarations; javac compiles them below.
+"$kotlinc" -Werror -jvm-target 17 -d "$out/classes" \
+    "$src/kotlin/dev/kestrel/Kestrel.kt" "$tests/ConcurrencyCheck.kt" \
+    "$src/java/dev/kestrel/NativeBridge.java" "$src/java/dev/kestrel/KestrelException.java" ||
+    fail "kotlinc failed"
+javac -Xlint:all -Werror --release 17 -cp "$out/classes:$stdlib" -d "$out/classes" \
+    "$src/java/dev/kestrel/NativeBridge.java" "$src/java/dev/kestrel/KestrelException.java" \
+    "$tests/JavaInterop.java"
+echo "kotlin-check: compiled in $((SECONDS - t0)) s"
+model=apps/kestrel-cli/models/fmnist_vit_super.int8.kes
+run_java() {
+    local err="$out/stderr.txt"
+    timeout 150 java -Xcheck:jni -Djava.library.path="$(dirname "$lib")" -cp "$out/classes:$stdlib" "$@" 2>"$err" ||
+        {
+            cat "$err" >&2
+            fail "java $1 failed"
+        }
+    # -Xcheck:jni reports misuse of the JNI API as warnings on stderr.
+    if grep -q WARNING "$err"; then
+        cat "$err" >&2
+        fail "-Xcheck:jni warnings from $1"
+    fi
+}
+run_java dev.kestrel.JavaInterop "$model"
+run_java dev.kestrel.ConcurrencyCheckKt "$model" "${KESTREL_KOTLIN_ITERATIONS:-1000}" "${KESTREL_KOTLIN_SECONDS:-80}"
