@@ -1,26 +1,97 @@
 import Foundation
 import KestrelFFI
 
-/// A Kestrel error: the C status code (`KESTREL_ERR_*`) and the library's message.
-public struct KestrelError: Error, CustomStringConvertible {
-    /// The KestrelStatus code.
-    public let code: Int
+/// A Kestrel error: the C status (`KESTREL_ERR_*`) as a `Code`, and the library's message. Every
+/// failure of the SDK is one, including a call on a closed `Model` or `Session` (`.closed`, also
+/// when another thread closed it during the call) and a run of a session another thread is running
+/// (`.busy`).
+public struct KestrelError: Error, LocalizedError, CustomStringConvertible, Equatable, Sendable {
+    /// The kinds of failure (the C ABI's `KestrelStatus` codes).
+    public enum Code: Int32, Sendable {
+        case nullPointer = 1, invalidArgument = 2, invalidHandle = 3, misaligned = 4, tooLarge = 5, io = 6,
+             invalidModel = 7, shape = 8, index = 9, inputValue = 10, unsupported = 11, bufferTooSmall = 12,
+             panic = 13, internalError = 14, noGpu = 15, gpu = 16
+        /// The model or session was closed (possibly by another thread during the call).
+        case closed = 17
+        /// The session is running on another thread (one run at a time per session).
+        case busy = 18
+        /// A status this version of the wrapper does not know.
+        case unknown = -1
+    }
+
+    /// The kind of failure.
+    public let code: Code
+    /// The raw KestrelStatus value (equal to `code.rawValue` unless `code` is `.unknown`).
+    public let status: Int32
     /// What went wrong.
     public let message: String
 
-    public var description: String { "\(String(cString: kestrel_status_name(Int32(code)))): \(message)" }
+    public init(status: Int32, message: String) {
+        self.code = Code(rawValue: status) ?? .unknown
+        self.status = status
+        self.message = message
+    }
+
+    init(_ code: Code, _ message: String) {
+        self.init(status: code.rawValue, message: message)
+    }
+
+    /// The C name of the status, e.g. "KESTREL_ERR_SHAPE".
+    public var name: String { String(cString: kestrel_status_name(status)) }
+
+    public var description: String { "\(name): \(message)" }
+
+    /// `LocalizedError`: what `localizedDescription` shows.
+    public var errorDescription: String? { description }
 }
 
 /// Turns a KestrelStatus into a thrown error.
 @inline(__always)
 func check(_ status: KestrelStatus) throws {
     if status.rawValue != 0 {
-        throw KestrelError(code: Int(status.rawValue), message: String(cString: kestrel_last_error()))
+        throw KestrelError(status: Int32(bitPattern: UInt32(truncatingIfNeeded: status.rawValue)),
+                           message: String(cString: kestrel_last_error()))
     }
 }
 
+/// A native handle freed exactly once, by `close()` or by `deinit`, whichever comes first; safe
+/// from any thread. The C library keeps the object alive for calls already in flight (a run on
+/// another thread finishes normally) and answers later ones with `KESTREL_ERR_CLOSED`, so a
+/// handle read just before another thread closes it is never a dangling pointer.
+final class Handle: @unchecked Sendable {
+    private let lock = NSLock()
+    private var raw: OpaquePointer?
+    private let what: String
+    private let free: (OpaquePointer) -> KestrelStatus
+
+    init(_ raw: OpaquePointer, what: String, free: @escaping (OpaquePointer) -> KestrelStatus) {
+        self.raw = raw
+        self.what = what
+        self.free = free
+    }
+
+    /// The handle, or `KestrelError.closed`.
+    func get() throws -> OpaquePointer {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let raw else { throw KestrelError(.closed, "\(what) is closed") }
+        return raw
+    }
+
+    /// Frees the handle unless that was done already.
+    func close() {
+        lock.lock()
+        let r = raw
+        raw = nil
+        lock.unlock()
+        if let r { _ = free(r) }
+    }
+
+    deinit { close() }
+}
+
 /// Which engine runs a session.
-public enum Backend: UInt32 {
+public enum Backend: UInt32, Sendable {
     /// The CPU runtime (always available).
     case cpu = 0
     /// The wgpu backend on Metal. `Model.session` throws KESTREL_ERR_NO_GPU when no Metal device
@@ -37,7 +108,7 @@ public enum Backend: UInt32 {
 }
 
 /// The arithmetic of a GPU session's dot-product kernels (CPU sessions ignore it).
-public enum GpuPrecision: UInt32 {
+public enum GpuPrecision: UInt32, Sendable {
     /// f32 throughout: the CPU runtime's arithmetic (the default).
     case f32 = 0
     /// f16 products with f32 accumulation (relative errors of about 1e-3). A device without
@@ -48,9 +119,9 @@ public enum GpuPrecision: UInt32 {
 }
 
 /// How the times of `Session.profile()` were measured.
-public enum TimingSource: UInt32 {
-    /// The last run was not profiled.
-    case none = 0
+public enum TimingSource: UInt32, Sendable {
+    /// The last run was not profiled (named so that it is not confused with `Optional.none`).
+    case notProfiled = 0
     /// CPU backend: wall clock around each op.
     case cpuWallClock = 1
     /// GPU backend: timestamp queries around each op's compute pass (GPU time only).
@@ -60,12 +131,12 @@ public enum TimingSource: UInt32 {
 }
 
 /// Element type of a graph input or output.
-public enum DType: UInt32 {
+public enum DType: UInt32, Sendable {
     case float32 = 0, int32 = 1, int64 = 2
 }
 
 /// A graph input or output: name, element type, per-sample shape (no batch axis).
-public struct TensorInfo {
+public struct TensorInfo: Equatable, Hashable, Sendable {
     public let name: String
     public let dtype: DType
     public let shape: [Int]
@@ -81,7 +152,7 @@ public struct TensorInfo {
 }
 
 /// One input batch: the values of `batch` samples, row-major.
-public enum TensorData {
+public enum TensorData: Sendable {
     case float32([Float])
     case int32([Int32])
     case int64([Int64])
@@ -96,64 +167,83 @@ public enum TensorData {
 }
 
 /// One node's time in a profiled run.
-public struct OpTiming {
+public struct OpTiming: Sendable {
     public let node: Int
     public let op: String
     public let nanoseconds: UInt64
 }
 
-/// A validated `.kes` model. Thread-safe. Sessions keep their own reference to it.
-public final class Model {
-    let handle: OpaquePointer
+/// A validated `.kes` model. Thread-safe (`Sendable`): every method may be called from any
+/// thread, `close()` included, at any time; a call on a closed model throws `KestrelError.closed`.
+/// Sessions keep their own reference to the native model, so they keep working after `close()`.
+/// Without `close()`, the model is freed when the last reference to this object goes.
+public final class Model: @unchecked Sendable {
+    let handle: Handle
 
     /// Memory-maps and validates a model file (e.g. `Bundle.main.path(forResource:ofType:)`).
     public init(path: String) throws {
         var h: OpaquePointer? = nil
         try check(kestrel_model_load_path(path, &h))
-        handle = h!
+        guard let h else { throw KestrelError(.internalError, "kestrel_model_load_path returned no model") }
+        handle = Handle(h, what: "the model", free: { kestrel_model_free($0) })
     }
 
     /// Copies and validates a model held in memory.
     public init(data: Data) throws {
         var h: OpaquePointer? = nil
+        // An empty buffer has no base address (the C function would answer NULL_POINTER).
+        guard !data.isEmpty else { throw KestrelError(.invalidModel, "the model data is empty") }
         try data.withUnsafeBytes { (buf: UnsafeRawBufferPointer) in
             try check(kestrel_model_load_memory(buf.bindMemory(to: UInt8.self).baseAddress, buf.count, &h))
         }
-        handle = h!
+        guard let h else { throw KestrelError(.internalError, "kestrel_model_load_memory returned no model") }
+        handle = Handle(h, what: "the model", free: { kestrel_model_free($0) })
     }
 
-    deinit { _ = kestrel_model_free(handle) }
+    /// Frees the model now (its sessions keep what they need). Any thread; a second call does nothing.
+    public func close() { handle.close() }
 
     private func string(_ f: (OpaquePointer, UnsafeMutablePointer<UnsafePointer<CChar>?>) -> KestrelStatus) throws -> String {
         var p: UnsafePointer<CChar>? = nil
-        try check(f(handle, &p))
-        return String(cString: p!)
+        try check(f(try handle.get(), &p))
+        guard let p else { throw KestrelError(.internalError, "no string returned") }
+        return String(cString: p)
     }
 
-    public var name: String { (try? string { kestrel_model_name($0, $1) }) ?? "" }
-    public var task: String { (try? string { kestrel_model_task($0, $1) }) ?? "" }
+    public var name: String { get throws { try string { kestrel_model_name($0, $1) } } }
+    public var task: String { get throws { try string { kestrel_model_task($0, $1) } } }
 
     public var labels: [String] {
-        var n = 0
-        guard (try? check(kestrel_model_label_count(handle, &n))) != nil else { return [] }
-        return (0..<n).compactMap { i in
-            var p: UnsafePointer<CChar>? = nil
-            return (try? check(kestrel_model_label(handle, i, &p))).map { String(cString: p!) }
+        get throws {
+            let h = try handle.get()
+            var n = 0
+            try check(kestrel_model_label_count(h, &n))
+            return try (0..<n).map { i in
+                var p: UnsafePointer<CChar>? = nil
+                try check(kestrel_model_label(h, i, &p))
+                return p.map { String(cString: $0) } ?? ""
+            }
         }
     }
 
-    public var inputs: [TensorInfo] { infos(count: kestrel_model_input_count, info: kestrel_model_input_info) }
-    public var outputs: [TensorInfo] { infos(count: kestrel_model_output_count, info: kestrel_model_output_info) }
+    public var inputs: [TensorInfo] {
+        get throws { try infos(count: kestrel_model_input_count, info: kestrel_model_input_info) }
+    }
+    public var outputs: [TensorInfo] {
+        get throws { try infos(count: kestrel_model_output_count, info: kestrel_model_output_info) }
+    }
 
     private func infos(
         count: (OpaquePointer?, UnsafeMutablePointer<Int>?) -> KestrelStatus,
         info: (OpaquePointer?, Int, UnsafeMutablePointer<KestrelTensorInfo>?) -> KestrelStatus
-    ) -> [TensorInfo] {
+    ) throws -> [TensorInfo] {
+        let h = try handle.get()
         var n = 0
-        guard count(handle, &n).rawValue == 0 else { return [] }
-        return (0..<n).compactMap { i in
+        try check(count(h, &n))
+        return try (0..<n).map { i in
             var t = KestrelTensorInfo()
-            return info(handle, i, &t).rawValue == 0 ? TensorInfo(t) : nil
+            try check(info(h, i, &t))
+            return TensorInfo(t)
         }
     }
 
@@ -165,72 +255,125 @@ public final class Model {
     /// `session(capacity:backend:)` with the GPU's arithmetic `gpuPrecision` (see `GpuPrecision`;
     /// CPU sessions ignore it).
     public func session(capacity: Int, backend: Backend, gpuPrecision: GpuPrecision) throws -> Session {
+        let ins = try inputs, outs = try outputs
         var s: OpaquePointer? = nil
-        try check(kestrel_session_new_with_precision(handle, backend.rawValue, capacity, gpuPrecision.rawValue, &s))
-        return Session(handle: s!, model: self)
+        try check(kestrel_session_new_with_precision(try handle.get(), backend.rawValue, capacity,
+                                                     gpuPrecision.rawValue, &s))
+        guard let s else { throw KestrelError(.internalError, "kestrel_session_new returned no session") }
+        return Session(handle: Handle(s, what: "the session", free: { kestrel_session_free($0) }),
+                       inputs: ins, outputs: outs)
     }
 }
 
-/// A model bound to an arena. Not thread-safe: one session per thread.
-public final class Session {
-    let handle: OpaquePointer
-    /// The model, for its shapes (the C session holds its own reference too).
-    public let model: Model
+/// A model bound to an arena. One run at a time: a `run` (or `profile()`) while another thread
+/// runs the session throws `KestrelError.busy`; use one session per thread for parallel runs. The
+/// facts (`backend`, `device`, `gpuF16`) are readable from any thread, also during a run.
+/// `close()` is safe from any thread at any time: a run in progress elsewhere finishes normally
+/// (the native session is freed when it ends) and later calls throw `KestrelError.closed`.
+/// Without `close()`, the session is freed when the last reference to this object goes.
+public final class Session: @unchecked Sendable {
+    let handle: Handle
+    /// The model's inputs and outputs (read once: they never change, and the session outlives
+    /// a closed model).
+    public let inputs: [TensorInfo]
+    public let outputs: [TensorInfo]
+    private let lock = NSLock()
+    private var profilingOn = false
 
-    init(handle: OpaquePointer, model: Model) {
+    init(handle: Handle, inputs: [TensorInfo], outputs: [TensorInfo]) {
         self.handle = handle
-        self.model = model
+        self.inputs = inputs
+        self.outputs = outputs
     }
 
-    deinit { _ = kestrel_session_free(handle) }
+    /// Frees the session now, also during a run on another thread. Any thread; a second call does nothing.
+    public func close() { handle.close() }
 
     /// The backend actually running this session.
     public var backend: Backend {
-        var b: UInt32 = 0
-        _ = kestrel_session_backend(handle, &b)
-        return Backend(rawValue: b) ?? .cpu
+        get throws {
+            var b: UInt32 = 0
+            try check(kestrel_session_backend(try handle.get(), &b))
+            guard let v = Backend(rawValue: b) else { throw KestrelError(.internalError, "backend code \(b)") }
+            return v
+        }
     }
 
     /// What runs the session, for logs: "cpu", the GPU adapter, or "cpu (auto: reason)".
     public var device: String {
-        var p: UnsafePointer<CChar>? = nil
-        guard kestrel_session_device(handle, &p).rawValue == 0, let p else { return "" }
-        return String(cString: p)
+        get throws {
+            var p: UnsafePointer<CChar>? = nil
+            try check(kestrel_session_device(try handle.get(), &p))
+            return p.map { String(cString: $0) } ?? ""
+        }
     }
 
     /// Whether the dot products compute in f16 (see `GpuPrecision`); false on the CPU.
     public var gpuF16: Bool {
-        var v = false
-        return kestrel_session_gpu_f16(handle, &v).rawValue == 0 && v
+        get throws {
+            var v = false
+            try check(kestrel_session_gpu_f16(try handle.get(), &v))
+            return v
+        }
     }
 
     /// How the last run's `profile()` was measured.
     public var profileSource: TimingSource {
-        var v: UInt32 = 0
-        _ = kestrel_session_profile_source(handle, &v)
-        return TimingSource(rawValue: v) ?? .none
+        get throws {
+            var v: UInt32 = 0
+            try check(kestrel_session_profile_source(try handle.get(), &v))
+            return TimingSource(rawValue: v) ?? .notProfiled
+        }
     }
 
     /// Wall time of the last profiled run in ns (GPU: submission to readback); 0 if not profiled.
     public var profileWallNanoseconds: UInt64 {
-        var v: UInt64 = 0
-        _ = kestrel_session_profile_wall_nanos(handle, &v)
-        return v
-    }
-
-    /// Per-op timing of later runs (see `profile()`).
-    public var profiling: Bool = false {
-        didSet { _ = kestrel_session_set_profiling(handle, profiling) }
-    }
-
-    /// Runs a batch: one `TensorData` per graph input, each `batch × per-sample` values.
-    /// Returns every output (`batch × per-sample` floats).
-    public func run(_ inputs: [TensorData]) throws -> [[Float]] {
-        let ins = model.inputs, outs = model.outputs
-        guard let first = ins.first, inputs.count == ins.count, first.count > 0 else {
-            throw KestrelError(code: 8, message: "expected \(ins.count) inputs, got \(inputs.count)")
+        get throws {
+            var v: UInt64 = 0
+            try check(kestrel_session_profile_wall_nanos(try handle.get(), &v))
+            return v
         }
-        let batch = inputs[0].count / first.count
+    }
+
+    /// Whether later runs are timed per op (see `setProfiling(_:)` and `profile()`).
+    public var profiling: Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return profilingOn
+    }
+
+    /// Turns per-op timing of later runs on or off.
+    public func setProfiling(_ on: Bool) throws {
+        try check(kestrel_session_set_profiling(try handle.get(), on))
+        lock.lock()
+        profilingOn = on
+        lock.unlock()
+    }
+
+    /// Runs a batch: one `TensorData` per graph input, each `batch × per-sample` values (the same
+    /// batch for all). Returns every output (`batch × per-sample` floats).
+    public func run(_ inputs: [TensorData]) throws -> [[Float]] {
+        let ins = self.inputs, outs = outputs
+        guard inputs.count == ins.count else {
+            throw KestrelError(.shape, "expected \(ins.count) inputs, got \(inputs.count)")
+        }
+        // Every input's batch from its own length: a length that is not a whole number of
+        // samples, or batches that differ, are refused here (the C library reads exactly
+        // `batch × per-sample` elements of each buffer).
+        var batch = 0
+        for (i, (data, info)) in zip(inputs, ins).enumerated() {
+            let per = info.count
+            guard per > 0, data.count > 0, data.count % per == 0 else {
+                throw KestrelError(.shape, "input \(i) (\(info.name)) has \(data.count) values, not a whole number " +
+                                   "of samples of \(per)")
+            }
+            let b = data.count / per
+            if i == 0 {
+                batch = b
+            } else if b != batch {
+                throw KestrelError(.shape, "input \(i) (\(info.name)) has batch \(b), input 0 \(batch)")
+            }
+        }
         // Stable copies of the inputs and their shapes for the duration of the call.
         var buffers: [UnsafeMutableRawPointer] = []
         var shapes: [UnsafeMutablePointer<Int>] = []
@@ -248,7 +391,9 @@ public final class Session {
         func copy<T>(_ v: [T]) -> UnsafeMutableRawPointer {
             let p = UnsafeMutableRawPointer.allocate(byteCount: max(1, v.count * MemoryLayout<T>.stride),
                                                      alignment: MemoryLayout<T>.alignment)
-            v.withUnsafeBytes { p.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            v.withUnsafeBytes { src in
+                if let base = src.baseAddress { p.copyMemory(from: base, byteCount: src.count) }
+            }
             buffers.append(p)
             return p
         }
@@ -273,21 +418,22 @@ public final class Session {
         for (i, info) in outs.enumerated() {
             outputs.append(KestrelOutput(data: outPtrs[i], shape: UnsafePointer(shape(info)), rank: info.shape.count + 1))
         }
-        try check(kestrel_session_run(handle, tensors, tensors.count, outputs, outputs.count, nil))
+        try check(kestrel_session_run(try handle.get(), tensors, tensors.count, outputs, outputs.count, nil))
         for i in results.indices {
             results[i] = Array(UnsafeBufferPointer(start: outPtrs[i], count: results[i].count))
         }
         return results
     }
 
-    /// Per-op times of the last run (empty unless `profiling` was on); see `profileSource`.
-    public func profile() -> [OpTiming] {
+    /// Per-op times of the last run (empty unless profiling was on); see `profileSource`.
+    public func profile() throws -> [OpTiming] {
+        let h = try handle.get()
         var n = 0
-        guard kestrel_session_profile_count(handle, &n).rawValue == 0 else { return [] }
-        return (0..<n).compactMap { i in
+        try check(kestrel_session_profile_count(h, &n))
+        return try (0..<n).map { i in
             var t = KestrelOpTiming()
-            guard kestrel_session_profile_entry(handle, i, &t).rawValue == 0 else { return nil }
-            return OpTiming(node: Int(t.node), op: String(cString: t.op), nanoseconds: t.nanos)
+            try check(kestrel_session_profile_entry(h, i, &t))
+            return OpTiming(node: Int(t.node), op: t.op.map { String(cString: $0) } ?? "", nanoseconds: t.nanos)
         }
     }
 }

@@ -1,4 +1,5 @@
 import XCTest
+import KestrelFFI
 @testable import Kestrel
 
 /// Runs on a Mac (`swift test` after ./build-xcframework.sh) with KESTREL_TEST_DIR pointing at a
@@ -10,33 +11,106 @@ final class KestrelTests: XCTestCase {
             throw XCTSkip("set KESTREL_TEST_DIR to a directory made by the kestrel-ffi c_abi test")
         }
         let model = try Model(path: dir + "/image.kes")
-        XCTAssertEqual(model.inputs.first?.shape, [1, 64, 64])
+        XCTAssertEqual(try model.inputs.first?.shape, [1, 64, 64])
         if Backend.wgpu.isAvailable {
             let gpu = try model.session(capacity: 4, backend: .wgpu)
-            XCTAssertEqual(gpu.backend, .wgpu)
-            XCTAssertFalse(gpu.device.hasPrefix("cpu"))
-            XCTAssertFalse(gpu.gpuF16)
+            XCTAssertEqual(try gpu.backend, .wgpu)
+            XCTAssertFalse(try gpu.device.hasPrefix("cpu"))
+            XCTAssertFalse(try gpu.gpuF16)
             let half = try model.session(capacity: 4, backend: .wgpu, gpuPrecision: .auto)
-            XCTAssertEqual(half.backend, .wgpu)
+            XCTAssertEqual(try half.backend, .wgpu)
         } else {
             XCTAssertThrowsError(try model.session(capacity: 4, backend: .wgpu))
         }
         let session = try model.session(capacity: 4)
         XCTAssertFalse(try model.session(capacity: 1, backend: .cpu, gpuPrecision: .f16).gpuF16)
-        XCTAssert(session.backend == .cpu || Backend.wgpu.isAvailable, "AUTO on \(session.device)")
+        let device = try session.device
+        XCTAssert(try session.backend == .cpu || Backend.wgpu.isAvailable, "AUTO on \(device)")
         func floats(_ name: String) throws -> [Float] {
             let data = try Data(contentsOf: URL(fileURLWithPath: dir + "/" + name))
             return data.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
         }
-        session.profiling = true
+        try session.setProfiling(true)
         let y = try session.run([.float32(try floats("image_input.bin"))])[0]
         let want = try floats("image_expected.bin")
         XCTAssertEqual(y.count, want.count)
         for (a, b) in zip(y, want) {
             XCTAssertEqual(a, b, accuracy: 1e-4 * (1 + abs(b)))
         }
-        XCTAssertFalse(session.profile().isEmpty)
-        XCTAssert([.cpuWallClock, .gpuTimestamps].contains(session.profileSource))
+        XCTAssertFalse(try session.profile().isEmpty)
+        XCTAssert([.cpuWallClock, .gpuTimestamps].contains(try session.profileSource))
         XCTAssertThrowsError(try session.run([.int32([1, 2, 3])]))
+    }
+
+    /// A panic inside the library is caught at the C boundary and becomes `.panic`.
+    func testPanicIsCaughtAtTheBoundary() {
+        XCTAssertEqual(kestrel_selftest_panic(), KESTREL_ERR_PANIC)
+        XCTAssertThrowsError(try check(kestrel_selftest_panic())) {
+            XCTAssertEqual(($0 as? KestrelError)?.code, .panic)
+            XCTAssertFalse(($0 as? KestrelError)?.message.isEmpty ?? true)
+        }
+    }
+
+    /// Issue 35: a session closed while another thread runs it, a model closed while other threads
+    /// read it, racing closes. Every loser gets `KestrelError.closed` (or `.busy`); nothing crashes.
+    func testCloseRacingUse() throws {
+        guard let dir = ProcessInfo.processInfo.environment["KESTREL_TEST_DIR"] else {
+            throw XCTSkip("set KESTREL_TEST_DIR to a directory made by the kestrel-ffi c_abi test")
+        }
+        let path = dir + "/image.kes"
+        let model = try Model(path: path)
+        let x = [Float](repeating: 0.5, count: try model.inputs[0].count)
+        let want = try model.session(capacity: 1, backend: .cpu).run([.float32(x)])[0]
+        for i in 0..<200 {
+            let s = try model.session(capacity: 1, backend: .cpu)
+            let done = expectation(description: "runner \(i)")
+            DispatchQueue.global().async {
+                while true {
+                    do {
+                        XCTAssertEqual(try s.run([.float32(x)])[0], want)
+                        XCTAssertEqual(try s.backend, .cpu, "a fact during a run")
+                    } catch let e as KestrelError {
+                        XCTAssertEqual(e.code, .closed, "\(e)")
+                        break
+                    } catch {
+                        XCTFail("\(error)")
+                        break
+                    }
+                }
+                done.fulfill()
+            }
+            usleep(UInt32.random(in: 0..<2000))
+            DispatchQueue.global().async { s.close() }
+            s.close()
+            wait(for: [done], timeout: 30)
+        }
+        for _ in 0..<100 {
+            let m = try Model(path: path)
+            let kept = try m.session(capacity: 1, backend: .cpu)
+            let done = expectation(description: "reader")
+            DispatchQueue.global().async {
+                while true {
+                    do {
+                        _ = try m.labels
+                        _ = try m.inputs
+                        _ = try m.session(capacity: 1, backend: .cpu)
+                    } catch let e as KestrelError {
+                        XCTAssertEqual(e.code, .closed, "\(e)")
+                        break
+                    } catch {
+                        XCTFail("\(error)")
+                        break
+                    }
+                }
+                done.fulfill()
+            }
+            usleep(UInt32.random(in: 0..<1000))
+            m.close()
+            m.close()
+            wait(for: [done], timeout: 30)
+            XCTAssertEqual(try kept.run([.float32(x)])[0], want, "a session outlives its closed model")
+            XCTAssertThrowsError(try m.name) { XCTAssertEqual(($0 as? KestrelError)?.code, .closed) }
+            XCTAssertEqual(KestrelError(.closed, "x").errorDescription, "KESTREL_ERR_CLOSED: x")
+        }
     }
 }
