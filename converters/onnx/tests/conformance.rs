@@ -1,0 +1,81 @@
+//! The CI sample of the ONNX backend node test cases (`tests/data/conformance/`, see its
+//! README) through Kestrel, held against `expected.txt`: a case listed `pass` must still pass.
+//! Cases that newly pass are printed, not failed; `KESTREL_UPDATE_CONFORMANCE=1` rewrites the
+//! file. The full suite and the table are `examples/conformance.rs`'s.
+
+#[path = "common/conformance.rs"]
+mod harness;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// `name pass|fail` per line; `#` starts a comment.
+fn read_expected(path: &Path) -> BTreeMap<String, bool> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or_default().trim())
+        .filter(|l| !l.is_empty())
+        .map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            [name, "pass"] => (name.to_string(), true),
+            [name, "fail"] => (name.to_string(), false),
+            _ => panic!("{}: `{l}` is not `<case> pass|fail`", path.display()),
+        })
+        .collect()
+}
+
+#[test]
+fn conformance_sample_holds_its_expectations() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/conformance");
+    let expected_path = root.join("expected.txt");
+    let dirs = harness::case_dirs(&root, None).expect("the sample folder");
+    assert!(!dirs.is_empty(), "no cases under {}", root.display());
+    let results: Vec<harness::CaseResult> = dirs.iter().map(|d| harness::run_case(d, false)).collect();
+    let now: BTreeMap<String, (bool, Option<String>)> = results
+        .iter()
+        .map(|r| {
+            let k = r.kestrel.as_ref();
+            (r.name.clone(), (k.is_some_and(harness::Outcome::passed), k.and_then(|k| k.message.clone())))
+        })
+        .collect();
+    let passed = now.values().filter(|(p, _)| *p).count();
+    println!("{passed} passed, {} failed", now.len() - passed);
+
+    if std::env::var("KESTREL_UPDATE_CONFORMANCE").is_ok_and(|v| v == "1") {
+        let mut text = String::from(
+            "# Kestrel on the CI sample of the ONNX node test cases, one `<case> pass|fail` per line.\n\
+             # Written by KESTREL_UPDATE_CONFORMANCE=1 cargo test -p kestrel-onnx --test conformance.\n",
+        );
+        for (name, (p, _)) in &now {
+            text.push_str(&format!("{name} {}\n", if *p { "pass" } else { "fail" }));
+        }
+        std::fs::write(&expected_path, text).expect("writing expected.txt");
+        println!("rewrote {}", expected_path.display());
+        return;
+    }
+
+    let expected = read_expected(&expected_path);
+    let mut regressions = Vec::new();
+    for (name, &want) in &expected {
+        match now.get(name) {
+            None => regressions.push(format!("{name}: listed in expected.txt but not in the sample")),
+            Some((false, message)) if want => {
+                regressions.push(format!("{name}: no longer passes: {}", message.as_deref().unwrap_or("?")))
+            }
+            _ => {}
+        }
+    }
+    let newly: Vec<&String> =
+        now.iter().filter(|(n, (p, _))| *p && expected.get(*n) != Some(&true)).map(|(n, _)| n).collect();
+    if !newly.is_empty() {
+        println!(
+            "{} case(s) newly pass (KESTREL_UPDATE_CONFORMANCE=1 records them): {}",
+            newly.len(),
+            newly.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let unlisted: Vec<&String> = now.keys().filter(|n| !expected.contains_key(*n)).collect();
+    if !unlisted.is_empty() {
+        println!("{} case(s) not in expected.txt yet", unlisted.len());
+    }
+    assert!(regressions.is_empty(), "{} regression(s):\n{}", regressions.len(), regressions.join("\n"));
+}
