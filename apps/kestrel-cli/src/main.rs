@@ -255,10 +255,13 @@ fn run_model(
     }
     let mut arrays = Vec::new();
     let mut batch = 0;
+    // Inputs given without a batch axis (exactly their per-sample shapes) give outputs without one.
+    let mut single = true;
     for (i, p) in inputs.iter().enumerate() {
         let a = npy::read(p)?;
         let t = cpu.input(i)?;
         let b = npy::batch_of(&a, t.shape.dims(), &format!("input {i} ({})", p.display()))?;
+        single &= npy::is_single_sample(&a, t.shape.dims());
         if i > 0 && b != batch {
             bail!("input {i} has batch {b}, input 0 has batch {batch}");
         }
@@ -279,7 +282,7 @@ fn run_model(
     writeln!(w, "ran        {} on batch {batch} in {:.3} ms ({on})", path.display(), elapsed.as_secs_f64() * 1e3)?;
     for (i, data) in results.iter().enumerate() {
         let t = cpu.output(i)?;
-        let mut shape = vec![batch];
+        let mut shape = if single && !inputs.is_empty() { vec![] } else { vec![batch] };
         shape.extend(t.shape.dims().iter().map(|&d| d as usize));
         writeln!(w, "output {i}   {} {:?}", t.name, shape)?;
         if let Some((n, first)) = npy::non_finite(data) {

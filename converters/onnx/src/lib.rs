@@ -141,15 +141,31 @@ pub fn convert_with(
     let choice =
         QuantChoice { base: opts.weights, keep_f16: opts.keep_f16.clone(), keep_first_last: opts.keep_first_last };
     let mut l = Lowerer::new(&model, b, choice);
+    let mut notices = Vec::new();
     let input_outlets = model.input_outlets().map_err(error::tract_err(&p, "list the inputs"))?.to_vec();
     for (inp, &outlet) in inputs.iter().zip(&input_outlets) {
-        let int = inp.dt != f32::datum_type();
+        let int = inp.dt.is_integer();
+        if ![DatumType::F32, DatumType::I64, DatumType::I32].contains(&inp.dt) {
+            notices.push(format!(
+                "input `{}` is {:?} in the ONNX graph: Kestrel takes it as f32{}",
+                inp.name,
+                inp.dt,
+                if inp.dt == DatumType::Bool { " (0 or 1)" } else { "" }
+            ));
+        }
         // The graph input has the user's per-sample shape (the ONNX shape without its batch
-        // axis); inside, a free reshape view restores the leading 1 the lowering works with.
+        // axis); inside, a free reshape view restores the leading 1 the lowering works with. An
+        // input without a batch axis (a scalar, a fixed first axis N > 1) is one whole sample.
         let user_shape: Vec<usize> = match inp.shape.split_first() {
-            Some((1, rest)) => rest.to_vec(),
+            Some((1, rest)) if inp.batched => rest.to_vec(),
             _ => inp.shape.clone(),
         };
+        if !inp.batched {
+            notices.push(format!(
+                "input `{}` has no batch axis (declared {:?}): one sample is the whole input",
+                inp.name, inp.shape
+            ));
+        }
         let (id, kshape, feed) = if int {
             let n = inp.shape.iter().product();
             let feed = if inp.dt == i32::datum_type() { FeedDType::I32 } else { FeedDType::I64 };
@@ -186,11 +202,14 @@ pub fn convert_with(
             .collect();
         return Err(ConvertError::Unsupported { path: p, blockers });
     }
+    // Whether the model has a batch axis: some input has one (else every input is one whole
+    // sample, and so is every output).
+    let batched = inputs.iter().any(|i| i.batched);
     for &o in model.output_outlets().map_err(error::tract_err(&p, "list the outputs"))? {
         let (id, _) = l.act(o)?;
-        // Outputs drop the leading batch-1 axis too (a view).
+        // Outputs drop the leading batch-1 axis too (a view), when the inputs have one.
         let id = match l.b.shape_of(id).map(|s| s.dims().to_vec()) {
-            Some(d) if d.len() >= 2 && d[0] == 1 => {
+            Some(d) if batched && d.len() >= 2 && d[0] == 1 => {
                 let rest: Vec<usize> = d[1..].iter().map(|&v| v as usize).collect();
                 l.b.reshape(id, &rest)?
             }
@@ -273,6 +292,7 @@ pub fn convert_with(
         arena_bytes_per_sample: plan.arena_bytes_per_sample,
         scratch_bytes: plan.scratch_bytes,
         weights,
+        notices,
     };
     Ok(Conversion { kes, report })
 }

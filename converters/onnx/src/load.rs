@@ -13,9 +13,17 @@ pub(crate) struct LoadedInput {
     pub name: String,
     /// Element type (f32 or an integer type for ids).
     pub dt: DatumType,
-    /// Full shape at the batch size asked for (leading axis = batch).
+    /// Full shape at the batch size asked for (leading axis = batch when `batched`).
     pub shape: Vec<usize>,
+    /// Whether the leading axis is a batch axis (symbolic, or a fixed 1). A scalar input, or one
+    /// whose first axis is a fixed N > 1, has none: its whole declared shape is one sample.
+    pub batched: bool,
 }
+
+/// The element types an input may have: f32 and ids as the runtime takes them; f64 and f16
+/// inputs are fed as f32 (the converter says so), bool inputs as f32 0/1.
+const TAKEN: [DatumType; 6] =
+    [DatumType::F32, DatumType::F64, DatumType::F16, DatumType::I64, DatumType::I32, DatumType::Bool];
 
 /// The ONNX graph's nodes (name, op type), to name tract's nodes in the user's vocabulary.
 #[derive(Clone, Debug, Default)]
@@ -117,18 +125,16 @@ fn load_typed_inner(
             found,
         };
         let dt = fact.datum_type.concretize().ok_or_else(|| bad("a known element type", "none".into()))?;
-        if !(dt == f32::datum_type() || dt == i64::datum_type() || dt == i32::datum_type()) {
-            return Err(bad("f32, i64 or i32", format!("{dt:?}")));
+        if !TAKEN.contains(&dt) {
+            return Err(bad("f32, f64 (taken as f32), f16, i64, i32 or bool", format!("{dt:?}")));
         }
         if fact.shape.is_open() {
             return Err(bad("a known rank", "an open shape".into()));
         }
         let dims: Vec<_> = fact.shape.dims().map(|d| d.concretize()).collect();
-        if dims.is_empty() {
-            return Err(bad("a leading batch axis", "a scalar".into()));
-        }
         let mut shape = Vec::with_capacity(dims.len());
         let mut symbolic = false;
+        let mut batched = false;
         for (axis, d) in dims.iter().enumerate() {
             let concrete = d.as_ref().and_then(|d| d.to_usize().ok());
             match (axis, concrete, d) {
@@ -136,11 +142,20 @@ fn load_typed_inner(
                     // Keep the symbol (intermediate value infos may name it) and bind it later.
                     symbols.insert(s.clone(), TDim::Val(batch as i64));
                     symbolic = true;
+                    batched = true;
                     shape.push(batch);
                 }
-                (0, None, _) => shape.push(batch),
-                (0, Some(n), _) if n == batch || n == 1 => shape.push(batch),
-                (0, Some(n), _) => return Err(bad("a symbolic or size-1 batch axis", format!("a fixed batch of {n}"))),
+                (0, None, _) => {
+                    batched = true;
+                    shape.push(batch);
+                }
+                (0, Some(n), _) if n == batch || n == 1 => {
+                    batched = true;
+                    shape.push(batch);
+                }
+                // A fixed first axis N > 1 is not a batch axis: the whole declared input is one
+                // sample (`batched` false), whatever batch was asked for.
+                (0, Some(n), _) => shape.push(n),
                 (_, Some(n), _) => shape.push(n),
                 (_, None, _) => return Err(bad("concrete dims after the batch axis", format!("{dims:?}"))),
             }
@@ -150,7 +165,7 @@ fn load_typed_inner(
                 .set_input_fact(i, InferenceFact::dt_shape(dt, &shape))
                 .map_err(tract_err(&p, "set the input facts"))?;
         }
-        inputs.push(LoadedInput { name, dt, shape });
+        inputs.push(LoadedInput { name, dt, shape, batched });
     }
     let typed = model.into_typed().map_err(tract_err(&p, "type the model"))?;
     let typed = typed.set_symbols(&symbols).map_err(tract_err(&p, "bind the batch size"))?;

@@ -20,24 +20,36 @@ pub struct OnnxOp {
 /// stored.
 const TABLE: &str = "
 Abs | Unary
+Acos | Unary
+Acosh | Unary
 Add | Binary (or a Dense/LayerNorm bias) | numpy broadcasting
 And | Binary Mul on 0/1 values | boolean operands
+Asin | Unary
+Asinh | Unary
+Atan | Unary
+Atanh | Unary
 AveragePool | Pool2d Avg | 1-D and 2-D; ceil_mode and count_include_pad honoured
 BatchNormalization | folded into constants (inference mode)
 Cast | nothing (f32→f32, int→int) / Embedding into [0, 1] | int→bool only for a 0/1 input (an id ≥ 2 is a run-time error)
+Ceil | Unary
+Celu | Exp, Min and Max (tract's expansion)
 Clip | Binary Max/Min | constant bounds
 Concat | a Slice per piece (a copy into its place; fused from a 0/1 placing Dense)
 Constant | weights where read
 ConstantOfShape | folded | constant shape
 Conv | Conv2d (fused attention where a mechanism is recognised) | 1-D and 2-D, constant kernel and bias
+Cos | Unary
+Cosh | Unary
 CumSum | Dense with a triangular 0/1 weight | constant axis
 Div | Binary
 Dropout | nothing (inference)
-Equal | folded | constant operands
+Elu | Exp, a comparison and a select (tract's expansion)
+Equal | Binary Equal (1 or 0)
 Erf | Unary (or fused into GELU)
 Exp | Unary
 Expand | Dense with a 0/1 weight
 Flatten | Reshape view
+Floor | Unary
 GRU | Gru (one node per output read) | default activations, linear_before_reset = 1 (PyTorch's GRU), constant weights and initial state, no clip, full-length sequence_lens
 Gather | Embedding (constant table), or a Slice (evenly spaced indices) or a Dense with a one-hot weight | constant indices when gathering from an activation
 GatherElements | folded | constant operands
@@ -46,25 +58,31 @@ Gelu | Unary Gelu / GeluTanh (or fused into the Dense before it)
 Gemm | Dense | constant B
 GlobalAveragePool | Reduce Mean
 GlobalMaxPool | Reduce Max
-GreaterOrEqual | folded | constant operands
+Greater | Binary Greater (1 or 0)
+GreaterOrEqual | Binary GreaterEq (1 or 0)
 HardSigmoid | fused into the Dense/Conv2d before it (activation HardSigmoid), else Unary HardSigmoid | alpha = 1/6, beta = 1/2 (PyTorch's hardsigmoid; also relu6(x + 3)/6 written out); other constants: Binary arithmetic
 HardSwish | Unary HardSwish (or fused into the Dense/Conv2d before it)
 Identity | nothing
+IsInf | Unary IsInf / IsPosInf / IsNegInf (1 or 0) | at least one sign detected
+IsNaN | Unary IsNan (1 or 0)
 LSTM | Lstm (one node per output read) | default activations, no peepholes, clip or input_forget, constant weights and initial states, full-length sequence_lens
 LayerNormalization | LayerNorm
 LeakyRelu | Binary Mul + Max | alpha ≥ 0
+Less | Binary Less (1 or 0)
+LessOrEqual | Binary LessEq (1 or 0)
 Log | Unary
 MatMul | Dense (constant operand) or MatMul; fused into Attention / AFT / Fastformer
 Max | Binary | two operands
 MaxPool | Pool2d Max | 1-D and 2-D; one output (no indices)
 Min | Binary | two operands
-Mod | folded | constant operands
+Mod | Binary Fmod (fmod = 1); fmod = 0: the remainder with the divisor's sign, from Fmod, comparisons and a select
 Mul | Binary
 Neg | Unary
 Not | Binary 1 − x | boolean operand
 Or | Binary Max on 0/1 values | boolean operands
+PRelu | Mul, a comparison and a select (tract's expansion)
 Pad | a Slice into zeros plus the constant (edge, reflect: Dense with a 0/1 weight) | constant mode, constant pads
-Pow | Binary
+Pow | Binary; a constant exponent 2, 3, 4 as products, ½ as Sqrt, −½ as Rsqrt, −1 as Reciprocal
 Range | folded | constant bounds
 Reciprocal | Unary
 ReduceMax | Reduce
@@ -73,18 +91,28 @@ ReduceMin | Reduce
 ReduceSum | Reduce
 Relu | Unary (or fused into the Dense before it)
 Reshape | Reshape view | constant shape
+Round | Unary (halves to even)
+Selu | Exp, a comparison and a select (tract's expansion)
 Shape | folded | static shapes (batch fixed at conversion)
+Shrink | comparisons and selects (tract's expansion)
 Sigmoid | Unary (x·σ(x) becomes Silu)
+Sign | Unary
+Sin | Unary
+Sinh | Unary
 Slice | Slice (one copy; fused from a one-hot Dense and the transposes around it) | constant bounds
 Softmax | Softmax (fused into attention where recognised) | one axis
+Softplus | Exp, Add, Log (tract's expansion)
+Softsign | Abs, Add, Div (tract's expansion)
 Split | a Slice per part | constant split sizes
 Sqrt | Unary
 Squeeze | Reshape view
 Sub | Binary
+Tan | Unary
 Tanh | Unary
+ThresholdedRelu | a comparison and a select (tract's expansion)
 Transpose | Transpose (a view when only size-1 axes move)
 Unsqueeze | Reshape view
-Where | Binary arithmetic c·a + (1 − c)·b | 0/1 condition, finite branches (±inf constants become ±f32::MAX)
+Where | Binary When + Unless + Add (each branch where the condition picks it) | exact for any branch values (±inf constants become ±f32::MAX)
 Xor | Binary |a − b| on 0/1 values | boolean operands
 ";
 

@@ -58,6 +58,10 @@ pub struct Report {
     pub scratch_bytes: u64,
     /// Every weight: encoding, size and quantisation error.
     pub weights: Vec<WeightQuant>,
+    /// What the conversion changed that the user should know: an input taken as another
+    /// element type (f64 as f32), an input without a batch axis.
+    #[serde(default)]
+    pub notices: Vec<String>,
 }
 
 fn kib(b: u64) -> String {
@@ -74,6 +78,9 @@ impl Report {
     pub fn to_table(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "model {} (weights {})", self.model, self.weights_dtype);
+        for n in &self.notices {
+            let _ = writeln!(s, "notice: {n}");
+        }
         let _ =
             writeln!(s, "size: onnx {} -> kes {} (ratio {:.3})", kib(self.onnx_bytes), kib(self.kes_bytes), self.ratio);
         let _ = writeln!(s, "params: {}", self.params);

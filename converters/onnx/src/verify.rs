@@ -115,10 +115,16 @@ pub fn run_tract(onnx_path: impl AsRef<Path>, inputs: &[InputTensor]) -> Result<
         .collect()
 }
 
-/// Runs a `.kes` model with Kestrel on `inputs` (batch = leading axis of the first input).
+/// Runs a `.kes` model with Kestrel on `inputs` (batch = leading axis of the first input, or 1
+/// when the input is given as exactly its per-sample shape: one sample without a batch axis).
 pub fn run_kestrel(kes: &[u8], inputs: &[InputTensor]) -> Result<Vec<Vec<f32>>, ConvertError> {
-    let batch = inputs.first().and_then(|i| i.shape.first().copied()).unwrap_or(1);
     let model = kestrel::Model::from_bytes(kes)?;
+    let per_sample = model.cpu()?.input(0).ok().map(|t| t.shape.dims().iter().map(|&d| d as usize).collect::<Vec<_>>());
+    let batch = match inputs.first() {
+        Some(i) if Some(&i.shape) == per_sample.as_ref() => 1,
+        Some(i) => i.shape.first().copied().unwrap_or(1),
+        None => 1,
+    };
     let mut session = model.session(batch.max(1))?;
     let feeds: Vec<Input<'_>> = inputs.iter().map(InputTensor::as_input).collect();
     Ok(session.run_vec(&feeds)?)

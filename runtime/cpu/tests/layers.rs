@@ -25,7 +25,8 @@ use kestrel_format::ops::{Activation, BinaryOp, ReduceOp, Slice, UnaryOp};
 use kestrel_format::{DType, WeightView};
 use kestrel_reference::assert_close;
 use kestrel_reference::layers as r;
-use kestrel_reference::tolerance::{EXACT, F32_KERNEL};
+use kestrel_reference::testing::into_domain;
+use kestrel_reference::tolerance::{EXACT, F32_APPROX, F32_KERNEL};
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------- dense (linear / ProjW)
@@ -170,8 +171,7 @@ proptest! {
         let s = shape(&dims);
         let n = s.numel().unwrap();
         for &op in UnaryOp::ALL {
-            let positive_domain = matches!(op, UnaryOp::Log | UnaryOp::Sqrt);
-            let x: Vec<f32> = seed[..n].iter().map(|&v| if positive_domain { v.abs() } else { v }).collect();
+            let x: Vec<f32> = seed[..n].iter().map(|&v| into_domain(op.test_domain(), v)).collect();
             let p = UnaryParams::new(op, &s).unwrap();
             let mut y = out(n);
             unary(&p, &x, &mut y, &mut scratch(unary_scratch(&p)));
@@ -212,6 +212,71 @@ proptest! {
 // ---------------------------------------------------------------- binary
 
 /// Runs one binary case; `a_w`/`b_w` make that operand a weight in the given encoding.
+/// The values where element-wise functions differ most: zeros of both signs, ties and halves
+/// (comparisons, rounding, logic), the saturating ranges, ±∞ and NaN (the predicates).
+const SPECIALS: [f32; 17] = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    0.5,
+    -0.5,
+    1.5,
+    2.5,
+    -2.5,
+    3.0,
+    -3.0,
+    1e-3,
+    0.25,
+    30.0,
+    f32::INFINITY,
+    f32::NEG_INFINITY,
+    f32::NAN,
+];
+
+/// `y` against the f64 definition `want`: NaN exactly where the definition is NaN, an infinity
+/// exactly where it is that infinity, and within `F32_APPROX` of it elsewhere (its floor taken
+/// against a scale of 1, the specials' order; the fast GELU and sigmoid forms are in it).
+fn assert_same_specials(what: &str, inputs: &[(f32, f32)], y: &[f32], want: &[f64]) {
+    for ((&(a, b), &v), &w) in inputs.iter().zip(y).zip(want) {
+        let ok = if w.is_nan() {
+            v.is_nan()
+        } else if w.is_infinite() || w.abs() > f64::from(f32::MAX) {
+            f64::from(v) == w || (v.is_infinite() && v.is_sign_positive() == w.is_sign_positive())
+        } else {
+            let err = (f64::from(v) - w).abs();
+            err <= F32_APPROX.atol_frac + F32_APPROX.rtol * w.abs()
+        };
+        assert!(ok, "{what}({a}, {b}) = {v}, the definition gives {w}");
+    }
+}
+
+/// Every row of the element-wise tables (`kestrel_format::ops::{UnaryOp, BinaryOp}`) through
+/// the CPU kernels on [`SPECIALS`] (every pair for the binary rows), against the rows' f64
+/// definitions: the values random tests never reach.
+#[test]
+fn every_elementwise_row_on_special_values() {
+    let n = SPECIALS.len();
+    for &op in UnaryOp::ALL {
+        let p = UnaryParams::new(op, &shape(&[n])).unwrap();
+        let mut y = out(n);
+        unary(&p, &SPECIALS, &mut y, &mut scratch(unary_scratch(&p)));
+        let want = r::unary(unary_fn(op), &f64s(&SPECIALS));
+        let inputs: Vec<(f32, f32)> = SPECIALS.iter().map(|&x| (x, 0.0)).collect();
+        assert_same_specials(&format!("{op:?}"), &inputs, &y, &want);
+    }
+    let inputs: Vec<(f32, f32)> = SPECIALS.iter().flat_map(|&a| SPECIALS.iter().map(move |&b| (a, b))).collect();
+    let (a, b): (Vec<f32>, Vec<f32>) = inputs.iter().copied().unzip();
+    for &op in BinaryOp::ALL {
+        let p = BinaryParams::new(op, &shape(&[n * n]), &shape(&[n * n])).unwrap();
+        let mut y = out(n * n);
+        binary(&p, Operand::Act(&a), Operand::Act(&b), &mut y, &mut scratch(binary_scratch(&p)));
+        let want: Vec<f64> =
+            inputs.iter().map(|&(a, b)| r::binary_scalar(binary_fn(op), f64::from(a), f64::from(b))).collect();
+        assert_same_specials(&format!("{op:?}"), &inputs, &y, &want);
+    }
+}
+
 fn check_binary(
     op: BinaryOp,
     sa: &[usize],

@@ -193,13 +193,28 @@ pub fn write_f32(path: impl AsRef<Path>, shape: &[usize], data: &[f32]) -> Resul
 }
 
 /// Checks `array` is a batch of samples of `per_sample` shape (a leading batch axis, then the
-/// per-sample dims) and returns the batch size.
+/// per-sample dims) or one sample of exactly that shape (no batch axis: what a model whose
+/// inputs have none, such as a fixed first axis N > 1, takes as declared), and returns the batch
+/// size (1 for a single sample; see [`is_single_sample`]).
 pub fn batch_of(array: &Array, per_sample: &[u32], what: &str) -> Result<usize, Error> {
     let s = array.shape();
+    if is_single_sample(array, per_sample) {
+        return Ok(1);
+    }
     let want: Vec<usize> = per_sample.iter().map(|&d| d as usize).collect();
     if s.len() != want.len() + 1 || s[1..] != want[..] || s[0] == 0 {
         let want_s = want.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
-        return Err(Error::Npy(format!("{what}: expected shape [batch ≥ 1, {want_s}], found {s:?}")));
+        let one = want.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
+        return Err(Error::Npy(format!(
+            "{what}: expected shape [batch ≥ 1, {want_s}] or [{one}] (one sample), found {s:?}"
+        )));
     }
     Ok(s[0])
+}
+
+/// Whether `array` is one sample given without a batch axis: its shape is exactly `per_sample`
+/// (outputs are then written without a batch axis too).
+pub fn is_single_sample(array: &Array, per_sample: &[u32]) -> bool {
+    let s = array.shape();
+    s.len() == per_sample.len() && s.iter().zip(per_sample).all(|(&a, &b)| a == b as usize)
 }

@@ -25,21 +25,34 @@ use std::collections::BTreeMap;
 const BATCH: usize = 3;
 
 /// How a test value is drawn: magnitude uniform in `[lo, hi)`, random sign unless `pos`;
-/// `normal` draws N(0, 1) instead.
+/// `normal` draws N(0, 1) instead; about one value in three is one of `specials` when there are
+/// any.
 #[derive(Clone, Copy)]
 struct Dist {
     lo: f64,
     hi: f64,
     pos: bool,
     normal: bool,
+    specials: &'static [f32],
 }
 
-const NZ: Dist = Dist { lo: 0.05, hi: 2.0, pos: false, normal: false };
-const POS: Dist = Dist { lo: 0.05, hi: 2.0, pos: true, normal: false };
-const NORMAL: Dist = Dist { lo: 0.0, hi: 0.0, pos: false, normal: true };
+const NZ: Dist = Dist { lo: 0.05, hi: 2.0, pos: false, normal: false, specials: &[] };
+const NORMAL: Dist = Dist { lo: 0.0, hi: 0.0, pos: false, normal: true, specials: &[] };
 
 fn dist(lo: f64, hi: f64, pos: bool) -> Dist {
-    Dist { lo, hi, pos, normal: false }
+    Dist { lo, hi, pos, normal: false, specials: &[] }
+}
+
+/// Values in an element-wise function's test domain `[lo, hi]` (magnitudes in it where it is
+/// positive, else magnitudes up to `min(|lo|, hi)` of either sign), mixed with its special
+/// values (`test_specials`: ties, zeros, NaN, infinities).
+fn in_domain([lo, hi]: [f32; 2], specials: &'static [f32]) -> Dist {
+    let d = if lo > 0.0 {
+        dist(f64::from(lo), f64::from(hi), true)
+    } else {
+        dist(0.05, f64::from((-lo).min(hi)).min(2.0), false)
+    };
+    Dist { specials, ..d }
 }
 
 /// Builder state of one case: the graph, its batch-3 input data, and the "magnitude" switch.
@@ -55,7 +68,9 @@ impl Ctx {
     fn draw(&mut self, n: usize, d: Dist) -> Vec<f32> {
         (0..n)
             .map(|_| {
-                let v = if d.normal {
+                let v = if !d.specials.is_empty() && self.rng.below(3) == 0 {
+                    d.specials[self.rng.below(d.specials.len())]
+                } else if d.normal {
                     self.rng.normal()
                 } else {
                     let m = (d.lo + (d.hi - d.lo) * self.rng.unit()) as f32;
@@ -123,6 +138,10 @@ struct Case {
     family: &'static str,
     name: String,
     floor: bool,
+    /// The op gives only 0 or 1 (or 0 where a select picks nothing), so a case may give all
+    /// zeros (a comparison of a few random values); `every_elementwise_row_on_special_values`
+    /// (kestrel-cpu) checks both outcomes on every pair of special values.
+    predicate: bool,
     build: Build,
 }
 
@@ -132,7 +151,7 @@ fn case(
     floor: bool,
     build: impl Fn(&mut Ctx) -> Result<TensorId, Error> + 'static,
 ) -> Case {
-    Case { family, name, floor, build: Box::new(build) }
+    Case { family, name, floor, predicate: false, build: Box::new(build) }
 }
 
 fn build(c: &Case, dtype: DType, seed: u64, mag: bool) -> (Model, Vec<Feed>, usize) {
@@ -193,7 +212,7 @@ fn check_all(cases: &[Case]) -> BTreeMap<&'static str, f64> {
             let (got, want) = run_checked(&what, &model, &feeds);
             let n = got.len() / BATCH;
             // (A ReLU may zero one sample; a whole batch of zeros would test nothing.)
-            assert!(want.iter().any(|v| *v != 0.0), "{what}: reference output is all zeros");
+            assert!(c.predicate || want.iter().any(|v| *v != 0.0), "{what}: reference output is all zeros");
             let mag = c.floor.then(|| {
                 let (m, f, _) = build(c, dtype, seed, true);
                 run_checked(&format!("{what} (magnitude)"), &m, &f)
@@ -268,11 +287,13 @@ fn every_unary_op() {
     let cases: Vec<Case> = UnaryOp::ALL
         .iter()
         .map(|&op| {
-            let d = if matches!(op, UnaryOp::Log | UnaryOp::Sqrt) { POS } else { NZ };
-            case("Unary", format!("Unary {op:?}"), false, move |c| {
+            let d = in_domain(op.test_domain(), op.test_specials());
+            let mut case = case("Unary", format!("Unary {op:?}"), false, move |c| {
                 let x = c.input(&[3, 5], d)?;
                 c.b.op(|y| Op::Unary(Unary { x, op, y }))
-            })
+            });
+            case.predicate = op.is_predicate();
+            case
         })
         .collect();
     check_all(&cases);
@@ -291,11 +312,12 @@ fn every_binary_op_with_broadcasting_and_weight_operands() {
     ];
     let mut cases = Vec::new();
     for &op in BinaryOp::ALL {
-        // Pow: a > 0; Div: |b| ≥ 0.5 (no encoding rounds them to zero).
-        let da = if op == BinaryOp::Pow { dist(0.5, 2.0, true) } else { NZ };
-        let db = if op == BinaryOp::Div { dist(0.5, 2.0, false) } else { NZ };
+        // The function's test domain (Pow: a positive base; Div, Fmod: a divisor no encoding
+        // rounds to zero).
+        let d = in_domain(op.test_domain(), op.test_specials());
+        let (da, db) = (d, d);
         for (sa, sb, wa, wb) in shapes {
-            cases.push(case(
+            let mut case = case(
                 "Binary",
                 format!("Binary {op:?} {sa:?}{} {sb:?}{}", if wa { "w" } else { "" }, if wb { "w" } else { "" }),
                 false,
@@ -304,7 +326,10 @@ fn every_binary_op_with_broadcasting_and_weight_operands() {
                     let b = if wb { c.w(sb, db)? } else { c.input(sb, db)? };
                     c.b.op(|y| Op::Binary(Binary { a, b, op, y }))
                 },
-            ));
+            );
+            // The selects give 0 wherever the condition operand picks the other branch.
+            case.predicate = op.is_predicate() || matches!(op, BinaryOp::When | BinaryOp::Unless);
+            cases.push(case);
         }
     }
     check_all(&cases);

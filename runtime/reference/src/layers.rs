@@ -22,59 +22,13 @@ pub enum Act {
     HardSigmoid,
 }
 
-/// Element-wise unary functions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UnaryFn {
-    /// max(x, 0).
-    Relu,
-    /// x·Φ(x).
-    Gelu,
-    /// tanh-approximated GELU.
-    GeluTanh,
-    /// 1 / (1 + e^-x).
-    Sigmoid,
-    /// tanh.
-    Tanh,
-    /// e^x.
-    Exp,
-    /// ln x.
-    Log,
-    /// √x.
-    Sqrt,
-    /// −x.
-    Neg,
-    /// |x|.
-    Abs,
-    /// erf x.
-    Erf,
-    /// 1/x.
-    Reciprocal,
-    /// x·σ(x).
-    Silu,
-    /// x·clamp(x/6 + 1/2, 0, 1).
-    HardSwish,
-    /// clamp(x/6 + 1/2, 0, 1) = relu6(x + 3)/6.
-    HardSigmoid,
-}
+/// Element-wise unary functions: the format's table (`kestrel_format::ops::UnaryOp`), whose
+/// rows hold each function's f64 definition ([`unary_scalar`] evaluates it).
+pub use kestrel_format::ops::UnaryOp as UnaryFn;
 
-/// Element-wise binary functions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BinaryFn {
-    /// a + b.
-    Add,
-    /// a − b.
-    Sub,
-    /// a·b.
-    Mul,
-    /// a / b.
-    Div,
-    /// max(a, b).
-    Max,
-    /// min(a, b).
-    Min,
-    /// a^b.
-    Pow,
-}
+/// Element-wise binary functions: the format's table (`kestrel_format::ops::BinaryOp`), whose
+/// rows hold each function's f64 definition ([`binary_scalar`] evaluates it).
+pub use kestrel_format::ops::BinaryOp as BinaryFn;
 
 /// Reductions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,29 +118,9 @@ pub fn layer_norm_channels(x: &[f64], c: usize, gamma: &[f64], beta: Option<&[f6
     y
 }
 
-/// The scalar unary function.
+/// The scalar unary function: its f64 definition in the format's table.
 pub fn unary_scalar(f: UnaryFn, x: f64) -> f64 {
-    let sigmoid = |v: f64| 1.0 / (1.0 + (-v).exp());
-    match f {
-        UnaryFn::Relu => x.max(0.0),
-        UnaryFn::Gelu => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
-        UnaryFn::GeluTanh => {
-            let k = (2.0 / std::f64::consts::PI).sqrt();
-            0.5 * x * (1.0 + (k * (x + 0.044715 * x.powi(3))).tanh())
-        }
-        UnaryFn::Sigmoid => sigmoid(x),
-        UnaryFn::Tanh => x.tanh(),
-        UnaryFn::Exp => x.exp(),
-        UnaryFn::Log => x.ln(),
-        UnaryFn::Sqrt => x.sqrt(),
-        UnaryFn::Neg => -x,
-        UnaryFn::Abs => x.abs(),
-        UnaryFn::Erf => libm::erf(x),
-        UnaryFn::Reciprocal => 1.0 / x,
-        UnaryFn::Silu => x * sigmoid(x),
-        UnaryFn::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
-        UnaryFn::HardSigmoid => (x / 6.0 + 0.5).clamp(0.0, 1.0),
-    }
+    f.reference(x)
 }
 
 /// `f` applied to every element.
@@ -194,17 +128,9 @@ pub fn unary(f: UnaryFn, x: &[f64]) -> Vec<f64> {
     x.iter().map(|&v| unary_scalar(f, v)).collect()
 }
 
-/// The scalar binary function.
+/// The scalar binary function: its f64 definition in the format's table.
 pub fn binary_scalar(f: BinaryFn, a: f64, b: f64) -> f64 {
-    match f {
-        BinaryFn::Add => a + b,
-        BinaryFn::Sub => a - b,
-        BinaryFn::Mul => a * b,
-        BinaryFn::Div => a / b,
-        BinaryFn::Max => a.max(b),
-        BinaryFn::Min => a.min(b),
-        BinaryFn::Pow => a.powf(b),
-    }
+    f.reference(a, b)
 }
 
 /// numpy broadcast shape of two shapes, `None` if incompatible.

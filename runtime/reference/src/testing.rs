@@ -129,38 +129,14 @@ pub fn act(a: Activation) -> Act {
     }
 }
 
-/// Reference unary function for a format unary op.
+/// Reference unary function for a format unary op (the same table).
 pub fn unary_fn(op: UnaryOp) -> UnaryFn {
-    match op {
-        UnaryOp::Relu => UnaryFn::Relu,
-        UnaryOp::Gelu => UnaryFn::Gelu,
-        UnaryOp::GeluTanh => UnaryFn::GeluTanh,
-        UnaryOp::Sigmoid => UnaryFn::Sigmoid,
-        UnaryOp::Tanh => UnaryFn::Tanh,
-        UnaryOp::Exp => UnaryFn::Exp,
-        UnaryOp::Log => UnaryFn::Log,
-        UnaryOp::Sqrt => UnaryFn::Sqrt,
-        UnaryOp::Neg => UnaryFn::Neg,
-        UnaryOp::Abs => UnaryFn::Abs,
-        UnaryOp::Erf => UnaryFn::Erf,
-        UnaryOp::Reciprocal => UnaryFn::Reciprocal,
-        UnaryOp::Silu => UnaryFn::Silu,
-        UnaryOp::HardSwish => UnaryFn::HardSwish,
-        UnaryOp::HardSigmoid => UnaryFn::HardSigmoid,
-    }
+    op
 }
 
-/// Reference binary function for a format binary op.
+/// Reference binary function for a format binary op (the same table).
 pub fn binary_fn(op: BinaryOp) -> BinaryFn {
-    match op {
-        BinaryOp::Add => BinaryFn::Add,
-        BinaryOp::Sub => BinaryFn::Sub,
-        BinaryOp::Mul => BinaryFn::Mul,
-        BinaryOp::Div => BinaryFn::Div,
-        BinaryOp::Max => BinaryFn::Max,
-        BinaryOp::Min => BinaryFn::Min,
-        BinaryOp::Pow => BinaryFn::Pow,
-    }
+    op
 }
 
 /// Reference reduction for a format reduce op.
@@ -284,4 +260,18 @@ pub fn npy_raw(descr: &str, fortran: bool, shape: &str, body: &[u8]) -> Vec<u8> 
     out.extend(header.as_bytes());
     out.extend(body);
     out
+}
+
+/// `v` moved into `domain` (an element-wise function's [`test_domain`]): kept where it lies
+/// inside, else folded in by its magnitude, `lo + |v| mod (hi − lo)` (deterministic, and spread
+/// over the interval as `v` is over its own).
+///
+/// [`test_domain`]: kestrel_format::ops::UnaryOp::test_domain
+pub fn into_domain(domain: [f32; 2], v: f32) -> f32 {
+    let [lo, hi] = domain;
+    if (lo..=hi).contains(&v) {
+        v
+    } else {
+        lo + (v.abs() * 7.31) % (hi - lo)
+    }
 }

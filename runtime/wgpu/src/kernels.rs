@@ -4,6 +4,7 @@
 
 use crate::params::Layout;
 use crate::GpuError;
+use kestrel_format::ops::{BinaryOp, UnaryOp};
 use std::collections::HashMap;
 
 pub(crate) use crate::params::PARAM_WORDS;
@@ -147,7 +148,13 @@ impl Family {
             _ => String::new(),
         };
         let window = if layouts.contains(&Layout::Window) { WINDOW_PRELUDE } else { "" };
-        format!("{COMMON}\n{dense}\n{lane_sums}\n{}\n{window}", Layout::wgsl(&layouts))
+        // The element-wise functions, generated from the format's tables (one row each).
+        let functions = if self == Family::Elementwise {
+            format!("{}\n{}", UnaryOp::wgsl_fn(), BinaryOp::wgsl_fn())
+        } else {
+            String::new()
+        };
+        format!("{COMMON}\n{dense}\n{lane_sums}\n{}\n{window}\n{functions}", Layout::wgsl(&layouts))
     }
 
     /// Whether the family's kernels are dense layers (`prelude/dense.wgsl`).

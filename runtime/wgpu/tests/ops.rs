@@ -19,6 +19,7 @@ use kestrel::demo::Rng;
 use kestrel::format::ops::*;
 use kestrel::format::DType;
 use kestrel::{Error, Input, ModelBuilder};
+use kestrel_reference::testing::into_domain;
 use kestrel_reference::tolerance::{Tolerance, F32_KERNEL};
 use kestrel_wgpu::{
     Arith, DeviceOptions, Family, GpuContext, GpuError, GpuSession, Kernel, Precision, SessionOptions, Tuning, Variant,
@@ -43,6 +44,30 @@ impl Ctx {
     }
     fn input(&mut self, dims: &[usize]) -> Result<TensorId, Error> {
         self.input_scaled(dims, 2.0, false)
+    }
+    /// Values in an element-wise function's test domain, about one in three one of its special
+    /// values (ties, zeros, NaN, infinities) when it has some.
+    fn vals_in(&mut self, n: usize, domain: [f32; 2], specials: &[f32]) -> Vec<f32> {
+        let v: Vec<f32> = self.vals(n, 4.0).into_iter().map(|x| into_domain(domain, x)).collect();
+        v.into_iter()
+            .map(|x| {
+                // uniform() is in [-1, 1): below −1/3 about one time in three.
+                if !specials.is_empty() && self.rng.uniform() < -1.0 / 3.0 {
+                    let k = ((self.rng.uniform() + 1.0) * 0.5 * specials.len() as f32) as usize;
+                    specials[k.min(specials.len() - 1)]
+                } else {
+                    x
+                }
+            })
+            .collect()
+    }
+    /// An input with values in an element-wise function's test domain (and its specials).
+    fn input_in(&mut self, dims: &[usize], domain: [f32; 2], specials: &[f32]) -> Result<TensorId, Error> {
+        let n: usize = dims.iter().product();
+        let id = self.b.input(&format!("x{}", self.feeds.len()), dims)?;
+        let v = self.vals_in(BATCH * n, domain, specials);
+        self.feeds.push(Feed::F32(v));
+        Ok(id)
     }
     fn input_scaled(&mut self, dims: &[usize], scale: f32, positive: bool) -> Result<TensorId, Error> {
         let n: usize = dims.iter().product();
@@ -80,6 +105,13 @@ impl Ctx {
         self.feeds.push(Feed::F32(v));
         Ok(id)
     }
+    /// A weight with values in an element-wise function's test domain (and its finite specials).
+    fn w_in(&mut self, dims: &[usize], domain: [f32; 2], specials: &[f32]) -> Result<TensorId, Error> {
+        self.n += 1;
+        let finite: Vec<f32> = specials.iter().copied().filter(|v| v.is_finite()).collect();
+        let v = self.vals_in(dims.iter().product(), domain, &finite);
+        self.b.weight(&format!("w{}", self.n), dims, v)
+    }
     fn w(&mut self, dims: &[usize], scale: f32) -> Result<TensorId, Error> {
         self.n += 1;
         let v = self.vals(dims.iter().product(), scale);
@@ -101,6 +133,10 @@ type Build = Box<dyn Fn(&mut Ctx) -> Result<TensorId, Error>>;
 struct Case {
     family: &'static str,
     name: String,
+    /// The op gives only 0 or 1 (or 0 where a select picks nothing), so a case may give all
+    /// zeros on random values; kestrel-cpu's `every_elementwise_row_on_special_values` checks
+    /// both outcomes against the definitions.
+    zeros_ok: bool,
     build: Build,
 }
 
@@ -109,7 +145,7 @@ fn case(
     name: impl Into<String>,
     f: impl Fn(&mut Ctx) -> Result<TensorId, Error> + 'static,
 ) -> Case {
-    Case { family, name: name.into(), build: Box::new(f) }
+    Case { family, name: name.into(), zeros_ok: false, build: Box::new(f) }
 }
 
 fn layer_cases() -> Vec<Case> {
@@ -160,11 +196,12 @@ fn layer_cases() -> Vec<Case> {
         }));
     }
     for op in UnaryOp::ALL.iter().copied() {
-        let positive = matches!(op, UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Reciprocal);
-        v.push(case("unary", format!("unary {op:?}"), move |c| {
-            let x = c.input_scaled(&[3, 37], 3.0, positive)?;
+        let mut u = case("unary", format!("unary {op:?}"), move |c| {
+            let x = c.input_in(&[3, 37], op.test_domain(), op.test_specials())?;
             c.b.op(|y| Op::Unary(Unary { x, op, y }))
-        }));
+        });
+        u.zeros_ok = op.is_predicate();
+        v.push(u);
     }
     // The hard (piecewise-linear) functions past both kinks (±3) into their saturated ranges.
     for op in [UnaryOp::HardSigmoid, UnaryOp::HardSwish] {
@@ -174,17 +211,21 @@ fn layer_cases() -> Vec<Case> {
         }));
     }
     for op in BinaryOp::ALL.iter().copied() {
-        let pow = op == BinaryOp::Pow;
-        v.push(case("binary", format!("binary {op:?} broadcast"), move |c| {
-            let a = c.input_scaled(&[2, 3, 4], 2.0, pow)?;
-            let b = c.input_scaled(&[3, 1], 2.0, pow)?;
+        let (d, sp) = (op.test_domain(), op.test_specials());
+        let zeros_ok = op.is_predicate() || matches!(op, BinaryOp::When | BinaryOp::Unless);
+        let mut broadcast = case("binary", format!("binary {op:?} broadcast"), move |c| {
+            let a = c.input_in(&[2, 3, 4], d, sp)?;
+            let b = c.input_in(&[3, 1], d, sp)?;
             c.b.op(|y| Op::Binary(Binary { a, b, op, y }))
-        }));
-        v.push(case("binary", format!("binary {op:?} weight operand"), move |c| {
-            let a = c.input_scaled(&[5, 6], 2.0, pow)?;
-            let b = c.w(&[6], 1.5)?;
+        });
+        let mut weight = case("binary", format!("binary {op:?} weight operand"), move |c| {
+            let a = c.input_in(&[5, 6], d, sp)?;
+            let b = c.w_in(&[6], d, sp)?;
             c.b.op(|y| Op::Binary(Binary { a, b, op, y }))
-        }));
+        });
+        broadcast.zeros_ok = zeros_ok;
+        weight.zeros_ok = zeros_ok;
+        v.extend([broadcast, weight]);
     }
     v.push(case("binary", "binary add weight left, [4,1] vs [1,5]", |c| {
         let a = c.w(&[4, 1], 1.0)?;
@@ -476,7 +517,7 @@ fn check(gpu: &GpuContext, cases: &[Case], precision: Precision, tunings: &[Tuni
                 let mut got1 = vec![0f32; n_out];
                 s.run(&inputs1, &mut [&mut got1]).unwrap_or_else(|e| panic!("{}: {e}", c.name));
                 runs += 2;
-                assert!(want[0].iter().any(|&v| v != 0.0), "{}: reference is all zeros", c.name);
+                assert!(c.zeros_ok || want[0].iter().any(|&v| v != 0.0), "{}: reference is all zeros", c.name);
                 for (label, g, w) in [("batch 3", &got[..], &want[0][..]), ("batch 1", &got1[..], &want[0][..n_out])] {
                     let (ratio, rel) = measure(g, w, tol);
                     let e = worst.entry(c.family).or_insert((0.0, 0.0, tol.name));

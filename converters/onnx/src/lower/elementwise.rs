@@ -1,10 +1,14 @@
-//! Binary ops (`TypedBinOp`) → `Binary`; element-wise math (`ElementWiseOp`) → `Unary`.
+//! Binary ops (`TypedBinOp`) → `Binary`; element-wise math (`ElementWiseOp`) → `Unary`: each by
+//! the importer names in the format's element-wise tables (`kestrel_format::ops::{UnaryOp,
+//! BinaryOp}`), plus the few tract ops with parameters (IsInf's signs, a constant power,
+//! LeakyRelu's slope, the tanh GELU's exactness).
 
 use super::{f32s, Lowerer, Res, Val};
 use kestrel_format::ops::{Binary, BinaryOp, Op, TensorId, Unary, UnaryOp};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::element_wise::ElementWiseOp;
+use tract_onnx::tract_core::ops::math::{IsInf, PowConst};
 use tract_onnx::tract_core::ops::nn::{GeluApproximate, LeakyRelu};
 
 impl Lowerer<'_> {
@@ -26,16 +30,13 @@ impl Lowerer<'_> {
                     return Ok(true);
                 }
             }
+            // tract's `SubF` is `b − a`; every other binary op is a row of the format's table.
             let (kind, swap) = match name {
-                "Add" => (BinaryOp::Add, false),
-                "Sub" => (BinaryOp::Sub, false),
                 "SubF" => (BinaryOp::Sub, true),
-                "Mul" => (BinaryOp::Mul, false),
-                "Div" => (BinaryOp::Div, false),
-                "Max" => (BinaryOp::Max, false),
-                "Min" => (BinaryOp::Min, false),
-                "Pow" => (BinaryOp::Pow, false),
-                other => return Err(self.unsupported(&format!("binary {other}"))),
+                other => match BinaryOp::from_importer_name(other) {
+                    Some(f) => (f, false),
+                    None => return Err(self.unsupported(&format!("binary {other}"))),
+                },
             };
             let (mut a, mut b) = (node.inputs[0], node.inputs[1]);
             if swap {
@@ -51,21 +52,23 @@ impl Lowerer<'_> {
                 Ok(l.b.op(|y| Op::Unary(Unary { x, op, y }))?)
             };
             let y = match name.as_str() {
-                "Abs" => unary(self, x, UnaryOp::Abs)?,
-                "Exp" => unary(self, x, UnaryOp::Exp)?,
-                "Ln" => unary(self, x, UnaryOp::Log)?,
-                "Sqrt" => unary(self, x, UnaryOp::Sqrt)?,
-                "Recip" => unary(self, x, UnaryOp::Reciprocal)?,
-                "Tanh" => unary(self, x, UnaryOp::Tanh)?,
-                "Erf" => unary(self, x, UnaryOp::Erf)?,
-                "Neg" => unary(self, x, UnaryOp::Neg)?,
-                "Sigmoid" => unary(self, x, UnaryOp::Sigmoid)?,
-                "GeluExact" => unary(self, x, UnaryOp::Gelu)?,
                 "GeluApproximate" if op.0.downcast_ref::<GeluApproximate>().is_some_and(|g| !g.fast_impl) => {
                     unary(self, x, UnaryOp::GeluTanh)?
                 }
-                "Silu" => unary(self, x, UnaryOp::Silu)?,
-                "HardSwish" => unary(self, x, UnaryOp::HardSwish)?,
+                "IsInf" => {
+                    let f = op.0.downcast_ref::<IsInf>().ok_or_else(|| self.bad("an IsInf", name.to_string()))?;
+                    let f = match (f.detect_positive, f.detect_negative) {
+                        (true, true) => UnaryOp::IsInf,
+                        (true, false) => UnaryOp::IsPosInf,
+                        (false, true) => UnaryOp::IsNegInf,
+                        (false, false) => return Err(self.unsupported("IsInf detecting neither sign")),
+                    };
+                    unary(self, x, f)?
+                }
+                "PowConst" => {
+                    let e = op.0.downcast_ref::<PowConst>().ok_or_else(|| self.bad("a PowConst", name.to_string()))?;
+                    self.pow_const(x, e.exponent)?
+                }
                 "LeakyRelu" => {
                     // max(x, αx) for 0 ≤ α ≤ 1; min(x, αx) above 1 (the same function).
                     let alpha =
@@ -81,17 +84,47 @@ impl Lowerer<'_> {
                     let pick = if alpha <= 1.0 { BinaryOp::Max } else { BinaryOp::Min };
                     self.b.op(|y| Op::Binary(Binary { a: x, b: ax, op: pick, y }))?
                 }
-                "Rsqrt" => {
-                    let s = unary(self, x, UnaryOp::Sqrt)?;
-                    unary(self, s, UnaryOp::Reciprocal)?
-                }
-                "Square" => self.b.op(|y| Op::Binary(Binary { a: x, b: x, op: BinaryOp::Mul, y }))?,
-                other => return Err(self.unsupported(&format!("element-wise {other}"))),
+                other => match UnaryOp::from_importer_name(other) {
+                    Some(f) => unary(self, x, f)?,
+                    None => return Err(self.unsupported(&format!("element-wise {other}"))),
+                },
             };
             self.out(y, shape);
             return Ok(true);
         }
         Ok(false)
+    }
+
+    /// `x^e` for a constant exponent: the integer powers a network writes by hand (x², x³ in the
+    /// tanh GELU, x⁴) as products, ½ as a square root, −1 as a reciprocal, anything else as a
+    /// Binary Pow against the constant.
+    fn pow_const(&mut self, x: TensorId, e: f32) -> Res<TensorId> {
+        let mul = |l: &mut Self, a: TensorId, b: TensorId| -> Res<TensorId> {
+            Ok(l.b.op(|y| Op::Binary(Binary { a, b, op: BinaryOp::Mul, y }))?)
+        };
+        let unary = |l: &mut Self, x: TensorId, op: UnaryOp| -> Res<TensorId> {
+            Ok(l.b.op(|y| Op::Unary(Unary { x, op, y }))?)
+        };
+        Ok(match e {
+            1.0 => x,
+            2.0 => unary(self, x, UnaryOp::Square)?,
+            3.0 => {
+                let x2 = unary(self, x, UnaryOp::Square)?;
+                mul(self, x2, x)?
+            }
+            4.0 => {
+                let x2 = unary(self, x, UnaryOp::Square)?;
+                unary(self, x2, UnaryOp::Square)?
+            }
+            0.5 => unary(self, x, UnaryOp::Sqrt)?,
+            -0.5 => unary(self, x, UnaryOp::Rsqrt)?,
+            -1.0 => unary(self, x, UnaryOp::Reciprocal)?,
+            e => {
+                let src = OutletId::new(self.node, 0);
+                let w = self.weight_f32(src, "exponent", &[1], vec![e])?;
+                self.b.op(|y| Op::Binary(Binary { a: x, b: w, op: BinaryOp::Pow, y }))?
+            }
+        })
     }
 
     /// A binary op; a constant operand becomes a weight with its leading 1-axes dropped (numpy

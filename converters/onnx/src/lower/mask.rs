@@ -4,7 +4,7 @@
 //! `Cast(int → bool)` of integer ids → an `Embedding` into the table `[[0], [1]]` (an id other
 //! than 0 or 1 is a run-time error naming it, never a silent clamp); `And` → `Mul`, `Or` → `Max`,
 //! `Xor` → `|a − b|`, `Not` → `1 − x`; `Where`/`Iff` with a computed condition →
-//! `c·a + (1 − c)·b`, exact for a 0/1 condition and finite branches (±∞ constants are stored as
+//! `When(a, c) + Unless(b, c)`, exact for any branch values (±∞ constants are stored as
 //! ±f32::MAX, so a masked fill stays finite).
 
 use super::{Lowerer, Res, Val};
@@ -78,14 +78,15 @@ impl Lowerer<'_> {
         Ok(self.b.op(|y| Op::Binary(Binary { a: one, b: x, op: BinaryOp::Sub, y }))?)
     }
 
-    /// `where(c, a, b)` with a computed 0/1 condition: `c·a + (1 − c)·b`.
+    /// `where(c, a, b)` with a computed condition: `When(a, c) + Unless(b, c)` (each branch
+    /// where the condition picks it, 0 elsewhere), exact for any branch values: an infinity or
+    /// NaN in the branch not taken never reaches the output.
     fn iff_computed(&mut self) -> Res<()> {
         let node = self.model.node(self.node);
         let out = self.out_shape()?;
         let (c, _) = self.act(node.inputs[0])?;
-        let not_c = self.one_minus(c)?;
         let mut terms = Vec::with_capacity(2);
-        for (slot, keep) in [(1usize, c), (2, not_c)] {
+        for (slot, pick) in [(1usize, BinaryOp::When), (2, BinaryOp::Unless)] {
             let o = node.inputs[slot];
             let v = self.val(o)?;
             // A zero constant branch contributes nothing.
@@ -95,10 +96,14 @@ impl Lowerer<'_> {
                 }
             }
             let branch = self.operand_id(o, &v)?;
-            terms.push(self.b.op(|y| Op::Binary(Binary { a: keep, b: branch, op: BinaryOp::Mul, y }))?);
+            terms.push(self.b.op(|y| Op::Binary(Binary { a: branch, b: c, op: pick, y }))?);
         }
         let y = match terms.as_slice() {
-            [] => self.b.op(|y| Op::Binary(Binary { a: c, b: not_c, op: BinaryOp::Mul, y }))?, // c·(1−c) = 0
+            // Both branches zero: When(c, c) + … is not needed, a zero is c·0.
+            [] => {
+                let zero = self.weight_f32(OutletId::new(self.node, 0), "zero", &[1], vec![0.0])?;
+                self.b.op(|y| Op::Binary(Binary { a: zero, b: c, op: BinaryOp::When, y }))?
+            }
             [one] => *one,
             [a, b] => {
                 let (a, b) = (*a, *b);
@@ -116,7 +121,7 @@ impl Lowerer<'_> {
                 .bad(&format!("a where() whose operands broadcast to {out:?}"), format!("a result of shape {ys:?}")));
         };
         self.out(y, out);
-        self.count_fused("where-as-arithmetic");
+        self.count_fused("where-as-select");
         Ok(())
     }
 }

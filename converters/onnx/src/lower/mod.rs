@@ -326,17 +326,25 @@ impl<'m> Lowerer<'m> {
         Ok(())
     }
 
-    /// After node `n` failed to lower: its f32 outputs of known shape get placeholder
-    /// activations so that the nodes after it are still lowered and report their own blockers
-    /// (the conversion fails anyway); any other output marks its readers as not lowered.
+    /// After node `n` failed to lower: its outputs of known shape get placeholder activations
+    /// (integer ids for integer outputs, f32 for the rest: booleans are 0/1 values) so that the
+    /// nodes after it are still lowered and report their own blockers (the conversion fails
+    /// anyway: every blocker in the graph is listed at once); an output of unknown shape marks
+    /// its readers as not lowered.
     fn stand_in(&mut self, n: usize) -> Res<()> {
         let node = self.model.node(n);
         for (slot, o) in node.outputs.iter().enumerate() {
             let shape = o.fact.shape.as_concrete().map(|s| s.to_vec());
+            let name = format!("blocked.{n}.{slot}");
             match shape {
-                Some(shape) if o.fact.datum_type == f32::datum_type() && shape.len() <= MAX_RANK => {
-                    let id = self.b.input(&format!("blocked.{n}.{slot}"), &shape)?;
-                    self.vals.insert(OutletId::new(n, slot), Val::Act { id, shape, int: false });
+                Some(shape) if shape.len() <= MAX_RANK => {
+                    let int = o.fact.datum_type.is_integer();
+                    let id = if int {
+                        self.b.input_ids(&name, shape.iter().product())?
+                    } else {
+                        self.b.input(&name, &shape)?
+                    };
+                    self.vals.insert(OutletId::new(n, slot), Val::Act { id, shape, int });
                 }
                 _ => {
                     self.failed.insert(n);

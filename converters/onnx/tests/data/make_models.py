@@ -255,22 +255,27 @@ def pool():
 
 
 def unsupported():
-    """Sin has no Kestrel lowering: the converter must name it."""
+    """ScatterElements on a computed tensor has no Kestrel lowering: the converter must name it."""
     g = G()
-    g.op("Sin", [g.op("Mul", ["x", g.const("two", 2.0)])])
+    x2 = g.op("Mul", ["x", g.const("two", 2.0)])
+    idx = g.const("idx", [[3, 0, 1, 2]], dtype=np.int64)
+    g.op("ScatterElements", [x2, idx, x2], axis=1)
     g.nodes[-1].output[0] = "y"
-    g.save("unsupported.onnx", [f32("x", ["N", 4])], [f32("y", ["N", 4])])
+    g.save("unsupported.onnx", [f32("x", [1, 4])], [f32("y", [1, 4])])
 
 
 def unsupported_many():
-    """Two blockers in sequence: Sin, then Cos on a value computed from it. Both must be listed:
-    the one after the first is not hidden behind it."""
+    """Two blockers in sequence: ScatterElements, then IsInf (detecting neither sign) on a value
+    computed from it, whose boolean output a Where reads. Both must be listed: the one after the
+    first is not hidden behind it, nor is anything behind a boolean blocker's output."""
     g = G()
-    s = g.op("Sin", [g.op("Mul", ["x", g.const("two", 2.0)])])
-    c = g.op("Cos", [g.op("Add", [s, g.const("one", 1.0)])])
-    g.op("Add", [c, "x"])
+    x2 = g.op("Mul", ["x", g.const("two", 2.0)])
+    idx = g.const("idx", [[3, 0, 1, 2]], dtype=np.int64)
+    s = g.op("ScatterElements", [x2, idx, x2], axis=1)
+    inf = g.op("IsInf", [g.op("Add", [s, g.const("one", 1.0)])], detect_positive=0, detect_negative=0)
+    g.op("Where", [inf, s, "x"])
     g.nodes[-1].output[0] = "y"
-    g.save("unsupported_many.onnx", [f32("x", ["N", 4])], [f32("y", ["N", 4])])
+    g.save("unsupported_many.onnx", [f32("x", [1, 4])], [f32("y", [1, 4])])
 
 
 def contrib_ops():

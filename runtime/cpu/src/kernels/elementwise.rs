@@ -130,25 +130,18 @@ pub fn unary_scratch(_p: &UnaryParams) -> usize {
     0
 }
 
-/// The scalar function of a [`UnaryOp`] in f32.
+/// The scalar function of a [`UnaryOp`] in f32: the CPU's fast forms of GELU and the sigmoid
+/// family (shared with the fused activations), the format table's f32 definition otherwise.
 #[inline]
 pub fn unary_fn(op: UnaryOp, x: f32) -> f32 {
     match op {
-        UnaryOp::Relu => x.max(0.0),
         UnaryOp::Gelu => math::gelu(x),
         UnaryOp::GeluTanh => math::gelu_tanh(x),
         UnaryOp::Sigmoid => math::sigmoid(x),
-        UnaryOp::Tanh => libm::tanhf(x),
-        UnaryOp::Exp => libm::expf(x),
-        UnaryOp::Log => libm::logf(x),
-        UnaryOp::Sqrt => libm::sqrtf(x),
-        UnaryOp::Neg => -x,
-        UnaryOp::Abs => libm::fabsf(x),
-        UnaryOp::Erf => libm::erff(x),
-        UnaryOp::Reciprocal => 1.0 / x,
         UnaryOp::Silu => x * math::sigmoid(x),
         UnaryOp::HardSwish => x * math::hard_sigmoid(x),
         UnaryOp::HardSigmoid => math::hard_sigmoid(x),
+        op => op.eval(x),
     }
 }
 
@@ -239,18 +232,10 @@ pub fn binary_scratch(_p: &BinaryParams) -> usize {
     0
 }
 
-/// The scalar function of a [`BinaryOp`] in f32.
+/// The scalar function of a [`BinaryOp`] in f32: the format table's definition.
 #[inline]
 pub fn binary_fn(op: BinaryOp, a: f32, b: f32) -> f32 {
-    match op {
-        BinaryOp::Add => a + b,
-        BinaryOp::Sub => a - b,
-        BinaryOp::Mul => a * b,
-        BinaryOp::Div => a / b,
-        BinaryOp::Max => a.max(b),
-        BinaryOp::Min => a.min(b),
-        BinaryOp::Pow => libm::powf(a, b),
-    }
+    op.eval(a, b)
 }
 
 /// Whether the runs-zipped path for one value per run ([`per_run_op`]) is compiled in: on the

@@ -4,6 +4,7 @@
 use super::{dtype, vals};
 use kestrel_format::ops::BinaryOp;
 use kestrel_format::DType;
+use kestrel_reference::testing::into_domain;
 use proptest::prelude::*;
 
 /// Dense: `(rows, in, out, x, w, b)`.
@@ -28,12 +29,11 @@ pub fn broadcast_pair(max_rank: usize) -> impl Strategy<Value = (Vec<usize>, Vec
         })
 }
 
-/// Operand values for `op`: `a` positive for Pow and `|b| ≥ 0.5` for Div, so that no encoding
-/// rounds them to zero (a NaN/inf result would compare as a failure).
+/// Operand values for `op`, each moved into the function's test domain (a positive base for
+/// Pow, a divisor away from zero for Div and Fmod, so that no encoding rounds it to zero).
 pub fn binary_values(op: BinaryOp, a: &[f32], b: &[f32]) -> (Vec<f32>, Vec<f32>) {
-    let a = a.iter().map(|&v| if op == BinaryOp::Pow { v.abs().max(0.5) } else { v }).collect();
-    let b = b.iter().map(|&v| if op == BinaryOp::Div { v.signum() * v.abs().max(0.5) } else { v }).collect();
-    (a, b)
+    let d = op.test_domain();
+    (a.iter().map(|&v| into_domain(d, v)).collect(), b.iter().map(|&v| into_domain(d, v)).collect())
 }
 
 /// An activation operand (`None`) or a weight in any encoding.

@@ -116,62 +116,6 @@ code_enum!(
 );
 
 code_enum!(
-    /// Element-wise unary functions.
-    UnaryOp {
-        /// max(x, 0).
-        Relu = 0,
-        /// Exact GELU.
-        Gelu = 1,
-        /// tanh-approximated GELU.
-        GeluTanh = 2,
-        /// Logistic sigmoid.
-        Sigmoid = 3,
-        /// tanh.
-        Tanh = 4,
-        /// e^x.
-        Exp = 5,
-        /// Natural log.
-        Log = 6,
-        /// Square root.
-        Sqrt = 7,
-        /// -x.
-        Neg = 8,
-        /// |x|.
-        Abs = 9,
-        /// erf(x).
-        Erf = 10,
-        /// 1/x.
-        Reciprocal = 11,
-        /// x·σ(x).
-        Silu = 12,
-        /// x·min(max(x/6 + 1/2, 0), 1) (MobileNetV3's hard swish).
-        HardSwish = 13,
-        /// min(max(x/6 + 1/2, 0), 1) (hard sigmoid, as [`Activation::HardSigmoid`]).
-        HardSigmoid = 14,
-    }
-);
-
-code_enum!(
-    /// Element-wise binary functions with numpy broadcasting.
-    BinaryOp {
-        /// a + b.
-        Add = 0,
-        /// a - b.
-        Sub = 1,
-        /// a · b.
-        Mul = 2,
-        /// a / b.
-        Div = 3,
-        /// max(a, b).
-        Max = 4,
-        /// min(a, b).
-        Min = 5,
-        /// a^b.
-        Pow = 6,
-    }
-);
-
-code_enum!(
     /// Reductions over one axis.
     ReduceOp {
         /// Arithmetic mean.
@@ -746,6 +690,8 @@ pub struct Fastformer {
 }
 
 mod band;
+mod elementwise;
+pub use elementwise::{BinaryOp, UnaryOp};
 mod layout;
 pub use layout::{Reshape, Slice, Transpose};
 mod ident;

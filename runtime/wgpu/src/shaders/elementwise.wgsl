@@ -5,26 +5,7 @@
 fn unary_body(it: Item) {
     let prm = unary_p();
     let x = act[prm.x_base + it.g];
-    var y: f32;
-    switch prm.op {
-        case 0u: { y = max(x, 0.0); }
-        case 1u: { y = gelu(x); }
-        case 2u: { y = gelu_tanh(x); }
-        case 3u: { y = sigmoid(x); }
-        case 4u: { y = tanh(x); }
-        case 5u: { y = exp(x); }
-        case 6u: { y = log(x); }
-        case 7u: { y = sqrt(x); }
-        case 8u: { y = -x; }
-        case 9u: { y = abs(x); }
-        case 10u: { y = erf_(x); }
-        case 11u: { y = 1.0 / x; }
-        case 12u: { y = x * sigmoid(x); }
-        case 13u: { y = x * clamp(x * (1.0 / 6.0) + 0.5, 0.0, 1.0); }
-        case 14u: { y = clamp(x * (1.0 / 6.0) + 0.5, 0.0, 1.0); }
-        // Unreachable: the loader rejects unknown codes.
-        default: { y = x; }
-    }
+    let y = unary_fn(prm.op, x);
     act[prm.y_base + it.g] = y;
 }
 
@@ -51,29 +32,28 @@ fn operand_b(s: u32, idx: array<u32, 6>, rank: u32) -> f32 {
     return operand(prm.b_kind, prm.b, prm.b_w, STRIDED_B_STRIDES, s, idx, rank);
 }
 
-fn binary_fn(op: u32, a: f32, b: f32) -> f32 {
-    switch op {
-        case 0u: { return a + b; }
-        case 1u: { return a - b; }
-        case 2u: { return a * b; }
-        case 3u: { return a / b; }
-        case 4u: { return max(a, b); }
-        case 5u: { return min(a, b); }
-        default: {
-            // powf: exact for integer exponents of negative bases, NaN otherwise (as libm).
-            if b == 0.0 {
-                return 1.0;
-            }
-            if a < 0.0 {
-                if fract(b) != 0.0 {
-                    return bitcast<f32>(0x7fc00000u);
-                }
-                let m = pow(-a, b);
-                return select(m, -m, fract(b * 0.5) != 0.0);
-            }
-            return pow(a, b);
-        }
+// `unary_fn` and `binary_fn` are generated from the format's element-wise tables
+// (kestrel_format::ops::{UnaryOp, BinaryOp}) and appended to this family's prelude; these are the
+// helpers their rows call.
+
+// powf: exact for integer exponents of negative bases, NaN otherwise (as libm).
+fn pow_(a: f32, b: f32) -> f32 {
+    if b == 0.0 {
+        return 1.0;
     }
+    if a < 0.0 {
+        if fract(b) != 0.0 {
+            return bitcast<f32>(0x7fc00000u);
+        }
+        let m = pow(-a, b);
+        return select(m, -m, fract(b * 0.5) != 0.0);
+    }
+    return pow(a, b);
+}
+
+// C's fmod: a − b·trunc(a/b), with a's sign.
+fn fmod_(a: f32, b: f32) -> f32 {
+    return a - b * trunc(a / b);
 }
 
 // Parameters `StridedP`: y_base, op (0..6 binary, 100 copy of operand a, 101 window of operand
