@@ -60,7 +60,7 @@ proptest! {
 #[test]
 fn conv2d_chunked_patches_match_reference() {
     // (C, H, W, O, kh, kw, stride, pad, dilation, groups)
-    let cases: [ConvCase; 6] = [
+    let cases: [ConvCase; 8] = [
         (64, 21, 20, 9, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 1),
         (48, 30, 27, 5, 3, 3, [2, 2], [1, 0, 1, 1], [1, 1], 1),
         (64, 18, 18, 6, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 2),
@@ -71,6 +71,11 @@ fn conv2d_chunked_patches_match_reference() {
         // Depthwise 12×12 on a 2×2 output (channels-innermost): 144 taps inside the input, more
         // than the tap list holds (121), through the one-pass-per-tap loop.
         (3, 13, 13, 3, 12, 12, [1, 1], [0, 0, 0, 0], [1, 1], 3),
+        // Kernels over 121 taps through the paths that read the tap-offset table (it used to
+        // hand the first 121 taps tap 0's offset): depthwise 1×150 by stride phases, and a dense
+        // 12×12 by the implicit GEMM.
+        (2, 1, 400, 2, 1, 150, [1, 2], [0, 3, 0, 3], [1, 2], 2),
+        (2, 20, 20, 3, 12, 12, [1, 1], [1, 1, 1, 1], [1, 1], 1),
     ];
     let mut seed = 0x9E37_79B9u32;
     let mut next = move || {
