@@ -111,6 +111,7 @@ Tan | Unary
 Tanh | Unary
 ThresholdedRelu | a comparison and a select (tract's expansion)
 Transpose | Transpose (a view when only size-1 axes move)
+Trilu | Binary When against a constant 0/1 triangle (exact) | f32 input, constant k
 Unsqueeze | Reshape view
 Where | Binary When + Unless + Add (each branch where the condition picks it) | exact for any branch values (±inf constants become ±f32::MAX)
 Xor | Binary |a − b| on 0/1 values | boolean operands

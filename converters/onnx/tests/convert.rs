@@ -22,7 +22,7 @@ fn inputs(model: &str, batch: usize, seed: u64) -> Vec<InputTensor> {
         "mlp" => vec![f(&mut rng, &[batch, 16])],
         "vit" => vec![f(&mut rng, &[batch, 1, 16, 16])],
         "cnn" => vec![f(&mut rng, &[batch, 2, 9, 9])],
-        "misc" | "select" | "assemble" => vec![f(&mut rng, &[batch, 4, 6])],
+        "misc" | "select" | "assemble" | "trilu" => vec![f(&mut rng, &[batch, 4, 6])],
         "nhwc" => vec![f(&mut rng, &[batch, 6, 6, 3])],
         "pool" => vec![f(&mut rng, &[batch, 3, 10, 9]), f(&mut rng, &[batch, 6, 6, 4])],
         "hard_sigmoid" => vec![f(&mut rng, &[batch, 8]), f(&mut rng, &[batch, 3, 6, 6])],
@@ -103,6 +103,19 @@ fn int8_keeps_first_last_and_named_weights_at_f16() {
     let dtypes: Vec<&str> =
         conv.report.weights.iter().filter(|w| w.shape.len() > 1).map(|w| w.dtype.as_str()).collect();
     assert_eq!(dtypes, ["f16", "int8", "f16"], "{}", conv.report.to_table());
+}
+
+/// Trilu on an activation (both triangles, k = ±1 and 0) is exact: `When(x, mask)`.
+#[test]
+fn trilu_of_an_activation_is_exact() {
+    let conv = convert(data("trilu.onnx"), &opts(DType::F32)).unwrap();
+    let v = verify(data("trilu.onnx"), &conv.kes, &inputs("trilu", 3, 5)).unwrap();
+    assert_eq!(v.tract.len(), 3);
+    assert_eq!(v.max_abs_err, 0.0, "{v:?}");
+    // Each output keeps some of x and zeroes some of it.
+    for out in &v.kestrel {
+        assert!(out.contains(&0.0) && out.iter().any(|&x| x != 0.0));
+    }
 }
 
 #[test]

@@ -6,6 +6,7 @@
 use super::{f32s, Lowerer, Res, Val};
 use kestrel_format::ops::{Binary, BinaryOp, Op, TensorId, Unary, UnaryOp};
 use tract_onnx::prelude::*;
+use tract_onnx::tract_core::ops::array::Trilu;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::element_wise::ElementWiseOp;
 use tract_onnx::tract_core::ops::math::{IsInf, PowConst};
@@ -93,6 +94,43 @@ impl Lowerer<'_> {
             return Ok(true);
         }
         Ok(false)
+    }
+
+    /// `Trilu` (a triangle of the last two axes kept, the rest zeroed) of an activation with a
+    /// constant diagonal offset `k`: `When(x, mask)` with the 0/1 mask `[M, N]` as a weight
+    /// (exact: a zeroed element is 0 whatever x holds there). `Ok(false)` for any other op.
+    pub(super) fn try_trilu(&mut self) -> Res<bool> {
+        let node = self.model.node(self.node);
+        let Some(op) = node.op_as::<Trilu>() else { return Ok(false) };
+        let (x, shape) = self.act(node.inputs[0])?;
+        let k = match node.inputs.get(1).map(|&i| self.val(i)).transpose()? {
+            Some(Val::Const(t)) => {
+                let v = f32s(&t)?;
+                match v.as_slice() {
+                    [k] => *k as i64,
+                    _ => return Err(self.bad("a scalar diagonal offset k", format!("{} values", v.len()))),
+                }
+            }
+            None => 0,
+            Some(_) => return Err(self.unsupported("Trilu with a computed diagonal offset k")),
+        };
+        let [.., m, n] = shape[..] else {
+            return Err(self.bad("an input of rank ≥ 2", format!("{shape:?}")));
+        };
+        let keep = |i: usize, j: usize| {
+            let (i, j) = (i as i64, j as i64);
+            if op.upper {
+                j >= i + k
+            } else {
+                j <= i + k
+            }
+        };
+        let mask: Vec<f32> = (0..m * n).map(|p| if keep(p / n, p % n) { 1.0 } else { 0.0 }).collect();
+        let src = OutletId::new(self.node, 0);
+        let w = self.weight_f32(src, "trilu_mask", &[m, n], mask)?;
+        let y = self.b.op(|y| Op::Binary(Binary { a: x, b: w, op: BinaryOp::When, y }))?;
+        self.out(y, shape);
+        Ok(true)
     }
 
     /// `x^e` for a constant exponent: the integer powers a network writes by hand (x², x³ in the

@@ -426,6 +426,7 @@ impl<'m> Lowerer<'m> {
             return self.conv(op);
         }
         if self.try_elementwise()?
+            || self.try_trilu()?
             || self.try_shape()?
             || self.try_select()?
             || self.try_assemble()?

@@ -278,6 +278,20 @@ def unsupported_many():
     g.save("unsupported_many.onnx", [f32("x", [1, 4])], [f32("y", [1, 4])])
 
 
+def trilu():
+    """Trilu on an activation, both triangles, with and without the diagonal offset k: two
+    outputs (the lowering is `When(x, mask)`, exact)."""
+    g = G()
+    g.op("Trilu", ["x", g.const("k", 1, np.int64)], upper=1)
+    g.nodes[-1].output[0] = "upper"
+    g.op("Trilu", ["x", g.const("k", -1, np.int64)], upper=0)
+    g.nodes[-1].output[0] = "lower"
+    g.op("Trilu", ["x"], upper=0)
+    g.nodes[-1].output[0] = "lower0"
+    outs = [f32("upper", ["N", 4, 6]), f32("lower", ["N", 4, 6]), f32("lower0", ["N", 4, 6])]
+    g.save("trilu.onnx", [f32("x", ["N", 4, 6])], outs)
+
+
 def contrib_ops():
     """Two onnxruntime contrib ops (com.microsoft EmbedLayerNormalization, DecoderAttention;
     operands not meaningful) which the importer has no parser for: both listed at once, with the
@@ -359,6 +373,7 @@ def hard_sigmoid():
 
 
 if __name__ == "__main__":
+    trilu()
     mlp()
     vit()
     cnn()
