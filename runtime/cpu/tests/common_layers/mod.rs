@@ -7,6 +7,8 @@ use kestrel_format::weight::{EncodedWeight, ViewStore};
 use kestrel_format::{DType, Shape, WeightView};
 use proptest::prelude::*;
 
+// Each test binary (layers, elementwise) uses its part.
+#[allow(unused_imports)]
 pub use kestrel_reference::testing::{act, binary_fn, reduce_fn, unary_fn, DTYPES};
 
 /// Any weight encoding.

@@ -157,22 +157,6 @@ fn sign64(x: f64) -> f64 {
     }
 }
 
-fn truth(v: bool) -> f32 {
-    if v {
-        1.0
-    } else {
-        0.0
-    }
-}
-
-fn truth64(v: bool) -> f64 {
-    if v {
-        1.0
-    } else {
-        0.0
-    }
-}
-
 elementwise_table! {
     /// Element-wise unary functions (the table is the definition of each; see the module docs).
     UnaryOp(x) call (x) -> "fn unary_fn(op: u32, x: f32) -> f32 {" {
@@ -212,16 +196,16 @@ elementwise_table! {
         /// 1 where x is NaN, else 0 (ONNX IsNaN). The WGSL tests the bits: shader compilers may
         /// assume that floats are never NaN.
         IsNan = 15, ["IsNan"], domain [-4.0, 4.0], wgsl "select(0.0, 1.0, (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u)",
-            f32 |x: f32| truth(x.is_nan()), f64 |x: f64| truth64(x.is_nan());
+            f32 |x: f32| f32::from(x.is_nan()), f64 |x: f64| f64::from(x.is_nan());
         /// 1 where x is +∞ or −∞, else 0 (ONNX IsInf with both signs detected).
         IsInf = 16, [], domain [-4.0, 4.0], wgsl "select(0.0, 1.0, (bitcast<u32>(x) & 0x7fffffffu) == 0x7f800000u)",
-            f32 |x: f32| truth(x.is_infinite()), f64 |x: f64| truth64(x.is_infinite());
+            f32 |x: f32| f32::from(x.is_infinite()), f64 |x: f64| f64::from(x.is_infinite());
         /// 1 where x is +∞, else 0 (ONNX IsInf, detect_negative = 0).
         IsPosInf = 17, [], domain [-4.0, 4.0], wgsl "select(0.0, 1.0, bitcast<u32>(x) == 0x7f800000u)",
-            f32 |x: f32| truth(x == f32::INFINITY), f64 |x: f64| truth64(x == f64::INFINITY);
+            f32 |x: f32| f32::from(x == f32::INFINITY), f64 |x: f64| f64::from(x == f64::INFINITY);
         /// 1 where x is −∞, else 0 (ONNX IsInf, detect_positive = 0).
         IsNegInf = 18, [], domain [-4.0, 4.0], wgsl "select(0.0, 1.0, bitcast<u32>(x) == 0xff800000u)",
-            f32 |x: f32| truth(x == f32::NEG_INFINITY), f64 |x: f64| truth64(x == f64::NEG_INFINITY);
+            f32 |x: f32| f32::from(x == f32::NEG_INFINITY), f64 |x: f64| f64::from(x == f64::NEG_INFINITY);
         /// −1, 0 or 1 by the sign of x (0 and NaN pass through).
         Sign = 19, ["Sign"], domain [-4.0, 4.0], wgsl "select(select(x, -1.0, x < 0.0), 1.0, x > 0.0)", f32 sign32, f64 sign64;
         /// ⌊x⌋.
@@ -254,7 +238,7 @@ elementwise_table! {
         /// artanh x.
         Atanh = 33, ["Atanh"], domain [-0.95, 0.95], wgsl "atanh(x)", f32 atanhf, f64 libm::atanh;
         /// Logical not: 1 where x = 0, else 0.
-        Not = 34, ["Not"], domain [-4.0, 4.0], wgsl "select(0.0, 1.0, x == 0.0)", f32 |x: f32| truth(x == 0.0), f64 |x: f64| truth64(x == 0.0);
+        Not = 34, ["Not"], domain [-4.0, 4.0], wgsl "select(0.0, 1.0, x == 0.0)", f32 |x: f32| f32::from(x == 0.0), f64 |x: f64| f64::from(x == 0.0);
         /// 1/√x.
         Rsqrt = 35, ["Rsqrt"], domain [0.05, 4.0], wgsl "inverseSqrt(x)", f32 |x: f32| 1.0 / sqrtf(x), f64 |x: f64| 1.0 / libm::sqrt(x);
         /// x² (tract's `Square`; also `Pow(x, 2)`).
@@ -288,22 +272,22 @@ elementwise_table! {
         Pow = 6, ["Pow"], domain [0.5, 2.0], wgsl "pow_(a, b)", f32 powf, f64 libm::pow;
         /// 1 where a < b, else 0.
         Less = 7, ["LT"], domain [-4.0, 4.0], wgsl "select(0.0, 1.0, a < b)",
-            f32 |a: f32, b: f32| truth(a < b), f64 |a: f64, b: f64| truth64(a < b);
+            f32 |a: f32, b: f32| f32::from(a < b), f64 |a: f64, b: f64| f64::from(a < b);
         /// 1 where a > b, else 0.
         Greater = 8, ["GT"], domain [-4.0, 4.0], wgsl "select(0.0, 1.0, a > b)",
-            f32 |a: f32, b: f32| truth(a > b), f64 |a: f64, b: f64| truth64(a > b);
+            f32 |a: f32, b: f32| f32::from(a > b), f64 |a: f64, b: f64| f64::from(a > b);
         /// 1 where a ≤ b, else 0.
         LessEq = 9, ["LTE"], domain [-4.0, 4.0], wgsl "select(0.0, 1.0, a <= b)",
-            f32 |a: f32, b: f32| truth(a <= b), f64 |a: f64, b: f64| truth64(a <= b);
+            f32 |a: f32, b: f32| f32::from(a <= b), f64 |a: f64, b: f64| f64::from(a <= b);
         /// 1 where a ≥ b, else 0.
         GreaterEq = 10, ["GTE"], domain [-4.0, 4.0], wgsl "select(0.0, 1.0, a >= b)",
-            f32 |a: f32, b: f32| truth(a >= b), f64 |a: f64, b: f64| truth64(a >= b);
+            f32 |a: f32, b: f32| f32::from(a >= b), f64 |a: f64, b: f64| f64::from(a >= b);
         /// 1 where a = b, else 0.
         Equal = 11, ["Eq"], domain [-4.0, 4.0], wgsl "select(0.0, 1.0, a == b)",
-            f32 |a: f32, b: f32| truth(a == b), f64 |a: f64, b: f64| truth64(a == b);
+            f32 |a: f32, b: f32| f32::from(a == b), f64 |a: f64, b: f64| f64::from(a == b);
         /// 1 where a ≠ b, else 0.
         NotEqual = 12, ["NE"], domain [-4.0, 4.0], wgsl "select(0.0, 1.0, a != b)",
-            f32 |a: f32, b: f32| truth(a != b), f64 |a: f64, b: f64| truth64(a != b);
+            f32 |a: f32, b: f32| f32::from(a != b), f64 |a: f64, b: f64| f64::from(a != b);
         /// The remainder of a/b truncated toward zero, with a's sign (C's fmod; ONNX Mod with
         /// fmod = 1).
         Fmod = 13, ["Rem"], domain [0.25, 4.0], wgsl "fmod_(a, b)", f32 fmodf, f64 libm::fmod;
@@ -317,13 +301,13 @@ elementwise_table! {
             f32 |a: f32, b: f32| if b != 0.0 { 0.0 } else { a }, f64 |a: f64, b: f64| if b != 0.0 { 0.0 } else { a };
         /// Logical and: 1 where a ≠ 0 and b ≠ 0, else 0.
         And = 16, [], domain [-4.0, 4.0], wgsl "select(0.0, 1.0, a != 0.0 && b != 0.0)",
-            f32 |a: f32, b: f32| truth(a != 0.0 && b != 0.0), f64 |a: f64, b: f64| truth64(a != 0.0 && b != 0.0);
+            f32 |a: f32, b: f32| f32::from(a != 0.0 && b != 0.0), f64 |a: f64, b: f64| f64::from(a != 0.0 && b != 0.0);
         /// Logical or: 1 where a ≠ 0 or b ≠ 0, else 0.
         Or = 17, [], domain [-4.0, 4.0], wgsl "select(0.0, 1.0, a != 0.0 || b != 0.0)",
-            f32 |a: f32, b: f32| truth(a != 0.0 || b != 0.0), f64 |a: f64, b: f64| truth64(a != 0.0 || b != 0.0);
+            f32 |a: f32, b: f32| f32::from(a != 0.0 || b != 0.0), f64 |a: f64, b: f64| f64::from(a != 0.0 || b != 0.0);
         /// Logical exclusive or: 1 where exactly one of a and b is non-zero, else 0.
         Xor = 18, [], domain [-4.0, 4.0], wgsl "select(0.0, 1.0, (a != 0.0) != (b != 0.0))",
-            f32 |a: f32, b: f32| truth((a != 0.0) != (b != 0.0)), f64 |a: f64, b: f64| truth64((a != 0.0) != (b != 0.0));
+            f32 |a: f32, b: f32| f32::from((a != 0.0) != (b != 0.0)), f64 |a: f64, b: f64| f64::from((a != 0.0) != (b != 0.0));
     }
 }
 
