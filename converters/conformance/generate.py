@@ -15,6 +15,13 @@ map or sparse values; string tensors; element types Kestrel never takes as activ
 numpy cannot save as a plain `.npy`. An op the converter does not take is a failure, counted by
 the harness, not a reason to leave a case out.
 
+Each in-scope case with more than one graph input also gets a *constant-parameter* variant,
+`OUT/<case name>__constants/`: the same model and data with every input but the first stored in
+the model as an initializer holding the case's data (`variant: "constants"` in case.json). The
+standard feeds weights, scales, axes and shapes as graph inputs; exported models hold them as
+constants, which is what an ahead-of-time converter (Kestrel, tract's optimiser, TFLite) plans
+around. The harness reports the variant apart from the standard cases.
+
 `python -m onnx.backend.test.cmd_tools generate-data` writes nothing for node cases in onnx
 1.23, so the cases are collected in-process.
 """
@@ -188,18 +195,43 @@ def describe(case, by_name: dict) -> tuple[dict, list[tuple[str, bytes]]]:
         "inputs": io_info["inputs"],
         "outputs": io_info["outputs"],
         "out_of_scope": reason,
+        "variant": None,
     }
     return meta, (files if reason is None else files[:1])
 
 
+VARIANT_SUFFIX = "__constants"
+
+
+def constants_variant(case, meta: dict, files: list[tuple[str, bytes]]):
+    """The constant-parameter variant of an in-scope case with two or more graph inputs (every
+    input but the first an initializer holding the case's data), or None."""
+    model = case.model
+    if meta["out_of_scope"] is not None or len(model.graph.input) < 2:
+        return None
+    inputs = [as_array(a) for a in case.data_sets[0][0]]
+    if len(inputs) != len(model.graph.input):
+        return None
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    baked = list(m.graph.input[1:])
+    del m.graph.input[1:]
+    for vi, a in zip(baked, inputs[1:]):
+        m.graph.initializer.append(onnx.numpy_helper.from_array(a, vi.name))
+    vmeta = dict(meta, name=meta["name"] + VARIANT_SUFFIX, variant="constants", inputs=meta["inputs"][:1])
+    keep = [(n, b) for n, b in files if n.startswith("output_") or n == "input_0.npy"]
+    return vmeta, [("model.onnx", m.SerializeToString())] + keep
+
+
 def pick_sample(metas: dict, sizes: dict, per_op: int, max_case_bytes: int, max_total_bytes: int) -> list[str]:
-    """A deterministic sample: per op (alphabetical), up to `per_op` in-scope cases, the
+    """A deterministic sample: per op (alphabetical) and per variant (the standard form, the
+    constant-parameter one), up to `per_op` in-scope cases, the
     original form before `_expanded` ones, then the smallest, then by name; cases larger than
     `max_case_bytes` are skipped and the total stays under `max_total_bytes`."""
     by_op = defaultdict(list)
     for name, m in metas.items():
         if m["out_of_scope"] is None and sizes[name] <= max_case_bytes:
-            by_op[m["main_op"]].append(name)
+            by_op[(m["main_op"], m["variant"] or "")].append(name)
     picked, total = [], 0
     for op in sorted(by_op):
         names = sorted(by_op[op], key=lambda n: (metas[n]["expanded"], sizes[n], n))
@@ -217,7 +249,7 @@ def main() -> int:
     ap.add_argument("--sample", action="store_true", help="write only a deterministic sample (the CI sample)")
     ap.add_argument("--per-op", type=int, default=1, help="with --sample: cases per op (default 1)")
     ap.add_argument("--max-case-bytes", type=int, default=24_000, help="with --sample: largest case kept")
-    ap.add_argument("--max-total-bytes", type=int, default=2_000_000, help="with --sample: total size")
+    ap.add_argument("--max-total-bytes", type=int, default=3_000_000, help="with --sample: total size")
     ap.add_argument("--only", default=None, help="only cases whose name contains this")
     args = ap.parse_args()
 
@@ -232,6 +264,9 @@ def main() -> int:
     metas, files = {}, {}
     for case in cases:
         metas[case.name], files[case.name] = describe(case, by_name)
+        variant = constants_variant(case, metas[case.name], files[case.name])
+        if variant is not None:
+            metas[variant[0]["name"]], files[variant[0]["name"]] = variant
     sizes = {n: sum(len(b) for _, b in fs) for n, fs in files.items()}
     names = sorted(metas)
     if args.sample:

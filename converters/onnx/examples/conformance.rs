@@ -85,6 +85,7 @@ fn run_with_timeout(dir: &Path, tract: bool, timeout: Duration) -> CaseResult {
             op: meta.as_ref().map_or_else(|| "?".into(), |m| m.main_op.clone()),
             expanded: meta.as_ref().is_some_and(|m| m.expanded),
             opset: meta.as_ref().and_then(|m| m.opset),
+            variant: meta.as_ref().and_then(|m| m.variant.clone()),
             out_of_scope: None,
             kestrel: Some(failed.clone()),
             tract: tract.then_some(failed),
@@ -125,7 +126,14 @@ fn main() -> Result<(), String> {
         std::fs::write(doc, markdown(&results, suite.as_ref())).map_err(|e| format!("{}: {e}", doc.display()))?;
         println!("wrote {}", doc.display());
     }
-    let totals = Totals::of(&results);
+    let totals = Totals::of(results.iter().filter(|r| r.variant.is_none()));
+    let constants = Totals::of(results.iter().filter(|r| r.variant.is_some()));
+    if constants.in_scope > 0 {
+        println!(
+            "constant-parameter variants: {} in scope; Kestrel {} passed; tract {} passed",
+            constants.in_scope, constants.kestrel, constants.tract
+        );
+    }
     println!(
         "{} cases, {} in scope; Kestrel {} passed, {} failed; tract {} passed, {} failed",
         results.len(),
@@ -154,9 +162,9 @@ struct Totals {
 }
 
 impl Totals {
-    fn of(results: &[CaseResult]) -> Self {
+    fn of<'a>(results: impl IntoIterator<Item = &'a CaseResult>) -> Self {
         let mut t = Totals::default();
-        for r in results.iter().filter(|r| r.out_of_scope.is_none()) {
+        for r in results.into_iter().filter(|r| r.out_of_scope.is_none()) {
             let (k, tr) = (passed(&r.kestrel), passed(&r.tract));
             t.in_scope += 1;
             t.kestrel += usize::from(k);
@@ -171,7 +179,7 @@ impl Totals {
 
 /// Kestrel's failure classes: cases where each appears, and cases where it is the only one
 /// (those it would unlock on its own), with an example case.
-fn failure_classes(results: &[CaseResult]) -> Vec<(String, usize, usize, String)> {
+fn failure_classes(results: &[&CaseResult]) -> Vec<(String, usize, usize, String)> {
     let mut classes: BTreeMap<String, (usize, usize, String)> = BTreeMap::new();
     for r in results.iter().filter(|r| r.out_of_scope.is_none()) {
         let Some(k) = r.kestrel.as_ref().filter(|k| !k.passed()) else { continue };
@@ -194,7 +202,9 @@ fn cell(s: &str) -> String {
 fn markdown(results: &[CaseResult], suite: Option<&serde_json::Value>) -> String {
     use std::fmt::Write;
     let get = |k: &str| suite.and_then(|s| s.get(k)).and_then(|v| v.as_str()).unwrap_or("?").to_string();
-    let t = Totals::of(results);
+    let (standard, variants): (Vec<&CaseResult>, Vec<&CaseResult>) = results.iter().partition(|r| r.variant.is_none());
+    let t = Totals::of(standard.iter().copied());
+    let v = Totals::of(variants.iter().copied());
     let mut s = String::new();
     let _ = writeln!(s, "# ONNX conformance: the backend node test cases\n");
     let _ = writeln!(
@@ -219,16 +229,28 @@ fn markdown(results: &[CaseResult], suite: Option<&serde_json::Value>) -> String
          tensors, complex, bfloat16 and 2–8-bit element types, training ops, non-default domains), never for \
          its op. `converters/onnx/tests/conformance.rs` runs a committed sample of the cases in CI.\n"
     );
+    let _ = writeln!(
+        s,
+        "Each in-scope case with more than one graph input is also run in a *constant-parameter* variant \
+         (`<case>__constants`): the same model and data with every input but the first stored in the model \
+         as an initializer. The standard feeds weights, scales, axes and shapes as graph inputs; exported \
+         models hold them as constants. The variant is counted apart: the totals and failure classes below \
+         are the standard's own cases.\n"
+    );
     let _ = writeln!(s, "## Totals\n");
     let _ = writeln!(s, "| | cases |\n|---|---:|");
-    let _ = writeln!(s, "| all cases | {} |", results.len());
-    let _ = writeln!(s, "| out of scope | {} |", results.len() - t.in_scope);
+    let _ = writeln!(s, "| all cases | {} |", standard.len());
+    let _ = writeln!(s, "| out of scope | {} |", standard.len() - t.in_scope);
     let _ = writeln!(s, "| in scope | {} |", t.in_scope);
     let _ = writeln!(s, "| Kestrel passed | {} |", t.kestrel);
     let _ = writeln!(s, "| tract passed | {} |", t.tract);
     let _ = writeln!(s, "| both passed | {} |", t.both);
     let _ = writeln!(s, "| Kestrel only | {} |", t.kestrel_only);
-    let _ = writeln!(s, "| tract only | {} |\n", t.tract_only);
+    let _ = writeln!(s, "| tract only | {} |", t.tract_only);
+    let _ = writeln!(s, "| constant-parameter variants (in scope) | {} |", v.in_scope);
+    let _ = writeln!(s, "| … Kestrel passed | {} |", v.kestrel);
+    let _ = writeln!(s, "| … tract passed | {} |", v.tract);
+    let _ = writeln!(s, "| … tract only | {} |\n", v.tract_only);
 
     let _ = writeln!(s, "## What Kestrel fails on, by what fixing it would unlock\n");
     let _ = writeln!(
@@ -238,7 +260,7 @@ fn markdown(results: &[CaseResult], suite: Option<&serde_json::Value>) -> String
          *in*: the cases where it appears.\n"
     );
     let _ = writeln!(s, "| alone | in | class | e.g. |\n|---:|---:|---|---|");
-    for (class, n, alone, example) in failure_classes(results) {
+    for (class, n, alone, example) in failure_classes(&standard) {
         let _ = writeln!(s, "| {alone} | {n} | {} | `{example}` |", cell(&class));
     }
 
@@ -250,14 +272,18 @@ fn markdown(results: &[CaseResult], suite: Option<&serde_json::Value>) -> String
     );
     let _ = writeln!(
         s,
-        "| op | cases | out of scope | Kestrel pass | Kestrel fail | tract pass | tract fail | Kestrel's failures |"
+        "| op | cases | out of scope | Kestrel pass | Kestrel fail | tract pass | tract fail | constant-parameter \
+         variants: Kestrel / tract passed of | Kestrel's failures |"
     );
-    let _ = writeln!(s, "|---|---:|---|---:|---:|---:|---:|---|");
+    let _ = writeln!(s, "|---|---:|---|---:|---:|---:|---:|---|---|");
     let mut by_op: BTreeMap<&str, Vec<&CaseResult>> = BTreeMap::new();
-    for r in results {
+    for r in &standard {
         by_op.entry(r.op.as_str()).or_default().push(r);
     }
     for (op, rs) in by_op {
+        let vt = Totals::of(variants.iter().copied().filter(|r| r.op == op));
+        let vcell =
+            if vt.in_scope == 0 { String::new() } else { format!("{} / {} of {}", vt.kestrel, vt.tract, vt.in_scope) };
         let mut oos: BTreeMap<&str, usize> = BTreeMap::new();
         for r in rs.iter().filter_map(|r| r.out_of_scope.as_deref()) {
             *oos.entry(r).or_default() += 1;
@@ -279,7 +305,7 @@ fn markdown(results: &[CaseResult], suite: Option<&serde_json::Value>) -> String
         let fails = fails.iter().map(|(c, n)| format!("{n}× {}", cell(c))).collect::<Vec<_>>().join("<br>");
         let _ = writeln!(
             s,
-            "| {op} | {} | {} | {kp} | {} | {tp} | {} | {fails} |",
+            "| {op} | {} | {} | {kp} | {} | {tp} | {} | {vcell} | {fails} |",
             rs.len(),
             if oos.is_empty() { "0".to_string() } else { oos },
             in_scope.len() - kp,

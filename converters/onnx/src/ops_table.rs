@@ -37,7 +37,8 @@ Clip | Binary Max/Min | constant bounds
 Concat | a Slice per piece (a copy into its place; fused from a 0/1 placing Dense)
 Constant | weights where read
 ConstantOfShape | folded | constant shape
-Conv | Conv2d (fused attention where a mechanism is recognised) | 1-D and 2-D, constant kernel and bias
+Conv | Conv2d (fused attention where a mechanism is recognised) | 1-D and 2-D, constant kernel and bias; a fixed first axis N > 1 runs as N× the groups
+ConvTranspose | a 0/1 Dense per spatial axis (zero insertion, padding, cropping) and a Conv2d with the flipped kernel | 1-D and 2-D, constant kernel and bias; every stride, dilation, group count, pads, auto_pad, output_padding and output_shape
 Cos | Unary
 Cosh | Unary
 CumSum | Dense with a triangular 0/1 weight | constant axis
@@ -91,6 +92,7 @@ ReduceMin | Reduce
 ReduceSum | Reduce
 Relu | Unary (or fused into the Dense before it)
 Reshape | Reshape view | constant shape
+Resize | a Dense per resized axis with the exact interpolation weights (plus the extrapolation value as its bias) | constant scales, sizes and roi; every mode (nearest, linear, cubic), coordinate transformation, nearest_mode, cubic_coeff_a, antialias, exclude_outside, axes and keep_aspect_ratio_policy; not the first (batch) axis
 Round | Unary (halves to even)
 Selu | Exp, a comparison and a select (tract's expansion)
 Shape | folded | static shapes (batch fixed at conversion)

@@ -23,70 +23,9 @@ use std::path::PathBuf;
 /// largest magnitude), which this crate does not depend on: f32 sums against the f64 reference.
 const F32_KERNEL: (f64, f64) = (1e-5, 1e-5);
 
-// ---------------------------------------------------------------- ONNX protobuf, written by hand
-
-/// A protobuf message being written: the field kinds the ONNX messages here need (varints and
-/// length-delimited bytes, strings and nested messages).
-#[derive(Default)]
-struct Msg(Vec<u8>);
-
-impl Msg {
-    fn varint(&mut self, mut v: u64) {
-        loop {
-            let b = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                self.0.push(b);
-                return;
-            }
-            self.0.push(b | 0x80);
-        }
-    }
-    /// Field `field` as a varint (wire type 0).
-    fn int(mut self, field: u64, v: i64) -> Self {
-        self.varint(field << 3);
-        self.varint(v as u64);
-        self
-    }
-    /// Field `field` as length-delimited bytes (wire type 2).
-    fn bytes(mut self, field: u64, b: &[u8]) -> Self {
-        self.varint(field << 3 | 2);
-        self.varint(b.len() as u64);
-        self.0.extend_from_slice(b);
-        self
-    }
-    fn str(self, field: u64, s: &str) -> Self {
-        self.bytes(field, s.as_bytes())
-    }
-    fn msg(self, field: u64, m: Msg) -> Self {
-        self.bytes(field, &m.0)
-    }
-}
-
-/// A float tensor's `ValueInfoProto` (name 1, type 2 → `TypeProto.tensor_type` 1 → elem_type 1
-/// FLOAT, shape 2 → dim 1 → dim_value 1), its shape when given.
-fn float_value(name: &str, dims: Option<&[usize]>) -> Msg {
-    let mut tensor = Msg::default().int(1, 1);
-    if let Some(dims) = dims {
-        let shape = dims.iter().fold(Msg::default(), |s, &d| s.msg(1, Msg::default().int(1, d as i64)));
-        tensor = tensor.msg(2, shape);
-    }
-    Msg::default().str(1, name).msg(2, Msg::default().msg(1, tensor))
-}
-
-/// `AttributeProto`s (name 1, type 20): INTS (7, values in field 8), INT (2, field 3), STRING
-/// (3, field 4).
-fn ints_attr(name: &str, v: &[usize]) -> Msg {
-    v.iter().fold(Msg::default().str(1, name).int(20, 7), |a, &x| a.int(8, x as i64))
-}
-
-fn int_attr(name: &str, v: bool) -> Msg {
-    Msg::default().str(1, name).int(20, 2).int(3, i64::from(v))
-}
-
-fn str_attr(name: &str, v: &str) -> Msg {
-    Msg::default().str(1, name).int(20, 3).str(4, v)
-}
+#[path = "common/proto.rs"]
+mod proto;
+use proto::{float_value, int_attr, ints_attr, str_attr, Msg};
 
 // ---------------------------------------------------------------- cases and the reference
 

@@ -297,7 +297,7 @@ impl Lowerer<'_> {
 
     /// Records `y` as the value of the lowered node, or of the bias Add and activation it
     /// absorbed (those nodes are skipped), counting the fused activation as `{what}+{act}`.
-    fn finish_with(
+    pub(super) fn finish_with(
         &mut self,
         y: TensorId,
         shape: Vec<usize>,
@@ -393,7 +393,8 @@ impl Lowerer<'_> {
         // A 1-D convolution (text CNNs, tract's 1-D Downsample-free convs) runs as a 2-D one of
         // height 1; channels-last layouts (tract's declutter may pick them) are transposed around
         // Conv2d.
-        let Spatial { x, cs, nd, channels_last, .. } = self.spatial_in(ps, "convolution")?;
+        let sp = self.spatial_in(ps, "convolution")?;
+        let Spatial { x, ref cs, nd, images, .. } = sp;
         let Val::Const(kernel) = self.val(node.inputs[1])? else {
             return Err(self.bad("a constant kernel", "an activation".into()));
         };
@@ -412,15 +413,19 @@ impl Lowerer<'_> {
         } else {
             kernel
         };
-        let kdims = kernel.shape().to_vec();
-        let w = self.weight(node.inputs[1], "conv", &kdims, f32s(&kernel)?)?;
+        // N images stacked on the channel axis: the kernel (and bias) once per image, N times
+        // the groups.
+        let mut kdims = kernel.shape().to_vec();
+        let kv = f32s(&kernel)?.repeat(images);
+        kdims[0] *= images;
+        let w = self.weight(node.inputs[1], "conv", &kdims, kv)?;
         let b = match self.val(node.inputs[2])? {
             Val::Const(t) => {
                 let v = f32s(&t)?;
                 if v.iter().all(|&x| x == 0.0) {
                     None
                 } else {
-                    let v = if v.len() == 1 { vec![v[0]; kdims[0]] } else { v };
+                    let v = if v.len() == 1 { vec![v[0]; kdims[0]] } else { v.repeat(images) };
                     Some(self.weight(node.inputs[2], "bias", &[kdims[0]], v)?)
                 }
             }
@@ -437,7 +442,7 @@ impl Lowerer<'_> {
                 [d[0] as u32, d[1] as u32],
             )
         };
-        let groups = op.group as u32;
+        let groups = u32::try_from(op.group * images).map_err(|_| self.unsupported("group count beyond u32"))?;
         let act = self.match_activation(OutletId::new(self.node, 0));
         let a = act.as_ref().map_or(Activation::None, |a| a.0);
         let y =
@@ -445,7 +450,7 @@ impl Lowerer<'_> {
         let out = self.out_shape()?;
         let ys =
             self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect::<Vec<_>>()).unwrap_or_default();
-        let y = self.spatial_out(y, ys, nd, channels_last, &out)?;
+        let y = self.spatial_out(y, ys, &sp, &out)?;
         self.finish_with(y, out, None, act, "conv");
         Ok(())
     }

@@ -5,12 +5,14 @@
 //! shape is tract's shape at batch 1, leading 1 included.
 
 mod assemble;
+mod deconv;
 mod elementwise;
 mod fuse;
 mod hard_sigmoid;
 mod linear;
 mod mask;
 mod pool;
+mod resize;
 pub(crate) mod rnn;
 mod select;
 mod shape;
@@ -431,6 +433,8 @@ impl<'m> Lowerer<'m> {
             || self.try_select()?
             || self.try_assemble()?
             || self.try_pool()?
+            || self.try_resize()?
+            || self.try_deconv()?
             || self.try_rnn()?
         {
             return Ok(());

@@ -66,7 +66,8 @@ impl Lowerer<'_> {
     }
 
     fn pool(&mut self, ps: &PoolSpec, kind: PoolKind, count_include_pad: bool) -> Res<()> {
-        let Spatial { x, cs, chw, nd, channels_last } = self.spatial_in(ps, "pooling")?;
+        let sp = self.spatial_in(ps, "pooling")?;
+        let Spatial { x, ref cs, ref chw, nd, .. } = sp;
         let geo = ps.computed_padding(&cs[1..]);
         let (s, d) = (ps.strides(), ps.dilations());
         let mut axes = [Axis::UNIT; 2];
@@ -129,14 +130,16 @@ impl Lowerer<'_> {
             None => y,
         };
         let out = self.out_shape()?;
-        let y = self.spatial_out(y, ys, nd, channels_last, &out)?;
+        let y = self.spatial_out(y, ys, &sp, &out)?;
         self.out(y, out);
         Ok(())
     }
 
-    /// The input of a 1-D or 2-D convolution or pool (`what`), NCHW at batch 1, CHW, NHWC or
-    /// HWC, as the `[C, H, W]` tensor `Conv2d`/`Pool2d` read: channels-last layouts are
-    /// transposed to channels first, a 1-D input runs with height 1.
+    /// The input of a 1-D or 2-D convolution or pool (`what`), NCHW, CHW, NHWC or HWC, as the
+    /// `[N·C, H, W]` tensor `Conv2d`/`Pool2d` read: channels-last layouts are transposed to
+    /// channels first, a 1-D input runs with height 1, and `N` images (a fixed first axis
+    /// inside one sample) are stacked on the channel axis (a pool is per channel; a convolution
+    /// takes `N` times the groups, [`Spatial::images`]).
     pub(super) fn spatial_in(&mut self, ps: &PoolSpec, what: &str) -> Res<Spatial> {
         let node = self.model.node(self.node);
         let nd = ps.kernel_shape.len();
@@ -144,39 +147,33 @@ impl Lowerer<'_> {
             return Err(self.unsupported(&format!("{nd}-D {what}")));
         }
         let (x, xs) = self.act(node.inputs[0])?;
-        let (spatial, channels_last) = match (ps.data_format, xs.len()) {
-            (DataFormat::NCHW | DataFormat::NHWC, r) if r == nd + 2 && xs[0] == 1 => {
-                (xs[1..].to_vec(), ps.data_format == DataFormat::NHWC)
-            }
-            (DataFormat::CHW | DataFormat::HWC, r) if r == nd + 1 => (xs.clone(), ps.data_format == DataFormat::HWC),
+        let (images, channels_last) = match (ps.data_format, xs.len()) {
+            (DataFormat::NCHW | DataFormat::NHWC, r) if r == nd + 2 => (xs[0], ps.data_format == DataFormat::NHWC),
+            (DataFormat::CHW | DataFormat::HWC, r) if r == nd + 1 => (1, ps.data_format == DataFormat::HWC),
             (f, r) => return Err(self.unsupported(&format!("data format {f:?} at rank {r}"))),
         };
-        let x = self.reshape(x, &xs, &spatial)?;
-        let to_first: Vec<usize> = std::iter::once(nd).chain(0..nd).collect();
-        let (x, cs) = if channels_last { self.transpose(x, &spatial, &to_first)? } else { (x, spatial) };
-        let chw: Vec<usize> = if nd == 1 { vec![cs[0], 1, cs[1]] } else { cs.clone() };
-        let x = self.reshape(x, &cs, &chw)?;
-        Ok(Spatial { x, cs, chw, nd, channels_last })
+        // [N, …] with N = 1 when the layout has no N axis.
+        let full: Vec<usize> = std::iter::once(images).chain(xs[xs.len() - nd - 1..].iter().copied()).collect();
+        let x = self.reshape(x, &xs, &full)?;
+        let to_first: Vec<usize> = [0, nd + 1].into_iter().chain(1..=nd).collect();
+        let (x, ncs) = if channels_last { self.transpose(x, &full, &to_first)? } else { (x, full) };
+        let cs = ncs[1..].to_vec();
+        let stacked = images * cs[0];
+        let chw: Vec<usize> = if nd == 1 { vec![stacked, 1, cs[1]] } else { vec![stacked, cs[1], cs[2]] };
+        let x = self.reshape(x, &ncs, &chw)?;
+        Ok(Spatial { x, cs, chw, nd, channels_last, images })
     }
 
-    /// The `[C', H', W']` output `y` (shape `ys`) of what [`Self::spatial_in`] prepared, back in
-    /// the input's layout and reshaped to the node's shape `out`.
-    pub(super) fn spatial_out(
-        &mut self,
-        y: TensorId,
-        ys: Vec<usize>,
-        nd: usize,
-        channels_last: bool,
-        out: &[usize],
-    ) -> Res<TensorId> {
-        let (y, ys) = if nd == 1 {
-            let flat = vec![ys[0], ys[2]];
-            (self.reshape(y, &ys, &flat)?, flat)
-        } else {
-            (y, ys)
-        };
-        let to_last: Vec<usize> = (1..=nd).chain(std::iter::once(0)).collect();
-        let (y, ys) = if channels_last { self.transpose(y, &ys, &to_last)? } else { (y, ys) };
+    /// The `[N·C', H', W']` output `y` (shape `ys`) of what [`Self::spatial_in`] prepared, back
+    /// in the input's layout and reshaped to the node's shape `out`.
+    pub(super) fn spatial_out(&mut self, y: TensorId, ys: Vec<usize>, s: &Spatial, out: &[usize]) -> Res<TensorId> {
+        let nd = s.nd;
+        let c = ys[0] / s.images.max(1);
+        let spatial: Vec<usize> = if nd == 1 { vec![ys[2]] } else { ys[1..].to_vec() };
+        let ncs: Vec<usize> = [s.images, c].into_iter().chain(spatial).collect();
+        let y = self.reshape(y, &ys, &ncs)?;
+        let to_last: Vec<usize> = std::iter::once(0).chain(2..=nd + 1).chain(std::iter::once(1)).collect();
+        let (y, ys) = if s.channels_last { self.transpose(y, &ncs, &to_last)? } else { (y, ncs) };
         self.reshape(y, &ys, out)
     }
 }
@@ -185,14 +182,18 @@ impl Lowerer<'_> {
 pub(super) struct Spatial {
     /// The `[C, H, W]` tensor.
     pub x: TensorId,
-    /// Its channels-first shape before a 1-D input gains height 1: `[C, H, W]` or `[C, L]`.
+    /// One image's channels-first shape before a 1-D input gains height 1: `[C, H, W]` or
+    /// `[C, L]`.
     pub cs: Vec<usize>,
-    /// `[C, H, W]` (`[C, 1, L]` for a 1-D input).
+    /// `[N·C, H, W]` (`[N·C, 1, L]` for a 1-D input).
     pub chw: Vec<usize>,
     /// Spatial rank, 1 or 2.
     pub nd: usize,
     /// Whether the input is channels-last (NHWC or HWC).
     pub channels_last: bool,
+    /// Images stacked on the channel axis (a fixed first axis N inside one sample; 1 for a
+    /// batch-1 NCHW input or a layout without N).
+    pub images: usize,
 }
 
 #[cfg(test)]

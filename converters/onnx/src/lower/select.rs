@@ -5,7 +5,7 @@
 //! inclusive cumulative sum (ONNX CumSum) → a Dense with a lower-triangular f32 weight of ones.
 
 use super::{f32s, zeros, Lowerer, Res, Val};
-use kestrel_format::ops::{Activation, Binary, BinaryOp, Dense, Op, Pool2d, PoolKind, Proj, TensorId};
+use kestrel_format::ops::{Binary, BinaryOp, Op, Pool2d, PoolKind, TensorId};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::array::{CumSum, Gather, GatherNd, Slice};
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
@@ -169,16 +169,7 @@ impl Lowerer<'_> {
         w: TensorId,
         k: usize,
     ) -> Res<(TensorId, Vec<usize>)> {
-        let r = xs.len();
-        let mut perm: Vec<usize> = (0..r).filter(|&a| a != axis).collect();
-        perm.push(axis);
-        let (x, ts) = self.transpose(x, xs, &perm)?;
-        let y = self.b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: None }, act: Activation::None, y }))?;
-        let mut ys = ts.clone();
-        ys[r - 1] = k;
-        let mut back: Vec<usize> = (0..r - 1).collect();
-        back.insert(axis, r - 1);
-        self.transpose(y, &ys, &back)
+        self.dense_along_biased(x, xs, axis, w, None, k)
     }
 
     /// ONNX GatherND with constant indices `[.., k]` on an activation: every index tuple picks a

@@ -71,6 +71,10 @@ pub struct CaseMeta {
     pub outputs: Vec<IoMeta>,
     /// Why the case is out of scope (types or domains), if it is.
     pub out_of_scope: Option<String>,
+    /// `constants` for the constant-parameter variant of a case (every graph input but the
+    /// first stored as an initializer); absent for the standard's own form.
+    #[serde(default)]
+    pub variant: Option<String>,
 }
 
 /// How one engine did on one case.
@@ -128,6 +132,9 @@ pub struct CaseResult {
     pub expanded: bool,
     /// The default domain's opset.
     pub opset: Option<i64>,
+    /// `constants` for a constant-parameter variant (see [`CaseMeta::variant`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
     /// Why the case is out of scope, if it is (then neither engine ran).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub out_of_scope: Option<String>,
@@ -169,6 +176,7 @@ pub fn run_case(dir: &Path, with_tract: bool) -> CaseResult {
                 op: "?".into(),
                 expanded: false,
                 opset: None,
+                variant: None,
                 out_of_scope: None,
                 kestrel: failed.clone(),
                 tract: with_tract.then_some(failed).flatten(),
@@ -180,6 +188,7 @@ pub fn run_case(dir: &Path, with_tract: bool) -> CaseResult {
         op: meta.main_op.clone(),
         expanded: meta.expanded,
         opset: meta.opset,
+        variant: meta.variant.clone(),
         out_of_scope: meta.out_of_scope.clone(),
         kestrel: None,
         tract: None,
