@@ -183,6 +183,7 @@ pub fn convert_with(
         l.b.meta.inputs.push(InputSpec { name: inp.name.clone(), tensor: id, feed, shape, preprocess: None });
     }
     l.run(progress)?;
+    notices.append(&mut l.notices);
     if !l.blockers.is_empty() {
         // In the user's vocabulary: the ONNX op type and node each tract node comes from.
         let mut seen = std::collections::HashSet::new();

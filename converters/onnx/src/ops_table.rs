@@ -24,13 +24,15 @@ Acos | Unary
 Acosh | Unary
 Add | Binary (or a Dense/LayerNorm bias) | numpy broadcasting
 And | Binary Mul on 0/1 values | boolean operands
+ArgMax | Reduce ArgMax / ArgMaxLast (the index as an f32 value) | select_last_index honoured
+ArgMin | Reduce ArgMin / ArgMinLast (the index as an f32 value) | select_last_index honoured
 Asin | Unary
 Asinh | Unary
 Atan | Unary
 Atanh | Unary
 AveragePool | Pool2d Avg | 1-D and 2-D; ceil_mode and count_include_pad honoured
 BatchNormalization | folded into constants (inference mode)
-Cast | nothing (f32→f32, int→int) / Embedding into [0, 1] | int→bool only for a 0/1 input (an id ≥ 2 is a run-time error)
+Cast | nothing (f32→f32, int→int; a cast to f16 or f64 computes in f32, with a notice) / Embedding into [0, 1] | int→bool only for a 0/1 input (an id ≥ 2 is a run-time error)
 Ceil | Unary
 Celu | Exp, Min and Max (tract's expansion)
 Clip | Binary Max/Min | constant bounds
@@ -89,6 +91,7 @@ Reciprocal | Unary
 ReduceMax | Reduce
 ReduceMean | Reduce (or part of LayerNorm)
 ReduceMin | Reduce
+ReduceProd | Reduce Prod
 ReduceSum | Reduce
 Relu | Unary (or fused into the Dense before it)
 Reshape | Reshape view | constant shape
@@ -115,7 +118,7 @@ ThresholdedRelu | a comparison and a select (tract's expansion)
 Transpose | Transpose (a view when only size-1 axes move)
 Trilu | Binary When against a constant 0/1 triangle (exact) | f32 input, constant k
 Unsqueeze | Reshape view
-Where | Binary When + Unless + Add (each branch where the condition picks it) | exact for any branch values (±inf constants become ±f32::MAX)
+Where | Binary When + Unless + Add (each branch where the condition picks it) | exact for any branch values, ±inf included
 Xor | Binary |a − b| on 0/1 values | boolean operands
 ";
 

@@ -11,6 +11,38 @@ pub enum Input<'x> {
     I64(&'x [i64]),
 }
 
+/// The batch a run's inputs give: each input of `per_sample` elements (by index, from `sizes`)
+/// holds `batch × per_sample` elements with one `batch` in `1..=capacity` for all of them. An
+/// input with no elements per sample (a graph input read only for its type, as ONNX's `CastLike`
+/// does) must be empty and says nothing about the batch; when every input is such, the batch is 1.
+pub fn batch_of(
+    inputs: &[Input<'_>],
+    mut per_sample: impl FnMut(usize) -> Result<usize, crate::RunError>,
+    capacity: usize,
+) -> Result<usize, crate::RunError> {
+    use crate::RunError;
+    let mut batch = None;
+    for (i, input) in inputs.iter().enumerate() {
+        let (n, len) = (per_sample(i)?, input.len());
+        let err = RunError::Length { what: "input", index: i, per_sample: n, found: len, capacity };
+        if n == 0 {
+            if len != 0 {
+                return Err(err);
+            }
+            continue;
+        }
+        if len == 0 || !len.is_multiple_of(n) || len / n > capacity {
+            return Err(err);
+        }
+        match batch {
+            None => batch = Some(len / n),
+            Some(b) if b != len / n => return Err(RunError::BatchMismatch { index: i, expected: b, found: len / n }),
+            Some(_) => {}
+        }
+    }
+    Ok(batch.unwrap_or(1))
+}
+
 impl Input<'_> {
     /// Elements (batch × per-sample).
     pub fn len(&self) -> usize {

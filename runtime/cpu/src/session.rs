@@ -118,16 +118,11 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
         }
         let acts_len = self.acts_len();
         // Inputs: batch size, dtype, copy into the arena.
-        let mut batch = 0;
+        let batch = kestrel_core::batch_of(inputs, |i| numel(&self.model.input(i)?), cap)?;
         for (i, input) in inputs.iter().enumerate() {
             let t = self.model.input(i)?;
             let n = numel(&t)?;
-            let b = whole_batch("input", i, input.len(), n, cap)?;
-            if i == 0 {
-                batch = b;
-            } else if b != batch {
-                return Err(RunError::BatchMismatch { index: i, expected: batch, found: b });
-            }
+            let b = if n == 0 { 0 } else { batch };
             let start = region_start(&t, cap)?;
             let dst = self.arena.get_mut(start..start + b * n).ok_or(RunError::Internal("input region"))?;
             match (t.dtype, input) {
@@ -198,16 +193,4 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
     fn acts_len(&self) -> usize {
         (self.model.plan().arena_bytes_per_sample as usize * self.capacity) / 4
     }
-}
-
-fn whole_batch(what: &'static str, index: usize, len: usize, per_sample: usize, cap: usize) -> Result<usize, RunError> {
-    let err = RunError::Length { what, index, per_sample, found: len, capacity: cap };
-    if per_sample == 0 || len == 0 || !len.is_multiple_of(per_sample) {
-        return Err(err);
-    }
-    let b = len / per_sample;
-    if b > cap {
-        return Err(err);
-    }
-    Ok(b)
 }

@@ -217,7 +217,7 @@ proptest! {
             prop_assert_eq!(p.y, shape(&want_shape));
             let mut y = out(out_n);
             reduce(&p, &x, &mut y, &mut scratch(reduce_scratch(&p)));
-            let tol = if matches!(op, ReduceOp::Max | ReduceOp::Min) { EXACT } else { F32_KERNEL };
+            let tol = if matches!(op, ReduceOp::Max | ReduceOp::Min) || op.arg().is_some() { EXACT } else { F32_KERNEL };
             assert_close(&format!("reduce {op:?}"), &y, &r::reduce(reduce_fn(op), &f64s(&x), &dims, axis), tol);
         }
     }
@@ -230,6 +230,27 @@ proptest! {
         reduce(&p, &x, &mut y, &mut []);
         let want: Vec<f64> = (0..d).map(|j| (0..t).map(|i| f64::from(x[i * d + j])).sum::<f64>() / t as f64).collect();
         assert_close("mean pool", &y, &want, F32_KERNEL);
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// The index reductions on rows full of ties (values from {−1, 0, 1, 2}): the first or the
+    /// last extreme, as `ReduceOp::arg` defines it, exactly.
+    #[test]
+    fn index_reductions_pick_the_first_or_last_of_ties(
+        (dims, axis, x) in prop::collection::vec(1usize..6, 1..4).prop_flat_map(|d| {
+            let n: usize = d.iter().product();
+            (Just(d.clone()), 0..d.len(), prop::collection::vec(prop::sample::select(vec![-1f32, 0.0, 1.0, 2.0]), n))
+        }),
+    ) {
+        for &op in ReduceOp::ALL.iter().filter(|o| o.arg().is_some()) {
+            let p = ReduceParams::new(op, &shape(&dims), axis, false).unwrap();
+            let mut y = out(x.len() / dims[axis]);
+            reduce(&p, &x, &mut y, &mut scratch(reduce_scratch(&p)));
+            assert_close(&format!("reduce {op:?}"), &y, &r::reduce(reduce_fn(op), &f64s(&x), &dims, axis), EXACT);
+        }
     }
 }
 

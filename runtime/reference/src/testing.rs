@@ -141,12 +141,7 @@ pub fn binary_fn(op: BinaryOp) -> BinaryFn {
 
 /// Reference reduction for a format reduce op.
 pub fn reduce_fn(op: ReduceOp) -> ReduceFn {
-    match op {
-        ReduceOp::Mean => ReduceFn::Mean,
-        ReduceOp::Sum => ReduceFn::Sum,
-        ReduceOp::Max => ReduceFn::Max,
-        ReduceOp::Min => ReduceFn::Min,
-    }
+    op
 }
 
 /// Reference pooling function for a format pool kind (`count_include_pad` applies to averages).

@@ -387,23 +387,8 @@ impl GpuSession {
         if outputs.len() != self.outputs.len() {
             return Err(RunError::Arity { what: "outputs", expected: self.outputs.len(), found: outputs.len() }.into());
         }
-        let mut batch = 0;
+        let batch = kestrel_core::batch_of(inputs, |i| Ok(self.inputs[i].n), cap)?;
         for (i, (inp, io)) in inputs.iter().zip(&self.inputs).enumerate() {
-            let len = match inp {
-                Input::F32(d) => d.len(),
-                Input::I32(d) => d.len(),
-                Input::I64(d) => d.len(),
-            };
-            let err = RunError::Length { what: "input", index: i, per_sample: io.n, found: len, capacity: cap };
-            if io.n == 0 || len == 0 || len % io.n != 0 || len / io.n > cap {
-                return Err(err.into());
-            }
-            let b = len / io.n;
-            if i == 0 {
-                batch = b;
-            } else if b != batch {
-                return Err(RunError::BatchMismatch { index: i, expected: batch, found: b }.into());
-            }
             let ok = matches!(
                 (io.dtype, inp),
                 (DType::F32, Input::F32(_)) | (DType::I32, Input::I32(_)) | (DType::I32, Input::I64(_))

@@ -259,7 +259,13 @@ fn layer_cases() -> Vec<Case> {
     for op in ReduceOp::ALL.iter().copied() {
         for axis in 0..3u32 {
             v.push(case("reduce", format!("reduce {op:?} axis {axis}"), move |c| {
-                let x = c.input(&[3, 4, 5])?;
+                let x = if op.arg().is_some() {
+                    // Rows with ties: the first or the last index.
+                    let x = c.input(&[3, 4, 5])?;
+                    c.b.op(|y| Op::Unary(Unary { x, op: UnaryOp::Sign, y }))?
+                } else {
+                    c.input(&[3, 4, 5])?
+                };
                 c.b.op(|y| Op::Reduce(Reduce { x, op, axis, keep_dims: axis == 1, y }))
             }));
         }
@@ -766,4 +772,34 @@ fn bad_inputs_are_typed_errors() {
     assert!(s.run(&[Input::I32(&[0; 12])], &mut [&mut out3]).is_err());
     // And a good run still works after the errors.
     s.run(&[Input::I32(&[0, 1, 2, 4])], &mut [&mut out]).unwrap();
+}
+
+/// A graph input with no elements per sample (ONNX's `CastLike` reads its second input for the
+/// type only): it takes an empty slice, the batch comes from the other inputs, and anything but
+/// an empty slice is a typed error, on the CPU and on the GPU alike.
+#[test]
+fn an_input_without_elements_takes_an_empty_slice() {
+    let c = case("unary", "zero-element input", |c| {
+        let x = c.input(&[3])?;
+        let _like = c.b.input("like", &[0])?;
+        c.feeds.push(Feed::F32(Vec::new()));
+        c.b.op(|y| Op::Unary(Unary { x, op: UnaryOp::Neg, y }))
+    });
+    let (model, _) = build(&c, DType::F32, 1);
+    let x = [1.0f32, -2.0, 3.0, 4.0, 5.0, -6.0];
+    let want = x.map(|v| -v);
+    let mut out = vec![0f32; 6];
+    let mut cpu = model.session(2).unwrap();
+    assert_eq!(cpu.run(&[Input::F32(&x), Input::F32(&[])], &mut [&mut out]).unwrap(), 2);
+    assert_eq!(out, want);
+    let e = cpu.run(&[Input::F32(&x), Input::F32(&[1.0])], &mut [&mut out]).unwrap_err();
+    assert!(e.to_string().contains("input 1"), "{e}");
+    let Some(g) = gpu() else { return };
+    let m = model.cpu().unwrap();
+    let mut s = GpuSession::new(&g, &m, 2).unwrap();
+    out.fill(0.0);
+    assert_eq!(s.run(&[Input::F32(&x), Input::F32(&[])], &mut [&mut out]).unwrap(), 2);
+    assert_eq!(out, want);
+    let e = s.run(&[Input::F32(&x), Input::F32(&[1.0])], &mut [&mut out]).unwrap_err();
+    assert!(e.to_string().contains("input 1"), "{e}");
 }

@@ -137,13 +137,11 @@ impl Lowerer<'_> {
         }
         let lab = |v: &[(usize, char)]| v.iter().map(|x| x.1).collect::<Vec<char>>();
         let (batch, lfree, rfree, k) = (lab(&batch), lab(&lfree), lab(&rfree), lab(&k));
+        // An axis' length: the larger of the operands' (a broadcast axis is 1 on one side).
         let dim_of = |c: char| -> usize {
-            labels_l
-                .iter()
-                .position(|&x| x == c)
-                .map(|p| sl[p])
-                .or_else(|| labels_r.iter().position(|&x| x == c).map(|p| sr[p]))
-                .unwrap_or(1)
+            let l = labels_l.iter().position(|&x| x == c).map_or(1, |p| sl[p]);
+            let r = labels_r.iter().position(|&x| x == c).map_or(1, |p| sr[p]);
+            l.max(r)
         };
         let bd: Vec<usize> = batch.iter().map(|&c| dim_of(c)).collect();
         let md: Vec<usize> = lfree.iter().map(|&c| dim_of(c)).collect();

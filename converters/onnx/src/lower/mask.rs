@@ -4,8 +4,8 @@
 //! `Cast(int → bool)` of integer ids → an `Embedding` into the table `[[0], [1]]` (an id other
 //! than 0 or 1 is a run-time error naming it, never a silent clamp); `And` → `Mul`, `Or` → `Max`,
 //! `Xor` → `|a − b|`, `Not` → `1 − x`; `Where`/`Iff` with a computed condition →
-//! `When(a, c) + Unless(b, c)`, exact for any branch values (±∞ constants are stored as
-//! ±f32::MAX, so a masked fill stays finite).
+//! `When(a, c) + Unless(b, c)`, exact for any branch values (±∞ included: a constant's
+//! ±∞ is stored exactly, as an f32 weight).
 
 use super::{Lowerer, Res, Val};
 use kestrel_format::ops::{Binary, BinaryOp, Embedding, Op, TensorId, Unary, UnaryOp};

@@ -88,6 +88,8 @@ pub(crate) struct Lowerer<'m> {
     pub blockers: Vec<Blocker>,
     /// Nodes not lowered: blockers, and the nodes that depend on them.
     failed: HashSet<usize>,
+    /// What the conversion changed that the user should know (for the report), each once.
+    pub notices: Vec<String>,
 }
 
 /// The result of lowering one node.
@@ -119,6 +121,7 @@ impl<'m> Lowerer<'m> {
             failed: HashSet::new(),
             pending_bias: None,
             pending_act: None,
+            notices: Vec::new(),
         }
     }
 
@@ -217,16 +220,13 @@ impl<'m> Lowerer<'m> {
         values: Vec<f32>,
         exact: bool,
     ) -> Res<TensorId> {
-        let mut values = values;
         if values.iter().any(|v| v.is_nan()) {
             return Err(
                 self.bad("finite or infinite constants", format!("NaN in `{}`", self.model.node(src.node).name))
             );
         }
-        // The format stores finite values only: ±inf (masks) become ±f32::MAX.
-        for v in values.iter_mut().filter(|v| v.is_infinite()) {
-            *v = if *v > 0.0 { f32::MAX } else { f32::MIN };
-        }
+        // ±∞ (a mask's fill) is kept exactly: such a weight stays f32, whatever the options.
+        let infinite = values.iter().any(|v| v.is_infinite());
         let key = (src, usage, shape.to_vec(), hash_values(&values));
         if let Some(&id) = self.weights.get(&key) {
             return Ok(id);
@@ -241,8 +241,11 @@ impl<'m> Lowerer<'m> {
             name = format!("{base}.{k}");
         }
         let fl = self.choice.keep_first_last && self.first_last.contains(&self.node);
-        let dtype =
-            if exact { DType::F32 } else { quant::choose(self.choice.base, shape, &name, &self.choice.keep_f16, fl) };
+        let dtype = if exact || infinite {
+            DType::F32
+        } else {
+            quant::choose(self.choice.base, shape, &name, &self.choice.keep_f16, fl)
+        };
         let id = self.b.weight_as(&name, shape, values, dtype)?;
         self.weights.insert(key, id);
         Ok(id)
@@ -412,11 +415,23 @@ impl<'m> Lowerer<'m> {
             let v = self.val(node.inputs[0])?;
             let ok = match &v {
                 Val::Act { int: true, .. } => c.to.is_integer(),
-                Val::Act { int: false, .. } => c.to == f32::datum_type(),
+                Val::Act { int: false, .. } => c.to.is_float(),
                 Val::Const(_) => false,
             };
             if !ok {
                 return Err(self.unsupported(&format!("cast to {:?}", c.to)));
+            }
+            // Kestrel computes in f32 whatever float type the graph names (as it takes f16 and
+            // f64 inputs): a cast between float types is the identity, said once per type.
+            if matches!(v, Val::Act { int: false, .. }) && c.to != f32::datum_type() {
+                let note = format!(
+                    "casts to {:?} (node `{}` and any others) are computed in f32: Kestrel's activations are f32",
+                    c.to, node.name
+                );
+                let key = format!("casts to {:?}", c.to);
+                if !self.notices.iter().any(|n| n.starts_with(&key)) {
+                    self.notices.push(note);
+                }
             }
             self.set_out(v);
             return Ok(());

@@ -74,7 +74,14 @@ impl Lowerer<'_> {
                 Reducer::Max => ReduceOp::Max,
                 Reducer::Min => ReduceOp::Min,
                 Reducer::MeanOfSquares => ReduceOp::Mean,
-                other => return Err(self.unsupported(&format!("reducer {other:?}"))),
+                Reducer::Prod => ReduceOp::Prod,
+                Reducer::ArgMax(false) => ReduceOp::ArgMax,
+                Reducer::ArgMax(true) => ReduceOp::ArgMaxLast,
+                Reducer::ArgMin(false) => ReduceOp::ArgMin,
+                Reducer::ArgMin(true) => ReduceOp::ArgMinLast,
+                // Booleans are 0/1 values: all is the minimum, any the maximum.
+                Reducer::All => ReduceOp::Min,
+                Reducer::Any => ReduceOp::Max,
             };
             let (mut x, mut shape) = self.act(node.inputs[0])?;
             if op.reducer == Reducer::MeanOfSquares {

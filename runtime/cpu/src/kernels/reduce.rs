@@ -1,4 +1,6 @@
-//! Reduction over one axis: mean, sum, max or min, optionally keeping the axis with size 1.
+//! Reduction over one axis: mean, sum, max, min, product, or the index of the first or last
+//! maximum or minimum (as an f32 value, [`ReduceOp::arg`]'s rule), optionally keeping the axis
+//! with size 1.
 
 use crate::error::ShapeError;
 use kestrel_format::ops::ReduceOp;
@@ -68,6 +70,22 @@ pub fn reduce(p: &ReduceParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) 
     if inner == 0 || p.outer == 0 {
         return;
     }
+    if let Some((max, last)) = p.op.arg() {
+        for (xs, ys) in x[..p.outer * slab].chunks_exact(slab).zip(y[..p.outer * inner].chunks_exact_mut(inner)) {
+            for (i, o) in ys.iter_mut().enumerate() {
+                let mut best = 0;
+                let mut b = xs[i];
+                for j in 1..n {
+                    let v = xs[j * inner + i];
+                    if (max && v > b) || (!max && v < b) || (last && v == b) {
+                        (best, b) = (j, v);
+                    }
+                }
+                *o = best as f32;
+            }
+        }
+        return;
+    }
     if inner == 1 {
         // The last axis (a global pool's merged H·W): each output reduces one contiguous row,
         // eight lanes at a time.
@@ -77,6 +95,8 @@ pub fn reduce(p: &ReduceParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) 
                 ReduceOp::Sum => row_reduce(xr, 0.0, |a, v| a + v),
                 ReduceOp::Max => row_reduce(xr, f32::NEG_INFINITY, f32::max),
                 ReduceOp::Min => row_reduce(xr, f32::INFINITY, f32::min),
+                ReduceOp::Prod => row_reduce(xr, 1.0, |a, v| a * v),
+                _ => unreachable!("index reductions return above"),
             };
         }
         return;
@@ -88,6 +108,8 @@ pub fn reduce(p: &ReduceParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) 
                 ReduceOp::Mean | ReduceOp::Sum => ys.iter_mut().zip(xr).for_each(|(o, &v)| *o += v),
                 ReduceOp::Max => ys.iter_mut().zip(xr).for_each(|(o, &v)| *o = o.max(v)),
                 ReduceOp::Min => ys.iter_mut().zip(xr).for_each(|(o, &v)| *o = o.min(v)),
+                ReduceOp::Prod => ys.iter_mut().zip(xr).for_each(|(o, &v)| *o *= v),
+                _ => unreachable!("index reductions return above"),
             }
         }
         if p.op == ReduceOp::Mean {

@@ -99,7 +99,8 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             let outer: usize = x.dims()[..a].iter().map(|&v| v as usize).product();
             let inner: usize = x.dims()[a + 1..].iter().map(|&v| v as usize).product();
             let (n, outputs) = (x.dim(a), outer * inner);
-            let split = ctx.row_split(outputs, n, inner == 1);
+            // An index reduction scans its row in order on one thread.
+            let split = o.op.arg().is_none() && ctx.row_split(outputs, n, inner == 1);
             vec![Params::new(split_per(outputs, split)?)?
                 .set(reduce::x_base, ctx.act(o.x)?.base)?
                 .set(reduce::y_base, ctx.act(o.y)?.base)?

@@ -13,8 +13,8 @@
 
 var<workgroup> red: array<f32, 64>;
 
-// The reduction of every thread's `v` over the workgroup (op 0 sum, 1 max, 2 min), returned to
-// every thread. Call in uniform control flow (all WG threads).
+// The reduction of every thread's `v` over the workgroup (op 0 sum, 1 max, 2 min, 3 product),
+// returned to every thread. Call in uniform control flow (all WG threads).
 fn wg_reduce(lid: u32, v: f32, op: u32) -> f32 {
     red[lid] = v;
     for (var h = WG / 2u; h > 0u; h /= 2u) {
@@ -22,7 +22,7 @@ fn wg_reduce(lid: u32, v: f32, op: u32) -> f32 {
         if lid < h {
             let a = red[lid];
             let b = red[lid + h];
-            red[lid] = select(select(a + b, max(a, b), op == 1u), min(a, b), op == 2u);
+            red[lid] = select(select(select(a + b, max(a, b), op == 1u), min(a, b), op == 2u), a * b, op == 3u);
         }
     }
     workgroupBarrier();
@@ -151,8 +151,10 @@ fn softmax_split_body(at: RowAt) {
 }
 
 // Reduce axis of [outer, n, inner] to [outer, inner].
-// Parameters `ReduceP`: x_base, y_base, op (0 mean, 1 sum, 2 max, 3 min), n, inner.
-// `reduce`: per = outer · inner (a thread per output); `reduce_split`: per = outer · inner · WG.
+// Parameters `ReduceP`: x_base, y_base, op (0 mean, 1 sum, 2 max, 3 min, 4 product, 5–8 the
+// index of the first maximum, first minimum, last maximum, last minimum), n, inner.
+// `reduce`: per = outer · inner (a thread per output); `reduce_split`: per = outer · inner · WG
+// (never for the index ops: the lowering keeps them one thread per output).
 
 // The op over act[x + j·inner], j = j0, j0 + step, … < n (j0 < n); the op's branch outside the
 // loops.
@@ -169,6 +171,11 @@ fn reduce_part(x: u32, inner: u32, j0: u32, step: u32, n: u32, op: u32) -> f32 {
                 acc = min(acc, act[x + j * inner]);
             }
         }
+        case 4u: {
+            for (var j = j0 + step; j < n; j += step) {
+                acc *= act[x + j * inner];
+            }
+        }
         default: {
             for (var j = j0 + step; j < n; j += step) {
                 acc += act[x + j * inner];
@@ -178,6 +185,23 @@ fn reduce_part(x: u32, inner: u32, j0: u32, step: u32, n: u32, op: u32) -> f32 {
     return acc;
 }
 
+// The index of the extreme of act[x + j·inner], j < n, as `ReduceOp::arg` defines it: v at j
+// replaces the best b when v > b (v < b for a minimum), or v == b for the last index (ops 7, 8).
+fn reduce_arg(x: u32, inner: u32, n: u32, op: u32) -> f32 {
+    let is_max = op == 5u || op == 7u;
+    let last = op >= 7u;
+    var best = 0u;
+    var b = act[x];
+    for (var j = 1u; j < n; j++) {
+        let v = act[x + j * inner];
+        if (is_max && v > b) || (!is_max && v < b) || (last && v == b) {
+            best = j;
+            b = v;
+        }
+    }
+    return f32(best);
+}
+
 fn reduce_body(it: Item) {
     let prm = reduce_p();
     let g = it.g;
@@ -185,6 +209,10 @@ fn reduce_body(it: Item) {
     let inner = prm.inner;
     let x = prm.x_base + (g / inner) * n * inner + g % inner;
     let op = prm.op;
+    if op >= 5u {
+        act[prm.y_base + g] = reduce_arg(x, inner, n, op);
+        return;
+    }
     var acc = reduce_part(x, inner, 0u, 1u, n, op);
     if op == 0u {
         acc *= 1.0 / f32(n);
@@ -200,13 +228,14 @@ fn reduce_split_body(at: RowAt) {
     let inner = prm.inner;
     let x = prm.x_base + (g / inner) * n * inner + g % inner;
     let op = prm.op;
-    // Threads past the row's end hold 0 for a sum and the first element for a maximum or minimum.
-    var acc = select(0.0, act[x], op >= 2u);
+    // Threads past the row's end hold 0 for a sum, 1 for a product and the first element for a
+    // maximum or minimum.
+    var acc = select(select(0.0, act[x], op == 2u || op == 3u), 1.0, op == 4u);
     if lid < n {
         acc = reduce_part(x, inner, lid, WG, n, op);
     }
-    // Tree ops: 0 sum, 1 max, 2 min.
-    acc = wg_reduce(lid, acc, select(select(0u, 1u, op == 2u), 2u, op == 3u));
+    // Tree ops: 0 sum, 1 max, 2 min, 3 product.
+    acc = wg_reduce(lid, acc, select(select(select(0u, 1u, op == 2u), 2u, op == 3u), 3u, op == 4u));
     if op == 0u {
         acc *= 1.0 / f32(n);
     }
