@@ -72,7 +72,7 @@ pub type ShapedOutput = (Vec<usize>, Vec<f32>);
 pub fn run_tract(onnx_path: impl AsRef<Path>, inputs: &[InputTensor]) -> Result<Vec<ShapedOutput>, ConvertError> {
     let path = onnx_path.as_ref();
     let p = path.display().to_string();
-    let batch = inputs.first().and_then(|i| i.shape.first().copied()).unwrap_or(1);
+    let batch = batch_of(path, inputs)?;
     let (model, loaded) = load_typed(path, batch)?;
     if loaded.len() != inputs.len() {
         return Err(ConvertError::Verify {
@@ -115,16 +115,38 @@ pub fn run_tract(onnx_path: impl AsRef<Path>, inputs: &[InputTensor]) -> Result<
         .collect()
 }
 
-/// Runs a `.kes` model with Kestrel on `inputs` (batch = leading axis of the first input, or 1
-/// when the input is given as exactly its per-sample shape: one sample without a batch axis).
+/// The batch `inputs` are given at: the leading axis of the first input that has a batch axis
+/// in the ONNX graph (given with it; an input with a fixed first axis N > 1, or given as exactly
+/// its per-sample shape, is one whole sample and says nothing), or 1.
+fn batch_of(path: &Path, inputs: &[InputTensor]) -> Result<usize, ConvertError> {
+    let (_, loaded) = load_typed(path, 1)?;
+    Ok(loaded.iter().zip(inputs).find(|(l, _)| l.batched).map_or(1, |(l, i)| {
+        if i.shape.len() == l.shape.len() {
+            i.shape.first().copied().unwrap_or(1)
+        } else {
+            1
+        }
+    }))
+}
+
+/// Runs a `.kes` model with Kestrel on `inputs`, in a session as large as the largest whole
+/// number of samples any input holds (the session itself checks that they agree).
 pub fn run_kestrel(kes: &[u8], inputs: &[InputTensor]) -> Result<Vec<Vec<f32>>, ConvertError> {
     let model = kestrel::Model::from_bytes(kes)?;
-    let per_sample = model.cpu()?.input(0).ok().map(|t| t.shape.dims().iter().map(|&d| d as usize).collect::<Vec<_>>());
-    let batch = match inputs.first() {
-        Some(i) if Some(&i.shape) == per_sample.as_ref() => 1,
-        Some(i) => i.shape.first().copied().unwrap_or(1),
-        None => 1,
-    };
+    let cpu = model.cpu()?;
+    let batch = inputs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, x)| {
+            let n: usize = cpu.input(i).ok()?.shape.dims().iter().map(|&d| d as usize).product();
+            let len = match &x.data {
+                InputData::F32(d) => d.len(),
+                InputData::I64(d) => d.len(),
+            };
+            (n > 0).then(|| len / n)
+        })
+        .max()
+        .unwrap_or(1);
     let mut session = model.session(batch.max(1))?;
     let feeds: Vec<Input<'_>> = inputs.iter().map(InputTensor::as_input).collect();
     Ok(session.run_vec(&feeds)?)
@@ -185,7 +207,7 @@ fn finite<'a>(what: &str, arrays: impl IntoIterator<Item = (String, &'a [f32])>)
 /// Runs both and compares: max abs error, max error relative to max |tract output|, top-1.
 /// Non-finite inputs or outputs are an error, not a comparison.
 pub fn verify(onnx_path: impl AsRef<Path>, kes: &[u8], inputs: &[InputTensor]) -> Result<VerifyReport, ConvertError> {
-    let batch = inputs.first().and_then(|i| i.shape.first().copied()).unwrap_or(1);
+    let batch = batch_of(onnx_path.as_ref(), inputs)?;
     finite(
         "inputs",
         inputs.iter().enumerate().filter_map(|(i, x)| match &x.data {
