@@ -242,7 +242,7 @@ pub fn output_shape(
             }
             let x = tokens(name, x)?;
             if let Some(m) = o.mask {
-                check_key_mask(name, &shape_of(m), x.dim(0))?;
+                check_key_mask(name, &shape_of(m), x.dim(0), o.heads as usize)?;
             }
             Ok(x)
         }
@@ -269,15 +269,21 @@ fn tokens(op: &'static str, s: Shape) -> Result<Shape, ShapeError> {
     Ok(s)
 }
 
-/// Checks an attention mask's per-sample shape: `[T]` (per key) or `[T, T]` (per query and
-/// key).
-pub fn check_key_mask(op: &'static str, s: &kestrel_format::Shape, t: usize) -> Result<(), ShapeError> {
+/// Checks an attention mask's shape (per sample for an activation; a weight's own shape, shared
+/// by every sample): `[T]` (per key), `[T, T]` (per query and key, shared by every head) or
+/// `[H, T, T]` (per head, query and key; `heads` = H).
+pub fn check_key_mask(op: &'static str, s: &kestrel_format::Shape, t: usize, heads: usize) -> Result<(), ShapeError> {
     match s.dims() {
         [n] => expect_eq(op, "key mask length (tokens T)", t, *n as usize),
         [r, n] => {
             expect_eq(op, "mask rows (tokens T)", t, *r as usize)?;
             expect_eq(op, "mask columns (tokens T)", t, *n as usize)
         }
-        _ => Err(ShapeError::Invalid { op, what: "attention mask must be [T] or [T, T] per sample" }),
+        [h, r, n] => {
+            expect_eq(op, "per-head mask heads", heads, *h as usize)?;
+            expect_eq(op, "mask rows (tokens T)", t, *r as usize)?;
+            expect_eq(op, "mask columns (tokens T)", t, *n as usize)
+        }
+        _ => Err(ShapeError::Invalid { op, what: "attention mask must be [T], [T, T] or [H, T, T]" }),
     }
 }

@@ -14,6 +14,8 @@ pub enum Role {
     Weight,
     /// An f32 activation or a weight (broadcast operands).
     ActOrWeight,
+    /// An f32 activation or a weight stored as f32 (Attention's additive score bias).
+    ActOrF32Weight,
 }
 
 /// Calls `f(slot name, tensor id, role)` for every present input slot of `op`.
@@ -30,7 +32,7 @@ pub fn for_each_slot(op: &Op, mut f: impl FnMut(&'static str, TensorId, Role)) {
             (kind::BINARY, 0) => ("a", Role::ActOrWeight),
             (kind::BINARY, 1) => ("b", Role::ActOrWeight),
             (kind::MATMUL, 1) => ("b", Role::ActOrWeight),
-            (kind::ATTENTION, 11) => ("mask", Role::Act),
+            (kind::ATTENTION, 11) => ("mask", Role::ActOrF32Weight),
             (_, 0) => ("x", Role::Act),
             _ => ("weight", Role::Weight),
         };

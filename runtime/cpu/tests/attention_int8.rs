@@ -42,6 +42,34 @@ proptest! {
     }
 }
 
+/// int8 internals with a per-head score bias `[H, T, T]` (each head's own block, some keys
+/// masked with f32::MIN) or a shared `[T, T]` one: the bias is added to the int8 scores'
+/// f32 rows, so the result meets the same tolerance against the f64 reference.
+#[test]
+fn int8_internals_with_a_per_head_bias_match_the_reference() {
+    for (seed, (t, d, heads, causal)) in
+        [(64usize, 64usize, 1usize, false), (72, 128, 2, true), (50, 96, 2, false)].into_iter().enumerate()
+    {
+        let p = AttentionParams { int8: true, ..attn_params(t, d, heads, causal, variant(seed % 4)) };
+        let mut rng = Rng::new(seed as u64 + 40);
+        let x = rng.normal_vec(t * d);
+        let mut layer = AttnLayer::random(&mut rng, DType::I8, &p);
+        let mut mrng = kestrel_reference::testing::Rng::new(seed as u64);
+        for per_head in [false, true] {
+            let blocks = if per_head { heads } else { 1 };
+            let mask: Vec<f32> = (0..blocks)
+                .flat_map(|_| kestrel_reference::testing::random_mask(&mut mrng, t, true, causal, f32::MIN, true))
+                .collect();
+            let want = layer.reference_masked(&p, &x, Some(&mask));
+            for path in [Path::Planned, Path::Blocks(16)] {
+                let got = layer.run_masked(&p, &x, &mask, path);
+                let c = compare(&got, &want, INT8_INTERNALS);
+                assert!(c.pass, "{p:?} per head {per_head} {path:?}: {c:?}");
+            }
+        }
+    }
+}
+
 /// Rows of the output with the largest int8 error, printed: how the tolerance was chosen
 /// (`cargo test --release -p kestrel-cpu --test attention_int8 -- --nocapture worst`).
 #[test]

@@ -88,6 +88,27 @@ proptest! {
         }
     }
 
+    /// A per-head score bias `[H, T, T]` (Swin's relative-position bias plus a shifted-window
+    /// mask, T5's bucketed bias: each head its own `[T, T]` block, masked positions f32::MIN, −∞
+    /// or −1e4, kept ones a random bias) on every path: planned, blocks of 5 queries and
+    /// row-wise.
+    #[test]
+    fn per_head_bias_matches_reference(
+        t in 1usize..=24, d in dim(), h in heads(), causal: bool, v in 0usize..4,
+        dt in dtype(), fill in 0usize..3, seed: u64,
+    ) {
+        let p = attn_params(t, d, h, causal, variant(v));
+        let (mut rng, x) = seeded_input(seed, t * d);
+        let mut layer = AttnLayer::random(&mut rng, dt, &p);
+        let fill = [f32::MIN, f32::NEG_INFINITY, -1e4][fill];
+        let mask: Vec<f32> = (0..h).flat_map(|_| random_mask(&mut rng, t, true, causal, fill, true)).collect();
+        let want = layer.reference_masked(&p, &x, Some(&mask));
+        let what = format!("{p:?} {dt:?} per-head mask {mask:?}");
+        for path in [Path::Planned, Path::Blocks(5), Path::RowWise] {
+            assert_close(&format!("{what} {path:?}"), &layer.run_masked(&p, &x, &mask, path), &want, F32_KERNEL);
+        }
+    }
+
     #[test]
     fn aft_full_matches_reference(
         t in 1usize..=24, d in dim(), causal: bool, rank in 0usize..=5, dt in dtype(), seed: u64,
@@ -479,6 +500,33 @@ fn key_mask_broadcasts_over_queries() {
             assert_eq!(a, b, "{path:?} causal {causal}");
             let z = l.run_masked(&p, &x, &vec![0.0; t], path);
             assert_close(&format!("{path:?} zero mask"), &z, &l.reference(&p, &x), F32_KERNEL);
+        }
+    }
+}
+
+/// An `[H, T, T]` bias whose every head holds the same `[T, T]` block equals that `[T, T]`
+/// bias (bit for bit: the same row is added), and heads really read their own blocks: a bias
+/// that masks every key but one in head 0 only changes head 0's columns of the heads' output.
+#[test]
+fn per_head_bias_reads_each_heads_block() {
+    let (t, d, h) = (7, 12, 3);
+    let mut rng = Rng::new(17);
+    let x = rng.normal_vec(t * d);
+    for causal in [false, true] {
+        let p = attn_params(t, d, h, causal, AttentionVariant::Efficient);
+        let mut l = AttnLayer::random(&mut rng, DType::F32, &p);
+        let block = random_mask(&mut rng, t, true, causal, f32::MIN, true);
+        let same: Vec<f32> = (0..h).flat_map(|_| block.iter().copied()).collect();
+        for path in [Path::Planned, Path::Blocks(3), Path::RowWise] {
+            assert_eq!(l.run_masked(&p, &x, &block, path), l.run_masked(&p, &x, &same, path), "{path:?}");
+            // Head 1 differs from heads 0 and 2: the reference (which reads head h's block)
+            // agrees only if the kernel does too.
+            let mut differ = same.clone();
+            differ[t * t..2 * t * t].iter_mut().for_each(|v| *v += 3.0 * rng.normal());
+            let want = l.reference_masked(&p, &x, Some(&differ));
+            assert_close(&format!("{path:?} causal {causal}"), &l.run_masked(&p, &x, &differ, path), &want, F32_KERNEL);
+            let shared = l.run_masked(&p, &x, &same, path);
+            assert!(!compare(&shared, &want, F32_KERNEL).pass, "{path:?}: head 1's own block changed nothing");
         }
     }
 }

@@ -617,6 +617,101 @@ fn attention_with_a_mask_input_every_variant() {
     check_all(&cases);
 }
 
+/// Attention with a per-head score bias input `[H, T, T]` (a different random one per sample,
+/// so the batch-3 run must read each sample's own), and with a constant bias (a weight stored as
+/// f32, shared by every sample: EfficientFormer's learned bias, Swin's relative-position bias
+/// plus its shifted-window mask) `[T]`, `[T, T]` or `[H, T, T]`, every variant.
+#[test]
+fn attention_with_a_per_head_or_constant_bias_every_variant() {
+    let mut cases = Vec::new();
+    for &variant in AttentionVariant::ALL {
+        for (heads, causal, fill) in [(2usize, false, f32::MIN), (4, true, f32::NEG_INFINITY), (1, false, -1e4)] {
+            // The bias's shape: 0 `[T]`, 1 `[T, T]`, 2 `[H, T, T]`; an input or a weight.
+            for (form, constant) in [(2usize, false), (0, true), (1, true), (2, true)] {
+                let name =
+                    format!("Attention {variant:?} h{heads} causal {causal} bias form {form} constant {constant}");
+                cases.push(case("Attention", name, false, move |c| {
+                    let x = c.input(&[T, D], NORMAL)?;
+                    let dims: Vec<usize> = match form {
+                        0 => vec![T],
+                        1 => vec![T, T],
+                        _ => vec![heads, T, T],
+                    };
+                    let per_query = form > 0;
+                    let blocks = if form == 2 { heads } else { 1 };
+                    let draw = |c: &mut Ctx| -> Vec<f32> {
+                        (0..blocks)
+                            .flat_map(|_| {
+                                kestrel_reference::testing::random_mask(&mut c.rng, T, per_query, causal, fill, true)
+                            })
+                            .collect()
+                    };
+                    let m = if constant {
+                        let v = draw(c);
+                        c.b.weight_as("bias", &dims, v, DType::F32)?
+                    } else {
+                        let m = c.b.input("bias", &dims)?;
+                        let v: Vec<f32> = (0..BATCH).flat_map(|_| draw(c)).collect();
+                        c.feeds.push(Feed::F32(v));
+                        m
+                    };
+                    attention(c, x, variant, heads, causal, Some(m), [true, true])
+                }));
+            }
+        }
+    }
+    check_all(&cases);
+}
+
+/// A score bias of the wrong shape (`[H', T, T]` with H' ≠ heads, `[T, T + 1]`, rank 4) is a
+/// typed error when the node is added, and a constant bias stored in another encoding than f32
+/// is refused when the file loads; never a panic.
+#[test]
+fn malformed_score_biases_are_typed_errors() {
+    let proj = |b: &mut ModelBuilder, rng: &mut Rng, name: &str| {
+        let w = b.weight(name, &[D, D], rng.uniform_vec(D * D, 1.0)).unwrap();
+        Proj { w, b: None }
+    };
+    for (dims, what) in [
+        (vec![3, T, T], "per-head mask heads"),
+        (vec![T, T + 1], "mask columns"),
+        (vec![1, 2, T, T], "must be [T], [T, T] or [H, T, T]"),
+    ] {
+        let mut b = ModelBuilder::new("bad bias");
+        let mut rng = Rng::new(5);
+        let x = b.input("x", &[T, D]).unwrap();
+        let n = dims.iter().product();
+        let m = b.weight_as("bias", &dims, vec![0.0; n], DType::F32).unwrap();
+        let qkvo = [
+            proj(&mut b, &mut rng, "q"),
+            proj(&mut b, &mut rng, "k"),
+            proj(&mut b, &mut rng, "v"),
+            proj(&mut b, &mut rng, "o"),
+        ];
+        let err = b.op(|y| standard_attention(x, 2, 0.5, qkvo, Some(m), y)).unwrap_err();
+        assert!(err.to_string().contains(what), "{dims:?}: {err}");
+    }
+    let mut b = ModelBuilder::new("int8 bias");
+    let mut rng = Rng::new(6);
+    let x = b.input("x", &[T, D]).unwrap();
+    let m = b.weight_as("bias", &[2, T, T], rng.uniform_vec(2 * T * T, 1.0), DType::I8).unwrap();
+    let qkvo = [
+        proj(&mut b, &mut rng, "q"),
+        proj(&mut b, &mut rng, "k"),
+        proj(&mut b, &mut rng, "v"),
+        proj(&mut b, &mut rng, "o"),
+    ];
+    let y = b.op(|y| standard_attention(x, 2, 0.5, qkvo, Some(m), y)).unwrap();
+    b.output(y);
+    // Refused when the builder plans the file (the CPU planner reads the node) or, for a file
+    // written otherwise, when it loads (the slot takes an f32 activation or an f32 weight).
+    let e = match b.build() {
+        Err(e) => e.to_string(),
+        Ok(bytes) => Model::from_bytes(&bytes).map(|_| ()).unwrap_err().to_string(),
+    };
+    assert!(e.contains("stored as f32") || e.contains("an f32 weight"), "{e}");
+}
+
 fn qkv(c: &mut Ctx, kout: usize) -> Result<(Proj, Proj, Proj), Error> {
     Ok((c.proj(D, D, true)?, c.proj(kout, D, true)?, c.proj(D, D, true)?))
 }

@@ -72,8 +72,9 @@ pub struct AttentionRef<'a> {
     pub align: Option<Dense64<'a>>,
     /// W^O `[d, d]`.
     pub o: Dense64<'a>,
-    /// Additive mask on every head's scores: `[T]` (score `(i, j)` gets `mask[j]`) or `[T, T]`
-    /// (`mask[i·T + j]`), told apart by length.
+    /// Additive mask on the scores: `[T]` (score `(i, j)` gets `mask[j]`), `[T, T]`
+    /// (`mask[i·T + j]`, every head) or `[H, T, T]` (head h: `mask[(h·T + i)·T + j]`), told
+    /// apart by length.
     pub mask: Option<&'a [f64]>,
 }
 
@@ -121,6 +122,7 @@ pub fn attention(x: &[f64], t: usize, d: usize, a: &AttentionRef<'_>) -> Vec<f64
                         let dot = (0..c).map(|f| q[i * d + h * c + f] * k[j * d + h * c + f]).sum::<f64>();
                         let bias = match a.mask {
                             None => 0.0,
+                            Some(m) if a.heads > 1 && m.len() == a.heads * t * t => m[(h * t + i) * t + j],
                             Some(m) if m.len() == t * t => m[i * t + j],
                             Some(m) => m[j],
                         };

@@ -447,11 +447,14 @@ AlignTokens align_tokens {
     x_base: usize = 2, v_base: usize = 3, t: usize = 4, d: usize = 5, causal: bool = 6, has_bias: bool = 7,
     a: Wd = 8, bias: Wd = 12 opt,
 }
-/// `attention.wgsl: attend`, `attend_rows` (`groups`: sequences per sample, 0 = 1).
+/// `attention.wgsl: attend`, `attend_rows` (`groups`: sequences per sample, 0 = 1). The score
+/// bias (`has_mask`): `[T]` per key, `[T, T]` (`mask_rows`) or `[H, T, T]` (`mask_rows` and
+/// `mask_heads`), an activation region `mask` or, with `mask_const`, the weight `mask_w`.
 Attend attend {
     q: Region = 2, k: Region = 4, v: Region = 6, o: Region = 8, t: usize = 10, d: usize = 11,
     heads: usize = 12, causal: bool = 13, scale: f32 = 14, has_mask: bool = 15, mask: Region = 16 opt,
-    mask_rows: bool = 18 opt, groups: usize = 19,
+    mask_rows: bool = 18 opt, groups: usize = 19, mask_heads: bool = 20 opt, mask_const: bool = 21 opt,
+    mask_w: Wd = 24 opt,
 }
 /// `aft.wgsl: exp_values`.
 ExpValues exp_values {

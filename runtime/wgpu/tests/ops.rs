@@ -354,6 +354,7 @@ fn mechanism_cases() -> Vec<Case> {
         v.push(cases::attention(variant, t, d, heads, causal, Some((per_query, fill, full_row))));
     }
     v.extend(cases::attention_cases());
+    v.extend(cases::score_bias_cases());
     // AFT and Fastformer layers as the shared case table builds them (`kestrel::mechanisms::Case`,
     // `Case::add`: the builder of the demo, the benches and the reference tests), over shapes
     // that stress the kernels: full and factorised AFT-full biases; AFT-local's w full `[T, T]`

@@ -19,13 +19,22 @@ use kestrel_format::ops::{AftBias, MechanismOp, Op, Proj, TensorId};
 
 /// Kernel params and weights of one mechanism node.
 enum Prep<'a> {
-    /// With the sequences per sample (`G` of a `[G, T, d]` input, else 1) and the key mask.
-    Attention(AttentionParams, AttentionWeights<'a>, usize, Option<TensorId>),
+    /// With the sequences per sample (`G` of a `[G, T, d]` input, else 1) and the score bias.
+    Attention(AttentionParams, AttentionWeights<'a>, usize, Option<MaskSrc<'a>>),
     AftFull(AftFullParams, AftFullWeights<'a>),
     AftLocal(AftLocalParams, AftLocalWeights<'a>),
     AftSimple(AftSimpleParams, AftSimpleWeights<'a>),
     AftConv(AftConvParams, AftConvWeights<'a>),
     Fastformer(FastformerParams, FastformerWeights<'a>),
+}
+
+/// Where an attention node's additive score bias comes from.
+#[derive(Clone, Copy)]
+enum MaskSrc<'a> {
+    /// An activation: one mask per sample.
+    Act(TensorId),
+    /// A constant (a weight stored as f32): the same for every sample.
+    Weight(&'a [f32]),
 }
 
 fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
@@ -73,10 +82,24 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             };
             let w = AttentionWeights { q: pin(o.q)?, k: opin(o.k)?, v: opin(o.v)?, align: opj(o.align)?, o: pj(o.o)? };
             p.check(&w)?;
-            if let Some(m) = o.mask {
-                check_key_mask(op.name(), &shape(file, m)?, t)?;
-            }
-            Prep::Attention(p, w, groups, o.mask)
+            let mask = match o.mask {
+                None => None,
+                Some(m) => {
+                    let info = file.tensor(m).map_err(super::lookup_err)?;
+                    check_key_mask(op.name(), &info.shape, t, p.heads)?;
+                    if info.kind == kestrel_format::TensorKind::Weight {
+                        // The loader admits only f32 weights in the mask slot.
+                        let values = weight(file, m)?.as_f32().ok_or(ShapeError::Invalid {
+                            op: op.name(),
+                            what: "a constant attention mask must be stored as f32",
+                        })?;
+                        Some(MaskSrc::Weight(values))
+                    } else {
+                        Some(MaskSrc::Act(m))
+                    }
+                }
+            };
+            Prep::Attention(p, w, groups, mask)
         }
         MechanismOp::AftFull(o) => {
             let (t, d) = td(o.x)?;
@@ -156,12 +179,14 @@ pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Resul
     let x_info = info(file, op.main_input())?;
     let x_all = acts.region(&x_info)?;
     let n = numel(&x_info)?;
-    // The attention key mask, `[T]` per sample (validated at load).
+    // The attention score bias: `[T]`, `[T, T]` or `[H, T, T]` per sample (an activation, `mn`
+    // elements apart), or one constant for every sample (`mn` = 0), validated at load.
     let mask = match prep {
-        Prep::Attention(.., Some(m)) => {
+        Prep::Attention(.., Some(MaskSrc::Act(m))) => {
             let mi = info(file, m)?;
             Some((acts.region(&mi)?, numel(&mi)?))
         }
+        Prep::Attention(.., Some(MaskSrc::Weight(values))) => Some((values, 0)),
         Prep::Attention(.., None)
         | Prep::AftFull(..)
         | Prep::AftLocal(..)
@@ -170,9 +195,14 @@ pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Resul
         | Prep::Fastformer(..) => None,
     };
     let one = |s: usize, x: &[f32], y: &mut [f32], scratch: &mut [f32]| match &prep {
-        Prep::Attention(p, w, 1, _) => {
-            attention_masked(p, w, x, mask.map(|(all, mn)| &all[s * mn..(s + 1) * mn]), y, scratch)
-        }
+        Prep::Attention(p, w, 1, _) => attention_masked(
+            p,
+            w,
+            x,
+            mask.map(|(all, mn)| if mn == 0 { all } else { &all[s * mn..(s + 1) * mn] }),
+            y,
+            scratch,
+        ),
         Prep::Attention(p, w, g, _) => attention_groups(p, w, *g, x, y, scratch),
         Prep::AftFull(p, w) => aft_full(p, w, x, y, scratch),
         Prep::AftLocal(p, w) => aft_local(p, w, x, y, scratch),

@@ -1,6 +1,7 @@
 //! Fused multi-head attention of "You Need to Pay Better Attention" (DESIGN.md §1): one kernel
 //! for the Standard, Optimised, Efficient and Super variants, with an optional causal mask and an
-//! optional additive key mask `[T]` (a key-padding bias, [`attention_masked`]).
+//! optional additive score bias `[T]`, `[T, T]` or `[H, T, T]` (a key-padding bias, a causal or
+//! shifted-window mask, a relative-position bias: [`attention_masked`]).
 //!
 //! Head i of a sample `x [T, d]` (c = d/h, columns `i·c .. (i+1)·c`):
 //!
@@ -285,11 +286,22 @@ pub fn attention(p: &AttentionParams, w: &AttentionWeights<'_>, x: &[f32], y: &m
     attention_masked(p, w, x, None, y, scratch);
 }
 
-/// The first `n` mask values of query `i`: the `[T]` key mask itself, or row `i` of a `[T, T]`
-/// mask.
+/// The first `n` mask values of query `i` in head `h`: the `[T]` key mask itself, row `i` of a
+/// `[T, T]` mask, or row `i` of head `h`'s block of an `[H, T, T]` mask (told apart by length:
+/// `H·T·T` with H > 1 is per head, `T·T` with T > 1 per query).
 #[inline]
-fn mask_row(mask: Option<&[f32]>, t: usize, i: usize, n: usize) -> Option<&[f32]> {
-    mask.map(|m| if m.len() >= t * t && t > 1 { &m[i * t..i * t + n] } else { &m[..n] })
+fn mask_row<'m>(mask: Option<&'m [f32]>, p: &AttentionParams, h: usize, i: usize, n: usize) -> Option<&'m [f32]> {
+    let t = p.t;
+    mask.map(|m| {
+        let row = if p.heads > 1 && m.len() == p.heads * t * t {
+            (h * t + i) * t
+        } else if m.len() >= t * t && t > 1 {
+            i * t
+        } else {
+            0
+        };
+        &m[row..row + n]
+    })
 }
 
 /// Scales a row of scores and adds the key mask (`row[j] = row[j]·scale + mask[j]`), then
@@ -317,8 +329,9 @@ fn masked_softmax(row: &mut [f32], scale: f32, mask: Option<&[f32]>) {
 }
 
 /// One sample: `x [T, d] -> y [T, d]`, with an optional additive mask: T elements (`[T]`, one
-/// bias per key, for every query) or T·T (`[T, T]`, query-major), added to the scaled scores of
-/// every head before the softmax (see [`masked_softmax`]). Requires `p.check(w)` to have passed
+/// bias per key, for every query), T·T (`[T, T]`, query-major, shared by every head) or H·T·T
+/// (`[H, T, T]`, head-major: head h, query i reads `mask[(h·T + i)·T ..]`), added to the scaled
+/// scores before the softmax (see [`masked_softmax`]). Requires `p.check(w)` to have passed
 /// and `scratch.len() >= attention_scratch(p)`; `x` and `y` hold at least T·d elements.
 ///
 /// With [`attention_scratch_fast`] elements of scratch (files planned by this version), the
@@ -482,7 +495,7 @@ fn blocked(
                 }
                 for (r, row) in s.chunks_exact_mut(n).enumerate() {
                     let m = if p.causal { i0 + r + 1 } else { n };
-                    masked_softmax(&mut row[..m], p.scale, mask_row(mask, t, i0 + r, m));
+                    masked_softmax(&mut row[..m], p.scale, mask_row(mask, p, h, i0 + r, m));
                     row[m..].fill(0.0);
                 }
                 let o = if one { &mut heads_out[i0 * d..i1 * d] } else { &mut oblk[..nb * c] };
@@ -543,7 +556,7 @@ fn attention_rowwise(
             for (j, sj) in s.iter_mut().enumerate() {
                 *sj = dot_f32(qi, &keys[j * d + col..j * d + col + c]);
             }
-            masked_softmax(s, p.scale, mask_row(mask, t, i, n));
+            masked_softmax(s, p.scale, mask_row(mask, p, h, i, n));
             let out = &mut heads_out[i * d + col..i * d + col + c];
             out.fill(0.0);
             for (j, &a) in s.iter().enumerate() {

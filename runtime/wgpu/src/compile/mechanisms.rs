@@ -112,9 +112,16 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 .set(attend::has_mask, o.mask.is_some())?
                 .set(attend::groups, groups)?;
             if let Some(m) = o.mask {
-                // `[T]` or `[T, T]` per sample (the loader checked the shape).
-                let mr = ctx.act(m)?;
-                p = p.set(attend::mask, mr)?.set(attend::mask_rows, mr.stride != t)?;
+                // `[T]`, `[T, T]` or `[H, T, T]` (the loader checked the shape), per sample or a
+                // constant weight (f32, shared by every sample).
+                let info = ctx.info(m)?;
+                let rank = info.shape.rank();
+                p = p.set(attend::mask_rows, rank >= 2)?.set(attend::mask_heads, rank == 3)?;
+                p = if info.kind == kestrel_format::TensorKind::Weight {
+                    p.set(attend::mask_const, true)?.set(attend::mask_w, ctx.weight(m)?)?
+                } else {
+                    p.set(attend::mask_const, false)?.set(attend::mask, ctx.act(m)?)?
+                };
             }
             v.push(p.done(kernel));
             v.push(ctx.dense(heads_out, rows, d, ctx.proj(o.o)?, 0, y, None)?);

@@ -39,11 +39,13 @@ fn align_tokens_body(it: Item) {
 // Heads wider than CT split their output into CT-column chunks, one workgroup each, every one
 // recomputing the scores (their dot products then run over every CT-column chunk of Q and K); any T (keys past T, and
 // past the block's last row when causal, are never staged). Per-thread loops are short (lavapipe
-// cuts very long loops short). With a mask (`has_mask`), mask[s, j] ([T] per sample) or
-// mask[s, i, j] ([T, T], `mask_rows`) is added to the score of query i and key j; a row whose
-// every score is −∞ gets zero weights (its sum is 0), not NaN.
+// cuts very long loops short). With a mask (`has_mask`), mask[s, j] ([T] per sample),
+// mask[s, i, j] ([T, T], `mask_rows`) or mask[s, h, i, j] ([H, T, T], `mask_heads` too) is added
+// to the score of query i and key j in head h (`mask_const`: one constant weight `mask_w` for
+// every sample); a row whose every score is −∞ gets zero weights (its sum is 0), not NaN.
 // Parameters `AttendP`: regions q, k, v, o; t, d, heads, causal, scale, has_mask, mask,
-//    mask_rows, groups (sequences per sample G, 0 = 1; strides then per sequence, no mask).
+//    mask_rows, mask_heads, mask_const, mask_w, groups (sequences per sample G, 0 = 1; strides
+//    then per sequence, no mask).
 //    Rows of q, k, v, o are d apart.
 //    per = heads · ⌈t / BQ⌉ · ⌈c / CT⌉ · WG (threads), so one workgroup per query block and
 //    output column chunk.
@@ -65,11 +67,18 @@ var<workgroup> ps: array<vec4<f32>, 64>;
 var<workgroup> red_m: array<f32, 64>;
 var<workgroup> red_l: array<f32, 64>;
 
-// The additive mask of query i and key j in sample s (0 without a mask).
-fn key_bias(s: u32, i: u32, j: u32) -> f32 {
+// The additive mask of query i and key j in head h of sample s (0 without a mask): element
+// (h·T + i)·T + j of an `[H, T, T]` mask, i·T + j of a `[T, T]` one, j of a `[T]` one, in the
+// sample's activation or in the constant weight.
+fn key_bias(s: u32, h: u32, i: u32, j: u32) -> f32 {
     let prm = attend_p();
     if prm.has_mask {
-        return act[prm.mask.base + s * prm.mask.stride + select(0u, i * prm.t, prm.mask_rows) + j];
+        let t = prm.t;
+        let e = select(0u, h * t * t, prm.mask_heads) + select(0u, i * t, prm.mask_rows) + j;
+        if prm.mask_const {
+            return wflat(prm.mask_w, e);
+        }
+        return act[prm.mask.base + s * prm.mask.stride + e];
     }
     return 0.0;
 }
@@ -162,7 +171,7 @@ fn attend(id: Ids) {
             if masked {
                 for (var u = 0u; u < 4u; u++) {
                     if jm + u < seen {
-                        bias[u] = key_bias(s, i, jm + u);
+                        bias[u] = key_bias(s, head, i, jm + u);
                     }
                 }
             }
@@ -316,7 +325,7 @@ fn attend_rows_body(it: Item) {
         for (var ch = 0u; ch < c4; ch++) {
             sc += dot_v4(tile4(qb, i, t, d, 4u * ch, c), tile4(kb, j, t, d, 4u * ch, c));
         }
-        let sv = sc * scale + key_bias(s, i, j);
+        let sv = sc * scale + key_bias(s, head, i, j);
         let mn = max(m, sv);
         let alpha = exp(m - mn);
         let p = exp(sv - mn);

@@ -171,6 +171,56 @@ pub fn attention_cases() -> Vec<Case> {
     ]
 }
 
+/// Additive score biases beyond the padding mask: a per-head `[H, T, T]` input (each sample its
+/// own: T5's bucketed bias computed in the graph), and constant ones, f32 weights shared by every
+/// sample (EfficientFormer's learned bias, Swin's relative-position bias plus its shifted-window
+/// mask): `[T]`, `[T, T]` and `[H, T, T]`; narrow heads (`attend_rows` on software adapters)
+/// and wide ones (`attend`, several key tiles), causal and not, f32::MIN / −∞ / −1e4 fills.
+pub fn score_bias_cases() -> Vec<Case> {
+    use AttentionVariant::{Efficient, Optimised, Standard, Super};
+    let mut v = Vec::new();
+    // form: 0 `[T]`, 1 `[T, T]`, 2 `[H, T, T]`.
+    for (variant, t, d, heads, causal, form, constant, fill) in [
+        (Standard, 7usize, 8usize, 2u32, false, 2usize, false, f32::MIN),
+        (Efficient, 20, 96, 3, true, 2, false, f32::NEG_INFINITY),
+        (Super, 9, 16, 4, false, 2, true, f32::MIN),
+        (Optimised, 19, 72, 3, true, 1, true, -1e4),
+        (Standard, 17, 64, 2, false, 0, true, f32::MIN),
+        (Standard, 49, 64, 4, false, 2, true, -100.0),
+        (Efficient, 33, 128, 2, false, 2, true, f32::NEG_INFINITY),
+    ] {
+        let shape = ["[T]", "[T, T]", "[H, T, T]"][form];
+        let kind = if constant { "constant" } else { "input" };
+        let name =
+            format!("attention {variant:?} T{t} d{d} h{heads} causal={causal} {kind} bias {shape} fill {fill:e}");
+        v.push(case("attention", name, move |c| {
+            let x = c.input(&[t, d])?;
+            let dims: Vec<usize> = match form {
+                0 => vec![t],
+                1 => vec![t, t],
+                _ => vec![heads as usize, t, t],
+            };
+            let blocks = if form == 2 { heads as usize } else { 1 };
+            let mut rng = kestrel_reference::testing::Rng::new(c.rng.vec(1, 1.0)[0].to_bits().into());
+            let mut draw = || -> Vec<f32> {
+                (0..blocks)
+                    .flat_map(|_| kestrel_reference::testing::random_mask(&mut rng, t, form > 0, causal, fill, true))
+                    .collect()
+            };
+            let m = if constant {
+                c.b.weight_as("bias", &dims, draw(), kestrel::format::DType::F32)?
+            } else {
+                let m = c.b.input(&format!("x{}", c.feeds.len()), &dims)?;
+                let vals: Vec<f32> = (0..crate::BATCH).flat_map(|_| draw()).collect();
+                c.feeds.push(crate::Feed::F32(vals));
+                m
+            };
+            attention_op(c, x, variant, (t, d, heads), causal, Some(m))
+        }));
+    }
+    v
+}
+
 /// Many key tiles and query blocks: T = 200 causal with a `[T]` mask (13 tiles, the running
 /// maximum growing across them), T = 300 with 24-wide heads, T = 257 with a `[T, T]` mask.
 pub fn large_attention_cases() -> Vec<Case> {
