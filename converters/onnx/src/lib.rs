@@ -207,7 +207,7 @@ pub fn convert_with(
     // sample, and so is every output).
     let batched = inputs.iter().any(|i| i.batched);
     for &o in model.output_outlets().map_err(error::tract_err(&p, "list the outputs"))? {
-        let (id, _) = l.act(o)?;
+        let (id, _) = l.output_act(o)?;
         // Outputs drop the leading batch-1 axis too (a view), when the inputs have one.
         let id = match l.b.shape_of(id).map(|s| s.dims().to_vec()) {
             Some(d) if batched && d.len() >= 2 && d[0] == 1 => {

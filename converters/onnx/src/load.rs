@@ -171,7 +171,30 @@ fn load_typed_inner(
     let typed = typed.set_symbols(&symbols).map_err(tract_err(&p, "bind the batch size"))?;
     let mut typed = typed;
     declutter(&mut typed).map_err(tract_err(&p, "declutter the model"))?;
+    if explode_sdpa(&mut typed).map_err(tract_err(&p, "expand scaled dot-product attention"))? {
+        declutter(&mut typed).map_err(tract_err(&p, "declutter the model"))?;
+    }
     Ok((typed, inputs, names))
+}
+
+/// tract's `Sdpa` (ONNX's Attention op, opset 23) expanded into the products, the scaling, the
+/// mask (causal, boolean or additive) and the softmax it stands for, as tract's own expansion
+/// writes them (heads grouped for grouped-query attention), which the lowering takes op by op
+/// (and the fusion passes may fuse back). Returns whether any was expanded.
+fn explode_sdpa(model: &mut TypedModel) -> TractResult<bool> {
+    use tract_transformers::ops::sdpa::Sdpa;
+    let mut any = false;
+    while let Some(id) = model.nodes().iter().find(|n| n.op_is::<Sdpa>()).map(|n| n.id) {
+        let node = model.node(id);
+        let Some(op) = node.op_as::<Sdpa>().cloned() else { break };
+        let Some(patch) = op.patch_sdpa(model, node)? else { break };
+        patch.apply(model)?;
+        any = true;
+    }
+    if any {
+        model.compact()?;
+    }
+    Ok(any)
 }
 
 /// tract's declutter passes without `ChangeAxes`: that pass pushes the ONNX graph's transposes

@@ -30,6 +30,7 @@ Asin | Unary
 Asinh | Unary
 Atan | Unary
 Atanh | Unary
+Attention | the products, the scaling, the mask (causal, boolean or additive) and the Softmax it stands for (tract's expansion of its `Sdpa`; fused back where a mechanism is recognised) | no past/present key-value outputs, softcap or qk_matmul_output_mode (tract refuses them)
 AveragePool | Pool2d Avg | 1-D and 2-D; ceil_mode and count_include_pad honoured
 BatchNormalization | folded into constants (inference mode)
 Cast | nothing (f32→f32, int→int; a cast to f16 or f64 computes in f32, with a notice) / Embedding into [0, 1] | int→bool only for a 0/1 input (an id ≥ 2 is a run-time error)
@@ -54,8 +55,8 @@ Expand | Dense with a 0/1 weight
 Flatten | Reshape view
 Floor | Unary
 GRU | Gru (one node per output read) | default activations, linear_before_reset = 1 (PyTorch's GRU), constant weights and initial state, no clip, full-length sequence_lens
-Gather | Embedding (constant table), or a Slice (evenly spaced indices) or a Dense with a one-hot weight | constant indices when gathering from an activation
-GatherElements | folded | constant operands
+Gather | Embedding (constant table), a Slice (evenly spaced constant indices), a Dense with a one-hot weight (other constant indices), or at run time a one-hot pick (Embedding of the ids into 0..N, Equal, When, a Sum) | run-time indices in 0..N (a negative or larger one is a run-time error naming it)
+GatherElements | a one-hot pick (a constant one-hot, or the ids through Embedding and Equal) with When and a Sum | indices as long as the data on the other axes; run-time indices in 0..N
 GatherND | Dense with a one-hot weight | constant indices, batch_dims 0
 Gelu | Unary Gelu / GeluTanh (or fused into the Dense before it)
 Gemm | Dense | constant B
@@ -88,11 +89,16 @@ Pad | a Slice into zeros plus the constant (edge, reflect: Dense with a 0/1 weig
 Pow | Binary; a constant exponent 2, 3, 4 as products, ½ as Sqrt, −½ as Rsqrt, −1 as Reciprocal
 Range | folded | constant bounds
 Reciprocal | Unary
+ReduceL1 | Unary Abs and Reduce Sum (tract's expansion) | constant axes
+ReduceL2 | Reduce of the squares and Sqrt (tract's expansion) | constant axes
+ReduceLogSum | Reduce Sum and Log (tract's expansion) | constant axes
+ReduceLogSumExp | Exp, Reduce Sum and Log (tract's expansion) | constant axes
 ReduceMax | Reduce
 ReduceMean | Reduce (or part of LayerNorm)
 ReduceMin | Reduce
 ReduceProd | Reduce Prod
 ReduceSum | Reduce
+ReduceSumSquare | Reduce of the squares (tract's expansion) | constant axes
 Relu | Unary (or fused into the Dense before it)
 Reshape | Reshape view | constant shape
 Resize | a Dense per resized axis with the exact interpolation weights (plus the extrapolation value as its bias) | constant scales, sizes and roi; every mode (nearest, linear, cubic), coordinate transformation, nearest_mode, cubic_coeff_a, antialias, exclude_outside, axes and keep_aspect_ratio_policy; not the first (batch) axis

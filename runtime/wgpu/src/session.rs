@@ -204,6 +204,9 @@ impl GpuSession {
         let mut upload_offsets = Vec::with_capacity(inputs.len());
         let mut upload_bytes = 0u64;
         for io in &inputs {
+            // Each input's part of the staging buffer is mapped on its own: its offset must be a
+            // multiple of wgpu's map alignment (8 bytes), whatever the previous input's length.
+            upload_bytes = upload_bytes.next_multiple_of(wgpu::MAP_ALIGNMENT);
             upload_offsets.push(upload_bytes);
             upload_bytes += (io.n * capacity * 4) as u64;
         }

@@ -804,3 +804,29 @@ fn an_input_without_elements_takes_an_empty_slice() {
     let e = s.run(&[Input::F32(&x), Input::F32(&[1.0])], &mut [&mut out]).unwrap_err();
     assert!(e.to_string().contains("input 1"), "{e}");
 }
+
+/// Inputs whose byte sizes are not multiples of 8 (5 and 3 f32 elements, capacity 3): each
+/// input's part of the staging buffer starts on wgpu's map alignment. (A second input after an
+/// odd-length first one, as `attention_mask` after 7 `input_ids`, once failed to map.)
+#[test]
+fn inputs_of_odd_lengths_stage_aligned() {
+    let Some(g) = gpu() else { return };
+    let c = case("binary", "odd-length inputs", |c| {
+        let a = c.input(&[5])?;
+        let b = c.input(&[3])?;
+        let sa = c.b.op(|y| Op::Reduce(Reduce { x: a, op: ReduceOp::Sum, axis: 0, keep_dims: true, y }))?;
+        c.b.op(|y| Op::Binary(Binary { a: b, b: sa, op: BinaryOp::Add, y }))
+    });
+    let (model, _) = build(&c, DType::F32, 1);
+    let m = model.cpu().unwrap();
+    let mut s = GpuSession::new(&g, &m, 3).unwrap();
+    for batch in [1usize, 2, 3] {
+        let a: Vec<f32> = (0..5 * batch).map(|i| i as f32).collect();
+        let b: Vec<f32> = (0..3 * batch).map(|i| 0.5 * i as f32).collect();
+        let mut got = vec![0f32; 3 * batch];
+        s.run(&[Input::F32(&a), Input::F32(&b)], &mut [&mut got]).unwrap();
+        let want: Vec<f32> =
+            (0..3 * batch).map(|i| b[i] + a[(i / 3) * 5..(i / 3 + 1) * 5].iter().sum::<f32>()).collect();
+        assert_eq!(got, want, "batch {batch}");
+    }
+}

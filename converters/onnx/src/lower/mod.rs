@@ -20,7 +20,7 @@ mod shape;
 use crate::error::{Blocker, ConvertError};
 use crate::quant;
 use kestrel::ModelBuilder;
-use kestrel_format::ops::{Op, TensorId, Transpose};
+use kestrel_format::ops::{Binary, BinaryOp, Op, TensorId, Transpose};
 use kestrel_format::{DType, MAX_RANK};
 use std::collections::{HashMap, HashSet};
 use tract_onnx::prelude::*;
@@ -142,6 +142,28 @@ impl<'m> Lowerer<'m> {
             Val::Act { int: true, .. } => Err(self.bad("an f32 activation", "integer ids".into())),
             Val::Const(t) => Err(self.bad("an activation", format!("a constant {:?}", t.shape()))),
         }
+    }
+
+    /// A graph output's activation; a constant output (one that does not depend on the inputs:
+    /// a shape, a folded branch) becomes one as the constant plus a zero weight, the same for
+    /// every sample.
+    pub fn output_act(&mut self, o: OutletId) -> Res<(TensorId, Vec<usize>)> {
+        let Val::Const(t) = self.val(o)? else { return self.act(o) };
+        self.node = o.node;
+        let t = if t.datum_type() == TDim::datum_type() {
+            t.cast_to::<i64>().map(|c| c.into_owned()).map_err(|e| self.bad("a numeric constant", format!("{e}")))?
+        } else {
+            (*t).clone()
+        };
+        let shape = if t.rank() == 0 { vec![1] } else { t.shape().to_vec() };
+        let v = f32s(&t)?;
+        if v.len() != shape.iter().product::<usize>() || v.is_empty() {
+            return Err(self.bad("a non-empty numeric constant output", format!("{:?}", t.datum_type())));
+        }
+        let w = self.weight_f32(o, "constant_output", &shape, v)?;
+        let z = self.weight_f32(o, "zero", &[1], vec![0.0])?;
+        let y = self.b.op(|y| Op::Binary(Binary { a: w, b: z, op: BinaryOp::Add, y }))?;
+        Ok((y, shape))
     }
 
     fn tnode(&self) -> &'m TypedNode {

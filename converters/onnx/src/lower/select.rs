@@ -5,9 +5,9 @@
 //! inclusive cumulative sum (ONNX CumSum) → a Dense with a lower-triangular f32 weight of ones.
 
 use super::{f32s, zeros, Lowerer, Res, Val};
-use kestrel_format::ops::{Binary, BinaryOp, Op, Pool2d, PoolKind, TensorId};
+use kestrel_format::ops::{Binary, BinaryOp, Embedding, Op, Pool2d, PoolKind, Reduce, ReduceOp, TensorId};
 use tract_onnx::prelude::*;
-use tract_onnx::tract_core::ops::array::{CumSum, Gather, GatherNd, Slice};
+use tract_onnx::tract_core::ops::array::{CumSum, Gather, GatherElements, GatherNd, Slice};
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::logic::Iff;
 use tract_onnx::tract_core::ops::scan::{InputMapping, Scan};
@@ -32,8 +32,15 @@ impl Lowerer<'_> {
             return Ok(true);
         }
         if let Some(op) = node.op_as::<Gather>() {
-            let Val::Const(idx) = self.val(node.inputs[1])? else {
-                return Err(self.unsupported("gather from an activation with non-constant indices"));
+            let idx = match self.val(node.inputs[1])? {
+                Val::Const(idx) => idx,
+                Val::Act { id, shape, int: true } => {
+                    self.gather_runtime(op.axis, id, &shape)?;
+                    return Ok(true);
+                }
+                Val::Act { int: false, .. } => {
+                    return Err(self.unsupported("gather with f32 indices computed at run time"));
+                }
             };
             let idx: Vec<i64> = idx
                 .cast_to::<i64>()
@@ -41,6 +48,10 @@ impl Lowerer<'_> {
                 .and_then(|t| t.try_as_plain_ram().and_then(|v| v.as_slice::<i64>().map(|s| s.to_vec())).ok())
                 .ok_or_else(|| self.bad("integer indices", format!("{:?}", idx.datum_type())))?;
             self.select(op.axis, &idx)?;
+            return Ok(true);
+        }
+        if let Some(op) = node.op_as::<GatherElements>() {
+            self.gather_elements(op.axis)?;
             return Ok(true);
         }
         if let Some(op) = node.op_as::<Scan>() {
@@ -216,6 +227,107 @@ impl Lowerer<'_> {
         let y = self.reshape(y, &ys, &out)?;
         self.out(y, out);
         self.count_fused("gather-nd-as-one-hot-dense");
+        Ok(())
+    }
+
+    /// `y[.., j, ..] = x[.., idx[j], ..]` on `axis` with integer indices known only at run time
+    /// (`ids`, logical shape `ids_shape`), exactly with generic ops: the ids as f32 values
+    /// (an `Embedding` into the table `0, 1, …, N−1`: an index outside `0..N`, negative ones
+    /// included, is a run-time error naming it), a one-hot `[J, N]` (`Equal` against `0..N`),
+    /// each selected element picked by `When` (the rest 0, whatever they hold) from `x` seen as
+    /// `[N, P]` into `[J, N, P]`, and summed over N (the picked element plus zeros: exact).
+    fn gather_runtime(&mut self, axis: usize, ids: TensorId, ids_shape: &[usize]) -> Res<()> {
+        let node = self.model.node(self.node);
+        let here = OutletId::new(self.node, 0);
+        let out = self.out_shape()?;
+        let (x, xs) = self.act(node.inputs[0])?;
+        let n = xs[axis];
+        let j: usize = ids_shape.iter().product();
+        let p: usize = xs.iter().product::<usize>() / n.max(1);
+        if n == 0 || j == 0 {
+            return Err(self.unsupported("gather over an empty axis or with no indices"));
+        }
+        let arange: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let table = self.weight_f32(here, "gather_index_values", &[n, 1], arange.clone())?;
+        let idf = self.b.op(|y| Op::Embedding(Embedding { ids, table, pos: None, y }))?;
+        let row = self.weight_f32(here, "gather_positions", &[1, n], arange)?;
+        let onehot = self.b.op(|y| Op::Binary(Binary { a: idf, b: row, op: BinaryOp::Equal, y }))?;
+        let onehot = self.reshape(onehot, &[j, n], &[j, n, 1])?;
+        // x with the gathered axis first: [N, P] (P the other axes in order), as [1, N, P].
+        let r = xs.len();
+        let perm: Vec<usize> = std::iter::once(axis).chain((0..r).filter(|&a| a != axis)).collect();
+        let (xt, ts) = self.transpose(x, &xs, &perm)?;
+        let xt = self.reshape(xt, &ts, &[1, n, p])?;
+        let picked = self.b.op(|y| Op::Binary(Binary { a: xt, b: onehot, op: BinaryOp::When, y }))?;
+        let sum = self.b.op(|y| Op::Reduce(Reduce { x: picked, op: ReduceOp::Sum, axis: 1, keep_dims: false, y }))?;
+        // [J, pre…, post…] → [pre…, J, post…] → the output's shape.
+        let mid: Vec<usize> = std::iter::once(j).chain(ts[1..].iter().copied()).collect();
+        let y = self.reshape(sum, &[j, p], &mid)?;
+        let back: Vec<usize> = (1..=axis).chain(std::iter::once(0)).chain(axis + 1..r).collect();
+        let (y, ys) = self.transpose(y, &mid, &back)?;
+        let y = self.reshape(y, &ys, &out)?;
+        self.out(y, out);
+        self.count_fused("gather-at-run-time-as-one-hot-pick");
+        Ok(())
+    }
+
+    /// ONNX GatherElements on `axis`: `y[i, j, k] = x[i, idx[i, j, k], k]` (`idx` of `x`'s rank,
+    /// the other axes as long as `x`'s), exactly with generic ops: a one-hot `[idx…, N]` of the
+    /// indices (a constant for constant indices, negative ones counted from the end; at run
+    /// time an `Embedding` of the ids into `0..N` and an `Equal`, an index outside `0..N` a
+    /// run-time error), each element picked by `When` from `x` with its axis moved last and a
+    /// unit axis in its place, `[i, 1, k, N]`, and summed over N.
+    fn gather_elements(&mut self, axis: usize) -> Res<()> {
+        let node = self.model.node(self.node);
+        let here = OutletId::new(self.node, 0);
+        let out = self.out_shape()?;
+        let (x, xs) = self.act(node.inputs[0])?;
+        let r = xs.len();
+        let n = xs[axis];
+        if out.len() != r || (0..r).any(|a| a != axis && out[a] != xs[a]) || n == 0 {
+            return Err(self.unsupported(&format!("indices {out:?} on other axes than the data's {xs:?}")));
+        }
+        let m: usize = out.iter().product();
+        let oh_shape: Vec<usize> = out.iter().copied().chain([n]).collect();
+        let onehot = match self.val(node.inputs[1])? {
+            Val::Const(t) => {
+                let idx: Vec<i64> = t
+                    .cast_to::<i64>()
+                    .ok()
+                    .and_then(|c| c.try_as_plain_ram().and_then(|v| v.as_slice::<i64>().map(|s| s.to_vec())).ok())
+                    .ok_or_else(|| self.bad("integer indices", format!("{:?}", t.datum_type())))?;
+                let mut w = zeros([m, n], "a gather's one-hot weight")?;
+                for (e, &i) in idx.iter().enumerate() {
+                    let i = if i < 0 { i + n as i64 } else { i };
+                    if !(0..n as i64).contains(&i) {
+                        return Err(self.bad(&format!("indices in -{n}..{n}"), format!("{i}")));
+                    }
+                    w[e * n + i as usize] = 1.0;
+                }
+                self.weight_f32(here, "gather_one_hot", &oh_shape, w)?
+            }
+            Val::Act { id, int: true, .. } => {
+                let arange: Vec<f32> = (0..n).map(|i| i as f32).collect();
+                let table = self.weight_f32(here, "gather_index_values", &[n, 1], arange.clone())?;
+                let idf = self.b.op(|y| Op::Embedding(Embedding { ids: id, table, pos: None, y }))?;
+                let row = self.weight_f32(here, "gather_positions", &[1, n], arange)?;
+                let oh = self.b.op(|y| Op::Binary(Binary { a: idf, b: row, op: BinaryOp::Equal, y }))?;
+                self.reshape(oh, &[m, n], &oh_shape)?
+            }
+            Val::Act { int: false, .. } => return Err(self.unsupported("f32 indices computed at run time")),
+        };
+        // x with the gathered axis last and a unit axis in its place.
+        let perm: Vec<usize> = (0..r).filter(|&a| a != axis).chain([axis]).collect();
+        let (xt, ts) = self.transpose(x, &xs, &perm)?;
+        let mut xu: Vec<usize> = ts[..r - 1].to_vec();
+        xu.insert(axis, 1);
+        xu.push(n);
+        let xt = self.reshape(xt, &ts, &xu)?;
+        let picked = self.b.op(|y| Op::Binary(Binary { a: xt, b: onehot, op: BinaryOp::When, y }))?;
+        let y =
+            self.b.op(|y| Op::Reduce(Reduce { x: picked, op: ReduceOp::Sum, axis: r as u32, keep_dims: false, y }))?;
+        self.out(y, out);
+        self.count_fused("gather-elements-as-one-hot-pick");
         Ok(())
     }
 

@@ -1,12 +1,13 @@
 //! Axis and reduction ops: AxisOp → `Reshape`/`Transpose`, Softmax, Reduce, Gather → `Embedding`.
 
 use super::{f32s, Lowerer, Res, Val};
-use kestrel_format::ops::{Binary, BinaryOp, Embedding, Op, Reduce, ReduceOp, Softmax};
+use kestrel_format::ops::{Binary, BinaryOp, Embedding, Op, Reduce, ReduceOp, Softmax, TensorId};
 use kestrel_format::ops::{Unary, UnaryOp};
-use tract_onnx::prelude::OutletId;
+use tract_onnx::prelude::{Arc, OutletId, Tensor};
 use tract_onnx::tract_core::ops::array::Gather;
 use tract_onnx::tract_core::ops::change_axes::AxisOp;
 use tract_onnx::tract_core::ops::nn::{Reduce as TReduce, Reducer, RmsNorm, Softmax as TSoftmax};
+use tract_transformers::ops::scaled_masked_softmax::ScaledMaskedSoftmax;
 
 impl Lowerer<'_> {
     /// Lowers the node if it is an axis, softmax, reduce or gather op; `Ok(false)` otherwise.
@@ -32,6 +33,10 @@ impl Lowerer<'_> {
                 }
                 (Val::Const(_), _) => return Err(self.bad("an activation", "a constant".into())),
             }
+            return Ok(true);
+        }
+        if let Some(op) = node.op_as::<ScaledMaskedSoftmax>() {
+            self.scaled_masked_softmax(op)?;
             return Ok(true);
         }
         if let Some(op) = node.op_as::<TSoftmax>() {
@@ -148,5 +153,61 @@ impl Lowerer<'_> {
             return Ok(true);
         }
         Ok(false)
+    }
+}
+
+impl Lowerer<'_> {
+    /// tract's `ScaledMaskedSoftmax` (from an expanded ONNX Attention): `softmax(x·s + m)` over
+    /// the last axis for an additive mask; for a boolean mask the scores where it is false are
+    /// −∞ (a constant mask folded into an additive 0/−∞ constant, an activation's picked by
+    /// `When`/`Unless`), and with `post_softmax_mask` the weights there are zeroed after.
+    fn scaled_masked_softmax(&mut self, op: &ScaledMaskedSoftmax) -> Res<()> {
+        let node = self.model.node(self.node);
+        let here = OutletId::new(self.node, 0);
+        let out = self.out_shape()?;
+        let (x, _) = self.act(node.inputs[0])?;
+        let scale = super::f32s(&op.scale)?.first().copied().ok_or_else(|| self.bad("a scale", "none".into()))?;
+        let bin = |l: &mut Self, a: TensorId, b: TensorId, op: BinaryOp| -> Res<TensorId> {
+            Ok(l.b.op(|y| Op::Binary(Binary { a, b, op, y }))?)
+        };
+        let sw = self.weight_f32(here, "softmax_scale", &[1], vec![scale])?;
+        let scaled = bin(self, x, sw, BinaryOp::Mul)?;
+        let boolean =
+            self.model.outlet_fact(node.inputs[1]).is_ok_and(|f| f.datum_type == tract_onnx::prelude::DatumType::Bool);
+        let mv = self.val(node.inputs[1])?;
+        let (scores, mask) = match (&mv, boolean) {
+            (Val::Const(t), true) => {
+                let m = super::f32s(t)?;
+                let additive: Vec<f32> = m.iter().map(|&v| if v != 0.0 { 0.0 } else { f32::NEG_INFINITY }).collect();
+                let t =
+                    Arc::new(Tensor::from_shape(t.shape(), &additive).map_err(|e| self.bad("a mask", format!("{e}")))?);
+                let a = self.operand_id(node.inputs[1], &Val::Const(t))?;
+                (bin(self, scaled, a, BinaryOp::Add)?, None)
+            }
+            (_, true) => {
+                let m = self.operand_id(node.inputs[1], &mv)?;
+                let kept = bin(self, scaled, m, BinaryOp::When)?;
+                let fill = self.weight_f32(here, "masked_fill", &[1], vec![f32::NEG_INFINITY])?;
+                let masked = bin(self, fill, m, BinaryOp::Unless)?;
+                (bin(self, kept, masked, BinaryOp::Add)?, Some(m))
+            }
+            (_, false) => {
+                let m = self.operand_id(node.inputs[1], &mv)?;
+                (bin(self, scaled, m, BinaryOp::Add)?, None)
+            }
+        };
+        let mut y = self.b.op(|y| Op::Softmax(Softmax { x: scores, y }))?;
+        if op.post_softmax_mask {
+            let m = match (mask, &mv) {
+                (Some(m), _) => m,
+                (None, v) => self.operand_id(node.inputs[1], v)?,
+            };
+            y = bin(self, y, m, BinaryOp::When)?;
+        }
+        let ys: Vec<usize> =
+            self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect()).unwrap_or_default();
+        let y = self.reshape(y, &ys, &out)?;
+        self.out(y, out);
+        Ok(())
     }
 }

@@ -1,0 +1,141 @@
+//! ONNX Gather and GatherElements with indices known only at run time (a second graph input of
+//! int64), and GatherElements with constant indices, on seeded random shapes and axes: the
+//! converted model on the CPU and, when there is one, on the GPU, against a reference written
+//! here (the indexing itself: exact). An index outside `0..N` at run time is a run-time error.
+
+mod common;
+#[path = "common/proto.rs"]
+mod proto;
+
+use common::gpu;
+use kestrel::demo::Rng;
+use kestrel::Input;
+use kestrel_onnx::{convert, ConvertOptions};
+use kestrel_wgpu::GpuSession;
+use proto::{float_value, i64_attr, i64_tensor, Msg};
+
+fn below(rng: &mut Rng, n: usize) -> usize {
+    ((rng.uniform() + 1.0) * 0.5 * n as f32) as usize % n
+}
+
+fn unravel(mut i: usize, dims: &[usize]) -> Vec<usize> {
+    let mut idx = vec![0; dims.len()];
+    for (k, &d) in dims.iter().enumerate().rev() {
+        idx[k] = i % d;
+        i /= d;
+    }
+    idx
+}
+
+fn ravel(idx: &[usize], dims: &[usize]) -> usize {
+    idx.iter().zip(dims).fold(0, |a, (&i, &d)| a * d + i)
+}
+
+/// An int64 graph input's `ValueInfoProto`.
+fn int_value(name: &str, dims: &[usize]) -> Msg {
+    let shape = dims.iter().fold(Msg::default(), |s, &d| s.msg(1, Msg::default().int(1, d as i64)));
+    Msg::default().str(1, name).msg(2, Msg::default().msg(1, Msg::default().int(1, 7).msg(2, shape)))
+}
+
+/// `op` over data `x [xs]` and indices `[is]` (a graph input, or an initializer holding `idx`).
+fn model(op: &str, axis: usize, xs: &[usize], is: &[usize], constant: Option<&[i64]>) -> Vec<u8> {
+    let node =
+        Msg::default().str(1, "x").str(1, "i").str(2, "y").str(3, "g").str(4, op).msg(5, i64_attr("axis", axis as i64));
+    let mut graph = Msg::default().msg(1, node).str(2, "g").msg(11, float_value("x", Some(xs)));
+    match constant {
+        Some(v) => graph = graph.msg(5, i64_tensor("i", is, v)),
+        None => graph = graph.msg(11, int_value("i", is)),
+    }
+    graph = graph.msg(12, float_value("y", None));
+    Msg::default().int(1, 9).msg(8, Msg::default().int(2, 13)).str(2, "gather_runtime.rs").msg(7, graph).0
+}
+
+fn run(name: &str, onnx: &[u8], x: &[f32], idx: Option<&[i64]>, n_out: usize) -> Result<Vec<Vec<f32>>, String> {
+    let path = std::env::temp_dir().join(format!("kestrel-gather-{}-{name}.onnx", std::process::id()));
+    std::fs::write(&path, onnx).unwrap();
+    let conv = convert(&path, &ConvertOptions::default()).map_err(|e| e.to_string());
+    std::fs::remove_file(&path).ok();
+    let model = kestrel::Model::from_bytes(&conv?.kes).unwrap();
+    let mut inputs = vec![Input::F32(x)];
+    if let Some(i) = idx {
+        inputs.push(Input::I64(i));
+    }
+    let mut outs = Vec::new();
+    let mut y = vec![0f32; n_out];
+    model.session(1).unwrap().run(&inputs, &mut [&mut y]).map_err(|e| e.to_string())?;
+    outs.push(y);
+    if let Some(ctx) = gpu() {
+        let cpu = model.cpu().unwrap();
+        let mut g = vec![0f32; n_out];
+        GpuSession::new(&ctx, &cpu, 1)
+            .and_then(|mut s| s.run(&inputs, &mut [g.as_mut_slice()]))
+            .map_err(|e| format!("wgpu: {e}"))?;
+        outs.push(g);
+    }
+    Ok(outs)
+}
+
+#[test]
+fn gathers_with_run_time_indices_match_reference() {
+    let mut rng = Rng::new(0x6A7E);
+    for case in 0..24 {
+        let rank = 1 + below(&mut rng, 3);
+        // A leading 1 (the batch axis) and `rank` data axes.
+        let xs: Vec<usize> = std::iter::once(1).chain((0..rank).map(|_| 1 + below(&mut rng, 5))).collect();
+        let axis = 1 + below(&mut rng, rank);
+        let n = xs[axis];
+        let x: Vec<f32> = rng.vec(xs.iter().product(), 2.0);
+        let elements = case % 2 == 1;
+        let is: Vec<usize> = if elements {
+            xs.iter().enumerate().map(|(a, &d)| if a == axis { 1 + below(&mut rng, 4) } else { d }).collect()
+        } else {
+            std::iter::once(1).chain((0..below(&mut rng, 2) + 1).map(|_| 1 + below(&mut rng, 3))).collect()
+        };
+        let idx: Vec<i64> = (0..is.iter().product::<usize>()).map(|_| below(&mut rng, n) as i64).collect();
+        let (want, op): (Vec<f32>, &str) = if elements {
+            let w = (0..idx.len())
+                .map(|e| {
+                    let mut at = unravel(e, &is);
+                    at[axis] = idx[e] as usize;
+                    x[ravel(&at, &xs)]
+                })
+                .collect();
+            (w, "GatherElements")
+        } else {
+            // Output: xs[..axis] ++ is ++ xs[axis + 1..].
+            let os: Vec<usize> = xs[..axis].iter().chain(&is).chain(&xs[axis + 1..]).copied().collect();
+            let w = (0..os.iter().product::<usize>())
+                .map(|e| {
+                    let o = unravel(e, &os);
+                    let k = ravel(&o[axis..axis + is.len()], &is);
+                    let at: Vec<usize> = o[..axis]
+                        .iter()
+                        .copied()
+                        .chain([idx[k] as usize])
+                        .chain(o[axis + is.len()..].iter().copied())
+                        .collect();
+                    x[ravel(&at, &xs)]
+                })
+                .collect();
+            (w, "Gather")
+        };
+        let name = format!("{case} {op} x {xs:?} axis {axis} indices {is:?}");
+        let runtime = run(&format!("{case}"), &model(op, axis, &xs, &is, None), &x, Some(&idx), want.len());
+        for got in runtime.unwrap_or_else(|e| panic!("{name}: {e}")) {
+            assert_eq!(got, want, "{name}");
+        }
+        if elements {
+            // Constant indices, negative ones counted from the end.
+            let neg: Vec<i64> = idx.iter().map(|&i| if i % 2 == 1 { i - n as i64 } else { i }).collect();
+            let c = run(&format!("{case}c"), &model(op, axis, &xs, &is, Some(&neg)), &x, None, want.len());
+            for got in c.unwrap_or_else(|e| panic!("{name} (constant): {e}")) {
+                assert_eq!(got, want, "{name} (constant)");
+            }
+        }
+        // An index past the axis is a run-time error, never a read out of bounds.
+        let mut bad = idx.clone();
+        bad[0] = n as i64;
+        let e = run(&format!("{case}b"), &model(op, axis, &xs, &is, None), &x, Some(&bad), want.len()).unwrap_err();
+        assert!(e.contains(&n.to_string()), "{name}: {e}");
+    }
+}
