@@ -66,6 +66,7 @@ Greater | Binary Greater (1 or 0)
 GreaterOrEqual | Binary GreaterEq (1 or 0)
 HardSigmoid | fused into the Dense/Conv2d before it (activation HardSigmoid), else Unary HardSigmoid | alpha = 1/6, beta = 1/2 (PyTorch's hardsigmoid; also relu6(x + 3)/6 written out); other constants: Binary arithmetic
 HardSwish | Unary HardSwish (or fused into the Dense/Conv2d before it)
+Hardmax | ArgMax and a one-hot (tract's expansion)
 Identity | nothing
 IsInf | Unary IsInf / IsPosInf / IsNegInf (1 or 0) | at least one sign detected
 IsNaN | Unary IsNan (1 or 0)
@@ -83,6 +84,7 @@ Mod | Binary Fmod (fmod = 1); fmod = 0: the remainder with the divisor's sign, f
 Mul | Binary
 Neg | Unary
 Not | Binary 1 − x | boolean operand
+OneHot | Embedding of the ids into the rows of off + (on − off)·I, or for f32 indices comparisons with 0..D and −D..0 | constant depth and values; integer ids in 0..D (another is a run-time error where ONNX gives an all-off row)
 Or | Binary Max on 0/1 values | boolean operands
 PRelu | Mul, a comparison and a select (tract's expansion)
 Pad | a Slice into zeros plus the constant (edge, reflect: Dense with a 0/1 weight) | constant mode, constant pads

@@ -7,7 +7,7 @@
 use super::{f32s, zeros, Lowerer, Res, Val};
 use kestrel_format::ops::{Binary, BinaryOp, Embedding, Op, Pool2d, PoolKind, Reduce, ReduceOp, TensorId};
 use tract_onnx::prelude::*;
-use tract_onnx::tract_core::ops::array::{CumSum, Gather, GatherElements, GatherNd, Slice};
+use tract_onnx::tract_core::ops::array::{CumSum, Gather, GatherElements, GatherNd, OneHot, Slice};
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::logic::Iff;
 use tract_onnx::tract_core::ops::scan::{InputMapping, Scan};
@@ -48,6 +48,10 @@ impl Lowerer<'_> {
                 .and_then(|t| t.try_as_plain_ram().and_then(|v| v.as_slice::<i64>().map(|s| s.to_vec())).ok())
                 .ok_or_else(|| self.bad("integer indices", format!("{:?}", idx.datum_type())))?;
             self.select(op.axis, &idx)?;
+            return Ok(true);
+        }
+        if let Some(op) = node.op_as::<OneHot>() {
+            self.one_hot(op)?;
             return Ok(true);
         }
         if let Some(op) = node.op_as::<GatherElements>() {
@@ -328,6 +332,70 @@ impl Lowerer<'_> {
             self.b.op(|y| Op::Reduce(Reduce { x: picked, op: ReduceOp::Sum, axis: r as u32, keep_dims: false, y }))?;
         self.out(y, out);
         self.count_fused("gather-elements-as-one-hot-pick");
+        Ok(())
+    }
+
+    /// ONNX OneHot with a constant depth D and values: the indices' one-hot on a new axis.
+    /// Integer ids: an `Embedding` into the rows of `off + (on − off)·I` (an index outside `0..D`
+    /// a run-time error); f32 indices (an ArgMax's, or a float input): truncated as ONNX casts
+    /// them (`t = x − fmod(x, 1)`), compared with `0..D` and with `−D..0` (negative indices count
+    /// from the end), scaled to the values; the new axis moved into place.
+    fn one_hot(&mut self, op: &OneHot) -> Res<()> {
+        let node = self.model.node(self.node);
+        let here = OutletId::new(self.node, 0);
+        let out = self.out_shape()?;
+        let d = op.dim;
+        let (on, off) = (
+            f32s(&op.on)?.first().copied().unwrap_or(1.0),
+            f32s(&op.off)?.first().copied().unwrap_or(0.0),
+        );
+        if d == 0 {
+            return Err(self.unsupported("one-hot of depth 0"));
+        }
+        let bin = |l: &mut Self, a: TensorId, b: TensorId, op: BinaryOp| -> Res<TensorId> {
+            Ok(l.b.op(|y| Op::Binary(Binary { a, b, op, y }))?)
+        };
+        let (y, in_shape) = match self.val(node.inputs[0])? {
+            Val::Act { id, shape, int: true } => {
+                let table: Vec<f32> = (0..d * d).map(|k| if k / d == k % d { on } else { off }).collect();
+                let t = self.weight_f32(here, "one_hot_rows", &[d, d], table)?;
+                (self.b.op(|y| Op::Embedding(Embedding { ids: id, table: t, pos: None, y }))?, shape)
+            }
+            Val::Act { id, shape, int: false } => {
+                let n: usize = shape.iter().product();
+                let x = self.reshape(id, &shape, &[n, 1])?;
+                let one = self.weight_f32(here, "one", &[1], vec![1.0])?;
+                let frac = bin(self, x, one, BinaryOp::Fmod)?;
+                let t = bin(self, x, frac, BinaryOp::Sub)?;
+                let pos: Vec<f32> = (0..d).map(|i| i as f32).collect();
+                let neg: Vec<f32> = (0..d).map(|i| i as f32 - d as f32).collect();
+                let pos = self.weight_f32(here, "one_hot_positions", &[1, d], pos)?;
+                let neg = self.weight_f32(here, "one_hot_negative_positions", &[1, d], neg)?;
+                let e1 = bin(self, t, pos, BinaryOp::Equal)?;
+                let e2 = bin(self, t, neg, BinaryOp::Equal)?;
+                let mut y = bin(self, e1, e2, BinaryOp::Max)?;
+                if on - off != 1.0 {
+                    let s = self.weight_f32(here, "one_hot_scale", &[1], vec![on - off])?;
+                    y = bin(self, y, s, BinaryOp::Mul)?;
+                }
+                if off != 0.0 {
+                    let o = self.weight_f32(here, "one_hot_off", &[1], vec![off])?;
+                    y = bin(self, y, o, BinaryOp::Add)?;
+                }
+                (y, shape)
+            }
+            Val::Const(_) => return Err(self.bad("indices computed at run time", "a constant".into())),
+        };
+        // [indices…, D] → D moved to `axis`.
+        let flat: Vec<usize> = in_shape.iter().copied().chain([d]).collect();
+        let n: usize = in_shape.iter().product();
+        let y = self.reshape(y, &[n, d], &flat)?;
+        let r = flat.len();
+        let perm: Vec<usize> = (0..op.axis).chain([r - 1]).chain(op.axis..r - 1).collect();
+        let (y, ys) = self.transpose(y, &flat, &perm)?;
+        let y = self.reshape(y, &ys, &out)?;
+        self.out(y, out);
+        self.count_fused("one-hot");
         Ok(())
     }
 
