@@ -354,13 +354,51 @@ fn attention_with_a_mask_the_node_does_not_compute_is_not_fused() {
     assert_eq!(run_masked_attn(&b, 12), want);
 }
 
-#[test]
-fn attention_with_a_non_causal_mask_is_not_fused() {
-    let sp = Spelling::plain(AttentionVariant::Standard, 2, true);
-    let b = decomposed_attention(&sp);
-    // Make the mask something other than causal: fusing would change the maths.
+/// The causal block with its constant mask replaced by `terms` constant score terms (each a
+/// weight of the given dims, added one after the other where the mask was added).
+fn attention_with_constant_terms(heads: usize, terms: &[(&[usize], bool)]) -> ModelBuilder {
+    let sp = Spelling::plain(AttentionVariant::Standard, heads, true);
+    let mut b = decomposed_attention(&sp);
     let mask = (0..b.tensor_count() as u32).find(|&i| b.tensor_name(i) == Some("mask")).unwrap();
-    let before = b.ops().len();
+    let ops: Vec<Op> = b.ops().to_vec();
+    let add = ops.iter().position(|o| matches!(o, Op::Binary(bn) if bn.b == mask)).unwrap();
+    let Op::Binary(bn) = ops[add] else { unreachable!() };
+    let dims: Vec<usize> = b.shape_of(bn.y).unwrap().dims().iter().map(|&d| d as usize).collect();
+    let mut rng = Rng::new(23);
+    let mut new_ops = Vec::new();
+    let mut s = bn.a;
+    for (k, &(wd, masked)) in terms.iter().enumerate() {
+        let n = wd.iter().product();
+        // A random bias, or a shifted-window-like mask (0 / −100 by a pattern).
+        let vals: Vec<f32> = if masked {
+            (0..n).map(|i| if (i / 3 + i % 5) % 4 == 1 { -100.0 } else { 0.0 }).collect()
+        } else {
+            rng.vec(n, 2.0)
+        };
+        let w = b.weight(&format!("term{k}"), wd, vals).unwrap();
+        let y = if k + 1 == terms.len() { bn.y } else { b.new_activation(&format!("sum{k}"), &dims).unwrap() };
+        // The weight on either side of the Add.
+        let (a, bb) = if k % 2 == 0 { (s, w) } else { (w, s) };
+        new_ops.push(Op::Binary(Binary { a, b: bb, op: BinaryOp::Add, y }));
+        s = y;
+    }
+    let region = kestrel::builder::Region { nodes: vec![add], inputs: vec![bn.a], output: bn.y };
+    b.replace(&region, new_ops).unwrap();
+    b
+}
+
+/// Constant score terms that are not a causal mask (a mask that keeps 0.5 where the causal one
+/// keeps 0; EfficientFormer's learned bias `[1, H, T, T]`; Swin's relative-position bias plus its
+/// shifted-window mask, two constants on either side of their Adds) fuse into one constant bias,
+/// the node's mask input (a weight: `[T, T]` when the heads share it, else `[H, T, T]`), not its
+/// causal flag, and the fused model computes the same.
+#[test]
+fn attention_with_constant_score_biases_fuses_with_a_constant_mask() {
+    let (t, h) = (6usize, 2usize);
+    // A non-causal constant mask: 0.5 where the causal mask keeps a key.
+    let sp = Spelling::plain(AttentionVariant::Standard, h, true);
+    let b = decomposed_attention(&sp);
+    let mask = (0..b.tensor_count() as u32).find(|&i| b.tensor_name(i) == Some("mask")).unwrap();
     let mut m2 = b.clone();
     let vals: Vec<f32> = b.weight_values(mask).unwrap().iter().map(|v| if *v == 0.0 { 0.5 } else { *v }).collect();
     let shape: Vec<usize> = b.shape_of(mask).unwrap().dims().iter().map(|&d| d as usize).collect();
@@ -370,9 +408,79 @@ fn attention_with_a_non_causal_mask_is_not_fused() {
     let Op::Binary(bn) = ops[add] else { unreachable!() };
     let region = kestrel::builder::Region { nodes: vec![add], inputs: vec![bn.a], output: bn.y };
     m2.replace(&region, vec![Op::Binary(Binary { b: nm, ..bn })]).unwrap();
-    let report = fuse(&mut m2);
-    assert!(!report.fused.contains_key("attention"), "{report:?}");
-    assert_eq!(m2.ops().len(), before);
+    let cases: Vec<(&str, ModelBuilder, Vec<u32>)> = vec![
+        ("non-causal mask", m2, vec![6, 6]),
+        ("learned per-head bias", attention_with_constant_terms(h, &[(&[1, h, t, t], false)]), vec![2, 6, 6]),
+        (
+            "relative bias + window mask",
+            attention_with_constant_terms(h, &[(&[h, t, t], false), (&[t, t], true)]),
+            vec![2, 6, 6],
+        ),
+        ("shared biases", attention_with_constant_terms(h, &[(&[t, t], false), (&[1, 1, t], true)]), vec![6, 6]),
+        ("one head", attention_with_constant_terms(1, &[(&[1, 1, t, t], false)]), vec![6, 6]),
+    ];
+    for (what, mut b, dims) in cases {
+        let want = run_attn(&b);
+        let report = fuse(&mut b);
+        assert_eq!(report.fused.get("attention"), Some(&1), "{what}: {report:?}");
+        let Some(Op::Attention(a)) = b.ops().iter().find(|o| matches!(o, Op::Attention(_))) else {
+            panic!("{what}: no Attention node")
+        };
+        assert!(!a.causal, "{what}");
+        let m = a.mask.unwrap_or_else(|| panic!("{what}: no mask input"));
+        assert!(b.is_weight(m), "{what}: the mask is not a constant");
+        assert_eq!(b.shape_of(m).unwrap().dims(), &dims[..], "{what}");
+        let got = run_attn(&b);
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let err = got.iter().zip(&want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(err <= 1e-5 * scale, "{what}: err {err}");
+    }
+}
+
+/// A computed per-head bias (`[1, H, T, T]`: T5's bucketed bias plus its padding mask) fuses
+/// into the node's mask input as `[H, T, T]`, and the fused model computes the same; a computed
+/// bias plus a constant term fuses with their sum as the mask.
+#[test]
+fn attention_with_a_computed_per_head_bias_fuses() {
+    let (t, h) = (6usize, 2usize);
+    for with_const in [false, true] {
+        let sp = Spelling::plain(AttentionVariant::Efficient, h, false);
+        let pad = Padding { keep_dims: &[1, 2, 6, 6], before_scale: false };
+        let mut b = decomposed_masked_attention(&sp, Some(pad));
+        if with_const {
+            // A constant learned bias added right before the softmax.
+            let ops: Vec<Op> = b.ops().to_vec();
+            let smi = ops.iter().position(|o| matches!(o, Op::Softmax(_))).unwrap();
+            let Op::Softmax(sm) = ops[smi] else { unreachable!() };
+            let dims: Vec<usize> = b.shape_of(sm.x).unwrap().dims().iter().map(|&d| d as usize).collect();
+            let w = b.weight("learned", &[h, t, t], Rng::new(3).vec(h * t * t, 1.0)).unwrap();
+            let s2 = b.new_activation("biased", &dims).unwrap();
+            let sm2 = b.new_activation("probs", &dims).unwrap();
+            let region = kestrel::builder::Region { nodes: vec![smi], inputs: vec![sm.x], output: sm.y };
+            b.replace(
+                &region,
+                vec![
+                    Op::Binary(Binary { a: w, b: sm.x, op: BinaryOp::Add, y: s2 }),
+                    Op::Softmax(Softmax { x: s2, y: sm2 }),
+                    Op::Reshape(Reshape { x: sm2, y: sm.y }),
+                ],
+            )
+            .unwrap();
+        }
+        let want = run_masked_attn(&b, h * t * t);
+        let report = fuse(&mut b);
+        assert_eq!(report.fused.get("attention"), Some(&1), "const {with_const}: {report:?}");
+        let Some(Op::Attention(a)) = b.ops().iter().find(|o| matches!(o, Op::Attention(_))) else {
+            panic!("no Attention node")
+        };
+        let m = a.mask.expect("no mask input");
+        assert!(!b.is_weight(m));
+        assert_eq!(b.shape_of(m).unwrap().dims(), &[2, 6, 6]);
+        let got = run_masked_attn(&b, h * t * t);
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let err = got.iter().zip(&want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(err <= 1e-5 * scale, "const {with_const}: err {err}");
+    }
 }
 
 #[test]

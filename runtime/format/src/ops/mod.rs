@@ -560,10 +560,13 @@ pub struct Attention {
     pub align: Option<Proj>,
     /// W^O `[d, d]`.
     pub o: Proj,
-    /// Optional additive mask on the scores, an f32 activation per sample, shared by every
-    /// head: `[T]` (a key-padding bias, `S[i, j] = q_i·k_j·scale + mask[j]` for every query
-    /// i) or `[T, T]` (per query and key, `+ mask[i, j]`: what transformers' mask utilities
-    /// give, `[B, 1, T, T]` with the head axis broadcast). Added before the softmax, on the
+    /// Optional additive mask on the scores: an f32 activation (per sample) or a weight stored
+    /// as f32 (a constant shared by every sample), `[T]` (a key-padding bias, `S[i, j] =
+    /// q_i·k_j·scale + mask[j]` for every query i and head), `[T, T]` (per query and key, `+
+    /// mask[i, j]` in every head: what transformers' mask utilities give, `[B, 1, T, T]` with
+    /// the head axis broadcast) or `[H, T, T]` (per head, `+ mask[h, i, j]` in head h: Swin's
+    /// relative-position bias, T5's bucketed bias, EfficientFormer's and LeViT's learned
+    /// biases). Added before the softmax, on the
     /// keys the causal mask leaves visible when both are present. Typically 0 for kept keys
     /// and a large negative (f32::MIN, HF's finfo.min) for padding. A row whose every visible
     /// score is −∞ gets zero weights (its head output is 0) rather than NaN; a finite bias such

@@ -4,14 +4,17 @@
 //!
 //! The matcher is deliberately loose about layout (any chain of reshapes and transposes between
 //! a projection and the score product, the scale on q, k or the scores, multiply or divide, an
-//! additive causal mask, an additive computed bias such as a padding mask, which becomes the
-//! fused node's `mask` input): it reads off the variant, the heads, the scale and the weights, and
+//! additive causal mask, an additive computed bias such as a padding mask or T5's relative bias,
+//! constant biases such as Swin's relative-position bias and shifted-window mask or
+//! EfficientFormer's learned table, summed; these become the fused node's `mask` input, per head
+//! where they differ by head): it reads off the variant, the heads, the scale and the weights, and
 //! the numerical check decides whether the fused node really computes the same thing.
 
 use super::{around_shape, rewrite_each, scalar, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_format::ops::*;
+use kestrel_format::DType;
 
 /// Walks back from `t` through reshapes, transposes and multiplications/divisions by a scalar
 /// (folded into `scale`), collecting the nodes; returns the first tensor that is none of those.
@@ -177,7 +180,9 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     let mut scale = 1.0f32;
     // Scores: scalar scaling and an optional causal mask between the product and the softmax.
     let mut s = sm.x;
-    let mut mask = None;
+    // Constant additive terms (a causal mask, a learned or relative-position bias, a
+    // shifted-window mask), each with the tensor it is added to.
+    let mut consts: Vec<(TensorId, TensorId)> = Vec::new();
     let mut bias = None;
     let mut keep_seen = false;
     let mut keep = None;
@@ -186,7 +191,7 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
         match b.ops()[p] {
             Op::MatMul(m) => break (p, m),
             // A masked fill lowered as `s·keep + fill`: keep must be the lower triangle of ones.
-            Op::Binary(bin) if bin.op == BinaryOp::Mul && mask.is_some() && !keep_seen => {
+            Op::Binary(bin) if bin.op == BinaryOp::Mul && !consts.is_empty() && !keep_seen => {
                 let (x, m) = if b.is_weight(bin.b) { (bin.a, bin.b) } else { (bin.b, bin.a) };
                 if scalar(b, m).is_some() {
                     let mut n = Vec::new();
@@ -203,12 +208,9 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
             }
             Op::Binary(bin) if bin.op == BinaryOp::Add => {
                 if b.is_weight(bin.a) || b.is_weight(bin.b) {
-                    // A constant mask (causal, checked below).
+                    // A constant term: a causal mask, or a bias (checked below).
                     let (x, m) = if b.is_weight(bin.b) { (bin.a, bin.b) } else { (bin.b, bin.a) };
-                    if mask.is_some() {
-                        return None;
-                    }
-                    mask = Some(m);
+                    consts.push((m, bin.y));
                     s = x;
                 } else {
                     // A computed bias (a padding mask): the operand that does not lead back to
@@ -260,10 +262,6 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     nodes.push(qn);
     let x = root_view(b, qd.x, &mut nodes);
     let (g, t, d) = sequences(b, x)?;
-    if g > 1 && bias.is_some() {
-        // A key mask is per sample; the fused node cannot share one across sequences.
-        return None;
-    }
     let mut views = Vec::new();
     let is_x = |b: &ModelBuilder, t: TensorId, views: &mut Vec<usize>| root_view(b, t, views) == x;
     let k = if is_x(b, k_src, &mut views) {
@@ -290,35 +288,59 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     };
     nodes.extend(views);
     let variant = AttentionVariant::from_projections(k.is_some(), v.is_some(), align.is_some())?;
-    let causal = match mask {
-        None => false,
-        Some(m) if keep.is_none_or(|k| lower_ones(b, k, t)) && causal_mask(b, m, t) => true,
-        Some(_) => return None,
-    };
-    // The computed bias becomes the fused node's mask: `[T]` per key or `[T, T]` per query and
-    // key once its leading unit axes (batch, heads: broadcast) are dropped.
-    let mask_src = match bias {
-        None => None,
-        Some(m) => Some((m, mask_shape(b, m, t)?)),
-    };
     let sdims = b.shape_of(m1.a)?;
     let heads = if sdims.rank() >= 3 { sdims.dim(sdims.rank() - 3).max(1) } else { 1 };
     if heads == 0 || d % heads != 0 {
         return None;
     }
+    // One constant that is a causal mask (possibly a masked fill `s·keep + fill`) is the
+    // node's causal flag; any other constant terms are summed into one constant bias.
+    let (causal, const_bias) = match consts[..] {
+        [] => (false, None),
+        [(m, _)] if keep.is_none_or(|k| lower_ones(b, k, t)) && causal_mask(b, m, t) => (true, None),
+        _ if keep.is_some() => return None,
+        _ => (false, Some(constant_bias(b, &consts, heads, t)?)),
+    };
+    if g > 1 && (bias.is_some() || const_bias.is_some()) {
+        // The fused node takes no mask over G sequences per sample.
+        return None;
+    }
+    // The computed bias becomes the fused node's mask: `[T]` per key, `[T, T]` per query and
+    // key or `[H, T, T]` per head once its leading unit axes (batch, broadcast heads) are
+    // dropped.
+    let mask_src = match bias {
+        None => None,
+        Some(m) => Some((m, mask_shape(b, m, t, heads)?)),
+    };
     nodes.sort_unstable();
     nodes.dedup();
     let x = keep_shared_views(b, &mut nodes, x, od.y, (g, t, d), mask_src.as_ref().map(|m| m.0))?;
     // Build: reshape views adapt the input, the mask and the output to the fused node's shapes.
     let y = od.y;
     let mut mask_ops = Vec::new();
-    let mask_in = match &mask_src {
+    let act_mask = match &mask_src {
         None => None,
         Some((m, dims)) if b.shape_of(*m)?.dims().iter().map(|&v| v as usize).eq(dims.iter().copied()) => Some(*m),
         Some((m, dims)) => {
             let mr = b.new_activation("attention_mask", dims).ok()?;
             mask_ops.push(Op::Reshape(Reshape { x: *m, y: mr }));
             Some(mr)
+        }
+    };
+    let const_mask = match const_bias {
+        None => None,
+        Some((dims, values)) => Some((b.weight_as("attention_bias", &dims, values, DType::F32).ok()?, dims)),
+    };
+    let mask_in = match (act_mask, const_mask) {
+        (m, None) => m,
+        (None, Some((w, _))) => Some(w),
+        // Both: their sum, computed per sample before the node (broadcast to the wider shape).
+        (Some(m), Some((w, wd))) => {
+            let md: Vec<usize> = b.shape_of(m)?.dims().iter().map(|&v| v as usize).collect();
+            let dims = if wd.len() >= md.len() { wd } else { md };
+            let sum = b.new_activation("attention_mask", &dims).ok()?;
+            mask_ops.push(Op::Binary(Binary { a: m, b: w, op: BinaryOp::Add, y: sum }));
+            Some(sum)
         }
     };
     let dims: &[usize] = if g > 1 { &[g, t, d] } else { &[t, d] };
@@ -408,14 +430,82 @@ fn leads_to_product(b: &ModelBuilder, mut t: TensorId) -> bool {
 }
 
 /// The fused mask shape of a computed score bias `m`: its dims without leading 1s must be `[T]`
-/// (per key) or `[T, T]` (per query and key); anything else (a per-head mask) is not fused.
-fn mask_shape(b: &ModelBuilder, m: TensorId, t: usize) -> Option<Vec<usize>> {
+/// (per key), `[T, T]` (per query and key) or `[H, T, T]` (per head); anything else is not
+/// fused.
+fn mask_shape(b: &ModelBuilder, m: TensorId, t: usize, heads: usize) -> Option<Vec<usize>> {
     let s = b.shape_of(m)?;
     let dims: Vec<usize> = s.dims().iter().map(|&v| v as usize).skip_while(|&v| v == 1).collect();
     match dims[..] {
         [] if t == 1 => Some(vec![1]),
         [n] if n == t => Some(vec![t]),
         [r, n] if r == t && n == t => Some(vec![t, t]),
+        [h, r, n] if h == heads && r == t && n == t => Some(vec![heads, t, t]),
         _ => None,
     }
+}
+
+/// The sum of the constant score terms `consts` (each a weight and the tensor it is added to,
+/// which must hold the `H·T·T` scores head-major, query-major: the numerical check rejects any
+/// other layout), each broadcast to that tensor: `[T, T]` when every head's block is the same,
+/// else `[H, T, T]`. Swin's relative-position bias plus its shifted-window mask, EfficientFormer's
+/// and LeViT's gathered bias tables, T5's bias with static positions.
+fn constant_bias(
+    b: &ModelBuilder,
+    consts: &[(TensorId, TensorId)],
+    heads: usize,
+    t: usize,
+) -> Option<(Vec<usize>, Vec<f32>)> {
+    let n = heads * t * t;
+    let mut sum = vec![0f32; n];
+    for &(w, at) in consts {
+        let od: Vec<usize> = b.shape_of(at)?.dims().iter().map(|&v| v as usize).collect();
+        let cd: Vec<usize> = b.shape_of(w)?.dims().iter().map(|&v| v as usize).collect();
+        let full = broadcast_to(b.weight_values(w)?, &cd, &od)?;
+        if full.len() != n {
+            return None;
+        }
+        sum.iter_mut().zip(&full).for_each(|(s, v)| *s += v);
+    }
+    let tt = t * t;
+    if sum.chunks(tt).all(|blk| blk == &sum[..tt]) {
+        sum.truncate(tt);
+        Some((vec![t, t], sum))
+    } else {
+        Some((vec![heads, t, t], sum))
+    }
+}
+
+/// `vals` (dims `cd`) broadcast numpy-style to dims `od` (leading unit axes of `cd` beyond `od`'s
+/// rank dropped), row-major; `None` if the shapes do not broadcast.
+fn broadcast_to(vals: &[f32], cd: &[usize], od: &[usize]) -> Option<Vec<f32>> {
+    let mut cd = cd;
+    while cd.len() > od.len() && cd.first() == Some(&1) {
+        cd = &cd[1..];
+    }
+    if cd.len() > od.len() || cd.iter().product::<usize>() != vals.len() {
+        return None;
+    }
+    let off = od.len() - cd.len();
+    let mut strides = vec![0usize; od.len()];
+    let mut step = 1;
+    for i in (0..cd.len()).rev() {
+        if cd[i] != 1 && cd[i] != od[off + i] {
+            return None;
+        }
+        strides[off + i] = if cd[i] == 1 { 0 } else { step };
+        step *= cd[i];
+    }
+    let n: usize = od.iter().product();
+    Some(
+        (0..n)
+            .map(|o| {
+                let (mut rem, mut at) = (o, 0);
+                for a in (0..od.len()).rev() {
+                    at += (rem % od[a]) * strides[a];
+                    rem /= od[a];
+                }
+                vals[at]
+            })
+            .collect(),
+    )
 }

@@ -150,31 +150,25 @@ fn part(
         return None;
     }
     let k = got.len() / t;
-    let out_dims = b.shape_of(out)?.dims().to_vec();
-    // Rows first: some leading axes of `out` multiply to A's rows.
+    let out_dims: Vec<usize> = b.shape_of(out)?.dims().iter().map(|&v| v as usize).collect();
+    if k >= f {
+        return None;
+    }
+    // Rows first: some leading axes of `out` multiply to A's rows. Otherwise one axis of `out`
+    // holds the tokens (a head-major part, `[.., H, T, c]`, as Swin's and timm's packed
+    // `qkv.reshape(B, N, 3, H, c).permute(2, 0, 3, 1, 4)` gives): the dense part is token-major
+    // and a transpose moves its token axis to that place.
     let token_major = out_dims
         .iter()
         .scan(1usize, |p, &v| {
-            *p = p.saturating_mul(v as usize);
+            *p = p.saturating_mul(v);
             Some(*p)
         })
         .any(|p| p == t);
-    if !token_major || k >= f {
-        return None;
-    }
-    let mut sigma = vec![usize::MAX; k];
-    for (o, &v) in got.iter().enumerate() {
-        let id = v as usize;
-        if v != id as f32 || id == 0 || id > numel {
-            return None;
-        }
-        let (ta, fa) = ((id - 1) / f, (id - 1) % f);
-        let (to, j) = (o / k, o % k);
-        if ta != to || (sigma[j] != usize::MAX && sigma[j] != fa) {
-            return None;
-        }
-        sigma[j] = fa;
-    }
+    let layouts: Vec<Option<usize>> =
+        if token_major { vec![None] } else { (0..out_dims.len()).filter(|&a| out_dims[a] == t).map(Some).collect() };
+    let (sigma, token_axis) =
+        layouts.into_iter().find_map(|ax| selection(&got, &out_dims, ax, t, k, f).map(|s| (s, ax)))?;
     // Dense(x, W[σ], b[σ]) with x's leading axes, then a view to `out`'s shape.
     let w_shape = b.shape_of(d.proj.w)?;
     let (rows, cols) = w_shape.as_matrix()?;
@@ -198,9 +192,73 @@ fn part(
     let mut y_dims: Vec<usize> = b.shape_of(d.x)?.dims().iter().map(|&v| v as usize).collect();
     *y_dims.last_mut()? = k;
     let y = b.new_activation("projection_part", &y_dims).ok()?;
-    let ops = vec![
-        Op::Dense(Dense { x: d.x, proj: Proj { w, b: bias }, act: Activation::None, y }),
-        Op::Reshape(Reshape { x: y, y: out }),
-    ];
+    let mut ops = vec![Op::Dense(Dense { x: d.x, proj: Proj { w, b: bias }, act: Activation::None, y })];
+    match token_axis {
+        None => ops.push(Op::Reshape(Reshape { x: y, y: out })),
+        Some(ax) => {
+            // `[T, rest of out's axes]`, then the token axis back to `ax`.
+            let perm = token_first(out_dims.len(), ax);
+            let tdims: Vec<usize> = perm.iter().map(|&a| out_dims[a]).collect();
+            let tm = b.new_activation("projection_part_tokens", &tdims).ok()?;
+            ops.push(Op::Reshape(Reshape { x: y, y: tm }));
+            let mut back = [0u8; kestrel_format::MAX_RANK];
+            for (i, &a) in perm.iter().enumerate() {
+                back[a] = i as u8;
+            }
+            ops.push(Op::Transpose(Transpose { x: tm, perm: back, y: out }));
+        }
+    }
     Some((region, ops))
+}
+
+/// Axis `ax` first, then the others in order.
+fn token_first(rank: usize, ax: usize) -> Vec<usize> {
+    std::iter::once(ax).chain((0..rank).filter(|&a| a != ax)).collect()
+}
+
+/// The selection σ (part feature j = packed feature σ[j]) that the probe output `got` (each
+/// element the 1-based id of the packed element it copies, `out_dims` its shape) makes, read
+/// token-major: the tokens on the leading axes (`token_axis` None) or on axis `ax` (the other
+/// axes, in order, the part's features); `None` unless every element copies its own token.
+fn selection(
+    got: &[f32],
+    out_dims: &[usize],
+    token_axis: Option<usize>,
+    t: usize,
+    k: usize,
+    f: usize,
+) -> Option<Vec<usize>> {
+    let numel = t * f;
+    let perm = match token_axis {
+        None => (0..out_dims.len()).collect(),
+        Some(ax) => token_first(out_dims.len(), ax),
+    };
+    let tdims: Vec<usize> = perm.iter().map(|&a| out_dims[a]).collect();
+    // Strides of `out`'s axes, in the token-major order.
+    let mut strides = vec![1usize; out_dims.len()];
+    for a in (0..out_dims.len().saturating_sub(1)).rev() {
+        strides[a] = strides[a + 1] * out_dims[a + 1];
+    }
+    let tstrides: Vec<usize> = perm.iter().map(|&a| strides[a]).collect();
+    let mut sigma = vec![usize::MAX; k];
+    for o2 in 0..got.len() {
+        // Flat index in `out` of element o2 of the token-major view.
+        let (mut rem, mut o) = (o2, 0);
+        for a in (0..tdims.len()).rev() {
+            o += (rem % tdims[a]) * tstrides[a];
+            rem /= tdims[a];
+        }
+        let v = *got.get(o)?;
+        let id = v as usize;
+        if v != id as f32 || id == 0 || id > numel {
+            return None;
+        }
+        let (ta, fa) = ((id - 1) / f, (id - 1) % f);
+        let (to, j) = (o2 / k, o2 % k);
+        if ta != to || (sigma[j] != usize::MAX && sigma[j] != fa) {
+            return None;
+        }
+        sigma[j] = fa;
+    }
+    Some(sigma)
 }

@@ -1,0 +1,95 @@
+//! Attention with additive score biases (`kestrel_torch/score_bias.py`, PyTorch modules as their
+//! families write them, legacy export at opset 17): Swin's window attention (relative-position
+//! bias gathered from its table, plus the shifted-window mask), EfficientFormer / LeViT's learned
+//! attention-bias table, and T5's bucketed relative bias plus the padding bias of an
+//! `attention_mask` input. Each converts with its attention fused into one `Attention` node whose
+//! `mask` input is the bias (`[H, T, T]`: a constant for Swin and LeViT, a per-sample activation
+//! for T5 with its padding mask), and matches onnxruntime's saved output (3 samples) within 1e-4
+//! on the CPU and on the GPU.
+
+mod common;
+
+use common::gpu;
+use kestrel::format::ops::Op;
+use kestrel::format::TensorKind;
+use kestrel::Input;
+use kestrel_onnx::{compare, convert, read_npy, run_kestrel, ConvertOptions, InputData, InputTensor};
+use kestrel_wgpu::GpuSession;
+use std::path::PathBuf;
+
+const REL_TOL: f64 = 1e-4;
+
+fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
+}
+
+/// The saved inputs (`x`, and T5's `attention_mask`) and onnxruntime's output of a fixture.
+fn io(name: &str) -> (Vec<InputTensor>, Vec<f32>, usize) {
+    let mut feeds = vec![read_npy(data(&format!("score_bias_{name}_in.npy"))).unwrap()];
+    let mask = data(&format!("score_bias_{name}_mask.npy"));
+    if mask.exists() {
+        feeds.push(read_npy(mask).unwrap());
+    }
+    let y = read_npy(data(&format!("score_bias_{name}_out.npy"))).unwrap();
+    let last = *y.shape.last().unwrap();
+    let InputData::F32(want) = y.data else { panic!("output is not f32") };
+    (feeds, want, last)
+}
+
+/// Converts fixture `name`, checks its one attention fused with a mask of `mask_dims` (a weight
+/// when `constant`), and compares the CPU and GPU runs with onnxruntime's output.
+fn fuses_and_matches_onnxruntime(name: &str, mask_dims: &[u32], constant: bool) {
+    let conv = convert(data(&format!("score_bias_{name}.onnx")), &ConvertOptions::default()).unwrap();
+    let ops = &conv.report.kestrel_ops;
+    assert!(!ops.contains_key("Softmax") && !ops.contains_key("MatMul"), "{name}: {ops:?}");
+    let bytes = kestrel::format::aligned_copy(&conv.kes);
+    let f = kestrel::format::KesFile::parse(&bytes).unwrap();
+    let attention: Vec<_> = (0..f.op_count())
+        .filter_map(|n| match f.op(n).unwrap() {
+            Op::Attention(a) => Some(a),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(attention.len(), 1, "{name}: {ops:?}, rejected: {:?}", conv.report.fusion_rejected);
+    let a = attention[0];
+    assert!(!a.causal, "{name}");
+    let m = f.tensor(a.mask.unwrap_or_else(|| panic!("{name}: no mask input"))).unwrap();
+    assert_eq!(m.shape.dims(), mask_dims, "{name}");
+    assert_eq!(m.kind == TensorKind::Weight, constant, "{name}: mask kind {:?}", m.kind);
+
+    let (feeds, want, last) = io(name);
+    let got = run_kestrel(&conv.kes, &feeds).unwrap();
+    let (abs, rel, _, _) = compare(std::slice::from_ref(&want), &got[..1], &[last]).unwrap();
+    println!("{name}: CPU vs onnxruntime: max abs {abs:.2e}, rel {rel:.2e}");
+    assert!(rel <= REL_TOL, "{name}: relative error {rel:.2e}");
+
+    let Some(ctx) = gpu() else { return };
+    let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
+    let cpu = model.cpu().unwrap();
+    let ins: Vec<Input<'_>> = feeds.iter().map(InputTensor::as_input).collect();
+    let mut out = vec![0f32; want.len()];
+    GpuSession::new(&ctx, &cpu, feeds[0].shape[0]).unwrap().run(&ins, &mut [out.as_mut_slice()]).unwrap();
+    let (abs, rel, _, _) = compare(&[want], &[out], &[last]).unwrap();
+    println!("{name}: wgpu vs onnxruntime: max abs {abs:.2e}, rel {rel:.2e}");
+    assert!(rel <= REL_TOL, "{name}: wgpu relative error {rel:.2e}");
+}
+
+/// Swin: the relative-position bias (its table gathered by a fixed index, folded) plus the
+/// shifted-window mask, summed into one constant `[H, T, T]` bias.
+#[test]
+fn swin_window_attention_fuses_with_its_relative_bias_and_window_mask() {
+    fuses_and_matches_onnxruntime("swin", &[2, 16, 16], true);
+}
+
+/// EfficientFormer / LeViT: `attention_biases[:, attention_bias_idxs]`, a constant `[H, T, T]`.
+#[test]
+fn levit_attention_fuses_with_its_learned_bias_table() {
+    fuses_and_matches_onnxruntime("levit", &[4, 16, 16], true);
+}
+
+/// T5: the bucketed relative bias (constant: static positions) plus the padding bias of the
+/// `attention_mask` input, a per-sample `[H, T, T]` activation.
+#[test]
+fn t5_attention_fuses_with_its_bucketed_bias_and_padding_mask() {
+    fuses_and_matches_onnxruntime("t5", &[2, 8, 8], false);
+}
