@@ -115,9 +115,24 @@ fn main() {
             .expect("template")
             .progress_chars("=> "),
     );
+    // Rows already measured (an interrupted run's results.json) are kept, not redone; the file is
+    // rewritten after every export, so a run stopped at any point resumes.
+    let done: Vec<Row> = std::fs::read_to_string(out.join("results.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
     let mut rows = Vec::new();
     for (dir, meta) in &metas {
         bar.set_message(dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+        let key =
+            (s(meta, "source"), s(meta, "model"), meta.get("exporter").and_then(Value::as_str).unwrap_or("build"));
+        if let Some(r) = done.iter().find(|r| {
+            (r.source.as_str(), r.model.as_str(), r.exporter.as_str()) == (key.0.as_str(), key.1.as_str(), key.2)
+        }) {
+            rows.push(r.clone());
+            bar.inc(1);
+            continue;
+        }
         let row = measure(dir, meta);
         if bar.is_hidden() || (row.status != "pass" && !matches!(row.status.as_str(), "build-failed" | "export-failed"))
         {
@@ -135,6 +150,8 @@ fn main() {
             }
         }
         rows.push(row);
+        let json = serde_json::to_string_pretty(&rows).expect("rows serialise");
+        std::fs::write(out.join("results.json"), json + "\n").expect("writing results.json");
         bar.inc(1);
     }
     bar.finish_with_message("done");
@@ -541,6 +558,33 @@ fn markdown(rows: &[Row], not_run: &[(String, String, Vec<String>)], out: &Path)
         let _ = writeln!(m, "Enumerated and not run:\n");
         for (source, n, k) in &sk {
             let _ = writeln!(m, "- {source}: {n} enumerated, {k} left out at enumeration (see `OUT/{source}/enumerated.json`: over 50 M parameters, or no member builds)");
+        }
+        for source in ["torchvision", "timm", "hf"] {
+            if rows.iter().any(|r| r.source == source) {
+                continue;
+            }
+            // Exports written by the Python side but not in these results: say so, with counts.
+            let (mut ok, mut failed) = (0, 0);
+            for e in std::fs::read_dir(out.join(source)).into_iter().flatten().flatten() {
+                if let Ok(Ok(v)) =
+                    std::fs::read_to_string(e.path().join("meta.json")).map(|t| serde_json::from_str::<Value>(&t))
+                {
+                    if v.get("exporter").is_some() {
+                        if v.get("export_error").is_some() {
+                            failed += 1
+                        } else {
+                            ok += 1
+                        }
+                    }
+                }
+            }
+            if ok + failed > 0 {
+                let _ = writeln!(
+                    m,
+                    "- {source}: **not measured in this table**: {} exports attempted, {ok} exported (before timm's one-per-family selection), none converted here yet — run the example over `OUT/{source}`",
+                    ok + failed
+                );
+            }
         }
         for (source, reason, models) in not_run {
             let _ = writeln!(m, "- {source}: {} not run — {reason}: {}", models.len(), models.join(", "));
