@@ -93,3 +93,23 @@ fn levit_attention_fuses_with_its_learned_bias_table() {
 fn t5_attention_fuses_with_its_bucketed_bias_and_padding_mask() {
     fuses_and_matches_onnxruntime("t5", &[2, 8, 8], false);
 }
+
+/// With int8 weights the constant bias stays an f32 weight (the mask slot takes f32 only), the
+/// model loads and runs, and its output stays near onnxruntime's (int8 projections: 5e-2).
+#[test]
+fn a_constant_bias_stays_f32_with_int8_weights() {
+    let opts = ConvertOptions { weights: kestrel::format::DType::I8, ..ConvertOptions::default() };
+    let conv = convert(data("score_bias_swin.onnx"), &opts).unwrap();
+    let bytes = kestrel::format::aligned_copy(&conv.kes);
+    let f = kestrel::format::KesFile::parse(&bytes).unwrap();
+    let Some(Op::Attention(a)) = (0..f.op_count()).map(|n| f.op(n).unwrap()).find(|o| matches!(o, Op::Attention(_)))
+    else {
+        panic!("no Attention node")
+    };
+    let m = f.tensor(a.mask.expect("no mask")).unwrap();
+    assert_eq!((m.kind, m.dtype), (TensorKind::Weight, kestrel::format::DType::F32));
+    let (feeds, want, last) = io("swin");
+    let got = run_kestrel(&conv.kes, &feeds).unwrap();
+    let (_, rel, _, _) = compare(std::slice::from_ref(&want), &got[..1], &[last]).unwrap();
+    assert!(rel <= 5e-2, "int8: relative error {rel:.2e}");
+}
