@@ -229,14 +229,11 @@ pub fn output_shape(
             .ok_or(ShapeError::Invalid { op: name, what: "output rank or dim too large" }),
         Op::Attention(o) => {
             // `[T, d]`, or `[G, T, d]`: G independent sequences per sample (MobileViT's
-            // patch-pixel axis), which a key mask cannot be shared across.
+            // patch-pixel axis, Swin's windows), which share a mask or read one block of it each.
             let x = shape_of(o.x);
             if x.rank() == 3 {
-                if o.mask.is_some() {
-                    return Err(ShapeError::Invalid {
-                        op: name,
-                        what: "a key mask needs a [T, d] input, not [G, T, d]",
-                    });
+                if let Some(m) = o.mask {
+                    check_group_mask(name, &shape_of(m), x.dim(0), x.dim(1), o.heads as usize)?;
                 }
                 return Ok(x);
             }
@@ -267,6 +264,29 @@ fn tokens(op: &'static str, s: Shape) -> Result<Shape, ShapeError> {
         return Err(mismatch(op, "input rank ([T, d])", 2, s.rank()));
     }
     Ok(s)
+}
+
+/// Checks the mask of an attention over `[G, T, d]` (G sequences per sample): one that every
+/// sequence shares ([`check_key_mask`]'s shapes) or `[G, 1, T, T]` / `[G, H, T, T]` (sequence g
+/// reads block g: Swin's shifted-window mask, one per window).
+pub fn check_group_mask(
+    op: &'static str,
+    s: &kestrel_format::Shape,
+    groups: usize,
+    t: usize,
+    heads: usize,
+) -> Result<(), ShapeError> {
+    match s.dims() {
+        [g, h, r, n] => {
+            expect_eq(op, "per-sequence mask blocks (sequences G)", groups, *g as usize)?;
+            if *h != 1 {
+                expect_eq(op, "per-head mask heads", heads, *h as usize)?;
+            }
+            expect_eq(op, "mask rows (tokens T)", t, *r as usize)?;
+            expect_eq(op, "mask columns (tokens T)", t, *n as usize)
+        }
+        _ => check_key_mask(op, s, t, heads),
+    }
 }
 
 /// Checks an attention mask's shape (per sample for an activation; a weight's own shape, shared

@@ -575,20 +575,66 @@ fn attention_every_variant_heads_and_mask() {
     check_all(&cases);
 }
 
-/// A key mask is per sample: an attention over `[G, T, d]` sequences cannot take one.
+/// An attention over `[G, T, d]` sequences takes a mask all share or one block per sequence
+/// (`[G, 1 or H, T, T]`); a per-sequence mask with another number of blocks or heads is a typed
+/// error.
 #[test]
-fn grouped_attention_with_a_mask_is_rejected() {
-    let mut b = ModelBuilder::new("grouped mask");
-    let x = b.input("x", &[2, T, D]).unwrap();
-    let m = b.input("mask", &[T]).unwrap();
-    let mut rng = Rng::new(3);
-    let mut proj = |b: &mut ModelBuilder, name: &str| {
-        let w = b.weight(name, &[D, D], rng.uniform_vec(D * D, 1.0)).unwrap();
-        Proj { w, b: None }
-    };
-    let qkvo = [proj(&mut b, "q"), proj(&mut b, "k"), proj(&mut b, "v"), proj(&mut b, "o")];
-    let err = b.op(|y| standard_attention(x, 2, 0.5, qkvo, Some(m), y)).unwrap_err();
-    assert!(err.to_string().contains("key mask needs a [T, d] input"), "{err}");
+fn grouped_attention_with_a_mask_of_the_wrong_blocks_is_rejected() {
+    for (dims, what) in [(vec![3, 1, T, T], "per-sequence mask blocks"), (vec![2, 3, T, T], "per-head mask heads")] {
+        let mut b = ModelBuilder::new("grouped mask");
+        let x = b.input("x", &[2, T, D]).unwrap();
+        let m = b.input("mask", &dims).unwrap();
+        let mut rng = Rng::new(3);
+        let mut proj = |b: &mut ModelBuilder, name: &str| {
+            let w = b.weight(name, &[D, D], rng.uniform_vec(D * D, 1.0)).unwrap();
+            Proj { w, b: None }
+        };
+        let qkvo = [proj(&mut b, "q"), proj(&mut b, "k"), proj(&mut b, "v"), proj(&mut b, "o")];
+        let err = b.op(|y| standard_attention(x, 2, 0.5, qkvo, Some(m), y)).unwrap_err();
+        assert!(err.to_string().contains(what), "{dims:?}: {err}");
+    }
+}
+
+/// `[G, T, d]` sequences (Swin's windows) with a mask all share (a relative-position bias
+/// `[H, T, T]`, a key mask `[T]`) or one block per sequence (a shifted-window mask `[G, 1, T,
+/// T]`, `[G, H, T, T]`), constant or a per-sample input, every variant.
+#[test]
+fn grouped_attention_with_masks_every_variant() {
+    let mut cases = Vec::new();
+    const G: usize = 3;
+    for &variant in AttentionVariant::ALL {
+        for (heads, causal, dims, constant) in [
+            (2usize, false, vec![G, 1, T, T], true),
+            (2, true, vec![G, 2, T, T], false),
+            (4, false, vec![4, T, T], true),
+            (1, false, vec![T], false),
+        ] {
+            let name = format!("Attention {variant:?} G{G} h{heads} causal {causal} mask {dims:?} constant {constant}");
+            cases.push(case("Attention", name, false, move |c| {
+                let x = c.input(&[G, T, D], NORMAL)?;
+                let per_query = dims.len() > 1;
+                let blocks = dims.iter().product::<usize>() / if per_query { T * T } else { T };
+                let draw = |c: &mut Ctx| -> Vec<f32> {
+                    (0..blocks)
+                        .flat_map(|_| {
+                            kestrel_reference::testing::random_mask(&mut c.rng, T, per_query, causal, -100.0, true)
+                        })
+                        .collect()
+                };
+                let m = if constant {
+                    let v = draw(c);
+                    c.b.weight_as("bias", &dims, v, DType::F32)?
+                } else {
+                    let m = c.b.input("bias", &dims)?;
+                    let v: Vec<f32> = (0..BATCH).flat_map(|_| draw(c)).collect();
+                    c.feeds.push(Feed::F32(v));
+                    m
+                };
+                attention(c, x, variant, heads, causal, Some(m), [true, true])
+            }));
+        }
+    }
+    check_all(&cases);
 }
 
 /// Attention with a score mask input (`[T]` per key or `[T, T]` per query and key), a different

@@ -449,12 +449,13 @@ AlignTokens align_tokens {
 }
 /// `attention.wgsl: attend`, `attend_rows` (`groups`: sequences per sample, 0 = 1). The score
 /// bias (`has_mask`): `[T]` per key, `[T, T]` (`mask_rows`) or `[H, T, T]` (`mask_rows` and
-/// `mask_heads`), an activation region `mask` or, with `mask_const`, the weight `mask_w`.
+/// `mask_heads`), with `mask_groups` one such block per sequence of a `[G, T, d]` input; an
+/// activation region `mask` or, with `mask_const`, the weight `mask_w`.
 Attend attend {
     q: Region = 2, k: Region = 4, v: Region = 6, o: Region = 8, t: usize = 10, d: usize = 11,
     heads: usize = 12, causal: bool = 13, scale: f32 = 14, has_mask: bool = 15, mask: Region = 16 opt,
     mask_rows: bool = 18 opt, groups: usize = 19, mask_heads: bool = 20 opt, mask_const: bool = 21 opt,
-    mask_w: Wd = 24 opt,
+    mask_groups: bool = 22 opt, mask_w: Wd = 24 opt,
 }
 /// `aft.wgsl: exp_values`.
 ExpValues exp_values {

@@ -7,14 +7,15 @@ use crate::error::{RunError, ShapeError};
 use crate::graph::Graph;
 use crate::kernels::aft::*;
 use crate::kernels::attention::{
-    attention_groups, attention_masked, attention_scratch, attention_scratch_fast, attention_scratch_groups,
-    check_key_mask, AttentionParams, AttentionWeights,
+    attention_groups_masked, attention_masked, attention_scratch, attention_scratch_fast, attention_scratch_groups,
+    AttentionParams, AttentionWeights,
 };
 use crate::kernels::fastformer::{
     fastformer, fastformer_scratch, FastformerParams, FastformerScores, FastformerWeights,
 };
 #[cfg(feature = "std")]
 use crate::threads::SharedMut;
+use kestrel_core::shapes::check_group_mask;
 use kestrel_format::ops::{AftBias, MechanismOp, Op, Proj, TensorId};
 
 /// Kernel params and weights of one mechanism node.
@@ -28,13 +29,14 @@ enum Prep<'a> {
     Fastformer(FastformerParams, FastformerWeights<'a>),
 }
 
-/// Where an attention node's additive score bias comes from.
+/// Where an attention node's additive score bias comes from, and whether it holds one block per
+/// sequence (`[G, 1 or H, T, T]` over a `[G, T, d]` input).
 #[derive(Clone, Copy)]
 enum MaskSrc<'a> {
     /// An activation: one mask per sample.
-    Act(TensorId),
+    Act(TensorId, bool),
     /// A constant (a weight stored as f32): the same for every sample.
-    Weight(&'a [f32]),
+    Weight(&'a [f32], bool),
 }
 
 fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
@@ -86,16 +88,17 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
                 None => None,
                 Some(m) => {
                     let info = file.tensor(m).map_err(super::lookup_err)?;
-                    check_key_mask(op.name(), &info.shape, t, p.heads)?;
+                    check_group_mask(op.name(), &info.shape, groups, t, p.heads)?;
+                    let per_group = info.shape.rank() == 4;
                     if info.kind == kestrel_format::TensorKind::Weight {
                         // The loader admits only f32 weights in the mask slot.
                         let values = weight(file, m)?.as_f32().ok_or(ShapeError::Invalid {
                             op: op.name(),
                             what: "a constant attention mask must be stored as f32",
                         })?;
-                        Some(MaskSrc::Weight(values))
+                        Some(MaskSrc::Weight(values, per_group))
                     } else {
-                        Some(MaskSrc::Act(m))
+                        Some(MaskSrc::Act(m, per_group))
                     }
                 }
             };
@@ -182,11 +185,11 @@ pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Resul
     // The attention score bias: `[T]`, `[T, T]` or `[H, T, T]` per sample (an activation, `mn`
     // elements apart), or one constant for every sample (`mn` = 0), validated at load.
     let mask = match prep {
-        Prep::Attention(.., Some(MaskSrc::Act(m))) => {
+        Prep::Attention(.., Some(MaskSrc::Act(m, per_group))) => {
             let mi = info(file, m)?;
-            Some((acts.region(&mi)?, numel(&mi)?))
+            Some((acts.region(&mi)?, numel(&mi)?, per_group))
         }
-        Prep::Attention(.., Some(MaskSrc::Weight(values))) => Some((values, 0)),
+        Prep::Attention(.., Some(MaskSrc::Weight(values, per_group))) => Some((values, 0, per_group)),
         Prep::Attention(.., None)
         | Prep::AftFull(..)
         | Prep::AftLocal(..)
@@ -194,16 +197,12 @@ pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Resul
         | Prep::AftConv(..)
         | Prep::Fastformer(..) => None,
     };
+    // Sample s's mask (an activation's own, a constant's whole), and whether it is per sequence.
+    let sample_mask =
+        |s: usize| mask.map(|(all, mn, per_group)| (if mn == 0 { all } else { &all[s * mn..(s + 1) * mn] }, per_group));
     let one = |s: usize, x: &[f32], y: &mut [f32], scratch: &mut [f32]| match &prep {
-        Prep::Attention(p, w, 1, _) => attention_masked(
-            p,
-            w,
-            x,
-            mask.map(|(all, mn)| if mn == 0 { all } else { &all[s * mn..(s + 1) * mn] }),
-            y,
-            scratch,
-        ),
-        Prep::Attention(p, w, g, _) => attention_groups(p, w, *g, x, y, scratch),
+        Prep::Attention(p, w, 1, _) => attention_masked(p, w, x, sample_mask(s).map(|(m, _)| m), y, scratch),
+        Prep::Attention(p, w, g, _) => attention_groups_masked(p, w, *g, x, sample_mask(s), y, scratch),
         Prep::AftFull(p, w) => aft_full(p, w, x, y, scratch),
         Prep::AftLocal(p, w) => aft_local(p, w, x, y, scratch),
         Prep::AftSimple(p, w) => aft_simple(p, w, x, y, scratch),

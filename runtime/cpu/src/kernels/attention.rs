@@ -355,7 +355,7 @@ pub fn attention_masked(
     else {
         return attention_rowwise(p, w, x, mask, y, scratch);
     };
-    blocked(p, w, 1, qb, x, mask, y, scratch);
+    blocked(p, w, 1, qb, x, (mask, false), y, scratch);
 }
 
 /// G independent sequences `x [G, T, d] -> y [G, T, d]` of the same weights (no mask): with
@@ -370,16 +370,48 @@ pub fn attention_groups(
     y: &mut [f32],
     scratch: &mut [f32],
 ) {
+    attention_groups_masked(p, w, groups, x, None, y, scratch);
+}
+
+/// [`attention_groups`] with an additive mask: `(values, false)`, one every sequence shares (as
+/// [`attention_masked`] takes it), or `(values, true)`, G equal blocks (`[G, 1, T, T]` or `[G,
+/// H, T, T]`: sequence g reads block g, as [`attention_masked`] reads a `[T, T]` or `[H, T, T]`
+/// mask).
+pub fn attention_groups_masked(
+    p: &AttentionParams,
+    w: &AttentionWeights<'_>,
+    groups: usize,
+    x: &[f32],
+    mask: Option<(&[f32], bool)>,
+    y: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let (values, per_group) = match mask {
+        Some((m, pg)) => (Some(m), pg),
+        None => (None, false),
+    };
     if groups > 1 && scratch.len() >= attention_scratch_groups(p, groups) {
-        return blocked(p, w, groups, block_rows(p.t), x, None, y, scratch);
+        return blocked(p, w, groups, block_rows(p.t), x, (values, per_group), y, scratch);
     }
     let td = p.t * p.d;
-    for (x, y) in x.chunks_exact(td).zip(y.chunks_exact_mut(td)).take(groups) {
-        attention_masked(p, w, x, None, y, scratch);
+    for (g, (x, y)) in x.chunks_exact(td).zip(y.chunks_exact_mut(td)).take(groups).enumerate() {
+        attention_masked(p, w, x, group_mask(values, per_group, groups, g), y, scratch);
     }
 }
 
-/// The blocked path over `groups` sequences (a mask only with one).
+/// Sequence g's mask: the shared one, or block g of G.
+#[inline]
+fn group_mask(mask: Option<&[f32]>, per_group: bool, groups: usize, g: usize) -> Option<&[f32]> {
+    match mask {
+        Some(m) if per_group && groups > 0 => {
+            let n = m.len() / groups;
+            Some(&m[g * n..(g + 1) * n])
+        }
+        m => m,
+    }
+}
+
+/// The blocked path over `groups` sequences; `mask`: shared, or (`true`) one block per sequence.
 #[allow(clippy::too_many_arguments)]
 fn blocked(
     p: &AttentionParams,
@@ -387,7 +419,7 @@ fn blocked(
     groups: usize,
     qb: usize,
     x: &[f32],
-    mask: Option<&[f32]>,
+    (all_masks, per_group): (Option<&[f32]>, bool),
     y: &mut [f32],
     scratch: &mut [f32],
 ) {
@@ -423,6 +455,7 @@ fn blocked(
     };
 
     for g in 0..groups {
+        let mask = group_mask(all_masks, per_group, groups, g);
         let keys = &keys_all[g * td..(g + 1) * td];
         let values = if direct_vt.is_some() { &[][..] } else { &values_all[g * td..(g + 1) * td] };
         let q = &q[g * td..(g + 1) * td];

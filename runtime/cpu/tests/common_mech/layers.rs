@@ -107,6 +107,20 @@ impl AttnLayer {
         let w = self.weights(p);
         run(groups * p.t * p.d, scratch, |y, s| attention_groups(p, &w, groups, x, y, s))
     }
+
+    /// [`run_groups`](Self::run_groups) with a mask shared by every sequence or (`per_group`)
+    /// one block per sequence.
+    pub fn run_groups_masked(
+        &mut self,
+        p: &AttentionParams,
+        groups: usize,
+        x: &[f32],
+        mask: (&[f32], bool),
+        scratch: usize,
+    ) -> Vec<f32> {
+        let w = self.weights(p);
+        run(groups * p.t * p.d, scratch, |y, s| attention_groups_masked(p, &w, groups, x, Some(mask), y, s))
+    }
 }
 
 /// Which attention kernel path a test runs (by the scratch it gets).

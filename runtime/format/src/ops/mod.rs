@@ -566,7 +566,8 @@ pub struct Attention {
     /// mask[i, j]` in every head: what transformers' mask utilities give, `[B, 1, T, T]` with
     /// the head axis broadcast) or `[H, T, T]` (per head, `+ mask[h, i, j]` in head h: Swin's
     /// relative-position bias, T5's bucketed bias, EfficientFormer's and LeViT's learned
-    /// biases). Added before the softmax, on the
+    /// biases); over a `[G, T, d]` input also `[G, 1, T, T]` or `[G, H, T, T]`, sequence g reading
+    /// block g (Swin's shifted-window mask, one per window). Added before the softmax, on the
     /// keys the causal mask leaves visible when both are present. Typically 0 for kept keys
     /// and a large negative (f32::MIN, HF's finfo.min) for padding. A row whose every visible
     /// score is −∞ gets zero weights (its head output is 0) rather than NaN; a finite bias such

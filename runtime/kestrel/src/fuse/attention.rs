@@ -299,18 +299,14 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
         [] => (false, None),
         [(m, _)] if keep.is_none_or(|k| lower_ones(b, k, t)) && causal_mask(b, m, t) => (true, None),
         _ if keep.is_some() => return None,
-        _ => (false, Some(constant_bias(b, &consts, heads, t)?)),
+        _ => (false, Some(constant_bias(b, &consts, g, heads, t)?)),
     };
-    if g > 1 && (bias.is_some() || const_bias.is_some()) {
-        // The fused node takes no mask over G sequences per sample.
-        return None;
-    }
     // The computed bias becomes the fused node's mask: `[T]` per key, `[T, T]` per query and
     // key or `[H, T, T]` per head once its leading unit axes (batch, broadcast heads) are
-    // dropped.
+    // dropped; over G sequences also `[G, 1 or H, T, T]`, a block per sequence.
     let mask_src = match bias {
         None => None,
-        Some(m) => Some((m, mask_shape(b, m, t, heads)?)),
+        Some(m) => Some((m, mask_shape(b, m, g, t, heads)?)),
     };
     nodes.sort_unstable();
     nodes.dedup();
@@ -337,7 +333,7 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
         // Both: their sum, computed per sample before the node (broadcast to the wider shape).
         (Some(m), Some((w, wd))) => {
             let md: Vec<usize> = b.shape_of(m)?.dims().iter().map(|&v| v as usize).collect();
-            let dims = if wd.len() >= md.len() { wd } else { md };
+            let dims = broadcast_dims(&md, &wd)?;
             let sum = b.new_activation("attention_mask", &dims).ok()?;
             mask_ops.push(Op::Binary(Binary { a: m, b: w, op: BinaryOp::Add, y: sum }));
             Some(sum)
@@ -432,7 +428,7 @@ fn leads_to_product(b: &ModelBuilder, mut t: TensorId) -> bool {
 /// The fused mask shape of a computed score bias `m`: its dims without leading 1s must be `[T]`
 /// (per key), `[T, T]` (per query and key) or `[H, T, T]` (per head); anything else is not
 /// fused.
-fn mask_shape(b: &ModelBuilder, m: TensorId, t: usize, heads: usize) -> Option<Vec<usize>> {
+fn mask_shape(b: &ModelBuilder, m: TensorId, g: usize, t: usize, heads: usize) -> Option<Vec<usize>> {
     let s = b.shape_of(m)?;
     let dims: Vec<usize> = s.dims().iter().map(|&v| v as usize).skip_while(|&v| v == 1).collect();
     match dims[..] {
@@ -440,22 +436,39 @@ fn mask_shape(b: &ModelBuilder, m: TensorId, t: usize, heads: usize) -> Option<V
         [n] if n == t => Some(vec![t]),
         [r, n] if r == t && n == t => Some(vec![t, t]),
         [h, r, n] if h == heads && r == t && n == t => Some(vec![heads, t, t]),
+        [q, h, r, n] if g > 1 && q == g && (h == 1 || h == heads) && r == t && n == t => Some(dims),
         _ => None,
     }
 }
 
+/// numpy broadcasting of two dim lists (aligned on the right).
+fn broadcast_dims(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let r = a.len().max(b.len());
+    let at = |d: &[usize], i: usize| if i + d.len() >= r { d[i + d.len() - r] } else { 1 };
+    (0..r)
+        .map(|i| match (at(a, i), at(b, i)) {
+            (x, y) if x == y || y == 1 => Some(x),
+            (1, y) => Some(y),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The sum of the constant score terms `consts` (each a weight and the tensor it is added to,
-/// which must hold the `H·T·T` scores head-major, query-major: the numerical check rejects any
-/// other layout), each broadcast to that tensor: `[T, T]` when every head's block is the same,
-/// else `[H, T, T]`. Swin's relative-position bias plus its shifted-window mask, EfficientFormer's
-/// and LeViT's gathered bias tables, T5's bias with static positions.
+/// which must hold the `G·H·T·T` scores sequence-major, then head-major, query-major: the
+/// numerical check rejects any other layout), each broadcast to that tensor, in the smallest
+/// form the mask slot takes: `[T, T]` when every sequence and head has the same block, `[H, T,
+/// T]` when only heads differ, else `[G, 1, T, T]` or `[G, H, T, T]` (one block per sequence).
+/// Swin's relative-position bias plus its shifted-window mask (per window), EfficientFormer's and
+/// LeViT's gathered bias tables, T5's bias with static positions.
 fn constant_bias(
     b: &ModelBuilder,
     consts: &[(TensorId, TensorId)],
+    g: usize,
     heads: usize,
     t: usize,
 ) -> Option<(Vec<usize>, Vec<f32>)> {
-    let n = heads * t * t;
+    let n = g * heads * t * t;
     let mut sum = vec![0f32; n];
     for &(w, at) in consts {
         let od: Vec<usize> = b.shape_of(at)?.dims().iter().map(|&v| v as usize).collect();
@@ -466,13 +479,22 @@ fn constant_bias(
         }
         sum.iter_mut().zip(&full).for_each(|(s, v)| *s += v);
     }
-    let tt = t * t;
-    if sum.chunks(tt).all(|blk| blk == &sum[..tt]) {
-        sum.truncate(tt);
-        Some((vec![t, t], sum))
-    } else {
-        Some((vec![heads, t, t], sum))
+    let (tt, per_group) = (t * t, heads * t * t);
+    let same = |v: &[f32], size: usize| v.chunks(size).all(|blk| blk == &v[..size]);
+    if same(&sum, per_group) {
+        // Every sequence alike: one `[H, T, T]` block, or `[T, T]` if the heads share it.
+        sum.truncate(per_group);
+        if same(&sum, tt) {
+            sum.truncate(tt);
+            return Some((vec![t, t], sum));
+        }
+        return Some((vec![heads, t, t], sum));
     }
+    if sum.chunks(per_group).all(|grp| same(grp, tt)) {
+        let one: Vec<f32> = sum.chunks(per_group).flat_map(|grp| grp[..tt].iter().copied()).collect();
+        return Some((vec![g, 1, t, t], one));
+    }
+    Some((vec![g, heads, t, t], sum))
 }
 
 /// `vals` (dims `cd`) broadcast numpy-style to dims `od` (leading unit axes of `cd` beyond `od`'s

@@ -214,9 +214,26 @@ impl<'a> Interp<'a> {
                     o: self.dense(o.o),
                     mask: o.mask.map(x_of),
                 };
-                // `[G, T, d]`: each of the G sequences on its own.
+                // `[G, T, d]`: each of the G sequences on its own, with its block of a
+                // `[G, 1 or H, T, T]` mask (any other mask shared).
                 let (t, d) = (xd[xd.len() - 2], xd[xd.len() - 1]);
-                x_of(o.x).chunks_exact(t * d).flat_map(|xs| m::attention(xs, t, d, &a)).collect()
+                let per_group = o.mask.is_some_and(|m| self.dims(m).len() == 4);
+                let groups = x_of(o.x).len() / (t * d);
+                x_of(o.x)
+                    .chunks_exact(t * d)
+                    .enumerate()
+                    .flat_map(|(g, xs)| {
+                        let mask = a.mask.map(|mv| {
+                            let n = mv.len() / groups;
+                            if per_group {
+                                &mv[g * n..(g + 1) * n]
+                            } else {
+                                mv
+                            }
+                        });
+                        m::attention(xs, t, d, &AttentionRef { mask, ..a })
+                    })
+                    .collect()
             }
             Op::AftFull(o) => {
                 let xd = self.dims(o.x);

@@ -24,7 +24,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
     };
     let x_id = op.main_input();
     let xs = ctx.info(x_id)?.shape;
-    // `[T, d]`; attention also takes `[G, T, d]`, G sequences per sample (no mask then).
+    // `[T, d]`; attention also takes `[G, T, d]`, G sequences per sample.
     let shape_err = || GpuError::Model(format!("node {node}: mechanism input must be [T, d]"));
     let (groups, t, d) = match xs.rank() {
         2 => (1, xs.dim(0), xs.dim(1)),
@@ -112,11 +112,22 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 .set(attend::has_mask, o.mask.is_some())?
                 .set(attend::groups, groups)?;
             if let Some(m) = o.mask {
-                // `[T]`, `[T, T]` or `[H, T, T]` (the loader checked the shape), per sample or a
-                // constant weight (f32, shared by every sample).
+                // `[T]`, `[T, T]` or `[H, T, T]`, or per sequence `[G, 1 or H, T, T]` (the loader
+                // checked the shape), per sample or a constant weight (f32, shared by every
+                // sample).
                 let info = ctx.info(m)?;
-                let rank = info.shape.rank();
-                p = p.set(attend::mask_rows, rank >= 2)?.set(attend::mask_heads, rank == 3)?;
+                let dims = info.shape.dims();
+                let rank = dims.len();
+                // `[G, 1 or H, T, T]`: a block per sequence.
+                let heads_axis = match rank {
+                    3 => true,
+                    4 => dims[1] > 1,
+                    _ => false,
+                };
+                p = p
+                    .set(attend::mask_rows, rank >= 2)?
+                    .set(attend::mask_heads, heads_axis)?
+                    .set(attend::mask_groups, rank == 4)?;
                 p = if info.kind == kestrel_format::TensorKind::Weight {
                     p.set(attend::mask_const, true)?.set(attend::mask_w, ctx.weight(m)?)?
                 } else {

@@ -42,10 +42,11 @@ fn align_tokens_body(it: Item) {
 // cuts very long loops short). With a mask (`has_mask`), mask[s, j] ([T] per sample),
 // mask[s, i, j] ([T, T], `mask_rows`) or mask[s, h, i, j] ([H, T, T], `mask_heads` too) is added
 // to the score of query i and key j in head h (`mask_const`: one constant weight `mask_w` for
-// every sample); a row whose every score is −∞ gets zero weights (its sum is 0), not NaN.
+// every sample; `mask_groups`: one block per sequence of a `[G, T, d]` input); a row whose
+// every score is −∞ gets zero weights (its sum is 0), not NaN.
 // Parameters `AttendP`: regions q, k, v, o; t, d, heads, causal, scale, has_mask, mask,
-//    mask_rows, mask_heads, mask_const, mask_w, groups (sequences per sample G, 0 = 1; strides
-//    then per sequence, no mask).
+//    mask_rows, mask_heads, mask_const, mask_groups, mask_w, groups (sequences per sample G,
+//    0 = 1; strides then per sequence, the mask's per sample).
 //    Rows of q, k, v, o are d apart.
 //    per = heads · ⌈t / BQ⌉ · ⌈c / CT⌉ · WG (threads), so one workgroup per query block and
 //    output column chunk.
@@ -74,11 +75,16 @@ fn key_bias(s: u32, h: u32, i: u32, j: u32) -> f32 {
     let prm = attend_p();
     if prm.has_mask {
         let t = prm.t;
-        let e = select(0u, h * t * t, prm.mask_heads) + select(0u, i * t, prm.mask_rows) + j;
+        // Sequence s is sequence s % G of sample s / G (G = 1 without groups); with
+        // `mask_groups` it reads block s % G of the mask.
+        let g = max(prm.groups, 1u);
+        let block = select(t * t, prm.heads * t * t, prm.mask_heads);
+        let e = select(0u, (s % g) * block, prm.mask_groups) + select(0u, h * t * t, prm.mask_heads)
+            + select(0u, i * t, prm.mask_rows) + j;
         if prm.mask_const {
             return wflat(prm.mask_w, e);
         }
-        return act[prm.mask.base + s * prm.mask.stride + e];
+        return act[prm.mask.base + (s / g) * prm.mask.stride + e];
     }
     return 0.0;
 }

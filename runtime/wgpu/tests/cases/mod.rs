@@ -175,7 +175,8 @@ pub fn attention_cases() -> Vec<Case> {
 /// own: T5's bucketed bias computed in the graph), and constant ones, f32 weights shared by every
 /// sample (EfficientFormer's learned bias, Swin's relative-position bias plus its shifted-window
 /// mask): `[T]`, `[T, T]` and `[H, T, T]`; narrow heads (`attend_rows` on software adapters)
-/// and wide ones (`attend`, several key tiles), causal and not, f32::MIN / −∞ / −1e4 fills.
+/// and wide ones (`attend`, several key tiles), causal and not, f32::MIN / −∞ / −1e4 fills; and
+/// over G sequences per sample, a mask shared or one block per sequence.
 pub fn score_bias_cases() -> Vec<Case> {
     use AttentionVariant::{Efficient, Optimised, Standard, Super};
     let mut v = Vec::new();
@@ -205,6 +206,37 @@ pub fn score_bias_cases() -> Vec<Case> {
             let mut draw = || -> Vec<f32> {
                 (0..blocks)
                     .flat_map(|_| kestrel_reference::testing::random_mask(&mut rng, t, form > 0, causal, fill, true))
+                    .collect()
+            };
+            let m = if constant {
+                c.b.weight_as("bias", &dims, draw(), kestrel::format::DType::F32)?
+            } else {
+                let m = c.b.input(&format!("x{}", c.feeds.len()), &dims)?;
+                let vals: Vec<f32> = (0..crate::BATCH).flat_map(|_| draw()).collect();
+                c.feeds.push(crate::Feed::F32(vals));
+                m
+            };
+            attention_op(c, x, variant, (t, d, heads), causal, Some(m))
+        }));
+    }
+    // G sequences per sample (Swin's windows): a mask all share (`[H, T, T]`, `[T]`) or one
+    // block per sequence (`[G, 1, T, T]`, `[G, H, T, T]`), constant or an input.
+    for (variant, g, t, d, heads, causal, dims, constant) in [
+        (Standard, 4usize, 16usize, 16usize, 2u32, false, vec![4usize, 1, 16, 16], true),
+        (Efficient, 3, 7, 96, 3, true, vec![3, 3, 7, 7], false),
+        (Standard, 2, 20, 64, 2, false, vec![2, 20, 20], true),
+        (Super, 3, 9, 16, 4, false, vec![9], false),
+    ] {
+        let name =
+            format!("attention {variant:?} G{g} T{t} d{d} h{heads} causal={causal} mask {dims:?} constant={constant}");
+        v.push(case("attention", name, move |c| {
+            let x = c.input(&[g, t, d])?;
+            let per_query = dims.len() > 1;
+            let blocks = dims.iter().product::<usize>() / if per_query { t * t } else { t };
+            let mut rng = kestrel_reference::testing::Rng::new(c.rng.vec(1, 1.0)[0].to_bits().into());
+            let mut draw = || -> Vec<f32> {
+                (0..blocks)
+                    .flat_map(|_| kestrel_reference::testing::random_mask(&mut rng, t, per_query, causal, -100.0, true))
                     .collect()
             };
             let m = if constant {
