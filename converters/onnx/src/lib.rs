@@ -144,13 +144,23 @@ pub fn convert_with(
     let mut notices = Vec::new();
     let input_outlets = model.input_outlets().map_err(error::tract_err(&p, "list the inputs"))?.to_vec();
     for (inp, &outlet) in inputs.iter().zip(&input_outlets) {
-        let int = inp.dt.is_integer();
-        if ![DatumType::F32, DatumType::I64, DatumType::I32].contains(&inp.dt) {
+        // Integers are token ids where a table lookup (or a boolean mask) reads them, and
+        // otherwise f32 values (exact up to 2^24; the runtime refuses larger ones).
+        let bound =
+            if [DatumType::I64, DatumType::I32].contains(&inp.dt) { lower::read_as_ids(&model, outlet) } else { None };
+        let int = bound.is_some();
+        if !int && inp.dt != DatumType::F32 {
             notices.push(format!(
                 "input `{}` is {:?} in the ONNX graph: Kestrel takes it as f32{}",
                 inp.name,
                 inp.dt,
-                if inp.dt == DatumType::Bool { " (0 or 1)" } else { "" }
+                if inp.dt == DatumType::Bool {
+                    " (0 or 1)"
+                } else if inp.dt.is_integer() {
+                    " values (integers fed as they are, exact up to 2^24; no wraparound)"
+                } else {
+                    ""
+                }
             ));
         }
         // The graph input has the user's per-sample shape (the ONNX shape without its batch
@@ -171,8 +181,16 @@ pub fn convert_with(
             let feed = if inp.dt == i32::datum_type() { FeedDType::I32 } else { FeedDType::I64 };
             (l.b.input_ids(&inp.name, n)?, vec![n], feed)
         } else {
-            (l.b.input(&inp.name, &user_shape)?, user_shape.clone(), FeedDType::F32)
+            let feed = match inp.dt {
+                DatumType::I32 | DatumType::I16 | DatumType::U16 | DatumType::I8 | DatumType::U8 => FeedDType::I32,
+                dt if dt.is_integer() => FeedDType::I64,
+                _ => FeedDType::F32,
+            };
+            (l.b.input(&inp.name, &user_shape)?, user_shape.clone(), feed)
         };
+        if let Some(b) = bound {
+            l.id_bounds.insert(id, b);
+        }
         let inner = if !int && user_shape != inp.shape { l.b.reshape(id, &inp.shape)? } else { id };
         l.set_input(outlet, Val::Act { id: inner, shape: inp.shape.clone(), int });
         let shape = Shape::from_usize(&kshape).ok_or_else(|| ConvertError::BadInput {

@@ -21,9 +21,22 @@ pub(crate) struct LoadedInput {
 }
 
 /// The element types an input may have: f32 and ids as the runtime takes them; f64 and f16
-/// inputs are fed as f32 (the converter says so), bool inputs as f32 0/1.
-const TAKEN: [DatumType; 6] =
-    [DatumType::F32, DatumType::F64, DatumType::F16, DatumType::I64, DatumType::I32, DatumType::Bool];
+/// inputs are fed as f32 (the converter says so), bool inputs as f32 0/1, integers as token ids
+/// where a table lookup reads them and otherwise as exact f32 values.
+const TAKEN: [DatumType; 12] = [
+    DatumType::F32,
+    DatumType::F64,
+    DatumType::F16,
+    DatumType::I64,
+    DatumType::I32,
+    DatumType::Bool,
+    DatumType::I8,
+    DatumType::U8,
+    DatumType::I16,
+    DatumType::U16,
+    DatumType::U32,
+    DatumType::U64,
+];
 
 /// The ONNX graph's nodes (name, op type), to name tract's nodes in the user's vocabulary.
 #[derive(Clone, Debug, Default)]
@@ -126,7 +139,7 @@ fn load_typed_inner(
         };
         let dt = fact.datum_type.concretize().ok_or_else(|| bad("a known element type", "none".into()))?;
         if !TAKEN.contains(&dt) {
-            return Err(bad("f32, f64 (taken as f32), f16, i64, i32 or bool", format!("{dt:?}")));
+            return Err(bad("a float, integer or bool element type", format!("{dt:?}")));
         }
         if fact.shape.is_open() {
             return Err(bad("a known rank", "an open shape".into()));

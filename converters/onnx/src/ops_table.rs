@@ -33,7 +33,7 @@ Atanh | Unary
 Attention | the products, the scaling, the mask (causal, boolean or additive) and the Softmax it stands for (tract's expansion of its `Sdpa`; fused back where a mechanism is recognised) | no past/present key-value outputs, softcap or qk_matmul_output_mode (tract refuses them)
 AveragePool | Pool2d Avg | 1-D and 2-D; ceil_mode and count_include_pad honoured
 BatchNormalization | folded into constants (inference mode)
-Cast | nothing (f32→f32, int→int; a cast to f16 or f64 computes in f32, with a notice) / Embedding into [0, 1] | int→bool only for a 0/1 input (an id ≥ 2 is a run-time error)
+Cast | nothing (f32→f32, ids→ids; to f16 or f64 computed in f32, with a notice); f32 values to an integer type: truncated, x − fmod(x, 1); to bool: x ≠ 0; ids to a float: read as values (Embedding into 0..V) / ids to bool: Embedding into [0, 1] | ids→bool only for 0/1 ids (another is a run-time error)
 Ceil | Unary
 Celu | Exp, Min and Max (tract's expansion)
 Clip | Binary Max/Min | constant bounds

@@ -173,6 +173,16 @@ pub enum RunError {
         /// Vocabulary size.
         vocab: usize,
     },
+    /// An integer fed to an f32 input (an ONNX integer input taken as values) has no exact f32.
+    #[error("input {input}: integer {value} at position {position} has no exact f32 value (|v| > 2^24)")]
+    IntegerNotExact {
+        /// Input index.
+        input: usize,
+        /// Flat position.
+        position: usize,
+        /// The value.
+        value: i64,
+    },
     /// An i64 token id does not fit in i32.
     #[error("input {input}: token id {id} at position {position} does not fit in i32")]
     IdTooLarge {

@@ -43,6 +43,12 @@ pub fn batch_of(
     Ok(batch.unwrap_or(1))
 }
 
+/// An integer as the f32 that holds it exactly (|v| ≤ 2²⁴), or `None`.
+pub fn exact_f32(v: i64) -> Option<f32> {
+    const EXACT: i64 = 1 << 24;
+    (-EXACT..=EXACT).contains(&v).then_some(v as f32)
+}
+
 impl Input<'_> {
     /// Elements (batch × per-sample).
     pub fn len(&self) -> usize {

@@ -31,5 +31,5 @@ pub mod slots;
 pub use error::{LoadError, RunError, ShapeError};
 #[cfg(feature = "alloc")]
 pub use graph::Table;
-pub use input::{batch_of, Input};
+pub use input::{batch_of, exact_f32, Input};
 pub use model::Model;

@@ -127,6 +127,26 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
             let dst = self.arena.get_mut(start..start + b * n).ok_or(RunError::Internal("input region"))?;
             match (t.dtype, input) {
                 (DType::F32, Input::F32(src)) => dst.copy_from_slice(src),
+                // Integers into an f32 input (an integer tensor taken as values): exactly.
+                (DType::F32, Input::I64(src)) => {
+                    for (p, (d, &v)) in dst.iter_mut().zip(src.iter()).enumerate() {
+                        *d = kestrel_core::exact_f32(v).ok_or(RunError::IntegerNotExact {
+                            input: i,
+                            position: p,
+                            value: v,
+                        })?;
+                    }
+                }
+                (DType::F32, Input::I32(src)) => {
+                    for (p, (d, &v)) in dst.iter_mut().zip(src.iter()).enumerate() {
+                        let v = i64::from(v);
+                        *d = kestrel_core::exact_f32(v).ok_or(RunError::IntegerNotExact {
+                            input: i,
+                            position: p,
+                            value: v,
+                        })?;
+                    }
+                }
                 (DType::I32, Input::I32(src)) => dst.copy_from_slice(bytemuck::cast_slice(src)),
                 (DType::I32, Input::I64(src)) => {
                     let dst: &mut [i32] = bytemuck::cast_slice_mut(dst);
@@ -137,7 +157,7 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
                 (dt, inp) => {
                     return Err(RunError::InputDType {
                         index: i,
-                        expected: if dt == DType::I32 { "i32 or i64 token ids" } else { "f32" },
+                        expected: if dt == DType::I32 { "i32 or i64 token ids" } else { "f32 (or integers)" },
                         found: inp.type_name(),
                     })
                 }

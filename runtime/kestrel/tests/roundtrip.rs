@@ -105,10 +105,13 @@ fn wrong_inputs_are_clear_errors() {
     // More samples than the capacity.
     let e = sess.run_vec(&[Input::F32(&images(3, 1))]).unwrap_err().to_string();
     assert!(e.contains("batch"), "{e}");
-    // Wrong dtype.
-    let ids = vec![0i32; 256];
-    let e = sess.run_vec(&[Input::I32(&ids)]).unwrap_err().to_string();
-    assert!(e.contains("f32"), "{e}");
+    // Integers into an f32 input are taken exactly; one with no exact f32 is an error naming it.
+    let ints = vec![3i32; 256];
+    assert_eq!(sess.run_vec(&[Input::I32(&ints)]).unwrap(), sess.run_vec(&[Input::F32(&[3.0; 256])]).unwrap());
+    let mut big = vec![0i64; 256];
+    big[7] = (1 << 24) + 1;
+    let e = sess.run_vec(&[Input::I64(&big)]).unwrap_err().to_string();
+    assert!(e.contains("16777217") && e.contains("position 7"), "{e}");
     // Wrong arity.
     let e = sess.run_vec(&[]).unwrap_err().to_string();
     assert!(e.contains("inputs"), "{e}");

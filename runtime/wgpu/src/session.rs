@@ -392,17 +392,15 @@ impl GpuSession {
         }
         let batch = kestrel_core::batch_of(inputs, |i| Ok(self.inputs[i].n), cap)?;
         for (i, (inp, io)) in inputs.iter().zip(&self.inputs).enumerate() {
-            let ok = matches!(
-                (io.dtype, inp),
-                (DType::F32, Input::F32(_)) | (DType::I32, Input::I32(_)) | (DType::I32, Input::I64(_))
-            );
+            let ok =
+                matches!((io.dtype, inp), (DType::F32, _) | (DType::I32, Input::I32(_)) | (DType::I32, Input::I64(_)));
             if !ok {
                 let found = match inp {
                     Input::F32(_) => "f32",
                     Input::I32(_) => "i32",
                     Input::I64(_) => "i64",
                 };
-                let expected = if io.dtype == DType::I32 { "i32 or i64 token ids" } else { "f32" };
+                let expected = if io.dtype == DType::I32 { "i32 or i64 token ids" } else { "f32 (or integers)" };
                 return Err(RunError::InputDType { index: i, expected, found }.into());
             }
         }
@@ -456,7 +454,15 @@ impl GpuSession {
             let len = (batch * io.n * 4) as u64;
             let mut view =
                 self.upload.get_mapped_range_mut(off..off + len).map_err(|e| GpuError::Map(e.to_string()))?;
-            let id = |position: usize, v: i64| -> Result<u32, GpuError> {
+            let as_f32 = io.dtype == DType::F32;
+            // An integer as the word the input holds: an f32 value (an integer tensor taken as
+            // values, exactly) or an i32 token id (checked against every vocabulary reading it).
+            let word = |position: usize, v: i64| -> Result<u32, GpuError> {
+                if as_f32 {
+                    let x =
+                        kestrel_core::exact_f32(v).ok_or(RunError::IntegerNotExact { input: i, position, value: v })?;
+                    return Ok(x.to_bits());
+                }
                 let id = i32::try_from(v).map_err(|_| RunError::IdTooLarge { input: i, position, id: v })?;
                 if let Some(vocab) = vocab {
                     if id < 0 || id as usize >= vocab {
@@ -467,11 +473,11 @@ impl GpuSession {
             };
             // Mapped memory may be write-combining: written, never read, in whole chunks.
             let mut chunk = [0u32; 256];
-            let mut ids = |n: usize, get: &dyn Fn(usize) -> i64| -> Result<(), GpuError> {
+            let mut words = |n: usize, get: &dyn Fn(usize) -> i64| -> Result<(), GpuError> {
                 for start in (0..n).step_by(chunk.len()) {
                     let m = chunk.len().min(n - start);
                     for (k, c) in chunk[..m].iter_mut().enumerate() {
-                        *c = id(start + k, get(start + k))?;
+                        *c = word(start + k, get(start + k))?;
                     }
                     view.slice(start * 4..(start + m) * 4).copy_from_slice(bytemuck::cast_slice(&chunk[..m]));
                 }
@@ -479,8 +485,8 @@ impl GpuSession {
             };
             match inp {
                 Input::F32(d) => view.copy_from_slice(bytemuck::cast_slice(d)),
-                Input::I32(d) => ids(d.len(), &|p| i64::from(d[p]))?,
-                Input::I64(d) => ids(d.len(), &|p| d[p])?,
+                Input::I32(d) => words(d.len(), &|p| i64::from(d[p]))?,
+                Input::I64(d) => words(d.len(), &|p| d[p])?,
             }
         }
         Ok(())

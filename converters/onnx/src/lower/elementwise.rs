@@ -180,7 +180,16 @@ impl Lowerer<'_> {
         }
         let ia = self.operand_id(a, &va)?;
         let ib = self.operand_id(b, &vb)?;
-        let y = self.b.op(|y| Op::Binary(Binary { a: ia, b: ib, op, y }))?;
+        let mut y = self.b.op(|y| Op::Binary(Binary { a: ia, b: ib, op, y }))?;
+        // Integers held as f32 values divide toward zero: the quotient truncated,
+        // q − fmod(q, 1).
+        let int_out = self.model.outlet_fact(OutletId::new(self.node, 0)).is_ok_and(|f| f.datum_type.is_integer());
+        if op == BinaryOp::Div && int_out {
+            let q = y;
+            let one = self.weight_f32(OutletId::new(self.node, 0), "truncate", &[1], vec![1.0])?;
+            let frac = self.b.op(|y| Op::Binary(Binary { a: q, b: one, op: BinaryOp::Fmod, y }))?;
+            y = self.b.op(|y| Op::Binary(Binary { a: q, b: frac, op: BinaryOp::Sub, y }))?;
+        }
         let ys: Vec<usize> =
             self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect()).unwrap_or_default();
         let y = self.reshape(y, &ys, &out)?;
@@ -191,7 +200,7 @@ impl Lowerer<'_> {
     pub(super) fn operand_id(&mut self, o: OutletId, v: &Val) -> Res<TensorId> {
         match v {
             Val::Act { id, int: false, .. } => Ok(*id),
-            Val::Act { int: true, .. } => Err(self.bad("f32 operands", "integer ids".into())),
+            Val::Act { id, shape, int: true } => self.ids_as_values(*id, shape),
             Val::Const(t) => {
                 let mut dims: Vec<usize> = t.shape().iter().copied().skip_while(|&d| d == 1).collect();
                 if dims.is_empty() {

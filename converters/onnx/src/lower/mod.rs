@@ -90,6 +90,10 @@ pub(crate) struct Lowerer<'m> {
     failed: HashSet<usize>,
     /// What the conversion changed that the user should know (for the report), each once.
     pub notices: Vec<String>,
+    /// Ids inputs read by a table lookup: the smallest table's rows (for reading them as values).
+    pub id_bounds: HashMap<TensorId, usize>,
+    /// Ids already read as values: the flat `[n, 1]` f32 tensor.
+    ids_values: HashMap<TensorId, TensorId>,
 }
 
 /// The result of lowering one node.
@@ -122,6 +126,8 @@ impl<'m> Lowerer<'m> {
             pending_bias: None,
             pending_act: None,
             notices: Vec::new(),
+            id_bounds: HashMap::new(),
+            ids_values: HashMap::new(),
         }
     }
 
@@ -136,12 +142,39 @@ impl<'m> Lowerer<'m> {
     }
 
     /// An f32 activation input.
-    pub fn act(&self, o: OutletId) -> Res<(TensorId, Vec<usize>)> {
+    pub fn act(&mut self, o: OutletId) -> Res<(TensorId, Vec<usize>)> {
         match self.val(o)? {
             Val::Act { id, shape, int: false } => Ok((id, shape)),
-            Val::Act { int: true, .. } => Err(self.bad("an f32 activation", "integer ids".into())),
+            Val::Act { id, shape, int: true } => {
+                let v = self.ids_as_values(id, &shape)?;
+                Ok((v, shape))
+            }
             Val::Const(t) => Err(self.bad("an activation", format!("a constant {:?}", t.shape()))),
         }
+    }
+
+    /// Token ids read as f32 values (an input read both by a table lookup and by arithmetic: a
+    /// padding test, position ids from a cumulative sum, an end-of-text argmax): an `Embedding`
+    /// of the ids into the table `0, 1, …, V − 1`, V the smallest table the ids index (an id
+    /// outside it is a run-time error there anyway), viewed in the ids' logical shape.
+    pub(super) fn ids_as_values(&mut self, ids: TensorId, shape: &[usize]) -> Res<TensorId> {
+        let Some(&bound) = self.id_bounds.get(&ids) else {
+            return Err(self.bad("an f32 activation", "integer ids with no table to bound them".into()));
+        };
+        let flat = match self.ids_values.get(&ids) {
+            Some(&v) => v,
+            None => {
+                let arange: Vec<f32> = (0..bound).map(|i| i as f32).collect();
+                let src = OutletId::new(self.node, 0);
+                let table = self.weight_f32(src, "ids_as_values", &[bound, 1], arange)?;
+                let v = self.b.op(|y| Op::Embedding(kestrel_format::ops::Embedding { ids, table, pos: None, y }))?;
+                self.ids_values.insert(ids, v);
+                self.count_fused("ids-as-values");
+                v
+            }
+        };
+        let n: usize = shape.iter().product();
+        self.reshape(flat, &[n, 1], shape)
     }
 
     /// A graph output's activation; a constant output (one that does not depend on the inputs:
@@ -434,9 +467,40 @@ impl<'m> Lowerer<'m> {
             return Ok(());
         }
         if let Some(c) = node.op_as::<Cast>() {
-            let v = self.val(node.inputs[0])?;
+            let mut v = self.val(node.inputs[0])?;
+            // tract's symbolic-dimension integers are integers here.
+            let to_int = c.to.is_integer() || c.to == TDim::datum_type();
+            // Ids cast to a float or bool type are read as values first.
+            if let Val::Act { id, shape, int: true } = &v {
+                if !to_int {
+                    let (id, shape) = (*id, shape.clone());
+                    let x = self.ids_as_values(id, &shape)?;
+                    v = Val::Act { id: x, shape, int: false };
+                }
+            }
+            // f32 values to an integer type: truncated toward zero, x − fmod(x, 1) (exact), as
+            // ONNX's cast does; to bool: x ≠ 0.
+            if let Val::Act { id: x, shape, int: false } = &v {
+                if to_int || c.to == bool::datum_type() {
+                    let (x, shape) = (*x, shape.clone());
+                    let w = self.weight_f32(
+                        OutletId::new(self.node, 0),
+                        "cast",
+                        &[1],
+                        vec![if to_int { 1.0 } else { 0.0 }],
+                    )?;
+                    let y = if to_int {
+                        let frac = self.b.op(|y| Op::Binary(Binary { a: x, b: w, op: BinaryOp::Fmod, y }))?;
+                        self.b.op(|y| Op::Binary(Binary { a: x, b: frac, op: BinaryOp::Sub, y }))?
+                    } else {
+                        self.b.op(|y| Op::Binary(Binary { a: x, b: w, op: BinaryOp::NotEqual, y }))?
+                    };
+                    self.out(y, shape);
+                    return Ok(());
+                }
+            }
             let ok = match &v {
-                Val::Act { int: true, .. } => c.to.is_integer(),
+                Val::Act { int: true, .. } => to_int,
                 Val::Act { int: false, .. } => c.to.is_float(),
                 Val::Const(_) => false,
             };
@@ -478,6 +542,48 @@ impl<'m> Lowerer<'m> {
         }
         Err(self.unsupported(""))
     }
+}
+
+/// Whether a graph input of integers is read as token ids: as indices (a `Gather`'s,
+/// `GatherElements`', `OneHot`'s) or by a cast to bool (an attention mask: an `Embedding` into
+/// `[[0], [1]]`), through reshapes. An integer input read only otherwise is taken as f32 values.
+/// `Some(bound)` when read by a table lookup (the smallest table's rows on the gathered axis),
+/// `Some(2)` for a cast to bool only; `None` when read only otherwise.
+pub(crate) fn read_as_ids(model: &TypedModel, outlet: OutletId) -> Option<usize> {
+    use tract_onnx::tract_core::ops::change_axes::AxisOp;
+    let mut stack = vec![outlet];
+    let mut bound: Option<usize> = None;
+    let mut boolean = false;
+    while let Some(o) = stack.pop() {
+        for inlet in model.outlet_successors(o) {
+            let node = model.node(inlet.node);
+            if node.op_is::<AxisOp>() || node.op_is::<Identity>() {
+                stack.push(OutletId::new(node.id, 0));
+            } else if let Some(rows) = index_bound(model, node, inlet.slot) {
+                bound = Some(bound.map_or(rows, |b| b.min(rows)));
+            } else if node.op_as::<Cast>().is_some_and(|c| c.to == bool::datum_type()) {
+                boolean = true;
+            }
+        }
+    }
+    bound.or(boolean.then_some(2))
+}
+
+/// The length of the axis a node indexes with its input `slot` (a Gather's or GatherElements'
+/// indices, a OneHot's), `None` when the slot holds no indices.
+fn index_bound(model: &TypedModel, node: &TypedNode, slot: usize) -> Option<usize> {
+    use tract_onnx::tract_core::ops::array::{GatherElements, OneHot};
+    let axis_len = |axis: usize| -> Option<usize> {
+        let f = model.outlet_fact(*node.inputs.first()?).ok()?;
+        f.shape.as_concrete().and_then(|s| s.get(axis).copied())
+    };
+    if let Some(g) = node.op_as::<Gather>() {
+        return (slot == 1).then(|| axis_len(g.axis)).flatten();
+    }
+    if let Some(g) = node.op_as::<GatherElements>() {
+        return (slot == 1).then(|| axis_len(g.axis)).flatten();
+    }
+    node.op_as::<OneHot>().filter(|_| slot == 0).map(|o| o.dim)
 }
 
 /// A constant's values as f32.

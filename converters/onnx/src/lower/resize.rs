@@ -96,7 +96,7 @@ impl Lowerer<'_> {
         }
     }
 
-    fn onnx_maps(&self, op: &OnnxResize, out: &[usize]) -> Res<Vec<AxisMap>> {
+    fn onnx_maps(&mut self, op: &OnnxResize, out: &[usize]) -> Res<Vec<AxisMap>> {
         let node = self.model.node(self.node);
         let (_, xs) = self.act(node.inputs[0])?;
         let rank = xs.len();
@@ -147,7 +147,7 @@ impl Lowerer<'_> {
             .collect())
     }
 
-    fn core_maps(&self, op: &core::Resize, out: &[usize]) -> Res<Vec<AxisMap>> {
+    fn core_maps(&mut self, op: &core::Resize, out: &[usize]) -> Res<Vec<AxisMap>> {
         let node = self.model.node(self.node);
         let (_, xs) = self.act(node.inputs[0])?;
         let scales = match self.resize_input(op.optional_scales_input)? {

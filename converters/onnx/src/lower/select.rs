@@ -34,12 +34,9 @@ impl Lowerer<'_> {
         if let Some(op) = node.op_as::<Gather>() {
             let idx = match self.val(node.inputs[1])? {
                 Val::Const(idx) => idx,
-                Val::Act { id, shape, int: true } => {
-                    self.gather_runtime(op.axis, id, &shape)?;
+                Val::Act { id, shape, int } => {
+                    self.gather_runtime(op.axis, id, &shape, int)?;
                     return Ok(true);
-                }
-                Val::Act { int: false, .. } => {
-                    return Err(self.unsupported("gather with f32 indices computed at run time"));
                 }
             };
             let idx: Vec<i64> = idx
@@ -240,7 +237,11 @@ impl Lowerer<'_> {
     /// included, is a run-time error naming it), a one-hot `[J, N]` (`Equal` against `0..N`),
     /// each selected element picked by `When` (the rest 0, whatever they hold) from `x` seen as
     /// `[N, P]` into `[J, N, P]`, and summed over N (the picked element plus zeros: exact).
-    fn gather_runtime(&mut self, axis: usize, ids: TensorId, ids_shape: &[usize]) -> Res<()> {
+    ///
+    /// Indices computed by the graph as f32 values (an ArgMax's: CLIP's end-of-text token) are
+    /// compared with `0..N` and with `−N..0` (negative ones count from the end) instead; such an
+    /// index outside `−N..N` picks nothing (zeros): the graph computed it, no input can.
+    fn gather_runtime(&mut self, axis: usize, ids: TensorId, ids_shape: &[usize], int: bool) -> Res<()> {
         let node = self.model.node(self.node);
         let here = OutletId::new(self.node, 0);
         let out = self.out_shape()?;
@@ -252,10 +253,19 @@ impl Lowerer<'_> {
             return Err(self.unsupported("gather over an empty axis or with no indices"));
         }
         let arange: Vec<f32> = (0..n).map(|i| i as f32).collect();
-        let table = self.weight_f32(here, "gather_index_values", &[n, 1], arange.clone())?;
-        let idf = self.b.op(|y| Op::Embedding(Embedding { ids, table, pos: None, y }))?;
-        let row = self.weight_f32(here, "gather_positions", &[1, n], arange)?;
-        let onehot = self.b.op(|y| Op::Binary(Binary { a: idf, b: row, op: BinaryOp::Equal, y }))?;
+        let row = self.weight_f32(here, "gather_positions", &[1, n], arange.clone())?;
+        let onehot = if int {
+            let table = self.weight_f32(here, "gather_index_values", &[n, 1], arange)?;
+            let idf = self.b.op(|y| Op::Embedding(Embedding { ids, table, pos: None, y }))?;
+            self.b.op(|y| Op::Binary(Binary { a: idf, b: row, op: BinaryOp::Equal, y }))?
+        } else {
+            let idf = self.reshape(ids, ids_shape, &[j, 1])?;
+            let neg: Vec<f32> = (0..n).map(|i| i as f32 - n as f32).collect();
+            let neg = self.weight_f32(here, "gather_negative_positions", &[1, n], neg)?;
+            let e1 = self.b.op(|y| Op::Binary(Binary { a: idf, b: row, op: BinaryOp::Equal, y }))?;
+            let e2 = self.b.op(|y| Op::Binary(Binary { a: idf, b: neg, op: BinaryOp::Equal, y }))?;
+            self.b.op(|y| Op::Binary(Binary { a: e1, b: e2, op: BinaryOp::Max, y }))?
+        };
         let onehot = self.reshape(onehot, &[j, n], &[j, n, 1])?;
         // x with the gathered axis first: [N, P] (P the other axes in order), as [1, N, P].
         let r = xs.len();
@@ -345,10 +355,7 @@ impl Lowerer<'_> {
         let here = OutletId::new(self.node, 0);
         let out = self.out_shape()?;
         let d = op.dim;
-        let (on, off) = (
-            f32s(&op.on)?.first().copied().unwrap_or(1.0),
-            f32s(&op.off)?.first().copied().unwrap_or(0.0),
-        );
+        let (on, off) = (f32s(&op.on)?.first().copied().unwrap_or(1.0), f32s(&op.off)?.first().copied().unwrap_or(0.0));
         if d == 0 {
             return Err(self.unsupported("one-hot of depth 0"));
         }
