@@ -1,6 +1,7 @@
 //! Attention with additive score biases (`kestrel_torch/score_bias.py`, PyTorch modules as their
 //! families write them, legacy export at opset 17): Swin's window attention (relative-position
-//! bias gathered from its table, plus the shifted-window mask), EfficientFormer / LeViT's learned
+//! bias gathered from its table, plus the shifted-window mask; one window, and a shifted block of
+//! four windows, whose attention runs over G = 4 sequences), EfficientFormer / LeViT's learned
 //! attention-bias table, and T5's bucketed relative bias plus the padding bias of an
 //! `attention_mask` input. Each converts with its attention fused into one `Attention` node whose
 //! `mask` input is the bias (`[H, T, T]`: a constant for Swin and LeViT, a per-sample activation
@@ -79,6 +80,14 @@ fn fuses_and_matches_onnxruntime(name: &str, mask_dims: &[u32], constant: bool) 
 #[test]
 fn swin_window_attention_fuses_with_its_relative_bias_and_window_mask() {
     fuses_and_matches_onnxruntime("swin", &[2, 16, 16], true);
+}
+
+/// A shifted Swin block over four windows (roll, window partition, attention, reverse, roll
+/// back): the attention runs over G = 4 sequences per sample with one constant `[G, H, T, T]`
+/// mask, the relative-position bias (per head) plus the shifted-window mask (per window).
+#[test]
+fn shifted_swin_windows_fuse_with_a_mask_per_window() {
+    fuses_and_matches_onnxruntime("swin_shifted", &[4, 2, 16, 16], true);
 }
 
 /// EfficientFormer / LeViT: `attention_biases[:, attention_bias_idxs]`, a constant `[H, T, T]`.

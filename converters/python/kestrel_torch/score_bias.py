@@ -5,6 +5,9 @@ write them, exported for `converters/onnx/tests/score_bias.rs`.
   gathered from a learned ``[(2W−1)², H]`` table by a fixed index, and the shifted-window mask
   ``[nW, N, N]`` of 0 / −100 added through Swin's ``view(B_ // nW, nW, H, N, N)``): one 4 × 4
   window (N = 16 tokens) of a shifted 4 × 4 map, so the mask splits it into four regions.
+* ``swin_shifted``: the attention half of a shifted Swin block on an 8 × 8 map (``torch.roll``,
+  ``window_partition`` into four 4 × 4 windows, the window attention above with Swin's per-window
+  mask ``[4, 16, 16]``, ``window_reverse``, roll back).
 * ``levit``: EfficientFormer / LeViT attention (packed ``qkv`` split per head into q, k, v,
   ``(q @ kᵀ) · scale + attention_biases[:, attention_bias_idxs]``): a learned bias per head and
   relative offset of a 4 × 4 map (N = 16).
@@ -85,6 +88,54 @@ class SwinWindowAttention(nn.Module):
         attn = attn.view(-1, self.heads, n, n).softmax(dim=-1)
         x = (attn @ v).transpose(1, 2).reshape(b_, n, c)
         return self.proj(x)
+
+
+def window_partition(x, window):
+    """Swin's ``window_partition``: ``[B, H, W, C]`` → ``[B·nW, window, window, C]``."""
+    b, h, w, c = x.shape
+    x = x.view(b, h // window, window, w // window, window, c)
+    return x.permute(0, 1, 3, 2, 4, 5).contiguous().view(-1, window, window, c)
+
+
+def window_reverse(windows, window, h, w):
+    """Swin's ``window_reverse`` (the batch read off as −1)."""
+    x = windows.view(-1, h // window, w // window, window, window, windows.shape[-1])
+    return x.permute(0, 1, 3, 2, 4, 5).contiguous().view(-1, h, w, windows.shape[-1])
+
+
+def shifted_window_mask(res, window, shift):
+    """Swin's ``attn_mask`` of a ``res × res`` map shifted by ``shift``: ``[nW, N, N]``, 0 / −100."""
+    img = torch.zeros(1, res, res, 1)
+    cnt = 0
+    for hs in (slice(0, -window), slice(-window, -shift), slice(-shift, None)):
+        for ws in (slice(0, -window), slice(-window, -shift), slice(-shift, None)):
+            img[:, hs, ws, :] = cnt
+            cnt += 1
+    win = window_partition(img, window).view(-1, window * window)
+    mask = win.unsqueeze(1) - win.unsqueeze(2)
+    return mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0)
+
+
+class SwinShiftedBlock(nn.Module):
+    """The attention half of a shifted Swin block on an 8 × 8 map: roll by −shift, partition into
+    four 4 × 4 windows, window attention with the relative-position bias and the per-window
+    shifted-window mask (``[nW, N, N]``), reverse, roll back."""
+
+    def __init__(self, dim=16, res=8, window=4, heads=2, shift=2):
+        super().__init__()
+        self.res, self.window, self.shift = res, window, shift
+        self.attn = SwinWindowAttention(dim, window, heads, shift)
+        self.attn.attn_mask = shifted_window_mask(res, window, shift)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        x = x.view(b, self.res, self.res, c)
+        x = torch.roll(x, shifts=(-self.shift, -self.shift), dims=(1, 2))
+        w = window_partition(x, self.window).view(-1, self.window * self.window, c)
+        w = self.attn(w)
+        x = window_reverse(w.view(-1, self.window, self.window, c), self.window, self.res, self.res)
+        x = torch.roll(x, shifts=(self.shift, self.shift), dims=(1, 2))
+        return x.reshape(b, n, c)
 
 
 class LevitAttention(nn.Module):
@@ -189,6 +240,7 @@ def build(out: str) -> None:
         "swin": (SwinWindowAttention(), 16, 16),
         "levit": (LevitAttention(), 16, 32),
         "t5": (T5SelfAttention(), 8, 16),
+        "swin_shifted": (SwinShiftedBlock(), 64, 16),
     }
     for seed, (name, (model, t, d)) in enumerate(specs.items()):
         _init(model, seed)

@@ -64,6 +64,26 @@ pub(super) fn root_view(b: &ModelBuilder, mut t: TensorId, nodes: &mut Vec<usize
     t
 }
 
+/// [`root_view`], unless the root is not a `[T, d]`, `[1, T, d]` or `[G, T, d]` tensor (Swin's
+/// window partition ends in a transpose to `[1, nH, nW, w, w, C]`, viewed as `[G, T, C]`): then
+/// the view of that shape nearest the root.
+pub(super) fn sequence_view(b: &ModelBuilder, t: TensorId, nodes: &mut Vec<usize>) -> TensorId {
+    let mut chain = vec![(t, None)];
+    let mut at = t;
+    while let Some(p) = b.producer(at) {
+        let Op::Reshape(r) = b.ops()[p] else { break };
+        chain.push((r.x, Some(p)));
+        at = r.x;
+    }
+    let end = if sequences(b, at).is_some() {
+        chain.len() - 1
+    } else {
+        chain.iter().rposition(|&(v, _)| sequences(b, v).is_some()).unwrap_or(chain.len() - 1)
+    };
+    nodes.extend(chain[1..=end].iter().filter_map(|&(_, p)| p));
+    chain[end].0
+}
+
 /// Tokens and features of a `[T, d]` or `[1, T, d]` tensor.
 pub(super) fn tokens(b: &ModelBuilder, t: TensorId) -> Option<(usize, usize)> {
     let s = b.shape_of(t)?;
@@ -260,10 +280,10 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     // Projections and the variant; projections may read different reshape views of the input.
     let (qn, qd) = projection(b, q_src)?;
     nodes.push(qn);
-    let x = root_view(b, qd.x, &mut nodes);
+    let x = sequence_view(b, qd.x, &mut nodes);
     let (g, t, d) = sequences(b, x)?;
     let mut views = Vec::new();
-    let is_x = |b: &ModelBuilder, t: TensorId, views: &mut Vec<usize>| root_view(b, t, views) == x;
+    let is_x = |b: &ModelBuilder, t: TensorId, views: &mut Vec<usize>| sequence_view(b, t, views) == x;
     let k = if is_x(b, k_src, &mut views) {
         None
     } else {
@@ -274,8 +294,8 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     };
     let (v, align) = if is_x(b, v_src, &mut views) {
         (None, None)
-    } else if let Some((vn, vd)) = projection(b, v_src).filter(|(_, vd)| root_view(b, vd.x, &mut Vec::new()) == x) {
-        root_view(b, vd.x, &mut views);
+    } else if let Some((vn, vd)) = projection(b, v_src).filter(|(_, vd)| sequence_view(b, vd.x, &mut Vec::new()) == x) {
+        sequence_view(b, vd.x, &mut views);
         nodes.push(vn);
         (Some(vd.proj), None)
     } else {
@@ -288,8 +308,10 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     };
     nodes.extend(views);
     let variant = AttentionVariant::from_projections(k.is_some(), v.is_some(), align.is_some())?;
+    // Heads: the score product's leading axes are the G sequences times the heads.
     let sdims = b.shape_of(m1.a)?;
-    let heads = if sdims.rank() >= 3 { sdims.dim(sdims.rank() - 3).max(1) } else { 1 };
+    let lead: usize = sdims.dims().iter().rev().skip(2).map(|&v| v as usize).product();
+    let heads = if g > 0 && lead.is_multiple_of(g) { lead / g } else { 0 };
     if heads == 0 || d % heads != 0 {
         return None;
     }

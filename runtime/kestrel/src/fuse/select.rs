@@ -9,7 +9,9 @@
 //!
 //! The selection is read off exactly: the part's nodes are run on the packed output filled with
 //! distinct integers (1, 2, 3…, exact in f32), which layout ops move and one-hot dense layers copy
-//! without rounding, so each output element names the packed element it came from.
+//! without rounding, so each output element names the packed element it came from; and on ones,
+//! which give each element's gain (1, or the scalar a converter folded into a one-hot layer),
+//! carried into the part's weight and bias.
 
 use super::FusionReport;
 use crate::builder::Region;
@@ -32,7 +34,9 @@ pub(super) fn packed_projections(b: &mut ModelBuilder, report: &mut FusionReport
     }
 }
 
-/// A bias-free dense layer whose weight is one-hot per output (a gather written as a product).
+/// A bias-free dense layer whose weight has one nonzero per output (a gather written as a
+/// product, possibly scaled: a converter may fold a following scalar product into it, as Swin's
+/// `q * scale` after its `qkv[0]`).
 fn is_selection(b: &ModelBuilder, op: &Op) -> bool {
     let Op::Dense(d) = op else { return false };
     if d.proj.b.is_some() || d.act != Activation::None {
@@ -42,7 +46,7 @@ fn is_selection(b: &ModelBuilder, op: &Op) -> bool {
     let Some((rows, cols)) = shape.as_matrix() else { return false };
     (0..rows).all(|r| {
         let row = &w[r * cols..(r + 1) * cols];
-        row.iter().all(|&v| v == 0.0 || v == 1.0) && row.iter().filter(|&&v| v == 1.0).count() == 1
+        row.iter().all(|v| v.is_finite()) && row.iter().filter(|&&v| v != 0.0).count() == 1
     })
 }
 
@@ -136,28 +140,41 @@ fn part(
     own.sort_unstable();
     let probe = Region { nodes: all, inputs: vec![d.y], output: out };
     let region = Region { nodes: own, inputs: vec![d.y], output: out };
-    // Probe with distinct ids.
+    // Probe with distinct ids, and with ones (each output's gain: 1 for a plain selection).
     let numel = t * f;
+    if numel >= 1 << 22 {
+        return None;
+    }
     let ids: Vec<f32> = (1..=numel).map(|v| v as f32).collect();
-    let got = {
+    let (got, gains) = {
         let mut m = b.extract(&probe).ok()?;
         m.set_weight_dtype(DType::F32);
         let model = Model::from_bytes(&m.build().ok()?).ok()?;
         let mut s = model.session(1).ok()?;
-        s.run_vec(&[Input::F32(&ids)]).ok()?.remove(0)
+        let got = s.run_vec(&[Input::F32(&ids)]).ok()?.remove(0);
+        (got, s.run_vec(&[Input::F32(&vec![1.0; numel])]).ok()?.remove(0))
     };
-    if got.is_empty() || got.len() % t != 0 {
+    if got.is_empty() || got.len() % t != 0 || gains.len() != got.len() {
         return None;
     }
+    // The id each output copies (its value over its gain, an integer within rounding).
+    let got = got
+        .iter()
+        .zip(&gains)
+        .map(|(&v, &g)| {
+            let id = (v / g).round();
+            (g != 0.0 && g.is_finite() && (v / g - id).abs() <= 0.25).then_some(id)
+        })
+        .collect::<Option<Vec<f32>>>()?;
     let k = got.len() / t;
     let out_dims: Vec<usize> = b.shape_of(out)?.dims().iter().map(|&v| v as usize).collect();
     if k >= f {
         return None;
     }
-    // Rows first: some leading axes of `out` multiply to A's rows. Otherwise one axis of `out`
-    // holds the tokens (a head-major part, `[.., H, T, c]`, as Swin's and timm's packed
-    // `qkv.reshape(B, N, 3, H, c).permute(2, 0, 3, 1, 4)` gives): the dense part is token-major
-    // and a transpose moves its token axis to that place.
+    // Rows first: some leading axes of `out` multiply to A's rows. Otherwise some axes of `out`
+    // hold the tokens (a head-major part, `[.., H, T, c]`, as Swin's and timm's packed
+    // `qkv.reshape(B, N, 3, H, c).permute(2, 0, 3, 1, 4)` gives; `[G, H, T, c]` over G windows):
+    // the dense part is token-major and a transpose moves its token axes to their places.
     let token_major = out_dims
         .iter()
         .scan(1usize, |p, &v| {
@@ -165,10 +182,20 @@ fn part(
             Some(*p)
         })
         .any(|p| p == t);
-    let layouts: Vec<Option<usize>> =
-        if token_major { vec![None] } else { (0..out_dims.len()).filter(|&a| out_dims[a] == t).map(Some).collect() };
-    let (sigma, token_axis) =
-        layouts.into_iter().find_map(|ax| selection(&got, &out_dims, ax, t, k, f).map(|s| (s, ax)))?;
+    let rank = out_dims.len();
+    // The leading axes first, then every set of axes (in order, fewest first) whose lengths
+    // multiply to the rows (leading axes that multiply to the rows may still not be the tokens:
+    // `[G, H, c, T]`).
+    let mut sets: Vec<Vec<usize>> = (1u32..1 << rank)
+        .map(|bits| (0..rank).filter(|&a| bits & (1 << a) != 0).collect::<Vec<_>>())
+        .filter(|axes| axes.iter().map(|&a| out_dims[a]).product::<usize>() == t)
+        .collect();
+    sets.sort_by_key(Vec::len);
+    let layouts: Vec<Option<Vec<usize>>> =
+        token_major.then_some(None).into_iter().chain(sets.into_iter().map(Some)).collect();
+    let (sigma, token_axes) = layouts
+        .into_iter()
+        .find_map(|axes| selection((&got, &gains), &out_dims, axes.as_deref(), t, k, f).map(|s| (s, axes)))?;
     // Dense(x, W[σ], b[σ]) with x's leading axes, then a view to `out`'s shape.
     let w_shape = b.shape_of(d.proj.w)?;
     let (rows, cols) = w_shape.as_matrix()?;
@@ -177,14 +204,15 @@ fn part(
     }
     let w_all = b.weight_values(d.proj.w)?.to_vec();
     let w_dtype = b.weight_dtype(d.proj.w)?;
-    let w_sel: Vec<f32> = sigma.iter().flat_map(|&r| w_all[r * cols..(r + 1) * cols].iter().copied()).collect();
+    let w_sel: Vec<f32> =
+        sigma.iter().flat_map(|&(r, g)| w_all[r * cols..(r + 1) * cols].iter().map(move |&v| v * g)).collect();
     let name = format!("{}.part", b.tensor_name(d.proj.w).unwrap_or("w"));
     let w = b.weight_as(&name, &[k, cols], w_sel, w_dtype).ok()?;
     let bias = match d.proj.b {
         Some(bid) => {
             let bv = b.weight_values(bid)?.to_vec();
             let dt = b.weight_dtype(bid)?;
-            let sel: Vec<f32> = sigma.iter().map(|&r| bv.get(r).copied()).collect::<Option<_>>()?;
+            let sel: Vec<f32> = sigma.iter().map(|&(r, g)| bv.get(r).map(|&v| v * g)).collect::<Option<_>>()?;
             Some(b.weight_as(&format!("{}.part", b.tensor_name(bid).unwrap_or("b")), &[k], sel, dt).ok()?)
         }
         None => None,
@@ -193,11 +221,11 @@ fn part(
     *y_dims.last_mut()? = k;
     let y = b.new_activation("projection_part", &y_dims).ok()?;
     let mut ops = vec![Op::Dense(Dense { x: d.x, proj: Proj { w, b: bias }, act: Activation::None, y })];
-    match token_axis {
+    match token_axes {
         None => ops.push(Op::Reshape(Reshape { x: y, y: out })),
-        Some(ax) => {
-            // `[T, rest of out's axes]`, then the token axis back to `ax`.
-            let perm = token_first(out_dims.len(), ax);
+        Some(axes) => {
+            // `[token axes, rest of out's axes]`, then the token axes back to their places.
+            let perm = tokens_first(out_dims.len(), &axes);
             let tdims: Vec<usize> = perm.iter().map(|&a| out_dims[a]).collect();
             let tm = b.new_activation("projection_part_tokens", &tdims).ok()?;
             ops.push(Op::Reshape(Reshape { x: y, y: tm }));
@@ -211,27 +239,28 @@ fn part(
     Some((region, ops))
 }
 
-/// Axis `ax` first, then the others in order.
-fn token_first(rank: usize, ax: usize) -> Vec<usize> {
-    std::iter::once(ax).chain((0..rank).filter(|&a| a != ax)).collect()
+/// Axes `axes` first (in their order), then the others in order.
+fn tokens_first(rank: usize, axes: &[usize]) -> Vec<usize> {
+    axes.iter().copied().chain((0..rank).filter(|a| !axes.contains(a))).collect()
 }
 
-/// The selection σ (part feature j = packed feature σ[j]) that the probe output `got` (each
-/// element the 1-based id of the packed element it copies, `out_dims` its shape) makes, read
-/// token-major: the tokens on the leading axes (`token_axis` None) or on axis `ax` (the other
-/// axes, in order, the part's features); `None` unless every element copies its own token.
+/// The selection σ (part feature j = packed feature σ[j] times gain g[j]) that the probe output
+/// `got` (each element the 1-based id of the packed element it copies, `out_dims` its shape; its
+/// gain in `gains`) makes, read token-major: the tokens on the leading axes (`token_axes` None)
+/// or on axes `axes` (the other axes, in order, the part's features); `None` unless every element
+/// copies its own token, with one gain per feature.
 fn selection(
-    got: &[f32],
+    (got, gains): (&[f32], &[f32]),
     out_dims: &[usize],
-    token_axis: Option<usize>,
+    token_axes: Option<&[usize]>,
     t: usize,
     k: usize,
     f: usize,
-) -> Option<Vec<usize>> {
+) -> Option<Vec<(usize, f32)>> {
     let numel = t * f;
-    let perm = match token_axis {
+    let perm = match token_axes {
         None => (0..out_dims.len()).collect(),
-        Some(ax) => token_first(out_dims.len(), ax),
+        Some(axes) => tokens_first(out_dims.len(), axes),
     };
     let tdims: Vec<usize> = perm.iter().map(|&a| out_dims[a]).collect();
     // Strides of `out`'s axes, in the token-major order.
@@ -240,7 +269,7 @@ fn selection(
         strides[a] = strides[a + 1] * out_dims[a + 1];
     }
     let tstrides: Vec<usize> = perm.iter().map(|&a| strides[a]).collect();
-    let mut sigma = vec![usize::MAX; k];
+    let mut sigma = vec![(usize::MAX, 0f32); k];
     for o2 in 0..got.len() {
         // Flat index in `out` of element o2 of the token-major view.
         let (mut rem, mut o) = (o2, 0);
@@ -248,17 +277,17 @@ fn selection(
             o += (rem % tdims[a]) * tstrides[a];
             rem /= tdims[a];
         }
-        let v = *got.get(o)?;
+        let (v, g) = (*got.get(o)?, *gains.get(o)?);
         let id = v as usize;
         if v != id as f32 || id == 0 || id > numel {
             return None;
         }
         let (ta, fa) = ((id - 1) / f, (id - 1) % f);
         let (to, j) = (o2 / k, o2 % k);
-        if ta != to || (sigma[j] != usize::MAX && sigma[j] != fa) {
+        if ta != to || (sigma[j].0 != usize::MAX && sigma[j] != (fa, g)) {
             return None;
         }
-        sigma[j] = fa;
+        sigma[j] = (fa, g);
     }
     Some(sigma)
 }
