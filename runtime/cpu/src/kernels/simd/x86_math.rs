@@ -622,7 +622,13 @@ pub unsafe fn sigmoid_avx512(v: &mut [f32]) {
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 pub unsafe fn silu_avx512(v: &mut [f32]) {
     // SAFETY (closure): AVX-512F available here.
-    map(v, |x| unsafe { _mm512_mul_ps(x, sigmoid16(x)) });
+    map(v, |x| unsafe {
+        // σ below the clamp is 0 (the true value is under 2⁻¹²⁵): x·σ(x) is then −0 for a
+        // finite x and NaN for −∞, as x·σ(x) is everywhere else (the AVX2 and scalar forms).
+        let below = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(-87.0));
+        let s = _mm512_mask_blend_ps(below, sigmoid16(x), _mm512_setzero_ps());
+        _mm512_mul_ps(x, s)
+    });
 }
 
 /// SiLU `v[i]·σ(v[i])` in place, 8 lanes at a time ([`sigmoid8`], one pass).
