@@ -114,6 +114,9 @@ fn load_typed_inner(
                 .collect()
         })
         .unwrap_or_default();
+    // Attributes and inputs the importer would drop without a word: refused, never run wrongly.
+    let mut unknown = unknown;
+    unknown.extend(graph.into_iter().flat_map(|g| g.node.iter()).filter_map(ignored_semantics));
     if !unknown.is_empty() {
         return Err(ConvertError::Unsupported { path: p.clone(), blockers: unknown });
     }
@@ -188,6 +191,29 @@ fn load_typed_inner(
         declutter(&mut typed).map_err(tract_err(&p, "declutter the model"))?;
     }
     Ok((typed, inputs, names))
+}
+
+/// A node whose attributes or inputs tract's importer (0.23) does not implement and would
+/// otherwise ignore, giving wrong values: ONNX Attention's sliding windows (`left_window_size`,
+/// `right_window_size`, opset 25) and, with `is_causal`, its past key/value inputs (the causal
+/// offset over the cache is not applied).
+fn ignored_semantics(n: &tract_onnx::pb::NodeProto) -> Option<Blocker> {
+    if n.op_type != "Attention" || !(n.domain.is_empty() || n.domain == "ai.onnx") {
+        return None;
+    }
+    let window =
+        n.attribute.iter().find(|a| (a.name == "left_window_size" || a.name == "right_window_size") && a.i >= 0);
+    let causal = n.attribute.iter().any(|a| a.name == "is_causal" && a.i != 0);
+    let past = causal && n.input.iter().skip(4).any(|i| !i.is_empty());
+    let why = match (window, past) {
+        (Some(a), _) => format!("not supported: `{}` (a sliding window the importer ignores)", a.name),
+        (None, true) => {
+            "not supported: past key/value inputs with is_causal (the importer ignores the cache's causal offset)"
+                .into()
+        }
+        (None, false) => return None,
+    };
+    Some(Blocker { op: "Attention".into(), node: n.name.clone(), why, remedy: None })
 }
 
 /// tract's `Sdpa` (ONNX's Attention op, opset 23) expanded into the products, the scaling, the

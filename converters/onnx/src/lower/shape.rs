@@ -182,7 +182,8 @@ impl Lowerer<'_> {
                 let t =
                     Arc::new(Tensor::from_shape(t.shape(), &additive).map_err(|e| self.bad("a mask", format!("{e}")))?);
                 let a = self.operand_id(node.inputs[1], &Val::Const(t))?;
-                (bin(self, scaled, a, BinaryOp::Add)?, None)
+                let kept = self.operand_id(node.inputs[1], &mv)?;
+                (bin(self, scaled, a, BinaryOp::Add)?, Some(kept))
             }
             (_, true) => {
                 let m = self.operand_id(node.inputs[1], &mv)?;
@@ -197,7 +198,10 @@ impl Lowerer<'_> {
             }
         };
         let mut y = self.b.op(|y| Op::Softmax(Softmax { x: scores, y }))?;
-        if op.post_softmax_mask {
+        // A boolean mask also zeroes the weights it masks after the softmax, as ONNX Attention
+        // defines it since opset 23: a row masked entirely gives 0, never NaN or uniform weights
+        // (elsewhere the masked weights are already 0).
+        if op.post_softmax_mask || mask.is_some() {
             let m = match (mask, &mv) {
                 (Some(m), _) => m,
                 (None, v) => self.operand_id(node.inputs[1], v)?,
