@@ -209,8 +209,11 @@ public final class JniTest {
                 "partial sample");
         expectStatus(KestrelException.SHAPE, () -> NativeBridge.sessionRun(s, new Object[] {new float[5 * 4096]}),
                 "over capacity");
-        expectStatus(KestrelException.SHAPE, () -> NativeBridge.sessionRun(s, new Object[] {new int[4096]}),
-                "ids into a float input");
+        // Integers into a float input are taken as exact values; one past 2^24 has no exact f32.
+        int[] big = new int[4096];
+        big[5] = (1 << 24) + 1;
+        expectStatus(KestrelException.INPUT_VALUE, () -> NativeBridge.sessionRun(s, new Object[] {big}),
+                "an integer without an exact f32 into a float input");
         expectStatus(KestrelException.SHAPE, () -> NativeBridge.sessionRun(s, new Object[] {"text"}), "a String");
         expectStatus(KestrelException.NULL_POINTER, () -> NativeBridge.sessionRun(s, new Object[] {null}),
                 "null input");
