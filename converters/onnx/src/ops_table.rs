@@ -55,8 +55,8 @@ Expand | Dense with a 0/1 weight
 Flatten | Reshape view
 Floor | Unary
 GRU | Gru (one node per output read) | default activations, linear_before_reset = 1 (PyTorch's GRU), constant weights and initial state, no clip, full-length sequence_lens
-Gather | Embedding (constant table), a Slice (evenly spaced constant indices), a Dense with a one-hot weight (other constant indices), or at run time a one-hot pick (Embedding of the ids into 0..N, Equal, When, a Sum) | run-time indices in 0..N (a negative or larger one is a run-time error naming it)
-GatherElements | a one-hot pick (a constant one-hot, or the ids through Embedding and Equal) with When and a Sum | indices as long as the data on the other axes; run-time indices in 0..N
+Gather | Embedding (constant table), a Slice (evenly spaced constant indices), a Dense with a one-hot weight (other constant indices); at run time a one-hot pick (ids through Embedding into 0..N, or f32 indices the graph computed compared with 0..N and −N..0; then When and a Sum, or a Dense with a constant table) | run-time integer indices in 0..N (another is a run-time error naming it); computed f32 indices outside −N..N pick zeros
+GatherElements | a one-hot pick (a constant one-hot, the ids through Embedding and Equal, or computed f32 indices compared with 0..N and −N..0) with When and a Sum; constant data as an exact f32 weight | indices as long as the data on the other axes; run-time integer indices in 0..N
 GatherND | Dense with a one-hot weight | constant indices, batch_dims 0
 Gelu | Unary Gelu / GeluTanh (or fused into the Dense before it)
 Gemm | Dense | constant B

@@ -295,7 +295,13 @@ impl Lowerer<'_> {
         let node = self.model.node(self.node);
         let here = OutletId::new(self.node, 0);
         let out = self.out_shape()?;
-        let (x, xs) = self.act(node.inputs[0])?;
+        // The data: an activation, or a constant (a registered buffer, as RoBERTa's token type
+        // ids) arranged here and stored as an exact f32 weight.
+        let data = self.val(node.inputs[0])?;
+        let xs: Vec<usize> = match &data {
+            Val::Const(t) => t.shape().to_vec(),
+            Val::Act { shape, .. } => shape.clone(),
+        };
         let r = xs.len();
         let n = xs[axis];
         if out.len() != r || (0..r).any(|a| a != axis && out[a] != xs[a]) || n == 0 {
@@ -328,15 +334,38 @@ impl Lowerer<'_> {
                 let oh = self.b.op(|y| Op::Binary(Binary { a: idf, b: row, op: BinaryOp::Equal, y }))?;
                 self.reshape(oh, &[m, n], &oh_shape)?
             }
-            Val::Act { int: false, .. } => return Err(self.unsupported("f32 indices computed at run time")),
+            Val::Act { id, shape, int: false } => {
+                // Indices the graph computed as f32 values: compared with 0..N and −N..0.
+                let x = self.reshape(id, &shape, &[m, 1])?;
+                let pos: Vec<f32> = (0..n).map(|i| i as f32).collect();
+                let neg: Vec<f32> = (0..n).map(|i| i as f32 - n as f32).collect();
+                let pos = self.weight_f32(here, "gather_positions", &[1, n], pos)?;
+                let neg = self.weight_f32(here, "gather_negative_positions", &[1, n], neg)?;
+                let e1 = self.b.op(|y| Op::Binary(Binary { a: x, b: pos, op: BinaryOp::Equal, y }))?;
+                let e2 = self.b.op(|y| Op::Binary(Binary { a: x, b: neg, op: BinaryOp::Equal, y }))?;
+                let oh = self.b.op(|y| Op::Binary(Binary { a: e1, b: e2, op: BinaryOp::Max, y }))?;
+                self.reshape(oh, &[m, n], &oh_shape)?
+            }
         };
         // x with the gathered axis last and a unit axis in its place.
         let perm: Vec<usize> = (0..r).filter(|&a| a != axis).chain([axis]).collect();
-        let (xt, ts) = self.transpose(x, &xs, &perm)?;
+        let ts: Vec<usize> = perm.iter().map(|&a| xs[a]).collect();
         let mut xu: Vec<usize> = ts[..r - 1].to_vec();
         xu.insert(axis, 1);
         xu.push(n);
-        let xt = self.reshape(xt, &ts, &xu)?;
+        let xt = match data {
+            Val::Const(t) => {
+                let t =
+                    (*t).clone().permute_axes(&perm).map_err(|e| self.bad("a permutable constant", format!("{e}")))?;
+                let v = f32s(&t)?;
+                self.weight_f32(node.inputs[0], "gathered_elements", &xu, v)?
+            }
+            Val::Act { .. } => {
+                let (x, _) = self.act(node.inputs[0])?;
+                let (xt, ts) = self.transpose(x, &xs, &perm)?;
+                self.reshape(xt, &ts, &xu)?
+            }
+        };
         let picked = self.b.op(|y| Op::Binary(Binary { a: xt, b: onehot, op: BinaryOp::When, y }))?;
         let y =
             self.b.op(|y| Op::Reduce(Reduce { x: picked, op: ReduceOp::Sum, axis: r as u32, keep_dims: false, y }))?;

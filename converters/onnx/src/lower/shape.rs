@@ -136,13 +136,17 @@ impl Lowerer<'_> {
         }
         if let Some(op) = node.op_as::<Gather>().filter(|_| matches!(self.val(node.inputs[0]), Ok(Val::Const(_)))) {
             let out = self.out_shape()?;
-            let (Val::Const(table), Val::Act { id: ids, shape: ids_shape, int: true }) =
+            let (Val::Const(table), Val::Act { id: ids, shape: ids_shape, int }) =
                 (self.val(node.inputs[0])?, self.val(node.inputs[1])?)
             else {
-                return Err(self.unsupported("gather needs a constant table and integer ids"));
+                return Err(self.unsupported("gather needs a constant table and indices computed at run time"));
             };
             if op.axis != 0 || table.rank() != 2 {
                 return Err(self.unsupported(&format!("gather on axis {} of a rank-{} table", op.axis, table.rank())));
+            }
+            if !int {
+                self.gather_rows_by_values(&table, ids, &ids_shape, out)?;
+                return Ok(true);
             }
             let dims = table.shape().to_vec();
             let table = self.weight(node.inputs[0], "embedding", &dims, f32s(&table)?)?;
@@ -157,6 +161,59 @@ impl Lowerer<'_> {
 }
 
 impl Lowerer<'_> {
+    /// Rows of a constant table `[V, D]` picked by indices the graph computed as f32 values
+    /// (position ids from a cumulative sum over a padding mask, as RoBERTa-style encoders build
+    /// them): the indices' one-hot `[J, V]` (`Equal` against `0..V` and `−V..0`) times the table,
+    /// a Dense with the table as its exact f32 weight (one 1 and zeros per row: exact for finite
+    /// tables). An index outside `−V..V` picks a zero row: the graph computed it.
+    fn gather_rows_by_values(
+        &mut self,
+        table: &Tensor,
+        idx: TensorId,
+        idx_shape: &[usize],
+        out: Vec<usize>,
+    ) -> Res<()> {
+        let node = self.model.node(self.node);
+        let here = OutletId::new(self.node, 0);
+        let (v, d) = (table.shape()[0], table.shape()[1]);
+        let j: usize = idx_shape.iter().product();
+        let t = f32s(table)?;
+        if t.iter().any(|x| !x.is_finite()) {
+            return Err(self.unsupported("a non-finite table picked by computed indices"));
+        }
+        let bin = |l: &mut Self, a: TensorId, b: TensorId, op: BinaryOp| -> Res<TensorId> {
+            Ok(l.b.op(|y| Op::Binary(Binary { a, b, op, y }))?)
+        };
+        let x = self.reshape(idx, idx_shape, &[j, 1])?;
+        let pos: Vec<f32> = (0..v).map(|i| i as f32).collect();
+        let neg: Vec<f32> = (0..v).map(|i| i as f32 - v as f32).collect();
+        let pos = self.weight_f32(here, "gather_positions", &[1, v], pos)?;
+        let neg = self.weight_f32(here, "gather_negative_positions", &[1, v], neg)?;
+        let e1 = bin(self, x, pos, BinaryOp::Equal)?;
+        let e2 = bin(self, x, neg, BinaryOp::Equal)?;
+        let onehot = bin(self, e1, e2, BinaryOp::Max)?;
+        // Dense weights are stored [out, in]: the table transposed, [D, V].
+        let mut w = super::zeros([d, v], "a gathered table's weight")?;
+        for r in 0..v {
+            for c in 0..d {
+                w[c * v + r] = t[r * d + c];
+            }
+        }
+        let w = self.weight_f32(node.inputs[0], "gathered_rows", &[d, v], w)?;
+        let y = self.b.op(|y| {
+            Op::Dense(kestrel_format::ops::Dense {
+                x: onehot,
+                proj: kestrel_format::ops::Proj { w, b: None },
+                act: kestrel_format::ops::Activation::None,
+                y,
+            })
+        })?;
+        let y = self.reshape(y, &[j, d], &out)?;
+        self.out(y, out);
+        self.count_fused("gather-rows-by-computed-indices");
+        Ok(())
+    }
+
     /// tract's `ScaledMaskedSoftmax` (from an expanded ONNX Attention): `softmax(x·s + m)` over
     /// the last axis for an additive mask; for a boolean mask the scores where it is false are
     /// −∞ (a constant mask folded into an additive 0/−∞ constant, an activation's picked by
