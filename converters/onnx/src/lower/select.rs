@@ -243,7 +243,6 @@ impl Lowerer<'_> {
     /// index outside `−N..N` picks nothing (zeros): the graph computed it, no input can.
     fn gather_runtime(&mut self, axis: usize, ids: TensorId, ids_shape: &[usize], int: bool) -> Res<()> {
         let node = self.model.node(self.node);
-        let here = OutletId::new(self.node, 0);
         let out = self.out_shape()?;
         let (x, xs) = self.act(node.inputs[0])?;
         let n = xs[axis];
@@ -252,20 +251,7 @@ impl Lowerer<'_> {
         if n == 0 || j == 0 {
             return Err(self.unsupported("gather over an empty axis or with no indices"));
         }
-        let arange: Vec<f32> = (0..n).map(|i| i as f32).collect();
-        let row = self.weight_f32(here, "gather_positions", &[1, n], arange.clone())?;
-        let onehot = if int {
-            let table = self.weight_f32(here, "gather_index_values", &[n, 1], arange)?;
-            let idf = self.b.op(|y| Op::Embedding(Embedding { ids, table, pos: None, y }))?;
-            self.b.op(|y| Op::Binary(Binary { a: idf, b: row, op: BinaryOp::Equal, y }))?
-        } else {
-            let idf = self.reshape(ids, ids_shape, &[j, 1])?;
-            let neg: Vec<f32> = (0..n).map(|i| i as f32 - n as f32).collect();
-            let neg = self.weight_f32(here, "gather_negative_positions", &[1, n], neg)?;
-            let e1 = self.b.op(|y| Op::Binary(Binary { a: idf, b: row, op: BinaryOp::Equal, y }))?;
-            let e2 = self.b.op(|y| Op::Binary(Binary { a: idf, b: neg, op: BinaryOp::Equal, y }))?;
-            self.b.op(|y| Op::Binary(Binary { a: e1, b: e2, op: BinaryOp::Max, y }))?
-        };
+        let onehot = self.one_hot_of(ids, ids_shape, int, n)?;
         let onehot = self.reshape(onehot, &[j, n], &[j, n, 1])?;
         // x with the gathered axis first: [N, P] (P the other axes in order), as [1, N, P].
         let r = xs.len();
@@ -326,24 +312,8 @@ impl Lowerer<'_> {
                 }
                 self.weight_f32(here, "gather_one_hot", &oh_shape, w)?
             }
-            Val::Act { id, int: true, .. } => {
-                let arange: Vec<f32> = (0..n).map(|i| i as f32).collect();
-                let table = self.weight_f32(here, "gather_index_values", &[n, 1], arange.clone())?;
-                let idf = self.b.op(|y| Op::Embedding(Embedding { ids: id, table, pos: None, y }))?;
-                let row = self.weight_f32(here, "gather_positions", &[1, n], arange)?;
-                let oh = self.b.op(|y| Op::Binary(Binary { a: idf, b: row, op: BinaryOp::Equal, y }))?;
-                self.reshape(oh, &[m, n], &oh_shape)?
-            }
-            Val::Act { id, shape, int: false } => {
-                // Indices the graph computed as f32 values: compared with 0..N and −N..0.
-                let x = self.reshape(id, &shape, &[m, 1])?;
-                let pos: Vec<f32> = (0..n).map(|i| i as f32).collect();
-                let neg: Vec<f32> = (0..n).map(|i| i as f32 - n as f32).collect();
-                let pos = self.weight_f32(here, "gather_positions", &[1, n], pos)?;
-                let neg = self.weight_f32(here, "gather_negative_positions", &[1, n], neg)?;
-                let e1 = self.b.op(|y| Op::Binary(Binary { a: x, b: pos, op: BinaryOp::Equal, y }))?;
-                let e2 = self.b.op(|y| Op::Binary(Binary { a: x, b: neg, op: BinaryOp::Equal, y }))?;
-                let oh = self.b.op(|y| Op::Binary(Binary { a: e1, b: e2, op: BinaryOp::Max, y }))?;
+            Val::Act { id, shape, int } => {
+                let oh = self.one_hot_of(id, &shape, int, n)?;
                 self.reshape(oh, &[m, n], &oh_shape)?
             }
         };
@@ -403,13 +373,7 @@ impl Lowerer<'_> {
                 let one = self.weight_f32(here, "one", &[1], vec![1.0])?;
                 let frac = bin(self, x, one, BinaryOp::Fmod)?;
                 let t = bin(self, x, frac, BinaryOp::Sub)?;
-                let pos: Vec<f32> = (0..d).map(|i| i as f32).collect();
-                let neg: Vec<f32> = (0..d).map(|i| i as f32 - d as f32).collect();
-                let pos = self.weight_f32(here, "one_hot_positions", &[1, d], pos)?;
-                let neg = self.weight_f32(here, "one_hot_negative_positions", &[1, d], neg)?;
-                let e1 = bin(self, t, pos, BinaryOp::Equal)?;
-                let e2 = bin(self, t, neg, BinaryOp::Equal)?;
-                let mut y = bin(self, e1, e2, BinaryOp::Max)?;
+                let mut y = self.one_hot_of(t, &[n, 1], false, d)?;
                 if on - off != 1.0 {
                     let s = self.weight_f32(here, "one_hot_scale", &[1], vec![on - off])?;
                     y = bin(self, y, s, BinaryOp::Mul)?;
@@ -433,6 +397,32 @@ impl Lowerer<'_> {
         self.out(y, out);
         self.count_fused("one-hot");
         Ok(())
+    }
+
+    /// The 0/1 one-hot `[m, n]` of `m` indices into an axis of length n (`idx` of logical shape
+    /// `idx_shape`): integer ids through an `Embedding` into `0..n` (an id outside it is a run-time
+    /// error naming it) and an `Equal` against `0..n`; indices the graph computed as f32 values
+    /// compared with `0..n` and with `−n..0` (negative ones count from the end), so one outside
+    /// `−n..n` has an all-zero row.
+    pub(super) fn one_hot_of(&mut self, idx: TensorId, idx_shape: &[usize], int: bool, n: usize) -> Res<TensorId> {
+        let here = OutletId::new(self.node, 0);
+        let m: usize = idx_shape.iter().product();
+        let bin = |l: &mut Self, a: TensorId, b: TensorId, op: BinaryOp| -> Res<TensorId> {
+            Ok(l.b.op(|y| Op::Binary(Binary { a, b, op, y }))?)
+        };
+        let arange: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let row = self.weight_f32(here, "index_positions", &[1, n], arange.clone())?;
+        if int {
+            let table = self.weight_f32(here, "index_values", &[n, 1], arange)?;
+            let values = self.b.op(|y| Op::Embedding(Embedding { ids: idx, table, pos: None, y }))?;
+            return bin(self, values, row, BinaryOp::Equal);
+        }
+        let x = self.reshape(idx, idx_shape, &[m, 1])?;
+        let neg: Vec<f32> = (0..n).map(|i| i as f32 - n as f32).collect();
+        let neg = self.weight_f32(here, "index_negative_positions", &[1, n], neg)?;
+        let e1 = bin(self, x, row, BinaryOp::Equal)?;
+        let e2 = bin(self, x, neg, BinaryOp::Equal)?;
+        bin(self, e1, e2, BinaryOp::Max)
     }
 
     /// `y[.., j, ..] = x[.., idx[j], ..]` on `axis`, as a Dense with a one-hot weight.

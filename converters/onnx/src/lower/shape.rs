@@ -174,24 +174,13 @@ impl Lowerer<'_> {
         out: Vec<usize>,
     ) -> Res<()> {
         let node = self.model.node(self.node);
-        let here = OutletId::new(self.node, 0);
         let (v, d) = (table.shape()[0], table.shape()[1]);
         let j: usize = idx_shape.iter().product();
         let t = f32s(table)?;
         if t.iter().any(|x| !x.is_finite()) {
             return Err(self.unsupported("a non-finite table picked by computed indices"));
         }
-        let bin = |l: &mut Self, a: TensorId, b: TensorId, op: BinaryOp| -> Res<TensorId> {
-            Ok(l.b.op(|y| Op::Binary(Binary { a, b, op, y }))?)
-        };
-        let x = self.reshape(idx, idx_shape, &[j, 1])?;
-        let pos: Vec<f32> = (0..v).map(|i| i as f32).collect();
-        let neg: Vec<f32> = (0..v).map(|i| i as f32 - v as f32).collect();
-        let pos = self.weight_f32(here, "gather_positions", &[1, v], pos)?;
-        let neg = self.weight_f32(here, "gather_negative_positions", &[1, v], neg)?;
-        let e1 = bin(self, x, pos, BinaryOp::Equal)?;
-        let e2 = bin(self, x, neg, BinaryOp::Equal)?;
-        let onehot = bin(self, e1, e2, BinaryOp::Max)?;
+        let onehot = self.one_hot_of(idx, idx_shape, false, v)?;
         // Dense weights are stored [out, in]: the table transposed, [D, V].
         let mut w = super::zeros([d, v], "a gathered table's weight")?;
         for r in 0..v {
