@@ -3,33 +3,19 @@
 //! converted model on the CPU and, when there is one, on the GPU, against a reference written
 //! here (the indexing itself: exact). An index outside `0..N` at run time is a run-time error.
 
+#[path = "common/arrays.rs"]
+mod arrays;
 mod common;
 #[path = "common/proto.rs"]
 mod proto;
 
+use arrays::{below, ravel, unravel};
 use common::gpu;
 use kestrel::demo::Rng;
 use kestrel::Input;
 use kestrel_onnx::{convert, ConvertOptions};
 use kestrel_wgpu::GpuSession;
 use proto::{float_value, i64_attr, i64_tensor, Msg};
-
-fn below(rng: &mut Rng, n: usize) -> usize {
-    ((rng.uniform() + 1.0) * 0.5 * n as f32) as usize % n
-}
-
-fn unravel(mut i: usize, dims: &[usize]) -> Vec<usize> {
-    let mut idx = vec![0; dims.len()];
-    for (k, &d) in dims.iter().enumerate().rev() {
-        idx[k] = i % d;
-        i /= d;
-    }
-    idx
-}
-
-fn ravel(idx: &[usize], dims: &[usize]) -> usize {
-    idx.iter().zip(dims).fold(0, |a, (&i, &d)| a * d + i)
-}
 
 /// An int64 graph input's `ValueInfoProto`.
 fn int_value(name: &str, dims: &[usize]) -> Msg {

@@ -4,16 +4,15 @@
 //! constant (a Dense or a MatMul against a weight) or a second graph input (a MatMul of two
 //! activations), over seeded random shapes of rank 2 to 4 on each side.
 
+#[path = "common/arrays.rs"]
+mod arrays;
 #[path = "common/proto.rs"]
 mod proto;
 
+use arrays::below;
 use kestrel::demo::Rng;
 use kestrel_onnx::{convert, verify, ConvertOptions, InputTensor};
 use proto::{f32_tensor, float_value, Msg};
-
-fn below(rng: &mut Rng, n: usize) -> usize {
-    ((rng.uniform() + 1.0) * 0.5 * n as f32) as usize % n
-}
 
 /// numpy `matmul` in f64 for operands of rank ≥ 2: the batch axes broadcast.
 fn reference(a: &[f32], sa: &[usize], b: &[f32], sb: &[usize]) -> (Vec<f64>, Vec<usize>) {

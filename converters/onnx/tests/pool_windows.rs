@@ -15,6 +15,7 @@
 //! divides their sum by their count, or with count_include_pad by the window's taps inside the
 //! padded input (the extra taps of ceil mode beyond it are not counted).
 
+use arrays::unravel;
 use kestrel::demo::Rng;
 use kestrel_onnx::{convert, verify, ConvertOptions, InputTensor};
 use std::path::PathBuf;
@@ -23,6 +24,8 @@ use std::path::PathBuf;
 /// largest magnitude), which this crate does not depend on: f32 sums against the f64 reference.
 const F32_KERNEL: (f64, f64) = (1e-5, 1e-5);
 
+#[path = "common/arrays.rs"]
+mod arrays;
 #[path = "common/proto.rs"]
 mod proto;
 use proto::{float_value, int_attr, ints_attr, str_attr, Msg};
@@ -205,16 +208,6 @@ impl Pool {
         }
         Some(y)
     }
-}
-
-/// Index `i` of a row-major array of `dims` as one index per dimension.
-fn unravel(mut i: usize, dims: &[usize]) -> Vec<usize> {
-    let mut idx = vec![0; dims.len()];
-    for (k, &d) in dims.iter().enumerate().rev() {
-        idx[k] = i % d;
-        i /= d;
-    }
-    idx
 }
 
 /// `n` non-zero values, magnitudes in [0.05, 2), from `seed`.

@@ -14,10 +14,13 @@
 //! Each model runs on Kestrel's CPU runtime and, when a GPU (lavapipe in CI) is present, on the
 //! wgpu backend, each held to the reference.
 
+#[path = "common/arrays.rs"]
+mod arrays;
 mod common;
 #[path = "common/proto.rs"]
 mod proto;
 
+use arrays::{below, unravel};
 use common::gpu;
 use kestrel::demo::Rng;
 use kestrel::Input;
@@ -40,11 +43,6 @@ fn nonzero(n: usize, rng: &mut Rng) -> Vec<f32> {
             (0.05 + 1.95 * u.abs()).copysign(u)
         })
         .collect()
-}
-
-/// `0..n`, seeded.
-fn below(rng: &mut Rng, n: usize) -> usize {
-    ((rng.uniform() + 1.0) * 0.5 * n as f32) as usize % n
 }
 
 /// Outputs outside the tolerance and the largest error relative to the largest |want|.
@@ -219,16 +217,6 @@ impl Deconv {
         }
         y
     }
-}
-
-/// Index `i` of a row-major array of `dims` as one index per dimension.
-fn unravel(mut i: usize, dims: &[usize]) -> Vec<usize> {
-    let mut idx = vec![0; dims.len()];
-    for (k, &d) in dims.iter().enumerate().rev() {
-        idx[k] = i % d;
-        i /= d;
-    }
-    idx
 }
 
 fn check_deconv(name: &str, dc: &Deconv, rng: &mut Rng, ctx: Option<&GpuContext>) {
