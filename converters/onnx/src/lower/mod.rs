@@ -177,6 +177,11 @@ impl<'m> Lowerer<'m> {
         self.reshape(flat, &[n, 1], shape)
     }
 
+    /// `Binary(a, b)` of two tensors already in the model.
+    pub(super) fn binary_op(&mut self, a: TensorId, b: TensorId, op: BinaryOp) -> Res<TensorId> {
+        Ok(self.b.op(|y| Op::Binary(Binary { a, b, op, y }))?)
+    }
+
     /// A graph output's activation; a constant output (one that does not depend on the inputs:
     /// a shape, a folded branch) becomes one as the constant plus a zero weight, the same for
     /// every sample.

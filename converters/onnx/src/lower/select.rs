@@ -358,9 +358,6 @@ impl Lowerer<'_> {
         if d == 0 {
             return Err(self.unsupported("one-hot of depth 0"));
         }
-        let bin = |l: &mut Self, a: TensorId, b: TensorId, op: BinaryOp| -> Res<TensorId> {
-            Ok(l.b.op(|y| Op::Binary(Binary { a, b, op, y }))?)
-        };
         let (y, in_shape) = match self.val(node.inputs[0])? {
             Val::Act { id, shape, int: true } => {
                 let table: Vec<f32> = (0..d * d).map(|k| if k / d == k % d { on } else { off }).collect();
@@ -371,16 +368,16 @@ impl Lowerer<'_> {
                 let n: usize = shape.iter().product();
                 let x = self.reshape(id, &shape, &[n, 1])?;
                 let one = self.weight_f32(here, "one", &[1], vec![1.0])?;
-                let frac = bin(self, x, one, BinaryOp::Fmod)?;
-                let t = bin(self, x, frac, BinaryOp::Sub)?;
+                let frac = self.binary_op(x, one, BinaryOp::Fmod)?;
+                let t = self.binary_op(x, frac, BinaryOp::Sub)?;
                 let mut y = self.one_hot_of(t, &[n, 1], false, d)?;
                 if on - off != 1.0 {
                     let s = self.weight_f32(here, "one_hot_scale", &[1], vec![on - off])?;
-                    y = bin(self, y, s, BinaryOp::Mul)?;
+                    y = self.binary_op(y, s, BinaryOp::Mul)?;
                 }
                 if off != 0.0 {
                     let o = self.weight_f32(here, "one_hot_off", &[1], vec![off])?;
-                    y = bin(self, y, o, BinaryOp::Add)?;
+                    y = self.binary_op(y, o, BinaryOp::Add)?;
                 }
                 (y, shape)
             }
@@ -407,22 +404,19 @@ impl Lowerer<'_> {
     pub(super) fn one_hot_of(&mut self, idx: TensorId, idx_shape: &[usize], int: bool, n: usize) -> Res<TensorId> {
         let here = OutletId::new(self.node, 0);
         let m: usize = idx_shape.iter().product();
-        let bin = |l: &mut Self, a: TensorId, b: TensorId, op: BinaryOp| -> Res<TensorId> {
-            Ok(l.b.op(|y| Op::Binary(Binary { a, b, op, y }))?)
-        };
         let arange: Vec<f32> = (0..n).map(|i| i as f32).collect();
         let row = self.weight_f32(here, "index_positions", &[1, n], arange.clone())?;
         if int {
             let table = self.weight_f32(here, "index_values", &[n, 1], arange)?;
             let values = self.b.op(|y| Op::Embedding(Embedding { ids: idx, table, pos: None, y }))?;
-            return bin(self, values, row, BinaryOp::Equal);
+            return self.binary_op(values, row, BinaryOp::Equal);
         }
         let x = self.reshape(idx, idx_shape, &[m, 1])?;
         let neg: Vec<f32> = (0..n).map(|i| i as f32 - n as f32).collect();
         let neg = self.weight_f32(here, "index_negative_positions", &[1, n], neg)?;
-        let e1 = bin(self, x, row, BinaryOp::Equal)?;
-        let e2 = bin(self, x, neg, BinaryOp::Equal)?;
-        bin(self, e1, e2, BinaryOp::Max)
+        let e1 = self.binary_op(x, row, BinaryOp::Equal)?;
+        let e2 = self.binary_op(x, neg, BinaryOp::Equal)?;
+        self.binary_op(e1, e2, BinaryOp::Max)
     }
 
     /// `y[.., j, ..] = x[.., idx[j], ..]` on `axis`, as a Dense with a one-hot weight.

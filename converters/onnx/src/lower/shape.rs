@@ -213,11 +213,8 @@ impl Lowerer<'_> {
         let out = self.out_shape()?;
         let (x, _) = self.act(node.inputs[0])?;
         let scale = super::f32s(&op.scale)?.first().copied().ok_or_else(|| self.bad("a scale", "none".into()))?;
-        let bin = |l: &mut Self, a: TensorId, b: TensorId, op: BinaryOp| -> Res<TensorId> {
-            Ok(l.b.op(|y| Op::Binary(Binary { a, b, op, y }))?)
-        };
         let sw = self.weight_f32(here, "softmax_scale", &[1], vec![scale])?;
-        let scaled = bin(self, x, sw, BinaryOp::Mul)?;
+        let scaled = self.binary_op(x, sw, BinaryOp::Mul)?;
         let boolean =
             self.model.outlet_fact(node.inputs[1]).is_ok_and(|f| f.datum_type == tract_onnx::prelude::DatumType::Bool);
         let mv = self.val(node.inputs[1])?;
@@ -229,18 +226,18 @@ impl Lowerer<'_> {
                     Arc::new(Tensor::from_shape(t.shape(), &additive).map_err(|e| self.bad("a mask", format!("{e}")))?);
                 let a = self.operand_id(node.inputs[1], &Val::Const(t))?;
                 let kept = self.operand_id(node.inputs[1], &mv)?;
-                (bin(self, scaled, a, BinaryOp::Add)?, Some(kept))
+                (self.binary_op(scaled, a, BinaryOp::Add)?, Some(kept))
             }
             (_, true) => {
                 let m = self.operand_id(node.inputs[1], &mv)?;
-                let kept = bin(self, scaled, m, BinaryOp::When)?;
+                let kept = self.binary_op(scaled, m, BinaryOp::When)?;
                 let fill = self.weight_f32(here, "masked_fill", &[1], vec![f32::NEG_INFINITY])?;
-                let masked = bin(self, fill, m, BinaryOp::Unless)?;
-                (bin(self, kept, masked, BinaryOp::Add)?, Some(m))
+                let masked = self.binary_op(fill, m, BinaryOp::Unless)?;
+                (self.binary_op(kept, masked, BinaryOp::Add)?, Some(m))
             }
             (_, false) => {
                 let m = self.operand_id(node.inputs[1], &mv)?;
-                (bin(self, scaled, m, BinaryOp::Add)?, None)
+                (self.binary_op(scaled, m, BinaryOp::Add)?, None)
             }
         };
         let mut y = self.b.op(|y| Op::Softmax(Softmax { x: scores, y }))?;
@@ -252,7 +249,7 @@ impl Lowerer<'_> {
                 (Some(m), _) => m,
                 (None, v) => self.operand_id(node.inputs[1], v)?,
             };
-            y = bin(self, y, m, BinaryOp::When)?;
+            y = self.binary_op(y, m, BinaryOp::When)?;
         }
         let ys: Vec<usize> =
             self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect()).unwrap_or_default();
