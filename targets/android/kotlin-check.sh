@@ -4,7 +4,8 @@
 # the checks in kotlin-test/, against the host libkestrel_jni.so, and runs them with
 # java -Xcheck:jni: the API, Java interop (@JvmOverloads, TensorInfo equality) and the concurrency
 # and lifetime guarantees (close during a run, close racing getters and session(), racing closes,
-# getters during runs, the safety net for unclosed objects). Bounded: KESTREL_KOTLIN_ITERATIONS
+# getters during runs, the safety net for unclosed objects); in a JVM of its own, SdkCheck.kt: the
+# thread count and its default. Bounded: KESTREL_KOTLIN_ITERATIONS
 # (default 1000) per scenario, within KESTREL_KOTLIN_SECONDS (default 80) in all.
 #
 # Needs a JDK (17+), and kotlinc: from PATH, else the npm package kotlin-compiler (pinned below),
@@ -55,7 +56,7 @@ tests=targets/android/kotlin-test/dev/kestrel
 t0=$SECONDS
 # kotlinc reads the Java sources for their declarations; javac compiles them below.
 "$kotlinc" -Werror -jvm-target 17 -d "$out/classes" \
-    "$src/kotlin/dev/kestrel/Kestrel.kt" "$tests/ConcurrencyCheck.kt" \
+    "$src/kotlin/dev/kestrel/Kestrel.kt" "$tests/ConcurrencyCheck.kt" "$tests/SdkCheck.kt" \
     "$src/java/dev/kestrel/NativeBridge.java" "$src/java/dev/kestrel/KestrelException.java" ||
     fail "kotlinc failed"
 javac -Xlint:all -Werror --release 17 -cp "$out/classes:$stdlib" -d "$out/classes" \
@@ -77,4 +78,5 @@ run_java() {
     fi
 }
 run_java dev.kestrel.JavaInterop "$model"
+run_java dev.kestrel.SdkCheckKt "$model"
 run_java dev.kestrel.ConcurrencyCheckKt "$model" "${KESTREL_KOTLIN_ITERATIONS:-1000}" "${KESTREL_KOTLIN_SECONDS:-80}"

@@ -21,6 +21,13 @@
 #define KESTREL_MAX_RANK 6
 
 /**
+ * The most threads [`default_count`] picks: past 4, a phone's extra cores are efficiency cores
+ * whose share of a layer arrives last and holds every other thread up, and the app's own UI and
+ * camera threads need cores too.
+ */
+#define DEFAULT_CAP 4
+
+/**
  * What a Kestrel function returns: `KESTREL_OK` or the kind of failure (details in
  * `kestrel_last_error()`).
  */
@@ -376,6 +383,47 @@ const char *kestrel_last_error(void);
 enum KestrelStatus kestrel_backend_available(uint32_t backend, bool *out);
 
 /**
+ * Uses `n` threads for the CPU sessions of this process (the calling thread plus `n - 1` workers
+ * of one process-wide pool, started here, never during a run); `n = 0` picks the default
+ * (`kestrel_default_threads`). `*out` (if not NULL) receives the count now in effect. The count
+ * is a process setting because the pool is: it splits large dense layers by rows or output
+ * features and runs the samples of attention/AFT/Fastformer ops in parallel, and results are bit
+ * for bit the same whatever the count. A session made after a change gets one scratch copy per
+ * thread in its arena (`kestrel_model_arena_bytes` grows with it); one made before keeps its
+ * copies (its mechanism ops use at most that many threads). Lowering the count leaves the extra
+ * workers asleep. The C ABI starts with 1 thread and starts none by itself (the Kotlin and Swift
+ * SDKs apply the default before their first session). Callable from any thread; a run in progress
+ * on another thread finishes with the count it started with or the new one (same results).
+ * `n` above 256 is `KESTREL_ERR_INVALID_ARGUMENT`; a worker the OS refuses to start,
+ * `KESTREL_ERR_UNSUPPORTED`.
+ *
+ * # Safety
+ * `out` must be NULL or valid for a write.
+ */
+enum KestrelStatus kestrel_set_threads(size_t n, size_t *out);
+
+/**
+ * The thread count CPU sessions use now (1 until `kestrel_set_threads`).
+ *
+ * # Safety
+ * `out` must be NULL or valid for a write.
+ */
+enum KestrelStatus kestrel_threads(size_t *out);
+
+/**
+ * The default thread count (what `kestrel_set_threads(0, …)` uses): `min(4, performance cores,
+ * cores this process may use)`, at least 1. Performance cores come, on Linux and Android, from
+ * each CPU's highest frequency (`/sys/devices/system/cpu/cpuN/cpufreq/cpuinfo_max_freq`): the
+ * cores above the slowest tier of a big.LITTLE SoC; where all are equal or unreadable, every core
+ * the process may use (affinity and cgroup quotas included). The cap of 4 keeps efficiency cores,
+ * whose share of a layer would arrive last, and the app's own threads out of the way.
+ *
+ * # Safety
+ * `out` must be NULL or valid for a write.
+ */
+enum KestrelStatus kestrel_default_threads(size_t *out);
+
+/**
  * Loads (memory-maps) and validates the `.kes` file at `path` (NUL-terminated). On success
  * `*out` is a new model to release with `kestrel_model_free`; on failure it is NULL. The file
  * must not be truncated or rewritten while the model lives: the weights are read from the
@@ -492,7 +540,8 @@ enum KestrelStatus kestrel_model_output_info(const struct KestrelModel *model,
 enum KestrelStatus kestrel_model_op_count(const struct KestrelModel *model, size_t *out);
 
 /**
- * Bytes of arena a session of batch capacity `capacity` allocates.
+ * Bytes of arena a CPU session of batch capacity `capacity` allocates if made now: with one copy
+ * of the model's scratch region per thread of the pool (`kestrel_set_threads`).
  *
  * # Safety
  * `out` must be NULL or valid for a write.

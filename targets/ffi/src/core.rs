@@ -218,12 +218,14 @@ impl LoadedModel {
         self.op_names.len()
     }
 
-    /// Arena bytes a session of batch capacity `capacity` allocates.
+    /// Arena bytes a CPU session of batch capacity `capacity` allocates now: one scratch copy per
+    /// thread of the worker pool ([`crate::threads::current`]), so its mechanism ops run that many
+    /// samples at once.
     pub fn arena_bytes(&self, capacity: usize) -> Result<usize, FfiError> {
         if capacity == 0 {
             return Err(FfiError::new(Status::KESTREL_ERR_INVALID_ARGUMENT, "batch capacity must be at least 1"));
         }
-        self.cpu.arena_bytes(capacity).ok_or_else(|| {
+        self.cpu.arena_bytes_threads(capacity, crate::threads::current()).ok_or_else(|| {
             FfiError::new(Status::KESTREL_ERR_TOO_LARGE, format!("the arena for batch capacity {capacity} overflows"))
         })
     }

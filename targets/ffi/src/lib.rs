@@ -14,6 +14,7 @@
 //!   policy, the shared device) is the facade's `kestrel::backend`, as in the CLI; the cargo
 //!   feature `wgpu` (on by default) builds it with the wgpu backend (`kestrel/gpu`).
 //! - [`codes`]: the ABI codes of the backend and the GPU precision.
+//! - [`threads`]: the CPU worker pool's thread count (a process setting) and its mobile default.
 //!
 //! Backends: the CPU runtime, and the wgpu backend when the `wgpu` feature is on. A CPU-only
 //! build (`--no-default-features`) answers `KESTREL_BACKEND_WGPU` with `KESTREL_ERR_UNSUPPORTED`
@@ -26,6 +27,7 @@ pub mod error;
 pub mod gpu;
 pub mod handles;
 pub mod status;
+pub mod threads;
 
 pub use codes::WGPU_BUILT_IN;
 pub use handles::{KestrelModel, KestrelSession};

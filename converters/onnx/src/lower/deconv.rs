@@ -1,4 +1,4 @@
-//! tract's `Deconv` (ONNX ConvTranspose), 1-D and 2-D, every stride, dilation, padding (explicit
+//! tract's `Deconv` (ONNX ConvTranspose), 1-D, 2-D and 3-D, every stride, dilation, padding (explicit
 //! and SAME), output padding and group count, lowered exactly to a zero-insertion and a
 //! convolution.
 //!
@@ -10,7 +10,9 @@
 //! axis (the zeros between the samples, the padding and any cropping in one matrix), and the
 //! convolution is `Conv2d` with the channel grouping unchanged and the flipped kernel as its
 //! weight (quantised like any convolution's). The convolution also multiplies the inserted
-//! zeros: `s²` times the arithmetic of a direct transposed convolution.
+//! zeros: `s²` times the arithmetic of a direct transposed convolution. A 3-D transposed
+//! convolution inserts the zeros along D, H and W the same way and runs the 3-D convolution of
+//! [`super::conv3d`].
 
 use super::pool::Spatial;
 use super::{f32s, zeros, Lowerer, Res, Val};
@@ -28,6 +30,10 @@ impl Lowerer<'_> {
         }
         if op.kernel_format != KernelFormat::OIHW {
             return Err(self.unsupported(&format!("transposed convolution kernel format {:?}", op.kernel_format)));
+        }
+        if op.pool_spec.kernel_shape.len() == 3 {
+            self.deconv3d(op)?;
+            return Ok(true);
         }
         let ps = &op.pool_spec;
         let sp = self.spatial_in(ps, "transposed convolution")?;
@@ -89,19 +95,7 @@ impl Lowerer<'_> {
                 .compute_one_for_deconv(a, &len, k, d[a], s[a], adj)
                 .map_err(|e| self.bad("a transposed convolution's padding", format!("{e}")))?;
             let o = geo.deconvoluted;
-            let (p, reach) = (geo.pad_before as i64, (d[a] * (k - 1)) as i64);
-            let m_len = o + d[a] * (k - 1);
-            let mut sel = zeros([m_len, len], "a transposed convolution's zero insertion")?;
-            let mut identity = m_len == len;
-            for m in 0..m_len {
-                let pos = m as i64 + p - reach;
-                let hit =
-                    (pos >= 0 && pos % s[a] as i64 == 0).then(|| (pos / s[a] as i64) as usize).filter(|&i| i < len);
-                if let Some(i) = hit {
-                    sel[m * len + i] = 1.0;
-                }
-                identity &= hit == Some(m);
-            }
+            let (sel, m_len, identity) = zero_insertion(len, k, s[a], d[a], geo.pad_before, o)?;
             if !identity {
                 let sw = self.weight_f32(node.inputs[0], "zero_insertion", &[m_len, len], sel)?;
                 (z, zs) = self.dense_along(z, &zs, axis, sw, m_len)?;
@@ -137,4 +131,31 @@ impl Lowerer<'_> {
         self.count_fused("conv-transpose-as-zero-insertion-and-conv");
         Ok(true)
     }
+}
+
+/// One axis' zero insertion, padding and cropping for a transposed convolution of input length
+/// `len`, kernel `k`, stride `s`, dilation `d`, padding before `p` and output length `o`: the
+/// 0/1 matrix `[m, len]` with `m = o + d·(k − 1)` (`z[m] = x[i]` when `m + p − d·(k − 1) = i·s`),
+/// `m`, and whether the matrix is the identity.
+pub(super) fn zero_insertion(
+    len: usize,
+    k: usize,
+    s: usize,
+    d: usize,
+    p: usize,
+    o: usize,
+) -> Res<(Vec<f32>, usize, bool)> {
+    let (p, reach) = (p as i64, (d * (k - 1)) as i64);
+    let m_len = o + d * (k - 1);
+    let mut sel = zeros([m_len, len], "a transposed convolution's zero insertion")?;
+    let mut identity = m_len == len;
+    for m in 0..m_len {
+        let pos = m as i64 + p - reach;
+        let hit = (pos >= 0 && pos % s as i64 == 0).then(|| (pos / s as i64) as usize).filter(|&i| i < len);
+        if let Some(i) = hit {
+            sel[m * len + i] = 1.0;
+        }
+        identity &= hit == Some(m);
+    }
+    Ok((sel, m_len, identity))
 }

@@ -1,4 +1,4 @@
-//! EinSum (ONNX MatMul, Gemm) → `Dense` or `MatMul`; Conv → `Conv2d`.
+//! EinSum (ONNX MatMul, Gemm) → `Dense` or `MatMul`; Conv → `Conv2d` (3-D: `conv3d.rs`).
 
 use super::pool::Spatial;
 use super::{f32s, Lowerer, Res, Val};
@@ -381,11 +381,15 @@ impl Lowerer<'_> {
         Ok(Some(id))
     }
 
-    /// Lowers a 2-D float convolution (NCHW at batch 1, or CHW) to `Conv2d`.
+    /// Lowers a 1-D or 2-D float convolution (NCHW at batch 1, or CHW) to `Conv2d`; a 3-D one
+    /// goes to [`Self::conv3d`].
     pub(super) fn conv(&mut self, op: &Conv) -> Res<()> {
         let node = self.model.node(self.node);
         if op.q_params.is_some() || node.inputs.len() != 3 {
             return Err(self.unsupported("quantised convolution"));
+        }
+        if op.pool_spec.kernel_shape.len() == 3 {
+            return self.conv3d(op);
         }
         let ps = &op.pool_spec;
         // A 1-D convolution (text CNNs, tract's 1-D Downsample-free convs) runs as a 2-D one of

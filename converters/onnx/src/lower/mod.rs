@@ -5,6 +5,7 @@
 //! shape is tract's shape at batch 1, leading 1 included.
 
 mod assemble;
+mod conv3d;
 mod deconv;
 mod elementwise;
 mod fuse;

@@ -1,5 +1,5 @@
 //! tract's `MaxPool` and `SumPool` (ONNX MaxPool, and AveragePool, which tract represents as a
-//! normalised `SumPool`), 1-D or 2-D, in NCHW, CHW, NHWC or HWC → `Pool2d`. Global pooling is
+//! normalised `SumPool`), 1-D, 2-D or 3-D, in NCHW, CHW, NHWC or HWC → `Pool2d`. Global pooling is
 //! not here: tract expands GlobalMaxPool/GlobalAveragePool into `Reduce<Max>` / `Reduce<Sum>`
 //! (and a division), lowered in `shape.rs`.
 //!
@@ -8,6 +8,14 @@
 //! input, where `count_include_pad` does not count them; with no explicit padding that divisor is
 //! the number of input taps (`count_include_pad` 0), otherwise a constant `[H', W']` map rescales
 //! the windows that reach into the extra padding.
+//!
+//! A 3-D pool is two `Pool2d`s: its window is the product of one window per axis, and a max, a
+//! sum and either divisor (the input taps counted, or the taps inside the padded input) factor
+//! over the axes, so `[C, D, H, W]` is pooled over (H, W) as `[C·D, H, W]`, then over D as
+//! `[C, D, H'·W']` with window 1 along the flattened planes. Padding taps are skipped, never
+//! read as 0 or −∞ (Pool2d's definition), so a max is exact and an average is the sum of the
+//! input taps divided by the product of the per-axis counts, as ONNX defines it (f32 rounding
+//! aside: the (H, W) average is taken first, then averaged over D).
 
 use super::{Lowerer, Res};
 use kestrel_format::ops::{Binary, BinaryOp, Op, Pool2d, PoolKind, TensorId};
@@ -70,32 +78,67 @@ impl Lowerer<'_> {
         let Spatial { x, ref cs, ref chw, nd, .. } = sp;
         let geo = ps.computed_padding(&cs[1..]);
         let (s, d) = (ps.strides(), ps.dilations());
-        let mut axes = [Axis::UNIT; 2];
-        for a in 0..nd {
-            let g = &geo[a];
-            axes[a + 2 - nd] = Axis {
+        let axes: Vec<Axis> = (0..nd)
+            .map(|a| Axis {
                 len: cs[1 + a],
                 k: ps.kernel_shape[a],
                 s: s[a],
                 d: d[a],
-                before: g.pad_before,
-                after: g.pad_after,
-                out: g.convoluted,
-            };
-        }
+                before: geo[a].pad_before,
+                after: geo[a].pad_after,
+                out: geo[a].convoluted,
+            })
+            .collect();
         let ceil = matches!(ps.padding, PaddingSpec::ExplicitOnnxPool(_, _, true));
-        let extra = axes.map(|a| a.extra());
+        let cip = kind == PoolKind::Avg && count_include_pad;
+        let (y, ys) = match nd {
+            1 => self.pool2d(x, chw[0], [Axis::UNIT, axes[0]], kind, cip, ceil)?,
+            2 => self.pool2d(x, chw[0], [axes[0], axes[1]], kind, cip, ceil)?,
+            _ => {
+                // 3-D: the box is a product of one window per axis, and a max, a sum and either
+                // divisor (the window's input taps, or its taps inside the padded input) factor
+                // over the axes. So one Pool2d over (H, W) on every depth plane, then one over D
+                // with the pooled planes flattened into the width (window 1 there).
+                let (c, [ad, ah, aw]) = (chw[0], [axes[0], axes[1], axes[2]]);
+                let planes = self.reshape(x, chw, &[c * ad.len, ah.len, aw.len])?;
+                let (y, ys) = self.pool2d(planes, c * ad.len, [ah, aw], kind, cip, ceil)?;
+                let hw = ah.out * aw.out;
+                let y = self.reshape(y, &ys, &[c, ad.len, hw])?;
+                let flat = Axis { len: hw, out: hw, ..Axis::UNIT };
+                let (y, ys) = self.pool2d(y, c, [ad, flat], kind, cip, ceil)?;
+                let to = vec![c, ad.out, ah.out, aw.out];
+                (self.reshape(y, &ys, &to)?, to)
+            }
+        };
+        let out = self.out_shape()?;
+        let y = self.spatial_out(y, ys, &sp, &out)?;
+        self.out(y, out);
+        Ok(())
+    }
+
+    /// One `Pool2d` over `[c, H, W]` (axes `ah`, `aw`), ceil mode resolved into extra padding
+    /// and the windows reaching into it rescaled for `count_include_pad`; returns the pooled
+    /// tensor and its shape `[c, H', W']`.
+    fn pool2d(
+        &mut self,
+        x: TensorId,
+        c: usize,
+        [ah, aw]: [Axis; 2],
+        kind: PoolKind,
+        count_include_pad: bool,
+        ceil: bool,
+    ) -> Res<(TensorId, Vec<usize>)> {
+        let extra = [ah.extra(), aw.extra()];
         if !ceil && extra != [0, 0] {
-            return Err(self.bad("a pool whose output fits its padding", format!("{:?}", ps.padding)));
+            return Err(self.bad("a pool whose output fits its padding", format!("extra padding {extra:?}")));
         }
         // The windows reaching into the extra padding: ONNX's count_include_pad divisor there is
         // less than kh·kw.
-        let [ah, aw] = axes;
         let full = ah.k * aw.k;
-        let mut cip = kind == PoolKind::Avg && count_include_pad;
+        let mut cip = count_include_pad;
         let mut rescale = None;
         if cip && extra != [0, 0] {
-            if axes.iter().all(|a| a.before == 0 && a.after == 0) {
+            if [ah, aw].iter().all(|a| a.before == 0 && a.after == 0) {
                 // Only input taps are counted: the divisor of count_include_pad 0.
                 cip = false;
             } else {
@@ -118,32 +161,36 @@ impl Lowerer<'_> {
             self.b.op(|y| Op::Pool2d(Pool2d { x, kind, kernel, stride, pad, dilation, count_include_pad: cip, y }))?;
         let ys =
             self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect::<Vec<_>>()).unwrap_or_default();
-        if ys != [chw[0], ah.out, aw.out] {
-            return Err(self.bad(&format!("Pool2d output [{}, {}, {}]", chw[0], ah.out, aw.out), format!("{ys:?}")));
+        if ys != [c, ah.out, aw.out] {
+            return Err(self.bad(&format!("Pool2d output [{c}, {}, {}]", ah.out, aw.out), format!("{ys:?}")));
         }
         let y = match rescale {
             Some(map) => {
                 let pooled = y;
-                let w = self.weight_f32(OutletId::new(self.node, 0), "divisor", &[ah.out, aw.out], map)?;
+                // A width pooled with window 1 (the depth pass of a 3-D pool) rescales whole rows.
+                let (map, cols) = if aw.k == 1 && aw.before + aw.after + extra[1] == 0 {
+                    (map.chunks(aw.out).map(|r| r[0]).collect(), 1)
+                } else {
+                    (map, aw.out)
+                };
+                let w = self.weight_f32(OutletId::new(self.node, 0), "divisor", &[ah.out, cols], map)?;
                 self.b.op(|y| Op::Binary(Binary { a: pooled, b: w, op: BinaryOp::Mul, y }))?
             }
             None => y,
         };
-        let out = self.out_shape()?;
-        let y = self.spatial_out(y, ys, &sp, &out)?;
-        self.out(y, out);
-        Ok(())
+        Ok((y, ys))
     }
 
-    /// The input of a 1-D or 2-D convolution or pool (`what`), NCHW, CHW, NHWC or HWC, as the
-    /// `[N·C, H, W]` tensor `Conv2d`/`Pool2d` read: channels-last layouts are transposed to
+    /// The input of a 1-D, 2-D or 3-D convolution or pool (`what`), NCHW, CHW, NHWC or HWC (or
+    /// their 1-D and 3-D forms), as the `[N·C, H, W]` tensor `Conv2d`/`Pool2d` read (`[N·C, D,
+    /// H, W]` for 3-D): channels-last layouts are transposed to
     /// channels first, a 1-D input runs with height 1, and `N` images (a fixed first axis
     /// inside one sample) are stacked on the channel axis (a pool is per channel; a convolution
     /// takes `N` times the groups, [`Spatial::images`]).
     pub(super) fn spatial_in(&mut self, ps: &PoolSpec, what: &str) -> Res<Spatial> {
         let node = self.model.node(self.node);
         let nd = ps.kernel_shape.len();
-        if nd != 1 && nd != 2 {
+        if !(1..=3).contains(&nd) {
             return Err(self.unsupported(&format!("{nd}-D {what}")));
         }
         let (x, xs) = self.act(node.inputs[0])?;
@@ -159,12 +206,17 @@ impl Lowerer<'_> {
         let (x, ncs) = if channels_last { self.transpose(x, &full, &to_first)? } else { (x, full) };
         let cs = ncs[1..].to_vec();
         let stacked = images * cs[0];
-        let chw: Vec<usize> = if nd == 1 { vec![stacked, 1, cs[1]] } else { vec![stacked, cs[1], cs[2]] };
+        let chw: Vec<usize> = if nd == 1 {
+            vec![stacked, 1, cs[1]]
+        } else {
+            std::iter::once(stacked).chain(cs[1..].iter().copied()).collect()
+        };
         let x = self.reshape(x, &ncs, &chw)?;
         Ok(Spatial { x, cs, chw, nd, channels_last, images })
     }
 
-    /// The `[N·C', H', W']` output `y` (shape `ys`) of what [`Self::spatial_in`] prepared, back
+    /// The `[N·C', H', W']` (3-D: `[N·C', D', H', W']`) output `y` (shape `ys`) of what
+    /// [`Self::spatial_in`] prepared, back
     /// in the input's layout and reshaped to the node's shape `out`.
     pub(super) fn spatial_out(&mut self, y: TensorId, ys: Vec<usize>, s: &Spatial, out: &[usize]) -> Res<TensorId> {
         let nd = s.nd;
@@ -180,14 +232,14 @@ impl Lowerer<'_> {
 
 /// A convolution's or pool's input as [`Lowerer::spatial_in`] prepares it.
 pub(super) struct Spatial {
-    /// The `[C, H, W]` tensor.
+    /// The `[N·C, H, W]` (3-D: `[N·C, D, H, W]`) tensor.
     pub x: TensorId,
-    /// One image's channels-first shape before a 1-D input gains height 1: `[C, H, W]` or
-    /// `[C, L]`.
+    /// One image's channels-first shape before a 1-D input gains height 1: `[C, H, W]`,
+    /// `[C, L]` or `[C, D, H, W]`.
     pub cs: Vec<usize>,
-    /// `[N·C, H, W]` (`[N·C, 1, L]` for a 1-D input).
+    /// `[N·C, H, W]` (`[N·C, 1, L]` for a 1-D input, `[N·C, D, H, W]` for a 3-D one).
     pub chw: Vec<usize>,
-    /// Spatial rank, 1 or 2.
+    /// Spatial rank, 1, 2 or 3.
     pub nd: usize,
     /// Whether the input is channels-last (NHWC or HWC).
     pub channels_last: bool,
@@ -299,6 +351,45 @@ mod tests {
             // The ceil-mode windows past explicit padding are rescaled (an exact map).
             let rescaled = name.contains("ceil cip");
             assert_eq!(count(&ops, |o| matches!(o, Op::Binary(_))), usize::from(rescaled), "{name}: {ops:?}");
+        }
+    }
+
+    #[test]
+    fn three_d_channels_last_and_ceil_rescale_match_tract() {
+        let max = |ps| Box::new(MaxPool::new(ps, None)) as Box<dyn TypedOp>;
+        let avg = |ps, cip| Box::new(SumPool::new(ps, cip, true)) as Box<dyn TypedOp>;
+        type Case = (&'static str, Vec<usize>, Box<dyn TypedOp>, usize, usize);
+        // (name, input shape, op, Transposes, Binary rescales: here only the depth of 6 pools
+        // into the extra padding of ceil mode)
+        let cases: Vec<Case> = vec![
+            (
+                "ndhwc max ceil",
+                vec![1, 5, 6, 7, 3],
+                max(spec(DataFormat::NHWC, 3, &[2, 3, 2], explicit(&[1, 0, 1], &[0, 1, 1], true), &[2, 2, 2])),
+                2,
+                0,
+            ),
+            (
+                "ncdhw avg ceil cip",
+                vec![1, 2, 6, 7, 5],
+                avg(spec(DataFormat::NCHW, 2, &[3, 3, 3], explicit(&[1, 1, 1], &[1, 1, 1], true), &[2, 2, 2]), true),
+                0,
+                1,
+            ),
+            (
+                "cdhw avg same",
+                vec![2, 5, 6, 7],
+                avg(spec(DataFormat::CHW, 2, &[3, 2, 3], PaddingSpec::SameUpper, &[2, 1, 2]), false),
+                0,
+                0,
+            ),
+        ];
+        for (name, shape, op, transposes, binaries) in cases {
+            let (ops, rel) = lower_and_run(&shape, op);
+            assert!(rel <= 1e-6, "{name}: max |kestrel - tract| / max |tract| = {rel:e}");
+            assert_eq!(count(&ops, |o| matches!(o, Op::Pool2d(_))), 2, "{name}: {ops:?}");
+            assert_eq!(count(&ops, |o| matches!(o, Op::Transpose(_))), transposes, "{name}: {ops:?}");
+            assert_eq!(count(&ops, |o| matches!(o, Op::Binary(_))), binaries, "{name}: {ops:?}");
         }
     }
 }

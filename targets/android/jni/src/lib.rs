@@ -436,6 +436,35 @@ native! {
     }
 }
 
+/// A Java `int` of a thread count (they are at most 256).
+fn jcount(n: usize) -> jint {
+    jint::try_from(n).unwrap_or(jint::MAX)
+}
+
+native! {
+    /// `int setThreads(int n)`: the CPU worker pool's thread count for the process (`0`: the
+    /// default, `defaultThreads()`); returns the count in effect. Negative or above 256:
+    /// `INVALID_ARGUMENT`.
+    fn Java_dev_kestrel_NativeBridge_setThreads(_env, n: jint) -> jint = 0, {
+        let n = usize::try_from(n).map_err(|_| {
+            err(Status::KESTREL_ERR_INVALID_ARGUMENT, format!("thread count {n} is negative (0 is the default)"))
+        })?;
+        Ok(jcount(kestrel_ffi::threads::set(n)?))
+    }
+}
+
+native! {
+    /// `int threads()`: the thread count CPU sessions use now.
+    fn Java_dev_kestrel_NativeBridge_threads(_env) -> jint = 0,
+    Ok(jcount(kestrel_ffi::threads::current()))
+}
+
+native! {
+    /// `int defaultThreads()`: min(4, performance cores, usable cores).
+    fn Java_dev_kestrel_NativeBridge_defaultThreads(_env) -> jint = 0,
+    Ok(jcount(kestrel_ffi::threads::default_count()))
+}
+
 native! {
     /// `void selftestPanic()`: panics inside the guard (throws `KestrelException` with
     /// `KESTREL_ERR_PANIC`), so tests can prove no panic unwinds into the JVM.

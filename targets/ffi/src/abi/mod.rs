@@ -303,3 +303,59 @@ pub unsafe extern "C" fn kestrel_backend_available(backend: u32, out: *mut bool)
         unsafe { put(out, crate::codes::available(b), "out") }
     })
 }
+
+/// Uses `n` threads for the CPU sessions of this process (the calling thread plus `n - 1` workers
+/// of one process-wide pool, started here, never during a run); `n = 0` picks the default
+/// (`kestrel_default_threads`). `*out` (if not NULL) receives the count now in effect. The count
+/// is a process setting because the pool is: it splits large dense layers by rows or output
+/// features and runs the samples of attention/AFT/Fastformer ops in parallel, and results are bit
+/// for bit the same whatever the count. A session made after a change gets one scratch copy per
+/// thread in its arena (`kestrel_model_arena_bytes` grows with it); one made before keeps its
+/// copies (its mechanism ops use at most that many threads). Lowering the count leaves the extra
+/// workers asleep. The C ABI starts with 1 thread and starts none by itself (the Kotlin and Swift
+/// SDKs apply the default before their first session). Callable from any thread; a run in progress
+/// on another thread finishes with the count it started with or the new one (same results).
+/// `n` above 256 is `KESTREL_ERR_INVALID_ARGUMENT`; a worker the OS refuses to start,
+/// `KESTREL_ERR_UNSUPPORTED`.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_set_threads(n: usize, out: *mut usize) -> Status {
+    guard(|| {
+        if !out.is_null() && !out.is_aligned() {
+            return Err(err(Status::KESTREL_ERR_MISALIGNED, format!("out {out:p} is misaligned")));
+        }
+        let now = crate::threads::set(n)?;
+        if !out.is_null() {
+            // SAFETY: caller contract.
+            unsafe { put(out, now, "out")? };
+        }
+        Ok(())
+    })
+}
+
+/// The thread count CPU sessions use now (1 until `kestrel_set_threads`).
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_threads(out: *mut usize) -> Status {
+    // SAFETY: caller contract.
+    unsafe { get(out, || Ok(crate::threads::current())) }
+}
+
+/// The default thread count (what `kestrel_set_threads(0, …)` uses): `min(4, performance cores,
+/// cores this process may use)`, at least 1. Performance cores come, on Linux and Android, from
+/// each CPU's highest frequency (`/sys/devices/system/cpu/cpuN/cpufreq/cpuinfo_max_freq`): the
+/// cores above the slowest tier of a big.LITTLE SoC; where all are equal or unreadable, every core
+/// the process may use (affinity and cgroup quotas included). The cap of 4 keeps efficiency cores,
+/// whose share of a layer would arrive last, and the app's own threads out of the way.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_default_threads(out: *mut usize) -> Status {
+    // SAFETY: caller contract.
+    unsafe { get(out, || Ok(crate::threads::default_count())) }
+}

@@ -206,7 +206,8 @@ pub unsafe extern "C" fn kestrel_model_op_count(model: *const KestrelModel, out:
     unsafe { model_get(model, "kestrel_model_op_count", out, |m| Ok(m.op_count())) }
 }
 
-/// Bytes of arena a session of batch capacity `capacity` allocates.
+/// Bytes of arena a CPU session of batch capacity `capacity` allocates if made now: with one copy
+/// of the model's scratch region per thread of the pool (`kestrel_set_threads`).
 ///
 /// # Safety
 /// `out` must be NULL or valid for a write.

@@ -90,6 +90,62 @@ final class Handle: @unchecked Sendable {
     deinit { close() }
 }
 
+/// Process-wide settings of the native library.
+///
+/// **Threads.** CPU sessions share one worker pool per process: it splits large dense layers and
+/// runs the samples of attention/AFT/Fastformer ops in parallel; outputs are bit for bit the same
+/// whatever the count. Unless the app calls `setThreads(_:)` first, the first `Model.session`
+/// applies `defaultThreads` (min(4, cores the process may use); the C library reads performance
+/// cores from Linux/Android sysfs only, so on iOS it is the usable cores capped at 4). Set it
+/// before creating sessions: a session made earlier keeps the scratch copies its arena has.
+public enum Kestrel {
+    private final class State: @unchecked Sendable {
+        let lock = NSLock()
+        var configured = false
+    }
+    private static let state = State()
+
+    /// The thread count CPU sessions use now (1 until set or until the first session).
+    public static var threads: Int {
+        var n = 1
+        _ = kestrel_threads(&n)
+        return n
+    }
+
+    /// The default (`kestrel_default_threads`): what the first session applies unless
+    /// `setThreads(_:)` was called.
+    public static var defaultThreads: Int {
+        var n = 1
+        _ = kestrel_default_threads(&n)
+        return n
+    }
+
+    /// Uses `n` threads for CPU sessions (the calling thread plus `n - 1` workers, started now,
+    /// never during a run); 0 picks `defaultThreads`. Returns the count in effect. Throws
+    /// `.invalidArgument` above 256 (negative counts too), `.unsupported` when the OS refuses a
+    /// worker thread.
+    @discardableResult
+    public static func setThreads(_ n: Int) throws -> Int {
+        guard n >= 0 else { throw KestrelError(.invalidArgument, "thread count \(n) is negative (0 is the default)") }
+        state.lock.lock()
+        defer { state.lock.unlock() }
+        var now = 0
+        try check(kestrel_set_threads(n, &now))
+        state.configured = true
+        return now
+    }
+
+    /// Applies `defaultThreads` once, unless the app chose a count (called before each new session).
+    static func applyDefault() {
+        state.lock.lock()
+        defer { state.lock.unlock() }
+        guard !state.configured else { return }
+        state.configured = true
+        // A refused worker thread leaves the sessions on the threads there are.
+        _ = kestrel_set_threads(0, nil)
+    }
+}
+
 /// Which engine runs a session.
 public enum Backend: UInt32, Sendable {
     /// The CPU runtime (always available).
@@ -256,6 +312,7 @@ public final class Model: @unchecked Sendable {
     /// CPU sessions ignore it).
     public func session(capacity: Int, backend: Backend, gpuPrecision: GpuPrecision) throws -> Session {
         let ins = try inputs, outs = try outputs
+        Kestrel.applyDefault()
         var s: OpaquePointer? = nil
         try check(kestrel_session_new_with_precision(try handle.get(), backend.rawValue, capacity,
                                                      gpuPrecision.rawValue, &s))

@@ -113,4 +113,25 @@ final class KestrelTests: XCTestCase {
             XCTAssertEqual(KestrelError(.closed, "x").errorDescription, "KESTREL_ERR_CLOSED: x")
         }
     }
+
+    /// The thread count: outputs bit-identical for 1...4 threads, bad counts refused.
+    func testThreadsDoNotChangeOutputs() throws {
+        guard let dir = ProcessInfo.processInfo.environment["KESTREL_TEST_DIR"] else {
+            throw XCTSkip("set KESTREL_TEST_DIR to a directory made by the kestrel-ffi c_abi test")
+        }
+        XCTAssert((1...4).contains(Kestrel.defaultThreads))
+        let model = try Model(path: dir + "/image.kes")
+        let per = try model.inputs[0].count
+        let x = (0..<(4 * per)).map { Float(($0 * 37) % 101) / 50 - 1 }
+        try Kestrel.setThreads(1)
+        let want = try model.session(capacity: 4, backend: .cpu).run([.float32(x)])[0]
+        for n in 2...4 {
+            XCTAssertEqual(try Kestrel.setThreads(n), n)
+            XCTAssertEqual(try model.session(capacity: 4, backend: .cpu).run([.float32(x)])[0], want)
+        }
+        XCTAssertThrowsError(try Kestrel.setThreads(257))
+        XCTAssertThrowsError(try Kestrel.setThreads(-1))
+        XCTAssertEqual(Kestrel.threads, 4)
+        XCTAssertEqual(try Kestrel.setThreads(0), Kestrel.defaultThreads)
+    }
 }

@@ -5,7 +5,7 @@ import java.util.List;
 /**
  * The Kotlin API called from Java (run by targets/android/kotlin-check.sh): the default arguments
  * of Model.session through @JvmOverloads, try-with-resources, getters, TensorInfo equality, and a
- * closed object's KestrelException.
+ * closed object's KestrelException, Kestrel.setThreads/getThreads/getDefaultThreads.
  */
 public final class JavaInterop {
     private JavaInterop() {}
@@ -20,6 +20,10 @@ public final class JavaInterop {
     }
 
     public static void main(String[] args) {
+        int threads = Kestrel.getDefaultThreads();
+        check(threads >= 1 && threads <= 4, "Kestrel.getDefaultThreads() from Java: " + threads);
+        Kestrel.setThreads(1);
+        check(Kestrel.getThreads() == 1, "Kestrel.setThreads/getThreads from Java");
         Model closed;
         try (Model model = Model.load(args[0]);
                 Session a = model.session();

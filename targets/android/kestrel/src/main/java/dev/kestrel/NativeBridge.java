@@ -59,6 +59,16 @@ public final class NativeBridge {
     public static native int profileSource(long session);
     public static native long profileWallNanos(long session);
 
+    /**
+     * Sets the CPU worker pool's thread count for the process (0: {@link #defaultThreads}); returns
+     * the count in effect. Negative or above 256 throws INVALID_ARGUMENT.
+     */
+    public static native int setThreads(int n);
+    /** The thread count CPU sessions use now (1 until set). */
+    public static native int threads();
+    /** min(4, performance cores, usable cores): the default for phones. */
+    public static native int defaultThreads();
+
     /** Panics inside the native guard: throws KestrelException(KESTREL_ERR_PANIC). For tests. */
     public static native void selftestPanic();
 }

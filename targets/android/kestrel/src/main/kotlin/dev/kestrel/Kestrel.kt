@@ -52,6 +52,54 @@ enum class TimingSource {
     GPU_SUBMISSION,
 }
 
+/**
+ * Process-wide settings of the native library.
+ *
+ * **Threads.** CPU sessions share one worker pool per process: it splits large dense layers and
+ * runs the samples of attention/AFT/Fastformer ops in parallel; outputs are bit for bit the same
+ * whatever the count. Unless the app sets [threads] first, the first [Model.session] sets it to
+ * [defaultThreads] (min(4, performance cores, usable cores): the cores above a big.LITTLE SoC's
+ * slowest tier, capped at 4). Set it before creating sessions: a session made earlier keeps the
+ * scratch copies its arena has (its attention ops use at most that many threads).
+ */
+object Kestrel {
+    @Volatile private var configured = false
+
+    /**
+     * The thread count CPU sessions use (the calling thread plus `threads - 1` workers, started
+     * when it is set, never during a run). Setting 0 picks [defaultThreads]; a negative count or
+     * one above 256 throws [KestrelException] INVALID_ARGUMENT. From Java:
+     * `Kestrel.setThreads(2)`, `Kestrel.getThreads()`.
+     */
+    @JvmStatic
+    var threads: Int
+        get() = NativeBridge.threads()
+        set(n) {
+            synchronized(this) {
+                NativeBridge.setThreads(n)
+                configured = true
+            }
+        }
+
+    /** min(4, performance cores, usable cores): what the first session applies unless [threads] was set. */
+    @JvmStatic
+    val defaultThreads: Int get() = NativeBridge.defaultThreads()
+
+    /** Applies [defaultThreads] once, unless the app chose a count (called before each new session). */
+    internal fun applyDefault() {
+        if (configured) return
+        synchronized(this) {
+            if (configured) return
+            configured = true
+            try {
+                NativeBridge.setThreads(0)
+            } catch (_: KestrelException) {
+                // The OS refused a worker thread: sessions still run, on the threads there are.
+            }
+        }
+    }
+}
+
 /** Element type of a graph input or output. */
 enum class DType { F32, I32, I64 }
 
@@ -206,7 +254,10 @@ class Model private constructor(raw: Long) : Closeable {
         capacity: Int = 1,
         backend: Backend = Backend.AUTO,
         gpuPrecision: GpuPrecision = GpuPrecision.F32,
-    ): Session = native { Session(NativeBridge.sessionNewWithPrecision(it, backend.code, capacity, gpuPrecision.code)) }
+    ): Session {
+        Kestrel.applyDefault()
+        return native { Session(NativeBridge.sessionNewWithPrecision(it, backend.code, capacity, gpuPrecision.code)) }
+    }
 
     /** Frees the model (its sessions keep it alive as long as they need it). A second call does nothing. */
     override fun close() {
