@@ -57,7 +57,7 @@ Floor | Unary
 GRU | Gru (one node per output read) | default activations, linear_before_reset = 1 (PyTorch's GRU), constant weights and initial state, no clip, full-length sequence_lens
 Gather | Embedding (constant table), a Slice (evenly spaced constant indices), a Dense with a one-hot weight (other constant indices); at run time a one-hot pick (ids through Embedding into 0..N, or f32 indices the graph computed compared with 0..N and −N..0; then When and a Sum, or a Dense with a constant table) | run-time integer indices in 0..N (another is a run-time error naming it); computed f32 indices outside −N..N pick zeros
 GatherElements | a one-hot pick (a constant one-hot, the ids through Embedding and Equal, or computed f32 indices compared with 0..N and −N..0) with When and a Sum; constant data as an exact f32 weight | indices as long as the data on the other axes; run-time integer indices in 0..N
-GatherND | Dense with a one-hot weight | constant indices, batch_dims 0
+GatherND | Dense with a one-hot weight (constant indices); at run time the tuples' flat rows (each component counted from the end when negative), their one-hot, When and a Sum | any batch_dims; a run-time tuple with a component outside its axis picks zeros; run-time tuples into < 2^24 rows
 Gelu | Unary Gelu / GeluTanh (or fused into the Dense before it)
 Gemm | Dense | constant B
 GlobalAveragePool | Reduce Mean
@@ -105,6 +105,9 @@ Relu | Unary (or fused into the Dense before it)
 Reshape | Reshape view | constant shape
 Resize | a Dense per resized axis with the exact interpolation weights (plus the extrapolation value as its bias) | constant scales, sizes and roi; every mode (nearest, linear, cubic), coordinate transformation, nearest_mode, cubic_coeff_a, antialias, exclude_outside, axes and keep_aspect_ratio_policy; not the first (batch) axis
 Round | Unary (halves to even)
+Scatter | as ScatterElements (opset < 11)
+ScatterElements | a one-hot of each update's index (constant, or at run time as Gather's), each update picked by When onto its place and combined by a Reduce over the updates (Sum, Prod, Max, Min); `none` keeps the data where nothing is written (Unless) | every reduction; updates as long as the data on the other axes; constant indices outside −N..N are an error, a repeated constant index with `none` keeps the last update; repeated run-time indices with `none` are summed (ONNX requires them distinct)
+ScatterND | as ScatterElements, over the rows the index tuples name (a constant one-hot, or the tuples' flat rows at run time) | every reduction; run-time tuples into < 2^24 rows, one outside the data writes nothing
 Selu | Exp, a comparison and a select (tract's expansion)
 Shape | folded | static shapes (batch fixed at conversion)
 Shrink | comparisons and selects (tract's expansion)

@@ -15,13 +15,7 @@ use kestrel::demo::Rng;
 use kestrel::Input;
 use kestrel_onnx::{convert, ConvertOptions};
 use kestrel_wgpu::GpuSession;
-use proto::{float_value, i64_attr, i64_tensor, Msg};
-
-/// An int64 graph input's `ValueInfoProto`.
-fn int_value(name: &str, dims: &[usize]) -> Msg {
-    let shape = dims.iter().fold(Msg::default(), |s, &d| s.msg(1, Msg::default().int(1, d as i64)));
-    Msg::default().str(1, name).msg(2, Msg::default().msg(1, Msg::default().int(1, 7).msg(2, shape)))
-}
+use proto::{float_value, i64_attr, i64_tensor, i64_value, Msg};
 
 /// `op` over data `x [xs]` and indices `[is]` (a graph input, or an initializer holding `idx`).
 fn model(op: &str, axis: usize, xs: &[usize], is: &[usize], constant: Option<&[i64]>) -> Vec<u8> {
@@ -30,7 +24,7 @@ fn model(op: &str, axis: usize, xs: &[usize], is: &[usize], constant: Option<&[i
     let mut graph = Msg::default().msg(1, node).str(2, "g").msg(11, float_value("x", Some(xs)));
     match constant {
         Some(v) => graph = graph.msg(5, i64_tensor("i", is, v)),
-        None => graph = graph.msg(11, int_value("i", is)),
+        None => graph = graph.msg(11, i64_value("i", is)),
     }
     graph = graph.msg(12, float_value("y", None));
     Msg::default().int(1, 9).msg(8, Msg::default().int(2, 13)).str(2, "gather_runtime.rs").msg(7, graph).0

@@ -15,6 +15,7 @@ mod mask;
 mod pool;
 mod resize;
 pub(crate) mod rnn;
+mod scatter;
 mod select;
 mod shape;
 
@@ -538,6 +539,7 @@ impl<'m> Lowerer<'m> {
             || self.try_trilu()?
             || self.try_shape()?
             || self.try_select()?
+            || self.try_scatter()?
             || self.try_assemble()?
             || self.try_pool()?
             || self.try_resize()?
@@ -601,4 +603,13 @@ pub(crate) fn f32s(t: &Tensor) -> Res<Vec<f32>> {
         found: format!("{e}"),
     })?;
     Ok(c.try_as_plain_ram().and_then(|v| v.as_slice::<f32>().map(|s| s.to_vec())).unwrap_or_default())
+}
+
+/// A constant's values as integers (indices), or a [`ConvertError::BadNode`] for the node
+/// `l` is lowering when they are not integers.
+pub(crate) fn ints(l: &Lowerer, t: &Tensor) -> Res<Vec<i64>> {
+    t.cast_to::<i64>()
+        .ok()
+        .and_then(|c| c.try_as_plain_ram().and_then(|v| v.as_slice::<i64>().map(|s| s.to_vec())).ok())
+        .ok_or_else(|| l.bad("integer indices", format!("{:?}", t.datum_type())))
 }

@@ -4,7 +4,7 @@
 //! weight over the selected axis (moved last with a Transpose when needed); a `Scan` that is an
 //! inclusive cumulative sum (ONNX CumSum) → a Dense with a lower-triangular f32 weight of ones.
 
-use super::{f32s, zeros, Lowerer, Res, Val};
+use super::{f32s, ints, zeros, Lowerer, Res, Val};
 use kestrel_format::ops::{Binary, BinaryOp, Embedding, Op, Pool2d, PoolKind, Reduce, ReduceOp, TensorId};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::array::{CumSum, Gather, GatherElements, GatherNd, OneHot, Slice};
@@ -39,11 +39,7 @@ impl Lowerer<'_> {
                     return Ok(true);
                 }
             };
-            let idx: Vec<i64> = idx
-                .cast_to::<i64>()
-                .ok()
-                .and_then(|t| t.try_as_plain_ram().and_then(|v| v.as_slice::<i64>().map(|s| s.to_vec())).ok())
-                .ok_or_else(|| self.bad("integer indices", format!("{:?}", idx.datum_type())))?;
+            let idx = ints(self, &idx)?;
             self.select(op.axis, &idx)?;
             return Ok(true);
         }
@@ -184,51 +180,63 @@ impl Lowerer<'_> {
         self.dense_along_biased(x, xs, axis, w, None, k)
     }
 
-    /// ONNX GatherND with constant indices `[.., k]` on an activation: every index tuple picks a
-    /// row of `x` seen as `[prod(dims[..k]), prod(dims[k..])]`, so the whole op is a one-hot
-    /// Dense over that leading axis.
+    /// ONNX GatherND: every index tuple `[.., k]` picks a row of `x` seen as
+    /// `[prod(dims[..b + k]), prod(dims[b + k..])]` (b = batch_dims: a tuple addresses rows
+    /// within its own entry of the first b axes). Constant indices: one Dense with a one-hot
+    /// weight over that leading axis. Indices known at run time (ids, or f32 values the graph
+    /// computed: CLIP's `[row, argmax]` end-of-text lookup): the tuple's flat row (each
+    /// component counted from the end when negative, a tuple outside the data picking nothing),
+    /// its one-hot, and each row picked by `When` and summed (exact).
     fn gather_nd(&mut self, batch_dims: usize) -> Res<()> {
         let node = self.model.node(self.node);
-        let Val::Const(idx) = self.val(node.inputs[1])? else {
-            return Err(self.unsupported("GatherND with computed indices"));
-        };
-        if batch_dims != 0 {
-            return Err(self.unsupported(&format!("GatherND with batch_dims {batch_dims}")));
-        }
         let (x, xs) = self.act(node.inputs[0])?;
-        let idx_shape = idx.shape().to_vec();
+        let idx = self.val(node.inputs[1])?;
+        let idx_shape = match &idx {
+            Val::Const(t) => t.shape().to_vec(),
+            Val::Act { shape, .. } => shape.clone(),
+        };
+        let b = batch_dims;
         let k = *idx_shape.last().ok_or_else(|| self.bad("indices of rank ≥ 1", "a scalar".into()))?;
-        if k == 0 || k > xs.len() {
-            return Err(self.bad(&format!("index tuples of 1..={} elements", xs.len()), format!("{k}")));
+        if k == 0 || b + k > xs.len() || idx_shape.len() <= b || idx_shape[..b] != xs[..b] {
+            return Err(self.bad(
+                &format!("index tuples of 1..={} elements after {b} batch axes of {xs:?}", xs.len() - b.min(xs.len())),
+                format!("{idx_shape:?}"),
+            ));
         }
-        let idx: Vec<i64> = idx
-            .cast_to::<i64>()
-            .ok()
-            .and_then(|t| t.try_as_plain_ram().and_then(|v| v.as_slice::<i64>().map(|s| s.to_vec())).ok())
-            .ok_or_else(|| self.bad("integer indices", format!("{:?}", idx.datum_type())))?;
-        let outer: usize = xs[..k].iter().product();
-        let inner: usize = xs[k..].iter().product();
-        let rows = idx.len() / k;
-        let mut w = zeros([rows, outer], "a GatherND's one-hot weight")?;
-        for (r, tuple) in idx.chunks(k).enumerate() {
-            let mut flat = 0usize;
-            for (&i, &d) in tuple.iter().zip(&xs[..k]) {
-                let i = if i < 0 { i + d as i64 } else { i };
-                if i < 0 || i as usize >= d {
-                    return Err(self.bad(&format!("indices in 0..{d}"), format!("{i}")));
-                }
-                flat = flat * d + i as usize;
-            }
-            w[r * outer + flat] = 1.0;
-        }
-        let w = self.weight_f32(node.inputs[1], "gather_nd", &[rows, outer], w)?;
-        let x2 = self.reshape(x, &xs, &[outer, inner])?;
-        let (y, ys) = self.dense_along(x2, &[outer, inner], 0, w, rows)?;
+        let (batch, dims) = (&xs[..b], &xs[b..b + k]);
+        let outer: usize = xs[..b + k].iter().product();
+        let inner: usize = xs[b + k..].iter().product();
+        let rows: usize = idx_shape[..idx_shape.len() - 1].iter().product();
         let out = self.out_shape()?;
+        let x2 = self.reshape(x, &xs, &[outer, inner])?;
+        let (y, ys) = match idx {
+            Val::Const(t) => {
+                let mut w = zeros([rows, outer], "a GatherND's one-hot weight")?;
+                for (r, flat) in self.flat_rows(&ints(self, &t)?, batch, dims)?.into_iter().enumerate() {
+                    w[r * outer + flat] = 1.0;
+                }
+                let w = self.weight_f32(node.inputs[1], "gather_nd", &[rows, outer], w)?;
+                self.count_fused("gather-nd-as-one-hot-dense");
+                self.dense_along(x2, &[outer, inner], 0, w, rows)?
+            }
+            Val::Act { id, shape, int } => {
+                let onehot = self.tuple_one_hot(id, &shape, int, batch, dims)?;
+                self.count_fused("gather-nd-at-run-time-as-one-hot-pick");
+                (self.pick_rows(x2, outer, inner, onehot, rows)?, vec![rows, inner])
+            }
+        };
         let y = self.reshape(y, &ys, &out)?;
         self.out(y, out);
-        self.count_fused("gather-nd-as-one-hot-dense");
         Ok(())
+    }
+
+    /// `y[j] = x[r_j]` for the rows `x [N, P]` a one-hot `[J, N]` selects: each element picked
+    /// by `When` (the rest 0, whatever they hold) and summed over N (exact). `[J, P]`.
+    pub(super) fn pick_rows(&mut self, x: TensorId, n: usize, p: usize, onehot: TensorId, j: usize) -> Res<TensorId> {
+        let xt = self.reshape(x, &[n, p], &[1, n, p])?;
+        let onehot = self.reshape(onehot, &[j, n], &[j, n, 1])?;
+        let picked = self.binary_op(xt, onehot, BinaryOp::When)?;
+        Ok(self.b.op(|y| Op::Reduce(Reduce { x: picked, op: ReduceOp::Sum, axis: 1, keep_dims: false, y }))?)
     }
 
     /// `y[.., j, ..] = x[.., idx[j], ..]` on `axis` with integer indices known only at run time
@@ -252,14 +260,12 @@ impl Lowerer<'_> {
             return Err(self.unsupported("gather over an empty axis or with no indices"));
         }
         let onehot = self.one_hot_of(ids, ids_shape, int, n)?;
-        let onehot = self.reshape(onehot, &[j, n], &[j, n, 1])?;
-        // x with the gathered axis first: [N, P] (P the other axes in order), as [1, N, P].
+        // x with the gathered axis first: [N, P] (P the other axes in order).
         let r = xs.len();
         let perm: Vec<usize> = std::iter::once(axis).chain((0..r).filter(|&a| a != axis)).collect();
         let (xt, ts) = self.transpose(x, &xs, &perm)?;
-        let xt = self.reshape(xt, &ts, &[1, n, p])?;
-        let picked = self.b.op(|y| Op::Binary(Binary { a: xt, b: onehot, op: BinaryOp::When, y }))?;
-        let sum = self.b.op(|y| Op::Reduce(Reduce { x: picked, op: ReduceOp::Sum, axis: 1, keep_dims: false, y }))?;
+        let xt = self.reshape(xt, &ts, &[n, p])?;
+        let sum = self.pick_rows(xt, n, p, onehot, j)?;
         // [J, pre…, post…] → [pre…, J, post…] → the output's shape.
         let mid: Vec<usize> = std::iter::once(j).chain(ts[1..].iter().copied()).collect();
         let y = self.reshape(sum, &[j, p], &mid)?;
@@ -297,11 +303,7 @@ impl Lowerer<'_> {
         let oh_shape: Vec<usize> = out.iter().copied().chain([n]).collect();
         let onehot = match self.val(node.inputs[1])? {
             Val::Const(t) => {
-                let idx: Vec<i64> = t
-                    .cast_to::<i64>()
-                    .ok()
-                    .and_then(|c| c.try_as_plain_ram().and_then(|v| v.as_slice::<i64>().map(|s| s.to_vec())).ok())
-                    .ok_or_else(|| self.bad("integer indices", format!("{:?}", t.datum_type())))?;
+                let idx = ints(self, &t)?;
                 let mut w = zeros([m, n], "a gather's one-hot weight")?;
                 for (e, &i) in idx.iter().enumerate() {
                     let i = if i < 0 { i + n as i64 } else { i };

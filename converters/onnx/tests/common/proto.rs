@@ -5,7 +5,7 @@
 
 /// A protobuf message being written: the field kinds the ONNX messages here need (varints and
 /// length-delimited bytes, strings and nested messages).
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Msg(pub Vec<u8>);
 
 impl Msg {
@@ -50,6 +50,12 @@ pub fn float_value(name: &str, dims: Option<&[usize]>) -> Msg {
         tensor = tensor.msg(2, shape);
     }
     Msg::default().str(1, name).msg(2, Msg::default().msg(1, tensor))
+}
+
+/// An INT64 tensor's `ValueInfoProto` (elem_type 7), with its shape.
+pub fn i64_value(name: &str, dims: &[usize]) -> Msg {
+    let shape = dims.iter().fold(Msg::default(), |s, &d| s.msg(1, Msg::default().int(1, d as i64)));
+    Msg::default().str(1, name).msg(2, Msg::default().msg(1, Msg::default().int(1, 7).msg(2, shape)))
 }
 
 /// `AttributeProto`s (name 1, type 20): INTS (7, values in field 8), INT (2, field 3), STRING
