@@ -31,7 +31,7 @@ Asinh | Unary
 Atan | Unary
 Atanh | Unary
 Attention | the products, the scaling, the mask (causal, boolean or additive) and the Softmax it stands for (tract's expansion of its `Sdpa`; fused back where a mechanism is recognised) | no past/present key-value outputs, softcap or qk_matmul_output_mode (tract refuses them)
-AveragePool | Pool2d Avg | 1-D and 2-D; ceil_mode and count_include_pad honoured
+AveragePool | Pool2d Avg (3-D: one over (H, W), one over D) | 1-D, 2-D and 3-D; ceil_mode and count_include_pad honoured
 BatchNormalization | folded into constants (inference mode)
 Cast | nothing (f32→f32, ids→ids; to f16 or f64 computed in f32, with a notice); f32 values to an integer type: truncated, x − fmod(x, 1); to bool: x ≠ 0; ids to a float: read as values (Embedding into 0..V) / ids to bool: Embedding into [0, 1] | ids→bool only for 0/1 ids (another is a run-time error)
 Ceil | Unary
@@ -40,8 +40,8 @@ Clip | Binary Max/Min | constant bounds
 Concat | a Slice per piece (a copy into its place; fused from a 0/1 placing Dense)
 Constant | weights where read
 ConstantOfShape | folded | constant shape
-Conv | Conv2d (fused attention where a mechanism is recognised) | 1-D and 2-D, constant kernel and bias; a fixed first axis N > 1 runs as N× the groups
-ConvTranspose | a 0/1 Dense per spatial axis (zero insertion, padding, cropping) and a Conv2d with the flipped kernel | 1-D and 2-D, constant kernel and bias; every stride, dilation, group count, pads, auto_pad, output_padding and output_shape
+Conv | Conv2d (fused attention where a mechanism is recognised; 3-D: a 0/1 Dense picking each output depth's taps, then one Conv2d over the output depths as images) | 1-D, 2-D and 3-D, constant kernel and bias; a fixed first axis N > 1 runs as N× the groups (3-D: the weight is stored once per output depth and image)
+ConvTranspose | a 0/1 Dense per spatial axis (zero insertion, padding, cropping) and a Conv2d (3-D: Conv's 3-D lowering) with the flipped kernel | 1-D, 2-D and 3-D, constant kernel and bias; every stride, dilation, group count, pads, auto_pad, output_padding and output_shape
 Cos | Unary
 Cosh | Unary
 CumSum | Dense with a triangular 0/1 weight | constant axis
@@ -78,7 +78,7 @@ LessOrEqual | Binary LessEq (1 or 0)
 Log | Unary
 MatMul | Dense (constant operand) or MatMul; fused into Attention / AFT / Fastformer
 Max | Binary | two operands
-MaxPool | Pool2d Max | 1-D and 2-D; one output (no indices)
+MaxPool | Pool2d Max (3-D: one over (H, W), one over D) | 1-D, 2-D and 3-D; one output (no indices)
 Min | Binary | two operands
 Mod | Binary Fmod (fmod = 1); fmod = 0: the remainder with the divisor's sign, from Fmod, comparisons and a select
 Mul | Binary
