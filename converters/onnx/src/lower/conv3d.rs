@@ -272,3 +272,117 @@ impl Lowerer<'_> {
         Ok((y, to))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Layouts an ONNX file does not reach directly (tract's importer makes every convolution
+    //! NCHW with an OIHW kernel): 3-D convolutions built as tract ops, lowered, and run by Kestrel
+    //! and by tract on the same input.
+    use super::super::{Lowerer, QuantChoice, Val};
+    use kestrel::{Input, ModelBuilder};
+    use kestrel_format::ops::Op;
+    use kestrel_format::DType;
+    use tract_onnx::prelude::*;
+    use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat, PaddingSpec, PoolSpec};
+    use tract_onnx::tract_core::ops::nn::DataFormat;
+
+    /// Seeded non-zero values.
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n).map(|i| ((i * 37 + seed) % 101) as f32 / 25.0 - 2.02).collect()
+    }
+
+    /// Lowers a one-convolution tract graph on an input of `shape`; returns the Kestrel ops and
+    /// the largest |kestrel − tract| relative to tract's largest output.
+    fn lower_and_run(shape: &[usize], kernel: &[usize], op: Conv) -> (Vec<Op>, f32) {
+        let mut m = TypedModel::default();
+        let x = m.add_source("x", f32::fact(shape)).unwrap();
+        let k = Tensor::from_shape(kernel, &values(kernel.iter().product(), 3)).unwrap();
+        let k = m.add_const("k", k).unwrap();
+        let o = op.output_channels();
+        let b = m.add_const("b", Tensor::from_shape(&[o], &values(o, 7)).unwrap()).unwrap();
+        let y = m.wire_node("conv", op, &[x, k, b]).unwrap();
+        m.select_output_outlets(&y).unwrap();
+        let choice = QuantChoice { base: DType::F32, keep_f16: Vec::new(), keep_first_last: false };
+        let mut l = Lowerer::new(&m, ModelBuilder::new("conv"), choice);
+        let id = l.b.input("x", shape).unwrap();
+        l.set_input(x, Val::Act { id, shape: shape.to_vec(), int: false });
+        l.run(&mut ()).unwrap();
+        assert!(l.blockers.is_empty(), "{:?}", l.blockers);
+        let (out, _) = l.act(y[0]).unwrap();
+        l.b.output(out);
+        let kes = l.b.build().unwrap();
+        let data = values(shape.iter().product(), 11);
+        let model = kestrel::Model::from_bytes(&kes).unwrap();
+        let got = model.session(1).unwrap().run_vec(&[Input::F32(&data)]).unwrap().remove(0);
+        let t = Tensor::from_shape(shape, &data).unwrap();
+        let want = m.into_runnable().unwrap().run(tvec![t.into()]).unwrap().remove(0);
+        let want = want.try_as_plain_ram().unwrap().as_slice::<f32>().unwrap().to_vec();
+        assert_eq!(got.len(), want.len());
+        let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let err = got.iter().zip(&want).fold(0f32, |a, (g, w)| a.max((g - w).abs()));
+        let cpu = model.cpu().unwrap();
+        (cpu.file().ops().collect::<Result<_, _>>().unwrap(), err / scale)
+    }
+
+    #[test]
+    fn three_d_layouts_and_kernel_formats_match_tract() {
+        let explicit = |b: &[usize], a: &[usize]| PaddingSpec::Explicit(b.into(), a.into());
+        let conv = |fmt, kfmt, k: &[usize], pad, s: &[usize], ci, co, group| Conv {
+            pool_spec: PoolSpec::new(fmt, k.into(), pad, Some((&[1usize, 2, 1][..]).into()), Some(s.into()), ci, co),
+            kernel_fmt: kfmt,
+            group,
+            q_params: None,
+        };
+        // (name, input shape, kernel shape, op, Transposes expected)
+        type Case = (&'static str, Vec<usize>, Vec<usize>, Conv, usize);
+        let cases: Vec<Case> = vec![
+            (
+                "ndhwc, hwio kernel",
+                vec![1, 5, 6, 7, 3],
+                vec![2, 3, 2, 3, 4],
+                conv(
+                    DataFormat::NHWC,
+                    KernelFormat::HWIO,
+                    &[2, 3, 2],
+                    explicit(&[1, 2, 0], &[0, 1, 1]),
+                    &[1, 2, 2],
+                    3,
+                    4,
+                    1,
+                ),
+                // to channels first, the depth taps' two, the output depths back, to channels last
+                5,
+            ),
+            (
+                "ncdhw, ohwi kernel",
+                vec![1, 2, 4, 6, 5],
+                vec![3, 3, 3, 2, 2],
+                conv(DataFormat::NCHW, KernelFormat::OHWI, &[3, 3, 2], PaddingSpec::SameUpper, &[2, 1, 2], 2, 3, 1),
+                3,
+            ),
+            (
+                "cdhw, oihw kernel, 2 groups",
+                vec![4, 5, 5, 6],
+                vec![6, 2, 2, 3, 3],
+                conv(
+                    DataFormat::CHW,
+                    KernelFormat::OIHW,
+                    &[2, 3, 3],
+                    explicit(&[1, 1, 1], &[1, 1, 0]),
+                    &[2, 1, 1],
+                    4,
+                    6,
+                    2,
+                ),
+                3,
+            ),
+        ];
+        for (name, shape, kernel, op, transposes) in cases {
+            let (ops, rel) = lower_and_run(&shape, &kernel, op);
+            assert!(rel <= 1e-5, "{name}: max |kestrel - tract| / max |tract| = {rel:e}");
+            let count = |f: &dyn Fn(&Op) -> bool| ops.iter().filter(|o| f(o)).count();
+            assert_eq!(count(&|o| matches!(o, Op::Conv2d(_))), 1, "{name}: {ops:?}");
+            assert_eq!(count(&|o| matches!(o, Op::Transpose(_))), transposes, "{name}: {ops:?}");
+        }
+    }
+}
