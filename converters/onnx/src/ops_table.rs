@@ -126,8 +126,9 @@ Sub | Binary
 Tan | Unary
 Tanh | Unary
 ThresholdedRelu | a comparison and a select (tract's expansion)
+TopK | by ranks: pairwise comparisons along the axis (ties in index order), their one-hot below K picking values and indices (When and a Sum; indices as f32 values) | constant k; at most 2^26 pairwise comparisons (axis length² × the other elements)
 Transpose | Transpose (a view when only size-1 axes move)
-Trilu | Binary When against a constant 0/1 triangle (exact) | f32 input, constant k
+Trilu | Binary When against a 0/1 triangle (exact): a constant one, or the constant j − i compared with a k computed at run time
 Unsqueeze | Reshape view
 Where | Binary When + Unless + Add (each branch where the condition picks it) | exact for any branch values, ±inf included
 Xor | Binary |a − b| on 0/1 values | boolean operands

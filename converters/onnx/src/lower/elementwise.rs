@@ -96,13 +96,18 @@ impl Lowerer<'_> {
         Ok(false)
     }
 
-    /// `Trilu` (a triangle of the last two axes kept, the rest zeroed) of an activation with a
-    /// constant diagonal offset `k`: `When(x, mask)` with the 0/1 mask `[M, N]` as a weight
-    /// (exact: a zeroed element is 0 whatever x holds there). `Ok(false)` for any other op.
+    /// `Trilu` (a triangle of the last two axes kept, the rest zeroed) of an activation:
+    /// `When(x, mask)` (exact: a zeroed element is 0 whatever x holds there). A constant diagonal
+    /// offset `k` makes the 0/1 mask `[M, N]` a weight; a `k` computed at run time compares the
+    /// constant `j − i` with it (`≥ k` upper, `≤ k` lower). `Ok(false)` for any other op.
     pub(super) fn try_trilu(&mut self) -> Res<bool> {
         let node = self.model.node(self.node);
         let Some(op) = node.op_as::<Trilu>() else { return Ok(false) };
         let (x, shape) = self.act(node.inputs[0])?;
+        let [.., m, n] = shape[..] else {
+            return Err(self.bad("an input of rank ≥ 2", format!("{shape:?}")));
+        };
+        let src = OutletId::new(self.node, 0);
         let k = match node.inputs.get(1).map(|&i| self.val(i)).transpose()? {
             Some(Val::Const(t)) => {
                 let v = f32s(&t)?;
@@ -112,10 +117,20 @@ impl Lowerer<'_> {
                 }
             }
             None => 0,
-            Some(_) => return Err(self.unsupported("Trilu with a computed diagonal offset k")),
-        };
-        let [.., m, n] = shape[..] else {
-            return Err(self.bad("an input of rank ≥ 2", format!("{shape:?}")));
+            Some(Val::Act { shape: ks, .. }) => {
+                if ks.iter().product::<usize>() != 1 {
+                    return Err(self.bad("a scalar diagonal offset k", format!("{ks:?}")));
+                }
+                let (k, ks) = self.act(node.inputs[1])?;
+                let k = self.reshape(k, &ks, &[1])?;
+                let diff: Vec<f32> = (0..m * n).map(|p| (p % n) as f32 - (p / n) as f32).collect();
+                let diff = self.weight_f32(src, "trilu_offsets", &[m, n], diff)?;
+                let cmp = if op.upper { BinaryOp::GreaterEq } else { BinaryOp::LessEq };
+                let mask = self.binary_op(diff, k, cmp)?;
+                let y = self.binary_op(x, mask, BinaryOp::When)?;
+                self.out(y, shape);
+                return Ok(true);
+            }
         };
         let keep = |i: usize, j: usize| {
             let (i, j) = (i as i64, j as i64);
@@ -126,7 +141,6 @@ impl Lowerer<'_> {
             }
         };
         let mask: Vec<f32> = (0..m * n).map(|p| if keep(p / n, p % n) { 1.0 } else { 0.0 }).collect();
-        let src = OutletId::new(self.node, 0);
         let w = self.weight_f32(src, "trilu_mask", &[m, n], mask)?;
         let y = self.b.op(|y| Op::Binary(Binary { a: x, b: w, op: BinaryOp::When, y }))?;
         self.out(y, shape);

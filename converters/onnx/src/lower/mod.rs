@@ -18,6 +18,7 @@ pub(crate) mod rnn;
 mod scatter;
 mod select;
 mod shape;
+mod topk;
 
 use crate::error::{Blocker, ConvertError};
 use crate::quant;
@@ -462,6 +463,9 @@ impl<'m> Lowerer<'m> {
 
     fn lower(&mut self) -> Res<()> {
         let node = self.tnode();
+        if self.try_topk()? {
+            return Ok(());
+        }
         if node.outputs.len() != 1 {
             return Err(self.unsupported(&format!("{} outputs", node.outputs.len())));
         }

@@ -1,0 +1,78 @@
+//! ONNX TopK (both outputs) lowered exactly with generic ops, by ranks: along the axis (moved
+//! last, `[P, N]`), each element's rank is the number of elements that come before it in the
+//! order asked (`x_j > x_i` for the largest, `x_j < x_i` for the smallest; an equal element
+//! with a lower index comes first, as ONNX orders ties), from the pairwise comparisons `[P, N, N]`
+//! summed over j. The one-hot `[P, N, K]` of the ranks below K picks the values (`When` and a
+//! Sum: exact) and the indices (the constant `0..N` picked the same way, as f32 values).
+//! Quadratic in the axis length: an axis over [`MAX_PAIRS`] pairs per output is refused.
+
+use super::{f32s, Lowerer, Res, Val};
+use kestrel_format::ops::{BinaryOp, Op, Reduce, ReduceOp, TensorId};
+use tract_onnx::prelude::*;
+use tract_onnx::tract_core::ops::array::Topk;
+
+/// The most pairwise comparisons (elements of the `[P, N, N]` intermediate) a TopK may take.
+const MAX_PAIRS: usize = 1 << 26;
+
+impl Lowerer<'_> {
+    /// Lowers TopK; `Ok(false)` for anything else.
+    pub(super) fn try_topk(&mut self) -> Res<bool> {
+        let node = self.model.node(self.node);
+        let Some(op) = node.op_as::<Topk>() else { return Ok(false) };
+        let (x, xs) = self.act(node.inputs[0])?;
+        let k = match self.val(node.inputs[1])? {
+            Val::Const(t) => match f32s(&t)?.as_slice() {
+                [k] if *k >= 0.0 => *k as usize,
+                v => return Err(self.bad("one non-negative k", format!("{v:?}"))),
+            },
+            Val::Act { .. } => return Err(self.unsupported("TopK with k computed at run time")),
+        };
+        let axis = op.axis;
+        let n = xs[axis];
+        if k == 0 || k > n {
+            return Err(self.bad(&format!("k in 1..={n}"), format!("{k}")));
+        }
+        let p: usize = xs.iter().product::<usize>() / n;
+        if p.saturating_mul(n).saturating_mul(n) > MAX_PAIRS {
+            return Err(self.unsupported(&format!(
+                "TopK over {p}×{n} elements: {} pairwise comparisons, over {MAX_PAIRS}",
+                p.saturating_mul(n * n)
+            )));
+        }
+        let here = OutletId::new(self.node, 0);
+        // [P, N] with the axis last.
+        let r = xs.len();
+        let perm: Vec<usize> = (0..r).filter(|&a| a != axis).chain([axis]).collect();
+        let (xt, ts) = self.transpose(x, &xs, &perm)?;
+        let xi = self.reshape(xt, &ts, &[p, n, 1])?;
+        let xj = self.reshape(xt, &ts, &[p, 1, n])?;
+        let before = self.binary_op(xj, xi, if op.largest { BinaryOp::Greater } else { BinaryOp::Less })?;
+        let equal = self.binary_op(xj, xi, BinaryOp::Equal)?;
+        let lower: Vec<f32> = (0..n * n).map(|e| f32::from(e % n < e / n)).collect();
+        let lower = self.weight_f32(here, "topk_lower_index", &[n, n], lower)?;
+        let tie = self.binary_op(equal, lower, BinaryOp::When)?;
+        let ahead = self.binary_op(before, tie, BinaryOp::Add)?;
+        let rank = self.b.op(|y| Op::Reduce(Reduce { x: ahead, op: ReduceOp::Sum, axis: 2, keep_dims: true, y }))?;
+        let ks: Vec<f32> = (0..k).map(|i| i as f32).collect();
+        let ks = self.weight_f32(here, "topk_ranks", &[1, 1, k], ks)?;
+        let onehot = self.binary_op(rank, ks, BinaryOp::Equal)?;
+        let iota: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let iota = self.weight_f32(here, "topk_indices", &[1, n, 1], iota)?;
+        // Both outputs: [P, K] → the input's axes with the axis K long.
+        let mut out_shape = xs.clone();
+        out_shape[axis] = k;
+        let back: Vec<usize> = (0..r).map(|a| perm.iter().position(|&q| q == a).unwrap_or(a)).collect();
+        let mut kept: Vec<usize> = ts.clone();
+        kept[r - 1] = k;
+        for (slot, src) in [(0usize, xi), (1, iota)] {
+            let picked = self.binary_op(src, onehot, BinaryOp::When)?;
+            let y = self.b.op(|y| Op::Reduce(Reduce { x: picked, op: ReduceOp::Sum, axis: 1, keep_dims: false, y }))?;
+            let y = self.reshape(y, &[p, k], &kept)?;
+            let (y, ys) = self.transpose(y, &kept, &back)?;
+            let y: TensorId = self.reshape(y, &ys, &out_shape)?;
+            self.vals.insert(OutletId::new(self.node, slot), Val::Act { id: y, shape: out_shape.clone(), int: false });
+        }
+        self.count_fused("topk-by-ranks");
+        Ok(true)
+    }
+}
