@@ -427,6 +427,36 @@ fn conv3d_matches_reference() {
     }
 }
 
+/// A long clip: the weight is stored once per output depth (160 copies of a 16→16 3×3×3
+/// kernel, 4.2 MiB more than once), which the report says; the values still match.
+#[test]
+fn conv3d_long_clip_reports_its_weight_copies() {
+    let mut rng = Rng::new(0x3D_C119);
+    let c = Conv {
+        n: 1,
+        groups: 1,
+        cin_g: 16,
+        cout_g: 16,
+        geo: Geo::explicit([160, 2, 2], [3; 3], [1; 3], [1; 3], [1; 6]),
+        bias: true,
+        relu: false,
+    };
+    let x = nonzero(c.x_shape().iter().product(), &mut rng);
+    let w = nonzero(c.w_shape().iter().product(), &mut rng);
+    let b = nonzero(16, &mut rng);
+    let path = model_path("long clip");
+    std::fs::write(&path, c.onnx(&w, &b)).unwrap();
+    let conv = convert(&path, &ConvertOptions::default());
+    std::fs::remove_file(&path).ok();
+    let conv = conv.unwrap();
+    let notice = conv.report.notices.iter().find(|n| n.contains("3-D convolution"));
+    assert!(notice.is_some_and(|n| n.contains("stored 160 times")), "{:?}", conv.report.notices);
+    let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
+    let got = model.session(1).unwrap().run_vec(&[Input::F32(&x)]).unwrap().remove(0);
+    let (wrong, err) = compare(&got, &c.reference(&x, &w, &b), false);
+    assert_eq!(wrong, 0, "long clip: max error {err:.2e}");
+}
+
 // ---------------------------------------------------------------- MaxPool, AveragePool
 
 /// One pooling node over `x [n, c, D, H, W]`.

@@ -245,6 +245,15 @@ impl Lowerer<'_> {
         let taps = self.reshape(taps, &[od, n, c, kd, h, w], &planes)?;
         // The kernel [O, C/g, kd, kh, kw] viewed as [O, (C/g)·kd, kh, kw], once per stack.
         let ci = (c / g) * kd;
+        let copies_bytes = (stacks - 1) * v.w.len() * 4;
+        if copies_bytes > 4 << 20 {
+            let node = &self.model.node(self.node).name;
+            self.notices.push(format!(
+                "3-D convolution `{node}`: its weight is stored {stacks} times (once per output depth \
+                 and image: {} MiB more than once, as f32)",
+                copies_bytes >> 20
+            ));
+        }
         let wid = self.weight(v.w_src, "conv", &[stacks * o, ci, kh, kw], v.w.repeat(stacks))?;
         let b = match v.bias {
             Some((b, src)) => Some(self.weight(src, "bias", &[stacks * o], b.repeat(stacks))?),
