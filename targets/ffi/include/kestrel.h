@@ -672,9 +672,14 @@ enum KestrelStatus kestrel_session_profile_entry(const struct KestrelSession *se
  * Runs a batch. `inputs[i]` must match graph input `i` (`[batch, per-sample dims...]`, its
  * dtype; token-id inputs take I32 or I64), every input the same batch (1..=capacity); `outputs[i]`
  * has graph output `i`'s shape with that batch. Output buffers may not overlap each other or the
- * inputs. `*batch_out` (if not NULL) receives the batch. On the CPU the run itself allocates
- * nothing (the call allocates two small arrays of slice descriptors); on the GPU it records
- * and submits one command buffer and waits for the outputs.
+ * inputs. `*batch_out` (if not NULL) receives the batch.
+ *
+ * **Zero copy, no allocation.** Inputs are read where the caller keeps them and outputs are
+ * written straight into the caller's buffers (no staging copy on the CPU); a CPU session's run
+ * allocates no memory on any thread, worker threads and profiling included (for models of up to
+ * 16 inputs and 16 outputs; more cost one small array of slice descriptors per run). The
+ * caller's buffers are only borrowed for the call. On the GPU a run uploads the inputs, records
+ * and submits one command buffer and reads the outputs back into the caller's buffers.
  *
  * `KESTREL_ERR_BUSY` while another thread runs the session (one run at a time per session);
  * a free of the session (or its model) on another thread during the run does not disturb it.

@@ -291,12 +291,65 @@ unsafe fn arg_slice<'a, T>(ptr: *const T, count: usize, expected: usize, what: &
     Ok(unsafe { std::slice::from_raw_parts(ptr, count) })
 }
 
+/// Inputs or outputs a run describes on the stack; a model with more of either has its slice
+/// descriptors allocated per run (a few bytes each).
+const FEW: usize = 16;
+
+/// A list of at most `cap` items: in an array on the stack when `cap <= N` (no allocation), else
+/// in a `Vec`.
+enum List<T, const N: usize> {
+    Stack([T; N], usize),
+    Heap(Vec<T>),
+}
+
+impl<T, const N: usize> List<T, N> {
+    /// An empty list with room for `cap` items (`fill` makes the unused array slots).
+    fn new(cap: usize, fill: impl Fn() -> T) -> Result<Self, FfiError> {
+        if cap <= N {
+            return Ok(Self::Stack(std::array::from_fn(|_| fill()), 0));
+        }
+        let mut v = Vec::new();
+        v.try_reserve_exact(cap).map_err(|_| err(Status::KESTREL_ERR_TOO_LARGE, "too many inputs and outputs"))?;
+        Ok(Self::Heap(v))
+    }
+
+    /// Appends `item` (the caller never pushes more than `cap`).
+    fn push(&mut self, item: T) {
+        match self {
+            Self::Stack(a, n) => {
+                a[*n] = item;
+                *n += 1;
+            }
+            Self::Heap(v) => v.push(item),
+        }
+    }
+
+    fn as_slice(&self) -> &[T] {
+        match self {
+            Self::Stack(a, n) => &a[..*n],
+            Self::Heap(v) => v,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [T] {
+        match self {
+            Self::Stack(a, n) => &mut a[..*n],
+            Self::Heap(v) => v,
+        }
+    }
+}
+
 /// Runs a batch. `inputs[i]` must match graph input `i` (`[batch, per-sample dims...]`, its
 /// dtype; token-id inputs take I32 or I64), every input the same batch (1..=capacity); `outputs[i]`
 /// has graph output `i`'s shape with that batch. Output buffers may not overlap each other or the
-/// inputs. `*batch_out` (if not NULL) receives the batch. On the CPU the run itself allocates
-/// nothing (the call allocates two small arrays of slice descriptors); on the GPU it records
-/// and submits one command buffer and waits for the outputs.
+/// inputs. `*batch_out` (if not NULL) receives the batch.
+///
+/// **Zero copy, no allocation.** Inputs are read where the caller keeps them and outputs are
+/// written straight into the caller's buffers (no staging copy on the CPU); a CPU session's run
+/// allocates no memory on any thread, worker threads and profiling included (for models of up to
+/// 16 inputs and 16 outputs; more cost one small array of slice descriptors per run). The
+/// caller's buffers are only borrowed for the call. On the GPU a run uploads the inputs, records
+/// and submits one command buffer and reads the outputs back into the caller's buffers.
 ///
 /// `KESTREL_ERR_BUSY` while another thread runs the session (one run at a time per session);
 /// a free of the session (or its model) on another thread during the run does not disturb it.
@@ -328,8 +381,9 @@ pub unsafe extern "C" fn kestrel_session_run(
         let ins = unsafe { arg_slice(inputs, n_inputs, model.inputs().len(), "inputs")? };
         // SAFETY: caller contract.
         let outs = unsafe { arg_slice(outputs, n_outputs, model.outputs().len(), "outputs")? };
-        let mut views = Vec::with_capacity(ins.len());
-        let mut ranges = Vec::with_capacity(ins.len() + outs.len());
+        // Slice descriptors on the stack (no allocation per run) up to `FEW` inputs and outputs.
+        let mut views = List::<Input<'_>, FEW>::new(ins.len(), || Input::F32(&[]))?;
+        let mut ranges = List::<(usize, usize), { 2 * FEW }>::new(ins.len() + outs.len(), || (0, 0))?;
         let mut batch = 0;
         for (i, (t, d)) in ins.iter().zip(model.inputs()).enumerate() {
             let dtype = DType::from_code(t.dtype)?;
@@ -363,7 +417,7 @@ pub unsafe extern "C" fn kestrel_session_run(
             views.push(input);
             ranges.push((c.start, c.end));
         }
-        let mut out_views: Vec<&mut [f32]> = Vec::with_capacity(outs.len());
+        let mut out_views = List::<&mut [f32], FEW>::new(outs.len(), Default::default)?;
         for (i, (t, d)) in outs.iter().zip(model.outputs()).enumerate() {
             // SAFETY: caller contract.
             let c = unsafe {
@@ -382,7 +436,7 @@ pub unsafe extern "C" fn kestrel_session_run(
                     format!("output {i} has batch {}, the inputs {batch}", c.batch),
                 ));
             }
-            if let Some(j) = ranges.iter().position(|&(a, b)| c.start < b && a < c.end) {
+            if let Some(j) = ranges.as_slice().iter().position(|&(a, b)| c.start < b && a < c.end) {
                 let other = if j < ins.len() { format!("input {j}") } else { format!("output {}", j - ins.len()) };
                 return Err(err(Status::KESTREL_ERR_INVALID_ARGUMENT, format!("output {i} overlaps {other}")));
             }
@@ -390,7 +444,7 @@ pub unsafe extern "C" fn kestrel_session_run(
             // SAFETY: checked non-NULL, aligned, in range, disjoint from every other view.
             out_views.push(unsafe { std::slice::from_raw_parts_mut(t.data, c.numel) });
         }
-        let b = core.run(&views, &mut out_views)?;
+        let b = core.run(views.as_slice(), out_views.as_mut_slice())?;
         if !batch_out.is_null() {
             // SAFETY: caller contract.
             unsafe { put(batch_out, b, "batch_out")? };

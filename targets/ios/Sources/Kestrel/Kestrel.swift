@@ -222,6 +222,38 @@ public enum TensorData: Sendable {
     }
 }
 
+/// One input read in place by `Session.run(batch:inputs:outputs:)`: memory the caller owns, borrowed
+/// for the call (not `Sendable`: it is a pointer).
+public enum InputBuffer {
+    case float32(UnsafeBufferPointer<Float>)
+    case int32(UnsafeBufferPointer<Int32>)
+    case int64(UnsafeBufferPointer<Int64>)
+
+    var count: Int {
+        switch self {
+        case .float32(let b): return b.count
+        case .int32(let b): return b.count
+        case .int64(let b): return b.count
+        }
+    }
+
+    var dtype: DType {
+        switch self {
+        case .float32: return .float32
+        case .int32: return .int32
+        case .int64: return .int64
+        }
+    }
+
+    var address: UnsafeRawPointer? {
+        switch self {
+        case .float32(let b): return b.baseAddress.map { UnsafeRawPointer($0) }
+        case .int32(let b): return b.baseAddress.map { UnsafeRawPointer($0) }
+        case .int64(let b): return b.baseAddress.map { UnsafeRawPointer($0) }
+        }
+    }
+}
+
 /// One node's time in a profiled run.
 public struct OpTiming: Sendable {
     public let node: Int
@@ -480,6 +512,65 @@ public final class Session: @unchecked Sendable {
             results[i] = Array(UnsafeBufferPointer(start: outPtrs[i], count: results[i].count))
         }
         return results
+    }
+
+    /// Runs `batch` samples without copying: each input is read where the caller keeps it and each
+    /// output written straight into the caller's buffer (reusable run after run; nothing is
+    /// allocated for the data). Inputs and outputs in graph order; each buffer must hold at least
+    /// `batch × per-sample` elements (more is fine: the first ones are used). Throws `.shape` for
+    /// wrong counts or a batch outside 1...capacity, `.bufferTooSmall` for a short buffer,
+    /// `.nullPointer` for an empty one, `.invalidArgument` for an output overlapping another
+    /// buffer, `.misaligned` for misaligned memory. The buffers are only borrowed for the call.
+    public func run(batch: Int, inputs: [InputBuffer], outputs: [UnsafeMutableBufferPointer<Float>]) throws {
+        let ins = self.inputs, outs = self.outputs
+        guard inputs.count == ins.count, outputs.count == outs.count else {
+            throw KestrelError(.shape, "the model takes \(ins.count) inputs and \(outs.count) outputs, " +
+                               "got \(inputs.count) and \(outputs.count)")
+        }
+        guard batch >= 1 else { throw KestrelError(.shape, "batch \(batch) is not at least 1") }
+        func need(_ info: TensorInfo, _ count: Int, _ what: String, _ i: Int) throws {
+            let (n, overflow) = batch.multipliedReportingOverflow(by: info.count)
+            guard !overflow, count >= n else {
+                throw KestrelError(.bufferTooSmall, "\(what) \(i) (\(info.name)) holds \(count) elements; " +
+                                   "batch \(batch) needs \(batch) × \(info.count)")
+            }
+        }
+        var dims: [Int] = []
+        for (i, (buffer, info)) in zip(inputs, ins).enumerated() {
+            try need(info, buffer.count, "input", i)
+            guard buffer.address != nil else { throw KestrelError(.nullPointer, "input \(i) has no memory") }
+            dims.append(batch)
+            dims.append(contentsOf: info.shape)
+        }
+        for (i, (buffer, info)) in zip(outputs, outs).enumerated() {
+            try need(info, buffer.count, "output", i)
+            guard buffer.baseAddress != nil else { throw KestrelError(.nullPointer, "output \(i) has no memory") }
+            dims.append(batch)
+            dims.append(contentsOf: info.shape)
+        }
+        let h = try handle.get()
+        try dims.withUnsafeBufferPointer { d in
+            guard let base = d.baseAddress else { throw KestrelError(.internalError, "no shapes") }
+            var at = 0
+            var tensors: [KestrelTensor] = []
+            for (buffer, info) in zip(inputs, ins) {
+                tensors.append(KestrelTensor(dtype: buffer.dtype.rawValue, data: buffer.address, shape: base + at,
+                                             rank: info.shape.count + 1))
+                at += info.shape.count + 1
+            }
+            var results: [KestrelOutput] = []
+            for (buffer, info) in zip(outputs, outs) {
+                results.append(KestrelOutput(data: buffer.baseAddress, shape: base + at, rank: info.shape.count + 1))
+                at += info.shape.count + 1
+            }
+            try check(kestrel_session_run(h, tensors, tensors.count, results, results.count, nil))
+        }
+    }
+
+    /// `run(batch:inputs:outputs:)` for a model with one float input and one output.
+    public func run(_ input: UnsafeBufferPointer<Float>, into output: UnsafeMutableBufferPointer<Float>,
+                    batch: Int = 1) throws {
+        try run(batch: batch, inputs: [.float32(input)], outputs: [output])
     }
 
     /// Per-op times of the last run (empty unless profiling was on); see `profileSource`.

@@ -134,4 +134,33 @@ final class KestrelTests: XCTestCase {
         XCTAssertEqual(Kestrel.threads, 4)
         XCTAssertEqual(try Kestrel.setThreads(0), Kestrel.defaultThreads)
     }
+
+    /// Buffer-pointer runs: the same outputs as `run([TensorData])`, written into a reused buffer;
+    /// short buffers refused.
+    func testBufferPointerRunsWithoutCopies() throws {
+        guard let dir = ProcessInfo.processInfo.environment["KESTREL_TEST_DIR"] else {
+            throw XCTSkip("set KESTREL_TEST_DIR to a directory made by the kestrel-ffi c_abi test")
+        }
+        let model = try Model(path: dir + "/image.kes")
+        let per = try model.inputs[0].count, outPer = try model.outputs[0].count
+        let x = (0..<(4 * per)).map { Float(($0 * 29) % 97) / 48 - 1 }
+        let session = try model.session(capacity: 4, backend: .cpu)
+        let want = try session.run([.float32(x)])[0]
+        var y = [Float](repeating: .nan, count: 4 * outPer)
+        try x.withUnsafeBufferPointer { xb in
+            try y.withUnsafeMutableBufferPointer { yb in
+                for _ in 0..<10 { try session.run(xb, into: yb, batch: 4) }
+                XCTAssertThrowsError(try session.run(UnsafeBufferPointer(rebasing: xb[0..<(per - 1)]), into: yb)) {
+                    XCTAssertEqual(($0 as? KestrelError)?.code, .bufferTooSmall)
+                }
+                XCTAssertThrowsError(try session.run(xb, into: UnsafeMutableBufferPointer(rebasing: yb[0..<1]))) {
+                    XCTAssertEqual(($0 as? KestrelError)?.code, .bufferTooSmall)
+                }
+                XCTAssertThrowsError(try session.run(xb, into: yb, batch: 0)) {
+                    XCTAssertEqual(($0 as? KestrelError)?.code, .shape)
+                }
+            }
+        }
+        XCTAssertEqual(y, want)
+    }
 }

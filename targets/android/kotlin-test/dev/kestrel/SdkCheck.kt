@@ -1,11 +1,15 @@
 // The Kotlin SDK's process settings and I/O on the host JVM against libkestrel_jni.so (run by
 // targets/android/kotlin-check.sh, in a JVM of its own so the thread count starts unset): the
 // thread count (issue 35, item 2) — its default applied by the first session, outputs identical
-// for 1..4 threads, bad counts refused.
+// for 1..4 threads, bad counts refused — and runs on direct buffers without copies (outputs equal
+// the FloatArray API's, a reused output buffer, every bad buffer a KestrelException).
 //
 // Usage: SdkCheckKt MODEL.kes
 package dev.kestrel
 
+import java.nio.ByteBuffer
+import java.nio.ByteOrder
+import java.nio.FloatBuffer
 import kotlin.system.exitProcess
 
 private var passed = 0
@@ -63,9 +67,106 @@ private fun threads(path: String) {
         "-1 and 257 refused (INVALID_ARGUMENT)")
 }
 
+private fun direct(floats: Int): ByteBuffer = ByteBuffer.allocateDirect(4 * floats).order(ByteOrder.nativeOrder())
+
+private fun FloatBuffer.toArray(n: Int): FloatArray = FloatArray(n) { get(it) }
+
+private fun buffers(path: String) {
+    Model.load(path).use { model ->
+        val per = model.inputs[0].size
+        val outPer = model.outputs[0].size
+        val batch = 4
+        val x = FloatArray(batch * per) { ((it * 29) % 97) / 48f - 1f }
+        model.session(batch, Backend.CPU).use { s ->
+            val want = s.run(x)
+            // ByteBuffer in, ByteBuffer out.
+            val xb = direct(x.size).also { it.asFloatBuffer().put(x) }
+            val yb = direct(want.size)
+            s.runBuffers(xb, yb, batch)
+            check(yb.asFloatBuffer().toArray(want.size).contentEquals(want), "ByteBuffer in/out equals run(FloatArray)")
+            // FloatBuffer views, the output reused run after run; one sample from the same buffers.
+            val xf = xb.asFloatBuffer()
+            val yf = direct(want.size).asFloatBuffer()
+            var same = true
+            repeat(100) {
+                yf.clear()
+                yf.put(FloatArray(want.size) { Float.NaN }, 0, want.size)
+                s.runBuffers(listOf(xf), listOf(yf), batch)
+                same = same && yf.toArray(want.size).contentEquals(want)
+            }
+            check(same, "100 runs into one reused FloatBuffer")
+            val y1 = direct(outPer).asFloatBuffer()
+            s.runBuffers(xf, y1)
+            check(y1.toArray(outPer).contentEquals(s.run(x.copyOf(per))), "batch 1 (the default) reads the first sample")
+            // A larger buffer than needed is fine (read from index 0).
+            s.runBuffers(xf, direct(want.size + 7).asFloatBuffer(), batch)
+
+            // Every bad buffer: a KestrelException, never a crash.
+            val inv = KestrelException.INVALID_ARGUMENT
+            expectStatus(inv, "a heap ByteBuffer input") {
+                s.runBuffers(ByteBuffer.allocate(4 * x.size).order(ByteOrder.nativeOrder()), yb, batch)
+            }
+            expectStatus(inv, "a wrapped FloatArray input") { s.runBuffers(FloatBuffer.wrap(x), yb, batch) }
+            expectStatus(inv, "a heap output") { s.runBuffers(xb, FloatBuffer.allocate(want.size), batch) }
+            val other = if (ByteOrder.nativeOrder() == ByteOrder.LITTLE_ENDIAN) ByteOrder.BIG_ENDIAN else ByteOrder.LITTLE_ENDIAN
+            expectStatus(inv, "an input in the other byte order") {
+                s.runBuffers(ByteBuffer.allocateDirect(4 * x.size).order(other), yb, batch)
+            }
+            expectStatus(inv, "a FloatBuffer view in the other byte order") {
+                s.runBuffers(ByteBuffer.allocateDirect(4 * x.size).order(other).asFloatBuffer(), yb, batch)
+            }
+            expectStatus(inv, "a read-only output") { s.runBuffers(xb, direct(want.size).asReadOnlyBuffer(), batch) }
+            expectStatus(inv, "the output is the input") { s.runBuffers(xb, xb, batch) }
+            expectStatus(KestrelException.BUFFER_TOO_SMALL, "an input one float short") {
+                s.runBuffers(direct(x.size - 1), yb, batch)
+            }
+            expectStatus(KestrelException.BUFFER_TOO_SMALL, "an output one float short") {
+                s.runBuffers(xb, direct(want.size - 1), batch)
+            }
+            expectStatus(KestrelException.SHAPE, "an IntBuffer for a float input") {
+                s.runBuffers(ByteBuffer.allocateDirect(4 * x.size).order(ByteOrder.nativeOrder()).asIntBuffer(), yb, batch)
+            }
+            expectStatus(KestrelException.SHAPE, "an IntBuffer output") {
+                s.runBuffers(xb, direct(want.size).asIntBuffer(), batch)
+            }
+            expectStatus(KestrelException.SHAPE, "two inputs for a one-input model") {
+                s.runBuffers(listOf(xb, xb), listOf(yb), batch)
+            }
+            expectStatus(KestrelException.SHAPE, "batch 0") { s.runBuffers(xb, yb, 0) }
+            expectStatus(KestrelException.SHAPE, "batch above the capacity") {
+                s.runBuffers(direct(8 * per), direct(8 * outPer), 8)
+            }
+            val odd = ByteBuffer.allocateDirect(4 * x.size + 4).order(ByteOrder.nativeOrder())
+            odd.position(1)
+            val misaligned = odd.slice().order(ByteOrder.nativeOrder())
+            expectStatus(KestrelException.MISALIGNED, "a ByteBuffer slice at an odd address") {
+                s.runBuffers(misaligned, yb, batch)
+            }
+        }
+        // Through the bridge (as Java could call it): a null element or a non-buffer, typed errors too.
+        val mh = NativeBridge.modelLoadPath(path)
+        val sh = NativeBridge.sessionNew(mh, NativeBridge.BACKEND_CPU, batch)
+        val yb = direct(batch * outPer)
+        expectStatus(KestrelException.NULL_POINTER, "a null input") {
+            NativeBridge.sessionRunBuffers(sh, batch, arrayOf<Any?>(null), arrayOf<Any>(yb))
+        }
+        expectStatus(KestrelException.INVALID_ARGUMENT, "a float[] where a buffer goes") {
+            NativeBridge.sessionRunBuffers(sh, batch, arrayOf<Any>(x), arrayOf<Any>(yb))
+        }
+        NativeBridge.sessionFree(sh)
+        NativeBridge.modelFree(mh)
+        val closed = model.session(1, Backend.CPU)
+        closed.close()
+        expectStatus(KestrelException.CLOSED, "runBuffers on a closed session") { closed.runBuffers(direct(per), direct(outPer)) }
+    }
+    println("direct buffers: ByteBuffer and FloatBuffer I/O equal to run(FloatArray), 100 runs into one reused " +
+        "output; heap, other-order, read-only, short, wrong-type, misaligned, null and overlapping buffers refused")
+}
+
 fun main(args: Array<String>) {
     val path = args[0]
     threads(path)
+    buffers(path)
     println("Kotlin SDK I/O check: $passed passed, $failed failed")
     exitProcess(if (failed == 0) 0 else 1)
 }

@@ -53,6 +53,14 @@ public final class NativeBridge {
     public static native void sessionSetProfiling(long session, boolean on);
     /** Each input a float[], int[] or long[] of batch x per-sample elements; returns every output. */
     public static native float[][] sessionRun(long session, Object[] inputs);
+    /**
+     * Runs {@code batch} samples without copying: each input read from, each output written into a
+     * direct java.nio buffer in the native byte order (ByteBuffer of the element type, FloatBuffer,
+     * IntBuffer/LongBuffer for token ids; outputs ByteBuffer/FloatBuffer), from index 0, holding at
+     * least batch x per-sample elements. Heap, wrong-order or read-only (output) buffers throw
+     * INVALID_ARGUMENT, short ones BUFFER_TOO_SMALL. At most 16 inputs and 16 outputs.
+     */
+    public static native void sessionRunBuffers(long session, int batch, Object[] inputs, Object[] outputs);
     public static native String[] profileOps(long session);
     public static native long[] profileNanos(long session);
     /** A TIMING_* code: how profileNanos was measured. */

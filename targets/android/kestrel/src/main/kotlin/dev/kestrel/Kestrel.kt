@@ -1,6 +1,11 @@
 package dev.kestrel
 
 import java.io.Closeable
+import java.nio.Buffer
+import java.nio.ByteBuffer
+import java.nio.FloatBuffer
+import java.nio.IntBuffer
+import java.nio.LongBuffer
 import java.lang.ref.PhantomReference
 import java.lang.ref.ReferenceQueue
 import java.util.concurrent.ConcurrentHashMap
@@ -314,6 +319,35 @@ class Session internal constructor(raw: Long) : Closeable {
 
     /** Runs a single-input, single-output model on float data. */
     fun run(input: FloatArray): FloatArray = native { NativeBridge.sessionRun(it, arrayOf<Any>(input))[0] }
+
+    /**
+     * Runs [batch] samples without copying the data: each input is read from, and each output
+     * written into, a **direct** buffer in the platform's byte order (the native code reads and
+     * writes their memory in place: `GetDirectBufferAddress`), so outputs can be reused run after
+     * run and nothing is allocated for the data. Inputs in graph-input order: a [ByteBuffer]
+     * holding the input's element type (floats, or i32 token ids), a [FloatBuffer], or an
+     * [IntBuffer]/[LongBuffer] of token ids; outputs in graph-output order: [ByteBuffer] or
+     * [FloatBuffer] of floats. Each is read from index 0 (its position and limit are not used)
+     * and must hold at least `batch × per-sample` elements.
+     *
+     * Make them with `ByteBuffer.allocateDirect(n).order(ByteOrder.nativeOrder())` (and
+     * `.asFloatBuffer()`), or map a file. A heap buffer (`ByteBuffer.allocate`, `FloatBuffer.wrap`),
+     * another byte order or a read-only output throws [KestrelException] INVALID_ARGUMENT; a
+     * buffer too small BUFFER_TOO_SMALL; a buffer of the wrong type SHAPE; misaligned data
+     * (a slice at an odd offset) MISALIGNED; an output overlapping another buffer
+     * INVALID_ARGUMENT. At most 16 inputs and 16 outputs. Do not change the buffers from another
+     * thread during the call.
+     */
+    @JvmOverloads
+    fun runBuffers(inputs: List<Buffer>, outputs: List<Buffer>, batch: Int = 1) {
+        native { NativeBridge.sessionRunBuffers(it, batch, inputs.toTypedArray<Any>(), outputs.toTypedArray<Any>()) }
+    }
+
+    /** [runBuffers] for a model with one input and one output. */
+    @JvmOverloads
+    fun runBuffers(input: Buffer, output: Buffer, batch: Int = 1) {
+        native { NativeBridge.sessionRunBuffers(it, batch, arrayOf<Any>(input), arrayOf<Any>(output)) }
+    }
 
     /** How the last run's [profile] was measured. */
     val profileSource: TimingSource get() = TimingSource.values()[native { NativeBridge.profileSource(it) }]
