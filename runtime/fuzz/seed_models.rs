@@ -1,6 +1,7 @@
 //! Writes small valid models (seed corpus for the `model` target) into the directory given as
 //! the first argument: one tiny model per case of the shared mechanism table
-//! (`kestrel::mechanisms::CASES`) and weight encoding (and masked attention),
+//! (`kestrel::mechanisms::CASES`) and weight encoding (and masked attention, and attention on
+//! activations, `Sdpa`),
 //! plus the demo text model. Run via `seed.sh`.
 
 use kestrel::format::ops::*;
@@ -65,6 +66,22 @@ fn masked(dtype: DType) -> Vec<u8> {
     b.build().unwrap()
 }
 
+/// Attention on activations (`Sdpa`): grouped-query heads (4 query heads over 2 key heads), keys
+/// stored transposed, a constant `[1, T, T]` bias.
+fn sdpa() -> Vec<u8> {
+    let (h, t, d) = (4usize, 4usize, 4usize);
+    let mut b = ModelBuilder::new("seed");
+    let q = b.input("q", &[h, t, d]).unwrap();
+    let k = b.input("k", &[h / 2, d, t]).unwrap();
+    let v = b.input("v", &[h / 2, t, d]).unwrap();
+    let bias = b.weight_as("bias", &[1, t, t], (0..t * t).map(|i| -(i as f32) * 0.25).collect(), DType::F32).unwrap();
+    let y = b
+        .op(|y| Op::Sdpa(Sdpa { q, k, v, bias: Some(bias), scale: 0.5, causal: false, k_transposed: true, y }))
+        .unwrap();
+    b.output(y);
+    b.build().unwrap()
+}
+
 fn main() {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus/model".into());
     std::fs::create_dir_all(&dir).unwrap();
@@ -75,6 +92,7 @@ fn main() {
         }
         std::fs::write(format!("{dir}/mech{}_{}.kes", CASES.len(), dtype.name()), masked(dtype)).unwrap();
     }
+    std::fs::write(format!("{dir}/sdpa_f32.kes"), sdpa()).unwrap();
     let text = kestrel::demo::text_model(1, DType::I8).unwrap();
     std::fs::write(format!("{dir}/text_int8.kes"), text).unwrap();
 }

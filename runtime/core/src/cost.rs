@@ -57,6 +57,15 @@ pub fn op_flops(file: &KesFile<'_>, op: &Op) -> Option<u64> {
             2 * numel(file, o.y)? * (numel(file, o.proj.w)? / out.max(1))
         }
         Op::MatMul(o) => 2 * numel(file, o.y)? * last_dim(file, o.a)?,
+        // Per query row and visible key: D multiply-adds for the score, Dv for the weighted sum,
+        // about five for the softmax (counted as if every key were visible).
+        Op::Sdpa(o) => {
+            let (y, dv, d) = (numel(file, o.y)?, last_dim(file, o.y)?, last_dim(file, o.q)?);
+            let v = file.tensor(o.v).ok()?.shape;
+            let tk = u64::from(*v.dims().iter().rev().nth(1)?);
+            let rows = y / dv.max(1);
+            rows * tk * (2 * d + 2 * dv + 5)
+        }
         Op::Attention(o) => {
             let (t, d) = tokens_dim(file, o.x)?;
             // `[G, T, d]`: G sequences.

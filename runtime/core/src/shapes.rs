@@ -243,11 +243,90 @@ pub fn output_shape(
             }
             Ok(x)
         }
+        Op::Sdpa(o) => {
+            let q = shape_of(o.q);
+            let g = SdpaDims::new(&q, &shape_of(o.k), &shape_of(o.v), o.bias.map(&shape_of).as_ref(), o.k_transposed)?;
+            let mut dims = [g.hq, g.tq, g.dv];
+            if q.rank() == 2 {
+                return shape(name, &dims[1..]);
+            }
+            dims[0] = g.hq;
+            shape(name, &dims)
+        }
         Op::AftFull(o) => tokens(name, shape_of(o.x)),
         Op::AftLocal(o) => tokens(name, shape_of(o.x)),
         Op::AftSimple(o) => tokens(name, shape_of(o.x)),
         Op::AftConv(o) => tokens(name, shape_of(o.x)),
         Op::Fastformer(o) => tokens(name, shape_of(o.x)),
+    }
+}
+
+/// The geometry of an [`Sdpa`](kestrel_format::ops::Sdpa) node, checked: queries `[Hq, Tq, D]`,
+/// keys `[Hk, Tk, D]` (`[Hk, D, Tk]` transposed), values `[Hk, Tk, Dv]`, `Hq` a multiple of `Hk`,
+/// and the bias's strides over `[Hq, Tq, Tk]` (0 along a broadcast axis).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SdpaDims {
+    /// Query heads.
+    pub hq: usize,
+    /// Key/value heads (`hq / hk` query heads share each).
+    pub hk: usize,
+    /// Queries.
+    pub tq: usize,
+    /// Keys.
+    pub tk: usize,
+    /// Query/key width.
+    pub d: usize,
+    /// Value width.
+    pub dv: usize,
+    /// The bias's element strides along `[Hq, Tq, Tk]` (`[0; 3]` without one).
+    pub bias_strides: [usize; 3],
+    /// The bias's element count (0 without one).
+    pub bias_len: usize,
+}
+
+impl SdpaDims {
+    /// Checks the shapes (see the op's documentation) and derives the geometry.
+    pub fn new(q: &Shape, k: &Shape, v: &Shape, bias: Option<&Shape>, k_transposed: bool) -> Result<Self, ShapeError> {
+        const OP: &str = "Sdpa";
+        let r = q.rank();
+        if r != 2 && r != 3 {
+            return Err(ShapeError::Invalid { op: OP, what: "queries must be [Hq, Tq, D] or [Tq, D]" });
+        }
+        expect_eq(OP, "key rank (that of the queries)", r, k.rank())?;
+        expect_eq(OP, "value rank (that of the queries)", r, v.rank())?;
+        let three = |s: &Shape| if r == 3 { [s.dim(0), s.dim(1), s.dim(2)] } else { [1, s.dim(0), s.dim(1)] };
+        let ([hq, tq, d], [hk, k1, k2], [hv, tv, dv]) = (three(q), three(k), three(v));
+        let (tk, dk) = if k_transposed { (k2, k1) } else { (k1, k2) };
+        expect_eq(OP, "key width (query width D)", d, dk)?;
+        expect_eq(OP, "value heads (key heads)", hk, hv)?;
+        expect_eq(OP, "values (keys Tk)", tk, tv)?;
+        if hk == 0 || hq % hk != 0 {
+            return Err(mismatch(OP, "query heads (a multiple of the key heads)", hk, hq));
+        }
+        if hq == 0 || tq == 0 || tk == 0 || d == 0 || dv == 0 {
+            return Err(ShapeError::Invalid { op: OP, what: "an empty axis" });
+        }
+        let overflow = ShapeError::Invalid { op: OP, what: "element count overflows" };
+        hq.checked_mul(tq).and_then(|n| n.checked_mul(tk.max(dv))).ok_or(overflow)?;
+        let (mut bias_strides, mut bias_len) = ([0; 3], 0);
+        if let Some(b) = bias {
+            let br = b.rank();
+            if br > 3 && b.dims()[..br - 3].iter().any(|&x| x != 1) {
+                return Err(ShapeError::Invalid { op: OP, what: "bias axes before the last three must be 1" });
+            }
+            let full = [hq, tq, tk];
+            let mut stride = 1;
+            for a in (0..3).rev() {
+                let bd = if a + br >= 3 { b.dim(a + br - 3) } else { 1 };
+                if bd != 1 && bd != full[a] {
+                    return Err(mismatch(OP, "bias dim (1 or that of [Hq, Tq, Tk])", full[a], bd));
+                }
+                bias_strides[a] = if bd == 1 { 0 } else { stride };
+                stride *= bd;
+            }
+            bias_len = stride;
+        }
+        Ok(Self { hq, hk, tq, tk, d, dv, bias_strides, bias_len })
     }
 }
 

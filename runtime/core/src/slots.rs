@@ -14,7 +14,7 @@ pub enum Role {
     Weight,
     /// An f32 activation or a weight (broadcast operands).
     ActOrWeight,
-    /// An f32 activation or a weight stored as f32 (Attention's additive score bias).
+    /// An f32 activation or a weight stored as f32 (Attention's and Sdpa's additive score bias).
     ActOrF32Weight,
 }
 
@@ -33,6 +33,10 @@ pub fn for_each_slot(op: &Op, mut f: impl FnMut(&'static str, TensorId, Role)) {
             (kind::BINARY, 1) => ("b", Role::ActOrWeight),
             (kind::MATMUL, 1) => ("b", Role::ActOrWeight),
             (kind::ATTENTION, 11) => ("mask", Role::ActOrF32Weight),
+            (kind::SDPA, 0) => ("q", Role::Act),
+            (kind::SDPA, 1) => ("k", Role::Act),
+            (kind::SDPA, 2) => ("v", Role::Act),
+            (kind::SDPA, 3) => ("bias", Role::ActOrF32Weight),
             (_, 0) => ("x", Role::Act),
             _ => ("weight", Role::Weight),
         };

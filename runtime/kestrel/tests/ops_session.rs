@@ -835,3 +835,110 @@ fn fastformer_every_head_count() {
         .collect();
     check_all(&cases);
 }
+
+/// How an Sdpa case's bias is made.
+#[derive(Clone, Copy, Debug)]
+enum SdpaBias {
+    None,
+    /// Random values, a per-sample input of these dims.
+    Input(&'static [usize]),
+    /// Random values, a constant (f32 weight) of these dims.
+    Const(&'static [usize]),
+    /// A `[Tq, Tk]` input mask: 0 or −∞ per key (row 1 entirely −∞, row 2 entirely f32::MIN).
+    Masked,
+}
+
+/// `Sdpa` (attention on activations): multi-head, grouped-query and multi-query heads, Tq ≠ Tk,
+/// Dv ≠ D, keys stored transposed, one head at rank 2, causal, a bias per sample or constant in
+/// every broadcast shape, and masks with fully masked rows (zeros) and rows masked with f32::MIN
+/// (uniform weights).
+#[test]
+fn sdpa_heads_groups_bias_and_masks() {
+    // (hq, hk, tq, tk, d, dv, causal, k transposed, rank 2, bias)
+    type SdpaCase = (usize, usize, usize, usize, usize, usize, bool, bool, bool, SdpaBias);
+    let cases: [SdpaCase; 12] = [
+        (2, 2, 5, 5, 4, 4, false, false, false, SdpaBias::None),
+        (4, 2, 3, 6, 8, 5, false, false, false, SdpaBias::Input(&[1, 3, 6])),
+        (6, 1, 4, 4, 4, 3, true, false, false, SdpaBias::None),
+        (4, 4, 5, 7, 6, 6, false, true, false, SdpaBias::Const(&[4, 5, 7])),
+        (1, 1, 6, 3, 5, 7, false, false, true, SdpaBias::Input(&[3])),
+        (4, 2, 5, 5, 4, 20, true, true, false, SdpaBias::Const(&[4, 1, 5])),
+        (2, 1, 5, 6, 4, 4, false, false, false, SdpaBias::Masked),
+        (2, 2, 4, 4, 4, 4, true, false, false, SdpaBias::Masked),
+        (8, 2, 3, 9, 16, 16, false, false, false, SdpaBias::Input(&[1, 1, 1, 9])),
+        (3, 3, 4, 5, 4, 4, false, false, false, SdpaBias::Const(&[3, 4, 1])),
+        (2, 2, 7, 7, 8, 8, true, false, false, SdpaBias::Input(&[2, 7, 7])),
+        (4, 1, 2, 33, 8, 17, false, true, false, SdpaBias::None),
+    ];
+    let cases: Vec<Case> = cases
+        .into_iter()
+        .map(|(hq, hk, tq, tk, d, dv, causal, k_transposed, rank2, bias)| {
+            let name = format!(
+                "Sdpa hq{hq} hk{hk} tq{tq} tk{tk} d{d} dv{dv} causal {causal} kT {k_transposed} rank2 {rank2} {bias:?}"
+            );
+            // Masks with −∞ cannot take a magnitude run (|−∞|); the others do.
+            let floor = !matches!(bias, SdpaBias::Masked);
+            case("Sdpa", name, floor, move |c| {
+                let dims = |h: usize, a: usize, b: usize| if rank2 { vec![a, b] } else { vec![h, a, b] };
+                let q = c.input(&dims(hq, tq, d), NZ)?;
+                let k = if k_transposed { c.input(&dims(hk, d, tk), NZ)? } else { c.input(&dims(hk, tk, d), NZ)? };
+                let v = c.input(&dims(hk, tk, dv), NZ)?;
+                let bias = match bias {
+                    SdpaBias::None => None,
+                    SdpaBias::Input(b) => Some(c.input(b, NZ)?),
+                    SdpaBias::Const(b) => {
+                        let vals = c.draw(b.iter().product(), NZ);
+                        c.weights += 1;
+                        Some(c.b.weight_as(&format!("bias{}", c.weights), b, vals, DType::F32)?)
+                    }
+                    SdpaBias::Masked => {
+                        let id = c.b.input("mask", &[tq, tk])?;
+                        let mut m = Vec::with_capacity(BATCH * tq * tk);
+                        for _ in 0..BATCH {
+                            for i in 0..tq {
+                                for j in 0..tk {
+                                    m.push(match i {
+                                        1 => f32::NEG_INFINITY,
+                                        2 => f32::MIN,
+                                        _ if c.rng.below(3) == 0 && j > 0 => f32::NEG_INFINITY,
+                                        _ => 0.0,
+                                    });
+                                }
+                            }
+                        }
+                        c.feeds.push(Feed::F32(m));
+                        Some(id)
+                    }
+                };
+                let scale = 1.0 / (d as f32).sqrt();
+                c.b.op(|y| Op::Sdpa(Sdpa { q, k, v, bias, scale, causal, k_transposed, y }))
+            })
+        })
+        .collect();
+    check_all(&cases);
+}
+
+/// Bad `Sdpa` shapes are typed errors naming what disagrees.
+#[test]
+fn sdpa_bad_shapes_are_rejected() {
+    // (q, k, v, bias, k transposed, what)
+    type Bad = (&'static [usize], &'static [usize], &'static [usize], Option<&'static [usize]>, bool, &'static str);
+    let bad: [Bad; 7] = [
+        (&[3, 4, 8], &[2, 5, 8], &[2, 5, 8], None, false, "multiple of the key heads"),
+        (&[2, 4, 8], &[2, 5, 6], &[2, 5, 8], None, false, "key width"),
+        (&[2, 4, 8], &[2, 5, 8], &[2, 6, 8], None, false, "values (keys Tk)"),
+        (&[2, 4, 8], &[2, 8, 5], &[2, 6, 8], None, true, "values (keys Tk)"),
+        (&[2, 4, 8], &[2, 5, 8], &[2, 5, 8], Some(&[3, 4, 5]), false, "bias dim"),
+        (&[2, 4, 8], &[2, 5, 8], &[2, 5, 8], Some(&[2, 1, 4, 5]), false, "before the last three"),
+        (&[4, 8], &[2, 5, 8], &[2, 5, 8], None, false, "key rank"),
+    ];
+    for (qd, kd, vd, bd, k_transposed, what) in bad {
+        let mut b = ModelBuilder::new("bad sdpa");
+        let q = b.input("q", qd).unwrap();
+        let k = b.input("k", kd).unwrap();
+        let v = b.input("v", vd).unwrap();
+        let bias = bd.map(|d| b.input("bias", d).unwrap());
+        let err = b.op(|y| Op::Sdpa(Sdpa { q, k, v, bias, scale: 0.5, causal: false, k_transposed, y })).unwrap_err();
+        assert!(err.to_string().contains(what), "{qd:?} {kd:?} {vd:?} {bd:?}: {err}");
+    }
+}

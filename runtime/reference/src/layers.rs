@@ -170,6 +170,68 @@ pub fn softmax(x: &[f64], n: usize) -> Vec<f64> {
     y
 }
 
+/// Scaled dot-product attention on activations (the `Sdpa` op), from its definition: `q [Hq, Tq,
+/// D]`, `k [Hk, Tk, D]` (`[Hk, D, Tk]` when `k_transposed`), `v [Hk, Tk, Dv]` (rank 2: one head),
+/// query head h reading key/value head `h / (Hq / Hk)`; `bias` (values and shape) broadcast
+/// numpy-style to `[Hq, Tq, Tk]`; with `causal` query i sees keys `j ≤ i`. A row whose every
+/// visible score is −∞ gives zeros. Output `[Hq, Tq, Dv]`.
+#[allow(clippy::too_many_arguments)]
+pub fn sdpa(
+    (q, qs): (&[f64], &[usize]),
+    (k, ks): (&[f64], &[usize]),
+    (v, vs): (&[f64], &[usize]),
+    bias: Option<(&[f64], &[usize])>,
+    scale: f64,
+    causal: bool,
+    k_transposed: bool,
+) -> Vec<f64> {
+    let three = |s: &[usize]| if s.len() == 3 { [s[0], s[1], s[2]] } else { [1, s[0], s[1]] };
+    let ([hq, tq, d], [hk, _, _], [_, tk, dv]) = (three(qs), three(ks), three(vs));
+    let group = hq / hk;
+    // The bias's value at (h, i, j): right-aligned, size-1 axes broadcast.
+    let bias_at = |h: usize, i: usize, j: usize| -> f64 {
+        let Some((b, bs)) = bias else { return 0.0 };
+        let idx = [h, i, j];
+        let mut flat = 0;
+        for (a, &n) in bs.iter().enumerate() {
+            // Axis a of the bias lines up with axis (a + 3 − rank) of [Hq, Tq, Tk].
+            let at = (a + 3).checked_sub(bs.len()).map_or(0, |o| idx[o]);
+            flat = flat * n + if n == 1 { 0 } else { at };
+        }
+        b[flat]
+    };
+    let mut y = vec![0.0; hq * tq * dv];
+    for h in 0..hq {
+        let kh = h / group;
+        for i in 0..tq {
+            let seen = if causal { (i + 1).min(tk) } else { tk };
+            let scores: Vec<f64> = (0..seen)
+                .map(|j| {
+                    let dot: f64 = (0..d)
+                        .map(|c| {
+                            let kv = if k_transposed { k[(kh * d + c) * tk + j] } else { k[(kh * tk + j) * d + c] };
+                            q[(h * tq + i) * d + c] * kv
+                        })
+                        .sum();
+                    dot * scale + bias_at(h, i, j)
+                })
+                .collect();
+            let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            if m == f64::NEG_INFINITY {
+                continue;
+            }
+            let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let total: f64 = w.iter().sum();
+            for (j, wj) in w.iter().enumerate() {
+                for c in 0..dv {
+                    y[(h * tq + i) * dv + c] += wj / total * v[(kh * tk + j) * dv + c];
+                }
+            }
+        }
+    }
+    y
+}
+
 /// Reduces `axis` of `x` (shape `shape`); the output is in row-major order of the remaining
 /// axes (with or without a kept size-1 axis the order is the same).
 pub fn reduce(f: ReduceFn, x: &[f64], shape: &[usize], axis: usize) -> Vec<f64> {

@@ -299,6 +299,9 @@ pub enum Kernel {
     Attend,
     /// `attention.wgsl: attend_rows` (a thread per query row and four output columns, no barriers).
     AttendRows,
+    /// `attention.wgsl: sdpa_rows` (attention on activations: a thread per query row and sixteen
+    /// output columns, online softmax, no barriers).
+    SdpaRows,
     /// `aft.wgsl: exp_values`.
     ExpValues,
     /// `aft.wgsl: exp_keys`.
@@ -395,6 +398,7 @@ impl Kernel {
         Kernel::AlignTokens,
         Kernel::Attend,
         Kernel::AttendRows,
+        Kernel::SdpaRows,
         Kernel::ExpValues,
         Kernel::ExpKeys,
         Kernel::AftBias,
@@ -421,7 +425,7 @@ impl Kernel {
             Pool2d => Family::Pool,
             Rnn => Family::Rnn,
             Embedding | PatchGather => Family::Embed,
-            AlignTokens | Attend | AttendRows => Family::Attention,
+            AlignTokens | Attend | AttendRows | SdpaRows => Family::Attention,
             ExpValues | ExpKeys | AftBias | AftFull | AftLocal | AftSimple | AftConv => Family::Aft,
             FfScores | FfPool | FfScaleRows => Family::Fastformer,
         }
@@ -448,6 +452,7 @@ impl Kernel {
             PatchGather => Layout::PatchGather,
             AlignTokens => Layout::AlignTokens,
             Attend | AttendRows => Layout::Attend,
+            SdpaRows => Layout::Sdpa,
             ExpValues => Layout::ExpValues,
             ExpKeys => Layout::ExpKeys,
             AftBias => Layout::AftBias,
@@ -476,8 +481,8 @@ impl Kernel {
             DenseBlockLn => Start::Mode(Item, "dense_block_body", "1u"),
             DenseBlockPatch => Start::Mode(Item, "dense_block_body", "2u"),
             Unary | Strided | LayerNorm | Softmax | Reduce | MatMul | Conv2d | Conv2dBlock | Pool2d | Embedding
-            | PatchGather | AlignTokens | AttendRows | ExpValues | ExpKeys | AftFull | AftLocal | AftConv
-            | FfScores | FfPool | FfScaleRows => Start::Body(Item),
+            | PatchGather | AlignTokens | AttendRows | SdpaRows | ExpValues | ExpKeys | AftFull | AftLocal
+            | AftConv | FfScores | FfPool | FfScaleRows => Start::Body(Item),
             LayerNormSplit | SoftmaxSplit | ReduceSplit | Rnn | AftSimple => Start::Body(Row),
             DenseTile | MatMulTile | Conv2dTile => Start::Body(Tile),
             DenseSplit | DenseSplitSg | DenseSplitLn | DenseSplitLnSg | DenseSplitPatch | DenseSplitPatchSg
@@ -536,6 +541,7 @@ impl Kernel {
             AlignTokens => "align_tokens",
             Attend => "attend",
             AttendRows => "attend_rows",
+            SdpaRows => "sdpa_rows",
             ExpValues => "exp_values",
             ExpKeys => "exp_keys",
             AftBias => "aft_bias",

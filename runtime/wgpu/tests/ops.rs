@@ -688,6 +688,74 @@ at_both_precisions! {
         |g, precision, arith| attention_cases_match(&g, &large_cases(), precision, arith, &TUNINGS[..2]);
     pool_kernels_match_cpu, pool_kernels_match_cpu_f16:
         |g, precision, _arith| { check(&g, &pool_cases(), precision, &TUNINGS); };
+    sdpa_kernel_matches_cpu, sdpa_kernel_matches_cpu_f16:
+        |g, precision, arith| {
+            let seen = check(&g, &sdpa_cases(), precision, &TUNINGS[..1]);
+            assert!(seen.contains(&Variant::of(Kernel::SdpaRows, arith)), "sdpa_rows not exercised");
+        };
+}
+
+/// `Sdpa` (attention on activations, `sdpa_rows`): multi-head, grouped-query and multi-query
+/// heads, Tq ≠ Tk, Dv ≠ D and wider than one 16-column chunk, keys stored transposed, rank 2,
+/// causal, a bias per sample or constant in several broadcast shapes, and masks with a fully
+/// masked row (−∞: zeros) and a row masked with f32::MIN (uniform weights).
+fn sdpa_cases() -> Vec<Case> {
+    // (hq, hk, tq, tk, d, dv, causal, k transposed, rank 2, bias dims, constant bias, mask fill)
+    type SdpaCase = (usize, usize, usize, usize, usize, usize, bool, bool, bool, &'static [usize], bool, Option<f32>);
+    let cases: [SdpaCase; 10] = [
+        (2, 2, 5, 5, 4, 4, false, false, false, &[], false, None),
+        (4, 2, 3, 6, 8, 5, false, false, false, &[1, 3, 6], false, None),
+        (6, 1, 4, 4, 4, 3, true, false, false, &[], false, None),
+        (4, 4, 5, 7, 6, 6, false, true, false, &[4, 5, 7], true, None),
+        (1, 1, 6, 3, 5, 7, false, false, true, &[3], false, None),
+        (4, 2, 5, 5, 4, 20, true, true, false, &[4, 1, 5], true, None),
+        (2, 1, 5, 6, 4, 4, false, false, false, &[5, 6], false, Some(f32::NEG_INFINITY)),
+        (2, 2, 4, 4, 4, 4, true, false, false, &[4, 4], false, Some(f32::MIN)),
+        (8, 2, 3, 9, 16, 40, false, false, false, &[1, 1, 1, 9], false, None),
+        (4, 1, 2, 33, 8, 17, false, true, false, &[], false, None),
+    ];
+    cases
+        .into_iter()
+        .map(|(hq, hk, tq, tk, d, dv, causal, k_transposed, rank2, bias_dims, constant, fill)| {
+            let name = format!(
+                "sdpa hq{hq} hk{hk} tq{tq} tk{tk} d{d} dv{dv} causal={causal} kT={k_transposed} rank2={rank2} \
+                 bias {bias_dims:?} constant={constant} fill {fill:?}"
+            );
+            case("sdpa", name, move |c| {
+                let dims = |h: usize, a: usize, b: usize| if rank2 { vec![a, b] } else { vec![h, a, b] };
+                let q = c.input(&dims(hq, tq, d))?;
+                let k = if k_transposed { c.input(&dims(hk, d, tk))? } else { c.input(&dims(hk, tk, d))? };
+                let v = c.input(&dims(hk, tk, dv))?;
+                let n: usize = bias_dims.iter().product();
+                let bias = match (bias_dims.is_empty(), constant, fill) {
+                    (true, ..) => None,
+                    (false, true, _) => {
+                        let vals = c.vals(n, 2.0);
+                        Some(c.b.weight_as("bias", bias_dims, vals, DType::F32)?)
+                    }
+                    (false, false, None) => Some(c.input(bias_dims)?),
+                    (false, false, Some(fill)) => {
+                        // A `[Tq, Tk]` mask: row 1 masked entirely, about a third of the other
+                        // keys masked (never key 0).
+                        let id = c.b.input(&format!("x{}", c.feeds.len()), bias_dims)?;
+                        let mut m = Vec::new();
+                        for _ in 0..BATCH {
+                            for i in 0..tq {
+                                for j in 0..tk {
+                                    let r = c.rng.uniform();
+                                    m.push(if i == 1 || (j > 0 && r < -1.0 / 3.0) { fill } else { 0.0 });
+                                }
+                            }
+                        }
+                        c.feeds.push(Feed::F32(m));
+                        Some(id)
+                    }
+                };
+                let scale = 1.0 / (d as f32).sqrt();
+                c.b.op(|y| Op::Sdpa(Sdpa { q, k, v, bias, scale, causal, k_transposed, y }))
+            })
+        })
+        .collect()
 }
 
 /// A dense row whose first input, 1 + 2⁻¹², is not an f16 number: the f32 path keeps it (as the

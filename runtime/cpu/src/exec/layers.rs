@@ -15,6 +15,7 @@ use crate::kernels::norm::{layer_norm, layer_norm_scratch, LayerNormParams};
 use crate::kernels::pool::{pool2d, pool2d_scratch, pool2d_scratch_fast, Pool2dParams};
 use crate::kernels::reduce::{reduce, ReduceParams};
 use crate::kernels::rnn::{rnn, rnn_scratch, RnnParams, RnnWeights};
+use crate::kernels::sdpa::{sdpa_rows, sdpa_scratch, SdpaParams};
 use crate::kernels::slice::{slice, SliceParams};
 use crate::kernels::softmax::{softmax, SoftmaxParams};
 use crate::kernels::transpose::{transpose, TransposeParams};
@@ -56,20 +57,53 @@ fn src<'a>(file: &Graph<'_, 'a>, id: TensorId) -> Result<Src<'a>, ShapeError> {
 
 /// Kernel params and weights of one layer node.
 enum Prep<'a> {
-    Dense { proj: ProjW<'a>, rows: usize, act: Activation },
-    LayerNorm { p: LayerNormParams, gamma: WeightView<'a>, beta: Option<WeightView<'a>> },
+    Dense {
+        proj: ProjW<'a>,
+        rows: usize,
+        act: Activation,
+    },
+    LayerNorm {
+        p: LayerNormParams,
+        gamma: WeightView<'a>,
+        beta: Option<WeightView<'a>>,
+    },
     Unary(UnaryParams),
-    Binary { p: BinaryParams, a: Src<'a>, b: Src<'a> },
+    Binary {
+        p: BinaryParams,
+        a: Src<'a>,
+        b: Src<'a>,
+    },
     Softmax(SoftmaxParams),
-    PatchEmbed { p: PatchEmbedParams, proj: ProjW<'a> },
-    Embedding { p: EmbeddingParams, table: WeightView<'a>, pos: Option<WeightView<'a>> },
+    PatchEmbed {
+        p: PatchEmbedParams,
+        proj: ProjW<'a>,
+    },
+    Embedding {
+        p: EmbeddingParams,
+        table: WeightView<'a>,
+        pos: Option<WeightView<'a>>,
+    },
     Reduce(ReduceParams),
     Transpose(TransposeParams),
     Slice(SliceParams),
-    MatMul { p: MatMulParams, b: Src<'a> },
-    Conv2d { p: Conv2dParams, proj: ProjW<'a> },
+    MatMul {
+        p: MatMulParams,
+        b: Src<'a>,
+    },
+    /// The bias: an activation (per sample) or a constant's f32 values.
+    Sdpa {
+        p: SdpaParams,
+        bias: Option<Src<'a>>,
+    },
+    Conv2d {
+        p: Conv2dParams,
+        proj: ProjW<'a>,
+    },
     Pool2d(Pool2dParams),
-    Rnn { p: RnnParams, wts: RnnWeights<'a> },
+    Rnn {
+        p: RnnParams,
+        wts: RnnWeights<'a>,
+    },
     Reshape,
 }
 
@@ -149,6 +183,27 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             let p = MatMulParams::new(&shp(o.a)?, &shp(o.b)?, o.transpose_b, matches!(b, Src::Weight(_)))?;
             Prep::MatMul { p, b }
         }
+        LayerOp::Sdpa(o) => {
+            let bias_shape = o.bias.map(shp).transpose()?;
+            let p = SdpaParams::new(
+                &shp(o.q)?,
+                &shp(o.k)?,
+                &shp(o.v)?,
+                bias_shape.as_ref(),
+                o.scale,
+                o.causal,
+                o.k_transposed,
+            )?;
+            let bias = o.bias.map(|b| src(file, b)).transpose()?;
+            if let Some(Src::Weight(w)) = bias {
+                // The loader admits only f32 weights in the bias slot.
+                let values = w
+                    .as_f32()
+                    .ok_or(ShapeError::Invalid { op: "Sdpa", what: "a constant bias must be stored as f32" })?;
+                expect_len(values.len(), p.g.bias_len)?;
+            }
+            Prep::Sdpa { p, bias }
+        }
         LayerOp::Conv2d(o) => {
             let proj = proj(file, o.proj)?;
             let p = Conv2dParams::of(o, &shp(o.x)?, &shp(o.proj.w)?)?;
@@ -170,6 +225,7 @@ pub(super) fn scratch_elems(file: &Graph<'_, '_>, op: &Op, fast: bool) -> Result
         Prep::PatchEmbed { p, .. } => patch_embed_scratch(&p),
         Prep::Embedding { p, .. } => embedding_scratch(&p),
         Prep::MatMul { p, .. } => matmul_scratch(&p),
+        Prep::Sdpa { p, .. } => sdpa_scratch(&p),
         Prep::Conv2d { p, .. } => conv2d_scratch(&p),
         Prep::Pool2d(p) => pool2d_scratch(&p),
         Prep::Rnn { p, .. } => rnn_scratch(&p),
@@ -186,6 +242,9 @@ pub(super) fn scratch_elems(file: &Graph<'_, '_>, op: &Op, fast: bool) -> Result
 
 pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Result<(), RunError> {
     let prep = prepare(file, op).map_err(|_| RunError::Internal("a validated node failed its check"))?;
+    if let (Prep::Sdpa { p, bias }, Op::Sdpa(o)) = (&prep, op) {
+        return execute_sdpa(file, p, bias.as_ref(), o, io);
+    }
     let (batch, cap) = (io.batch, io.cap.max(1));
     let (acts, out, scratch) = io.split();
     // The output region holds `cap` samples of the output (the session sized it so).
@@ -279,9 +338,76 @@ pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Resul
                 let (x, n) = main(*x)?;
                 rnn(p, wts, &x[sample(n, s)], y, scratch);
             }
-            (Prep::Reshape, _) => {}
+            (Prep::Reshape, _) | (Prep::Sdpa { .. }, _) => {}
             _ => return Err(RunError::Internal("op and prepared kernel disagree")),
         }
+    }
+    Ok(())
+}
+
+fn expect_len(found: usize, expected: usize) -> Result<(), ShapeError> {
+    crate::error::expect_eq("Sdpa", "bias elements", expected, found)
+}
+
+/// An [`Sdpa`](kestrel_format::ops::Sdpa) node over the batch: each sample's query rows split
+/// into contiguous runs, one per task, each task with its own scratch copy (the session's arena
+/// holds one per thread); every row is computed by the same code whatever the split, so results
+/// do not depend on the thread count.
+fn execute_sdpa(
+    file: &Graph<'_, '_>,
+    p: &SdpaParams,
+    bias: Option<&Src<'_>>,
+    o: &kestrel_format::ops::Sdpa,
+    io: &mut OpIo<'_>,
+) -> Result<(), RunError> {
+    let batch = io.batch;
+    let (acts, out, scratch, spare) = io.split_spare();
+    let region = |id: TensorId| -> Result<(&[f32], usize), RunError> {
+        let t = info(file, id)?;
+        Ok((acts.region(&t)?, numel(&t)?))
+    };
+    let ((q, nq), (k, nk), (v, nv)) = (region(o.q)?, region(o.k)?, region(o.v)?);
+    let bias = match (bias, o.bias) {
+        (Some(Src::Act), Some(b)) => Some(region(b)?),
+        (Some(Src::Weight(w)), _) => Some((w.as_f32().ok_or(RunError::Internal("bias encoding"))?, 0)),
+        _ => None,
+    };
+    let (rows, dv) = (p.rows(), p.g.dv);
+    let ny = rows * dv;
+    p.check(nq, nk, nv, ny, bias.map(|(b, n)| if n == 0 { b.len() } else { n }))
+        .map_err(|_| RunError::Internal("Sdpa operands"))?;
+    let per = scratch.len();
+    if per < sdpa_scratch(p) {
+        return Err(RunError::Internal("Sdpa scratch"));
+    }
+    let copies = spare.len().checked_div(per).map_or(1, |c| c + 1);
+    #[cfg(feature = "std")]
+    let tasks = crate::threads::threads().min(copies).min(rows).max(1);
+    #[cfg(not(feature = "std"))]
+    let tasks = 1.min(copies);
+    let chunk = rows.div_ceil(tasks);
+    for s in 0..batch {
+        let (qs, ks, vs) = (&q[s * nq..(s + 1) * nq], &k[s * nk..(s + 1) * nk], &v[s * nv..(s + 1) * nv]);
+        let bs = bias.map(|(b, n)| if n == 0 { b } else { &b[s * n..(s + 1) * n] });
+        let ys = &mut out[s * ny..(s + 1) * ny];
+        #[cfg(feature = "std")]
+        if tasks >= 2 {
+            use crate::threads::SharedMut;
+            let (outs, first, rest) = (SharedMut::new(ys), SharedMut::new(&mut *scratch), SharedMut::new(&mut *spare));
+            crate::threads::for_each(tasks, &|t| {
+                let r0 = (t * chunk).min(rows);
+                let r1 = ((t + 1) * chunk).min(rows);
+                // SAFETY: task t alone uses scratch copy t and output rows r0..r1.
+                let (sc, y) = unsafe {
+                    let sc = if t == 0 { first.part(0, per) } else { rest.part((t - 1) * per, per) };
+                    (sc, outs.part(r0 * dv, (r1 - r0) * dv))
+                };
+                sdpa_rows(p, r0..r1, qs, ks, vs, bs, y, sc);
+            });
+            continue;
+        }
+        let _ = chunk;
+        sdpa_rows(p, 0..rows, qs, ks, vs, bs, ys, scratch);
     }
     Ok(())
 }

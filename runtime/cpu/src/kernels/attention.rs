@@ -309,7 +309,7 @@ fn mask_row<'m>(mask: Option<&'m [f32]>, p: &AttentionParams, h: usize, i: usize
 /// weights instead of 0/0; a finite bias such as f32::MIN on every key leaves equal scores,
 /// so uniform weights (what PyTorch and onnxruntime compute for HF's masks).
 #[inline]
-fn masked_softmax(row: &mut [f32], scale: f32, mask: Option<&[f32]>) {
+pub(crate) fn masked_softmax(row: &mut [f32], scale: f32, mask: Option<&[f32]>) {
     match mask {
         // Scaled inside the softmax's passes.
         None => crate::kernels::simd::softmax_scaled(row, scale),

@@ -16,6 +16,7 @@ pub mod norm;
 pub mod pool;
 pub mod reduce;
 pub mod rnn;
+pub mod sdpa;
 pub mod simd;
 pub mod slice;
 pub mod softmax;

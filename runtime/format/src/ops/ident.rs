@@ -29,6 +29,7 @@ impl Op {
             Op::LayerNorm(o) => OpClass::Layer(L::LayerNorm(o)),
             Op::Embedding(o) => OpClass::Layer(L::Embedding(o)),
             Op::MatMul(o) => OpClass::Layer(L::MatMul(o)),
+            Op::Sdpa(o) => OpClass::Layer(L::Sdpa(o)),
             Op::Unary(o) => OpClass::Layer(L::Unary(o)),
             Op::Binary(o) => OpClass::Layer(L::Binary(o)),
             Op::Softmax(o) => OpClass::Layer(L::Softmax(o)),
@@ -99,6 +100,9 @@ pub enum LayerOp<'a> {
     Embedding(&'a Embedding),
     /// [`Op::MatMul`].
     MatMul(&'a MatMul),
+    /// [`Op::Sdpa`]: attention on computed activations, a layer (no weights of its own; the
+    /// mechanism class reads its input through W^Q).
+    Sdpa(&'a Sdpa),
     /// [`Op::Unary`].
     Unary(&'a Unary),
     /// [`Op::Binary`].

@@ -412,6 +412,39 @@ pub struct MatMul {
     pub y: TensorId,
 }
 
+/// Scaled dot-product attention on activations (no projections): per sample, queries `q [Hq, Tq,
+/// D]`, keys `k [Hk, Tk, D]` (or `[Hk, D, Tk]` with `k_transposed`, as a graph that transposed
+/// them for its product holds them), values `v [Hk, Tk, Dv]`, output `y [Hq, Tq, Dv]`; rank 2
+/// (`[Tq, D]`, …: one head) is accepted for all four alike. `Hq` is a multiple of `Hk`
+/// (grouped-query and multi-query attention): query head `h` reads key/value head `h / (Hq /
+/// Hk)`. `y[h, i] = Σ_j w_j v[h', j]` with `w = softmax_j(scale · q[h, i] · k[h', j] + bias[h, i,
+/// j])` over the keys `j` query `i` sees: every key, or with `causal` the keys `j ≤ i`
+/// (top-left aligned, as PyTorch's `is_causal`). `bias` (optional) is an additive score bias
+/// broadcastable (numpy, right-aligned) to `[Hq, Tq, Tk]` (leading axes past three of size 1):
+/// an f32 activation (one per sample: masks, relative position biases) or a weight stored as f32
+/// (shared by every sample). A row whose every visible score is −∞ gets zero weights, so a zero
+/// output row (as [`Attention`] and PyTorch's fully masked rows read as "attend to nothing"); a
+/// finite bias such as f32::MIN on every key leaves equal scores, so uniform weights.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Sdpa {
+    /// Queries `[Hq, Tq, D]`.
+    pub q: TensorId,
+    /// Keys `[Hk, Tk, D]` (`[Hk, D, Tk]` with `k_transposed`).
+    pub k: TensorId,
+    /// Values `[Hk, Tk, Dv]`.
+    pub v: TensorId,
+    /// Additive score bias broadcastable to `[Hq, Tq, Tk]`.
+    pub bias: Option<TensorId>,
+    /// Multiplies `q · k` before the bias is added.
+    pub scale: f32,
+    /// Query `i` sees keys `0..=i` only.
+    pub causal: bool,
+    /// `k` is stored `[Hk, D, Tk]`.
+    pub k_transposed: bool,
+    /// Output `[Hq, Tq, Dv]`.
+    pub y: TensorId,
+}
+
 /// 2-D convolution, NCHW per sample: input `[C, H, W]`, weight `[O, C/groups, kh, kw]`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Conv2d {

@@ -152,6 +152,9 @@ op_table! {
     Gru = 15 GRU [x: t("x"), w: t("w"), r: t("r"), b: t("b"), h0: opt(), y: t("y")]
         [hidden: pos("hidden"), direction: code("direction"), output: code("output")]
         check gru_output,
+    /// See [`Sdpa`].
+    Sdpa = 17 SDPA [q: t("q"), k: t("k"), v: t("v"), bias: opt(), y: t("y")]
+        [scale: float("scale"), causal: flag("causal"), k_transposed: flag("k_transposed")],
     /// See [`Attention`].
     Attention = 32 ATTENTION [x: t("x"), q: proj("wq"), k: oproj(), v: oproj(), align: oproj(), o: proj("wo"),
         // The key mask is a 13th slot, present only when used (older readers and files keep

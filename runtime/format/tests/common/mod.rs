@@ -106,6 +106,8 @@ pub fn every_op() -> Vec<Op> {
     all.extend([
         Op::Unary(Unary { x, op: UnaryOp::Silu, y }),
         Op::Dense(Dense { x, proj: p(1), act: Activation::HardSigmoid, y }),
+        Op::Sdpa(Sdpa { q: x, k: 1, v: 2, bias: Some(3), scale: 0.125, causal: false, k_transposed: true, y }),
+        Op::Sdpa(Sdpa { q: x, k: 1, v: 2, bias: None, scale: 0.5, causal: true, k_transposed: false, y }),
     ]);
     all
 }

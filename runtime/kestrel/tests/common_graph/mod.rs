@@ -159,6 +159,15 @@ impl<'a> Interp<'a> {
                 let w = [u(o.start), u(o.step), u(o.count), u(o.offset), u(o.len)];
                 r::slice(x_of(o.x), &self.dims(o.x), u(o.axis), w).0
             }
+            Op::Sdpa(o) => r::sdpa(
+                (x_of(o.q), &self.dims(o.q)),
+                (x_of(o.k), &self.dims(o.k)),
+                (x_of(o.v), &self.dims(o.v)),
+                o.bias.map(|b| (x_of(b), self.dims(b))).as_ref().map(|(b, d)| (*b, d.as_slice())),
+                f64::from(o.scale),
+                o.causal,
+                o.k_transposed,
+            ),
             Op::MatMul(o) => r::matmul(x_of(o.a), &self.dims(o.a), x_of(o.b), &self.dims(o.b), o.transpose_b).0,
             Op::Conv2d(o) => {
                 let (xd, wd) = (self.dims(o.x), self.dims(o.proj.w));

@@ -3,7 +3,7 @@
 use super::{numel, split_per, Ctx, Dispatch, Params};
 use crate::kernels::Kernel;
 use crate::params::{
-    conv, embedding, layer_norm, matmul, matmul_tile, pool, reduce, rnn, strided, unary, window, Field,
+    conv, embedding, layer_norm, matmul, matmul_tile, pool, reduce, rnn, sdpa, strided, unary, window, Field,
 };
 use crate::GpuError;
 use kestrel_core::params::{Conv2dParams, Pool2dParams, RnnCell, RnnParams, SliceParams};
@@ -174,6 +174,43 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             } else {
                 vec![p.done(Kernel::MatMul)]
             }
+        }
+        LayerOp::Sdpa(o) => {
+            let bias_shape = o.bias.map(shape).transpose()?;
+            let g = kestrel_core::shapes::SdpaDims::new(
+                &shape(o.q)?,
+                &shape(o.k)?,
+                &shape(o.v)?,
+                bias_shape.as_ref(),
+                o.k_transposed,
+            )
+            .map_err(|e| GpuError::Model(e.to_string()))?;
+            // A thread per (query row, sixteen output columns): `sdpa_rows`.
+            let per = g.hq * g.tq * g.dv.div_ceil(16);
+            let mut p = Params::new(per)?
+                .set(sdpa::q, ctx.act(o.q)?)?
+                .set(sdpa::k, ctx.act(o.k)?)?
+                .set(sdpa::v, ctx.act(o.v)?)?
+                .set(sdpa::o, ctx.act(o.y)?)?
+                .set(sdpa::tq, g.tq)?
+                .set(sdpa::tk, g.tk)?
+                .set(sdpa::d, g.d)?
+                .set(sdpa::dv, g.dv)?
+                .set(sdpa::group, g.hq / g.hk)?
+                .set(sdpa::scale, o.scale)?
+                .set(sdpa::causal, o.causal)?
+                .set(sdpa::k_transposed, o.k_transposed)?
+                .set(sdpa::has_bias, o.bias.is_some())?;
+            if let Some(b) = o.bias {
+                let [sh, si, sj] = g.bias_strides;
+                p = p.set(sdpa::bias_sh, sh)?.set(sdpa::bias_si, si)?.set(sdpa::bias_sj, sj)?;
+                p = if ctx.info(b)?.kind == TensorKind::Weight {
+                    p.set(sdpa::bias_const, true)?.set(sdpa::bias_w, ctx.weight(b)?)?
+                } else {
+                    p.set(sdpa::bias_const, false)?.set(sdpa::bias, ctx.act(b)?)?
+                };
+            }
+            vec![p.done(Kernel::SdpaRows)]
         }
         LayerOp::Conv2d(o) => {
             let u = |v: u32| v as usize;

@@ -359,3 +359,83 @@ fn store4_upto(o: u32, col: u32, c: u32, a: vec4<f32>) {
         }
     }
 }
+
+// `sdpa_rows`: attention on activations (`Sdpa`), one thread per (sample, query row r = h·Tq + i,
+// sixteen-column chunk e of the Dv output columns), walking the keys the row sees once with the
+// online softmax (running maximum m, sum l, its output columns rescaled by exp(m_old − m_new)),
+// as `attend_rows`: no scores buffer, no workgroup memory, no barriers. Query head h reads key
+// and value head h / group. A row whose every score is −∞ keeps l = 0 and writes zeros (as the
+// CPU and `attend`); a finite bias on every key (f32::MIN) leaves equal scores, uniform weights.
+// P: `sdpa`; per = Hq · Tq · ⌈Dv / 16⌉ (threads).
+fn sdpa_rows_body(it: Item) {
+    let prm = sdpa_p();
+    let tq = prm.tq;
+    let tk = prm.tk;
+    let d = prm.d;
+    let dv = prm.dv;
+    let c16 = (dv + 15u) / 16u;
+    let s = it.s;
+    let e = it.l % c16;
+    let r = it.l / c16;
+    let h = r / tq;
+    let i = r % tq;
+    let hk = h / max(prm.group, 1u);
+    let qb = prm.q.base + s * prm.q.stride + r * d;
+    let kb = prm.k.base + s * prm.k.stride + hk * tk * d;
+    let vb = prm.v.base + s * prm.v.stride + hk * tk * dv;
+    let seen = select(tk, min(i + 1u, tk), prm.causal);
+    let col = 16u * e;
+    let scale = prm.scale;
+    var m = -3.4028235e38;
+    var l = 0.0;
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
+    for (var j = 0u; j < seen; j++) {
+        var sc = 0.0;
+        if prm.k_transposed {
+            for (var c = 0u; c < d; c++) {
+                sc += act[qb + c] * act[kb + c * tk + j];
+            }
+        } else {
+            let kr = kb + j * d;
+            for (var c = 0u; c < d; c++) {
+                sc += act[qb + c] * act[kr + c];
+            }
+        }
+        var sv = sc * scale;
+        if prm.has_bias {
+            let be = h * prm.bias_sh + i * prm.bias_si + j * prm.bias_sj;
+            if prm.bias_const {
+                sv += wflat(prm.bias_w, be);
+            } else {
+                sv += act[prm.bias.base + s * prm.bias.stride + be];
+            }
+        }
+        let mn = max(m, sv);
+        let alpha = exp(m - mn);
+        let p = exp(sv - mn);
+        l = l * alpha + p;
+        let vr = vb + j * dv;
+        a0 = a0 * alpha + p * sdpa_v4(vr, col, dv);
+        a1 = a1 * alpha + p * sdpa_v4(vr, col + 4u, dv);
+        a2 = a2 * alpha + p * sdpa_v4(vr, col + 8u, dv);
+        a3 = a3 * alpha + p * sdpa_v4(vr, col + 12u, dv);
+        m = mn;
+    }
+    let inv = select(0.0, 1.0 / l, l > 0.0);
+    let o = prm.o.base + s * prm.o.stride + r * dv;
+    store4_upto(o, col, dv, a0 * inv);
+    store4_upto(o, col + 4u, dv, a1 * inv);
+    store4_upto(o, col + 8u, dv, a2 * inv);
+    store4_upto(o, col + 12u, dv, a3 * inv);
+}
+
+// Columns col .. col + 3 of the value row at `row` (zeros at and past dv).
+fn sdpa_v4(row: u32, col: u32, dv: u32) -> vec4<f32> {
+    if col >= dv {
+        return vec4<f32>(0.0);
+    }
+    return act4_upto(row + col, dv - col);
+}

@@ -1,0 +1,126 @@
+//! Scaled dot-product attention on activations ([`Sdpa`](kestrel_format::ops::Sdpa)): queries,
+//! keys and values computed by the graph (rotary embeddings, grouped-query heads, QK-norm,
+//! cross-attention), one query row at a time: its scores over the keys it sees in one row of
+//! scratch (`Tk` elements, the only buffer: the `[Hq, Tq, Tk]` scores are never stored), the
+//! bias added, the masked softmax of [`attention`](super::attention), and the weighted sum of
+//! values accumulated straight into the output row.
+
+use crate::error::{expect_eq, ShapeError};
+use crate::kernels::attention::{axpy, masked_softmax};
+use kestrel_core::shapes::SdpaDims;
+use kestrel_format::weight::dot_f32;
+use kestrel_format::Shape;
+
+/// The checked geometry and attributes of one node.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SdpaParams {
+    /// Heads, lengths, widths and the bias's broadcast strides.
+    pub g: SdpaDims,
+    /// Multiplies `q · k`.
+    pub scale: f32,
+    /// Query `i` sees keys `0..=i`.
+    pub causal: bool,
+    /// Keys stored `[Hk, D, Tk]`.
+    pub k_transposed: bool,
+}
+
+impl SdpaParams {
+    /// Params for the node's per-sample shapes (checked by [`SdpaDims::new`]).
+    pub fn new(
+        q: &Shape,
+        k: &Shape,
+        v: &Shape,
+        bias: Option<&Shape>,
+        scale: f32,
+        causal: bool,
+        k_transposed: bool,
+    ) -> Result<Self, ShapeError> {
+        Ok(Self { g: SdpaDims::new(q, k, v, bias, k_transposed)?, scale, causal, k_transposed })
+    }
+
+    /// Query rows (`Hq · Tq`), the unit of work.
+    pub fn rows(&self) -> usize {
+        self.g.hq * self.g.tq
+    }
+
+    /// Checks the operand lengths (`bias`: its element count, without one `None`).
+    pub fn check(&self, q: usize, k: usize, v: usize, y: usize, bias: Option<usize>) -> Result<(), ShapeError> {
+        const OP: &str = "Sdpa";
+        let g = &self.g;
+        expect_eq(OP, "query elements", g.hq * g.tq * g.d, q)?;
+        expect_eq(OP, "key elements", g.hk * g.tk * g.d, k)?;
+        expect_eq(OP, "value elements", g.hk * g.tk * g.dv, v)?;
+        expect_eq(OP, "output elements", g.hq * g.tq * g.dv, y)?;
+        expect_eq(OP, "bias elements", g.bias_len, bias.unwrap_or(0))
+    }
+}
+
+/// Scratch for [`sdpa_rows`]: one row of scores (`Tk`).
+pub fn sdpa_scratch(p: &SdpaParams) -> usize {
+    p.g.tk
+}
+
+/// Query rows `rows` (flat `h · Tq + i`) of one sample: `y` holds exactly those rows' outputs
+/// (`rows.len() · Dv` elements), `q`, `k`, `v` and `bias` the whole sample's operands (lengths
+/// as [`SdpaParams::check`]), `scratch` at least [`sdpa_scratch`] elements.
+#[allow(clippy::too_many_arguments)]
+pub fn sdpa_rows(
+    p: &SdpaParams,
+    rows: core::ops::Range<usize>,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let g = &p.g;
+    let (tq, tk, d, dv) = (g.tq, g.tk, g.d, g.dv);
+    let group = g.hq / g.hk;
+    let [bh, bi, bj] = g.bias_strides;
+    let scores = &mut scratch[..tk];
+    for (r, out) in rows.zip(y.chunks_exact_mut(dv)) {
+        let (h, i) = (r / tq, r % tq);
+        let hk = h / group;
+        let n = if p.causal { (i + 1).min(tk) } else { tk };
+        let s = &mut scores[..n];
+        let qi = &q[r * d..(r + 1) * d];
+        let kh = &k[hk * tk * d..(hk + 1) * tk * d];
+        if p.k_transposed {
+            // `[D, Tk]`: the row as a sum of key rows scaled by the query's entries.
+            s.fill(0.0);
+            for (c, &qc) in qi.iter().enumerate() {
+                axpy(s, qc, &kh[c * tk..c * tk + n]);
+            }
+        } else {
+            for (j, sj) in s.iter_mut().enumerate() {
+                *sj = dot_f32(qi, &kh[j * d..(j + 1) * d]);
+            }
+        }
+        match bias {
+            Some(b) if bj == 1 => masked_softmax(s, p.scale, Some(&b[h * bh + i * bi..][..n])),
+            Some(b) => {
+                // Broadcast along the keys: one value for the row.
+                let c = b[h * bh + i * bi];
+                if c == f32::NEG_INFINITY {
+                    s.fill(0.0);
+                } else {
+                    s.iter_mut().for_each(|x| *x = *x * p.scale + c);
+                    masked_softmax(s, 1.0, None);
+                }
+            }
+            None => masked_softmax(s, p.scale, None),
+        }
+        out.fill(0.0);
+        let vh = &v[hk * tk * dv..(hk + 1) * tk * dv];
+        for (j, &w) in s.iter().enumerate() {
+            axpy(out, w, &vh[j * dv..(j + 1) * dv]);
+        }
+    }
+}
+
+/// Every query row of one sample (see [`sdpa_rows`]).
+pub fn sdpa(p: &SdpaParams, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, y: &mut [f32], scratch: &mut [f32]) {
+    let rows = p.rows();
+    sdpa_rows(p, 0..rows, q, k, v, bias, &mut y[..rows * p.g.dv], scratch);
+}
