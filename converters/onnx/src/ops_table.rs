@@ -64,6 +64,7 @@ GlobalAveragePool | Reduce Mean
 GlobalMaxPool | Reduce Max
 Greater | Binary Greater (1 or 0)
 GreaterOrEqual | Binary GreaterEq (1 or 0)
+GridSample | separable weights: per spatial axis the grid component unnormalised, rounded (nearest) and padded (border: clamped; reflection: a triangle wave via Fmod) where outside the image, the kernel (nearest: Equal; linear: relu(1 − |u − j|); cubic: Keys, A = −0.75) at every tap index, folded onto the pixels by a 0/1 Dense; then a MatMul over the last axis and a Mul and Sum per other axis (a constant grid: the weights computed at conversion) | every mode, padding_mode and align_corners; 2-D and 3-D (any number of spatial axes, cubic included); the sampled input computed at run time; at most 2^26 elements in N·C·S₁…S_{k−1}·(output points)
 HardSigmoid | fused into the Dense/Conv2d before it (activation HardSigmoid), else Unary HardSigmoid | alpha = 1/6, beta = 1/2 (PyTorch's hardsigmoid; also relu6(x + 3)/6 written out); other constants: Binary arithmetic
 HardSwish | Unary HardSwish (or fused into the Dense/Conv2d before it)
 Hardmax | ArgMax and a one-hot (tract's expansion)

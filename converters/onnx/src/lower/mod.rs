@@ -9,6 +9,7 @@ mod conv3d;
 mod deconv;
 mod elementwise;
 mod fuse;
+mod grid_sample;
 mod hard_sigmoid;
 mod linear;
 mod mask;
@@ -549,6 +550,7 @@ impl<'m> Lowerer<'m> {
             || self.try_resize()?
             || self.try_deconv()?
             || self.try_rnn()?
+            || self.try_grid_sample()?
         {
             return Ok(());
         }
