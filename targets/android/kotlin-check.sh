@@ -66,7 +66,10 @@ echo "kotlin-check: compiled in $((SECONDS - t0)) s"
 model=apps/kestrel-cli/models/fmnist_vit_super.int8.kes
 run_java() {
     local err="$out/stderr.txt"
-    timeout 150 java -Xcheck:jni -Djava.library.path="$(dirname "$lib")" -cp "$out/classes:$stdlib" "$@" 2>"$err" ||
+    # --add-opens: SdkCheck reads the int fd of a FileDescriptor and a direct buffer's address
+    # (what Android hands out as ParcelFileDescriptor.fd; the host JVM keeps them private).
+    timeout 150 java -Xcheck:jni --add-opens java.base/java.io=ALL-UNNAMED --add-opens java.base/java.nio=ALL-UNNAMED \
+        -Djava.library.path="$(dirname "$lib")" -cp "$out/classes:$stdlib" "$@" 2>"$err" ||
         {
             cat "$err" >&2
             fail "java $1 failed"

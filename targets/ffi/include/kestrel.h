@@ -216,6 +216,36 @@ typedef uint32_t KestrelGpuPrecision;
 #endif // __cplusplus
 
 /**
+ * Where a model's bytes are (`kestrel_model_storage`).
+ */
+enum KestrelStorage
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Copied into memory the library owns (`kestrel_model_load_memory`, or a file range at an
+   * offset that is not a multiple of 64, read).
+   */
+  KESTREL_STORAGE_COPIED = 0,
+  /**
+   * Memory-mapped from a file (`kestrel_model_load_path`, `kestrel_model_load_fd`): read in place.
+   */
+  KESTREL_STORAGE_MAPPED = 1,
+  /**
+   * The caller's memory, read in place (`kestrel_model_load_borrowed`).
+   */
+  KESTREL_STORAGE_BORROWED = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum KestrelStorage KestrelStorage;
+#else
+typedef uint32_t KestrelStorage;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * How the entries of a session's profile were measured (`kestrel_session_profile_source`).
  */
 enum KestrelTimingSource
@@ -429,7 +459,8 @@ enum KestrelStatus kestrel_default_threads(size_t *out);
  * must not be truncated or rewritten while the model lives: the weights are read from the
  * mapping in place, and a read past a truncated end raises SIGBUS in the host process (as with
  * any memory-mapped loader). Where that cannot be guaranteed (a file in shared or downloadable
- * storage), read the file and load it with `kestrel_model_load_memory`, which copies it.
+ * storage), read the file and load it with `kestrel_model_load_memory`, which copies it. A model
+ * inside a bigger file (an APK asset): `kestrel_model_load_fd`.
  *
  * # Safety
  * `path` must be NULL or a NUL-terminated string; `out` NULL or valid for a write.
@@ -438,7 +469,8 @@ enum KestrelStatus kestrel_model_load_path(const char *path, struct KestrelModel
 
 /**
  * Copies `len` bytes of a `.kes` file from `data` and validates them. On success `*out` is a new
- * model (the caller may free `data` at once); on failure it is NULL.
+ * model (the caller may free `data` at once); on failure it is NULL. To read the bytes in place
+ * instead: `kestrel_model_load_borrowed`.
  *
  * # Safety
  * `data` must be NULL or valid for `len` bytes; `out` NULL or valid for a write.
@@ -446,6 +478,62 @@ enum KestrelStatus kestrel_model_load_path(const char *path, struct KestrelModel
 enum KestrelStatus kestrel_model_load_memory(const uint8_t *data,
                                              size_t len,
                                              struct KestrelModel **out);
+
+/**
+ * Validates `len` bytes of a `.kes` file at `data` and reads them **in place: no copy** (the
+ * weights are used where they lie). `data` must be 64-byte aligned (else
+ * `KESTREL_ERR_MISALIGNED`: align it, or use `kestrel_model_load_memory`, which copies).
+ *
+ * **Lifetime**: the bytes must stay valid and unchanged until the library no longer needs them,
+ * which is when the model *and every session made from it* are freed (a session keeps its
+ * model). `release` (may be NULL) tells when: on success it is called exactly once, with `ctx`,
+ * on whichever thread frees the last of them, after which the library never touches `data`
+ * again (free or unmap the bytes there; it must not call back into Kestrel). On failure it is
+ * never called and the bytes are the caller's again at once. With `release` NULL, keep the
+ * bytes until the model and all its sessions are freed. On success `*out` is a new model; on
+ * failure NULL. NULL `data` or `out`: `KESTREL_ERR_NULL_POINTER`; `len` 0:
+ * `KESTREL_ERR_INVALID_ARGUMENT`; bytes that are not a valid model: `KESTREL_ERR_INVALID_MODEL`.
+ *
+ * # Safety
+ * `data` must be NULL or valid for reads of `len` bytes for the lifetime above; `release`, if
+ * not NULL, must be safe to call once from any thread with `ctx`; `out` NULL or valid for a write.
+ */
+enum KestrelStatus kestrel_model_load_borrowed(const uint8_t *data,
+                                               size_t len,
+                                               void (*release)(void *ctx),
+                                               void *ctx,
+                                               struct KestrelModel **out);
+
+/**
+ * Loads the `.kes` model stored in `length` bytes at `offset` of the open file `fd` — a model
+ * inside a bigger file, such as an uncompressed asset of an Android APK
+ * (`AssetFileDescriptor`: `getParcelFileDescriptor().getFd()`, `getStartOffset()`,
+ * `getLength()`). `fd` is not taken over: close it whenever you like after the call. When
+ * `offset` is a multiple of 64 the range is memory-mapped and read in place (no copy; as with
+ * `kestrel_model_load_path`, the file must not be truncated while the model lives); otherwise it
+ * is read into memory the library owns (one copy; `kestrel_model_storage` tells which). Checked
+ * before anything is read, so it never blocks or reads past the end: a negative `fd` or `length`
+ * 0 is `KESTREL_ERR_INVALID_ARGUMENT`; an `fd` that is not open, not a regular file (a pipe,
+ * socket, directory or device), an `offset` at or past the end of the file or a range that runs
+ * past it (a short file) is `KESTREL_ERR_IO`; bytes that are not a valid model,
+ * `KESTREL_ERR_INVALID_MODEL`. Not available on Windows (`KESTREL_ERR_UNSUPPORTED`).
+ *
+ * # Safety
+ * `out` must be NULL or valid for a write.
+ */
+enum KestrelStatus kestrel_model_load_fd(int fd,
+                                         uint64_t offset,
+                                         uint64_t length,
+                                         struct KestrelModel **out);
+
+/**
+ * Where the model's bytes are: a `KestrelStorage` code (copied, memory-mapped, or the caller's
+ * memory read in place).
+ *
+ * # Safety
+ * `out` must be NULL or valid for a write.
+ */
+enum KestrelStatus kestrel_model_storage(const struct KestrelModel *model, uint32_t *out);
 
 /**
  * Releases a model. Sessions made from it keep their own reference, so it may be freed before

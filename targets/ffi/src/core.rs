@@ -120,28 +120,199 @@ pub struct LoadedModel {
     inputs: Vec<TensorDesc>,
     outputs: Vec<TensorDesc>,
     op_names: Vec<CString>,
-    _owner: Storage,
+    owner: Owner,
 }
 
-// SAFETY-relevant invariant: `cpu` borrows `_owner.bytes()`; nothing hands out `&'static`
+/// Where a model's bytes are (`KestrelStorage`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StorageKind {
+    /// Copied into memory the library owns (from caller memory, or read from a file).
+    Copied,
+    /// Memory-mapped from a file (read in place, paged in on first use).
+    Mapped,
+    /// The caller's memory, read in place (`kestrel_model_load_borrowed`, a direct buffer).
+    Borrowed,
+}
+
+impl StorageKind {
+    /// The ABI code.
+    pub const fn code(self) -> u32 {
+        match self {
+            Self::Copied => 0,
+            Self::Mapped => 1,
+            Self::Borrowed => 2,
+        }
+    }
+}
+
+/// Memory a caller lends a model: read in place, `release` called once when the model's last
+/// user lets go of it.
+pub struct Borrowed {
+    ptr: *const u8,
+    len: usize,
+    release: Option<Box<dyn FnOnce() + Send>>,
+}
+
+// SAFETY: the bytes are only read, never written, and the caller guarantees they stay valid and
+// unchanged until `release` runs (any thread may run it: its contract); `release` itself is `Send`.
+unsafe impl Send for Borrowed {}
+// SAFETY: as above (shared reads only).
+unsafe impl Sync for Borrowed {}
+
+impl Drop for Borrowed {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            release();
+        }
+    }
+}
+
+/// The owner of a model's bytes.
+enum Owner {
+    Storage(Storage),
+    Borrowed(Borrowed),
+}
+
+impl Owner {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Owner::Storage(s) => s.bytes(),
+            // SAFETY: valid for `len` bytes while `Borrowed` lives (the lender's contract).
+            Owner::Borrowed(b) => unsafe { std::slice::from_raw_parts(b.ptr, b.len) },
+        }
+    }
+
+    fn kind(&self) -> StorageKind {
+        match self {
+            Owner::Storage(Storage::Mapped(_)) => StorageKind::Mapped,
+            Owner::Storage(Storage::Owned(_)) => StorageKind::Copied,
+            Owner::Borrowed(_) => StorageKind::Borrowed,
+        }
+    }
+}
+
+// SAFETY-relevant invariant: `cpu` borrows `owner.bytes()`; nothing hands out `&'static`
 // references to it (every accessor ties them to `&self`).
 impl LoadedModel {
     /// Memory-maps and validates the `.kes` file at `path`.
     pub fn from_path(path: &Path) -> Result<Self, FfiError> {
         // SAFETY: a read-only private map; a file truncated by another process while mapped
         // would fault, as with any mmap-based loader (documented in the header).
-        Self::new(unsafe { Storage::map(path) }?)
+        Self::new(Owner::Storage(unsafe { Storage::map(path) }?))
     }
 
     /// Copies `bytes` into aligned memory (allocated fallibly: `KESTREL_ERR_TOO_LARGE` when the
     /// memory is not there) and validates them.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, FfiError> {
-        Self::new(Storage::copy(bytes)?)
+        Self::new(Owner::Storage(Storage::copy(bytes)?))
     }
 
-    fn new(owner: Storage) -> Result<Self, FfiError> {
+    /// Validates `len` bytes at `ptr` and reads them in place (no copy). `ptr` must be 64-byte
+    /// aligned (`KESTREL_ERR_MISALIGNED` otherwise). On success `release` (if any) runs exactly
+    /// once, on whichever thread drops the model's last reference; on failure it never runs.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes, unchanged, until `release` runs (with no
+    /// `release`: for as long as the model or anything made from it is alive).
+    pub unsafe fn from_borrowed(
+        ptr: *const u8,
+        len: usize,
+        release: Option<Box<dyn FnOnce() + Send>>,
+    ) -> Result<Self, FfiError> {
+        if ptr.is_null() {
+            return Err(FfiError::new(Status::KESTREL_ERR_NULL_POINTER, "the model data is NULL"));
+        }
+        if len == 0 {
+            return Err(FfiError::new(Status::KESTREL_ERR_INVALID_ARGUMENT, "the model data is empty (0 bytes)"));
+        }
+        if len > isize::MAX as usize || (ptr as usize).checked_add(len).is_none() {
+            return Err(FfiError::new(Status::KESTREL_ERR_TOO_LARGE, format!("{len} bytes is too large")));
+        }
+        let align = kestrel_format::TENSOR_ALIGN;
+        if !(ptr as usize).is_multiple_of(align) {
+            return Err(FfiError::new(
+                Status::KESTREL_ERR_MISALIGNED,
+                format!(
+                    "model data at {ptr:p} is not {align}-byte aligned (it is read in place; align it, or load a copy \
+                     with kestrel_model_load_memory)"
+                ),
+            ));
+        }
+        let mut model = Self::new(Owner::Borrowed(Borrowed { ptr, len, release: None }))?;
+        if let Owner::Borrowed(b) = &mut model.owner {
+            b.release = release;
+        }
+        Ok(model)
+    }
+
+    /// Loads `length` bytes at `offset` of the open file `fd` (not taken over: the caller may
+    /// close it once this returns). Memory-mapped when `offset` is a multiple of 64 (the weights
+    /// are then read in place), else read into aligned memory. Checked first, so nothing blocks
+    /// or reads past the end: a negative fd or zero length is `KESTREL_ERR_INVALID_ARGUMENT`; an
+    /// fd that is not open, not a regular file (a pipe, socket, directory or device), an `offset`
+    /// at or past the end or a range past the end is `KESTREL_ERR_IO`.
+    #[cfg(unix)]
+    pub fn from_fd(fd: i32, offset: u64, length: u64) -> Result<Self, FfiError> {
+        use std::os::fd::BorrowedFd;
+        use std::os::unix::fs::FileExt as _;
+        let io = |what: String| FfiError::new(Status::KESTREL_ERR_IO, what);
+        if fd < 0 {
+            return Err(FfiError::new(Status::KESTREL_ERR_INVALID_ARGUMENT, format!("fd {fd} is negative")));
+        }
+        if length == 0 {
+            return Err(FfiError::new(Status::KESTREL_ERR_INVALID_ARGUMENT, "length is 0"));
+        }
+        let len = usize::try_from(length)
+            .ok()
+            .filter(|&l| l <= isize::MAX as usize)
+            .ok_or_else(|| FfiError::new(Status::KESTREL_ERR_TOO_LARGE, format!("length {length} is too large")))?;
+        // SAFETY: `fd` is not -1; it is only duplicated here, and `dup` of a descriptor that is
+        // not open fails with EBADF instead of touching anything.
+        let dup =
+            unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned().map_err(|e| io(format!("fd {fd}: {e}")))?;
+        let file = std::fs::File::from(dup);
+        let meta = file.metadata().map_err(|e| io(format!("fd {fd}: {e}")))?;
+        if !meta.file_type().is_file() {
+            return Err(io(format!(
+                "fd {fd} is not a regular file ({:?}: a pipe, socket, directory or device cannot hold a model)",
+                meta.file_type()
+            )));
+        }
+        let size = meta.len();
+        if offset >= size {
+            return Err(io(format!("fd {fd}: offset {offset} is at or past the end of the {size}-byte file")));
+        }
+        if offset.checked_add(length).is_none_or(|end| end > size) {
+            return Err(io(format!(
+                "fd {fd}: {length} bytes at offset {offset} run past the end of the {size}-byte file ({} bytes there)",
+                size - offset
+            )));
+        }
+        if offset.is_multiple_of(kestrel_format::TENSOR_ALIGN as u64) {
+            // SAFETY: a read-only private map; as with `kestrel_model_load_path`, the file must not
+            // be truncated while the model lives (documented in the header).
+            if let Ok(map) = unsafe { memmap2::MmapOptions::new().offset(offset).len(len).map(&file) } {
+                if (map.as_ptr() as usize).is_multiple_of(kestrel_format::TENSOR_ALIGN) {
+                    return Self::new(Owner::Storage(Storage::Mapped(map)));
+                }
+            }
+        }
+        let mut buf = kestrel_format::AlignedBuf::try_zeroed(len).ok_or_else(|| {
+            FfiError::new(Status::KESTREL_ERR_TOO_LARGE, format!("cannot allocate {len} bytes for the model"))
+        })?;
+        file.read_exact_at(&mut buf, offset)
+            .map_err(|e| io(format!("fd {fd}: reading {len} bytes at {offset}: {e}")))?;
+        Self::new(Owner::Storage(Storage::Owned(buf)))
+    }
+
+    /// Where the bytes are: copied, mapped or borrowed.
+    pub fn storage(&self) -> StorageKind {
+        self.owner.kind()
+    }
+
+    fn new(owner: Owner) -> Result<Self, FfiError> {
         let bytes: &[u8] = owner.bytes();
-        // SAFETY: the bytes live in `owner`'s heap buffer or memory map, which never moves or
+        // SAFETY: the bytes live in `owner`'s heap buffer, memory map or lender's memory, which never moves or
         // changes while `owner` exists; `owner` is stored next to `cpu` and outlives it (field
         // order), and `cpu` is only reachable through `&self`, so no borrow escapes.
         let bytes: &'static [u8] = unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) };
@@ -180,7 +351,7 @@ impl LoadedModel {
         }
         let op_names = cpu.file().ops().map(|op| cstr(op?.name(), "op name")).collect::<Result<Vec<_>, _>>()?;
         let table = kestrel_cpu::Table::new(&cpu)?;
-        Ok(Self { cpu, table, name, task, labels, inputs, outputs, op_names, _owner: owner })
+        Ok(Self { cpu, table, name, task, labels, inputs, outputs, op_names, owner })
     }
 
     /// The validated CPU model.

@@ -162,6 +162,64 @@ native! {
 }
 
 native! {
+    /// `long modelLoadFd(int fd, long offset, long length)`: the model in `length` bytes at
+    /// `offset` of an open file (an `AssetFileDescriptor`'s range), mapped when `offset` is a
+    /// multiple of 64, else read; the fd stays the caller's. Negative offset or length:
+    /// INVALID_ARGUMENT; the rest as `kestrel_model_load_fd`.
+    fn Java_dev_kestrel_NativeBridge_modelLoadFd(_env, fd: jint, offset: jlong, length: jlong) -> jlong = 0, {
+        let (Ok(offset), Ok(length)) = (u64::try_from(offset), u64::try_from(length)) else {
+            return Err(err(
+                Status::KESTREL_ERR_INVALID_ARGUMENT,
+                format!("modelLoadFd: offset {offset} and length {length} must not be negative"),
+            ));
+        };
+        #[cfg(unix)]
+        let m = LoadedModel::from_fd(fd, offset, length)?;
+        #[cfg(not(unix))]
+        let m: LoadedModel = {
+            let _ = (fd, offset, length);
+            return Err(err(Status::KESTREL_ERR_UNSUPPORTED, "modelLoadFd: file descriptors need a Unix"));
+        };
+        Ok(handles::new_model(m) as usize as jlong)
+    }
+}
+
+native! {
+    /// `long modelLoadBuffer(ByteBuffer data)`: a direct buffer's bytes (index 0 to its capacity),
+    /// read in place when they start on a 64-byte boundary (a mapped file: the buffer is kept
+    /// reachable by a global reference until the model and its sessions are freed), else copied.
+    /// A heap buffer: INVALID_ARGUMENT (the Kotlin side copies those itself); empty:
+    /// INVALID_ARGUMENT.
+    fn Java_dev_kestrel_NativeBridge_modelLoadBuffer(env, data: JObject<'l>) -> jlong = 0, {
+        let d = direct_buffer(env, &data, "model buffer", 0, false, false)?;
+        if d.kind != BufferKind::Bytes {
+            return Err(err(Status::KESTREL_ERR_INVALID_ARGUMENT, "modelLoadBuffer takes a ByteBuffer"));
+        }
+        let m = if (d.address as usize).is_multiple_of(64) && d.bytes > 0 {
+            let keep = env.new_global_ref(&data).map_err(jni_err)?;
+            let release: Box<dyn FnOnce() + Send> = Box::new(move || drop(keep));
+            // SAFETY: the direct buffer's memory stays valid while the buffer is reachable, which
+            // the global reference `release` owns guarantees until the model's last user is gone;
+            // the app must not write to it meanwhile (documented on Model.fromByteBuffer).
+            unsafe { LoadedModel::from_borrowed(d.address, d.bytes, Some(release))? }
+        } else {
+            if d.bytes == 0 {
+                return Err(err(Status::KESTREL_ERR_INVALID_ARGUMENT, "the model buffer is empty"));
+            }
+            // SAFETY: a live direct buffer of `bytes` bytes (held by the local reference `data`).
+            LoadedModel::from_bytes(unsafe { std::slice::from_raw_parts(d.address, d.bytes) })?
+        };
+        Ok(handles::new_model(m) as usize as jlong)
+    }
+}
+
+native! {
+    /// `int modelStorage(long model)`: a `KestrelStorage` code (0 copied, 1 mapped, 2 borrowed).
+    fn Java_dev_kestrel_NativeBridge_modelStorage(_env, m: jlong) -> jint = 0,
+    Ok(model(m, "modelStorage")?.storage().code() as jint)
+}
+
+native! {
     /// `void modelFree(long model)` (0 is a no-op; any thread, also during other calls on it)
     fn Java_dev_kestrel_NativeBridge_modelFree(_env, m: jlong),
     handles::free_model(std::ptr::without_provenance_mut::<KestrelModel>(m as usize))
@@ -497,7 +555,7 @@ struct DirectBuffer {
 }
 
 /// Looks at `buffer` (input or output `i`): a direct `ByteBuffer`, `FloatBuffer`, `IntBuffer` or
-/// `LongBuffer` in the platform's byte order (and, for an output, writable); anything else is a
+/// `LongBuffer` in the platform's byte order (when `check_order`; and, for an output, writable); anything else is a
 /// `KestrelException` (null: NULL_POINTER; another type, a heap buffer, another byte order, a
 /// read-only output: INVALID_ARGUMENT). Its temporaries live in a local frame of their own.
 fn direct_buffer(
@@ -506,6 +564,7 @@ fn direct_buffer(
     what: &str,
     i: usize,
     output: bool,
+    check_order: bool,
 ) -> Result<DirectBuffer, FfiError> {
     if buffer.is_null() {
         return Err(err(Status::KESTREL_ERR_NULL_POINTER, format!("{what} {i} is null")));
@@ -553,7 +612,7 @@ fn direct_buffer(
         };
         let order = env.call_method(buffer, "order", "()Ljava/nio/ByteOrder;", &[])?.l()?;
         let native = env.call_static_method("java/nio/ByteOrder", "nativeOrder", "()Ljava/nio/ByteOrder;", &[])?.l()?;
-        if !env.is_same_object(&order, &native)? {
+        if check_order && !env.is_same_object(&order, &native)? {
             return Ok(Err(err(
                 Status::KESTREL_ERR_INVALID_ARGUMENT,
                 format!("{what} {i} is not in the platform's byte order (set .order(ByteOrder.nativeOrder()))"),
@@ -647,7 +706,7 @@ native! {
                 let (array, i, output) = if k < n_in { (&inputs, k, false) } else { (&outputs, k - n_in, true) };
                 let obj = env.get_object_array_element(array, i as jsize)?;
                 let what = if output { "output" } else { "input" };
-                let d = match direct_buffer(env, &obj, what, i, output) {
+                let d = match direct_buffer(env, &obj, what, i, output, true) {
                     Ok(d) => d,
                     Err(e) => return Ok(Err(e)),
                 };

@@ -90,6 +90,26 @@ const _: () = {
     assert!(KestrelTimingSource::KESTREL_TIMING_GPU_SUBMISSION as u32 == TimingSource::GpuSubmission.code());
 };
 
+/// Where a model's bytes are (`kestrel_model_storage`).
+#[repr(u32)]
+#[allow(non_camel_case_types, dead_code)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KestrelStorage {
+    /// Copied into memory the library owns (`kestrel_model_load_memory`, or a file range at an
+    /// offset that is not a multiple of 64, read).
+    KESTREL_STORAGE_COPIED = 0,
+    /// Memory-mapped from a file (`kestrel_model_load_path`, `kestrel_model_load_fd`): read in place.
+    KESTREL_STORAGE_MAPPED = 1,
+    /// The caller's memory, read in place (`kestrel_model_load_borrowed`).
+    KESTREL_STORAGE_BORROWED = 2,
+}
+const _: () = {
+    use crate::core::StorageKind;
+    assert!(KestrelStorage::KESTREL_STORAGE_COPIED as u32 == StorageKind::Copied.code());
+    assert!(KestrelStorage::KESTREL_STORAGE_MAPPED as u32 == StorageKind::Mapped.code());
+    assert!(KestrelStorage::KESTREL_STORAGE_BORROWED as u32 == StorageKind::Borrowed.code());
+};
+
 /// Element type of a tensor (the `dtype` field of `KestrelTensor` and `KestrelTensorInfo`).
 #[repr(u32)]
 #[allow(non_camel_case_types, dead_code)]

@@ -5,14 +5,15 @@ use crate::core::{LoadedModel, TensorDesc};
 use crate::error::guard;
 use crate::handles::{self, KestrelModel};
 use crate::status::Status;
-use std::ffi::{c_char, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 
 /// Loads (memory-maps) and validates the `.kes` file at `path` (NUL-terminated). On success
 /// `*out` is a new model to release with `kestrel_model_free`; on failure it is NULL. The file
 /// must not be truncated or rewritten while the model lives: the weights are read from the
 /// mapping in place, and a read past a truncated end raises SIGBUS in the host process (as with
 /// any memory-mapped loader). Where that cannot be guaranteed (a file in shared or downloadable
-/// storage), read the file and load it with `kestrel_model_load_memory`, which copies it.
+/// storage), read the file and load it with `kestrel_model_load_memory`, which copies it. A model
+/// inside a bigger file (an APK asset): `kestrel_model_load_fd`.
 ///
 /// # Safety
 /// `path` must be NULL or a NUL-terminated string; `out` NULL or valid for a write.
@@ -44,7 +45,8 @@ pub unsafe extern "C" fn kestrel_model_load_path(path: *const c_char, out: *mut 
 }
 
 /// Copies `len` bytes of a `.kes` file from `data` and validates them. On success `*out` is a new
-/// model (the caller may free `data` at once); on failure it is NULL.
+/// model (the caller may free `data` at once); on failure it is NULL. To read the bytes in place
+/// instead: `kestrel_model_load_borrowed`.
 ///
 /// # Safety
 /// `data` must be NULL or valid for `len` bytes; `out` NULL or valid for a write.
@@ -71,6 +73,109 @@ pub unsafe extern "C" fn kestrel_model_load_memory(data: *const u8, len: usize, 
         // SAFETY: caller contract.
         unsafe { put(out, handles::new_model(model), "out") }
     })
+}
+
+/// Validates `len` bytes of a `.kes` file at `data` and reads them **in place: no copy** (the
+/// weights are used where they lie). `data` must be 64-byte aligned (else
+/// `KESTREL_ERR_MISALIGNED`: align it, or use `kestrel_model_load_memory`, which copies).
+///
+/// **Lifetime**: the bytes must stay valid and unchanged until the library no longer needs them,
+/// which is when the model *and every session made from it* are freed (a session keeps its
+/// model). `release` (may be NULL) tells when: on success it is called exactly once, with `ctx`,
+/// on whichever thread frees the last of them, after which the library never touches `data`
+/// again (free or unmap the bytes there; it must not call back into Kestrel). On failure it is
+/// never called and the bytes are the caller's again at once. With `release` NULL, keep the
+/// bytes until the model and all its sessions are freed. On success `*out` is a new model; on
+/// failure NULL. NULL `data` or `out`: `KESTREL_ERR_NULL_POINTER`; `len` 0:
+/// `KESTREL_ERR_INVALID_ARGUMENT`; bytes that are not a valid model: `KESTREL_ERR_INVALID_MODEL`.
+///
+/// # Safety
+/// `data` must be NULL or valid for reads of `len` bytes for the lifetime above; `release`, if
+/// not NULL, must be safe to call once from any thread with `ctx`; `out` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_model_load_borrowed(
+    data: *const u8,
+    len: usize,
+    release: Option<unsafe extern "C" fn(ctx: *mut c_void)>,
+    ctx: *mut c_void,
+    out: *mut *mut KestrelModel,
+) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe { clear(out) };
+        if out.is_null() {
+            return Err(err(Status::KESTREL_ERR_NULL_POINTER, "kestrel_model_load_borrowed: out is NULL"));
+        }
+        /// The caller's context pointer, handed to its release function on some thread.
+        struct Ctx(*mut c_void);
+        // SAFETY: the caller's contract makes `release(ctx)` callable from any thread.
+        unsafe impl Send for Ctx {}
+        let release = release.map(|f| {
+            let ctx = Ctx(ctx);
+            Box::new(move || {
+                let ctx = ctx;
+                // SAFETY: called once, with the caller's context (its contract).
+                unsafe { f(ctx.0) }
+            }) as Box<dyn FnOnce() + Send>
+        });
+        // SAFETY: `data` is valid for `len` bytes until `release` runs (the caller's contract).
+        let model = unsafe { LoadedModel::from_borrowed(data, len, release) }
+            .map_err(|e| err(e.status, format!("kestrel_model_load_borrowed: {}", e.message)))?;
+        // SAFETY: caller contract.
+        unsafe { put(out, handles::new_model(model), "out") }
+    })
+}
+
+/// Loads the `.kes` model stored in `length` bytes at `offset` of the open file `fd` — a model
+/// inside a bigger file, such as an uncompressed asset of an Android APK
+/// (`AssetFileDescriptor`: `getParcelFileDescriptor().getFd()`, `getStartOffset()`,
+/// `getLength()`). `fd` is not taken over: close it whenever you like after the call. When
+/// `offset` is a multiple of 64 the range is memory-mapped and read in place (no copy; as with
+/// `kestrel_model_load_path`, the file must not be truncated while the model lives); otherwise it
+/// is read into memory the library owns (one copy; `kestrel_model_storage` tells which). Checked
+/// before anything is read, so it never blocks or reads past the end: a negative `fd` or `length`
+/// 0 is `KESTREL_ERR_INVALID_ARGUMENT`; an `fd` that is not open, not a regular file (a pipe,
+/// socket, directory or device), an `offset` at or past the end of the file or a range that runs
+/// past it (a short file) is `KESTREL_ERR_IO`; bytes that are not a valid model,
+/// `KESTREL_ERR_INVALID_MODEL`. Not available on Windows (`KESTREL_ERR_UNSUPPORTED`).
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_model_load_fd(
+    fd: c_int,
+    offset: u64,
+    length: u64,
+    out: *mut *mut KestrelModel,
+) -> Status {
+    guard(|| {
+        // SAFETY: caller contract.
+        unsafe { clear(out) };
+        if out.is_null() {
+            return Err(err(Status::KESTREL_ERR_NULL_POINTER, "kestrel_model_load_fd: out is NULL"));
+        }
+        #[cfg(unix)]
+        let model = LoadedModel::from_fd(fd, offset, length)
+            .map_err(|e| err(e.status, format!("kestrel_model_load_fd: {}", e.message)))?;
+        #[cfg(not(unix))]
+        let model: LoadedModel = {
+            let _ = (fd, offset, length);
+            return Err(err(Status::KESTREL_ERR_UNSUPPORTED, "kestrel_model_load_fd: file descriptors need a Unix"));
+        };
+        // SAFETY: caller contract.
+        unsafe { put(out, handles::new_model(model), "out") }
+    })
+}
+
+/// Where the model's bytes are: a `KestrelStorage` code (copied, memory-mapped, or the caller's
+/// memory read in place).
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_model_storage(model: *const KestrelModel, out: *mut u32) -> Status {
+    // SAFETY: the caller's contract on `out`.
+    unsafe { model_get(model, "kestrel_model_storage", out, |m| Ok(m.storage().code())) }
 }
 
 /// Releases a model. Sessions made from it keep their own reference, so it may be freed before

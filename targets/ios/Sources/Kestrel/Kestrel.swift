@@ -276,6 +276,40 @@ public final class Model: @unchecked Sendable {
         handle = Handle(h, what: "the model", free: { kestrel_model_free($0) })
     }
 
+    /// Memory-maps and validates the model file at a file URL, e.g.
+    /// `Bundle.main.url(forResource: "model", withExtension: "kes")!`: the weights are read in place
+    /// from the mapping (pages load on first use; nothing is copied). The file must not be
+    /// truncated or rewritten while the model lives (bundle resources never are). A URL that is
+    /// not a file URL throws `.invalidArgument`; a missing file `.io`.
+    public convenience init(contentsOf url: URL) throws {
+        guard url.isFileURL else {
+            throw KestrelError(.invalidArgument, "\(url) is not a file URL (download the model to a file first)")
+        }
+        let path = url.withUnsafeFileSystemRepresentation { $0.map { String(cString: $0) } }
+        guard let path else { throw KestrelError(.invalidArgument, "\(url) has no file-system path") }
+        try self.init(path: path)
+    }
+
+    /// Where the model's bytes are.
+    public enum Storage: UInt32, Sendable {
+        /// Copied into memory the library owns (`init(data:)`).
+        case copied = 0
+        /// Memory-mapped from a file (`init(path:)`, `init(contentsOf:)`): read in place.
+        case mapped = 1
+        /// The caller's memory, read in place (`kestrel_model_load_borrowed`).
+        case borrowed = 2
+    }
+
+    /// Where the model's bytes are: copied, memory-mapped or borrowed.
+    public var storage: Storage {
+        get throws {
+            var v: UInt32 = 0
+            try check(kestrel_model_storage(try handle.get(), &v))
+            guard let s = Storage(rawValue: v) else { throw KestrelError(.internalError, "storage code \(v)") }
+            return s
+        }
+    }
+
     /// Copies and validates a model held in memory.
     public init(data: Data) throws {
         var h: OpaquePointer? = nil

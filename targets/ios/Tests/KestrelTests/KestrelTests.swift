@@ -163,4 +163,17 @@ final class KestrelTests: XCTestCase {
         }
         XCTAssertEqual(y, want)
     }
+
+    /// `Model(contentsOf:)` maps the file; a non-file URL is refused.
+    func testModelFromURLIsMapped() throws {
+        guard let dir = ProcessInfo.processInfo.environment["KESTREL_TEST_DIR"] else {
+            throw XCTSkip("set KESTREL_TEST_DIR to a directory made by the kestrel-ffi c_abi test")
+        }
+        let model = try Model(contentsOf: URL(fileURLWithPath: dir + "/image.kes"))
+        XCTAssertEqual(try model.storage, .mapped)
+        XCTAssertEqual(try Model(data: Data(contentsOf: URL(fileURLWithPath: dir + "/image.kes"))).storage, .copied)
+        XCTAssertThrowsError(try Model(contentsOf: URL(string: "https://example.com/model.kes")!)) {
+            XCTAssertEqual(($0 as? KestrelError)?.code, .invalidArgument)
+        }
+    }
 }

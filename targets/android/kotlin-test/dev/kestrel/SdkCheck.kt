@@ -2,7 +2,9 @@
 // targets/android/kotlin-check.sh, in a JVM of its own so the thread count starts unset): the
 // thread count (issue 35, item 2) — its default applied by the first session, outputs identical
 // for 1..4 threads, bad counts refused — and runs on direct buffers without copies (outputs equal
-// the FloatArray API's, a reused output buffer, every bad buffer a KestrelException).
+// the FloatArray API's, a reused output buffer, every bad buffer a KestrelException) — and models
+// from a ByteBuffer (mapped and aligned direct ones read in place) and from an fd + offset + length
+// (issue 35, item 3), every bad source a KestrelException.
 //
 // Usage: SdkCheckKt MODEL.kes
 package dev.kestrel
@@ -163,10 +165,112 @@ private fun buffers(path: String) {
         "output; heap, other-order, read-only, short, wrong-type, misaligned, null and overlapping buffers refused")
 }
 
+/** The int fd of an open stream (host JVM: FileDescriptor's private field; Android: ParcelFileDescriptor.fd). */
+private fun intFd(fd: java.io.FileDescriptor): Int {
+    val f = java.io.FileDescriptor::class.java.getDeclaredField("fd")
+    f.isAccessible = true
+    return f.getInt(fd)
+}
+
+private fun sources(path: String) {
+    val file = java.io.File(path)
+    val bytes = file.readBytes()
+    val want = Model.load(path).use { m ->
+        check(m.storage == Model.Storage.MAPPED, "a path is mapped: ${m.storage}")
+        m.session(1, Backend.CPU).use { it.run(FloatArray(m.inputs[0].size) { i -> (i % 7) / 7f }) }
+    }
+    fun same(m: Model, what: String) {
+        m.session(1, Backend.CPU).use {
+            check(it.run(FloatArray(m.inputs[0].size) { i -> (i % 7) / 7f }).contentEquals(want), "$what: outputs")
+        }
+    }
+    // From a ByteBuffer: a mapped file (page-aligned: read in place), a direct and a heap buffer (copied).
+    java.io.RandomAccessFile(file, "r").use { raf ->
+        val mapped = raf.channel.map(java.nio.channels.FileChannel.MapMode.READ_ONLY, 0, bytes.size.toLong())
+        Model.fromByteBuffer(mapped).use { m ->
+            check(m.storage == Model.Storage.BORROWED, "a mapped ByteBuffer is read in place: ${m.storage}")
+            same(m, "mapped ByteBuffer")
+        }
+    }
+    val directBuf = ByteBuffer.allocateDirect(bytes.size + 64)
+    val shift = (64 - (java.lang.Long.remainderUnsigned(directAddress(directBuf), 64L)).toInt()) % 64
+    directBuf.position(shift)
+    directBuf.put(bytes)
+    directBuf.position(shift)
+    directBuf.limit(shift + bytes.size)
+    Model.fromByteBuffer(directBuf).use { m ->
+        check(m.storage == Model.Storage.BORROWED, "an aligned direct ByteBuffer is read in place: ${m.storage}")
+        same(m, "aligned direct ByteBuffer")
+    }
+    directBuf.position(shift + 1)
+    directBuf.limit(shift + 1 + bytes.size - 1)
+    expectStatus(KestrelException.INVALID_MODEL, "a ByteBuffer cut at its front") { Model.fromByteBuffer(directBuf) }
+    Model.fromByteBuffer(ByteBuffer.wrap(bytes)).use { m ->
+        check(m.storage == Model.Storage.COPIED, "a heap ByteBuffer is copied: ${m.storage}")
+        same(m, "heap ByteBuffer")
+    }
+    expectStatus(KestrelException.INVALID_ARGUMENT, "an empty ByteBuffer") { Model.fromByteBuffer(ByteBuffer.allocateDirect(0)) }
+    expectStatus(KestrelException.INVALID_MODEL, "a heap ByteBuffer of junk") { Model.fromByteBuffer(ByteBuffer.wrap(ByteArray(4096) { 7 })) }
+
+    // From a file descriptor + offset + length (an AssetFileDescriptor's range): mapped at a
+    // multiple of 64, read at another offset; the fd may be closed at once.
+    val tmp = java.io.File.createTempFile("kestrel-sdk", ".bin")
+    try {
+        for ((prefix, storage) in listOf(0 to Model.Storage.MAPPED, 4160 to Model.Storage.MAPPED, 13 to Model.Storage.COPIED)) {
+            tmp.writeBytes(ByteArray(prefix) { 1 } + bytes + ByteArray(33))
+            val m = java.io.FileInputStream(tmp).use { Model.fromFd(intFd(it.fd), prefix.toLong(), bytes.size.toLong()) }
+            m.use {
+                check(it.storage == storage, "fd at offset $prefix: ${it.storage}, expected $storage")
+                same(it, "fd at offset $prefix")
+            }
+        }
+        tmp.writeBytes(bytes)
+        java.io.FileInputStream(tmp).use { s ->
+            val fd = intFd(s.fd)
+            val n = bytes.size.toLong()
+            val inv = KestrelException.INVALID_ARGUMENT
+            expectStatus(inv, "fd -1") { Model.fromFd(-1, 0, n) }
+            expectStatus(inv, "length 0") { Model.fromFd(fd, 0, 0) }
+            expectStatus(inv, "a negative offset") { Model.fromFd(fd, -1, n) }
+            expectStatus(inv, "a negative length (UNKNOWN_LENGTH)") { Model.fromFd(fd, 0, -1) }
+            expectStatus(KestrelException.IO, "an offset past the end") { Model.fromFd(fd, n + 10, 64) }
+            expectStatus(KestrelException.IO, "a short file") { Model.fromFd(fd, 0, n + 1) }
+            expectStatus(KestrelException.IO, "an fd that is not open") { Model.fromFd(987_654, 0, n) }
+            expectStatus(KestrelException.INVALID_MODEL, "a truncated model") { Model.fromFd(fd, 0, n - 100) }
+        }
+        // A pipe: not a regular file, refused at once (a read would block forever).
+        val p = ProcessBuilder("sleep", "30").start()
+        try {
+            val inner = p.inputStream
+            val field = java.io.FilterInputStream::class.java.getDeclaredField("in")
+            field.isAccessible = true
+            val fis = field.get(inner) as java.io.FileInputStream
+            val t0 = System.nanoTime()
+            expectStatus(KestrelException.IO, "a pipe") { Model.fromFd(intFd(fis.fd), 0, 64) }
+            check(System.nanoTime() - t0 < 5_000_000_000L, "a pipe is refused without blocking")
+        } finally {
+            p.destroy()
+        }
+    } finally {
+        tmp.delete()
+    }
+    println("model sources: a mapped and an aligned direct ByteBuffer read in place (BORROWED), a heap one copied; " +
+        "fd ranges at offsets 0 and 4160 mapped, 13 read; -1, 0, negative, past-the-end, short, closed, pipe, " +
+        "truncated and junk refused with their statuses")
+}
+
+/** A direct buffer's address (host JVM: java.nio.Buffer's private field), to place the model on a 64-byte boundary. */
+private fun directAddress(b: ByteBuffer): Long {
+    val f = java.nio.Buffer::class.java.getDeclaredField("address")
+    f.isAccessible = true
+    return f.getLong(b)
+}
+
 fun main(args: Array<String>) {
     val path = args[0]
     threads(path)
     buffers(path)
+    sources(path)
     println("Kotlin SDK I/O check: $passed passed, $failed failed")
     exitProcess(if (failed == 0) 0 else 1)
 }

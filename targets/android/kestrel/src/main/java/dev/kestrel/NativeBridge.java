@@ -28,6 +28,12 @@ public final class NativeBridge {
 
     public static native long modelLoadPath(String path);
     public static native long modelLoadBytes(byte[] data);
+    /** The model in length bytes at offset of an open file (not taken over); see kestrel_model_load_fd. */
+    public static native long modelLoadFd(int fd, long offset, long length);
+    /** A direct ByteBuffer's bytes (0 to capacity): read in place when 64-byte aligned, else copied. */
+    public static native long modelLoadBuffer(java.nio.ByteBuffer data);
+    /** A KestrelStorage code: 0 copied, 1 memory-mapped, 2 the caller's memory read in place. */
+    public static native int modelStorage(long model);
     public static native void modelFree(long model);
     public static native String modelName(long model);
     public static native String modelTask(long model);

@@ -219,6 +219,45 @@ class Model private constructor(raw: Long) : Closeable {
         /** Copies and validates a model held in memory. */
         @JvmStatic
         fun fromBytes(bytes: ByteArray): Model = Model(NativeBridge.modelLoadBytes(bytes))
+
+        /**
+         * A model held in [buffer]'s remaining bytes (position to limit). A **direct** buffer whose
+         * data starts on a 64-byte boundary — a file mapped with `FileChannel.map` at an offset
+         * that is a multiple of 64 — is read in place, no copy ([storage] is BORROWED): the model
+         * keeps the buffer reachable until it and its sessions are closed, and the app must not
+         * write to those bytes meanwhile. Other buffers (heap, or direct but unaligned, as
+         * `ByteBuffer.allocateDirect` gives) are copied once ([storage] COPIED).
+         */
+        @JvmStatic
+        fun fromByteBuffer(buffer: ByteBuffer): Model {
+            val view = buffer.slice()
+            if (view.isDirect) return Model(NativeBridge.modelLoadBuffer(view))
+            val bytes = ByteArray(view.remaining())
+            view.get(bytes)
+            return fromBytes(bytes)
+        }
+
+        /**
+         * The model in [length] bytes at [offset] of the open file [fd] (an Android
+         * `AssetFileDescriptor`: `parcelFileDescriptor.fd`, `startOffset`, `length`; see
+         * `Model.load(assets, name)` in KestrelAndroid.kt). The fd stays the caller's (close it
+         * whenever you like). Memory-mapped, no copy, when [offset] is a multiple of 64, else read
+         * once. An fd that is not open or not a regular file (a pipe, socket, directory), a
+         * negative or zero length, an offset past the end or a range past it throws
+         * [KestrelException] (IO or INVALID_ARGUMENT) at once; it never blocks.
+         */
+        @JvmStatic
+        fun fromFd(fd: Int, offset: Long, length: Long): Model = Model(NativeBridge.modelLoadFd(fd, offset, length))
+    }
+
+    /** Where the model's bytes are. */
+    enum class Storage {
+        /** Copied into memory the library owns. */
+        COPIED,
+        /** Memory-mapped from a file (read in place). */
+        MAPPED,
+        /** The app's memory (a direct buffer), read in place. */
+        BORROWED,
     }
 
     private val handle = NativeHandle(raw, "the model", NativeBridge::modelFree)
@@ -232,6 +271,9 @@ class Model private constructor(raw: Long) : Closeable {
         touched = 1
         return r
     }
+
+    /** Where the model's bytes are: copied, mapped from a file, or the app's buffer read in place. */
+    val storage: Storage get() = Storage.values()[native { NativeBridge.modelStorage(it) }]
 
     val name: String get() = native { NativeBridge.modelName(it) }
     val task: String get() = native { NativeBridge.modelTask(it) }
