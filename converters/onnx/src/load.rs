@@ -84,7 +84,11 @@ fn load_typed_inner(
     let bytes = std::fs::read(path).map_err(|error| ConvertError::Io { path: p.clone(), error })?;
     let mut onnx = tract_onnx::onnx();
     crate::lower::rnn::register(&mut onnx.op_register);
-    let proto = onnx.proto_model_for_read(&mut &bytes[..]).map_err(tract_err(&p, "read the ONNX file"))?;
+    onnx.op_register.insert("ConstantOfShape", constant_of_shape);
+    let mut proto = onnx.proto_model_for_read(&mut &bytes[..]).map_err(tract_err(&p, "read the ONNX file"))?;
+    if let Some(g) = proto.graph.as_mut() {
+        unsigned_as_raw(g);
+    }
     drop(bytes);
     crate::validate::check_model(&proto, path)?;
     let graph = proto.graph.as_ref();
@@ -214,6 +218,54 @@ fn ignored_semantics(n: &tract_onnx::pb::NodeProto) -> Option<Blocker> {
         (None, false) => return None,
     };
     Some(Blocker { op: "Attention".into(), node: n.name.clone(), why, remedy: None })
+}
+
+/// UINT32 and UINT64 tensors written in ONNX's `uint64_data` field (where the standard puts
+/// them) rewritten as `raw_data`: tract's importer reads only `int32_data` / `int64_data` for
+/// them and would see no data. Initializers and constant attributes, in subgraphs too.
+fn unsigned_as_raw(g: &mut tract_onnx::pb::GraphProto) {
+    fn fix(t: &mut tract_onnx::pb::TensorProto) {
+        if t.uint64_data.is_empty() || !t.raw_data.is_empty() {
+            return;
+        }
+        t.raw_data = match t.data_type {
+            12 => t.uint64_data.iter().flat_map(|&v| (v as u32).to_le_bytes()).collect(),
+            13 => t.uint64_data.iter().flat_map(|&v| v.to_le_bytes()).collect(),
+            _ => return,
+        };
+        t.uint64_data.clear();
+    }
+    g.initializer.iter_mut().for_each(fix);
+    for n in &mut g.node {
+        for a in &mut n.attribute {
+            a.t.iter_mut().chain(a.tensors.iter_mut()).for_each(fix);
+            a.g.iter_mut().chain(a.graphs.iter_mut()).for_each(unsigned_as_raw);
+        }
+    }
+}
+
+/// ONNX ConstantOfShape, as tract's importer parses it but for the value when the node has
+/// none: ONNX's default is a float32 zero, tract's importer makes it an f64 zero, which fails
+/// typing wherever the output meets f32 tensors (PyTorch's dynamo exporter writes `new_zeros`
+/// so: torchvision's Swin shifted-window masks).
+fn constant_of_shape(
+    ctx: &tract_onnx::model::ParsingContext,
+    node: &tract_onnx::pb::NodeProto,
+) -> TractResult<(Box<dyn tract_onnx::tract_hir::internal::InferenceOp>, Vec<String>)> {
+    let mut value = match node.get_attr_opt("value")? {
+        Some(val) => ctx.load_tensor(val)?.into_arc_tensor(),
+        None => rctensor0(0f32),
+    };
+    if value.rank() > 0 {
+        if value.len() != 1 {
+            tract_onnx::tract_core::internal::bail!("expected a scalar (or a vector of length 1), found {:?}", value);
+        }
+        value = value.nth(0)?.into_arc_tensor();
+    }
+    Ok((
+        tract_onnx::tract_hir::internal::expand(tract_onnx::tract_hir::ops::array::ConstantOfShape::new(value)),
+        vec![],
+    ))
 }
 
 /// tract's `Sdpa` (ONNX's Attention op, opset 23) expanded into the products, the scaling, the

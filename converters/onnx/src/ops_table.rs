@@ -33,6 +33,11 @@ Atanh | Unary
 Attention | the products, the scaling, the mask (causal, boolean or additive) and the Softmax it stands for (tract's expansion of its `Sdpa`; fused back where a mechanism is recognised) | no past/present key-value outputs, softcap or qk_matmul_output_mode (tract refuses them)
 AveragePool | Pool2d Avg (3-D: one over (H, W), one over D) | 1-D, 2-D and 3-D; ceil_mode and count_include_pad honoured
 BatchNormalization | folded into constants (inference mode)
+BitShift | a·2^b wrapped to the type's width (two's complement for signed types) / floor(a / 2^b); a shift outside 0..w gives 0 (−1 for a negative value shifted right) | integer values below 2^24 in magnitude (the sessions refuse others)
+BitwiseAnd | the low bits as a trailing axis (floor, fmod 2), combined bit by bit and summed back; the sign of signed types as one more bit | integer values below 2^24 in magnitude
+BitwiseNot | −1 − x (signed), 2^w − 1 − x (unsigned) | exact for every signed width and 8/16-bit unsigned
+BitwiseOr | as BitwiseAnd
+BitwiseXor | as BitwiseAnd
 Cast | nothing (f32→f32, ids→ids; to f16 or f64 computed in f32, with a notice); f32 values to an integer type: truncated, x − fmod(x, 1); to bool: x ≠ 0; ids to a float: read as values (Embedding into 0..V) / ids to bool: Embedding into [0, 1] | ids→bool only for 0/1 ids (another is a run-time error)
 Ceil | Unary
 Celu | Exp, Min and Max (tract's expansion)
@@ -54,7 +59,7 @@ Exp | Unary
 Expand | Dense with a 0/1 weight
 Flatten | Reshape view
 Floor | Unary
-GRU | Gru (one node per output read) | default activations, linear_before_reset = 1 (PyTorch's GRU), constant weights and initial state, no clip, full-length sequence_lens
+GRU | Gru (one node per output read; a fixed batch of N sequences: N nodes on slices, their outputs placed side by side) | default activations, linear_before_reset = 1 (PyTorch's GRU), constant weights and initial state, no clip, full-length sequence_lens
 Gather | Embedding (constant table), a Slice (evenly spaced constant indices), a Dense with a one-hot weight (other constant indices); at run time a one-hot pick (ids through Embedding into 0..N, or f32 indices the graph computed compared with 0..N and −N..0; then When and a Sum, or a Dense with a constant table) | run-time integer indices in 0..N (another is a run-time error naming it); computed f32 indices outside −N..N pick zeros
 GatherElements | a one-hot pick (a constant one-hot, the ids through Embedding and Equal, or computed f32 indices compared with 0..N and −N..0) with When and a Sum; constant data as an exact f32 weight | indices as long as the data on the other axes; run-time integer indices in 0..N
 GatherND | Dense with a one-hot weight (constant indices); at run time the tuples' flat rows (each component counted from the end when negative), their one-hot, When and a Sum | any batch_dims; a run-time tuple with a component outside its axis picks zeros; run-time tuples into < 2^24 rows
@@ -71,7 +76,7 @@ Hardmax | ArgMax and a one-hot (tract's expansion)
 Identity | nothing
 IsInf | Unary IsInf / IsPosInf / IsNegInf (1 or 0) | at least one sign detected
 IsNaN | Unary IsNan (1 or 0)
-LSTM | Lstm (one node per output read) | default activations, no peepholes, clip or input_forget, constant weights and initial states, full-length sequence_lens
+LSTM | Lstm (one node per output read; a fixed batch of N sequences: N nodes on slices, their outputs placed side by side) | default activations, no peepholes, clip or input_forget, constant weights and initial states, full-length sequence_lens
 LayerNormalization | LayerNorm
 LeakyRelu | Binary Mul + Max | alpha ≥ 0
 Less | Binary Less (1 or 0)

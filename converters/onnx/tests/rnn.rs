@@ -4,11 +4,17 @@
 //! the ONNX features Kestrel's ops do not have are blockers that say what they are.
 
 mod common;
+#[path = "common/proto.rs"]
+mod proto;
 
 use common::gpu;
+use kestrel::demo::Rng;
 use kestrel::Input;
-use kestrel_onnx::{compare, convert, read_npy, run_kestrel, verify, ConvertError, ConvertOptions, DType, InputData};
+use kestrel_onnx::{
+    compare, convert, read_npy, run_kestrel, verify, ConvertError, ConvertOptions, DType, InputData, InputTensor,
+};
 use kestrel_wgpu::GpuSession;
+use proto::{f32_tensor, float_value, i64_attr, str_attr, Msg};
 use std::path::PathBuf;
 
 const REL_TOL: f64 = 1e-4;
@@ -98,5 +104,165 @@ fn recurrent_models_match_onnxruntime_on_the_gpu() {
         let (_, rel, _, _) = compare(&[want], &[got], &[last]).unwrap();
         println!("{name}: wgpu vs onnxruntime rel {rel:.2e}");
         assert!(rel <= REL_TOL, "{name}: wgpu relative error {rel:.2e}");
+    }
+}
+
+/// The weights of a fixed-batch recurrence: W, R, B, and the initial states as `[dirs, N, H]`.
+struct Weights {
+    w: Vec<f32>,
+    r: Vec<f32>,
+    b: Vec<f32>,
+    h0: Vec<f32>,
+    c0: Vec<f32>,
+}
+
+const T: usize = 4;
+const I: usize = 3;
+const H: usize = 5;
+
+/// An LSTM or GRU node over `n` sequences at once (ONNX's batch axis a fixed N: a BiLSTM over an
+/// image's rows, the conformance "batchwise" cases), every output read, non-zero initial states
+/// (laid out `[N, dirs, H]` for layout 1).
+fn fixed_batch_model(lstm: bool, layout: i64, dirs: usize, n: usize, wt: &Weights) -> (Vec<u8>, Vec<usize>) {
+    let g = if lstm { 4 } else { 3 };
+    let xs = if layout == 1 { vec![n, T, I] } else { vec![T, n, I] };
+    let (hs, states): (Vec<usize>, Vec<Vec<f32>>) = {
+        let lay = |v: &[f32]| -> Vec<f32> {
+            if layout == 0 {
+                return v.to_vec();
+            }
+            (0..n).flat_map(|b| (0..dirs).flat_map(move |d| (0..H).map(move |k| v[(d * n + b) * H + k]))).collect()
+        };
+        (if layout == 1 { vec![n, dirs, H] } else { vec![dirs, n, H] }, vec![lay(&wt.h0), lay(&wt.c0)])
+    };
+    let mut node = Msg::default().str(1, "x").str(1, "w").str(1, "r").str(1, "b").str(1, "").str(1, "h0");
+    if lstm {
+        node = node.str(1, "c0");
+    }
+    node = node.str(2, "y").str(2, "y_h");
+    if lstm {
+        node = node.str(2, "y_c");
+    }
+    node = node
+        .str(3, "rnn")
+        .str(4, if lstm { "LSTM" } else { "GRU" })
+        .msg(5, i64_attr("hidden_size", H as i64))
+        .msg(5, i64_attr("layout", layout))
+        .msg(5, str_attr("direction", if dirs == 2 { "bidirectional" } else { "forward" }));
+    if !lstm {
+        node = node.msg(5, i64_attr("linear_before_reset", 1));
+    }
+    let mut graph = Msg::default()
+        .msg(1, node)
+        .str(2, "g")
+        .msg(5, f32_tensor("w", &[dirs, g * H, I], &wt.w))
+        .msg(5, f32_tensor("r", &[dirs, g * H, H], &wt.r))
+        .msg(5, f32_tensor("b", &[dirs, 2 * g * H], &wt.b))
+        .msg(5, f32_tensor("h0", &hs, &states[0]));
+    if lstm {
+        graph = graph.msg(5, f32_tensor("c0", &hs, &states[1]));
+    }
+    graph = graph.msg(11, float_value("x", Some(&xs)));
+    for o in ["y", "y_h", "y_c"].iter().take(if lstm { 3 } else { 2 }) {
+        graph = graph.msg(12, float_value(o, None));
+    }
+    (Msg::default().int(1, 9).msg(8, Msg::default().int(2, 14)).str(2, "rnn.rs").msg(7, graph).0, xs)
+}
+
+/// Kestrel on the model (and the GPU against the CPU when there is one); tract on its layout-0
+/// twin (tract's own layout-1 recurrence is wrong for two directions over N > 1 sequences: it
+/// disagrees with ONNX's reference implementation, which Kestrel matches), its outputs moved
+/// into layout 1's order. Returns (Kestrel, tract) outputs.
+#[allow(clippy::type_complexity)]
+fn run_fixed_batch(
+    lstm: bool,
+    layout: i64,
+    dirs: usize,
+    n: usize,
+    wt: &Weights,
+    x0: &[f32],
+    name: &str,
+) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+    let file = |layout: i64| {
+        let (onnx, xs) = fixed_batch_model(lstm, layout, dirs, n, wt);
+        let path = std::env::temp_dir()
+            .join(format!("kestrel-rnn-batch-{}-{name}-{layout}.onnx", std::process::id()).replace(' ', "_"));
+        std::fs::write(&path, onnx).unwrap();
+        (path, xs)
+    };
+    // x0: [T, N, I]; layout 1 reads [N, T, I].
+    let x1: Vec<f32> = (0..n)
+        .flat_map(|b| (0..T).flat_map(move |t| (0..I).map(move |i| (b, t, i))))
+        .map(|(b, t, i)| x0[(t * n + b) * I + i])
+        .collect();
+    let (p0, xs0) = file(0);
+    let conv0 = convert(&p0, &ConvertOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let v = verify(&p0, &conv0.kes, &[InputTensor::f32(&xs0, x0.to_vec())]).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut tract = v.tract;
+    let (path, xs, x) = if layout == 0 {
+        (p0.clone(), xs0, x0.to_vec())
+    } else {
+        let (p, xs) = file(1);
+        (p, xs, x1)
+    };
+    let conv = convert(&path, &ConvertOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    std::fs::remove_file(&path).ok();
+    std::fs::remove_file(&p0).ok();
+    let kestrel = run_kestrel(&conv.kes, &[InputTensor::f32(&xs, x.clone())]).unwrap_or_else(|e| panic!("{name}: {e}"));
+    if layout == 1 {
+        // Y [T, dirs, N, H] → [N, T, dirs, H]; Y_h, Y_c [dirs, N, H] → [N, dirs, H].
+        tract[0] = (0..n * T * dirs * H)
+            .map(|e| {
+                let (b, t, d, k) = (e / (T * dirs * H), e / (dirs * H) % T, e / H % dirs, e % H);
+                tract[0][((t * dirs + d) * n + b) * H + k]
+            })
+            .collect();
+        for o in tract.iter_mut().skip(1) {
+            *o = (0..n * dirs * H)
+                .map(|e| {
+                    let (b, d, k) = (e / (dirs * H), e / H % dirs, e % H);
+                    o[(d * n + b) * H + k]
+                })
+                .collect();
+        }
+    }
+    if let Some(ctx) = gpu() {
+        let cpu = kestrel::Model::from_bytes(&conv.kes).unwrap();
+        let cpu = cpu.cpu().unwrap();
+        let mut outs: Vec<Vec<f32>> = kestrel.iter().map(|o| vec![0f32; o.len()]).collect();
+        let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+        GpuSession::new(&ctx, &cpu, 1)
+            .and_then(|mut s| s.run(&[Input::F32(&x)], &mut refs))
+            .unwrap_or_else(|e| panic!("{name}: wgpu: {e}"));
+        let (_, rel, _, _) = compare(&kestrel, &outs, &vec![1; outs.len()]).unwrap();
+        assert!(rel <= REL_TOL, "{name}: GPU vs CPU {rel:.2e}");
+    }
+    (kestrel, tract)
+}
+
+#[test]
+fn recurrences_over_a_fixed_batch_match_tract() {
+    let mut rng = Rng::new(0x2AA7);
+    for lstm in [true, false] {
+        let g = if lstm { 4 } else { 3 };
+        for layout in [0, 1] {
+            for dirs in [1, 2] {
+                for n in [2, 3] {
+                    let name = format!("lstm {lstm} layout {layout} dirs {dirs} N {n}");
+                    let wt = Weights {
+                        w: rng.vec(dirs * g * H * I, 0.5),
+                        r: rng.vec(dirs * g * H * H, 0.5),
+                        b: rng.vec(dirs * 2 * g * H, 0.5),
+                        h0: rng.vec(dirs * n * H, 0.5),
+                        c0: rng.vec(dirs * n * H, 0.5),
+                    };
+                    let x0 = rng.vec(T * n * I, 1.0);
+                    let (kestrel, tract) = run_fixed_batch(lstm, layout, dirs, n, &wt, &x0, &name);
+                    assert_eq!(kestrel.len(), if lstm { 3 } else { 2 }, "{name}");
+                    let (_, rel, _, _) = compare(&tract, &kestrel, &vec![H; tract.len()]).unwrap();
+                    assert!(rel <= REL_TOL, "{name}: relative error {rel:.2e} against tract");
+                }
+            }
+        }
     }
 }

@@ -324,3 +324,22 @@ fn scatter_with_a_constant_index_outside_the_data_is_a_clear_error() {
     let e = c.run("bad", &[1.0, 2.0, 3.0], &[], &[5.0], 3).unwrap_err();
     assert!(e.contains("indices in -3..3") && e.contains('3'), "{e}");
 }
+
+#[test]
+fn a_scatter_too_large_to_compose_is_a_blocker_not_an_allocation() {
+    // Every element of a [1, 64, 64, 32] map written through index tuples at run time: the
+    // one-hot pick would be 131,072 × 131,072 elements.
+    let xs = [1usize, 64, 64, 32];
+    let m: usize = xs.iter().product();
+    let c = Case {
+        op: "ScatterND",
+        attrs: vec![],
+        xs: xs.to_vec(),
+        is: vec![m, 4],
+        us: Some(vec![m]),
+        const_idx: None,
+        const_upd: None,
+    };
+    let e = c.run("huge", &vec![0.5; m], &[], &[], m).unwrap_err();
+    assert!(e.contains("ScatterN") && e.contains("over the"), "{e}");
+}

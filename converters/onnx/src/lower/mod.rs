@@ -5,6 +5,7 @@
 //! shape is tract's shape at batch 1, leading 1 included.
 
 mod assemble;
+mod bits;
 mod conv3d;
 mod deconv;
 mod elementwise;
@@ -98,18 +99,37 @@ pub(crate) struct Lowerer<'m> {
     pub id_bounds: HashMap<TensorId, usize>,
     /// Ids already read as values: the flat `[n, 1]` f32 tensor.
     ids_values: HashMap<TensorId, TensorId>,
+    /// Elements of the exact constants the lowering has composed so far (selections, masks),
+    /// held to [`MAX_COMPOSED_TOTAL`].
+    composed: usize,
 }
 
 /// The result of lowering one node.
 pub(crate) type Res<T> = Result<T, ConvertError>;
 
+/// The most elements one constant a lowering composes (a one-hot selection, a mask) may have:
+/// 2^26 f32 values, 256 MiB. A composition that needs more is refused for its node (a blocker
+/// naming the size), never attempted: a few such constants would exhaust a workstation's memory
+/// long before the model could run on a device.
+pub(crate) const MAX_COMPOSED: usize = 1 << 26;
+
+/// The most elements all the exact constants a lowering composes may have together: 2^28 f32
+/// values, 1 GiB (a node whose composition would pass it is a blocker).
+pub(crate) const MAX_COMPOSED_TOTAL: usize = 1 << 28;
+
 /// A zeroed constant of `numel` elements (the product of a shape from the graph), allocated
-/// fallibly: a graph whose constants would not fit in memory is an error, not an abort.
+/// fallibly: a constant over [`MAX_COMPOSED`] elements, or one that does not fit in memory, is
+/// an error (`kestrel::Error::OutOfMemory`, which the lowering reports as a blocker of the node),
+/// not an abort.
 pub(crate) fn zeros(numel: impl IntoIterator<Item = usize>, what: &str) -> Res<Vec<f32>> {
-    let n = numel.into_iter().try_fold(1usize, usize::checked_mul).ok_or_else(|| {
-        ConvertError::Kestrel(kestrel::Error::OutOfMemory { what: what.to_string(), bytes: u64::MAX })
-    })?;
-    Ok(kestrel::mem::zeroed_vec::<f32>(n, what)?)
+    let n = numel.into_iter().try_fold(1usize, usize::checked_mul);
+    match n {
+        Some(n) if n <= MAX_COMPOSED => Ok(kestrel::mem::zeroed_vec::<f32>(n, what)?),
+        _ => Err(ConvertError::Kestrel(kestrel::Error::OutOfMemory {
+            what: format!("{what} (over the {MAX_COMPOSED} elements a composed constant may have)"),
+            bytes: n.map_or(u64::MAX, |n| n as u64 * 4),
+        })),
+    }
 }
 
 impl<'m> Lowerer<'m> {
@@ -132,6 +152,7 @@ impl<'m> Lowerer<'m> {
             notices: Vec::new(),
             id_bounds: HashMap::new(),
             ids_values: HashMap::new(),
+            composed: 0,
         }
     }
 
@@ -295,6 +316,19 @@ impl<'m> Lowerer<'m> {
         if let Some(&id) = self.weights.get(&key) {
             return Ok(id);
         }
+        if exact {
+            if self.composed + values.len() > MAX_COMPOSED_TOTAL {
+                return Err(ConvertError::Kestrel(kestrel::Error::OutOfMemory {
+                    what: format!(
+                        "`{usage}` ({} elements; the constants composed so far have {}, over the {MAX_COMPOSED_TOTAL} allowed in all)",
+                        values.len(),
+                        self.composed
+                    ),
+                    bytes: values.len() as u64 * 4,
+                }));
+            }
+            self.composed += values.len();
+        }
         // Synthesised exact weights (masks, selections) are named after the node that needs them.
         let base =
             if exact { format!("{}.{usage}", self.tnode().name) } else { self.model.node(src.node).name.clone() };
@@ -387,6 +421,18 @@ impl<'m> Lowerer<'m> {
                 Err(ConvertError::BadNode { node, op, expected, found }) => {
                     let why = format!("not supported: expected {expected}, found {found}");
                     self.blockers.push(Blocker { op, node, why, remedy: None });
+                    self.stand_in(n)?;
+                }
+                // A composition too large to build (see `zeros`) blocks its node only.
+                Err(ConvertError::Kestrel(e @ kestrel::Error::OutOfMemory { .. })) => {
+                    let at = self.tnode();
+                    let why = format!("not supported: too large to compose exactly: {e}");
+                    self.blockers.push(Blocker {
+                        op: at.op.name().to_string(),
+                        node: at.name.clone(),
+                        why,
+                        remedy: None,
+                    });
                     self.stand_in(n)?;
                 }
                 Err(e) => return Err(e),
@@ -540,7 +586,8 @@ impl<'m> Lowerer<'m> {
         if let Some(op) = node.op_as::<Conv>() {
             return self.conv(op);
         }
-        if self.try_elementwise()?
+        if self.try_bits()?
+            || self.try_elementwise()?
             || self.try_trilu()?
             || self.try_shape()?
             || self.try_select()?

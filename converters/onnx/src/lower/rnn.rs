@@ -13,7 +13,7 @@
 //! initial states computed from the input).
 
 use super::{f32s, zeros, Lowerer, Res, Val};
-use kestrel_format::ops::{Gru, Lstm, Op, RnnDirection, RnnOutput};
+use kestrel_format::ops::{BinaryOp, Gru, Lstm, Op, RnnDirection, RnnOutput, Slice, TensorId};
 use tract_onnx::model::{OnnxOpRegister, ParsingContext};
 use tract_onnx::ops::rec::common::CommonRec;
 use tract_onnx::ops::rec::{gru::GRU, lstm::LSTM};
@@ -318,12 +318,15 @@ impl Lowerer<'_> {
         }
         let Some(direction) = s.kestrel_direction() else { return Err(self.unsupported("direction")) };
         let dirs = direction.dirs();
-        // X: [T, 1, I] (layout 0) or [1, T, I] at batch 1; Kestrel's sample axis is ONNX's B.
+        // X: [T, N, I] (layout 0) or [N, T, I]: N independent sequences (N = 1 at batch 1 when
+        // Kestrel's sample axis is ONNX's B; a fixed N > 1, as a BiLSTM over an image's rows
+        // has, runs as N recurrences on slices, their outputs placed side by side).
         let (x, xs) = self.act(inputs[0])?;
         let batch_axis = if s.layout == 1 { 0 } else { 1 };
-        if xs.len() != 3 || xs[batch_axis] != 1 {
-            return Err(self.bad("X of rank 3 with ONNX's batch axis of size 1 (at batch 1)", format!("{xs:?}")));
+        if xs.len() != 3 {
+            return Err(self.bad("X of rank 3", format!("{xs:?}")));
         }
+        let n = xs[batch_axis];
         let (t, inp) = (xs[1 - batch_axis], xs[2]);
         let konst = |lw: &Self, slot: usize, what: &str| -> Res<Arc<Tensor>> {
             match lw.val(inputs[slot])? {
@@ -377,43 +380,100 @@ impl Lowerer<'_> {
                 return Err(self.unsupported("sequence_lens shorter than the sequence (padded batches)"));
             }
         }
-        // Initial states [dirs, 1, H] (layout 0) or [1, dirs, H]: zeros are left out.
-        let state = |lw: &mut Self, slot: Option<usize>, what: &'static str| -> Res<Option<u32>> {
+        // Initial states [dirs, N, H] (layout 0) or [N, dirs, H]: sequence `bi`'s part, zeros left
+        // out.
+        let state = |lw: &mut Self, slot: Option<usize>, what: &'static str, bi: usize| -> Res<Option<u32>> {
             let Some(slot) = slot else { return Ok(None) };
             let c = konst(lw, slot, what)?;
-            let want = if s.layout == 1 { [1, dirs, h] } else { [dirs, 1, h] };
+            let want = if s.layout == 1 { [n, dirs, h] } else { [dirs, n, h] };
             if c.shape() != want {
-                return Err(lw.bad(&format!("{what} of shape {want:?} (batch 1)"), format!("{:?}", c.shape())));
+                return Err(lw.bad(&format!("{what} of shape {want:?}"), format!("{:?}", c.shape())));
             }
-            let v = f32s(&c)?;
+            let all = f32s(&c)?;
+            let v: Vec<f32> = (0..dirs)
+                .flat_map(|d| {
+                    let at = if s.layout == 1 { (bi * dirs + d) * h } else { (d * n + bi) * h };
+                    all[at..at + h].to_vec()
+                })
+                .collect();
             if v.iter().all(|&x| x == 0.0) {
                 return Ok(None);
             }
             Ok(Some(lw.weight_f32(inputs[slot], what, &[dirs, h], v)?))
         };
-        let h0 = state(self, s.h0, "initial_h")?;
-        let c0 = match s.cell {
-            CellKind::Lstm => state(self, s.c0, "initial_c")?,
-            CellKind::Gru => None,
-        };
-        let x2 = self.reshape(x, &xs, &[t, inp])?;
         let hidden = u32::try_from(h).map_err(|_| self.bad("a hidden size below 2^32", format!("{h}")))?;
-        let y = match s.cell {
-            CellKind::Lstm => {
-                self.b.op(|y| Op::Lstm(Lstm { x: x2, w, r, b, h0, c0, hidden, direction, output: which, y }))?
-            }
-            CellKind::Gru => self.b.op(|y| Op::Gru(Gru { x: x2, w, r, b, h0, hidden, direction, output: which, y }))?,
-        };
-        let ks: Vec<usize> = match which {
-            RnnOutput::Y => vec![t, dirs, h],
-            RnnOutput::Hidden | RnnOutput::Cell => vec![dirs, h],
-        };
         let logical = self.out_shape()?;
-        if logical.iter().product::<usize>() != ks.iter().product::<usize>() {
-            return Err(self.bad(&format!("an output of {ks:?} elements"), format!("{logical:?}")));
+        // Each sequence's output in ONNX's layout with a batch axis of 1, and that axis.
+        let (piece, axis): (Vec<usize>, usize) = match (which, s.layout == 1) {
+            (RnnOutput::Y, false) => (vec![t, dirs, 1, h], 2),
+            (RnnOutput::Y, true) => (vec![1, t, dirs, h], 0),
+            (_, false) => (vec![dirs, 1, h], 1),
+            (_, true) => (vec![1, dirs, h], 0),
+        };
+        let whole: Vec<usize> = piece.iter().enumerate().map(|(a, &d)| if a == axis { n } else { d }).collect();
+        if logical.iter().product::<usize>() != whole.iter().product::<usize>() {
+            return Err(self.bad(&format!("an output of {whole:?} elements"), format!("{logical:?}")));
         }
-        let y = self.reshape(y, &ks, &logical)?;
+        let mut acc: Option<TensorId> = None;
+        for bi in 0..n {
+            let xb = if n == 1 {
+                x
+            } else {
+                let a = batch_axis as u32;
+                self.b.op(|y| {
+                    Op::Slice(Slice { x, axis: a, start: bi as u32, step: 1, count: 1, offset: 0, len: 1, y })
+                })?
+            };
+            let mut one = xs.clone();
+            one[batch_axis] = 1;
+            let x2 = self.reshape(xb, &one, &[t, inp])?;
+            let h0 = state(self, s.h0, "initial_h", bi)?;
+            let c0 = match s.cell {
+                CellKind::Lstm => state(self, s.c0, "initial_c", bi)?,
+                CellKind::Gru => None,
+            };
+            let y = match s.cell {
+                CellKind::Lstm => {
+                    self.b.op(|y| Op::Lstm(Lstm { x: x2, w, r, b, h0, c0, hidden, direction, output: which, y }))?
+                }
+                CellKind::Gru => {
+                    self.b.op(|y| Op::Gru(Gru { x: x2, w, r, b, h0, hidden, direction, output: which, y }))?
+                }
+            };
+            let ks: Vec<usize> = match which {
+                RnnOutput::Y => vec![t, dirs, h],
+                RnnOutput::Hidden | RnnOutput::Cell => vec![dirs, h],
+            };
+            let y = self.reshape(y, &ks, &piece)?;
+            if n == 1 {
+                acc = Some(y);
+                break;
+            }
+            // Placed at its index on the batch axis (zeros elsewhere), summed with the others.
+            let a = axis as u32;
+            let placed = self.b.op(|out| {
+                Op::Slice(Slice {
+                    x: y,
+                    axis: a,
+                    start: 0,
+                    step: 1,
+                    count: 1,
+                    offset: bi as u32,
+                    len: n as u32,
+                    y: out,
+                })
+            })?;
+            acc = Some(match acc {
+                None => placed,
+                Some(prev) => self.binary_op(prev, placed, BinaryOp::Add)?,
+            });
+        }
+        let y = acc.ok_or_else(|| self.bad("a batch of at least one sequence", "0".into()))?;
+        let y = self.reshape(y, &whole, &logical)?;
         self.out(y, logical);
+        if n > 1 {
+            self.count_fused("rnn-over-a-fixed-batch");
+        }
         Ok(true)
     }
 }

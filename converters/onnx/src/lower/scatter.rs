@@ -294,6 +294,18 @@ impl Lowerer<'_> {
         red: ScatterReduction,
     ) -> Res<TensorId> {
         let here = OutletId::new(self.node, 0);
+        if d.a.saturating_mul(d.m).saturating_mul(d.b).saturating_mul(d.n) > super::MAX_COMPOSED {
+            return Err(self.unsupported(&format!(
+                "a scatter of {} updates into {} places: its one-hot pick [{}, {}, {}, {}] is over the {} elements a composition may take",
+                d.a * d.m * d.b,
+                d.a * d.n * d.b,
+                d.a,
+                d.m,
+                d.b,
+                d.n,
+                super::MAX_COMPOSED
+            )));
+        }
         let (onehot, konst) = match &places {
             Places::Act(id) => (Some(*id), None),
             Places::Const(k) => (None, Some(k)),

@@ -233,6 +233,12 @@ impl Lowerer<'_> {
     /// `y[j] = x[r_j]` for the rows `x [N, P]` a one-hot `[J, N]` selects: each element picked
     /// by `When` (the rest 0, whatever they hold) and summed over N (exact). `[J, P]`.
     pub(super) fn pick_rows(&mut self, x: TensorId, n: usize, p: usize, onehot: TensorId, j: usize) -> Res<TensorId> {
+        if j.saturating_mul(n).saturating_mul(p) > super::MAX_COMPOSED {
+            return Err(self.unsupported(&format!(
+                "a run-time pick of {j} rows of {p} from {n}: [{j}, {n}, {p}] is over the {} elements a composition may take",
+                super::MAX_COMPOSED
+            )));
+        }
         let xt = self.reshape(x, &[n, p], &[1, n, p])?;
         let onehot = self.reshape(onehot, &[j, n], &[j, n, 1])?;
         let picked = self.binary_op(xt, onehot, BinaryOp::When)?;
