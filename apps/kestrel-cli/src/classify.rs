@@ -2,11 +2,10 @@
 //! preprocessing; `--eval` over a labelled folder (accuracy, confusion matrix, `--plot`).
 
 use crate::backend::{BackendArgs, Runner};
-use crate::preprocess::{InputPrep, Pixels};
+use crate::preprocess::{ImagePrep, InputPrep, Pixels};
 use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use kestrel::format::OutputKind;
 use kestrel::{Input, Model};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -119,36 +118,15 @@ impl Classifier {
         Self::from_model(m)
     }
 
-    /// Wraps a loaded model.
+    /// Wraps a loaded model (its checks are the SDK's: [`kestrel::image::Classifier::of`]).
     pub fn from_model(model: Model) -> Result<Self> {
         let cpu = model.cpu()?;
-        if cpu.input_count() != 1 || cpu.output_count() < 1 {
-            bail!(
-                "an image classifier has one input and at least one output; this model has {} and {}",
-                cpu.input_count(),
-                cpu.output_count()
-            );
-        }
+        let kestrel::image::Classifier { prep, classes, softmax } = kestrel::image::Classifier::of(&cpu)?;
         let meta = cpu.file().meta();
-        let prep = InputPrep::from_meta(&meta)?;
-        let inp = cpu.input(0)?;
-        if inp.shape.numel() != Some(prep.numel()) {
-            bail!(
-                "the input {:?} has shape {} but its preprocessing makes {} values",
-                inp.name,
-                inp.shape,
-                prep.numel()
-            );
-        }
-        let classes = cpu.output(0)?.shape.numel().unwrap_or(0);
         let mut labels: Vec<String> = meta.labels().map(String::from).collect();
         if labels.is_empty() {
             labels = (0..classes).map(|i| i.to_string()).collect();
         }
-        if labels.len() != classes {
-            bail!("the model has {} labels but {classes} output classes", labels.len());
-        }
-        let softmax = meta.outputs().next().is_none_or(|o| o.kind != OutputKind::Probabilities);
         let name = meta.model_name().to_string();
         Ok(Self { model, prep, labels, name, softmax, classes })
     }
@@ -162,17 +140,22 @@ impl Classifier {
         }
         let mut y = kestrel::mem::zeroed_vec::<f32>(images.len().saturating_mul(self.classes), "the model outputs")?;
         session.run(&[Input::F32(&x)], &mut [&mut y])?;
-        Ok(y.chunks(self.classes.max(1)).map(|row| if self.softmax { softmax(row) } else { row.to_vec() }).collect())
+        Ok(y.chunks(self.classes.max(1))
+            .map(|row| {
+                let mut p = row.to_vec();
+                if self.softmax {
+                    kestrel::image::softmax_in_place(&mut p);
+                }
+                p
+            })
+            .collect())
     }
 
-    /// The top `k` predictions of one probability row, best first.
+    /// The top `k` predictions of one probability row, best first ([`kestrel::image::top_k`]).
     pub fn top(&self, probs: &[f32], k: usize) -> Vec<Prediction> {
-        let mut idx: Vec<usize> = (0..probs.len()).collect();
-        idx.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
-        idx.into_iter()
-            .take(k)
-            .map(|i| Prediction { label: self.labels[i].clone(), index: i, probability: probs[i] })
-            .collect()
+        let mut idx = vec![0; k.min(probs.len())];
+        kestrel::image::top_k(probs, &mut idx);
+        idx.into_iter().map(|i| Prediction { label: self.labels[i].clone(), index: i, probability: probs[i] }).collect()
     }
 
     /// A session for batches up to `batch` on the backend `args` choose.
@@ -187,13 +170,6 @@ impl Classifier {
         let f = norm(folder);
         self.labels.iter().position(|l| norm(l) == f).or_else(|| folder.parse().ok().filter(|&i| i < self.classes))
     }
-}
-
-fn softmax(x: &[f32]) -> Vec<f32> {
-    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let e: Vec<f32> = x.iter().map(|&v| (v - m).exp()).collect();
-    let s: f32 = e.iter().sum();
-    e.into_iter().map(|v| v / s).collect()
 }
 
 const IMAGE_EXTENSIONS: &[&str] = &[

@@ -2,7 +2,7 @@
 //! runs them, plus the preprocessing against the PyTorch reference.
 
 use kestrel_cli::classify::{Classifier, BUNDLED};
-use kestrel_cli::preprocess::{decode, InputPrep};
+use kestrel_cli::preprocess::{decode, ImagePrep, InputPrep};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 

@@ -19,7 +19,7 @@ mod preprocess;
 
 use kestrel::format::Layout;
 use libfuzzer_sys::fuzz_target;
-use preprocess::InputPrep;
+use preprocess::{ImagePrep, InputPrep};
 use std::sync::OnceLock;
 
 fn preps() -> &'static [InputPrep; 2] {

@@ -12,6 +12,7 @@ pub mod backend;
 pub mod builder;
 pub mod demo;
 pub mod fuse;
+pub mod image;
 pub mod mechanisms;
 pub mod mem;
 mod model;
