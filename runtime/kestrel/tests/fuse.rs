@@ -344,7 +344,10 @@ fn attention_with_a_mask_the_node_does_not_compute_is_not_fused() {
     let report = fuse(&mut b);
     assert!(!report.fused.contains_key("attention"), "{report:?}");
     assert!(report.rejected.iter().any(|r| r.contains("attention") && r.contains("differs")), "{report:?}");
-    assert_eq!(b.ops().len(), before);
+    // The attention core on the projected activations is `Sdpa`, which takes the bias scaled
+    // with the scores (exactly what the graph computes); the projections stay.
+    assert_eq!(report.fused.get("sdpa"), Some(&1), "{report:?}");
+    assert!(b.ops().len() >= before - 4 && !b.ops().iter().any(|o| matches!(o, Op::Attention(_))));
 
     let mut b = decomposed_masked_attention(&sp, Some(Padding { keep_dims: &[1, 2, 1, 6], before_scale: false }));
     let want = run_masked_attn(&b, 12);
@@ -493,7 +496,10 @@ fn causal_super_reading_the_upper_triangle_of_wa_is_not_fused() {
     let report = fuse(&mut b);
     assert!(!report.fused.contains_key("attention"), "{report:?}");
     assert!(report.rejected.iter().any(|r| r.contains("attention") && r.contains("differs")), "{report:?}");
-    assert_eq!(b.ops().len(), before);
+    // The attention core on the projected activations is `Sdpa`, which takes the bias scaled
+    // with the scores (exactly what the graph computes); the projections stay.
+    assert_eq!(report.fused.get("sdpa"), Some(&1), "{report:?}");
+    assert!(b.ops().len() >= before - 4 && !b.ops().iter().any(|o| matches!(o, Op::Attention(_))));
 }
 
 /// Repeated layout ops (one transpose per consumer, as exporters write them) are merged into one
@@ -524,4 +530,94 @@ fn duplicate_nodes_are_merged_and_the_outputs_do_not_change() {
     let got = model(&b).session(1).unwrap().run_vec(&[Input::F32(&input)]).unwrap();
     assert_eq!(got, want);
     assert_eq!(b.merge_duplicates(), 0);
+}
+
+/// Attention on computed activations as HF decoders export it: queries and keys computed by the
+/// graph (here a tanh stands in for rotary embeddings), grouped-query heads through a broadcast
+/// product (`[Hk, G, T, D] · [Hk, 1, D, T]`), keys transposed by a transpose of their last two
+/// axes, the scale on the queries (`spelling` 0), the scores divided (1) or multiplied after the
+/// mask (2: the mask scaled too), a computed mask plus a constant bias, the softmax and the
+/// product with values: one `Sdpa` node, same outputs. With the weights read elsewhere too, the
+/// softmax stays, and the report's list names it with the reason.
+#[test]
+fn attention_on_computed_activations_fuses_into_sdpa() {
+    let (hk, g, t, d) = (2usize, 3usize, 5usize, 4usize);
+    let build = |spelling: usize, leak: bool| {
+        let mut b = ModelBuilder::new("sdpa");
+        let mut rng = Rng::new(11);
+        let qx = b.input("q", &[hk, g, t, d]).unwrap();
+        let kx = b.input("k", &[hk, 1, t, d]).unwrap();
+        let v = b.input("v", &[hk, 1, t, d]).unwrap();
+        let mask = b.input("mask", &[1, 1, t, t]).unwrap();
+        let q = b.op(|y| Op::Unary(Unary { x: qx, op: UnaryOp::Tanh, y })).unwrap();
+        let k = b.op(|y| Op::Unary(Unary { x: kx, op: UnaryOp::Tanh, y })).unwrap();
+        let s = 1.0 / (d as f32).sqrt();
+        let q = if spelling == 0 {
+            let c = scalar(&mut b, "s", s);
+            b.op(|y| Op::Binary(Binary { a: q, b: c, op: BinaryOp::Mul, y })).unwrap()
+        } else {
+            q
+        };
+        let kt = b.op(|y| Op::Transpose(Transpose { x: k, perm: [0, 1, 3, 2, 4, 5], y })).unwrap();
+        let mut sc = b.op(|y| Op::MatMul(MatMul { a: q, b: kt, transpose_b: false, y })).unwrap();
+        if spelling == 1 {
+            let c = scalar(&mut b, "sqrt_d", (d as f32).sqrt());
+            sc = b.op(|y| Op::Binary(Binary { a: sc, b: c, op: BinaryOp::Div, y })).unwrap();
+        }
+        let bias = b.weight("bias", &[hk, g, t, t], rng.vec(hk * g * t * t, 0.5)).unwrap();
+        sc = b.op(|y| Op::Binary(Binary { a: sc, b: bias, op: BinaryOp::Add, y })).unwrap();
+        sc = b.op(|y| Op::Binary(Binary { a: mask, b: sc, op: BinaryOp::Add, y })).unwrap();
+        if spelling == 2 {
+            let c = scalar(&mut b, "s", s);
+            sc = b.op(|y| Op::Binary(Binary { a: sc, b: c, op: BinaryOp::Mul, y })).unwrap();
+        }
+        let p = b.op(|y| Op::Softmax(Softmax { x: sc, y })).unwrap();
+        let o = b.op(|y| Op::MatMul(MatMul { a: p, b: v, transpose_b: false, y })).unwrap();
+        b.output(o);
+        if leak {
+            b.output(p);
+        }
+        b
+    };
+    for spelling in 0..3 {
+        let before = build(spelling, false);
+        let mut fused = before.clone();
+        let report = fuse(&mut fused);
+        assert_eq!(report.fused.get("sdpa"), Some(&1), "spelling {spelling}: {report:?}");
+        assert!(fused.ops().iter().any(|o| matches!(o, Op::Sdpa(s) if !s.k_transposed && s.bias.is_some())));
+        assert!(!fused.ops().iter().any(|o| matches!(o, Op::Softmax(_) | Op::MatMul(_))), "spelling {spelling}");
+        let run4 = |b: &ModelBuilder| {
+            let model = Model::from_bytes(&b.build().unwrap()).unwrap();
+            let mut rng = Rng::new(5);
+            let feeds: Vec<Vec<f32>> = [hk * g * t * d, hk * t * d, hk * t * d, t * t]
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| {
+                    let v = rng.vec(2 * n, 2.0);
+                    // The mask: 0 or −∞ (never key 0), as a padding mask.
+                    if i == 3 {
+                        v.iter()
+                            .enumerate()
+                            .map(|(j, &x)| if j % t > 0 && x < -1.0 { f32::NEG_INFINITY } else { 0.0 })
+                            .collect()
+                    } else {
+                        v
+                    }
+                })
+                .collect();
+            let inputs: Vec<Input<'_>> = feeds.iter().map(|f| Input::F32(f)).collect();
+            model.session(2).unwrap().run_vec(&inputs).unwrap().remove(0)
+        };
+        let (a, c) = (run4(&before), run4(&fused));
+        let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let err = a.iter().zip(&c).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(err <= 1e-5 * scale, "spelling {spelling}: {err} of {scale}");
+        assert!(kestrel::fuse::unfused_attention(&fused).is_empty());
+    }
+    let mut leaked = build(0, true);
+    let report = fuse(&mut leaked);
+    assert_eq!(report.fused.get("sdpa"), None, "{report:?}");
+    let unfused = kestrel::fuse::unfused_attention(&leaked);
+    assert_eq!(unfused.len(), 1, "{unfused:?}");
+    assert!(unfused[0].reason.contains("read elsewhere"), "{unfused:?}");
 }

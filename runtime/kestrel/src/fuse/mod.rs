@@ -14,9 +14,12 @@ mod elementwise;
 mod layout;
 mod norm_affine;
 mod pointwise;
+mod sdpa;
 mod select;
 mod slices;
 mod subsample;
+
+pub use sdpa::{unfused_attention, UnfusedAttention};
 
 use crate::builder::Region;
 use crate::npy::Array;
@@ -77,7 +80,9 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         norm_affine::norm_affine_into_projections(b, &mut report);
         // Last: the patterns above read layout ops as their exporters wrote them.
         layout::layout_chains(b, &mut report);
-        if b.ops().len() == before {
+        // Once the rest has settled (the projection-fused attention keeps every block it can
+        // take): attention on computed activations, then another round if it fused any.
+        if b.ops().len() == before && sdpa::sdpa(b, &mut report) == 0 {
             break;
         }
     }

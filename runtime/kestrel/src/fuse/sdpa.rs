@@ -1,0 +1,394 @@
+//! Attention on computed activations as one `Sdpa` node: `MatMul(q, k)` (k transposed by the
+//! product's flag, by a transpose of its last two axes, or stored `[.., D, Tk]`), scalar scales
+//! on q, k or the scores (multiplied or divided), additive biases (constants or activations:
+//! masks, relative-position biases), a softmax over the keys, and `MatMul(weights, v)`. Query
+//! and key/value heads are the products' leading axes: equal (multi-head), or the keys' a prefix
+//! of the queries' with ones after it (grouped-query and multi-query attention, a broadcast
+//! product). Every intermediate must be read by the next node only. Runs after every other pass
+//! has settled, so the projection-fused `Attention` keeps every block it can take; the numerical
+//! check of [`try_replace`] decides whether the node computes the same thing.
+
+use super::{dims, scalar, sole_consumer, try_replace, FusionReport};
+use crate::builder::Region;
+use crate::ModelBuilder;
+use kestrel_format::ops::*;
+use kestrel_format::DType;
+
+/// Fuses every attention-on-activations block it can prove; returns how many.
+pub(super) fn sdpa(b: &mut ModelBuilder, report: &mut FusionReport) -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < b.ops().len() {
+        if matches!(b.ops()[i], Op::Softmax(_)) {
+            if let Ok((region, ops)) = match_sdpa(b, i) {
+                if try_replace(b, &region, ops, "sdpa", report) {
+                    n += 1;
+                    continue;
+                }
+            }
+        }
+        i += 1;
+    }
+    n
+}
+
+/// A softmax left in the graph that looks like attention (fed, through scales and additions, by
+/// a product of two activations), and why it was not fused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnfusedAttention {
+    /// The softmax's node index.
+    pub node: usize,
+    /// The softmax's output tensor's name.
+    pub name: String,
+    /// Why it stayed unfused.
+    pub reason: String,
+}
+
+/// Every attention-shaped softmax of `b` (see [`UnfusedAttention`]), with the reason the
+/// `Sdpa` pattern does not take it (structural, or the numerical check's verdict).
+pub fn unfused_attention(b: &ModelBuilder) -> Vec<UnfusedAttention> {
+    let mut out = Vec::new();
+    for (i, op) in b.ops().iter().enumerate() {
+        let Op::Softmax(sm) = *op else { continue };
+        if !leads_to_scores(b, sm.x, 8) {
+            continue;
+        }
+        let mut scratch = b.clone();
+        let reason = match match_sdpa(&mut scratch, i) {
+            Err(why) => why,
+            Ok((region, ops)) => {
+                let mut r = FusionReport::default();
+                if try_replace(&mut scratch, &region, ops, "sdpa", &mut r) {
+                    "matches, but was not applied (fusion did not run on this graph)".to_string()
+                } else {
+                    r.rejected.pop().unwrap_or_else(|| "the numerical check failed".into())
+                }
+            }
+        };
+        let name = b.tensor_name(sm.y).unwrap_or_default().to_string();
+        out.push(UnfusedAttention { node: i, name, reason });
+    }
+    out
+}
+
+/// Does `t` come, through additions and scalar scales, from a product of two activations?
+fn leads_to_scores(b: &ModelBuilder, t: TensorId, depth: usize) -> bool {
+    let Some(p) = b.producer(t) else { return false };
+    match b.ops()[p] {
+        Op::MatMul(m) => !b.is_weight(m.a) && !b.is_weight(m.b),
+        _ if depth == 0 => false,
+        Op::Binary(bin) if bin.op == BinaryOp::Add => {
+            leads_to_scores(b, bin.a, depth - 1) || leads_to_scores(b, bin.b, depth - 1)
+        }
+        Op::Binary(bin) if matches!(bin.op, BinaryOp::Mul | BinaryOp::Div) => {
+            (scalar(b, bin.b).is_some() && leads_to_scores(b, bin.a, depth - 1))
+                || (bin.op == BinaryOp::Mul && scalar(b, bin.a).is_some() && leads_to_scores(b, bin.b, depth - 1))
+        }
+        Op::Reshape(r) => leads_to_scores(b, r.x, depth - 1),
+        Op::Transpose(r) => leads_to_scores(b, r.x, depth - 1),
+        _ => false,
+    }
+}
+
+/// `x · s` or `x / s` (`s` a one-element weight): `x` and the factor.
+fn scaled(b: &ModelBuilder, bin: &Binary) -> Option<(TensorId, f32)> {
+    match bin.op {
+        BinaryOp::Mul => match (scalar(b, bin.b), scalar(b, bin.a)) {
+            (Some(s), _) => Some((bin.a, s)),
+            (None, Some(s)) => Some((bin.b, s)),
+            _ => None,
+        },
+        BinaryOp::Div => scalar(b, bin.b).map(|s| (bin.a, 1.0 / s)),
+        _ => None,
+    }
+}
+
+/// Walks back from `t` (read by node `reader`) through scalar scales (folded into `scale`) and,
+/// where `swap` is given, at most one transpose of the last two axes (flipping it); each step's
+/// output read only by the node after it.
+fn back_through_scales(
+    b: &ModelBuilder,
+    mut t: TensorId,
+    mut reader: usize,
+    nodes: &mut Vec<usize>,
+    scale: &mut f32,
+    mut swap: Option<&mut bool>,
+) -> TensorId {
+    while let Some(p) = b.producer(t) {
+        if sole_consumer(b, t) != Some(reader) {
+            break;
+        }
+        match b.ops()[p] {
+            Op::Binary(bin) => match scaled(b, &bin) {
+                Some((x, s)) => {
+                    *scale *= s;
+                    t = x;
+                }
+                None => break,
+            },
+            Op::Transpose(tr) => {
+                let Some(flag) = swap.as_deref_mut() else { break };
+                let r = b.shape_of(tr.x).map_or(0, |s| s.rank());
+                let swaps_last_two = r >= 2
+                    && (0..r).all(|i| {
+                        let want = if i + 2 == r {
+                            r - 1
+                        } else if i + 1 == r {
+                            r - 2
+                        } else {
+                            i
+                        };
+                        usize::from(tr.perm[i]) == want
+                    });
+                if !swaps_last_two {
+                    break;
+                }
+                *flag = !*flag;
+                swap = None;
+                t = tr.x;
+            }
+            _ => break,
+        }
+        nodes.push(p);
+        reader = p;
+    }
+    t
+}
+
+/// The key/value heads of a product whose queries have leading axes `qb` and keys `kb`: `Some(Hk)`
+/// where `kb` (left-padded with ones) is a prefix of `qb` followed by ones, so query head `h`
+/// (flat over `qb`) reads key head `h / (Hq / Hk)`.
+fn kv_heads(qb: &[usize], kb: &[usize]) -> Option<usize> {
+    if kb.len() > qb.len() {
+        return None;
+    }
+    let padded: Vec<usize> = std::iter::repeat_n(1, qb.len() - kb.len()).chain(kb.iter().copied()).collect();
+    let p = (0..qb.len()).find(|&i| padded[i] != qb[i]).unwrap_or(qb.len());
+    padded[p..].iter().all(|&d| d == 1).then(|| qb[..p].iter().product())
+}
+
+/// One additive bias term of the scores: the tensor and the scale applied to it afterwards.
+struct Term {
+    t: TensorId,
+    scale: f32,
+    /// The leading (head) axes of the scores it is added to.
+    heads: Vec<usize>,
+}
+
+/// Is `y` a view of `x` changing only the axes before the last two?
+fn same_rows(b: &ModelBuilder, x: TensorId, y: TensorId) -> bool {
+    match (dims(b, x), dims(b, y)) {
+        (Some(a), Some(c)) => a.len() >= 2 && c.len() >= 2 && a[a.len() - 2..] == c[c.len() - 2..],
+        _ => false,
+    }
+}
+
+fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>), String> {
+    let Op::Softmax(sm) = b.ops()[softmax] else { return Err("not a softmax".into()) };
+    let mut nodes = vec![softmax];
+    // Walking back from the softmax: scales seen so far apply to everything further back.
+    let (mut s, mut reader, mut scale) = (sm.x, softmax, 1.0f32);
+    let mut terms: Vec<Term> = Vec::new();
+    let (mm1n, mm1) = loop {
+        let p = b.producer(s).ok_or("the scores are a graph input")?;
+        if sole_consumer(b, s) != Some(reader) {
+            return Err(format!("the scores' intermediate `{}` is read elsewhere", b.tensor_name(s).unwrap_or("?")));
+        }
+        match b.ops()[p] {
+            Op::MatMul(m) => break (p, m),
+            // A view of the leading (head) axes: the flat order of heads, queries and keys stays.
+            Op::Reshape(r) if same_rows(b, r.x, r.y) => s = r.x,
+            Op::Binary(bin) if bin.op == BinaryOp::Add => {
+                let (x, t) = match (leads_to_scores(b, bin.a, 8), leads_to_scores(b, bin.b, 8)) {
+                    (true, false) => (bin.a, bin.b),
+                    (false, true) => (bin.b, bin.a),
+                    _ => return Err("an addition of two score products".into()),
+                };
+                if dims(b, x) != dims(b, bin.y) {
+                    return Err("a bias that broadcasts the scores to a larger shape".into());
+                }
+                let sd = dims(b, x).ok_or("shape")?;
+                terms.push(Term { t, scale, heads: sd[..sd.len().saturating_sub(2)].to_vec() });
+                s = x;
+            }
+            Op::Binary(bin) => match scaled(b, &bin) {
+                Some((x, f)) => {
+                    scale *= f;
+                    s = x;
+                }
+                None => return Err(format!("{:?} by a non-scalar between the score product and the softmax", bin.op)),
+            },
+            op => {
+                let (i, o) = (dims(b, op.main_input()).unwrap_or_default(), dims(b, op.output()).unwrap_or_default());
+                return Err(format!("{} {i:?} -> {o:?} between the score product and the softmax", op.name()));
+            }
+        }
+        nodes.push(p);
+        reader = p;
+    };
+    nodes.push(mm1n);
+    // Queries and keys, through their scalar scales (and a transpose of the keys' last two axes).
+    let q = back_through_scales(b, mm1.a, mm1n, &mut nodes, &mut scale, None);
+    let mut k_transposed = !mm1.transpose_b;
+    let k = back_through_scales(b, mm1.b, mm1n, &mut nodes, &mut scale, Some(&mut k_transposed));
+    // The weighted sum of values.
+    let mut probs = sm.y;
+    let mm2n = loop {
+        let c = sole_consumer(b, probs).ok_or("the attention weights are read elsewhere")?;
+        match b.ops()[c] {
+            Op::Reshape(r) if same_rows(b, r.x, r.y) => {
+                nodes.push(c);
+                probs = r.y;
+            }
+            _ => break c,
+        }
+    };
+    let Op::MatMul(mm2) = b.ops()[mm2n] else {
+        return Err(format!("the attention weights feed a {}, not a product with values", b.ops()[mm2n].name()));
+    };
+    if mm2.a != probs || mm2.transpose_b {
+        return Err("the weights are not the left factor of a plain product with values".into());
+    }
+    nodes.push(mm2n);
+    let v = mm2.b;
+    for (what, t) in [("queries", q), ("keys", k), ("values", v)] {
+        if b.is_weight(t) {
+            return Err(format!("constant {what}"));
+        }
+    }
+    // Shapes: `[qb.., Tq, D]`, keys `[kb.., Tk, D]` (or `[kb.., D, Tk]`), values `[vb.., Tk, Dv]`.
+    let (qd, kd, vd) = (dims(b, q).ok_or("shape")?, dims(b, k).ok_or("shape")?, dims(b, v).ok_or("shape")?);
+    if qd.len() < 2 || kd.len() < 2 || vd.len() < 2 {
+        return Err("an operand of rank below 2".into());
+    }
+    let (qb, kb, vb) = (&qd[..qd.len() - 2], &kd[..kd.len() - 2], &vd[..vd.len() - 2]);
+    let (tq, d) = (qd[qd.len() - 2], qd[qd.len() - 1]);
+    let tk = if k_transposed { kd[kd.len() - 1] } else { kd[kd.len() - 2] };
+    let dv = vd[vd.len() - 1];
+    let hq: usize = qb.iter().product();
+    let hk = kv_heads(qb, kb).ok_or("key heads that are not a prefix of the query heads")?;
+    let pd = dims(b, probs).ok_or("shape")?;
+    let pb = &pd[..pd.len() - 2];
+    if pb.iter().product::<usize>() != hq || kv_heads(pb, vb) != Some(hk) || vb.iter().product::<usize>() != hk {
+        return Err("values grouped unlike the keys".into());
+    }
+    if kb.iter().product::<usize>() != hk {
+        return Err("key heads that are not a prefix of the query heads".into());
+    }
+    // The bias: each term's leading axes all ones (shared by the heads) or all the queries'.
+    let mut bias_ops = Vec::new();
+    let mut inputs = vec![q, k, v];
+    let mut consts: Vec<(Vec<usize>, Vec<f32>)> = Vec::new();
+    let mut acts: Vec<TensorId> = Vec::new();
+    for term in &terms {
+        let bd = dims(b, term.t).ok_or("shape")?;
+        let r = bd.len();
+        let (tqb, tkb) = (if r >= 2 { bd[r - 2] } else { 1 }, if r >= 1 { bd[r - 1] } else { 1 });
+        let lead = &bd[..r.saturating_sub(2)];
+        let hb = if lead.iter().all(|&x| x == 1) {
+            1
+        } else {
+            let padded: Vec<usize> = std::iter::repeat_n(1, term.heads.len().saturating_sub(lead.len()))
+                .chain(lead.iter().copied())
+                .collect();
+            if padded != term.heads {
+                return Err("a bias broadcast over some head axes and not others".into());
+            }
+            hq
+        };
+        let want = [hb, tqb, tkb];
+        if b.is_weight(term.t) {
+            let values = b.weight_values(term.t).ok_or("bias values")?;
+            consts.push((want.to_vec(), values.iter().map(|&x| x * term.scale).collect()));
+        } else {
+            inputs.push(term.t);
+            let mut t = term.t;
+            if dims(b, t).as_deref() != Some(&want[..]) {
+                let view = b.new_activation("sdpa_bias", &want).map_err(|e| e.to_string())?;
+                bias_ops.push(Op::Reshape(Reshape { x: t, y: view }));
+                t = view;
+            }
+            if term.scale != 1.0 {
+                let f =
+                    b.weight_as("sdpa_bias_scale", &[1], vec![term.scale], DType::F32).map_err(|e| e.to_string())?;
+                let y = b.new_activation("sdpa_bias", &want).map_err(|e| e.to_string())?;
+                bias_ops.push(Op::Binary(Binary { a: t, b: f, op: BinaryOp::Mul, y }));
+                t = y;
+            }
+            acts.push(t);
+        }
+    }
+    // Constant terms summed into one f32 weight (broadcast to their common shape).
+    let mut bias = None;
+    if !consts.is_empty() {
+        let shape: Vec<usize> = (0..3).map(|a| consts.iter().map(|(d, _)| d[a]).max().unwrap_or(1)).collect();
+        let n: usize = shape.iter().product();
+        let mut sum = vec![0f32; n];
+        for (d, values) in &consts {
+            for (flat, out) in sum.iter_mut().enumerate() {
+                let (h, i, j) = (flat / (shape[1] * shape[2]), flat / shape[2] % shape[1], flat % shape[2]);
+                let at = |x: usize, n: usize| if n == 1 { 0 } else { x };
+                *out += values[(at(h, d[0]) * d[1] + at(i, d[1])) * d[2] + at(j, d[2])];
+            }
+        }
+        bias = Some(b.weight_as("sdpa_bias", &shape, sum, DType::F32).map_err(|e| e.to_string())?);
+    }
+    for t in acts {
+        bias = Some(match bias {
+            None => t,
+            Some(prev) => {
+                let (pd, td) = (dims(b, prev).ok_or("shape")?, dims(b, t).ok_or("shape")?);
+                let sd: Vec<usize> = pd.iter().zip(&td).map(|(&x, &y)| x.max(y)).collect();
+                let y = b.new_activation("sdpa_bias", &sd).map_err(|e| e.to_string())?;
+                bias_ops.push(Op::Binary(Binary { a: t, b: prev, op: BinaryOp::Add, y }));
+                y
+            }
+        });
+    }
+    // Reshape views to the node's `[H, T, D]` operands, and from its output to the product's.
+    let mut ops = bias_ops;
+    let mut view = |b: &mut ModelBuilder, t: TensorId, want: [usize; 3]| -> Result<TensorId, String> {
+        if dims(b, t).as_deref() == Some(&want[..]) {
+            return Ok(t);
+        }
+        let y = b.new_activation("sdpa_in", &want).map_err(|e| e.to_string())?;
+        ops.push(Op::Reshape(Reshape { x: t, y }));
+        Ok(y)
+    };
+    let q3 = view(b, q, [hq, tq, d])?;
+    let k3 = view(b, k, if k_transposed { [hk, d, tk] } else { [hk, tk, d] })?;
+    let v3 = view(b, v, [hk, tk, dv])?;
+    let out = mm2.y;
+    let direct = dims(b, out).as_deref() == Some(&[hq, tq, dv][..]);
+    let y = if direct { out } else { b.new_activation("sdpa_out", &[hq, tq, dv]).map_err(|e| e.to_string())? };
+    ops.push(Op::Sdpa(Sdpa { q: q3, k: k3, v: v3, bias, scale, causal: false, k_transposed, y }));
+    if !direct {
+        ops.push(Op::Reshape(Reshape { x: y, y: out }));
+    }
+    nodes.sort_unstable();
+    nodes.dedup();
+    let mut unique: Vec<TensorId> = Vec::new();
+    for t in inputs {
+        if !unique.contains(&t) {
+            unique.push(t);
+        }
+    }
+    let inputs = unique;
+    Ok((Region { nodes, inputs, output: out }, ops))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kv_heads;
+
+    #[test]
+    fn key_heads_are_a_prefix_of_the_query_heads() {
+        assert_eq!(kv_heads(&[8], &[8]), Some(8));
+        assert_eq!(kv_heads(&[8], &[1]), Some(1));
+        assert_eq!(kv_heads(&[8], &[]), Some(1));
+        assert_eq!(kv_heads(&[2, 4], &[2, 1]), Some(2));
+        assert_eq!(kv_heads(&[2, 4], &[4]), None);
+        assert_eq!(kv_heads(&[2, 4], &[1, 4]), None);
+        assert_eq!(kv_heads(&[4], &[2, 4]), None);
+    }
+}
