@@ -60,11 +60,15 @@ struct Row {
     int8_rel: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     int8_error: Option<String>,
-    /// Fused attention-like mechanisms (attention, AFT, Fastformer) in the f32 conversion.
+    /// Fused attention-like mechanisms (attention, attention on activations, AFT, Fastformer) in the
+    /// f32 conversion.
     #[serde(skip_serializing_if = "Option::is_none")]
     attention_fused: Option<usize>,
     /// Softmax nodes in the ONNX graph (an upper bound on the attentions there are to fuse).
     softmax_onnx: usize,
+    /// Attention-shaped softmaxes left unfused, `name: reason` (the convert report's list).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    unfused_attention: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     kestrel_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -280,11 +284,13 @@ fn measure_export(dir: &Path, row: &mut Row) {
             return;
         }
     };
+    row.unfused_attention =
+        conv.report.unfused_attention.iter().map(|u| format!("{}: {}", u.softmax, u.reason)).collect();
     row.attention_fused = Some(
         conv.report
             .fused
             .iter()
-            .filter(|f| f.name == "attention" || f.name.starts_with("aft-") || f.name == "fastformer")
+            .filter(|f| matches!(f.name.as_str(), "attention" | "sdpa" | "fastformer") || f.name.starts_with("aft-"))
             .map(|f| f.count)
             .sum(),
     );

@@ -249,6 +249,10 @@ pub fn convert_with(
     // Mechanism and element-wise fusion over Kestrel's own graph, every rewrite verified.
     progress.stage("fusing (each rewrite verified numerically)", 0);
     let fusion = kestrel::fuse::fuse(&mut l.b);
+    let unfused_attention = kestrel::fuse::unfused_attention(&l.b)
+        .into_iter()
+        .map(|u| report::UnfusedAttention { softmax: u.name, reason: u.reason })
+        .collect();
     edit(&mut l.b.meta);
     for (name, count) in &fusion.fused {
         l.fused.push((name.clone(), *count));
@@ -304,6 +308,7 @@ pub fn convert_with(
         kestrel_ops,
         fused: l.fused.iter().map(|(name, count)| FusedPattern { name: name.clone(), count: *count }).collect(),
         fusion_rejected: fusion.rejected,
+        unfused_attention,
         merged_duplicates: fusion.merged_duplicates,
         calibration,
         int8_internals,

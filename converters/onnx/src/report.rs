@@ -15,6 +15,16 @@ pub struct FusedPattern {
     pub count: usize,
 }
 
+/// A softmax that looks like attention (fed, through scales and additions, by a product of two
+/// activations) left unfused after fusion, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UnfusedAttention {
+    /// The softmax's output tensor.
+    pub softmax: String,
+    /// Why neither attention pattern took it.
+    pub reason: String,
+}
+
 /// What a conversion did. Serialises to JSON with serde; [`Report::to_table`] renders text.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -41,6 +51,9 @@ pub struct Report {
     /// Patterns that matched structurally but failed the numerical check, so were not applied.
     #[serde(default)]
     pub fusion_rejected: Vec<String>,
+    /// Every attention-shaped softmax left unfused, with the reason.
+    #[serde(default)]
+    pub unfused_attention: Vec<UnfusedAttention>,
     /// Duplicate nodes (same op on the same inputs) merged before fusion.
     #[serde(default)]
     pub merged_duplicates: usize,
@@ -149,6 +162,9 @@ impl Report {
         }
         for r in &self.fusion_rejected {
             let _ = writeln!(s, "not fused (failed the numerical check): {r}");
+        }
+        for u in &self.unfused_attention {
+            let _ = writeln!(s, "attention-shaped softmax `{}` left unfused: {}", u.softmax, u.reason);
         }
         let _ = writeln!(s, "{:<32} {:<16} {:>6} {:>10} {:>10}", "weight", "shape", "dtype", "bytes", "SQNR dB");
         for w in &self.weights {
