@@ -71,7 +71,8 @@ pub fn unfused_attention(b: &ModelBuilder) -> Vec<UnfusedAttention> {
     out
 }
 
-/// Does `t` come, through additions and scalar scales, from a product of two activations?
+/// Does `t` come, through additions, scalar scales, views and element-wise functions, from a
+/// product of two activations?
 fn leads_to_scores(b: &ModelBuilder, t: TensorId, depth: usize) -> bool {
     let Some(p) = b.producer(t) else { return false };
     match b.ops()[p] {
@@ -84,6 +85,8 @@ fn leads_to_scores(b: &ModelBuilder, t: TensorId, depth: usize) -> bool {
             (scalar(b, bin.b).is_some() && leads_to_scores(b, bin.a, depth - 1))
                 || (bin.op == BinaryOp::Mul && scalar(b, bin.a).is_some() && leads_to_scores(b, bin.b, depth - 1))
         }
+        // Gemma 2's soft cap (`tanh(s / c) · c`): not fused, but attention-shaped (reported).
+        Op::Unary(u) => leads_to_scores(b, u.x, depth - 1),
         Op::Reshape(r) => leads_to_scores(b, r.x, depth - 1),
         Op::Transpose(r) => leads_to_scores(b, r.x, depth - 1),
         _ => false,
