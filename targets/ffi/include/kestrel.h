@@ -295,6 +295,27 @@ typedef struct KestrelModel KestrelModel;
 typedef struct KestrelSession KestrelSession;
 
 /**
+ * One predicted class (`kestrel_classify`).
+ */
+typedef struct KestrelClass {
+  /**
+   * Class index (the model's output position).
+   */
+  size_t index;
+  /**
+   * Its probability (0..1; the softmax of the model's scores unless the model outputs
+   * probabilities itself).
+   */
+  float probability;
+  /**
+   * Its label from the model's metadata, or the index as text when the model has none
+   * (NUL-terminated). **Owned by the model**: valid until the model and every session made
+   * from it are freed; never free it.
+   */
+  const char *label;
+} KestrelClass;
+
+/**
  * A graph input or output as the application sees it.
  */
 typedef struct KestrelTensorInfo {
@@ -452,6 +473,67 @@ enum KestrelStatus kestrel_threads(size_t *out);
  * `out` must be NULL or valid for a write.
  */
 enum KestrelStatus kestrel_default_threads(size_t *out);
+
+/**
+ * Turns an 8-bit image into one input sample of `model`, preprocessed as the model file records
+ * (colour conversion, antialiased resize, centre crop, mean/std, CHW or HWC): the numbers
+ * `kestrel classify` computes for an image file that decodes to these pixels, bit for bit. Writes
+ * the first graph input's per-sample element count (`kestrel_model_input_info`) of floats to
+ * `out`; `out_len` is its capacity in floats.
+ *
+ * The image: `height` rows of `width` pixels of `format` (a `KestrelPixelFormat` code), row `y`
+ * starting `y · stride` bytes after `pixels` (`stride` ≥ `width` × bytes per pixel; the last row
+ * needs no padding). Alpha is ignored. Errors: NULL `model`/`pixels`/`out`:
+ * `KESTREL_ERR_NULL_POINTER`; width or height 0, `stride` too small, an unknown format, `out`
+ * overlapping the pixels: `KESTREL_ERR_INVALID_ARGUMENT`; `out_len` too small:
+ * `KESTREL_ERR_BUFFER_TOO_SMALL`; `out` not aligned to 4: `KESTREL_ERR_MISALIGNED`; a model
+ * without image preprocessing in its metadata (or not one input): `KESTREL_ERR_UNSUPPORTED`.
+ *
+ * Thread-safe on a shared model. It uses the model's resampling buffers (no allocation once
+ * they have grown to the image's size) or, while another thread uses those, buffers of its own.
+ *
+ * # Safety
+ * `pixels` must be NULL or valid for reads of `(height − 1) · stride + width · bytes per pixel`
+ * bytes; `out` NULL or valid for writes of `out_len` floats.
+ */
+enum KestrelStatus kestrel_image_to_input(const struct KestrelModel *model,
+                                          const uint8_t *pixels,
+                                          size_t width,
+                                          size_t height,
+                                          size_t stride,
+                                          uint32_t format,
+                                          float *out,
+                                          size_t out_len);
+
+/**
+ * Classifies an 8-bit image with `session`: preprocessed as `kestrel_image_to_input` does, run at
+ * batch 1, the first output turned into probabilities (a softmax, unless the model's metadata
+ * says it outputs probabilities), and the `k` most probable classes written to `out[0..k]`, best
+ * first (equal probabilities: the lower index first) — `kestrel classify --top k` on the same
+ * pixels, bit for bit (on the CPU; a GPU session's arithmetic differs slightly). Each result
+ * has the class index, its probability and its label, a string **owned by the model** (valid
+ * until the model and all its sessions are freed; never free it).
+ *
+ * The image as for `kestrel_image_to_input`. Errors: `k` 0 or more than the model's classes:
+ * `KESTREL_ERR_INVALID_ARGUMENT`; NULL `out`: `KESTREL_ERR_NULL_POINTER` (misaligned:
+ * `KESTREL_ERR_MISALIGNED`); a model without image preprocessing: `KESTREL_ERR_UNSUPPORTED`;
+ * another thread running the session: `KESTREL_ERR_BUSY`; the rest as the image and the run.
+ *
+ * Memory: the session keeps an input sample, one sample of each output and the resampling
+ * buffers, made at its first `kestrel_classify`; a CPU session's later calls with images of
+ * the same size allocate nothing.
+ *
+ * # Safety
+ * `pixels` as for `kestrel_image_to_input`; `out` NULL or valid for writes of `k` `KestrelClass`.
+ */
+enum KestrelStatus kestrel_classify(struct KestrelSession *session,
+                                    const uint8_t *pixels,
+                                    size_t width,
+                                    size_t height,
+                                    size_t stride,
+                                    uint32_t format,
+                                    size_t k,
+                                    struct KestrelClass *out);
 
 /**
  * Loads (memory-maps) and validates the `.kes` file at `path` (NUL-terminated). On success

@@ -3,12 +3,15 @@
 
 use crate::status::Status;
 use kestrel::backend::{place, Placement, Request};
+use kestrel::image::{Classifier, ImageError, PrepError, Scratch};
+/// 8-bit images and their pixel formats (the facade's `kestrel::image`, shared with the CLI).
+pub use kestrel::image::{Image, PixelFormat};
 use kestrel::Storage;
 use kestrel_cpu::session::Input;
 use std::cell::Cell;
 use std::ffi::{CStr, CString};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 pub use crate::error::FfiError;
@@ -120,6 +123,12 @@ pub struct LoadedModel {
     inputs: Vec<TensorDesc>,
     outputs: Vec<TensorDesc>,
     op_names: Vec<CString>,
+    /// The model read as an image classifier (its preprocessing, classes), or why it is not one.
+    classifier: Result<Classifier, PrepError>,
+    /// Class names when the metadata has no labels: the indices as text ("0", "1", ...).
+    index_names: Vec<CString>,
+    /// Resampling buffers for `image_to_input` (a call finding them taken uses its own).
+    scratch: Mutex<Scratch>,
     owner: Owner,
 }
 
@@ -351,7 +360,13 @@ impl LoadedModel {
         }
         let op_names = cpu.file().ops().map(|op| cstr(op?.name(), "op name")).collect::<Result<Vec<_>, _>>()?;
         let table = kestrel_cpu::Table::new(&cpu)?;
-        Ok(Self { cpu, table, name, task, labels, inputs, outputs, op_names, owner })
+        let classifier = Classifier::of(&cpu);
+        let index_names = match &classifier {
+            Ok(c) if labels.is_empty() => (0..c.classes).map(|i| cstr(&i.to_string(), "class index")).collect::<Result<_, _>>()?,
+            _ => Vec::new(),
+        };
+        let scratch = Mutex::new(Scratch::new());
+        Ok(Self { cpu, table, name, task, labels, inputs, outputs, op_names, classifier, index_names, scratch, owner })
     }
 
     /// The validated CPU model.
@@ -401,6 +416,34 @@ impl LoadedModel {
         })
     }
 
+    /// The model as an image classifier: its recorded preprocessing and class count. A model
+    /// without image preprocessing (or not shaped as a classifier: one input, at least one
+    /// output) is `KESTREL_ERR_UNSUPPORTED`; preprocessing that contradicts the model,
+    /// `KESTREL_ERR_INVALID_MODEL`.
+    pub fn classifier(&self) -> Result<&Classifier, FfiError> {
+        self.classifier.as_ref().map_err(|e| FfiError::from(e.clone()))
+    }
+
+    /// The name of class `index`: its label, or the index as text when the model has no labels
+    /// ("" past the last class). Lives as long as the model.
+    pub fn class_name(&self, index: usize) -> &CStr {
+        self.labels.get(index).or_else(|| self.index_names.get(index)).map_or(c"", |c| c.as_c_str())
+    }
+
+    /// One input sample from an 8-bit image, preprocessed as the model records (the same numbers
+    /// as `kestrel classify` for an image file decoding to these pixels): written to
+    /// `out[..numel]`. Uses the model's scratch buffers (no allocation once they have grown to
+    /// the image's size), or buffers of its own when another thread holds them.
+    pub fn image_to_input(&self, image: &Image<'_>, out: &mut [f32]) -> Result<(), FfiError> {
+        let prep = &self.classifier()?.prep;
+        match self.scratch.try_lock() {
+            Ok(mut s) => prep.image_to_input(image, out, &mut s)?,
+            Err(std::sync::TryLockError::Poisoned(p)) => prep.image_to_input(image, out, &mut p.into_inner())?,
+            Err(std::sync::TryLockError::WouldBlock) => prep.image_to_input(image, out, &mut Scratch::new())?,
+        }
+        Ok(())
+    }
+
     /// The op name of node `node` ("" past the last node: never a panic).
     fn op_name(&self, node: u32) -> &CStr {
         self.op_names.get(node as usize).map_or(c"", |c| c.as_c_str())
@@ -443,6 +486,44 @@ pub struct SessionCore {
     timings: Vec<OpTiming>,
     source: TimingSource,
     wall_nanos: u64,
+    /// Buffers of `classify`, made at its first call.
+    image: Option<Box<ImageRun>>,
+}
+
+/// What `SessionCore::classify` keeps between calls: the resampling scratch, one input sample,
+/// one sample of every output, and the top-k indices.
+#[derive(Default)]
+struct ImageRun {
+    scratch: Scratch,
+    input: Vec<f32>,
+    outputs: Vec<Vec<f32>>,
+    top: Vec<usize>,
+}
+
+impl From<PrepError> for FfiError {
+    fn from(e: PrepError) -> Self {
+        let status = match e {
+            PrepError::Missing(_) => Status::KESTREL_ERR_UNSUPPORTED,
+            PrepError::Invalid(_) => Status::KESTREL_ERR_INVALID_MODEL,
+        };
+        FfiError::new(status, e.to_string())
+    }
+}
+
+impl From<ImageError> for FfiError {
+    fn from(e: ImageError) -> Self {
+        let status = match e {
+            ImageError::Empty { .. } | ImageError::Stride { .. } => Status::KESTREL_ERR_INVALID_ARGUMENT,
+            ImageError::TooLarge { .. } | ImageError::OutOfMemory { .. } => Status::KESTREL_ERR_TOO_LARGE,
+            ImageError::Short { .. } | ImageError::Output { .. } => Status::KESTREL_ERR_BUFFER_TOO_SMALL,
+        };
+        FfiError::new(status, e.to_string())
+    }
+}
+
+/// A vector of `n` zeros, allocated fallibly (`KESTREL_ERR_TOO_LARGE`).
+fn zeros(n: usize, what: &str) -> Result<Vec<f32>, FfiError> {
+    kestrel::mem::zeroed_vec(n, what).map_err(|e| FfiError::new(Status::KESTREL_ERR_TOO_LARGE, e.to_string()))
 }
 
 // Sessions are handed between threads (one at a time) by the C ABI and the JVM.
@@ -508,6 +589,7 @@ impl SessionCore {
             timings,
             source: TimingSource::None,
             wall_nanos: 0,
+            image: None,
         })
     }
 
@@ -584,6 +666,58 @@ impl SessionCore {
     /// The op name of node `node` (NUL-terminated; "" for an index past the last node).
     pub fn op_name(&self, node: u32) -> &CStr {
         self.model.op_name(node)
+    }
+
+    /// Classifies one 8-bit image: preprocessed as the model records (`kestrel classify`'s
+    /// numbers), run at batch 1, output 0 turned into probabilities (a softmax unless the model
+    /// outputs probabilities already), and its `k` best classes, best first (ties: the lower
+    /// index). Returns the indices and all the classes' probabilities, borrowed from the
+    /// session's buffers (made at the first call; later calls allocate nothing on the CPU). `k`
+    /// must be 1..=classes (`KESTREL_ERR_INVALID_ARGUMENT`).
+    pub fn classify(&mut self, image: &Image<'_>, k: usize) -> Result<(&[usize], &[f32]), FfiError> {
+        let model = self.model.clone();
+        let clf = model.classifier()?;
+        if k == 0 || k > clf.classes {
+            return Err(FfiError::new(
+                Status::KESTREL_ERR_INVALID_ARGUMENT,
+                format!("k = {k}: the model has {} classes (k must be 1..={})", clf.classes, clf.classes),
+            ));
+        }
+        let mut run = match self.image.take() {
+            Some(r) => r,
+            None => {
+                let outputs =
+                    model.outputs().iter().map(|d| zeros(d.numel(), "an output sample")).collect::<Result<_, _>>()?;
+                let input = zeros(clf.prep.numel(), "an input sample")?;
+                Box::new(ImageRun { input, outputs, ..ImageRun::default() })
+            }
+        };
+        let result = self.classify_with(&mut run, image, clf);
+        self.image = Some(run);
+        result?;
+        let run = self.image.as_deref_mut().ok_or_else(|| FfiError::new(Status::KESTREL_ERR_INTERNAL, "no buffers"))?;
+        run.top.clear();
+        run.top.resize(k, 0);
+        let probs = &run.outputs[0][..clf.classes];
+        kestrel::image::top_k(probs, &mut run.top);
+        Ok((&run.top, probs))
+    }
+
+    fn classify_with(&mut self, run: &mut ImageRun, image: &Image<'_>, clf: &Classifier) -> Result<(), FfiError> {
+        clf.prep.image_to_input(image, &mut run.input, &mut run.scratch)?;
+        let ImageRun { input, outputs, .. } = run;
+        let inputs = [Input::F32(input)];
+        match outputs.as_mut_slice() {
+            [one] => self.run(&inputs, &mut [one.as_mut_slice()])?,
+            many => {
+                let mut views: Vec<&mut [f32]> = many.iter_mut().map(Vec::as_mut_slice).collect();
+                self.run(&inputs, &mut views)?
+            }
+        };
+        if clf.softmax {
+            kestrel::image::softmax_in_place(&mut outputs[0][..clf.classes]);
+        }
+        Ok(())
     }
 
     /// Runs a batch (inferred from the input lengths; each is `batch × per-sample` elements) and

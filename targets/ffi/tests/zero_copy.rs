@@ -2,7 +2,7 @@
 //! sessions, in steady state, counted by a global allocator on every thread — with 1 and with 3
 //! threads (the pool's workers counted too), with profiling on, with f32 inputs and with i32 and
 //! i64 token ids — while the outputs land in the caller's own buffers and the inputs are left as
-//! they were.
+//! they were; and `kestrel_classify`/`kestrel_image_to_input` on images (item 4).
 //!
 //! No libtest harness (`harness = false`): the allocation counter and the thread count are
 //! process-wide, and libtest's main thread allocates at moments the scheduler picks.
@@ -139,11 +139,62 @@ fn token_ids() {
     println!("text model: batch {batch}, i64 and i32 ids: 0 allocations in {RUNS} runs each");
 }
 
+/// `kestrel_classify` and `kestrel_image_to_input` (issue 35, item 4) in steady state: after the
+/// first call (which makes the session's and the model's buffers), `RUNS` calls on images of the
+/// same size allocate nothing, on 1 and 3 threads, for an RGBA image that is resized and
+/// colour-converted (40×30) and a grey one of the model's size (28×28).
+fn classify_images() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../apps/kestrel-cli/models/fmnist_vit_super.int8.kes");
+    let m = load(&path);
+    let numel: usize = dims(m, false, 1).iter().product();
+    for threads in [1, 3] {
+        set_threads(threads);
+        let mut s: *mut KestrelSession = std::ptr::null_mut();
+        // SAFETY: a live model and a valid out-pointer.
+        assert_eq!(unsafe { kestrel_session_new(m, 0, 1, &mut s) }, OK, "{}", last());
+        for (w, h, format, bpp) in [(40usize, 30usize, 0u32, 4usize), (28, 28, 3, 1)] {
+            let stride = w * bpp + 3;
+            let px: Vec<u8> = (0..stride * h).map(|i| (i * 7 % 256) as u8).collect();
+            let mut out = [KestrelClass { index: 0, probability: 0.0, label: std::ptr::null() }; 3];
+            let mut x = vec![0f32; numel];
+            // SAFETY: `px` holds `h` rows of `stride` bytes, `out` 3 entries and `x` `numel` floats.
+            let classify = |out: &mut [KestrelClass; 3]| unsafe {
+                kestrel_classify(s, px.as_ptr(), w, h, stride, format, 3, out.as_mut_ptr())
+            };
+            // SAFETY: as above.
+            let to_input = |x: &mut Vec<f32>| unsafe {
+                kestrel_image_to_input(m, px.as_ptr(), w, h, stride, format, x.as_mut_ptr(), x.len())
+            };
+            assert_eq!(classify(&mut out), OK, "{}", last());
+            assert_eq!(to_input(&mut x), OK, "{}", last());
+            let (statuses, allocs) = count(|| {
+                (0..RUNS).map(|_| classify(&mut out)).chain((0..RUNS).map(|_| to_input(&mut x))).fold(OK, |acc, s| {
+                    if s != OK {
+                        s
+                    } else {
+                        acc
+                    }
+                })
+            });
+            assert_eq!(statuses, OK, "{}", last());
+            assert_eq!(allocs, 0, "{w}x{h} format {format}, {threads} threads: {allocs} allocations");
+            assert!(out[0].probability >= out[1].probability && !out[0].label.is_null());
+            println!("classify + image_to_input {w}x{h} (format {format}), {threads} thread(s): 0 allocations in {RUNS} + {RUNS} calls");
+        }
+        // SAFETY: a live session.
+        assert_eq!(unsafe { kestrel_session_free(s) }, OK);
+    }
+    set_threads(1);
+    // SAFETY: a live model.
+    assert_eq!(unsafe { kestrel_model_free(m) }, OK);
+}
+
 fn main() {
     let (v, n) = count(|| std::hint::black_box(Vec::<u8>::with_capacity(64)));
     drop(v);
     assert_eq!(n, 1, "the counting allocator counts");
     image_models();
     token_ids();
+    classify_images();
     println!("test zero_copy ... ok");
 }

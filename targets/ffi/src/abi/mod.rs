@@ -1,5 +1,6 @@
 //! The `extern "C"` functions (`include/kestrel.h` is generated from this module by cbindgen):
-//! [`model`] loads models and reads their metadata, [`session`] creates sessions and runs them.
+//! [`model`] loads models and reads their metadata, [`session`] creates sessions and runs them,
+//! [`image`] turns images into inputs and classifies them.
 //!
 //! Every function runs inside [`guard`]: a Rust panic becomes `KESTREL_ERR_PANIC`, an error
 //! becomes its status with the message in `kestrel_last_error()`. Pointers are checked before use:
@@ -15,8 +16,10 @@ use crate::handles::{self, KestrelModel, KestrelSession};
 use crate::status::Status;
 use std::ffi::{c_char, c_void, CStr};
 
+pub mod image;
 pub mod model;
 pub mod session;
+pub use image::*;
 pub use model::*;
 pub use session::*;
 

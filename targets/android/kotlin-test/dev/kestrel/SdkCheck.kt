@@ -4,7 +4,8 @@
 // for 1..4 threads, bad counts refused — and runs on direct buffers without copies (outputs equal
 // the FloatArray API's, a reused output buffer, every bad buffer a KestrelException) — and models
 // from a ByteBuffer (mapped and aligned direct ones read in place) and from an fd + offset + length
-// (issue 35, item 3), every bad source a KestrelException.
+// (issue 35, item 3), every bad source a KestrelException — and Session.classify on decoded
+// images against `kestrel classify`'s top-3 (issue 35, item 4).
 //
 // Usage: SdkCheckKt MODEL.kes
 package dev.kestrel
@@ -266,11 +267,148 @@ private fun directAddress(b: ByteBuffer): Long {
     return f.getLong(b)
 }
 
+/**
+ * `kestrel classify --json --top 3` on three sample images with the bundled model (run from the
+ * repository root; the probabilities are the f32 values the CLI prints, exactly): a grey 28×28
+ * PNG, an RGBA 40×30 one (resized, colour to grey, alpha dropped) and an RGB 56×56 one.
+ */
+private val CLI_TOP3 = mapOf(
+    "fmnist/ankle-boot/00000.png" to listOf(
+        Triple(9, "Ankle boot", 0.8547242283821106), Triple(5, "Sandal", 0.03612028434872627),
+        Triple(7, "Sneaker", 0.023155534639954567),
+    ),
+    "preprocess/bag-rgba-40x30.png" to listOf(
+        Triple(8, "Bag", 0.9071170687675476), Triple(7, "Sneaker", 0.014657373540103436),
+        Triple(3, "Dress", 0.012275885790586472),
+    ),
+    "preprocess/coat-rgb-56x56.png" to listOf(
+        Triple(4, "Coat", 0.48648613691329956), Triple(2, "Pullover", 0.3500171899795532),
+        Triple(1, "Trouser", 0.032218486070632935),
+    ),
+)
+
+/** Whether [got] is exactly the CLI's top-3 for [image] (indices, labels, probabilities bit for bit). */
+private fun sameAsCli(image: String, got: List<Classification>, what: String) {
+    val want = CLI_TOP3.getValue(image)
+    val ok = got.size == want.size && got.zip(want).all { (g, w) ->
+        g.index == w.first && g.label == w.second && g.probability.toDouble() == w.third
+    }
+    check(ok, "$what on $image: $got, kestrel classify gives $want")
+}
+
+/**
+ * Session.classify (issue 35, item 4) on images decoded by javax.imageio, as an app holds them:
+ * grey bytes (direct, heap and sliced ByteBuffers, a ByteArray, a padded stride), colour ints
+ * (IntArray, as Bitmap.getPixels fills) and RGBA/BGRA/RGB bytes built from them — every one gives
+ * exactly `kestrel classify`'s top-3; then the bad arguments.
+ */
+private fun classify(path: String) {
+    val samples = java.io.File("apps/kestrel-cli/samples")
+    Model.load(path).use { model ->
+        model.session(1, Backend.CPU).use { s ->
+            // Grey: the raster's bytes.
+            val greyName = "fmnist/ankle-boot/00000.png"
+            val grey = javax.imageio.ImageIO.read(java.io.File(samples, greyName))
+            check(grey.type == java.awt.image.BufferedImage.TYPE_BYTE_GRAY, "$greyName decodes to grey bytes")
+            val g = (grey.raster.dataBuffer as java.awt.image.DataBufferByte).data
+            val (w, h) = grey.width to grey.height
+            val direct = ByteBuffer.allocateDirect(g.size).put(g).also { it.flip() }
+            sameAsCli(greyName, s.classify(direct, w, h, w, PixelFormat.GREY_8, 3), "direct ByteBuffer")
+            sameAsCli(greyName, s.classify(ByteBuffer.wrap(g), w, h, w, PixelFormat.GREY_8, 3), "heap ByteBuffer")
+            sameAsCli(greyName, s.classify(g, w, h, w, PixelFormat.GREY_8, 3), "ByteArray")
+            val shifted = ByteBuffer.allocate(g.size + 5).put(ByteArray(5)).put(g)
+            shifted.position(5)
+            sameAsCli(greyName, s.classify(shifted, w, h, w, PixelFormat.GREY_8, 3), "heap ByteBuffer at position 5")
+            val ro = ByteBuffer.wrap(g).asReadOnlyBuffer()
+            sameAsCli(greyName, s.classify(ro, w, h, w, PixelFormat.GREY_8, 3), "read-only ByteBuffer (copied)")
+            val padded = ByteArray((w + 3) * h)
+            for (y in 0 until h) System.arraycopy(g, y * w, padded, y * (w + 3), w)
+            sameAsCli(greyName, s.classify(padded, w, h, w + 3, PixelFormat.GREY_8, 3), "stride w + 3")
+            val top1 = s.classify(g, w, h, w, PixelFormat.GREY_8)
+            check(top1.size == 1 && top1[0].index == 9, "k defaults to 1: $top1")
+            val all = s.classify(g, w, h, w, PixelFormat.GREY_8, 10)
+            check(all.map { it.index }.toSet() == (0 until 10).toSet(), "k = 10 gives every class")
+            check(all.zipWithNext().all { (a, b) -> a.probability >= b.probability }, "best first")
+            check(kotlin.math.abs(all.sumOf { it.probability.toDouble() } - 1.0) < 1e-5, "probabilities sum to 1")
+
+            // Colour: ARGB ints (TYPE_4BYTE_ABGR / TYPE_3BYTE_BGR are sRGB: getRGB is exact).
+            for (name in listOf("preprocess/bag-rgba-40x30.png", "preprocess/coat-rgb-56x56.png")) {
+                val img = javax.imageio.ImageIO.read(java.io.File(samples, name))
+                val (cw, ch) = img.width to img.height
+                val argb = img.getRGB(0, 0, cw, ch, null, 0, cw)
+                sameAsCli(name, s.classify(argb, cw, ch, k = 3), "IntArray (colour ints)")
+                val inRow = IntArray((cw + 2) * ch + 1)
+                for (y in 0 until ch) System.arraycopy(argb, y * cw, inRow, 1 + y * (cw + 2), cw)
+                sameAsCli(name, s.classify(inRow, cw, ch, cw + 2, 3, 1), "IntArray with offset 1 and stride w + 2")
+                val rgba = ByteBuffer.allocateDirect(cw * ch * 4)
+                val bgra = ByteArray(cw * ch * 4)
+                val rgb = ByteArray(cw * ch * 3)
+                for ((i, c) in argb.withIndex()) {
+                    val (a, r, gg, b) = listOf(c ushr 24, (c shr 16) and 255, (c shr 8) and 255, c and 255).map { it.toByte() }
+                    rgba.put(r).put(gg).put(b).put(a)
+                    bgra[4 * i] = b; bgra[4 * i + 1] = gg; bgra[4 * i + 2] = r; bgra[4 * i + 3] = a
+                    rgb[3 * i] = r; rgb[3 * i + 1] = gg; rgb[3 * i + 2] = b
+                }
+                rgba.flip()
+                sameAsCli(name, s.classify(rgba, cw, ch, cw * 4, PixelFormat.RGBA_8888, 3), "RGBA direct ByteBuffer")
+                sameAsCli(name, s.classify(bgra, cw, ch, cw * 4, PixelFormat.BGRA_8888, 3), "BGRA ByteArray")
+                sameAsCli(name, s.classify(rgb, cw, ch, cw * 3, PixelFormat.RGB_888, 3), "RGB ByteArray")
+            }
+
+            // Bad arguments: clear statuses, never a crash.
+            expectStatus(KestrelException.INVALID_ARGUMENT, "width 0") { s.classify(g, 0, h, w, PixelFormat.GREY_8) }
+            expectStatus(KestrelException.INVALID_ARGUMENT, "height 0") { s.classify(g, w, 0, w, PixelFormat.GREY_8) }
+            expectStatus(KestrelException.INVALID_ARGUMENT, "stride < width") { s.classify(g, w, h, w - 1, PixelFormat.GREY_8) }
+            expectStatus(KestrelException.INVALID_ARGUMENT, "negative width") { s.classify(g, -1, h, w, PixelFormat.GREY_8) }
+            expectStatus(KestrelException.BUFFER_TOO_SMALL, "short ByteArray") { s.classify(g, w, h + 1, w, PixelFormat.GREY_8) }
+            expectStatus(KestrelException.BUFFER_TOO_SMALL, "RGBA from grey bytes") { s.classify(g, w, h, w * 4, PixelFormat.RGBA_8888) }
+            expectStatus(KestrelException.BUFFER_TOO_SMALL, "offset past the end") { s.classify(g, w, h, w, PixelFormat.GREY_8, 1, g.size + 1) }
+            expectStatus(KestrelException.BUFFER_TOO_SMALL, "short direct buffer") {
+                s.classify(ByteBuffer.allocateDirect(10), w, h, w, PixelFormat.GREY_8)
+            }
+            expectStatus(KestrelException.INVALID_ARGUMENT, "k = 0") { s.classify(g, w, h, w, PixelFormat.GREY_8, 0) }
+            expectStatus(KestrelException.INVALID_ARGUMENT, "k = 11 of 10 classes") { s.classify(g, w, h, w, PixelFormat.GREY_8, 11) }
+            expectStatus(KestrelException.INVALID_ARGUMENT, "negative int stride") { s.classify(IntArray(4), 2, 2, -2) }
+            expectStatus(KestrelException.BUFFER_TOO_SMALL, "short IntArray") { s.classify(IntArray(3), 2, 2) }
+            // An unknown format code (the Kotlin enum cannot make one): straight to the bridge.
+            val rawModel = NativeBridge.modelLoadPath(path)
+            val raw = NativeBridge.sessionNew(rawModel, NativeBridge.BACKEND_CPU, 1)
+            expectStatus(KestrelException.INVALID_ARGUMENT, "unknown format code") {
+                NativeBridge.sessionClassify(raw, g, 0, w, h, w, 9, IntArray(1), FloatArray(1))
+            }
+            expectStatus(KestrelException.INVALID_ARGUMENT, "pixels of another type") {
+                NativeBridge.sessionClassify(raw, FloatArray(784), 0, w, h, w, 3, IntArray(1), FloatArray(1))
+            }
+            expectStatus(KestrelException.BUFFER_TOO_SMALL, "probabilities shorter than k") {
+                NativeBridge.sessionClassify(raw, g, 0, w, h, w, 3, IntArray(2), FloatArray(1))
+            }
+            NativeBridge.sessionFree(raw)
+            NativeBridge.modelFree(rawModel)
+        }
+        expectStatus(KestrelException.CLOSED, "classify on a closed session") {
+            val s = model.session(1, Backend.CPU)
+            s.close()
+            s.classify(ByteArray(784), 28, 28, 28, PixelFormat.GREY_8)
+        }
+    }
+    // A model without image preprocessing (converted without --meta).
+    Model.load("targets/embedded/model/mnist_vit_super_h1.int8.kes").use { bare ->
+        bare.session(1, Backend.CPU).use { s ->
+            expectStatus(KestrelException.UNSUPPORTED, "a model without image preprocessing") {
+                s.classify(ByteArray(784), 28, 28, 28, PixelFormat.GREY_8)
+            }
+        }
+    }
+    println("classify: grey bytes (direct, heap, positioned, read-only, ByteArray, padded stride), colour ints " +
+        "(IntArray, offset and stride) and RGBA/BGRA/RGB bytes give kestrel classify's top-3 exactly; bad arguments refused")
+}
+
 fun main(args: Array<String>) {
     val path = args[0]
     threads(path)
     buffers(path)
     sources(path)
+    classify(path)
     println("Kotlin SDK I/O check: $passed passed, $failed failed")
     exitProcess(if (failed == 0) 0 else 1)
 }

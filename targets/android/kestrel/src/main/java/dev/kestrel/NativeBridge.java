@@ -19,6 +19,8 @@ public final class NativeBridge {
     public static final int GPU_PRECISION_F32 = 0, GPU_PRECISION_F16 = 1, GPU_PRECISION_AUTO = 2;
     /** KestrelDType codes. */
     public static final int DTYPE_F32 = 0, DTYPE_I32 = 1, DTYPE_I64 = 2;
+    /** KestrelPixelFormat codes. */
+    public static final int PIXEL_RGBA8888 = 0, PIXEL_BGRA8888 = 1, PIXEL_RGB888 = 2, PIXEL_GREY8 = 3;
     /** KestrelTimingSource codes. */
     public static final int TIMING_NONE = 0, TIMING_CPU_WALL_CLOCK = 1, TIMING_GPU_TIMESTAMPS = 2,
             TIMING_GPU_SUBMISSION = 3;
@@ -67,6 +69,16 @@ public final class NativeBridge {
      * INVALID_ARGUMENT, short ones BUFFER_TOO_SMALL. At most 16 inputs and 16 outputs.
      */
     public static native void sessionRunBuffers(long session, int batch, Object[] inputs, Object[] outputs);
+    /**
+     * kestrel_classify: the 8-bit image in pixels (a direct ByteBuffer from its index 0, a byte[], or
+     * an int[] of colour ints 0xAARRGGBB, read in place) starting offset bytes in, rows stride bytes
+     * apart, of a PIXEL_* format; writes the indices.length best classes into indices and their
+     * probabilities into probabilities. Bad geometry, format or k: KestrelException.
+     */
+    public static native void sessionClassify(long session, Object pixels, int offset, int width, int height,
+            int stride, int format, int[] indices, float[] probabilities);
+    /** The class names of the session's model (its labels, or the indices as text). */
+    public static native String[] sessionLabels(long session);
     public static native String[] profileOps(long session);
     public static native long[] profileNanos(long session);
     /** A TIMING_* code: how profileNanos was measured. */

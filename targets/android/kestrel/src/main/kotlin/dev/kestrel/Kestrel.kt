@@ -124,6 +124,25 @@ data class TensorInfo(val name: String, val dtype: DType, val shape: IntArray) {
     override fun toString(): String = "TensorInfo(name=$name, dtype=$dtype, shape=${shape.contentToString()})"
 }
 
+/**
+ * The byte layout of an 8-bit image (alpha is ignored: never premultiplied or blended). Android
+ * `Bitmap.Config.ARGB_8888` pixels copied with `copyPixelsToBuffer` are [RGBA_8888]; colour ints
+ * from `Bitmap.getPixels` (`0xAARRGGBB`) are read by the `IntArray` overload of [Session.classify].
+ */
+enum class PixelFormat(internal val code: Int) {
+    /** R, G, B, A bytes. */
+    RGBA_8888(NativeBridge.PIXEL_RGBA8888),
+    /** B, G, R, A bytes. */
+    BGRA_8888(NativeBridge.PIXEL_BGRA8888),
+    /** R, G, B bytes. */
+    RGB_888(NativeBridge.PIXEL_RGB888),
+    /** One grey byte per pixel. */
+    GREY_8(NativeBridge.PIXEL_GREY8),
+}
+
+/** One predicted class: its index in the model's output, its label (the index as text when the model has none), its probability. */
+data class Classification(val index: Int, val label: String, val probability: Float)
+
 /** One node's time in a profiled run. */
 data class OpTiming(val op: String, val nanos: Long)
 
@@ -389,6 +408,67 @@ class Session internal constructor(raw: Long) : Closeable {
     @JvmOverloads
     fun runBuffers(input: Buffer, output: Buffer, batch: Int = 1) {
         native { NativeBridge.sessionRunBuffers(it, batch, arrayOf<Any>(input), arrayOf<Any>(output)) }
+    }
+
+    /** The model's class names, read once (see [classify]). */
+    @Volatile private var classNames: List<String>? = null
+
+    private fun classes(indices: IntArray, probabilities: FloatArray): List<Classification> {
+        val names = classNames ?: native { NativeBridge.sessionLabels(it).toList() }.also { classNames = it }
+        return indices.indices.map { Classification(indices[it], names[indices[it]], probabilities[it]) }
+    }
+
+    private fun classifyNative(pixels: Any, offset: Int, width: Int, height: Int, stride: Int, format: PixelFormat, k: Int): List<Classification> {
+        if (k < 1) throw KestrelException(KestrelException.INVALID_ARGUMENT, "k = $k: at least 1")
+        val indices = IntArray(k)
+        val probabilities = FloatArray(k)
+        native { NativeBridge.sessionClassify(it, pixels, offset, width, height, stride, format.code, indices, probabilities) }
+        return classes(indices, probabilities)
+    }
+
+    /**
+     * Classifies an 8-bit image: preprocessed as the model file records (colour, antialiased
+     * resize, centre crop, mean/std), run at batch 1, softmax, and the [k] most probable classes,
+     * best first (equal probabilities: the lower index first) — the same numbers as `kestrel
+     * classify` for an image file that decodes to these pixels. The image is read from the
+     * buffer's position: [height] rows of [width] pixels of [format], [stride] bytes apart
+     * (at least `width × bytes per pixel`). A direct buffer is read in place; a heap buffer
+     * through its array (a read-only heap buffer is copied). Bad geometry (0 sizes, a stride too
+     * small, a buffer too short) throws [KestrelException] INVALID_ARGUMENT or BUFFER_TOO_SMALL,
+     * `k` 0 or above the classes INVALID_ARGUMENT, a model without image preprocessing
+     * UNSUPPORTED. The session keeps its buffers between calls (a CPU session allocates no native
+     * memory after the first call for images of one size). Like [run], one call at a time per
+     * session (BUSY otherwise). On Android, `classify(bitmap)` (KestrelAndroid.kt) calls this.
+     */
+    @JvmOverloads
+    fun classify(pixels: ByteBuffer, width: Int, height: Int, stride: Int, format: PixelFormat, k: Int = 1): List<Classification> =
+        when {
+            pixels.isDirect -> classifyNative(pixels, pixels.position(), width, height, stride, format, k)
+            pixels.hasArray() ->
+                classifyNative(pixels.array(), pixels.arrayOffset() + pixels.position(), width, height, stride, format, k)
+            else -> {
+                val bytes = ByteArray(pixels.remaining())
+                pixels.duplicate().get(bytes)
+                classifyNative(bytes, 0, width, height, stride, format, k)
+            }
+        }
+
+    /** [classify] on a byte array (read in place from [offset]). */
+    @JvmOverloads
+    fun classify(pixels: ByteArray, width: Int, height: Int, stride: Int, format: PixelFormat, k: Int = 1, offset: Int = 0): List<Classification> =
+        classifyNative(pixels, offset, width, height, stride, format, k)
+
+    /**
+     * [classify] on colour ints `0xAARRGGBB` (what Android's `Bitmap.getPixels(pixels, offset,
+     * stride, …)` fills): the image starts at [offset] and its rows are [stride] **ints** apart
+     * (default [width]), as in `getPixels`. Read in place.
+     */
+    @JvmOverloads
+    fun classify(pixels: IntArray, width: Int, height: Int, stride: Int = width, k: Int = 1, offset: Int = 0): List<Classification> {
+        if (stride < 0 || offset < 0 || stride > Int.MAX_VALUE / 4 || offset > Int.MAX_VALUE / 4) {
+            throw KestrelException(KestrelException.INVALID_ARGUMENT, "stride $stride or offset $offset is negative or too large")
+        }
+        return classifyNative(pixels, offset * 4, width, height, stride * 4, PixelFormat.BGRA_8888, k)
     }
 
     /** How the last run's [profile] was measured. */
