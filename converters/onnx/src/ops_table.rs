@@ -45,8 +45,8 @@ Clip | Binary Max/Min | constant bounds
 Concat | a Slice per piece (a copy into its place; fused from a 0/1 placing Dense)
 Constant | weights where read
 ConstantOfShape | folded | constant shape
-Conv | Conv2d (fused attention where a mechanism is recognised; 3-D: a 0/1 Dense picking each output depth's taps, then one Conv2d over the output depths as images) | 1-D, 2-D and 3-D, constant kernel and bias; a fixed first axis N > 1 runs as N× the groups (3-D: the weight is stored once per output depth and image)
-ConvTranspose | a 0/1 Dense per spatial axis (zero insertion, padding, cropping) and a Conv2d (3-D: Conv's 3-D lowering) with the flipped kernel | 1-D, 2-D and 3-D, constant kernel and bias; every stride, dilation, group count, pads, auto_pad, output_padding and output_shape
+Conv | Conv2d (fused attention where a mechanism is recognised; 3-D: a 0/1 Dense picking each output depth's taps, then one Conv2d over the output depths as images); a kernel computed at run time: im2col (one 0/1 Dense over the flattened spatial axis) and a MatMul | 1-D, 2-D and 3-D, kernel and bias constant or computed at run time (im2col's selection within the composed-constant bound); a fixed first axis N > 1 runs as N× the groups (3-D: the weight is stored once per output depth and image)
+ConvTranspose | a 0/1 Dense per spatial axis (zero insertion, padding, cropping) and a Conv2d (3-D: Conv's 3-D lowering) with the flipped kernel; a kernel computed at run time: the same zero insertion, then im2col and a MatMul with the taps reversed | 1-D, 2-D and 3-D, kernel and bias constant or computed at run time; every stride, dilation, group count, pads, auto_pad, output_padding and output_shape
 Cos | Unary
 Cosh | Unary
 CumSum | Dense with a triangular 0/1 weight | constant axis
@@ -59,7 +59,7 @@ Exp | Unary
 Expand | Dense with a 0/1 weight
 Flatten | Reshape view
 Floor | Unary
-GRU | Gru (one node per output read; a fixed batch of N sequences: N nodes on slices, their outputs placed side by side) | default activations, linear_before_reset = 1 (PyTorch's GRU), constant weights and initial state, no clip, full-length sequence_lens
+GRU | Gru (one node per output read; a fixed batch of N sequences: N nodes on slices, their outputs placed side by side) | default activations, either linear_before_reset (1: PyTorch's GRU; 0: ONNX's default, Keras/TensorFlow's), constant weights and initial state, no clip, full-length sequence_lens
 Gather | Embedding (constant table), a Slice (evenly spaced constant indices), a Dense with a one-hot weight (other constant indices); at run time a one-hot pick (ids through Embedding into 0..N, or f32 indices the graph computed compared with 0..N and −N..0; then When and a Sum, or a Dense with a constant table) | run-time integer indices in 0..N (another is a run-time error naming it); computed f32 indices outside −N..N pick zeros
 GatherElements | a one-hot pick (a constant one-hot, the ids through Embedding and Equal, or computed f32 indices compared with 0..N and −N..0) with When and a Sum; constant data as an exact f32 weight | indices as long as the data on the other axes; run-time integer indices in 0..N
 GatherND | Dense with a one-hot weight (constant indices); at run time the tuples' flat rows (each component counted from the end when negative), their one-hot, When and a Sum | any batch_dims; a run-time tuple with a component outside its axis picks zeros; run-time tuples into < 2^24 rows
@@ -76,7 +76,7 @@ Hardmax | ArgMax and a one-hot (tract's expansion)
 Identity | nothing
 IsInf | Unary IsInf / IsPosInf / IsNegInf (1 or 0) | at least one sign detected
 IsNaN | Unary IsNan (1 or 0)
-LSTM | Lstm (one node per output read; a fixed batch of N sequences: N nodes on slices, their outputs placed side by side) | default activations, no peepholes, clip or input_forget, constant weights and initial states, full-length sequence_lens
+LSTM | Lstm (one node per output read; a fixed batch of N sequences: N nodes on slices, their outputs placed side by side) | default activations, no clip or input_forget, constant weights, peepholes and initial states, full-length sequence_lens
 LayerNormalization | LayerNorm
 LeakyRelu | Binary Mul + Max | alpha ≥ 0
 Less | Binary Less (1 or 0)

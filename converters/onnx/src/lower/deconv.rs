@@ -31,6 +31,10 @@ impl Lowerer<'_> {
         if op.kernel_format != KernelFormat::OIHW {
             return Err(self.unsupported(&format!("transposed convolution kernel format {:?}", op.kernel_format)));
         }
+        if matches!(self.val(node.inputs[1])?, Val::Act { .. }) {
+            self.deconv_runtime_kernel(op)?;
+            return Ok(true);
+        }
         if op.pool_spec.kernel_shape.len() == 3 {
             self.deconv3d(op)?;
             return Ok(true);

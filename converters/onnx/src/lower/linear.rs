@@ -388,6 +388,9 @@ impl Lowerer<'_> {
         if op.q_params.is_some() || node.inputs.len() != 3 {
             return Err(self.unsupported("quantised convolution"));
         }
+        if matches!(self.val(node.inputs[1])?, Val::Act { .. }) {
+            return self.conv_runtime_kernel(&op.pool_spec, op.kernel_fmt, op.group);
+        }
         if op.pool_spec.kernel_shape.len() == 3 {
             return self.conv3d(op);
         }

@@ -7,6 +7,7 @@
 mod assemble;
 mod bits;
 mod conv3d;
+mod conv_dynamic;
 mod deconv;
 mod elementwise;
 mod fuse;
