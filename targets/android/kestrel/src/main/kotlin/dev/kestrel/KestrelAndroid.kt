@@ -1,11 +1,13 @@
 // Android-only helpers (they use android.* classes). Not compiled by kotlin-check.sh, which has no
 // android.jar: reviewed, compiled only by an app's Gradle build. Everything they call
-// (Model.fromFd, Model.fromBytes) is compiled and tested on the host JVM.
+// (Model.fromFd, Model.fromBytes, Session.classify(IntArray, …)) is compiled and tested on the
+// host JVM (SdkCheck.kt).
 @file:JvmName("KestrelAndroid")
 
 package dev.kestrel
 
 import android.content.res.AssetManager
+import android.graphics.Bitmap
 import java.io.FileNotFoundException
 
 /**
@@ -28,4 +30,34 @@ fun Model.Companion.load(assets: AssetManager, name: String): Model {
     }
     // The native side duplicates the descriptor it maps, so closing ours at once is fine.
     return afd.use { Model.fromFd(it.parcelFileDescriptor.fd, it.startOffset, it.length) }
+}
+
+/**
+ * Classifies a [Bitmap]: its pixels as colour ints (`getPixels`: unpremultiplied, so an opaque
+ * bitmap decoded from a PNG gives exactly `kestrel classify`'s result for that file) through
+ * [Session.classify], preprocessed as the model records, the [k] most probable classes best first.
+ * A bitmap in another config (RGB_565, HARDWARE, RGBA_F16…) is copied to ARGB_8888 first. Pass
+ * [pixels] (at least `width × height` ints) to reuse one array between frames; otherwise one is
+ * allocated per call. Scale large camera frames down first (`Bitmap.createScaledBitmap`): the
+ * model's own resize runs on the CPU over every source row.
+ *
+ * Kotlin: `session.classify(bitmap, 3)`; Java: `KestrelAndroid.classify(session, bitmap, 3)`.
+ */
+@JvmOverloads
+fun Session.classify(bitmap: Bitmap, k: Int = 1, pixels: IntArray? = null): List<Classification> {
+    val src = if (bitmap.config == Bitmap.Config.ARGB_8888) {
+        bitmap
+    } else {
+        bitmap.copy(Bitmap.Config.ARGB_8888, false)
+            ?: throw KestrelException(KestrelException.UNSUPPORTED, "cannot copy a ${bitmap.config} bitmap to ARGB_8888")
+    }
+    try {
+        val w = src.width
+        val h = src.height
+        val buf = if (pixels != null && pixels.size >= w * h) pixels else IntArray(w * h)
+        src.getPixels(buf, 0, w, 0, 0, w, h)
+        return classify(buf, w, h, w, k)
+    } finally {
+        if (src !== bitmap) src.recycle()
+    }
 }
