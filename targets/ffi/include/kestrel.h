@@ -216,6 +216,43 @@ typedef uint32_t KestrelGpuPrecision;
 #endif // __cplusplus
 
 /**
+ * The byte layout of an 8-bit pixel buffer (the `format` argument of `kestrel_image_to_input`
+ * and `kestrel_classify`). Alpha is ignored (never premultiplied or blended).
+ */
+enum KestrelPixelFormat
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * R, G, B, A bytes: Android `Bitmap.Config.ARGB_8888` (`copyPixelsToBuffer`), iOS
+   * `kCVPixelFormatType_32RGBA`, a CGContext with `premultipliedLast`/`noneSkipLast`.
+   */
+  KESTREL_PIXEL_RGBA8888 = 0,
+  /**
+   * B, G, R, A bytes: iOS `kCVPixelFormatType_32BGRA` (camera frames), Android colour ints
+   * (`Bitmap.getPixels`, `0xAARRGGBB`) on a little-endian CPU.
+   */
+  KESTREL_PIXEL_BGRA8888 = 1,
+  /**
+   * R, G, B bytes.
+   */
+  KESTREL_PIXEL_RGB888 = 2,
+  /**
+   * One grey byte per pixel (`kCVPixelFormatType_OneComponent8`, `Bitmap.Config.ALPHA_8` is
+   * not grey).
+   */
+  KESTREL_PIXEL_GREY8 = 3,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum KestrelPixelFormat KestrelPixelFormat;
+#else
+typedef uint32_t KestrelPixelFormat;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * Where a model's bytes are (`kestrel_model_storage`).
  */
 enum KestrelStorage

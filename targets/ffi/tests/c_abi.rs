@@ -43,6 +43,15 @@ fn program() -> &'static (PathBuf, PathBuf) {
     PROGRAM.get_or_init(|| {
         let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kestrel-ffi-c");
         fixtures::prepare(&tmp);
+        // The classifier checks (`test_classify`): the bundled model, which records image
+        // preprocessing, and the firmware's, which does not.
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        for (from, to) in [
+            ("apps/kestrel-cli/models/fmnist_vit_super.int8.kes", "classifier.kes"),
+            ("targets/embedded/model/mnist_vit_super_h1.int8.kes", "bare.kes"),
+        ] {
+            std::fs::copy(root.join(from), tmp.join(to)).expect("copying a model for the C test");
+        }
         let exe = tmp.join(if cfg!(feature = "wgpu") { "test_kestrel" } else { "test_kestrel_cpu_only" });
         compile(&fixtures::artifact_dir().join("libkestrel_ffi.a"), &exe);
         (tmp, exe)

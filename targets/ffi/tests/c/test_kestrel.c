@@ -15,7 +15,8 @@
  *
  * DIR holds image.kes (float input [4, 1, 64, 64] -> [4, 10]) with image_input.bin and
  * image_expected.bin, and text.kes (i64 token ids [4, 32] -> [4, 2]) with text_input.bin and
- * text_expected.bin (raw little-endian arrays).
+ * text_expected.bin (raw little-endian arrays), and classifier.kes (the bundled Fashion-MNIST model,
+ * with image preprocessing) and bare.kes (the firmware's model, without) for test_classify.
  */
 #include "kestrel.h"
 
@@ -765,6 +766,84 @@ static void test_text(const char *dir, uint32_t backend) {
     free(want);
 }
 
+/* kestrel_image_to_input and kestrel_classify on the bundled Fashion-MNIST model (DIR/classifier.kes,
+ * 28x28 grey input, 10 labelled classes): an RGBA 40x30 image with a padded stride, the top-k against
+ * the tensor run by hand, and every bad argument (run under valgrind in the cpu modes). */
+static void test_classify(const char *dir) {
+    char *path = join(dir, "classifier.kes");
+    KestrelModel *model = NULL;
+    REQUIRE_OK(kestrel_model_load_path(path, &model));
+    free(path);
+    KestrelSession *session = NULL;
+    REQUIRE_OK(kestrel_session_new(model, KESTREL_BACKEND_CPU, 1, &session));
+    enum { W = 40, H = 30, STRIDE = W * 4 + 7 };
+    static uint8_t px[STRIDE * H];
+    for (size_t i = 0; i < sizeof px; i++) px[i] = (uint8_t)(i * 7 % 256);
+    float x[28 * 28 + 1];
+    x[28 * 28] = -7.0f;
+    REQUIRE_OK(kestrel_image_to_input(model, px, W, H, STRIDE, KESTREL_PIXEL_RGBA8888, x, 28 * 28 + 1));
+    CHECK(x[28 * 28] == -7.0f, "image_to_input wrote past the input");
+    float y[10];
+    size_t xs[4] = {1, 1, 28, 28}, ys[2] = {1, 10};
+    KestrelTensor xt = {KESTREL_DTYPE_F32, x, xs, 4};
+    KestrelOutput yt = {y, ys, 2};
+    REQUIRE_OK(kestrel_session_run(session, &xt, 1, &yt, 1, NULL));
+    size_t best = 0;
+    for (size_t i = 1; i < 10; i++)
+        if (y[i] > y[best]) best = i;
+    KestrelClass top[10];
+    REQUIRE_OK(kestrel_classify(session, px, W, H, STRIDE, KESTREL_PIXEL_RGBA8888, 10, top));
+    CHECK(top[0].index == best, "classify's best %zu, the run's %zu", top[0].index, best);
+    double sum = 0;
+    unsigned seen = 0;
+    for (int i = 0; i < 10; i++) {
+        sum += top[i].probability;
+        seen |= 1u << top[i].index;
+        CHECK(i == 0 || top[i - 1].probability >= top[i].probability, "sorted at %d", i);
+        const char *label = NULL;
+        REQUIRE_OK(kestrel_model_label(model, top[i].index, &label));
+        CHECK(top[i].label != NULL && strcmp(top[i].label, label) == 0, "label of class %zu", top[i].index);
+    }
+    CHECK(seen == 0x3ff && fabs(sum - 1.0) < 1e-5, "classes %x, probabilities sum to %g", seen, sum);
+    /* Same pixels as BGRA: the same result. */
+    static uint8_t bgra[STRIDE * H];
+    memcpy(bgra, px, sizeof px);
+    for (int r = 0; r < H; r++)
+        for (int c = 0; c < W; c++) {
+            uint8_t *p = bgra + r * STRIDE + c * 4, t = p[0];
+            p[0] = p[2];
+            p[2] = t;
+        }
+    KestrelClass top2[3];
+    REQUIRE_OK(kestrel_classify(session, bgra, W, H, STRIDE, KESTREL_PIXEL_BGRA8888, 3, top2));
+    CHECK(top2[0].index == top[0].index && top2[0].probability == top[0].probability, "BGRA differs from RGBA");
+    /* Bad arguments. */
+    EXPECT_STATUS(kestrel_classify(session, px, W, H, STRIDE, KESTREL_PIXEL_RGBA8888, 0, top), KESTREL_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(kestrel_classify(session, px, W, H, STRIDE, KESTREL_PIXEL_RGBA8888, 11, top), KESTREL_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(kestrel_classify(session, px, W, H, W * 4 - 1, KESTREL_PIXEL_RGBA8888, 1, top), KESTREL_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(kestrel_classify(session, px, 0, H, STRIDE, KESTREL_PIXEL_RGBA8888, 1, top), KESTREL_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(kestrel_classify(session, px, W, H, STRIDE, 4, 1, top), KESTREL_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(kestrel_classify(session, NULL, W, H, STRIDE, KESTREL_PIXEL_RGBA8888, 1, top), KESTREL_ERR_NULL_POINTER);
+    EXPECT_STATUS(kestrel_classify(session, px, W, H, STRIDE, KESTREL_PIXEL_RGBA8888, 1, NULL), KESTREL_ERR_NULL_POINTER);
+    EXPECT_STATUS(kestrel_classify(NULL, px, W, H, STRIDE, KESTREL_PIXEL_RGBA8888, 1, top), KESTREL_ERR_NULL_POINTER);
+    EXPECT_STATUS(kestrel_image_to_input(model, px, W, H, STRIDE, KESTREL_PIXEL_RGBA8888, x, 28 * 28 - 1),
+                  KESTREL_ERR_BUFFER_TOO_SMALL);
+    EXPECT_STATUS(kestrel_image_to_input(model, px, W, H, STRIDE, KESTREL_PIXEL_RGBA8888, NULL, 28 * 28),
+                  KESTREL_ERR_NULL_POINTER);
+    /* Labels stay valid while the session holds the freed model. */
+    REQUIRE_OK(kestrel_model_free(model));
+    REQUIRE_OK(kestrel_classify(session, px, W, H, STRIDE, KESTREL_PIXEL_RGBA8888, 1, top));
+    CHECK(top[0].label != NULL && strlen(top[0].label) > 0, "label after the model was freed");
+    REQUIRE_OK(kestrel_session_free(session));
+    /* A model without image preprocessing. */
+    path = join(dir, "bare.kes");
+    REQUIRE_OK(kestrel_model_load_path(path, &model));
+    free(path);
+    EXPECT_STATUS(kestrel_image_to_input(model, px, W, H, STRIDE, KESTREL_PIXEL_RGBA8888, x, 28 * 28),
+                  KESTREL_ERR_UNSUPPORTED);
+    REQUIRE_OK(kestrel_model_free(model));
+}
+
 static int usage(const char *argv0) {
     fprintf(stderr, "usage: %s FIXTURE_DIR cpu|cpu-only-build|no-gpu|gpu AUTO_BACKEND(wgpu|cpu)\n", argv0);
     return 2;
@@ -779,6 +858,7 @@ int main(int argc, char **argv) {
         test_loading_errors(dir);
         test_image(dir);
         test_text(dir, KESTREL_BACKEND_CPU);
+        test_classify(dir);
         if (strcmp(mode, "cpu-only-build") == 0) test_cpu_only_build(dir);
     } else if (strcmp(mode, "no-gpu") == 0) {
         test_no_gpu(dir);
