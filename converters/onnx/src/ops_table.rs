@@ -50,6 +50,7 @@ ConvTranspose | a 0/1 Dense per spatial axis (zero insertion, padding, cropping)
 Cos | Unary
 Cosh | Unary
 CumSum | Dense with a triangular 0/1 weight | constant axis
+DequantizeLinear | (x − zero_point) · scale on the integer values (constant weights folded at conversion) | per-tensor parameters on activations (tract's importer needs constant scales)
 Div | Binary
 Dropout | nothing (inference)
 Elu | Exp, a comparison and a select (tract's expansion)
@@ -83,6 +84,7 @@ Less | Binary Less (1 or 0)
 LessOrEqual | Binary LessEq (1 or 0)
 Log | Unary
 MatMul | Dense (constant operand) or MatMul; fused into Attention / AFT / Fastformer
+MatMulInteger | as QLinearMatMul with unit scales (an exact integer sum in f32, to 2^24)
 Max | Binary | two operands
 MaxPool | Pool2d Max (3-D: one over (H, W), one over D) | 1-D, 2-D and 3-D; one output (no indices)
 Min | Binary | two operands
@@ -95,6 +97,9 @@ Or | Binary Max on 0/1 values | boolean operands
 PRelu | Mul, a comparison and a select (tract's expansion)
 Pad | a Slice into zeros plus the constant (edge, reflect: Dense with a 0/1 weight) | constant mode, constant pads
 Pow | Binary; a constant exponent 2, 3, 4 as products, ½ as Sqrt, −½ as Rsqrt, −1 as Reciprocal
+QLinearConv | as QLinearMatMul (tract's quantised einsum)
+QLinearMatMul | dequantised operands (scale·(x − zero_point), per-tensor or per-axis; parameters constant or computed), the float product, then round half to even + zero point, saturated to the output type | 8-bit outputs; f16 scales refused by tract's importer
+QuantizeLinear | clamp(round_half_even(x / scale) + zero_point) on activations (× tract's stored 1/scale: a value on an exact tie may land one step away) | u8/i8 outputs, constant per-tensor parameters
 Range | folded | constant bounds
 Reciprocal | Unary
 ReduceL1 | Unary Abs and Reduce Sum (tract's expansion) | constant axes

@@ -10,7 +10,7 @@ use tract_onnx::tract_core::ops::einsum::EinSum;
 
 /// One operand of a contraction: an activation or a constant, with its axes' labels.
 #[derive(Clone)]
-enum Operand {
+pub(super) enum Operand {
     Act(TensorId, Vec<usize>),
     Const(OutletId, Arc<Tensor>),
 }
@@ -79,10 +79,19 @@ impl Lowerer<'_> {
     /// Lowers a two-input EinSum.
     pub(super) fn einsum(&mut self, op: &EinSum) -> Res<()> {
         let node = self.model.node(self.node);
-        if node.inputs.len() != 2 || op.q_params.is_some() {
+        if let Some(qp) = op.q_params {
+            return self.einsum_q(op, qp);
+        }
+        if node.inputs.len() != 2 {
             return Err(self.unsupported("only two-input float einsums"));
         }
         let ops = [self.operand(node.inputs[0])?, self.operand(node.inputs[1])?];
+        self.einsum_of(op, ops, true)
+    }
+
+    /// The float einsum of two operands; `fuse_after` lets a Dense take the bias and the
+    /// activation that follow the node (a quantised einsum's requantisation comes first).
+    pub(super) fn einsum_of(&mut self, op: &EinSum, ops: [Operand; 2], fuse_after: bool) -> Res<()> {
         let (li, ri) = if matches!(ops[0], Operand::Act(..)) { (0, 1) } else { (1, 0) };
         let (l, r) = (&ops[li], &ops[ri]);
         let (sl, sr) = (l.shape(), r.shape());
@@ -148,7 +157,7 @@ impl Lowerer<'_> {
         let nd: Vec<usize> = rfree.iter().map(|&c| dim_of(c)).collect();
         let (m, n, kk) = (prod(&md), prod(&nd), k.iter().map(|&c| dim_of(c)).product::<usize>());
 
-        if batch.is_empty() && k.len() == 1 && rfree.len() == 1 && matches!(r, Operand::Const(..)) {
+        if fuse_after && batch.is_empty() && k.len() == 1 && rfree.len() == 1 && matches!(r, Operand::Const(..)) {
             if let Some(done) = self.pointwise_conv(l, r, (&labels_l, &labels_r, &out_labels), k[0], rfree[0])? {
                 return Ok(done);
             }
@@ -169,10 +178,10 @@ impl Lowerer<'_> {
             let rows: Vec<usize> = md.iter().enumerate().filter(|&(i, &v)| i == 0 || v != 1).map(|(_, &v)| v).collect();
             let x_dims: Vec<usize> = rows.iter().copied().chain([kk]).collect();
             let x = self.reshape(lid, &la_dims, &x_dims)?;
-            let bias = self.dense_bias(&rfree, &out_labels, &out_shape, n)?;
+            let bias = if fuse_after { self.dense_bias(&rfree, &out_labels, &out_shape, n)? } else { None };
             // An activation right after (bias) commutes with the reshapes and transposes below.
             let tail = OutletId::new(self.pending_bias.unwrap_or(self.node), 0);
-            let act = match self.match_activation(tail) {
+            let act = match self.match_activation(tail).filter(|_| fuse_after) {
                 Some((act, m)) => {
                     self.pending_act = Some((act_label("dense", act), m));
                     act

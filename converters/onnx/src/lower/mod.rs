@@ -16,6 +16,7 @@ mod hard_sigmoid;
 mod linear;
 mod mask;
 mod pool;
+mod quant_ops;
 mod resize;
 pub(crate) mod rnn;
 mod scatter;
@@ -587,7 +588,8 @@ impl<'m> Lowerer<'m> {
         if let Some(op) = node.op_as::<Conv>() {
             return self.conv(op);
         }
-        if self.try_bits()?
+        if self.try_quant()?
+            || self.try_bits()?
             || self.try_elementwise()?
             || self.try_trilu()?
             || self.try_shape()?

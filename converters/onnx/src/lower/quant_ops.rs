@@ -1,0 +1,225 @@
+//! Quantised ONNX graphs (QDQ and QOperator formats, as onnxruntime's quantisation tools write
+//! them) computed in f32 with the integers' exact values: tract's `QuantizeLinearU8/I8`
+//! (`clamp(round_half_even(x · 1/scale) + zero_point)`), `DequantizeLinearF32`
+//! (`(x − zero_point) · scale`) and its quantised `EinSum` (QLinearMatMul, MatMulInteger,
+//! QLinearConv: `round((Σ a'·b' + bias·sa·sb) / sc + c0)` clamped to the output type, with
+//! `a' = sa·(a − a0)`, `b' = sb·(b − b0)`, per-tensor or per-axis parameters), each as the same
+//! arithmetic with generic ops. Integer tensors are f32 values (exact to 2^24, as everywhere).
+//! The quantisation parameters must be constants (DynamicQuantizeLinear's run-time scales are
+//! refused).
+
+use super::linear::Operand;
+use super::{f32s, Lowerer, Res, Val};
+use kestrel_format::ops::{BinaryOp, Op, TensorId, Unary, UnaryOp};
+use tract_onnx::prelude::*;
+use tract_onnx::tract_core::internal::InOut;
+use tract_onnx::tract_core::ops::einsum::EinSum;
+use tract_onnx::tract_core::ops::element_wise::ElementWiseOp;
+use tract_onnx::tract_core::ops::quant::{DequantizeLinearF32, QuantizeLinearI8, QuantizeLinearU8};
+
+/// A quantisation parameter: constant values, or a tensor and its logical shape.
+enum QParam {
+    Const(Vec<f32>),
+    Act(TensorId, Vec<usize>),
+}
+
+impl Lowerer<'_> {
+    /// Lowers tract's quantise / dequantise ops; `Ok(false)` for anything else.
+    pub(super) fn try_quant(&mut self) -> Res<bool> {
+        let node = self.model.node(self.node);
+        if let Some(op) = node.op_as::<DequantizeLinearF32>() {
+            let (x, shape) = self.act(node.inputs[0])?;
+            let zp = self.scalar_weight(op.zero_point as f32)?;
+            let scale = self.scalar_weight(op.scale)?;
+            let d = self.binary_op(x, zp, BinaryOp::Sub)?;
+            let y = self.binary_op(d, scale, BinaryOp::Mul)?;
+            self.out(y, shape);
+            self.count_fused("dequantize-linear");
+            return Ok(true);
+        }
+        let Some(ew) = node.op_as::<ElementWiseOp>() else { return Ok(false) };
+        let (inv, zp, lo, hi) = if let Some(q) = ew.0.downcast_ref::<QuantizeLinearU8>() {
+            (q.scale, q.zero_point as f32, 0.0, 255.0)
+        } else if let Some(q) = ew.0.downcast_ref::<QuantizeLinearI8>() {
+            (q.scale, q.zero_point as f32, -128.0, 127.0)
+        } else {
+            return Ok(false);
+        };
+        let (x, shape) = self.act(node.inputs[0])?;
+        let s = self.scalar_weight(inv)?;
+        let y = self.binary_op(x, s, BinaryOp::Mul)?;
+        let y = self.requantise(y, None, zp, lo, hi)?;
+        self.out(y, shape);
+        self.count_fused("quantize-linear");
+        Ok(true)
+    }
+
+    /// An exact scalar f32 weight.
+    fn scalar_weight(&mut self, v: f32) -> Res<TensorId> {
+        self.weight_f32(OutletId::new(self.node, 0), "quantisation", &[1], vec![v])
+    }
+
+    /// `clamp(round_half_even(y) + zp, lo, hi)`; `zp_w` a per-axis zero point weight (else the
+    /// scalar `zp`).
+    fn requantise(&mut self, y: TensorId, zp_w: Option<TensorId>, zp: f32, lo: f32, hi: f32) -> Res<TensorId> {
+        let r = self.b.op(|o| Op::Unary(Unary { x: y, op: UnaryOp::Round, y: o }))?;
+        let z = match zp_w {
+            Some(w) => w,
+            None => self.scalar_weight(zp)?,
+        };
+        let r = self.binary_op(r, z, BinaryOp::Add)?;
+        if lo.is_finite() {
+            let l = self.scalar_weight(lo)?;
+            let h = self.scalar_weight(hi)?;
+            let r = self.binary_op(r, l, BinaryOp::Max)?;
+            return self.binary_op(r, h, BinaryOp::Min);
+        }
+        Ok(r)
+    }
+
+    /// A quantisation parameter (input `slot`): constant values, or a tensor the graph feeds
+    /// (the standard's test cases pass them as inputs).
+    fn qparam(&mut self, slot: usize) -> Res<QParam> {
+        let node = self.model.node(self.node);
+        match self.val(node.inputs[slot])? {
+            Val::Const(t) => Ok(QParam::Const(f32s(&t)?)),
+            Val::Act { .. } => {
+                let (x, xs) = self.act(node.inputs[slot])?;
+                Ok(QParam::Act(x, xs))
+            }
+        }
+    }
+
+    /// The axis of `data` (an input or the output) a per-axis parameter in input `slot` runs
+    /// along, as tract's reference places it.
+    fn qparam_axis(&self, op: &EinSum, data: InOut, slot: usize) -> usize {
+        op.axes.axis((InOut::In(slot), 0)).ok().and_then(|a| a.interface(data).first().copied()).unwrap_or(0)
+    }
+
+    /// `values` (1 or `shape[axis]` of them) broadcast over `shape` along `axis`.
+    fn along(values: &[f32], shape: &[usize], axis: usize) -> Vec<f32> {
+        let n: usize = shape.iter().product();
+        if values.len() <= 1 {
+            return vec![values.first().copied().unwrap_or(0.0); n];
+        }
+        let inner: usize = shape[axis + 1..].iter().product();
+        (0..n).map(|e| values[(e / inner) % shape[axis]]).collect()
+    }
+
+    /// A parameter as a tensor broadcasting along `axis` of a tensor of rank `rank`: `[1]` for
+    /// one value, else `[len, 1, …, 1]` (the trailing axes).
+    fn qparam_weight(&mut self, p: &QParam, rank: usize, axis: usize) -> Res<TensorId> {
+        let shape = |len: usize| -> Vec<usize> {
+            if len <= 1 {
+                vec![1]
+            } else {
+                std::iter::once(len).chain(std::iter::repeat_n(1, rank - axis - 1)).collect()
+            }
+        };
+        match p {
+            QParam::Const(values) => {
+                let v = if values.is_empty() { vec![0.0] } else { values.clone() };
+                self.weight_f32(OutletId::new(self.node, 0), "quantisation", &shape(v.len()), v)
+            }
+            QParam::Act(id, xs) => {
+                let len: usize = xs.iter().product();
+                self.reshape(*id, xs, &shape(len))
+            }
+        }
+    }
+
+    /// Operand `slot` (0 or 1) of a quantised einsum dequantised: `scale · (x − zero_point)`
+    /// (parameters in inputs `zp_slot` and `zp_slot + 1`).
+    fn dequantised(&mut self, op: &EinSum, slot: usize, zp_slot: usize) -> Res<Operand> {
+        let node = self.model.node(self.node);
+        let (zp, scale) = (self.qparam(zp_slot)?, self.qparam(zp_slot + 1)?);
+        let o = node.inputs[slot];
+        let (za, sa) =
+            (self.qparam_axis(op, InOut::In(slot), zp_slot), self.qparam_axis(op, InOut::In(slot), zp_slot + 1));
+        match (self.val(o)?, &zp, &scale) {
+            (Val::Const(t), QParam::Const(zp), QParam::Const(scale)) => {
+                let shape = t.shape().to_vec();
+                let v = f32s(&t)?;
+                let (z, s) = (Self::along(zp, &shape, za), Self::along(scale, &shape, sa));
+                let d: Vec<f32> = v.iter().zip(z.iter().zip(&s)).map(|(&x, (&z, &s))| s * (x - z)).collect();
+                let t = tract_onnx::prelude::tract_ndarray::ArrayD::from_shape_vec(shape, d)
+                    .map_err(|e| self.bad("a dequantised constant", format!("{e}")))?
+                    .into_tensor();
+                Ok(Operand::Const(o, t.into_arc_tensor()))
+            }
+            (v, _, _) => {
+                let (x, shape) = match v {
+                    Val::Const(t) => {
+                        let shape = t.shape().to_vec();
+                        (self.weight_f32(o, "quantised_operand", &shape, f32s(&t)?)?, shape)
+                    }
+                    Val::Act { .. } => self.act(o)?,
+                };
+                let r = shape.len();
+                let z = self.qparam_weight(&zp, r, za)?;
+                let s = self.qparam_weight(&scale, r, sa)?;
+                let d = self.binary_op(x, z, BinaryOp::Sub)?;
+                Ok(Operand::Act(self.binary_op(d, s, BinaryOp::Mul)?, shape))
+            }
+        }
+    }
+
+    /// A quantised einsum (9 inputs: A, B, bias, A0, Ascale, B0, Bscale, C0, Cscale; output type
+    /// `qp`), as tract's reference defines it.
+    pub(super) fn einsum_q(&mut self, op: &EinSum, qp: DatumType) -> Res<()> {
+        let node = self.model.node(self.node);
+        if node.inputs.len() != 9 {
+            return Err(self.bad("a quantised einsum of 9 inputs", format!("{}", node.inputs.len())));
+        }
+        let a = self.dequantised(op, 0, 3)?;
+        let b = self.dequantised(op, 1, 5)?;
+        let (sa, sb) = (self.qparam(4)?, self.qparam(6)?);
+        let (bias, c0, sc) = (self.qparam(2)?, self.qparam(7)?, self.qparam(8)?);
+        self.einsum_of(op, [a, b], false)?;
+        let here = OutletId::new(self.node, 0);
+        let (y, shape) = self.act(here)?;
+        let r = shape.len();
+        let out = InOut::Out(0);
+        // (y + bias·sa·sb) / sc + c0, rounded, clamped for 8-bit outputs.
+        let mut y = y;
+        let terms = [
+            (&bias, self.qparam_axis(op, out, 2)),
+            (&sa, self.qparam_axis(op, out, 4)),
+            (&sb, self.qparam_axis(op, out, 6)),
+        ];
+        let zero_bias = matches!(&bias, QParam::Const(v) if v.iter().all(|&x| x == 0.0));
+        if !zero_bias {
+            if let (QParam::Const(b), QParam::Const(a), QParam::Const(s)) = (&bias, &sa, &sb) {
+                let n = b.len().max(a.len()).max(s.len());
+                let axis = terms.iter().find(|(p, _)| matches!(p, QParam::Const(v) if v.len() > 1)).map_or(0, |t| t.1);
+                let pick = |v: &[f32], i: usize| if v.len() > 1 { v[i] } else { v.first().copied().unwrap_or(0.0) };
+                let folded: Vec<f32> = (0..n).map(|i| pick(b, i) * pick(a, i) * pick(s, i)).collect();
+                let w = self.qparam_weight(&QParam::Const(folded), r, axis)?;
+                y = self.binary_op(y, w, BinaryOp::Add)?;
+            } else {
+                // bias·sa·sb from a computed term first (Kestrel computes no op on two weights).
+                let first_act = terms.iter().position(|(p, _)| matches!(p, QParam::Act(..))).unwrap_or(0);
+                let mut t = self.qparam_weight(terms[first_act].0, r, terms[first_act].1)?;
+                for (i, (p, axis)) in terms.iter().enumerate() {
+                    if i != first_act {
+                        let w = self.qparam_weight(p, r, *axis)?;
+                        t = self.binary_op(t, w, BinaryOp::Mul)?;
+                    }
+                }
+                y = self.binary_op(y, t, BinaryOp::Add)?;
+            }
+        }
+        let s = self.qparam_weight(&sc, r, self.qparam_axis(op, out, 8))?;
+        y = self.binary_op(y, s, BinaryOp::Div)?;
+        let zp = self.qparam_weight(&c0, r, self.qparam_axis(op, out, 7))?;
+        let (lo, hi) = match qp.unquantized() {
+            DatumType::I8 => (-128.0, 127.0),
+            DatumType::U8 => (0.0, 255.0),
+            _ => (f32::NEG_INFINITY, f32::INFINITY),
+        };
+        let y = self.requantise(y, Some(zp), 0.0, lo, hi)?;
+        self.out(y, shape);
+        self.count_fused("quantised-einsum");
+        Ok(())
+    }
+}
