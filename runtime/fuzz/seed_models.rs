@@ -1,7 +1,8 @@
 //! Writes small valid models (seed corpus for the `model` target) into the directory given as
 //! the first argument: one tiny model per case of the shared mechanism table
-//! (`kestrel::mechanisms::CASES`) and weight encoding (and masked attention, and attention on
-//! activations, `Sdpa`),
+//! (`kestrel::mechanisms::CASES`) and weight encoding (and masked attention, attention on
+//! activations, `Sdpa`, and recurrences: an LSTM with peepholes feeding a GRU whose reset gate
+//! acts on the state),
 //! plus the demo text model. Run via `seed.sh`.
 
 use kestrel::format::ops::*;
@@ -82,6 +83,43 @@ fn sdpa() -> Vec<u8> {
     b.build().unwrap()
 }
 
+/// A bidirectional LSTM with initial states and peepholes (the 8-slot record) feeding a GRU
+/// whose reset gate acts on the state (the 4-attribute record).
+fn rnn(dtype: DType) -> Vec<u8> {
+    let (t, i, h) = (4usize, 4usize, 3usize);
+    let mut b = ModelBuilder::new("seed");
+    b.set_weight_dtype(dtype);
+    let x = b.input("x", &[t, i]).unwrap();
+    let mut n = 0u32;
+    let mut wt = |b: &mut ModelBuilder, shape: &[usize]| weight(b, &mut n, shape).unwrap();
+    let (w, r, bias) = (wt(&mut b, &[2 * 4 * h, i]), wt(&mut b, &[2 * 4 * h, h]), wt(&mut b, &[2, 8 * h]));
+    let (h0, c0, p) = (Some(wt(&mut b, &[2, h])), Some(wt(&mut b, &[2, h])), Some(wt(&mut b, &[2, 3 * h])));
+    let (direction, hidden) = (RnnDirection::Bidirectional, h as u32);
+    let y =
+        b.op(|y| Op::Lstm(Lstm { x, w, r, b: bias, h0, c0, p, hidden, direction, output: RnnOutput::Y, y })).unwrap();
+    let y = b.reshape(y, &[t, 2 * h]).unwrap();
+    let (w, r, bias) = (wt(&mut b, &[3 * h, 2 * h]), wt(&mut b, &[3 * h, h]), wt(&mut b, &[1, 6 * h]));
+    let direction = RnnDirection::Reverse;
+    let y = b
+        .op(|out| {
+            Op::Gru(Gru {
+                x: y,
+                w,
+                r,
+                b: bias,
+                h0: None,
+                hidden,
+                direction,
+                output: RnnOutput::Hidden,
+                reset: GruReset::State,
+                y: out,
+            })
+        })
+        .unwrap();
+    b.output(y);
+    b.build().unwrap()
+}
+
 fn main() {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus/model".into());
     std::fs::create_dir_all(&dir).unwrap();
@@ -91,6 +129,7 @@ fn main() {
             std::fs::write(format!("{dir}/mech{which}_{}.kes", dtype.name()), tiny(case, dtype)).unwrap();
         }
         std::fs::write(format!("{dir}/mech{}_{}.kes", CASES.len(), dtype.name()), masked(dtype)).unwrap();
+        std::fs::write(format!("{dir}/rnn_{}.kes", dtype.name()), rnn(dtype)).unwrap();
     }
     std::fs::write(format!("{dir}/sdpa_f32.kes"), sdpa()).unwrap();
     let text = kestrel::demo::text_model(1, DType::I8).unwrap();

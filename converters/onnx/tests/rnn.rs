@@ -1,7 +1,9 @@
 //! ONNX LSTM and GRU → Kestrel `Lstm` / `Gru` (models from `tests/data/make_rnn_models.py`):
 //! two-layer bidirectional nn.LSTM / nn.GRU exports and a reverse-direction LSTM node match
 //! tract (`verify`, at batch 3) and onnxruntime's saved outputs, on the CPU and on the GPU;
-//! the ONNX features Kestrel's ops do not have are blockers that say what they are.
+//! recurrences built here (a fixed batch of sequences, GRUs with `linear_before_reset = 0`,
+//! LSTMs with peepholes) match tract; the ONNX features Kestrel's ops do not have are blockers
+//! that say what they are.
 
 mod common;
 #[path = "common/proto.rs"]
@@ -76,7 +78,7 @@ fn int8_recurrent_weights_stay_close() {
 
 #[test]
 fn unsupported_recurrent_features_are_named() {
-    for (name, op, what) in [("lstm_clip", "LSTM", "clip"), ("gru_lbr0", "GRU", "linear_before_reset = 0")] {
+    for (name, op, what) in [("lstm_clip", "LSTM", "clip")] {
         match convert(data(&format!("{name}.onnx")), &ConvertOptions::default()) {
             Err(ConvertError::Unsupported { blockers, .. }) => {
                 assert!(
@@ -107,13 +109,66 @@ fn recurrent_models_match_onnxruntime_on_the_gpu() {
     }
 }
 
-/// The weights of a fixed-batch recurrence: W, R, B, and the initial states as `[dirs, N, H]`.
+/// ONNX's GRU in its default form (`linear_before_reset = 0`, the reset gate on the state
+/// before the recurrent product: Keras/TensorFlow exports), saved by `make_rnn_models.py`,
+/// converts (one `Gru` per output read) and matches tract at batch 3.
+#[test]
+fn gru_with_the_reset_gate_on_the_state_matches_tract() {
+    let path = data("gru_lbr0.onnx");
+    let conv = convert(&path, &ConvertOptions::default()).unwrap();
+    assert!(conv.report.kestrel_ops.get("Gru").is_some_and(|&n| n >= 1), "{:?}", conv.report.kestrel_ops);
+    // The saved batch of 3 of the same shape as this model's input ([N, T, I]).
+    let (x, _, _) = io("lstm_reverse");
+    let v = verify(&path, &conv.kes, &[x]).unwrap();
+    println!("gru_lbr0: vs tract max abs {:.2e}, rel {:.2e}", v.max_abs_err, v.max_rel_err);
+    assert_eq!(v.batch, 3);
+    assert!(v.max_rel_err <= REL_TOL, "gru_lbr0: relative error {:.2e} against tract", v.max_rel_err);
+}
+
+/// The weights of a fixed-batch recurrence: W, R, B, the initial states as `[dirs, N, H]`, and
+/// the LSTM's peepholes `[dirs, 3H]`.
 struct Weights {
     w: Vec<f32>,
     r: Vec<f32>,
     b: Vec<f32>,
     h0: Vec<f32>,
     c0: Vec<f32>,
+    p: Vec<f32>,
+}
+
+/// One recurrence to build: the cell, ONNX's layout and direction, N sequences, whether it has
+/// initial states, and its variant (an LSTM with peepholes; a GRU with `linear_before_reset = 0`
+/// rather than 1).
+#[derive(Clone, Copy, Debug)]
+struct Spec {
+    lstm: bool,
+    layout: i64,
+    direction: &'static str,
+    n: usize,
+    states: bool,
+    variant: bool,
+}
+
+impl Spec {
+    fn dirs(&self) -> usize {
+        if self.direction == "bidirectional" {
+            2
+        } else {
+            1
+        }
+    }
+
+    fn weights(&self, rng: &mut Rng) -> Weights {
+        let (g, dirs, n) = (if self.lstm { 4 } else { 3 }, self.dirs(), self.n);
+        Weights {
+            w: rng.vec(dirs * g * H * I, 0.5),
+            r: rng.vec(dirs * g * H * H, 0.5),
+            b: rng.vec(dirs * 2 * g * H, 0.5),
+            h0: rng.vec(dirs * n * H, 0.5),
+            c0: rng.vec(dirs * n * H, 0.5),
+            p: rng.vec(dirs * 3 * H, 0.5),
+        }
+    }
 }
 
 const T: usize = 4;
@@ -122,11 +177,13 @@ const H: usize = 5;
 
 /// An LSTM or GRU node over `n` sequences at once (ONNX's batch axis a fixed N: a BiLSTM over an
 /// image's rows, the conformance "batchwise" cases), every output read, non-zero initial states
-/// (laid out `[N, dirs, H]` for layout 1).
-fn fixed_batch_model(lstm: bool, layout: i64, dirs: usize, n: usize, wt: &Weights) -> (Vec<u8>, Vec<usize>) {
+/// when it has them (laid out `[N, dirs, H]` for layout 1), peepholes for an LSTM variant.
+fn fixed_batch_model(spec: &Spec, layout: i64, wt: &Weights) -> (Vec<u8>, Vec<usize>) {
+    let Spec { lstm, n, states, variant, direction, .. } = *spec;
+    let dirs = spec.dirs();
     let g = if lstm { 4 } else { 3 };
     let xs = if layout == 1 { vec![n, T, I] } else { vec![T, n, I] };
-    let (hs, states): (Vec<usize>, Vec<Vec<f32>>) = {
+    let (hs, state_vals): (Vec<usize>, Vec<Vec<f32>>) = {
         let lay = |v: &[f32]| -> Vec<f32> {
             if layout == 0 {
                 return v.to_vec();
@@ -135,9 +192,16 @@ fn fixed_batch_model(lstm: bool, layout: i64, dirs: usize, n: usize, wt: &Weight
         };
         (if layout == 1 { vec![n, dirs, H] } else { vec![dirs, n, H] }, vec![lay(&wt.h0), lay(&wt.c0)])
     };
-    let mut node = Msg::default().str(1, "x").str(1, "w").str(1, "r").str(1, "b").str(1, "").str(1, "h0");
-    if lstm {
-        node = node.str(1, "c0");
+    let mut node = Msg::default().str(1, "x").str(1, "w").str(1, "r").str(1, "b");
+    let state_names: &[&str] = if lstm { &["h0", "c0"] } else { &["h0"] };
+    if states || (lstm && variant) {
+        node = node.str(1, "");
+        for s in state_names {
+            node = node.str(1, if states { s } else { "" });
+        }
+    }
+    if lstm && variant {
+        node = node.str(1, "p");
     }
     node = node.str(2, "y").str(2, "y_h");
     if lstm {
@@ -148,8 +212,8 @@ fn fixed_batch_model(lstm: bool, layout: i64, dirs: usize, n: usize, wt: &Weight
         .str(4, if lstm { "LSTM" } else { "GRU" })
         .msg(5, i64_attr("hidden_size", H as i64))
         .msg(5, i64_attr("layout", layout))
-        .msg(5, str_attr("direction", if dirs == 2 { "bidirectional" } else { "forward" }));
-    if !lstm {
+        .msg(5, str_attr("direction", direction));
+    if !lstm && !variant {
         node = node.msg(5, i64_attr("linear_before_reset", 1));
     }
     let mut graph = Msg::default()
@@ -157,10 +221,14 @@ fn fixed_batch_model(lstm: bool, layout: i64, dirs: usize, n: usize, wt: &Weight
         .str(2, "g")
         .msg(5, f32_tensor("w", &[dirs, g * H, I], &wt.w))
         .msg(5, f32_tensor("r", &[dirs, g * H, H], &wt.r))
-        .msg(5, f32_tensor("b", &[dirs, 2 * g * H], &wt.b))
-        .msg(5, f32_tensor("h0", &hs, &states[0]));
-    if lstm {
-        graph = graph.msg(5, f32_tensor("c0", &hs, &states[1]));
+        .msg(5, f32_tensor("b", &[dirs, 2 * g * H], &wt.b));
+    if states {
+        for (k, s) in state_names.iter().enumerate() {
+            graph = graph.msg(5, f32_tensor(s, &hs, &state_vals[k]));
+        }
+    }
+    if lstm && variant {
+        graph = graph.msg(5, f32_tensor("p", &[dirs, 3 * H], &wt.p));
     }
     graph = graph.msg(11, float_value("x", Some(&xs)));
     for o in ["y", "y_h", "y_c"].iter().take(if lstm { 3 } else { 2 }) {
@@ -174,17 +242,10 @@ fn fixed_batch_model(lstm: bool, layout: i64, dirs: usize, n: usize, wt: &Weight
 /// disagrees with ONNX's reference implementation, which Kestrel matches), its outputs moved
 /// into layout 1's order. Returns (Kestrel, tract) outputs.
 #[allow(clippy::type_complexity)]
-fn run_fixed_batch(
-    lstm: bool,
-    layout: i64,
-    dirs: usize,
-    n: usize,
-    wt: &Weights,
-    x0: &[f32],
-    name: &str,
-) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+fn run_fixed_batch(spec: &Spec, wt: &Weights, x0: &[f32], name: &str) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+    let (layout, dirs, n) = (spec.layout, spec.dirs(), spec.n);
     let file = |layout: i64| {
-        let (onnx, xs) = fixed_batch_model(lstm, layout, dirs, n, wt);
+        let (onnx, xs) = fixed_batch_model(spec, layout, wt);
         let path = std::env::temp_dir()
             .join(format!("kestrel-rnn-batch-{}-{name}-{layout}.onnx", std::process::id()).replace(' ', "_"));
         std::fs::write(&path, onnx).unwrap();
@@ -240,29 +301,49 @@ fn run_fixed_batch(
     (kestrel, tract)
 }
 
+/// Kestrel against tract on `spec` (every output); returns the relative error.
+fn check_against_tract(spec: Spec, rng: &mut Rng) -> f64 {
+    let name = format!("{spec:?}");
+    let wt = spec.weights(rng);
+    let x0 = rng.vec(T * spec.n * I, 1.0);
+    let (kestrel, tract) = run_fixed_batch(&spec, &wt, &x0, &name);
+    assert_eq!(kestrel.len(), if spec.lstm { 3 } else { 2 }, "{name}");
+    let (_, rel, _, _) = compare(&tract, &kestrel, &vec![H; tract.len()]).unwrap();
+    assert!(rel <= REL_TOL, "{name}: relative error {rel:.2e} against tract");
+    rel
+}
+
 #[test]
 fn recurrences_over_a_fixed_batch_match_tract() {
     let mut rng = Rng::new(0x2AA7);
     for lstm in [true, false] {
-        let g = if lstm { 4 } else { 3 };
         for layout in [0, 1] {
-            for dirs in [1, 2] {
+            for direction in ["forward", "bidirectional"] {
                 for n in [2, 3] {
-                    let name = format!("lstm {lstm} layout {layout} dirs {dirs} N {n}");
-                    let wt = Weights {
-                        w: rng.vec(dirs * g * H * I, 0.5),
-                        r: rng.vec(dirs * g * H * H, 0.5),
-                        b: rng.vec(dirs * 2 * g * H, 0.5),
-                        h0: rng.vec(dirs * n * H, 0.5),
-                        c0: rng.vec(dirs * n * H, 0.5),
-                    };
-                    let x0 = rng.vec(T * n * I, 1.0);
-                    let (kestrel, tract) = run_fixed_batch(lstm, layout, dirs, n, &wt, &x0, &name);
-                    assert_eq!(kestrel.len(), if lstm { 3 } else { 2 }, "{name}");
-                    let (_, rel, _, _) = compare(&tract, &kestrel, &vec![H; tract.len()]).unwrap();
-                    assert!(rel <= REL_TOL, "{name}: relative error {rel:.2e} against tract");
+                    let spec = Spec { lstm, layout, direction, n, states: true, variant: false };
+                    check_against_tract(spec, &mut rng);
                 }
             }
         }
     }
+}
+
+/// GRUs with `linear_before_reset = 0` (ONNX's default) and LSTMs with peepholes `P`: every
+/// direction, with and without initial states, one sequence and a fixed batch of two in either
+/// layout, against tract (and the GPU against the CPU where there is one).
+#[test]
+fn reset_gate_on_the_state_and_peepholes_match_tract() {
+    let mut rng = Rng::new(0x9EE9);
+    let mut worst = 0f64;
+    for lstm in [true, false] {
+        for direction in ["forward", "reverse", "bidirectional"] {
+            for states in [false, true] {
+                for (layout, n) in [(0, 1), (0, 2), (1, 2)] {
+                    let spec = Spec { lstm, layout, direction, n, states, variant: true };
+                    worst = worst.max(check_against_tract(spec, &mut rng));
+                }
+            }
+        }
+    }
+    println!("GRU linear_before_reset = 0 and LSTM peepholes: worst relative error {worst:.2e} against tract");
 }

@@ -1,7 +1,8 @@
-//! Property tests of the recurrent kernels (LSTM, GRU) against the f64 reference in
-//! `kestrel_reference::rnn`: every direction, every output, with and without initial states,
-//! every weight encoding (the reference gets the decoded weights), random non-zero inputs; the
-//! vectorised σ and tanh against libm; and the shape checks.
+//! Property tests of the recurrent kernels (LSTM with and without peepholes, GRU with either
+//! `linear_before_reset`) against the f64 reference in `kestrel_reference::rnn`: every
+//! direction, every output, with and without initial states, every weight encoding (the
+//! reference gets the decoded weights), random non-zero inputs; the vectorised σ and tanh against
+//! libm; and the shape checks.
 
 #[allow(unused_imports)]
 mod common_layers;
@@ -10,7 +11,7 @@ use common_layers::*;
 use kestrel_cpu::error::ShapeError;
 use kestrel_cpu::kernels::rnn::{rnn, rnn_scratch, RnnCell, RnnParams, RnnWeights};
 use kestrel_cpu::kernels::simd;
-use kestrel_format::ops::{RnnDirection, RnnOutput};
+use kestrel_format::ops::{GruReset, RnnDirection, RnnOutput};
 use kestrel_format::DType;
 use kestrel_reference::assert_close;
 use kestrel_reference::rnn::{self as r, Cell, RnnRef};
@@ -29,19 +30,34 @@ fn dims() -> impl Strategy<Value = (usize, usize, usize)> {
     (1usize..10, 1usize..14, 1usize..21)
 }
 
-/// One layer's values: x, w, r, b, h0, c0 (non-zero; weights scaled so that gates are not all
-/// saturated).
-type Values = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>);
+/// One layer's values: x, w, r, b, h0, c0, LSTM peepholes (non-zero; weights scaled so that
+/// gates are not all saturated).
+type Values = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>);
 
 fn values(t: usize, i: usize, h: usize) -> impl Strategy<Value = Values> {
     let rows = 2 * 4 * h; // the largest case: a bidirectional LSTM
-    (vals(t * i), vals(rows * i), vals(rows * h), vals(2 * 2 * 4 * h), vals(2 * h), vals(2 * h)).prop_map(
-        move |(x, w, r, b, h0, c0)| {
+    (vals(t * i), vals(rows * i), vals(rows * h), vals(2 * 2 * 4 * h), vals(2 * h), vals(2 * h), vals(2 * 3 * h))
+        .prop_map(move |(x, w, r, b, h0, c0, p)| {
             let scale = |v: Vec<f32>, k: f32| v.into_iter().map(|a| a * k).collect::<Vec<_>>();
             let (kw, kr) = (1.0 / (i as f32).sqrt(), 1.0 / (h as f32).sqrt());
-            (x, scale(w, kw), scale(r, kr), scale(b, 0.5), h0, c0)
-        },
-    )
+            (x, scale(w, kw), scale(r, kr), scale(b, 0.5), h0, c0, scale(p, 0.5))
+        })
+}
+
+/// The cells and their variants: LSTM without and with peepholes, GRU with the reset gate on
+/// the recurrent product (`linear_before_reset = 1`) and on the state (0).
+const VARIANTS: [(RnnCell, Variant); 4] = [
+    (RnnCell::Lstm, Variant { peep: false, reset: GruReset::Product }),
+    (RnnCell::Lstm, Variant { peep: true, reset: GruReset::Product }),
+    (RnnCell::Gru, Variant { peep: false, reset: GruReset::Product }),
+    (RnnCell::Gru, Variant { peep: false, reset: GruReset::State }),
+];
+
+/// An LSTM's peepholes, a GRU's reset gate.
+#[derive(Clone, Copy, Debug)]
+struct Variant {
+    peep: bool,
+    reset: GruReset,
 }
 
 fn cell_of(c: RnnCell) -> Cell {
@@ -54,7 +70,7 @@ fn cell_of(c: RnnCell) -> Cell {
 /// Runs one configuration for every output the cell has and compares with the reference.
 #[allow(clippy::too_many_arguments)]
 fn check(
-    cell: RnnCell,
+    (cell, var): (RnnCell, Variant),
     direction: RnnDirection,
     (t, i, h): (usize, usize, usize),
     v: &Values,
@@ -71,6 +87,7 @@ fn check(
     let mut bt = TestWeight::matrix(DType::F32, dirs, 2 * g, &v.3[..dirs * 2 * g]);
     let mut ht = TestWeight::matrix(DType::F32, dirs, h, &v.4[..dirs * h]);
     let mut ct = TestWeight::matrix(DType::F32, dirs, h, &v.5[..dirs * h]);
+    let mut pt = TestWeight::matrix(DType::F32, dirs, 3 * h, &v.6[..dirs * 3 * h]);
     let x = &v.0[..t * i];
     let reference = r::rnn(
         &f64s(x),
@@ -85,10 +102,18 @@ fn check(
             b: &bt.decoded,
             h0: h0.then_some(&ht.decoded[..]),
             c0: c0.then_some(&ct.decoded[..]),
+            p: var.peep.then_some(&pt.decoded[..]),
+            linear_before_reset: var.reset == GruReset::Product,
         },
     );
-    let wts =
-        RnnWeights { w: wt.view(), r: rt.view(), b: bt.view(), h0: h0.then(|| ht.view()), c0: c0.then(|| ct.view()) };
+    let wts = RnnWeights {
+        w: wt.view(),
+        r: rt.view(),
+        b: bt.view(),
+        h0: h0.then(|| ht.view()),
+        c0: c0.then(|| ct.view()),
+        p: var.peep.then(|| pt.view()),
+    };
     let outputs: &[RnnOutput] = match cell {
         RnnCell::Lstm => RnnOutput::ALL,
         RnnCell::Gru => &[RnnOutput::Y, RnnOutput::Hidden],
@@ -107,13 +132,15 @@ fn check(
             direction,
             output,
         )
+        .and_then(|p| p.with_peepholes(var.peep.then(|| sh(&[dirs, 3 * h])).as_ref()))
+        .and_then(|p| p.with_reset(var.reset))
         .unwrap();
         wts.check(&p).unwrap();
         let want = rnn_pick(&reference, output);
         assert_eq!(p.y_shape().unwrap().numel(), Some(want.len()));
         let mut y = out(want.len());
         rnn(&p, &wts, x, &mut y, &mut scratch(rnn_scratch(&p)));
-        let what = format!("{cell:?} {direction:?} {output:?} T={t} I={i} H={h} {dt:?} h0={h0} c0={c0}");
+        let what = format!("{cell:?} {var:?} {direction:?} {output:?} T={t} I={i} H={h} {dt:?} h0={h0} c0={c0}");
         assert_close(&what, &y, &want, F32_APPROX);
     }
 }
@@ -121,7 +148,8 @@ fn check(
 proptest! {
     #![proptest_config(config())]
 
-    /// Each case runs both cells (the GRU has no cell state: `c0` is the LSTM's only).
+    /// Each case runs both cells in both variants (the GRU has no cell state: `c0` is the
+    /// LSTM's only).
     #[test]
     fn lstm_and_gru_match_reference(
         (d, v) in dims().prop_flat_map(|d| (Just(d), values(d.0, d.1, d.2))),
@@ -130,7 +158,7 @@ proptest! {
         h0 in any::<bool>(),
         c0 in any::<bool>(),
     ) {
-        for cell in [RnnCell::Lstm, RnnCell::Gru] {
+        for cell in VARIANTS {
             check(cell, direction, d, &v, dt, h0, c0);
         }
     }
@@ -161,9 +189,16 @@ fn long_sequence_matches_reference() {
     let (t, i, h) = (64, 40, 48);
     let mut rng = kestrel_reference::testing::Rng::new(7);
     let mut nz = |n: usize, k: f64| (0..n).map(|_| rng.nz(k)).collect::<Vec<f32>>();
-    let v: Values =
-        (nz(t * i, 1.0), nz(8 * h * i, 0.15), nz(8 * h * h, 0.15), nz(16 * h, 0.5), nz(2 * h, 1.0), nz(2 * h, 1.0));
-    for cell in [RnnCell::Lstm, RnnCell::Gru] {
+    let v: Values = (
+        nz(t * i, 1.0),
+        nz(8 * h * i, 0.15),
+        nz(8 * h * h, 0.15),
+        nz(16 * h, 0.5),
+        nz(2 * h, 1.0),
+        nz(2 * h, 1.0),
+        nz(6 * h, 0.5),
+    );
+    for cell in VARIANTS {
         check(cell, RnnDirection::Bidirectional, (t, i, h), &v, DType::F32, true, true);
     }
 }
@@ -213,4 +248,16 @@ fn shape_checks_reject_bad_weights() {
         new(gru, &[24, 3], &[24, 4], &[2, 24], None, RnnOutput::Cell),
         Err(ShapeError::Invalid { what: "a GRU has no cell state", .. })
     ));
+    // Peepholes [dirs, 3H], an LSTM's only; the reset gate's place, a GRU's only.
+    let peep = |p: &[usize]| ok.with_peepholes(Some(&s(p)));
+    assert!(peep(&[2, 12]).unwrap().has_p);
+    assert!(matches!(peep(&[2, 16]), Err(ShapeError::Mismatch { what: "p cols (3·hidden)", .. })));
+    assert!(matches!(peep(&[1, 12]), Err(ShapeError::Mismatch { what: "p rows (dirs)", .. })));
+    assert!(matches!(peep(&[24]), Err(ShapeError::Mismatch { what: "p rank", .. })));
+    let g = new(gru, &[24, 3], &[24, 4], &[2, 24], None, RnnOutput::Y).unwrap();
+    assert!(matches!(g.with_peepholes(Some(&s(&[2, 12]))), Err(ShapeError::Invalid { .. })));
+    assert!(matches!(ok.with_reset(GruReset::State), Err(ShapeError::Invalid { .. })));
+    assert_eq!(g.with_reset(GruReset::State).unwrap().reset, GruReset::State);
+    // Peepholes take 3H more scratch; a layer without them what it always did.
+    assert_eq!(rnn_scratch(&peep(&[2, 12]).unwrap()), rnn_scratch(&ok) + 12);
 }

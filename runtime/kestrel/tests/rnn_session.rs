@@ -1,8 +1,9 @@
 //! LSTM and GRU through the whole stack — `ModelBuilder` (shape inference, memory plan with the
 //! kernels' scratch) → `.kes` bytes → `Model` → `Session` — against the f64 graph interpreter
 //! (`kestrel_reference::rnn` with the weights decoded from the loaded file), in every weight
-//! encoding, every direction and output, at batch 3 and batch 1 per sample. A second graph reads
-//! two outputs of one recurrence (two nodes) and feeds Y into a dense layer.
+//! encoding, every direction and output, with and without initial states, LSTMs with and without
+//! peepholes and GRUs with either `linear_before_reset`, at batch 3 and batch 1 per sample. A
+//! second graph reads two outputs of one recurrence (two nodes) and feeds Y into a dense layer.
 
 mod common_graph;
 
@@ -68,7 +69,8 @@ fn layer(c: &mut Ctx, gates: usize, dirs: usize, i: usize, h: usize, states: boo
 fn stacked_gru(c: &mut Ctx, x: TensorId, i: usize, h: usize, direction: RnnDirection, output: RnnOutput) -> TensorId {
     let [w, r, b, _, _] = layer(c, 3, 1, i, h, false);
     let (w, r, b) = (w.unwrap(), r.unwrap(), b.unwrap());
-    c.b.op(|y| Op::Gru(Gru { x, w, r, b, h0: None, hidden: h as u32, direction, output, y })).unwrap()
+    let reset = GruReset::State;
+    c.b.op(|y| Op::Gru(Gru { x, w, r, b, h0: None, hidden: h as u32, direction, output, reset, y })).unwrap()
 }
 
 fn check(name: &str, dtype: DType, seed: u64, build: impl Fn(&mut Ctx) -> Vec<TensorId>) {
@@ -104,19 +106,23 @@ fn lstm_and_gru_every_direction_output_and_encoding() {
                 for states in [false, true] {
                     seed += 1;
                     let dirs = direction.dirs();
-                    // A GRU has no cell state to output.
-                    let cells: &[(&str, usize)] =
-                        if output == RnnOutput::Cell { &[("Lstm", 4)] } else { &[("Lstm", 4), ("Gru", 3)] };
-                    for &(cell, gates) in cells {
-                        let name = format!("{cell} {direction:?} {output:?} states {states}");
+                    // LSTMs without and with peepholes, GRUs with the reset gate on the recurrent
+                    // product and on the state (a GRU has no cell state to output).
+                    let all: &[(&str, usize, bool)] =
+                        &[("Lstm", 4, false), ("Lstm", 4, true), ("Gru", 3, false), ("Gru", 3, true)];
+                    let cells = if output == RnnOutput::Cell { &all[..2] } else { all };
+                    for &(cell, gates, alt) in cells {
+                        let name = format!("{cell} {direction:?} {output:?} states {states} variant {alt}");
                         check(&name, dtype, seed, |c| {
                             let x = c.input(&[t, i]);
                             let [w, r, b, h0, c0] = layer(c, gates, dirs, i, h, states);
                             let (w, r, b) = (w.unwrap(), r.unwrap(), b.unwrap());
+                            let p = (gates == 4 && alt).then(|| c.w_f32(&[dirs, 3 * h], 0.5));
+                            let reset = if alt { GruReset::State } else { GruReset::Product };
                             let hidden = h as u32;
                             let op = |y| match gates {
-                                4 => Op::Lstm(Lstm { x, w, r, b, h0, c0, hidden, direction, output, y }),
-                                _ => Op::Gru(Gru { x, w, r, b, h0, hidden, direction, output, y }),
+                                4 => Op::Lstm(Lstm { x, w, r, b, h0, c0, p, hidden, direction, output, y }),
+                                _ => Op::Gru(Gru { x, w, r, b, h0, hidden, direction, output, reset, y }),
                             };
                             vec![c.b.op(op).unwrap()]
                         });
@@ -138,7 +144,7 @@ fn stacked_layers_and_two_outputs_of_one_recurrence() {
         let [w, r, b, h0, c0] = layer(c, 4, 2, i, h, true);
         let (w, r, b) = (w.unwrap(), r.unwrap(), b.unwrap());
         let hidden = h as u32;
-        let lstm = |output| Op::Lstm(Lstm { x, w, r, b, h0, c0, hidden, direction, output, y: 0 });
+        let lstm = |output| Op::Lstm(Lstm { x, w, r, b, h0, c0, p: None, hidden, direction, output, y: 0 });
         let with_y = |op: Op, y: TensorId| match op {
             Op::Lstm(o) => Op::Lstm(Lstm { y, ..o }),
             other => other,
@@ -158,8 +164,8 @@ fn stacked_layers_and_two_outputs_of_one_recurrence() {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// `run` of a bidirectional LSTM and a GRU allocates nothing: the projection, the recurrent
-/// products and the gates all work in the plan's scratch.
+/// `run` of a bidirectional LSTM with peepholes and a GRU (reset gate on the state) allocates
+/// nothing: the projection, the recurrent products and the gates all work in the plan's scratch.
 #[test]
 fn recurrent_runs_allocate_nothing() {
     let (t, i, h) = (16, 12, 40);
@@ -172,8 +178,10 @@ fn recurrent_runs_allocate_nothing() {
         let (w, r, bb) = (w.unwrap(), r.unwrap(), bb.unwrap());
         let direction = RnnDirection::Bidirectional;
         let hidden = h as u32;
+        let p = Some(c.w_f32(&[2, 3 * h], 0.5));
         let y =
-            c.b.op(|y| Op::Lstm(Lstm { x, w, r, b: bb, h0, c0, hidden, direction, output: RnnOutput::Y, y })).unwrap();
+            c.b.op(|y| Op::Lstm(Lstm { x, w, r, b: bb, h0, c0, p, hidden, direction, output: RnnOutput::Y, y }))
+                .unwrap();
         let flat = c.b.reshape(y, &[t, 2 * h]).unwrap();
         let out = stacked_gru(&mut c, flat, 2 * h, h, RnnDirection::Reverse, RnnOutput::Hidden);
         c.b.output(out);

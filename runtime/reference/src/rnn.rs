@@ -1,7 +1,8 @@
-//! References for the recurrent ops: ONNX LSTM and GRU (`linear_before_reset = 1`) with the
-//! default activations, straight from the ONNX operator definitions, in f64, one sample at a
-//! time. Weights are in ONNX's layout: `w [dirs, G·H, I]`, `r [dirs, G·H, H]`, `b [dirs, 2·G·H]`
-//! (`Wb` then `Rb`), LSTM gates i, o, f, c (G = 4), GRU gates z, r, h (G = 3).
+//! References for the recurrent ops: ONNX LSTM (with or without peepholes) and GRU (either
+//! `linear_before_reset`) with the default activations, straight from the ONNX operator
+//! definitions, in f64, one sample at a time. Weights are in ONNX's layout: `w [dirs, G·H, I]`,
+//! `r [dirs, G·H, H]`, `b [dirs, 2·G·H]` (`Wb` then `Rb`), `p [dirs, 3H]` (`P_i`, `P_o`, `P_f`),
+//! LSTM gates i, o, f, c (G = 4), GRU gates z, r, h (G = 3).
 
 use crate::mechanisms::sigmoid;
 
@@ -10,7 +11,7 @@ use crate::mechanisms::sigmoid;
 pub enum Cell {
     /// LSTM (4 gates, a cell state).
     Lstm,
-    /// GRU with the reset gate applied after the recurrent product (`linear_before_reset = 1`).
+    /// GRU (where the reset gate acts: [`RnnRef::linear_before_reset`]).
     Gru,
 }
 
@@ -44,6 +45,12 @@ pub struct RnnRef<'a> {
     pub h0: Option<&'a [f64]>,
     /// Initial cell state `[dirs, H]`, LSTM only (None: zeros).
     pub c0: Option<&'a [f64]>,
+    /// Peephole weights `[dirs, 3H]` (`P_i`, `P_o`, `P_f`), LSTM only (None: zeros).
+    pub p: Option<&'a [f64]>,
+    /// GRU only: ONNX's `linear_before_reset`: true, the reset gate scales the recurrent
+    /// product, `r ⊙ (h R_hᵀ + Rb_h)`; false (ONNX's default), it scales the state before it,
+    /// `(r ⊙ h) R_hᵀ + Rb_h`.
+    pub linear_before_reset: bool,
 }
 
 /// The three ONNX outputs.
@@ -73,6 +80,8 @@ pub fn rnn(x: &[f64], t_len: usize, inp: usize, p: &RnnRef<'_>) -> RnnOut {
         let (wb, rb) = (&p.b[d * 2 * g_n..d * 2 * g_n + g_n], &p.b[d * 2 * g_n + g_n..(d + 1) * 2 * g_n]);
         let mut h: Vec<f64> = p.h0.map_or(vec![0.0; h_n], |v| v[d * h_n..(d + 1) * h_n].to_vec());
         let mut c: Vec<f64> = p.c0.map_or(vec![0.0; h_n], |v| v[d * h_n..(d + 1) * h_n].to_vec());
+        let peep: Vec<f64> = p.p.map_or(vec![0.0; 3 * h_n], |v| v[d * 3 * h_n..(d + 1) * 3 * h_n].to_vec());
+        let (pi, po, pf) = (&peep[..h_n], &peep[h_n..2 * h_n], &peep[2 * h_n..]);
         for step in 0..t_len {
             let t = if rev { t_len - 1 - step } else { step };
             let xt = &x[t * inp..(t + 1) * inp];
@@ -83,17 +92,28 @@ pub fn rnn(x: &[f64], t_len: usize, inp: usize, p: &RnnRef<'_>) -> RnnOut {
                 Cell::Lstm => {
                     for k in 0..h_n {
                         let g = |gate: usize| xw[gate * h_n + k] + hr[gate * h_n + k];
-                        let (i, o, f, cc) = (sigmoid(g(0)), sigmoid(g(1)), sigmoid(g(2)), g(3).tanh());
+                        // i and f see the previous cell state, o the new one.
+                        let (i, f, cc) = (sigmoid(g(0) + pi[k] * c[k]), sigmoid(g(2) + pf[k] * c[k]), g(3).tanh());
                         c[k] = f * c[k] + i * cc;
+                        let o = sigmoid(g(1) + po[k] * c[k]);
                         h[k] = o * c[k].tanh();
                     }
                 }
                 Cell::Gru => {
+                    let z: Vec<f64> = (0..h_n).map(|k| sigmoid(xw[k] + hr[k])).collect();
+                    let rg: Vec<f64> = (0..h_n).map(|k| sigmoid(xw[h_n + k] + hr[h_n + k])).collect();
+                    // The candidate's recurrent term: r ⊙ (h R_hᵀ + Rb_h), or (r ⊙ h) R_hᵀ + Rb_h.
+                    let rec: Vec<f64> = if p.linear_before_reset {
+                        (0..h_n).map(|k| rg[k] * hr[2 * h_n + k]).collect()
+                    } else {
+                        let rh: Vec<f64> = (0..h_n).map(|k| rg[k] * h[k]).collect();
+                        (0..h_n)
+                            .map(|k| dot(&r[(2 * h_n + k) * h_n..(2 * h_n + k + 1) * h_n], &rh) + rb[2 * h_n + k])
+                            .collect()
+                    };
                     for k in 0..h_n {
-                        let z = sigmoid(xw[k] + hr[k]);
-                        let rg = sigmoid(xw[h_n + k] + hr[h_n + k]);
-                        let n = (xw[2 * h_n + k] + rg * hr[2 * h_n + k]).tanh();
-                        h[k] = (1.0 - z) * n + z * h[k];
+                        let n = (xw[2 * h_n + k] + rec[k]).tanh();
+                        h[k] = (1.0 - z[k]) * n + z[k] * h[k];
                     }
                 }
             }
@@ -125,6 +145,8 @@ mod tests {
             b: &[0.1; 8],
             h0: None,
             c0: Some(&[0.3]),
+            p: None,
+            linear_before_reset: false,
         };
         let o = rnn(&x, 1, 1, &p);
         let (i, og, f, cc) = (sigmoid(0.7), sigmoid(1.2), sigmoid(1.7), (2.2f64).tanh());
@@ -142,10 +164,35 @@ mod tests {
             b: &[0.0, 0.0, 0.0, 0.0, 0.0, 0.4],
             h0: Some(&[0.2]),
             c0: None,
+            p: None,
+            linear_before_reset: true,
         };
         let o = rnn(&x, 1, 1, &p);
         let (z, r) = (sigmoid(0.5 + 0.1), sigmoid(1.0 + 0.1));
         let n = (1.5 + r * (0.1 + 0.4)).tanh();
         assert!((o.y_h[0] - ((1.0 - z) * n + z * 0.2)).abs() < 1e-15);
+        // linear_before_reset = 0: the reset gate scales h before R_h.
+        let o = rnn(&x, 1, 1, &RnnRef { linear_before_reset: false, ..p });
+        let n = (1.5 + 0.5 * (r * 0.2) + 0.4).tanh();
+        assert!((o.y_h[0] - ((1.0 - z) * n + z * 0.2)).abs() < 1e-15);
+        // LSTM peepholes P = [Pi, Po, Pf] = [0.5, 0.25, -1]: i and f see c0 = 0.3, o the new c.
+        let p = RnnRef {
+            cell: Cell::Lstm,
+            hidden: 1,
+            reversed: &[false],
+            w: &[1.0, 2.0, 3.0, 4.0],
+            r: &[0.0; 4],
+            b: &[0.1; 8],
+            h0: None,
+            c0: Some(&[0.3]),
+            p: Some(&[0.5, 0.25, -1.0]),
+            linear_before_reset: false,
+        };
+        let o = rnn(&x, 1, 1, &p);
+        let (i, f, cc) = (sigmoid(0.7 + 0.5 * 0.3), sigmoid(1.7 - 0.3), (2.2f64).tanh());
+        let c = f * 0.3 + i * cc;
+        let og = sigmoid(1.2 + 0.25 * c);
+        assert!((o.y_c[0] - c).abs() < 1e-15);
+        assert!((o.y_h[0] - og * c.tanh()).abs() < 1e-15);
     }
 }

@@ -431,7 +431,8 @@ Pool pool: Window {
 Rnn rnn {
     xw: Region = 2, y: Region = 4, state: Region = 6, t: usize = 8, hidden: usize = 9, dirs: usize = 10,
     cell: usize = 11, direction: usize = 12, output: usize = 13, has_h0: bool = 14, has_c0: bool = 15,
-    r: Wd = 16, bias: Wd = 20, h0: Wd = 24 opt, c0: Wd = 28 opt,
+    r: Wd = 16, bias: Wd = 20, h0: Wd = 24 opt, c0: Wd = 28 opt, reset_state: bool = 32, has_p: bool = 33,
+    p: Wd = 36 opt,
 }
 /// `embed.wgsl: embedding`.
 Embedding embedding {

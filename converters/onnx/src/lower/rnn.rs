@@ -9,11 +9,12 @@
 //! wiring tract's own implementation (`CommonRec`) into a small model and running it, so constant
 //! folding and `--verify` compute what tract always did. [`Lowerer::try_rnn`] then maps the node
 //! to one Kestrel op, or names what is not supported (non-default activations, clip,
-//! input_forget, peepholes, `linear_before_reset = 0`, a non-trivial `sequence_lens`, weights or
-//! initial states computed from the input).
+//! input_forget, a non-trivial `sequence_lens`, weights, peepholes or initial states computed
+//! from the input). Both GRU forms convert (`linear_before_reset` 1, PyTorch's, and 0, ONNX's
+//! default: `Gru::reset`), and LSTM peepholes are the op's optional `p`.
 
 use super::{f32s, zeros, Lowerer, Res, Val};
-use kestrel_format::ops::{BinaryOp, Gru, Lstm, Op, RnnDirection, RnnOutput, Slice, TensorId};
+use kestrel_format::ops::{BinaryOp, Gru, GruReset, Lstm, Op, RnnDirection, RnnOutput, Slice, TensorId};
 use tract_onnx::model::{OnnxOpRegister, ParsingContext};
 use tract_onnx::ops::rec::common::CommonRec;
 use tract_onnx::ops::rec::{gru::GRU, lstm::LSTM};
@@ -125,12 +126,6 @@ impl RnnSpec {
         }
         if self.input_forget != 0 {
             return Some("input_forget = 1 (coupled input and forget gates)".into());
-        }
-        if self.peepholes.is_some() {
-            return Some("peephole weights P".into());
-        }
-        if self.cell == CellKind::Gru && !self.linear_before_reset {
-            return Some("linear_before_reset = 0 (only PyTorch's form, linear_before_reset = 1)".into());
         }
         if !(self.layout == 0 || self.layout == 1) {
             return Some(format!("layout {}", self.layout));
@@ -401,6 +396,23 @@ impl Lowerer<'_> {
             }
             Ok(Some(lw.weight_f32(inputs[slot], what, &[dirs, h], v)?))
         };
+        // LSTM peepholes P [dirs, 3H] (P_i, P_o, P_f; shared by every sequence), zeros left out.
+        let p = match (s.cell, s.peepholes) {
+            (CellKind::Lstm, Some(slot)) => {
+                let pc = konst(self, slot, "P")?;
+                if pc.shape() != [dirs, 3 * h] {
+                    return Err(self.bad(&format!("P [{dirs}, {}]", 3 * h), format!("{:?}", pc.shape())));
+                }
+                let v = f32s(&pc)?;
+                if v.iter().all(|&x| x == 0.0) {
+                    None
+                } else {
+                    Some(self.weight_f32(inputs[slot], "rnn.p", &[dirs, 3 * h], v)?)
+                }
+            }
+            _ => None,
+        };
+        let reset = if s.linear_before_reset { GruReset::Product } else { GruReset::State };
         let hidden = u32::try_from(h).map_err(|_| self.bad("a hidden size below 2^32", format!("{h}")))?;
         let logical = self.out_shape()?;
         // Each sequence's output in ONNX's layout with a batch axis of 1, and that axis.
@@ -434,10 +446,10 @@ impl Lowerer<'_> {
             };
             let y = match s.cell {
                 CellKind::Lstm => {
-                    self.b.op(|y| Op::Lstm(Lstm { x: x2, w, r, b, h0, c0, hidden, direction, output: which, y }))?
+                    self.b.op(|y| Op::Lstm(Lstm { x: x2, w, r, b, h0, c0, p, hidden, direction, output: which, y }))?
                 }
                 CellKind::Gru => {
-                    self.b.op(|y| Op::Gru(Gru { x: x2, w, r, b, h0, hidden, direction, output: which, y }))?
+                    self.b.op(|y| Op::Gru(Gru { x: x2, w, r, b, h0, hidden, direction, output: which, reset, y }))?
                 }
             };
             let ks: Vec<usize> = match which {

@@ -12,8 +12,10 @@ as listed in converters/python/requirements.txt).
   `h_n[-1]`.
 * `lstm_reverse.onnx`: one ONNX LSTM node with `direction = reverse` (PyTorch never writes
   one), written with onnx.helper, initial states given.
-* `lstm_clip.onnx`, `gru_lbr0.onnx`: an LSTM with `clip` and a GRU with `linear_before_reset = 0`,
-  which do not convert (the test checks the error names them).
+* `lstm_clip.onnx`: an LSTM with `clip`, which does not convert (the test checks the error
+  names it).
+* `gru_lbr0.onnx`: a GRU with `linear_before_reset = 0` (ONNX's default form), which converts
+  and is checked against tract on `lstm_reverse_in.npy` (the same input shape).
 
 Each model has a symbolic batch axis; `<name>_in.npy` holds a batch of 3 inputs and
 `<name>_out.npy` onnxruntime's output for it. Every file stays far below 200 KB.

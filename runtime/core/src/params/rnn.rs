@@ -2,7 +2,7 @@
 //! shapes, and the scratch its CPU kernel needs.
 
 use crate::error::{expect_eq, ShapeError};
-use kestrel_format::ops::{Gru, Lstm, RnnDirection, RnnOutput, TensorId};
+use kestrel_format::ops::{Gru, GruReset, Lstm, RnnDirection, RnnOutput, TensorId};
 use kestrel_format::Shape;
 
 /// Which cell.
@@ -10,7 +10,7 @@ use kestrel_format::Shape;
 pub enum RnnCell {
     /// LSTM: gates i, o, f, c and a cell state.
     Lstm,
-    /// GRU (`linear_before_reset = 1`): gates z, r, h.
+    /// GRU: gates z, r, h (the reset gate's place is [`RnnParams::reset`]).
     Gru,
 }
 
@@ -51,6 +51,10 @@ pub struct RnnParams {
     pub has_h0: bool,
     /// An initial cell state is given (LSTM).
     pub has_c0: bool,
+    /// Peephole weights `[dirs, 3H]` are given (LSTM).
+    pub has_p: bool,
+    /// Where the GRU's reset gate acts ([`GruReset::Product`] for an LSTM).
+    pub reset: GruReset,
 }
 
 impl RnnParams {
@@ -98,22 +102,57 @@ impl RnnParams {
             expect_eq(op, "initial state rows (dirs)", dirs, s.dim(0))?;
             expect_eq(op, "initial state cols (hidden)", hidden, s.dim(1))?;
         }
-        let p = Self { cell, t, inp, hidden, direction, output, has_h0: h0.is_some(), has_c0: c0.is_some() };
+        let p = Self {
+            cell,
+            t,
+            inp,
+            hidden,
+            direction,
+            output,
+            has_h0: h0.is_some(),
+            has_c0: c0.is_some(),
+            has_p: false,
+            reset: GruReset::Product,
+        };
         rnn_scratch(&p).checked_mul(4).ok_or(ShapeError::Invalid { op, what: "scratch size overflows" })?;
         p.y_shape().ok_or(ShapeError::Invalid { op, what: "output dims too large" })?;
         Ok(p)
     }
 
+    /// With LSTM peephole weights of shape `p` (`[dirs, 3H]`), when given.
+    pub fn with_peepholes(self, p: Option<&Shape>) -> Result<Self, ShapeError> {
+        let Some(s) = p else { return Ok(Self { has_p: false, ..self }) };
+        let op = self.cell.name();
+        if self.cell != RnnCell::Lstm {
+            return Err(ShapeError::Invalid { op, what: "only an LSTM has peepholes" });
+        }
+        expect_eq(op, "p rank", 2, s.rank())?;
+        expect_eq(op, "p rows (dirs)", self.dirs(), s.dim(0))?;
+        expect_eq(op, "p cols (3·hidden)", 3 * self.hidden, s.dim(1))?;
+        let p = Self { has_p: true, ..self };
+        rnn_scratch(&p).checked_mul(4).ok_or(ShapeError::Invalid { op, what: "scratch size overflows" })?;
+        Ok(p)
+    }
+
+    /// With the GRU's reset gate acting where `reset` says.
+    pub fn with_reset(self, reset: GruReset) -> Result<Self, ShapeError> {
+        if self.cell != RnnCell::Gru && reset != GruReset::Product {
+            return Err(ShapeError::Invalid { op: self.cell.name(), what: "only a GRU has a reset gate" });
+        }
+        Ok(Self { reset, ..self })
+    }
+
     /// The params of an [`Lstm`] node, with tensor shapes from `shape_of`.
     pub fn of_lstm(o: &Lstm, shape_of: impl Fn(TensorId) -> Result<Shape, ShapeError>) -> Result<Self, ShapeError> {
         let node = (o.hidden, o.direction, o.output);
-        Self::of_node(RnnCell::Lstm, [o.x, o.w, o.r, o.b], [o.h0, o.c0], node, shape_of)
+        let p = o.p.map(&shape_of).transpose()?;
+        Self::of_node(RnnCell::Lstm, [o.x, o.w, o.r, o.b], [o.h0, o.c0], node, shape_of)?.with_peepholes(p.as_ref())
     }
 
     /// The params of a [`Gru`] node, with tensor shapes from `shape_of`.
     pub fn of_gru(o: &Gru, shape_of: impl Fn(TensorId) -> Result<Shape, ShapeError>) -> Result<Self, ShapeError> {
         let node = (o.hidden, o.direction, o.output);
-        Self::of_node(RnnCell::Gru, [o.x, o.w, o.r, o.b], [o.h0, None], node, shape_of)
+        Self::of_node(RnnCell::Gru, [o.x, o.w, o.r, o.b], [o.h0, None], node, shape_of)?.with_reset(o.reset)
     }
 
     /// [`new`](Self::new) over a node's tensors `[x, w, r, b]`, its initial states and its
@@ -156,8 +195,10 @@ impl RnnParams {
 }
 
 /// Scratch for [`rnn`]: the input projection `[T, G·H]`, the recurrent product `[G·H]`, the
-/// decoded biases `[2·G·H]`, and the hidden state, cell state and a temporary `[H]` each.
+/// decoded biases `[2·G·H]`, and the hidden state, cell state and a temporary `[H]` each; with
+/// peepholes, their decoded row `[3H]` too (a file without them needs what it always did).
 pub fn rnn_scratch(p: &RnnParams) -> usize {
     let g = p.gate_rows();
-    p.t.saturating_mul(g).saturating_add(3 * g).saturating_add(3 * p.hidden)
+    let peep = if p.has_p { 3 * p.hidden } else { 0 };
+    p.t.saturating_mul(g).saturating_add(3 * g).saturating_add(3 * p.hidden).saturating_add(peep)
 }

@@ -120,11 +120,11 @@ fn rnn_prep<'a>(
     file: &Graph<'_, 'a>,
     p: RnnParams,
     [w, r, b]: [TensorId; 3],
-    h0: Option<TensorId>,
-    c0: Option<TensorId>,
+    [h0, c0, peep]: [Option<TensorId>; 3],
 ) -> Result<Prep<'a>, ShapeError> {
     let opt = |t: Option<TensorId>| t.map(|t| weight(file, t)).transpose();
-    let wts = RnnWeights { w: weight(file, w)?, r: weight(file, r)?, b: weight(file, b)?, h0: opt(h0)?, c0: opt(c0)? };
+    let (w, r, b) = (weight(file, w)?, weight(file, r)?, weight(file, b)?);
+    let wts = RnnWeights { w, r, b, h0: opt(h0)?, c0: opt(c0)?, p: opt(peep)? };
     wts.check(&p)?;
     Ok(Prep::Rnn { p, wts })
 }
@@ -211,8 +211,8 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             Prep::Conv2d { p, proj }
         }
         LayerOp::Pool2d(o) => Prep::Pool2d(Pool2dParams::of(o, &shp(o.x)?)?),
-        LayerOp::Lstm(o) => rnn_prep(file, RnnParams::of_lstm(o, shp)?, [o.w, o.r, o.b], o.h0, o.c0)?,
-        LayerOp::Gru(o) => rnn_prep(file, RnnParams::of_gru(o, shp)?, [o.w, o.r, o.b], o.h0, None)?,
+        LayerOp::Lstm(o) => rnn_prep(file, RnnParams::of_lstm(o, shp)?, [o.w, o.r, o.b], [o.h0, o.c0, o.p])?,
+        LayerOp::Gru(o) => rnn_prep(file, RnnParams::of_gru(o, shp)?, [o.w, o.r, o.b], [o.h0, None, None])?,
         LayerOp::Reshape(_) => Prep::Reshape,
     })
 }

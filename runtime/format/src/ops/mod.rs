@@ -224,6 +224,20 @@ code_enum!(
 );
 
 code_enum!(
+    /// Where a [`Gru`]'s reset gate acts in the candidate (ONNX's `linear_before_reset`; its
+    /// optional fourth attribute).
+    GruReset {
+        /// On the recurrent product: `n = tanh(x_t W_hᵀ + Wb_h + r ⊙ (h R_hᵀ + Rb_h))` (ONNX
+        /// `linear_before_reset = 1`, PyTorch's GRU; every record written before the attribute
+        /// existed, and the attribute is written only when not this).
+        Product = 0,
+        /// On the state, before the product: `n = tanh(x_t W_hᵀ + Wb_h + (r ⊙ h) R_hᵀ + Rb_h)`
+        /// (ONNX `linear_before_reset = 0`, ONNX's default; Keras/TensorFlow exports).
+        State = 1,
+    }
+);
+
+code_enum!(
     /// The four mechanisms of "You Need to Pay Better Attention" (DESIGN.md §1).
     AttentionVariant {
         /// softmax(QKᵀ/√c)V with Q, K, V projected.
@@ -494,14 +508,16 @@ pub struct Pool2d {
     pub y: TensorId,
 }
 
-/// ONNX LSTM (default activations: σ for the gates, tanh for the cell and the output; no
-/// peepholes, clip or coupled input-forget gate), per sample: input `x [T, I]`, weights in ONNX's
+/// ONNX LSTM (default activations: σ for the gates, tanh for the cell and the output; no clip
+/// or coupled input-forget gate), per sample: input `x [T, I]`, weights in ONNX's
 /// gate order i, o, f, c with ONNX's leading direction axis merged into the rows (plain `[out, in]`
 /// matrices, so quantisation scales are per gate row and a direction is a row range):
 /// `w [dirs·4H, I]`, `r [dirs·4H, H]`, `b [dirs, 8H]` (`Wb` then `Rb`); optional initial states
-/// `h0`, `c0` `[dirs, H]` (absent: zeros), shared by every sample. With `g = x_t Wᵀ + h Rᵀ + Wb + Rb`: `i, o, f = σ(g_i), σ(g_o), σ(g_f)`,
-/// `c = f ⊙ c + i ⊙ tanh(g_c)`, `h = o ⊙ tanh(c)`. Output per [`RnnOutput`]: `[T, dirs, H]` or
-/// `[dirs, H]`.
+/// `h0`, `c0` `[dirs, H]` (absent: zeros), shared by every sample; optional peephole weights
+/// `p [dirs, 3H]` (ONNX's `P`: `P_i`, `P_o`, `P_f`; absent: zeros). With `g = x_t Wᵀ + h Rᵀ + Wb +
+/// Rb` and `c` the previous cell state: `i = σ(g_i + P_i ⊙ c)`, `f = σ(g_f + P_f ⊙ c)`,
+/// `c' = f ⊙ c + i ⊙ tanh(g_c)`, `o = σ(g_o + P_o ⊙ c')`, `h = o ⊙ tanh(c')`. Output per
+/// [`RnnOutput`]: `[T, dirs, H]` or `[dirs, H]`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Lstm {
     /// Input `[T, I]`.
@@ -516,6 +532,9 @@ pub struct Lstm {
     pub h0: Option<TensorId>,
     /// Optional initial cell state `[dirs, H]`.
     pub c0: Option<TensorId>,
+    /// Optional peephole weights `[dirs, 3H]` (`P_i`, `P_o`, `P_f`; the record's 8th slot, in the
+    /// record only when present).
+    pub p: Option<TensorId>,
     /// Hidden size H (≥ 1).
     pub hidden: u32,
     /// Direction(s): dirs = 2 for bidirectional, else 1.
@@ -526,12 +545,14 @@ pub struct Lstm {
     pub y: TensorId,
 }
 
-/// ONNX GRU with `linear_before_reset = 1` (PyTorch's GRU; default activations σ and tanh), per
+/// ONNX GRU (default activations σ and tanh), per
 /// sample: input `x [T, I]`, `w [dirs·3H, I]`, `r [dirs·3H, H]` in gate order z, r, h (rows as for
 /// [`Lstm`]),
 /// `b [dirs, 6H]` (`Wb` then `Rb`), optional initial state `h0 [dirs, H]` (absent: zeros).
-/// `z = σ(x_t W_zᵀ + h R_zᵀ + Wb_z + Rb_z)`, `r` alike, `n = tanh(x_t W_hᵀ + Wb_h + r ⊙ (h R_hᵀ +
-/// Rb_h))`, `h = (1 − z) ⊙ n + z ⊙ h`. Output per [`RnnOutput`] (not `Cell`).
+/// `z = σ(x_t W_zᵀ + h R_zᵀ + Wb_z + Rb_z)`, `r` alike, the candidate `n` per [`GruReset`]
+/// (`tanh(x_t W_hᵀ + Wb_h + r ⊙ (h R_hᵀ + Rb_h))` for `linear_before_reset = 1`, `tanh(x_t W_hᵀ +
+/// Wb_h + (r ⊙ h) R_hᵀ + Rb_h)` for 0), `h = (1 − z) ⊙ n + z ⊙ h`. Output per [`RnnOutput`] (not
+/// `Cell`).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Gru {
     /// Input `[T, I]`.
@@ -550,6 +571,9 @@ pub struct Gru {
     pub direction: RnnDirection,
     /// Which output this node produces (`Y` or `Hidden`).
     pub output: RnnOutput,
+    /// Where the reset gate acts (the record's optional 4th attribute, written only when
+    /// [`GruReset::State`]).
+    pub reset: GruReset,
     /// Output `[T, dirs, H]` (Y) or `[dirs, H]` (Y_h).
     pub y: TensorId,
 }

@@ -146,11 +146,15 @@ op_table! {
         dilation: pos_each(["dilation"; 2]), count_include_pad: flag("count_include_pad")]
         check pool_divisor,
     /// See [`Lstm`].
-    Lstm = 14 LSTM [x: t("x"), w: t("w"), r: t("r"), b: t("b"), h0: opt(), c0: opt(), y: t("y")]
+    Lstm = 14 LSTM [x: t("x"), w: t("w"), r: t("r"), b: t("b"), h0: opt(), c0: opt(),
+        // The peepholes are an 8th slot, present only when used (7-slot records read as before).
+        p: opt_t("p"), y: t("y")]
         [hidden: pos("hidden"), direction: code("direction"), output: code("output")],
     /// See [`Gru`].
     Gru = 15 GRU [x: t("x"), w: t("w"), r: t("r"), b: t("b"), h0: opt(), y: t("y")]
-        [hidden: pos("hidden"), direction: code("direction"), output: code("output")]
+        // Only for linear_before_reset = 0: three-attribute records read as before.
+        [hidden: pos("hidden"), direction: code("direction"), output: code("output"),
+        reset: opt_code(GruReset::Product, "reset")]
         check gru_output,
     /// See [`Sdpa`].
     Sdpa = 17 SDPA [q: t("q"), k: t("k"), v: t("v"), bias: opt(), y: t("y")]

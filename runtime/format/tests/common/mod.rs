@@ -52,12 +52,24 @@ pub fn every_op() -> Vec<Op> {
         b: 3,
         h0,
         c0,
+        p: None,
         hidden: 8,
         direction: RnnDirection::Bidirectional,
         output,
         y,
     };
-    let gru = |h0, output| Gru { x, w: 1, r: 2, b: 3, h0, hidden: 8, direction: RnnDirection::Reverse, output, y };
+    let gru = |h0, output| Gru {
+        x,
+        w: 1,
+        r: 2,
+        b: 3,
+        h0,
+        hidden: 8,
+        direction: RnnDirection::Reverse,
+        output,
+        reset: GruReset::Product,
+        y,
+    };
     let aft_full =
         |causal, qvo: fn(u32) -> Proj, bias| AftFull { x, causal, q: qvo(1), k: p(3), v: qvo(5), bias, o: qvo(9), y };
     let mut all = vec![
@@ -108,6 +120,10 @@ pub fn every_op() -> Vec<Op> {
         Op::Dense(Dense { x, proj: p(1), act: Activation::HardSigmoid, y }),
         Op::Sdpa(Sdpa { q: x, k: 1, v: 2, bias: Some(3), scale: 0.125, causal: false, k_transposed: true, y }),
         Op::Sdpa(Sdpa { q: x, k: 1, v: 2, bias: None, scale: 0.5, causal: true, k_transposed: false, y }),
+        // LSTM peepholes (the 8-slot record) and the GRU's reset gate on the state (the
+        // 4-attribute record).
+        Op::Lstm(Lstm { p: Some(6), ..lstm(Some(4), Some(5), RnnOutput::Y) }),
+        Op::Gru(Gru { reset: GruReset::State, ..gru(None, RnnOutput::Hidden) }),
     ]);
     all
 }

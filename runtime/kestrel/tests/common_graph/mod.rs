@@ -4,7 +4,7 @@
 //! functions. It shares nothing with the CPU executor but the file reader.
 #![allow(dead_code)]
 
-use kestrel::format::ops::{AftBias, NormAxis, Op, Proj, RnnDirection, RnnOutput, TensorId};
+use kestrel::format::ops::{AftBias, GruReset, NormAxis, Op, Proj, RnnDirection, RnnOutput, TensorId};
 use kestrel::format::{KesFile, TensorKind};
 use kestrel::{Input, Model};
 use kestrel_reference::layers::{self as r, ConvSpec, PoolSpec};
@@ -87,18 +87,20 @@ impl<'a> Interp<'a> {
         }
     }
 
-    /// An LSTM or GRU node over `x`: `ids` are its x, w, r, b, h0, c0 slots.
-    #[allow(clippy::type_complexity)]
+    /// An LSTM or GRU node over `x`: `ids` are its x, w, r, b, h0, c0, p slots; `linear`, the
+    /// GRU's `linear_before_reset`.
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn rnn(
         &self,
         cell: Cell,
-        ids: (TensorId, TensorId, TensorId, TensorId, Option<TensorId>, Option<TensorId>),
+        ids: (TensorId, TensorId, TensorId, TensorId, Option<TensorId>, Option<TensorId>, Option<TensorId>),
         hidden: u32,
         direction: RnnDirection,
         output: RnnOutput,
+        linear: bool,
         x: &[f64],
     ) -> Vec<f64> {
-        let (xid, w, r, b, h0, c0) = ids;
+        let (xid, w, r, b, h0, c0, peep) = ids;
         let xd = self.dims(xid);
         let p = RnnRef {
             cell,
@@ -109,6 +111,8 @@ impl<'a> Interp<'a> {
             b: self.weight(b),
             h0: h0.map(|t| self.weight(t)),
             c0: c0.map(|t| self.weight(t)),
+            p: peep.map(|t| self.weight(t)),
+            linear_before_reset: linear,
         };
         rnn_pick(&kestrel_reference::rnn::rnn(x, xd[0], xd[1], &p), output)
     }
@@ -204,10 +208,13 @@ impl<'a> Interp<'a> {
                 r::pool2d(x_of(o.x), [xd[0], xd[1], xd[2]], pool_fn(o.kind, o.count_include_pad), spec).0
             }
             Op::Lstm(o) => {
-                self.rnn(Cell::Lstm, (o.x, o.w, o.r, o.b, o.h0, o.c0), o.hidden, o.direction, o.output, x_of(o.x))
+                let ids = (o.x, o.w, o.r, o.b, o.h0, o.c0, o.p);
+                self.rnn(Cell::Lstm, ids, o.hidden, o.direction, o.output, true, x_of(o.x))
             }
             Op::Gru(o) => {
-                self.rnn(Cell::Gru, (o.x, o.w, o.r, o.b, o.h0, None), o.hidden, o.direction, o.output, x_of(o.x))
+                let ids = (o.x, o.w, o.r, o.b, o.h0, None, None);
+                let linear = o.reset == GruReset::Product;
+                self.rnn(Cell::Gru, ids, o.hidden, o.direction, o.output, linear, x_of(o.x))
             }
             Op::Attention(o) => {
                 let xd = self.dims(o.x);

@@ -7,7 +7,7 @@ use crate::params::{
 };
 use crate::GpuError;
 use kestrel_core::params::{Conv2dParams, Pool2dParams, RnnCell, RnnParams, SliceParams};
-use kestrel_format::ops::{LayerOp, NormAxis, Op, TensorId};
+use kestrel_format::ops::{GruReset, LayerOp, NormAxis, Op, TensorId};
 use kestrel_format::{TensorKind, MAX_RANK};
 
 pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<Dispatch>, GpuError> {
@@ -288,12 +288,12 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
         LayerOp::Lstm(o) => {
             let p = RnnParams::of_lstm(o, |id| shape(id).map_err(|_| rnn_lookup(op)))
                 .map_err(|e| GpuError::Model(e.to_string()))?;
-            rnn(ctx, &p, o.x, o.y, [Some(o.w), Some(o.r), Some(o.b), o.h0, o.c0])?
+            rnn(ctx, &p, o.x, o.y, [Some(o.w), Some(o.r), Some(o.b), o.h0, o.c0, o.p])?
         }
         LayerOp::Gru(o) => {
             let p = RnnParams::of_gru(o, |id| shape(id).map_err(|_| rnn_lookup(op)))
                 .map_err(|e| GpuError::Model(e.to_string()))?;
-            rnn(ctx, &p, o.x, o.y, [Some(o.w), Some(o.r), Some(o.b), o.h0, None])?
+            rnn(ctx, &p, o.x, o.y, [Some(o.w), Some(o.r), Some(o.b), o.h0, None, None])?
         }
     })
 }
@@ -437,15 +437,15 @@ fn rnn_lookup(op: &Op) -> kestrel_core::ShapeError {
 
 /// An LSTM/GRU: the input projection of every step and both directions as one dense dispatch
 /// into scratch (`[T, dirs·G·H]` per sample, no bias), then the recurrence (`rnn.wgsl`), one
-/// workgroup per sample and direction. `ids`: w, r, b, h0, c0.
+/// workgroup per sample and direction. `ids`: w, r, b, h0, c0, the LSTM's peepholes.
 fn rnn(
     ctx: &mut Ctx<'_, '_>,
     p: &RnnParams,
     x: TensorId,
     y: TensorId,
-    ids: [Option<TensorId>; 5],
+    ids: [Option<TensorId>; 6],
 ) -> Result<Vec<Dispatch>, GpuError> {
-    let [Some(w), Some(r), Some(b), h0, c0] = ids else {
+    let [Some(w), Some(r), Some(b), h0, c0, peep] = ids else {
         return Err(GpuError::Model("a recurrent node without its weights".into()));
     };
     let (dirs, g, h) = (p.dirs(), p.gate_rows(), p.hidden);
@@ -465,6 +465,8 @@ fn rnn(
         .set(rnn::output, p.output as usize)?
         .set(rnn::has_h0, h0.is_some())?
         .set(rnn::has_c0, c0.is_some())?
+        .set(rnn::reset_state, p.reset == GruReset::State)?
+        .set(rnn::has_p, peep.is_some())?
         .set(rnn::r, ctx.weight(r)?)?
         .set(rnn::bias, ctx.weight(b)?)?;
     if let Some(h0) = h0 {
@@ -472,6 +474,9 @@ fn rnn(
     }
     if let Some(c0) = c0 {
         q = q.set(rnn::c0, ctx.weight(c0)?)?;
+    }
+    if let Some(peep) = peep {
+        q = q.set(rnn::p, ctx.weight(peep)?)?;
     }
     Ok(vec![project, q.done(Kernel::Rnn)])
 }

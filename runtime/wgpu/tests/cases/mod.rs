@@ -267,8 +267,9 @@ pub fn large_attention_cases() -> Vec<Case> {
     ]
 }
 
-/// LSTM and GRU: every direction and output, with and without initial states, and a layer whose
-/// gate rows (4·70) and hidden units (70) outnumber the workgroup's threads.
+/// LSTM (without and with peepholes) and GRU (reset gate on the recurrent product and on the
+/// state): every direction and output, with and without initial states, and a layer whose gate
+/// rows (4·70) and hidden units (70) outnumber the workgroup's threads.
 pub fn rnn_cases() -> Vec<Case> {
     let mut v = Vec::new();
     let shapes = [(5usize, 7usize, 9usize, false), (4, 3, 5, true), (12, 16, 70, true)];
@@ -278,11 +279,16 @@ pub fn rnn_cases() -> Vec<Case> {
                 if si == 2 && (direction != RnnDirection::Bidirectional || output == RnnOutput::Hidden) {
                     continue;
                 }
-                for lstm in [true, false] {
+                for (lstm, alt) in [(true, false), (true, true), (false, false), (false, true)] {
                     if !lstm && output == RnnOutput::Cell {
                         continue;
                     }
-                    let cell = if lstm { "lstm" } else { "gru" };
+                    let cell = match (lstm, alt) {
+                        (true, false) => "lstm",
+                        (true, true) => "lstm-peepholes",
+                        (false, false) => "gru",
+                        (false, true) => "gru-reset-state",
+                    };
                     let name = format!("{cell} T{t} I{i} H{h} {direction:?} {output:?} states={states}");
                     v.push(case("rnn", name, move |c| {
                         let x = c.input_scaled(&[t, i], 1.0, false)?;
@@ -292,12 +298,14 @@ pub fn rnn_cases() -> Vec<Case> {
                         let b = c.w(&[dirs, 2 * g * h], 0.5)?;
                         let h0 = if states { Some(c.w(&[dirs, h], 1.0)?) } else { None };
                         let c0 = if states && lstm { Some(c.w(&[dirs, h], 1.0)?) } else { None };
+                        let p = if alt && lstm { Some(c.w(&[dirs, 3 * h], 0.5)?) } else { None };
+                        let reset = if alt { GruReset::State } else { GruReset::Product };
                         let hidden = h as u32;
                         c.b.op(|y| {
                             if lstm {
-                                Op::Lstm(Lstm { x, w, r, b, h0, c0, hidden, direction, output, y })
+                                Op::Lstm(Lstm { x, w, r, b, h0, c0, p, hidden, direction, output, y })
                             } else {
-                                Op::Gru(Gru { x, w, r, b, h0, hidden, direction, output, y })
+                                Op::Gru(Gru { x, w, r, b, h0, hidden, direction, output, reset, y })
                             }
                         })
                     }));
