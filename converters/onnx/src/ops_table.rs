@@ -50,6 +50,7 @@ ConvTranspose | a 0/1 Dense per spatial axis (zero insertion, padding, cropping)
 Cos | Unary
 Cosh | Unary
 CumSum | Dense with a triangular 0/1 weight | constant axis
+DFT | one Dense with the constant [2N, 2N] cos/sin matrix over each line's (real, imaginary) pairs (tract's Fft); inverse scaled by 1/N, onesided sliced | constant axis and length (tract's importer); N² weights within the composed-constant bound
 DequantizeLinear | (x − zero_point) · scale on the integer values (constant weights folded at conversion) | per-tensor parameters on activations (tract's importer needs constant scales)
 Div | Binary
 Dropout | nothing (inference)

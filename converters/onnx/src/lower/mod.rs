@@ -10,6 +10,7 @@ mod conv3d;
 mod conv_dynamic;
 mod deconv;
 mod elementwise;
+mod fft;
 mod fuse;
 mod grid_sample;
 mod hard_sigmoid;
@@ -600,6 +601,7 @@ impl<'m> Lowerer<'m> {
             || self.try_resize()?
             || self.try_deconv()?
             || self.try_rnn()?
+            || self.try_fft()?
             || self.try_grid_sample()?
         {
             return Ok(());
