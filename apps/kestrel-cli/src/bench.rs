@@ -165,6 +165,7 @@ pub fn make_feeds(model: &Model, input: Option<&PathBuf>, batch: usize) -> Resul
             if cpu.input_count() != 1 {
                 bail!("--input gives one array; the model takes {} inputs", cpu.input_count());
             }
+            kestrel_cli::check_input_file(p)?;
             vec![npy::read(p).with_context(|| format!("reading {}", p.display()))?]
         }
         None => Vec::new(),

@@ -218,12 +218,15 @@ fn time_side_by_side(
 }
 
 fn per_sample_shape(dir: &Path) -> Result<Vec<usize>> {
-    let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json"))?)?;
+    let path = dir.join("meta.json");
+    kestrel_cli::check_input_file(&path)?;
+    let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
     let shape = meta["input"]["shape"].as_array().context("meta.json: input.shape")?;
     Ok(shape.iter().skip(1).map(|v| v.as_u64().unwrap_or(0) as usize).collect())
 }
 
 fn convert(onnx: &Path, weights: DType) -> Result<Model> {
+    kestrel_cli::check_input_file(onnx)?;
     let opts = kestrel_onnx::ConvertOptions { weights, ..Default::default() };
     let conv = kestrel_onnx::convert(onnx, &opts).with_context(|| format!("converting {}", onnx.display()))?;
     Ok(Model::from_bytes(&conv.kes)?)

@@ -12,10 +12,48 @@ pub mod scaling;
 
 use std::path::Path;
 
+/// Refuses an input path that exists but is not a regular file (after symbolic links): a
+/// directory, a FIFO, a socket, a character or block device. Reading a FIFO blocks until a
+/// writer appears (opening it already does) and a device such as `/dev/zero` never ends, so
+/// every command checks the files it is given with this before opening them; `metadata` only
+/// stats the path and never blocks. A path that cannot be stat'ed (missing, no permission) passes:
+/// opening it reports the error as before.
+pub fn check_input_file(path: &Path) -> anyhow::Result<()> {
+    let Ok(meta) = std::fs::metadata(path) else { return Ok(()) };
+    let kind = meta.file_type();
+    if kind.is_file() {
+        return Ok(());
+    }
+    let what = if kind.is_dir() { "a directory" } else { special_file_kind(&kind) };
+    anyhow::bail!("{}: not a regular file ({what}); give the path of a file", path.display())
+}
+
+#[cfg(unix)]
+fn special_file_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_fifo() {
+        "a named pipe (FIFO)"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a file"
+    }
+}
+
+#[cfg(not(unix))]
+fn special_file_kind(_: &std::fs::FileType) -> &'static str {
+    "not a file"
+}
+
 /// Loads a `.kes` file for a command: read into memory (never mapped: a file truncated while a
 /// command runs cannot crash it), every error naming the path once.
 pub fn load_model(path: impl AsRef<Path>) -> anyhow::Result<kestrel::Model> {
     let path = path.as_ref();
+    check_input_file(path)?;
     match kestrel::Model::load(path) {
         Ok(m) => Ok(m),
         // I/O errors already name the path.

@@ -176,6 +176,12 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
             meta,
             labels,
         } => {
+            // Every input file is checked before the conversion starts (none is a FIFO or a
+            // directory, which would block or fail only after it).
+            let verify_file = verify.as_deref().filter(|v| !v.is_empty()).map(PathBuf::from);
+            for p in std::iter::once(&onnx).chain(&calibrate).chain(&meta).chain(&labels).chain(&verify_file) {
+                kestrel_cli::check_input_file(p)?;
+            }
             let opts = kestrel_onnx::ConvertOptions {
                 weights: weights.into(),
                 keep_f16,
@@ -258,6 +264,7 @@ fn run_model(
     // Inputs given without a batch axis (exactly their per-sample shapes) give outputs without one.
     let mut single = true;
     for (i, p) in inputs.iter().enumerate() {
+        kestrel_cli::check_input_file(p)?;
         let a = npy::read(p)?;
         let t = cpu.input(i)?;
         let b = npy::batch_of(&a, t.shape.dims(), &format!("input {i} ({})", p.display()))?;

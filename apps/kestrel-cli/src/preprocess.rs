@@ -84,8 +84,10 @@ pub const MAX_SIDE: u32 = 16_384;
 pub const MAX_DECODE_BYTES: u64 = 256 << 20;
 
 /// Opens and decodes an image file (format guessed from its content, not its name) within
-/// [`MAX_SIDE`] and [`MAX_DECODE_BYTES`].
+/// [`MAX_SIDE`] and [`MAX_DECODE_BYTES`]; anything but a regular file is refused unopened
+/// ([`crate::check_input_file`]).
 pub fn decode_image(path: &Path) -> Result<image::DynamicImage> {
+    crate::check_input_file(path)?;
     let reader = image::ImageReader::open(path)
         .with_context(|| format!("opening {}", path.display()))?
         .with_guessed_format()

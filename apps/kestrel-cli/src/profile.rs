@@ -94,6 +94,7 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
     }
     let array = match &args.input {
         Some(p) => {
+            crate::check_input_file(p)?;
             let a = npy::read(p)?;
             npy::batch_of(&a, t.shape.dims(), &format!("input ({})", p.display()))?;
             a

@@ -5,7 +5,7 @@
 mod bad_inputs;
 mod support;
 
-use bad_inputs::{bundled, fixture, npy_claiming, png_header, repo, with_plan};
+use bad_inputs::{bundled, fixture, npy_claiming, png_header, repo, sample_image, with_plan};
 use std::path::{Path, PathBuf};
 
 struct Out {
@@ -256,6 +256,85 @@ fn io_errors_name_the_path_and_the_cause_once() {
     assert_eq!(o.stderr.matches("No such file or directory").count(), 1, "{}", o.stderr);
     let o = kestrel(&["run", s(&bundled()), "--input", "/nonexistent/x.npy", "--batch", "0"]);
     assert_eq!(o.code, Some(2), "clap's usage error: {}", o.stderr);
+}
+
+/// Runs `kestrel` with `args`, killing it after 60 s: a command that blocks (opening a FIFO
+/// waits for a writer) fails the test with the arguments named instead of hanging it.
+fn kestrel_within_60s(args: &[&str]) -> Out {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs the binary");
+    let start = Instant::now();
+    while child.try_wait().expect("waits for the binary").is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("kestrel {args:?} still running after 60 s (blocked on a special file?)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("reads the binary's output");
+    Out {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    }
+}
+
+/// Paths that are not regular files — a FIFO (opening one blocks until a writer comes), a
+/// directory, a character device (`/dev/zero` never ends) — given wherever a command reads a
+/// file: every command refuses them at once, exit status 1, naming the path and what it is.
+#[cfg(unix)]
+#[test]
+fn fifos_directories_and_devices_are_refused_not_read() {
+    let d = dir("special");
+    let fifo = d.join("pipe.npy");
+    let st = std::process::Command::new("mkfifo").arg(&fifo).status().expect("runs mkfifo");
+    assert!(st.success(), "mkfifo {}", fifo.display());
+    let folder = d.join("folder.kes");
+    std::fs::create_dir_all(&folder).unwrap();
+    let model = bundled();
+    let onnx = fixture("mnist_vit_super_h1").join("model.onnx");
+    let out = d.join("out.kes");
+    let img = sample_image();
+    let mut specials = vec![(s(&fifo), "a named pipe (FIFO)"), (s(&folder), "a directory")];
+    if Path::new("/dev/zero").exists() {
+        specials.push(("/dev/zero", "a character device"));
+    }
+    let m = s(&model);
+    for (bad, what) in specials {
+        let cases: Vec<Vec<&str>> = vec![
+            vec!["inspect", bad],
+            vec!["run", bad, "--input", bad],
+            vec!["run", m, "--input", bad],
+            vec!["classify", bad],
+            vec!["classify", s(&img), "--model", bad],
+            vec!["profile", bad, "--runs", "1"],
+            vec!["profile", m, "--input", bad, "--runs", "1"],
+            vec!["bench", bad, "--samples", "1", "--reps", "1"],
+            vec!["bench", m, "--input", bad, "--samples", "1", "--reps", "1"],
+            vec!["convert", bad, "-o", s(&out)],
+            vec!["convert", s(&onnx), "-o", s(&out), "--calibrate", bad],
+            vec!["convert", s(&onnx), "-o", s(&out), "--verify", bad],
+            vec!["convert", s(&onnx), "-o", s(&out), "--meta", bad],
+            vec!["convert", s(&onnx), "-o", s(&out), "--labels", bad],
+        ];
+        for args in cases {
+            if args[0] == "classify" && args[1] == bad && what == "a directory" {
+                continue; // a folder of images to classify (here an empty one)
+            }
+            let o = kestrel_within_60s(&args);
+            fails_with(&o, &format!("{bad}: not a regular file ({what})"));
+        }
+    }
+    assert!(!out.exists(), "nothing was converted");
+    std::fs::remove_dir_all(&d).ok();
 }
 
 /// The bad-input matrix's fast subset: every command on a few files of each category, under
