@@ -78,6 +78,7 @@ Hardmax | ArgMax and a one-hot (tract's expansion)
 Identity | nothing
 IsInf | Unary IsInf / IsPosInf / IsNegInf (1 or 0) | at least one sign detected
 IsNaN | Unary IsNan (1 or 0)
+LRN | Square, a Dense along the channels with a constant 0/1 band [C, C] (the window), then (bias + α/size·Σ)^β and a Div | NCHW input
 LSTM | Lstm (one node per output read; a fixed batch of N sequences: N nodes on slices, their outputs placed side by side) | default activations, no clip or input_forget, constant weights, peepholes and initial states, full-length sequence_lens
 LayerNormalization | LayerNorm
 LeakyRelu | Binary Mul + Max | alpha ≥ 0
@@ -138,6 +139,7 @@ Sub | Binary
 Tan | Unary
 Tanh | Unary
 ThresholdedRelu | a comparison and a select (tract's expansion)
+Tile | a repeating 0/1 Dense per repeated axis | constant repeats
 TopK | by ranks: pairwise comparisons along the axis (ties in index order), their one-hot below K picking values and indices (When and a Sum; indices as f32 values) | constant k; at most 2^26 pairwise comparisons (axis length² × the other elements)
 Transpose | Transpose (a view when only size-1 axes move)
 Trilu | Binary When against a 0/1 triangle (exact): a constant one, or the constant j − i compared with a k computed at run time

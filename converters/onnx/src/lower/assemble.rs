@@ -1,13 +1,14 @@
 //! Ops that assemble tensors, lowered exactly with generic ops: `Concat` → one placing Dense per
 //! activation piece (a one-hot f32 weight `[N, n_i]` along the axis) summed with `Binary Add`,
 //! constant pieces added as an f32 weight; `MultiBroadcastTo` → `Add` of an f32 zero weight;
-//! `Pad` (constant, edge, reflect) → a selecting Dense per padded axis, plus the constant.
+//! `Pad` (constant, edge, reflect) → a selecting Dense per padded axis, plus the constant;
+//! `Tile` → a repeating 0/1 Dense per repeated axis.
 
 use super::select::squeeze_leading;
 use super::{f32s, zeros, Lowerer, Res, Val};
 use kestrel_format::ops::{Binary, BinaryOp, Op, TensorId};
 use tract_onnx::prelude::*;
-use tract_onnx::tract_core::ops::array::{MultiBroadcastTo, Pad, PadMode, TypedConcat};
+use tract_onnx::tract_core::ops::array::{MultiBroadcastTo, Pad, PadMode, Tile, TypedConcat};
 
 /// `[outer, n, inner]` view of `shape` around `axis`.
 fn split(shape: &[usize], axis: usize) -> (usize, usize, usize) {
@@ -36,7 +37,46 @@ impl Lowerer<'_> {
             self.pad(op)?;
             return Ok(true);
         }
+        if let Some(op) = node.op_as::<Tile>() {
+            self.tile(op)?;
+            return Ok(true);
+        }
         Ok(false)
+    }
+
+    /// ONNX Tile with constant repeats: per repeated axis, a 0/1 Dense whose rows read
+    /// `0..n` again and again (`m·n` rows).
+    fn tile(&mut self, op: &Tile) -> Res<()> {
+        let node = self.model.node(self.node);
+        let out = self.out_shape()?;
+        let (x, xs) = self.act(node.inputs[0])?;
+        let reps: Vec<usize> = op
+            .multipliers
+            .iter()
+            .map(|d| {
+                d.to_i64().map(|v| v as usize).map_err(|_| self.unsupported("Tile with repeats computed at run time"))
+            })
+            .collect::<Res<_>>()?;
+        if reps.len() != xs.len() {
+            return Err(self.bad(&format!("{} repeats", xs.len()), format!("{}", reps.len())));
+        }
+        let (mut y, mut ys) = (x, xs.clone());
+        for (axis, &m) in reps.iter().enumerate() {
+            if m == 1 {
+                continue;
+            }
+            let n = xs[axis];
+            let mut w = zeros([m * n, n], "a tile's 0/1 weight")?;
+            for r in 0..m * n {
+                w[r * n + r % n] = 1.0;
+            }
+            let w = self.weight_f32(OutletId::new(self.node, 0), "tile", &[m * n, n], w)?;
+            (y, ys) = self.dense_along(y, &ys, axis, w, m * n)?;
+        }
+        let y = self.reshape(y, &ys, &out)?;
+        self.out(y, out);
+        self.count_fused("tile-as-selections");
+        Ok(())
     }
 
     /// Records `y` (reshaped to `out` if the broadcast produced another rank) as the output.

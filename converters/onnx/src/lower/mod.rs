@@ -15,6 +15,7 @@ mod fuse;
 mod grid_sample;
 mod hard_sigmoid;
 mod linear;
+mod lrn;
 mod mask;
 mod pool;
 mod quant_ops;
@@ -23,6 +24,7 @@ pub(crate) mod rnn;
 mod scatter;
 mod select;
 mod shape;
+mod strided;
 mod topk;
 
 use crate::error::{Blocker, ConvertError};
@@ -595,6 +597,7 @@ impl<'m> Lowerer<'m> {
             || self.try_trilu()?
             || self.try_shape()?
             || self.try_select()?
+            || self.try_strided_slice()?
             || self.try_scatter()?
             || self.try_assemble()?
             || self.try_pool()?
@@ -602,6 +605,7 @@ impl<'m> Lowerer<'m> {
             || self.try_deconv()?
             || self.try_rnn()?
             || self.try_fft()?
+            || self.try_lrn()?
             || self.try_grid_sample()?
         {
             return Ok(());
