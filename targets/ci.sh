@@ -19,6 +19,13 @@ step "clippy, CPU-only FFI + JNI (--no-default-features)" \
 # The Kotlin SDK compiled (kotlinc -Werror, installed from npm when missing) and run on the host
 # JVM against libkestrel_jni.so: API, Java interop, and close/use races (issue 35). Under 2 minutes.
 step "Kotlin SDK on the host JVM (API, Java interop, concurrency)" bash targets/android/kotlin-check.sh
+# Android packaging without the NDK (targets/android/test-packaging.sh): check-page-size.sh tested on
+# 4 KB and 16 KB libraries (host and aarch64), the aarch64 libkestrel_jni.so (CPU only, linked for
+# aarch64 Linux with build-android.sh's page-size arguments) checked, and build-aar.sh --host: an
+# AAR's layout, manifest, JNI keep rules and classes checked, broken ones rejected, and its
+# classes run on the JVM with its library. The Android .so files are checked by build-android.sh
+# where the NDK is installed. About a minute.
+step "Android packaging: 16 KB page alignment, AAR layout (host smoke test)" bash targets/android/test-packaging.sh
 # Static libraries need no linker, so they build without the NDK or Xcode. Both variants are
 # gated: CPU only (--no-default-features) and with the wgpu backend (the default). The library's
 # file names carry no hash, so the CPU-only variant gets its own target directory (its few

@@ -8,41 +8,19 @@
 # thread count and its default. Bounded: KESTREL_KOTLIN_ITERATIONS
 # (default 1000) per scenario, within KESTREL_KOTLIN_SECONDS (default 80) in all.
 #
-# Needs a JDK (17+), and kotlinc: from PATH, else the npm package kotlin-compiler (pinned below),
-# installed with npm into KESTREL_TOOLS_DIR (default ~/.cache/kestrel-tools) when missing. A
-# missing JDK or npm is installed with apt-get when running as root; otherwise, or when an install
-# fails, the script fails (it never skips).
+# Needs a JDK (17+), and kotlinc: from PATH, else the npm package kotlin-compiler (pinned in
+# kotlinc.sh), installed with npm into KESTREL_TOOLS_DIR (default ~/.cache/kestrel-tools) when
+# missing. A missing JDK or npm is installed with apt-get when running as root; otherwise, or when
+# an install fails, the script fails (it never skips).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-KOTLIN_VERSION=2.4.20
-tools="${KESTREL_TOOLS_DIR:-$HOME/.cache/kestrel-tools}"
 fail() {
     echo "kotlin-check: $*" >&2
     exit 1
 }
-apt_install() {
-    [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null || fail "$1 is missing (install it: $2)"
-    echo "kotlin-check: installing $2 with apt-get"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $2 >/dev/null ||
-        fail "apt-get install $2 failed"
-}
-command -v javac >/dev/null || apt_install javac openjdk-17-jdk-headless
-kotlinc=$(command -v kotlinc || true)
-if [[ -z "$kotlinc" ]]; then
-    prefix="$tools/kotlin-compiler-$KOTLIN_VERSION"
-    kotlinc="$prefix/node_modules/kotlin-compiler/bin/kotlinc"
-    if [[ ! -x "$kotlinc" ]]; then
-        command -v npm >/dev/null || apt_install npm npm
-        echo "kotlin-check: installing kotlinc $KOTLIN_VERSION (npm package kotlin-compiler) into $prefix"
-        mkdir -p "$prefix"
-        npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error "kotlin-compiler@$KOTLIN_VERSION" ||
-            fail "npm install kotlin-compiler@$KOTLIN_VERSION failed"
-        [[ -x "$kotlinc" ]] || fail "the kotlin-compiler package has no bin/kotlinc"
-    fi
-fi
-kotlin_home="$(cd "$(dirname "$kotlinc")/.." && pwd)"
-stdlib="$kotlin_home/lib/kotlin-stdlib.jar"
-[[ -f "$stdlib" ]] || fail "no kotlin-stdlib.jar in $kotlin_home/lib"
+# Sets $kotlinc and $kotlin_stdlib (installing kotlinc and a JDK when missing).
+source targets/android/kotlinc.sh
+stdlib="$kotlin_stdlib"
 
 target_dir="${CARGO_TARGET_DIR:-target}"
 cargo build -q -p kestrel-jni
