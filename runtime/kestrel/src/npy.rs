@@ -137,9 +137,11 @@ pub fn parse(bytes: &[u8]) -> Result<Array, String> {
     })
 }
 
+/// The first bytes of every `.npy` file.
+const MAGIC: &[u8] = b"\x93NUMPY";
+
 /// The header text and the data bytes after it.
 fn split_header(bytes: &[u8]) -> Result<(&str, &[u8]), String> {
-    const MAGIC: &[u8] = b"\x93NUMPY";
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
         return Err("not a .npy file (no \\x93NUMPY magic)".into());
     }
@@ -180,16 +182,71 @@ pub fn non_finite(data: &[f32]) -> Option<(usize, usize)> {
     Some((data[first..].iter().filter(|v| !v.is_finite()).count(), first))
 }
 
-/// Writes a float32 array.
+/// Writes a float32 array (format 1.0, little-endian, C order; [`encode_f32`] in memory).
+///
+/// The element count of `shape` must equal `data.len()` (an error, before the file is created).
 pub fn write_f32(path: impl AsRef<Path>, shape: &[usize], data: &[f32]) -> Result<(), Error> {
-    use npyz::WriterBuilder;
+    use std::io::Write as _;
     let path = path.as_ref();
+    let header = header("<f4", shape, data.len()).map_err(|e| npy_err(path, e))?;
     let io = |error| Error::Io { path: path.display().to_string(), error };
-    let file = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
-    let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
-    let mut w = npyz::WriteOptions::new().default_dtype().shape(&shape).writer(file).begin_nd().map_err(io)?;
-    w.extend(data.iter().copied()).map_err(io)?;
-    w.finish().map_err(io)
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
+    file.write_all(&header).map_err(io)?;
+    for v in data {
+        file.write_all(&v.to_le_bytes()).map_err(io)?;
+    }
+    file.into_inner().map_err(|e| io(e.into_error()))?;
+    Ok(())
+}
+
+/// The bytes of the `.npy` file [`write_f32`] writes.
+pub fn encode_f32(shape: &[usize], data: &[f32]) -> Result<Vec<u8>, Error> {
+    let mut out = header("<f4", shape, data.len()).map_err(Error::Npy)?;
+    out.reserve(data.len() * 4);
+    for v in data {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    Ok(out)
+}
+
+/// A `.npy` preamble and header for `count` items of `descr` in `shape` (C order): the magic,
+/// the version, the header length, then the header dict padded with spaces and a newline so the
+/// data starts at a multiple of 64 bytes, as NumPy writes it. Version 1.0 (a 16-bit header
+/// length) unless the header needs more, then 2.0 (32-bit).
+fn header(descr: &str, shape: &[usize], count: usize) -> Result<Vec<u8>, String> {
+    let numel = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    if numel != Some(count) {
+        return Err(format!("shape {shape:?} does not hold the {count} values given"));
+    }
+    let dims = match shape {
+        [d] => format!("({d},)"),
+        _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+    };
+    let dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {dims}, }}");
+    // The header length after a preamble of `preamble` bytes: dict, spaces, newline, so the
+    // data starts at a multiple of 64.
+    let padded = |preamble: usize| (preamble + dict.len() + 1).div_ceil(64) * 64 - preamble;
+    let mut out = Vec::with_capacity(padded(12) + 12);
+    out.extend_from_slice(MAGIC);
+    let len = match u16::try_from(padded(10)) {
+        Ok(len) => {
+            out.extend_from_slice(&[1, 0]);
+            out.extend_from_slice(&len.to_le_bytes());
+            usize::from(len)
+        }
+        Err(_) => {
+            let len =
+                u32::try_from(padded(12)).map_err(|_| format!("the .npy header for shape {shape:?} is too long"))?;
+            out.extend_from_slice(&[2, 0]);
+            out.extend_from_slice(&len.to_le_bytes());
+            len as usize
+        }
+    };
+    let data_start = out.len() + len;
+    out.extend_from_slice(dict.as_bytes());
+    out.resize(data_start - 1, b' ');
+    out.push(b'\n');
+    Ok(out)
 }
 
 /// Checks `array` is a batch of samples of `per_sample` shape (a leading batch axis, then the

@@ -1,6 +1,6 @@
 //! `.npy` reading and writing: dtypes, shapes, and clear errors.
 
-use kestrel::npy::{batch_of, read, write_f32, Array};
+use kestrel::npy::{batch_of, encode_f32, parse, read, write_f32, Array};
 
 fn tmp(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("kestrel-npy-{}-{name}", std::process::id()))
@@ -20,6 +20,70 @@ fn f32_round_trips() {
     write_f32(&p, &[2, 3, 4], &data).unwrap();
     assert_eq!(read(&p).unwrap(), Array::F32 { shape: vec![2, 3, 4], data });
     std::fs::remove_file(p).ok();
+}
+
+/// The writer's bytes as NumPy lays them out: magic, version 1.0, a header dict padded with
+/// spaces to a newline so the data starts at a multiple of 64, then the little-endian values;
+/// every shape rank (a scalar `()`, a 1-tuple `(n,)`), zero-size arrays and special values
+/// (NaN payloads, -0.0, infinities, subnormals) read back bit for bit.
+#[test]
+fn the_writer_writes_numpy_format_1_0_and_reads_back_bit_exact() {
+    let bytes = encode_f32(&[2, 3], &[0.0; 6]).unwrap();
+    let header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00");
+    let len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    assert_eq!((10 + len) % 64, 0);
+    assert_eq!(&bytes[10..10 + header.len()], header);
+    assert!(bytes[10 + header.len()..10 + len - 1].iter().all(|&b| b == b' '));
+    assert_eq!(bytes[10 + len - 1], b'\n');
+    assert_eq!(bytes.len(), 10 + len + 6 * 4);
+
+    let special =
+        [f32::NAN, f32::from_bits(0x7fc0_1234), -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::MIN_POSITIVE / 8.0];
+    let shapes: [&[usize]; 6] = [&[], &[1], &[6], &[0, 4], &[3, 0, 2], &[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 6]];
+    for shape in shapes {
+        let n: usize = shape.iter().product();
+        let data: Vec<f32> = special.iter().cycle().take(n).copied().collect();
+        let bytes = encode_f32(shape, &data).unwrap();
+        let Array::F32 { shape: got, data: back } = parse(&bytes).unwrap() else { panic!("not f32") };
+        assert_eq!(got, shape);
+        assert_eq!(
+            back.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            data.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+        let at = 10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+        assert_eq!(at % 64, 0, "{shape:?}");
+        let text = std::str::from_utf8(&bytes[10..at]).unwrap();
+        let dims = match shape {
+            [d] => format!("({d},)"),
+            _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+        };
+        assert!(text.contains(&format!("'shape': {dims}")), "{text}");
+    }
+    // The file is the same bytes.
+    let p = tmp("bytes.npy");
+    write_f32(&p, &[3, 2], &special).unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), encode_f32(&[3, 2], &special).unwrap());
+    std::fs::remove_file(p).ok();
+}
+
+/// A shape that does not hold the data given is an error, and no file is created; a header
+/// longer than a 16-bit length holds is written as format 2.0.
+#[test]
+fn the_writer_checks_the_shape_and_switches_to_format_2_for_long_headers() {
+    let p = tmp("mismatch.npy");
+    for (shape, n) in [(&[2usize, 3][..], 5), (&[4][..], 0), (&[][..], 2), (&[usize::MAX, 3][..], 3)] {
+        let e = write_f32(&p, shape, &vec![1.0; n]).unwrap_err().to_string();
+        assert!(e.contains("does not hold") && e.contains("mismatch.npy"), "{e}");
+        assert!(!p.exists());
+        assert!(encode_f32(shape, &vec![1.0; n]).unwrap_err().to_string().contains("does not hold"));
+    }
+    let shape = vec![1usize; 30_000]; // "1, " each: a 90,000-byte header
+    let bytes = encode_f32(&shape, &[2.5]).unwrap();
+    assert_eq!(&bytes[6..8], &[2, 0]);
+    let len = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize;
+    assert_eq!((12 + len) % 64, 0);
+    assert_eq!(parse(&bytes).unwrap(), Array::F32 { shape, data: vec![2.5] });
 }
 
 #[test]
