@@ -54,6 +54,7 @@ DFT | one Dense with the constant [2N, 2N] cos/sin matrix over each line's (real
 DequantizeLinear | (x − zero_point) · scale on the integer values (constant weights folded at conversion) | per-tensor parameters on activations (tract's importer needs constant scales)
 Div | Binary
 Dropout | nothing (inference)
+Einsum | two operands: Dense (a constant operand) or MatMul, with the transposes the equation needs; one operand (transpose, diagonal, sums): one Dense with the constant 0/1 matrix from input to output positions | at most two operands; a one-operand einsum within the composed-constant bound
 Elu | Exp, a comparison and a select (tract's expansion)
 Equal | Binary Equal (1 or 0)
 Erf | Unary (or fused into GELU)

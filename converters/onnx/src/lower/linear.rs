@@ -1,7 +1,7 @@
 //! EinSum (ONNX MatMul, Gemm) → `Dense` or `MatMul`; Conv → `Conv2d` (3-D: `conv3d.rs`).
 
 use super::pool::Spatial;
-use super::{f32s, Lowerer, Res, Val};
+use super::{f32s, zeros, Lowerer, Res, Val};
 use kestrel_format::ops::{Activation, Conv2d, Dense, MatMul, Op, Proj, TensorId};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
@@ -82,11 +82,57 @@ impl Lowerer<'_> {
         if let Some(qp) = op.q_params {
             return self.einsum_q(op, qp);
         }
+        if node.inputs.len() == 1 {
+            return self.einsum_unary(op);
+        }
         if node.inputs.len() != 2 {
-            return Err(self.unsupported("only two-input float einsums"));
+            return Err(self.unsupported("einsums of more than two inputs"));
         }
         let ops = [self.operand(node.inputs[0])?, self.operand(node.inputs[1])?];
         self.einsum_of(op, ops, true)
+    }
+
+    /// An einsum of one operand (a transpose, a diagonal, a sum over axes, or any mix): linear in
+    /// the input, so one `Dense` over the flattened input with the constant 0/1 matrix that sends
+    /// each element on every repeated label's diagonal to its output position (summed when a
+    /// label is absent from the output).
+    fn einsum_unary(&mut self, op: &EinSum) -> Res<()> {
+        let node = self.model.node(self.node);
+        let (x, xs) = self.act(node.inputs[0])?;
+        let out = self.out_shape()?;
+        let n_in: usize = xs.iter().product();
+        let n_out: usize = out.iter().product();
+        let axes: Vec<(Vec<usize>, Option<usize>)> =
+            op.axes.iter_all_axes().map(|a| (a.inputs[0].to_vec(), a.outputs[0].first().copied())).collect();
+        let mut w = zeros([n_out, n_in], "an einsum's 0/1 matrix")?;
+        let mut coords = vec![0usize; xs.len()];
+        for e in 0..n_in {
+            let mut rest = e;
+            for (k, &d) in xs.iter().enumerate().rev() {
+                coords[k] = rest % d;
+                rest /= d;
+            }
+            let mut oc = vec![0usize; out.len()];
+            let mut on_diagonal = true;
+            for (ins, o) in &axes {
+                let Some(&first) = ins.first() else { continue };
+                on_diagonal &= ins.iter().all(|&p| coords[p] == coords[first]);
+                if let Some(q) = o {
+                    oc[*q] = coords[first];
+                }
+            }
+            if on_diagonal {
+                let o = oc.iter().zip(&out).fold(0usize, |acc, (&c, &d)| acc * d + c);
+                w[o * n_in + e] = 1.0;
+            }
+        }
+        let w = self.weight_f32(OutletId::new(self.node, 0), "einsum", &[n_out, n_in], w)?;
+        let flat = self.reshape(x, &xs, &[1, n_in])?;
+        let (y, ys) = self.dense_along(flat, &[1, n_in], 1, w, n_out)?;
+        let y = self.reshape(y, &ys, &out)?;
+        self.out(y, out);
+        self.count_fused("einsum-of-one-operand-as-dense");
+        Ok(())
     }
 
     /// The float einsum of two operands; `fuse_after` lets a Dense take the bias and the
