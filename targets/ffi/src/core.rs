@@ -362,7 +362,9 @@ impl LoadedModel {
         let table = kestrel_cpu::Table::new(&cpu)?;
         let classifier = Classifier::of(&cpu);
         let index_names = match &classifier {
-            Ok(c) if labels.is_empty() => (0..c.classes).map(|i| cstr(&i.to_string(), "class index")).collect::<Result<_, _>>()?,
+            Ok(c) if labels.is_empty() => {
+                (0..c.classes).map(|i| cstr(&i.to_string(), "class index")).collect::<Result<_, _>>()?
+            }
             _ => Vec::new(),
         };
         let scratch = Mutex::new(Scratch::new());
