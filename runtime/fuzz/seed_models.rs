@@ -2,7 +2,7 @@
 //! the first argument: one tiny model per case of the shared mechanism table
 //! (`kestrel::mechanisms::CASES`) and weight encoding (and masked attention, attention on
 //! activations, `Sdpa`, and recurrences: an LSTM with peepholes feeding a GRU whose reset gate
-//! acts on the state),
+//! acts on the state, and selection by index, `Gather`),
 //! plus the demo text model. Run via `seed.sh`.
 
 use kestrel::format::ops::*;
@@ -83,6 +83,19 @@ fn sdpa() -> Vec<u8> {
     b.build().unwrap()
 }
 
+/// Selection by index (`Gather`): constant indices (negative ones included) on the middle axis,
+/// then indices read from an input on the first.
+fn gather() -> Vec<u8> {
+    let mut b = ModelBuilder::new("seed");
+    let x = b.input("x", &[3, 5, 4]).unwrap();
+    let idx = b.weight_as("idx", &[2, 3], vec![0.0, 4.0, -1.0, 2.0, 2.0, -5.0], DType::F32).unwrap();
+    let g = b.op(|y| Op::Gather(Gather { x, idx, axis: 1, y })).unwrap();
+    let at = b.input("at", &[2]).unwrap();
+    let y = b.op(|y| Op::Gather(Gather { x: g, idx: at, axis: 0, y })).unwrap();
+    b.output(y);
+    b.build().unwrap()
+}
+
 /// A bidirectional LSTM with initial states and peepholes (the 8-slot record) feeding a GRU
 /// whose reset gate acts on the state (the 4-attribute record).
 fn rnn(dtype: DType) -> Vec<u8> {
@@ -132,6 +145,7 @@ fn main() {
         std::fs::write(format!("{dir}/rnn_{}.kes", dtype.name()), rnn(dtype)).unwrap();
     }
     std::fs::write(format!("{dir}/sdpa_f32.kes"), sdpa()).unwrap();
+    std::fs::write(format!("{dir}/gather_f32.kes"), gather()).unwrap();
     let text = kestrel::demo::text_model(1, DType::I8).unwrap();
     std::fs::write(format!("{dir}/text_int8.kes"), text).unwrap();
 }

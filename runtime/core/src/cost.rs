@@ -113,7 +113,7 @@ pub fn op_flops(file: &KesFile<'_>, op: &Op) -> Option<u64> {
             let states = direction.dirs() as u64 * u64::from(*hidden);
             2 * t * (numel(file, *w)? + numel(file, *r)?) + 3 * t * gate_rows + 4 * t * states
         }
-        Op::Reshape(_) | Op::Transpose(_) | Op::Slice(_) | Op::Embedding(_) => return None,
+        Op::Reshape(_) | Op::Transpose(_) | Op::Slice(_) | Op::Gather(_) | Op::Embedding(_) => return None,
     })
 }
 
@@ -125,7 +125,8 @@ pub fn op_flops(file: &KesFile<'_>, op: &Op) -> Option<u64> {
 /// token ids); each weight read once per run in its stored encoding, data plus scales (f32: 4
 /// bytes an element, f16: 2, int8: 1 plus an f32 scale per row, int4: ½ per element with rows
 /// padded to groups of 32, plus an f16 scale per group); an embedding reads only the table rows
-/// it gathers (`batch · T` of them) and the first `T` rows of its position table. This is the
+/// it gathers (`batch · T` of them) and the first `T` rows of its position table, a gather the
+/// rows it copies (its output's bytes, at most its input's). This is the
 /// compulsory traffic of op-by-op execution: a kernel that re-reads its weights per sample or
 /// spills intermediates (attention scores) to memory moves more, so bytes / time is a lower
 /// bound on the achieved bandwidth.
@@ -147,6 +148,8 @@ pub fn op_bytes(file: &KesFile<'_>, op: &Op, batch: u64) -> Option<u64> {
         let t = file.tensor(id).ok()?;
         let stored = t.len.checked_add(t.scale_len)?;
         total = total.checked_add(match (t.kind, op) {
+            // A gather reads only the rows it copies: as many bytes as it writes.
+            (TensorKind::Activation, Op::Gather(g)) if id == g.x => t.len.min(y.len).checked_mul(batch)?,
             (TensorKind::Activation, _) => t.len.checked_mul(batch)?,
             (TensorKind::Weight, Op::Embedding(e)) if id == e.table || Some(id) == e.pos => {
                 let rows = u64::from(*t.shape.dims().first()?).max(1);

@@ -173,6 +173,16 @@ pub enum RunError {
         /// Vocabulary size.
         vocab: usize,
     },
+    /// A gather index computed at run time is not an integer in `-len..len`.
+    #[error("gather index {} at position {position} is not an integer in -{len}..{len}", f32::from_bits(*value_bits))]
+    IndexOutOfRange {
+        /// Flat position of the index in the batch's indices (sample-major).
+        position: usize,
+        /// The index value's f32 bits (`f32::from_bits` gives it back; NaN payloads kept).
+        value_bits: u32,
+        /// The indexed axis's length.
+        len: usize,
+    },
     /// An integer fed to an f32 input (an ONNX integer input taken as values) has no exact f32.
     #[error("input {input}: integer {value} at position {position} has no exact f32 value (|v| > 2^24)")]
     IntegerNotExact {

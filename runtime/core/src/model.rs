@@ -2,7 +2,7 @@
 //! backend needs beyond this (the CPU's scratch) it checks in the per-node hook of
 //! [`Model::parse_with`].
 
-use crate::error::{LoadError, RunError};
+use crate::error::{LoadError, RunError, ShapeError};
 use crate::shapes::output_shape;
 use crate::slots::{for_each_slot, Role};
 use kestrel_format::ops::{Op, TensorId};
@@ -231,6 +231,19 @@ fn validate_node(file: &KesFile<'_>, node: u32, op: &Op, defined: &Defined) -> R
         output_shape(op, shape_of, Some(y.shape)).map_err(|source| LoadError::Shape { node, op: name, source })?;
     if computed != y.shape {
         return Err(LoadError::OutputShape { node, op: name, tensor: y_id, declared: y.shape, computed });
+    }
+    // Constant gather indices: each must name a row (a computed one is checked as it is read).
+    if let Op::Gather(o) = op {
+        if file.tensor(o.idx)?.kind == TensorKind::Weight {
+            let p = crate::params::GatherParams::new(&shape_of(o.x), &shape_of(o.idx), o.axis)
+                .map_err(|source| LoadError::Shape { node, op: name, source })?;
+            let values = file.weight(o.idx)?;
+            let ok = values.as_f32().is_some_and(|v| v.iter().all(|&i| p.resolve(i).is_some()));
+            if !ok {
+                let source = ShapeError::Invalid { op: name, what: "a constant index is not an integer in -n..n" };
+                return Err(LoadError::Shape { node, op: name, source });
+            }
+        }
     }
     Ok(())
 }

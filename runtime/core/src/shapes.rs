@@ -145,6 +145,9 @@ pub fn output_shape(
             }
             shape(name, &dims[..x.rank()])
         }
+        Op::Gather(o) => {
+            crate::params::GatherParams::with_output(&shape_of(o.x), &shape_of(o.idx), o.axis).map(|r| r.1)
+        }
         Op::Transpose(o) => {
             let x = shape_of(o.x);
             let mut seen = [false; MAX_RANK];

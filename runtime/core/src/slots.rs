@@ -14,7 +14,8 @@ pub enum Role {
     Weight,
     /// An f32 activation or a weight (broadcast operands).
     ActOrWeight,
-    /// An f32 activation or a weight stored as f32 (Attention's and Sdpa's additive score bias).
+    /// An f32 activation or a weight stored as f32 (Attention's and Sdpa's additive score bias,
+    /// Gather's indices).
     ActOrF32Weight,
 }
 
@@ -37,6 +38,7 @@ pub fn for_each_slot(op: &Op, mut f: impl FnMut(&'static str, TensorId, Role)) {
             (kind::SDPA, 1) => ("k", Role::Act),
             (kind::SDPA, 2) => ("v", Role::Act),
             (kind::SDPA, 3) => ("bias", Role::ActOrF32Weight),
+            (kind::GATHER, 1) => ("idx", Role::ActOrF32Weight),
             (_, 0) => ("x", Role::Act),
             _ => ("weight", Role::Weight),
         };

@@ -942,3 +942,116 @@ fn sdpa_bad_shapes_are_rejected() {
         assert!(err.to_string().contains(what), "{qd:?} {kd:?} {vd:?} {bd:?}: {err}");
     }
 }
+
+/// Index values for a gather over an axis of length `n`: every one in `-n..n` (negative ones
+/// count from the end), repeats and reversals included.
+fn gather_indices(rng: &mut Rng, k: usize, n: usize) -> Vec<f32> {
+    (0..k).map(|_| rng.below(2 * n) as f32 - n as f32).collect()
+}
+
+/// `Gather` (selection by index, numpy `take`): inputs of rank 1 to 4, every axis, indices of
+/// rank 1 and 2 (and a single index), constant (an f32 weight shared by every sample) or
+/// computed (an f32 input, a different set per sample, negative ones counted from the end),
+/// an axis of length 1; against the f64 reference, bit-exact (a copy).
+#[test]
+fn gather_every_axis_and_index_kind() {
+    let mut cases = Vec::new();
+    let shapes: [&[usize]; 5] = [&[7], &[5, 3], &[2, 6, 4], &[3, 1, 2, 5], &[1, 4]];
+    let idx_shapes: [&[usize]; 3] = [&[4], &[2, 3], &[1]];
+    for xs in shapes {
+        for axis in 0..xs.len() {
+            for (ii, is) in idx_shapes.iter().enumerate() {
+                for constant in [true, false] {
+                    let is = *is;
+                    let name = format!("Gather x{xs:?} axis {axis} idx{is:?} constant {constant}");
+                    cases.push(case("Gather", name, false, move |c| {
+                        let x = c.input(xs, NZ)?;
+                        let (n, k) = (xs[axis], is.iter().product::<usize>());
+                        let idx = if constant {
+                            let v = gather_indices(&mut c.rng, k, n);
+                            c.b.weight_as(&format!("idx{ii}"), is, v, DType::F32)?
+                        } else {
+                            let id = c.b.input("idx", is)?;
+                            let v = gather_indices(&mut c.rng, BATCH * k, n);
+                            c.feeds.push(Feed::F32(v));
+                            id
+                        };
+                        c.b.op(|y| Op::Gather(Gather { x, idx, axis: axis as u32, y }))
+                    }));
+                }
+            }
+        }
+    }
+    let worst = check_all(&cases);
+    assert_eq!(worst["Gather"], 0.0, "a gather copies: bit-exact");
+}
+
+/// A gather index computed at run time that is not an integer in `-n..n` (past either end, a
+/// fraction, NaN, an infinity) is `RunError::IndexOutOfRange` naming its flat position in the
+/// batch's indices and its value; a constant one is refused when the model loads.
+#[test]
+fn gather_indices_out_of_range_are_errors() {
+    use kestrel_cpu::RunError;
+    let (n, k) = (5usize, 3usize);
+    let mut b = ModelBuilder::new("gather range");
+    let x = b.input("x", &[n, 2]).unwrap();
+    let idx = b.input("idx", &[k]).unwrap();
+    let y = b.op(|y| Op::Gather(Gather { x, idx, axis: 0, y })).unwrap();
+    b.output(y);
+    let model = Model::from_bytes(&b.build().unwrap()).unwrap();
+    let xv: Vec<f32> = (0..2 * n * 2).map(|i| i as f32).collect();
+    let mut s = model.session(2).unwrap();
+    // In range, both ends and negative ones.
+    let ok = s.run_vec(&[kestrel::Input::F32(&xv), kestrel::Input::F32(&[0.0, 4.0, -5.0, -1.0, 2.0, 3.0])]).unwrap();
+    assert_eq!(ok[0], [0.0, 1.0, 8.0, 9.0, 0.0, 1.0, 18.0, 19.0, 14.0, 15.0, 16.0, 17.0]);
+    for (at, bad) in [(4usize, 5.0f32), (0, -6.0), (2, 1.5), (5, f32::NAN), (3, f32::INFINITY), (1, -0.5)] {
+        let mut iv = vec![1.0f32; 2 * k];
+        iv[at] = bad;
+        let err = s.run_vec(&[kestrel::Input::F32(&xv), kestrel::Input::F32(&iv)]).unwrap_err();
+        match err {
+            kestrel::Error::Run(RunError::IndexOutOfRange { position, value_bits, len }) => {
+                assert_eq!((position, len), (at, n), "{bad}");
+                assert_eq!(value_bits, bad.to_bits());
+            }
+            other => panic!("{bad}: {other}"),
+        }
+        let msg = s.run_vec(&[kestrel::Input::F32(&xv), kestrel::Input::F32(&iv)]).unwrap_err().to_string();
+        assert!(msg.contains("not an integer in -5..5"), "{msg}");
+    }
+    // Constant indices out of range: the builder's validation and the loader refuse the file.
+    for bad in [5.0f32, -6.0, 0.5, 1e9] {
+        let mut b = ModelBuilder::new("gather range");
+        let x = b.input("x", &[n, 2]).unwrap();
+        let idx = b.weight_as("idx", &[2], vec![0.0, bad], DType::F32).unwrap();
+        let y = b.op(|y| Op::Gather(Gather { x, idx, axis: 0, y })).unwrap();
+        b.output(y);
+        let err = b.build().unwrap_err().to_string();
+        assert!(err.contains("constant index"), "{bad}: {err}");
+    }
+}
+
+/// Bad `Gather` shapes are typed errors naming what disagrees: an axis past the rank, an output
+/// of more than six axes, constant indices stored in another encoding than f32.
+#[test]
+fn gather_bad_shapes_are_rejected() {
+    let bad: [(&[usize], &[usize], u32, &str); 3] = [
+        (&[4, 3], &[2], 2, "axis (< rank)"),
+        (&[2, 2, 2, 2], &[1, 1, 1, 1], 0, "output rank"),
+        (&[3, 2], &[2, 2, 2, 2, 2, 2], 1, "output rank"),
+    ];
+    for (xd, id, axis, what) in bad {
+        let mut b = ModelBuilder::new("bad gather");
+        let x = b.input("x", xd).unwrap();
+        let idx = b.input("idx", id).unwrap();
+        let err = b.op(|y| Op::Gather(Gather { x, idx, axis, y })).unwrap_err();
+        assert!(err.to_string().contains(what), "{xd:?} {id:?} {axis}: {err}");
+    }
+    // Constant indices quantised to int8: refused (the slot takes f32 only).
+    let mut b = ModelBuilder::new("bad gather");
+    let x = b.input("x", &[4, 3]).unwrap();
+    let idx = b.weight_as("idx", &[2], vec![0.0, 3.0], DType::I8).unwrap();
+    let y = b.op(|y| Op::Gather(Gather { x, idx, axis: 0, y })).unwrap();
+    b.output(y);
+    let err = b.build().unwrap_err().to_string();
+    assert!(err.contains("f32"), "{err}");
+}

@@ -306,6 +306,44 @@ pub fn slice(x: &[f64], shape: &[usize], axis: usize, window: [usize; 5]) -> (Ve
     (y, ys)
 }
 
+/// Selection by index along `axis` (numpy `take`), from the definition: `x` of dims `shape`,
+/// `idx` the index values (any shape, `idx_shape`); the output's dims are `shape` with `axis`
+/// replaced by `idx_shape`, `y[a.., j.., b..] = x[a.., idx[j..], b..]`. An index `v` in `-n..0`
+/// reads `v + n`; one that is not an integer in `-n..n` is `Err(its flat position)`.
+pub fn gather(
+    x: &[f64],
+    shape: &[usize],
+    axis: usize,
+    idx: &[f64],
+    idx_shape: &[usize],
+) -> Result<(Vec<f64>, Vec<usize>), usize> {
+    let n = shape[axis];
+    let rows: Vec<usize> = idx
+        .iter()
+        .enumerate()
+        .map(|(p, &v)| {
+            let ok = v.fract() == 0.0 && v >= -(n as f64) && v < n as f64;
+            if !ok {
+                return Err(p);
+            }
+            Ok(if v < 0.0 { (v + n as f64) as usize } else { v as usize })
+        })
+        .collect::<Result<_, _>>()?;
+    let ys: Vec<usize> = shape[..axis].iter().chain(idx_shape).chain(&shape[axis + 1..]).copied().collect();
+    let ir = idx_shape.len();
+    let y = (0..numel(&ys))
+        .map(|i| {
+            let oi = unravel(i, &ys);
+            // The output index's axes inside idx, flattened to the index's position.
+            let j = oi[axis..axis + ir].iter().zip(idx_shape).fold(0, |a, (&v, &d)| a * d + v);
+            let xi: Vec<usize> =
+                oi[..axis].iter().copied().chain([rows[j]]).chain(oi[axis + ir..].iter().copied()).collect();
+            x[ravel(&xi, shape)]
+        })
+        .collect();
+    Ok((y, ys))
+}
+
 /// Batched matmul over the last two axes with broadcast batch axes: `a [.., M, K]`,
 /// `b [.., K, N]` (or `[.., N, K]` when `transpose_b`). Returns the output and its shape.
 pub fn matmul(a: &[f64], a_shape: &[usize], b: &[f64], b_shape: &[usize], transpose_b: bool) -> (Vec<f64>, Vec<usize>) {

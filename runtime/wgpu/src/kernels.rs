@@ -4,7 +4,7 @@
 
 use crate::params::Layout;
 use crate::GpuError;
-use kestrel_format::ops::{BinaryOp, UnaryOp};
+use kestrel_format::ops::{BinaryOp, ReduceOp, UnaryOp};
 use std::collections::HashMap;
 
 pub(crate) use crate::params::PARAM_WORDS;
@@ -149,10 +149,11 @@ impl Family {
         };
         let window = if layouts.contains(&Layout::Window) { WINDOW_PRELUDE } else { "" };
         // The element-wise functions, generated from the format's tables (one row each).
-        let functions = if self == Family::Elementwise {
-            format!("{}\n{}", UnaryOp::wgsl_fn(), BinaryOp::wgsl_fn())
-        } else {
-            String::new()
+        let functions = match self {
+            Family::Elementwise => format!("{}\n{}", UnaryOp::wgsl_fn(), BinaryOp::wgsl_fn()),
+            // The reductions, generated from the format's table (one row each).
+            Family::Norm => ReduceOp::wgsl_fn(),
+            _ => String::new(),
         };
         format!("{COMMON}\n{dense}\n{lane_sums}\n{}\n{window}\n{functions}", Layout::wgsl(&layouts))
     }
@@ -293,6 +294,8 @@ pub enum Kernel {
     Embedding,
     /// `embed.wgsl: patch_gather`.
     PatchGather,
+    /// `embed.wgsl: gather` (one thread per output element).
+    Gather,
     /// `attention.wgsl: align_tokens` (Super's W^A X + b^A).
     AlignTokens,
     /// `attention.wgsl: attend`.
@@ -395,6 +398,7 @@ impl Kernel {
         Kernel::Rnn,
         Kernel::Embedding,
         Kernel::PatchGather,
+        Kernel::Gather,
         Kernel::AlignTokens,
         Kernel::Attend,
         Kernel::AttendRows,
@@ -424,7 +428,7 @@ impl Kernel {
             Conv2d | Conv2dBlock | Conv2dTile => Family::Conv,
             Pool2d => Family::Pool,
             Rnn => Family::Rnn,
-            Embedding | PatchGather => Family::Embed,
+            Embedding | PatchGather | Gather => Family::Embed,
             AlignTokens | Attend | AttendRows | SdpaRows => Family::Attention,
             ExpValues | ExpKeys | AftBias | AftFull | AftLocal | AftSimple | AftConv => Family::Aft,
             FfScores | FfPool | FfScaleRows => Family::Fastformer,
@@ -450,6 +454,7 @@ impl Kernel {
             Rnn => Layout::Rnn,
             Embedding => Layout::Embedding,
             PatchGather => Layout::PatchGather,
+            Gather => Layout::Gather,
             AlignTokens => Layout::AlignTokens,
             Attend | AttendRows => Layout::Attend,
             SdpaRows => Layout::Sdpa,
@@ -481,7 +486,7 @@ impl Kernel {
             DenseBlockLn => Start::Mode(Item, "dense_block_body", "1u"),
             DenseBlockPatch => Start::Mode(Item, "dense_block_body", "2u"),
             Unary | Strided | LayerNorm | Softmax | Reduce | MatMul | Conv2d | Conv2dBlock | Pool2d | Embedding
-            | PatchGather | AlignTokens | AttendRows | SdpaRows | ExpValues | ExpKeys | AftFull | AftLocal
+            | PatchGather | Gather | AlignTokens | AttendRows | SdpaRows | ExpValues | ExpKeys | AftFull | AftLocal
             | AftConv | FfScores | FfPool | FfScaleRows => Start::Body(Item),
             LayerNormSplit | SoftmaxSplit | ReduceSplit | Rnn | AftSimple => Start::Body(Row),
             DenseTile | MatMulTile | Conv2dTile => Start::Body(Tile),
@@ -538,6 +543,7 @@ impl Kernel {
             Rnn => "rnn",
             Embedding => "embedding",
             PatchGather => "patch_gather",
+            Gather => "gather",
             AlignTokens => "align_tokens",
             Attend => "attend",
             AttendRows => "attend_rows",

@@ -443,6 +443,12 @@ Embedding embedding {
 PatchGather patch_gather {
     x_base: usize = 2, y_base: usize = 3, c: usize = 4, h: usize = 5, w: usize = 6, p: usize = 7,
 }
+/// `embed.wgsl: gather`: `x` seen as `[outer, n, inner]`, `k` indices from the activation
+/// region `idx` or, with `idx_const`, the f32 weight `idx_w`; the output `[outer, k, inner]`.
+Gather gather {
+    x: Region = 2, y_base: usize = 4, n: usize = 5, k: usize = 6, inner: usize = 7, idx_const: bool = 8,
+    idx: Region = 9 opt, idx_w: Wd = 12 opt,
+}
 /// `attention.wgsl: align_tokens`.
 AlignTokens align_tokens {
     x_base: usize = 2, v_base: usize = 3, t: usize = 4, d: usize = 5, causal: bool = 6, has_bias: bool = 7,

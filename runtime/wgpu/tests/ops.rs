@@ -294,6 +294,38 @@ fn layer_cases() -> Vec<Case> {
             },
         ));
     }
+    // Gather: every axis of a rank-3 input, indices constant (an f32 weight, negative ones
+    // counted from the end) or an input (a different set per sample), of rank 1 and 2, and an
+    // axis of length 1.
+    for (dims, axis, idx, constant) in [
+        (vec![4usize, 3, 5], 0u32, vec![3usize], true),
+        (vec![4, 3, 5], 1, vec![2, 2], false),
+        (vec![4, 3, 5], 2, vec![7], false),
+        (vec![4, 3, 5], 2, vec![2, 3], true),
+        (vec![2, 1, 6], 1, vec![4], false),
+        (vec![9], 0, vec![1], true),
+    ] {
+        v.push(case("gather", format!("gather {dims:?} axis {axis} idx {idx:?} constant {constant}"), move |c| {
+            let x = c.input(&dims)?;
+            let (n, k) = (dims[axis as usize], idx.iter().product::<usize>());
+            let draw = |c: &mut Ctx, m: usize| -> Vec<f32> {
+                c.vals(m, 1.0)
+                    .iter()
+                    .map(|u| ((u + 1.0) * n as f32).floor().min(2.0 * n as f32 - 1.0) - n as f32)
+                    .collect()
+            };
+            let idx = if constant {
+                let values = draw(c, k);
+                c.b.weight_as("idx", &idx, values, DType::F32)?
+            } else {
+                let id = c.b.input("idx", &idx)?;
+                let values = draw(c, BATCH * k);
+                c.feeds.push(Feed::F32(values));
+                id
+            };
+            c.b.op(|y| Op::Gather(Gather { x, idx, axis, y }))
+        }));
+    }
     // b an activation or a weight, transposed or not; the last four with rows enough for the
     // tiled kernel (`matmul_tile` under the tiles-everywhere tuning): k not a multiple of 4
     // (zeros staged past it), partial tiles, broadcast batch axes, weights.
@@ -634,7 +666,7 @@ fn assert_subgroup_form_ran(g: &GpuContext, seen: &BTreeSet<Variant>, arith: Ari
 
 /// Case families whose kernels have no f16 variant (so they run f32 even at `Precision::F16`).
 const F32_ONLY_FAMILIES: &[&str] =
-    &["layer_norm", "unary", "binary", "softmax", "embedding", "reduce", "transpose", "slice", "pool2d"];
+    &["layer_norm", "unary", "binary", "softmax", "embedding", "reduce", "transpose", "slice", "gather", "pool2d"];
 
 /// The layer and generic cases at `precision`, under every tuning, and every form of their kernels
 /// at `arith`.
@@ -841,6 +873,33 @@ fn bad_inputs_are_typed_errors() {
     assert!(s.run(&[Input::I32(&[0; 12])], &mut [&mut out3]).is_err());
     // And a good run still works after the errors.
     s.run(&[Input::I32(&[0, 1, 2, 4])], &mut [&mut out]).unwrap();
+}
+
+/// A gather index computed at run time outside `-n..n` (or a fraction, NaN): the CPU reports
+/// `IndexOutOfRange`; a kernel cannot stop the run, so the GPU writes zeros for that index's
+/// elements and copies the rest.
+#[test]
+fn gather_indices_out_of_range_give_zeros_on_the_gpu() {
+    let Some(g) = gpu() else { return };
+    let mut b = ModelBuilder::new("gather range");
+    let x = b.input("x", &[4, 2]).unwrap();
+    let idx = b.input("idx", &[5]).unwrap();
+    let y = b.op(|y| Op::Gather(Gather { x, idx, axis: 0, y })).unwrap();
+    b.output(y);
+    let model = kestrel::Model::from_bytes(&b.build().unwrap()).unwrap();
+    let cpu = model.cpu().unwrap();
+    let mut s = GpuSession::new(&g, &cpu, 1).unwrap();
+    let xv: Vec<f32> = (1..=8).map(|v| v as f32).collect();
+    let iv = [3.0, 4.0, -5.0, 0.5, f32::NAN];
+    let mut out = vec![f32::MAX; 10];
+    s.run(&[Input::F32(&xv), Input::F32(&iv)], &mut [&mut out]).unwrap();
+    assert_eq!(out, [7.0, 8.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+    let ok = [3.0, -1.0, -4.0, 0.0, 2.0];
+    s.run(&[Input::F32(&xv), Input::F32(&ok)], &mut [&mut out]).unwrap();
+    assert_eq!(out, [7.0, 8.0, 7.0, 8.0, 1.0, 2.0, 1.0, 2.0, 5.0, 6.0]);
+    let mut cpu_s = model.session(1).unwrap();
+    let e = cpu_s.run_vec(&[Input::F32(&xv), Input::F32(&iv)]).unwrap_err();
+    assert!(e.to_string().contains("gather index 4 at position 1"), "{e}");
 }
 
 /// A graph input with no elements per sample (ONNX's `CastLike` reads its second input for the

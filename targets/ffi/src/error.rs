@@ -45,9 +45,10 @@ impl From<kestrel_cpu::RunError> for FfiError {
     fn from(e: kestrel_cpu::RunError) -> Self {
         use kestrel_cpu::RunError as R;
         let status = match e {
-            R::TokenIdOutOfRange { .. } | R::IdTooLarge { .. } | R::IntegerNotExact { .. } => {
-                Status::KESTREL_ERR_INPUT_VALUE
-            }
+            R::TokenIdOutOfRange { .. }
+            | R::IdTooLarge { .. }
+            | R::IntegerNotExact { .. }
+            | R::IndexOutOfRange { .. } => Status::KESTREL_ERR_INPUT_VALUE,
             R::ArenaTooSmall { .. } | R::BadCapacity { .. } => Status::KESTREL_ERR_INVALID_ARGUMENT,
             R::Arity { .. } | R::Length { .. } | R::BatchMismatch { .. } | R::InputDType { .. } => {
                 Status::KESTREL_ERR_SHAPE

@@ -2,12 +2,14 @@
 //! backends lower from (the CPU kernels and the wgpu dispatches read the same structs).
 
 mod conv;
+mod gather;
 mod pool;
 mod rnn;
 mod slice;
 mod window;
 
 pub use conv::Conv2dParams;
+pub use gather::GatherParams;
 pub use pool::Pool2dParams;
 pub use rnn::{rnn_scratch, RnnCell, RnnParams};
 pub use slice::SliceParams;

@@ -9,6 +9,7 @@ use crate::kernels::elementwise::{binary, unary, BinaryParams, Operand, UnaryPar
 use crate::kernels::embed::{
     embedding, embedding_scratch, patch_embed, patch_embed_scratch, EmbeddingParams, PatchEmbedParams,
 };
+use crate::kernels::gather::{gather, GatherParams};
 use crate::kernels::linear::ProjW;
 use crate::kernels::matmul::{matmul, matmul_scratch, MatMulParams};
 use crate::kernels::norm::{layer_norm, layer_norm_scratch, LayerNormParams};
@@ -86,6 +87,11 @@ enum Prep<'a> {
     Reduce(ReduceParams),
     Transpose(TransposeParams),
     Slice(SliceParams),
+    /// The indices: an activation (per sample) or a constant's f32 values.
+    Gather {
+        p: GatherParams,
+        idx: Src<'a>,
+    },
     MatMul {
         p: MatMulParams,
         b: Src<'a>,
@@ -178,6 +184,18 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             }
             Prep::Slice(SliceParams::new(&shp(o.x)?, o)?)
         }
+        LayerOp::Gather(o) => {
+            let p = GatherParams::new(&shp(o.x)?, &shp(o.idx)?, o.axis)?;
+            let idx = src(file, o.idx)?;
+            if let Src::Weight(w) = idx {
+                // The loader admits only f32 weights here, each index in range.
+                let values = w
+                    .as_f32()
+                    .ok_or(ShapeError::Invalid { op: "Gather", what: "constant indices must be stored as f32" })?;
+                crate::error::expect_eq("Gather", "index elements", p.k, values.len())?;
+            }
+            Prep::Gather { p, idx }
+        }
         LayerOp::MatMul(o) => {
             let b = src(file, o.b)?;
             let p = MatMulParams::new(&shp(o.a)?, &shp(o.b)?, o.transpose_b, matches!(b, Src::Weight(_)))?;
@@ -236,6 +254,7 @@ pub(super) fn scratch_elems(file: &Graph<'_, '_>, op: &Op, fast: bool) -> Result
         | Prep::Reduce(_)
         | Prep::Transpose(_)
         | Prep::Slice(_)
+        | Prep::Gather { .. }
         | Prep::Reshape => 0,
     })
 }
@@ -317,6 +336,19 @@ pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Resul
             (Prep::Slice(p), Op::Slice(o)) => {
                 let (x, n) = main(o.x)?;
                 slice(p, &x[sample(n, s)], y);
+            }
+            (Prep::Gather { p, idx }, Op::Gather(o)) => {
+                let (x, n) = main(o.x)?;
+                let (iv, base) = match idx {
+                    Src::Act => main(o.idx).map(|(v, k)| (&v[sample(k, s)], s * k))?,
+                    Src::Weight(w) => (w.as_f32().ok_or(RunError::Internal("gather index encoding"))?, 0),
+                };
+                gather(p, &x[sample(n, s)], iv, y).map_err(|e| match e {
+                    RunError::IndexOutOfRange { position, value_bits, len } => {
+                        RunError::IndexOutOfRange { position: base + position, value_bits, len }
+                    }
+                    other => other,
+                })?;
             }
             (Prep::MatMul { p, b }, Op::MatMul(o)) => {
                 let (a, n) = main(o.a)?;

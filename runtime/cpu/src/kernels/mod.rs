@@ -10,6 +10,7 @@ pub mod conv;
 pub mod elementwise;
 pub mod embed;
 pub mod fastformer;
+pub mod gather;
 pub mod linear;
 pub mod matmul;
 pub mod norm;

@@ -36,6 +36,7 @@ impl Op {
             Op::Reduce(o) => OpClass::Layer(L::Reduce(o)),
             Op::Reshape(o) => OpClass::Layer(L::Reshape(o)),
             Op::Slice(o) => OpClass::Layer(L::Slice(o)),
+            Op::Gather(o) => OpClass::Layer(L::Gather(o)),
             Op::Transpose(o) => OpClass::Layer(L::Transpose(o)),
             Op::Conv2d(o) => OpClass::Layer(L::Conv2d(o)),
             Op::PatchEmbed(o) => OpClass::Layer(L::PatchEmbed(o)),
@@ -115,6 +116,8 @@ pub enum LayerOp<'a> {
     Reshape(&'a Reshape),
     /// [`Op::Slice`].
     Slice(&'a Slice),
+    /// [`Op::Gather`].
+    Gather(&'a Gather),
     /// [`Op::Transpose`].
     Transpose(&'a Transpose),
     /// [`Op::Conv2d`].

@@ -46,3 +46,24 @@ pub struct Slice {
     /// Output.
     pub y: TensorId,
 }
+
+/// Selection by index along one axis (numpy `take`, ONNX `Gather`): `x` seen as `[outer, n,
+/// inner]` around `axis`, `idx` holding `k` indices (any shape), the output `[outer, k, inner]`
+/// with `y[o, j, i] = x[o, idx[j], i]`; its shape is `x`'s with `axis` replaced by `idx`'s axes.
+/// `idx` is an f32 weight (constant indices, shared by every sample) or an f32 activation (one
+/// set per sample, computed at run time); either holds integer values (exact in f32 below 2^24).
+/// An index `v` with `-n ≤ v < 0` counts from the end (`v + n`); any other value outside `0..n`
+/// (or not an integer) is out of range: a constant one is refused when the model loads, a
+/// computed one is a run-time error on the CPU (`RunError::IndexOutOfRange`) and a zero block on
+/// backends that cannot stop a dispatch (wgpu).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Gather {
+    /// Input (an f32 activation).
+    pub x: TensorId,
+    /// Indices: an f32 weight or an f32 activation holding integers.
+    pub idx: TensorId,
+    /// The per-sample axis of `x` indexed.
+    pub axis: u32,
+    /// Output.
+    pub y: TensorId,
+}

@@ -781,7 +781,7 @@ mod band;
 mod elementwise;
 pub use elementwise::{BinaryOp, UnaryOp};
 mod layout;
-pub use layout::{Reshape, Slice, Transpose};
+pub use layout::{Gather, Reshape, Slice, Transpose};
 mod ident;
 pub use ident::{LayerOp, MechanismOp, OpClass};
 mod table;

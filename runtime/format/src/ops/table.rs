@@ -159,6 +159,8 @@ op_table! {
     /// See [`Sdpa`].
     Sdpa = 17 SDPA [q: t("q"), k: t("k"), v: t("v"), bias: opt(), y: t("y")]
         [scale: float("scale"), causal: flag("causal"), k_transposed: flag("k_transposed")],
+    /// See [`Gather`].
+    Gather = 18 GATHER [x: t("x"), idx: t("idx"), y: t("y")] [axis: raw()],
     /// See [`Attention`].
     Attention = 32 ATTENTION [x: t("x"), q: proj("wq"), k: oproj(), v: oproj(), align: oproj(), o: proj("wo"),
         // The key mask is a 13th slot, present only when used (older readers and files keep

@@ -124,6 +124,7 @@ pub fn every_op() -> Vec<Op> {
         // 4-attribute record).
         Op::Lstm(Lstm { p: Some(6), ..lstm(Some(4), Some(5), RnnOutput::Y) }),
         Op::Gru(Gru { reset: GruReset::State, ..gru(None, RnnOutput::Hidden) }),
+        Op::Gather(Gather { x, idx: 1, axis: 2, y }),
     ]);
     all
 }

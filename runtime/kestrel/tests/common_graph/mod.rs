@@ -163,6 +163,10 @@ impl<'a> Interp<'a> {
                 let w = [u(o.start), u(o.step), u(o.count), u(o.offset), u(o.len)];
                 r::slice(x_of(o.x), &self.dims(o.x), u(o.axis), w).0
             }
+            Op::Gather(o) => {
+                let (xd, id) = (self.dims(o.x), self.dims(o.idx));
+                r::gather(x_of(o.x), &xd, o.axis as usize, x_of(o.idx), &id).expect("indices in range").0
+            }
             Op::Sdpa(o) => r::sdpa(
                 (x_of(o.q), &self.dims(o.q)),
                 (x_of(o.k), &self.dims(o.k)),

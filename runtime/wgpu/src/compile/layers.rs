@@ -3,10 +3,10 @@
 use super::{numel, split_per, Ctx, Dispatch, Params};
 use crate::kernels::Kernel;
 use crate::params::{
-    conv, embedding, layer_norm, matmul, matmul_tile, pool, reduce, rnn, sdpa, strided, unary, window, Field,
+    conv, embedding, gather, layer_norm, matmul, matmul_tile, pool, reduce, rnn, sdpa, strided, unary, window, Field,
 };
 use crate::GpuError;
-use kestrel_core::params::{Conv2dParams, Pool2dParams, RnnCell, RnnParams, SliceParams};
+use kestrel_core::params::{Conv2dParams, GatherParams, Pool2dParams, RnnCell, RnnParams, SliceParams};
 use kestrel_format::ops::{GruReset, LayerOp, NormAxis, Op, TensorId};
 use kestrel_format::{TensorKind, MAX_RANK};
 
@@ -138,6 +138,21 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 .set(strided::window_first, p.offset)?
                 .set(strided::window_count, p.count)?;
             vec![window.done(Kernel::Strided)]
+        }
+        LayerOp::Gather(o) => {
+            // One thread per output element of `[outer, k, inner]`.
+            let p =
+                GatherParams::new(&shape(o.x)?, &shape(o.idx)?, o.axis).map_err(|e| GpuError::Model(e.to_string()))?;
+            let constant = ctx.info(o.idx)?.kind == TensorKind::Weight;
+            let mut g = Params::new(p.out_len())?
+                .set(gather::x, ctx.act(o.x)?)?
+                .set(gather::y_base, ctx.act(o.y)?.base)?
+                .set(gather::n, p.n)?
+                .set(gather::k, p.k)?
+                .set(gather::inner, p.inner)?
+                .set(gather::idx_const, constant)?;
+            g = if constant { g.set(gather::idx_w, ctx.weight(o.idx)?)? } else { g.set(gather::idx, ctx.act(o.idx)?)? };
+            vec![g.done(Kernel::Gather)]
         }
         LayerOp::MatMul(o) => {
             let (a, b, y) = (shape(o.a)?, shape(o.b)?, shape(o.y)?);

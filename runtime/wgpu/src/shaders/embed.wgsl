@@ -34,3 +34,34 @@ fn patch_gather_body(it: Item) {
     let px = t % gw;
     act[prm.y_base + it.g] = act[prm.x_base + it.s * pu(P_PER) + ch * h * w + (py * p + i) * w + px * p + j];
 }
+
+// Selection by index along one axis (`Gather`): x [outer, n, inner] per sample, k indices (f32
+// integers; one in -n..0 counts from the end), y [outer, k, inner]. One thread per output
+// element. An index that is not an integer in -n..n (which a kernel cannot report) gives zeros;
+// the CPU backend reports it as an error.
+// Parameters `GatherP`: x, y_base, n, k, inner, idx_const, idx, idx_w. per = outer · k · inner.
+fn gather_body(it: Item) {
+    let prm = gather_p();
+    let inner = prm.inner;
+    let k = prm.k;
+    let e = it.l % inner;
+    let j = (it.l / inner) % k;
+    let o = it.l / (inner * k);
+    var v: f32;
+    if prm.idx_const {
+        v = wflat(prm.idx_w, j);
+    } else {
+        v = act[prm.idx.base + it.s * prm.idx.stride + j];
+    }
+    let n = f32(prm.n);
+    var out = 0.0;
+    // In range and an integer (NaN fails every comparison).
+    if v >= -n && v < n && v == trunc(v) {
+        var r = i32(v);
+        if r < 0 {
+            r += i32(prm.n);
+        }
+        out = act[prm.x.base + it.s * prm.x.stride + (o * prm.n + u32(r)) * inner + e];
+    }
+    act[prm.y_base + it.g] = out;
+}
