@@ -225,7 +225,7 @@ fn folder_evaluation_counts_every_sample_and_plots() {
     let diag: u64 = (0..10).map(|i| confusion[i][i]).sum();
     assert_eq!(diag, v["correct"].as_u64().unwrap());
     // The bundled model is trained: most of the bundled test images are right (its full
-    // test-set accuracy is in the README).
+    // test-set accuracy is in docs/trained-models.md).
     assert!(v["accuracy"].as_f64().unwrap() >= 0.75, "{stdout}");
     let png = image::open(&plot).expect("the plot is a PNG");
     assert!(png.width() > 300 && png.height() > 300);
