@@ -46,6 +46,7 @@ Concat | a Slice per piece (a copy into its place; fused from a 0/1 placing Dens
 Constant | weights where read
 ConstantOfShape | folded | constant shape
 Conv | Conv2d (fused attention where a mechanism is recognised; 3-D: a 0/1 Dense picking each output depth's taps, then one Conv2d over the output depths as images); a kernel computed at run time: im2col (one 0/1 Dense over the flattened spatial axis) and a MatMul | 1-D, 2-D and 3-D, kernel and bias constant or computed at run time (im2col's selection within the composed-constant bound); a fixed first axis N > 1 runs as N× the groups (3-D: the weight is stored once per output depth and image)
+ConvInteger | as QLinearConv with unit scales (an exact integer sum in f32, to 2^24); a kernel computed at run time dequantised as an activation | constant kernel zero point
 ConvTranspose | a 0/1 Dense per spatial axis (zero insertion, padding, cropping) and a Conv2d (3-D: Conv's 3-D lowering) with the flipped kernel; a kernel computed at run time: the same zero insertion, then im2col and a MatMul with the taps reversed | 1-D, 2-D and 3-D, kernel and bias constant or computed at run time; every stride, dilation, group count, pads, auto_pad, output_padding and output_shape
 Cos | Unary
 Cosh | Unary
@@ -100,7 +101,7 @@ Or | Binary Max on 0/1 values | boolean operands
 PRelu | Mul, a comparison and a select (tract's expansion)
 Pad | a Slice into zeros plus the constant (edge, reflect: Dense with a 0/1 weight) | constant mode, constant pads
 Pow | Binary; a constant exponent 2, 3, 4 as products, ½ as Sqrt, −½ as Rsqrt, −1 as Reciprocal
-QLinearConv | as QLinearMatMul (tract's quantised einsum)
+QLinearConv | the data dequantised (x − x0)·xs, the kernel and bias dequantised at conversion (per output channel), the float convolution, then (y / ys + y0) rounded half to even and saturated | constant kernel parameters; data and output parameters per tensor (constant or computed)
 QLinearMatMul | dequantised operands (scale·(x − zero_point), per-tensor or per-axis; parameters constant or computed), the float product, then round half to even + zero point, saturated to the output type | 8-bit outputs; f16 scales refused by tract's importer
 QuantizeLinear | clamp(round_half_even(x / scale) + zero_point) on activations (× tract's stored 1/scale: a value on an exact tie may land one step away) | u8/i8 outputs, constant per-tensor parameters
 Range | folded | constant bounds

@@ -171,3 +171,64 @@ fn qlinear_matmul_and_matmul_integer_match_their_definitions() {
         }
     }
 }
+
+#[test]
+fn qlinear_conv_matches_its_definition() {
+    let mut rng = Rng::new(0xC0A7);
+    for case in 0..4 {
+        let (c, o, h, w, k) =
+            (1 + below(&mut rng, 3), 1 + below(&mut rng, 3), 4 + below(&mut rng, 3), 4 + below(&mut rng, 3), 3);
+        let x: Vec<i64> = (0..c * h * w).map(|_| below(&mut rng, 256) as i64).collect();
+        let wt: Vec<i64> = (0..o * c * k * k).map(|_| below(&mut rng, 256) as i64 - 128).collect();
+        let bias: Vec<i64> = (0..o).map(|_| below(&mut rng, 2000) as i64 - 1000).collect();
+        let (x0, xs) = (below(&mut rng, 256) as i64, 0.03f32);
+        let ws: Vec<f32> = (0..o).map(|i| 0.005 + 0.002 * i as f32).collect();
+        let (y0, ys) = (below(&mut rng, 256) as i64, 0.4f32);
+        let pad = case % 2;
+        let (oh, ow) = (h + 2 * pad - k + 1, w + 2 * pad - k + 1);
+        let want: Vec<f32> = (0..o * oh * ow)
+            .map(|e| {
+                let (oc, p) = (e / (oh * ow), e % (oh * ow));
+                let (py, px) = (p / ow, p % ow);
+                let mut acc = bias[oc] as f64 * xs as f64 * ws[oc] as f64;
+                for ic in 0..c {
+                    for ky in 0..k {
+                        for kx in 0..k {
+                            let (iy, ix) = (py + ky, px + kx);
+                            if iy < pad || ix < pad || iy - pad >= h || ix - pad >= w {
+                                continue;
+                            }
+                            let xv = x[(ic * h + iy - pad) * w + ix - pad];
+                            let wv = wt[((oc * c + ic) * k + ky) * k + kx];
+                            acc += (xs as f64 * (xv - x0) as f64) * (ws[oc] as f64 * wv as f64);
+                        }
+                    }
+                }
+                quantise(acc, ys as f64, y0, 0, 255) as f32
+            })
+            .collect();
+        let node = node("QLinearConv", &["x", "xs", "x0", "w", "ws", "w0", "ys", "y0", "b"], "y")
+            .msg(5, proto::ints_attr("pads", &[pad, pad, pad, pad]));
+        let onnx = graph_model(
+            vec![node],
+            vec![
+                f32_tensor("xs", &[], &[xs]),
+                int_tensor("x0", 2, &[], &[x0]),
+                int_tensor("w", 3, &[o, c, k, k], &wt),
+                f32_tensor("ws", &[o], &ws),
+                int_tensor("w0", 3, &[o], &vec![0; o]),
+                f32_tensor("ys", &[], &[ys]),
+                int_tensor("y0", 2, &[], &[y0]),
+                int_tensor("b", 6, &[o], &bias),
+            ],
+            vec![value("x", 2, &[1, c, h, w])],
+            "y",
+        );
+        for got in run(&format!("qlc{case}"), &onnx, &[Input::I64(&x)], want.len()) {
+            // f32 sums in another order may move a value sitting on a rounding boundary by one.
+            let off = got.iter().zip(&want).filter(|(g, w)| (*g - *w).abs() > 1.0).count();
+            let exact = got.iter().zip(&want).filter(|(g, w)| g == w).count();
+            assert!(off == 0 && exact * 10 >= want.len() * 9, "QLinearConv {case}: {got:?} vs {want:?}");
+        }
+    }
+}

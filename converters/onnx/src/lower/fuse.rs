@@ -121,6 +121,10 @@ impl Lowerer<'_> {
     /// decomposed erf form), SiLU, hard swish or hard sigmoid (a verified chain of scalar steps,
     /// `hard_sigmoid.rs`) applied to `x` alone.
     pub(super) fn match_activation(&self, x: OutletId) -> Option<(Activation, Matched)> {
+        // A quantised op's float result is requantised before anything after it reads it.
+        if self.quantised {
+            return None;
+        }
         if let Some(m) = self.match_gelu(x) {
             return Some((Activation::Gelu, m));
         }

@@ -440,9 +440,18 @@ impl Lowerer<'_> {
     /// goes to [`Self::conv3d`].
     pub(super) fn conv(&mut self, op: &Conv) -> Res<()> {
         let node = self.model.node(self.node);
-        if op.q_params.is_some() || node.inputs.len() != 3 {
-            return Err(self.unsupported("quantised convolution"));
+        if let Some(qp) = op.q_params {
+            return self.conv_q(op, qp);
         }
+        if node.inputs.len() != 3 {
+            return Err(self.bad("data, kernel and bias inputs", format!("{} inputs", node.inputs.len())));
+        }
+        self.conv_float(op)
+    }
+
+    /// The float convolution of inputs 0 (data), 1 (kernel) and 2 (bias).
+    pub(super) fn conv_float(&mut self, op: &Conv) -> Res<()> {
+        let node = self.model.node(self.node);
         if matches!(self.val(node.inputs[1])?, Val::Act { .. }) {
             return self.conv_runtime_kernel(&op.pool_spec, op.kernel_fmt, op.group);
         }

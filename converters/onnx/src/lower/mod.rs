@@ -107,6 +107,8 @@ pub(crate) struct Lowerer<'m> {
     /// Elements of the exact constants the lowering has composed so far (selections, masks),
     /// held to [`MAX_COMPOSED_TOTAL`].
     composed: usize,
+    /// Lowering a quantised op's float core (no activation after it may fuse).
+    pub(super) quantised: bool,
 }
 
 /// The result of lowering one node.
@@ -158,6 +160,7 @@ impl<'m> Lowerer<'m> {
             id_bounds: HashMap::new(),
             ids_values: HashMap::new(),
             composed: 0,
+            quantised: false,
         }
     }
 

@@ -13,6 +13,7 @@ use super::{f32s, Lowerer, Res, Val};
 use kestrel_format::ops::{BinaryOp, Op, TensorId, Unary, UnaryOp};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::internal::InOut;
+use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat};
 use tract_onnx::tract_core::ops::einsum::EinSum;
 use tract_onnx::tract_core::ops::element_wise::ElementWiseOp;
 use tract_onnx::tract_core::ops::quant::{DequantizeLinearF32, QuantizeLinearI8, QuantizeLinearU8};
@@ -162,6 +163,140 @@ impl Lowerer<'_> {
                 Ok(Operand::Act(self.binary_op(d, s, BinaryOp::Mul)?, shape))
             }
         }
+    }
+
+    /// A quantised convolution (tract's `Conv` with quantisation parameters: QLinearConv,
+    /// ConvInteger; inputs x, kernel, bias, x0, x_scale, k0, k_scale, y0, y_scale): the data
+    /// dequantised as an activation, the kernel and the bias (scaled by x_scale·k_scale)
+    /// dequantised at conversion (per output channel), the float convolution, then the
+    /// requantisation. The parameters and the kernel must be constants.
+    pub(super) fn conv_q(&mut self, op: &Conv, qp: DatumType) -> Res<()> {
+        let node = self.model.node(self.node);
+        let ins: Vec<OutletId> = node.inputs.to_vec();
+        if ins.len() != 9 {
+            return Err(self.bad("a quantised convolution of 9 inputs", format!("{}", ins.len())));
+        }
+        if op.kernel_fmt != KernelFormat::OIHW {
+            return Err(self.unsupported(&format!("a quantised convolution kernel in format {:?}", op.kernel_fmt)));
+        }
+        let konst = |l: &Self, slot: usize, what: &str| -> Res<Arc<Tensor>> {
+            match l.val(ins[slot])? {
+                Val::Const(t) => Ok(t),
+                Val::Act { .. } => {
+                    Err(l.unsupported(&format!("a quantised convolution's {what} computed at run time")))
+                }
+            }
+        };
+        let scalar = |l: &Self, slot: usize, what: &str| -> Res<f32> {
+            let t: Arc<Tensor> = konst(l, slot, what)?;
+            match f32s(&t)?.as_slice() {
+                [v] => Ok(*v),
+                v => Err(l.unsupported(&format!("a per-channel {what} ({} values)", v.len()))),
+            }
+        };
+        // The data's and the output's parameters: scalars, constant or computed (the standard's
+        // cases feed them as inputs); the data scale also scales the bias, so it is a constant.
+        let xs = scalar(self, 4, "data scale")?;
+        let tensor_of = |l: &mut Self, slot: usize, what: &str| -> Res<TensorId> {
+            match l.val(ins[slot])? {
+                Val::Const(_) => {
+                    let v = scalar(l, slot, what)?;
+                    l.scalar_weight(v)
+                }
+                Val::Act { .. } => {
+                    let (t, ts) = l.act(ins[slot])?;
+                    if ts.iter().product::<usize>() != 1 {
+                        return Err(l.unsupported(&format!("a per-channel {what}")));
+                    }
+                    l.reshape(t, &ts, &[1])
+                }
+            }
+        };
+        let kshape: Vec<usize> = match self.val(ins[1])? {
+            Val::Const(t) => t.shape().to_vec(),
+            Val::Act { shape, .. } => shape,
+        };
+        let o = *kshape.first().ok_or_else(|| self.bad("a kernel of rank ≥ 3", "a scalar".into()))?;
+        let per_o: usize = kshape[1..].iter().product();
+        let pick = |v: &[f32], i: usize| if v.len() > 1 { v[i] } else { v.first().copied().unwrap_or(0.0) };
+        let (k0t, kst) = (konst(self, 5, "kernel zero point")?, konst(self, 6, "kernel scale")?);
+        let (k0, ks) = (f32s(&k0t)?, f32s(&kst)?);
+        if (k0.len() > 1 && k0.len() != o) || (ks.len() > 1 && ks.len() != o) {
+            return Err(
+                self.bad(&format!("kernel parameters of 1 or {o} values"), format!("{} and {}", k0.len(), ks.len()))
+            );
+        }
+        let as_tensor = |l: &Self, shape: Vec<usize>, v: Vec<f32>| -> Res<Arc<Tensor>> {
+            Ok(tract_onnx::prelude::tract_ndarray::ArrayD::from_shape_vec(shape, v)
+                .map_err(|e| l.bad("a dequantised constant", format!("{e}")))?
+                .into_tensor()
+                .into_arc_tensor())
+        };
+        // The kernel dequantised: at conversion when constant, else as an activation (the
+        // per-output-channel parameters shaped [O, 1, …]).
+        let kd = match self.val(ins[1])? {
+            Val::Const(kernel) => {
+                let v: Vec<f32> = f32s(&kernel)?
+                    .iter()
+                    .enumerate()
+                    .map(|(e, &k)| pick(&ks, e / per_o) * (k - pick(&k0, e / per_o)))
+                    .collect();
+                Val::Const(as_tensor(self, kshape.clone(), v)?)
+            }
+            Val::Act { .. } => {
+                let (k, _) = self.act(ins[1])?;
+                let pshape: Vec<usize> = std::iter::once(o).chain(std::iter::repeat_n(1, kshape.len() - 1)).collect();
+                let param = |l: &mut Self, v: &[f32]| -> Res<TensorId> {
+                    if v.len() > 1 {
+                        l.weight_f32(OutletId::new(l.node, 0), "quantisation", &pshape, v.to_vec())
+                    } else {
+                        l.scalar_weight(pick(v, 0))
+                    }
+                };
+                let z = param(self, &k0)?;
+                let sc = param(self, &ks)?;
+                let d = self.binary_op(k, z, BinaryOp::Sub)?;
+                Val::Act { id: self.binary_op(d, sc, BinaryOp::Mul)?, shape: kshape.clone(), int: false }
+            }
+        };
+        let bias_t = konst(self, 2, "bias")?;
+        let bias = f32s(&bias_t)?;
+        let bd: Vec<f32> = (0..o).map(|i| pick(&bias, i) * xs * pick(&ks, i)).collect();
+        let bd = as_tensor(self, vec![o], bd)?;
+        // The data dequantised.
+        let (x, shape) = self.act(ins[0])?;
+        let z = tensor_of(self, 3, "data zero point")?;
+        let s = self.scalar_weight(xs)?;
+        let d = self.binary_op(x, z, BinaryOp::Sub)?;
+        let xd = self.binary_op(d, s, BinaryOp::Mul)?;
+        // The float convolution reads the dequantised operands in the inputs' places.
+        let saved: Vec<(OutletId, Option<Val>)> = ins[..3].iter().map(|&i| (i, self.vals.get(&i).cloned())).collect();
+        self.vals.insert(ins[0], Val::Act { id: xd, shape, int: false });
+        self.vals.insert(ins[1], kd);
+        self.vals.insert(ins[2], Val::Const(bd));
+        self.quantised = true;
+        let done = self.conv_float(op);
+        self.quantised = false;
+        for (i, v) in saved {
+            match v {
+                Some(v) => self.vals.insert(i, v),
+                None => self.vals.remove(&i),
+            };
+        }
+        done?;
+        let (y, shape) = self.act(OutletId::new(self.node, 0))?;
+        let s = tensor_of(self, 8, "output scale")?;
+        let y = self.binary_op(y, s, BinaryOp::Div)?;
+        let (lo, hi) = match qp.unquantized() {
+            DatumType::I8 => (-128.0, 127.0),
+            DatumType::U8 => (0.0, 255.0),
+            _ => (f32::NEG_INFINITY, f32::INFINITY),
+        };
+        let y0 = tensor_of(self, 7, "output zero point")?;
+        let y = self.requantise(y, Some(y0), 0.0, lo, hi)?;
+        self.out(y, shape);
+        self.count_fused("quantised-conv");
+        Ok(())
     }
 
     /// A quantised einsum (9 inputs: A, B, bias, A0, Ascale, B0, Bscale, C0, Cscale; output type
