@@ -254,6 +254,37 @@ proptest! {
     }
 }
 
+/// Every row of the reduction table (`kestrel_format::ops::ReduceOp`) through the CPU kernel
+/// against the row's f64 definition, on values from the row's test domain: rows of 1 to 19
+/// along the last axis (the eight-lane loop, its lanes and its tail) and along a strided axis,
+/// plus rows of ties for the index rows; and every importer name maps back to its row.
+#[test]
+fn every_reduce_row_through_cpu_and_reference() {
+    let mut rng = kestrel_reference::testing::Rng::new(33);
+    for &op in ReduceOp::ALL {
+        let [lo, hi] = op.test_domain();
+        for n in 1..20usize {
+            for (dims, axis) in [(vec![3, n], 1usize), (vec![n, 5], 0), (vec![2, n, 3], 1)] {
+                let len: usize = dims.iter().product();
+                let mut x: Vec<f32> = (0..len).map(|_| lo + (hi - lo) * rng.unit() as f32).collect();
+                if op.arg().is_some() && n % 2 == 0 {
+                    x.iter_mut().for_each(|v| *v = v.round());
+                }
+                let p = ReduceParams::new(op, &shape(&dims), axis, false).unwrap();
+                let mut y = out(len / n);
+                reduce(&p, &x, &mut y, &mut scratch(reduce_scratch(&p)));
+                let tol =
+                    if matches!(op, ReduceOp::Max | ReduceOp::Min) || op.arg().is_some() { EXACT } else { F32_KERNEL };
+                let want = r::reduce(reduce_fn(op), &f64s(&x), &dims, axis);
+                assert_close(&format!("reduce {} {dims:?} axis {axis}", op.name()), &y, &want, tol);
+            }
+        }
+        for name in op.importer_names() {
+            assert_eq!(ReduceOp::from_importer_name(name), Some(op), "{name}");
+        }
+    }
+}
+
 #[test]
 fn reduce_check_rejects_bad_axis() {
     assert!(matches!(

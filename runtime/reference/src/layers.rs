@@ -30,7 +30,8 @@ pub use kestrel_format::ops::UnaryOp as UnaryFn;
 /// rows hold each function's f64 definition ([`binary_scalar`] evaluates it).
 pub use kestrel_format::ops::BinaryOp as BinaryFn;
 
-/// Reductions: the format's (`kestrel_format::ops::ReduceOp`), defined in f64 by [`reduce`].
+/// Reductions: the format's table (`kestrel_format::ops::ReduceOp`), whose rows hold each
+/// reduction's f64 definition ([`reduce`] applies it along an axis).
 pub use kestrel_format::ops::ReduceOp as ReduceFn;
 
 fn numel(shape: &[usize]) -> usize {
@@ -246,25 +247,8 @@ pub fn reduce(f: ReduceFn, x: &[f64], shape: &[usize], axis: usize) -> Vec<f64> 
                     x[ravel(&idx, shape)]
                 })
                 .collect();
-            if let Some((max, last)) = f.arg() {
-                // The first (or last) index of the extreme; a NaN never replaces a number.
-                let mut best = 0;
-                for (j, &v) in vals.iter().enumerate().skip(1) {
-                    let b = vals[best];
-                    if (max && v > b) || (!max && v < b) || (last && v == b) {
-                        best = j;
-                    }
-                }
-                return best as f64;
-            }
-            match f {
-                ReduceFn::Sum => vals.iter().sum(),
-                ReduceFn::Mean => vals.iter().sum::<f64>() / vals.len() as f64,
-                ReduceFn::Max => vals.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
-                ReduceFn::Min => vals.iter().cloned().fold(f64::INFINITY, f64::min),
-                ReduceFn::Prod => vals.iter().product(),
-                _ => unreachable!("index reductions return above"),
-            }
+            // The row of the format's table: its f64 fold, or the index rule.
+            f.reference(&vals)
         })
         .collect()
 }

@@ -4,7 +4,7 @@
 
 use crate::params::Layout;
 use crate::GpuError;
-use kestrel_format::ops::{BinaryOp, UnaryOp};
+use kestrel_format::ops::{BinaryOp, ReduceOp, UnaryOp};
 use std::collections::HashMap;
 
 pub(crate) use crate::params::PARAM_WORDS;
@@ -149,10 +149,11 @@ impl Family {
         };
         let window = if layouts.contains(&Layout::Window) { WINDOW_PRELUDE } else { "" };
         // The element-wise functions, generated from the format's tables (one row each).
-        let functions = if self == Family::Elementwise {
-            format!("{}\n{}", UnaryOp::wgsl_fn(), BinaryOp::wgsl_fn())
-        } else {
-            String::new()
+        let functions = match self {
+            Family::Elementwise => format!("{}\n{}", UnaryOp::wgsl_fn(), BinaryOp::wgsl_fn()),
+            // The reductions, generated from the format's table (one row each).
+            Family::Norm => ReduceOp::wgsl_fn(),
+            _ => String::new(),
         };
         format!("{COMMON}\n{dense}\n{lane_sums}\n{}\n{window}\n{functions}", Layout::wgsl(&layouts))
     }

@@ -74,19 +74,12 @@ impl Lowerer<'_> {
             if self.try_layer_norm()? {
                 return Ok(true);
             }
+            // The row of the format's reduction table naming tract's reducer (`Sum`, `All`,
+            // `ArgMax(true)`…); a mean of squares is the squares' mean.
             let kind = match op.reducer {
-                Reducer::Sum => ReduceOp::Sum,
-                Reducer::Max => ReduceOp::Max,
-                Reducer::Min => ReduceOp::Min,
                 Reducer::MeanOfSquares => ReduceOp::Mean,
-                Reducer::Prod => ReduceOp::Prod,
-                Reducer::ArgMax(false) => ReduceOp::ArgMax,
-                Reducer::ArgMax(true) => ReduceOp::ArgMaxLast,
-                Reducer::ArgMin(false) => ReduceOp::ArgMin,
-                Reducer::ArgMin(true) => ReduceOp::ArgMinLast,
-                // Booleans are 0/1 values: all is the minimum, any the maximum.
-                Reducer::All => ReduceOp::Min,
-                Reducer::Any => ReduceOp::Max,
+                r => ReduceOp::from_importer_name(&format!("{r:?}"))
+                    .ok_or_else(|| self.unsupported(&format!("reducer {r:?}")))?,
             };
             let (mut x, mut shape) = self.act(node.inputs[0])?;
             if op.reducer == Reducer::MeanOfSquares {

@@ -1,9 +1,9 @@
-//! Reduction over one axis: mean, sum, max, min, product, or the index of the first or last
-//! maximum or minimum (as an f32 value, [`ReduceOp::arg`]'s rule), optionally keeping the axis
-//! with size 1.
+//! Reduction over one axis: a fold row of the format's table (mean, sum, max, min, product,
+//! L2 norm…: its map, combine and finish, [`Fold`]) or the index of the first or last maximum or
+//! minimum (as an f32 value, [`ReduceOp::arg`]'s rule), optionally keeping the axis with size 1.
 
 use crate::error::ShapeError;
-use kestrel_format::ops::ReduceOp;
+use kestrel_format::ops::{Fold, FoldVisitor, ReduceOp};
 use kestrel_format::{Shape, MAX_RANK};
 
 /// Reduction of axis `axis` of `[outer, n, inner]` to `[outer, inner]`.
@@ -86,49 +86,57 @@ pub fn reduce(p: &ReduceParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) 
         }
         return;
     }
+    // The fold rows: one loop nest per row of the table, chosen here, outside the loops.
+    p.op.visit_fold(FoldRun { p, x, y });
+}
+
+/// [`fold`] for the row the visitor is given.
+struct FoldRun<'a> {
+    p: &'a ReduceParams,
+    x: &'a [f32],
+    y: &'a mut [f32],
+}
+
+impl FoldVisitor for FoldRun<'_> {
+    type Out = ();
+    fn visit<F: Fold>(self) {
+        fold::<F>(self.p, self.x, self.y);
+    }
+}
+
+/// A fold row's reduction (`F`'s map, combine and finish), `n` and `inner` non-zero.
+fn fold<F: Fold>(p: &ReduceParams, x: &[f32], y: &mut [f32]) {
+    let (n, inner) = (p.n, p.inner);
+    let nf = n as f32;
     if inner == 1 {
         // The last axis (a global pool's merged H·W): each output reduces one contiguous row,
         // eight lanes at a time.
         for (xr, o) in x[..p.outer * n].chunks_exact(n).zip(&mut y[..p.outer]) {
-            *o = match p.op {
-                ReduceOp::Mean => row_reduce(xr, 0.0, |a, v| a + v) * (1.0 / n as f32),
-                ReduceOp::Sum => row_reduce(xr, 0.0, |a, v| a + v),
-                ReduceOp::Max => row_reduce(xr, f32::NEG_INFINITY, f32::max),
-                ReduceOp::Min => row_reduce(xr, f32::INFINITY, f32::min),
-                ReduceOp::Prod => row_reduce(xr, 1.0, |a, v| a * v),
-                _ => unreachable!("index reductions return above"),
-            };
+            *o = F::finish(row_reduce::<F>(xr), nf);
         }
         return;
     }
+    let slab = n * inner;
     for (xs, ys) in x[..p.outer * slab].chunks_exact(slab).zip(y[..p.outer * inner].chunks_exact_mut(inner)) {
-        ys.copy_from_slice(&xs[..inner]);
+        ys.iter_mut().zip(&xs[..inner]).for_each(|(o, &v)| *o = F::map(v));
         for xr in xs.chunks_exact(inner).skip(1) {
-            match p.op {
-                ReduceOp::Mean | ReduceOp::Sum => ys.iter_mut().zip(xr).for_each(|(o, &v)| *o += v),
-                ReduceOp::Max => ys.iter_mut().zip(xr).for_each(|(o, &v)| *o = o.max(v)),
-                ReduceOp::Min => ys.iter_mut().zip(xr).for_each(|(o, &v)| *o = o.min(v)),
-                ReduceOp::Prod => ys.iter_mut().zip(xr).for_each(|(o, &v)| *o *= v),
-                _ => unreachable!("index reductions return above"),
-            }
+            ys.iter_mut().zip(xr).for_each(|(o, &v)| *o = F::combine(*o, F::map(v)));
         }
-        if p.op == ReduceOp::Mean {
-            let inv = 1.0 / n as f32;
-            ys.iter_mut().for_each(|o| *o *= inv);
-        }
+        ys.iter_mut().for_each(|o| *o = F::finish(*o, nf));
     }
 }
 
-/// `f`-fold of a contiguous row over eight lanes (then the lanes, then the tail), from `init`.
+/// `F`'s fold of a contiguous row over eight lanes (then the lanes, then the tail), from
+/// `F::INIT`.
 #[inline(always)]
-fn row_reduce(xs: &[f32], init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
-    let mut lanes = [init; 8];
+fn row_reduce<F: Fold>(xs: &[f32]) -> f32 {
+    let mut lanes = [F::INIT; 8];
     let mut chunks = xs.chunks_exact(8);
     for ch in &mut chunks {
         for (l, &v) in lanes.iter_mut().zip(ch) {
-            *l = f(*l, v);
+            *l = F::combine(*l, F::map(v));
         }
     }
-    let r = lanes.iter().fold(init, |a, &v| f(a, v));
-    chunks.remainder().iter().fold(r, |a, &v| f(a, v))
+    let r = lanes.iter().fold(F::INIT, |a, &v| F::combine(a, v));
+    chunks.remainder().iter().fold(r, |a, &v| F::combine(a, F::map(v)))
 }

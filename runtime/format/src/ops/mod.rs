@@ -116,47 +116,6 @@ code_enum!(
 );
 
 code_enum!(
-    /// Reductions over one axis.
-    ReduceOp {
-        /// Arithmetic mean.
-        Mean = 0,
-        /// Sum.
-        Sum = 1,
-        /// Maximum.
-        Max = 2,
-        /// Minimum.
-        Min = 3,
-        /// Product.
-        Prod = 4,
-        /// The index (as an f32 value) of the first maximum along the axis (ONNX ArgMax,
-        /// `select_last_index` 0); a NaN is never taken over a number.
-        ArgMax = 5,
-        /// The index of the first minimum (ONNX ArgMin).
-        ArgMin = 6,
-        /// The index of the last maximum (ONNX ArgMax, `select_last_index` 1).
-        ArgMaxLast = 7,
-        /// The index of the last minimum (ONNX ArgMin, `select_last_index` 1).
-        ArgMinLast = 8,
-    }
-);
-
-impl ReduceOp {
-    /// For an index reduction, whether it seeks the maximum and whether it keeps the last of
-    /// equal extremes; `None` for a value reduction. One rule for every backend: element `v` at
-    /// index `j` replaces the best `b` when `v > b` (`v < b` for a minimum), or when `v == b` for
-    /// the last index; the scan starts from index 0.
-    pub fn arg(self) -> Option<(bool, bool)> {
-        match self {
-            ReduceOp::ArgMax => Some((true, false)),
-            ReduceOp::ArgMin => Some((false, false)),
-            ReduceOp::ArgMaxLast => Some((true, true)),
-            ReduceOp::ArgMinLast => Some((false, true)),
-            _ => None,
-        }
-    }
-}
-
-code_enum!(
     /// Which axis a [`LayerNorm`] normalises over (its optional second attribute).
     NormAxis {
         /// The last axis: rows of `d` contiguous features (every record written before the
@@ -780,6 +739,8 @@ pub struct Fastformer {
 mod band;
 mod elementwise;
 pub use elementwise::{BinaryOp, UnaryOp};
+mod reduce;
+pub use reduce::{Fold, FoldVisitor, ReduceOp};
 mod layout;
 pub use layout::{Gather, Reshape, Slice, Transpose};
 mod ident;

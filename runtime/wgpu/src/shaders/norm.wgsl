@@ -13,8 +13,8 @@
 
 var<workgroup> red: array<f32, 64>;
 
-// The reduction of every thread's `v` over the workgroup (op 0 sum, 1 max, 2 min, 3 product),
-// returned to every thread. Call in uniform control flow (all WG threads).
+// The reduction of every thread's `v` over the workgroup (op 0 sum, 1 max; the reductions'
+// `reduce_split` has its own, `reduce_tree`), returned to every thread. Call in uniform control flow (all WG threads).
 fn wg_reduce(lid: u32, v: f32, op: u32) -> f32 {
     red[lid] = v;
     for (var h = WG / 2u; h > 0u; h /= 2u) {
@@ -22,7 +22,7 @@ fn wg_reduce(lid: u32, v: f32, op: u32) -> f32 {
         if lid < h {
             let a = red[lid];
             let b = red[lid + h];
-            red[lid] = select(select(select(a + b, max(a, b), op == 1u), min(a, b), op == 2u), a * b, op == 3u);
+            red[lid] = select(a + b, max(a, b), op == 1u);
         }
     }
     workgroupBarrier();
@@ -151,45 +151,35 @@ fn softmax_split_body(at: RowAt) {
 }
 
 // Reduce axis of [outer, n, inner] to [outer, inner].
-// Parameters `ReduceP`: x_base, y_base, op (0 mean, 1 sum, 2 max, 3 min, 4 product, 5–8 the
-// index of the first maximum, first minimum, last maximum, last minimum), n, inner.
+// Parameters `ReduceP`: x_base, y_base, op (a `ReduceOp` code), n, inner.
 // `reduce`: per = outer · inner (a thread per output); `reduce_split`: per = outer · inner · WG
 // (never for the index ops: the lowering keeps them one thread per output).
+// The folds (`reduce_part`: a loop per row inside one switch, `reduce_init`, `reduce_combine`,
+// `reduce_finish`) and the index rows' tests (`reduce_is_arg`, `reduce_arg_max`,
+// `reduce_arg_last`) are generated from the format's table (`ReduceOp::wgsl_fn`) into this
+// family's prelude.
 
-// The op over act[x + j·inner], j = j0, j0 + step, … < n (j0 < n); the op's branch outside the
-// loops.
-fn reduce_part(x: u32, inner: u32, j0: u32, step: u32, n: u32, op: u32) -> f32 {
-    var acc = act[x + j0 * inner];
-    switch op {
-        case 2u: {
-            for (var j = j0 + step; j < n; j += step) {
-                acc = max(acc, act[x + j * inner]);
-            }
-        }
-        case 3u: {
-            for (var j = j0 + step; j < n; j += step) {
-                acc = min(acc, act[x + j * inner]);
-            }
-        }
-        case 4u: {
-            for (var j = j0 + step; j < n; j += step) {
-                acc *= act[x + j * inner];
-            }
-        }
-        default: {
-            for (var j = j0 + step; j < n; j += step) {
-                acc += act[x + j * inner];
-            }
+// The generated combine of every thread's `v` over the workgroup, returned to every thread
+// (in uniform control flow).
+fn reduce_tree(lid: u32, v: f32, op: u32) -> f32 {
+    red[lid] = v;
+    for (var h = WG / 2u; h > 0u; h /= 2u) {
+        workgroupBarrier();
+        if lid < h {
+            red[lid] = reduce_combine(op, red[lid], red[lid + h]);
         }
     }
-    return acc;
+    workgroupBarrier();
+    let r = red[0];
+    workgroupBarrier();
+    return r;
 }
 
 // The index of the extreme of act[x + j·inner], j < n, as `ReduceOp::arg` defines it: v at j
-// replaces the best b when v > b (v < b for a minimum), or v == b for the last index (ops 7, 8).
+// replaces the best b when v > b (v < b for a minimum), or v == b for the last index.
 fn reduce_arg(x: u32, inner: u32, n: u32, op: u32) -> f32 {
-    let is_max = op == 5u || op == 7u;
-    let last = op >= 7u;
+    let is_max = reduce_arg_max(op);
+    let last = reduce_arg_last(op);
     var best = 0u;
     var b = act[x];
     for (var j = 1u; j < n; j++) {
@@ -209,15 +199,11 @@ fn reduce_body(it: Item) {
     let inner = prm.inner;
     let x = prm.x_base + (g / inner) * n * inner + g % inner;
     let op = prm.op;
-    if op >= 5u {
+    if reduce_is_arg(op) {
         act[prm.y_base + g] = reduce_arg(x, inner, n, op);
         return;
     }
-    var acc = reduce_part(x, inner, 0u, 1u, n, op);
-    if op == 0u {
-        acc *= 1.0 / f32(n);
-    }
-    act[prm.y_base + g] = acc;
+    act[prm.y_base + g] = reduce_finish(op, reduce_part(x, inner, 0u, 1u, n, op), f32(n));
 }
 
 fn reduce_split_body(at: RowAt) {
@@ -228,17 +214,13 @@ fn reduce_split_body(at: RowAt) {
     let inner = prm.inner;
     let x = prm.x_base + (g / inner) * n * inner + g % inner;
     let op = prm.op;
-    // Threads past the row's end hold 0 for a sum, 1 for a product and the first element for a
-    // maximum or minimum.
-    var acc = select(select(0.0, act[x], op == 2u || op == 3u), 1.0, op == 4u);
+    // Threads past the row's end hold the row's init (the identity, or the first element for
+    // a maximum or minimum).
+    var acc = reduce_init(op, act[x]);
     if lid < n {
         acc = reduce_part(x, inner, lid, WG, n, op);
     }
-    // Tree ops: 0 sum, 1 max, 2 min, 3 product.
-    acc = wg_reduce(lid, acc, select(select(select(0u, 1u, op == 2u), 2u, op == 3u), 3u, op == 4u));
-    if op == 0u {
-        acc *= 1.0 / f32(n);
-    }
+    acc = reduce_finish(op, reduce_tree(lid, acc, op), f32(n));
     if lid == 0u {
         act[prm.y_base + g] = acc;
     }
