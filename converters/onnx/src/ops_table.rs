@@ -64,9 +64,9 @@ Expand | Dense with a 0/1 weight
 Flatten | Reshape view
 Floor | Unary
 GRU | Gru (one node per output read; a fixed batch of N sequences: N nodes on slices, their outputs placed side by side) | default activations, either linear_before_reset (1: PyTorch's GRU; 0: ONNX's default, Keras/TensorFlow's), constant weights and initial state, no clip, full-length sequence_lens
-Gather | Embedding (constant table), a Slice (evenly spaced constant indices), a Dense with a one-hot weight (other constant indices); at run time a one-hot pick (ids through Embedding into 0..N, or f32 indices the graph computed compared with 0..N and −N..0; then When and a Sum, or a Dense with a constant table) | run-time integer indices in 0..N (another is a run-time error naming it); computed f32 indices outside −N..N pick zeros
+Gather | Embedding (constant table), a Slice (evenly spaced constant indices), a Gather (other constant indices, stored as an f32 weight); at run time a Gather reading the indices as f32 values (ids first through Embedding into 0..N, exact; f32 indices the graph computed as they are) | run-time integer indices in 0..N (another is a run-time error naming it); computed f32 indices outside −N..N (or fractional) are a run-time error on the CPU and zeros on the GPU; axes of < 2^24
 GatherElements | a one-hot pick (a constant one-hot, the ids through Embedding and Equal, or computed f32 indices compared with 0..N and −N..0) with When and a Sum; constant data as an exact f32 weight | indices as long as the data on the other axes; run-time integer indices in 0..N
-GatherND | Dense with a one-hot weight (constant indices); at run time the tuples' flat rows (each component counted from the end when negative), their one-hot, When and a Sum | any batch_dims; a run-time tuple with a component outside its axis picks zeros; run-time tuples into < 2^24 rows
+GatherND | a Gather of the tuples' flat rows (constant indices); at run time the tuples' flat rows (each component counted from the end when negative), their one-hot, When and a Sum | any batch_dims; a run-time tuple with a component outside its axis picks zeros; run-time tuples into < 2^24 rows
 Gelu | Unary Gelu / GeluTanh (or fused into the Dense before it)
 Gemm | Dense | constant B
 GlobalAveragePool | Reduce Mean

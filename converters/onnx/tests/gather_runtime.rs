@@ -1,5 +1,5 @@
 //! ONNX Gather and GatherElements with indices known only at run time (a second graph input of
-//! int64), and GatherElements with constant indices, on seeded random shapes and axes: the
+//! int64), and both with constant indices, on seeded random shapes and axes: the
 //! converted model on the CPU and, when there is one, on the GPU, against a reference written
 //! here (the indexing itself: exact). An index outside `0..N` at run time is a run-time error.
 
@@ -104,7 +104,7 @@ fn gathers_with_run_time_indices_match_reference() {
         for got in runtime.unwrap_or_else(|e| panic!("{name}: {e}")) {
             assert_eq!(got, want, "{name}");
         }
-        if elements {
+        {
             // Constant indices, negative ones counted from the end.
             let neg: Vec<i64> = idx.iter().map(|&i| if i % 2 == 1 { i - n as i64 } else { i }).collect();
             let c = run(&format!("{case}c"), &model(op, axis, &xs, &is, Some(&neg)), &x, None, want.len());
@@ -117,5 +117,30 @@ fn gathers_with_run_time_indices_match_reference() {
         bad[0] = n as i64;
         let e = run(&format!("{case}b"), &model(op, axis, &xs, &is, None), &x, Some(&bad), want.len()).unwrap_err();
         assert!(e.contains(&n.to_string()), "{name}: {e}");
+    }
+}
+
+/// A constant Gather: a window (evenly spaced, increasing) stays the one-hot selection the fusion
+/// passes make a `Slice`; any other selection (repeats, a reversal) is one Kestrel `Gather`, with
+/// no one-hot weight; f32 indices the graph computed (an ArgMax's) read past either end.
+#[test]
+fn constant_selections_are_slices_or_one_gather() {
+    let xs = [1usize, 6, 3];
+    let x: Vec<f32> = (0..18).map(|v| v as f32).collect();
+    for (idx, gather) in [(vec![1i64, 3, 5], false), (vec![4, -1, 0, 4], true), (vec![5, 4, 3, 2], true)] {
+        let onnx = model("Gather", 1, &xs, &[idx.len()], Some(&idx));
+        let path = std::env::temp_dir().join(format!("kestrel-gather-{}-sel{}.onnx", std::process::id(), idx.len()));
+        std::fs::write(&path, &onnx).unwrap();
+        let conv = convert(&path, &ConvertOptions::default()).unwrap();
+        std::fs::remove_file(&path).ok();
+        let ops = &conv.report.kestrel_ops;
+        assert_eq!(ops.contains_key("Gather"), gather, "{idx:?}: {ops:?}");
+        assert!(!ops.contains_key("Dense"), "{idx:?}: {ops:?}");
+        let want: Vec<f32> =
+            idx.iter().flat_map(|&i| (0..3).map(move |c| ((i.rem_euclid(6) as usize) * 3 + c) as f32)).collect();
+        let y = run(&format!("sel{}", idx.len()), &onnx, &x, None, want.len()).unwrap();
+        for got in y {
+            assert_eq!(got, want, "{idx:?}");
+        }
     }
 }

@@ -292,6 +292,21 @@ fn gather_nd_with_run_time_tuples_and_batch_dims_matches_reference() {
         for got in c.run(&format!("g{case}"), &x, &idx, &[], want.len()).unwrap_or_else(|e| panic!("{name}: {e}")) {
             check(&name, &got, &want, "none");
         }
+        // The same tuples as a constant (negative components counted from the end): one Gather
+        // of their flat rows.
+        let cc = Case {
+            op: "GatherND",
+            attrs: vec![i64_attr("batch_dims", b as i64)],
+            xs: xs.clone(),
+            is: is.clone(),
+            us: None,
+            const_idx: Some(idx.as_slice()),
+            const_upd: None,
+        };
+        let outs = cc.run(&format!("g{case}c"), &x, &idx, &[], want.len());
+        for got in outs.unwrap_or_else(|e| panic!("{name} (constant): {e}")) {
+            check(&format!("{name} (constant)"), &got, &want, "none");
+        }
         // A component past its axis picks nothing (zeros), never another row: with k ≥ 2, the
         // tuple (0, …, d) would alias the next row if its flat index were taken as it is.
         if k >= 2 && row > 0 {

@@ -1,11 +1,16 @@
 //! Selections without a Kestrel op of their own, lowered exactly with generic ops:
 //! `Iff` with a constant condition (masked fill) → Mul by a 0/1 mask + Add of the filled values;
-//! `Gather` of constant indices from an activation and `Slice` → a Dense with a one-hot f32
-//! weight over the selected axis (moved last with a Transpose when needed); a `Scan` that is an
+//! `Slice` and a `Gather` of constant indices forming a window (evenly spaced, increasing) → a
+//! Dense with a one-hot f32 weight over the selected axis (moved last with a Transpose when
+//! needed; the fusion passes turn it into a `Slice` or fold it into a projection), or a `Slice`
+//! where that weight would pass the composed-constant bound; any other constant selection, and
+//! indices known only at run time → one Kestrel `Gather` (a copy per index); a `Scan` that is an
 //! inclusive cumulative sum (ONNX CumSum) → a Dense with a lower-triangular f32 weight of ones.
 
 use super::{f32s, ints, zeros, Lowerer, Res, Val};
-use kestrel_format::ops::{Binary, BinaryOp, Embedding, Op, Pool2d, PoolKind, Reduce, ReduceOp, TensorId};
+use kestrel_format::ops::{
+    Binary, BinaryOp, Embedding, Gather as GatherOp, Op, Pool2d, PoolKind, Reduce, ReduceOp, Slice as SliceOp, TensorId,
+};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::array::{CumSum, Gather, GatherElements, GatherNd, OneHot, Slice};
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
@@ -21,6 +26,20 @@ pub(super) fn squeeze_leading(shape: &[usize]) -> Vec<usize> {
     } else {
         s
     }
+}
+
+/// Index axes longer than this cannot be addressed exactly by f32 indices (2^24).
+const EXACT_INDEX: usize = 1 << 24;
+
+/// `(start, step)` when `rows` are increasing and evenly spaced (one row: step 1), else `None`.
+fn window_of(rows: &[usize]) -> Option<(usize, usize)> {
+    let (&first, rest) = rows.split_first()?;
+    let step = match rest.first() {
+        Some(&second) if second > first => second - first,
+        Some(_) => return None,
+        None => 1,
+    };
+    rows.windows(2).all(|w| w[1] == w[0] + step).then_some((first, step))
 }
 
 impl Lowerer<'_> {
@@ -182,8 +201,8 @@ impl Lowerer<'_> {
 
     /// ONNX GatherND: every index tuple `[.., k]` picks a row of `x` seen as
     /// `[prod(dims[..b + k]), prod(dims[b + k..])]` (b = batch_dims: a tuple addresses rows
-    /// within its own entry of the first b axes). Constant indices: one Dense with a one-hot
-    /// weight over that leading axis. Indices known at run time (ids, or f32 values the graph
+    /// within its own entry of the first b axes). Constant indices: one `Gather` of the tuples'
+    /// flat rows. Indices known at run time (ids, or f32 values the graph
     /// computed: CLIP's `[row, argmax]` end-of-text lookup): the tuple's flat row (each
     /// component counted from the end when negative, a tuple outside the data picking nothing),
     /// its one-hot, and each row picked by `When` and summed (exact).
@@ -211,13 +230,12 @@ impl Lowerer<'_> {
         let x2 = self.reshape(x, &xs, &[outer, inner])?;
         let (y, ys) = match idx {
             Val::Const(t) => {
-                let mut w = zeros([rows, outer], "a GatherND's one-hot weight")?;
-                for (r, flat) in self.flat_rows(&ints(self, &t)?, batch, dims)?.into_iter().enumerate() {
-                    w[r * outer + flat] = 1.0;
-                }
-                let w = self.weight_f32(node.inputs[1], "gather_nd", &[rows, outer], w)?;
-                self.count_fused("gather-nd-as-one-hot-dense");
-                self.dense_along(x2, &[outer, inner], 0, w, rows)?
+                // The tuples' flat rows: one Gather of rows.
+                let flat: Vec<usize> = self.flat_rows(&ints(self, &t)?, batch, dims)?;
+                let idx = self.index_weight(node.inputs[1], "gather_nd_rows", &flat, outer)?;
+                let y = self.b.op(|y| Op::Gather(GatherOp { x: x2, idx, axis: 0, y }))?;
+                self.count_fused("gather-nd-as-gather");
+                (y, vec![rows, inner])
             }
             Val::Act { id, shape, int } => {
                 let onehot = self.tuple_one_hot(id, &shape, int, batch, dims)?;
@@ -246,41 +264,65 @@ impl Lowerer<'_> {
     }
 
     /// `y[.., j, ..] = x[.., idx[j], ..]` on `axis` with integer indices known only at run time
-    /// (`ids`, logical shape `ids_shape`), exactly with generic ops: the ids as f32 values
-    /// (an `Embedding` into the table `0, 1, …, N−1`: an index outside `0..N`, negative ones
-    /// included, is a run-time error naming it), a one-hot `[J, N]` (`Equal` against `0..N`),
-    /// each selected element picked by `When` (the rest 0, whatever they hold) from `x` seen as
-    /// `[N, P]` into `[J, N, P]`, and summed over N (the picked element plus zeros: exact).
-    ///
-    /// Indices computed by the graph as f32 values (an ArgMax's: CLIP's end-of-text token) are
-    /// compared with `0..N` and with `−N..0` (negative ones count from the end) instead; such an
-    /// index outside `−N..N` picks nothing (zeros): the graph computed it, no input can.
+    /// (`ids`, logical shape `ids_shape`): one Kestrel `Gather` reading the indices as f32
+    /// values. Integer ids first become exact f32 values through an `Embedding` into the table
+    /// `0, 1, …, N−1` (an id outside `0..N`, negative ones included, is a run-time error naming
+    /// it, as before); indices the graph computed as f32 values (an ArgMax's: CLIP's end-of-text
+    /// token) are read as they are, negative ones counting from the end, and one that is not an
+    /// integer in `−N..N` is a run-time error on the CPU (`IndexOutOfRange`) and a zero block on
+    /// the GPU.
     fn gather_runtime(&mut self, axis: usize, ids: TensorId, ids_shape: &[usize], int: bool) -> Res<()> {
         let node = self.model.node(self.node);
+        let here = OutletId::new(self.node, 0);
         let out = self.out_shape()?;
         let (x, xs) = self.act(node.inputs[0])?;
         let n = xs[axis];
         let j: usize = ids_shape.iter().product();
-        let p: usize = xs.iter().product::<usize>() / n.max(1);
         if n == 0 || j == 0 {
             return Err(self.unsupported("gather over an empty axis or with no indices"));
         }
-        let onehot = self.one_hot_of(ids, ids_shape, int, n)?;
-        // x with the gathered axis first: [N, P] (P the other axes in order).
-        let r = xs.len();
-        let perm: Vec<usize> = std::iter::once(axis).chain((0..r).filter(|&a| a != axis)).collect();
-        let (xt, ts) = self.transpose(x, &xs, &perm)?;
-        let xt = self.reshape(xt, &ts, &[n, p])?;
-        let sum = self.pick_rows(xt, n, p, onehot, j)?;
-        // [J, pre…, post…] → [pre…, J, post…] → the output's shape.
-        let mid: Vec<usize> = std::iter::once(j).chain(ts[1..].iter().copied()).collect();
-        let y = self.reshape(sum, &[j, p], &mid)?;
-        let back: Vec<usize> = (1..=axis).chain(std::iter::once(0)).chain(axis + 1..r).collect();
-        let (y, ys) = self.transpose(y, &mid, &back)?;
+        if n > EXACT_INDEX {
+            return Err(self.unsupported(&format!("a gather over an axis of {n} (indices exact in f32 below 2^24)")));
+        }
+        let idx = if int {
+            let arange: Vec<f32> = (0..n).map(|i| i as f32).collect();
+            let table = self.weight_f32(here, "index_values", &[n, 1], arange)?;
+            let v = self.b.op(|y| Op::Embedding(Embedding { ids, table, pos: None, y }))?;
+            self.reshape(v, &[j, 1], &[j])?
+        } else {
+            self.reshape(ids, ids_shape, &[j])?
+        };
+        let (y, ys) = self.gather_along(x, &xs, axis, idx, j)?;
         let y = self.reshape(y, &ys, &out)?;
         self.out(y, out);
-        self.count_fused("gather-at-run-time-as-one-hot-pick");
+        self.count_fused("gather-at-run-time");
         Ok(())
+    }
+
+    /// A Kestrel `Gather` of `x` (dims `xs`) along `axis` by the 1-D indices `idx` (`k` of them,
+    /// a weight or an activation); returns it and its dims (`xs` with the axis `k` long).
+    fn gather_along(
+        &mut self,
+        x: TensorId,
+        xs: &[usize],
+        axis: usize,
+        idx: TensorId,
+        k: usize,
+    ) -> Res<(TensorId, Vec<usize>)> {
+        let axis_u = u32::try_from(axis).map_err(|_| self.unsupported("a gather axis past u32"))?;
+        let y = self.b.op(|y| Op::Gather(GatherOp { x, idx, axis: axis_u, y }))?;
+        let mut ys = xs.to_vec();
+        ys[axis] = k;
+        Ok((y, ys))
+    }
+
+    /// The f32 weight `[k]` of indices `rows`, each in `0..n` (exact below 2^24).
+    fn index_weight(&mut self, src: OutletId, usage: &'static str, rows: &[usize], n: usize) -> Res<TensorId> {
+        if n > EXACT_INDEX {
+            return Err(self.unsupported(&format!("a gather over an axis of {n} (indices exact in f32 below 2^24)")));
+        }
+        let values: Vec<f32> = rows.iter().map(|&r| r as f32).collect();
+        self.weight_f32(src, usage, &[rows.len()], values)
     }
 
     /// ONNX GatherElements on `axis`: `y[i, j, k] = x[i, idx[i, j, k], k]` (`idx` of `x`'s rank,
@@ -427,19 +469,50 @@ impl Lowerer<'_> {
         self.binary_op(e1, e2, BinaryOp::Max)
     }
 
-    /// `y[.., j, ..] = x[.., idx[j], ..]` on `axis`, as a Dense with a one-hot weight.
+    /// `y[.., j, ..] = x[.., idx[j], ..]` on `axis` (indices counted from the end when
+    /// negative). A window (increasing, evenly spaced: ONNX `Slice`, a strided `Downsample`, a
+    /// single index) is a Dense with a one-hot weight, which the fusion passes make a `Slice` or
+    /// fold into a projection, or a `Slice` itself where that weight would pass
+    /// [`MAX_COMPOSED`](super::MAX_COMPOSED) elements; any other selection (repeats, reversals,
+    /// permutations) is one `Gather` with the indices as a weight.
     fn select(&mut self, axis: usize, idx: &[i64]) -> Res<()> {
         let node = self.model.node(self.node);
         let (x, xs) = self.act(node.inputs[0])?;
         let n = xs[axis];
         let k = idx.len();
-        let mut w = zeros([k, n], "a selection's 0/1 weight")?;
-        for (j, &i) in idx.iter().enumerate() {
+        let mut rows = Vec::with_capacity(k);
+        for &i in idx {
             let i = if i < 0 { i + n as i64 } else { i };
             if i < 0 || i as usize >= n {
                 return Err(self.bad(&format!("indices in 0..{n}"), format!("{i}")));
             }
-            w[j * n + i as usize] = 1.0;
+            rows.push(i as usize);
+        }
+        let window = window_of(&rows);
+        if let (Some((start, step)), true) = (window, k.saturating_mul(n) > super::MAX_COMPOSED) {
+            let out = self.out_shape()?;
+            let u = |v: usize| u32::try_from(v).map_err(|_| self.unsupported("a slice past u32 elements"));
+            let (axis, start, step, count) = (u(axis)?, u(start)?, u(step)?, u(k)?);
+            let y = self.b.op(|y| Op::Slice(SliceOp { x, axis, start, step, count, offset: 0, len: count, y }))?;
+            let mut ys = xs.clone();
+            ys[axis as usize] = k;
+            let y = self.reshape(y, &ys, &out)?;
+            self.out(y, out);
+            self.count_fused("select-as-slice");
+            return Ok(());
+        }
+        if window.is_none() {
+            let out = self.out_shape()?;
+            let idx = self.index_weight(node.inputs[0], "select_rows", &rows, n)?;
+            let (y, ys) = self.gather_along(x, &xs, axis, idx, k)?;
+            let y = self.reshape(y, &ys, &out)?;
+            self.out(y, out);
+            self.count_fused("select-as-gather");
+            return Ok(());
+        }
+        let mut w = zeros([k, n], "a selection's 0/1 weight")?;
+        for (j, &i) in rows.iter().enumerate() {
+            w[j * n + i] = 1.0;
         }
         let w = self.weight_f32(node.inputs[0], "select", &[k, n], w)?;
         self.along_axis(x, &xs, axis, w, k)?;

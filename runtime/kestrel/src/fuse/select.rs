@@ -1,7 +1,8 @@
 //! Packed projections split by selections, collapsed into one dense layer per part.
 //!
 //! `nn.MultiheadAttention` computes Q, K and V with one `[3d, d]` in-projection and splits the
-//! result with reshapes, transposes and gathers (lowered as one-hot dense layers). Every part is
+//! result with reshapes, transposes and gathers (lowered as one-hot dense layers, slices or
+//! gathers of constant indices). Every part is
 //! then a *selection* of the packed output's features, token by token: `q[t, j] = A[t, σ(j)]`.
 //! This pass finds such parts and replaces each by a dense layer on the original input with the
 //! selected rows of the weight and bias (`Dense(x, W[σ], b[σ])`), which the attention patterns
@@ -50,6 +51,16 @@ fn is_selection(b: &ModelBuilder, op: &Op) -> bool {
     })
 }
 
+/// A `Slice`, or a `Gather` of constant indices: selections the part's probe reads off like a
+/// one-hot dense layer's.
+fn is_pick(b: &ModelBuilder, op: &Op) -> bool {
+    match op {
+        Op::Slice(_) => true,
+        Op::Gather(g) => b.is_weight(g.idx),
+        _ => false,
+    }
+}
+
 fn is_layout(op: &Op) -> bool {
     matches!(op, Op::Reshape(_) | Op::Transpose(_))
 }
@@ -71,13 +82,13 @@ fn collapse(b: &mut ModelBuilder, d: Dense) -> bool {
     while let Some(x) = stack.pop() {
         for c in b.consumers(x) {
             let op = b.ops()[c];
-            if (is_layout(&op) || is_selection(b, &op) || matches!(op, Op::Slice(_))) && !closure.contains(&c) {
+            if (is_layout(&op) || is_selection(b, &op) || is_pick(b, &op)) && !closure.contains(&c) {
                 closure.push(c);
                 stack.push(op.output());
             }
         }
     }
-    if !closure.iter().any(|&c| matches!(b.ops()[c], Op::Dense(_) | Op::Slice(_))) {
+    if !closure.iter().any(|&c| matches!(b.ops()[c], Op::Dense(_)) || is_pick(b, &b.ops()[c])) {
         return false;
     }
     // Candidate part outputs, latest first: any tensor of the closure (a part may end before
@@ -124,7 +135,7 @@ fn part(
             });
         }
     }
-    if !all.iter().any(|&n| matches!(b.ops()[n], Op::Dense(_) | Op::Slice(_))) {
+    if !all.iter().any(|&n| matches!(b.ops()[n], Op::Dense(_)) || is_pick(b, &b.ops()[n])) {
         return None;
     }
     all.sort_unstable();
