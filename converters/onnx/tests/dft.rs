@@ -9,11 +9,9 @@ mod common;
 mod proto;
 
 use arrays::{below, ravel, unravel};
-use common::gpu;
+use common::convert_and_run;
 use kestrel::demo::Rng;
 use kestrel::Input;
-use kestrel_onnx::{convert, ConvertOptions};
-use kestrel_wgpu::GpuSession;
 use proto::{float_value, i64_attr, Msg};
 
 #[test]
@@ -78,22 +76,8 @@ fn dft_matches_its_definition() {
             .msg(12, float_value("y", None));
         let onnx = Msg::default().int(1, 9).msg(8, Msg::default().int(2, 17)).str(2, "dft.rs").msg(7, graph).0;
         let name = format!("{case}: DFT x {xs:?} axis {axis} inverse {inverse} onesided {onesided}");
-        let path = std::env::temp_dir().join(format!("kestrel-dft-{}-{case}.onnx", std::process::id()));
-        std::fs::write(&path, onnx).unwrap();
-        let conv = convert(&path, &ConvertOptions::default());
-        std::fs::remove_file(&path).ok();
-        let model = kestrel::Model::from_bytes(&conv.unwrap_or_else(|e| panic!("{name}: {e}")).kes).unwrap();
-        let mut y = vec![0f32; want.len()];
-        model.session(1).unwrap().run(&[Input::F32(&x)], &mut [&mut y]).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let mut outs = vec![y];
-        if let Some(ctx) = gpu() {
-            let cpu = model.cpu().unwrap();
-            let mut g = vec![0f32; want.len()];
-            GpuSession::new(&ctx, &cpu, 1)
-                .and_then(|mut s| s.run(&[Input::F32(&x)], &mut [g.as_mut_slice()]))
-                .unwrap_or_else(|e| panic!("{name}: wgpu: {e}"));
-            outs.push(g);
-        }
+        let outs = convert_and_run(&format!("dft{case}"), &onnx, &[Input::F32(&x)], want.len())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         for got in outs {
             for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
                 // Each output sums 2N products of values up to 1 in f32.

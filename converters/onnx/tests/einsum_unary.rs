@@ -9,11 +9,9 @@ mod common;
 mod proto;
 
 use arrays::{ravel, unravel};
-use common::gpu;
+use common::convert_and_run;
 use kestrel::demo::Rng;
 use kestrel::Input;
-use kestrel_onnx::{convert, ConvertOptions};
-use kestrel_wgpu::GpuSession;
 use proto::{float_value, str_attr, Msg};
 
 /// `equation` over `x` of shape `xs` by its definition: every assignment of the labels, the
@@ -64,22 +62,8 @@ fn einsums_of_one_operand_match_their_definition() {
             .msg(11, float_value("x", Some(&xs)))
             .msg(12, float_value("y", None));
         let onnx = Msg::default().int(1, 9).msg(8, Msg::default().int(2, 13)).str(2, "einsum_unary.rs").msg(7, graph).0;
-        let path = std::env::temp_dir().join(format!("kestrel-einsum1-{}-{case}.onnx", std::process::id()));
-        std::fs::write(&path, onnx).unwrap();
-        let conv = convert(&path, &ConvertOptions::default());
-        std::fs::remove_file(&path).ok();
-        let model = kestrel::Model::from_bytes(&conv.unwrap_or_else(|e| panic!("{equation}: {e}")).kes).unwrap();
-        let mut y = vec![0f32; want.len()];
-        model.session(1).unwrap().run(&[Input::F32(&x)], &mut [&mut y]).unwrap_or_else(|e| panic!("{equation}: {e}"));
-        let mut outs = vec![y];
-        if let Some(ctx) = gpu() {
-            let cpu = model.cpu().unwrap();
-            let mut g = vec![0f32; want.len()];
-            GpuSession::new(&ctx, &cpu, 1)
-                .and_then(|mut s| s.run(&[Input::F32(&x)], &mut [g.as_mut_slice()]))
-                .unwrap_or_else(|e| panic!("{equation}: wgpu: {e}"));
-            outs.push(g);
-        }
+        let outs = convert_and_run(&format!("einsum{case}"), &onnx, &[Input::F32(&x)], want.len())
+            .unwrap_or_else(|e| panic!("{equation}: {e}"));
         for got in outs {
             for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
                 assert!((g as f64 - w).abs() <= 1e-5 * w.abs().max(1.0), "{equation}: element {i}: {g} vs {w}");

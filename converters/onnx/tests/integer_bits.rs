@@ -10,11 +10,9 @@ mod common;
 mod proto;
 
 use arrays::below;
-use common::gpu;
+use common::convert_and_run;
 use kestrel::demo::Rng;
 use kestrel::Input;
-use kestrel_onnx::{convert, ConvertOptions};
-use kestrel_wgpu::GpuSession;
 use proto::{i64_tensor, str_attr, Msg};
 
 /// An integer type: ONNX element type, width, signedness.
@@ -108,27 +106,11 @@ fn expected(op: &str, a: i64, b: i64, w: u32, signed: bool) -> i128 {
 }
 
 fn run(name: &str, onnx: &[u8], a: &[i64], b: Option<&[i64]>) -> Vec<Vec<f32>> {
-    let path = std::env::temp_dir().join(format!("kestrel-bits-{}-{name}.onnx", std::process::id()));
-    std::fs::write(&path, onnx).unwrap();
-    let conv = convert(&path, &ConvertOptions::default());
-    std::fs::remove_file(&path).ok();
-    let model = kestrel::Model::from_bytes(&conv.unwrap_or_else(|e| panic!("{name}: {e}")).kes).unwrap();
     let mut inputs = vec![Input::I64(a)];
     if let Some(b) = b {
         inputs.push(Input::I64(b));
     }
-    let mut y = vec![0f32; a.len()];
-    model.session(1).unwrap().run(&inputs, &mut [&mut y]).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let mut outs = vec![y];
-    if let Some(ctx) = gpu() {
-        let cpu = model.cpu().unwrap();
-        let mut g = vec![0f32; a.len()];
-        GpuSession::new(&ctx, &cpu, 1)
-            .and_then(|mut s| s.run(&inputs, &mut [g.as_mut_slice()]))
-            .unwrap_or_else(|e| panic!("{name}: wgpu: {e}"));
-        outs.push(g);
-    }
-    outs
+    convert_and_run(name, onnx, &inputs, a.len()).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 #[test]

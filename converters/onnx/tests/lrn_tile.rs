@@ -9,32 +9,10 @@ mod common;
 mod proto;
 
 use arrays::{below, ravel, unravel};
-use common::gpu;
+use common::convert_and_run;
 use kestrel::demo::Rng;
 use kestrel::Input;
-use kestrel_onnx::{convert, ConvertOptions};
-use kestrel_wgpu::GpuSession;
 use proto::{float_attr, float_value, i64_attr, i64_tensor, Msg};
-
-fn run(name: &str, onnx: &[u8], x: &[f32], n_out: usize) -> Vec<Vec<f32>> {
-    let path = std::env::temp_dir().join(format!("kestrel-lrn-tile-{}-{name}.onnx", std::process::id()));
-    std::fs::write(&path, onnx).unwrap();
-    let conv = convert(&path, &ConvertOptions::default());
-    std::fs::remove_file(&path).ok();
-    let model = kestrel::Model::from_bytes(&conv.unwrap_or_else(|e| panic!("{name}: {e}")).kes).unwrap();
-    let mut y = vec![0f32; n_out];
-    model.session(1).unwrap().run(&[Input::F32(x)], &mut [&mut y]).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let mut outs = vec![y];
-    if let Some(ctx) = gpu() {
-        let cpu = model.cpu().unwrap();
-        let mut g = vec![0f32; n_out];
-        GpuSession::new(&ctx, &cpu, 1)
-            .and_then(|mut s| s.run(&[Input::F32(x)], &mut [g.as_mut_slice()]))
-            .unwrap_or_else(|e| panic!("{name}: wgpu: {e}"));
-        outs.push(g);
-    }
-    outs
-}
 
 fn model(node: Msg, xs: &[usize], inits: Vec<Msg>) -> Vec<u8> {
     let mut g = Msg::default().msg(1, node).str(2, "g");
@@ -43,6 +21,10 @@ fn model(node: Msg, xs: &[usize], inits: Vec<Msg>) -> Vec<u8> {
     }
     g = g.msg(11, float_value("x", Some(xs))).msg(12, float_value("y", None));
     Msg::default().int(1, 9).msg(8, Msg::default().int(2, 13)).str(2, "lrn_tile.rs").msg(7, g).0
+}
+
+fn run(name: &str, onnx: &[u8], x: &[f32], n_out: usize) -> Vec<Vec<f32>> {
+    convert_and_run(name, onnx, &[Input::F32(x)], n_out).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 #[test]

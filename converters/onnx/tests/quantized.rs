@@ -11,11 +11,9 @@ mod common;
 mod proto;
 
 use arrays::below;
-use common::gpu;
+use common::convert_and_run;
 use kestrel::demo::Rng;
 use kestrel::Input;
-use kestrel_onnx::{convert, ConvertOptions};
-use kestrel_wgpu::GpuSession;
 use proto::{f32_tensor, float_value, Msg};
 
 /// A tensor initializer of an integer element type (`elem`: 2 UINT8, 3 INT8, 6 INT32), values
@@ -50,30 +48,14 @@ fn graph_model(nodes: Vec<Msg>, inits: Vec<Msg>, inputs: Vec<Msg>, out: &str) ->
     Msg::default().int(1, 9).msg(8, Msg::default().int(2, 13)).str(2, "quantized.rs").msg(7, g).0
 }
 
-fn run(name: &str, onnx: &[u8], inputs: &[Input<'_>], n_out: usize) -> Vec<Vec<f32>> {
-    let path = std::env::temp_dir().join(format!("kestrel-quant-{}-{name}.onnx", std::process::id()));
-    std::fs::write(&path, onnx).unwrap();
-    let conv = convert(&path, &ConvertOptions::default());
-    std::fs::remove_file(&path).ok();
-    let model = kestrel::Model::from_bytes(&conv.unwrap_or_else(|e| panic!("{name}: {e}")).kes).unwrap();
-    let mut y = vec![0f32; n_out];
-    model.session(1).unwrap().run(inputs, &mut [&mut y]).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let mut outs = vec![y];
-    if let Some(ctx) = gpu() {
-        let cpu = model.cpu().unwrap();
-        let mut g = vec![0f32; n_out];
-        GpuSession::new(&ctx, &cpu, 1)
-            .and_then(|mut s| s.run(inputs, &mut [g.as_mut_slice()]))
-            .unwrap_or_else(|e| panic!("{name}: wgpu: {e}"));
-        outs.push(g);
-    }
-    outs
-}
-
 /// ONNX's saturating quantisation: round half to even, plus the zero point, clamped.
 fn quantise(x: f64, scale: f64, zp: i64, lo: i64, hi: i64) -> i64 {
     let r = (x / scale).round_ties_even() as i64 + zp;
     r.clamp(lo, hi)
+}
+
+fn run(name: &str, onnx: &[u8], inputs: &[Input<'_>], n_out: usize) -> Vec<Vec<f32>> {
+    convert_and_run(name, onnx, inputs, n_out).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 #[test]

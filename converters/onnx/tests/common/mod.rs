@@ -15,3 +15,32 @@ pub fn gpu() -> Option<GpuContext> {
         Err(e) => panic!("opening the GPU: {e}"),
     }
 }
+
+/// Converts `onnx` (written to a temporary file named after `name`) with the default options and
+/// runs it on `inputs` at batch 1 on the CPU and, when there is one, on the GPU: the first
+/// output (`n_out` elements) from each backend, or the first error as text.
+#[allow(dead_code)]
+pub fn convert_and_run(
+    name: &str,
+    onnx: &[u8],
+    inputs: &[kestrel::Input<'_>],
+    n_out: usize,
+) -> Result<Vec<Vec<f32>>, String> {
+    let path = std::env::temp_dir().join(format!("kestrel-test-{}-{name}.onnx", std::process::id()));
+    std::fs::write(&path, onnx).map_err(|e| e.to_string())?;
+    let conv = kestrel_onnx::convert(&path, &kestrel_onnx::ConvertOptions::default()).map_err(|e| e.to_string());
+    std::fs::remove_file(&path).ok();
+    let model = kestrel::Model::from_bytes(&conv?.kes).map_err(|e| e.to_string())?;
+    let mut y = vec![0f32; n_out];
+    model.session(1).map_err(|e| e.to_string())?.run(inputs, &mut [&mut y]).map_err(|e| e.to_string())?;
+    let mut outs = vec![y];
+    if let Some(ctx) = gpu() {
+        let cpu = model.cpu().map_err(|e| e.to_string())?;
+        let mut g = vec![0f32; n_out];
+        kestrel_wgpu::GpuSession::new(&ctx, &cpu, 1)
+            .and_then(|mut s| s.run(inputs, &mut [g.as_mut_slice()]))
+            .map_err(|e| format!("wgpu: {e}"))?;
+        outs.push(g);
+    }
+    Ok(outs)
+}
