@@ -216,10 +216,7 @@ impl Lowerer<'_> {
             }
         };
         let grid = self.val(node.inputs[1])?;
-        let gs = match &grid {
-            Val::Const(t) => t.shape().to_vec(),
-            Val::Act { shape, .. } => shape.clone(),
-        };
+        let gs = grid.shape();
         let out = self.out_shape()?;
         let k = xs.len().saturating_sub(2);
         if k == 0 || gs.len() != k + 2 || gs[0] != xs[0] || gs[k + 1] != k {

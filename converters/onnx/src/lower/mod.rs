@@ -58,6 +58,16 @@ pub(crate) enum Val {
     Const(Arc<Tensor>),
 }
 
+impl Val {
+    /// The logical shape: a constant's, or an activation's per-sample shape.
+    pub(crate) fn shape(&self) -> Vec<usize> {
+        match self {
+            Val::Const(t) => t.shape().to_vec(),
+            Val::Act { shape, .. } => shape.clone(),
+        }
+    }
+}
+
 /// Weights are shared when the same constant is used the same way with the same values.
 type WeightKey = (OutletId, &'static str, Vec<usize>, u64);
 

@@ -212,10 +212,7 @@ impl Lowerer<'_> {
                 }
             }
         };
-        let kshape: Vec<usize> = match self.val(ins[1])? {
-            Val::Const(t) => t.shape().to_vec(),
-            Val::Act { shape, .. } => shape,
-        };
+        let kshape = self.val(ins[1])?.shape();
         let o = *kshape.first().ok_or_else(|| self.bad("a kernel of rank ≥ 3", "a scalar".into()))?;
         let per_o: usize = kshape[1..].iter().product();
         let pick = |v: &[f32], i: usize| if v.len() > 1 { v[i] } else { v.first().copied().unwrap_or(0.0) };

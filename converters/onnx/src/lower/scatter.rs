@@ -58,14 +58,6 @@ impl Lowerer<'_> {
         Ok(false)
     }
 
-    /// The shape of an input, constant or activation.
-    fn shape_of_val(v: &Val) -> Vec<usize> {
-        match v {
-            Val::Const(t) => t.shape().to_vec(),
-            Val::Act { shape, .. } => shape.clone(),
-        }
-    }
-
     /// An f32 operand viewed as `view` (its element count): an activation (ids read as values)
     /// reshaped, or a constant stored as an exact f32 weight of that shape.
     fn f32_operand(&mut self, o: OutletId, usage: &'static str, view: &[usize]) -> Res<TensorId> {
@@ -96,11 +88,11 @@ impl Lowerer<'_> {
     fn scatter_elements(&mut self, axis: usize, red: ScatterReduction) -> Res<()> {
         let node = self.model.node(self.node);
         let out = self.out_shape()?;
-        let ds = Self::shape_of_val(&self.val(node.inputs[0])?);
+        let ds = self.val(node.inputs[0])?.shape();
         let idx = self.val(node.inputs[1])?;
-        let us = Self::shape_of_val(&idx);
+        let us = idx.shape();
         let r = ds.len();
-        if axis >= r || us.len() != r || Self::shape_of_val(&self.val(node.inputs[2])?) != us {
+        if axis >= r || us.len() != r || self.val(node.inputs[2])?.shape() != us {
             return Err(self.bad(&format!("indices and updates of one shape, rank {r}"), format!("{us:?}")));
         }
         if (0..r).any(|a| a != axis && us[a] != ds[a]) {
@@ -152,15 +144,15 @@ impl Lowerer<'_> {
     fn scatter_nd(&mut self, red: ScatterReduction) -> Res<()> {
         let node = self.model.node(self.node);
         let out = self.out_shape()?;
-        let ds = Self::shape_of_val(&self.val(node.inputs[0])?);
+        let ds = self.val(node.inputs[0])?.shape();
         let idx = self.val(node.inputs[1])?;
-        let is = Self::shape_of_val(&idx);
+        let is = idx.shape();
         let k = *is.last().ok_or_else(|| self.bad("indices of rank ≥ 1", "a scalar".into()))?;
         if k == 0 || k > ds.len() {
             return Err(self.bad(&format!("index tuples of 1..={} elements", ds.len()), format!("{k}")));
         }
         let us: Vec<usize> = is[..is.len() - 1].iter().chain(&ds[k..]).copied().collect();
-        let updates_shape = Self::shape_of_val(&self.val(node.inputs[2])?);
+        let updates_shape = self.val(node.inputs[2])?.shape();
         if updates_shape != us {
             return Err(self.bad(&format!("updates of shape {us:?}"), format!("{updates_shape:?}")));
         }

@@ -210,10 +210,7 @@ impl Lowerer<'_> {
         let node = self.model.node(self.node);
         let (x, xs) = self.act(node.inputs[0])?;
         let idx = self.val(node.inputs[1])?;
-        let idx_shape = match &idx {
-            Val::Const(t) => t.shape().to_vec(),
-            Val::Act { shape, .. } => shape.clone(),
-        };
+        let idx_shape = idx.shape();
         let b = batch_dims;
         let k = *idx_shape.last().ok_or_else(|| self.bad("indices of rank ≥ 1", "a scalar".into()))?;
         if k == 0 || b + k > xs.len() || idx_shape.len() <= b || idx_shape[..b] != xs[..b] {
@@ -338,10 +335,7 @@ impl Lowerer<'_> {
         // The data: an activation, or a constant (a registered buffer, as RoBERTa's token type
         // ids) arranged here and stored as an exact f32 weight.
         let data = self.val(node.inputs[0])?;
-        let xs: Vec<usize> = match &data {
-            Val::Const(t) => t.shape().to_vec(),
-            Val::Act { shape, .. } => shape.clone(),
-        };
+        let xs = data.shape();
         let r = xs.len();
         let n = xs[axis];
         if out.len() != r || (0..r).any(|a| a != axis && out[a] != xs[a]) || n == 0 {
