@@ -2,7 +2,7 @@
 # The paper's Table 5 models on the GPU beside the CPU, plus PyTorch eager on the same GPU, in one
 # command: Markdown, JSON and a PNG under one OUT_DIR (tar it and ship it).
 #
-# Usage (after `cargo build --release -p kestrel-cli`):
+# Usage (after `cargo build --release -p kestrel-rt-cli`):
 #   benches/gpu_results.sh OUT_DIR [MODEL_DIR ...]
 #
 # Models: the paper's rows exported by benches/paper/export_paper_models.py into PAPER_MODELS
@@ -42,7 +42,7 @@ OUT=${1:?usage: benches/gpu_results.sh OUT_DIR [MODEL_DIR ...]}
 shift
 START=$SECONDS
 K=${KESTREL:-target/release/kestrel}
-[[ -x $K ]] || { echo "build first: cargo build --release -p kestrel-cli" >&2; exit 1; }
+[[ -x $K ]] || { echo "build first: cargo build --release -p kestrel-rt-cli" >&2; exit 1; }
 ROWS=${ROWS:-h1}
 TASKS=${TASKS:-"mnist imdb amazon cifar100"}
 BATCHES=${BATCHES:-"1 32"}

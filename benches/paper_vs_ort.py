@@ -2,7 +2,7 @@
 
 Usage (release build of the CLI first; onnxruntime and numpy from PyPI)::
 
-    cargo build --release -p kestrel-cli
+    cargo build --release -p kestrel-rt-cli
     python3 benches/paper_vs_ort.py --out benches/results/NAME/paper-int8 [--reps 7] [--only a,b] [--models DIR]
 
 The models are the committed fixtures with the paper's shapes (``converters/fixtures/``: MNIST

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SIMD vs scalar kernels per weight encoding, through `kestrel bench --isa`.
-# Usage: benches/simd_speedup.sh [FIXTURE_DIR] [OUT.md]   (after `cargo build --release -p kestrel-cli`)
+# Usage: benches/simd_speedup.sh [FIXTURE_DIR] [OUT.md]   (after `cargo build --release -p kestrel-rt-cli`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FX=${1:-converters/fixtures/mnist_vit_standard_h1}

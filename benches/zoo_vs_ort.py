@@ -2,7 +2,7 @@
 
 Usage (release build of the CLI first; onnxruntime and numpy from PyPI)::
 
-    cargo build --release -p kestrel-cli
+    cargo build --release -p kestrel-rt-cli
     python3 benches/zoo_vs_ort.py --out benches/results/NAME/zoo [--exporter all|legacy17,dynamo18] [--reps 7]
 
 For every zoo export (``converters/zoo/*-EXPORTER``; ``--exporter all``, the default: every

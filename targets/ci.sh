@@ -12,10 +12,10 @@ step() {
     echo "== targets: done in $((SECONDS - t0)) s"
 }
 step "cargo check for Android (FFI + JNI, with wgpu)" \
-    cargo check -p kestrel-ffi -p kestrel-jni --target aarch64-linux-android
-step "cargo check for iOS (FFI, with wgpu)" cargo check -p kestrel-ffi --target aarch64-apple-ios
+    cargo check -p kestrel-rt-ffi -p kestrel-rt-jni --target aarch64-linux-android
+step "cargo check for iOS (FFI, with wgpu)" cargo check -p kestrel-rt-ffi --target aarch64-apple-ios
 step "clippy, CPU-only FFI + JNI (--no-default-features)" \
-    cargo clippy -p kestrel-ffi -p kestrel-jni --all-targets --no-default-features -- -D warnings
+    cargo clippy -p kestrel-rt-ffi -p kestrel-rt-jni --all-targets --no-default-features -- -D warnings
 # The Kotlin SDK compiled (kotlinc -Werror, installed from npm when missing) and run on the host
 # JVM against libkestrel_jni.so: API, Java interop, and close/use races (issue 35). Under 2 minutes.
 step "Kotlin SDK on the host JVM (API, Java interop, concurrency)" bash targets/android/kotlin-check.sh
@@ -32,7 +32,7 @@ step "Android packaging: 16 KB page alignment, AAR layout (host smoke test)" bas
 # dependencies are rebuilt there; check_sizes.py reads both).
 target_dir="${CARGO_TARGET_DIR:-target}"
 staticlib() {
-    cargo rustc -p kestrel-ffi --lib --crate-type staticlib --profile release-mobile --target "$@"
+    cargo rustc -p kestrel-rt-ffi --lib --crate-type staticlib --profile release-mobile --target "$@"
 }
 step "release static library, aarch64-linux-android, CPU only" \
     staticlib aarch64-linux-android --no-default-features --target-dir "$target_dir/cpu-only"

@@ -1,12 +1,12 @@
 //! criterion microbenchmarks of the CPU kernels (`cargo bench -p kestrel-bench --bench kernels`).
 //!
-//! * `dense/<shape>/<encoding>`: the dense kernel (`kestrel_cpu::linear`, or `linear_q8` with
+//! * `dense/<shape>/<encoding>`: the dense kernel (`kestrel_rt_cpu::linear`, or `linear_q8` with
 //!   int8 activations) at the GEMM/GEMV shapes of the paper's four models (DESIGN.md §4):
 //!   rows × out × in, weights f32, f16, int8 (per-row scales), int4 (groups of 32) — f32
 //!   activations — and int8/int4 weights with calibrated int8 activations (`+q8act`).
 //!   Throughput is reported in FLOP/s (2 · rows · out · in per call).
 //! * `mechanism/<case>/T<t>_d<d>`: each mechanism as one fused layer, the one-layer model of the
-//!   shared case table (`kestrel::mechanisms`, built by `kestrel::demo::layer_model`) run by a
+//!   shared case table (`kestrel_rt::mechanisms`, built by `kestrel_rt::demo::layer_model`) run by a
 //!   batch-1 session on one sample, f32 weights, h = 1, not causal, at the MNIST/Amazon shape
 //!   (T = d = 64) and the CIFAR-100 shape (T = d = 144), projections included.
 //!
@@ -18,19 +18,19 @@
 #![allow(missing_docs)]
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kestrel::demo::layer_model;
-use kestrel::mechanisms::{Case, Mechanism};
-use kestrel::{Input, Model};
-use kestrel_cpu::kernels::linear::linear_q8;
-use kestrel_cpu::kernels::simd::{isa, set_isa, Isa};
-use kestrel_format::ops::Activation;
-use kestrel_format::weight::{EncodedWeight, ViewStore};
-use kestrel_format::{DType, WeightView};
+use kestrel_rt::demo::layer_model;
+use kestrel_rt::mechanisms::{Case, Mechanism};
+use kestrel_rt::{Input, Model};
+use kestrel_rt_cpu::kernels::linear::linear_q8;
+use kestrel_rt_cpu::kernels::simd::{isa, set_isa, Isa};
+use kestrel_rt_format::ops::Activation;
+use kestrel_rt_format::weight::{EncodedWeight, ViewStore};
+use kestrel_rt_format::{DType, WeightView};
 use std::time::Duration;
 
 /// Seeded values in [-scale, scale) (the facade's generator; timing only).
 fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-    kestrel::demo::Rng::new(seed).vec(n, scale)
+    kestrel_rt::demo::Rng::new(seed).vec(n, scale)
 }
 
 /// An encoded weight and the typed store its view borrows.
@@ -89,7 +89,7 @@ fn dense(c: &mut Criterion) {
                     if q8 {
                         linear_q8(black_box(&x), rows, &w, Some(&bias), Activation::None, x_scale, &mut y);
                     } else {
-                        kestrel_cpu::linear(black_box(&x), rows, &w, Some(&bias), Activation::None, &mut y);
+                        kestrel_rt_cpu::linear(black_box(&x), rows, &w, Some(&bias), Activation::None, &mut y);
                     }
                     black_box(&y);
                 })
@@ -114,7 +114,7 @@ fn bench_cases() -> Vec<Case> {
 }
 
 /// Each mechanism as the runtime runs it: the one-layer model of the shared case table
-/// (`kestrel::demo::layer_model`, f32 weights) in a batch-1 session, one sample per call.
+/// (`kestrel_rt::demo::layer_model`, f32 weights) in a batch-1 session, one sample per call.
 fn mechanisms(c: &mut Criterion) {
     let mut g = c.benchmark_group("mechanism");
     g.sample_size(30);

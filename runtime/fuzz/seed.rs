@@ -1,12 +1,12 @@
 //! Writes a few valid `.kes` files (seed corpus for the `load` target) into the directory given
 //! as the first argument. Run via `seed.sh`.
 
-use kestrel_format::ops::{
+use kestrel_rt_format::ops::{
     Activation, Attention, AttentionVariant, Dense, Embedding, Internals, LayerNorm, NormAxis, Proj, Reduce, ReduceOp,
     Softmax,
 };
-use kestrel_format::weight::EncodedWeight;
-use kestrel_format::*;
+use kestrel_rt_format::weight::EncodedWeight;
+use kestrel_rt_format::*;
 
 fn shape(d: &[u32]) -> Shape {
     Shape::new(d).unwrap()

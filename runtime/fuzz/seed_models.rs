@@ -1,17 +1,17 @@
 //! Writes small valid models (seed corpus for the `model` target) into the directory given as
 //! the first argument: one tiny model per case of the shared mechanism table
-//! (`kestrel::mechanisms::CASES`) and weight encoding (and masked attention, attention on
+//! (`kestrel_rt::mechanisms::CASES`) and weight encoding (and masked attention, attention on
 //! activations, `Sdpa`, and recurrences: an LSTM with peepholes feeding a GRU whose reset gate
 //! acts on the state, and selection by index, `Gather`),
 //! plus the demo text model. Run via `seed.sh`.
 
-use kestrel::format::ops::*;
-use kestrel::format::DType;
-use kestrel::mechanisms::{Case, CASES};
-use kestrel::ModelBuilder;
+use kestrel_rt::format::ops::*;
+use kestrel_rt::format::DType;
+use kestrel_rt::mechanisms::{Case, CASES};
+use kestrel_rt::ModelBuilder;
 
 /// A deterministic weight of `shape` (no randomness: the corpus is reproducible).
-fn weight(b: &mut ModelBuilder, n: &mut u32, shape: &[usize]) -> Result<TensorId, kestrel::Error> {
+fn weight(b: &mut ModelBuilder, n: &mut u32, shape: &[usize]) -> Result<TensorId, kestrel_rt::Error> {
     *n += 1;
     let len: usize = shape.iter().product();
     let v = (0..len).map(|i| ((i as u32 + *n) as f32 * 0.37).sin() * 0.5).collect();
@@ -146,6 +146,6 @@ fn main() {
     }
     std::fs::write(format!("{dir}/sdpa_f32.kes"), sdpa()).unwrap();
     std::fs::write(format!("{dir}/gather_f32.kes"), gather()).unwrap();
-    let text = kestrel::demo::text_model(1, DType::I8).unwrap();
+    let text = kestrel_rt::demo::text_model(1, DType::I8).unwrap();
     std::fs::write(format!("{dir}/text_int8.kes"), text).unwrap();
 }

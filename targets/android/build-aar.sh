@@ -21,7 +21,7 @@
 # The real AAR needs the NDK-built libraries (build-android.sh: arm64-v8a, armeabi-v7a, x86_64) and
 # android.jar to compile KestrelAndroid.kt (ANDROID_JAR, else
 # $ANDROID_HOME/platforms/android-<compileSdk>/android.jar). --host packs the host's
-# libkestrel_jni.so (cargo build -p kestrel-jni) as the host ABI (x86_64 or arm64-v8a) and, when
+# libkestrel_jni.so (cargo build -p kestrel-rt-jni) as the host ABI (x86_64 or arm64-v8a) and, when
 # there is no android.jar, leaves KestrelAndroid.kt out: a layout test that runs on CI, not an
 # AAR to ship (a glibc library does not load on Android).
 #
@@ -69,7 +69,7 @@ if ((host)); then
         *) fail "no Android ABI for host $(uname -m)" ;;
     esac
     if [[ -z "${libs[$host_abi]:-}" ]]; then
-        cargo build -q -p kestrel-jni
+        cargo build -q -p kestrel-rt-jni
         libs[$host_abi]="$target_dir/debug/libkestrel_jni.so"
     fi
     abis=("${!libs[@]}")

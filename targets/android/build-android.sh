@@ -78,7 +78,7 @@ for entry in "${abis[@]}"; do
     export "CARGO_TARGET_${upper}_LINKER=$bin/${clang}${api}-clang"
     export "CC_${target//-/_}=$bin/${clang}${api}-clang"
     export "AR_${target//-/_}=$bin/llvm-ar"
-    cargo build --profile "$profile" --target "$target" -p kestrel-jni
+    cargo build --profile "$profile" --target "$target" -p kestrel-rt-jni
     mkdir -p "$out/$abi"
     cp "$target_dir/$target/$profile/libkestrel_jni.so" "$out/$abi/"
     "$bin/llvm-strip" --strip-unneeded "$out/$abi/libkestrel_jni.so"

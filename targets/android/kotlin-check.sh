@@ -23,7 +23,7 @@ source targets/android/kotlinc.sh
 stdlib="$kotlin_stdlib"
 
 target_dir="${CARGO_TARGET_DIR:-target}"
-cargo build -q -p kestrel-jni
+cargo build -q -p kestrel-rt-jni
 lib="$target_dir/debug/libkestrel_jni.so"
 [[ -f "$lib" ]] || fail "$lib was not built"
 

@@ -52,7 +52,7 @@ expect_fail "check-page-size.sh on a C source file" bash $android/check-page-siz
 #    nothing to the page alignment), linked with the page-size arguments.
 rustc_link=()
 for arg in "${link_args[@]}"; do rustc_link+=(-C "link-arg=$arg"); done
-cargo rustc -q -p kestrel-jni --lib --crate-type cdylib --no-default-features \
+cargo rustc -q -p kestrel-rt-jni --lib --crate-type cdylib --no-default-features \
     --target aarch64-unknown-linux-gnu -- "${rustc_link[@]}"
 aarch64_lib="$target_dir/aarch64-unknown-linux-gnu/debug/libkestrel_jni.so"
 bash $android/check-page-size.sh "$aarch64_lib"

@@ -36,12 +36,12 @@ fn main() {
     println!("cargo:rustc-link-search={}", out.display());
 
     let bytes = std::fs::read(&model_path).unwrap_or_else(|e| panic!("reading {}: {e}", model_path.display()));
-    let aligned = kestrel_format::aligned_copy(&bytes);
-    let model = kestrel_cpu::Model::parse(&aligned)
+    let aligned = kestrel_rt_format::aligned_copy(&bytes);
+    let model = kestrel_rt_cpu::Model::parse(&aligned)
         .unwrap_or_else(|e| panic!("{} does not validate: {e}", model_path.display()));
     assert!(model.input_count() == 1 && model.output_count() == 1, "the firmware runs one-input, one-output models");
     let input = model.input(0).expect("input 0");
-    assert!(input.dtype == kestrel_format::DType::F32, "the firmware feeds an f32 input");
+    assert!(input.dtype == kestrel_rt_format::DType::F32, "the firmware feeds an f32 input");
     let in_len = input.shape.numel().expect("input size");
     let out_len = model.output(0).expect("output 0").shape.numel().expect("output size");
     let arena_bytes = model.arena_bytes(1).expect("arena size");
@@ -49,9 +49,9 @@ fn main() {
     let x = read_npy_f32_sample(&input_path, in_len, sample);
     // The expected result, computed on the host with the same runtime.
     let mut arena = vec![0u8; arena_bytes];
-    let mut session = kestrel_cpu::Session::new(&model, &mut arena, 1).expect("host session");
+    let mut session = kestrel_rt_cpu::Session::new(&model, &mut arena, 1).expect("host session");
     let mut logits = vec![0f32; out_len];
-    session.run(&[kestrel_cpu::Input::F32(&x)], &mut [&mut logits]).expect("host run");
+    session.run(&[kestrel_rt_cpu::Input::F32(&x)], &mut [&mut logits]).expect("host run");
     let class = argmax(&logits);
 
     std::fs::write(out.join("model.kes"), &bytes).expect("writing model.kes");

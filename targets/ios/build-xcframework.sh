@@ -23,7 +23,7 @@ zip=0
 if [[ "${1:-}" == "--zip" ]]; then zip=1; fi
 cd "$root"
 build() {
-    cargo rustc -p kestrel-ffi --lib --crate-type staticlib --profile "$profile" --target "$1"
+    cargo rustc -p kestrel-rt-ffi --lib --crate-type staticlib --profile "$profile" --target "$1"
 }
 for t in aarch64-apple-ios aarch64-apple-ios-sim x86_64-apple-ios aarch64-apple-darwin x86_64-apple-darwin; do
     build "$t"

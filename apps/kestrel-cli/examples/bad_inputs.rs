@@ -30,7 +30,7 @@ fn main() {
         }
     }
     let Some(kestrel) = kestrel.filter(|k| k.exists()) else {
-        eprintln!("error: the kestrel binary was not found next to this example; build it (cargo build -p kestrel-cli) or pass --kestrel");
+        eprintln!("error: the kestrel binary was not found next to this example; build it (cargo build -p kestrel-rt-cli) or pass --kestrel");
         std::process::exit(2);
     };
     let cases = bad_inputs::write_corpus(&out.join("files"), fast);

@@ -4,5 +4,5 @@
 # (--fast: the subset `cargo test` runs; --out DIR: where files and results go).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-cargo build --release -q -p kestrel-cli --bin kestrel --example bad_inputs
+cargo build --release -q -p kestrel-rt-cli --bin kestrel --example bad_inputs
 exec target/release/examples/bad_inputs "$@"

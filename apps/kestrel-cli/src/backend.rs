@@ -2,7 +2,7 @@
 //! for every command that runs a model (`run`, `classify`, `profile`, `bench`), and [`Runner`],
 //! one session on the chosen backend behind a single `run`.
 //!
-//! The choice itself is the facade's ([`kestrel::backend::place`]), the same as the C ABI's:
+//! The choice itself is the facade's ([`kestrel_rt::backend::place`]), the same as the C ABI's:
 //! `auto` prefers a GPU and falls back to the CPU with a one-line notice on stderr when no
 //! adapter exists, the device cannot be created, the GPU cannot run this model (an op without a
 //! kernel, a buffer over the adapter's limits), or the only adapter is a software renderer
@@ -12,10 +12,10 @@
 use anyhow::{Context, Result};
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::Args;
-use kestrel::backend::{place, NoGpu, Placement, Request};
-pub use kestrel::backend::{Backend, GpuPrecision};
-use kestrel::{Input, Model};
-use kestrel_wgpu::{Arith, GpuContext, GpuSession};
+use kestrel_rt::backend::{place, NoGpu, Placement, Request};
+pub use kestrel_rt::backend::{Backend, GpuPrecision};
+use kestrel_rt::{Input, Model};
+use kestrel_rt_wgpu::{Arith, GpuContext, GpuSession};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -90,7 +90,7 @@ impl BackendArgs {
     /// error naming the flag when not even one sample fits.
     pub fn capacity_within(&self, model: &Model, want: usize) -> Result<usize> {
         model.capacity_within(want, self.memory_budget).map_err(|e| match e {
-            kestrel::Error::OverBudget { .. } => anyhow::anyhow!("{e} (raise it with --memory-budget)"),
+            kestrel_rt::Error::OverBudget { .. } => anyhow::anyhow!("{e} (raise it with --memory-budget)"),
             e => e.into(),
         })
     }
@@ -112,7 +112,7 @@ pub struct Runner<'m> {
 /// Where a [`Runner`] runs.
 pub enum On<'m> {
     /// The CPU runtime.
-    Cpu(Box<kestrel::Session<'m>>),
+    Cpu(Box<kestrel_rt::Session<'m>>),
     /// The wgpu backend.
     Gpu(Box<GpuRunner>),
 }
@@ -132,14 +132,14 @@ impl<'m> Runner<'m> {
     /// batches of `capacity` samples (fewer per run when the budget says so; see [`Runner`]).
     pub fn new(model: &'m Model, capacity: usize, args: &BackendArgs) -> Result<Self> {
         let cpu = model.cpu()?;
-        let numel = |t: kestrel::format::TensorInfo<'_>| t.shape.numel().unwrap_or(0);
+        let numel = |t: kestrel_rt::format::TensorInfo<'_>| t.shape.numel().unwrap_or(0);
         let inputs = (0..cpu.input_count()).map(|i| cpu.input(i).map(numel)).collect::<Result<_, _>>()?;
         let outputs = (0..cpu.output_count()).map(|i| cpu.output(i).map(numel)).collect::<Result<_, _>>()?;
         let fits = args.capacity_within(model, capacity)?;
         if fits < capacity {
             eprintln!(
                 "notice: batch {capacity} runs in chunks of {fits} samples (the working memory of the whole batch would exceed --memory-budget {})",
-                kestrel::mem::human_bytes(args.memory_budget as u64)
+                kestrel_rt::mem::human_bytes(args.memory_budget as u64)
             );
         }
         let (on, capacity) = Self::open(model, fits, args)?;
@@ -257,7 +257,7 @@ impl<'m> Runner<'m> {
         let batch = batch_of(&self.inputs, inputs).max(1);
         let mut outs = Vec::with_capacity(self.outputs.len());
         for &n in &self.outputs {
-            outs.push(kestrel::mem::zeroed_vec::<f32>(n.saturating_mul(batch), "the outputs")?);
+            outs.push(kestrel_rt::mem::zeroed_vec::<f32>(n.saturating_mul(batch), "the outputs")?);
         }
         let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
         self.run(inputs, &mut refs)?;

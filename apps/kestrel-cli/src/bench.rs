@@ -3,7 +3,7 @@
 //! which uses this module's timing helpers; `main` routes `paper` there, so this module does not
 //! depend on it),
 //! and `kestrel bench scaling`: time and memory against T for every mechanism
-//! ([`kestrel_cli::scaling`]).
+//! ([`kestrel_rt_cli::scaling`]).
 //!
 //! Method: the session (arena) is created once; one warm-up pass over the samples; then
 //! `--reps` timed passes, each running `--samples` samples in batches of `--batch` (the last batch
@@ -13,9 +13,9 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use kestrel::format::DType;
-use kestrel::{npy, Input, Model};
-use kestrel_cli::backend::{Backend, BackendArgs, Runner};
+use kestrel_rt::format::DType;
+use kestrel_rt::{npy, Input, Model};
+use kestrel_rt_cli::backend::{Backend, BackendArgs, Runner};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -70,7 +70,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub no_tract: bool,
     #[command(flatten)]
-    pub scaling: kestrel_cli::scaling::ScalingArgs,
+    pub scaling: kestrel_rt_cli::scaling::ScalingArgs,
 }
 
 impl BenchArgs {
@@ -165,7 +165,7 @@ pub fn make_feeds(model: &Model, input: Option<&PathBuf>, batch: usize) -> Resul
             if cpu.input_count() != 1 {
                 bail!("--input gives one array; the model takes {} inputs", cpu.input_count());
             }
-            kestrel_cli::check_input_file(p)?;
+            kestrel_rt_cli::check_input_file(p)?;
             vec![npy::read(p).with_context(|| format!("reading {}", p.display()))?]
         }
         None => Vec::new(),
@@ -178,8 +178,8 @@ pub fn make_feeds(model: &Model, input: Option<&PathBuf>, batch: usize) -> Resul
             bail!("input {i} ({}) has no elements per sample", t.name);
         }
         let n = per.checked_mul(batch).context("--batch: the input size overflows")?;
-        let f32s = || kestrel::mem::with_capacity::<f32>(n, "the benchmark inputs");
-        let i64s = || kestrel::mem::with_capacity::<i64>(n, "the benchmark inputs");
+        let f32s = || kestrel_rt::mem::with_capacity::<f32>(n, "the benchmark inputs");
+        let i64s = || kestrel_rt::mem::with_capacity::<i64>(n, "the benchmark inputs");
         let feed = match arrays.get(i) {
             Some(a) => {
                 let samples = npy::batch_of(a, t.shape.dims(), &format!("input {i}"))?;
@@ -255,7 +255,7 @@ pub fn kestrel_pass<'a>(
         (0..cpu.output_count()).map(|i| Ok(cpu.output(i)?.shape.numel().unwrap_or(0))).collect::<Result<_>>()?;
     let mut outs = Vec::with_capacity(per_out.len());
     for p in &per_out {
-        outs.push(kestrel::mem::zeroed_vec::<f32>(p.saturating_mul(batch), "the outputs")?);
+        outs.push(kestrel_rt::mem::zeroed_vec::<f32>(p.saturating_mul(batch), "the outputs")?);
     }
     let mut inputs: Vec<Input<'a>> = Vec::with_capacity(feeds.len());
     let pass = move |n: usize| {
@@ -288,7 +288,7 @@ pub fn apply_isa(isa: Option<&str>) -> Result<&'static str> {
     Ok(current().name())
 }
 
-use kestrel_cpu::kernels::simd as kestrel_cpu_simd;
+use kestrel_rt_cpu::kernels::simd as kestrel_cpu_simd;
 
 /// `kestrel bench ...`.
 /// `--mechanisms` and `--plot` are `bench scaling`'s.
@@ -302,7 +302,7 @@ pub fn scaling_flags_only_there(a: &BenchArgs) -> Result<()> {
 /// `kestrel bench` for a model file, `scaling` or `gemm` (`paper` is routed to `bench_paper.rs`
 /// by the command line, so that module depends on this one and not the reverse).
 pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
-    kestrel_cpu::threads::set_threads(a.threads).map_err(|e| anyhow::anyhow!("--threads: {e}"))?;
+    kestrel_rt_cpu::threads::set_threads(a.threads).map_err(|e| anyhow::anyhow!("--threads: {e}"))?;
     if a.samples == 0 || a.batch == 0 || a.reps == 0 {
         bail!("--samples, --batch and --reps must be at least 1");
     }
@@ -316,7 +316,7 @@ pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
         if a.backend.backend != Backend::Cpu {
             bail!("`kestrel bench scaling` times the CPU runtime (--backend cpu)");
         }
-        return kestrel_cli::scaling::run(w, &a.scaling, a.reps, a.json, a.out.as_deref(), isa);
+        return kestrel_rt_cli::scaling::run(w, &a.scaling, a.reps, a.json, a.out.as_deref(), isa);
     }
     scaling_flags_only_there(a)?;
     if a.model == "gemm" {
@@ -325,7 +325,7 @@ pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
         }
         return crate::bench_gemm::run(w, isa, a.threads, a.json, a.out.as_deref(), 300.0);
     }
-    let model = kestrel_cli::load_model(&a.model)?;
+    let model = kestrel_rt_cli::load_model(&a.model)?;
     let feeds = make_feeds(&model, a.input.as_ref(), a.batch)?;
     // The arena of the session the runner opens: the batch, or the part of it the budget allows.
     let arena = model.cpu()?.arena_bytes_threads(a.backend.capacity_within(&model, a.batch)?, a.threads).unwrap_or(0);

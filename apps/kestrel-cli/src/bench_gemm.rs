@@ -1,13 +1,13 @@
 //! `kestrel bench gemm`: the f32 dense kernels' GFLOP/s on the paper models' large shapes, as a
 //! fraction of this machine's measured peak.
 //!
-//! **Peak** (per core): the kernels' ISA probe ([`kestrel_cpu::kernels::simd::fma_probe`]):
+//! **Peak** (per core): the kernels' ISA probe ([`kestrel_rt_cpu::kernels::simd::fma_probe`]):
 //! 16 independent FMA chains of the widest vectors the GEMM uses (AVX-512: 16 lanes), timed over
 //! ~50 ms, best of several runs, one thread. It is the FMA throughput the core actually sustains
 //! at its current clock (not a datasheet figure), so the percentage is kernel efficiency.
 //! With `--threads T` the reference peak is T × the one-core peak.
 //!
-//! **GEMM**: `kestrel_cpu::linear` (the runtime's dense entry point: ISA dispatch, packing,
+//! **GEMM**: `kestrel_rt_cpu::linear` (the runtime's dense entry point: ISA dispatch, packing,
 //! thread split) on random f32 inputs and weights, `y [M, N] = x [M, K] · Wᵀ`, timed after a
 //! warm-up call, repeated for at least `--min-ms` per shape; the median call gives GFLOP/s
 //! (2·M·N·K flops).
@@ -19,9 +19,9 @@
 //! come from DRAM, as they do inside a model whose weights outgrow the cache.
 
 use anyhow::{Context, Result};
-use kestrel::format::ops::Activation;
-use kestrel::format::weight::EncodedWeight;
-use kestrel::format::{DType, WeightView};
+use kestrel_rt::format::ops::Activation;
+use kestrel_rt::format::weight::EncodedWeight;
+use kestrel_rt::format::{DType, WeightView};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -72,11 +72,11 @@ pub struct GemvRow {
 pub fn read_bandwidth_gbs(runs: usize) -> f64 {
     let buf = values(64 << 20, 3);
     let (a, b) = buf.split_at(buf.len() / 2);
-    std::hint::black_box(kestrel_cpu::kernels::simd::dot_f32(a, b));
+    std::hint::black_box(kestrel_rt_cpu::kernels::simd::dot_f32(a, b));
     (0..runs.max(1))
         .map(|_| {
             let t0 = Instant::now();
-            std::hint::black_box(kestrel_cpu::kernels::simd::dot_f32(std::hint::black_box(a), b));
+            std::hint::black_box(kestrel_rt_cpu::kernels::simd::dot_f32(std::hint::black_box(a), b));
             (buf.len() * 4) as f64 / t0.elapsed().as_secs_f64() / 1e9
         })
         .fold(0.0, f64::max)
@@ -87,17 +87,17 @@ pub fn read_bandwidth_gbs(runs: usize) -> f64 {
 pub fn time_gemv(n: usize, k: usize, dtype: DType, flush: &[f32], min_ms: f64) -> Result<(f64, usize)> {
     let (x, enc) = problem(1, n, k, dtype)?;
     let bytes = enc.data.len() + enc.scales.len();
-    let mut store = kestrel::format::weight::ViewStore::default();
+    let mut store = kestrel_rt::format::weight::ViewStore::default();
     let w: WeightView<'_> = enc.view(&mut store);
     let mut y = vec![0.0f32; n];
-    kestrel_cpu::linear(&x, 1, &w, None, Activation::None, &mut y);
+    kestrel_rt_cpu::linear(&x, 1, &w, None, Activation::None, &mut y);
     let (fa, fb) = flush.split_at(flush.len() / 2);
     let mut secs = Vec::new();
     let mut timed = 0.0;
     while secs.len() < 5 || timed * 1e3 < min_ms {
-        std::hint::black_box(kestrel_cpu::kernels::simd::dot_f32(std::hint::black_box(fa), fb));
+        std::hint::black_box(kestrel_rt_cpu::kernels::simd::dot_f32(std::hint::black_box(fa), fb));
         let t0 = Instant::now();
-        kestrel_cpu::linear(std::hint::black_box(&x), 1, &w, None, Activation::None, &mut y);
+        kestrel_rt_cpu::linear(std::hint::black_box(&x), 1, &w, None, Activation::None, &mut y);
         let dt = t0.elapsed().as_secs_f64();
         secs.push(dt);
         timed += dt;
@@ -130,7 +130,7 @@ pub struct Row {
 
 /// The one-core f32 FMA peak in GFLOP/s: best of `runs` probes of ~50 ms.
 pub fn peak_gflops(runs: usize) -> f64 {
-    use kestrel_cpu::kernels::simd::fma_probe;
+    use kestrel_rt_cpu::kernels::simd::fma_probe;
     // Calibrate the iteration count to ~50 ms.
     let mut iters = 1 << 16;
     loop {
@@ -154,7 +154,7 @@ pub fn peak_gflops(runs: usize) -> f64 {
 
 /// Deterministic values in [-1, 1) (the timing does not depend on them).
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    kestrel::demo::Rng::new(seed).vec(n, 1.0)
+    kestrel_rt::demo::Rng::new(seed).vec(n, 1.0)
 }
 
 /// A dense layer's random inputs `x [rows, k]` and weights `[n, k]` encoded as `dtype`.
@@ -166,16 +166,16 @@ fn problem(rows: usize, n: usize, k: usize, dtype: DType) -> Result<(Vec<f32>, E
 /// Times one shape: median and best GFLOP/s over calls filling at least `min_ms`.
 pub fn time_shape(m: usize, n: usize, k: usize, dtype: DType, min_ms: f64) -> Result<(f64, f64)> {
     let (x, enc) = problem(m, n, k, dtype)?;
-    let mut store = kestrel::format::weight::ViewStore::default();
+    let mut store = kestrel_rt::format::weight::ViewStore::default();
     let w: WeightView<'_> = enc.view(&mut store);
     let mut y = vec![0.0f32; m * n];
-    kestrel_cpu::linear(&x, m, &w, None, Activation::None, &mut y);
+    kestrel_rt_cpu::linear(&x, m, &w, None, Activation::None, &mut y);
     let flops = 2.0 * (m * n * k) as f64;
     let mut secs = Vec::new();
     let start = Instant::now();
     while secs.len() < 3 || start.elapsed().as_secs_f64() * 1e3 < min_ms {
         let t0 = Instant::now();
-        kestrel_cpu::linear(std::hint::black_box(&x), m, &w, None, Activation::None, &mut y);
+        kestrel_rt_cpu::linear(std::hint::black_box(&x), m, &w, None, Activation::None, &mut y);
         secs.push(t0.elapsed().as_secs_f64());
         std::hint::black_box(&y);
     }
@@ -249,10 +249,10 @@ pub fn run(w: &mut String, isa: &str, threads: usize, json: bool, out: Option<&P
         }
     }
     pb.finish_and_clear();
-    let machine = kestrel_cli::machine::describe(isa);
+    let machine = kestrel_rt_cli::machine::describe(isa);
     let obj = serde_json::json!({
         "machine": machine,
-        "load_average": kestrel_cli::machine::load_average(),
+        "load_average": kestrel_rt_cli::machine::load_average(),
         "threads": threads,
         "peak_gflops_per_core": peak1,
         "peak_gflops": peak,
@@ -267,7 +267,7 @@ pub fn run(w: &mut String, isa: &str, threads: usize, json: bool, out: Option<&P
         md,
         "# f32 GEMM efficiency (`kestrel bench gemm`)\n\nMachine: {} ({} logical cores), Kestrel kernels `{isa}`, {threads} thread(s). \
          Peak: {peak1:.1} GFLOP/s per core measured by the FMA probe (16 independent FMA chains of the GEMM's vector width, best of 5 × ~50 ms), \
-         × {threads} thread(s) = {peak:.1} GFLOP/s. GEMM: `kestrel_cpu::linear` on random data, median call over ≥ {min_ms} ms per shape. \
+         × {threads} thread(s) = {peak:.1} GFLOP/s. GEMM: `kestrel_rt_cpu::linear` on random data, median call over ≥ {min_ms} ms per shape. \
          int8 rows: int8 weights dequantised while packing (f32 arithmetic), for comparison.\n",
         machine["cpu"].as_str().unwrap_or("?"),
         machine["logical_cores"],

@@ -16,9 +16,9 @@ use crate::bench::{
     Pass, Stats,
 };
 use anyhow::{bail, Context, Result};
-use kestrel::format::DType;
-use kestrel::Model;
-use kestrel_cli::backend::{Backend, BackendArgs};
+use kestrel_rt::format::DType;
+use kestrel_rt::Model;
+use kestrel_rt_cli::backend::{Backend, BackendArgs};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use tract_onnx::prelude::*;
@@ -153,7 +153,7 @@ fn tract_pass(onnx: &Path, feed: &Feed, per_shape: &[usize], batch: usize) -> Re
     // name it), type the model, then bind the symbol to `batch`.
     // tract runs with its panics caught (a panic there is an error for this row, not an abort).
     let tract_panic = |m: String| anyhow::anyhow!("tract panicked on {}: {m}", onnx.display());
-    let plan = kestrel_cpu::panics::catch_quietly(|| -> Result<_> {
+    let plan = kestrel_rt_cpu::panics::catch_quietly(|| -> Result<_> {
         let model = tract_onnx::onnx().model_for_path(onnx)?;
         let fact = model.input_fact(0)?.clone();
         let mut symbols = std::collections::HashMap::new();
@@ -170,7 +170,7 @@ fn tract_pass(onnx: &Path, feed: &Feed, per_shape: &[usize], batch: usize) -> Re
         let mut done = 0;
         while done < n {
             // The input clone is a memcpy of one batch, negligible next to the model.
-            kestrel_cpu::panics::catch_quietly(|| plan.run(tvec![tensor.clone().into()]))
+            kestrel_rt_cpu::panics::catch_quietly(|| plan.run(tvec![tensor.clone().into()]))
                 .map_err(|m| anyhow::anyhow!("tract panicked while running: {m}"))??;
             done += batch;
         }
@@ -219,16 +219,16 @@ fn time_side_by_side(
 
 fn per_sample_shape(dir: &Path) -> Result<Vec<usize>> {
     let path = dir.join("meta.json");
-    kestrel_cli::check_input_file(&path)?;
+    kestrel_rt_cli::check_input_file(&path)?;
     let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
     let shape = meta["input"]["shape"].as_array().context("meta.json: input.shape")?;
     Ok(shape.iter().skip(1).map(|v| v.as_u64().unwrap_or(0) as usize).collect())
 }
 
 fn convert(onnx: &Path, weights: DType) -> Result<Model> {
-    kestrel_cli::check_input_file(onnx)?;
-    let opts = kestrel_onnx::ConvertOptions { weights, ..Default::default() };
-    let conv = kestrel_onnx::convert(onnx, &opts).with_context(|| format!("converting {}", onnx.display()))?;
+    kestrel_rt_cli::check_input_file(onnx)?;
+    let opts = kestrel_rt_onnx::ConvertOptions { weights, ..Default::default() };
+    let conv = kestrel_rt_onnx::convert(onnx, &opts).with_context(|| format!("converting {}", onnx.display()))?;
     Ok(Model::from_bytes(&conv.kes)?)
 }
 
@@ -256,7 +256,7 @@ pub fn run(w: &mut String, a: &BenchArgs, isa: &str) -> Result<()> {
     // Everything compared with tract runs on one thread (tract's plans are single-threaded);
     // only the extra batched column uses `--threads`.
     let threads = a.threads;
-    let set = |n: usize| kestrel_cpu::threads::set_threads(n).map_err(|e| anyhow::anyhow!("threads: {e}"));
+    let set = |n: usize| kestrel_rt_cpu::threads::set_threads(n).map_err(|e| anyhow::anyhow!("threads: {e}"));
     set(1)?;
     let bb = a.paper_batch.max(1);
     // Whole batches for the batched runs.
@@ -349,7 +349,7 @@ fn secs(us: f64) -> f64 {
 }
 
 fn machine_description(isa: &str) -> serde_json::Value {
-    kestrel_cli::machine::describe(isa)
+    kestrel_rt_cli::machine::describe(isa)
 }
 
 fn markdown(rows: &[Row], a: &BenchArgs, bb: usize, machine: &serde_json::Value) -> String {

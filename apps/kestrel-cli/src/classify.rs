@@ -6,7 +6,7 @@ use crate::preprocess::{ImagePrep, InputPrep, Pixels};
 use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use kestrel::{Input, Model};
+use kestrel_rt::{Input, Model};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -118,10 +118,10 @@ impl Classifier {
         Self::from_model(m)
     }
 
-    /// Wraps a loaded model (its checks are the SDK's: [`kestrel::image::Classifier::of`]).
+    /// Wraps a loaded model (its checks are the SDK's: [`kestrel_rt::image::Classifier::of`]).
     pub fn from_model(model: Model) -> Result<Self> {
         let cpu = model.cpu()?;
-        let kestrel::image::Classifier { prep, classes, softmax } = kestrel::image::Classifier::of(&cpu)?;
+        let kestrel_rt::image::Classifier { prep, classes, softmax } = kestrel_rt::image::Classifier::of(&cpu)?;
         let meta = cpu.file().meta();
         let mut labels: Vec<String> = meta.labels().map(String::from).collect();
         if labels.is_empty() {
@@ -134,27 +134,27 @@ impl Classifier {
     /// Class probabilities for a batch of decoded images (one run per `batch` images).
     pub fn probabilities(&self, images: &[&Pixels], session: &mut Runner<'_>) -> Result<Vec<Vec<f32>>> {
         let mut x =
-            kestrel::mem::with_capacity::<f32>(images.len().saturating_mul(self.prep.numel()), "the model inputs")?;
+            kestrel_rt::mem::with_capacity::<f32>(images.len().saturating_mul(self.prep.numel()), "the model inputs")?;
         for px in images {
             self.prep.apply(px, &mut x);
         }
-        let mut y = kestrel::mem::zeroed_vec::<f32>(images.len().saturating_mul(self.classes), "the model outputs")?;
+        let mut y = kestrel_rt::mem::zeroed_vec::<f32>(images.len().saturating_mul(self.classes), "the model outputs")?;
         session.run(&[Input::F32(&x)], &mut [&mut y])?;
         Ok(y.chunks(self.classes.max(1))
             .map(|row| {
                 let mut p = row.to_vec();
                 if self.softmax {
-                    kestrel::image::softmax_in_place(&mut p);
+                    kestrel_rt::image::softmax_in_place(&mut p);
                 }
                 p
             })
             .collect())
     }
 
-    /// The top `k` predictions of one probability row, best first ([`kestrel::image::top_k`]).
+    /// The top `k` predictions of one probability row, best first ([`kestrel_rt::image::top_k`]).
     pub fn top(&self, probs: &[f32], k: usize) -> Vec<Prediction> {
         let mut idx = vec![0; k.min(probs.len())];
-        kestrel::image::top_k(probs, &mut idx);
+        kestrel_rt::image::top_k(probs, &mut idx);
         idx.into_iter().map(|i| Prediction { label: self.labels[i].clone(), index: i, probability: probs[i] }).collect()
     }
 
@@ -298,7 +298,7 @@ pub fn run(w: &mut String, args: &ClassifyArgs) -> Result<()> {
             let probs = clf.probabilities(&imgs, &mut session)?;
             infer_s += t.elapsed().as_secs_f64();
             for ((path, _), p) in decoded.into_iter().zip(probs) {
-                if let Some((n, _)) = kestrel::npy::non_finite(&p) {
+                if let Some((n, _)) = kestrel_rt::npy::non_finite(&p) {
                     pb.suspend(|| {
                         eprintln!(
                             "warning: {}: {n} of the model's {} outputs are NaN or infinite: its prediction is meaningless",

@@ -3,8 +3,8 @@
 use anyhow::bail;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use kestrel::format::{Colour, Layout, MetadataSpec, OutputKind, PreprocessSpec};
-use kestrel_onnx::{ConvertOptions, InputData, InputTensor};
+use kestrel_rt::format::{Colour, Layout, MetadataSpec, OutputKind, PreprocessSpec};
+use kestrel_rt_onnx::{ConvertOptions, InputData, InputTensor};
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -25,7 +25,7 @@ fn spinner(msg: String) -> ProgressBar {
 /// per node), a spinner otherwise.
 struct Bar(ProgressBar);
 
-impl kestrel_onnx::Progress for Bar {
+impl kestrel_rt_onnx::Progress for Bar {
     fn stage(&mut self, name: &str, steps: u64) {
         let template =
             if steps > 0 { "{msg} [{bar:30}] {pos}/{len} [{elapsed}]" } else { "{spinner} {msg} [{elapsed}]" };
@@ -51,7 +51,7 @@ pub fn run(
     meta: &MetaEdit,
 ) -> Result<()> {
     let mut bar = Bar(spinner(format!("converting {}", onnx.display())));
-    let conv = kestrel_onnx::convert_with(onnx, opts, &mut bar, |m| meta.apply(m));
+    let conv = kestrel_rt_onnx::convert_with(onnx, opts, &mut bar, |m| meta.apply(m));
     bar.0.finish_and_clear();
     let conv = conv.with_context(|| format!("converting {}", onnx.display()))?;
     meta.check(&conv.kes)?;
@@ -63,9 +63,9 @@ pub fn run(
         None => None,
         Some(p) => {
             let inputs =
-                if p.as_os_str().is_empty() { random_inputs(&conv.kes)? } else { vec![kestrel_onnx::read_npy(p)?] };
+                if p.as_os_str().is_empty() { random_inputs(&conv.kes)? } else { vec![kestrel_rt_onnx::read_npy(p)?] };
             let pb = spinner("verifying against tract".into());
-            let v = kestrel_onnx::verify(onnx, &conv.kes, &inputs);
+            let v = kestrel_rt_onnx::verify(onnx, &conv.kes, &inputs);
             pb.finish_and_clear();
             Some(v.context("verifying")?)
         }
@@ -100,10 +100,10 @@ pub fn run(
 
 /// Four seeded random samples shaped like the model's inputs (token ids in 0..10).
 fn random_inputs(kes: &[u8]) -> Result<Vec<InputTensor>> {
-    let model = kestrel::Model::from_bytes(kes)?;
+    let model = kestrel_rt::Model::from_bytes(kes)?;
     let cpu = model.cpu()?;
     let meta = cpu.file().meta();
-    let mut rng = kestrel::demo::Rng::new(42);
+    let mut rng = kestrel_rt::demo::Rng::new(42);
     let batch = 4;
     let mut out = Vec::new();
     for (i, spec) in meta.inputs().enumerate() {
@@ -111,12 +111,12 @@ fn random_inputs(kes: &[u8]) -> Result<Vec<InputTensor>> {
         let mut shape = vec![batch];
         shape.extend(spec.shape.dims().iter().map(|&d| d as usize));
         let n = batch * t.shape.numel().unwrap_or(0);
-        let data = if t.dtype == kestrel::format::DType::I32 && spec.name.to_ascii_lowercase().contains("mask") {
+        let data = if t.dtype == kestrel_rt::format::DType::I32 && spec.name.to_ascii_lowercase().contains("mask") {
             // A padding mask (`attention_mask`): 1 for the kept tokens, then 0s, a different
             // number of them per sample, never all padding.
             let len = t.shape.numel().unwrap_or(0);
             InputData::I64((0..n).map(|k| i64::from(k % len.max(1) < len - (k / len.max(1)) % len.max(1))).collect())
-        } else if t.dtype == kestrel::format::DType::I32 {
+        } else if t.dtype == kestrel_rt::format::DType::I32 {
             InputData::I64((0..n).map(|k| (k * 7 % 10) as i64).collect())
         } else {
             InputData::F32(rng.vec(n, 1.0))
@@ -243,7 +243,7 @@ impl MetaEdit {
         if self.preprocess.is_none() && self.labels.is_none() && self.input_shape.is_none() {
             return Ok(());
         }
-        let model = kestrel::Model::from_bytes(kes)?;
+        let model = kestrel_rt::Model::from_bytes(kes)?;
         let cpu = model.cpu()?;
         let meta = cpu.file().meta();
         let input = match &self.input {

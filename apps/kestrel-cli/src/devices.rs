@@ -5,7 +5,7 @@ use anyhow::Result;
 use std::fmt::Write as _;
 
 pub fn run(w: &mut String) -> Result<()> {
-    let list = kestrel_wgpu::adapters();
+    let list = kestrel_rt_wgpu::adapters();
     if list.is_empty() {
         writeln!(w, "no GPU adapters found (install a Vulkan, Metal or DX12 driver; on Linux without a GPU:")?;
         writeln!(w, "`apt-get install mesa-vulkan-drivers` gives the lavapipe software adapter); runs use the CPU")?;
@@ -19,13 +19,13 @@ pub fn run(w: &mut String) -> Result<()> {
         writeln!(w, "    driver      {} {}", i.driver, i.driver_info)?;
         writeln!(w, "    vendor      0x{:04x}, device 0x{:04x}", i.vendor, i.device)?;
         let f = a.features;
-        let has = |x: kestrel_wgpu::wgpu::Features| if f.contains(x) { "yes" } else { "no" };
+        let has = |x: kestrel_rt_wgpu::wgpu::Features| if f.contains(x) { "yes" } else { "no" };
         writeln!(
             w,
             "    features    timestamp-query {}, shader-f16 {}, subgroup {}",
-            has(kestrel_wgpu::wgpu::Features::TIMESTAMP_QUERY),
-            has(kestrel_wgpu::wgpu::Features::SHADER_F16),
-            has(kestrel_wgpu::wgpu::Features::SUBGROUP)
+            has(kestrel_rt_wgpu::wgpu::Features::TIMESTAMP_QUERY),
+            has(kestrel_rt_wgpu::wgpu::Features::SHADER_F16),
+            has(kestrel_rt_wgpu::wgpu::Features::SUBGROUP)
         )?;
         let names: Vec<String> = f.iter_names().map(|(n, _)| n.to_lowercase()).collect();
         writeln!(w, "    all         {}", names.join(" "))?;

@@ -51,13 +51,13 @@ fn special_file_kind(_: &std::fs::FileType) -> &'static str {
 
 /// Loads a `.kes` file for a command: read into memory (never mapped: a file truncated while a
 /// command runs cannot crash it), every error naming the path once.
-pub fn load_model(path: impl AsRef<Path>) -> anyhow::Result<kestrel::Model> {
+pub fn load_model(path: impl AsRef<Path>) -> anyhow::Result<kestrel_rt::Model> {
     let path = path.as_ref();
     check_input_file(path)?;
-    match kestrel::Model::load(path) {
+    match kestrel_rt::Model::load(path) {
         Ok(m) => Ok(m),
         // I/O errors already name the path.
-        Err(e @ kestrel::Error::Io { .. }) => Err(e.into()),
+        Err(e @ kestrel_rt::Error::Io { .. }) => Err(e.into()),
         Err(e) => Err(anyhow::Error::new(e).context(format!("loading {}", path.display()))),
     }
 }

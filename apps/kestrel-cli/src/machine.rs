@@ -19,7 +19,7 @@ pub fn describe(isa: &str) -> serde_json::Value {
         "logical_cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "isa_flags": flags,
         "kestrel_isa": isa,
-        "threads": kestrel_cpu::threads::threads(),
+        "threads": kestrel_rt_cpu::threads::threads(),
     })
 }
 

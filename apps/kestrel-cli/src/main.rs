@@ -8,10 +8,10 @@ mod devices;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use kestrel::format::ops::MechanismOp as M;
-use kestrel::format::{DType, TensorKind};
-use kestrel::{npy, Input};
-use kestrel_cli::backend;
+use kestrel_rt::format::ops::MechanismOp as M;
+use kestrel_rt::format::{DType, TensorKind};
+use kestrel_rt::{npy, Input};
+use kestrel_rt_cli::backend;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -130,9 +130,9 @@ enum Command {
         model: PathBuf,
     },
     /// Classify images (files or folders) with a bundled or given model; --eval on a labelled folder.
-    Classify(kestrel_cli::classify::ClassifyArgs),
+    Classify(kestrel_rt_cli::classify::ClassifyArgs),
     /// Per-op latency of a model: table, --json, --trace (Chrome trace), --plot (PNG).
-    Profile(kestrel_cli::profile::ProfileArgs),
+    Profile(kestrel_rt_cli::profile::ProfileArgs),
 }
 
 fn main() {
@@ -156,8 +156,8 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
     match cli.command {
         Command::Demo { weights, out, batch } => demo(w, weights.into(), &out, batch),
         Command::Inspect { model } => inspect(w, &model),
-        Command::Classify(args) => kestrel_cli::classify::run(w, &args),
-        Command::Profile(args) => kestrel_cli::profile::run(w, &args),
+        Command::Classify(args) => kestrel_rt_cli::classify::run(w, &args),
+        Command::Profile(args) => kestrel_rt_cli::profile::run(w, &args),
         Command::Bench(args) if args.model == "paper" => bench_paper::run_cli(w, &args),
         Command::Bench(args) => bench::run(w, &args),
         Command::Run { model, inputs, outputs, backend } => run_model(w, &model, &inputs, &outputs, &backend),
@@ -180,9 +180,9 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
             // directory, which would block or fail only after it).
             let verify_file = verify.as_deref().filter(|v| !v.is_empty()).map(PathBuf::from);
             for p in std::iter::once(&onnx).chain(&calibrate).chain(&meta).chain(&labels).chain(&verify_file) {
-                kestrel_cli::check_input_file(p)?;
+                kestrel_rt_cli::check_input_file(p)?;
             }
-            let opts = kestrel_onnx::ConvertOptions {
+            let opts = kestrel_rt_onnx::ConvertOptions {
                 weights: weights.into(),
                 keep_f16,
                 keep_first_last,
@@ -201,13 +201,13 @@ fn demo(w: &mut String, dtype: DType, out: &PathBuf, batch: usize) -> Result<()>
         bail!("--batch must be at least 1");
     }
     let t0 = Instant::now();
-    let bytes = kestrel::demo::image_model(7, dtype).context("building the demo model")?;
+    let bytes = kestrel_rt::demo::image_model(7, dtype).context("building the demo model")?;
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     std::fs::write(out, &bytes).with_context(|| format!("writing {}", out.display()))?;
     let built = t0.elapsed();
-    let model = kestrel_cli::load_model(out)?;
+    let model = kestrel_rt_cli::load_model(out)?;
     let mut session = model.session(batch)?;
     let cpu = session.model();
     writeln!(
@@ -218,11 +218,11 @@ fn demo(w: &mut String, dtype: DType, out: &PathBuf, batch: usize) -> Result<()>
         dtype.name(),
         cpu.file().op_count()
     )?;
-    writeln!(w, "mechanisms {}", kestrel::demo::mechanisms().join(", "))?;
+    writeln!(w, "mechanisms {}", kestrel_rt::demo::mechanisms().join(", "))?;
     writeln!(w, "arena      {} bytes for batch {batch}", cpu.arena_bytes(batch).unwrap_or(0))?;
     writeln!(w, "built      in {:.1} ms", built.as_secs_f64() * 1e3)?;
     // Synthetic images: smooth patterns that differ per sample.
-    let mut images = kestrel::mem::zeroed_vec::<f32>(batch.saturating_mul(256), "the demo images")?;
+    let mut images = kestrel_rt::mem::zeroed_vec::<f32>(batch.saturating_mul(256), "the demo images")?;
     for (s, img) in images.chunks_mut(256).enumerate() {
         for (i, v) in img.iter_mut().enumerate() {
             let (r, c) = ((i / 16) as f32, (i % 16) as f32);
@@ -251,7 +251,7 @@ fn run_model(
     outputs: &[PathBuf],
     backend: &backend::BackendArgs,
 ) -> Result<()> {
-    let model = kestrel_cli::load_model(path)?;
+    let model = kestrel_rt_cli::load_model(path)?;
     let cpu = model.cpu()?;
     if inputs.len() != cpu.input_count() {
         bail!("the model takes {} input(s), {} given with --input", cpu.input_count(), inputs.len());
@@ -264,7 +264,7 @@ fn run_model(
     // Inputs given without a batch axis (exactly their per-sample shapes) give outputs without one.
     let mut single = true;
     for (i, p) in inputs.iter().enumerate() {
-        kestrel_cli::check_input_file(p)?;
+        kestrel_rt_cli::check_input_file(p)?;
         let a = npy::read(p)?;
         let t = cpu.input(i)?;
         let b = npy::batch_of(&a, t.shape.dims(), &format!("input {i} ({})", p.display()))?;
@@ -308,7 +308,7 @@ fn run_model(
 }
 
 fn inspect(w: &mut String, path: &PathBuf) -> Result<()> {
-    let model = kestrel_cli::load_model(path)?;
+    let model = kestrel_rt_cli::load_model(path)?;
     let cpu = model.cpu()?;
     let f = cpu.file();
     let meta = f.meta();

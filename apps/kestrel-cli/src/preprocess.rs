@@ -1,16 +1,16 @@
 //! Image files to model inputs, as the model file's metadata says: decoding here (the `image`
 //! crate, within [`MAX_SIDE`] and [`MAX_DECODE_BYTES`]), everything after it — colour, resize,
-//! crop, normalisation — in the facade's [`kestrel::image`], the one implementation the C ABI and
+//! crop, normalisation — in the facade's [`kestrel_rt::image`], the one implementation the C ABI and
 //! the Kotlin and Swift SDKs use too (so an app feeding the same decoded pixels gets the same
 //! tensor bit for bit; `targets/ffi/tests/classify.rs` checks it).
 //!
 //! Decoding gives float pixels in 0..255 with alpha dropped (never premultiplied): 8-bit images
 //! convert exactly, deeper ones through f32 (16-bit: `v / 65535 · 255`; float: `v · 255`). The
-//! steps after it are listed in [`kestrel::image`].
+//! steps after it are listed in [`kestrel_rt::image`].
 
 use anyhow::{bail, Context, Result};
-pub use kestrel::image::InputPrep;
-use kestrel::image::Scratch;
+pub use kestrel_rt::image::InputPrep;
+use kestrel_rt::image::Scratch;
 use std::path::Path;
 
 /// Decoded float pixels, channels interleaved (`[h, w, channels]`), values 0..255.
@@ -141,7 +141,7 @@ pub fn decode(path: &Path) -> Result<Pixels> {
 pub fn from_dynamic(img: &image::DynamicImage) -> Result<Pixels> {
     let (width, height) = (img.width() as usize, img.height() as usize);
     let channels = source_channels(img)?;
-    let mut data = kestrel::mem::with_capacity::<f32>(width * height * channels, "the decoded pixels")?;
+    let mut data = kestrel_rt::mem::with_capacity::<f32>(width * height * channels, "the decoded pixels")?;
     for y in 0..height {
         row_f32(img, y, &mut data);
     }

@@ -1,18 +1,18 @@
 //! `kestrel profile`: per-op latency of a model on the CPU (numbers from
-//! [`kestrel::profile`]: a host clock around each node) or on the GPU ([`gpu_profile`]: GPU
+//! [`kestrel_rt::profile`]: a host clock around each node) or on the GPU ([`gpu_profile`]: GPU
 //! timestamp queries around each node's compute pass), as a table, JSON, a Chrome trace and a
-//! PNG bar chart. Each op also gets a roofline line: FLOPs ([`kestrel::profile::op_flops`]),
-//! bytes moved ([`kestrel::profile::op_bytes`]), their ratio (arithmetic intensity), the
+//! PNG bar chart. Each op also gets a roofline line: FLOPs ([`kestrel_rt::profile::op_flops`]),
+//! bytes moved ([`kestrel_rt::profile::op_bytes`]), their ratio (arithmetic intensity), the
 //! achieved GFLOP/s and GB/s at its median time, and on the GPU its compute dispatches per run.
 
 use crate::backend::{Backend, BackendArgs, GpuRunner, On, Runner};
 use crate::classify::BUNDLED;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use kestrel::format::DType;
-use kestrel::profile::{OpTiming, PartTiming, Profile, Timed};
-use kestrel::{npy, Input, Model};
-use kestrel_wgpu::TimingSource;
+use kestrel_rt::format::DType;
+use kestrel_rt::profile::{OpTiming, PartTiming, Profile, Timed};
+use kestrel_rt::{npy, Input, Model};
+use kestrel_rt_wgpu::TimingSource;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -69,7 +69,7 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
     if args.runs == 0 || args.batch == 0 {
         bail!("--runs and --batch must be at least 1");
     }
-    kestrel_cpu::threads::set_threads(args.threads).map_err(|e| anyhow::anyhow!("--threads: {e}"))?;
+    kestrel_rt_cpu::threads::set_threads(args.threads).map_err(|e| anyhow::anyhow!("--threads: {e}"))?;
     let (model, source) = load(args.model.as_deref())?;
     let cpu = model.cpu()?;
     if cpu.input_count() != 1 {
@@ -83,8 +83,8 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
         if args.backend.capacity_within(&model, batch)? < batch {
             bail!(
                 "profiling batch {batch} as one run needs {} of working memory, over --memory-budget {}",
-                kestrel::mem::human_bytes(model.arena_bytes(batch).map_or(u64::MAX, |b| b as u64)),
-                kestrel::mem::human_bytes(args.backend.memory_budget as u64)
+                kestrel_rt::mem::human_bytes(model.arena_bytes(batch).map_or(u64::MAX, |b| b as u64)),
+                kestrel_rt::mem::human_bytes(args.backend.memory_budget as u64)
             );
         }
         Ok(())
@@ -106,7 +106,7 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
             if t.dtype == DType::I32 {
                 npy::Array::I64 { shape, data: (0..n).map(|k| (k * 7 % 10) as i64).collect() }
             } else {
-                let mut rng = kestrel::demo::Rng::new(42);
+                let mut rng = kestrel_rt::demo::Rng::new(42);
                 npy::Array::F32 { shape, data: rng.vec(n, 1.0) }
             }
         }
@@ -130,7 +130,7 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
     let on = runner.as_ref().map(Runner::on);
     let (prof, backend, timing) = match runner.map(|r| r.on) {
         None | Some(On::Cpu(_)) => {
-            let prof = kestrel::profile::profile(&model, &[feed], args.warmup, args.runs)?;
+            let prof = kestrel_rt::profile::profile(&model, &[feed], args.warmup, args.runs)?;
             (prof, "cpu".to_string(), Timing::HostClock)
         }
         Some(On::Gpu(mut gpu)) => {
@@ -190,7 +190,7 @@ impl Timing {
 }
 
 /// Per-op GPU latency of `model`: `warmup` unmeasured runs, then `runs` runs of
-/// [`GpuSession::run_profiled`](kestrel_wgpu::GpuSession::run_profiled), gathered into the same
+/// [`GpuSession::run_profiled`](kestrel_rt_wgpu::GpuSession::run_profiled), gathered into the same
 /// [`Profile`] the CPU profiler makes. Op times come from timestamp queries where the adapter
 /// has them (else the profile has run totals and no ops: see the returned [`Timing`]). In the
 /// Chrome trace a run's ops are laid end to end from the run's start (GPU passes run in order;
@@ -207,15 +207,15 @@ pub fn gpu_profile(
     }
     let cpu = model.cpu()?;
     let file = *cpu.file();
-    let batch = kestrel::profile::batch_of(&cpu, inputs)?;
+    let batch = kestrel_rt::profile::batch_of(&cpu, inputs)?;
     let dispatches = gpu.session.node_dispatch_counts();
-    let mut outs = kestrel::profile::output_buffers(&cpu, batch)?;
+    let mut outs = kestrel_rt::profile::output_buffers(&cpu, batch)?;
     let mut o: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
     for _ in 0..warmup {
         gpu.session.run(inputs, &mut o).context("warm-up run on the GPU")?;
     }
     let arena_bytes = cpu
-        .arena_bytes_threads(batch, kestrel_cpu::threads::threads())
+        .arena_bytes_threads(batch, kestrel_rt_cpu::threads::threads())
         .context("the arena size for this batch overflows")?;
     let mut prof = Profile::empty(&file, batch, warmup, runs, arena_bytes);
     prof.dispatches_per_run = Some(dispatches.iter().sum());

@@ -1,7 +1,7 @@
 //! `kestrel run --backend cpu|wgpu|auto`, `--adapter`, and `kestrel devices`, run as a user would.
 //! The GPU cases skip (with a message) when no adapter exists, unless `KESTREL_REQUIRE_GPU=1`.
 
-use kestrel::npy::{self, Array};
+use kestrel_rt::npy::{self, Array};
 
 mod support;
 use support::{have_gpu, kestrel};
@@ -17,9 +17,9 @@ fn f32s(path: &std::path::Path) -> Vec<f32> {
 fn run_on_every_backend_gives_the_same_outputs() {
     let dir = support::scratch_dir("cli-backend");
     let model = dir.join("demo.kes");
-    std::fs::write(&model, kestrel::demo::image_model(3, kestrel::format::DType::I8).unwrap()).unwrap();
+    std::fs::write(&model, kestrel_rt::demo::image_model(3, kestrel_rt::format::DType::I8).unwrap()).unwrap();
     let input = dir.join("x.npy");
-    npy::write_f32(&input, &[3, 1, 16, 16], &kestrel::demo::Rng::new(9).vec(3 * 256, 1.0)).unwrap();
+    npy::write_f32(&input, &[3, 1, 16, 16], &kestrel_rt::demo::Rng::new(9).vec(3 * 256, 1.0)).unwrap();
     let (m, x) = (model.to_str().unwrap(), input.to_str().unwrap());
     let run = |backend: &str, extra: &[&str]| {
         let out = dir.join(format!("y-{backend}.npy"));
@@ -44,7 +44,7 @@ fn run_on_every_backend_gives_the_same_outputs() {
     let (ok, _, stderr, _) = run("wgpu", &["--adapter", "no-such-adapter"]);
     assert!(!ok && stderr.contains("no adapter matches") && !stderr.contains("panicked"), "{stderr}");
     // The third run's budget fits one sample: the batch of 3 runs as 3 chunks on the GPU.
-    let one = kestrel::Model::load(&model).unwrap().arena_bytes(1).unwrap().to_string();
+    let one = kestrel_rt::Model::load(&model).unwrap().arena_bytes(1).unwrap().to_string();
     for (backend, budget) in [("wgpu", "2GiB"), ("auto", "2GiB"), ("wgpu", one.as_str())] {
         let (ok, stdout, stderr, out) = run(backend, &["--adapter", "0", "--memory-budget", budget]);
         assert!(ok && stdout.contains("(wgpu:"), "{backend}: {stdout}{stderr}");
@@ -83,29 +83,29 @@ fn devices_lists_adapters_with_limits() {
 /// same numbers as the CPU.
 #[test]
 fn a_batch_over_the_gpu_buffer_limits_runs_in_chunks() {
-    use kestrel::format::ops::{Op, Unary, UnaryOp};
-    use kestrel_cli::backend::{Backend, BackendArgs, Runner};
+    use kestrel_rt::format::ops::{Op, Unary, UnaryOp};
+    use kestrel_rt_cli::backend::{Backend, BackendArgs, Runner};
     if !have_gpu() {
         return;
     }
     // 512 KiB per sample in, 512 KiB out: 160 samples take about 160 MiB of activations.
     let n = 1 << 17;
     let batch = 160;
-    let mut b = kestrel::ModelBuilder::new("wide");
+    let mut b = kestrel_rt::ModelBuilder::new("wide");
     let x = b.input("x", &[n]).unwrap();
     let y = b.op(|y| Op::Unary(Unary { x, op: UnaryOp::Relu, y })).unwrap();
     b.output(y);
-    let model = kestrel::Model::from_bytes(&b.build().unwrap()).unwrap();
+    let model = kestrel_rt::Model::from_bytes(&b.build().unwrap()).unwrap();
     let data: Vec<f32> = (0..batch * n).map(|i| ((i % 1013) as f32 * 0.37).sin()).collect();
     let want: Vec<f32> = data.iter().map(|v| v.max(0.0)).collect();
     let args = BackendArgs { adapter: Some("0".into()), ..BackendArgs::new(Backend::Wgpu) };
     let mut runner = Runner::new(&model, batch, &args).unwrap();
     assert!(runner.is_gpu());
-    let limit = kestrel_wgpu::adapters()[0].limits.max_storage_buffer_binding_size as usize;
+    let limit = kestrel_rt_wgpu::adapters()[0].limits.max_storage_buffer_binding_size as usize;
     if limit < batch * n * 8 {
         assert!(runner.capacity() < batch, "capacity {} under a {limit}-byte binding limit", runner.capacity());
     }
-    let got = runner.run_vec(&[kestrel::Input::F32(&data)]).unwrap().remove(0);
+    let got = runner.run_vec(&[kestrel_rt::Input::F32(&data)]).unwrap().remove(0);
     assert_eq!(got, want);
     // `profile` times the batch as one run: over the limits it says so instead of chunking.
     if limit < batch * n * 8 {

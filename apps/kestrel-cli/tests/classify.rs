@@ -1,8 +1,8 @@
 //! `kestrel classify` and `kestrel profile` on the bundled models and sample images, as a user
 //! runs them, plus the preprocessing against the PyTorch reference.
 
-use kestrel_cli::classify::{Classifier, BUNDLED};
-use kestrel_cli::preprocess::{decode, ImagePrep, InputPrep};
+use kestrel_rt_cli::classify::{Classifier, BUNDLED};
+use kestrel_rt_cli::preprocess::{decode, ImagePrep, InputPrep};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -34,8 +34,8 @@ fn tmp(name: &str) -> PathBuf {
 }
 
 fn npy_f32(path: &Path) -> (Vec<usize>, Vec<f32>) {
-    match kestrel::npy::read(path).unwrap() {
-        kestrel::npy::Array::F32 { shape, data } => (shape, data),
+    match kestrel_rt::npy::read(path).unwrap() {
+        kestrel_rt::npy::Array::F32 { shape, data } => (shape, data),
         other => panic!("{}: expected float32, found {}", path.display(), other.dtype_name()),
     }
 }
@@ -111,8 +111,8 @@ fn preprocessing_resizes_grey_and_colour_alike() {
     let w = 23;
     let grey: Vec<f32> = (0..h * w).map(|i| (i * 37 % 251) as f32).collect();
     let rgb: Vec<f32> = grey.iter().flat_map(|&v| [v, v, v]).collect();
-    let a = kestrel_cli::preprocess::Pixels { height: h, width: w, channels: 1, data: grey };
-    let b = kestrel_cli::preprocess::Pixels { height: h, width: w, channels: 3, data: rgb };
+    let a = kestrel_rt_cli::preprocess::Pixels { height: h, width: w, channels: 1, data: grey };
+    let b = kestrel_rt_cli::preprocess::Pixels { height: h, width: w, channels: 3, data: rgb };
     let (mut x, mut y) = (Vec::new(), Vec::new());
     prep.apply(&a, &mut x);
     prep.apply(&b, &mut y);
@@ -120,7 +120,7 @@ fn preprocessing_resizes_grey_and_colour_alike() {
     let err = x.iter().zip(&y).map(|(p, q)| (p - q).abs()).fold(0f32, f32::max);
     assert!(err < 1e-4, "{err}");
     // A constant image stays constant through the resize (weights sum to 1).
-    let c = kestrel_cli::preprocess::Pixels { height: 50, width: 9, channels: 1, data: vec![200.0; 450] };
+    let c = kestrel_rt_cli::preprocess::Pixels { height: 50, width: 9, channels: 1, data: vec![200.0; 450] };
     let mut z = Vec::new();
     prep.apply(&c, &mut z);
     let want = (200.0 / 255.0 - prep.mean[0]) / prep.std[0];
@@ -260,7 +260,7 @@ fn digits_model_reads_its_samples() {
 /// softmax (probabilities are ≤ 1, so an absolute bound).
 const GPU_PROB_TOL: f64 = 1e-4;
 /// With `--gpu-precision f16`: products of f16-rounded factors give logit errors of about 1e-3
-/// relative (kestrel-wgpu's F16_KERNEL); logits of a few units then move a softmax probability
+/// relative (kestrel-rt-wgpu's F16_KERNEL); logits of a few units then move a softmax probability
 /// by at most about 1e-2 (∂p/∂z ≤ 1/4 per logit, a few logits).
 const GPU_F16_PROB_TOL: f64 = 2e-2;
 
@@ -307,7 +307,7 @@ fn classify_runs_on_the_gpu_with_the_cpu_results() {
     };
     let (cpu, _) = run("cpu", "f32");
     assert!(cpu.len() >= 8, "a folder of samples, more than one batch");
-    let f16 = kestrel_wgpu::GpuContext::new(&kestrel_wgpu::AdapterChoice::Auto).is_ok_and(|c| c.has_f16());
+    let f16 = kestrel_rt_wgpu::GpuContext::new(&kestrel_rt_wgpu::AdapterChoice::Auto).is_ok_and(|c| c.has_f16());
     if !f16 {
         assert!(
             std::env::var("KESTREL_REQUIRE_F16").map_or(true, |v| v != "1"),
@@ -335,8 +335,9 @@ fn classify_runs_on_the_gpu_with_the_cpu_results() {
     let img = samples().join("fmnist/bag/00018.png");
     let (ok, stdout, stderr) = kestrel(&["classify", img.to_str().unwrap(), "--backend", "auto", "--adapter", "0"]);
     assert!(ok && stdout.contains("(wgpu: "), "{stdout}{stderr}");
-    let software = kestrel_wgpu::adapters().iter().all(|a| a.info.device_type == kestrel_wgpu::wgpu::DeviceType::Cpu);
-    if software && std::env::var_os(kestrel_wgpu::ADAPTER_ENV).is_none() {
+    let software =
+        kestrel_rt_wgpu::adapters().iter().all(|a| a.info.device_type == kestrel_rt_wgpu::wgpu::DeviceType::Cpu);
+    if software && std::env::var_os(kestrel_rt_wgpu::ADAPTER_ENV).is_none() {
         let (ok, stdout, stderr) = kestrel(&["classify", img.to_str().unwrap(), "--backend", "auto"]);
         assert!(ok && stdout.contains("(cpu)") && stderr.contains("software renderer"), "{stdout}{stderr}");
     }
@@ -460,7 +461,7 @@ fn readme_first_command_classifies_a_bundled_image() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let block = readme.split("```sh\n").nth(1).expect("a sh block").split("```").next().unwrap();
     let cmd = block.lines().find(|l| !l.trim().is_empty()).unwrap().trim();
-    let prefix = "cargo run --release -p kestrel-cli -- ";
+    let prefix = "cargo run --release -p kestrel-rt-cli -- ";
     assert!(cmd.starts_with(prefix), "README's first command: {cmd}");
     let args: Vec<&str> = cmd[prefix.len()..].split_whitespace().collect();
     assert_eq!(args[0], "classify");
@@ -526,8 +527,8 @@ fn convert_records_labels_and_preprocessing_from_meta_json() {
 fn malformed_pixel_buffers_do_not_panic() {
     let clf = Classifier::open(None).unwrap();
     for px in [
-        kestrel_cli::preprocess::Pixels { height: 0, width: 0, channels: 1, data: vec![] },
-        kestrel_cli::preprocess::Pixels { height: 5, width: 5, channels: 3, data: vec![1.0; 7] },
+        kestrel_rt_cli::preprocess::Pixels { height: 0, width: 0, channels: 1, data: vec![] },
+        kestrel_rt_cli::preprocess::Pixels { height: 5, width: 5, channels: 3, data: vec![1.0; 7] },
     ] {
         let mut x = Vec::new();
         clf.prep.apply(&px, &mut x);

@@ -5,7 +5,7 @@ use support::kestrel;
 
 #[test]
 fn demo_writes_a_model_that_inspect_reads() {
-    let dir = std::env::temp_dir().join(format!("kestrel-cli-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("kestrel-rt-cli-{}", std::process::id()));
     let path = dir.join("demo.kes");
     let path_s = path.to_str().unwrap();
     for weights in ["f32", "int8", "int4"] {
@@ -63,23 +63,25 @@ fn run_reads_npy_batches_and_writes_npy_outputs() {
     assert!(ok, "{stderr}");
     let x = dir.join("x.npy");
     let data: Vec<f32> = (0..4 * 256).map(|i| ((i % 97) as f32 * 0.13).sin()).collect();
-    kestrel::npy::write_f32(&x, &[4, 1, 16, 16], &data).unwrap();
+    kestrel_rt::npy::write_f32(&x, &[4, 1, 16, 16], &data).unwrap();
     let y = dir.join("y.npy");
     let (ok, stdout, stderr) =
         kestrel(&["run", model.to_str().unwrap(), "--input", x.to_str().unwrap(), "--output", y.to_str().unwrap()]);
     assert!(ok, "{stderr}");
     assert!(stdout.contains("batch 4"), "{stdout}");
-    let kestrel::npy::Array::F32 { shape, data: probs } = kestrel::npy::read(&y).unwrap() else { panic!("f32 output") };
+    let kestrel_rt::npy::Array::F32 { shape, data: probs } = kestrel_rt::npy::read(&y).unwrap() else {
+        panic!("f32 output")
+    };
     assert_eq!(shape, vec![4, 10]);
     for p in probs.chunks(10) {
         assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-5);
     }
     // The same samples through the library give the same numbers.
-    let m = kestrel::Model::load(&model).unwrap();
-    let want = m.session(4).unwrap().run_vec(&[kestrel::Input::F32(&data)]).unwrap().remove(0);
+    let m = kestrel_rt::Model::load(&model).unwrap();
+    let want = m.session(4).unwrap().run_vec(&[kestrel_rt::Input::F32(&data)]).unwrap().remove(0);
     assert_eq!(probs, want);
     // A wrong shape is a clear error.
-    kestrel::npy::write_f32(&x, &[4, 16, 16], &data).unwrap();
+    kestrel_rt::npy::write_f32(&x, &[4, 16, 16], &data).unwrap();
     let (ok, _, stderr) = kestrel(&["run", model.to_str().unwrap(), "--input", x.to_str().unwrap()]);
     assert!(!ok && stderr.contains("expected shape"), "{stderr}");
     std::fs::remove_dir_all(&dir).ok();
@@ -88,7 +90,7 @@ fn run_reads_npy_batches_and_writes_npy_outputs() {
 #[test]
 fn convert_quantises_fuses_and_verifies_the_readme_model() {
     let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../converters/fixtures/mnist_vit_super_h1");
-    let out = std::env::temp_dir().join(format!("kestrel-cli-convert-{}.kes", std::process::id()));
+    let out = std::env::temp_dir().join(format!("kestrel-rt-cli-convert-{}.kes", std::process::id()));
     let (ok, stdout, stderr) = kestrel(&[
         "convert",
         fixture.join("model.onnx").to_str().unwrap(),
@@ -126,7 +128,7 @@ fn convert_quantises_fuses_and_verifies_the_readme_model() {
 
 #[test]
 fn bench_json_is_one_object_with_the_documented_keys() {
-    let dir = std::env::temp_dir().join(format!("kestrel-cli-bench-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("kestrel-rt-cli-bench-{}", std::process::id()));
     let path = dir.join("demo.kes");
     let path_s = path.to_str().unwrap();
     let (ok, _, stderr) = kestrel(&["demo", "--out", path_s]);

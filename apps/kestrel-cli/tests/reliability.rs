@@ -49,7 +49,7 @@ fn a_terabyte_memory_plan_is_an_error_in_every_command() {
     let huge = d.join("huge.kes");
     std::fs::write(&huge, with_plan(&std::fs::read(bundled()).unwrap(), 1 << 40)).unwrap();
     let x = d.join("x.npy");
-    kestrel::npy::write_f32(&x, &[1, 1, 28, 28], &vec![0.5; 784]).unwrap();
+    kestrel_rt::npy::write_f32(&x, &[1, 1, 28, 28], &vec![0.5; 784]).unwrap();
     let img = repo().join("apps/kestrel-cli/samples/fmnist/bag/00018.png");
     let budget = "over the memory budget";
     fails_with(&kestrel(&["run", s(&huge), "--input", s(&x)]), budget);
@@ -84,7 +84,7 @@ fn a_batch_over_the_memory_budget_runs_in_chunks() {
     let n = 300;
     let data: Vec<f32> = (0..n * 784).map(|i| ((i % 251) as f32 * 0.37).sin()).collect();
     let x = d.join("x.npy");
-    kestrel::npy::write_f32(&x, &[n, 1, 28, 28], &data).unwrap();
+    kestrel_rt::npy::write_f32(&x, &[n, 1, 28, 28], &data).unwrap();
     let (whole, parts) = (d.join("whole.npy"), d.join("parts.npy"));
     let o = kestrel(&["run", s(&bundled()), "--input", s(&x), "--output", s(&whole)]);
     assert_eq!(o.code, Some(0), "{}", o.stderr);
@@ -93,7 +93,7 @@ fn a_batch_over_the_memory_budget_runs_in_chunks() {
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     assert!(o.stderr.contains("notice: batch 300 runs in chunks of"), "{}", o.stderr);
     assert!(o.stdout.contains("batch 300"), "{}", o.stdout);
-    let (a, b) = (kestrel::npy::read(&whole).unwrap(), kestrel::npy::read(&parts).unwrap());
+    let (a, b) = (kestrel_rt::npy::read(&whole).unwrap(), kestrel_rt::npy::read(&parts).unwrap());
     assert_eq!(a.shape(), &[n, 10]);
     assert_eq!(a, b, "chunked outputs differ from one run");
     // A budget below one sample's working memory is an error naming both sizes.
@@ -202,11 +202,11 @@ fn a_model_truncated_after_loading_still_runs() {
     let d = dir("truncate");
     let path = d.join("m.kes");
     std::fs::copy(bundled(), &path).unwrap();
-    let model = kestrel_cli::load_model(&path).unwrap();
+    let model = kestrel_rt_cli::load_model(&path).unwrap();
     let full = std::fs::metadata(&path).unwrap().len();
     std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(full / 3).unwrap();
     let x = vec![0.25f32; 784];
-    let y = model.session(1).unwrap().run_vec(&[kestrel::Input::F32(&x)]).unwrap();
+    let y = model.session(1).unwrap().run_vec(&[kestrel_rt::Input::F32(&x)]).unwrap();
     assert_eq!(y[0].len(), 10);
     assert!(y[0].iter().all(|v| v.is_finite()));
     // Loading the truncated file now is a clear error.
@@ -223,7 +223,7 @@ fn non_finite_inputs_warn_or_fail() {
     data[3] = f32::NAN;
     data[900] = f32::INFINITY;
     let x = d.join("nan.npy");
-    kestrel::npy::write_f32(&x, &[2, 1, 28, 28], &data).unwrap();
+    kestrel_rt::npy::write_f32(&x, &[2, 1, 28, 28], &data).unwrap();
     let o = kestrel(&["run", s(&bundled()), "--input", s(&x)]);
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     assert!(
@@ -236,7 +236,7 @@ fn non_finite_inputs_warn_or_fail() {
     let out = d.join("m.kes");
     let mut four = vec![0.5f32; 4 * 784];
     four[10] = f32::NAN;
-    kestrel::npy::write_f32(&x, &[4, 1, 28, 28], &four).unwrap();
+    kestrel_rt::npy::write_f32(&x, &[4, 1, 28, 28], &four).unwrap();
     fails_with(&kestrel(&["convert", s(&onnx), "-o", s(&out), "--verify", s(&x)]), "finite inputs");
     fails_with(
         &kestrel(&["convert", s(&onnx), "-o", s(&out), "--weights", "int8", "--calibrate", s(&x)]),

@@ -3,7 +3,7 @@
 //! reported, and the command writes its table, JSON and plot. No timing is asserted.
 
 use indicatif::ProgressBar;
-use kestrel_cli::scaling::{
+use kestrel_rt_cli::scaling::{
     conv_grid, footprint, layer_model, loglog_slope, predict, sweep, Config, Mechanism, Series,
 };
 use std::time::Duration;
@@ -45,7 +45,7 @@ fn weights(s: &Series) -> Vec<(usize, u64)> {
 fn arena_is_exactly_linear_in_t_for_every_mechanism() {
     // From T = 512: up to ONE_BLOCK_MAX_T (256) tokens attention scores all queries in one
     // block ([T, T] ≤ 256 KiB, a constant bound), beyond it blocks of 64 queries.
-    const _: () = assert!(kestrel_cpu::kernels::attention::ONE_BLOCK_MAX_T < 512);
+    const _: () = assert!(kestrel_rt_cpu::kernels::attention::ONE_BLOCK_MAX_T < 512);
     let cfg = config(&[512, 1024, 2048, 4096], 32, u64::MAX);
     let series = sweep(&cfg, &ProgressBar::hidden()).unwrap();
     assert_eq!(series.len(), 9);
@@ -92,14 +92,14 @@ fn prediction_equals_the_built_plan_at_unaligned_sizes() {
     for (t, d) in [(99usize, 8usize), (100, 24), (37, 16)] {
         for m in Mechanism::ALL {
             let bytes = layer_model(m, t, d, 1, 1).unwrap();
-            let model = kestrel::Model::from_bytes(&bytes).unwrap();
+            let model = kestrel_rt::Model::from_bytes(&bytes).unwrap();
             assert_eq!(footprint(&model).unwrap(), predict(m, t, d, 1).unwrap(), "{m:?} T={t} d={d}");
         }
     }
     // Heads > 1 where a mechanism has heads.
     for m in Mechanism::ALL {
         let bytes = layer_model(m, 64, 32, 4, 2).unwrap();
-        let model = kestrel::Model::from_bytes(&bytes).unwrap();
+        let model = kestrel_rt::Model::from_bytes(&bytes).unwrap();
         assert_eq!(footprint(&model).unwrap(), predict(m, 64, 32, 4).unwrap(), "{m:?} h=4");
     }
     assert_eq!(conv_grid(99), (9, 11));

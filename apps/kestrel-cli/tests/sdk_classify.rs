@@ -6,12 +6,12 @@
 //! (`Classifier::probabilities`, `top`) on every image, and the `kestrel` binary's `--json`
 //! output on one image per model. Then every bad argument's status.
 
-use kestrel::backend::{Backend, GpuPrecision};
-use kestrel_cli::backend::BackendArgs;
-use kestrel_cli::classify::{Classifier, BUNDLED};
-use kestrel_cli::preprocess::{decode_image, ImagePrep};
 use kestrel_ffi::abi::*;
 use kestrel_ffi::{KestrelModel, KestrelSession, Status};
+use kestrel_rt::backend::{Backend, GpuPrecision};
+use kestrel_rt_cli::backend::BackendArgs;
+use kestrel_rt_cli::classify::{Classifier, BUNDLED};
+use kestrel_rt_cli::preprocess::{decode_image, ImagePrep};
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 
@@ -125,7 +125,7 @@ fn sdk_tensors_and_top_k_equal_kestrel_classify_bit_for_bit() {
     let mut compared = 0;
     for b in BUNDLED {
         let dirs: &[&str] = if b.name.starts_with("digits") { &["digits"] } else { &["fmnist", "preprocess"] };
-        let clf = Classifier::from_model(kestrel::Model::from_bytes(b.bytes).unwrap()).unwrap();
+        let clf = Classifier::from_model(kestrel_rt::Model::from_bytes(b.bytes).unwrap()).unwrap();
         let mut runner = clf.session(1, &cpu()).unwrap();
         let m = load(b.bytes);
         let s = session(m);

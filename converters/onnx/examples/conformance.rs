@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! python converters/conformance/generate.py /tmp/onnx-cases
-//! cargo run --release -p kestrel-onnx --example conformance -- /tmp/onnx-cases [--out DIR]
+//! cargo run --release -p kestrel-rt-onnx --example conformance -- /tmp/onnx-cases [--out DIR]
 //!     [--only SUBSTR] [--doc PATH] [--no-tract] [--timeout SECONDS]
 //! ```
 //!
@@ -221,7 +221,7 @@ fn markdown(results: &[CaseResult], suite: Option<&serde_json::Value>) -> String
         s,
         "```sh\npip install -r converters/conformance/requirements.txt\n\
          python converters/conformance/generate.py /tmp/onnx-cases\n\
-         cargo run --release -p kestrel-onnx --example conformance -- /tmp/onnx-cases\n```\n"
+         cargo run --release -p kestrel-rt-onnx --example conformance -- /tmp/onnx-cases\n```\n"
     );
     let _ = writeln!(
         s,

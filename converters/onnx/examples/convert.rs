@@ -1,10 +1,10 @@
 //! Converts an ONNX file and prints the report; optionally dumps tract's decluttered graph.
 //!
 //! ```text
-//! cargo run -p kestrel-onnx --example convert -- model.onnx [f32|f16|int8|int4] [--dump] [--out model.kes]
+//! cargo run -p kestrel-rt-onnx --example convert -- model.onnx [f32|f16|int8|int4] [--dump] [--out model.kes]
 //! ```
 
-use kestrel_onnx::{convert, dump_tract_graph, parse_dtype, ConvertOptions};
+use kestrel_rt_onnx::{convert, dump_tract_graph, parse_dtype, ConvertOptions};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -12,7 +12,7 @@ fn main() {
         eprintln!("usage: convert MODEL.onnx [f32|f16|int8|int4] [--dump] [--out FILE.kes]");
         std::process::exit(2);
     };
-    let weights = args.get(1).and_then(|s| parse_dtype(s)).unwrap_or(kestrel_onnx::DType::F32);
+    let weights = args.get(1).and_then(|s| parse_dtype(s)).unwrap_or(kestrel_rt_onnx::DType::F32);
     if args.iter().any(|a| a == "--dump") {
         match dump_tract_graph(path) {
             Ok(s) => println!("{s}"),

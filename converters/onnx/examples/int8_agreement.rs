@@ -4,15 +4,15 @@
 //! run by Kestrel on the same inputs. Prints a Markdown table.
 //!
 //! ```text
-//! cargo run --release -p kestrel-onnx --example int8_agreement -- [--samples 256] [FIXTURE_DIR…]
+//! cargo run --release -p kestrel-rt-onnx --example int8_agreement -- [--samples 256] [FIXTURE_DIR…]
 //! ```
 //!
 //! Image inputs are N(0, 1)-like (uniform ±√3), token ids uniform over the vocabulary the
 //! fixture's input uses. The fixtures have random weights, so their logits are close together:
 //! agreement on them is a harsher test than on a trained model.
 
-use kestrel::demo::Rng;
-use kestrel_onnx::{convert, run_kestrel, write_npy_f32, ConvertOptions, DType, InputData, InputTensor};
+use kestrel_rt::demo::Rng;
+use kestrel_rt_onnx::{convert, run_kestrel, write_npy_f32, ConvertOptions, DType, InputData, InputTensor};
 use std::path::{Path, PathBuf};
 
 fn top1(out: &[f32], classes: usize) -> Vec<usize> {
@@ -20,7 +20,7 @@ fn top1(out: &[f32], classes: usize) -> Vec<usize> {
 }
 
 fn inputs(dir: &Path, n: usize, seed: u64) -> Vec<InputTensor> {
-    let sample = kestrel_onnx::read_npy(dir.join("input.npy")).expect("input.npy");
+    let sample = kestrel_rt_onnx::read_npy(dir.join("input.npy")).expect("input.npy");
     let mut shape = sample.shape.clone();
     shape[0] = n;
     let per: usize = shape[1..].iter().product();
@@ -50,7 +50,7 @@ fn main() {
     }
     if dirs.is_empty() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
-        dirs = kestrel_onnx::model_dirs(&root).expect("converters/fixtures");
+        dirs = kestrel_rt_onnx::model_dirs(&root).expect("converters/fixtures");
         // Classifiers only: the single-layer fixtures output [T, d] features, not classes.
         dirs.retain(|d| !d.to_string_lossy().contains("/layer_"));
     }

@@ -3,16 +3,16 @@
 //! Kestrel's max relative error against onnxruntime's `output.npy`, the fused patterns.
 //!
 //! ```text
-//! cargo run -p kestrel-onnx --example zoo [-- FILTER]
+//! cargo run -p kestrel-rt-onnx --example zoo [-- FILTER]
 //! ```
 
-use kestrel_onnx::{compare, convert, read_npy, run_kestrel, ConvertOptions, InputData};
+use kestrel_rt_onnx::{compare, convert, read_npy, run_kestrel, ConvertOptions, InputData};
 use std::path::PathBuf;
 
 fn main() {
     let filter = std::env::args().nth(1).unwrap_or_default();
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../zoo");
-    let mut dirs = kestrel_onnx::model_dirs(&dir).expect("converters/zoo");
+    let mut dirs = kestrel_rt_onnx::model_dirs(&dir).expect("converters/zoo");
     dirs.retain(|p| p.to_string_lossy().contains(&filter));
     for d in dirs {
         let name = d.file_name().unwrap().to_string_lossy().to_string();

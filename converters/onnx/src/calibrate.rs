@@ -2,7 +2,7 @@
 //!
 //! Which activations: the input of every dense layer whose weights are int8 or int4, and the
 //! input of every fused mechanism whose Q/K/V projections are (the runtime multiplies those in
-//! integers: `kestrel_cpu::kernels::linear::linear_q8`). Everything else — residual adds,
+//! integers: `kestrel_rt_cpu::kernels::linear::linear_q8`). Everything else — residual adds,
 //! layer norms, softmax, the mechanisms' internal products and their output projections — keeps
 //! f32 activations, and activations are still *stored* as f32 in the arena.
 //!
@@ -12,9 +12,9 @@
 
 use crate::error::ConvertError;
 use crate::verify::{InputData, InputTensor};
-use kestrel::format::ops::{LayerOp, OpClass};
-use kestrel::format::{DType, TensorId};
-use kestrel::{Input, Model, ModelBuilder};
+use kestrel_rt::format::ops::{LayerOp, OpClass};
+use kestrel_rt::format::{DType, TensorId};
+use kestrel_rt::{Input, Model, ModelBuilder};
 use serde::{Deserialize, Serialize};
 
 /// One calibrated activation.
@@ -100,7 +100,7 @@ pub fn calibrate(b: &mut ModelBuilder, samples: &[InputTensor]) -> Result<Calibr
     }
     for (i, s) in samples.iter().enumerate() {
         if let InputData::F32(d) = &s.data {
-            if let Some((n, first)) = kestrel::npy::non_finite(d) {
+            if let Some((n, first)) = kestrel_rt::npy::non_finite(d) {
                 return Err(bad(
                     format!("finite calibration data (input {i})"),
                     format!("{n} NaN or infinite value(s), the first at element {first}"),
@@ -175,7 +175,7 @@ pub fn calibrate(b: &mut ModelBuilder, samples: &[InputTensor]) -> Result<Calibr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kestrel::format::ops::{Activation, Dense, Op, Proj};
+    use kestrel_rt::format::ops::{Activation, Dense, Op, Proj};
 
     /// x [2, 4] → Dense(int8 w [3, 4]) → y.
     fn model() -> ModelBuilder {

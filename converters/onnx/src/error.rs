@@ -80,7 +80,7 @@ pub enum ConvertError {
     },
     /// The Kestrel builder or runtime rejected the lowered graph.
     #[error("kestrel: {0}")]
-    Kestrel(#[from] kestrel::Error),
+    Kestrel(#[from] kestrel_rt::Error),
     /// Reading or writing a `.npy` file failed.
     #[error("{path}: .npy: {message}")]
     Npy {
@@ -155,7 +155,7 @@ pub(crate) fn contain<T>(
     stage: &'static str,
     f: impl FnOnce() -> Result<T, ConvertError>,
 ) -> Result<T, ConvertError> {
-    kestrel_cpu::panics::catch_quietly(f)
+    kestrel_rt_cpu::panics::catch_quietly(f)
         .unwrap_or_else(|message| Err(ConvertError::ImporterPanic { path: path.to_string(), stage, message }))
 }
 

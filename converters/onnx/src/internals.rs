@@ -4,7 +4,7 @@
 //! Every fused attention op (Standard, Optimised, Efficient, Super) gets `Internals::Int8`: its
 //! scores and weighted values (where the heads are wide and long enough) and its output
 //! projection (where its weights are integer) multiply in int8 on the CPU, with scales taken at
-//! run time (see `kestrel_cpu`'s `attention_q8`). AFT and Fastformer keep f32 internals.
+//! run time (see `kestrel_rt_cpu`'s `attention_q8`). AFT and Fastformer keep f32 internals.
 //!
 //! The cost is measured, not assumed: the last fifth of the calibration samples (at least one,
 //! when there are two or more) is held out of calibration, and the converted model is compared
@@ -14,9 +14,9 @@
 
 use crate::error::ConvertError;
 use crate::verify::{compare, run_kestrel, InputData, InputTensor};
-use kestrel::format::ops::{Internals, MechanismOp as M, Op};
-use kestrel::format::DType;
-use kestrel::ModelBuilder;
+use kestrel_rt::format::ops::{Internals, MechanismOp as M, Op};
+use kestrel_rt::format::DType;
+use kestrel_rt::ModelBuilder;
 use serde::{Deserialize, Serialize};
 
 /// One comparison of two models' outputs on the same samples.
@@ -40,7 +40,7 @@ pub struct InternalsReport {
     /// Attention ops given int8 internals.
     pub attention_ops: usize,
     /// Of those, the ops whose heads are wide and long enough for the CPU to multiply in int8
-    /// (`kestrel_cpu::kernels::attention_q8::pays`: at least 48 columns per head over at least
+    /// (`kestrel_rt_cpu::kernels::attention_q8::pays`: at least 48 columns per head over at least
     /// 48 tokens); the others keep f32 products at run time.
     #[serde(default)]
     pub int8_ops: usize,
@@ -139,7 +139,7 @@ pub fn apply(
                 let dims = s.dims();
                 let t = if dims.len() >= 2 { dims[dims.len() - 2] as usize } else { 1 };
                 let d = s.last();
-                kestrel_cpu::kernels::attention_q8::pays(t, d / (a.heads as usize).max(1))
+                kestrel_rt_cpu::kernels::attention_q8::pays(t, d / (a.heads as usize).max(1))
             }),
             // Only attention has int8 internals; the layer ops have no internals at all.
             Some(M::AftFull(_) | M::AftLocal(_) | M::AftSimple(_) | M::AftConv(_) | M::Fastformer(_)) | None => false,

@@ -2,7 +2,7 @@
 //!
 //! [`convert`] loads an ONNX file with tract-onnx, fixes the batch axis of every input to 1,
 //! types and declutters the graph, and lowers every tract node to Kestrel ops through
-//! [`kestrel::ModelBuilder`]. Kestrel activations are per sample and the runtime loops over the
+//! [`kestrel_rt::ModelBuilder`]. Kestrel activations are per sample and the runtime loops over the
 //! batch, so the graph is converted **at batch 1** and keeps the leading 1 in every per-sample
 //! shape (an image input `[N, 1, 64, 64]` becomes per-sample `[1, 1, 64, 64]`); a reshape that
 //! folds the batch into other axes stays correct. Integer inputs (token ids) become flat i32
@@ -28,15 +28,15 @@ mod verify;
 pub use calibrate::{CalibratedTensor, CalibrationReport};
 pub use error::{Blocker, ConvertError, SUPPORTED};
 pub use internals::{Agreement, InternalsReport};
-pub use kestrel_format::DType;
+pub use kestrel_rt_format::DType;
 pub use npy::{read_npy, write_npy_f32};
 pub use ops_table::{remedy, supported_ops_markdown, OnnxOp, ONNX_OPS};
 pub use quant::{parse_dtype, WeightQuant};
 pub use report::{FusedPattern, Report};
 pub use verify::{compare, run_kestrel, run_tract, verify, InputData, InputTensor, ShapedOutput, VerifyReport};
 
-use kestrel::ModelBuilder;
-use kestrel_format::{FeedDType, InputSpec, KesFile, MetadataSpec, OutputKind, OutputSpec, Shape};
+use kestrel_rt::ModelBuilder;
+use kestrel_rt_format::{FeedDType, InputSpec, KesFile, MetadataSpec, OutputKind, OutputSpec, Shape};
 use lower::{Lowerer, QuantChoice, Val};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -137,7 +137,7 @@ pub fn convert_with(
     let mut b = ModelBuilder::new(&name);
     b.set_weight_dtype(opts.weights);
     b.min_scratch = opts.min_memory;
-    b.meta.producer = format!("kestrel-onnx {}", env!("CARGO_PKG_VERSION"));
+    b.meta.producer = format!("kestrel-rt-onnx {}", env!("CARGO_PKG_VERSION"));
     let choice =
         QuantChoice { base: opts.weights, keep_f16: opts.keep_f16.clone(), keep_first_last: opts.keep_first_last };
     let mut l = Lowerer::new(&model, b, choice);
@@ -195,7 +195,7 @@ pub fn convert_with(
         l.set_input(outlet, Val::Act { id: inner, shape: inp.shape.clone(), int });
         let shape = Shape::from_usize(&kshape).ok_or_else(|| ConvertError::BadInput {
             input: inp.name.clone(),
-            expected: format!("at most {} axes", kestrel_format::MAX_RANK),
+            expected: format!("at most {} axes", kestrel_rt_format::MAX_RANK),
             found: format!("{kshape:?}"),
         })?;
         l.b.meta.inputs.push(InputSpec { name: inp.name.clone(), tensor: id, feed, shape, preprocess: None });
@@ -248,8 +248,8 @@ pub fn convert_with(
     }
     // Mechanism and element-wise fusion over Kestrel's own graph, every rewrite verified.
     progress.stage("fusing (each rewrite verified numerically)", 0);
-    let fusion = kestrel::fuse::fuse(&mut l.b);
-    let unfused_attention = kestrel::fuse::unfused_attention(&l.b)
+    let fusion = kestrel_rt::fuse::fuse(&mut l.b);
+    let unfused_attention = kestrel_rt::fuse::unfused_attention(&l.b)
         .into_iter()
         .map(|u| report::UnfusedAttention { softmax: u.name, reason: u.reason })
         .collect();
@@ -287,11 +287,11 @@ pub fn convert_with(
     for n in model.nodes() {
         *tract_ops.entry(n.op.name().to_string()).or_insert(0) += 1;
     }
-    let aligned = kestrel_format::aligned_copy(&kes);
-    let file = KesFile::parse(&aligned).map_err(kestrel::Error::from)?;
+    let aligned = kestrel_rt_format::aligned_copy(&kes);
+    let file = KesFile::parse(&aligned).map_err(kestrel_rt::Error::from)?;
     let mut kestrel_ops = BTreeMap::new();
     for op in file.ops() {
-        let op = op.map_err(kestrel::Error::from)?;
+        let op = op.map_err(kestrel_rt::Error::from)?;
         *kestrel_ops.entry(op.name().to_string()).or_insert(0) += 1;
     }
     let plan = file.plan();

@@ -1,7 +1,7 @@
 //! Weight encodings: which dtype each weight gets, and the quantisation error it costs.
 
-use kestrel_format::weight::EncodedWeight;
-use kestrel_format::DType;
+use kestrel_rt_format::weight::EncodedWeight;
+use kestrel_rt_format::DType;
 use serde::{Deserialize, Serialize};
 
 /// How one weight was stored, and what it cost.
@@ -37,7 +37,7 @@ pub(crate) fn choose(base: DType, shape: &[usize], name: &str, keep_f16: &[Strin
 /// The weight table of the model `b` writes: every weight an op reads, after fusion (split
 /// projections, folded constants, weights viewed as convolutions or patches; selection matrices
 /// the fusion replaced are gone) and in the encoding it is written in.
-pub(crate) fn written(b: &kestrel::ModelBuilder) -> Vec<WeightQuant> {
+pub(crate) fn written(b: &kestrel_rt::ModelBuilder) -> Vec<WeightQuant> {
     let mut used = vec![false; b.tensor_count()];
     for op in b.ops() {
         op.for_each_input(|t| {
@@ -60,7 +60,7 @@ pub(crate) fn measure(name: &str, shape: &[usize], values: &[f32], dtype: DType)
     let cols = (values.len() / rows).max(1);
     let (decoded, bytes) = match EncodedWeight::encode(dtype, rows, cols, values) {
         Ok(w) => {
-            let bytes = kestrel_format::weight::storage_bytes(dtype, rows, cols).map_or(0, |(d, s)| d + s);
+            let bytes = kestrel_rt_format::weight::storage_bytes(dtype, rows, cols).map_or(0, |(d, s)| d + s);
             (w.decode(), bytes)
         }
         Err(_) => (values.to_vec(), values.len() * 4),

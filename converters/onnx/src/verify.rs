@@ -2,7 +2,7 @@
 
 use crate::error::{tract_err, ConvertError};
 use crate::load::load_typed;
-use kestrel::Input;
+use kestrel_rt::Input;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use tract_onnx::prelude::*;
@@ -132,7 +132,7 @@ fn batch_of(path: &Path, inputs: &[InputTensor]) -> Result<usize, ConvertError> 
 /// Runs a `.kes` model with Kestrel on `inputs`, in a session as large as the largest whole
 /// number of samples any input holds (the session itself checks that they agree).
 pub fn run_kestrel(kes: &[u8], inputs: &[InputTensor]) -> Result<Vec<Vec<f32>>, ConvertError> {
-    let model = kestrel::Model::from_bytes(kes)?;
+    let model = kestrel_rt::Model::from_bytes(kes)?;
     let cpu = model.cpu()?;
     let batch = inputs
         .iter()
@@ -194,7 +194,7 @@ fn argmax(v: &[f32]) -> usize {
 /// (errors and top-1 agreement computed over NaN would be meaningless).
 fn finite<'a>(what: &str, arrays: impl IntoIterator<Item = (String, &'a [f32])>) -> Result<(), ConvertError> {
     for (name, data) in arrays {
-        if let Some((n, first)) = kestrel::npy::non_finite(data) {
+        if let Some((n, first)) = kestrel_rt::npy::non_finite(data) {
             return Err(ConvertError::Verify {
                 expected: format!("finite {what}"),
                 found: format!("{n} NaN or infinite value(s) in {name} (the first at element {first})"),

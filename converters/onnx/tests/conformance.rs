@@ -43,7 +43,7 @@ fn conformance_sample_holds_its_expectations() {
     if std::env::var("KESTREL_UPDATE_CONFORMANCE").is_ok_and(|v| v == "1") {
         let mut text = String::from(
             "# Kestrel on the CI sample of the ONNX node test cases, one `<case> pass|fail` per line.\n\
-             # Written by KESTREL_UPDATE_CONFORMANCE=1 cargo test -p kestrel-onnx --test conformance.\n",
+             # Written by KESTREL_UPDATE_CONFORMANCE=1 cargo test -p kestrel-rt-onnx --test conformance.\n",
         );
         for (name, (p, _)) in &now {
             text.push_str(&format!("{name} {}\n", if *p { "pass" } else { "fail" }));

@@ -27,15 +27,15 @@ mod proto;
 
 use arrays::{below, unravel};
 use common::gpu;
-use kestrel::demo::Rng;
-use kestrel::Input;
-use kestrel_onnx::{convert, verify, ConvertOptions, InputTensor};
-use kestrel_wgpu::{GpuContext, GpuSession};
+use kestrel_rt::demo::Rng;
+use kestrel_rt::Input;
+use kestrel_rt_onnx::{convert, verify, ConvertOptions, InputTensor};
+use kestrel_rt_wgpu::{GpuContext, GpuSession};
 use proto::{f32_tensor, float_value, i64_attr, int_attr, ints_attr, str_attr, Msg};
 use std::path::PathBuf;
 
 /// f32 sums against the f64 reference: `|err| ≤ REL·|want| + ABS·max|want|` (twice the
-/// `F32_KERNEL` tolerance of `kestrel_reference`, which this crate does not depend on: a
+/// `F32_KERNEL` tolerance of `kestrel_rt_reference`, which this crate does not depend on: a
 /// convolution here sums up to 108 products).
 const REL: f64 = 1e-5;
 /// See [`REL`].
@@ -111,7 +111,7 @@ fn run_and_hold(
     std::fs::remove_file(&path).ok();
     let v = result.unwrap_or_else(|e| panic!("{name}: {e} ({what:?})"));
     let kes = &conv.unwrap().kes;
-    let model = kestrel::Model::from_bytes(kes).unwrap();
+    let model = kestrel_rt::Model::from_bytes(kes).unwrap();
     let cpu = model.cpu().unwrap();
     let ops = cpu.file().ops().map(|o| o.unwrap().name()).collect();
     let gpu = ctx.map(|ctx| {
@@ -451,7 +451,7 @@ fn conv3d_long_clip_reports_its_weight_copies() {
     let conv = conv.unwrap();
     let notice = conv.report.notices.iter().find(|n| n.contains("3-D convolution"));
     assert!(notice.is_some_and(|n| n.contains("stored 160 times")), "{:?}", conv.report.notices);
-    let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
+    let model = kestrel_rt::Model::from_bytes(&conv.kes).unwrap();
     let got = model.session(1).unwrap().run_vec(&[Input::F32(&x)]).unwrap().remove(0);
     let (wrong, err) = compare(&got, &c.reference(&x, &w, &b), false);
     assert_eq!(wrong, 0, "long clip: max error {err:.2e}");

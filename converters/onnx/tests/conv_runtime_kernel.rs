@@ -12,10 +12,10 @@ mod proto;
 
 use arrays::below;
 use common::gpu;
-use kestrel::demo::Rng;
-use kestrel::Input;
-use kestrel_onnx::{compare, convert, verify, ConvertOptions, InputTensor};
-use kestrel_wgpu::GpuSession;
+use kestrel_rt::demo::Rng;
+use kestrel_rt::Input;
+use kestrel_rt_onnx::{compare, convert, verify, ConvertOptions, InputTensor};
+use kestrel_rt_wgpu::GpuSession;
 use proto::{f32_tensor, float_value, ints_attr, Msg};
 
 const REL_TOL: f64 = 1e-4;
@@ -96,7 +96,7 @@ fn convolutions_with_a_kernel_computed_at_run_time_match_the_constant_kernel_pat
         // The constant-kernel path's output.
         let pc = write(false);
         let cc = convert(&pc, &ConvertOptions::default()).unwrap_or_else(|e| panic!("{name} (constant): {e}"));
-        let want = kestrel_onnx::run_kestrel(&cc.kes, &[InputTensor::f32(&g.xs, x.clone())]).unwrap();
+        let want = kestrel_rt_onnx::run_kestrel(&cc.kes, &[InputTensor::f32(&g.xs, x.clone())]).unwrap();
         std::fs::remove_file(&pc).ok();
         // The run-time kernel: against it and against tract.
         let pr = write(true);
@@ -110,7 +110,7 @@ fn convolutions_with_a_kernel_computed_at_run_time_match_the_constant_kernel_pat
         let (_, rel, _, _) = compare(&want, &v.kestrel, &last).unwrap();
         assert!(rel <= REL_TOL, "{name}: relative error {rel:.2e} against the constant-kernel path");
         if let Some(ctx) = gpu() {
-            let m = kestrel::Model::from_bytes(&cr.kes).unwrap();
+            let m = kestrel_rt::Model::from_bytes(&cr.kes).unwrap();
             let cpu = m.cpu().unwrap();
             let mut y = vec![0f32; v.kestrel[0].len()];
             GpuSession::new(&ctx, &cpu, 1)

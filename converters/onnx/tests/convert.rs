@@ -1,8 +1,8 @@
 //! Converts the tiny ONNX models of `tests/data` with every weight encoding and compares Kestrel
 //! with tract at batch 1 and 3.
 
-use kestrel::demo::Rng;
-use kestrel_onnx::{
+use kestrel_rt::demo::Rng;
+use kestrel_rt_onnx::{
     convert, read_npy, verify, write_npy_f32, ConvertError, ConvertOptions, DType, InputData, InputTensor, Report,
 };
 use std::path::PathBuf;
@@ -158,13 +158,13 @@ fn selections_lower_to_exact_generic_ops() {
 /// pools exactly (they select an input), averages within 1e-5 of the output's scale.
 #[test]
 fn pooling_matches_tract() {
-    use kestrel::format::ops::{BinaryOp, Op, Pool2d, PoolKind, ReduceOp};
+    use kestrel_rt::format::ops::{BinaryOp, Op, Pool2d, PoolKind, ReduceOp};
     let conv = convert(data("pool.onnx"), &ConvertOptions::default()).unwrap();
     let ops = &conv.report.kestrel_ops;
     // avg2_ceil and avg2_ceil_pad lower to the same node (merged as duplicates).
     assert_eq!(ops.get("Pool2d"), Some(&6), "{ops:?}");
     assert!(ops.contains_key("Reduce"), "global pools lower to reductions: {ops:?}");
-    let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
+    let model = kestrel_rt::Model::from_bytes(&conv.kes).unwrap();
     let cpu = model.cpu().unwrap();
     let all: Vec<Op> = cpu.file().ops().collect::<Result<_, _>>().unwrap();
     let pools: Vec<Pool2d> = all.iter().filter_map(|op| if let Op::Pool2d(p) = op { Some(*p) } else { None }).collect();
@@ -296,15 +296,15 @@ fn report_round_trips_through_json() {
 #[test]
 fn metadata_describes_inputs_and_outputs() {
     let conv = convert(data("text.onnx"), &ConvertOptions::default()).unwrap();
-    let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
+    let model = kestrel_rt::Model::from_bytes(&conv.kes).unwrap();
     let cpu = model.cpu().unwrap();
     let meta = cpu.file().meta();
     assert_eq!(meta.model_name(), "text");
     let input = meta.inputs().next().unwrap();
     assert_eq!(input.name, "ids");
-    assert_eq!(input.feed, kestrel::format::FeedDType::I64);
+    assert_eq!(input.feed, kestrel_rt::format::FeedDType::I64);
     let conv = convert(data("vit.onnx"), &ConvertOptions::default()).unwrap();
-    let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
+    let model = kestrel_rt::Model::from_bytes(&conv.kes).unwrap();
     let input = model.cpu().unwrap().input(0).unwrap();
     // The graph input has the ONNX shape without its batch axis ([N, 1, 16, 16] → [1, 16, 16]).
     assert_eq!(input.shape.dims(), [1, 16, 16]);
@@ -330,14 +330,14 @@ fn fusions_are_reported() {
 /// HardSigmoid with ONNX's default α = 0.2 stays arithmetic. The result matches tract.
 #[test]
 fn hard_sigmoid_fuses_into_its_producer_or_a_unary() {
-    use kestrel::format::ops::{Activation, BinaryOp, Op, UnaryOp};
+    use kestrel_rt::format::ops::{Activation, BinaryOp, Op, UnaryOp};
     let count = |r: &Report, name: &str| r.fused.iter().find(|f| f.name == name).map_or(0, |f| f.count);
     let conv = convert(data("hard_sigmoid.onnx"), &ConvertOptions::default()).unwrap();
     let r = &conv.report;
     let found = (count(r, "dense+hardsigmoid"), count(r, "conv+hardsigmoid"), count(r, "hardsigmoid"));
     assert_eq!(found, (2, 2, 1), "{:?}", r.fused);
-    let bytes = kestrel::format::aligned_copy(&conv.kes);
-    let f = kestrel::format::KesFile::parse(&bytes).unwrap();
+    let bytes = kestrel_rt::format::aligned_copy(&conv.kes);
+    let f = kestrel_rt::format::KesFile::parse(&bytes).unwrap();
     let ops: Vec<Op> = (0..f.op_count()).map(|n| f.op(n).unwrap()).collect();
     let fused = |want: Activation| {
         ops.iter()
@@ -366,7 +366,7 @@ fn npy_inputs_feed_verify() {
     let conv = convert(data("text.onnx"), &ConvertOptions::default()).unwrap();
     let v = verify(data("text.onnx"), &conv.kes, &[ids]).unwrap();
     assert!(v.max_rel_err < 1e-4, "{}", v.max_rel_err);
-    let out = std::env::temp_dir().join(format!("kestrel-onnx-{}.npy", std::process::id()));
+    let out = std::env::temp_dir().join(format!("kestrel-rt-onnx-{}.npy", std::process::id()));
     write_npy_f32(&out, &[2, 4], &v.kestrel[0]).unwrap();
     let back = read_npy(&out).unwrap();
     let _ = std::fs::remove_file(&out);
@@ -398,8 +398,8 @@ fn calibrated_int8_activations() {
         assert!(t.abs_max > 0.0 && (t.scale - t.abs_max / 127.0).abs() <= 1e-6 * t.scale, "{t:?}");
     }
     // The scales are in the file, on activations only.
-    let aligned = kestrel::format::aligned_copy(&conv.kes);
-    let file = kestrel::format::KesFile::parse(&aligned).unwrap();
+    let aligned = kestrel_rt::format::aligned_copy(&conv.kes);
+    let file = kestrel_rt::format::KesFile::parse(&aligned).unwrap();
     let stored: Vec<f32> = (0..file.tensor_count()).filter_map(|i| file.tensor(i).unwrap().act_scale).collect();
     assert_eq!(stored.len(), c.tensors.len());
     let mut want: Vec<f32> = c.tensors.iter().map(|t| t.scale).collect();
@@ -409,8 +409,8 @@ fn calibrated_int8_activations() {
     assert_eq!(got, want);
     // Integer products change the outputs, within int8 accuracy of tract's f32.
     let test = inputs("vit", 8, 22);
-    let a = kestrel_onnx::run_kestrel(&plain.kes, &test).unwrap();
-    let b = kestrel_onnx::run_kestrel(&conv.kes, &test).unwrap();
+    let a = kestrel_rt_onnx::run_kestrel(&plain.kes, &test).unwrap();
+    let b = kestrel_rt_onnx::run_kestrel(&conv.kes, &test).unwrap();
     assert_ne!(a, b, "calibrated scales were not used");
     let v = verify(data("vit.onnx"), &conv.kes, &test).unwrap();
     println!("calibrated int8: max rel {:.3e}, top-1 {:.3}", v.max_rel_err, v.top1_agreement);
@@ -450,20 +450,20 @@ fn int8_attention_internals() {
         assert!(a.max_abs_err > 0.0 && a.max_rel_err < 0.1, "{a:?}");
         assert!((0.0..=1.0).contains(&a.top1_agreement) && a.rows == a.samples, "{a:?}");
     }
-    let aligned = kestrel::format::aligned_copy(&conv.kes);
-    let file = kestrel::format::KesFile::parse(&aligned).unwrap();
+    let aligned = kestrel_rt::format::aligned_copy(&conv.kes);
+    let file = kestrel_rt::format::KesFile::parse(&aligned).unwrap();
     let mut seen = 0;
     for op in file.ops() {
-        if let kestrel::format::ops::Op::Attention(a) = op.unwrap() {
-            assert_eq!(a.internals, kestrel::format::ops::Internals::Int8);
+        if let kestrel_rt::format::ops::Op::Attention(a) = op.unwrap() {
+            assert_eq!(a.internals, kestrel_rt::format::ops::Internals::Int8);
             seen += 1;
         }
     }
     assert_eq!(seen, 2);
-    let test = vec![kestrel_onnx::read_npy(&cal).unwrap()];
+    let test = vec![kestrel_rt_onnx::read_npy(&cal).unwrap()];
     let plain = convert(&model, &calibrated).unwrap();
-    let a = kestrel_onnx::run_kestrel(&plain.kes, &test).unwrap();
-    let b = kestrel_onnx::run_kestrel(&conv.kes, &test).unwrap();
+    let a = kestrel_rt_onnx::run_kestrel(&plain.kes, &test).unwrap();
+    let b = kestrel_rt_onnx::run_kestrel(&conv.kes, &test).unwrap();
     assert_ne!(a, b, "the int8 internals were not used");
     let v = verify(&model, &conv.kes, &test).unwrap();
     println!("int8 internals vs tract: max rel {:.3e}, top-1 {:.3}", v.max_rel_err, v.top1_agreement);
@@ -480,7 +480,7 @@ fn int8_attention_internals() {
 fn progress_reports_stages_and_lowering_steps() {
     #[derive(Default)]
     struct Log(Vec<(String, u64, u64)>);
-    impl kestrel_onnx::Progress for Log {
+    impl kestrel_rt_onnx::Progress for Log {
         fn stage(&mut self, name: &str, steps: u64) {
             self.0.push((name.to_string(), steps, 0));
         }
@@ -491,7 +491,7 @@ fn progress_reports_stages_and_lowering_steps() {
         }
     }
     let mut log = Log::default();
-    let conv = kestrel_onnx::convert_with_progress(data("vit.onnx"), &opts(DType::I8), &mut log).unwrap();
+    let conv = kestrel_rt_onnx::convert_with_progress(data("vit.onnx"), &opts(DType::I8), &mut log).unwrap();
     let names: Vec<&str> = log.0.iter().map(|s| s.0.as_str()).collect();
     assert_eq!(names.len(), 4, "{names:?}");
     assert!(names[0].starts_with("loading") && names[1] == "lowering" && names[2].starts_with("fusing"), "{names:?}");

@@ -10,8 +10,8 @@ mod proto;
 
 use arrays::{below, ravel, unravel};
 use common::convert_and_run;
-use kestrel::demo::Rng;
-use kestrel::Input;
+use kestrel_rt::demo::Rng;
+use kestrel_rt::Input;
 use proto::{float_value, i64_attr, Msg};
 
 #[test]

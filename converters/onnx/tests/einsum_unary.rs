@@ -10,8 +10,8 @@ mod proto;
 
 use arrays::{ravel, unravel};
 use common::convert_and_run;
-use kestrel::demo::Rng;
-use kestrel::Input;
+use kestrel_rt::demo::Rng;
+use kestrel_rt::Input;
 use proto::{float_value, str_attr, Msg};
 
 /// `equation` over `x` of shape `xs` by its definition: every assignment of the labels, the

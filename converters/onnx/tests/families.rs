@@ -5,8 +5,8 @@
 //! largest |output|. Exports that newly pass are printed, not failed;
 //! `KESTREL_UPDATE_FAMILIES=1` rewrites the file.
 
-use kestrel_cpu::panics::catch_quietly;
-use kestrel_onnx::{compare, convert, model_dirs, read_npy, run_kestrel, ConvertOptions, InputData};
+use kestrel_rt_cpu::panics::catch_quietly;
+use kestrel_rt_onnx::{compare, convert, model_dirs, read_npy, run_kestrel, ConvertOptions, InputData};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -72,7 +72,7 @@ fn families_sample_holds_its_expectations() {
     if std::env::var("KESTREL_UPDATE_FAMILIES").is_ok_and(|v| v == "1") {
         let mut text = String::from(
             "# Kestrel on the CI sample of the model families, one `<export> pass|fail` per line.\n\
-             # Written by KESTREL_UPDATE_FAMILIES=1 cargo test -p kestrel-onnx --test families.\n",
+             # Written by KESTREL_UPDATE_FAMILIES=1 cargo test -p kestrel-rt-onnx --test families.\n",
         );
         for (name, r) in &now {
             text.push_str(&format!("{name} {}\n", if r.is_ok() { "pass" } else { "fail" }));

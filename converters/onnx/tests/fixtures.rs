@@ -1,7 +1,7 @@
 //! Converts every fixture under `converters/fixtures/<name>/{model.onnx, input.npy, output.npy}`
 //! (written by the PyTorch side) and compares Kestrel at f32 with `output.npy`.
 
-use kestrel_onnx::{compare, convert, model_dirs, read_npy, run_kestrel, ConvertOptions, InputData};
+use kestrel_rt_onnx::{compare, convert, model_dirs, read_npy, run_kestrel, ConvertOptions, InputData};
 use std::path::PathBuf;
 
 /// Fixtures committed under `converters/fixtures/` (`KESTREL_FIXTURES` overrides the directory).
@@ -39,7 +39,7 @@ fn every_fixture_converts_and_matches_at_f32() {
             let (abs, rel, top1, _) = compare(&[want], &got[..1], &[last]).map_err(|e| e.to_string())?;
             println!("{name}: max abs {abs:.3e}, max rel {rel:.3e}, top-1 {top1:.3}\n{}", conv.report.to_table());
             // Informational: the same at int8 (random weights, so top-1 is only indicative).
-            let q = ConvertOptions { weights: kestrel_onnx::DType::I8, ..ConvertOptions::default() };
+            let q = ConvertOptions { weights: kestrel_rt_onnx::DType::I8, ..ConvertOptions::default() };
             if let Ok(c8) = convert(d.join("model.onnx"), &q) {
                 let input = read_npy(d.join("input.npy")).map_err(|e| e.to_string())?;
                 let got8 = run_kestrel(&c8.kes, &[input]).map_err(|e| e.to_string())?;
@@ -111,10 +111,10 @@ fn every_fixture_matches_tract_at_f32_and_f16() {
     let mut failures = Vec::new();
     for (name, d) in &dirs {
         let input = read_npy(d.join("input.npy")).unwrap();
-        for (dtype, tol) in [(kestrel_onnx::DType::F32, 1e-4), (kestrel_onnx::DType::F16, 1e-2)] {
+        for (dtype, tol) in [(kestrel_rt_onnx::DType::F32, 1e-4), (kestrel_rt_onnx::DType::F16, 1e-2)] {
             let opts = ConvertOptions { weights: dtype, ..ConvertOptions::default() };
             let conv = convert(d.join("model.onnx"), &opts).unwrap();
-            let v = kestrel_onnx::verify(d.join("model.onnx"), &conv.kes, std::slice::from_ref(&input)).unwrap();
+            let v = kestrel_rt_onnx::verify(d.join("model.onnx"), &conv.kes, std::slice::from_ref(&input)).unwrap();
             println!("{name} {}: max rel {:.3e}, top-1 {:.3}", dtype.name(), v.max_rel_err, v.top1_agreement);
             if v.max_rel_err > tol {
                 failures.push(format!("{name} {}: max rel {:.3e} > {tol:e}", dtype.name(), v.max_rel_err));

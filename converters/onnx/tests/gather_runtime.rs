@@ -11,10 +11,10 @@ mod proto;
 
 use arrays::{below, ravel, unravel};
 use common::gpu;
-use kestrel::demo::Rng;
-use kestrel::Input;
-use kestrel_onnx::{convert, ConvertOptions};
-use kestrel_wgpu::GpuSession;
+use kestrel_rt::demo::Rng;
+use kestrel_rt::Input;
+use kestrel_rt_onnx::{convert, ConvertOptions};
+use kestrel_rt_wgpu::GpuSession;
 use proto::{float_value, i64_attr, i64_tensor, i64_value, Msg};
 
 /// `op` over data `x [xs]` and indices `[is]` (a graph input, or an initializer holding `idx`).
@@ -35,7 +35,7 @@ fn run(name: &str, onnx: &[u8], x: &[f32], idx: Option<&[i64]>, n_out: usize) ->
     std::fs::write(&path, onnx).unwrap();
     let conv = convert(&path, &ConvertOptions::default()).map_err(|e| e.to_string());
     std::fs::remove_file(&path).ok();
-    let model = kestrel::Model::from_bytes(&conv?.kes).unwrap();
+    let model = kestrel_rt::Model::from_bytes(&conv?.kes).unwrap();
     let mut inputs = vec![Input::F32(x)];
     if let Some(i) = idx {
         inputs.push(Input::I64(i));

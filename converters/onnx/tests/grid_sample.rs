@@ -17,10 +17,10 @@ mod proto;
 
 use arrays::below;
 use common::gpu;
-use kestrel::demo::Rng;
-use kestrel::Input;
-use kestrel_onnx::{convert, ConvertOptions};
-use kestrel_wgpu::GpuSession;
+use kestrel_rt::demo::Rng;
+use kestrel_rt::Input;
+use kestrel_rt_onnx::{convert, ConvertOptions};
+use kestrel_rt_wgpu::GpuSession;
 use proto::{f32_tensor, float_value, i64_attr, str_attr, Msg};
 
 /// f32 sums against the f64 reference: `|err| ≤ REL·|want| + ABS·max|want|`.
@@ -82,7 +82,7 @@ impl Case {
         std::fs::write(&path, self.onnx()).unwrap();
         let conv = convert(&path, &ConvertOptions::default()).map_err(|e| e.to_string());
         std::fs::remove_file(&path).ok();
-        let model = kestrel::Model::from_bytes(&conv?.kes).unwrap();
+        let model = kestrel_rt::Model::from_bytes(&conv?.kes).unwrap();
         let mut inputs = vec![Input::F32(x)];
         if self.const_grid.is_none() {
             inputs.push(Input::F32(grid));

@@ -11,8 +11,8 @@ mod proto;
 
 use arrays::below;
 use common::convert_and_run;
-use kestrel::demo::Rng;
-use kestrel::Input;
+use kestrel_rt::demo::Rng;
+use kestrel_rt::Input;
 use proto::{i64_tensor, str_attr, Msg};
 
 /// An integer type: ONNX element type, width, signedness.

@@ -9,9 +9,9 @@ mod common;
 mod proto;
 
 use common::gpu;
-use kestrel::Input;
-use kestrel_onnx::{convert, verify, ConvertOptions, InputTensor};
-use kestrel_wgpu::GpuSession;
+use kestrel_rt::Input;
+use kestrel_rt_onnx::{convert, verify, ConvertOptions, InputTensor};
+use kestrel_rt_wgpu::GpuSession;
 use proto::{i64_attr, i64_tensor, Msg};
 
 /// A tensor `ValueInfoProto` of element type `elem` (7 INT64, 2 UINT8, 1 FLOAT).
@@ -63,7 +63,7 @@ fn integer_inputs_as_values_match_tract_on_cpu_and_gpu() {
     let v = verify(&path, &conv.kes, &feeds).unwrap();
     std::fs::remove_file(&path).ok();
     assert_eq!(v.kestrel, v.tract, "Kestrel vs tract");
-    let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
+    let model = kestrel_rt::Model::from_bytes(&conv.kes).unwrap();
     if let Some(ctx) = gpu() {
         let cpu = model.cpu().unwrap();
         let mut g = vec![0f32; 8];

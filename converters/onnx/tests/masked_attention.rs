@@ -6,10 +6,10 @@
 mod common;
 
 use common::gpu;
-use kestrel::format::ops::Op;
-use kestrel::Input;
-use kestrel_onnx::{compare, convert, read_npy, run_kestrel, ConvertOptions, InputData, InputTensor};
-use kestrel_wgpu::GpuSession;
+use kestrel_rt::format::ops::Op;
+use kestrel_rt::Input;
+use kestrel_rt_onnx::{compare, convert, read_npy, run_kestrel, ConvertOptions, InputData, InputTensor};
+use kestrel_rt_wgpu::GpuSession;
 use std::path::PathBuf;
 
 const REL_TOL: f64 = 1e-4;
@@ -34,8 +34,8 @@ fn transformer_encoder_with_a_padding_mask_fuses_and_matches_onnxruntime() {
     let ops = &conv.report.kestrel_ops;
     assert_eq!(ops.get("Attention"), Some(&LAYERS), "{ops:?}, rejected: {:?}", conv.report.fusion_rejected);
     assert!(!ops.contains_key("Softmax"), "{ops:?}");
-    let bytes = kestrel::format::aligned_copy(&conv.kes);
-    let f = kestrel::format::KesFile::parse(&bytes).unwrap();
+    let bytes = kestrel_rt::format::aligned_copy(&conv.kes);
+    let f = kestrel_rt::format::KesFile::parse(&bytes).unwrap();
     let masks: Vec<_> = (0..f.op_count())
         .filter_map(|n| match f.op(n).unwrap() {
             Op::Attention(a) => Some(f.tensor(a.mask.expect("an Attention node without its mask")).unwrap().shape),
@@ -52,7 +52,7 @@ fn transformer_encoder_with_a_padding_mask_fuses_and_matches_onnxruntime() {
     assert!(rel <= REL_TOL, "relative error {rel:.2e}");
 
     let Some(ctx) = gpu() else { return };
-    let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
+    let model = kestrel_rt::Model::from_bytes(&conv.kes).unwrap();
     let cpu = model.cpu().unwrap();
     let ins: Vec<Input<'_>> = feeds.iter().map(InputTensor::as_input).collect();
     let mut out = vec![0f32; want.len()];

@@ -10,8 +10,8 @@ mod arrays;
 mod proto;
 
 use arrays::below;
-use kestrel::demo::Rng;
-use kestrel_onnx::{convert, verify, ConvertOptions, InputTensor};
+use kestrel_rt::demo::Rng;
+use kestrel_rt_onnx::{convert, verify, ConvertOptions, InputTensor};
 use proto::{f32_tensor, float_value, Msg};
 
 /// numpy `matmul` in f64 for operands of rank ≥ 2: the batch axes broadcast.

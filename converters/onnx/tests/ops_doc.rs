@@ -5,21 +5,21 @@ use std::path::PathBuf;
 #[test]
 fn the_supported_ops_doc_is_generated_from_the_code() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/onnx-ops.md");
-    let want = kestrel_onnx::supported_ops_markdown();
+    let want = kestrel_rt_onnx::supported_ops_markdown();
     if std::env::var_os("KESTREL_UPDATE_DOCS").is_some() {
         std::fs::write(&path, &want).unwrap();
     }
     let have = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         have == want,
-        "{} is stale: run `KESTREL_UPDATE_DOCS=1 cargo test -p kestrel-onnx --test ops_doc`",
+        "{} is stale: run `KESTREL_UPDATE_DOCS=1 cargo test -p kestrel-rt-onnx --test ops_doc`",
         path.display()
     );
 }
 
 #[test]
 fn the_table_is_sorted_and_names_ops_the_importer_knows() {
-    let names: Vec<&str> = kestrel_onnx::ONNX_OPS.iter().map(|o| o.op).collect();
+    let names: Vec<&str> = kestrel_rt_onnx::ONNX_OPS.iter().map(|o| o.op).collect();
     let mut sorted = names.clone();
     sorted.sort_unstable();
     sorted.dedup();

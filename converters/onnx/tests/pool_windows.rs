@@ -16,11 +16,11 @@
 //! padded input (the extra taps of ceil mode beyond it are not counted).
 
 use arrays::unravel;
-use kestrel::demo::Rng;
-use kestrel_onnx::{convert, verify, ConvertOptions, InputTensor};
+use kestrel_rt::demo::Rng;
+use kestrel_rt_onnx::{convert, verify, ConvertOptions, InputTensor};
 use std::path::PathBuf;
 
-/// `kestrel_reference::tolerance::F32_KERNEL` (1e-5 of the element plus 1e-5 of the output's
+/// `kestrel_rt_reference::tolerance::F32_KERNEL` (1e-5 of the element plus 1e-5 of the output's
 /// largest magnitude), which this crate does not depend on: f32 sums against the f64 reference.
 const F32_KERNEL: (f64, f64) = (1e-5, 1e-5);
 

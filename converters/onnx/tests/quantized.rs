@@ -12,8 +12,8 @@ mod proto;
 
 use arrays::below;
 use common::convert_and_run;
-use kestrel::demo::Rng;
-use kestrel::Input;
+use kestrel_rt::demo::Rng;
+use kestrel_rt::Input;
 use proto::{f32_tensor, float_value, Msg};
 
 /// A tensor initializer of an integer element type (`elem`: 2 UINT8, 3 INT8, 6 INT32), values

@@ -22,15 +22,15 @@ mod proto;
 
 use arrays::{below, unravel};
 use common::gpu;
-use kestrel::demo::Rng;
-use kestrel::Input;
-use kestrel_onnx::{convert, verify, ConvertOptions, InputTensor};
-use kestrel_wgpu::{GpuContext, GpuSession};
+use kestrel_rt::demo::Rng;
+use kestrel_rt::Input;
+use kestrel_rt_onnx::{convert, verify, ConvertOptions, InputTensor};
+use kestrel_rt_wgpu::{GpuContext, GpuSession};
 use proto::{f32_tensor, float_attr, i64_attr, i64s_attr, ints_attr, one_node_model, str_attr, Msg};
 use std::path::PathBuf;
 
 /// f32 sums against the f64 reference: `|err| ≤ REL·|want| + ABS·max|want|` (the
-/// `F32_KERNEL` tolerance of `kestrel_reference`, which this crate does not depend on).
+/// `F32_KERNEL` tolerance of `kestrel_rt_reference`, which this crate does not depend on).
 const REL: f64 = 1e-5;
 /// See [`REL`] (twice `F32_KERNEL`'s: a transposed convolution sums up to 48 products).
 const ABS: f64 = 2e-5;
@@ -80,7 +80,7 @@ fn run(name: &str, onnx: &[u8], shape: &[usize], x: &[f32], ctx: Option<&GpuCont
     std::fs::remove_file(&path).ok();
     let v = result.unwrap_or_else(|e| panic!("{name}: {e}"));
     let kes = &conv.unwrap().kes;
-    let model = kestrel::Model::from_bytes(kes).unwrap();
+    let model = kestrel_rt::Model::from_bytes(kes).unwrap();
     let cpu = model.cpu().unwrap();
     let ops = cpu.file().ops().map(|o| o.unwrap().name()).collect();
     let gpu = ctx.map(|ctx| {

@@ -10,12 +10,12 @@ mod common;
 mod proto;
 
 use common::gpu;
-use kestrel::demo::Rng;
-use kestrel::Input;
-use kestrel_onnx::{
+use kestrel_rt::demo::Rng;
+use kestrel_rt::Input;
+use kestrel_rt_onnx::{
     compare, convert, read_npy, run_kestrel, verify, ConvertError, ConvertOptions, DType, InputData, InputTensor,
 };
-use kestrel_wgpu::GpuSession;
+use kestrel_rt_wgpu::GpuSession;
 use proto::{f32_tensor, float_value, i64_attr, str_attr, Msg};
 use std::path::PathBuf;
 
@@ -26,7 +26,7 @@ fn data(name: &str) -> PathBuf {
 }
 
 /// The saved batch of 3 inputs and onnxruntime's output for it.
-fn io(name: &str) -> (kestrel_onnx::InputTensor, Vec<f32>, usize) {
+fn io(name: &str) -> (kestrel_rt_onnx::InputTensor, Vec<f32>, usize) {
     let x = read_npy(data(&format!("{name}_in.npy"))).unwrap();
     let y = read_npy(data(&format!("{name}_out.npy"))).unwrap();
     let last = *y.shape.last().unwrap();
@@ -96,7 +96,7 @@ fn recurrent_models_match_onnxruntime_on_the_gpu() {
     let Some(ctx) = gpu() else { return };
     for name in ["lstm_bi2", "gru_bi2", "lstm_reverse"] {
         let conv = convert(data(&format!("{name}.onnx")), &ConvertOptions::default()).unwrap();
-        let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
+        let model = kestrel_rt::Model::from_bytes(&conv.kes).unwrap();
         let cpu = model.cpu().unwrap();
         let (x, want, last) = io(name);
         let InputData::F32(xs) = &x.data else { unreachable!() };
@@ -288,7 +288,7 @@ fn run_fixed_batch(spec: &Spec, wt: &Weights, x0: &[f32], name: &str) -> (Vec<Ve
         }
     }
     if let Some(ctx) = gpu() {
-        let cpu = kestrel::Model::from_bytes(&conv.kes).unwrap();
+        let cpu = kestrel_rt::Model::from_bytes(&conv.kes).unwrap();
         let cpu = cpu.cpu().unwrap();
         let mut outs: Vec<Vec<f32>> = kestrel.iter().map(|o| vec![0f32; o.len()]).collect();
         let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();

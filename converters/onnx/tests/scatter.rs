@@ -11,10 +11,10 @@ mod proto;
 
 use arrays::{below, ravel, unravel};
 use common::gpu;
-use kestrel::demo::Rng;
-use kestrel::Input;
-use kestrel_onnx::{convert, ConvertOptions};
-use kestrel_wgpu::GpuSession;
+use kestrel_rt::demo::Rng;
+use kestrel_rt::Input;
+use kestrel_rt_onnx::{convert, ConvertOptions};
+use kestrel_rt_wgpu::GpuSession;
 use proto::{f32_tensor, float_value, i64_attr, i64_tensor, i64_value, str_attr, Msg};
 
 const REDUCTIONS: [&str; 5] = ["none", "add", "mul", "max", "min"];
@@ -62,7 +62,7 @@ impl Case<'_> {
         std::fs::write(&path, self.onnx()).unwrap();
         let conv = convert(&path, &ConvertOptions::default()).map_err(|e| e.to_string());
         std::fs::remove_file(&path).ok();
-        let model = kestrel::Model::from_bytes(&conv?.kes).unwrap();
+        let model = kestrel_rt::Model::from_bytes(&conv?.kes).unwrap();
         let mut inputs = vec![Input::F32(x)];
         if self.const_idx.is_none() {
             inputs.push(Input::I64(idx));

@@ -11,11 +11,11 @@
 mod common;
 
 use common::gpu;
-use kestrel::format::ops::Op;
-use kestrel::format::TensorKind;
-use kestrel::Input;
-use kestrel_onnx::{compare, convert, read_npy, run_kestrel, ConvertOptions, InputData, InputTensor};
-use kestrel_wgpu::GpuSession;
+use kestrel_rt::format::ops::Op;
+use kestrel_rt::format::TensorKind;
+use kestrel_rt::Input;
+use kestrel_rt_onnx::{compare, convert, read_npy, run_kestrel, ConvertOptions, InputData, InputTensor};
+use kestrel_rt_wgpu::GpuSession;
 use std::path::PathBuf;
 
 const REL_TOL: f64 = 1e-4;
@@ -43,8 +43,8 @@ fn fuses_and_matches_onnxruntime(name: &str, mask_dims: &[u32], constant: bool) 
     let conv = convert(data(&format!("score_bias_{name}.onnx")), &ConvertOptions::default()).unwrap();
     let ops = &conv.report.kestrel_ops;
     assert!(!ops.contains_key("Softmax") && !ops.contains_key("MatMul"), "{name}: {ops:?}");
-    let bytes = kestrel::format::aligned_copy(&conv.kes);
-    let f = kestrel::format::KesFile::parse(&bytes).unwrap();
+    let bytes = kestrel_rt::format::aligned_copy(&conv.kes);
+    let f = kestrel_rt::format::KesFile::parse(&bytes).unwrap();
     let attention: Vec<_> = (0..f.op_count())
         .filter_map(|n| match f.op(n).unwrap() {
             Op::Attention(a) => Some(a),
@@ -65,7 +65,7 @@ fn fuses_and_matches_onnxruntime(name: &str, mask_dims: &[u32], constant: bool) 
     assert!(rel <= REL_TOL, "{name}: relative error {rel:.2e}");
 
     let Some(ctx) = gpu() else { return };
-    let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
+    let model = kestrel_rt::Model::from_bytes(&conv.kes).unwrap();
     let cpu = model.cpu().unwrap();
     let ins: Vec<Input<'_>> = feeds.iter().map(InputTensor::as_input).collect();
     let mut out = vec![0f32; want.len()];
@@ -107,16 +107,16 @@ fn t5_attention_fuses_with_its_bucketed_bias_and_padding_mask() {
 /// model loads and runs, and its output stays near onnxruntime's (int8 projections: 5e-2).
 #[test]
 fn a_constant_bias_stays_f32_with_int8_weights() {
-    let opts = ConvertOptions { weights: kestrel::format::DType::I8, ..ConvertOptions::default() };
+    let opts = ConvertOptions { weights: kestrel_rt::format::DType::I8, ..ConvertOptions::default() };
     let conv = convert(data("score_bias_swin.onnx"), &opts).unwrap();
-    let bytes = kestrel::format::aligned_copy(&conv.kes);
-    let f = kestrel::format::KesFile::parse(&bytes).unwrap();
+    let bytes = kestrel_rt::format::aligned_copy(&conv.kes);
+    let f = kestrel_rt::format::KesFile::parse(&bytes).unwrap();
     let Some(Op::Attention(a)) = (0..f.op_count()).map(|n| f.op(n).unwrap()).find(|o| matches!(o, Op::Attention(_)))
     else {
         panic!("no Attention node")
     };
     let m = f.tensor(a.mask.expect("no mask")).unwrap();
-    assert_eq!((m.kind, m.dtype), (TensorKind::Weight, kestrel::format::DType::F32));
+    assert_eq!((m.kind, m.dtype), (TensorKind::Weight, kestrel_rt::format::DType::F32));
     let (feeds, want, last) = io("swin");
     let got = run_kestrel(&conv.kes, &feeds).unwrap();
     let (_, rel, _, _) = compare(std::slice::from_ref(&want), &got[..1], &[last]).unwrap();

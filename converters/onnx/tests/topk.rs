@@ -10,10 +10,10 @@ mod proto;
 
 use arrays::{below, ravel, unravel};
 use common::gpu;
-use kestrel::demo::Rng;
-use kestrel::Input;
-use kestrel_onnx::{convert, ConvertOptions};
-use kestrel_wgpu::GpuSession;
+use kestrel_rt::demo::Rng;
+use kestrel_rt::Input;
+use kestrel_rt_onnx::{convert, ConvertOptions};
+use kestrel_rt_wgpu::GpuSession;
 use proto::{float_value, i64_attr, i64_tensor, Msg};
 
 fn model(xs: &[usize], axis: usize, k: usize, largest: bool) -> Vec<u8> {
@@ -78,7 +78,7 @@ fn topk_matches_a_stable_sort() {
         std::fs::write(&path, model(&xs, axis, k, largest)).unwrap();
         let conv = convert(&path, &ConvertOptions::default());
         std::fs::remove_file(&path).ok();
-        let m = kestrel::Model::from_bytes(&conv.unwrap_or_else(|e| panic!("{name}: {e}")).kes).unwrap();
+        let m = kestrel_rt::Model::from_bytes(&conv.unwrap_or_else(|e| panic!("{name}: {e}")).kes).unwrap();
         let (mut v, mut i) = (vec![0f32; count], vec![0f32; count]);
         m.session(1).unwrap().run(&[Input::F32(&x)], &mut [&mut v, &mut i]).unwrap();
         assert_eq!((&v, &i), (&values, &indices), "{name} (CPU)");

@@ -7,12 +7,12 @@
 mod common;
 
 use common::gpu;
-use kestrel::Input;
-use kestrel_onnx::{
+use kestrel_rt::Input;
+use kestrel_rt_onnx::{
     compare, convert, model_dirs, read_npy, run_kestrel, ConvertError, ConvertOptions, DType, InputData, InputTensor,
     ONNX_OPS,
 };
-use kestrel_wgpu::GpuSession;
+use kestrel_rt_wgpu::GpuSession;
 use std::path::{Path, PathBuf};
 
 /// Zoo models that do not convert yet: (name prefix, the ONNX op that blocks them).
@@ -107,7 +107,11 @@ fn every_zoo_model_converts_and_matches_onnxruntime() {
 /// ResNet's strided 1×1 shortcut convolutions (tract's per-axis `Downsample`, lowered to 1×1
 /// max pools) are folded back into strided `Conv2d`s: the only pools left are the ONNX model's
 /// own pools.
-fn no_subsampling_pools(name: &str, meta: &serde_json::Value, conv: &kestrel_onnx::Conversion) -> Result<(), String> {
+fn no_subsampling_pools(
+    name: &str,
+    meta: &serde_json::Value,
+    conv: &kestrel_rt_onnx::Conversion,
+) -> Result<(), String> {
     if !name.starts_with("resnet18") {
         return Ok(());
     }
@@ -129,7 +133,7 @@ fn no_subsampling_pools(name: &str, meta: &serde_json::Value, conv: &kestrel_onn
 /// matches onnxruntime within the zoo's tolerance.
 #[test]
 fn convnext_runs_channels_first_with_its_layer_scales_folded() {
-    use kestrel::format::ops::{BinaryOp, NormAxis, Op};
+    use kestrel_rt::format::ops::{BinaryOp, NormAxis, Op};
     for name in ["convnext_atto-legacy17", "convnext_atto-dynamo18"] {
         let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../zoo").join(name);
         let conv = convert(d.join("model.onnx"), &ConvertOptions::default()).unwrap();
@@ -139,8 +143,8 @@ fn convnext_runs_channels_first_with_its_layer_scales_folded() {
         // The stem, three downsamples and four blocks; four blocks with a layer scale each.
         assert_eq!((fused("layer-norm (channels-first)"), fused("conv+scale")), (8, 4), "{name}: {:?}", r.fused);
         assert!(r.fusion_rejected.is_empty(), "{name}: {:?}", r.fusion_rejected);
-        let bytes = kestrel::format::aligned_copy(&conv.kes);
-        let f = kestrel::format::KesFile::parse(&bytes).unwrap();
+        let bytes = kestrel_rt::format::aligned_copy(&conv.kes);
+        let f = kestrel_rt::format::KesFile::parse(&bytes).unwrap();
         let ops: Vec<Op> = (0..f.op_count()).map(|n| f.op(n).unwrap()).collect();
         let muls = ops.iter().filter(|o| matches!(o, Op::Binary(b) if b.op == BinaryOp::Mul)).count();
         let channels = ops.iter().filter(|o| matches!(o, Op::LayerNorm(l) if l.axis == NormAxis::Channels)).count();
@@ -162,7 +166,7 @@ fn convnext_runs_channels_first_with_its_layer_scales_folded() {
 /// Unary ops before, 17 and 1 after), and the output still matches onnxruntime's.
 #[test]
 fn mobilenetv3_gates_fuse_into_their_dense_layers() {
-    use kestrel::format::ops::{Activation, BinaryOp, Op};
+    use kestrel_rt::format::ops::{Activation, BinaryOp, Op};
     for name in ["mobilenetv3-legacy17", "mobilenetv3-dynamo18"] {
         let d = zoo().into_iter().find(|d| d.ends_with(name)).unwrap_or_else(|| panic!("{name} not in the zoo"));
         let meta: serde_json::Value =
@@ -172,8 +176,8 @@ fn mobilenetv3_gates_fuse_into_their_dense_layers() {
         let conv = convert(d.join("model.onnx"), &ConvertOptions::default()).unwrap();
         let fused = conv.report.fused.iter().find(|f| f.name == "dense+hardsigmoid").map_or(0, |f| f.count);
         assert_eq!(fused, gates, "{name}: {:?}", conv.report.fused);
-        let bytes = kestrel::format::aligned_copy(&conv.kes);
-        let f = kestrel::format::KesFile::parse(&bytes).unwrap();
+        let bytes = kestrel_rt::format::aligned_copy(&conv.kes);
+        let f = kestrel_rt::format::KesFile::parse(&bytes).unwrap();
         let ops: Vec<Op> = (0..f.op_count()).map(|n| f.op(n).unwrap()).collect();
         let dense_gates = ops.iter().filter(|o| matches!(o, Op::Dense(d) if d.act == Activation::HardSigmoid)).count();
         assert_eq!(dense_gates, gates, "{name}");
@@ -197,7 +201,11 @@ fn mobilenetv3_gates_fuse_into_their_dense_layers() {
 /// is left. `nn.TransformerEncoder`, the ViTs (timm's vit_tiny and deit, HF ViT) and MobileViT
 /// (attention over each patch pixel's tokens: `[G, T, d]` nodes, its packed qkv split): every
 /// layer fused (no mask). Other models (LeViT's per-head biases): nothing required.
-fn masked_attention_fused(name: &str, meta: &serde_json::Value, conv: &kestrel_onnx::Conversion) -> Result<(), String> {
+fn masked_attention_fused(
+    name: &str,
+    meta: &serde_json::Value,
+    conv: &kestrel_rt_onnx::Conversion,
+) -> Result<(), String> {
     let masked = name.starts_with("bert-") || name.starts_with("distilbert-");
     let unmasked = ["torch_encoder-", "vit_tiny-", "deit_tiny", "hf_vit-", "mobilevit_xxs-"];
     if !masked && !unmasked.iter().any(|p| name.starts_with(p)) {
@@ -215,10 +223,10 @@ fn masked_attention_fused(name: &str, meta: &serde_json::Value, conv: &kestrel_o
     if !masked {
         return Ok(());
     }
-    let bytes = kestrel::format::aligned_copy(&conv.kes);
-    let f = kestrel::format::KesFile::parse(&bytes).map_err(|e| e.to_string())?;
+    let bytes = kestrel_rt::format::aligned_copy(&conv.kes);
+    let f = kestrel_rt::format::KesFile::parse(&bytes).map_err(|e| e.to_string())?;
     let masked = (0..f.op_count())
-        .filter(|&n| matches!(f.op(n), Ok(kestrel::format::ops::Op::Attention(a)) if a.mask.is_some()))
+        .filter(|&n| matches!(f.op(n), Ok(kestrel_rt::format::ops::Op::Attention(a)) if a.mask.is_some()))
         .count();
     if masked != layers {
         return Err(format!("{masked} of {layers} Attention nodes have a mask input"));
@@ -239,7 +247,7 @@ fn every_converted_zoo_model_matches_onnxruntime_on_the_gpu() {
             continue;
         }
         let conv = convert(d.join("model.onnx"), &ConvertOptions::default()).unwrap();
-        let model = kestrel::Model::from_bytes(&conv.kes).unwrap();
+        let model = kestrel_rt::Model::from_bytes(&conv.kes).unwrap();
         let cpu = model.cpu().unwrap();
         let feeds = inputs(&d);
         let batch = feeds[0].shape[0];

@@ -3,7 +3,7 @@ Kestrel (``kestrel classify --eval``), not PyTorch.
 
 Usage (after ``python -m kestrel_torch.train``)::
 
-    cargo build --release -p kestrel-cli
+    cargo build --release -p kestrel-rt-cli
     python -m kestrel_torch.evaluate --kestrel ../../target/release/kestrel --train ../../target/train \\
         --out ../../target/eval
 

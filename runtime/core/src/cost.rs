@@ -3,8 +3,8 @@
 //! roofline, and [`weight_bytes`]. The profilers of the CPU and GPU sessions, `kestrel profile`
 //! and the scaling bench read them; like [`crate::shapes`], one exhaustive match over the ops.
 
-use kestrel_format::ops::{Gru, Lstm, Proj, MAX_OP_TENSORS};
-use kestrel_format::{KesFile, Op, TensorId, TensorKind};
+use kestrel_rt_format::ops::{Gru, Lstm, Proj, MAX_OP_TENSORS};
+use kestrel_rt_format::{KesFile, Op, TensorId, TensorKind};
 
 fn numel(file: &KesFile<'_>, id: TensorId) -> Option<u64> {
     file.tensor(id).ok()?.shape.numel().map(|n| n as u64)

@@ -39,9 +39,9 @@ pub fn expect_eq(op: &'static str, what: &'static str, expected: usize, found: u
 /// Why a model file was rejected by the CPU runtime.
 #[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
 pub enum LoadError {
-    /// The container is malformed (see [`kestrel_format::Error`]).
+    /// The container is malformed (see [`kestrel_rt_format::Error`]).
     #[error(transparent)]
-    Format(#[from] kestrel_format::Error),
+    Format(#[from] kestrel_rt_format::Error),
     /// A tensor's shape does not fit the op.
     #[error("node {node} ({op}): {source}")]
     Shape {
@@ -79,9 +79,9 @@ pub enum LoadError {
         /// Output tensor id.
         tensor: u32,
         /// Shape in the tensor table.
-        declared: kestrel_format::Shape,
+        declared: kestrel_rt_format::Shape,
         /// Shape the op produces.
-        computed: kestrel_format::Shape,
+        computed: kestrel_rt_format::Shape,
     },
     /// An activation is read before any node (or the caller) provides it.
     #[error("node {node} ({op}): reads tensor {tensor} before any node writes it")]

@@ -6,11 +6,11 @@
 //! their weight views, every time; on graphs of hundreds of small nodes (LeViT, MobileNetV3)
 //! that decoding took 15–50 % of the run. A [`Table`] holds those decoded entries, built once
 //! (with `alloc`, fallibly) by whoever owns a session — the `std` facade does — and lent to
-//! the CPU session (`kestrel_cpu::Session::with_table`). Without one (`no_std` without `alloc`,
+//! the CPU session (`kestrel_rt_cpu::Session::with_table`). Without one (`no_std` without `alloc`,
 //! the firmware), lookups go to the file as before: same results, more time per node.
 
-use kestrel_format::ops::{Op, TensorId};
-use kestrel_format::{Error, KesFile, TensorInfo, WeightView};
+use kestrel_rt_format::ops::{Op, TensorId};
+use kestrel_rt_format::{Error, KesFile, TensorInfo, WeightView};
 
 /// The file, plus the decoded table when there is one. Lookups answer exactly as the file's.
 #[derive(Clone, Copy)]
@@ -119,8 +119,8 @@ impl<'a> Table<'a> {
             // A weight no node reads may still fail to view (the file checks views when a node
             // asks): left to the file, which gives the same answer then.
             let w = match t.kind {
-                kestrel_format::TensorKind::Weight => file.weight(id).ok(),
-                kestrel_format::TensorKind::Activation => None,
+                kestrel_rt_format::TensorKind::Weight => file.weight(id).ok(),
+                kestrel_rt_format::TensorKind::Activation => None,
             };
             tensors.push(t);
             weights.push(w);

@@ -5,8 +5,8 @@
 use crate::error::{LoadError, RunError, ShapeError};
 use crate::shapes::output_shape;
 use crate::slots::{for_each_slot, Role};
-use kestrel_format::ops::{Op, TensorId};
-use kestrel_format::{DType, KesFile, MemoryPlan, Shape, TensorInfo, TensorKind};
+use kestrel_rt_format::ops::{Op, TensorId};
+use kestrel_rt_format::{DType, KesFile, MemoryPlan, Shape, TensorInfo, TensorKind};
 
 /// A parsed and validated model borrowing the file bytes (zero copy).
 #[derive(Clone, Copy, Debug)]
@@ -34,7 +34,7 @@ impl<'a> Model<'a> {
         let plan = file.plan();
         // Regions for batch B start at B·offset: the per-sample size must keep them 64-aligned,
         // and scratch is viewed as f32.
-        let align = kestrel_format::TENSOR_ALIGN as u64;
+        let align = kestrel_rt_format::TENSOR_ALIGN as u64;
         if plan.arena_bytes_per_sample % align != 0 {
             return Err(LoadError::PlanAlignment {
                 what: "arena_bytes_per_sample",

@@ -7,8 +7,8 @@
 use crate::error::expect_eq;
 use crate::error::ShapeError;
 use crate::params::{Pool2dParams, RnnParams};
-use kestrel_format::ops::{Op, TensorId};
-use kestrel_format::{Shape, MAX_RANK};
+use kestrel_rt_format::ops::{Op, TensorId};
+use kestrel_rt_format::{Shape, MAX_RANK};
 
 fn mismatch(op: &'static str, what: &'static str, expected: usize, found: usize) -> ShapeError {
     ShapeError::Mismatch { op, what, expected, found }
@@ -264,7 +264,7 @@ pub fn output_shape(
     }
 }
 
-/// The geometry of an [`Sdpa`](kestrel_format::ops::Sdpa) node, checked: queries `[Hq, Tq, D]`,
+/// The geometry of an [`Sdpa`](kestrel_rt_format::ops::Sdpa) node, checked: queries `[Hq, Tq, D]`,
 /// keys `[Hk, Tk, D]` (`[Hk, D, Tk]` transposed), values `[Hk, Tk, Dv]`, `Hq` a multiple of `Hk`,
 /// and the bias's strides over `[Hq, Tq, Tk]` (0 along a broadcast axis).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -353,7 +353,7 @@ fn tokens(op: &'static str, s: Shape) -> Result<Shape, ShapeError> {
 /// reads block g: Swin's shifted-window mask, one per window).
 pub fn check_group_mask(
     op: &'static str,
-    s: &kestrel_format::Shape,
+    s: &kestrel_rt_format::Shape,
     groups: usize,
     t: usize,
     heads: usize,
@@ -374,7 +374,12 @@ pub fn check_group_mask(
 /// Checks an attention mask's shape (per sample for an activation; a weight's own shape, shared
 /// by every sample): `[T]` (per key), `[T, T]` (per query and key, shared by every head) or
 /// `[H, T, T]` (per head, query and key; `heads` = H).
-pub fn check_key_mask(op: &'static str, s: &kestrel_format::Shape, t: usize, heads: usize) -> Result<(), ShapeError> {
+pub fn check_key_mask(
+    op: &'static str,
+    s: &kestrel_rt_format::Shape,
+    t: usize,
+    heads: usize,
+) -> Result<(), ShapeError> {
     match s.dims() {
         [n] => expect_eq(op, "key mask length (tokens T)", t, *n as usize),
         [r, n] => {

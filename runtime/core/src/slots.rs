@@ -1,7 +1,7 @@
 //! The roles of an op's tensor slots (what each input slot accepts), read from the op's record
 //! layout: shared by validation and by every backend's binding of inputs.
 
-use kestrel_format::ops::{kind, Op, TensorId, NONE};
+use kestrel_rt_format::ops::{kind, Op, TensorId, NONE};
 
 /// What a tensor slot accepts.
 #[derive(Clone, Copy, PartialEq, Eq)]

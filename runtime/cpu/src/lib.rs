@@ -1,5 +1,5 @@
 //! Kestrel's CPU runtime: `no_std`, no allocation in `run`. One backend over the backend-neutral
-//! `kestrel-core` (validation, shapes, op geometry, errors).
+//! `kestrel-rt-core` (validation, shapes, op geometry, errors).
 //!
 //! [`Model::parse`] validates a `.kes` file once (the core's checks of every node, then the CPU
 //! kernels' weights and scratch against the arena plan); a [`Session`] binds it to a caller's arena (any alignment, size from
@@ -23,14 +23,14 @@ pub mod session;
 #[cfg(feature = "std")]
 pub mod threads;
 
-// The backend-neutral parts live in `kestrel-core`: re-exported at their old paths.
+// The backend-neutral parts live in `kestrel-rt-core`: re-exported at their old paths.
 pub use kernels::linear::{linear, ProjW};
-pub use kestrel_core::error;
-pub(crate) use kestrel_core::graph;
-pub use kestrel_core::shapes;
+pub use kestrel_rt_core::error;
+pub(crate) use kestrel_rt_core::graph;
+pub use kestrel_rt_core::shapes;
 #[cfg(feature = "alloc")]
-pub use kestrel_core::Table;
-pub use kestrel_core::{LoadError, RunError, ShapeError};
+pub use kestrel_rt_core::Table;
+pub use kestrel_rt_core::{LoadError, RunError, ShapeError};
 pub use model::{minimum_scratch_bytes, required_scratch_bytes, Model};
 
 /// Most copies of the scratch region a session uses (one per thread).

@@ -1,37 +1,37 @@
-//! The CPU backend's model: a validated [`kestrel_core::Model`] whose file also plans the scratch
+//! The CPU backend's model: a validated [`kestrel_rt_core::Model`] whose file also plans the scratch
 //! every node's CPU kernel needs (checked at load, so `run` cannot meet a short scratch), and
 //! the arena a [`Session`](crate::Session) lays out over it.
 
 use crate::error::LoadError;
 use crate::exec;
-use kestrel_format::KesFile;
+use kestrel_rt_format::KesFile;
 
 /// Alignment of the arena base the session uses (bytes).
 pub const ARENA_ALIGN: usize = 64;
 
 /// A parsed and validated model borrowing the file bytes (zero copy), checked for the CPU
-/// kernels: it dereferences to the backend-neutral [`kestrel_core::Model`] (what the wgpu
+/// kernels: it dereferences to the backend-neutral [`kestrel_rt_core::Model`] (what the wgpu
 /// backend takes).
 #[derive(Clone, Copy, Debug)]
 pub struct Model<'a> {
-    core: kestrel_core::Model<'a>,
+    core: kestrel_rt_core::Model<'a>,
     scratch_elems: usize,
 }
 
 impl<'a> core::ops::Deref for Model<'a> {
-    type Target = kestrel_core::Model<'a>;
-    fn deref(&self) -> &kestrel_core::Model<'a> {
+    type Target = kestrel_rt_core::Model<'a>;
+    fn deref(&self) -> &kestrel_rt_core::Model<'a> {
         &self.core
     }
 }
 
 impl<'a> Model<'a> {
-    /// Parses the container and validates every node ([`kestrel_core::Model::parse`]), then,
+    /// Parses the container and validates every node ([`kestrel_rt_core::Model::parse`]), then,
     /// node by node, the CPU kernels' weight shapes and the scratch each needs against the
     /// file's plan. Never panics.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, LoadError> {
         let mut scratch_elems = 0usize;
-        let core = kestrel_core::Model::parse_with(bytes, |file, node, op| {
+        let core = kestrel_rt_core::Model::parse_with(bytes, |file, node, op| {
             let s = exec::scratch_elems(&crate::graph::Graph::file(file), op, false)
                 .map_err(|source| LoadError::Shape { node, op: op.name(), source })?;
             scratch_elems = scratch_elems.max(s);
@@ -45,7 +45,7 @@ impl<'a> Model<'a> {
     }
 
     /// The backend-neutral model.
-    pub fn core(&self) -> &kestrel_core::Model<'a> {
+    pub fn core(&self) -> &kestrel_rt_core::Model<'a> {
         &self.core
     }
 

@@ -8,9 +8,9 @@
 use crate::error::RunError;
 use crate::exec::{self, numel, region_start, OpIo};
 use crate::model::{Model, ARENA_ALIGN};
-use kestrel_format::DType;
+use kestrel_rt_format::DType;
 
-pub use kestrel_core::Input;
+pub use kestrel_rt_core::Input;
 
 /// A model bound to an arena with a batch capacity.
 pub struct Session<'m, 'a, 'r> {
@@ -101,8 +101,8 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
         &mut self,
         inputs: &[Input<'_>],
         outputs: &mut [&mut [f32]],
-        mut before: impl FnMut(u32, &kestrel_format::Op),
-        mut after: impl FnMut(u32, &kestrel_format::Op),
+        mut before: impl FnMut(u32, &kestrel_rt_format::Op),
+        mut after: impl FnMut(u32, &kestrel_rt_format::Op),
     ) -> Result<usize, RunError> {
         let file = *self.model.file();
         #[cfg(feature = "alloc")]
@@ -118,7 +118,7 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
         }
         let acts_len = self.acts_len();
         // Inputs: batch size, dtype, copy into the arena.
-        let batch = kestrel_core::batch_of(inputs, |i| numel(&self.model.input(i)?), cap)?;
+        let batch = kestrel_rt_core::batch_of(inputs, |i| numel(&self.model.input(i)?), cap)?;
         for (i, input) in inputs.iter().enumerate() {
             let t = self.model.input(i)?;
             let n = numel(&t)?;
@@ -130,7 +130,7 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
                 // Integers into an f32 input (an integer tensor taken as values): exactly.
                 (DType::F32, Input::I64(src)) => {
                     for (p, (d, &v)) in dst.iter_mut().zip(src.iter()).enumerate() {
-                        *d = kestrel_core::exact_f32(v).ok_or(RunError::IntegerNotExact {
+                        *d = kestrel_rt_core::exact_f32(v).ok_or(RunError::IntegerNotExact {
                             input: i,
                             position: p,
                             value: v,
@@ -140,7 +140,7 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
                 (DType::F32, Input::I32(src)) => {
                     for (p, (d, &v)) in dst.iter_mut().zip(src.iter()).enumerate() {
                         let v = i64::from(v);
-                        *d = kestrel_core::exact_f32(v).ok_or(RunError::IntegerNotExact {
+                        *d = kestrel_rt_core::exact_f32(v).ok_or(RunError::IntegerNotExact {
                             input: i,
                             position: p,
                             value: v,
@@ -183,7 +183,7 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
         let (scratch, spare) = scratch_all.split_at_mut(per.min(scratch_all.len()));
         for node in 0..file.op_count() {
             // A view (the output aliases the input's bytes): skipped without decoding it.
-            if graph.op_kind(node) == Ok(kestrel_format::ops::kind::RESHAPE) {
+            if graph.op_kind(node) == Ok(kestrel_rt_format::ops::kind::RESHAPE) {
                 continue;
             }
             let op = graph.op(node).map_err(|_| RunError::Internal("op decode"))?;

@@ -244,7 +244,7 @@ pub fn for_each(tasks: usize, f: &(dyn Fn(usize) + Sync)) {
     }
     IN_SECTION.with(|s| s.set(false));
     if p.panicked.load(Ordering::Acquire) {
-        panic!("kestrel-cpu: a kernel task panicked on a worker thread");
+        panic!("kestrel-rt-cpu: a kernel task panicked on a worker thread");
     }
 }
 

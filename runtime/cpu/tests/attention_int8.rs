@@ -8,10 +8,10 @@ mod common_mech;
 
 use common_mech::layers::*;
 use common_mech::{Rng, DTYPES};
-use kestrel_cpu::kernels::attention::*;
-use kestrel_format::DType;
-use kestrel_reference::compare;
-use kestrel_reference::tolerance::{F32_KERNEL, INT8_INTERNALS};
+use kestrel_rt_cpu::kernels::attention::*;
+use kestrel_rt_format::DType;
+use kestrel_rt_reference::compare;
+use kestrel_rt_reference::tolerance::{F32_KERNEL, INT8_INTERNALS};
 use proptest::prelude::*;
 
 proptest! {
@@ -54,11 +54,11 @@ fn int8_internals_with_a_per_head_bias_match_the_reference() {
         let mut rng = Rng::new(seed as u64 + 40);
         let x = rng.normal_vec(t * d);
         let mut layer = AttnLayer::random(&mut rng, DType::I8, &p);
-        let mut mrng = kestrel_reference::testing::Rng::new(seed as u64);
+        let mut mrng = kestrel_rt_reference::testing::Rng::new(seed as u64);
         for per_head in [false, true] {
             let blocks = if per_head { heads } else { 1 };
             let mask: Vec<f32> = (0..blocks)
-                .flat_map(|_| kestrel_reference::testing::random_mask(&mut mrng, t, true, causal, f32::MIN, true))
+                .flat_map(|_| kestrel_rt_reference::testing::random_mask(&mut mrng, t, true, causal, f32::MIN, true))
                 .collect();
             let want = layer.reference_masked(&p, &x, Some(&mask));
             for path in [Path::Planned, Path::Blocks(16)] {
@@ -71,14 +71,14 @@ fn int8_internals_with_a_per_head_bias_match_the_reference() {
 }
 
 /// Rows of the output with the largest int8 error, printed: how the tolerance was chosen
-/// (`cargo test --release -p kestrel-cpu --test attention_int8 -- --nocapture worst`).
+/// (`cargo test --release -p kestrel-rt-cpu --test attention_int8 -- --nocapture worst`).
 #[test]
 fn worst_int8_error_over_fixed_layers() {
     let mut worst = 0f64;
     for seed in 0..24u64 {
         let (t, d, heads) =
             ([48, 64, 80, 97][seed as usize % 4], [48, 64, 96][seed as usize % 3], 1 + seed as usize % 2);
-        let heads = if d / heads < kestrel_cpu::kernels::attention_q8::MIN_COLS { 1 } else { heads };
+        let heads = if d / heads < kestrel_rt_cpu::kernels::attention_q8::MIN_COLS { 1 } else { heads };
         let p = AttentionParams { int8: true, ..attn_params(t, d, heads, seed % 5 == 0, variant(seed as usize % 4)) };
         let mut rng = Rng::new(seed);
         let x = rng.normal_vec(t * d);
@@ -95,7 +95,7 @@ fn worst_int8_error_over_fixed_layers() {
 /// internals asked for: bit-identical to the f32 path.
 #[test]
 fn narrow_heads_and_short_sequences_stay_f32() {
-    use kestrel_cpu::kernels::attention_q8::{pays, MIN_COLS, MIN_KEYS};
+    use kestrel_rt_cpu::kernels::attention_q8::{pays, MIN_COLS, MIN_KEYS};
     assert!(!pays(MIN_KEYS - 1, 64) && !pays(64, MIN_COLS - 1) && pays(MIN_KEYS, MIN_COLS));
     for (t, d, heads) in [(32, 64, 1), (64, 64, 2), (64, 32, 1), (20, 128, 1)] {
         let p = AttentionParams { int8: true, ..attn_params(t, d, heads, false, variant(0)) };

@@ -1,7 +1,7 @@
 //! Property tests of the convolution kernel's paths (GEMM, small-plane transposed GEMM, 1×1,
 //! depthwise phase planes, depthwise channels-innermost, grouped, and the direct loop a file
 //! with less scratch falls back to) on random geometry, against the f64 reference
-//! (`kestrel_reference::layers::conv2d`), for every weight encoding.
+//! (`kestrel_rt_reference::layers::conv2d`), for every weight encoding.
 
 // Shared with layers.rs; this file uses only part of it.
 #[allow(unused_imports)]
@@ -9,11 +9,11 @@ mod common_layers;
 
 use common_layers::cases::*;
 use common_layers::*;
-use kestrel_cpu::kernels::conv::{conv2d, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
-use kestrel_cpu::ProjW;
-use kestrel_format::ops::Activation;
-use kestrel_reference::layers as r;
-use kestrel_reference::testing::act as act_of;
+use kestrel_rt_cpu::kernels::conv::{conv2d, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
+use kestrel_rt_cpu::ProjW;
+use kestrel_rt_format::ops::Activation;
+use kestrel_rt_reference::layers as r;
+use kestrel_rt_reference::testing::act as act_of;
 use proptest::prelude::*;
 
 proptest! {
@@ -95,8 +95,8 @@ fn conv2d_chunked_patches_match_reference() {
         let ws: Vec<f32> = (0..o * (c / groups) * kh * kw).map(|_| next()).collect();
         let bs: Vec<f32> = (0..o).map(|_| next()).collect();
         let run = |x: &[f32], ws: &[f32], bs: &[f32]| {
-            let mut wt = TestWeight::new(kestrel_format::DType::F32, &ws_shape, ws);
-            let mut bt = TestWeight::new(kestrel_format::DType::F32, &[o], bs);
+            let mut wt = TestWeight::new(kestrel_rt_format::DType::F32, &ws_shape, ws);
+            let mut bt = TestWeight::new(kestrel_rt_format::DType::F32, &[o], bs);
             let spec = r::ConvSpec { stride, pad, dilation, groups };
             let (want, _, _) = r::conv2d(&f64s(x), [c, h, w], &wt.decoded, ws_shape, Some(&bt.decoded[..]), spec);
             let proj = ProjW { w: wt.view(), b: Some(bt.view()), act_scale: None };

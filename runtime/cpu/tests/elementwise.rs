@@ -1,22 +1,22 @@
 //! Property tests of the element-wise kernels (`Unary`, `Binary`) against the rows of the
-//! format's element-wise tables (`kestrel_format::ops::{UnaryOp, BinaryOp}`, their f64
-//! definitions through `kestrel_reference::layers`): every row on random values from its test
+//! format's element-wise tables (`kestrel_rt_format::ops::{UnaryOp, BinaryOp}`, their f64
+//! definitions through `kestrel_rt_reference::layers`): every row on random values from its test
 //! domain, on special values, with numpy broadcasting and weight operands in every encoding.
 
 mod common_layers;
 
 use common_layers::cases::*;
 use common_layers::*;
-use kestrel_cpu::error::ShapeError;
-use kestrel_cpu::kernels::elementwise::{
+use kestrel_rt_cpu::error::ShapeError;
+use kestrel_rt_cpu::kernels::elementwise::{
     binary, binary_scratch, unary, unary_scratch, BinaryParams, Operand, UnaryParams,
 };
-use kestrel_format::ops::{Activation, BinaryOp, UnaryOp};
-use kestrel_format::{DType, WeightView};
-use kestrel_reference::assert_close;
-use kestrel_reference::layers as r;
-use kestrel_reference::testing::into_domain;
-use kestrel_reference::tolerance::{F32_APPROX, F32_KERNEL};
+use kestrel_rt_format::ops::{Activation, BinaryOp, UnaryOp};
+use kestrel_rt_format::{DType, WeightView};
+use kestrel_rt_reference::assert_close;
+use kestrel_rt_reference::layers as r;
+use kestrel_rt_reference::testing::into_domain;
+use kestrel_rt_reference::tolerance::{F32_APPROX, F32_KERNEL};
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------- unary
@@ -61,7 +61,7 @@ proptest! {
             unary(&p, &x, &mut y, &mut scratch(unary_scratch(&p)));
             assert_close(&format!("unary {op:?}"), &y, &want, F32_KERNEL);
             let mut z = x.clone();
-            kestrel_cpu::kernels::activate(a, &mut z);
+            kestrel_rt_cpu::kernels::activate(a, &mut z);
             assert_close(&format!("activate {a:?}"), &z, &want, F32_KERNEL);
         }
     }
@@ -109,7 +109,7 @@ fn assert_same_specials(what: &str, inputs: &[(f32, f32)], y: &[f32], want: &[f6
     }
 }
 
-/// Every row of the element-wise tables (`kestrel_format::ops::{UnaryOp, BinaryOp}`) through
+/// Every row of the element-wise tables (`kestrel_rt_format::ops::{UnaryOp, BinaryOp}`) through
 /// the CPU kernels on [`SPECIALS`] (every pair for the binary rows), against the rows' f64
 /// definitions: the values random tests never reach.
 #[test]

@@ -1,29 +1,29 @@
 //! Property tests of the layer and generic op kernels against the f64 references in
-//! `kestrel_reference::layers`, for every op variant and every weight encoding (the reference
+//! `kestrel_rt_reference::layers`, for every op variant and every weight encoding (the reference
 //! gets the decoded weights, so encodings share one tolerance), plus shape-check errors.
 
 mod common_layers;
 
 use common_layers::cases::*;
 use common_layers::*;
-use kestrel_cpu::error::{RunError, ShapeError};
-use kestrel_cpu::kernels::conv::{conv2d, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
-use kestrel_cpu::kernels::elementwise::{BinaryParams, Operand, UnaryParams};
-use kestrel_cpu::kernels::embed::{
+use kestrel_rt_cpu::error::{RunError, ShapeError};
+use kestrel_rt_cpu::kernels::conv::{conv2d, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
+use kestrel_rt_cpu::kernels::elementwise::{BinaryParams, Operand, UnaryParams};
+use kestrel_rt_cpu::kernels::embed::{
     embedding, embedding_scratch, patch_embed, patch_embed_scratch, EmbeddingParams, PatchEmbedParams,
 };
-use kestrel_cpu::kernels::linear::{linear_q8, Q8_CHUNK};
-use kestrel_cpu::kernels::matmul::{matmul, matmul_scratch, MatMulParams};
-use kestrel_cpu::kernels::reduce::{reduce, reduce_scratch, ReduceParams};
-use kestrel_cpu::kernels::slice::{slice, SliceParams};
-use kestrel_cpu::kernels::softmax::{softmax, softmax_scratch, SoftmaxParams};
-use kestrel_cpu::kernels::transpose::{transpose, transpose_scratch, TransposeParams};
-use kestrel_cpu::{linear, ProjW};
-use kestrel_format::ops::{Activation, BinaryOp, ReduceOp, Slice, UnaryOp};
-use kestrel_format::{DType, WeightView};
-use kestrel_reference::assert_close;
-use kestrel_reference::layers as r;
-use kestrel_reference::tolerance::{EXACT, F32_KERNEL};
+use kestrel_rt_cpu::kernels::linear::{linear_q8, Q8_CHUNK};
+use kestrel_rt_cpu::kernels::matmul::{matmul, matmul_scratch, MatMulParams};
+use kestrel_rt_cpu::kernels::reduce::{reduce, reduce_scratch, ReduceParams};
+use kestrel_rt_cpu::kernels::slice::{slice, SliceParams};
+use kestrel_rt_cpu::kernels::softmax::{softmax, softmax_scratch, SoftmaxParams};
+use kestrel_rt_cpu::kernels::transpose::{transpose, transpose_scratch, TransposeParams};
+use kestrel_rt_cpu::{linear, ProjW};
+use kestrel_rt_format::ops::{Activation, BinaryOp, ReduceOp, Slice, UnaryOp};
+use kestrel_rt_format::{DType, WeightView};
+use kestrel_rt_reference::assert_close;
+use kestrel_rt_reference::layers as r;
+use kestrel_rt_reference::tolerance::{EXACT, F32_KERNEL};
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------- dense (linear / ProjW)
@@ -103,7 +103,7 @@ proptest! {
         let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
         let s = amax / 127.0 * range;
         let mut q = vec![0i8; x.len()];
-        kestrel_format::weight::quantize_act(&x, 1.0 / s, &mut q);
+        kestrel_rt_format::weight::quantize_act(&x, 1.0 / s, &mut q);
         prop_assert!(q.iter().all(|&v| (-127..=127).contains(&v)));
         let xq: Vec<f64> = q.iter().map(|&v| f64::from(v) * f64::from(s)).collect();
         let run = |x: &[f32], xq: &[f64], w: &[f32], b: &[f32], a: Activation| {
@@ -254,13 +254,13 @@ proptest! {
     }
 }
 
-/// Every row of the reduction table (`kestrel_format::ops::ReduceOp`) through the CPU kernel
+/// Every row of the reduction table (`kestrel_rt_format::ops::ReduceOp`) through the CPU kernel
 /// against the row's f64 definition, on values from the row's test domain: rows of 1 to 19
 /// along the last axis (the eight-lane loop, its lanes and its tail) and along a strided axis,
 /// plus rows of ties for the index rows; and every importer name maps back to its row.
 #[test]
 fn every_reduce_row_through_cpu_and_reference() {
-    let mut rng = kestrel_reference::testing::Rng::new(33);
+    let mut rng = kestrel_rt_reference::testing::Rng::new(33);
     for &op in ReduceOp::ALL {
         let [lo, hi] = op.test_domain();
         for n in 1..20usize {

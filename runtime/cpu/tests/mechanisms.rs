@@ -1,21 +1,21 @@
 //! Property tests of the fused mechanism kernels (attention, AFT, Fastformer) against the plain
-//! f64 references in `kestrel_reference::mechanisms`, in every weight encoding, plus named
+//! f64 references in `kestrel_rt_reference::mechanisms`, in every weight encoding, plus named
 //! checks of the properties the efficient forms must keep (stability, locality, causality).
 
 mod common_mech;
 
 use common_mech::layers::*;
 use common_mech::{max_diff, seeded_input, to_f64, Rng, TProj, DTYPES, TW};
-use kestrel_cpu::kernels::aft::*;
-use kestrel_cpu::kernels::attention::*;
-use kestrel_cpu::kernels::fastformer::*;
-use kestrel_cpu::ShapeError;
-use kestrel_format::ops::AttentionVariant;
-use kestrel_format::DType;
-use kestrel_reference::mechanisms as reference;
-use kestrel_reference::testing::random_mask;
-use kestrel_reference::tolerance::F32_KERNEL;
-use kestrel_reference::{assert_close, compare};
+use kestrel_rt_cpu::kernels::aft::*;
+use kestrel_rt_cpu::kernels::attention::*;
+use kestrel_rt_cpu::kernels::fastformer::*;
+use kestrel_rt_cpu::ShapeError;
+use kestrel_rt_format::ops::AttentionVariant;
+use kestrel_rt_format::DType;
+use kestrel_rt_reference::mechanisms as reference;
+use kestrel_rt_reference::testing::random_mask;
+use kestrel_rt_reference::tolerance::F32_KERNEL;
+use kestrel_rt_reference::{assert_close, compare};
 use proptest::prelude::*;
 
 const CASES: u32 = 192;
@@ -568,7 +568,7 @@ fn attention_over_several_query_blocks_matches_reference() {
     // T = 150: one block of 150 queries as planned now; with scratch for QB = 64-row blocks
     // (older files) blocks of 64, 64 and 22 (the last one ragged), causal blocks seeing a growing
     // prefix of the keys. T = 300 (over ONE_BLOCK_MAX_T): QB-row blocks as planned.
-    use kestrel_cpu::kernels::attention::{ONE_BLOCK_MAX_T, QB};
+    use kestrel_rt_cpu::kernels::attention::{ONE_BLOCK_MAX_T, QB};
     let mut rng = Rng::new(77);
     for (t, d) in [(150, 16), (ONE_BLOCK_MAX_T + 44, 8)] {
         let x = rng.normal_vec(t * d);
@@ -589,7 +589,7 @@ fn attention_over_several_query_blocks_matches_reference() {
 /// factorised position biases, causal and not.
 #[test]
 fn aft_full_over_several_query_blocks_matches_reference() {
-    let (t, d) = (kestrel_cpu::kernels::attention::ONE_BLOCK_MAX_T + 37, 8);
+    let (t, d) = (kestrel_rt_cpu::kernels::attention::ONE_BLOCK_MAX_T + 37, 8);
     let mut rng = Rng::new(91);
     let x = rng.normal_vec(t * d);
     for (causal, rank) in [(false, 0), (true, 0), (false, 4), (true, 4)] {

@@ -1,18 +1,18 @@
 //! Property tests of the layer norm kernel (last axis and channels-first) against the f64
-//! references in `kestrel_reference::layers`, for every weight encoding, plus its shape checks.
+//! references in `kestrel_rt_reference::layers`, for every weight encoding, plus its shape checks.
 
 // Shared with layers.rs; this file uses only part of it.
 #[allow(unused_imports)]
 mod common_layers;
 
 use common_layers::*;
-use kestrel_cpu::error::ShapeError;
-use kestrel_cpu::kernels::norm::{channels_chunk, layer_norm, layer_norm_scratch, LayerNormParams};
-use kestrel_format::ops::NormAxis;
-use kestrel_format::WeightView;
-use kestrel_reference::assert_close;
-use kestrel_reference::layers as r;
-use kestrel_reference::tolerance::F32_KERNEL;
+use kestrel_rt_cpu::error::ShapeError;
+use kestrel_rt_cpu::kernels::norm::{channels_chunk, layer_norm, layer_norm_scratch, LayerNormParams};
+use kestrel_rt_format::ops::NormAxis;
+use kestrel_rt_format::WeightView;
+use kestrel_rt_reference::assert_close;
+use kestrel_rt_reference::layers as r;
+use kestrel_rt_reference::tolerance::F32_KERNEL;
 use proptest::prelude::*;
 
 proptest! {
@@ -80,7 +80,7 @@ proptest! {
 /// reach.
 #[test]
 fn layer_norm_channels_matches_reference_on_wide_maps() {
-    let mut rng = kestrel_reference::testing::Rng::new(7);
+    let mut rng = kestrel_rt_reference::testing::Rng::new(7);
     for (c, chunks) in [(96usize, 3usize), (600, 4), (4, 2)] {
         let g: Vec<f32> = (0..c).map(|_| 1.0 + rng.uniform(0.5)).collect();
         let b: Vec<f32> = (0..c).map(|_| rng.uniform(0.5)).collect();

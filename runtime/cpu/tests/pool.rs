@@ -1,5 +1,5 @@
 //! Property tests of the pooling kernel against the f64 reference
-//! (`kestrel_reference::layers::pool2d`), and its geometry checks. Besides the small random
+//! (`kestrel_rt_reference::layers::pool2d`), and its geometry checks. Besides the small random
 //! windows and the fixed cases shared with `layers.rs`: the whole window space (max and both
 //! average divisors; kernels, strides and dilations; asymmetric padding, after the input up to
 //! past the window's extent; ONNX ceil mode's extra padding after; 1-D as height 1 or width 1,
@@ -14,16 +14,16 @@ mod common_layers;
 
 use common_layers::cases::*;
 use common_layers::*;
-use kestrel_cpu::error::ShapeError;
-use kestrel_cpu::kernels::pool::{
+use kestrel_rt_cpu::error::ShapeError;
+use kestrel_rt_cpu::kernels::pool::{
     pool2d, pool2d_on, pool2d_path, pool2d_scratch, pool2d_scratch_fast, Pool2dParams, PoolPath,
 };
-use kestrel_cpu::kernels::simd::Isa;
-use kestrel_format::ops::PoolKind;
-use kestrel_reference::assert_close;
-use kestrel_reference::layers as r;
-use kestrel_reference::testing::{pool_fn, Rng};
-use kestrel_reference::tolerance::{compare, EXACT};
+use kestrel_rt_cpu::kernels::simd::Isa;
+use kestrel_rt_format::ops::PoolKind;
+use kestrel_rt_reference::assert_close;
+use kestrel_rt_reference::layers as r;
+use kestrel_rt_reference::testing::{pool_fn, Rng};
+use kestrel_rt_reference::tolerance::{compare, EXACT};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 use std::sync::Once;

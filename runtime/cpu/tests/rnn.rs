@@ -1,5 +1,5 @@
 //! Property tests of the recurrent kernels (LSTM with and without peepholes, GRU with either
-//! `linear_before_reset`) against the f64 reference in `kestrel_reference::rnn`: every
+//! `linear_before_reset`) against the f64 reference in `kestrel_rt_reference::rnn`: every
 //! direction, every output, with and without initial states, every weight encoding (the
 //! reference gets the decoded weights), random non-zero inputs; the vectorised σ and tanh against
 //! libm; and the shape checks.
@@ -8,15 +8,15 @@
 mod common_layers;
 
 use common_layers::*;
-use kestrel_cpu::error::ShapeError;
-use kestrel_cpu::kernels::rnn::{rnn, rnn_scratch, RnnCell, RnnParams, RnnWeights};
-use kestrel_cpu::kernels::simd;
-use kestrel_format::ops::{GruReset, RnnDirection, RnnOutput};
-use kestrel_format::DType;
-use kestrel_reference::assert_close;
-use kestrel_reference::rnn::{self as r, Cell, RnnRef};
-use kestrel_reference::testing::{rnn_pick, rnn_reversed};
-use kestrel_reference::tolerance::{F32_APPROX, F32_KERNEL};
+use kestrel_rt_cpu::error::ShapeError;
+use kestrel_rt_cpu::kernels::rnn::{rnn, rnn_scratch, RnnCell, RnnParams, RnnWeights};
+use kestrel_rt_cpu::kernels::simd;
+use kestrel_rt_format::ops::{GruReset, RnnDirection, RnnOutput};
+use kestrel_rt_format::DType;
+use kestrel_rt_reference::assert_close;
+use kestrel_rt_reference::rnn::{self as r, Cell, RnnRef};
+use kestrel_rt_reference::testing::{rnn_pick, rnn_reversed};
+use kestrel_rt_reference::tolerance::{F32_APPROX, F32_KERNEL};
 use proptest::prelude::*;
 
 /// 64 cases per property (fast), unless `PROPTEST_CASES` asks for another count.
@@ -169,13 +169,13 @@ proptest! {
     fn simd_sigmoid_and_tanh_match_f64(
         xs in prop::collection::vec(prop_oneof![-30.0f32..30.0, -1.0f32..1.0, -1e-3f32..1e-3], 1..40),
     ) {
-        let want_s: Vec<f64> = xs.iter().map(|&x| kestrel_reference::mechanisms::sigmoid(f64::from(x))).collect();
+        let want_s: Vec<f64> = xs.iter().map(|&x| kestrel_rt_reference::mechanisms::sigmoid(f64::from(x))).collect();
         let want_t: Vec<f64> = xs.iter().map(|&x| f64::from(x).tanh()).collect();
         let (mut s, mut t) = (xs.clone(), xs.clone());
         simd::sigmoid(&mut s);
         simd::tanh(&mut t);
         // Element-wise relative accuracy (no floor from the largest element).
-        let tol = kestrel_reference::Tolerance { atol_frac: 0.0, ..F32_KERNEL };
+        let tol = kestrel_rt_reference::Tolerance { atol_frac: 0.0, ..F32_KERNEL };
         for (k, &x) in xs.iter().enumerate() {
             assert_close(&format!("sigmoid({x})"), &s[k..=k], &want_s[k..=k], tol);
             assert_close(&format!("tanh({x})"), &t[k..=k], &want_t[k..=k], tol);
@@ -187,7 +187,7 @@ proptest! {
 #[test]
 fn long_sequence_matches_reference() {
     let (t, i, h) = (64, 40, 48);
-    let mut rng = kestrel_reference::testing::Rng::new(7);
+    let mut rng = kestrel_rt_reference::testing::Rng::new(7);
     let mut nz = |n: usize, k: f64| (0..n).map(|_| rng.nz(k)).collect::<Vec<f32>>();
     let v: Values = (
         nz(t * i, 1.0),

@@ -6,11 +6,11 @@
 mod common_simd;
 
 use common_simd::isas;
-use kestrel_cpu::kernels::linear::linear_scalar_body;
-use kestrel_cpu::kernels::simd::{self, Isa};
-use kestrel_format::weight::{EncodedWeight, ViewStore};
-use kestrel_format::{DType, WeightView};
-use kestrel_reference::tolerance::{assert_close, F32_APPROX, F32_KERNEL};
+use kestrel_rt_cpu::kernels::linear::linear_scalar_body;
+use kestrel_rt_cpu::kernels::simd::{self, Isa};
+use kestrel_rt_format::weight::{EncodedWeight, ViewStore};
+use kestrel_rt_format::{DType, WeightView};
+use kestrel_rt_reference::tolerance::{assert_close, F32_APPROX, F32_KERNEL};
 use proptest::prelude::*;
 
 /// `x · Wᵀ` through every f32 dense kernel this CPU runs (one table for every ISA; the
@@ -101,7 +101,7 @@ fn gelu_on(isa: Isa, got: &mut [f32]) {
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = isa;
-        got.iter_mut().for_each(|v| *v = kestrel_cpu::math::gelu(*v));
+        got.iter_mut().for_each(|v| *v = kestrel_rt_cpu::math::gelu(*v));
     }
 }
 
@@ -270,7 +270,7 @@ proptest! {
             // SAFETY: supported ISAs only.
             unsafe { simd::x86::exp_sub(&mut one, m); simd::x86::exp_sub_each(&mut per, &each); }
             #[cfg(not(target_arch = "x86_64"))]
-            { one.iter_mut().for_each(|v| *v = kestrel_cpu::math::exp(*v - m)); per.iter_mut().zip(&each).for_each(|(v, &m)| *v = kestrel_cpu::math::exp(*v - m)); }
+            { one.iter_mut().for_each(|v| *v = kestrel_rt_cpu::math::exp(*v - m)); per.iter_mut().zip(&each).for_each(|(v, &m)| *v = kestrel_rt_cpu::math::exp(*v - m)); }
             for (i, &x) in xs.iter().enumerate() {
                 let w = (f64::from(x) - f64::from(m)).exp();
                 prop_assert!((f64::from(one[i]) - w).abs() <= bound(x, m, w), "{} exp({x} - {m}) = {}, want {w}", isa.name(), one[i]);
@@ -304,7 +304,7 @@ proptest! {
                 // SAFETY: supported ISAs only; num and den hold 70 ≥ q.len() elements.
                 unsafe { simd::x86::sigmoid_gate(&mut got, &num, d, s) };
                 #[cfg(not(target_arch = "x86_64"))]
-                got.iter_mut().enumerate().for_each(|(i, v)| *v = kestrel_cpu::math::sigmoid(*v) * num[i] * s / d.map_or(1.0, |d| d[i]));
+                got.iter_mut().enumerate().for_each(|(i, v)| *v = kestrel_rt_cpu::math::sigmoid(*v) * num[i] * s / d.map_or(1.0, |d| d[i]));
                 for (i, &x) in q.iter().enumerate() {
                     let sig = 1.0 / (1.0 + (-f64::from(x)).exp());
                     let w = sig * f64::from(num[i]) * f64::from(s) / d.map_or(1.0, |d| f64::from(d[i]));
@@ -359,7 +359,7 @@ proptest! {
 /// The int8 × int8 product in exact integers: `Σ_k quantize_act(x[r, k]) · w[o, k]`, `[rows, out]`.
 fn q8_reference(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize) -> Vec<i32> {
     let mut xq = vec![0i8; x.len()];
-    kestrel_format::weight::quantize_act(x, inv, &mut xq);
+    kestrel_rt_format::weight::quantize_act(x, inv, &mut xq);
     let mut acc = vec![0i32; rows * out];
     for r in 0..rows {
         for o in 0..out {
@@ -397,14 +397,14 @@ fn check_q8(rows: usize, out: usize, cols: usize, x: &[f32], w: &[i8]) {
     // the portable i32 loop): each output is its exact sum × the row scale × the activation
     // scale (0.25, exact), converted once.
     let scales: Vec<f32> = (0..out).map(|o| 0.003 + o as f32 * 0.001).collect();
-    let wv = WeightView::new(out, cols, kestrel_format::WeightData::I8 { q: w, scales: &scales }).unwrap();
+    let wv = WeightView::new(out, cols, kestrel_rt_format::WeightData::I8 { q: w, scales: &scales }).unwrap();
     let mut y = vec![f32::NAN; rows * out];
-    kestrel_cpu::kernels::linear::linear_q8(
+    kestrel_rt_cpu::kernels::linear::linear_q8(
         x,
         rows,
         &wv,
         None,
-        kestrel_format::ops::Activation::None,
+        kestrel_rt_format::ops::Activation::None,
         1.0 / inv,
         &mut y,
     );
@@ -415,8 +415,8 @@ fn check_q8(rows: usize, out: usize, cols: usize, x: &[f32], w: &[i8]) {
     let bias: Vec<f32> = (0..out).map(|o| o as f32 * 0.37 - 5.0).collect();
     let bv = WeightView::f32(1, out, &bias).unwrap();
     let mut y = vec![f32::NAN; rows * out];
-    let relu = kestrel_format::ops::Activation::Relu;
-    kestrel_cpu::kernels::linear::linear_q8(x, rows, &wv, Some(&bv), relu, 1.0 / inv, &mut y);
+    let relu = kestrel_rt_format::ops::Activation::Relu;
+    kestrel_rt_cpu::kernels::linear::linear_q8(x, rows, &wv, Some(&bv), relu, 1.0 / inv, &mut y);
     let expect: Vec<f32> = expect.iter().enumerate().map(|(i, &v)| (v + bias[i % out]).max(0.0)).collect();
     assert_eq!(y, expect, "linear_q8 int8 + bias + relu, rows {rows} out {out} cols {cols}");
     // Every packed int8 kernel this CPU has (one table for every ISA; the dispatch picks one),
@@ -473,8 +473,8 @@ fn raw_int4_case<A: Strategy<Value = f32>>(
     act: impl Fn() -> A,
 ) -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<u8>, Vec<f32>)> {
     (rows, 1usize..40, cols).prop_flat_map(move |(rows, out, cols)| {
-        let rb = kestrel_format::weight::int4_row_bytes(cols);
-        let g = kestrel_format::weight::int4_groups(cols);
+        let rb = kestrel_rt_format::weight::int4_row_bytes(cols);
+        let g = kestrel_rt_format::weight::int4_groups(cols);
         (
             Just(rows),
             Just(out),
@@ -497,7 +497,7 @@ proptest! {
         (rows, out, cols, x, bytes, sc) in raw_int4_case(prop_oneof![1usize..4, 8usize..20], prop_oneof![1usize..70, 250usize..300], || -2.0f32..2.0),
     ) {
         let scales: Vec<half::f16> = sc.iter().map(|&v| half::f16::from_f32(v)).collect();
-        let w = WeightView::new(out, cols, kestrel_format::WeightData::I4 { q: &bytes, scales: &scales }).unwrap();
+        let w = WeightView::new(out, cols, kestrel_rt_format::WeightData::I4 { q: &bytes, scales: &scales }).unwrap();
         let mut scalar = vec![0.0f32; rows * out];
         linear_scalar_body(&x, rows, &w, None, &mut scalar);
         let scalar64: Vec<f64> = scalar.iter().map(|&v| f64::from(v)).collect();
@@ -515,7 +515,7 @@ fn q8_i4_reference(x: &[f32], rows: usize, inv: f32, w: &WeightView<'_>) -> Vec<
     for r in 0..rows {
         for c0 in (0..cols).step_by(256) {
             let n = 256.min(cols - c0);
-            kestrel_format::weight::quantize_act(&x[r * cols + c0..r * cols + c0 + n], inv, &mut q[..n]);
+            kestrel_rt_format::weight::quantize_act(&x[r * cols + c0..r * cols + c0 + n], inv, &mut q[..n]);
             for o in 0..out {
                 y[r * out + o] += w.dot_row_q8(o, c0, &q[..n]).expect("int4 at a chunk boundary");
             }
@@ -535,13 +535,13 @@ proptest! {
         (rows, out, cols, x, bytes, sc) in raw_int4_case(prop_oneof![1usize..10, 60usize..70], prop_oneof![1usize..70, 250usize..530], q8_act),
     ) {
         let scales: Vec<half::f16> = sc.iter().map(|&v| half::f16::from_f32(v)).collect();
-        let w = WeightView::new(out, cols, kestrel_format::WeightData::I4 { q: &bytes, scales: &scales }).unwrap();
+        let w = WeightView::new(out, cols, kestrel_rt_format::WeightData::I4 { q: &bytes, scales: &scales }).unwrap();
         let inv = 4.0;
         let want = q8_i4_reference(&x, rows, inv, &w);
         // Through the dispatch on every platform: the activation scale (0.25, a power of two)
         // is applied after, exactly.
         let mut y = vec![f32::NAN; rows * out];
-        kestrel_cpu::kernels::linear::linear_q8(&x, rows, &w, None, kestrel_format::ops::Activation::None, 1.0 / inv, &mut y);
+        kestrel_rt_cpu::kernels::linear::linear_q8(&x, rows, &w, None, kestrel_rt_format::ops::Activation::None, 1.0 / inv, &mut y);
         let scaled: Vec<f32> = want.iter().map(|v| v * 0.25).collect();
         prop_assert_eq!(&y, &scaled, "linear_q8 int4, rows {} out {} cols {}", rows, out, cols);
         #[cfg(target_arch = "x86_64")]

@@ -5,8 +5,8 @@
 mod common_simd;
 
 use common_simd::isas;
-use kestrel_cpu::kernels::simd::{self, Isa};
-use kestrel_reference::tolerance::{assert_close, F32_APPROX};
+use kestrel_rt_cpu::kernels::simd::{self, Isa};
+use kestrel_rt_reference::tolerance::{assert_close, F32_APPROX};
 use proptest::prelude::*;
 
 /// [`simd::matmul_kn_rows`] for `isa` through its entry point (None: not available here).

@@ -1,8 +1,8 @@
-//! The row kernels of `kestrel_cpu::kernels::simd` (the per-row int8 quantiser of the attention
+//! The row kernels of `kestrel_rt_cpu::kernels::simd` (the per-row int8 quantiser of the attention
 //! internals, the strided transpose, AFT-local's window weights and weighted row sums): the
 //! dispatched kernel against the portable loop or f64, on random inputs.
 
-use kestrel_cpu::kernels::simd;
+use kestrel_rt_cpu::kernels::simd;
 use proptest::prelude::*;
 
 proptest! {
@@ -91,7 +91,7 @@ proptest! {
         // The scalar reference agrees at the same bar.
         for &x in &w {
             let want = (-f64::from(m)).exp() * f64::from(x).exp_m1();
-            let s = kestrel_cpu::math::exp_excess(x, m);
+            let s = kestrel_rt_cpu::math::exp_excess(x, m);
             prop_assert!((f64::from(s) - want).abs() <= 2e-6 * want.abs() + 1e-40);
         }
     }

@@ -6,13 +6,13 @@
 //! process-wide and the allocation count is global (every thread), so nothing else may run in
 //! this binary, libtest's own main thread included (it allocates while a test starts).
 
-use kestrel_cpu::kernels::linear::{linear, linear_q8, PAR_MIN_MACS};
-use kestrel_cpu::threads::{self, ThreadError, MAX_THREADS};
-use kestrel_format::ops::Activation;
-use kestrel_format::weight::{EncodedWeight, ViewStore};
-use kestrel_format::{DType, WeightView};
-use kestrel_reference::alloc_count::{count, Counting};
-use kestrel_reference::tolerance::{assert_close, F32_APPROX};
+use kestrel_rt_cpu::kernels::linear::{linear, linear_q8, PAR_MIN_MACS};
+use kestrel_rt_cpu::threads::{self, ThreadError, MAX_THREADS};
+use kestrel_rt_format::ops::Activation;
+use kestrel_rt_format::weight::{EncodedWeight, ViewStore};
+use kestrel_rt_format::{DType, WeightView};
+use kestrel_rt_reference::alloc_count::{count, Counting};
+use kestrel_rt_reference::tolerance::{assert_close, F32_APPROX};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;

@@ -10,8 +10,8 @@ pub struct Aligned<B: ?Sized>(pub B);
 /// Embeds a `.kes` file like `include_bytes!`, as a `&'static [u8]` aligned to 64 bytes.
 ///
 /// ```ignore
-/// static MODEL: &[u8] = kestrel_format::include_kes!("model.kes");
-/// let file = kestrel_format::KesFile::parse(MODEL)?;
+/// static MODEL: &[u8] = kestrel_rt_format::include_kes!("model.kes");
+/// let file = kestrel_rt_format::KesFile::parse(MODEL)?;
 /// ```
 #[macro_export]
 macro_rules! include_kes {

@@ -2,7 +2,7 @@
 //! existed (12 slots) still decodes, unchanged, with no mask; a masked record has a 13th slot
 //! before `y`, and the mask is listed among the inputs.
 
-use kestrel_format::ops::*;
+use kestrel_rt_format::ops::*;
 
 // x, wq, bq?, wk?, bk?, wv?, bv?, wa?, ba?, wo, bo?, y; variant, heads, causal, scale.
 const PLAIN: [u32; 12] = [0, 1, 2, 3, NONE, 5, 6, NONE, NONE, 9, NONE, 11];

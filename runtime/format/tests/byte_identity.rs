@@ -7,8 +7,8 @@
 mod common;
 
 use common::every_op;
-use kestrel_format::ops::*;
-use kestrel_format::{aligned_copy, KesFile};
+use kestrel_rt_format::ops::*;
+use kestrel_rt_format::{aligned_copy, KesFile};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -75,7 +75,7 @@ fn committed_models_re_encode_byte_identically() {
         let f = KesFile::parse(&buf).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let ops = f.ops().collect::<Result<Vec<_>, _>>().unwrap();
         let (inputs, outputs): (Vec<_>, Vec<_>) = (f.inputs().collect(), f.outputs().collect());
-        let (at, len) = section(&buf, kestrel_format::layout::section::GRAPH);
+        let (at, len) = section(&buf, kestrel_rt_format::layout::section::GRAPH);
         let again = graph_section(&ops, &inputs, &outputs);
         assert!(again.len() <= len, "{}", path.display());
         assert_eq!(buf[at..at + again.len()], again[..], "{}", path.display());

@@ -3,10 +3,10 @@
 
 mod common;
 
-use kestrel_format::ops::{Activation, AttentionVariant, Dense, LayerNorm, NormAxis, Proj, Reduce, ReduceOp};
-use kestrel_format::ops::{Attention, Internals};
-use kestrel_format::weight::EncodedWeight;
-use kestrel_format::*;
+use kestrel_rt_format::ops::{Activation, AttentionVariant, Dense, LayerNorm, NormAxis, Proj, Reduce, ReduceOp};
+use kestrel_rt_format::ops::{Attention, Internals};
+use kestrel_rt_format::weight::EncodedWeight;
+use kestrel_rt_format::*;
 use proptest::prelude::*;
 
 fn shape(d: &[u32]) -> Shape {
@@ -184,7 +184,7 @@ fn round_trip() {
     let bytes = file();
     let buf = aligned_copy(&bytes);
     let f = KesFile::parse(&buf).unwrap();
-    assert_eq!(f.version(), (1, kestrel_format::VERSION_MINOR));
+    assert_eq!(f.version(), (1, kestrel_rt_format::VERSION_MINOR));
     assert_eq!(f.meta().to_spec(), spec.meta);
     assert_eq!(f.meta().label(2), Some("émeu"));
     assert_eq!(f.meta().label(3), None);
@@ -301,7 +301,7 @@ fn other_major_versions_are_rejected() {
         let r = patched(|b| b[8..10].copy_from_slice(&major.to_le_bytes()));
         assert_eq!(
             r,
-            Err(Error::UnsupportedVersion { major, minor: kestrel_format::VERSION_MINOR, supported_major: 1 })
+            Err(Error::UnsupportedVersion { major, minor: kestrel_rt_format::VERSION_MINOR, supported_major: 1 })
         );
     }
 }
@@ -579,7 +579,7 @@ proptest! {
 
 #[test]
 fn every_op_kind_round_trips() {
-    use kestrel_format::ops::*;
+    use kestrel_rt_format::ops::*;
     let all = common::every_op();
     let mut tensors = vec![act("x", &[4, 8], 0)];
     for i in 1..13 {
@@ -631,7 +631,7 @@ fn activation_scales() {
     let bytes = write_model(&s).unwrap();
     let buf = aligned_copy(&bytes);
     let f = KesFile::parse(&buf).unwrap();
-    assert_eq!(f.version(), (1, kestrel_format::VERSION_MINOR));
+    assert_eq!(f.version(), (1, kestrel_rt_format::VERSION_MINOR));
     assert_eq!(f.tensor(3).unwrap().act_scale, Some(0.025));
     assert_eq!(f.tensor(0).unwrap().act_scale, None);
     for bad in [0.0, -1.0, f32::NAN, f32::INFINITY] {

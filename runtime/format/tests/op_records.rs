@@ -7,7 +7,7 @@
 /// than 0/1, or count_include_pad on a max pool is a typed error.
 #[test]
 fn pool2d_records_are_validated() {
-    use kestrel_format::ops::*;
+    use kestrel_rt_format::ops::*;
     let good = [1u32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1];
     let op = Op::decode(kind::POOL2D, &[0, 1], &good).unwrap();
     let want = Pool2d {
@@ -45,7 +45,7 @@ fn pool2d_records_are_validated() {
 /// still written without a fused activation) or ten (the activation code, checked).
 #[test]
 fn conv2d_records_with_and_without_an_activation() {
-    use kestrel_format::ops::*;
+    use kestrel_rt_format::ops::*;
     let conv = |act| {
         Op::Conv2d(Conv2d {
             x: 0,
@@ -82,7 +82,7 @@ fn conv2d_records_with_and_without_an_activation() {
 /// round-trips through the writer and the reader.
 #[test]
 fn layer_norm_records_with_and_without_an_axis() {
-    use kestrel_format::ops::*;
+    use kestrel_rt_format::ops::*;
     let ln = |axis| Op::LayerNorm(LayerNorm { x: 0, gamma: 1, beta: Some(2), eps: 1e-6, axis, y: 3 });
     let last = ln(NormAxis::Last).encode();
     assert_eq!(last.attrs(), [1e-6f32.to_bits()]);
@@ -108,8 +108,8 @@ fn layer_norm_records_with_and_without_an_axis() {
     ));
 
     // Whole files: the record's axis survives the writer, and the reader rejects a patched code.
-    use kestrel_format::weight::EncodedWeight;
-    use kestrel_format::*;
+    use kestrel_rt_format::weight::EncodedWeight;
+    use kestrel_rt_format::*;
     let w = |name: &str, v: f32| TensorSpec::Weight {
         name: name.into(),
         shape: Shape::new(&[4]).unwrap(),
@@ -148,7 +148,7 @@ fn layer_norm_records_with_and_without_an_axis() {
 /// reader, as 6 and 14 are to a reader from before them) is a typed error, not a panic.
 #[test]
 fn hard_sigmoid_codes_round_trip_and_the_next_codes_are_rejected() {
-    use kestrel_format::ops::*;
+    use kestrel_rt_format::ops::*;
     assert_eq!((Activation::HardSigmoid as u32, UnaryOp::HardSigmoid as u32), (6, 14));
     let conv = Op::Conv2d(Conv2d {
         x: 0,

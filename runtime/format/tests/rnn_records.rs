@@ -2,7 +2,7 @@
 //! LSTM's optional peephole slot and the GRU's optional reset attribute, and the round trip
 //! through `Op::encode` / `Op::decode`.
 
-use kestrel_format::ops::*;
+use kestrel_rt_format::ops::*;
 
 /// Decodes the record, checks it is `want`, and that `want` encodes back to the same words.
 fn round_trip(kind: u16, tensors: &[u32], attrs: &[u32], want: Op) -> Op {

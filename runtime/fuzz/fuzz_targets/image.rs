@@ -24,7 +24,7 @@ fn check_input_file(_path: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-use kestrel::format::Layout;
+use kestrel_rt::format::Layout;
 use libfuzzer_sys::fuzz_target;
 use preprocess::{ImagePrep, InputPrep};
 use std::sync::OnceLock;

@@ -3,7 +3,7 @@
 //! must not fail.
 #![no_main]
 
-use kestrel_format::{aligned_copy, reseal, KesFile, TensorKind};
+use kestrel_rt_format::{aligned_copy, reseal, KesFile, TensorKind};
 use libfuzzer_sys::fuzz_target;
 
 fn touch_all(f: &KesFile<'_>) {

@@ -1,14 +1,14 @@
-//! The CPU runtime's loader on arbitrary bytes: `kestrel_cpu::Model::parse` (container checks
+//! The CPU runtime's loader on arbitrary bytes: `kestrel_rt_cpu::Model::parse` (container checks
 //! plus every node's roles, shapes, kernel weights and the arena plan), on the bytes as given
 //! and resealed. When a model validates, a session of one sample is opened through the facade
-//! under a memory budget (`kestrel::Model::session_within`): a plan over the budget is a typed
+//! under a memory budget (`kestrel_rt::Model::session_within`): a plan over the budget is a typed
 //! `OverBudget` error (the fallible path, not skipped), one within it is allocated fallibly and
 //! run on deterministic inputs: a run may return an error (a token id out of range), never
 //! panic.
 #![no_main]
 
-use kestrel_cpu::{Input, Model};
-use kestrel_format::{aligned_copy, reseal, DType};
+use kestrel_rt_cpu::{Input, Model};
+use kestrel_rt_format::{aligned_copy, reseal, DType};
 use libfuzzer_sys::fuzz_target;
 
 /// The session's memory budget: larger plans must be refused with `OverBudget`.
@@ -18,14 +18,14 @@ const MAX_INPUT: usize = 1 << 16;
 
 fn exercise(bytes: &[u8]) {
     let Ok(model) = Model::parse(bytes) else { return };
-    let owned = kestrel::Model::from_bytes(bytes).expect("the facade accepts what the CPU loader accepts");
+    let owned = kestrel_rt::Model::from_bytes(bytes).expect("the facade accepts what the CPU loader accepts");
     let mut session = match owned.session_within(1, MAX_ARENA) {
         Ok(s) => s,
-        Err(kestrel::Error::OverBudget { needed, budget, .. }) => {
+        Err(kestrel_rt::Error::OverBudget { needed, budget, .. }) => {
             assert!(needed > budget && model.arena_bytes(1).is_none_or(|n| n > MAX_ARENA));
             return;
         }
-        Err(e @ (kestrel::Error::Run(_) | kestrel::Error::OutOfMemory { .. })) => {
+        Err(e @ (kestrel_rt::Error::Run(_) | kestrel_rt::Error::OutOfMemory { .. })) => {
             assert!(model.arena_bytes(1).is_none_or(|n| n > MAX_ARENA), "{e}");
             return;
         }

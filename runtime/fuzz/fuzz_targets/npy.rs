@@ -1,10 +1,10 @@
-//! The `.npy` reader (`kestrel::npy::parse`, behind `kestrel run/bench/profile --input` and
+//! The `.npy` reader (`kestrel_rt::npy::parse`, behind `kestrel run/bench/profile --input` and
 //! `convert --verify/--calibrate`) on arbitrary bytes: an error or an array whose element count
 //! is its shape's product and whose data came from the file — never a panic, an overflow or an
 //! allocation larger than the input.
 #![no_main]
 
-use kestrel::npy::{parse, Array};
+use kestrel_rt::npy::{parse, Array};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

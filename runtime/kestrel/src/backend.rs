@@ -2,7 +2,7 @@
 //! `--gpu-precision`, the C ABI's `KestrelBackend` and `KestrelGpuPrecision`, and the Swift,
 //! Kotlin and JNI wrappers over it): [`Backend`], [`GpuPrecision`] and [`place`], the AUTO policy.
 //!
-//! The GPU is the wgpu backend (`kestrel-wgpu`), compiled in with this crate's cargo feature
+//! The GPU is the wgpu backend (`kestrel-rt-wgpu`), compiled in with this crate's cargo feature
 //! `gpu`. Without it [`place`] answers [`NoGpu::NotBuilt`]: an error for [`Backend::Wgpu`], the
 //! CPU for [`Backend::Auto`].
 //!
@@ -123,7 +123,7 @@ impl Backend {
         match self {
             Backend::Cpu | Backend::Auto => true,
             #[cfg(feature = "gpu")]
-            Backend::Wgpu => gpu::shared_context(&kestrel_wgpu::AdapterChoice::from_env_or(None)).is_ok(),
+            Backend::Wgpu => gpu::shared_context(&kestrel_rt_wgpu::AdapterChoice::from_env_or(None)).is_ok(),
             #[cfg(not(feature = "gpu"))]
             Backend::Wgpu => false,
         }
@@ -155,7 +155,7 @@ pub enum NoGpu {
     /// No GPU can be used: no adapter, none matching the choice, or the device could not be
     /// created.
     #[cfg(feature = "gpu")]
-    Unavailable(kestrel_wgpu::GpuError),
+    Unavailable(kestrel_rt_wgpu::GpuError),
     /// AUTO only: the only adapter is a software renderer that was not named.
     Software {
         /// The adapter, described for humans.
@@ -167,14 +167,14 @@ pub enum NoGpu {
         /// The adapter, described for humans.
         adapter: String,
         /// What creating the session said.
-        error: kestrel_wgpu::GpuError,
+        error: kestrel_rt_wgpu::GpuError,
     },
 }
 
 impl NoGpu {
     /// The wgpu backend's own error, where there is one.
     #[cfg(feature = "gpu")]
-    pub fn gpu_error(&self) -> Option<&kestrel_wgpu::GpuError> {
+    pub fn gpu_error(&self) -> Option<&kestrel_rt_wgpu::GpuError> {
         match self {
             NoGpu::Unavailable(e) | NoGpu::Refused { error: e, .. } => Some(e),
             NoGpu::NotBuilt | NoGpu::Software { .. } => None,
@@ -215,9 +215,9 @@ pub enum Placement {
 #[cfg(feature = "gpu")]
 pub struct GpuPlacement {
     /// The session (weights uploaded, buffers allocated).
-    pub session: kestrel_wgpu::GpuSession,
+    pub session: kestrel_rt_wgpu::GpuSession,
     /// The shared device it runs on (held so it stays open while the session lives).
-    pub ctx: std::sync::Arc<kestrel_wgpu::GpuContext>,
+    pub ctx: std::sync::Arc<kestrel_rt_wgpu::GpuContext>,
     /// Samples per run: the capacity asked for, or fewer with [`Request::split_batches`].
     pub capacity: usize,
 }
@@ -225,7 +225,7 @@ pub struct GpuPlacement {
 /// Decides where `model` runs for batches of up to `capacity` samples and, for the GPU, makes
 /// the session; a CPU placement leaves the CPU session (and its arena) to the caller. AUTO's
 /// failures are [`Placement::Cpu`] with the reason; WGPU's are errors.
-pub fn place(request: &Request<'_>, model: &kestrel_cpu::Model<'_>, capacity: usize) -> Result<Placement, NoGpu> {
+pub fn place(request: &Request<'_>, model: &kestrel_rt_cpu::Model<'_>, capacity: usize) -> Result<Placement, NoGpu> {
     #[cfg(not(feature = "gpu"))]
     {
         let _ = (model, capacity);
@@ -278,7 +278,7 @@ mod tests {
 
     #[test]
     fn cpu_is_always_placed_and_available() {
-        let bytes = crate::demo::image_model(1, kestrel_format::DType::F32).expect("demo model");
+        let bytes = crate::demo::image_model(1, kestrel_rt_format::DType::F32).expect("demo model");
         let owned = crate::Model::from_bytes(&bytes).expect("demo model loads");
         let model = owned.cpu().expect("demo model parses");
         let r = Request { backend: Backend::Cpu, precision: GpuPrecision::F16, ..Default::default() };

@@ -7,8 +7,8 @@
 
 use crate::mechanisms::{Case, CASES};
 use crate::{Error, ModelBuilder};
-use kestrel_format::ops::*;
-use kestrel_format::DType;
+use kestrel_rt_format::ops::*;
+use kestrel_rt_format::DType;
 
 /// Deterministic xorshift generator for demo weights and inputs.
 #[derive(Clone, Debug)]

@@ -598,7 +598,7 @@ impl Classifier {
     /// Reads a model as an image classifier: one input with image preprocessing of exactly the
     /// input's size, at least one output (the first holds the class scores), and as many labels
     /// as classes when the metadata has labels.
-    pub fn of(model: &kestrel_cpu::Model<'_>) -> Result<Self, PrepError> {
+    pub fn of(model: &kestrel_rt_cpu::Model<'_>) -> Result<Self, PrepError> {
         if model.input_count() != 1 || model.output_count() < 1 {
             return Err(PrepError::Missing(format!(
                 "an image classifier has one input and at least one output; this model has {} and {}",
@@ -608,7 +608,7 @@ impl Classifier {
         }
         let meta = model.file().meta();
         let prep = InputPrep::from_meta(&meta)?;
-        let internal = |e: kestrel_cpu::RunError| PrepError::Invalid(e.to_string());
+        let internal = |e: kestrel_rt_cpu::RunError| PrepError::Invalid(e.to_string());
         let input = model.input(0).map_err(internal)?;
         if input.shape.numel() != Some(prep.numel()) {
             return Err(PrepError::Invalid(format!(

@@ -1,8 +1,8 @@
 //! Kestrel: an on-device inference runtime for efficient-attention models.
 //!
 //! This facade crate loads `.kes` files (memory-mapped or from bytes), builds models in code
-//! ([`ModelBuilder`]) and runs them on the CPU through [`kestrel_cpu`] with an owned arena.
-//! Embedded users depend on `kestrel-cpu` directly (no_std, caller-provided arena).
+//! ([`ModelBuilder`]) and runs them on the CPU through [`kestrel_rt_cpu`] with an owned arena.
+//! Embedded users depend on `kestrel-rt-cpu` directly (no_std, caller-provided arena).
 //!
 //! [`backend`] decides where a model runs (CPU, GPU, or AUTO's choice between them, and the GPU
 //! arithmetic) for the CLI and the C ABI alike; the GPU is the wgpu backend, compiled in with the
@@ -22,8 +22,8 @@ pub mod profile;
 mod storage;
 
 pub use builder::ModelBuilder;
-pub use kestrel_cpu::session::Input;
-pub use kestrel_format as format;
+pub use kestrel_rt_cpu::session::Input;
+pub use kestrel_rt_format as format;
 pub use model::{Model, Session};
 pub use storage::Storage;
 
@@ -42,13 +42,13 @@ pub enum Error {
     },
     /// The file is malformed.
     #[error(transparent)]
-    Format(#[from] kestrel_format::Error),
+    Format(#[from] kestrel_rt_format::Error),
     /// The model does not validate.
     #[error(transparent)]
-    Load(#[from] kestrel_cpu::LoadError),
+    Load(#[from] kestrel_rt_cpu::LoadError),
     /// A run failed.
     #[error(transparent)]
-    Run(#[from] kestrel_cpu::RunError),
+    Run(#[from] kestrel_rt_cpu::RunError),
     /// A `.npy` file is unreadable or has the wrong shape or dtype.
     #[error("{0}")]
     Npy(String),

@@ -6,7 +6,7 @@
 //! which order, of which shapes) is written once.
 
 use crate::{Error, ModelBuilder};
-use kestrel_format::ops::*;
+use kestrel_rt_format::ops::*;
 
 /// Every mechanism the runtime fuses (the papers' nine).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

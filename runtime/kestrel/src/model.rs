@@ -6,7 +6,7 @@
 
 use crate::storage::Storage;
 use crate::{mem, Error};
-use kestrel_cpu::session::Input;
+use kestrel_rt_cpu::session::Input;
 use std::path::Path;
 
 /// A validated model that owns its bytes.
@@ -55,13 +55,13 @@ impl Model {
     }
 
     /// The zero-copy CPU model over these bytes (parses and validates).
-    pub fn cpu(&self) -> Result<kestrel_cpu::Model<'_>, Error> {
-        Ok(kestrel_cpu::Model::parse(self.bytes())?)
+    pub fn cpu(&self) -> Result<kestrel_rt_cpu::Model<'_>, Error> {
+        Ok(kestrel_rt_cpu::Model::parse(self.bytes())?)
     }
 
     /// A session for batches of up to `capacity` samples, with its arena allocated once here
     /// (fallibly: [`Error::OutOfMemory`] when the memory is not there): with one scratch copy
-    /// per thread of the pool ([`kestrel_cpu::threads::threads`] now), so mechanism ops run
+    /// per thread of the pool ([`kestrel_rt_cpu::threads::threads`] now), so mechanism ops run
     /// several samples at once.
     pub fn session(&self, capacity: usize) -> Result<Session<'_>, Error> {
         self.session_within(capacity, usize::MAX)
@@ -80,10 +80,10 @@ impl Model {
             });
         }
         let arena = mem::zeroed_vec::<u8>(bytes, "the session's working memory (arena)")?;
-        let table = kestrel_cpu::Table::new(&model)?;
+        let table = kestrel_rt_cpu::Table::new(&model)?;
         let mut s = Session { model, arena, capacity, table };
         // Bind once so a bad capacity fails here, not at the first run.
-        kestrel_cpu::Session::new(&s.model, &mut s.arena, capacity)?.with_table(&s.table)?;
+        kestrel_rt_cpu::Session::new(&s.model, &mut s.arena, capacity)?.with_table(&s.table)?;
         Ok(s)
     }
 
@@ -115,28 +115,28 @@ impl Model {
 }
 
 /// [`Model::arena_bytes`] on a parsed model; the CPU runtime's own capacity error (zero, or
-/// past [`kestrel_cpu::Model::max_capacity`]) otherwise.
-pub(crate) fn arena_bytes(model: &kestrel_cpu::Model<'_>, capacity: usize) -> Result<usize, Error> {
-    let bad = kestrel_cpu::RunError::BadCapacity { max: model.max_capacity(), found: capacity };
+/// past [`kestrel_rt_cpu::Model::max_capacity`]) otherwise.
+pub(crate) fn arena_bytes(model: &kestrel_rt_cpu::Model<'_>, capacity: usize) -> Result<usize, Error> {
+    let bad = kestrel_rt_cpu::RunError::BadCapacity { max: model.max_capacity(), found: capacity };
     if capacity == 0 || capacity > model.max_capacity() {
         return Err(bad.into());
     }
-    Ok(model.arena_bytes_threads(capacity, kestrel_cpu::threads::threads()).ok_or(bad)?)
+    Ok(model.arena_bytes_threads(capacity, kestrel_rt_cpu::threads::threads()).ok_or(bad)?)
 }
 
-/// A model with an owned arena and its decoded entries ([`kestrel_cpu::Table`], so runs do
+/// A model with an owned arena and its decoded entries ([`kestrel_rt_cpu::Table`], so runs do
 /// not decode ops and tensor entries from the file at every node). [`run`](Session::run)
 /// allocates nothing.
 pub struct Session<'m> {
-    model: kestrel_cpu::Model<'m>,
+    model: kestrel_rt_cpu::Model<'m>,
     arena: Vec<u8>,
     capacity: usize,
-    table: kestrel_cpu::Table<'m>,
+    table: kestrel_rt_cpu::Table<'m>,
 }
 
 impl Session<'_> {
     /// The CPU model.
-    pub fn model(&self) -> &kestrel_cpu::Model<'_> {
+    pub fn model(&self) -> &kestrel_rt_cpu::Model<'_> {
         &self.model
     }
 
@@ -147,7 +147,8 @@ impl Session<'_> {
 
     /// Runs a batch (inferred from the input lengths) into caller-provided outputs.
     pub fn run(&mut self, inputs: &[Input<'_>], outputs: &mut [&mut [f32]]) -> Result<usize, Error> {
-        let mut s = kestrel_cpu::Session::new(&self.model, &mut self.arena, self.capacity)?.with_table(&self.table)?;
+        let mut s =
+            kestrel_rt_cpu::Session::new(&self.model, &mut self.arena, self.capacity)?.with_table(&self.table)?;
         Ok(s.run(inputs, outputs)?)
     }
 

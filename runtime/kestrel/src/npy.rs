@@ -1,7 +1,7 @@
 //! `.npy` arrays in and out of sessions: the batch is the first axis.
 
 use crate::Error;
-use kestrel_cpu::session::Input;
+use kestrel_rt_cpu::session::Input;
 use std::path::Path;
 
 /// An array read from a `.npy` file: f32 data or integer token ids.

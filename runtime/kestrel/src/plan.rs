@@ -12,8 +12,8 @@
 //! (`ModelBuilder::min_scratch`, `convert --min-memory`). Placement is greedy first-fit in
 //! definition order, largest first among ties.
 
-use kestrel_format::ops::{BinaryOp, LayerOp, Op, OpClass, TensorId};
-use kestrel_format::TENSOR_ALIGN;
+use kestrel_rt_format::ops::{BinaryOp, LayerOp, Op, OpClass, TensorId};
+use kestrel_rt_format::TENSOR_ALIGN;
 
 /// One activation the planner places.
 #[derive(Clone, Copy, Debug)]

@@ -1,7 +1,7 @@
 //! Per-op latency profiling on the CPU.
 //!
 //! [`profile`] runs a model `warmup + runs` times over one batch with
-//! [`kestrel_cpu::Session::run_with`] hooks that read a monotonic clock before and after every
+//! [`kestrel_rt_cpu::Session::run_with`] hooks that read a monotonic clock before and after every
 //! node, and keeps the per-run timings of every executed node (reshapes are views and are not
 //! executed). [`Profile`] summarises them (mean, percentiles, share of the total), knows each
 //! op's arithmetic cost where it is defined by its shapes ([`op_flops`]) and the bytes it must
@@ -10,8 +10,8 @@
 //! (`chrome://tracing`, Perfetto) with one complete event per op per run.
 
 use crate::{Error, Input, Model};
-pub use kestrel_core::cost::{op_bytes, op_flops, weight_bytes};
-use kestrel_format::KesFile;
+pub use kestrel_rt_core::cost::{op_bytes, op_flops, weight_bytes};
+use kestrel_rt_format::KesFile;
 use std::time::{Duration, Instant};
 
 /// Timings of one executed graph node over every measured run.
@@ -21,7 +21,7 @@ pub struct OpTiming {
     pub node: u32,
     /// Op kind name (`Dense`, `Attention`, ...).
     pub op: &'static str,
-    /// Whether the op is a fused mechanism ([`kestrel_format::Op::mechanism`]), not a layer.
+    /// Whether the op is a fused mechanism ([`kestrel_rt_format::Op::mechanism`]), not a layer.
     pub mechanism: bool,
     /// Name of the node's output tensor.
     pub output: String,
@@ -257,8 +257,8 @@ pub fn profile(model: &Model, inputs: &[Input<'_>], warmup: usize, runs: usize) 
     let arena_bytes = crate::model::arena_bytes(&cpu, batch)?;
     let mut arena = crate::mem::zeroed_vec::<u8>(arena_bytes, "the session's working memory (arena)")?;
     // Timed as `Session::run` runs: with the decoded table.
-    let table = kestrel_cpu::Table::new(&cpu)?;
-    let mut session = kestrel_cpu::Session::new(&cpu, &mut arena, batch)?.with_table(&table)?;
+    let table = kestrel_rt_cpu::Table::new(&cpu)?;
+    let mut session = kestrel_rt_cpu::Session::new(&cpu, &mut arena, batch)?.with_table(&table)?;
     let mut outs = output_buffers(&cpu, batch)?;
     let mut executed: Vec<u32> = Vec::new();
     {
@@ -347,7 +347,7 @@ impl OpTiming {
 }
 
 /// Zeroed outputs of `cpu` for `batch` samples (allocated fallibly).
-pub fn output_buffers(cpu: &kestrel_cpu::Model<'_>, batch: usize) -> Result<Vec<Vec<f32>>, Error> {
+pub fn output_buffers(cpu: &kestrel_rt_cpu::Model<'_>, batch: usize) -> Result<Vec<Vec<f32>>, Error> {
     let mut outs = Vec::with_capacity(cpu.output_count());
     for i in 0..cpu.output_count() {
         let n = batch.saturating_mul(cpu.output(i)?.shape.numel().unwrap_or(0));
@@ -358,7 +358,7 @@ pub fn output_buffers(cpu: &kestrel_cpu::Model<'_>, batch: usize) -> Result<Vec<
 
 /// The batch `inputs` hold: input 0's length over its per-sample size, an error unless it is a
 /// whole, non-empty batch.
-pub fn batch_of(cpu: &kestrel_cpu::Model<'_>, inputs: &[Input<'_>]) -> Result<usize, Error> {
+pub fn batch_of(cpu: &kestrel_rt_cpu::Model<'_>, inputs: &[Input<'_>]) -> Result<usize, Error> {
     let per = cpu.input(0)?.shape.numel().unwrap_or(1).max(1);
     let len = match inputs.first() {
         Some(Input::F32(d)) => d.len(),

@@ -13,7 +13,7 @@ pub enum Storage {
     /// A read-only private map of the file.
     Mapped(memmap2::Mmap),
     /// A 64-byte-aligned heap copy.
-    Owned(kestrel_format::AlignedBuf),
+    Owned(kestrel_rt_format::AlignedBuf),
 }
 
 impl Storage {
@@ -71,7 +71,7 @@ impl Storage {
 }
 
 /// A zeroed 64-byte-aligned buffer of `len` bytes, allocated fallibly.
-fn aligned(len: u64, what: &str) -> Result<kestrel_format::AlignedBuf, Error> {
+fn aligned(len: u64, what: &str) -> Result<kestrel_rt_format::AlignedBuf, Error> {
     let oom = || Error::OutOfMemory { what: what.into(), bytes: len };
-    kestrel_format::AlignedBuf::try_zeroed(usize::try_from(len).map_err(|_| oom())?).ok_or_else(oom)
+    kestrel_rt_format::AlignedBuf::try_zeroed(usize::try_from(len).map_err(|_| oom())?).ok_or_else(oom)
 }

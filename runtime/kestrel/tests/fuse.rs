@@ -1,10 +1,10 @@
 //! Fusion passes: each pattern fuses in every spelling we know, the fused model computes the
 //! same outputs, and a replacement that is wrong is rejected by the numerical check.
 
-use kestrel::demo::Rng;
-use kestrel::format::ops::*;
-use kestrel::fuse::fuse;
-use kestrel::{Input, Model, ModelBuilder};
+use kestrel_rt::demo::Rng;
+use kestrel_rt::format::ops::*;
+use kestrel_rt::fuse::fuse;
+use kestrel_rt::{Input, Model, ModelBuilder};
 
 fn scalar(b: &mut ModelBuilder, name: &str, v: f32) -> TensorId {
     b.weight(name, &[1], vec![v]).unwrap()
@@ -80,8 +80,8 @@ fn gelu_and_dense_activations_fuse_in_every_spelling() {
         assert!(err <= 1e-5 * scale, "fused model differs by {err} (scale {scale})");
         // The compacted file drops the constants the pattern used.
         let names: Vec<String> = {
-            let bytes = kestrel::format::aligned_copy(&b.build().unwrap());
-            let f = kestrel::format::KesFile::parse(&bytes).unwrap();
+            let bytes = kestrel_rt::format::aligned_copy(&b.build().unwrap());
+            let f = kestrel_rt::format::KesFile::parse(&bytes).unwrap();
             (0..f.tensor_count()).map(|i| f.tensor(i).unwrap().name.to_string()).collect()
         };
         assert!(!names.iter().any(|n| n == "half" || n == "one" || n.contains("sqrt2")), "{names:?}");
@@ -183,7 +183,7 @@ fn decomposed_masked_attention(sp: &Spelling, pad: Option<Padding>) -> ModelBuil
                 }
                 let tri = b.weight("wa_tril", &[t, t], wa).unwrap();
                 let n = b.ops().len() - 1;
-                let region = kestrel::builder::Region { nodes: vec![n], inputs: vec![xt], output: mixed };
+                let region = kestrel_rt::builder::Region { nodes: vec![n], inputs: vec![xt], output: mixed };
                 b.replace(&region, vec![Op::Dense(Dense { proj: Proj { w: tri, ..dn.proj }, ..dn })]).unwrap();
             }
             b.op(|y| Op::Transpose(Transpose { x: mixed, perm: [0, 2, 1, 0, 0, 0], y })).unwrap()
@@ -321,8 +321,8 @@ fn attention_with_a_computed_padding_mask_fuses_with_the_mask_input() {
                 let err = got.iter().zip(&want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
                 assert!(err <= 1e-5 * scale, "{what}: err {err}");
                 // The file round-trips the mask slot.
-                let bytes = kestrel::format::aligned_copy(&b.build().unwrap());
-                let f = kestrel::format::KesFile::parse(&bytes).unwrap();
+                let bytes = kestrel_rt::format::aligned_copy(&b.build().unwrap());
+                let f = kestrel_rt::format::KesFile::parse(&bytes).unwrap();
                 let masked =
                     (0..f.op_count()).filter(|&k| matches!(f.op(k).unwrap(), Op::Attention(a) if a.mask.is_some()));
                 assert_eq!(masked.count(), 1, "{what}");
@@ -385,7 +385,7 @@ fn attention_with_constant_terms(heads: usize, terms: &[(&[usize], bool)]) -> Mo
         new_ops.push(Op::Binary(Binary { a, b: bb, op: BinaryOp::Add, y }));
         s = y;
     }
-    let region = kestrel::builder::Region { nodes: vec![add], inputs: vec![bn.a], output: bn.y };
+    let region = kestrel_rt::builder::Region { nodes: vec![add], inputs: vec![bn.a], output: bn.y };
     b.replace(&region, new_ops).unwrap();
     b
 }
@@ -409,7 +409,7 @@ fn attention_with_constant_score_biases_fuses_with_a_constant_mask() {
     let ops: Vec<Op> = m2.ops().to_vec();
     let add = ops.iter().position(|o| matches!(o, Op::Binary(bn) if bn.b == mask)).unwrap();
     let Op::Binary(bn) = ops[add] else { unreachable!() };
-    let region = kestrel::builder::Region { nodes: vec![add], inputs: vec![bn.a], output: bn.y };
+    let region = kestrel_rt::builder::Region { nodes: vec![add], inputs: vec![bn.a], output: bn.y };
     m2.replace(&region, vec![Op::Binary(Binary { b: nm, ..bn })]).unwrap();
     let cases: Vec<(&str, ModelBuilder, Vec<u32>)> = vec![
         ("non-causal mask", m2, vec![6, 6]),
@@ -459,7 +459,7 @@ fn attention_with_a_computed_per_head_bias_fuses() {
             let w = b.weight("learned", &[h, t, t], Rng::new(3).vec(h * t * t, 1.0)).unwrap();
             let s2 = b.new_activation("biased", &dims).unwrap();
             let sm2 = b.new_activation("probs", &dims).unwrap();
-            let region = kestrel::builder::Region { nodes: vec![smi], inputs: vec![sm.x], output: sm.y };
+            let region = kestrel_rt::builder::Region { nodes: vec![smi], inputs: vec![sm.x], output: sm.y };
             b.replace(
                 &region,
                 vec![
@@ -612,12 +612,12 @@ fn attention_on_computed_activations_fuses_into_sdpa() {
         let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
         let err = a.iter().zip(&c).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
         assert!(err <= 1e-5 * scale, "spelling {spelling}: {err} of {scale}");
-        assert!(kestrel::fuse::unfused_attention(&fused).is_empty());
+        assert!(kestrel_rt::fuse::unfused_attention(&fused).is_empty());
     }
     let mut leaked = build(0, true);
     let report = fuse(&mut leaked);
     assert_eq!(report.fused.get("sdpa"), None, "{report:?}");
-    let unfused = kestrel::fuse::unfused_attention(&leaked);
+    let unfused = kestrel_rt::fuse::unfused_attention(&leaked);
     assert_eq!(unfused.len(), 1, "{unfused:?}");
     assert!(unfused[0].reason.contains("read elsewhere"), "{unfused:?}");
 }

@@ -1,13 +1,13 @@
-//! The channels-first passes of `kestrel::fuse`: a layer norm between transposes to and from
+//! The channels-first passes of `kestrel_rt::fuse`: a layer norm between transposes to and from
 //! channels-last becomes one channels-first `LayerNorm`, and a constant per-channel scale after a
 //! convolution or a dense layer is folded into its weights; the fused model computes what the
 //! original did, and look-alikes that are not these patterns are left alone.
 
-use kestrel::demo::Rng;
-use kestrel::format::ops::*;
-use kestrel::format::DType;
-use kestrel::fuse::{fuse, FusionReport};
-use kestrel::{Input, Model, ModelBuilder};
+use kestrel_rt::demo::Rng;
+use kestrel_rt::format::ops::*;
+use kestrel_rt::format::DType;
+use kestrel_rt::fuse::{fuse, FusionReport};
+use kestrel_rt::{Input, Model, ModelBuilder};
 
 const C: usize = 6;
 const H: usize = 3;
@@ -155,8 +155,8 @@ fn the_layer_scale_is_folded_into_the_weight_rows_and_the_bias() {
         assert_eq!(bias[o], old_b[o] * g);
     }
     assert_eq!(b.tensor_name(conv.proj.w), Some("pw"));
-    let bytes = kestrel::format::aligned_copy(&b.build().unwrap());
-    let f = kestrel::format::KesFile::parse(&bytes).unwrap();
+    let bytes = kestrel_rt::format::aligned_copy(&b.build().unwrap());
+    let f = kestrel_rt::format::KesFile::parse(&bytes).unwrap();
     let names: Vec<String> = (0..f.tensor_count()).map(|i| f.tensor(i).unwrap().name.to_string()).collect();
     assert!(!names.iter().any(|n| n == "layer_scale"), "{names:?}");
 }
@@ -173,7 +173,7 @@ fn conv_of(b: &ModelBuilder) -> Conv2d {
 
 /// Replaces node `i` of `b` by `op` (same output), for building look-alikes from [`block`].
 fn with_node(mut b: ModelBuilder, i: usize, op: Op) -> ModelBuilder {
-    let region = kestrel::builder::Region { nodes: vec![i], inputs: vec![], output: b.ops()[i].output() };
+    let region = kestrel_rt::builder::Region { nodes: vec![i], inputs: vec![], output: b.ops()[i].output() };
     b.replace(&region, vec![op]).unwrap();
     b
 }

@@ -2,10 +2,10 @@
 //! unfold), channels-last dense layers between transposes run as 1×1 convolutions, and the bias
 //! and activation after them folded in. Each fused model computes the same outputs.
 
-use kestrel::demo::Rng;
-use kestrel::format::ops::*;
-use kestrel::fuse::fuse;
-use kestrel::{Input, Model, ModelBuilder};
+use kestrel_rt::demo::Rng;
+use kestrel_rt::format::ops::*;
+use kestrel_rt::fuse::fuse;
+use kestrel_rt::{Input, Model, ModelBuilder};
 
 fn run(b: &ModelBuilder, n: usize) -> Vec<f32> {
     let model = Model::from_bytes(&b.build().unwrap()).unwrap();

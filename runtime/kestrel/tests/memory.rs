@@ -1,10 +1,10 @@
 //! Sessions under a memory budget, fallible allocation, and what `Model::load` owns.
 
-use kestrel::format::DType;
-use kestrel::{Error, Input, Model};
+use kestrel_rt::format::DType;
+use kestrel_rt::{Error, Input, Model};
 
 fn demo() -> Vec<u8> {
-    kestrel::demo::image_model(7, DType::F32).unwrap()
+    kestrel_rt::demo::image_model(7, DType::F32).unwrap()
 }
 
 #[test]
@@ -38,7 +38,7 @@ fn sessions_over_budget_allocate_nothing_and_say_so() {
     // A capacity whose arena overflows the address space: the CPU runtime's error, with its
     // real maximum (not "between 1 and 0").
     let e = m.session(usize::MAX / 2).err().unwrap();
-    assert!(matches!(e, Error::Run(kestrel_cpu::RunError::BadCapacity { .. })), "{e}");
+    assert!(matches!(e, Error::Run(kestrel_rt_cpu::RunError::BadCapacity { .. })), "{e}");
     assert!(e.to_string().contains("too large") && !e.to_string().contains("at most 0"), "{e}");
     // capacity_within never offers a capacity the runtime would refuse.
     let max = m.cpu().unwrap().max_capacity();

@@ -6,10 +6,10 @@
 mod common_graph;
 
 use common_graph::{reference_batch, run_session, Feed, Rng, DTYPES};
-use kestrel::demo::{image_model, text_model};
-use kestrel::Model;
-use kestrel_reference::tolerance::F32_MODEL;
-use kestrel_reference::{assert_close, compare};
+use kestrel_rt::demo::{image_model, text_model};
+use kestrel_rt::Model;
+use kestrel_rt_reference::tolerance::F32_MODEL;
+use kestrel_rt_reference::{assert_close, compare};
 
 const BATCH: usize = 3;
 
@@ -57,7 +57,7 @@ fn text_model_matches_f64_interpreter_for_every_encoding() {
 /// scaling bench and the fuzz seeds build from, checked case by case.
 #[test]
 fn every_mechanism_case_matches_f64_interpreter() {
-    use kestrel::mechanisms::{Case, Mechanism, CASES};
+    use kestrel_rt::mechanisms::{Case, Mechanism, CASES};
     let mut cases: Vec<Case> = CASES.to_vec();
     cases.push(Case { rank: 0, ..Case::new(Mechanism::AftFull) });
     cases.push(Case { band: true, causal: true, window: 2, ..Case::new(Mechanism::AftLocal) });
@@ -68,7 +68,7 @@ fn every_mechanism_case_matches_f64_interpreter() {
     }
     let (t, d) = (12usize, 8usize);
     for case in cases {
-        let bytes = kestrel::demo::layer_model(&case, t, d, kestrel::format::DType::F32, 0xCA5E).unwrap();
+        let bytes = kestrel_rt::demo::layer_model(&case, t, d, kestrel_rt::format::DType::F32, 0xCA5E).unwrap();
         let model = Model::from_bytes(&bytes).unwrap();
         let mut rng = Rng::new(0xFEED);
         let x: Vec<f32> = (0..BATCH * t * d).map(|_| rng.uniform(1.0)).collect();

@@ -1,9 +1,9 @@
 //! `run` performs zero heap allocations: proved with a counting global allocator.
 
-use kestrel::demo::{image_model, text_model, Rng};
-use kestrel::format::DType;
-use kestrel::{Input, Model};
-use kestrel_reference::alloc_count::{count_this_thread as count, Counting};
+use kestrel_rt::demo::{image_model, text_model, Rng};
+use kestrel_rt::format::DType;
+use kestrel_rt::{Input, Model};
+use kestrel_rt_reference::alloc_count::{count_this_thread as count, Counting};
 
 // Counted per thread: the test harness runs tests on parallel threads, and only the thread inside
 // `count` is measured.
@@ -50,12 +50,12 @@ fn run_allocates_nothing_with_token_ids() {
 
 #[test]
 fn the_no_std_core_runs_over_a_stack_arena_without_allocating() {
-    let bytes = kestrel::format::aligned_copy(&image_model(1, DType::I8).unwrap());
+    let bytes = kestrel_rt::format::aligned_copy(&image_model(1, DType::I8).unwrap());
     let ((), n) = count(|| {
-        let model = kestrel_cpu::Model::parse(&bytes).unwrap();
+        let model = kestrel_rt_cpu::Model::parse(&bytes).unwrap();
         let mut arena = [0u8; 128 * 1024];
         assert!(model.arena_bytes(1).unwrap() <= arena.len());
-        let mut s = kestrel_cpu::Session::new(&model, &mut arena, 1).unwrap();
+        let mut s = kestrel_rt_cpu::Session::new(&model, &mut arena, 1).unwrap();
         let x = [0.25f32; 256];
         let mut out = [0f32; 10];
         s.run(&[Input::F32(&x)], &mut [&mut out]).unwrap();

@@ -1,6 +1,6 @@
 //! `.npy` reading and writing: dtypes, shapes, and clear errors.
 
-use kestrel::npy::{batch_of, encode_f32, parse, read, write_f32, Array};
+use kestrel_rt::npy::{batch_of, encode_f32, parse, read, write_f32, Array};
 
 fn tmp(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("kestrel-npy-{}-{name}", std::process::id()))
@@ -10,7 +10,7 @@ fn tmp(name: &str) -> std::path::PathBuf {
 fn raw_npy(descr: &str, fortran: bool, shape: &[usize], body: &[u8]) -> Vec<u8> {
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
     let shape_s = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
-    kestrel_reference::testing::npy_raw(descr, fortran, &shape_s, body)
+    kestrel_rt_reference::testing::npy_raw(descr, fortran, &shape_s, body)
 }
 
 #[test]
@@ -130,7 +130,7 @@ fn batch_is_the_first_axis_and_the_rest_must_match() {
 /// panic `bench`, `convert --verify` and `convert --calibrate`).
 #[test]
 fn headers_must_match_the_data() {
-    use kestrel::npy::parse;
+    use kestrel_rt::npy::parse;
     let four: Vec<u8> = [1f32, 2.0, 3.0, 4.0].iter().flat_map(|v| v.to_le_bytes()).collect();
     let cases: [(&str, Vec<usize>, &[u8], &str); 5] = [
         ("2^60 elements", vec![1 << 30, 1 << 30], &four, "needs"),
@@ -161,6 +161,6 @@ fn headers_must_match_the_data() {
 
 #[test]
 fn non_finite_values_are_found() {
-    assert_eq!(kestrel::npy::non_finite(&[1.0, 2.0]), None);
-    assert_eq!(kestrel::npy::non_finite(&[1.0, f32::NAN, 0.0, f32::INFINITY]), Some((2, 1)));
+    assert_eq!(kestrel_rt::npy::non_finite(&[1.0, 2.0]), None);
+    assert_eq!(kestrel_rt::npy::non_finite(&[1.0, f32::NAN, 0.0, f32::INFINITY]), Some((2, 1)));
 }

@@ -7,10 +7,10 @@ mod common_ops;
 
 use common_graph::{Feed, Rng};
 use common_ops::*;
-use kestrel::format::ops::*;
-use kestrel::format::DType;
-use kestrel::{Error, Model, ModelBuilder};
-use kestrel_reference::testing::standard_attention;
+use kestrel_rt::format::ops::*;
+use kestrel_rt::format::DType;
+use kestrel_rt::{Error, Model, ModelBuilder};
+use kestrel_rt_reference::testing::standard_attention;
 
 // ---------------------------------------------------------------- fused mechanisms
 
@@ -104,7 +104,7 @@ fn grouped_attention_with_masks_every_variant() {
                 let draw = |c: &mut Ctx| -> Vec<f32> {
                     (0..blocks)
                         .flat_map(|_| {
-                            kestrel_reference::testing::random_mask(&mut c.rng, T, per_query, causal, -100.0, true)
+                            kestrel_rt_reference::testing::random_mask(&mut c.rng, T, per_query, causal, -100.0, true)
                         })
                         .collect()
                 };
@@ -140,7 +140,9 @@ fn attention_with_a_mask_input_every_variant() {
                 let mask_dims: &[usize] = if per_query { &[T, T] } else { &[T] };
                 let m = c.b.input("mask", mask_dims)?;
                 let v: Vec<f32> = (0..BATCH)
-                    .flat_map(|_| kestrel_reference::testing::random_mask(&mut c.rng, T, per_query, causal, fill, true))
+                    .flat_map(|_| {
+                        kestrel_rt_reference::testing::random_mask(&mut c.rng, T, per_query, causal, fill, true)
+                    })
                     .collect();
                 c.feeds.push(Feed::F32(v));
                 attention(c, x, variant, heads, causal, Some(m), [true, true])
@@ -175,7 +177,7 @@ fn attention_with_a_per_head_or_constant_bias_every_variant() {
                     let draw = |c: &mut Ctx| -> Vec<f32> {
                         (0..blocks)
                             .flat_map(|_| {
-                                kestrel_reference::testing::random_mask(&mut c.rng, T, per_query, causal, fill, true)
+                                kestrel_rt_reference::testing::random_mask(&mut c.rng, T, per_query, causal, fill, true)
                             })
                             .collect()
                     };
@@ -478,7 +480,7 @@ fn gather_every_axis_and_index_kind() {
 /// batch's indices and its value; a constant one is refused when the model loads.
 #[test]
 fn gather_indices_out_of_range_are_errors() {
-    use kestrel_cpu::RunError;
+    use kestrel_rt_cpu::RunError;
     let (n, k) = (5usize, 3usize);
     let mut b = ModelBuilder::new("gather range");
     let x = b.input("x", &[n, 2]).unwrap();
@@ -489,20 +491,21 @@ fn gather_indices_out_of_range_are_errors() {
     let xv: Vec<f32> = (0..2 * n * 2).map(|i| i as f32).collect();
     let mut s = model.session(2).unwrap();
     // In range, both ends and negative ones.
-    let ok = s.run_vec(&[kestrel::Input::F32(&xv), kestrel::Input::F32(&[0.0, 4.0, -5.0, -1.0, 2.0, 3.0])]).unwrap();
+    let ok =
+        s.run_vec(&[kestrel_rt::Input::F32(&xv), kestrel_rt::Input::F32(&[0.0, 4.0, -5.0, -1.0, 2.0, 3.0])]).unwrap();
     assert_eq!(ok[0], [0.0, 1.0, 8.0, 9.0, 0.0, 1.0, 18.0, 19.0, 14.0, 15.0, 16.0, 17.0]);
     for (at, bad) in [(4usize, 5.0f32), (0, -6.0), (2, 1.5), (5, f32::NAN), (3, f32::INFINITY), (1, -0.5)] {
         let mut iv = vec![1.0f32; 2 * k];
         iv[at] = bad;
-        let err = s.run_vec(&[kestrel::Input::F32(&xv), kestrel::Input::F32(&iv)]).unwrap_err();
+        let err = s.run_vec(&[kestrel_rt::Input::F32(&xv), kestrel_rt::Input::F32(&iv)]).unwrap_err();
         match err {
-            kestrel::Error::Run(RunError::IndexOutOfRange { position, value_bits, len }) => {
+            kestrel_rt::Error::Run(RunError::IndexOutOfRange { position, value_bits, len }) => {
                 assert_eq!((position, len), (at, n), "{bad}");
                 assert_eq!(value_bits, bad.to_bits());
             }
             other => panic!("{bad}: {other}"),
         }
-        let msg = s.run_vec(&[kestrel::Input::F32(&xv), kestrel::Input::F32(&iv)]).unwrap_err().to_string();
+        let msg = s.run_vec(&[kestrel_rt::Input::F32(&xv), kestrel_rt::Input::F32(&iv)]).unwrap_err().to_string();
         assert!(msg.contains("not an integer in -5..5"), "{msg}");
     }
     // Constant indices out of range: the builder's validation and the loader refuse the file.

@@ -15,8 +15,8 @@ mod common_graph;
 mod common_ops;
 
 use common_ops::*;
-use kestrel::format::ops::*;
-use kestrel::format::MAX_RANK;
+use kestrel_rt::format::ops::*;
+use kestrel_rt::format::MAX_RANK;
 
 // ---------------------------------------------------------------- layer and generic ops
 

@@ -1,8 +1,8 @@
 //! The memory planner never lets two simultaneously live activations share bytes, and reuses
 //! memory when lifetimes allow.
 
-use kestrel::plan::{plan, PlanTensor};
-use kestrel_format::ops::{Activation, Binary, BinaryOp, Dense, Op, Proj, Reshape, Unary, UnaryOp};
+use kestrel_rt::plan::{plan, PlanTensor};
+use kestrel_rt_format::ops::{Activation, Binary, BinaryOp, Dense, Op, Proj, Reshape, Unary, UnaryOp};
 use proptest::prelude::*;
 
 /// A random chain-with-skips graph: tensor 0 is the input; node i writes tensor i+1 from one or

@@ -1,12 +1,12 @@
 //! The per-op profiler: one timing per executed node per run, FLOP counts from shapes, and a
 //! Chrome trace with one event per op per run.
 
-use kestrel::format::{DType, Op};
-use kestrel::profile::{op_bytes, op_flops, profile, Timed};
-use kestrel::{Input, Model};
+use kestrel_rt::format::{DType, Op};
+use kestrel_rt::profile::{op_bytes, op_flops, profile, Timed};
+use kestrel_rt::{Input, Model};
 
 fn demo() -> Model {
-    Model::from_bytes(&kestrel::demo::image_model(3, DType::F32).unwrap()).unwrap()
+    Model::from_bytes(&kestrel_rt::demo::image_model(3, DType::F32).unwrap()).unwrap()
 }
 
 #[test]
@@ -93,10 +93,10 @@ fn zero_runs_and_partial_batches_are_errors() {
 
 /// A one-Dense model `x [5, 40] → y [5, 3]` with its weight stored as `dtype` and an f32 bias.
 fn dense_model(dtype: DType) -> Model {
-    use kestrel::format::ops::{Activation, Dense, Proj};
-    let mut b = kestrel::ModelBuilder::new("dense");
+    use kestrel_rt::format::ops::{Activation, Dense, Proj};
+    let mut b = kestrel_rt::ModelBuilder::new("dense");
     let x = b.input("x", &[5, 40]).unwrap();
-    let w = b.weight_as("w", &[3, 40], kestrel::demo::Rng::new(1).vec(120, 0.5), dtype).unwrap();
+    let w = b.weight_as("w", &[3, 40], kestrel_rt::demo::Rng::new(1).vec(120, 0.5), dtype).unwrap();
     let bias = b.weight_as("b", &[3], vec![0.1, 0.2, 0.3], DType::F32).unwrap();
     let y = b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: Some(bias) }, act: Activation::None, y })).unwrap();
     b.output(y);
@@ -146,7 +146,7 @@ fn every_op_of_the_demo_has_bytes_except_reshapes() {
         let mut seen = Vec::new();
         op.for_each_input(|id| {
             let t = file.tensor(id).unwrap();
-            if t.kind == kestrel::format::TensorKind::Activation && !seen.contains(&id) {
+            if t.kind == kestrel_rt::format::TensorKind::Activation && !seen.contains(&id) {
                 seen.push(id);
                 acts += t.len;
             }

@@ -1,6 +1,6 @@
 //! LSTM and GRU through the whole stack — `ModelBuilder` (shape inference, memory plan with the
 //! kernels' scratch) → `.kes` bytes → `Model` → `Session` — against the f64 graph interpreter
-//! (`kestrel_reference::rnn` with the weights decoded from the loaded file), in every weight
+//! (`kestrel_rt_reference::rnn` with the weights decoded from the loaded file), in every weight
 //! encoding, every direction and output, with and without initial states, LSTMs with and without
 //! peepholes and GRUs with either `linear_before_reset`, at batch 3 and batch 1 per sample. A
 //! second graph reads two outputs of one recurrence (two nodes) and feeds Y into a dense layer.
@@ -8,12 +8,12 @@
 mod common_graph;
 
 use common_graph::{reference_batch, run_session, Feed, Rng, DTYPES};
-use kestrel::format::ops::*;
-use kestrel::format::DType;
-use kestrel::{Model, ModelBuilder};
-use kestrel_reference::alloc_count::{count_this_thread, Counting};
-use kestrel_reference::assert_close;
-use kestrel_reference::tolerance::F32_APPROX;
+use kestrel_rt::format::ops::*;
+use kestrel_rt::format::DType;
+use kestrel_rt::{Model, ModelBuilder};
+use kestrel_rt_reference::alloc_count::{count_this_thread, Counting};
+use kestrel_rt_reference::assert_close;
+use kestrel_rt_reference::tolerance::F32_APPROX;
 
 const BATCH: usize = 3;
 
@@ -189,7 +189,7 @@ fn recurrent_runs_allocate_nothing() {
         let mut sess = model.session(BATCH).unwrap();
         let Feed::F32(xs) = &c.feeds[0] else { unreachable!() };
         let mut y = vec![0f32; BATCH * h];
-        let (res, n) = count_this_thread(|| sess.run(&[kestrel::Input::F32(xs)], &mut [&mut y]));
+        let (res, n) = count_this_thread(|| sess.run(&[kestrel_rt::Input::F32(xs)], &mut [&mut y]));
         res.unwrap();
         assert_eq!(n, 0, "{dtype:?}: run allocated {n} times");
         assert!(y.iter().all(|v| v.is_finite()) && y.iter().any(|&v| v != 0.0));

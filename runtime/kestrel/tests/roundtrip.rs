@@ -1,9 +1,9 @@
 //! Models built in code from every mechanism round-trip through writer → file → zero-copy
 //! reader → session with bit-identical outputs, for every weight encoding and batch size.
 
-use kestrel::demo::{image_model, text_model, Rng};
-use kestrel::format::DType;
-use kestrel::{Input, Model};
+use kestrel_rt::demo::{image_model, text_model, Rng};
+use kestrel_rt::format::DType;
+use kestrel_rt::{Input, Model};
 
 const DTYPES: [DType; 4] = [DType::F32, DType::F16, DType::I8, DType::I4];
 
@@ -122,7 +122,7 @@ fn wrong_inputs_are_clear_errors() {
     // Arena too small for the capacity.
     let cpu = model.cpu().unwrap();
     let mut arena = vec![0u8; cpu.arena_bytes(2).unwrap() - 1];
-    assert!(kestrel_cpu::Session::new(&cpu, &mut arena, 2).is_err());
+    assert!(kestrel_rt_cpu::Session::new(&cpu, &mut arena, 2).is_err());
     assert!(model.session(0).is_err());
 }
 
@@ -134,16 +134,16 @@ fn any_arena_alignment_works() {
     let mut want = vec![0f32; 10];
     let n = cpu.arena_bytes(1).unwrap();
     let mut buf = vec![0u8; n + 8];
-    kestrel_cpu::Session::new(&cpu, &mut buf[..n], 1).unwrap().run(&[Input::F32(&x)], &mut [&mut want]).unwrap();
+    kestrel_rt_cpu::Session::new(&cpu, &mut buf[..n], 1).unwrap().run(&[Input::F32(&x)], &mut [&mut want]).unwrap();
     for shift in 1..8 {
         let mut got = vec![0f32; 10];
         let arena = &mut buf[shift..shift + n];
-        kestrel_cpu::Session::new(&cpu, arena, 1).unwrap().run(&[Input::F32(&x)], &mut [&mut got]).unwrap();
+        kestrel_rt_cpu::Session::new(&cpu, arena, 1).unwrap().run(&[Input::F32(&x)], &mut [&mut got]).unwrap();
         assert_eq!(got, want, "arena shifted by {shift}");
     }
 }
 
-/// A session lent the model's decoded table (what `kestrel::Session` does) gives bit-identical
+/// A session lent the model's decoded table (what `kestrel_rt::Session` does) gives bit-identical
 /// outputs to one decoding every entry from the file, for every encoding and mechanism of the
 /// demo models; a table built from another model is refused.
 #[test]
@@ -152,7 +152,7 @@ fn decoded_table_runs_bit_identically_and_only_for_its_model() {
         for bytes in [image_model(7, dtype).unwrap(), text_model(7, dtype).unwrap()] {
             let model = Model::from_bytes(&bytes).unwrap();
             let cpu = model.cpu().unwrap();
-            let table = kestrel_cpu::Table::new(&cpu).unwrap();
+            let table = kestrel_rt_cpu::Table::new(&cpu).unwrap();
             let input = cpu.input(0).unwrap();
             let n = input.shape.numel().unwrap();
             let (xf, xi): (Vec<f32>, Vec<i32>) = (images(2, 9)[..2 * n].to_vec(), (0..2 * n as i32).collect());
@@ -160,9 +160,9 @@ fn decoded_table_runs_bit_identically_and_only_for_its_model() {
             let outs = cpu.output(0).unwrap().shape.numel().unwrap() * 2;
             let mut arena = vec![0u8; cpu.arena_bytes(2).unwrap()];
             let (mut plain, mut tabled) = (vec![0f32; outs], vec![0f32; outs]);
-            kestrel_cpu::Session::new(&cpu, &mut arena, 2).unwrap().run(&[x], &mut [&mut plain]).unwrap();
+            kestrel_rt_cpu::Session::new(&cpu, &mut arena, 2).unwrap().run(&[x], &mut [&mut plain]).unwrap();
             arena.fill(0xA5);
-            let s = kestrel_cpu::Session::new(&cpu, &mut arena, 2).unwrap();
+            let s = kestrel_rt_cpu::Session::new(&cpu, &mut arena, 2).unwrap();
             s.with_table(&table).unwrap().run(&[x], &mut [&mut tabled]).unwrap();
             assert_eq!(plain, tabled, "{dtype:?}");
             assert!(plain.iter().all(|v| v.is_finite()), "{dtype:?}");
@@ -173,8 +173,8 @@ fn decoded_table_runs_bit_identically_and_only_for_its_model() {
         Model::from_bytes(&image_model(2, DType::F32).unwrap()).unwrap(),
     );
     let (ca, cb) = (a.cpu().unwrap(), b.cpu().unwrap());
-    let other = kestrel_cpu::Table::new(&cb).unwrap();
+    let other = kestrel_rt_cpu::Table::new(&cb).unwrap();
     let mut arena = vec![0u8; ca.arena_bytes(1).unwrap()];
-    let e = kestrel_cpu::Session::new(&ca, &mut arena, 1).unwrap().with_table(&other).err().unwrap();
+    let e = kestrel_rt_cpu::Session::new(&ca, &mut arena, 1).unwrap().with_table(&other).err().unwrap();
     assert!(e.to_string().contains("another model"), "{e}");
 }

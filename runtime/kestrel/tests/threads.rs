@@ -5,11 +5,11 @@
 //! No libtest harness (`harness = false` in Cargo.toml): the thread count is process-wide and
 //! allocations are counted on every thread, libtest's own main thread included.
 
-use kestrel::demo::{image_model, text_model, Rng};
-use kestrel::format::DType;
-use kestrel::{Input, Model};
-use kestrel_cpu::threads;
-use kestrel_reference::alloc_count::{count, Counting};
+use kestrel_rt::demo::{image_model, text_model, Rng};
+use kestrel_rt::format::DType;
+use kestrel_rt::{Input, Model};
+use kestrel_rt_cpu::threads;
+use kestrel_rt_reference::alloc_count::{count, Counting};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -36,14 +36,14 @@ fn run(
 
 /// One Standard attention layer (T = 6, d = 8, 2 heads) with a `[T]` key mask input.
 fn masked_attention_model(dtype: DType) -> Vec<u8> {
-    use kestrel::format::ops::Proj;
-    use kestrel_reference::testing::standard_attention;
-    let mut b = kestrel::ModelBuilder::new("masked");
+    use kestrel_rt::format::ops::Proj;
+    use kestrel_rt_reference::testing::standard_attention;
+    let mut b = kestrel_rt::ModelBuilder::new("masked");
     b.set_weight_dtype(dtype);
     let mut rng = Rng::new(9);
     let x = b.input("x", &[6, 8]).unwrap();
     let mask = b.input("mask", &[6]).unwrap();
-    let mut proj = |b: &mut kestrel::ModelBuilder| {
+    let mut proj = |b: &mut kestrel_rt::ModelBuilder| {
         let w = b.weight("w", &[8, 8], rng.vec(64, 0.4)).unwrap();
         let bias = b.weight("b", &[8], rng.vec(8, 0.1)).unwrap();
         Proj { w, b: Some(bias) }

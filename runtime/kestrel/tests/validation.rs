@@ -2,10 +2,10 @@
 //! invalid program are rejected at load with a typed error naming what is wrong (never a panic,
 //! never a failure at run time).
 
-use kestrel::format::ops::{Activation, Dense, Op, Proj, Reshape, Unary, UnaryOp};
-use kestrel::format::weight::EncodedWeight;
-use kestrel::format::{aligned_copy, write_model, DType, MemoryPlan, MetadataSpec, ModelSpec, Shape, TensorSpec};
-use kestrel_cpu::{LoadError, Model, ShapeError};
+use kestrel_rt::format::ops::{Activation, Dense, Op, Proj, Reshape, Unary, UnaryOp};
+use kestrel_rt::format::weight::EncodedWeight;
+use kestrel_rt::format::{aligned_copy, write_model, DType, MemoryPlan, MetadataSpec, ModelSpec, Shape, TensorSpec};
+use kestrel_rt_cpu::{LoadError, Model, ShapeError};
 
 fn act(name: &str, dims: &[u32], offset: u64) -> TensorSpec {
     TensorSpec::Activation {
@@ -74,12 +74,12 @@ fn scratch_must_cover_the_largest_node() {
     // A layer norm needs 2·d scratch elements for its decoded γ and β.
     s.tensors.push(weight("gamma", &[8]));
     s.tensors.push(act("n", &[4, 8], 128));
-    s.ops.push(Op::LayerNorm(kestrel::format::ops::LayerNorm {
+    s.ops.push(Op::LayerNorm(kestrel_rt::format::ops::LayerNorm {
         x: 4,
         gamma: 5,
         beta: None,
         eps: 1e-5,
-        axis: kestrel::format::ops::NormAxis::Last,
+        axis: kestrel_rt::format::ops::NormAxis::Last,
         y: 6,
     }));
     s.outputs = vec![6];

@@ -5,7 +5,7 @@
 //!
 //! ```ignore
 //! #[global_allocator]
-//! static GLOBAL: kestrel_reference::alloc_count::Counting = kestrel_reference::alloc_count::Counting;
+//! static GLOBAL: kestrel_rt_reference::alloc_count::Counting = kestrel_rt_reference::alloc_count::Counting;
 //! ```
 //!
 //! The process-wide counter needs a `harness = false` test with its own `main`: libtest's main

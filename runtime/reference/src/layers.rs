@@ -22,17 +22,17 @@ pub enum Act {
     HardSigmoid,
 }
 
-/// Element-wise unary functions: the format's table (`kestrel_format::ops::UnaryOp`), whose
+/// Element-wise unary functions: the format's table (`kestrel_rt_format::ops::UnaryOp`), whose
 /// rows hold each function's f64 definition ([`unary_scalar`] evaluates it).
-pub use kestrel_format::ops::UnaryOp as UnaryFn;
+pub use kestrel_rt_format::ops::UnaryOp as UnaryFn;
 
-/// Element-wise binary functions: the format's table (`kestrel_format::ops::BinaryOp`), whose
+/// Element-wise binary functions: the format's table (`kestrel_rt_format::ops::BinaryOp`), whose
 /// rows hold each function's f64 definition ([`binary_scalar`] evaluates it).
-pub use kestrel_format::ops::BinaryOp as BinaryFn;
+pub use kestrel_rt_format::ops::BinaryOp as BinaryFn;
 
-/// Reductions: the format's table (`kestrel_format::ops::ReduceOp`), whose rows hold each
+/// Reductions: the format's table (`kestrel_rt_format::ops::ReduceOp`), whose rows hold each
 /// reduction's f64 definition ([`reduce`] applies it along an axis).
-pub use kestrel_format::ops::ReduceOp as ReduceFn;
+pub use kestrel_rt_format::ops::ReduceOp as ReduceFn;
 
 fn numel(shape: &[usize]) -> usize {
     shape.iter().product()

@@ -4,11 +4,11 @@
 
 use crate::layers::{Act, BinaryFn, PoolFn, ReduceFn, UnaryFn};
 use crate::mechanisms::AttentionKind;
-use kestrel_core::Input;
-use kestrel_format::ops::{
+use kestrel_rt_core::Input;
+use kestrel_rt_format::ops::{
     Activation, Attention, AttentionVariant, BinaryOp, Internals, Op, PoolKind, Proj, ReduceOp, TensorId, UnaryOp,
 };
-use kestrel_format::DType;
+use kestrel_rt_format::DType;
 
 /// The four weight encodings.
 pub const DTYPES: [DType; 4] = [DType::F32, DType::F16, DType::I8, DType::I4];
@@ -163,8 +163,8 @@ pub fn attention_kind(v: AttentionVariant) -> AttentionKind {
 }
 
 /// Per direction, whether it runs backwards (the reference's spelling of a format direction).
-pub fn rnn_reversed(d: kestrel_format::ops::RnnDirection) -> &'static [bool] {
-    use kestrel_format::ops::RnnDirection;
+pub fn rnn_reversed(d: kestrel_rt_format::ops::RnnDirection) -> &'static [bool] {
+    use kestrel_rt_format::ops::RnnDirection;
     match d {
         RnnDirection::Forward => &[false],
         RnnDirection::Reverse => &[true],
@@ -173,8 +173,8 @@ pub fn rnn_reversed(d: kestrel_format::ops::RnnDirection) -> &'static [bool] {
 }
 
 /// The reference output a format recurrent node produces.
-pub fn rnn_pick(out: &crate::rnn::RnnOut, which: kestrel_format::ops::RnnOutput) -> Vec<f64> {
-    use kestrel_format::ops::RnnOutput;
+pub fn rnn_pick(out: &crate::rnn::RnnOut, which: kestrel_rt_format::ops::RnnOutput) -> Vec<f64> {
+    use kestrel_rt_format::ops::RnnOutput;
     match which {
         RnnOutput::Y => out.y.clone(),
         RnnOutput::Hidden => out.y_h.clone(),
@@ -240,7 +240,7 @@ impl Feed {
 
 /// A version-1.0 `.npy` file with this header (`descr`, the Fortran-order flag, the shape as
 /// Python tuple text) over `body`, header padded per the NumPy spec: the tests' files in dtypes,
-/// layouts and shapes (true or lying) that `kestrel::npy::write_f32` does not produce.
+/// layouts and shapes (true or lying) that `kestrel_rt::npy::write_f32` does not produce.
 pub fn npy_raw(descr: &str, fortran: bool, shape: &str, body: &[u8]) -> Vec<u8> {
     let mut header = format!(
         "{{'descr': '{descr}', 'fortran_order': {}, 'shape': {shape}, }}",
@@ -261,7 +261,7 @@ pub fn npy_raw(descr: &str, fortran: bool, shape: &str, body: &[u8]) -> Vec<u8> 
 /// inside, else folded in by its magnitude, `lo + |v| mod (hi − lo)` (deterministic, and spread
 /// over the interval as `v` is over its own).
 ///
-/// [`test_domain`]: kestrel_format::ops::UnaryOp::test_domain
+/// [`test_domain`]: kestrel_rt_format::ops::UnaryOp::test_domain
 pub fn into_domain(domain: [f32; 2], v: f32) -> f32 {
     let [lo, hi] = domain;
     if (lo..=hi).contains(&v) {

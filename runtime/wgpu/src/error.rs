@@ -1,7 +1,7 @@
 //! Errors of the wgpu backend. Input errors reuse the CPU runtime's [`RunError`] so both backends
 //! word them the same way.
 
-use kestrel_core::RunError;
+use kestrel_rt_core::RunError;
 
 /// Why a GPU context, session or run failed.
 #[derive(Debug, thiserror::Error)]

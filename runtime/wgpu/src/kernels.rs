@@ -4,7 +4,7 @@
 
 use crate::params::Layout;
 use crate::GpuError;
-use kestrel_format::ops::{BinaryOp, ReduceOp, UnaryOp};
+use kestrel_rt_format::ops::{BinaryOp, ReduceOp, UnaryOp};
 use std::collections::HashMap;
 
 pub(crate) use crate::params::PARAM_WORDS;

@@ -2,7 +2,7 @@
 //!
 //! * [`GpuContext`] opens an adapter (by name, index, `KESTREL_ADAPTER` or the best one) and
 //!   its device; [`GpuError::NoAdapter`] tells the caller to fall back to the CPU.
-//! * [`GpuSession::new`] lowers a validated [`kestrel_core::Model`] to dispatches, uploads the
+//! * [`GpuSession::new`] lowers a validated [`kestrel_rt_core::Model`] to dispatches, uploads the
 //!   model file once (weights stay in their stored encoding: f32, f16, int8 with per-row
 //!   scales, int4 with group-32 f16 scales, dequantised in the shaders), and allocates the
 //!   arena (the file's memory plan scaled by the batch capacity, plus GPU scratch), the

@@ -6,9 +6,9 @@ use crate::compile::{self, numel, Dispatch};
 use crate::device::GpuContext;
 use crate::kernels::{Arith, PipelineCache, Variant, PARAM_BYTES, PARAM_WORDS, WORKGROUP};
 use crate::{GpuError, Tuning};
-use kestrel_core::{Input, RunError};
-use kestrel_format::ops::Op;
-use kestrel_format::{DType, TensorId};
+use kestrel_rt_core::{Input, RunError};
+use kestrel_rt_format::ops::Op;
+use kestrel_rt_format::{DType, TensorId};
 use std::time::{Duration, Instant};
 
 /// Longest wait for one submission before it is reported as a hang.
@@ -140,7 +140,7 @@ impl GpuSession {
     /// (f32 arithmetic). Every op has a GPU lowering (the lowering's matches over ops are
     /// exhaustive, so a new op does not compile without one); a model the lowering cannot take is
     /// a [`GpuError::Model`] here, before anything runs.
-    pub fn new(ctx: &GpuContext, model: &kestrel_core::Model<'_>, capacity: usize) -> Result<Self, GpuError> {
+    pub fn new(ctx: &GpuContext, model: &kestrel_rt_core::Model<'_>, capacity: usize) -> Result<Self, GpuError> {
         Self::with_options(ctx, model, capacity, &SessionOptions::default())
     }
 
@@ -148,7 +148,7 @@ impl GpuSession {
     /// `SHADER_F16` is a [`GpuError::F16Unsupported`]; [`Precision::Auto`] falls back to f32 there.
     pub fn with_options(
         ctx: &GpuContext,
-        model: &kestrel_core::Model<'_>,
+        model: &kestrel_rt_core::Model<'_>,
         capacity: usize,
         options: &SessionOptions,
     ) -> Result<Self, GpuError> {
@@ -331,7 +331,7 @@ impl GpuSession {
     pub fn read_activation(
         &self,
         id: TensorId,
-        file: &kestrel_format::KesFile<'_>,
+        file: &kestrel_rt_format::KesFile<'_>,
         batch: usize,
     ) -> Result<Vec<f32>, GpuError> {
         let t = file.tensor(id).map_err(|e| GpuError::Model(e.to_string()))?;
@@ -390,7 +390,7 @@ impl GpuSession {
         if outputs.len() != self.outputs.len() {
             return Err(RunError::Arity { what: "outputs", expected: self.outputs.len(), found: outputs.len() }.into());
         }
-        let batch = kestrel_core::batch_of(inputs, |i| Ok(self.inputs[i].n), cap)?;
+        let batch = kestrel_rt_core::batch_of(inputs, |i| Ok(self.inputs[i].n), cap)?;
         for (i, (inp, io)) in inputs.iter().zip(&self.inputs).enumerate() {
             let ok =
                 matches!((io.dtype, inp), (DType::F32, _) | (DType::I32, Input::I32(_)) | (DType::I32, Input::I64(_)));
@@ -459,8 +459,11 @@ impl GpuSession {
             // values, exactly) or an i32 token id (checked against every vocabulary reading it).
             let word = |position: usize, v: i64| -> Result<u32, GpuError> {
                 if as_f32 {
-                    let x =
-                        kestrel_core::exact_f32(v).ok_or(RunError::IntegerNotExact { input: i, position, value: v })?;
+                    let x = kestrel_rt_core::exact_f32(v).ok_or(RunError::IntegerNotExact {
+                        input: i,
+                        position,
+                        value: v,
+                    })?;
                     return Ok(x.to_bits());
                 }
                 let id = i32::try_from(v).map_err(|_| RunError::IdTooLarge { input: i, position, id: v })?;

@@ -9,9 +9,9 @@ mod common;
 use common::{
     argmax_rows, demo_image_model, gpu, gpu_f16, measure, run_cpu, run_gpu, run_gpu_at, top1_with_margin, Feed, DTYPES,
 };
-use kestrel_onnx::{convert, model_dirs, read_npy, ConvertOptions, InputData};
-use kestrel_reference::tolerance::F32_MODEL;
-use kestrel_wgpu::Precision;
+use kestrel_rt_onnx::{convert, model_dirs, read_npy, ConvertOptions, InputData};
+use kestrel_rt_reference::tolerance::F32_MODEL;
+use kestrel_rt_wgpu::Precision;
 use std::path::PathBuf;
 
 /// The fixture bar of the issue: relative error ≤ 1e-4 of the output's largest magnitude.
@@ -28,18 +28,18 @@ fn demo_models_match_cpu_in_every_encoding() {
         for (name, bytes, feed, classes) in [
             (
                 "image",
-                kestrel::demo::image_model(7, dtype).unwrap(),
-                Feed::F32(kestrel::demo::Rng::new(3).vec(batch * 256, 1.0)),
+                kestrel_rt::demo::image_model(7, dtype).unwrap(),
+                Feed::F32(kestrel_rt::demo::Rng::new(3).vec(batch * 256, 1.0)),
                 10,
             ),
             (
                 "text",
-                kestrel::demo::text_model(7, dtype).unwrap(),
+                kestrel_rt::demo::text_model(7, dtype).unwrap(),
                 Feed::I64((0..batch * 24).map(|i| ((i * 37 + 11) % 100) as i64).collect()),
                 2,
             ),
         ] {
-            let model = kestrel::Model::from_bytes(&bytes).unwrap();
+            let model = kestrel_rt::Model::from_bytes(&bytes).unwrap();
             let want = run_cpu(&model, std::slice::from_ref(&feed), batch);
             let got = run_gpu(&g, &model, std::slice::from_ref(&feed), batch, batch);
             let (ratio, rel) = measure(&got[0], &want[0], F32_MODEL);
@@ -81,7 +81,7 @@ fn every_fixture_matches_cpu_at_f32() {
     let mut worst = 0f64;
     for d in &dirs {
         let (name, kes, feed, batch) = fixture(d);
-        let model = kestrel::Model::from_bytes(&kes).unwrap();
+        let model = kestrel_rt::Model::from_bytes(&kes).unwrap();
         let want = run_cpu(&model, std::slice::from_ref(&feed), batch);
         let t0 = std::time::Instant::now();
         let got = run_gpu(&g, &model, std::slice::from_ref(&feed), batch, batch);
@@ -105,7 +105,7 @@ fn demo_models_and_fixtures_keep_top1_at_f16() {
     let Some(g) = gpu_f16() else { return };
     let mut failures = Vec::new();
     let (mut worst_rel, mut min_margin) = (0f64, f64::MAX);
-    let mut check = |name: String, model: &kestrel::Model, feed: &Feed, batch: usize| {
+    let mut check = |name: String, model: &kestrel_rt::Model, feed: &Feed, batch: usize| {
         let want = run_cpu(model, std::slice::from_ref(feed), batch);
         let got = run_gpu_at(&g, model, std::slice::from_ref(feed), batch, batch, Precision::F16);
         let n = want[0].len() / batch;
@@ -122,17 +122,17 @@ fn demo_models_and_fixtures_keep_top1_at_f16() {
     };
     let batch = 4;
     for dtype in DTYPES {
-        let image = kestrel::demo::image_model(7, dtype).unwrap();
-        let feed = Feed::F32(kestrel::demo::Rng::new(3).vec(batch * 256, 1.0));
-        check(format!("demo image {dtype:?}"), &kestrel::Model::from_bytes(&image).unwrap(), &feed, batch);
-        let text = kestrel::demo::text_model(7, dtype).unwrap();
+        let image = kestrel_rt::demo::image_model(7, dtype).unwrap();
+        let feed = Feed::F32(kestrel_rt::demo::Rng::new(3).vec(batch * 256, 1.0));
+        check(format!("demo image {dtype:?}"), &kestrel_rt::Model::from_bytes(&image).unwrap(), &feed, batch);
+        let text = kestrel_rt::demo::text_model(7, dtype).unwrap();
         let feed = Feed::I64((0..batch * 24).map(|i| ((i * 37 + 11) % 100) as i64).collect());
-        check(format!("demo text {dtype:?}"), &kestrel::Model::from_bytes(&text).unwrap(), &feed, batch);
+        check(format!("demo text {dtype:?}"), &kestrel_rt::Model::from_bytes(&text).unwrap(), &feed, batch);
     }
     let dirs = fixture_dirs();
     for d in &dirs {
         let (name, kes, feed, batch) = fixture(d);
-        check(name, &kestrel::Model::from_bytes(&kes).unwrap(), &feed, batch);
+        check(name, &kestrel_rt::Model::from_bytes(&kes).unwrap(), &feed, batch);
     }
     println!(
         "f16: {} fixtures + 8 demo models, worst max rel {worst_rel:.2e}, smallest top-1 margin {min_margin:.2e}",
@@ -146,10 +146,10 @@ fn profile_times_every_node() {
     let Some(g) = gpu() else { return };
     let model = demo_image_model();
     let cpu = model.cpu().unwrap();
-    let mut s = kestrel_wgpu::GpuSession::new(&g, &cpu, 2).unwrap();
-    let x = kestrel::demo::Rng::new(5).vec(2 * 256, 1.0);
+    let mut s = kestrel_rt_wgpu::GpuSession::new(&g, &cpu, 2).unwrap();
+    let x = kestrel_rt::demo::Rng::new(5).vec(2 * 256, 1.0);
     let mut out = vec![0f32; 20];
-    let (batch, profile) = s.run_profiled(&[kestrel::Input::F32(&x)], &mut [&mut out]).unwrap();
+    let (batch, profile) = s.run_profiled(&[kestrel_rt::Input::F32(&x)], &mut [&mut out]).unwrap();
     assert_eq!(batch, 2);
     assert_eq!(profile.nodes.len() as u32, cpu.file().op_count());
     let want = run_cpu(&model, &[Feed::F32(x)], 2);
@@ -159,7 +159,7 @@ fn profile_times_every_node() {
         println!("{:>4} {:<12} {:?}", n.node, n.op, n.duration);
     }
     if g.has_timestamps() {
-        assert_eq!(profile.source, kestrel_wgpu::TimingSource::Timestamps);
+        assert_eq!(profile.source, kestrel_rt_wgpu::TimingSource::Timestamps);
         // Views (reshapes) and nodes whose work another node's dispatch took over (a residual
         // Add, a LayerNorm in the next dense layer's prologue) dispatch nothing and have no
         // time; every other node is timed.
@@ -182,6 +182,6 @@ fn profile_times_every_node() {
         let total: std::time::Duration = profile.nodes.iter().filter_map(|n| n.duration).sum();
         assert!(total > std::time::Duration::ZERO, "timestamps measured nothing");
     } else {
-        assert_eq!(profile.source, kestrel_wgpu::TimingSource::WholeSubmission);
+        assert_eq!(profile.source, kestrel_rt_wgpu::TimingSource::WholeSubmission);
     }
 }

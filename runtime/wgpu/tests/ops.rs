@@ -15,13 +15,13 @@ mod cases;
 mod common;
 
 use common::{gpu, gpu_f16, measure, Feed, DTYPES, F16_KERNEL};
-use kestrel::demo::Rng;
-use kestrel::format::ops::*;
-use kestrel::format::DType;
-use kestrel::{Error, Input, ModelBuilder};
-use kestrel_reference::testing::into_domain;
-use kestrel_reference::tolerance::{Tolerance, F32_KERNEL};
-use kestrel_wgpu::{
+use kestrel_rt::demo::Rng;
+use kestrel_rt::format::ops::*;
+use kestrel_rt::format::DType;
+use kestrel_rt::{Error, Input, ModelBuilder};
+use kestrel_rt_reference::testing::into_domain;
+use kestrel_rt_reference::tolerance::{Tolerance, F32_KERNEL};
+use kestrel_rt_wgpu::{
     Arith, DeviceOptions, Family, GpuContext, GpuError, GpuSession, Kernel, Precision, SessionOptions, Tuning, Variant,
 };
 use std::collections::{BTreeMap, BTreeSet};
@@ -80,7 +80,7 @@ impl Ctx {
         Ok(id)
     }
     /// An attention mask input `[T]` (or `[T, T]` with `per_query`), one random padding mask
-    /// per sample (`kestrel_reference::testing::random_mask`: masked positions `fill`, kept ones
+    /// per sample (`kestrel_rt_reference::testing::random_mask`: masked positions `fill`, kept ones
     /// a random bias; never a row with every visible key masked), or with `full_row`, query row
     /// 0 of a `[T, T]` mask masked entirely (uniform weights for a finite fill, zero for −∞).
     fn mask_input(
@@ -93,10 +93,10 @@ impl Ctx {
     ) -> Result<TensorId, Error> {
         let dims = if per_query { vec![t, t] } else { vec![t] };
         let id = self.b.input(&format!("x{}", self.feeds.len()), &dims)?;
-        let mut rng = kestrel_reference::testing::Rng::new(self.rng.vec(1, 1.0)[0].to_bits().into());
+        let mut rng = kestrel_rt_reference::testing::Rng::new(self.rng.vec(1, 1.0)[0].to_bits().into());
         let mut v = Vec::new();
         for _ in 0..BATCH {
-            let mut m = kestrel_reference::testing::random_mask(&mut rng, t, per_query, causal, fill, true);
+            let mut m = kestrel_rt_reference::testing::random_mask(&mut rng, t, per_query, causal, fill, true);
             if full_row {
                 m[..t].fill(fill);
             }
@@ -117,10 +117,16 @@ impl Ctx {
         let v = self.vals(dims.iter().product(), scale);
         self.b.weight(&format!("w{}", self.n), dims, v)
     }
-    /// A mechanism layer of the shared case table ([`kestrel::mechanisms::Case::add`]) reading
-    /// `x [t, d]`, its weights drawn from this context ([`kestrel::demo::random_layer`]).
-    fn layer(&mut self, layer: &kestrel::mechanisms::Case, x: TensorId, t: usize, d: usize) -> Result<TensorId, Error> {
-        kestrel::demo::random_layer(&mut self.b, layer, x, (t, d), &mut self.rng, &mut self.n)
+    /// A mechanism layer of the shared case table ([`kestrel_rt::mechanisms::Case::add`]) reading
+    /// `x [t, d]`, its weights drawn from this context ([`kestrel_rt::demo::random_layer`]).
+    fn layer(
+        &mut self,
+        layer: &kestrel_rt::mechanisms::Case,
+        x: TensorId,
+        t: usize,
+        d: usize,
+    ) -> Result<TensorId, Error> {
+        kestrel_rt::demo::random_layer(&mut self.b, layer, x, (t, d), &mut self.rng, &mut self.n)
     }
     fn proj(&mut self, out: usize, inp: usize, bias: bool) -> Result<Proj, Error> {
         let a = 1.0 / (inp as f32).sqrt();
@@ -134,7 +140,7 @@ struct Case {
     family: &'static str,
     name: String,
     /// The op gives only 0 or 1 (or 0 where a select picks nothing), so a case may give all
-    /// zeros on random values; kestrel-cpu's `every_elementwise_row_on_special_values` checks
+    /// zeros on random values; kestrel-rt-cpu's `every_elementwise_row_on_special_values` checks
     /// both outcomes against the definitions.
     zeros_ok: bool,
     build: Build,
@@ -387,12 +393,12 @@ fn mechanism_cases() -> Vec<Case> {
     }
     v.extend(cases::attention_cases());
     v.extend(cases::score_bias_cases());
-    // AFT and Fastformer layers as the shared case table builds them (`kestrel::mechanisms::Case`,
+    // AFT and Fastformer layers as the shared case table builds them (`kestrel_rt::mechanisms::Case`,
     // `Case::add`: the builder of the demo, the benches and the reference tests), over shapes
     // that stress the kernels: full and factorised AFT-full biases; AFT-local's w full `[T, T]`
     // (files from before the band) and as its band `[T, 2s − 1]`, windows from 1 to past T;
     // AFT-conv on 3×4, 4×4 and 2×5 grids (`conv_grid`); causal and not; one to four heads.
-    use kestrel::mechanisms::{Case as Layer, Mechanism as M};
+    use kestrel_rt::mechanisms::{Case as Layer, Mechanism as M};
     let (full, local) = (Layer::new(M::AftFull), Layer::new(M::AftLocal));
     let (conv, ff) = (Layer::new(M::AftConv), Layer::new(M::Fastformer));
     let mut layers = vec![
@@ -505,14 +511,14 @@ fn large_cases() -> Vec<Case> {
     v
 }
 
-fn build(c: &Case, dtype: DType, seed: u64) -> (kestrel::Model, Vec<Feed>) {
+fn build(c: &Case, dtype: DType, seed: u64) -> (kestrel_rt::Model, Vec<Feed>) {
     let mut b = ModelBuilder::new(&c.name);
     b.set_weight_dtype(dtype);
     let mut ctx = Ctx { b, rng: Rng::new(seed), feeds: Vec::new(), n: 0 };
     let y = (c.build)(&mut ctx).unwrap_or_else(|e| panic!("{}: {e}", c.name));
     ctx.b.output(y);
     let bytes = ctx.b.build().unwrap_or_else(|e| panic!("{}: {e}", c.name));
-    (kestrel::Model::from_bytes(&bytes).expect("loads"), ctx.feeds)
+    (kestrel_rt::Model::from_bytes(&bytes).expect("loads"), ctx.feeds)
 }
 
 /// Runs every case in every encoding at `precision`; panics listing every failure; prints the
@@ -801,7 +807,7 @@ fn f16_arithmetic_rounds_and_f32_does_not() {
     let w = b.weight("w", &[1, 8], vec![1.0; 8]).unwrap();
     let y = b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: None }, act: Activation::None, y })).unwrap();
     b.output(y);
-    let model = kestrel::Model::from_bytes(&b.build().unwrap()).unwrap();
+    let model = kestrel_rt::Model::from_bytes(&b.build().unwrap()).unwrap();
     let cpu = model.cpu().unwrap();
     let xs = [1.0 + 2f32.powi(-12), 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
     let exact = 8.0 + 2f32.powi(-12);
@@ -820,7 +826,7 @@ fn f16_arithmetic_rounds_and_f32_does_not() {
 fn f16_without_shader_f16_is_a_typed_error_and_auto_falls_back() {
     let Some(g) = gpu() else { return };
     let no_f16 = GpuContext::with_options(
-        &kestrel_wgpu::AdapterChoice::from_env_or(None),
+        &kestrel_rt_wgpu::AdapterChoice::from_env_or(None),
         &DeviceOptions { shader_f16: false, ..DeviceOptions::default() },
     )
     .unwrap();
@@ -865,9 +871,9 @@ fn bad_inputs_are_typed_errors() {
     let e = s.run(&[Input::I32(&[0, 1, 2, 7])], &mut [&mut out]).unwrap_err();
     assert!(e.to_string().contains("7"), "{e}");
     let e = s.run(&[Input::I32(&[0, 1, 2])], &mut [&mut out]).unwrap_err();
-    assert!(matches!(e, kestrel_wgpu::GpuError::Run(_)), "{e}");
+    assert!(matches!(e, kestrel_rt_wgpu::GpuError::Run(_)), "{e}");
     let e = s.run(&[Input::F32(&[0.0; 4])], &mut [&mut out]).unwrap_err();
-    assert!(matches!(e, kestrel_wgpu::GpuError::Run(_)), "{e}");
+    assert!(matches!(e, kestrel_rt_wgpu::GpuError::Run(_)), "{e}");
     // Batch 3 > capacity 2.
     let mut out3 = vec![0f32; 36];
     assert!(s.run(&[Input::I32(&[0; 12])], &mut [&mut out3]).is_err());
@@ -886,7 +892,7 @@ fn gather_indices_out_of_range_give_zeros_on_the_gpu() {
     let idx = b.input("idx", &[5]).unwrap();
     let y = b.op(|y| Op::Gather(Gather { x, idx, axis: 0, y })).unwrap();
     b.output(y);
-    let model = kestrel::Model::from_bytes(&b.build().unwrap()).unwrap();
+    let model = kestrel_rt::Model::from_bytes(&b.build().unwrap()).unwrap();
     let cpu = model.cpu().unwrap();
     let mut s = GpuSession::new(&g, &cpu, 1).unwrap();
     let xv: Vec<f32> = (1..=8).map(|v| v as f32).collect();

@@ -5,7 +5,7 @@
 //! only through their uniform parameter block (no pipeline constants), so one module per family
 //! variant covers every shape.
 
-use kestrel_wgpu::{Arith, Family, Kernel, Variant};
+use kestrel_rt_wgpu::{Arith, Family, Kernel, Variant};
 use naga::back::{msl, spv};
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 

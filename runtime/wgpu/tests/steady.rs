@@ -6,8 +6,8 @@
 mod common;
 
 use common::{demo_image_model, demo_text_model, gpu, measure, run_cpu, Feed};
-use kestrel_reference::tolerance::F32_MODEL;
-use kestrel_wgpu::GpuSession;
+use kestrel_rt_reference::tolerance::F32_MODEL;
+use kestrel_rt_wgpu::GpuSession;
 
 #[test]
 fn steady_state_runs_create_nothing_on_the_gpu() {
@@ -16,17 +16,17 @@ fn steady_state_runs_create_nothing_on_the_gpu() {
     let cpu = model.cpu().unwrap();
     let cap = 4;
     let mut s = GpuSession::new(&g, &cpu, cap).unwrap();
-    let mut rng = kestrel::demo::Rng::new(11);
+    let mut rng = kestrel_rt::demo::Rng::new(11);
     let mut out = vec![0f32; cap * 10];
     // Warm-up: the first run at a batch size writes the parameter blocks.
     let x = rng.vec(cap * 256, 1.0);
-    s.run(&[kestrel::Input::F32(&x)], &mut [&mut out]).unwrap();
+    s.run(&[kestrel_rt::Input::F32(&x)], &mut [&mut out]).unwrap();
     let settled = g.counts();
     assert!(settled.buffers > 0 && settled.bind_groups > 0, "wgpu's counters are not enabled: {settled:?}");
     for run in 0..3 {
         // New inputs every run: the results must follow them (no stale staging).
         let x = rng.vec(cap * 256, 1.0);
-        s.run(&[kestrel::Input::F32(&x)], &mut [&mut out]).unwrap();
+        s.run(&[kestrel_rt::Input::F32(&x)], &mut [&mut out]).unwrap();
         assert_eq!(s.in_flight_counts(), settled, "run {run} created GPU objects while in flight");
         assert_eq!(g.counts(), settled, "run {run} left GPU objects behind");
         let want = run_cpu(&model, &[Feed::F32(x)], cap);
@@ -58,10 +58,10 @@ fn a_failed_run_leaves_the_session_usable() {
     let mut s = GpuSession::new(&g, &cpu, 2).unwrap();
     let mut out = vec![0f32; 2 * 2];
     let bad: Vec<i64> = (0..48).map(|i| if i == 30 { 1_000_000 } else { i % 100 }).collect();
-    let err = s.run(&[kestrel::Input::I64(&bad)], &mut [&mut out]).unwrap_err();
+    let err = s.run(&[kestrel_rt::Input::I64(&bad)], &mut [&mut out]).unwrap_err();
     assert!(err.to_string().contains("outside the vocabulary"), "{err}");
     let good: Vec<i64> = (0..48).map(|i| (i * 37 + 11) % 100).collect();
-    s.run(&[kestrel::Input::I64(&good)], &mut [&mut out]).unwrap();
+    s.run(&[kestrel_rt::Input::I64(&good)], &mut [&mut out]).unwrap();
     let want = run_cpu(&model, &[Feed::I64(good)], 2);
     assert!(measure(&out, &want[0], F32_MODEL).0 <= 1.0);
 }

@@ -15,7 +15,7 @@ use core::fmt::Write;
 use cortex_m_rt::{entry, exception};
 use cortex_m_semihosting::{debug, hio};
 use embedded_hal::delay::DelayNs;
-use kestrel_cpu::{Input, Model, Session};
+use kestrel_rt_cpu::{Input, Model, Session};
 
 mod consts {
     include!(concat!(env!("OUT_DIR"), "/consts.rs"));
@@ -23,7 +23,7 @@ mod consts {
 use consts::{ARENA_BYTES, HOST_CLASS, HOST_LOGITS, INPUT, OUTPUT_LEN};
 
 /// The model, in flash, 64-byte aligned.
-static MODEL: &[u8] = kestrel_format::include_kes!(concat!(env!("OUT_DIR"), "/model.kes"));
+static MODEL: &[u8] = kestrel_rt_format::include_kes!(concat!(env!("OUT_DIR"), "/model.kes"));
 
 /// Core clock of the MPS2 AN386 (the SysTick and DWT count at this rate on the board).
 const CORE_HZ: u32 = 25_000_000;

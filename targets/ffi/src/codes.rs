@@ -3,7 +3,7 @@
 
 use crate::error::FfiError;
 use crate::status::Status;
-use kestrel::backend::{Backend, GpuPrecision};
+use kestrel_rt::backend::{Backend, GpuPrecision};
 
 /// Whether this library was built with the wgpu backend (cargo feature `wgpu`).
 pub const WGPU_BUILT_IN: bool = cfg!(feature = "wgpu");

@@ -2,12 +2,12 @@
 //! owned arena, backend choice, per-op timings, and the error type with its status code.
 
 use crate::status::Status;
-use kestrel::backend::{place, Placement, Request};
-use kestrel::image::{Classifier, ImageError, PrepError, Scratch};
-/// 8-bit images and their pixel formats (the facade's `kestrel::image`, shared with the CLI).
-pub use kestrel::image::{Image, PixelFormat};
-use kestrel::Storage;
-use kestrel_cpu::session::Input;
+use kestrel_rt::backend::{place, Placement, Request};
+use kestrel_rt::image::{Classifier, ImageError, PrepError, Scratch};
+/// 8-bit images and their pixel formats (the facade's `kestrel_rt::image`, shared with the CLI).
+pub use kestrel_rt::image::{Image, PixelFormat};
+use kestrel_rt::Storage;
+use kestrel_rt_cpu::session::Input;
 use std::cell::Cell;
 use std::ffi::{CStr, CString};
 use std::path::Path;
@@ -17,9 +17,9 @@ use std::time::Instant;
 pub use crate::error::FfiError;
 /// Which engine runs a session, and the GPU arithmetic: the facade's, decoded from their ABI
 /// codes by [`crate::codes`]. `Backend::Auto` is the facade's AUTO policy
-/// ([`kestrel::backend::place`]); a library built without the `wgpu` feature answers WGPU with
+/// ([`kestrel_rt::backend::place`]); a library built without the `wgpu` feature answers WGPU with
 /// `KESTREL_ERR_UNSUPPORTED` and runs AUTO on the CPU.
-pub use kestrel::backend::{Backend, GpuPrecision};
+pub use kestrel_rt::backend::{Backend, GpuPrecision};
 
 /// How the per-node times of the last run were measured (`KestrelTimingSource`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,10 +113,10 @@ impl TensorDesc {
 pub struct LoadedModel {
     // Borrows `owner`'s bytes (heap or mmap, whose address does not move with `owner`); declared
     // first so it is dropped before them.
-    cpu: kestrel_cpu::Model<'static>,
+    cpu: kestrel_rt_cpu::Model<'static>,
     /// `cpu`'s decoded entries (so runs do not decode them at every node); borrows the same
     /// bytes, dropped before them likewise.
-    table: kestrel_cpu::Table<'static>,
+    table: kestrel_rt_cpu::Table<'static>,
     name: CString,
     task: CString,
     labels: Vec<CString>,
@@ -237,7 +237,7 @@ impl LoadedModel {
         if len > isize::MAX as usize || (ptr as usize).checked_add(len).is_none() {
             return Err(FfiError::new(Status::KESTREL_ERR_TOO_LARGE, format!("{len} bytes is too large")));
         }
-        let align = kestrel_format::TENSOR_ALIGN;
+        let align = kestrel_rt_format::TENSOR_ALIGN;
         if !(ptr as usize).is_multiple_of(align) {
             return Err(FfiError::new(
                 Status::KESTREL_ERR_MISALIGNED,
@@ -297,16 +297,16 @@ impl LoadedModel {
                 size - offset
             )));
         }
-        if offset.is_multiple_of(kestrel_format::TENSOR_ALIGN as u64) {
+        if offset.is_multiple_of(kestrel_rt_format::TENSOR_ALIGN as u64) {
             // SAFETY: a read-only private map; as with `kestrel_model_load_path`, the file must not
             // be truncated while the model lives (documented in the header).
             if let Ok(map) = unsafe { memmap2::MmapOptions::new().offset(offset).len(len).map(&file) } {
-                if (map.as_ptr() as usize).is_multiple_of(kestrel_format::TENSOR_ALIGN) {
+                if (map.as_ptr() as usize).is_multiple_of(kestrel_rt_format::TENSOR_ALIGN) {
                     return Self::new(Owner::Storage(Storage::Mapped(map)));
                 }
             }
         }
-        let mut buf = kestrel_format::AlignedBuf::try_zeroed(len).ok_or_else(|| {
+        let mut buf = kestrel_rt_format::AlignedBuf::try_zeroed(len).ok_or_else(|| {
             FfiError::new(Status::KESTREL_ERR_TOO_LARGE, format!("cannot allocate {len} bytes for the model"))
         })?;
         file.read_exact_at(&mut buf, offset)
@@ -325,7 +325,7 @@ impl LoadedModel {
         // changes while `owner` exists; `owner` is stored next to `cpu` and outlives it (field
         // order), and `cpu` is only reachable through `&self`, so no borrow escapes.
         let bytes: &'static [u8] = unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) };
-        let cpu = kestrel_cpu::Model::parse(bytes)?;
+        let cpu = kestrel_rt_cpu::Model::parse(bytes)?;
         let meta = cpu.file().meta();
         let cstr = |s: &str, what: &str| {
             CString::new(s).map_err(|_| {
@@ -340,7 +340,7 @@ impl LoadedModel {
             let t = cpu.input(i)?;
             let id = cpu.file().inputs().nth(i);
             let name = meta.inputs().find(|m| Some(m.tensor) == id).map_or(t.name, |m| m.name);
-            let dtype = if t.dtype == kestrel_format::DType::I32 { DType::I32 } else { DType::F32 };
+            let dtype = if t.dtype == kestrel_rt_format::DType::I32 { DType::I32 } else { DType::F32 };
             inputs.push(TensorDesc {
                 name: cstr(name, "input name")?,
                 dtype,
@@ -359,7 +359,7 @@ impl LoadedModel {
             });
         }
         let op_names = cpu.file().ops().map(|op| cstr(op?.name(), "op name")).collect::<Result<Vec<_>, _>>()?;
-        let table = kestrel_cpu::Table::new(&cpu)?;
+        let table = kestrel_rt_cpu::Table::new(&cpu)?;
         let classifier = Classifier::of(&cpu);
         let index_names = match &classifier {
             Ok(c) if labels.is_empty() => {
@@ -372,7 +372,7 @@ impl LoadedModel {
     }
 
     /// The validated CPU model.
-    pub fn cpu(&self) -> &kestrel_cpu::Model<'_> {
+    pub fn cpu(&self) -> &kestrel_rt_cpu::Model<'_> {
         &self.cpu
     }
 
@@ -469,7 +469,7 @@ enum Engine {
     /// A GPU session and the shared device it was made on (kept so the device stays cached
     /// while any session uses it).
     #[cfg(feature = "wgpu")]
-    Gpu { session: Box<kestrel_wgpu::GpuSession>, ctx: Arc<kestrel_wgpu::GpuContext> },
+    Gpu { session: Box<kestrel_rt_wgpu::GpuSession>, ctx: Arc<kestrel_rt_wgpu::GpuContext> },
 }
 
 fn nanos(d: std::time::Duration) -> u64 {
@@ -525,7 +525,7 @@ impl From<ImageError> for FfiError {
 
 /// A vector of `n` zeros, allocated fallibly (`KESTREL_ERR_TOO_LARGE`).
 fn zeros(n: usize, what: &str) -> Result<Vec<f32>, FfiError> {
-    kestrel::mem::zeroed_vec(n, what).map_err(|e| FfiError::new(Status::KESTREL_ERR_TOO_LARGE, e.to_string()))
+    kestrel_rt::mem::zeroed_vec(n, what).map_err(|e| FfiError::new(Status::KESTREL_ERR_TOO_LARGE, e.to_string()))
 }
 
 // Sessions are handed between threads (one at a time) by the C ABI and the JVM.
@@ -536,7 +536,7 @@ const _: () = {
 
 impl SessionCore {
     /// A session on `backend` for batches up to `capacity`; every buffer is allocated here, once.
-    /// `Auto` tries the GPU and falls back to the CPU (see [`kestrel::backend`]); the session's
+    /// `Auto` tries the GPU and falls back to the CPU (see [`kestrel_rt::backend`]); the session's
     /// [`backend`](Self::backend) tells which it got and [`device`](Self::device) why.
     pub fn new(model: Arc<LoadedModel>, backend: Backend, capacity: usize) -> Result<Self, FfiError> {
         Self::with_precision(model, backend, capacity, GpuPrecision::F32)
@@ -555,7 +555,7 @@ impl SessionCore {
         let placed = if crate::codes::WGPU_BUILT_IN {
             place(&request, model.cpu(), capacity)
         } else {
-            kestrel::backend::without_gpu(backend)
+            kestrel_rt::backend::without_gpu(backend)
         };
         let explicit = backend == Backend::Wgpu;
         let (engine, backend, device) = match placed.map_err(|why| crate::gpu::no_gpu(why, explicit))? {
@@ -603,7 +603,7 @@ impl SessionCore {
         })?;
         arena.resize(bytes, 0);
         // Bind once so a bad capacity fails here rather than at the first run.
-        kestrel_cpu::Session::new(model.cpu(), &mut arena, capacity)?;
+        kestrel_rt_cpu::Session::new(model.cpu(), &mut arena, capacity)?;
         Ok(Engine::Cpu { arena })
     }
 
@@ -623,7 +623,7 @@ impl SessionCore {
         match &self.engine {
             Engine::Cpu { .. } => false,
             #[cfg(feature = "wgpu")]
-            Engine::Gpu { session, .. } => session.arith() == kestrel_wgpu::Arith::F16,
+            Engine::Gpu { session, .. } => session.arith() == kestrel_rt_wgpu::Arith::F16,
         }
     }
 
@@ -701,7 +701,7 @@ impl SessionCore {
         run.top.clear();
         run.top.resize(k, 0);
         let probs = &run.outputs[0][..clf.classes];
-        kestrel::image::top_k(probs, &mut run.top);
+        kestrel_rt::image::top_k(probs, &mut run.top);
         Ok((&run.top, probs))
     }
 
@@ -717,7 +717,7 @@ impl SessionCore {
             }
         };
         if clf.softmax {
-            kestrel::image::softmax_in_place(&mut outputs[0][..clf.classes]);
+            kestrel_rt::image::softmax_in_place(&mut outputs[0][..clf.classes]);
         }
         Ok(())
     }
@@ -731,8 +731,8 @@ impl SessionCore {
         self.wall_nanos = 0;
         match &mut self.engine {
             Engine::Cpu { arena } => {
-                let mut session =
-                    kestrel_cpu::Session::new(self.model.cpu(), arena, self.capacity)?.with_table(&self.model.table)?;
+                let mut session = kestrel_rt_cpu::Session::new(self.model.cpu(), arena, self.capacity)?
+                    .with_table(&self.model.table)?;
                 if !self.profiling {
                     return Ok(session.run(inputs, outputs)?);
                 }
@@ -769,8 +769,8 @@ impl SessionCore {
                     profile.nodes.iter().filter_map(|n| n.duration.map(|d| OpTiming { node: n.node, nanos: nanos(d) })),
                 );
                 self.source = match profile.source {
-                    kestrel_wgpu::TimingSource::Timestamps => TimingSource::GpuTimestamps,
-                    kestrel_wgpu::TimingSource::WholeSubmission => TimingSource::GpuSubmission,
+                    kestrel_rt_wgpu::TimingSource::Timestamps => TimingSource::GpuTimestamps,
+                    kestrel_rt_wgpu::TimingSource::WholeSubmission => TimingSource::GpuSubmission,
                 };
                 self.wall_nanos = nanos(profile.submission);
                 Ok(batch)

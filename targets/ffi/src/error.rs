@@ -29,21 +29,21 @@ impl std::fmt::Display for FfiError {
 
 impl std::error::Error for FfiError {}
 
-impl From<kestrel_cpu::LoadError> for FfiError {
-    fn from(e: kestrel_cpu::LoadError) -> Self {
+impl From<kestrel_rt_cpu::LoadError> for FfiError {
+    fn from(e: kestrel_rt_cpu::LoadError) -> Self {
         Self::new(Status::KESTREL_ERR_INVALID_MODEL, e.to_string())
     }
 }
 
-impl From<kestrel_format::Error> for FfiError {
-    fn from(e: kestrel_format::Error) -> Self {
+impl From<kestrel_rt_format::Error> for FfiError {
+    fn from(e: kestrel_rt_format::Error) -> Self {
         Self::new(Status::KESTREL_ERR_INVALID_MODEL, e.to_string())
     }
 }
 
-impl From<kestrel_cpu::RunError> for FfiError {
-    fn from(e: kestrel_cpu::RunError) -> Self {
-        use kestrel_cpu::RunError as R;
+impl From<kestrel_rt_cpu::RunError> for FfiError {
+    fn from(e: kestrel_rt_cpu::RunError) -> Self {
+        use kestrel_rt_cpu::RunError as R;
         let status = match e {
             R::TokenIdOutOfRange { .. }
             | R::IdTooLarge { .. }
@@ -59,9 +59,9 @@ impl From<kestrel_cpu::RunError> for FfiError {
     }
 }
 
-impl From<kestrel::Error> for FfiError {
-    fn from(e: kestrel::Error) -> Self {
-        use kestrel::Error as E;
+impl From<kestrel_rt::Error> for FfiError {
+    fn from(e: kestrel_rt::Error) -> Self {
+        use kestrel_rt::Error as E;
         let status = match &e {
             E::Io { .. } => Status::KESTREL_ERR_IO,
             E::Format(_) | E::Load(_) => Status::KESTREL_ERR_INVALID_MODEL,
@@ -98,14 +98,14 @@ pub fn last_error() -> String {
 
 /// Runs `f`, which returns a static or thread-local string, turning a panic into "".
 pub fn guard_str(f: impl FnOnce() -> *const c_char) -> *const c_char {
-    kestrel_cpu::panics::catch_quietly(f).unwrap_or(c"".as_ptr())
+    kestrel_rt_cpu::panics::catch_quietly(f).unwrap_or(c"".as_ptr())
 }
 
 /// Runs `f`, turning an error or a panic into a status and recording the message. A caught
 /// panic prints nothing on the host's stderr (no message, no backtrace): its message is in
 /// `kestrel_last_error`.
 pub fn guard(f: impl FnOnce() -> Result<(), FfiError>) -> Status {
-    match kestrel_cpu::panics::catch_quietly(f) {
+    match kestrel_rt_cpu::panics::catch_quietly(f) {
         Ok(Ok(())) => Status::KESTREL_OK,
         Ok(Err(e)) => {
             set_last_error(&e);
@@ -140,14 +140,14 @@ mod tests {
 
     #[test]
     fn facade_errors_map_to_statuses() {
-        let io = kestrel::Error::Io { path: "m.kes".into(), error: std::io::Error::other("gone") };
+        let io = kestrel_rt::Error::Io { path: "m.kes".into(), error: std::io::Error::other("gone") };
         let e = FfiError::from(io);
         assert_eq!((e.status, e.message.as_str()), (Status::KESTREL_ERR_IO, "m.kes: gone"));
-        let oom = kestrel::Error::OutOfMemory { what: "a copy of the model".into(), bytes: 1 << 40 };
+        let oom = kestrel_rt::Error::OutOfMemory { what: "a copy of the model".into(), bytes: 1 << 40 };
         assert_eq!(FfiError::from(oom).status, Status::KESTREL_ERR_TOO_LARGE);
-        let run = kestrel_cpu::RunError::TokenIdOutOfRange { position: 0, id: 9, vocab: 4 };
-        assert_eq!(FfiError::from(kestrel::Error::Run(run)).status, Status::KESTREL_ERR_INPUT_VALUE);
-        let bad = kestrel::Model::from_bytes(b"not a model").map(|_| ()).unwrap_err();
+        let run = kestrel_rt_cpu::RunError::TokenIdOutOfRange { position: 0, id: 9, vocab: 4 };
+        assert_eq!(FfiError::from(kestrel_rt::Error::Run(run)).status, Status::KESTREL_ERR_INPUT_VALUE);
+        let bad = kestrel_rt::Model::from_bytes(b"not a model").map(|_| ()).unwrap_err();
         assert_eq!(FfiError::from(bad).status, Status::KESTREL_ERR_INVALID_MODEL);
     }
 }

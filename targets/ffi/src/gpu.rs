@@ -1,31 +1,31 @@
 //! The GPU under the C ABI: the status codes and messages of the facade's [`NoGpu`] and, with
-//! the cargo feature `wgpu`, of the wgpu backend's [`GpuError`](kestrel_wgpu::GpuError).
+//! the cargo feature `wgpu`, of the wgpu backend's [`GpuError`](kestrel_rt_wgpu::GpuError).
 //!
 //! Where a session runs (the AUTO policy, the device shared by GPU sessions, `KESTREL_ADAPTER`)
-//! is the facade's [`kestrel::backend::place`], the same as the CLI's.
+//! is the facade's [`kestrel_rt::backend::place`], the same as the CLI's.
 
 use crate::error::FfiError;
 use crate::status::Status;
-use kestrel::backend::NoGpu;
+use kestrel_rt::backend::NoGpu;
 
 /// The shared device (`KESTREL_ADAPTER`'s adapter, else the best one): the live one if a session
 /// holds it, else a newly opened one.
 #[cfg(feature = "wgpu")]
-pub fn context() -> Result<std::sync::Arc<kestrel_wgpu::GpuContext>, FfiError> {
-    kestrel::backend::gpu::shared_context(&kestrel_wgpu::AdapterChoice::from_env_or(None)).map_err(error)
+pub fn context() -> Result<std::sync::Arc<kestrel_rt_wgpu::GpuContext>, FfiError> {
+    kestrel_rt::backend::gpu::shared_context(&kestrel_rt_wgpu::AdapterChoice::from_env_or(None)).map_err(error)
 }
 
 /// A run's error; a lost device is also dropped from the cache.
 #[cfg(feature = "wgpu")]
-pub fn run_error(e: kestrel_wgpu::GpuError, ctx: &std::sync::Arc<kestrel_wgpu::GpuContext>) -> FfiError {
-    kestrel::backend::gpu::forget_if_lost(&e, ctx);
+pub fn run_error(e: kestrel_rt_wgpu::GpuError, ctx: &std::sync::Arc<kestrel_rt_wgpu::GpuContext>) -> FfiError {
+    kestrel_rt::backend::gpu::forget_if_lost(&e, ctx);
     error(e)
 }
 
 /// The status code and message of a wgpu backend error.
 #[cfg(feature = "wgpu")]
-pub fn error(e: kestrel_wgpu::GpuError) -> FfiError {
-    use kestrel_wgpu::GpuError;
+pub fn error(e: kestrel_rt_wgpu::GpuError) -> FfiError {
+    use kestrel_rt_wgpu::GpuError;
     let status = match &e {
         GpuError::NoAdapter { .. } | GpuError::AdapterNotFound { .. } | GpuError::DeviceCreation { .. } => {
             Status::KESTREL_ERR_NO_GPU
@@ -48,7 +48,7 @@ pub fn no_gpu(why: NoGpu, explicit: bool) -> FfiError {
     let mut e = match why {
         NoGpu::NotBuilt => FfiError::new(
             Status::KESTREL_ERR_UNSUPPORTED,
-            "this library was built without the wgpu backend (kestrel-ffi's cargo feature `wgpu` is off)",
+            "this library was built without the wgpu backend (kestrel-rt-ffi's cargo feature `wgpu` is off)",
         ),
         NoGpu::Software { adapter } => FfiError::new(
             Status::KESTREL_ERR_NO_GPU,
@@ -99,7 +99,7 @@ mod tests {
     #[test]
     #[cfg(feature = "wgpu")]
     fn errors_map_to_typed_statuses() {
-        use kestrel_wgpu::GpuError;
+        use kestrel_rt_wgpu::GpuError;
         let e = error(GpuError::NoAdapter { detail: " (no driver)".into() });
         assert_eq!(e.status, Status::KESTREL_ERR_NO_GPU);
         assert!(e.message.contains("no GPU adapter"), "{}", e.message);
@@ -115,7 +115,7 @@ mod tests {
         assert_eq!(error(e).status, Status::KESTREL_ERR_TOO_LARGE);
         assert_eq!(error(GpuError::DeviceLost("reset".into())).status, Status::KESTREL_ERR_GPU);
         assert_eq!(error(GpuError::Poll("timeout".into())).status, Status::KESTREL_ERR_GPU);
-        let r = kestrel_cpu::RunError::TokenIdOutOfRange { position: 1, id: 9, vocab: 4 };
+        let r = kestrel_rt_cpu::RunError::TokenIdOutOfRange { position: 1, id: 9, vocab: 4 };
         assert_eq!(error(GpuError::Run(r)).status, Status::KESTREL_ERR_INPUT_VALUE);
     }
 }

@@ -11,7 +11,7 @@
 //!   object alive until they end.
 //!
 //! - [`gpu`]: the status codes of the GPU's errors. Where a session runs (`KESTREL_BACKEND_AUTO`'s
-//!   policy, the shared device) is the facade's `kestrel::backend`, as in the CLI; the cargo
+//!   policy, the shared device) is the facade's `kestrel_rt::backend`, as in the CLI; the cargo
 //!   feature `wgpu` (on by default) builds it with the wgpu backend (`kestrel/gpu`).
 //! - [`codes`]: the ABI codes of the backend and the GPU precision.
 //! - [`threads`]: the CPU worker pool's thread count (a process setting) and its mobile default.

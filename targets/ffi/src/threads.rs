@@ -2,7 +2,7 @@
 //! `kestrel_default_threads`; JNI `setThreads`/`threads`/`defaultThreads`; Swift
 //! `Kestrel.setThreads`).
 //!
-//! The pool is `kestrel_cpu::threads`: one per process, started once (never per run), shared by
+//! The pool is `kestrel_rt_cpu::threads`: one per process, started once (never per run), shared by
 //! every CPU session; it splits large dense layers by rows or output features and runs the
 //! samples of mechanism ops (attention, AFT, Fastformer) in parallel. Results are bit-identical
 //! whatever the count. So the count is a process setting, not a session's: a session made after a
@@ -16,7 +16,7 @@
 
 use crate::error::FfiError;
 use crate::status::Status;
-use kestrel_cpu::threads::{self, ThreadError, MAX_THREADS};
+use kestrel_rt_cpu::threads::{self, ThreadError, MAX_THREADS};
 
 /// The most threads [`default_count`] picks: past 4, a phone's extra cores are efficiency cores
 /// whose share of a layer arrives last and holds every other thread up, and the app's own UI and

@@ -41,7 +41,7 @@ fn compile(lib: &Path, exe: &Path) {
 fn program() -> &'static (PathBuf, PathBuf) {
     static PROGRAM: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     PROGRAM.get_or_init(|| {
-        let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kestrel-ffi-c");
+        let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kestrel-rt-ffi-c");
         fixtures::prepare(&tmp);
         // The classifier checks (`test_classify`): the bundled model, which records image
         // preprocessing, and the firmware's, which does not.
@@ -145,8 +145,8 @@ fn c_program_on_the_cpu_only_library() {
 mod gpu {
     use super::run_mode;
     use kestrel_ffi::Status;
-    use kestrel_wgpu::wgpu::DeviceType;
-    use kestrel_wgpu::ADAPTER_ENV;
+    use kestrel_rt_wgpu::wgpu::DeviceType;
+    use kestrel_rt_wgpu::ADAPTER_ENV;
 
     /// The adapter the library will open, or `None` (skip) when there is none and
     /// `KESTREL_REQUIRE_GPU` is not 1.

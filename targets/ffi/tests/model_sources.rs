@@ -99,7 +99,7 @@ fn borrowed(data: &[u8], with_release: bool, out: &mut *mut KestrelModel) -> Sta
 fn borrowed_memory_is_read_in_place_and_released_once() {
     let want = reference();
     let bytes = std::fs::read(model_path()).expect("model");
-    let aligned = kestrel_format::aligned_copy(&bytes);
+    let aligned = kestrel_rt_format::aligned_copy(&bytes);
     let data: &[u8] = &aligned;
     let before = RELEASED.load(Ordering::SeqCst);
     let mut m = std::ptr::null_mut();
@@ -139,7 +139,7 @@ fn borrowed_memory_is_read_in_place_and_released_once() {
         st(borrowed(&shifted[at..at + bytes.len()], true, &mut m), Status::KESTREL_ERR_MISALIGNED, "misaligned", m);
         assert!(last().contains("64-byte aligned"), "{}", last());
         st(borrowed(&data[..data.len() - 100], true, &mut m), Status::KESTREL_ERR_INVALID_MODEL, "truncated", m);
-        let junk = kestrel_format::aligned_copy(&[7u8; 4096]);
+        let junk = kestrel_rt_format::aligned_copy(&[7u8; 4096]);
         st(borrowed(&junk, true, &mut m), Status::KESTREL_ERR_INVALID_MODEL, "not a model", m);
         let s = kestrel_model_load_borrowed(
             data.as_ptr(),

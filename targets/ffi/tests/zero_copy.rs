@@ -13,7 +13,7 @@ mod fixtures;
 
 use kestrel_ffi::abi::*;
 use kestrel_ffi::{KestrelModel, KestrelSession, Status};
-use kestrel_reference::alloc_count::{count, Counting};
+use kestrel_rt_reference::alloc_count::{count, Counting};
 use std::ffi::CStr;
 use std::path::Path;
 
@@ -122,7 +122,7 @@ fn image_models() {
 }
 
 fn token_ids() {
-    let dir = std::env::temp_dir().join(format!("kestrel-ffi-zero-copy-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("kestrel-rt-ffi-zero-copy-{}", std::process::id()));
     fixtures::prepare(&dir);
     let m = load(&dir.join("text.kes"));
     let bytes = std::fs::read(dir.join("text_input.bin")).expect("text input");

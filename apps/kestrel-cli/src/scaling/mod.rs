@@ -10,7 +10,7 @@
 //!
 //! Memory comes from the model file, not from measurement: **arena bytes** = the memory plan's
 //! per-sample activation bytes + the scratch bytes the kernels ask for (what a batch-1 session
-//! needs, less [`kestrel_cpu::model::ARENA_ALIGN`] bytes of alignment slack), and **weight bytes**
+//! needs, less [`kestrel_rt_cpu::model::ARENA_ALIGN`] bytes of alignment slack), and **weight bytes**
 //! = the stored weights (f32). Before building, both are predicted exactly from the shapes and
 //! the kernels' own scratch functions ([`predict`]); a size whose weights + arena would exceed
 //! `--mem-cap-mib` is skipped and reported with the reason, never dropped silently. After
@@ -23,15 +23,15 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use kestrel::demo::Rng;
-use kestrel::format::{DType, TensorKind};
-use kestrel::{Input, Model};
-use kestrel_cpu::kernels::aft::{
+use kestrel_rt::demo::Rng;
+use kestrel_rt::format::{DType, TensorKind};
+use kestrel_rt::{Input, Model};
+use kestrel_rt_cpu::kernels::aft::{
     aft_conv_scratch, aft_full_scratch_fast, aft_local_scratch, aft_simple_scratch, AftConvParams, AftFullParams,
     AftLocalParams, AftShape,
 };
-use kestrel_cpu::kernels::attention::{attention_scratch_fast, AttentionParams};
-use kestrel_cpu::kernels::fastformer::{fastformer_scratch, FastformerParams};
+use kestrel_rt_cpu::kernels::attention::{attention_scratch_fast, AttentionParams};
+use kestrel_rt_cpu::kernels::fastformer::{fastformer_scratch, FastformerParams};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -74,8 +74,8 @@ pub struct ScalingArgs {
     pub plot: Option<PathBuf>,
 }
 
-use kestrel::mechanisms::Case;
-pub use kestrel::mechanisms::Mechanism;
+use kestrel_rt::mechanisms::Case;
+pub use kestrel_rt::mechanisms::Mechanism;
 
 /// The case of `m` that `kestrel bench scaling` times: `heads` heads (where it has heads), not
 /// causal, AFT-full rank [`AFT_FULL_RANK`], AFT-local window [`AFT_LOCAL_WINDOW`] (band bias),
@@ -153,7 +153,7 @@ impl Expectations for Mechanism {
     }
 }
 
-pub use kestrel::mechanisms::conv_grid;
+pub use kestrel_rt::mechanisms::conv_grid;
 
 /// Checks the layer's sizes before anything is built.
 fn check_sizes(m: Mechanism, t: usize, d: usize, heads: usize) -> Result<()> {
@@ -167,10 +167,10 @@ fn check_sizes(m: Mechanism, t: usize, d: usize, heads: usize) -> Result<()> {
 }
 
 /// Builds the one-layer model `x [T, d] → m → y [T, d]` with seeded random weights (uniform,
-/// ±1/√fan_in), stored f32 ([`kestrel::demo::layer_model`] of [`case`]).
+/// ±1/√fan_in), stored f32 ([`kestrel_rt::demo::layer_model`] of [`case`]).
 pub fn layer_model(m: Mechanism, t: usize, d: usize, heads: usize, seed: u64) -> Result<Vec<u8>> {
     check_sizes(m, t, d, heads)?;
-    Ok(kestrel::demo::layer_model(&case(m, heads), t, d, DType::F32, seed)?)
+    Ok(kestrel_rt::demo::layer_model(&case(m, heads), t, d, DType::F32, seed)?)
 }
 
 /// Memory of one layer model at one T.
@@ -201,7 +201,7 @@ impl Footprint {
 /// `*_scratch` function, weights are 4 bytes per f32 element.
 pub fn predict(m: Mechanism, t: usize, d: usize, heads: usize) -> Result<Footprint> {
     check_sizes(m, t, d, heads)?;
-    let align = kestrel::format::TENSOR_ALIGN as u64;
+    let align = kestrel_rt::format::TENSOR_ALIGN as u64;
     let act = ((t * d * 4) as u64).div_ceil(align) * align;
     let scale = 1.0 / ((d / heads) as f32).sqrt();
     let attention =

@@ -4,7 +4,7 @@
 //! (abort, SIGBUS, SIGSEGV, the OOM killer), never a panic.
 //!
 //! Used by `tests/reliability.rs` (the cases one by one, and the matrix's fast subset) and by
-//! `examples/bad_inputs.rs` (the whole matrix: `cargo run --release -p kestrel-cli --example
+//! `examples/bad_inputs.rs` (the whole matrix: `cargo run --release -p kestrel-rt-cli --example
 //! bad_inputs`).
 #![allow(dead_code)]
 
@@ -44,11 +44,11 @@ pub fn with_plan(bytes: &[u8], arena: u64) -> Vec<u8> {
     let entry = (0..count).map(|i| table + 24 * i).find(|&e| u32_at(&b, e) == 4).expect("a memory plan section");
     let off = u64_at(&b, entry + 8) as usize;
     b[off..off + 8].copy_from_slice(&arena.to_le_bytes());
-    assert!(kestrel::format::reseal(&mut b));
+    assert!(kestrel_rt::format::reseal(&mut b));
     b
 }
 
-pub use kestrel_reference::testing::npy_raw;
+pub use kestrel_rt_reference::testing::npy_raw;
 
 /// A float32 `.npy` file whose header claims `shape` over `body` (any length).
 pub fn npy_claiming(shape: &[u64], body: &[u8]) -> Vec<u8> {
@@ -149,7 +149,7 @@ pub fn write_corpus(dir: &Path, fast: bool) -> Vec<Case> {
         }
         put(Kind::Kes, &format!("bitflip-{i}.kes"), &b);
         // Resealed: past the checksum, into the structural checks.
-        assert!(kestrel::format::reseal(&mut b));
+        assert!(kestrel_rt::format::reseal(&mut b));
         put(Kind::Kes, &format!("bitflip-{i}-resealed.kes"), &b);
     }
     put(Kind::Kes, "plan-1tib.kes", &with_plan(&kes, 1 << 40));
@@ -288,7 +288,7 @@ fn commands(kind: Kind, f: &str, scratch: &Path) -> Vec<Vec<String>> {
 pub fn run_matrix(kestrel: &Path, cases: &[Case], scratch: &Path, mut progress: impl FnMut(&Outcome)) -> Vec<Outcome> {
     std::fs::create_dir_all(scratch).unwrap();
     let sample: Vec<f32> = (0..784).map(|i| (i % 13) as f32 * 0.1).collect();
-    kestrel::npy::write_f32(scratch.join("good.npy"), &[1, 1, 28, 28], &sample).unwrap();
+    kestrel_rt::npy::write_f32(scratch.join("good.npy"), &[1, 1, 28, 28], &sample).unwrap();
     let mut outcomes = Vec::new();
     for case in cases {
         let f = case.path.display().to_string();

@@ -34,7 +34,7 @@ pub fn scratch_dir(name: &str) -> PathBuf {
 /// Whether a GPU adapter exists; without one the GPU cases skip with a message, unless
 /// `KESTREL_REQUIRE_GPU=1` (CI installs lavapipe and sets it).
 pub fn have_gpu() -> bool {
-    let any = !kestrel_wgpu::adapters().is_empty();
+    let any = !kestrel_rt_wgpu::adapters().is_empty();
     if !any {
         assert!(
             std::env::var("KESTREL_REQUIRE_GPU").map_or(true, |v| v != "1"),

@@ -6,7 +6,7 @@
 
 use super::select::squeeze_leading;
 use super::{f32s, zeros, Lowerer, Res, Val};
-use kestrel_format::ops::{Binary, BinaryOp, Op, TensorId};
+use kestrel_rt_format::ops::{Binary, BinaryOp, Op, TensorId};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::array::{MultiBroadcastTo, Pad, PadMode, Tile, TypedConcat};
 

@@ -15,7 +15,7 @@
 //! - Not: `−1 − x` (signed), `2^w − 1 − x` (unsigned; exact for 8 and 16 bits).
 
 use super::{f32s, Lowerer, Res, Val};
-use kestrel_format::ops::{BinaryOp, Op, Reduce, ReduceOp, TensorId, Unary, UnaryOp};
+use kestrel_rt_format::ops::{BinaryOp, Op, Reduce, ReduceOp, TensorId, Unary, UnaryOp};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::element_wise::ElementWiseOp;

@@ -28,7 +28,7 @@
 use super::deconv::zero_insertion;
 use super::pool::Spatial;
 use super::{f32s, zeros, Lowerer, Res, Val};
-use kestrel_format::ops::{Activation, Conv2d, Op, Proj, TensorId};
+use kestrel_rt_format::ops::{Activation, Conv2d, Op, Proj, TensorId};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::cnn::{Conv, Deconv, KernelFormat};
 
@@ -231,7 +231,12 @@ impl Lowerer<'_> {
             let sw = self.weight_f32(src, "depth_taps", &[kd * od, dd], sel)?;
             let (xl, xls) = self.transpose(x, &x5, &[0, 1, 3, 4, 2])?;
             let y = self.b.op(|y| {
-                Op::Dense(kestrel_format::ops::Dense { x: xl, proj: Proj { w: sw, b: None }, act: Activation::None, y })
+                Op::Dense(kestrel_rt_format::ops::Dense {
+                    x: xl,
+                    proj: Proj { w: sw, b: None },
+                    act: Activation::None,
+                    y,
+                })
             })?;
             let ys = [n, c, h, w, kd * od];
             debug_assert_eq!(xls[..4], ys[..4]);
@@ -288,9 +293,9 @@ mod tests {
     //! NCHW with an OIHW kernel): 3-D convolutions built as tract ops, lowered, and run by Kestrel
     //! and by tract on the same input.
     use super::super::{Lowerer, QuantChoice, Val};
-    use kestrel::{Input, ModelBuilder};
-    use kestrel_format::ops::Op;
-    use kestrel_format::DType;
+    use kestrel_rt::{Input, ModelBuilder};
+    use kestrel_rt_format::ops::Op;
+    use kestrel_rt_format::DType;
     use tract_onnx::prelude::*;
     use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat, PaddingSpec, PoolSpec};
     use tract_onnx::tract_core::ops::nn::DataFormat;
@@ -321,7 +326,7 @@ mod tests {
         l.b.output(out);
         let kes = l.b.build().unwrap();
         let data = values(shape.iter().product(), 11);
-        let model = kestrel::Model::from_bytes(&kes).unwrap();
+        let model = kestrel_rt::Model::from_bytes(&kes).unwrap();
         let got = model.session(1).unwrap().run_vec(&[Input::F32(&data)]).unwrap().remove(0);
         let t = Tensor::from_shape(shape, &data).unwrap();
         let want = m.into_runnable().unwrap().run(tvec![t.into()]).unwrap().remove(0);

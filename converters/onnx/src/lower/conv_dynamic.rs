@@ -14,7 +14,7 @@
 
 use super::pool::Spatial;
 use super::{f32s, zeros, Lowerer, Res, Val};
-use kestrel_format::ops::{BinaryOp, MatMul, Op, TensorId};
+use kestrel_rt_format::ops::{BinaryOp, MatMul, Op, TensorId};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::cnn::{KernelFormat, PaddingSpec, PoolSpec};
 use tract_onnx::tract_core::ops::nn::DataFormat;

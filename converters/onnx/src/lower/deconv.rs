@@ -16,7 +16,7 @@
 
 use super::pool::Spatial;
 use super::{f32s, zeros, Lowerer, Res, Val};
-use kestrel_format::ops::{Activation, Conv2d, Op, Proj};
+use kestrel_rt_format::ops::{Activation, Conv2d, Op, Proj};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::cnn::{Deconv, KernelFormat};
 

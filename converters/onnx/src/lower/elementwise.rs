@@ -1,10 +1,10 @@
 //! Binary ops (`TypedBinOp`) → `Binary`; element-wise math (`ElementWiseOp`) → `Unary`: each by
-//! the importer names in the format's element-wise tables (`kestrel_format::ops::{UnaryOp,
+//! the importer names in the format's element-wise tables (`kestrel_rt_format::ops::{UnaryOp,
 //! BinaryOp}`), plus the few tract ops with parameters (IsInf's signs, a constant power,
 //! LeakyRelu's slope, the tanh GELU's exactness).
 
 use super::{f32s, Lowerer, Res, Val};
-use kestrel_format::ops::{Binary, BinaryOp, Op, TensorId, Unary, UnaryOp};
+use kestrel_rt_format::ops::{Binary, BinaryOp, Op, TensorId, Unary, UnaryOp};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::array::Trilu;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;

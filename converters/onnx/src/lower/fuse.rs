@@ -4,7 +4,7 @@
 //! have no other consumer (and not be graph outputs); anything else falls back to generic ops.
 
 use super::{f32s, Lowerer, Res};
-use kestrel_format::ops::{Activation, LayerNorm, NormAxis, Op};
+use kestrel_rt_format::ops::{Activation, LayerNorm, NormAxis, Op};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::element_wise::ElementWiseOp;
@@ -156,7 +156,7 @@ impl Lowerer<'_> {
     }
 
     /// Skips the matched nodes and gives the last one the value `(id, shape)`.
-    pub(super) fn take(&mut self, m: &Matched, id: kestrel_format::ops::TensorId, shape: Vec<usize>) {
+    pub(super) fn take(&mut self, m: &Matched, id: kestrel_rt_format::ops::TensorId, shape: Vec<usize>) {
         for &n in &m.nodes {
             self.skip.insert(n);
         }

@@ -27,7 +27,9 @@
 //! refused.
 
 use super::{zeros, Lowerer, Res, Val};
-use kestrel_format::ops::{Activation, BinaryOp, Dense, MatMul, Op, Proj, Reduce, ReduceOp, TensorId, Unary, UnaryOp};
+use kestrel_rt_format::ops::{
+    Activation, BinaryOp, Dense, MatMul, Op, Proj, Reduce, ReduceOp, TensorId, Unary, UnaryOp,
+};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::nn::grid_sample::{GridSample, InterpolationMode, PaddingMode};
 

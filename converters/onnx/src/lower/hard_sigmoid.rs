@@ -14,7 +14,7 @@
 
 use super::fuse::Matched;
 use super::{f32s, Lowerer, Res};
-use kestrel_format::ops::{Op, Unary, UnaryOp};
+use kestrel_rt_format::ops::{Op, Unary, UnaryOp};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 

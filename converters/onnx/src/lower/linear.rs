@@ -2,7 +2,7 @@
 
 use super::pool::Spatial;
 use super::{f32s, zeros, Lowerer, Res, Val};
-use kestrel_format::ops::{Activation, Conv2d, Dense, MatMul, Op, Proj, TensorId};
+use kestrel_rt_format::ops::{Activation, Conv2d, Dense, MatMul, Op, Proj, TensorId};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat};

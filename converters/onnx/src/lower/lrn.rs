@@ -4,7 +4,7 @@
 //! channel axis (axis 1) with a constant 0/1 band weight `[C, C]` over the squares.
 
 use super::{zeros, Lowerer, Res};
-use kestrel_format::ops::{BinaryOp, Op, Unary, UnaryOp};
+use kestrel_rt_format::ops::{BinaryOp, Op, Unary, UnaryOp};
 use tract_onnx::prelude::*;
 use tract_onnx_opl::lrn::Lrn;
 

@@ -8,7 +8,7 @@
 //! ±∞ is stored exactly, as an f32 weight).
 
 use super::{Lowerer, Res, Val};
-use kestrel_format::ops::{Binary, BinaryOp, Embedding, Op, TensorId, Unary, UnaryOp};
+use kestrel_rt_format::ops::{Binary, BinaryOp, Embedding, Op, TensorId, Unary, UnaryOp};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::cast::Cast;

@@ -29,9 +29,9 @@ mod topk;
 
 use crate::error::{Blocker, ConvertError};
 use crate::quant;
-use kestrel::ModelBuilder;
-use kestrel_format::ops::{Binary, BinaryOp, Op, TensorId, Transpose};
-use kestrel_format::{DType, MAX_RANK};
+use kestrel_rt::ModelBuilder;
+use kestrel_rt_format::ops::{Binary, BinaryOp, Op, TensorId, Transpose};
+use kestrel_rt_format::{DType, MAX_RANK};
 use std::collections::{HashMap, HashSet};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::array::Gather;
@@ -136,13 +136,13 @@ pub(crate) const MAX_COMPOSED_TOTAL: usize = 1 << 28;
 
 /// A zeroed constant of `numel` elements (the product of a shape from the graph), allocated
 /// fallibly: a constant over [`MAX_COMPOSED`] elements, or one that does not fit in memory, is
-/// an error (`kestrel::Error::OutOfMemory`, which the lowering reports as a blocker of the node),
+/// an error (`kestrel_rt::Error::OutOfMemory`, which the lowering reports as a blocker of the node),
 /// not an abort.
 pub(crate) fn zeros(numel: impl IntoIterator<Item = usize>, what: &str) -> Res<Vec<f32>> {
     let n = numel.into_iter().try_fold(1usize, usize::checked_mul);
     match n {
-        Some(n) if n <= MAX_COMPOSED => Ok(kestrel::mem::zeroed_vec::<f32>(n, what)?),
-        _ => Err(ConvertError::Kestrel(kestrel::Error::OutOfMemory {
+        Some(n) if n <= MAX_COMPOSED => Ok(kestrel_rt::mem::zeroed_vec::<f32>(n, what)?),
+        _ => Err(ConvertError::Kestrel(kestrel_rt::Error::OutOfMemory {
             what: format!("{what} (over the {MAX_COMPOSED} elements a composed constant may have)"),
             bytes: n.map_or(u64::MAX, |n| n as u64 * 4),
         })),
@@ -210,7 +210,7 @@ impl<'m> Lowerer<'m> {
                 let arange: Vec<f32> = (0..bound).map(|i| i as f32).collect();
                 let src = OutletId::new(self.node, 0);
                 let table = self.weight_f32(src, "ids_as_values", &[bound, 1], arange)?;
-                let v = self.b.op(|y| Op::Embedding(kestrel_format::ops::Embedding { ids, table, pos: None, y }))?;
+                let v = self.b.op(|y| Op::Embedding(kestrel_rt_format::ops::Embedding { ids, table, pos: None, y }))?;
                 self.ids_values.insert(ids, v);
                 self.count_fused("ids-as-values");
                 v
@@ -336,7 +336,7 @@ impl<'m> Lowerer<'m> {
         }
         if exact {
             if self.composed + values.len() > MAX_COMPOSED_TOTAL {
-                return Err(ConvertError::Kestrel(kestrel::Error::OutOfMemory {
+                return Err(ConvertError::Kestrel(kestrel_rt::Error::OutOfMemory {
                     what: format!(
                         "`{usage}` ({} elements; the constants composed so far have {}, over the {MAX_COMPOSED_TOTAL} allowed in all)",
                         values.len(),
@@ -442,7 +442,7 @@ impl<'m> Lowerer<'m> {
                     self.stand_in(n)?;
                 }
                 // A composition too large to build (see `zeros`) blocks its node only.
-                Err(ConvertError::Kestrel(e @ kestrel::Error::OutOfMemory { .. })) => {
+                Err(ConvertError::Kestrel(e @ kestrel_rt::Error::OutOfMemory { .. })) => {
                     let at = self.tnode();
                     let why = format!("not supported: too large to compose exactly: {e}");
                     self.blockers.push(Blocker {

@@ -18,7 +18,7 @@
 //! aside: the (H, W) average is taken first, then averaged over D).
 
 use super::{Lowerer, Res};
-use kestrel_format::ops::{Binary, BinaryOp, Op, Pool2d, PoolKind, TensorId};
+use kestrel_rt_format::ops::{Binary, BinaryOp, Op, Pool2d, PoolKind, TensorId};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::cnn::{MaxPool, PaddingSpec, PoolSpec, SumPool};
 use tract_onnx::tract_core::ops::nn::DataFormat;
@@ -254,9 +254,9 @@ mod tests {
     //! pool NCHW with ONNX padding): pools built as tract ops, lowered, and run by Kestrel and by
     //! tract on the same input.
     use super::super::{Lowerer, QuantChoice, Val};
-    use kestrel::{Input, ModelBuilder};
-    use kestrel_format::ops::Op;
-    use kestrel_format::DType;
+    use kestrel_rt::{Input, ModelBuilder};
+    use kestrel_rt_format::ops::Op;
+    use kestrel_rt_format::DType;
     use tract_onnx::prelude::*;
     use tract_onnx::tract_core::ops::cnn::{MaxPool, PaddingSpec, PoolSpec, SumPool};
     use tract_onnx::tract_core::ops::nn::DataFormat;
@@ -279,7 +279,7 @@ mod tests {
         let n: usize = shape.iter().product();
         let data: Vec<f32> =
             (0..n).map(|i| ((i * 37 % 101) as f32 / 25.0 - 2.0) * if i % 3 == 0 { -1.0 } else { 1.0 }).collect();
-        let model = kestrel::Model::from_bytes(&kes).unwrap();
+        let model = kestrel_rt::Model::from_bytes(&kes).unwrap();
         let got = model.session(1).unwrap().run_vec(&[Input::F32(&data)]).unwrap().remove(0);
         let t = Tensor::from_shape(shape, &data).unwrap();
         let want = m.into_runnable().unwrap().run(tvec![t.into()]).unwrap().remove(0);

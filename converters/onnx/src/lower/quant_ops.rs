@@ -10,7 +10,7 @@
 
 use super::linear::Operand;
 use super::{f32s, Lowerer, Res, Val};
-use kestrel_format::ops::{BinaryOp, Op, TensorId, Unary, UnaryOp};
+use kestrel_rt_format::ops::{BinaryOp, Op, TensorId, Unary, UnaryOp};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::internal::InOut;
 use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat};

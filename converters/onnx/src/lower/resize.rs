@@ -12,7 +12,7 @@
 //! ONNX's reference outputs.
 
 use super::{zeros, Lowerer, Res, Val};
-use kestrel_format::ops::{Activation, Dense, Op, Proj, TensorId};
+use kestrel_rt_format::ops::{Activation, Dense, Op, Proj, TensorId};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::nn::resize::{
     self as core, cubic_weights, linear_weights, plan_axis, window_size, AxisPlan, Interpolator, NearestUpsample,

@@ -14,7 +14,7 @@
 //! default: `Gru::reset`), and LSTM peepholes are the op's optional `p`.
 
 use super::{f32s, zeros, Lowerer, Res, Val};
-use kestrel_format::ops::{BinaryOp, Gru, GruReset, Lstm, Op, RnnDirection, RnnOutput, Slice, TensorId};
+use kestrel_rt_format::ops::{BinaryOp, Gru, GruReset, Lstm, Op, RnnDirection, RnnOutput, Slice, TensorId};
 use tract_onnx::model::{OnnxOpRegister, ParsingContext};
 use tract_onnx::ops::rec::common::CommonRec;
 use tract_onnx::ops::rec::{gru::GRU, lstm::LSTM};

@@ -25,7 +25,7 @@
 
 use super::{ints, zeros, Lowerer, Res, Val};
 use crate::error::ConvertError;
-use kestrel_format::ops::{BinaryOp, Op, Reduce, ReduceOp, TensorId};
+use kestrel_rt_format::ops::{BinaryOp, Op, Reduce, ReduceOp, TensorId};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::array::{ScatterElements, ScatterNd, ScatterReduction};
 
@@ -414,7 +414,7 @@ impl Konst {
         let row = d.b / d.b1;
         let mut moves = Vec::new();
         moves.try_reserve_exact(targets.len() * row).map_err(|_| {
-            ConvertError::Kestrel(kestrel::Error::OutOfMemory { what: "a scatter's moves".into(), bytes: u64::MAX })
+            ConvertError::Kestrel(kestrel_rt::Error::OutOfMemory { what: "a scatter's moves".into(), bytes: u64::MAX })
         })?;
         for (e, &(place, i)) in targets.iter().enumerate() {
             written[place] = 1.0;

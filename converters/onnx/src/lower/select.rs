@@ -8,7 +8,7 @@
 //! inclusive cumulative sum (ONNX CumSum) → a Dense with a lower-triangular f32 weight of ones.
 
 use super::{f32s, ints, zeros, Lowerer, Res, Val};
-use kestrel_format::ops::{
+use kestrel_rt_format::ops::{
     Binary, BinaryOp, Embedding, Gather as GatherOp, Op, Pool2d, PoolKind, Reduce, ReduceOp, Slice as SliceOp, TensorId,
 };
 use tract_onnx::prelude::*;

@@ -1,8 +1,8 @@
 //! Axis and reduction ops: AxisOp → `Reshape`/`Transpose`, Softmax, Reduce, Gather → `Embedding`.
 
 use super::{f32s, Lowerer, Res, Val};
-use kestrel_format::ops::{Binary, BinaryOp, Embedding, Op, Reduce, ReduceOp, Softmax, TensorId};
-use kestrel_format::ops::{Unary, UnaryOp};
+use kestrel_rt_format::ops::{Binary, BinaryOp, Embedding, Op, Reduce, ReduceOp, Softmax, TensorId};
+use kestrel_rt_format::ops::{Unary, UnaryOp};
 use tract_onnx::prelude::{Arc, OutletId, Tensor};
 use tract_onnx::tract_core::ops::array::Gather;
 use tract_onnx::tract_core::ops::change_axes::AxisOp;
@@ -183,10 +183,10 @@ impl Lowerer<'_> {
         }
         let w = self.weight_f32(node.inputs[0], "gathered_rows", &[d, v], w)?;
         let y = self.b.op(|y| {
-            Op::Dense(kestrel_format::ops::Dense {
+            Op::Dense(kestrel_rt_format::ops::Dense {
                 x: onehot,
-                proj: kestrel_format::ops::Proj { w, b: None },
-                act: kestrel_format::ops::Activation::None,
+                proj: kestrel_rt_format::ops::Proj { w, b: None },
+                act: kestrel_rt_format::ops::Activation::None,
                 y,
             })
         })?;

@@ -7,7 +7,7 @@
 //! Quadratic in the axis length: an axis over [`MAX_PAIRS`] pairs per output is refused.
 
 use super::{f32s, Lowerer, Res, Val};
-use kestrel_format::ops::{BinaryOp, Op, Reduce, ReduceOp, TensorId};
+use kestrel_rt_format::ops::{BinaryOp, Op, Reduce, ReduceOp, TensorId};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::array::Topk;
 

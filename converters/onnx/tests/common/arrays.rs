@@ -2,7 +2,7 @@
 //! (`#[path]`-included; each uses a part).
 #![allow(dead_code)]
 
-use kestrel::demo::Rng;
+use kestrel_rt::demo::Rng;
 
 /// Index `i` of a row-major array of `dims` as one index per dimension.
 pub fn unravel(mut i: usize, dims: &[usize]) -> Vec<usize> {

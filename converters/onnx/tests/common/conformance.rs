@@ -5,9 +5,9 @@
 //! Shared by the full-suite runner (`examples/conformance.rs`) and the CI sample test
 //! (`tests/conformance.rs`), which include this file with `#[path]`.
 
-use kestrel_cpu::panics::catch_quietly;
-use kestrel_format::FeedDType;
-use kestrel_onnx::{ConvertError, ConvertOptions};
+use kestrel_rt_cpu::panics::catch_quietly;
+use kestrel_rt_format::FeedDType;
+use kestrel_rt_onnx::{ConvertError, ConvertOptions};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use tract_onnx::prelude::*;
@@ -348,7 +348,7 @@ fn guarded(f: impl FnOnce() -> Outcome) -> Outcome {
 /// Kestrel: convert with the default options, run the `.kes` at batch 1, compare.
 fn kestrel_case(model: &Path, meta: &CaseMeta, data: &CaseData) -> Outcome {
     let path = model.display().to_string();
-    let conversion = match kestrel_onnx::convert(model, &ConvertOptions::default()) {
+    let conversion = match kestrel_rt_onnx::convert(model, &ConvertOptions::default()) {
         Ok(c) => c,
         Err(e) => {
             let classes = match &e {
@@ -364,7 +364,7 @@ fn kestrel_case(model: &Path, meta: &CaseMeta, data: &CaseData) -> Outcome {
             return Outcome::fail("convert", e.to_string().replace(&path, "model.onnx"), classes);
         }
     };
-    let kes = match kestrel::Model::from_bytes(&conversion.kes) {
+    let kes = match kestrel_rt::Model::from_bytes(&conversion.kes) {
         Ok(m) => m,
         Err(e) => return Outcome::fail("load", format!("loading the .kes: {e}"), Vec::new()),
     };
@@ -435,12 +435,12 @@ fn kestrel_case(model: &Path, meta: &CaseMeta, data: &CaseData) -> Outcome {
         };
         feeds.push(feed);
     }
-    let inputs: Vec<kestrel::Input<'_>> = feeds
+    let inputs: Vec<kestrel_rt::Input<'_>> = feeds
         .iter()
         .map(|f| match f {
-            Feed::F32(v) => kestrel::Input::F32(v),
-            Feed::I64(v) => kestrel::Input::I64(v),
-            Feed::I32(v) => kestrel::Input::I32(v),
+            Feed::F32(v) => kestrel_rt::Input::F32(v),
+            Feed::I64(v) => kestrel_rt::Input::I64(v),
+            Feed::I32(v) => kestrel_rt::Input::I32(v),
         })
         .collect();
     let mut out_shapes = Vec::new();

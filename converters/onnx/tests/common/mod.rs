@@ -1,6 +1,6 @@
 //! What the integration tests that run converted models on the GPU share.
 
-use kestrel_wgpu::{AdapterChoice, GpuContext, GpuError};
+use kestrel_rt_wgpu::{AdapterChoice, GpuContext, GpuError};
 
 /// The GPU device, or `None` (with a message) when there is none and `KESTREL_REQUIRE_GPU` is
 /// not set (`.ci/run` sets it after installing lavapipe).
@@ -23,21 +23,21 @@ pub fn gpu() -> Option<GpuContext> {
 pub fn convert_and_run(
     name: &str,
     onnx: &[u8],
-    inputs: &[kestrel::Input<'_>],
+    inputs: &[kestrel_rt::Input<'_>],
     n_out: usize,
 ) -> Result<Vec<Vec<f32>>, String> {
     let path = std::env::temp_dir().join(format!("kestrel-test-{}-{name}.onnx", std::process::id()));
     std::fs::write(&path, onnx).map_err(|e| e.to_string())?;
-    let conv = kestrel_onnx::convert(&path, &kestrel_onnx::ConvertOptions::default()).map_err(|e| e.to_string());
+    let conv = kestrel_rt_onnx::convert(&path, &kestrel_rt_onnx::ConvertOptions::default()).map_err(|e| e.to_string());
     std::fs::remove_file(&path).ok();
-    let model = kestrel::Model::from_bytes(&conv?.kes).map_err(|e| e.to_string())?;
+    let model = kestrel_rt::Model::from_bytes(&conv?.kes).map_err(|e| e.to_string())?;
     let mut y = vec![0f32; n_out];
     model.session(1).map_err(|e| e.to_string())?.run(inputs, &mut [&mut y]).map_err(|e| e.to_string())?;
     let mut outs = vec![y];
     if let Some(ctx) = gpu() {
         let cpu = model.cpu().map_err(|e| e.to_string())?;
         let mut g = vec![0f32; n_out];
-        kestrel_wgpu::GpuSession::new(&ctx, &cpu, 1)
+        kestrel_rt_wgpu::GpuSession::new(&ctx, &cpu, 1)
             .and_then(|mut s| s.run(inputs, &mut [g.as_mut_slice()]))
             .map_err(|e| format!("wgpu: {e}"))?;
         outs.push(g);

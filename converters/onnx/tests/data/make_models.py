@@ -1,4 +1,4 @@
-"""Generates the tiny ONNX test models of kestrel-onnx (run once; the outputs are committed).
+"""Generates the tiny ONNX test models of kestrel-rt-onnx (run once; the outputs are committed).
 
     python3 converters/onnx/tests/data/make_models.py
 
@@ -51,7 +51,7 @@ class G:
 
     def save(self, file, inputs, outputs):
         graph = helper.make_graph(self.nodes, os.path.splitext(file)[0], inputs, outputs, self.inits)
-        model = helper.make_model(graph, opset_imports=OPSET, producer_name="kestrel-onnx tests")
+        model = helper.make_model(graph, opset_imports=OPSET, producer_name="kestrel-rt-onnx tests")
         model.ir_version = 8
         onnx.checker.check_model(model)
         path = os.path.join(HERE, file)
@@ -301,7 +301,7 @@ def contrib_ops():
     g.nodes[-1].output[0] = "y"
     graph = helper.make_graph(g.nodes, "contrib_ops", [f32("x", ["N", 4])], [f32("y", ["N", 4])], g.inits)
     opsets = list(OPSET) + [helper.make_opsetid("com.microsoft", 1)]
-    model = helper.make_model(graph, opset_imports=opsets, producer_name="kestrel-onnx tests")
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="kestrel-rt-onnx tests")
     model.ir_version = 8
     path = os.path.join(HERE, "contrib_ops.onnx")
     onnx.save(model, path)

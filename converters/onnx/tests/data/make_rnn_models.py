@@ -1,4 +1,4 @@
-"""Generates the recurrent test models of kestrel-onnx (run once; the outputs are committed).
+"""Generates the recurrent test models of kestrel-rt-onnx (run once; the outputs are committed).
 
     python converters/onnx/tests/data/make_rnn_models.py
 

@@ -4,8 +4,8 @@
 use super::Window2d;
 use crate::error::{expect_eq, ShapeError};
 use core::ops::Deref;
-use kestrel_format::ops::Conv2d;
-use kestrel_format::Shape;
+use kestrel_rt_format::ops::Conv2d;
+use kestrel_rt_format::Shape;
 
 /// Shapes and hyper-parameters of a 2-D convolution: channels and groups around the
 /// [`Window2d`] its kernel slides (whose fields read through, `p.kh`, `p.oh`, …).

@@ -2,7 +2,7 @@
 //! index rule every backend applies ([`GatherParams::resolve`]).
 
 use crate::error::ShapeError;
-use kestrel_format::{Shape, MAX_RANK};
+use kestrel_rt_format::{Shape, MAX_RANK};
 
 /// Geometry of one gather: `x` seen as `[outer, n, inner]` around the axis, `k` indices, the
 /// output `[outer, k, inner]`.

@@ -3,8 +3,8 @@
 use super::Window2d;
 use crate::error::{expect_eq, ShapeError};
 use core::ops::Deref;
-use kestrel_format::ops::{Pool2d, PoolKind};
-use kestrel_format::Shape;
+use kestrel_rt_format::ops::{Pool2d, PoolKind};
+use kestrel_rt_format::Shape;
 
 /// Shapes and hyper-parameters of a 2-D pooling: what it computes around the [`Window2d`] it
 /// slides (whose fields read through, `p.kh`, `p.oh`, …).

@@ -2,8 +2,8 @@
 //! shapes, and the scratch its CPU kernel needs.
 
 use crate::error::{expect_eq, ShapeError};
-use kestrel_format::ops::{Gru, GruReset, Lstm, RnnDirection, RnnOutput, TensorId};
-use kestrel_format::Shape;
+use kestrel_rt_format::ops::{Gru, GruReset, Lstm, RnnDirection, RnnOutput, TensorId};
+use kestrel_rt_format::Shape;
 
 /// Which cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,8 +1,8 @@
 //! Slice geometry: [`SliceParams`] of a `Slice` node, checked against its input shape.
 
 use crate::error::ShapeError;
-use kestrel_format::ops::Slice;
-use kestrel_format::Shape;
+use kestrel_rt_format::ops::Slice;
+use kestrel_rt_format::Shape;
 
 /// Geometry of one slice, checked against the input shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

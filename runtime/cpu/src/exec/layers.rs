@@ -20,8 +20,8 @@ use crate::kernels::sdpa::{sdpa_rows, sdpa_scratch, SdpaParams};
 use crate::kernels::slice::{slice, SliceParams};
 use crate::kernels::softmax::{softmax, SoftmaxParams};
 use crate::kernels::transpose::{transpose, TransposeParams};
-use kestrel_format::ops::{Activation, Gru, LayerOp, Lstm, Op, Proj, TensorId};
-use kestrel_format::{Shape, TensorKind, WeightView};
+use kestrel_rt_format::ops::{Activation, Gru, LayerOp, Lstm, Op, Proj, TensorId};
+use kestrel_rt_format::{Shape, TensorKind, WeightView};
 
 /// A weight view from a validated file.
 pub(crate) fn weight<'a>(file: &Graph<'_, 'a>, id: TensorId) -> Result<WeightView<'a>, ShapeError> {
@@ -381,7 +381,7 @@ fn expect_len(found: usize, expected: usize) -> Result<(), ShapeError> {
     crate::error::expect_eq("Sdpa", "bias elements", expected, found)
 }
 
-/// An [`Sdpa`](kestrel_format::ops::Sdpa) node over the batch: each sample's query rows split
+/// An [`Sdpa`](kestrel_rt_format::ops::Sdpa) node over the batch: each sample's query rows split
 /// into contiguous runs, one per task, each task with its own scratch copy (the session's arena
 /// holds one per thread); every row is computed by the same code whatever the split, so results
 /// do not depend on the thread count.
@@ -389,7 +389,7 @@ fn execute_sdpa(
     file: &Graph<'_, '_>,
     p: &SdpaParams,
     bias: Option<&Src<'_>>,
-    o: &kestrel_format::ops::Sdpa,
+    o: &kestrel_rt_format::ops::Sdpa,
     io: &mut OpIo<'_>,
 ) -> Result<(), RunError> {
     let batch = io.batch;

@@ -15,8 +15,8 @@ use crate::kernels::fastformer::{
 };
 #[cfg(feature = "std")]
 use crate::threads::SharedMut;
-use kestrel_core::shapes::check_group_mask;
-use kestrel_format::ops::{AftBias, MechanismOp, Op, Proj, TensorId};
+use kestrel_rt_core::shapes::check_group_mask;
+use kestrel_rt_format::ops::{AftBias, MechanismOp, Op, Proj, TensorId};
 
 /// Kernel params and weights of one mechanism node.
 enum Prep<'a> {
@@ -80,7 +80,7 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
                 causal: o.causal,
                 scale: o.scale,
                 variant: o.variant,
-                int8: o.internals == kestrel_format::ops::Internals::Int8,
+                int8: o.internals == kestrel_rt_format::ops::Internals::Int8,
             };
             let w = AttentionWeights { q: pin(o.q)?, k: opin(o.k)?, v: opin(o.v)?, align: opj(o.align)?, o: pj(o.o)? };
             p.check(&w)?;
@@ -90,7 +90,7 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
                     let info = file.tensor(m).map_err(super::lookup_err)?;
                     check_group_mask(op.name(), &info.shape, groups, t, p.heads)?;
                     let per_group = info.shape.rank() == 4;
-                    if info.kind == kestrel_format::TensorKind::Weight {
+                    if info.kind == kestrel_rt_format::TensorKind::Weight {
                         // The loader admits only f32 weights in the mask slot.
                         let values = weight(file, m)?.as_f32().ok_or(ShapeError::Invalid {
                             op: op.name(),

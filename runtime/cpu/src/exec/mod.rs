@@ -5,8 +5,8 @@
 
 use crate::error::{RunError, ShapeError};
 use crate::graph::Graph;
-use kestrel_format::ops::{Op, TensorId};
-use kestrel_format::TensorInfo;
+use kestrel_rt_format::ops::{Op, TensorId};
+use kestrel_rt_format::TensorInfo;
 
 mod layers;
 mod mechanisms;
@@ -108,7 +108,7 @@ pub(crate) fn info<'a>(file: &Graph<'_, 'a>, id: TensorId) -> Result<TensorInfo<
 }
 
 /// A shape error from a lookup that validation already passed.
-pub(crate) fn lookup_err(_: kestrel_format::Error) -> ShapeError {
+pub(crate) fn lookup_err(_: kestrel_rt_format::Error) -> ShapeError {
     ShapeError::Invalid { op: "?", what: "tensor lookup failed" }
 }
 

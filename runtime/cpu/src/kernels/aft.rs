@@ -22,7 +22,7 @@ pub use crate::kernels::attention::{MechanismWeights, Qkvo};
 use crate::kernels::linear::matmul_nt;
 use crate::kernels::simd;
 use crate::math::{exp, exp_excess};
-use kestrel_format::WeightView;
+use kestrel_rt_format::WeightView;
 
 /// Sizes and flags every AFT variant over a token sequence shares (full, local, simple).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,14 +151,14 @@ impl AftLocalParams {
         }
         w.proj.check(OP, d, d)?;
         expect_eq(OP, "w rows", t, w.w.rows())?;
-        match kestrel_format::ops::AftLocal::is_band(t, self.window, w.w.cols()) {
+        match kestrel_rt_format::ops::AftLocal::is_band(t, self.window, w.w.cols()) {
             Some(_) => Ok(()),
             None => Err(ShapeError::Invalid { op: OP, what: "w must be [T, T] or its band [T, 2s - 1] (2s - 1 < T)" }),
         }
     }
 
     fn band(&self) -> usize {
-        kestrel_format::ops::AftLocal::w_cols(self.shape.t, self.window)
+        kestrel_rt_format::ops::AftLocal::w_cols(self.shape.t, self.window)
     }
 }
 

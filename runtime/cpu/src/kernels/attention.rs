@@ -23,8 +23,8 @@ use crate::kernels::attention_q8::Q8Head;
 use crate::kernels::linear::{matmul_nt, ProjW};
 use crate::kernels::simd::softmax as softmax_in_place;
 use crate::kernels::simd::{axpy as axpy_simd, dot_f32};
-use kestrel_format::ops::AttentionVariant;
-use kestrel_format::WeightView;
+use kestrel_rt_format::ops::AttentionVariant;
+use kestrel_rt_format::WeightView;
 
 const OP: &str = "attention";
 
@@ -145,7 +145,7 @@ impl Qkvo<'_> {
     }
 }
 
-pub use kestrel_core::shapes::check_key_mask;
+pub use kestrel_rt_core::shapes::check_key_mask;
 
 /// Checks that an optional weight is present exactly when the op needs it.
 pub(crate) fn check_present<T>(

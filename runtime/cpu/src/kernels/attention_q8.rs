@@ -17,7 +17,7 @@
 
 use crate::kernels::linear::matmul_nt_q8;
 use crate::kernels::simd::{abs_max, quantize_rows_i8, StridedRows};
-use kestrel_format::{WeightData, WeightView};
+use kestrel_rt_format::{WeightData, WeightView};
 
 /// Heads narrower than this many columns, or over fewer keys, keep f32 products even with int8
 /// internals: the quantisation passes and the per-call packing then cost more than the integer

@@ -3,9 +3,9 @@
 //! Stride, padding (top, left, bottom, right; zeros), dilation and groups.
 
 use crate::kernels::linear::ProjW;
-pub use kestrel_core::params::Conv2dParams;
-use kestrel_core::params::Window2d;
-use kestrel_format::ops::Activation;
+pub use kestrel_rt_core::params::Conv2dParams;
+use kestrel_rt_core::params::Window2d;
+use kestrel_rt_format::ops::Activation;
 
 mod depthwise_cl;
 use depthwise_cl::{channels_last_depthwise, cl_scratch, depthwise_cl};

@@ -4,8 +4,8 @@
 use crate::error::{expect_eq, ShapeError};
 use crate::kernels::strided::{for_each_index, outer_dims};
 use crate::math;
-use kestrel_format::ops::{BinaryOp, UnaryOp};
-use kestrel_format::{Shape, WeightData, WeightView, MAX_RANK};
+use kestrel_rt_format::ops::{BinaryOp, UnaryOp};
+use kestrel_rt_format::{Shape, WeightData, WeightView, MAX_RANK};
 
 /// One input of an element-wise or matmul kernel, row-major in its logical shape (the shape
 /// itself lives in the kernel's params): an activation, or a weight in any encoding.

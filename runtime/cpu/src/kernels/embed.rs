@@ -2,8 +2,8 @@
 
 use crate::error::{expect_eq, RunError, ShapeError};
 use crate::kernels::linear::{linear, ProjW};
-use kestrel_format::ops::Activation;
-use kestrel_format::{Shape, WeightView};
+use kestrel_rt_format::ops::Activation;
+use kestrel_rt_format::{Shape, WeightView};
 
 /// Patch embedding of `x [C, H, W]` with `p×p` patches into `y [(H/p)·(W/p), d]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,7 +9,7 @@
 use crate::error::{expect_eq, ShapeError};
 use crate::kernels::attention::{axpy, check_dims_scale, MechanismWeights};
 use crate::kernels::simd::softmax as softmax_in_place;
-use kestrel_format::WeightView;
+use kestrel_rt_format::WeightView;
 
 const OP: &str = "fastformer";
 

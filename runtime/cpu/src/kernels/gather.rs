@@ -2,10 +2,10 @@
 //! indices, the output `[outer, k, inner]` with `y[o, j, i] = x[o, idx[j], i]`, each index's
 //! `inner` elements one contiguous copy.
 //!
-//! [`Gather`]: kestrel_format::ops::Gather
+//! [`Gather`]: kestrel_rt_format::ops::Gather
 
 use crate::error::RunError;
-pub use kestrel_core::params::GatherParams;
+pub use kestrel_rt_core::params::GatherParams;
 
 /// Gathers one sample: `x` (`outer·n·inner` elements), `idx` (`k` values: integers in `-n..n`,
 /// negative ones counted from the end), `y` (`outer·k·inner`). An index that is not an integer in

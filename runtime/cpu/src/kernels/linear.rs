@@ -1,9 +1,9 @@
 //! Dense layer: `y[r, o] = act(Σ_i x[r, i] · W[o, i] + b[o])` for weights in any encoding.
 
 use crate::kernels::activate;
-use kestrel_format::ops::Activation;
-use kestrel_format::weight::quantize_act;
-use kestrel_format::{WeightView, INT4_GROUP};
+use kestrel_rt_format::ops::Activation;
+use kestrel_rt_format::weight::quantize_act;
+use kestrel_rt_format::{WeightView, INT4_GROUP};
 
 /// Computes `y = act(x Wᵀ + b)` for `rows` rows.
 ///
@@ -269,7 +269,7 @@ fn q8_scaled(
     y: &mut [f32],
 ) {
     let inv = 1.0 / x_scale;
-    if let (Some(fin), kestrel_format::WeightData::I8 { q, .. }) = (fin, w.data()) {
+    if let (Some(fin), kestrel_rt_format::WeightData::I8 { q, .. }) = (fin, w.data()) {
         if super::simd::q8_dense_i8(x, rows, inv, q, w.cols(), w.rows(), fin, y) {
             return;
         }
@@ -287,7 +287,7 @@ fn fused_finish<'a>(
     rows: usize,
     x_scale: f32,
 ) -> Option<super::simd::Q8Finish<'a>> {
-    let kestrel_format::WeightData::I8 { scales, .. } = w.data() else { return None };
+    let kestrel_rt_format::WeightData::I8 { scales, .. } = w.data() else { return None };
     if rows < super::simd::Q8_FUSED_MIN_ROWS || w.cols() == 0 || w.cols() > super::simd::Q8_EXACT_MAX_COLS {
         return None;
     }
@@ -308,7 +308,7 @@ fn fused_finish<'a>(
 /// inputs wider than [`super::simd::Q8_EXACT_MAX_COLS`]: f32 sums of the per-group / per-chunk
 /// integer products.
 fn q8_body(x: &[f32], rows: usize, w: &WeightView<'_>, inv: f32, y: &mut [f32]) {
-    use kestrel_format::WeightData;
+    use kestrel_rt_format::WeightData;
     let (out, inp) = (w.rows(), w.cols());
     let y = &mut y[..rows * out];
     if let WeightData::I8 { q, scales } = w.data() {
@@ -362,8 +362,8 @@ fn q8_body(x: &[f32], rows: usize, w: &WeightView<'_>, inv: f32, y: &mut [f32]) 
 #[inline]
 fn dot_row_q8(w: &WeightView<'_>, r: usize, col0: usize, xq: &[i8]) -> f32 {
     use super::simd;
-    use kestrel_format::weight::{int4_groups, int4_row_bytes};
-    use kestrel_format::WeightData;
+    use kestrel_rt_format::weight::{int4_groups, int4_row_bytes};
+    use kestrel_rt_format::WeightData;
     let c = w.cols();
     let n = xq.len().min(c.saturating_sub(col0));
     match w.data() {

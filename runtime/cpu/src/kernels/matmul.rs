@@ -5,8 +5,8 @@
 use crate::error::{expect_eq, ShapeError};
 use crate::kernels::elementwise::{broadcast_dims, broadcast_strides, dims_of, Operand};
 use crate::kernels::strided::for_each_index;
-use kestrel_format::weight::dot_f32;
-use kestrel_format::{Shape, MAX_RANK};
+use kestrel_rt_format::weight::dot_f32;
+use kestrel_rt_format::{Shape, MAX_RANK};
 
 /// Shapes of a batched matmul.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

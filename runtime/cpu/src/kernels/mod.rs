@@ -1,5 +1,5 @@
 //! Kernels, one op family per file. Each works on one sample (the executor loops over the
-//! batch), reads weights through [`WeightView`](kestrel_format::WeightView) in any encoding,
+//! batch), reads weights through [`WeightView`](kestrel_rt_format::WeightView) in any encoding,
 //! computes in f32, never allocates, and takes its temporary memory from a caller's scratch
 //! slice whose length comes from the matching `*_scratch` function.
 
@@ -24,7 +24,7 @@ pub mod softmax;
 mod strided;
 pub mod transpose;
 
-use kestrel_format::ops::Activation;
+use kestrel_rt_format::ops::Activation;
 
 /// Applies a fused activation in place: GELU and SiLU vectorised where the CPU allows, the
 /// others in loops the compiler vectorises.

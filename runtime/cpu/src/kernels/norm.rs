@@ -4,8 +4,8 @@
 //! channels as contiguous rows of positions: no transposes, one vector lane per position.
 
 use crate::error::{expect_eq, ShapeError};
-use kestrel_format::ops::NormAxis;
-use kestrel_format::{Shape, WeightView};
+use kestrel_rt_format::ops::NormAxis;
+use kestrel_rt_format::{Shape, WeightView};
 
 /// Elements of a channels-first map normalised together (`C` rows of a chunk of positions):
 /// 32 KiB, so that a chunk stays in L1 across the three passes over it.

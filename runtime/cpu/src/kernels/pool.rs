@@ -13,8 +13,8 @@
 //! * Pairs: disjoint windows two columns wide (the CNN's 2×2 pool).
 
 use crate::kernels::conv::{split_phases, PhaseGeom, TapOffsets};
-pub use kestrel_core::params::Pool2dParams;
-use kestrel_format::ops::PoolKind;
+pub use kestrel_rt_core::params::Pool2dParams;
+use kestrel_rt_format::ops::PoolKind;
 
 /// Scratch for [`pool2d`] at least: none (the row loops).
 pub fn pool2d_scratch(_p: &Pool2dParams) -> usize {

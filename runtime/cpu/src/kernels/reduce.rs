@@ -3,8 +3,8 @@
 //! minimum (as an f32 value, [`ReduceOp::arg`]'s rule), optionally keeping the axis with size 1.
 
 use crate::error::ShapeError;
-use kestrel_format::ops::{Fold, FoldVisitor, ReduceOp};
-use kestrel_format::{Shape, MAX_RANK};
+use kestrel_rt_format::ops::{Fold, FoldVisitor, ReduceOp};
+use kestrel_rt_format::{Shape, MAX_RANK};
 
 /// Reduction of axis `axis` of `[outer, n, inner]` to `[outer, inner]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

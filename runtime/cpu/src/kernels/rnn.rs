@@ -2,7 +2,7 @@
 //! the default activations, per sample: `x [T, I]`, `w [dirs·G·H, I]`, `r [dirs·G·H, H]` (any
 //! encoding), `b [dirs, 2·G·H]` (`Wb` then `Rb`), optional initial states `[dirs, H]`, optional
 //! LSTM peepholes `[dirs, 3H]`; output `Y [T, dirs, H]` or the last hidden / cell state
-//! `[dirs, H]` (see `kestrel_format::ops::Lstm`, `Gru`).
+//! `[dirs, H]` (see `kestrel_rt_format::ops::Lstm`, `Gru`).
 //!
 //! Per direction: the input projection of every step at once, `x · W_dᵀ` (`[T, G·H]`), by the
 //! dense kernels ([`linear`]: packed GEMM, threads); then the recurrence, one GEMV `h · R_dᵀ` per
@@ -14,9 +14,9 @@
 use crate::error::{expect_eq, ShapeError};
 use crate::kernels::linear::linear;
 use crate::kernels::simd;
-pub use kestrel_core::params::{rnn_scratch, RnnCell, RnnParams};
-use kestrel_format::ops::{Activation, GruReset, RnnOutput};
-use kestrel_format::WeightView;
+pub use kestrel_rt_core::params::{rnn_scratch, RnnCell, RnnParams};
+use kestrel_rt_format::ops::{Activation, GruReset, RnnOutput};
+use kestrel_rt_format::WeightView;
 
 /// The weights of a recurrent layer (views of the file's tensors; see [`RnnParams::new`]).
 #[derive(Clone, Copy, Debug)]

@@ -1,4 +1,4 @@
-//! Scaled dot-product attention on activations ([`Sdpa`](kestrel_format::ops::Sdpa)): queries,
+//! Scaled dot-product attention on activations ([`Sdpa`](kestrel_rt_format::ops::Sdpa)): queries,
 //! keys and values computed by the graph (rotary embeddings, grouped-query heads, QK-norm,
 //! cross-attention), one query row at a time: its scores over the keys it sees in one row of
 //! scratch (`Tk` elements, the only buffer: the `[Hq, Tq, Tk]` scores are never stored), the
@@ -7,9 +7,9 @@
 
 use crate::error::{expect_eq, ShapeError};
 use crate::kernels::attention::{axpy, masked_softmax};
-use kestrel_core::shapes::SdpaDims;
-use kestrel_format::weight::dot_f32;
-use kestrel_format::Shape;
+use kestrel_rt_core::shapes::SdpaDims;
+use kestrel_rt_format::weight::dot_f32;
+use kestrel_rt_format::Shape;
 
 /// The checked geometry and attributes of one node.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -2,9 +2,9 @@
 //! input seen as `[outer, n, inner]`, the output as `[outer, len, inner]`,
 //! `y[o, offset + j, i] = x[o, start + j·step, i]` for `j < count`, zeros elsewhere.
 //!
-//! [`Slice`]: kestrel_format::ops::Slice
+//! [`Slice`]: kestrel_rt_format::ops::Slice
 
-pub use kestrel_core::params::SliceParams;
+pub use kestrel_rt_core::params::SliceParams;
 
 /// Writes the window of `x` (one sample, `outer·n·inner` elements) into `y` (`outer·len·inner`).
 pub fn slice(p: &SliceParams, x: &[f32], y: &mut [f32]) {

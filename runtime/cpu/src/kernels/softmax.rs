@@ -2,7 +2,7 @@
 
 use crate::error::ShapeError;
 use crate::kernels::simd::softmax as softmax_in_place;
-use kestrel_format::Shape;
+use kestrel_rt_format::Shape;
 
 /// Softmax over rows of `n` elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

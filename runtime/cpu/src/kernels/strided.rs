@@ -1,7 +1,7 @@
 //! Walking a row-major index space while tracking where each index starts in strided inputs
 //! (broadcast operands, permuted sources, batched matrix operands).
 
-use kestrel_format::{Shape, MAX_RANK};
+use kestrel_rt_format::{Shape, MAX_RANK};
 
 /// Calls `f(i, starts)` for every index `i` of the row-major index space `dims` (in order), where
 /// `starts[k]` is that index's offset in input `k`: Σ_axis index[axis] · `strides[k][axis]`.

@@ -3,7 +3,7 @@
 
 use crate::error::ShapeError;
 use crate::kernels::strided::{for_each_index, outer_dims};
-use kestrel_format::{Shape, MAX_RANK};
+use kestrel_rt_format::{Shape, MAX_RANK};
 
 /// A permute copy of an input of shape `x` into shape `y`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,9 +2,9 @@
 //! tests (and usable by GPU tests and benchmarks).
 
 use super::{dtype, vals};
-use kestrel_format::ops::BinaryOp;
-use kestrel_format::DType;
-use kestrel_reference::testing::into_domain;
+use kestrel_rt_format::ops::BinaryOp;
+use kestrel_rt_format::DType;
+use kestrel_rt_reference::testing::into_domain;
 use proptest::prelude::*;
 
 /// Dense: `(rows, in, out, x, w, b)`.

@@ -3,13 +3,13 @@
 
 pub mod cases;
 
-use kestrel_format::weight::{EncodedWeight, ViewStore};
-use kestrel_format::{DType, Shape, WeightView};
+use kestrel_rt_format::weight::{EncodedWeight, ViewStore};
+use kestrel_rt_format::{DType, Shape, WeightView};
 use proptest::prelude::*;
 
 // Each test binary (layers, elementwise) uses its part.
 #[allow(unused_imports)]
-pub use kestrel_reference::testing::{act, binary_fn, reduce_fn, unary_fn, DTYPES};
+pub use kestrel_rt_reference::testing::{act, binary_fn, reduce_fn, unary_fn, DTYPES};
 
 /// Any weight encoding.
 pub fn dtype() -> impl Strategy<Value = DType> {
@@ -104,7 +104,7 @@ pub fn abs(v: &[f32]) -> Vec<f32> {
 pub fn assert_close_dot(what: &str, got: &[f32], want: &[f64], got_mag: &[f32], want_mag: &[f64]) {
     let g: Vec<f32> = got.iter().chain(got_mag).copied().collect();
     let w: Vec<f64> = want.iter().chain(want_mag).copied().collect();
-    kestrel_reference::assert_close(what, &g, &w, kestrel_reference::tolerance::F32_KERNEL);
+    kestrel_rt_reference::assert_close(what, &g, &w, kestrel_rt_reference::tolerance::F32_KERNEL);
 }
 
 /// 64 cases per property (fast), unless `PROPTEST_CASES` asks for another count.

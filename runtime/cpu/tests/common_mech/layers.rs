@@ -2,12 +2,12 @@
 //! decoded weights, and the kernel run through `check` with exactly `*_scratch` elements.
 
 use super::{run, to_f64, Rng, TProj, TW};
-use kestrel_cpu::kernels::aft::*;
-use kestrel_cpu::kernels::attention::*;
-use kestrel_cpu::kernels::fastformer::*;
-use kestrel_format::ops::AttentionVariant;
-use kestrel_format::DType;
-use kestrel_reference::mechanisms::{self as reference, AttentionRef, Qkvo};
+use kestrel_rt_cpu::kernels::aft::*;
+use kestrel_rt_cpu::kernels::attention::*;
+use kestrel_rt_cpu::kernels::fastformer::*;
+use kestrel_rt_format::ops::AttentionVariant;
+use kestrel_rt_format::DType;
+use kestrel_rt_reference::mechanisms::{self as reference, AttentionRef, Qkvo};
 
 // ---------------------------------------------------------------- attention
 
@@ -39,7 +39,7 @@ impl AttnLayer {
     /// [`reference`](Self::reference) with an additive mask `[T]` or `[T, T]`.
     pub fn reference_masked(&self, p: &AttentionParams, x: &[f32], mask: Option<&[f32]>) -> Vec<f64> {
         let mask = mask.map(to_f64);
-        let kind = kestrel_reference::testing::attention_kind(p.variant);
+        let kind = kestrel_rt_reference::testing::attention_kind(p.variant);
         let a = AttentionRef {
             kind,
             heads: p.heads,
@@ -64,16 +64,16 @@ impl AttnLayer {
     pub fn run_masked(&mut self, p: &AttentionParams, x: &[f32], mask: &[f32], path: Path) -> Vec<f32> {
         let scratch = match path {
             Path::Planned => attention_scratch_fast(p),
-            Path::Blocks(qb) => kestrel_cpu::kernels::attention::attention_scratch_blocked(p, qb),
+            Path::Blocks(qb) => kestrel_rt_cpu::kernels::attention::attention_scratch_blocked(p, qb),
             Path::RowWise => attention_scratch(p),
         };
         self.run_with(p, x, Some(mask), scratch)
     }
 
     /// [`run`](Self::run) with scratch for blocks of `qb` queries (files planned with
-    /// [`kestrel_cpu::kernels::attention::QB`]-row blocks).
+    /// [`kestrel_rt_cpu::kernels::attention::QB`]-row blocks).
     pub fn run_blocks(&mut self, p: &AttentionParams, x: &[f32], qb: usize) -> Vec<f32> {
-        self.run_with(p, x, None, kestrel_cpu::kernels::attention::attention_scratch_blocked(p, qb))
+        self.run_with(p, x, None, kestrel_rt_cpu::kernels::attention::attention_scratch_blocked(p, qb))
     }
 
     /// [`run`](Self::run) with the minimum scratch: the row-at-a-time path (files planned before
@@ -168,8 +168,8 @@ impl Proj4 {
     }
 
     /// The four projections as the kernels take them.
-    pub fn view(&mut self) -> kestrel_cpu::kernels::aft::Qkvo<'_> {
-        kestrel_cpu::kernels::aft::Qkvo { q: self.q.view(), k: self.k.view(), v: self.v.view(), o: self.o.view() }
+    pub fn view(&mut self) -> kestrel_rt_cpu::kernels::aft::Qkvo<'_> {
+        kestrel_rt_cpu::kernels::aft::Qkvo { q: self.q.view(), k: self.k.view(), v: self.v.view(), o: self.o.view() }
     }
 }
 
@@ -244,7 +244,7 @@ impl AftLocalLayer {
 
     /// w stored as writers store it now: its band `[T, 2s − 1]` when that is narrower than T.
     pub fn random_band(rng: &mut Rng, dtype: DType, p: &AftLocalParams, kshift: f32) -> Self {
-        let cols = kestrel_format::ops::AftLocal::w_cols(p.shape.t, p.window);
+        let cols = kestrel_rt_format::ops::AftLocal::w_cols(p.shape.t, p.window);
         Self {
             p: Proj4::random(rng, dtype, p.shape.d, p.shape.d, kshift),
             w: TW::random(rng, dtype, p.shape.t, cols, 1.0),

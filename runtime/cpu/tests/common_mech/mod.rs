@@ -4,12 +4,12 @@
 
 pub mod layers;
 
-use kestrel_cpu::ProjW;
-use kestrel_format::weight::{EncodedWeight, ViewStore};
-use kestrel_format::{DType, WeightView};
-use kestrel_reference::mechanisms::Dense64;
+use kestrel_rt_cpu::ProjW;
+use kestrel_rt_format::weight::{EncodedWeight, ViewStore};
+use kestrel_rt_format::{DType, WeightView};
+use kestrel_rt_reference::mechanisms::Dense64;
 
-pub use kestrel_reference::testing::{Rng, DTYPES};
+pub use kestrel_rt_reference::testing::{Rng, DTYPES};
 
 /// A generator seeded with `seed` and the `n` standard normal inputs drawn from it first.
 pub fn seeded_input(seed: u64, n: usize) -> (Rng, Vec<f32>) {

@@ -1,6 +1,6 @@
 //! Shared by the SIMD kernel tests (`simd.rs`, `simd_conv.rs`).
 
-use kestrel_cpu::kernels::simd::Isa;
+use kestrel_rt_cpu::kernels::simd::Isa;
 
 /// The SIMD ISAs this CPU supports (the dispatched entry points run the scalar loops elsewhere).
 pub fn isas() -> Vec<Isa> {

@@ -96,7 +96,7 @@ macro_rules! elementwise_table {
             pub fn wgsl_fn() -> alloc::string::String {
                 use core::fmt::Write;
                 let mut s = alloc::string::String::new();
-                let _ = writeln!(s, "// Generated from kestrel_format::ops::{} (elementwise.rs).", stringify!($name));
+                let _ = writeln!(s, "// Generated from kestrel_rt_format::ops::{} (elementwise.rs).", stringify!($name));
                 let _ = writeln!(s, "{}", $wgsl_fn);
                 let _ = writeln!(s, "    switch op {{");
                 for f in Self::ALL {

@@ -282,7 +282,7 @@ impl ReduceOp {
         };
         let folds: Vec<(u32, [&str; 4])> = Self::ALL.iter().filter_map(|&o| Some((o as u32, o.wgsl()?))).collect();
         let mut s = String::new();
-        let _ = writeln!(s, "// Generated from kestrel_format::ops::ReduceOp (reduce.rs).");
+        let _ = writeln!(s, "// Generated from kestrel_rt_format::ops::ReduceOp (reduce.rs).");
         for (c, [_, map, combine, _]) in &folds {
             let _ = writeln!(s, "fn reduce_map_{c}(x: f32) -> f32 {{ return {map}; }}");
             let _ = writeln!(s, "fn reduce_combine_{c}(a: f32, b: f32) -> f32 {{ return {combine}; }}");

@@ -1,6 +1,6 @@
 //! Shared by the integration tests: one list of ops covering every kind.
 
-use kestrel_format::ops::*;
+use kestrel_rt_format::ops::*;
 
 /// Every op kind, with each optional tensor slot and trailing attribute both absent and present.
 pub fn every_op() -> Vec<Op> {

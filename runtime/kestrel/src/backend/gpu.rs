@@ -4,7 +4,7 @@
 //! the activations exceed the adapter's buffer limits).
 
 use super::{Backend, GpuPlacement, GpuPrecision, NoGpu, Placement, Request};
-use kestrel_wgpu::{AdapterChoice, GpuContext, GpuError, GpuSession, Precision, SessionOptions, ADAPTER_ENV};
+use kestrel_rt_wgpu::{AdapterChoice, GpuContext, GpuError, GpuSession, Precision, SessionOptions, ADAPTER_ENV};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 impl From<GpuPrecision> for Precision {
@@ -53,7 +53,7 @@ pub fn forget_if_lost(error: &GpuError, ctx: &Arc<GpuContext>) {
 /// [`place`](super::place) for WGPU and AUTO; errors are AUTO's reasons or WGPU's errors.
 pub(super) fn place(
     request: &Request<'_>,
-    model: &kestrel_cpu::Model<'_>,
+    model: &kestrel_rt_cpu::Model<'_>,
     capacity: usize,
 ) -> Result<Placement, NoGpu> {
     let choice = AdapterChoice::from_env_or(request.adapter);
@@ -64,7 +64,7 @@ pub(super) fn place(
         let ctx = shared_context(&choice).map_err(NoGpu::Unavailable)?;
         if request.backend == Backend::Auto
             && !named
-            && ctx.adapter_info().device_type == kestrel_wgpu::wgpu::DeviceType::Cpu
+            && ctx.adapter_info().device_type == kestrel_rt_wgpu::wgpu::DeviceType::Cpu
         {
             return Err(NoGpu::Software { adapter: ctx.describe() });
         }
@@ -74,7 +74,7 @@ pub(super) fn place(
                 Ok(session) => return Ok(Placement::Gpu(Box::new(GpuPlacement { session, ctx, capacity: cap }))),
                 // The batch's activations exceed a buffer limit of the adapter: fewer samples
                 // per run, down to one.
-                Err(GpuError::Limit { what: kestrel_wgpu::ACTIVATION_ARENA, .. })
+                Err(GpuError::Limit { what: kestrel_rt_wgpu::ACTIVATION_ARENA, .. })
                     if request.split_batches && cap > 1 =>
                 {
                     cap = cap.div_ceil(2)

@@ -5,9 +5,9 @@
 
 use super::{Draft, ModelBuilder};
 use crate::Error;
-use kestrel_cpu::shapes::output_shape;
-use kestrel_format::ops::{Op, TensorId, NONE};
-use kestrel_format::{DType, Shape};
+use kestrel_rt_cpu::shapes::output_shape;
+use kestrel_rt_format::ops::{Op, TensorId, NONE};
+use kestrel_rt_format::{DType, Shape};
 use std::collections::HashMap;
 
 /// A connected part of a graph: its nodes, the tensors it reads from outside (activations), and
@@ -36,7 +36,7 @@ impl ModelBuilder {
     }
 
     /// Sets the internal arithmetic of every fused attention op; returns how many there are.
-    pub fn set_attention_internals(&mut self, to: kestrel_format::ops::Internals) -> usize {
+    pub fn set_attention_internals(&mut self, to: kestrel_rt_format::ops::Internals) -> usize {
         let mut n = 0;
         for op in &mut self.ops {
             if let Op::Attention(a) = op {

@@ -8,11 +8,11 @@ pub use edit::Region;
 
 use crate::plan::{plan, PlanTensor};
 use crate::Error;
-use kestrel_cpu::shapes::output_shape;
-use kestrel_format::ops::{Op, TensorId};
-use kestrel_format::weight::EncodedWeight;
-use kestrel_format::{write_model, MetadataSpec, ModelSpec, TensorSpec};
-use kestrel_format::{DType, KesFile, MemoryPlan, Shape};
+use kestrel_rt_cpu::shapes::output_shape;
+use kestrel_rt_format::ops::{Op, TensorId};
+use kestrel_rt_format::weight::EncodedWeight;
+use kestrel_rt_format::{write_model, MetadataSpec, ModelSpec, TensorSpec};
+use kestrel_rt_format::{DType, KesFile, MemoryPlan, Shape};
 
 #[derive(Clone, Debug)]
 enum Draft {
@@ -151,7 +151,7 @@ impl ModelBuilder {
     /// Adds a reshape (a view sharing `x`'s bytes) to per-sample shape `dims`.
     pub fn reshape(&mut self, x: TensorId, dims: &[usize]) -> Result<TensorId, Error> {
         let shape = Self::shape(dims)?;
-        self.op_impl(|y| Op::Reshape(kestrel_format::ops::Reshape { x, y }), Some(shape))
+        self.op_impl(|y| Op::Reshape(kestrel_rt_format::ops::Reshape { x, y }), Some(shape))
     }
 
     fn op_impl(&mut self, make: impl FnOnce(TensorId) -> Op, declared: Option<Shape>) -> Result<TensorId, Error> {
@@ -230,16 +230,16 @@ impl ModelBuilder {
             plan: MemoryPlan { arena_bytes_per_sample: arena, scratch_bytes: 0 },
         };
         // Scratch depends on the kernels: ask the runtime, then write the final file.
-        let draft = kestrel_format::aligned_copy(&write_model(&spec)?);
+        let draft = kestrel_rt_format::aligned_copy(&write_model(&spec)?);
         let file = KesFile::parse(&draft)?;
         let scratch = if self.min_scratch {
-            kestrel_cpu::minimum_scratch_bytes(&file)?
+            kestrel_rt_cpu::minimum_scratch_bytes(&file)?
         } else {
-            kestrel_cpu::required_scratch_bytes(&file)?
+            kestrel_rt_cpu::required_scratch_bytes(&file)?
         };
         spec.plan.scratch_bytes = scratch;
         let bytes = write_model(&spec)?;
-        kestrel_cpu::Model::parse(&kestrel_format::aligned_copy(&bytes))?;
+        kestrel_rt_cpu::Model::parse(&kestrel_rt_format::aligned_copy(&bytes))?;
         Ok(bytes)
     }
 }

@@ -6,7 +6,7 @@ use super::attention::{forward_layout, output_projection, projection, root_view,
 use super::{around_tokens, rewrite_each, rewrite_each_named, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
-use kestrel_format::ops::*;
+use kestrel_rt_format::ops::*;
 
 /// Fuses every non-causal AFT-simple block it can prove.
 pub(super) fn aft_simple(b: &mut ModelBuilder, report: &mut FusionReport) {

@@ -18,7 +18,7 @@ use super::attention::{forward_layout, output_projection, projection, root_view}
 use super::{around_tokens, rewrite_each, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
-use kestrel_format::ops::*;
+use kestrel_rt_format::ops::*;
 
 /// Fuses every AFT-conv block it can prove.
 pub(super) fn aft_conv(b: &mut ModelBuilder, report: &mut FusionReport) {

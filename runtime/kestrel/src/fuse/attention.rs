@@ -13,8 +13,8 @@
 use super::{around_shape, rewrite_each, scalar, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
-use kestrel_format::ops::*;
-use kestrel_format::DType;
+use kestrel_rt_format::ops::*;
+use kestrel_rt_format::DType;
 
 /// Walks back from `t` through reshapes, transposes and multiplications/divisions by a scalar
 /// (folded into `scale`), collecting the nodes; returns the first tensor that is none of those.

@@ -8,11 +8,11 @@ use super::{
 };
 use crate::builder::Region;
 use crate::ModelBuilder;
-use kestrel_format::ops::{
+use kestrel_rt_format::ops::{
     Activation, Binary, BinaryOp, Conv2d, Dense, LayerNorm, NormAxis, Op, Proj, Reshape, TensorId,
 };
-use kestrel_format::weight::EncodedWeight;
-use kestrel_format::DType;
+use kestrel_rt_format::weight::EncodedWeight;
+use kestrel_rt_format::DType;
 
 /// `Transpose(P) → LayerNorm(last axis) → Transpose(P⁻¹)`, where `P` puts axis `k` of
 /// `x [1…, C, S…]` (only size-1 axes before `k`) last and the second transpose undoes it, both

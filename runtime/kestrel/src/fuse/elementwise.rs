@@ -3,7 +3,7 @@
 use super::{back_through_views, rewrite_each, scalar, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
-use kestrel_format::ops::{Activation, Binary, BinaryOp, Dense, Op, Unary, UnaryOp};
+use kestrel_rt_format::ops::{Activation, Binary, BinaryOp, Dense, Op, Unary, UnaryOp};
 
 fn close(a: f32, b: f32) -> bool {
     (a - b).abs() <= 1e-4 * b.abs()
@@ -106,7 +106,7 @@ pub(super) fn dense_activation(b: &mut ModelBuilder, report: &mut FusionReport) 
 /// `out` elements, and either `out == 1` or the sum's last axis be the features (`[.., out]`,
 /// the constant `[1, .., out]`); the numerical check proves the rest.
 pub(super) fn dense_bias_through_views(b: &mut ModelBuilder, report: &mut FusionReport) {
-    use kestrel_format::ops::Reshape;
+    use kestrel_rt_format::ops::Reshape;
     rewrite_each(b, report, "dense+bias (through views)", |b, i| {
         let (region, dense, bias) = match_bias_through_views(b, i)?;
         let (out, y) = (bias.len(), region.output);

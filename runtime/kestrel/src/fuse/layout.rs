@@ -17,8 +17,8 @@
 use super::{dims, rewrite_each, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
-use kestrel_format::ops::{Op, Reshape, TensorId, Transpose};
-use kestrel_format::MAX_RANK;
+use kestrel_rt_format::ops::{Op, Reshape, TensorId, Transpose};
+use kestrel_rt_format::MAX_RANK;
 
 /// Largest chain (elements) whose permutation is computed: exporters' layout chains sit on
 /// activations far below this.

@@ -24,8 +24,8 @@ pub use sdpa::{unfused_attention, UnfusedAttention};
 use crate::builder::Region;
 use crate::npy::Array;
 use crate::{Error, Input, Model, ModelBuilder};
-use kestrel_format::ops::Op;
-use kestrel_format::DType;
+use kestrel_rt_format::ops::Op;
+use kestrel_rt_format::DType;
 use std::collections::BTreeMap;
 
 /// Largest error allowed between a region and its fused replacement, relative to the largest
@@ -197,8 +197,8 @@ pub(crate) fn around_shape(
     dims: &[usize],
     make: impl FnOnce(u32, u32) -> Op,
 ) -> Option<Vec<Op>> {
-    use kestrel_format::ops::Reshape;
-    let same = |s: &kestrel_format::Shape| s.dims().iter().map(|&v| v as usize).eq(dims.iter().copied());
+    use kestrel_rt_format::ops::Reshape;
+    let same = |s: &kestrel_rt_format::Shape| s.dims().iter().map(|&v| v as usize).eq(dims.iter().copied());
     let mut ops = Vec::new();
     let xin = if same(&b.shape_of(x)?) {
         x
@@ -311,7 +311,7 @@ pub(crate) fn scalar(b: &ModelBuilder, id: u32) -> Option<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kestrel_format::ops::{Unary, UnaryOp};
+    use kestrel_rt_format::ops::{Unary, UnaryOp};
 
     #[test]
     fn a_wrong_replacement_is_rejected_and_the_graph_is_unchanged() {

@@ -14,9 +14,9 @@
 use super::{dims, forward_through_views, rewrite_each, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
-use kestrel_format::ops::{AttentionVariant, LayerNorm, NormAxis, Op, Proj};
-use kestrel_format::weight::EncodedWeight;
-use kestrel_format::DType;
+use kestrel_rt_format::ops::{AttentionVariant, LayerNorm, NormAxis, Op, Proj};
+use kestrel_rt_format::weight::EncodedWeight;
+use kestrel_rt_format::DType;
 
 /// Every LayerNorm whose affine part its sole projection reader can take.
 pub(super) fn norm_affine_into_projections(b: &mut ModelBuilder, report: &mut FusionReport) {
@@ -152,8 +152,8 @@ fn columns_encode_as_well(dtype: DType, (rows, cols): (usize, usize), old: &[f32
 mod tests {
     use super::*;
     use crate::fuse::fuse;
-    use kestrel_format::ops::{Dense, TensorId};
-    use kestrel_reference::testing::standard_attention;
+    use kestrel_rt_format::ops::{Dense, TensorId};
+    use kestrel_rt_reference::testing::standard_attention;
 
     fn rng_vec(seed: u64, n: usize, scale: f32) -> Vec<f32> {
         crate::demo::Rng::new(seed).vec(n, scale)

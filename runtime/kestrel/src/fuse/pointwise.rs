@@ -13,7 +13,7 @@ use super::{
 };
 use crate::builder::Region;
 use crate::ModelBuilder;
-use kestrel_format::ops::{Activation, BinaryOp, Conv2d, Op, Proj, Reshape, UnaryOp};
+use kestrel_rt_format::ops::{Activation, BinaryOp, Conv2d, Op, Proj, Reshape, UnaryOp};
 
 /// `Transpose(P) → Dense → Transpose(P⁻¹)` where `P` moves axis `k` of `x [1…, C, S…]` last
 /// (only unit axes before `k`) → a 1×1 `Conv2d` on `[C, 1, ΠS]` with the dense weight viewed
@@ -170,7 +170,7 @@ fn match_patch_embed(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)
     let name = format!("{}.as_patches", b.tensor_name(cv.proj.w).unwrap_or("w"));
     let w = b.weight_as(&name, &[o, wd[1] * p * p], w_vals, dtype).ok()?;
     let tokens = if dims(b, out)? == [t, o] { out } else { b.new_activation("patch_tokens", &[t, o]).ok()? };
-    let mut ops = vec![Op::PatchEmbed(kestrel_format::ops::PatchEmbed {
+    let mut ops = vec![Op::PatchEmbed(kestrel_rt_format::ops::PatchEmbed {
         x: cv.x,
         proj: Proj { w, b: cv.proj.b },
         patch: p as u32,

@@ -11,8 +11,8 @@
 use super::{dims, scalar, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
-use kestrel_format::ops::*;
-use kestrel_format::DType;
+use kestrel_rt_format::ops::*;
+use kestrel_rt_format::DType;
 
 /// Fuses every attention-on-activations block it can prove; returns how many.
 pub(super) fn sdpa(b: &mut ModelBuilder, report: &mut FusionReport) -> usize {

@@ -17,8 +17,8 @@
 use super::FusionReport;
 use crate::builder::Region;
 use crate::{Input, Model, ModelBuilder};
-use kestrel_format::ops::*;
-use kestrel_format::DType;
+use kestrel_rt_format::ops::*;
+use kestrel_rt_format::DType;
 
 /// Collapses every selected part of a packed dense output it can prove.
 pub(super) fn packed_projections(b: &mut ModelBuilder, report: &mut FusionReport) {
@@ -240,7 +240,7 @@ fn part(
             let tdims: Vec<usize> = perm.iter().map(|&a| out_dims[a]).collect();
             let tm = b.new_activation("projection_part_tokens", &tdims).ok()?;
             ops.push(Op::Reshape(Reshape { x: y, y: tm }));
-            let mut back = [0u8; kestrel_format::MAX_RANK];
+            let mut back = [0u8; kestrel_rt_format::MAX_RANK];
             for (i, &a) in perm.iter().enumerate() {
                 back[a] = i as u8;
             }

@@ -16,8 +16,10 @@
 use super::{dims, rewrite_each, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
-use kestrel_format::ops::{Activation, Binary, BinaryOp, LayerNorm, NormAxis, Op, Reshape, Slice, TensorId, Transpose};
-use kestrel_format::MAX_RANK;
+use kestrel_rt_format::ops::{
+    Activation, Binary, BinaryOp, LayerNorm, NormAxis, Op, Reshape, Slice, TensorId, Transpose,
+};
+use kestrel_rt_format::MAX_RANK;
 
 /// Largest one-hot weight examined (elements); selections exporters write sit far below it.
 const MAX_WEIGHT: usize = 1 << 24;
@@ -69,7 +71,7 @@ fn whole_rows(s: &Slice, rank: usize) -> bool {
 }
 
 /// The window of a bias-free, activation-free dense layer with a 0/1 weight, if it picks one.
-fn window_dense(b: &ModelBuilder, d: &kestrel_format::ops::Dense) -> Option<[usize; 4]> {
+fn window_dense(b: &ModelBuilder, d: &kestrel_rt_format::ops::Dense) -> Option<[usize; 4]> {
     if d.proj.b.is_some() || d.act != Activation::None {
         return None;
     }

@@ -8,7 +8,7 @@
 use super::{rewrite_each, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
-use kestrel_format::ops::{Conv2d, Op, PoolKind, Reshape};
+use kestrel_rt_format::ops::{Conv2d, Op, PoolKind, Reshape};
 
 /// `Pool2d(max, 1×1, stride s₁)` → [further such pools and reshape views, in any order] →
 /// `Conv2d(1×1, stride 1, no padding)` → the `Conv2d` at stride `s₁·s₂·…` on the first pool's

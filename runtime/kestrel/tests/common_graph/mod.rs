@@ -1,19 +1,21 @@
 //! A plain f64 graph interpreter over a loaded `.kes` file, for session-level tests: it walks the
 //! file's op list, reads every weight decoded from the file (what the kernels see) and every shape
-//! from the tensor table, and evaluates one sample at a time with the `kestrel_reference`
+//! from the tensor table, and evaluates one sample at a time with the `kestrel_rt_reference`
 //! functions. It shares nothing with the CPU executor but the file reader.
 #![allow(dead_code)]
 
-use kestrel::format::ops::{AftBias, GruReset, NormAxis, Op, Proj, RnnDirection, RnnOutput, TensorId};
-use kestrel::format::{KesFile, TensorKind};
-use kestrel::{Input, Model};
-use kestrel_reference::layers::{self as r, ConvSpec, PoolSpec};
-use kestrel_reference::mechanisms::{self as m, AttentionRef, Dense64, FastformerRef, Qkvo};
-use kestrel_reference::rnn::{Cell, RnnRef};
-use kestrel_reference::testing::{rnn_pick, rnn_reversed};
+use kestrel_rt::format::ops::{AftBias, GruReset, NormAxis, Op, Proj, RnnDirection, RnnOutput, TensorId};
+use kestrel_rt::format::{KesFile, TensorKind};
+use kestrel_rt::{Input, Model};
+use kestrel_rt_reference::layers::{self as r, ConvSpec, PoolSpec};
+use kestrel_rt_reference::mechanisms::{self as m, AttentionRef, Dense64, FastformerRef, Qkvo};
+use kestrel_rt_reference::rnn::{Cell, RnnRef};
+use kestrel_rt_reference::testing::{rnn_pick, rnn_reversed};
 use std::collections::HashMap;
 
-pub use kestrel_reference::testing::{act, attention_kind, binary_fn, pool_fn, reduce_fn, unary_fn, Feed, Rng, DTYPES};
+pub use kestrel_rt_reference::testing::{
+    act, attention_kind, binary_fn, pool_fn, reduce_fn, unary_fn, Feed, Rng, DTYPES,
+};
 
 /// Runs `feeds` (a batch of `feeds[0].len() / per-sample` samples) through a session of
 /// `capacity`; returns every output.
@@ -114,7 +116,7 @@ impl<'a> Interp<'a> {
             p: peep.map(|t| self.weight(t)),
             linear_before_reset: linear,
         };
-        rnn_pick(&kestrel_reference::rnn::rnn(x, xd[0], xd[1], &p), output)
+        rnn_pick(&kestrel_rt_reference::rnn::rnn(x, xd[0], xd[1], &p), output)
     }
 
     fn eval_op(&self, op: &Op, vals: &HashMap<TensorId, Vec<f64>>) -> Vec<f64> {

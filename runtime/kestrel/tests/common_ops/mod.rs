@@ -4,11 +4,11 @@
 #![allow(dead_code)]
 
 use super::common_graph::{reference_batch, run_session, Feed, Rng, DTYPES};
-use kestrel::format::ops::*;
-use kestrel::format::DType;
-use kestrel::{Error, Model, ModelBuilder};
-use kestrel_reference::assert_close;
-use kestrel_reference::tolerance::{Tolerance, F32_KERNEL};
+use kestrel_rt::format::ops::*;
+use kestrel_rt::format::DType;
+use kestrel_rt::{Error, Model, ModelBuilder};
+use kestrel_rt_reference::assert_close;
+use kestrel_rt_reference::tolerance::{Tolerance, F32_KERNEL};
 use std::collections::BTreeMap;
 
 pub const BATCH: usize = 3;
@@ -129,7 +129,7 @@ pub struct Case {
     pub floor: bool,
     /// The op gives only 0 or 1 (or 0 where a select picks nothing), so a case may give all
     /// zeros (a comparison of a few random values); `every_elementwise_row_on_special_values`
-    /// (kestrel-cpu) checks both outcomes on every pair of special values.
+    /// (kestrel-rt-cpu) checks both outcomes on every pair of special values.
     pub predicate: bool,
     pub build: Build,
 }

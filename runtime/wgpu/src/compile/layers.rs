@@ -6,9 +6,9 @@ use crate::params::{
     conv, embedding, gather, layer_norm, matmul, matmul_tile, pool, reduce, rnn, sdpa, strided, unary, window, Field,
 };
 use crate::GpuError;
-use kestrel_core::params::{Conv2dParams, GatherParams, Pool2dParams, RnnCell, RnnParams, SliceParams};
-use kestrel_format::ops::{GruReset, LayerOp, NormAxis, Op, TensorId};
-use kestrel_format::{TensorKind, MAX_RANK};
+use kestrel_rt_core::params::{Conv2dParams, GatherParams, Pool2dParams, RnnCell, RnnParams, SliceParams};
+use kestrel_rt_format::ops::{GruReset, LayerOp, NormAxis, Op, TensorId};
+use kestrel_rt_format::{TensorKind, MAX_RANK};
 
 pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<Dispatch>, GpuError> {
     let shape = |id| ctx.info(id).map(|t| t.shape);
@@ -192,7 +192,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
         }
         LayerOp::Sdpa(o) => {
             let bias_shape = o.bias.map(shape).transpose()?;
-            let g = kestrel_core::shapes::SdpaDims::new(
+            let g = kestrel_rt_core::shapes::SdpaDims::new(
                 &shape(o.q)?,
                 &shape(o.k)?,
                 &shape(o.v)?,
@@ -313,7 +313,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
     })
 }
 
-fn dims(s: &kestrel_format::Shape) -> Vec<usize> {
+fn dims(s: &kestrel_rt_format::Shape) -> Vec<usize> {
     s.dims().iter().map(|&v| v as usize).collect()
 }
 
@@ -446,8 +446,8 @@ fn window(
     Ok(p)
 }
 
-fn rnn_lookup(op: &Op) -> kestrel_core::ShapeError {
-    kestrel_core::ShapeError::Invalid { op: op.name(), what: "tensor lookup failed" }
+fn rnn_lookup(op: &Op) -> kestrel_rt_core::ShapeError {
+    kestrel_rt_core::ShapeError::Invalid { op: op.name(), what: "tensor lookup failed" }
 }
 
 /// An LSTM/GRU: the input projection of every step and both directions as one dense dispatch

@@ -9,7 +9,7 @@ use crate::params::{
     ff_scores,
 };
 use crate::GpuError;
-use kestrel_format::ops::{AftBias, AttentionVariant, MechanismOp, Op};
+use kestrel_rt_format::ops::{AftBias, AttentionVariant, MechanismOp, Op};
 
 /// Query rows per workgroup of `attend` (`BQ` in `attention.wgsl`).
 const ATTEND_ROWS: usize = 16;
@@ -128,7 +128,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                     .set(attend::mask_rows, rank >= 2)?
                     .set(attend::mask_heads, heads_axis)?
                     .set(attend::mask_groups, rank == 4)?;
-                p = if info.kind == kestrel_format::TensorKind::Weight {
+                p = if info.kind == kestrel_rt_format::TensorKind::Weight {
                     p.set(attend::mask_const, true)?.set(attend::mask_w, ctx.weight(m)?)?
                 } else {
                     p.set(attend::mask_const, false)?.set(attend::mask, ctx.act(m)?)?
@@ -275,7 +275,7 @@ fn project_exp(
     t: usize,
     d: usize,
     kcols: usize,
-    (pq, pk, pv): (kestrel_format::ops::Proj, kestrel_format::ops::Proj, kestrel_format::ops::Proj),
+    (pq, pk, pv): (kestrel_rt_format::ops::Proj, kestrel_rt_format::ops::Proj, kestrel_rt_format::ops::Proj),
 ) -> Result<(Region, Region, Region), GpuError> {
     let (q, e, ev) = (ctx.scratch(t * d), ctx.scratch(t * kcols), ctx.scratch(t * d));
     v.push(ctx.dense(x, t, d, ctx.proj(pq)?, 0, q, None)?);

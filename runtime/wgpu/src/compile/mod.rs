@@ -15,8 +15,8 @@ use crate::params::{dense, dense_patch, patch_gather, softmax, Field, Value, PER
 pub(crate) use crate::params::{word, Params, Region, Wd};
 use crate::GpuError;
 use crate::Tuning;
-use kestrel_format::ops::{Op, Proj, TensorId};
-use kestrel_format::{DType, KesFile, TensorInfo, TensorKind};
+use kestrel_rt_format::ops::{Op, Proj, TensorId};
+use kestrel_rt_format::{DType, KesFile, TensorInfo, TensorKind};
 
 /// One compute dispatch: `batch · per` threads of `kernel` with its parameter block
 /// (word 0, the batch, is written at run time), built by name ([`Params`]).
@@ -209,8 +209,8 @@ pub(crate) fn add_after(
     ctx: &Ctx<'_, '_>,
     node: u32,
     out: TensorId,
-) -> Result<Option<(u32, TensorId, kestrel_format::ops::Binary, TensorId)>, GpuError> {
-    let op_err = |e: kestrel_format::Error| GpuError::Model(e.to_string());
+) -> Result<Option<(u32, TensorId, kestrel_rt_format::ops::Binary, TensorId)>, GpuError> {
+    let op_err = |e: kestrel_rt_format::Error| GpuError::Model(e.to_string());
     let n = ctx.file.op_count();
     let (mut next, mut fed) = (node + 1, out);
     if !ctx.read_once(out) || next >= n {
@@ -226,7 +226,7 @@ pub(crate) fn add_after(
         return Ok(None);
     }
     let Op::Binary(b) = ctx.file.op(next).map_err(op_err)? else { return Ok(None) };
-    if b.op != kestrel_format::ops::BinaryOp::Add {
+    if b.op != kestrel_rt_format::ops::BinaryOp::Add {
         return Ok(None);
     }
     Ok(match (b.a == fed, b.b == fed) {

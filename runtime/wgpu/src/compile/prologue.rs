@@ -5,7 +5,7 @@
 use super::{dense_wds, overlaps, word_aligned, Ctx, Dispatch, GpuError, Lowered, Region};
 use crate::kernels::{DenseInput, Kernel};
 use crate::params::{dense, dense_ln};
-use kestrel_format::ops::{LayerOp, MechanismOp, Op, OpClass, TensorId};
+use kestrel_rt_format::ops::{LayerOp, MechanismOp, Op, OpClass, TensorId};
 
 /// The norm prologue: a LayerNorm over the last axis whose output only `op` reads (directly, or
 /// through reshape views only it reads), when the only dispatches of `op` reading it are dense
@@ -22,7 +22,7 @@ pub(super) fn norm_prologue(
     op: &Op,
     dispatches: &mut [Dispatch],
 ) -> Result<Option<usize>, GpuError> {
-    use kestrel_format::ops::NormAxis;
+    use kestrel_rt_format::ops::NormAxis;
     let x_id = op.main_input();
     let once = |t: TensorId| ctx.read_once(t);
     if !projections_only(op) || !once(x_id) || nodes.is_empty() {
@@ -157,11 +157,11 @@ fn projections_only(op: &Op) -> bool {
 /// format fails to compile until it is given its role.
 enum Role {
     /// A view of its input (dispatches nothing).
-    Reshape(kestrel_format::ops::Reshape),
+    Reshape(kestrel_rt_format::ops::Reshape),
     /// A slice (possibly read in place).
-    Slice(kestrel_format::ops::Slice),
+    Slice(kestrel_rt_format::ops::Slice),
     /// A layer norm (possibly a prologue).
-    LayerNorm(kestrel_format::ops::LayerNorm),
+    LayerNorm(kestrel_rt_format::ops::LayerNorm),
     /// An op whose main input only dense dispatches read, as their rows.
     Projections,
     /// Anything else.
@@ -192,14 +192,14 @@ fn role(op: &Op) -> Role {
     }
 }
 
-/// Whether a LayerNorm is plain ([`kestrel_format::ops::LayerNorm::is_plain`], on f32 values):
+/// Whether a LayerNorm is plain ([`kestrel_rt_format::ops::LayerNorm::is_plain`], on f32 values):
 /// only such a norm runs as a prologue, the kernels reading no γ or β.
-fn plain_norm(ctx: &Ctx<'_, '_>, ln: &kestrel_format::ops::LayerNorm) -> bool {
+fn plain_norm(ctx: &Ctx<'_, '_>, ln: &kestrel_rt_format::ops::LayerNorm) -> bool {
     let values = |id: TensorId| ctx.file.weight(id).ok().and_then(|w| w.as_f32());
     let beta = match ln.beta.map(values) {
         Some(None) => return false,
         Some(b) => b,
         None => None,
     };
-    values(ln.gamma).is_some_and(|g| kestrel_format::ops::LayerNorm::is_plain(g, beta))
+    values(ln.gamma).is_some_and(|g| kestrel_rt_format::ops::LayerNorm::is_plain(g, beta))
 }

@@ -33,7 +33,7 @@ fn operand_b(s: u32, idx: array<u32, 6>, rank: u32) -> f32 {
 }
 
 // `unary_fn` and `binary_fn` are generated from the format's element-wise tables
-// (kestrel_format::ops::{UnaryOp, BinaryOp}) and appended to this family's prelude; these are the
+// (kestrel_rt_format::ops::{UnaryOp, BinaryOp}) and appended to this family's prelude; these are the
 // helpers their rows call.
 
 // powf: exact for integer exponents of negative bases, NaN otherwise (as libm).

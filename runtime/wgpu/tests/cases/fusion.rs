@@ -3,7 +3,7 @@
 //! convolution (a patch gather and a dense layer with a channels-first output).
 
 use crate::{case, Case};
-use kestrel::format::ops::*;
+use kestrel_rt::format::ops::*;
 
 /// Dense then Add of an activation (either operand order) runs as one dispatch. The dense input
 /// stays live past the Add (read again by a Mul), so the memory plan cannot put the Add's output
@@ -85,15 +85,15 @@ pub fn residual_attention_cases() -> Vec<Case> {
 /// (through a reshape view): the dense kernel normalises its rows as it reads them
 /// (`dense_block_ln`, `dense_ln`, `dense_split_ln[_sg]`, by the tuning's form) and the LayerNorm
 /// dispatches nothing. Not fused, and still exact: an affine LayerNorm (the converter folds γ and
-/// β into the readers first; `kestrel::fuse`), and one whose output is read twice.
+/// β into the readers first; `kestrel_rt::fuse`), and one whose output is read twice.
 pub fn norm_prologue_cases() -> Vec<Case> {
     // Plain (γ = 1, no β, as the converter leaves a norm it folded into its readers), or affine.
-    fn layer_norm(c: &mut crate::Ctx, x: TensorId, d: usize, affine: bool) -> Result<TensorId, kestrel::Error> {
+    fn layer_norm(c: &mut crate::Ctx, x: TensorId, d: usize, affine: bool) -> Result<TensorId, kestrel_rt::Error> {
         let g: Vec<f32> = if affine { c.vals(d, 0.5).iter().map(|v| 1.0 + v).collect() } else { vec![1.0; d] };
-        let gamma = c.b.weight_as("gamma", &[d], g, kestrel::format::DType::F32)?;
+        let gamma = c.b.weight_as("gamma", &[d], g, kestrel_rt::format::DType::F32)?;
         let beta = if affine {
             let v = c.vals(d, 0.5);
-            Some(c.b.weight_as("beta", &[d], v, kestrel::format::DType::F32)?)
+            Some(c.b.weight_as("beta", &[d], v, kestrel_rt::format::DType::F32)?)
         } else {
             None
         };
@@ -106,7 +106,7 @@ pub fn norm_prologue_cases() -> Vec<Case> {
         (out, inp): (usize, usize),
         bias: bool,
         act: Activation,
-    ) -> Result<TensorId, kestrel::Error> {
+    ) -> Result<TensorId, kestrel_rt::Error> {
         let proj = c.proj(out, inp, bias)?;
         c.b.op(|y| Op::Dense(Dense { x, proj, act, y }))
     }
@@ -119,7 +119,7 @@ pub fn norm_prologue_cases() -> Vec<Case> {
         d: usize,
         act: Activation,
         op: BinaryOp,
-    ) -> Result<TensorId, kestrel::Error> {
+    ) -> Result<TensorId, kestrel_rt::Error> {
         let n = layer_norm(c, x, d, false)?;
         let a = dense(c, n, (d, d), true, act)?;
         c.b.op(|y| Op::Binary(Binary { a, b: x, op, y }))
@@ -214,7 +214,7 @@ pub fn slice_view_cases() -> Vec<Case> {
     v.push(case("dense", "class row -> plain layernorm -> dense head 1x48->10", move |c| {
         let x = c.input(&[1, 17, 48])?;
         let s = c.b.op(|y| Op::Slice(Slice { y, ..rows(x, 0, 1, 1) }))?;
-        let gamma = c.b.weight_as("gamma", &[48], vec![1.0; 48], kestrel::format::DType::F32)?;
+        let gamma = c.b.weight_as("gamma", &[48], vec![1.0; 48], kestrel_rt::format::DType::F32)?;
         let n = c.b.op(|y| Op::LayerNorm(LayerNorm { x: s, gamma, beta: None, eps: 1e-6, axis: NormAxis::Last, y }))?;
         let n = c.b.reshape(n, &[1, 48])?;
         let proj = c.proj(10, 48, true)?;

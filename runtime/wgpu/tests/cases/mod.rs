@@ -5,7 +5,7 @@ mod counts;
 pub mod fusion;
 
 use super::{case, Case};
-use kestrel::format::ops::*;
+use kestrel_rt::format::ops::*;
 
 /// Layer norm, softmax and reductions in both forms: one thread per row (many short rows, or
 /// strided rows with many positions) and one workgroup per row (few rows, or long contiguous
@@ -119,7 +119,7 @@ pub fn attention_op(
     (t, d, heads): (usize, usize, u32),
     causal: bool,
     mask: Option<TensorId>,
-) -> Result<TensorId, kestrel::Error> {
+) -> Result<TensorId, kestrel_rt::Error> {
     let q = c.proj(d, d, true)?;
     let k = if variant.has_k() { Some(c.proj(d, d, true)?) } else { None };
     let vv = if variant.has_v() { Some(c.proj(d, d, true)?) } else { None };
@@ -202,14 +202,14 @@ pub fn score_bias_cases() -> Vec<Case> {
                 _ => vec![heads as usize, t, t],
             };
             let blocks = if form == 2 { heads as usize } else { 1 };
-            let mut rng = kestrel_reference::testing::Rng::new(c.rng.vec(1, 1.0)[0].to_bits().into());
+            let mut rng = kestrel_rt_reference::testing::Rng::new(c.rng.vec(1, 1.0)[0].to_bits().into());
             let mut draw = || -> Vec<f32> {
                 (0..blocks)
-                    .flat_map(|_| kestrel_reference::testing::random_mask(&mut rng, t, form > 0, causal, fill, true))
+                    .flat_map(|_| kestrel_rt_reference::testing::random_mask(&mut rng, t, form > 0, causal, fill, true))
                     .collect()
             };
             let m = if constant {
-                c.b.weight_as("bias", &dims, draw(), kestrel::format::DType::F32)?
+                c.b.weight_as("bias", &dims, draw(), kestrel_rt::format::DType::F32)?
             } else {
                 let m = c.b.input(&format!("x{}", c.feeds.len()), &dims)?;
                 let vals: Vec<f32> = (0..crate::BATCH).flat_map(|_| draw()).collect();
@@ -233,14 +233,16 @@ pub fn score_bias_cases() -> Vec<Case> {
             let x = c.input(&[g, t, d])?;
             let per_query = dims.len() > 1;
             let blocks = dims.iter().product::<usize>() / if per_query { t * t } else { t };
-            let mut rng = kestrel_reference::testing::Rng::new(c.rng.vec(1, 1.0)[0].to_bits().into());
+            let mut rng = kestrel_rt_reference::testing::Rng::new(c.rng.vec(1, 1.0)[0].to_bits().into());
             let mut draw = || -> Vec<f32> {
                 (0..blocks)
-                    .flat_map(|_| kestrel_reference::testing::random_mask(&mut rng, t, per_query, causal, -100.0, true))
+                    .flat_map(|_| {
+                        kestrel_rt_reference::testing::random_mask(&mut rng, t, per_query, causal, -100.0, true)
+                    })
                     .collect()
             };
             let m = if constant {
-                c.b.weight_as("bias", &dims, draw(), kestrel::format::DType::F32)?
+                c.b.weight_as("bias", &dims, draw(), kestrel_rt::format::DType::F32)?
             } else {
                 let m = c.b.input(&format!("x{}", c.feeds.len()), &dims)?;
                 let vals: Vec<f32> = (0..crate::BATCH).flat_map(|_| draw()).collect();

@@ -2,10 +2,10 @@
 //! both backends, and the comparison.
 #![allow(dead_code)]
 
-use kestrel::format::DType;
-use kestrel::Input;
-use kestrel_reference::tolerance::Tolerance;
-use kestrel_wgpu::{AdapterChoice, GpuContext, GpuError, GpuSession, Precision, SessionOptions};
+use kestrel_rt::format::DType;
+use kestrel_rt::Input;
+use kestrel_rt_reference::tolerance::Tolerance;
+use kestrel_rt_wgpu::{AdapterChoice, GpuContext, GpuError, GpuSession, Precision, SessionOptions};
 
 /// f16's unit roundoff: round-to-nearest moves a value by at most 2⁻¹¹ of itself.
 pub const F16_U: f64 = 1.0 / 2048.0;
@@ -71,25 +71,25 @@ pub fn gpu_f16() -> Option<GpuContext> {
 }
 
 /// Owned feeds (batch-major): the reference crate's.
-pub use kestrel_reference::testing::Feed;
+pub use kestrel_rt_reference::testing::Feed;
 
-/// The demo image model (`kestrel::demo`, seed 7, f32 weights; input `[256]`, 10 classes).
-pub fn demo_image_model() -> kestrel::Model {
-    kestrel::Model::from_bytes(&kestrel::demo::image_model(7, DType::F32).unwrap()).unwrap()
+/// The demo image model (`kestrel_rt::demo`, seed 7, f32 weights; input `[256]`, 10 classes).
+pub fn demo_image_model() -> kestrel_rt::Model {
+    kestrel_rt::Model::from_bytes(&kestrel_rt::demo::image_model(7, DType::F32).unwrap()).unwrap()
 }
 
-/// The demo text model (`kestrel::demo`, seed 7, f32 weights; 48 token ids, 2 classes).
-pub fn demo_text_model() -> kestrel::Model {
-    kestrel::Model::from_bytes(&kestrel::demo::text_model(7, DType::F32).unwrap()).unwrap()
+/// The demo text model (`kestrel_rt::demo`, seed 7, f32 weights; 48 token ids, 2 classes).
+pub fn demo_text_model() -> kestrel_rt::Model {
+    kestrel_rt::Model::from_bytes(&kestrel_rt::demo::text_model(7, DType::F32).unwrap()).unwrap()
 }
 
-fn outputs_for(model: &kestrel::Model, batch: usize) -> Vec<Vec<f32>> {
+fn outputs_for(model: &kestrel_rt::Model, batch: usize) -> Vec<Vec<f32>> {
     let m = model.cpu().expect("model");
     (0..m.output_count()).map(|i| vec![0.0; m.output(i).unwrap().shape.numel().unwrap() * batch]).collect()
 }
 
 /// CPU outputs of a batch.
-pub fn run_cpu(model: &kestrel::Model, feeds: &[Feed], batch: usize) -> Vec<Vec<f32>> {
+pub fn run_cpu(model: &kestrel_rt::Model, feeds: &[Feed], batch: usize) -> Vec<Vec<f32>> {
     let mut s = model.session(batch).expect("cpu session");
     let inputs: Vec<Input<'_>> = feeds.iter().map(Feed::input).collect();
     let mut outs = outputs_for(model, batch);
@@ -99,14 +99,14 @@ pub fn run_cpu(model: &kestrel::Model, feeds: &[Feed], batch: usize) -> Vec<Vec<
 }
 
 /// GPU outputs of a batch on a session of capacity `cap` (f32 arithmetic).
-pub fn run_gpu(ctx: &GpuContext, model: &kestrel::Model, feeds: &[Feed], batch: usize, cap: usize) -> Vec<Vec<f32>> {
+pub fn run_gpu(ctx: &GpuContext, model: &kestrel_rt::Model, feeds: &[Feed], batch: usize, cap: usize) -> Vec<Vec<f32>> {
     run_gpu_at(ctx, model, feeds, batch, cap, Precision::F32)
 }
 
 /// [`run_gpu`] at a precision.
 pub fn run_gpu_at(
     ctx: &GpuContext,
-    model: &kestrel::Model,
+    model: &kestrel_rt::Model,
     feeds: &[Feed],
     batch: usize,
     cap: usize,

@@ -13,12 +13,12 @@
 use jni::objects::{JByteArray, JClass, JFloatArray, JIntArray, JLongArray, JObject, JObjectArray, JString, JValue};
 use jni::sys::{jboolean, jint, jintArray, jlong, jlongArray, jobjectArray, jsize, jstring, JNI_FALSE, JNI_TRUE};
 use jni::JNIEnv;
-use kestrel_cpu::session::Input;
 use kestrel_ffi::abi::{kestrel_session_run, KestrelOutput, KestrelTensor, KESTREL_MAX_RANK};
 use kestrel_ffi::codes;
 use kestrel_ffi::core::{DType, FfiError, GpuPrecision, LoadedModel, PixelFormat, SessionCore, TensorDesc};
 use kestrel_ffi::handles::{self, KestrelModel, KestrelSession};
 use kestrel_ffi::Status;
+use kestrel_rt_cpu::session::Input;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 

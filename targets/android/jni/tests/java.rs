@@ -16,7 +16,7 @@ fn java_calls_the_jni_library() {
         return;
     }
     let android = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("targets/android").to_path_buf();
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kestrel-jni-java");
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kestrel-rt-jni-java");
     fixtures::prepare(&tmp);
     let libdir = fixtures::artifact_dir();
     assert!(libdir.join("libkestrel_jni.so").is_file(), "libkestrel_jni.so not built in {}", libdir.display());

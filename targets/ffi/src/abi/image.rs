@@ -1,5 +1,5 @@
 //! Images in, classes out: `kestrel_image_to_input` and `kestrel_classify`, over the facade's
-//! `kestrel::image` (the implementation `kestrel classify` uses, so the same decoded pixels give
+//! `kestrel_rt::image` (the implementation `kestrel classify` uses, so the same decoded pixels give
 //! the same tensor and the same top-k, bit for bit).
 
 use super::err;
@@ -7,7 +7,7 @@ use crate::core::FfiError;
 use crate::error::guard;
 use crate::handles::{self, KestrelModel, KestrelSession};
 use crate::status::Status;
-use kestrel::image::{Image, PixelFormat};
+use kestrel_rt::image::{Image, PixelFormat};
 use std::ffi::c_char;
 
 /// The byte layout of an 8-bit pixel buffer (the `format` argument of `kestrel_image_to_input`

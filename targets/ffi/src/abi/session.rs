@@ -8,7 +8,7 @@ use crate::core::{DType, FfiError, SessionCore, TensorDesc};
 use crate::error::guard;
 use crate::handles::{self, KestrelModel, KestrelSession};
 use crate::status::Status;
-use kestrel_cpu::session::Input;
+use kestrel_rt_cpu::session::Input;
 use std::ffi::{c_char, c_void};
 
 /// A session on `backend` (a `KestrelBackend` code) for batches of 1..=`capacity` samples; every

@@ -25,17 +25,18 @@ fn le_bytes_f32(v: &[f32]) -> Vec<u8> {
 
 fn convert(name: &str, stem: &str, dir: &Path) {
     let fx = repo_root().join("converters/fixtures").join(name);
-    let opts = kestrel_onnx::ConvertOptions::default();
-    let conv = kestrel_onnx::convert(fx.join("model.onnx"), &opts).unwrap_or_else(|e| panic!("converting {name}: {e}"));
+    let opts = kestrel_rt_onnx::ConvertOptions::default();
+    let conv =
+        kestrel_rt_onnx::convert(fx.join("model.onnx"), &opts).unwrap_or_else(|e| panic!("converting {name}: {e}"));
     std::fs::write(dir.join(format!("{stem}.kes")), &conv.kes).expect("writing .kes");
-    let input = kestrel_onnx::read_npy(fx.join("input.npy")).expect("input.npy");
+    let input = kestrel_rt_onnx::read_npy(fx.join("input.npy")).expect("input.npy");
     let bytes: Vec<u8> = match &input.data {
-        kestrel_onnx::InputData::F32(v) => le_bytes_f32(v),
-        kestrel_onnx::InputData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        kestrel_rt_onnx::InputData::F32(v) => le_bytes_f32(v),
+        kestrel_rt_onnx::InputData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
     };
     std::fs::write(dir.join(format!("{stem}_input.bin")), bytes).expect("writing input");
-    let expected = kestrel_onnx::read_npy(fx.join("output.npy")).expect("output.npy");
-    let kestrel_onnx::InputData::F32(want) = &expected.data else { panic!("{name}: output.npy is not float") };
+    let expected = kestrel_rt_onnx::read_npy(fx.join("output.npy")).expect("output.npy");
+    let kestrel_rt_onnx::InputData::F32(want) = &expected.data else { panic!("{name}: output.npy is not float") };
     std::fs::write(dir.join(format!("{stem}_expected.bin")), le_bytes_f32(want)).expect("writing expected");
 }
 

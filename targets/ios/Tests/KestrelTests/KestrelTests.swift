@@ -3,12 +3,12 @@ import KestrelFFI
 @testable import Kestrel
 
 /// Runs on a Mac (`swift test` after ./build-xcframework.sh) with KESTREL_TEST_DIR pointing at a
-/// fixture directory made by `cargo test -p kestrel-ffi --test c_abi`
+/// fixture directory made by `cargo test -p kestrel-rt-ffi --test c_abi`
 /// (target/tmp/kestrel-ffi-c: image.kes, image_input.bin, image_expected.bin).
 final class KestrelTests: XCTestCase {
     func testImageModelMatchesPyTorch() throws {
         guard let dir = ProcessInfo.processInfo.environment["KESTREL_TEST_DIR"] else {
-            throw XCTSkip("set KESTREL_TEST_DIR to a directory made by the kestrel-ffi c_abi test")
+            throw XCTSkip("set KESTREL_TEST_DIR to a directory made by the kestrel-rt-ffi c_abi test")
         }
         let model = try Model(path: dir + "/image.kes")
         XCTAssertEqual(try model.inputs.first?.shape, [1, 64, 64])
@@ -55,7 +55,7 @@ final class KestrelTests: XCTestCase {
     /// read it, racing closes. Every loser gets `KestrelError.closed` (or `.busy`); nothing crashes.
     func testCloseRacingUse() throws {
         guard let dir = ProcessInfo.processInfo.environment["KESTREL_TEST_DIR"] else {
-            throw XCTSkip("set KESTREL_TEST_DIR to a directory made by the kestrel-ffi c_abi test")
+            throw XCTSkip("set KESTREL_TEST_DIR to a directory made by the kestrel-rt-ffi c_abi test")
         }
         let path = dir + "/image.kes"
         let model = try Model(path: path)
@@ -117,7 +117,7 @@ final class KestrelTests: XCTestCase {
     /// The thread count: outputs bit-identical for 1...4 threads, bad counts refused.
     func testThreadsDoNotChangeOutputs() throws {
         guard let dir = ProcessInfo.processInfo.environment["KESTREL_TEST_DIR"] else {
-            throw XCTSkip("set KESTREL_TEST_DIR to a directory made by the kestrel-ffi c_abi test")
+            throw XCTSkip("set KESTREL_TEST_DIR to a directory made by the kestrel-rt-ffi c_abi test")
         }
         XCTAssert((1...4).contains(Kestrel.defaultThreads))
         let model = try Model(path: dir + "/image.kes")
@@ -139,7 +139,7 @@ final class KestrelTests: XCTestCase {
     /// short buffers refused.
     func testBufferPointerRunsWithoutCopies() throws {
         guard let dir = ProcessInfo.processInfo.environment["KESTREL_TEST_DIR"] else {
-            throw XCTSkip("set KESTREL_TEST_DIR to a directory made by the kestrel-ffi c_abi test")
+            throw XCTSkip("set KESTREL_TEST_DIR to a directory made by the kestrel-rt-ffi c_abi test")
         }
         let model = try Model(path: dir + "/image.kes")
         let per = try model.inputs[0].count, outPer = try model.outputs[0].count
@@ -167,7 +167,7 @@ final class KestrelTests: XCTestCase {
     /// `Model(contentsOf:)` maps the file; a non-file URL is refused.
     func testModelFromURLIsMapped() throws {
         guard let dir = ProcessInfo.processInfo.environment["KESTREL_TEST_DIR"] else {
-            throw XCTSkip("set KESTREL_TEST_DIR to a directory made by the kestrel-ffi c_abi test")
+            throw XCTSkip("set KESTREL_TEST_DIR to a directory made by the kestrel-rt-ffi c_abi test")
         }
         let model = try Model(contentsOf: URL(fileURLWithPath: dir + "/image.kes"))
         XCTAssertEqual(try model.storage, .mapped)

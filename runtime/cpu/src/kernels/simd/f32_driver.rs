@@ -39,7 +39,7 @@
 //! MNIST head int8 345–352 → 394–399 µs).
 
 use half::f16;
-use kestrel_format::INT4_GROUP;
+use kestrel_rt_format::INT4_GROUP;
 
 /// One SIMD register of f32 lanes (or a fixed group of registers used as one).
 ///
@@ -193,7 +193,7 @@ pub(super) struct I4W<'a> {
 impl<'a> I4W<'a> {
     /// The matrix of `cols` columns stored as `q` and `scales`.
     pub(super) fn new(q: &'a [u8], scales: &'a [f16], cols: usize) -> Self {
-        use kestrel_format::weight::{int4_groups, int4_row_bytes};
+        use kestrel_rt_format::weight::{int4_groups, int4_row_bytes};
         I4W { q, scales, cols, row_bytes: int4_row_bytes(cols), groups: int4_groups(cols) }
     }
     /// The f16 bits of the scale of the group holding `(o, k)` (unchecked).
@@ -237,11 +237,11 @@ impl Weights for I4W<'_> {
     }
 }
 
-/// Runs `$body` with `$l` bound to the loader of the [`kestrel_format::WeightView`] `$w`'s
+/// Runs `$body` with `$l` bound to the loader of the [`kestrel_rt_format::WeightView`] `$w`'s
 /// encoding.
 macro_rules! weights {
     ($w:expr, $l:ident => $body:expr) => {{
-        use kestrel_format::WeightData;
+        use kestrel_rt_format::WeightData;
         use $crate::kernels::simd::f32_driver::{DenseW, I4W, I8W};
         let inp = $w.cols();
         match $w.data() {

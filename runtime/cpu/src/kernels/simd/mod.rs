@@ -11,8 +11,8 @@
 //! (`runtime/cpu/tests/simd.rs`) compare each ISA with the scalar path on random inputs.
 
 use core::sync::atomic::{AtomicU8, Ordering};
-use kestrel_format::weight::dot_f32 as dot_f32_scalar;
-use kestrel_format::WeightView;
+use kestrel_rt_format::weight::dot_f32 as dot_f32_scalar;
+use kestrel_rt_format::WeightView;
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod f32_driver;

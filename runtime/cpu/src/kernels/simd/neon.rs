@@ -12,7 +12,7 @@ use super::f32_driver::{
 };
 use core::arch::aarch64::*;
 use half::f16;
-use kestrel_format::WeightView;
+use kestrel_rt_format::WeightView;
 
 /// `Σ a·b`.
 ///

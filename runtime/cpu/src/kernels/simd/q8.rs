@@ -13,7 +13,7 @@ use super::{isa, Isa};
 pub const Q8_EXACT_MAX_COLS: usize = 1 << 17;
 
 /// The operands of an int8 × int8 (or int4) product: `rows` rows of `cols` f32 activations `x`,
-/// quantised at scale `1 / inv` ([`kestrel_format::weight::quantize_act`]), times `out` weight
+/// quantised at scale `1 / inv` ([`kestrel_rt_format::weight::quantize_act`]), times `out` weight
 /// rows `w` of `cols`.
 #[derive(Clone, Copy)]
 pub struct Q8Operands<'a, W = &'a [i8]> {
@@ -99,7 +99,7 @@ fn q8_kernels() -> Option<&'static Q8Kernels> {
 }
 
 /// `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]` in wrapping i32 (exact for
-/// `cols <= Q8_EXACT_MAX_COLS`), `q` being [`kestrel_format::weight::quantize_act`] at scale
+/// `cols <= Q8_EXACT_MAX_COLS`), `q` being [`kestrel_rt_format::weight::quantize_act`] at scale
 /// `1 / inv`, with a packed integer GEMM where the CPU has one ([`Q8_KERNELS`]: x86_64 AVX-512
 /// VNNI, else AVX-VNNI at 256 bits; aarch64 the dot-product instructions). Returns false,
 /// touching nothing, elsewhere: the caller runs the dot products ([`super::dot_i8`]), which give

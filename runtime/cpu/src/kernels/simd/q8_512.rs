@@ -3,7 +3,7 @@
 //!
 //! `vpdpbusd` multiplies unsigned by signed bytes, four per i32 lane. The activations are
 //! quantised (`round_half_away(x / scale)` clamped to ±127, exactly as
-//! `kestrel_format::weight::quantize_act`) and stored offset by 128 as `u8`; the offset is taken
+//! `kestrel_rt_format::weight::quantize_act`) and stored offset by 128 as `u8`; the offset is taken
 //! back per output with `128 · Σ_k w[o, k]`, which the kernels compute from the same weight
 //! registers (`vpdpbusd` against bytes of ones). Every sum is an i32 sum of exact products, so
 //! the result does not depend on the loop order, the kernel, the ISA or the thread split: the
@@ -463,7 +463,8 @@ unsafe fn tile_i4<const M: usize>(
 #[inline(always)]
 pub(super) unsafe fn gemm_i4(op: &super::Q8Int4<'_>, y: &mut [f32]) {
     let super::Q8Operands { x, rows, inv, w: (q, scales), cols, out } = *op;
-    let (row_bytes, groups) = (kestrel_format::weight::int4_row_bytes(cols), kestrel_format::weight::int4_groups(cols));
+    let (row_bytes, groups) =
+        (kestrel_rt_format::weight::int4_row_bytes(cols), kestrel_rt_format::weight::int4_groups(cols));
     debug_assert!(x.len() >= rows * cols && q.len() >= out * row_bytes && scales.len() >= out * groups);
     y[..rows * out].fill(0.0);
     // Every byte a tile reads is written first (see `q8_driver::gemm`).

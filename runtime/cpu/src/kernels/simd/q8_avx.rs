@@ -109,7 +109,7 @@ unsafe impl Q8Kernel for AvxVnni {
                     (core::slice::from_raw_parts(x.add(i), n - i), core::slice::from_raw_parts_mut(out.add(i), n - i));
                 for (o, &v) in os.iter_mut().zip(xs) {
                     let mut q = [0i8; 1];
-                    kestrel_format::weight::quantize_act(&[v], inv, &mut q);
+                    kestrel_rt_format::weight::quantize_act(&[v], inv, &mut q);
                     *o = (i16::from(q[0]) + 128) as u8;
                 }
             }

@@ -100,7 +100,7 @@ unsafe impl Q8Kernel for DotProd {
                 i += 8;
             }
             if i < n {
-                kestrel_format::weight::quantize_act(
+                kestrel_rt_format::weight::quantize_act(
                     core::slice::from_raw_parts(x.add(i), n - i),
                     inv,
                     core::slice::from_raw_parts_mut(out.add(i), n - i),

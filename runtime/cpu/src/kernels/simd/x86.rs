@@ -12,8 +12,8 @@ use super::gemm;
 use super::loaders::{hsum, Y, Z};
 use super::q8_512;
 use core::arch::x86_64::*;
-use kestrel_format::weight::{int4_groups, int4_row_bytes};
-use kestrel_format::{WeightData, WeightView};
+use kestrel_rt_format::weight::{int4_groups, int4_row_bytes};
+use kestrel_rt_format::{WeightData, WeightView};
 
 #[inline(always)]
 unsafe fn hsum_i32(v: __m256i) -> i32 {
