@@ -222,6 +222,9 @@ fn binary_named_broadcast_cases() {
         (&[4, 1, 1], &[4, 2, 2]),                // the gate on the left
         (&[2, 3, 2, 2], &[2, 3, 1, 1]),          // one value per run over two outer axes
         (&[2, 3, 2, 2], &[3, 1, 1]),             // per run, but repeated along axis 0
+        (&[1, 1], &[3, 4]),                      // one element with unit dims, on the left
+        (&[2, 1, 4], &[1, 3, 1]),                // rows of a against one value of b per row
+        (&[1, 3, 1], &[2, 1, 4]),                // the same, swapped
     ];
     for &(sa, sb) in cases {
         let na: usize = sa.iter().product();

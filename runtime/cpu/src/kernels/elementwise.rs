@@ -4,7 +4,7 @@
 use crate::error::{expect_eq, ShapeError};
 use crate::kernels::strided::{for_each_index, outer_dims};
 use crate::math;
-use kestrel_rt_format::ops::{BinaryOp, UnaryOp};
+use kestrel_rt_format::ops::{BinaryKernel, BinaryOp, UnaryKernel, UnaryOp};
 use kestrel_rt_format::{Shape, WeightData, WeightView, MAX_RANK};
 
 /// One input of an element-wise or matmul kernel, row-major in its logical shape (the shape
@@ -175,7 +175,148 @@ pub fn unary(p: &UnaryParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
         UnaryOp::Sigmoid => in_place!(crate::kernels::simd::sigmoid),
         UnaryOp::Tanh => in_place!(crate::kernels::simd::tanh),
         UnaryOp::Silu => in_place!(crate::kernels::simd::silu),
+        UnaryOp::GeluTanh => map!(math::gelu_tanh),
+        // Every other function: one loop per function from the format's table (the function
+        // inlined into its loop), or, on a microcontroller, one loop with the match inside.
+        op if FN_LOOPS => op.with_fn(Map { x, y }),
         op => map!(|v| unary_fn(op, v)),
+    }
+}
+
+/// Whether the element-wise kernels get one loop per function and operand form (the format
+/// table's `with_fn`): on the 64-bit targets; a microcontroller keeps one loop per form with the
+/// function chosen per element (its flash budget).
+const FN_LOOPS: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
+
+/// `y[i] = f(x[i])`.
+struct Map<'a> {
+    x: &'a [f32],
+    y: &'a mut [f32],
+}
+
+impl UnaryKernel for Map<'_> {
+    type Out = ();
+    #[inline(always)]
+    fn run<F: Fn(f32) -> f32 + Copy>(self, f: F) {
+        for (o, &v) in self.y.iter_mut().zip(self.x) {
+            *o = f(v);
+        }
+    }
+}
+
+/// `y[i] = f(a[i], b[i])`.
+struct Zip<'a> {
+    y: &'a mut [f32],
+    a: &'a [f32],
+    b: &'a [f32],
+}
+
+impl BinaryKernel for Zip<'_> {
+    type Out = ();
+    #[inline(always)]
+    fn run<F: Fn(f32, f32) -> f32 + Copy>(self, f: F) {
+        for ((o, &u), &v) in self.y.iter_mut().zip(self.a).zip(self.b) {
+            *o = f(u, v);
+        }
+    }
+}
+
+/// `y[i] = f(x[i], s)`, or `f(s, x[i])` where `scalar_left`.
+struct WithScalar<'a> {
+    y: &'a mut [f32],
+    x: &'a [f32],
+    s: f32,
+    scalar_left: bool,
+}
+
+impl BinaryKernel for WithScalar<'_> {
+    type Out = ();
+    #[inline(always)]
+    fn run<F: Fn(f32, f32) -> f32 + Copy>(self, f: F) {
+        let s = self.s;
+        if self.scalar_left {
+            for (o, &v) in self.y.iter_mut().zip(self.x) {
+                *o = f(s, v);
+            }
+        } else {
+            for (o, &v) in self.y.iter_mut().zip(self.x) {
+                *o = f(v, s);
+            }
+        }
+    }
+}
+
+/// `y[r·run + j] = f(x[r·run + j], s[r])` (`f(s[r], …)` where `swapped`) for every run `r`.
+struct PerRun<'a> {
+    y: &'a mut [f32],
+    x: &'a [f32],
+    s: &'a [f32],
+    run: usize,
+    swapped: bool,
+}
+
+impl BinaryKernel for PerRun<'_> {
+    type Out = ();
+    #[inline(always)]
+    fn run<F: Fn(f32, f32) -> f32 + Copy>(self, f: F) {
+        let rows = self.y.chunks_exact_mut(self.run).zip(self.x.chunks_exact(self.run)).zip(self.s);
+        if self.swapped {
+            for ((yr, xr), &c) in rows {
+                for (o, &v) in yr.iter_mut().zip(xr) {
+                    *o = f(c, v);
+                }
+            }
+        } else {
+            for ((yr, xr), &c) in rows {
+                for (o, &v) in yr.iter_mut().zip(xr) {
+                    *o = f(v, c);
+                }
+            }
+        }
+    }
+}
+
+/// The general broadcast loop: both operands read through their strides, one output row of the
+/// last axis at a time.
+struct Strided<'a, GA, GB> {
+    p: &'a BinaryParams,
+    ga: GA,
+    gb: GB,
+    y: &'a mut [f32],
+}
+
+impl<GA: Fn(usize) -> f32, GB: Fn(usize) -> f32> BinaryKernel for Strided<'_, GA, GB> {
+    type Out = ();
+    #[inline(always)]
+    fn run<F: Fn(f32, f32) -> f32 + Copy>(self, f: F) {
+        let Strided { p, ga, gb, y } = self;
+        let r = p.y.rank();
+        let last = p.y.last();
+        let (sa, sb) = if r == 0 { (0, 0) } else { (p.a_strides[r - 1], p.b_strides[r - 1]) };
+        let (dims, outer) = outer_dims(&p.y);
+        for_each_index(&dims[..outer], [&p.a_strides, &p.b_strides], |i, [oa, ob]| {
+            let row = &mut y[i * last..(i + 1) * last];
+            match (sa, sb) {
+                // The row of one operand contiguous, the other's one value (a broadcast column).
+                (1, 0) => {
+                    let c = gb(ob);
+                    for (j, o) in row.iter_mut().enumerate() {
+                        *o = f(ga(oa + j), c);
+                    }
+                }
+                (0, 1) => {
+                    let c = ga(oa);
+                    for (j, o) in row.iter_mut().enumerate() {
+                        *o = f(c, gb(ob + j));
+                    }
+                }
+                _ => {
+                    for (j, o) in row.iter_mut().enumerate() {
+                        *o = f(ga(oa + j * sa), gb(ob + j * sb));
+                    }
+                }
+            }
+        });
     }
 }
 
@@ -238,16 +379,15 @@ pub fn binary_fn(op: BinaryOp, a: f32, b: f32) -> f32 {
     op.eval(a, b)
 }
 
-/// Whether the runs-zipped path for one value per run ([`per_run_op`]) is compiled in: on the
-/// 64-bit targets; a microcontroller keeps the general loop (its flash budget).
-const PER_RUN_PATH: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
-
 /// Row length up to which a weight operand is decoded into a stack buffer.
 const ROW_BUF: usize = 1024;
 
 /// `y[i] = op(a[i], b[i])` over equal lengths, one loop per op (vectorised by the compiler).
 #[inline]
 fn zip_op(op: BinaryOp, y: &mut [f32], a: &[f32], b: &[f32]) {
+    if FN_LOOPS {
+        return op.with_fn(Zip { y, a, b });
+    }
     macro_rules! zip {
         ($f:expr) => {
             for ((o, &u), &v) in y.iter_mut().zip(a).zip(b) {
@@ -278,6 +418,15 @@ pub fn binary(p: &BinaryParams, a: Operand<'_>, b: Operand<'_>, y: &mut [f32], _
     // Same shapes (residual adds, gates): one flat loop per op, which the compiler vectorises.
     if let (Some(sa), Some(sb), true) = (a.as_f32(), b.as_f32(), p.a == p.y && p.b == p.y) {
         zip_op(p.op, &mut y[..p.n], &sa[..p.n], &sb[..p.n]);
+        return;
+    }
+    // One operand a single value (a clamp bound, a scale, a threshold): one flat loop.
+    if let (Some(sa), true) = (a.as_f32(), p.a == p.y && p.b_elems == 1) {
+        scalar_op(p.op, &mut y[..p.n], &sa[..p.n], b.at(0), false);
+        return;
+    }
+    if let (Some(sb), true) = (b.as_f32(), p.b == p.y && p.a_elems == 1) {
+        scalar_op(p.op, &mut y[..p.n], &sb[..p.n], a.at(0), true);
         return;
     }
     // `a` full-shape and `b` repeating along the leading axes (a bias or position embedding):
@@ -344,11 +493,11 @@ fn by_runs(
         return false;
     };
     // The other operand one f32 value per run, in order (a squeeze-excitation gate): the runs
-    // zipped with it, the op chosen once (small maps have runs of 4 or 16; Add, Mul).
-    if let Some(so) = other.as_f32().filter(|_| PER_RUN_PATH && one_per_run(&p.y, strides, t)) {
-        if per_run_op(p.op, &mut y[..p.n], &full[..p.n], &so[..p.n / run], run) {
-            return true;
-        }
+    // zipped with it, the function chosen once (small maps have runs of 4 or 16).
+    if let Some(so) = other.as_f32().filter(|_| FN_LOOPS && one_per_run(&p.y, strides, t)) {
+        let (y, x, s) = (&mut y[..p.n], &full[..p.n], &so[..p.n / run]);
+        p.op.with_fn(PerRun { y, x, s, run, swapped });
+        return true;
     }
     let (dims, _) = outer_dims(&p.y);
     for_each_index(&dims[..t], [strides], |i, [o]| {
@@ -379,31 +528,12 @@ fn one_per_run(y: &Shape, strides: &[usize; MAX_RANK], t: usize) -> bool {
     (0..t).all(|i| y.dim(i) == 1 || strides[i] != 0)
 }
 
-/// `y[r·run + j] = x[r·run + j] + s[r]` (or `·`) for every run `r`: one loop over the runs,
-/// each run a vectorisable loop. Only Add and Mul (gates, per-channel shifts and scales; both
-/// commute, so the operand order does not matter): `false`, nothing written, for other ops,
-/// which keep the general per-run loop (fewer specialised loops: flash on microcontrollers).
-fn per_run_op(op: BinaryOp, y: &mut [f32], x: &[f32], s: &[f32], run: usize) -> bool {
-    macro_rules! runs {
-        ($f:expr) => {
-            for ((yr, xr), &c) in y.chunks_exact_mut(run).zip(x.chunks_exact(run)).zip(s) {
-                for (o, &v) in yr.iter_mut().zip(xr) {
-                    *o = $f(v, c);
-                }
-            }
-        };
-    }
-    match op {
-        BinaryOp::Add => runs!(|v: f32, c: f32| v + c),
-        BinaryOp::Mul => runs!(|v: f32, c: f32| v * c),
-        _ => return false,
-    }
-    true
-}
-
 /// `y[i] = op(x[i], s)`, or `op(s, x[i])` when `scalar_left`: one loop per op (vectorised).
 #[inline]
 fn scalar_op(op: BinaryOp, y: &mut [f32], x: &[f32], s: f32, scalar_left: bool) {
+    if FN_LOOPS {
+        return op.with_fn(WithScalar { y, x, s, scalar_left });
+    }
     macro_rules! each {
         ($f:expr) => {
             for (o, &v) in y.iter_mut().zip(x) {
@@ -424,17 +554,12 @@ fn scalar_op(op: BinaryOp, y: &mut [f32], x: &[f32], s: f32, scalar_left: bool) 
 }
 
 fn binary_loop(p: &BinaryParams, ga: impl Fn(usize) -> f32, gb: impl Fn(usize) -> f32, y: &mut [f32]) {
-    let r = p.y.rank();
     if p.n == 0 {
         return;
     }
-    let last = p.y.last();
-    let (sa, sb) = if r == 0 { (0, 0) } else { (p.a_strides[r - 1], p.b_strides[r - 1]) };
     let op = p.op;
-    let (dims, outer) = outer_dims(&p.y);
-    for_each_index(&dims[..outer], [&p.a_strides, &p.b_strides], |i, [oa, ob]| {
-        for (j, o) in y[i * last..(i + 1) * last].iter_mut().enumerate() {
-            *o = binary_fn(op, ga(oa + j * sa), gb(ob + j * sb));
-        }
-    });
+    if FN_LOOPS {
+        return op.with_fn(Strided { p, ga, gb, y });
+    }
+    Strided { p, ga, gb, y }.run(|u, v| binary_fn(op, u, v));
 }

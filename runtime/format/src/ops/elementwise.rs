@@ -26,7 +26,8 @@ use libm::{
 /// `eval`, `reference`, `wgsl`, the importer names and the generated WGSL function.
 macro_rules! elementwise_table {
     (
-        $(#[$m:meta])* $name:ident ($($arg:ident),+) call $call:tt -> $wgsl_fn:literal {
+        $(#[$m:meta])* $name:ident ($($arg:ident),+) call $call:tt -> $wgsl_fn:literal
+        kernel $kernel:ident ($($argty:ty),+) {
             $(
                 $(#[doc = $doc:literal])+
                 $v:ident = $code:literal, [$($imp:literal),*], domain [$lo:literal, $hi:literal],
@@ -38,7 +39,28 @@ macro_rules! elementwise_table {
             $(#[$m])* $name { $($(#[doc = $doc])+ $v = $code),+ }
         );
 
+        /// A loop over elements that is generic over the function it applies (see
+        /// `with_fn`): monomorphised once per function, so the function is inlined into the
+        /// loop, which the compiler vectorises where the function allows.
+        pub trait $kernel {
+            /// What the loop returns.
+            type Out;
+            /// Runs the loop with `f`.
+            fn run<F: Fn($($argty),+) -> f32 + Copy>(self, f: F) -> Self::Out;
+        }
+
         impl $name {
+            /// Runs `k` with this function's f32 definition as a closure: the match on the
+            /// function is taken once, outside `k`'s loop, and `k` gets one copy per function
+            /// (no per-element dispatch). Kernels use it on the targets where code size is not
+            /// the constraint.
+            #[inline(always)]
+            pub fn with_fn<K: $kernel>(self, k: K) -> K::Out {
+                match self {
+                    $($name::$v => k.run($f32),)+
+                }
+            }
+
             /// The function in f32 (the CPU kernels' scalar path).
             #[inline]
             pub fn eval(self, $($arg: f32),+) -> f32 {
@@ -159,7 +181,7 @@ fn sign64(x: f64) -> f64 {
 
 elementwise_table! {
     /// Element-wise unary functions (the table is the definition of each; see the module docs).
-    UnaryOp(x) call (x) -> "fn unary_fn(op: u32, x: f32) -> f32 {" {
+    UnaryOp(x) call (x) -> "fn unary_fn(op: u32, x: f32) -> f32 {" kernel UnaryKernel (f32) {
         /// max(x, 0).
         Relu = 0, ["Relu"], domain [-4.0, 4.0], wgsl "max(x, 0.0)", f32 |x: f32| x.max(0.0), f64 |x: f64| x.max(0.0);
         /// Exact GELU, x·Φ(x) = x/2·(1 + erf(x/√2)).
@@ -255,7 +277,7 @@ elementwise_table! {
 elementwise_table! {
     /// Element-wise binary functions with numpy broadcasting (the table is the definition of
     /// each; see the module docs).
-    BinaryOp(a, b) call (a, b) -> "fn binary_fn(op: u32, a: f32, b: f32) -> f32 {" {
+    BinaryOp(a, b) call (a, b) -> "fn binary_fn(op: u32, a: f32, b: f32) -> f32 {" kernel BinaryKernel (f32, f32) {
         /// a + b.
         Add = 0, ["Add"], domain [-4.0, 4.0], wgsl "a + b", f32 |a: f32, b: f32| a + b, f64 |a: f64, b: f64| a + b;
         /// a − b.

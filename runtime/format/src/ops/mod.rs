@@ -738,7 +738,7 @@ pub struct Fastformer {
 
 mod band;
 mod elementwise;
-pub use elementwise::{BinaryOp, UnaryOp};
+pub use elementwise::{BinaryKernel, BinaryOp, UnaryKernel, UnaryOp};
 mod reduce;
 pub use reduce::{Fold, FoldVisitor, ReduceOp};
 mod layout;
