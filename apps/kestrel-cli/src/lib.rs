@@ -12,6 +12,25 @@ pub mod scaling;
 
 use std::path::Path;
 
+/// Parses `--dim NAME=N`: the size a symbolic input dim is converted at. Bounds (`NAME=..MAX`,
+/// `NAME=MIN..MAX`, a size chosen per run) are not supported yet and say so.
+pub fn parse_dim(s: &str) -> Result<(String, usize), String> {
+    let (name, value) = s.split_once('=').ok_or_else(|| format!("`{s}`: expected NAME=N (e.g. sequence=128)"))?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(format!("`{s}`: the dim's name is empty"));
+    }
+    if value.contains("..") {
+        return Err(format!(
+            "`{s}`: bounded dims (a size chosen per run) are not supported yet; give the size to convert at, {name}=N"
+        ));
+    }
+    match value.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok((name.to_string(), n)),
+        _ => Err(format!("`{s}`: the size must be a positive integer")),
+    }
+}
+
 /// Refuses an input path that exists but is not a regular file (after symbolic links): a
 /// directory, a FIFO, a socket, a character or block device. Reading a FIFO blocks until a
 /// writer appears (opening it already does) and a device such as `/dev/zero` never ends, so
@@ -59,5 +78,20 @@ pub fn load_model(path: impl AsRef<Path>) -> anyhow::Result<kestrel_rt::Model> {
         // I/O errors already name the path.
         Err(e @ kestrel_rt::Error::Io { .. }) => Err(e.into()),
         Err(e) => Err(anyhow::Error::new(e).context(format!("loading {}", path.display()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_dim;
+
+    #[test]
+    fn dims_parse_or_say_why_not() {
+        assert_eq!(parse_dim("sequence=128"), Ok(("sequence".to_string(), 128)));
+        assert_eq!(parse_dim(" h = 224"), Ok(("h".to_string(), 224)));
+        for bad in ["sequence", "=3", "t=0", "t=-1", "t=x"] {
+            assert!(parse_dim(bad).is_err(), "{bad}");
+        }
+        assert!(parse_dim("t=..64").unwrap_err().contains("not supported yet"));
     }
 }

@@ -91,6 +91,12 @@ enum Command {
         /// cost (top-1 agreement, largest error) against the f32 model and f32 internals.
         #[arg(long, requires = "calibrate")]
         int8_attention: bool,
+        /// The size of a symbolic input dim (repeatable): an export with dynamic axes (a
+        /// sequence length, an image height) converts at this size, e.g. `--dim sequence=128`.
+        /// A symbolic first axis is the batch and needs none. Every symbolic dim left without
+        /// one is listed in the error, with the inputs that carry it.
+        #[arg(long = "dim", value_name = "NAME=N", value_parser = kestrel_rt_cli::parse_dim)]
+        dims: Vec<(String, usize)>,
         /// Also run the ONNX model (tract) and the converted model (Kestrel) on the same inputs
         /// and report the differences: on INPUTS.npy if given, else on 4 seeded random samples.
         #[arg(long, value_name = "INPUTS.npy", num_args = 0..=1, default_missing_value = "")]
@@ -171,6 +177,7 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
             min_memory,
             calibrate,
             int8_attention,
+            dims,
             verify,
             json,
             meta,
@@ -189,6 +196,7 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
                 calibrate,
                 min_memory,
                 int8_attention,
+                dims,
             };
             let meta = convert::MetaEdit::load(meta.as_deref(), labels.as_deref())?;
             convert::run(w, &onnx, &out, &opts, verify.as_deref().map(std::path::Path::new), json, &meta)

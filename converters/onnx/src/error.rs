@@ -53,6 +53,29 @@ pub enum ConvertError {
         /// What was found.
         found: String,
     },
+    /// Symbolic input dims (other than the batch) with no value: every one of them, with the
+    /// inputs and axes that carry it.
+    #[error(
+        "{path}: the inputs have symbolic dims without a value: {}; give each one with --dim NAME=N \
+         (e.g. --dim {}=128)",
+        dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("; "),
+        dims.first().map_or("NAME", |d| d.symbol.as_str())
+    )]
+    UnboundDims {
+        /// The ONNX file.
+        path: String,
+        /// Each unbound symbol and where it appears.
+        dims: Vec<UnboundDim>,
+    },
+    /// A `--dim NAME=N` whose name no input dim carries (a typo, or a fixed dim).
+    #[error("--dim {name}=…: no input has a symbolic dim named `{name}` (symbolic dims of the inputs: {})",
+        if symbols.is_empty() { "none" } else { symbols.as_str() })]
+    UnknownDim {
+        /// The name given.
+        name: String,
+        /// The inputs' symbolic dims, comma-separated.
+        symbols: String,
+    },
     /// Nodes that cannot be converted, every one of them (not only the first), in the ONNX
     /// file's own vocabulary: op type and node name.
     #[error(
@@ -173,5 +196,21 @@ mod tests {
             "m.onnx: the ONNX importer failed while trying to type the model: index out of bounds"
         );
         assert_eq!(contain("m.onnx", "x", || Ok(3)).unwrap(), 3);
+    }
+}
+
+/// A symbolic input dim without a value, and where it appears: (input, axis) pairs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnboundDim {
+    /// The symbol's name in the ONNX file.
+    pub symbol: String,
+    /// The inputs and axes that carry it.
+    pub uses: Vec<(String, usize)>,
+}
+
+impl std::fmt::Display for UnboundDim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let uses: Vec<String> = self.uses.iter().map(|(i, a)| format!("input `{i}` axis {a}")).collect();
+        write!(f, "`{}` ({})", self.symbol, uses.join(", "))
     }
 }

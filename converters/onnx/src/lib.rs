@@ -26,7 +26,7 @@ mod validate;
 mod verify;
 
 pub use calibrate::{CalibratedTensor, CalibrationReport};
-pub use error::{Blocker, ConvertError, SUPPORTED};
+pub use error::{Blocker, ConvertError, UnboundDim, SUPPORTED};
 pub use internals::{Agreement, InternalsReport};
 pub use kestrel_rt_format::DType;
 pub use npy::{read_npy, write_npy_f32};
@@ -60,6 +60,9 @@ pub struct ConvertOptions {
     /// int8 scores and weighted values in every fused attention op (needs `calibrate`: the
     /// cost is measured on a held-out fifth of its samples, see [`InternalsReport`]).
     pub int8_attention: bool,
+    /// Values of the inputs' symbolic dims other than the batch (`--dim NAME=N`): an export
+    /// with `dynamic_axes` (a sequence length, an image size) converts at these sizes.
+    pub dims: Vec<(String, usize)>,
 }
 
 impl Default for ConvertOptions {
@@ -71,6 +74,7 @@ impl Default for ConvertOptions {
             calibrate: Vec::new(),
             min_memory: false,
             int8_attention: false,
+            dims: Vec::new(),
         }
     }
 }
@@ -132,7 +136,8 @@ pub fn convert_with(
     let path = onnx_path.as_ref();
     progress.stage("loading with tract (type, declutter)", 0);
     let p = path.display().to_string();
-    let (model, inputs, onnx_nodes) = load::load_typed_named(path, 1)?;
+    let bind = load::DimBinding { batch: 1, dims: &opts.dims, shapes: None };
+    let (model, inputs, onnx_nodes) = load::load_typed_named(path, &bind)?;
     let name = path.file_stem().map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
     let mut b = ModelBuilder::new(&name);
     b.set_weight_dtype(opts.weights);
@@ -323,7 +328,7 @@ pub fn convert_with(
 
 /// tract's typed, decluttered graph at batch 1, one node per line (for debugging a lowering).
 pub fn dump_tract_graph(onnx_path: impl AsRef<Path>) -> Result<String, ConvertError> {
-    let (model, _) = load::load_typed(onnx_path.as_ref(), 1)?;
+    let (model, _) = load::load_typed(onnx_path.as_ref(), &load::DimBinding::batch(1))?;
     let mut s = String::new();
     let order = model.eval_order().unwrap_or_default();
     for n in order {

@@ -1,6 +1,7 @@
-//! Loading an ONNX file with tract at a fixed batch size, typed and decluttered.
+//! Loading an ONNX file with tract at a fixed batch size and fixed values of its symbolic input
+//! dims, typed and decluttered.
 
-use crate::error::{contain, tract_err, Blocker, ConvertError};
+use crate::error::{contain, tract_err, Blocker, ConvertError, UnboundDim};
 use std::path::Path;
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::infer::Factoid;
@@ -38,6 +39,41 @@ const TAKEN: [DatumType; 12] = [
     DatumType::U64,
 ];
 
+/// How the symbolic dims of a model's inputs get values: a symbolic first axis is the batch;
+/// any other symbol takes its value from `dims` (the user's `--dim NAME=N`) or, when verifying,
+/// from the arrays given for the inputs (`shapes`). A symbol with neither is an error that names
+/// every such symbol and where it appears ([`ConvertError::UnboundDims`]).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DimBinding<'a> {
+    /// The batch size a symbolic (or size-1) first axis takes.
+    pub batch: usize,
+    /// Values of named symbols.
+    pub dims: &'a [(String, usize)],
+    /// The shapes of arrays given for the inputs, in input order (a leading batch axis may be
+    /// absent: an array of exactly the per-sample shape).
+    pub shapes: Option<Vec<Vec<usize>>>,
+}
+
+impl DimBinding<'_> {
+    /// The batch alone (every other symbol unbound).
+    pub fn batch(batch: usize) -> Self {
+        Self { batch, ..Self::default() }
+    }
+
+    /// The value the user gave symbol `s`.
+    fn named(&self, s: &str) -> Option<usize> {
+        self.dims.iter().find(|(n, _)| n == s).map(|&(_, v)| v)
+    }
+
+    /// The size of `axis` of the array given for input `i` of rank `rank` (read one axis to
+    /// the left when the array has no batch axis).
+    fn given(&self, i: usize, rank: usize, axis: usize) -> Option<usize> {
+        let s = self.shapes.as_ref()?.get(i)?;
+        let at = axis.checked_sub(rank.checked_sub(s.len())?)?;
+        s.get(at).copied()
+    }
+}
+
 /// The ONNX graph's nodes (name, op type), to name tract's nodes in the user's vocabulary.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct OnnxNodes(Vec<(String, String)>);
@@ -59,27 +95,29 @@ impl OnnxNodes {
     }
 }
 
-/// Loads `path`, fixes the leading (batch) axis of every input to `batch`, types and declutters.
-/// The file is read into memory (fallibly), its tensors checked ([`crate::validate`]) before
-/// tract reads them, and every call into tract runs with panics caught.
-pub(crate) fn load_typed(path: &Path, batch: usize) -> Result<(TypedModel, Vec<LoadedInput>), ConvertError> {
-    load_typed_named(path, batch).map(|(m, i, _)| (m, i))
+/// Loads `path`, fixes the leading (batch) axis of every input and every other symbolic input dim
+/// as `bind` says, types and declutters. The file is read into memory (fallibly), its tensors
+/// checked ([`crate::validate`]) before tract reads them, and every call into tract runs with
+/// panics caught.
+pub(crate) fn load_typed(path: &Path, bind: &DimBinding<'_>) -> Result<(TypedModel, Vec<LoadedInput>), ConvertError> {
+    load_typed_named(path, bind).map(|(m, i, _)| (m, i))
 }
 
 /// [`load_typed`], with the ONNX graph's node names and op types.
 pub(crate) fn load_typed_named(
     path: &Path,
-    batch: usize,
+    bind: &DimBinding<'_>,
 ) -> Result<(TypedModel, Vec<LoadedInput>, OnnxNodes), ConvertError> {
     let p = path.display().to_string();
-    contain(&p, "import the ONNX graph", || load_typed_inner(path, &p, batch))
+    contain(&p, "import the ONNX graph", || load_typed_inner(path, &p, bind))
 }
 
 fn load_typed_inner(
     path: &Path,
     p: &str,
-    batch: usize,
+    bind: &DimBinding<'_>,
 ) -> Result<(TypedModel, Vec<LoadedInput>, OnnxNodes), ConvertError> {
+    let batch = bind.batch;
     let p = p.to_string();
     let bytes = std::fs::read(path).map_err(|error| ConvertError::Io { path: p.clone(), error })?;
     let mut onnx = tract_onnx::onnx();
@@ -88,6 +126,7 @@ fn load_typed_inner(
     let mut proto = onnx.proto_model_for_read(&mut &bytes[..]).map_err(tract_err(&p, "read the ONNX file"))?;
     if let Some(g) = proto.graph.as_mut() {
         unsigned_as_raw(g);
+        bind_symbols(g, bind, &p)?;
     }
     drop(bytes);
     crate::validate::check_model(&proto, path)?;
@@ -136,9 +175,20 @@ fn load_typed_inner(
     let mut model = parsed.model;
     let mut inputs = Vec::new();
     let mut symbols = std::collections::HashMap::new();
+    // Every other symbol was given its value in the graph itself (`bind_symbols`); what is left
+    // are the batch symbols: the symbols of the inputs' first axes, wherever else they appear.
+    let mut facts = Vec::with_capacity(model.inputs.len());
+    let mut batch_symbols = std::collections::HashSet::new();
     for i in 0..model.inputs.len() {
-        let name = model.node(model.inputs[i].node).name.clone();
         let fact = model.input_fact(i).map_err(tract_err(&p, "read the input facts"))?.clone();
+        let dims: Vec<_> = fact.shape.dims().map(|d| d.concretize()).collect();
+        if let Some(Some(TDim::Sym(s))) = dims.first() {
+            batch_symbols.insert(s.clone());
+        }
+        facts.push((fact, dims));
+    }
+    for (i, (fact, dims)) in facts.into_iter().enumerate() {
+        let name = model.node(model.inputs[i].node).name.clone();
         let bad = |expected: &str, found: String| ConvertError::BadInput {
             input: name.clone(),
             expected: expected.to_string(),
@@ -151,18 +201,17 @@ fn load_typed_inner(
         if fact.shape.is_open() {
             return Err(bad("a known rank", "an open shape".into()));
         }
-        let dims: Vec<_> = fact.shape.dims().map(|d| d.concretize()).collect();
         let mut shape = Vec::with_capacity(dims.len());
         let mut symbolic = false;
         let mut batched = false;
         for (axis, d) in dims.iter().enumerate() {
             let concrete = d.as_ref().and_then(|d| d.to_usize().ok());
             match (axis, concrete, d) {
-                (0, None, Some(TDim::Sym(s))) => {
+                (_, None, Some(TDim::Sym(s))) if axis == 0 || batch_symbols.contains(s) => {
                     // Keep the symbol (intermediate value infos may name it) and bind it later.
                     symbols.insert(s.clone(), TDim::Val(batch as i64));
                     symbolic = true;
-                    batched = true;
+                    batched |= axis == 0;
                     shape.push(batch);
                 }
                 (0, None, _) => {
@@ -177,7 +226,9 @@ fn load_typed_inner(
                 // sample (`batched` false), whatever batch was asked for.
                 (0, Some(n), _) => shape.push(n),
                 (_, Some(n), _) => shape.push(n),
-                (_, None, _) => return Err(bad("concrete dims after the batch axis", format!("{dims:?}"))),
+                (_, None, _) => {
+                    return Err(bad("dims after the batch axis that are numbers or named symbols", format!("{dims:?}")))
+                }
             }
         }
         if !symbolic {
@@ -218,6 +269,84 @@ fn ignored_semantics(n: &tract_onnx::pb::NodeProto) -> Option<Blocker> {
         (None, false) => return None,
     };
     Some(Blocker { op: "Attention".into(), node: n.name.clone(), why, remedy: None })
+}
+
+/// Gives the graph's symbolic input dims their values in the graph itself, before tract reads
+/// it (so its shape inference sees numbers, as it would in a fixed-size export): every dim named
+/// by a symbol that is not the batch — not the first axis of any input — takes the user's value
+/// (`--dim NAME=N`) or, when verifying, the size of the given array's axis; it is replaced in the
+/// inputs, the outputs and every value info. A symbol with neither value, or a `--dim` naming no
+/// input's symbol, is an error naming every one.
+fn bind_symbols(g: &mut tract_onnx::pb::GraphProto, bind: &DimBinding<'_>, p: &str) -> Result<(), ConvertError> {
+    use tract_onnx::pb::tensor_shape_proto::dimension::Value;
+    use tract_onnx::pb::type_proto::Value as TypeValue;
+    fn dims_of(v: &tract_onnx::pb::ValueInfoProto) -> &[tract_onnx::pb::tensor_shape_proto::Dimension] {
+        match v.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+            Some(TypeValue::TensorType(t)) => t.shape.as_ref().map_or(&[], |s| &s.dim[..]),
+            _ => &[],
+        }
+    }
+    let param = |d: &tract_onnx::pb::tensor_shape_proto::Dimension| match &d.value {
+        Some(Value::DimParam(s)) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    };
+    let inits: std::collections::HashSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
+    let inputs: Vec<&tract_onnx::pb::ValueInfoProto> =
+        g.input.iter().filter(|v| !inits.contains(v.name.as_str())).collect();
+    let batch: std::collections::HashSet<String> =
+        inputs.iter().filter_map(|v| dims_of(v).first().and_then(param)).filter(|s| bind.named(s).is_none()).collect();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut values: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut unbound: Vec<UnboundDim> = Vec::new();
+    for (i, v) in inputs.iter().enumerate() {
+        let dims = dims_of(v);
+        for (axis, d) in dims.iter().enumerate() {
+            let Some(s) = param(d) else { continue };
+            seen.insert(s.clone());
+            if batch.contains(&s) {
+                continue;
+            }
+            match bind.named(&s).or_else(|| bind.given(i, dims.len(), axis)) {
+                Some(n) => match values.insert(s.clone(), n) {
+                    Some(m) if m != n => {
+                        return Err(ConvertError::BadInput {
+                            input: v.name.clone(),
+                            expected: format!("dim `{s}` (axis {axis}) of size {m}, as the other inputs that carry it"),
+                            found: n.to_string(),
+                        })
+                    }
+                    _ => {}
+                },
+                None => match unbound.iter_mut().find(|u| u.symbol == s) {
+                    Some(u) => u.uses.push((v.name.clone(), axis)),
+                    None => unbound.push(UnboundDim { symbol: s, uses: vec![(v.name.clone(), axis)] }),
+                },
+            }
+        }
+    }
+    if let Some((name, _)) = bind.dims.iter().find(|(n, _)| !seen.contains(n)) {
+        let symbols = seen.into_iter().collect::<Vec<_>>().join(", ");
+        return Err(ConvertError::UnknownDim { name: name.clone(), symbols });
+    }
+    if !unbound.is_empty() {
+        return Err(ConvertError::UnboundDims { path: p.to_string(), dims: unbound });
+    }
+    if values.is_empty() {
+        return Ok(());
+    }
+    let fix = |v: &mut tract_onnx::pb::ValueInfoProto| {
+        if let Some(TypeValue::TensorType(t)) = v.r#type.as_mut().and_then(|t| t.value.as_mut()) {
+            for d in t.shape.iter_mut().flat_map(|s| s.dim.iter_mut()) {
+                if let Some(Value::DimParam(s)) = &d.value {
+                    if let Some(&n) = values.get(s) {
+                        d.value = Some(Value::DimValue(n as i64));
+                    }
+                }
+            }
+        }
+    };
+    g.input.iter_mut().chain(g.output.iter_mut()).chain(g.value_info.iter_mut()).for_each(fix);
+    Ok(())
 }
 
 /// UINT32 and UINT64 tensors written in ONNX's `uint64_data` field (where the standard puts

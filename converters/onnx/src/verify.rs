@@ -1,7 +1,7 @@
 //! Running the ONNX model with tract and the `.kes` with Kestrel on the same inputs.
 
 use crate::error::{tract_err, ConvertError};
-use crate::load::load_typed;
+use crate::load::{load_typed, DimBinding};
 use kestrel_rt::Input;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -72,8 +72,10 @@ pub type ShapedOutput = (Vec<usize>, Vec<f32>);
 pub fn run_tract(onnx_path: impl AsRef<Path>, inputs: &[InputTensor]) -> Result<Vec<ShapedOutput>, ConvertError> {
     let path = onnx_path.as_ref();
     let p = path.display().to_string();
+    // Symbolic input dims take their sizes from the arrays given.
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|i| i.shape.clone()).collect();
     let batch = batch_of(path, inputs)?;
-    let (model, loaded) = load_typed(path, batch)?;
+    let (model, loaded) = load_typed(path, &DimBinding { batch, dims: &[], shapes: Some(shapes) })?;
     if loaded.len() != inputs.len() {
         return Err(ConvertError::Verify {
             expected: format!("{} inputs", loaded.len()),
@@ -119,7 +121,8 @@ pub fn run_tract(onnx_path: impl AsRef<Path>, inputs: &[InputTensor]) -> Result<
 /// in the ONNX graph (given with it; an input with a fixed first axis N > 1, or given as exactly
 /// its per-sample shape, is one whole sample and says nothing), or 1.
 fn batch_of(path: &Path, inputs: &[InputTensor]) -> Result<usize, ConvertError> {
-    let (_, loaded) = load_typed(path, 1)?;
+    let shapes = Some(inputs.iter().map(|i| i.shape.clone()).collect());
+    let (_, loaded) = load_typed(path, &DimBinding { batch: 1, dims: &[], shapes })?;
     Ok(loaded.iter().zip(inputs).find(|(l, _)| l.batched).map_or(1, |(l, i)| {
         if i.shape.len() == l.shape.len() {
             i.shape.first().copied().unwrap_or(1)

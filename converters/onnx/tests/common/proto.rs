@@ -52,6 +52,15 @@ pub fn float_value(name: &str, dims: Option<&[usize]>) -> Msg {
     Msg::default().str(1, name).msg(2, Msg::default().msg(1, tensor))
 }
 
+/// A FLOAT tensor's `ValueInfoProto` whose dims are numbers or named symbols (`"T"`: a
+/// `dim_param`, Dimension field 2).
+pub fn float_value_sym(name: &str, dims: &[&str]) -> Msg {
+    let shape = dims.iter().fold(Msg::default(), |s, d| {
+        s.msg(1, d.parse::<i64>().map_or_else(|_| Msg::default().str(2, d), |v| Msg::default().int(1, v)))
+    });
+    Msg::default().str(1, name).msg(2, Msg::default().msg(1, Msg::default().int(1, 1).msg(2, shape)))
+}
+
 /// An INT64 tensor's `ValueInfoProto` (elem_type 7), with its shape.
 pub fn i64_value(name: &str, dims: &[usize]) -> Msg {
     let shape = dims.iter().fold(Msg::default(), |s, &d| s.msg(1, Msg::default().int(1, d as i64)));
