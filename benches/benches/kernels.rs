@@ -17,7 +17,7 @@
 // `criterion_group!` defines an undocumented `pub fn` (the workspace warns on missing docs).
 #![allow(missing_docs)]
 
-use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kestrel_rt::demo::layer_model;
 use kestrel_rt::mechanisms::{Case, Mechanism};
 use kestrel_rt::{Input, Model};
@@ -26,6 +26,7 @@ use kestrel_rt_cpu::kernels::simd::{isa, set_isa, Isa};
 use kestrel_rt_format::ops::Activation;
 use kestrel_rt_format::weight::{EncodedWeight, ViewStore};
 use kestrel_rt_format::{DType, WeightView};
+use std::hint::black_box;
 use std::time::Duration;
 
 /// Seeded values in [-scale, scale) (the facade's generator; timing only).
