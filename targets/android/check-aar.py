@@ -193,13 +193,25 @@ def main() -> int:
     looked_up = {}  # class -> constructor parameter lists the native side calls
     if args.jni_source:
         src = Path(args.jni_source).read_text()
-        consts = dict(re.findall(r'const\s+(\w+)\s*:\s*&str\s*=\s*"(dev/kestrel/[\w/$]+)"', src))
+        # A class name is a string literal, bare or in jni 0.22's `jni_str!(...)`; a signature is one
+        # in `jni_sig!(...)`. `new_object` takes the class by name, or (jni 0.22) a class that
+        # `let VAR = env.find_class(NAME)` found.
+        name = r'(?:jni_str!\(\s*)?"(dev/kestrel/[\w/$]+)"'
+        consts = dict(re.findall(r"const\s+(\w+)\s*:\s*&\w+\s*=\s*" + name, src))
+        found = {}
+        for var, const, literal in re.findall(r"let\s+(\w+)\s*=\s*env\.find_class\(\s*(?:(\w+)|" + name + ")", src):
+            cls = consts.get(const, literal)
+            if cls:
+                found[var] = cls
         for c in set(re.findall(r'"(dev/kestrel/[\w/$]+)"', src)):
             looked_up.setdefault(c.replace("/", "."), [])
-        for target, desc in re.findall(r'new_object\(\s*(\w+|"[^"]+")\s*,\s*"(\([^"]*\)V)"', src):
-            cls = consts.get(target, target.strip('"'))
+        calls = re.findall(r'new_object\(\s*&?(\w+|"[^"]+")\s*,\s*(?:jni_sig!\(\s*)?"(\([^"]*\)V)"', src)
+        for target, desc in calls:
+            cls = consts.get(target) or found.get(target) or target.strip('"')
             if cls.startswith("dev/kestrel/"):
                 looked_up.setdefault(cls.replace("/", "."), []).append(descriptor_params(desc))
+        if len(calls) != src.count("new_object("):
+            errors.append(f"{args.jni_source}: a new_object call whose class or signature was not understood")
         if not looked_up:
             errors.append(f"{args.jni_source}: no dev/kestrel class looked up by name (did the source move?)")
     for cls, methods in sorted(natives.items()):

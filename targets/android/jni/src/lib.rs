@@ -7,64 +7,136 @@
 //! never a crash. Each method holds its own reference to the model or session it was given for
 //! its whole duration, so `modelFree`/`sessionFree` from another thread (a `close()`, the Kotlin
 //! safety net) never pulls the object from under it: a run in progress finishes normally.
-//! Every method catches Rust panics; errors become a `dev.kestrel.KestrelException` carrying
-//! the C status code and message. Arrays are copied in and out (no pinning of Java memory).
+//! Every method catches Rust panics (jni's `EnvUnowned::with_env`); errors and panics become a
+//! `dev.kestrel.KestrelException` carrying the C status code and message
+//! (`ThrowKestrelException`). Arrays are copied in and out (no pinning of Java memory).
 
-use jni::objects::{JByteArray, JClass, JFloatArray, JIntArray, JLongArray, JObject, JObjectArray, JString, JValue};
-use jni::sys::{jboolean, jint, jintArray, jlong, jlongArray, jobjectArray, jsize, jstring, JNI_FALSE, JNI_TRUE};
-use jni::JNIEnv;
+use jni::errors::{ErrorPolicy, JniError};
+use jni::objects::{
+    IntoAuto as _, JByteArray, JByteBuffer, JClass, JFloatArray, JIntArray, JLongArray, JObject, JObjectArray,
+    JPrimitiveArray, JString, JThrowable, JValue, ReleaseMode, TypeArray,
+};
+use jni::strings::{JNIStr, JNIString};
+use jni::sys::{jboolean, jint, jlong, jsize};
+use jni::{jni_sig, jni_str, Env, EnvUnowned};
 use kestrel_ffi::abi::{kestrel_session_run, KestrelOutput, KestrelTensor, KESTREL_MAX_RANK};
 use kestrel_ffi::codes;
 use kestrel_ffi::core::{DType, FfiError, GpuPrecision, LoadedModel, PixelFormat, SessionCore, TensorDesc};
 use kestrel_ffi::handles::{self, KestrelModel, KestrelSession};
 use kestrel_ffi::Status;
 use kestrel_rt_cpu::session::Input;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-const EXCEPTION: &str = "dev/kestrel/KestrelException";
+const EXCEPTION: &JNIStr = jni_str!("dev/kestrel/KestrelException");
 
-fn err(status: Status, message: impl Into<String>) -> FfiError {
-    FfiError::new(status, message)
+/// How a native method fails: a Kestrel error, thrown as a `KestrelException` with its status code,
+/// or a failed JNI call. `?` converts both (the C ABI's `FfiError` and `jni`'s error are foreign
+/// types, so this local one carries them).
+enum Failure {
+    Kestrel(FfiError),
+    Jni(jni::errors::Error),
 }
 
-/// A JNI failure (usually a pending Java exception such as OutOfMemoryError).
-fn jni_err(e: jni::errors::Error) -> FfiError {
-    err(Status::KESTREL_ERR_INTERNAL, format!("JNI call failed: {e}"))
+impl From<FfiError> for Failure {
+    fn from(e: FfiError) -> Self {
+        Failure::Kestrel(e)
+    }
 }
 
-/// Runs `f`; an error or a panic becomes a thrown `KestrelException` and `default` is returned.
-fn call<'l, T>(env: &mut JNIEnv<'l>, default: T, f: impl FnOnce(&mut JNIEnv<'l>) -> Result<T, FfiError>) -> T {
-    let result = catch_unwind(AssertUnwindSafe(|| f(env)));
-    let e = match result {
-        Ok(Ok(v)) => return v,
-        Ok(Err(e)) => e,
-        Err(payload) => {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a non-string payload".to_string());
-            err(Status::KESTREL_ERR_PANIC, format!("kestrel panicked (caught at the JNI boundary): {what}"))
+impl From<jni::errors::Error> for Failure {
+    fn from(e: jni::errors::Error) -> Self {
+        Failure::Jni(e)
+    }
+}
+
+fn err(status: Status, message: impl Into<String>) -> Failure {
+    Failure::Kestrel(FfiError::new(status, message))
+}
+
+/// The error policy of every entry point ([`native!`]): a [`Failure`] or a panic becomes a thrown
+/// `KestrelException` (a panic with `KESTREL_ERR_PANIC`), and the return type's default (0, false,
+/// null) is returned.
+///
+/// jni 0.22 catches panics at the boundary itself: `EnvUnowned::with_env` runs the method's body
+/// under `catch_unwind` and hands a panic to [`ErrorPolicy::on_panic`] here, and
+/// `EnvOutcome::resolve` runs this policy under `catch_unwind` too (a panic while throwing
+/// returns the default with no exception). So the crate keeps no guard of its own.
+struct ThrowKestrelException;
+
+impl<T: Default> ErrorPolicy<T, Failure> for ThrowKestrelException {
+    type Captures<'unowned_env_local: 'native_method, 'native_method> = ();
+
+    fn on_error<'unowned_env_local: 'native_method, 'native_method>(
+        env: &mut Env<'unowned_env_local>,
+        _captures: &mut (),
+        failure: Failure,
+    ) -> jni::errors::Result<T> {
+        throw(env, failure);
+        Ok(T::default())
+    }
+
+    fn on_panic<'unowned_env_local: 'native_method, 'native_method>(
+        env: &mut Env<'unowned_env_local>,
+        _captures: &mut (),
+        payload: Box<dyn std::any::Any + Send + 'static>,
+    ) -> jni::errors::Result<T> {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-string payload".to_string());
+        throw(env, err(Status::KESTREL_ERR_PANIC, format!("kestrel panicked (caught at the JNI boundary): {what}")));
+        Ok(T::default())
+    }
+}
+
+/// Throws `failure`: a `KestrelException` with the status code and message (a JNI failure is
+/// `KESTREL_ERR_INTERNAL`), unless a Java exception is already pending (thrown by Java code that a
+/// JNI call ran), which is kept. Out of memory in a JNI call is an `OutOfMemoryError`, as the JVM
+/// threw it (jni 0.22 clears the JVM's own and reports `JniError::NoMemory`). Should making the
+/// exception fail, a `RuntimeException` with the message is thrown instead.
+fn throw(env: &mut Env<'_>, failure: Failure) {
+    if env.exception_check() {
+        return;
+    }
+    let e = match failure {
+        Failure::Kestrel(e) => e,
+        Failure::Jni(jni::errors::Error::JniCall(JniError::NoMemory)) => {
+            if let Ok(class) = env.find_class(jni_str!("java/lang/OutOfMemoryError")) {
+                let _ = env.throw_new(class.auto(), jni_str!("a JNI call ran out of memory"));
+            }
+            if env.exception_check() {
+                return;
+            }
+            FfiError::new(Status::KESTREL_ERR_INTERNAL, "JNI call failed: out of memory")
         }
+        Failure::Jni(e) => FfiError::new(Status::KESTREL_ERR_INTERNAL, format!("JNI call failed: {e}")),
     };
-    throw(env, &e);
-    default
+    // `throw` returns `Err(JavaException)` once the exception is pending: success, checked below.
+    let _ = (|| -> jni::errors::Result<()> {
+        let msg = env.new_string(&e.message)?.auto();
+        let exception_class = env.find_class(EXCEPTION)?.auto();
+        let obj = env.new_object(
+            &exception_class,
+            jni_sig!("(ILjava/lang/String;)V"),
+            &[JValue::Int(e.status as i32), JValue::Object(&msg)],
+        )?;
+        // SAFETY: `obj` is the KestrelException just made (a Throwable), a local reference.
+        let throwable = unsafe { JThrowable::from_raw(env, obj.into_raw()) };
+        env.throw(throwable)
+    })();
+    if !env.exception_check() {
+        if let Ok(class) = env.find_class(jni_str!("java/lang/RuntimeException")) {
+            let _ = env.throw_new(class.auto(), JNIString::from(e.message.as_str()));
+        }
+    }
 }
 
-fn throw(env: &mut JNIEnv<'_>, e: &FfiError) {
-    if env.exception_check().unwrap_or(false) {
-        return; // a Java exception (e.g. OutOfMemoryError) is already pending: keep it
-    }
-    let thrown = (|| -> jni::errors::Result<()> {
-        let msg = env.new_string(&e.message)?;
-        let obj =
-            env.new_object(EXCEPTION, "(ILjava/lang/String;)V", &[JValue::Int(e.status as i32), (&msg).into()])?;
-        env.throw(jni::objects::JThrowable::from(obj))
-    })();
-    if thrown.is_err() && !env.exception_check().unwrap_or(false) {
-        let _ = env.throw_new("java/lang/RuntimeException", &e.message);
-    }
+/// Whether `obj` is an instance of the class `name` (an internal name such as `java/nio/ByteBuffer`
+/// or `[B`), found with `FindClass` (the local class reference is deleted at once).
+fn is_instance(env: &mut Env<'_>, obj: &JObject<'_>, name: &JNIStr) -> jni::errors::Result<bool> {
+    let class = env.find_class(name)?.auto();
+    env.is_instance_of(obj, &class)
 }
 
 /// The model behind a handle, held for as long as the caller keeps the `Arc`.
@@ -77,29 +149,25 @@ fn session(handle: jlong, what: &str) -> Result<Arc<KestrelSession>, FfiError> {
     handles::session(std::ptr::without_provenance(handle as usize), what)
 }
 
-fn index(i: jint, len: usize, what: &str) -> Result<usize, FfiError> {
+fn index(i: jint, len: usize, what: &str) -> Result<usize, Failure> {
     usize::try_from(i)
         .ok()
         .filter(|&i| i < len)
         .ok_or_else(|| err(Status::KESTREL_ERR_INDEX, format!("{what} {i} does not exist (the model has {len})")))
 }
 
-fn to_jsize(n: usize) -> Result<jsize, FfiError> {
+fn to_jsize(n: usize) -> Result<jsize, Failure> {
     jsize::try_from(n).map_err(|_| err(Status::KESTREL_ERR_TOO_LARGE, format!("{n} elements do not fit a Java array")))
 }
 
-/// A Java `String` of `s`.
-fn jstr(env: &mut JNIEnv<'_>, s: &std::ffi::CStr) -> Result<jstring, FfiError> {
-    Ok(env.new_string(s.to_string_lossy()).map_err(jni_err)?.into_raw())
+/// `n` as the length of a new Java array (TOO_LARGE past `jsize`).
+fn array_len(n: usize) -> Result<usize, Failure> {
+    to_jsize(n).map(|_| n)
 }
 
-/// A Java `boolean`.
-fn jbool(b: bool) -> jboolean {
-    if b {
-        JNI_TRUE
-    } else {
-        JNI_FALSE
-    }
+/// A Java `String` of `s`.
+fn jstr<'l>(env: &mut Env<'l>, s: &std::ffi::CStr) -> Result<JString<'l>, Failure> {
+    Ok(env.new_string(s.to_string_lossy())?)
 }
 
 /// A Java `int` code (a `KestrelBackend` or `KestrelGpuPrecision`), as the ABI's `u32` (a negative
@@ -109,41 +177,42 @@ fn code(c: jint) -> u32 {
 }
 
 /// Defines the JNI entry point `$name` (`Java_dev_kestrel_NativeBridge_<method>`): the JNI
-/// arguments around `$body`, which runs inside [`call`] with the environment bound to `$env`
-/// (an error or a panic becomes a thrown `KestrelException` and `$default` is returned).
+/// arguments around `$body`, which runs in `EnvUnowned::with_env` with the environment bound to
+/// `$env` and returns `Result<$ret, Failure>`; [`ThrowKestrelException`] turns an error or a panic
+/// into a thrown `KestrelException` and returns `$ret`'s default (0, false, null).
 macro_rules! native {
-    ($(#[$doc:meta])* fn $name:ident($env:ident $(, $arg:ident: $ty:ty)*) -> $ret:ty = $default:expr, $body:expr) => {
+    ($(#[$doc:meta])* fn $name:ident($env:ident $(, $arg:ident: $ty:ty)*) -> $ret:ty, $body:expr) => {
         $(#[$doc])*
         #[no_mangle]
-        pub extern "system" fn $name<'l>(mut env: JNIEnv<'l>, _class: JClass<'l> $(, $arg: $ty)*) -> $ret {
-            call(&mut env, $default, |$env| $body)
+        pub extern "system" fn $name<'l>(mut env: EnvUnowned<'l>, _class: JClass<'l> $(, $arg: $ty)*) -> $ret {
+            env.with_env(|$env| -> Result<$ret, Failure> { $body }).resolve::<ThrowKestrelException>()
         }
     };
     ($(#[$doc:meta])* fn $name:ident($env:ident $(, $arg:ident: $ty:ty)*), $body:expr) => {
         $(#[$doc])*
         #[no_mangle]
-        pub extern "system" fn $name<'l>(mut env: JNIEnv<'l>, _class: JClass<'l> $(, $arg: $ty)*) {
-            call(&mut env, (), |$env| $body)
+        pub extern "system" fn $name<'l>(mut env: EnvUnowned<'l>, _class: JClass<'l> $(, $arg: $ty)*) {
+            env.with_env(|$env| -> Result<(), Failure> { $body }).resolve::<ThrowKestrelException>()
         }
     };
 }
 
-fn string_array<'l>(env: &mut JNIEnv<'l>, items: &[String]) -> Result<jobjectArray, FfiError> {
-    let arr = env.new_object_array(to_jsize(items.len())?, "java/lang/String", JObject::null()).map_err(jni_err)?;
+fn string_array<'l>(env: &mut Env<'l>, items: &[String]) -> Result<JObjectArray<'l, JString<'l>>, Failure> {
+    let arr = JObjectArray::<JString>::new(env, array_len(items.len())?, JString::null())?;
     for (i, s) in items.iter().enumerate() {
-        let js = env.new_string(s).map_err(jni_err)?;
-        env.set_object_array_element(&arr, i as jsize, js).map_err(jni_err)?;
+        let js = env.new_string(s)?;
+        arr.set_element(env, i, &js)?;
     }
-    Ok(arr.into_raw())
+    Ok(arr)
 }
 
 native! {
     /// `long modelLoadPath(String path)`
-    fn Java_dev_kestrel_NativeBridge_modelLoadPath(env, path: JString<'l>) -> jlong = 0, {
+    fn Java_dev_kestrel_NativeBridge_modelLoadPath(env, path: JString<'l>) -> jlong, {
         if path.is_null() {
             return Err(err(Status::KESTREL_ERR_NULL_POINTER, "modelLoadPath: path is null"));
         }
-        let path: String = env.get_string(&path).map_err(jni_err)?.into();
+        let path = path.try_to_string(env)?;
         let m = LoadedModel::from_path(std::path::Path::new(&path))?;
         Ok(handles::new_model(m) as usize as jlong)
     }
@@ -151,11 +220,11 @@ native! {
 
 native! {
     /// `long modelLoadBytes(byte[] data)`
-    fn Java_dev_kestrel_NativeBridge_modelLoadBytes(env, data: JByteArray<'l>) -> jlong = 0, {
+    fn Java_dev_kestrel_NativeBridge_modelLoadBytes(env, data: JByteArray<'l>) -> jlong, {
         if data.is_null() {
             return Err(err(Status::KESTREL_ERR_NULL_POINTER, "modelLoadBytes: data is null"));
         }
-        let bytes = env.convert_byte_array(&data).map_err(jni_err)?;
+        let bytes = env.convert_byte_array(&data)?;
         let m = LoadedModel::from_bytes(&bytes)?;
         Ok(handles::new_model(m) as usize as jlong)
     }
@@ -166,7 +235,7 @@ native! {
     /// `offset` of an open file (an `AssetFileDescriptor`'s range), mapped when `offset` is a
     /// multiple of 64, else read; the fd stays the caller's. Negative offset or length:
     /// INVALID_ARGUMENT; the rest as `kestrel_model_load_fd`.
-    fn Java_dev_kestrel_NativeBridge_modelLoadFd(_env, fd: jint, offset: jlong, length: jlong) -> jlong = 0, {
+    fn Java_dev_kestrel_NativeBridge_modelLoadFd(_env, fd: jint, offset: jlong, length: jlong) -> jlong, {
         let (Ok(offset), Ok(length)) = (u64::try_from(offset), u64::try_from(length)) else {
             return Err(err(
                 Status::KESTREL_ERR_INVALID_ARGUMENT,
@@ -190,13 +259,13 @@ native! {
     /// reachable by a global reference until the model and its sessions are freed), else copied.
     /// A heap buffer: INVALID_ARGUMENT (the Kotlin side copies those itself); empty:
     /// INVALID_ARGUMENT.
-    fn Java_dev_kestrel_NativeBridge_modelLoadBuffer(env, data: JObject<'l>) -> jlong = 0, {
+    fn Java_dev_kestrel_NativeBridge_modelLoadBuffer(env, data: JObject<'l>) -> jlong, {
         let d = direct_buffer(env, &data, "model buffer", 0, false, false)?;
         if d.kind != BufferKind::Bytes {
             return Err(err(Status::KESTREL_ERR_INVALID_ARGUMENT, "modelLoadBuffer takes a ByteBuffer"));
         }
         let m = if (d.address as usize).is_multiple_of(64) && d.bytes > 0 {
-            let keep = env.new_global_ref(&data).map_err(jni_err)?;
+            let keep = env.new_global_ref(&data)?;
             let release: Box<dyn FnOnce() + Send> = Box::new(move || drop(keep));
             // SAFETY: the direct buffer's memory stays valid while the buffer is reachable, which
             // the global reference `release` owns guarantees until the model's last user is gone;
@@ -215,31 +284,31 @@ native! {
 
 native! {
     /// `int modelStorage(long model)`: a `KestrelStorage` code (0 copied, 1 mapped, 2 borrowed).
-    fn Java_dev_kestrel_NativeBridge_modelStorage(_env, m: jlong) -> jint = 0,
+    fn Java_dev_kestrel_NativeBridge_modelStorage(_env, m: jlong) -> jint,
     Ok(model(m, "modelStorage")?.storage().code() as jint)
 }
 
 native! {
     /// `void modelFree(long model)` (0 is a no-op; any thread, also during other calls on it)
     fn Java_dev_kestrel_NativeBridge_modelFree(_env, m: jlong),
-    handles::free_model(std::ptr::without_provenance_mut::<KestrelModel>(m as usize))
+    handles::free_model(std::ptr::without_provenance_mut::<KestrelModel>(m as usize)).map_err(Failure::from)
 }
 
 native! {
     /// `String modelName(long model)`
-    fn Java_dev_kestrel_NativeBridge_modelName(env, m: jlong) -> jstring = std::ptr::null_mut(),
+    fn Java_dev_kestrel_NativeBridge_modelName(env, m: jlong) -> JString<'l>,
     jstr(env, model(m, "modelName")?.name())
 }
 
 native! {
     /// `String modelTask(long model)`
-    fn Java_dev_kestrel_NativeBridge_modelTask(env, m: jlong) -> jstring = std::ptr::null_mut(),
+    fn Java_dev_kestrel_NativeBridge_modelTask(env, m: jlong) -> JString<'l>,
     jstr(env, model(m, "modelTask")?.task())
 }
 
 native! {
     /// `String[] modelLabels(long model)`
-    fn Java_dev_kestrel_NativeBridge_modelLabels(env, m: jlong) -> jobjectArray = std::ptr::null_mut(), {
+    fn Java_dev_kestrel_NativeBridge_modelLabels(env, m: jlong) -> JObjectArray<'l, JString<'l>>, {
         let labels: Vec<String> =
             model(m, "modelLabels")?.labels().iter().map(|l| l.to_string_lossy().into_owned()).collect();
         string_array(env, &labels)
@@ -247,57 +316,49 @@ native! {
 }
 
 /// The input or (`output`) the output `i` of model handle `m` (`what` names the method in errors).
-fn desc(m: jlong, output: jboolean, i: jint, what: &str) -> Result<TensorDesc, FfiError> {
+fn desc(m: jlong, output: jboolean, i: jint, what: &str) -> Result<TensorDesc, Failure> {
     let m = model(m, what)?;
-    let d = if output == JNI_TRUE { m.outputs() } else { m.inputs() };
+    let d = if output { m.outputs() } else { m.inputs() };
     Ok(d[index(i, d.len(), "tensor")?].clone())
 }
 
 native! {
     /// `int tensorCount(long model, boolean output)`
-    fn Java_dev_kestrel_NativeBridge_tensorCount(_env, m: jlong, output: jboolean) -> jint = 0, {
+    fn Java_dev_kestrel_NativeBridge_tensorCount(_env, m: jlong, output: jboolean) -> jint, {
         let m = model(m, "tensorCount")?;
-        to_jsize(if output == JNI_TRUE { m.outputs().len() } else { m.inputs().len() })
+        to_jsize(if output { m.outputs().len() } else { m.inputs().len() })
     }
 }
 
 native! {
     /// `String tensorName(long model, boolean output, int index)`
-    fn Java_dev_kestrel_NativeBridge_tensorName(env, m: jlong, output: jboolean, i: jint) -> jstring =
-        std::ptr::null_mut(),
+    fn Java_dev_kestrel_NativeBridge_tensorName(env, m: jlong, output: jboolean, i: jint) -> JString<'l>,
     jstr(env, &desc(m, output, i, "tensorName")?.name)
 }
 
 native! {
     /// `int tensorDType(long model, boolean output, int index)`: a `KestrelDType` code.
-    fn Java_dev_kestrel_NativeBridge_tensorDType(_env, m: jlong, output: jboolean, i: jint) -> jint = 0,
+    fn Java_dev_kestrel_NativeBridge_tensorDType(_env, m: jlong, output: jboolean, i: jint) -> jint,
     Ok(desc(m, output, i, "tensorDType")?.dtype.code() as jint)
 }
 
 native! {
     /// `int[] tensorShape(long model, boolean output, int index)`: the per-sample shape.
-    fn Java_dev_kestrel_NativeBridge_tensorShape(env, m: jlong, output: jboolean, i: jint) -> jintArray =
-        std::ptr::null_mut(),
+    fn Java_dev_kestrel_NativeBridge_tensorShape(env, m: jlong, output: jboolean, i: jint) -> JIntArray<'l>,
     {
         let dims: Vec<jint> = desc(m, output, i, "tensorShape")?
             .shape
             .iter()
             .map(|&v| jint::try_from(v).map_err(|_| err(Status::KESTREL_ERR_TOO_LARGE, "dim exceeds int")))
             .collect::<Result<_, _>>()?;
-        let arr = env.new_int_array(to_jsize(dims.len())?).map_err(jni_err)?;
-        env.set_int_array_region(&arr, 0, &dims).map_err(jni_err)?;
-        Ok(arr.into_raw())
+        let arr = JIntArray::new(env, array_len(dims.len())?)?;
+        arr.set_region(env, 0, &dims)?;
+        Ok(arr)
     }
 }
 
 /// A session on model handle `m` (`what` names the method in errors).
-fn session_new(
-    m: jlong,
-    backend: jint,
-    capacity: jint,
-    precision: GpuPrecision,
-    what: &str,
-) -> Result<jlong, FfiError> {
+fn session_new(m: jlong, backend: jint, capacity: jint, precision: GpuPrecision, what: &str) -> Result<jlong, Failure> {
     let m = model(m, what)?;
     let backend = codes::backend(code(backend))?;
     let capacity = usize::try_from(capacity)
@@ -308,7 +369,7 @@ fn session_new(
 
 native! {
     /// `long sessionNew(long model, int backend, int capacity)`: GPU sessions in f32.
-    fn Java_dev_kestrel_NativeBridge_sessionNew(_env, m: jlong, backend: jint, capacity: jint) -> jlong = 0,
+    fn Java_dev_kestrel_NativeBridge_sessionNew(_env, m: jlong, backend: jint, capacity: jint) -> jlong,
     session_new(m, backend, capacity, GpuPrecision::F32, "sessionNew")
 }
 
@@ -317,40 +378,40 @@ native! {
     /// `sessionNew` with the GPU arithmetic (a `KestrelGpuPrecision` code; CPU sessions ignore it).
     fn Java_dev_kestrel_NativeBridge_sessionNewWithPrecision(
         _env, m: jlong, backend: jint, capacity: jint, precision: jint
-    ) -> jlong = 0,
+    ) -> jlong,
     session_new(m, backend, capacity, codes::precision(code(precision))?, "sessionNewWithPrecision")
 }
 
 native! {
     /// `boolean sessionGpuF16(long session)`: whether the session's dot products are in f16.
-    fn Java_dev_kestrel_NativeBridge_sessionGpuF16(_env, s: jlong) -> jboolean = JNI_FALSE,
-    Ok(jbool(session(s, "sessionGpuF16")?.gpu_f16()))
+    fn Java_dev_kestrel_NativeBridge_sessionGpuF16(_env, s: jlong) -> jboolean,
+    Ok(session(s, "sessionGpuF16")?.gpu_f16())
 }
 
 native! {
     /// `void sessionFree(long session)` (0 is a no-op; any thread, also during a run: the run
     /// finishes and the session goes when it ends)
     fn Java_dev_kestrel_NativeBridge_sessionFree(_env, s: jlong),
-    handles::free_session(std::ptr::without_provenance_mut::<KestrelSession>(s as usize))
+    handles::free_session(std::ptr::without_provenance_mut::<KestrelSession>(s as usize)).map_err(Failure::from)
 }
 
 native! {
     /// `int sessionBackend(long session)`: a `KestrelBackend` code.
-    fn Java_dev_kestrel_NativeBridge_sessionBackend(_env, s: jlong) -> jint = 0,
+    fn Java_dev_kestrel_NativeBridge_sessionBackend(_env, s: jlong) -> jint,
     Ok(session(s, "sessionBackend")?.backend().code() as jint)
 }
 
 native! {
     /// `boolean backendAvailable(int backend)`: whether a session on this `KestrelBackend` can be
     /// created here (WGPU: built in and a GPU device opens).
-    fn Java_dev_kestrel_NativeBridge_backendAvailable(_env, backend: jint) -> jboolean = JNI_FALSE,
-    Ok(jbool(codes::available(codes::backend(code(backend))?)))
+    fn Java_dev_kestrel_NativeBridge_backendAvailable(_env, backend: jint) -> jboolean,
+    Ok(codes::available(codes::backend(code(backend))?))
 }
 
 native! {
     /// `String sessionDevice(long session)`: what runs the session, for logs ("cpu", the GPU
     /// adapter, or "cpu (auto: REASON)").
-    fn Java_dev_kestrel_NativeBridge_sessionDevice(env, s: jlong) -> jstring = std::ptr::null_mut(), {
+    fn Java_dev_kestrel_NativeBridge_sessionDevice(env, s: jlong) -> JString<'l>, {
         let device = session(s, "sessionDevice")?.device().clone();
         jstr(env, &device)
     }
@@ -359,14 +420,14 @@ native! {
 native! {
     /// `void sessionSetProfiling(long session, boolean on)`
     fn Java_dev_kestrel_NativeBridge_sessionSetProfiling(_env, s: jlong, on: jboolean), {
-        session(s, "sessionSetProfiling")?.lock()?.set_profiling(on == JNI_TRUE);
+        session(s, "sessionSetProfiling")?.lock()?.set_profiling(on);
         Ok(())
     }
 }
 
 native! {
     /// `String[] profileOps(long session)`: op names of the last profiled run, in order.
-    fn Java_dev_kestrel_NativeBridge_profileOps(env, s: jlong) -> jobjectArray = std::ptr::null_mut(), {
+    fn Java_dev_kestrel_NativeBridge_profileOps(env, s: jlong) -> JObjectArray<'l, JString<'l>>, {
         let sess = session(s, "profileOps")?;
         let core = sess.lock()?;
         let names: Vec<String> =
@@ -378,28 +439,28 @@ native! {
 
 native! {
     /// `long[] profileNanos(long session)`: nanoseconds per entry of `profileOps`.
-    fn Java_dev_kestrel_NativeBridge_profileNanos(env, s: jlong) -> jlongArray = std::ptr::null_mut(), {
+    fn Java_dev_kestrel_NativeBridge_profileNanos(env, s: jlong) -> JLongArray<'l>, {
         let nanos: Vec<jlong> = session(s, "profileNanos")?
             .lock()?
             .timings()
             .iter()
             .map(|t| jlong::try_from(t.nanos).unwrap_or(jlong::MAX))
             .collect();
-        let arr = env.new_long_array(to_jsize(nanos.len())?).map_err(jni_err)?;
-        env.set_long_array_region(&arr, 0, &nanos).map_err(jni_err)?;
-        Ok(arr.into_raw())
+        let arr = JLongArray::new(env, array_len(nanos.len())?)?;
+        arr.set_region(env, 0, &nanos)?;
+        Ok(arr)
     }
 }
 
 native! {
     /// `int profileSource(long session)`: a `KestrelTimingSource` code for the last run's profile.
-    fn Java_dev_kestrel_NativeBridge_profileSource(_env, s: jlong) -> jint = 0,
+    fn Java_dev_kestrel_NativeBridge_profileSource(_env, s: jlong) -> jint,
     Ok(session(s, "profileSource")?.lock()?.timing_source().code() as jint)
 }
 
 native! {
     /// `long profileWallNanos(long session)`: wall time of the last profiled run (0 if none).
-    fn Java_dev_kestrel_NativeBridge_profileWallNanos(_env, s: jlong) -> jlong = 0,
+    fn Java_dev_kestrel_NativeBridge_profileWallNanos(_env, s: jlong) -> jlong,
     Ok(jlong::try_from(session(s, "profileWallNanos")?.lock()?.wall_nanos()).unwrap_or(jlong::MAX))
 }
 
@@ -428,28 +489,30 @@ impl Owned {
     }
 }
 
-/// Copies a Java array of the given wrapper type with its `get_*_array_region` method.
-macro_rules! copy_array {
-    ($env:expr, $obj:expr, $wrap:ident, $get:ident, $zero:expr) => {{
-        let a = $wrap::from($obj);
-        let n = $env.get_array_length(&a).map_err(jni_err)? as usize;
-        let mut v = vec![$zero; n];
-        $env.$get(&a, 0, &mut v).map_err(jni_err)?;
-        v
-    }};
+/// Copies the Java array `obj` of `T`.
+///
+/// # Safety
+///
+/// `obj` is a `T[]` (a local reference).
+unsafe fn copy_array<T: TypeArray + Default + Clone>(env: &mut Env<'_>, obj: JObject<'_>) -> Result<Vec<T>, Failure> {
+    // SAFETY: `obj` is a `T[]`, as the caller guarantees.
+    let a = unsafe { JPrimitiveArray::<T>::from_raw(env, obj.into_raw()) };
+    let mut v = vec![T::default(); a.len(env)?];
+    a.get_region(env, 0, &mut v)?;
+    Ok(v)
 }
 
-fn read_input<'l>(env: &mut JNIEnv<'l>, obj: JObject<'l>, i: usize) -> Result<Owned, FfiError> {
+fn read_input(env: &mut Env<'_>, obj: JObject<'_>, i: usize) -> Result<Owned, Failure> {
     if obj.is_null() {
         return Err(err(Status::KESTREL_ERR_NULL_POINTER, format!("input {i} is null")));
     }
-    let is = |env: &mut JNIEnv<'l>, sig: &str| env.is_instance_of(&obj, sig).map_err(jni_err);
-    if is(env, "[F")? {
-        Ok(Owned::F32(copy_array!(env, obj, JFloatArray, get_float_array_region, 0f32)))
-    } else if is(env, "[I")? {
-        Ok(Owned::I32(copy_array!(env, obj, JIntArray, get_int_array_region, 0i32)))
-    } else if is(env, "[J")? {
-        Ok(Owned::I64(copy_array!(env, obj, JLongArray, get_long_array_region, 0i64)))
+    // SAFETY (each `copy_array`): `obj` is an array of that element type, checked just before.
+    if is_instance(env, &obj, jni_str!("[F"))? {
+        Ok(Owned::F32(unsafe { copy_array(env, obj) }?))
+    } else if is_instance(env, &obj, jni_str!("[I"))? {
+        Ok(Owned::I32(unsafe { copy_array(env, obj) }?))
+    } else if is_instance(env, &obj, jni_str!("[J"))? {
+        Ok(Owned::I64(unsafe { copy_array(env, obj) }?))
     } else {
         Err(err(Status::KESTREL_ERR_SHAPE, format!("input {i} must be a float[], int[] or long[]")))
     }
@@ -459,17 +522,17 @@ native! {
     /// `float[][] sessionRun(long session, Object[] inputs)`: each input a `float[]`, `int[]` or
     /// `long[]` of `batch × per-sample` elements in graph-input order; returns every output
     /// (`batch × per-sample` floats).
-    fn Java_dev_kestrel_NativeBridge_sessionRun(env, s: jlong, inputs: JObjectArray<'l>) -> jobjectArray =
-        std::ptr::null_mut(),
+    fn Java_dev_kestrel_NativeBridge_sessionRun(env, s: jlong, inputs: JObjectArray<'l>) ->
+        JObjectArray<'l, JFloatArray<'l>>,
     {
         let sess = session(s, "sessionRun")?;
         if inputs.is_null() {
             return Err(err(Status::KESTREL_ERR_NULL_POINTER, "sessionRun: inputs is null"));
         }
-        let n = env.get_array_length(&inputs).map_err(jni_err)? as usize;
+        let n = inputs.len(env)?;
         let mut owned = Vec::with_capacity(n);
         for i in 0..n {
-            let obj = env.get_object_array_element(&inputs, i as jsize).map_err(jni_err)?;
+            let obj = inputs.get_element(env, i)?;
             owned.push(read_input(env, obj, i)?);
         }
         let mut core = sess.lock()?;
@@ -485,13 +548,13 @@ native! {
         let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
         core.run(&views, &mut refs)?;
         drop(core);
-        let arr = env.new_object_array(to_jsize(outs.len())?, "[F", JObject::null()).map_err(jni_err)?;
+        let arr = JObjectArray::<JFloatArray>::new(env, array_len(outs.len())?, JFloatArray::null())?;
         for (i, o) in outs.iter().enumerate() {
-            let fa = env.new_float_array(to_jsize(o.len())?).map_err(jni_err)?;
-            env.set_float_array_region(&fa, 0, o).map_err(jni_err)?;
-            env.set_object_array_element(&arr, i as jsize, fa).map_err(jni_err)?;
+            let fa = JFloatArray::new(env, array_len(o.len())?)?;
+            fa.set_region(env, 0, o)?;
+            arr.set_element(env, i, &fa)?;
         }
-        Ok(arr.into_raw())
+        Ok(arr)
     }
 }
 
@@ -504,7 +567,7 @@ native! {
     /// `int setThreads(int n)`: the CPU worker pool's thread count for the process (`0`: the
     /// default, `defaultThreads()`); returns the count in effect. Negative or above 256:
     /// `INVALID_ARGUMENT`.
-    fn Java_dev_kestrel_NativeBridge_setThreads(_env, n: jint) -> jint = 0, {
+    fn Java_dev_kestrel_NativeBridge_setThreads(_env, n: jint) -> jint, {
         let n = usize::try_from(n).map_err(|_| {
             err(Status::KESTREL_ERR_INVALID_ARGUMENT, format!("thread count {n} is negative (0 is the default)"))
         })?;
@@ -514,13 +577,13 @@ native! {
 
 native! {
     /// `int threads()`: the thread count CPU sessions use now.
-    fn Java_dev_kestrel_NativeBridge_threads(_env) -> jint = 0,
+    fn Java_dev_kestrel_NativeBridge_threads(_env) -> jint,
     Ok(jcount(kestrel_ffi::threads::current()))
 }
 
 native! {
     /// `int defaultThreads()`: min(4, performance cores, usable cores).
-    fn Java_dev_kestrel_NativeBridge_defaultThreads(_env) -> jint = 0,
+    fn Java_dev_kestrel_NativeBridge_defaultThreads(_env) -> jint,
     Ok(jcount(kestrel_ffi::threads::default_count()))
 }
 
@@ -559,50 +622,50 @@ struct DirectBuffer {
 /// `KestrelException` (null: NULL_POINTER; another type, a heap buffer, another byte order, a
 /// read-only output: INVALID_ARGUMENT). Its temporaries live in a local frame of their own.
 fn direct_buffer(
-    env: &mut JNIEnv<'_>,
+    env: &mut Env<'_>,
     buffer: &JObject<'_>,
     what: &str,
     i: usize,
     output: bool,
     check_order: bool,
-) -> Result<DirectBuffer, FfiError> {
+) -> Result<DirectBuffer, Failure> {
     if buffer.is_null() {
         return Err(err(Status::KESTREL_ERR_NULL_POINTER, format!("{what} {i} is null")));
     }
-    let r = env.with_local_frame(8, |env| -> jni::errors::Result<Result<DirectBuffer, FfiError>> {
+    env.with_local_frame(8, |env| -> Result<DirectBuffer, Failure> {
         let kinds = [
-            ("java/nio/ByteBuffer", BufferKind::Bytes),
-            ("java/nio/FloatBuffer", BufferKind::Floats),
-            ("java/nio/IntBuffer", BufferKind::Ints),
-            ("java/nio/LongBuffer", BufferKind::Longs),
+            (jni_str!("java/nio/ByteBuffer"), BufferKind::Bytes),
+            (jni_str!("java/nio/FloatBuffer"), BufferKind::Floats),
+            (jni_str!("java/nio/IntBuffer"), BufferKind::Ints),
+            (jni_str!("java/nio/LongBuffer"), BufferKind::Longs),
         ];
         let mut kind = None;
         for (class, k) in kinds {
-            if env.is_instance_of(buffer, class)? {
+            if is_instance(env, buffer, class)? {
                 kind = Some(k);
                 break;
             }
         }
         let Some(kind) = kind else {
-            return Ok(Err(err(
+            return Err(err(
                 Status::KESTREL_ERR_INVALID_ARGUMENT,
                 format!("{what} {i} must be a direct ByteBuffer, FloatBuffer, IntBuffer or LongBuffer"),
-            )));
+            ));
         };
-        // SAFETY: a local reference to a java.nio.Buffer; the wrapper only names its type for the
+        // SAFETY: a reference to a java.nio.Buffer; the ByteBuffer type only names it for the
         // Get/DirectBuffer* calls, which take any java.nio.Buffer.
-        let view = unsafe { jni::objects::JByteBuffer::from_raw(buffer.as_raw()) };
+        let view = unsafe { env.as_cast_unchecked::<JByteBuffer>(buffer) };
         let address = env.get_direct_buffer_address(&view).ok().filter(|p| !p.is_null());
         let Some(address) = address else {
-            let _ = env.exception_clear();
-            return Ok(Err(err(
+            env.exception_clear();
+            return Err(err(
                 Status::KESTREL_ERR_INVALID_ARGUMENT,
                 format!(
                     "{what} {i} is not a direct {} (make it with ByteBuffer.allocateDirect(n).order(ByteOrder.nativeOrder()), \
                      or map a file; an array-backed buffer would have to be copied)",
                     kind.name()
                 ),
-            )));
+            ));
         };
         let elements = env.get_direct_buffer_capacity(&view)?;
         let size = match kind {
@@ -610,25 +673,27 @@ fn direct_buffer(
             BufferKind::Floats | BufferKind::Ints => 4,
             BufferKind::Longs => 8,
         };
-        let order = env.call_method(buffer, "order", "()Ljava/nio/ByteOrder;", &[])?.l()?;
-        let native = env.call_static_method("java/nio/ByteOrder", "nativeOrder", "()Ljava/nio/ByteOrder;", &[])?.l()?;
+        let order = env.call_method(buffer, jni_str!("order"), jni_sig!("()Ljava/nio/ByteOrder;"), &[])?.into_object()?;
+        let byte_order = env.find_class(jni_str!("java/nio/ByteOrder"))?.auto();
+        let native = env
+            .call_static_method(&byte_order, jni_str!("nativeOrder"), jni_sig!("()Ljava/nio/ByteOrder;"), &[])?
+            .into_object()?;
         if check_order && !env.is_same_object(&order, &native)? {
-            return Ok(Err(err(
+            return Err(err(
                 Status::KESTREL_ERR_INVALID_ARGUMENT,
                 format!("{what} {i} is not in the platform's byte order (set .order(ByteOrder.nativeOrder()))"),
-            )));
+            ));
         }
-        if output && env.call_method(buffer, "isReadOnly", "()Z", &[])?.z()? {
-            return Ok(Err(err(Status::KESTREL_ERR_INVALID_ARGUMENT, format!("{what} {i} is read-only"))));
+        if output && env.call_method(buffer, jni_str!("isReadOnly"), jni_sig!("()Z"), &[])?.into_bool()? {
+            return Err(err(Status::KESTREL_ERR_INVALID_ARGUMENT, format!("{what} {i} is read-only")));
         }
-        let bytes = elements.checked_mul(size).ok_or_else(|| err(Status::KESTREL_ERR_TOO_LARGE, "buffer size"));
-        Ok(bytes.map(|bytes| DirectBuffer { address, bytes, kind }))
-    });
-    r.map_err(jni_err)?
+        let bytes = elements.checked_mul(size).ok_or_else(|| err(Status::KESTREL_ERR_TOO_LARGE, "buffer size"))?;
+        Ok(DirectBuffer { address, bytes, kind })
+    })
 }
 
 /// The `KestrelDType` code of input `i` held in a buffer of `kind` for a model input of `want`.
-fn buffer_dtype(kind: BufferKind, want: DType, i: usize) -> Result<DType, FfiError> {
+fn buffer_dtype(kind: BufferKind, want: DType, i: usize) -> Result<DType, Failure> {
     match (kind, want) {
         (BufferKind::Bytes, d) => Ok(d),
         (BufferKind::Floats, DType::F32) => Ok(DType::F32),
@@ -668,8 +733,8 @@ native! {
             .ok_or_else(|| err(Status::KESTREL_ERR_SHAPE, format!("batch {batch} is not at least 1")))?;
         let model = sess.model().clone();
         let (n_in, n_out) = (
-            env.get_array_length(&inputs).map_err(jni_err)? as usize,
-            env.get_array_length(&outputs).map_err(jni_err)? as usize,
+            inputs.len(env)?,
+            outputs.len(env)?,
         );
         if n_in != model.inputs().len() || n_out != model.outputs().len() {
             return Err(err(
@@ -689,8 +754,7 @@ native! {
         }
         // The buffers' local references are held until the run ends (so another thread emptying
         // the arrays cannot let one be collected under it), in a frame sized for them.
-        let frame = i32::try_from(n_in + n_out + 8).unwrap_or(i32::MAX);
-        let r = env.with_local_frame(frame, |env| -> jni::errors::Result<Result<(), FfiError>> {
+        let r = env.with_local_frame(n_in + n_out + 8, |env| -> Result<(), Failure> {
             let mut shapes = [[0usize; KESTREL_MAX_RANK + 1]; 2 * MAX_BUFFERS];
             let mut ins: [KestrelTensor; MAX_BUFFERS] = std::array::from_fn(|_| KestrelTensor {
                 dtype: 0,
@@ -704,12 +768,9 @@ native! {
             let mut descs = Vec::with_capacity(n_in + n_out);
             for k in 0..n_in + n_out {
                 let (array, i, output) = if k < n_in { (&inputs, k, false) } else { (&outputs, k - n_in, true) };
-                let obj = env.get_object_array_element(array, i as jsize)?;
+                let obj = array.get_element(env, i)?;
                 let what = if output { "output" } else { "input" };
-                let d = match direct_buffer(env, &obj, what, i, output, true) {
-                    Ok(d) => d,
-                    Err(e) => return Ok(Err(e)),
-                };
+                let d = direct_buffer(env, &obj, what, i, output, true)?;
                 refs.push(obj);
                 descs.push(d);
             }
@@ -719,23 +780,20 @@ native! {
                 let desc = if output { &model.outputs()[i] } else { &model.inputs()[i] };
                 let dtype = if output {
                     if !matches!(d.kind, BufferKind::Bytes | BufferKind::Floats) {
-                        return Ok(Err(err(
+                        return Err(err(
                             Status::KESTREL_ERR_SHAPE,
                             format!("output {i} is floats: a FloatBuffer or ByteBuffer, not a {}", d.kind.name()),
-                        )));
+                        ));
                     }
                     DType::F32
                 } else {
-                    match buffer_dtype(d.kind, desc.dtype, i) {
-                        Ok(t) => t,
-                        Err(e) => return Ok(Err(e)),
-                    }
+                    buffer_dtype(d.kind, desc.dtype, i)?
                 };
                 let need = batch.checked_mul(desc.numel()).and_then(|n| n.checked_mul(dtype.size()));
                 if need.is_none_or(|n| n > d.bytes) {
                     let what = if output { "output" } else { "input" };
                     let elems = d.bytes / dtype.size();
-                    return Ok(Err(err(
+                    return Err(err(
                         Status::KESTREL_ERR_BUFFER_TOO_SMALL,
                         format!(
                             "{what} {i} ({}) holds {elems} elements; batch {batch} needs {} × {}",
@@ -743,7 +801,7 @@ native! {
                             batch,
                             desc.numel()
                         ),
-                    )));
+                    ));
                 }
                 let shape = &mut shapes[k];
                 shape[0] = batch;
@@ -770,14 +828,14 @@ native! {
                 )
             };
             drop(refs);
-            Ok(if status == Status::KESTREL_OK {
+            if status == Status::KESTREL_OK {
                 Ok(())
             } else {
                 Err(err(status, kestrel_ffi::error::last_error()))
-            })
+            }
         });
         drop(sess);
-        r.map_err(jni_err)?
+        r
     }
 }
 
@@ -785,7 +843,7 @@ native! {
     /// `String[] sessionLabels(long session)`: the name of every class of the session's model as
     /// an image classifier (its labels, or the indices as text when it has none); a model without
     /// image preprocessing throws UNSUPPORTED.
-    fn Java_dev_kestrel_NativeBridge_sessionLabels(env, s: jlong) -> jobjectArray = std::ptr::null_mut(), {
+    fn Java_dev_kestrel_NativeBridge_sessionLabels(env, s: jlong) -> JObjectArray<'l, JString<'l>>, {
         let sess = session(s, "sessionLabels")?;
         let model = sess.model();
         let classes = model.classifier()?.classes;
@@ -819,8 +877,8 @@ native! {
         let format = PixelFormat::from_code(code(format)).ok_or_else(|| {
             err(Status::KESTREL_ERR_INVALID_ARGUMENT, format!("pixel format {format} is unknown (0 RGBA8888, 1 BGRA8888, 2 RGB888, 3 GREY8)"))
         })?;
-        let k = env.get_array_length(&indices).map_err(jni_err)? as usize;
-        let n_probs = env.get_array_length(&probabilities).map_err(jni_err)? as usize;
+        let k = indices.len(env)?;
+        let n_probs = probabilities.len(env)?;
         if n_probs < k {
             return Err(err(
                 Status::KESTREL_ERR_BUFFER_TOO_SMALL,
@@ -830,11 +888,11 @@ native! {
         let mut top = vec![0 as jint; k];
         let mut probs = vec![0f32; k];
         // Classifies the image in `bytes` (the whole buffer, `offset` not yet applied).
-        let mut classify = |bytes: &[u8]| -> Result<(), FfiError> {
+        let mut classify = |bytes: &[u8]| -> Result<(), Failure> {
             let bytes = bytes.get(offset..).ok_or_else(|| {
                 err(Status::KESTREL_ERR_BUFFER_TOO_SMALL, format!("offset {offset} is past the {}-byte buffer", bytes.len()))
             })?;
-            let image = kestrel_ffi::core::Image::new(bytes, width, height, stride, format)?;
+            let image = kestrel_ffi::core::Image::new(bytes, width, height, stride, format).map_err(FfiError::from)?;
             let mut core = sess.lock()?;
             let (best, p) = core.classify(&image, k)?;
             for (i, &c) in best.iter().enumerate() {
@@ -843,23 +901,25 @@ native! {
             }
             Ok(())
         };
-        if env.is_instance_of(&pixels, "java/nio/ByteBuffer").map_err(jni_err)? {
+        if is_instance(env, &pixels, jni_str!("java/nio/ByteBuffer"))? {
             let d = direct_buffer(env, &pixels, "pixels", 0, false, false)?;
             // SAFETY: a live direct buffer of `bytes` bytes (held by the local reference `pixels`).
             classify(unsafe { std::slice::from_raw_parts(d.address, d.bytes) })?;
-        } else if env.is_instance_of(&pixels, "[B").map_err(jni_err)? {
-            let arr = JByteArray::from(pixels);
+        } else if is_instance(env, &pixels, jni_str!("[B"))? {
+            // SAFETY: `pixels` is a byte[], checked just before.
+            let arr = unsafe { env.as_cast_unchecked::<JByteArray>(&pixels) };
             // SAFETY: `arr` is a live byte[]; the elements are only read and released without a copy back.
-            let el = unsafe { env.get_array_elements(&arr, jni::objects::ReleaseMode::NoCopyBack) }.map_err(jni_err)?;
+            let el = unsafe { arr.get_elements(env, ReleaseMode::NoCopyBack) }?;
             // SAFETY: `el` holds `len` bytes until it is dropped.
             classify(unsafe { std::slice::from_raw_parts(el.as_ptr().cast::<u8>(), el.len()) })?;
-        } else if env.is_instance_of(&pixels, "[I").map_err(jni_err)? {
+        } else if is_instance(env, &pixels, jni_str!("[I"))? {
             if cfg!(target_endian = "big") {
                 return Err(err(Status::KESTREL_ERR_UNSUPPORTED, "colour ints need a little-endian CPU"));
             }
-            let arr = JIntArray::from(pixels);
+            // SAFETY: `pixels` is an int[], checked just before.
+            let arr = unsafe { env.as_cast_unchecked::<JIntArray>(&pixels) };
             // SAFETY: as for byte[].
-            let el = unsafe { env.get_array_elements(&arr, jni::objects::ReleaseMode::NoCopyBack) }.map_err(jni_err)?;
+            let el = unsafe { arr.get_elements(env, ReleaseMode::NoCopyBack) }?;
             // SAFETY: `el` holds `len` ints, `4 × len` bytes, until it is dropped.
             classify(unsafe { std::slice::from_raw_parts(el.as_ptr().cast::<u8>(), el.len() * 4) })?;
         } else {
@@ -868,8 +928,8 @@ native! {
                 "pixels must be a direct ByteBuffer, a byte[] or an int[]",
             ));
         }
-        env.set_int_array_region(&indices, 0, &top).map_err(jni_err)?;
-        env.set_float_array_region(&probabilities, 0, &probs).map_err(jni_err)?;
+        indices.set_region(env, 0, &top)?;
+        probabilities.set_region(env, 0, &probs)?;
         Ok(())
     }
 }
