@@ -58,7 +58,7 @@ fn dense_softmax() -> ModelSpec {
             act("p", DType::F32, &[8], 128),
         ],
         ops: vec![
-            Op::Dense(Dense { x: 0, proj: Proj { w: 1, b: Some(2) }, act: Activation::Relu, y: 3 }),
+            Op::Dense(Dense { x: 0, proj: Proj { w: 1, b: Some(2) }, act: Activation::Relu, clamp: None, y: 3 }),
             Op::Softmax(Softmax { x: 3, y: 4 }),
         ],
         inputs: vec![0],

@@ -182,7 +182,8 @@ mod tests {
         let mut b = ModelBuilder::new("calib");
         let x = b.input("x", &[2, 4]).unwrap();
         let w = b.weight_as("w", &[3, 4], (0..12).map(|i| (i as f32 * 0.7).sin()).collect(), DType::I8).unwrap();
-        let y = b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: None }, act: Activation::None, y })).unwrap();
+        let y =
+            b.op(|y| Op::Dense(Dense { clamp: None, x, proj: Proj { w, b: None }, act: Activation::None, y })).unwrap();
         b.output(y);
         b
     }

@@ -119,6 +119,7 @@ fn check_role<'a>(
             t.kind == TensorKind::Weight || (t.kind == TensorKind::Activation && t.dtype == DType::F32)
         }
         Role::ActOrF32Weight => t.dtype == DType::F32,
+        Role::F32Weight => t.kind == TensorKind::Weight && t.dtype == DType::F32,
     };
     if ok {
         Ok(t)
@@ -129,6 +130,7 @@ fn check_role<'a>(
             Role::Weight => "a weight",
             Role::ActOrWeight => "an f32 activation or a weight",
             Role::ActOrF32Weight => "an f32 activation or an f32 weight",
+            Role::F32Weight => "an f32 weight",
         };
         Err(LoadError::TensorRole { node, op: op.name(), tensor: id, slot, expected, found: kind_name(&t) })
     }

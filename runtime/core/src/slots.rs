@@ -17,6 +17,8 @@ pub enum Role {
     /// An f32 activation or a weight stored as f32 (Attention's and Sdpa's additive score bias,
     /// Gather's indices).
     ActOrF32Weight,
+    /// A weight stored as f32 (a dense layer's or a convolution's clamp bounds).
+    F32Weight,
 }
 
 /// Calls `f(slot name, tensor id, role)` for every present input slot of `op`.
@@ -39,6 +41,7 @@ pub fn for_each_slot(op: &Op, mut f: impl FnMut(&'static str, TensorId, Role)) {
             (kind::SDPA, 2) => ("v", Role::Act),
             (kind::SDPA, 3) => ("bias", Role::ActOrF32Weight),
             (kind::GATHER, 1) => ("idx", Role::ActOrF32Weight),
+            (kind::DENSE | kind::CONV2D, 3) => ("clamp", Role::F32Weight),
             (_, 0) => ("x", Role::Act),
             _ => ("weight", Role::Weight),
         };

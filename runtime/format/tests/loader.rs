@@ -47,7 +47,7 @@ fn spec() -> ModelSpec {
         weight("ünïcode.scalar", DType::F32, &[], 9.0),    // 13
     ];
     let ops = vec![
-        Op::Dense(Dense { x: 0, proj: Proj { w: 1, b: Some(2) }, act: Activation::Gelu, y: 3 }),
+        Op::Dense(Dense { clamp: None, x: 0, proj: Proj { w: 1, b: Some(2) }, act: Activation::Gelu, y: 3 }),
         Op::LayerNorm(LayerNorm { x: 3, gamma: 4, beta: Some(5), eps: 1e-6, axis: NormAxis::Last, y: 6 }),
         Op::Attention(Attention {
             x: 6,

@@ -48,6 +48,7 @@ fn conv2d_records_with_and_without_an_activation() {
     use kestrel_rt_format::ops::*;
     let conv = |act| {
         Op::Conv2d(Conv2d {
+            clamp: None,
             x: 0,
             proj: Proj { w: 1, b: None },
             stride: [1, 1],
@@ -151,6 +152,7 @@ fn hard_sigmoid_codes_round_trip_and_the_next_codes_are_rejected() {
     use kestrel_rt_format::ops::*;
     assert_eq!((Activation::HardSigmoid as u32, UnaryOp::HardSigmoid as u32), (6, 14));
     let conv = Op::Conv2d(Conv2d {
+        clamp: None,
         x: 0,
         proj: Proj { w: 1, b: Some(2) },
         stride: [1, 1],
@@ -160,7 +162,8 @@ fn hard_sigmoid_codes_round_trip_and_the_next_codes_are_rejected() {
         act: Activation::HardSigmoid,
         y: 3,
     });
-    let dense = Op::Dense(Dense { x: 0, proj: Proj { w: 1, b: Some(2) }, act: Activation::HardSigmoid, y: 3 });
+    let dense =
+        Op::Dense(Dense { clamp: None, x: 0, proj: Proj { w: 1, b: Some(2) }, act: Activation::HardSigmoid, y: 3 });
     let unary = Op::Unary(Unary { x: 0, op: UnaryOp::HardSigmoid, y: 1 });
     let next_act = Activation::ALL.len() as u32;
     let next_unary = UnaryOp::ALL.len() as u32;

@@ -125,14 +125,14 @@ pub fn image_model(seed: u64, dtype: DType) -> Result<Vec<u8>, Error> {
         let h = c.layer_norm(x, d)?;
         let (p1, p2) = (c.proj(2 * d, d)?, c.proj(d, 2 * d)?);
         let act = if which % 2 == 0 { Activation::Gelu } else { Activation::GeluTanh };
-        let m = c.b.op(|y| Op::Dense(Dense { x: h, proj: p1, act, y }))?;
-        let m = c.b.op(|y| Op::Dense(Dense { x: m, proj: p2, act: Activation::None, y }))?;
+        let m = c.b.op(|y| Op::Dense(Dense { clamp: None, x: h, proj: p1, act, y }))?;
+        let m = c.b.op(|y| Op::Dense(Dense { clamp: None, x: m, proj: p2, act: Activation::None, y }))?;
         x = c.residual(x, m)?;
     }
     let x = c.layer_norm(x, d)?;
     let pooled = c.b.op(|y| Op::Reduce(Reduce { x, op: ReduceOp::Mean, axis: 0, keep_dims: false, y }))?;
     let head = c.proj(10, d)?;
-    let logits = c.b.op(|y| Op::Dense(Dense { x: pooled, proj: head, act: Activation::None, y }))?;
+    let logits = c.b.op(|y| Op::Dense(Dense { clamp: None, x: pooled, proj: head, act: Activation::None, y }))?;
     let probs = c.b.op(|y| Op::Softmax(Softmax { x: logits, y }))?;
     b.output(probs);
     b.build()
@@ -158,7 +158,7 @@ pub fn text_model(seed: u64, dtype: DType) -> Result<Vec<u8>, Error> {
     }
     let pooled = c.b.op(|y| Op::Reduce(Reduce { x, op: ReduceOp::Mean, axis: 0, keep_dims: false, y }))?;
     let head = c.proj(2, d)?;
-    let logits = c.b.op(|y| Op::Dense(Dense { x: pooled, proj: head, act: Activation::Relu, y }))?;
+    let logits = c.b.op(|y| Op::Dense(Dense { clamp: None, x: pooled, proj: head, act: Activation::Relu, y }))?;
     b.output(logits);
     b.build()
 }

@@ -17,7 +17,9 @@ fn mlp(order_half_first: bool, divide: bool) -> ModelBuilder {
     let x = b.input("x", &[6, 8]).unwrap();
     let w1 = b.weight("w1", &[16, 8], rng.vec(128, 0.4)).unwrap();
     let b1 = b.weight("b1", &[16], rng.vec(16, 0.1)).unwrap();
-    let h = b.op(|y| Op::Dense(Dense { x, proj: Proj { w: w1, b: Some(b1) }, act: Activation::None, y })).unwrap();
+    let h = b
+        .op(|y| Op::Dense(Dense { clamp: None, x, proj: Proj { w: w1, b: Some(b1) }, act: Activation::None, y }))
+        .unwrap();
     let c = if divide {
         scalar(&mut b, "sqrt2", std::f32::consts::SQRT_2)
     } else {
@@ -37,7 +39,9 @@ fn mlp(order_half_first: bool, divide: bool) -> ModelBuilder {
         b.op(|y| Op::Binary(Binary { a: m, b: half, op: BinaryOp::Mul, y })).unwrap()
     };
     let w2 = b.weight("w2", &[4, 16], rng.vec(64, 0.4)).unwrap();
-    let o = b.op(|y| Op::Dense(Dense { x: g, proj: Proj { w: w2, b: None }, act: Activation::None, y })).unwrap();
+    let o = b
+        .op(|y| Op::Dense(Dense { clamp: None, x: g, proj: Proj { w: w2, b: None }, act: Activation::None, y }))
+        .unwrap();
     let r = b.op(|y| Op::Unary(Unary { x: o, op: UnaryOp::Relu, y })).unwrap();
     b.output(r);
     b
@@ -158,7 +162,8 @@ fn decomposed_masked_attention(sp: &Spelling, pad: Option<Padding>) -> ModelBuil
     let mut dense = |b: &mut ModelBuilder, x: TensorId, out: usize, inp: usize| {
         let w = b.weight("w", &[out, inp], rng.vec(out * inp, 0.5)).unwrap();
         let bias = b.weight("b", &[out], rng.vec(out, 0.1)).unwrap();
-        b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: Some(bias) }, act: Activation::None, y })).unwrap()
+        b.op(|y| Op::Dense(Dense { clamp: None, x, proj: Proj { w, b: Some(bias) }, act: Activation::None, y }))
+            .unwrap()
     };
     let split = |b: &mut ModelBuilder, src: TensorId, perm: [u8; 6]| {
         let r = b.reshape(src, &[1, t, h, c]).unwrap();
@@ -515,8 +520,10 @@ fn duplicate_nodes_are_merged_and_the_outputs_do_not_change() {
     let t2 = transpose(&mut b);
     let t3 = transpose(&mut b);
     let w = b.weight("w", &[4, 8], rng.vec(32, 0.5)).unwrap();
-    let d1 = b.op(|y| Op::Dense(Dense { x: t1, proj: Proj { w, b: None }, act: Activation::None, y })).unwrap();
-    let d2 = b.op(|y| Op::Dense(Dense { x: t2, proj: Proj { w, b: None }, act: Activation::Relu, y })).unwrap();
+    let d1 =
+        b.op(|y| Op::Dense(Dense { clamp: None, x: t1, proj: Proj { w, b: None }, act: Activation::None, y })).unwrap();
+    let d2 =
+        b.op(|y| Op::Dense(Dense { clamp: None, x: t2, proj: Proj { w, b: None }, act: Activation::Relu, y })).unwrap();
     let s = b.op(|y| Op::Binary(Binary { a: d1, b: d2, op: BinaryOp::Add, y })).unwrap();
     b.output(s);
     b.output(t3);
@@ -620,4 +627,78 @@ fn attention_on_computed_activations_fuses_into_sdpa() {
     let unfused = kestrel_rt::fuse::unfused_attention(&leaked);
     assert_eq!(unfused.len(), 1, "{unfused:?}");
     assert!(unfused[0].reason.contains("read elsewhere"), "{unfused:?}");
+}
+
+/// `x [3, 8, 8]` → Conv2d 3×3 → `Max 0` → `Min 6` (a ReLU6 as `Clip` exports it) → Reshape to
+/// `[3, 64]` → Dense → `Min 1` → `Max −1` → `Min` by a per-feature constant. The first two bounds
+/// and the Dense's `Min 1` (read through the reshape view's reader) fold into the layers' clamps;
+/// `Max −1` after the `Min` stays (on a NaN the two orders differ), and so does the `Min` by a
+/// constant that is not a scalar.
+fn bounded_layers() -> ModelBuilder {
+    let mut b = ModelBuilder::new("bounds");
+    let mut rng = Rng::new(11);
+    let x = b.input("x", &[3, 8, 8]).unwrap();
+    let w = b.weight("w", &[3, 3, 3, 3], rng.vec(81, 0.5)).unwrap();
+    let c = b
+        .op(|y| {
+            Op::Conv2d(Conv2d {
+                x,
+                proj: Proj { w, b: None },
+                stride: [1, 1],
+                pad: [1; 4],
+                dilation: [1, 1],
+                groups: 1,
+                act: Activation::None,
+                clamp: None,
+                y,
+            })
+        })
+        .unwrap();
+    let bound = |b: &mut ModelBuilder, name: &str, x: TensorId, v: f32, op: BinaryOp| {
+        let s = scalar(b, name, v);
+        b.op(|y| Op::Binary(Binary { a: x, b: s, op, y })).unwrap()
+    };
+    let lo = bound(&mut b, "zero", c, 0.0, BinaryOp::Max);
+    let hi = bound(&mut b, "six", lo, 6.0, BinaryOp::Min);
+    let rs = b.reshape(hi, &[3, 64]).unwrap();
+    let w2 = b.weight("w2", &[5, 64], rng.vec(320, 0.3)).unwrap();
+    let d = b
+        .op(|y| Op::Dense(Dense { x: rs, proj: Proj { w: w2, b: None }, act: Activation::None, clamp: None, y }))
+        .unwrap();
+    let m1 = bound(&mut b, "one", d, 1.0, BinaryOp::Min);
+    let m2 = bound(&mut b, "minus_one", m1, -1.0, BinaryOp::Max);
+    let per = b.weight("per", &[5], vec![0.5, 0.2, -0.1, 0.7, 0.0]).unwrap();
+    let out = b.op(|y| Op::Binary(Binary { a: m2, b: per, op: BinaryOp::Min, y })).unwrap();
+    b.output(out);
+    b
+}
+
+#[test]
+fn bounds_after_layers_fold_into_their_clamps_in_order() {
+    let mut b = bounded_layers();
+    let run = |b: &ModelBuilder| {
+        let model = Model::from_bytes(&b.build().unwrap()).unwrap();
+        let x = Rng::new(5).vec(2 * 192, 2.0);
+        model.session(2).unwrap().run_vec(&[Input::F32(&x)]).unwrap().remove(0)
+    };
+    let want = run(&b);
+    let report = fuse(&mut b);
+    assert_eq!(report.fused.get("layer+clamp"), Some(&3), "{report:?}");
+    assert!(report.rejected.is_empty(), "{report:?}");
+    let clamps: Vec<(&'static str, [f32; 2])> = b
+        .ops()
+        .iter()
+        .filter_map(|o| match o {
+            Op::Conv2d(c) => Some(("conv", c.clamp)),
+            Op::Dense(d) => Some(("dense", d.clamp)),
+            _ => None,
+        })
+        .map(|(k, c)| (k, b.weight_values(c.expect("a clamp")).unwrap().try_into().unwrap()))
+        .collect();
+    assert_eq!(clamps, vec![("conv", [0.0, 6.0]), ("dense", [f32::NEG_INFINITY, 1.0])]);
+    // Left: the Max after the Min, and the Min by a non-scalar constant.
+    let binaries: Vec<BinaryOp> =
+        b.ops().iter().filter_map(|o| if let Op::Binary(x) = o { Some(x.op) } else { None }).collect();
+    assert_eq!(binaries, vec![BinaryOp::Max, BinaryOp::Min]);
+    assert_eq!(run(&b), want, "a clamp computes exactly what the bounds did");
 }

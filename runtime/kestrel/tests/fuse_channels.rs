@@ -61,6 +61,7 @@ fn block(sp: Spelling) -> ModelBuilder {
     let conv = b
         .op(|y| {
             Op::Conv2d(Conv2d {
+                clamp: None,
                 x: v,
                 proj: Proj { w, b: bias },
                 stride: [1, 1],
@@ -280,7 +281,9 @@ fn a_dense_layer_takes_a_per_feature_scale_and_not_a_per_token_one() {
         let x = b.input("x", &[8, 16]).unwrap();
         let w = b.weight("w", &[8, 16], rng.vec(128, 0.5)).unwrap();
         let bias = b.weight_as("bias", &[8], rng.vec(8, 0.5), DType::F32).unwrap();
-        let d = b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: Some(bias) }, act: Activation::None, y })).unwrap();
+        let d = b
+            .op(|y| Op::Dense(Dense { clamp: None, x, proj: Proj { w, b: Some(bias) }, act: Activation::None, y }))
+            .unwrap();
         let n: usize = scale_dims.iter().product();
         let s = b.weight_as("s", scale_dims, (0..n).map(|i| g * (1.0 + 0.25 * i as f32)).collect(), DType::F32);
         let s = s.unwrap();
@@ -323,7 +326,7 @@ fn a_scalar_after_two_summed_dense_layers_goes_into_their_weights() {
         let mut head = |b: &mut ModelBuilder, name: &str, act| {
             let w = b.weight(name, &[5, 12], rng.vec(60, 0.5)).unwrap();
             let bias = b.weight_as(&format!("{name}_b"), &[5], rng.vec(5, 0.5), DType::F32).unwrap();
-            b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: Some(bias) }, act, y })).unwrap()
+            b.op(|y| Op::Dense(Dense { clamp: None, x, proj: Proj { w, b: Some(bias) }, act, y })).unwrap()
         };
         let h1 = head(&mut b, "head", act);
         let h2 = head(&mut b, "head_dist", Activation::None);

@@ -39,7 +39,8 @@ fn unfold() -> ModelBuilder {
     let a = r(&mut b, a, &[ph * pw, nh * nw, c]);
     let mut rng = Rng::new(4);
     let w = b.weight("w", &[5, c], rng.vec(5 * c, 0.5)).unwrap();
-    let y = b.op(|y| Op::Dense(Dense { x: a, proj: Proj { w, b: None }, act: Activation::None, y })).unwrap();
+    let y =
+        b.op(|y| Op::Dense(Dense { clamp: None, x: a, proj: Proj { w, b: None }, act: Activation::None, y })).unwrap();
     b.output(y);
     b
 }
@@ -65,7 +66,9 @@ fn channels_last_conv(bias_after: bool) -> ModelBuilder {
     let a = b.op(|y| Op::Transpose(Transpose { x, perm: perm(&[0, 2, 3, 1]), y })).unwrap();
     let wt = b.weight("w", &[o, c], rng.vec(o * c, 0.5)).unwrap();
     let bias = b.weight("b", &[o], rng.vec(o, 0.5)).unwrap();
-    let d = b.op(|y| Op::Dense(Dense { x: a, proj: Proj { w: wt, b: Some(bias) }, act: Activation::None, y })).unwrap();
+    let d = b
+        .op(|y| Op::Dense(Dense { clamp: None, x: a, proj: Proj { w: wt, b: Some(bias) }, act: Activation::None, y }))
+        .unwrap();
     let mut t = b.op(|y| Op::Transpose(Transpose { x: d, perm: perm(&[0, 3, 1, 2]), y })).unwrap();
     if bias_after {
         let c2 = b.weight("c", &[o, 1, 1], rng.vec(o, 0.5)).unwrap();
@@ -105,7 +108,9 @@ fn a_dense_between_other_transposes_is_left_alone() {
     let x = b.input("x", &[1, 3, 4, 5]).unwrap();
     let a = b.op(|y| Op::Transpose(Transpose { x, perm: perm(&[0, 1, 3, 2]), y })).unwrap();
     let wt = b.weight("w", &[2, 4], rng.vec(8, 0.5)).unwrap();
-    let d = b.op(|y| Op::Dense(Dense { x: a, proj: Proj { w: wt, b: None }, act: Activation::None, y })).unwrap();
+    let d = b
+        .op(|y| Op::Dense(Dense { clamp: None, x: a, proj: Proj { w: wt, b: None }, act: Activation::None, y }))
+        .unwrap();
     let t = b.op(|y| Op::Transpose(Transpose { x: d, perm: perm(&[0, 1, 3, 2]), y })).unwrap();
     b.output(t);
     let report = fuse(&mut b);
@@ -129,6 +134,7 @@ fn a_patchifying_conv_then_token_transpose_becomes_a_patch_embedding() {
         let y = b
             .op(|y| {
                 Op::Conv2d(Conv2d {
+                    clamp: None,
                     x,
                     proj: Proj { w: wt, b: Some(bias) },
                     stride: [p as u32; 2],
@@ -179,11 +185,14 @@ fn class_token_picks_become_row_slices_with_their_own_norm() {
         let mut pick = vec![0.0; t];
         pick[token] = 1.0;
         let w = b.weight(&format!("pick{token}"), &[1, t], pick).unwrap();
-        let s = b.op(|y| Op::Dense(Dense { x: tr, proj: Proj { w, b: None }, act: Activation::None, y })).unwrap();
+        let s = b
+            .op(|y| Op::Dense(Dense { clamp: None, x: tr, proj: Proj { w, b: None }, act: Activation::None, y }))
+            .unwrap();
         let s = b.reshape(s, &[1, d]).unwrap();
         let hw = b.weight(&format!("head{token}"), &[3, d], rng.vec(3 * d, 0.5)).unwrap();
         heads.push(
-            b.op(|y| Op::Dense(Dense { x: s, proj: Proj { w: hw, b: None }, act: Activation::None, y })).unwrap(),
+            b.op(|y| Op::Dense(Dense { clamp: None, x: s, proj: Proj { w: hw, b: None }, act: Activation::None, y }))
+                .unwrap(),
         );
     }
     let y = b.op(|y| Op::Binary(Binary { a: heads[0], b: heads[1], op: BinaryOp::Add, y })).unwrap();

@@ -29,7 +29,7 @@ fn dense_every_activation_and_rank() {
                 let x = c.input(&dims, NZ)?;
                 let proj = c.proj(out, *dims.last().unwrap(), bias)?;
                 let act = c.act(a);
-                c.b.op(|y| Op::Dense(Dense { x, proj, act, y }))
+                c.b.op(|y| Op::Dense(Dense { clamp: None, x, proj, act, y }))
             }));
         }
     }
@@ -262,6 +262,7 @@ fn conv2d_stride_pad_dilation_groups() {
                 let b = if i % 2 == 0 { Some(c.w(&[o], dist(0.01, 0.5, false))?) } else { None };
                 c.b.op(|y| {
                     Op::Conv2d(Conv2d {
+                        clamp: None,
                         x,
                         proj: Proj { w: wt, b },
                         stride,
@@ -275,6 +276,63 @@ fn conv2d_stride_pad_dilation_groups() {
             })
         })
         .collect();
+    check_all(&cases);
+}
+
+/// A layer's clamp bounds (none in the magnitude model, which has no activation either).
+fn clamp_bounds(c: &mut Ctx, lo: f32, hi: f32) -> Result<Option<TensorId>, kestrel_rt::Error> {
+    if c.mag {
+        return Ok(None);
+    }
+    c.b.weight_as("clamp", &[2], vec![lo, hi], kestrel_rt::format::DType::F32).map(Some)
+}
+
+#[test]
+fn dense_and_conv2d_with_clamp_bounds() {
+    // Bounds inside the outputs' range (most outputs clamped at one end or the other), one
+    // side open, and a degenerate [0.25, 0.25]; after no activation, a ReLU (merged with the bounds
+    // on the CPU) and GELU. Convolutions: depthwise 3×3 stride 2, pointwise, a 3×3 over all
+    // channels (the CPU's depthwise, 1×1 GEMM and implicit-GEMM paths).
+    type Conv = (usize, usize, usize, u32, u32);
+    const CONVS: [Conv; 3] = [(4, 4, 3, 2, 4), (4, 6, 1, 1, 1), (3, 5, 3, 1, 1)];
+    let bounds = [(-0.3f32, 0.4f32), (f32::NEG_INFINITY, 0.2), (0.1, f32::INFINITY), (0.25, 0.25)];
+    let mut cases = Vec::new();
+    for (k, &(lo, hi)) in bounds.iter().enumerate() {
+        for a in [Activation::None, Activation::Relu, Activation::Gelu] {
+            cases.push(case("Dense", format!("Dense {a:?} clamp [{lo}, {hi}]"), true, move |c| {
+                let x = c.input(&[4, 7], NZ)?;
+                let proj = c.proj(5, 7, k % 2 == 0)?;
+                let act = c.act(a);
+                let clamp = clamp_bounds(c, lo, hi)?;
+                c.b.op(|y| Op::Dense(Dense { x, proj, act, clamp, y }))
+            }));
+            for (i, &(ch, o, kk, s, groups)) in CONVS.iter().enumerate() {
+                cases.push(case("Conv2d", format!("Conv2d {i} {a:?} clamp [{lo}, {hi}]"), true, move |c| {
+                    let x = c.input(&[ch, 9, 8], NZ)?;
+                    let cg = ch / groups as usize;
+                    let sc = 1.0 / ((cg * kk * kk) as f64).sqrt();
+                    let w = c.w(&[o, cg, kk, kk], dist(0.02 * sc, sc, false))?;
+                    let b = if k % 2 == 1 { Some(c.w(&[o], dist(0.01, 0.5, false))?) } else { None };
+                    let act = c.act(a);
+                    let clamp = clamp_bounds(c, lo, hi)?;
+                    let p = (kk / 2) as u32;
+                    c.b.op(|y| {
+                        Op::Conv2d(Conv2d {
+                            x,
+                            proj: Proj { w, b },
+                            stride: [s, s],
+                            pad: [p; 4],
+                            dilation: [1, 1],
+                            groups,
+                            act,
+                            clamp,
+                            y,
+                        })
+                    })
+                }));
+            }
+        }
+    }
     check_all(&cases);
 }
 
@@ -300,4 +358,25 @@ fn pool2d_max_and_average_stride_pad_dilation() {
         }
     }
     check_all(&cases);
+}
+
+#[test]
+fn clamp_bounds_out_of_order_nan_or_miscounted_are_refused() {
+    for (what, bounds) in
+        [("reversed", vec![1.0f32, -1.0]), ("NaN", vec![f32::NAN, 1.0]), ("three", vec![0.0, 1.0, 2.0])]
+    {
+        let mut b = kestrel_rt::ModelBuilder::new("bad_clamp");
+        let x = b.input("x", &[4]).unwrap();
+        let w = b.weight("w", &[3, 4], vec![0.5; 12]).unwrap();
+        let n = bounds.len();
+        let clamp = Some(b.weight_as("clamp", &[n], bounds, kestrel_rt::format::DType::F32).unwrap());
+        let y = b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: None }, act: Activation::None, clamp, y })).unwrap();
+        b.output(y);
+        let outcome = b.build().map_err(|e| e.to_string()).and_then(|bytes| {
+            let model = kestrel_rt::Model::from_bytes(&bytes).map_err(|e| e.to_string())?;
+            model.session(1).map(|_| ()).map_err(|e| e.to_string())
+        });
+        let err = outcome.expect_err(what);
+        assert!(err.contains("clamp"), "{what}: {err}");
+    }
 }

@@ -104,7 +104,7 @@ fn a_dense_input_stays_live_through_its_residual_add() {
     let proj = Proj { w: 100, b: None };
     let ops = vec![
         Op::Unary(Unary { x: 0, op: UnaryOp::Relu, y: 1 }),
-        Op::Dense(Dense { x: 0, proj, act: Activation::None, y: 2 }),
+        Op::Dense(Dense { clamp: None, x: 0, proj, act: Activation::None, y: 2 }),
         Op::Binary(Binary { a: 2, b: 1, op: BinaryOp::Add, y: 3 }),
     ];
     let off = |offsets: &[(u32, u64)], id: u32| offsets.iter().find(|(t, _)| *t == id).unwrap().1;

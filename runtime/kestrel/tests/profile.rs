@@ -98,7 +98,9 @@ fn dense_model(dtype: DType) -> Model {
     let x = b.input("x", &[5, 40]).unwrap();
     let w = b.weight_as("w", &[3, 40], kestrel_rt::demo::Rng::new(1).vec(120, 0.5), dtype).unwrap();
     let bias = b.weight_as("b", &[3], vec![0.1, 0.2, 0.3], DType::F32).unwrap();
-    let y = b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: Some(bias) }, act: Activation::None, y })).unwrap();
+    let y = b
+        .op(|y| Op::Dense(Dense { clamp: None, x, proj: Proj { w, b: Some(bias) }, act: Activation::None, y }))
+        .unwrap();
     b.output(y);
     Model::from_bytes(&b.build().unwrap()).unwrap()
 }

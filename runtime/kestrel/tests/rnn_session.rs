@@ -154,7 +154,8 @@ fn stacked_layers_and_two_outputs_of_one_recurrence() {
         let flat = c.b.reshape(seq, &[t, 2 * h]).unwrap();
         let gru = stacked_gru(c, flat, 2 * h, h, RnnDirection::Forward, RnnOutput::Y);
         let head = Proj { w: c.w(&[3, h], 0.3), b: None };
-        let logits = c.b.op(|y| Op::Dense(Dense { x: gru, proj: head, act: Activation::None, y })).unwrap();
+        let logits =
+            c.b.op(|y| Op::Dense(Dense { clamp: None, x: gru, proj: head, act: Activation::None, y })).unwrap();
         vec![logits, last]
     });
 }

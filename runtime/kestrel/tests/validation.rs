@@ -36,7 +36,7 @@ fn valid() -> ModelSpec {
             act("z", &[4, 8], 0),
         ],
         ops: vec![
-            Op::Dense(Dense { x: 0, proj: Proj { w: 1, b: Some(2) }, act: Activation::None, y: 3 }),
+            Op::Dense(Dense { clamp: None, x: 0, proj: Proj { w: 1, b: Some(2) }, act: Activation::None, y: 3 }),
             Op::Unary(Unary { x: 3, op: UnaryOp::Relu, y: 4 }),
         ],
         inputs: vec![0],
@@ -115,10 +115,10 @@ fn writing_twice_is_rejected() {
 #[test]
 fn slots_must_hold_the_right_kind_of_tensor() {
     let mut s = valid();
-    s.ops[0] = Op::Dense(Dense { x: 1, proj: Proj { w: 1, b: Some(2) }, act: Activation::None, y: 3 });
+    s.ops[0] = Op::Dense(Dense { clamp: None, x: 1, proj: Proj { w: 1, b: Some(2) }, act: Activation::None, y: 3 });
     assert!(matches!(load(&s), Err(LoadError::TensorRole { slot: "x", tensor: 1, expected: "an f32 activation", .. })));
     let mut s = valid();
-    s.ops[0] = Op::Dense(Dense { x: 0, proj: Proj { w: 0, b: Some(2) }, act: Activation::None, y: 3 });
+    s.ops[0] = Op::Dense(Dense { clamp: None, x: 0, proj: Proj { w: 0, b: Some(2) }, act: Activation::None, y: 3 });
     assert!(matches!(load(&s), Err(LoadError::TensorRole { tensor: 0, expected: "a weight", .. })));
 }
 

@@ -161,7 +161,7 @@ fn layer_cases() -> Vec<Case> {
             v.push(case("dense", format!("dense {rows}x{inp}->{out} {act:?}"), move |c| {
                 let x = c.input(&[rows, inp])?;
                 let proj = c.proj(out, inp, i % 2 == 0)?;
-                c.b.op(|y| Op::Dense(Dense { x, proj, act, y }))
+                c.b.op(|y| Op::Dense(Dense { clamp: None, x, proj, act, y }))
             }));
         }
     }
@@ -173,13 +173,13 @@ fn layer_cases() -> Vec<Case> {
         v.push(case("dense", format!("dense {rows}x{inp}->{out} {act:?} (cooperative)"), move |c| {
             let x = c.input(&[rows, inp])?;
             let proj = c.proj(out, inp, true)?;
-            c.b.op(|y| Op::Dense(Dense { x, proj, act, y }))
+            c.b.op(|y| Op::Dense(Dense { clamp: None, x, proj, act, y }))
         }));
     }
     v.push(case("dense", "dense rank-3 input", |c| {
         let x = c.input(&[2, 3, 10])?;
         let proj = c.proj(6, 10, true)?;
-        c.b.op(|y| Op::Dense(Dense { x, proj, act: Activation::None, y }))
+        c.b.op(|y| Op::Dense(Dense { clamp: None, x, proj, act: Activation::None, y }))
     }));
     for (dims, beta) in [(vec![4usize, 12usize], true), (vec![2, 3, 33], false), (vec![7], true)] {
         v.push(case("layer_norm", format!("layer_norm {dims:?} beta={beta}"), move |c| {
@@ -475,7 +475,7 @@ fn large_cases() -> Vec<Case> {
     v.push(case("dense", "dense 1x20736->16 (a flattened ViT head)", |c| {
         let x = c.input(&[20736])?;
         let proj = c.proj(16, 20736, true)?;
-        c.b.op(|y| Op::Dense(Dense { x, proj, act: Activation::None, y }))
+        c.b.op(|y| Op::Dense(Dense { clamp: None, x, proj, act: Activation::None, y }))
     }));
     // A factorised bias of rank r.
     for (t, d, r, causal) in [(128usize, 16usize, 8usize, false), (160, 8, 12, true)] {
@@ -726,6 +726,8 @@ at_both_precisions! {
         |g, precision, arith| attention_cases_match(&g, &large_cases(), precision, arith, &TUNINGS[..2]);
     pool_kernels_match_cpu, pool_kernels_match_cpu_f16:
         |g, precision, _arith| { check(&g, &pool_cases(), precision, &TUNINGS); };
+    clamped_layers_match_cpu, clamped_layers_match_cpu_f16:
+        |g, precision, _arith| { check(&g, &cases::fusion::clamp_cases(), precision, &TUNINGS); };
     sdpa_kernel_matches_cpu, sdpa_kernel_matches_cpu_f16:
         |g, precision, arith| {
             let seen = check(&g, &sdpa_cases(), precision, &TUNINGS[..1]);
@@ -805,7 +807,7 @@ fn f16_arithmetic_rounds_and_f32_does_not() {
     let mut b = ModelBuilder::new("round");
     let x = b.input("x", &[8]).unwrap();
     let w = b.weight("w", &[1, 8], vec![1.0; 8]).unwrap();
-    let y = b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: None }, act: Activation::None, y })).unwrap();
+    let y = b.op(|y| Op::Dense(Dense { clamp: None, x, proj: Proj { w, b: None }, act: Activation::None, y })).unwrap();
     b.output(y);
     let model = kestrel_rt::Model::from_bytes(&b.build().unwrap()).unwrap();
     let cpu = model.cpu().unwrap();

@@ -232,6 +232,7 @@ impl Lowerer<'_> {
             let (xl, xls) = self.transpose(x, &x5, &[0, 1, 3, 4, 2])?;
             let y = self.b.op(|y| {
                 Op::Dense(kestrel_rt_format::ops::Dense {
+                    clamp: None,
                     x: xl,
                     proj: Proj { w: sw, b: None },
                     act: Activation::None,
@@ -270,9 +271,9 @@ impl Lowerer<'_> {
         let pad = [u(v.before[1])?, u(v.before[2])?, u(v.after[1])?, u(v.after[2])?];
         let groups = u(g * stacks)?;
         let act = v.act;
-        let y = self
-            .b
-            .op(|y| Op::Conv2d(Conv2d { x: taps, proj: Proj { w: wid, b }, stride, pad, dilation, groups, act, y }))?;
+        let y = self.b.op(|y| {
+            Op::Conv2d(Conv2d { clamp: None, x: taps, proj: Proj { w: wid, b }, stride, pad, dilation, groups, act, y })
+        })?;
         let ys =
             self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect::<Vec<_>>()).unwrap_or_default();
         if ys != [stacks * o, oh, ow] {

@@ -112,6 +112,7 @@ impl Lowerer<'_> {
         let a = act.as_ref().map_or(Activation::None, |a| a.0);
         let y = self.b.op(|y| {
             Op::Conv2d(Conv2d {
+                clamp: None,
                 x: z,
                 proj: Proj { w, b },
                 stride: [1, 1],

@@ -340,7 +340,9 @@ impl Lowerer<'_> {
         } else {
             let pick: Vec<f32> = (0..k).map(|i| f32::from(u8::from(i == comp))).collect();
             let pick = self.weight_f32(here, "grid_sample_component", &[1, k], pick)?;
-            self.b.op(|y| Op::Dense(Dense { x: g, proj: Proj { w: pick, b: None }, act: Activation::None, y }))?
+            self.b.op(|y| {
+                Op::Dense(Dense { clamp: None, x: g, proj: Proj { w: pick, b: None }, act: Activation::None, y })
+            })?
         };
         // The pixel coordinate, in the reference's order of operations.
         let t = self.gs_with(gc, BinaryOp::Add, 1.0)?;
@@ -385,7 +387,9 @@ impl Lowerer<'_> {
             }
         }
         let fold = self.weight_f32(here, "grid_sample_fold", &[r.size, e], fold)?;
-        Ok(self.b.op(|y| Op::Dense(Dense { x: w, proj: Proj { w: fold, b: None }, act: Activation::None, y }))?)
+        Ok(self.b.op(|y| {
+            Op::Dense(Dense { clamp: None, x: w, proj: Proj { w: fold, b: None }, act: Activation::None, y })
+        })?)
     }
 
     /// Keys' cubic kernel (A = −0.75) of the distance `|u − j|`: `((A+2)s − (A+3))s² + 1` for

@@ -234,7 +234,7 @@ impl Lowerer<'_> {
                 }
                 None => Activation::None,
             };
-            let y = self.b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b: bias }, act, y }))?;
+            let y = self.b.op(|y| Op::Dense(Dense { clamp: None, x, proj: Proj { w, b: bias }, act, y }))?;
             let y_dims: Vec<usize> = rows.iter().copied().chain([n]).collect();
             self.reshape(y, &y_dims, &mid_dims)?
         } else {
@@ -329,6 +329,7 @@ impl Lowerer<'_> {
         let act = self.match_activation(tail);
         let y = self.b.op(|y| {
             Op::Conv2d(Conv2d {
+                clamp: None,
                 x,
                 proj: Proj { w, b: bias.map(|(_, b)| b) },
                 stride: [1, 1],
@@ -514,8 +515,9 @@ impl Lowerer<'_> {
         let groups = u32::try_from(op.group * images).map_err(|_| self.unsupported("group count beyond u32"))?;
         let act = self.match_activation(OutletId::new(self.node, 0));
         let a = act.as_ref().map_or(Activation::None, |a| a.0);
-        let y =
-            self.b.op(|y| Op::Conv2d(Conv2d { x, proj: Proj { w, b }, stride, pad, dilation, groups, act: a, y }))?;
+        let y = self.b.op(|y| {
+            Op::Conv2d(Conv2d { clamp: None, x, proj: Proj { w, b }, stride, pad, dilation, groups, act: a, y })
+        })?;
         let out = self.out_shape()?;
         let ys =
             self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect::<Vec<_>>()).unwrap_or_default();

@@ -219,7 +219,7 @@ impl Lowerer<'_> {
         let mut perm: Vec<usize> = (0..r).filter(|&a| a != axis).collect();
         perm.push(axis);
         let (x, ts) = self.transpose(x, xs, &perm)?;
-        let y = self.b.op(|y| Op::Dense(Dense { x, proj: Proj { w, b }, act: Activation::None, y }))?;
+        let y = self.b.op(|y| Op::Dense(Dense { clamp: None, x, proj: Proj { w, b }, act: Activation::None, y }))?;
         let mut ys = ts.clone();
         ys[r - 1] = k;
         let mut back: Vec<usize> = (0..r - 1).collect();

@@ -184,6 +184,7 @@ impl Lowerer<'_> {
         let w = self.weight_f32(node.inputs[0], "gathered_rows", &[d, v], w)?;
         let y = self.b.op(|y| {
             Op::Dense(kestrel_rt_format::ops::Dense {
+                clamp: None,
                 x: onehot,
                 proj: kestrel_rt_format::ops::Proj { w, b: None },
                 act: kestrel_rt_format::ops::Activation::None,

@@ -4,7 +4,7 @@ use super::numel;
 use super::{info, lookup_err, OpIo};
 use crate::error::{RunError, ShapeError};
 use crate::graph::Graph;
-use crate::kernels::conv::{conv2d, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
+use crate::kernels::conv::{conv2d_clamped, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
 use crate::kernels::elementwise::{binary, unary, BinaryParams, Operand, UnaryParams};
 use crate::kernels::embed::{
     embedding, embedding_scratch, patch_embed, patch_embed_scratch, EmbeddingParams, PatchEmbedParams,
@@ -20,12 +20,18 @@ use crate::kernels::sdpa::{sdpa_rows, sdpa_scratch, SdpaParams};
 use crate::kernels::slice::{slice, SliceParams};
 use crate::kernels::softmax::{softmax, SoftmaxParams};
 use crate::kernels::transpose::{transpose, TransposeParams};
+use crate::kernels::Clamp;
 use kestrel_rt_format::ops::{Activation, Gru, LayerOp, Lstm, Op, Proj, TensorId};
 use kestrel_rt_format::{Shape, TensorKind, WeightView};
 
 /// A weight view from a validated file.
 pub(crate) fn weight<'a>(file: &Graph<'_, 'a>, id: TensorId) -> Result<WeightView<'a>, ShapeError> {
     file.weight(id).map_err(lookup_err)
+}
+
+/// The bounds of a layer's clamp slot, checked (see [`Clamp::of`]).
+fn clamp_of(file: &Graph<'_, '_>, id: Option<TensorId>) -> Result<Option<Clamp>, ShapeError> {
+    id.map(|id| Clamp::of(&weight(file, id)?)).transpose()
 }
 
 /// A projection's weight views.
@@ -62,6 +68,7 @@ enum Prep<'a> {
         proj: ProjW<'a>,
         rows: usize,
         act: Activation,
+        clamp: Option<Clamp>,
     },
     LayerNorm {
         p: LayerNormParams,
@@ -104,6 +111,7 @@ enum Prep<'a> {
     Conv2d {
         p: Conv2dParams,
         proj: ProjW<'a>,
+        clamp: Option<Clamp>,
     },
     Pool2d(Pool2dParams),
     Rnn {
@@ -146,7 +154,7 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             let proj = proj_in(file, o.proj, o.x)?;
             proj.check("Dense", proj.out_features(), x.last())?;
             let rows = x.numel().unwrap_or(0) / x.last().max(1);
-            Prep::Dense { proj, rows, act: o.act }
+            Prep::Dense { proj, rows, act: o.act, clamp: clamp_of(file, o.clamp)? }
         }
         LayerOp::LayerNorm(o) => {
             let gamma = weight(file, o.gamma)?;
@@ -226,7 +234,7 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             let proj = proj(file, o.proj)?;
             let p = Conv2dParams::of(o, &shp(o.x)?, &shp(o.proj.w)?)?;
             proj.check("Conv2d", p.o, p.patch_len())?;
-            Prep::Conv2d { p, proj }
+            Prep::Conv2d { p, proj, clamp: clamp_of(file, o.clamp)? }
         }
         LayerOp::Pool2d(o) => Prep::Pool2d(Pool2dParams::of(o, &shp(o.x)?)?),
         LayerOp::Lstm(o) => rnn_prep(file, RnnParams::of_lstm(o, shp)?, [o.w, o.r, o.b], [o.h0, o.c0, o.p])?,
@@ -274,19 +282,26 @@ pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Resul
         Ok((acts.region(&t)?, numel(&t)?))
     };
     let sample = |n: usize, s: usize| s * n..(s + 1) * n;
-    if let (Prep::Dense { proj, rows, act }, Op::Dense(o)) = (&prep, op) {
+    if let (Prep::Dense { proj, rows, act, clamp }, Op::Dense(o)) = (&prep, op) {
         // Samples are contiguous and a dense layer is row-wise: one call over the whole batch's
         // rows lets the kernel read each weight row once per batch instead of once per sample.
         let (x, n) = main(o.x)?;
-        proj.apply_act(&x[..batch * n], rows * batch, *act, &mut out[..batch * y_n]);
+        let y = &mut out[..batch * y_n];
+        proj.apply_act(&x[..batch * n], rows * batch, *act, y);
+        if let Some(c) = clamp {
+            c.apply(y);
+        }
         return Ok(());
     }
     for s in 0..batch {
         let y = &mut out[s * y_n..(s + 1) * y_n];
         match (&prep, op) {
-            (Prep::Dense { proj, rows, act }, Op::Dense(o)) => {
+            (Prep::Dense { proj, rows, act, clamp }, Op::Dense(o)) => {
                 let (x, n) = main(o.x)?;
                 proj.apply_act(&x[sample(n, s)], *rows, *act, y);
+                if let Some(c) = clamp {
+                    c.apply(y);
+                }
             }
             (Prep::LayerNorm { p, gamma, beta }, Op::LayerNorm(o)) => {
                 let (x, n) = main(o.x)?;
@@ -358,9 +373,9 @@ pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Resul
                 };
                 matmul(p, &a[sample(n, s)], operand(b, rb), y, scratch);
             }
-            (Prep::Conv2d { p, proj }, Op::Conv2d(o)) => {
+            (Prep::Conv2d { p, proj, clamp }, Op::Conv2d(o)) => {
                 let (x, n) = main(o.x)?;
-                conv2d(p, proj, o.act, &x[sample(n, s)], y, scratch);
+                conv2d_clamped(p, proj, o.act, *clamp, &x[sample(n, s)], y, scratch);
             }
             (Prep::Pool2d(p), Op::Pool2d(o)) => {
                 let (x, n) = main(o.x)?;

@@ -39,24 +39,51 @@ pub fn conv2d_scratch_fast(p: &Conv2dParams) -> usize {
 /// [`matmul_kn`](crate::kernels::simd::matmul_kn)). With less scratch (a file planned before
 /// these paths): a direct loop, each weight row decoded once.
 pub fn conv2d(p: &Conv2dParams, proj: &ProjW<'_>, act: Activation, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-    conv2d_biased(p, proj, x, y, scratch);
-    crate::kernels::activate(act, &mut y[..p.o * p.oh * p.ow]);
+    conv2d_clamped(p, proj, act, None, x, y, scratch);
 }
 
-/// [`conv2d`] before the activation.
-fn conv2d_biased(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+/// [`conv2d`], then the layer's clamp where it has one (in the activation's pass).
+pub fn conv2d_clamped(
+    p: &Conv2dParams,
+    proj: &ProjW<'_>,
+    act: Activation,
+    clamp: Option<crate::kernels::Clamp>,
+    x: &[f32],
+    y: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let epi = Epi { act, clamp };
+    let n = p.o * p.oh * p.ow;
     if channels_last_depthwise(p) && scratch.len() >= cl_scratch(p) {
-        return depthwise_cl(p, proj, x, y, scratch);
+        depthwise_cl(p, proj, x, y, scratch);
+        return epi.apply(&mut y[..n]);
     }
     if p.c / p.groups == 1 {
         let dw = Depthwise::of(p);
         if scratch.len() >= dw.scratch() {
-            return dw.run(p, proj, x, y, scratch);
+            return dw.run(p, proj, epi, x, y, scratch);
         }
     } else if scratch.len() >= gemm_scratch(p) {
-        return conv2d_gemm(p, proj, x, y, scratch);
+        return conv2d_gemm(p, proj, epi, x, y, scratch);
     }
-    conv2d_direct(p, proj, x, y, scratch)
+    conv2d_direct(p, proj, x, y, scratch);
+    epi.apply(&mut y[..n]);
+}
+
+/// What follows the bias: the layer's activation, then its clamp. The fast paths apply it to
+/// each output plane (or chunk of rows) as they finish it, while it is in cache, not in a pass
+/// over the whole output.
+#[derive(Clone, Copy)]
+struct Epi {
+    act: Activation,
+    clamp: Option<crate::kernels::Clamp>,
+}
+
+impl Epi {
+    #[inline]
+    fn apply(self, y: &mut [f32]) {
+        crate::kernels::epilogue(self.act, self.clamp, y);
+    }
 }
 
 /// Whether the patches of `p` are its input itself (1×1 kernel, stride 1, no padding).
@@ -131,7 +158,7 @@ fn product_len(p: &Conv2dParams) -> usize {
 
 /// Convolution as a GEMM per group: `y_g [O/g, H'·W'] = W_g [O/g, K] · patches_g [K, H'·W']`
 /// with `K = C/g·kh·kw`, then the bias.
-fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (cg, og, k) = (p.c / p.groups, p.o / p.groups, p.patch_len());
     let plane = p.oh * p.ow;
     if patchify(p) {
@@ -149,7 +176,7 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scr
         }
         crate::kernels::linear::matmul_nt(xt, plane, &proj.w, yt);
         transpose2d(yt, plane, p.o, &mut y[..p.o * plane]);
-        add_bias(proj, plane, &mut y[..p.o * plane]);
+        finish_planes(proj, plane, epi, &mut y[..p.o * plane]);
         return;
     }
     let (prod, rest) = scratch.split_at_mut(product_len(p));
@@ -167,7 +194,7 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scr
         }
         crate::kernels::linear::matmul_nt(xt, plane, &proj.w, yt);
         transpose2d(yt, plane, p.o, &mut y[..p.o * plane]);
-        add_bias(proj, plane, &mut y[..p.o * plane]);
+        finish_planes(proj, plane, epi, &mut y[..p.o * plane]);
         return;
     }
     let a: &[f32] = match proj.w.as_f32() {
@@ -210,11 +237,26 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scr
                         *v = s + bias;
                     }
                 }
+                epi.apply(yo);
             }
         }
     }
     if pointwise(p) {
-        add_bias(proj, plane, &mut y[..p.o * plane]);
+        finish_planes(proj, plane, epi, &mut y[..p.o * plane]);
+    }
+}
+
+/// Per output channel's plane: `y[o, ·] += b[o]`, then the activation and clamp, while the plane
+/// is in cache.
+fn finish_planes(proj: &ProjW<'_>, plane: usize, epi: Epi, y: &mut [f32]) {
+    for (o, yp) in y.chunks_exact_mut(plane.max(1)).enumerate() {
+        if let Some(b) = proj.b {
+            let bias = b.get(o / b.cols(), o % b.cols());
+            if bias != 0.0 {
+                yp.iter_mut().for_each(|v| *v += bias);
+            }
+        }
+        epi.apply(yp);
     }
 }
 
@@ -389,23 +431,23 @@ impl Depthwise {
 
     /// The depthwise convolution, compiled for the detected x86 ISA (the copies and the
     /// per-tap loops vectorise to its width), portable elsewhere.
-    fn run(&self, p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    fn run(&self, p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         {
             use crate::kernels::simd::{isa, Isa};
             match isa() {
                 // SAFETY: AVX-512F/AVX2/FMA detected by `isa()`.
-                Isa::Avx512 => return unsafe { dw_avx512(self, p, proj, x, y, scratch) },
+                Isa::Avx512 => return unsafe { dw_avx512(self, p, proj, epi, x, y, scratch) },
                 // SAFETY: AVX2/FMA detected by `isa()`.
-                Isa::Avx2 | Isa::Avx2Vnni => return unsafe { dw_avx2(self, p, proj, x, y, scratch) },
+                Isa::Avx2 | Isa::Avx2Vnni => return unsafe { dw_avx2(self, p, proj, epi, x, y, scratch) },
                 _ => {}
             }
         }
-        self.run_body(p, proj, x, y, scratch)
+        self.run_body(p, proj, epi, x, y, scratch)
     }
 
     #[cfg_attr(target_arch = "x86_64", inline(always))]
-    fn run_body(&self, p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    fn run_body(&self, p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
         let og = p.o / p.groups;
         let (oh, ow) = (p.oh, p.ow);
         let plane = oh * ow;
@@ -429,20 +471,37 @@ impl Depthwise {
                     *v = a + bias;
                 }
             }
+            epi.apply(yp);
         }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn dw_avx512(g: &Depthwise, p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-    g.run_body(p, proj, x, y, scratch)
+unsafe fn dw_avx512(
+    g: &Depthwise,
+    p: &Conv2dParams,
+    proj: &ProjW<'_>,
+    epi: Epi,
+    x: &[f32],
+    y: &mut [f32],
+    scratch: &mut [f32],
+) {
+    g.run_body(p, proj, epi, x, y, scratch)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dw_avx2(g: &Depthwise, p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-    g.run_body(p, proj, x, y, scratch)
+unsafe fn dw_avx2(
+    g: &Depthwise,
+    p: &Conv2dParams,
+    proj: &ProjW<'_>,
+    epi: Epi,
+    x: &[f32],
+    y: &mut [f32],
+    scratch: &mut [f32],
+) {
+    g.run_body(p, proj, epi, x, y, scratch)
 }
 
 /// `acc = Σ_taps w[ky, kx] · phase(ky, kx)[shifted]`, taps in `(ky, kx)` order: through

@@ -25,6 +25,57 @@ mod strided;
 pub mod transpose;
 
 use kestrel_rt_format::ops::Activation;
+use kestrel_rt_format::WeightView;
+
+/// Bounds a dense layer or a convolution applies after its activation (its `clamp` slot):
+/// `y = min(max(v, lo), hi)`, a ReLU6's or a Clip's bounds folded into the layer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Clamp {
+    /// Lower bound (may be −∞).
+    pub lo: f32,
+    /// Upper bound (may be +∞).
+    pub hi: f32,
+}
+
+impl Clamp {
+    /// The bounds a clamp weight holds: an f32 `[lo, hi]` with `lo ≤ hi` (neither NaN), else a
+    /// typed error.
+    pub fn of(w: &WeightView<'_>) -> Result<Self, crate::error::ShapeError> {
+        const OP: &str = "clamp";
+        let v = w.as_f32().ok_or(crate::error::ShapeError::Invalid { op: OP, what: "bounds must be stored as f32" })?;
+        crate::error::expect_eq(OP, "bounds (lo, hi)", 2, v.len())?;
+        let (lo, hi) = (v[0], v[1]);
+        if lo.is_nan() || hi.is_nan() || lo > hi {
+            return Err(crate::error::ShapeError::Invalid {
+                op: OP,
+                what: "bounds must be ordered, lo <= hi, neither NaN",
+            });
+        }
+        Ok(Self { lo, hi })
+    }
+
+    /// Clamps `y` in place.
+    #[inline]
+    pub fn apply(self, y: &mut [f32]) {
+        let Clamp { lo, hi } = self;
+        y.iter_mut().for_each(|v| *v = v.max(lo).min(hi));
+    }
+}
+
+/// A fused activation, then the clamp where there is one: one pass over `y` (a ReLU and its
+/// clamp as one max and one min).
+#[inline]
+pub fn epilogue(act: Activation, clamp: Option<Clamp>, y: &mut [f32]) {
+    match (act, clamp) {
+        (_, None) => activate(act, y),
+        (Activation::None, Some(c)) => c.apply(y),
+        (Activation::Relu, Some(c)) => Clamp { lo: c.lo.max(0.0), hi: c.hi }.apply(y),
+        (_, Some(c)) => {
+            activate(act, y);
+            c.apply(y);
+        }
+    }
+}
 
 /// Applies a fused activation in place: GELU and SiLU vectorised where the CPU allows, the
 /// others in loops the compiler vectorises.

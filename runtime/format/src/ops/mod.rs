@@ -253,7 +253,7 @@ pub struct Proj {
     pub b: Option<TensorId>,
 }
 
-/// `y = act(x Wᵀ + b)` over the last axis of `x` (any rank).
+/// `y = act(x Wᵀ + b)` over the last axis of `x` (any rank), then clamped where `clamp` is set.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Dense {
     /// Input `[.., in]`.
@@ -262,6 +262,10 @@ pub struct Dense {
     pub proj: Proj,
     /// Fused activation.
     pub act: Activation,
+    /// Bounds applied after the activation, `y = min(max(act(·), lo), hi)`: an f32 weight
+    /// `[lo, hi]` (a ReLU6's or Clip's bounds folded in); the record's optional slot before `y`,
+    /// present only when used (records without it read as before).
+    pub clamp: Option<TensorId>,
     /// Output `[.., out]`.
     pub y: TensorId,
 }
@@ -436,6 +440,10 @@ pub struct Conv2d {
     /// Activation applied after the bias (an optional tenth attribute, written only when fused;
     /// files written before it have none).
     pub act: Activation,
+    /// Bounds applied after the activation, `y = min(max(act(·), lo), hi)`: an f32 weight
+    /// `[lo, hi]` (a ReLU6's or Clip's bounds folded in); the record's optional slot before `y`,
+    /// present only when used (records without it read as before).
+    pub clamp: Option<TensorId>,
     /// Output `[O, H', W']`.
     pub y: TensorId,
 }

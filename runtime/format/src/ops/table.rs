@@ -109,7 +109,7 @@ macro_rules! op_table {
 
 op_table! {
     /// See [`Dense`].
-    Dense = 1 DENSE [x: t("x"), proj: proj("w"), y: t("y")] [act: code("activation")],
+    Dense = 1 DENSE [x: t("x"), proj: proj("w"), clamp: opt_t("clamp"), y: t("y")] [act: code("activation")],
     /// See [`LayerNorm`].
     LayerNorm = 2 LAYER_NORM [x: t("x"), gamma: t("gamma"), beta: opt(), y: t("y")]
         // The normalised axis only when not the last (FORMAT.md §6, §9).
@@ -136,7 +136,7 @@ op_table! {
     Slice = 16 SLICE [x: t("x"), y: t("y")]
         [axis: raw(), start: raw(), step: pos("step"), count: pos("count"), offset: raw(), len: pos("len")],
     /// See [`Conv2d`].
-    Conv2d = 12 CONV2D [x: t("x"), proj: proj("w"), y: t("y")]
+    Conv2d = 12 CONV2D [x: t("x"), proj: proj("w"), clamp: opt_t("clamp"), y: t("y")]
         [stride: pos_each(["stride"; 2]), pad: raw_each(), dilation: pos_each(["dilation"; 2]), groups: pos("groups"),
         // Only when fused: files without fused activations stay readable by 1.1.
         act: opt_code(Activation::None, "activation")],

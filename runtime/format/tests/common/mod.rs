@@ -26,6 +26,7 @@ pub fn every_op() -> Vec<Op> {
     };
     use AttentionVariant::*;
     let conv = |act, b| Conv2d {
+        clamp: None,
         x,
         proj: Proj { w: 1, b },
         stride: [1, 2],
@@ -73,8 +74,8 @@ pub fn every_op() -> Vec<Op> {
     let aft_full =
         |causal, qvo: fn(u32) -> Proj, bias| AftFull { x, causal, q: qvo(1), k: p(3), v: qvo(5), bias, o: qvo(9), y };
     let mut all = vec![
-        Op::Dense(Dense { x, proj: p(1), act: Activation::GeluTanh, y }),
-        Op::Dense(Dense { x, proj: q(1), act: Activation::None, y }),
+        Op::Dense(Dense { clamp: None, x, proj: p(1), act: Activation::GeluTanh, y }),
+        Op::Dense(Dense { clamp: None, x, proj: q(1), act: Activation::None, y }),
         Op::LayerNorm(LayerNorm { x, gamma: 1, beta: None, eps: 1e-5, axis: NormAxis::Last, y }),
         Op::LayerNorm(LayerNorm { x, gamma: 1, beta: Some(2), eps: 1e-6, axis: NormAxis::Channels, y }),
         Op::Unary(Unary { x, op: UnaryOp::HardSigmoid, y }),
@@ -117,7 +118,7 @@ pub fn every_op() -> Vec<Op> {
     // their numbers).
     all.extend([
         Op::Unary(Unary { x, op: UnaryOp::Silu, y }),
-        Op::Dense(Dense { x, proj: p(1), act: Activation::HardSigmoid, y }),
+        Op::Dense(Dense { clamp: None, x, proj: p(1), act: Activation::HardSigmoid, y }),
         Op::Sdpa(Sdpa { q: x, k: 1, v: 2, bias: Some(3), scale: 0.125, causal: false, k_transposed: true, y }),
         Op::Sdpa(Sdpa { q: x, k: 1, v: 2, bias: None, scale: 0.5, causal: true, k_transposed: false, y }),
         // LSTM peepholes (the 8-slot record) and the GRU's reset gate on the state (the

@@ -96,7 +96,7 @@ pub(super) fn dense_activation(b: &mut ModelBuilder, report: &mut FusionReport) 
             _ => return None,
         };
         let region = Region { nodes: vec![i, n], inputs: vec![d.x], output: u.y };
-        Some((region, vec![Op::Dense(Dense { x: d.x, proj: d.proj, act, y: u.y })]))
+        Some((region, vec![Op::Dense(Dense { clamp: None, x: d.x, proj: d.proj, act, y: u.y })]))
     });
 }
 

@@ -10,6 +10,7 @@ mod aft;
 mod aft_conv;
 mod attention;
 mod channels;
+mod clamp;
 mod elementwise;
 mod layout;
 mod norm_affine;
@@ -86,6 +87,8 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
             break;
         }
     }
+    // After everything else (no other pass sees a clamp): bounds into the layers before them.
+    clamp::clamp_epilogue(b, &mut report);
     report
 }
 

@@ -192,7 +192,8 @@ mod tests {
         move |b, r| {
             let w = b.weight("w", &[5, 8], rng_vec(3, 40, 1.0)).unwrap();
             let bb = bias.then(|| b.weight("b", &[5], rng_vec(4, 5, 1.0)).unwrap());
-            b.op(|y| Op::Dense(Dense { x: r, proj: Proj { w, b: bb }, act: Default::default(), y })).unwrap()
+            b.op(|y| Op::Dense(Dense { clamp: None, x: r, proj: Proj { w, b: bb }, act: Default::default(), y }))
+                .unwrap()
         }
     }
 

@@ -50,6 +50,7 @@ fn match_channels_last_dense(b: &mut ModelBuilder, n: usize) -> Option<(Region, 
     let direct = dims(b, y)? == [o, 1, s];
     let yout = if direct { y } else { b.new_activation("pointwise_out", &[o, 1, s]).ok()? };
     ops.push(Op::Conv2d(Conv2d {
+        clamp: None,
         x: xin,
         proj: Proj { w, b: d.proj.b },
         stride: [1, 1],

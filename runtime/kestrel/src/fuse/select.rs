@@ -231,7 +231,7 @@ fn part(
     let mut y_dims: Vec<usize> = b.shape_of(d.x)?.dims().iter().map(|&v| v as usize).collect();
     *y_dims.last_mut()? = k;
     let y = b.new_activation("projection_part", &y_dims).ok()?;
-    let mut ops = vec![Op::Dense(Dense { x: d.x, proj: Proj { w, b: bias }, act: Activation::None, y })];
+    let mut ops = vec![Op::Dense(Dense { clamp: None, x: d.x, proj: Proj { w, b: bias }, act: Activation::None, y })];
     match token_axes {
         None => ops.push(Op::Reshape(Reshape { x: y, y: out })),
         Some(axes) => {

@@ -119,6 +119,13 @@ impl<'a> Interp<'a> {
         rnn_pick(&kestrel_rt_reference::rnn::rnn(x, xd[0], xd[1], &p), output)
     }
 
+    /// A layer's clamp bounds `[lo, hi]` applied, `min(max(v, lo), hi)`, where it has them.
+    fn clamped(&self, y: Vec<f64>, clamp: Option<TensorId>) -> Vec<f64> {
+        let Some(c) = clamp else { return y };
+        let b = self.weight(c);
+        y.into_iter().map(|v| v.max(b[0]).min(b[1])).collect()
+    }
+
     fn eval_op(&self, op: &Op, vals: &HashMap<TensorId, Vec<f64>>) -> Vec<f64> {
         let x_of = |id: TensorId| self.get(vals, id);
         match *op {
@@ -128,7 +135,7 @@ impl<'a> Interp<'a> {
                 let rows = xd.iter().product::<usize>() / inp;
                 let out = self.dims(o.proj.w)[0];
                 let b = o.proj.b.map(|b| self.weight(b));
-                r::dense(x_of(o.x), rows, self.weight(o.proj.w), out, b, act(o.act))
+                self.clamped(r::dense(x_of(o.x), rows, self.weight(o.proj.w), out, b, act(o.act)), o.clamp)
             }
             Op::LayerNorm(o) => {
                 let beta = o.beta.map(|b| self.weight(b));
@@ -189,7 +196,7 @@ impl<'a> Interp<'a> {
                     groups: u(o.groups),
                 };
                 let b = o.proj.b.map(|b| self.weight(b));
-                r::conv2d(
+                let y: Vec<f64> = r::conv2d(
                     x_of(o.x),
                     [xd[0], xd[1], xd[2]],
                     self.weight(o.proj.w),
@@ -200,7 +207,8 @@ impl<'a> Interp<'a> {
                 .0
                 .into_iter()
                 .map(|v| r::act(act(o.act), v))
-                .collect()
+                .collect();
+                self.clamped(y, o.clamp)
             }
             Op::Pool2d(o) => {
                 let xd = self.dims(o.x);

@@ -390,6 +390,28 @@ fn strided_out(ctx: &Ctx<'_, '_>, y: TensorId, op: usize) -> Result<Params, GpuE
         .set_all(strided::dims, (0..shape.rank()).map(|k| shape.dim(k)))
 }
 
+/// A layer's clamp, `y = min(max(y, lo), hi)` in place: two `strided` dispatches, `y` against
+/// each bound of the f32 weight `[lo, hi]` (`clamp`) read as a one-element weight.
+pub(super) fn clamp(ctx: &Ctx<'_, '_>, clamp: TensorId, y: TensorId) -> Result<Vec<Dispatch>, GpuError> {
+    let w = ctx.weight(clamp)?;
+    if w.dt != 0 || ctx.info(clamp)?.shape.numel() != Some(2) {
+        return Err(GpuError::Model(format!("clamp {clamp}: expected an f32 weight [lo, hi]")));
+    }
+    let shape = ctx.info(y)?.shape;
+    let r = shape.rank();
+    let full = broadcast_strides(&dims(&shape), r);
+    [(kestrel_rt_format::ops::BinaryOp::Max, 0), (kestrel_rt_format::ops::BinaryOp::Min, 1)]
+        .into_iter()
+        .map(|(op, k)| {
+            let p = operand(ctx, strided_out(ctx, y, op as usize)?, OPERAND_A, y, &full)?;
+            p.set_all(OPERAND_B.strides, (0..r).map(|_| 0))?
+                .set(OPERAND_B.kind, 1)?
+                .set(OPERAND_B.weight, super::Wd { off: w.off + k, cols: 1, ..w })
+                .map(|p| p.done(Kernel::Strided))
+        })
+        .collect()
+}
+
 /// The fields of one operand of the `strided` kernel (`operand` in `elementwise.wgsl`).
 struct Operand {
     kind: Field<usize>,

@@ -15,7 +15,7 @@ use crate::params::{dense, dense_patch, patch_gather, softmax, Field, Value, PER
 pub(crate) use crate::params::{word, Params, Region, Wd};
 use crate::GpuError;
 use crate::Tuning;
-use kestrel_rt_format::ops::{Op, Proj, TensorId};
+use kestrel_rt_format::ops::{self, Op, Proj, TensorId};
 use kestrel_rt_format::{DType, KesFile, TensorInfo, TensorKind};
 
 /// One compute dispatch: `batch · per` threads of `kernel` with its parameter block
@@ -173,6 +173,12 @@ pub(crate) fn compile(
         }
         if let Some(at) = prologue::row_slice_view(&ctx, &nodes, ln, &op, &mut d)? {
             nodes[at].1.clear();
+        }
+        // A dense layer's or a convolution's clamp: after its dispatches, in place (so no
+        // residual epilogue joins them: the clamp comes before any Add).
+        if let Op::Dense(ops::Dense { clamp: Some(c), y, .. }) | Op::Conv2d(ops::Conv2d { clamp: Some(c), y, .. }) = op
+        {
+            d.extend(layers::clamp(&ctx, c, y)?);
         }
         absorbed = residual_epilogue(&ctx, node, &op, &mut d)?;
         if absorbed == 0 {

@@ -15,7 +15,7 @@ pub fn residual_dense_cases() -> Vec<Case> {
             let x = c.input(&[rows, d])?;
             let r = c.input(&[rows, d])?;
             let proj = c.proj(d, d, true)?;
-            let y = c.b.op(|y| Op::Dense(Dense { x, proj, act: Activation::Gelu, y }))?;
+            let y = c.b.op(|y| Op::Dense(Dense { clamp: None, x, proj, act: Activation::Gelu, y }))?;
             let (a, b) = if swap { (r, y) } else { (y, r) };
             let sum = c.b.op(|y| Op::Binary(Binary { a, b, op: BinaryOp::Add, y }))?;
             c.b.op(|y| Op::Binary(Binary { a: sum, b: x, op: BinaryOp::Mul, y }))
@@ -25,7 +25,7 @@ pub fn residual_dense_cases() -> Vec<Case> {
         let x = c.input(&[6, 10])?;
         let r = c.input(&[6, 4])?;
         let proj = c.proj(4, 10, false)?;
-        let d = c.b.op(|y| Op::Dense(Dense { x, proj, act: Activation::None, y }))?;
+        let d = c.b.op(|y| Op::Dense(Dense { clamp: None, x, proj, act: Activation::None, y }))?;
         let s = c.b.op(|y| Op::Binary(Binary { a: d, b: r, op: BinaryOp::Add, y }))?;
         c.b.op(|y| Op::Binary(Binary { a: s, b: d, op: BinaryOp::Mul, y }))
     }));
@@ -48,6 +48,7 @@ pub fn patchify_cases() -> Vec<Case> {
             let s = k as u32;
             c.b.op(|y| {
                 Op::Conv2d(Conv2d {
+                    clamp: None,
                     x,
                     proj: Proj { w: w_, b },
                     stride: [s, s],
@@ -108,7 +109,7 @@ pub fn norm_prologue_cases() -> Vec<Case> {
         act: Activation,
     ) -> Result<TensorId, kestrel_rt::Error> {
         let proj = c.proj(out, inp, bias)?;
-        c.b.op(|y| Op::Dense(Dense { x, proj, act, y }))
+        c.b.op(|y| Op::Dense(Dense { clamp: None, x, proj, act, y }))
     }
     // A plain LayerNorm over rows `x` of width `d`, a d -> d dense layer with `act`, then `op` of
     // its output and `x`: the LayerNorm's input is read again afterwards (a transformer's
@@ -206,7 +207,7 @@ pub fn slice_view_cases() -> Vec<Case> {
         let x = c.input(&[1, 9, 16])?;
         let s = c.b.op(|y| Op::Slice(Slice { y, ..rows(x, 2, 1, 3) }))?;
         let proj = c.proj(16, 16, true)?;
-        let d = c.b.op(|y| Op::Dense(Dense { x: s, proj, act: Activation::None, y }))?;
+        let d = c.b.op(|y| Op::Dense(Dense { clamp: None, x: s, proj, act: Activation::None, y }))?;
         // The slice's input read again afterwards, as a residual stream is.
         let t = c.b.op(|y| Op::Slice(Slice { y, ..rows(x, 0, 1, 3) }))?;
         c.b.op(|y| Op::Binary(Binary { a: d, b: t, op: BinaryOp::Mul, y }))
@@ -218,13 +219,86 @@ pub fn slice_view_cases() -> Vec<Case> {
         let n = c.b.op(|y| Op::LayerNorm(LayerNorm { x: s, gamma, beta: None, eps: 1e-6, axis: NormAxis::Last, y }))?;
         let n = c.b.reshape(n, &[1, 48])?;
         let proj = c.proj(10, 48, true)?;
-        c.b.op(|y| Op::Dense(Dense { x: n, proj, act: Activation::None, y }))
+        c.b.op(|y| Op::Dense(Dense { clamp: None, x: n, proj, act: Activation::None, y }))
     }));
     v.push(case("dense", "strided rows 0, 2, 4 -> dense (not in place)", move |c| {
         let x = c.input(&[1, 9, 16])?;
         let s = c.b.op(|y| Op::Slice(Slice { y, ..rows(x, 0, 2, 3) }))?;
         let proj = c.proj(8, 16, true)?;
-        c.b.op(|y| Op::Dense(Dense { x: s, proj, act: Activation::None, y }))
+        c.b.op(|y| Op::Dense(Dense { clamp: None, x: s, proj, act: Activation::None, y }))
     }));
+    v
+}
+
+/// Dense layers and convolutions with clamp bounds (`[lo, hi]` weights): alone, before a
+/// residual Add (which must not join the dense dispatch ahead of the clamp), after a LayerNorm
+/// (the norm prologue), and a convolution in each form (one thread per output, register-blocked,
+/// tiled, patchifying).
+pub fn clamp_cases() -> Vec<Case> {
+    fn bounds(c: &mut crate::Ctx, lo: f32, hi: f32) -> Result<Option<TensorId>, kestrel_rt::Error> {
+        c.b.weight_as("clamp", &[2], vec![lo, hi], kestrel_rt::format::DType::F32).map(Some)
+    }
+    let mut v = Vec::new();
+    for (rows, d, act, lo, hi) in [
+        (5usize, 9usize, Activation::None, -0.3f32, 0.4f32),
+        (17, 48, Activation::Relu, 0.0, 6.0),
+        (1, 40, Activation::Gelu, f32::NEG_INFINITY, 0.1),
+    ] {
+        v.push(case("dense", format!("dense {rows}x{d} {act:?} clamp [{lo}, {hi}]"), move |c| {
+            let x = c.input(&[rows, d])?;
+            let proj = c.proj(d, d, true)?;
+            let clamp = bounds(c, lo, hi)?;
+            c.b.op(|y| Op::Dense(Dense { x, proj, act, clamp, y }))
+        }));
+        v.push(case("dense", format!("dense {rows}x{d} clamp [{lo}, {hi}] + residual"), move |c| {
+            let x = c.input(&[rows, d])?;
+            let r = c.input(&[rows, d])?;
+            let proj = c.proj(d, d, true)?;
+            let clamp = bounds(c, lo, hi)?;
+            let d = c.b.op(|y| Op::Dense(Dense { x, proj, act, clamp, y }))?;
+            let sum = c.b.op(|y| Op::Binary(Binary { a: d, b: r, op: BinaryOp::Add, y }))?;
+            c.b.op(|y| Op::Binary(Binary { a: sum, b: x, op: BinaryOp::Mul, y }))
+        }));
+        v.push(case("dense", format!("layer norm, dense {rows}x{d} clamp [{lo}, {hi}]"), move |c| {
+            let x = c.input(&[rows, d])?;
+            let gamma = c.w(&[d], 1.0)?;
+            let n =
+                c.b.op(|y| Op::LayerNorm(LayerNorm { x, gamma, beta: None, eps: 1e-5, axis: NormAxis::Last, y }))?;
+            let proj = c.proj(d, d, true)?;
+            let clamp = bounds(c, lo, hi)?;
+            c.b.op(|y| Op::Dense(Dense { x: n, proj, act, clamp, y }))
+        }));
+    }
+    // The upper bound inside each case's output range; higher where the sums run over more
+    // taps (45 in the tiled case): the f16 tolerance scales with the clamped output, the f16
+    // rounding with the sum before the clamp.
+    for (ci, co, k, stride, groups, hi) in [
+        (3usize, 4usize, 3usize, 1u32, 1u32, 0.5f32),
+        (4, 8, 3, 2, 2, 0.5),
+        (6, 6, 3, 1, 6, 0.5),
+        (5, 40, 3, 1, 1, 3.0),
+        (3, 8, 4, 4, 1, 1.0),
+    ] {
+        v.push(case("conv2d", format!("conv2d {ci}->{co} k{k} s{stride} g{groups} relu clamp [0, {hi}]"), move |c| {
+            let x = c.input(&[ci, 9, 8])?;
+            let w = c.w(&[co, ci / groups as usize, k, k], 0.5)?;
+            let b = Some(c.w(&[co], 0.5)?);
+            let clamp = bounds(c, 0.0, hi)?;
+            let pad = if stride as usize == k { [0; 4] } else { [1; 4] };
+            c.b.op(|y| {
+                Op::Conv2d(Conv2d {
+                    x,
+                    proj: Proj { w, b },
+                    stride: [stride, stride],
+                    pad,
+                    dilation: [1, 1],
+                    groups,
+                    act: Activation::Relu,
+                    clamp,
+                    y,
+                })
+            })
+        }));
+    }
     v
 }

@@ -349,6 +349,7 @@ pub fn conv_cases() -> Vec<Case> {
             let b = Some(c.w(&[co], 0.5)?);
             c.b.op(|y| {
                 Op::Conv2d(Conv2d {
+                    clamp: None,
                     x,
                     proj: Proj { w, b },
                     stride: [stride, stride],
