@@ -140,6 +140,9 @@ struct Padding {
     keep_dims: &'static [usize],
     /// Add the bias before the scale, `(QKᵀ + bias)·scale` (what the fused node does not compute).
     before_scale: bool,
+    /// The exporters' NaN guard after the softmax, `Where(IsNaN(p), 0, p)` as the converter
+    /// lowers it (`Unless(p, IsNan(p))`; transformers 5 / torch 2.15 exports of every HF encoder).
+    guard: bool,
 }
 
 fn decomposed_attention(sp: &Spelling) -> ModelBuilder {
@@ -229,7 +232,11 @@ fn decomposed_masked_attention(sp: &Spelling, pad: Option<Padding>) -> ModelBuil
         let mw = b.weight("mask", &[t, t], m).unwrap();
         s = b.op(|y| Op::Binary(Binary { a: s, b: mw, op: BinaryOp::Add, y })).unwrap();
     }
-    let p = b.op(|y| Op::Softmax(Softmax { x: s, y })).unwrap();
+    let mut p = b.op(|y| Op::Softmax(Softmax { x: s, y })).unwrap();
+    if pad.is_some_and(|p| p.guard) {
+        let nan = b.op(|y| Op::Unary(Unary { x: p, op: UnaryOp::IsNan, y })).unwrap();
+        p = b.op(|y| Op::Binary(Binary { a: p, b: nan, op: BinaryOp::Unless, y })).unwrap();
+    }
     let vh = split(&mut b, v_src, [0, 2, 1, 3, 0, 0]);
     let o = b.op(|y| Op::MatMul(MatMul { a: p, b: vh, transpose_b: false, y })).unwrap();
     let ot = b.op(|y| Op::Transpose(Transpose { x: o, perm: [0, 2, 1, 3, 0, 0], y })).unwrap();
@@ -296,7 +303,8 @@ fn run_masked_attn(b: &ModelBuilder, keep_len: usize) -> Vec<f32> {
 
 /// A computed padding bias (HF's `(1 − mask)·finfo.min`, `[1, 1, T]`/`[1, 1, 1, T]` per key or
 /// `[1, 1, T, T]` per query and key, broadcast over heads) added to the scores fuses into the
-/// node's mask input, with and without a causal mask, and the fused model computes the same.
+/// node's mask input, with and without a causal mask and the exporters' NaN guard after the
+/// softmax, and the fused model computes the same.
 #[test]
 fn attention_with_a_computed_padding_mask_fuses_with_the_mask_input() {
     use AttentionVariant::*;
@@ -307,7 +315,7 @@ fn attention_with_a_computed_padding_mask_fuses_with_the_mask_input() {
             for (i, &keep_dims) in keys.iter().enumerate() {
                 let causal = i % 2 == 1;
                 let sp = Spelling { scale_on_q: i % 3 == 0, ..Spelling::plain(variant, heads, causal) };
-                let pad = Padding { keep_dims, before_scale: false };
+                let pad = Padding { keep_dims, before_scale: false, guard: i % 2 == 0 };
                 let mut b = decomposed_masked_attention(&sp, Some(pad));
                 let n = keep_dims.iter().product();
                 let want = run_masked_attn(&b, n);
@@ -344,7 +352,8 @@ fn attention_with_a_computed_padding_mask_fuses_with_the_mask_input() {
 #[test]
 fn attention_with_a_mask_the_node_does_not_compute_is_not_fused() {
     let sp = Spelling::plain(AttentionVariant::Standard, 2, false);
-    let mut b = decomposed_masked_attention(&sp, Some(Padding { keep_dims: &[1, 1, 1, 6], before_scale: true }));
+    let mut b =
+        decomposed_masked_attention(&sp, Some(Padding { keep_dims: &[1, 1, 1, 6], before_scale: true, guard: false }));
     let before = b.ops().len();
     let report = fuse(&mut b);
     assert!(!report.fused.contains_key("attention"), "{report:?}");
@@ -354,7 +363,8 @@ fn attention_with_a_mask_the_node_does_not_compute_is_not_fused() {
     assert_eq!(report.fused.get("sdpa"), Some(&1), "{report:?}");
     assert!(b.ops().len() >= before - 4 && !b.ops().iter().any(|o| matches!(o, Op::Attention(_))));
 
-    let mut b = decomposed_masked_attention(&sp, Some(Padding { keep_dims: &[1, 2, 1, 6], before_scale: false }));
+    let mut b =
+        decomposed_masked_attention(&sp, Some(Padding { keep_dims: &[1, 2, 1, 6], before_scale: false, guard: false }));
     let want = run_masked_attn(&b, 12);
     let report = fuse(&mut b);
     assert!(!report.fused.contains_key("attention"), "{report:?}");
@@ -453,7 +463,7 @@ fn attention_with_a_computed_per_head_bias_fuses() {
     let (t, h) = (6usize, 2usize);
     for with_const in [false, true] {
         let sp = Spelling::plain(AttentionVariant::Efficient, h, false);
-        let pad = Padding { keep_dims: &[1, 2, 6, 6], before_scale: false };
+        let pad = Padding { keep_dims: &[1, 2, 6, 6], before_scale: false, guard: true };
         let mut b = decomposed_masked_attention(&sp, Some(pad));
         if with_const {
             // A constant learned bias added right before the softmax.
@@ -543,8 +553,9 @@ fn duplicate_nodes_are_merged_and_the_outputs_do_not_change() {
 /// graph (here a tanh stands in for rotary embeddings), grouped-query heads through a broadcast
 /// product (`[Hk, G, T, D] · [Hk, 1, D, T]`), keys transposed by a transpose of their last two
 /// axes, the scale on the queries (`spelling` 0), the scores divided (1) or multiplied after the
-/// mask (2: the mask scaled too), a computed mask plus a constant bias, the softmax and the
-/// product with values: one `Sdpa` node, same outputs. With the weights read elsewhere too, the
+/// mask (2: the mask scaled too, a fully masked query row, and the exporters' NaN guard after
+/// the softmax), a computed mask plus a constant bias, the softmax and the product with values:
+/// one `Sdpa` node, same outputs. With the weights read elsewhere too, the
 /// softmax stays, and the report's list names it with the reason.
 #[test]
 fn attention_on_computed_activations_fuses_into_sdpa() {
@@ -579,7 +590,14 @@ fn attention_on_computed_activations_fuses_into_sdpa() {
             sc = b.op(|y| Op::Binary(Binary { a: sc, b: c, op: BinaryOp::Mul, y })).unwrap();
         }
         let p = b.op(|y| Op::Softmax(Softmax { x: sc, y })).unwrap();
-        let o = b.op(|y| Op::MatMul(MatMul { a: p, b: v, transpose_b: false, y })).unwrap();
+        // Spelling 2 with the exporters' NaN guard, `Where(IsNaN(p), 0, p)`.
+        let w = if spelling == 2 {
+            let nan = b.op(|y| Op::Unary(Unary { x: p, op: UnaryOp::IsNan, y })).unwrap();
+            b.op(|y| Op::Binary(Binary { a: p, b: nan, op: BinaryOp::Unless, y })).unwrap()
+        } else {
+            p
+        };
+        let o = b.op(|y| Op::MatMul(MatMul { a: w, b: v, transpose_b: false, y })).unwrap();
         b.output(o);
         if leak {
             b.output(p);
@@ -601,11 +619,20 @@ fn attention_on_computed_activations_fuses_into_sdpa() {
                 .enumerate()
                 .map(|(i, &n)| {
                     let v = rng.vec(2 * n, 2.0);
-                    // The mask: 0 or −∞ (never key 0), as a padding mask.
+                    // The mask: 0 or −∞ (never key 0), as a padding mask; with the guard
+                    // (spelling 2) query 0 sees no key at all: the guard's zeros for its NaN
+                    // weights, the fused node's zero weights for a fully masked row.
                     if i == 3 {
                         v.iter()
                             .enumerate()
-                            .map(|(j, &x)| if j % t > 0 && x < -1.0 { f32::NEG_INFINITY } else { 0.0 })
+                            .map(|(j, &x)| {
+                                let row0 = spelling == 2 && (j % (t * t)) / t == 0;
+                                if row0 || (j % t > 0 && x < -1.0) {
+                                    f32::NEG_INFINITY
+                                } else {
+                                    0.0
+                                }
+                            })
                             .collect()
                     } else {
                         v
@@ -616,6 +643,7 @@ fn attention_on_computed_activations_fuses_into_sdpa() {
             model.session(2).unwrap().run_vec(&inputs).unwrap().remove(0)
         };
         let (a, c) = (run4(&before), run4(&fused));
+        assert!(a.iter().chain(&c).all(|v| v.is_finite()), "spelling {spelling}: a NaN or ∞ output");
         let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
         let err = a.iter().zip(&c).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
         assert!(err <= 1e-5 * scale, "spelling {spelling}: {err} of {scale}");

@@ -10,7 +10,7 @@
 //! where they differ by head): it reads off the variant, the heads, the scale and the weights, and
 //! the numerical check decides whether the fused node really computes the same thing.
 
-use super::{around_shape, rewrite_each, scalar, sole_consumer, FusionReport};
+use super::{around_shape, rewrite_each, scalar, skip_nan_guard, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_rt_format::ops::*;
@@ -264,7 +264,11 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     let q_src = through_layout(b, m1.a, &mut nodes, &mut scale);
     let k_src = through_layout(b, m1.b, &mut nodes, &mut scale);
     // Weighted sum of values.
-    let probs = forward_layout(b, sm.y, &mut nodes);
+    let mut probs = forward_layout(b, sm.y, &mut nodes);
+    let guarded = skip_nan_guard(b, probs, &mut nodes);
+    if guarded != probs {
+        probs = forward_layout(b, guarded, &mut nodes);
+    }
     let mm2 = sole_consumer(b, probs)?;
     let Op::MatMul(m2) = b.ops()[mm2] else { return None };
     if m2.a != probs {

@@ -303,6 +303,34 @@ pub(crate) fn dims(b: &ModelBuilder, id: u32) -> Option<Vec<usize>> {
     Some(b.shape_of(id)?.dims().iter().map(|&d| d as usize).collect())
 }
 
+/// Steps over the exporters' guard after a masked softmax, `Where(IsNaN(p), 0, p)` (lowered as
+/// `Unless(p, IsNan(p))`: `p` read by exactly those two nodes, the IsNan's output by the Unless
+/// only), pushing its two nodes: the guard's output, or `t` itself where there is none. Only the
+/// fused attention ops take it in, whose definition gives a row whose every score is −∞ zero
+/// weights — what the guard makes of such a row's NaNs (weights made NaN by NaN inputs stay NaN
+/// there, where the guard would zero them).
+pub(crate) fn skip_nan_guard(b: &ModelBuilder, t: u32, nodes: &mut Vec<usize>) -> u32 {
+    use kestrel_rt_format::ops::UnaryOp;
+    let c = b.consumers(t);
+    if c.len() != 2 || b.outputs().contains(&t) {
+        return t;
+    }
+    let (mut nan, mut guard) = (None, None);
+    for &n in c.iter() {
+        match b.ops()[n] {
+            Op::Unary(u) if u.op == UnaryOp::IsNan && u.x == t => nan = Some((n, u.y)),
+            Op::Binary(g) if g.op == kestrel_rt_format::ops::BinaryOp::Unless && g.a == t => guard = Some((n, g)),
+            _ => {}
+        }
+    }
+    let (Some((nn, flags)), Some((gn, g))) = (nan, guard) else { return t };
+    if g.b != flags || sole_consumer(b, flags) != Some(gn) || dims(b, g.y) != dims(b, t) {
+        return t;
+    }
+    nodes.extend([nn, gn]);
+    g.y
+}
+
 /// The value of a one-element weight.
 pub(crate) fn scalar(b: &ModelBuilder, id: u32) -> Option<f32> {
     match b.weight_values(id)? {

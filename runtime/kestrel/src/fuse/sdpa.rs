@@ -8,7 +8,7 @@
 //! has settled, so the projection-fused `Attention` keeps every block it can take; the numerical
 //! check of [`try_replace`] decides whether the node computes the same thing.
 
-use super::{dims, scalar, sole_consumer, try_replace, FusionReport};
+use super::{dims, scalar, skip_nan_guard, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_rt_format::ops::*;
@@ -237,6 +237,7 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     // The weighted sum of values.
     let mut probs = sm.y;
     let mm2n = loop {
+        probs = skip_nan_guard(b, probs, &mut nodes);
         let c = sole_consumer(b, probs).ok_or("the attention weights are read elsewhere")?;
         match b.ops()[c] {
             Op::Reshape(r) if same_rows(b, r.x, r.y) => {
