@@ -3,7 +3,8 @@
 //! which uses this module's timing helpers; `main` routes `paper` there, so this module does not
 //! depend on it),
 //! and `kestrel bench scaling`: time and memory against T for every mechanism
-//! ([`kestrel_rt_cli::scaling`]).
+//! ([`kestrel_rt_cli::scaling`]); `kestrel bench ops` (a roofline of every op kind) is in
+//! `bench_ops.rs`, routed there by `main`.
 //!
 //! Method: the session (arena) is created once; one warm-up pass over the samples; then
 //! `--reps` timed passes, each running `--samples` samples in batches of `--batch` (the last batch
@@ -24,8 +25,9 @@ use std::time::Instant;
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
     /// The .kes model to time, `paper` for the Table 5 benchmark (see `--models`), `scaling`
-    /// for time and memory against the token count T (see `--max-t`), or `gemm` for the f32
-    /// dense kernels' GFLOP/s on the paper models' large shapes against the measured peak.
+    /// for time and memory against the token count T (see `--max-t`), `gemm` for the f32
+    /// dense kernels' GFLOP/s on the paper models' large shapes against the measured peak, or
+    /// `ops` for a roofline of every op kind against a same-size copy and the FMA peak.
     pub model: String,
     /// Input samples (.npy, batch first), cycled to fill the batches; default: synthetic inputs
     /// (uniform [0, 1) for f32 inputs, token ids `i mod 2` for integer inputs).
@@ -55,15 +57,16 @@ pub struct BenchArgs {
     /// `paper` only: directory of exported paper models (benches/paper/export_paper_models.py).
     #[arg(long, default_value = "target/paper-models")]
     pub models: PathBuf,
-    /// `paper`, `scaling` and `gemm`: where to write the results (`paper`: table.md, results.csv,
-    /// results.json; default benches/results/latest. `scaling`: table.md, results.json,
-    /// scaling.png; `gemm`: gemm.md, gemm.json; default: nothing written).
+    /// `paper`, `scaling`, `gemm` and `ops`: where to write the results (`paper`: table.md,
+    /// results.csv, results.json; default benches/results/latest. `scaling`: table.md,
+    /// results.json, scaling.png; `gemm`: gemm.md, gemm.json; `ops`: ops.md, ops.json, ops.png;
+    /// default: nothing written).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// `paper` only: batch size of the batched runs.
     #[arg(long, default_value_t = 32)]
     pub paper_batch: usize,
-    /// `paper` only: only models whose name contains this (repeatable).
+    /// `paper` and `ops`: only models (`ops`: cases) whose name contains this (repeatable).
     #[arg(long)]
     pub only: Vec<String>,
     /// `paper` only: skip tract (Kestrel alone).
@@ -71,6 +74,8 @@ pub struct BenchArgs {
     pub no_tract: bool,
     #[command(flatten)]
     pub scaling: kestrel_rt_cli::scaling::ScalingArgs,
+    #[command(flatten)]
+    pub ops: crate::bench_ops::OpsArgs,
 }
 
 impl BenchArgs {
@@ -291,10 +296,13 @@ pub fn apply_isa(isa: Option<&str>) -> Result<&'static str> {
 use kestrel_rt_cpu::kernels::simd as kestrel_cpu_simd;
 
 /// `kestrel bench ...`.
-/// `--mechanisms` and `--plot` are `bench scaling`'s.
+/// `--mechanisms` and `--plot` are `bench scaling`'s, `--quick` and `--case-ms` `bench ops`'s.
 pub fn scaling_flags_only_there(a: &BenchArgs) -> Result<()> {
     if !a.scaling.mechanisms.is_empty() || a.scaling.plot.is_some() {
         bail!("--mechanisms and --plot belong to `kestrel bench scaling`");
+    }
+    if a.ops.quick || a.ops.case_ms.is_some() {
+        bail!("--quick and --case-ms belong to `kestrel bench ops`");
     }
     Ok(())
 }

@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_gemm;
+mod bench_ops;
 mod bench_paper;
 mod convert;
 mod devices;
@@ -165,6 +166,7 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
         Command::Classify(args) => kestrel_rt_cli::classify::run(w, &args),
         Command::Profile(args) => kestrel_rt_cli::profile::run(w, &args),
         Command::Bench(args) if args.model == "paper" => bench_paper::run_cli(w, &args),
+        Command::Bench(args) if args.model == "ops" => bench_ops::run_cli(w, &args),
         Command::Bench(args) => bench::run(w, &args),
         Command::Run { model, inputs, outputs, backend } => run_model(w, &model, &inputs, &outputs, &backend),
         Command::Devices => devices::run(w),
