@@ -226,16 +226,18 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi, x: &[f32], y: &mut 
             let n = (oy1 - oy0) * wq;
             let row_of = |kk: usize| (kk / taps) * set + off.get(kk % taps) + oy0 * wq;
             crate::kernels::simd::matmul_kn_rows(ag, og, k, &planes[..cg * set], row_of, n, prod, n);
-            for (o, pr) in prod[..og * n].chunks_exact(n).enumerate() {
+            for (o, pr) in prod[..og * n].chunks_exact_mut(n).enumerate() {
                 let bias = proj.b.map_or(0.0, |b| {
                     let oc = g * og + o;
                     b.get(oc / b.cols(), oc % b.cols())
                 });
+                // The bias over the contiguous product rows, then each output row one short copy.
+                if bias != 0.0 {
+                    pr.iter_mut().for_each(|v| *v += bias);
+                }
                 let yo = &mut yg[o * plane + oy0 * p.ow..oy1 * p.ow + o * plane];
                 for (yr, src) in yo.chunks_exact_mut(p.ow).zip(pr.chunks_exact(wq)) {
-                    for (v, &s) in yr.iter_mut().zip(src) {
-                        *v = s + bias;
-                    }
+                    super::copy_short(yr, &src[..p.ow]);
                 }
                 epi.apply(yo);
             }
@@ -466,10 +468,13 @@ impl Depthwise {
             let wr = proj.w.row(oc, wbuf);
             taps_body(p, &off, wr, planes, acc);
             let bias = proj.b.map_or(0.0, |b| b.get(oc / b.cols(), oc % b.cols()));
+            // The bias over the whole accumulator (contiguous: full vectors, where the rows of
+            // a small map, 6 or 12 wide, would run scalar), then each row one short copy.
+            if bias != 0.0 {
+                acc.iter_mut().for_each(|a| *a += bias);
+            }
             for (yr, ar) in yp.chunks_exact_mut(ow).zip(acc.chunks_exact(self.geom.wq)) {
-                for (v, &a) in yr.iter_mut().zip(ar) {
-                    *v = a + bias;
-                }
+                super::copy_short(yr, &ar[..ow]);
             }
             epi.apply(yp);
         }
@@ -565,9 +570,19 @@ pub(crate) fn split_phases(g: &PhaseGeom, xc: &[f32], fill: f32, planes: &mut [f
     let [sh, sw] = g.stride;
     let plane = g.hq * g.wq;
     planes.fill(fill);
+    if sh == 1 && sw == 1 {
+        // One phase: the plane padded, each input row one short copy (no index arithmetic per
+        // row: the general loop's divisions by the runtime strides cost as much as the copies).
+        for (r, xr) in xc[..h * w].chunks_exact(w).enumerate() {
+            let at = (r + pt) * g.wq + pl;
+            super::copy_short(&mut planes[at..at + w], xr);
+        }
+        return;
+    }
     for (r, xr) in xc[..h * w].chunks_exact(w).enumerate() {
         let pr = r + pt;
-        let (ry, i) = (pr % sh, pr / sh);
+        // Strides of 2 (the common case) by shifts, not divisions by a runtime value.
+        let (ry, i) = if sh == 2 { (pr & 1, pr >> 1) } else { (pr % sh, pr / sh) };
         if sw == 2 && w >= 2 {
             // Input column 2t + u lands in phase (u + pl) mod 2 at column t + (u + pl) / 2:
             // one pass over pairs (deinterleaved by the compiler).
