@@ -175,7 +175,7 @@ pub fn unary(p: &UnaryParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
         UnaryOp::Sigmoid => in_place!(crate::kernels::simd::sigmoid),
         UnaryOp::Tanh => in_place!(crate::kernels::simd::tanh),
         UnaryOp::Silu => in_place!(crate::kernels::simd::silu),
-        UnaryOp::GeluTanh => map!(math::gelu_tanh),
+        UnaryOp::GeluTanh => in_place!(crate::kernels::simd::gelu_tanh),
         // Every other function: one loop per function from the format's table (the function
         // inlined into its loop), or, on a microcontroller, one loop with the match inside.
         op if FN_LOOPS => op.with_fn(Map { x, y }),

@@ -81,12 +81,12 @@ pub fn epilogue(act: Activation, clamp: Option<Clamp>, y: &mut [f32]) {
 /// others in loops the compiler vectorises.
 #[inline]
 pub fn activate(act: Activation, y: &mut [f32]) {
-    use crate::math::{gelu_tanh, hard_sigmoid};
+    use crate::math::hard_sigmoid;
     match act {
         Activation::None => {}
         Activation::Relu => y.iter_mut().for_each(|v| *v = v.max(0.0)),
         Activation::Gelu => simd::gelu(y),
-        Activation::GeluTanh => y.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
+        Activation::GeluTanh => simd::gelu_tanh(y),
         Activation::Silu => simd::silu(y),
         Activation::HardSwish => y.iter_mut().for_each(|v| *v *= hard_sigmoid(*v)),
         // Multiply-add, max, min: one loop the compiler vectorises.

@@ -372,6 +372,30 @@ pub fn sigmoid(v: &mut [f32]) {
     )
 }
 
+/// tanh-approximated GELU `v[i] ← x·σ(2·√(2/π)·(x + 0.044715·x³))` in place (GPT-2's and T5
+/// v1.1's MLP activation): per block of 256 the argument in one loop, the vectorised [`sigmoid`]
+/// over it, the product with the saved inputs in another (the scalar form costs a libm `expf` per
+/// element).
+#[inline]
+pub fn gelu_tanh(v: &mut [f32]) {
+    const K2: f32 = 2.0 * 0.797_884_6; // 2·√(2/π)
+    let mut saved = [0f32; 256];
+    for block in v.chunks_mut(256) {
+        let x = &mut saved[..block.len()];
+        x.copy_from_slice(block);
+        for (u, &xv) in block.iter_mut().zip(x.iter()) {
+            *u = K2 * (xv + 0.044_715 * xv * xv * xv);
+        }
+        sigmoid(block);
+        for (o, &xv) in block.iter_mut().zip(x.iter()) {
+            // −∞ · σ(−∞): NaN by the definition (−∞·(1 + tanh(−∞))/2), where the vectorised
+            // exp's clamped argument leaves σ a denormal above 0.
+            let r = *o * xv;
+            *o = if xv == f32::NEG_INFINITY { f32::NAN } else { r };
+        }
+    }
+}
+
 /// SiLU `v[i] ← v[i]·σ(v[i])` in place, one pass: x86 `x·σ(x)` with the vectorised sigmoid (16
 /// lanes on AVX-512), elsewhere the scalar [`crate::math::sigmoid`].
 #[inline]
