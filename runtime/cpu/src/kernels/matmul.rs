@@ -6,7 +6,7 @@ use crate::error::{expect_eq, ShapeError};
 use crate::kernels::elementwise::{broadcast_dims, broadcast_strides, dims_of, Operand};
 use crate::kernels::strided::for_each_index;
 use kestrel_rt_format::weight::dot_f32;
-use kestrel_rt_format::{Shape, MAX_RANK};
+use kestrel_rt_format::{Shape, WeightView, MAX_RANK};
 
 /// Shapes of a batched matmul.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,6 +135,19 @@ pub fn matmul(p: &MatMulParams, a: &[f32], b: Operand<'_>, y: &mut [f32], scratc
     for_each_index(&p.batch_dims[..p.batch_rank], [&p.a_strides, &p.b_strides], |bi, [oa, ob]| {
         let ym = &mut y[bi * mn..(bi + 1) * mn];
         let am = &a[oa..oa + m * k];
+        // `b` stored as f32 (an activation or an f32 weight): the packed GEMM kernels the dense
+        // layers and convolutions use, `a · bᵀ` as a dense product with `b` as its weight rows,
+        // `a · b` reading `b`'s rows in place. Other encodings: the loops below, each row decoded
+        // once per batch index.
+        if let Some(bs) = b.as_f32() {
+            if p.transpose_b {
+                if let Ok(w) = WeightView::f32(n, k, &bs[ob..ob + n * k]) {
+                    return crate::kernels::linear::matmul_nt(am, m, &w, ym);
+                }
+            } else {
+                return crate::kernels::simd::matmul_kn(am, m, k, &bs[ob..ob + k * n], n, ym, n);
+            }
+        }
         if p.transpose_b {
             for j in 0..n {
                 let seg = segment(&b, ob + j * k, k, &mut *scratch, &mut cached);
