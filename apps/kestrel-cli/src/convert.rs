@@ -62,8 +62,11 @@ pub fn run(
     let verification = match verify {
         None => None,
         Some(p) => {
-            let inputs =
-                if p.as_os_str().is_empty() { random_inputs(&conv.kes)? } else { vec![kestrel_rt_onnx::read_npy(p)?] };
+            let inputs = if p.as_os_str().is_empty() {
+                random_inputs(&conv.kes, &kestrel_rt_onnx::input_layouts(onnx, &opts.dims)?)?
+            } else {
+                vec![kestrel_rt_onnx::read_npy(p)?]
+            };
             let pb = spinner("verifying against tract".into());
             let v = kestrel_rt_onnx::verify(onnx, &conv.kes, &inputs);
             pb.finish_and_clear();
@@ -98,8 +101,10 @@ pub fn run(
     Ok(())
 }
 
-/// Four seeded random samples shaped like the model's inputs (token ids in 0..10).
-fn random_inputs(kes: &[u8]) -> Result<Vec<InputTensor>> {
+/// Four seeded random samples shaped like the model's inputs (token ids in 0..10); an input
+/// without a batch axis in the ONNX graph (a fixed first axis N > 1) is given as exactly its
+/// declared shape, one whole sample.
+fn random_inputs(kes: &[u8], layouts: &[kestrel_rt_onnx::InputLayout]) -> Result<Vec<InputTensor>> {
     let model = kestrel_rt::Model::from_bytes(kes)?;
     let cpu = model.cpu()?;
     let meta = cpu.file().meta();
@@ -108,9 +113,14 @@ fn random_inputs(kes: &[u8]) -> Result<Vec<InputTensor>> {
     let mut out = Vec::new();
     for (i, spec) in meta.inputs().enumerate() {
         let t = cpu.input(i)?;
-        let mut shape = vec![batch];
-        shape.extend(spec.shape.dims().iter().map(|&d| d as usize));
-        let n = batch * t.shape.numel().unwrap_or(0);
+        let (shape, n) = match layouts.get(i).filter(|l| !l.batched) {
+            Some(l) => (l.shape.clone(), l.shape.iter().product()),
+            None => {
+                let shape: Vec<usize> =
+                    std::iter::once(batch).chain(spec.shape.dims().iter().map(|&d| d as usize)).collect();
+                (shape, batch * t.shape.numel().unwrap_or(0))
+            }
+        };
         let data = if t.dtype == kestrel_rt::format::DType::I32 && spec.name.to_ascii_lowercase().contains("mask") {
             // A padding mask (`attention_mask`): 1 for the kept tokens, then 0s, a different
             // number of them per sample, never all padding.

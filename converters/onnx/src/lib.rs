@@ -326,6 +326,26 @@ pub fn convert_with(
     Ok(Conversion { kes, report })
 }
 
+/// A graph input as the converter reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InputLayout {
+    /// The ONNX input name.
+    pub name: String,
+    /// Its shape at batch 1 (the batch axis included when it has one).
+    pub shape: Vec<usize>,
+    /// Whether its first axis is the batch (symbolic or 1); an input without one (a fixed first
+    /// axis N > 1, a scalar) is one whole sample.
+    pub batched: bool,
+}
+
+/// The graph's inputs as [`convert`] reads them, in input order; `dims` as
+/// [`ConvertOptions::dims`].
+pub fn input_layouts(onnx_path: impl AsRef<Path>, dims: &[(String, usize)]) -> Result<Vec<InputLayout>, ConvertError> {
+    let bind = load::DimBinding { batch: 1, dims, shapes: None };
+    let (_, inputs) = load::load_typed(onnx_path.as_ref(), &bind)?;
+    Ok(inputs.into_iter().map(|i| InputLayout { name: i.name, shape: i.shape, batched: i.batched }).collect())
+}
+
 /// tract's typed, decluttered graph at batch 1, one node per line (for debugging a lowering).
 pub fn dump_tract_graph(onnx_path: impl AsRef<Path>) -> Result<String, ConvertError> {
     let (model, _) = load::load_typed(onnx_path.as_ref(), &load::DimBinding::batch(1))?;

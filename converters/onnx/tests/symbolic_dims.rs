@@ -109,3 +109,24 @@ fn inputs_disagreeing_on_a_symbol_are_refused() {
     assert!(e.to_string().contains("`T`"), "{e}");
     std::fs::remove_file(path).ok();
 }
+
+#[test]
+fn input_layouts_tell_batched_inputs_from_whole_ones() {
+    let path = write_model("layouts");
+    let dims = [("T".to_string(), 5), ("S".to_string(), 3)];
+    let l = kestrel_rt_onnx::input_layouts(&path, &dims).unwrap();
+    let got: Vec<(&str, &[usize], bool)> = l.iter().map(|l| (l.name.as_str(), l.shape.as_slice(), l.batched)).collect();
+    assert_eq!(got, vec![("x", &[1, 5, 8][..], true), ("m", &[1, 5][..], true), ("z", &[1, 3][..], true)]);
+    // A fixed first axis N > 1: one whole sample, its declared shape.
+    let fixed = Msg::default()
+        .msg(1, Msg::default().str(1, "x").str(1, "two").str(2, "y").str(3, "y").str(4, "Mul"))
+        .str(2, "g")
+        .msg(5, f32_tensor("two", &[], &[2.0]))
+        .msg(11, float_value_sym("x", &["3", "T"]))
+        .msg(12, float_value("y", None));
+    let bytes = Msg::default().int(1, 9).msg(8, Msg::default().int(2, 13)).str(2, "fixed").msg(7, fixed).0;
+    std::fs::write(&path, bytes).unwrap();
+    let l = kestrel_rt_onnx::input_layouts(&path, &[("T".to_string(), 4)]).unwrap();
+    assert_eq!((l[0].shape.as_slice(), l[0].batched), (&[3, 4][..], false));
+    std::fs::remove_file(path).ok();
+}
