@@ -75,7 +75,20 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub scaling: kestrel_rt_cli::scaling::ScalingArgs,
     #[command(flatten)]
-    pub ops: crate::bench_ops::OpsArgs,
+    pub ops: OpsArgs,
+}
+
+/// The flags of `kestrel bench ops` (flattened into `kestrel bench`'s arguments).
+#[derive(Args, Debug, Clone, Default)]
+pub struct OpsArgs {
+    /// `ops` only: a few shapes (the smallest size of each family, still every unary and binary
+    /// op and broadcast form) and short timing: a smoke run.
+    #[arg(long)]
+    pub quick: bool,
+    /// `ops` only: time each case for at least this many ms, its copy peer for half as long
+    /// (default 100; 3 with --quick).
+    #[arg(long, value_name = "MS")]
+    pub case_ms: Option<f64>,
 }
 
 impl BenchArgs {

@@ -33,7 +33,6 @@
 //! start and the end of the run (the higher is used).
 
 use anyhow::{bail, Context, Result};
-use clap::Args;
 use kestrel_rt::demo::Rng;
 use kestrel_rt::format::ops::*;
 use kestrel_rt::format::DType;
@@ -45,19 +44,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
-
-/// The flags of `kestrel bench ops` (flattened into `kestrel bench`'s arguments).
-#[derive(Args, Debug, Clone, Default)]
-pub struct OpsArgs {
-    /// `ops` only: a few shapes (the smallest size of each family, still every unary and binary
-    /// op and broadcast form) and short timing: a smoke run.
-    #[arg(long)]
-    pub quick: bool,
-    /// `ops` only: time each case for at least this many ms, its copy peer for half as long
-    /// (default 100; 3 with --quick).
-    #[arg(long, value_name = "MS")]
-    pub case_ms: Option<f64>,
-}
 
 /// Memory-bound target: this fraction of the same-size copy bandwidth.
 pub const MEMORY_TARGET: f64 = 0.5;
