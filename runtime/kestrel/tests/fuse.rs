@@ -369,7 +369,11 @@ fn attention_with_a_mask_the_node_does_not_compute_is_not_fused() {
     let report = fuse(&mut b);
     assert!(!report.fused.contains_key("attention"), "{report:?}");
     assert!(!b.ops().iter().any(|o| matches!(o, Op::Attention(_))));
-    assert_eq!(run_masked_attn(&b, 12), want);
+    // The same outputs up to the summation order (what did fuse, Sdpa, sums in another order
+    // than the MatMuls it replaced).
+    let got = run_masked_attn(&b, 12);
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() <= 1e-5 * scale), "{got:?} vs {want:?}");
 }
 
 /// The causal block with its constant mask replaced by `terms` constant score terms (each a
