@@ -4,7 +4,7 @@
 //! depend on it),
 //! and `kestrel bench scaling`: time and memory against T for every mechanism
 //! ([`kestrel_rt_cli::scaling`]); `kestrel bench ops` (a roofline of every op kind) is in
-//! `bench_ops.rs`, routed there by `main`.
+//! `bench_ops/` (cases, timing, report), routed there by `main`.
 //!
 //! Method: the session (arena) is created once; one warm-up pass over the samples; then
 //! `--reps` timed passes, each running `--samples` samples in batches of `--batch` (the last batch
