@@ -56,7 +56,7 @@ pub fn conv2d_clamped(
     let n = p.o * p.oh * p.ow;
     if channels_last_depthwise(p) && scratch.len() >= cl_scratch(p) {
         depthwise_cl(p, proj, x, y, scratch);
-        return epi.apply(&mut y[..n]);
+        return finish_planes(proj, p.oh * p.ow, epi, &mut y[..n]);
     }
     if p.c / p.groups == 1 {
         let dw = Depthwise::of(p);
@@ -259,17 +259,6 @@ fn finish_planes(proj: &ProjW<'_>, plane: usize, epi: Epi, y: &mut [f32]) {
             }
         }
         epi.apply(yp);
-    }
-}
-
-/// `y[o, ·] += b[o]` per output channel (nothing without a bias).
-fn add_bias(proj: &ProjW<'_>, plane: usize, y: &mut [f32]) {
-    let Some(b) = proj.b else { return };
-    for (o, yp) in y.chunks_exact_mut(plane.max(1)).enumerate() {
-        let bias = b.get(o / b.cols(), o % b.cols());
-        if bias != 0.0 {
-            yp.iter_mut().for_each(|v| *v += bias);
-        }
     }
 }
 

@@ -1,9 +1,9 @@
 //! Depthwise convolution channels-innermost, for output maps of at most [`CL_MAX_PLANE`]
 //! pixels: input and weights transposed to `[·, C]`, each output pixel's in-bounds taps summed
 //! with the channels in registers ([`simd::taps_cl`](crate::kernels::simd::taps_cl)), the result
-//! transposed back with the bias.
+//! transposed back (the caller adds the bias with the activation, per plane).
 
-use super::{add_bias, transpose2d, Conv2dParams, MAX_TAPS};
+use super::{transpose2d, Conv2dParams, MAX_TAPS};
 use crate::kernels::linear::ProjW;
 
 /// Output planes up to which a depthwise convolution (one input channel per output channel)
@@ -28,7 +28,7 @@ pub(super) fn cl_scratch(p: &Conv2dParams) -> usize {
 
 /// Depthwise convolution channels-innermost (see [`CL_MAX_PLANE`]): input and weights
 /// transposed to `[·, C]`, each output pixel's taps inside the input accumulated in tap order
-/// (the padding contributes nothing), the result transposed back with the bias.
+/// (the padding contributes nothing), the result transposed back (no bias: the caller adds it).
 pub(super) fn depthwise_cl(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
@@ -77,7 +77,6 @@ fn depthwise_cl_body(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32
     }
     cl_taps_body(p, xt, wt, yt);
     transpose2d(yt, plane, c, &mut y[..c * plane]);
-    add_bias(proj, plane, &mut y[..c * plane]);
 }
 
 /// The multiply-adds of [`depthwise_cl`]: per output pixel, the taps inside the input listed
