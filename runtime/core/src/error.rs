@@ -163,8 +163,9 @@ pub enum LoadError {
 /// Why a run (or session creation) failed. Nothing is silently clamped or truncated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RunError {
-    /// A token id is negative or not below the vocabulary size.
-    #[error("token id {id} at position {position} is outside the vocabulary (0..{vocab})")]
+    /// A token id is outside `-vocab..vocab` (a negative id counts from the end, as in ONNX
+    /// `Gather`).
+    #[error("token id {id} at position {position} is outside the vocabulary (-{vocab}..{vocab})")]
     TokenIdOutOfRange {
         /// Flat position of the id in the input.
         position: usize,

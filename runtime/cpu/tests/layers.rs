@@ -562,7 +562,8 @@ proptest! {
         table in vals(10 * 8),
         pos in vals(9 * 8),
     ) {
-        let ids: Vec<i32> = ids[..t].iter().map(|&i| (i as usize % vocab) as i32).collect();
+        // Every id in -vocab..vocab: a negative one counts from the end (ONNX `Gather`).
+        let ids: Vec<i32> = ids[..t].iter().map(|&i| (i as usize % (2 * vocab)) as i32 - vocab as i32).collect();
         let mut tt = TestWeight::matrix(dt, vocab, d, &table[..vocab * d]);
         let mut pt = TestWeight::matrix(dt_pos, t + extra, d, &pos[..(t + extra) * d]);
         let (tv, pv) = (tt.view(), pt.view());
@@ -578,12 +579,13 @@ proptest! {
     fn out_of_range_token_ids_are_run_time_errors(
         (vocab, t) in (1usize..10, 1usize..7),
         at in 0usize..6,
-        bad in prop_oneof![Just(-1i32), Just(i32::MIN), Just(0i32), Just(7i32), Just(i32::MAX)],
+        bad in prop_oneof![Just(-1i32), Just(-7i32), Just(i32::MIN), Just(0i32), Just(7i32), Just(i32::MAX)],
         dt in dtype(),
     ) {
         let at = at % t;
-        // Non-negative choices are shifted to ≥ vocab.
-        let bad = if bad >= 0 { bad.saturating_add(vocab as i32) } else { bad };
+        // Non-negative choices are shifted to ≥ vocab, negative ones below -vocab (-vocab..0 counts
+        // from the end).
+        let bad = if bad >= 0 { bad.saturating_add(vocab as i32) } else { bad.saturating_sub(vocab as i32) };
         let mut ids = vec![0i32; t];
         ids[at] = bad;
         let d = 3;

@@ -510,16 +510,19 @@ pub fn patch_embed(x: &[f64], x_shape: [usize; 3], p: usize, w: &[f64], d: usize
 }
 
 /// Token embedding: `y[t] = table[ids[t]] + pos[t]` (`table [vocab, d]`, `pos [≥T, d]`).
-/// `Err(t)` with the first position whose id is outside `0..vocab`.
+/// An id in `-vocab..0` counts from the end (ONNX `Gather`). `Err(t)` with the first position
+/// whose id is outside `-vocab..vocab`.
 pub fn embedding(ids: &[i32], table: &[f64], d: usize, pos: Option<&[f64]>) -> Result<Vec<f64>, usize> {
-    let vocab = table.len() / d;
+    let vocab = (table.len() / d) as i64;
     let mut y = Vec::with_capacity(ids.len() * d);
     for (t, &id) in ids.iter().enumerate() {
-        if id < 0 || id as usize >= vocab {
+        let id = i64::from(id);
+        if id < -vocab || id >= vocab {
             return Err(t);
         }
+        let row = if id < 0 { id + vocab } else { id } as usize;
         for e in 0..d {
-            y.push(table[id as usize * d + e] + pos.map_or(0.0, |p| p[t * d + e]));
+            y.push(table[row * d + e] + pos.map_or(0.0, |p| p[t * d + e]));
         }
     }
     Ok(y)

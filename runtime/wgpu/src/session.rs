@@ -468,7 +468,8 @@ impl GpuSession {
                 }
                 let id = i32::try_from(v).map_err(|_| RunError::IdTooLarge { input: i, position, id: v })?;
                 if let Some(vocab) = vocab {
-                    if id < 0 || id as usize >= vocab {
+                    // A negative id counts from the end (the shader adds the vocabulary).
+                    if !(-(vocab as i64)..vocab as i64).contains(&i64::from(id)) {
                         return Err(RunError::TokenIdOutOfRange { position, id, vocab }.into());
                     }
                 }

@@ -65,3 +65,23 @@ fn a_failed_run_leaves_the_session_usable() {
     let want = run_cpu(&model, &[Feed::I64(good)], 2);
     assert!(measure(&out, &want[0], F32_MODEL).0 <= 1.0);
 }
+
+#[test]
+fn negative_token_ids_count_from_the_end() {
+    // ONNX `Gather` semantics: an id in -vocab..0 reads row vocab + id, on the GPU as on the CPU.
+    let Some(g) = gpu() else { return };
+    let model = demo_text_model();
+    let cpu = model.cpu().unwrap();
+    let vocab = 100;
+    let mut s = GpuSession::new(&g, &cpu, 2).unwrap();
+    let positive: Vec<i64> = (0..48).map(|i| (i * 37 + 11) % vocab).collect();
+    let negative: Vec<i64> =
+        positive.iter().enumerate().map(|(i, &v)| if i % 3 == 0 { v - vocab } else { v }).collect();
+    let mut out = vec![0f32; 2 * 2];
+    s.run(&[kestrel_rt::Input::I64(&negative)], &mut [&mut out]).unwrap();
+    let want = run_cpu(&model, &[Feed::I64(positive)], 2);
+    assert!(measure(&out, &want[0], F32_MODEL).0 <= 1.0);
+    let below: Vec<i64> = (0..48).map(|i| if i == 5 { -vocab - 1 } else { i }).collect();
+    let err = s.run(&[kestrel_rt::Input::I64(&below)], &mut [&mut out]).unwrap_err();
+    assert!(err.to_string().contains("outside the vocabulary (-100..100)"), "{err}");
+}

@@ -120,9 +120,16 @@ pub fn embedding_scratch(p: &EmbeddingParams) -> usize {
     }
 }
 
+/// The table row of token `id`: `id` itself in `0..vocab`, `vocab + id` in `-vocab..0` (counted
+/// from the end, as ONNX `Gather` does), `None` outside `-vocab..vocab`.
+pub fn token_row(id: i32, vocab: usize) -> Option<usize> {
+    let row = if id < 0 { vocab.checked_sub(id.unsigned_abs() as usize)? } else { id as usize };
+    (row < vocab).then_some(row)
+}
+
 /// Looks up `ids` (`p.tokens` of them) into `y [T, d]`, adding position rows when `pos` is
-/// given. An id outside `0..vocab` is a [`RunError::TokenIdOutOfRange`]; the rows before it are
-/// already written then.
+/// given. An id in `-vocab..0` counts from the end (ONNX `Gather`); one outside `-vocab..vocab` is
+/// a [`RunError::TokenIdOutOfRange`], the rows before it are already written then.
 pub fn embedding(
     p: &EmbeddingParams,
     table: &WeightView<'_>,
@@ -133,11 +140,7 @@ pub fn embedding(
 ) -> Result<(), RunError> {
     let d = p.d;
     for (t, (&id, yr)) in ids[..p.tokens].iter().zip(y[..p.tokens * d].chunks_exact_mut(d)).enumerate() {
-        let row = usize::try_from(id).ok().filter(|&r| r < p.vocab).ok_or(RunError::TokenIdOutOfRange {
-            position: t,
-            id,
-            vocab: p.vocab,
-        })?;
+        let row = token_row(id, p.vocab).ok_or(RunError::TokenIdOutOfRange { position: t, id, vocab: p.vocab })?;
         table.decode_row(row, yr);
         if let Some(pv) = pos {
             let pr = pv.row(t, &mut scratch[..d]);

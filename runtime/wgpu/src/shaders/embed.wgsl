@@ -2,13 +2,15 @@
 // projection that follows is a dense dispatch).
 
 // Parameters `EmbeddingP`: ids_base, y_base, tokens, d, vocab, has_pos, table, pos.
-// per = tokens · d. Ids were range-checked on the host; a bad one reads row 0, never out of bounds.
+// per = tokens · d. Ids were range-checked on the host (-vocab..vocab, a negative one counting
+// from the end); a bad one reads row 0, never out of bounds.
 fn embedding_body(it: Item) {
     let prm = embedding_p();
     let t = it.l / prm.d;
     let j = it.l % prm.d;
     let tok = bitcast<i32>(act[prm.ids_base + it.s * prm.tokens + t]);
-    let row = select(0u, u32(tok), tok >= 0 && u32(tok) < prm.vocab);
+    let wrapped = select(tok, tok + i32(prm.vocab), tok < 0);
+    let row = select(0u, u32(wrapped), wrapped >= 0 && u32(wrapped) < prm.vocab);
     var v = wget(prm.table, row, j);
     if prm.has_pos {
         v += wget(prm.pos, t, j);
