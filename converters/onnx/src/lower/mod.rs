@@ -238,8 +238,8 @@ impl<'m> Lowerer<'m> {
         };
         let shape = if t.rank() == 0 { vec![1] } else { t.shape().to_vec() };
         let v = f32s(&t)?;
-        if v.len() != shape.iter().product::<usize>() || v.is_empty() {
-            return Err(self.bad("a non-empty numeric constant output", format!("{:?}", t.datum_type())));
+        if v.len() != shape.iter().product::<usize>() {
+            return Err(self.bad("a numeric constant output", format!("{:?}", t.datum_type())));
         }
         let w = self.weight_f32(o, "constant_output", &shape, v)?;
         let z = self.weight_f32(o, "zero", &[1], vec![0.0])?;
