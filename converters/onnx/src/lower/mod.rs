@@ -21,6 +21,7 @@ mod pool;
 mod quant_ops;
 mod resize;
 pub(crate) mod rnn;
+mod scan;
 mod scatter;
 mod select;
 mod shape;
@@ -39,6 +40,7 @@ use tract_onnx::tract_core::ops::cast::Cast;
 use tract_onnx::tract_core::ops::cnn::Conv;
 use tract_onnx::tract_core::ops::einsum::EinSum;
 use tract_onnx::tract_core::ops::identity::Identity;
+use tract_onnx::tract_core::ops::scan::Scan;
 use tract_onnx::tract_core::ops::source::TypedSource;
 
 /// What a tract outlet is on the Kestrel side.
@@ -119,6 +121,9 @@ pub(crate) struct Lowerer<'m> {
     composed: usize,
     /// Lowering a quantised op's float core (no activation after it may fuse).
     pub(super) quantised: bool,
+    /// Node copies made by unrolling so far (scan bodies, recurrences), held to
+    /// [`scan::MAX_UNROLLED`].
+    unrolled: usize,
 }
 
 /// The result of lowering one node.
@@ -171,6 +176,7 @@ impl<'m> Lowerer<'m> {
             ids_values: HashMap::new(),
             composed: 0,
             quantised: false,
+            unrolled: 0,
         }
     }
 
@@ -422,7 +428,10 @@ impl<'m> Lowerer<'m> {
                 self.failed.insert(n);
                 continue;
             }
+            // A Scan keeps state across runs in tract, so it is not folded: it unrolls (and its
+            // body folds) instead.
             let done = if !node.inputs.is_empty()
+                && !node.op_is::<Scan>()
                 && node.inputs.iter().all(|i| matches!(self.vals.get(i), Some(Val::Const(_))))
             {
                 self.fold()
@@ -503,8 +512,12 @@ impl<'m> Lowerer<'m> {
             .eval_out_of_plan(inputs)
             .map_err(|e| self.bad("a foldable constant op", format!("{e}")))?
             .ok_or_else(|| self.unsupported("stateful op on constants"))?;
-        let t = out.into_iter().next().ok_or_else(|| self.bad("one output", "none".into()))?;
-        self.set_out(Val::Const(t.into_arc_tensor()));
+        if out.is_empty() {
+            return Err(self.bad("one output", "none".into()));
+        }
+        for (slot, t) in out.into_iter().enumerate() {
+            self.vals.insert(OutletId::new(self.node, slot), Val::Const(t.into_arc_tensor()));
+        }
         Ok(())
     }
 
@@ -528,7 +541,10 @@ impl<'m> Lowerer<'m> {
 
     fn lower(&mut self) -> Res<()> {
         let node = self.tnode();
-        if self.try_topk()? {
+        if self.try_topk()? || self.try_scan()? {
+            return Ok(());
+        }
+        if self.try_dropout()? || self.try_dynamic_quantize()? || self.try_pool_indices()? {
             return Ok(());
         }
         if node.outputs.len() != 1 {

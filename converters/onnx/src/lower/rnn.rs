@@ -1,23 +1,28 @@
-//! ONNX `LSTM` and `GRU` → Kestrel `Lstm` / `Gru`.
+//! ONNX `LSTM` and `GRU` → Kestrel `Lstm` / `Gru`; ONNX `RNN`, and any recurrence whose weights,
+//! biases, peepholes or initial states are computed at run time, → the recurrence unrolled into
+//! generic ops ([`steps`]).
 //!
-//! tract imports an ONNX LSTM as a `Scan` over a cell body and a GRU as its fused `GruSeq`,
+//! tract imports an ONNX LSTM or RNN as a `Scan` over a cell body and a GRU as its fused `GruSeq`,
 //! which hides the recurrence's structure (and tract ignores the `direction`, `activations`,
-//! `clip` and `input_forget` attributes). So the converter registers its own parsers for the two
+//! `clip` and `input_forget` attributes). So the converter registers its own parsers for the three
 //! op types ([`register`], called by `load.rs`): they produce [`RnnHir`], which keeps the ONNX
 //! attributes and types as one [`RnnNode`] per ONNX output the node has (every Kestrel op has one
 //! output; a model that reads Y and Y_h gets two recurrent nodes). [`RnnNode`] evaluates by
 //! wiring tract's own implementation (`CommonRec`) into a small model and running it, so constant
-//! folding and `--verify` compute what tract always did. [`Lowerer::try_rnn`] then maps the node
-//! to one Kestrel op, or names what is not supported (non-default activations, clip,
-//! input_forget, a non-trivial `sequence_lens`, weights, peepholes or initial states computed
-//! from the input). Both GRU forms convert (`linear_before_reset` 1, PyTorch's, and 0, ONNX's
-//! default: `Gru::reset`), and LSTM peepholes are the op's optional `p`.
+//! folding and `--verify` compute what tract always did (a reversed direction included).
+//! [`Lowerer::try_rnn`] then maps an LSTM/GRU node with constant parameters to one Kestrel op and
+//! anything else to the unrolled steps, or names what is not supported (non-default activations,
+//! clip, input_forget, a non-trivial or computed `sequence_lens`). Both GRU forms convert
+//! (`linear_before_reset` 1, PyTorch's, and 0, ONNX's default: `Gru::reset`), and LSTM peepholes
+//! are the op's optional `p`.
+
+mod steps;
 
 use super::{f32s, zeros, Lowerer, Res, Val};
 use kestrel_rt_format::ops::{BinaryOp, Gru, GruReset, Lstm, Op, RnnDirection, RnnOutput, Slice, TensorId};
 use tract_onnx::model::{OnnxOpRegister, ParsingContext};
 use tract_onnx::ops::rec::common::CommonRec;
-use tract_onnx::ops::rec::{gru::GRU, lstm::LSTM};
+use tract_onnx::ops::rec::{gru::GRU, lstm::LSTM, rnn::RNN};
 use tract_onnx::pb::NodeProto;
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::internal::{ensure, EvalContext, EvalOp, StaticName};
@@ -28,6 +33,7 @@ use tract_onnx::tract_hir::ops as hir_ops;
 pub(crate) fn register(reg: &mut OnnxOpRegister) {
     reg.insert("LSTM", parse_lstm);
     reg.insert("GRU", parse_gru);
+    reg.insert("RNN", parse_rnn);
 }
 
 /// Which cell.
@@ -35,6 +41,8 @@ pub(crate) fn register(reg: &mut OnnxOpRegister) {
 pub(crate) enum CellKind {
     Lstm,
     Gru,
+    /// ONNX `RNN`: `h = tanh(x_t Wᵀ + h Rᵀ + Wb + Rb)` (no Kestrel op of its own: unrolled).
+    Rnn,
 }
 
 /// The ONNX node's attributes and input/output slots, as read from the file.
@@ -94,6 +102,7 @@ impl RnnSpec {
         match self.cell {
             CellKind::Lstm => 4,
             CellKind::Gru => 3,
+            CellKind::Rnn => 1,
         }
     }
 
@@ -115,6 +124,7 @@ impl RnnSpec {
             let default: &[&str] = match self.cell {
                 CellKind::Lstm => &["Sigmoid", "Tanh", "Tanh"],
                 CellKind::Gru => &["Sigmoid", "Tanh"],
+                CellKind::Rnn => &["Tanh"],
             };
             let want: Vec<&str> = (0..dirs).flat_map(|_| default.iter().copied()).collect();
             if acts.len() != want.len() || acts.iter().zip(&want).any(|(a, w)| !a.eq_ignore_ascii_case(w)) {
@@ -144,6 +154,12 @@ fn parse_lstm(_ctx: &ParsingContext, pb: &NodeProto) -> TractResult<(Box<dyn Inf
     Ok((expand(RnnHir { spec: RnnSpec::parse(CellKind::Lstm, pb)?, common }), vec![]))
 }
 
+fn parse_rnn(_ctx: &ParsingContext, pb: &NodeProto) -> TractResult<(Box<dyn InferenceOp>, Vec<String>)> {
+    let body = RNN { fore: Box::new(hir_ops::math::tanh()), back: Box::new(hir_ops::math::tanh()) };
+    let common = CommonRec::from_node_and_options(pb, 3, 0, Box::new(body))?;
+    Ok((expand(RnnHir { spec: RnnSpec::parse(CellKind::Rnn, pb)?, common }), vec![]))
+}
+
 fn parse_gru(_ctx: &ParsingContext, pb: &NodeProto) -> TractResult<(Box<dyn InferenceOp>, Vec<String>)> {
     let body = GRU {
         f: Box::new(hir_ops::nn::sigmoid()),
@@ -166,6 +182,7 @@ impl Expansion for RnnHir {
         match self.spec.cell {
             CellKind::Lstm => "LSTM".into(),
             CellKind::Gru => "GRU".into(),
+            CellKind::Rnn => "RNN".into(),
         }
     }
 
@@ -221,6 +238,7 @@ impl tract_onnx::tract_core::ops::Op for RnnNode {
         match self.spec.cell {
             CellKind::Lstm => "LSTM".into(),
             CellKind::Gru => "GRU".into(),
+            CellKind::Rnn => "RNN".into(),
         }
     }
 
@@ -331,6 +349,29 @@ impl Lowerer<'_> {
                 }
             }
         };
+        if let Some(slot) = s.seq_lens {
+            let lens = konst(self, slot, "sequence_lens")?;
+            let lens = lens.cast_to::<i64>().map_err(|e| self.bad("integer sequence_lens", format!("{e}")))?;
+            let all_t =
+                lens.try_as_plain_ram().and_then(|v| v.as_slice::<i64>().map(|v| v.iter().all(|&l| l == t as i64)));
+            if !all_t.unwrap_or(false) {
+                return Err(self.unsupported("sequence_lens shorter than the sequence (padded batches)"));
+            }
+        }
+        // Weights, biases, peepholes or initial states computed at run time (graph inputs, as
+        // ONNX's own tests feed them), and every RNN: the recurrence unrolled into generic ops.
+        let computed = [Some(1), Some(2), s.bias, s.h0, s.c0, s.peepholes]
+            .into_iter()
+            .flatten()
+            .any(|slot| !matches!(self.val(inputs[slot]), Ok(Val::Const(_))));
+        if computed || s.cell == CellKind::Rnn {
+            let y = self.rnn_steps(&s, which, &inputs, direction)?;
+            let logical = self.out_shape()?;
+            let y = self.reshape(y.0, &y.1, &logical)?;
+            self.out(y, logical);
+            self.count_fused("rnn-unrolled");
+            return Ok(true);
+        }
         // W [dirs, G·H, I], R [dirs, G·H, H] → [dirs·G·H, I], [dirs·G·H, H].
         let (wc, rc) = (konst(self, 1, "W")?, konst(self, 2, "R")?);
         let (ws, rs) = (wc.shape().to_vec(), rc.shape().to_vec());
@@ -366,15 +407,6 @@ impl Lowerer<'_> {
         };
         let b_src = s.bias.map_or(inputs[1], |slot| inputs[slot]);
         let b = self.weight_f32(b_src, "rnn.b", &[dirs, 2 * g * h], b_vals)?;
-        if let Some(slot) = s.seq_lens {
-            let lens = konst(self, slot, "sequence_lens")?;
-            let lens = lens.cast_to::<i64>().map_err(|e| self.bad("integer sequence_lens", format!("{e}")))?;
-            let all_t =
-                lens.try_as_plain_ram().and_then(|v| v.as_slice::<i64>().map(|v| v.iter().all(|&l| l == t as i64)));
-            if !all_t.unwrap_or(false) {
-                return Err(self.unsupported("sequence_lens shorter than the sequence (padded batches)"));
-            }
-        }
         // Initial states [dirs, N, H] (layout 0) or [N, dirs, H]: sequence `bi`'s part, zeros left
         // out.
         let state = |lw: &mut Self, slot: Option<usize>, what: &'static str, bi: usize| -> Res<Option<u32>> {
@@ -442,7 +474,7 @@ impl Lowerer<'_> {
             let h0 = state(self, s.h0, "initial_h", bi)?;
             let c0 = match s.cell {
                 CellKind::Lstm => state(self, s.c0, "initial_c", bi)?,
-                CellKind::Gru => None,
+                CellKind::Gru | CellKind::Rnn => None,
             };
             let y = match s.cell {
                 CellKind::Lstm => {
@@ -451,6 +483,7 @@ impl Lowerer<'_> {
                 CellKind::Gru => {
                     self.b.op(|y| Op::Gru(Gru { x: x2, w, r, b, h0, hidden, direction, output: which, reset, y }))?
                 }
+                CellKind::Rnn => return Err(self.bad("an LSTM or GRU", "RNN".into())),
             };
             let ks: Vec<usize> = match which {
                 RnnOutput::Y => vec![t, dirs, h],

@@ -70,11 +70,6 @@ impl Lowerer<'_> {
             self.gather_elements(op.axis)?;
             return Ok(true);
         }
-        if let Some(op) = node.op_as::<Scan>() {
-            let axis = self.cumsum_axis(op).ok_or_else(|| self.unsupported("a scan other than an inclusive cumsum"))?;
-            self.cumsum(axis, false, false)?;
-            return Ok(true);
-        }
         if let Some(op) = node.op_as::<Downsample>() {
             // Every stride-th element from `modulo` (tract's form of a strided 1×1 convolution's
             // input and of strided slices).
@@ -132,7 +127,7 @@ impl Lowerer<'_> {
 
     /// The axis of a Scan that computes an inclusive cumulative sum from a zero state: body
     /// `state' = x_t + state`, emitted at every step, one element per step, forwards.
-    fn cumsum_axis(&self, op: &Scan) -> Option<usize> {
+    pub(super) fn cumsum_axis(&self, op: &Scan) -> Option<usize> {
         let node = self.model.node(self.node);
         let (InputMapping::Scan(info), InputMapping::State) = (op.input_mapping.first()?, op.input_mapping.get(1)?)
         else {
@@ -155,7 +150,7 @@ impl Lowerer<'_> {
 
     /// Cumulative sum over `axis`: `y_t = Σ_{s≤t} x_s`, a Dense with `W[t, s] = [s ≤ t]`
     /// (`s < t` when exclusive; `s ≥ t` / `s > t` when reversed).
-    fn cumsum(&mut self, axis: usize, exclusive: bool, reverse: bool) -> Res<()> {
+    pub(super) fn cumsum(&mut self, axis: usize, exclusive: bool, reverse: bool) -> Res<()> {
         let node = self.model.node(self.node);
         let (x, xs) = self.act(node.inputs[0])?;
         let n = xs[axis];
