@@ -544,9 +544,6 @@ impl<'m> Lowerer<'m> {
         if self.try_topk()? || self.try_scan()? {
             return Ok(());
         }
-        if self.try_dropout()? || self.try_dynamic_quantize()? || self.try_pool_indices()? {
-            return Ok(());
-        }
         if node.outputs.len() != 1 {
             return Err(self.unsupported(&format!("{} outputs", node.outputs.len())));
         }
