@@ -9,6 +9,7 @@ mod bits;
 mod conv3d;
 mod conv_dynamic;
 mod deconv;
+mod dropout;
 mod elementwise;
 mod fft;
 mod fuse;
@@ -18,6 +19,7 @@ mod linear;
 mod lrn;
 mod mask;
 mod pool;
+mod pool_indices;
 mod quant_ops;
 mod resize;
 pub(crate) mod rnn;
@@ -542,6 +544,9 @@ impl<'m> Lowerer<'m> {
     fn lower(&mut self) -> Res<()> {
         let node = self.tnode();
         if self.try_topk()? || self.try_scan()? {
+            return Ok(());
+        }
+        if self.try_dropout()? || self.try_dynamic_quantize()? || self.try_pool_indices()? {
             return Ok(());
         }
         if node.outputs.len() != 1 {

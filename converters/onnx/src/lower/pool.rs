@@ -73,7 +73,7 @@ impl Lowerer<'_> {
         Ok(true)
     }
 
-    fn pool(&mut self, ps: &PoolSpec, kind: PoolKind, count_include_pad: bool) -> Res<()> {
+    pub(super) fn pool(&mut self, ps: &PoolSpec, kind: PoolKind, count_include_pad: bool) -> Res<()> {
         let sp = self.spatial_in(ps, "pooling")?;
         let Spatial { x, ref cs, ref chw, nd, .. } = sp;
         let geo = ps.computed_padding(&cs[1..]);

@@ -5,12 +5,14 @@
 //! QLinearConv: `round((Σ a'·b' + bias·sa·sb) / sc + c0)` clamped to the output type, with
 //! `a' = sa·(a − a0)`, `b' = sb·(b − b0)`, per-tensor or per-axis parameters), each as the same
 //! arithmetic with generic ops. Integer tensors are f32 values (exact to 2^24, as everywhere).
-//! The quantisation parameters must be constants (DynamicQuantizeLinear's run-time scales are
-//! refused).
+//! The quantisation parameters of QuantizeLinear/DequantizeLinear must be constants; those of
+//! the quantised products and convolutions may be computed at run time (the standard's test
+//! cases feed them as inputs). DynamicQuantizeLinear computes its own from the data's range
+//! (reductions over the whole tensor, then the same element-wise arithmetic).
 
 use super::linear::Operand;
 use super::{f32s, Lowerer, Res, Val};
-use kestrel_rt_format::ops::{BinaryOp, Op, TensorId, Unary, UnaryOp};
+use kestrel_rt_format::ops::{BinaryOp, Op, Reduce, ReduceOp, TensorId, Unary, UnaryOp};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::internal::InOut;
 use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat};
@@ -52,6 +54,56 @@ impl Lowerer<'_> {
         let y = self.requantise(y, None, zp, lo, hi)?;
         self.out(y, shape);
         self.count_fused("quantize-linear");
+        Ok(true)
+    }
+
+    /// Lowers tract-onnx's `DynamicQuantizeLinearU8` (ONNX DynamicQuantizeLinear: outputs y,
+    /// y_scale, y_zero_point); `Ok(false)` for anything else. As onnxruntime computes it, with
+    /// the data's range widened to hold 0, `lo = min(0, min x)`, `hi = max(0, max x)`:
+    /// `y_scale = (hi − lo) / 255` (1 when `hi = lo`, an all-zero input, where the division
+    /// would give 0 and every quotient below NaN), `y_zero_point = clamp(round_half_even(−lo /
+    /// y_scale), 0, 255)`, `y = clamp(round_half_even(x / y_scale) + y_zero_point, 0, 255)`:
+    /// the same f32 operations in the same order, so the results are those of onnxruntime
+    /// and tract bit for bit (tract leaves the all-zero input's scale 0).
+    pub(super) fn try_dynamic_quantize(&mut self) -> Res<bool> {
+        let node = self.model.node(self.node);
+        // tract-onnx's op type is private: known by its name and its three outputs.
+        if node.op.name() != "DynamicQuantizeLinearU8" {
+            return Ok(false);
+        }
+        if node.inputs.len() != 1 || node.outputs.len() != 3 {
+            return Err(self.bad(
+                "one input and three outputs",
+                format!("{} inputs, {} outputs", node.inputs.len(), node.outputs.len()),
+            ));
+        }
+        let (x, xs) = self.act(node.inputs[0])?;
+        let n: usize = xs.iter().product();
+        let flat = self.reshape(x, &xs, &[n])?;
+        let reduce = |l: &mut Self, op: ReduceOp| -> Res<TensorId> {
+            Ok(l.b.op(|y| Op::Reduce(Reduce { x: flat, op, axis: 0, keep_dims: true, y }))?)
+        };
+        let (mx, mn) = (reduce(self, ReduceOp::Max)?, reduce(self, ReduceOp::Min)?);
+        let zero = self.scalar_weight(0.0)?;
+        let hi = self.binary_op(mx, zero, BinaryOp::Max)?;
+        let lo = self.binary_op(mn, zero, BinaryOp::Min)?;
+        let range = self.binary_op(hi, lo, BinaryOp::Sub)?;
+        let q = self.scalar_weight(255.0)?;
+        let scale = self.binary_op(range, q, BinaryOp::Div)?;
+        // + 1 exactly where the range is 0 (the scale is then 0 + 1).
+        let empty = self.binary_op(range, zero, BinaryOp::Equal)?;
+        let scale = self.binary_op(scale, empty, BinaryOp::Add)?;
+        let neg = self.b.op(|y| Op::Unary(Unary { x: lo, op: UnaryOp::Neg, y }))?;
+        let zp = self.binary_op(neg, scale, BinaryOp::Div)?;
+        let zp = self.requantise(zp, None, 0.0, 0.0, 255.0)?;
+        let y = self.binary_op(x, scale, BinaryOp::Div)?;
+        let y = self.requantise(y, Some(zp), 0.0, 0.0, 255.0)?;
+        self.out(y, xs);
+        for (slot, t) in [(1, scale), (2, zp)] {
+            let v = self.reshape(t, &[1], &[])?;
+            self.vals.insert(OutletId::new(self.node, slot), Val::Act { id: v, shape: Vec::new(), int: false });
+        }
+        self.count_fused("dynamic-quantize-linear");
         Ok(true)
     }
 
@@ -169,7 +221,10 @@ impl Lowerer<'_> {
     /// ConvInteger; inputs x, kernel, bias, x0, x_scale, k0, k_scale, y0, y_scale): the data
     /// dequantised as an activation, the kernel and the bias (scaled by x_scale·k_scale)
     /// dequantised at conversion (per output channel), the float convolution, then the
-    /// requantisation. The parameters and the kernel must be constants.
+    /// requantisation. The kernel and its zero point and scale may be computed at run time
+    /// (then the kernel is dequantised as an activation and convolved by the run-time-kernel
+    /// path); the data scale and the bias scale the bias, so they are constants (a computed
+    /// kernel scale only with a zero bias).
     pub(super) fn conv_q(&mut self, op: &Conv, qp: DatumType) -> Res<()> {
         let node = self.model.node(self.node);
         let ins: Vec<OutletId> = node.inputs.to_vec();
@@ -216,38 +271,60 @@ impl Lowerer<'_> {
         let o = *kshape.first().ok_or_else(|| self.bad("a kernel of rank ≥ 3", "a scalar".into()))?;
         let per_o: usize = kshape[1..].iter().product();
         let pick = |v: &[f32], i: usize| if v.len() > 1 { v[i] } else { v.first().copied().unwrap_or(0.0) };
-        let (k0t, kst) = (konst(self, 5, "kernel zero point")?, konst(self, 6, "kernel scale")?);
-        let (k0, ks) = (f32s(&k0t)?, f32s(&kst)?);
-        if (k0.len() > 1 && k0.len() != o) || (ks.len() > 1 && ks.len() != o) {
-            return Err(
-                self.bad(&format!("kernel parameters of 1 or {o} values"), format!("{} and {}", k0.len(), ks.len()))
-            );
-        }
+        // The kernel's parameters: constants, or (scalar or per output channel) tensors computed
+        // at run time, shaped [O, 1, …] to broadcast over the kernel.
+        let pshape: Vec<usize> = std::iter::once(o).chain(std::iter::repeat_n(1, kshape.len() - 1)).collect();
+        let kparam = |l: &mut Self, slot: usize, what: &str| -> Res<QParam> {
+            match l.val(ins[slot])? {
+                Val::Const(t) => {
+                    let v = f32s(&t)?;
+                    if v.len() > 1 && v.len() != o {
+                        return Err(l.bad(&format!("a {what} of 1 or {o} values"), format!("{}", v.len())));
+                    }
+                    Ok(QParam::Const(v))
+                }
+                Val::Act { .. } => {
+                    let (t, ts) = l.act(ins[slot])?;
+                    let len: usize = ts.iter().product();
+                    let to = match len {
+                        1 => vec![1],
+                        _ if len == o => pshape.clone(),
+                        _ => return Err(l.bad(&format!("a {what} of 1 or {o} values"), format!("shape {ts:?}"))),
+                    };
+                    Ok(QParam::Act(l.reshape(t, &ts, &to)?, to))
+                }
+            }
+        };
+        let (k0, ks) = (kparam(self, 5, "kernel zero point")?, kparam(self, 6, "kernel scale")?);
         let as_tensor = |l: &Self, shape: Vec<usize>, v: Vec<f32>| -> Res<Arc<Tensor>> {
             Ok(tract_onnx::prelude::tract_ndarray::ArrayD::from_shape_vec(shape, v)
                 .map_err(|e| l.bad("a dequantised constant", format!("{e}")))?
                 .into_tensor()
                 .into_arc_tensor())
         };
-        // The kernel dequantised: at conversion when constant, else as an activation (the
-        // per-output-channel parameters shaped [O, 1, …]).
-        let kd = match self.val(ins[1])? {
-            Val::Const(kernel) => {
+        // The kernel dequantised: at conversion when it and its parameters are constant, else as
+        // an activation (a constant kernel with computed parameters becomes an exact weight).
+        let kd = match (self.val(ins[1])?, &k0, &ks) {
+            (Val::Const(kernel), QParam::Const(k0), QParam::Const(ks)) => {
                 let v: Vec<f32> = f32s(&kernel)?
                     .iter()
                     .enumerate()
-                    .map(|(e, &k)| pick(&ks, e / per_o) * (k - pick(&k0, e / per_o)))
+                    .map(|(e, &k)| pick(ks, e / per_o) * (k - pick(k0, e / per_o)))
                     .collect();
                 Val::Const(as_tensor(self, kshape.clone(), v)?)
             }
-            Val::Act { .. } => {
-                let (k, _) = self.act(ins[1])?;
-                let pshape: Vec<usize> = std::iter::once(o).chain(std::iter::repeat_n(1, kshape.len() - 1)).collect();
-                let param = |l: &mut Self, v: &[f32]| -> Res<TensorId> {
-                    if v.len() > 1 {
-                        l.weight_f32(OutletId::new(l.node, 0), "quantisation", &pshape, v.to_vec())
-                    } else {
-                        l.scalar_weight(pick(v, 0))
+            (kv, _, _) => {
+                let k = match kv {
+                    Val::Const(kernel) => self.weight_f32(ins[1], "quantised_kernel", &kshape, f32s(&kernel)?)?,
+                    Val::Act { .. } => self.act(ins[1])?.0,
+                };
+                let param = |l: &mut Self, p: &QParam| -> Res<TensorId> {
+                    match p {
+                        QParam::Const(v) if v.len() > 1 => {
+                            l.weight_f32(OutletId::new(l.node, 0), "quantisation", &pshape, v.to_vec())
+                        }
+                        QParam::Const(v) => l.scalar_weight(pick(v, 0)),
+                        QParam::Act(t, _) => Ok(*t),
                     }
                 };
                 let z = param(self, &k0)?;
@@ -258,7 +335,15 @@ impl Lowerer<'_> {
         };
         let bias_t = konst(self, 2, "bias")?;
         let bias = f32s(&bias_t)?;
-        let bd: Vec<f32> = (0..o).map(|i| pick(&bias, i) * xs * pick(&ks, i)).collect();
+        // The bias in the float convolution's units, bias·x_scale·k_scale: a constant, so a kernel
+        // scale computed at run time only goes with a zero bias (ConvInteger has none).
+        let bd: Vec<f32> = match &ks {
+            QParam::Const(ks) => (0..o).map(|i| pick(&bias, i) * xs * pick(ks, i)).collect(),
+            QParam::Act(..) if bias.iter().all(|&b| b == 0.0) => vec![0.0; o],
+            QParam::Act(..) => {
+                return Err(self.unsupported("a quantised convolution's bias with a kernel scale computed at run time"))
+            }
+        };
         let bd = as_tensor(self, vec![o], bd)?;
         // The data dequantised.
         let (x, shape) = self.act(ins[0])?;
