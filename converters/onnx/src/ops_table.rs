@@ -63,7 +63,7 @@ Exp | Unary
 Expand | Dense with a 0/1 weight
 Flatten | Reshape view
 Floor | Unary
-GRU | Gru (one node per output read; a fixed batch of N sequences: N nodes on slices, their outputs placed side by side) | default activations, either linear_before_reset (1: PyTorch's GRU; 0: ONNX's default, Keras/TensorFlow's), constant weights and initial state, no clip, full-length sequence_lens
+GRU | Gru (one node per output read; a fixed batch of N sequences: N nodes on slices, their outputs placed side by side); with W, R, B or the initial state computed at run time (graph inputs): the steps unrolled (an input MatMul, per step a MatMul, Slices, Binary and Unary ops) | default activations, either linear_before_reset (1: PyTorch's GRU; 0: ONNX's default, Keras/TensorFlow's), no clip, full-length constant sequence_lens; unrolled: at most 65,536 node copies per model
 Gather | Embedding (constant table), a Slice (evenly spaced constant indices), a Gather (other constant indices, stored as an f32 weight); at run time a Gather reading the indices as f32 values (ids first through Embedding into 0..N, exact; f32 indices the graph computed as they are) | run-time integer indices in 0..N (another is a run-time error naming it); computed f32 indices outside −N..N (or fractional) are a run-time error on the CPU and zeros on the GPU; axes of < 2^24
 GatherElements | a one-hot pick (a constant one-hot, the ids through Embedding and Equal, or computed f32 indices compared with 0..N and −N..0) with When and a Sum; constant data as an exact f32 weight | indices as long as the data on the other axes; run-time integer indices in 0..N
 GatherND | a Gather of the tuples' flat rows (constant indices); at run time the tuples' flat rows (each component counted from the end when negative), their one-hot, When and a Sum | any batch_dims; a run-time tuple with a component outside its axis picks zeros; run-time tuples into < 2^24 rows
@@ -81,7 +81,7 @@ Identity | nothing
 IsInf | Unary IsInf / IsPosInf / IsNegInf (1 or 0) | at least one sign detected
 IsNaN | Unary IsNan (1 or 0)
 LRN | Square, a Dense along the channels with a constant 0/1 band [C, C] (the window), then (bias + α/size·Σ)^β and a Div | NCHW input
-LSTM | Lstm (one node per output read; a fixed batch of N sequences: N nodes on slices, their outputs placed side by side) | default activations, no clip or input_forget, constant weights, peepholes and initial states, full-length sequence_lens
+LSTM | Lstm (one node per output read; a fixed batch of N sequences: N nodes on slices, their outputs placed side by side); with W, R, B, peepholes or initial states computed at run time (graph inputs): the steps unrolled (an input MatMul, per step a MatMul, Slices, Binary and Unary ops) | default activations, no clip or input_forget, full-length constant sequence_lens; unrolled: at most 65,536 node copies per model
 LayerNormalization | LayerNorm
 LeakyRelu | Binary Mul + Max | alpha ≥ 0
 Less | Binary Less (1 or 0)
@@ -104,6 +104,7 @@ Pow | Binary; a constant exponent 2, 3, 4 as products, ½ as Sqrt, −½ as Rsqr
 QLinearConv | the data dequantised (x − x0)·xs, the kernel and bias dequantised at conversion (per output channel), the float convolution, then (y / ys + y0) rounded half to even and saturated | constant kernel parameters; data and output parameters per tensor (constant or computed)
 QLinearMatMul | dequantised operands (scale·(x − zero_point), per-tensor or per-axis; parameters constant or computed), the float product, then round half to even + zero point, saturated to the output type | 8-bit outputs; f16 scales refused by tract's importer
 QuantizeLinear | clamp(round_half_even(x / scale) + zero_point) on activations (× tract's stored 1/scale: a value on an exact tie may land one step away) | u8/i8 outputs, constant per-tensor parameters
+RNN | the steps unrolled (an input MatMul, per step a MatMul, an Add and a Tanh; Slices place the states) | default activation (Tanh), no clip, full-length constant sequence_lens; at most 65,536 node copies per model
 Range | folded | constant bounds
 Reciprocal | Unary
 ReduceL1 | Unary Abs and Reduce Sum (tract's expansion) | constant axes
@@ -120,6 +121,7 @@ Relu | Unary (or fused into the Dense before it)
 Reshape | Reshape view | constant shape
 Resize | a Dense per resized axis with the exact interpolation weights (plus the extrapolation value as its bias) | constant scales, sizes and roi; every mode (nearest, linear, cubic), coordinate transformation, nearest_mode, cubic_coeff_a, antialias, exclude_outside, axes and keep_aspect_ratio_policy; not the first (batch) axis
 Round | Unary (halves to even)
+Scan | its body lowered once per iteration (scanned inputs as Slices, states passed on, scan outputs placed by Slices); an inclusive cumulative sum from zero: a Dense with a triangular 0/1 weight | a static trip count; scanned inputs in whole chunks; a reversed scan output of one element per step; at most 65,536 body node copies per model
 Scatter | as ScatterElements (opset < 11)
 ScatterElements | a one-hot of each update's index (constant, or at run time as Gather's), each update picked by When onto its place and combined by a Reduce over the updates (Sum, Prod, Max, Min); `none` keeps the data where nothing is written (Unless) | every reduction; updates as long as the data on the other axes; constant indices outside −N..N are an error, a repeated constant index with `none` keeps the last update; repeated run-time indices with `none` are summed (ONNX requires them distinct)
 ScatterND | as ScatterElements, over the rows the index tuples name (a constant one-hot, or the tuples' flat rows at run time) | every reduction; run-time tuples into < 2^24 rows, one outside the data writes nothing
