@@ -5,8 +5,9 @@
 //! constant weights keep the fused `Lstm`/`Gru` op; an ONNX `Scan` with two states, two scanned
 //! inputs on different axes (one reversed), an outer value read by its body and two scan
 //! outputs (one reversed) matches a direct f64 computation and tract; a Scan past the unrolling
-//! limit is a blocker that says so.
+//! limit is a blocker that says so. Where there is a GPU, it agrees with the CPU.
 
+mod common;
 #[path = "common/proto.rs"]
 mod proto;
 
@@ -127,6 +128,21 @@ fn permute(data: &[f32], shape: &[usize], perm: &[usize]) -> Vec<f32> {
         .collect()
 }
 
+/// On the GPU, when there is one: the model's outputs against the CPU's `cpu` (batch 1).
+fn gpu_agrees(name: &str, kes: &[u8], feeds: &[InputTensor], cpu: &[Vec<f32>]) {
+    let Some(ctx) = common::gpu() else { return };
+    let model = kestrel_rt::Model::from_bytes(kes).unwrap();
+    let model = model.cpu().unwrap();
+    let mut outs: Vec<Vec<f32>> = cpu.iter().map(|o| vec![0f32; o.len()]).collect();
+    let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+    let inputs: Vec<kestrel_rt::Input<'_>> = feeds.iter().map(|f| kestrel_rt::Input::F32(f32_data(f))).collect();
+    kestrel_rt_wgpu::GpuSession::new(&ctx, &model, 1)
+        .and_then(|mut s| s.run(&inputs, &mut refs))
+        .unwrap_or_else(|e| panic!("{name}: wgpu: {e}"));
+    let (_, rel, _, _) = kestrel_rt_onnx::compare(cpu, &outs, &vec![1; outs.len()]).unwrap();
+    assert!(rel <= REL_TOL, "{name}: GPU vs CPU relative error {rel:.2e}");
+}
+
 fn f32_data(t: &InputTensor) -> &[f32] {
     match &t.data {
         kestrel_rt_onnx::InputData::F32(v) => v,
@@ -182,6 +198,7 @@ fn recurrences_with_run_time_weights_match_tract() {
                     })
                     .collect();
                 let got = run_kestrel(&conv.kes, &feeds).unwrap_or_else(|e| panic!("{name}: {e}"));
+                gpu_agrees(&name, &conv.kes, &feeds, &got);
                 let dirs = if direction == "bidirectional" { 2 } else { 1 };
                 let want: Vec<Vec<f32>> = v
                     .tract
@@ -313,6 +330,7 @@ fn scan_with_states_reversed_axes_and_an_outer_value_matches_a_reference_and_tra
     let feeds: Vec<InputTensor> = shapes.iter().zip(&vals).map(|(s, v)| InputTensor::f32(s, v.clone())).collect();
     let want = scan_reference(t, &vals[0], &vals[1], &vals[2], &vals[3], &vals[4]);
     let got = run_kestrel(&conv.kes, &feeds).unwrap();
+    gpu_agrees("scan", &conv.kes, &feeds, &got);
     let (abs, rel, _, _) = kestrel_rt_onnx::compare(&want, &got, &[2, 2, 2, t]).unwrap();
     println!("scan: vs the f64 reference max abs {abs:.2e}, rel {rel:.2e}");
     assert!(rel <= REL_TOL, "scan: relative error {rel:.2e} against the reference");

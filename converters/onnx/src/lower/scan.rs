@@ -1,15 +1,16 @@
-//! `Scan` (ONNX `Scan`, and ONNX `RNN`, which tract imports as one) → its body unrolled.
+//! `Scan` (ONNX `Scan`, and any Scan tract's importers build) → its body unrolled.
 //!
 //! A Scan with a static trip count is lowered by lowering its body once per iteration with a
 //! nested [`Lowerer`] that shares the parent's builder, weights, names and counters: each
 //! iteration's body inputs are the scan inputs' chunks (a `Slice` each; a reversed input reads
 //! its chunks from the end), the full inputs as they are, and the states the previous iteration
-//! produced; each scan output is its iterations' pieces placed on the scanned axis (a placing
-//! `Slice` each, summed), a last-value output is the final iteration's value. Constants inside
-//! the body are the same outlet with the same values every iteration, so they become one weight,
-//! not one per iteration. Anything the body holds that does not lower is a blocker named after
-//! the body's node. The one Scan that keeps a kernel of its own is an inclusive cumulative sum
-//! (`select.rs`: a triangular Dense).
+//! produced; each scan output is its iterations' pieces placed on the scanned axis (halves
+//! concatenated pairwise, by placing `Slice`s and an `Add`), a last-value output is the final
+//! iteration's value. Constants inside the body are the same outlet with the same values every
+//! iteration, so they become one weight, not one per iteration. Anything the body holds that does
+//! not lower is a blocker named after the body's node. The one Scan that keeps a kernel of its own
+//! is an inclusive cumulative sum (`select.rs`: a triangular Dense). (ONNX LSTM, GRU and RNN have
+//! their own parsers and lowering, `rnn.rs`.)
 //!
 //! Unrolling costs one copy of the body's nodes per iteration: at most [`MAX_UNROLLED`] node
 //! copies in a whole model (nested scans and unrolled recurrences count too); a model past it
@@ -150,6 +151,14 @@ impl<'m> Lowerer<'m> {
             let t =
                 Tensor::stack_tensors(axis, &ts).map_err(|e| self.bad("constants to concatenate", format!("{e}")))?;
             return Ok(Val::Const(t.into_arc_tensor()));
+        }
+        // Halves first, then the two placed side by side: every level of the tree copies the
+        // output once (T pieces: log₂ T copies), where placing each piece into the whole output
+        // and summing would copy it T times.
+        if pieces.len() > 2 {
+            let (a, b) = pieces.split_at(pieces.len() / 2);
+            let halves = [self.concat_vals(a, axis)?, self.concat_vals(b, axis)?];
+            return self.concat_vals(&halves, axis);
         }
         let total: usize = pieces.iter().map(|p| p.shape().get(axis).copied().unwrap_or(0)).sum();
         let mut out = first.shape();
