@@ -46,7 +46,7 @@ Concat | a Slice per piece (a copy into its place; fused from a 0/1 placing Dens
 Constant | weights where read
 ConstantOfShape | folded | constant shape
 Conv | Conv2d (fused attention where a mechanism is recognised; 3-D: a 0/1 Dense picking each output depth's taps, then one Conv2d over the output depths as images); a kernel computed at run time: im2col (one 0/1 Dense over the flattened spatial axis) and a MatMul | 1-D, 2-D and 3-D, kernel and bias constant or computed at run time (im2col's selection within the composed-constant bound); a fixed first axis N > 1 runs as N× the groups (3-D: the weight is stored once per output depth and image)
-ConvInteger | as QLinearConv with unit scales (an exact integer sum in f32, to 2^24); a kernel computed at run time dequantised as an activation | constant kernel zero point
+ConvInteger | as QLinearConv with unit scales (an exact integer sum in f32, to 2^24); a kernel or kernel zero point computed at run time: the kernel dequantised as an activation
 ConvTranspose | a 0/1 Dense per spatial axis (zero insertion, padding, cropping) and a Conv2d (3-D: Conv's 3-D lowering) with the flipped kernel; a kernel computed at run time: the same zero insertion, then im2col and a MatMul with the taps reversed | 1-D, 2-D and 3-D, kernel and bias constant or computed at run time; every stride, dilation, group count, pads, auto_pad, output_padding and output_shape
 Cos | Unary
 Cosh | Unary
@@ -54,7 +54,8 @@ CumSum | Dense with a triangular 0/1 weight | constant axis
 DFT | one Dense with the constant [2N, 2N] cos/sin matrix over each line's (real, imaginary) pairs (tract's Fft); inverse scaled by 1/N, onesided sliced | constant axis and length (tract's importer); N² weights within the composed-constant bound
 DequantizeLinear | (x − zero_point) · scale on the integer values (constant weights folded at conversion) | per-tensor parameters on activations (tract's importer needs constant scales)
 Div | Binary
-Dropout | nothing (inference)
+Dropout | nothing (inference, or a ratio of 0), the mask all true; ratio or training_mode computed at run time: the identity guarded by them | random dropout (training mode, ratio above 0) refused when constant, NaN when asked for at run time
+DynamicQuantizeLinear | Reduce Max/Min over the whole tensor, then the scale, zero point and quantisation as element-wise ops (Div, Round, Max/Min), bit for bit as onnxruntime computes them (scale 1 for an all-zero input)
 Einsum | two operands: Dense (a constant operand) or MatMul, with the transposes the equation needs; one operand (transpose, diagonal, sums): one Dense with the constant 0/1 matrix from input to output positions | at most two operands; a one-operand einsum within the composed-constant bound
 Elu | Exp, a comparison and a select (tract's expansion)
 Equal | Binary Equal (1 or 0)
@@ -90,7 +91,7 @@ Log | Unary
 MatMul | Dense (constant operand) or MatMul; fused into Attention / AFT / Fastformer
 MatMulInteger | as QLinearMatMul with unit scales (an exact integer sum in f32, to 2^24)
 Max | Binary | two operands
-MaxPool | Pool2d Max (3-D: one over (H, W), one over D) | 1-D, 2-D and 3-D; one output (no indices)
+MaxPool | Pool2d Max (3-D: one over (H, W), one over D); the indices: a Gather of every window, Reduce ArgMax over its taps and a one-hot pick of a constant index table | 1-D, 2-D and 3-D; indices (storage_order 0 or 1) count within each sample (ONNX's at batch 1), exact below 2^24 elements
 Min | Binary | two operands
 Mod | Binary Fmod (fmod = 1); fmod = 0: the remainder with the divisor's sign, from Fmod, comparisons and a select
 Mul | Binary
@@ -101,7 +102,7 @@ Or | Binary Max on 0/1 values | boolean operands
 PRelu | Mul, a comparison and a select (tract's expansion)
 Pad | a Slice into zeros plus the constant (edge, reflect: Dense with a 0/1 weight) | constant mode, constant pads
 Pow | Binary; a constant exponent 2, 3, 4 as products, ½ as Sqrt, −½ as Rsqrt, −1 as Reciprocal
-QLinearConv | the data dequantised (x − x0)·xs, the kernel and bias dequantised at conversion (per output channel), the float convolution, then (y / ys + y0) rounded half to even and saturated | constant kernel parameters; data and output parameters per tensor (constant or computed)
+QLinearConv | the data dequantised (x − x0)·xs, the kernel and bias dequantised at conversion (per output channel), the float convolution, then (y / ys + y0) rounded half to even and saturated | data and output parameters per tensor (constant or computed); kernel parameters constant or computed (a computed kernel scale only with a zero bias)
 QLinearMatMul | dequantised operands (scale·(x − zero_point), per-tensor or per-axis; parameters constant or computed), the float product, then round half to even + zero point, saturated to the output type | 8-bit outputs; f16 scales refused by tract's importer
 QuantizeLinear | clamp(round_half_even(x / scale) + zero_point) on activations (× tract's stored 1/scale: a value on an exact tie may land one step away) | u8/i8 outputs, constant per-tensor parameters
 RNN | the steps unrolled (an input MatMul, per step a MatMul, an Add and a Tanh; Slices place the states) | default activation (Tanh), no clip, full-length constant sequence_lens; at most 65,536 node copies per model
