@@ -315,3 +315,61 @@ fn conv_integer_with_run_time_zero_points_matches_its_definition() {
         }
     }
 }
+
+// ---------------------------------------------------------------- QLinearConv
+
+/// QLinearConv with the kernel's scale and zero point (per output channel) fed at run time and
+/// no bias: the requantised float convolution; with a bias, a run-time kernel scale is refused
+/// (the bias is scaled by it at conversion).
+#[test]
+fn qlinear_conv_with_run_time_kernel_parameters_matches_its_definition() {
+    let mut rng = Rng::new(0x0C18);
+    let (c, o, h, w, k) = (2, 3, 5, 4, 2);
+    let x: Vec<i64> = (0..c * h * w).map(|_| 1 + below(&mut rng, 255) as i64).collect();
+    let wt: Vec<i64> = (0..o * c * k * k).map(|_| below(&mut rng, 255) as i64 - 127).collect();
+    let (x0, xs, y0, ys) = (1 + below(&mut rng, 250) as i64, 0.02f32, 1 + below(&mut rng, 250) as i64, 0.3f32);
+    let ws: Vec<f32> = (0..o).map(|i| 0.004 + 0.003 * i as f32).collect();
+    let w0: Vec<i64> = (0..o).map(|_| below(&mut rng, 21) as i64 - 10).collect();
+    let acc = conv_integer(&x, &wt, x0, &w0, [c, h, w], o, k, 1);
+    let (oh, ow) = (h + 1, w + 1);
+    let want: Vec<f32> = acc
+        .iter()
+        .enumerate()
+        .map(|(e, &a)| {
+            let y = f64::from(a) * f64::from(xs) * f64::from(ws[e / (oh * ow)]) / f64::from(ys);
+            (y.round_ties_even() as i64 + y0).clamp(0, 255) as f32
+        })
+        .collect();
+    let ins = ["x", "xs", "x0", "w", "ws", "w0", "ys", "y0"];
+    let inits = || {
+        vec![
+            f32_tensor("xs", &[], &[xs]),
+            int_tensor("x0", UINT8, &[], &[x0]),
+            int_tensor("w", INT8, &[o, c, k, k], &wt),
+            f32_tensor("ys", &[], &[ys]),
+            int_tensor("y0", UINT8, &[], &[y0]),
+        ]
+    };
+    let inputs =
+        || vec![value("x", UINT8, Some(&[1, c, h, w])), value("ws", FLOAT, Some(&[o])), value("w0", INT8, Some(&[o]))];
+    let n = node("QLinearConv", &ins, &["y"]).msg(5, ints_attr("pads", &[1; 4]));
+    let onnx = model(n, inits(), inputs(), vec![value("y", UINT8, None)], 10);
+    let feeds = [
+        x.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+        ws.iter().map(|&v| f64::from(v)).collect(),
+        w0.iter().map(|&v| v as f64).collect(),
+    ];
+    for outs in run("qlinearconv run-time kernel parameters", &onnx, &feeds) {
+        // f32 sums in another order may move a value sitting on a rounding boundary by one.
+        let off = outs[0].iter().zip(&want).filter(|(g, w)| (*g - *w).abs() > 1.0).count();
+        let exact = outs[0].iter().zip(&want).filter(|(g, w)| g == w).count();
+        assert!(off == 0 && exact * 10 >= want.len() * 9, "{:?} vs {want:?}", outs[0]);
+    }
+    let mut with_bias = ins.to_vec();
+    with_bias.push("b");
+    let n = node("QLinearConv", &with_bias, &["y"]).msg(5, ints_attr("pads", &[1; 4]));
+    let mut b = inits();
+    b.push(int_tensor("b", INT32, &[o], &vec![100; o]));
+    let e = convert_bytes("qlinearconv bias", &model(n, b, inputs(), vec![value("y", UINT8, None)], 10)).unwrap_err();
+    assert!(e.contains("bias with a kernel scale computed at run time"), "{e}");
+}
