@@ -48,7 +48,8 @@ pub struct Report {
     pub kestrel_ops: BTreeMap<String, usize>,
     /// Fused patterns (names and counts).
     pub fused: Vec<FusedPattern>,
-    /// Patterns that matched structurally but failed the numerical check, so were not applied.
+    /// Patterns that matched structurally but were rejected when checked (the rewrite did not
+    /// build, or its output differed numerically), so were not applied.
     #[serde(default)]
     pub fusion_rejected: Vec<String>,
     /// Every attention-shaped softmax left unfused, with the reason.
@@ -161,7 +162,7 @@ impl Report {
             }
         }
         for r in &self.fusion_rejected {
-            let _ = writeln!(s, "not fused (failed the numerical check): {r}");
+            let _ = writeln!(s, "not fused (rejected when checked): {r}");
         }
         for u in &self.unfused_attention {
             let _ = writeln!(s, "attention-shaped softmax `{}` left unfused: {}", u.softmax, u.reason);

@@ -86,7 +86,12 @@ fn text_model_runs_with_i32_and_i64_ids_and_rejects_bad_ids() {
     bad[30] = 100;
     let err = sess.run_vec(&[Input::I32(&bad)]).unwrap_err().to_string();
     assert!(err.contains("100") && err.contains("vocabulary"), "{err}");
+    // A negative id counts from the end (ONNX `Gather`): -1 is row 99; below -100 is an error.
     bad[30] = -1;
+    let mut wrapped = ids.clone();
+    wrapped[30] = 99;
+    assert_eq!(sess.run_vec(&[Input::I32(&bad)]).unwrap(), sess.run_vec(&[Input::I32(&wrapped)]).unwrap());
+    bad[30] = -101;
     assert!(sess.run_vec(&[Input::I32(&bad)]).is_err());
     let mut big = ids64.clone();
     big[3] = i64::from(i32::MAX) + 1;

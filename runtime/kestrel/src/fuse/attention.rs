@@ -312,6 +312,13 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     };
     nodes.extend(views);
     let variant = AttentionVariant::from_projections(k.is_some(), v.is_some(), align.is_some())?;
+    // The node's projections are all `[d, d]`: a block whose inner width differs from the model
+    // width (T5's heads × d_kv, multi-query keys and values) is left to `Sdpa` between its
+    // dense layers rather than proposed and refused by the node's own shape check.
+    let square = |p: &Proj| b.shape_of(p.w).is_some_and(|s| s.dims() == [d as u32, d as u32]);
+    if !square(&qd.proj) || !square(&od.proj) || !k.iter().chain(v.iter()).all(square) {
+        return None;
+    }
     // Heads: the score product's leading axes are the G sequences times the heads.
     let sdims = b.shape_of(m1.a)?;
     let lead: usize = sdims.dims().iter().rev().skip(2).map(|&v| v as usize).product();

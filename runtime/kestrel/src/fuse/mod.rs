@@ -144,10 +144,11 @@ pub(crate) fn try_replace(
 
 fn verified(b: &ModelBuilder, region: &Region, new_ops: Vec<Op>) -> Result<ModelBuilder, Error> {
     let mut next = b.clone();
-    let inserted = next.replace(region, new_ops)?;
+    let built = |e: Error| Error::Build(format!("the rewrite does not build: {e}"));
+    let inserted = next.replace(region, new_ops).map_err(built)?;
     let fused_region = Region { nodes: inserted, inputs: region.inputs.clone(), output: region.output };
     let before = run_region(b, region)?;
-    let after = run_region(&next, &fused_region)?;
+    let after = run_region(&next, &fused_region).map_err(built)?;
     let scale = before.iter().fold(0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
     let err = before.iter().zip(&after).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
     // NaN must fail too, hence `is_nan`.

@@ -174,15 +174,40 @@ fn kv_heads(qb: &[usize], kb: &[usize]) -> Option<usize> {
 struct Term {
     t: TensorId,
     scale: f32,
-    /// The leading (head) axes of the scores it is added to.
-    heads: Vec<usize>,
+    /// The shape of the scores it is added to.
+    at: Vec<usize>,
 }
 
-/// Is `y` a view of `x` changing only the axes before the last two?
-fn same_rows(b: &ModelBuilder, x: TensorId, y: TensorId) -> bool {
+/// Is `y` a view of `x` that keeps the last (key) axis? Such a view only regroups the rows of
+/// scores or weights (heads × queries, in flat order), which a softmax over the keys does not see.
+fn keeps_keys(b: &ModelBuilder, x: TensorId, y: TensorId) -> bool {
     match (dims(b, x), dims(b, y)) {
-        (Some(a), Some(c)) => a.len() >= 2 && c.len() >= 2 && a[a.len() - 2..] == c[c.len() - 2..],
+        (Some(a), Some(c)) => a.len() >= 2 && c.len() >= 2 && a.last() == c.last(),
         _ => false,
+    }
+}
+
+/// Which of two added terms that both come from score products carries the attention: the one
+/// reached from a product of activations through scales and row views only (the other, a
+/// relative-position or content-to-position product, then enters as an additive bias computed
+/// outside the node). `None` when neither or both qualify ambiguously is left to the caller.
+fn main_scores(b: &ModelBuilder, a: TensorId, c: TensorId) -> Option<(TensorId, TensorId)> {
+    let direct = |mut t: TensorId| loop {
+        let Some(p) = b.producer(t) else { return false };
+        match b.ops()[p] {
+            Op::MatMul(m) => return !b.is_weight(m.a) && !b.is_weight(m.b),
+            Op::Reshape(r) if keeps_keys(b, r.x, r.y) => t = r.x,
+            Op::Binary(bin) => match scaled(b, &bin) {
+                Some((x, _)) => t = x,
+                None => return false,
+            },
+            _ => return false,
+        }
+    };
+    match (direct(a), direct(c)) {
+        (true, _) => Some((a, c)),
+        (false, true) => Some((c, a)),
+        _ => None,
     }
 }
 
@@ -199,19 +224,20 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
         }
         match b.ops()[p] {
             Op::MatMul(m) => break (p, m),
-            // A view of the leading (head) axes: the flat order of heads, queries and keys stays.
-            Op::Reshape(r) if same_rows(b, r.x, r.y) => s = r.x,
+            // A view that keeps the key axis: the flat order of the score rows stays.
+            Op::Reshape(r) if keeps_keys(b, r.x, r.y) => s = r.x,
             Op::Binary(bin) if bin.op == BinaryOp::Add => {
                 let (x, t) = match (leads_to_scores(b, bin.a, 8), leads_to_scores(b, bin.b, 8)) {
                     (true, false) => (bin.a, bin.b),
                     (false, true) => (bin.b, bin.a),
-                    _ => return Err("an addition of two score products".into()),
+                    // Two products (content and position scores): the direct one is the
+                    // attention's, the other an additive bias computed before the node.
+                    _ => main_scores(b, bin.a, bin.b).ok_or("an addition of two score products")?,
                 };
                 if dims(b, x) != dims(b, bin.y) {
                     return Err("a bias that broadcasts the scores to a larger shape".into());
                 }
-                let sd = dims(b, x).ok_or("shape")?;
-                terms.push(Term { t, scale, heads: sd[..sd.len().saturating_sub(2)].to_vec() });
+                terms.push(Term { t, scale, at: dims(b, x).ok_or("shape")? });
                 s = x;
             }
             Op::Binary(bin) => match scaled(b, &bin) {
@@ -240,7 +266,7 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
         probs = skip_nan_guard(b, probs, &mut nodes);
         let c = sole_consumer(b, probs).ok_or("the attention weights are read elsewhere")?;
         match b.ops()[c] {
-            Op::Reshape(r) if same_rows(b, r.x, r.y) => {
+            Op::Reshape(r) if keeps_keys(b, r.x, r.y) => {
                 nodes.push(c);
                 probs = r.y;
             }
@@ -269,15 +295,29 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     let (tq, d) = (qd[qd.len() - 2], qd[qd.len() - 1]);
     let tk = if k_transposed { kd[kd.len() - 1] } else { kd[kd.len() - 2] };
     let dv = vd[vd.len() - 1];
-    let hq: usize = qb.iter().product();
     let hk = kv_heads(qb, kb).ok_or("key heads that are not a prefix of the query heads")?;
-    let pd = dims(b, probs).ok_or("shape")?;
-    let pb = &pd[..pd.len() - 2];
-    if pb.iter().product::<usize>() != hq || kv_heads(pb, vb) != Some(hk) || vb.iter().product::<usize>() != hk {
-        return Err("values grouped unlike the keys".into());
-    }
     if kb.iter().product::<usize>() != hk {
         return Err("key heads that are not a prefix of the query heads".into());
+    }
+    // The node's heads and queries are the rows of the scores as the softmax sees them (views
+    // between the product and the softmax may regroup them): `rows` score rows in flat order,
+    // `hq` groups of `tq`. Row r reads key head r / (rows / hk) under any grouping whose head
+    // count is a multiple of hk.
+    let rows = qb.iter().product::<usize>() * tq;
+    let fd = dims(b, sm.x).ok_or("shape")?;
+    let (tq, hq) = (fd[fd.len() - 2], fd[..fd.len() - 2].iter().product::<usize>());
+    if hq * tq != rows || !hq.is_multiple_of(hk) {
+        return Err("score rows regrouped across key heads".into());
+    }
+    let pd = dims(b, probs).ok_or("shape")?;
+    let pb = &pd[..pd.len() - 2];
+    let hp: usize = pb.iter().product();
+    if hp * pd[pd.len() - 2] != rows
+        || !hp.is_multiple_of(hk)
+        || kv_heads(pb, vb) != Some(hk)
+        || vb.iter().product::<usize>() != hk
+    {
+        return Err("values grouped unlike the keys".into());
     }
     // The bias: each term's leading axes all ones (shared by the heads) or all the queries'.
     let mut bias_ops = Vec::new();
@@ -289,18 +329,28 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
         let r = bd.len();
         let (tqb, tkb) = (if r >= 2 { bd[r - 2] } else { 1 }, if r >= 1 { bd[r - 1] } else { 1 });
         let lead = &bd[..r.saturating_sub(2)];
-        let hb = if lead.iter().all(|&x| x == 1) {
-            1
-        } else {
-            let padded: Vec<usize> = std::iter::repeat_n(1, term.heads.len().saturating_sub(lead.len()))
-                .chain(lead.iter().copied())
-                .collect();
-            if padded != term.heads {
-                return Err("a bias broadcast over some head axes and not others".into());
+        let heads = &term.at[..term.at.len() - 2];
+        let want = if term.at[term.at.len() - 2] != tq {
+            // Added where the rows were grouped otherwise: only a bias with every row's own
+            // values keeps its meaning under the node's grouping.
+            if bd.iter().product::<usize>() != rows * tk {
+                return Err("a broadcast bias added where the score rows are grouped unlike the softmax's".into());
             }
-            hq
+            [hq, tq, tk]
+        } else {
+            let hb = if lead.iter().all(|&x| x == 1) {
+                1
+            } else {
+                let padded: Vec<usize> = std::iter::repeat_n(1, heads.len().saturating_sub(lead.len()))
+                    .chain(lead.iter().copied())
+                    .collect();
+                if padded != heads {
+                    return Err("a bias broadcast over some head axes and not others".into());
+                }
+                hq
+            };
+            [hb, tqb, tkb]
         };
-        let want = [hb, tqb, tkb];
         if b.is_weight(term.t) {
             let values = b.weight_values(term.t).ok_or("bias values")?;
             consts.push((want.to_vec(), values.iter().map(|&x| x * term.scale).collect()));

@@ -748,10 +748,11 @@ static void test_text(const char *dir, uint32_t backend) {
         KestrelTensor xf = {KESTREL_DTYPE_F32, y, xs, 2};
         EXPECT_STATUS(kestrel_session_run(s, &xf, 1, &yt, 1, NULL), KESTREL_ERR_SHAPE);
     }
-    /* ids outside the vocabulary, negative, or beyond i32 */
+    /* ids outside the vocabulary (above it, or below -vocab: a negative id counts from the end),
+     * or beyond i32 */
     ids32[5] = 1000000;
     EXPECT_STATUS(kestrel_session_run(s, &x32, 1, &yt32, 1, NULL), KESTREL_ERR_INPUT_VALUE);
-    ids32[5] = -1;
+    ids32[5] = -1000000;
     EXPECT_STATUS(kestrel_session_run(s, &x32, 1, &yt32, 1, NULL), KESTREL_ERR_INPUT_VALUE);
     int64_t saved = ids[7];
     ids[7] = (int64_t)1 << 40;
