@@ -256,13 +256,14 @@ TINY_INT = {
     "intermediate_size": 64, "ffn_dim": 64, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "d_ff": 64,
     "hidden_dim": 64, "n_inner": 64, "mlp_dim": 64, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
     "d_kv": 16, "head_dim": 16, "kv_channels": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
-    "kv_lora_rank": 16, "q_lora_rank": 16, "conv_dim_out": 32,
+    "kv_lora_rank": 16, "q_lora_rank": 16, "conv_dim_out": 32, "index_head_dim": 16, "index_n_heads": 2,
+    "n_group": 2, "topk_group": 1, "num_expert_group": 2, "num_frames": 4,
     # depth
     "num_hidden_layers": 2, "num_layers": 2, "n_layer": 2, "n_layers": 2, "encoder_layers": 2, "decoder_layers": 2,
     "num_decoder_layers": 2, "num_encoder_layers": 2, "depth": 2, "n_positions": 64,
     # heads
     "num_attention_heads": 2, "n_head": 2, "n_heads": 2, "encoder_attention_heads": 2, "decoder_attention_heads": 2,
-    "num_key_value_heads": 2, "num_kv_heads": 2, "multi_query_group_num": 2,
+    "num_key_value_heads": 2, "num_kv_heads": 2, "multi_query_group_num": 2, "num_heads": 2,
     # experts
     "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
     # tables
@@ -276,38 +277,162 @@ SUBCONFIGS = ("text_config", "vision_config", "audio_config", "encoder", "decode
               "decoder_config", "speech_config", "backbone_config", "qformer_config")
 
 
-def tiny_config(cfg) -> None:
-    """Shrinks a transformers config in place (and its nested configs)."""
+def tiny_value(key: str, value):
+    """The tiny replacement of one config value, or ``None`` to keep it."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        if key in TINY_INT and value > TINY_INT[key]:
+            return TINY_INT[key]
+        # Widths another config must agree with (encoder_hidden_size, vision_hidden_size, …): every width
+        # here is 32, so shrinking them alike keeps the towers' projections consistent.
+        if key.endswith("hidden_size") and key not in TINY_INT and not key.startswith("true_") and value > 32:
+            return 32
+        # Further head widths, head counts and feed-forward widths by their names' endings (linear
+        # attention's ``linear_key_head_dim``/``linear_num_value_heads``, ``alignment_intermediate_size``, …).
+        if key.endswith("head_dim") and value > 16:
+            return 16
+        if key.startswith("linear_num_") and key.endswith("heads") and value > 2:
+            return 2
+        if key.endswith("intermediate_size") and value > 64:
+            return 64
+        if key.startswith("num_") and key.endswith("_labels") and value > VOCAB:  # extra vocabularies
+            return VOCAB
+        return None
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) and not isinstance(v, bool)
+                                                          for v in value):
+        if key in TINY_LIST_WIDTH:
+            return type(value)(min(v, 16 * 2**i) for i, v in enumerate(value))
+        if key in TINY_LIST_DEPTH:
+            return type(value)(1 for _ in value)
+        if key in TINY_LIST_HEADS:
+            return type(value)(min(v, 2**i) for i, v in enumerate(value))
+    return None
+
+
+def cget(cfg, key: str, default=None):
+    """``getattr`` that reads per-layer attributes of heterogeneous configs too (their global read
+    raises) and never raises."""
+    try:
+        return getattr(cfg, key, default)
+    except Exception:  # noqa: BLE001
+        return cfg.__dict__.get(key, default)
+
+
+def is_config(x) -> bool:
+    return hasattr(x, "to_dict") and hasattr(x, "model_type") and not isinstance(x, type)
+
+
+def fit_rope(cfg) -> None:
+    """Multimodal rotary sections (``mrope_section``) that must add up to half the rotary width of the
+    tiny head: scaled in proportion where the config has them, and set where the model would fall back
+    to a default sized for the full model (configs that exempt ``mrope_section`` from validation)."""
+    heads = cget(cfg, "num_attention_heads")
+    hidden = cget(cfg, "hidden_size")
+    hd = cget(cfg, "head_dim") or (hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else None)
+    if not isinstance(hd, int) or not hd:
+        return
+    uses = "mrope_section" in (getattr(type(cfg), "ignore_keys_at_rope_validation", None) or ())
+
+    def fit(rope: dict) -> None:
+        prf = rope.get("partial_rotary_factor", cget(cfg, "partial_rotary_factor", 1.0)) or 1.0
+        want = int(hd * prf) // 2
+        sec = rope.get("mrope_section")
+        if isinstance(sec, (list, tuple)) and sec and all(isinstance(v, int) for v in sec):
+            if sum(sec) != want:
+                new = [max(1, v * want // sum(sec)) for v in sec]
+                new[0] += want - sum(new)
+                rope["mrope_section"] = type(sec)(new)
+        elif uses and sec is None and want >= 3:
+            rope["mrope_section"] = [want - 2 * (want // 3), want // 3, want // 3]
+
+    rope = cget(cfg, "rope_parameters")
+    if isinstance(rope, dict):
+        nested = [v for v in rope.values() if isinstance(v, dict)]
+        for r in nested or [rope]:
+            fit(r)
+
+
+def tiny_config(cfg):
+    """A tiny copy of a transformers config (and of its nested configs), rebuilt through the config's
+    constructor so that values derived from the shrunk ones (``head_dim = qk_rope_head_dim``,
+    ``qk_head_dim``, sub-config defaults) are derived again. Falls back to shrinking in place where
+    the class cannot be rebuilt. Returns the config to use."""
+    import dataclasses
+
     d = cfg.to_dict() if hasattr(cfg, "to_dict") else {}
+    subs = {k: cget(cfg, k) for k in d if k in SUBCONFIGS or is_config(cget(cfg, k))}
+    subs = {k: tiny_config(v) for k, v in subs.items() if is_config(v)}
+    changes = {}
     for key, value in d.items():
-        if key in SUBCONFIGS:
-            sub = getattr(cfg, key, None)
-            if sub is not None and hasattr(sub, "to_dict"):
-                tiny_config(sub)
+        if key in subs:
             continue
-        if isinstance(value, bool):
-            continue
-        if key in TINY_INT and isinstance(value, int) and value > TINY_INT[key]:
-            setattr(cfg, key, TINY_INT[key])
-        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, int) and not isinstance(v, bool)
-                                                                for v in value):
-            if key in TINY_LIST_WIDTH:
-                setattr(cfg, key, type(value)(min(v, 16 * 2**i) for i, v in enumerate(value)))
-            elif key in TINY_LIST_DEPTH:
-                setattr(cfg, key, type(value)(1 for _ in value))
-            elif key in TINY_LIST_HEADS:
-                setattr(cfg, key, type(value)(min(v, 2**i) for i, v in enumerate(value)))
-    # Special tokens inside the small vocabulary.
-    vocab = getattr(cfg, "vocab_size", None)
-    if isinstance(vocab, int):
+        v = tiny_value(key, cget(cfg, key, value))
+        if v is not None:
+            changes[key] = v
+    # Special tokens inside the small vocabulary, each its own id at the top of it (ids 4 … vocab - 17
+    # stay ordinary text).
+    vocab, free = changes.get("vocab_size", cget(cfg, "vocab_size")), None
+    if isinstance(vocab, int) and vocab > 24:
+        free = iter(range(vocab - 1, vocab - 9, -1))
+    elif is_config(subs.get("text_config")) and isinstance(cget(subs["text_config"], "vocab_size"), int):
+        # The placeholder tokens of a multimodal config index its text model's vocabulary: take ids apart
+        # from the text config's own special tokens.
+        vocab = cget(subs["text_config"], "vocab_size")
+        free = iter(range(vocab - 9, vocab - 17, -1))
+    if free is not None and vocab > 24:
+        seen: dict[int, int] = {}
         for key, value in d.items():
-            if key.endswith("token_id") and isinstance(value, int) and value >= vocab:
-                setattr(cfg, key, min(3, vocab - 1))
+            if not (key.endswith("token_id") or key.endswith("token_index")):
+                continue
+            if isinstance(value, int) and not isinstance(value, bool) and value >= vocab - 16:
+                if value not in seen:
+                    seen[value] = next(free, 3)
+                changes[key] = seen[value]
             elif key.endswith("token_id") and isinstance(value, list):
-                setattr(cfg, key, [min(v, vocab - 1) for v in value if isinstance(v, int)])
+                changes[key] = [min(v, vocab - 1) for v in value if isinstance(v, int)]
     for key in ("use_cache", "output_attentions", "output_hidden_states"):
         if hasattr(cfg, key):
-            setattr(cfg, key, False)
+            changes[key] = False
+    if "num_experts_per_tok" in d and d["num_experts_per_tok"] is None and any(
+            isinstance(d.get(k), int) and d[k] > 1 for k in ("n_routed_experts", "num_experts", "num_local_experts")):
+        changes["num_experts_per_tok"] = 2
+    # Multi-head latent attention: the query/key head is the no-position part plus the rotary part, and
+    # the rotary embedding is as wide as the rotary part.
+    nope = changes.get("qk_nope_head_dim", d.get("qk_nope_head_dim"))
+    rot = changes.get("qk_rope_head_dim", d.get("qk_rope_head_dim"))
+    if isinstance(nope, int) and isinstance(rot, int) and ("qk_nope_head_dim" in changes or "qk_rope_head_dim" in changes):
+        if "qk_head_dim" in d:
+            changes["qk_head_dim"] = nope + rot
+        if "head_dim" in d:
+            changes["head_dim"] = rot
+    new = None
+    if dataclasses.is_dataclass(cfg):
+        try:
+            fields = {f.name for f in dataclasses.fields(cfg) if f.init}
+            kwargs = {f: cget(cfg, f) for f in fields if f in d or f in cfg.__dict__}
+            kwargs.update({k: v for k, v in changes.items() if k in fields})
+            kwargs.update({k: v for k, v in subs.items() if k in fields})
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                new = type(cfg)(**kwargs)
+            for k in ("out_features", "out_indices"):  # a backbone's chosen stages stay as they were
+                if cget(new, k) != cget(cfg, k):
+                    setattr(new, k, cget(cfg, k))
+            for k, v in {**changes, **subs}.items():  # what is not a constructor field and not derived
+                if k not in fields and cget(new, k) == cget(cfg, k):
+                    setattr(new, k, v)
+        except Exception:  # noqa: BLE001
+            new = None
+    if new is None:
+        new = cfg
+        for k, v in {**changes, **subs}.items():
+            try:
+                setattr(new, k, v)
+            except Exception:  # noqa: BLE001
+                pass
+    fit_rope(new)
+    return new
 
 
 def hf_entries(only: str = "") -> tuple[list[Entry], list[dict]]:
@@ -322,13 +447,240 @@ def hf_entries(only: str = "") -> tuple[list[Entry], list[dict]]:
     return entries, []
 
 
+ADAPT_TRIES = 8
+IMAGE_INPUTS = ("pixel_values", "pixel_values_videos", "hidden_states")
+MAX_MEDIA_TOKENS = 512
+
+
+def sub_config(cfg, *keys):
+    """The first of `keys` that is a nested config, else `cfg` itself."""
+    for k in keys:
+        v = cget(cfg, k)
+        if is_config(v):
+            return v
+    return cfg
+
+
+def first_int(*values, default: int) -> int:
+    for v in values:
+        if isinstance(v, (list, tuple)) and v and all(isinstance(x, int) for x in v):
+            v = v[0]
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return default
+
+
+class HfFeed:
+    """The inputs a transformers model's forward signature asks for, with shapes from its config:
+    token ids (with the image/video placeholder tokens its vision tower fills), images (4-D, or 5-D
+    with a frames axis), Qwen-VL-style flattened patches with their ``grid_thw``, videos, waveforms and
+    log-mel features (either layout). :meth:`adapt` reads a failed call's error and changes what the
+    model says it expects instead; it returns False when it has nothing to change."""
+
+    def __init__(self, cfg, sig, mtype: str) -> None:
+        self.cfg, self.sig, self.mtype = cfg, sig, mtype
+        text = sub_config(cfg, "text_config")
+        self.vocab = min(first_int(cget(cfg, "vocab_size"), cget(text, "vocab_size"), default=VOCAB), VOCAB)
+        self.vision = sub_config(cfg, "vision_config", "vision_tower_config", "visual_config", "image_config")
+        img = cget(self.vision, "image_size")
+        if isinstance(img, (list, tuple)) and len(img) == 2 and all(isinstance(v, int) for v in img):
+            self.hw = tuple(img) if max(img) <= 128 else (32, 32)
+        else:
+            s = first_int(img, default=32)
+            self.hw = (s, s)
+        self.chans = first_int(cget(self.vision, "num_channels"), cget(self.vision, "in_channels"),
+                               cget(self.vision, "in_chans"), default=3)
+        self.frames_n = first_int(cget(cfg, "num_frames"), cget(self.vision, "num_frames"), default=4)
+        self.grid = "grid_thw" in sig or "image_grid_thw" in sig
+        self.image_tokens = 0
+        self.video_tokens = 0
+        self.frames = None  # None: 4-D pixel_values; else the length of a frames axis
+        self.mel_first = "whisper" in mtype or "moonshine" in mtype
+        self.mel_len = 2 * first_int(cget(cfg, "max_source_positions"),
+                                     cget(sub_config(cfg, "audio_config", "encoder_config"), "max_source_positions"),
+                                     default=16)
+        audio = sub_config(cfg, "audio_config", "encoder_config", "speech_config")
+        mel = first_int(cget(audio, "num_mel_bins"), cget(cfg, "num_mel_bins"), default=80)
+        self.mel = first_int(cget(audio, "input_feat_per_channel"), cget(cfg, "input_feat_per_channel"), default=mel) * \
+            first_int(cget(cfg, "input_channels"), default=1)
+        self.wave = WAVE
+        self.wave_rank = 2
+        self.decoder_ids = False
+        self.tried: set = set()
+
+    # ------------------------------------------------------------------ shapes
+
+    def token(self, *names) -> int | None:
+        for c in (self.cfg, sub_config(self.cfg, "text_config")):
+            for n in names:
+                v = cget(c, n)
+                if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < self.vocab:
+                    return v
+        return None
+
+    def patch_layout(self) -> tuple[int, int, int, int]:
+        """(patches, features per patch, grid h, grid w) of a flattened-patch vision tower."""
+        v = self.vision
+        p = first_int(cget(v, "patch_size"), default=14)
+        tp = first_int(cget(v, "temporal_patch_size"), default=1)
+        m = first_int(cget(v, "spatial_merge_size"), cget(self.cfg, "spatial_merge_size"),
+                      cget(v, "merge_kernel_size"), default=1)
+        h = w = 2 * m
+        return h * w, self.chans * tp * p * p, h, w
+
+    def inputs(self) -> tuple[list[str], list]:
+        sig, names, makers = self.sig, [], []
+
+        def add(n, f):
+            if n not in names:
+                names.append(n)
+                makers.append(f)
+
+        n_media = self.image_tokens + self.video_tokens
+        length = max(TEXT_LEN, n_media + 8)
+        if "input_ids" in sig:
+            img_id = self.token("image_token_id", "image_token_index", "image_token", "image_pad_token_id")
+            vid_id = self.token("video_token_id", "video_token_index", "video_token")
+            start = self.token("vision_start_token_id", "image_start_token_id", "boi_token_id")
+            end = self.token("vision_end_token_id", "image_end_token_id", "eoi_token_id")
+            vocab = self.vocab
+            spans, pos = [], 1  # (first, count, token, type) of each run of placeholder tokens
+            for n, tid, kind in ((self.image_tokens, img_id, 1), (self.video_tokens, vid_id, 2)):
+                if n and tid is not None:
+                    spans.append((pos, n, tid, kind))
+                    pos += n + 2
+
+            def ids(g):
+                x = torch.randint(4, max(5, vocab - 16), (1, length), generator=g)
+                for first, n, tid, _ in spans:
+                    if start is not None:
+                        x[0, first - 1] = start
+                    x[0, first:first + n] = tid
+                    if end is not None:
+                        x[0, first + n] = end
+                return x
+
+            add("input_ids", ids)
+            if "attention_mask" in sig:
+                def mask(g):
+                    m = torch.ones(1, length, dtype=torch.int64)
+                    m[0, length - PAD:] = 0
+                    return m
+
+                add("attention_mask", mask)
+            if "mm_token_type_ids" in sig and spans:  # 1 image, 2 video placeholders (processor convention)
+                def types(g):
+                    t = torch.zeros(1, length, dtype=torch.int64)
+                    for first, n, _, kind in spans:
+                        t[0, first:first + n] = kind
+                    return t
+
+                add("mm_token_type_ids", types)
+        if "qformer_input_ids" in sig:
+            qv = min(first_int(cget(sub_config(self.cfg, "qformer_config"), "vocab_size"), default=VOCAB), VOCAB)
+            add("qformer_input_ids", lambda g: torch.randint(4, max(5, qv - 16), (1, TEXT_LEN), generator=g))
+        if "decoder_input_ids" in sig and (self.decoder_ids or sig["decoder_input_ids"].default is
+                                           inspect.Parameter.empty):
+            add("decoder_input_ids", lambda g: torch.randint(4, max(5, self.vocab - 16), (1, 8), generator=g))
+        c, (hh, ww) = self.chans, self.hw
+        if self.grid or ("hidden_states" in sig and "grid_thw" in sig):
+            n, f, gh, gw = self.patch_layout()
+            grid = torch.tensor([[1, gh, gw]], dtype=torch.int64)
+            if "hidden_states" in sig and "grid_thw" in sig:
+                add("hidden_states", lambda g: torch.randn(n, f, generator=g))
+                add("grid_thw", lambda g: grid.clone())
+            if "pixel_values" in sig:
+                add("pixel_values", lambda g: torch.randn(n, f, generator=g))
+                if "image_grid_thw" in sig:
+                    add("image_grid_thw", lambda g: grid.clone())
+        elif "pixel_values" in sig:
+            t = self.frames
+            if t:
+                add("pixel_values", lambda g: torch.rand(1, t, c, hh, ww, generator=g))
+            else:
+                add("pixel_values", lambda g: torch.rand(1, c, hh, ww, generator=g))
+        if "pixel_values_videos" in sig and (self.video_tokens or "pixel_values" not in names):
+            t = self.frames_n
+            if self.grid and "video_grid_thw" in sig:
+                n, f, gh, gw = self.patch_layout()
+                add("pixel_values_videos", lambda g: torch.randn(n, f, generator=g))
+                add("video_grid_thw", lambda g: torch.tensor([[1, gh, gw]], dtype=torch.int64))
+            else:
+                add("pixel_values_videos", lambda g: torch.rand(1, t, c, hh, ww, generator=g))
+        if "input_values" in sig:
+            wv, r = self.wave, self.wave_rank
+            add("input_values", lambda g: torch.randn(*(1,) * (r - 1), wv, generator=g))
+        if "input_features" in sig:
+            mel, fr = self.mel, self.mel_len
+            if self.mel_first:
+                add("input_features", lambda g: torch.randn(1, mel, fr, generator=g))
+            else:
+                add("input_features", lambda g: torch.randn(1, fr, mel, generator=g))
+            for k in ("input_features_mask", "feature_attention_mask", "audio_attention_mask"):
+                if k in sig:
+                    add(k, lambda g: torch.ones(1, fr, dtype=torch.int64))
+        if not names:
+            raise ValueError(f"no input it can be fed ({', '.join(list(sig)[:6])})")
+        # Parameters without a default that are not fed make the call fail: say which.
+        missing = [p for p, v in sig.items() if v.default is inspect.Parameter.empty
+                   and v.kind not in (v.VAR_KEYWORD, v.VAR_POSITIONAL) and p not in names]
+        if missing:
+            raise ValueError(f"needs inputs {missing}")
+        return names, makers
+
+    # ------------------------------------------------------------------ adapting
+
+    def once(self, key) -> bool:
+        if key in self.tried:
+            return False
+        self.tried.add(key)
+        return True
+
+    def adapt(self, err: Exception) -> bool:
+        msg = str(err)
+        m = re.search(r"[Ii]mage features and image tokens do not match,? tokens: (\d+), features:? (\d+)", msg)
+        if m and int(m.group(2)) <= MAX_MEDIA_TOKENS and self.once(("image", m.group(2))):
+            self.image_tokens = int(m.group(2))
+            return True
+        m = re.search(r"[Vv]ideo features and video tokens do not match,? tokens: (\d+), features:? (\d+)", msg)
+        if m and int(m.group(2)) <= MAX_MEDIA_TOKENS and self.once(("video", m.group(2))):
+            self.video_tokens = int(m.group(2))
+            return True
+        if "expected 5, got 4" in msg and "pixel_values" in self.sig and not self.grid and self.once("frames"):
+            self.frames = first_int(cget(self.cfg, "num_frames"), cget(self.vision, "num_frames"), default=1)
+            return True
+        m = re.search(r"mel input features to be of length (\d+)", msg)
+        if m and self.once(("mel", m.group(1))):
+            self.mel_first, self.mel_len = True, int(m.group(1))
+            return True
+        m = re.search(r"padded_feature_length` to be a multiple of [^(]*\((\d+)\)", msg)
+        if m and self.once(("melmul", m.group(1))):
+            k = int(m.group(1))
+            self.mel_len = max(k, -(-self.mel_len // k) * k)
+            return True
+        m = re.search(r"`input_values` length (\d+) is not a multiple of (\d+)", msg)
+        if m and self.once(("wave", m.group(2))):
+            self.wave = int(m.group(2))
+            return True
+        if "input_values" in self.sig and ("mono" in msg or "expected 3, got 2" in msg) and self.once("wave3"):
+            self.wave_rank = 3
+            return True
+        if re.search(r"decoder_input_ids|decoder_inputs_embeds", msg) and "decoder_input_ids" in self.sig \
+                and self.once("decoder"):
+            self.decoder_ids = True
+            return True
+        if "input_features" in self.sig and self.once("mel-layout"):
+            self.mel_first = not self.mel_first
+            return True
+        return False
+
+
 def hf_maker(mtype: str, cls_name: str):
     def make():
         import transformers
         from transformers import AutoConfig
 
-        cfg = AutoConfig.for_model(mtype)
-        tiny_config(cfg)
+        cfg = tiny_config(AutoConfig.for_model(mtype))
         for attr in ("_attn_implementation",):
             if hasattr(cfg, attr):
                 try:
@@ -342,60 +694,32 @@ def hf_maker(mtype: str, cls_name: str):
         if getattr(cfg, "is_encoder_decoder", False) and hasattr(model, "get_encoder"):
             model = model.get_encoder()
         sig = inspect.signature(model.forward).parameters
-        names, makers = [], []
-        vocab = min(int(getattr(cfg, "vocab_size", None) or getattr(getattr(cfg, "text_config", None), "vocab_size",
-                                                                      VOCAB) or VOCAB), VOCAB)
-        vision = getattr(cfg, "vision_config", None) or cfg
-        size = int(getattr(vision, "image_size", 32) or 32) if not isinstance(getattr(vision, "image_size", 32),
-                                                                             (list, tuple)) else 32
-        chans = int(getattr(vision, "num_channels", 3) or 3)
-        if "input_ids" in sig:
-            names.append("input_ids")
-            makers.append(lambda g: torch.randint(4, max(5, vocab), (1, TEXT_LEN), generator=g))
-            if "attention_mask" in sig:
-                names.append("attention_mask")
-
-                def mask(g):
-                    m = torch.ones(1, TEXT_LEN, dtype=torch.int64)
-                    m[0, TEXT_LEN - PAD:] = 0
-                    return m
-
-                makers.append(mask)
-        if "pixel_values" in sig:
-            names.append("pixel_values")
-            makers.append(lambda g: torch.rand(1, chans, size, size, generator=g))
-        if "input_values" in sig:
-            names.append("input_values")
-            makers.append(lambda g: torch.randn(1, WAVE, generator=g))
-        if "input_features" in sig:
-            names.append("input_features")
-            mel = int(getattr(cfg, "num_mel_bins", 80) or 80)
-            frames = 2 * int(getattr(cfg, "max_source_positions", 16) or 16)
-            if "whisper" in mtype or "moonshine" in mtype:
-                makers.append(lambda g: torch.randn(1, mel, frames, generator=g))
-            else:
-                feat = int(getattr(cfg, "input_feat_per_channel", mel) or mel) * int(
-                    getattr(cfg, "input_channels", 1) or 1)
-                makers.append(lambda g: torch.randn(1, frames, feat, generator=g))
-        if not names:
-            raise ValueError(f"no input it can be fed ({', '.join(list(sig)[:6])})")
-        # Parameters without a default that we do not feed make the call fail: say which.
-        missing = [p for p, v in sig.items() if v.default is inspect.Parameter.empty
-                   and v.kind not in (v.VAR_KEYWORD, v.VAR_POSITIONAL) and p not in names]
-        if missing:
-            raise ValueError(f"needs inputs {missing}")
+        feed = HfFeed(cfg, sig, mtype)
         extra = {k: False for k in ("use_cache",) if k in sig}
         if "return_dict" in sig:
             extra["return_dict"] = True
-        if "pixel_values" in names and "input_ids" in names:
+        # Feed, and where the model says what it expects instead (image tokens to match the image
+        # features, a frames axis, the mel layout, …), adapt and feed again.
+        for _ in range(ADAPT_TRIES):
+            names, makers = feed.inputs()
+            wrapped = FirstOutput(model, tuple(names), extra)
+            g = torch.Generator().manual_seed(SEED)
+            try:
+                with torch.no_grad():
+                    wrapped(*(m(g) for m in makers))
+                break
+            except Exception as err:  # noqa: BLE001
+                if not feed.adapt(err):
+                    raise
+        if any(n in names for n in IMAGE_INPUTS) and "input_ids" in names:
             kind = "vision-language"
-        elif "pixel_values" in names:
+        elif any(n in names for n in IMAGE_INPUTS):
             kind = "vision"
         elif "input_values" in names or "input_features" in names:
             kind = "audio"
         else:
             kind = "text"
-        model = FirstOutput(model, tuple(names), extra)
+        model = wrapped
         gen = lambda g: tuple(m(g) for m in makers)  # noqa: E731
         model.hf_kind = kind
         return model, gen, tuple(names)
@@ -460,6 +784,11 @@ def run_entry(e: Entry, out: Path, force: bool) -> list[dict]:
         meta = {**common, "build_error": first_line(err), "seconds": round(time.time() - t0, 1)}
         (d / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
         return [meta]
+    stale_build = base / f"{e.name}-build"  # an earlier failed build of this model: it builds now
+    if stale_build.is_dir():
+        for f in stale_build.iterdir():
+            f.unlink()
+        stale_build.rmdir()
     params = count_params(model)
     kind = getattr(model, "hf_kind", e.kind)
     metas = []
@@ -530,6 +859,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--source", action="append", choices=["torchvision", "timm", "hf"], default=[])
     ap.add_argument("--only", default="", help="models whose name contains this")
+    ap.add_argument("--types", default="", help="comma-separated exact model names (e.g. to redo failed builds)")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--force", action="store_true", help="redo models already exported")
     ap.add_argument("--minutes", type=float, default=0, help="wall-time budget per source (0: none)")
@@ -543,6 +873,9 @@ def main(argv: list[str] | None = None) -> int:
     for source in args.source or ["torchvision", "timm", "hf"]:
         entries, skipped = enumerate_source(source, args.out)
         entries = [e for e in entries if args.only in e.name]
+        if args.types:
+            wanted = set(args.types.split(","))
+            entries = [e for e in entries if e.name in wanted]
         if source == "hf":  # a fixed shuffle: a budget-cut run is still a sample of every kind
             random.Random(SEED).shuffle(entries)
         (args.out / source).mkdir(parents=True, exist_ok=True)
