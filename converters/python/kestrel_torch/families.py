@@ -258,6 +258,9 @@ TINY_INT = {
     "d_kv": 16, "head_dim": 16, "kv_channels": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
     "kv_lora_rank": 16, "q_lora_rank": 16, "conv_dim_out": 32, "index_head_dim": 16, "index_n_heads": 2,
     "n_group": 2, "topk_group": 1, "num_expert_group": 2, "num_frames": 4,
+    "vocab_size_per_layer_input": VOCAB, "hidden_size_per_layer_input": 16, "num_kv_shared_layers": 0,
+    "mamba_d_state": 16, "mamba_dt_rank": 8, "adapter_rank": 8, "laurel_rank": 8, "projection_size": 32,
+    "pooler_output_size": 32, "mm_tokens_per_image": 16,
     # depth
     "num_hidden_layers": 2, "num_layers": 2, "n_layer": 2, "n_layers": 2, "encoder_layers": 2, "decoder_layers": 2,
     "num_decoder_layers": 2, "num_encoder_layers": 2, "depth": 2, "n_positions": 64,
@@ -307,6 +310,8 @@ def tiny_value(key: str, value):
             return type(value)(1 for _ in value)
         if key in TINY_LIST_HEADS:
             return type(value)(min(v, 2**i) for i, v in enumerate(value))
+        if key in TINY_INT and key.endswith("intermediate_size"):  # per-layer widths
+            return type(value)(min(v, TINY_INT[key]) for v in value)
     return None
 
 
@@ -317,6 +322,11 @@ def cget(cfg, key: str, default=None):
         return getattr(cfg, key, default)
     except Exception:  # noqa: BLE001
         return cfg.__dict__.get(key, default)
+
+
+def seen_keys(cfg) -> set:
+    """Keys that alias another key of the config (``attribute_map``): set through the key they name."""
+    return set(getattr(type(cfg), "attribute_map", {}) or {})
 
 
 def is_config(x) -> bool:
@@ -353,7 +363,33 @@ def fit_rope(cfg) -> None:
             fit(r)
 
 
-def tiny_config(cfg):
+def fit_layers(d: dict, changes: dict) -> None:
+    """The bolder derivations (a fallback without them is tried where they break a model): per-layer
+    ``layer_types`` cut to the tiny depth, a head width left to be derived (None) set, Mamba-2 heads
+    (2 heads splitting the expanded width)."""
+    # Per-layer lists (``layer_types``) as long as the tiny depth.
+    depth = changes.get("num_hidden_layers", d.get("num_hidden_layers"))
+    lt = d.get("layer_types")
+    if isinstance(depth, int) and isinstance(lt, (list, tuple)) and lt and len(lt) != depth and \
+            all(isinstance(v, str) for v in lt):
+        changes["layer_types"] = list(lt[:depth]) if depth < len(lt) else list(lt) + [lt[-1]] * (depth - len(lt))
+    # A head width left to be derived (None) where the model reads it directly.
+    heads = changes.get("num_attention_heads", d.get("num_attention_heads"))
+    hidden = changes.get("hidden_size", d.get("hidden_size"))
+    if "head_dim" in d and d["head_dim"] is None and isinstance(hidden, int) and isinstance(heads, int) and heads:
+        changes["head_dim"] = hidden // heads
+    # State-space (Mamba-2) heads: 2 heads splitting the expanded width.
+    expand = d.get("mamba_expand", 2)
+    if isinstance(hidden, int) and isinstance(expand, int):
+        for nh, hd in (("mamba_n_heads", "mamba_d_head"), ("n_mamba_heads", "mamba_headdim"),
+                       ("mamba_num_heads", "mamba_head_dim")):
+            if nh in d and isinstance(d[nh], int) and d[nh] > 2:
+                changes[nh] = 2
+                if hd in d:
+                    changes[hd] = expand * hidden // 2
+
+
+def tiny_config(cfg, bold: bool = True):
     """A tiny copy of a transformers config (and of its nested configs), rebuilt through the config's
     constructor so that values derived from the shrunk ones (``head_dim = qk_rope_head_dim``,
     ``qk_head_dim``, sub-config defaults) are derived again. Falls back to shrinking in place where
@@ -362,7 +398,7 @@ def tiny_config(cfg):
 
     d = cfg.to_dict() if hasattr(cfg, "to_dict") else {}
     subs = {k: cget(cfg, k) for k in d if k in SUBCONFIGS or is_config(cget(cfg, k))}
-    subs = {k: tiny_config(v) for k, v in subs.items() if is_config(v)}
+    subs = {k: tiny_config(v, bold) for k, v in subs.items() if is_config(v)}
     changes = {}
     for key, value in d.items():
         if key in subs:
@@ -385,7 +421,10 @@ def tiny_config(cfg):
         for key, value in d.items():
             if not (key.endswith("token_id") or key.endswith("token_index")):
                 continue
-            if isinstance(value, int) and not isinstance(value, bool) and value >= vocab - 16:
+            placeholder = re.match(r"(image|video|audio)_token_(id|index)$", key)
+            if bold and value is None and placeholder and key not in seen_keys(cfg):  # a placeholder left unset
+                changes[key] = next(free, 3)
+            elif isinstance(value, int) and not isinstance(value, bool) and value >= vocab - 16:
                 if value not in seen:
                     seen[value] = next(free, 3)
                 changes[key] = seen[value]
@@ -397,6 +436,8 @@ def tiny_config(cfg):
     if "num_experts_per_tok" in d and d["num_experts_per_tok"] is None and any(
             isinstance(d.get(k), int) and d[k] > 1 for k in ("n_routed_experts", "num_experts", "num_local_experts")):
         changes["num_experts_per_tok"] = 2
+    if bold:
+        fit_layers(d, changes)
     # Multi-head latent attention: the query/key head is the no-position part plus the rotary part, and
     # the rotary embedding is as wide as the rotary part.
     nope = changes.get("qk_nope_head_dim", d.get("qk_nope_head_dim"))
@@ -494,6 +535,9 @@ class HfFeed:
         self.grid = "grid_thw" in sig or "image_grid_thw" in sig
         self.image_tokens = 0
         self.video_tokens = 0
+        self.audio_tokens = 0
+        self.patch_feat = None  # features per flattened patch, where the model says so
+        self.pixel_mask = False
         self.frames = None  # None: 4-D pixel_values; else the length of a frames axis
         self.mel_first = "whisper" in mtype or "moonshine" in mtype
         self.mel_len = 2 * first_int(cget(cfg, "max_source_positions"),
@@ -526,7 +570,7 @@ class HfFeed:
         m = first_int(cget(v, "spatial_merge_size"), cget(self.cfg, "spatial_merge_size"),
                       cget(v, "merge_kernel_size"), default=1)
         h = w = 2 * m
-        return h * w, self.chans * tp * p * p, h, w
+        return h * w, self.patch_feat or self.chans * tp * p * p, h, w
 
     def inputs(self) -> tuple[list[str], list]:
         sig, names, makers = self.sig, [], []
@@ -536,16 +580,18 @@ class HfFeed:
                 names.append(n)
                 makers.append(f)
 
-        n_media = self.image_tokens + self.video_tokens
+        n_media = self.image_tokens + self.video_tokens + self.audio_tokens
         length = max(TEXT_LEN, n_media + 8)
         if "input_ids" in sig:
             img_id = self.token("image_token_id", "image_token_index", "image_token", "image_pad_token_id")
             vid_id = self.token("video_token_id", "video_token_index", "video_token")
+            aud_id = self.token("audio_token_id", "audio_token_index", "audio_token")
             start = self.token("vision_start_token_id", "image_start_token_id", "boi_token_id")
             end = self.token("vision_end_token_id", "image_end_token_id", "eoi_token_id")
             vocab = self.vocab
             spans, pos = [], 1  # (first, count, token, type) of each run of placeholder tokens
-            for n, tid, kind in ((self.image_tokens, img_id, 1), (self.video_tokens, vid_id, 2)):
+            for n, tid, kind in ((self.image_tokens, img_id, 1), (self.video_tokens, vid_id, 2),
+                                 (self.audio_tokens, aud_id, 3)):
                 if n and tid is not None:
                     spans.append((pos, n, tid, kind))
                     pos += n + 2
@@ -591,14 +637,20 @@ class HfFeed:
                 add("grid_thw", lambda g: grid.clone())
             if "pixel_values" in sig:
                 add("pixel_values", lambda g: torch.randn(n, f, generator=g))
-                if "image_grid_thw" in sig:
-                    add("image_grid_thw", lambda g: grid.clone())
+                for k in ("image_grid_thw", "grid_thw"):
+                    if k in sig:
+                        add(k, lambda g: grid.clone())
         elif "pixel_values" in sig:
             t = self.frames
             if t:
                 add("pixel_values", lambda g: torch.rand(1, t, c, hh, ww, generator=g))
             else:
                 add("pixel_values", lambda g: torch.rand(1, c, hh, ww, generator=g))
+            if "image_sizes" in sig:  # the original size of each image (height, width)
+                add("image_sizes", lambda g: torch.tensor([[hh, ww]], dtype=torch.int64))
+            if "pixel_attention_mask" in sig and self.pixel_mask:
+                shape = (1, t, hh, ww) if t else (1, hh, ww)
+                add("pixel_attention_mask", lambda g: torch.ones(*shape, dtype=torch.bool))
         if "pixel_values_videos" in sig and (self.video_tokens or "pixel_values" not in names):
             t = self.frames_n
             if self.grid and "video_grid_thw" in sig:
@@ -642,6 +694,10 @@ class HfFeed:
         if m and int(m.group(2)) <= MAX_MEDIA_TOKENS and self.once(("image", m.group(2))):
             self.image_tokens = int(m.group(2))
             return True
+        m = re.search(r"[Aa]udio features and audio tokens do not match,? tokens: (\d+), features:? (\d+)", msg)
+        if m and int(m.group(2)) <= MAX_MEDIA_TOKENS and self.once(("audio", m.group(2))):
+            self.audio_tokens = int(m.group(2))
+            return True
         m = re.search(r"[Vv]ideo features and video tokens do not match,? tokens: (\d+), features:? (\d+)", msg)
         if m and int(m.group(2)) <= MAX_MEDIA_TOKENS and self.once(("video", m.group(2))):
             self.video_tokens = int(m.group(2))
@@ -669,6 +725,18 @@ class HfFeed:
                 and self.once("decoder"):
             self.decoder_ids = True
             return True
+        m = re.search(r"shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)", msg)
+        if m:
+            b, c = int(m.group(2)), int(m.group(3))
+            if self.grid and b == self.patch_layout()[1] and self.once(("patch", c)):
+                self.patch_feat = c
+                return True
+            if "input_features" in self.sig and not self.mel_first and b == self.mel and self.once(("melw", c)):
+                self.mel = c
+                return True
+        if "pixel_attention_mask" in self.sig and "NoneType" in msg and self.once("pixel_mask"):
+            self.pixel_mask = True
+            return True
         if "input_features" in self.sig and self.once("mel-layout"):
             self.mel_first = not self.mel_first
             return True
@@ -677,10 +745,25 @@ class HfFeed:
 
 def hf_maker(mtype: str, cls_name: str):
     def make():
+        # The tiny config with the bolder derivations first; where it does not build or feed, without
+        # them (the error reported is the first one).
+        try:
+            return make_with(True)
+        except ModelTimeout:
+            raise
+        except Exception as first:  # noqa: BLE001
+            try:
+                return make_with(False)
+            except ModelTimeout:
+                raise
+            except Exception:  # noqa: BLE001
+                raise first from None
+
+    def make_with(bold: bool):
         import transformers
         from transformers import AutoConfig
 
-        cfg = tiny_config(AutoConfig.for_model(mtype))
+        cfg = tiny_config(AutoConfig.for_model(mtype), bold)
         for attr in ("_attn_implementation",):
             if hasattr(cfg, attr):
                 try:
