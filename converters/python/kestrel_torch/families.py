@@ -260,7 +260,8 @@ TINY_INT = {
     "n_group": 2, "topk_group": 1, "num_expert_group": 2, "num_frames": 4,
     "vocab_size_per_layer_input": VOCAB, "hidden_size_per_layer_input": 16, "num_kv_shared_layers": 0,
     "mamba_d_state": 16, "mamba_dt_rank": 8, "adapter_rank": 8, "laurel_rank": 8, "projection_size": 32,
-    "pooler_output_size": 32, "mm_tokens_per_image": 16,
+    "pooler_output_size": 32, "mm_tokens_per_image": 16, "codebook_dim": 32, "codebook_size": 64,
+    "num_filters": 4,
     # depth
     "num_hidden_layers": 2, "num_layers": 2, "n_layer": 2, "n_layers": 2, "encoder_layers": 2, "decoder_layers": 2,
     "num_decoder_layers": 2, "num_encoder_layers": 2, "depth": 2, "n_positions": 64,
@@ -297,6 +298,9 @@ def tiny_value(key: str, value):
             return 16
         if key.startswith("linear_num_") and key.endswith("heads") and value > 2:
             return 2
+        if (key.endswith("_attention_heads") or key.endswith("_num_heads") or key.endswith("key_value_heads")) \
+                and "mamba" not in key and value > 2:  # predictor, sliding-window, … heads
+            return 2
         if key.endswith("intermediate_size") and value > 64:
             return 64
         if key.startswith("num_") and key.endswith("_labels") and value > VOCAB:  # extra vocabularies
@@ -309,6 +313,8 @@ def tiny_value(key: str, value):
         if key in TINY_LIST_DEPTH:
             return type(value)(1 for _ in value)
         if key in TINY_LIST_HEADS:
+            if len(set(value)) == 1 and len(value) > 1:  # the same heads at every stage (and width)
+                return type(value)(min(v, 2) for v in value)
             return type(value)(min(v, 2**i) for i, v in enumerate(value))
         if key in TINY_INT and key.endswith("intermediate_size"):  # per-layer widths
             return type(value)(min(v, TINY_INT[key]) for v in value)
@@ -457,6 +463,9 @@ def tiny_config(cfg, bold: bool = True):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 new = type(cfg)(**kwargs)
+            for k, v in cfg.__dict__.items():  # attributes the class sets outside its constructor
+                if k not in new.__dict__ and k not in changes and k not in subs:
+                    new.__dict__[k] = v
             for k in ("out_features", "out_indices"):  # a backbone's chosen stages stay as they were
                 if cget(new, k) != cget(cfg, k):
                     setattr(new, k, cget(cfg, k))
@@ -489,6 +498,7 @@ def hf_entries(only: str = "") -> tuple[list[Entry], list[dict]]:
 
 
 ADAPT_TRIES = 8
+CONST_INPUTS = ("grid_thw", "image_grid_thw", "video_grid_thw", "image_sizes")
 IMAGE_INPUTS = ("pixel_values", "pixel_values_videos", "hidden_states")
 MAX_MEDIA_TOKENS = 512
 
@@ -538,6 +548,7 @@ class HfFeed:
         self.audio_tokens = 0
         self.patch_feat = None  # features per flattened patch, where the model says so
         self.pixel_mask = False
+        self.patch_rank = 2  # flattened patches: 2 (n, c·t·p·p), 4 (n, c, p, p) or 5 (1, n, c, p, p)
         self.frames = None  # None: 4-D pixel_values; else the length of a frames axis
         self.mel_first = "whisper" in mtype or "moonshine" in mtype
         self.mel_len = 2 * first_int(cget(cfg, "max_source_positions"),
@@ -636,7 +647,9 @@ class HfFeed:
                 add("hidden_states", lambda g: torch.randn(n, f, generator=g))
                 add("grid_thw", lambda g: grid.clone())
             if "pixel_values" in sig:
-                add("pixel_values", lambda g: torch.randn(n, f, generator=g))
+                p = first_int(cget(self.vision, "patch_size"), default=14)
+                shape = {2: (n, f), 4: (n, c, p, p), 5: (1, n, c, p, p)}[self.patch_rank]
+                add("pixel_values", lambda g: torch.randn(*shape, generator=g))
                 for k in ("image_grid_thw", "grid_thw"):
                     if k in sig:
                         add(k, lambda g: grid.clone())
@@ -690,7 +703,7 @@ class HfFeed:
 
     def adapt(self, err: Exception) -> bool:
         msg = str(err)
-        m = re.search(r"[Ii]mage features and image tokens do not match,? tokens: (\d+), features:? (\d+)", msg)
+        m = re.search(r"[Ii]mage features and image tokens do not match[:,]? tokens:? (\d+), features:? (\d+)", msg)
         if m and int(m.group(2)) <= MAX_MEDIA_TOKENS and self.once(("image", m.group(2))):
             self.image_tokens = int(m.group(2))
             return True
@@ -702,6 +715,13 @@ class HfFeed:
         if m and int(m.group(2)) <= MAX_MEDIA_TOKENS and self.once(("video", m.group(2))):
             self.video_tokens = int(m.group(2))
             return True
+        if self.grid and "pixel_values" in self.sig:
+            if ("input to conv2d" in msg or "expected 4, got 2" in msg) and self.once("patch4"):
+                self.patch_rank = 4
+                return True
+            if "expected 5, got" in msg and self.once("patch5"):
+                self.patch_rank = 5
+                return True
         if "expected 5, got 4" in msg and "pixel_values" in self.sig and not self.grid and self.once("frames"):
             self.frames = first_int(cget(self.cfg, "num_frames"), cget(self.vision, "num_frames"), default=1)
             return True
@@ -802,6 +822,16 @@ def hf_maker(mtype: str, cls_name: str):
             kind = "audio"
         else:
             kind = "text"
+        # Inputs that describe the (static) image layout rather than its data are constants of the
+        # export, as a static-shape deployment has them: the values the shapes are computed from.
+        consts = [i for i, n in enumerate(names) if n in CONST_INPUTS]
+        if consts and len(consts) < len(names):
+            g = torch.Generator().manual_seed(SEED)
+            values = [m(g) for m in makers]
+            extra.update({names[i]: values[i] for i in consts})
+            makers = [m for i, m in enumerate(makers) if i not in consts]
+            names = [n for i, n in enumerate(names) if i not in consts]
+            wrapped = FirstOutput(model, tuple(names), extra)
         model = wrapped
         gen = lambda g: tuple(m(g) for m in makers)  # noqa: E731
         model.hf_kind = kind
@@ -900,7 +930,11 @@ def run_entry(e: Entry, out: Path, force: bool) -> list[dict]:
             continue
         try:
             sess = ort_session(path)
-            feeds = {i.name: t.numpy() for i, t in zip(sess.get_inputs(), inputs)}
+            # By name where the graph keeps the names (an input the graph does not use is dropped from
+            # it, and the rest would shift), else by position.
+            by_name = dict(zip(names, inputs))
+            feeds = {i.name: (by_name[i.name] if i.name in by_name else t).numpy()
+                     for i, t in zip(sess.get_inputs(), inputs)}
             got = sess.run(None, feeds)[0].astype(np.float32)
             times = []
             for _ in range(ORT_RUNS):
@@ -911,9 +945,8 @@ def run_entry(e: Entry, out: Path, force: bool) -> list[dict]:
             meta["ort_vs_torch_max_abs"] = float(np.abs(got - want).max()) if got.shape == want.shape else None
             meta["output_max_abs"] = float(np.abs(got).max()) if got.size else 0.0
             meta["ort_inputs"] = [i.name for i in sess.get_inputs()]
-            for i, (n, t) in enumerate(zip(names, inputs)):
-                if any(x.name == n for x in sess.get_inputs()) or i < len(sess.get_inputs()):
-                    np.save(d / ("input.npy" if i == 0 else f"input{i}.npy"), t.numpy())
+            for i, x in enumerate(sess.get_inputs()):  # the graph's inputs, in its order
+                np.save(d / ("input.npy" if i == 0 else f"input{i}.npy"), feeds[x.name])
             np.save(d / "output.npy", got)
         except Exception as err:  # noqa: BLE001
             meta["export_error"] = "onnxruntime: " + first_line(err)
