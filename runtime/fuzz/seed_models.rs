@@ -77,7 +77,7 @@ fn sdpa() -> Vec<u8> {
     let v = b.input("v", &[h / 2, t, d]).unwrap();
     let bias = b.weight_as("bias", &[1, t, t], (0..t * t).map(|i| -(i as f32) * 0.25).collect(), DType::F32).unwrap();
     let y = b
-        .op(|y| Op::Sdpa(Sdpa { q, k, v, bias: Some(bias), scale: 0.5, causal: false, k_transposed: true, y }))
+        .op(|y| Op::Sdpa(Sdpa { q, k, v, bias: Some(bias), scale: 0.5, causal: false, k_transposed: true, softcap: 0.0, y }))
         .unwrap();
     b.output(y);
     b.build().unwrap()

@@ -58,13 +58,15 @@ pub fn op_flops(file: &KesFile<'_>, op: &Op) -> Option<u64> {
         }
         Op::MatMul(o) => 2 * numel(file, o.y)? * last_dim(file, o.a)?,
         // Per query row and visible key: D multiply-adds for the score, Dv for the weighted sum,
-        // about five for the softmax (counted as if every key were visible).
+        // about five for the softmax (counted as if every key were visible), three more for a
+        // soft cap.
         Op::Sdpa(o) => {
             let (y, dv, d) = (numel(file, o.y)?, last_dim(file, o.y)?, last_dim(file, o.q)?);
             let v = file.tensor(o.v).ok()?.shape;
             let tk = u64::from(*v.dims().iter().rev().nth(1)?);
             let rows = y / dv.max(1);
-            rows * tk * (2 * d + 2 * dv + 5)
+            let cap = if o.softcap > 0.0 { 3 } else { 0 };
+            rows * tk * (2 * d + 2 * dv + 5 + cap)
         }
         Op::Attention(o) => {
             let (t, d) = tokens_dim(file, o.x)?;

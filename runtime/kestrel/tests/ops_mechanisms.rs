@@ -339,31 +339,40 @@ enum SdpaBias {
 
 /// `Sdpa` (attention on activations): multi-head, grouped-query and multi-query heads, Tq ≠ Tk,
 /// Dv ≠ D, keys stored transposed, one head at rank 2, causal, a bias per sample or constant in
-/// every broadcast shape, and masks with fully masked rows (zeros) and rows masked with f32::MIN
-/// (uniform weights).
+/// every broadcast shape, masks with fully masked rows (zeros) and rows masked with f32::MIN
+/// (uniform weights), and soft caps of the scores (tight and loose, with each kind of bias).
 #[test]
 fn sdpa_heads_groups_bias_and_masks() {
-    // (hq, hk, tq, tk, d, dv, causal, k transposed, rank 2, bias)
-    type SdpaCase = (usize, usize, usize, usize, usize, usize, bool, bool, bool, SdpaBias);
-    let cases: [SdpaCase; 12] = [
-        (2, 2, 5, 5, 4, 4, false, false, false, SdpaBias::None),
-        (4, 2, 3, 6, 8, 5, false, false, false, SdpaBias::Input(&[1, 3, 6])),
-        (6, 1, 4, 4, 4, 3, true, false, false, SdpaBias::None),
-        (4, 4, 5, 7, 6, 6, false, true, false, SdpaBias::Const(&[4, 5, 7])),
-        (1, 1, 6, 3, 5, 7, false, false, true, SdpaBias::Input(&[3])),
-        (4, 2, 5, 5, 4, 20, true, true, false, SdpaBias::Const(&[4, 1, 5])),
-        (2, 1, 5, 6, 4, 4, false, false, false, SdpaBias::Masked),
-        (2, 2, 4, 4, 4, 4, true, false, false, SdpaBias::Masked),
-        (8, 2, 3, 9, 16, 16, false, false, false, SdpaBias::Input(&[1, 1, 1, 9])),
-        (3, 3, 4, 5, 4, 4, false, false, false, SdpaBias::Const(&[3, 4, 1])),
-        (2, 2, 7, 7, 8, 8, true, false, false, SdpaBias::Input(&[2, 7, 7])),
-        (4, 1, 2, 33, 8, 17, false, true, false, SdpaBias::None),
+    // (hq, hk, tq, tk, d, dv, causal, k transposed, rank 2, bias, soft cap)
+    type SdpaCase = (usize, usize, usize, usize, usize, usize, bool, bool, bool, SdpaBias, f32);
+    let cases: [SdpaCase; 17] = [
+        (2, 2, 5, 5, 4, 4, false, false, false, SdpaBias::None, 0.0),
+        (4, 2, 3, 6, 8, 5, false, false, false, SdpaBias::Input(&[1, 3, 6]), 0.0),
+        (6, 1, 4, 4, 4, 3, true, false, false, SdpaBias::None, 0.0),
+        (4, 4, 5, 7, 6, 6, false, true, false, SdpaBias::Const(&[4, 5, 7]), 0.0),
+        (1, 1, 6, 3, 5, 7, false, false, true, SdpaBias::Input(&[3]), 0.0),
+        (4, 2, 5, 5, 4, 20, true, true, false, SdpaBias::Const(&[4, 1, 5]), 0.0),
+        (2, 1, 5, 6, 4, 4, false, false, false, SdpaBias::Masked, 0.0),
+        (2, 2, 4, 4, 4, 4, true, false, false, SdpaBias::Masked, 0.0),
+        (8, 2, 3, 9, 16, 16, false, false, false, SdpaBias::Input(&[1, 1, 1, 9]), 0.0),
+        (3, 3, 4, 5, 4, 4, false, false, false, SdpaBias::Const(&[3, 4, 1]), 0.0),
+        (2, 2, 7, 7, 8, 8, true, false, false, SdpaBias::Input(&[2, 7, 7]), 0.0),
+        (4, 1, 2, 33, 8, 17, false, true, false, SdpaBias::None, 0.0),
+        // Soft caps (Gemma 2's `c · tanh(s / c)` before the bias): tight (most scores
+        // saturated), loose, with every kind of bias, grouped heads, causal, keys transposed,
+        // and fully masked rows (the cap must not turn −∞ rows into uniform ones).
+        (4, 2, 5, 6, 8, 5, false, false, false, SdpaBias::Input(&[1, 5, 6]), 0.5),
+        (2, 2, 7, 7, 8, 8, true, true, false, SdpaBias::None, 1.5),
+        (2, 1, 5, 6, 4, 4, false, false, false, SdpaBias::Masked, 0.75),
+        (4, 4, 5, 7, 6, 6, false, true, false, SdpaBias::Const(&[4, 5, 1]), 50.0),
+        (1, 1, 6, 3, 5, 7, true, false, true, SdpaBias::Input(&[3]), 0.25),
     ];
     let cases: Vec<Case> = cases
         .into_iter()
-        .map(|(hq, hk, tq, tk, d, dv, causal, k_transposed, rank2, bias)| {
+        .map(|(hq, hk, tq, tk, d, dv, causal, k_transposed, rank2, bias, softcap)| {
             let name = format!(
-                "Sdpa hq{hq} hk{hk} tq{tq} tk{tk} d{d} dv{dv} causal {causal} kT {k_transposed} rank2 {rank2} {bias:?}"
+                "Sdpa hq{hq} hk{hk} tq{tq} tk{tk} d{d} dv{dv} causal {causal} kT {k_transposed} rank2 {rank2} {bias:?} \
+                 softcap {softcap}"
             );
             // Masks with −∞ cannot take a magnitude run (|−∞|); the others do.
             let floor = !matches!(bias, SdpaBias::Masked);
@@ -400,7 +409,7 @@ fn sdpa_heads_groups_bias_and_masks() {
                     }
                 };
                 let scale = 1.0 / (d as f32).sqrt();
-                c.b.op(|y| Op::Sdpa(Sdpa { q, k, v, bias, scale, causal, k_transposed, y }))
+                c.b.op(|y| Op::Sdpa(Sdpa { q, k, v, bias, scale, causal, k_transposed, softcap, y }))
             })
         })
         .collect();
@@ -427,7 +436,9 @@ fn sdpa_bad_shapes_are_rejected() {
         let k = b.input("k", kd).unwrap();
         let v = b.input("v", vd).unwrap();
         let bias = bd.map(|d| b.input("bias", d).unwrap());
-        let err = b.op(|y| Op::Sdpa(Sdpa { q, k, v, bias, scale: 0.5, causal: false, k_transposed, y })).unwrap_err();
+        let err = b
+            .op(|y| Op::Sdpa(Sdpa { q, k, v, bias, scale: 0.5, causal: false, k_transposed, softcap: 0.0, y }))
+            .unwrap_err();
         assert!(err.to_string().contains(what), "{qd:?} {kd:?} {vd:?} {bd:?}: {err}");
     }
 }

@@ -174,8 +174,9 @@ pub fn softmax(x: &[f64], n: usize) -> Vec<f64> {
 /// Scaled dot-product attention on activations (the `Sdpa` op), from its definition: `q [Hq, Tq,
 /// D]`, `k [Hk, Tk, D]` (`[Hk, D, Tk]` when `k_transposed`), `v [Hk, Tk, Dv]` (rank 2: one head),
 /// query head h reading key/value head `h / (Hq / Hk)`; `bias` (values and shape) broadcast
-/// numpy-style to `[Hq, Tq, Tk]`; with `causal` query i sees keys `j ≤ i`. A row whose every
-/// visible score is −∞ gives zeros. Output `[Hq, Tq, Dv]`.
+/// numpy-style to `[Hq, Tq, Tk]`; with `causal` query i sees keys `j ≤ i`; a `softcap` `c > 0`
+/// caps the scaled scores before the bias is added, `c · tanh(scale · q · k / c)` (0: none). A
+/// row whose every visible score is −∞ gives zeros. Output `[Hq, Tq, Dv]`.
 #[allow(clippy::too_many_arguments)]
 pub fn sdpa(
     (q, qs): (&[f64], &[usize]),
@@ -185,6 +186,7 @@ pub fn sdpa(
     scale: f64,
     causal: bool,
     k_transposed: bool,
+    softcap: f64,
 ) -> Vec<f64> {
     let three = |s: &[usize]| if s.len() == 3 { [s[0], s[1], s[2]] } else { [1, s[0], s[1]] };
     let ([hq, tq, d], [hk, _, _], [_, tk, dv]) = (three(qs), three(ks), three(vs));
@@ -214,7 +216,9 @@ pub fn sdpa(
                             q[(h * tq + i) * d + c] * kv
                         })
                         .sum();
-                    dot * scale + bias_at(h, i, j)
+                    let s = dot * scale;
+                    let capped = if softcap > 0.0 { softcap * (s / softcap).tanh() } else { s };
+                    capped + bias_at(h, i, j)
                 })
                 .collect();
             let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);

@@ -466,14 +466,14 @@ Attend attend {
 }
 /// `attention.wgsl: sdpa_rows`: attention on activations (`Sdpa`): `q [Hq, Tq, D]`, `k [Hk,
 /// Tk, D]` (`[Hk, D, Tk]` with `k_transposed`), `v [Hk, Tk, Dv]`, `o [Hq, Tq, Dv]` per sample,
-/// `group` = Hq / Hk query heads per key head; the bias (`has_bias`) read at element `h·bias_sh +
-/// i·bias_si + j·bias_sj` of the activation region `bias` or, with `bias_const`, the weight
-/// `bias_w`.
+/// `group` = Hq / Hk query heads per key head; the scaled scores soft-capped by `softcap` (0:
+/// none); the bias (`has_bias`) read at element `h·bias_sh + i·bias_si + j·bias_sj` of the
+/// activation region `bias` or, with `bias_const`, the weight `bias_w`.
 Sdpa sdpa {
     q: Region = 2, k: Region = 4, v: Region = 6, o: Region = 8, tq: usize = 10, tk: usize = 11, d: usize = 12,
     dv: usize = 13, group: usize = 14, scale: f32 = 15, causal: bool = 16, k_transposed: bool = 17,
     has_bias: bool = 18, bias_sh: usize = 19 opt, bias_si: usize = 20 opt, bias_sj: usize = 21 opt,
-    bias_const: bool = 22 opt, bias: Region = 24 opt, bias_w: Wd = 28 opt,
+    bias_const: bool = 22 opt, softcap: f32 = 23, bias: Region = 24 opt, bias_w: Wd = 28 opt,
 }
 /// `aft.wgsl: exp_values`.
 ExpValues exp_values {

@@ -737,29 +737,37 @@ at_both_precisions! {
 
 /// `Sdpa` (attention on activations, `sdpa_rows`): multi-head, grouped-query and multi-query
 /// heads, Tq ≠ Tk, Dv ≠ D and wider than one 16-column chunk, keys stored transposed, rank 2,
-/// causal, a bias per sample or constant in several broadcast shapes, and masks with a fully
-/// masked row (−∞: zeros) and a row masked with f32::MIN (uniform weights).
+/// causal, a bias per sample or constant in several broadcast shapes, masks with a fully masked
+/// row (−∞: zeros) and a row masked with f32::MIN (uniform weights), and soft-capped scores.
 fn sdpa_cases() -> Vec<Case> {
-    // (hq, hk, tq, tk, d, dv, causal, k transposed, rank 2, bias dims, constant bias, mask fill)
-    type SdpaCase = (usize, usize, usize, usize, usize, usize, bool, bool, bool, &'static [usize], bool, Option<f32>);
-    let cases: [SdpaCase; 10] = [
-        (2, 2, 5, 5, 4, 4, false, false, false, &[], false, None),
-        (4, 2, 3, 6, 8, 5, false, false, false, &[1, 3, 6], false, None),
-        (6, 1, 4, 4, 4, 3, true, false, false, &[], false, None),
-        (4, 4, 5, 7, 6, 6, false, true, false, &[4, 5, 7], true, None),
-        (1, 1, 6, 3, 5, 7, false, false, true, &[3], false, None),
-        (4, 2, 5, 5, 4, 20, true, true, false, &[4, 1, 5], true, None),
-        (2, 1, 5, 6, 4, 4, false, false, false, &[5, 6], false, Some(f32::NEG_INFINITY)),
-        (2, 2, 4, 4, 4, 4, true, false, false, &[4, 4], false, Some(f32::MIN)),
-        (8, 2, 3, 9, 16, 40, false, false, false, &[1, 1, 1, 9], false, None),
-        (4, 1, 2, 33, 8, 17, false, true, false, &[], false, None),
+    // (hq, hk, tq, tk, d, dv, causal, k transposed, rank 2, bias dims, constant bias, mask fill,
+    // soft cap)
+    type SdpaCase =
+        (usize, usize, usize, usize, usize, usize, bool, bool, bool, &'static [usize], bool, Option<f32>, f32);
+    let cases: [SdpaCase; 15] = [
+        (2, 2, 5, 5, 4, 4, false, false, false, &[], false, None, 0.0),
+        (4, 2, 3, 6, 8, 5, false, false, false, &[1, 3, 6], false, None, 0.0),
+        (6, 1, 4, 4, 4, 3, true, false, false, &[], false, None, 0.0),
+        (4, 4, 5, 7, 6, 6, false, true, false, &[4, 5, 7], true, None, 0.0),
+        (1, 1, 6, 3, 5, 7, false, false, true, &[3], false, None, 0.0),
+        (4, 2, 5, 5, 4, 20, true, true, false, &[4, 1, 5], true, None, 0.0),
+        (2, 1, 5, 6, 4, 4, false, false, false, &[5, 6], false, Some(f32::NEG_INFINITY), 0.0),
+        (2, 2, 4, 4, 4, 4, true, false, false, &[4, 4], false, Some(f32::MIN), 0.0),
+        (8, 2, 3, 9, 16, 40, false, false, false, &[1, 1, 1, 9], false, None, 0.0),
+        (4, 1, 2, 33, 8, 17, false, true, false, &[], false, None, 0.0),
+        // Soft caps (`c · tanh(s / c)` before the bias): tight and loose, a fully masked row.
+        (4, 2, 5, 6, 8, 5, false, false, false, &[1, 5, 6], false, None, 0.5),
+        (2, 2, 7, 7, 8, 20, true, true, false, &[], false, None, 1.5),
+        (2, 1, 5, 6, 4, 4, false, false, false, &[5, 6], false, Some(f32::NEG_INFINITY), 0.75),
+        (4, 4, 5, 7, 6, 6, false, true, false, &[4, 5, 1], true, None, 50.0),
+        (1, 1, 6, 3, 5, 7, true, false, true, &[3], false, None, 0.25),
     ];
     cases
         .into_iter()
-        .map(|(hq, hk, tq, tk, d, dv, causal, k_transposed, rank2, bias_dims, constant, fill)| {
+        .map(|(hq, hk, tq, tk, d, dv, causal, k_transposed, rank2, bias_dims, constant, fill, softcap)| {
             let name = format!(
                 "sdpa hq{hq} hk{hk} tq{tq} tk{tk} d{d} dv{dv} causal={causal} kT={k_transposed} rank2={rank2} \
-                 bias {bias_dims:?} constant={constant} fill {fill:?}"
+                 bias {bias_dims:?} constant={constant} fill {fill:?} softcap {softcap}"
             );
             case("sdpa", name, move |c| {
                 let dims = |h: usize, a: usize, b: usize| if rank2 { vec![a, b] } else { vec![h, a, b] };
@@ -792,7 +800,7 @@ fn sdpa_cases() -> Vec<Case> {
                     }
                 };
                 let scale = 1.0 / (d as f32).sqrt();
-                c.b.op(|y| Op::Sdpa(Sdpa { q, k, v, bias, scale, causal, k_transposed, y }))
+                c.b.op(|y| Op::Sdpa(Sdpa { q, k, v, bias, scale, causal, k_transposed, softcap, y }))
             })
         })
         .collect()

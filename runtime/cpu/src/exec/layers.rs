@@ -219,6 +219,7 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
                 o.scale,
                 o.causal,
                 o.k_transposed,
+                o.softcap,
             )?;
             let bias = o.bias.map(|b| src(file, b)).transpose()?;
             if let Some(Src::Weight(w)) = bias {

@@ -1,8 +1,8 @@
 //! Scaled dot-product attention on activations ([`Sdpa`](kestrel_rt_format::ops::Sdpa)): queries,
 //! keys and values computed by the graph (rotary embeddings, grouped-query heads, QK-norm,
 //! cross-attention), one query row at a time: its scores over the keys it sees in one row of
-//! scratch (`Tk` elements, the only buffer: the `[Hq, Tq, Tk]` scores are never stored), the
-//! bias added, the masked softmax of [`attention`](super::attention), and the weighted sum of
+//! scratch (`Tk` elements, the only buffer: the `[Hq, Tq, Tk]` scores are never stored), scaled
+//! and soft-capped where the node has a cap, the bias added, the masked softmax of [`attention`](super::attention), and the weighted sum of
 //! values accumulated straight into the output row.
 
 use crate::error::{expect_eq, ShapeError};
@@ -22,10 +22,13 @@ pub struct SdpaParams {
     pub causal: bool,
     /// Keys stored `[Hk, D, Tk]`.
     pub k_transposed: bool,
+    /// Soft cap `c` of the scaled scores, `c · tanh(s / c)` (0: none).
+    pub softcap: f32,
 }
 
 impl SdpaParams {
     /// Params for the node's per-sample shapes (checked by [`SdpaDims::new`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         q: &Shape,
         k: &Shape,
@@ -34,8 +37,12 @@ impl SdpaParams {
         scale: f32,
         causal: bool,
         k_transposed: bool,
+        softcap: f32,
     ) -> Result<Self, ShapeError> {
-        Ok(Self { g: SdpaDims::new(q, k, v, bias, k_transposed)?, scale, causal, k_transposed })
+        if !(softcap.is_finite() && softcap >= 0.0) {
+            return Err(ShapeError::Invalid { op: "Sdpa", what: "the soft cap must be finite and not negative" });
+        }
+        Ok(Self { g: SdpaDims::new(q, k, v, bias, k_transposed)?, scale, causal, k_transposed, softcap })
     }
 
     /// Query rows (`Hq · Tq`), the unit of work.
@@ -97,25 +104,40 @@ pub fn sdpa_rows(
                 *sj = dot_f32(qi, &kh[j * d..(j + 1) * d]);
             }
         }
+        // The scale, taken into the soft cap where there is one (the softmax then scales by 1).
+        let scale = if p.softcap > 0.0 {
+            soft_cap(s, p.scale, p.softcap);
+            1.0
+        } else {
+            p.scale
+        };
         match bias {
-            Some(b) if bj == 1 => masked_softmax(s, p.scale, Some(&b[h * bh + i * bi..][..n])),
+            Some(b) if bj == 1 => masked_softmax(s, scale, Some(&b[h * bh + i * bi..][..n])),
             Some(b) => {
                 // Broadcast along the keys: one value for the row.
                 let c = b[h * bh + i * bi];
                 if c == f32::NEG_INFINITY {
                     s.fill(0.0);
                 } else {
-                    s.iter_mut().for_each(|x| *x = *x * p.scale + c);
+                    s.iter_mut().for_each(|x| *x = *x * scale + c);
                     masked_softmax(s, 1.0, None);
                 }
             }
-            None => masked_softmax(s, p.scale, None),
+            None => masked_softmax(s, scale, None),
         }
         out.fill(0.0);
         let vh = &v[hk * tk * dv..(hk + 1) * tk * dv];
         for (j, &w) in s.iter().enumerate() {
             axpy(out, w, &vh[j * dv..(j + 1) * dv]);
         }
+    }
+}
+
+/// `s ← c · tanh(scale · s / c)`: |·| ≤ c, finite for finite scores (the quotient is formed
+/// last, so a tiny cap saturates the tanh rather than making 0 · ∞).
+fn soft_cap(s: &mut [f32], scale: f32, c: f32) {
+    for x in s {
+        *x = c * libm::tanhf(*x * scale / c);
     }
 }
 

@@ -401,7 +401,10 @@ pub struct MatMul {
 /// an f32 activation (one per sample: masks, relative position biases) or a weight stored as f32
 /// (shared by every sample). A row whose every visible score is −∞ gets zero weights, so a zero
 /// output row (as [`Attention`] and PyTorch's fully masked rows read as "attend to nothing"); a
-/// finite bias such as f32::MIN on every key leaves equal scores, so uniform weights.
+/// finite bias such as f32::MIN on every key leaves equal scores, so uniform weights. With a
+/// `softcap` `c > 0` the scaled scores are soft-capped before the bias is added (ONNX Attention's
+/// `softcap`, Gemma 2's `attn_logit_softcapping`): `w = softmax_j(c · tanh(scale · q[h, i] ·
+/// k[h', j] / c) + bias[h, i, j])`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Sdpa {
     /// Queries `[Hq, Tq, D]`.
@@ -418,6 +421,9 @@ pub struct Sdpa {
     pub causal: bool,
     /// `k` is stored `[Hk, D, Tk]`.
     pub k_transposed: bool,
+    /// Soft cap `c` of the scaled scores (`c · tanh(s / c)`), finite and positive; 0 = none (an
+    /// optional fourth attribute, written only when set: records without it read as before).
+    pub softcap: f32,
     /// Output `[Hq, Tq, Dv]`.
     pub y: TensorId,
 }

@@ -276,6 +276,21 @@ pub(super) fn float<S: Slots>(s: &mut S, v: &mut f32, attr: &'static str) -> Res
     Ok(())
 }
 
+/// An f32 trailing attribute written only when not 0 (files without it stay readable by older
+/// readers); decoded as 0 when the record lacks it, and when present it must be finite and
+/// positive.
+pub(super) fn opt_pos_float<S: Slots>(s: &mut S, v: &mut f32, attr: &'static str) -> Result<(), OpError> {
+    if s.attr_present(*v != 0.0) {
+        float(s, v, attr)?;
+        if S::DECODE && *v <= 0.0 {
+            return Err(bad(s.op(), attr, v.to_bits()));
+        }
+    } else {
+        *v = 0.0;
+    }
+    Ok(())
+}
+
 /// A coded attribute.
 pub(super) fn code<S: Slots, T: Code>(s: &mut S, v: &mut T, attr: &'static str) -> Result<(), OpError> {
     let mut r = v.code();

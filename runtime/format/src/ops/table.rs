@@ -158,7 +158,9 @@ op_table! {
         check gru_output,
     /// See [`Sdpa`].
     Sdpa = 17 SDPA [q: t("q"), k: t("k"), v: t("v"), bias: opt(), y: t("y")]
-        [scale: float("scale"), causal: flag("causal"), k_transposed: flag("k_transposed")],
+        // The soft cap only when set: records without one read as before.
+        [scale: float("scale"), causal: flag("causal"), k_transposed: flag("k_transposed"),
+        softcap: opt_pos_float("softcap")],
     /// See [`Gather`].
     Gather = 18 GATHER [x: t("x"), idx: t("idx"), y: t("y")] [axis: raw()],
     /// See [`Attention`].

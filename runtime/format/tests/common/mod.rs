@@ -119,13 +119,35 @@ pub fn every_op() -> Vec<Op> {
     all.extend([
         Op::Unary(Unary { x, op: UnaryOp::Silu, y }),
         Op::Dense(Dense { clamp: None, x, proj: p(1), act: Activation::HardSigmoid, y }),
-        Op::Sdpa(Sdpa { q: x, k: 1, v: 2, bias: Some(3), scale: 0.125, causal: false, k_transposed: true, y }),
-        Op::Sdpa(Sdpa { q: x, k: 1, v: 2, bias: None, scale: 0.5, causal: true, k_transposed: false, y }),
+        Op::Sdpa(Sdpa {
+            q: x,
+            k: 1,
+            v: 2,
+            bias: Some(3),
+            scale: 0.125,
+            causal: false,
+            k_transposed: true,
+            softcap: 0.0,
+            y,
+        }),
+        Op::Sdpa(Sdpa { q: x, k: 1, v: 2, bias: None, scale: 0.5, causal: true, k_transposed: false, softcap: 0.0, y }),
         // LSTM peepholes (the 8-slot record) and the GRU's reset gate on the state (the
         // 4-attribute record).
         Op::Lstm(Lstm { p: Some(6), ..lstm(Some(4), Some(5), RnnOutput::Y) }),
         Op::Gru(Gru { reset: GruReset::State, ..gru(None, RnnOutput::Hidden) }),
         Op::Gather(Gather { x, idx: 1, axis: 2, y }),
+        // Sdpa's soft cap (the 4-attribute record).
+        Op::Sdpa(Sdpa {
+            q: x,
+            k: 1,
+            v: 2,
+            bias: Some(3),
+            scale: 0.25,
+            causal: true,
+            k_transposed: false,
+            softcap: 50.0,
+            y,
+        }),
     ]);
     all
 }

@@ -1,7 +1,9 @@
 //! Attention on computed activations as one `Sdpa` node: `MatMul(q, k)` (k transposed by the
 //! product's flag, by a transpose of its last two axes, or stored `[.., D, Tk]`), scalar scales
-//! on q, k or the scores (multiplied or divided), additive biases (constants or activations:
-//! masks, relative-position biases), a softmax over the keys, and `MatMul(weights, v)`. Query
+//! on q, k or the scores (multiplied or divided), a soft cap of the scores (`tanh(s / c) · c`,
+//! Gemma 2's, with scales on either side of it), additive biases after it (constants or
+//! activations: masks, relative-position biases), a softmax over the keys, and
+//! `MatMul(weights, v)`. Query
 //! and key/value heads are the products' leading axes: equal (multi-head), or the keys' a prefix
 //! of the queries' with ones after it (grouped-query and multi-query attention, a broadcast
 //! product). Every intermediate must be read by the next node only. Runs after every other pass
@@ -85,7 +87,8 @@ fn leads_to_scores(b: &ModelBuilder, t: TensorId, depth: usize) -> bool {
             (scalar(b, bin.b).is_some() && leads_to_scores(b, bin.a, depth - 1))
                 || (bin.op == BinaryOp::Mul && scalar(b, bin.a).is_some() && leads_to_scores(b, bin.b, depth - 1))
         }
-        // Gemma 2's soft cap (`tanh(s / c) · c`): not fused, but attention-shaped (reported).
+        // A soft cap (`tanh(s / c) · c`, Gemma 2's) is fused; other element-wise functions are
+        // not, but the softmax is attention-shaped (reported with the function as the reason).
         Op::Unary(u) => leads_to_scores(b, u.x, depth - 1),
         Op::Reshape(r) => leads_to_scores(b, r.x, depth - 1),
         Op::Transpose(r) => leads_to_scores(b, r.x, depth - 1),
@@ -217,6 +220,11 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     // Walking back from the softmax: scales seen so far apply to everything further back.
     let (mut s, mut reader, mut scale) = (sm.x, softmax, 1.0f32);
     let mut terms: Vec<Term> = Vec::new();
+    // The soft cap, once its tanh is passed: `σ · tanh(x)` with σ the scales after the tanh
+    // (its factor `c` among them) is `|σ| · tanh(σ x / |σ|)` (tanh is odd), so the cap is the
+    // scale gathered so far and every scale further back (the divisor `c` among them) goes
+    // on multiplying the node's `scale`.
+    let mut softcap: Option<f32> = None;
     let (mm1n, mm1) = loop {
         let p = b.producer(s).ok_or("the scores are a graph input")?;
         if sole_consumer(b, s) != Some(reader) {
@@ -227,6 +235,9 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
             // A view that keeps the key axis: the flat order of the score rows stays.
             Op::Reshape(r) if keeps_keys(b, r.x, r.y) => s = r.x,
             Op::Binary(bin) if bin.op == BinaryOp::Add => {
+                if softcap.is_some() {
+                    return Err("a bias added before the soft cap".into());
+                }
                 let (x, t) = match (leads_to_scores(b, bin.a, 8), leads_to_scores(b, bin.b, 8)) {
                     (true, false) => (bin.a, bin.b),
                     (false, true) => (bin.b, bin.a),
@@ -247,6 +258,17 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
                 }
                 None => return Err(format!("{:?} by a non-scalar between the score product and the softmax", bin.op)),
             },
+            Op::Unary(u) if u.op == UnaryOp::Tanh => {
+                if softcap.is_some() {
+                    return Err("two soft caps (tanh) between the score product and the softmax".into());
+                }
+                let cap = scale.abs();
+                if !(cap.is_finite() && cap > 0.0) {
+                    return Err(format!("a soft cap (tanh) scaled by {scale}"));
+                }
+                softcap = Some(cap);
+                s = u.x;
+            }
             op => {
                 let (i, o) = (dims(b, op.main_input()).unwrap_or_default(), dims(b, op.output()).unwrap_or_default());
                 return Err(format!("{} {i:?} -> {o:?} between the score product and the softmax", op.name()));
@@ -415,7 +437,8 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     let out = mm2.y;
     let direct = dims(b, out).as_deref() == Some(&[hq, tq, dv][..]);
     let y = if direct { out } else { b.new_activation("sdpa_out", &[hq, tq, dv]).map_err(|e| e.to_string())? };
-    ops.push(Op::Sdpa(Sdpa { q: q3, k: k3, v: v3, bias, scale, causal: false, k_transposed, y }));
+    let softcap = softcap.unwrap_or(0.0);
+    ops.push(Op::Sdpa(Sdpa { q: q3, k: k3, v: v3, bias, scale, causal: false, k_transposed, softcap, y }));
     if !direct {
         ops.push(Op::Reshape(Reshape { x: y, y: out }));
     }

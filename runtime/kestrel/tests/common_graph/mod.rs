@@ -184,6 +184,7 @@ impl<'a> Interp<'a> {
                 f64::from(o.scale),
                 o.causal,
                 o.k_transposed,
+                f64::from(o.softcap),
             ),
             Op::MatMul(o) => r::matmul(x_of(o.a), &self.dims(o.a), x_of(o.b), &self.dims(o.b), o.transpose_b).0,
             Op::Conv2d(o) => {

@@ -215,6 +215,7 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 .set(sdpa::scale, o.scale)?
                 .set(sdpa::causal, o.causal)?
                 .set(sdpa::k_transposed, o.k_transposed)?
+                .set(sdpa::softcap, o.softcap)?
                 .set(sdpa::has_bias, o.bias.is_some())?;
             if let Some(b) = o.bias {
                 let [sh, si, sj] = g.bias_strides;

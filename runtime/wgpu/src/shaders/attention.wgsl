@@ -366,6 +366,7 @@ fn store4_upto(o: u32, col: u32, c: u32, a: vec4<f32>) {
 // as `attend_rows`: no scores buffer, no workgroup memory, no barriers. Query head h reads key
 // and value head h / group. A row whose every score is −∞ keeps l = 0 and writes zeros (as the
 // CPU and `attend`); a finite bias on every key (f32::MIN) leaves equal scores, uniform weights.
+// With `softcap` c > 0 each scaled score s becomes c · tanh(s / c) before the bias is added.
 // P: `sdpa`; per = Hq · Tq · ⌈Dv / 16⌉ (threads).
 fn sdpa_rows_body(it: Item) {
     let prm = sdpa_p();
@@ -405,6 +406,9 @@ fn sdpa_rows_body(it: Item) {
             }
         }
         var sv = sc * scale;
+        if prm.softcap > 0.0 {
+            sv = prm.softcap * tanh_stable(sv / prm.softcap);
+        }
         if prm.has_bias {
             let be = h * prm.bias_sh + i * prm.bias_si + j * prm.bias_sj;
             if prm.bias_const {
@@ -430,6 +434,13 @@ fn sdpa_rows_body(it: Item) {
     store4_upto(o, col + 4u, dv, a1 * inv);
     store4_upto(o, col + 8u, dv, a2 * inv);
     store4_upto(o, col + 12u, dv, a3 * inv);
+}
+
+// tanh(x) through exp(−2|x|), finite for every finite x (a builtin `tanh` may overflow its
+// exponentials for large |x| on some drivers).
+fn tanh_stable(x: f32) -> f32 {
+    let e = exp(-2.0 * abs(x));
+    return sign(x) * (1.0 - e) / (1.0 + e);
 }
 
 // Columns col .. col + 3 of the value row at `row` (zeros at and past dv).
