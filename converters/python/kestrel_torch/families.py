@@ -261,7 +261,8 @@ TINY_INT = {
     "vocab_size_per_layer_input": VOCAB, "hidden_size_per_layer_input": 16, "num_kv_shared_layers": 0,
     "mamba_d_state": 16, "mamba_dt_rank": 8, "adapter_rank": 8, "laurel_rank": 8, "projection_size": 32,
     "pooler_output_size": 32, "mm_tokens_per_image": 16, "codebook_dim": 32, "codebook_size": 64,
-    "num_filters": 4,
+    "num_filters": 4, "output_dim": 32, "output_proj_dims": 32, "image_token_embed_dim": 32, "num_embeddings": 64,
+    "base_channels": 32, "latent_channels": 32,
     # depth
     "num_hidden_layers": 2, "num_layers": 2, "n_layer": 2, "n_layers": 2, "encoder_layers": 2, "decoder_layers": 2,
     "num_decoder_layers": 2, "num_encoder_layers": 2, "depth": 2, "n_positions": 64,
@@ -384,6 +385,11 @@ def fit_layers(d: dict, changes: dict) -> None:
     hidden = changes.get("hidden_size", d.get("hidden_size"))
     if "head_dim" in d and d["head_dim"] is None and isinstance(hidden, int) and isinstance(heads, int) and heads:
         changes["head_dim"] = hidden // heads
+    # Convolutional audio codecs double their channels at every down/upsampling stage: start narrow.
+    if any(isinstance(d.get(k), (list, tuple)) for k in ("downsampling_ratios", "upsampling_ratios")):
+        for k in ("encoder_hidden_size", "decoder_hidden_size"):
+            if isinstance(d.get(k), int) and d[k] > 8:
+                changes[k] = 8
     # State-space (Mamba-2) heads: 2 heads splitting the expanded width.
     expand = d.get("mamba_expand", 2)
     if isinstance(hidden, int) and isinstance(expand, int):
@@ -703,6 +709,8 @@ class HfFeed:
 
     def adapt(self, err: Exception) -> bool:
         msg = str(err)
+        if os.environ.get("FAMILIES_DEBUG"):
+            print(f"    adapt: {first_line(err)}", file=sys.stderr)
         m = re.search(r"[Ii]mage features and image tokens do not match[:,]? tokens:? (\d+), features:? (\d+)", msg)
         if m and int(m.group(2)) <= MAX_MEDIA_TOKENS and self.once(("image", m.group(2))):
             self.image_tokens = int(m.group(2))
@@ -738,8 +746,13 @@ class HfFeed:
         if m and self.once(("wave", m.group(2))):
             self.wave = int(m.group(2))
             return True
-        if "input_values" in self.sig and ("mono" in msg or "expected 3, got 2" in msg) and self.once("wave3"):
+        if "input_values" in self.sig and ("mono" in msg or "expected 3, got 2" in msg or str(self.wave) in msg
+                                           or "Dimension out of range" in msg) and self.once("wave3"):
             self.wave_rank = 3
+            return True
+        if "input_values" in self.sig and "can't be greater than actual input size" in msg and self.wave < 64 * WAVE \
+                and self.once(("wave-long", self.wave)):  # a deep strided encoder: a longer waveform
+            self.wave *= 8
             return True
         if re.search(r"decoder_input_ids|decoder_inputs_embeds", msg) and "decoder_input_ids" in self.sig \
                 and self.once("decoder"):
@@ -754,6 +767,12 @@ class HfFeed:
             if "input_features" in self.sig and not self.mel_first and b == self.mel and self.once(("melw", c)):
                 self.mel = c
                 return True
+        m = re.search(r"normalized_shape=\[(\d+)\], expected input with shape \[\*, \d+\], but got input of size\[.*?(\d+)\]",
+                      msg)
+        if m and "input_features" in self.sig and not self.mel_first and int(m.group(2)) == self.mel \
+                and self.once(("meln", m.group(1))):
+            self.mel = int(m.group(1))
+            return True
         if "pixel_attention_mask" in self.sig and "NoneType" in msg and self.once("pixel_mask"):
             self.pixel_mask = True
             return True
