@@ -690,6 +690,13 @@ class HfFeed:
             for k in ("input_features_mask", "feature_attention_mask", "audio_attention_mask"):
                 if k in sig:
                     add(k, lambda g: torch.ones(1, fr, dtype=torch.int64))
+        if "past_values" in sig:  # time series: (batch, context, channels)
+            ctx = first_int(cget(self.cfg, "context_length"), default=32)
+            ch = first_int(cget(self.cfg, "num_input_channels"), cget(self.cfg, "input_size"), default=1)
+            add("past_values", lambda g: torch.randn(1, ctx, ch, generator=g))
+        if not names and "inputs_embeds" in sig:  # a stage fed embeddings: (batch, sequence, width)
+            width = first_int(cget(self.cfg, "hidden_size"), cget(self.cfg, "d_model"), default=32)
+            add("inputs_embeds", lambda g: torch.randn(1, TEXT_LEN, width, generator=g))
         if not names:
             raise ValueError(f"no input it can be fed ({', '.join(list(sig)[:6])})")
         # Parameters without a default that are not fed make the call fail: say which.
