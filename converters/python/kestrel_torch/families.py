@@ -262,7 +262,7 @@ TINY_INT = {
     "mamba_d_state": 16, "mamba_dt_rank": 8, "adapter_rank": 8, "laurel_rank": 8, "projection_size": 32,
     "pooler_output_size": 32, "mm_tokens_per_image": 16, "codebook_dim": 32, "codebook_size": 64,
     "num_filters": 4, "output_dim": 32, "output_proj_dims": 32, "image_token_embed_dim": 32, "num_embeddings": 64,
-    "base_channels": 32, "latent_channels": 32,
+    "base_channels": 32, "latent_channels": 32, "embedding_dim": 32,
     # depth
     "num_hidden_layers": 2, "num_layers": 2, "n_layer": 2, "n_layers": 2, "encoder_layers": 2, "decoder_layers": 2,
     "num_decoder_layers": 2, "num_encoder_layers": 2, "depth": 2, "n_positions": 64,
@@ -504,7 +504,7 @@ def hf_entries(only: str = "") -> tuple[list[Entry], list[dict]]:
 
 
 ADAPT_TRIES = 8
-CONST_INPUTS = ("grid_thw", "image_grid_thw", "video_grid_thw", "image_sizes")
+CONST_INPUTS = ("grid_thw", "image_grid_thw", "video_grid_thw", "image_sizes", "spatial_shapes")
 IMAGE_INPUTS = ("pixel_values", "pixel_values_videos", "hidden_states")
 MAX_MEDIA_TOKENS = 512
 
@@ -646,7 +646,16 @@ class HfFeed:
                                            inspect.Parameter.empty):
             add("decoder_input_ids", lambda g: torch.randint(4, max(5, self.vocab - 16), (1, 8), generator=g))
         c, (hh, ww) = self.chans, self.hw
-        if self.grid or ("hidden_states" in sig and "grid_thw" in sig):
+        if "spatial_shapes" in sig and "pixel_values" in sig:
+            # Variable-resolution (NaFlex) vision: flattened patches, their mask and the patch grid.
+            p = first_int(cget(self.vision, "patch_size"), default=16)
+            gh, gw = max(1, hh // p), max(1, ww // p)
+            n_p, f = gh * gw, c * p * p
+            add("pixel_values", lambda g: torch.randn(1, n_p, f, generator=g))
+            if "pixel_attention_mask" in sig:
+                add("pixel_attention_mask", lambda g: torch.ones(1, n_p, dtype=torch.int64))
+            add("spatial_shapes", lambda g: torch.tensor([[gh, gw]], dtype=torch.int64))
+        elif self.grid or ("hidden_states" in sig and "grid_thw" in sig):
             n, f, gh, gw = self.patch_layout()
             grid = torch.tensor([[1, gh, gw]], dtype=torch.int64)
             if "hidden_states" in sig and "grid_thw" in sig:
