@@ -22,6 +22,7 @@ mod npy;
 mod ops_table;
 mod quant;
 mod report;
+mod softcap;
 mod validate;
 mod verify;
 

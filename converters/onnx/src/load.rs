@@ -124,9 +124,13 @@ fn load_typed_inner(
     crate::lower::rnn::register(&mut onnx.op_register);
     onnx.op_register.insert("ConstantOfShape", constant_of_shape);
     let mut proto = onnx.proto_model_for_read(&mut &bytes[..]).map_err(tract_err(&p, "read the ONNX file"))?;
+    let mut softcaps = crate::softcap::SoftCaps::default();
     if let Some(g) = proto.graph.as_mut() {
         unsigned_as_raw(g);
         bind_symbols(g, bind, &p)?;
+        // Attention's soft caps, which tract refuses: taken off here, put back in the expansion.
+        softcaps =
+            crate::softcap::take(g).map_err(|blockers| ConvertError::Unsupported { path: p.clone(), blockers })?;
     }
     drop(bytes);
     crate::validate::check_model(&proto, path)?;
@@ -242,7 +246,7 @@ fn load_typed_inner(
     let typed = typed.set_symbols(&symbols).map_err(tract_err(&p, "bind the batch size"))?;
     let mut typed = typed;
     declutter(&mut typed).map_err(tract_err(&p, "declutter the model"))?;
-    if explode_sdpa(&mut typed).map_err(tract_err(&p, "expand scaled dot-product attention"))? {
+    if explode_sdpa(&mut typed, &softcaps).map_err(tract_err(&p, "expand scaled dot-product attention"))? {
         declutter(&mut typed).map_err(tract_err(&p, "declutter the model"))?;
     }
     Ok((typed, inputs, names))
@@ -400,21 +404,11 @@ fn constant_of_shape(
 /// tract's `Sdpa` (ONNX's Attention op, opset 23) expanded into the products, the scaling, the
 /// mask (causal, boolean or additive) and the softmax it stands for, as tract's own expansion
 /// writes them (heads grouped for grouped-query attention), which the lowering takes op by op
-/// (and the fusion passes may fuse back). Returns whether any was expanded.
-fn explode_sdpa(model: &mut TypedModel) -> TractResult<bool> {
-    use tract_transformers::ops::sdpa::Sdpa;
-    let mut any = false;
-    while let Some(id) = model.nodes().iter().find(|n| n.op_is::<Sdpa>()).map(|n| n.id) {
-        let node = model.node(id);
-        let Some(op) = node.op_as::<Sdpa>().cloned() else { break };
-        let Some(patch) = op.patch_sdpa(model, node)? else { break };
-        patch.apply(model)?;
-        any = true;
-    }
-    if any {
-        model.compact()?;
-    }
-    Ok(any)
+/// (and the fusion passes may fuse back); an Attention node's soft cap, taken off before tract
+/// read the graph, is put back between the scaling and the mask (`crate::softcap`). Returns
+/// whether any was expanded.
+fn explode_sdpa(model: &mut TypedModel, softcaps: &crate::softcap::SoftCaps) -> TractResult<bool> {
+    crate::softcap::expand(model, softcaps)
 }
 
 /// tract's declutter passes without `ChangeAxes`: that pass pushes the ONNX graph's transposes

@@ -30,7 +30,7 @@ Asin | Unary
 Asinh | Unary
 Atan | Unary
 Atanh | Unary
-Attention | the products, the scaling, the mask (causal, boolean or additive) and the Softmax it stands for (tract's expansion of its `Sdpa`; fused back where a mechanism is recognised) | no past/present key-value outputs, softcap or qk_matmul_output_mode (tract refuses them)
+Attention | the products, the scaling, the soft cap (`softcap`: `c·tanh(s/c)`, which tract refuses, is taken off before tract reads the node and put back in its expansion), the mask (causal, boolean or additive) and the Softmax it stands for (tract's expansion of its `Sdpa`; fused back where a mechanism is recognised, a soft cap into `Sdpa`'s) | no past/present key-value outputs or qk_matmul_output_mode (tract refuses them)
 AveragePool | Pool2d Avg (3-D: one over (H, W), one over D) | 1-D, 2-D and 3-D; ceil_mode and count_include_pad honoured
 BatchNormalization | folded into constants (inference mode)
 BitShift | a·2^b wrapped to the type's width (two's complement for signed types) / floor(a / 2^b); a shift outside 0..w gives 0 (−1 for a negative value shifted right) | integer values below 2^24 in magnitude (the sessions refuse others)
