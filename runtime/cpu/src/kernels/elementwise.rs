@@ -2,6 +2,7 @@
 //! per-sample shapes (rank ≤ [`MAX_RANK`]), where either operand may be a weight.
 
 use crate::error::{expect_eq, ShapeError};
+use crate::kernels::simd::{self, vmath::Operand2};
 use crate::kernels::strided::{for_each_index, outer_dims};
 use crate::math;
 use kestrel_rt_format::ops::{BinaryKernel, BinaryOp, UnaryKernel, UnaryOp};
@@ -160,6 +161,12 @@ pub fn unary(p: &UnaryParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
             y.copy_from_slice(x);
             $f(y);
         }};
+    }
+    // The vectorised math layer (exp, log, erf, softplus, the trigonometric and hyperbolic
+    // functions and their inverses, tanh, the roundings, √, 1/√) where the ISA has it: straight
+    // from `x` into `y`.
+    if simd::unary_map(p.op, x, y) {
+        return;
     }
     // One loop per function so each vectorises or at least avoids a per-element branch.
     match p.op {
@@ -385,6 +392,9 @@ const ROW_BUF: usize = 1024;
 /// `y[i] = op(a[i], b[i])` over equal lengths, one loop per op (vectorised by the compiler).
 #[inline]
 fn zip_op(op: BinaryOp, y: &mut [f32], a: &[f32], b: &[f32]) {
+    if op == BinaryOp::Pow && simd::pow_map(Operand2::Slice(a), Operand2::Slice(b), y) {
+        return;
+    }
     if FN_LOOPS {
         return op.with_fn(Zip { y, a, b });
     }
@@ -496,6 +506,13 @@ fn by_runs(
     // zipped with it, the function chosen once (small maps have runs of 4 or 16).
     if let Some(so) = other.as_f32().filter(|_| FN_LOOPS && one_per_run(&p.y, strides, t)) {
         let (y, x, s) = (&mut y[..p.n], &full[..p.n], &so[..p.n / run]);
+        if p.op == BinaryOp::Pow {
+            // The vectorised pow, one run at a time.
+            for ((yr, xr), &c) in y.chunks_exact_mut(run).zip(x.chunks_exact(run)).zip(s) {
+                scalar_op(p.op, yr, xr, c, swapped);
+            }
+            return true;
+        }
         p.op.with_fn(PerRun { y, x, s, run, swapped });
         return true;
     }
@@ -531,6 +548,13 @@ fn one_per_run(y: &Shape, strides: &[usize; MAX_RANK], t: usize) -> bool {
 /// `y[i] = op(x[i], s)`, or `op(s, x[i])` when `scalar_left`: one loop per op (vectorised).
 #[inline]
 fn scalar_op(op: BinaryOp, y: &mut [f32], x: &[f32], s: f32, scalar_left: bool) {
+    if op == BinaryOp::Pow {
+        let (a, b) =
+            if scalar_left { (Operand2::One(s), Operand2::Slice(x)) } else { (Operand2::Slice(x), Operand2::One(s)) };
+        if simd::pow_map(a, b, y) {
+            return;
+        }
+    }
     if FN_LOOPS {
         return op.with_fn(WithScalar { y, x, s, scalar_left });
     }

@@ -11,6 +11,7 @@
 //! (`runtime/cpu/tests/simd.rs`) compare each ISA with the scalar path on random inputs.
 
 use core::sync::atomic::{AtomicU8, Ordering};
+use kestrel_rt_format::ops::UnaryOp;
 use kestrel_rt_format::weight::dot_f32 as dot_f32_scalar;
 use kestrel_rt_format::WeightView;
 
@@ -34,6 +35,7 @@ mod q8_neon;
 mod rows;
 #[cfg(target_arch = "x86_64")]
 mod taps;
+pub mod vmath;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 #[cfg(target_arch = "x86_64")]
@@ -413,6 +415,66 @@ pub fn silu(v: &mut [f32]) {
 #[inline]
 pub fn tanh(v: &mut [f32]) {
     by_tier!(avx2: x86::tanh(v), avx512: x86::tanh(v), other: v.iter_mut().for_each(|v| *v = libm::tanhf(*v)))
+}
+
+/// `y[i] = op(x[i])` with the vectorised math layer ([`vmath`]: exp, log, erf, softplus, the
+/// trigonometric and hyperbolic functions and their inverses, tanh, the roundings, √ and 1/√)
+/// where the ISA has it (AVX2, AVX-512, NEON) and `op` has a vector form; false, writing
+/// nothing, otherwise (the caller runs the scalar loop). Panics if the lengths differ.
+#[inline]
+pub fn unary_map(op: UnaryOp, x: &[f32], y: &mut [f32]) -> bool {
+    assert_eq!(x.len(), y.len(), "unary_map: {} inputs for {} outputs", x.len(), y.len());
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2/FMA detected; lengths checked.
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { vmath::unary_avx2(op, x, y) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512F/AVX2/FMA detected; lengths checked.
+        Isa::Avx512 => unsafe { vmath::unary_avx512(op, x, y) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: NEON is baseline; lengths checked.
+        Isa::Neon => unsafe { vmath::unary_neon(op, x, y) },
+        _ => {
+            let _ = (op, x, y);
+            false
+        }
+    }
+}
+
+/// `y[i] = pow(a[i], b[i])` (C's pow; either operand may be one value for every element) with
+/// the vectorised math layer (`vmath::pow_avx2` and its AVX-512 and NEON forms); false,
+/// writing nothing, where the ISA has none. Panics if a slice operand is shorter than `y`.
+#[inline]
+pub fn pow_map(a: vmath::Operand2<'_>, b: vmath::Operand2<'_>, y: &mut [f32]) -> bool {
+    for o in [a, b] {
+        if let vmath::Operand2::Slice(s) = o {
+            assert!(s.len() >= y.len(), "pow_map: {} operands for {} outputs", s.len(), y.len());
+        }
+    }
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx2Vnni => {
+            // SAFETY: AVX2/FMA detected; lengths checked.
+            unsafe { vmath::pow_avx2(a, b, y) };
+            true
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => {
+            // SAFETY: AVX-512F/AVX2/FMA detected; lengths checked.
+            unsafe { vmath::pow_avx512(a, b, y) };
+            true
+        }
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => {
+            // SAFETY: NEON is baseline; lengths checked.
+            unsafe { vmath::pow_neon(a, b, y) };
+            true
+        }
+        _ => {
+            let _ = (a, b, y);
+            false
+        }
+    }
 }
 
 /// `y[i] += a · x[i]` over the common length.

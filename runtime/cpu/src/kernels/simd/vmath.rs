@@ -1,0 +1,1528 @@
+//! The vectorised f32 math layer of the element-wise kernels: exp, log, log1p and, from them or
+//! by their own polynomials, erf, the trigonometric and hyperbolic functions and their
+//! inverses, softplus, tanh, pow with a run-time exponent, and the roundings — written once,
+//! generically over [`VecF`] (one register of f32 lanes and the handful of operations the
+//! functions need), and compiled per ISA: AVX2 + FMA (8 lanes), AVX-512F (16 lanes) and NEON
+//! (4 lanes). The entry points ([`unary_avx2`], [`pow_avx512`], ...) run one loop per function
+//! with the function inlined into it; the tail goes through a padded copy, so every element
+//! gets the same arithmetic.
+//!
+//! **Method.** Cody–Waite range reductions (`x = n·ln2 + r` for exp, `x = q·π/2 + r` in four
+//! parts for the trigonometric functions, `x = 2^e·m` with `m ∈ [√½, √2)` for log) and
+//! polynomials fitted for this file (weighted least squares iterated towards the minimax
+//! relative error, on the reduced interval, coefficients rounded to f32: the fit's own error is
+//! under 0.6 ulp everywhere; `exp` keeps the Cephes coefficients the softmax kernels use). The
+//! bounds each function is tested to, against the f64 definitions (`runtime/cpu/tests/
+//! vmath.rs`, random inputs over the whole domain and the edges), are [`ULP_BOUNDS`].
+//!
+//! **Special values.** NaN in gives NaN out; ±0 keep their sign where the function is odd; the
+//! infinities and the overflow and underflow thresholds give what libm gives (e^x is ∞ from
+//! 88.73 and a subnormal, then 0, below −87.34). `sin`, `cos` and `tan` reduce exactly for
+//! `|x| ≤ 6000` (four-part π/2 with 12-bit leading parts: every step exact or within half an
+//! ulp of the reduced argument); a vector with a lane beyond (or an infinity or NaN) is
+//! computed lane by lane with libm (Payne–Hanek), so huge arguments cost speed, not accuracy.
+
+// Without a SIMD ISA (microcontrollers) only the bounds and the operand type are used: the
+// element-wise kernels keep their scalar loops there.
+#![cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code, unused_macros))]
+
+use core::ops::{Add, BitAnd, BitOr, BitXor, Div, Mul, Neg, Sub};
+use kestrel_rt_format::ops::UnaryOp;
+
+/// The tested error bound of each vectorised function, in units in the last place of the f32
+/// result (the distance to the correctly rounded f64 definition divided by the spacing of f32
+/// values at the result; below the smallest normal, the subnormal spacing). Inputs anywhere in
+/// the function's domain (for `Pow`, the bound is `ULP_BOUNDS` plus `|b|/4` ulp: an error of
+/// one ulp in `log2 a` is amplified by the exponent, as pow's own condition number is).
+pub const ULP_BOUNDS: &[(UnaryOp, f64)] = &[
+    (UnaryOp::Exp, 2.0),
+    (UnaryOp::Sigmoid, 3.0),
+    (UnaryOp::Silu, 4.0),
+    (UnaryOp::GeluTanh, 8.0),
+    (UnaryOp::Log, 2.0),
+    (UnaryOp::Erf, 8.0),
+    (UnaryOp::Softplus, 3.0),
+    (UnaryOp::Sin, 2.0),
+    (UnaryOp::Cos, 2.0),
+    (UnaryOp::Tan, 4.0),
+    (UnaryOp::Asin, 2.0),
+    (UnaryOp::Acos, 2.0),
+    (UnaryOp::Atan, 2.0),
+    (UnaryOp::Sinh, 3.0),
+    (UnaryOp::Cosh, 3.0),
+    (UnaryOp::Tanh, 3.0),
+    (UnaryOp::Asinh, 3.0),
+    (UnaryOp::Acosh, 3.0),
+    (UnaryOp::Atanh, 3.0),
+    (UnaryOp::Floor, 0.0),
+    (UnaryOp::Ceil, 0.0),
+    (UnaryOp::Round, 0.0),
+    (UnaryOp::Sqrt, 0.5),
+    (UnaryOp::Rsqrt, 1.5),
+];
+
+/// The tested bound of `op` at `x`, in ulps: [`ULP_BOUNDS`], and for the tanh GELU also
+/// `3·|u|` with `u = 2·√(2/π)·(x + 0.044715·x³)` — in the negative tail the result is about
+/// `x·e^u`, so the roundings of `u` in f32 (as in the scalar form) move it by a few `|u|·2^−24`
+/// relatively; the function's own condition number there is about `3·|u|`.
+pub fn ulp_bound(op: UnaryOp, x: f32) -> Option<f64> {
+    let base = ULP_BOUNDS.iter().find(|&&(o, _)| o == op)?.1;
+    Some(match op {
+        UnaryOp::GeluTanh => {
+            let x = f64::from(x);
+            let u = 2.0 * 0.797_884_6 * (x + 0.044_715 * x * x * x);
+            base + 3.0 * u.abs()
+        }
+        _ => base,
+    })
+}
+
+/// [`pow`]'s error bound for exponent `b`, in ulps (see [`ULP_BOUNDS`]).
+pub fn pow_ulp_bound(b: f32) -> f64 {
+    4.0 + f64::from(b.abs()) / 64.0
+}
+
+/// One register of f32 lanes and the operations the math layer is written in.
+///
+/// # Safety
+/// A value of an implementing type exists only in code compiled for its ISA and run after that
+/// ISA was detected (the types are private to this module and built only inside the ISA's
+/// `#[target_feature]` entry points): the safe methods rely on it.
+pub(super) unsafe trait VecF:
+    Copy
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+    + BitAnd<Output = Self>
+    + BitOr<Output = Self>
+    + BitXor<Output = Self>
+{
+    /// A lane mask (a comparison's result).
+    type M: Copy;
+    /// Lanes (at most 16).
+    const L: usize;
+    /// Every lane `v`.
+    fn splat(v: f32) -> Self;
+    /// # Safety
+    /// `p` readable for `L` f32.
+    unsafe fn load(p: *const f32) -> Self;
+    /// # Safety
+    /// `p` writable for `L` f32.
+    unsafe fn store(self, p: *mut f32);
+    /// `self·b + c`, one rounding.
+    fn fma(self, b: Self, c: Self) -> Self;
+    /// The smaller (lanes with a NaN: either operand).
+    fn min(self, b: Self) -> Self;
+    /// The larger (lanes with a NaN: either operand).
+    fn max(self, b: Self) -> Self;
+    /// Correctly rounded √.
+    fn sqrt(self) -> Self;
+    /// Rounded to the nearest integer, halves to even.
+    fn round(self) -> Self;
+    /// ⌊x⌋.
+    fn floor(self) -> Self;
+    /// ⌈x⌉.
+    fn ceil(self) -> Self;
+    /// Rounded toward zero.
+    fn trunc(self) -> Self;
+    /// `!self & b` bitwise.
+    fn andnot(self, b: Self) -> Self;
+    /// `self < b` (false with a NaN).
+    fn lt(self, b: Self) -> Self::M;
+    /// `self ≤ b` (false with a NaN).
+    fn le(self, b: Self) -> Self::M;
+    /// `self = b` (false with a NaN).
+    fn eq(self, b: Self) -> Self::M;
+    /// Lanes that are NaN.
+    fn nan(self) -> Self::M;
+    /// `m ? a : b` per lane.
+    fn select(m: Self::M, a: Self, b: Self) -> Self;
+    /// Both masks.
+    fn mand(a: Self::M, b: Self::M) -> Self::M;
+    /// Either mask.
+    fn mor(a: Self::M, b: Self::M) -> Self::M;
+    /// The complement of a mask.
+    fn mnot(a: Self::M) -> Self::M;
+    /// Whether any lane is set.
+    fn any(m: Self::M) -> bool;
+    /// `self·2^n` for integral `n` in [−252, 254], one rounding (gradual underflow, ∞ on
+    /// overflow).
+    fn ldexp(self, n: Self) -> Self;
+    /// `(m, e)` with `self = m·2^e`, `m ∈ [1, 2)`, `e` integral: for positive finite non-zero
+    /// lanes (subnormals included); anything for the others.
+    fn frexp(self) -> (Self, Self);
+}
+
+/// `f` applied lane by lane (the rare lanes the vector forms leave to libm).
+#[inline(always)]
+fn lanes<V: VecF>(v: V, f: impl Fn(f32) -> f32) -> V {
+    let mut b = [0.0f32; 16];
+    // SAFETY: b holds 16 ≥ V::L f32.
+    unsafe {
+        v.store(b.as_mut_ptr());
+        b[..V::L].iter_mut().for_each(|x| *x = f(*x));
+        V::load(b.as_ptr())
+    }
+}
+
+#[inline(always)]
+fn k<V: VecF>(v: f32) -> V {
+    V::splat(v)
+}
+
+/// `Σ c[i]·x^i` (Horner; `c` lowest degree first).
+#[inline(always)]
+fn poly<V: VecF>(x: V, c: &[f32]) -> V {
+    let mut p = k::<V>(c[c.len() - 1]);
+    for &ci in c[..c.len() - 1].iter().rev() {
+        p = p.fma(x, k(ci));
+    }
+    p
+}
+
+/// |x|.
+#[inline(always)]
+fn abs<V: VecF>(x: V) -> V {
+    k::<V>(-0.0).andnot(x)
+}
+
+/// The sign bit of `x` (as a value: −0 or +0).
+#[inline(always)]
+fn sign<V: VecF>(x: V) -> V {
+    x & k(-0.0)
+}
+
+/// NaN in the lanes where `x` is NaN, `r` elsewhere.
+#[inline(always)]
+fn keep_nan<V: VecF>(x: V, r: V) -> V {
+    V::select(x.nan(), x, r)
+}
+
+const LOG2_E: f32 = core::f32::consts::LOG2_E;
+/// log2(e) − LOG2_E.
+const LOG2_E_LO: f32 = 1.925_963e-8;
+/// ln 2 in two parts: `n·LN2_HI` is exact for |n| < 2^15.
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+/// ln 2 rounded to f32, and the rest.
+const LN2_F: f32 = core::f32::consts::LN_2;
+const LN2_F_LO: f32 = -1.904_654_3e-9;
+/// The Cephes `expf` polynomial: `e^r ≈ 1 + r + r²·P(r)` on `|r| ≤ ln2/2` (lowest degree first).
+const EXP_P: [f32; 6] = [0.5, 0.166_666_65, 4.166_579_6e-2, 8.333_452e-3, 1.398_2e-3, 1.987_569_1e-4];
+/// `ln(1 + f) ≈ f − f²/2 + f³·P(f)` on `f ∈ [√½ − 1, √2 − 1]` (fitted; 0.11 ulp).
+const LOG_P: [f32; 8] = [
+    3.333_333e-1,
+    -2.500_082e-1,
+    2.000_122_5e-1,
+    -1.662_337e-1,
+    1.420_181_4e-1,
+    -1.316_010_5e-1,
+    1.276_113_5e-1,
+    -7.634_154e-2,
+];
+/// `sin r ≈ r + r³·S(r²)` on `|r| ≤ π/4` (fitted; 0.06 ulp).
+const SIN_P: [f32; 4] = [-1.666_666_7e-1, 8.333_329e-3, -1.983_931_3e-4, 2.718_128e-6];
+/// `cos r ≈ 1 − r²/2 + r⁴·C(r²)` on `|r| ≤ π/4` (fitted; 0.01 ulp).
+const COS_P: [f32; 4] = [4.166_666_8e-2, -1.388_888_3e-3, 2.479_946_1e-5, -2.720_579_2e-7];
+/// `atan t ≈ t + t³·A(t²)` on `|t| ≤ tan(π/8)` (fitted; 0.05 ulp).
+const ATAN_P: [f32; 5] = [-3.333_331_6e-1, 1.999_847_1e-1, -1.424_354_6e-1, 1.059_391_2e-1, -6.078_477e-2];
+/// `asin s ≈ s + s³·B(s²)` on `|s| ≤ 1/2` (fitted; 0.09 ulp).
+const ASIN_P: [f32; 5] = [1.666_675_2e-1, 7.495_300_5e-2, 4.547_002_5e-2, 2.418_133_8e-2, 4.216_308_5e-2];
+/// `sinh a ≈ a + a³·H(a²)` on `|a| ≤ 1` (fitted; 0.09 ulp).
+const SINH_P: [f32; 4] = [1.666_666_7e-1, 8.333_35e-3, 1.983_616_1e-4, 2.816_940_4e-6];
+/// Cephes `tanhf`'s odd polynomial for |x| < 0.625: `tanh x ≈ x + x·z·P(z)`, `z = x²` (lowest
+/// degree first).
+const TANH_P: [f32; 5] = [-3.333_328e-1, 1.333_144_2e-1, -5.373_971_6e-2, 2.063_909e-2, -5.704_988_7e-3];
+/// The rational erf of the x86 GELU kernels (`x·P(x²)/Q(x²)` on [−4, 4], 4.2e-7 absolute).
+const ERF_A: [f32; 7] =
+    [-1.609_603_3e-2, -2.954_6e-3, -7.349_906_3e-4, -5.692_506_4e-5, -2.101_024e-6, 2.770_681_4e-8, -2.726_142_3e-10];
+const ERF_B: [f32; 5] = [-1.426_473_9e-2, -7.373_329e-3, -1.682_827e-3, -2.133_740_6e-4, -1.456_607_2e-5];
+/// π/2 in four parts, the first three of 12 significant bits (`q·part` exact for q < 2^12).
+const PIO2_A: f32 = 1.570_800_8;
+const PIO2_B: f32 = -4.453_584_6e-6;
+const PIO2_C: f32 = -8.706_138e-10;
+const PIO2_D: f32 = 6.223_372e-14;
+/// π/2, π/4 and π rounded to f32, and the rests.
+const PIO2_HI: f32 = core::f32::consts::FRAC_PI_2;
+const PIO2_LO: f32 = -4.371_139e-8;
+const PIO4_HI: f32 = core::f32::consts::FRAC_PI_4;
+const PIO4_LO: f32 = -2.185_569_4e-8;
+const PI_HI: f32 = core::f32::consts::PI;
+const PI_LO: f32 = -8.742_278e-8;
+/// Where the trigonometric reduction stays exact (q < 2^12).
+const TRIG_MAX: f32 = 6000.0;
+
+/// `e^x·2^s` without the NaN fix-up (NaN lanes give anything): `x` clamped to [−150, 90]
+/// (beyond, 0 or ∞ either way), `x = n·ln2 + r`, the polynomial, `2^(n+s)` applied by
+/// [`VecF::ldexp`]. `s` integral in [−100, 100].
+#[inline(always)]
+fn exp_raw<V: VecF>(x: V, s: f32) -> V {
+    let x = x.max(k(-150.0)).min(k(90.0));
+    let n = (x * k(LOG2_E)).round();
+    let r = (-n).fma(k(LN2_HI), x);
+    let r = (-n).fma(k(LN2_LO), r);
+    let y = poly(r, &EXP_P).fma(r * r, r) + k(1.0);
+    y.ldexp(n + k(s))
+}
+
+/// e^x.
+#[inline(always)]
+pub(super) fn exp<V: VecF>(x: V) -> V {
+    keep_nan(x, exp_raw(x, 0.0))
+}
+
+/// `(ln m', e')` parts of `ln x = e'·ln2 + ln m'` for positive finite `x`: `x = m·2^e`,
+/// `m ∈ [√½, √2)`; returns `(ln(m), e)`.
+#[inline(always)]
+fn log_parts<V: VecF>(x: V) -> (V, V) {
+    let (m, e) = x.frexp();
+    let hi = k::<V>(core::f32::consts::SQRT_2).le(m);
+    let m = V::select(hi, m * k(0.5), m);
+    let e = V::select(hi, e + k(1.0), e);
+    let f = m - k(1.0);
+    let f2 = f * f;
+    let l = (f2 * f).fma(poly(f, &LOG_P), f2.fma(k(-0.5), f));
+    (l, e)
+}
+
+/// ln x (NaN below 0, −∞ at ±0, ∞ at ∞).
+#[inline(always)]
+pub(super) fn log<V: VecF>(x: V) -> V {
+    let (l, e) = log_parts(x);
+    let r = e.fma(k(LN2_HI), e.fma(k(LN2_LO), l));
+    let r = V::select(x.eq(k(f32::INFINITY)), x, r);
+    let r = V::select(x.eq(k(0.0)), k(f32::NEG_INFINITY), r);
+    V::select(V::mor(x.lt(k(0.0)), x.nan()), k(f32::NAN), r)
+}
+
+/// ln(1 + u) for `u ≥ −1`: `ln w` of `w = 1 + u` plus the rounding `w` lost, `(u − (w − 1))/w`.
+#[inline(always)]
+fn log1p<V: VecF>(u: V) -> V {
+    let w = u + k(1.0);
+    let l = log(w);
+    let c = (u - (w - k(1.0))) / w;
+    V::select(V::mor(w.eq(k(f32::INFINITY)), w.eq(k(0.0))), l, l + c)
+}
+
+/// σ(x) = 1/(1 + e^−x) from `e = e^−|x|` (never overflows): `1/(1 + e)` for x ≥ 0, `e/(1 + e)`
+/// below.
+#[inline(always)]
+pub(super) fn sigmoid<V: VecF>(x: V) -> V {
+    let e = exp_raw(-abs(x), 0.0);
+    let r = k::<V>(1.0) / (k::<V>(1.0) + e);
+    keep_nan(x, V::select(x.lt(k(0.0)), e * r, r))
+}
+
+/// `x·σ(u)`: for u < 0 as `(x·E/(1 + e))·2^−24` with `E = e^u·2^24`, so that a σ(u) below the
+/// normal range keeps its bits until the product (−∞·0 is NaN, as the definition's).
+#[inline(always)]
+fn times_sigmoid<V: VecF>(x: V, u: V) -> V {
+    let big = exp_raw(-abs(u), 24.0);
+    let e = big * k(1.0 / 16_777_216.0);
+    let r = k::<V>(1.0) / (k::<V>(1.0) + e);
+    let neg = ((x * big) * r) * k(1.0 / 16_777_216.0);
+    // σ(−∞) = 0 exactly (the clamped exp leaves a tiny value).
+    let neg = V::select(u.eq(k(f32::NEG_INFINITY)), x * k(0.0), neg);
+    keep_nan(u, V::select(u.lt(k(0.0)), neg, x * r))
+}
+
+/// SiLU x·σ(x).
+#[inline(always)]
+pub(super) fn silu<V: VecF>(x: V) -> V {
+    times_sigmoid(x, x)
+}
+
+/// tanh-approximated GELU `x/2·(1 + tanh(u))`, `u = √(2/π)·(x + 0.044715·x³)`, computed as
+/// `x·σ(2u)` (the same function, no cancellation for negative x).
+#[inline(always)]
+pub(super) fn gelu_tanh<V: VecF>(x: V) -> V {
+    const K2: f32 = 2.0 * 0.797_884_6; // 2·√(2/π)
+    let u = x * (x * x).fma(k(K2 * 0.044_715), k(K2));
+    times_sigmoid(x, u)
+}
+
+/// ln(1 + e^x) = max(x, 0) + ln(1 + e^−|x|).
+#[inline(always)]
+pub(super) fn softplus<V: VecF>(x: V) -> V {
+    let r = x.max(k(0.0)) + log1p(exp_raw(-abs(x), 0.0));
+    keep_nan(x, r)
+}
+
+/// erf(x): the rational form on x clamped to [−4, 4] (erf is ±1 in f32 beyond).
+#[inline(always)]
+pub(super) fn erf<V: VecF>(x: V) -> V {
+    let c = x.max(k(-4.0)).min(k(4.0));
+    let z = c * c;
+    // The ratio first: `c·P` alone would go subnormal (and lose bits) for tiny c.
+    let r = c * (poly(z, &ERF_A) / poly(z, &ERF_B));
+    keep_nan(x, r)
+}
+
+/// sin and cos of `r ∈ [−π/4, π/4]`.
+#[inline(always)]
+fn sincos_r<V: VecF>(r: V) -> (V, V) {
+    let z = r * r;
+    let s = (z * r).fma(poly(z, &SIN_P), r);
+    let c = (z * z).fma(poly(z, &COS_P), z.fma(k(-0.5), k(1.0)));
+    (s, c)
+}
+
+/// For `a = |x| ≤ TRIG_MAX`: `(r, q)` with `a = q·π/2 + r`, `|r| ≤ π/4`, `q` integral.
+#[inline(always)]
+fn reduce_pio2<V: VecF>(a: V) -> (V, V) {
+    let q = (a * k(core::f32::consts::FRAC_2_PI)).round();
+    let r = (-q).fma(k(PIO2_A), a);
+    let r = (-q).fma(k(PIO2_B), r);
+    let r = (-q).fma(k(PIO2_C), r);
+    ((-q).fma(k(PIO2_D), r), q)
+}
+
+/// The lanes where `q` (integral) is odd, and where `q mod 4 ≥ 2`.
+#[inline(always)]
+fn quadrant<V: VecF>(q: V) -> (V::M, V::M) {
+    let h = q * k(0.5);
+    let odd = V::mnot((h.floor()).eq(h));
+    let f = q * k(0.25);
+    let f = f - f.floor();
+    (odd, k::<V>(0.5).le(f))
+}
+
+/// Whether any lane needs libm's reduction (|x| beyond [`TRIG_MAX`], ∞ or NaN).
+#[inline(always)]
+fn trig_far<V: VecF>(a: V) -> bool {
+    V::any(V::mnot(a.le(k(TRIG_MAX))))
+}
+
+/// sin x.
+#[inline(always)]
+pub(super) fn sin<V: VecF>(x: V) -> V {
+    let a = abs(x);
+    if trig_far(a) {
+        return lanes(x, libm::sinf);
+    }
+    let (r, q) = reduce_pio2(a);
+    let (s, c) = sincos_r(r);
+    let (odd, neg) = quadrant(q);
+    let v = V::select(odd, c, s);
+    v ^ V::select(neg, k(-0.0), k(0.0)) ^ sign(x)
+}
+
+/// cos x.
+#[inline(always)]
+pub(super) fn cos<V: VecF>(x: V) -> V {
+    let a = abs(x);
+    if trig_far(a) {
+        return lanes(x, libm::cosf);
+    }
+    let (r, q) = reduce_pio2(a);
+    let (s, c) = sincos_r(r);
+    // cos(r + qπ/2) = sin(r + (q+1)π/2).
+    let (odd, neg) = quadrant(q + k(1.0));
+    let v = V::select(odd, c, s);
+    v ^ V::select(neg, k(-0.0), k(0.0))
+}
+
+/// tan x: `sin r / cos r` for even q, `−cos r / sin r` for odd q.
+#[inline(always)]
+pub(super) fn tan<V: VecF>(x: V) -> V {
+    let a = abs(x);
+    if trig_far(a) {
+        return lanes(x, libm::tanf);
+    }
+    let (r, q) = reduce_pio2(a);
+    let (s, c) = sincos_r(r);
+    let (odd, _) = quadrant(q);
+    let v = V::select(odd, -c, s) / V::select(odd, s, c);
+    v ^ sign(x)
+}
+
+/// `asin s ≈ s + s³·B(s²)` for `|s| ≤ 1/2` (with `z = s²` given).
+#[inline(always)]
+fn asin_poly<V: VecF>(s: V, z: V) -> V {
+    (s * z).fma(poly(z, &ASIN_P), s)
+}
+
+/// arcsin x: the polynomial below |x| = 1/2, else `π/2 − 2·asin(√((1 − |x|)/2))`.
+#[inline(always)]
+pub(super) fn asin<V: VecF>(x: V) -> V {
+    let a = abs(x);
+    let small = a.le(k(0.5));
+    let zb = (k::<V>(1.0) - a) * k(0.5);
+    let z = V::select(small, a * a, zb);
+    let s = V::select(small, a, zb.sqrt());
+    let p = asin_poly(s, z);
+    let big = p.fma(k(-2.0), k(PIO2_HI)) + k(PIO2_LO);
+    V::select(small, p, big) ^ sign(x)
+}
+
+/// arccos x: `π/2 − asin x` below |x| = 1/2, else from `asin(√((1 − |x|)/2))`.
+#[inline(always)]
+pub(super) fn acos<V: VecF>(x: V) -> V {
+    let a = abs(x);
+    let small = a.le(k(0.5));
+    let zb = (k::<V>(1.0) - a) * k(0.5);
+    let z = V::select(small, a * a, zb);
+    let s = V::select(small, a, zb.sqrt());
+    let p = asin_poly(s, z);
+    let mid = k::<V>(PIO2_HI) - ((p ^ sign(x)) - k(PIO2_LO));
+    let pos = p * k(2.0);
+    let neg = k::<V>(PI_HI) - (pos - k(PI_LO));
+    let big = V::select(x.lt(k(0.0)), neg, pos);
+    V::select(small, mid, big)
+}
+
+/// arctan x: reduced to `|t| ≤ tan(π/8)` by `atan a = π/4 + atan((a − 1)/(a + 1))` above
+/// tan(π/8) and `π/2 + atan(−1/a)` above tan(3π/8).
+#[inline(always)]
+pub(super) fn atan<V: VecF>(x: V) -> V {
+    let a = abs(x);
+    let big = k::<V>(2.414_213_7).lt(a);
+    let mid = k::<V>(0.414_213_57).lt(a);
+    let num = V::select(big, k(-1.0), V::select(mid, a - k(1.0), a));
+    let den = V::select(big, a, V::select(mid, a + k(1.0), k(1.0)));
+    let t = num / den;
+    let z = t * t;
+    let p = (t * z).fma(poly(z, &ATAN_P), t);
+    let (hi, lo) = (
+        V::select(big, k(PIO2_HI), V::select(mid, k(PIO4_HI), k(0.0))),
+        V::select(big, k(PIO2_LO), V::select(mid, k(PIO4_LO), k(0.0))),
+    );
+    (hi + (p + lo)) ^ sign(x)
+}
+
+/// `(e^a/2, e^−a/2)` for `a ≥ 0` (∞ and 0 from a ≈ 89.4, where sinh and cosh overflow).
+#[inline(always)]
+fn half_exps<V: VecF>(a: V) -> (V, V) {
+    let h = exp_raw(a, -1.0);
+    (h, k::<V>(0.25) / h)
+}
+
+/// sinh x: an odd polynomial below |x| = 1, else `e^|x|/2 − e^−|x|/2` with the sign of x.
+#[inline(always)]
+pub(super) fn sinh<V: VecF>(x: V) -> V {
+    let a = abs(x);
+    let z = a * a;
+    let small = (z * a).fma(poly(z, &SINH_P), a);
+    let (h, g) = half_exps(a);
+    let r = V::select(a.lt(k(1.0)), small, h - g) ^ sign(x);
+    keep_nan(x, r)
+}
+
+/// cosh x = e^|x|/2 + e^−|x|/2.
+#[inline(always)]
+pub(super) fn cosh<V: VecF>(x: V) -> V {
+    let (h, g) = half_exps(abs(x));
+    keep_nan(x, h + g)
+}
+
+/// tanh x: Cephes' polynomial below |x| = 0.625, else `±(1 − e)/(1 + e)`, `e = e^−2|x|`.
+#[inline(always)]
+pub(super) fn tanh<V: VecF>(x: V) -> V {
+    let a = abs(x);
+    let e = exp_raw(a * k(-2.0), 0.0);
+    let big = (k::<V>(1.0) - e) / (k::<V>(1.0) + e);
+    let z = x * x;
+    let small = (z * a).fma(poly(z, &TANH_P), a);
+    let r = V::select(a.lt(k(0.625)), small, big) ^ sign(x);
+    keep_nan(x, r)
+}
+
+/// `ln w + c` where `ln_arg` gives `(w, c)`: the shared tail of asinh and acosh (one log).
+#[inline(always)]
+fn log_plus<V: VecF>(w: V, c: V) -> V {
+    log(w) + c
+}
+
+/// Above this, `asinh a = ln a + ln 2` and `acosh a` likewise (the rest is under 2^-26).
+const ARC_BIG: f32 = 4096.0;
+
+/// arsinh x = ±ln1p(a + a²/(1 + √(1 + a²))), `a = |x|`; `ln a + ln 2` for large a.
+#[inline(always)]
+pub(super) fn asinh<V: VecF>(x: V) -> V {
+    let a = abs(x);
+    let big = k::<V>(ARC_BIG).lt(a);
+    let z = a * a;
+    let t = a + z / (k::<V>(1.0) + (z + k(1.0)).sqrt());
+    let w = t + k(1.0);
+    let c = (t - (w - k(1.0))) / w;
+    let r = log_plus(V::select(big, a, w), V::select(big, k(LN2_F), c));
+    keep_nan(x, r ^ sign(x))
+}
+
+/// arcosh x = ln1p(d + √(d·(x + 1))), `d = x − 1`; `ln x + ln 2` for large x; NaN below 1.
+#[inline(always)]
+pub(super) fn acosh<V: VecF>(x: V) -> V {
+    let big = k::<V>(ARC_BIG).lt(x);
+    let d = x - k(1.0);
+    let t = d + (d * (x + k(1.0))).sqrt();
+    let w = t + k(1.0);
+    let c = (t - (w - k(1.0))) / w;
+    let r = log_plus(V::select(big, x, w), V::select(big, k(LN2_F), c));
+    let r = V::select(big, r + k(LN2_F_LO), r);
+    V::select(V::mor(x.lt(k(1.0)), x.nan()), k(f32::NAN), r)
+}
+
+/// artanh x = ±ln1p(2a/(1 − a))/2, `a = |x|` (±∞ at ±1, NaN beyond).
+#[inline(always)]
+pub(super) fn atanh<V: VecF>(x: V) -> V {
+    let a = abs(x);
+    let r = log1p((a + a) / (k::<V>(1.0) - a)) * k(0.5);
+    keep_nan(x, r ^ sign(x))
+}
+
+/// 1/√x (two correctly rounded steps, as the scalar form).
+#[inline(always)]
+fn rsqrt<V: VecF>(x: V) -> V {
+    k::<V>(1.0) / x.sqrt()
+}
+
+/// `a^b` (C's pow): `2^(b·log2|a|)` with the product split exactly by FMA, the sign from an odd
+/// integer exponent, NaN for a negative base with a non-integer exponent, and C's special cases
+/// (`pow(x, ±0) = 1`, `pow(1, y) = 1`, zeros, infinities).
+#[inline(always)]
+pub(super) fn pow<V: VecF>(a: V, b: V) -> V {
+    let x = abs(a);
+    // log2|a| = e + g + gl in extended precision: ln m = f − f²/2 + f³·P(f) with f² split
+    // exactly (FMA) and the first sum's rounding kept, then times log2(e) in two parts.
+    let (m, e) = x.frexp();
+    let hi = k::<V>(core::f32::consts::SQRT_2).le(m);
+    let m = V::select(hi, m * k(0.5), m);
+    let e = V::select(hi, e + k(1.0), e);
+    let f = m - k(1.0);
+    let f2 = f * f;
+    let f2e = f.fma(f, -f2);
+    let u = (f2 * f) * poly(f, &LOG_P);
+    let h = f2 * k(-0.5);
+    let s1 = f + h;
+    let s1e = (f - s1) + h;
+    let s2 = s1 + u;
+    let s2e = (s1 - s2) + u;
+    let l_lo = f2e.fma(k(-0.5), s1e + s2e);
+    let g = s2 * k(LOG2_E);
+    let gl = s2.fma(k(LOG2_E), -g) + s2.fma(k(LOG2_E_LO), l_lo * k(LOG2_E));
+    // y = b·(e + g + gl), the products split exactly.
+    let p = b * e;
+    let pe = b.fma(e, -p);
+    let q = b * g;
+    let qe = b.fma(g, -q);
+    let y = (p + q).max(k(-200.0)).min(k(200.0));
+    let n = y.round();
+    let r = ((p - n) + q) + (pe + b.fma(gl, qe));
+    let r = r.max(k(-1.0)).min(k(1.0));
+    let rr = r * k(LN2_F);
+    let m = poly(rr, &EXP_P).fma(rr * rr, rr) + k(1.0);
+    let n = n.max(k(-250.0)).min(k(250.0));
+    let mut v = m.ldexp(n);
+    // Special bases and exponents.
+    let zero = k(0.0);
+    let inf = k(f32::INFINITY);
+    let bneg = b.lt(zero);
+    v = V::select(x.eq(zero), V::select(bneg, inf, zero), v);
+    v = V::select(x.eq(inf), V::select(bneg, zero, inf), v);
+    let binf = abs(b).eq(inf);
+    let below1 = x.lt(k(1.0));
+    let binf_v = V::select(
+        x.eq(k(1.0)),
+        k(1.0),
+        V::select(V::mand(below1, bneg), inf, V::select(below1, zero, V::select(bneg, zero, inf))),
+    );
+    v = V::select(binf, binf_v, v);
+    // Negative bases (−0 and −∞ included): odd integer exponents negate, non-integers are NaN.
+    let bint = b.trunc().eq(b);
+    let h = b * k(0.5);
+    let odd = V::mand(bint, V::mnot(h.trunc().eq(h)));
+    // The sign bit (−0 included): ±1 with a's sign.
+    let aneg = (sign(a) | k(1.0)).lt(zero);
+    v = V::select(V::mand(aneg, odd), -v, v);
+    let nonint = V::mand(V::mnot(bint), V::mnot(binf));
+    // (A finite negative base: −∞ takes any exponent, as C's pow.)
+    v = V::select(V::mand(V::mand(a.lt(zero), x.lt(inf)), nonint), k(f32::NAN), v);
+    v = V::select(V::mor(a.nan(), b.nan()), k(f32::NAN), v);
+    V::select(V::mor(b.eq(zero), a.eq(k(1.0))), k(1.0), v)
+}
+
+/// `y[i] = f(x[i])`, one register at a time; the tail through a padded copy.
+#[inline(always)]
+fn map<V: VecF>(x: &[f32], y: &mut [f32], f: impl Fn(V) -> V) {
+    let n = x.len().min(y.len());
+    let (x, y) = (&x[..n], &mut y[..n]);
+    let full = n / V::L * V::L;
+    let (px, py) = (x.as_ptr(), y.as_mut_ptr());
+    let mut i = 0;
+    // SAFETY: i + L ≤ full ≤ n for both slices.
+    unsafe {
+        while i < full {
+            f(V::load(px.add(i))).store(py.add(i));
+            i += V::L;
+        }
+    }
+    if full < n {
+        let mut b = [0.0f32; 16];
+        b[..n - full].copy_from_slice(&x[full..]);
+        // SAFETY: b holds 16 ≥ L f32.
+        unsafe {
+            let v = f(V::load(b.as_ptr()));
+            v.store(b.as_mut_ptr());
+        }
+        y[full..].copy_from_slice(&b[..n - full]);
+    }
+}
+
+/// `y[i] = f(a[i], b[i])` (each of `a`, `b` either a slice of `y`'s length or one value).
+#[inline(always)]
+fn map2<V: VecF>(a: Operand2<'_>, b: Operand2<'_>, y: &mut [f32], f: impl Fn(V, V) -> V) {
+    let n = y.len();
+    let full = n / V::L * V::L;
+    let py = y.as_mut_ptr();
+    let get = |o: &Operand2<'_>, i: usize| -> V {
+        match *o {
+            // SAFETY: i + L ≤ full ≤ n ≤ s.len() (checked by the entry points).
+            Operand2::Slice(s) => unsafe { V::load(s.as_ptr().add(i)) },
+            Operand2::One(v) => V::splat(v),
+        }
+    };
+    let mut i = 0;
+    while i < full {
+        // SAFETY: i + L ≤ full ≤ n = y.len().
+        unsafe { f(get(&a, i), get(&b, i)).store(py.add(i)) };
+        i += V::L;
+    }
+    if full < n {
+        let fill = |o: &Operand2<'_>| -> [f32; 16] {
+            let mut t = [0.0f32; 16];
+            match *o {
+                Operand2::Slice(s) => t[..n - full].copy_from_slice(&s[full..n]),
+                Operand2::One(v) => t.fill(v),
+            }
+            t
+        };
+        let (ta, mut tb) = (fill(&a), fill(&b));
+        // SAFETY: the buffers hold 16 ≥ L f32.
+        unsafe {
+            let v = f(V::load(ta.as_ptr()), V::load(tb.as_ptr()));
+            v.store(tb.as_mut_ptr());
+        }
+        y[full..].copy_from_slice(&tb[..n - full]);
+    }
+}
+
+/// One operand of [`pow_map`]: a slice as long as the output, or one value for every element.
+#[derive(Clone, Copy, Debug)]
+pub enum Operand2<'a> {
+    /// One value per output element.
+    Slice(&'a [f32]),
+    /// The same value for every element.
+    One(f32),
+}
+
+/// Whether [`unary_map`] has a vector form of `op`.
+pub fn has_unary(op: UnaryOp) -> bool {
+    ULP_BOUNDS.iter().any(|&(o, _)| o == op)
+}
+
+/// `y = op(x)` over `x.len() = y.len()` elements for a function of [`ULP_BOUNDS`] (false, having
+/// written nothing, for any other).
+/// A macro, so that the closures are written inside the ISA's `#[target_feature]` entry point
+/// (closures inherit its features and inline; from a generic helper they were calls, and the
+/// intrinsics inside them calls too).
+macro_rules! run {
+    ($v:ty, $op:expr, $x:expr, $y:expr) => {{
+        type V = $v;
+        let (x, y) = ($x, $y);
+        match $op {
+            UnaryOp::Exp => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| exp(v),
+            ),
+            UnaryOp::Sigmoid => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| sigmoid(v),
+            ),
+            UnaryOp::Silu => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| silu(v),
+            ),
+            UnaryOp::GeluTanh => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| gelu_tanh(v),
+            ),
+            UnaryOp::Log => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| log(v),
+            ),
+            UnaryOp::Erf => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| erf(v),
+            ),
+            UnaryOp::Softplus => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| softplus(v),
+            ),
+            UnaryOp::Sin => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| sin(v),
+            ),
+            UnaryOp::Cos => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| cos(v),
+            ),
+            UnaryOp::Tan => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| tan(v),
+            ),
+            UnaryOp::Asin => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| asin(v),
+            ),
+            UnaryOp::Acos => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| acos(v),
+            ),
+            UnaryOp::Atan => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| atan(v),
+            ),
+            UnaryOp::Sinh => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| sinh(v),
+            ),
+            UnaryOp::Cosh => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| cosh(v),
+            ),
+            UnaryOp::Tanh => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| tanh(v),
+            ),
+            UnaryOp::Asinh => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| asinh(v),
+            ),
+            UnaryOp::Acosh => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| acosh(v),
+            ),
+            UnaryOp::Atanh => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| atanh(v),
+            ),
+            UnaryOp::Floor => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| v.floor(),
+            ),
+            UnaryOp::Ceil => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| v.ceil(),
+            ),
+            UnaryOp::Round => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| v.round(),
+            ),
+            UnaryOp::Sqrt => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| v.sqrt(),
+            ),
+            UnaryOp::Rsqrt => map(
+                x,
+                y,
+                #[inline(always)]
+                |v: V| rsqrt(v),
+            ),
+            _ => return false,
+        }
+        true
+    }};
+}
+
+// ---------------------------------------------------------------- x86_64
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::VecF;
+    use core::arch::x86_64::*;
+    use core::ops::{Add, BitAnd, BitOr, BitXor, Div, Mul, Neg, Sub};
+
+    /// Implements the arithmetic operators of a wrapper over `$t` by `$add` ... intrinsics.
+    macro_rules! ops {
+        ($w:ident, $add:ident, $sub:ident, $mul:ident, $div:ident, $and:expr, $or:expr, $xor:expr) => {
+            impl Add for $w {
+                type Output = Self;
+                #[inline(always)]
+                fn add(self, b: Self) -> Self {
+                    // SAFETY: a value of this type proves its ISA (`VecF`'s contract).
+                    $w(unsafe { $add(self.0, b.0) })
+                }
+            }
+            impl Sub for $w {
+                type Output = Self;
+                #[inline(always)]
+                fn sub(self, b: Self) -> Self {
+                    // SAFETY: as above.
+                    $w(unsafe { $sub(self.0, b.0) })
+                }
+            }
+            impl Mul for $w {
+                type Output = Self;
+                #[inline(always)]
+                fn mul(self, b: Self) -> Self {
+                    // SAFETY: as above.
+                    $w(unsafe { $mul(self.0, b.0) })
+                }
+            }
+            impl Div for $w {
+                type Output = Self;
+                #[inline(always)]
+                fn div(self, b: Self) -> Self {
+                    // SAFETY: as above.
+                    $w(unsafe { $div(self.0, b.0) })
+                }
+            }
+            impl Neg for $w {
+                type Output = Self;
+                #[inline(always)]
+                fn neg(self) -> Self {
+                    self ^ <$w as VecF>::splat(-0.0)
+                }
+            }
+            impl BitAnd for $w {
+                type Output = Self;
+                #[inline(always)]
+                fn bitand(self, b: Self) -> Self {
+                    // SAFETY: as above.
+                    $w(unsafe { $and(self.0, b.0) })
+                }
+            }
+            impl BitOr for $w {
+                type Output = Self;
+                #[inline(always)]
+                fn bitor(self, b: Self) -> Self {
+                    // SAFETY: as above.
+                    $w(unsafe { $or(self.0, b.0) })
+                }
+            }
+            impl BitXor for $w {
+                type Output = Self;
+                #[inline(always)]
+                fn bitxor(self, b: Self) -> Self {
+                    // SAFETY: as above.
+                    $w(unsafe { $xor(self.0, b.0) })
+                }
+            }
+        };
+    }
+
+    /// 8 lanes of AVX2 + FMA.
+    #[derive(Clone, Copy)]
+    pub(in super::super) struct F8(__m256);
+    ops!(F8, _mm256_add_ps, _mm256_sub_ps, _mm256_mul_ps, _mm256_div_ps, _mm256_and_ps, _mm256_or_ps, _mm256_xor_ps);
+
+    /// 2^k for integral k in [−126, 127] (as f32 lanes), from the exponent bits.
+    #[inline(always)]
+    unsafe fn pow2_8(k: __m256) -> __m256 {
+        // SAFETY: AVX2 in every caller.
+        unsafe {
+            _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+                _mm256_cvtps_epi32(k),
+                _mm256_set1_epi32(127),
+            )))
+        }
+    }
+
+    // SAFETY: `F8` values are built only by `load`/`splat` inside the AVX2 entry points.
+    unsafe impl VecF for F8 {
+        type M = __m256;
+        const L: usize = 8;
+        #[inline(always)]
+        fn splat(v: f32) -> Self {
+            // SAFETY: (every method) AVX2/FMA available (the trait's contract).
+            F8(unsafe { _mm256_set1_ps(v) })
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: p readable for 8 f32 (the caller).
+            F8(unsafe { _mm256_loadu_ps(p) })
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: p writable for 8 f32 (the caller).
+            unsafe { _mm256_storeu_ps(p, self.0) }
+        }
+        #[inline(always)]
+        fn fma(self, b: Self, c: Self) -> Self {
+            // SAFETY: see `splat`.
+            F8(unsafe { _mm256_fmadd_ps(self.0, b.0, c.0) })
+        }
+        #[inline(always)]
+        fn min(self, b: Self) -> Self {
+            // SAFETY: see `splat`.
+            F8(unsafe { _mm256_min_ps(self.0, b.0) })
+        }
+        #[inline(always)]
+        fn max(self, b: Self) -> Self {
+            // SAFETY: see `splat`.
+            F8(unsafe { _mm256_max_ps(self.0, b.0) })
+        }
+        #[inline(always)]
+        fn sqrt(self) -> Self {
+            // SAFETY: see `splat`.
+            F8(unsafe { _mm256_sqrt_ps(self.0) })
+        }
+        #[inline(always)]
+        fn round(self) -> Self {
+            // SAFETY: see `splat`.
+            F8(unsafe { _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(self.0) })
+        }
+        #[inline(always)]
+        fn floor(self) -> Self {
+            // SAFETY: see `splat`.
+            F8(unsafe { _mm256_round_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(self.0) })
+        }
+        #[inline(always)]
+        fn ceil(self) -> Self {
+            // SAFETY: see `splat`.
+            F8(unsafe { _mm256_round_ps::<{ _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC }>(self.0) })
+        }
+        #[inline(always)]
+        fn trunc(self) -> Self {
+            // SAFETY: see `splat`.
+            F8(unsafe { _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(self.0) })
+        }
+        #[inline(always)]
+        fn andnot(self, b: Self) -> Self {
+            // SAFETY: see `splat`.
+            F8(unsafe { _mm256_andnot_ps(self.0, b.0) })
+        }
+        #[inline(always)]
+        fn lt(self, b: Self) -> __m256 {
+            // SAFETY: see `splat`.
+            unsafe { _mm256_cmp_ps::<_CMP_LT_OQ>(self.0, b.0) }
+        }
+        #[inline(always)]
+        fn le(self, b: Self) -> __m256 {
+            // SAFETY: see `splat`.
+            unsafe { _mm256_cmp_ps::<_CMP_LE_OQ>(self.0, b.0) }
+        }
+        #[inline(always)]
+        fn eq(self, b: Self) -> __m256 {
+            // SAFETY: see `splat`.
+            unsafe { _mm256_cmp_ps::<_CMP_EQ_OQ>(self.0, b.0) }
+        }
+        #[inline(always)]
+        fn nan(self) -> __m256 {
+            // SAFETY: see `splat`.
+            unsafe { _mm256_cmp_ps::<_CMP_UNORD_Q>(self.0, self.0) }
+        }
+        #[inline(always)]
+        fn select(m: __m256, a: Self, b: Self) -> Self {
+            // SAFETY: see `splat`.
+            F8(unsafe { _mm256_blendv_ps(b.0, a.0, m) })
+        }
+        #[inline(always)]
+        fn mand(a: __m256, b: __m256) -> __m256 {
+            // SAFETY: see `splat`.
+            unsafe { _mm256_and_ps(a, b) }
+        }
+        #[inline(always)]
+        fn mor(a: __m256, b: __m256) -> __m256 {
+            // SAFETY: see `splat`.
+            unsafe { _mm256_or_ps(a, b) }
+        }
+        #[inline(always)]
+        fn mnot(a: __m256) -> __m256 {
+            // SAFETY: see `splat`.
+            unsafe { _mm256_xor_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(-1))) }
+        }
+        #[inline(always)]
+        fn any(m: __m256) -> bool {
+            // SAFETY: see `splat`.
+            unsafe { _mm256_movemask_ps(m) != 0 }
+        }
+        #[inline(always)]
+        fn ldexp(self, n: Self) -> Self {
+            // Two steps of 2^(n/2) (each a normal power of two): one rounding, at the second.
+            // SAFETY: see `splat`.
+            unsafe {
+                let h = _mm256_round_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+                    n.0,
+                    _mm256_set1_ps(0.5),
+                ));
+                let r = _mm256_sub_ps(n.0, h);
+                F8(_mm256_mul_ps(_mm256_mul_ps(self.0, pow2_8(h)), pow2_8(r)))
+            }
+        }
+        #[inline(always)]
+        fn frexp(self) -> (Self, Self) {
+            // SAFETY: see `splat`.
+            unsafe {
+                let sub = _mm256_cmp_ps::<_CMP_LT_OQ>(self.0, _mm256_set1_ps(f32::MIN_POSITIVE));
+                let x = _mm256_blendv_ps(self.0, _mm256_mul_ps(self.0, _mm256_set1_ps(8_388_608.0)), sub);
+                let bits = _mm256_castps_si256(x);
+                let e = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32::<23>(bits), _mm256_set1_epi32(127)));
+                let e = _mm256_sub_ps(e, _mm256_and_ps(sub, _mm256_set1_ps(23.0)));
+                let m = _mm256_or_si256(
+                    _mm256_and_si256(bits, _mm256_set1_epi32(0x007f_ffff)),
+                    _mm256_set1_epi32(0x3f80_0000),
+                );
+                (F8(_mm256_castsi256_ps(m)), F8(e))
+            }
+        }
+    }
+
+    /// 16 lanes of AVX-512F.
+    #[derive(Clone, Copy)]
+    pub(in super::super) struct F16(__m512);
+
+    #[inline(always)]
+    unsafe fn and512(a: __m512, b: __m512) -> __m512 {
+        // SAFETY: AVX-512F in every caller.
+        unsafe { _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_castps_si512(b))) }
+    }
+    #[inline(always)]
+    unsafe fn or512(a: __m512, b: __m512) -> __m512 {
+        // SAFETY: AVX-512F in every caller.
+        unsafe { _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_castps_si512(b))) }
+    }
+    #[inline(always)]
+    unsafe fn xor512(a: __m512, b: __m512) -> __m512 {
+        // SAFETY: AVX-512F in every caller.
+        unsafe { _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_castps_si512(b))) }
+    }
+    ops!(F16, _mm512_add_ps, _mm512_sub_ps, _mm512_mul_ps, _mm512_div_ps, and512, or512, xor512);
+
+    // SAFETY: `F16` values are built only by `load`/`splat` inside the AVX-512 entry points.
+    unsafe impl VecF for F16 {
+        type M = __mmask16;
+        const L: usize = 16;
+        #[inline(always)]
+        fn splat(v: f32) -> Self {
+            // SAFETY: (every method) AVX-512F available (the trait's contract).
+            F16(unsafe { _mm512_set1_ps(v) })
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: p readable for 16 f32 (the caller).
+            F16(unsafe { _mm512_loadu_ps(p) })
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: p writable for 16 f32 (the caller).
+            unsafe { _mm512_storeu_ps(p, self.0) }
+        }
+        #[inline(always)]
+        fn fma(self, b: Self, c: Self) -> Self {
+            // SAFETY: see `splat`.
+            F16(unsafe { _mm512_fmadd_ps(self.0, b.0, c.0) })
+        }
+        #[inline(always)]
+        fn min(self, b: Self) -> Self {
+            // SAFETY: see `splat`.
+            F16(unsafe { _mm512_min_ps(self.0, b.0) })
+        }
+        #[inline(always)]
+        fn max(self, b: Self) -> Self {
+            // SAFETY: see `splat`.
+            F16(unsafe { _mm512_max_ps(self.0, b.0) })
+        }
+        #[inline(always)]
+        fn sqrt(self) -> Self {
+            // SAFETY: see `splat`.
+            F16(unsafe { _mm512_sqrt_ps(self.0) })
+        }
+        #[inline(always)]
+        fn round(self) -> Self {
+            // SAFETY: see `splat`.
+            F16(unsafe { _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(self.0) })
+        }
+        #[inline(always)]
+        fn floor(self) -> Self {
+            // SAFETY: see `splat`.
+            F16(unsafe { _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(self.0) })
+        }
+        #[inline(always)]
+        fn ceil(self) -> Self {
+            // SAFETY: see `splat`.
+            F16(unsafe { _mm512_roundscale_ps::<{ _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC }>(self.0) })
+        }
+        #[inline(always)]
+        fn trunc(self) -> Self {
+            // SAFETY: see `splat`.
+            F16(unsafe { _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(self.0) })
+        }
+        #[inline(always)]
+        fn andnot(self, b: Self) -> Self {
+            // SAFETY: see `splat`.
+            F16(unsafe {
+                _mm512_castsi512_ps(_mm512_andnot_si512(_mm512_castps_si512(self.0), _mm512_castps_si512(b.0)))
+            })
+        }
+        #[inline(always)]
+        fn lt(self, b: Self) -> __mmask16 {
+            // SAFETY: see `splat`.
+            unsafe { _mm512_cmp_ps_mask::<_CMP_LT_OQ>(self.0, b.0) }
+        }
+        #[inline(always)]
+        fn le(self, b: Self) -> __mmask16 {
+            // SAFETY: see `splat`.
+            unsafe { _mm512_cmp_ps_mask::<_CMP_LE_OQ>(self.0, b.0) }
+        }
+        #[inline(always)]
+        fn eq(self, b: Self) -> __mmask16 {
+            // SAFETY: see `splat`.
+            unsafe { _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(self.0, b.0) }
+        }
+        #[inline(always)]
+        fn nan(self) -> __mmask16 {
+            // SAFETY: see `splat`.
+            unsafe { _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(self.0, self.0) }
+        }
+        #[inline(always)]
+        fn select(m: __mmask16, a: Self, b: Self) -> Self {
+            // SAFETY: see `splat`.
+            F16(unsafe { _mm512_mask_blend_ps(m, b.0, a.0) })
+        }
+        #[inline(always)]
+        fn mand(a: __mmask16, b: __mmask16) -> __mmask16 {
+            a & b
+        }
+        #[inline(always)]
+        fn mor(a: __mmask16, b: __mmask16) -> __mmask16 {
+            a | b
+        }
+        #[inline(always)]
+        fn mnot(a: __mmask16) -> __mmask16 {
+            !a
+        }
+        #[inline(always)]
+        fn any(m: __mmask16) -> bool {
+            m != 0
+        }
+        #[inline(always)]
+        fn ldexp(self, n: Self) -> Self {
+            // SAFETY: see `splat`. `vscalefps`: one rounding, gradual underflow.
+            F16(unsafe { _mm512_scalef_ps(self.0, n.0) })
+        }
+        #[inline(always)]
+        fn frexp(self) -> (Self, Self) {
+            // SAFETY: see `splat`. `vgetmantps`/`vgetexpps` normalise subnormals.
+            unsafe {
+                (F16(_mm512_getmant_ps::<_MM_MANT_NORM_1_2, _MM_MANT_SIGN_ZERO>(self.0)), F16(_mm512_getexp_ps(self.0)))
+            }
+        }
+    }
+}
+
+/// `y = op(x)` with 8-lane AVX2 vectors; false (nothing written) where `op` has no vector form.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `y.len() == x.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn unary_avx2(op: UnaryOp, x: &[f32], y: &mut [f32]) -> bool {
+    run!(x86::F8, op, x, y)
+}
+
+/// [`unary_avx2`] with 16-lane AVX-512 vectors.
+///
+/// # Safety
+/// The CPU must support AVX-512F (and AVX2/FMA); `y.len() == x.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub unsafe fn unary_avx512(op: UnaryOp, x: &[f32], y: &mut [f32]) -> bool {
+    run!(x86::F16, op, x, y)
+}
+
+/// `y[i] = pow(a[i], b[i])` with 8-lane AVX2 vectors.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; slice operands as long as `y`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::redundant_closure)] // the closure inlines, the fn item did not (see `run!`)
+pub unsafe fn pow_avx2(a: Operand2<'_>, b: Operand2<'_>, y: &mut [f32]) {
+    map2::<x86::F8>(
+        a,
+        b,
+        y,
+        #[inline(always)]
+        |u, v| pow(u, v),
+    )
+}
+
+/// [`pow_avx2`] with 16-lane AVX-512 vectors.
+///
+/// # Safety
+/// The CPU must support AVX-512F (and AVX2/FMA); slice operands as long as `y`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[allow(clippy::redundant_closure)] // the closure inlines, the fn item did not (see `run!`)
+pub unsafe fn pow_avx512(a: Operand2<'_>, b: Operand2<'_>, y: &mut [f32]) {
+    map2::<x86::F16>(
+        a,
+        b,
+        y,
+        #[inline(always)]
+        |u, v| pow(u, v),
+    )
+}
+
+// ---------------------------------------------------------------- aarch64
+
+#[cfg(target_arch = "aarch64")]
+mod arm {
+    use super::VecF;
+    use core::arch::aarch64::*;
+    use core::ops::{Add, BitAnd, BitOr, BitXor, Div, Mul, Neg, Sub};
+
+    /// 4 lanes of NEON.
+    #[derive(Clone, Copy)]
+    pub(in super::super) struct F4(float32x4_t);
+
+    macro_rules! bin {
+        ($tr:ident, $f:ident, $e:expr) => {
+            impl $tr for F4 {
+                type Output = Self;
+                #[inline(always)]
+                fn $f(self, b: Self) -> Self {
+                    // SAFETY: NEON is baseline on aarch64.
+                    F4(unsafe { $e(self.0, b.0) })
+                }
+            }
+        };
+    }
+    #[inline(always)]
+    unsafe fn bits(f: impl Fn(uint32x4_t, uint32x4_t) -> uint32x4_t, a: float32x4_t, b: float32x4_t) -> float32x4_t {
+        // SAFETY: NEON is baseline on aarch64.
+        unsafe { vreinterpretq_f32_u32(f(vreinterpretq_u32_f32(a), vreinterpretq_u32_f32(b))) }
+    }
+    bin!(Add, add, vaddq_f32);
+    bin!(Sub, sub, vsubq_f32);
+    bin!(Mul, mul, vmulq_f32);
+    bin!(Div, div, vdivq_f32);
+    bin!(BitAnd, bitand, |a, b| bits(|a, b| vandq_u32(a, b), a, b));
+    bin!(BitOr, bitor, |a, b| bits(|a, b| vorrq_u32(a, b), a, b));
+    bin!(BitXor, bitxor, |a, b| bits(|a, b| veorq_u32(a, b), a, b));
+    impl Neg for F4 {
+        type Output = Self;
+        #[inline(always)]
+        fn neg(self) -> Self {
+            // SAFETY: NEON is baseline on aarch64.
+            F4(unsafe { vnegq_f32(self.0) })
+        }
+    }
+
+    /// 2^k for integral k in [−126, 127].
+    #[inline(always)]
+    unsafe fn pow2_4(k: float32x4_t) -> float32x4_t {
+        // SAFETY: NEON is baseline on aarch64.
+        unsafe { vreinterpretq_f32_s32(vshlq_n_s32::<23>(vaddq_s32(vcvtnq_s32_f32(k), vdupq_n_s32(127)))) }
+    }
+
+    // SAFETY: NEON is baseline on aarch64.
+    unsafe impl VecF for F4 {
+        type M = uint32x4_t;
+        const L: usize = 4;
+        #[inline(always)]
+        fn splat(v: f32) -> Self {
+            // SAFETY: (every method) NEON is baseline on aarch64.
+            F4(unsafe { vdupq_n_f32(v) })
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: p readable for 4 f32 (the caller).
+            F4(unsafe { vld1q_f32(p) })
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: p writable for 4 f32 (the caller).
+            unsafe { vst1q_f32(p, self.0) }
+        }
+        #[inline(always)]
+        fn fma(self, b: Self, c: Self) -> Self {
+            // SAFETY: see `splat`.
+            F4(unsafe { vfmaq_f32(c.0, self.0, b.0) })
+        }
+        #[inline(always)]
+        fn min(self, b: Self) -> Self {
+            // SAFETY: see `splat`.
+            F4(unsafe { vminq_f32(self.0, b.0) })
+        }
+        #[inline(always)]
+        fn max(self, b: Self) -> Self {
+            // SAFETY: see `splat`.
+            F4(unsafe { vmaxq_f32(self.0, b.0) })
+        }
+        #[inline(always)]
+        fn sqrt(self) -> Self {
+            // SAFETY: see `splat`.
+            F4(unsafe { vsqrtq_f32(self.0) })
+        }
+        #[inline(always)]
+        fn round(self) -> Self {
+            // SAFETY: see `splat`.
+            F4(unsafe { vrndnq_f32(self.0) })
+        }
+        #[inline(always)]
+        fn floor(self) -> Self {
+            // SAFETY: see `splat`.
+            F4(unsafe { vrndmq_f32(self.0) })
+        }
+        #[inline(always)]
+        fn ceil(self) -> Self {
+            // SAFETY: see `splat`.
+            F4(unsafe { vrndpq_f32(self.0) })
+        }
+        #[inline(always)]
+        fn trunc(self) -> Self {
+            // SAFETY: see `splat`.
+            F4(unsafe { vrndq_f32(self.0) })
+        }
+        #[inline(always)]
+        fn andnot(self, b: Self) -> Self {
+            // SAFETY: see `splat`.
+            F4(unsafe { bits(|a, b| vbicq_u32(b, a), self.0, b.0) })
+        }
+        #[inline(always)]
+        fn lt(self, b: Self) -> uint32x4_t {
+            // SAFETY: see `splat`.
+            unsafe { vcltq_f32(self.0, b.0) }
+        }
+        #[inline(always)]
+        fn le(self, b: Self) -> uint32x4_t {
+            // SAFETY: see `splat`.
+            unsafe { vcleq_f32(self.0, b.0) }
+        }
+        #[inline(always)]
+        fn eq(self, b: Self) -> uint32x4_t {
+            // SAFETY: see `splat`.
+            unsafe { vceqq_f32(self.0, b.0) }
+        }
+        #[inline(always)]
+        fn nan(self) -> uint32x4_t {
+            // SAFETY: see `splat`.
+            unsafe { vmvnq_u32(vceqq_f32(self.0, self.0)) }
+        }
+        #[inline(always)]
+        fn select(m: uint32x4_t, a: Self, b: Self) -> Self {
+            // SAFETY: see `splat`.
+            F4(unsafe { vbslq_f32(m, a.0, b.0) })
+        }
+        #[inline(always)]
+        fn mand(a: uint32x4_t, b: uint32x4_t) -> uint32x4_t {
+            // SAFETY: see `splat`.
+            unsafe { vandq_u32(a, b) }
+        }
+        #[inline(always)]
+        fn mor(a: uint32x4_t, b: uint32x4_t) -> uint32x4_t {
+            // SAFETY: see `splat`.
+            unsafe { vorrq_u32(a, b) }
+        }
+        #[inline(always)]
+        fn mnot(a: uint32x4_t) -> uint32x4_t {
+            // SAFETY: see `splat`.
+            unsafe { vmvnq_u32(a) }
+        }
+        #[inline(always)]
+        fn any(m: uint32x4_t) -> bool {
+            // SAFETY: see `splat`.
+            unsafe { vmaxvq_u32(m) != 0 }
+        }
+        #[inline(always)]
+        fn ldexp(self, n: Self) -> Self {
+            // Two steps of 2^(n/2) (each a normal power of two): one rounding, at the second.
+            // SAFETY: see `splat`.
+            unsafe {
+                let h = vrndmq_f32(vmulq_f32(n.0, vdupq_n_f32(0.5)));
+                let r = vsubq_f32(n.0, h);
+                F4(vmulq_f32(vmulq_f32(self.0, pow2_4(h)), pow2_4(r)))
+            }
+        }
+        #[inline(always)]
+        fn frexp(self) -> (Self, Self) {
+            // SAFETY: see `splat`.
+            unsafe {
+                let sub = vcltq_f32(self.0, vdupq_n_f32(f32::MIN_POSITIVE));
+                let x = vbslq_f32(sub, vmulq_f32(self.0, vdupq_n_f32(8_388_608.0)), self.0);
+                let b = vreinterpretq_u32_f32(x);
+                let e = vcvtq_f32_s32(vsubq_s32(vreinterpretq_s32_u32(vshrq_n_u32::<23>(b)), vdupq_n_s32(127)));
+                let e = vsubq_f32(e, vbslq_f32(sub, vdupq_n_f32(23.0), vdupq_n_f32(0.0)));
+                let m = vorrq_u32(vandq_u32(b, vdupq_n_u32(0x007f_ffff)), vdupq_n_u32(0x3f80_0000));
+                (F4(vreinterpretq_f32_u32(m)), F4(e))
+            }
+        }
+    }
+}
+
+/// `y = op(x)` with 4-lane NEON vectors; false (nothing written) where `op` has no vector form.
+///
+/// # Safety
+/// NEON (baseline on aarch64); `y.len() == x.len()`.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+pub unsafe fn unary_neon(op: UnaryOp, x: &[f32], y: &mut [f32]) -> bool {
+    run!(arm::F4, op, x, y)
+}
+
+/// `y[i] = pow(a[i], b[i])` with 4-lane NEON vectors.
+///
+/// # Safety
+/// NEON (baseline on aarch64); slice operands as long as `y`.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+#[allow(clippy::redundant_closure)] // the closure inlines, the fn item did not (see `run!`)
+pub unsafe fn pow_neon(a: Operand2<'_>, b: Operand2<'_>, y: &mut [f32]) {
+    map2::<arm::F4>(
+        a,
+        b,
+        y,
+        #[inline(always)]
+        |u, v| pow(u, v),
+    )
+}
