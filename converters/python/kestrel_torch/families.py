@@ -262,7 +262,7 @@ TINY_INT = {
     "mamba_d_state": 16, "mamba_dt_rank": 8, "adapter_rank": 8, "laurel_rank": 8, "projection_size": 32,
     "pooler_output_size": 32, "mm_tokens_per_image": 16, "codebook_dim": 32, "codebook_size": 64,
     "num_filters": 4, "output_dim": 32, "output_proj_dims": 32, "image_token_embed_dim": 32, "num_embeddings": 64,
-    "base_channels": 32, "latent_channels": 32, "embedding_dim": 32,
+    "base_channels": 32, "latent_channels": 32, "embedding_dim": 32, "num_groups": 4,
     # depth
     "num_hidden_layers": 2, "num_layers": 2, "n_layer": 2, "n_layers": 2, "encoder_layers": 2, "decoder_layers": 2,
     "num_decoder_layers": 2, "num_encoder_layers": 2, "depth": 2, "n_positions": 64,
@@ -445,6 +445,10 @@ def tiny_config(cfg, bold: bool = True):
     for key in ("use_cache", "output_attentions", "output_hidden_states"):
         if hasattr(cfg, key):
             changes[key] = False
+    if "vocab_size" in d and d["vocab_size"] is None:  # a vocabulary left to the checkpoint (esm)
+        changes["vocab_size"] = VOCAB
+        if "pad_token_id" in d and d["pad_token_id"] is None:
+            changes["pad_token_id"] = 1
     if "num_experts_per_tok" in d and d["num_experts_per_tok"] is None and any(
             isinstance(d.get(k), int) and d[k] > 1 for k in ("n_routed_experts", "num_experts", "num_local_experts")):
         changes["num_experts_per_tok"] = 2
