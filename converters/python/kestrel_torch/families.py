@@ -18,11 +18,19 @@ Nothing here is a hand list: the models come from the libraries' own registries.
 * **hf** (transformers): every model type of ``AutoModel``'s mapping (``MODEL_MAPPING_NAMES``),
   built from its config class with a tiny configuration (:func:`tiny_config`: hidden 32, 2
   layers, 2 heads, vocabulary 128, …, applied to nested text/vision/audio configs too), random
-  init, ``from_config`` only (``HF_HUB_OFFLINE=1``; nothing is downloaded). Encoder-decoders
-  export their encoder. Inputs come from the forward signature: ``input_ids`` (+
-  ``attention_mask``, the last 4 positions padded), ``pixel_values``, ``input_values`` (a short
-  waveform), ``input_features`` (log-mel frames). A type that cannot be built tiny or fed is
-  recorded with the reason.
+  init, ``from_config`` only (``HF_HUB_OFFLINE=1``; nothing is downloaded). The tiny config is
+  rebuilt through the config's constructor so that derived sizes (head widths, rotary sections,
+  sub-configs) follow the shrunk ones; bolder derivations (per-layer lists, Mamba heads, unset
+  placeholder ids) fall back to the plain tiny config where they break a model. Encoder-decoders
+  export their encoder. Inputs come from the forward signature (:class:`HfFeed`): ``input_ids`` (+
+  ``attention_mask``, the last 4 positions padded, with the image/video/audio placeholder tokens
+  the model's towers fill, + ``mm_token_type_ids``), ``pixel_values`` (4-D, 5-D with frames, or
+  Qwen-VL/NaFlex flattened patches with ``grid_thw``/``spatial_shapes``, which are constants of
+  the export), ``pixel_values_videos``, ``input_values`` (a waveform), ``input_features``
+  (log-mel frames, either layout), ``past_values`` (time series); a failed call's error that says
+  what the model expects instead (placeholder count, frames axis, mel width/length, waveform
+  rank/length, patch layout) adapts the inputs and the call is retried. A type that cannot be
+  built tiny or fed is recorded with the reason. ``--types a,b`` runs exact names.
 
 Each model is exported with the legacy exporter (``dynamo=False``, opset 17) and the dynamo
 exporter (``dynamo=True``, opset 18), static shapes, batch 1, into
@@ -896,6 +904,32 @@ def ort_session(path: Path) -> ort.InferenceSession:
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
+ORT_TYPES = {"float32": "tensor(float)", "int64": "tensor(int64)", "int32": "tensor(int32)", "bool": "tensor(bool)",
+             "float16": "tensor(float16)", "float64": "tensor(double)"}
+
+
+def match_inputs(graph_inputs, names, inputs) -> dict:
+    """The tensor for each graph input: by name where every name fits its tensor (type, rank, fixed
+    sizes), else each graph input takes the first unused tensor that fits (an input the graph does not
+    use is dropped from it, and the legacy exporter's names then shift onto the wrong tensors)."""
+    def fits(gi, t):
+        dims = list(gi.shape)
+        return ORT_TYPES.get(str(t.dtype).replace("torch.", "")) == gi.type and len(dims) == t.dim() and all(
+            not isinstance(d, int) or d == s for d, s in zip(dims, t.shape))
+
+    by_name = dict(zip(names, inputs))
+    if all(gi.name in by_name and fits(gi, by_name[gi.name]) for gi in graph_inputs):
+        return {gi.name: by_name[gi.name] for gi in graph_inputs}
+    used, feeds = set(), {}
+    for k, gi in enumerate(graph_inputs):
+        pick = next((j for j, t in enumerate(inputs) if j not in used and fits(gi, t)), None)
+        if pick is None:  # nothing fits: by position, and onnxruntime says what is wrong
+            pick = min(k, len(inputs) - 1)
+        used.add(pick)
+        feeds[gi.name] = inputs[pick]
+    return feeds
+
+
 def export_model(model: nn.Module, inputs: tuple, names: tuple[str, ...], exporter: str, opset: int,
                  path: Path) -> None:
     with warnings.catch_warnings():
@@ -969,11 +1003,7 @@ def run_entry(e: Entry, out: Path, force: bool) -> list[dict]:
             continue
         try:
             sess = ort_session(path)
-            # By name where the graph keeps the names (an input the graph does not use is dropped from
-            # it, and the rest would shift), else by position.
-            by_name = dict(zip(names, inputs))
-            feeds = {i.name: (by_name[i.name] if i.name in by_name else t).numpy()
-                     for i, t in zip(sess.get_inputs(), inputs)}
+            feeds = {k: t.numpy() for k, t in match_inputs(sess.get_inputs(), names, inputs).items()}
             got = sess.run(None, feeds)[0].astype(np.float32)
             times = []
             for _ in range(ORT_RUNS):
