@@ -76,6 +76,10 @@ pub struct BenchArgs {
     pub scaling: kestrel_rt_cli::scaling::ScalingArgs,
     #[command(flatten)]
     pub ops: OpsArgs,
+    /// `gemm` only: GFLOP/s against the row count M (1–300) at K = N = 192, 384, 768 for every
+    /// weight encoding, each M against the next multiple of the GEMM tile (gemm_rows.md/.json).
+    #[arg(long)]
+    pub rows_sweep: bool,
 }
 
 /// The flags of `kestrel bench ops` (flattened into `kestrel bench`'s arguments).
@@ -343,6 +347,9 @@ pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
     if a.model == "gemm" {
         if a.backend.backend != Backend::Cpu || a.input.is_some() || !a.only.is_empty() {
             bail!("`kestrel bench gemm` times the CPU dense kernels on built-in shapes: --backend, --input and --only do not apply");
+        }
+        if a.rows_sweep {
+            return crate::bench_gemm::run_sweep(w, isa, a.threads, a.json, a.out.as_deref(), 30.0);
         }
         return crate::bench_gemm::run(w, isa, a.threads, a.json, a.out.as_deref(), 300.0);
     }

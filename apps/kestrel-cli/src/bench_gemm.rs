@@ -82,22 +82,37 @@ pub fn read_bandwidth_gbs(runs: usize) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// The activation scale the calibrated (`q8`) rows quantise `x` with: the inputs are uniform in
+/// [-1, 1), so ±127 steps span them.
+const Q8_X_SCALE: f32 = 1.0 / 127.0;
+
+/// `y = x · Wᵀ` through the runtime's dense entry point: f32 activations (`q8` false), or
+/// activations quantised at [`Q8_X_SCALE`] (`q8`: the calibrated int8 path, integer weights).
+fn dense(x: &[f32], m: usize, w: &WeightView<'_>, q8: bool, y: &mut [f32]) {
+    if q8 {
+        kestrel_rt_cpu::kernels::linear::linear_q8(x, m, w, None, Activation::None, Q8_X_SCALE, y);
+    } else {
+        kestrel_rt_cpu::linear(x, m, w, None, Activation::None, y);
+    }
+}
+
 /// Times `y [1, N] = x [1, K] · Wᵀ` with the weights evicted from the caches before every call
-/// (by streaming `flush`): median µs per call over at least `min_ms` of calls.
-pub fn time_gemv(n: usize, k: usize, dtype: DType, flush: &[f32], min_ms: f64) -> Result<(f64, usize)> {
+/// (by streaming `flush`): median µs per call over at least `min_ms` of calls. `q8`: calibrated
+/// int8 activations (integer weights only).
+pub fn time_gemv(n: usize, k: usize, dtype: DType, q8: bool, flush: &[f32], min_ms: f64) -> Result<(f64, usize)> {
     let (x, enc) = problem(1, n, k, dtype)?;
     let bytes = enc.data.len() + enc.scales.len();
     let mut store = kestrel_rt::format::weight::ViewStore::default();
     let w: WeightView<'_> = enc.view(&mut store);
     let mut y = vec![0.0f32; n];
-    kestrel_rt_cpu::linear(&x, 1, &w, None, Activation::None, &mut y);
+    dense(&x, 1, &w, q8, &mut y);
     let (fa, fb) = flush.split_at(flush.len() / 2);
     let mut secs = Vec::new();
     let mut timed = 0.0;
     while secs.len() < 5 || timed * 1e3 < min_ms {
         std::hint::black_box(kestrel_rt_cpu::kernels::simd::dot_f32(std::hint::black_box(fa), fb));
         let t0 = Instant::now();
-        kestrel_rt_cpu::linear(std::hint::black_box(&x), 1, &w, None, Activation::None, &mut y);
+        dense(std::hint::black_box(&x), 1, &w, q8, &mut y);
         let dt = t0.elapsed().as_secs_f64();
         secs.push(dt);
         timed += dt;
@@ -165,17 +180,22 @@ fn problem(rows: usize, n: usize, k: usize, dtype: DType) -> Result<(Vec<f32>, E
 
 /// Times one shape: median and best GFLOP/s over calls filling at least `min_ms`.
 pub fn time_shape(m: usize, n: usize, k: usize, dtype: DType, min_ms: f64) -> Result<(f64, f64)> {
+    time_dense(m, n, k, dtype, false, min_ms)
+}
+
+/// [`time_shape`], with calibrated int8 activations when `q8`.
+pub fn time_dense(m: usize, n: usize, k: usize, dtype: DType, q8: bool, min_ms: f64) -> Result<(f64, f64)> {
     let (x, enc) = problem(m, n, k, dtype)?;
     let mut store = kestrel_rt::format::weight::ViewStore::default();
     let w: WeightView<'_> = enc.view(&mut store);
     let mut y = vec![0.0f32; m * n];
-    kestrel_rt_cpu::linear(&x, m, &w, None, Activation::None, &mut y);
+    dense(&x, m, &w, q8, &mut y);
     let flops = 2.0 * (m * n * k) as f64;
     let mut secs = Vec::new();
     let start = Instant::now();
     while secs.len() < 3 || start.elapsed().as_secs_f64() * 1e3 < min_ms {
         let t0 = Instant::now();
-        kestrel_rt_cpu::linear(std::hint::black_box(&x), m, &w, None, Activation::None, &mut y);
+        dense(std::hint::black_box(&x), m, &w, q8, &mut y);
         secs.push(t0.elapsed().as_secs_f64());
         std::hint::black_box(&y);
     }
@@ -229,15 +249,23 @@ pub fn run(w: &mut String, isa: &str, threads: usize, json: bool, out: Option<&P
     if custom_none {
         let flush = values(16 << 20, 4);
         for &(label, n, k) in GEMV_SHAPES {
-            for dtype in [DType::F32, DType::F16, DType::I8] {
+            let encodings = [
+                (DType::F32, false),
+                (DType::F16, false),
+                (DType::I8, false),
+                (DType::I4, false),
+                (DType::I8, true),
+                (DType::I4, true),
+            ];
+            for (dtype, q8) in encodings {
                 pb.set_message(format!("{label} {dtype:?}"));
-                let (us, bytes) = time_gemv(n, k, dtype, &flush, min_ms)?;
+                let (us, bytes) = time_gemv(n, k, dtype, q8, &flush, min_ms)?;
                 let gbs = bytes as f64 / us / 1e3;
                 gemv.push(GemvRow {
                     shape: label.to_string(),
                     n,
                     k,
-                    dtype: format!("{dtype:?}").to_lowercase(),
+                    dtype: encoding_name(dtype, q8),
                     bytes,
                     us,
                     gbs,
@@ -296,6 +324,132 @@ pub fn run(w: &mut String, isa: &str, threads: usize, json: bool, out: Option<&P
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::write(dir.join("gemm.md"), &md)?;
         std::fs::write(dir.join("gemm.json"), serde_json::to_string_pretty(&obj)? + "\n")?;
+    }
+    if json {
+        writeln!(w, "{obj}")?;
+    } else {
+        w.push_str(&md);
+    }
+    Ok(())
+}
+
+/// A weight encoding's name in the tables: `f32`, `f16`, `i8`, `i4`; with calibrated int8
+/// activations `i8 x q8`, `i4 x q8`.
+fn encoding_name(dtype: DType, q8: bool) -> String {
+    let d = format!("{dtype:?}").to_lowercase();
+    if q8 {
+        format!("{d} x q8")
+    } else {
+        d
+    }
+}
+
+/// The row counts of `kestrel bench gemm --rows-sweep`: small, around the tile multiples, and
+/// real token counts (ViT-Tiny's 37 and 197).
+pub const SWEEP_M: &[usize] =
+    &[1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 37, 63, 64, 65, 100, 127, 128, 129, 197, 255, 256, 257, 300];
+
+/// The square layer widths (K = N) of the sweep.
+pub const SWEEP_KN: &[usize] = &[192, 384, 768];
+
+/// The tile multiple each sweep row is compared with: the AVX-512 GEMM's 8 rows.
+pub const SWEEP_TILE: usize = 8;
+
+/// One (width, encoding, M) point of the rows sweep (its JSON object in `gemm_rows.json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct SweepRow {
+    /// K = N.
+    pub kn: usize,
+    /// Rows of x.
+    pub m: usize,
+    /// Weight encoding (`encoding_name`).
+    pub dtype: String,
+    /// Median GFLOP/s.
+    pub gflops: f64,
+    /// The next multiple of [`SWEEP_TILE`] at or above `m`.
+    pub next_tile_m: usize,
+    /// `gflops` at `next_tile_m`.
+    pub next_tile_gflops: f64,
+    /// `gflops / next_tile_gflops`.
+    pub ratio: f64,
+}
+
+/// `kestrel bench gemm --rows-sweep`: GFLOP/s against the row count M at K = N = 192, 384, 768
+/// for each weight encoding (f32 activations; int8 also with calibrated activations), each M
+/// compared with the next multiple of the tile; writes `gemm_rows.md` and `gemm_rows.json`.
+pub fn run_sweep(w: &mut String, isa: &str, threads: usize, json: bool, out: Option<&Path>, min_ms: f64) -> Result<()> {
+    let encodings = [(DType::F32, false), (DType::I8, false), (DType::I4, false), (DType::I8, true), (DType::I4, true)];
+    let mut ms: Vec<usize> = SWEEP_M.iter().flat_map(|&m| [m, m.div_ceil(SWEEP_TILE) * SWEEP_TILE]).collect();
+    ms.sort_unstable();
+    ms.dedup();
+    let pb = indicatif::ProgressBar::new((SWEEP_KN.len() * encodings.len() * ms.len()) as u64);
+    pb.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("template"));
+    let mut rows = Vec::new();
+    for &kn in SWEEP_KN {
+        for (dtype, q8) in encodings {
+            let mut rate = std::collections::BTreeMap::new();
+            for &m in &ms {
+                pb.set_message(format!("{kn} {} M={m}", encoding_name(dtype, q8)));
+                rate.insert(m, time_dense(m, kn, kn, dtype, q8, min_ms)?.0);
+                pb.inc(1);
+            }
+            for &m in SWEEP_M {
+                let nt = m.div_ceil(SWEEP_TILE) * SWEEP_TILE;
+                let (g, gn) = (rate[&m], rate[&nt]);
+                rows.push(SweepRow {
+                    kn,
+                    m,
+                    dtype: encoding_name(dtype, q8),
+                    gflops: g,
+                    next_tile_m: nt,
+                    next_tile_gflops: gn,
+                    ratio: g / gn,
+                });
+            }
+        }
+    }
+    pb.finish_and_clear();
+    let machine = kestrel_rt_cli::machine::describe(isa);
+    let obj = serde_json::json!({
+        "machine": machine,
+        "load_average": kestrel_rt_cli::machine::load_average(),
+        "threads": threads,
+        "tile": SWEEP_TILE,
+        "method": "kestrel_rt_cpu::linear (f32 activations) or linear_q8 (x q8: activations quantised at 1/127), random data, median call over the minimum time per point",
+        "rows": rows,
+    });
+    let mut md = String::new();
+    writeln!(
+        md,
+        "# GFLOP/s against the row count M (`kestrel bench gemm --rows-sweep`)\n\nMachine: {} ({} logical cores), Kestrel kernels \
+         `{isa}`, {threads} thread(s). `y [M, N] = x [M, K] · Wᵀ` through the runtime's dense entry point, K = N, median call over \
+         ≥ {min_ms} ms per point. Each cell: GFLOP/s, and in brackets the ratio to the rate at the next multiple of {SWEEP_TILE} rows \
+         (the GEMM tile). `x q8`: calibrated int8 activations (the integer kernels).\n",
+        machine["cpu"].as_str().unwrap_or("?"),
+        machine["logical_cores"],
+    )?;
+    for &kn in SWEEP_KN {
+        writeln!(md, "\n## K = N = {kn}\n")?;
+        let names: Vec<String> = encodings.iter().map(|&(d, q)| encoding_name(d, q)).collect();
+        let mut head = vec!["M".to_string()];
+        head.extend(names.iter().cloned());
+        let head: Vec<&str> = head.iter().map(String::as_str).collect();
+        let align = format!("|---:|{}", "---:|".repeat(names.len()));
+        let cells = SWEEP_M.iter().map(|&m| {
+            let mut c = vec![m.to_string()];
+            for n in &names {
+                if let Some(r) = rows.iter().find(|r| r.kn == kn && r.m == m && &r.dtype == n) {
+                    c.push(format!("{:.1} ({:.2})", r.gflops, r.ratio));
+                }
+            }
+            c.join(" | ")
+        });
+        md_table(&mut md, &head, &align, cells)?;
+    }
+    if let Some(dir) = out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::write(dir.join("gemm_rows.md"), &md)?;
+        std::fs::write(dir.join("gemm_rows.json"), serde_json::to_string_pretty(&obj)? + "\n")?;
     }
     if json {
         writeln!(w, "{obj}")?;

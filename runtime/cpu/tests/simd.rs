@@ -555,6 +555,92 @@ proptest! {
     }
 }
 
+/// Every row count 1–70 (every tail of the 8-row AVX-512 and 6-row AVX2 tiles, and the even
+/// splits of the rows into tiles the GEMMs use when the count is not a multiple of the tile), in
+/// every weight encoding, against the f64 reference and the scalar kernel (the calibrated int8
+/// and int4 kernels bit for bit against their portable loops); two blocks of inputs
+/// (past the packed GEMM's 512), a partial panel of outputs. And the convolution GEMM
+/// (`matmul_kn`: `a [m, k] · b [k, n]`) at every `m` 1–70 against f64.
+#[test]
+fn every_row_count_matches_f64_in_every_encoding() {
+    let (out, inp) = (37, 530);
+    let mut seed = 0x853c_49e6_748f_ea9bu64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    };
+    let wv: Vec<f32> = (0..out * inp).map(|_| next()).collect();
+    let x: Vec<f32> = (0..70 * inp).map(|_| 2.0 * next()).collect();
+    let (k, n) = (inp, 45);
+    let b: Vec<f32> = (0..k * n).map(|_| next()).collect();
+    // Integer weights for the calibrated (int8-activation) kernels: int8, and int4 with
+    // arbitrary bytes and scales.
+    let w8: Vec<i8> = wv.iter().map(|&v| (v * 127.0) as i8).collect();
+    let w4: Vec<u8> = w8.iter().map(|&v| v as u8).collect();
+    let (rb, g) = (kestrel_rt_format::weight::int4_row_bytes(inp), kestrel_rt_format::weight::int4_groups(inp));
+    let s4: Vec<half::f16> = wv[..out * g].iter().map(|&v| half::f16::from_f32(v)).collect();
+    let w4v = WeightView::new(out, inp, kestrel_rt_format::WeightData::I4 { q: &w4[..out * rb], scales: &s4 }).unwrap();
+    for rows in 1..=70 {
+        for dt in 0u8..4 {
+            check_matmul(rows, out, inp, &x[..rows * inp], &wv, dt);
+        }
+        check_q8(rows, out, inp, &x[..rows * inp], &w8);
+        let want: Vec<f32> = q8_i4_reference(&x[..rows * inp], rows, 4.0, &w4v).iter().map(|v| v * 0.25).collect();
+        let mut y = vec![f32::NAN; rows * out];
+        let act = kestrel_rt_format::ops::Activation::None;
+        kestrel_rt_cpu::kernels::linear::linear_q8(&x[..rows * inp], rows, &w4v, None, act, 0.25, &mut y);
+        assert_eq!(y, want, "linear_q8 int4, rows {rows}");
+        let a = &x[..rows * k];
+        let want: Vec<f64> = (0..rows * n)
+            .map(|i| (0..k).map(|kk| f64::from(a[(i / n) * k + kk]) * f64::from(b[kk * n + i % n])).sum())
+            .collect();
+        for isa in Isa::ALL.into_iter().filter(|i| i.supported()) {
+            if let Some(got) = simd_matmul_kn(isa, a, rows, k, &b, n) {
+                assert_close(&format!("{isa:?} matmul_kn m {rows}"), &got, &want, F32_APPROX);
+            }
+        }
+    }
+}
+
+/// The int4 × int8 product on rows longer than the AVX-512 GEMV's 4,096-input span (partial
+/// spans, chunks and groups, a partial block of 16 weight rows, garbage padding nibbles), 1–5
+/// rows of `x` (the GEMV and the packed GEMM), bit for bit against the portable loop.
+#[test]
+fn int4_q8_on_long_rows_matches_the_portable_loop_bit_for_bit() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for (out, cols) in [(17, 4096 + 300), (33, 8192 + 33), (5, 4096), (16, 12_288 + 250)] {
+        let (rb, g) = (kestrel_rt_format::weight::int4_row_bytes(cols), kestrel_rt_format::weight::int4_groups(cols));
+        let bytes: Vec<u8> = (0..out * rb).map(|_| next() as u8).collect();
+        let scales: Vec<half::f16> =
+            (0..out * g).map(|_| half::f16::from_f32((next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)).collect();
+        let x: Vec<f32> = (0..5 * cols).map(|_| ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 80.0).collect();
+        let w = WeightView::new(out, cols, kestrel_rt_format::WeightData::I4 { q: &bytes, scales: &scales }).unwrap();
+        for rows in 1..=5 {
+            let x = &x[..rows * cols];
+            let want: Vec<f32> = q8_i4_reference(x, rows, 4.0, &w).iter().map(|v| v * 0.25).collect();
+            let mut y = vec![f32::NAN; rows * out];
+            kestrel_rt_cpu::kernels::linear::linear_q8(
+                x,
+                rows,
+                &w,
+                None,
+                kestrel_rt_format::ops::Activation::None,
+                0.25,
+                &mut y,
+            );
+            assert_eq!(y, want, "linear_q8 int4, rows {rows} out {out} cols {cols}");
+        }
+    }
+}
+
 /// The AVX-512 and AVX2 GEMVs have two kernels each, by row length and encoding: rows of up to
 /// 8,192 inputs (the proptests) stream one weight row at a time (AVX2: f32 and f16 only), longer
 /// ones take eight weight rows per load of `x` (except f32, which always streams). Long rows here: two 8-row blocks and a partial one, a ragged column tail, 1–3

@@ -700,8 +700,12 @@ unsafe fn ukernel_tail<V: GemmKernel, P: Panel, const NV: usize>(m: usize, kc: u
     }
 }
 
-/// Every row of `y` against one `[kc, NV·L]` panel: `MR` rows at a time, the rest through
-/// [`ukernel_tail`]; `t` is the tile of rows 0.. (see [`Tile`]).
+/// Every row of `y` against one `[kc, NV·L]` panel; `t` is the tile of rows 0.. (see
+/// [`Tile`]). A multiple of `MR` rows runs in `MR`-row tiles; otherwise the rows are split into
+/// `⌈m / MR⌉` tiles as even as possible (37 rows: 8, 8, 8, 7, 6 — not four tiles of 8 and one
+/// of 5; 17: 6, 6, 5 — not 8, 8 and 1): from `MR / 2` rows a tile keeps enough independent FMA
+/// chains to cover the FMA latency, where a 1–3-row tail tile waits on it. Each output sums over
+/// `k` in the same order whatever tile computes it, so the split changes no result.
 ///
 /// # Safety
 /// As [`ukernel`], for `m` rows.
@@ -715,12 +719,26 @@ pub(super) unsafe fn panel_rows<V: GemmKernel, P: Panel, const MR: usize, const 
     let mut m0 = 0;
     // SAFETY: rows m0.. < m of a and c, per the caller's contract.
     unsafe {
-        while m0 + MR <= m {
-            V::tile::<P, MR, NV>(kc, panel, t.down(m0));
-            m0 += MR;
+        if m.is_multiple_of(MR) || m < MR {
+            while m0 + MR <= m {
+                V::tile::<P, MR, NV>(kc, panel, t.down(m0));
+                m0 += MR;
+            }
+            if m0 < m {
+                ukernel_tail::<V, P, NV>(m - m0, kc, panel, t.down(m0));
+            }
+            return;
         }
-        if m0 < m {
-            ukernel_tail::<V, P, NV>(m - m0, kc, panel, t.down(m0));
+        let tiles = m.div_ceil(MR);
+        let (base, extra) = (m / tiles, m % tiles);
+        for i in 0..tiles {
+            let rows = base + usize::from(i < extra);
+            if rows == MR {
+                V::tile::<P, MR, NV>(kc, panel, t.down(m0));
+            } else {
+                ukernel_tail::<V, P, NV>(rows, kc, panel, t.down(m0));
+            }
+            m0 += rows;
         }
     }
 }

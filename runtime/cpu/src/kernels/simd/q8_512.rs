@@ -513,6 +513,257 @@ pub(super) unsafe fn gemm_i4(op: &super::Q8Int4<'_>, y: &mut [f32]) {
     }
 }
 
+// ---------------------------------------------------------------- int4 GEMV
+
+/// Inputs per span of [`gemv_i4`] (a multiple of 256, the portable loop's chunk): the quantised
+/// rows of `x` and the span's scale table stay on the stack.
+const I4_SPAN: usize = 4096;
+/// Groups of 32 inputs per span.
+const I4_SPAN_GROUPS: usize = I4_SPAN / 32;
+/// Rows of `x` up to which the int4 product runs as [`gemv_i4`] (from there [`gemm_i4`]).
+pub(super) const I4_GEMV_MAX_ROWS: usize = 3;
+/// Weight rows per block of [`gemv_i4`]: one output per lane.
+const I4_BLOCK: usize = 16;
+/// Bytes ahead that [`gemv_i4`] prefetches each weight row's stream into L1.
+const I4_PF: usize = 1024;
+
+/// Quantises `x[..kn]` at `inv` (as [`Avx512Vnni::quantize`], signed) into `dst`, `kp` bytes (a
+/// multiple of 128; zeros past `kn`) laid out per 128 inputs as the 64 even inputs then the 64
+/// odd ones — the order of the low and high nibbles of 64 packed int4 bytes — and writes
+/// `corr[g] = 8 · Σ x` over each group `g` of 32 inputs (`kp / 32` groups): the `-8` of the
+/// weights' offset nibbles, taken out once per group.
+///
+/// # Safety
+/// AVX-512F/BW/VNNI in the caller; `x` readable for `kn` floats, `tmp` and `dst` writable for
+/// `kp` bytes (`dst` 64-byte aligned), `corr` for `kp / 32` words.
+#[inline(always)]
+unsafe fn quantize_split(x: *const f32, kn: usize, kp: usize, inv: f32, tmp: *mut u8, dst: *mut u8, corr: *mut i32) {
+    // SAFETY: per the contract.
+    unsafe {
+        Avx512Vnni::quantize(x, kn, inv, tmp);
+        core::ptr::write_bytes(tmp.add(kn), 128, kp - kn);
+        let (flip, eights) = (_mm512_set1_epi8(-128), _mm512_set1_epi8(8));
+        for c in 0..kp / 128 {
+            let a = _mm512_xor_si512(_mm512_loadu_si512(tmp.add(128 * c).cast()), flip);
+            let b = _mm512_xor_si512(_mm512_loadu_si512(tmp.add(128 * c + 64).cast()), flip);
+            // Even inputs: the low byte of each 16-bit word; odd ones: the high byte.
+            let ev = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(a)), _mm512_cvtepi16_epi8(b));
+            let (ah, bh) = (_mm512_srli_epi16::<8>(a), _mm512_srli_epi16::<8>(b));
+            let od =
+                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(ah)), _mm512_cvtepi16_epi8(bh));
+            _mm512_store_si512(dst.add(128 * c).cast(), ev);
+            _mm512_store_si512(dst.add(128 * c + 64).cast(), od);
+            // Lanes 4g..4g + 4 hold group g of this block of 128 inputs.
+            let s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), eights, ev), eights, od);
+            let mut l = [0i32; 16];
+            _mm512_storeu_si512(l.as_mut_ptr().cast(), s);
+            for g in 0..4 {
+                *corr.add(4 * c + g) = l[4 * g] + l[4 * g + 1] + l[4 * g + 2] + l[4 * g + 3];
+            }
+        }
+    }
+}
+
+/// Sums of 16 rows' 4 groups: `v[i]` lanes `4g..4g + 4` are partial sums of row `i`, group `g`;
+/// returns per group `g` the 16 rows' totals, lane `i` = row `i`.
+#[inline(always)]
+unsafe fn group_sums(v: &[__m512i; I4_BLOCK]) -> [__m512i; 4] {
+    // SAFETY: AVX-512F in every caller.
+    unsafe {
+        // (Loops, not `array::from_fn`: a closure would not inherit the caller's target
+        // features, and the intrinsics would become calls.)
+        // Per 128-bit lane (a group): rows 2p, 2p + 1 as [r0.02, r1.02, r0.13, r1.13].
+        let mut a = [_mm512_setzero_si512(); 8];
+        for (p, ap) in a.iter_mut().enumerate() {
+            let (u, w) = (v[2 * p], v[2 * p + 1]);
+            *ap = _mm512_add_epi32(_mm512_unpacklo_epi32(u, w), _mm512_unpackhi_epi32(u, w));
+        }
+        // Per 128-bit lane: the totals of rows 4p..4p + 4.
+        let mut b = [_mm512_setzero_si512(); 4];
+        for (p, bp) in b.iter_mut().enumerate() {
+            let (u, w) = (a[2 * p], a[2 * p + 1]);
+            *bp = _mm512_add_epi32(_mm512_unpacklo_epi64(u, w), _mm512_unpackhi_epi64(u, w));
+        }
+        // A 4 × 4 transpose of 128-bit lanes.
+        let t0 = _mm512_shuffle_i32x4::<0x44>(b[0], b[1]);
+        let t1 = _mm512_shuffle_i32x4::<0xEE>(b[0], b[1]);
+        let t2 = _mm512_shuffle_i32x4::<0x44>(b[2], b[3]);
+        let t3 = _mm512_shuffle_i32x4::<0xEE>(b[2], b[3]);
+        [
+            _mm512_shuffle_i32x4::<0x88>(t0, t2),
+            _mm512_shuffle_i32x4::<0xDD>(t0, t2),
+            _mm512_shuffle_i32x4::<0x88>(t1, t3),
+            _mm512_shuffle_i32x4::<0xDD>(t1, t3),
+        ]
+    }
+}
+
+/// One 64-byte step of [`gemv_i4`] over 16 weight rows from `p` (row stride `row_bytes`; rows
+/// from `nv` on left zero unless `FULL`): row `i`'s 128 int4 inputs as unsigned `n ^ 8` times
+/// the even (`xe`) and odd (`xo`) activations, lanes `4g..4g + 4` partial sums of group `g`.
+/// Bytes from `avail` on are not read. `pf`: prefetch each row that many bytes ahead.
+///
+/// # Safety
+/// AVX-512F/BW/VNNI in the caller; rows `< nv` readable for `min(64, avail)` bytes from `p`.
+#[inline(always)]
+unsafe fn row_dots<const FULL: bool>(
+    p: *const u8,
+    row_bytes: usize,
+    nv: usize,
+    avail: usize,
+    pf: Option<usize>,
+    xe: __m512i,
+    xo: __m512i,
+) -> [__m512i; I4_BLOCK] {
+    // SAFETY: per the contract (prefetches never fault).
+    unsafe {
+        let (m08, m88, m0f) = (_mm512_set1_epi8(0x08), _mm512_set1_epi8(0x88u8 as i8), _mm512_set1_epi8(0x0f));
+        let mut v = [_mm512_setzero_si512(); I4_BLOCK];
+        let mut p = p;
+        let m = mask64(avail);
+        for (i, vi) in v.iter_mut().enumerate() {
+            if FULL || i < nv {
+                if let Some(d) = pf {
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(d).cast());
+                }
+                let b = if avail >= 64 { _mm512_loadu_si512(p.cast()) } else { _mm512_maskz_loadu_epi8(m, p.cast()) };
+                // (b ^ 0x88) & 0x0f: the low nibbles plus 8 (mod 16); the high ones shifted down.
+                let lo = _mm512_ternarylogic_epi32::<0x28>(b, m88, m0f);
+                let hi = _mm512_ternarylogic_epi32::<0x28>(_mm512_srli_epi16::<4>(b), m08, m0f);
+                *vi = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe), hi, xo);
+            }
+            p = p.wrapping_add(row_bytes);
+        }
+        v
+    }
+}
+
+/// [`gemm_i4`] for 1–[`I4_GEMV_MAX_ROWS`] rows of `x` (the batch-1 heads), streaming the packed
+/// weights once from memory with no packing: 16 weight rows per block (one output per lane), per
+/// 64 packed bytes of each row (4 groups) the nibbles unpacked in registers as unsigned `n ^ 8`
+/// (the stored nibble plus 8) and multiplied with the even and odd activations by two
+/// `vpdpbusd`; the 16 rows' group sums transposed to one vector per group, the offset taken out
+/// per group from the activations' group sums, converted and scaled by the group's scales (a table
+/// per block, transposed once), groups added in order into a per-256-input partial that is added
+/// to `y`: the arithmetic of `WeightView::dot_row_q8`, so the result equals [`gemm_i4`]'s and the
+/// portable loop's bit for bit. `y` is overwritten.
+///
+/// # Safety
+/// As [`gemm_i4`], and `rows <= I4_GEMV_MAX_ROWS`.
+#[inline(always)]
+pub(super) unsafe fn gemv_i4(op: &super::Q8Int4<'_>, y: &mut [f32]) {
+    // SAFETY: the caller's contract; the row count is a constant of each body (its per-row
+    // arrays stay in registers).
+    unsafe {
+        match op.rows {
+            1 => gemv_i4_rows::<1>(op, y),
+            2 => gemv_i4_rows::<2>(op, y),
+            _ => gemv_i4_rows::<3>(op, y),
+        }
+    }
+}
+
+/// [`gemv_i4`] for `R` rows of `x` (`op.rows == R`).
+///
+/// # Safety
+/// As [`gemv_i4`].
+#[inline(always)]
+unsafe fn gemv_i4_rows<const R: usize>(op: &super::Q8Int4<'_>, y: &mut [f32]) {
+    let super::Q8Operands { x, rows, inv, w: (q, scales), cols, out } = *op;
+    let (row_bytes, groups) =
+        (kestrel_rt_format::weight::int4_row_bytes(cols), kestrel_rt_format::weight::int4_groups(cols));
+    assert!(rows == R && R <= I4_GEMV_MAX_ROWS);
+    debug_assert!(x.len() >= rows * cols && q.len() >= out * row_bytes && scales.len() >= out * groups);
+    y[..rows * out].fill(0.0);
+    if out == 0 || cols == 0 {
+        return;
+    }
+    // Every byte read is written first (the quantiser pads to whole 256-input chunks).
+    let mut xs = core::mem::MaybeUninit::<Buf<{ I4_GEMV_MAX_ROWS * I4_SPAN }>>::uninit();
+    let mut tmp = core::mem::MaybeUninit::<Buf<I4_SPAN>>::uninit();
+    let mut tbl = core::mem::MaybeUninit::<Buf<{ I4_SPAN_GROUPS * 64 }>>::uninit();
+    let mut corr = [[0i32; I4_SPAN_GROUPS]; I4_GEMV_MAX_ROWS];
+    let (xsp, tmpp, tblp) =
+        (xs.as_mut_ptr().cast::<u8>(), tmp.as_mut_ptr().cast::<u8>(), tbl.as_mut_ptr().cast::<f32>());
+    // SAFETY: row pointers are clamped to rows < out and read inside their row (masked past its
+    // end); scale loads are masked to the row's groups; the buffers hold a span.
+    unsafe {
+        let yp = y.as_mut_ptr();
+        for k0 in (0..cols).step_by(I4_SPAN) {
+            let kn = I4_SPAN.min(cols - k0);
+            let kp = kn.div_ceil(256) * 256;
+            let (g0, ng) = (k0 / 32, kn.div_ceil(32));
+            for (r, cr) in corr.iter_mut().enumerate().take(rows) {
+                quantize_split(x.as_ptr().add(r * cols + k0), kn, kp, inv, tmpp, xsp.add(r * I4_SPAN), cr.as_mut_ptr());
+            }
+            // Bytes of each weight row from the span's start, and those this span reads.
+            let left = row_bytes - k0 / 2;
+            let span_bytes = left.min(I4_SPAN / 2);
+            for o0 in (0..out).step_by(I4_BLOCK) {
+                let nv = I4_BLOCK.min(out - o0);
+                let row = |i: usize| (o0 + i).min(out - 1);
+                let pb = q.as_ptr().add(o0 * row_bytes + k0 / 2);
+                // The scale table: tbl[g · 16 + i] = scale of row i, group g0 + g (zeros past ng).
+                for gb in (0..kp / 32).step_by(16) {
+                    let m = (mask16(ng.saturating_sub(gb)) as __mmask32) & 0xffff;
+                    let mut r = [_mm512_setzero_si512(); 16];
+                    for (i, ri) in r.iter_mut().enumerate() {
+                        let h = _mm512_maskz_loadu_epi16(m, scales.as_ptr().add(row(i) * groups + g0 + gb).cast());
+                        *ri = _mm512_castps_si512(_mm512_cvtph_ps(_mm512_castsi512_si256(h)));
+                    }
+                    for (c, v) in transpose16(&r).into_iter().enumerate() {
+                        _mm512_store_si512(tblp.add((gb + c) * 16).cast(), v);
+                    }
+                }
+                let ym = mask16(nv);
+                // y's sums so far (earlier spans), the chunks added to them in order.
+                let mut yacc = [_mm512_setzero_ps(); R];
+                for (r, ya) in yacc.iter_mut().enumerate() {
+                    *ya = _mm512_maskz_loadu_ps(ym, yp.add(r * out + o0));
+                }
+                for c256 in 0..kp / 256 {
+                    let mut part = [_mm512_setzero_ps(); R];
+                    for h in 0..2 {
+                        let cb = 2 * c256 + h;
+                        let off = 64 * cb;
+                        let avail = left.saturating_sub(off);
+                        // Each row's stream I4_PF bytes ahead, continuing into the same row
+                        // of the next block.
+                        let pf_delta = if off + I4_PF < span_bytes {
+                            I4_PF
+                        } else {
+                            (I4_BLOCK * row_bytes + off + I4_PF - span_bytes) - off
+                        };
+                        for (r, pr) in part.iter_mut().enumerate() {
+                            let xe = _mm512_load_si512(xsp.add(r * I4_SPAN + 128 * cb).cast());
+                            let xo = _mm512_load_si512(xsp.add(r * I4_SPAN + 128 * cb + 64).cast());
+                            let pf = if r == 0 { Some(pf_delta) } else { None };
+                            let v = if nv == I4_BLOCK {
+                                row_dots::<true>(pb.add(off), row_bytes, nv, avail, pf, xe, xo)
+                            } else {
+                                row_dots::<false>(pb.add(off), row_bytes, nv, avail, pf, xe, xo)
+                            };
+                            for (g, s) in group_sums(&v).into_iter().enumerate() {
+                                let gl = 4 * cb + g;
+                                let s = _mm512_sub_epi32(s, _mm512_set1_epi32(corr[r][gl]));
+                                let sc = _mm512_load_ps(tblp.add(gl * 16));
+                                // Multiply, then add (two roundings, as the scalar loop).
+                                *pr = _mm512_add_ps(*pr, _mm512_mul_ps(_mm512_cvtepi32_ps(s), sc));
+                            }
+                        }
+                    }
+                    for (ya, pr) in yacc.iter_mut().zip(&part) {
+                        *ya = _mm512_add_ps(*ya, *pr);
+                    }
+                }
+                for (r, ya) in yacc.iter().enumerate() {
+                    _mm512_mask_storeu_ps(yp.add(r * out + o0), ym, *ya);
+                }
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------- per-row quantisation
 
 /// Quantises the rows of `src` to int8 with one scale per row, `max|x| / 127` (0 for an

@@ -269,17 +269,29 @@ pub(super) unsafe fn quantize_block<K: Q8Kernel>(
     }
 }
 
-/// Runs `$tile::<M>(row offset, …)` over `$rn` rows in tiles of `$mr` rows (`$mr` ≤ 8), the
-/// remainder as one tile of its size: `$call(i)` gives the tile's arguments for its first row.
+/// Runs `$tile::<M>(row offset, …)` over `$rn` rows in tiles of `$mr` rows (`$mr` ≤ 8):
+/// `$call(i)` gives the tile's arguments for its first row. Fewer than `$mr` rows are one tile; a
+/// count above `$mr` that is not a multiple of it is split into `⌈rn / mr⌉` tiles as even as
+/// possible (17 rows: 6, 6, 5 rather than 8, 8, 1: a 1–3-row tile waits on the multiply-add
+/// latency). A row's sums do not depend on the tile that computes it.
 macro_rules! tiles {
     ($rn:expr, $mr:expr, |$i:ident, $m:ident| $body:expr) => {{
         let (rn, mr) = ($rn, $mr);
         let mut $i = 0;
-        while $i + mr <= rn {
-            tiles!(@one mr, $m, $body);
-            $i += mr;
+        if rn.is_multiple_of(mr) || rn < mr {
+            while $i + mr <= rn {
+                tiles!(@one mr, $m, $body);
+                $i += mr;
+            }
+            tiles!(@one rn - $i, $m, $body);
+        } else {
+            let count = rn.div_ceil(mr);
+            for t in 0..count {
+                let n = rn / count + usize::from(t < rn % count);
+                tiles!(@one n, $m, $body);
+                $i += n;
+            }
         }
-        tiles!(@one rn - $i, $m, $body);
     }};
     (@one $n:expr, $m:ident, $body:expr) => {
         match $n {

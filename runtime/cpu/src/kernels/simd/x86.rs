@@ -286,7 +286,8 @@ pub unsafe fn dot_i8_vnni(a: &[i8], b: &[i8]) -> i32 {
 }
 
 /// `y[r·out + o] = Σ q(x[r, k]) · w[o, k] · scale(o, k / 32)` for int4 weights with the AVX-512
-/// VNNI kernel ([`super::q8_512::gemm_i4`]): f32 in the portable loop's order (per group an exact
+/// VNNI kernels (the streaming [`super::q8_512::gemv_i4`] up to 3 rows, else the packed
+/// [`super::q8_512::gemm_i4`]): f32 in the portable loop's order (per group an exact
 /// i32 sum, scaled; per 256-input chunk a partial), so equal to it bit for bit. `y` is overwritten.
 ///
 /// # Safety
@@ -301,7 +302,13 @@ pub unsafe fn q8_i4_avx512vnni(op: &super::Q8Int4<'_>, y: &mut [f32]) {
             && y.len() >= rows * out
     );
     // SAFETY: features per the contract; lengths checked.
-    unsafe { q8_512::gemm_i4(op, y) }
+    unsafe {
+        if rows <= q8_512::I4_GEMV_MAX_ROWS {
+            q8_512::gemv_i4(op, y)
+        } else {
+            q8_512::gemm_i4(op, y)
+        }
+    }
 }
 
 /// One int4 group (16 packed bytes) times up to 32 int8 activations.
