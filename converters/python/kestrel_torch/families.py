@@ -516,7 +516,8 @@ def hf_entries(only: str = "") -> tuple[list[Entry], list[dict]]:
 
 
 ADAPT_TRIES = 8
-CONST_INPUTS = ("grid_thw", "image_grid_thw", "video_grid_thw", "image_sizes", "spatial_shapes")
+CONST_INPUTS = ("grid_thw", "image_grid_thw", "video_grid_thw", "image_sizes", "spatial_shapes", "target_sizes",
+                "image_merge_sizes")
 IMAGE_INPUTS = ("pixel_values", "pixel_values_videos", "hidden_states")
 MAX_MEDIA_TOKENS = 512
 
@@ -680,6 +681,9 @@ class HfFeed:
                 for k in ("image_grid_thw", "grid_thw"):
                     if k in sig:
                         add(k, lambda g: grid.clone())
+                if "image_merge_sizes" in sig:
+                    merge = first_int(cget(self.vision, "spatial_merge_size"), default=1)
+                    add("image_merge_sizes", lambda g: torch.tensor([merge], dtype=torch.int64))
         elif "pixel_values" in sig:
             t = self.frames
             if t:
@@ -688,6 +692,9 @@ class HfFeed:
                 add("pixel_values", lambda g: torch.rand(1, c, hh, ww, generator=g))
             if "image_sizes" in sig:  # the original size of each image (height, width)
                 add("image_sizes", lambda g: torch.tensor([[hh, ww]], dtype=torch.int64))
+            if "target_sizes" in sig:  # patches per side of each image
+                p = first_int(cget(self.vision, "patch_size"), default=14)
+                add("target_sizes", lambda g: torch.tensor([[max(1, hh // p), max(1, ww // p)]], dtype=torch.int64))
             if "pixel_attention_mask" in sig and self.pixel_mask:
                 shape = (1, t, hh, ww) if t else (1, hh, ww)
                 add("pixel_attention_mask", lambda g: torch.ones(*shape, dtype=torch.bool))
@@ -739,7 +746,8 @@ class HfFeed:
         msg = str(err)
         if os.environ.get("FAMILIES_DEBUG"):
             print(f"    adapt: {first_line(err)}", file=sys.stderr)
-        m = re.search(r"[Ii]mage features and image tokens do not match[:,]? tokens:? (\d+), features:? (\d+)", msg)
+        m = re.search(r"(?:[Ii]mage|Multimodal) features and (?:image )?tokens do not match[:,]? tokens:? (\d+), "
+                      r"features:? (\d+)", msg)
         if m and int(m.group(2)) <= MAX_MEDIA_TOKENS and self.once(("image", m.group(2))):
             self.image_tokens = int(m.group(2))
             return True
