@@ -3,11 +3,13 @@
 //! one session on the chosen backend behind a single `run`.
 //!
 //! The choice itself is the facade's ([`kestrel_rt::backend::place`]), the same as the C ABI's:
-//! `auto` prefers a GPU and falls back to the CPU with a one-line notice on stderr when no
-//! adapter exists, the device cannot be created, the GPU cannot run this model (an op without a
-//! kernel, a buffer over the adapter's limits), or the only adapter is a software renderer
-//! (lavapipe, SwiftShader: slower than the CPU runtime) that `--adapter`/`KESTREL_ADAPTER` did
-//! not name. `wgpu` never falls back: those are errors.
+//! `auto` takes the GPU when its runs measured faster than the CPU's on this model (timed on the
+//! model's first session, at most 50 ms, then cached for the process) and says so, with both
+//! times, in a one-line notice on stderr; it falls back to the CPU with a notice saying why when
+//! the CPU measured faster, no adapter exists, the device cannot be created, the GPU cannot run
+//! this model (an op without a kernel, a buffer over the adapter's limits), or the only adapter
+//! is a software renderer (lavapipe, SwiftShader: slower than the CPU runtime) that
+//! `--adapter`/`KESTREL_ADAPTER` did not name. `wgpu` never falls back: those are errors.
 
 use anyhow::{Context, Result};
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
@@ -171,6 +173,9 @@ impl<'m> Runner<'m> {
                 Ok((On::Cpu(Box::new(model.session(capacity)?)), capacity))
             }
             Placement::Gpu(g) => {
+                if let Some(m) = &g.auto {
+                    eprintln!("notice: auto chose the GPU, faster than the CPU on this model ({m})");
+                }
                 if g.capacity < capacity {
                     eprintln!(
                         "notice: batch {capacity} runs on the GPU in chunks of {} samples (the adapter's buffer limits, `kestrel devices`)",

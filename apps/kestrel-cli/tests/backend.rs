@@ -45,9 +45,17 @@ fn run_on_every_backend_gives_the_same_outputs() {
     assert!(!ok && stderr.contains("no adapter matches") && !stderr.contains("panicked"), "{stderr}");
     // The third run's budget fits one sample: the batch of 3 runs as 3 chunks on the GPU.
     let one = kestrel_rt::Model::load(&model).unwrap().arena_bytes(1).unwrap().to_string();
+    // auto times the named adapter against the CPU, takes the faster and says what it measured.
     for (backend, budget) in [("wgpu", "2GiB"), ("auto", "2GiB"), ("wgpu", one.as_str())] {
         let (ok, stdout, stderr, out) = run(backend, &["--adapter", "0", "--memory-budget", budget]);
-        assert!(ok && stdout.contains("(wgpu:"), "{backend}: {stdout}{stderr}");
+        if backend == "auto" {
+            assert!(ok && stderr.contains("ms per run"), "{stdout}{stderr}");
+            let gpu = stderr.contains("auto chose the GPU");
+            assert!(gpu || stderr.contains("the CPU is faster than the GPU"), "{stderr}");
+            assert!(stdout.contains(if gpu { "(wgpu:" } else { "(cpu)" }), "{stdout}{stderr}");
+        } else {
+            assert!(ok && stdout.contains("(wgpu:"), "{backend}: {stdout}{stderr}");
+        }
         assert_eq!(stderr.contains("runs in chunks of 1 samples"), budget == one, "{stderr}");
         let got = f32s(&out);
         assert_eq!(got.len(), want.len());
@@ -73,6 +81,23 @@ fn devices_lists_adapters_with_limits() {
         for needle in ["[0]", "backend", "features", "timestamp-query", "max_storage_buffer_binding_size"] {
             assert!(stdout.contains(needle), "devices output lacks {needle}:\n{stdout}");
         }
+        // The limits and features the device is created with: WebGPU's defaults and no optional
+        // feature under KESTREL_WGPU_LIMITS=webgpu.
+        let (ok, stdout, stderr) = support::kestrel_env(&["devices"], &[("KESTREL_WGPU_LIMITS", "webgpu")]);
+        assert!(ok, "{stderr}");
+        for needle in [
+            "created with WebGPU's default limits",
+            "requested   none",
+            "max_compute_workgroup_storage_size 16384",
+            "max_compute_invocations_per_workgroup 256",
+            "max_storage_buffers_per_shader_stage 8",
+        ] {
+            assert!(stdout.contains(needle), "devices output lacks {needle}:\n{stdout}");
+        }
+        let (ok, stdout, stderr) = support::kestrel_env(&["devices"], &[("KESTREL_WGPU_LIMITS", "adapter")]);
+        assert!(ok && stdout.contains("created with the adapter's limits"), "{stdout}{stderr}");
+        let (ok, _, stderr) = support::kestrel_env(&["devices"], &[("KESTREL_WGPU_LIMITS", "phone")]);
+        assert!(!ok && stderr.contains("KESTREL_WGPU_LIMITS=\"phone\" is unknown"), "{stderr}");
     } else {
         assert!(stdout.contains("no GPU adapters"), "{stdout}");
     }

@@ -330,11 +330,13 @@ fn classify_runs_on_the_gpu_with_the_cpu_results() {
             }
         }
     }
-    // The human-readable summary names the backend: auto with a named adapter runs there; auto
-    // alone skips a software renderer (lavapipe in CI) with a notice.
+    // The human-readable summary names the backend: auto with a named adapter times it against
+    // the CPU and runs on the faster; auto alone skips a software renderer (lavapipe in CI) with
+    // a notice.
     let img = samples().join("fmnist/bag/00018.png");
     let (ok, stdout, stderr) = kestrel(&["classify", img.to_str().unwrap(), "--backend", "auto", "--adapter", "0"]);
-    assert!(ok && stdout.contains("(wgpu: "), "{stdout}{stderr}");
+    let on = if stderr.contains("auto chose the GPU") { "(wgpu: " } else { "(cpu)" };
+    assert!(ok && stderr.contains("ms per run") && stdout.contains(on), "{stdout}{stderr}");
     let software =
         kestrel_rt_wgpu::adapters().iter().all(|a| a.info.device_type == kestrel_rt_wgpu::wgpu::DeviceType::Cpu);
     if software && std::env::var_os(kestrel_rt_wgpu::ADAPTER_ENV).is_none() {

@@ -6,12 +6,26 @@
 //! `gpu`. Without it [`place`] answers [`NoGpu::NotBuilt`]: an error for [`Backend::Wgpu`], the
 //! CPU for [`Backend::Auto`].
 //!
-//! **AUTO.** [`Backend::Auto`] takes the GPU when one can be used, else the CPU with the reason
-//! ([`NoGpu`]): no adapter (or the device cannot be created), the only adapter is a software
-//! renderer (lavapipe, SwiftShader: slower than the CPU runtime) that nobody named (the caller's
-//! adapter choice or `KESTREL_ADAPTER`), or the GPU cannot run this model (a buffer over the
-//! adapter's limits, f16 asked of a device without `SHADER_F16`). [`Backend::Wgpu`] never falls
+//! **AUTO.** [`Backend::Auto`] takes the GPU when one can be used and is faster than the CPU on
+//! this model, else the CPU with the reason ([`NoGpu`]): no adapter (or the device cannot be
+//! created), the only adapter is a software renderer (lavapipe, SwiftShader: slower than the CPU
+//! runtime) that nobody named (the caller's adapter choice or `KESTREL_ADAPTER`), the GPU cannot
+//! run this model (a buffer over the adapter's limits, f16 asked of a device without
+//! `SHADER_F16`), or the CPU measured faster ([`NoGpu::Slower`]). [`Backend::Wgpu`] never falls
 //! back: those are errors.
+//!
+//! **Measured.** The first AUTO session of a model on an adapter times runs of both on zero
+//! inputs at the session's capacity: one GPU run to warm up (the driver's first-use work, which
+//! the session's first inference would pay anyway: on lavapipe 104 ms for the demo image model
+//! at batch 2, whose later runs take 9 ms against the CPU's 0.26 ms; not counted), then a CPU and a GPU run, then more of each
+//! alternately while the next (as long as that side's best so far) fits in [`AUTO_BUDGET`], 50
+//! ms in all (at most 8 of each; a model one of whose runs takes longer gets one of each). The
+//! faster best run wins; a tie goes to the CPU. The choice is cached
+//! in memory per model, adapter (with its limits), capacity and precision, so later sessions
+//! take it without timing; [`Measured`] says what was measured and whether it came from the
+//! cache (a GPU placement's [`GpuPlacement::auto`], a CPU one's [`NoGpu::Slower`]). The model
+//! is identified by its size and a sample of its bytes: timing depends on the graph and its
+//! shapes, not on the weights' values.
 //!
 //! **Devices.** GPU sessions share one device per adapter choice while any of them holds it
 //! (the cache keeps a weak reference): it is released when the last session goes, and a lost
@@ -96,7 +110,7 @@ codes! {
         /// The wgpu GPU backend (an error if no GPU can be used or it cannot run the model).
         Wgpu = 1, "wgpu", "The wgpu backend (an error if no GPU adapter exists or it cannot run the model)";
         /// A GPU when one can be used and runs the model, else the CPU (see the module docs).
-        Auto = 2, "auto", "A GPU when one exists and can run the model, else the CPU with a one-line notice";
+        Auto = 2, "auto", "A GPU when one exists, can run the model and measures faster than the CPU on it (timed once, at most 50 ms), else the CPU; a one-line notice says why";
     }
 
     /// The arithmetic of a GPU session's dot-product kernels; the CPU ignores it.
@@ -161,6 +175,9 @@ pub enum NoGpu {
         /// The adapter, described for humans.
         adapter: String,
     },
+    /// AUTO only: the CPU ran this model faster than the GPU (measured now or earlier, see the
+    /// module docs).
+    Slower(Measured),
     /// The GPU cannot run this model (a buffer over its limits, f16 without `SHADER_F16`...).
     #[cfg(feature = "gpu")]
     Refused {
@@ -177,7 +194,7 @@ impl NoGpu {
     pub fn gpu_error(&self) -> Option<&kestrel_rt_wgpu::GpuError> {
         match self {
             NoGpu::Unavailable(e) | NoGpu::Refused { error: e, .. } => Some(e),
-            NoGpu::NotBuilt | NoGpu::Software { .. } => None,
+            NoGpu::NotBuilt | NoGpu::Software { .. } | NoGpu::Slower(_) => None,
         }
     }
 }
@@ -191,9 +208,66 @@ impl fmt::Display for NoGpu {
             NoGpu::Software { adapter } => {
                 write!(f, "the only GPU adapter is a software renderer ({adapter}), slower than the CPU runtime")
             }
+            NoGpu::Slower(m) => write!(f, "the CPU is faster than the GPU on this model ({m})"),
             #[cfg(feature = "gpu")]
             NoGpu::Refused { adapter, error } => write!(f, "the GPU ({adapter}) cannot run this model ({error})"),
         }
+    }
+}
+
+/// Most wall time AUTO spends timing the CPU and the GPU on a model's first session (see the
+/// module docs): 50 ms.
+pub const AUTO_BUDGET: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// What AUTO measured to choose between the CPU and the GPU (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Measured {
+    /// The GPU adapter, described for humans.
+    pub adapter: String,
+    /// Samples per timed run (the session's capacity).
+    pub batch: usize,
+    /// The CPU's best run, in nanoseconds.
+    pub cpu_nanos: u64,
+    /// The GPU's best run after its warm-up, in nanoseconds.
+    pub gpu_nanos: u64,
+    /// Timed runs of the CPU.
+    pub cpu_runs: u32,
+    /// Timed runs of the GPU (after the warm-up).
+    pub gpu_runs: u32,
+    /// The GPU's warm-up run (not counted in the budget), in nanoseconds.
+    pub warmup_nanos: u64,
+    /// Wall time of the timed runs (the budget's part), in nanoseconds.
+    pub total_nanos: u64,
+    /// Whether this choice was taken from the in-memory cache (measured by an earlier session).
+    pub cached: bool,
+}
+
+impl Measured {
+    /// Whether the GPU was the faster (AUTO's choice); a tie goes to the CPU.
+    pub fn gpu_faster(&self) -> bool {
+        self.gpu_nanos < self.cpu_nanos
+    }
+}
+
+impl fmt::Display for Measured {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |n: u64| n as f64 / 1e6;
+        write!(
+            f,
+            "batch {}: GPU {} {:.3} ms per run, CPU {:.3} ms; best of {} GPU and {} CPU runs in {:.1} ms after a {:.1} ms GPU warm-up",
+            self.batch,
+            self.adapter,
+            ms(self.gpu_nanos),
+            ms(self.cpu_nanos),
+            self.gpu_runs,
+            self.cpu_runs,
+            ms(self.total_nanos),
+            ms(self.warmup_nanos)
+        )?;
+        if self.cached {
+            f.write_str(", cached from an earlier session")?;
+        }
+        Ok(())
     }
 }
 
@@ -220,6 +294,8 @@ pub struct GpuPlacement {
     pub ctx: std::sync::Arc<kestrel_rt_wgpu::GpuContext>,
     /// Samples per run: the capacity asked for, or fewer with [`Request::split_batches`].
     pub capacity: usize,
+    /// AUTO only: what it measured to choose the GPU (`None` for WGPU).
+    pub auto: Option<Measured>,
 }
 
 /// Decides where `model` runs for batches of up to `capacity` samples and, for the GPU, makes

@@ -1,11 +1,71 @@
 //! Adapters and devices: listing, choosing (by name, index or the `KESTREL_ADAPTER` variable),
-//! and creating a device with the adapter's own limits and the features the backend can use.
+//! and creating a device with the adapter's own limits and the features the backend can use, or
+//! with WebGPU's default limits and no optional feature ([`DeviceLimits::WebGpu`], the
+//! `KESTREL_WGPU_LIMITS=webgpu` variable): what every WebGPU implementation guarantees (16 KiB of
+//! workgroup storage, 256 invocations per workgroup, 8 storage buffers per stage, 128 MiB per
+//! storage binding), the floor of the phones' and tablets' GPUs. Sessions choose their kernels
+//! from the device's limits and features, so a device opened this way runs the kernels such a GPU
+//! would.
 
 use crate::GpuError;
 use std::sync::{Arc, Mutex};
 
 /// Environment variable naming the adapter to use (a name substring or an index).
 pub const ADAPTER_ENV: &str = "KESTREL_ADAPTER";
+
+/// Environment variable choosing the device's limits: `webgpu` ([`DeviceLimits::WebGpu`]) or
+/// `adapter` ([`DeviceLimits::Adapter`], also when unset or empty).
+pub const LIMITS_ENV: &str = "KESTREL_WGPU_LIMITS";
+
+/// The limits (and optional features) a device is created with.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum DeviceLimits {
+    /// The adapter's own limits, with the optional features Kestrel uses where the adapter has
+    /// them (timestamp queries, `SHADER_F16`, `SUBGROUP`, as [`DeviceOptions`] allows).
+    #[default]
+    Adapter,
+    /// WebGPU's default limits (`wgpu::Limits::default()`: 16,384 bytes of workgroup storage, 256
+    /// invocations per workgroup, 8 storage buffers per stage, 128 MiB per storage binding, 256
+    /// MiB per buffer) and no optional feature: no timestamp queries, no `SHADER_F16`, no
+    /// `SUBGROUP`. What every WebGPU device guarantees.
+    WebGpu,
+    /// These limits (each within the adapter's) and no optional feature: a particular GPU's, or
+    /// below WebGPU's defaults to check that kernels are chosen within the limits.
+    Exactly(Box<wgpu::Limits>),
+}
+
+impl DeviceLimits {
+    /// `webgpu` or `adapter` (case-insensitive; empty is `adapter`).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        if t.is_empty() || t.eq_ignore_ascii_case("adapter") {
+            Ok(Self::Adapter)
+        } else if t.eq_ignore_ascii_case("webgpu") {
+            Ok(Self::WebGpu)
+        } else {
+            Err(format!("{LIMITS_ENV}={s:?} is unknown (expected `webgpu` or `adapter`)"))
+        }
+    }
+
+    /// The `KESTREL_WGPU_LIMITS` variable's choice ([`DeviceLimits::Adapter`] when unset); an error
+    /// names an unknown value.
+    pub fn from_env() -> Result<Self, String> {
+        match std::env::var(LIMITS_ENV) {
+            Ok(v) => Self::parse(&v),
+            Err(std::env::VarError::NotPresent) => Ok(Self::Adapter),
+            Err(e) => Err(format!("{LIMITS_ENV}: {e}")),
+        }
+    }
+
+    /// The lower-case name (`adapter`, `webgpu`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Adapter => "adapter",
+            Self::WebGpu => "webgpu",
+            Self::Exactly(_) => "exactly",
+        }
+    }
+}
 
 /// Which adapter to use.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -52,11 +112,55 @@ pub struct DeviceOptions {
     /// Request `SUBGROUP` (subgroup shuffles, for the reductions of the cooperative dense kernel).
     /// Default true; false opens a device whose sessions reduce through workgroup memory only.
     pub subgroups: bool,
+    /// The limits to create the device with; `None` (the default): the `KESTREL_WGPU_LIMITS`
+    /// variable's choice, else the adapter's. [`DeviceLimits::WebGpu`] also drops every optional
+    /// feature, whatever `shader_f16` and `subgroups` say.
+    pub limits: Option<DeviceLimits>,
 }
 
 impl Default for DeviceOptions {
     fn default() -> Self {
-        Self { shader_f16: true, subgroups: true }
+        Self { shader_f16: true, subgroups: true, limits: None }
+    }
+}
+
+impl DeviceOptions {
+    /// The defaults with WebGPU's limits and no optional feature ([`DeviceLimits::WebGpu`]).
+    pub fn webgpu() -> Self {
+        Self { limits: Some(DeviceLimits::WebGpu), ..Self::default() }
+    }
+
+    /// The limits choice in effect: [`limits`](Self::limits), else `KESTREL_WGPU_LIMITS`'s.
+    pub fn limits_choice(&self) -> Result<DeviceLimits, String> {
+        match &self.limits {
+            Some(l) => Ok(l.clone()),
+            None => DeviceLimits::from_env(),
+        }
+    }
+
+    /// The features and limits a device on an adapter with `features` and `limits` is created
+    /// with under these options (what [`GpuContext::with_options`] requests and `kestrel devices`
+    /// prints). An unknown `KESTREL_WGPU_LIMITS` value is an error naming it.
+    pub fn request(
+        &self,
+        features: wgpu::Features,
+        limits: &wgpu::Limits,
+    ) -> Result<(DeviceLimits, wgpu::Features, wgpu::Limits), String> {
+        let choice = self.limits_choice()?;
+        Ok(match choice {
+            DeviceLimits::Adapter => {
+                let mut f = wgpu::Features::empty();
+                f.set(wgpu::Features::TIMESTAMP_QUERY, features.contains(wgpu::Features::TIMESTAMP_QUERY));
+                f.set(wgpu::Features::SHADER_F16, self.shader_f16 && features.contains(wgpu::Features::SHADER_F16));
+                f.set(wgpu::Features::SUBGROUP, self.subgroups && features.contains(wgpu::Features::SUBGROUP));
+                (choice, f, limits.clone())
+            }
+            DeviceLimits::WebGpu => (choice, wgpu::Features::empty(), wgpu::Limits::default()),
+            DeviceLimits::Exactly(ref l) => {
+                let l = (**l).clone();
+                (choice, wgpu::Features::empty(), l)
+            }
+        })
     }
 }
 
@@ -125,6 +229,8 @@ pub struct GpuContext {
     pub(crate) queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
     pub(crate) limits: wgpu::Limits,
+    limits_choice: DeviceLimits,
+    features: wgpu::Features,
     pub(crate) timestamps: bool,
     pub(crate) f16: bool,
     pub(crate) subgroups: bool,
@@ -173,15 +279,12 @@ impl GpuContext {
 
     fn from_adapter(adapter: &wgpu::Adapter, options: &DeviceOptions) -> Result<Self, GpuError> {
         let info = adapter.get_info();
-        let limits = adapter.limits();
-        let features = adapter.features();
-        let timestamps = features.contains(wgpu::Features::TIMESTAMP_QUERY);
-        let f16 = options.shader_f16 && features.contains(wgpu::Features::SHADER_F16);
-        let subgroups = options.subgroups && features.contains(wgpu::Features::SUBGROUP);
-        let mut required_features = wgpu::Features::empty();
-        required_features.set(wgpu::Features::TIMESTAMP_QUERY, timestamps);
-        required_features.set(wgpu::Features::SHADER_F16, f16);
-        required_features.set(wgpu::Features::SUBGROUP, subgroups);
+        let (limits_choice, required_features, limits) = options
+            .request(adapter.features(), &adapter.limits())
+            .map_err(|reason| GpuError::DeviceCreation { adapter: info.name.clone(), reason })?;
+        let timestamps = required_features.contains(wgpu::Features::TIMESTAMP_QUERY);
+        let f16 = required_features.contains(wgpu::Features::SHADER_F16);
+        let subgroups = required_features.contains(wgpu::Features::SUBGROUP);
         let desc = wgpu::DeviceDescriptor {
             label: Some("kestrel"),
             required_features,
@@ -207,12 +310,40 @@ impl GpuContext {
                 *l = Some(format!("{reason:?}: {msg}"));
             }
         });
-        Ok(Self { device, queue, info, limits, timestamps, f16, subgroups, errors, lost })
+        Ok(Self {
+            device,
+            queue,
+            info,
+            limits,
+            limits_choice,
+            features: required_features,
+            timestamps,
+            f16,
+            subgroups,
+            errors,
+            lost,
+        })
     }
 
     /// The adapter's name, backend, type and driver.
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
         &self.info
+    }
+
+    /// The limits the device was created with (the adapter's, or WebGPU's defaults): the
+    /// sessions' kernels are chosen within them.
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.limits
+    }
+
+    /// Which limits the device was created with.
+    pub fn limits_choice(&self) -> &DeviceLimits {
+        &self.limits_choice
+    }
+
+    /// The optional features the device was created with.
+    pub fn features(&self) -> wgpu::Features {
+        self.features
     }
 
     /// True when per-node timings come from GPU timestamp queries.
@@ -231,9 +362,14 @@ impl GpuContext {
         self.subgroups
     }
 
-    /// One line: `name (backend, type)`.
+    /// One line: `name (backend, type)`, plus `, webgpu limits` on a device created with them.
     pub fn describe(&self) -> String {
-        format!("{} ({:?}, {:?})", self.info.name, self.info.backend, self.info.device_type)
+        let limits = match self.limits_choice {
+            DeviceLimits::Adapter => "",
+            DeviceLimits::WebGpu => ", webgpu limits",
+            DeviceLimits::Exactly(_) => ", limits set by the caller",
+        };
+        format!("{} ({:?}, {:?}{limits})", self.info.name, self.info.backend, self.info.device_type)
     }
 
     /// A wgpu error reported outside an error scope, or a device loss, since the last check.

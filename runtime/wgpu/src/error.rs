@@ -48,6 +48,20 @@ pub enum GpuError {
         /// The wgpu limit's name.
         limit_name: &'static str,
     },
+    /// No kernel the model needs fits the device's limits or features (a device with fewer than
+    /// WebGPU's guaranteed limits, or a kernel variant for more): the session picks variants
+    /// within them where it has a choice (tiled or not, flash or row attention).
+    #[error("kernel `{kernel}` needs {needed} of `{limit_name}` but the device allows {allowed}")]
+    KernelLimit {
+        /// The kernel's entry point.
+        kernel: &'static str,
+        /// The wgpu limit (or feature) it exceeds.
+        limit_name: &'static str,
+        /// What the kernel needs.
+        needed: u64,
+        /// What the device allows.
+        allowed: u64,
+    },
     /// The model is malformed (it passed the CPU loader, so this means an internal mismatch).
     #[error("model: {0}")]
     Model(String),

@@ -600,7 +600,48 @@ impl Variant {
     pub fn source(self) -> String {
         self.kernel.family().compose(self.arith)
     }
+
+    /// Bytes of workgroup memory its entry point uses (its own and its callees'
+    /// `var<workgroup>`s; `tests/shaders.rs` checks every entry against naga's reading of the
+    /// modules). WebGPU guarantees 16 384; the largest user is the f32 attention core.
+    pub fn workgroup_bytes(self) -> u32 {
+        use Kernel::*;
+        let f32 = self.arith == Arith::F32;
+        match self.kernel {
+            Attend if f32 => 14_592,
+            Attend => 8_064,
+            DenseTile | MatMulTile | Conv2dTile if f32 => 8_192,
+            DenseTile | MatMulTile | Conv2dTile => 4_096,
+            DenseSplitLn | DenseSplitLnSg => 1_024,
+            AftSimple => 768,
+            DenseSplit | DenseSplitSg | DenseSplitPatch | DenseSplitPatchSg | LayerNormSplit | SoftmaxSplit
+            | ReduceSplit => 256,
+            _ => 0,
+        }
+    }
+
+    /// Whether a device with `limits` (and `subgroups`: the `SUBGROUP` feature) can run it: its
+    /// workgroup memory, its [`WORKGROUP`] invocations (along x), the two storage buffers of every
+    /// kernel's bind group (the arena and the weights), and the feature subgroup kernels need.
+    /// Otherwise the first requirement it misses: the wgpu limit's name, what the kernel needs
+    /// and what the device allows.
+    pub fn fits(self, limits: &wgpu::Limits, subgroups: bool) -> Result<(), (&'static str, u64, u64)> {
+        let checks = [
+            ("max_compute_workgroup_storage_size", self.workgroup_bytes(), limits.max_compute_workgroup_storage_size),
+            ("max_compute_invocations_per_workgroup", WORKGROUP, limits.max_compute_invocations_per_workgroup),
+            ("max_compute_workgroup_size_x", WORKGROUP, limits.max_compute_workgroup_size_x),
+            ("max_storage_buffers_per_shader_stage", STORAGE_BUFFERS, limits.max_storage_buffers_per_shader_stage),
+            ("SUBGROUP", u32::from(self.kernel.family().needs_subgroups()), u32::from(subgroups)),
+        ];
+        match checks.into_iter().find(|&(_, need, have)| need > have) {
+            Some((name, need, have)) => Err((name, need.into(), have.into())),
+            None => Ok(()),
+        }
+    }
 }
+
+/// Storage buffers every kernel binds: the arena and the weights.
+pub const STORAGE_BUFFERS: u32 = 2;
 
 /// Shader modules per family variant and pipelines per kernel variant, built on first use and
 /// shared by every dispatch of a session. All pipelines share one bind group layout (arena,

@@ -37,7 +37,9 @@ mod params;
 mod session;
 mod tuning;
 
-pub use device::{adapters, AdapterChoice, AdapterSummary, DeviceOptions, GpuContext, ADAPTER_ENV};
+pub use device::{
+    adapters, AdapterChoice, AdapterSummary, DeviceLimits, DeviceOptions, GpuContext, ADAPTER_ENV, LIMITS_ENV,
+};
 pub use error::{GpuError, ACTIVATION_ARENA};
 pub use kernels::{Arith, DenseInput, Family, Kernel, Variant};
 pub use session::{GpuCounts, GpuSession, NodeTiming, Precision, Profile, SessionOptions, TimingSource};

@@ -172,7 +172,11 @@ impl GpuSession {
         let tuning = options.tuning.unwrap_or_else(|| Tuning::for_device(ctx.adapter_info().device_type));
         // Subgroup kernels only where the device has them.
         let tuning = Tuning { subgroups: tuning.subgroups && ctx.subgroups, ..tuning };
-        let (compiled, scratch_words) = compile::compile(file, capacity, acts_words, tuning)?;
+        // Kernels are chosen within the device's limits and features (the adapter's, or WebGPU's
+        // defaults: `DeviceLimits`), and a model needing one beyond them is refused by name.
+        let fit = compile::Fit { limits: ctx.limits.clone(), subgroups: ctx.subgroups, arith };
+        let (compiled, scratch_words) = compile::compile(file, capacity, acts_words, tuning, &fit)?;
+        fit.check(&compiled)?;
         let arena_bytes = ((acts_words + scratch_words) as u64 * 4).max(4);
         let lim = &ctx.limits;
         limit(

@@ -178,6 +178,9 @@ fn workgroup_memory_fits_webgpus_minimum() {
                 .map(|(_, g)| m.types[g.ty].inner.size(m.to_ctx()))
                 .sum();
             assert!(bytes <= WEBGPU_MIN, "{f:?} {a:?} {}: {bytes} bytes of workgroup memory", ep.name);
+            // The table sessions choose kernels by (`Variant::workgroup_bytes`) agrees.
+            let k = Kernel::ALL.iter().copied().find(|k| k.family() == f && k.entry() == ep.name).unwrap();
+            assert_eq!(Variant::of(k, a).workgroup_bytes(), bytes, "{f:?} {a:?} {}", ep.name);
             if ep.name == "attend" && a == Arith::F32 {
                 attend = bytes;
             }

@@ -31,7 +31,7 @@ pub fn error(e: kestrel_rt_wgpu::GpuError) -> FfiError {
             Status::KESTREL_ERR_NO_GPU
         }
         // `KESTREL_GPU_PRECISION_F16` on a device without SHADER_F16.
-        GpuError::F16Unsupported { .. } => Status::KESTREL_ERR_UNSUPPORTED,
+        GpuError::F16Unsupported { .. } | GpuError::KernelLimit { .. } => Status::KESTREL_ERR_UNSUPPORTED,
         GpuError::Limit { .. } => Status::KESTREL_ERR_TOO_LARGE,
         GpuError::Model(_) => Status::KESTREL_ERR_INTERNAL,
         GpuError::Wgpu { .. } | GpuError::DeviceLost(_) | GpuError::Poll(_) | GpuError::Map(_) => {
@@ -57,6 +57,10 @@ pub fn no_gpu(why: NoGpu, explicit: bool) -> FfiError {
                  set KESTREL_ADAPTER to use it anyway"
             ),
         ),
+        // AUTO only (never an error): the reason it ran on the CPU.
+        NoGpu::Slower(m) => {
+            FfiError::new(Status::KESTREL_ERR_NO_GPU, format!("the CPU is faster than the GPU on this model ({m})"))
+        }
         #[cfg(feature = "wgpu")]
         NoGpu::Unavailable(e) | NoGpu::Refused { error: e, .. } => error(e),
         // A facade built with the GPU under a library built without it (cargo features unified

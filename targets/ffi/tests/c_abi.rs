@@ -170,18 +170,20 @@ mod gpu {
         eprintln!("adapter: {name} ({kind:?}), timestamp queries: {timestamps}");
         let source = if timestamps { "timing source: GPU_TIMESTAMPS" } else { "timing source: GPU_SUBMISSION" };
         if std::env::var_os(ADAPTER_ENV).is_some() {
-            // An adapter chosen explicitly is used by AUTO, even a software one.
-            let out = run_mode(&["gpu", "wgpu"], &[]);
+            // An adapter chosen explicitly is timed by AUTO against the CPU, even a software one.
+            let out = run_mode(&["gpu", "measured"], &[]);
             assert!(out.contains(source), "expected {source}:\n{out}");
             return;
         }
-        // AUTO takes a hardware GPU, and leaves a software renderer (lavapipe) to explicit choice.
-        let auto = if kind == DeviceType::Cpu { "cpu" } else { "wgpu" };
+        // AUTO times a hardware GPU against the CPU and takes the faster (saying what it
+        // measured, cached for the next session), and leaves a software renderer (lavapipe) to
+        // explicit choice.
+        let auto = if kind == DeviceType::Cpu { "cpu" } else { "measured" };
         let out = run_mode(&["gpu", auto], &[]);
         assert!(out.contains(source), "expected {source}:\n{out}");
         if kind == DeviceType::Cpu {
-            let out = run_mode(&["gpu", "wgpu"], &[(ADAPTER_ENV, Some(&name))]);
-            assert!(out.contains(&format!("AUTO -> WGPU on {name}")), "{out}");
+            let out = run_mode(&["gpu", "measured"], &[(ADAPTER_ENV, Some(&name))]);
+            assert!(out.contains("ms per run") && out.contains("AUTO again -> ") && out.contains("cached"), "{out}");
         }
     }
 

@@ -44,3 +44,9 @@ pub fn have_gpu() -> bool {
     }
     any
 }
+
+/// [`kestrel`] with environment variables set for the child.
+pub fn kestrel_env(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kestrel")).args(args).envs(env.iter().copied()).output().expect("runs");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}

@@ -262,9 +262,8 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             // group's output channels come in fours; one thread per output otherwise.
             let n = c.o / c.groups;
             let tiles = c.groups * (c.oh * c.ow).div_ceil(32) * n.div_ceil(32);
-            let tiled = n >= CONV_TILE_MIN_CHANNELS
-                && c.oh * c.ow >= ctx.tuning.conv_tile_min_pixels
-                && tiles.saturating_mul(ctx.cap) >= ctx.tuning.dense_tile_min_workgroups;
+            let tiled =
+                n >= CONV_TILE_MIN_CHANNELS && c.oh * c.ow >= ctx.tuning.conv_tile_min_pixels && ctx.tiles_fill(tiles);
             let blocked = n.is_multiple_of(4);
             let per = if tiled {
                 tiles * crate::kernels::WORKGROUP as usize

@@ -90,9 +90,12 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
             // thread per (row, sixteen output columns) and no barriers (wider heads would
             // recompute their scores per chunk: on lavapipe a c = 64 head took 3.5× as long as
             // `attend`, a c = 16 one under half).
+            // A device whose workgroup memory cannot hold `attend`'s tiles gets `attend_rows`
+            // wherever it applies (heads of at most 16 columns).
             let c = d / (o.heads as usize).max(1);
-            let rows_form =
-                c <= ATTEND_ROWS_MAX_COLS && t.saturating_mul(c.div_ceil(4) + 4) <= ctx.tuning.attend_rows_max_steps;
+            let rows_form = c <= ATTEND_ROWS_MAX_COLS
+                && (t.saturating_mul(c.div_ceil(4) + 4) <= ctx.tuning.attend_rows_max_steps
+                    || !ctx.fits(Kernel::Attend));
             let (per, kernel) = if rows_form {
                 (o.heads as usize * t * c.div_ceil(16), Kernel::AttendRows)
             } else {

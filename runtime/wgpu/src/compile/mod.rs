@@ -73,11 +73,46 @@ pub(crate) struct Ctx<'f, 'a> {
     pub scratch_words: usize,
     /// The device's kernel-choice thresholds.
     pub tuning: Tuning,
+    /// What the device can run: kernels are chosen within it ([`Ctx::fits`]).
+    pub device: &'f Fit,
     /// How many ops read each tensor, graph outputs counted as one more read.
     uses: std::collections::HashMap<TensorId, u32>,
 }
 
+/// The device a session's kernels are chosen for: its limits (the adapter's or WebGPU's
+/// defaults, [`crate::DeviceLimits`]), whether it has `SUBGROUP`, and the session's arithmetic.
+pub(crate) struct Fit {
+    pub limits: wgpu::Limits,
+    pub subgroups: bool,
+    pub arith: crate::Arith,
+}
+
+impl Fit {
+    /// Whether `kernel` at the session's arithmetic runs on the device ([`Variant::fits`]).
+    pub fn fits(&self, kernel: Kernel) -> bool {
+        crate::Variant::of(kernel, self.arith).fits(&self.limits, self.subgroups).is_ok()
+    }
+
+    /// [`GpuError::KernelLimit`] for the first dispatch of `lowered` whose kernel does not fit.
+    pub fn check(&self, lowered: &Lowered) -> Result<(), GpuError> {
+        for d in lowered.iter().flat_map(|(_, ds)| ds) {
+            if let Err((limit_name, needed, allowed)) =
+                crate::Variant::of(d.kernel, self.arith).fits(&self.limits, self.subgroups)
+            {
+                return Err(GpuError::KernelLimit { kernel: d.kernel.entry(), limit_name, needed, allowed });
+            }
+        }
+        Ok(())
+    }
+}
+
 impl<'f, 'a> Ctx<'f, 'a> {
+    /// Whether the device runs `kernel` ([`Fit::fits`]): where a kernel has an alternative
+    /// (tiled or not, flash or row attention), the lowering takes it only then.
+    pub fn fits(&self, kernel: Kernel) -> bool {
+        self.device.fits(kernel)
+    }
+
     /// Whether exactly one op reads tensor `t` (and it is no graph output).
     pub fn read_once(&self, t: TensorId) -> bool {
         self.uses.get(&t) == Some(&1)
@@ -147,9 +182,10 @@ pub(crate) fn compile(
     cap: usize,
     acts_words: usize,
     tuning: Tuning,
+    device: &Fit,
 ) -> Result<(Lowered, usize), GpuError> {
     let uses = use_counts(file)?;
-    let mut ctx = Ctx { file, cap, scratch_base: acts_words, scratch_used: 0, scratch_words: 0, tuning, uses };
+    let mut ctx = Ctx { file, cap, scratch_base: acts_words, scratch_used: 0, scratch_words: 0, tuning, device, uses };
     let mut nodes: Lowered = Vec::new();
     // Nodes after this one whose work the last lowered node took over (the Add of a residual
     // epilogue, and a reshape before it): they dispatch nothing.
@@ -310,10 +346,15 @@ pub(crate) fn dense_lanes(inp: usize, outputs: usize, cap: usize, t: &Tuning) ->
 }
 
 impl Ctx<'_, '_> {
-    /// Whether `tiles` workgroups per sample of a tiled GEMM (`dense_tile`, `matmul_tile`) fill
-    /// the device at this session's capacity ([`Tuning::dense_tile_min_workgroups`]).
+    /// Whether `tiles` workgroups per sample of a tiled GEMM (`dense_tile`, `matmul_tile`,
+    /// `conv2d_tile`) fill the device at this session's capacity
+    /// ([`Tuning::dense_tile_min_workgroups`]) and the device runs the tiled kernels (their
+    /// workgroup memory: the three stage the same two 32 × 32 tiles).
     pub fn tiles_fill(&self, tiles: usize) -> bool {
         tiles.saturating_mul(self.cap) >= self.tuning.dense_tile_min_workgroups
+            && self.fits(Kernel::DenseTile)
+            && self.fits(Kernel::MatMulTile)
+            && self.fits(Kernel::Conv2dTile)
     }
 
     /// [`dense`] with this session's capacity and tuning.
@@ -425,9 +466,11 @@ impl Ctx<'_, '_> {
         Ok(vec![gather, d.edit().reset(dense::transposed, transposed)?.done(d.kernel)])
     }
 
-    /// Whether a row-wise op runs a workgroup per row ([`row_split`] under this tuning).
+    /// Whether a row-wise op runs a workgroup per row ([`row_split`] under this tuning, where
+    /// the device runs the split kernels).
     pub fn row_split(&self, rows: usize, n: usize, contiguous: bool) -> bool {
         row_split(rows, n, contiguous, &self.tuning)
+            && [Kernel::LayerNormSplit, Kernel::SoftmaxSplit, Kernel::ReduceSplit].iter().all(|&k| self.fits(k))
     }
 
     /// A softmax over `rows` rows per sample of `n` elements, `x_base` to `y_base` (in place when

@@ -39,7 +39,9 @@ pub enum KestrelBackend {
     /// a library built without it (cargo feature `wgpu` off) or for a model with an op the GPU
     /// backend lacks.
     KESTREL_BACKEND_WGPU = 1,
-    /// The GPU when a hardware adapter (or the adapter `KESTREL_ADAPTER` names) takes the model,
+    /// The GPU when a hardware adapter (or the adapter `KESTREL_ADAPTER` names) takes the model
+    /// and measured faster than the CPU on it (the model's first AUTO session on the adapter
+    /// times a GPU warm-up run, then runs of both within 50 ms; the choice is cached in memory),
     /// else the CPU: never fails for lack of a GPU. Ask `kestrel_session_backend` which one a
     /// session got and `kestrel_session_device` why.
     KESTREL_BACKEND_AUTO = 2,

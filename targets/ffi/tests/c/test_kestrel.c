@@ -469,13 +469,29 @@ static const char *device_of(const KestrelSession *s) {
     return d ? d : "(null)";
 }
 
+/* `check_auto`'s `expected` where AUTO times the CPU and the GPU: either backend, with what was
+ * measured in the device string, and a second session takes the cached choice. */
+#define AUTO_MEASURED UINT32_MAX
+
 /* AUTO on this machine must give `expected`, and the outputs must match PyTorch. */
 static void check_auto(struct fixture *f, uint32_t expected) {
     KestrelSession *s = NULL;
     REQUIRE_OK(kestrel_session_new(f->model, KESTREL_BACKEND_AUTO, 2, &s));
     uint32_t b = backend_of(s);
     const char *device = device_of(s);
-    CHECK(b == expected, "AUTO resolved to backend %u (%s), expected %u", b, device, expected);
+    if (expected == AUTO_MEASURED) {
+        CHECK(strstr(device, "(auto: ") != NULL && strstr(device, "ms per run") != NULL,
+              "AUTO does not say what it measured: %s", device);
+        KestrelSession *again = NULL;
+        REQUIRE_OK(kestrel_session_new(f->model, KESTREL_BACKEND_AUTO, 2, &again));
+        CHECK(backend_of(again) == b, "the cached AUTO choice differs from the measured one");
+        CHECK(strstr(device_of(again), "cached") != NULL, "AUTO's second session is not cached: %s",
+              device_of(again));
+        printf("AUTO again -> %s\n", device_of(again));
+        REQUIRE_OK(kestrel_session_free(again));
+    } else {
+        CHECK(b == expected, "AUTO resolved to backend %u (%s), expected %u", b, device, expected);
+    }
     if (b == KESTREL_BACKEND_CPU) {
         CHECK(strncmp(device, "cpu (auto: ", 11) == 0 && strlen(device) > 20, "AUTO fallback gives no reason: %s",
               device);
@@ -846,7 +862,7 @@ static void test_classify(const char *dir) {
 }
 
 static int usage(const char *argv0) {
-    fprintf(stderr, "usage: %s FIXTURE_DIR cpu|cpu-only-build|no-gpu|gpu AUTO_BACKEND(wgpu|cpu)\n", argv0);
+    fprintf(stderr, "usage: %s FIXTURE_DIR cpu|cpu-only-build|no-gpu|gpu AUTO_BACKEND(measured|cpu)\n", argv0);
     return 2;
 }
 
@@ -864,8 +880,8 @@ int main(int argc, char **argv) {
     } else if (strcmp(mode, "no-gpu") == 0) {
         test_no_gpu(dir);
     } else if (strcmp(mode, "gpu") == 0 && argc == 4 &&
-               (strcmp(argv[3], "wgpu") == 0 || strcmp(argv[3], "cpu") == 0)) {
-        test_gpu_image(dir, strcmp(argv[3], "wgpu") == 0 ? KESTREL_BACKEND_WGPU : KESTREL_BACKEND_CPU);
+               (strcmp(argv[3], "measured") == 0 || strcmp(argv[3], "cpu") == 0)) {
+        test_gpu_image(dir, strcmp(argv[3], "measured") == 0 ? AUTO_MEASURED : KESTREL_BACKEND_CPU);
         test_text(dir, KESTREL_BACKEND_WGPU);
     } else {
         return usage(argv[0]);
