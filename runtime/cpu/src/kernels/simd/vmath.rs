@@ -731,121 +731,37 @@ macro_rules! run {
     ($v:ty, $op:expr, $x:expr, $y:expr) => {{
         type V = $v;
         let (x, y) = ($x, $y);
+        // `map` over a closure calling the function (the closure inlines).
+        macro_rules! f {
+            ($f:ident) => {
+                map(
+                    x,
+                    y,
+                    #[inline(always)]
+                    |v: V| $f(v),
+                )
+            };
+        }
         match $op {
-            UnaryOp::Exp => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| exp(v),
-            ),
-            UnaryOp::Sigmoid => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| sigmoid(v),
-            ),
-            UnaryOp::Silu => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| silu(v),
-            ),
-            UnaryOp::GeluTanh => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| gelu_tanh(v),
-            ),
-            UnaryOp::Log => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| log(v),
-            ),
-            UnaryOp::Erf => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| erf(v),
-            ),
-            UnaryOp::Softplus => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| softplus(v),
-            ),
-            UnaryOp::Sin => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| sin(v),
-            ),
-            UnaryOp::Cos => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| cos(v),
-            ),
-            UnaryOp::Tan => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| tan(v),
-            ),
-            UnaryOp::Asin => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| asin(v),
-            ),
-            UnaryOp::Acos => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| acos(v),
-            ),
-            UnaryOp::Atan => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| atan(v),
-            ),
-            UnaryOp::Sinh => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| sinh(v),
-            ),
-            UnaryOp::Cosh => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| cosh(v),
-            ),
-            UnaryOp::Tanh => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| tanh(v),
-            ),
-            UnaryOp::Asinh => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| asinh(v),
-            ),
-            UnaryOp::Acosh => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| acosh(v),
-            ),
-            UnaryOp::Atanh => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| atanh(v),
-            ),
+            UnaryOp::Exp => f!(exp),
+            UnaryOp::Sigmoid => f!(sigmoid),
+            UnaryOp::Silu => f!(silu),
+            UnaryOp::GeluTanh => f!(gelu_tanh),
+            UnaryOp::Log => f!(log),
+            UnaryOp::Erf => f!(erf),
+            UnaryOp::Softplus => f!(softplus),
+            UnaryOp::Sin => f!(sin),
+            UnaryOp::Cos => f!(cos),
+            UnaryOp::Tan => f!(tan),
+            UnaryOp::Asin => f!(asin),
+            UnaryOp::Acos => f!(acos),
+            UnaryOp::Atan => f!(atan),
+            UnaryOp::Sinh => f!(sinh),
+            UnaryOp::Cosh => f!(cosh),
+            UnaryOp::Tanh => f!(tanh),
+            UnaryOp::Asinh => f!(asinh),
+            UnaryOp::Acosh => f!(acosh),
+            UnaryOp::Atanh => f!(atanh),
             UnaryOp::Floor => map(
                 x,
                 y,
@@ -870,12 +786,7 @@ macro_rules! run {
                 #[inline(always)]
                 |v: V| v.sqrt(),
             ),
-            UnaryOp::Rsqrt => map(
-                x,
-                y,
-                #[inline(always)]
-                |v: V| rsqrt(v),
-            ),
+            UnaryOp::Rsqrt => f!(rsqrt),
             _ => return false,
         }
         true
