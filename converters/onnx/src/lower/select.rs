@@ -74,8 +74,17 @@ impl Lowerer<'_> {
             // Every stride-th element from `modulo` (tract's form of a strided 1×1 convolution's
             // input and of strided slices).
             let (x, xs) = self.act(node.inputs[0])?;
-            if op.stride <= 0 {
-                return Err(self.unsupported(&format!("downsampling with stride {}", op.stride)));
+            if op.stride == 0 {
+                return Err(self.bad("a non-zero stride", "0".into()));
+            }
+            if op.stride < 0 {
+                // Backwards from the last element (a negative-step `Slice`, `x[::-1]`): every
+                // |stride|-th element of `modulo..n`, last first, as one selection (a `Gather`).
+                let n = *xs.get(op.axis).ok_or_else(|| self.bad("the axis in range", format!("{}", op.axis)))?;
+                let idx: Vec<i64> =
+                    (op.modulo.min(n)..n).rev().step_by(op.stride.unsigned_abs()).map(|i| i as i64).collect();
+                self.select(op.axis, &idx)?;
+                return Ok(true);
             }
             // A spatial axis of an NCHW map from its first element: a 1×1 max pool with that
             // stride (an exact selection, without a one-hot matrix).
