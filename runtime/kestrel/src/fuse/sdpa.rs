@@ -193,7 +193,8 @@ fn keeps_keys(b: &ModelBuilder, x: TensorId, y: TensorId) -> bool {
 /// Which of two added terms that both come from score products carries the attention: the one
 /// reached from a product of activations through scales and row views only (the other, a
 /// relative-position or content-to-position product, then enters as an additive bias computed
-/// outside the node). `None` when neither or both qualify ambiguously is left to the caller.
+/// outside the node). When both qualify the first is taken (the softmax of a sum does not depend
+/// on which term is the node's product and which its bias); `None` when neither does.
 fn main_scores(b: &ModelBuilder, a: TensorId, c: TensorId) -> Option<(TensorId, TensorId)> {
     let direct = |mut t: TensorId| loop {
         let Some(p) = b.producer(t) else { return false };
