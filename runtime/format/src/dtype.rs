@@ -98,6 +98,13 @@ impl Shape {
         Some(Self { rank: dims.len() as u8, dims: d })
     }
 
+    /// This shape with dim `i` set to `v`; `None` if `i >= rank`.
+    pub fn with_dim(&self, i: usize, v: u32) -> Option<Self> {
+        let mut s = *self;
+        *s.dims[..s.rank as usize].get_mut(i)? = v;
+        Some(s)
+    }
+
     /// The dims.
     pub fn dims(&self) -> &[u32] {
         &self.dims[..self.rank as usize]

@@ -105,7 +105,7 @@ pub enum Error {
         found: [u8; 8],
     },
     /// The major version is not one this reader understands.
-    #[error("unsupported format version {major}.{minor}; this reader reads major version {supported_major}")]
+    #[error("unsupported format version {major}.{minor}; this reader reads major versions 1 to {supported_major}")]
     UnsupportedVersion {
         /// Major version in the file.
         major: u16,
@@ -407,6 +407,12 @@ pub enum Error {
         rows: u64,
         /// Columns of the encoding.
         cols: u64,
+    },
+    /// The bounded-dims section (format 2.0) is malformed or disagrees with the graph.
+    #[error("bounded dims: {what}")]
+    Dims {
+        /// What is wrong.
+        what: &'static str,
     },
     /// Writer: a count or size does not fit its on-disk field.
     #[error("{what} does not fit in its on-disk field")]

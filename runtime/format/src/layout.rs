@@ -7,6 +7,9 @@ use crate::error::Error;
 pub const MAGIC: [u8; 8] = *b"KESTREL\0";
 /// The major version this crate reads and writes. Files with another major are rejected.
 pub const VERSION_MAJOR: u16 = 1;
+/// The major version of files with bounded dims (a dims section, `docs/FORMAT.md` §11): a 1.x
+/// reader refuses them rather than skip the section and run every size at the bound.
+pub const VERSION_MAJOR_DIMS: u16 = 2;
 /// The minor version this crate writes. Files with a newer minor (same major) are read.
 pub const VERSION_MINOR: u16 = 1;
 /// Alignment of the buffer base, of every weight and scale offset, and of every activation
@@ -46,6 +49,8 @@ pub mod section {
     pub const PLAN: u32 = 4;
     /// Weights blob.
     pub const WEIGHTS: u32 = 5;
+    /// Bounded dims (format 2.0).
+    pub const DIMS: u32 = 6;
 
     /// The name of a known section id.
     pub fn name(id: u32) -> &'static str {
@@ -55,6 +60,7 @@ pub mod section {
             GRAPH => "graph",
             PLAN => "plan",
             WEIGHTS => "weights",
+            DIMS => "dims",
             _ => "unknown",
         }
     }

@@ -19,6 +19,7 @@ extern crate alloc;
 extern crate std;
 
 pub mod aligned;
+pub mod dims;
 pub mod dtype;
 pub mod error;
 pub mod layout;
@@ -34,7 +35,10 @@ pub use aligned::Aligned;
 pub use aligned::{aligned_copy, AlignedBuf};
 pub use dtype::{DType, Shape, INT4_GROUP, MAX_RANK};
 pub use error::{Error, Referrer, ShortName};
-pub use layout::{checksum, reseal, TENSOR_ALIGN, VERSION_MAJOR, VERSION_MINOR};
+pub use dims::{Binding, DimSym, Dims, Expr, ExprError, Target};
+#[cfg(feature = "alloc")]
+pub use dims::DimsSpec;
+pub use layout::{checksum, reseal, TENSOR_ALIGN, VERSION_MAJOR, VERSION_MAJOR_DIMS, VERSION_MINOR};
 pub use meta::{Colour, FeedDType, InputMeta, Layout, Metadata, OutputKind, OutputMeta, Preprocess};
 #[cfg(feature = "alloc")]
 pub use meta::{InputSpec, MetadataSpec, OutputSpec, PreprocessSpec};
@@ -42,4 +46,4 @@ pub use ops::{Op, OpError, TensorId, NONE};
 pub use reader::{KesFile, MemoryPlan, Ops, TensorIds, TensorInfo, TensorKind};
 pub use weight::{WeightData, WeightError, WeightView};
 #[cfg(feature = "std")]
-pub use writer::{write_model, ModelSpec, TensorSpec};
+pub use writer::{attach_dims, write_model, ModelSpec, TensorSpec};

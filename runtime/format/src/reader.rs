@@ -129,6 +129,7 @@ pub struct KesFile<'a> {
     outputs: &'a [u8],
     plan: MemoryPlan,
     weights: (u64, u64),
+    dims: Option<crate::dims::Dims<'a>>,
 }
 
 #[derive(Clone, Copy)]
@@ -154,8 +155,8 @@ impl<'a> KesFile<'a> {
         }
         let major = u16_at(header, OFF_MAJOR as u64, "version")?;
         let minor = u16_at(header, OFF_MINOR as u64, "version")?;
-        if major != VERSION_MAJOR {
-            return Err(Error::UnsupportedVersion { major, minor, supported_major: VERSION_MAJOR });
+        if major != VERSION_MAJOR && major != VERSION_MAJOR_DIMS {
+            return Err(Error::UnsupportedVersion { major, minor, supported_major: VERSION_MAJOR_DIMS });
         }
         let address_mod = bytes.as_ptr() as usize % TENSOR_ALIGN;
         if address_mod != 0 {
@@ -173,7 +174,7 @@ impl<'a> KesFile<'a> {
         }
         let _flags = u32_at(header, OFF_FLAGS as u64, "flags")?;
 
-        let mut known: [Option<Section>; 6] = [None; 6];
+        let mut known: [Option<Section>; 7] = [None; 7];
         let n = u32_at(header, OFF_SECTION_COUNT as u64, "section count")?;
         if n > MAX_SECTIONS {
             return Err(Error::TooManySections { found: n, max: MAX_SECTIONS });
@@ -280,6 +281,7 @@ impl<'a> KesFile<'a> {
             outputs,
             plan,
             weights: (weights_sec.offset, weights_sec.len),
+            dims: None,
         };
         for id in 0..tensor_count {
             file.validate_tensor(id)?;
@@ -287,7 +289,72 @@ impl<'a> KesFile<'a> {
         file.validate_graph()?;
         let f = file;
         file.meta = Metadata::parse(meta_sec, &|by, id| f.check_activation(by, id))?;
+        // Bounded dims: only in a 2.x file (a 1.x reader would skip the section and run every
+        // size at the bound), and a 2.x file has them.
+        match (known[section::DIMS as usize], major) {
+            (Some(s), VERSION_MAJOR_DIMS) => {
+                let dims = crate::dims::Dims::parse(sub(bytes, s.offset, s.len, "dims")?)?;
+                file.validate_dims(&dims)?;
+                file.dims = Some(dims);
+            }
+            (None, VERSION_MAJOR) => {}
+            (Some(_), _) => return Err(Error::Dims { what: "a dims section needs format version 2" }),
+            (None, _) => return Err(Error::Dims { what: "a version 2 file needs a dims section" }),
+        }
         Ok(file)
+    }
+
+    /// The bounded dims (format 2.0), when the model has any.
+    pub fn dims(&self) -> Option<crate::dims::Dims<'a>> {
+        self.dims
+    }
+
+    /// Checks every binding's target exists, that the targets are in strictly increasing order
+    /// (no two set the same integer), that each evaluates at the bound to what the graph stores,
+    /// and that every symbol is some input dim alone (so a run's input shapes give its value).
+    fn validate_dims(&self, dims: &crate::dims::Dims<'a>) -> Result<(), Error> {
+        use crate::dims::{Target, MAX_SYMS};
+        let bad = |what| Error::Dims { what };
+        let mut bound = [0u32; MAX_SYMS];
+        dims.bound(&mut bound)?;
+        let bound = &bound[..dims.sym_count() as usize];
+        let mut solved = [false; MAX_SYMS];
+        let mut prev: Option<Target> = None;
+        for i in 0..dims.binding_count() {
+            let b = dims.binding(i)?;
+            if prev.is_some_and(|p| p >= b.target) {
+                return Err(bad("bindings out of order or duplicated"));
+            }
+            prev = Some(b.target);
+            let at_bound = b.expr.eval(bound).map_err(|_| bad("a binding cannot be evaluated at the bound"))?;
+            let stored = match b.target {
+                Target::TensorDim { tensor, axis } => {
+                    let t = self.tensor(tensor)?;
+                    if t.kind == TensorKind::Weight && axis != 0 {
+                        return Err(bad("a weight's bounded dim must be its first axis"));
+                    }
+                    *t.shape.dims().get(usize::from(axis)).ok_or(bad("a binding's axis is past the tensor's rank"))?
+                }
+                Target::OpAttr { node, attr } => {
+                    let r = self.op(node)?.encode();
+                    *r.attrs().get(usize::from(attr)).ok_or(bad("a binding's attribute is past the op's"))?
+                }
+                Target::InputDim { input, axis } => {
+                    let m = self.meta.inputs().nth(input as usize).ok_or(bad("a binding names a missing input"))?;
+                    if let Some(s) = b.expr.as_sym() {
+                        solved[s] = true;
+                    }
+                    *m.shape.dims().get(usize::from(axis)).ok_or(bad("a binding's axis is past the input's rank"))?
+                }
+            };
+            if at_bound != stored {
+                return Err(bad("a binding differs at the bound from the value the graph stores"));
+            }
+        }
+        if solved[..bound.len()].iter().any(|&s| !s) {
+            return Err(bad("a symbol is no input's dim alone (a run could not tell its value)"));
+        }
+        Ok(())
     }
 
     /// `(major, minor)` version of the file.

@@ -333,3 +333,48 @@ pub fn write_model(spec: &ModelSpec) -> Result<Vec<u8>, Error> {
     KesFile::parse(&crate::aligned_copy(&out))?;
     Ok(out)
 }
+
+/// Adds bounded dims to a file `write_model` wrote (its graph at every symbol's maximum): the
+/// bindings sorted by target, a dims section (id 6) and a new section table appended, the old
+/// table zeroed, the version set to 2.0 (`docs/FORMAT.md` §11). The result is validated with
+/// [`KesFile::parse`] (every binding must evaluate at the bound to what the graph stores).
+pub fn attach_dims(kes: &[u8], dims: &crate::dims::DimsSpec) -> Result<Vec<u8>, Error> {
+    let aligned = crate::aligned_copy(kes);
+    if KesFile::parse(&aligned)?.dims().is_some() {
+        return Err(Error::Dims { what: "the file already has bounded dims" });
+    }
+    let mut dims = dims.clone();
+    dims.bindings.sort_by_key(|(t, _)| *t);
+    let section = dims.encode()?;
+    let header = |off: usize, n: usize| -> Result<&[u8], Error> {
+        kes.get(off..off + n).ok_or(Error::Truncated { what: "header", needed: (off + n) as u64, available: kes.len() as u64 })
+    };
+    let n = u32::from_le_bytes(header(OFF_SECTION_COUNT, 4)?.try_into().unwrap_or([0; 4])) as usize;
+    let table_at = u64::from_le_bytes(header(OFF_SECTION_TABLE, 8)?.try_into().unwrap_or([0; 8])) as usize;
+    let entry = SECTION_ENTRY_LEN as usize;
+    let old_table = kes
+        .get(table_at..table_at + n * entry)
+        .ok_or(Error::Truncated { what: "section table", needed: (table_at + n * entry) as u64, available: kes.len() as u64 })?
+        .to_vec();
+    let mut out = kes.to_vec();
+    out[table_at..table_at + n * entry].fill(0);
+    out.pad_to(SECTION_ALIGN as usize);
+    let dims_at = out.len();
+    out.extend_from_slice(&section);
+    out.pad_to(SECTION_ALIGN as usize);
+    let new_table = out.len();
+    out.extend_from_slice(&old_table);
+    out.u32(section::DIMS);
+    out.u32(0);
+    out.u64(dims_at as u64);
+    out.u64(section.len() as u64);
+    let len = out.len() as u64;
+    out[OFF_MAJOR..OFF_MAJOR + 2].copy_from_slice(&crate::layout::VERSION_MAJOR_DIMS.to_le_bytes());
+    out[OFF_MINOR..OFF_MINOR + 2].copy_from_slice(&0u16.to_le_bytes());
+    out[OFF_FILE_LEN..OFF_FILE_LEN + 8].copy_from_slice(&len.to_le_bytes());
+    out[OFF_SECTION_COUNT..OFF_SECTION_COUNT + 4].copy_from_slice(&fit(n + 1, "section count")?.to_le_bytes());
+    out[OFF_SECTION_TABLE..OFF_SECTION_TABLE + 8].copy_from_slice(&(new_table as u64).to_le_bytes());
+    reseal(&mut out);
+    KesFile::parse(&crate::aligned_copy(&out))?;
+    Ok(out)
+}

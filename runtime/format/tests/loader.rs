@@ -297,13 +297,16 @@ fn bad_magic() {
 
 #[test]
 fn other_major_versions_are_rejected() {
-    for major in [0u16, 2, 0xffff] {
+    for major in [0u16, 3, 0xffff] {
         let r = patched(|b| b[8..10].copy_from_slice(&major.to_le_bytes()));
         assert_eq!(
             r,
-            Err(Error::UnsupportedVersion { major, minor: kestrel_rt_format::VERSION_MINOR, supported_major: 1 })
+            Err(Error::UnsupportedVersion { major, minor: kestrel_rt_format::VERSION_MINOR, supported_major: 2 })
         );
     }
+    // Major 2 is the bounded-dims format: a file without a dims section cannot claim it.
+    let r = patched(|b| b[8..10].copy_from_slice(&2u16.to_le_bytes()));
+    assert_eq!(r, Err(Error::Dims { what: "a version 2 file needs a dims section" }));
 }
 
 #[test]
