@@ -271,6 +271,76 @@ pub enum RunError {
     /// The model changed under the session (cannot happen with a validated model).
     #[error("internal error: {0}")]
     Internal(&'static str),
+    /// A run's input shape gives a bounded dim (format 2.0) a value outside its range.
+    #[error("input {input} axis {axis}: dim #{sym} = {value} is outside its range {min}..={max}")]
+    DimOutOfRange {
+        /// Input index.
+        input: usize,
+        /// Axis of the per-sample shape.
+        axis: usize,
+        /// Symbol index (the file's dims section names it).
+        sym: u32,
+        /// The value the shape gives.
+        value: usize,
+        /// Smallest value allowed.
+        min: u32,
+        /// Largest value allowed.
+        max: u32,
+    },
+    /// Two input axes that share a bounded dim disagree.
+    #[error(
+        "input {input} axis {axis} gives dim #{sym} = {found}, input {first_input} axis {first_axis} gave {expected}"
+    )]
+    DimMismatch {
+        /// Symbol index.
+        sym: u32,
+        /// Input index of the disagreeing axis.
+        input: usize,
+        /// Its axis.
+        axis: usize,
+        /// Its value.
+        found: usize,
+        /// The input that gave the value first.
+        first_input: usize,
+        /// Its axis.
+        first_axis: usize,
+        /// The value it gave.
+        expected: usize,
+    },
+    /// A run's input shape differs from what the model takes on a fixed axis (or on an axis
+    /// that follows the bounded dims).
+    #[error("input {input} axis {axis}: expected {expected}, got {found}")]
+    InputShape {
+        /// Input index.
+        input: usize,
+        /// Axis of the per-sample shape.
+        axis: usize,
+        /// What the model takes.
+        expected: usize,
+        /// What was given.
+        found: usize,
+    },
+    /// A run's input shape has the wrong rank.
+    #[error("input {input}: expected a per-sample shape of rank {expected}, got rank {found}")]
+    InputRank {
+        /// Input index.
+        input: usize,
+        /// The model's per-sample rank.
+        expected: usize,
+        /// The rank given.
+        found: usize,
+    },
+    /// At the dims a run asks for, a node's shapes are not valid (the bounds the file declares
+    /// hold a size its graph cannot take: the converter checks a few sizes, not every one).
+    #[error("at these input sizes node {node} ({op}) is not valid: {source}")]
+    Specialise {
+        /// Node index.
+        node: u32,
+        /// Op name.
+        op: &'static str,
+        /// Why.
+        source: ShapeError,
+    },
 }
 
 /// [`RunError::BadCapacity`]'s message: zero, over the largest capacity, or a model whose

@@ -80,9 +80,13 @@ impl<'t, 'a> Graph<'t, 'a> {
 pub struct Table<'a> {
     /// The file it was built from (a session checks the table is its model's).
     bytes: (*const u8, usize),
-    ops: alloc::vec::Vec<Op>,
-    tensors: alloc::vec::Vec<TensorInfo<'a>>,
-    weights: alloc::vec::Vec<Option<WeightView<'a>>>,
+    pub(crate) ops: alloc::vec::Vec<Op>,
+    pub(crate) tensors: alloc::vec::Vec<TensorInfo<'a>>,
+    pub(crate) weights: alloc::vec::Vec<Option<WeightView<'a>>>,
+    /// The metadata inputs' per-sample shapes at the current dims.
+    pub(crate) inputs: alloc::vec::Vec<kestrel_rt_format::Shape>,
+    /// The bounded dims' current values (format 2.0; the bound until a run asks otherwise).
+    pub(crate) syms: [u32; kestrel_rt_format::dims::MAX_SYMS],
 }
 
 // SAFETY: `bytes` is only compared, never dereferenced; the rest is plain data borrowed from
@@ -109,6 +113,13 @@ impl<'a> Table<'a> {
             Ok(v)
         }
         let mut ops = reserve(no, "the decoded op table")?;
+        let meta = file.meta();
+        let mut inputs = reserve(meta.inputs().len(), "the input shapes")?;
+        inputs.extend(meta.inputs().map(|m| m.shape));
+        let mut syms = [0u32; kestrel_rt_format::dims::MAX_SYMS];
+        if let Some(d) = file.dims() {
+            d.bound(&mut syms)?;
+        }
         let mut tensors = reserve(nt, "the decoded tensor table")?;
         let mut weights = reserve(nt, "the decoded weight table")?;
         for i in 0..file.op_count() {
@@ -125,7 +136,26 @@ impl<'a> Table<'a> {
             tensors.push(t);
             weights.push(w);
         }
-        Ok(Self { bytes: (file.bytes().as_ptr(), file.bytes().len()), ops, tensors, weights })
+        Ok(Self { bytes: (file.bytes().as_ptr(), file.bytes().len()), ops, tensors, weights, inputs, syms })
+    }
+
+    /// Metadata input `i`'s declared per-sample shape at the current dims.
+    pub fn meta_input_shape(&self, i: usize) -> Option<kestrel_rt_format::Shape> {
+        self.inputs.get(i).copied()
+    }
+
+    /// Tensor `id`'s shape at the current dims.
+    pub fn tensor_shape(&self, id: TensorId) -> Option<kestrel_rt_format::Shape> {
+        self.tensors.get(id as usize).map(|t| t.shape)
+    }
+
+    /// The bounded dims' current values, in the file's symbol order (empty without dims).
+    pub fn dim_values(&self) -> &[u32] {
+        &self.syms[..self.n_syms()]
+    }
+
+    fn n_syms(&self) -> usize {
+        self.syms.iter().take_while(|&&v| v != 0).count()
     }
 
     /// Whether this table was built from `file` (the same bytes).

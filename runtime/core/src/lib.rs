@@ -27,6 +27,8 @@ pub mod model;
 pub mod params;
 pub mod shapes;
 pub mod slots;
+#[cfg(feature = "alloc")]
+mod specialise;
 
 pub use error::{LoadError, RunError, ShapeError};
 #[cfg(feature = "alloc")]

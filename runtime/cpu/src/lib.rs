@@ -13,6 +13,8 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+#[cfg(feature = "alloc")]
+pub mod dims;
 mod exec;
 pub mod kernels;
 pub mod math;

@@ -118,9 +118,14 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
         }
         let acts_len = self.acts_len();
         // Inputs: batch size, dtype, copy into the arena.
-        let batch = kestrel_rt_core::batch_of(inputs, |i| numel(&self.model.input(i)?), cap)?;
+        // Inputs and outputs at the table's dims (format 2.0 bounded dims; the file's otherwise).
+        let io = |ids: kestrel_rt_format::TensorIds<'_>, i: usize| {
+            let id = ids.get(i).ok_or(RunError::Internal("input or output index"))?;
+            graph.tensor(id).map_err(|_| RunError::Internal("input or output tensor"))
+        };
+        let batch = kestrel_rt_core::batch_of(inputs, |i| numel(&io(file.inputs(), i)?), cap)?;
         for (i, input) in inputs.iter().enumerate() {
-            let t = self.model.input(i)?;
+            let t = io(file.inputs(), i)?;
             let n = numel(&t)?;
             let b = if n == 0 { 0 } else { batch };
             let start = region_start(&t, cap)?;
@@ -165,7 +170,7 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
         }
         // Check output lengths before doing any work.
         for (i, out) in outputs.iter().enumerate() {
-            let t = self.model.output(i)?;
+            let t = io(file.outputs(), i)?;
             let n = numel(&t)?;
             if out.len() != batch * n {
                 return Err(RunError::Length {
@@ -199,7 +204,7 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
         }
         // Outputs.
         for (i, out) in outputs.iter_mut().enumerate() {
-            let t = self.model.output(i)?;
+            let t = io(file.outputs(), i)?;
             let start = region_start(&t, cap)?;
             let src = self.arena.get(start..start + out.len()).ok_or(RunError::Internal("output region"))?;
             if t.dtype != DType::F32 {

@@ -311,7 +311,11 @@ impl<'a> Dims<'a> {
         let len = u32_at(self.syms, at + 4, "dims symbol")?;
         let name = core::str::from_utf8(sub(self.strings, off.into(), len.into(), "dims symbol name")?)
             .map_err(|_| bad("a symbol name is not UTF-8"))?;
-        Ok(DimSym { name, min: u32_at(self.syms, at + 8, "dims symbol")?, max: u32_at(self.syms, at + 12, "dims symbol")? })
+        Ok(DimSym {
+            name,
+            min: u32_at(self.syms, at + 8, "dims symbol")?,
+            max: u32_at(self.syms, at + 12, "dims symbol")?,
+        })
     }
 
     /// The index of the symbol named `name`.

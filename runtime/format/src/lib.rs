@@ -33,11 +33,11 @@ pub mod writer;
 pub use aligned::Aligned;
 #[cfg(feature = "alloc")]
 pub use aligned::{aligned_copy, AlignedBuf};
-pub use dtype::{DType, Shape, INT4_GROUP, MAX_RANK};
-pub use error::{Error, Referrer, ShortName};
-pub use dims::{Binding, DimSym, Dims, Expr, ExprError, Target};
 #[cfg(feature = "alloc")]
 pub use dims::DimsSpec;
+pub use dims::{Binding, DimSym, Dims, Expr, ExprError, Target};
+pub use dtype::{DType, Shape, INT4_GROUP, MAX_RANK};
+pub use error::{Error, Referrer, ShortName};
 pub use layout::{checksum, reseal, TENSOR_ALIGN, VERSION_MAJOR, VERSION_MAJOR_DIMS, VERSION_MINOR};
 pub use meta::{Colour, FeedDType, InputMeta, Layout, Metadata, OutputKind, OutputMeta, Preprocess};
 #[cfg(feature = "alloc")]

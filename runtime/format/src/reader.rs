@@ -311,7 +311,8 @@ impl<'a> KesFile<'a> {
 
     /// Checks every binding's target exists, that the targets are in strictly increasing order
     /// (no two set the same integer), that each evaluates at the bound to what the graph stores,
-    /// and that every symbol is some input dim alone (so a run's input shapes give its value).
+    /// and that every symbol is some graph input's dim alone (so a run's input shapes give its
+    /// value).
     fn validate_dims(&self, dims: &crate::dims::Dims<'a>) -> Result<(), Error> {
         use crate::dims::{Target, MAX_SYMS};
         let bad = |what| Error::Dims { what };
@@ -330,6 +331,9 @@ impl<'a> KesFile<'a> {
             let stored = match b.target {
                 Target::TensorDim { tensor, axis } => {
                     let t = self.tensor(tensor)?;
+                    if let Some(s) = b.expr.as_sym().filter(|_| self.inputs().any(|i| i == tensor)) {
+                        solved[s] = true;
+                    }
                     if t.kind == TensorKind::Weight && axis != 0 {
                         return Err(bad("a weight's bounded dim must be its first axis"));
                     }
@@ -341,9 +345,6 @@ impl<'a> KesFile<'a> {
                 }
                 Target::InputDim { input, axis } => {
                     let m = self.meta.inputs().nth(input as usize).ok_or(bad("a binding names a missing input"))?;
-                    if let Some(s) = b.expr.as_sym() {
-                        solved[s] = true;
-                    }
                     *m.shape.dims().get(usize::from(axis)).ok_or(bad("a binding's axis is past the input's rank"))?
                 }
             };
@@ -352,7 +353,7 @@ impl<'a> KesFile<'a> {
             }
         }
         if solved[..bound.len()].iter().any(|&s| !s) {
-            return Err(bad("a symbol is no input's dim alone (a run could not tell its value)"));
+            return Err(bad("a symbol is no graph input's dim alone (a run could not tell its value)"));
         }
         Ok(())
     }

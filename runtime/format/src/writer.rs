@@ -347,14 +347,22 @@ pub fn attach_dims(kes: &[u8], dims: &crate::dims::DimsSpec) -> Result<Vec<u8>, 
     dims.bindings.sort_by_key(|(t, _)| *t);
     let section = dims.encode()?;
     let header = |off: usize, n: usize| -> Result<&[u8], Error> {
-        kes.get(off..off + n).ok_or(Error::Truncated { what: "header", needed: (off + n) as u64, available: kes.len() as u64 })
+        kes.get(off..off + n).ok_or(Error::Truncated {
+            what: "header",
+            needed: (off + n) as u64,
+            available: kes.len() as u64,
+        })
     };
     let n = u32::from_le_bytes(header(OFF_SECTION_COUNT, 4)?.try_into().unwrap_or([0; 4])) as usize;
     let table_at = u64::from_le_bytes(header(OFF_SECTION_TABLE, 8)?.try_into().unwrap_or([0; 8])) as usize;
     let entry = SECTION_ENTRY_LEN as usize;
     let old_table = kes
         .get(table_at..table_at + n * entry)
-        .ok_or(Error::Truncated { what: "section table", needed: (table_at + n * entry) as u64, available: kes.len() as u64 })?
+        .ok_or(Error::Truncated {
+            what: "section table",
+            needed: (table_at + n * entry) as u64,
+            available: kes.len() as u64,
+        })?
         .to_vec();
     let mut out = kes.to_vec();
     out[table_at..table_at + n * entry].fill(0);

@@ -24,7 +24,7 @@ mod storage;
 pub use builder::ModelBuilder;
 pub use kestrel_rt_cpu::session::Input;
 pub use kestrel_rt_format as format;
-pub use model::{Model, Session};
+pub use model::{BoundedDim, Model, Session};
 pub use storage::Storage;
 
 /// Errors of the facade: I/O, loading, building and running.
@@ -49,6 +49,16 @@ pub enum Error {
     /// A run failed.
     #[error(transparent)]
     Run(#[from] kestrel_rt_cpu::RunError),
+    /// A run's input shapes do not fit the model: a bounded dim out of its range, two inputs
+    /// disagreeing on one, a fixed axis or a rank that differs (the message names the dim and
+    /// the input; `source` is the typed error).
+    #[error("{message}")]
+    Dims {
+        /// The error in the model's own names.
+        message: String,
+        /// The typed error.
+        source: kestrel_rt_cpu::RunError,
+    },
     /// A `.npy` file is unreadable or has the wrong shape or dtype.
     #[error("{0}")]
     Npy(String),

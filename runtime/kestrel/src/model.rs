@@ -9,6 +9,18 @@ use crate::{mem, Error};
 use kestrel_rt_cpu::session::Input;
 use std::path::Path;
 
+/// A bounded dim (format 2.0): the model runs any value in `min..=max`, in memory planned once
+/// for `max` (see [`Session::set_input_shapes`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoundedDim {
+    /// The symbol's name (the ONNX export's `dim_param`, e.g. `sequence`).
+    pub name: String,
+    /// Smallest value.
+    pub min: usize,
+    /// Largest value (the size the file's graph and memory plan are at).
+    pub max: usize,
+}
+
 /// A validated model that owns its bytes.
 pub struct Model {
     storage: Storage,
@@ -52,6 +64,18 @@ impl Model {
     /// The file bytes.
     pub fn bytes(&self) -> &[u8] {
         self.storage.bytes()
+    }
+
+    /// The model's bounded dims, in the file's order (empty for a model of fixed sizes).
+    pub fn dims(&self) -> Result<Vec<BoundedDim>, Error> {
+        let model = self.cpu()?;
+        let Some(d) = model.file().dims() else { return Ok(Vec::new()) };
+        (0..d.sym_count())
+            .map(|i| {
+                let s = d.sym(i)?;
+                Ok(BoundedDim { name: s.name.to_string(), min: s.min as usize, max: s.max as usize })
+            })
+            .collect()
     }
 
     /// The zero-copy CPU model over these bytes (parses and validates).
@@ -145,7 +169,51 @@ impl Session<'_> {
         self.capacity
     }
 
-    /// Runs a batch (inferred from the input lengths) into caller-provided outputs.
+    /// Sets the per-sample shapes of the inputs (graph input order, no batch axis) the next
+    /// runs take, for a model with bounded dims (format 2.0): each symbol's value comes from the
+    /// input axes it names, within its range, and every node then computes only that size, in
+    /// the arena planned at the bound (nothing is allocated; the same shapes again cost a
+    /// comparison). For a model of fixed sizes the shapes must be its own. A typed error
+    /// ([`Error::Dims`]) names the dim, its range and the input; the session then stays at the
+    /// bound.
+    pub fn set_input_shapes(&mut self, shapes: &[&[usize]]) -> Result<(), Error> {
+        match kestrel_rt_cpu::dims::specialise(&self.model, &mut self.table, shapes) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(dims_error(&self.model, e)),
+        }
+    }
+
+    /// Input `i`'s per-sample shape at the current dims (what [`run`](Self::run) takes).
+    pub fn input_shape(&self, i: usize) -> Option<Vec<usize>> {
+        let id = self.model.file().inputs().get(i)?;
+        self.table.tensor_shape(id).map(|s| s.dims().iter().map(|&d| d as usize).collect())
+    }
+
+    /// Output `i`'s per-sample shape at the current dims.
+    pub fn output_shape(&self, i: usize) -> Option<Vec<usize>> {
+        let id = self.model.file().outputs().get(i)?;
+        self.table.tensor_shape(id).map(|s| s.dims().iter().map(|&d| d as usize).collect())
+    }
+
+    /// [`set_input_shapes`](Self::set_input_shapes) then [`run`](Self::run).
+    pub fn run_shaped(
+        &mut self,
+        inputs: &[Input<'_>],
+        shapes: &[&[usize]],
+        outputs: &mut [&mut [f32]],
+    ) -> Result<usize, Error> {
+        self.set_input_shapes(shapes)?;
+        self.run(inputs, outputs)
+    }
+
+    /// [`set_input_shapes`](Self::set_input_shapes) then [`run_vec`](Self::run_vec).
+    pub fn run_vec_shaped(&mut self, inputs: &[Input<'_>], shapes: &[&[usize]]) -> Result<Vec<Vec<f32>>, Error> {
+        self.set_input_shapes(shapes)?;
+        self.run_vec(inputs)
+    }
+
+    /// Runs a batch (inferred from the input lengths) into caller-provided outputs, at the
+    /// current input shapes ([`set_input_shapes`](Self::set_input_shapes); the bound until set).
     pub fn run(&mut self, inputs: &[Input<'_>], outputs: &mut [&mut [f32]]) -> Result<usize, Error> {
         let mut s =
             kestrel_rt_cpu::Session::new(&self.model, &mut self.arena, self.capacity)?.with_table(&self.table)?;
@@ -154,14 +222,13 @@ impl Session<'_> {
 
     /// Runs a batch and returns freshly allocated outputs (convenience; allocates, fallibly).
     pub fn run_vec(&mut self, inputs: &[Input<'_>]) -> Result<Vec<Vec<f32>>, Error> {
-        let per_sample: Vec<usize> = (0..self.model.output_count())
-            .map(|i| self.model.output(i).map(|t| t.shape.numel().unwrap_or(0)))
-            .collect::<Result<_, _>>()?;
+        let numel = |s: Option<Vec<usize>>| s.map_or(0, |s| s.iter().product::<usize>());
+        let per_sample: Vec<usize> = (0..self.model.output_count()).map(|i| numel(self.output_shape(i))).collect();
         let first = (0..self.model.input_count())
             .next()
-            .map(|i| self.model.input(i))
-            .transpose()?
-            .and_then(|t| t.shape.numel())
+            .and_then(|i| self.model.file().inputs().get(i))
+            .and_then(|id| self.table.tensor_shape(id))
+            .and_then(|s| s.numel())
             .unwrap_or(1)
             .max(1);
         let len = match inputs.first() {
@@ -179,4 +246,40 @@ impl Session<'_> {
         self.run(inputs, &mut refs)?;
         Ok(outs)
     }
+}
+
+/// A shape error of [`Session::set_input_shapes`] in the model's own names (the dim's and the
+/// input's), with the typed error as its source.
+fn dims_error(model: &kestrel_rt_cpu::Model<'_>, e: kestrel_rt_cpu::RunError) -> Error {
+    use kestrel_rt_cpu::RunError as R;
+    let file = model.file();
+    // The metadata's name for graph input `i`, else the tensor's.
+    let input = |i: usize| {
+        let id = file.inputs().get(i);
+        let meta = file.meta().inputs().find(|m| Some(m.tensor) == id).map(|m| m.name.to_string());
+        let name = meta.or_else(|| id.and_then(|id| file.tensor(id).ok()).map(|t| t.name.to_string()));
+        name.map_or_else(|| format!("input {i}"), |n| format!("input `{n}`"))
+    };
+    let sym = |s: u32| {
+        file.dims().and_then(|d| d.sym(s).ok()).map_or_else(|| format!("dim #{s}"), |d| format!("dim `{}`", d.name))
+    };
+    let message = match e {
+        R::DimOutOfRange { input: i, axis, sym: s, value, min, max } => {
+            format!("{} axis {axis}: {} = {value} is outside its range {min}..={max}", input(i), sym(s))
+        }
+        R::DimMismatch { sym: s, input: i, axis, found, first_input, first_axis, expected } => format!(
+            "{} axis {axis} gives {} = {found}, but {} axis {first_axis} gave {expected}",
+            input(i),
+            sym(s),
+            input(first_input)
+        ),
+        R::InputShape { input: i, axis, expected, found } => {
+            format!("{} axis {axis}: the model takes {expected} there (a fixed size), got {found}", input(i))
+        }
+        R::InputRank { input: i, expected, found } => {
+            format!("{}: expected a per-sample shape of rank {expected} (no batch axis), got rank {found}", input(i))
+        }
+        other => return Error::Run(other),
+    };
+    Error::Dims { message, source: e }
 }

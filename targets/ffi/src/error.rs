@@ -50,9 +50,15 @@ impl From<kestrel_rt_cpu::RunError> for FfiError {
             | R::IntegerNotExact { .. }
             | R::IndexOutOfRange { .. } => Status::KESTREL_ERR_INPUT_VALUE,
             R::ArenaTooSmall { .. } | R::BadCapacity { .. } => Status::KESTREL_ERR_INVALID_ARGUMENT,
-            R::Arity { .. } | R::Length { .. } | R::BatchMismatch { .. } | R::InputDType { .. } => {
-                Status::KESTREL_ERR_SHAPE
-            }
+            R::Arity { .. }
+            | R::Length { .. }
+            | R::BatchMismatch { .. }
+            | R::InputDType { .. }
+            | R::DimOutOfRange { .. }
+            | R::DimMismatch { .. }
+            | R::InputShape { .. }
+            | R::InputRank { .. }
+            | R::Specialise { .. } => Status::KESTREL_ERR_SHAPE,
             R::Internal(_) => Status::KESTREL_ERR_INTERNAL,
         };
         Self::new(status, e.to_string())
@@ -66,6 +72,7 @@ impl From<kestrel_rt::Error> for FfiError {
             E::Io { .. } => Status::KESTREL_ERR_IO,
             E::Format(_) | E::Load(_) => Status::KESTREL_ERR_INVALID_MODEL,
             E::Run(r) => return Self::from(*r),
+            E::Dims { source, .. } => Self::from(*source).status,
             E::OutOfMemory { .. } | E::OverBudget { .. } => Status::KESTREL_ERR_TOO_LARGE,
             E::Npy(_) | E::Build(_) => Status::KESTREL_ERR_INVALID_ARGUMENT,
         };

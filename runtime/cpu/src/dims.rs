@@ -1,0 +1,44 @@
+//! Bounded dims on the CPU: the core's [`Table::specialise`] (a run's input shapes into the
+//! decoded table, the graph checked at them), plus the CPU kernels' own per-node checks at
+//! those sizes (weights' shapes, and scratch within what the file planned at the bound).
+
+use crate::error::RunError;
+use crate::exec;
+use crate::graph::Graph;
+use crate::model::Model;
+use crate::Table;
+
+/// Sets `table` to the dims the per-sample `shapes` of the inputs give (metadata input order)
+/// and checks every node's CPU kernel at them; a session lent the table then runs that size
+/// ([`crate::Session::with_table`]), allocating nothing. Returns whether anything changed. On
+/// an error the table is back at the bound. See [`Table::specialise`] for the errors.
+pub fn specialise<'a>(model: &Model<'a>, table: &mut Table<'a>, shapes: &[&[usize]]) -> Result<bool, RunError> {
+    if !table.is_of(model.file()) {
+        return Err(RunError::Internal("the decoded table is another model's"));
+    }
+    if !table.specialise(model.core(), shapes)? {
+        return Ok(false);
+    }
+    let checked = (|| {
+        let file = *model.file();
+        let graph = Graph::with_table(&file, Some(table));
+        let planned = model.plan().scratch_bytes as usize / 4;
+        for node in 0..file.op_count() {
+            let op = graph.op(node).map_err(|_| RunError::Internal("op decode"))?;
+            let err = |source| RunError::Specialise { node, op: op.name(), source };
+            let need = exec::scratch_elems(&graph, &op, false).map_err(err)?;
+            if need > planned {
+                return Err(err(kestrel_rt_core::ShapeError::Invalid {
+                    op: op.name(),
+                    what: "needs more scratch than the file planned at the bound",
+                }));
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = checked {
+        table.reset(model.core())?;
+        return Err(e);
+    }
+    Ok(true)
+}

@@ -1,0 +1,219 @@
+//! Bounded dims at run time (format 2.0): a graph written at the bound `T = TMAX`, with the
+//! bindings of every integer that follows `T`, runs at each `T` within the bounds exactly as the
+//! same graph built at that `T` does (position table read to its first `T` rows, causal
+//! attention, a slice whose count follows `T`, a mean over `T`), allocating nothing; sizes
+//! outside the bounds, inputs that disagree and fixed axes that differ are typed errors naming
+//! the dim and the input, and the session still runs afterwards.
+//!
+//! The bindings are found as the converter finds them (`kestrel-rt-onnx`'s probing), in a
+//! miniature: build the graph at three sizes, diff the files, and fit each integer that varies
+//! as `a·T + b`.
+
+use kestrel_rt::demo::Rng;
+use kestrel_rt::format::dims::{opcode, Target};
+use kestrel_rt::format::ops::{Binary, BinaryOp, Dense, Op, Proj, Reduce, ReduceOp, Sdpa, Slice, Softmax};
+use kestrel_rt::format::{attach_dims, DimsSpec, KesFile, TensorKind};
+use kestrel_rt::{Error, Input, Model, ModelBuilder};
+use kestrel_rt_reference::alloc_count::{count_this_thread as count, Counting};
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const TMAX: usize = 29;
+const D: usize = 8;
+
+/// The graph at sequence length `t`: `x [t, D] + pos[..t]`, a dense layer, causal attention of
+/// two heads, the rows after the first (`t - 1` of them), a softmax, and the mean over rows.
+fn build(t: usize) -> Vec<u8> {
+    let mut rng = Rng::new(0xB0D);
+    let pos_all = rng.vec(TMAX * D, 0.5);
+    let w = rng.vec(D * D, 0.4);
+    let mut b = ModelBuilder::new("bounded");
+    let x = b.input("x", &[t, D]).unwrap();
+    let pos = b.weight("pos", &[t, D], pos_all[..t * D].to_vec()).unwrap();
+    let h = b.op(|y| Op::Binary(Binary { a: x, b: pos, op: BinaryOp::Add, y })).unwrap();
+    let w = b.weight("w", &[D, D], w).unwrap();
+    let h = b
+        .op(|y| Op::Dense(Dense { x: h, proj: Proj { w, b: None }, act: Default::default(), clamp: None, y }))
+        .unwrap();
+    let heads = b.reshape(h, &[t, 2, D / 2]).unwrap();
+    let heads = b
+        .op(|y| {
+            let mut perm = [0u8; kestrel_rt::format::MAX_RANK];
+            for (i, p) in perm.iter_mut().enumerate() {
+                *p = [1, 0, 2].get(i).copied().unwrap_or(i as u8);
+            }
+            Op::Transpose(kestrel_rt::format::ops::Transpose { x: heads, perm, y })
+        })
+        .unwrap();
+    let a = b
+        .op(|y| {
+            Op::Sdpa(Sdpa {
+                q: heads,
+                k: heads,
+                v: heads,
+                bias: None,
+                scale: 0.5,
+                causal: true,
+                k_transposed: false,
+                softcap: 0.0,
+                y,
+            })
+        })
+        .unwrap();
+    let rest = b
+        .op(|y| {
+            Op::Slice(Slice { x: a, axis: 1, start: 1, step: 1, count: t as u32 - 1, offset: 0, len: t as u32 - 1, y })
+        })
+        .unwrap();
+    let s = b.op(|y| Op::Softmax(Softmax { x: rest, y })).unwrap();
+    let mean = b.op(|y| Op::Reduce(Reduce { x: s, op: ReduceOp::Mean, axis: 1, keep_dims: false, y })).unwrap();
+    b.output(s);
+    b.output(mean);
+    b.build().unwrap()
+}
+
+/// Every integer of the file that the builder derives from `t`: tensor dims, op attributes and
+/// input dims, as `(target, value)`.
+fn integers(kes: &[u8]) -> Vec<(Target, u32)> {
+    let buf = kestrel_rt::format::aligned_copy(kes);
+    let f = KesFile::parse(&buf).unwrap();
+    let mut out = Vec::new();
+    for id in 0..f.tensor_count() {
+        let t = f.tensor(id).unwrap();
+        for (axis, &d) in t.shape.dims().iter().enumerate() {
+            if t.kind == TensorKind::Activation || axis == 0 {
+                out.push((Target::TensorDim { tensor: id, axis: axis as u8 }, d));
+            }
+        }
+    }
+    for node in 0..f.op_count() {
+        let r = f.op(node).unwrap().encode();
+        for (attr, &v) in r.attrs().iter().enumerate() {
+            out.push((Target::OpAttr { node, attr: attr as u8 }, v));
+        }
+    }
+    for (input, m) in f.meta().inputs().enumerate() {
+        for (axis, &d) in m.shape.dims().iter().enumerate() {
+            out.push((Target::InputDim { input: input as u32, axis: axis as u8 }, d));
+        }
+    }
+    out
+}
+
+/// The bound's file with bindings fitted from builds at three sizes (`v = a·T + b`, checked
+/// at the third), `T` in `2..=TMAX`.
+fn bounded() -> Vec<u8> {
+    let (t1, t2, t3) = (TMAX, 11, 4);
+    let (f1, f2, f3) = (integers(&build(t1)), integers(&build(t2)), integers(&build(t3)));
+    let mut bindings = Vec::new();
+    for ((target, v1), ((_, v2), (_, v3))) in f1.iter().zip(f2.iter().zip(&f3)) {
+        if v1 == v2 && v2 == v3 {
+            continue;
+        }
+        let a = (*v1 as i64 - *v2 as i64) / (t1 as i64 - t2 as i64);
+        let b = *v1 as i64 - a * t1 as i64;
+        assert_eq!(a * t3 as i64 + b, *v3 as i64, "{target}: not affine in T");
+        let mut words = vec![opcode::SYM, 0];
+        if a != 1 {
+            words.extend([opcode::CONST, a as u32, opcode::MUL]);
+        }
+        if b > 0 {
+            words.extend([opcode::CONST, b as u32, opcode::ADD]);
+        } else if b < 0 {
+            words.extend([opcode::CONST, (-b) as u32, opcode::SUB]);
+        }
+        bindings.push((*target, words));
+    }
+    assert!(bindings.len() >= 10, "{bindings:?}");
+    let spec = DimsSpec { syms: vec![("T".into(), 2, TMAX as u32)], bindings };
+    attach_dims(&build(TMAX), &spec).unwrap()
+}
+
+fn run(model: &Model, t: usize, batch: usize, x: &[f32]) -> Vec<Vec<f32>> {
+    let mut s = model.session(batch).unwrap();
+    let out = s.run_vec(&[Input::F32(x)]).unwrap();
+    assert_eq!(s.output_shape(0), Some(vec![2, t - 1, D / 2]));
+    out
+}
+
+#[test]
+fn every_size_within_the_bounds_matches_the_graph_built_at_that_size() {
+    let bytes = bounded();
+    let model = Model::from_bytes(&bytes).unwrap();
+    let dims = model.dims().unwrap();
+    assert_eq!(dims.len(), 1);
+    assert_eq!((dims[0].name.as_str(), dims[0].min, dims[0].max), ("T", 2, TMAX));
+    let mut s = model.session(3).unwrap();
+    let mut rng = Rng::new(7);
+    for t in [2, 3, 5, 16, 17, TMAX - 1, TMAX, 9, 2] {
+        for batch in [1, 3] {
+            let x = rng.vec(batch * t * D, 1.0);
+            let got = s.run_vec_shaped(&[Input::F32(&x)], &[&[t, D]]).unwrap();
+            assert_eq!(s.input_shape(0), Some(vec![t, D]));
+            assert_eq!(s.output_shape(0), Some(vec![2, t - 1, D / 2]));
+            assert_eq!(s.output_shape(1), Some(vec![2, D / 2]));
+            let direct = Model::from_bytes(&build(t)).unwrap();
+            let want = run(&direct, t, batch, &x);
+            for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.len(), w.len(), "T = {t}, output {o}");
+                let worst = g.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                assert!(worst <= 1e-6, "T = {t}, batch {batch}, output {o}: max |diff| {worst}");
+            }
+        }
+    }
+}
+
+#[test]
+fn runs_at_any_size_allocate_nothing() {
+    let bytes = bounded();
+    let model = Model::from_bytes(&bytes).unwrap();
+    let mut s = model.session(2).unwrap();
+    let x = Rng::new(3).vec(2 * TMAX * D, 1.0);
+    let mut a = vec![0f32; 2 * 2 * (TMAX - 1) * (D / 2)];
+    let mut m = [0f32; 2 * 2 * (D / 2)];
+    for t in [TMAX, 6, 13, 2] {
+        let (r, n) = count(|| {
+            let (ya, ym) = (&mut a[..2 * 2 * (t - 1) * (D / 2)], &mut m[..]);
+            s.run_shaped(&[Input::F32(&x[..2 * t * D])], &[&[t, D]], &mut [ya, ym])
+        });
+        assert_eq!(r.unwrap(), 2);
+        assert_eq!(n, 0, "T = {t}: {n} allocations");
+    }
+}
+
+#[test]
+fn shapes_outside_the_bounds_are_typed_errors_and_the_session_goes_on() {
+    let bytes = bounded();
+    let model = Model::from_bytes(&bytes).unwrap();
+    let mut s = model.session(1).unwrap();
+    let msg = |r: Result<(), Error>| match r {
+        Err(e @ Error::Dims { .. }) => e.to_string(),
+        other => panic!("expected a dims error, got {other:?}"),
+    };
+    let e = msg(s.set_input_shapes(&[&[TMAX + 1, D]]));
+    assert!(e.contains("`x`") && e.contains("`T`") && e.contains("2..=29") && e.contains("30"), "{e}");
+    let e = msg(s.set_input_shapes(&[&[1, D]]));
+    assert!(e.contains("outside its range"), "{e}");
+    let e = msg(s.set_input_shapes(&[&[5, D + 1]]));
+    assert!(e.contains("axis 1") && e.contains("fixed"), "{e}");
+    let e = msg(s.set_input_shapes(&[&[5]]));
+    assert!(e.contains("rank 2"), "{e}");
+    assert!(matches!(s.set_input_shapes(&[]), Err(Error::Run(_))));
+    // Still at the bound, and still running any size.
+    assert_eq!(s.input_shape(0), Some(vec![TMAX, D]));
+    let x = Rng::new(1).vec(7 * D, 1.0);
+    let out = s.run_vec_shaped(&[Input::F32(&x)], &[&[7, D]]).unwrap();
+    assert_eq!(out[0].len(), 2 * 6 * (D / 2));
+    // A run whose data does not match the shapes set is a length error, as before.
+    assert!(s.run_vec(&[Input::F32(&x[..6 * D])]).is_err());
+}
+
+#[test]
+fn a_file_of_fixed_sizes_takes_only_its_own_shapes() {
+    let model = Model::from_bytes(&build(5)).unwrap();
+    assert!(model.dims().unwrap().is_empty());
+    let mut s = model.session(1).unwrap();
+    s.set_input_shapes(&[&[5, D]]).unwrap();
+    assert!(matches!(s.set_input_shapes(&[&[4, D]]), Err(Error::Dims { .. })));
+}
