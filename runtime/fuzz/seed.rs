@@ -118,6 +118,39 @@ fn empty() -> ModelSpec {
     }
 }
 
+/// `dense_softmax` over `T` rows, `T` in `1..=4` (format 2.0): the file at `T = 4` and the
+/// bindings of every dim that follows `T`.
+fn bounded_rows() -> Vec<u8> {
+    let spec = ModelSpec {
+        meta: meta(0, 4, &[4, 16], FeedDType::F32, false),
+        tensors: vec![
+            act("x", DType::F32, &[4, 16], 0),
+            weight("w", DType::I8, &[8, 16]),
+            weight("b", DType::F32, &[8]),
+            act("h", DType::F32, &[4, 8], 256),
+            act("p", DType::F32, &[4, 8], 384),
+        ],
+        ops: vec![
+            Op::Dense(Dense { x: 0, proj: Proj { w: 1, b: Some(2) }, act: Activation::Relu, clamp: None, y: 3 }),
+            Op::Softmax(Softmax { x: 3, y: 4 }),
+        ],
+        inputs: vec![0],
+        outputs: vec![4],
+        plan: MemoryPlan { arena_bytes_per_sample: 512, scratch_bytes: 0 },
+    };
+    let t = || vec![dims::opcode::SYM, 0];
+    let dims = DimsSpec {
+        syms: vec![("T".into(), 1, 4)],
+        bindings: vec![
+            (Target::TensorDim { tensor: 0, axis: 0 }, t()),
+            (Target::TensorDim { tensor: 3, axis: 0 }, t()),
+            (Target::TensorDim { tensor: 4, axis: 0 }, t()),
+            (Target::InputDim { input: 0, axis: 0 }, t()),
+        ],
+    };
+    attach_dims(&write_model(&spec).unwrap(), &dims).unwrap()
+}
+
 fn main() {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus/load".into());
     std::fs::create_dir_all(&dir).unwrap();
@@ -125,4 +158,5 @@ fn main() {
         let bytes = write_model(&spec).unwrap();
         std::fs::write(format!("{dir}/{name}.kes"), bytes).unwrap();
     }
+    std::fs::write(format!("{dir}/bounded_rows.kes"), bounded_rows()).unwrap();
 }

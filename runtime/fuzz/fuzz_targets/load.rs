@@ -34,6 +34,17 @@ fn touch_all(f: &KesFile<'_>) {
         op.expect("op after a successful parse");
     }
     let _ = (f.inputs().count(), f.outputs().count(), f.plan(), f.version(), f.bytes().len());
+    if let Some(d) = f.dims() {
+        let mut vals = [0u32; kestrel_rt_format::dims::MAX_SYMS];
+        for i in 0..d.sym_count() {
+            let s = d.sym(i).expect("symbol after a successful parse");
+            vals[i as usize] = s.min;
+        }
+        for i in 0..d.binding_count() {
+            let b = d.binding(i).expect("binding after a successful parse");
+            let _ = b.expr.eval(&vals[..d.sym_count() as usize]);
+        }
+    }
 }
 
 fuzz_target!(|data: &[u8]| {
