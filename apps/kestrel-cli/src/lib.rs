@@ -12,23 +12,66 @@ pub mod scaling;
 
 use std::path::Path;
 
-/// Parses `--dim NAME=N`: the size a symbolic input dim is converted at. Bounds (`NAME=..MAX`,
-/// `NAME=MIN..MAX`, a size chosen per run) are not supported yet and say so.
-pub fn parse_dim(s: &str) -> Result<(String, usize), String> {
-    let (name, value) = s.split_once('=').ok_or_else(|| format!("`{s}`: expected NAME=N (e.g. sequence=128)"))?;
+/// A `--dim` value: a symbolic input dim fixed to a size, or given a range of sizes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DimArg {
+    /// `NAME=N`: converted at this size.
+    Fixed(String, usize),
+    /// `NAME=MIN..MAX` (`NAME=..MAX` is `1..MAX`): any size in `MIN..=MAX` per run.
+    Bounded(String, usize, usize),
+}
+
+impl DimArg {
+    /// The symbol's name.
+    pub fn name(&self) -> &str {
+        match self {
+            DimArg::Fixed(n, _) | DimArg::Bounded(n, _, _) => n,
+        }
+    }
+}
+
+/// Parses `--dim NAME=N` (the size a symbolic input dim is converted at), `NAME=..MAX` and
+/// `NAME=MIN..MAX` (a range, both ends included: the file runs any size in it).
+pub fn parse_dim(s: &str) -> Result<DimArg, String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected NAME=N, NAME=..MAX or NAME=MIN..MAX (e.g. sequence=128)"))?;
     let name = name.trim();
     if name.is_empty() {
         return Err(format!("`{s}`: the dim's name is empty"));
     }
-    if value.contains("..") {
-        return Err(format!(
-            "`{s}`: bounded dims (a size chosen per run) are not supported yet; give the size to convert at, {name}=N"
-        ));
+    let size = |v: &str, what: &str| match v.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("`{s}`: {what} must be a positive integer")),
+    };
+    match value.split_once("..") {
+        None => Ok(DimArg::Fixed(name.to_string(), size(value, "the size")?)),
+        Some((lo, hi)) => {
+            let hi = hi.strip_prefix('=').unwrap_or(hi);
+            let min = if lo.trim().is_empty() { 1 } else { size(lo, "the smallest size")? };
+            let max = size(hi, "the largest size")?;
+            if min > max {
+                return Err(format!("`{s}`: the range is empty ({min} > {max})"));
+            }
+            Ok(DimArg::Bounded(name.to_string(), min, max))
+        }
     }
-    match value.trim().parse::<usize>() {
-        Ok(n) if n > 0 => Ok((name.to_string(), n)),
-        _ => Err(format!("`{s}`: the size must be a positive integer")),
+}
+
+/// The fixed dims and the ranges of `--dim` values; a name given twice is an error.
+#[allow(clippy::type_complexity)]
+pub fn split_dims(args: &[DimArg]) -> Result<(Vec<(String, usize)>, Vec<(String, usize, usize)>), String> {
+    let (mut fixed, mut bounded) = (Vec::new(), Vec::new());
+    for (i, a) in args.iter().enumerate() {
+        if args[..i].iter().any(|b| b.name() == a.name()) {
+            return Err(format!("--dim {}: given more than once", a.name()));
+        }
+        match a {
+            DimArg::Fixed(n, v) => fixed.push((n.clone(), *v)),
+            DimArg::Bounded(n, lo, hi) => bounded.push((n.clone(), *lo, *hi)),
+        }
     }
+    Ok((fixed, bounded))
 }
 
 /// Refuses an input path that exists but is not a regular file (after symbolic links): a
@@ -83,15 +126,23 @@ pub fn load_model(path: impl AsRef<Path>) -> anyhow::Result<kestrel_rt::Model> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_dim;
+    use super::{parse_dim, split_dims, DimArg};
 
     #[test]
     fn dims_parse_or_say_why_not() {
-        assert_eq!(parse_dim("sequence=128"), Ok(("sequence".to_string(), 128)));
-        assert_eq!(parse_dim(" h = 224"), Ok(("h".to_string(), 224)));
-        for bad in ["sequence", "=3", "t=0", "t=-1", "t=x"] {
+        assert_eq!(parse_dim("sequence=128"), Ok(DimArg::Fixed("sequence".to_string(), 128)));
+        assert_eq!(parse_dim(" h = 224"), Ok(DimArg::Fixed("h".to_string(), 224)));
+        assert_eq!(parse_dim("t=..64"), Ok(DimArg::Bounded("t".to_string(), 1, 64)));
+        assert_eq!(parse_dim("t=8..64"), Ok(DimArg::Bounded("t".to_string(), 8, 64)));
+        assert_eq!(parse_dim("t=8..=64"), Ok(DimArg::Bounded("t".to_string(), 8, 64)));
+        assert_eq!(parse_dim("t=5..5"), Ok(DimArg::Bounded("t".to_string(), 5, 5)));
+        for bad in ["sequence", "=3", "t=0", "t=-1", "t=x", "t=..", "t=0..4", "t=..0", "=..4", "t=9..4", "t=1..x"] {
             assert!(parse_dim(bad).is_err(), "{bad}");
         }
-        assert!(parse_dim("t=..64").unwrap_err().contains("not supported yet"));
+        assert!(parse_dim("t=9..4").unwrap_err().contains("empty"));
+        let args = [parse_dim("t=..64").unwrap(), parse_dim("s=3").unwrap()];
+        assert_eq!(split_dims(&args), Ok((vec![("s".to_string(), 3)], vec![("t".to_string(), 1, 64)])));
+        let twice = [parse_dim("t=..64").unwrap(), parse_dim("t=3").unwrap()];
+        assert!(split_dims(&twice).unwrap_err().contains("more than once"));
     }
 }

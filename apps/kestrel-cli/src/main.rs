@@ -93,11 +93,13 @@ enum Command {
         #[arg(long, requires = "calibrate")]
         int8_attention: bool,
         /// The size of a symbolic input dim (repeatable): an export with dynamic axes (a
-        /// sequence length, an image height) converts at this size, e.g. `--dim sequence=128`.
-        /// A symbolic first axis is the batch and needs none. Every symbolic dim left without
-        /// one is listed in the error, with the inputs that carry it.
-        #[arg(long = "dim", value_name = "NAME=N", value_parser = kestrel_rt_cli::parse_dim)]
-        dims: Vec<(String, usize)>,
+        /// sequence length, an image height) converts at this size, e.g. `--dim sequence=128`;
+        /// or a range, `--dim sequence=..128` (1 to 128) or `--dim h=32..224`: the file then runs
+        /// any size in it (format 2.0; found by converting at several sizes). A symbolic first
+        /// axis is the batch and needs none. Every symbolic dim left without one is listed in the
+        /// error, with the inputs that carry it.
+        #[arg(long = "dim", value_name = "NAME=N|NAME=MIN..MAX", value_parser = kestrel_rt_cli::parse_dim)]
+        dims: Vec<kestrel_rt_cli::DimArg>,
         /// Also run the ONNX model (tract) and the converted model (Kestrel) on the same inputs
         /// and report the differences: on INPUTS.npy if given, else on 4 seeded random samples.
         #[arg(long, value_name = "INPUTS.npy", num_args = 0..=1, default_missing_value = "")]
@@ -191,6 +193,13 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
             for p in std::iter::once(&onnx).chain(&calibrate).chain(&meta).chain(&labels).chain(&verify_file) {
                 kestrel_rt_cli::check_input_file(p)?;
             }
+            let (dims, bounds) = kestrel_rt_cli::split_dims(&dims).map_err(anyhow::Error::msg)?;
+            if !bounds.is_empty() && verify.is_some() {
+                bail!(
+                    "--verify with bounded dims (--dim NAME=MIN..MAX) is not supported yet; convert at a fixed size \
+                     (--dim NAME=N) to verify"
+                );
+            }
             let opts = kestrel_rt_onnx::ConvertOptions {
                 weights: weights.into(),
                 keep_f16,
@@ -199,6 +208,7 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
                 min_memory,
                 int8_attention,
                 dims,
+                bounds,
             };
             let meta = convert::MetaEdit::load(meta.as_deref(), labels.as_deref())?;
             convert::run(w, &onnx, &out, &opts, verify.as_deref().map(std::path::Path::new), json, &meta)
@@ -328,6 +338,19 @@ fn inspect(w: &mut String, path: &PathBuf) -> Result<()> {
     writeln!(w, "task       {}", meta.task())?;
     let plan = cpu.plan();
     writeln!(w, "arena      {} bytes/sample + {} scratch bytes", plan.arena_bytes_per_sample, plan.scratch_bytes)?;
+    if let Some(d) = f.dims() {
+        let mut syms = Vec::new();
+        for i in 0..d.sym_count() {
+            let s = d.sym(i)?;
+            syms.push(format!("{} {}..={}", s.name, s.min, s.max));
+        }
+        writeln!(
+            w,
+            "dims       {} ({} bindings; the graph below is at every maximum)",
+            syms.join(", "),
+            d.binding_count()
+        )?;
+    }
     writeln!(w)?;
     writeln!(w, "{:>4}  {:<12} {:<24} {:<7} {:>12}", "id", "kind", "name", "dtype", "bytes")?;
     let mut weight_bytes = 0u64;

@@ -120,6 +120,16 @@ pub enum ConvertError {
         /// What was found.
         found: String,
     },
+    /// Bounded dims (`--dim NAME=MIN..MAX`) asked for that the converter cannot give: a range
+    /// that is empty, a graph whose structure changes with the symbol, a constant that depends
+    /// on it, an integer no supported expression reproduces (the message names it).
+    #[error("{path}: bounded dims: {message}")]
+    BoundedDims {
+        /// The ONNX file.
+        path: String,
+        /// What went wrong, and what to do.
+        message: String,
+    },
     /// Calibration data (`--calibrate`) does not fit the model, or there is nothing to calibrate.
     #[error("calibrate: expected {expected}, found {found}")]
     Calibrate {

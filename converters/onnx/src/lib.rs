@@ -14,6 +14,7 @@
 //! and the `.kes` with Kestrel on the same inputs and compares them.
 
 mod calibrate;
+mod dims;
 mod error;
 mod internals;
 mod load;
@@ -33,7 +34,7 @@ pub use kestrel_rt_format::DType;
 pub use npy::{read_npy, write_npy_f32};
 pub use ops_table::{remedy, supported_ops_markdown, OnnxOp, ONNX_OPS};
 pub use quant::{parse_dtype, WeightQuant};
-pub use report::{FusedPattern, Report};
+pub use report::{BoundedDims, BoundedSym, FusedPattern, Report};
 pub use verify::{compare, run_kestrel, run_tract, verify, InputData, InputTensor, ShapedOutput, VerifyReport};
 
 use kestrel_rt::ModelBuilder;
@@ -64,6 +65,11 @@ pub struct ConvertOptions {
     /// Values of the inputs' symbolic dims other than the batch (`--dim NAME=N`): an export
     /// with `dynamic_axes` (a sequence length, an image size) converts at these sizes.
     pub dims: Vec<(String, usize)>,
+    /// Symbolic dims with a range (`--dim NAME=MIN..MAX`, `NAME=..MAX` for `1..=MAX`): name, min,
+    /// max. The file holds the graph at every maximum and bindings that let a run take any size
+    /// in range (format 2.0; found by converting at several sizes and comparing, see the `dims`
+    /// module). A range of one value fixes the dim as [`Self::dims`] does.
+    pub bounds: Vec<(String, usize, usize)>,
 }
 
 impl Default for ConvertOptions {
@@ -76,6 +82,7 @@ impl Default for ConvertOptions {
             min_memory: false,
             int8_attention: false,
             dims: Vec::new(),
+            bounds: Vec::new(),
         }
     }
 }
@@ -127,14 +134,45 @@ pub fn convert_with_meta(
     convert_with(onnx_path, opts, &mut (), edit)
 }
 
-/// [`convert_with_progress`] and [`convert_with_meta`] together.
+/// [`convert_with_progress`] and [`convert_with_meta`] together. With
+/// [`ConvertOptions::bounds`], the model is converted at the bound and at probe sizes, and the
+/// file gets bounded dims (the `dims` module).
 pub fn convert_with(
     onnx_path: impl AsRef<Path>,
     opts: &ConvertOptions,
     progress: &mut dyn Progress,
     edit: impl FnOnce(&mut MetadataSpec),
 ) -> Result<Conversion, ConvertError> {
-    let path = onnx_path.as_ref();
+    if opts.bounds.is_empty() {
+        convert_fixed(onnx_path.as_ref(), opts, progress, edit)
+    } else {
+        dims::convert_bounded(onnx_path.as_ref(), opts, progress, edit)
+    }
+}
+
+/// One conversion at fixed sizes, with its report.
+pub(crate) fn convert_fixed(
+    path: &Path,
+    opts: &ConvertOptions,
+    progress: &mut dyn Progress,
+    edit: impl FnOnce(&mut MetadataSpec),
+) -> Result<Conversion, ConvertError> {
+    let (kes, report) = convert_core(path, opts, progress, edit, true)?;
+    let report =
+        report.ok_or(ConvertError::BoundedDims { path: path.display().to_string(), message: "no report".into() })?;
+    Ok(Conversion { kes, report })
+}
+
+/// The conversion at fixed sizes (`opts.bounds` is not read): the file, and the report when
+/// `with_report` (its weight statistics cost a pass over every weight; the probes of bounded
+/// dims skip it).
+pub(crate) fn convert_core(
+    path: &Path,
+    opts: &ConvertOptions,
+    progress: &mut dyn Progress,
+    edit: impl FnOnce(&mut MetadataSpec),
+    with_report: bool,
+) -> Result<(Vec<u8>, Option<Report>), ConvertError> {
     progress.stage("loading with tract (type, declutter)", 0);
     let p = path.display().to_string();
     let bind = load::DimBinding { batch: 1, dims: &opts.dims, shapes: None };
@@ -287,6 +325,9 @@ pub fn convert_with(
     };
     progress.stage("encoding weights, planning memory", 0);
     let kes = l.b.build()?;
+    if !with_report {
+        return Ok((kes, None));
+    }
     let weights = quant::written(&l.b);
 
     let mut tract_ops = BTreeMap::new();
@@ -323,8 +364,9 @@ pub fn convert_with(
         scratch_bytes: plan.scratch_bytes,
         weights,
         notices,
+        bounded_dims: None,
     };
-    Ok(Conversion { kes, report })
+    Ok((kes, Some(report)))
 }
 
 /// A graph input as the converter reads it.

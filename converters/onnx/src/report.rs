@@ -25,6 +25,28 @@ pub struct UnfusedAttention {
     pub reason: String,
 }
 
+/// A bounded symbol of the file (`--dim NAME=MIN..MAX`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoundedSym {
+    /// The ONNX `dim_param`.
+    pub name: String,
+    /// Smallest size a run may use.
+    pub min: usize,
+    /// Largest size (the graph in the file is at this one).
+    pub max: usize,
+}
+
+/// The file's bounded dims: symbols, bindings and how many probe conversions found them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoundedDims {
+    /// Symbols with their ranges.
+    pub syms: Vec<BoundedSym>,
+    /// Graph integers that follow the symbols (tensor dims, op attributes, input dims).
+    pub bindings: usize,
+    /// Conversions at sizes other than the bound.
+    pub probes: usize,
+}
+
 /// What a conversion did. Serialises to JSON with serde; [`Report::to_table`] renders text.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -76,6 +98,9 @@ pub struct Report {
     /// element type (f64 as f32), an input without a batch axis.
     #[serde(default)]
     pub notices: Vec<String>,
+    /// Bounded dims (`--dim NAME=MIN..MAX`), when asked for.
+    #[serde(default)]
+    pub bounded_dims: Option<BoundedDims>,
 }
 
 fn kib(b: u64) -> String {
@@ -97,6 +122,16 @@ impl Report {
         }
         let _ =
             writeln!(s, "size: onnx {} -> kes {} (ratio {:.3})", kib(self.onnx_bytes), kib(self.kes_bytes), self.ratio);
+        if let Some(d) = &self.bounded_dims {
+            let syms: Vec<String> = d.syms.iter().map(|s| format!("{} {}..={}", s.name, s.min, s.max)).collect();
+            let _ = writeln!(
+                s,
+                "bounded dims: {} ({} bindings from {} probe conversions)",
+                syms.join(", "),
+                d.bindings,
+                d.probes
+            );
+        }
         let _ = writeln!(s, "params: {}", self.params);
         let _ =
             writeln!(s, "arena: {} per sample + {} scratch", kib(self.arena_bytes_per_sample), kib(self.scratch_bytes));

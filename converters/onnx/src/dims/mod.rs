@@ -1,0 +1,352 @@
+//! Bounded dims (`--dim NAME=MIN..MAX`, [`crate::ConvertOptions::bounds`]): one file that runs
+//! every size of its symbolic input dims within the bounds (format 2.0's dims section,
+//! `kestrel_rt_format::dims`).
+//!
+//! The method is probing, with no change to any lowering rule:
+//!
+//! 1. The model is converted at the bound (every bounded symbol at its maximum), by the whole
+//!    pipeline, fusion included: that graph and its memory plan go in the file.
+//! 2. It is converted again, by the same code, at probe points: along each symbol's line (the
+//!    others at their maximum) at up to five values (`min`, `max − 1`, a middle value, an odd
+//!    value, `min + 1`), at two joint points where every symbol moves, and at two more joint
+//!    points kept for verification only.
+//! 3. Each probe's file is compared with the bound's ([`probe::compare`]): the same tensors
+//!    (kinds, dtypes, ranks), the same nodes (kinds, tensor slots), the same graph inputs and
+//!    outputs, the same metadata inputs (count, ranks). A difference in structure is an error
+//!    naming the symbol, the point and the first difference. A constant may differ only by
+//!    keeping the bound's leading rows (a position table sliced to `T`, a `Range` folded); any
+//!    other dependence of a constant on a symbol is refused.
+//! 4. Every integer that varies across the probes (an activation dim, an op attribute, an input
+//!    dim, a sliced constant's row count) gets an expression fitted to its values
+//!    ([`fit::fit`]: floor-affine, periodic, products; separable over several symbols), which
+//!    must reproduce every probe value and predict the verification points exactly.
+//! 5. The bindings are attached to the bound's file ([`kestrel_rt_format::attach_dims`]), whose
+//!    reader checks them again at the bound.
+//!
+//! Because whole converted files are compared, every op class is covered the same way; what a
+//! lowering does differently at some size (a fusion taken at one length only, an axis of size 1
+//! dropped) shows up as a structural difference rather than as a wrong run.
+
+mod check;
+pub mod fit;
+mod probe;
+
+use crate::{error::ConvertError, Conversion, ConvertOptions, Progress};
+use kestrel_rt_format::{DimsSpec, MetadataSpec, Target};
+use probe::{Diff, Snap};
+use std::path::Path;
+
+/// The values probed along one symbol's line, the maximum left out (the bound is converted
+/// anyway): `min`, `max − 1`, a middle value, an odd value, `min + 1`, distinct and in range.
+pub(crate) fn line_points(min: usize, max: usize) -> Vec<usize> {
+    let mid = min + (max - min) / 2;
+    let third = min + (max - min) / 3;
+    let odd = if third % 2 == 0 { third + 1 } else { third };
+    let mut out = Vec::new();
+    for v in [min, max.saturating_sub(1), mid, odd, min + 1] {
+        if v >= min && v < max && !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// Joint point `p` (0 and 1 for fitting, 2 and 3 for verification): every symbol at its own
+/// fraction of its range, different per point and per symbol.
+fn joint_point(p: usize, syms: &[(String, usize, usize)]) -> Vec<usize> {
+    syms.iter()
+        .enumerate()
+        .map(|(k, &(_, min, max))| {
+            let frac = (23 + 37 * p + 29 * k) % 89 + 5;
+            min + (max - min) * frac / 100
+        })
+        .collect()
+}
+
+/// `sequence=64, h=32` for messages.
+fn show(syms: &[(String, usize, usize)], point: &[usize]) -> String {
+    syms.iter().zip(point).map(|((n, _, _), v)| format!("{n}={v}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Progress of one conversion among several: its stages named after the point.
+struct Prefixed<'a> {
+    inner: &'a mut dyn Progress,
+    prefix: String,
+}
+
+impl Progress for Prefixed<'_> {
+    fn stage(&mut self, name: &str, steps: u64) {
+        self.inner.stage(&format!("{}{name}", self.prefix), steps);
+    }
+    fn step(&mut self) {
+        self.inner.step();
+    }
+}
+
+/// The symbols with a range, checked: names, ranges, none also fixed, none twice. A range of
+/// one value (`MIN == MAX`) is a fixed dim, returned apart.
+#[allow(clippy::type_complexity)]
+fn check_bounds(
+    path: &str,
+    opts: &ConvertOptions,
+) -> Result<(Vec<(String, usize, usize)>, Vec<(String, usize)>), ConvertError> {
+    let err = |message: String| ConvertError::BoundedDims { path: path.to_string(), message };
+    let mut syms: Vec<(String, usize, usize)> = Vec::new();
+    let mut fixed = Vec::new();
+    for (i, (name, min, max)) in opts.bounds.iter().enumerate() {
+        if name.is_empty() {
+            return Err(err("a bounded dim has an empty name".into()));
+        }
+        if *min == 0 || min > max {
+            return Err(err(format!("`{name}`: the range {min}..={max} is empty or starts at 0 (1 <= MIN <= MAX)")));
+        }
+        if opts.bounds[..i].iter().any(|(n, _, _)| n == name) || opts.dims.iter().any(|(n, _)| n == name) {
+            return Err(err(format!("`{name}` is given more than once")));
+        }
+        if min == max {
+            fixed.push((name.clone(), *min));
+        } else {
+            syms.push((name.clone(), *min, *max));
+        }
+    }
+    if syms.len() > kestrel_rt_format::dims::MAX_SYMS {
+        return Err(err(format!("{} bounded dims: at most {}", syms.len(), kestrel_rt_format::dims::MAX_SYMS)));
+    }
+    if u32::try_from(syms.iter().map(|s| s.2).max().unwrap_or(0)).is_err() {
+        return Err(err("a bound past 2^32".into()));
+    }
+    Ok((syms, fixed))
+}
+
+/// [`crate::convert_with`] with [`ConvertOptions::bounds`] not empty.
+pub(crate) fn convert_bounded(
+    path: &Path,
+    opts: &ConvertOptions,
+    progress: &mut dyn Progress,
+    edit: impl FnOnce(&mut MetadataSpec),
+) -> Result<Conversion, ConvertError> {
+    let p = path.display().to_string();
+    let err = |message: String| ConvertError::BoundedDims { path: p.clone(), message };
+    if !opts.calibrate.is_empty() || opts.int8_attention {
+        return Err(err(
+            "--calibrate and --int8-attention with bounded dims are not supported yet: convert at a fixed size \
+             (--dim NAME=N) to calibrate"
+                .into(),
+        ));
+    }
+    let (syms, fixed) = check_bounds(&p, opts)?;
+    let mut dims = opts.dims.clone();
+    dims.extend(fixed);
+    let at = |point: &[usize]| -> ConvertOptions {
+        let mut d = dims.clone();
+        d.extend(syms.iter().zip(point).map(|((n, _, _), &v)| (n.clone(), v)));
+        ConvertOptions { dims: d, bounds: Vec::new(), ..opts.clone() }
+    };
+    let bound: Vec<usize> = syms.iter().map(|s| s.2).collect();
+    if syms.is_empty() {
+        return crate::convert_fixed(path, &at(&bound), progress, edit);
+    }
+
+    // Probe points: the lines, two joint points to fit, two to verify.
+    let mut fit_points: Vec<Vec<usize>> = Vec::new();
+    for (i, (_, min, max)) in syms.iter().enumerate() {
+        for v in line_points(*min, *max) {
+            let mut q = bound.clone();
+            q[i] = v;
+            fit_points.push(q);
+        }
+    }
+    for j in 0..2 {
+        fit_points.push(joint_point(j, &syms));
+    }
+    let mut ver_points: Vec<Vec<usize>> = (2..4).map(|j| joint_point(j, &syms)).collect();
+    fit_points.retain(|q| *q != bound);
+    dedup(&mut fit_points);
+    ver_points.retain(|q| *q != bound && !fit_points.contains(q));
+    dedup(&mut ver_points);
+    let total = 1 + fit_points.len() + ver_points.len();
+
+    let b_at = show(&syms, &bound);
+    let mut pr = Prefixed { inner: progress, prefix: format!("conversion 1/{total} (bound: {b_at}): ") };
+    let mut conv = crate::convert_fixed(path, &at(&bound), &mut pr, edit)?;
+    let base = Snap::of(&conv.kes).map_err(kestrel_rt::Error::from)?;
+    let ints = base.integers();
+    let bound_i: Vec<i64> = bound.iter().map(|&v| v as i64).collect();
+
+    // Each probe: converted, compared, its integers kept. A point where a symbol is 1 and the
+    // graph differs (tract drops axes of size 1) is kept apart, to run the file there.
+    let mut values: Vec<(Vec<i64>, Vec<i64>, bool)> = Vec::new();
+    let mut to_run: Vec<(String, Vec<u8>, Option<String>)> = Vec::new();
+    let probes: Vec<(Vec<usize>, bool)> =
+        fit_points.iter().map(|q| (q.clone(), false)).chain(ver_points.iter().map(|q| (q.clone(), true))).collect();
+    for (k, (point, verify)) in probes.iter().enumerate() {
+        let here = show(&syms, point);
+        let moved: Vec<&str> =
+            syms.iter().zip(point.iter().zip(&bound)).filter(|(_, (a, b))| a != b).map(|(s, _)| s.0.as_str()).collect();
+        let advice = |first: &str| {
+            let s = moved.first().copied().unwrap_or(first);
+            format!(
+                "one file cannot serve both sizes: fix the dim with --dim {s}=N, or narrow the range \
+                 (--dim {s}=MIN..MAX) to sizes where the graph is the same"
+            )
+        };
+        pr.prefix = format!("conversion {}/{total} ({here}): ", k + 2);
+        let (kes, _) = crate::convert_core(path, &at(point), &mut pr, |_| {}, false).map_err(|e| {
+            err(format!("converting at {here} (a probe of the bounded dims) failed: {e}; {}", advice("NAME")))
+        })?;
+        let snap = Snap::of(&kes).map_err(kestrel_rt::Error::from)?;
+        let at_one: Vec<&str> = syms
+            .iter()
+            .zip(point.iter().zip(&bound))
+            .filter(|(_, (a, b))| a != b && **a == 1)
+            .map(|(s, _)| s.0.as_str())
+            .collect();
+        match probe::compare(&base, &snap, &b_at, &here) {
+            Ok(()) => {}
+            Err(Diff::Structure(m) | Diff::Constant(m)) if !at_one.is_empty() => {
+                to_run.push((here, kes, Some(m)));
+                continue;
+            }
+            Err(Diff::Structure(m)) => {
+                return Err(err(format!(
+                    "the graph's structure changes with {}: {m}; {}",
+                    moved.join(", "),
+                    advice("")
+                )))
+            }
+            Err(Diff::Constant(m)) => {
+                return Err(err(format!(
+                    "{m}: a constant that depends on {} other than by its leading rows (a mask or a value \
+                     computed from the size, folded at conversion) is not supported yet; fix the dim with \
+                     --dim {}=N",
+                    moved.join(", "),
+                    moved.first().copied().unwrap_or("NAME")
+                )))
+            }
+        }
+        let got = snap.integers();
+        if got.len() != ints.len() || got.iter().zip(&ints).any(|(a, b)| a.0 != b.0) {
+            return Err(err(format!("the graph's integers differ in layout at {here} (a converter bug)")));
+        }
+        values.push((point.iter().map(|&v| v as i64).collect(), got.into_iter().map(|g| g.1).collect(), *verify));
+        if *verify {
+            to_run.push((here, kes, None));
+        }
+    }
+
+    // A binding for every integer that varies.
+    let names: Vec<String> = syms.iter().map(|s| s.0.clone()).collect();
+    let mut bindings = Vec::new();
+    for (j, &(target, b)) in ints.iter().enumerate() {
+        if values.iter().all(|(_, v, _)| v[j] == b) {
+            continue;
+        }
+        let observed = || {
+            std::iter::once((bound_i.clone(), b))
+                .chain(values.iter().map(|(q, v, _)| (q.clone(), v[j])))
+                .map(|(q, v)| format!("{} at {}", v, show(&syms, &q.iter().map(|&x| x as usize).collect::<Vec<_>>())))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let what = base.describe(target);
+        let samples: Vec<(Vec<i64>, i64)> = std::iter::once((bound_i.clone(), b))
+            .chain(values.iter().filter(|v| !v.2).map(|(q, v, _)| (q.clone(), v[j])))
+            .collect();
+        let e = fit::fit(&bound_i, &samples).map_err(|why| {
+            let why = match why {
+                fit::FitError::Inconsistent => "its values are not a function of the symbols it follows",
+                fit::FitError::NoFit => "no expression of the supported forms reproduces its values",
+                fit::FitError::Joint => "it changes only when several symbols move together",
+            };
+            err(format!("{what} varies with the bounded dims, but {why}: {}", observed()))
+        })?;
+        for (q, v, _) in values.iter().filter(|v| v.2) {
+            if e.eval(q) != Some(v[j]) {
+                return Err(err(format!(
+                    "{what}: the expression fitted to its values, {}, predicts {:?} at a verification point \
+                     where the conversion gives {}: {}",
+                    e.show(&names),
+                    e.eval(q),
+                    v[j],
+                    observed()
+                )));
+            }
+        }
+        let words = e
+            .words()
+            .filter(|w| kestrel_rt_format::Expr::new(w, syms.len()).is_ok())
+            .ok_or_else(|| err(format!("{what}: the expression {} is too large for the file", e.show(&names))))?;
+        bindings.push((target, words));
+    }
+
+    // Every symbol must be some input's dim alone: a run reads its value there.
+    for (i, (name, _, _)) in syms.iter().enumerate() {
+        let alone = [kestrel_rt_format::dims::opcode::SYM, i as u32];
+        if !bindings.iter().any(|(t, w)| matches!(t, Target::InputDim { .. }) && w[..] == alone[..]) {
+            return Err(err(format!(
+                "`{name}` is no input's dim alone (an input of several flattened axes, say): a run could not \
+                 tell its value from the inputs' shapes; fix it with --dim {name}=N"
+            )));
+        }
+    }
+
+    let spec =
+        DimsSpec { syms: syms.iter().map(|(n, min, max)| (n.clone(), *min as u32, *max as u32)).collect(), bindings };
+    let n_bindings = spec.bindings.len();
+    let kes = kestrel_rt_format::attach_dims(&conv.kes, &spec).map_err(kestrel_rt::Error::from)?;
+    let r = &mut conv.report;
+    r.kes_bytes = kes.len() as u64;
+    r.ratio = if r.onnx_bytes > 0 { kes.len() as f64 / r.onnx_bytes as f64 } else { 0.0 };
+    // The file at the points kept apart and at the verification points, against the
+    // conversion there.
+    for (here, probe_kes, differs) in &to_run {
+        pr.inner.stage(&format!("running the bounded file at {here} against the conversion there"), 0);
+        let diff = check::compare_runs(&kes, probe_kes);
+        match (diff, differs) {
+            (Ok(e), None) if e <= TOLERANCE => {}
+            (Ok(e), Some(m)) if e <= TOLERANCE => r.notices.push(format!(
+                "bounded dims: at {here} the conversion's graph differs from the bound's ({m}: axes of size 1 \
+                 simplified); the bounded file run there matches it (largest difference {e:.1e} of the largest \
+                 output)"
+            )),
+            (diff, differs) => {
+                let why = match diff {
+                    Ok(e) => format!("its outputs differ from the conversion at that size by {e:.1e} of the largest"),
+                    Err(e) => e,
+                };
+                let first = here.split('=').next().unwrap_or("NAME");
+                let graph = differs.as_ref().map_or(String::new(), |m| format!(" (the graph there differs: {m})"));
+                return Err(err(format!(
+                    "the bounded file at {here}{graph}: {why}; narrow the range to exclude it (--dim {first}=MIN..MAX) \
+                     or fix the dim with --dim {first}=N"
+                )));
+            }
+        }
+    }
+    r.bounded_dims = Some(crate::report::BoundedDims {
+        syms: syms
+            .iter()
+            .map(|(n, min, max)| crate::report::BoundedSym { name: n.clone(), min: *min, max: *max })
+            .collect(),
+        bindings: n_bindings,
+        probes: total - 1,
+    });
+    conv.kes = kes;
+    Ok(conv)
+}
+
+/// The largest difference between the bounded file and a probe's conversion, relative to the
+/// largest output magnitude (at least 1), taken as the same result.
+const TOLERANCE: f64 = 1e-3;
+
+fn dedup(points: &mut Vec<Vec<usize>>) {
+    let mut seen = Vec::new();
+    points.retain(|q| {
+        if seen.contains(q) {
+            false
+        } else {
+            seen.push(q.clone());
+            true
+        }
+    });
+}
