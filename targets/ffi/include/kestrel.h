@@ -377,6 +377,26 @@ typedef struct KestrelTensorInfo {
 } KestrelTensorInfo;
 
 /**
+ * A bounded dim of a model (format 2.0): a named size, such as a sequence length, that the
+ * model runs at any value in `min..=max` (`kestrel_model_dim_info`;
+ * `kestrel_session_set_input_shapes` picks the value for a session's runs).
+ */
+typedef struct KestrelDimInfo {
+  /**
+   * Name (NUL-terminated, valid while the model lives), e.g. "sequence".
+   */
+  const char *name;
+  /**
+   * Smallest value.
+   */
+  size_t min;
+  /**
+   * Largest value: the size `kestrel_model_input_info` reports and the memory is planned for.
+   */
+  size_t max;
+} KestrelDimInfo;
+
+/**
  * One node's time in the last profiled run.
  */
 typedef struct KestrelOpTiming {
@@ -741,6 +761,27 @@ enum KestrelStatus kestrel_model_output_info(const struct KestrelModel *model,
                                              struct KestrelTensorInfo *out);
 
 /**
+ * Number of bounded dims of the model (format 2.0 files; 0 for a model of fixed sizes): named
+ * sizes, such as a sequence length, that its inputs may take at any value within a range
+ * (`kestrel_model_dim_info`). `kestrel_model_input_info` reports the inputs at the largest
+ * values; `kestrel_session_set_input_shapes` runs a session at others.
+ *
+ * # Safety
+ * `out` must be NULL or valid for a write.
+ */
+enum KestrelStatus kestrel_model_dim_count(const struct KestrelModel *model, size_t *out);
+
+/**
+ * Name and range of bounded dim `index` (the file's order); `KESTREL_ERR_INDEX` past the last.
+ *
+ * # Safety
+ * `out` must be NULL or valid for a write.
+ */
+enum KestrelStatus kestrel_model_dim_info(const struct KestrelModel *model,
+                                          size_t index,
+                                          struct KestrelDimInfo *out);
+
+/**
  * Number of nodes in the graph (an upper bound on the profile entries of a run).
  *
  * # Safety
@@ -880,10 +921,68 @@ enum KestrelStatus kestrel_session_profile_entry(const struct KestrelSession *se
                                                  struct KestrelOpTiming *out);
 
 /**
+ * Sets the per-sample shapes of the inputs the following runs of `session` take, for a model
+ * with bounded dims (`kestrel_model_dim_count`): `ranks[i]` is input `i`'s per-sample rank (no
+ * batch axis) and `dims` holds every input's dims one after the other (`ranks[0]` dims of input
+ * 0, then input 1's...); `n_inputs` must be the model's input count. Each dim's value comes
+ * from the input axes that are that dim, within its range; axes of fixed size must keep it. The
+ * session then computes only that size, in the memory planned at the bound: nothing is
+ * allocated, and the same shapes again cost a comparison. `kestrel_session_input_info` and
+ * `kestrel_session_output_info` then give the shapes a run takes and writes (size the output
+ * buffers from them). A model of fixed sizes takes only its own shapes.
+ *
+ * Errors: `KESTREL_ERR_SHAPE` for a count other than the model's inputs, a rank other than the
+ * input's, a fixed axis that differs, a dim outside its range, two inputs disagreeing on one
+ * dim, or sizes the graph cannot take; `kestrel_last_error` names the input, the dim and its
+ * range ("input 0 (tokens) axis 0: dim `sequence` = 300 is outside its range 1..=128"). The
+ * session is then back at the bound (the shapes `kestrel_model_input_info` reports) and runs
+ * as before. A GPU session (`KESTREL_BACKEND_WGPU`) runs only at the bound for now: other sizes
+ * are `KESTREL_ERR_UNSUPPORTED` (after the same checks), the session stays at the bound; use a
+ * CPU session for them. `KESTREL_ERR_BUSY` while another thread runs the session. NULL `ranks`
+ * (with `n_inputs` > 0) or NULL `dims` (with any rank > 0): `KESTREL_ERR_NULL_POINTER`.
+ *
+ * # Safety
+ * `ranks` must be NULL or valid for `n_inputs` reads, `dims` NULL or valid for the sum of the
+ * ranks' reads.
+ */
+enum KestrelStatus kestrel_session_set_input_shapes(struct KestrelSession *session,
+                                                    const size_t *dims,
+                                                    const size_t *ranks,
+                                                    size_t n_inputs);
+
+/**
+ * Name, dtype and per-sample shape of graph input `index` at the session's current sizes (set
+ * by `kestrel_session_set_input_shapes`; the model's, `kestrel_model_input_info`, until then):
+ * what `kestrel_session_run` takes. The name is valid while the session lives.
+ * `KESTREL_ERR_BUSY` while another thread runs the session.
+ *
+ * # Safety
+ * `out` must be NULL or valid for a write.
+ */
+enum KestrelStatus kestrel_session_input_info(const struct KestrelSession *session,
+                                              size_t index,
+                                              struct KestrelTensorInfo *out);
+
+/**
+ * Name, dtype (F32) and per-sample shape of graph output `index` at the session's current
+ * sizes: what `kestrel_session_run` writes (a buffer of `batch` times the product of `dims`
+ * floats). The name is valid while the session lives. `KESTREL_ERR_BUSY` while another thread
+ * runs the session.
+ *
+ * # Safety
+ * `out` must be NULL or valid for a write.
+ */
+enum KestrelStatus kestrel_session_output_info(const struct KestrelSession *session,
+                                               size_t index,
+                                               struct KestrelTensorInfo *out);
+
+/**
  * Runs a batch. `inputs[i]` must match graph input `i` (`[batch, per-sample dims...]`, its
  * dtype; token-id inputs take I32 or I64), every input the same batch (1..=capacity); `outputs[i]`
- * has graph output `i`'s shape with that batch. Output buffers may not overlap each other or the
- * inputs. `*batch_out` (if not NULL) receives the batch.
+ * has graph output `i`'s shape with that batch. The per-sample shapes are the session's current
+ * ones (`kestrel_session_input_info` / `kestrel_session_output_info`): the model's own, or for
+ * a model with bounded dims those `kestrel_session_set_input_shapes` set. Output buffers may
+ * not overlap each other or the inputs. `*batch_out` (if not NULL) receives the batch.
  *
  * **Zero copy, no allocation.** Inputs are read where the caller keeps them and outputs are
  * written straight into the caller's buffers (no staging copy on the CPU); a CPU session's run

@@ -101,6 +101,18 @@ pub struct TensorDesc {
     pub shape: Vec<usize>,
 }
 
+/// A bounded dim of a format 2.0 model: a named size the model runs at any value in
+/// `min..=max` (`KestrelDimInfo`).
+#[derive(Clone, Debug)]
+pub struct DimDesc {
+    /// The symbol's name (the ONNX export's `dim_param`, e.g. `sequence`).
+    pub name: CString,
+    /// Smallest value.
+    pub min: usize,
+    /// Largest value (the size the file's graph and memory plan are at).
+    pub max: usize,
+}
+
 impl TensorDesc {
     /// Elements per sample.
     pub fn numel(&self) -> usize {
@@ -122,6 +134,8 @@ pub struct LoadedModel {
     labels: Vec<CString>,
     inputs: Vec<TensorDesc>,
     outputs: Vec<TensorDesc>,
+    /// The bounded dims (format 2.0), in the file's order; empty for a model of fixed sizes.
+    dims: Vec<DimDesc>,
     op_names: Vec<CString>,
     /// The model read as an image classifier (its preprocessing, classes), or why it is not one.
     classifier: Result<Classifier, PrepError>,
@@ -358,6 +372,13 @@ impl LoadedModel {
                 shape: t.shape.dims().iter().map(|&d| d as usize).collect(),
             });
         }
+        let mut dims = Vec::new();
+        if let Some(d) = cpu.file().dims() {
+            for i in 0..d.sym_count() {
+                let s = d.sym(i)?;
+                dims.push(DimDesc { name: cstr(s.name, "dim name")?, min: s.min as usize, max: s.max as usize });
+            }
+        }
         let op_names = cpu.file().ops().map(|op| cstr(op?.name(), "op name")).collect::<Result<Vec<_>, _>>()?;
         let table = kestrel_rt_cpu::Table::new(&cpu)?;
         let classifier = Classifier::of(&cpu);
@@ -368,7 +389,21 @@ impl LoadedModel {
             _ => Vec::new(),
         };
         let scratch = Mutex::new(Scratch::new());
-        Ok(Self { cpu, table, name, task, labels, inputs, outputs, op_names, classifier, index_names, scratch, owner })
+        Ok(Self {
+            cpu,
+            table,
+            name,
+            task,
+            labels,
+            inputs,
+            outputs,
+            dims,
+            op_names,
+            classifier,
+            index_names,
+            scratch,
+            owner,
+        })
     }
 
     /// The validated CPU model.
@@ -399,6 +434,11 @@ impl LoadedModel {
     /// The graph outputs.
     pub fn outputs(&self) -> &[TensorDesc] {
         &self.outputs
+    }
+
+    /// The bounded dims (format 2.0), in the file's order; empty for a model of fixed sizes.
+    pub fn dims(&self) -> &[DimDesc] {
+        &self.dims
     }
 
     /// Number of nodes.
@@ -479,6 +519,14 @@ fn nanos(d: std::time::Duration) -> u64 {
 /// A model bound to a backend for batches up to a capacity: an owned CPU arena, or a GPU session
 /// with its buffers.
 pub struct SessionCore {
+    /// The session's own decoded table, for a model with bounded dims: set to the sizes of
+    /// [`set_input_shapes`](Self::set_input_shapes), so sessions of one model run different
+    /// sizes independently (`None`: a model of fixed sizes, run with the model's shared table).
+    /// Borrows the model's bytes: declared before `model` so it is dropped first.
+    table: Option<Box<kestrel_rt_cpu::Table<'static>>>,
+    /// The inputs and outputs at the session's current sizes (the model's until shapes are set).
+    inputs: Vec<TensorDesc>,
+    outputs: Vec<TensorDesc>,
     model: Arc<LoadedModel>,
     engine: Engine,
     capacity: usize,
@@ -585,7 +633,16 @@ impl SessionCore {
             _ => return Err(FfiError::new(Status::KESTREL_ERR_INTERNAL, "a GPU session in a library without wgpu")),
         };
         let timings = Vec::with_capacity(model.op_count());
+        // A model with bounded dims gets a table of its own (about 100 bytes per tensor and 64
+        // per op), so that setting this session's sizes never touches another session's.
+        let table = match model.dims.is_empty() {
+            true => None,
+            false => Some(Box::new(kestrel_rt_cpu::Table::new(&model.cpu)?)),
+        };
         Ok(Self {
+            table,
+            inputs: model.inputs.clone(),
+            outputs: model.outputs.clone(),
             model,
             engine,
             capacity,
@@ -619,6 +676,80 @@ impl SessionCore {
     /// Batch capacity.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// The graph inputs at the session's current sizes ([`set_input_shapes`](Self::set_input_shapes);
+    /// the model's own until then): what [`run`](Self::run) takes.
+    pub fn inputs(&self) -> &[TensorDesc] {
+        &self.inputs
+    }
+
+    /// The graph outputs at the session's current sizes: what [`run`](Self::run) writes.
+    pub fn outputs(&self) -> &[TensorDesc] {
+        &self.outputs
+    }
+
+    /// Sets the per-sample shapes (graph input order, no batch axis) of the inputs the next runs
+    /// take, for a model with bounded dims (format 2.0): each dim's value comes from the input
+    /// axes that are that dim, within its range, and the session then computes only that size,
+    /// in the memory planned at the bound (nothing allocated; the same shapes again cost a
+    /// comparison). A model of fixed sizes takes only its own shapes. Errors are
+    /// `KESTREL_ERR_SHAPE` naming the dim, its range and the input (a count of shapes other than
+    /// the model's inputs, a rank, a fixed axis, a value out of range, two inputs disagreeing on
+    /// one dim, or a size the graph cannot take); the session is then back at the bound (the
+    /// model's own shapes). A GPU session runs only at the bound for now: other sizes are
+    /// `KESTREL_ERR_UNSUPPORTED` (after the same checks) and leave it at the bound.
+    pub fn set_input_shapes(&mut self, shapes: &[&[usize]]) -> Result<(), FfiError> {
+        let Some(table) = self.table.as_deref_mut() else {
+            // A model of fixed sizes: only its own shapes.
+            return fixed_shapes(&self.model.inputs, shapes).map_err(|e| dims_error(&self.model, e));
+        };
+        if let Err(e) = kestrel_rt_cpu::dims::specialise(&self.model.cpu, table, shapes) {
+            // Back at the bound, whatever the error (the runtime leaves the table as it was when
+            // the shapes are refused before any is applied).
+            let reset = table.reset(self.model.cpu.core());
+            self.refresh_shapes();
+            reset?;
+            return Err(dims_error(&self.model, e));
+        }
+        self.refresh_shapes();
+        if matches!(self.engine, Engine::Cpu { .. })
+            || self.inputs.iter().zip(&self.model.inputs).all(|(a, b)| a.shape == b.shape)
+        {
+            return Ok(());
+        }
+        // A GPU session: the wgpu backend runs the graph at the bound only.
+        if let Some(table) = self.table.as_deref_mut() {
+            table.reset(self.model.cpu.core()).map_err(FfiError::from)?;
+        }
+        self.refresh_shapes();
+        Err(FfiError::new(
+            Status::KESTREL_ERR_UNSUPPORTED,
+            format!(
+                "input shapes {}: a GPU session runs this model only at its bound ({}); make a CPU session \
+                 (KESTREL_BACKEND_CPU) to run other sizes within its bounded dims",
+                shapes_text(shapes),
+                shapes_text(&self.model.inputs.iter().map(|d| d.shape.as_slice()).collect::<Vec<_>>()),
+            ),
+        ))
+    }
+
+    /// Copies the table's current input and output shapes into `inputs` and `outputs` (in place:
+    /// the ranks never change, so nothing is allocated).
+    fn refresh_shapes(&mut self) {
+        let Some(table) = self.table.as_deref() else { return };
+        let file = self.model.cpu.file();
+        let fill = |descs: &mut [TensorDesc], ids: kestrel_rt_format::TensorIds<'_>| {
+            for (i, d) in descs.iter_mut().enumerate() {
+                if let Some(shape) = ids.get(i).and_then(|id| table.tensor_shape(id)) {
+                    for (o, &v) in d.shape.iter_mut().zip(shape.dims()) {
+                        *o = v as usize;
+                    }
+                }
+            }
+        };
+        fill(&mut self.inputs, file.inputs());
+        fill(&mut self.outputs, file.outputs());
     }
 
     /// Whether the session's dot-product kernels compute in f16 (a GPU session made with
@@ -737,8 +868,9 @@ impl SessionCore {
         self.wall_nanos = 0;
         match &mut self.engine {
             Engine::Cpu { arena } => {
-                let mut session = kestrel_rt_cpu::Session::new(self.model.cpu(), arena, self.capacity)?
-                    .with_table(&self.model.table)?;
+                let table = self.table.as_deref().unwrap_or(&self.model.table);
+                let mut session =
+                    kestrel_rt_cpu::Session::new(&self.model.cpu, arena, self.capacity)?.with_table(table)?;
                 if !self.profiling {
                     return Ok(session.run(inputs, outputs)?);
                 }
@@ -783,4 +915,67 @@ impl SessionCore {
             }
         }
     }
+}
+
+/// The checks of [`kestrel_rt_cpu::dims::specialise`] for a model without bounded dims (which
+/// takes only its own shapes), without a table to write.
+fn fixed_shapes(inputs: &[TensorDesc], shapes: &[&[usize]]) -> Result<(), kestrel_rt_cpu::RunError> {
+    use kestrel_rt_cpu::RunError as R;
+    if shapes.len() != inputs.len() {
+        return Err(R::Arity { what: "input shapes", expected: inputs.len(), found: shapes.len() });
+    }
+    for (input, (d, s)) in inputs.iter().zip(shapes).enumerate() {
+        if d.shape.len() != s.len() {
+            return Err(R::InputRank { input, expected: d.shape.len(), found: s.len() });
+        }
+        if let Some(axis) = d.shape.iter().zip(s.iter()).position(|(e, f)| e != f) {
+            return Err(R::InputShape { input, axis, expected: d.shape[axis], found: s[axis] });
+        }
+    }
+    Ok(())
+}
+
+fn shapes_text(shapes: &[&[usize]]) -> String {
+    let one = |s: &[usize]| format!("[{}]", s.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", "));
+    shapes.iter().map(|s| one(s)).collect::<Vec<_>>().join(", ")
+}
+
+/// A shape error of [`SessionCore::set_input_shapes`] in the model's own names (the input's and
+/// the dim's), `KESTREL_ERR_SHAPE`.
+fn dims_error(model: &LoadedModel, e: kestrel_rt_cpu::RunError) -> FfiError {
+    use kestrel_rt_cpu::RunError as R;
+    let input = |i: usize| {
+        model
+            .inputs
+            .get(i)
+            .map_or_else(|| format!("input {i}"), |d| format!("input {i} ({})", d.name.to_string_lossy()))
+    };
+    let dim = |s: u32| {
+        model
+            .dims
+            .get(s as usize)
+            .map_or_else(|| format!("dim #{s}"), |d| format!("dim `{}`", d.name.to_string_lossy()))
+    };
+    let message = match &e {
+        R::DimOutOfRange { input: i, axis, sym, value, min, max } => {
+            format!("{} axis {axis}: {} = {value} is outside its range {min}..={max}", input(*i), dim(*sym))
+        }
+        R::DimMismatch { sym, input: i, axis, found, first_input, first_axis, expected } => format!(
+            "{} axis {axis} gives {} = {found}, but {} axis {first_axis} gave {expected}",
+            input(*i),
+            dim(*sym),
+            input(*first_input)
+        ),
+        R::InputShape { input: i, axis, expected, found } => {
+            format!("{} axis {axis}: the model takes {expected} there (a fixed size), got {found}", input(*i))
+        }
+        R::InputRank { input: i, expected, found } => {
+            format!("{}: expected a per-sample shape of rank {expected} (no batch axis), got rank {found}", input(*i))
+        }
+        R::Arity { expected, found, .. } => {
+            format!("expected {expected} input shapes (one per graph input), got {found}")
+        }
+        _ => return FfiError::from(e),
+    };
+    FfiError::new(crate::error::FfiError::from(e).status, message)
 }

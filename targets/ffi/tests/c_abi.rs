@@ -52,6 +52,12 @@ fn program() -> &'static (PathBuf, PathBuf) {
         ] {
             std::fs::copy(root.join(from), tmp.join(to)).expect("copying a model for the C test");
         }
+        // The bounded-dims checks (`test_bounded_dims`): the committed format 2.0 fixture and the
+        // graphs built at two fixed lengths (tests/bounded_dims.rs keeps them current).
+        for name in ["bounded_dims.kes", "bounded_dims_fixed_t5.kes", "bounded_dims_fixed_t12.kes"] {
+            let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name);
+            std::fs::copy(from, tmp.join(name)).expect("copying a bounded-dims fixture for the C test");
+        }
         let exe = tmp.join(if cfg!(feature = "wgpu") { "test_kestrel" } else { "test_kestrel_cpu_only" });
         compile(&fixtures::artifact_dir().join("libkestrel_ffi.a"), &exe);
         (tmp, exe)

@@ -168,6 +168,19 @@ pub struct KestrelTensorInfo {
     pub dims: [usize; KESTREL_MAX_RANK],
 }
 
+/// A bounded dim of a model (format 2.0): a named size, such as a sequence length, that the
+/// model runs at any value in `min..=max` (`kestrel_model_dim_info`;
+/// `kestrel_session_set_input_shapes` picks the value for a session's runs).
+#[repr(C)]
+pub struct KestrelDimInfo {
+    /// Name (NUL-terminated, valid while the model lives), e.g. "sequence".
+    pub name: *const c_char,
+    /// Smallest value.
+    pub min: usize,
+    /// Largest value: the size `kestrel_model_input_info` reports and the memory is planned for.
+    pub max: usize,
+}
+
 /// One node's time in the last profiled run.
 #[repr(C)]
 pub struct KestrelOpTiming {

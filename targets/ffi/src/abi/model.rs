@@ -1,6 +1,6 @@
 //! Loading models and reading their metadata: `kestrel_model_*`.
 
-use super::{clear, err, model_get, nth, put, KestrelTensorInfo, KESTREL_MAX_RANK};
+use super::{clear, err, model_get, nth, put, KestrelDimInfo, KestrelTensorInfo, KESTREL_MAX_RANK};
 use crate::core::{LoadedModel, TensorDesc};
 use crate::error::guard;
 use crate::handles::{self, KestrelModel};
@@ -259,7 +259,7 @@ pub unsafe extern "C" fn kestrel_model_output_count(model: *const KestrelModel, 
     unsafe { model_get(model, "kestrel_model_output_count", out, |m| Ok(m.outputs().len())) }
 }
 
-fn info(d: &TensorDesc) -> KestrelTensorInfo {
+pub(crate) fn info(d: &TensorDesc) -> KestrelTensorInfo {
     let mut dims = [0usize; KESTREL_MAX_RANK];
     for (o, &i) in dims.iter_mut().zip(&d.shape) {
         *o = i;
@@ -297,6 +297,38 @@ pub unsafe extern "C" fn kestrel_model_output_info(
     unsafe {
         model_get(model, "kestrel_model_output_info", out, |m| {
             Ok(info(nth(m.outputs(), index, "output", "the model")?))
+        })
+    }
+}
+
+/// Number of bounded dims of the model (format 2.0 files; 0 for a model of fixed sizes): named
+/// sizes, such as a sequence length, that its inputs may take at any value within a range
+/// (`kestrel_model_dim_info`). `kestrel_model_input_info` reports the inputs at the largest
+/// values; `kestrel_session_set_input_shapes` runs a session at others.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_model_dim_count(model: *const KestrelModel, out: *mut usize) -> Status {
+    // SAFETY: the caller's contract on `out`.
+    unsafe { model_get(model, "kestrel_model_dim_count", out, |m| Ok(m.dims().len())) }
+}
+
+/// Name and range of bounded dim `index` (the file's order); `KESTREL_ERR_INDEX` past the last.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_model_dim_info(
+    model: *const KestrelModel,
+    index: usize,
+    out: *mut KestrelDimInfo,
+) -> Status {
+    // SAFETY: the caller's contract on `out`.
+    unsafe {
+        model_get(model, "kestrel_model_dim_info", out, |m| {
+            let d = nth(m.dims(), index, "dim", "the model")?;
+            Ok(KestrelDimInfo { name: d.name.as_ptr(), min: d.min, max: d.max })
         })
     }
 }

@@ -1,7 +1,8 @@
 //! Sessions, runs and profiles: `kestrel_session_*`.
 
 use super::{
-    clear, err, nth, put, session_fact, session_get, KestrelGpuPrecision, KestrelOpTiming, KestrelOutput, KestrelTensor,
+    clear, err, nth, put, session_fact, session_get, KestrelGpuPrecision, KestrelOpTiming, KestrelOutput,
+    KestrelTensor, KestrelTensorInfo, KESTREL_MAX_RANK,
 };
 use crate::codes;
 use crate::core::{DType, FfiError, SessionCore, TensorDesc};
@@ -193,6 +194,106 @@ pub unsafe extern "C" fn kestrel_session_profile_entry(
     }
 }
 
+/// Sets the per-sample shapes of the inputs the following runs of `session` take, for a model
+/// with bounded dims (`kestrel_model_dim_count`): `ranks[i]` is input `i`'s per-sample rank (no
+/// batch axis) and `dims` holds every input's dims one after the other (`ranks[0]` dims of input
+/// 0, then input 1's...); `n_inputs` must be the model's input count. Each dim's value comes
+/// from the input axes that are that dim, within its range; axes of fixed size must keep it. The
+/// session then computes only that size, in the memory planned at the bound: nothing is
+/// allocated, and the same shapes again cost a comparison. `kestrel_session_input_info` and
+/// `kestrel_session_output_info` then give the shapes a run takes and writes (size the output
+/// buffers from them). A model of fixed sizes takes only its own shapes.
+///
+/// Errors: `KESTREL_ERR_SHAPE` for a count other than the model's inputs, a rank other than the
+/// input's, a fixed axis that differs, a dim outside its range, two inputs disagreeing on one
+/// dim, or sizes the graph cannot take; `kestrel_last_error` names the input, the dim and its
+/// range ("input 0 (tokens) axis 0: dim `sequence` = 300 is outside its range 1..=128"). The
+/// session is then back at the bound (the shapes `kestrel_model_input_info` reports) and runs
+/// as before. A GPU session (`KESTREL_BACKEND_WGPU`) runs only at the bound for now: other sizes
+/// are `KESTREL_ERR_UNSUPPORTED` (after the same checks), the session stays at the bound; use a
+/// CPU session for them. `KESTREL_ERR_BUSY` while another thread runs the session. NULL `ranks`
+/// (with `n_inputs` > 0) or NULL `dims` (with any rank > 0): `KESTREL_ERR_NULL_POINTER`.
+///
+/// # Safety
+/// `ranks` must be NULL or valid for `n_inputs` reads, `dims` NULL or valid for the sum of the
+/// ranks' reads.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_session_set_input_shapes(
+    session: *mut KestrelSession,
+    dims: *const usize,
+    ranks: *const usize,
+    n_inputs: usize,
+) -> Status {
+    guard(|| {
+        let s = handles::session(session, "kestrel_session_set_input_shapes")?;
+        let mut core = s.lock()?;
+        let n_model = core.inputs().len();
+        // SAFETY: caller contract.
+        let ranks = unsafe { arg_slice(ranks, n_inputs, n_model, "ranks (one per input)")? };
+        let mut total = 0usize;
+        for (i, &r) in ranks.iter().enumerate() {
+            if r > KESTREL_MAX_RANK {
+                return Err(err(
+                    Status::KESTREL_ERR_SHAPE,
+                    format!("input {i}: rank {r} is above KESTREL_MAX_RANK ({KESTREL_MAX_RANK})"),
+                ));
+            }
+            total += r; // at most KESTREL_MAX_RANK per input, for the model's few inputs
+        }
+        // SAFETY: caller contract (`total` reads).
+        let dims = unsafe { arg_slice(dims, total, total, "dims")? };
+        let mut shapes = List::<&[usize], FEW>::new(ranks.len(), Default::default)?;
+        let mut at = 0;
+        for &r in ranks {
+            shapes.push(&dims[at..at + r]);
+            at += r;
+        }
+        core.set_input_shapes(shapes.as_slice())
+    })
+}
+
+/// Name, dtype and per-sample shape of graph input `index` at the session's current sizes (set
+/// by `kestrel_session_set_input_shapes`; the model's, `kestrel_model_input_info`, until then):
+/// what `kestrel_session_run` takes. The name is valid while the session lives.
+/// `KESTREL_ERR_BUSY` while another thread runs the session.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_session_input_info(
+    session: *const KestrelSession,
+    index: usize,
+    out: *mut KestrelTensorInfo,
+) -> Status {
+    // SAFETY: the caller's contract on `out`.
+    unsafe {
+        session_get(session, "kestrel_session_input_info", out, |s| {
+            Ok(super::model::info(nth(s.inputs(), index, "input", "the model")?))
+        })
+    }
+}
+
+/// Name, dtype (F32) and per-sample shape of graph output `index` at the session's current
+/// sizes: what `kestrel_session_run` writes (a buffer of `batch` times the product of `dims`
+/// floats). The name is valid while the session lives. `KESTREL_ERR_BUSY` while another thread
+/// runs the session.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kestrel_session_output_info(
+    session: *const KestrelSession,
+    index: usize,
+    out: *mut KestrelTensorInfo,
+) -> Status {
+    // SAFETY: the caller's contract on `out`.
+    unsafe {
+        session_get(session, "kestrel_session_output_info", out, |s| {
+            Ok(super::model::info(nth(s.outputs(), index, "output", "the model")?))
+        })
+    }
+}
+
 /// A checked view of one caller tensor: its batch, element count and byte range.
 struct Checked {
     batch: usize,
@@ -219,10 +320,15 @@ unsafe fn check_tensor(
     dtype: DType,
     raw: Raw,
     capacity: usize,
+    bounded: bool,
 ) -> Result<Checked, FfiError> {
     let Raw { data, shape, rank } = raw;
     let name = desc.name.to_string_lossy();
-    let expected = || format!("[batch 1..={capacity}, {}]", join(&desc.shape));
+    let expected = || {
+        let hint =
+            if bounded { " (the session's current sizes: kestrel_session_set_input_shapes sets them)" } else { "" };
+        format!("[batch 1..={capacity}, {}]{hint}", join(&desc.shape))
+    };
     if rank != desc.shape.len() + 1 {
         return Err(err(
             Status::KESTREL_ERR_SHAPE,
@@ -343,8 +449,10 @@ impl<T, const N: usize> List<T, N> {
 
 /// Runs a batch. `inputs[i]` must match graph input `i` (`[batch, per-sample dims...]`, its
 /// dtype; token-id inputs take I32 or I64), every input the same batch (1..=capacity); `outputs[i]`
-/// has graph output `i`'s shape with that batch. Output buffers may not overlap each other or the
-/// inputs. `*batch_out` (if not NULL) receives the batch.
+/// has graph output `i`'s shape with that batch. The per-sample shapes are the session's current
+/// ones (`kestrel_session_input_info` / `kestrel_session_output_info`): the model's own, or for
+/// a model with bounded dims those `kestrel_session_set_input_shapes` set. Output buffers may
+/// not overlap each other or the inputs. `*batch_out` (if not NULL) receives the batch.
 ///
 /// **Zero copy, no allocation.** Inputs are read where the caller keeps them and outputs are
 /// written straight into the caller's buffers (no staging copy on the CPU); a CPU session's run
@@ -377,17 +485,17 @@ pub unsafe extern "C" fn kestrel_session_run(
             return Err(err(Status::KESTREL_ERR_MISALIGNED, format!("batch_out {batch_out:p} is misaligned")));
         }
         let mut core = s.lock()?;
-        let model = core.model().clone();
         let cap = core.capacity();
+        let bounded = !core.model().dims().is_empty();
         // SAFETY: caller contract.
-        let ins = unsafe { arg_slice(inputs, n_inputs, model.inputs().len(), "inputs")? };
+        let ins = unsafe { arg_slice(inputs, n_inputs, core.inputs().len(), "inputs")? };
         // SAFETY: caller contract.
-        let outs = unsafe { arg_slice(outputs, n_outputs, model.outputs().len(), "outputs")? };
+        let outs = unsafe { arg_slice(outputs, n_outputs, core.outputs().len(), "outputs")? };
         // Slice descriptors on the stack (no allocation per run) up to `FEW` inputs and outputs.
         let mut views = List::<Input<'_>, FEW>::new(ins.len(), || Input::F32(&[]))?;
         let mut ranges = List::<(usize, usize), { 2 * FEW }>::new(ins.len() + outs.len(), || (0, 0))?;
         let mut batch = 0;
-        for (i, (t, d)) in ins.iter().zip(model.inputs()).enumerate() {
+        for (i, (t, d)) in ins.iter().zip(core.inputs()).enumerate() {
             let dtype = DType::from_code(t.dtype)?;
             let ok = matches!((d.dtype, dtype), (DType::F32, DType::F32) | (DType::I32, DType::I32 | DType::I64));
             if !ok {
@@ -398,8 +506,9 @@ pub unsafe extern "C" fn kestrel_session_run(
                 ));
             }
             // SAFETY: caller contract.
-            let c =
-                unsafe { check_tensor("input", i, d, dtype, Raw { data: t.data, shape: t.shape, rank: t.rank }, cap)? };
+            let c = unsafe {
+                check_tensor("input", i, d, dtype, Raw { data: t.data, shape: t.shape, rank: t.rank }, cap, bounded)?
+            };
             if i == 0 {
                 batch = c.batch;
             } else if c.batch != batch {
@@ -420,7 +529,7 @@ pub unsafe extern "C" fn kestrel_session_run(
             ranges.push((c.start, c.end));
         }
         let mut out_views = List::<&mut [f32], FEW>::new(outs.len(), Default::default)?;
-        for (i, (t, d)) in outs.iter().zip(model.outputs()).enumerate() {
+        for (i, (t, d)) in outs.iter().zip(core.outputs()).enumerate() {
             // SAFETY: caller contract.
             let c = unsafe {
                 check_tensor(
@@ -430,6 +539,7 @@ pub unsafe extern "C" fn kestrel_session_run(
                     DType::F32,
                     Raw { data: t.data.cast(), shape: t.shape, rank: t.rank },
                     cap,
+                    bounded,
                 )?
             };
             if !ins.is_empty() && c.batch != batch {

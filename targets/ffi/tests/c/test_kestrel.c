@@ -16,7 +16,8 @@
  * DIR holds image.kes (float input [4, 1, 64, 64] -> [4, 10]) with image_input.bin and
  * image_expected.bin, and text.kes (i64 token ids [4, 32] -> [4, 2]) with text_input.bin and
  * text_expected.bin (raw little-endian arrays), and classifier.kes (the bundled Fashion-MNIST model,
- * with image preprocessing) and bare.kes (the firmware's model, without) for test_classify.
+ * with image preprocessing) and bare.kes (the firmware's model, without) for test_classify, and
+ * bounded_dims.kes with bounded_dims_fixed_t5.kes and _t12.kes (tests/data/) for test_bounded_dims.
  */
 #include "kestrel.h"
 
@@ -861,6 +862,132 @@ static void test_classify(const char *dir) {
     REQUIRE_OK(kestrel_model_free(model));
 }
 
+/* Bounded dims (format 2.0) on `backend`: DIR/bounded_dims.kes takes x [sequence, 8] with
+ * `sequence` in 2..=16 and outputs probs [2, sequence - 1, 4] and mean [2, 4]; run at several
+ * lengths (output buffers sized from kestrel_session_output_info) it must match the graph built at
+ * that length (bounded_dims_fixed_t5.kes, _t12.kes, on the CPU). Bad shapes are KESTREL_ERR_SHAPE
+ * naming the dim and its range and leave the session at the bound. A GPU session either runs the
+ * lengths too or refuses them with KESTREL_ERR_UNSUPPORTED (the wgpu backend without bounded dims),
+ * staying at the bound. */
+static size_t numel_of(const KestrelTensorInfo *t) {
+    size_t n = 1;
+    for (size_t i = 0; i < t->rank; i++) n *= t->dims[i];
+    return n;
+}
+
+/* Runs `s` at batch 2 on x (2 x T x 8 floats) into freshly allocated outputs sized from the
+ * session's current shapes; returns the status, the outputs in y[0], y[1] (caller frees). */
+static KestrelStatus run_bounded(KestrelSession *s, const float *x, float *y[2], size_t n[2]) {
+    KestrelTensorInfo in, out[2];
+    REQUIRE_OK(kestrel_session_input_info(s, 0, &in));
+    size_t xs[3] = {2, in.dims[0], in.dims[1]};
+    size_t ys[2][4];
+    KestrelOutput o[2];
+    for (size_t i = 0; i < 2; i++) {
+        REQUIRE_OK(kestrel_session_output_info(s, i, &out[i]));
+        ys[i][0] = 2;
+        for (size_t d = 0; d < out[i].rank; d++) ys[i][d + 1] = out[i].dims[d];
+        n[i] = 2 * numel_of(&out[i]);
+        y[i] = malloc(n[i] * sizeof(float));
+        for (size_t k = 0; k < n[i]; k++) y[i][k] = NAN;
+        o[i].data = y[i];
+        o[i].shape = ys[i];
+        o[i].rank = out[i].rank + 1;
+    }
+    KestrelTensor t = {KESTREL_DTYPE_F32, x, xs, 3};
+    return kestrel_session_run(s, &t, 1, o, 2, NULL);
+}
+
+static void test_bounded_dims(const char *dir, uint32_t backend) {
+    int gpu = backend == KESTREL_BACKEND_WGPU;
+    char *path = join(dir, "bounded_dims.kes");
+    KestrelModel *model = NULL;
+    REQUIRE_OK(kestrel_model_load_path(path, &model));
+    free(path);
+    size_t n_dims = 0;
+    REQUIRE_OK(kestrel_model_dim_count(model, &n_dims));
+    KestrelDimInfo dim = {NULL, 0, 0};
+    REQUIRE_OK(kestrel_model_dim_info(model, 0, &dim));
+    CHECK(n_dims == 1 && strcmp(dim.name, "sequence") == 0 && dim.min == 2 && dim.max == 16,
+          "dims: %zu, %s %zu..=%zu", n_dims, dim.name, dim.min, dim.max);
+    EXPECT_STATUS(kestrel_model_dim_info(model, 1, &dim), KESTREL_ERR_INDEX);
+    EXPECT_STATUS(kestrel_model_dim_info(model, 0, NULL), KESTREL_ERR_NULL_POINTER);
+    EXPECT_STATUS(kestrel_model_dim_count(NULL, &n_dims), KESTREL_ERR_NULL_POINTER);
+    KestrelSession *s = NULL;
+    KestrelStatus st = kestrel_session_new(model, backend, 2, &s);
+    if (gpu && st == KESTREL_ERR_UNSUPPORTED) {
+        printf("bounded dims on the GPU: skipped, the session is refused (%s)\n", kestrel_last_error());
+        REQUIRE_OK(kestrel_model_free(model));
+        return;
+    }
+    REQUIRE_OK(st);
+    KestrelTensorInfo in;
+    REQUIRE_OK(kestrel_session_input_info(s, 0, &in));
+    CHECK(in.rank == 2 && in.dims[0] == 16 && in.dims[1] == 8, "at the bound until set: [%zu, %zu]", in.dims[0],
+          in.dims[1]);
+    const size_t lengths[3] = {5, 12, 16};
+    int refused = 0;
+    for (int k = 0; k < 3; k++) {
+        size_t T = lengths[k], ranks[1] = {2}, dims[2] = {T, 8};
+        st = kestrel_session_set_input_shapes(s, dims, ranks, 1);
+        if (gpu && st == KESTREL_ERR_UNSUPPORTED && T != 16) {
+            CHECK(strstr(kestrel_last_error(), "GPU") != NULL, "GPU refusal says why: %s", kestrel_last_error());
+            REQUIRE_OK(kestrel_session_input_info(s, 0, &in));
+            CHECK(in.dims[0] == 16, "a refused GPU session stays at the bound (%zu)", in.dims[0]);
+            refused++;
+            continue;
+        }
+        CHECK(st == KESTREL_OK, "set_input_shapes at T = %zu: %s", T, kestrel_status_name(st));
+        REQUIRE_OK(kestrel_session_input_info(s, 0, &in));
+        CHECK(in.dims[0] == T, "input shape at T = %zu: %zu", T, in.dims[0]);
+        float *x = malloc(2 * T * 8 * sizeof(float));
+        for (size_t i = 0; i < 2 * T * 8; i++) x[i] = (float)((i * 37 + T * 11) % 101) / 50.0f - 1.0f;
+        float *y[2], *want[2];
+        size_t n[2], wn[2];
+        REQUIRE_OK(run_bounded(s, x, y, n));
+        CHECK(n[0] == 2 * 2 * (T - 1) * 4 && n[1] == 2 * 2 * 4, "output sizes at T = %zu: %zu, %zu", T, n[0], n[1]);
+        if (T != 16) {
+            char name[64];
+            snprintf(name, sizeof name, "bounded_dims_fixed_t%zu.kes", T);
+            path = join(dir, name);
+            KestrelModel *fixed = NULL;
+            REQUIRE_OK(kestrel_model_load_path(path, &fixed));
+            free(path);
+            KestrelSession *fs = NULL;
+            REQUIRE_OK(kestrel_session_new(fixed, KESTREL_BACKEND_CPU, 2, &fs));
+            REQUIRE_OK(run_bounded(fs, x, want, wn));
+            for (int i = 0; i < 2; i++) {
+                double err = wn[i] == n[i] ? max_rel_err(y[i], want[i], n[i]) : INFINITY;
+                CHECK(err <= (gpu ? GPU_TOL : 1e-6), "T = %zu output %d vs the graph built at T: %g", T, i, err);
+                free(want[i]);
+            }
+            REQUIRE_OK(kestrel_session_free(fs));
+            REQUIRE_OK(kestrel_model_free(fixed));
+        }
+        for (int i = 0; i < 2; i++) free(y[i]);
+        free(x);
+    }
+    /* Bad shapes: typed errors naming the dim and its range; the session is then at the bound. */
+    size_t ranks[2] = {2, 2}, big[4] = {17, 8, 5, 8}, wide[2] = {5, 9}, rank7[1] = {7};
+    EXPECT_STATUS(kestrel_session_set_input_shapes(s, big, ranks, 1), KESTREL_ERR_SHAPE);
+    CHECK(strstr(kestrel_last_error(), "`sequence` = 17") && strstr(kestrel_last_error(), "2..=16"),
+          "out-of-range message: %s", kestrel_last_error());
+    EXPECT_STATUS(kestrel_session_set_input_shapes(s, wide, ranks, 1), KESTREL_ERR_SHAPE);
+    EXPECT_STATUS(kestrel_session_set_input_shapes(s, big, ranks, 2), KESTREL_ERR_SHAPE);
+    EXPECT_STATUS(kestrel_session_set_input_shapes(s, big, rank7, 1), KESTREL_ERR_SHAPE);
+    EXPECT_STATUS(kestrel_session_set_input_shapes(s, big, NULL, 1), KESTREL_ERR_NULL_POINTER);
+    EXPECT_STATUS(kestrel_session_set_input_shapes(s, NULL, ranks, 1), KESTREL_ERR_NULL_POINTER);
+    EXPECT_STATUS(kestrel_session_set_input_shapes(NULL, big, ranks, 1), KESTREL_ERR_NULL_POINTER);
+    EXPECT_STATUS(kestrel_session_input_info(s, 1, &in), KESTREL_ERR_INDEX);
+    EXPECT_STATUS(kestrel_session_output_info(s, 0, NULL), KESTREL_ERR_NULL_POINTER);
+    REQUIRE_OK(kestrel_session_input_info(s, 0, &in));
+    CHECK(in.dims[0] == 16, "at the bound after the errors: %zu", in.dims[0]);
+    printf("bounded dims%s: `sequence` 2..=16, T = 5, 12, 16 %s\n", gpu ? " on the GPU" : "",
+           refused ? "refused below the bound (KESTREL_ERR_UNSUPPORTED)" : "match the graphs built at them");
+    REQUIRE_OK(kestrel_session_free(s));
+    REQUIRE_OK(kestrel_model_free(model));
+}
+
 static int usage(const char *argv0) {
     fprintf(stderr, "usage: %s FIXTURE_DIR cpu|cpu-only-build|no-gpu|gpu AUTO_BACKEND(measured|cpu)\n", argv0);
     return 2;
@@ -876,6 +1003,7 @@ int main(int argc, char **argv) {
         test_image(dir);
         test_text(dir, KESTREL_BACKEND_CPU);
         test_classify(dir);
+        test_bounded_dims(dir, KESTREL_BACKEND_CPU);
         if (strcmp(mode, "cpu-only-build") == 0) test_cpu_only_build(dir);
     } else if (strcmp(mode, "no-gpu") == 0) {
         test_no_gpu(dir);
@@ -883,6 +1011,7 @@ int main(int argc, char **argv) {
                (strcmp(argv[3], "measured") == 0 || strcmp(argv[3], "cpu") == 0)) {
         test_gpu_image(dir, strcmp(argv[3], "measured") == 0 ? AUTO_MEASURED : KESTREL_BACKEND_CPU);
         test_text(dir, KESTREL_BACKEND_WGPU);
+        test_bounded_dims(dir, KESTREL_BACKEND_WGPU);
     } else {
         return usage(argv[0]);
     }
