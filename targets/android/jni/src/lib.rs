@@ -518,44 +518,151 @@ fn read_input(env: &mut Env<'_>, obj: JObject<'_>, i: usize) -> Result<Owned, Fa
     }
 }
 
+/// Reads `shapes` (an `Object[]` of `int[]`, one per graph input; each a per-sample shape): a
+/// null or non-`int[]` element, or a negative dim, is a SHAPE error.
+fn read_shapes(env: &mut Env<'_>, shapes: &JObjectArray<'_>) -> Result<Vec<Vec<usize>>, Failure> {
+    if shapes.is_null() {
+        return Err(err(Status::KESTREL_ERR_NULL_POINTER, "shapes is null"));
+    }
+    let n = shapes.len(env)?;
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let obj = shapes.get_element(env, i)?;
+        if obj.is_null() || !is_instance(env, &obj, jni_str!("[I"))? {
+            return Err(err(Status::KESTREL_ERR_SHAPE, format!("shape {i} must be an int[] (a per-sample shape)")));
+        }
+        // SAFETY: `obj` is an int[], checked just before.
+        let dims: Vec<jint> = unsafe { copy_array(env, obj) }?;
+        let dims = dims
+            .iter()
+            .map(|&d| usize::try_from(d))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| err(Status::KESTREL_ERR_SHAPE, format!("shape {i} {dims:?} has a negative dim")))?;
+        out.push(dims);
+    }
+    Ok(out)
+}
+
+/// Runs `inputs` on session `s`, first setting its input shapes to `shapes` when given (under
+/// the same lock, so no other thread's shapes come between); returns every output at the
+/// session's current shapes.
+fn run_arrays<'l>(
+    env: &mut Env<'l>,
+    s: jlong,
+    inputs: &JObjectArray<'l>,
+    shapes: Option<&JObjectArray<'l>>,
+    what: &str,
+) -> Result<JObjectArray<'l, JFloatArray<'l>>, Failure> {
+    let sess = session(s, what)?;
+    if inputs.is_null() {
+        return Err(err(Status::KESTREL_ERR_NULL_POINTER, format!("{what}: inputs is null")));
+    }
+    let shapes = shapes.map(|a| read_shapes(env, a)).transpose()?;
+    let n = inputs.len(env)?;
+    let mut owned = Vec::with_capacity(n);
+    for i in 0..n {
+        let obj = inputs.get_element(env, i)?;
+        owned.push(read_input(env, obj, i)?);
+    }
+    let mut core = sess.lock()?;
+    if let Some(shapes) = &shapes {
+        let views: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        core.set_input_shapes(&views)?;
+    }
+    // The batch follows from input 0's length at the session's current shapes (the runtime
+    // checks the rest and reports a length that is not a whole batch).
+    let batch = match (owned.first(), core.inputs().first()) {
+        (Some(o), Some(d)) if d.numel() > 0 => (o.len() / d.numel()).max(1),
+        _ => 1,
+    };
+    let mut outs: Vec<Vec<f32>> = core.outputs().iter().map(|d| vec![0f32; batch * d.numel()]).collect();
+    let views: Vec<Input<'_>> = owned.iter().map(Owned::input).collect();
+    let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
+    core.run(&views, &mut refs)?;
+    drop(core);
+    let arr = JObjectArray::<JFloatArray>::new(env, array_len(outs.len())?, JFloatArray::null())?;
+    for (i, o) in outs.iter().enumerate() {
+        let fa = JFloatArray::new(env, array_len(o.len())?)?;
+        fa.set_region(env, 0, o)?;
+        arr.set_element(env, i, &fa)?;
+    }
+    Ok(arr)
+}
+
 native! {
     /// `float[][] sessionRun(long session, Object[] inputs)`: each input a `float[]`, `int[]` or
-    /// `long[]` of `batch × per-sample` elements in graph-input order; returns every output
-    /// (`batch × per-sample` floats).
+    /// `long[]` of `batch × per-sample` elements (at the session's current shapes) in graph-input
+    /// order; returns every output (`batch × per-sample` floats).
     fn Java_dev_kestrel_NativeBridge_sessionRun(env, s: jlong, inputs: JObjectArray<'l>) ->
         JObjectArray<'l, JFloatArray<'l>>,
-    {
-        let sess = session(s, "sessionRun")?;
-        if inputs.is_null() {
-            return Err(err(Status::KESTREL_ERR_NULL_POINTER, "sessionRun: inputs is null"));
-        }
-        let n = inputs.len(env)?;
-        let mut owned = Vec::with_capacity(n);
-        for i in 0..n {
-            let obj = inputs.get_element(env, i)?;
-            owned.push(read_input(env, obj, i)?);
-        }
-        let mut core = sess.lock()?;
-        let model = core.model().clone();
-        // The batch follows from input 0's length (the runtime checks the rest and reports a
-        // length that is not a whole batch).
-        let batch = match (owned.first(), model.inputs().first()) {
-            (Some(o), Some(d)) if d.numel() > 0 => (o.len() / d.numel()).max(1),
-            _ => 1,
-        };
-        let mut outs: Vec<Vec<f32>> = model.outputs().iter().map(|d| vec![0f32; batch * d.numel()]).collect();
-        let views: Vec<Input<'_>> = owned.iter().map(Owned::input).collect();
-        let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
-        core.run(&views, &mut refs)?;
-        drop(core);
-        let arr = JObjectArray::<JFloatArray>::new(env, array_len(outs.len())?, JFloatArray::null())?;
-        for (i, o) in outs.iter().enumerate() {
-            let fa = JFloatArray::new(env, array_len(o.len())?)?;
-            fa.set_region(env, 0, o)?;
-            arr.set_element(env, i, &fa)?;
-        }
-        Ok(arr)
+    run_arrays(env, s, &inputs, None, "sessionRun")
+}
+
+native! {
+    /// `float[][] sessionRunShaped(long session, Object[] inputs, Object[] shapes)`: sets the
+    /// session's input shapes (`shapes`: one `int[]` per-sample shape per input, as
+    /// `sessionSetInputShapes`), then runs as `sessionRun`, under one lock.
+    fn Java_dev_kestrel_NativeBridge_sessionRunShaped(
+        env, s: jlong, inputs: JObjectArray<'l>, shapes: JObjectArray<'l>
+    ) -> JObjectArray<'l, JFloatArray<'l>>,
+    run_arrays(env, s, &inputs, Some(&shapes), "sessionRunShaped")
+}
+
+native! {
+    /// `void sessionSetInputShapes(long session, Object[] shapes)`: each graph input's per-sample
+    /// shape (an `int[]`, no batch axis) for the following runs: `SessionCore::set_input_shapes`
+    /// (SHAPE errors naming the dim and its range; the session is then at the bound; a GPU session
+    /// refuses sizes below the bound with UNSUPPORTED).
+    fn Java_dev_kestrel_NativeBridge_sessionSetInputShapes(env, s: jlong, shapes: JObjectArray<'l>), {
+        let sess = session(s, "sessionSetInputShapes")?;
+        let shapes = read_shapes(env, &shapes)?;
+        let views: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        sess.lock()?.set_input_shapes(&views)?;
+        Ok(())
     }
+}
+
+native! {
+    /// `int[] sessionTensorShape(long session, boolean output, int index)`: the per-sample shape
+    /// of input or output `index` at the session's current sizes.
+    fn Java_dev_kestrel_NativeBridge_sessionTensorShape(env, s: jlong, output: jboolean, i: jint) -> JIntArray<'l>, {
+        let sess = session(s, "sessionTensorShape")?;
+        let shape = {
+            let core = sess.lock()?;
+            let d = if output { core.outputs() } else { core.inputs() };
+            d[index(i, d.len(), "tensor")?].shape.clone()
+        };
+        int_array(env, &shape)
+    }
+}
+
+native! {
+    /// `String[] modelDimNames(long model)`: the names of the model's bounded dims (format 2.0;
+    /// empty for a model of fixed sizes).
+    fn Java_dev_kestrel_NativeBridge_modelDimNames(env, m: jlong) -> JObjectArray<'l, JString<'l>>, {
+        let names: Vec<String> =
+            model(m, "modelDimNames")?.dims().iter().map(|d| d.name.to_string_lossy().into_owned()).collect();
+        string_array(env, &names)
+    }
+}
+
+native! {
+    /// `int[] modelDimRanges(long model)`: `min, max` of each bounded dim, in `modelDimNames`'s order.
+    fn Java_dev_kestrel_NativeBridge_modelDimRanges(env, m: jlong) -> JIntArray<'l>, {
+        let ranges: Vec<usize> = model(m, "modelDimRanges")?.dims().iter().flat_map(|d| [d.min, d.max]).collect();
+        int_array(env, &ranges)
+    }
+}
+
+/// A Java `int[]` of `values` (TOO_LARGE for one past `int`).
+fn int_array<'l>(env: &mut Env<'l>, values: &[usize]) -> Result<JIntArray<'l>, Failure> {
+    let v: Vec<jint> = values
+        .iter()
+        .map(|&v| jint::try_from(v).map_err(|_| err(Status::KESTREL_ERR_TOO_LARGE, "dim exceeds int")))
+        .collect::<Result<_, _>>()?;
+    let arr = JIntArray::new(env, array_len(v.len())?)?;
+    arr.set_region(env, 0, &v)?;
+    Ok(arr)
 }
 
 /// A Java `int` of a thread count (they are at most 256).
@@ -731,18 +838,23 @@ native! {
             .ok()
             .filter(|&b| b >= 1)
             .ok_or_else(|| err(Status::KESTREL_ERR_SHAPE, format!("batch {batch} is not at least 1")))?;
-        let model = sess.model().clone();
+        // The session's current shapes (a model with bounded dims: those last set); should another
+        // thread set others before the run, `kestrel_session_run` refuses these (SHAPE).
+        let (in_descs, out_descs) = {
+            let core = sess.lock()?;
+            (core.inputs().to_vec(), core.outputs().to_vec())
+        };
         let (n_in, n_out) = (
             inputs.len(env)?,
             outputs.len(env)?,
         );
-        if n_in != model.inputs().len() || n_out != model.outputs().len() {
+        if n_in != in_descs.len() || n_out != out_descs.len() {
             return Err(err(
                 Status::KESTREL_ERR_SHAPE,
                 format!(
                     "the model takes {} inputs and {} outputs, got {n_in} and {n_out}",
-                    model.inputs().len(),
-                    model.outputs().len()
+                    in_descs.len(),
+                    out_descs.len()
                 ),
             ));
         }
@@ -777,7 +889,7 @@ native! {
             for (k, d) in descs.iter().enumerate() {
                 let output = k >= n_in;
                 let i = if output { k - n_in } else { k };
-                let desc = if output { &model.outputs()[i] } else { &model.inputs()[i] };
+                let desc = if output { &out_descs[i] } else { &in_descs[i] };
                 let dtype = if output {
                     if !matches!(d.kind, BufferKind::Bytes | BufferKind::Floats) {
                         return Err(err(

@@ -39,6 +39,11 @@ public final class JavaInterop {
             check(a.run(new Object[] {x}).size() == 1, "run(Object...) from Java");
             check(b.getBackend() != Backend.AUTO && !c.getDevice().isEmpty(), "getters from Java");
             check(!model.getLabels().isEmpty(), "labels from Java");
+            check(model.getDims().isEmpty(), "getDims() from Java (a model of fixed sizes)");
+            c.setInputShapes(inputs.get(0).getShape());
+            check(java.util.Arrays.equals(c.inputShape(0), inputs.get(0).getShape())
+                    && java.util.Arrays.equals(c.outputShape(0), model.getOutputs().get(0).getShape()),
+                    "setInputShapes(int[]...) / inputShape / outputShape from Java");
             closed = model;
         }
         try {

@@ -5,7 +5,9 @@
 // the FloatArray API's, a reused output buffer, every bad buffer a KestrelException) — and models
 // from a ByteBuffer (mapped and aligned direct ones read in place) and from an fd + offset + length
 // (issue 35, item 3), every bad source a KestrelException — and Session.classify on decoded
-// images against `kestrel classify`'s top-3 (issue 35, item 4).
+// images against `kestrel classify`'s top-3 (issue 35, item 4) — and bounded dims (issue 34:
+// Model.dims, Session.setInputShapes / run(inputs, shapes) / outputShape on the format 2.0 fixture
+// targets/ffi/tests/data/bounded_dims.kes at several lengths).
 //
 // Usage: SdkCheckKt MODEL.kes
 package dev.kestrel
@@ -403,9 +405,104 @@ private fun classify(path: String) {
         "(IntArray, offset and stride) and RGBA/BGRA/RGB bytes give kestrel classify's top-3 exactly; bad arguments refused")
 }
 
+private const val BOUNDED = "targets/ffi/tests/data/bounded_dims.kes"
+
+private fun maxDiff(a: FloatArray, b: FloatArray): Float =
+    if (a.size != b.size) Float.POSITIVE_INFINITY else a.indices.maxOfOrNull { kotlin.math.abs(a[it] - b[it]) } ?: 0f
+
+/** Bounded dims (issue 34): the format 2.0 fixture (x [sequence, 8], sequence in 2..=16) run at several lengths. */
+private fun boundedDims() {
+    val d = 8
+    val input = { batch: Int, t: Int -> FloatArray(batch * t * d) { ((it * 37 + t * 11) % 101) / 50f - 1f } }
+    Model.load(BOUNDED).use { model ->
+        check(model.dims == listOf(BoundedDim("sequence", 2, 16)), "Model.dims: ${model.dims}")
+        check(model.inputs[0].shape.contentEquals(intArrayOf(16, d)), "the model's input is at the bound")
+        model.session(2, Backend.CPU).use { s ->
+            check(s.inputShape(0).contentEquals(intArrayOf(16, d)), "a new session is at the bound")
+            for (t in listOf(2, 5, 9, 12, 16, 3)) {
+                s.setInputShapes(intArrayOf(t, d))
+                check(s.inputShape(0).contentEquals(intArrayOf(t, d)), "inputShape at T = $t")
+                check(s.outputShape(0).contentEquals(intArrayOf(2, t - 1, d / 2)), "outputShape(0) at T = $t")
+                check(s.outputShape(1).contentEquals(intArrayOf(2, d / 2)), "outputShape(1) at T = $t")
+                val x = input(2, t)
+                val y = s.run(*arrayOf<Any>(x))
+                check(y.size == 2 && y[0].size == 2 * 2 * (t - 1) * (d / 2) && y[1].size == 2 * 2 * (d / 2),
+                    "output sizes at T = $t: ${y.map { it.size }}")
+                val shaped = s.run(listOf<Any>(x), listOf(intArrayOf(t, d)))
+                check(shaped.indices.all { shaped[it].contentEquals(y[it]) }, "run(inputs, shapes) at T = $t")
+                // Direct buffers sized from outputShape.
+                val xb = direct(x.size)
+                xb.asFloatBuffer().put(x)
+                val ys = (0 until 2).map { direct(2 * s.outputShape(it).fold(1) { a, b -> a * b }) }
+                s.runBuffers(listOf(xb), ys, 2)
+                check((0 until 2).all { ys[it].asFloatBuffer().toArray(y[it].size).contentEquals(y[it]) },
+                    "runBuffers at T = $t")
+                if (t == 5 || t == 12) {
+                    Model.load("targets/ffi/tests/data/bounded_dims_fixed_t$t.kes").use { fixed ->
+                        val want = fixed.session(2, Backend.CPU).use { it.run(*arrayOf<Any>(x)) }
+                        for (o in 0 until 2) {
+                            val e = maxDiff(y[o], want[o])
+                            check(e <= 1e-6f, "T = $t output $o vs the graph built at T: $e")
+                        }
+                    }
+                }
+            }
+            // Bad shapes: SHAPE naming the dim and its range; the session is back at the bound and runs.
+            try {
+                s.setInputShapes(intArrayOf(17, d))
+                check(false, "T = 17: no exception")
+            } catch (e: KestrelException) {
+                val m = e.message ?: ""
+                check(e.status == KestrelException.SHAPE && m.contains("`sequence` = 17") && m.contains("2..=16"),
+                    "T = 17: ${e.status} $m")
+            }
+            check(s.inputShape(0).contentEquals(intArrayOf(16, d)), "back at the bound after an error")
+            expectStatus(KestrelException.SHAPE, "T = 1") { s.setInputShapes(intArrayOf(1, d)) }
+            expectStatus(KestrelException.SHAPE, "a fixed axis") { s.setInputShapes(intArrayOf(5, d + 1)) }
+            expectStatus(KestrelException.SHAPE, "a rank") { s.setInputShapes(intArrayOf(5)) }
+            expectStatus(KestrelException.SHAPE, "a negative dim") { s.setInputShapes(intArrayOf(-5, d)) }
+            expectStatus(KestrelException.SHAPE, "two shapes for one input") {
+                s.setInputShapes(intArrayOf(5, d), intArrayOf(5, d))
+            }
+            expectStatus(KestrelException.SHAPE, "no shape") { s.setInputShapes() }
+            expectStatus(KestrelException.INDEX, "outputShape(2)") { s.outputShape(2) }
+            s.setInputShapes(intArrayOf(4, d))
+            expectStatus(KestrelException.SHAPE, "a run at other shapes than set") { s.run(*arrayOf<Any>(input(1, 5))) }
+            check(s.run(*arrayOf<Any>(input(1, 4)))[1].size == 2 * (d / 2), "still runs after the errors")
+        }
+        // Two sessions of one model at different lengths on two threads at once.
+        val want = listOf(3, 11).associateWith { t -> model.session(2, Backend.CPU).use { it.run(listOf<Any>(input(2, t)), listOf(intArrayOf(t, d))) } }
+        val errors = java.util.concurrent.ConcurrentLinkedQueue<String>()
+        val threads = want.map { (t, y) ->
+            Thread {
+                model.session(2, Backend.CPU).use { s ->
+                    s.setInputShapes(intArrayOf(t, d))
+                    repeat(50) { i ->
+                        val got = s.run(*arrayOf<Any>(input(2, t)))
+                        if (!(0 until 2).all { got[it].contentEquals(y[it]) }) errors.add("T = $t, run $i differs")
+                    }
+                }
+            }
+        }
+        threads.forEach { it.start() }
+        threads.forEach { it.join() }
+        check(errors.isEmpty(), "two sessions at T = 3 and 11 at once: $errors")
+    }
+    Model.load("targets/ffi/tests/data/bounded_dims_fixed_t5.kes").use { fixed ->
+        check(fixed.dims.isEmpty(), "a model of fixed sizes has no dims")
+        fixed.session(1, Backend.CPU).use { s ->
+            s.setInputShapes(intArrayOf(5, d))
+            expectStatus(KestrelException.SHAPE, "a fixed model at another size") { s.setInputShapes(intArrayOf(4, d)) }
+        }
+    }
+    println("bounded dims: `sequence` 2..=16 at T = 2, 3, 5, 9, 12, 16 (run, run(inputs, shapes), runBuffers; " +
+        "T = 5, 12 equal to the graphs built at them), two sessions at different T at once, bad shapes refused")
+}
+
 fun main(args: Array<String>) {
     val path = args[0]
     threads(path)
+    boundedDims()
     buffers(path)
     sources(path)
     classify(path)

@@ -44,6 +44,10 @@ public final class NativeBridge {
     public static native String tensorName(long model, boolean output, int index);
     public static native int tensorDType(long model, boolean output, int index);
     public static native int[] tensorShape(long model, boolean output, int index);
+    /** The names of the model's bounded dims (format 2.0; empty for a model of fixed sizes). */
+    public static native String[] modelDimNames(long model);
+    /** min, max of each bounded dim, in {@link #modelDimNames}'s order. */
+    public static native int[] modelDimRanges(long model);
 
     /** A session; GPU sessions compute in f32 (see {@link #sessionNewWithPrecision}). */
     public static native long sessionNew(long model, int backend, int capacity);
@@ -61,6 +65,16 @@ public final class NativeBridge {
     public static native void sessionSetProfiling(long session, boolean on);
     /** Each input a float[], int[] or long[] of batch x per-sample elements; returns every output. */
     public static native float[][] sessionRun(long session, Object[] inputs);
+    /**
+     * Each input's per-sample shape (an int[] per input, no batch axis) for the following runs of a
+     * model with bounded dims: kestrel_session_set_input_shapes (SHAPE naming the dim and its range;
+     * a GPU session: UNSUPPORTED below the bound).
+     */
+    public static native void sessionSetInputShapes(long session, Object[] shapes);
+    /** {@link #sessionSetInputShapes} then {@link #sessionRun}, under one lock. */
+    public static native float[][] sessionRunShaped(long session, Object[] inputs, Object[] shapes);
+    /** Per-sample shape of input or output index at the session's current sizes. */
+    public static native int[] sessionTensorShape(long session, boolean output, int index);
     /**
      * Runs {@code batch} samples without copying: each input read from, each output written into a
      * direct java.nio buffer in the native byte order (ByteBuffer of the element type, FloatBuffer,

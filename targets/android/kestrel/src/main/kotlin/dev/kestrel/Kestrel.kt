@@ -125,6 +125,13 @@ data class TensorInfo(val name: String, val dtype: DType, val shape: IntArray) {
 }
 
 /**
+ * A bounded dim of a model (format 2.0 files): a named size, such as a sequence length, that the
+ * model runs at any value in [min]..[max] (see [Session.setInputShapes]). [Model.inputs] reports
+ * the inputs at [max].
+ */
+data class BoundedDim(val name: String, val min: Int, val max: Int)
+
+/**
  * The byte layout of an 8-bit image (alpha is ignored: never premultiplied or blended). Android
  * `Bitmap.Config.ARGB_8888` pixels copied with `copyPixelsToBuffer` are [RGBA_8888]; colour ints
  * from `Bitmap.getPixels` (`0xAARRGGBB`) are read by the `IntArray` overload of [Session.classify].
@@ -300,6 +307,17 @@ class Model private constructor(raw: Long) : Closeable {
     val inputs: List<TensorInfo> get() = infos(false)
     val outputs: List<TensorInfo> get() = infos(true)
 
+    /**
+     * The model's bounded dims (format 2.0), in the file's order; empty for a model of fixed
+     * sizes. A session runs any value within them: [Session.setInputShapes].
+     */
+    val dims: List<BoundedDim>
+        get() = native { m ->
+            val names = NativeBridge.modelDimNames(m)
+            val ranges = NativeBridge.modelDimRanges(m)
+            names.indices.map { BoundedDim(names[it], ranges[2 * it], ranges[2 * it + 1]) }
+        }
+
     private fun infos(output: Boolean): List<TensorInfo> = native { m ->
         (0 until NativeBridge.tensorCount(m, output)).map { i ->
             TensorInfo(
@@ -380,6 +398,42 @@ class Session internal constructor(raw: Long) : Closeable {
 
     /** Runs a single-input, single-output model on float data. */
     fun run(input: FloatArray): FloatArray = native { NativeBridge.sessionRun(it, arrayOf<Any>(input))[0] }
+
+    /**
+     * Sets each input's per-sample shape (no batch axis, graph-input order) for the following
+     * runs, for a model with bounded dims ([Model.dims]): each dim's value comes from the input
+     * axes that are that dim, within its range; fixed axes keep their size. The session then
+     * computes only that size, in the memory planned at the bound (nothing is allocated). [run]
+     * then takes `batch × per-sample` elements at these shapes, and returns outputs of
+     * [outputShape]. A model of fixed sizes takes only its own shapes. A shape out of range, of
+     * another rank, a fixed axis that differs or two inputs disagreeing on a dim throws
+     * [KestrelException] SHAPE (the message names the input, the dim and its range), and the
+     * session is back at the bound ([Model.inputs]). A GPU session runs only at the bound for now:
+     * other sizes throw UNSUPPORTED (use a [Backend.CPU] session). One call at a time per session,
+     * as [run] (BUSY otherwise). From Java: `setInputShapes(new int[] {12, 8})`.
+     */
+    fun setInputShapes(vararg shapes: IntArray) {
+        native { NativeBridge.sessionSetInputShapes(it, arrayOf<Any>(*shapes)) }
+    }
+
+    /** [setInputShapes] with a list, one shape per input. */
+    fun setInputShapes(shapes: List<IntArray>) {
+        native { NativeBridge.sessionSetInputShapes(it, shapes.toTypedArray<Any>()) }
+    }
+
+    /**
+     * Sets the input shapes ([setInputShapes]) and runs [inputs] at them ([run]) in one call, so no
+     * other call on the session comes between; returns every output, of [outputShape] per sample.
+     */
+    fun run(inputs: List<Any>, shapes: List<IntArray>): List<FloatArray> = native {
+        NativeBridge.sessionRunShaped(it, inputs.toTypedArray(), shapes.toTypedArray<Any>()).toList()
+    }
+
+    /** Per-sample shape of input [index] at the session's current sizes ([setInputShapes]; the model's until set). */
+    fun inputShape(index: Int): IntArray = native { NativeBridge.sessionTensorShape(it, false, index) }
+
+    /** Per-sample shape of output [index] at the session's current sizes: a run returns `batch ×` its product floats. */
+    fun outputShape(index: Int): IntArray = native { NativeBridge.sessionTensorShape(it, true, index) }
 
     /**
      * Runs [batch] samples without copying the data: each input is read from, and each output
