@@ -207,6 +207,21 @@ public struct TensorInfo: Equatable, Hashable, Sendable {
     }
 }
 
+/// A bounded dim of a model (format 2.0 files): a named size, such as a sequence length, that the
+/// model runs at any value in `min...max` (see `Session.setInputShapes(_:)`). `Model.inputs`
+/// reports the inputs at `max`.
+public struct BoundedDim: Equatable, Hashable, Sendable {
+    public let name: String
+    public let min: Int
+    public let max: Int
+
+    public init(name: String, min: Int, max: Int) {
+        self.name = name
+        self.min = min
+        self.max = max
+    }
+}
+
 /// One input batch: the values of `batch` samples, row-major.
 public enum TensorData: Sendable {
     case float32([Float])
@@ -355,6 +370,21 @@ public final class Model: @unchecked Sendable {
         get throws { try infos(count: kestrel_model_output_count, info: kestrel_model_output_info) }
     }
 
+    /// The model's bounded dims (format 2.0), in the file's order; empty for a model of fixed
+    /// sizes. A session runs any value within them: `Session.setInputShapes(_:)`.
+    public var dims: [BoundedDim] {
+        get throws {
+            let h = try handle.get()
+            var n = 0
+            try check(kestrel_model_dim_count(h, &n))
+            return try (0..<n).map { i in
+                var d = KestrelDimInfo()
+                try check(kestrel_model_dim_info(h, i, &d))
+                return BoundedDim(name: d.name.map { String(cString: $0) } ?? "", min: d.min, max: d.max)
+            }
+        }
+    }
+
     private func infos(
         count: (OpaquePointer?, UnsafeMutablePointer<Int>?) -> KestrelStatus,
         info: (OpaquePointer?, Int, UnsafeMutablePointer<KestrelTensorInfo>?) -> KestrelStatus
@@ -396,17 +426,107 @@ public final class Model: @unchecked Sendable {
 /// Without `close()`, the session is freed when the last reference to this object goes.
 public final class Session: @unchecked Sendable {
     let handle: Handle
-    /// The model's inputs and outputs (read once: they never change, and the session outlives
-    /// a closed model).
-    public let inputs: [TensorInfo]
-    public let outputs: [TensorInfo]
     private let lock = NSLock()
     private var profilingOn = false
+    /// The inputs and outputs at the session's current sizes (guarded by `lock`).
+    private var currentInputs: [TensorInfo]
+    private var currentOutputs: [TensorInfo]
 
     init(handle: Handle, inputs: [TensorInfo], outputs: [TensorInfo]) {
         self.handle = handle
-        self.inputs = inputs
-        self.outputs = outputs
+        currentInputs = inputs
+        currentOutputs = outputs
+    }
+
+    /// The graph inputs at the session's current sizes: the model's (read once when the session
+    /// was made; the session outlives a closed model), or for a model with bounded dims the shapes
+    /// `setInputShapes(_:)` set. What `run` takes.
+    public var inputs: [TensorInfo] {
+        lock.lock()
+        defer { lock.unlock() }
+        return currentInputs
+    }
+
+    /// The graph outputs at the session's current sizes: what `run` returns (`batch ×` each
+    /// one's `count` floats).
+    public var outputs: [TensorInfo] {
+        lock.lock()
+        defer { lock.unlock() }
+        return currentOutputs
+    }
+
+    /// Sets each input's per-sample shape (no batch axis, graph-input order) for the following
+    /// runs, for a model with bounded dims (`Model.dims`): each dim's value comes from the input
+    /// axes that are that dim, within its range; fixed axes keep their size. The session then
+    /// computes only that size, in the memory planned at the bound (nothing is allocated);
+    /// `inputs`, `outputs`, `inputShape(_:)` and `outputShape(_:)` follow. A model of fixed sizes
+    /// takes only its own shapes. A shape out of range, of another rank, a fixed axis that differs
+    /// or two inputs disagreeing on a dim throws `.shape` (the message names the input, the dim
+    /// and its range), and the session is back at the bound (`Model.inputs`). A GPU session runs
+    /// only at the bound for now: other sizes throw `.unsupported` (use a `.cpu` session).
+    /// `.busy` while another thread runs the session.
+    public func setInputShapes(_ shapes: [[Int]]) throws {
+        guard shapes.allSatisfy({ $0.allSatisfy { $0 >= 0 } }) else {
+            throw KestrelError(.shape, "input shapes \(shapes) have a negative dim")
+        }
+        let h = try handle.get()
+        let ranks = shapes.map { $0.count }
+        let dims = shapes.flatMap { $0 }
+        let status = kestrel_session_set_input_shapes(h, dims, ranks, ranks.count)
+        // The native message before anything else can overwrite it on this thread.
+        let failure: KestrelError? = status.rawValue == 0 ? nil
+            : KestrelError(status: Int32(bitPattern: UInt32(truncatingIfNeeded: status.rawValue)),
+                           message: String(cString: kestrel_last_error()))
+        // On success the new shapes, on failure the bound: read back either way.
+        refreshShapes(h)
+        if let failure { throw failure }
+    }
+
+    /// `setInputShapes(_:)` then `run(_:)`: one `TensorData` per input, each `batch ×` the
+    /// product of its shape in `shapes`.
+    public func run(_ inputs: [TensorData], shapes: [[Int]]) throws -> [[Float]] {
+        try setInputShapes(shapes)
+        return try run(inputs)
+    }
+
+    /// Per-sample shape of input `index` at the session's current sizes
+    /// (`kestrel_session_input_info`).
+    public func inputShape(_ index: Int) throws -> [Int] {
+        var t = KestrelTensorInfo()
+        try check(kestrel_session_input_info(try handle.get(), index, &t))
+        return TensorInfo(t).shape
+    }
+
+    /// Per-sample shape of output `index` at the session's current sizes: a run writes `batch ×`
+    /// its product floats (`kestrel_session_output_info`).
+    public func outputShape(_ index: Int) throws -> [Int] {
+        var t = KestrelTensorInfo()
+        try check(kestrel_session_output_info(try handle.get(), index, &t))
+        return TensorInfo(t).shape
+    }
+
+    /// Reads the session's current input and output shapes into `inputs` and `outputs` (left as
+    /// they were if the session cannot be read now: a run elsewhere, or closed; `run` is checked
+    /// against the native shapes regardless).
+    private func refreshShapes(_ h: OpaquePointer) {
+        func read(_ count: Int, _ info: (OpaquePointer?, Int, UnsafeMutablePointer<KestrelTensorInfo>?) -> KestrelStatus)
+            -> [TensorInfo]? {
+            var out: [TensorInfo] = []
+            for i in 0..<count {
+                var t = KestrelTensorInfo()
+                guard info(h, i, &t).rawValue == 0 else { return nil }
+                out.append(TensorInfo(t))
+            }
+            return out
+        }
+        let (nIn, nOut) = (inputs.count, outputs.count)
+        guard let ins = read(nIn, kestrel_session_input_info), let outs = read(nOut, kestrel_session_output_info) else {
+            return
+        }
+        lock.lock()
+        currentInputs = ins
+        currentOutputs = outs
+        lock.unlock()
     }
 
     /// Frees the session now, also during a run on another thread. Any thread; a second call does nothing.
@@ -474,7 +594,8 @@ public final class Session: @unchecked Sendable {
     }
 
     /// Runs a batch: one `TensorData` per graph input, each `batch × per-sample` values (the same
-    /// batch for all). Returns every output (`batch × per-sample` floats).
+    /// batch for all) at the session's current shapes (`inputs`; see `setInputShapes(_:)`).
+    /// Returns every output (`batch × per-sample` floats, per `outputs`).
     public func run(_ inputs: [TensorData]) throws -> [[Float]] {
         let ins = self.inputs, outs = outputs
         guard inputs.count == ins.count else {
@@ -551,7 +672,8 @@ public final class Session: @unchecked Sendable {
     /// Runs `batch` samples without copying: each input is read where the caller keeps it and each
     /// output written straight into the caller's buffer (reusable run after run; nothing is
     /// allocated for the data). Inputs and outputs in graph order; each buffer must hold at least
-    /// `batch × per-sample` elements (more is fine: the first ones are used). Throws `.shape` for
+    /// `batch × per-sample` elements at the session's current shapes (`inputs`, `outputs`; more
+    /// is fine: the first ones are used). Throws `.shape` for
     /// wrong counts or a batch outside 1...capacity, `.bufferTooSmall` for a short buffer,
     /// `.nullPointer` for an empty one, `.invalidArgument` for an output overlapping another
     /// buffer, `.misaligned` for misaligned memory. The buffers are only borrowed for the call.

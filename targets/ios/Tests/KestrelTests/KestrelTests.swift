@@ -42,6 +42,50 @@ final class KestrelTests: XCTestCase {
         XCTAssertThrowsError(try session.run([.int32([1, 2, 3])]))
     }
 
+    /// Issue 34: bounded dims. bounded_dims.kes (copied into the fixture directory by the c_abi
+    /// test from targets/ffi/tests/data) takes x [sequence, 8], `sequence` in 2...16; run at several
+    /// lengths it matches the graphs built at 5 and 12; bad shapes are `.shape` and leave the
+    /// session at the bound.
+    func testBoundedDims() throws {
+        guard let dir = ProcessInfo.processInfo.environment["KESTREL_TEST_DIR"] else {
+            throw XCTSkip("set KESTREL_TEST_DIR to a directory made by the kestrel-rt-ffi c_abi test")
+        }
+        let model = try Model(path: dir + "/bounded_dims.kes")
+        XCTAssertEqual(try model.dims, [BoundedDim(name: "sequence", min: 2, max: 16)])
+        XCTAssertEqual(try model.inputs.first?.shape, [16, 8])
+        let session = try model.session(capacity: 2, backend: .cpu)
+        XCTAssertEqual(session.inputs.first?.shape, [16, 8])
+        for t in [2, 5, 9, 12, 16] {
+            try session.setInputShapes([[t, 8]])
+            XCTAssertEqual(try session.inputShape(0), [t, 8])
+            XCTAssertEqual(try session.outputShape(0), [2, t - 1, 4])
+            XCTAssertEqual(session.outputs.map { $0.shape }, [[2, t - 1, 4], [2, 4]])
+            let x = (0..<(2 * t * 8)).map { Float(($0 * 37 + t * 11) % 101) / 50 - 1 }
+            let y = try session.run([.float32(x)])
+            XCTAssertEqual(y.map { $0.count }, [2 * 2 * (t - 1) * 4, 2 * 2 * 4])
+            XCTAssertEqual(try session.run([.float32(x)], shapes: [[t, 8]]), y)
+            if t == 5 || t == 12 {
+                let fixed = try Model(path: dir + "/bounded_dims_fixed_t\(t).kes")
+                XCTAssertEqual(try fixed.dims, [])
+                let want = try fixed.session(capacity: 2, backend: .cpu).run([.float32(x)])
+                for (g, w) in zip(y, want) {
+                    XCTAssertEqual(g.count, w.count)
+                    for (a, b) in zip(g, w) { XCTAssertEqual(a, b, accuracy: 1e-6) }
+                }
+            }
+        }
+        XCTAssertThrowsError(try session.setInputShapes([[17, 8]])) {
+            let e = $0 as? KestrelError
+            XCTAssertEqual(e?.code, .shape)
+            XCTAssert(e?.message.contains("2..=16") ?? false, e?.message ?? "")
+        }
+        XCTAssertEqual(session.inputs.first?.shape, [16, 8])
+        XCTAssertThrowsError(try session.setInputShapes([[5]]))
+        XCTAssertThrowsError(try session.setInputShapes([[5, 8], [5, 8]]))
+        XCTAssertThrowsError(try session.setInputShapes([[-5, 8]]))
+        XCTAssertThrowsError(try session.outputShape(2)) { XCTAssertEqual(($0 as? KestrelError)?.code, .index) }
+    }
+
     /// A panic inside the library is caught at the C boundary and becomes `.panic`.
     func testPanicIsCaughtAtTheBoundary() {
         XCTAssertEqual(kestrel_selftest_panic(), KESTREL_ERR_PANIC)
