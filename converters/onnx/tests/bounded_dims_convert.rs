@@ -293,7 +293,7 @@ fn what_depends_on_the_size_otherwise_is_refused_by_name() {
     let e = convert(&path, &bounded(&[("T", 2, 16)])).unwrap_err();
     assert!(matches!(e, ConvertError::BoundedDims { .. }), "{e}");
     let msg = e.to_string();
-    assert!(msg.contains("T") && msg.contains("--dim T=N"), "{msg}");
+    assert!(msg.contains("structure changes with T") && msg.contains("--dim T=N"), "{msg}");
     std::fs::write(&path, mean_by_size_model()).unwrap();
     let msg = convert(&path, &bounded(&[("T", 2, 16)])).unwrap_err().to_string();
     assert!(msg.contains("not supported yet") && msg.contains("--dim T=N"), "{msg}");

@@ -41,7 +41,7 @@ use std::path::Path;
 pub(crate) fn line_points(min: usize, max: usize) -> Vec<usize> {
     let mid = min + (max - min) / 2;
     let third = min + (max - min) / 3;
-    let odd = if third % 2 == 0 { third + 1 } else { third };
+    let odd = if third.is_multiple_of(2) { third + 1 } else { third };
     let mut out = Vec::new();
     for v in [min, max.saturating_sub(1), mid, odd, min + 1] {
         if v >= min && v < max && !out.contains(&v) {
@@ -173,10 +173,12 @@ pub(crate) fn convert_bounded(
     let ints = base.integers();
     let bound_i: Vec<i64> = bound.iter().map(|&v| v as i64).collect();
 
-    // Each probe: converted, compared, its integers kept. A point where a symbol is 1 and the
-    // graph differs (tract drops axes of size 1) is kept apart, to run the file there.
+    // Each probe: converted, compared, its integers kept. A point where the graph differs is
+    // kept apart: when some axis is 1 there (tract drops axes of size 1), the file is run there
+    // against the conversion instead; otherwise the difference is the error.
     let mut values: Vec<(Vec<i64>, Vec<i64>, bool)> = Vec::new();
     let mut to_run: Vec<(String, Vec<u8>, Option<String>)> = Vec::new();
+    let mut differs: Vec<Differs> = Vec::new();
     let probes: Vec<(Vec<usize>, bool)> =
         fit_points.iter().map(|q| (q.clone(), false)).chain(ver_points.iter().map(|q| (q.clone(), true))).collect();
     for (k, (point, verify)) in probes.iter().enumerate() {
@@ -195,34 +197,26 @@ pub(crate) fn convert_bounded(
             err(format!("converting at {here} (a probe of the bounded dims) failed: {e}; {}", advice("NAME")))
         })?;
         let snap = Snap::of(&kes).map_err(kestrel_rt::Error::from)?;
-        let at_one: Vec<&str> = syms
-            .iter()
-            .zip(point.iter().zip(&bound))
-            .filter(|(_, (a, b))| a != b && **a == 1)
-            .map(|(s, _)| s.0.as_str())
-            .collect();
-        match probe::compare(&base, &snap, &b_at, &here) {
-            Ok(()) => {}
-            Err(Diff::Structure(m) | Diff::Constant(m)) if !at_one.is_empty() => {
-                to_run.push((here, kes, Some(m)));
-                continue;
-            }
+        let (m, e) = match probe::compare(&base, &snap, &b_at, &here) {
+            Ok(()) => (String::new(), None),
             Err(Diff::Structure(m)) => {
-                return Err(err(format!(
-                    "the graph's structure changes with {}: {m}; {}",
-                    moved.join(", "),
-                    advice("")
-                )))
+                let e = err(format!("the graph's structure changes with {}: {m}; {}", moved.join(", "), advice("")));
+                (m, Some(e))
             }
             Err(Diff::Constant(m)) => {
-                return Err(err(format!(
+                let e = err(format!(
                     "{m}: a constant that depends on {} other than by its leading rows (a mask or a value \
                      computed from the size, folded at conversion) is not supported yet; fix the dim with \
                      --dim {}=N",
                     moved.join(", "),
                     moved.first().copied().unwrap_or("NAME")
-                )))
+                ));
+                (m, Some(e))
             }
+        };
+        if let Some(e) = e {
+            differs.push(Differs { point: point.iter().map(|&v| v as i64).collect(), here, kes, what: m, error: e });
+            continue;
         }
         let got = snap.integers();
         if got.len() != ints.len() || got.iter().zip(&ints).any(|(a, b)| a.0 != b.0) {
@@ -237,6 +231,7 @@ pub(crate) fn convert_bounded(
     // A binding for every integer that varies.
     let names: Vec<String> = syms.iter().map(|s| s.0.clone()).collect();
     let mut bindings = Vec::new();
+    let mut exprs = Vec::new();
     for (j, &(target, b)) in ints.iter().enumerate() {
         if values.iter().all(|(_, v, _)| v[j] == b) {
             continue;
@@ -277,6 +272,22 @@ pub(crate) fn convert_bounded(
             .filter(|w| kestrel_rt_format::Expr::new(w, syms.len()).is_ok())
             .ok_or_else(|| err(format!("{what}: the expression {} is too large for the file", e.show(&names))))?;
         bindings.push((target, words));
+        exprs.push((target, e, b));
+    }
+
+    // The points where the graph differs: some axis of size 1 there (a symbol, or an
+    // activation dim the bindings put at 1), or the difference is the error.
+    for Differs { point: q, here, kes: probe_kes, what: m, error: e } in differs {
+        let one = q.iter().zip(&bound_i).any(|(v, b)| v != b && *v == 1)
+            || exprs.iter().any(|(t, x, b)| {
+                matches!(t, Target::TensorDim { tensor, .. } if base.is_activation(*tensor))
+                    && *b != 1
+                    && x.eval(&q) == Some(1)
+            });
+        if !one {
+            return Err(e);
+        }
+        to_run.push((here, probe_kes, Some(m)));
     }
 
     // Every symbol must be some input's dim alone: a run reads its value there.
@@ -305,7 +316,7 @@ pub(crate) fn convert_bounded(
         match (diff, differs) {
             (Ok(e), None) if e <= TOLERANCE => {}
             (Ok(e), Some(m)) if e <= TOLERANCE => r.notices.push(format!(
-                "bounded dims: at {here} the conversion's graph differs from the bound's ({m}: axes of size 1 \
+                "bounded dims: at {here} the conversion's graph differs from the bound's ({m}; axes of size 1 \
                  simplified); the bounded file run there matches it (largest difference {e:.1e} of the largest \
                  output)"
             )),
@@ -333,6 +344,19 @@ pub(crate) fn convert_bounded(
     });
     conv.kes = kes;
     Ok(conv)
+}
+
+/// A probe whose graph differs from the bound's.
+struct Differs {
+    point: Vec<i64>,
+    /// The point in words.
+    here: String,
+    /// Its file.
+    kes: Vec<u8>,
+    /// The first difference.
+    what: String,
+    /// The error, should no axis of size 1 explain it.
+    error: ConvertError,
 }
 
 /// The largest difference between the bounded file and a probe's conversion, relative to the

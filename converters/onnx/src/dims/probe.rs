@@ -99,6 +99,11 @@ impl Snap {
         out
     }
 
+    /// Whether tensor `id` is an activation.
+    pub fn is_activation(&self, id: u32) -> bool {
+        self.tensors.get(id as usize).is_some_and(|t| t.kind == TensorKind::Activation)
+    }
+
     /// A binding target in words, for messages.
     pub fn describe(&self, t: Target) -> String {
         match t {
