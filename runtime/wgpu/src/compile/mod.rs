@@ -15,6 +15,7 @@ use crate::params::{dense, dense_patch, patch_gather, softmax, Field, Value, PER
 pub(crate) use crate::params::{word, Params, Region, Wd};
 use crate::GpuError;
 use crate::Tuning;
+use kestrel_rt_core::graph::{Graph, Table};
 use kestrel_rt_format::ops::{self, Op, Proj, TensorId};
 use kestrel_rt_format::{DType, KesFile, TensorInfo, TensorKind};
 
@@ -66,6 +67,9 @@ impl Params {
 /// Addresses of tensors and scratch for one batch capacity.
 pub(crate) struct Ctx<'f, 'a> {
     pub file: &'f KesFile<'a>,
+    /// The model at the session's current sizes: ops, tensor shapes and weight views from the
+    /// specialised [`Table`] where there is one (bounded dims), else the file's (the bound).
+    pub graph: Graph<'f, 'a>,
     pub cap: usize,
     scratch_base: usize,
     scratch_used: usize,
@@ -119,7 +123,7 @@ impl<'f, 'a> Ctx<'f, 'a> {
     }
 
     pub fn info(&self, id: TensorId) -> Result<TensorInfo<'a>, GpuError> {
-        self.file.tensor(id).map_err(|e| GpuError::Model(e.to_string()))
+        self.graph.tensor(id).map_err(|e| GpuError::Model(e.to_string()))
     }
 
     /// An activation's region.
@@ -176,22 +180,30 @@ pub(crate) fn numel(t: &TensorInfo<'_>) -> Result<usize, GpuError> {
 /// Every node with its dispatches (none for a reshape, which is a view).
 pub(crate) type Lowered = Vec<(Op, Vec<Dispatch>)>;
 
-/// The dispatches of every node, and the GPU scratch words they need.
+/// The dispatches of every node, and the GPU scratch words they need, for the model at the
+/// sizes of `table` (a bounded-dims model specialised to its input shapes; `None`: the file's
+/// own graph, the bound). Tensor addresses come from the file's plan at the bound whatever the
+/// sizes (an activation at a smaller size fills the start of its region, sample `s` at
+/// `s · numel` at that size); shapes, op attributes and a bounded weight's leading rows from the
+/// table.
 pub(crate) fn compile(
     file: &KesFile<'_>,
+    table: Option<&Table<'_>>,
     cap: usize,
     acts_words: usize,
     tuning: Tuning,
     device: &Fit,
 ) -> Result<(Lowered, usize), GpuError> {
+    let graph = Graph::with_table(file, table);
     let uses = use_counts(file)?;
-    let mut ctx = Ctx { file, cap, scratch_base: acts_words, scratch_used: 0, scratch_words: 0, tuning, device, uses };
+    let mut ctx =
+        Ctx { file, graph, cap, scratch_base: acts_words, scratch_used: 0, scratch_words: 0, tuning, device, uses };
     let mut nodes: Lowered = Vec::new();
     // Nodes after this one whose work the last lowered node took over (the Add of a residual
     // epilogue, and a reshape before it): they dispatch nothing.
     let mut absorbed = 0;
     for node in 0..file.op_count() {
-        let op = file.op(node).map_err(|e| GpuError::Model(e.to_string()))?;
+        let op = graph.op(node).map_err(|e| GpuError::Model(e.to_string()))?;
         ctx.scratch_used = 0;
         if absorbed > 0 {
             absorbed -= 1;
@@ -258,7 +270,7 @@ pub(crate) fn add_after(
     if !ctx.read_once(out) || next >= n {
         return Ok(None);
     }
-    if let Op::Reshape(r) = ctx.file.op(next).map_err(op_err)? {
+    if let Op::Reshape(r) = ctx.graph.op(next).map_err(op_err)? {
         if r.x != out || !ctx.read_once(r.y) {
             return Ok(None);
         }
@@ -267,7 +279,7 @@ pub(crate) fn add_after(
     if next >= n {
         return Ok(None);
     }
-    let Op::Binary(b) = ctx.file.op(next).map_err(op_err)? else { return Ok(None) };
+    let Op::Binary(b) = ctx.graph.op(next).map_err(op_err)? else { return Ok(None) };
     if b.op != kestrel_rt_format::ops::BinaryOp::Add {
         return Ok(None);
     }

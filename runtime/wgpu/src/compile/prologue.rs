@@ -195,7 +195,7 @@ fn role(op: &Op) -> Role {
 /// Whether a LayerNorm is plain ([`kestrel_rt_format::ops::LayerNorm::is_plain`], on f32 values):
 /// only such a norm runs as a prologue, the kernels reading no γ or β.
 fn plain_norm(ctx: &Ctx<'_, '_>, ln: &kestrel_rt_format::ops::LayerNorm) -> bool {
-    let values = |id: TensorId| ctx.file.weight(id).ok().and_then(|w| w.as_f32());
+    let values = |id: TensorId| ctx.graph.weight(id).ok().and_then(|w| w.as_f32());
     let beta = match ln.beta.map(values) {
         Some(None) => return false,
         Some(b) => b,
