@@ -298,6 +298,53 @@ pub struct GpuPlacement {
     pub auto: Option<Measured>,
 }
 
+#[cfg(feature = "gpu")]
+impl GpuPlacement {
+    /// Sets the per-sample input shapes the next runs take, for a model with bounded dims
+    /// (format 2.0), as [`Session::set_input_shapes`](crate::Session::set_input_shapes) on the
+    /// CPU: the same rule and the same errors ([`Error::Dims`](crate::Error::Dims) naming the
+    /// dim, its range and the input; the session keeps its sizes). The GPU session lowers the
+    /// model again at new sizes into the buffers allocated at the bound (the last few sizes are
+    /// kept; the same shapes again cost a comparison). `model` is the model the session was
+    /// placed for. A GPU session starts at the bound.
+    pub fn set_input_shapes(
+        &mut self,
+        model: &kestrel_rt_cpu::Model<'_>,
+        shapes: &[&[usize]],
+    ) -> Result<(), crate::Error> {
+        self.session.set_input_shapes(model, shapes).map_err(|e| match e {
+            kestrel_rt_wgpu::GpuError::Run(e) => crate::model::dims_error(model, e),
+            e => crate::Error::Gpu(e),
+        })
+    }
+
+    /// Input `i`'s per-sample shape at the current sizes.
+    pub fn input_shape(&self, i: usize) -> Option<Vec<usize>> {
+        self.session.input_shape(i)
+    }
+
+    /// Output `i`'s per-sample shape at the current sizes.
+    pub fn output_shape(&self, i: usize) -> Option<Vec<usize>> {
+        self.session.output_shape(i)
+    }
+
+    /// [`set_input_shapes`](Self::set_input_shapes) then a run of the batch (inferred from the
+    /// input lengths, at most [`capacity`](Self::capacity)) into `outputs`; returns the batch.
+    pub fn run_shaped(
+        &mut self,
+        model: &kestrel_rt_cpu::Model<'_>,
+        inputs: &[kestrel_rt_cpu::session::Input<'_>],
+        shapes: &[&[usize]],
+        outputs: &mut [&mut [f32]],
+    ) -> Result<usize, crate::Error> {
+        self.set_input_shapes(model, shapes)?;
+        self.session.run(inputs, outputs).map_err(|e| match e {
+            kestrel_rt_wgpu::GpuError::Run(e) => crate::Error::Run(e),
+            e => crate::Error::Gpu(e),
+        })
+    }
+}
+
 /// Decides where `model` runs for batches of up to `capacity` samples and, for the GPU, makes
 /// the session; a CPU placement leaves the CPU session (and its arena) to the caller. AUTO's
 /// failures are [`Placement::Cpu`] with the reason; WGPU's are errors.

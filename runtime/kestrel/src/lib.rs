@@ -59,6 +59,11 @@ pub enum Error {
         /// The typed error.
         source: kestrel_rt_cpu::RunError,
     },
+    /// The GPU backend failed (cargo feature `gpu`): lowering the model at new input sizes, or
+    /// a run (a GPU session's own shape errors are [`Error::Dims`], as the CPU's).
+    #[cfg(feature = "gpu")]
+    #[error(transparent)]
+    Gpu(#[from] kestrel_rt_wgpu::GpuError),
     /// A `.npy` file is unreadable or has the wrong shape or dtype.
     #[error("{0}")]
     Npy(String),

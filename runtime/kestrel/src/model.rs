@@ -250,7 +250,7 @@ impl Session<'_> {
 
 /// A shape error of [`Session::set_input_shapes`] in the model's own names (the dim's and the
 /// input's), with the typed error as its source.
-fn dims_error(model: &kestrel_rt_cpu::Model<'_>, e: kestrel_rt_cpu::RunError) -> Error {
+pub(crate) fn dims_error(model: &kestrel_rt_cpu::Model<'_>, e: kestrel_rt_cpu::RunError) -> Error {
     use kestrel_rt_cpu::RunError as R;
     let file = model.file();
     // The metadata's name for graph input `i`, else the tensor's.
