@@ -39,7 +39,10 @@ fn fixed(dims: &[(&str, usize)]) -> ConvertOptions {
 }
 
 /// The file's symbols and bindings (target, words), checking it parses as 2.0.
-fn dims_of(kes: &[u8]) -> (Vec<(String, u32, u32)>, Vec<(Target, Vec<u32>)>) {
+/// A file's symbols (name, min, max) and bindings (target, words).
+type DimsOf = (Vec<(String, u32, u32)>, Vec<(Target, Vec<u32>)>);
+
+fn dims_of(kes: &[u8]) -> DimsOf {
     let buf = aligned_copy(kes);
     let f = KesFile::parse(&buf).unwrap();
     assert_eq!(f.version().0, 2);

@@ -158,6 +158,12 @@ fn ceil_div(a: i64, b: i64) -> i64 {
 
 /// `⌊(a·x + b) / c⌋` through every `(x, y)` (distinct x), smallest `c` first: `(a, b, c)`.
 fn fit_floor_affine(xy: &[(i64, i64)]) -> Option<(i64, i64, i64)> {
+    fit_floor_affine_range(xy).map(|(a, b, _, c)| (a, b, c))
+}
+
+/// [`fit_floor_affine`] with every offset that fits: `(a, b_lo, b_hi, c)` (the samples leave
+/// `b` anywhere in `b_lo..=b_hi`).
+fn fit_floor_affine_range(xy: &[(i64, i64)]) -> Option<(i64, i64, i64, i64)> {
     if xy.len() < 2 {
         return None;
     }
@@ -194,11 +200,45 @@ fn fit_floor_affine(xy: &[(i64, i64)]) -> Option<(i64, i64, i64)> {
                 bhi = bhi.min(c * y + c - 1 - a * x);
             }
             if blo <= bhi {
-                return Some((a, blo, c));
+                return Some((a, blo, bhi, c));
             }
         }
     }
     None
+}
+
+/// Every `(a, b, c)` with `⌊(a·x + b) / c⌋` through every sample (at most 512).
+fn floor_affine_all(xy: &[(i64, i64)]) -> Vec<(i64, i64, i64)> {
+    let mut out = Vec::new();
+    if xy.len() < 2 {
+        return out;
+    }
+    for c in 1..=MAX_C {
+        let (mut lo, mut hi) = (i64::MIN, i64::MAX);
+        for (i, &(xi, yi)) in xy.iter().enumerate() {
+            for &(xj, yj) in &xy[i + 1..] {
+                let (dx, dy) = if xj > xi { (xj - xi, yj - yi) } else { (xi - xj, yi - yj) };
+                if dx > 0 {
+                    lo = lo.max(ceil_div(c * dy - (c - 1), dx));
+                    hi = hi.min(floor_div(c * dy + (c - 1), dx));
+                }
+            }
+        }
+        if lo > hi || hi - lo > 4 * MAX_C {
+            continue;
+        }
+        for a in (lo..=hi).filter(|&a| a != 0) {
+            let blo = xy.iter().map(|&(x, y)| c * y - a * x).max().unwrap_or(0);
+            let bhi = xy.iter().map(|&(x, y)| c * y + c - 1 - a * x).min().unwrap_or(-1);
+            for b in blo..=bhi {
+                if out.len() == 512 {
+                    return out;
+                }
+                out.push((a, b, c));
+            }
+        }
+    }
+    out
 }
 
 /// Integers `(p, q)` with `p·u + q·v = d` for two rows, by Cramer's rule, when exact.
@@ -242,6 +282,30 @@ fn fit_periodic(xy: &[(i64, i64)]) -> Option<(i64, i64, i64, i64, i64)> {
         }
     }
     None
+}
+
+/// Most candidates [`fit_many`] returns.
+const MAX_CANDIDATES: i64 = 16;
+
+/// Univariate expressions through every `(x, y)`, the first form that fits, with every offset
+/// the samples leave open (other points then choose among them).
+fn fit_many(s: usize, xy: &[(i64, i64)]) -> Vec<E> {
+    if xy.iter().all(|&(_, y)| y == xy[0].1) {
+        return vec![E::C(xy[0].1)];
+    }
+    if let Some((a, lo, hi, c)) = fit_floor_affine_range(xy) {
+        return (lo..=hi.min(lo + MAX_CANDIDATES - 1)).map(|b| floor_affine(s, a, b, c)).collect();
+    }
+    fit_one(s, xy).into_iter().collect()
+}
+
+/// The combinations of one candidate from each list (at most `cap`).
+fn combinations(lists: &[Vec<E>], cap: usize) -> Vec<Vec<&E>> {
+    let mut out: Vec<Vec<&E>> = vec![Vec::new()];
+    for l in lists {
+        out = out.iter().flat_map(|pre| l.iter().map(move |e| [pre.clone(), vec![e]].concat())).take(cap).collect();
+    }
+    out
 }
 
 /// A univariate expression in symbol `s` through every `(x, y)` (distinct x).
@@ -343,7 +407,11 @@ pub fn fit(bound: &[i64], samples: &[(Vec<i64>, i64)]) -> Result<E, FitError> {
             let lines: Vec<Vec<(i64, i64)>> = deps.iter().map(|&i| line(i)).collect();
             let mut fits = Vec::new();
             for (&i, xy) in deps.iter().zip(&lines) {
-                fits.push(fit_one(i, xy).ok_or(FitError::NoFit)?);
+                let f = fit_many(i, xy);
+                if f.is_empty() {
+                    return Err(FitError::NoFit);
+                }
+                fits.push(f);
             }
             let k = deps.len() as i64;
             // Products, with a constant term C: C = 0 first, then small ones, then (two
@@ -352,9 +420,9 @@ pub fn fit(bound: &[i64], samples: &[(Vec<i64>, i64)]) -> Result<E, FitError> {
             if k == 2 {
                 let joint = samples.iter().find(|(p, _)| deps.iter().all(|&i| p[i] != bound[i]));
                 if let Some((p, v)) = joint {
-                    if let (Some(l1), Some(l2)) =
-                        (fits[0].eval(&with(bound, deps[0], p)), fits[1].eval(&with(bound, deps[1], p)))
-                    {
+                    let l1 = fits[0][0].eval(&with(bound, deps[0], p));
+                    let l2 = fits[1][0].eval(&with(bound, deps[1], p));
+                    if let (Some(l1), Some(l2)) = (l1, l2) {
                         let den = v + b - l1 - l2;
                         if den != 0 && (v * b - l1 * l2) % den == 0 {
                             cs.push((v * b - l1 * l2) / den);
@@ -364,23 +432,129 @@ pub fn fit(bound: &[i64], samples: &[(Vec<i64>, i64)]) -> Result<E, FitError> {
             }
             cs.extend((-8..=8).filter(|&c| c != 0));
             for (n_c, &c) in cs.iter().enumerate() {
-                if let Some(e) = product(c, b, &deps, &lines) {
-                    if check(&e) {
-                        return Ok(e);
-                    }
+                if let Some(e) = product(c, b, &deps, &lines, &check) {
+                    return Ok(e);
                 }
                 if n_c == 0 {
                     // A sum of the lines.
-                    let sum = fits.iter().cloned().fold(E::C(0), plus);
-                    let e = add(sum, -(k - 1) * b);
-                    if check(&e) {
-                        return Ok(e);
+                    for combo in combinations(&fits, 4096) {
+                        let sum = combo.into_iter().cloned().fold(E::C(0), plus);
+                        let e = add(sum, -(k - 1) * b);
+                        if check(&e) {
+                            return Ok(e);
+                        }
                     }
                 }
             }
             Err(FitError::NoFit)
         }
     }
+}
+
+/// `v = f(u)` through every `(u, v)` with `f` univariate, then `u`'s expression put in for the
+/// variable: a function of another fitted integer.
+pub fn fit_of(u: &E, pairs: &[(i64, i64)]) -> Option<E> {
+    let mut xy = pairs.to_vec();
+    xy.sort_unstable();
+    xy.dedup();
+    if xy.len() < 3 || xy.windows(2).any(|w| w[0].0 == w[1].0) || xy.iter().all(|&(_, v)| v == xy[0].1) {
+        return None;
+    }
+    fn subst(e: &E, u: &E) -> E {
+        let two = |a: &E, b: &E| (Box::new(subst(a, u)), Box::new(subst(b, u)));
+        match e {
+            E::C(v) => E::C(*v),
+            E::S(_) => u.clone(),
+            E::Add(a, b) => {
+                let (a, b) = two(a, b);
+                E::Add(a, b)
+            }
+            E::Sub(a, b) => {
+                let (a, b) = two(a, b);
+                E::Sub(a, b)
+            }
+            E::Mul(a, b) => {
+                let (a, b) = two(a, b);
+                E::Mul(a, b)
+            }
+            E::Div(a, c) => E::Div(Box::new(subst(a, u)), *c),
+        }
+    }
+    fit_one(0, &xy).map(|f| subst(&f, u))
+}
+
+/// Points that would pin what `samples` leave open: for each symbol the integer follows, a value
+/// on its line (the others at their maximum) where the floor-affine fits of the line disagree,
+/// halving the offsets left. `range[i]` is symbol `i`'s `(min, max)`.
+pub fn ambiguous(bound: &[i64], range: &[(i64, i64)], samples: &[(Vec<i64>, i64)]) -> Vec<(usize, i64)> {
+    let n = bound.len();
+    let Some(b) = samples.iter().find(|(p, _)| p == bound).map(|s| s.1) else { return Vec::new() };
+    let on_line = |p: &[i64], i: usize| (0..n).all(|j| j == i || p[j] == bound[j]);
+    let mut out = Vec::new();
+    for i in 0..n {
+        let mut xy: Vec<(i64, i64)> = samples.iter().filter(|(p, _)| on_line(p, i)).map(|(p, v)| (p[i], *v)).collect();
+        xy.sort_unstable();
+        xy.dedup();
+        if xy.iter().all(|&(_, v)| v == b) || xy.windows(2).any(|w| w[0].0 == w[1].0) {
+            continue;
+        }
+        // Also as steps of the differences' common factor (`k + m·⌊…⌋`, the product form's lines).
+        let d = xy.iter().fold(0, |acc, &(_, v)| gcd(acc, v - xy[0].1)).max(1);
+        let h: Vec<(i64, i64)> = xy.iter().map(|&(x, v)| (x, (v - xy[0].1) / d)).collect();
+        let (min, max) = range[i];
+        let step = ((max - min) / 4096).max(1);
+        for xy in [&xy, &h] {
+            let cands = floor_affine_all(xy);
+            if cands.len() < 2 {
+                continue;
+            }
+            // Unprobed values that split the candidates most evenly, one after another (each
+            // splitting the classes the ones before left), up to four.
+            // Each candidate's class: a hash of its predictions at the values chosen so far.
+            let mut classes: Vec<u64> = vec![0; cands.len()];
+            let mut keys: Vec<(u64, i64)> = Vec::with_capacity(cands.len());
+            for _ in 0..4 {
+                let mut largest_class = |extra: Option<i64>| {
+                    keys.clear();
+                    keys.extend(
+                        classes
+                            .iter()
+                            .zip(&cands)
+                            .map(|(k, &(a, b, c))| (*k, extra.map_or(0, |x| floor_div(a * x + b, c)))),
+                    );
+                    keys.sort_unstable();
+                    let (mut largest, mut run) = (0, 0);
+                    for (k, p) in keys.iter().enumerate() {
+                        run = if k > 0 && keys[k - 1] == *p { run + 1 } else { 1 };
+                        largest = largest.max(run);
+                    }
+                    largest
+                };
+                let now = largest_class(None);
+                if now < 2 {
+                    break;
+                }
+                let mut best: Option<(usize, i64)> = None;
+                let mut x = min;
+                while x <= max {
+                    let taken = xy.iter().any(|&(s, _)| s == x) || out.contains(&(i, x));
+                    if !taken {
+                        let l = largest_class(Some(x));
+                        if l < now && best.is_none_or(|(b, _)| l < b) {
+                            best = Some((l, x));
+                        }
+                    }
+                    x += step;
+                }
+                let Some((_, x)) = best else { break };
+                out.push((i, x));
+                for (k, &(a, b, c)) in classes.iter_mut().zip(&cands) {
+                    *k = k.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(floor_div(a * x + b, c) as u64);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// `bound` with symbol `i` taken from `p`.
@@ -398,14 +572,15 @@ fn gcd(a: i64, b: i64) -> i64 {
     }
 }
 
-/// `C + K·Πᵢ gᵢ(sᵢ)` from the lines, where line `i` is `C + (B − C)·gᵢ(sᵢ)/gᵢ(maxᵢ)`.
-fn product(c: i64, b: i64, deps: &[usize], lines: &[Vec<(i64, i64)>]) -> Option<E> {
+/// `C + K·Πᵢ gᵢ(sᵢ)` from the lines, where line `i` is `C + (B − C)·gᵢ(sᵢ)/gᵢ(maxᵢ)`: the
+/// first combination of the lines' candidates that `check` accepts.
+fn product(c: i64, b: i64, deps: &[usize], lines: &[Vec<(i64, i64)>], check: &dyn Fn(&E) -> bool) -> Option<E> {
     let bc = b - c;
     if bc == 0 {
         return None;
     }
     let mut num: i128 = 1;
-    let mut g = E::C(1);
+    let mut gs = Vec::new();
     for (&i, xy) in deps.iter().zip(lines) {
         let p: Vec<(i64, i64)> = xy.iter().map(|&(x, v)| (x, v - c)).collect();
         let d = p.iter().fold(0, |acc, &(_, v)| gcd(acc, v));
@@ -413,7 +588,11 @@ fn product(c: i64, b: i64, deps: &[usize], lines: &[Vec<(i64, i64)>]) -> Option<
             return None;
         }
         let h: Vec<(i64, i64)> = p.iter().map(|&(x, v)| (x, v / d)).collect();
-        g = times(g, fit_one(i, &h)?);
+        let g = fit_many(i, &h);
+        if g.is_empty() {
+            return None;
+        }
+        gs.push(g);
         num = num.checked_mul(i128::from(d))?;
     }
     let den = i128::from(bc).checked_pow(u32::try_from(deps.len() - 1).ok()?)?;
@@ -421,150 +600,15 @@ fn product(c: i64, b: i64, deps: &[usize], lines: &[Vec<(i64, i64)>]) -> Option<
         return None;
     }
     let k = i64::try_from(num / den).ok()?;
-    Some(add(scale(g, k), c))
+    combinations(&gs, 4096)
+        .into_iter()
+        .map(|combo| {
+            let g = combo.into_iter().cloned().fold(E::C(1), times);
+            add(scale(g, k), c)
+        })
+        .find(|e| check(e))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A small deterministic generator (xorshift).
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn range(&mut self, lo: i64, hi: i64) -> i64 {
-            lo + (self.next() % (hi - lo + 1) as u64) as i64
-        }
-    }
-
-    /// The probe values along one symbol's line, as the converter picks them.
-    fn line_values(min: i64, max: i64) -> Vec<i64> {
-        crate::dims::line_points(min as usize, max as usize).into_iter().map(|v| v as i64).collect()
-    }
-
-    /// Samples of `f` at the bound, on each line and at `joint` extra points.
-    fn samples(bound: &[i64], mins: &[i64], f: &dyn Fn(&[i64]) -> i64, joint: &[Vec<i64>]) -> Vec<(Vec<i64>, i64)> {
-        let mut out = vec![(bound.to_vec(), f(bound))];
-        for i in 0..bound.len() {
-            for v in line_values(mins[i], bound[i]) {
-                let mut p = bound.to_vec();
-                p[i] = v;
-                out.push((p.clone(), f(&p)));
-            }
-        }
-        for p in joint {
-            out.push((p.clone(), f(p)));
-        }
-        out
-    }
-
-    fn assert_fits(bound: &[i64], mins: &[i64], f: &dyn Fn(&[i64]) -> i64, joint: &[Vec<i64>], check: &[Vec<i64>]) {
-        let s = samples(bound, mins, f, joint);
-        let e = fit(bound, &s).unwrap_or_else(|e| panic!("no fit ({e:?}) for {s:?}"));
-        for p in s.iter().map(|s| &s.0).chain(check) {
-            assert_eq!(e.eval(p), Some(f(p)), "{} at {p:?}", e.show(&[]));
-            let words = e.words().unwrap();
-            let syms: Vec<u32> = p.iter().map(|&v| v as u32).collect();
-            let x = kestrel_rt_format::Expr::new(&words, bound.len()).unwrap();
-            assert_eq!(x.eval(&syms).ok().map(i64::from), Some(f(p)), "{} at {p:?}", e.show(&[]));
-        }
-    }
-
-    #[test]
-    fn conv_and_pool_sizes() {
-        let conv = |k: i64, s: i64, p: i64| move |x: &[i64]| (x[0] + 2 * p - k).div_euclid(s) + 1;
-        for (k, s, p) in [(3, 1, 1), (3, 2, 1), (7, 2, 3), (16, 16, 0), (14, 14, 0), (2, 2, 0), (5, 4, 2)] {
-            let f = conv(k, s, p);
-            let all: Vec<Vec<i64>> = (k..=224).map(|v| vec![v]).collect();
-            assert_fits(&[224], &[k.max(1)], &f, &[vec![61], vec![150]], &all);
-        }
-    }
-
-    #[test]
-    fn pads_constants_and_ceil_mode() {
-        let all: Vec<Vec<i64>> = (1..=128).map(|v| vec![v]).collect();
-        // A `MAX − T` pad (non-monotone in the sense of decreasing).
-        assert_fits(&[128], &[1], &|x| 128 - x[0], &[vec![40]], &all);
-        assert_fits(&[128], &[1], &|x| 3 * x[0] + 7, &[vec![40]], &all);
-        // Ceil-mode pooling's extra padding: (−(T − 3)) mod 2 and mod 3.
-        let all: Vec<Vec<i64>> = (3..=128).map(|v| vec![v]).collect();
-        assert_fits(&[128], &[3], &|x| (-(x[0] - 3)).rem_euclid(2), &[vec![40], vec![77]], &all);
-        assert_fits(&[128], &[3], &|x| (-(x[0] - 3)).rem_euclid(3) + 1, &[vec![40], vec![77]], &all);
-        // Ceil-mode output size.
-        assert_fits(&[128], &[3], &|x| ceil_div(x[0] - 3, 2) + 1, &[vec![40], vec![77]], &all);
-        // A constant: no symbol.
-        let s = samples(&[128], &[1], &|_| 5, &[]);
-        assert_eq!(fit(&[128], &s), Ok(E::C(5)));
-    }
-
-    #[test]
-    fn products_and_class_tokens() {
-        let all: Vec<Vec<i64>> = (1..=64).map(|v| vec![v]).collect();
-        assert_fits(&[64], &[1], &|x| x[0] * x[0], &[vec![20]], &all);
-        assert_fits(&[64], &[1], &|x| 12 * x[0] * x[0], &[vec![20]], &all);
-        assert_fits(&[64], &[1], &|x| x[0] * (x[0] + 1), &[vec![20]], &all);
-        // (h/16)·(w/16) + 1 over two symbols, and h + w, and 3·h·w.
-        let grid: Vec<Vec<i64>> = (1..=14).flat_map(|a| (1..=14).map(move |b| vec![a * 16, b * 16])).collect();
-        let joint = [vec![96, 160], vec![176, 48]];
-        assert_fits(&[224, 224], &[16, 16], &|x| (x[0] / 16) * (x[1] / 16) + 1, &joint, &grid);
-        assert_fits(&[224, 224], &[16, 16], &|x| x[0] + x[1], &joint, &grid);
-        assert_fits(&[224, 224], &[16, 16], &|x| 3 * x[0] * x[1], &joint, &grid);
-        assert_fits(&[224, 224], &[16, 16], &|x| 64 * ((x[0] + 1) / 2) * ((x[1] + 1) / 2), &joint, &grid);
-    }
-
-    #[test]
-    fn joint_only_integers_are_refused() {
-        // Constant along each line (one symbol at its maximum), varying when both move.
-        let s = samples(&[64, 64], &[1, 1], &|x| (64 - x[0]).min(64 - x[1]), &[vec![20, 30]]);
-        assert_eq!(fit(&[64, 64], &s), Err(FitError::Joint));
-    }
-
-    /// Random expressions of the grammar: fitted from the probe samples, they predict every
-    /// value in range.
-    #[test]
-    fn random_expressions_of_the_grammar_are_recovered() {
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-        for round in 0..300 {
-            let max = rng.range(8, 300);
-            let min = rng.range(1, max / 2);
-            let c = [1, 1, 2, 2, 3, 4, 8, 14, 16, 32][rng.range(0, 9) as usize];
-            let a = rng.range(1, 6);
-            let b = rng.range(-(min * a).min(8), 40);
-            let kind = rng.range(0, 3);
-            let f: Box<dyn Fn(&[i64]) -> i64> = match kind {
-                0 => Box::new(move |x| (a * x[0] + b).div_euclid(c)),
-                1 => Box::new(move |x| a * (max - x[0]) + b.abs()),
-                2 => Box::new(move |x| a * x[0] * x[0]),
-                _ => Box::new(move |x| b.abs() + a * (x[0] + c - 1).div_euclid(c)),
-            };
-            let all: Vec<Vec<i64>> = (min..=max).map(|v| vec![v]).collect();
-            let j1 = vec![min + (max - min) / 4];
-            let j2 = vec![min + (max - min) * 3 / 4 + 1];
-            let s = samples(&[max], &[min], &*f, &[j1, j2]);
-            let Ok(e) = fit(&[max], &s) else {
-                panic!("round {round}: no fit for kind {kind} a={a} b={b} c={c} {min}..={max}")
-            };
-            // Every sample exactly; the whole range when the samples pin it (a step of c wider
-            // than the probes' spacing can leave it open: the converter's verification points
-            // catch those).
-            for (p, v) in &s {
-                assert_eq!(e.eval(p), Some(*v));
-            }
-            if c <= 2 {
-                for p in &all {
-                    assert_eq!(
-                        e.eval(p),
-                        Some(f(p)),
-                        "round {round}: {} vs kind {kind} a={a} b={b} c={c} at {p:?}",
-                        e.show(&[])
-                    );
-                }
-            }
-        }
-    }
-}
+#[path = "fit_tests.rs"]
+mod tests;

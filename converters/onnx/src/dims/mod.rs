@@ -164,7 +164,7 @@ pub(crate) fn convert_bounded(
     dedup(&mut fit_points);
     ver_points.retain(|q| *q != bound && !fit_points.contains(q));
     dedup(&mut ver_points);
-    let total = 1 + fit_points.len() + ver_points.len();
+    let mut total = 1 + fit_points.len() + ver_points.len();
 
     let b_at = show(&syms, &bound);
     let mut pr = Prefixed { inner: progress, prefix: format!("conversion 1/{total} (bound: {b_at}): ") };
@@ -179,9 +179,48 @@ pub(crate) fn convert_bounded(
     let mut values: Vec<(Vec<i64>, Vec<i64>, bool)> = Vec::new();
     let mut to_run: Vec<(String, Vec<u8>, Option<String>)> = Vec::new();
     let mut differs: Vec<Differs> = Vec::new();
-    let probes: Vec<(Vec<usize>, bool)> =
+    let mut queue: std::collections::VecDeque<(Vec<usize>, bool)> =
         fit_points.iter().map(|q| (q.clone(), false)).chain(ver_points.iter().map(|q| (q.clone(), true))).collect();
-    for (k, (point, verify)) in probes.iter().enumerate() {
+    let mut probed: Vec<Vec<usize>> = vec![bound.clone()];
+    let range: Vec<(i64, i64)> = syms.iter().map(|s| (s.1 as i64, s.2 as i64)).collect();
+    let mut k = 0;
+    let mut rounds = 0;
+    loop {
+        let Some((point, verify)) = queue.pop_front() else {
+            // More points along the lines where the fits leave an offset open (a pool's window
+            // wider than the probes' spacing), up to three rounds.
+            if rounds == EXTRA_ROUNDS {
+                break;
+            }
+            rounds += 1;
+            let mut extra: Vec<Vec<usize>> = Vec::new();
+            let mut seen = std::collections::HashSet::new();
+            for j in 0..ints.len() {
+                let column: Vec<i64> = values.iter().map(|(_, v, _)| v[j]).collect();
+                if column.iter().all(|&v| v == ints[j].1) || !seen.insert((ints[j].1, column)) {
+                    continue;
+                }
+                let samples: Vec<(Vec<i64>, i64)> = std::iter::once((bound_i.clone(), ints[j].1))
+                    .chain(values.iter().filter(|v| !v.2).map(|(q, v, _)| (q.clone(), v[j])))
+                    .collect();
+                for (i, x) in fit::ambiguous(&bound_i, &range, &samples) {
+                    let mut q = bound.clone();
+                    q[i] = x as usize;
+                    if !probed.contains(&q) && !extra.contains(&q) && extra.len() < EXTRA_PER_ROUND {
+                        extra.push(q);
+                    }
+                }
+            }
+            if extra.is_empty() {
+                break;
+            }
+            total += extra.len();
+            queue.extend(extra.into_iter().map(|q| (q, false)));
+            continue;
+        };
+        let (point, verify) = (&point, &verify);
+        probed.push(point.clone());
+        k += 1;
         let here = show(&syms, point);
         let moved: Vec<&str> =
             syms.iter().zip(point.iter().zip(&bound)).filter(|(_, (a, b))| a != b).map(|(s, _)| s.0.as_str()).collect();
@@ -192,7 +231,7 @@ pub(crate) fn convert_bounded(
                  (--dim {s}=MIN..MAX) to sizes where the graph is the same"
             )
         };
-        pr.prefix = format!("conversion {}/{total} ({here}): ", k + 2);
+        pr.prefix = format!("conversion {}/{total} ({here}): ", k + 1);
         let (kes, _) = crate::convert_core(path, &at(point), &mut pr, |_| {}, false).map_err(|e| {
             err(format!("converting at {here} (a probe of the bounded dims) failed: {e}; {}", advice("NAME")))
         })?;
@@ -247,7 +286,19 @@ pub(crate) fn convert_bounded(
         let samples: Vec<(Vec<i64>, i64)> = std::iter::once((bound_i.clone(), b))
             .chain(values.iter().filter(|v| !v.2).map(|(q, v, _)| (q.clone(), v[j])))
             .collect();
-        let e = fit::fit(&bound_i, &samples).map_err(|why| {
+        // Else a function of an activation dim fitted before (a ceil-mode pool's extra padding
+        // after a strided conv: periodic in the pool's input size, not in the symbol).
+        let composed = || {
+            exprs.iter().filter(|(t, _, _, _)| matches!(t, Target::TensorDim { .. })).find_map(|(_, u, _, col)| {
+                let col: &Vec<i64> = col;
+                let pairs: Vec<(i64, i64)> = std::iter::once((col[0], b))
+                    .chain(values.iter().zip(&col[1..]).filter(|(v, _)| !v.2).map(|((_, v, _), &x)| (x, v[j])))
+                    .collect();
+                let e = fit::fit_of(u, &pairs)?;
+                samples.iter().all(|(q, v)| e.eval(q) == Some(*v)).then_some(e)
+            })
+        };
+        let e = fit::fit(&bound_i, &samples).or_else(|why| composed().ok_or(why)).map_err(|why| {
             let why = match why {
                 fit::FitError::Inconsistent => "its values are not a function of the symbols it follows",
                 fit::FitError::NoFit => "no expression of the supported forms reproduces its values",
@@ -272,14 +323,15 @@ pub(crate) fn convert_bounded(
             .filter(|w| kestrel_rt_format::Expr::new(w, syms.len()).is_ok())
             .ok_or_else(|| err(format!("{what}: the expression {} is too large for the file", e.show(&names))))?;
         bindings.push((target, words));
-        exprs.push((target, e, b));
+        let col: Vec<i64> = std::iter::once(b).chain(values.iter().map(|(_, v, _)| v[j])).collect();
+        exprs.push((target, e, b, col));
     }
 
     // The points where the graph differs: some axis of size 1 there (a symbol, or an
     // activation dim the bindings put at 1), or the difference is the error.
     for Differs { point: q, here, kes: probe_kes, what: m, error: e } in differs {
         let one = q.iter().zip(&bound_i).any(|(v, b)| v != b && *v == 1)
-            || exprs.iter().any(|(t, x, b)| {
+            || exprs.iter().any(|(t, x, b, _)| {
                 matches!(t, Target::TensorDim { tensor, .. } if base.is_activation(*tensor))
                     && *b != 1
                     && x.eval(&q) == Some(1)
@@ -345,6 +397,11 @@ pub(crate) fn convert_bounded(
     conv.kes = kes;
     Ok(conv)
 }
+
+/// Rounds of extra probes where the fits leave offsets open.
+const EXTRA_ROUNDS: usize = 3;
+/// Most extra probes in one round.
+const EXTRA_PER_ROUND: usize = 12;
 
 /// A probe whose graph differs from the bound's.
 struct Differs {
