@@ -318,3 +318,71 @@ fn what_depends_on_the_size_otherwise_is_refused_by_name() {
     assert!(matches!(e, ConvertError::UnknownDim { .. } | ConvertError::UnboundDims { .. }), "{e}");
     std::fs::remove_file(path).ok();
 }
+
+/// `x [N, 3, H, W]` → Conv 7×7 stride 2 → MaxPool 3×3 stride 2 `ceil_mode` → Relu (the pool's
+/// extra padding follows the conv's output size, periodic in it).
+fn ceil_pool_model() -> Vec<u8> {
+    let mut rng = Rng::new(0xCE1);
+    let conv =
+        node("Conv", &["x", "k"], "c").msg(5, ints_attr("kernel_shape", &[7, 7])).msg(5, ints_attr("strides", &[2, 2]));
+    let pool = node("MaxPool", &["c"], "p")
+        .msg(5, ints_attr("kernel_shape", &[3, 3]))
+        .msg(5, ints_attr("strides", &[2, 2]))
+        .msg(5, proto::i64_attr("ceil_mode", 1));
+    let graph = Msg::default()
+        .msg(1, conv)
+        .msg(1, pool)
+        .msg(1, node("Relu", &["p"], "y"))
+        .msg(5, f32_tensor("k", &[4, 3, 7, 7], &rng.vec(4 * 3 * 49, 0.3)))
+        .msg(11, float_value_sym("x", &["N", "3", "H", "W"]))
+        .msg(12, float_value("y", None));
+    model("ceil_pool", graph)
+}
+
+#[test]
+fn ceil_mode_pools_after_strided_convs() {
+    let path = write("ceil", &ceil_pool_model());
+    let conv = convert(&path, &bounded(&[("H", 16, 80), ("W", 16, 80)])).unwrap();
+    for (h, w) in [(16, 16), (17, 18), (33, 80), (50, 51), (79, 64)] {
+        let at = convert(&path, &fixed(&[("H", h), ("W", w)])).unwrap();
+        assert_bindings_match(&conv.kes, &at.kes, &[h as u32, w as u32]);
+    }
+    std::fs::remove_file(path).ok();
+}
+
+/// The bounded files run at sizes across their ranges (the runtime's per-run shapes), batch 2,
+/// against tract on the ONNX model at those sizes.
+#[test]
+fn bounded_files_run_every_size_like_tract() {
+    let cases: [(&str, Vec<u8>, Vec<(&str, usize, usize)>, Vec<Vec<usize>>); 3] = [
+        ("dense", dense_model(), vec![("T", 1, 32)], vec![vec![1, 8], vec![5, 8], vec![32, 8]]),
+        ("pos", position_model(), vec![("T", 1, 48)], vec![vec![1, 8], vec![13, 8], vec![48, 8]]),
+        (
+            "ceil",
+            ceil_pool_model(),
+            vec![("H", 16, 80), ("W", 16, 80)],
+            vec![vec![3, 16, 17], vec![3, 41, 80], vec![3, 80, 63]],
+        ),
+    ];
+    let mut rng = Rng::new(0x7AC7);
+    for (name, bytes, bounds, shapes) in cases {
+        let path = write(&format!("run-{name}"), &bytes);
+        let kes = convert(&path, &bounded(&bounds)).unwrap().kes;
+        let model = kestrel_rt::Model::from_bytes(&kes).unwrap();
+        let mut session = model.session(2).unwrap();
+        for shape in shapes {
+            let n: usize = shape.iter().product();
+            let full: Vec<usize> = std::iter::once(2).chain(shape.iter().copied()).collect();
+            let input = kestrel_rt_onnx::InputTensor::f32(&full, rng.vec(2 * n, 1.0));
+            let want = kestrel_rt_onnx::run_tract(&path, std::slice::from_ref(&input)).unwrap();
+            let got = session.run_vec_shaped(&[input.as_input()], &[&shape]).unwrap();
+            assert_eq!(got.len(), want.len());
+            for ((_, w), g) in want.iter().zip(&got) {
+                assert_eq!(w.len(), g.len(), "{name} at {shape:?}");
+                let err = w.iter().zip(g).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                assert!(err <= 1e-4, "{name} at {shape:?}: max abs err {err}");
+            }
+        }
+        std::fs::remove_file(path).ok();
+    }
+}
