@@ -12,20 +12,29 @@
 //!    points kept for verification only.
 //! 3. Each probe's file is compared with the bound's ([`probe::compare`]): the same tensors
 //!    (kinds, dtypes, ranks), the same nodes (kinds, tensor slots), the same graph inputs and
-//!    outputs, the same metadata inputs (count, ranks). A difference in structure is an error
-//!    naming the symbol, the point and the first difference. A constant may differ only by
-//!    keeping the bound's leading rows (a position table sliced to `T`, a `Range` folded); any
-//!    other dependence of a constant on a symbol is refused.
+//!    outputs, the same metadata inputs (count, ranks). A constant may differ only by keeping
+//!    the bound's leading rows (a position table sliced to `T`, a `Range` folded); any other
+//!    dependence of a constant on a symbol is refused ("not supported yet").
 //! 4. Every integer that varies across the probes (an activation dim, an op attribute, an input
 //!    dim, a sliced constant's row count) gets an expression fitted to its values
-//!    ([`fit::fit`]: floor-affine, periodic, products; separable over several symbols), which
-//!    must reproduce every probe value and predict the verification points exactly.
-//! 5. The bindings are attached to the bound's file ([`kestrel_rt_format::attach_dims`]), whose
+//!    ([`fit::fit`]: floor-affine, periodic, products; separable sums and products over several
+//!    symbols; else a function of an activation dim fitted before, as a ceil-mode pool's extra
+//!    padding is of its input size). Where the samples leave a floor's offset open (a stride
+//!    wider than the probes' spacing), up to three rounds of extra probes along the lines pin
+//!    it ([`fit::ambiguous`]). Every expression must reproduce every probe value and predict
+//!    the verification points exactly, or the conversion fails naming the integer.
+//! 5. A probe whose structure differs is an error naming the symbol, the point and the first
+//!    difference — unless some axis is 1 there (the symbol itself, or an activation dim the
+//!    bindings put at 1), where tract drops size-1 axes and the graph differs for that reason
+//!    alone: there the bounded file is run at that size against the conversion at that size on
+//!    seeded inputs ([`check::compare_runs`]), and a match is a notice in the report. The
+//!    verification points are run the same way.
+//! 6. The bindings are attached to the bound's file ([`kestrel_rt_format::attach_dims`]), whose
 //!    reader checks them again at the bound.
 //!
 //! Because whole converted files are compared, every op class is covered the same way; what a
-//! lowering does differently at some size (a fusion taken at one length only, an axis of size 1
-//! dropped) shows up as a structural difference rather than as a wrong run.
+//! lowering does differently at some size (a fusion taken at one length only, a slice that is
+//! the whole tensor below some size) shows up as a difference rather than as a wrong run.
 
 mod check;
 pub mod fit;
