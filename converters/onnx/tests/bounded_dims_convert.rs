@@ -350,11 +350,14 @@ fn ceil_mode_pools_after_strided_convs() {
     std::fs::remove_file(path).ok();
 }
 
+/// A model, its bounds and the per-sample input shapes to run it at.
+type RunCase = (&'static str, Vec<u8>, Vec<(&'static str, usize, usize)>, Vec<Vec<usize>>);
+
 /// The bounded files run at sizes across their ranges (the runtime's per-run shapes), batch 2,
 /// against tract on the ONNX model at those sizes.
 #[test]
 fn bounded_files_run_every_size_like_tract() {
-    let cases: [(&str, Vec<u8>, Vec<(&str, usize, usize)>, Vec<Vec<usize>>); 3] = [
+    let cases: [RunCase; 3] = [
         ("dense", dense_model(), vec![("T", 1, 32)], vec![vec![1, 8], vec![5, 8], vec![32, 8]]),
         ("pos", position_model(), vec![("T", 1, 48)], vec![vec![1, 8], vec![13, 8], vec![48, 8]]),
         (
