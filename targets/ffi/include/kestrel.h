@@ -926,8 +926,8 @@ enum KestrelStatus kestrel_session_profile_entry(const struct KestrelSession *se
  * batch axis) and `dims` holds every input's dims one after the other (`ranks[0]` dims of input
  * 0, then input 1's...); `n_inputs` must be the model's input count. Each dim's value comes
  * from the input axes that are that dim, within its range; axes of fixed size must keep it. The
- * session then computes only that size, in the memory planned at the bound: nothing is
- * allocated, and the same shapes again cost a comparison. `kestrel_session_input_info` and
+ * session then computes only that size, in the memory planned at the bound: on the CPU nothing
+ * is allocated, and the same shapes again cost a comparison. `kestrel_session_input_info` and
  * `kestrel_session_output_info` then give the shapes a run takes and writes (size the output
  * buffers from them). A model of fixed sizes takes only its own shapes.
  *
@@ -936,9 +936,11 @@ enum KestrelStatus kestrel_session_profile_entry(const struct KestrelSession *se
  * dim, or sizes the graph cannot take; `kestrel_last_error` names the input, the dim and its
  * range ("input 0 (tokens) axis 0: dim `sequence` = 300 is outside its range 1..=128"). The
  * session is then back at the bound (the shapes `kestrel_model_input_info` reports) and runs
- * as before. A GPU session (`KESTREL_BACKEND_WGPU`) runs only at the bound for now: other sizes
- * are `KESTREL_ERR_UNSUPPORTED` (after the same checks), the session stays at the bound; use a
- * CPU session for them. `KESTREL_ERR_BUSY` while another thread runs the session. NULL `ranks`
+ * as before. A GPU session (`KESTREL_BACKEND_WGPU`) is lowered again at new sizes (a parameter
+ * buffer and bind groups per size; the last few sizes are kept, so returning to one costs a
+ * lookup); a GPU error there (a device limit at these sizes: `KESTREL_ERR_TOO_LARGE` or
+ * `KESTREL_ERR_UNSUPPORTED`; the device: `KESTREL_ERR_GPU`) also leaves it at the bound.
+ * `KESTREL_ERR_BUSY` while another thread runs the session. NULL `ranks`
  * (with `n_inputs` > 0) or NULL `dims` (with any rank > 0): `KESTREL_ERR_NULL_POINTER`.
  *
  * # Safety

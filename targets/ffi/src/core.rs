@@ -697,8 +697,10 @@ impl SessionCore {
     /// `KESTREL_ERR_SHAPE` naming the dim, its range and the input (a count of shapes other than
     /// the model's inputs, a rank, a fixed axis, a value out of range, two inputs disagreeing on
     /// one dim, or a size the graph cannot take); the session is then back at the bound (the
-    /// model's own shapes). A GPU session runs only at the bound for now: other sizes are
-    /// `KESTREL_ERR_UNSUPPORTED` (after the same checks) and leave it at the bound.
+    /// model's own shapes). A GPU session is lowered again at the new sizes (the wgpu backend's
+    /// `GpuSession::set_input_shapes`: a parameter buffer and bind groups per size, the last few
+    /// sizes kept); its errors (a GPU limit at these sizes, the device) also leave it at the
+    /// bound.
     pub fn set_input_shapes(&mut self, shapes: &[&[usize]]) -> Result<(), FfiError> {
         let Some(table) = self.table.as_deref_mut() else {
             // A model of fixed sizes: only its own shapes.
@@ -707,31 +709,38 @@ impl SessionCore {
         if let Err(e) = kestrel_rt_cpu::dims::specialise(&self.model.cpu, table, shapes) {
             // Back at the bound, whatever the error (the runtime leaves the table as it was when
             // the shapes are refused before any is applied).
-            let reset = table.reset(self.model.cpu.core());
-            self.refresh_shapes();
-            reset?;
+            self.reset_to_bound()?;
             return Err(dims_error(&self.model, e));
         }
         self.refresh_shapes();
-        if matches!(self.engine, Engine::Cpu { .. })
-            || self.inputs.iter().zip(&self.model.inputs).all(|(a, b)| a.shape == b.shape)
-        {
-            return Ok(());
+        #[cfg(feature = "wgpu")]
+        if let Engine::Gpu { session, ctx } = &mut self.engine {
+            // The wgpu backend lowers the model again at these sizes (the shapes passed the same
+            // checks just above; what fails here is the GPU's: a limit, the device). On an error
+            // both sides go back to the bound.
+            if let Err(e) = session.set_input_shapes(self.model.cpu.core(), shapes) {
+                let e = crate::gpu::run_error(e, ctx);
+                self.reset_to_bound()?;
+                return Err(e);
+            }
         }
-        // A GPU session: the wgpu backend runs the graph at the bound only.
-        if let Some(table) = self.table.as_deref_mut() {
-            table.reset(self.model.cpu.core()).map_err(FfiError::from)?;
-        }
+        Ok(())
+    }
+
+    /// Puts the session back at the bound (the model's own shapes): its table, and a GPU
+    /// session's lowering (a lookup: the bound's is kept among its recent sizes, or made again).
+    fn reset_to_bound(&mut self) -> Result<(), FfiError> {
+        let model = self.model.clone();
+        let core = model.cpu.core();
+        let reset = self.table.as_deref_mut().map(|t| t.reset(core)).transpose();
         self.refresh_shapes();
-        Err(FfiError::new(
-            Status::KESTREL_ERR_UNSUPPORTED,
-            format!(
-                "input shapes {}: a GPU session runs this model only at its bound ({}); make a CPU session \
-                 (KESTREL_BACKEND_CPU) to run other sizes within its bounded dims",
-                shapes_text(shapes),
-                shapes_text(&self.model.inputs.iter().map(|d| d.shape.as_slice()).collect::<Vec<_>>()),
-            ),
-        ))
+        #[cfg(feature = "wgpu")]
+        if let Engine::Gpu { session, ctx } = &mut self.engine {
+            let bound: Vec<&[usize]> = model.inputs.iter().map(|d| d.shape.as_slice()).collect();
+            session.set_input_shapes(core, &bound).map_err(|e| crate::gpu::run_error(e, ctx))?;
+        }
+        reset?;
+        Ok(())
     }
 
     /// Copies the table's current input and output shapes into `inputs` and `outputs` (in place:
@@ -933,11 +942,6 @@ fn fixed_shapes(inputs: &[TensorDesc], shapes: &[&[usize]]) -> Result<(), kestre
         }
     }
     Ok(())
-}
-
-fn shapes_text(shapes: &[&[usize]]) -> String {
-    let one = |s: &[usize]| format!("[{}]", s.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", "));
-    shapes.iter().map(|s| one(s)).collect::<Vec<_>>().join(", ")
 }
 
 /// A shape error of [`SessionCore::set_input_shapes`] in the model's own names (the input's and

@@ -75,6 +75,11 @@ impl From<kestrel_rt::Error> for FfiError {
             E::Dims { source, .. } => Self::from(*source).status,
             E::OutOfMemory { .. } | E::OverBudget { .. } => Status::KESTREL_ERR_TOO_LARGE,
             E::Npy(_) | E::Build(_) => Status::KESTREL_ERR_INVALID_ARGUMENT,
+            // The facade's GPU errors (`Error::Gpu`, with its cargo feature `gpu`): matched by a
+            // wildcard, as that feature may be on (unified from another package) where this
+            // library's `wgpu` is off.
+            #[allow(unreachable_patterns)]
+            _ => Status::KESTREL_ERR_GPU,
         };
         Self::new(status, e.to_string())
     }

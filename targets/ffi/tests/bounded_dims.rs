@@ -356,3 +356,43 @@ fn a_model_of_fixed_sizes_takes_only_its_own_shapes() {
     close(&run(s, 1, &x), &reference(5, 1, &x), "fixed");
     free(m, s);
 }
+
+/// A GPU session (wgpu, lavapipe in CI) is lowered again at each length and matches the graph
+/// built at it; bad shapes are the same typed errors and leave it at the bound. Skipped without
+/// an adapter unless `KESTREL_REQUIRE_GPU=1`.
+#[test]
+#[cfg(feature = "wgpu")]
+fn gpu_sessions_run_every_length_too() {
+    let bytes = bounded::bounded();
+    let m = load(&bytes);
+    let mut s = std::ptr::null_mut();
+    // SAFETY: valid handle and out-pointer.
+    let st = unsafe { kestrel_session_new(m, KestrelBackend::KESTREL_BACKEND_WGPU as u32, 2, &mut s) };
+    if st == Status::KESTREL_ERR_NO_GPU {
+        assert!(std::env::var("KESTREL_REQUIRE_GPU").map_or(true, |v| v != "1"), "no GPU: {}", last());
+        eprintln!("SKIPPED: {}", last());
+        // SAFETY: a live model.
+        assert_eq!(unsafe { kestrel_model_free(m) }, OK);
+        return;
+    }
+    assert_eq!(st, OK, "{}", last());
+    for (k, t) in [5, 2, TMAX, 12, 5].into_iter().enumerate() {
+        assert_eq!(set(s, &[&[t, D]]), OK, "T = {t}: {}", last());
+        assert_eq!(shape(s, false, 0), [t, D]);
+        assert_eq!(shape(s, true, 0), [2, t - 1, D / 2]);
+        let x = input(2, t, k);
+        let (got, want) = (run(s, 2, &x), reference(t, 2, &x));
+        for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.len(), w.len(), "T = {t}: output {o}");
+            let worst = g.iter().zip(w).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0f32, f32::max);
+            assert!(worst <= 1e-4, "GPU, T = {t}, output {o}: max rel err {worst}");
+        }
+    }
+    assert_eq!(set(s, &[&[TMAX + 1, D]]), Status::KESTREL_ERR_SHAPE);
+    assert!(last().contains("`sequence` = 17") && last().contains("2..=16"), "{}", last());
+    assert_eq!(shape(s, false, 0), [TMAX, D], "back at the bound");
+    let x = input(1, TMAX, 9);
+    let (got, want) = (run(s, 1, &x), reference(TMAX, 1, &x));
+    assert_eq!(got[1].len(), want[1].len());
+    free(m, s);
+}
