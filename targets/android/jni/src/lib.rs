@@ -611,8 +611,7 @@ native! {
 native! {
     /// `void sessionSetInputShapes(long session, Object[] shapes)`: each graph input's per-sample
     /// shape (an `int[]`, no batch axis) for the following runs: `SessionCore::set_input_shapes`
-    /// (SHAPE errors naming the dim and its range; the session is then at the bound; a GPU session
-    /// refuses sizes below the bound with UNSUPPORTED).
+    /// (SHAPE errors naming the dim and its range; the session is then at the bound).
     fn Java_dev_kestrel_NativeBridge_sessionSetInputShapes(env, s: jlong, shapes: JObjectArray<'l>), {
         let sess = session(s, "sessionSetInputShapes")?;
         let shapes = read_shapes(env, &shapes)?;

@@ -470,6 +470,25 @@ private fun boundedDims() {
             expectStatus(KestrelException.SHAPE, "a run at other shapes than set") { s.run(*arrayOf<Any>(input(1, 5))) }
             check(s.run(*arrayOf<Any>(input(1, 4)))[1].size == 2 * (d / 2), "still runs after the errors")
         }
+        // A GPU session (lavapipe here) takes the same calls: lowered again at each length.
+        if (Backend.WGPU.isAvailable) {
+            model.session(2, Backend.WGPU).use { g ->
+                for (t in listOf(5, 12, 5)) {
+                    val x = input(2, t)
+                    val y = g.run(listOf<Any>(x), listOf(intArrayOf(t, d)))
+                    val want = Model.load("targets/ffi/tests/data/bounded_dims_fixed_t$t.kes").use { fixed ->
+                        fixed.session(2, Backend.CPU).use { it.run(*arrayOf<Any>(x)) }
+                    }
+                    for (o in 0 until 2) {
+                        val e = maxDiff(y[o], want[o])
+                        check(e <= 1e-4f, "GPU session at T = $t output $o vs the graph built at T: $e")
+                    }
+                }
+                expectStatus(KestrelException.SHAPE, "GPU session at T = 17") { g.setInputShapes(intArrayOf(17, d)) }
+                check(g.inputShape(0).contentEquals(intArrayOf(16, d)), "GPU session back at the bound")
+                check(g.run(*arrayOf<Any>(input(1, 16)))[0].size == 2 * 15 * (d / 2), "GPU session runs at the bound")
+            }
+        }
         // Two sessions of one model at different lengths on two threads at once.
         val want = listOf(3, 11).associateWith { t -> model.session(2, Backend.CPU).use { it.run(listOf<Any>(input(2, t)), listOf(intArrayOf(t, d))) } }
         val errors = java.util.concurrent.ConcurrentLinkedQueue<String>()
@@ -496,7 +515,8 @@ private fun boundedDims() {
         }
     }
     println("bounded dims: `sequence` 2..=16 at T = 2, 3, 5, 9, 12, 16 (run, run(inputs, shapes), runBuffers; " +
-        "T = 5, 12 equal to the graphs built at them), two sessions at different T at once, bad shapes refused")
+        "T = 5, 12 equal to the graphs built at them), two sessions at different T at once, bad shapes refused" +
+        if (Backend.WGPU.isAvailable) "; a WGPU session at T = 5, 12, 5" else "; no GPU: the WGPU session skipped")
 }
 
 fun main(args: Array<String>) {

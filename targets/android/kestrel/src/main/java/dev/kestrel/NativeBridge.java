@@ -68,7 +68,7 @@ public final class NativeBridge {
     /**
      * Each input's per-sample shape (an int[] per input, no batch axis) for the following runs of a
      * model with bounded dims: kestrel_session_set_input_shapes (SHAPE naming the dim and its range;
-     * a GPU session: UNSUPPORTED below the bound).
+     * the session is then at the bound).
      */
     public static native void sessionSetInputShapes(long session, Object[] shapes);
     /** {@link #sessionSetInputShapes} then {@link #sessionRun}, under one lock. */

@@ -408,9 +408,10 @@ class Session internal constructor(raw: Long) : Closeable {
      * [outputShape]. A model of fixed sizes takes only its own shapes. A shape out of range, of
      * another rank, a fixed axis that differs or two inputs disagreeing on a dim throws
      * [KestrelException] SHAPE (the message names the input, the dim and its range), and the
-     * session is back at the bound ([Model.inputs]). A GPU session runs only at the bound for now:
-     * other sizes throw UNSUPPORTED (use a [Backend.CPU] session). One call at a time per session,
-     * as [run] (BUSY otherwise). From Java: `setInputShapes(new int[] {12, 8})`.
+     * session is back at the bound ([Model.inputs]). A GPU session is lowered again at new sizes
+     * (a GPU limit at them throws TOO_LARGE or UNSUPPORTED, and also leaves it at the bound). One
+     * call at a time per session, as [run] (BUSY otherwise). From Java:
+     * `setInputShapes(new int[] {12, 8})`.
      */
     fun setInputShapes(vararg shapes: IntArray) {
         native { NativeBridge.sessionSetInputShapes(it, arrayOf<Any>(*shapes)) }
