@@ -462,9 +462,9 @@ public final class Session: @unchecked Sendable {
     /// `inputs`, `outputs`, `inputShape(_:)` and `outputShape(_:)` follow. A model of fixed sizes
     /// takes only its own shapes. A shape out of range, of another rank, a fixed axis that differs
     /// or two inputs disagreeing on a dim throws `.shape` (the message names the input, the dim
-    /// and its range), and the session is back at the bound (`Model.inputs`). A GPU session runs
-    /// only at the bound for now: other sizes throw `.unsupported` (use a `.cpu` session).
-    /// `.busy` while another thread runs the session.
+    /// and its range), and the session is back at the bound (`Model.inputs`). A GPU session is
+    /// lowered again at new sizes (a GPU limit at them: `.tooLarge` or `.unsupported`, also back
+    /// at the bound). `.busy` while another thread runs the session.
     public func setInputShapes(_ shapes: [[Int]]) throws {
         guard shapes.allSatisfy({ $0.allSatisfy { $0 >= 0 } }) else {
             throw KestrelError(.shape, "input shapes \(shapes) have a negative dim")
