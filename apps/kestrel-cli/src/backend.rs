@@ -199,6 +199,39 @@ impl<'m> Runner<'m> {
         }
     }
 
+    /// Sets the per-sample input shapes of the next runs (graph input order, no batch axis) for
+    /// a model with bounded dims (format 2.0; `kestrel convert --dim NAME=..MAX`), on either
+    /// backend: each node then computes only that size. A shape out of its bounds is an error
+    /// naming the dim, its range and the input.
+    pub fn set_input_shapes(&mut self, model: &Model, shapes: &[&[usize]]) -> Result<()> {
+        let numel = |s: Option<Vec<usize>>| s.map_or(0, |s| s.iter().product::<usize>());
+        match &mut self.on {
+            On::Cpu(s) => {
+                s.set_input_shapes(shapes)?;
+                self.inputs = (0..self.inputs.len()).map(|i| numel(s.input_shape(i))).collect();
+                self.outputs = (0..self.outputs.len()).map(|i| numel(s.output_shape(i))).collect();
+            }
+            On::Gpu(g) => {
+                let cpu = model.cpu()?;
+                g.session.set_input_shapes(&cpu, shapes).map_err(|e| match e {
+                    kestrel_rt_wgpu::GpuError::Run(e) => anyhow::Error::from(kestrel_rt::model_dims_error(&cpu, e)),
+                    e => anyhow::Error::from(e).context("setting the GPU session's input shapes"),
+                })?;
+                self.inputs = (0..self.inputs.len()).map(|i| numel(g.session.input_shape(i))).collect();
+                self.outputs = (0..self.outputs.len()).map(|i| numel(g.session.output_shape(i))).collect();
+            }
+        }
+        Ok(())
+    }
+
+    /// Output `i`'s per-sample shape at the current input shapes.
+    pub fn output_shape(&self, i: usize) -> Option<Vec<usize>> {
+        match &self.on {
+            On::Cpu(s) => s.output_shape(i),
+            On::Gpu(g) => g.session.output_shape(i),
+        }
+    }
+
     /// Whether the session runs on the GPU.
     pub fn is_gpu(&self) -> bool {
         matches!(self.on, On::Gpu(_))
@@ -287,18 +320,36 @@ fn batch_of(per_sample: &[usize], inputs: &[Input<'_>]) -> usize {
     }
 }
 
-/// Runs `feeds` (batch `batch`) once on the chosen backend; returns the outputs, the run's wall
-/// time and where it ran (`kestrel run`).
+/// What [`run_vec`] returns.
+pub struct Ran {
+    /// The outputs, `batch × per-sample` elements each.
+    pub outputs: Vec<Vec<f32>>,
+    /// Each output's per-sample shape at the run's input shapes.
+    pub shapes: Vec<Vec<usize>>,
+    /// The run's wall time.
+    pub elapsed: Duration,
+    /// Where it ran.
+    pub on: String,
+}
+
+/// Runs `feeds` (batch `batch`) once on the chosen backend (`kestrel run`). With `shapes` (a
+/// model with bounded dims) the session is first set to those per-sample input shapes.
 pub fn run_vec(
     model: &Model,
     batch: usize,
     feeds: &[Input<'_>],
+    shapes: Option<&[&[usize]]>,
     args: &BackendArgs,
-) -> Result<(Vec<Vec<f32>>, Duration, String)> {
+) -> Result<Ran> {
     let mut runner = Runner::new(model, batch, args)?;
+    if let Some(shapes) = shapes {
+        runner.set_input_shapes(model, shapes)?;
+    }
     let t0 = Instant::now();
-    let out = runner.run_vec(feeds)?;
-    Ok((out, t0.elapsed(), runner.on()))
+    let outputs = runner.run_vec(feeds)?;
+    let elapsed = t0.elapsed();
+    let shapes = (0..outputs.len()).map(|i| runner.output_shape(i).unwrap_or_default()).collect();
+    Ok(Ran { outputs, shapes, elapsed, on: runner.on() })
 }
 
 #[cfg(test)]

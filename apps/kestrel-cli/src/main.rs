@@ -283,12 +283,33 @@ fn run_model(
     let mut batch = 0;
     // Inputs given without a batch axis (exactly their per-sample shapes) give outputs without one.
     let mut single = true;
+    // A model with bounded dims takes each array's own per-sample shape (its shape less a
+    // leading batch axis, when it has one more axis than the model's input).
+    let bounded = cpu.file().dims().is_some();
+    let mut shapes: Vec<Vec<usize>> = Vec::new();
     for (i, p) in inputs.iter().enumerate() {
         kestrel_rt_cli::check_input_file(p)?;
         let a = npy::read(p)?;
         let t = cpu.input(i)?;
-        let b = npy::batch_of(&a, t.shape.dims(), &format!("input {i} ({})", p.display()))?;
-        single &= npy::is_single_sample(&a, t.shape.dims());
+        let per_sample: Vec<u32> = if bounded {
+            let dims = a.shape();
+            let rank = t.shape.rank();
+            let own = match dims.len() {
+                n if n == rank => dims,
+                n if n == rank + 1 => &dims[1..],
+                n => bail!(
+                    "input {i} ({}): an array of rank {n}, the model's input `{}` has rank {rank} per sample (give [batch, ...] or one sample)",
+                    p.display(),
+                    t.name
+                ),
+            };
+            shapes.push(own.to_vec());
+            own.iter().map(|&d| u32::try_from(d).unwrap_or(u32::MAX)).collect()
+        } else {
+            t.shape.dims().to_vec()
+        };
+        let b = npy::batch_of(&a, &per_sample, &format!("input {i} ({})", p.display()))?;
+        single &= npy::is_single_sample(&a, &per_sample);
         if i > 0 && b != batch {
             bail!("input {i} has batch {b}, input 0 has batch {batch}");
         }
@@ -305,12 +326,18 @@ fn run_model(
         arrays.push(a);
     }
     let feeds: Vec<Input<'_>> = arrays.iter().map(npy::Array::input).collect();
-    let (results, elapsed, on) = backend::run_vec(&model, batch, &feeds, backend)?;
+    let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+    let backend::Ran { outputs: results, shapes: out_shapes, elapsed, on } =
+        backend::run_vec(&model, batch, &feeds, bounded.then_some(refs.as_slice()), backend)?;
     writeln!(w, "ran        {} on batch {batch} in {:.3} ms ({on})", path.display(), elapsed.as_secs_f64() * 1e3)?;
+    if bounded {
+        let given: Vec<String> = shapes.iter().map(|s| format!("{s:?}")).collect();
+        writeln!(w, "shapes     {} (per sample; bounded dims)", given.join(", "))?;
+    }
     for (i, data) in results.iter().enumerate() {
         let t = cpu.output(i)?;
         let mut shape = if single && !inputs.is_empty() { vec![] } else { vec![batch] };
-        shape.extend(t.shape.dims().iter().map(|&d| d as usize));
+        shape.extend(out_shapes.get(i).cloned().unwrap_or_default());
         writeln!(w, "output {i}   {} {:?}", t.name, shape)?;
         if let Some((n, first)) = npy::non_finite(data) {
             eprintln!(

@@ -24,7 +24,7 @@ mod storage;
 pub use builder::ModelBuilder;
 pub use kestrel_rt_cpu::session::Input;
 pub use kestrel_rt_format as format;
-pub use model::{BoundedDim, Model, Session};
+pub use model::{dims_error as model_dims_error, BoundedDim, Model, Session};
 pub use storage::Storage;
 
 /// Errors of the facade: I/O, loading, building and running.

@@ -248,9 +248,10 @@ impl Session<'_> {
     }
 }
 
-/// A shape error of [`Session::set_input_shapes`] in the model's own names (the dim's and the
-/// input's), with the typed error as its source.
-pub(crate) fn dims_error(model: &kestrel_rt_cpu::Model<'_>, e: kestrel_rt_cpu::RunError) -> Error {
+/// A shape error of [`Session::set_input_shapes`] (or a GPU session's) in the model's own names
+/// (the dim's and the input's), with the typed error as its source ([`Error::Dims`]); other
+/// errors as [`Error::Run`].
+pub fn dims_error(model: &kestrel_rt_cpu::Model<'_>, e: kestrel_rt_cpu::RunError) -> Error {
     use kestrel_rt_cpu::RunError as R;
     let file = model.file();
     // The metadata's name for graph input `i`, else the tensor's.
