@@ -1,0 +1,93 @@
+//! Issue 34's acceptance models (`tests/data/dynamic/`, see its README), each converted **once**
+//! with its dims bounded (`ConvertOptions::bounds`: BERT and `nn.TransformerEncoder` over
+//! `sequence` in 1..=64, the CNN over `h` and `w` in 16..=64; the batch stays the batch): every
+//! onnxruntime reference case (sequence 1, 5, 13, 64 and a padded batch of 2; images 16×16,
+//! 17×23, 32×48, 64×64) runs from that one file at its own sizes, on the CPU and on the GPU
+//! (lavapipe in CI), within 1e-4 of onnxruntime, in sessions that change size between runs and
+//! come back; the transformers' attention stays fused.
+
+mod common;
+#[path = "common/dynamic.rs"]
+mod dynamic;
+
+use common::gpu;
+use dynamic::{cases, fixture, max_abs_diff, Case};
+use kestrel_rt::Input;
+use kestrel_rt_onnx::{convert, ConvertOptions, InputTensor};
+use kestrel_rt_wgpu::GpuSession;
+
+const TOL: f32 = 1e-4;
+
+/// Each input's per-sample shape (the case arrays all have a leading batch axis).
+fn per_sample(case: &Case) -> Vec<Vec<usize>> {
+    case.inputs.iter().map(|t| t.shape[1..].to_vec()).collect()
+}
+
+fn check_outputs(what: &str, case: &Case, got: &[Vec<f32>]) {
+    assert_eq!(got.len(), case.expected.len(), "{what}: outputs");
+    for (i, ((shape, want), got)) in case.expected.iter().zip(got).enumerate() {
+        assert_eq!(got.len(), shape.iter().product::<usize>(), "{what}: output {i} of shape {shape:?}");
+        let err = max_abs_diff(want, got);
+        println!("{what}: output {i} {shape:?}: max abs err {err:.2e}");
+        assert!(err <= TOL, "{what}: output {i}: max abs err {err:.2e} > {TOL:.0e}");
+    }
+}
+
+fn check(model: &str, attention: usize) {
+    let f = fixture(model);
+    let opts = ConvertOptions { bounds: f.bounds(), ..ConvertOptions::default() };
+    let conv = convert(&f.onnx, &opts).unwrap_or_else(|e| panic!("{model}: converting with bounds: {e}"));
+    let ops = &conv.report.kestrel_ops;
+    assert_eq!(ops.get("Attention").copied().unwrap_or(0), attention, "{model}: {ops:?}");
+    assert!(attention == 0 || !ops.contains_key("Softmax"), "{model}: {ops:?}");
+    let model_ = kestrel_rt::Model::from_bytes(&conv.kes).unwrap();
+    let dims = model_.dims().unwrap();
+    assert_eq!(dims.len(), f.symbols.len(), "{model}: {dims:?}");
+    for (d, s) in dims.iter().zip(f.symbols) {
+        assert_eq!((d.name.as_str(), d.min, d.max), (s.name, s.min, s.max), "{model}");
+    }
+    let cs = cases(model);
+    let cap = cs.iter().map(|c| c.inputs[0].shape[0]).max().unwrap();
+    // One CPU session for every case, in order and then backwards (sizes change between runs).
+    let mut cpu = model_.session(cap).unwrap();
+    for case in cs.iter().chain(cs.iter().rev()) {
+        let what = format!("{model} {} (CPU)", case.name);
+        let shapes = per_sample(case);
+        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        let ins: Vec<Input<'_>> = case.inputs.iter().map(InputTensor::as_input).collect();
+        let got = cpu.run_vec_shaped(&ins, &refs).unwrap_or_else(|e| panic!("{what}: {e}"));
+        check_outputs(&what, case, &got);
+    }
+    // The same on the GPU.
+    let Some(ctx) = gpu() else { return };
+    let core = model_.cpu().unwrap();
+    let mut g = GpuSession::new(&ctx, &core, cap).unwrap();
+    for case in cs.iter().chain(cs.iter().rev()) {
+        let what = format!("{model} {} (GPU)", case.name);
+        let shapes = per_sample(case);
+        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        g.set_input_shapes(&core, &refs).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let ins: Vec<Input<'_>> = case.inputs.iter().map(InputTensor::as_input).collect();
+        let batch = case.inputs[0].shape[0];
+        let mut outs: Vec<Vec<f32>> =
+            case.expected.iter().map(|(s, _)| vec![0f32; s.iter().product::<usize>()]).collect();
+        let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+        assert_eq!(g.run(&ins, &mut refs).unwrap_or_else(|e| panic!("{what}: {e}")), batch);
+        check_outputs(&what, case, &outs);
+    }
+}
+
+#[test]
+fn bert_legacy_one_file_runs_every_sequence_length() {
+    check("bert_legacy", 2);
+}
+
+#[test]
+fn transformer_dynamo_one_file_runs_every_sequence_length() {
+    check("transformer_dynamo", 2);
+}
+
+#[test]
+fn cnn_hw_one_file_runs_every_image_size() {
+    check("cnn_hw", 0);
+}
