@@ -21,6 +21,7 @@ fn config(sizes: &[usize], d: usize, cap: u64) -> Config {
         reps: 1,
         min_pass: Duration::ZERO,
         time: false,
+        bounded: false,
     }
 }
 
@@ -205,4 +206,27 @@ fn bad_scaling_flags_are_errors() {
     assert!(!ok && stderr.contains("batch 1"), "{stderr}");
     let (ok, _, stderr) = kestrel(&["bench", "scaling", "--max-t", "128", "--d", "30", "--heads", "4"]);
     assert!(!ok && stderr.contains("must divide"), "{stderr}");
+}
+
+/// `--bounded`: one model per mechanism for the whole ladder, planned at its largest T and run at
+/// each T. The mechanisms whose weights do not grow with T (or grow by leading rows) get one, with
+/// the bound's memory at every T and a time at every T; the others are skipped with the reason.
+#[test]
+fn bounded_sweep_runs_one_model_per_mechanism_at_every_size() {
+    let cfg = Config { bounded: true, time: true, reps: 1, ..config(&[8, 16, 32], 16, 1 << 30) };
+    let series = sweep(&cfg, &ProgressBar::hidden()).unwrap();
+    let mut bounded = Vec::new();
+    for se in &series {
+        if se.points.is_empty() {
+            assert_eq!(se.skipped.len(), 3, "{:?}", se.mechanism);
+            assert!(se.skipped.iter().all(|k| k.reason.contains("no bounded model")), "{:?}", se.skipped);
+            continue;
+        }
+        bounded.push(se.mechanism);
+        assert_eq!(se.points.iter().map(|p| p.t).collect::<Vec<_>>(), [8, 16, 32]);
+        assert!(se.points.iter().all(|p| p.footprint == se.points[2].footprint && p.timing.is_some()));
+    }
+    for m in [Mechanism::Standard, Mechanism::Efficient, Mechanism::Fastformer, Mechanism::AftSimple] {
+        assert!(bounded.contains(&m), "{m:?} should run bounded: {bounded:?}");
+    }
 }

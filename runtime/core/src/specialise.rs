@@ -26,7 +26,7 @@ impl<'a> Table<'a> {
     /// Errors: [`RunError::Arity`], [`RunError::InputRank`], [`RunError::InputShape`] (a fixed
     /// axis), [`RunError::DimOutOfRange`], [`RunError::DimMismatch`] (two axes of one symbol
     /// disagree), [`RunError::Specialise`] (a node invalid at these sizes). On an error the
-    /// table is left at the bound.
+    /// table keeps the sizes it had.
     pub fn specialise(&mut self, model: &Model<'a>, shapes: &[&[usize]]) -> Result<bool, RunError> {
         let file = *model.file();
         let n_in = file.inputs().len();
@@ -111,9 +111,12 @@ impl<'a> Table<'a> {
         if vals[..n] == self.syms[..n] {
             return Ok(false);
         }
+        let mut previous = [0u32; MAX_SYMS];
+        previous[..n].copy_from_slice(&self.syms[..n]);
         let r = self.apply(model, &dims, &vals[..n]);
         if r.is_err() {
-            self.reset(model)?;
+            // Back to the sizes it had (checked when they were set).
+            self.apply(model, &dims, &previous[..n])?;
         }
         r.map(|()| true)
     }
@@ -124,6 +127,27 @@ impl<'a> Table<'a> {
         let mut bound = [0u32; MAX_SYMS];
         dims.bound(&mut bound).map_err(internal)?;
         self.apply(model, &dims, &bound[..dims.sym_count() as usize])
+    }
+
+    /// Sets the symbols to `values` (the file's order; [`dim_values`](Self::dim_values) of an
+    /// earlier setting), each within its range, and checks the graph there: how a backend whose
+    /// own checks refuse new sizes puts the table back where it was.
+    pub fn set_dim_values(&mut self, model: &Model<'a>, values: &[u32]) -> Result<(), RunError> {
+        let Some(dims) = model.file().dims() else { return Ok(()) };
+        if values.len() != dims.sym_count() as usize {
+            return Err(RunError::Arity {
+                what: "dim values",
+                expected: dims.sym_count() as usize,
+                found: values.len(),
+            });
+        }
+        for (i, &v) in values.iter().enumerate() {
+            let d = dims.sym(i as u32).map_err(internal)?;
+            if v < d.min || v > d.max {
+                return Err(RunError::Internal("a dim value outside its range"));
+            }
+        }
+        self.apply(model, &dims, values)
     }
 
     /// Evaluates every binding at `vals` into the table, then checks the graph.

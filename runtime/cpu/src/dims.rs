@@ -11,11 +11,14 @@ use crate::Table;
 /// Sets `table` to the dims the per-sample `shapes` of the inputs give (metadata input order)
 /// and checks every node's CPU kernel at them; a session lent the table then runs that size
 /// ([`crate::Session::with_table`]), allocating nothing. Returns whether anything changed. On
-/// an error the table is back at the bound. See [`Table::specialise`] for the errors.
+/// an error the table keeps the sizes it had. See [`Table::specialise`] for the errors.
 pub fn specialise<'a>(model: &Model<'a>, table: &mut Table<'a>, shapes: &[&[usize]]) -> Result<bool, RunError> {
     if !table.is_of(model.file()) {
         return Err(RunError::Internal("the decoded table is another model's"));
     }
+    let mut previous = [0u32; kestrel_rt_format::dims::MAX_SYMS];
+    let n = table.dim_values().len();
+    previous[..n].copy_from_slice(table.dim_values());
     if !table.specialise(model.core(), shapes)? {
         return Ok(false);
     }
@@ -37,7 +40,7 @@ pub fn specialise<'a>(model: &Model<'a>, table: &mut Table<'a>, shapes: &[&[usiz
         Ok(())
     })();
     if let Err(e) = checked {
-        table.reset(model.core())?;
+        table.set_dim_values(model.core(), &previous[..n])?;
         return Err(e);
     }
     Ok(true)

@@ -174,8 +174,8 @@ impl Session<'_> {
     /// input axes it names, within its range, and every node then computes only that size, in
     /// the arena planned at the bound (nothing is allocated; the same shapes again cost a
     /// comparison). For a model of fixed sizes the shapes must be its own. A typed error
-    /// ([`Error::Dims`]) names the dim, its range and the input; the session then stays at the
-    /// bound.
+    /// ([`Error::Dims`]) names the dim, its range and the input; the session then keeps the sizes
+    /// it had.
     pub fn set_input_shapes(&mut self, shapes: &[&[usize]]) -> Result<(), Error> {
         match kestrel_rt_cpu::dims::specialise(&self.model, &mut self.table, shapes) {
             Ok(_) => Ok(()),

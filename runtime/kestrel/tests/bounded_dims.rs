@@ -200,13 +200,17 @@ fn shapes_outside_the_bounds_are_typed_errors_and_the_session_goes_on() {
     let e = msg(s.set_input_shapes(&[&[5]]));
     assert!(e.contains("rank 2"), "{e}");
     assert!(matches!(s.set_input_shapes(&[]), Err(Error::Run(_))));
-    // Still at the bound, and still running any size.
+    // Still at the bound (never set), and still running any size.
     assert_eq!(s.input_shape(0), Some(vec![TMAX, D]));
     let x = Rng::new(1).vec(7 * D, 1.0);
     let out = s.run_vec_shaped(&[Input::F32(&x)], &[&[7, D]]).unwrap();
     assert_eq!(out[0].len(), 2 * 6 * (D / 2));
     // A run whose data does not match the shapes set is a length error, as before.
     assert!(s.run_vec(&[Input::F32(&x[..6 * D])]).is_err());
+    // An error keeps the sizes the session had.
+    assert!(s.set_input_shapes(&[&[TMAX + 5, D]]).is_err());
+    assert_eq!(s.input_shape(0), Some(vec![7, D]));
+    assert_eq!(s.run_vec(&[Input::F32(&x)]).unwrap()[0].len(), 2 * 6 * (D / 2));
 }
 
 #[test]
@@ -216,4 +220,31 @@ fn a_file_of_fixed_sizes_takes_only_its_own_shapes() {
     let mut s = model.session(1).unwrap();
     s.set_input_shapes(&[&[5, D]]).unwrap();
     assert!(matches!(s.set_input_shapes(&[&[4, D]]), Err(Error::Dims { .. })));
+}
+
+/// `ModelBuilder` graphs get bounded dims the same way (`builder::bounded_sweep`: built at every
+/// size of the range, bindings fitted): the result runs every size like the graph built there.
+#[test]
+fn bounded_sweep_of_a_built_graph_runs_every_size() {
+    let bytes = kestrel_rt::builder::bounded_sweep("T", 2, TMAX, |t| Ok(build(t))).unwrap();
+    let model = Model::from_bytes(&bytes).unwrap();
+    let mut s = model.session(1).unwrap();
+    let mut rng = Rng::new(11);
+    for t in [2, 8, 21, TMAX] {
+        let x = rng.vec(t * D, 1.0);
+        let got = s.run_vec_shaped(&[Input::F32(&x)], &[&[t, D]]).unwrap();
+        let want = run(&Model::from_bytes(&build(t)).unwrap(), t, 1, &x);
+        assert_eq!(got, want, "T = {t}");
+    }
+    // A graph that is not the same at every size is refused by name.
+    let e = kestrel_rt::builder::bounded_sweep("T", 2, 6, |t| {
+        let mut b = ModelBuilder::new("changes");
+        let x = b.input("x", &[t, D]).unwrap();
+        let y = if t > 4 { b.op(|y| Op::Softmax(Softmax { x, y })).unwrap() } else { x };
+        let y = b.op(|out| Op::Softmax(Softmax { x: y, y: out })).unwrap();
+        b.output(y);
+        Ok(b.build().unwrap())
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("structure differs at T = "), "{e}");
 }

@@ -72,6 +72,12 @@ pub struct ScalingArgs {
     /// `scaling` only: write the log-log PNG here (default with `--out`: OUT/scaling.png).
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// `scaling` only: one model per mechanism for every T in `--min-t..=--max-t` (format 2.0
+    /// bounded dims: `builder::bounded_sweep`), planned once at `--max-t` and run at each T
+    /// (`Session::set_input_shapes`), instead of a model built at each T: time follows the
+    /// actual T while memory stays the bound's.
+    #[arg(long)]
+    pub bounded: bool,
 }
 
 use kestrel_rt::mechanisms::Case;
@@ -257,7 +263,17 @@ pub struct Timing {
 /// Times `model` (input `[T, d]`) at batch 1: one warm-up run, then `reps` passes of enough
 /// samples to last `min_pass` each. Errors if the output is not finite.
 pub fn time_model(model: &Model, t: usize, d: usize, reps: usize, min_pass: Duration) -> Result<Timing> {
-    let mut session = model.session(1)?;
+    time_session(&mut model.session(1)?, t, d, reps, min_pass)
+}
+
+/// [`time_model`] on a session already open (at the input shape `[T, d]`).
+pub fn time_session(
+    session: &mut kestrel_rt::Session<'_>,
+    t: usize,
+    d: usize,
+    reps: usize,
+    min_pass: Duration,
+) -> Result<Timing> {
     let x = Rng::new(0x5ca1e).vec(t * d, 1.0);
     let mut y = vec![0f32; t * d];
     let t0 = Instant::now();
@@ -378,6 +394,8 @@ pub struct Config {
     pub min_pass: Duration,
     /// Only build and plan (no timing): used by tests of the memory figures.
     pub time: bool,
+    /// One bounded model per mechanism, run at each size (`--bounded`).
+    pub bounded: bool,
 }
 
 impl Config {
@@ -425,6 +443,7 @@ impl Config {
             reps,
             min_pass: Duration::from_millis(a.min_pass_ms),
             time: true,
+            bounded: a.bounded,
         })
     }
 }
@@ -433,6 +452,9 @@ impl Config {
 /// the plan against the prediction, and time. `progress` is advanced once per (mechanism, T);
 /// skip notices are printed on stderr as they happen.
 pub fn sweep(cfg: &Config, progress: &ProgressBar) -> Result<Vec<Series>> {
+    if cfg.bounded {
+        return sweep_bounded(cfg, progress);
+    }
     let mut out = Vec::new();
     for &m in &cfg.mechanisms {
         check_sizes(m, cfg.sizes[0], cfg.d, cfg.heads)?;
@@ -472,6 +494,66 @@ pub fn sweep(cfg: &Config, progress: &ProgressBar) -> Result<Vec<Series>> {
                 Some(
                     time_model(&model, t, cfg.d, cfg.reps, cfg.min_pass)
                         .with_context(|| format!("running {} at T={t}", m.name()))?,
+                )
+            } else {
+                None
+            };
+            series.points.push(Point { t, footprint: fp, timing });
+            progress.inc(1);
+        }
+        out.push(series);
+    }
+    Ok(out)
+}
+
+/// [`sweep`] with `--bounded`: per mechanism one model for every T of the range (built at many
+/// sizes with one seed and fitted, `kestrel_rt::builder::bounded_sweep`; a mechanism whose
+/// weights change with T other than by their leading rows cannot be, and is skipped with the
+/// reason), one session planned at the largest T, timed at each T of the ladder.
+fn sweep_bounded(cfg: &Config, progress: &ProgressBar) -> Result<Vec<Series>> {
+    let (min, max) = (cfg.sizes[0], *cfg.sizes.last().unwrap_or(&cfg.sizes[0]));
+    let mut out = Vec::new();
+    for &m in &cfg.mechanisms {
+        check_sizes(m, min, cfg.d, cfg.heads)?;
+        let mut series = Series { mechanism: m, points: Vec::new(), skipped: Vec::new() };
+        progress.set_message(format!("{} (building {min}..={max} and fitting)", m.name()));
+        let predicted = predict(m, max, cfg.d, cfg.heads)?;
+        let skip = |series: &mut Series, reason: String| {
+            progress.suspend(|| eprintln!("skipped: {}: {reason}", m.name()));
+            for &t in &cfg.sizes {
+                series.skipped.push(Skipped { t, predicted, reason: reason.clone() });
+            }
+            progress.inc(cfg.sizes.len() as u64);
+        };
+        if predicted.resident() > cfg.mem_cap_bytes {
+            skip(
+                &mut series,
+                format!("weights + arena at T={max} = {} > cap {}", mib(predicted.resident()), mib(cfg.mem_cap_bytes)),
+            );
+            out.push(series);
+            continue;
+        }
+        let bytes = match kestrel_rt::builder::bounded_sweep("T", min, max, |t| {
+            kestrel_rt::demo::layer_model(&case(m, cfg.heads), t, cfg.d, DType::F32, 0x5eed)
+        }) {
+            Ok(b) => b,
+            Err(e) => {
+                skip(&mut series, format!("no bounded model: {e}"));
+                out.push(series);
+                continue;
+            }
+        };
+        let model = Model::from_bytes(&bytes)?;
+        drop(bytes);
+        let fp = footprint(&model)?;
+        let mut session = model.session(1)?;
+        for &t in &cfg.sizes {
+            progress.set_message(format!("{} T={t} (bounded)", m.name()));
+            session.set_input_shapes(&[&[t, cfg.d]]).with_context(|| format!("{} at T={t}", m.name()))?;
+            let timing = if cfg.time {
+                Some(
+                    time_session(&mut session, t, cfg.d, cfg.reps, cfg.min_pass)
+                        .with_context(|| format!("running {} at T={t} (bounded)", m.name()))?,
                 )
             } else {
                 None

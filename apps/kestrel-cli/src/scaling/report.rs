@@ -6,7 +6,18 @@ use super::*;
 /// The Markdown report: summary with slopes, then time, arena and weights per T.
 pub fn markdown(series: &[Series], cfg: &Config, machine: &serde_json::Value) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "# Scaling with T (`kestrel bench scaling`)\n");
+    let _ = writeln!(s, "# Scaling with T (`kestrel bench scaling{}`)\n", if cfg.bounded { " --bounded" } else { "" });
+    if cfg.bounded {
+        let _ = writeln!(
+            s,
+            "**Bounded**: one model per mechanism for every T in {}..={} (format 2.0 bounded dims, fitted by \
+             `builder::bounded_sweep` from builds at many sizes), its memory planned once at the largest T (the \
+             arena column is therefore the bound's at every T), run at each T with `Session::set_input_shapes`: \
+             the time is what one session pays at each actual length.\n",
+            cfg.sizes[0],
+            cfg.sizes.last().unwrap_or(&cfg.sizes[0])
+        );
+    }
     let _ = writeln!(
         s,
         "One layer `x [T, {d}] -> mechanism -> y [T, {d}]` per mechanism, built in code with **random \
@@ -184,6 +195,7 @@ pub fn json(series: &[Series], cfg: &Config, machine: &serde_json::Value) -> ser
     serde_json::json!({
         "machine": machine,
         "weights": "random (timing only), f32",
+        "bounded": cfg.bounded,
         "d": cfg.d,
         "heads": cfg.heads,
         "sizes": cfg.sizes,

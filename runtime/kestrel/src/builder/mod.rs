@@ -1,7 +1,10 @@
 //! Building models in code: add inputs, weights and ops; the builder infers every output
 //! shape, plans the arena, encodes the weights and writes a validated `.kes` file.
 
+mod bounded;
 mod edit;
+
+pub use bounded::bounded_sweep;
 
 pub(crate) use edit::remap_op;
 pub use edit::Region;

@@ -1,0 +1,204 @@
+//! One file for every size of a graph built in code (format 2.0 bounded dims): the graph is
+//! built at the bound and at many other sizes of one symbol, the files are compared, and every
+//! integer that follows the symbol (an activation dim, an op attribute, an input dim, a
+//! constant's leading rows) gets the expression `⌊(a·T + b) / c⌋` that reproduces it at every
+//! size built. What `kestrel-rt-onnx` does for ONNX exports by converting at probe sizes, for a
+//! builder closure (benchmarks, models written in code).
+
+use crate::Error;
+use kestrel_rt_format::dims::{opcode, Target};
+use kestrel_rt_format::{aligned_copy, attach_dims, DimsSpec, KesFile, TensorKind};
+
+/// Most sizes built: every size when the range holds at most this many, else the first and
+/// last 64, every power of two, and evenly spread sizes between.
+const MAX_BUILDS: usize = 320;
+
+/// The integers of a file that may follow a dim, and every constant's values (to check a
+/// constant changes only by its leading rows).
+struct Snap {
+    ints: Vec<(Target, i64)>,
+    /// Per tensor: `Some(values)` for a weight.
+    weights: Vec<Option<Vec<f32>>>,
+    /// Structure: per node its kind and slots; per tensor its kind, dtype and rank.
+    shape: Vec<u32>,
+}
+
+fn snap(kes: &[u8]) -> Result<Snap, Error> {
+    let buf = aligned_copy(kes);
+    let f = KesFile::parse(&buf)?;
+    let (mut ints, mut weights, mut shape) = (Vec::new(), Vec::new(), Vec::new());
+    for id in 0..f.tensor_count() {
+        let t = f.tensor(id)?;
+        shape.extend([t.kind as u32, t.dtype as u32, t.shape.rank() as u32]);
+        let weight = t.kind == TensorKind::Weight;
+        for (axis, &d) in t.shape.dims().iter().enumerate() {
+            if !weight || axis == 0 {
+                ints.push((Target::TensorDim { tensor: id, axis: axis as u8 }, i64::from(d)));
+            } else {
+                shape.push(d);
+            }
+        }
+        weights.push(if weight {
+            let w = f.weight(id)?;
+            let mut v = vec![0f32; w.rows() * w.cols()];
+            w.decode_into(&mut v);
+            Some(v)
+        } else {
+            None
+        });
+    }
+    for node in 0..f.op_count() {
+        let r = f.op(node)?.encode();
+        shape.push(u32::from(r.kind));
+        shape.extend_from_slice(r.tensors());
+        for (attr, &v) in r.attrs().iter().enumerate() {
+            ints.push((Target::OpAttr { node, attr: attr as u8 }, i64::from(v)));
+        }
+    }
+    for (input, m) in f.meta().inputs().enumerate() {
+        for (axis, &d) in m.shape.dims().iter().enumerate() {
+            ints.push((Target::InputDim { input: input as u32, axis: axis as u8 }, i64::from(d)));
+        }
+    }
+    shape.extend(f.inputs().chain(f.outputs()));
+    Ok(Snap { ints, weights, shape })
+}
+
+/// The sizes built: see [`MAX_BUILDS`].
+fn sizes(min: usize, max: usize) -> Vec<usize> {
+    if max - min < MAX_BUILDS {
+        return (min..=max).collect();
+    }
+    let mut s: Vec<usize> = (min..min + 64).chain(max - 63..=max).collect();
+    let mut p = 1usize;
+    while p <= max {
+        s.extend([p.saturating_sub(1), p, p + 1].into_iter().filter(|v| (min..=max).contains(v)));
+        p *= 2;
+    }
+    let spread = MAX_BUILDS - s.len().min(MAX_BUILDS);
+    s.extend((1..=spread).map(|k| min + (max - min) * k / (spread + 1)));
+    s.sort_unstable();
+    s.dedup();
+    s
+}
+
+/// `⌊(a·T + b) / c⌋` (c in 1..=64) through every `(T, v)`, simplest `c` first.
+fn fit(points: &[(i64, i64)]) -> Option<(i64, i64, i64)> {
+    let (&(t0, v0), &(t1, v1)) = (points.first()?, points.last()?);
+    for c in 1..=64i64 {
+        let slope = if t1 == t0 { 0.0 } else { (c * (v1 - v0)) as f64 / (t1 - t0) as f64 };
+        for a in [slope.floor() as i64, slope.ceil() as i64] {
+            // b within [c·v − a·T, c·v − a·T + c − 1] for every point.
+            let (mut lo, mut hi) = (i64::MIN, i64::MAX);
+            for &(t, v) in points {
+                let base = c.checked_mul(v)?.checked_sub(a.checked_mul(t)?)?;
+                lo = lo.max(base);
+                hi = hi.min(base + c - 1);
+            }
+            if lo <= hi {
+                return Some((a, lo, c));
+            }
+        }
+    }
+    None
+}
+
+/// The expression words of `⌊(a·T + b) / c⌋`.
+fn words(a: i64, b: i64, c: i64) -> Option<Vec<u32>> {
+    let u = |v: i64| u32::try_from(v.unsigned_abs()).ok();
+    let mut w = match a {
+        1 => vec![opcode::SYM, 0],
+        a if a > 0 => vec![opcode::SYM, 0, opcode::CONST, u(a)?, opcode::MUL],
+        a => vec![opcode::CONST, 0, opcode::SYM, 0, opcode::CONST, u(a)?, opcode::MUL, opcode::SUB],
+    };
+    if b != 0 {
+        w.extend([opcode::CONST, u(b)?, if b > 0 { opcode::ADD } else { opcode::SUB }]);
+    }
+    if c != 1 {
+        w.extend([opcode::CONST, u(c)?, opcode::DIV]);
+    }
+    Some(w)
+}
+
+/// A file for every `T` in `min..=max` of the symbol `name`, from `build(T)` (which must give
+/// the same graph at every size, with `T` some input's dim): the graph at `max` plus the
+/// bindings fitted from the builds (see [`MAX_BUILDS`] for the sizes built; each binding
+/// reproduces every one of them). A graph whose structure changes with `T`, a constant that
+/// changes other than by its leading rows, or an integer no `⌊(a·T + b) / c⌋` reproduces is an
+/// [`Error::Build`] naming it.
+pub fn bounded_sweep(
+    name: &str,
+    min: usize,
+    max: usize,
+    mut build: impl FnMut(usize) -> Result<Vec<u8>, Error>,
+) -> Result<Vec<u8>, Error> {
+    if min == 0 || min > max || u32::try_from(max).is_err() {
+        return Err(Error::Build(format!("`{name}`: the range {min}..={max} must satisfy 1 <= min <= max < 2^32")));
+    }
+    let bound_kes = build(max)?;
+    let bound = snap(&bound_kes)?;
+    let mut columns: Vec<Vec<(i64, i64)>> = bound.ints.iter().map(|&(_, v)| vec![(max as i64, v)]).collect();
+    for t in sizes(min, max).into_iter().filter(|&t| t != max) {
+        let s = snap(&build(t)?)?;
+        if s.shape != bound.shape || s.ints.len() != bound.ints.len() {
+            return Err(Error::Build(format!("the graph's structure differs at {name} = {t} from {name} = {max}")));
+        }
+        for (id, (w, wb)) in s.weights.iter().zip(&bound.weights).enumerate() {
+            if let (Some(w), Some(wb)) = (w, wb) {
+                if wb.get(..w.len()) != Some(&w[..]) {
+                    return Err(Error::Build(format!(
+                        "constant tensor {id} at {name} = {t} is not the leading part of its value at {max}"
+                    )));
+                }
+            }
+        }
+        for (col, &(_, v)) in columns.iter_mut().zip(&s.ints) {
+            col.push((t as i64, v));
+        }
+    }
+    let mut bindings = Vec::new();
+    for ((target, _), mut col) in bound.ints.iter().zip(columns) {
+        if col.iter().all(|&(_, v)| v == col[0].1) {
+            continue;
+        }
+        col.sort_unstable();
+        let (a, b, c) = fit(&col).ok_or_else(|| {
+            Error::Build(format!("{target} follows {name}, but no floor(a*{name} + b)/c reproduces its values"))
+        })?;
+        let w = words(a, b, c).ok_or_else(|| Error::Build(format!("{target}: constants too large")))?;
+        bindings.push((*target, w));
+    }
+    let spec = DimsSpec { syms: vec![(name.to_string(), min as u32, max as u32)], bindings };
+    Ok(attach_dims(&bound_kes, &spec)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floor_affine_fits_are_exact_over_their_points() {
+        for (a, b, c) in [(1i64, 0i64, 1i64), (3, -2, 1), (1, 1, 2), (2, -3, 3), (-1, 40, 1), (1, 5, 16)] {
+            let pts: Vec<(i64, i64)> = (8..40).map(|t| (t, (a * t + b).div_euclid(c))).collect();
+            let (fa, fb, fc) = fit(&pts).unwrap();
+            for &(t, v) in &pts {
+                assert_eq!((fa * t + fb).div_euclid(fc), v, "({a}, {b}, {c}) fitted as ({fa}, {fb}, {fc})");
+            }
+            let w = words(fa, fb, fc).unwrap();
+            let e = kestrel_rt_format::Expr::new(&w, 1).unwrap();
+            for &(t, v) in &pts {
+                assert_eq!(i64::from(e.eval(&[t as u32]).unwrap()), v);
+            }
+        }
+        assert_eq!(fit(&[(1, 1), (2, 4), (3, 9), (4, 16)]), None, "T² is not floor-affine");
+    }
+
+    #[test]
+    fn sizes_cover_both_ends_and_stay_in_range() {
+        assert_eq!(sizes(3, 9), (3..=9).collect::<Vec<_>>());
+        let s = sizes(8, 16384);
+        assert!(s.len() <= 2 * MAX_BUILDS, "{}", s.len());
+        assert!(s.contains(&8) && s.contains(&16384) && s.contains(&1024) && s.contains(&1025));
+        assert!(s.iter().all(|t| (8..=16384).contains(t)));
+    }
+}
