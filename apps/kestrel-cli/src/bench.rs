@@ -80,6 +80,12 @@ pub struct BenchArgs {
     /// weight encoding, each M against the next multiple of the GEMM tile (gemm_rows.md/.json).
     #[arg(long)]
     pub rows_sweep: bool,
+    /// A model file with bounded dims (`kestrel convert --dim NAME=..MAX`): time it at these
+    /// values of a dim (`--dim sequence=8,16,32,64`; repeatable for other dims, one value each),
+    /// one session changing size between them: a table of time against the dim (and with
+    /// `--out`, lengths.md and lengths.json). Without it the model runs at its bound.
+    #[arg(long = "dim", value_name = "NAME=V[,V...]")]
+    pub dims: Vec<String>,
 }
 
 /// The flags of `kestrel bench ops` (flattened into `kestrel bench`'s arguments).
@@ -181,6 +187,17 @@ impl Feed {
 
 /// Feeds of `batch` samples for every input of `model`: from `input` (cycled) or synthetic.
 pub fn make_feeds(model: &Model, input: Option<&PathBuf>, batch: usize) -> Result<Vec<Feed>> {
+    make_feeds_shaped(model, input, batch, None)
+}
+
+/// [`make_feeds`] at per-sample input `shapes` (a model with bounded dims; the file's own
+/// shapes when `None`).
+pub fn make_feeds_shaped(
+    model: &Model,
+    input: Option<&PathBuf>,
+    batch: usize,
+    shapes: Option<&[Vec<usize>]>,
+) -> Result<Vec<Feed>> {
     let cpu = model.cpu()?;
     let arrays = match input {
         Some(p) => {
@@ -195,7 +212,11 @@ pub fn make_feeds(model: &Model, input: Option<&PathBuf>, batch: usize) -> Resul
     let mut feeds = Vec::new();
     for i in 0..cpu.input_count() {
         let t = cpu.input(i)?;
-        let per = t.shape.numel().context("input shape overflows")?;
+        let dims: Vec<u32> = match shapes.and_then(|s| s.get(i)) {
+            Some(s) => s.iter().map(|&d| u32::try_from(d).unwrap_or(u32::MAX)).collect(),
+            None => t.shape.dims().to_vec(),
+        };
+        let per = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d as usize)).context("input shape overflows")?;
         if per == 0 {
             bail!("input {i} ({}) has no elements per sample", t.name);
         }
@@ -204,7 +225,7 @@ pub fn make_feeds(model: &Model, input: Option<&PathBuf>, batch: usize) -> Resul
         let i64s = || kestrel_rt::mem::with_capacity::<i64>(n, "the benchmark inputs");
         let feed = match arrays.get(i) {
             Some(a) => {
-                let samples = npy::batch_of(a, t.shape.dims(), &format!("input {i}"))?;
+                let samples = npy::batch_of(a, &dims, &format!("input {i}"))?;
                 if samples == 0 {
                     bail!("--input holds no samples");
                 }
@@ -258,7 +279,20 @@ pub fn time_on(
     reps: usize,
     on: &BackendArgs,
 ) -> Result<(Stats, String)> {
-    let (mut pass, label) = kestrel_pass(model, feeds, batch, on)?;
+    time_on_shaped(model, feeds, samples, batch, reps, on, None)
+}
+
+/// [`time_on`] with the session set to per-sample input `shapes` (a model with bounded dims).
+pub fn time_on_shaped(
+    model: &Model,
+    feeds: &[Feed],
+    samples: usize,
+    batch: usize,
+    reps: usize,
+    on: &BackendArgs,
+    shapes: Option<&[Vec<usize>]>,
+) -> Result<(Stats, String)> {
+    let (mut pass, label) = kestrel_pass_shaped(model, feeds, batch, on, shapes)?;
     time_passes(samples, reps, &mut pass).map(|s| (s, label))
 }
 
@@ -270,11 +304,26 @@ pub fn kestrel_pass<'a>(
     batch: usize,
     on: &BackendArgs,
 ) -> Result<(impl FnMut(usize) -> Result<()> + 'a, String)> {
+    kestrel_pass_shaped(model, feeds, batch, on, None)
+}
+
+/// [`kestrel_pass`] with the session set to per-sample input `shapes` first.
+pub fn kestrel_pass_shaped<'a>(
+    model: &'a Model,
+    feeds: &'a [Feed],
+    batch: usize,
+    on: &BackendArgs,
+    shapes: Option<&[Vec<usize>]>,
+) -> Result<(impl FnMut(usize) -> Result<()> + 'a, String)> {
     let mut session = Runner::new(model, batch, on)?;
+    if let Some(shapes) = shapes {
+        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        session.set_input_shapes(model, &refs)?;
+    }
     let label = session.on();
     let cpu = model.cpu()?;
     let per_out: Vec<usize> =
-        (0..cpu.output_count()).map(|i| Ok(cpu.output(i)?.shape.numel().unwrap_or(0))).collect::<Result<_>>()?;
+        (0..cpu.output_count()).map(|i| session.output_shape(i).map_or(0, |s| s.iter().product::<usize>())).collect();
     let mut outs = Vec::with_capacity(per_out.len());
     for p in &per_out {
         outs.push(kestrel_rt::mem::zeroed_vec::<f32>(p.saturating_mul(batch), "the outputs")?);
@@ -354,6 +403,9 @@ pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
         return crate::bench_gemm::run(w, isa, a.threads, a.json, a.out.as_deref(), 300.0);
     }
     let model = kestrel_rt_cli::load_model(&a.model)?;
+    if !a.dims.is_empty() {
+        return lengths(w, a, &model, isa);
+    }
     let feeds = make_feeds(&model, a.input.as_ref(), a.batch)?;
     // The arena of the session the runner opens: the batch, or the part of it the budget allows.
     let arena = model.cpu()?.arena_bytes_threads(a.backend.capacity_within(&model, a.batch)?, a.threads).unwrap_or(0);
@@ -391,6 +443,90 @@ pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
             s.us_per_sample, s.us_per_sample_min, s.us_per_sample_max
         )?;
         writeln!(w, "samples/s    {:.1}", s.samples_per_s)?;
+    }
+    Ok(())
+}
+
+/// `kestrel bench MODEL --dim NAME=V,V,...`: the model timed at each value of one bounded dim
+/// (the other dims at the one value given, or their maximum), in one session per value.
+fn lengths(w: &mut String, a: &BenchArgs, model: &Model, isa: &str) -> Result<()> {
+    let mut fixed: Vec<(String, usize)> = Vec::new();
+    let mut swept: Option<(String, Vec<usize>)> = None;
+    for d in &a.dims {
+        let (name, values) = d.split_once('=').with_context(|| format!("--dim {d}: expected NAME=V[,V...]"))?;
+        let values: Vec<usize> = values
+            .split(',')
+            .map(|v| v.trim().parse::<usize>().with_context(|| format!("--dim {d}: {v:?} is not a size")))
+            .collect::<Result<_>>()?;
+        match values.as_slice() {
+            [v] => fixed.push((name.to_string(), *v)),
+            _ if swept.is_none() => swept = Some((name.to_string(), values)),
+            _ => bail!("--dim: give several values for one dim only (the sweep); the others one value each"),
+        }
+    }
+    let (name, values) = swept.unwrap_or_else(|| {
+        let (n, v) = fixed.pop().unwrap_or_default();
+        (n, vec![v])
+    });
+    let mut rows = Vec::new();
+    for &v in &values {
+        let mut at = fixed.clone();
+        at.push((name.clone(), v));
+        let shapes = model.input_shapes_at(&at)?;
+        let feeds = make_feeds_shaped(model, a.input.as_ref(), a.batch, Some(&shapes))?;
+        let (s, on) = time_on_shaped(model, &feeds, a.samples, a.batch, a.reps, &a.backend, Some(&shapes))?;
+        rows.push((v, shapes, s, on));
+    }
+    let bound = rows.last().map_or(1.0, |r| r.2.us_per_sample);
+    let mut md = format!(
+        "| {name} | input shapes (per sample) | µs/sample (median) | min | max | samples/s | vs the last |\n|---:|---|---:|---:|---:|---:|---:|\n"
+    );
+    for (v, shapes, s, _) in &rows {
+        md.push_str(&format!(
+            "| {v} | {shapes:?} | {:.2} | {:.2} | {:.2} | {:.1} | {:.3} |\n",
+            s.us_per_sample,
+            s.us_per_sample_min,
+            s.us_per_sample_max,
+            s.samples_per_s,
+            s.us_per_sample / bound
+        ));
+    }
+    let on = rows.first().map(|r| r.3.clone()).unwrap_or_default();
+    let j = serde_json::json!({
+        "model": a.model,
+        "backend": on,
+        "isa": isa,
+        "threads": a.threads,
+        "batch": a.batch,
+        "dim": name,
+        "fixed": fixed,
+        "rows": rows.iter().map(|(v, shapes, s, _)| serde_json::json!({
+            "value": v,
+            "input_shapes": shapes,
+            "us_per_sample": s.us_per_sample,
+            "us_per_sample_min": s.us_per_sample_min,
+            "us_per_sample_max": s.us_per_sample_max,
+            "samples_per_s": s.samples_per_s,
+        })).collect::<Vec<_>>(),
+    });
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let head = format!(
+            "# `kestrel bench {} --dim {}` ({on}, batch {}, {} passes of {} samples)\n\n",
+            a.model,
+            a.dims.join(" --dim "),
+            a.batch,
+            a.reps,
+            a.samples
+        );
+        std::fs::write(dir.join("lengths.md"), head + &md)?;
+        std::fs::write(dir.join("lengths.json"), serde_json::to_string_pretty(&j)? + "\n")?;
+    }
+    if a.json {
+        writeln!(w, "{j}")?;
+    } else {
+        writeln!(w, "model        {} ({on}, batch {})", a.model, a.batch)?;
+        w.push_str(&md);
     }
     Ok(())
 }

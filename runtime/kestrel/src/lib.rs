@@ -51,13 +51,13 @@ pub enum Error {
     Run(#[from] kestrel_rt_cpu::RunError),
     /// A run's input shapes do not fit the model: a bounded dim out of its range, two inputs
     /// disagreeing on one, a fixed axis or a rank that differs (the message names the dim and
-    /// the input; `source` is the typed error).
+    /// the input; `run` is the typed error).
     #[error("{message}")]
     Dims {
         /// The error in the model's own names.
         message: String,
-        /// The typed error.
-        source: kestrel_rt_cpu::RunError,
+        /// The typed error (not a `source`: the message says all it says, in the model's names).
+        run: kestrel_rt_cpu::RunError,
     },
     /// The GPU backend failed (cargo feature `gpu`): lowering the model at new input sizes, or
     /// a run (a GPU session's own shape errors are [`Error::Dims`], as the CPU's).

@@ -66,6 +66,75 @@ impl Model {
         self.storage.bytes()
     }
 
+    /// Each graph input's per-sample shape when the bounded dims named in `values` take those
+    /// values (the others at their maximum): what to feed a run at those sizes. A name the model
+    /// does not have, or a value outside its range, is an [`Error::Dims`].
+    pub fn input_shapes_at(&self, values: &[(String, usize)]) -> Result<Vec<Vec<usize>>, Error> {
+        let model = self.cpu()?;
+        let f = model.file();
+        let bad = |message: String, run| Error::Dims { message, run };
+        let mut vals = [0u32; kestrel_rt_format::dims::MAX_SYMS];
+        let dims = match f.dims() {
+            Some(d) => {
+                d.bound(&mut vals)?;
+                Some(d)
+            }
+            None => None,
+        };
+        let n = dims.map_or(0, |d| d.sym_count() as usize);
+        for (name, v) in values {
+            let i = dims.and_then(|d| d.find(name)).ok_or_else(|| {
+                let known: Vec<String> = self.dims().unwrap_or_default().into_iter().map(|d| d.name).collect();
+                bad(
+                    format!(
+                        "the model has no bounded dim `{name}` (it has: {})",
+                        if known.is_empty() { "none".into() } else { known.join(", ") }
+                    ),
+                    kestrel_rt_cpu::RunError::Internal("unknown bounded dim"),
+                )
+            })?;
+            let s =
+                dims.map(|d| d.sym(i)).transpose()?.ok_or(Error::Run(kestrel_rt_cpu::RunError::Internal("dims")))?;
+            if *v < s.min as usize || *v > s.max as usize {
+                return Err(bad(
+                    format!("dim `{name}` = {v} is outside its range {}..={}", s.min, s.max),
+                    kestrel_rt_cpu::RunError::DimOutOfRange {
+                        input: 0,
+                        axis: 0,
+                        sym: i,
+                        value: *v,
+                        min: s.min,
+                        max: s.max,
+                    },
+                ));
+            }
+            vals[i as usize] = *v as u32;
+        }
+        let mut out = Vec::new();
+        for id in f.inputs() {
+            let t = f.tensor(id)?;
+            let mut shape: Vec<usize> = t.shape.dims().iter().map(|&d| d as usize).collect();
+            if let Some(d) = dims {
+                for b in (0..d.binding_count()).map(|i| d.binding(i)) {
+                    let b = b?;
+                    if let kestrel_rt_format::Target::TensorDim { tensor, axis } = b.target {
+                        if tensor == id {
+                            let v = b
+                                .expr
+                                .eval(&vals[..n])
+                                .map_err(|_| Error::Run(kestrel_rt_cpu::RunError::Internal("dims expression")))?;
+                            if let Some(x) = shape.get_mut(usize::from(axis)) {
+                                *x = v as usize;
+                            }
+                        }
+                    }
+                }
+            }
+            out.push(shape);
+        }
+        Ok(out)
+    }
+
     /// The model's bounded dims, in the file's order (empty for a model of fixed sizes).
     pub fn dims(&self) -> Result<Vec<BoundedDim>, Error> {
         let model = self.cpu()?;
@@ -249,7 +318,7 @@ impl Session<'_> {
 }
 
 /// A shape error of [`Session::set_input_shapes`] (or a GPU session's) in the model's own names
-/// (the dim's and the input's), with the typed error as its source ([`Error::Dims`]); other
+/// (the dim's and the input's), with the typed error beside it ([`Error::Dims`]); other
 /// errors as [`Error::Run`].
 pub fn dims_error(model: &kestrel_rt_cpu::Model<'_>, e: kestrel_rt_cpu::RunError) -> Error {
     use kestrel_rt_cpu::RunError as R;
@@ -282,5 +351,5 @@ pub fn dims_error(model: &kestrel_rt_cpu::Model<'_>, e: kestrel_rt_cpu::RunError
         }
         other => return Error::Run(other),
     };
-    Error::Dims { message, source: e }
+    Error::Dims { message, run: e }
 }

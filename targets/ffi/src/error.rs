@@ -72,7 +72,7 @@ impl From<kestrel_rt::Error> for FfiError {
             E::Io { .. } => Status::KESTREL_ERR_IO,
             E::Format(_) | E::Load(_) => Status::KESTREL_ERR_INVALID_MODEL,
             E::Run(r) => return Self::from(*r),
-            E::Dims { source, .. } => Self::from(*source).status,
+            E::Dims { run, .. } => Self::from(*run).status,
             E::OutOfMemory { .. } | E::OverBudget { .. } => Status::KESTREL_ERR_TOO_LARGE,
             E::Npy(_) | E::Build(_) => Status::KESTREL_ERR_INVALID_ARGUMENT,
             // The facade's GPU errors (`Error::Gpu`, with its cargo feature `gpu`): matched by a
