@@ -56,8 +56,9 @@ pub enum ConvertError {
     /// Symbolic input dims (other than the batch) with no value: every one of them, with the
     /// inputs and axes that carry it.
     #[error(
-        "{path}: the inputs have symbolic dims without a value: {}; give each one with --dim NAME=N \
-         (e.g. --dim {}=128)",
+        "{path}: the inputs have symbolic dims without a value: {}; give each one a range with \
+         --dim NAME=..MAX or --dim NAME=MIN..MAX (one file for every size within it, e.g. --dim {}=..128), \
+         or a fixed size with --dim NAME=N",
         dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("; "),
         dims.first().map_or("NAME", |d| d.symbol.as_str())
     )]
