@@ -162,3 +162,54 @@ pub fn text_model(seed: u64, dtype: DType) -> Result<Vec<u8>, Error> {
     b.output(logits);
     b.build()
 }
+
+/// The bounded-dims test graph at sequence length `t` (`t` in `2..=tmax`): `x [t, 8] + pos[..t]`
+/// (a position table of `tmax` rows, read to its first `t`), a dense layer, causal attention of
+/// two heads, the rows after the first (`t − 1` of them), a softmax, and the mean over rows.
+/// Outputs `probs [2, t − 1, 4]` and `mean [2, 4]`. Seeded weights: the graph at `t` is the graph
+/// at `tmax` with every integer that follows `t` changed and the table cut to its leading rows,
+/// so [`builder::bounded_sweep`](crate::builder::bounded_sweep) gives it bounded dims; what the
+/// runtime, GPU and SDK tests of bounded dims run.
+pub fn bounded_rows_model(t: usize, tmax: usize) -> Result<Vec<u8>, Error> {
+    const D: usize = 8;
+    if t < 2 || t > tmax {
+        return Err(Error::Build(format!("bounded_rows_model: t = {t} is outside 2..={tmax}")));
+    }
+    let mut rng = Rng::new(0xB0D);
+    let pos_all = rng.vec(tmax * D, 0.5);
+    let w = rng.vec(D * D, 0.4);
+    let mut b = ModelBuilder::new("bounded");
+    let x = b.input("x", &[t, D])?;
+    let pos = b.weight("pos", &[t, D], pos_all[..t * D].to_vec())?;
+    let h = b.op(|y| Op::Binary(Binary { a: x, b: pos, op: BinaryOp::Add, y }))?;
+    let w = b.weight("w", &[D, D], w)?;
+    let h = b.op(|y| Op::Dense(Dense { x: h, proj: Proj { w, b: None }, act: Default::default(), clamp: None, y }))?;
+    let heads = b.reshape(h, &[t, 2, D / 2])?;
+    let heads = b.op(|y| {
+        let mut perm = [0u8; kestrel_rt_format::MAX_RANK];
+        for (i, p) in perm.iter_mut().enumerate() {
+            *p = [1, 0, 2].get(i).copied().unwrap_or(i as u8);
+        }
+        Op::Transpose(Transpose { x: heads, perm, y })
+    })?;
+    let a = b.op(|y| {
+        Op::Sdpa(Sdpa {
+            q: heads,
+            k: heads,
+            v: heads,
+            bias: None,
+            scale: 0.5,
+            causal: true,
+            k_transposed: false,
+            softcap: 0.0,
+            y,
+        })
+    })?;
+    let n = t as u32 - 1;
+    let rest = b.op(|y| Op::Slice(Slice { x: a, axis: 1, start: 1, step: 1, count: n, offset: 0, len: n, y }))?;
+    let s = b.op(|y| Op::Softmax(Softmax { x: rest, y }))?;
+    let mean = b.op(|y| Op::Reduce(Reduce { x: s, op: ReduceOp::Mean, axis: 1, keep_dims: false, y }))?;
+    b.output(s);
+    b.output(mean);
+    b.build()
+}

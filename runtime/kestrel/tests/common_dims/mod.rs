@@ -12,9 +12,7 @@
 
 use kestrel_rt::demo::Rng;
 use kestrel_rt::format::dims::{opcode, Target};
-use kestrel_rt::format::ops::{
-    Activation, Binary, BinaryOp, Conv2d, Dense, Op, Pool2d, PoolKind, Proj, Reduce, ReduceOp, Sdpa, Slice, Softmax,
-};
+use kestrel_rt::format::ops::{Activation, Conv2d, Dense, Op, Pool2d, PoolKind, Proj, Reduce, ReduceOp};
 use kestrel_rt::format::{attach_dims, DimsSpec, KesFile, TensorKind};
 use kestrel_rt::ModelBuilder;
 
@@ -27,52 +25,7 @@ pub const D: usize = 8;
 /// `x [t, D] + pos[..t]`, a dense layer, causal attention of two heads, the rows after the first
 /// (`t - 1` of them), a softmax, and the mean over rows.
 pub fn transformer(t: usize) -> Vec<u8> {
-    let mut rng = Rng::new(0xB0D);
-    let pos_all = rng.vec(TMAX * D, 0.5);
-    let w = rng.vec(D * D, 0.4);
-    let mut b = ModelBuilder::new("bounded");
-    let x = b.input("x", &[t, D]).unwrap();
-    let pos = b.weight("pos", &[t, D], pos_all[..t * D].to_vec()).unwrap();
-    let h = b.op(|y| Op::Binary(Binary { a: x, b: pos, op: BinaryOp::Add, y })).unwrap();
-    let w = b.weight("w", &[D, D], w).unwrap();
-    let h = b
-        .op(|y| Op::Dense(Dense { x: h, proj: Proj { w, b: None }, act: Default::default(), clamp: None, y }))
-        .unwrap();
-    let heads = b.reshape(h, &[t, 2, D / 2]).unwrap();
-    let heads = b
-        .op(|y| {
-            let mut perm = [0u8; kestrel_rt::format::MAX_RANK];
-            for (i, p) in perm.iter_mut().enumerate() {
-                *p = [1, 0, 2].get(i).copied().unwrap_or(i as u8);
-            }
-            Op::Transpose(kestrel_rt::format::ops::Transpose { x: heads, perm, y })
-        })
-        .unwrap();
-    let a = b
-        .op(|y| {
-            Op::Sdpa(Sdpa {
-                q: heads,
-                k: heads,
-                v: heads,
-                bias: None,
-                scale: 0.5,
-                causal: true,
-                k_transposed: false,
-                softcap: 0.0,
-                y,
-            })
-        })
-        .unwrap();
-    let rest = b
-        .op(|y| {
-            Op::Slice(Slice { x: a, axis: 1, start: 1, step: 1, count: t as u32 - 1, offset: 0, len: t as u32 - 1, y })
-        })
-        .unwrap();
-    let s = b.op(|y| Op::Softmax(Softmax { x: rest, y })).unwrap();
-    let mean = b.op(|y| Op::Reduce(Reduce { x: s, op: ReduceOp::Mean, axis: 1, keep_dims: false, y })).unwrap();
-    b.output(s);
-    b.output(mean);
-    b.build().unwrap()
+    kestrel_rt::demo::bounded_rows_model(t, TMAX).unwrap()
 }
 
 /// The transformer's bounded file: `T` in `2..=TMAX`.
