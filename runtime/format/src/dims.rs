@@ -83,6 +83,7 @@ pub enum Target {
 }
 
 impl Target {
+    #[cfg(feature = "alloc")]
     fn code(self) -> (u8, u32, u8) {
         match self {
             Target::TensorDim { tensor, axis } => (0, tensor, axis),
