@@ -5,14 +5,11 @@
 //! outside the bounds, inputs that disagree and fixed axes that differ are typed errors naming
 //! the dim and the input, and the session still runs afterwards.
 //!
-//! The bindings are found as the converter finds them (`kestrel-rt-onnx`'s probing), in a
-//! miniature: build the graph at three sizes, diff the files, and fit each integer that varies
-//! as `a·T + b`.
+//! The bindings come from `builder::bounded_sweep` (the graph built at every size, each integer
+//! that varies fitted), as the converter's probing finds them for ONNX exports.
 
 use kestrel_rt::demo::Rng;
-use kestrel_rt::format::dims::{opcode, Target};
 use kestrel_rt::format::ops::{Op, Softmax};
-use kestrel_rt::format::{attach_dims, DimsSpec, KesFile, TensorKind};
 use kestrel_rt::{Error, Input, Model, ModelBuilder};
 use kestrel_rt_reference::alloc_count::{count_this_thread as count, Counting};
 
@@ -28,61 +25,10 @@ fn build(t: usize) -> Vec<u8> {
     kestrel_rt::demo::bounded_rows_model(t, TMAX).unwrap()
 }
 
-/// Every integer of the file that the builder derives from `t`: tensor dims, op attributes and
-/// input dims, as `(target, value)`.
-fn integers(kes: &[u8]) -> Vec<(Target, u32)> {
-    let buf = kestrel_rt::format::aligned_copy(kes);
-    let f = KesFile::parse(&buf).unwrap();
-    let mut out = Vec::new();
-    for id in 0..f.tensor_count() {
-        let t = f.tensor(id).unwrap();
-        for (axis, &d) in t.shape.dims().iter().enumerate() {
-            if t.kind == TensorKind::Activation || axis == 0 {
-                out.push((Target::TensorDim { tensor: id, axis: axis as u8 }, d));
-            }
-        }
-    }
-    for node in 0..f.op_count() {
-        let r = f.op(node).unwrap().encode();
-        for (attr, &v) in r.attrs().iter().enumerate() {
-            out.push((Target::OpAttr { node, attr: attr as u8 }, v));
-        }
-    }
-    for (input, m) in f.meta().inputs().enumerate() {
-        for (axis, &d) in m.shape.dims().iter().enumerate() {
-            out.push((Target::InputDim { input: input as u32, axis: axis as u8 }, d));
-        }
-    }
-    out
-}
-
-/// The bound's file with bindings fitted from builds at three sizes (`v = a·T + b`, checked
-/// at the third), `T` in `2..=TMAX`.
+/// The bound's file with bindings for every integer that follows `T` (`builder::bounded_sweep`:
+/// the graph built at every `T` in `2..=TMAX`, each integer fitted through all of them).
 fn bounded() -> Vec<u8> {
-    let (t1, t2, t3) = (TMAX, 11, 4);
-    let (f1, f2, f3) = (integers(&build(t1)), integers(&build(t2)), integers(&build(t3)));
-    let mut bindings = Vec::new();
-    for ((target, v1), ((_, v2), (_, v3))) in f1.iter().zip(f2.iter().zip(&f3)) {
-        if v1 == v2 && v2 == v3 {
-            continue;
-        }
-        let a = (*v1 as i64 - *v2 as i64) / (t1 as i64 - t2 as i64);
-        let b = *v1 as i64 - a * t1 as i64;
-        assert_eq!(a * t3 as i64 + b, *v3 as i64, "{target}: not affine in T");
-        let mut words = vec![opcode::SYM, 0];
-        if a != 1 {
-            words.extend([opcode::CONST, a as u32, opcode::MUL]);
-        }
-        if b > 0 {
-            words.extend([opcode::CONST, b as u32, opcode::ADD]);
-        } else if b < 0 {
-            words.extend([opcode::CONST, (-b) as u32, opcode::SUB]);
-        }
-        bindings.push((*target, words));
-    }
-    assert!(bindings.len() >= 10, "{bindings:?}");
-    let spec = DimsSpec { syms: vec![("T".into(), 2, TMAX as u32)], bindings };
-    attach_dims(&build(TMAX), &spec).unwrap()
+    kestrel_rt::builder::bounded_sweep("T", 2, TMAX, |t| Ok(build(t))).unwrap()
 }
 
 fn run(model: &Model, t: usize, batch: usize, x: &[f32]) -> Vec<Vec<f32>> {
@@ -177,21 +123,9 @@ fn a_file_of_fixed_sizes_takes_only_its_own_shapes() {
     assert!(matches!(s.set_input_shapes(&[&[4, D]]), Err(Error::Dims { .. })));
 }
 
-/// `ModelBuilder` graphs get bounded dims the same way (`builder::bounded_sweep`: built at every
-/// size of the range, bindings fitted): the result runs every size like the graph built there.
+/// A graph whose structure changes with `T` gets no bounded dims: refused by name.
 #[test]
-fn bounded_sweep_of_a_built_graph_runs_every_size() {
-    let bytes = kestrel_rt::builder::bounded_sweep("T", 2, TMAX, |t| Ok(build(t))).unwrap();
-    let model = Model::from_bytes(&bytes).unwrap();
-    let mut s = model.session(1).unwrap();
-    let mut rng = Rng::new(11);
-    for t in [2, 8, 21, TMAX] {
-        let x = rng.vec(t * D, 1.0);
-        let got = s.run_vec_shaped(&[Input::F32(&x)], &[&[t, D]]).unwrap();
-        let want = run(&Model::from_bytes(&build(t)).unwrap(), t, 1, &x);
-        assert_eq!(got, want, "T = {t}");
-    }
-    // A graph that is not the same at every size is refused by name.
+fn bounded_sweep_refuses_a_graph_that_changes_with_the_size() {
     let e = kestrel_rt::builder::bounded_sweep("T", 2, 6, |t| {
         let mut b = ModelBuilder::new("changes");
         let x = b.input("x", &[t, D]).unwrap();
