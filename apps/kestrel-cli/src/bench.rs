@@ -450,29 +450,11 @@ pub fn run(w: &mut String, a: &BenchArgs) -> Result<()> {
 /// `kestrel bench MODEL --dim NAME=V,V,...`: the model timed at each value of one bounded dim
 /// (the other dims at the one value given, or their maximum), in one session per value.
 fn lengths(w: &mut String, a: &BenchArgs, model: &Model, isa: &str) -> Result<()> {
-    let mut fixed: Vec<(String, usize)> = Vec::new();
-    let mut swept: Option<(String, Vec<usize>)> = None;
-    for d in &a.dims {
-        let (name, values) = d.split_once('=').with_context(|| format!("--dim {d}: expected NAME=V[,V...]"))?;
-        let values: Vec<usize> = values
-            .split(',')
-            .map(|v| v.trim().parse::<usize>().with_context(|| format!("--dim {d}: {v:?} is not a size")))
-            .collect::<Result<_>>()?;
-        match values.as_slice() {
-            [v] => fixed.push((name.to_string(), *v)),
-            _ if swept.is_none() => swept = Some((name.to_string(), values)),
-            _ => bail!("--dim: give several values for one dim only (the sweep); the others one value each"),
-        }
-    }
-    let (name, values) = swept.unwrap_or_else(|| {
-        let (n, v) = fixed.pop().unwrap_or_default();
-        (n, vec![v])
-    });
+    let sweep = kestrel_rt_cli::DimSweep::parse(&a.dims)?;
+    let (name, fixed) = (&sweep.name, &sweep.fixed);
     let mut rows = Vec::new();
-    for &v in &values {
-        let mut at = fixed.clone();
-        at.push((name.clone(), v));
-        let shapes = model.input_shapes_at(&at)?;
+    for &v in &sweep.values {
+        let shapes = model.input_shapes_at(&sweep.at(v))?;
         let feeds = make_feeds_shaped(model, a.input.as_ref(), a.batch, Some(&shapes))?;
         let (s, on) = time_on_shaped(model, &feeds, a.samples, a.batch, a.reps, &a.backend, Some(&shapes))?;
         rows.push((v, shapes, s, on));

@@ -74,6 +74,68 @@ pub fn split_dims(args: &[DimArg]) -> Result<(Vec<(String, usize)>, Vec<(String,
     Ok((fixed, bounded))
 }
 
+/// `--dim NAME=V[,V...]` of `kestrel bench` and `kestrel profile` on a model with bounded dims:
+/// one dim takes several values (the sweep), the others one value each; a dim not named stays at
+/// its maximum ([`kestrel_rt::Model::input_shapes_at`] checks the names and ranges).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DimSweep {
+    /// The swept dim (with no dim given several values, the last one named).
+    pub name: String,
+    /// Its values, in the order given.
+    pub values: Vec<usize>,
+    /// The other dims, each at its one value.
+    pub fixed: Vec<(String, usize)>,
+}
+
+impl DimSweep {
+    /// Parses the `--dim` arguments (at least one).
+    pub fn parse(args: &[String]) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        let mut fixed: Vec<(String, usize)> = Vec::new();
+        let mut swept: Option<(String, Vec<usize>)> = None;
+        for d in args {
+            let (name, values) = d.split_once('=').with_context(|| format!("--dim {d}: expected NAME=V[,V...]"))?;
+            let values: Vec<usize> = values
+                .split(',')
+                .map(|v| v.trim().parse::<usize>().with_context(|| format!("--dim {d}: {v:?} is not a size")))
+                .collect::<anyhow::Result<_>>()?;
+            match values.as_slice() {
+                [v] => fixed.push((name.trim().to_string(), *v)),
+                _ if swept.is_none() => swept = Some((name.trim().to_string(), values)),
+                _ => {
+                    anyhow::bail!("--dim: give several values for one dim only (the sweep); the others one value each")
+                }
+            }
+        }
+        let (name, values) = match swept {
+            Some(s) => s,
+            None => {
+                let (n, v) = fixed.pop().context("--dim: no dim given")?;
+                (n, vec![v])
+            }
+        };
+        Ok(DimSweep { name, values, fixed })
+    }
+
+    /// The dims' values at the swept dim's value `v`: what `input_shapes_at` takes.
+    pub fn at(&self, v: usize) -> Vec<(String, usize)> {
+        let mut at = self.fixed.clone();
+        at.push((self.name.clone(), v));
+        at
+    }
+}
+
+/// The per-sample shape an input array gives a model input of rank `rank` with bounded dims: the
+/// array's own shape (one sample), or its shape less a leading batch axis; `None` for any other
+/// rank.
+pub fn sample_shape(array_shape: &[usize], rank: usize) -> Option<&[usize]> {
+    match array_shape.len() {
+        n if n == rank => Some(array_shape),
+        n if n == rank + 1 => Some(&array_shape[1..]),
+        _ => None,
+    }
+}
+
 /// Refuses an input path that exists but is not a regular file (after symbolic links): a
 /// directory, a FIFO, a socket, a character or block device. Reading a FIFO blocks until a
 /// writer appears (opening it already does) and a device such as `/dev/zero` never ends, so
@@ -126,7 +188,20 @@ pub fn load_model(path: impl AsRef<Path>) -> anyhow::Result<kestrel_rt::Model> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_dim, split_dims, DimArg};
+    use super::{parse_dim, split_dims, DimArg, DimSweep};
+
+    #[test]
+    fn dim_sweeps_parse_or_say_why_not() {
+        let p = |a: &[&str]| DimSweep::parse(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let s = p(&["T=2,7,12", "h=4"]).unwrap();
+        assert_eq!((s.name.as_str(), s.values.as_slice()), ("T", &[2, 7, 12][..]));
+        assert_eq!(s.at(7), [("h".to_string(), 4), ("T".to_string(), 7)]);
+        let s = p(&["T=5"]).unwrap();
+        assert_eq!((s.name.as_str(), s.values.as_slice(), s.fixed.len()), ("T", &[5][..], 0));
+        for bad in [&["T"][..], &["T=x"], &["T=1,2", "h=3,4"], &[]] {
+            assert!(p(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn dims_parse_or_say_why_not() {

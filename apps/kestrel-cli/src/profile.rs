@@ -4,14 +4,19 @@
 //! PNG bar chart. Each op also gets a roofline line: FLOPs ([`kestrel_rt::profile::op_flops`]),
 //! bytes moved ([`kestrel_rt::profile::op_bytes`]), their ratio (arithmetic intensity), the
 //! achieved GFLOP/s and GB/s at its median time, and on the GPU its compute dispatches per run.
+//!
+//! A model with bounded dims (format 2.0) is profiled at the sizes asked for (`--dim
+//! sequence=8,32`, one profile each, or an `--input` array's own size), at its bound (every dim
+//! at its maximum) otherwise; times, FLOPs and bytes are all at the size run (the costs are read
+//! through the table the run is specialised to, [`kestrel_rt::profile::table_at`]).
 
-use crate::backend::{Backend, BackendArgs, GpuRunner, On, Runner};
+use crate::backend::{Backend, BackendArgs, On, Runner};
 use crate::classify::BUNDLED;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kestrel_rt::format::DType;
 use kestrel_rt::profile::{OpTiming, PartTiming, Profile, Timed};
-use kestrel_rt::{npy, Input, Model};
+use kestrel_rt::{npy, BoundedDim, Input, Model};
 use kestrel_rt_wgpu::TimingSource;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -31,9 +36,16 @@ pub struct ProfileArgs {
     /// Batch size (random inputs; ignored with --input).
     #[arg(long, default_value_t = 1)]
     pub batch: usize,
-    /// Input array (.npy, batch = first axis) instead of seeded random inputs.
+    /// Input array (.npy, batch = first axis) instead of seeded random inputs. On a model with
+    /// bounded dims, of any size within them ([batch, ...] or one sample): profiled at that size.
     #[arg(long, value_name = "X.npy")]
     pub input: Option<PathBuf>,
+    /// A model with bounded dims (`kestrel convert --dim NAME=..MAX`): profile it at these values
+    /// of a dim (`--dim sequence=8,16,64`; repeatable for other dims, one value each), one profile
+    /// per value, every node's times, FLOPs and bytes at that size. Without it (or --input) the
+    /// model is profiled at its bound, every dim at its maximum.
+    #[arg(long = "dim", value_name = "NAME=V[,V...]")]
+    pub dims: Vec<String>,
     /// Where the model runs.
     #[command(flatten)]
     pub backend: BackendArgs,
@@ -69,6 +81,9 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
     if args.runs == 0 || args.batch == 0 {
         bail!("--runs and --batch must be at least 1");
     }
+    if !args.dims.is_empty() && args.input.is_some() {
+        bail!("--dim and --input both set the sizes (the array's shape is its size): give one of them");
+    }
     kestrel_rt_cpu::threads::set_threads(args.threads).map_err(|e| anyhow::anyhow!("--threads: {e}"))?;
     let (model, source) = load(args.model.as_deref())?;
     let cpu = model.cpu()?;
@@ -76,8 +91,8 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
         bail!("profile feeds one input; this model has {} (give a single-input model)", cpu.input_count());
     }
     let t = cpu.input(0)?;
-    let per = t.shape.numel().unwrap_or(0);
     let name = cpu.file().meta().model_name().to_string();
+    let bounds = model.dims()?;
     // A profile times the batch as one run: it must fit the memory budget whole.
     let fits = |batch: usize| -> Result<()> {
         if args.backend.capacity_within(&model, batch)? < batch {
@@ -89,31 +104,54 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
         }
         Ok(())
     };
-    if args.input.is_none() {
-        fits(args.batch)?;
-    }
-    let array = match &args.input {
+    let given = match &args.input {
         Some(p) => {
             crate::check_input_file(p)?;
-            let a = npy::read(p)?;
-            npy::batch_of(&a, t.shape.dims(), &format!("input ({})", p.display()))?;
-            a
+            Some(npy::read(p)?)
         }
         None => {
-            let n = per * args.batch;
-            let mut shape = vec![args.batch];
-            shape.extend(t.shape.dims().iter().map(|&d| d as usize));
-            if t.dtype == DType::I32 {
-                npy::Array::I64 { shape, data: (0..n).map(|k| (k * 7 % 10) as i64).collect() }
-            } else {
-                let mut rng = kestrel_rt::demo::Rng::new(42);
-                npy::Array::F32 { shape, data: rng.vec(n, 1.0) }
-            }
+            fits(args.batch)?;
+            None
         }
     };
-    let feed: Input<'_> = array.input();
-    let batch = array.shape().first().copied().unwrap_or(1);
-    fits(batch)?;
+    // The input's per-sample shape in each profile: each --dim size, a bounded model's array's
+    // own, else the file's (None: every bounded dim at its maximum).
+    let sizes: Vec<Option<Vec<usize>>> = if !args.dims.is_empty() {
+        let sweep = crate::DimSweep::parse(&args.dims)?;
+        let mut sizes = Vec::new();
+        for &v in &sweep.values {
+            sizes.push(model.input_shapes_at(&sweep.at(v))?.into_iter().next());
+        }
+        sizes
+    } else {
+        match (&given, bounds.is_empty()) {
+            (Some(a), false) => {
+                let own = crate::sample_shape(a.shape(), t.shape.rank()).with_context(|| {
+                    format!(
+                        "--input: an array of shape {:?}; the model's input `{}` has rank {} per sample (give [batch, ...] or one sample)",
+                        a.shape(),
+                        t.name,
+                        t.shape.rank()
+                    )
+                })?;
+                vec![Some(own.to_vec())]
+            }
+            _ => vec![None],
+        }
+    };
+    let batch = match &given {
+        Some(a) => {
+            let per: Vec<u32> = match sizes.first() {
+                Some(Some(s)) => s.iter().map(|&d| u32::try_from(d).unwrap_or(u32::MAX)).collect(),
+                _ => t.shape.dims().to_vec(),
+            };
+            let p = args.input.as_deref().unwrap_or(Path::new("-"));
+            let batch = npy::batch_of(a, &per, &format!("input ({})", p.display()))?;
+            fits(batch)?;
+            batch
+        }
+        None => args.batch,
+    };
     // An explicit CPU backend profiles directly; otherwise a GPU session, or the CPU session
     // `auto` fell back to (dropped: the CPU profiler binds its own arena).
     let runner = match args.backend.backend {
@@ -127,41 +165,109 @@ pub fn run(w: &mut String, args: &ProfileArgs) -> Result<()> {
             r.capacity()
         );
     }
-    let on = runner.as_ref().map(Runner::on);
-    let (prof, backend, timing) = match runner.map(|r| r.on) {
-        None | Some(On::Cpu(_)) => {
-            let prof = kestrel_rt::profile::profile(&model, &[feed], args.warmup, args.runs)?;
-            (prof, "cpu".to_string(), Timing::HostClock)
-        }
-        Some(On::Gpu(mut gpu)) => {
-            let (prof, timing) = gpu_profile(&model, &mut gpu, &[feed], args.warmup, args.runs)?;
-            (prof, on.unwrap_or_default(), timing)
-        }
-    };
-    let backend = backend.as_str();
-    if timing == Timing::WholeSubmission {
+    let mut runner = runner.filter(Runner::is_gpu);
+    let backend = runner.as_ref().map_or_else(|| "cpu".to_string(), Runner::on);
+    let mut profiles = Vec::with_capacity(sizes.len());
+    for size in &sizes {
+        let made;
+        let array = match &given {
+            Some(a) => a,
+            None => {
+                made = random_input(&t, size.as_deref(), batch);
+                &made
+            }
+        };
+        let shapes: Option<[&[usize]; 1]> = size.as_deref().map(|s| [s]);
+        let shapes = shapes.as_ref().map(|s| &s[..]);
+        let feed = [array.input()];
+        let (prof, timing) = match runner.as_mut() {
+            None => {
+                let prof = kestrel_rt::profile::profile_shaped(&model, &feed, shapes, args.warmup, args.runs)?;
+                (prof, Timing::HostClock)
+            }
+            Some(r) => gpu_profile(&model, r, &feed, shapes, args.warmup, args.runs)?,
+        };
+        profiles.push((prof, timing));
+    }
+    if profiles.iter().any(|p| p.1 == Timing::WholeSubmission) {
         eprintln!(
             "notice: the adapter has no timestamp queries: only whole-submission times are known, no per-op times"
         );
     }
-    if let Some(p) = &args.trace {
-        write_file(p, prof.chrome_trace(&name).as_bytes())?;
-    }
-    if let Some(p) = &args.plot {
-        plot(&prof, p, &name, args.top)?;
-    }
-    if args.json {
-        writeln!(w, "{}", serde_json::to_string_pretty(&to_json(&prof, &name, &source, backend, timing))?)?;
-    } else {
-        write_table(w, &prof, &name, &source, backend, timing, args.top)?;
+    // Several sizes: one trace and one plot each, the size in the file name.
+    let several = profiles.len() > 1;
+    let path_for = |p: &Path, prof: &Profile| if several { sized_path(p, prof) } else { p.to_path_buf() };
+    for (prof, _) in &profiles {
         if let Some(p) = &args.trace {
-            writeln!(w, "trace      {} ({} op events)", p.display(), prof.ops.len() * prof.runs)?;
+            write_file(&path_for(p, prof), prof.chrome_trace(&name).as_bytes())?;
         }
         if let Some(p) = &args.plot {
-            writeln!(w, "plot       {}", p.display())?;
+            plot(prof, &path_for(p, prof), &name, args.top)?;
+        }
+    }
+    let sized = Sizes { bounds: &bounds, defaulted: args.dims.is_empty() && args.input.is_none() };
+    if args.json {
+        let mut js: Vec<serde_json::Value> =
+            profiles.iter().map(|(p, t)| to_json(p, &name, &source, &backend, *t, &bounds)).collect();
+        let j = if several { serde_json::Value::Array(js) } else { js.pop().unwrap_or_default() };
+        writeln!(w, "{}", serde_json::to_string_pretty(&j)?)?;
+    } else {
+        for (i, (prof, timing)) in profiles.iter().enumerate() {
+            if i > 0 {
+                writeln!(w)?;
+            }
+            write_table(w, prof, &name, &source, &backend, *timing, args.top, &sized)?;
+            if let Some(p) = &args.trace {
+                writeln!(w, "trace      {} ({} op events)", path_for(p, prof).display(), prof.ops.len() * prof.runs)?;
+            }
+            if let Some(p) = &args.plot {
+                writeln!(w, "plot       {}", path_for(p, prof).display())?;
+            }
         }
     }
     Ok(())
+}
+
+/// Seeded inputs of `batch` samples for input `t`, at the per-sample `shape` (`None`: its own).
+fn random_input(t: &kestrel_rt::format::TensorInfo<'_>, shape: Option<&[usize]>, batch: usize) -> npy::Array {
+    let mut full = vec![batch];
+    match shape {
+        Some(s) => full.extend_from_slice(s),
+        None => full.extend(t.shape.dims().iter().map(|&d| d as usize)),
+    }
+    let n: usize = full.iter().product();
+    if t.dtype == DType::I32 {
+        npy::Array::I64 { shape: full, data: (0..n).map(|k| (k * 7 % 10) as i64).collect() }
+    } else {
+        let mut rng = kestrel_rt::demo::Rng::new(42);
+        npy::Array::F32 { shape: full, data: rng.vec(n, 1.0) }
+    }
+}
+
+/// `p` with the profile's dim values before its extension: `trace.json` at `T = 8` is
+/// `trace-T8.json`.
+fn sized_path(p: &Path, prof: &Profile) -> PathBuf {
+    let tag: String = prof.dims.iter().map(|(n, v)| format!("-{n}{v}")).collect();
+    let stem = p.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+    let name = match p.extension() {
+        Some(e) => format!("{stem}{tag}.{}", e.to_string_lossy()),
+        None => format!("{stem}{tag}"),
+    };
+    p.with_file_name(name)
+}
+
+/// What the table says of a profile's sizes: the model's bounded dims, and whether the sizes
+/// were left to the default (the bound).
+pub struct Sizes<'b> {
+    /// The model's bounded dims (empty: fixed sizes).
+    pub bounds: &'b [BoundedDim],
+    /// No --dim or --input set the sizes.
+    pub defaulted: bool,
+}
+
+/// Whether every bounded dim of `prof` is at its maximum (`None` for a model of fixed sizes).
+fn at_bound(prof: &Profile, bounds: &[BoundedDim]) -> Option<bool> {
+    (!bounds.is_empty()).then(|| bounds.iter().all(|b| prof.dims.iter().any(|(n, v)| *n == b.name && *v == b.max)))
 }
 
 /// How a profile's per-op times were measured.
@@ -189,27 +295,37 @@ impl Timing {
     }
 }
 
-/// Per-op GPU latency of `model`: `warmup` unmeasured runs, then `runs` runs of
-/// [`GpuSession::run_profiled`](kestrel_rt_wgpu::GpuSession::run_profiled), gathered into the same
-/// [`Profile`] the CPU profiler makes. Op times come from timestamp queries where the adapter
-/// has them (else the profile has run totals and no ops: see the returned [`Timing`]). In the
-/// Chrome trace a run's ops are laid end to end from the run's start (GPU passes run in order;
-/// the gaps between them are not measured).
+/// Per-op GPU latency of `model` on `runner`'s GPU session: `warmup` unmeasured runs, then `runs`
+/// runs of [`GpuSession::run_profiled`](kestrel_rt_wgpu::GpuSession::run_profiled), gathered into
+/// the same [`Profile`] the CPU profiler makes. With `shapes` (a model with bounded dims) the
+/// session is first set to those per-sample input shapes, and the FLOPs and bytes are counted at
+/// them. Op times come from timestamp queries where the adapter has them (else the profile has
+/// run totals and no ops: see the returned [`Timing`]). In the Chrome trace a run's ops are laid
+/// end to end from the run's start (GPU passes run in order; the gaps between them are not
+/// measured).
 pub fn gpu_profile(
     model: &Model,
-    gpu: &mut GpuRunner,
+    runner: &mut Runner<'_>,
     inputs: &[Input<'_>],
+    shapes: Option<&[&[usize]]>,
     warmup: usize,
     runs: usize,
 ) -> Result<(Profile, Timing)> {
     if runs == 0 {
         bail!("profile: at least one measured run is needed");
     }
+    if let Some(shapes) = shapes {
+        runner.set_input_shapes(model, shapes)?;
+    }
+    let On::Gpu(gpu) = &mut runner.on else { bail!("gpu_profile: the session is not on a GPU") };
     let cpu = model.cpu()?;
     let file = *cpu.file();
-    let batch = kestrel_rt::profile::batch_of(&cpu, inputs)?;
+    // The costs at the sizes the session runs.
+    let table = kestrel_rt::profile::table_at(&cpu, shapes)?;
+    let graph = kestrel_rt::profile::Graph::with_table(&file, Some(&table));
+    let batch = kestrel_rt::profile::batch_at(&graph, inputs)?;
     let dispatches = gpu.session.node_dispatch_counts();
-    let mut outs = kestrel_rt::profile::output_buffers(&cpu, batch)?;
+    let mut outs = kestrel_rt::profile::output_buffers_at(&graph, batch)?;
     let mut o: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
     for _ in 0..warmup {
         gpu.session.run(inputs, &mut o).context("warm-up run on the GPU")?;
@@ -217,7 +333,7 @@ pub fn gpu_profile(
     let arena_bytes = cpu
         .arena_bytes_threads(batch, kestrel_rt_cpu::threads::threads())
         .context("the arena size for this batch overflows")?;
-    let mut prof = Profile::empty(&file, batch, warmup, runs, arena_bytes);
+    let mut prof = Profile::empty(&graph, batch, warmup, runs, arena_bytes);
     prof.dispatches_per_run = Some(dispatches.iter().sum());
     let mut slot: Vec<Option<usize>> = Vec::new();
     let mut timing = Timing::GpuTimestamps;
@@ -236,7 +352,7 @@ pub fn gpu_profile(
             slot = vec![None; p.nodes.len()];
             for t in p.nodes.iter().filter(|t| t.duration.is_some()) {
                 slot[t.node as usize] = Some(prof.ops.len());
-                let mut op = OpTiming::for_node(&file, t.node, batch, runs)?;
+                let mut op = OpTiming::for_node(&graph, t.node, batch, runs)?;
                 op.dispatches = dispatches.get(t.node as usize).copied();
                 op.parts =
                     t.dispatches.iter().map(|d| PartTiming { kernel: d.0, ns: Vec::with_capacity(runs) }).collect();
@@ -281,7 +397,14 @@ fn per_ns(count: u64, ns: u64) -> Option<f64> {
 }
 
 /// The profile as a JSON object (ops sorted by cost, times in microseconds).
-pub fn to_json(prof: &Profile, name: &str, source: &str, backend: &str, timing: Timing) -> serde_json::Value {
+pub fn to_json(
+    prof: &Profile,
+    name: &str,
+    source: &str,
+    backend: &str,
+    timing: Timing,
+    bounds: &[BoundedDim],
+) -> serde_json::Value {
     let ops: Vec<serde_json::Value> = prof
         .by_cost()
         .into_iter()
@@ -316,6 +439,9 @@ pub fn to_json(prof: &Profile, name: &str, source: &str, backend: &str, timing: 
         "backend": backend,
         "timing": timing.describe(),
         "batch": prof.batch,
+        "input_shapes": prof.input_shapes,
+        "dims": prof.dims.iter().map(|(n, v)| (n.clone(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
+        "at_bound": at_bound(prof, bounds),
         "warmup": prof.warmup,
         "runs": prof.runs,
         "nodes": prof.nodes,
@@ -338,6 +464,7 @@ pub fn to_json(prof: &Profile, name: &str, source: &str, backend: &str, timing: 
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn write_table(
     w: &mut String,
     prof: &Profile,
@@ -346,6 +473,7 @@ fn write_table(
     backend: &str,
     timing: Timing,
     top: usize,
+    sizes: &Sizes<'_>,
 ) -> Result<()> {
     writeln!(w, "model      {name} ({source})")?;
     writeln!(
@@ -353,6 +481,25 @@ fn write_table(
         "runs       {} measured after {} warm-up, batch {}, backend {backend}",
         prof.runs, prof.warmup, prof.batch
     )?;
+    if let Some(bound) = at_bound(prof, sizes.bounds) {
+        let at: Vec<String> = prof.dims.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        let ranges: Vec<String> = sizes.bounds.iter().map(|b| format!("{} {}..={}", b.name, b.min, b.max)).collect();
+        let shapes: Vec<String> = prof.input_shapes.iter().map(|s| format!("{s:?}")).collect();
+        let why = match (bound, sizes.defaulted) {
+            (true, true) => {
+                "the bound, every dim at its maximum (--dim NAME=V[,V...] or an --input array profiles other sizes)"
+            }
+            (true, false) => "the bound, every dim at its maximum",
+            (false, _) => "FLOPs, bytes and times at these sizes",
+        };
+        writeln!(
+            w,
+            "dims       {}, input {} per sample, bounds {}: {why}",
+            at.join(", "),
+            shapes.join(", "),
+            ranges.join(", ")
+        )?;
+    }
     writeln!(
         w,
         "memory     arena {} bytes (batch {}), weights {} bytes",

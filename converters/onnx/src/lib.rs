@@ -157,7 +157,18 @@ pub(crate) fn convert_fixed(
     progress: &mut dyn Progress,
     edit: impl FnOnce(&mut MetadataSpec),
 ) -> Result<Conversion, ConvertError> {
-    let (kes, report) = convert_core(path, opts, progress, edit, true)?;
+    convert_fixed_routed(path, opts, progress, edit, None)
+}
+
+/// [`convert_fixed`] with constants routed through slices ([`dims::corner`]).
+pub(crate) fn convert_fixed_routed(
+    path: &Path,
+    opts: &ConvertOptions,
+    progress: &mut dyn Progress,
+    edit: impl FnOnce(&mut MetadataSpec),
+    corners: Option<&mut dims::corner::Corners>,
+) -> Result<Conversion, ConvertError> {
+    let (kes, report) = convert_core(path, opts, progress, edit, true, corners)?;
     let report =
         report.ok_or(ConvertError::BoundedDims { path: path.display().to_string(), message: "no report".into() })?;
     Ok(Conversion { kes, report })
@@ -165,13 +176,14 @@ pub(crate) fn convert_fixed(
 
 /// The conversion at fixed sizes (`opts.bounds` is not read): the file, and the report when
 /// `with_report` (its weight statistics cost a pass over every weight; the probes of bounded
-/// dims skip it).
+/// dims skip it). `corners`: constants of bounded dims to route through slices, after fusion.
 pub(crate) fn convert_core(
     path: &Path,
     opts: &ConvertOptions,
     progress: &mut dyn Progress,
     edit: impl FnOnce(&mut MetadataSpec),
     with_report: bool,
+    corners: Option<&mut dims::corner::Corners>,
 ) -> Result<(Vec<u8>, Option<Report>), ConvertError> {
     progress.stage("loading with tract (type, declutter)", 0);
     let p = path.display().to_string();
@@ -297,6 +309,9 @@ pub(crate) fn convert_core(
         .into_iter()
         .map(|u| report::UnfusedAttention { softmax: u.name, reason: u.reason })
         .collect();
+    if let Some(c) = corners.filter(|c| !c.is_empty()) {
+        c.apply(&mut l.b).map_err(|message| ConvertError::BoundedDims { path: p.clone(), message })?;
+    }
     edit(&mut l.b.meta);
     for (name, count) in &fusion.fused {
         l.fused.push((name.clone(), *count));

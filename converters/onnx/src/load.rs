@@ -338,12 +338,18 @@ fn bind_symbols(g: &mut tract_onnx::pb::GraphProto, bind: &DimBinding<'_>, p: &s
     if values.is_empty() {
         return Ok(());
     }
+    // A dim the exporter wrote as an expression of a bound symbol (dynamo's `sequence + 1`,
+    // `batch*sequence` in value_info) is left to tract's inference: a half-bound expression
+    // would contradict the values inferred from the bound inputs.
+    let mentions = |e: &str| e.split(|c: char| !(c.is_alphanumeric() || c == '_')).any(|w| values.contains_key(w));
     let fix = |v: &mut tract_onnx::pb::ValueInfoProto| {
         if let Some(TypeValue::TensorType(t)) = v.r#type.as_mut().and_then(|t| t.value.as_mut()) {
             for d in t.shape.iter_mut().flat_map(|s| s.dim.iter_mut()) {
                 if let Some(Value::DimParam(s)) = &d.value {
                     if let Some(&n) = values.get(s) {
                         d.value = Some(Value::DimValue(n as i64));
+                    } else if mentions(s) {
+                        d.value = None;
                     }
                 }
             }

@@ -91,3 +91,22 @@ fn transformer_dynamo_one_file_runs_every_sequence_length() {
 fn cnn_hw_one_file_runs_every_image_size() {
     check("cnn_hw", 0);
 }
+
+/// A decoder exported by dynamo: causal masks from the length, `sequence + 1` dims in its
+/// value_info.
+#[test]
+fn gpt2_dynamo_one_file_runs_every_sequence_length() {
+    check("gpt2_dynamo", 2);
+}
+
+/// A score bias `[h, T, T]` and a mask `[T, T]` that tract folds at each length: the file keeps
+/// the bound's and slices them at run time (the attention stays unfused: a score bias).
+#[test]
+fn alibi_window_one_file_slices_its_size_dependent_constants() {
+    check("alibi_window", 0);
+    let f = fixture("alibi_window");
+    let conv = convert(&f.onnx, &ConvertOptions { bounds: f.bounds(), ..ConvertOptions::default() }).unwrap();
+    // The bias and the masked fill's two constants (`[2, T, T]` each), each sliced on its two
+    // length axes.
+    assert_eq!(conv.report.kestrel_ops.get("Slice").copied(), Some(6), "{:?}", conv.report.kestrel_ops);
+}

@@ -36,6 +36,17 @@ impl<'t, 'a> Graph<'t, 'a> {
         Self { file, table }
     }
 
+    /// The file (its entries at the bound, whatever sizes the table is at).
+    pub fn kes(&self) -> &'t KesFile<'a> {
+        self.file
+    }
+
+    /// The decoded table lookups go through, if any.
+    #[cfg(feature = "alloc")]
+    pub fn table(&self) -> Option<&'t Table<'a>> {
+        self.table
+    }
+
     /// Node `index`'s op.
     pub fn op(&self, index: u32) -> Result<Op, Error> {
         #[cfg(feature = "alloc")]

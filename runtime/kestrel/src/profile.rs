@@ -1,17 +1,20 @@
 //! Per-op latency profiling on the CPU.
 //!
-//! [`profile`] runs a model `warmup + runs` times over one batch with
+//! [`profile`] runs a model `warmup + runs` times over one batch ([`profile_shaped`]: at given
+//! per-sample input shapes, for a model with bounded dims) with
 //! [`kestrel_rt_cpu::Session::run_with`] hooks that read a monotonic clock before and after every
 //! node, and keeps the per-run timings of every executed node (reshapes are views and are not
 //! executed). [`Profile`] summarises them (mean, percentiles, share of the total), knows each
 //! op's arithmetic cost where it is defined by its shapes ([`op_flops`]) and the bytes it must
 //! move ([`op_bytes`]: activations at the batch, weights in their stored encoding), which give
 //! a roofline view (arithmetic intensity, achieved GB/s), and exports a Chrome trace
-//! (`chrome://tracing`, Perfetto) with one complete event per op per run.
+//! (`chrome://tracing`, Perfetto) with one complete event per op per run. Costs are read through
+//! the [`Graph`] the session runs (the decoded table at the run's sizes, [`table_at`]), so a
+//! run below a bounded dim's maximum counts its own sizes, not the bound's.
 
 use crate::{Error, Input, Model};
 pub use kestrel_rt_core::cost::{op_bytes, op_flops, weight_bytes};
-use kestrel_rt_format::KesFile;
+pub use kestrel_rt_core::graph::Graph;
 use std::time::{Duration, Instant};
 
 /// Timings of one executed graph node over every measured run.
@@ -125,6 +128,11 @@ pub struct Profile {
     pub nodes: u32,
     /// GPU compute dispatches one run records (every node); `None` on the CPU.
     pub dispatches_per_run: Option<usize>,
+    /// Each graph input's per-sample shape in the profiled runs (the sizes the costs are at).
+    pub input_shapes: Vec<Vec<usize>>,
+    /// The bounded dims' values in the profiled runs, in the file's order (empty for a model of
+    /// fixed sizes).
+    pub dims: Vec<(String, usize)>,
 }
 
 impl Profile {
@@ -246,20 +254,36 @@ fn percentile(v: &[u64], p: f64) -> u64 {
 
 /// Runs `model` on `inputs` (one batch; the batch is inferred from the input lengths as in
 /// [`Session::run`](crate::Session::run)) `warmup` times unmeasured, then `runs` times with a
-/// clock read around every node.
+/// clock read around every node. A model with bounded dims runs at its bound (every dim at its
+/// maximum); [`profile_shaped`] runs other sizes.
 pub fn profile(model: &Model, inputs: &[Input<'_>], warmup: usize, runs: usize) -> Result<Profile, Error> {
+    profile_shaped(model, inputs, None, warmup, runs)
+}
+
+/// [`profile`] at per-sample input `shapes` (graph input order, no batch axis; `None`: the
+/// file's own), as [`Session::set_input_shapes`](crate::Session::set_input_shapes) takes them
+/// for a model with bounded dims: every node runs, and its FLOPs and bytes are counted, at those
+/// sizes. A size outside its dim's range (or any shape the model refuses) is [`Error::Dims`].
+pub fn profile_shaped(
+    model: &Model,
+    inputs: &[Input<'_>],
+    shapes: Option<&[&[usize]]>,
+    warmup: usize,
+    runs: usize,
+) -> Result<Profile, Error> {
     if runs == 0 {
         return Err(Error::Build("profile: at least one measured run is needed".into()));
     }
     let cpu = model.cpu()?;
     let file = *cpu.file();
-    let batch = batch_of(&cpu, inputs)?;
+    // Timed as `Session::run` runs: with the decoded table, at the run's sizes.
+    let table = table_at(&cpu, shapes)?;
+    let graph = Graph::with_table(&file, Some(&table));
+    let batch = batch_at(&graph, inputs)?;
     let arena_bytes = crate::model::arena_bytes(&cpu, batch)?;
     let mut arena = crate::mem::zeroed_vec::<u8>(arena_bytes, "the session's working memory (arena)")?;
-    // Timed as `Session::run` runs: with the decoded table.
-    let table = kestrel_rt_cpu::Table::new(&cpu)?;
     let mut session = kestrel_rt_cpu::Session::new(&cpu, &mut arena, batch)?.with_table(&table)?;
-    let mut outs = output_buffers(&cpu, batch)?;
+    let mut outs = output_buffers_at(&graph, batch)?;
     let mut executed: Vec<u32> = Vec::new();
     {
         let mut o: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
@@ -272,8 +296,8 @@ pub fn profile(model: &Model, inputs: &[Input<'_>], warmup: usize, runs: usize) 
         }
         s
     };
-    let mut prof = Profile::empty(&file, batch, warmup, runs, arena_bytes);
-    prof.ops = executed.iter().map(|&n| OpTiming::for_node(&file, n, batch, runs)).collect::<Result<_, _>>()?;
+    let mut prof = Profile::empty(&graph, batch, warmup, runs, arena_bytes);
+    prof.ops = executed.iter().map(|&n| OpTiming::for_node(&graph, n, batch, runs)).collect::<Result<_, _>>()?;
     let mut o: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
     for _ in 0..warmup {
         session.run(inputs, &mut o)?;
@@ -306,11 +330,45 @@ pub fn profile(model: &Model, inputs: &[Input<'_>], warmup: usize, runs: usize) 
     Ok(prof)
 }
 
+/// The decoded table of `cpu` at per-sample input `shapes` (`None`: the file's own, every
+/// bounded dim at its maximum): what a session at those sizes runs, and what their costs are read
+/// through ([`Graph::with_table`]). A shape the model refuses is [`Error::Dims`].
+pub fn table_at<'m>(
+    cpu: &kestrel_rt_cpu::Model<'m>,
+    shapes: Option<&[&[usize]]>,
+) -> Result<kestrel_rt_cpu::Table<'m>, Error> {
+    let mut table = kestrel_rt_cpu::Table::new(cpu)?;
+    if let Some(shapes) = shapes {
+        kestrel_rt_cpu::dims::specialise(cpu, &mut table, shapes).map_err(|e| crate::model::dims_error(cpu, e))?;
+    }
+    Ok(table)
+}
+
 impl Profile {
-    /// A profile of `file` for `runs` measured runs of `batch` samples with nothing measured yet
-    /// (no ops, no run times; room for `runs` of them), its weight bytes and node count filled
-    /// in; on the CPU `arena_bytes` is the session's arena.
-    pub fn empty(file: &KesFile<'_>, batch: usize, warmup: usize, runs: usize, arena_bytes: usize) -> Self {
+    /// A profile of `graph` (the file, or a table at a run's sizes) for `runs` measured runs of
+    /// `batch` samples with nothing measured yet (no ops, no run times; room for `runs` of them),
+    /// its weight bytes, node count, input shapes and dim values filled in; on the CPU
+    /// `arena_bytes` is the session's arena.
+    pub fn empty(graph: &Graph<'_, '_>, batch: usize, warmup: usize, runs: usize, arena_bytes: usize) -> Self {
+        let file = graph.kes();
+        let input_shapes = file
+            .inputs()
+            .map(|id| {
+                graph.tensor(id).map_or_else(|_| Vec::new(), |t| t.shape.dims().iter().map(|&d| d as usize).collect())
+            })
+            .collect();
+        let mut bound = [0u32; kestrel_rt_format::dims::MAX_SYMS];
+        let dims = match file.dims() {
+            Some(d) if d.bound(&mut bound).is_ok() => {
+                let values = graph.table().map_or(&bound[..d.sym_count() as usize], |t| t.dim_values());
+                values
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, &v)| d.sym(i as u32).ok().map(|s| (s.name.to_string(), v as usize)))
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
         Profile {
             batch,
             warmup,
@@ -322,22 +380,25 @@ impl Profile {
             weight_bytes: weight_bytes(file),
             nodes: file.op_count(),
             dispatches_per_run: None,
+            input_shapes,
+            dims,
         }
     }
 }
 
 impl OpTiming {
     /// Node `node`'s entry with no times yet (room for `runs`): its op, output, and FLOPs and
-    /// bytes for `batch` samples; no dispatches or parts (a GPU profile sets them).
-    pub fn for_node(file: &KesFile<'_>, node: u32, batch: usize, runs: usize) -> Result<Self, Error> {
-        let op = file.op(node)?;
+    /// bytes for `batch` samples at `graph`'s sizes; no dispatches or parts (a GPU profile sets
+    /// them).
+    pub fn for_node(graph: &Graph<'_, '_>, node: u32, batch: usize, runs: usize) -> Result<Self, Error> {
+        let op = graph.op(node)?;
         Ok(OpTiming {
             node,
             op: op.name(),
             mechanism: op.mechanism().is_some(),
-            output: file.tensor(op.output())?.name.to_string(),
-            flops: op_flops(file, &op).map(|f| f * batch as u64),
-            bytes: op_bytes(file, &op, batch as u64),
+            output: graph.tensor(op.output())?.name.to_string(),
+            flops: op_flops(graph, &op).map(|f| f * batch as u64),
+            bytes: op_bytes(graph, &op, batch as u64),
             dispatches: None,
             ns: Vec::with_capacity(runs),
             parts: Vec::new(),
@@ -348,9 +409,15 @@ impl OpTiming {
 
 /// Zeroed outputs of `cpu` for `batch` samples (allocated fallibly).
 pub fn output_buffers(cpu: &kestrel_rt_cpu::Model<'_>, batch: usize) -> Result<Vec<Vec<f32>>, Error> {
-    let mut outs = Vec::with_capacity(cpu.output_count());
-    for i in 0..cpu.output_count() {
-        let n = batch.saturating_mul(cpu.output(i)?.shape.numel().unwrap_or(0));
+    output_buffers_at(&Graph::file(cpu.file()), batch)
+}
+
+/// Zeroed outputs of `graph` (at its sizes) for `batch` samples (allocated fallibly).
+pub fn output_buffers_at(graph: &Graph<'_, '_>, batch: usize) -> Result<Vec<Vec<f32>>, Error> {
+    let outputs = graph.kes().outputs();
+    let mut outs = Vec::with_capacity(outputs.len());
+    for id in outputs {
+        let n = batch.saturating_mul(graph.tensor(id)?.shape.numel().unwrap_or(0));
         outs.push(crate::mem::zeroed_vec::<f32>(n, "the outputs")?);
     }
     Ok(outs)
@@ -359,7 +426,13 @@ pub fn output_buffers(cpu: &kestrel_rt_cpu::Model<'_>, batch: usize) -> Result<V
 /// The batch `inputs` hold: input 0's length over its per-sample size, an error unless it is a
 /// whole, non-empty batch.
 pub fn batch_of(cpu: &kestrel_rt_cpu::Model<'_>, inputs: &[Input<'_>]) -> Result<usize, Error> {
-    let per = cpu.input(0)?.shape.numel().unwrap_or(1).max(1);
+    batch_at(&Graph::file(cpu.file()), inputs)
+}
+
+/// [`batch_of`] at `graph`'s sizes (input 0's per-sample size there).
+pub fn batch_at(graph: &Graph<'_, '_>, inputs: &[Input<'_>]) -> Result<usize, Error> {
+    let id = graph.kes().inputs().get(0).ok_or(Error::Build("profile: the model has no input".into()))?;
+    let per = graph.tensor(id)?.shape.numel().unwrap_or(1).max(1);
     let len = match inputs.first() {
         Some(Input::F32(d)) => d.len(),
         Some(Input::I32(d)) => d.len(),

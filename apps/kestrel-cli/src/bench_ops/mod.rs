@@ -355,11 +355,12 @@ pub fn run(
         let (model, feeds) = build(c, 0x0B5_0000 + i as u64)?;
         let cpu = model.cpu()?;
         let file = *cpu.file();
+        let graph = kestrel_rt::profile::Graph::file(&file);
         let (mut bytes, mut flops, mut kind) = (0u64, 0u64, String::new());
         for n in 0..file.op_count() {
             let op = file.op(n)?;
-            bytes += kestrel_rt::profile::op_bytes(&file, &op, 1).with_context(|| format!("{}: bytes", c.name))?;
-            flops += kestrel_rt::profile::op_flops(&file, &op).unwrap_or(0);
+            bytes += kestrel_rt::profile::op_bytes(&graph, &op, 1).with_context(|| format!("{}: bytes", c.name))?;
+            flops += kestrel_rt::profile::op_flops(&graph, &op).unwrap_or(0);
             kind = op.name().to_string();
         }
         let (op_t, copy_t) = time_case(&model, &feeds, bytes as usize, case_ms / 1e3, clock, threads)

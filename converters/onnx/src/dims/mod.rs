@@ -37,6 +37,7 @@
 //! the whole tensor below some size) shows up as a difference rather than as a wrong run.
 
 mod check;
+pub(crate) mod corner;
 pub mod fit;
 mod probe;
 
@@ -173,108 +174,187 @@ pub(crate) fn convert_bounded(
     dedup(&mut fit_points);
     ver_points.retain(|q| *q != bound && !fit_points.contains(q));
     dedup(&mut ver_points);
-    let mut total = 1 + fit_points.len() + ver_points.len();
-
     let b_at = show(&syms, &bound);
-    let mut pr = Prefixed { inner: progress, prefix: format!("conversion 1/{total} (bound: {b_at}): ") };
-    let mut conv = crate::convert_fixed(path, &at(&bound), &mut pr, edit)?;
-    let base = Snap::of(&conv.kes).map_err(kestrel_rt::Error::from)?;
-    let ints = base.integers();
     let bound_i: Vec<i64> = bound.iter().map(|&v| v as i64).collect();
+    // Two passes where some constant is cut to a corner of the bound's: the first finds them,
+    // the second converts everything again with them routed through slices (`corner`). The
+    // metadata edit runs once; the second pass's bound gets the same edit.
+    let mut corners = corner::Corners::default();
+    let mut edit = Some(edit);
+    let mut edited: Option<(MetadataSpec, MetadataSpec)> = None;
+    let mut edit_differs = false;
+    let (mut conv, base, ints, values, mut to_run, differs, total, pr) = 'pass: loop {
+        let mut total = 1 + fit_points.len() + ver_points.len();
+        let mut pr = Prefixed { inner: &mut *progress, prefix: format!("conversion 1/{total} (bound: {b_at}): ") };
+        let conv = match edit.take() {
+            Some(e) => crate::convert_fixed_routed(
+                path,
+                &at(&bound),
+                &mut pr,
+                |m| {
+                    let before = m.clone();
+                    e(m);
+                    edited = Some((before, m.clone()));
+                },
+                Some(&mut corners),
+            )?,
+            None => crate::convert_fixed_routed(
+                path,
+                &at(&bound),
+                &mut pr,
+                |m| match &edited {
+                    Some((before, after)) if m == before => *m = after.clone(),
+                    _ => edit_differs = true,
+                },
+                Some(&mut corners),
+            )?,
+        };
+        if edit_differs {
+            return Err(err("the metadata differs between the two conversions at the bound (a converter bug)".into()));
+        }
+        let mut found: Vec<(String, Vec<usize>)> = Vec::new();
+        let base = Snap::of(&conv.kes).map_err(kestrel_rt::Error::from)?;
+        let ints = base.integers();
 
-    // Each probe: converted, compared, its integers kept. A point where the graph differs is
-    // kept apart: when some axis is 1 there (tract drops axes of size 1), the file is run there
-    // against the conversion instead; otherwise the difference is the error.
-    let mut values: Vec<(Vec<i64>, Vec<i64>, bool)> = Vec::new();
-    let mut to_run: Vec<(String, Vec<u8>, Option<String>)> = Vec::new();
-    let mut differs: Vec<Differs> = Vec::new();
-    let mut queue: std::collections::VecDeque<(Vec<usize>, bool)> =
-        fit_points.iter().map(|q| (q.clone(), false)).chain(ver_points.iter().map(|q| (q.clone(), true))).collect();
-    let mut probed: Vec<Vec<usize>> = vec![bound.clone()];
-    let range: Vec<(i64, i64)> = syms.iter().map(|s| (s.1 as i64, s.2 as i64)).collect();
-    let mut k = 0;
-    let mut rounds = 0;
-    loop {
-        let Some((point, verify)) = queue.pop_front() else {
-            // More points along the lines where the fits leave an offset open (a pool's window
-            // wider than the probes' spacing), up to three rounds.
-            if rounds == EXTRA_ROUNDS {
-                break;
-            }
-            rounds += 1;
-            let mut extra: Vec<Vec<usize>> = Vec::new();
-            let mut seen = std::collections::HashSet::new();
-            for j in 0..ints.len() {
-                let column: Vec<i64> = values.iter().map(|(_, v, _)| v[j]).collect();
-                if column.iter().all(|&v| v == ints[j].1) || !seen.insert((ints[j].1, column)) {
-                    continue;
+        // Each probe: converted, compared, its integers kept. A point where the graph differs is
+        // kept apart: when some axis is 1 there (tract drops axes of size 1), the file is run there
+        // against the conversion instead; otherwise the difference is the error.
+        let mut values: Vec<(Vec<i64>, Vec<i64>, bool)> = Vec::new();
+        let mut to_run: Vec<(String, Vec<u8>, Option<String>)> = Vec::new();
+        let mut differs: Vec<Differs> = Vec::new();
+        let mut queue: std::collections::VecDeque<(Vec<usize>, bool)> =
+            fit_points.iter().map(|q| (q.clone(), false)).chain(ver_points.iter().map(|q| (q.clone(), true))).collect();
+        let mut probed: Vec<Vec<usize>> = vec![bound.clone()];
+        let range: Vec<(i64, i64)> = syms.iter().map(|s| (s.1 as i64, s.2 as i64)).collect();
+        let mut k = 0;
+        let mut rounds = 0;
+        loop {
+            let Some((point, verify)) = queue.pop_front() else {
+                // More points along the lines where the fits leave an offset open (a pool's window
+                // wider than the probes' spacing), up to three rounds.
+                if rounds == EXTRA_ROUNDS {
+                    break;
                 }
-                let samples: Vec<(Vec<i64>, i64)> = std::iter::once((bound_i.clone(), ints[j].1))
-                    .chain(values.iter().filter(|v| !v.2).map(|(q, v, _)| (q.clone(), v[j])))
-                    .collect();
-                for (i, x) in fit::ambiguous(&bound_i, &range, &samples) {
-                    let mut q = bound.clone();
-                    q[i] = x as usize;
-                    if !probed.contains(&q) && !extra.contains(&q) && extra.len() < EXTRA_PER_ROUND {
-                        extra.push(q);
+                rounds += 1;
+                let mut extra: Vec<Vec<usize>> = Vec::new();
+                let mut seen = std::collections::HashSet::new();
+                for j in 0..ints.len() {
+                    let column: Vec<i64> = values.iter().map(|(_, v, _)| v[j]).collect();
+                    if column.iter().all(|&v| v == ints[j].1) || !seen.insert((ints[j].1, column)) {
+                        continue;
+                    }
+                    let samples: Vec<(Vec<i64>, i64)> = std::iter::once((bound_i.clone(), ints[j].1))
+                        .chain(values.iter().filter(|v| !v.2).map(|(q, v, _)| (q.clone(), v[j])))
+                        .collect();
+                    for (i, x) in fit::ambiguous(&bound_i, &range, &samples) {
+                        let mut q = bound.clone();
+                        q[i] = x as usize;
+                        if !probed.contains(&q) && !extra.contains(&q) && extra.len() < EXTRA_PER_ROUND {
+                            extra.push(q);
+                        }
                     }
                 }
-            }
-            if extra.is_empty() {
-                break;
-            }
-            total += extra.len();
-            queue.extend(extra.into_iter().map(|q| (q, false)));
-            continue;
-        };
-        let (point, verify) = (&point, &verify);
-        probed.push(point.clone());
-        k += 1;
-        let here = show(&syms, point);
-        let moved: Vec<&str> =
-            syms.iter().zip(point.iter().zip(&bound)).filter(|(_, (a, b))| a != b).map(|(s, _)| s.0.as_str()).collect();
-        let advice = |first: &str| {
-            let s = moved.first().copied().unwrap_or(first);
-            format!(
-                "one file cannot serve both sizes: fix the dim with --dim {s}=N, or narrow the range \
+                if extra.is_empty() {
+                    break;
+                }
+                total += extra.len();
+                queue.extend(extra.into_iter().map(|q| (q, false)));
+                continue;
+            };
+            let (point, verify) = (&point, &verify);
+            probed.push(point.clone());
+            k += 1;
+            let here = show(&syms, point);
+            let moved: Vec<&str> = syms
+                .iter()
+                .zip(point.iter().zip(&bound))
+                .filter(|(_, (a, b))| a != b)
+                .map(|(s, _)| s.0.as_str())
+                .collect();
+            let advice = |first: &str| {
+                let s = moved.first().copied().unwrap_or(first);
+                format!(
+                    "one file cannot serve both sizes: fix the dim with --dim {s}=N, or narrow the range \
                  (--dim {s}=MIN..MAX) to sizes where the graph is the same"
-            )
-        };
-        pr.prefix = format!("conversion {}/{total} ({here}): ", k + 1);
-        let (kes, _) = crate::convert_core(path, &at(point), &mut pr, |_| {}, false).map_err(|e| {
-            err(format!("converting at {here} (a probe of the bounded dims) failed: {e}; {}", advice("NAME")))
-        })?;
-        let snap = Snap::of(&kes).map_err(kestrel_rt::Error::from)?;
-        let (m, e) = match probe::compare(&base, &snap, &b_at, &here) {
-            Ok(()) => (String::new(), None),
-            Err(Diff::Structure(m)) => {
-                let e = err(format!("the graph's structure changes with {}: {m}; {}", moved.join(", "), advice("")));
-                (m, Some(e))
-            }
-            Err(Diff::Constant(m)) => {
-                let e = err(format!(
-                    "{m}: a constant that depends on {} other than by its leading rows (a mask or a value \
+                )
+            };
+            pr.prefix = format!("conversion {}/{total} ({here}): ", k + 1);
+            let (kes, _) =
+                crate::convert_core(path, &at(point), &mut pr, |_| {}, false, Some(&mut corners)).map_err(|e| {
+                    err(format!("converting at {here} (a probe of the bounded dims) failed: {e}; {}", advice("NAME")))
+                })?;
+            let snap = Snap::of(&kes).map_err(kestrel_rt::Error::from)?;
+            let (m, e) = match probe::compare(&base, &snap, &b_at, &here) {
+                Ok(()) => (String::new(), None),
+                Err(Diff::Corners(cut)) if corners.is_empty() => {
+                    for (name, axes) in cut {
+                        match found.iter_mut().find(|(n, _)| *n == name) {
+                            Some((_, a)) => {
+                                a.extend(axes);
+                                a.sort_unstable();
+                                a.dedup();
+                            }
+                            None => found.push((name, axes)),
+                        }
+                    }
+                    continue;
+                }
+                Err(Diff::Corners(cut)) => {
+                    let names: Vec<&str> = cut.iter().map(|(n, _)| n.as_str()).collect();
+                    return Err(err(format!(
+                    "constants {} still differ at {here} with the constants found before routed through slices                      (a converter bug)",
+                    names.join(", ")
+                )));
+                }
+                Err(Diff::Structure(m)) => {
+                    let e =
+                        err(format!("the graph's structure changes with {}: {m}; {}", moved.join(", "), advice("")));
+                    (m, Some(e))
+                }
+                Err(Diff::Constant(m)) => {
+                    let e = err(format!(
+                        "{m}: a constant that depends on {} other than by its leading rows (a mask or a value \
                      computed from the size, folded at conversion) is not supported yet; fix the dim with \
                      --dim {}=N",
-                    moved.join(", "),
-                    moved.first().copied().unwrap_or("NAME")
-                ));
-                (m, Some(e))
+                        moved.join(", "),
+                        moved.first().copied().unwrap_or("NAME")
+                    ));
+                    (m, Some(e))
+                }
+            };
+            if let Some(e) = e {
+                differs.push(Differs {
+                    point: point.iter().map(|&v| v as i64).collect(),
+                    here,
+                    kes,
+                    what: m,
+                    error: e,
+                });
+                continue;
             }
-        };
-        if let Some(e) = e {
-            differs.push(Differs { point: point.iter().map(|&v| v as i64).collect(), here, kes, what: m, error: e });
-            continue;
+            let got = snap.integers();
+            if got.len() != ints.len() || got.iter().zip(&ints).any(|(a, b)| a.0 != b.0) {
+                return Err(err(format!("the graph's integers differ in layout at {here} (a converter bug)")));
+            }
+            values.push((point.iter().map(|&v| v as i64).collect(), got.into_iter().map(|g| g.1).collect(), *verify));
+            if *verify {
+                to_run.push((here, kes, None));
+            }
         }
-        let got = snap.integers();
-        if got.len() != ints.len() || got.iter().zip(&ints).any(|(a, b)| a.0 != b.0) {
-            return Err(err(format!("the graph's integers differ in layout at {here} (a converter bug)")));
+        if !found.is_empty() {
+            // Again, with those constants kept whole and sliced to each size.
+            pr.inner.stage(
+                &format!(
+                    "constants cut to a corner of the bound's ({}): converting again with them sliced at run time",
+                    found.iter().map(|(n, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+                ),
+                0,
+            );
+            corners = corner::Corners::new(found);
+            continue 'pass;
         }
-        values.push((point.iter().map(|&v| v as i64).collect(), got.into_iter().map(|g| g.1).collect(), *verify));
-        if *verify {
-            to_run.push((here, kes, None));
-        }
-    }
+        break (conv, base, ints, values, to_run, differs, total, pr);
+    };
 
     // A binding for every integer that varies.
     let names: Vec<String> = syms.iter().map(|s| s.0.clone()).collect();

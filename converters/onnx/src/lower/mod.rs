@@ -509,9 +509,27 @@ impl<'m> Lowerer<'m> {
                 Val::Act { .. } => unreachable!("checked by the caller"),
             })
             .collect();
+        // Shape arithmetic tract keeps as `TDim` goes in again as i64 where every value is a
+        // number, for ops that evaluate numbers only (CumSum over a mask built from shapes).
+        let numbers = |inputs: &TVec<TValue>| -> Option<TVec<TValue>> {
+            inputs.iter().any(|t| t.datum_type() == DatumType::TDim).then(|| {
+                inputs
+                    .iter()
+                    .map(|t| match t.datum_type() {
+                        DatumType::TDim => t.cast_to::<i64>().map(|n| n.into_owned().into_tvalue()).ok(),
+                        _ => Some(t.clone()),
+                    })
+                    .collect::<Option<TVec<TValue>>>()
+            })?
+        };
+        let as_numbers = numbers(&inputs);
         let out = node
             .op
             .eval_out_of_plan(inputs)
+            .or_else(|e| match as_numbers {
+                Some(n) => node.op.eval_out_of_plan(n),
+                None => Err(e),
+            })
             .map_err(|e| self.bad("a foldable constant op", format!("{e}")))?
             .ok_or_else(|| self.unsupported("stateful op on constants"))?;
         if out.is_empty() {

@@ -8,7 +8,7 @@ use kestrel_rt_onnx::{read_npy, InputData, InputTensor};
 use std::path::PathBuf;
 
 /// The fixture models, by name.
-pub const MODELS: [&str; 3] = ["bert_legacy", "transformer_dynamo", "cnn_hw"];
+pub const MODELS: [&str; 5] = ["bert_legacy", "transformer_dynamo", "cnn_hw", "gpt2_dynamo", "alibi_window"];
 
 /// One fixture model: where it is and what its inputs' symbolic dims are.
 #[derive(Clone, Debug)]
@@ -64,6 +64,11 @@ const fn sym(name: &'static str, input: usize, axis: usize, min: usize, max: usi
 /// `sequence` on axis 1 of the first input, 1..=64 (BERT's position table; the transformer's
 /// `torch.export.Dim` bound).
 const SEQUENCE: [Symbol; 1] = [sym("sequence", 0, 1, 1, 64)];
+/// `sequence` 2..=64 (GPT-2's `torch.export.Dim`, whose minimum is 2).
+const SEQUENCE_2: [Symbol; 1] = [sym("sequence", 0, 1, 2, 64)];
+/// `sequence` 6..=64: below 6 the sliding window (|i - j| <= 4) masks nothing and tract drops
+/// the mask, a different graph.
+const SEQUENCE_6: [Symbol; 1] = [sym("sequence", 0, 1, 6, 64)];
 /// `h` and `w` on axes 2 and 3 of the image, 16..=64 each.
 const HW: [Symbol; 2] = [sym("h", 0, 2, 16, 64), sym("w", 0, 3, 16, 64)];
 
@@ -78,6 +83,8 @@ pub fn fixture(name: &str) -> Fixture {
         "bert_legacy" => ("bert_legacy", &["input_ids", "attention_mask"], &SEQUENCE),
         "transformer_dynamo" => ("transformer_dynamo", &["src"], &SEQUENCE),
         "cnn_hw" => ("cnn_hw", &["image"], &HW),
+        "gpt2_dynamo" => ("gpt2_dynamo", &["input_ids"], &SEQUENCE_2),
+        "alibi_window" => ("alibi_window", &["x"], &SEQUENCE_6),
         _ => panic!("no dynamic fixture named `{name}` (there are {MODELS:?})"),
     };
     Fixture { name, onnx: dir().join(format!("{name}.onnx")), inputs, symbols, batch: "batch" }

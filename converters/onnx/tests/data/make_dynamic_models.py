@@ -18,6 +18,15 @@ seed (no downloads) and exported with symbolic dims:
 * `cnn_hw.onnx`: conv 3x3 stride 2 + BN + ReLU, max pool 3x3 stride 2 pad 1, depthwise conv 3x3,
   1x1 conv + ReLU, global average pool, linear head; the legacy exporter at opset 17; input
   `image` [batch, 3, h, w], output `logits` [batch, 10].
+* `gpt2_dynamo.onnx`: transformers' `GPT2Model` (hidden 32, 2 layers, 2 heads, 64 positions,
+  vocab 100, eager attention), the dynamo exporter (`Dim`s batch and sequence 2..=64): a decoder
+  whose causal and packed-sequence masks are computed from the length, and whose value_info
+  has dims such as `sequence + 1`; input `input_ids` (int64), output `last_hidden_state`.
+* `alibi_window.onnx`: self-attention with a symmetric ALiBi score bias and a sliding-window
+  mask (|i - j| <= 4), both computed from the sequence length, plus a residual; the legacy
+  exporter at opset 17; input `x` [batch, sequence, 32], output `y`. tract folds the bias and
+  the mask into `[2, T, T]` and `[T, T]` constants at each length: the bounded file keeps the
+  bound's and slices them at run time.
 
 For each model and reference size, `<model>_<case>_<input>.npy` holds an input and
 `<model>_<case>_out.npy` onnxruntime's (CPUExecutionProvider) output; each output is also
@@ -134,14 +143,7 @@ def transformer():
         wrap, (x,), path("transformer_dynamo.onnx"), input_names=["src"], output_names=["out"],
         dynamo=True, dynamic_shapes={"src": {0: batch, 1: seq}}, external_data=False,
     )
-    # The exporter records each node's Python stack trace (this machine's paths): dropped, so that
-    # the file is the same wherever the script runs.
-    m = onnx.load(path("transformer_dynamo.onnx"))
-    for node in m.graph.node:
-        keep = [p for p in node.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
-        del node.metadata_props[:]
-        node.metadata_props.extend(keep)
-    onnx.save(m, path("transformer_dynamo.onnx"))
+    strip_stack_traces("transformer_dynamo.onnx")
     print_inputs("transformer_dynamo.onnx")
     gen = torch.Generator().manual_seed(2)
     for s in (1, 5, 13, MAX_SEQ):
@@ -191,11 +193,102 @@ def cnn():
         save_case("cnn_hw", f"h{h}_w{w}", {"image": x.numpy()}, want)
 
 
+def strip_stack_traces(file):
+    """Drops the exporter's per-node Python stack traces (this machine's paths), so that the file
+    is the same wherever the script runs."""
+    m = onnx.load(path(file))
+    for node in m.graph.node:
+        keep = [p for p in node.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
+        del node.metadata_props[:]
+        node.metadata_props.extend(keep)
+    onnx.save(m, path(file))
+
+
+def gpt2():
+    """A decoder: causal masks built from the sequence length, dynamo's `sequence + 1` dims."""
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_embd=32, n_layer=2, n_head=2, n_positions=MAX_SEQ, vocab_size=100,
+                     attn_implementation="eager")
+    model = GPT2Model(cfg).eval()
+
+    class Wrap(nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids):
+            return self.m(input_ids=input_ids, use_cache=False).last_hidden_state
+
+    wrap = Wrap(model).eval()
+    ids = torch.randint(0, 100, (2, 13))
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    seq = torch.export.Dim("sequence", min=2, max=MAX_SEQ)
+    torch.onnx.export(
+        wrap, (ids,), path("gpt2_dynamo.onnx"), input_names=["input_ids"], output_names=["last_hidden_state"],
+        dynamo=True, dynamic_shapes={"input_ids": {0: batch, 1: seq}}, external_data=False,
+    )
+    strip_stack_traces("gpt2_dynamo.onnx")
+    print_inputs("gpt2_dynamo.onnx")
+    gen = torch.Generator().manual_seed(4)
+    for s in (2, 7, 13, MAX_SEQ):
+        ids = torch.randint(0, 100, (2, s), generator=gen)
+        with torch.no_grad():
+            want = wrap(ids).numpy()
+        save_case("gpt2_dynamo", f"s{s}", {"input_ids": ids.numpy()}, want)
+
+
+WINDOW = 4
+
+
+class AlibiWindow(nn.Module):
+    """Self-attention with a symmetric ALiBi score bias and a sliding-window mask, both computed
+    from the sequence length (tract folds them into `[h, T, T]` and `[T, T]` constants)."""
+
+    def __init__(self, d=32, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        self.slopes = torch.tensor([0.5, 0.25]).view(1, heads, 1, 1)
+
+    def forward(self, x):
+        b, t, c = x.size()
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (c // self.heads) ** 0.5)
+        pos = torch.arange(t)
+        rel = (pos.view(1, t) - pos.view(t, 1)).abs().float()
+        att = (att - self.slopes * rel).masked_fill(rel > WINDOW, float("-inf"))
+        y = (att.softmax(dim=-1) @ v).transpose(1, 2).contiguous().view(b, t, c)
+        return x + self.out(y)
+
+
+def alibi():
+    torch.manual_seed(0)
+    model = AlibiWindow().eval()
+    x = torch.randn(1, 13, 32)
+    torch.onnx.export(
+        model, (x,), path("alibi_window.onnx"), input_names=["x"], output_names=["y"], opset_version=17,
+        dynamo=False, dynamic_axes={"x": {0: "batch", 1: "sequence"}, "y": {0: "batch", 1: "sequence"}},
+    )
+    print_inputs("alibi_window.onnx")
+    gen = torch.Generator().manual_seed(5)
+    for s in (WINDOW + 2, 11, 29, MAX_SEQ):
+        x = torch.randn(2, s, 32, generator=gen)
+        with torch.no_grad():
+            want = model(x).numpy()
+        save_case("alibi_window", f"s{s}", {"x": x.numpy()}, want)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     bert()
     transformer()
     cnn()
+    gpt2()
+    alibi()
     total = sum(os.path.getsize(path(f)) for f in os.listdir(OUT))
     print(f"{OUT}: {total / 1024:.0f} KiB")
     assert total < 2 * 1024 * 1024, total

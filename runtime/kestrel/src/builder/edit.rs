@@ -168,6 +168,53 @@ impl ModelBuilder {
         Ok((at..at + n_new).collect())
     }
 
+    /// Makes every reader of `from` read `to` instead, where `to` is computed by the nodes
+    /// added since the graph had `mark` nodes (with [`ModelBuilder::op`]): those nodes move to
+    /// just before `from`'s first reader. They may read only graph inputs, weights and tensors
+    /// written before that reader; `to` must have `from`'s shape.
+    pub fn reroute(&mut self, from: TensorId, to: TensorId, mark: usize) -> Result<(), Error> {
+        if mark > self.ops.len() {
+            return Err(Error::Build(format!("reroute: mark {mark} past the {} nodes", self.ops.len())));
+        }
+        if self.shape_of(from) != self.shape_of(to) {
+            return Err(Error::Build(format!(
+                "reroute: tensor {to} ({:?}) cannot stand for tensor {from} ({:?})",
+                self.shape_of(to).map(|s| s.dims().to_vec()),
+                self.shape_of(from).map(|s| s.dims().to_vec())
+            )));
+        }
+        if self.outputs.contains(&from) {
+            return Err(Error::Build(format!("reroute: tensor {from} is a graph output")));
+        }
+        let added = self.ops.split_off(mark);
+        if !added.iter().any(|o| o.output() == to) {
+            self.ops.extend(added);
+            return Err(Error::Build(format!("reroute: no node added since {mark} writes tensor {to}")));
+        }
+        let at = self.consumers(from).first().copied().unwrap_or(self.ops.len());
+        let mut late = None;
+        for o in &added {
+            o.for_each_input(|t| {
+                if self.ops[at..].iter().any(|later| later.output() == t) {
+                    late = Some(t);
+                }
+            });
+        }
+        let n = added.len();
+        self.ops.splice(at..at, added);
+        if let Some(t) = late {
+            let moved: Vec<Op> = self.ops.drain(at..at + n).collect();
+            self.ops.extend(moved);
+            return Err(Error::Build(format!(
+                "reroute: the new nodes read tensor {t}, written after the first reader"
+            )));
+        }
+        for op in &mut self.ops[at + n..] {
+            *op = remap_op(op, |t| if t == from { to } else { t });
+        }
+        Ok(())
+    }
+
     /// Removes nodes whose outputs nothing reads (and are not graph outputs), repeatedly.
     /// Returns how many were removed.
     pub fn remove_dead_nodes(&mut self) -> usize {
