@@ -5,8 +5,9 @@
 //!   arena plan's alignment. A backend adds its own per-node checks through
 //!   [`Model::parse_with`] (the CPU backend: its kernels' weight shapes and scratch).
 //! * [`shapes::output_shape`]: every op's output shape from its inputs' shapes.
-//! * [`cost`]: every op's FLOPs and compulsory bytes moved, from the file's shapes and
-//!   encodings (the profilers' roofline on every backend).
+//! * [`cost`]: every op's FLOPs and compulsory bytes moved, from the shapes and encodings of
+//!   a [`graph::Graph`] (the file's, or a table at a run's sizes: the profilers' roofline on
+//!   every backend).
 //! * [`params`]: the geometry of convolutions, pooling, slices and recurrences, derived from a
 //!   node's shapes, that the CPU kernels and the wgpu lowering both read.
 //! * [`slots`]: what each input slot of an op accepts.
