@@ -276,16 +276,11 @@ impl InputPrep {
             Colour::Grey => 1,
             Colour::Rgb => 3,
         };
-        let (c, h, w) = match (p.layout, dims.as_slice()) {
-            (Layout::Chw, [.., c, h, w]) => (*c, *h, *w),
-            (Layout::Hwc, [.., h, w, c]) => (*c, *h, *w),
-            (_, [h, w]) if channels == 1 => (1, *h, *w),
-            _ => {
-                return invalid(format!(
-                    "the model's input {:?} has shape {dims:?}, not an image for layout {:?}",
-                    input.name, p.layout
-                ))
-            }
+        let Some((c, h, w)) = image_axes(p.layout, channels, &dims) else {
+            return invalid(format!(
+                "the model's input {:?} has shape {dims:?}, not an image for layout {:?}",
+                input.name, p.layout
+            ));
         };
         if c != channels {
             return invalid(format!("the model's input has {c} channel(s) but its preprocessing says {:?}", p.colour));
@@ -307,6 +302,23 @@ impl InputPrep {
             return invalid(format!("preprocessing resizes to {resize:?}, smaller than the input {h}x{w}"));
         }
         Ok(Self { layout: p.layout, channels, size: [h, w], resize, pixel_scale: p.pixel_scale, mean, std })
+    }
+
+    /// The input size and resize size of this preprocessing for the same input at another
+    /// per-sample `shape` (a model with bounded dims run below its bound): the image goes to
+    /// that height and width; a recorded resize larger than the input (a centre crop) is scaled
+    /// by the same ratio on each axis (rounded, never below the input). `None` when `shape` is
+    /// not an image of this layout and channel count (a bounded dim on the channel axis).
+    pub fn sized_for(&self, shape: &[usize]) -> Option<([usize; 2], [usize; 2])> {
+        let (c, h, w) = image_axes(self.layout, self.channels, shape)?;
+        if c != self.channels || h == 0 || w == 0 {
+            return None;
+        }
+        let scale = |i: usize, at: usize| {
+            let r = self.resize[i].checked_mul(at)?.checked_add(self.size[i] / 2)?.checked_div(self.size[i])?;
+            Some(r.max(at))
+        };
+        Some(([h, w], [scale(0, h)?, scale(1, w)?]))
     }
 
     /// Elements of one preprocessed sample.
@@ -423,6 +435,17 @@ impl InputPrep {
         self.resample_rows(image.width, image.height, from, |y, buf| image.row_f32(y, buf), scratch)?;
         self.normalise(&scratch.plane, &mut out[..needed]);
         Ok(())
+    }
+}
+
+/// The channels, height and width of an input of per-sample shape `dims` for `layout` (a
+/// rank-2 `[h, w]` is a one-channel image), or `None` when it is not an image.
+fn image_axes(layout: Layout, channels: usize, dims: &[usize]) -> Option<(usize, usize, usize)> {
+    match (layout, dims) {
+        (Layout::Chw, [.., c, h, w]) => Some((*c, *h, *w)),
+        (Layout::Hwc, [.., h, w, c]) => Some((*c, *h, *w)),
+        (_, [h, w]) if channels == 1 => Some((1, *h, *w)),
+        _ => None,
     }
 }
 
@@ -642,6 +665,26 @@ mod tests {
             top_k(&scores, &mut got);
             assert_eq!(got, want[..k], "k = {k}");
         }
+    }
+
+    #[test]
+    fn sized_for_takes_the_new_size_and_scales_a_crop() {
+        let prep = InputPrep {
+            layout: Layout::Chw,
+            channels: 3,
+            size: [224, 224],
+            resize: [256, 256],
+            pixel_scale: 1.0 / 255.0,
+            mean: vec![0.0; 3],
+            std: vec![1.0; 3],
+        };
+        assert_eq!(prep.sized_for(&[3, 224, 224]), Some(([224, 224], [256, 256])));
+        assert_eq!(prep.sized_for(&[3, 112, 112]), Some(([112, 112], [128, 128])));
+        assert_eq!(prep.sized_for(&[3, 100, 50]), Some(([100, 50], [114, 57])));
+        assert_eq!(prep.sized_for(&[1, 100, 50]), None, "another channel count");
+        assert_eq!(prep.sized_for(&[3, 0, 50]), None);
+        let exact = InputPrep { layout: Layout::Hwc, resize: [32, 48], size: [32, 48], ..prep };
+        assert_eq!(exact.sized_for(&[17, 23, 3]), Some(([17, 23], [17, 23])), "no crop: none at any size");
     }
 
     #[test]

@@ -540,11 +540,12 @@ pub struct SessionCore {
     image: Option<Box<ImageRun>>,
 }
 
-/// What `SessionCore::classify` keeps between calls: the resampling scratch, one input sample,
-/// one sample of every output, and the top-k indices.
-#[derive(Default)]
+/// What `SessionCore::classify` keeps between calls: the resampling scratch, the
+/// preprocessing at the session's current size, one input sample and one sample of every output
+/// (sized at the bound; a run at a smaller size uses their leading part), and the top-k indices.
 struct ImageRun {
     scratch: Scratch,
+    prep: kestrel_rt::image::InputPrep,
     input: Vec<f32>,
     outputs: Vec<Vec<f32>>,
     top: Vec<usize>,
@@ -820,8 +821,14 @@ impl SessionCore {
     /// numbers), run at batch 1, output 0 turned into probabilities (a softmax unless the model
     /// outputs probabilities already), and its `k` best classes, best first (ties: the lower
     /// index). Returns the indices and all the classes' probabilities, borrowed from the
-    /// session's buffers (made at the first call; later calls allocate nothing on the CPU). `k`
-    /// must be 1..=classes (`KESTREL_ERR_INVALID_ARGUMENT`).
+    /// session's buffers (made at the first call, at the bound; later calls allocate nothing on
+    /// the CPU). `k` must be 1..=classes (`KESTREL_ERR_INVALID_ARGUMENT`).
+    ///
+    /// A model with bounded dims is run at the session's current sizes
+    /// ([`set_input_shapes`](Self::set_input_shapes)): the image is resampled to the current
+    /// height and width (a recorded resize-then-crop scaled by the same ratio). Sizes at which
+    /// the input is not an image of the recorded channels, or output 0 is not the model's class
+    /// vector (its length follows a bounded dim), are `KESTREL_ERR_UNSUPPORTED`.
     pub fn classify(&mut self, image: &Image<'_>, k: usize) -> Result<(&[usize], &[f32]), FfiError> {
         let model = self.model.clone();
         let clf = model.classifier()?;
@@ -831,13 +838,15 @@ impl SessionCore {
                 format!("k = {k}: the model has {} classes (k must be 1..={})", clf.classes, clf.classes),
             ));
         }
+        self.classifiable_now(clf)?;
         let mut run = match self.image.take() {
             Some(r) => r,
             None => {
                 let outputs =
                     model.outputs().iter().map(|d| zeros(d.numel(), "an output sample")).collect::<Result<_, _>>()?;
                 let input = zeros(clf.prep.numel(), "an input sample")?;
-                Box::new(ImageRun { input, outputs, ..ImageRun::default() })
+                let (scratch, prep, top) = (Scratch::new(), clf.prep.clone(), Vec::new());
+                Box::new(ImageRun { scratch, prep, input, outputs, top })
             }
         };
         let result = self.classify_with(&mut run, image, clf);
@@ -851,14 +860,65 @@ impl SessionCore {
         Ok((&run.top, probs))
     }
 
+    /// Whether the session's current sizes can be classified: the input an image of the
+    /// recorded channels (its height and width whatever the bounded dims make them) and output 0
+    /// the class vector of the bound. A model of fixed sizes always can.
+    fn classifiable_now(&self, clf: &Classifier) -> Result<(), FfiError> {
+        if self.table.is_none() {
+            return Ok(());
+        }
+        let unsupported = |why: String| {
+            let dims: Vec<String> = self.inputs.iter().map(|d| format!("{:?}", d.shape)).collect();
+            FfiError::new(
+                Status::KESTREL_ERR_UNSUPPORTED,
+                format!("classify at the session's current input shapes {}: {why}", dims.join(", ")),
+            )
+        };
+        let input = self.inputs.first().map_or(&[][..], |d| d.shape.as_slice());
+        if clf.prep.sized_for(input).is_none() {
+            return Err(unsupported(format!(
+                "the input is not an image of {} channel(s) in layout {:?} there",
+                clf.prep.channels, clf.prep.layout
+            )));
+        }
+        let classes = self.outputs.first().map_or(0, TensorDesc::numel);
+        if classes != clf.classes {
+            return Err(unsupported(format!(
+                "output 0 holds {classes} values there, not the model's {} classes (its length follows a bounded dim)",
+                clf.classes
+            )));
+        }
+        Ok(())
+    }
+
     fn classify_with(&mut self, run: &mut ImageRun, image: &Image<'_>, clf: &Classifier) -> Result<(), FfiError> {
-        clf.prep.image_to_input(image, &mut run.input, &mut run.scratch)?;
-        let ImageRun { input, outputs, .. } = run;
+        // The preprocessing at the current size (the bound's for a model of fixed sizes);
+        // `classifiable_now` has checked that the input is an image there.
+        let input_shape = self.inputs.first().map_or(&[][..], |d| d.shape.as_slice());
+        let (size, resize) = clf.prep.sized_for(input_shape).unwrap_or((clf.prep.size, clf.prep.resize));
+        (run.prep.size, run.prep.resize) = (size, resize);
+        let n = run.prep.numel();
+        let ImageRun { scratch, prep, input, outputs, .. } = run;
+        let input = input
+            .get_mut(..n)
+            .ok_or_else(|| FfiError::new(Status::KESTREL_ERR_INTERNAL, "the input buffer is smaller than the bound"))?;
+        prep.image_to_input(image, input, scratch)?;
         let inputs = [Input::F32(input)];
+        let lens = |i: usize| self.outputs.get(i).map_or(0, TensorDesc::numel);
         match outputs.as_mut_slice() {
-            [one] => self.run(&inputs, &mut [one.as_mut_slice()])?,
+            [one] => {
+                let n = lens(0).min(one.len());
+                self.run(&inputs, &mut [&mut one[..n]])?
+            }
             many => {
-                let mut views: Vec<&mut [f32]> = many.iter_mut().map(Vec::as_mut_slice).collect();
+                let mut views: Vec<&mut [f32]> = many
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, o)| {
+                        let n = lens(i).min(o.len());
+                        &mut o[..n]
+                    })
+                    .collect();
                 self.run(&inputs, &mut views)?
             }
         };

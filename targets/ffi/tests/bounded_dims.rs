@@ -10,6 +10,9 @@
 
 #[path = "support/bounded.rs"]
 mod bounded;
+#[cfg(feature = "wgpu")]
+#[path = "support/gpu.rs"]
+mod gpu;
 
 use bounded::{D, SYM, TMAX, TMIN};
 use kestrel_ffi::abi::*;
@@ -365,17 +368,7 @@ fn a_model_of_fixed_sizes_takes_only_its_own_shapes() {
 fn gpu_sessions_run_every_length_too() {
     let bytes = bounded::bounded();
     let m = load(&bytes);
-    let mut s = std::ptr::null_mut();
-    // SAFETY: valid handle and out-pointer.
-    let st = unsafe { kestrel_session_new(m, KestrelBackend::KESTREL_BACKEND_WGPU as u32, 2, &mut s) };
-    if st == Status::KESTREL_ERR_NO_GPU {
-        assert!(std::env::var("KESTREL_REQUIRE_GPU").map_or(true, |v| v != "1"), "no GPU: {}", last());
-        eprintln!("SKIPPED: {}", last());
-        // SAFETY: a live model.
-        assert_eq!(unsafe { kestrel_model_free(m) }, OK);
-        return;
-    }
-    assert_eq!(st, OK, "{}", last());
+    let Some(s) = gpu::session_or_skip(m, 2) else { return };
     for (k, t) in [5, 2, TMAX, 12, 5].into_iter().enumerate() {
         assert_eq!(set(s, &[&[t, D]]), OK, "T = {t}: {}", last());
         assert_eq!(shape(s, false, 0), [t, D]);

@@ -154,9 +154,15 @@ pub unsafe extern "C" fn kestrel_image_to_input(
 /// `KESTREL_ERR_MISALIGNED`); a model without image preprocessing: `KESTREL_ERR_UNSUPPORTED`;
 /// another thread running the session: `KESTREL_ERR_BUSY`; the rest as the image and the run.
 ///
-/// Memory: the session keeps an input sample, one sample of each output and the resampling
-/// buffers, made at its first `kestrel_classify`; a CPU session's later calls with images of
-/// the same size allocate nothing.
+/// A model with bounded dims (`kestrel_model_dim_count` > 0) is classified at the session's
+/// current sizes (`kestrel_session_set_input_shapes`; the bound until set): the image is resampled
+/// to the input's current height and width (a recorded resize-then-crop scaled by the same
+/// ratio). Sizes where the input is not an image of the recorded channels, or where the first
+/// output's length is not the model's class count, are `KESTREL_ERR_UNSUPPORTED`.
+///
+/// Memory: the session keeps an input sample, one sample of each output (at the bound) and the
+/// resampling buffers, made at its first `kestrel_classify`; a CPU session's later calls with
+/// images of the same size, at the same input shapes, allocate nothing.
 ///
 /// # Safety
 /// `pixels` as for `kestrel_image_to_input`; `out` NULL or valid for writes of `k` `KestrelClass`.
