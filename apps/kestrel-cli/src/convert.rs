@@ -4,10 +4,10 @@ use anyhow::bail;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use kestrel_rt::format::{Colour, Layout, MetadataSpec, OutputKind, PreprocessSpec};
-use kestrel_rt_onnx::{ConvertOptions, InputData, InputTensor};
+use kestrel_rt_onnx::{ConvertOptions, InputData, InputTensor, VerifyReport};
 use serde_json::Value;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 fn spinner(msg: String) -> ProgressBar {
@@ -40,13 +40,29 @@ impl kestrel_rt_onnx::Progress for Bar {
     }
 }
 
+/// What `--verify` asks for: the arrays given (each verified at its own size) and whether to
+/// verify on seeded random inputs too (`--verify` alone).
+#[derive(Clone, Debug, Default)]
+pub struct Verify {
+    /// One `.npy` per run (a model with one input).
+    pub files: Vec<PathBuf>,
+    /// Seeded random inputs: 4 samples, at each size of [`size_points`].
+    pub random: bool,
+}
+
+/// One verification: what it ran on (a file, or `random`) and the comparison.
+struct Verified {
+    source: String,
+    report: VerifyReport,
+}
+
 /// Converts, writes, prints the report and, if asked, verifies.
 pub fn run(
     w: &mut String,
     onnx: &Path,
     out: &Path,
     opts: &ConvertOptions,
-    verify: Option<&Path>,
+    verify: Option<&Verify>,
     json: bool,
     meta: &MetaEdit,
 ) -> Result<()> {
@@ -60,38 +76,58 @@ pub fn run(
     }
     std::fs::write(out, &conv.kes).with_context(|| format!("writing {}", out.display()))?;
     let verification = match verify {
-        None => None,
-        Some(p) => {
-            let inputs = if p.as_os_str().is_empty() {
-                random_inputs(&conv.kes, &kestrel_rt_onnx::input_layouts(onnx, &opts.dims)?)?
-            } else {
-                vec![kestrel_rt_onnx::read_npy(p)?]
-            };
-            let pb = spinner("verifying against tract".into());
-            let v = kestrel_rt_onnx::verify(onnx, &conv.kes, &inputs);
-            pb.finish_and_clear();
-            Some(v.context("verifying")?)
-        }
+        None => Vec::new(),
+        Some(v) => verify_all(onnx, &conv.kes, opts, v)?,
     };
+    let worst = Worst::of(&verification);
     if json {
         let mut obj = serde_json::json!({ "report": conv.report, "output": out.display().to_string() });
-        if let Some(v) = &verification {
+        if let Some(v) = &worst {
+            // Over every run (the one run's own numbers when there is one).
             obj["verify"] = serde_json::json!({
                 "batch": v.batch,
                 "max_abs_err": v.max_abs_err,
                 "max_rel_err": v.max_rel_err,
                 "top1_agreement": v.top1_agreement,
             });
+            obj["verify_runs"] = verification
+                .iter()
+                .map(|r| {
+                    let dims: serde_json::Map<String, Value> =
+                        r.report.dims.iter().map(|(n, v)| (n.clone(), Value::from(*v))).collect();
+                    serde_json::json!({
+                        "inputs": r.source,
+                        "dims": dims,
+                        "batch": r.report.batch,
+                        "max_abs_err": r.report.max_abs_err,
+                        "max_rel_err": r.report.max_rel_err,
+                        "top1_agreement": r.report.top1_agreement,
+                    })
+                })
+                .collect();
         }
         writeln!(w, "{}", serde_json::to_string_pretty(&obj)?)?;
     } else {
         write!(w, "{}", conv.report.to_table())?;
         writeln!(w, "written    {}", out.display())?;
-        if let Some(v) = &verification {
+        let several = verification.len() > 1;
+        for Verified { source, report: v } in &verification {
+            let at: String = v.dims.iter().map(|(n, x)| format!("{n}={x}, ")).collect();
+            let from = if several && source != "random" { format!(" ({source})") } else { String::new() };
             writeln!(
                 w,
-                "verify     batch {}: max abs err {:.3e}, max rel err {:.3e}, top-1 agreement {:.1}%",
+                "verify     {at}batch {}: max abs err {:.3e}, max rel err {:.3e}, top-1 agreement {:.1}%{from}",
                 v.batch,
+                v.max_abs_err,
+                v.max_rel_err,
+                v.top1_agreement * 100.0
+            )?;
+        }
+        if let Some(v) = worst.filter(|_| several) {
+            writeln!(
+                w,
+                "verify     worst of {} runs: max abs err {:.3e}, max rel err {:.3e}, top-1 agreement {:.1}%",
+                verification.len(),
                 v.max_abs_err,
                 v.max_rel_err,
                 v.top1_agreement * 100.0
@@ -101,30 +137,126 @@ pub fn run(
     Ok(())
 }
 
+/// The worst numbers over several verifications (the first one's batch).
+struct Worst {
+    batch: usize,
+    max_abs_err: f64,
+    max_rel_err: f64,
+    top1_agreement: f64,
+}
+
+impl Worst {
+    fn of(runs: &[Verified]) -> Option<Self> {
+        let first = runs.first()?;
+        Some(runs.iter().map(|r| &r.report).fold(
+            Self { batch: first.report.batch, max_abs_err: 0.0, max_rel_err: 0.0, top1_agreement: 1.0 },
+            |w, r| Self {
+                batch: w.batch,
+                max_abs_err: w.max_abs_err.max(r.max_abs_err),
+                max_rel_err: w.max_rel_err.max(r.max_rel_err),
+                top1_agreement: w.top1_agreement.min(r.top1_agreement),
+            },
+        ))
+    }
+}
+
+/// Every verification `--verify` asks for: each file at its own size (any size within the
+/// bounded dims' ranges: tract is typed at it, the file run at it; outside them, an error naming
+/// the file, the dim and its range), then seeded random inputs at each size of [`size_points`].
+fn verify_all(onnx: &Path, kes: &[u8], opts: &ConvertOptions, v: &Verify) -> Result<Vec<Verified>> {
+    let mut sets: Vec<(String, Vec<InputTensor>)> = Vec::new();
+    for p in &v.files {
+        sets.push((p.display().to_string(), vec![kestrel_rt_onnx::read_npy(p)?]));
+    }
+    if v.random {
+        let model = kestrel_rt::Model::from_bytes(kes)?;
+        for at in size_points(&model.dims()?) {
+            let dims: Vec<(String, usize)> = opts.dims.iter().chain(&at).cloned().collect();
+            let layouts = kestrel_rt_onnx::input_layouts(onnx, &dims)?;
+            sets.push(("random".into(), random_inputs(kes, &layouts, &at)?));
+        }
+    }
+    let pb = spinner("verifying against tract".into());
+    let (total, mut out) = (sets.len(), Vec::with_capacity(sets.len()));
+    for (i, (source, inputs)) in sets.into_iter().enumerate() {
+        pb.set_message(format!("verifying against tract ({}/{total})", i + 1));
+        match kestrel_rt_onnx::verify(onnx, kes, &inputs) {
+            Ok(report) => out.push(Verified { source, report }),
+            Err(e) => {
+                pb.finish_and_clear();
+                let on = if source == "random" { "random inputs".to_string() } else { source };
+                return Err(anyhow::Error::new(e).context(format!("verifying on {on}")));
+            }
+        }
+    }
+    pb.finish_and_clear();
+    Ok(out)
+}
+
+/// The sizes random inputs are verified at: every bounded dim at its minimum, at an odd value
+/// in the middle of its range (the middle, or one past it when that is even) and at its
+/// maximum, in turn; sizes that coincide once. One size, with no values, for a model of fixed
+/// sizes.
+pub fn size_points(dims: &[kestrel_rt::BoundedDim]) -> Vec<Vec<(String, usize)>> {
+    let middle = |d: &kestrel_rt::BoundedDim| {
+        let m = d.min + (d.max - d.min) / 2;
+        if m % 2 == 1 {
+            m
+        } else if m < d.max {
+            m + 1
+        } else {
+            m.saturating_sub(1).max(d.min)
+        }
+    };
+    let picks: [&dyn Fn(&kestrel_rt::BoundedDim) -> usize; 3] = [&|d| d.min, &middle, &|d| d.max];
+    let mut points: Vec<Vec<(String, usize)>> = Vec::new();
+    for pick in picks {
+        let p: Vec<(String, usize)> = dims.iter().map(|d| (d.name.clone(), pick(d))).collect();
+        if !points.contains(&p) {
+            points.push(p);
+        }
+    }
+    points
+}
+
 /// Four seeded random samples shaped like the model's inputs (token ids in 0..10); an input
 /// without a batch axis in the ONNX graph (a fixed first axis N > 1) is given as exactly its
-/// declared shape, one whole sample.
-fn random_inputs(kes: &[u8], layouts: &[kestrel_rt_onnx::InputLayout]) -> Result<Vec<InputTensor>> {
+/// declared shape, one whole sample. A model with bounded dims takes them at the size `at`
+/// (`layouts` read at it too); a model of fixed sizes, with `at` empty, at its own.
+fn random_inputs(
+    kes: &[u8],
+    layouts: &[kestrel_rt_onnx::InputLayout],
+    at: &[(String, usize)],
+) -> Result<Vec<InputTensor>> {
     let model = kestrel_rt::Model::from_bytes(kes)?;
     let cpu = model.cpu()?;
     let meta = cpu.file().meta();
+    // Each input's per-sample shape in the file (token ids flat) at that size.
+    let sized = if at.is_empty() { None } else { Some(model.input_shapes_at(at)?) };
     let mut rng = kestrel_rt::demo::Rng::new(42);
     let batch = 4;
     let mut out = Vec::new();
     for (i, spec) in meta.inputs().enumerate() {
         let t = cpu.input(i)?;
-        let (shape, n) = match layouts.get(i).filter(|l| !l.batched) {
-            Some(l) => (l.shape.clone(), l.shape.iter().product()),
-            None => {
+        let len = match sized.as_ref().and_then(|s| s.get(i)) {
+            Some(s) => s.iter().product(),
+            None => t.shape.numel().unwrap_or(0),
+        };
+        let (shape, n) = match layouts.get(i) {
+            Some(l) if !l.batched => (l.shape.clone(), l.shape.iter().product()),
+            // At a bounded size, the ONNX input's own shape there (less its batch axis).
+            Some(l) if sized.is_some() => {
+                (std::iter::once(batch).chain(l.shape.iter().skip(1).copied()).collect(), batch * len)
+            }
+            _ => {
                 let shape: Vec<usize> =
                     std::iter::once(batch).chain(spec.shape.dims().iter().map(|&d| d as usize)).collect();
-                (shape, batch * t.shape.numel().unwrap_or(0))
+                (shape, batch * len)
             }
         };
         let data = if t.dtype == kestrel_rt::format::DType::I32 && spec.name.to_ascii_lowercase().contains("mask") {
             // A padding mask (`attention_mask`): 1 for the kept tokens, then 0s, a different
             // number of them per sample, never all padding.
-            let len = t.shape.numel().unwrap_or(0);
             InputData::I64((0..n).map(|k| i64::from(k % len.max(1) < len - (k / len.max(1)) % len.max(1))).collect())
         } else if t.dtype == kestrel_rt::format::DType::I32 {
             InputData::I64((0..n).map(|k| (k * 7 % 10) as i64).collect())

@@ -101,11 +101,13 @@ enum Command {
         #[arg(long = "dim", value_name = "NAME=N|NAME=MIN..MAX", value_parser = kestrel_rt_cli::parse_dim)]
         dims: Vec<kestrel_rt_cli::DimArg>,
         /// Also run the ONNX model (tract) and the converted model (Kestrel) on the same inputs
-        /// and report the differences: on INPUTS.npy if given, else on 4 seeded random samples.
+        /// and report the differences: on INPUTS.npy if given (repeatable: each file at its own
+        /// size with bounded dims), else on 4 seeded random samples (with bounded dims: at the
+        /// minimum, an odd middle value and the maximum of every dim).
         #[arg(long, value_name = "INPUTS.npy", num_args = 0..=1, default_missing_value = "")]
-        // A String, not a PathBuf: clap's path parser rejects the empty value that stands for
+        // Strings, not PathBufs: clap's path parser rejects the empty value that stands for
         // "no file given" (`--verify` alone).
-        verify: Option<String>,
+        verify: Vec<String>,
         /// Print the report (and verification) as one JSON object.
         #[arg(long)]
         json: bool,
@@ -189,17 +191,14 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
         } => {
             // Every input file is checked before the conversion starts (none is a FIFO or a
             // directory, which would block or fail only after it).
-            let verify_file = verify.as_deref().filter(|v| !v.is_empty()).map(PathBuf::from);
-            for p in std::iter::once(&onnx).chain(&calibrate).chain(&meta).chain(&labels).chain(&verify_file) {
+            let verify_files: Vec<PathBuf> = verify.iter().filter(|v| !v.is_empty()).map(PathBuf::from).collect();
+            for p in std::iter::once(&onnx).chain(&calibrate).chain(&meta).chain(&labels).chain(&verify_files) {
                 kestrel_rt_cli::check_input_file(p)?;
             }
             let (dims, bounds) = kestrel_rt_cli::split_dims(&dims).map_err(anyhow::Error::msg)?;
-            if !bounds.is_empty() && verify.is_some() {
-                bail!(
-                    "--verify with bounded dims (--dim NAME=MIN..MAX) is not supported yet; convert at a fixed size \
-                     (--dim NAME=N) to verify"
-                );
-            }
+            // `--verify` alone: seeded random inputs (also when files are given beside it).
+            let verify = (!verify.is_empty())
+                .then(|| convert::Verify { files: verify_files, random: verify.iter().any(String::is_empty) });
             let opts = kestrel_rt_onnx::ConvertOptions {
                 weights: weights.into(),
                 keep_f16,
@@ -211,7 +210,7 @@ fn run(cli: Cli, w: &mut String) -> Result<()> {
                 bounds,
             };
             let meta = convert::MetaEdit::load(meta.as_deref(), labels.as_deref())?;
-            convert::run(w, &onnx, &out, &opts, verify.as_deref().map(std::path::Path::new), json, &meta)
+            convert::run(w, &onnx, &out, &opts, verify.as_ref(), json, &meta)
         }
     }
 }

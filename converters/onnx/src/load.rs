@@ -74,6 +74,22 @@ impl DimBinding<'_> {
     }
 }
 
+/// `inputs` with every `TDim` tensor (shape arithmetic tract keeps symbolic) as i64, for an op
+/// that evaluates numbers only (a CumSum over a mask built from shapes, in dynamo exports);
+/// `None` when none is a `TDim` or one of them holds a symbol.
+pub(crate) fn shape_values_as_numbers(inputs: &[TValue]) -> Option<TVec<TValue>> {
+    if !inputs.iter().any(|t| t.datum_type() == DatumType::TDim) {
+        return None;
+    }
+    inputs
+        .iter()
+        .map(|t| match t.datum_type() {
+            DatumType::TDim => t.cast_to::<i64>().map(|n| n.into_owned().into_tvalue()).ok(),
+            _ => Some(t.clone()),
+        })
+        .collect()
+}
+
 /// The ONNX graph's nodes (name, op type), to name tract's nodes in the user's vocabulary.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct OnnxNodes(Vec<(String, String)>);

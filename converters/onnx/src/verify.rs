@@ -48,6 +48,10 @@ impl InputTensor {
 pub struct VerifyReport {
     /// Batch size run.
     pub batch: usize,
+    /// The bounded dims' values the inputs were given at (name, value), in the file's order:
+    /// the size verified (empty for a model of fixed sizes).
+    #[serde(default)]
+    pub dims: Vec<(String, usize)>,
     /// Largest |kestrel − tract| over every output element.
     pub max_abs_err: f64,
     /// `max_abs_err` / largest |tract output|.
@@ -103,7 +107,30 @@ pub fn run_tract(onnx_path: impl AsRef<Path>, inputs: &[InputTensor]) -> Result<
             Ok(plan) => plan,
             Err(_) => model.into_runnable().map_err(tract_err(&p, "prepare the model"))?,
         };
-        plan.run(tv).map_err(tract_err(&p, "run the model"))
+        let mut state = plan.spawn().map_err(tract_err(&p, "prepare the model"))?;
+        state
+            .run_plan_with_eval(tv, |ctx, mut op_state, node, inputs| {
+                // Shape arithmetic tract keeps as `TDim` goes in again as i64 where an op
+                // evaluates numbers only (a CumSum over a mask built from shapes, in dynamo
+                // exports), as the lowering's constant folds do.
+                let numbers = crate::load::shape_values_as_numbers(&inputs);
+                let eval = tract_onnx::tract_core::plan::eval;
+                eval(ctx, op_state.as_deref_mut(), node, inputs).or_else(|e| {
+                    let Some(n) = numbers else { return Err(e) };
+                    // The outputs back in the types the graph declares.
+                    eval(ctx, op_state, node, n)?
+                        .into_iter()
+                        .zip(&node.outputs)
+                        .map(|(o, slot)| match slot.fact.datum_type {
+                            DatumType::TDim if o.datum_type() != DatumType::TDim => {
+                                Ok(o.cast_to::<TDim>()?.into_owned().into_tvalue())
+                            }
+                            _ => Ok(o),
+                        })
+                        .collect()
+                })
+            })
+            .map_err(tract_err(&p, "run the model"))
     })?;
     outs.into_iter()
         .map(|o| {
@@ -133,15 +160,20 @@ fn batch_of(path: &Path, inputs: &[InputTensor]) -> Result<usize, ConvertError> 
 }
 
 /// Runs a `.kes` model with Kestrel on `inputs`, in a session as large as the largest whole
-/// number of samples any input holds (the session itself checks that they agree).
+/// number of samples any input holds (the session itself checks that they agree). A model with
+/// bounded dims runs at the inputs' own sizes ([`bounded_shapes`]).
 pub fn run_kestrel(kes: &[u8], inputs: &[InputTensor]) -> Result<Vec<Vec<f32>>, ConvertError> {
     let model = kestrel_rt::Model::from_bytes(kes)?;
     let cpu = model.cpu()?;
+    let shaped = bounded_shapes(&model, inputs)?;
     let batch = inputs
         .iter()
         .enumerate()
         .filter_map(|(i, x)| {
-            let n: usize = cpu.input(i).ok()?.shape.dims().iter().map(|&d| d as usize).product();
+            let n: usize = match &shaped {
+                Some((shapes, _)) => shapes.get(i)?.iter().product(),
+                None => cpu.input(i).ok()?.shape.dims().iter().map(|&d| d as usize).product(),
+            };
             let len = match &x.data {
                 InputData::F32(d) => d.len(),
                 InputData::I64(d) => d.len(),
@@ -152,7 +184,91 @@ pub fn run_kestrel(kes: &[u8], inputs: &[InputTensor]) -> Result<Vec<Vec<f32>>, 
         .unwrap_or(1);
     let mut session = model.session(batch.max(1))?;
     let feeds: Vec<Input<'_>> = inputs.iter().map(InputTensor::as_input).collect();
-    Ok(session.run_vec(&feeds)?)
+    Ok(match &shaped {
+        Some((shapes, _)) => {
+            let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+            session.run_vec_shaped(&feeds, &refs)?
+        }
+        None => session.run_vec(&feeds)?,
+    })
+}
+
+/// Each input's per-sample shape, and the bounded dims' values (name, value) there.
+pub(crate) type BoundedShapes = (Vec<Vec<usize>>, Vec<(String, usize)>);
+
+/// Each input's per-sample shape for a `.kes` with bounded dims, and the dims' values there
+/// (name, value, in the file's order): an array with one axis more than the model's input has
+/// a leading batch axis, one of the input's rank is one sample (token ids, which the file takes
+/// flat, as the product of the axes after the batch). A size outside a dim's range, a fixed
+/// axis that differs or a rank that fits neither is an error naming the input, the dim and its
+/// range. `None` for a model of fixed sizes.
+pub(crate) fn bounded_shapes(
+    model: &kestrel_rt::Model,
+    inputs: &[InputTensor],
+) -> Result<Option<BoundedShapes>, ConvertError> {
+    use kestrel_rt_format::Target;
+    let cpu = model.cpu()?;
+    let file = cpu.file();
+    let Some(dims) = file.dims() else { return Ok(None) };
+    if inputs.len() != cpu.input_count() {
+        return Err(ConvertError::Verify {
+            expected: format!("{} inputs", cpu.input_count()),
+            found: format!("{}", inputs.len()),
+        });
+    }
+    let mut shapes = Vec::with_capacity(inputs.len());
+    for (i, x) in inputs.iter().enumerate() {
+        let t = cpu.input(i).map_err(kestrel_rt::Error::from)?;
+        let rank = t.shape.rank();
+        let flat_ids = t.dtype == kestrel_rt_format::DType::I32 && rank == 1 && x.shape.len() > 2;
+        shapes.push(match x.shape.len() {
+            _ if flat_ids => vec![x.shape[1..].iter().product()],
+            n if n == rank => x.shape.clone(),
+            n if n == rank + 1 => x.shape[1..].to_vec(),
+            _ => {
+                return Err(ConvertError::Verify {
+                    expected: format!(
+                        "input {i} (`{}`) of rank {rank} per sample, or {} with a batch axis",
+                        t.name,
+                        rank + 1
+                    ),
+                    found: format!("an array of shape {:?}", x.shape),
+                })
+            }
+        });
+    }
+    // Each dim's value: the input axis that is the dim itself.
+    let mut values = Vec::new();
+    let mut ranges = Vec::new();
+    for s in 0..dims.sym_count() {
+        let sym = dims.sym(s).map_err(kestrel_rt::Error::from)?;
+        ranges.push(format!("{} {}..={}", sym.name, sym.min, sym.max));
+        let at = (0..dims.binding_count()).filter_map(|b| dims.binding(b).ok()).find_map(|b| match b.target {
+            Target::TensorDim { tensor, axis } if b.expr.as_sym() == Some(s as usize) => {
+                let k = file.inputs().position(|id| id == tensor)?;
+                shapes.get(k)?.get(usize::from(axis)).copied()
+            }
+            _ => None,
+        });
+        if let Some(v) = at {
+            values.push((sym.name.to_string(), v));
+        }
+    }
+    let given = |k: usize| format!("input {k} of shape {:?}", inputs[k].shape);
+    let want = model.input_shapes_at(&values).map_err(|e| ConvertError::Verify {
+        expected: format!("sizes within the file's bounded dims ({})", ranges.join(", ")),
+        found: format!("{}: {e}", (0..inputs.len()).map(given).collect::<Vec<_>>().join(", ")),
+    })?;
+    for (k, (w, g)) in want.iter().zip(&shapes).enumerate() {
+        if w != g {
+            let at: Vec<String> = values.iter().map(|(n, v)| format!("{n}={v}")).collect();
+            return Err(ConvertError::Verify {
+                expected: format!("input {k} of per-sample shape {w:?} at {}", at.join(", ")),
+                found: given(k),
+            });
+        }
+    }
+    Ok(Some((shapes, values)))
 }
 
 /// Compares two sets of outputs; `last_dims[i]` is output i's last-axis length (for top-1).
@@ -209,7 +325,12 @@ fn finite<'a>(what: &str, arrays: impl IntoIterator<Item = (String, &'a [f32])>)
 
 /// Runs both and compares: max abs error, max error relative to max |tract output|, top-1.
 /// Non-finite inputs or outputs are an error, not a comparison.
+///
+/// A `.kes` with bounded dims is verified at the inputs' own sizes (tract typed at them, the
+/// file run at them): any size within its ranges; one outside them is an error naming the dim
+/// and its range, before either runs. [`VerifyReport::dims`] says which size it was.
 pub fn verify(onnx_path: impl AsRef<Path>, kes: &[u8], inputs: &[InputTensor]) -> Result<VerifyReport, ConvertError> {
+    let dims = bounded_shapes(&kestrel_rt::Model::from_bytes(kes)?, inputs)?.map(|(_, d)| d).unwrap_or_default();
     let batch = batch_of(onnx_path.as_ref(), inputs)?;
     finite(
         "inputs",
@@ -225,5 +346,5 @@ pub fn verify(onnx_path: impl AsRef<Path>, kes: &[u8], inputs: &[InputTensor]) -
     let last: Vec<usize> = t.iter().map(|(s, _)| s.last().copied().unwrap_or(1)).collect();
     let tract: Vec<Vec<f32>> = t.into_iter().map(|(_, v)| v).collect();
     let (max_abs_err, max_rel_err, top1_agreement, rows) = compare(&tract, &k, &last)?;
-    Ok(VerifyReport { batch, max_abs_err, max_rel_err, top1_agreement, rows, tract, kestrel: k })
+    Ok(VerifyReport { batch, dims, max_abs_err, max_rel_err, top1_agreement, rows, tract, kestrel: k })
 }

@@ -511,18 +511,7 @@ impl<'m> Lowerer<'m> {
             .collect();
         // Shape arithmetic tract keeps as `TDim` goes in again as i64 where every value is a
         // number, for ops that evaluate numbers only (CumSum over a mask built from shapes).
-        let numbers = |inputs: &TVec<TValue>| -> Option<TVec<TValue>> {
-            inputs.iter().any(|t| t.datum_type() == DatumType::TDim).then(|| {
-                inputs
-                    .iter()
-                    .map(|t| match t.datum_type() {
-                        DatumType::TDim => t.cast_to::<i64>().map(|n| n.into_owned().into_tvalue()).ok(),
-                        _ => Some(t.clone()),
-                    })
-                    .collect::<Option<TVec<TValue>>>()
-            })?
-        };
-        let as_numbers = numbers(&inputs);
+        let as_numbers = crate::load::shape_values_as_numbers(&inputs);
         let out = node
             .op
             .eval_out_of_plan(inputs)
