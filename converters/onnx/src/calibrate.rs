@@ -172,6 +172,27 @@ pub fn calibrate(b: &mut ModelBuilder, samples: &[InputTensor]) -> Result<Calibr
     Ok(report)
 }
 
+/// Stores the scales of `report` (a calibration of the same graph at another size: bounded
+/// dims) on `b`'s calibration targets, matched by name. Every scale must find its activation.
+pub(crate) fn apply_scales(b: &mut ModelBuilder, report: &CalibrationReport) -> Result<(), ConvertError> {
+    b.clear_act_scales();
+    let targets = targets(b);
+    for t in &report.tensors {
+        let ids: Vec<TensorId> =
+            targets.iter().map(|(id, _)| *id).filter(|&id| b.tensor_name(id) == Some(&t.name)).collect();
+        if ids.is_empty() {
+            return Err(ConvertError::Calibrate {
+                expected: format!("activation `{}` (calibrated at the samples' size) at the bound", t.name),
+                found: "no such calibration target".into(),
+            });
+        }
+        for id in ids {
+            b.set_act_scale(id, t.scale)?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -309,14 +309,20 @@ pub(crate) fn convert_core(
         .into_iter()
         .map(|u| report::UnfusedAttention { softmax: u.name, reason: u.reason })
         .collect();
-    if let Some(c) = corners.filter(|c| !c.is_empty()) {
+    let mut corners = corners;
+    if let Some(c) = corners.as_deref_mut().filter(|c| !c.is_empty()) {
         c.apply(&mut l.b).map_err(|message| ConvertError::BoundedDims { path: p.clone(), message })?;
     }
     edit(&mut l.b.meta);
     for (name, count) in &fusion.fused {
         l.fused.push((name.clone(), *count));
     }
-    let (calibration, int8_internals) = if opts.calibrate.is_empty() {
+    let preset = corners.as_ref().and_then(|c| c.scales.clone());
+    let (calibration, int8_internals) = if let Some(report) = preset.filter(|_| opts.calibrate.is_empty()) {
+        progress.stage("int8 activation scales from the calibration at the samples' size", 0);
+        calibrate::apply_scales(&mut l.b, &report)?;
+        (Some(report), None)
+    } else if opts.calibrate.is_empty() {
         if opts.int8_attention {
             return Err(ConvertError::Calibrate {
                 expected: "calibration data (--calibrate) with --int8-attention, to measure its cost".into(),

@@ -110,3 +110,43 @@ fn alibi_window_one_file_slices_its_size_dependent_constants() {
     // length axes.
     assert_eq!(conv.report.kestrel_ops.get("Slice").copied(), Some(6), "{:?}", conv.report.kestrel_ops);
 }
+
+/// `--calibrate` with bounded dims: the samples (here at sequence 13) calibrate int8
+/// activations once, at their size; the bound's file stores those scales and runs every length
+/// like the file converted and calibrated at 13 (at 13) and like onnxruntime within int8's error.
+#[test]
+fn calibrated_int8_bert_runs_every_length() {
+    let f = fixture("bert_legacy");
+    let cal: Vec<std::path::PathBuf> =
+        f.inputs.iter().map(|i| dynamic::dir().join(format!("bert_legacy_s13_{i}.npy"))).collect();
+    let int8 =
+        ConvertOptions { weights: kestrel_rt_onnx::DType::I8, calibrate: cal.clone(), ..ConvertOptions::default() };
+    let bounded = convert(&f.onnx, &ConvertOptions { bounds: f.bounds(), ..int8.clone() }).unwrap();
+    let calibration = bounded.report.calibration.as_ref().expect("a calibration report");
+    assert!(!calibration.tensors.is_empty(), "{calibration:?}");
+    let fixed = convert(&f.onnx, &ConvertOptions { dims: vec![("sequence".into(), 13)], ..int8.clone() }).unwrap();
+    assert_eq!(calibration, fixed.report.calibration.as_ref().unwrap(), "the same scales as calibrating at 13");
+    let model = kestrel_rt::Model::from_bytes(&bounded.kes).unwrap();
+    let mut s = model.session(2).unwrap();
+    for case in cases("bert_legacy") {
+        let shapes = per_sample(&case);
+        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        let ins: Vec<Input<'_>> = case.inputs.iter().map(InputTensor::as_input).collect();
+        let got = s.run_vec_shaped(&ins, &refs).unwrap();
+        let err = max_abs_diff(&case.expected[0].1, &got[0]);
+        println!("int8 calibrated bert {}: max abs err {err:.2e}", case.name);
+        assert!(err < 5e-2, "{}: {err}", case.name);
+        if case.name == "s13" {
+            let m = kestrel_rt::Model::from_bytes(&fixed.kes).unwrap();
+            let want = m.session(1).unwrap().run_vec(&ins).unwrap();
+            let d = max_abs_diff(&want[0], &got[0]);
+            assert!(d < 1e-3, "bounded vs fixed at 13: {d}");
+        }
+    }
+    // Samples outside the range, and --int8-attention, are refused by name.
+    let narrow = vec![("sequence".to_string(), 20, 64)];
+    let e = convert(&f.onnx, &ConvertOptions { bounds: narrow, ..int8.clone() }).unwrap_err().to_string();
+    assert!(e.contains("`sequence` = 13") && e.contains("20..=64"), "{e}");
+    let e = convert(&f.onnx, &ConvertOptions { bounds: f.bounds(), int8_attention: true, ..int8 }).unwrap_err();
+    assert!(e.to_string().contains("--int8-attention"), "{e}");
+}

@@ -21,11 +21,14 @@ pub(crate) struct Corners {
     /// Each constant at the bound: dims and values, recorded by the bound's conversion and read
     /// by the probes'.
     at_bound: HashMap<String, (Vec<usize>, Vec<f32>)>,
+    /// Int8 activation scales calibrated at another size, stored by the conversion at the
+    /// bound instead of calibrating there.
+    pub scales: Option<crate::CalibrationReport>,
 }
 
 impl Corners {
     pub fn new(cut: Vec<(String, Vec<usize>)>) -> Self {
-        Self { cut, at_bound: HashMap::new() }
+        Self { cut, at_bound: HashMap::new(), scales: None }
     }
 
     pub fn is_empty(&self) -> bool {
