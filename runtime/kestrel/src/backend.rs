@@ -304,9 +304,9 @@ impl GpuPlacement {
     /// (format 2.0), as [`Session::set_input_shapes`](crate::Session::set_input_shapes) on the
     /// CPU: the same rule and the same errors ([`Error::Dims`](crate::Error::Dims) naming the
     /// dim, its range and the input; the session keeps its sizes). The GPU session lowers the
-    /// model again at new sizes into the buffers allocated at the bound (the last few sizes are
-    /// kept; the same shapes again cost a comparison). `model` is the model the session was
-    /// placed for. A GPU session starts at the bound.
+    /// model again at new sizes into the GPU objects made at load for every size within the
+    /// bounds, creating none (the same shapes again cost a comparison). `model` is the model the
+    /// session was placed for. A GPU session starts at the bound.
     pub fn set_input_shapes(
         &mut self,
         model: &kestrel_rt_cpu::Model<'_>,

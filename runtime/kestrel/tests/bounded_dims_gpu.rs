@@ -1,8 +1,8 @@
 //! Bounded dims (format 2.0) through the facade's GPU placement (cargo feature `gpu`): WGPU
 //! places a session at the bound whose `set_input_shapes` / `input_shape` / `output_shape` /
 //! `run_shaped` follow the CPU `Session`'s (same results within the model tolerance, same
-//! `Error::Dims` wording for shapes out of range), and AUTO still places such a model (timed at
-//! the bound).
+//! `Error::Dims` wording for shapes out of range) and create no GPU object at any size after the
+//! first run, and AUTO still places such a model (timed at the bound).
 #![cfg(feature = "gpu")]
 
 mod common_dims;
@@ -21,6 +21,13 @@ fn have_gpu() -> bool {
         return false;
     }
     true
+}
+
+/// Holds the shared device to one test at a time: placements share it, and one test counts its
+/// GPU objects.
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    static DEVICE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    DEVICE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn wgpu(model: &kestrel_rt_cpu::Model<'_>, capacity: usize) -> Box<GpuPlacement> {
@@ -44,6 +51,7 @@ fn close(got: &[f32], want: &[f32], what: &str) {
 
 #[test]
 fn a_wgpu_placement_runs_every_size_as_the_cpu_session() {
+    let _alone = alone();
     if !have_gpu() {
         return;
     }
@@ -54,7 +62,9 @@ fn a_wgpu_placement_runs_every_size_as_the_cpu_session() {
     let mut cpu = owned.session(2).unwrap();
     assert_eq!(g.input_shape(0), Some(vec![CIN, HMAX, common_dims::WMAX]));
     let mut rng = Rng::new(9);
-    for (h, w) in [(HMIN, WMIN), (11, 7), (HMAX, WMIN), (HMIN, WMIN)] {
+    // One run at the bound, then every size new: the device's GPU objects stay as they were.
+    let mut counts = None;
+    for (h, w) in [(HMAX, common_dims::WMAX), (HMIN, WMIN), (11, 7), (HMAX, WMIN), (HMIN, WMIN)] {
         for batch in [1, 2] {
             let x = rng.vec(batch * CIN * h * w, 1.0);
             let (oh, ow) = conv_out_hw(h, w);
@@ -68,12 +78,19 @@ fn a_wgpu_placement_runs_every_size_as_the_cpu_session() {
             let want = cpu.run_vec_shaped(&[Input::F32(&x)], &[&[CIN, h, w]]).unwrap();
             close(&map, &want[0], &format!("{h}x{w} batch {batch}: map"));
             close(&logits, &want[1], &format!("{h}x{w} batch {batch}: logits"));
+            let Some(before) = counts else {
+                counts = Some(g.ctx.counts());
+                continue;
+            };
+            assert_eq!(g.session.in_flight_counts(), before, "{h}x{w} batch {batch}: GPU objects while in flight");
+            assert_eq!(g.ctx.counts(), before, "{h}x{w} batch {batch}: GPU objects left behind");
         }
     }
 }
 
 #[test]
 fn shape_errors_read_as_the_cpus_and_the_placement_goes_on() {
+    let _alone = alone();
     if !have_gpu() {
         return;
     }
@@ -105,6 +122,7 @@ fn shape_errors_read_as_the_cpus_and_the_placement_goes_on() {
 
 #[test]
 fn auto_places_a_bounded_model() {
+    let _alone = alone();
     if !have_gpu() {
         return;
     }

@@ -2,18 +2,20 @@
 //! blocks, input and readback staging, timestamp queries), one command encoder, one compute pass
 //! and one submission per run; a steady-state run creates no GPU object ([`GpuCounts`]).
 //!
-//! Bounded dims (format 2.0): the arena, weights and staging are sized at the bound (and the
-//! GPU scratch for the smallest sizes too); [`GpuSession::set_input_shapes`] lowers the model
-//! again at other sizes into them, which makes only a parameter buffer and bind groups (kept for
-//! the last few sizes, so switching between them creates nothing).
+//! Bounded dims (format 2.0): the arena, weights and staging are sized at the bound, and the GPU
+//! scratch, parameter slots, bind groups and pipelines for every size within the bounds, found
+//! by lowering the model at each of them at load ([`sizes`]); [`GpuSession::set_input_shapes`]
+//! lowers the model again at the new sizes on the CPU and creates no GPU object.
 
-use crate::compile::{self, numel, Dispatch};
+mod sizes;
+
+use crate::compile;
 use crate::device::GpuContext;
 use crate::kernels::{Arith, PipelineCache, Variant, PARAM_BYTES, PARAM_WORDS, WORKGROUP};
 use crate::{GpuError, Tuning};
 use kestrel_rt_core::{Input, RunError};
-use kestrel_rt_format::ops::Op;
 use kestrel_rt_format::{DType, TensorId};
+use sizes::{Form, Lowering, NodeDispatch, Slots};
 use std::time::{Duration, Instant};
 
 /// Longest wait for one submission before it is reported as a hang.
@@ -83,76 +85,27 @@ pub struct Profile {
     pub submission: Duration,
 }
 
-struct Io {
-    /// Word offset of the region for the session's capacity.
-    base: u64,
-    /// Elements per sample (at the form's sizes).
-    n: usize,
-    dtype: DType,
-}
-
-/// A dispatch ready to record: parameters, kernel variant, pipeline, bind group.
-type NodeDispatch = (Dispatch, Variant, wgpu::ComputePipeline, wgpu::BindGroup);
-
-struct Node {
-    op: Op,
-    dispatches: Vec<NodeDispatch>,
-}
-
-/// The model lowered at one set of input shapes (a bounded-dims model has one per size it ran
-/// at, the last few kept; any other model only the one): its dispatches, their parameter
-/// blocks in a uniform buffer of their own (bind groups over the session's arena and weights,
-/// which every form shares), and the inputs' and outputs' sizes.
-struct Form {
-    /// Each input's per-sample shape (what selects this form).
-    shapes: Vec<Vec<usize>>,
-    /// Each output's per-sample shape.
-    out_shapes: Vec<Vec<usize>>,
-    nodes: Vec<Node>,
-    inputs: Vec<Io>,
-    outputs: Vec<Io>,
-    /// (graph input index, vocabulary) of every embedding reading a graph input.
-    id_checks: Vec<(usize, usize)>,
-    params: wgpu::Buffer,
-    param_words: Vec<u32>,
-    /// The batch the parameter blocks were last written for (0: not yet).
-    last_batch: usize,
-}
-
-/// Forms a session keeps (the current one and the most recently used others): switching back
-/// to one of them costs a lookup, no lowering.
-const KEPT_FORMS: usize = 4;
-
-/// What lowering the model again at other sizes needs (a bounded-dims model).
-struct Lowering {
-    /// The model's bytes (address and length): [`GpuSession::set_input_shapes`] takes only the
-    /// model the session was made for.
-    model: (usize, usize),
-    acts_words: usize,
-    /// Scratch words the arena holds after the activations.
-    scratch_words: usize,
-    tuning: Tuning,
-    fit: compile::Fit,
-    cache: PipelineCache,
-}
-
 /// A model bound to a device with a batch capacity.
 pub struct GpuSession {
     ctx: GpuContext,
     capacity: usize,
     arith: Arith,
-    /// The current form first, then the others kept, most recently used first.
-    forms: Vec<Form>,
+    /// The model lowered at the current sizes.
+    form: Form,
     lowering: Lowering,
+    /// Parameter slots for the most dispatches any size records.
+    slots: Slots,
     arena: wgpu::Buffer,
     staging: wgpu::Buffer,
     /// Persistent input staging (MAP_WRITE | COPY_SRC), input i at `upload_offsets[i]` for the
     /// session's capacity (sized at the bound): a run writes its inputs into the mapped buffer
     /// and copies them into the arena inside the run's own command buffer, so no transient
     /// staging is created (as `Queue::write_buffer` would) and the buffer is mapped again by the
-    /// run's one wait.
+    /// run's one wait. Its part after the inputs, from `params_offset`, stages the parameter
+    /// blocks of new sizes or a new batch, which the next run copies into the slots.
     upload: wgpu::Buffer,
     upload_offsets: Vec<u64>,
+    params_offset: u64,
     upload_mapped: bool,
     /// Outcomes of the run's buffer mappings (outputs, timestamps, input staging), written by
     /// wgpu's callbacks; made once, reset each run.
@@ -170,51 +123,6 @@ fn limit(what: &'static str, needed: u64, limit: u64, limit_name: &'static str) 
         return Err(GpuError::Limit { what, needed, limit, limit_name });
     }
     Ok(())
-}
-
-fn dims_of(s: kestrel_rt_format::Shape) -> Vec<usize> {
-    s.dims().iter().map(|&d| d as usize).collect()
-}
-
-/// Each input's per-sample shape with every bounded dim at its minimum (`None` for a model
-/// without bounded dims, or where an input dim cannot be evaluated there).
-fn min_shapes(file: &kestrel_rt_format::KesFile<'_>) -> Option<Vec<Vec<usize>>> {
-    use kestrel_rt_format::dims::Target;
-    let dims = file.dims()?;
-    let mins: Vec<u32> = (0..dims.sym_count()).map(|i| dims.sym(i).map(|s| s.min)).collect::<Result<_, _>>().ok()?;
-    let mut shapes = Vec::new();
-    for tensor in file.inputs() {
-        let mut s = dims_of(file.tensor(tensor).ok()?.shape);
-        for i in 0..dims.binding_count() {
-            let b = dims.binding(i).ok()?;
-            if let Target::TensorDim { tensor: t, axis } = b.target {
-                if t == tensor {
-                    *s.get_mut(usize::from(axis))? = b.expr.eval(&mins).ok()? as usize;
-                }
-            }
-        }
-        shapes.push(s);
-    }
-    Some(shapes)
-}
-
-/// Graph inputs' or outputs' regions and sizes, and their per-sample shapes.
-type Ios = (Vec<Io>, Vec<Vec<usize>>);
-
-/// The inputs' and outputs' per-sample shapes and sizes at `graph`'s sizes.
-fn io_of(
-    file: &kestrel_rt_format::KesFile<'_>,
-    graph: kestrel_rt_core::graph::Graph<'_, '_>,
-    capacity: usize,
-) -> Result<(Ios, Ios), GpuError> {
-    let io = |id: TensorId| -> Result<(Io, Vec<usize>), GpuError> {
-        let bound = file.tensor(id).map_err(|e| GpuError::Model(e.to_string()))?;
-        let t = graph.tensor(id).map_err(|e| GpuError::Model(e.to_string()))?;
-        Ok((Io { base: bound.offset * capacity as u64 / 4, n: numel(&t)?, dtype: t.dtype }, dims_of(t.shape)))
-    };
-    let inputs = file.inputs().map(io).collect::<Result<(Vec<_>, Vec<_>), _>>()?;
-    let outputs = file.outputs().map(io).collect::<Result<(Vec<_>, Vec<_>), _>>()?;
-    Ok((inputs, outputs))
 }
 
 impl GpuSession {
@@ -261,21 +169,11 @@ impl GpuSession {
         // Kernels are chosen within the device's limits and features (the adapter's, or WebGPU's
         // defaults: `DeviceLimits`), and a model needing one beyond them is refused by name.
         let fit = compile::Fit { limits: ctx.limits.clone(), subgroups: ctx.subgroups, arith };
-        let (compiled, mut scratch_words) = compile::compile(file, None, capacity, acts_words, tuning, &fit)?;
+        let (compiled, scratch_words) = compile::compile(file, None, capacity, acts_words, tuning, &fit)?;
         fit.check(&compiled)?;
-        let mut n_dispatch: usize = compiled.iter().map(|(_, d)| d.len()).sum();
-        // Bounded dims: the arena's scratch part and the timestamp queries also fit the smallest
-        // sizes (scratch and dispatch counts follow the sizes, and kernel choices with them).
-        if let Some(shapes) = min_shapes(file) {
-            let mut table = kestrel_rt_core::Table::new(model).map_err(|e| GpuError::Model(e.to_string()))?;
-            let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-            if table.specialise(model, &refs).is_ok() {
-                let (small, words) = compile::compile(file, Some(&table), capacity, acts_words, tuning, &fit)?;
-                fit.check(&small)?;
-                scratch_words = scratch_words.max(words);
-                n_dispatch = n_dispatch.max(small.iter().map(|(_, d)| d.len()).sum());
-            }
-        }
+        // Bounded dims: the scratch, parameter slots and pipelines of every size, made now.
+        let planned = sizes::plan(model, (&compiled, scratch_words), capacity, acts_words, tuning, &fit)?;
+        let (n_slots, scratch_words) = (planned.slots, planned.scratch_words);
         let arena_bytes = ((acts_words + scratch_words) as u64 * 4).max(4);
         let lim = &ctx.limits;
         limit(
@@ -289,7 +187,7 @@ impl GpuSession {
         let weights_len = (bytes.len() as u64).div_ceil(4) * 4;
         limit("the model file", weights_len, lim.max_storage_buffer_binding_size, "max_storage_buffer_binding_size")?;
         // Staging at the bound: every size's inputs and outputs fit.
-        let ((inputs, _), (outputs, _)) = io_of(file, kestrel_rt_core::graph::Graph::file(file), capacity)?;
+        let ((inputs, _), (outputs, _)) = sizes::io_of(file, kestrel_rt_core::graph::Graph::file(file), capacity)?;
         let out_bytes: u64 = outputs.iter().map(|o| (o.n * capacity * 4) as u64).sum::<u64>().max(4);
         let mut upload_offsets = Vec::with_capacity(inputs.len());
         let mut upload_bytes = 0u64;
@@ -300,11 +198,15 @@ impl GpuSession {
             upload_offsets.push(upload_bytes);
             upload_bytes += (io.n * capacity * 4) as u64;
         }
-        let upload_bytes = upload_bytes.max(4);
+        let params_offset = upload_bytes.next_multiple_of(wgpu::MAP_ALIGNMENT);
+        let upload_bytes = (params_offset + n_slots as u64 * PARAM_BYTES).max(4);
         let timestamps = ctx.timestamps;
         let dev = &ctx.device;
         ctx.scoped("session creation", || -> Result<Self, GpuError> {
-            let cache = PipelineCache::new(dev);
+            let mut cache = PipelineCache::new(dev);
+            for &v in &planned.variants {
+                cache.get(dev, v)?;
+            }
             let mut padded = bytes.to_vec();
             padded.resize(weights_len as usize, 0);
             let weights =
@@ -326,7 +228,7 @@ impl GpuSession {
             });
             let queries = timestamps.then(|| {
                 // Two per dispatch, up to wgpu's query set limit (dispatches past it go untimed).
-                let count = (2 * n_dispatch).clamp(2, wgpu::QUERY_SET_MAX_QUERIES as usize) as u32;
+                let count = (2 * n_slots).clamp(2, wgpu::QUERY_SET_MAX_QUERIES as usize) as u32;
                 let qs = dev.create_query_set(&wgpu::QuerySetDescriptor {
                     label: Some("dispatch timestamps"),
                     ty: wgpu::QueryType::Timestamp,
@@ -343,157 +245,39 @@ impl GpuSession {
                 );
                 (qs, resolve, read)
             });
-            let lowering = Lowering {
+            let mut lowering = Lowering {
                 model: (bytes.as_ptr() as usize, bytes.len()),
                 acts_words,
                 scratch_words,
                 tuning,
                 fit,
                 cache,
+                capacity,
+                planned: planned.planned,
             };
-            let mut s = Self {
+            let slots = Slots::new(dev, &lowering.cache.layout, &arena, &weights, n_slots);
+            let graph = kestrel_rt_core::graph::Graph::file(file);
+            let form = lowering.form(dev, &slots, file, graph, compiled, Vec::new())?;
+            Ok(Self {
                 ctx: ctx.clone(),
                 capacity,
                 arith,
-                forms: Vec::with_capacity(KEPT_FORMS),
+                form,
                 lowering,
+                slots,
                 arena,
                 staging,
                 upload,
                 upload_offsets,
+                params_offset,
                 upload_mapped: true,
                 maps: Default::default(),
                 in_flight: GpuCounts::default(),
                 queries,
                 node_limit: usize::MAX,
                 weights,
-            };
-            let form = s.form(file, kestrel_rt_core::graph::Graph::file(file), compiled)?;
-            s.forms.push(form);
-            Ok(s)
+            })
         })?
-    }
-
-    /// Binds `lowered` (the model lowered at `graph`'s sizes) to the session's buffers: a
-    /// pipeline and a bind group per dispatch, and a parameter buffer for its blocks.
-    fn form(
-        &mut self,
-        file: &kestrel_rt_format::KesFile<'_>,
-        graph: kestrel_rt_core::graph::Graph<'_, '_>,
-        lowered: compile::Lowered,
-    ) -> Result<Form, GpuError> {
-        let ((inputs, shapes), (outputs, out_shapes)) = io_of(file, graph, self.capacity)?;
-        let mut id_checks = Vec::new();
-        for (op, _) in &lowered {
-            if let Op::Embedding(e) = op {
-                if let Some(i) = file.inputs().position(|id| id == e.ids) {
-                    let vocab = graph.tensor(e.table).ok().and_then(|t| t.shape.as_matrix()).map_or(0, |m| m.0);
-                    id_checks.push((i, vocab));
-                }
-            }
-        }
-        let n_dispatch: usize = lowered.iter().map(|(_, d)| d.len()).sum();
-        let dev = &self.ctx.device;
-        let params = buffer(
-            dev,
-            "params",
-            (n_dispatch.max(1) as u64) * PARAM_BYTES,
-            wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-        );
-        let mut nodes = Vec::with_capacity(lowered.len());
-        let mut param_words = Vec::with_capacity(n_dispatch * PARAM_WORDS);
-        for (op, ds) in lowered {
-            let mut dispatches = Vec::with_capacity(ds.len());
-            for d in ds {
-                let variant = Variant::of(d.kernel, self.arith);
-                let pipe = self.lowering.cache.get(dev, variant)?;
-                let offset = (param_words.len() / PARAM_WORDS) as u64 * PARAM_BYTES;
-                param_words.extend_from_slice(&d.params);
-                let bg = dev.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some(d.kernel.entry()),
-                    layout: &self.lowering.cache.layout,
-                    entries: &[
-                        wgpu::BindGroupEntry { binding: 0, resource: self.arena.as_entire_binding() },
-                        wgpu::BindGroupEntry { binding: 1, resource: self.weights.as_entire_binding() },
-                        wgpu::BindGroupEntry {
-                            binding: 2,
-                            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                                buffer: &params,
-                                offset,
-                                size: wgpu::BufferSize::new(PARAM_BYTES),
-                            }),
-                        },
-                    ],
-                });
-                dispatches.push((d, variant, pipe, bg));
-            }
-            nodes.push(Node { op, dispatches });
-        }
-        Ok(Form { shapes, out_shapes, nodes, inputs, outputs, id_checks, params, param_words, last_batch: 0 })
-    }
-
-    /// Sets the per-sample shapes of the inputs (graph input order, no batch axis) the next
-    /// runs take, for a model with bounded dims (format 2.0): each symbol's value comes from the
-    /// input axes it names, within its range ([`kestrel_rt_core::Table::specialise`], the CPU
-    /// runtime's rule and errors), and the model is lowered again at those sizes — parameter
-    /// blocks, workgroup counts, kernel choices — into the arena and weights allocated at the
-    /// bound (a new parameter buffer and bind groups only). The last few sizes stay lowered:
-    /// returning to one of them costs a lookup, and the same shapes again a comparison. For a
-    /// model of fixed sizes the shapes must be its own.
-    ///
-    /// `model` must be the model the session was made for ([`GpuError::Model`] otherwise). A
-    /// shape error is a [`GpuError::Run`] with the typed [`RunError`] (`DimOutOfRange`,
-    /// `DimMismatch`, `InputShape`, `InputRank`, `Arity`, `Specialise`); the session then
-    /// keeps its current sizes.
-    pub fn set_input_shapes(
-        &mut self,
-        model: &kestrel_rt_core::Model<'_>,
-        shapes: &[&[usize]],
-    ) -> Result<(), GpuError> {
-        let same = |f: &Form| f.shapes.len() == shapes.len() && f.shapes.iter().zip(shapes).all(|(a, b)| a == b);
-        if self.forms.first().is_some_and(same) {
-            return Ok(());
-        }
-        let file = model.file();
-        if (file.bytes().as_ptr() as usize, file.bytes().len()) != self.lowering.model {
-            return Err(GpuError::Model("set_input_shapes: not the model this session was made for".into()));
-        }
-        if let Some(i) = self.forms.iter().position(same) {
-            self.forms[..=i].rotate_right(1);
-            return Ok(());
-        }
-        let mut table = kestrel_rt_core::Table::new(model).map_err(|e| GpuError::Model(e.to_string()))?;
-        table.specialise(model, shapes)?;
-        let l = &self.lowering;
-        let (lowered, scratch) = compile::compile(file, Some(&table), self.capacity, l.acts_words, l.tuning, &l.fit)?;
-        l.fit.check(&lowered)?;
-        if scratch > l.scratch_words {
-            return Err(GpuError::Limit {
-                what: "the GPU scratch at these sizes (the arena was sized at the bound and the minimum)",
-                needed: scratch as u64 * 4,
-                limit: l.scratch_words as u64 * 4,
-                limit_name: "the session's arena",
-            });
-        }
-        let ctx = self.ctx.clone();
-        let form = ctx.scoped("lowering at new sizes", || {
-            self.form(file, kestrel_rt_core::graph::Graph::with_table(file, Some(&table)), lowered)
-        })??;
-        if self.forms.len() >= KEPT_FORMS {
-            self.forms.pop();
-        }
-        self.forms.insert(0, form);
-        Ok(())
-    }
-
-    /// Input `i`'s per-sample shape at the current sizes (what [`run`](Self::run) takes).
-    pub fn input_shape(&self, i: usize) -> Option<Vec<usize>> {
-        self.forms.first()?.shapes.get(i).cloned()
-    }
-
-    /// Output `i`'s per-sample shape at the current sizes.
-    pub fn output_shape(&self, i: usize) -> Option<Vec<usize>> {
-        self.forms.first()?.out_shapes.get(i).cloned()
     }
 
     /// Batch capacity.
@@ -508,7 +292,8 @@ impl GpuSession {
         self.node_limit = nodes;
     }
 
-    /// Debugging aid: the first `batch` samples of an activation's region after the last run.
+    /// Debugging aid: the first `batch` samples of an activation's region after the last run,
+    /// at the current sizes (sample `s` at `s ·` its size there, as the kernels write it).
     #[doc(hidden)]
     pub fn read_activation(
         &self,
@@ -516,8 +301,12 @@ impl GpuSession {
         file: &kestrel_rt_format::KesFile<'_>,
         batch: usize,
     ) -> Result<Vec<f32>, GpuError> {
+        if (file.bytes().as_ptr() as usize, file.bytes().len()) != self.lowering.model {
+            return Err(GpuError::Model("read_activation: not the model this session was made for".into()));
+        }
         let t = file.tensor(id).map_err(|e| GpuError::Model(e.to_string()))?;
-        let len = (numel(&t)? * batch * 4) as u64;
+        let per_sample: usize = sizes::shape_at(file, id, &self.form.values)?.iter().product();
+        let len = (per_sample * batch.min(self.capacity) * 4) as u64;
         let dev = &self.ctx.device;
         let tmp =
             buffer(dev, "debug readback", len.max(4), wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
@@ -533,7 +322,7 @@ impl GpuSession {
 
     /// Number of compute dispatches one run records.
     pub fn dispatch_count(&self) -> usize {
-        self.forms[0].nodes.iter().map(|n| n.dispatches.len()).sum()
+        self.form.nodes.iter().map(|n| n.dispatches.len()).sum()
     }
 
     /// The arithmetic the session's dot-product kernels were compiled with ([`Precision`]
@@ -545,7 +334,7 @@ impl GpuSession {
     /// The kernel variant of every dispatch one run records, in order (f16 variants appear only
     /// for the families that have one).
     pub fn variants(&self) -> Vec<Variant> {
-        self.forms[0].nodes.iter().flat_map(|n| n.dispatches.iter().map(|d| d.1)).collect()
+        self.form.nodes.iter().flat_map(|n| n.dispatches.iter().map(|d| d.1)).collect()
     }
 
     /// Runs a batch (inferred from the input lengths, as on the CPU) and writes every output.
@@ -566,21 +355,18 @@ impl GpuSession {
 
     fn check_inputs(&self, inputs: &[Input<'_>], outputs: &[&mut [f32]]) -> Result<usize, GpuError> {
         let cap = self.capacity;
-        if inputs.len() != self.forms[0].inputs.len() {
+        if inputs.len() != self.form.inputs.len() {
             return Err(
-                RunError::Arity { what: "inputs", expected: self.forms[0].inputs.len(), found: inputs.len() }.into()
+                RunError::Arity { what: "inputs", expected: self.form.inputs.len(), found: inputs.len() }.into()
             );
         }
-        if outputs.len() != self.forms[0].outputs.len() {
-            return Err(RunError::Arity {
-                what: "outputs",
-                expected: self.forms[0].outputs.len(),
-                found: outputs.len(),
-            }
-            .into());
+        if outputs.len() != self.form.outputs.len() {
+            return Err(
+                RunError::Arity { what: "outputs", expected: self.form.outputs.len(), found: outputs.len() }.into()
+            );
         }
-        let batch = kestrel_rt_core::batch_of(inputs, |i| Ok(self.forms[0].inputs[i].n), cap)?;
-        for (i, (inp, io)) in inputs.iter().zip(&self.forms[0].inputs).enumerate() {
+        let batch = kestrel_rt_core::batch_of(inputs, |i| Ok(self.form.inputs[i].n), cap)?;
+        for (i, (inp, io)) in inputs.iter().zip(&self.form.inputs).enumerate() {
             let ok =
                 matches!((io.dtype, inp), (DType::F32, _) | (DType::I32, Input::I32(_)) | (DType::I32, Input::I64(_)));
             if !ok {
@@ -593,7 +379,7 @@ impl GpuSession {
                 return Err(RunError::InputDType { index: i, expected, found }.into());
             }
         }
-        for (i, (out, io)) in outputs.iter().zip(&self.forms[0].outputs).enumerate() {
+        for (i, (out, io)) in outputs.iter().zip(&self.form.outputs).enumerate() {
             if out.len() != batch * io.n {
                 return Err(RunError::Length {
                     what: "output",
@@ -638,8 +424,8 @@ impl GpuSession {
     /// Writes the batch's inputs into the mapped input staging buffer (token ids checked against
     /// the vocabulary of every embedding that reads them, i64 ids narrowed to i32 in place).
     fn stage_inputs(&self, inputs: &[Input<'_>], batch: usize) -> Result<(), GpuError> {
-        for (i, ((inp, io), &off)) in inputs.iter().zip(&self.forms[0].inputs).zip(&self.upload_offsets).enumerate() {
-            let vocab = self.forms[0].id_checks.iter().filter(|c| c.0 == i).map(|c| c.1).min();
+        for (i, ((inp, io), &off)) in inputs.iter().zip(&self.form.inputs).zip(&self.upload_offsets).enumerate() {
+            let vocab = self.form.id_checks.iter().filter(|c| c.0 == i).map(|c| c.1).min();
             let len = (batch * io.n * 4) as u64;
             let mut view =
                 self.upload.get_mapped_range_mut(off..off + len).map_err(|e| GpuError::Map(e.to_string()))?;
@@ -693,28 +479,36 @@ impl GpuSession {
     ) -> Result<(usize, Profile), GpuError> {
         self.ctx.take_error("before the run")?;
         let batch = self.check_inputs(inputs, outputs)?;
-        if batch != self.forms[0].last_batch {
-            // Not steady state: a new batch size rewrites the parameter blocks once.
-            for block in self.forms[0].param_words.chunks_exact_mut(PARAM_WORDS) {
-                block[crate::params::BATCH] = batch as u32;
-            }
-            self.ctx.queue.write_buffer(&self.forms[0].params, 0, bytemuck::cast_slice(&self.forms[0].param_words));
-            self.forms[0].last_batch = batch;
-        }
         self.ensure_upload_mapped()?;
         self.stage_inputs(inputs, batch)?;
+        // Not steady state: the first run at new sizes or a new batch size rewrites the parameter
+        // blocks, staged beside the inputs and copied into the slots by this run (no transient
+        // staging buffer, as `Queue::write_buffer` would make).
+        let params_len = (self.form.param_words.len() * 4) as u64;
+        let new_params = batch != self.form.last_batch && params_len > 0;
+        if new_params {
+            for block in self.form.param_words.chunks_exact_mut(PARAM_WORDS) {
+                block[crate::params::BATCH] = batch as u32;
+            }
+            let range = self.params_offset..self.params_offset + params_len;
+            let mut view = self.upload.get_mapped_range_mut(range).map_err(|e| GpuError::Map(e.to_string()))?;
+            view.copy_from_slice(bytemuck::cast_slice(&self.form.param_words));
+        }
         self.upload.unmap();
         self.upload_mapped = false;
         let timed = profile && self.queries.is_some();
         let dev = &self.ctx.device;
         let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kestrel run") });
-        for (io, &off) in self.forms[0].inputs.iter().zip(&self.upload_offsets) {
+        for (io, &off) in self.form.inputs.iter().zip(&self.upload_offsets) {
             enc.copy_buffer_to_buffer(&self.upload, off, &self.arena, io.base * 4, (batch * io.n * 4) as u64);
+        }
+        if new_params {
+            enc.copy_buffer_to_buffer(&self.upload, self.params_offset, &self.form.params, 0, params_len);
         }
         if let (Some((qs, _, _)), true) = (&self.queries, timed) {
             // A pass per dispatch, so the timestamps bracket each one.
             let mut k = 0u32;
-            for node in self.forms[0].nodes.iter().take(self.node_limit) {
+            for node in self.form.nodes.iter().take(self.node_limit) {
                 for d in &node.dispatches {
                     let timestamp_writes = (2 * k + 1 < qs.count()).then(|| wgpu::ComputePassTimestampWrites {
                         query_set: qs,
@@ -736,14 +530,14 @@ impl GpuSession {
                 label: Some("kestrel run"),
                 timestamp_writes: None,
             });
-            for node in self.forms[0].nodes.iter().take(self.node_limit) {
+            for node in self.form.nodes.iter().take(self.node_limit) {
                 for d in &node.dispatches {
                     record(&mut pass, d, batch)?;
                 }
             }
         }
         let mut off = 0u64;
-        for io in &self.forms[0].outputs {
+        for io in &self.form.outputs {
             let len = (batch * io.n * 4) as u64;
             enc.copy_buffer_to_buffer(&self.arena, io.base * 4, &self.staging, off, len);
             off += len;
@@ -755,6 +549,7 @@ impl GpuSession {
         let start = Instant::now();
         let ctx = &self.ctx;
         let index = ctx.scoped("run", || ctx.queue.submit([enc.finish()]))?;
+        self.form.last_batch = batch;
         self.in_flight = GpuCounts::read(&ctx.device);
         // Three maps at most (outputs, timestamps, the input staging for the next run), all
         // completed by the one wait below.
@@ -805,7 +600,8 @@ impl GpuSession {
         self.staging.unmap();
         let mut nodes: Vec<NodeTiming> = Vec::new();
         if profile {
-            nodes = self.forms[0]
+            nodes = self
+                .form
                 .nodes
                 .iter()
                 .enumerate()
@@ -819,7 +615,7 @@ impl GpuSession {
                 let view = read.get_mapped_range(..).map_err(|e| GpuError::Map(e.to_string()))?;
                 let ticks: &[u64] = bytemuck::cast_slice(&view);
                 let mut k = 0usize;
-                for (t, node) in nodes.iter_mut().zip(&self.forms[0].nodes).take(self.node_limit) {
+                for (t, node) in nodes.iter_mut().zip(&self.form.nodes).take(self.node_limit) {
                     let mut all = !node.dispatches.is_empty();
                     for d in &node.dispatches {
                         if 2 * k + 1 < qs.count() as usize {
@@ -850,7 +646,7 @@ impl GpuSession {
     /// Compute dispatches each graph node records per run, indexed by node (0 for reshapes,
     /// which are views); they sum to [`dispatch_count`](Self::dispatch_count).
     pub fn node_dispatch_counts(&self) -> Vec<usize> {
-        self.forms[0].nodes.iter().map(|n| n.dispatches.len()).collect()
+        self.form.nodes.iter().map(|n| n.dispatches.len()).collect()
     }
 }
 
