@@ -321,7 +321,12 @@ pub(crate) fn convert_core(
     let (calibration, int8_internals) = if let Some(report) = preset.filter(|_| opts.calibrate.is_empty()) {
         progress.stage("int8 activation scales from the calibration at the samples' size", 0);
         calibrate::apply_scales(&mut l.b, &report)?;
-        (Some(report), None)
+        // --int8-attention measured there too.
+        let internals = corners.as_ref().and_then(|c| c.internals.clone());
+        if internals.is_some() {
+            l.b.set_attention_internals(kestrel_rt_format::ops::Internals::Int8);
+        }
+        (Some(report), internals)
     } else if opts.calibrate.is_empty() {
         if opts.int8_attention {
             return Err(ConvertError::Calibrate {

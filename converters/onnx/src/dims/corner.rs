@@ -24,11 +24,13 @@ pub(crate) struct Corners {
     /// Int8 activation scales calibrated at another size, stored by the conversion at the
     /// bound instead of calibrating there.
     pub scales: Option<crate::CalibrationReport>,
+    /// With `scales`: fused attention's int8 internals, measured at the samples' size.
+    pub internals: Option<crate::InternalsReport>,
 }
 
 impl Corners {
     pub fn new(cut: Vec<(String, Vec<usize>)>) -> Self {
-        Self { cut, at_bound: HashMap::new(), scales: None }
+        Self { cut, at_bound: HashMap::new(), scales: None, internals: None }
     }
 
     pub fn is_empty(&self) -> bool {

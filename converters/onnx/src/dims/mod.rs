@@ -138,12 +138,8 @@ pub(crate) fn convert_bounded(
     let p = path.display().to_string();
     let err = |message: String| ConvertError::BoundedDims { path: p.clone(), message };
     let (syms, fixed) = check_bounds(&p, opts)?;
-    if opts.int8_attention && !syms.is_empty() {
-        return Err(err(
-            "--int8-attention with bounded dims is not supported yet (its accuracy cost is measured at one size): \
-             convert at a fixed size (--dim NAME=N), or calibrate without it"
-                .into(),
-        ));
+    if opts.int8_attention && opts.calibrate.is_empty() {
+        return Err(err("--int8-attention needs calibration data (--calibrate), to measure its cost".into()));
     }
     let mut dims = opts.dims.clone();
     dims.extend(fixed);
@@ -154,7 +150,9 @@ pub(crate) fn convert_bounded(
     };
     // The probing converts without calibration (it changes no graph); the file is calibrated
     // at the end, at the samples' size.
-    let at_plain = |point: &[usize]| -> ConvertOptions { ConvertOptions { calibrate: Vec::new(), ..at(point) } };
+    let at_plain = |point: &[usize]| -> ConvertOptions {
+        ConvertOptions { calibrate: Vec::new(), int8_attention: false, ..at(point) }
+    };
     let bound: Vec<usize> = syms.iter().map(|s| s.2).collect();
     if syms.is_empty() {
         return crate::convert_fixed(path, &at(&bound), progress, edit);
@@ -456,7 +454,9 @@ pub(crate) fn convert_bounded(
             pr.prefix = format!("calibrating at the samples' size ({here}): ");
             let (_, report) = crate::convert_core(path, &at(&point), &mut pr, |_| {}, true, Some(&mut pass))
                 .map_err(|e| err(format!("calibrating at the samples' size ({here}): {e}")))?;
-            pass.scales = report.and_then(|r| r.calibration);
+            let report = report.ok_or_else(|| err("no report from the calibration".into()))?;
+            pass.scales = report.calibration;
+            pass.internals = report.int8_internals;
         }
         pr.prefix = format!("the bound ({b_at}), calibrated: ");
         let opts_bound = if point == bound { at(&bound) } else { at_plain(&bound) };
@@ -471,11 +471,28 @@ pub(crate) fn convert_bounded(
             },
             Some(&mut pass),
         )?;
-        let same = Snap::of(&again.kes).map_err(kestrel_rt::Error::from)?.integers() == ints;
-        if differs || !same {
-            return Err(err(
-                "the calibrated conversion at the bound differs from the uncalibrated one (a converter bug)".into(),
-            ));
+        // The same graph, and the same value at every binding's target (int8 attention
+        // internals add an attribute no binding sets).
+        let snap = Snap::of(&again.kes).map_err(kestrel_rt::Error::from)?;
+        let got: std::collections::HashMap<Target, i64> = snap.integers().into_iter().collect();
+        let had: std::collections::HashMap<Target, i64> = ints.iter().copied().collect();
+        let why = if differs {
+            Some("the metadata differs".to_string())
+        } else if snap.tensors.len() != base.tensors.len()
+            || snap.ops.len() != base.ops.len()
+            || snap.ops.iter().zip(&base.ops).any(|(a, b)| a.kind != b.kind || a.tensors != b.tensors)
+        {
+            Some("the graph differs".to_string())
+        } else {
+            bindings
+                .iter()
+                .find(|(t, _)| got.get(t) != had.get(t))
+                .map(|(t, _)| format!("{} differs", base.describe(*t)))
+        };
+        if let Some(why) = why {
+            return Err(err(format!(
+                "the calibrated conversion at the bound differs from the uncalibrated one: {why} (a converter bug)"
+            )));
         }
         // The probes are uncalibrated: the runs below check the file before calibration.
         plain = Some(std::mem::replace(&mut conv, again).kes);
