@@ -335,13 +335,16 @@ fn run_model(
     }
     for (i, data) in results.iter().enumerate() {
         let t = cpu.output(i)?;
+        // The model's own output name (the ONNX graph's) where the metadata has one, else the
+        // tensor's.
+        let id = cpu.file().outputs().nth(i);
+        let name = cpu.file().meta().outputs().find(|o| Some(o.tensor) == id).map_or(t.name, |o| o.name);
         let mut shape = if single && !inputs.is_empty() { vec![] } else { vec![batch] };
         shape.extend(out_shapes.get(i).cloned().unwrap_or_default());
-        writeln!(w, "output {i}   {} {:?}", t.name, shape)?;
+        writeln!(w, "output {i}   {name} {:?}", shape)?;
         if let Some((n, first)) = npy::non_finite(data) {
             eprintln!(
-                "warning: output {i} ({}): {n} of {} values are NaN or infinite (the first at element {first})",
-                t.name,
+                "warning: output {i} ({name}): {n} of {} values are NaN or infinite (the first at element {first})",
                 data.len()
             );
         }
