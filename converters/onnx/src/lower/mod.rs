@@ -643,6 +643,7 @@ impl<'m> Lowerer<'m> {
             || self.try_deconv()?
             || self.try_rnn()?
             || self.try_fft()?
+            || self.try_stft()?
             || self.try_lrn()?
             || self.try_grid_sample()?
         {
