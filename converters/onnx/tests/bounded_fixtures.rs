@@ -111,9 +111,30 @@ fn alibi_window_one_file_slices_its_size_dependent_constants() {
     assert_eq!(conv.report.kestrel_ops.get("Slice").copied(), Some(6), "{:?}", conv.report.kestrel_ops);
 }
 
+/// Runs every case of `model` from `kes` in one CPU session; each output within `tol` of
+/// onnxruntime's. Returns the outputs by case name.
+fn run_every_case(what: &str, model: &str, kes: &[u8], tol: f32) -> Vec<(String, Vec<f32>)> {
+    let m = kestrel_rt::Model::from_bytes(kes).unwrap();
+    let cs = cases(model);
+    let mut s = m.session(cs.iter().map(|c| c.inputs[0].shape[0]).max().unwrap()).unwrap();
+    let mut out = Vec::new();
+    for case in cs {
+        let shapes = per_sample(&case);
+        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        let ins: Vec<Input<'_>> = case.inputs.iter().map(InputTensor::as_input).collect();
+        let mut got = s.run_vec_shaped(&ins, &refs).unwrap_or_else(|e| panic!("{what} {}: {e}", case.name));
+        let err = max_abs_diff(&case.expected[0].1, &got[0]);
+        println!("{what} {}: max abs err {err:.2e}", case.name);
+        assert!(err < tol, "{what} {}: {err}", case.name);
+        out.push((case.name, got.swap_remove(0)));
+    }
+    out
+}
+
 /// `--calibrate` with bounded dims: the samples (here at sequence 13) calibrate int8
 /// activations once, at their size; the bound's file stores those scales and runs every length
-/// like the file converted and calibrated at 13 (at 13) and like onnxruntime within int8's error.
+/// like the file converted and calibrated at 13 (at 13) and like onnxruntime within int8's error;
+/// with `--int8-attention` too.
 #[test]
 fn calibrated_int8_bert_runs_every_length() {
     let f = fixture("bert_legacy");
@@ -126,23 +147,14 @@ fn calibrated_int8_bert_runs_every_length() {
     assert!(!calibration.tensors.is_empty(), "{calibration:?}");
     let fixed = convert(&f.onnx, &ConvertOptions { dims: vec![("sequence".into(), 13)], ..int8.clone() }).unwrap();
     assert_eq!(calibration, fixed.report.calibration.as_ref().unwrap(), "the same scales as calibrating at 13");
-    let model = kestrel_rt::Model::from_bytes(&bounded.kes).unwrap();
-    let mut s = model.session(2).unwrap();
-    for case in cases("bert_legacy") {
-        let shapes = per_sample(&case);
-        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-        let ins: Vec<Input<'_>> = case.inputs.iter().map(InputTensor::as_input).collect();
-        let got = s.run_vec_shaped(&ins, &refs).unwrap();
-        let err = max_abs_diff(&case.expected[0].1, &got[0]);
-        println!("int8 calibrated bert {}: max abs err {err:.2e}", case.name);
-        assert!(err < 5e-2, "{}: {err}", case.name);
-        if case.name == "s13" {
-            let m = kestrel_rt::Model::from_bytes(&fixed.kes).unwrap();
-            let want = m.session(1).unwrap().run_vec(&ins).unwrap();
-            let d = max_abs_diff(&want[0], &got[0]);
-            assert!(d < 1e-3, "bounded vs fixed at 13: {d}");
-        }
-    }
+    let outs = run_every_case("int8 calibrated bert", "bert_legacy", &bounded.kes, 5e-2);
+    let at13 = &outs.iter().find(|(n, _)| n == "s13").expect("a case at 13").1;
+    let case = dynamic::case(&f, "s13");
+    let ins: Vec<Input<'_>> = case.inputs.iter().map(InputTensor::as_input).collect();
+    let m = kestrel_rt::Model::from_bytes(&fixed.kes).unwrap();
+    let want = m.session(1).unwrap().run_vec(&ins).unwrap();
+    let d = max_abs_diff(&want[0], at13);
+    assert!(d < 1e-3, "bounded vs fixed at 13: {d}");
     // Samples outside the range are refused by name.
     let narrow = vec![("sequence".to_string(), 20, 64)];
     let e = convert(&f.onnx, &ConvertOptions { bounds: narrow, ..int8.clone() }).unwrap_err().to_string();
@@ -150,15 +162,5 @@ fn calibrated_int8_bert_runs_every_length() {
     // --int8-attention: measured at the samples' size, the bound's attention set to int8.
     let q = convert(&f.onnx, &ConvertOptions { bounds: f.bounds(), int8_attention: true, ..int8 }).unwrap();
     assert!(q.report.int8_internals.is_some());
-    let model = kestrel_rt::Model::from_bytes(&q.kes).unwrap();
-    let mut s = model.session(2).unwrap();
-    for case in cases("bert_legacy") {
-        let shapes = per_sample(&case);
-        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-        let ins: Vec<Input<'_>> = case.inputs.iter().map(InputTensor::as_input).collect();
-        let got = s.run_vec_shaped(&ins, &refs).unwrap();
-        let err = max_abs_diff(&case.expected[0].1, &got[0]);
-        println!("int8 attention bert {}: max abs err {err:.2e}", case.name);
-        assert!(err < 5e-2, "{}: {err}", case.name);
-    }
+    run_every_case("int8 attention bert", "bert_legacy", &q.kes, 5e-2);
 }
