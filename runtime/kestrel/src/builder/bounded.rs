@@ -103,13 +103,13 @@ fn fit(points: &[(i64, i64)]) -> Option<(i64, i64, i64)> {
     None
 }
 
-/// The expression words of `⌊(a·T + b) / c⌋`.
-fn words(a: i64, b: i64, c: i64) -> Option<Vec<u32>> {
+/// The expression words of `⌊(a·T + b) / c⌋`, `T` symbol `sym`.
+fn words(sym: u32, a: i64, b: i64, c: i64) -> Option<Vec<u32>> {
     let u = |v: i64| u32::try_from(v.unsigned_abs()).ok();
     let mut w = match a {
-        1 => vec![opcode::SYM, 0],
-        a if a > 0 => vec![opcode::SYM, 0, opcode::CONST, u(a)?, opcode::MUL],
-        a => vec![opcode::CONST, 0, opcode::SYM, 0, opcode::CONST, u(a)?, opcode::MUL, opcode::SUB],
+        1 => vec![opcode::SYM, sym],
+        a if a > 0 => vec![opcode::SYM, sym, opcode::CONST, u(a)?, opcode::MUL],
+        a => vec![opcode::CONST, 0, opcode::SYM, sym, opcode::CONST, u(a)?, opcode::MUL, opcode::SUB],
     };
     if b != 0 {
         w.extend([opcode::CONST, u(b)?, if b > 0 { opcode::ADD } else { opcode::SUB }]);
@@ -132,43 +132,74 @@ pub fn bounded_sweep(
     max: usize,
     mut build: impl FnMut(usize) -> Result<Vec<u8>, Error>,
 ) -> Result<Vec<u8>, Error> {
-    if min == 0 || min > max || u32::try_from(max).is_err() {
-        return Err(Error::Build(format!("`{name}`: the range {min}..={max} must satisfy 1 <= min <= max < 2^32")));
-    }
-    let bound_kes = build(max)?;
-    let bound = snap(&bound_kes)?;
-    let mut columns: Vec<Vec<(i64, i64)>> = bound.ints.iter().map(|&(_, v)| vec![(max as i64, v)]).collect();
-    for t in sizes(min, max).into_iter().filter(|&t| t != max) {
-        let s = snap(&build(t)?)?;
-        if s.shape != bound.shape || s.ints.len() != bound.ints.len() {
-            return Err(Error::Build(format!("the graph's structure differs at {name} = {t} from {name} = {max}")));
+    bounded_sweep_dims(&[(name, min, max)], |at| build(at[0]))
+}
+
+/// [`bounded_sweep`] over several symbols `(name, min, max)`: `build` gets one value per
+/// symbol. Each symbol is swept over its sizes with the others at their maximum, and every
+/// integer that varies must follow exactly one symbol, as `⌊(a·S + b) / c⌋` (an integer that
+/// follows several, say a product `h·w`, is an [`Error::Build`] naming it).
+pub fn bounded_sweep_dims(
+    syms: &[(&str, usize, usize)],
+    mut build: impl FnMut(&[usize]) -> Result<Vec<u8>, Error>,
+) -> Result<Vec<u8>, Error> {
+    for &(name, min, max) in syms {
+        if min == 0 || min > max || u32::try_from(max).is_err() {
+            return Err(Error::Build(format!("`{name}`: the range {min}..={max} must satisfy 1 <= min <= max < 2^32")));
         }
-        for (id, (w, wb)) in s.weights.iter().zip(&bound.weights).enumerate() {
-            if let (Some(w), Some(wb)) = (w, wb) {
-                if wb.get(..w.len()) != Some(&w[..]) {
-                    return Err(Error::Build(format!(
-                        "constant tensor {id} at {name} = {t} is not the leading part of its value at {max}"
-                    )));
+    }
+    if syms.is_empty() || syms.len() > kestrel_rt_format::dims::MAX_SYMS {
+        return Err(Error::Build(format!(
+            "{} symbols: 1 to {} are supported",
+            syms.len(),
+            kestrel_rt_format::dims::MAX_SYMS
+        )));
+    }
+    let top: Vec<usize> = syms.iter().map(|s| s.2).collect();
+    let bound_kes = build(&top)?;
+    let bound = snap(&bound_kes)?;
+    let mut bindings: Vec<(Target, Vec<u32>)> = Vec::new();
+    let mut follows: Vec<Option<usize>> = vec![None; bound.ints.len()];
+    for (k, &(name, min, max)) in syms.iter().enumerate() {
+        let mut columns: Vec<Vec<(i64, i64)>> = bound.ints.iter().map(|&(_, v)| vec![(max as i64, v)]).collect();
+        for t in sizes(min, max).into_iter().filter(|&t| t != max) {
+            let mut at = top.clone();
+            at[k] = t;
+            let s = snap(&build(&at)?)?;
+            if s.shape != bound.shape || s.ints.len() != bound.ints.len() {
+                return Err(Error::Build(format!("the graph's structure differs at {name} = {t} from {name} = {max}")));
+            }
+            for (id, (w, wb)) in s.weights.iter().zip(&bound.weights).enumerate() {
+                if let (Some(w), Some(wb)) = (w, wb) {
+                    if wb.get(..w.len()) != Some(&w[..]) {
+                        return Err(Error::Build(format!(
+                            "constant tensor {id} at {name} = {t} is not the leading part of its value at {max}"
+                        )));
+                    }
                 }
             }
+            for (col, &(_, v)) in columns.iter_mut().zip(&s.ints) {
+                col.push((t as i64, v));
+            }
         }
-        for (col, &(_, v)) in columns.iter_mut().zip(&s.ints) {
-            col.push((t as i64, v));
+        for (i, ((target, _), mut col)) in bound.ints.iter().zip(columns).enumerate() {
+            if col.iter().all(|&(_, v)| v == col[0].1) {
+                continue;
+            }
+            if let Some(j) = follows[i].replace(k) {
+                return Err(Error::Build(format!("{target} follows both {} and {name}", syms[j].0)));
+            }
+            col.sort_unstable();
+            let (a, b, c) = fit(&col).ok_or_else(|| {
+                Error::Build(format!("{target} follows {name}, but no floor(a*{name} + b)/c reproduces its values"))
+            })?;
+            let w = words(k as u32, a, b, c).ok_or_else(|| Error::Build(format!("{target}: constants too large")))?;
+            bindings.push((*target, w));
         }
     }
-    let mut bindings = Vec::new();
-    for ((target, _), mut col) in bound.ints.iter().zip(columns) {
-        if col.iter().all(|&(_, v)| v == col[0].1) {
-            continue;
-        }
-        col.sort_unstable();
-        let (a, b, c) = fit(&col).ok_or_else(|| {
-            Error::Build(format!("{target} follows {name}, but no floor(a*{name} + b)/c reproduces its values"))
-        })?;
-        let w = words(a, b, c).ok_or_else(|| Error::Build(format!("{target}: constants too large")))?;
-        bindings.push((*target, w));
-    }
-    let spec = DimsSpec { syms: vec![(name.to_string(), min as u32, max as u32)], bindings };
+    bindings.sort_by_key(|(t, _)| *t);
+    let spec =
+        DimsSpec { syms: syms.iter().map(|&(n, lo, hi)| (n.to_string(), lo as u32, hi as u32)).collect(), bindings };
     Ok(attach_dims(&bound_kes, &spec)?)
 }
 
@@ -184,13 +215,36 @@ mod tests {
             for &(t, v) in &pts {
                 assert_eq!((fa * t + fb).div_euclid(fc), v, "({a}, {b}, {c}) fitted as ({fa}, {fb}, {fc})");
             }
-            let w = words(fa, fb, fc).unwrap();
+            let w = words(0, fa, fb, fc).unwrap();
             let e = kestrel_rt_format::Expr::new(&w, 1).unwrap();
             for &(t, v) in &pts {
                 assert_eq!(i64::from(e.eval(&[t as u32]).unwrap()), v);
             }
         }
         assert_eq!(fit(&[(1, 1), (2, 4), (3, 9), (4, 16)]), None, "T² is not floor-affine");
+    }
+
+    /// `x [h, w]` → `y = x + x`, optionally flattened to `[h·w]`.
+    fn grid(h: usize, w: usize, flatten: bool) -> Result<Vec<u8>, Error> {
+        use kestrel_rt_format::ops::{Binary, BinaryOp, Op};
+        let mut b = crate::ModelBuilder::new("grid");
+        let x = b.input("x", &[h, w])?;
+        let y = b.op(|y| Op::Binary(Binary { a: x, b: x, op: BinaryOp::Add, y }))?;
+        let y = if flatten { b.reshape(y, &[h * w])? } else { y };
+        b.output(y);
+        b.build()
+    }
+
+    #[test]
+    fn several_symbols_each_bind_what_follows_them_and_products_are_refused() {
+        let kes = bounded_sweep_dims(&[("h", 2, 9), ("w", 3, 7)], |at| grid(at[0], at[1], false)).unwrap();
+        let buf = aligned_copy(&kes);
+        let f = KesFile::parse(&buf).unwrap();
+        let dims = f.dims().expect("a dims section");
+        assert_eq!(dims.sym_count(), 2);
+        let e = bounded_sweep_dims(&[("h", 2, 9), ("w", 3, 7)], |at| grid(at[0], at[1], true)).unwrap_err();
+        assert!(e.to_string().contains("follows both h and w"), "{e}");
+        assert!(bounded_sweep_dims(&[], |_| grid(2, 2, false)).is_err());
     }
 
     #[test]
