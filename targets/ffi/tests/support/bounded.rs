@@ -2,16 +2,12 @@
 //! written at the bound `sequence = 16`, with bindings for every integer that follows the
 //! sequence length, so it runs at any `sequence` in `2..=16`; and the same graph built at a
 //! fixed length (the reference a run at that length must match). The bindings are found as the
-//! converter finds them, in a miniature: the graph is built at three lengths, the files are
-//! diffed and each integer that varies is fitted as `a·T + b` (after
-//! `runtime/kestrel/tests/bounded_dims.rs`, whose graph this is).
+//! converter finds them, in a miniature (`kestrel_rt::builder::bounded_sweep`: the graph built at
+//! every length, the files diffed, each integer that varies fitted).
 //!
 //! `tests/bounded_dims.rs` checks the committed files in `tests/data/` against these builders and
 //! rewrites them with `KESTREL_BLESS_FIXTURES=1`; the C test (`tests/c/test_kestrel.c`) and the
 //! Kotlin check (`targets/android/kotlin-test`) read the committed files.
-
-use kestrel_rt::format::dims::{opcode, Target};
-use kestrel_rt::format::{attach_dims, DimsSpec, KesFile, TensorKind};
 
 /// The bound of `sequence`.
 pub const TMAX: usize = 16;
@@ -40,58 +36,8 @@ pub fn build(t: usize) -> Vec<u8> {
     kestrel_rt::demo::bounded_rows_model(t, TMAX).unwrap()
 }
 
-/// Every integer of the file the builder derives from `t`: tensor dims, op attributes and input
-/// dims, as `(target, value)`.
-fn integers(kes: &[u8]) -> Vec<(Target, u32)> {
-    let buf = kestrel_rt::format::aligned_copy(kes);
-    let f = KesFile::parse(&buf).unwrap();
-    let mut out = Vec::new();
-    for id in 0..f.tensor_count() {
-        let t = f.tensor(id).unwrap();
-        for (axis, &d) in t.shape.dims().iter().enumerate() {
-            if t.kind == TensorKind::Activation || axis == 0 {
-                out.push((Target::TensorDim { tensor: id, axis: axis as u8 }, d));
-            }
-        }
-    }
-    for node in 0..f.op_count() {
-        let r = f.op(node).unwrap().encode();
-        for (attr, &v) in r.attrs().iter().enumerate() {
-            out.push((Target::OpAttr { node, attr: attr as u8 }, v));
-        }
-    }
-    for (input, m) in f.meta().inputs().enumerate() {
-        for (axis, &d) in m.shape.dims().iter().enumerate() {
-            out.push((Target::InputDim { input: input as u32, axis: axis as u8 }, d));
-        }
-    }
-    out
-}
-
-/// The bound's file with bindings fitted from builds at three lengths (`v = a·T + b`, checked at
-/// the third), `sequence` in `TMIN..=TMAX`.
+/// The bound's file with bindings fitted from builds at every length
+/// (`kestrel_rt::builder::bounded_sweep`), `sequence` in `TMIN..=TMAX`.
 pub fn bounded() -> Vec<u8> {
-    let (t1, t2, t3) = (TMAX, 11, 4);
-    let (f1, f2, f3) = (integers(&build(t1)), integers(&build(t2)), integers(&build(t3)));
-    let mut bindings = Vec::new();
-    for ((target, v1), ((_, v2), (_, v3))) in f1.iter().zip(f2.iter().zip(&f3)) {
-        if v1 == v2 && v2 == v3 {
-            continue;
-        }
-        let a = (*v1 as i64 - *v2 as i64) / (t1 as i64 - t2 as i64);
-        let b = *v1 as i64 - a * t1 as i64;
-        assert_eq!(a * t3 as i64 + b, *v3 as i64, "{target}: not affine in T");
-        let mut words = vec![opcode::SYM, 0];
-        if a != 1 {
-            words.extend([opcode::CONST, a as u32, opcode::MUL]);
-        }
-        if b > 0 {
-            words.extend([opcode::CONST, b as u32, opcode::ADD]);
-        } else if b < 0 {
-            words.extend([opcode::CONST, (-b) as u32, opcode::SUB]);
-        }
-        bindings.push((*target, words));
-    }
-    let spec = DimsSpec { syms: vec![(SYM.into(), TMIN as u32, TMAX as u32)], bindings };
-    attach_dims(&build(TMAX), &spec).unwrap()
+    kestrel_rt::builder::bounded_sweep(SYM, TMIN, TMAX, |t| Ok(build(t))).unwrap()
 }
