@@ -1,7 +1,8 @@
 //! The bounded-dynamic-shape fixtures (issue 34; `tests/data/dynamic/`, see its README) at fixed
 //! sizes: for every model and reference case, the conversion with that case's symbol values
 //! (`ConvertOptions::dims`; the batch stays symbolic) run on the Kestrel CPU runtime matches
-//! onnxruntime's saved output within 1e-4, and the attention layers of the two transformers fuse.
+//! onnxruntime's saved output within 1e-4, and the attention layers of the two transformers and of
+//! the ALiBi block fuse.
 //! The baseline that the bounded conversion (one `.kes` for every size within the bounds) extends.
 
 #[path = "common/dynamic.rs"]
@@ -52,6 +53,14 @@ fn bert_legacy_matches_onnxruntime_at_each_fixed_sequence() {
 #[test]
 fn transformer_dynamo_matches_onnxruntime_at_each_fixed_sequence() {
     check("transformer_dynamo", 2);
+}
+
+/// Self-attention with ALiBi's subtracted per-head score bias and a sliding-window masked fill
+/// (issue 33 item 4): one `Attention` node, the bias and the fill combined into its constant
+/// `[h, T, T]` mask (−∞ outside the window).
+#[test]
+fn alibi_window_fuses_and_matches_onnxruntime_at_each_fixed_sequence() {
+    check("alibi_window", 1);
 }
 
 #[test]

@@ -4,12 +4,16 @@
 //!
 //! The matcher is deliberately loose about layout (any chain of reshapes and transposes between
 //! a projection and the score product, the scale on q, k or the scores, multiply or divide, an
-//! additive causal mask, an additive computed bias such as a padding mask or T5's relative bias,
-//! constant biases such as Swin's relative-position bias and shifted-window mask or
-//! EfficientFormer's learned table, summed; these become the fused node's `mask` input, per head
-//! where they differ by head): it reads off the variant, the heads, the scale and the weights, and
-//! the numerical check decides whether the fused node really computes the same thing.
+//! additive causal mask, an additive or subtracted computed bias such as a padding mask or T5's
+//! relative bias, constant biases added or subtracted such as Swin's relative-position bias and
+//! shifted-window mask, EfficientFormer's learned table or ALiBi's, and masked fills with a
+//! constant condition (`s·keep + fill`, a sliding window), combined into one additive mask
+//! ([`score_mask`](super::score_mask)); these become the fused node's causal flag or `mask`
+//! input, per head where they differ by head): it reads off the variant, the heads, the scale and
+//! the weights, and the numerical check decides whether the fused node really computes the same
+//! thing.
 
+use super::score_mask::{broadcast_to, combine, MaskStep};
 use super::{around_shape, rewrite_each, scalar, skip_nan_guard, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
@@ -170,23 +174,6 @@ fn token_mixing(b: &ModelBuilder, v: TensorId, x: TensorId, t: usize) -> Option<
     Some((nodes, d.proj, bias))
 }
 
-/// Does every `T×T` block of `m` (a mask may be repeated per head) satisfy `f(i, j, value)`?
-fn blocks_all(b: &ModelBuilder, m: TensorId, t: usize, f: impl Fn(usize, usize, f32) -> bool) -> bool {
-    let Some(v) = b.weight_values(m) else { return false };
-    let tt = t * t;
-    tt > 0 && !v.is_empty() && v.len() % tt == 0 && v.chunks(tt).all(|blk| (0..tt).all(|k| f(k / t, k % t, blk[k])))
-}
-
-/// Is `m` the lower triangle of ones (the "keep" factor of a lowered masked fill)?
-fn lower_ones(b: &ModelBuilder, m: TensorId, t: usize) -> bool {
-    blocks_all(b, m, t, |i, j, v| v == if j <= i { 1.0 } else { 0.0 })
-}
-
-/// Is `m` a causal mask: 0 on and below the diagonal, very negative above?
-fn causal_mask(b: &ModelBuilder, m: TensorId, t: usize) -> bool {
-    blocks_all(b, m, t, |i, j, v| if j <= i { v == 0.0 } else { v <= -1e4 })
-}
-
 /// Fuses every attention block it can prove.
 pub(super) fn attention(b: &mut ModelBuilder, report: &mut FusionReport) {
     rewrite_each(b, report, "attention", |b, i| {
@@ -198,20 +185,21 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     let Op::Softmax(sm) = b.ops()[softmax] else { return None };
     let mut nodes = vec![softmax];
     let mut scale = 1.0f32;
-    // Scores: scalar scaling and an optional causal mask between the product and the softmax.
+    // Scores: scalar scalings, additive terms and masked fills between the product and the
+    // softmax, nearest the softmax first: constant terms (a causal mask, a learned or
+    // relative-position bias, ALiBi's subtracted one, a shifted-window mask), each with its
+    // coefficient (the scale after it, negated where subtracted) and the tensor it is added to;
+    // masked fills' 0/1 factors (`s·keep + fill`); at most one computed bias (a padding mask,
+    // T5's relative bias) with its coefficient.
     let mut s = sm.x;
-    // Constant additive terms (a causal mask, a learned or relative-position bias, a
-    // shifted-window mask), each with the tensor it is added to.
-    let mut consts: Vec<(TensorId, TensorId)> = Vec::new();
-    let mut bias = None;
-    let mut keep_seen = false;
-    let mut keep = None;
+    let mut steps: Vec<Step> = Vec::new();
+    let mut bias: Option<(TensorId, f32)> = None;
     let scores = loop {
         let p = b.producer(s)?;
         match b.ops()[p] {
             Op::MatMul(m) => break (p, m),
-            // A masked fill lowered as `s·keep + fill`: keep must be the lower triangle of ones.
-            Op::Binary(bin) if bin.op == BinaryOp::Mul && !consts.is_empty() && !keep_seen => {
+            // A masked fill lowered as `s·keep + fill`: keep a constant (checked to be 0 or 1).
+            Op::Binary(bin) if bin.op == BinaryOp::Mul && (b.is_weight(bin.a) || b.is_weight(bin.b)) => {
                 let (x, m) = if b.is_weight(bin.b) { (bin.a, bin.b) } else { (bin.b, bin.a) };
                 if scalar(b, m).is_some() {
                     let mut n = Vec::new();
@@ -219,27 +207,30 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
                     nodes.extend(n);
                     continue;
                 }
-                if !b.is_weight(m) {
-                    return None;
-                }
-                keep_seen = true;
-                keep = Some(m);
+                steps.push(Step::Keep(m, bin.y));
                 s = x;
             }
-            Op::Binary(bin) if bin.op == BinaryOp::Add => {
-                if b.is_weight(bin.a) || b.is_weight(bin.b) {
-                    // A constant term: a causal mask, or a bias (checked below).
+            Op::Binary(bin) if matches!(bin.op, BinaryOp::Add | BinaryOp::Sub) => {
+                let sub = bin.op == BinaryOp::Sub;
+                let coef = if sub { -scale } else { scale };
+                if b.is_weight(bin.b) || (!sub && b.is_weight(bin.a)) {
+                    // A constant term (`w - s` is not one: the scores negated).
                     let (x, m) = if b.is_weight(bin.b) { (bin.a, bin.b) } else { (bin.b, bin.a) };
-                    consts.push((m, bin.y));
+                    steps.push(Step::Add(m, coef, bin.y));
                     s = x;
+                } else if b.is_weight(bin.a) {
+                    return None;
                 } else {
                     // A computed bias (a padding mask): the operand that does not lead back to
-                    // the score product.
+                    // the score product (subtracted: the second).
                     if bias.is_some() {
                         return None;
                     }
-                    let (x, m) = if leads_to_product(b, bin.a) { (bin.a, bin.b) } else { (bin.b, bin.a) };
-                    bias = Some(m);
+                    let (x, m) = if sub || leads_to_product(b, bin.a) { (bin.a, bin.b) } else { (bin.b, bin.a) };
+                    if sub && !leads_to_product(b, x) {
+                        return None;
+                    }
+                    bias = Some((m, coef));
                     s = x;
                 }
             }
@@ -265,9 +256,10 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     let k_src = through_layout(b, m1.b, &mut nodes, &mut scale);
     // Weighted sum of values.
     let mut probs = forward_layout(b, sm.y, &mut nodes);
-    let guarded = skip_nan_guard(b, probs, &mut nodes);
-    if guarded != probs {
-        probs = forward_layout(b, guarded, &mut nodes);
+    let after_guard = skip_nan_guard(b, probs, &mut nodes);
+    let guarded = after_guard != probs;
+    if guarded {
+        probs = forward_layout(b, after_guard, &mut nodes);
     }
     let mm2 = sole_consumer(b, probs)?;
     let Op::MatMul(m2) = b.ops()[mm2] else { return None };
@@ -326,20 +318,19 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
     if heads == 0 || d % heads != 0 {
         return None;
     }
-    // One constant that is a causal mask (possibly a masked fill `s·keep + fill`) is the
-    // node's causal flag; any other constant terms are summed into one constant bias.
-    let (causal, const_bias) = match consts[..] {
-        [] => (false, None),
-        [(m, _)] if keep.is_none_or(|k| lower_ones(b, k, t)) && causal_mask(b, m, t) => (true, None),
-        _ if keep.is_some() => return None,
-        _ => (false, Some(constant_bias(b, &consts, g, heads, t)?)),
+    // The constant terms and masked fills combined into one additive mask: the node's causal
+    // flag where that is a causal mask, else its constant mask.
+    let (causal, const_bias) = match constant_mask(b, &steps, g * heads, t, guarded)? {
+        None => (false, None),
+        Some(m) if causal_blocks(&m, t) => (true, None),
+        Some(m) => (false, Some(compress(m, g, heads, t))),
     };
     // The computed bias becomes the fused node's mask: `[T]` per key, `[T, T]` per query and
     // key or `[H, T, T]` per head once its leading unit axes (batch, broadcast heads) are
     // dropped; over G sequences also `[G, 1 or H, T, T]`, a block per sequence.
     let mask_src = match bias {
         None => None,
-        Some(m) => Some((m, mask_shape(b, m, g, t, heads)?)),
+        Some((m, _)) => Some((m, mask_shape(b, m, g, t, heads)?)),
     };
     nodes.sort_unstable();
     nodes.dedup();
@@ -356,9 +347,23 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
             Some(mr)
         }
     };
+    // A computed bias scaled after its addition, or subtracted: times its coefficient.
+    let act_mask = match (act_mask, bias) {
+        (Some(m), Some((_, coef))) if coef != 1.0 => {
+            let c = b.weight_as("attention_mask_scale", &[1], vec![coef], DType::F32).ok()?;
+            let dims: Vec<usize> = b.shape_of(m)?.dims().iter().map(|&v| v as usize).collect();
+            let y = b.new_activation("attention_mask", &dims).ok()?;
+            mask_ops.push(Op::Binary(Binary { a: m, b: c, op: BinaryOp::Mul, y }));
+            Some(y)
+        }
+        (m, _) => m,
+    };
     let const_mask = match const_bias {
         None => None,
-        Some((dims, values)) => Some((b.weight_as("attention_bias", &dims, values, DType::F32).ok()?, dims)),
+        Some((dims, values)) => {
+            let name = steps.iter().find_map(|st| b.tensor_name(st.weight())).unwrap_or("attention").to_string();
+            Some((mask_weight(b, &name, &dims, values)?, dims))
+        }
     };
     let mask_in = match (act_mask, const_mask) {
         (m, None) => m,
@@ -487,31 +492,62 @@ fn broadcast_dims(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
         .collect()
 }
 
-/// The sum of the constant score terms `consts` (each a weight and the tensor it is added to,
-/// which must hold the `G·H·T·T` scores sequence-major, then head-major, query-major: the
-/// numerical check rejects any other layout), each broadcast to that tensor, in the smallest
-/// form the mask slot takes: `[T, T]` when every sequence and head has the same block, `[H, T,
-/// T]` when only heads differ, else `[G, 1, T, T]` or `[G, H, T, T]` (one block per sequence).
-/// Swin's relative-position bias plus its shifted-window mask (per window), EfficientFormer's and
-/// LeViT's gathered bias tables, T5's bias with static positions.
-fn constant_bias(
-    b: &ModelBuilder,
-    consts: &[(TensorId, TensorId)],
-    g: usize,
-    heads: usize,
-    t: usize,
-) -> Option<(Vec<usize>, Vec<f32>)> {
-    let n = g * heads * t * t;
-    let mut sum = vec![0f32; n];
-    for &(w, at) in consts {
+/// A step between the score product and the softmax (see [`match_attention`]).
+enum Step {
+    /// `+ coef · w`, added to the tensor named last.
+    Add(TensorId, f32, TensorId),
+    /// `· keep`, multiplying the tensor named last.
+    Keep(TensorId, TensorId),
+}
+
+impl Step {
+    fn weight(&self) -> TensorId {
+        match *self {
+            Step::Add(w, ..) | Step::Keep(w, _) => w,
+        }
+    }
+}
+
+/// The additive mask equal to the constant `steps` ([`score_mask::combine`]) over `rows` blocks
+/// of `T×T` scores (each step's tensor must hold them, sequence-major, then head-major,
+/// query-major: the numerical check rejects any other layout): `Some(None)` without steps, `None`
+/// where the steps have no such mask.
+fn constant_mask(b: &ModelBuilder, steps: &[Step], rows: usize, t: usize, guarded: bool) -> Option<Option<Vec<f32>>> {
+    if steps.is_empty() {
+        return Some(None);
+    }
+    let n = rows * t * t;
+    let mut full = Vec::with_capacity(steps.len());
+    for st in steps {
+        let (w, at) = match *st {
+            Step::Add(w, _, at) | Step::Keep(w, at) => (w, at),
+        };
         let od: Vec<usize> = b.shape_of(at)?.dims().iter().map(|&v| v as usize).collect();
         let cd: Vec<usize> = b.shape_of(w)?.dims().iter().map(|&v| v as usize).collect();
-        let full = broadcast_to(b.weight_values(w)?, &cd, &od)?;
-        if full.len() != n {
+        let values = broadcast_to(b.weight_values(w)?, &cd, &od)?;
+        if values.len() != n {
             return None;
         }
-        sum.iter_mut().zip(&full).for_each(|(s, v)| *s += v);
+        full.push(match *st {
+            Step::Add(_, coef, _) => MaskStep::Add { values, coef },
+            Step::Keep(..) => MaskStep::Keep(values),
+        });
     }
+    combine(&full, n, t, guarded).ok().map(Some)
+}
+
+/// Is every `T×T` block of `m` a causal mask: 0 on and below the diagonal, very negative above?
+fn causal_blocks(m: &[f32], t: usize) -> bool {
+    let tt = t * t;
+    tt > 0 && m.chunks(tt).all(|blk| (0..tt).all(|k| if k % t <= k / t { blk[k] == 0.0 } else { blk[k] <= -1e4 }))
+}
+
+/// The `G·H·T·T` mask `sum` in the smallest form the mask slot takes: `[T, T]` when every
+/// sequence and head has the same block, `[H, T, T]` when only heads differ, else `[G, 1, T, T]`
+/// or `[G, H, T, T]` (one block per sequence). Swin's relative-position bias plus its
+/// shifted-window mask (per window), EfficientFormer's and LeViT's gathered bias tables, T5's
+/// bias with static positions, ALiBi's with its window.
+fn compress(mut sum: Vec<f32>, g: usize, heads: usize, t: usize) -> (Vec<usize>, Vec<f32>) {
     let (tt, per_group) = (t * t, heads * t * t);
     let same = |v: &[f32], size: usize| v.chunks(size).all(|blk| blk == &v[..size]);
     if same(&sum, per_group) {
@@ -519,48 +555,37 @@ fn constant_bias(
         sum.truncate(per_group);
         if same(&sum, tt) {
             sum.truncate(tt);
-            return Some((vec![t, t], sum));
+            return (vec![t, t], sum);
         }
-        return Some((vec![heads, t, t], sum));
+        return (vec![heads, t, t], sum);
     }
     if sum.chunks(per_group).all(|grp| same(grp, tt)) {
         let one: Vec<f32> = sum.chunks(per_group).flat_map(|grp| grp[..tt].iter().copied()).collect();
-        return Some((vec![g, 1, t, t], one));
+        return (vec![g, 1, t, t], one);
     }
-    Some((vec![g, heads, t, t], sum))
+    (vec![g, heads, t, t], sum)
 }
 
-/// `vals` (dims `cd`) broadcast numpy-style to dims `od` (leading unit axes of `cd` beyond `od`'s
-/// rank dropped), row-major; `None` if the shapes do not broadcast.
-fn broadcast_to(vals: &[f32], cd: &[usize], od: &[usize]) -> Option<Vec<f32>> {
-    let mut cd = cd;
-    while cd.len() > od.len() && cd.first() == Some(&1) {
-        cd = &cd[1..];
-    }
-    if cd.len() > od.len() || cd.iter().product::<usize>() != vals.len() {
-        return None;
-    }
-    let off = od.len() - cd.len();
-    let mut strides = vec![0usize; od.len()];
-    let mut step = 1;
-    for i in (0..cd.len()).rev() {
-        if cd[i] != 1 && cd[i] != od[off + i] {
-            return None;
+/// The f32 weight `{base}.attention_bias` holding `values`: one already in the graph with that
+/// name and those values (layers sharing a bias constant share the mask), else a new one (named
+/// apart with a suffix where another mask holds the name): one name per distinct mask, the same
+/// in every conversion of a model, as bounded dims' corner constants are found by name.
+fn mask_weight(b: &mut ModelBuilder, base: &str, dims: &[usize], values: Vec<f32>) -> Option<TensorId> {
+    let want: Vec<u32> = dims.iter().map(|&d| d as u32).collect();
+    for k in 0.. {
+        let name = if k == 0 { format!("{base}.attention_bias") } else { format!("{base}.attention_bias.{k}") };
+        let taken = (0..b.tensor_count() as TensorId).find(|&id| b.is_weight(id) && b.tensor_name(id) == Some(&*name));
+        match taken {
+            None => return b.weight_as(&name, dims, values, DType::F32).ok(),
+            Some(id)
+                if b.shape_of(id).is_some_and(|s| s.dims() == &want[..])
+                    && b.weight_values(id) == Some(&values[..])
+                    && b.weight_dtype(id) == Some(DType::F32) =>
+            {
+                return Some(id)
+            }
+            Some(_) => {}
         }
-        strides[off + i] = if cd[i] == 1 { 0 } else { step };
-        step *= cd[i];
     }
-    let n: usize = od.iter().product();
-    Some(
-        (0..n)
-            .map(|o| {
-                let (mut rem, mut at) = (o, 0);
-                for a in (0..od.len()).rev() {
-                    at += (rem % od[a]) * strides[a];
-                    rem /= od[a];
-                }
-                vals[at]
-            })
-            .collect(),
-    )
+    None
 }

@@ -10,6 +10,7 @@
 //! has settled, so the projection-fused `Attention` keeps every block it can take; the numerical
 //! check of [`try_replace`] decides whether the node computes the same thing.
 
+use super::score_mask::{broadcast_to, combine, MaskStep};
 use super::{dims, scalar, skip_nan_guard, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
@@ -52,7 +53,7 @@ pub fn unfused_attention(b: &ModelBuilder) -> Vec<UnfusedAttention> {
     let mut out = Vec::new();
     for (i, op) in b.ops().iter().enumerate() {
         let Op::Softmax(sm) = *op else { continue };
-        if !leads_to_scores(b, sm.x, 8) {
+        if !attention_shaped(b, sm.x, 12) {
             continue;
         }
         let mut scratch = b.clone();
@@ -73,8 +74,24 @@ pub fn unfused_attention(b: &ModelBuilder) -> Vec<UnfusedAttention> {
     out
 }
 
-/// Does `t` come, through additions, scalar scales, views and element-wise functions, from a
-/// product of two activations?
+/// Is `t` attention-shaped scores: from a product of two activations, through element-wise
+/// functions of one or two operands and views? Those the pattern does not fuse (a product by an
+/// activation, a clamp) leave the softmax attention-shaped, reported with the reason.
+fn attention_shaped(b: &ModelBuilder, t: TensorId, depth: usize) -> bool {
+    let Some(p) = b.producer(t) else { return false };
+    match b.ops()[p] {
+        Op::MatMul(m) => !b.is_weight(m.a) && !b.is_weight(m.b),
+        _ if depth == 0 => false,
+        Op::Binary(bin) => attention_shaped(b, bin.a, depth - 1) || attention_shaped(b, bin.b, depth - 1),
+        Op::Unary(u) => attention_shaped(b, u.x, depth - 1),
+        Op::Reshape(r) => attention_shaped(b, r.x, depth - 1),
+        Op::Transpose(r) => attention_shaped(b, r.x, depth - 1),
+        _ => false,
+    }
+}
+
+/// Does `t` come, through additions, subtractions of a bias, scalar scales, products by a
+/// constant (masked fills), views and element-wise functions, from a product of two activations?
 fn leads_to_scores(b: &ModelBuilder, t: TensorId, depth: usize) -> bool {
     let Some(p) = b.producer(t) else { return false };
     match b.ops()[p] {
@@ -83,9 +100,10 @@ fn leads_to_scores(b: &ModelBuilder, t: TensorId, depth: usize) -> bool {
         Op::Binary(bin) if bin.op == BinaryOp::Add => {
             leads_to_scores(b, bin.a, depth - 1) || leads_to_scores(b, bin.b, depth - 1)
         }
+        Op::Binary(bin) if bin.op == BinaryOp::Sub => leads_to_scores(b, bin.a, depth - 1),
         Op::Binary(bin) if matches!(bin.op, BinaryOp::Mul | BinaryOp::Div) => {
-            (scalar(b, bin.b).is_some() && leads_to_scores(b, bin.a, depth - 1))
-                || (bin.op == BinaryOp::Mul && scalar(b, bin.a).is_some() && leads_to_scores(b, bin.b, depth - 1))
+            (b.is_weight(bin.b) && leads_to_scores(b, bin.a, depth - 1))
+                || (bin.op == BinaryOp::Mul && b.is_weight(bin.a) && leads_to_scores(b, bin.b, depth - 1))
         }
         // A soft cap (`tanh(s / c) · c`, Gemma 2's) is fused; other element-wise functions are
         // not, but the softmax is attention-shaped (reported with the function as the reason).
@@ -173,12 +191,14 @@ fn kv_heads(qb: &[usize], kb: &[usize]) -> Option<usize> {
     padded[p..].iter().all(|&d| d == 1).then(|| qb[..p].iter().product())
 }
 
-/// One additive bias term of the scores: the tensor and the scale applied to it afterwards.
+/// One additive bias term of the scores: the tensor and the scale applied to it afterwards
+/// (negated where subtracted); or, with `keep`, a masked fill's constant 0/1 factor of the scores.
 struct Term {
     t: TensorId,
     scale: f32,
     /// The shape of the scores it is added to.
     at: Vec<usize>,
+    keep: bool,
 }
 
 /// Is `y` a view of `x` that keeps the last (key) axis? Such a view only regroups the rows of
@@ -249,7 +269,35 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
                 if dims(b, x) != dims(b, bin.y) {
                     return Err("a bias that broadcasts the scores to a larger shape".into());
                 }
-                terms.push(Term { t, scale, at: dims(b, x).ok_or("shape")? });
+                terms.push(Term { t, scale, at: dims(b, x).ok_or("shape")?, keep: false });
+                s = x;
+            }
+            Op::Binary(bin) if bin.op == BinaryOp::Sub => {
+                if softcap.is_some() {
+                    return Err("a bias subtracted before the soft cap".into());
+                }
+                if !leads_to_scores(b, bin.a, 8) || leads_to_scores(b, bin.b, 8) {
+                    return Err("a subtraction that is not a bias taken from the scores".into());
+                }
+                if dims(b, bin.a) != dims(b, bin.y) {
+                    return Err("a bias that broadcasts the scores to a larger shape".into());
+                }
+                terms.push(Term { t: bin.b, scale: -scale, at: dims(b, bin.a).ok_or("shape")?, keep: false });
+                s = bin.a;
+            }
+            // A masked fill lowered as `s·keep + fill` (keep checked to be 0 or 1).
+            Op::Binary(bin)
+                if bin.op == BinaryOp::Mul
+                    && [bin.a, bin.b].iter().any(|&w| b.is_weight(w) && scalar(b, w).is_none()) =>
+            {
+                let (x, m) = if b.is_weight(bin.b) { (bin.a, bin.b) } else { (bin.b, bin.a) };
+                if softcap.is_some() {
+                    return Err("a masked fill before the soft cap".into());
+                }
+                if dims(b, x) != dims(b, bin.y) {
+                    return Err("a masked fill that broadcasts the scores to a larger shape".into());
+                }
+                terms.push(Term { t: m, scale, at: dims(b, x).ok_or("shape")?, keep: true });
                 s = x;
             }
             Op::Binary(bin) => match scaled(b, &bin) {
@@ -285,8 +333,11 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     let k = back_through_scales(b, mm1.b, mm1n, &mut nodes, &mut scale, Some(&mut k_transposed));
     // The weighted sum of values.
     let mut probs = sm.y;
+    let mut guarded = false;
     let mm2n = loop {
-        probs = skip_nan_guard(b, probs, &mut nodes);
+        let after = skip_nan_guard(b, probs, &mut nodes);
+        guarded |= after != probs;
+        probs = after;
         let c = sole_consumer(b, probs).ok_or("the attention weights are read elsewhere")?;
         match b.ops()[c] {
             Op::Reshape(r) if keeps_keys(b, r.x, r.y) => {
@@ -347,7 +398,38 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     let mut inputs = vec![q, k, v];
     let mut consts: Vec<(Vec<usize>, Vec<f32>)> = Vec::new();
     let mut acts: Vec<TensorId> = Vec::new();
+    // The constant terms and masked fills at full size (flat, in the scores' order), combined
+    // into one additive mask: required with a masked fill, and checked without one (a row
+    // masked with −∞ everywhere).
+    let full = terms
+        .iter()
+        .filter(|term| b.is_weight(term.t))
+        .map(|term| {
+            let values = b.weight_values(term.t).ok_or("bias values")?;
+            let full = broadcast_to(values, &dims(b, term.t).ok_or("shape")?, &term.at)
+                .filter(|v| v.len() == rows * tk)
+                .ok_or("a constant term that does not broadcast to the scores")?;
+            Ok(if term.keep { MaskStep::Keep(full) } else { MaskStep::Add { values: full, coef: term.scale } })
+        })
+        .collect::<Result<Vec<_>, &str>>();
+    let keeps = terms.iter().any(|term| term.keep);
+    let mut combined = None;
+    match full {
+        Ok(steps) if !steps.is_empty() => {
+            let m = combine(&steps, rows * tk, tk, guarded)?;
+            if keeps {
+                let shared = m.chunks(tq * tk).all(|blk| blk == &m[..tq * tk]);
+                let (shape, m) = if shared { (vec![1, tq, tk], m[..tq * tk].to_vec()) } else { (vec![hq, tq, tk], m) };
+                combined = Some((shape, m));
+            }
+        }
+        Err(e) if keeps => return Err(e.into()),
+        _ => {}
+    }
     for term in &terms {
+        if term.keep || (keeps && b.is_weight(term.t)) {
+            continue;
+        }
         let bd = dims(b, term.t).ok_or("shape")?;
         let r = bd.len();
         let (tqb, tkb) = (if r >= 2 { bd[r - 2] } else { 1 }, if r >= 1 { bd[r - 1] } else { 1 });
@@ -397,7 +479,9 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     }
     // Constant terms summed into one f32 weight (broadcast to their common shape).
     let mut bias = None;
-    if !consts.is_empty() {
+    if let Some((shape, m)) = combined {
+        bias = Some(b.weight_as("sdpa_bias", &shape, m, DType::F32).map_err(|e| e.to_string())?);
+    } else if !consts.is_empty() {
         let shape: Vec<usize> = (0..3).map(|a| consts.iter().map(|(d, _)| d[a]).max().unwrap_or(1)).collect();
         let n: usize = shape.iter().product();
         let mut sum = vec![0f32; n];
