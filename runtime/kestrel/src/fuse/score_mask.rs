@@ -192,8 +192,8 @@ mod tests {
     struct Scores {
         /// Projections and an output projection (`Attention`), else q, k, v inputs (`Sdpa`).
         projected: bool,
-        /// ALiBi's bias `slope_h·|i − j|` subtracted (a constant `[1, H, T, T]`), else added as
-        /// a computed input `[H, T, T]`.
+        /// ALiBi's bias `slope_h·|i − j|` (a constant `[1, H, T, T]`), else a computed input `[H,
+        /// T, T]`, subtracted.
         constant_bias: bool,
         /// The masked fill before the bias, else after it.
         fill_first: bool,
@@ -271,7 +271,7 @@ mod tests {
             }
             Some(m) => {
                 let m4 = b.reshape(m, &[1, H, T, T]).unwrap();
-                binary(&mut b, sc, m4, BinaryOp::Add)
+                binary(&mut b, sc, m4, BinaryOp::Sub)
             }
         };
         if !s.fill_first {

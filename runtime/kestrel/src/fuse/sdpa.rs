@@ -84,6 +84,9 @@ fn attention_shaped(b: &ModelBuilder, t: TensorId, depth: usize) -> bool {
         _ if depth == 0 => false,
         Op::Binary(bin) => attention_shaped(b, bin.a, depth - 1) || attention_shaped(b, bin.b, depth - 1),
         Op::Unary(u) => attention_shaped(b, u.x, depth - 1),
+        // Scores cut or picked (a relative shift's slice, a gathered window).
+        Op::Slice(sl) => attention_shaped(b, sl.x, depth - 1),
+        Op::Gather(g) => attention_shaped(b, g.x, depth - 1),
         Op::Reshape(r) => attention_shaped(b, r.x, depth - 1),
         Op::Transpose(r) => attention_shaped(b, r.x, depth - 1),
         _ => false,
@@ -542,6 +545,29 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
 #[cfg(test)]
 mod tests {
     use super::kv_heads;
+    use crate::fuse::{fuse, unfused_attention};
+    use crate::ModelBuilder;
+    use kestrel_rt_format::ops::*;
+
+    /// Scores cut by a slice before the softmax (a key dropped): attention-shaped, not fused
+    /// (the slice is no score bias), and reported with the slice as the reason.
+    #[test]
+    fn a_softmax_over_sliced_scores_is_reported_unfused() {
+        let mut b = ModelBuilder::new("sliced");
+        let q = b.input("q", &[2, 4, 4]).unwrap();
+        let k = b.input("k", &[2, 4, 4]).unwrap();
+        let v = b.input("v", &[2, 3, 4]).unwrap();
+        let s = b.op(|y| Op::MatMul(MatMul { a: q, b: k, transpose_b: true, y })).unwrap();
+        let cut =
+            b.op(|y| Op::Slice(Slice { x: s, axis: 2, start: 1, step: 1, count: 3, offset: 0, len: 3, y })).unwrap();
+        let p = b.op(|y| Op::Softmax(Softmax { x: cut, y })).unwrap();
+        let o = b.op(|y| Op::MatMul(MatMul { a: p, b: v, transpose_b: false, y })).unwrap();
+        b.output(o);
+        fuse(&mut b);
+        let left = unfused_attention(&b);
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert!(left[0].reason.contains("Slice"), "{left:?}");
+    }
 
     #[test]
     fn key_heads_are_a_prefix_of_the_query_heads() {
