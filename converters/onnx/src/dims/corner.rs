@@ -10,7 +10,7 @@
 //! the conversion fails naming it.
 
 use kestrel_rt::ModelBuilder;
-use kestrel_rt_format::ops::{Binary, BinaryOp, Op, Slice, TensorId};
+use kestrel_rt_format::ops::{Binary, BinaryOp, Op, Slice, TensorId, Transpose};
 use std::collections::HashMap;
 
 /// The constants to route through slices, by name (as the file names them), each with the
@@ -72,27 +72,71 @@ impl Corners {
                 check_corner(name, &dims, md, &values, mv)?;
                 (md.clone(), mv.clone())
             };
+            // Stored with the first cut axis leading (permuted), so that a run reads its leading
+            // rows (a weight's first dim is bindable) and copies `rows × rest`, not the whole
+            // bound's constant; the other cut axes are sliced, and a transpose restores the order.
+            let Some(&first) = axes.first() else { return Err(format!("constant `{name}` has no cut axis")) };
+            let perm: Vec<usize> = std::iter::once(first).chain((0..dims.len()).filter(|&a| a != first)).collect();
+            let (p_dims, p_values) = permute(&max_dims, &max_values, &perm);
+            let rows = dims[first];
+            let row: usize = p_dims[1..].iter().product();
+            let mut stored_dims = p_dims.clone();
+            stored_dims[0] = rows;
+            let stored = p_values[..rows * row].to_vec();
             let dtype = b.weight_dtype(id).unwrap_or(kestrel_rt_format::DType::F32);
             let mark = b.ops().len();
             let err = |e: kestrel_rt::Error| format!("routing constant `{name}` through slices: {e}");
-            let whole = b.weight_as(name, &max_dims, max_values, dtype).map_err(err)?;
+            let whole = b.weight_as(name, &stored_dims, stored, dtype).map_err(err)?;
             let zero =
                 b.weight_as(&format!("{name}.zero"), &[1], vec![0.0], kestrel_rt_format::DType::F32).map_err(err)?;
             let mut x = b.op(|y| Op::Binary(Binary { a: whole, b: zero, op: BinaryOp::Add, y })).map_err(err)?;
-            for &axis in axes {
+            for &axis in &axes[1..] {
                 let Some(&count) = dims.get(axis) else {
                     return Err(format!("constant `{name}` has no axis {axis}"));
                 };
-                let (axis, count) = (axis as u32, count as u32);
+                // Its place among the permuted axes.
+                let at = perm.iter().position(|&a| a == axis).unwrap_or(axis) as u32;
+                let count = count as u32;
                 x = b
-                    .op(|y| Op::Slice(Slice { x, axis, start: 0, step: 1, count, offset: 0, len: count, y }))
+                    .op(|y| Op::Slice(Slice { x, axis: at, start: 0, step: 1, count, offset: 0, len: count, y }))
                     .map_err(err)?;
+            }
+            if first != 0 {
+                // Output axis k reads the permuted axis holding original axis k.
+                let mut back = [0u8; kestrel_rt_format::MAX_RANK];
+                for (k, slot) in back.iter_mut().enumerate().take(dims.len()) {
+                    *slot = perm.iter().position(|&a| a == k).unwrap_or(k) as u8;
+                }
+                x = b.op(|y| Op::Transpose(Transpose { x, perm: back, y })).map_err(err)?;
             }
             b.reroute(id, x, mark).map_err(err)?;
             routed += 1;
         }
         Ok(routed)
     }
+}
+
+/// `values` (row-major, dims `dims`) with its axes permuted: output axis k is input axis
+/// `perm[k]`. Returns the new dims and values.
+fn permute(dims: &[usize], values: &[f32], perm: &[usize]) -> (Vec<usize>, Vec<f32>) {
+    let out_dims: Vec<usize> = perm.iter().map(|&a| dims[a]).collect();
+    let mut stride = vec![1usize; dims.len()];
+    for a in (0..dims.len().saturating_sub(1)).rev() {
+        stride[a] = stride[a + 1] * dims[a + 1];
+    }
+    let mut out = Vec::with_capacity(values.len());
+    let mut index = vec![0usize; dims.len()];
+    for _ in 0..values.len() {
+        out.push(values[index.iter().zip(perm).map(|(i, &a)| i * stride[a]).sum::<usize>()]);
+        for k in (0..out_dims.len()).rev() {
+            index[k] += 1;
+            if index[k] < out_dims[k] {
+                break;
+            }
+            index[k] = 0;
+        }
+    }
+    (out_dims, out)
 }
 
 /// Whether `values` (dims `dims`) is the corner of `max_values` (dims `max_dims`): the same
@@ -167,6 +211,11 @@ mod tests {
         assert!(e.contains("[1, 0, 1]") && e.contains("not supported yet"), "{e}");
         assert!(check_corner("w", &[2, 4, 2], &[2, 3, 3], &corner, &max).is_err());
         assert!(check_corner("w", &[2, 2], &[2, 3, 3], &corner, &max).is_err());
+        // [2, 3, 3] with axis 1 leading: [3, 2, 3].
+        let (d, v) = permute(&[2, 3, 3], &max, &[1, 0, 2]);
+        assert_eq!(d, vec![3, 2, 3]);
+        assert_eq!(&v[..6], &[max[0], max[1], max[2], max[9], max[10], max[11]]);
+        assert_eq!(permute(&[2, 3, 3], &max, &[0, 1, 2]).1, max);
         assert_eq!(cut_axes(&[2, 64, 64], &[2, 6, 6]), Some(vec![1, 2]));
         assert_eq!(cut_axes(&[2, 64, 64], &[2, 64, 64]), None);
         assert_eq!(cut_axes(&[2, 64], &[3, 6]), None);
