@@ -5,7 +5,7 @@
 
 mod common_simd;
 
-use common_simd::isas;
+use common_simd::{check_softmax, isas};
 use kestrel_rt_cpu::kernels::linear::linear_scalar_body;
 use kestrel_rt_cpu::kernels::simd::{self, Isa};
 use kestrel_rt_format::weight::{EncodedWeight, ViewStore};
@@ -134,38 +134,6 @@ fn sigmoid_silu_runs(xs: &[f32]) -> Vec<(&'static str, Vec<f32>, Vec<f32>)> {
         runs.push((isa.name(), s, u));
     }
     runs
-}
-
-/// `softmax(scale · xs)` through every ISA's kernel (AVX-512: scaled inside its passes; AVX2:
-/// a scaling pass, then its softmax; elsewhere the dispatched path) against the f64 softmax of
-/// the scaled values, per element: 1e-6 relative plus the rounding of `x − max` in f32, plus
-/// 1e-30.
-fn check_softmax(xs: &[f32], scale: f32, what: &str) -> Result<(), TestCaseError> {
-    let sx: Vec<f32> = xs.iter().map(|&v| v * scale).collect();
-    let m = sx.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
-    let e: Vec<f64> = sx.iter().map(|&v| (f64::from(v) - m).exp()).collect();
-    let sum: f64 = e.iter().sum();
-    for isa in isas() {
-        let mut got = xs.to_vec();
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: supported ISAs only.
-        unsafe {
-            if isa == Isa::Avx512 {
-                simd::x86::softmax_scaled_avx512(&mut got, scale)
-            } else {
-                got.iter_mut().for_each(|v| *v *= scale);
-                simd::x86::softmax(&mut got)
-            }
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        simd::softmax_scaled(&mut got, scale);
-        for ((&g, &e), &x) in got.iter().zip(&e).zip(&sx) {
-            let w = e / sum;
-            let bound = (1e-6 + f64::from(f32::EPSILON) * (m - f64::from(x))) * w + 1e-30;
-            prop_assert!((f64::from(g) - w).abs() <= bound, "{} {what} {g} vs {w}", isa.name());
-        }
-    }
-    Ok(())
 }
 
 proptest! {

@@ -105,10 +105,12 @@ const ERFC_C: [f32; 10] = [
     0.170_872_77,
 ];
 
-/// `e^x` for 8 lanes with `x ≤ 0` (the callers' range: softmax after subtracting the row
+/// `e^x` for 8 lanes, meant for `x ≤ 0` (the callers' range: softmax after subtracting the row
 /// maximum, erfc's Gaussian factor): Cody–Waite reduction `x = n·ln2 + r`, a degree-6
 /// polynomial for `e^r` (the Cephes `expf` coefficients), and `2^n` built in the exponent bits.
-/// Below −87.3 (where `e^x` leaves the normal f32 range) the result is 0; NaN stays NaN.
+/// Below −87.3 (where `e^x` leaves the normal f32 range) the result is 0; above 88.37 it is ∞
+/// (`2^n` past the exponent bits: early by at most 0.35 of the exponent, outside the callers'
+/// range; e^x overflows at 88.72); NaN stays NaN.
 #[inline(always)]
 unsafe fn exp8(x: __m256) -> __m256 {
     // SAFETY: AVX2/FMA available in every caller.
@@ -116,7 +118,9 @@ unsafe fn exp8(x: __m256) -> __m256 {
         let x_in = x;
         let lo = _mm256_set1_ps(-87.336_54);
         let underflow = _mm256_cmp_ps::<_CMP_LT_OQ>(x, lo);
-        let x = _mm256_max_ps(x, lo);
+        let hi = _mm256_set1_ps(88.376_26);
+        let overflow = _mm256_cmp_ps::<_CMP_GT_OQ>(x, hi);
+        let x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
         let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
             x,
             _mm256_set1_ps(core::f32::consts::LOG2_E),
@@ -135,6 +139,7 @@ unsafe fn exp8(x: __m256) -> __m256 {
             _mm256_set1_epi32(127),
         )));
         let e = _mm256_andnot_ps(underflow, _mm256_mul_ps(y, pow2));
+        let e = _mm256_blendv_ps(e, _mm256_set1_ps(f32::INFINITY), overflow);
         // `max` above turned NaN lanes into the lower bound: give them back.
         _mm256_blendv_ps(e, x_in, _mm256_cmp_ps::<_CMP_UNORD_Q>(x_in, x_in))
     }
@@ -391,6 +396,11 @@ pub unsafe fn sigmoid_gate(q: &mut [f32], num: &[f32], den: Option<&[f32]>, s: f
 pub(super) unsafe fn exp16(x: __m512) -> __m512 {
     // SAFETY: AVX-512F available in every caller.
     unsafe {
+        // Clamped to where the result is 0 or ∞ anyway (e^-104 is below the smallest subnormal,
+        // e^89 above f32::MAX): beyond |n| ~ 2^12 the range reduction below loses r, and a
+        // score of -3e38 (a mask fill) gave NaN. `max`/`min` return the second operand, x, when
+        // it is NaN, so NaN stays NaN.
+        let x = _mm512_min_ps(_mm512_set1_ps(89.0), _mm512_max_ps(_mm512_set1_ps(-104.0), x));
         let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
             x,
             _mm512_set1_ps(core::f32::consts::LOG2_E),
