@@ -221,7 +221,7 @@ impl Lowerer<'_> {
                     dims.push(1);
                 }
                 let v = f32s(t)?;
-                self.weight(o, "binary", &dims, v)
+                self.weight_elementwise(o, "binary", &dims, v)
             }
         }
     }

@@ -309,7 +309,21 @@ impl<'m> Lowerer<'m> {
 
     /// Adds (once per outlet and use) a weight from a constant, with the dtype the options pick.
     pub fn weight(&mut self, src: OutletId, usage: &'static str, shape: &[usize], values: Vec<f32>) -> Res<TensorId> {
-        self.weight_impl(src, usage, shape, values, false)
+        self.weight_impl(src, usage, shape, values, false, false)
+    }
+
+    /// A weight read only element by element (a `Binary` operand, a `When`/`Unless` branch):
+    /// NaN is then an element's value like any other and is kept exactly (the weight stays f32),
+    /// where [`Self::weight`] refuses it (a NaN in a weight mixed by a Dense or a one-hot pick
+    /// would reach outputs it is no part of).
+    pub fn weight_elementwise(
+        &mut self,
+        src: OutletId,
+        usage: &'static str,
+        shape: &[usize],
+        values: Vec<f32>,
+    ) -> Res<TensorId> {
+        self.weight_impl(src, usage, shape, values, false, true)
     }
 
     /// A weight that must stay exact (masks, one-hot selections): always f32.
@@ -320,7 +334,7 @@ impl<'m> Lowerer<'m> {
         shape: &[usize],
         values: Vec<f32>,
     ) -> Res<TensorId> {
-        self.weight_impl(src, usage, shape, values, true)
+        self.weight_impl(src, usage, shape, values, true, false)
     }
 
     fn weight_impl(
@@ -330,14 +344,16 @@ impl<'m> Lowerer<'m> {
         shape: &[usize],
         values: Vec<f32>,
         exact: bool,
+        nan_ok: bool,
     ) -> Res<TensorId> {
-        if values.iter().any(|v| v.is_nan()) {
+        if !nan_ok && values.iter().any(|v| v.is_nan()) {
             return Err(
                 self.bad("finite or infinite constants", format!("NaN in `{}`", self.model.node(src.node).name))
             );
         }
-        // ±∞ (a mask's fill) is kept exactly: such a weight stays f32, whatever the options.
-        let infinite = values.iter().any(|v| v.is_infinite());
+        // ±∞ (a mask's fill) and NaN (where allowed) are kept exactly: such a weight stays f32,
+        // whatever the options.
+        let infinite = values.iter().any(|v| !v.is_finite());
         let key = (src, usage, shape.to_vec(), hash_values(&values));
         if let Some(&id) = self.weights.get(&key) {
             return Ok(id);

@@ -36,23 +36,50 @@ fn operand_b(s: u32, idx: array<u32, 6>, rank: u32) -> f32 {
 // (kestrel_rt_format::ops::{UnaryOp, BinaryOp}) and appended to this family's prelude; these are the
 // helpers their rows call.
 
-// powf: exact for integer exponents of negative bases, NaN otherwise (as libm).
+// powf: exact for integer exponents of negative bases, NaN otherwise, and C's special values
+// for NaN, ±∞ and ±0 operands (as libm); WGSL's pow is defined for finite positive bases only.
+// The classes are tested on the bits: shader compilers may assume that floats are finite.
 fn pow_(a: f32, b: f32) -> f32 {
-    if b == 0.0 {
+    let inf = bitcast<f32>(0x7f800000u);
+    let ab = bitcast<u32>(a) & 0x7fffffffu;
+    let bb = bitcast<u32>(b) & 0x7fffffffu;
+    // b = ±0 or a = 1: 1, even with a NaN.
+    if bb == 0u || bitcast<u32>(a) == 0x3f800000u {
         return 1.0;
     }
-    if a < 0.0 {
+    if ab > 0x7f800000u || bb > 0x7f800000u {
+        return bitcast<f32>(0x7fc00000u);
+    }
+    let negative = (bitcast<u32>(a) >> 31u) == 1u;
+    if bb == 0x7f800000u {
+        // b = ±∞: 1 for a = −1; 0 or ∞ as |a| > 1 agrees with b's sign.
+        if ab == 0x3f800000u {
+            return 1.0;
+        }
+        return select(0.0, inf, (ab > 0x3f800000u) == (b > 0.0));
+    }
+    let odd = fract(b) == 0.0 && fract(b * 0.5) != 0.0;
+    if ab == 0x7f800000u || ab == 0u {
+        // a = ±∞ (∞ for b > 0) or ±0 (∞ for b < 0), negative for a negative base and odd b.
+        let m = select(0.0, inf, (ab == 0u) == (b < 0.0));
+        return select(m, -m, negative && odd);
+    }
+    if negative {
         if fract(b) != 0.0 {
             return bitcast<f32>(0x7fc00000u);
         }
         let m = pow(-a, b);
-        return select(m, -m, fract(b * 0.5) != 0.0);
+        return select(m, -m, odd);
     }
     return pow(a, b);
 }
 
-// C's fmod: a − b·trunc(a/b), with a's sign.
+// C's fmod: a − b·trunc(a/b), with a's sign; a finite a by ±∞ is a (the formula's ∞·0 would
+// make it NaN). The bits are tested: shader compilers may assume that floats are finite.
 fn fmod_(a: f32, b: f32) -> f32 {
+    if ((bitcast<u32>(b) & 0x7fffffffu) == 0x7f800000u && (bitcast<u32>(a) & 0x7fffffffu) < 0x7f800000u) {
+        return a;
+    }
     return a - b * trunc(a / b);
 }
 
