@@ -140,7 +140,7 @@ fn model_dirs(root: &Path, only: &[String]) -> Result<Vec<(String, String, usize
     Ok(out)
 }
 
-/// A [`Pass`](crate::bench::Pass) running tract on `onnx` with an optimised plan for batch
+/// A [`crate::bench::Pass`] running tract on `onnx` with an optimised plan for batch
 /// `batch` (built here, once), on the same data as `feed`.
 fn tract_pass(onnx: &Path, feed: &Feed, per_shape: &[usize], batch: usize) -> Result<impl FnMut(usize) -> Result<()>> {
     let mut shape = vec![batch];

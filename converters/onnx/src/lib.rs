@@ -54,7 +54,7 @@ pub struct ConvertOptions {
     /// Keep the first and last weight-bearing layers at f16 when `weights` is int8 or int4.
     pub keep_first_last: bool,
     /// Calibration samples, one `.npy` per model input (leading axis = samples): when given,
-    /// the inputs of integer-weight projections get static int8 scales (see [`calibrate`]).
+    /// the inputs of integer-weight projections get static int8 scales (see the `calibrate` module).
     pub calibrate: Vec<std::path::PathBuf>,
     /// Plan the smallest scratch region (slower kernels: row-at-a-time attention, direct
     /// convolution), for microcontrollers.

@@ -154,7 +154,7 @@ Where | Binary When + Unless + Add (each branch where the condition picks it) | 
 Xor | Binary |a − b| on 0/1 values | boolean operands
 ";
 
-/// [`TABLE`], parsed once.
+/// The table of ONNX ops (`TABLE`, one line per op), parsed once.
 pub static ONNX_OPS: LazyLock<Vec<OnnxOp>> = LazyLock::new(|| {
     TABLE
         .lines()

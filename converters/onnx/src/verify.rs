@@ -161,7 +161,7 @@ fn batch_of(path: &Path, inputs: &[InputTensor]) -> Result<usize, ConvertError> 
 
 /// Runs a `.kes` model with Kestrel on `inputs`, in a session as large as the largest whole
 /// number of samples any input holds (the session itself checks that they agree). A model with
-/// bounded dims runs at the inputs' own sizes ([`bounded_shapes`]).
+/// bounded dims runs at the inputs' own sizes.
 pub fn run_kestrel(kes: &[u8], inputs: &[InputTensor]) -> Result<Vec<Vec<f32>>, ConvertError> {
     let model = kestrel_rt::Model::from_bytes(kes)?;
     let cpu = model.cpu()?;

@@ -7,6 +7,9 @@
 //! With `std`, [`threads::set_threads`] starts a worker pool once and large dense layers are
 //! split across it (still allocation-free per run).
 #![no_std]
+// The kernels' docs are for the runtime's developers: they name the private helpers and
+// constants that decide a path (`cargo doc --document-private-items` renders them).
+#![allow(rustdoc::private_intra_doc_links)]
 
 #[cfg(feature = "alloc")]
 extern crate alloc;

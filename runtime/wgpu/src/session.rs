@@ -637,8 +637,9 @@ impl GpuSession {
     }
 
     /// GPU objects and memory the device held right after the last run was submitted, while it
-    /// was in flight: with [`GpuCounts::read`] after the run completes, this shows whether a
-    /// run creates anything (buffers, bind groups, allocations) that lives only for the run.
+    /// was in flight: with [`GpuContext::counts`](crate::GpuContext::counts) after the run
+    /// completes, this shows whether a run creates anything (buffers, bind groups, allocations)
+    /// that lives only for the run.
     pub fn in_flight_counts(&self) -> GpuCounts {
         self.in_flight
     }

@@ -1,7 +1,7 @@
 //! `kestrel bench ops`: a roofline benchmark of every op kind the CPU runtime has, so that slow
 //! generic ops are visible.
 //!
-//! **Cases.** One table ([`cases`]) generated from a few lists: every [`UnaryOp`], every
+//! **Cases.** One table ([`cases()`]) generated from a few lists: every [`UnaryOp`], every
 //! [`BinaryOp`] in six broadcast forms (same shape, a scalar on either side, per-channel `[C, 1, 1]`
 //! against `[C, H, W]`, a row `[W]`, a two-sided `[C, 1, W]` against `[H, 1]`), every [`ReduceOp`]
 //! over the last and a middle axis, softmax, layer norm (last axis and channels), transposes,
@@ -9,7 +9,7 @@
 //! computed indices) at four working-set sizes (4 KiB, 128 KiB, 2 MiB, 64 MiB of inputs + outputs:
 //! L1, L2, L3 and DRAM here); pooling and every convolution form on MobileNetV2-like maps; dense at
 //! GEMV and GEMM shapes, matmul, SDPA, LSTM/GRU, embedding and each attention mechanism at one
-//! shape. Each case is a one-node model built with [`ModelBuilder`], f32 weights, random values in
+//! shape. Each case is a one-node model built with [`ModelBuilder`](kestrel_rt::ModelBuilder), f32 weights, random values in
 //! the op's domain.
 //!
 //! **Timing.** A batch-1 CPU session (`--threads` sets the pool); the node alone is timed with a

@@ -194,9 +194,10 @@ impl RnnParams {
     }
 }
 
-/// Scratch for [`rnn`]: the input projection `[T, G·H]`, the recurrent product `[G·H]`, the
-/// decoded biases `[2·G·H]`, and the hidden state, cell state and a temporary `[H]` each; with
-/// peepholes, their decoded row `[3H]` too (a file without them needs what it always did).
+/// Scratch for the CPU recurrent kernel (`kestrel_rt_cpu`'s `rnn`): the input projection
+/// `[T, G·H]`, the recurrent product `[G·H]`, the decoded biases `[2·G·H]`, and the hidden
+/// state, cell state and a temporary `[H]` each; with peepholes, their decoded row `[3H]` too
+/// (a file without them needs what it always did).
 pub fn rnn_scratch(p: &RnnParams) -> usize {
     let g = p.gate_rows();
     let peep = if p.has_p { 3 * p.hidden } else { 0 };

@@ -122,7 +122,8 @@ fn words(sym: u32, a: i64, b: i64, c: i64) -> Option<Vec<u32>> {
 
 /// A file for every `T` in `min..=max` of the symbol `name`, from `build(T)` (which must give
 /// the same graph at every size, with `T` some input's dim): the graph at `max` plus the
-/// bindings fitted from the builds (see [`MAX_BUILDS`] for the sizes built; each binding
+/// bindings fitted from the builds (every size when the range holds at most 320, else the first
+/// and last 64, every power of two and evenly spread sizes between; each binding
 /// reproduces every one of them). A graph whose structure changes with `T`, a constant that
 /// changes other than by its leading rows, or an integer no `⌊(a·T + b) / c⌋` reproduces is an
 /// [`Error::Build`] naming it.
