@@ -13,6 +13,7 @@
 //! and scalars always stay f32**, whatever the choice. [`verify`] runs the ONNX model with tract
 //! and the `.kes` with Kestrel on the same inputs and compares them.
 
+mod attention;
 mod calibrate;
 mod dims;
 mod error;
@@ -23,7 +24,6 @@ mod npy;
 mod ops_table;
 mod quant;
 mod report;
-mod softcap;
 mod validate;
 mod verify;
 

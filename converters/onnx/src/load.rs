@@ -139,14 +139,12 @@ fn load_typed_inner(
     let mut onnx = tract_onnx::onnx();
     crate::lower::rnn::register(&mut onnx.op_register);
     onnx.op_register.insert("ConstantOfShape", constant_of_shape);
+    // ONNX Attention read by Kestrel: tract's importer refuses or ignores much of it.
+    onnx.op_register.insert("Attention", crate::attention::parse);
     let mut proto = onnx.proto_model_for_read(&mut &bytes[..]).map_err(tract_err(&p, "read the ONNX file"))?;
-    let mut softcaps = crate::softcap::SoftCaps::default();
     if let Some(g) = proto.graph.as_mut() {
         unsigned_as_raw(g);
         bind_symbols(g, bind, &p)?;
-        // Attention's soft caps, which tract refuses: taken off here, put back in the expansion.
-        softcaps =
-            crate::softcap::take(g).map_err(|blockers| ConvertError::Unsupported { path: p.clone(), blockers })?;
     }
     drop(bytes);
     crate::validate::check_model(&proto, path)?;
@@ -177,9 +175,6 @@ fn load_typed_inner(
                 .collect()
         })
         .unwrap_or_default();
-    // Attributes and inputs the importer would drop without a word: refused, never run wrongly.
-    let mut unknown = unknown;
-    unknown.extend(graph.into_iter().flat_map(|g| g.node.iter()).filter_map(ignored_semantics));
     if !unknown.is_empty() {
         return Err(ConvertError::Unsupported { path: p.clone(), blockers: unknown });
     }
@@ -262,33 +257,10 @@ fn load_typed_inner(
     let typed = typed.set_symbols(&symbols).map_err(tract_err(&p, "bind the batch size"))?;
     let mut typed = typed;
     declutter(&mut typed).map_err(tract_err(&p, "declutter the model"))?;
-    if explode_sdpa(&mut typed, &softcaps).map_err(tract_err(&p, "expand scaled dot-product attention"))? {
+    if explode_sdpa(&mut typed).map_err(tract_err(&p, "expand scaled dot-product attention"))? {
         declutter(&mut typed).map_err(tract_err(&p, "declutter the model"))?;
     }
     Ok((typed, inputs, names))
-}
-
-/// A node whose attributes or inputs tract's importer (0.23) does not implement and would
-/// otherwise ignore, giving wrong values: ONNX Attention's sliding windows (`left_window_size`,
-/// `right_window_size`, opset 25) and, with `is_causal`, its past key/value inputs (the causal
-/// offset over the cache is not applied).
-fn ignored_semantics(n: &tract_onnx::pb::NodeProto) -> Option<Blocker> {
-    if n.op_type != "Attention" || !(n.domain.is_empty() || n.domain == "ai.onnx") {
-        return None;
-    }
-    let window =
-        n.attribute.iter().find(|a| (a.name == "left_window_size" || a.name == "right_window_size") && a.i >= 0);
-    let causal = n.attribute.iter().any(|a| a.name == "is_causal" && a.i != 0);
-    let past = causal && n.input.iter().skip(4).any(|i| !i.is_empty());
-    let why = match (window, past) {
-        (Some(a), _) => format!("not supported: `{}` (a sliding window the importer ignores)", a.name),
-        (None, true) => {
-            "not supported: past key/value inputs with is_causal (the importer ignores the cache's causal offset)"
-                .into()
-        }
-        (None, false) => return None,
-    };
-    Some(Blocker { op: "Attention".into(), node: n.name.clone(), why, remedy: None })
 }
 
 /// Gives the graph's symbolic input dims their values in the graph itself, before tract reads
@@ -423,14 +395,24 @@ fn constant_of_shape(
     ))
 }
 
-/// tract's `Sdpa` (ONNX's Attention op, opset 23) expanded into the products, the scaling, the
-/// mask (causal, boolean or additive) and the softmax it stands for, as tract's own expansion
+/// tract's `Sdpa` nodes (the plain ONNX Attention nodes, `crate::attention`) expanded into the
+/// products, the scaling, the mask and the softmax they stand for, as tract's own expansion
 /// writes them (heads grouped for grouped-query attention), which the lowering takes op by op
-/// (and the fusion passes may fuse back); an Attention node's soft cap, taken off before tract
-/// read the graph, is put back between the scaling and the mask (`crate::softcap`). Returns
-/// whether any was expanded.
-fn explode_sdpa(model: &mut TypedModel, softcaps: &crate::softcap::SoftCaps) -> TractResult<bool> {
-    crate::softcap::expand(model, softcaps)
+/// (and the fusion passes may fuse back). Returns whether any was expanded.
+fn explode_sdpa(model: &mut TypedModel) -> TractResult<bool> {
+    use tract_transformers::ops::sdpa::Sdpa;
+    let mut any = false;
+    while let Some(id) = model.nodes().iter().find(|n| n.op_is::<Sdpa>()).map(|n| n.id) {
+        let node = model.node(id);
+        let Some(op) = node.op_as::<Sdpa>().cloned() else { break };
+        let Some(patch) = op.patch_sdpa(model, node)? else { break };
+        patch.apply(model)?;
+        any = true;
+    }
+    if any {
+        model.compact()?;
+    }
+    Ok(any)
 }
 
 /// tract's declutter passes without `ChangeAxes`: that pass pushes the ONNX graph's transposes
