@@ -79,7 +79,8 @@ pub(super) fn wire(
         masks::and(&format!("{prefix}.allowed"), model, user.as_ref().and_then(|u| u.allowed), structural)?;
     // A row the additive mask fills with −∞ has no key to attend either: the reference decides
     // that on the mask (not on the scores) and gives 0. Where the masks are boolean already, or
-    // the additive mask is a constant (folded), its −∞ join the boolean mask.
+    // the additive mask is a constant (folded), its −∞ join the boolean mask; else a NaN guard
+    // follows the softmax.
     if let Some(f) = additive {
         if allowed.is_some() || model.outlet_fact(f)?.konst.is_some() {
             let inf = konst(model, "neg_inf", f32::NEG_INFINITY)?;
@@ -101,8 +102,13 @@ pub(super) fn wire(
             model.wire_node(format!("{prefix}.softmax"), sms, &[biased, a])?[0]
         }
         (None, Some(f)) => {
+            // A row the mask fills with −∞ softmaxes to NaN, which the exporters' guard (the
+            // fusion passes know it) turns into the reference's zeros.
             let sms = ScaledMaskedSoftmax { scale: one, post_softmax_mask: false };
-            model.wire_node(format!("{prefix}.softmax"), sms, &[capped, f])?[0]
+            let p = model.wire_node(format!("{prefix}.softmax"), sms, &[capped, f])?[0];
+            let nan = model.wire_node(format!("{prefix}.softmax_is_nan"), math::is_nan(), &[p])?[0];
+            let zero = konst(model, "softmax_zero", 0.0)?;
+            wire_with_rank_broadcast(format!("{prefix}.softmax_nan_guard"), model, Iff, &[nan, zero, p])?[0]
         }
         (None, None) => model.wire_node(
             format!("{prefix}.softmax"),
