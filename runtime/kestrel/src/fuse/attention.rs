@@ -533,7 +533,7 @@ fn constant_mask(b: &ModelBuilder, steps: &[Step], rows: usize, t: usize, guarde
             Step::Keep(..) => MaskStep::Keep(values),
         });
     }
-    combine(&full, n, t, guarded).ok().map(Some)
+    combine(&full, n, t, guarded, None).ok().map(Some)
 }
 
 /// Is every `T×T` block of `m` a causal mask: 0 on and below the diagonal, very negative above?

@@ -15,6 +15,7 @@ mod elementwise;
 mod layout;
 mod norm_affine;
 mod pointwise;
+mod score_forms;
 mod score_mask;
 mod sdpa;
 mod select;

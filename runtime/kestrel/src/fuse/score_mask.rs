@@ -31,8 +31,16 @@ const ABSORBS: f32 = -1e30;
 
 /// The additive mask `M` (length `n`, rows of `t` keys) equal to `steps` (in the order met
 /// walking back from the softmax: the step nearest the softmax first); `guarded`: the softmax's
-/// output goes through the NaN guard. The reason where no such mask exists.
-pub(super) fn combine(steps: &[MaskStep], n: usize, t: usize, guarded: bool) -> Result<Vec<f32>, String> {
+/// output goes through the NaN guard; `floor`: the scores go through `max(·, floor)` before the
+/// softmax (at most −1e30, see [`score_forms`](super::score_forms)), applied to the mask. The
+/// reason where no such mask exists.
+pub(super) fn combine(
+    steps: &[MaskStep],
+    n: usize,
+    t: usize,
+    guarded: bool,
+    floor: Option<f32>,
+) -> Result<Vec<f32>, String> {
     if t == 0 || !n.is_multiple_of(t) {
         return Err(format!("{n} scores are not rows of {t} keys"));
     }
@@ -68,7 +76,10 @@ pub(super) fn combine(steps: &[MaskStep], n: usize, t: usize, guarded: bool) -> 
                 "a masked fill with {f}: the fused node adds its mask to the scores, which the fill replaces"
             ));
         }
-        m[e] = f;
+        m[e] = match floor {
+            Some(c) if !f.is_nan() => f.max(c),
+            _ => f,
+        };
     }
     for (r, row) in m.chunks(t).enumerate() {
         let at = r * t..(r + 1) * t;
@@ -137,34 +148,34 @@ mod tests {
             MaskStep::Keep(vec![1.0, 1.0, 0.0]),
             MaskStep::Add { values: vec![0.5, 1.0, 2.0], coef: -1.0 },
         ];
-        assert_eq!(combine(&steps, 3, 3, false).unwrap(), vec![-0.5, -1.0, NEG]);
+        assert_eq!(combine(&steps, 3, 3, false, None).unwrap(), vec![-0.5, -1.0, NEG]);
         // Terms before the fill are dropped where it fills: an order-independent −∞.
         let steps = [
             MaskStep::Add { values: vec![1.0, 2.0, 3.0], coef: 2.0 },
             MaskStep::Add { values: vec![0.0, -1e9, 0.0], coef: 1.0 },
             MaskStep::Keep(vec![1.0, 0.0, 1.0]),
         ];
-        assert_eq!(combine(&steps, 3, 3, false).unwrap(), vec![2.0, 4.0 - 1e9, 6.0]);
+        assert_eq!(combine(&steps, 3, 3, false, None).unwrap(), vec![2.0, 4.0 - 1e9, 6.0]);
     }
 
     #[test]
     fn fills_the_fused_form_cannot_express_are_refused_with_the_reason() {
         // A fill of 0 (a product by a 0/1 constant with nothing masked).
         let zero = [MaskStep::Keep(vec![1.0, 0.0])];
-        assert!(combine(&zero, 2, 2, false).unwrap_err().contains("masked fill with 0"));
+        assert!(combine(&zero, 2, 2, false, None).unwrap_err().contains("masked fill with 0"));
         // A keep that is not 0 or 1.
         let half = [MaskStep::Add { values: vec![0.0, NEG], coef: 1.0 }, MaskStep::Keep(vec![1.0, 0.5])];
-        assert!(combine(&half, 2, 2, false).unwrap_err().contains("0.5"));
+        assert!(combine(&half, 2, 2, false, None).unwrap_err().contains("0.5"));
         // A fully masked row: NaN in the softmax, unless guarded.
         let row =
             [MaskStep::Add { values: vec![NEG, NEG, 0.0, NEG], coef: 1.0 }, MaskStep::Keep(vec![0.0, 0.0, 1.0, 0.0])];
-        assert!(combine(&row, 4, 2, false).unwrap_err().contains("NaN"));
-        assert_eq!(combine(&row, 4, 2, true).unwrap(), vec![NEG, NEG, 0.0, NEG]);
+        assert!(combine(&row, 4, 2, false, None).unwrap_err().contains("NaN"));
+        assert_eq!(combine(&row, 4, 2, true, None).unwrap(), vec![NEG, NEG, 0.0, NEG]);
         // A row all filled with −1e4: uniform weights in the softmax, not in the fused node.
         let finite = [MaskStep::Add { values: vec![-1e4, -1e4], coef: 1.0 }, MaskStep::Keep(vec![0.0, 0.0])];
-        assert!(combine(&finite, 2, 2, false).unwrap_err().contains("uniform"));
+        assert!(combine(&finite, 2, 2, false, None).unwrap_err().contains("uniform"));
         let absorbing = [MaskStep::Add { values: vec![f32::MIN, f32::MIN], coef: 1.0 }, MaskStep::Keep(vec![0.0, 0.0])];
-        assert_eq!(combine(&absorbing, 2, 2, false).unwrap(), vec![f32::MIN, f32::MIN]);
+        assert_eq!(combine(&absorbing, 2, 2, false, None).unwrap(), vec![f32::MIN, f32::MIN]);
     }
 
     #[test]

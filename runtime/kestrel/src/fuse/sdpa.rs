@@ -10,6 +10,7 @@
 //! has settled, so the projection-fused `Attention` keeps every block it can take; the numerical
 //! check of [`try_replace`] decides whether the node computes the same thing.
 
+use super::score_forms::{floor, head_mixing_at, mixes_heads, scaled_keep, unshare_fill_picks, where_fill, FLOOR_MAX};
 use super::score_mask::{broadcast_to, combine, MaskStep};
 use super::{dims, scalar, skip_nan_guard, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;
@@ -19,6 +20,9 @@ use kestrel_rt_format::DType;
 
 /// Fuses every attention-on-activations block it can prove; returns how many.
 pub(super) fn sdpa(b: &mut ModelBuilder, report: &mut FusionReport) -> usize {
+    for _ in 0..unshare_fill_picks(b) {
+        report.count("shared masked-fill pick unshared");
+    }
     let mut n = 0;
     let mut i = 0;
     while i < b.ops().len() {
@@ -89,6 +93,8 @@ fn attention_shaped(b: &ModelBuilder, t: TensorId, depth: usize) -> bool {
         Op::Gather(g) => attention_shaped(b, g.x, depth - 1),
         Op::Reshape(r) => attention_shaped(b, r.x, depth - 1),
         Op::Transpose(r) => attention_shaped(b, r.x, depth - 1),
+        // Talking heads: the score heads mixed by a pointwise layer (reported, not fused).
+        Op::Conv2d(_) | Op::Dense(_) => mixes_heads(b, p),
         _ => false,
     }
 }
@@ -195,13 +201,29 @@ fn kv_heads(qb: &[usize], kb: &[usize]) -> Option<usize> {
 }
 
 /// One additive bias term of the scores: the tensor and the scale applied to it afterwards
-/// (negated where subtracted); or, with `keep`, a masked fill's constant 0/1 factor of the scores.
+/// (negated where subtracted); or, with `keep`, a masked fill's constant factor of the scores,
+/// `keep_scale` times 0 or 1.
 struct Term {
     t: TensorId,
     scale: f32,
     /// The shape of the scores it is added to.
     at: Vec<usize>,
     keep: bool,
+    keep_scale: f32,
+    /// A fill picked by the condition `t` (a masked fill with a computed condition): the fill's
+    /// one-element constant and its pick (`When` or `Unless`); the term is `pick(fill, t)`.
+    fill: Option<(TensorId, BinaryOp)>,
+}
+
+impl Term {
+    fn add(t: TensorId, scale: f32, at: Vec<usize>) -> Self {
+        Term { t, scale, at, keep: false, keep_scale: 1.0, fill: None }
+    }
+
+    /// A constant term (a bias, or a masked fill's keep): not a pick by a computed condition.
+    fn constant(&self, b: &ModelBuilder) -> bool {
+        b.is_weight(self.t) && self.fill.is_none()
+    }
 }
 
 /// Is `y` a view of `x` that keeps the last (key) axis? Such a view only regroups the rows of
@@ -249,6 +271,8 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     // scale gathered so far and every scale further back (the divisor `c` among them) goes
     // on multiplying the node's `scale`.
     let mut softcap: Option<f32> = None;
+    // A floor `max(scores, c)` nearest the softmax, `c` in the softmax's units (score_forms).
+    let mut floor_at: Option<f32> = None;
     let (mm1n, mm1) = loop {
         let p = b.producer(s).ok_or("the scores are a graph input")?;
         if sole_consumer(b, s) != Some(reader) {
@@ -258,6 +282,47 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
             Op::MatMul(m) => break (p, m),
             // A view that keeps the key axis: the flat order of the score rows stays.
             Op::Reshape(r) if keeps_keys(b, r.x, r.y) => s = r.x,
+            // `where(m, fill, s)` with a computed condition: `s + When(fill, m)` (score_forms).
+            Op::Binary(bin) if where_fill(b, &bin, p).is_some() => {
+                let w = where_fill(b, &bin, p).ok_or("where")?;
+                if softcap.is_some() {
+                    return Err("a masked fill before the soft cap".into());
+                }
+                let filled = w.value * scale;
+                if !(scale > 0.0 && (filled == f32::NEG_INFINITY || filled <= FLOOR_MAX)) {
+                    return Err(format!(
+                        "a masked fill (computed condition) with {filled} in the softmax's units: the fused node adds \
+                         the fill, which equals replacing the score only for a fill of −1e30 or less"
+                    ));
+                }
+                let at = dims(b, bin.y).ok_or("shape")?;
+                if dims(b, w.scores) != Some(at.clone()) {
+                    return Err("a masked fill that broadcasts the scores to a larger shape".into());
+                }
+                terms.push(Term { fill: Some((w.fill, w.fill_op)), ..Term::add(w.cond, scale, at) });
+                nodes.push(p);
+                nodes.extend(w.fill_node);
+                nodes.push(w.scores_node);
+                reader = w.scores_node;
+                s = w.scores;
+                continue;
+            }
+            // A floor `max(x, c)` (score_forms): folded into the bias.
+            Op::Binary(bin) if floor(b, &bin).is_some() => {
+                let (x, c) = floor(b, &bin).ok_or("floor")?;
+                if !terms.is_empty() || softcap.is_some() || floor_at.is_some() {
+                    return Err("a floor (Max) of the scores with a bias, soft cap or floor after it".into());
+                }
+                let c = c * scale;
+                if !(scale > 0.0 && c <= FLOOR_MAX) {
+                    return Err(format!(
+                        "Max of the scores and {c} (in the softmax's units): only a floor of −1e30 or less (torch.finfo.min) \
+                         leaves every row's weights as the fused node computes them"
+                    ));
+                }
+                floor_at = Some(c);
+                s = x;
+            }
             Op::Binary(bin) if bin.op == BinaryOp::Add => {
                 if softcap.is_some() {
                     return Err("a bias added before the soft cap".into());
@@ -272,7 +337,7 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
                 if dims(b, x) != dims(b, bin.y) {
                     return Err("a bias that broadcasts the scores to a larger shape".into());
                 }
-                terms.push(Term { t, scale, at: dims(b, x).ok_or("shape")?, keep: false });
+                terms.push(Term::add(t, scale, dims(b, x).ok_or("shape")?));
                 s = x;
             }
             Op::Binary(bin) if bin.op == BinaryOp::Sub => {
@@ -285,7 +350,7 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
                 if dims(b, bin.a) != dims(b, bin.y) {
                     return Err("a bias that broadcasts the scores to a larger shape".into());
                 }
-                terms.push(Term { t: bin.b, scale: -scale, at: dims(b, bin.a).ok_or("shape")?, keep: false });
+                terms.push(Term::add(bin.b, -scale, dims(b, bin.a).ok_or("shape")?));
                 s = bin.a;
             }
             // A masked fill lowered as `s·keep + fill` (keep checked to be 0 or 1).
@@ -300,7 +365,26 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
                 if dims(b, x) != dims(b, bin.y) {
                     return Err("a masked fill that broadcasts the scores to a larger shape".into());
                 }
-                terms.push(Term { t: m, scale, at: dims(b, x).ok_or("shape")?, keep: true });
+                // A scale folded into the keep (0 or k): the scale applies to everything before.
+                let values = b.weight_values(m).ok_or("keep values")?;
+                let keep_scale = match scaled_keep(values) {
+                    Some((k, _)) => k,
+                    None => {
+                        let v = values.iter().find(|&&v| v != 0.0 && v != 1.0).copied().unwrap_or(0.0);
+                        return Err(format!(
+                            "a product of the scores by a constant holding {v} and other nonzero values (a masked fill \
+                             keeps 0 or 1; a scale is one value)"
+                        ));
+                    }
+                };
+                let at = dims(b, x).ok_or("shape")?;
+                if values.iter().all(|&v| v != 0.0) {
+                    // No zero: a plain scale (Swin V2's logit scale), not a fill.
+                    scale *= keep_scale;
+                } else {
+                    terms.push(Term { keep: true, keep_scale, ..Term::add(m, scale, at) });
+                    scale *= keep_scale;
+                }
                 s = x;
             }
             Op::Binary(bin) => match scaled(b, &bin) {
@@ -323,6 +407,16 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
             }
             op => {
                 let (i, o) = (dims(b, op.main_input()).unwrap_or_default(), dims(b, op.output()).unwrap_or_default());
+                if let Some(m) = head_mixing_at(b, p) {
+                    let (mi, mo) = (dims(b, b.ops()[m].main_input()), dims(b, b.ops()[m].output()));
+                    return Err(format!(
+                        "talking heads: the scores mixed across heads ({} {:?} -> {:?}) between the score product \
+                         and the softmax; the fused nodes take each head's own scores",
+                        b.ops()[m].name(),
+                        mi.unwrap_or_default(),
+                        mo.unwrap_or_default()
+                    ));
+                }
                 return Err(format!("{} {i:?} -> {o:?} between the score product and the softmax", op.name()));
             }
         }
@@ -406,20 +500,27 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     // masked with −∞ everywhere).
     let full = terms
         .iter()
-        .filter(|term| b.is_weight(term.t))
+        .filter(|term| term.constant(b))
         .map(|term| {
             let values = b.weight_values(term.t).ok_or("bias values")?;
             let full = broadcast_to(values, &dims(b, term.t).ok_or("shape")?, &term.at)
                 .filter(|v| v.len() == rows * tk)
                 .ok_or("a constant term that does not broadcast to the scores")?;
-            Ok(if term.keep { MaskStep::Keep(full) } else { MaskStep::Add { values: full, coef: term.scale } })
+            Ok(if term.keep {
+                MaskStep::Keep(full.iter().map(|&v| v / term.keep_scale).collect())
+            } else {
+                MaskStep::Add { values: full, coef: term.scale }
+            })
         })
         .collect::<Result<Vec<_>, &str>>();
     let keeps = terms.iter().any(|term| term.keep);
+    // The floor goes on the constant mask where every term is constant, else on the bias's sum.
+    let has_acts = terms.iter().any(|term| !term.keep && !term.constant(b));
+    let const_floor = floor_at.filter(|_| !has_acts);
     let mut combined = None;
     match full {
         Ok(steps) if !steps.is_empty() => {
-            let m = combine(&steps, rows * tk, tk, guarded)?;
+            let m = combine(&steps, rows * tk, tk, guarded, const_floor)?;
             if keeps {
                 let shared = m.chunks(tq * tk).all(|blk| blk == &m[..tq * tk]);
                 let (shape, m) = if shared { (vec![1, tq, tk], m[..tq * tk].to_vec()) } else { (vec![hq, tq, tk], m) };
@@ -430,7 +531,8 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
         _ => {}
     }
     for term in &terms {
-        if term.keep || (keeps && b.is_weight(term.t)) {
+        let constant = term.constant(b);
+        if term.keep || (keeps && constant) {
             continue;
         }
         let bd = dims(b, term.t).ok_or("shape")?;
@@ -459,12 +561,18 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
             };
             [hb, tqb, tkb]
         };
-        if b.is_weight(term.t) {
+        if constant {
             let values = b.weight_values(term.t).ok_or("bias values")?;
             consts.push((want.to_vec(), values.iter().map(|&x| x * term.scale).collect()));
         } else {
             inputs.push(term.t);
             let mut t = term.t;
+            if let Some((fill, op)) = term.fill {
+                // The masked fill's term, `pick(fill, m)`, computed in the node's region.
+                let y = b.new_activation("sdpa_fill", &bd).map_err(|e| e.to_string())?;
+                bias_ops.push(Op::Binary(Binary { a: fill, b: t, op, y }));
+                t = y;
+            }
             if dims(b, t).as_deref() != Some(&want[..]) {
                 let view = b.new_activation("sdpa_bias", &want).map_err(|e| e.to_string())?;
                 bias_ops.push(Op::Reshape(Reshape { x: t, y: view }));
@@ -495,6 +603,9 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
                 *out += values[(at(h, d[0]) * d[1] + at(i, d[1])) * d[2] + at(j, d[2])];
             }
         }
+        if let Some(c) = const_floor {
+            sum.iter_mut().filter(|v| !v.is_nan()).for_each(|v| *v = v.max(c));
+        }
         bias = Some(b.weight_as("sdpa_bias", &shape, sum, DType::F32).map_err(|e| e.to_string())?);
     }
     for t in acts {
@@ -508,6 +619,12 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
                 y
             }
         });
+    }
+    if let (Some(c), Some(x), true) = (floor_at, bias, has_acts) {
+        let f = b.weight_as("sdpa_floor", &[1], vec![c], DType::F32).map_err(|e| e.to_string())?;
+        let y = b.new_activation("sdpa_bias", &dims(b, x).ok_or("shape")?).map_err(|e| e.to_string())?;
+        bias_ops.push(Op::Binary(Binary { a: x, b: f, op: BinaryOp::Max, y }));
+        bias = Some(y);
     }
     // Reshape views to the node's `[H, T, D]` operands, and from its output to the product's.
     let mut ops = bias_ops;
