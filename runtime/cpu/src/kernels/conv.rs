@@ -80,7 +80,7 @@ struct Epi {
 }
 
 impl Epi {
-    #[inline]
+    #[cfg_attr(target_arch = "x86_64", inline(always))]
     fn apply(self, y: &mut [f32]) {
         crate::kernels::epilogue(self.act, self.clamp, y);
     }
@@ -249,8 +249,37 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi, x: &[f32], y: &mut 
 }
 
 /// Per output channel's plane: `y[o, ·] += b[o]`, then the activation and clamp, while the plane
-/// is in cache.
+/// is in cache; compiled for the detected x86 ISA (the passes vectorise to its width: built for
+/// the baseline, SSE2, the bias, ReLU and clamp passes took 14 % of MobileNetV2's time).
 fn finish_planes(proj: &ProjW<'_>, plane: usize, epi: Epi, y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::kernels::simd::{isa, Isa};
+        match isa() {
+            // SAFETY: AVX-512F/AVX2/FMA detected by `isa()`.
+            Isa::Avx512 => return unsafe { finish_avx512(proj, plane, epi, y) },
+            // SAFETY: AVX2/FMA detected by `isa()`.
+            Isa::Avx2 | Isa::Avx2Vnni => return unsafe { finish_avx2(proj, plane, epi, y) },
+            _ => {}
+        }
+    }
+    finish_body(proj, plane, epi, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn finish_avx512(proj: &ProjW<'_>, plane: usize, epi: Epi, y: &mut [f32]) {
+    finish_body(proj, plane, epi, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn finish_avx2(proj: &ProjW<'_>, plane: usize, epi: Epi, y: &mut [f32]) {
+    finish_body(proj, plane, epi, y)
+}
+
+#[cfg_attr(target_arch = "x86_64", inline(always))]
+fn finish_body(proj: &ProjW<'_>, plane: usize, epi: Epi, y: &mut [f32]) {
     for (o, yp) in y.chunks_exact_mut(plane.max(1)).enumerate() {
         if let Some(b) = proj.b {
             let bias = b.get(o / b.cols(), o % b.cols());
