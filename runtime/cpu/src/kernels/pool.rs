@@ -8,9 +8,11 @@
 //!   input columns (the inner loop, contiguous for stride 1, so it vectorises), and a short
 //!   bounds-checked loop over the few border columns. A window one column wide (global pooling)
 //!   instead reduces each contiguous input row segment in eight lanes.
-//! * Phased (max pools given [`pool2d_scratch_fast`] scratch): the input split into its stride
-//!   phases, every tap one contiguous maximum over the whole output plane.
+//! * Phased (given [`pool2d_scratch_fast`] scratch): the input split into its stride phases
+//!   (padded with −∞ for a max, 0 for a mean), every tap one contiguous maximum or sum over the
+//!   output plane, a block of 64 outputs at a time held in registers across the taps.
 //! * Pairs: disjoint windows two columns wide (the CNN's 2×2 pool).
+//! * Global: a window over the whole unpadded plane, each channel one contiguous reduction.
 
 use crate::kernels::conv::{split_phases, PhaseGeom, TapOffsets};
 pub use kestrel_rt_core::params::Pool2dParams;
@@ -21,43 +23,91 @@ pub fn pool2d_scratch(_p: &Pool2dParams) -> usize {
     0
 }
 
-/// Scratch for [`pool2d`]'s fast path (what the planner reserves): a max pool's input split
-/// into stride phases (−∞ in the padding) and an accumulator of `H' × wq`, so every tap is one
-/// contiguous maximum over the whole output plane.
+/// Scratch for [`pool2d`]'s fast path (what the planner reserves): the input split into
+/// stride phases (−∞ or 0 in the padding) and an accumulator of `H' × wq`, so every tap is one
+/// contiguous maximum or sum over the whole output plane; a mean that leaves the padding out of
+/// its divisor also keeps each output column's count of taps inside the input (`W'`).
 pub fn pool2d_scratch_fast(p: &Pool2dParams) -> usize {
-    if p.kind == PoolKind::Max {
-        // Saturating: a geometry too large to plan keeps the row loops.
-        let g = PhaseGeom::of(&p.window);
-        let set = p.stride[0].saturating_mul(p.stride[1]).saturating_mul(g.hq).saturating_mul(g.wq);
-        set.saturating_add(p.oh.saturating_mul(g.wq))
-    } else {
-        0
-    }
+    // Saturating: a geometry too large to plan keeps the row loops.
+    let g = PhaseGeom::of(&p.window);
+    let set = p.stride[0].saturating_mul(p.stride[1]).saturating_mul(g.hq).saturating_mul(g.wq);
+    let counts = if p.kind == PoolKind::Avg && !p.count_include_pad { p.ow } else { 0 };
+    set.saturating_add(p.oh.saturating_mul(g.wq)).saturating_add(counts)
 }
 
-/// Max pooling through the stride phases (see [`pool2d_scratch_fast`]); each output is the
-/// maximum of its window's taps (the padding's −∞ never wins: every window holds an input).
+/// Outputs accumulated in registers across the taps ([`phased`]).
+const BLOCK: usize = 64;
+
+/// Pooling through the stride phases (see [`pool2d_scratch_fast`]): each output the maximum or
+/// the sum of its window's taps (the padding's −∞ never wins, as every window holds an input;
+/// its 0 adds nothing), a mean then divided by its count.
 #[cfg_attr(target_arch = "x86_64", inline(always))]
-fn max_phased(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+fn phased<const MAX: bool>(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let g = PhaseGeom::of(&p.window);
     let [sh, sw] = p.stride;
     let (plane, oplane, pq) = (p.h * p.w, p.oh * p.ow, g.hq * g.wq);
     let (planes, rest) = scratch.split_at_mut(sh * sw * pq);
-    let acc = &mut rest[..p.oh * g.wq];
+    let (acc, rest) = rest.split_at_mut(p.oh * g.wq);
     let n = acc.len();
+    let taps = p.kh * p.kw;
     let off = TapOffsets::new(p.kh, p.kw, p.stride, p.dilation, pq, g.wq);
+    let init = if MAX { f32::NEG_INFINITY } else { 0.0 };
+    // A mean's divisor: kh·kw, or (rows inside) × (columns inside) per output.
+    let cols = &mut rest[..if MAX || p.count_include_pad { 0 } else { p.ow }];
+    for (j, c) in cols.iter_mut().enumerate() {
+        *c = (0..p.kw).filter(|&v| p.col(j, v).is_some()).count() as f32;
+    }
+    let whole = (p.kh * p.kw) as f32;
     for (xc, yc) in x[..p.c * plane].chunks_exact(plane).zip(y[..p.c * oplane].chunks_exact_mut(oplane)) {
-        split_phases(&g, xc, f32::NEG_INFINITY, planes);
-        acc.fill(f32::NEG_INFINITY);
-        for t in 0..p.kh * p.kw {
-            let base = off.get(t);
-            for (a, &v) in acc.iter_mut().zip(&planes[base..base + n]) {
-                *a = a.max(v);
+        split_phases(&g, xc, init, planes);
+        let mut b0 = 0;
+        while b0 + BLOCK <= n {
+            let mut a = [init; BLOCK];
+            for t in 0..taps {
+                let src: &[f32; BLOCK] = planes[off.get(t) + b0..][..BLOCK].try_into().expect("BLOCK elements");
+                for (a, &v) in a.iter_mut().zip(src) {
+                    *a = combine::<MAX>(*a, v);
+                }
+            }
+            acc[b0..b0 + BLOCK].copy_from_slice(&a);
+            b0 += BLOCK;
+        }
+        if b0 < n {
+            let a = &mut acc[b0..];
+            a.fill(init);
+            for t in 0..taps {
+                let src = &planes[off.get(t) + b0..][..n - b0];
+                a.iter_mut().zip(src).for_each(|(a, &v)| *a = combine::<MAX>(*a, v));
             }
         }
-        for (yr, ar) in yc.chunks_exact_mut(p.ow).zip(acc.chunks_exact(g.wq)) {
-            super::copy_short(yr, &ar[..p.ow]);
+        for (i, (yr, ar)) in yc.chunks_exact_mut(p.ow).zip(acc.chunks_exact(g.wq)).enumerate() {
+            let ar = &ar[..p.ow];
+            if MAX {
+                super::copy_short(yr, ar);
+            } else if p.count_include_pad {
+                yr.iter_mut().zip(ar).for_each(|(o, &a)| *o = a / whole);
+            } else {
+                let rows = (0..p.kh).filter(|&u| p.row(i, u).is_some()).count() as f32;
+                yr.iter_mut().zip(ar).zip(&*cols).for_each(|((o, &a), &c)| *o = a / (rows * c));
+            }
         }
+    }
+}
+
+/// Whether `p` pools each whole unpadded plane to one value (global pooling).
+fn global(p: &Pool2dParams) -> bool {
+    p.kh == p.h && p.kw == p.w && p.oh == 1 && p.ow == 1 && p.pad == [0; 4]
+}
+
+/// Global pooling: each channel's plane reduced as one contiguous row (a mean divided by
+/// `H·W`).
+#[inline(always)]
+fn pool_global<const MAX: bool>(p: &Pool2dParams, x: &[f32], y: &mut [f32]) {
+    let plane = p.h * p.w;
+    let n = plane as f32;
+    for (xc, o) in x[..p.c * plane].chunks_exact(plane).zip(&mut y[..p.c]) {
+        let r = reduce::<MAX>(xc);
+        *o = if MAX { r } else { r / n };
     }
 }
 
@@ -66,8 +116,10 @@ fn max_phased(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
 pub enum PoolPath {
     /// Disjoint windows two columns wide, a few contiguous passes per output row ([`pairs`]).
     Pairs,
-    /// A max pool of more than one tap with [`pool2d_scratch_fast`] scratch and more than one
-    /// output column: every tap one contiguous maximum over the input's stride phases.
+    /// A window over the whole unpadded plane: each channel one contiguous reduction.
+    Global,
+    /// A pool of more than one tap with [`pool2d_scratch_fast`] scratch and more than one
+    /// output column: every tap one contiguous maximum or sum over the input's stride phases.
     Phased,
     /// Row by row: per tap a pass over the inner columns, the border columns bounds-checked (a
     /// window one column wide: each input row segment reduced in eight lanes).
@@ -79,8 +131,11 @@ pub fn pool2d_path(p: &Pool2dParams, scratch: usize) -> PoolPath {
     if pairs(p) {
         return PoolPath::Pairs;
     }
+    if global(p) {
+        return PoolPath::Global;
+    }
     let fast = pool2d_scratch_fast(p);
-    if p.kind == PoolKind::Max && p.kh * p.kw > 1 && fast > 0 && scratch >= fast && p.ow > 1 {
+    if p.kh * p.kw > 1 && fast > 0 && scratch >= fast && p.ow > 1 {
         PoolPath::Phased
     } else {
         PoolPath::Rows
@@ -132,7 +187,10 @@ fn pool2d_body(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) 
     match pool2d_path(p, scratch.len()) {
         PoolPath::Pairs if p.kind == PoolKind::Max => return pool_pairs::<true>(p, x, y),
         PoolPath::Pairs => return pool_pairs::<false>(p, x, y),
-        PoolPath::Phased => return max_phased(p, x, y, scratch),
+        PoolPath::Global if p.kind == PoolKind::Max => return pool_global::<true>(p, x, y),
+        PoolPath::Global => return pool_global::<false>(p, x, y),
+        PoolPath::Phased if p.kind == PoolKind::Max => return phased::<true>(p, x, y, scratch),
+        PoolPath::Phased => return phased::<false>(p, x, y, scratch),
         PoolPath::Rows => {}
     }
     let (plane, oplane) = (p.h * p.w, p.oh * p.ow);
@@ -218,19 +276,32 @@ fn accumulate<const MAX: bool>(acc: &mut [f32], src: &[f32], stride: usize) {
     }
 }
 
-/// Max or sum of a contiguous segment (−∞ or 0 if empty), eight lanes at a time.
+/// Max or sum of a contiguous segment (−∞ or 0 if empty): four independent sets of 8 lanes
+/// while 32 elements remain, then one set, then the tail.
 #[inline(always)]
 fn reduce<const MAX: bool>(xs: &[f32]) -> f32 {
     let init = if MAX { f32::NEG_INFINITY } else { 0.0 };
-    let mut lanes = [init; 8];
-    let mut chunks = xs.chunks_exact(8);
+    let step = |l: &mut [f32; 8], ch: &[f32]| {
+        let ch: &[f32; 8] = ch.try_into().expect("8 elements");
+        for i in 0..8 {
+            l[i] = combine::<MAX>(l[i], ch[i]);
+        }
+    };
+    let mut l = [[init; 8]; 4];
+    let mut chunks = xs.chunks_exact(32);
     for ch in &mut chunks {
-        for (l, &v) in lanes.iter_mut().zip(ch) {
-            *l = combine::<MAX>(*l, v);
+        for (k, lk) in l.iter_mut().enumerate() {
+            step(lk, &ch[8 * k..8 * k + 8]);
         }
     }
-    let r = chunks.remainder().iter().fold(init, |a, &v| combine::<MAX>(a, v));
-    lanes.iter().fold(r, |a, &v| combine::<MAX>(a, v))
+    let mut l8: [f32; 8] =
+        core::array::from_fn(|i| combine::<MAX>(combine::<MAX>(l[0][i], l[1][i]), combine::<MAX>(l[2][i], l[3][i])));
+    let mut eights = chunks.remainder().chunks_exact(8);
+    for ch in &mut eights {
+        step(&mut l8, ch);
+    }
+    let r = eights.remainder().iter().fold(init, |a, &v| combine::<MAX>(a, v));
+    l8.iter().fold(r, |a, &v| combine::<MAX>(a, v))
 }
 
 /// Output row `i` of one channel (`xc [H, W]`, `yr [W']`).

@@ -21,6 +21,7 @@ mod f32_driver;
 mod gemm;
 #[cfg(target_arch = "x86_64")]
 mod loaders;
+pub(crate) mod multiversion;
 #[cfg(target_arch = "aarch64")]
 pub mod neon;
 mod q8;
