@@ -63,7 +63,8 @@ pub(super) fn wire(
         Some(m) => Some(masks::user_mask(&format!("{prefix}.attn_mask"), model, m, skv, (hq, hk))?),
         None => None,
     };
-    let additive = user.as_ref().and_then(|u| u.additive);
+    let mut additive = user.as_ref().and_then(|u| u.additive);
+    let user_allowed = user.as_ref().and_then(|u| u.allowed);
     let band = Band { sq, skv, past: h.past, causal: op.is_causal, left: op.window.0, right: op.window.1 };
     if let Some(n) = nonpad {
         let batch = model.outlet_fact(n)?.shape.iter().next().cloned();
@@ -75,19 +76,26 @@ pub(super) fn wire(
         );
     }
     let structural = masks::structural(&format!("{prefix}.band"), model, &band, nonpad)?;
-    let mut allowed =
-        masks::and(&format!("{prefix}.allowed"), model, user.as_ref().and_then(|u| u.allowed), structural)?;
-    // A row the additive mask fills with −∞ has no key to attend either: the reference decides
-    // that on the mask (not on the scores) and gives 0. Where the masks are boolean already, or
-    // the additive mask is a constant (folded), its −∞ join the boolean mask; else a NaN guard
-    // follows the softmax.
-    if let Some(f) = additive {
-        if allowed.is_some() || model.outlet_fact(f)?.konst.is_some() {
-            let inf = konst(model, "neg_inf", f32::NEG_INFINITY)?;
-            let finite = TypedBinOp(logic::comp_ne(), None);
-            let kept = wire_with_rank_broadcast(format!("{prefix}.mask_finite"), model, finite, &[f, inf])?[0];
-            allowed = masks::and(&format!("{prefix}.allowed_finite"), model, allowed, Some(kept))?;
+    let mut allowed = match structural {
+        // A constant band beside no boolean mask is added as 0/−∞, the form the fusion passes take.
+        Some(s) if user_allowed.is_none() && model.outlet_fact(s)?.konst.is_some() => {
+            let c = masks::additive_of(&format!("{prefix}.band_additive"), model, s)?;
+            additive = Some(match additive {
+                Some(f) => wire_with_rank_broadcast(format!("{prefix}.mask_band"), model, math::add(), &[f, c])?[0],
+                None => c,
+            });
+            None
         }
+        s => masks::and(&format!("{prefix}.allowed"), model, user_allowed, s)?,
+    };
+    // A row the additive mask fills with −∞ has no key to attend either: the reference decides
+    // that on the mask (not on the scores) and gives 0. Beside a boolean mask its −∞ join the
+    // boolean mask; alone, a NaN guard follows the softmax.
+    if let (Some(f), Some(_)) = (additive, allowed) {
+        let inf = konst(model, "neg_inf", f32::NEG_INFINITY)?;
+        let finite = TypedBinOp(logic::comp_ne(), None);
+        let kept = wire_with_rank_broadcast(format!("{prefix}.mask_finite"), model, finite, &[f, inf])?[0];
+        allowed = masks::and(&format!("{prefix}.allowed_finite"), model, allowed, Some(kept))?;
     }
     let biased = match additive {
         Some(f) if allowed.is_some() => {

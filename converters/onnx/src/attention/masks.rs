@@ -154,6 +154,14 @@ pub(super) fn structural(
     Ok(allowed)
 }
 
+/// A constant boolean mask as an additive f32 constant: 0 where true, −∞ where false.
+pub(super) fn additive_of(name: &str, model: &mut TypedModel, mask: OutletId) -> TractResult<OutletId> {
+    let Some(t) = model.outlet_fact(mask)?.konst.clone() else { bail!("Attention: the band mask is not a constant") };
+    let v: Vec<f32> =
+        t.to_plain_array_view::<bool>()?.iter().map(|&a| if a { 0.0 } else { f32::NEG_INFINITY }).collect();
+    model.add_const(name, Tensor::from_shape(t.shape(), &v)?)
+}
+
 /// `a ∧ b` where both are given, else the one given.
 pub(super) fn and(
     name: &str,

@@ -2,15 +2,16 @@
 //! refuses or ignores much of it. Every node is read here ([`parse`]) and wired as one of two
 //! expansions:
 //!
-//! - **plain** (no soft cap, no `qk_matmul_output`, no sliding window, no `nonpad_kv_seqlen`, no
-//!   causal mask over a past key/value cache, an additive mask covering every key or none): wired
-//!   as tract's importer wires it, a tract `Sdpa` node (the heads split from 3-D inputs, the cache
-//!   concatenated, a causal mask a constant), which `load.rs` expands with tract's own expansion
-//!   and the fusion passes take back;
+//! - **plain** (no mask, soft cap, `qk_matmul_output`, sliding window or `nonpad_kv_seqlen`, no
+//!   causal mask over a past key/value cache): wired as tract's importer wires it, a tract `Sdpa`
+//!   node (the heads split from 3-D inputs, the cache concatenated, a causal mask a constant),
+//!   which `load.rs` expands with tract's own expansion and the fusion passes take back;
 //! - **full** ([`full`]): every other node, ONNX's reference (`onnx/reference/ops/op_attention.py`)
 //!   written out op by op: the scores `q · kᵀ` per key head group, scaled, soft-capped
-//!   (`c · tanh(s / c)`), an additive mask (a float `attn_mask`, padded with −∞ to the keys) added,
-//!   and a boolean "may attend" mask (a boolean `attn_mask` padded with `false`, the causal
+//!   (`c · tanh(s / c)`), an additive mask (a float `attn_mask`, padded with −∞ to the keys, and
+//!   the constant causal and window bands as 0/−∞ where there is no boolean mask) added, a NaN
+//!   guard after its softmax (a row all −∞ gives 0, the exporters' guard, which the fusion
+//!   passes take); or a boolean "may attend" mask (a boolean `attn_mask` padded with `false`, the causal
 //!   mask offset by the cache — bottom-right aligned, `j ≤ i + P` over a past of length `P`, or
 //!   `j ≤ i + nonpad[b] − Sq` over an external cache —, the sliding window `i + off − L ≤ j ≤ i +
 //!   off + R`, the key padding `j < nonpad_kv_seqlen[b]`) applied by tract's masked softmax with
@@ -26,8 +27,7 @@ use tract_onnx::model::ParsingContext;
 use tract_onnx::pb::NodeProto;
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::array::TypedConcat;
-use tract_onnx::tract_core::ops::change_axes::{wire_with_rank_broadcast, AxisOp};
-use tract_onnx::tract_core::ops::math;
+use tract_onnx::tract_core::ops::change_axes::AxisOp;
 use tract_onnx::tract_hir::internal::{
     bail, check_input_arity, check_output_arity, ensure, expand, format_err, DimLike, Expansion, InferenceOp,
     InferenceResult, Solver, StaticName, TensorProxy,
@@ -168,19 +168,11 @@ impl Expansion for OnnxAttention {
         let heads = self.heads(prefix, model, inputs)?;
         let mask = self.has_mask.then(|| inputs[3]);
         let nonpad = self.has_nonpad.then(|| inputs[inputs.len() - 1]);
-        let kv_len = model.outlet_fact(heads.k)?.shape[2].to_usize()?;
-        let plain = !self.needs_full()
-            && match mask {
-                None => true,
-                Some(m) => {
-                    let f = model.outlet_fact(m)?;
-                    f.datum_type != DatumType::Bool
-                        && f.rank() > 0
-                        && f.shape[f.rank() - 1].to_usize().ok() == Some(kv_len)
-                }
-            };
+        // With a mask, the full form: its fully masked rows are 0 there (a NaN guard the fusion
+        // takes), NaN in tract's expansion when it is not fused back.
+        let plain = !self.needs_full() && mask.is_none();
         let (y, qk) = if plain {
-            (self.wire_sdpa(prefix, model, &heads, mask)?, None)
+            (self.wire_sdpa(prefix, model, &heads)?, None)
         } else {
             full::wire(self, prefix, model, &heads, mask, nonpad)?
         };
@@ -277,25 +269,11 @@ impl OnnxAttention {
         )?[0])
     }
 
-    /// The plain form: tract's `Sdpa` over the 4-D heads, with the additive mask (rank-padded
-    /// to 4) and a causal mask (no cache here) added as constants, as tract's importer wires it.
-    fn wire_sdpa(
-        &self,
-        prefix: &str,
-        model: &mut TypedModel,
-        h: &Heads,
-        mask: Option<OutletId>,
-    ) -> TractResult<OutletId> {
+    /// The plain form: tract's `Sdpa` over the 4-D heads, a causal mask (no cache here) added as a
+    /// constant, as tract's importer wires it.
+    fn wire_sdpa(&self, prefix: &str, model: &mut TypedModel, h: &Heads) -> TractResult<OutletId> {
         let dt = model.outlet_fact(h.q)?.datum_type;
-        let mut mask = match mask {
-            Some(mut m) => {
-                for i in model.outlet_fact(m)?.rank()..4 {
-                    m = model.wire_node(format!("{prefix}.mask_add_axis_{i}"), AxisOp::Add(0), &[m])?[0];
-                }
-                Some(m)
-            }
-            None => None,
-        };
+        let mut ins = tvec![h.q, h.k, h.v];
         if self.is_causal {
             let (sq, skv) =
                 (model.outlet_fact(h.q)?.shape[2].to_usize()?, model.outlet_fact(h.k)?.shape[2].to_usize()?);
@@ -306,14 +284,8 @@ impl OnnxAttention {
                     f32::NEG_INFINITY
                 }
             });
-            let c = model.add_const(format!("{prefix}.causal_mask"), Tensor::from(causal))?;
-            mask = Some(match mask {
-                Some(m) => wire_with_rank_broadcast(format!("{prefix}.mask_combined"), model, math::add(), &[m, c])?[0],
-                None => c,
-            });
+            ins.push(model.add_const(format!("{prefix}.causal_mask"), Tensor::from(causal))?);
         }
-        let mut ins = tvec![h.q, h.k, h.v];
-        ins.extend(mask);
         let sdpa =
             Sdpa { scale: self.scale.map(tensor0), datum_type: dt, acc_datum_type: DatumType::F32, is_causal: false };
         Ok(model.wire_node(format!("{prefix}.sdpa"), sdpa, &ins)?[0])
