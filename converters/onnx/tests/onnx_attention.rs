@@ -376,3 +376,36 @@ fn malformed_attributes_are_refused_by_name() {
     let e = err(&Case { mask: Some(Mask { shape: vec![3, 5, 7], boolean: true }), ..base() });
     assert!(e.contains("attn_mask over 3 heads"), "{e}");
 }
+
+/// The Kestrel ops a case converts to.
+fn ops(name: &str, c: &Case) -> std::collections::BTreeMap<String, usize> {
+    let path = std::env::temp_dir().join(format!("kestrel-onnx-attention-ops-{}-{name}.onnx", std::process::id()));
+    std::fs::write(&path, c.model()).unwrap();
+    let conv = convert(&path, &ConvertOptions::default());
+    std::fs::remove_file(&path).ok();
+    conv.unwrap_or_else(|e| panic!("{name}: {e}")).report.kestrel_ops.into_iter().collect()
+}
+
+/// Every form but `qk_matmul_output` (which reads an intermediate) fuses back into one `Sdpa`:
+/// the masks are one additive mask (boolean ones through `Where(m, 0, −∞)`, the bands
+/// constants), the NaN guard after the softmax is the fused node's zero rows.
+#[test]
+fn every_mask_form_fuses_into_one_sdpa() {
+    let f = |shape: &[usize]| Some(Mask { shape: shape.to_vec(), boolean: false });
+    let b = |shape: &[usize]| Some(Mask { shape: shape.to_vec(), boolean: true });
+    for (name, c) in [
+        ("window", Case { window: (1, 2), ..base() }),
+        ("causal_window", Case { window: (2, -1), causal: true, ..base() }),
+        ("float_mask", Case { mask: f(&[5, 7]), ..base() }),
+        ("float_mask_causal_cap", Case { mask: f(&[5, 7]), causal: true, softcap: 2.0, ..base() }),
+        ("bool_mask", Case { mask: b(&[4, 5, 7]), ..base() }),
+        ("past_causal", Case { sq: 3, s: 3, past: 4, causal: true, ..base() }),
+        ("nonpad_causal", Case { nonpad: Some(5), causal: true, ..base() }),
+    ] {
+        let ops = ops(name, &c);
+        assert_eq!(ops.get("Sdpa"), Some(&1), "{name}: {ops:?}");
+        assert!(!ops.contains_key("Softmax") && !ops.contains_key("MatMul"), "{name}: {ops:?}");
+    }
+    let ops = ops("qk3", &Case { qk: Some(3), ..base() });
+    assert_eq!(ops.get("Softmax"), Some(&1), "qk_matmul_output: {ops:?}");
+}

@@ -5,11 +5,10 @@
 use super::masks::{self, Band};
 use super::{Heads, OnnxAttention};
 use tract_onnx::prelude::*;
-use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::cast::cast;
 use tract_onnx::tract_core::ops::change_axes::{wire_with_rank_broadcast, AxisOp};
 use tract_onnx::tract_core::ops::einsum::EinSum;
-use tract_onnx::tract_core::ops::logic::{self, Iff};
+use tract_onnx::tract_core::ops::logic::Iff;
 use tract_onnx::tract_core::ops::math;
 use tract_onnx::tract_core::ops::nn::{Softmax, SoftmaxKind};
 use tract_onnx::tract_hir::internal::{ensure, DimLike};
@@ -59,12 +58,10 @@ pub(super) fn wire(
         capped = wire_with_rank_broadcast(format!("{prefix}.softcap_mul"), model, math::mul(), &[t, c])?[0];
     }
 
-    let user = match mask {
+    let mut additive = match mask {
         Some(m) => Some(masks::user_mask(&format!("{prefix}.attn_mask"), model, m, skv, (hq, hk))?),
         None => None,
     };
-    let mut additive = user.as_ref().and_then(|u| u.additive);
-    let user_allowed = user.as_ref().and_then(|u| u.allowed);
     let band = Band { sq, skv, past: h.past, causal: op.is_causal, left: op.window.0, right: op.window.1 };
     if let Some(n) = nonpad {
         let batch = model.outlet_fact(n)?.shape.iter().next().cloned();
@@ -75,50 +72,28 @@ pub(super) fn wire(
             qs[0]
         );
     }
-    let structural = masks::structural(&format!("{prefix}.band"), model, &band, nonpad)?;
-    let mut allowed = match structural {
-        // A constant band beside no boolean mask is added as 0/−∞, the form the fusion passes take.
-        Some(s) if user_allowed.is_none() && model.outlet_fact(s)?.konst.is_some() => {
-            let c = masks::additive_of(&format!("{prefix}.band_additive"), model, s)?;
-            additive = Some(match additive {
-                Some(f) => wire_with_rank_broadcast(format!("{prefix}.mask_band"), model, math::add(), &[f, c])?[0],
-                None => c,
-            });
-            None
-        }
-        s => masks::and(&format!("{prefix}.allowed"), model, user_allowed, s)?,
-    };
-    // A row the additive mask fills with −∞ has no key to attend either: the reference decides
-    // that on the mask (not on the scores) and gives 0. Beside a boolean mask its −∞ join the
-    // boolean mask; alone, a NaN guard follows the softmax.
-    if let (Some(f), Some(_)) = (additive, allowed) {
-        let inf = konst(model, "neg_inf", f32::NEG_INFINITY)?;
-        let finite = TypedBinOp(logic::comp_ne(), None);
-        let kept = wire_with_rank_broadcast(format!("{prefix}.mask_finite"), model, finite, &[f, inf])?[0];
-        allowed = masks::and(&format!("{prefix}.allowed_finite"), model, allowed, Some(kept))?;
+    // Every mask is additive (0 where a key may be attended, −∞ where not, the float mask's
+    // values), the form the fusion passes take: the boolean ones through `Where(m, 0, −∞)`,
+    // folded where constant.
+    if let Some(band) = masks::structural(&format!("{prefix}.band"), model, &band, nonpad)? {
+        let c = masks::additive_of(&format!("{prefix}.band_additive"), model, band)?;
+        additive = Some(match additive {
+            Some(f) => wire_with_rank_broadcast(format!("{prefix}.mask_band"), model, math::add(), &[f, c])?[0],
+            None => c,
+        });
     }
-    let biased = match additive {
-        Some(f) if allowed.is_some() => {
-            wire_with_rank_broadcast(format!("{prefix}.biased"), model, math::add(), &[capped, f])?[0]
-        }
-        _ => capped,
-    };
-    let one = tensor0(1f32).into_arc_tensor();
-    let weights = match (allowed, additive) {
-        (Some(a), _) => {
-            let sms = ScaledMaskedSoftmax { scale: one, post_softmax_mask: true };
-            model.wire_node(format!("{prefix}.softmax"), sms, &[biased, a])?[0]
-        }
-        (None, Some(f)) => {
-            // A row the mask fills with −∞ softmaxes to NaN, which the exporters' guard (the
-            // fusion passes know it) turns into the reference's zeros.
-            let sms = ScaledMaskedSoftmax { scale: one, post_softmax_mask: false };
+    let weights = match additive {
+        Some(f) => {
+            // A row with no key to attend (all −∞; the reference decides it on the mask, with
+            // finite scores the same) softmaxes to NaN, which the exporters' guard after the
+            // softmax (the fusion passes know it) turns into the reference's zeros.
+            let sms = ScaledMaskedSoftmax { scale: tensor0(1f32).into_arc_tensor(), post_softmax_mask: false };
             let p = model.wire_node(format!("{prefix}.softmax"), sms, &[capped, f])?[0];
             let nan = model.wire_node(format!("{prefix}.softmax_is_nan"), math::is_nan(), &[p])?[0];
             let zero = konst(model, "softmax_zero", 0.0)?;
             wire_with_rank_broadcast(format!("{prefix}.softmax_nan_guard"), model, Iff, &[nan, zero, p])?[0]
         }
-        (None, None) => model.wire_node(
+        None => model.wire_node(
             format!("{prefix}.softmax"),
             Softmax::new(tvec![4], None, SoftmaxKind::Softmax),
             &[capped],
@@ -136,21 +111,10 @@ pub(super) fn wire(
     let qk = match op.qk_mode {
         // The reference's modes 0 and 1 both give the scaled (and capped) scores.
         0 | 1 => capped,
-        2 => {
-            let with_bias = match (additive, biased == capped) {
-                (Some(f), true) => {
-                    wire_with_rank_broadcast(format!("{prefix}.qk_bias"), model, math::add(), &[capped, f])?[0]
-                }
-                _ => biased,
-            };
-            match allowed {
-                Some(a) => {
-                    let inf = konst(model, "qk_neg_inf", f32::NEG_INFINITY)?;
-                    wire_with_rank_broadcast(format!("{prefix}.qk_masked"), model, Iff, &[a, with_bias, inf])?[0]
-                }
-                None => with_bias,
-            }
-        }
+        2 => match additive {
+            Some(f) => wire_with_rank_broadcast(format!("{prefix}.qk_bias"), model, math::add(), &[capped, f])?[0],
+            None => capped,
+        },
         _ => weights,
     };
     let qk = model.wire_node(format!("{prefix}.qk_heads"), merge, &[qk])?[0];

@@ -1,7 +1,6 @@
 //! The masks of ONNX Attention's full expansion, each `[B|1, Hk|1, G|1, Sq|1, Skv]` (heads
-//! grouped by key head, as the scores are): the given `attn_mask` (an additive float mask padded
-//! with −∞ to the keys, or a boolean one padded with `false`), and the structural "may attend"
-//! mask: causal and sliding-window bands offset by the cache, the key padding of
+//! grouped by key head, as the scores are): the given `attn_mask` as an additive f32 mask padded
+//! with −∞ to the keys, and the structural "may attend" mask: causal and sliding-window bands offset by the cache, the key padding of
 //! `nonpad_kv_seqlen`.
 
 use tract_onnx::prelude::*;
@@ -9,29 +8,24 @@ use tract_onnx::tract_core::ops::array::TypedConcat;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::cast::cast;
 use tract_onnx::tract_core::ops::change_axes::{wire_with_rank_broadcast, AxisOp};
-use tract_onnx::tract_core::ops::logic;
+use tract_onnx::tract_core::ops::logic::{self, Iff};
 use tract_onnx::tract_hir::internal::{bail, ensure, DimLike};
 
-/// The given mask as the scores see it: `(additive, boolean)`, one of them.
-pub(super) struct UserMask {
-    pub additive: Option<OutletId>,
-    pub allowed: Option<OutletId>,
-}
-
-/// `attn_mask` (rank 1 to 4, broadcast right-aligned against `[B, Hq, Sq, Skv]`) padded along
-/// the keys to `kv_len` (−∞ or `false`, as the reference pads a mask shorter than the keys with
-/// a cache), its float values as f32, brought to rank 5 with the query heads grouped `[Hk, G]`.
+/// `attn_mask` (rank 1 to 4, broadcast right-aligned against `[B, Hq, Sq, Skv]`) as the additive
+/// f32 mask the scores get: a boolean one as 0 where true and −∞ where false (the reference's
+/// `Where(mask, 0, −∞)`), padded along the keys to `kv_len` with −∞ (as the reference pads a
+/// mask shorter than the keys with a cache), brought to rank 5 with the query heads grouped
+/// `[Hk, G]`.
 pub(super) fn user_mask(
     prefix: &str,
     model: &mut TypedModel,
     m: OutletId,
     kv_len: usize,
     (hq, hk): (usize, usize),
-) -> TractResult<UserMask> {
+) -> TractResult<OutletId> {
     let fact = model.outlet_fact(m)?.clone();
-    let boolean = fact.datum_type == DatumType::Bool;
     ensure!(
-        boolean || fact.datum_type.is_float(),
+        fact.datum_type == DatumType::Bool || fact.datum_type.is_float(),
         "Attention: attn_mask of type {:?} (bool or float)",
         fact.datum_type
     );
@@ -39,19 +33,17 @@ pub(super) fn user_mask(
     ensure!((1..=4).contains(&rank), "Attention: attn_mask of rank {rank} (1 to 4)");
     let dims: Vec<usize> = fact.shape.iter().map(|d| Ok(d.to_usize()?)).collect::<TractResult<_>>()?;
     let mut m = m;
-    if !boolean && fact.datum_type != DatumType::F32 {
+    if fact.datum_type == DatumType::Bool {
+        m = additive_of(&format!("{prefix}.mask_additive"), model, m)?;
+    } else if fact.datum_type != DatumType::F32 {
         m = model.wire_node(format!("{prefix}.mask_f32"), cast(DatumType::F32), &[m])?[0];
     }
     let last = dims[rank - 1];
     if last < kv_len {
         let mut pad_shape = dims.clone();
         pad_shape[rank - 1] = kv_len - last;
-        let pad = if boolean {
-            Tensor::zero_dt(DatumType::Bool, &pad_shape)?
-        } else {
-            let n = pad_shape.iter().product();
-            Tensor::from_shape(&pad_shape, &vec![f32::NEG_INFINITY; n])?
-        };
+        let n = pad_shape.iter().product();
+        let pad = Tensor::from_shape(&pad_shape, &vec![f32::NEG_INFINITY; n])?;
         let pad = model.add_const(format!("{prefix}.mask_pad"), pad)?;
         m = model.wire_node(format!("{prefix}.mask_padded"), TypedConcat { axis: rank - 1 }, &[m, pad])?[0];
     } else if last > kv_len && last != 1 {
@@ -69,11 +61,7 @@ pub(super) fn user_mask(
     } else {
         bail!("Attention: attn_mask over {h} heads, there are {hq} query heads")
     };
-    Ok(if boolean {
-        UserMask { additive: None, allowed: Some(m) }
-    } else {
-        UserMask { additive: Some(m), allowed: None }
-    })
+    Ok(m)
 }
 
 /// The attention's shape and structure for [`structural`].
@@ -154,12 +142,16 @@ pub(super) fn structural(
     Ok(allowed)
 }
 
-/// A constant boolean mask as an additive f32 constant: 0 where true, −∞ where false.
+/// A boolean mask as an additive f32 one: 0 where true, −∞ where false (a constant folded).
 pub(super) fn additive_of(name: &str, model: &mut TypedModel, mask: OutletId) -> TractResult<OutletId> {
-    let Some(t) = model.outlet_fact(mask)?.konst.clone() else { bail!("Attention: the band mask is not a constant") };
-    let v: Vec<f32> =
-        t.to_plain_array_view::<bool>()?.iter().map(|&a| if a { 0.0 } else { f32::NEG_INFINITY }).collect();
-    model.add_const(name, Tensor::from_shape(t.shape(), &v)?)
+    if let Some(t) = model.outlet_fact(mask)?.konst.clone() {
+        let v: Vec<f32> =
+            t.to_plain_array_view::<bool>()?.iter().map(|&a| if a { 0.0 } else { f32::NEG_INFINITY }).collect();
+        return model.add_const(name, Tensor::from_shape(t.shape(), &v)?);
+    }
+    let zero = model.add_const(format!("{name}.zero"), tensor0(0f32))?;
+    let inf = model.add_const(format!("{name}.neg_inf"), tensor0(f32::NEG_INFINITY))?;
+    Ok(wire_with_rank_broadcast(name, model, Iff, &[mask, zero, inf])?[0])
 }
 
 /// `a ∧ b` where both are given, else the one given.
