@@ -30,7 +30,7 @@ Asin | Unary
 Asinh | Unary
 Atan | Unary
 Atanh | Unary
-Attention | the products, the scaling, the soft cap (`softcap`: `c·tanh(s/c)`, which tract refuses, is taken off before tract reads the node and put back in its expansion), the mask (causal, boolean or additive) and the Softmax it stands for (tract's expansion of its `Sdpa`; fused back where a mechanism is recognised, a soft cap into `Sdpa`'s) | no past/present key-value outputs or qk_matmul_output_mode (tract refuses them)
+Attention | parsed by Kestrel (`src/attention/`, opsets 23–25): without a mask or the attributes below, tract's `Sdpa` as its importer wires it; else the onnx reference op by op: the products per key-head group, the scale, the soft cap (`softcap`: `c·tanh(s/c)` for c > 0, none otherwise, as the reference and onnxruntime), one additive mask (a float or boolean `attn_mask`, padded with −∞ to the keys; causal, offset by a past key/value cache or `nonpad_kv_seqlen`; sliding windows `left_window_size`/`right_window_size`; the key padding of `nonpad_kv_seqlen`), the softmax with a row that attends no key 0, present key/value, `qk_matmul_output` in modes 0–3; fused back into `Sdpa` where a mechanism is recognised (not with `qk_matmul_output`) | `softmax_precision` ignored (computed in f32); bf16 inputs refused
 AveragePool | Pool2d Avg (3-D: one over (H, W), one over D) | 1-D, 2-D and 3-D; ceil_mode and count_include_pad honoured
 BatchNormalization | folded into constants (inference mode)
 BitShift | a·2^b wrapped to the type's width (two's complement for signed types) / floor(a / 2^b); a shift outside 0..w gives 0 (−1 for a negative value shifted right) | integer values below 2^24 in magnitude (the sessions refuse others)

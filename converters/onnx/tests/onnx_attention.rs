@@ -215,7 +215,7 @@ fn reference(c: &Case, x: &Inputs) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
         }
     };
     let scale = c.scale.map_or(1.0 / (d as f64).sqrt(), f64::from);
-    let cap = f64::from(c.softcap.abs());
+    let cap = f64::from(c.softcap.max(0.0));
     let (mut y, mut qk) = (vec![0f64; hq * sq * dv], vec![0f64; hq * sq * skv]);
     for h in 0..hq {
         let g = h / (hq / hk);

@@ -41,7 +41,8 @@ pub(crate) struct OnnxAttention {
     kv_heads: Option<usize>,
     is_causal: bool,
     scale: Option<f32>,
-    /// The soft cap's magnitude (`c · tanh(s / c)` is even in `c`), 0 for none.
+    /// The soft cap, 0 for none (a cap that is not positive caps nothing: the onnx reference and
+    /// onnxruntime apply one only where it is positive).
     softcap: f32,
     qk_mode: i64,
     /// `left_window_size`, `right_window_size`; `None` for −1 (unbounded).
@@ -101,7 +102,7 @@ impl OnnxAttention {
             kv_heads: heads("kv_num_heads")?,
             is_causal: node.get_attr_opt::<i64>("is_causal")?.unwrap_or(0) != 0,
             scale,
-            softcap: softcap.abs(),
+            softcap: softcap.max(0.0),
             qk_mode,
             window: (window("left_window_size")?, window("right_window_size")?),
             has_mask: given(&node.input, 3),
