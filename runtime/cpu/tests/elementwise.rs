@@ -9,8 +9,9 @@ use common_layers::cases::*;
 use common_layers::*;
 use kestrel_rt_cpu::error::ShapeError;
 use kestrel_rt_cpu::kernels::elementwise::{
-    binary, binary_scratch, unary, unary_scratch, BinaryParams, Operand, UnaryParams,
+    binary, binary_on, binary_scratch, unary, unary_on, unary_scratch, BinaryParams, Operand, UnaryParams,
 };
+use kestrel_rt_cpu::kernels::simd::Isa;
 use kestrel_rt_format::ops::{Activation, BinaryOp, UnaryOp};
 use kestrel_rt_format::{DType, WeightView};
 use kestrel_rt_reference::assert_close;
@@ -69,6 +70,12 @@ proptest! {
 
 // ---------------------------------------------------------------- binary
 
+/// The builds of the element-wise loops this CPU runs (`binary_on`, `unary_on`): the portable
+/// one always and each x86 tier it has.
+fn tiers() -> Vec<Isa> {
+    [Isa::Scalar, Isa::Avx2, Isa::Avx512].into_iter().filter(|i| i.supported()).collect()
+}
+
 /// Runs one binary case; `a_w`/`b_w` make that operand a weight in the given encoding.
 /// The values where element-wise functions differ most: zeros of both signs, ties and halves
 /// (comparisons, rounding, logic), the saturating ranges, ±∞ and NaN (the predicates).
@@ -117,21 +124,95 @@ fn every_elementwise_row_on_special_values() {
     let n = SPECIALS.len();
     for &op in UnaryOp::ALL {
         let p = UnaryParams::new(op, &shape(&[n])).unwrap();
-        let mut y = out(n);
-        unary(&p, &SPECIALS, &mut y, &mut scratch(unary_scratch(&p)));
         let want = r::unary(unary_fn(op), &f64s(&SPECIALS));
         let inputs: Vec<(f32, f32)> = SPECIALS.iter().map(|&x| (x, 0.0)).collect();
+        for isa in tiers() {
+            let mut y = out(n);
+            unary_on(isa, &p, &SPECIALS, &mut y, &mut scratch(unary_scratch(&p)));
+            assert_same_specials(&format!("{op:?} {}", isa.name()), &inputs, &y, &want);
+        }
+        let mut y = out(n);
+        unary(&p, &SPECIALS, &mut y, &mut scratch(unary_scratch(&p)));
         assert_same_specials(&format!("{op:?}"), &inputs, &y, &want);
     }
     let inputs: Vec<(f32, f32)> = SPECIALS.iter().flat_map(|&a| SPECIALS.iter().map(move |&b| (a, b))).collect();
     let (a, b): (Vec<f32>, Vec<f32>) = inputs.iter().copied().unzip();
+    // Every pair through each operand form: same shapes (the flat loop), `[n, n]` against a
+    // column `[n, 1]` (one value per row: the scalar loops), `[n, 1, n]` against `[n, 1]` (the
+    // two-sided broadcast, by rows), on each side.
+    let b_col: Vec<f32> = SPECIALS.to_vec();
+    type Form<'a> = (&'a [usize], &'a [usize], &'a [f32], &'a [f32]);
+    let forms: [Form<'_>; 5] = [
+        (&[n * n], &[n * n], &a, &b),
+        (&[n, n], &[n, 1], &b, &b_col),
+        (&[n, 1], &[n, n], &b_col, &b),
+        (&[1, 1, n], &[n, 1], &SPECIALS, &b_col),
+        (&[n, 1], &[1, 1, n], &b_col, &SPECIALS),
+    ];
     for &op in BinaryOp::ALL {
-        let p = BinaryParams::new(op, &shape(&[n * n]), &shape(&[n * n])).unwrap();
-        let mut y = out(n * n);
-        binary(&p, Operand::Act(&a), Operand::Act(&b), &mut y, &mut scratch(binary_scratch(&p)));
-        let want: Vec<f64> =
-            inputs.iter().map(|&(a, b)| r::binary_scalar(binary_fn(op), f64::from(a), f64::from(b))).collect();
-        assert_same_specials(&format!("{op:?}"), &inputs, &y, &want);
+        for (sa, sb, av, bv) in forms {
+            let p = BinaryParams::new(op, &shape(sa), &shape(sb)).unwrap();
+            let (want, _) = r::binary(binary_fn(op), &f64s(av), sa, &f64s(bv), sb);
+            let pairs = broadcast_pairs(av, sa, bv, sb);
+            for isa in tiers().into_iter().map(Some).chain([None]) {
+                let mut y = out(p.n);
+                let sc = &mut scratch(binary_scratch(&p));
+                match isa {
+                    Some(isa) => binary_on(isa, &p, Operand::Act(av), Operand::Act(bv), &mut y, sc),
+                    None => binary(&p, Operand::Act(av), Operand::Act(bv), &mut y, sc),
+                }
+                let who = isa.map_or("dispatched", |i| i.name());
+                assert_same_specials(&format!("{op:?} {sa:?} {sb:?} {who}"), &pairs, &y, &want);
+            }
+        }
+    }
+}
+
+/// The operand pairs of a numpy broadcast of `av [sa]` and `bv [sb]`, output order.
+fn broadcast_pairs(av: &[f32], sa: &[usize], bv: &[f32], sb: &[usize]) -> Vec<(f32, f32)> {
+    let r = sa.len().max(sb.len());
+    let pad = |s: &[usize]| -> Vec<usize> { std::iter::repeat_n(1, r - s.len()).chain(s.iter().copied()).collect() };
+    let (pa, pb) = (pad(sa), pad(sb));
+    let ys: Vec<usize> = pa.iter().zip(&pb).map(|(&x, &y)| x.max(y)).collect();
+    let at = |idx: &[usize], s: &[usize]| idx.iter().zip(s).fold(0, |o, (&i, &d)| o * d + if d == 1 { 0 } else { i });
+    (0..ys.iter().product::<usize>())
+        .map(|mut i| {
+            let mut idx = vec![0; r];
+            for k in (0..r).rev() {
+                (idx[k], i) = (i % ys[k], i / ys[k]);
+            }
+            (av[at(&idx, &pa)], bv[at(&idx, &pb)])
+        })
+        .collect()
+}
+
+/// ONNX's Max, Min, Relu and Clip propagate NaN (numpy's `maximum`/`minimum`): so do the
+/// format's rows (their f64 definitions, the reference of the tests above) and the fused forms
+/// on the CPU, a dense layer's ReLU and its clamp (fused from Max/Min by constants).
+#[test]
+fn max_min_relu_and_clamp_propagate_nan() {
+    let nan = f32::NAN;
+    for (a, b) in [(nan, 1.0), (1.0, nan), (nan, f32::NEG_INFINITY), (f32::INFINITY, nan), (nan, nan)] {
+        assert!(BinaryOp::Max.eval(a, b).is_nan() && BinaryOp::Min.eval(a, b).is_nan(), "({a}, {b})");
+        let (a, b) = (f64::from(a), f64::from(b));
+        assert!(r::binary_scalar(binary_fn(BinaryOp::Max), a, b).is_nan(), "f64 ({a}, {b})");
+        assert!(r::binary_scalar(binary_fn(BinaryOp::Min), a, b).is_nan(), "f64 ({a}, {b})");
+    }
+    assert_eq!((BinaryOp::Max.eval(-1.0, 2.0), BinaryOp::Min.eval(-1.0, 2.0)), (2.0, -1.0));
+    assert!(UnaryOp::Relu.eval(nan).is_nan());
+    assert_eq!((UnaryOp::Relu.eval(-2.0), UnaryOp::Relu.eval(3.0)), (0.0, 3.0));
+    let xs = [nan, -2.0, 0.5, 7.0, f32::NEG_INFINITY, f32::INFINITY];
+    let mut z = xs;
+    kestrel_rt_cpu::kernels::activate(Activation::Relu, &mut z);
+    assert!(z[0].is_nan());
+    assert_eq!(&z[1..], &[0.0, 0.5, 7.0, 0.0, f32::INFINITY]);
+    let clamp = kestrel_rt_cpu::kernels::Clamp { lo: -1.0, hi: 6.0 };
+    for act in [Activation::None, Activation::Relu] {
+        let mut z = xs;
+        kestrel_rt_cpu::kernels::epilogue(act, Some(clamp), &mut z);
+        assert!(z[0].is_nan(), "{act:?}");
+        let lo = if act == Activation::Relu { 0.0 } else { -1.0 };
+        assert_eq!(&z[1..], &[lo, 0.5, 6.0, lo, 6.0], "{act:?}");
     }
 }
 
@@ -157,6 +238,12 @@ fn check_binary(
     let mut y = out(p.n);
     binary(&p, a, b, &mut y, &mut scratch(binary_scratch(&p)));
     assert_close(&format!("binary {op:?} {sa:?} {sb:?} a:{a_w:?} b:{b_w:?}"), &y, &want, F32_KERNEL);
+    for isa in tiers() {
+        let mut y = out(p.n);
+        binary_on(isa, &p, a, b, &mut y, &mut scratch(binary_scratch(&p)));
+        let what = format!("binary {op:?} {sa:?} {sb:?} a:{a_w:?} b:{b_w:?} {}", isa.name());
+        assert_close(&what, &y, &want, F32_KERNEL);
+    }
 }
 
 proptest! {
@@ -225,6 +312,10 @@ fn binary_named_broadcast_cases() {
         (&[1, 1], &[3, 4]),                      // one element with unit dims, on the left
         (&[2, 1, 4], &[1, 3, 1]),                // rows of a against one value of b per row
         (&[1, 3, 1], &[2, 1, 4]),                // the same, swapped
+        (&[4, 1, 33], &[5, 1]),                  // two-sided, rows of 33 (by rows)
+        (&[5, 1], &[4, 1, 33]),                  // the same, swapped
+        (&[3, 2, 17], &[3, 1, 17]),              // rows zipped with a repeated row
+        (&[3, 1, 17], &[3, 4, 1]),               // contiguous rows against one value each
     ];
     for &(sa, sb) in cases {
         let na: usize = sa.iter().product();

@@ -2,7 +2,7 @@
 //! per-sample shapes (rank ≤ [`MAX_RANK`]), where either operand may be a weight.
 
 use crate::error::{expect_eq, ShapeError};
-use crate::kernels::simd::{self, vmath::Operand2};
+use crate::kernels::simd::{self, multiversion::multiversion, vmath::Operand2};
 use crate::kernels::strided::{for_each_index, outer_dims};
 use crate::math;
 use kestrel_rt_format::ops::{BinaryKernel, BinaryOp, UnaryKernel, UnaryOp};
@@ -146,8 +146,14 @@ pub fn unary_fn(op: UnaryOp, x: f32) -> f32 {
     }
 }
 
-/// `y[i] = op(x[i])`; `x` and `y` hold `p.n` elements. `scratch` is unused.
-pub fn unary(p: &UnaryParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
+multiversion!(
+    /// `y = op(x)` element-wise (`p.n` elements). `scratch` is unused. Compiled for the
+    /// detected x86 tier (the loops vectorise to its width), portable elsewhere.
+    pub fn unary / unary_on(p: &UnaryParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) => unary_body
+);
+
+#[inline(always)]
+fn unary_body(p: &UnaryParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
     let (x, y) = (&x[..p.n], &mut y[..p.n]);
     macro_rules! map {
         ($f:expr) => {
@@ -170,7 +176,7 @@ pub fn unary(p: &UnaryParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
     }
     // One loop per function so each vectorises or at least avoids a per-element branch.
     match p.op {
-        UnaryOp::Relu => map!(|v: f32| v.max(0.0)),
+        UnaryOp::Relu => map!(|v: f32| if v <= 0.0 { 0.0 } else { v }),
         UnaryOp::Neg => map!(|v: f32| -v),
         UnaryOp::Abs => map!(libm::fabsf),
         UnaryOp::Reciprocal => map!(|v: f32| 1.0 / v),
@@ -390,7 +396,7 @@ pub fn binary_fn(op: BinaryOp, a: f32, b: f32) -> f32 {
 const ROW_BUF: usize = 1024;
 
 /// `y[i] = op(a[i], b[i])` over equal lengths, one loop per op (vectorised by the compiler).
-#[inline]
+#[inline(always)]
 fn zip_op(op: BinaryOp, y: &mut [f32], a: &[f32], b: &[f32]) {
     if op == BinaryOp::Pow && simd::pow_map(Operand2::Slice(a), Operand2::Slice(b), y) {
         return;
@@ -423,8 +429,15 @@ fn is_trailing(b: &Shape, y: &Shape) -> bool {
     bt.len() <= y.rank() && bt.iter().zip(y.rank() - bt.len()..y.rank()).all(|(&v, i)| v == y.dim(i))
 }
 
-/// `y = op(a, b)` broadcast to `p.y`; `y` holds `p.n` elements. `scratch` is unused.
-pub fn binary(p: &BinaryParams, a: Operand<'_>, b: Operand<'_>, y: &mut [f32], _scratch: &mut [f32]) {
+multiversion!(
+    /// `y = op(a, b)` broadcast to `p.y`; `y` holds `p.n` elements. `scratch` is unused.
+    /// Compiled for the detected x86 tier (the loops vectorise to its width), portable
+    /// elsewhere.
+    pub fn binary / binary_on(p: &BinaryParams, a: Operand<'_>, b: Operand<'_>, y: &mut [f32], scratch: &mut [f32]) => binary_body
+);
+
+#[inline(always)]
+fn binary_body(p: &BinaryParams, a: Operand<'_>, b: Operand<'_>, y: &mut [f32], _scratch: &mut [f32]) {
     // Same shapes (residual adds, gates): one flat loop per op, which the compiler vectorises.
     if let (Some(sa), Some(sb), true) = (a.as_f32(), b.as_f32(), p.a == p.y && p.b == p.y) {
         zip_op(p.op, &mut y[..p.n], &sa[..p.n], &sb[..p.n]);
@@ -481,6 +494,7 @@ pub fn binary(p: &BinaryParams, a: Operand<'_>, b: Operand<'_>, y: &mut [f32], _
         }
     }
     match (a.as_f32(), b.as_f32()) {
+        (Some(sa), Some(sb)) if by_rows(p, sa, sb, y) => {}
         (Some(sa), Some(sb)) => binary_loop(p, |i| sa[i], |i| sb[i], y),
         (Some(sa), None) => binary_loop(p, |i| sa[i], |i| b.at(i), y),
         (None, Some(sb)) => binary_loop(p, |i| a.at(i), |i| sb[i], y),
@@ -488,9 +502,37 @@ pub fn binary(p: &BinaryParams, a: Operand<'_>, b: Operand<'_>, y: &mut [f32], _
     }
 }
 
+/// Both operands in f32 and each read along `y`'s last axis contiguously (stride 1) or as one
+/// value (stride 0), rows of at least 2: one vectorised loop per output row (a two-sided
+/// broadcast `[C, 1, W] · [H, 1]`). False, having written nothing, otherwise.
+#[inline(always)]
+fn by_rows(p: &BinaryParams, sa: &[f32], sb: &[f32], y: &mut [f32]) -> bool {
+    let r = p.y.rank();
+    let last = p.y.last();
+    if r == 0 || last < 2 {
+        return false;
+    }
+    let (ta, tb) = (p.a_strides[r - 1], p.b_strides[r - 1]);
+    if ta > 1 || tb > 1 {
+        return false;
+    }
+    let (dims, outer) = outer_dims(&p.y);
+    for_each_index(&dims[..outer], [&p.a_strides, &p.b_strides], |i, [oa, ob]| {
+        let row = &mut y[i * last..(i + 1) * last];
+        match (ta, tb) {
+            (1, 1) => zip_op(p.op, row, &sa[oa..oa + last], &sb[ob..ob + last]),
+            (1, _) => scalar_op(p.op, row, &sa[oa..oa + last], sb[ob], false),
+            (_, 1) => scalar_op(p.op, row, &sb[ob..ob + last], sa[oa], true),
+            _ => row.fill(binary_fn(p.op, sa[oa], sb[ob])),
+        }
+    });
+    true
+}
+
 /// `y = op(full, other)` (`op(other, full)` where `swapped`) for `full` of `p.y`'s shape and
 /// `other` constant over trailing axes (its `strides`): one vectorised loop per run of `y`.
 /// False, having written nothing, where `other` is not constant over runs.
+#[inline(always)]
 fn by_runs(
     p: &BinaryParams,
     full: &[f32],
@@ -546,7 +588,7 @@ fn one_per_run(y: &Shape, strides: &[usize; MAX_RANK], t: usize) -> bool {
 }
 
 /// `y[i] = op(x[i], s)`, or `op(s, x[i])` when `scalar_left`: one loop per op (vectorised).
-#[inline]
+#[inline(always)]
 fn scalar_op(op: BinaryOp, y: &mut [f32], x: &[f32], s: f32, scalar_left: bool) {
     if op == BinaryOp::Pow {
         let (a, b) =
@@ -577,6 +619,7 @@ fn scalar_op(op: BinaryOp, y: &mut [f32], x: &[f32], s: f32, scalar_left: bool) 
     }
 }
 
+#[inline(always)]
 fn binary_loop(p: &BinaryParams, ga: impl Fn(usize) -> f32, gb: impl Fn(usize) -> f32, y: &mut [f32]) {
     if p.n == 0 {
         return;

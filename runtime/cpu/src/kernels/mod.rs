@@ -54,11 +54,15 @@ impl Clamp {
         Ok(Self { lo, hi })
     }
 
-    /// Clamps `y` in place.
+    /// Clamps `y` in place; NaN stays NaN (ONNX's Clip, and the format's Max and Min this
+    /// clamp is fused from).
     #[inline]
     pub fn apply(self, y: &mut [f32]) {
         let Clamp { lo, hi } = self;
-        y.iter_mut().for_each(|v| *v = v.max(lo).min(hi));
+        y.iter_mut().for_each(|v| {
+            let m = if *v < lo { lo } else { *v };
+            *v = if m > hi { hi } else { m };
+        });
     }
 }
 
@@ -84,7 +88,8 @@ pub fn activate(act: Activation, y: &mut [f32]) {
     use crate::math::hard_sigmoid;
     match act {
         Activation::None => {}
-        Activation::Relu => y.iter_mut().for_each(|v| *v = v.max(0.0)),
+        // NaN stays NaN (ONNX's Relu), as the format's table defines it.
+        Activation::Relu => y.iter_mut().for_each(|v| *v = if *v <= 0.0 { 0.0 } else { *v }),
         Activation::Gelu => simd::gelu(y),
         Activation::GeluTanh => simd::gelu_tanh(y),
         Activation::Silu => simd::silu(y),

@@ -182,8 +182,9 @@ fn sign64(x: f64) -> f64 {
 elementwise_table! {
     /// Element-wise unary functions (the table is the definition of each; see the module docs).
     UnaryOp(x) call (x) -> "fn unary_fn(op: u32, x: f32) -> f32 {" kernel UnaryKernel (f32) {
-        /// max(x, 0).
-        Relu = 0, ["Relu"], domain [-4.0, 4.0], wgsl "max(x, 0.0)", f32 |x: f32| x.max(0.0), f64 |x: f64| x.max(0.0);
+        /// max(x, 0), NaN for NaN (ONNX's Relu; `f32::max` would give 0).
+        Relu = 0, ["Relu"], domain [-4.0, 4.0], wgsl "relu_(x)",
+            f32 |x: f32| if x <= 0.0 { 0.0 } else { x }, f64 |x: f64| if x <= 0.0 { 0.0 } else { x };
         /// Exact GELU, x·Φ(x) = x/2·(1 + erf(x/√2)).
         Gelu = 1, ["GeluExact"], domain [-4.0, 4.0], wgsl "gelu(x)",
             f32 |x: f32| 0.5 * x * (1.0 + erff(x * core::f32::consts::FRAC_1_SQRT_2)),
@@ -286,10 +287,15 @@ elementwise_table! {
         Mul = 2, ["Mul"], domain [-4.0, 4.0], wgsl "a * b", f32 |a: f32, b: f32| a * b, f64 |a: f64, b: f64| a * b;
         /// a / b.
         Div = 3, ["Div"], domain [0.25, 4.0], wgsl "a / b", f32 |a: f32, b: f32| a / b, f64 |a: f64, b: f64| a / b;
-        /// max(a, b).
-        Max = 4, ["Max"], domain [-4.0, 4.0], wgsl "max(a, b)", f32 |a: f32, b: f32| a.max(b), f64 |a: f64, b: f64| a.max(b);
-        /// min(a, b).
-        Min = 5, ["Min"], domain [-4.0, 4.0], wgsl "min(a, b)", f32 |a: f32, b: f32| a.min(b), f64 |a: f64, b: f64| a.min(b);
+        /// max(a, b), NaN if either is NaN (ONNX's and numpy's `maximum`; IEEE's `maxNum`, Rust's
+        /// `f32::max` and WGSL's `max` would return the other operand).
+        Max = 4, ["Max"], domain [-4.0, 4.0], wgsl "max_(a, b)",
+            f32 |a: f32, b: f32| if a.is_nan() || a > b { a } else { b },
+            f64 |a: f64, b: f64| if a.is_nan() || a > b { a } else { b };
+        /// min(a, b), NaN if either is NaN (ONNX's and numpy's `minimum`).
+        Min = 5, ["Min"], domain [-4.0, 4.0], wgsl "min_(a, b)",
+            f32 |a: f32, b: f32| if a.is_nan() || a < b { a } else { b },
+            f64 |a: f64, b: f64| if a.is_nan() || a < b { a } else { b };
         /// a^b (C's pow: a negative base takes integer exponents only, else NaN).
         Pow = 6, ["Pow"], domain [0.5, 2.0], wgsl "pow_(a, b)", f32 powf, f64 libm::pow;
         /// 1 where a < b, else 0.

@@ -535,12 +535,18 @@ fn tile_step(acc: Block4, row: u32, col: u32) -> Block4 {
     return a;
 }
 
+// max(v, 0) with NaN kept (ONNX's Relu); WGSL's max may return 0 for a NaN. Tested on the bits:
+// shader compilers may assume that floats are finite.
+fn relu_(v: f32) -> f32 {
+    return select(max(v, 0.0), v, (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u);
+}
+
 // Fused activation of a dense layer or a convolution: 0 none, 1 relu, 2 gelu, 3 gelu-tanh,
 // 4 silu, 5 hard swish, 6 hard sigmoid.
 fn activate(a: u32, v: f32) -> f32 {
     switch a {
         case 1u: {
-            return max(v, 0.0);
+            return relu_(v);
         }
         case 2u: {
             return gelu(v);

@@ -36,6 +36,20 @@ fn operand_b(s: u32, idx: array<u32, 6>, rank: u32) -> f32 {
 // (kestrel_rt_format::ops::{UnaryOp, BinaryOp}) and appended to this family's prelude; these are the
 // helpers their rows call.
 
+// max and min that propagate NaN (ONNX's Max and Min, and the clamp of a layer: Clip(NaN) = NaN);
+// WGSL's max and min may return either operand for a NaN. Tested on the bits, as pow_.
+fn nan_either(a: f32, b: f32) -> bool {
+    return (bitcast<u32>(a) & 0x7fffffffu) > 0x7f800000u || (bitcast<u32>(b) & 0x7fffffffu) > 0x7f800000u;
+}
+
+fn max_(a: f32, b: f32) -> f32 {
+    return select(max(a, b), bitcast<f32>(0x7fc00000u), nan_either(a, b));
+}
+
+fn min_(a: f32, b: f32) -> f32 {
+    return select(min(a, b), bitcast<f32>(0x7fc00000u), nan_either(a, b));
+}
+
 // powf: exact for integer exponents of negative bases, NaN otherwise, and C's special values
 // for NaN, ±∞ and ±0 operands (as libm); WGSL's pow is defined for finite positive bases only.
 // The classes are tested on the bits: shader compilers may assume that floats are finite.
