@@ -194,7 +194,7 @@ fn reference(c: &Case, x: &Inputs) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
             };
             b += match (m.boolean, v) {
                 (_, None) => f64::NEG_INFINITY,
-                (true, Some(v)) if v == 0.0 => f64::NEG_INFINITY,
+                (true, Some(0.0)) => f64::NEG_INFINITY,
                 (true, Some(_)) => 0.0,
                 (false, Some(v)) => f64::from(v),
             };
