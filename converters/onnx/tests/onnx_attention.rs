@@ -7,6 +7,8 @@
 //! attend (0). Each one-node model runs on seeded random inputs against an f64 reference written
 //! from the onnx reference; malformed attributes are refused by name.
 
+mod common;
+
 #[path = "common/proto.rs"]
 mod proto;
 
@@ -278,7 +280,18 @@ fn check(name: &str, c: &Case, seed: u64) {
     if let Some(n) = c.nonpad {
         feeds.push(InputTensor { shape: vec![1], data: InputData::I64(vec![n]) });
     }
-    let got = run_kestrel(&kes, &feeds).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut runs = vec![("cpu", run_kestrel(&kes, &feeds).unwrap_or_else(|e| panic!("{name}: {e}")))];
+    if let Some(ctx) = common::gpu() {
+        let model = kestrel_rt::Model::from_bytes(&kes).unwrap();
+        let cpu = model.cpu().unwrap();
+        let ins: Vec<kestrel_rt::Input<'_>> = feeds.iter().map(InputTensor::as_input).collect();
+        let mut outs: Vec<Vec<f32>> = runs[0].1.iter().map(|o| vec![0f32; o.len()]).collect();
+        let mut slots: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+        kestrel_rt_wgpu::GpuSession::new(&ctx, &cpu, 1)
+            .and_then(|mut s| s.run(&ins, &mut slots))
+            .unwrap_or_else(|e| panic!("{name}: wgpu: {e}"));
+        runs.push(("wgpu", outs));
+    }
     let (y, qk, kf, vf) = reference(c, &x);
     let mut want = vec![("y", y)];
     if c.present {
@@ -288,8 +301,15 @@ fn check(name: &str, c: &Case, seed: u64) {
     if c.qk.is_some() {
         want.push(("qk_matmul_output", qk));
     }
-    assert_eq!(got.len(), want.len(), "{name}: outputs");
-    for ((what, w), g) in want.iter().zip(&got) {
+    for (backend, got) in &runs {
+        assert_eq!(got.len(), want.len(), "{name} {backend}: outputs");
+        compare(&format!("{name} {backend}"), &want, got);
+    }
+}
+
+/// Each output against its reference: within 1e-5 of the largest finite value, −∞ exactly.
+fn compare(name: &str, want: &[(&str, Vec<f64>)], got: &[Vec<f32>]) {
+    for ((what, w), g) in want.iter().zip(got) {
         assert_eq!(g.len(), w.len(), "{name} {what}: length");
         let finite: Vec<f64> = w.iter().copied().filter(|v| v.is_finite()).collect();
         assert!(finite.iter().any(|v| *v != 0.0), "{name} {what}: reference all zeros");
