@@ -226,3 +226,50 @@ fn talking_heads_are_reported_by_name() {
     let s = b.reshape(mixed, &[1, H, T, T]).unwrap();
     assert_left(finish(b, s, v), "talking heads");
 }
+
+/// SHViT and EfficientViT (MSRA): the scores viewed through a chain that splits and merges the
+/// key axis, and the weights transposed and multiplied from the left by values `[H, D, T]`
+/// (`v @ attnᵀ`, through views that split the keys again).
+#[test]
+fn transposed_weights_after_a_chain_of_views_fuse() {
+    let mut b = ModelBuilder::new("transposed");
+    let [q, k, _, _] = inputs(&mut b);
+    let v = b.input("v_cf", &[H, D, T]).unwrap();
+    let s = op(&mut b, |y| Op::MatMul(MatMul { a: q, b: k, transpose_b: true, y }));
+    let s = b.reshape(s, &[H, T, 2, T / 2]).unwrap();
+    let s = b.reshape(s, &[H, T, T]).unwrap();
+    let scale = scalar(&mut b, "scale", 0.5);
+    let s = bin(&mut b, s, scale, BinaryOp::Mul);
+    let p = op(&mut b, |y| Op::Softmax(Softmax { x: s, y }));
+    let pt = op(&mut b, |y| Op::Transpose(Transpose { x: p, perm: [0, 2, 1, 3, 4, 5], y }));
+    let pt = b.reshape(pt, &[H, 2, T / 2, T]).unwrap();
+    let pt = b.reshape(pt, &[H, T, T]).unwrap();
+    let o = op(&mut b, |y| Op::MatMul(MatMul { a: v, b: pt, transpose_b: false, y }));
+    b.output(o);
+    assert_fuses(&b, 1, "transposed weights");
+}
+
+/// Swin's shifted windows: scores `[W, H, T, T]` plus a relative-position bias `[1, H, T, T]` and
+/// a window mask `[W, 1, T, T]` (−100 between regions), broadcast over the heads but not the
+/// windows: stored at every (window, head)'s size.
+#[test]
+fn a_constant_broadcast_over_heads_but_not_windows_fuses() {
+    const W: usize = 2;
+    let mut b = ModelBuilder::new("windows");
+    let q = b.input("q", &[W * H, T, D]).unwrap();
+    let k = b.input("k", &[W * H, T, D]).unwrap();
+    let v = b.input("v", &[W * H, T, D]).unwrap();
+    let s = op(&mut b, |y| Op::MatMul(MatMul { a: q, b: k, transpose_b: true, y }));
+    let s = b.reshape(s, &[W, H, T, T]).unwrap();
+    let rpb = b.weight("rpb", &[1, H, T, T], Rng::new(7).vec(H * T * T, 1.0)).unwrap();
+    let s = bin(&mut b, s, rpb, BinaryOp::Add);
+    let mask: Vec<f32> =
+        (0..W * T * T).map(|f| if f / (T * T) == 1 && (f / T % T < 3) != (f % T < 3) { -100.0 } else { 0.0 }).collect();
+    let mask = b.weight("mask", &[W, 1, T, T], mask).unwrap();
+    let s = bin(&mut b, s, mask, BinaryOp::Add);
+    let p = op(&mut b, |y| Op::Softmax(Softmax { x: s, y }));
+    let p3 = b.reshape(p, &[W * H, T, T]).unwrap();
+    let o = op(&mut b, |y| Op::MatMul(MatMul { a: p3, b: v, transpose_b: false, y }));
+    b.output(o);
+    assert_fuses(&b, 1, "windows");
+}

@@ -161,19 +161,7 @@ fn back_through_scales(
             },
             Op::Transpose(tr) => {
                 let Some(flag) = swap.as_deref_mut() else { break };
-                let r = b.shape_of(tr.x).map_or(0, |s| s.rank());
-                let swaps_last_two = r >= 2
-                    && (0..r).all(|i| {
-                        let want = if i + 2 == r {
-                            r - 1
-                        } else if i + 1 == r {
-                            r - 2
-                        } else {
-                            i
-                        };
-                        usize::from(tr.perm[i]) == want
-                    });
-                if !swaps_last_two {
+                if !swaps_last_two(b, &tr) {
                     break;
                 }
                 *flag = !*flag;
@@ -186,6 +174,25 @@ fn back_through_scales(
         reader = p;
     }
     t
+}
+
+/// The permutation of a `[H, A, B]` transpose to `[H, B, A]`.
+const SWAP_LAST_TWO: [u8; 6] = [0, 2, 1, 3, 4, 5];
+
+/// Does `tr` swap the last two axes of its input (and only those)?
+fn swaps_last_two(b: &ModelBuilder, tr: &Transpose) -> bool {
+    let r = b.shape_of(tr.x).map_or(0, |s| s.rank());
+    r >= 2
+        && (0..r).all(|i| {
+            let want = if i + 2 == r {
+                r - 1
+            } else if i + 1 == r {
+                r - 2
+            } else {
+                i
+            };
+            usize::from(tr.perm[i]) == want
+        })
 }
 
 /// The key/value heads of a product whose queries have leading axes `qb` and keys `kb`: `Some(Hk)`
@@ -235,6 +242,23 @@ fn keeps_keys(b: &ModelBuilder, x: TensorId, y: TensorId) -> bool {
     }
 }
 
+/// The root of a chain of views ending in `r` (node `at`) whose output keeps the root's key
+/// axis ([`keeps_keys`]), each view read only by the next: the root and the chain's other nodes.
+fn view_root_keeping_keys(b: &ModelBuilder, r: Reshape, at: usize) -> Option<(TensorId, Vec<usize>)> {
+    let (mut t, mut reader, mut chain) = (r.x, at, Vec::new());
+    for _ in 0..4 {
+        let p = b.producer(t)?;
+        let Op::Reshape(v) = b.ops()[p] else { return None };
+        (sole_consumer(b, t)? == reader).then_some(())?;
+        chain.push(p);
+        if keeps_keys(b, v.x, r.y) {
+            return Some((v.x, chain));
+        }
+        (t, reader) = (v.x, p);
+    }
+    None
+}
+
 /// Which of two added terms that both come from score products carries the attention: the one
 /// reached from a product of activations through scales and row views only (the other, a
 /// relative-position or content-to-position product, then enters as an additive bias computed
@@ -282,6 +306,16 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
             Op::MatMul(m) => break (p, m),
             // A view that keeps the key axis: the flat order of the score rows stays.
             Op::Reshape(r) if keeps_keys(b, r.x, r.y) => s = r.x,
+            // A chain of views that keeps the key axis as a whole (SHViT's `[T, T]` viewed as
+            // `[1, T, h, w]` then `[1, T, T]`): one view of the chain's root.
+            Op::Reshape(r) if view_root_keeping_keys(b, r, p).is_some() => {
+                let (root, chain) = view_root_keeping_keys(b, r, p).ok_or("view")?;
+                nodes.push(p);
+                nodes.extend(&chain);
+                reader = *chain.last().unwrap_or(&p);
+                s = root;
+                continue;
+            }
             // `where(m, fill, s)` with a computed condition: `s + When(fill, m)` (score_forms).
             Op::Binary(bin) if where_fill(b, &bin, p).is_some() => {
                 let w = where_fill(b, &bin, p).ok_or("where")?;
@@ -431,6 +465,9 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     // The weighted sum of values.
     let mut probs = sm.y;
     let mut guarded = false;
+    // The weights transposed (keys × queries) and multiplied from the left by values laid out
+    // `[.., Dv, Tk]` (EfficientViT's, SHViT's `v @ attnᵀ`): the transpose of `weights · vᵀ`.
+    let mut weights_transposed = false;
     let mm2n = loop {
         let after = skip_nan_guard(b, probs, &mut nodes);
         guarded |= after != probs;
@@ -441,17 +478,27 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
                 nodes.push(c);
                 probs = r.y;
             }
+            Op::Transpose(tr) if !weights_transposed && swaps_last_two(b, &tr) => {
+                nodes.push(c);
+                probs = tr.y;
+                weights_transposed = true;
+            }
             _ => break c,
         }
     };
     let Op::MatMul(mm2) = b.ops()[mm2n] else {
         return Err(format!("the attention weights feed a {}, not a product with values", b.ops()[mm2n].name()));
     };
-    if mm2.a != probs || mm2.transpose_b {
-        return Err("the weights are not the left factor of a plain product with values".into());
+    let (weights, v) = if weights_transposed { (mm2.b, mm2.a) } else { (mm2.a, mm2.b) };
+    if weights != probs || mm2.transpose_b {
+        return Err(if weights_transposed {
+            "the transposed weights are not the right factor of a plain product with values"
+        } else {
+            "the weights are not the left factor of a plain product with values"
+        }
+        .into());
     }
     nodes.push(mm2n);
-    let v = mm2.b;
     for (what, t) in [("queries", q), ("keys", k), ("values", v)] {
         if b.is_weight(t) {
             return Err(format!("constant {what}"));
@@ -465,7 +512,11 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     let (qb, kb, vb) = (&qd[..qd.len() - 2], &kd[..kd.len() - 2], &vd[..vd.len() - 2]);
     let (tq, d) = (qd[qd.len() - 2], qd[qd.len() - 1]);
     let tk = if k_transposed { kd[kd.len() - 1] } else { kd[kd.len() - 2] };
-    let dv = vd[vd.len() - 1];
+    let (dv, tkv) =
+        if weights_transposed { (vd[vd.len() - 2], vd[vd.len() - 1]) } else { (vd[vd.len() - 1], vd[vd.len() - 2]) };
+    if tkv != tk {
+        return Err("values of another length than the keys".into());
+    }
     let hk = kv_heads(qb, kb).ok_or("key heads that are not a prefix of the query heads")?;
     if kb.iter().product::<usize>() != hk {
         return Err("key heads that are not a prefix of the query heads".into());
@@ -483,10 +534,11 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     let pd = dims(b, probs).ok_or("shape")?;
     let pb = &pd[..pd.len() - 2];
     let hp: usize = pb.iter().product();
-    if hp * pd[pd.len() - 2] != rows
-        || !hp.is_multiple_of(hk)
-        || kv_heads(pb, vb) != Some(hk)
-        || vb.iter().product::<usize>() != hk
+    if weights_transposed && (hp != hq || pd[pd.len() - 2] != tk || pd[pd.len() - 1] != tq) {
+        return Err("transposed weights regrouped unlike the scores".into());
+    }
+    let prow = if weights_transposed { pd[pd.len() - 1] } else { pd[pd.len() - 2] };
+    if hp * prow != rows || !hp.is_multiple_of(hk) || kv_heads(pb, vb) != Some(hk) || vb.iter().product::<usize>() != hk
     {
         return Err("values grouped unlike the keys".into());
     }
@@ -540,6 +592,7 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
         let (tqb, tkb) = (if r >= 2 { bd[r - 2] } else { 1 }, if r >= 1 { bd[r - 1] } else { 1 });
         let lead = &bd[..r.saturating_sub(2)];
         let heads = &term.at[..term.at.len() - 2];
+        let mut materialise = false;
         let want = if term.at[term.at.len() - 2] != tq {
             // Added where the rows were grouped otherwise: only a bias with every row's own
             // values keeps its meaning under the node's grouping.
@@ -554,15 +607,26 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
                 let padded: Vec<usize> = std::iter::repeat_n(1, heads.len().saturating_sub(lead.len()))
                     .chain(lead.iter().copied())
                     .collect();
-                if padded != heads {
-                    return Err("a bias broadcast over some head axes and not others".into());
+                if padded != heads && !constant {
+                    return Err("a computed bias broadcast over some head axes and not others".into());
                 }
+                materialise = padded != heads;
                 hq
             };
             [hb, tqb, tkb]
         };
         if constant {
             let values = b.weight_values(term.t).ok_or("bias values")?;
+            // A constant broadcast over some head axes and not others (Swin's shifted-window
+            // mask `[windows, 1, T, T]` beside heads): stored at every head's size.
+            let (want, values) = if materialise {
+                let full = broadcast_to(values, &bd, &term.at)
+                    .filter(|v| v.len() == rows * tk && term.at[term.at.len() - 2] == tq)
+                    .ok_or("a constant bias that does not broadcast to the scores")?;
+                ([hq, tq, tk], full)
+            } else {
+                (want, values.to_vec())
+            };
             consts.push((want.to_vec(), values.iter().map(|&x| x * term.scale).collect()));
         } else {
             inputs.push(term.t);
@@ -638,14 +702,28 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     };
     let q3 = view(b, q, [hq, tq, d])?;
     let k3 = view(b, k, if k_transposed { [hk, d, tk] } else { [hk, tk, d] })?;
-    let v3 = view(b, v, [hk, tk, dv])?;
+    let v3 = if weights_transposed {
+        let vt = view(b, v, [hk, dv, tk])?;
+        let y = b.new_activation("sdpa_v", &[hk, tk, dv]).map_err(|e| e.to_string())?;
+        ops.push(Op::Transpose(Transpose { x: vt, perm: SWAP_LAST_TWO, y }));
+        y
+    } else {
+        view(b, v, [hk, tk, dv])?
+    };
     let out = mm2.y;
-    let direct = dims(b, out).as_deref() == Some(&[hq, tq, dv][..]);
-    let y = if direct { out } else { b.new_activation("sdpa_out", &[hq, tq, dv]).map_err(|e| e.to_string())? };
+    // The node's output, `[hq, tq, dv]` (transposed to `[hq, dv, tq]` for transposed weights).
+    let want = if weights_transposed { [hq, dv, tq] } else { [hq, tq, dv] };
+    let direct = dims(b, out).as_deref() == Some(&want[..]);
+    let o = if direct { out } else { b.new_activation("sdpa_out", &want).map_err(|e| e.to_string())? };
+    let y =
+        if weights_transposed { b.new_activation("sdpa_out", &[hq, tq, dv]).map_err(|e| e.to_string())? } else { o };
     let softcap = softcap.unwrap_or(0.0);
     ops.push(Op::Sdpa(Sdpa { q: q3, k: k3, v: v3, bias, scale, causal: false, k_transposed, softcap, y }));
+    if weights_transposed {
+        ops.push(Op::Transpose(Transpose { x: y, perm: SWAP_LAST_TWO, y: o }));
+    }
     if !direct {
-        ops.push(Op::Reshape(Reshape { x: y, y: out }));
+        ops.push(Op::Reshape(Reshape { x: o, y: out }));
     }
     nodes.sort_unstable();
     nodes.dedup();
