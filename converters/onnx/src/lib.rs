@@ -14,6 +14,7 @@
 //! and the `.kes` with Kestrel on the same inputs and compares them.
 
 mod attention;
+mod batch_norm;
 mod calibrate;
 mod dims;
 mod error;

@@ -141,9 +141,11 @@ fn load_typed_inner(
     onnx.op_register.insert("ConstantOfShape", constant_of_shape);
     // ONNX Attention read by Kestrel: tract's importer refuses or ignores much of it.
     onnx.op_register.insert("Attention", crate::attention::parse);
+    crate::batch_norm::register(&mut onnx.op_register);
     let mut proto = onnx.proto_model_for_read(&mut &bytes[..]).map_err(tract_err(&p, "read the ONNX file"))?;
     if let Some(g) = proto.graph.as_mut() {
         unsigned_as_raw(g);
+        crate::batch_norm::mark(g);
         bind_symbols(g, bind, &p)?;
     }
     drop(bytes);
