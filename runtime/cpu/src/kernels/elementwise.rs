@@ -516,6 +516,11 @@ fn by_rows(p: &BinaryParams, sa: &[f32], sb: &[f32], y: &mut [f32]) -> bool {
     if ta > 1 || tb > 1 {
         return false;
     }
+    if FN_LOOPS && p.op != BinaryOp::Pow {
+        // The function chosen once, outside the rows (short rows pay no dispatch each).
+        p.op.with_fn(Rows { p, sa, sb, y, t: (ta, tb) });
+        return true;
+    }
     let (dims, outer) = outer_dims(&p.y);
     for_each_index(&dims[..outer], [&p.a_strides, &p.b_strides], |i, [oa, ob]| {
         let row = &mut y[i * last..(i + 1) * last];
@@ -527,6 +532,49 @@ fn by_rows(p: &BinaryParams, sa: &[f32], sb: &[f32], y: &mut [f32]) -> bool {
         }
     });
     true
+}
+
+/// [`by_rows`]' loops for one function: each output row from `sa` and `sb` read contiguously
+/// (stride 1) or as one value (stride 0) along the last axis (`t`: the two strides).
+struct Rows<'a> {
+    p: &'a BinaryParams,
+    sa: &'a [f32],
+    sb: &'a [f32],
+    y: &'a mut [f32],
+    t: (usize, usize),
+}
+
+impl BinaryKernel for Rows<'_> {
+    type Out = ();
+    #[inline(always)]
+    fn run<F: Fn(f32, f32) -> f32 + Copy>(self, f: F) {
+        let Rows { p, sa, sb, y, t } = self;
+        let last = p.y.last();
+        let (dims, outer) = outer_dims(&p.y);
+        for_each_index(&dims[..outer], [&p.a_strides, &p.b_strides], |i, [oa, ob]| {
+            let row = &mut y[i * last..(i + 1) * last];
+            match t {
+                (1, 1) => {
+                    for ((o, &u), &v) in row.iter_mut().zip(&sa[oa..oa + last]).zip(&sb[ob..ob + last]) {
+                        *o = f(u, v);
+                    }
+                }
+                (1, _) => {
+                    let c = sb[ob];
+                    for (o, &u) in row.iter_mut().zip(&sa[oa..oa + last]) {
+                        *o = f(u, c);
+                    }
+                }
+                (_, 1) => {
+                    let c = sa[oa];
+                    for (o, &v) in row.iter_mut().zip(&sb[ob..ob + last]) {
+                        *o = f(c, v);
+                    }
+                }
+                _ => row.fill(f(sa[oa], sb[ob])),
+            }
+        });
+    }
 }
 
 /// `y = op(full, other)` (`op(other, full)` where `swapped`) for `full` of `p.y`'s shape and
