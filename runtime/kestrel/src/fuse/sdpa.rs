@@ -366,7 +366,11 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
                     (false, true) => (bin.b, bin.a),
                     // Two products (content and position scores): the direct one is the
                     // attention's, the other an additive bias computed before the node.
-                    _ => main_scores(b, bin.a, bin.b).ok_or("an addition of two score products")?,
+                    (true, true) => main_scores(b, bin.a, bin.b).ok_or(
+                        "an addition of two score products, neither a direct product (keys concatenated from two \
+                         products, as global + local attention writes them)",
+                    )?,
+                    (false, false) => return Err("an addition where neither term comes from the score product".into()),
                 };
                 if dims(b, x) != dims(b, bin.y) {
                     return Err("a bias that broadcasts the scores to a larger shape".into());
