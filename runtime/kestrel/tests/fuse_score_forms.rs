@@ -273,3 +273,17 @@ fn a_constant_broadcast_over_heads_but_not_windows_fuses() {
     b.output(o);
     assert_fuses(&b, 1, "windows");
 }
+
+/// XGLM's dynamo export: values `[H, D, T]` transposed by the product (`weights · vᵀ`).
+#[test]
+fn values_transposed_by_the_product_fuse() {
+    let mut b = ModelBuilder::new("values_t");
+    let [q, k, _, _] = inputs(&mut b);
+    let v = b.input("v_cf", &[H, D, T]).unwrap();
+    let s = scores(&mut b, q, k);
+    let s = b.reshape(s, &[H, T, T]).unwrap();
+    let p = op(&mut b, |y| Op::Softmax(Softmax { x: s, y }));
+    let o = op(&mut b, |y| Op::MatMul(MatMul { a: p, b: v, transpose_b: true, y }));
+    b.output(o);
+    assert_fuses(&b, 1, "values transposed");
+}

@@ -494,7 +494,7 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
         return Err(format!("the attention weights feed a {}, not a product with values", b.ops()[mm2n].name()));
     };
     let (weights, v) = if weights_transposed { (mm2.b, mm2.a) } else { (mm2.a, mm2.b) };
-    if weights != probs || mm2.transpose_b {
+    if weights != probs || (weights_transposed && mm2.transpose_b) {
         return Err(if weights_transposed {
             "the transposed weights are not the right factor of a plain product with values"
         } else {
@@ -503,6 +503,8 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
         .into());
     }
     nodes.push(mm2n);
+    // Values laid out `[.., Dv, Tk]`: multiplied from the left, or transposed by the product.
+    let values_cf = weights_transposed || mm2.transpose_b;
     for (what, t) in [("queries", q), ("keys", k), ("values", v)] {
         if b.is_weight(t) {
             return Err(format!("constant {what}"));
@@ -516,8 +518,7 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     let (qb, kb, vb) = (&qd[..qd.len() - 2], &kd[..kd.len() - 2], &vd[..vd.len() - 2]);
     let (tq, d) = (qd[qd.len() - 2], qd[qd.len() - 1]);
     let tk = if k_transposed { kd[kd.len() - 1] } else { kd[kd.len() - 2] };
-    let (dv, tkv) =
-        if weights_transposed { (vd[vd.len() - 2], vd[vd.len() - 1]) } else { (vd[vd.len() - 1], vd[vd.len() - 2]) };
+    let (dv, tkv) = if values_cf { (vd[vd.len() - 2], vd[vd.len() - 1]) } else { (vd[vd.len() - 1], vd[vd.len() - 2]) };
     if tkv != tk {
         return Err("values of another length than the keys".into());
     }
@@ -706,7 +707,7 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     };
     let q3 = view(b, q, [hq, tq, d])?;
     let k3 = view(b, k, if k_transposed { [hk, d, tk] } else { [hk, tk, d] })?;
-    let v3 = if weights_transposed {
+    let v3 = if values_cf {
         let vt = view(b, v, [hk, dv, tk])?;
         let y = b.new_activation("sdpa_v", &[hk, tk, dv]).map_err(|e| e.to_string())?;
         ops.push(Op::Transpose(Transpose { x: vt, perm: SWAP_LAST_TWO, y }));
