@@ -215,23 +215,46 @@ impl ModelBuilder {
         Ok(())
     }
 
-    /// Removes nodes whose outputs nothing reads (and are not graph outputs), repeatedly.
-    /// Returns how many were removed.
+    /// Removes nodes whose outputs nothing reads (and are not graph outputs), repeatedly: a
+    /// node whose only readers are removed goes too. Returns how many were removed.
+    ///
+    /// Linear in the graph's size: the reads of each tensor are counted once, and a sweep from
+    /// the last node back removes each dead node and takes its reads off its inputs' counts (in
+    /// topological order one sweep settles every chain; sweeps repeat until one removes
+    /// nothing). A model of 11,000 nodes (hrm_text) spent over 30 minutes here when each
+    /// removal rescanned the graph for readers.
     pub fn remove_dead_nodes(&mut self) -> usize {
+        let mut reads: HashMap<TensorId, usize> = HashMap::new();
+        for op in &self.ops {
+            op.for_each_input(|t| *reads.entry(t).or_default() += 1);
+        }
+        let mut dead = vec![false; self.ops.len()];
         let mut removed = 0;
         loop {
-            let dead = (0..self.ops.len()).rev().find(|&i| {
+            let before = removed;
+            for i in (0..self.ops.len()).rev() {
                 let y = self.ops[i].output();
-                !self.outputs.contains(&y) && self.consumers(y).is_empty()
-            });
-            match dead {
-                Some(i) => {
-                    self.ops.remove(i);
-                    removed += 1;
+                if dead[i] || self.outputs.contains(&y) || reads.get(&y).is_some_and(|&n| n > 0) {
+                    continue;
                 }
-                None => return removed,
+                dead[i] = true;
+                removed += 1;
+                self.ops[i].for_each_input(|t| {
+                    if let Some(n) = reads.get_mut(&t) {
+                        *n -= 1;
+                    }
+                });
+            }
+            if removed == before {
+                break;
             }
         }
+        let mut i = 0;
+        self.ops.retain(|_| {
+            i += 1;
+            !dead[i - 1]
+        });
+        removed
     }
 
     /// Common-subexpression elimination: a node computing exactly what an earlier node computes
