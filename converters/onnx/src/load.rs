@@ -145,6 +145,7 @@ fn load_typed_inner(
     let mut proto = onnx.proto_model_for_read(&mut &bytes[..]).map_err(tract_err(&p, "read the ONNX file"))?;
     if let Some(g) = proto.graph.as_mut() {
         unsigned_as_raw(g);
+        pad_value_only_for_constant(g);
         crate::batch_norm::mark(g);
         bind_symbols(g, bind, &p)?;
     }
@@ -369,6 +370,24 @@ fn unsigned_as_raw(g: &mut tract_onnx::pb::GraphProto) {
         for a in &mut n.attribute {
             a.t.iter_mut().chain(a.tensors.iter_mut()).for_each(fix);
             a.g.iter_mut().chain(a.graphs.iter_mut()).for_each(unsigned_as_raw);
+        }
+    }
+}
+
+/// ONNX `Pad` reads its `constant_value` input only in `constant` mode; tract's importer (0.23)
+/// pads with it whenever it is given, so an `edge` or `reflect` Pad with the input (PyTorch's
+/// dynamo exporter always writes it) came out zero-padded: wrong values (hf/mimi_encoder's
+/// replicate padding, 64 % of the output off). The input is dropped from such nodes (an empty
+/// name: the optional input left out), in subgraphs too.
+fn pad_value_only_for_constant(g: &mut tract_onnx::pb::GraphProto) {
+    for n in &mut g.node {
+        let mode = n.attribute.iter().find(|a| a.name == "mode").map(|a| a.s.as_slice());
+        let padding_mode = matches!(mode, Some(m) if m != b"constant");
+        if n.op_type == "Pad" && n.domain.is_empty() && padding_mode && n.input.len() > 2 {
+            n.input[2].clear();
+        }
+        for a in &mut n.attribute {
+            a.g.iter_mut().chain(a.graphs.iter_mut()).for_each(pad_value_only_for_constant);
         }
     }
 }
