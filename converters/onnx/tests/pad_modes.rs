@@ -58,7 +58,8 @@ fn reference(x: &[f32], shape: &[usize], pads: &[(usize, usize)], mode: &str, va
 #[test]
 fn every_mode_with_and_without_the_value_input_matches_the_definition() {
     let mut rng = Rng::new(0x9AD5);
-    let cases: [(&[usize], &[(usize, usize)]); 5] = [
+    type Case<'a> = (&'a [usize], &'a [(usize, usize)]);
+    let cases: [Case; 5] = [
         (&[1, 32, 2], &[(0, 0), (0, 0), (2, 0)]),
         (&[1, 4, 5], &[(0, 0), (1, 2), (3, 1)]),
         (&[1, 3, 4, 5], &[(0, 0), (0, 0), (2, 3), (1, 2)]),
