@@ -18,6 +18,7 @@ mod batch_norm;
 mod calibrate;
 mod dims;
 mod error;
+mod expand;
 mod internals;
 mod load;
 mod lower;

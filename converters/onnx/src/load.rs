@@ -142,6 +142,7 @@ fn load_typed_inner(
     // ONNX Attention read by Kestrel: tract's importer refuses or ignores much of it.
     onnx.op_register.insert("Attention", crate::attention::parse);
     crate::batch_norm::register(&mut onnx.op_register);
+    crate::expand::register(&mut onnx.op_register);
     let mut proto = onnx.proto_model_for_read(&mut &bytes[..]).map_err(tract_err(&p, "read the ONNX file"))?;
     if let Some(g) = proto.graph.as_mut() {
         unsigned_as_raw(g);
