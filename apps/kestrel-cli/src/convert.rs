@@ -211,7 +211,8 @@ pub fn size_points(dims: &[kestrel_rt::BoundedDim]) -> Vec<Vec<(String, usize)>>
     let picks: [&dyn Fn(&kestrel_rt::BoundedDim) -> usize; 3] = [&|d| d.min, &middle, &|d| d.max];
     let mut points: Vec<Vec<(String, usize)>> = Vec::new();
     for pick in picks {
-        let p: Vec<(String, usize)> = dims.iter().map(|d| (d.name.clone(), pick(d))).collect();
+        // A run-time dim follows the data, not a size given.
+        let p: Vec<(String, usize)> = dims.iter().filter(|d| !d.run_time).map(|d| (d.name.clone(), pick(d))).collect();
         if !points.contains(&p) {
             points.push(p);
         }

@@ -307,6 +307,26 @@ pub enum RunError {
         /// The value it gave.
         expected: usize,
     },
+    /// A run-time dim (format 2.0 [`SymSource`](kestrel_rt_format::Target::SymSource): a size
+    /// the data decide, such as the number of non-zero entries a `NonZero` finds) came out of
+    /// its range in this run, or the samples of a batch disagree on it.
+    #[error("node {node}: run-time dim #{sym} = {value} (sample {sample}) {why} (range {min}..={max})")]
+    RunDim {
+        /// The node that wrote the value.
+        node: u32,
+        /// Symbol index (the file's dims section names it).
+        sym: u32,
+        /// The value (an integer read from the tensor; −1 when not a whole number).
+        value: i64,
+        /// The sample it came from.
+        sample: u32,
+        /// What is wrong with it.
+        why: RunDimFault,
+        /// Smallest value the file supports.
+        min: u32,
+        /// Largest value (the size memory is planned for).
+        max: u32,
+    },
     /// A run's input shape differs from what the model takes on a fixed axis (or on an axis
     /// that follows the bounded dims).
     #[error("input {input} axis {axis}: expected {expected}, got {found}")]
@@ -374,5 +394,26 @@ mod capacity_tests {
         assert!(m(0, 3).contains("even for one sample"), "{}", m(0, 3));
         assert!(m(10, 11).contains("at most 10"), "{}", m(10, 11));
         assert!(!m(0, 0).contains("between"));
+    }
+}
+
+/// What is wrong with a run-time dim's value ([`RunError::RunDim`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunDimFault {
+    /// Not a whole number ≥ 0.
+    NotACount,
+    /// Outside the range the file supports.
+    OutOfRange,
+    /// A sample of the batch gives another value than sample 0.
+    Disagrees,
+}
+
+impl core::fmt::Display for RunDimFault {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Self::NotACount => "is not a count",
+            Self::OutOfRange => "is outside the sizes this file supports",
+            Self::Disagrees => "differs from sample 0's (a batch shares its sizes)",
+        })
     }
 }

@@ -98,6 +98,9 @@ pub struct Table<'a> {
     pub(crate) inputs: alloc::vec::Vec<kestrel_rt_format::Shape>,
     /// The bounded dims' current values (format 2.0; the bound until a run asks otherwise).
     pub(crate) syms: [u32; kestrel_rt_format::dims::MAX_SYMS],
+    /// The run-time dims: (tensor read, symbol), `n_sources` of them.
+    pub(crate) sources: [(TensorId, u8); kestrel_rt_format::dims::MAX_SYMS],
+    pub(crate) n_sources: u8,
 }
 
 // SAFETY: `bytes` is only compared, never dereferenced; the rest is plain data borrowed from
@@ -128,8 +131,16 @@ impl<'a> Table<'a> {
         let mut inputs = reserve(meta.inputs().len(), "the input shapes")?;
         inputs.extend(meta.inputs().map(|m| m.shape));
         let mut syms = [0u32; kestrel_rt_format::dims::MAX_SYMS];
+        let mut sources = [(0, 0); kestrel_rt_format::dims::MAX_SYMS];
+        let mut n_sources = 0u8;
         if let Some(d) = file.dims() {
             d.bound(&mut syms)?;
+            for s in 0..d.sym_count() {
+                if let Some(t) = d.source(s) {
+                    sources[usize::from(n_sources)] = (t, s as u8);
+                    n_sources += 1;
+                }
+            }
         }
         let mut tensors = reserve(nt, "the decoded tensor table")?;
         let mut weights = reserve(nt, "the decoded weight table")?;
@@ -147,7 +158,16 @@ impl<'a> Table<'a> {
             tensors.push(t);
             weights.push(w);
         }
-        Ok(Self { bytes: (file.bytes().as_ptr(), file.bytes().len()), ops, tensors, weights, inputs, syms })
+        Ok(Self {
+            bytes: (file.bytes().as_ptr(), file.bytes().len()),
+            ops,
+            tensors,
+            weights,
+            inputs,
+            syms,
+            sources,
+            n_sources,
+        })
     }
 
     /// Metadata input `i`'s declared per-sample shape at the current dims.
@@ -167,6 +187,11 @@ impl<'a> Table<'a> {
 
     fn n_syms(&self) -> usize {
         self.syms.iter().take_while(|&&v| v != 0).count()
+    }
+
+    /// Whether the model has run-time dims (sizes the data decide, read during a run).
+    pub fn has_run_dims(&self) -> bool {
+        self.n_sources > 0
     }
 
     /// Whether this table was built from `file` (the same bytes).

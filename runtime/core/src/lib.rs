@@ -31,7 +31,7 @@ pub mod slots;
 #[cfg(feature = "alloc")]
 mod specialise;
 
-pub use error::{LoadError, RunError, ShapeError};
+pub use error::{LoadError, RunDimFault, RunError, ShapeError};
 #[cfg(feature = "alloc")]
 pub use graph::Table;
 pub use input::{batch_of, exact_f32, Input};

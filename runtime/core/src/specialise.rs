@@ -91,8 +91,14 @@ impl<'a> Table<'a> {
                 from[sym] = Some((input, axis));
             }
         }
-        if from[..n].iter().any(Option::is_none) {
-            return Err(RunError::Internal("a bounded dim is no input's axis"));
+        // A run-time dim stays at its bound until the run reads it (`set_run_dim`).
+        for (s, v) in vals[..n].iter_mut().enumerate() {
+            if from[s].is_none() {
+                if dims.source(s as u32).is_none() {
+                    return Err(RunError::Internal("a bounded dim is no input's axis"));
+                }
+                *v = dims.sym(s as u32).map_err(internal)?.max;
+            }
         }
         // Every input axis: a binding's value, or the fixed dim.
         for (input, s) in shapes.iter().enumerate() {
@@ -119,6 +125,59 @@ impl<'a> Table<'a> {
             self.apply(model, &dims, &previous[..n])?;
         }
         r.map(|()| true)
+    }
+
+    /// Sets run-time dim `sym` ([`Target::SymSource`]) to `value`, read by the run from its
+    /// tensor right after `node` wrote it, and checks the graph there (every binding evaluated
+    /// again; nothing allocated). Returns whether anything changed. The caller checked the
+    /// value is within the symbol's range ([`run_dim_range`](Self::run_dim_range)); on an error
+    /// the table keeps the sizes it had.
+    pub fn set_run_dim(&mut self, model: &Model<'a>, sym: usize, value: u32) -> Result<bool, RunError> {
+        let Some(dims) = model.file().dims() else { return Err(RunError::Internal("a run-time dim without dims")) };
+        let n = dims.sym_count() as usize;
+        if sym >= n {
+            return Err(RunError::Internal("run-time dim index"));
+        }
+        if self.syms[sym] == value {
+            return Ok(false);
+        }
+        let mut vals = [0u32; MAX_SYMS];
+        vals[..n].copy_from_slice(&self.syms[..n]);
+        let previous = vals;
+        vals[sym] = value;
+        let r = self.apply(model, &dims, &vals[..n]);
+        if r.is_err() {
+            self.apply(model, &dims, &previous[..n])?;
+        }
+        r.map(|()| true)
+    }
+
+    /// Every run-time dim back to its bound (what a run does first, so that the outputs it
+    /// checks are the sizes memory is planned for). Returns whether anything changed.
+    pub fn reset_run_dims(&mut self, model: &Model<'a>) -> Result<bool, RunError> {
+        let Some(dims) = model.file().dims().filter(|_| self.n_sources > 0) else { return Ok(false) };
+        let n = dims.sym_count() as usize;
+        let mut vals = [0u32; MAX_SYMS];
+        vals[..n].copy_from_slice(&self.syms[..n]);
+        for &(_, s) in &self.sources[..usize::from(self.n_sources)] {
+            vals[usize::from(s)] = dims.sym(u32::from(s)).map_err(internal)?.max;
+        }
+        if vals[..n] == self.syms[..n] {
+            return Ok(false);
+        }
+        self.apply(model, &dims, &vals[..n]).map(|()| true)
+    }
+
+    /// The run-time dim (its symbol index) read from tensor `id`, if any: what a run asks after
+    /// each node (at most [`MAX_SYMS`] comparisons; none for a model without such dims).
+    pub fn run_dim_of(&self, id: TensorId) -> Option<usize> {
+        self.sources[..usize::from(self.n_sources)].iter().find(|&&(t, _)| t == id).map(|&(_, s)| usize::from(s))
+    }
+
+    /// Run-time dim `sym`'s range (`min..=max`).
+    pub fn run_dim_range(&self, model: &Model<'a>, sym: usize) -> Option<(u32, u32)> {
+        let d = model.file().dims()?.sym(sym as u32).ok()?;
+        Some((d.min, d.max))
     }
 
     /// Back to the bound (every symbol at its maximum: the graph the loader validated).
@@ -193,6 +252,8 @@ impl<'a> Table<'a> {
                     let s = self.inputs.get_mut(input as usize).ok_or(RunError::Internal("dims input"))?;
                     *s = s.with_dim(usize::from(axis), v).ok_or(RunError::Internal("dims axis"))?;
                 }
+                // Read by the run (`set_run_dim`), not set.
+                Target::SymSource { .. } => {}
             }
         }
         self.syms[..vals.len()].copy_from_slice(vals);

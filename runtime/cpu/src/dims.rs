@@ -22,26 +22,29 @@ pub fn specialise<'a>(model: &Model<'a>, table: &mut Table<'a>, shapes: &[&[usiz
     if !table.specialise(model.core(), shapes)? {
         return Ok(false);
     }
-    let checked = (|| {
-        let file = *model.file();
-        let graph = Graph::with_table(&file, Some(table));
-        let planned = model.plan().scratch_bytes as usize / 4;
-        for node in 0..file.op_count() {
-            let op = graph.op(node).map_err(|_| RunError::Internal("op decode"))?;
-            let err = |source| RunError::Specialise { node, op: op.name(), source };
-            let need = exec::scratch_elems(&graph, &op, false).map_err(err)?;
-            if need > planned {
-                return Err(err(kestrel_rt_core::ShapeError::Invalid {
-                    op: op.name(),
-                    what: "needs more scratch than the file planned at the bound",
-                }));
-            }
-        }
-        Ok(())
-    })();
-    if let Err(e) = checked {
+    if let Err(e) = check_scratch(model, table, 0) {
         table.set_dim_values(model.core(), &previous[..n])?;
         return Err(e);
     }
     Ok(true)
+}
+
+/// Every node from `first` on fits the scratch the file planned at the bound, at the table's
+/// sizes (the CPU kernels' own check, after the core's).
+pub(crate) fn check_scratch(model: &Model<'_>, table: &Table<'_>, first: u32) -> Result<(), RunError> {
+    let file = *model.file();
+    let graph = Graph::with_table(&file, Some(table));
+    let planned = model.plan().scratch_bytes as usize / 4;
+    for node in first..file.op_count() {
+        let op = graph.op(node).map_err(|_| RunError::Internal("op decode"))?;
+        let err = |source| RunError::Specialise { node, op: op.name(), source };
+        let need = exec::scratch_elems(&graph, &op, false).map_err(err)?;
+        if need > planned {
+            return Err(err(kestrel_rt_core::ShapeError::Invalid {
+                op: op.name(),
+                what: "needs more scratch than the file planned at the bound",
+            }));
+        }
+    }
+    Ok(())
 }

@@ -5,7 +5,7 @@
 //! scratch region follows at `B·arena_bytes_per_sample`. Scaling a valid per-sample plan by `B`
 //! keeps every two regions disjoint that were disjoint, so one plan serves every batch size.
 
-use crate::error::RunError;
+use crate::error::{RunDimFault, RunError};
 use crate::exec::{self, numel, region_start, OpIo};
 use crate::model::{Model, ARENA_ALIGN};
 use kestrel_rt_format::DType;
@@ -18,9 +18,58 @@ pub struct Session<'m, 'a, 'r> {
     arena: &'r mut [f32],
     capacity: usize,
     copies: usize,
-    /// The model's decoded entries, when the caller lends them ([`Session::with_table`]).
+    /// The model's decoded entries, when the caller lends them ([`Session::with_table`],
+    /// [`Session::with_table_mut`]).
     #[cfg(feature = "alloc")]
-    table: Option<&'m crate::Table<'a>>,
+    table: Option<Lent<'m, 'a>>,
+}
+
+/// A decoded table lent to a session: shared, or exclusively for a model with run-time dims
+/// (sizes the data decide), which a run writes into it.
+#[cfg(feature = "alloc")]
+enum Lent<'m, 'a> {
+    Shared(&'m crate::Table<'a>),
+    Mut(&'m mut crate::Table<'a>),
+}
+
+#[cfg(feature = "alloc")]
+fn shared<'t, 'a>(lent: &'t Option<Lent<'_, 'a>>) -> Option<&'t crate::Table<'a>> {
+    match lent {
+        Some(Lent::Shared(t)) => Some(t),
+        Some(Lent::Mut(t)) => Some(t),
+        None => None,
+    }
+}
+
+/// Run-time dim `sym`'s value for this run, read from the node's output (one integer per
+/// sample; every sample of the batch must give the same one, within the symbol's range).
+fn run_dim_value(
+    out: &[f32],
+    dtype: DType,
+    batch: usize,
+    node: u32,
+    sym: usize,
+    (min, max): (u32, u32),
+) -> Result<u32, RunError> {
+    let mut first = None;
+    for sample in 0..batch.max(1) {
+        let raw = *out.get(sample).ok_or(RunError::Internal("run-time dim region"))?;
+        let value = match dtype {
+            DType::I32 => i64::from(raw.to_bits() as i32),
+            _ if raw.fract() == 0.0 && raw.abs() <= 16_777_216.0 => raw as i64,
+            _ => -1,
+        };
+        let err = |why| RunError::RunDim { node, sym: sym as u32, value, sample: sample as u32, why, min, max };
+        if value < i64::from(min) || value > i64::from(max) {
+            return Err(err(if value < 0 { RunDimFault::NotACount } else { RunDimFault::OutOfRange }));
+        }
+        match first {
+            None => first = Some(value),
+            Some(f) if f != value => return Err(err(RunDimFault::Disagrees)),
+            Some(_) => {}
+        }
+    }
+    first.map(|v| v as u32).ok_or(RunError::Internal("run-time dim of an empty batch"))
 }
 
 impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
@@ -69,7 +118,20 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
         if !table.is_of(self.model.file()) {
             return Err(RunError::Internal("the decoded table is another model's"));
         }
-        self.table = Some(table);
+        self.table = Some(Lent::Shared(table));
+        Ok(self)
+    }
+
+    /// [`with_table`](Self::with_table), lent exclusively: what a model with run-time dims
+    /// (sizes the data decide, such as a `NonZero`'s count) needs, since each run sets them in
+    /// the table after the node that computes them; the table's output shapes
+    /// ([`Table::tensor_shape`](crate::Table::tensor_shape)) are then this run's.
+    #[cfg(feature = "alloc")]
+    pub fn with_table_mut(mut self, table: &'m mut crate::Table<'a>) -> Result<Self, RunError> {
+        if !table.is_of(self.model.file()) {
+            return Err(RunError::Internal("the decoded table is another model's"));
+        }
+        self.table = Some(Lent::Mut(table));
         Ok(self)
     }
 
@@ -105,8 +167,27 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
         mut after: impl FnMut(u32, &kestrel_rt_format::Op),
     ) -> Result<usize, RunError> {
         let file = *self.model.file();
+        // Run-time dims: back to their bound (the outputs are checked there), then each set by
+        // the node that computes it. They need a table lent exclusively.
+        let run_dims = file.dims().is_some_and(|d| (0..d.sym_count()).any(|s| d.source(s).is_some()));
         #[cfg(feature = "alloc")]
-        let graph = crate::graph::Graph::with_table(&file, self.table);
+        match self.table.as_mut() {
+            Some(Lent::Mut(t)) => {
+                t.reset_run_dims(self.model.core())?;
+            }
+            _ if run_dims => {
+                return Err(RunError::Internal(
+                    "a model with run-time dims needs its decoded table lent exclusively (Session::with_table_mut)",
+                ))
+            }
+            _ => {}
+        }
+        #[cfg(not(feature = "alloc"))]
+        if run_dims {
+            return Err(RunError::Internal("a model with run-time dims needs the decoded table (feature `alloc`)"));
+        }
+        #[cfg(feature = "alloc")]
+        let graph = crate::graph::Graph::with_table(&file, shared(&self.table));
         #[cfg(not(feature = "alloc"))]
         let graph = crate::graph::Graph::file(&file);
         let cap = self.capacity;
@@ -187,6 +268,8 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
         let per = self.model.plan().scratch_bytes as usize / 4;
         let (scratch, spare) = scratch_all.split_at_mut(per.min(scratch_all.len()));
         for node in 0..file.op_count() {
+            #[cfg(feature = "alloc")]
+            let graph = crate::graph::Graph::with_table(&file, shared(&self.table));
             // A view (the output aliases the input's bytes): skipped without decoding it.
             if graph.op_kind(node) == Ok(kestrel_rt_format::ops::kind::RESHAPE) {
                 continue;
@@ -201,16 +284,36 @@ impl<'m, 'a, 'r> Session<'m, 'a, 'r> {
             let mut io = OpIo { head, tail, out, out_start, cap, batch, scratch: &mut *scratch, spare: &mut *spare };
             exec::execute(&graph, &op, &mut io)?;
             after(node, &op);
+            #[cfg(feature = "alloc")]
+            if run_dims {
+                if let Some(Lent::Mut(t)) = self.table.as_mut() {
+                    if let Some(sym) = t.run_dim_of(op.output()) {
+                        let range =
+                            t.run_dim_range(self.model.core(), sym).ok_or(RunError::Internal("run-time dim"))?;
+                        let v = run_dim_value(io.out, y.dtype, batch, node, sym, range)?;
+                        if t.set_run_dim(self.model.core(), sym, v)? {
+                            crate::dims::check_scratch(self.model, t, node + 1)?;
+                        }
+                    }
+                }
+            }
         }
-        // Outputs.
+        // Outputs, at this run's sizes (with run-time dims, the leading part of each buffer,
+        // sized at the bound; the rest zeroed).
+        #[cfg(feature = "alloc")]
+        let graph = crate::graph::Graph::with_table(&file, shared(&self.table));
         for (i, out) in outputs.iter_mut().enumerate() {
-            let t = io(file.outputs(), i)?;
+            let id = file.outputs().get(i).ok_or(RunError::Internal("input or output index"))?;
+            let t = graph.tensor(id).map_err(|_| RunError::Internal("input or output tensor"))?;
             let start = region_start(&t, cap)?;
-            let src = self.arena.get(start..start + out.len()).ok_or(RunError::Internal("output region"))?;
+            let len = batch * numel(&t)?;
+            let src = self.arena.get(start..start + len).ok_or(RunError::Internal("output region"))?;
             if t.dtype != DType::F32 {
                 return Err(RunError::Internal("graph outputs are f32"));
             }
-            out.copy_from_slice(src);
+            let (head, rest) = out.split_at_mut(len.min(out.len()));
+            head.copy_from_slice(src.get(..head.len()).ok_or(RunError::Internal("output region"))?);
+            rest.fill(0.0);
         }
         Ok(batch)
     }

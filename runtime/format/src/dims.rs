@@ -80,6 +80,16 @@ pub enum Target {
         /// Axis.
         axis: u8,
     },
+    /// Symbol `sym` is a *run-time* dim: its value is read during the run from tensor
+    /// `tensor` (an activation holding one integer per sample, e.g. the count of non-zero
+    /// entries a `NonZero` finds), right after the node that writes it, and every binding is
+    /// evaluated again there before the next node runs. Its expression is that symbol alone.
+    SymSource {
+        /// The activation holding the value.
+        tensor: u32,
+        /// The symbol it sets.
+        sym: u8,
+    },
 }
 
 impl Target {
@@ -89,6 +99,7 @@ impl Target {
             Target::TensorDim { tensor, axis } => (0, tensor, axis),
             Target::OpAttr { node, attr } => (1, node, attr),
             Target::InputDim { input, axis } => (2, input, axis),
+            Target::SymSource { tensor, sym } => (3, tensor, sym),
         }
     }
 
@@ -97,6 +108,7 @@ impl Target {
             0 => Some(Target::TensorDim { tensor: index, axis: at }),
             1 => Some(Target::OpAttr { node: index, attr: at }),
             2 => Some(Target::InputDim { input: index, axis: at }),
+            3 => Some(Target::SymSource { tensor: index, sym: at }),
             _ => None,
         }
     }
@@ -108,6 +120,7 @@ impl core::fmt::Display for Target {
             Target::TensorDim { tensor, axis } => write!(f, "tensor {tensor} dim {axis}"),
             Target::OpAttr { node, attr } => write!(f, "node {node} attribute {attr}"),
             Target::InputDim { input, axis } => write!(f, "input {input} dim {axis}"),
+            Target::SymSource { tensor, sym } => write!(f, "dim #{sym} read from tensor {tensor}"),
         }
     }
 }
@@ -344,6 +357,20 @@ impl<'a> Dims<'a> {
             ExprError::Malformed(w) | ExprError::Range(w) => bad(w),
         })?;
         Ok(Binding { target, expr })
+    }
+
+    /// The activation a run-time symbol's value is read from ([`Target::SymSource`]); `None`
+    /// for a symbol the input shapes give.
+    pub fn source(&self, sym: u32) -> Option<u32> {
+        // The sources sort last (bindings are in target order).
+        let mut sources = (0..self.n_bindings)
+            .rev()
+            .map_while(|i| self.binding(i).ok())
+            .take_while(|b| matches!(b.target, Target::SymSource { .. }));
+        sources.find_map(|b| match b.target {
+            Target::SymSource { tensor, sym: s } if u32::from(s) == sym => Some(tensor),
+            _ => None,
+        })
     }
 
     /// Every symbol at its maximum (the graph in the file), into `out[..sym_count]`.

@@ -312,7 +312,7 @@ impl<'a> KesFile<'a> {
     /// Checks every binding's target exists, that the targets are in strictly increasing order
     /// (no two set the same integer), that each evaluates at the bound to what the graph stores,
     /// and that every symbol is some graph input's dim alone (so a run's input shapes give its
-    /// value).
+    /// value) or read at run time from one activation ([`Target::SymSource`]), not both.
     fn validate_dims(&self, dims: &crate::dims::Dims<'a>) -> Result<(), Error> {
         use crate::dims::{Target, MAX_SYMS};
         let bad = |what| Error::Dims { what };
@@ -347,13 +347,30 @@ impl<'a> KesFile<'a> {
                     let m = self.meta.inputs().nth(input as usize).ok_or(bad("a binding names a missing input"))?;
                     *m.shape.dims().get(usize::from(axis)).ok_or(bad("a binding's axis is past the input's rank"))?
                 }
+                Target::SymSource { tensor, sym } => {
+                    let t = self.tensor(tensor)?;
+                    let s = usize::from(sym);
+                    if b.expr.as_sym() != Some(s) || s >= bound.len() {
+                        return Err(bad("a run-time dim's binding must be its symbol alone"));
+                    }
+                    if t.kind != TensorKind::Activation || t.shape.numel() != Some(1) {
+                        return Err(bad("a run-time dim is read from an activation of one value per sample"));
+                    }
+                    if solved[s] || self.inputs().any(|i| i == tensor) {
+                        return Err(bad("a run-time dim is also given by an input (or read twice)"));
+                    }
+                    solved[s] = true;
+                    continue;
+                }
             };
             if at_bound != stored {
                 return Err(bad("a binding differs at the bound from the value the graph stores"));
             }
         }
         if solved[..bound.len()].iter().any(|&s| !s) {
-            return Err(bad("a symbol is no graph input's dim alone (a run could not tell its value)"));
+            return Err(bad(
+                "a symbol is no graph input's dim alone nor read at run time (a run could not tell its value)",
+            ));
         }
         Ok(())
     }

@@ -19,6 +19,10 @@ pub struct BoundedDim {
     pub min: usize,
     /// Largest value (the size the file's graph and memory plan are at).
     pub max: usize,
+    /// A size the data decide during each run (a `NonZero`'s count, say), not the input
+    /// shapes: read after the node that computes it; outputs that follow it come at each run's
+    /// size ([`Session::output_shape`] after the run).
+    pub run_time: bool,
 }
 
 /// A validated model that owns its bytes.
@@ -95,6 +99,12 @@ impl Model {
             })?;
             let s =
                 dims.map(|d| d.sym(i)).transpose()?.ok_or(Error::Run(kestrel_rt_cpu::RunError::Internal("dims")))?;
+            if dims.is_some_and(|d| d.source(i).is_some()) {
+                return Err(bad(
+                    format!("dim `{name}` is decided by the data during each run (it sizes no input)"),
+                    kestrel_rt_cpu::RunError::Internal("a run-time dim given a value"),
+                ));
+            }
             if *v < s.min as usize || *v > s.max as usize {
                 return Err(bad(
                     format!("dim `{name}` = {v} is outside its range {}..={}", s.min, s.max),
@@ -142,7 +152,12 @@ impl Model {
         (0..d.sym_count())
             .map(|i| {
                 let s = d.sym(i)?;
-                Ok(BoundedDim { name: s.name.to_string(), min: s.min as usize, max: s.max as usize })
+                Ok(BoundedDim {
+                    name: s.name.to_string(),
+                    min: s.min as usize,
+                    max: s.max as usize,
+                    run_time: d.source(i).is_some(),
+                })
             })
             .collect()
     }
@@ -284,13 +299,17 @@ impl Session<'_> {
     /// Runs a batch (inferred from the input lengths) into caller-provided outputs, at the
     /// current input shapes ([`set_input_shapes`](Self::set_input_shapes); the bound until set).
     pub fn run(&mut self, inputs: &[Input<'_>], outputs: &mut [&mut [f32]]) -> Result<usize, Error> {
-        let mut s =
-            kestrel_rt_cpu::Session::new(&self.model, &mut self.arena, self.capacity)?.with_table(&self.table)?;
+        let mut s = kestrel_rt_cpu::Session::new(&self.model, &mut self.arena, self.capacity)?
+            .with_table_mut(&mut self.table)?;
         Ok(s.run(inputs, outputs)?)
     }
 
     /// Runs a batch and returns freshly allocated outputs (convenience; allocates, fallibly).
+    /// An output whose size the data decide (a model with run-time dims) comes at this run's
+    /// size ([`output_shape`](Self::output_shape) after the run).
     pub fn run_vec(&mut self, inputs: &[Input<'_>]) -> Result<Vec<Vec<f32>>, Error> {
+        // The outputs at the bound of any run-time dim (what the run checks they hold).
+        self.table.reset_run_dims(self.model.core())?;
         let numel = |s: Option<Vec<usize>>| s.map_or(0, |s| s.iter().product::<usize>());
         let per_sample: Vec<usize> = (0..self.model.output_count()).map(|i| numel(self.output_shape(i))).collect();
         let first = (0..self.model.input_count())
@@ -312,7 +331,12 @@ impl Session<'_> {
             outs.push(mem::zeroed_vec::<f32>(n.saturating_mul(batch), "the outputs")?);
         }
         let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
-        self.run(inputs, &mut refs)?;
+        let batch = self.run(inputs, &mut refs)?;
+        if self.table.has_run_dims() {
+            for (i, o) in outs.iter_mut().enumerate() {
+                o.truncate(numel(self.output_shape(i)).saturating_mul(batch));
+            }
+        }
         Ok(outs)
     }
 }

@@ -62,6 +62,10 @@ pub enum GpuError {
         /// What the device allows.
         allowed: u64,
     },
+    /// The model needs something the GPU backend does not do yet (sizes the data decide at run
+    /// time): the CPU runs it.
+    #[error("not supported on the GPU yet: {0}")]
+    Unsupported(String),
     /// The model is malformed (it passed the CPU loader, so this means an internal mismatch).
     #[error("model: {0}")]
     Model(String),

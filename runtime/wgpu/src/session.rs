@@ -157,6 +157,16 @@ impl GpuSession {
             return Err(RunError::BadCapacity { max: usize::MAX, found: 0 }.into());
         }
         let file = model.file();
+        if let Some(d) = file.dims().filter(|d| (0..d.sym_count()).any(|s| d.source(s).is_some())) {
+            let names: Vec<&str> = (0..d.sym_count())
+                .filter(|&s| d.source(s).is_some())
+                .filter_map(|s| Some(d.sym(s).ok()?.name))
+                .collect();
+            return Err(GpuError::Unsupported(format!(
+                "sizes the data decide during a run ({}: NonZero, NonMaxSuppression, TopK with a run-time k),                  which would need the GPU's results read back mid-run",
+                names.join(", ")
+            )));
+        }
         let plan = model.plan();
         let acts_bytes = plan
             .arena_bytes_per_sample

@@ -48,7 +48,8 @@ impl From<kestrel_rt_cpu::RunError> for FfiError {
             R::TokenIdOutOfRange { .. }
             | R::IdTooLarge { .. }
             | R::IntegerNotExact { .. }
-            | R::IndexOutOfRange { .. } => Status::KESTREL_ERR_INPUT_VALUE,
+            | R::IndexOutOfRange { .. }
+            | R::RunDim { .. } => Status::KESTREL_ERR_INPUT_VALUE,
             R::ArenaTooSmall { .. } | R::BadCapacity { .. } => Status::KESTREL_ERR_INVALID_ARGUMENT,
             R::Arity { .. }
             | R::Length { .. }

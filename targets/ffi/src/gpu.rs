@@ -31,7 +31,9 @@ pub fn error(e: kestrel_rt_wgpu::GpuError) -> FfiError {
             Status::KESTREL_ERR_NO_GPU
         }
         // `KESTREL_GPU_PRECISION_F16` on a device without SHADER_F16.
-        GpuError::F16Unsupported { .. } | GpuError::KernelLimit { .. } => Status::KESTREL_ERR_UNSUPPORTED,
+        GpuError::F16Unsupported { .. } | GpuError::KernelLimit { .. } | GpuError::Unsupported(_) => {
+            Status::KESTREL_ERR_UNSUPPORTED
+        }
         GpuError::Limit { .. } => Status::KESTREL_ERR_TOO_LARGE,
         GpuError::Model(_) => Status::KESTREL_ERR_INTERNAL,
         GpuError::Wgpu { .. } | GpuError::DeviceLost(_) | GpuError::Poll(_) | GpuError::Map(_) => {

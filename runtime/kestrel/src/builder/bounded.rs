@@ -142,8 +142,44 @@ pub fn bounded_sweep(
 /// follows several, say a product `h·w`, is an [`Error::Build`] naming it).
 pub fn bounded_sweep_dims(
     syms: &[(&str, usize, usize)],
-    mut build: impl FnMut(&[usize]) -> Result<Vec<u8>, Error>,
+    build: impl FnMut(&[usize]) -> Result<Vec<u8>, Error>,
 ) -> Result<Vec<u8>, Error> {
+    let (kes, spec) = sweep(syms, build)?;
+    Ok(attach_dims(&kes, &spec)?)
+}
+
+/// [`bounded_sweep_dims`] where some symbols are *run-time* dims (format 2.0
+/// [`Target::SymSource`]): sizes the data decide, each read during a run from the activation
+/// named in `sources` (`(symbol, tensor name)`; one value per sample, such as a count of
+/// non-zero entries) right after the node that writes it. `build` gets a value for them like
+/// for the others (the graph at that size): the file holds the graph at their maximum.
+pub fn bounded_sweep_run_dims(
+    syms: &[(&str, usize, usize)],
+    sources: &[(&str, &str)],
+    build: impl FnMut(&[usize]) -> Result<Vec<u8>, Error>,
+) -> Result<Vec<u8>, Error> {
+    let (kes, mut spec) = sweep(syms, build)?;
+    let buf = aligned_copy(&kes);
+    let f = KesFile::parse(&buf)?;
+    for &(sym, tensor) in sources {
+        let s = syms
+            .iter()
+            .position(|&(n, _, _)| n == sym)
+            .ok_or_else(|| Error::Build(format!("run-time dim `{sym}` is not one of the symbols swept")))?;
+        let id = (0..f.tensor_count())
+            .find(|&id| f.tensor(id).is_ok_and(|t| t.name == tensor))
+            .ok_or_else(|| Error::Build(format!("run-time dim `{sym}`: no tensor named `{tensor}`")))?;
+        spec.bindings.push((Target::SymSource { tensor: id, sym: s as u8 }, vec![opcode::SYM, s as u32]));
+    }
+    spec.bindings.sort_by_key(|(t, _)| *t);
+    Ok(attach_dims(&kes, &spec)?)
+}
+
+/// The graph at every symbol's maximum and the bindings fitted over the sweep.
+fn sweep(
+    syms: &[(&str, usize, usize)],
+    mut build: impl FnMut(&[usize]) -> Result<Vec<u8>, Error>,
+) -> Result<(Vec<u8>, DimsSpec), Error> {
     for &(name, min, max) in syms {
         if min == 0 || min > max || u32::try_from(max).is_err() {
             return Err(Error::Build(format!("`{name}`: the range {min}..={max} must satisfy 1 <= min <= max < 2^32")));
@@ -201,7 +237,7 @@ pub fn bounded_sweep_dims(
     bindings.sort_by_key(|(t, _)| *t);
     let spec =
         DimsSpec { syms: syms.iter().map(|&(n, lo, hi)| (n.to_string(), lo as u32, hi as u32)).collect(), bindings };
-    Ok(attach_dims(&bound_kes, &spec)?)
+    Ok((bound_kes, spec))
 }
 
 #[cfg(test)]

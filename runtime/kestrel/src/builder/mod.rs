@@ -4,7 +4,7 @@
 mod bounded;
 mod edit;
 
-pub use bounded::{bounded_sweep, bounded_sweep_dims};
+pub use bounded::{bounded_sweep, bounded_sweep_dims, bounded_sweep_run_dims};
 
 pub(crate) use edit::remap_op;
 pub use edit::Region;
