@@ -358,3 +358,41 @@ fn a_scatter_too_large_to_compose_is_a_blocker_not_an_allocation() {
     let e = c.run("huge", &vec![0.5; m], &[], &[], m).unwrap_err();
     assert!(e.contains("ScatterN") && e.contains("over the"), "{e}");
 }
+
+#[test]
+fn a_constant_slice_assignment_gathers_instead_of_a_one_hot() {
+    // `x[:, 8:40, 4:36, :] = u` written as every element's index tuple (the legacy exporter's
+    // index_put; hf/longformer's chunked attention): 32,768 tuples into 131,072 rows, a one-hot
+    // of 4.3·10^9 elements — a blocker before, now a Gather of the update rows. Reductions with
+    // distinct places gather too.
+    let xs = [1usize, 64, 64, 32];
+    let (r0, r1) = (8..40, 4..36);
+    let m = r0.len() * r1.len() * xs[3];
+    let idx: Vec<i64> = r0
+        .clone()
+        .flat_map(|i| r1.clone().flat_map(move |j| (0..xs[3]).flat_map(move |k| [0, i as i64, j as i64, k as i64])))
+        .collect();
+    let mut rng = Rng::new(0x511CE);
+    let x = rng.vec(xs.iter().product(), 2.0);
+    let u = rng.vec(m, 2.0);
+    for red in ["none", "add", "max"] {
+        let mut want: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+        for (e, t) in idx.chunks(4).enumerate() {
+            let k = ravel(&[0, t[1] as usize, t[2] as usize, t[3] as usize], &xs);
+            want[k] = combine(red, want[k], u[e] as f64);
+        }
+        let c = Case {
+            op: "ScatterND",
+            attrs: vec![str_attr("reduction", red)],
+            xs: xs.to_vec(),
+            is: vec![r0.len(), r1.len(), xs[3], 4],
+            us: Some(vec![r0.len(), r1.len(), xs[3]]),
+            const_idx: Some(&idx),
+            const_upd: None,
+        };
+        let name = format!("slice assignment, reduction {red}");
+        for got in c.run(&format!("slice-{red}"), &x, &idx, &u, want.len()).unwrap_or_else(|e| panic!("{name}: {e}")) {
+            check(&name, &got, &want, red);
+        }
+    }
+}

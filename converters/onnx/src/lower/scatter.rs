@@ -15,9 +15,16 @@
 //! data seen as `[prod(dims[..k]), prod(dims[k..])]`, B the row length, M the index tuples; the
 //! one-hot is that of each tuple's flat row (per row, so `[1, M, 1, N]`).
 //!
-//! Constant indices build the one-hot at conversion time: negative indices count from the end,
-//! an index outside the data is an error, and for reduction `none` a place written twice takes
-//! the last update (as ONNX Runtime and tract do; ONNX leaves it undefined). Indices known only
+//! Constant indices fix every move at conversion time: negative indices count from the end, an
+//! index outside the data is an error, and for reduction `none` a place written twice takes the
+//! last update (as ONNX Runtime and tract do; ONNX leaves it undefined). Where each place takes
+//! at most one update (always for `none`: the last), the updates are not picked by a one-hot but
+//! gathered: one `Gather` of the update rows by the constant row each place takes (any row where
+//! none), combined with the data by the reduction's op, and `When`/`Unless` of the constant
+//! written mask choose between that and the data — weights and work the size of the output, where
+//! the one-hot is M·N (a slice assignment written as every element's index tuple, Longformer's
+//! chunked attention: 2.6·10^10 elements). Only a reduction with places updated several times
+//! needs the one-hot. Indices known only
 //! at run time: integer ids through an `Embedding` (an id outside `0..N` is a run-time error),
 //! f32 values (computed by the graph, or an integer input read as values) compared with
 //! `0..N` and `−N..0`, so one outside the data writes nothing; repeated run-time indices with
@@ -25,7 +32,7 @@
 
 use super::{ints, zeros, Lowerer, Res, Val};
 use crate::error::ConvertError;
-use kestrel_rt_format::ops::{BinaryOp, Op, Reduce, ReduceOp, TensorId};
+use kestrel_rt_format::ops::{BinaryOp, Gather, Op, Reduce, ReduceOp, TensorId};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::array::{ScatterElements, ScatterNd, ScatterReduction};
 
@@ -132,10 +139,14 @@ impl Lowerer<'_> {
         };
         let data = self.f32_operand(node.inputs[0], "scatter_data", &[d.a, d.n, d.b])?;
         let upd = self.updates(node.inputs[2], &[d.a, d.m, d.b, 1])?;
-        let y = self.scatter_into(data, upd, places, d, red)?;
+        let (y, how) = self.scatter_into(data, upd, places, d, red)?;
         let y = self.reshape(y, &[d.a, d.n, d.b], &out)?;
         self.out(y, out);
-        self.count_fused("scatter-elements-as-one-hot-pick");
+        self.count_fused(if how == How::Gathered {
+            "scatter-elements-as-gather"
+        } else {
+            "scatter-elements-as-one-hot-pick"
+        });
         Ok(())
     }
 
@@ -179,10 +190,10 @@ impl Lowerer<'_> {
         };
         let data = self.f32_operand(node.inputs[0], "scatter_data", &[1, d.n, d.b])?;
         let upd = self.updates(node.inputs[2], &[1, d.m, d.b, 1])?;
-        let y = self.scatter_into(data, upd, places, d, red)?;
+        let (y, how) = self.scatter_into(data, upd, places, d, red)?;
         let y = self.reshape(y, &[1, d.n, d.b], &out)?;
         self.out(y, out);
-        self.count_fused("scatter-nd-as-one-hot-pick");
+        self.count_fused(if how == How::Gathered { "scatter-nd-as-gather" } else { "scatter-nd-as-one-hot-pick" });
         Ok(())
     }
 
@@ -276,7 +287,7 @@ impl Lowerer<'_> {
     /// [A, M, B1, N]` marks, by the reduction `red` (see the module docs). With constant
     /// indices (`konst`) the fills and the written mask are constants, and so is the whole
     /// combination when the updates are constants too (Kestrel computes no op on two weights).
-    /// Returns `[A, N, B]`.
+    /// Returns `[A, N, B]` and how the updates were placed.
     fn scatter_into(
         &mut self,
         data: TensorId,
@@ -284,8 +295,13 @@ impl Lowerer<'_> {
         places: Places,
         d: Dims,
         red: ScatterReduction,
-    ) -> Res<TensorId> {
+    ) -> Res<(TensorId, How)> {
         let here = OutletId::new(self.node, 0);
+        if let (Operand::Act(u), Places::Const(k)) = (&upd, &places) {
+            if k.gatherable(red, d) {
+                return Ok((self.scatter_gathered(data, *u, k, d, red)?, How::Gathered));
+            }
+        }
         if d.a.saturating_mul(d.m).saturating_mul(d.b).saturating_mul(d.n) > super::MAX_COMPOSED {
             return Err(self.unsupported(&format!(
                 "a scatter of {} updates into {} places: its one-hot pick [{}, {}, {}, {}] is over the {} elements a composition may take",
@@ -330,7 +346,8 @@ impl Lowerer<'_> {
                 let onehot = match (onehot, konst) {
                     (Some(id), _) => id,
                     (None, Some(k)) => {
-                        self.weight_f32(here, "scatter_one_hot", &[d.a, d.m, d.b1, d.n], k.onehot.clone())?
+                        let w = k.one_hot(d, red)?;
+                        self.weight_f32(here, "scatter_one_hot", &[d.a, d.m, d.b1, d.n], w)?
                     }
                     (None, None) => unreachable!("one of the two is set"),
                 };
@@ -338,7 +355,7 @@ impl Lowerer<'_> {
                 if fill != 0.0 {
                     let elsewhere = match konst {
                         Some(k) => {
-                            let e = k.onehot.iter().map(|&h| if h == 0.0 { fill } else { 0.0 }).collect();
+                            let e = k.one_hot(d, red)?.iter().map(|&h| if h == 0.0 { fill } else { 0.0 }).collect();
                             self.weight_f32(here, "scatter_fill", &[d.a, d.m, d.b1, d.n], e)?
                         }
                         None => {
@@ -370,15 +387,58 @@ impl Lowerer<'_> {
                     }
                 };
                 let kept = self.binary_op(data, written, BinaryOp::Unless)?;
-                return self.binary_op(kept, combined, BinaryOp::Add);
+                return Ok((self.binary_op(kept, combined, BinaryOp::Add)?, How::Picked));
             }
             ScatterReduction::Add => BinaryOp::Add,
             ScatterReduction::Mul => BinaryOp::Mul,
             ScatterReduction::Max => BinaryOp::Max,
             ScatterReduction::Min => BinaryOp::Min,
         };
-        self.binary_op(data, combined, op)
+        Ok((self.binary_op(data, combined, op)?, How::Picked))
     }
+
+    /// The scatter of updates `[A, M, B, 1]` (an activation) into `data [A, N, B]` at constant
+    /// places where each place takes at most one update row ([`Konst::gatherable`]): the rows
+    /// gathered onto the places (`Gather` by the constant source row of each, any row where none
+    /// is written), combined with the data by the reduction's op, and the data kept where nothing
+    /// is written (`When`/`Unless` of the constant written mask: exact, whatever the unused
+    /// gathered rows hold). Returns `[A, N, B]`.
+    fn scatter_gathered(
+        &mut self,
+        data: TensorId,
+        upd: TensorId,
+        k: &Konst,
+        d: Dims,
+        red: ScatterReduction,
+    ) -> Res<TensorId> {
+        let here = OutletId::new(self.node, 0);
+        let (rows, row, places) = (d.a * d.m * d.b1, d.b / d.b1, d.a * d.n * d.b1);
+        let u = self.reshape(upd, &[d.a, d.m, d.b, 1], &[rows, row])?;
+        let source: Vec<f32> = k.source.iter().map(|&e| e as f32).collect();
+        let idx = self.weight_f32(here, "scatter_source_rows", &[places], source)?;
+        let g = self.b.op(|y| Op::Gather(Gather { x: u, idx, axis: 0, y }))?;
+        let g = self.reshape(g, &[places, row], &[d.a, d.n, d.b])?;
+        let v = match red {
+            ScatterReduction::None => g,
+            ScatterReduction::Add => self.binary_op(data, g, BinaryOp::Add)?,
+            ScatterReduction::Mul => self.binary_op(data, g, BinaryOp::Mul)?,
+            ScatterReduction::Max => self.binary_op(data, g, BinaryOp::Max)?,
+            ScatterReduction::Min => self.binary_op(data, g, BinaryOp::Min)?,
+        };
+        let written = self.weight_f32(here, "scatter_written", &[d.a, d.n, d.b1], k.written.clone())?;
+        let kept = self.binary_op(data, written, BinaryOp::Unless)?;
+        let put = self.binary_op(v, written, BinaryOp::When)?;
+        self.binary_op(kept, put, BinaryOp::Add)
+    }
+}
+
+/// How a scatter's updates reached their places.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum How {
+    /// Gathered by constant source rows ([`Lowerer::scatter_gathered`]).
+    Gathered,
+    /// Picked by a one-hot, or combined at conversion time.
+    Picked,
 }
 
 /// The updates: an activation `[A, M, B, 1]`, or constant values.
@@ -396,10 +456,16 @@ enum Places {
 
 /// What constant indices fix at conversion time.
 struct Konst {
-    /// The one-hot's values, `[A, M, B1, N]`.
-    onehot: Vec<f32>,
+    /// The updates' targets: `targets[e]` is the flat place in `[A, N, B1]` update row e writes,
+    /// and its index on N.
+    targets: Vec<(usize, usize)>,
     /// The `[A, N, B1]` 0/1 mask of the elements written.
     written: Vec<f32>,
+    /// For each place in `[A, N, B1]`, the update row it takes (0 where none): the last one
+    /// written there.
+    source: Vec<usize>,
+    /// Whether no place is written twice.
+    distinct: bool,
     /// Every element move, (flat position in `[A, N, B]`, flat position in the updates), in
     /// update order, only the last to each position for reduction `none`.
     moves: Vec<(usize, usize)>,
@@ -409,20 +475,45 @@ impl Konst {
     /// From the updates' targets (`targets[e]`: the flat place in `[A, N, B1]` update row e
     /// writes, and its index on N), each update row `d.b / d.b1` elements long.
     fn new(targets: &[(usize, usize)], d: Dims, red: ScatterReduction) -> Res<Self> {
-        let onehot = one_hot_rows(targets, d.n, red, "a scatter's one-hot weight")?;
         let mut written = zeros([d.a, d.n, d.b1], "a scatter's written mask")?;
+        let mut source = vec![0usize; written.len()];
+        let mut distinct = true;
+        for (e, &(place, _)) in targets.iter().enumerate() {
+            distinct &= written[place] == 0.0;
+            written[place] = 1.0;
+            source[place] = e;
+        }
         let row = d.b / d.b1;
         let mut moves = Vec::new();
         moves.try_reserve_exact(targets.len() * row).map_err(|_| {
             ConvertError::Kestrel(kestrel_rt::Error::OutOfMemory { what: "a scatter's moves".into(), bytes: u64::MAX })
         })?;
-        for (e, &(place, i)) in targets.iter().enumerate() {
-            written[place] = 1.0;
-            if onehot[e * d.n + i] != 0.0 {
+        for (e, &(place, _)) in targets.iter().enumerate() {
+            if red != ScatterReduction::None || source[place] == e {
                 moves.extend((0..row).map(|j| (place * row + j, e * row + j)));
             }
         }
-        Ok(Self { onehot, written, moves })
+        let mut t = Vec::new();
+        t.try_reserve_exact(targets.len()).map_err(|_| {
+            ConvertError::Kestrel(kestrel_rt::Error::OutOfMemory {
+                what: "a scatter's targets".into(),
+                bytes: u64::MAX,
+            })
+        })?;
+        t.extend_from_slice(targets);
+        Ok(Self { targets: t, written, source, distinct, moves })
+    }
+
+    /// Whether the updates can be gathered onto their places (each place takes at most one:
+    /// reduction `none` keeps the last, the others need distinct places) with indices exact in
+    /// f32.
+    fn gatherable(&self, red: ScatterReduction, d: Dims) -> bool {
+        (red == ScatterReduction::None || self.distinct) && d.a * d.m * d.b1 <= F32_EXACT
+    }
+
+    /// The one-hot `[A, M, B1, N]` (see [`one_hot_rows`]).
+    fn one_hot(&self, d: Dims, red: ScatterReduction) -> Res<Vec<f32>> {
+        one_hot_rows(&self.targets, d.n, red, "a scatter's one-hot weight")
     }
 }
 
