@@ -19,13 +19,21 @@ impl Lowerer<'_> {
                 (Val::Act { id, int: true, .. }, AxisOp::Add(_) | AxisOp::Rm(_) | AxisOp::Reshape(..)) => {
                     self.set_out(Val::Act { id, shape: out, int: true });
                 }
-                (Val::Act { int: true, .. }, _) => return Err(self.unsupported("moving axes of integer ids")),
-                (Val::Act { id, shape, .. }, AxisOp::Move(from, to)) => {
+                (Val::Act { id, shape, int }, AxisOp::Move(from, to)) => {
                     let mut perm: Vec<usize> = (0..shape.len()).collect();
                     let a = perm.remove(*from);
                     perm.insert(*to, a);
-                    let (y, ys) = self.transpose(id, &shape, &perm)?;
-                    self.out(y, ys);
+                    if int && perm.iter().filter(|&&p| shape[p] != 1).is_sorted() {
+                        // Only axes of length 1 move (XLNet's `[1, T]` ids to `[T, 1]`): the
+                        // elements keep their order, the ids stay ids.
+                        self.set_out(Val::Act { id, shape: out, int: true });
+                    } else {
+                        // Ids moved across each other: as exact f32 values (what reads them
+                        // next, a Gather, takes values as indices).
+                        let (x, shape) = self.act(node.inputs[0])?;
+                        let (y, ys) = self.transpose(x, &shape, &perm)?;
+                        self.out(y, ys);
+                    }
                 }
                 (Val::Act { id, shape, .. }, _) => {
                     let y = self.reshape(id, &shape, &out)?;
