@@ -147,6 +147,7 @@ fn load_typed_inner(
     if let Some(g) = proto.graph.as_mut() {
         unsigned_as_raw(g);
         pad_value_only_for_constant(g);
+        forget_unknown_symbols(g);
         crate::batch_norm::mark(g);
         bind_symbols(g, bind, &p)?;
     }
@@ -349,6 +350,44 @@ fn bind_symbols(g: &mut tract_onnx::pb::GraphProto, bind: &DimBinding<'_>, p: &s
     };
     g.input.iter_mut().chain(g.output.iter_mut()).chain(g.value_info.iter_mut()).for_each(fix);
     Ok(())
+}
+
+/// The words of a `dim_param` (`batch`, `s0`, `u0` and `2*s0 + 1`'s `s0`): what it names.
+fn dim_words(p: &str) -> impl Iterator<Item = &str> {
+    p.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| w.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_'))
+}
+
+/// Dims of the graph's outputs and value infos named by a symbol that no graph input carries
+/// (PyTorch's dynamo exporter names a data-dependent size `u0`, `u1`, `(u0//4)`: NonZero's
+/// count, a mask's sum) are forgotten, left for tract's inference: tract takes every such name as
+/// a fact and the sizes it infers itself contradict them ("Output mismatch after rewiring
+/// expansion": a Transpose of a NonZero expected `u0` and got tract's own symbol;
+/// "Impossible to unify Sym(u2) with Sym(u1)" where the exporter named two equal sizes apart).
+/// A value info only hints; the inputs' symbols are kept (they are bound or are the batch).
+fn forget_unknown_symbols(g: &mut tract_onnx::pb::GraphProto) {
+    use tract_onnx::pb::tensor_shape_proto::dimension::Value;
+    use tract_onnx::pb::type_proto::Value as TypeValue;
+    let inits: std::collections::HashSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
+    let mut known = std::collections::HashSet::new();
+    for v in g.input.iter().filter(|v| !inits.contains(v.name.as_str())) {
+        if let Some(TypeValue::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+            for d in t.shape.iter().flat_map(|s| s.dim.iter()) {
+                if let Some(Value::DimParam(p)) = &d.value {
+                    known.extend(dim_words(p).map(str::to_string));
+                }
+            }
+        }
+    }
+    for v in g.output.iter_mut().chain(g.value_info.iter_mut()) {
+        if let Some(TypeValue::TensorType(t)) = v.r#type.as_mut().and_then(|t| t.value.as_mut()) {
+            for d in t.shape.iter_mut().flat_map(|s| s.dim.iter_mut()) {
+                if matches!(&d.value, Some(Value::DimParam(p)) if dim_words(p).any(|w| !known.contains(w))) {
+                    d.value = None;
+                }
+            }
+        }
+    }
 }
 
 /// UINT32 and UINT64 tensors written in ONNX's `uint64_data` field (where the standard puts
