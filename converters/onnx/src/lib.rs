@@ -25,6 +25,7 @@ mod lower;
 mod npy;
 mod ops_table;
 mod quant;
+mod random;
 mod report;
 mod validate;
 mod verify;

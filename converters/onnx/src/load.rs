@@ -142,6 +142,8 @@ fn load_typed_inner(
     // ONNX Attention read by Kestrel: tract's importer refuses or ignores much of it.
     onnx.op_register.insert("Attention", crate::attention::parse);
     crate::batch_norm::register(&mut onnx.op_register);
+    // The random ops by their op type (tract's importer reads the `…Like` form by node name).
+    crate::random::register(&mut onnx.op_register);
     crate::expand::register(&mut onnx.op_register);
     let mut proto = onnx.proto_model_for_read(&mut &bytes[..]).map_err(tract_err(&p, "read the ONNX file"))?;
     if let Some(g) = proto.graph.as_mut() {

@@ -106,6 +106,10 @@ QLinearConv | the data dequantised (x − x0)·xs, the kernel and bias dequantis
 QLinearMatMul | dequantised operands (scale·(x − zero_point), per-tensor or per-axis; parameters constant or computed), the float product, then round half to even + zero point, saturated to the output type | 8-bit outputs; f16 scales refused by tract's importer
 QuantizeLinear | clamp(round_half_even(x / scale) + zero_point) on activations (× tract's stored 1/scale: a value on an exact tie may land one step away) | u8/i8 outputs, constant per-tensor parameters
 RNN | the steps unrolled (an input MatMul, per step a MatMul, an Add and a Tanh; Slices place the states) | default activation (Tanh), no clip, full-length constant sequence_lens; at most 65,536 node copies per model
+RandomNormal | parsed by Kestrel (`src/random.rs`, with Bernoulli: mean, scale, dtype, shape; seeded by the node's `seed`, else by its name), for tract; folded away where only its shape is read | a draw that reaches an output is refused: no runtime reproduces another's draws
+RandomNormalLike | as RandomNormal (the input's shape) | as RandomNormal
+RandomUniform | as RandomNormal (low, high) | as RandomNormal
+RandomUniformLike | as RandomNormal (the input's shape; low, high) | as RandomNormal
 Range | folded | constant bounds
 Reciprocal | Unary
 ReduceL1 | Unary Abs and Reduce Sum (tract's expansion) | constant axes
@@ -184,8 +188,8 @@ pub fn remedy(op_type: &str) -> Option<&'static str> {
         | "BiasGelu" | "DecoderAttention" | "NhwcConv" => {
             "this is an onnxruntime contrib op: convert the model as exported from PyTorch, before onnxruntime's optimizer fuses it"
         }
-        "RandomNormal" | "RandomUniform" | "RandomNormalLike" | "RandomUniformLike" | "Multinomial" => {
-            "random ops have no place in an inference graph: export the model in eval mode"
+        "RandomNormal" | "RandomUniform" | "RandomNormalLike" | "RandomUniformLike" | "Bernoulli" | "Multinomial" => {
+            "a random draw: Kestrel draws no random numbers, and no runtime reproduces another's draws; export the model without sampling (eval mode, the distribution's mean), or make the noise a model input"
         }
         _ => return None,
     })
