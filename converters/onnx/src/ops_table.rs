@@ -23,6 +23,7 @@ Abs | Unary
 Acos | Unary
 Acosh | Unary
 Add | Binary (or a Dense/LayerNorm bias) | numpy broadcasting
+AffineGrid | parsed by Kestrel (`src/expand/`): a constant grid of homogeneous base points times theta, Binary Mul and Reduce Sum | constant size; 2-D and 3-D, align_corners honoured
 And | Binary Mul on 0/1 values | boolean operands
 ArgMax | Reduce ArgMax / ArgMaxLast (the index as an f32 value) | select_last_index honoured
 ArgMin | Reduce ArgMin / ArgMinLast (the index as an f32 value) | select_last_index honoured
@@ -41,7 +42,9 @@ BitwiseXor | as BitwiseAnd
 Cast | nothing (f32→f32, ids→ids; to f16 or f64 computed in f32, with a notice); f32 values to an integer type: truncated, x − fmod(x, 1); to bool: x ≠ 0; ids to a float: read as values (Embedding into 0..V) / ids to bool: Embedding into [0, 1] | ids→bool only for 0/1 ids (another is a run-time error)
 Ceil | Unary
 Celu | Exp, Min and Max (tract's expansion)
+CenterCropPad | parsed by Kestrel (`src/expand/`): a Slice (crop, the start rounded down) and a zero Pad (an odd extra on the end) per listed axis | constant shape
 Clip | Binary Max/Min | constant bounds
+Col2Im | parsed by Kestrel (`src/expand/`): the columns reshaped to the blocks and a transposed convolution with one group per channel and a one-hot kernel (then as ConvTranspose) | constant image_shape and block_shape; every stride, dilation and padding
 Concat | a Slice per piece (a copy into its place; fused from a 0/1 placing Dense)
 Constant | weights where read
 ConstantOfShape | folded | constant shape
@@ -50,6 +53,7 @@ ConvInteger | as QLinearConv with unit scales (an exact integer sum in f32, to 2
 ConvTranspose | a 0/1 Dense per spatial axis (zero insertion, padding, cropping) and a Conv2d (3-D: Conv's 3-D lowering) with the flipped kernel; a kernel computed at run time: the same zero insertion, then im2col and a MatMul with the taps reversed | 1-D, 2-D and 3-D, kernel and bias constant or computed at run time; every stride, dilation, group count, pads, auto_pad, output_padding and output_shape
 Cos | Unary
 Cosh | Unary
+CumProd | parsed by Kestrel (`src/expand/`): a log-step scan, ⌈log₂ n⌉ Binary Mul of the running product with itself shifted (a Slice and a Pad with ones) | constant axis; exclusive and reverse
 CumSum | Dense with a triangular 0/1 weight | constant axis
 DFT | one Dense with the constant [2N, 2N] cos/sin matrix over each line's (real, imaginary) pairs (tract's Fft); inverse scaled by 1/N, onesided sliced | constant axis and length (tract's importer); N² weights within the composed-constant bound
 DequantizeLinear | (x − zero_point) · scale on the integer values (constant weights folded at conversion) | per-tensor parameters on activations (tract's importer needs constant scales)
@@ -88,6 +92,7 @@ LeakyRelu | Binary Mul + Max | alpha ≥ 0
 Less | Binary Less (1 or 0)
 LessOrEqual | Binary LessEq (1 or 0)
 Log | Unary
+LpPool | parsed by Kestrel (`src/expand/`): Unary Abs, the p-th power, a zero Pad (pads, auto_pad, ceil mode), Pool2d Avg times the window size, the 1/p-th power | integer p; 1-D, 2-D and 3-D, every stride and dilation
 MatMul | Dense (constant operand) or MatMul; fused into Attention / AFT / Fastformer
 MatMulInteger | as QLinearMatMul with unit scales (an exact integer sum in f32, to 2^24)
 Max | Binary | two operands
@@ -96,6 +101,7 @@ Min | Binary | two operands
 Mod | Binary Fmod (fmod = 1); fmod = 0: the remainder with the divisor's sign, from Fmod, comparisons and a select
 Mul | Binary
 Neg | Unary
+NegativeLogLikelihoodLoss | parsed by Kestrel (`src/expand/`): the targets compared with the class indices (a one-hot mask, ignore_index masked out), times the scores and weights, Reduce Sum over the classes; sum and mean as Reduce Sum and Div (mean by the weights picked) | targets constant or computed at run time
 Not | Binary 1 − x | boolean operand
 OneHot | Embedding of the ids into the rows of off + (on − off)·I, or for f32 indices comparisons with 0..D and −D..0 | constant depth and values; integer ids in 0..D (another is a run-time error where ONNX gives an all-off row)
 Or | Binary Max on 0/1 values | boolean operands
@@ -125,6 +131,7 @@ ReduceSumSquare | Reduce of the squares (tract's expansion) | constant axes
 Relu | Unary (or fused into the Dense before it)
 Reshape | Reshape view | constant shape
 Resize | a Dense per resized axis with the exact interpolation weights (plus the extrapolation value as its bias) | constant scales, sizes and roi; every mode (nearest, linear, cubic), coordinate transformation, nearest_mode, cubic_coeff_a, antialias, exclude_outside, axes and keep_aspect_ratio_policy; not the first (batch) axis
+ReverseSequence | parsed by Kestrel (`src/expand/`): a Gather along the time axis at t < L ? L − 1 − t : t (constant when sequence_lens is)
 Round | Unary (halves to even)
 STFT | one Conv2d over each signal's (real, imaginary) planes with the constant [2N, 2, N] kernel of windowed cos/sin terms, stride the frame step (tract's Stft); onesided sliced | constant frame step and window or frame length (tract's importer); a window no longer than the frame, centred; 4N² weights per signal line within the composed-constant bound
 Scan | its body lowered once per iteration (scanned inputs as Slices, states passed on, scan outputs placed by Slices); an inclusive cumulative sum from zero: a Dense with a triangular 0/1 weight | a static trip count; scanned inputs in whole chunks; a reversed scan output of one element per step; at most 65,536 body node copies per model
@@ -140,12 +147,14 @@ Sin | Unary
 Sinh | Unary
 Slice | Slice (one copy; fused from a one-hot Dense and the transposes around it) | constant bounds
 Softmax | Softmax (fused into attention where recognised) | one axis
+SoftmaxCrossEntropyLoss | parsed by Kestrel (`src/expand/`): log-softmax over the classes (Reduce Max, Exp, Reduce Sum, Log), then as NegativeLogLikelihoodLoss; the optional log_prob output | as NegativeLogLikelihoodLoss
 Softplus | Exp, Add, Log (tract's expansion)
 Softsign | Abs, Add, Div (tract's expansion)
 Split | a Slice per part | constant split sizes
 Sqrt | Unary
 Squeeze | Reshape view
 Sub | Binary
+SwiGLU | parsed by Kestrel (`src/expand/`): A · sigmoid(α·A) · B (Sigmoid, Binary Mul)
 Tan | Unary
 Tanh | Unary
 ThresholdedRelu | a comparison and a select (tract's expansion)
@@ -154,6 +163,7 @@ TopK | by ranks: pairwise comparisons along the axis (ties in index order), thei
 Transpose | Transpose (a view when only size-1 axes move)
 Trilu | Binary When against a 0/1 triangle (exact): a constant one, or the constant j − i compared with a k computed at run time
 Unsqueeze | Reshape view
+Upsample | parsed by Kestrel (`src/expand/`): as Resize with the scales (asymmetric coordinates; nearest: the floor) | constant scales (attribute or input); nearest or linear
 Where | Binary When + Unless + Add (each branch where the condition picks it) | exact for any branch values, ±inf included
 Xor | Binary |a − b| on 0/1 values | boolean operands
 ";

@@ -25,7 +25,9 @@ fn the_table_is_sorted_and_names_ops_the_importer_knows() {
     sorted.dedup();
     assert_eq!(names, sorted, "ONNX_OPS must be sorted, without duplicates");
     let importer = tract_onnx::onnx();
-    for n in names {
+    // Ops whose parser is the converter's own (the row says so) need not be tract's.
+    for o in kestrel_rt_onnx::ONNX_OPS.iter().filter(|o| !o.kestrel.starts_with("parsed by Kestrel")) {
+        let n = o.op;
         assert!(importer.op_register.0.contains_key(n), "{n} is not an ONNX op the importer parses");
     }
 }
