@@ -2,8 +2,8 @@
 //! the first argument: one tiny model per case of the shared mechanism table
 //! (`kestrel_rt::mechanisms::CASES`) and weight encoding (and masked attention, attention on
 //! activations, `Sdpa`, and recurrences: an LSTM with peepholes feeding a GRU whose reset gate
-//! acts on the state, and selection by index, `Gather`),
-//! plus the demo text model. Run via `seed.sh`.
+//! acts on the state, selection by index, `Gather`, and tensors of rank 7 and 8), plus the demo
+//! text model. Run via `seed.sh`.
 
 use kestrel_rt::format::ops::*;
 use kestrel_rt::format::DType;
@@ -77,7 +77,9 @@ fn sdpa() -> Vec<u8> {
     let v = b.input("v", &[h / 2, t, d]).unwrap();
     let bias = b.weight_as("bias", &[1, t, t], (0..t * t).map(|i| -(i as f32) * 0.25).collect(), DType::F32).unwrap();
     let y = b
-        .op(|y| Op::Sdpa(Sdpa { q, k, v, bias: Some(bias), scale: 0.5, causal: false, k_transposed: true, softcap: 0.0, y }))
+        .op(|y| {
+            Op::Sdpa(Sdpa { q, k, v, bias: Some(bias), scale: 0.5, causal: false, k_transposed: true, softcap: 0.0, y })
+        })
         .unwrap();
     b.output(y);
     b.build().unwrap()
@@ -92,6 +94,20 @@ fn gather() -> Vec<u8> {
     let g = b.op(|y| Op::Gather(Gather { x, idx, axis: 1, y })).unwrap();
     let at = b.input("at", &[2]).unwrap();
     let y = b.op(|y| Op::Gather(Gather { x: g, idx: at, axis: 0, y })).unwrap();
+    b.output(y);
+    b.build().unwrap()
+}
+
+/// Rank 8 (80-byte tensor entries and metadata inputs, an eight-attribute Transpose): a rank-8
+/// input transposed, plus a rank-7 weight broadcast onto it.
+fn rank8() -> Vec<u8> {
+    let mut b = ModelBuilder::new("seed");
+    let x = b.input("x", &[2, 1, 3, 1, 2, 1, 2, 2]).unwrap();
+    let perm = [7, 6, 5, 4, 3, 2, 1, 0];
+    let t = b.op(|y| Op::Transpose(Transpose { x, perm, y })).unwrap();
+    let w =
+        b.weight_as("w", &[2, 1, 2, 1, 3, 1, 2], (0..24).map(|i| i as f32 * 0.25 - 3.0).collect(), DType::F32).unwrap();
+    let y = b.op(|y| Op::Binary(Binary { a: t, b: w, op: BinaryOp::Add, y })).unwrap();
     b.output(y);
     b.build().unwrap()
 }
@@ -146,6 +162,7 @@ fn main() {
     }
     std::fs::write(format!("{dir}/sdpa_f32.kes"), sdpa()).unwrap();
     std::fs::write(format!("{dir}/gather_f32.kes"), gather()).unwrap();
+    std::fs::write(format!("{dir}/rank8_f32.kes"), rank8()).unwrap();
     let text = kestrel_rt::demo::text_model(1, DType::I8).unwrap();
     std::fs::write(format!("{dir}/text_int8.kes"), text).unwrap();
 }

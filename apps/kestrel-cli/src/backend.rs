@@ -299,6 +299,20 @@ impl<'m> Runner<'m> {
         }
         let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
         self.run(inputs, &mut refs)?;
+        // An output whose size the data decide (a run-time dim: a NonZero's count) comes at the
+        // run's size: the leading part of the buffer sized at the bound.
+        for (i, o) in outs.iter_mut().enumerate() {
+            let n = self.output_shape(i).map_or(0, |s| s.iter().product::<usize>());
+            if n < self.outputs[i] {
+                anyhow::ensure!(
+                    batch <= self.capacity,
+                    "output {i}'s size is decided by the data at each run: a batch of {batch} over the session's \
+                     capacity of {} cannot be split into runs; give a larger --batch or fewer samples",
+                    self.capacity
+                );
+                o.truncate(n * batch);
+            }
+        }
         Ok(outs)
     }
 }

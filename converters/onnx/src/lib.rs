@@ -27,6 +27,7 @@ mod ops_table;
 mod quant;
 mod random;
 mod report;
+mod run_dims;
 mod validate;
 mod verify;
 
@@ -146,7 +147,8 @@ pub fn convert_with(
     progress: &mut dyn Progress,
     edit: impl FnOnce(&mut MetadataSpec),
 ) -> Result<Conversion, ConvertError> {
-    if opts.bounds.is_empty() {
+    // A NonZero's count is a run-time dim: bounded dims even without an input's.
+    if opts.bounds.is_empty() && !run_dims::may_have(onnx_path.as_ref()) {
         convert_fixed(onnx_path.as_ref(), opts, progress, edit)
     } else {
         dims::convert_bounded(onnx_path.as_ref(), opts, progress, edit)

@@ -145,12 +145,21 @@ fn load_typed_inner(
     // The random ops by their op type (tract's importer reads the `…Like` form by node name).
     crate::random::register(&mut onnx.op_register);
     crate::expand::register(&mut onnx.op_register);
+    // NonZero's count: a run-time dim (`run_dims`); tract's own op where tract runs the model
+    // (verifying: `shapes` given), which sizes it at each run.
+    let run_dims = bind.shapes.is_none();
+    if run_dims {
+        crate::run_dims::register(&mut onnx.op_register);
+    }
     let mut proto = onnx.proto_model_for_read(&mut &bytes[..]).map_err(tract_err(&p, "read the ONNX file"))?;
     if let Some(g) = proto.graph.as_mut() {
         unsigned_as_raw(g);
         pad_value_only_for_constant(g);
         forget_unknown_symbols(g);
         crate::batch_norm::mark(g);
+        if run_dims {
+            crate::run_dims::mark(g, bind.dims);
+        }
         bind_symbols(g, bind, &p)?;
     }
     drop(bytes);
@@ -323,7 +332,7 @@ fn bind_symbols(g: &mut tract_onnx::pb::GraphProto, bind: &DimBinding<'_>, p: &s
             }
         }
     }
-    if let Some((name, _)) = bind.dims.iter().find(|(n, _)| !seen.contains(n)) {
+    if let Some((name, _)) = bind.dims.iter().find(|(n, _)| !seen.contains(n) && !crate::run_dims::is_run_dim(n)) {
         let symbols = seen.into_iter().collect::<Vec<_>>().join(", ");
         return Err(ConvertError::UnknownDim { name: name.clone(), symbols });
     }

@@ -46,8 +46,13 @@ impl DType {
     }
 }
 
-/// Maximum tensor rank stored in the file (batch excluded for activations).
-pub const MAX_RANK: usize = 6;
+/// Maximum tensor rank stored in the file (batch excluded for activations). Files store the
+/// first [`MAX_RANK_V1`] dims in every tensor entry and the rest in a longer entry (`docs/FORMAT.md`
+/// §5), so files of rank ≤ 6 are written as before.
+pub const MAX_RANK: usize = 8;
+
+/// Maximum rank of format 1.0's fixed fields (six `u32` dims per tensor entry and metadata input).
+pub const MAX_RANK_V1: usize = 6;
 
 /// A small fixed-capacity shape. Activation shapes exclude the batch axis.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]

@@ -35,6 +35,18 @@ impl core::fmt::Display for Referrer {
     }
 }
 
+/// A shape's matrix view in a message: `a [rows, cols]`, or `an overflowing`.
+struct MatrixOf<'a>(&'a Shape);
+
+impl core::fmt::Display for MatrixOf<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self.0.as_matrix() {
+            Some((r, c)) => write!(f, "a [{r}, {c}]"),
+            None => write!(f, "an overflowing"),
+        }
+    }
+}
+
 /// A tensor name kept inline in an error (no allocation), truncated to 40 bytes at a char
 /// boundary.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -182,8 +194,8 @@ pub enum Error {
         /// Section name.
         name: &'static str,
     },
-    /// A table declares an entry size smaller than this version's.
-    #[error("{what}: entry size {found} is below the minimum {minimum}")]
+    /// A table declares an entry size smaller than this version's, or not a multiple of 8.
+    #[error("{what}: entry size {found} is not a multiple of 8 of at least {minimum}")]
     EntrySize {
         /// Which table.
         what: &'static str,
@@ -391,18 +403,14 @@ pub enum Error {
         source: WeightError,
     },
     /// Writer: a weight's encoded matrix does not match its declared shape.
-    #[error("weight {tensor} `{name}`: shape {shape} is a [{expected_rows}, {expected_cols}] matrix, the encoding is [{rows}, {cols}]")]
+    #[error("weight {tensor} `{name}`: shape {shape} is {} matrix, the encoding is [{rows}, {cols}]", MatrixOf(.shape))]
     WeightShape {
         /// Tensor id.
         tensor: u32,
         /// Tensor name.
         name: ShortName,
-        /// Declared shape.
+        /// Declared shape (its matrix view, [`Shape::as_matrix`], is what the encoding must be).
         shape: Shape,
-        /// Rows implied by the shape.
-        expected_rows: u64,
-        /// Columns implied by the shape.
-        expected_cols: u64,
         /// Rows of the encoding.
         rows: u64,
         /// Columns of the encoding.

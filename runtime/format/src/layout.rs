@@ -31,10 +31,14 @@ pub(crate) const SECTION_ALIGN: u64 = 8;
 
 pub(crate) const TENSOR_HEADER_LEN: u64 = 16;
 pub(crate) const TENSOR_ENTRY_LEN: u64 = 72;
+/// A tensor entry holding dims 6 and 7 at [`TENSOR_ENTRY_LEN`] (tensors of rank 7 and 8).
+pub(crate) const TENSOR_ENTRY_LEN_RANK8: u64 = 80;
 pub(crate) const GRAPH_HEADER_LEN: u64 = 16;
 pub(crate) const META_HEADER_LEN: u64 = 48;
 pub(crate) const META_STRREF_LEN: u64 = 8;
 pub(crate) const META_INPUT_LEN: u64 = 72;
+/// A metadata input holding dims 6 and 7 at [`META_INPUT_LEN`] (inputs of rank 7 and 8).
+pub(crate) const META_INPUT_LEN_RANK8: u64 = 80;
 pub(crate) const META_OUTPUT_LEN: u64 = 16;
 
 /// Section ids.
@@ -143,21 +147,34 @@ pub fn reseal(bytes: &mut [u8]) -> bool {
     }
 }
 
-/// A shape stored as `rank` and six `u32` dims at `dims_off`; dims past the rank must be zero.
+/// A shape stored as `rank`, six `u32` dims at `dims_off` and, where the entry is long enough
+/// to hold them (`ext_off`, `docs/FORMAT.md` §5), dims 6 and 7 at `ext_off`; dims past the rank
+/// must be zero. Without `ext_off` the rank is at most [`MAX_RANK_V1`](crate::MAX_RANK_V1).
 #[inline]
-pub(crate) fn shape_at(b: &[u8], rank: u8, dims_off: u64, what: &'static str) -> Result<crate::Shape, Error> {
-    use crate::MAX_RANK;
-    if usize::from(rank) > MAX_RANK {
-        return Err(Error::BadRank { what, found: rank, max: MAX_RANK as u8 });
+pub(crate) fn shape_at(
+    b: &[u8],
+    rank: u8,
+    dims_off: u64,
+    ext_off: Option<u64>,
+    what: &'static str,
+) -> Result<crate::Shape, Error> {
+    use crate::{MAX_RANK, MAX_RANK_V1};
+    let max = if ext_off.is_some() { MAX_RANK } else { MAX_RANK_V1 };
+    if usize::from(rank) > max {
+        return Err(Error::BadRank { what, found: rank, max: max as u8 });
     }
     let mut dims = [0u32; MAX_RANK];
-    for (i, d) in dims.iter_mut().enumerate() {
-        *d = u32_at(b, dims_off.saturating_add(4 * i as u64), what)?;
+    for (i, d) in dims.iter_mut().enumerate().take(max) {
+        let at = match (i.checked_sub(MAX_RANK_V1), ext_off) {
+            (Some(j), Some(ext)) => ext.saturating_add(4 * j as u64),
+            _ => dims_off.saturating_add(4 * i as u64),
+        };
+        *d = u32_at(b, at, what)?;
         if i >= usize::from(rank) && *d != 0 {
             return Err(Error::NonZeroReserved { what: "dims past the rank", found: u64::from(*d) });
         }
     }
-    crate::Shape::new(&dims[..usize::from(rank)]).ok_or(Error::BadRank { what, found: rank, max: MAX_RANK as u8 })
+    crate::Shape::new(&dims[..usize::from(rank)]).ok_or(Error::BadRank { what, found: rank, max: max as u8 })
 }
 
 /// [`str_at`] over a pool already known to be UTF-8: the same bounds and the same errors, the

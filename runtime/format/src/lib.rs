@@ -36,7 +36,7 @@ pub use aligned::{aligned_copy, AlignedBuf};
 #[cfg(feature = "alloc")]
 pub use dims::DimsSpec;
 pub use dims::{Binding, DimSym, Dims, Expr, ExprError, Target};
-pub use dtype::{DType, Shape, INT4_GROUP, MAX_RANK};
+pub use dtype::{DType, Shape, INT4_GROUP, MAX_RANK, MAX_RANK_V1};
 pub use error::{Error, Referrer, ShortName};
 pub use layout::{checksum, reseal, TENSOR_ALIGN, VERSION_MAJOR, VERSION_MAJOR_DIMS, VERSION_MINOR};
 pub use meta::{Colour, FeedDType, InputMeta, Layout, Metadata, OutputKind, OutputMeta, Preprocess};

@@ -5,7 +5,8 @@
 use crate::dtype::Shape;
 use crate::error::{Error, Referrer};
 use crate::layout::{
-    mul_add, shape_at, str_at, sub, u32_at, u8_at, META_HEADER_LEN, META_INPUT_LEN, META_OUTPUT_LEN, META_STRREF_LEN,
+    mul_add, shape_at, str_at, sub, u32_at, u8_at, META_HEADER_LEN, META_INPUT_LEN, META_INPUT_LEN_RANK8,
+    META_OUTPUT_LEN, META_STRREF_LEN,
 };
 use crate::ops::TensorId;
 
@@ -147,13 +148,25 @@ pub struct Metadata<'a> {
     n_inputs: u32,
     n_outputs: u32,
     inputs_at: u64,
+    /// Bytes per input record: 72, or 80 or more with dims 6 and 7 at offset 72.
+    input_len: u64,
     outputs_at: u64,
 }
 
 impl<'a> Metadata<'a> {
     /// A placeholder with no records (before the section is validated).
     pub(crate) fn empty() -> Self {
-        Self { sec: &[], pool: &[], floats: &[], n_labels: 0, n_inputs: 0, n_outputs: 0, inputs_at: 0, outputs_at: 0 }
+        Self {
+            sec: &[],
+            pool: &[],
+            floats: &[],
+            n_labels: 0,
+            n_inputs: 0,
+            n_outputs: 0,
+            inputs_at: 0,
+            input_len: META_INPUT_LEN,
+            outputs_at: 0,
+        }
     }
 
     /// Validates the section; `check` vets each referenced tensor id.
@@ -164,18 +177,24 @@ impl<'a> Metadata<'a> {
         let n_outputs = u32_at(sec, 32, what)?;
         let n_floats = u32_at(sec, 36, what)?;
         let strings_len = u32_at(sec, 40, what)?;
-        let reserved = u32_at(sec, 44, what)?;
-        if reserved != 0 {
-            return Err(Error::NonZeroReserved { what: "metadata header", found: reserved.into() });
-        }
+        // The input record size: 0 for the 72 bytes of format 1.0, else 80 or more (dims 6 and 7
+        // at offset 72, for inputs of rank 7 and 8; readers from before refuse the non-zero word).
+        let input_len = match u32_at(sec, 44, what)? {
+            0 => META_INPUT_LEN,
+            n if u64::from(n) >= META_INPUT_LEN_RANK8 && n % 8 == 0 => u64::from(n),
+            n => {
+                let minimum = META_INPUT_LEN_RANK8 as u32;
+                return Err(Error::EntrySize { what: "metadata inputs", minimum, found: n });
+            }
+        };
         let inputs_at = mul_add(n_labels.into(), META_STRREF_LEN, META_HEADER_LEN, "metadata labels")?;
-        let outputs_at = mul_add(n_inputs.into(), META_INPUT_LEN, inputs_at, "metadata inputs")?;
+        let outputs_at = mul_add(n_inputs.into(), input_len, inputs_at, "metadata inputs")?;
         let floats_at = mul_add(n_outputs.into(), META_OUTPUT_LEN, outputs_at, "metadata outputs")?;
         let floats_len = u64::from(n_floats) * 4;
         let pool_at = mul_add(1, floats_at, floats_len, "metadata floats")?;
         let floats = sub(sec, floats_at, floats_len, "metadata floats")?;
         let pool = sub(sec, pool_at, strings_len.into(), "metadata strings")?;
-        let m = Self { sec, pool, floats, n_labels, n_inputs, n_outputs, inputs_at, outputs_at };
+        let m = Self { sec, pool, floats, n_labels, n_inputs, n_outputs, inputs_at, input_len, outputs_at };
         str_at(sec, 0, pool, "model name")?;
         str_at(sec, 8, pool, "task")?;
         str_at(sec, 16, pool, "producer")?;
@@ -251,15 +270,16 @@ impl<'a> Metadata<'a> {
     }
 
     fn input_at(&self, i: u32) -> Result<InputMeta<'a>, Error> {
-        let at = mul_add(i.into(), META_INPUT_LEN, self.inputs_at, "metadata inputs")?;
-        let r = sub(self.sec, at, META_INPUT_LEN, "metadata input")?;
+        let at = mul_add(i.into(), self.input_len, self.inputs_at, "metadata inputs")?;
+        let ext = (self.input_len >= META_INPUT_LEN_RANK8).then_some(META_INPUT_LEN);
+        let r = sub(self.sec, at, if ext.is_some() { META_INPUT_LEN_RANK8 } else { META_INPUT_LEN }, "metadata input")?;
         let name = str_at(r, 0, self.pool, "input name")?;
         let tensor = u32_at(r, 8, "metadata input")?;
         let code = |off, what| -> Result<u8, Error> { u8_at(r, off, what) };
         let bad = |what, v: u8| Error::UnknownCode { what, found: v.into() };
         let feed = code(12, "input dtype")?;
         let feed = FeedDType::from_u8(feed).ok_or(bad("input dtype", feed))?;
-        let shape = shape_at(r, code(13, "input rank")?, 20, "input shape")?;
+        let shape = shape_at(r, code(13, "input rank")?, 20, ext, "input shape")?;
         let reserved = u32::from(crate::layout::u16_at(r, 18, "metadata input")?);
         if reserved != 0 {
             return Err(Error::NonZeroReserved { what: "metadata input", found: reserved.into() });

@@ -398,7 +398,13 @@ impl<'a> KesFile<'a> {
         if id >= self.tensor_count {
             return Err(Error::BadTensorId { by: Referrer::Lookup, id, count: self.tensor_count });
         }
-        let e = sub(self.tensor_entries, u64::from(id) * self.entry_size, TENSOR_ENTRY_LEN, "tensor entry")?;
+        // Entries of 80 bytes or more hold dims 6 and 7 at offset 72 (ranks 7 and 8).
+        let (len, ext) = if self.entry_size >= TENSOR_ENTRY_LEN_RANK8 {
+            (TENSOR_ENTRY_LEN_RANK8, Some(TENSOR_ENTRY_LEN))
+        } else {
+            (TENSOR_ENTRY_LEN, None)
+        };
+        let e = sub(self.tensor_entries, u64::from(id) * self.entry_size, len, "tensor entry")?;
         let name = match self.tensor_names {
             Some(pool) => str_in(e, 0, pool, "tensor name")?,
             None => str_at(e, 0, self.tensor_pool, "tensor name")?,
@@ -410,7 +416,7 @@ impl<'a> KesFile<'a> {
         };
         let tag = u8_at(e, 9, "tensor entry")?;
         let dtype = DType::from_u8(tag).ok_or(Error::UnknownDType { tensor: id, found: tag })?;
-        let shape = shape_at(e, u8_at(e, 10, "tensor entry")?, 12, "tensor shape")?;
+        let shape = shape_at(e, u8_at(e, 10, "tensor entry")?, 12, ext, "tensor shape")?;
         let reserved = u8_at(e, 11, "tensor entry")?;
         if reserved != 0 {
             return Err(Error::NonZeroReserved { what: "tensor entry", found: reserved.into() });

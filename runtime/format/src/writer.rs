@@ -101,9 +101,32 @@ impl Pool {
     }
 }
 
-fn put_shape(out: &mut Vec<u8>, shape: &Shape) {
-    for i in 0..crate::MAX_RANK {
+/// Dims `from..to` of `shape`, 0 past its rank: a record's six dims (`0..MAX_RANK_V1`), or the
+/// two of a longer record (`MAX_RANK_V1..MAX_RANK`, ranks 7 and 8).
+fn put_dims(out: &mut Vec<u8>, shape: &Shape, from: usize, to: usize) {
+    for i in from..to {
         out.u32(shape.dims().get(i).copied().unwrap_or(0));
+    }
+}
+
+fn put_shape(out: &mut Vec<u8>, shape: &Shape) {
+    put_dims(out, shape, 0, crate::MAX_RANK_V1);
+}
+
+/// Whether any of `shapes` needs the longer record (rank above [`MAX_RANK_V1`](crate::MAX_RANK_V1));
+/// files without one are written exactly as format 1.0.
+fn needs_rank8<'a>(mut shapes: impl Iterator<Item = &'a Shape>) -> bool {
+    shapes.any(|s| s.rank() > crate::MAX_RANK_V1)
+}
+
+fn tensor_entry_len(spec: &ModelSpec) -> u64 {
+    let shapes = spec.tensors.iter().map(|t| match t {
+        TensorSpec::Weight { shape, .. } | TensorSpec::Activation { shape, .. } => shape,
+    });
+    if needs_rank8(shapes) {
+        TENSOR_ENTRY_LEN_RANK8
+    } else {
+        TENSOR_ENTRY_LEN
     }
 }
 
@@ -121,7 +144,8 @@ fn meta_section(m: &MetadataSpec) -> Result<Vec<u8>, Error> {
     out.u32(0); // float count, patched below
     let strings_len_at = out.len();
     out.u32(0); // string pool length, patched below
-    out.u32(0);
+    let wide = needs_rank8(m.inputs.iter().map(|i| &i.shape));
+    out.u32(if wide { META_INPUT_LEN_RANK8 as u32 } else { 0 }); // input record size (0: 72)
     for l in &m.labels {
         pool.put(&mut out, l)?;
     }
@@ -148,6 +172,9 @@ fn meta_section(m: &MetadataSpec) -> Result<Vec<u8>, Error> {
             out.u32(fit(list.len(), "metadata float list")?);
             floats.extend_from_slice(list);
         }
+        if wide {
+            put_dims(&mut out, &i.shape, crate::MAX_RANK_V1, crate::MAX_RANK);
+        }
     }
     for o in &m.outputs {
         pool.put(&mut out, &o.name)?;
@@ -171,6 +198,18 @@ fn graph_section(spec: &ModelSpec) -> Result<Vec<u8>, Error> {
     let mut offsets = Vec::with_capacity(spec.ops.len());
     for op in &spec.ops {
         offsets.push(fit(records.len(), "op records")?);
+        let mut op = *op;
+        // A permutation of rank ≤ 6 is written in six attributes, as format 1.0 does: its
+        // entries past the rank are unused, so those of axes 6 and 7 are written as 0.
+        if let Op::Transpose(t) = &mut op {
+            let rank = match spec.tensors.get(t.x as usize) {
+                Some(TensorSpec::Weight { shape, .. } | TensorSpec::Activation { shape, .. }) => shape.rank(),
+                None => crate::MAX_RANK,
+            };
+            if rank <= crate::MAX_RANK_V1 {
+                t.perm[crate::MAX_RANK_V1..].fill(0);
+            }
+        }
         let r = op.encode();
         records.u16(r.kind);
         records.u8(r.n_tensors);
@@ -211,8 +250,6 @@ fn weights_blob(spec: &ModelSpec) -> Result<(Vec<u8>, Vec<Placed>), Error> {
                         tensor: fit(id, "tensor count")?,
                         name: ShortName::new(name),
                         shape: *shape,
-                        expected_rows: rows as u64,
-                        expected_cols: cols as u64,
                         rows: weight.rows as u64,
                         cols: weight.cols as u64,
                     });
@@ -244,7 +281,8 @@ fn tensor_section(spec: &ModelSpec, placed: &[Placed], weights_at: u64) -> Resul
     let mut pool = Pool::default();
     let mut out = Vec::new();
     out.u32(fit(spec.tensors.len(), "tensor count")?);
-    out.u32(TENSOR_ENTRY_LEN as u32);
+    let entry_len = tensor_entry_len(spec);
+    out.u32(entry_len as u32);
     let pool_len_at = out.len();
     out.u32(0); // names length, patched below
     out.u32(0);
@@ -273,6 +311,9 @@ fn tensor_section(spec: &ModelSpec, placed: &[Placed], weights_at: u64) -> Resul
         out.u64(p.len);
         out.u64(p.scale_offset.map_or(0, |s| s + weights_at));
         out.u64(p.scale_len);
+        if entry_len == TENSOR_ENTRY_LEN_RANK8 {
+            put_dims(&mut out, shape, crate::MAX_RANK_V1, crate::MAX_RANK);
+        }
     }
     let n = fit(pool.0.len(), "tensor names")?;
     out[pool_len_at..pool_len_at + 4].copy_from_slice(&n.to_le_bytes());
@@ -295,7 +336,7 @@ pub fn write_model(spec: &ModelSpec) -> Result<Vec<u8>, Error> {
             TensorSpec::Weight { name, .. } | TensorSpec::Activation { name, .. } => name.len(),
         })
         .sum();
-    let tensors_len = TENSOR_HEADER_LEN as usize + spec.tensors.len() * TENSOR_ENTRY_LEN as usize + names;
+    let tensors_len = TENSOR_HEADER_LEN as usize + spec.tensors.len() * tensor_entry_len(spec) as usize + names;
 
     let order = [section::META, section::TENSORS, section::GRAPH, section::PLAN, section::WEIGHTS];
     let lens = [meta.len(), tensors_len, graph.len(), plan.len(), blob.len()];

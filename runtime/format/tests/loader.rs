@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::section;
+
 use kestrel_rt_format::ops::{Activation, AttentionVariant, Dense, LayerNorm, NormAxis, Proj, Reduce, ReduceOp};
 use kestrel_rt_format::ops::{Attention, Internals};
 use kestrel_rt_format::weight::EncodedWeight;
@@ -132,18 +134,6 @@ fn touch_all(f: &KesFile<'_>) {
         op.expect("validated op");
     }
     let _ = (f.inputs().count(), f.outputs().count(), f.plan(), f.version());
-}
-
-/// Offset and length of section `id`, read from the section table.
-fn section(bytes: &[u8], id: u32) -> (usize, usize) {
-    let rd = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
-    let n = u32::from_le_bytes(bytes[28..32].try_into().unwrap()) as usize;
-    let table = rd(32);
-    (0..n)
-        .map(|i| table + 24 * i)
-        .find(|&e| u32::from_le_bytes(bytes[e..e + 4].try_into().unwrap()) == id)
-        .map(|e| (rd(e + 8), rd(e + 16)))
-        .unwrap()
 }
 
 /// File position of byte `field` of tensor `id`'s entry.

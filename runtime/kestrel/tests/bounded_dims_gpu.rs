@@ -6,22 +6,14 @@
 #![cfg(feature = "gpu")]
 
 mod common_dims;
+mod common_gpu;
 
 use common_dims::{bounded_conv_net, bounded_transformer, conv_out_hw, C2, CIN, CLASSES, D, HMAX, HMIN, TMAX, WMIN};
+use common_gpu::have_gpu;
 use kestrel_rt::backend::{place, Backend, GpuPlacement, NoGpu, Placement, Request};
 use kestrel_rt::demo::Rng;
 use kestrel_rt::{Error, Input, Model};
 use kestrel_rt_reference::tolerance::F32_MODEL;
-
-/// Whether the GPU tests run here (no adapter: skipped, unless `KESTREL_REQUIRE_GPU=1`).
-fn have_gpu() -> bool {
-    if kestrel_rt_wgpu::adapters().is_empty() {
-        assert!(std::env::var("KESTREL_REQUIRE_GPU").map_or(true, |v| v != "1"), "no GPU adapter");
-        eprintln!("SKIPPED: no GPU adapter");
-        return false;
-    }
-    true
-}
 
 /// Holds the shared device to one test at a time: placements share it, and one test counts its
 /// GPU objects.

@@ -168,7 +168,7 @@ fn decomposed_masked_attention(sp: &Spelling, pad: Option<Padding>) -> ModelBuil
         b.op(|y| Op::Dense(Dense { clamp: None, x, proj: Proj { w, b: Some(bias) }, act: Activation::None, y }))
             .unwrap()
     };
-    let split = |b: &mut ModelBuilder, src: TensorId, perm: [u8; 6]| {
+    let split = |b: &mut ModelBuilder, src: TensorId, perm: [u8; 8]| {
         let r = b.reshape(src, &[1, t, h, c]).unwrap();
         b.op(|y| Op::Transpose(Transpose { x: r, perm, y })).unwrap()
     };
@@ -178,7 +178,7 @@ fn decomposed_masked_attention(sp: &Spelling, pad: Option<Padding>) -> ModelBuil
     let v_src = match sp.variant {
         Standard => dense(&mut b, x, d, d),
         Super => {
-            let xt = b.op(|y| Op::Transpose(Transpose { x, perm: [0, 2, 1, 0, 0, 0], y })).unwrap();
+            let xt = b.op(|y| Op::Transpose(Transpose { x, perm: [0, 2, 1, 0, 0, 0, 0, 0], y })).unwrap();
             let mixed = dense(&mut b, xt, t, t);
             if sp.causal && !sp.full_wa {
                 // Causal Super mixes only earlier tokens: W^A is lower-triangular (DESIGN.md §1).
@@ -194,7 +194,7 @@ fn decomposed_masked_attention(sp: &Spelling, pad: Option<Padding>) -> ModelBuil
                 let region = kestrel_rt::builder::Region { nodes: vec![n], inputs: vec![xt], output: mixed };
                 b.replace(&region, vec![Op::Dense(Dense { proj: Proj { w: tri, ..dn.proj }, ..dn })]).unwrap();
             }
-            b.op(|y| Op::Transpose(Transpose { x: mixed, perm: [0, 2, 1, 0, 0, 0], y })).unwrap()
+            b.op(|y| Op::Transpose(Transpose { x: mixed, perm: [0, 2, 1, 0, 0, 0, 0, 0], y })).unwrap()
         }
         _ => x,
     };
@@ -204,12 +204,12 @@ fn decomposed_masked_attention(sp: &Spelling, pad: Option<Padding>) -> ModelBuil
     if sp.scale_on_q {
         q = b.op(|y| Op::Binary(Binary { a: q, b: sw, op: sop, y })).unwrap();
     }
-    let qh = split(&mut b, q, [0, 2, 1, 3, 0, 0]);
+    let qh = split(&mut b, q, [0, 2, 1, 3, 0, 0, 0, 0]);
     let scores = if sp.explicit_kt {
-        let kt = split(&mut b, k_src, [0, 2, 3, 1, 0, 0]);
+        let kt = split(&mut b, k_src, [0, 2, 3, 1, 0, 0, 0, 0]);
         b.op(|y| Op::MatMul(MatMul { a: qh, b: kt, transpose_b: false, y })).unwrap()
     } else {
-        let kh = split(&mut b, k_src, [0, 2, 1, 3, 0, 0]);
+        let kh = split(&mut b, k_src, [0, 2, 1, 3, 0, 0, 0, 0]);
         b.op(|y| Op::MatMul(MatMul { a: qh, b: kh, transpose_b: true, y })).unwrap()
     };
     let mut s = scores;
@@ -237,9 +237,9 @@ fn decomposed_masked_attention(sp: &Spelling, pad: Option<Padding>) -> ModelBuil
         let nan = b.op(|y| Op::Unary(Unary { x: p, op: UnaryOp::IsNan, y })).unwrap();
         p = b.op(|y| Op::Binary(Binary { a: p, b: nan, op: BinaryOp::Unless, y })).unwrap();
     }
-    let vh = split(&mut b, v_src, [0, 2, 1, 3, 0, 0]);
+    let vh = split(&mut b, v_src, [0, 2, 1, 3, 0, 0, 0, 0]);
     let o = b.op(|y| Op::MatMul(MatMul { a: p, b: vh, transpose_b: false, y })).unwrap();
-    let ot = b.op(|y| Op::Transpose(Transpose { x: o, perm: [0, 2, 1, 3, 0, 0], y })).unwrap();
+    let ot = b.op(|y| Op::Transpose(Transpose { x: o, perm: [0, 2, 1, 3, 0, 0, 0, 0], y })).unwrap();
     let merged = b.reshape(ot, &[1, t, d]).unwrap();
     let out = dense(&mut b, merged, d, d);
     // Something after the block, so the block output is not the graph output.
@@ -531,7 +531,7 @@ fn duplicate_nodes_are_merged_and_the_outputs_do_not_change() {
     let mut rng = Rng::new(5);
     let x = b.input("x", &[8, 6]).unwrap();
     let transpose =
-        |b: &mut ModelBuilder| b.op(|y| Op::Transpose(Transpose { x, perm: [1, 0, 2, 3, 4, 5], y })).unwrap();
+        |b: &mut ModelBuilder| b.op(|y| Op::Transpose(Transpose { x, perm: [1, 0, 2, 3, 4, 5, 0, 0], y })).unwrap();
     let t1 = transpose(&mut b);
     let t2 = transpose(&mut b);
     let t3 = transpose(&mut b);
@@ -582,7 +582,7 @@ fn attention_on_computed_activations_fuses_into_sdpa() {
         } else {
             q
         };
-        let kt = b.op(|y| Op::Transpose(Transpose { x: k, perm: [0, 1, 3, 2, 4, 5], y })).unwrap();
+        let kt = b.op(|y| Op::Transpose(Transpose { x: k, perm: [0, 1, 3, 2, 4, 5, 0, 0], y })).unwrap();
         let mut sc = b.op(|y| Op::MatMul(MatMul { a: q, b: kt, transpose_b: false, y })).unwrap();
         if spelling == 1 {
             let c = scalar(&mut b, "sqrt_d", (d as f32).sqrt());

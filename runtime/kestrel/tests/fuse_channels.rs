@@ -31,8 +31,8 @@ const TIMM: Spelling = Spelling { perm: &[0, 2, 3, 1], back: &[0, 3, 1, 2], gamm
 const SWAPPED: Spelling = Spelling { perm: &[0, 3, 2, 1], back: &[0, 3, 2, 1], gamma_rank4: true, bias: false };
 const CHW: Spelling = Spelling { perm: &[1, 2, 0], back: &[2, 0, 1], gamma_rank4: false, bias: true };
 
-fn perm6(p: &[u8]) -> [u8; 6] {
-    let mut out = [0, 1, 2, 3, 4, 5];
+fn perm6(p: &[u8]) -> [u8; 8] {
+    let mut out = [0, 1, 2, 3, 4, 5, 0, 0];
     out[..p.len()].copy_from_slice(p);
     out
 }

@@ -13,8 +13,8 @@ fn run(b: &ModelBuilder, n: usize) -> Vec<f32> {
     model.session(2).unwrap().run_vec(&[Input::F32(&x)]).unwrap().remove(0)
 }
 
-fn perm(p: &[u8]) -> [u8; 6] {
-    let mut a = [0u8; 6];
+fn perm(p: &[u8]) -> [u8; 8] {
+    let mut a = [0u8; 8];
     a[..p.len()].copy_from_slice(p);
     a
 }

@@ -241,7 +241,7 @@ fn transposed_weights_after_a_chain_of_views_fuse() {
     let scale = scalar(&mut b, "scale", 0.5);
     let s = bin(&mut b, s, scale, BinaryOp::Mul);
     let p = op(&mut b, |y| Op::Softmax(Softmax { x: s, y }));
-    let pt = op(&mut b, |y| Op::Transpose(Transpose { x: p, perm: [0, 2, 1, 3, 4, 5], y }));
+    let pt = op(&mut b, |y| Op::Transpose(Transpose { x: p, perm: [0, 2, 1, 3, 4, 5, 0, 0], y }));
     let pt = b.reshape(pt, &[H, 2, T / 2, T]).unwrap();
     let pt = b.reshape(pt, &[H, T, T]).unwrap();
     let o = op(&mut b, |y| Op::MatMul(MatMul { a: v, b: pt, transpose_b: false, y }));

@@ -89,7 +89,7 @@ fn gemma_block(at: ScaleAt, cap: Option<Cap>, constant_mask: bool) -> (ModelBuil
         }
         _ => q,
     };
-    let kt = op(&mut b, |y| Op::Transpose(Transpose { x: k, perm: [0, 1, 3, 2, 4, 5], y }));
+    let kt = op(&mut b, |y| Op::Transpose(Transpose { x: k, perm: [0, 1, 3, 2, 4, 5, 0, 0], y }));
     let mut sc = op(&mut b, |y| Op::MatMul(MatMul { a: q, b: kt, transpose_b: false, y }));
     if let ScaleAt::Scores = at {
         let w = scalar(&mut b, "ss", s);

@@ -382,11 +382,11 @@ Unary unary {
 /// weight), each read with its strides per output axis; op 100 copies a, 101 a window of a
 /// (plus b where `window_add`).
 Strided strided {
-    y_base: usize = 2, op: usize = 3, rank: usize = 4, dims: usize = 5 [6 step 1] opt, a_kind: usize = 11,
-    a: Region = 12 opt, a_strides: usize = 14 [6 step 1] opt, a_w: Wd = 20 opt, b_kind: usize = 24 opt,
-    b: Region = 25 opt, b_strides: usize = 27 [6 step 1] opt, b_w: Wd = 33 opt,
-    window_axis: usize = 37 opt, window_first: usize = 38 opt, window_count: usize = 39 opt,
-    window_add: bool = 40 opt,
+    y_base: usize = 2, op: usize = 3, rank: usize = 4, dims: usize = 5 [8 step 1] opt, a_kind: usize = 13,
+    a: Region = 14 opt, a_strides: usize = 16 [8 step 1] opt, a_w: Wd = 24 opt, b_kind: usize = 28 opt,
+    b: Region = 29 opt, b_strides: usize = 31 [8 step 1] opt, b_w: Wd = 39 opt,
+    window_axis: usize = 43 opt, window_first: usize = 44 opt, window_count: usize = 45 opt,
+    window_add: bool = 46 opt,
 }
 /// `norm.wgsl: layer_norm[_split]`.
 LayerNorm layer_norm {
@@ -404,12 +404,12 @@ Reduce reduce {
 /// `matmul.wgsl: matmul`: b an activation region (`b_kind` 0) or a weight (1).
 MatMul matmul {
     a: Region = 2, b_kind: usize = 4, b: Region = 5 opt, y_base: usize = 7, m: usize = 8, k: usize = 9,
-    n: usize = 10, transpose_b: bool = 11, batch_rank: usize = 12, dims: usize = 13 [6 step 1] opt,
-    a_strides: usize = 19 [6 step 1] opt, b_strides: usize = 25 [6 step 1] opt, b_w: Wd = 31 opt,
+    n: usize = 10, transpose_b: bool = 11, batch_rank: usize = 12, dims: usize = 13 [8 step 1] opt,
+    a_strides: usize = 21 [8 step 1] opt, b_strides: usize = 29 [8 step 1] opt, b_w: Wd = 37 opt,
 }
 /// `matmul.wgsl: matmul_tile`.
 MatMulTile matmul_tile: MatMul {
-    y_stride: usize = 35,
+    y_stride: usize = 41,
 }
 /// The sliding window of convolution and pooling: a `[c, h, w]` map per sample, kernel
 /// kh × kw, strides, top/left padding, dilations, output oh × ow.
@@ -523,6 +523,15 @@ FfScaleRows ff_scale_rows {
 }
 }
 
+// The per-axis arrays hold every axis a tensor may have (the shaders size theirs by the WGSL
+// `MAX_RANK`, which [`Layout::wgsl`] writes from the same constant).
+const _: () = {
+    use kestrel_rt_format::MAX_RANK;
+    assert!(strided::dims.info().len == MAX_RANK && strided::a_strides.info().len == MAX_RANK);
+    assert!(strided::b_strides.info().len == MAX_RANK && matmul::dims.info().len == MAX_RANK);
+    assert!(matmul::a_strides.info().len == MAX_RANK && matmul::b_strides.info().len == MAX_RANK);
+};
+
 impl Layout {
     /// This layout, then the one it extends, and so on.
     pub fn chain(self) -> impl Iterator<Item = Layout> {
@@ -535,6 +544,7 @@ impl Layout {
     pub fn wgsl(layouts: &[Layout]) -> String {
         let mut s = String::from("// Parameter blocks, generated from the Rust table (`params.rs`).\n");
         let _ = writeln!(s, "const P_BATCH: u32 = {BATCH}u;\nconst P_PER: u32 = {PER}u;");
+        let _ = writeln!(s, "const MAX_RANK: u32 = {}u;", kestrel_rt_format::MAX_RANK);
         for &l in layouts {
             l.write_wgsl(&mut s);
         }

@@ -276,7 +276,7 @@ fn layer_cases() -> Vec<Case> {
             }));
         }
     }
-    for perm in [[2u8, 0, 1, 0, 0, 0], [1, 0, 2, 0, 0, 0]] {
+    for perm in [[2u8, 0, 1, 0, 0, 0, 0, 0], [1, 0, 2, 0, 0, 0, 0, 0]] {
         v.push(case("transpose", format!("transpose {:?}", &perm[..3]), move |c| {
             let x = c.input(&[2, 3, 4])?;
             let t = c.b.op(|y| Op::Transpose(Transpose { x, perm, y }))?;

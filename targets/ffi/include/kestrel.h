@@ -18,7 +18,7 @@
 /**
  * Largest per-sample rank of a model input or output (a run's tensors add the batch axis).
  */
-#define KESTREL_MAX_RANK 6
+#define KESTREL_MAX_RANK 8
 
 /**
  * The most threads [`default_count`] picks: past 4, a phone's extra cores are efficiency cores

@@ -137,12 +137,29 @@ pub(crate) fn convert_bounded(
 ) -> Result<Conversion, ConvertError> {
     let p = path.display().to_string();
     let err = |message: String| ConvertError::BoundedDims { path: p.clone(), message };
-    let (syms, fixed) = check_bounds(&p, opts)?;
+    let (mut syms, fixed) = check_bounds(&p, opts)?;
     if opts.int8_attention && opts.calibrate.is_empty() {
         return Err(err("--int8-attention needs calibration data (--calibrate), to measure its cost".into()));
     }
     let mut dims = opts.dims.clone();
     dims.extend(fixed);
+    // Sizes the data decide (a NonZero's count): run-time dims, after the inputs' symbols, each
+    // in 1..=its bound; probed like the others, but along its own line only (see below).
+    let inputs_syms = syms.len();
+    let at_bound: Vec<(String, usize)> =
+        dims.iter().cloned().chain(syms.iter().map(|(n, _, max)| (n.clone(), *max))).collect();
+    syms.extend(crate::run_dims::discover(path, &at_bound)?.into_iter().map(|(n, max)| (n, 1, max)));
+    let run_time = |i: usize| i >= inputs_syms;
+    if syms.len() > inputs_syms && !opts.calibrate.is_empty() {
+        return Err(err("--calibrate with sizes decided at run time (NonZero) is not supported yet".into()));
+    }
+    if syms.len() > kestrel_rt_format::dims::MAX_SYMS {
+        return Err(err(format!(
+            "{} bounded and run-time dims (each NonZero's count is one): at most {}",
+            syms.len(),
+            kestrel_rt_format::dims::MAX_SYMS
+        )));
+    }
     let at = |point: &[usize]| -> ConvertOptions {
         let mut d = dims.clone();
         d.extend(syms.iter().zip(point).map(|((n, _, _), &v)| (n.clone(), v)));
@@ -161,16 +178,29 @@ pub(crate) fn convert_bounded(
     // Probe points: the lines, two joint points to fit, two to verify.
     let mut fit_points: Vec<Vec<usize>> = Vec::new();
     for (i, (_, min, max)) in syms.iter().enumerate() {
-        for v in line_points(*min, *max) {
+        // A run-time dim is probed from 2: where a count of 1 changes tract's graph (an axis of
+        // size 1 dropped), the file cannot be run there against the conversion (the data decide
+        // the count), so the bound's graph serves it, at the bindings' values.
+        let min = if run_time(i) { (*min).max(2).min(*max) } else { *min };
+        for v in line_points(min, *max) {
             let mut q = bound.clone();
             q[i] = v;
             fit_points.push(q);
         }
     }
+    // Joint points move the inputs' symbols only: a run-time dim at its bound (a probe's
+    // inputs cannot choose a count, so it stays the most the inputs allow).
+    let joint = |j: usize| -> Vec<usize> {
+        let mut q = joint_point(j, &syms);
+        for (i, v) in q.iter_mut().enumerate().filter(|(i, _)| run_time(*i)) {
+            *v = bound[i];
+        }
+        q
+    };
     for j in 0..2 {
-        fit_points.push(joint_point(j, &syms));
+        fit_points.push(joint(j));
     }
-    let mut ver_points: Vec<Vec<usize>> = (2..4).map(|j| joint_point(j, &syms)).collect();
+    let mut ver_points: Vec<Vec<usize>> = (2..4).map(joint).collect();
     fit_points.retain(|q| *q != bound);
     dedup(&mut fit_points);
     ver_points.retain(|q| *q != bound && !fit_points.contains(q));
@@ -226,7 +256,12 @@ pub(crate) fn convert_bounded(
         let mut queue: std::collections::VecDeque<(Vec<usize>, bool)> =
             fit_points.iter().map(|q| (q.clone(), false)).chain(ver_points.iter().map(|q| (q.clone(), true))).collect();
         let mut probed: Vec<Vec<usize>> = vec![bound.clone()];
-        let range: Vec<(i64, i64)> = syms.iter().map(|s| (s.1 as i64, s.2 as i64)).collect();
+        // Extra probes keep a run-time dim at 2 or more too (see the line points).
+        let range: Vec<(i64, i64)> = syms
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (if run_time(i) { s.1.max(2).min(s.2) } else { s.1 } as i64, s.2 as i64))
+            .collect();
         let mut k = 0;
         let mut rounds = 0;
         loop {
@@ -426,15 +461,26 @@ pub(crate) fn convert_bounded(
                     && *b != 1
                     && x.eval(&q) == Some(1)
             });
-        if !one {
+        // With run-time dims the file cannot be run there against the conversion (its inputs do
+        // not choose the counts): the difference is the error.
+        if !one || syms.len() > inputs_syms {
             return Err(e);
         }
         to_run.push((here, probe_kes, Some(m)));
     }
 
-    // Every symbol must be some input's dim alone: a run reads its value there.
+    // Every symbol must be some input's dim alone: a run reads its value there; a run-time
+    // dim is read from the count the lowering kept.
     for (i, (name, _, _)) in syms.iter().enumerate() {
         let alone = [kestrel_rt_format::dims::opcode::SYM, i as u32];
+        if run_time(i) {
+            let kept = format!("{}{name}", crate::run_dims::KEPT);
+            let tensor = base.tensor_named(&kept).ok_or_else(|| {
+                err(format!("run-time dim `{name}`: no tensor `{kept}` in the conversion (a converter bug)"))
+            })?;
+            bindings.push((Target::SymSource { tensor, sym: i as u8 }, alone.to_vec()));
+            continue;
+        }
         if !bindings.iter().any(|(t, w)| matches!(t, Target::InputDim { .. }) && w[..] == alone[..]) {
             return Err(err(format!(
                 "`{name}` is no input's dim alone (an input of several flattened axes, say): a run could not \
@@ -498,6 +544,25 @@ pub(crate) fn convert_bounded(
         plain = Some(std::mem::replace(&mut conv, again).kes);
     }
 
+    bindings.sort_by_key(|(t, _)| *t);
+    if syms.len() > inputs_syms {
+        let listed: Vec<String> = syms[inputs_syms..].iter().map(|s| format!("`{}` 1..={}", s.0, s.2)).collect();
+        conv.report.notices.push(format!(
+            "run-time dims ({}): sizes the data decide (NonZero's count), read during each run; the CPU runs \
+             them, the GPU backend does not yet (AUTO runs such a model on the CPU)",
+            listed.join(", ")
+        ));
+        if !to_run.is_empty() {
+            // A probe's seeded inputs cannot choose a count: the bounded file is not run against
+            // the probes' conversions (the bindings still predict every verification point).
+            to_run.clear();
+            conv.report.notices.push(
+                "run-time dims: the file was not run against the probes' conversions (random inputs cannot choose \
+                 a count); `--verify` runs it against tract"
+                    .to_string(),
+            );
+        }
+    }
     let spec =
         DimsSpec { syms: syms.iter().map(|(n, min, max)| (n.clone(), *min as u32, *max as u32)).collect(), bindings };
     let n_bindings = spec.bindings.len();

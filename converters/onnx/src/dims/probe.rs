@@ -99,6 +99,11 @@ impl Snap {
         out
     }
 
+    /// The id of the tensor named `name`, if any.
+    pub fn tensor_named(&self, name: &str) -> Option<u32> {
+        self.tensors.iter().position(|t| t.name == name).map(|i| i as u32)
+    }
+
     /// Whether tensor `id` is an activation.
     pub fn is_activation(&self, id: u32) -> bool {
         self.tensors.get(id as usize).is_some_and(|t| t.kind == TensorKind::Activation)
@@ -118,6 +123,7 @@ impl Snap {
                 format!("node {node} ({}, output `{y}`) attribute {attr}", op.name)
             }
             Target::InputDim { input, axis } => format!("input `{}` dim {axis}", self.meta_inputs[input as usize].0),
+            Target::SymSource { tensor, sym } => format!("run-time dim #{sym} read from tensor {tensor}"),
         }
     }
 }

@@ -18,6 +18,7 @@ mod hard_sigmoid;
 mod linear;
 mod lrn;
 mod mask;
+mod nonzero;
 mod pool;
 mod pool_indices;
 mod quant_ops;
@@ -566,7 +567,7 @@ impl<'m> Lowerer<'m> {
 
     fn lower(&mut self) -> Res<()> {
         let node = self.tnode();
-        if self.try_topk()? || self.try_scan()? {
+        if self.try_topk()? || self.try_scan()? || self.try_nonzero()? {
             return Ok(());
         }
         if self.try_dropout()? || self.try_dynamic_quantize()? || self.try_pool_indices()? {

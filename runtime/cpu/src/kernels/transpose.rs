@@ -1,5 +1,5 @@
-//! Materialised permutation of axes (rank ≤ 6): `y[i_0, .., i_{r-1}] = x[..]` with output axis
-//! `k` taken from input axis `perm[k]`.
+//! Materialised permutation of axes (rank ≤ `MAX_RANK`, 8): `y[i_0, .., i_{r-1}] = x[..]` with
+//! output axis `k` taken from input axis `perm[k]`.
 //!
 //! The permutation is first simplified (axes of size 1 dropped, output axes that are also
 //! adjacent in the input merged), then copied by one of two loops: when the last output axis is
@@ -29,7 +29,7 @@ pub struct TransposeParams {
 
 impl TransposeParams {
     /// Params for input shape `x` and `perm` (only the first `x.rank()` entries are read, so
-    /// the op's `[u8; 6]` can be passed as is); they must be a permutation of `0..rank`.
+    /// the op's `[u8; MAX_RANK]` can be passed as is); they must be a permutation of `0..rank`.
     pub fn new(x: &Shape, perm: &[u8]) -> Result<Self, ShapeError> {
         const OP: &str = "Transpose";
         let r = x.rank();

@@ -58,8 +58,13 @@ pub(super) trait Slots {
     /// Whether an optional tensor slot is in the record: when writing, `present`; when
     /// decoding, whether the record has the extra slot.
     fn tensor_present(&mut self, present: bool) -> bool;
-    /// Whether an optional trailing attribute is in the record (as [`Slots::tensor_present`]).
-    fn attr_present(&mut self, present: bool) -> bool;
+    /// Whether an op's optional trailing attributes, `n` of them, are in the record (as
+    /// [`Slots::tensor_present`]; an op has at most one such group).
+    fn attrs_present(&mut self, present: bool, n: usize) -> bool;
+    /// Whether an optional trailing attribute is in the record.
+    fn attr_present(&mut self, present: bool) -> bool {
+        self.attrs_present(present, 1)
+    }
 }
 
 impl Slots for OpRecordBuf {
@@ -78,7 +83,7 @@ impl Slots for OpRecordBuf {
     fn tensor_present(&mut self, present: bool) -> bool {
         present
     }
-    fn attr_present(&mut self, present: bool) -> bool {
+    fn attrs_present(&mut self, present: bool, _: usize) -> bool {
         present
     }
 }
@@ -90,7 +95,8 @@ pub(super) struct Counter {
     pub(super) tensors: usize,
     pub(super) attrs: usize,
     pub(super) optional_tensor: bool,
-    pub(super) optional_attr: bool,
+    /// The attributes of the optional trailing group (0: none).
+    pub(super) optional_attrs: usize,
 }
 
 impl Slots for Counter {
@@ -108,8 +114,8 @@ impl Slots for Counter {
         self.optional_tensor = true;
         false
     }
-    fn attr_present(&mut self, _: bool) -> bool {
-        self.optional_attr = true;
+    fn attrs_present(&mut self, _: bool, n: usize) -> bool {
+        self.optional_attrs = n;
         false
     }
 }
@@ -138,7 +144,7 @@ impl Slots for Decoder<'_> {
     fn tensor_present(&mut self, _: bool) -> bool {
         self.with_tensor
     }
-    fn attr_present(&mut self, _: bool) -> bool {
+    fn attrs_present(&mut self, _: bool, _: usize) -> bool {
         self.with_attr
     }
 }
@@ -317,16 +323,30 @@ pub(super) fn opt_code<S: Slots, T: Code + PartialEq>(
     }
 }
 
-/// A permutation of axes, one attribute per axis (each `< MAX_RANK`).
+/// A permutation of axes, one attribute per axis (each `< MAX_RANK`): the first
+/// [`MAX_RANK_V1`](crate::MAX_RANK_V1) always, the entries for axes 6 and 7 only when one is not
+/// 0 (so a permutation of rank ≤ 6 is written as before; a record without them reads them as 0).
 pub(super) fn axes<S: Slots>(
     s: &mut S,
     perm: &mut [u8; crate::dtype::MAX_RANK],
     attr: &'static str,
 ) -> Result<(), OpError> {
-    for p in perm {
+    let (head, tail) = perm.split_at_mut(crate::dtype::MAX_RANK_V1);
+    let one = |s: &mut S, p: &mut u8| {
         let mut r = u32::from(*p);
         s.attr(&mut r);
         *p = u8::try_from(r).ok().filter(|&v| usize::from(v) < crate::dtype::MAX_RANK).ok_or(bad(s.op(), attr, r))?;
+        Ok(())
+    };
+    for p in head {
+        one(s, p)?;
+    }
+    if s.attrs_present(tail.iter().any(|&p| p != 0), tail.len()) {
+        for p in tail {
+            one(s, p)?;
+        }
+    } else {
+        tail.fill(0);
     }
     Ok(())
 }

@@ -245,8 +245,9 @@ impl Op {
         let mut counted = op;
         let _ = walk(&mut n, &mut counted);
         let with_tensor = n.optional_tensor && tensors.len() == n.tensors + 1;
-        let with_attr = n.optional_attr && attrs.len() == n.attrs + 1;
-        let (nt, na) = (n.tensors + usize::from(with_tensor), n.attrs + usize::from(with_attr));
+        let with_attr = n.optional_attrs > 0 && attrs.len() == n.attrs + n.optional_attrs;
+        let na = n.attrs + if with_attr { n.optional_attrs } else { 0 };
+        let nt = n.tensors + usize::from(with_tensor);
         if tensors.len() != nt {
             return Err(OpError::TensorCount { op: name, expected: nt, found: tensors.len() });
         }

@@ -1,4 +1,6 @@
-//! Shared by the integration tests: one list of ops covering every kind.
+//! Shared by the integration tests: one list of ops covering every kind, and where a file's
+//! sections lie.
+#![allow(dead_code)]
 
 use kestrel_rt_format::ops::*;
 
@@ -86,7 +88,7 @@ pub fn every_op() -> Vec<Op> {
         Op::Embedding(Embedding { ids: x, table: 1, pos: None, y }),
         Op::Reduce(Reduce { x, op: ReduceOp::Max, axis: 1, keep_dims: true, y }),
         Op::Reshape(Reshape { x, y }),
-        Op::Transpose(Transpose { x, perm: [1, 0, 2, 5, 4, 3], y }),
+        Op::Transpose(Transpose { x, perm: [1, 0, 2, 5, 4, 3, 0, 0], y }),
         Op::MatMul(MatMul { a: x, b: 3, transpose_b: true, y }),
         Op::Slice(Slice { x, axis: 1, start: 2, step: 3, count: 2, offset: 1, len: 8, y }),
         Op::Conv2d(conv(Activation::None, Some(2))),
@@ -150,4 +152,16 @@ pub fn every_op() -> Vec<Op> {
         }),
     ]);
     all
+}
+
+/// Offset and length of section `id`, read from the section table.
+pub fn section(bytes: &[u8], id: u32) -> (usize, usize) {
+    let rd = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    let n = u32::from_le_bytes(bytes[28..32].try_into().unwrap()) as usize;
+    let table = rd(32);
+    (0..n)
+        .map(|i| table + 24 * i)
+        .find(|&e| u32::from_le_bytes(bytes[e..e + 4].try_into().unwrap()) == id)
+        .map(|e| (rd(e + 8), rd(e + 16)))
+        .unwrap()
 }

@@ -136,7 +136,7 @@ impl ModelBuilder {
             if y == region.output {
                 continue;
             }
-            let escapes = self.outputs.contains(&y) || self.consumers(y).iter().any(|c| !set.contains(c));
+            let escapes = self.escapes(y) || self.consumers(y).iter().any(|c| !set.contains(c));
             if escapes {
                 return Err(Error::Build(format!("replace: tensor {y} is used outside the region")));
             }
@@ -183,8 +183,8 @@ impl ModelBuilder {
                 self.shape_of(from).map(|s| s.dims().to_vec())
             )));
         }
-        if self.outputs.contains(&from) {
-            return Err(Error::Build(format!("reroute: tensor {from} is a graph output")));
+        if self.escapes(from) {
+            return Err(Error::Build(format!("reroute: tensor {from} is a graph output (or kept)")));
         }
         let added = self.ops.split_off(mark);
         if !added.iter().any(|o| o.output() == to) {
@@ -234,7 +234,7 @@ impl ModelBuilder {
             let before = removed;
             for i in (0..self.ops.len()).rev() {
                 let y = self.ops[i].output();
-                if dead[i] || self.outputs.contains(&y) || reads.get(&y).is_some_and(|&n| n > 0) {
+                if dead[i] || self.escapes(y) || reads.get(&y).is_some_and(|&n| n > 0) {
                     continue;
                 }
                 dead[i] = true;
@@ -277,7 +277,7 @@ impl ModelBuilder {
             let yj = self.ops[j].output();
             let twin = keys.iter().position(|other| *other == k).map(|i| self.ops[i].output());
             match twin {
-                Some(yi) if !self.outputs.contains(&yj) && self.shape_of(yj) == self.shape_of(yi) => {
+                Some(yi) if !self.escapes(yj) && self.shape_of(yj) == self.shape_of(yi) => {
                     self.ops.remove(j);
                     for op in &mut self.ops[j..] {
                         *op = remap_op(op, |t| if t == yj { yi } else { t });
@@ -354,7 +354,7 @@ impl ModelBuilder {
             }
         };
         self.inputs.iter().for_each(|&t| mark(t));
-        self.outputs.iter().for_each(|&t| mark(t));
+        self.outputs.iter().chain(&self.kept).for_each(|&t| mark(t));
         for op in &self.ops {
             op.for_each_input(&mut mark);
             mark(op.output());
@@ -383,6 +383,7 @@ impl ModelBuilder {
             ops: self.ops.iter().map(|o| remap_op(o, map)).collect(),
             inputs: self.inputs.iter().map(|&t| map(t)).collect(),
             outputs: self.outputs.iter().map(|&t| map(t)).collect(),
+            kept: self.kept.iter().map(|&t| map(t)).collect(),
             weight_dtype: self.weight_dtype,
             act_scales: self.act_scales.iter().filter(|(&t, _)| used[t as usize]).map(|(&t, &s)| (map(t), s)).collect(),
             meta,

@@ -30,6 +30,9 @@ pub struct ModelBuilder {
     ops: Vec<Op>,
     inputs: Vec<TensorId>,
     outputs: Vec<TensorId>,
+    /// Activations kept though no node reads them: the one-value tensors run-time dims are
+    /// read from ([`keep`](Self::keep)).
+    kept: Vec<TensorId>,
     weight_dtype: DType,
     /// Calibrated int8 scales of activations (format 1.1).
     act_scales: std::collections::BTreeMap<TensorId, f32>,
@@ -50,6 +53,7 @@ impl ModelBuilder {
             ops: Vec::new(),
             inputs: Vec::new(),
             outputs: Vec::new(),
+            kept: Vec::new(),
             weight_dtype: DType::F32,
             act_scales: Default::default(),
             meta: MetadataSpec { name: name.to_string(), ..MetadataSpec::default() },
@@ -88,8 +92,10 @@ impl ModelBuilder {
     }
 
     fn shape(dims: &[usize]) -> Result<Shape, Error> {
-        Shape::from_usize(dims)
-            .ok_or_else(|| Error::Build(format!("shape {dims:?} has too many axes or too large a dim")))
+        Shape::from_usize(dims).ok_or_else(|| {
+            let max = kestrel_rt_format::MAX_RANK;
+            Error::Build(format!("shape {dims:?} has too many axes (at most {max}) or too large a dim"))
+        })
     }
 
     fn push(&mut self, d: Draft) -> TensorId {
@@ -184,6 +190,26 @@ impl ModelBuilder {
     /// Marks a tensor as a graph output.
     pub fn output(&mut self, id: TensorId) {
         self.outputs.push(id);
+    }
+
+    /// Keeps activation `id` though no node may read it, named `name` (unique: how a caller
+    /// finds it in the file): what a run-time dim is read from (format 2.0 `SymSource`). Dead
+    /// node removal and compaction keep it and its producer, and no rewrite folds it away.
+    pub fn keep(&mut self, id: TensorId, name: &str) -> Result<(), Error> {
+        match self.tensors.get_mut(id as usize) {
+            Some(Draft::Act { name: n, .. }) => *n = name.to_string(),
+            _ => return Err(Error::Build(format!("keep: tensor {id} is not an activation"))),
+        }
+        if !self.kept.contains(&id) {
+            self.kept.push(id);
+        }
+        Ok(())
+    }
+
+    /// Whether `id` is a graph output or a kept activation ([`keep`](Self::keep)): a tensor
+    /// read outside the graph's nodes.
+    pub(crate) fn escapes(&self, id: TensorId) -> bool {
+        self.outputs.contains(&id) || self.kept.contains(&id)
     }
 
     /// Plans the arena, encodes the weights, writes the file and validates it with the CPU

@@ -31,7 +31,7 @@ pub(super) fn aft_conv(b: &mut ModelBuilder, report: &mut FusionReport) {
 /// The nodes that read `t` once reshape/transpose views are looked through (the views go to
 /// `nodes`), with the view each reads.
 fn uses_through_views(b: &ModelBuilder, t: TensorId, nodes: &mut Vec<usize>) -> Option<Vec<(usize, TensorId)>> {
-    if b.outputs().contains(&t) {
+    if b.escapes(t) {
         return None;
     }
     let mut out = Vec::new();
@@ -39,11 +39,11 @@ fn uses_through_views(b: &ModelBuilder, t: TensorId, nodes: &mut Vec<usize>) -> 
     while let Some(t) = stack.pop() {
         for c in b.consumers(t) {
             match b.ops()[c] {
-                Op::Reshape(r) if !b.outputs().contains(&r.y) => {
+                Op::Reshape(r) if !b.escapes(r.y) => {
                     nodes.push(c);
                     stack.push(r.y);
                 }
-                Op::Transpose(r) if !b.outputs().contains(&r.y) => {
+                Op::Transpose(r) if !b.escapes(r.y) => {
                     nodes.push(c);
                     stack.push(r.y);
                 }

@@ -418,7 +418,7 @@ fn keep_shared_views(
 ) -> Option<TensorId> {
     let escapes = |nodes: &[usize], n: usize| {
         let y = b.ops()[n].output();
-        y != out && (b.outputs().contains(&y) || b.consumers(y).iter().any(|c| !nodes.contains(c)))
+        y != out && (b.escapes(y) || b.consumers(y).iter().any(|c| !nodes.contains(c)))
     };
     let mut cut = false;
     while let Some(i) = nodes.iter().position(|&n| matches!(b.ops()[n], Op::Reshape(_)) && escapes(nodes, n)) {

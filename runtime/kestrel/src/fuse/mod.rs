@@ -225,7 +225,7 @@ pub(crate) fn around_shape(
 /// The single node consuming `id`, if exactly one does and `id` is not a graph output.
 pub(crate) fn sole_consumer(b: &ModelBuilder, id: u32) -> Option<usize> {
     let c = b.consumers(id);
-    (c.len() == 1 && !b.outputs().contains(&id)).then(|| c[0])
+    (c.len() == 1 && !b.escapes(id)).then(|| c[0])
 }
 
 /// Follows reshape views back from `t`, each view's output read only by the node last in
@@ -315,7 +315,7 @@ pub(crate) fn dims(b: &ModelBuilder, id: u32) -> Option<Vec<usize>> {
 pub(crate) fn skip_nan_guard(b: &ModelBuilder, t: u32, nodes: &mut Vec<usize>) -> u32 {
     use kestrel_rt_format::ops::UnaryOp;
     let c = b.consumers(t);
-    if c.len() != 2 || b.outputs().contains(&t) {
+    if c.len() != 2 || b.escapes(t) {
         return t;
     }
     let (mut nan, mut guard) = (None, None);

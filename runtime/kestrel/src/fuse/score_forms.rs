@@ -167,7 +167,7 @@ pub(super) fn unshare_fill_picks(b: &mut ModelBuilder) -> usize {
         let shared = match op {
             Op::Binary(f) if matches!(f.op, BinaryOp::When | BinaryOp::Unless) && scalar(b, f.a).is_some() => {
                 readers.len() > 1
-                    && !b.outputs().contains(&y)
+                    && !b.escapes(y)
                     && readers.iter().all(|&c| match b.ops()[c] {
                         Op::Binary(add) => where_fill(b, &add, c).is_some_and(|w| w.fill == f.a && w.cond == f.b),
                         _ => false,

@@ -229,7 +229,7 @@ mod tests {
 
     fn heads_first(b: &mut ModelBuilder, x: TensorId) -> TensorId {
         let r = b.reshape(x, &[T, H, D / H]).unwrap();
-        op(b, |y| Op::Transpose(Transpose { x: r, perm: [1, 0, 2, 3, 4, 5], y }))
+        op(b, |y| Op::Transpose(Transpose { x: r, perm: [1, 0, 2, 3, 4, 5, 0, 0], y }))
     }
 
     fn block(s: &Scores) -> ModelBuilder {
@@ -255,7 +255,7 @@ mod tests {
             (q, k, v, None)
         };
         let bias_in = (!s.constant_bias).then(|| b.input("bias", &[H, T, T]).unwrap());
-        let kt = op(&mut b, |y| Op::Transpose(Transpose { x: k, perm: [0, 2, 1, 3, 4, 5], y }));
+        let kt = op(&mut b, |y| Op::Transpose(Transpose { x: k, perm: [0, 2, 1, 3, 4, 5, 0, 0], y }));
         let mut sc = op(&mut b, |y| Op::MatMul(MatMul { a: q, b: kt, transpose_b: false, y }));
         let r = b.reshape(sc, &[1, H, T, T]).unwrap();
         let scale = b.weight("scale", &[1], vec![1.0 / (c as f32).sqrt()]).unwrap();
@@ -296,7 +296,7 @@ mod tests {
         let p3 = b.reshape(p, &[H, T, T]).unwrap();
         let o = op(&mut b, |y| Op::MatMul(MatMul { a: p3, b: v, transpose_b: false, y }));
         let out = if s.projected {
-            let t = op(&mut b, |y| Op::Transpose(Transpose { x: o, perm: [1, 0, 2, 3, 4, 5], y }));
+            let t = op(&mut b, |y| Op::Transpose(Transpose { x: o, perm: [1, 0, 2, 3, 4, 5, 0, 0], y }));
             let merged = b.reshape(t, &[T, D]).unwrap();
             let w = b.weight("wo", &[D, D], rng.vec(D * D, 0.5)).unwrap();
             let ob = b.weight("wo_b", &[D], rng.vec(D, 0.1)).unwrap();

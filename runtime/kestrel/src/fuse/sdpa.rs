@@ -16,7 +16,7 @@ use super::{dims, scalar, skip_nan_guard, sole_consumer, try_replace, FusionRepo
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_rt_format::ops::*;
-use kestrel_rt_format::DType;
+use kestrel_rt_format::{DType, MAX_RANK};
 
 /// Fuses every attention-on-activations block it can prove; returns how many.
 pub(super) fn sdpa(b: &mut ModelBuilder, report: &mut FusionReport) -> usize {
@@ -177,7 +177,7 @@ fn back_through_scales(
 }
 
 /// The permutation of a `[H, A, B]` transpose to `[H, B, A]`.
-const SWAP_LAST_TWO: [u8; 6] = [0, 2, 1, 3, 4, 5];
+const SWAP_LAST_TWO: [u8; MAX_RANK] = [0, 2, 1, 3, 4, 5, 0, 0];
 
 /// Does `tr` swap the last two axes of its input (and only those)?
 fn swaps_last_two(b: &ModelBuilder, tr: &Transpose) -> bool {

@@ -144,7 +144,7 @@ fn part(
     for &n in all.iter().rev() {
         let y = b.ops()[n].output();
         let c = b.consumers(y);
-        if !own.contains(&n) && !b.outputs().contains(&y) && !c.is_empty() && c.iter().all(|c| own.contains(c)) {
+        if !own.contains(&n) && !b.escapes(y) && !c.is_empty() && c.iter().all(|c| own.contains(c)) {
             own.push(n);
         }
     }

@@ -47,7 +47,7 @@ pub(super) fn unshare_selected(b: &mut ModelBuilder, report: &mut FusionReport) 
             (Op::LayerNorm(ln), Op::Slice(s)) => ln.axis == NormAxis::Last && s.x == y && whole_rows(&s, rank),
             _ => false,
         };
-        if readers.len() < 2 || b.outputs().contains(&y) || !readers.iter().all(selects) {
+        if readers.len() < 2 || b.escapes(y) || !readers.iter().all(selects) {
             n += 1;
             continue;
         }

@@ -11,7 +11,7 @@ fn unary_body(it: Item) {
 
 // An operand of the strided kernel (`StridedP`'s a_* or b_* fields): kind (0 an activation
 // region r, 1 a weight w), read with the strides per output axis whose first word is `strides`.
-fn operand(kind: u32, r: Reg, w: Wd, strides: u32, s: u32, idx: array<u32, 6>, rank: u32) -> f32 {
+fn operand(kind: u32, r: Reg, w: Wd, strides: u32, s: u32, idx: array<u32, MAX_RANK>, rank: u32) -> f32 {
     var off = 0u;
     for (var k = 0u; k < rank; k++) {
         off += idx[k] * pu(strides + k);
@@ -22,12 +22,12 @@ fn operand(kind: u32, r: Reg, w: Wd, strides: u32, s: u32, idx: array<u32, 6>, r
     return act[r.base + s * r.stride + off];
 }
 
-fn operand_a(s: u32, idx: array<u32, 6>, rank: u32) -> f32 {
+fn operand_a(s: u32, idx: array<u32, MAX_RANK>, rank: u32) -> f32 {
     let prm = strided_p();
     return operand(prm.a_kind, prm.a, prm.a_w, STRIDED_A_STRIDES, s, idx, rank);
 }
 
-fn operand_b(s: u32, idx: array<u32, 6>, rank: u32) -> f32 {
+fn operand_b(s: u32, idx: array<u32, MAX_RANK>, rank: u32) -> f32 {
     let prm = strided_p();
     return operand(prm.b_kind, prm.b, prm.b_w, STRIDED_B_STRIDES, s, idx, rank);
 }
@@ -105,7 +105,7 @@ fn strided_body(it: Item) {
     let s = it.s;
     var l = it.l;
     let rank = prm.rank;
-    var idx = array<u32, 6>(0u, 0u, 0u, 0u, 0u, 0u);
+    var idx: array<u32, MAX_RANK>;
     for (var k = rank; k > 0u; k--) {
         let dim = strided_p_dims(k - 1u);
         idx[k - 1u] = l % dim;

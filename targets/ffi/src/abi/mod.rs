@@ -24,7 +24,7 @@ pub use model::*;
 pub use session::*;
 
 /// Largest per-sample rank of a model input or output (a run's tensors add the batch axis).
-pub const KESTREL_MAX_RANK: usize = 6;
+pub const KESTREL_MAX_RANK: usize = 8;
 const _: () = assert!(KESTREL_MAX_RANK == kestrel_rt_format::MAX_RANK);
 
 /// Which engine runs a session (the `backend` argument of `kestrel_session_new`).

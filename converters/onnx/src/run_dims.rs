@@ -1,0 +1,227 @@
+//! Sizes the data decide: ONNX `NonZero`, whose output `[rank, count]` has as many columns as
+//! the input has non-zero entries, known only when the model runs.
+//!
+//! Such a count becomes a **run-time dim** (format 2.0 `SymSource`, `docs/FORMAT.md` §11): a
+//! symbol named `nonzero:<node>` with the range `1..=N` (N the input's element count, the most
+//! it can be), converted like a bounded input dim by the probing of [`crate::dims`] — the graph
+//! at the bound (`count = N`) goes in the file, every integer that follows the count gets its
+//! expression — except that a run reads its value from an activation the lowering computes
+//! (the count, kept under the name `run_dim:<symbol>`) right after the node that writes it.
+//!
+//! How the converter sees it: tract's importer gives `NonZero` a fresh symbol that nothing
+//! binds, which no lowering can size. [`register`] replaces its parser: before the graph is
+//! read, [`mark`] gives every `NonZero` node of the main graph its symbol's name and, at a probe,
+//! the value to convert at; [`NonZeroHir`] types the output `[rank, count]` with that value (the
+//! bound when none is given) and wires [`NonZeroAt`], which the lowering
+//! ([`crate::lower`]'s `try_nonzero`) turns into generic ops.
+
+use crate::error::ConvertError;
+use std::path::Path;
+use tract_onnx::model::{OnnxOpRegister, ParsingContext};
+use tract_onnx::pb::{attribute_proto::AttributeType, AttributeProto, GraphProto, NodeProto};
+use tract_onnx::prelude::*;
+use tract_onnx::tract_core::internal::{bail, ensure, format_err, EvalContext, EvalOp, StaticName};
+use tract_onnx::tract_hir::internal::{
+    check_input_arity, check_output_arity, expand, DimLike, Expansion, InferenceOp, InferenceResult, IntoExp, Solver,
+    TensorProxy, ToDimExp,
+};
+
+/// The prefix of a run-time dim's symbol name (`nonzero:<node name>`).
+pub(crate) const PREFIX: &str = "nonzero:";
+/// The name a run-time dim's count tensor is kept under in the file (`run_dim:<symbol>`).
+pub(crate) const KEPT: &str = "run_dim:";
+/// Node attributes [`mark`] writes: the symbol's name, and the count to convert at.
+const ATTR_SYM: &str = "kestrel_run_dim";
+const ATTR_VALUE: &str = "kestrel_run_dim_value";
+
+/// Whether `name` is a run-time dim's symbol (not an input's: `bind_symbols` leaves it alone).
+pub(crate) fn is_run_dim(name: &str) -> bool {
+    name.starts_with(PREFIX)
+}
+
+/// Registers the `NonZero` parser (replacing tract's).
+pub(crate) fn register(reg: &mut OnnxOpRegister) {
+    reg.insert("NonZero", parse);
+}
+
+/// Names every `NonZero` node of the main graph's count (`nonzero:<node name>`, or
+/// `nonzero:#<index>` for an unnamed node) and sets the value to convert at from `dims` (a
+/// probe's); without one the count converts at its bound.
+pub(crate) fn mark(g: &mut GraphProto, dims: &[(String, usize)]) {
+    for (i, n) in g.node.iter_mut().enumerate() {
+        if n.op_type != "NonZero" || !(n.domain.is_empty() || n.domain == "ai.onnx") {
+            continue;
+        }
+        let sym = sym_name(&n.name, i);
+        n.attribute.retain(|a| a.name != ATTR_SYM && a.name != ATTR_VALUE);
+        let value = dims.iter().find(|(d, _)| *d == sym).map(|&(_, v)| v);
+        n.attribute.push(AttributeProto {
+            name: ATTR_SYM.into(),
+            r#type: AttributeType::String as i32,
+            s: sym.into_bytes(),
+            ..Default::default()
+        });
+        if let Some(v) = value {
+            n.attribute.push(AttributeProto {
+                name: ATTR_VALUE.into(),
+                r#type: AttributeType::Int as i32,
+                i: v as i64,
+                ..Default::default()
+            });
+        }
+    }
+}
+
+/// Whether the ONNX file at `path` may have a `NonZero` node (its bytes hold the op type's
+/// name; a false positive costs one typed load in [`discover`]).
+pub(crate) fn may_have(path: &Path) -> bool {
+    std::fs::read(path).is_ok_and(|b| b.windows(7).any(|w| w == b"NonZero"))
+}
+
+/// The run-time dims of the model at `path` with the input dims `dims` (each at its bound):
+/// every `NonZero` count's symbol and bound (its input's element count), in graph order.
+pub(crate) fn discover(path: &Path, dims: &[(String, usize)]) -> Result<Vec<(String, usize)>, ConvertError> {
+    if !may_have(path) {
+        return Ok(Vec::new());
+    }
+    let bind = crate::load::DimBinding { batch: 1, dims, shapes: None };
+    let (model, _, _) = crate::load::load_typed_named(path, &bind)?;
+    Ok(model.nodes().iter().filter_map(|n| n.op_as::<NonZeroAt>()).map(|o| (o.sym.clone(), o.bound)).collect())
+}
+
+fn sym_name(node: &str, index: usize) -> String {
+    if node.is_empty() {
+        format!("{PREFIX}#{index}")
+    } else {
+        format!("{PREFIX}{node}")
+    }
+}
+
+fn parse(_ctx: &ParsingContext, node: &NodeProto) -> TractResult<(Box<dyn InferenceOp>, Vec<String>)> {
+    let Some(sym) = node.get_attr_opt::<String>(ATTR_SYM)? else {
+        bail!(
+            "NonZero inside a subgraph (If, Loop, Scan body): its count is a size the data decide, supported in \
+             the main graph only"
+        );
+    };
+    let count = node.get_attr_opt::<i64>(ATTR_VALUE)?;
+    ensure!(count.is_none_or(|c| c >= 1), "a run-time dim's value must be at least 1, found {count:?}");
+    Ok((expand(NonZeroHir { sym, count: count.map(|c| c as usize) }), vec![]))
+}
+
+/// `NonZero` as read by the importer: `[rank, count]`, `count` the value to convert at (the
+/// input's element count when `None`: the bound).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct NonZeroHir {
+    sym: String,
+    count: Option<usize>,
+}
+
+impl Expansion for NonZeroHir {
+    fn name(&self) -> StaticName {
+        "NonZero".into()
+    }
+
+    fn rules<'r, 'p: 'r, 's: 'r>(
+        &'s self,
+        s: &mut Solver<'r>,
+        inputs: &'p [TensorProxy],
+        outputs: &'p [TensorProxy],
+    ) -> InferenceResult {
+        check_input_arity(inputs, 1)?;
+        check_output_arity(outputs, 1)?;
+        s.equals(&outputs[0].datum_type, i64::datum_type())?;
+        s.equals(&outputs[0].rank, 2)?;
+        s.equals(&outputs[0].shape[0], inputs[0].rank.bex().to_dim())?;
+        let count = self.count;
+        s.given(&inputs[0].shape, move |s, shape| {
+            let n: TDim = shape.iter().product();
+            s.equals(&outputs[0].shape[1], count.map_or(n, |c| (c as i64).to_dim()))
+        })
+    }
+
+    fn wire(&self, prefix: &str, model: &mut TypedModel, inputs: &[OutletId]) -> TractResult<TVec<OutletId>> {
+        let fact = model.outlet_fact(inputs[0])?.clone();
+        let bound = fact.shape.volume().to_usize().map_err(|_| {
+            format_err!("NonZero over an input of shape {:?} (a size known when converting is needed)", fact.shape)
+        })?;
+        let count = self.count.unwrap_or(bound);
+        ensure!(
+            (1..=bound.max(1)).contains(&count),
+            "NonZero `{}`: a count of {count} for an input of {bound} elements",
+            self.sym
+        );
+        model.wire_node(prefix, NonZeroAt { sym: self.sym.clone(), count, bound }, inputs)
+    }
+}
+
+/// `NonZero` typed at one value of its count: `[rank, count]`, the input's `bound` elements
+/// the most it can be.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub(crate) struct NonZeroAt {
+    /// The run-time dim's symbol.
+    pub sym: String,
+    /// The count the graph is typed at.
+    pub count: usize,
+    /// The input's element count (the range's maximum).
+    pub bound: usize,
+}
+
+impl tract_onnx::tract_core::ops::Op for NonZeroAt {
+    fn name(&self) -> StaticName {
+        "NonZero".into()
+    }
+
+    fn info(&self) -> TractResult<Vec<String>> {
+        Ok(vec![format!("run-time dim `{}` at {} (of at most {})", self.sym, self.count, self.bound)])
+    }
+
+    fn as_typed(&self) -> Option<&dyn TypedOp> {
+        Some(self)
+    }
+}
+
+impl EvalOp for NonZeroAt {
+    /// What tract computes (constant folding, `--verify`), when the count is the one typed.
+    fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let x = inputs[0].cast_to::<f64>()?;
+        let view = x.to_plain_array_view::<f64>()?;
+        let rank = x.rank();
+        let mut coords: Vec<Vec<i64>> = vec![Vec::new(); rank];
+        for (at, &v) in view.indexed_iter() {
+            // NaN is not zero.
+            if v != 0.0 {
+                for (axis, c) in coords.iter_mut().enumerate() {
+                    c.push(at[axis] as i64);
+                }
+            }
+        }
+        let found = coords.first().map_or_else(|| usize::from(view.iter().any(|&v| v != 0.0)), Vec::len);
+        ensure!(
+            found == self.count,
+            "NonZero `{}`: {found} non-zero entries where the graph is typed for {}",
+            self.sym,
+            self.count
+        );
+        let flat: Vec<i64> = coords.concat();
+        Ok(tvec![Tensor::from_shape(&[rank, found], &flat)?.into_tvalue()])
+    }
+
+    fn eval_out_of_plan(&self, inputs: TVec<TValue>) -> TractResult<Option<TVec<TValue>>> {
+        Ok(Some(EvalOp::eval(self, &EvalContext::out_of_plan(), inputs)?))
+    }
+}
+
+impl TypedOp for NonZeroAt {
+    fn as_op(&self) -> &dyn tract_onnx::tract_core::ops::Op {
+        self
+    }
+
+    fn as_op_mut(&mut self) -> &mut dyn tract_onnx::tract_core::ops::Op {
+        self
+    }
+
+    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        Ok(tvec![i64::fact([inputs[0].rank(), self.count])])
+    }
+}

@@ -1,0 +1,97 @@
+//! ONNX `NonZero`: its output `[rank, count]` has as many columns as the input has non-zero
+//! entries, a size the data decide. The count converts as a run-time dim (`nonzero:<node>`,
+//! `1..=N`): one file, every run at the count its data give, against the definition (row-major
+//! coordinates of the non-zero entries) and against tract on the same inputs. Fixtures:
+//! `tests/data/nonzero/gen.py`.
+
+use kestrel_rt::demo::Rng;
+use kestrel_rt::{Input, Model};
+use kestrel_rt_onnx::{convert, run_tract, ConvertOptions, InputTensor};
+use std::path::PathBuf;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/nonzero").join(format!("{name}.onnx"))
+}
+
+/// `n` values, exactly `positives` of them > `t` (the others ≤ `t`), spread by the seed.
+fn sample(rng: &mut Rng, n: usize, positives: usize, t: f32) -> Vec<f32> {
+    let mut x: Vec<f32> =
+        (0..n).map(|i| if i < positives { t + 0.1 + rng.uniform().abs() } else { t - rng.uniform().abs() }).collect();
+    for i in (1..n).rev() {
+        let j = (rng.uniform().abs() * (i + 1) as f32) as usize % (i + 1);
+        x.swap(i, j);
+    }
+    x
+}
+
+/// Row-major coordinates of the entries of `x` (shape `dims`) above `t`: `[rank, count]`.
+fn coords_above(x: &[f32], dims: &[usize], t: f32) -> Vec<f32> {
+    let hits: Vec<usize> = (0..x.len()).filter(|&p| x[p] > t).collect();
+    let mut out = vec![0f32; dims.len() * hits.len()];
+    for (j, &p) in hits.iter().enumerate() {
+        let mut rem = p;
+        for d in (0..dims.len()).rev() {
+            out[d * hits.len() + j] = (rem % dims[d]) as f32;
+            rem /= dims[d];
+        }
+    }
+    out
+}
+
+fn tract(path: &PathBuf, x: &[f32], shape: &[usize]) -> Vec<f32> {
+    let out = run_tract(path, &[InputTensor::f32(shape, x.to_vec())]).unwrap();
+    out[0].1.clone()
+}
+
+#[test]
+fn coordinates_come_at_the_count_each_run_finds() {
+    let path = fixture("coords");
+    let conv = convert(&path, &ConvertOptions::default()).unwrap();
+    assert!(
+        conv.report.notices.iter().any(|n| n.contains("run-time dims (`nonzero:nz` 1..=24): sizes the data decide")),
+        "{:?}",
+        conv.report.notices
+    );
+    let model = Model::from_bytes(&conv.kes).unwrap();
+    let dims = model.dims().unwrap();
+    assert_eq!((dims.len(), dims[0].name.as_str(), dims[0].max, dims[0].run_time), (1, "nonzero:nz", 24, true));
+    let mut s = model.session(1).unwrap();
+    let mut rng = Rng::new(0x2E50);
+    for positives in [1, 24, 7, 2, 13, 23, 1] {
+        let x = sample(&mut rng, 24, positives, 0.0);
+        let y = s.run_vec(&[Input::F32(&x)]).unwrap();
+        assert_eq!(s.output_shape(0), Some(vec![3, positives]));
+        let want = coords_above(&x, &[2, 3, 4], 0.0);
+        assert_eq!(y[0], want, "{positives} positives");
+        assert_eq!(y[0], tract(&path, &x, &[2, 3, 4]), "against tract, {positives} positives");
+    }
+    // No positive entry: a count of 0 is below the file's range, a clear error; the session goes on.
+    let none = sample(&mut rng, 24, 0, 0.0);
+    let e = s.run_vec(&[Input::F32(&none)]).unwrap_err().to_string();
+    assert!(e.contains("run-time dim") && e.contains("= 0"), "{e}");
+    let x = sample(&mut rng, 24, 5, 0.0);
+    assert_eq!(s.run_vec(&[Input::F32(&x)]).unwrap()[0], coords_above(&x, &[2, 3, 4], 0.0));
+}
+
+#[test]
+fn boolean_indexing_then_reductions_match_the_definition_and_tract() {
+    let path = fixture("select_sum");
+    let conv = convert(&path, &ConvertOptions::default()).unwrap();
+    let model = Model::from_bytes(&conv.kes).unwrap();
+    let mut s = model.session(1).unwrap();
+    let mut rng = Rng::new(0x5E1);
+    for positives in [16, 3, 1, 9, 15, 2] {
+        let x = sample(&mut rng, 16, positives, 0.25);
+        let y = s.run_vec(&[Input::F32(&x)]).unwrap();
+        let sel: Vec<f64> = x.iter().filter(|&&v| v > 0.25).map(|&v| f64::from(v)).collect();
+        let (sum, max) = (sel.iter().sum::<f64>(), sel.iter().copied().fold(f64::MIN, f64::max));
+        assert!((f64::from(y[0][0]) - sum).abs() <= 1e-5 * sum.abs().max(1.0), "{positives}: sum {} vs {sum}", y[0][0]);
+        assert_eq!(f64::from(y[0][1]), max, "{positives}: max");
+        let t = tract(&path, &x, &[1, 16]);
+        assert!(
+            (y[0][0] - t[0]).abs() <= 1e-5 * t[0].abs().max(1.0) && y[0][1] == t[1],
+            "{positives}: {:?} vs tract {t:?}",
+            y[0]
+        );
+    }
+}
