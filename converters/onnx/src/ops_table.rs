@@ -97,6 +97,7 @@ MatMul | Dense (constant operand) or MatMul; fused into Attention / AFT / Fastfo
 MatMulInteger | as QLinearMatMul with unit scales (an exact integer sum in f32, to 2^24)
 Max | Binary | two operands
 MaxPool | Pool2d Max (3-D: one over (H, W), one over D); the indices: a Gather of every window, Reduce ArgMax over its taps and a one-hot pick of a constant index table | 1-D, 2-D and 3-D; indices (storage_order 0 or 1) count within each sample (ONNX's at batch 1), exact below 2^24 elements
+MaxUnpool | parsed by Kestrel (`src/expand/`): ScatterElements of X into zeros at the flat indices, a reshape, a zero Pad up to output_shape (onnx's reference) | indices constant or computed at run time; constant output_shape
 Min | Binary | two operands
 Mod | Binary Fmod (fmod = 1); fmod = 0: the remainder with the divisor's sign, from Fmod, comparisons and a select
 Mul | Binary

@@ -1,6 +1,6 @@
 //! The ONNX ops tract's importer has no parser for, expanded by the converter
 //! (`src/expand/`): Col2Im, NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, CumProd, LpPool,
-//! CenterCropPad, SwiGLU, Upsample, ReverseSequence and AffineGrid. Each is built as a one-node model over
+//! CenterCropPad, SwiGLU, Upsample, ReverseSequence, AffineGrid and MaxUnpool. Each is built as a one-node model over
 //! random (never zero) inputs in several geometries and attribute settings, converted, run on
 //! the CPU and, when there is one, the GPU, and held against its definition written here in f64
 //! (onnx's reference implementation, read op by op).
@@ -565,5 +565,59 @@ fn affine_grid_matches_the_definition() {
             let got = convert_and_run("affine", &onnx, &[Input::F32(&theta)], want.len());
             check(&format!("AffineGrid {size:?} align_corners {align}"), got, &want);
         }
+    }
+}
+
+#[test]
+fn max_unpool_matches_the_definition() {
+    let mut rng = Rng::new(0x3A9A);
+    // (X shape, kernel, strides, pads, output_shape)
+    type Case<'a> = (&'a [usize], &'a [i64], &'a [i64], &'a [i64], Option<&'a [i64]>);
+    let cases: [Case; 3] = [
+        (&[1, 2, 2, 3], &[2, 2], &[2, 2], &[0, 0, 0, 0], None),
+        (&[2, 1, 3, 3], &[3, 3], &[2, 2], &[1, 1, 1, 1], Some(&[2, 1, 6, 7])),
+        (&[1, 3, 4], &[2], &[2], &[0, 0], None),
+    ];
+    for (case, &(shape, kernel, strides, pads, output_shape)) in cases.iter().enumerate() {
+        let d = kernel.len();
+        let mut unpooled = shape[..2].to_vec();
+        for a in 0..d {
+            unpooled.push(((shape[2 + a] as i64 - 1) * strides[a] - pads[a] - pads[d + a] + kernel[a]) as usize);
+        }
+        let total: usize = unpooled.iter().product();
+        let n: usize = shape.iter().product();
+        let x = values(&mut rng, n, -1.0, 1.0);
+        // Distinct flat positions in the unpooled tensor, in a random order.
+        let mut places: Vec<usize> = (0..total).collect();
+        for i in (1..total).rev() {
+            places.swap(i, below(&mut rng, i + 1));
+        }
+        let idx: Vec<i64> = places[..n].iter().map(|&p| p as i64).collect();
+        let mut y = vec![0f64; total];
+        for (&i, &v) in idx.iter().zip(&x) {
+            y[i as usize] = v as f64;
+        }
+        // A larger output_shape keeps the unpooled values at the start of each axis.
+        let out: Vec<usize> = output_shape.map_or(unpooled.clone(), |o| o.iter().map(|&v| v as usize).collect());
+        let want: Vec<f64> = (0..out.iter().product())
+            .map(|i| {
+                let o = unravel(i, &out);
+                if o.iter().zip(&unpooled).all(|(a, b)| a < b) {
+                    y[ravel(&o, &unpooled)]
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let attrs = vec![i64s_attr("kernel_shape", kernel), i64s_attr("strides", strides), i64s_attr("pads", pads)];
+        let mut inits = vec![i64_tensor("i", shape, &idx)];
+        let mut ins = vec!["x", "i"];
+        if let Some(o) = output_shape {
+            inits.push(i64_tensor("out", &[o.len()], o));
+            ins.push("out");
+        }
+        let onnx = one_node_model(node("MaxUnpool", &ins, attrs), shape, inits, 22, "t");
+        let got = convert_and_run("maxunpool", &onnx, &[Input::F32(&x)], want.len());
+        check(&format!("MaxUnpool case {case}"), got, &want);
     }
 }

@@ -11,6 +11,7 @@ mod crop_pad;
 mod cumprod;
 mod loss;
 mod lp_pool;
+mod max_unpool;
 mod reverse_sequence;
 mod swiglu;
 mod upsample;
@@ -30,6 +31,7 @@ pub(crate) fn register(reg: &mut OnnxOpRegister) {
     reg.insert("SoftmaxCrossEntropyLoss", loss::parse_sce);
     reg.insert("CumProd", cumprod::parse);
     reg.insert("LpPool", lp_pool::parse);
+    reg.insert("MaxUnpool", max_unpool::parse);
     reg.insert("CenterCropPad", crop_pad::parse);
     reg.insert("SwiGLU", swiglu::parse);
     reg.insert("Upsample", upsample::parse);
