@@ -2,10 +2,56 @@
 //!
 //! ```text
 //! cargo run -p kestrel-rt-onnx --example convert -- model.onnx [f32|f16|int8|int4] [--dump] [--out model.kes]
-//!     [--dim NAME=N | --dim NAME=MIN..MAX]...
+//!     [--dim NAME=N | --dim NAME=MIN..MAX]... [--verify INPUT.npy [--expect OUTPUT.npy]]
 //! ```
+//!
+//! `--verify` runs the converted model and tract on the array in `INPUT.npy` (batch first) and
+//! prints their largest difference; `--expect` also compares Kestrel's first output with the
+//! array in `OUTPUT.npy` (an export's reference, onnxruntime's say).
 
-use kestrel_rt_onnx::{convert, dump_tract_graph, parse_dtype, ConvertOptions};
+use kestrel_rt::npy::{self, Array};
+use kestrel_rt_onnx::{convert, dump_tract_graph, parse_dtype, verify, ConvertOptions, InputTensor};
+
+/// The value after flag `name`, if given.
+fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.windows(2).find(|w| w[0] == name).map(|w| w[1].as_str())
+}
+
+/// `--verify`: Kestrel against tract on `input`, and against `expect` when given; exits 1 on
+/// an error.
+fn check(path: &str, kes: &[u8], input: &str, expect: Option<&str>) {
+    let fail = |what: &str, e: &dyn std::fmt::Display| -> ! {
+        eprintln!("{what}: {e}");
+        std::process::exit(1)
+    };
+    let x = match npy::read(input) {
+        Ok(Array::F32 { shape, data }) => InputTensor::f32(&shape, data),
+        Ok(Array::I64 { shape, data }) => InputTensor::i64(&shape, data),
+        Err(e) => fail(input, &e),
+    };
+    let r = verify(path, kes, &[x]).unwrap_or_else(|e| fail("verify", &e));
+    println!(
+        "verify (batch {}): max |kestrel - tract| {:.3e}, relative {:.3e}, top-1 agreement {:.4} over {} rows",
+        r.batch, r.max_abs_err, r.max_rel_err, r.top1_agreement, r.rows
+    );
+    if let Some(expect) = expect {
+        let want = match npy::read(expect) {
+            Ok(Array::F32 { data, .. }) => data,
+            Ok(_) => fail(expect, &"not float32"),
+            Err(e) => fail(expect, &e),
+        };
+        let got = &r.kestrel[0];
+        if got.len() != want.len() {
+            fail(expect, &format!("{} values, Kestrel's first output has {}", want.len(), got.len()));
+        }
+        let max_abs = got.iter().zip(&want).map(|(g, w)| f64::from((g - w).abs())).fold(0.0, f64::max);
+        let scale = want.iter().map(|w| f64::from(w.abs())).fold(0.0, f64::max);
+        println!(
+            "expect {expect}: max |kestrel - expected| {max_abs:.3e}, relative {:.3e}",
+            max_abs / scale.max(f64::MIN_POSITIVE)
+        );
+    }
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -38,6 +84,9 @@ fn main() {
     match convert(path, &opts) {
         Ok(c) => {
             println!("{}", c.report.to_table());
+            if let Some(input) = flag(&args, "--verify") {
+                check(path, &c.kes, input, flag(&args, "--expect"));
+            }
             if let Some(i) = args.iter().position(|a| a == "--out") {
                 if let Some(out) = args.get(i + 1) {
                     if let Err(e) = std::fs::write(out, &c.kes) {
