@@ -40,6 +40,7 @@ BitwiseNot | −1 − x (signed), 2^w − 1 − x (unsigned) | exact for every s
 BitwiseOr | as BitwiseAnd
 BitwiseXor | as BitwiseAnd
 Cast | nothing (f32→f32, ids→ids; to f16 or f64 computed in f32, with a notice); f32 values to an integer type: truncated, x − fmod(x, 1); to bool: x ≠ 0; ids to a float: read as values (Embedding into 0..V) / ids to bool: Embedding into [0, 1] | ids→bool only for 0/1 ids (another is a run-time error)
+CausalConvWithState | parsed by Kestrel (`src/expand/`): the past state (or zeros) concatenated before the input, a grouped Conv (depthwise), SiLU as Sigmoid and Mul, present_state a Slice | weight constant or computed at run time
 Ceil | Unary
 Celu | Exp, Min and Max (tract's expansion)
 CenterCropPad | parsed by Kestrel (`src/expand/`): a Slice (crop, the start rounded down) and a zero Pad (an odd extra on the end) per listed axis | constant shape

@@ -1,9 +1,10 @@
 //! The ONNX ops tract's importer has no parser for, expanded by the converter
 //! (`src/expand/`): Col2Im, NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, CumProd, LpPool,
-//! CenterCropPad, SwiGLU, Upsample, ReverseSequence, AffineGrid and MaxUnpool. Each is built as a one-node model over
-//! random (never zero) inputs in several geometries and attribute settings, converted, run on
-//! the CPU and, when there is one, the GPU, and held against its definition written here in f64
-//! (onnx's reference implementation, read op by op).
+//! CenterCropPad, SwiGLU, Upsample, ReverseSequence, AffineGrid, MaxUnpool and
+//! CausalConvWithState. Each is built as a one-node model over random (never zero) inputs in
+//! several geometries and attribute settings, converted, run on the CPU and, when there is one,
+//! the GPU, and held against its definition written here in f64 (onnx's reference
+//! implementation, read op by op).
 
 #[path = "common/arrays.rs"]
 mod arrays;
@@ -619,5 +620,58 @@ fn max_unpool_matches_the_definition() {
         let onnx = one_node_model(node("MaxUnpool", &ins, attrs), shape, inits, 22, "t");
         let got = convert_and_run("maxunpool", &onnx, &[Input::F32(&x)], want.len());
         check(&format!("MaxUnpool case {case}"), got, &want);
+    }
+}
+
+#[test]
+fn causal_conv_with_state_matches_the_definition() {
+    let mut rng = Rng::new(0xCC27);
+    // (batch, channels, length, kernel, past state, bias, silu)
+    for (case, &(b, c, t, k, past, bias, silu)) in [
+        (2usize, 3usize, 7usize, 4usize, true, true, false),
+        (1, 4, 2, 5, false, false, true),
+        (2, 2, 5, 3, true, false, true),
+        (1, 3, 6, 1, false, true, false),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let x = values(&mut rng, b * c * t, -1.5, 1.5);
+        let wt = values(&mut rng, c * k, -1.0, 1.0);
+        let bv = values(&mut rng, c, -0.5, 0.5);
+        let pv = values(&mut rng, b * c * (k - 1), -1.0, 1.0);
+        // The state then the input, per (batch, channel): K − 1 + T values.
+        let mut want = vec![];
+        for bi in 0..b {
+            for ch in 0..c {
+                let mut seq: Vec<f64> =
+                    (0..k - 1).map(|j| if past { pv[(bi * c + ch) * (k - 1) + j] as f64 } else { 0.0 }).collect();
+                seq.extend((0..t).map(|j| x[(bi * c + ch) * t + j] as f64));
+                for o in 0..t {
+                    let mut y: f64 = (0..k).map(|j| seq[o + j] * wt[ch * k + j] as f64).sum();
+                    if bias {
+                        y += bv[ch] as f64;
+                    }
+                    if silu {
+                        y /= 1.0 + (-y).exp();
+                    }
+                    want.push(y);
+                }
+            }
+        }
+        let mut inits = vec![f32_tensor("w", &[c, 1, k], &wt)];
+        let mut ins = vec!["x", "w", "", ""];
+        if bias {
+            inits.push(f32_tensor("b", &[c], &bv));
+            ins[2] = "b";
+        }
+        if past {
+            inits.push(f32_tensor("past", &[b, c, k - 1], &pv));
+            ins[3] = "past";
+        }
+        let attrs = vec![str_attr("activation", if silu { "silu" } else { "none" })];
+        let onnx = one_node_model(node("CausalConvWithState", &ins, attrs), &[b, c, t], inits, 27, "t");
+        let got = convert_and_run("causal-conv", &onnx, &[Input::F32(&x)], want.len());
+        check(&format!("CausalConvWithState case {case}"), got, &want);
     }
 }

@@ -6,6 +6,7 @@
 //! or input is an error naming the op, never a panic.
 
 mod affine_grid;
+mod causal_conv;
 mod col2im;
 mod crop_pad;
 mod cumprod;
@@ -26,6 +27,7 @@ use tract_onnx::tract_hir::internal::bail;
 /// Registers every parser of this module.
 pub(crate) fn register(reg: &mut OnnxOpRegister) {
     reg.insert("AffineGrid", affine_grid::parse);
+    reg.insert("CausalConvWithState", causal_conv::parse);
     reg.insert("Col2Im", col2im::parse);
     reg.insert("NegativeLogLikelihoodLoss", loss::parse_nll);
     reg.insert("SoftmaxCrossEntropyLoss", loss::parse_sce);
