@@ -22,6 +22,7 @@ mod expand;
 mod internals;
 mod load;
 mod lower;
+mod masked_scatter;
 mod npy;
 mod ops_table;
 mod quant;

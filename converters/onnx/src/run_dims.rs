@@ -39,15 +39,20 @@ pub(crate) fn is_run_dim(name: &str) -> bool {
     name.starts_with(PREFIX)
 }
 
-/// Registers the `NonZero` parser (replacing tract's).
+/// Registers the `NonZero` parser (replacing tract's) and the masked scatter's.
 pub(crate) fn register(reg: &mut OnnxOpRegister) {
     reg.insert("NonZero", parse);
+    reg.insert(MASKED_SCATTER, crate::masked_scatter::parse);
 }
+
+/// The op type [`mark`] gives a masked scatter (see [`crate::masked_scatter`]).
+pub(crate) const MASKED_SCATTER: &str = "KestrelMaskedScatter";
 
 /// Names every `NonZero` node of the main graph's count (`nonzero:<node name>`, or
 /// `nonzero:#<index>` for an unnamed node) and sets the value to convert at from `dims` (a
 /// probe's); without one the count converts at its bound.
 pub(crate) fn mark(g: &mut GraphProto, dims: &[(String, usize)]) {
+    crate::masked_scatter::mark(g);
     for (i, n) in g.node.iter_mut().enumerate() {
         if n.op_type != "NonZero" || !(n.domain.is_empty() || n.domain == "ai.onnx") {
             continue;

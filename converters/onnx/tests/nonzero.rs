@@ -4,6 +4,8 @@
 //! coordinates of the non-zero entries) and against tract on the same inputs. Fixtures:
 //! `tests/data/nonzero/gen.py`.
 
+mod common;
+
 use kestrel_rt::demo::Rng;
 use kestrel_rt::{Input, Model};
 use kestrel_rt_onnx::{convert, run_tract, ConvertOptions, InputTensor};
@@ -94,4 +96,56 @@ fn boolean_indexing_then_reductions_match_the_definition_and_tract() {
             y[0]
         );
     }
+}
+
+/// `data.masked_scatter(mask, source)` as the exporters write it (NonZero → Transpose →
+/// ScatterND of the source's first `count` values): rewritten to one scatter of fixed shapes,
+/// so the file has no run-time dim at all; every number of placeholders against the definition
+/// and tract, and more placeholders than the source holds is the run-time error ONNX Runtime
+/// gives too (an index out of range), not a wrong number.
+#[test]
+fn a_masked_scatter_converts_with_fixed_shapes() {
+    let path = fixture("masked_scatter");
+    let conv = convert(&path, &ConvertOptions::default()).unwrap();
+    assert!(conv.report.fused.iter().any(|f| f.name == "masked-scatter"), "{:?}", conv.report.fused);
+    let model = Model::from_bytes(&conv.kes).unwrap();
+    assert!(model.dims().unwrap().is_empty(), "no run-time dim: the count cancels out");
+    let mut s = model.session(1).unwrap();
+    let mut rng = Rng::new(0x3A5C);
+    let gpu = common::gpu();
+    for placeholders in [0usize, 1, 2, 3] {
+        let mut ids: Vec<i64> = (0..6).map(|i| if i < placeholders { 7 } else { 1 + (i as i64 % 5) }).collect();
+        for i in (1..6).rev() {
+            ids.swap(i, (rng.uniform().abs() * (i + 1) as f32) as usize % (i + 1));
+        }
+        let data: Vec<f32> = (0..24).map(|_| rng.uniform()).collect();
+        let source: Vec<f32> = (0..12).map(|_| rng.uniform() + 3.0).collect();
+        let mut want = data.clone();
+        for (j, (t, _)) in ids.iter().enumerate().filter(|(_, &id)| id == 7).enumerate() {
+            want[t * 4..t * 4 + 4].copy_from_slice(&source[j * 4..j * 4 + 4]);
+        }
+        let y = s.run_vec(&[Input::I64(&ids), Input::F32(&data), Input::F32(&source)]).unwrap();
+        assert_eq!(y[0], want, "{placeholders} placeholders");
+        let t = run_tract(
+            &path,
+            &[
+                InputTensor::i64(&[1, 6], ids.clone()),
+                InputTensor::f32(&[1, 6, 4], data.clone()),
+                InputTensor::f32(&[1, 3, 4], source.clone()),
+            ],
+        )
+        .unwrap();
+        assert_eq!(y[0], t[0].1, "against tract, {placeholders} placeholders");
+        if let Some(ctx) = &gpu {
+            let cpu = model.cpu().unwrap();
+            let mut g = vec![0f32; 24];
+            let inputs = [Input::I64(&ids), Input::F32(&data), Input::F32(&source)];
+            kestrel_rt_wgpu::GpuSession::new(ctx, &cpu, 1).unwrap().run(&inputs, &mut [g.as_mut_slice()]).unwrap();
+            assert_eq!(g, want, "wgpu, {placeholders} placeholders");
+        }
+    }
+    // Four placeholders, three source rows: an error naming the out-of-range index.
+    let ids = [7i64, 7, 1, 7, 7, 2];
+    let e = s.run_vec(&[Input::I64(&ids), Input::F32(&[0.5; 24]), Input::F32(&[1.0; 12])]).unwrap_err().to_string();
+    assert!(e.contains("index"), "{e}");
 }

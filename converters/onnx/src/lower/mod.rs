@@ -567,7 +567,7 @@ impl<'m> Lowerer<'m> {
 
     fn lower(&mut self) -> Res<()> {
         let node = self.tnode();
-        if self.try_topk()? || self.try_scan()? || self.try_nonzero()? {
+        if self.try_topk()? || self.try_scan()? || self.try_nonzero()? || self.try_masked_scatter()? {
             return Ok(());
         }
         if self.try_dropout()? || self.try_dynamic_quantize()? || self.try_pool_indices()? {

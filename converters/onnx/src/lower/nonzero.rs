@@ -11,8 +11,9 @@
 //! input over [`MAX_ONEHOT`] such elements is refused.
 
 use super::{Lowerer, Res, Val};
+use crate::masked_scatter::MaskedScatter;
 use crate::run_dims::{NonZeroAt, KEPT};
-use kestrel_rt_format::ops::{BinaryOp, MatMul, Op, Slice};
+use kestrel_rt_format::ops::{BinaryOp, Gather, MatMul, Op, Slice, TensorId};
 use tract_onnx::prelude::*;
 
 /// The most elements of the `[count, N]` one-hot at the bound (`N²`; 64 MiB of f32).
@@ -38,18 +39,7 @@ impl Lowerer<'_> {
         }
         let v = op.count;
         let here = OutletId::new(self.node, 0);
-        let xf = self.reshape(x, &xs, &[1, n])?;
-        let zero = self.weight_f32(here, "nonzero_zero", &[1], vec![0.0])?;
-        let m = self.binary_op(xf, zero, BinaryOp::NotEqual)?;
-        // Inclusive running count: after the step of shift s, c[i] = Σ m over (i − 2s, i].
-        let (mut c, mut s, len) = (m, 1usize, n as u32);
-        while s < n {
-            let (count, offset) = ((n - s) as u32, s as u32);
-            let shifted =
-                self.b.op(|y| Op::Slice(Slice { x: c, axis: 1, start: 0, step: 1, count, offset, len, y }))?;
-            c = self.binary_op(c, shifted, BinaryOp::Add)?;
-            s *= 2;
-        }
+        let (m, c) = self.running_count(x, &xs)?;
         let last = (n - 1) as u32;
         let count =
             self.b.op(|y| Op::Slice(Slice { x: c, axis: 1, start: last, step: 1, count: 1, offset: 0, len: 1, y }))?;
@@ -73,4 +63,57 @@ impl Lowerer<'_> {
         self.count_fused("nonzero-with-a-run-time-count");
         Ok(true)
     }
+
+    /// `x` flattened to `[1, N]`: its 0/1 mask `x ≠ 0` (NaN counts) and the mask's inclusive
+    /// running count, by ⌈log₂ N⌉ shifted adds (after the step of shift s, `c[i]` sums the mask
+    /// over `(i − 2s, i]`).
+    fn running_count(&mut self, x: TensorId, xs: &[usize]) -> Res<(TensorId, TensorId)> {
+        let n: usize = xs.iter().product();
+        let here = OutletId::new(self.node, 0);
+        let xf = self.reshape(x, xs, &[1, n])?;
+        let zero = self.weight_f32(here, "nonzero_zero", &[1], vec![0.0])?;
+        let m = self.binary_op(xf, zero, BinaryOp::NotEqual)?;
+        let (mut c, mut s, len) = (m, 1usize, n as u32);
+        while s < n {
+            let (count, offset) = ((n - s) as u32, s as u32);
+            let shifted =
+                self.b.op(|y| Op::Slice(Slice { x: c, axis: 1, start: 0, step: 1, count, offset, len, y }))?;
+            c = self.binary_op(c, shifted, BinaryOp::Add)?;
+            s *= 2;
+        }
+        Ok((m, c))
+    }
+
+    /// Lowers [`MaskedScatter`] (see [`crate::masked_scatter`]); `Ok(false)` for anything else.
+    pub(super) fn try_masked_scatter(&mut self) -> Res<bool> {
+        let node = self.model.node(self.node);
+        if !node.op_is::<MaskedScatter>() {
+            return Ok(false);
+        }
+        let (d, ds) = self.act(node.inputs[0])?;
+        let (m, ms) = self.act(node.inputs[1])?;
+        let (f, fs) = self.act(node.inputs[2])?;
+        let n: usize = ds.iter().product();
+        if ms != ds || fs.len() != 1 || n == 0 || n > F32_EXACT {
+            return Err(self.bad("a mask of the data's shape and a 1-D source", format!("{ds:?}, {ms:?}, {fs:?}")));
+        }
+        let here = OutletId::new(self.node, 0);
+        let (set, c) = self.running_count(m, &ms)?;
+        let one = self.weight_f32(here, "masked_scatter_one", &[1], vec![1.0])?;
+        // The j-th set entry reads F[j] (c − 1 = j there); an unset entry reads an element that
+        // `Unless` then drops (−1 counts from the end).
+        let idx = self.binary_op(c, one, BinaryOp::Sub)?;
+        let picked = self.b.op(|y| Op::Gather(Gather { x: f, idx, axis: 0, y }))?;
+        let picked = self.binary_op(picked, set, BinaryOp::When)?;
+        let df = self.reshape(d, &ds, &[1, n])?;
+        let kept = self.binary_op(df, set, BinaryOp::Unless)?;
+        let y = self.binary_op(picked, kept, BinaryOp::Add)?;
+        let y = self.reshape(y, &[1, n], &ds)?;
+        self.set_out(Val::Act { id: y, shape: ds, int: false });
+        self.count_fused("masked-scatter");
+        Ok(true)
+    }
 }
+
+/// The largest element count whose positions an f32 holds exactly.
+const F32_EXACT: usize = 1 << 24;

@@ -41,3 +41,37 @@ save(
     [h.make_tensor_value_info("y", f32, [2])],
     [h.make_tensor("t", f32, [], [0.25])],
 )
+# data.masked_scatter(mask, source) as both PyTorch exporters write it (Hugging Face's multimodal
+# models: features put where the ids hold a placeholder): ScatterND(data, Transpose(NonZero(mask)),
+# Slice(Reshape(source, [-1]), 0, count)). The output has the data's shape.
+save(
+    "masked_scatter",
+    [
+        h.make_node("Equal", ["ids", "token"], ["eq"]),
+        h.make_node("Unsqueeze", ["eq", "last"], ["eq3"]),
+        h.make_node("Shape", ["data"], ["dshape"]),
+        h.make_node("Expand", ["eq3", "dshape"], ["mask"]),
+        h.make_node("NonZero", ["mask"], ["nz"], name="placeholders"),
+        h.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+        h.make_node("Reshape", ["source", "flat"], ["src"]),
+        h.make_node("Shape", ["idx"], ["ishape"]),
+        h.make_node("Gather", ["ishape", "zero_i"], ["count"], axis=0),
+        h.make_node("Unsqueeze", ["count", "first"], ["ends"]),
+        h.make_node("Slice", ["src", "zero_1", "ends", "first"], ["updates"]),
+        h.make_node("ScatterND", ["data", "idx", "updates"], ["y"]),
+    ],
+    [
+        h.make_tensor_value_info("ids", i64, [1, 6]),
+        h.make_tensor_value_info("data", f32, [1, 6, 4]),
+        h.make_tensor_value_info("source", f32, [1, 3, 4]),
+    ],
+    [h.make_tensor_value_info("y", f32, [1, 6, 4])],
+    [
+        h.make_tensor("token", i64, [], [7]),
+        h.make_tensor("last", i64, [1], [2]),
+        h.make_tensor("flat", i64, [1], [-1]),
+        h.make_tensor("zero_i", i64, [], [0]),
+        h.make_tensor("first", i64, [1], [0]),
+        h.make_tensor("zero_1", i64, [1], [0]),
+    ],
+)
