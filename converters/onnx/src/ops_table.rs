@@ -159,6 +159,7 @@ Sub | Binary
 SwiGLU | parsed by Kestrel (`src/expand/`): A · sigmoid(α·A) · B (Sigmoid, Binary Mul)
 Tan | Unary
 Tanh | Unary
+TensorScatter | parsed by Kestrel (`src/expand/`): ScatterElements along the axis at write_indices[b] + j (modulo the length when circular) | write_indices constant or computed at run time
 ThresholdedRelu | a comparison and a select (tract's expansion)
 Tile | a repeating 0/1 Dense per repeated axis | constant repeats
 TopK | by ranks: pairwise comparisons along the axis (ties in index order), their one-hot below K picking values and indices (When and a Sum; indices as f32 values) | constant k; at most 2^26 pairwise comparisons (axis length² × the other elements)

@@ -1,7 +1,7 @@
 //! The ONNX ops tract's importer has no parser for, expanded by the converter
 //! (`src/expand/`): Col2Im, NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, CumProd, LpPool,
-//! CenterCropPad, SwiGLU, Upsample, ReverseSequence, AffineGrid, MaxUnpool and
-//! CausalConvWithState. Each is built as a one-node model over random (never zero) inputs in
+//! CenterCropPad, SwiGLU, Upsample, ReverseSequence, AffineGrid, MaxUnpool, CausalConvWithState
+//! and TensorScatter. Each is built as a one-node model over random (never zero) inputs in
 //! several geometries and attribute settings, converted, run on the CPU and, when there is one,
 //! the GPU, and held against its definition written here in f64 (onnx's reference
 //! implementation, read op by op).
@@ -673,5 +673,47 @@ fn causal_conv_with_state_matches_the_definition() {
         let onnx = one_node_model(node("CausalConvWithState", &ins, attrs), &[b, c, t], inits, 27, "t");
         let got = convert_and_run("causal-conv", &onnx, &[Input::F32(&x)], want.len());
         check(&format!("CausalConvWithState case {case}"), got, &want);
+    }
+}
+
+#[test]
+fn tensor_scatter_matches_the_definition() {
+    let mut rng = Rng::new(0x75CA);
+    // (cache shape, axis, update length, write indices, circular)
+    type Case<'a> = (&'a [usize], i64, usize, Option<&'a [i64]>, bool);
+    let cases: [Case; 4] = [
+        (&[2, 3, 6, 4], -2, 2, Some(&[1, 4]), false),
+        (&[3, 5, 2], 1, 3, Some(&[4, 0, 3]), true),
+        (&[2, 6, 3], 1, 4, None, false),
+        (&[2, 2, 5, 3], 2, 5, Some(&[2, 0]), true),
+    ];
+    for (case, &(shape, axis, seq, starts, circular)) in cases.iter().enumerate() {
+        let a = if axis < 0 { (axis + shape.len() as i64) as usize } else { axis as usize };
+        let len = shape[a];
+        let mut ushape = shape.to_vec();
+        ushape[a] = seq;
+        let n: usize = shape.iter().product();
+        let past = values(&mut rng, n, -1.0, 1.0);
+        let update = values(&mut rng, ushape.iter().product(), 2.0, 3.0);
+        let mut want: Vec<f64> = past.iter().map(|&v| v as f64).collect();
+        for (i, &u) in update.iter().enumerate() {
+            let mut idx = unravel(i, &ushape);
+            let mut p = starts.map_or(0, |s| s[idx[0]] as usize) + idx[a];
+            if circular {
+                p %= len;
+            }
+            idx[a] = p;
+            want[ravel(&idx, shape)] = u as f64;
+        }
+        let mut inits = vec![f32_tensor("u", &ushape, &update)];
+        let mut ins = vec!["x", "u"];
+        if let Some(s) = starts {
+            inits.push(i64_tensor("w", &[s.len()], s));
+            ins.push("w");
+        }
+        let attrs = vec![i64_attr("axis", axis), str_attr("mode", if circular { "circular" } else { "linear" })];
+        let onnx = one_node_model(node("TensorScatter", &ins, attrs), shape, inits, 24, "t");
+        let got = convert_and_run("tensor-scatter", &onnx, &[Input::F32(&past)], n);
+        check(&format!("TensorScatter case {case}"), got, &want);
     }
 }

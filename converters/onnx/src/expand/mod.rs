@@ -15,6 +15,7 @@ mod lp_pool;
 mod max_unpool;
 mod reverse_sequence;
 mod swiglu;
+mod tensor_scatter;
 mod upsample;
 
 use tract_onnx::model::OnnxOpRegister;
@@ -36,6 +37,7 @@ pub(crate) fn register(reg: &mut OnnxOpRegister) {
     reg.insert("MaxUnpool", max_unpool::parse);
     reg.insert("CenterCropPad", crop_pad::parse);
     reg.insert("SwiGLU", swiglu::parse);
+    reg.insert("TensorScatter", tensor_scatter::parse);
     reg.insert("Upsample", upsample::parse);
     reg.insert("ReverseSequence", reverse_sequence::parse);
 }
