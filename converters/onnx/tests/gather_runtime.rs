@@ -144,3 +144,79 @@ fn constant_selections_are_slices_or_one_gather() {
         }
     }
 }
+
+/// A constant table of rank 1 to 4 gathered on any axis by indices known at run time: integer
+/// ids fed as an input (an `Embedding` of the table with the axis moved first and the rest
+/// flattened), and indices the graph computed as values (an f32 input cast to int64: the
+/// one-hot pick). A mixture of experts gathers its `[E, D, F]` expert weights by the routed
+/// expert this way (hf/openai_privacy_filter: "gather on axis 0 of a rank-3 table").
+#[test]
+fn constant_tables_of_any_rank_gathered_on_any_axis_match_reference() {
+    let mut rng = Rng::new(0x7AB1E);
+    let cases: [(&[usize], usize, &[usize]); 6] = [
+        (&[5], 0, &[3]),
+        (&[4, 3, 2], 0, &[2]),
+        (&[4, 3, 2], 1, &[2, 2]),
+        (&[2, 5, 3], 2, &[4]),
+        (&[3, 2, 4, 2], 2, &[3]),
+        (&[6, 2, 3], 0, &[1, 3]),
+    ];
+    for (case, &(ts, axis, is)) in cases.iter().enumerate() {
+        let n: usize = ts.iter().product();
+        let table: Vec<f32> = (0..n).map(|_| rng.uniform() * 4.0).collect();
+        let k: usize = is.iter().product();
+        let idx: Vec<i64> = (0..k).map(|_| below(&mut rng, ts[axis]) as i64).collect();
+        let out: Vec<usize> = ts[..axis].iter().chain(is).chain(&ts[axis + 1..]).copied().collect();
+        let want: Vec<f32> = (0..out.iter().product::<usize>())
+            .map(|o| {
+                let c = unravel(o, &out);
+                let j = ravel(&c[axis..axis + is.len()], is);
+                let src: Vec<usize> = c[..axis]
+                    .iter()
+                    .copied()
+                    .chain([idx[j] as usize])
+                    .chain(c[axis + is.len()..].iter().copied())
+                    .collect();
+                table[ravel(&src, ts)]
+            })
+            .collect();
+        for computed in [false, true] {
+            // Gather(t, i) with i an int64 input, or Cast(x f32 → int64) first.
+            let gather = Msg::default()
+                .str(1, "t")
+                .str(1, "i")
+                .str(2, "y")
+                .str(3, "g")
+                .str(4, "Gather")
+                .msg(5, i64_attr("axis", axis as i64));
+            let mut graph = Msg::default();
+            if computed {
+                let cast = Msg::default().str(1, "x").str(2, "i").str(3, "c").str(4, "Cast").msg(5, i64_attr("to", 7));
+                graph = graph.msg(1, cast).msg(1, gather).str(2, "g").msg(11, float_value("x", Some(is)));
+            } else {
+                graph = graph.msg(1, gather).str(2, "g").msg(11, i64_value("i", is));
+            }
+            graph = graph.msg(5, proto::f32_tensor("t", ts, &table)).msg(12, float_value("y", None));
+            let onnx =
+                Msg::default().int(1, 9).msg(8, Msg::default().int(2, 13)).str(2, "gather_runtime.rs").msg(7, graph).0;
+            let path = std::env::temp_dir()
+                .join(format!("kestrel-gather-table-{}-{case}-{computed}.onnx", std::process::id()));
+            std::fs::write(&path, &onnx).unwrap();
+            let conv = convert(&path, &ConvertOptions::default());
+            std::fs::remove_file(&path).ok();
+            let model =
+                kestrel_rt::Model::from_bytes(&conv.unwrap_or_else(|e| panic!("case {case}: {e}")).kes).unwrap();
+            let xf: Vec<f32> = idx.iter().map(|&v| v as f32).collect();
+            let inputs = if computed { [Input::F32(&xf)] } else { [Input::I64(&idx)] };
+            let mut y = vec![0f32; want.len()];
+            model.session(1).unwrap().run(&inputs, &mut [&mut y]).unwrap();
+            assert_eq!(y, want, "case {case} ({ts:?} axis {axis}, computed {computed}) on the CPU");
+            if let Some(ctx) = gpu() {
+                let cpu = model.cpu().unwrap();
+                let mut g = vec![0f32; want.len()];
+                GpuSession::new(&ctx, &cpu, 1).and_then(|mut s| s.run(&inputs, &mut [g.as_mut_slice()])).unwrap();
+                assert_eq!(g, want, "case {case} ({ts:?} axis {axis}, computed {computed}) on wgpu");
+            }
+        }
+    }
+}

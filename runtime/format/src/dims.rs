@@ -24,7 +24,7 @@ use crate::error::Error;
 use crate::layout::{sub, u32_at, u8_at};
 
 /// Most symbols a file may declare.
-pub const MAX_SYMS: usize = 8;
+pub const MAX_SYMS: usize = 32;
 /// Deepest stack an expression may use.
 pub const MAX_STACK: usize = 8;
 /// Most words one expression may hold.
@@ -286,7 +286,7 @@ impl<'a> Dims<'a> {
         let n_words = u32_at(s, 8, "dims header")?;
         let strings_len = u32_at(s, 12, "dims header")?;
         if n_syms == 0 || n_syms as usize > MAX_SYMS {
-            return Err(bad("between 1 and 8 symbols"));
+            return Err(bad("between 1 and 32 symbols"));
         }
         let syms_len = u64::from(n_syms) * SYM_LEN;
         let bind_len = u64::from(n_bindings) * BINDING_LEN;

@@ -142,18 +142,34 @@ impl Lowerer<'_> {
             else {
                 return Err(self.unsupported("gather needs a constant table and indices computed at run time"));
             };
-            if op.axis != 0 || table.rank() != 2 {
-                return Err(self.unsupported(&format!("gather on axis {} of a rank-{} table", op.axis, table.rank())));
+            // Any axis of a table of any rank: the gathered axis moved first and the others
+            // flattened, `[V, D]` (a constant transpose), rows picked, and the picked rows'
+            // axes put back where ONNX has them (`table.shape[..axis] + idx + table.shape[axis+1..]`).
+            let (axis, dims) = (op.axis, table.shape().to_vec());
+            if axis >= dims.len() {
+                return Err(self.bad("a gather axis within the table's rank", format!("{axis} of {dims:?}")));
             }
-            if !int {
-                self.gather_rows_by_values(&table, ids, &ids_shape, out)?;
-                return Ok(true);
-            }
-            let dims = table.shape().to_vec();
-            let table = self.weight(node.inputs[0], "embedding", &dims, f32s(&table)?)?;
-            let y = self.b.op(|y| Op::Embedding(Embedding { ids, table, pos: None, y }))?;
+            let rest: Vec<usize> = dims.iter().enumerate().filter(|&(a, _)| a != axis).map(|(_, &d)| d).collect();
+            let (v, d) = (dims[axis], rest.iter().product::<usize>());
+            let order: Vec<usize> = std::iter::once(axis).chain((0..dims.len()).filter(|&a| a != axis)).collect();
+            let moved = (*table)
+                .clone()
+                .permute_axes(&order)
+                .and_then(|t| t.into_shape(&[v, d]))
+                .map_err(|e| self.bad("a table to gather rows from", format!("{e}")))?;
+            let picked: Vec<usize> = ids_shape.iter().chain(&rest).copied().collect();
             let n: usize = ids_shape.iter().product();
-            let y = self.reshape(y, &[n, dims[1]], &out)?;
+            let y = if !int {
+                self.gather_rows_by_values(&moved, ids, &ids_shape, picked.clone())?
+            } else {
+                let table = self.weight(node.inputs[0], "embedding", &[v, d], f32s(&moved)?)?;
+                let y = self.b.op(|y| Op::Embedding(Embedding { ids, table, pos: None, y }))?;
+                self.reshape(y, &[n, d], &picked)?
+            };
+            // [idx.., before.., after..] → [before.., idx.., after..].
+            let (k, before) = (ids_shape.len(), axis);
+            let perm: Vec<usize> = (k..k + before).chain(0..k).chain(k + before..picked.len()).collect();
+            let y = if before > 0 { self.transpose(y, &picked, &perm)?.0 } else { y };
             self.out(y, out);
             return Ok(true);
         }
@@ -173,7 +189,7 @@ impl Lowerer<'_> {
         idx: TensorId,
         idx_shape: &[usize],
         out: Vec<usize>,
-    ) -> Res<()> {
+    ) -> Res<TensorId> {
         let node = self.model.node(self.node);
         let (v, d) = (table.shape()[0], table.shape()[1]);
         let j: usize = idx_shape.iter().product();
@@ -200,9 +216,8 @@ impl Lowerer<'_> {
             })
         })?;
         let y = self.reshape(y, &[j, d], &out)?;
-        self.out(y, out);
         self.count_fused("gather-rows-by-computed-indices");
-        Ok(())
+        Ok(y)
     }
 
     /// tract's `ScaledMaskedSoftmax` (from an expanded ONNX Attention): `softmax(x·s + m)` over
