@@ -58,6 +58,7 @@ CumProd | parsed by Kestrel (`src/expand/`): a log-step scan, ⌈log₂ n⌉ Bin
 CumSum | Dense with a triangular 0/1 weight | constant axis
 DFT | one Dense with the constant [2N, 2N] cos/sin matrix over each line's (real, imaginary) pairs (tract's Fft); inverse scaled by 1/N, onesided sliced | constant axis and length (tract's importer); N² weights within the composed-constant bound
 DequantizeLinear | (x − zero_point) · scale on the integer values (constant weights folded at conversion) | per-tensor parameters on activations (tract's importer needs constant scales)
+Det | parsed by Kestrel (`src/expand/`): the sum over the n! permutations of the signed products of their entries (a constant-index Gather, Reduce Prod, Reduce Sum) | matrices up to 6 × 6
 Div | Binary
 Dropout | nothing (inference, or a ratio of 0), the mask all true; ratio or training_mode computed at run time: the identity guarded by them | random dropout (training mode, ratio above 0) refused when constant, NaN when asked for at run time
 DynamicQuantizeLinear | Reduce Max/Min over the whole tensor, then the scale, zero point and quantisation as element-wise ops (Div, Round, Max/Min), bit for bit as onnxruntime computes them (scale 1 for an all-zero input)

@@ -1,7 +1,7 @@
 //! The ONNX ops tract's importer has no parser for, expanded by the converter
 //! (`src/expand/`): Col2Im, NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, CumProd, LpPool,
-//! CenterCropPad, SwiGLU, Upsample, ReverseSequence, AffineGrid, MaxUnpool, CausalConvWithState
-//! and TensorScatter. Each is built as a one-node model over random (never zero) inputs in
+//! CenterCropPad, SwiGLU, Upsample, ReverseSequence, AffineGrid, MaxUnpool, CausalConvWithState,
+//! TensorScatter and Det. Each is built as a one-node model over random (never zero) inputs in
 //! several geometries and attribute settings, converted, run on the CPU and, when there is one,
 //! the GPU, and held against its definition written here in f64 (onnx's reference
 //! implementation, read op by op).
@@ -715,5 +715,44 @@ fn tensor_scatter_matches_the_definition() {
         let onnx = one_node_model(node("TensorScatter", &ins, attrs), shape, inits, 24, "t");
         let got = convert_and_run("tensor-scatter", &onnx, &[Input::F32(&past)], n);
         check(&format!("TensorScatter case {case}"), got, &want);
+    }
+}
+
+/// The determinant in f64 by Gaussian elimination with partial pivoting.
+fn det_ref(m: &[f32], n: usize) -> f64 {
+    let mut a: Vec<f64> = m.iter().map(|&v| v as f64).collect();
+    let mut det = 1.0;
+    for c in 0..n {
+        let p = (c..n).max_by(|&i, &j| a[i * n + c].abs().total_cmp(&a[j * n + c].abs())).unwrap();
+        if p != c {
+            for k in 0..n {
+                a.swap(c * n + k, p * n + k);
+            }
+            det = -det;
+        }
+        let piv = a[c * n + c];
+        det *= piv;
+        for r in c + 1..n {
+            let f = a[r * n + c] / piv;
+            for k in c..n {
+                a[r * n + k] -= f * a[c * n + k];
+            }
+        }
+    }
+    det
+}
+
+#[test]
+fn det_matches_the_definition() {
+    let mut rng = Rng::new(0xDE7);
+    let shapes: [&[usize]; 5] = [&[1, 1], &[2, 2], &[3, 3, 3], &[2, 1, 4, 4], &[5, 5]];
+    for shape in shapes {
+        let r = shape.len();
+        let n = shape[r - 1];
+        let count: usize = shape[..r - 2].iter().product();
+        let x = values(&mut rng, count * n * n, -1.5, 1.5);
+        let want: Vec<f64> = (0..count).map(|b| det_ref(&x[b * n * n..(b + 1) * n * n], n)).collect();
+        let onnx = one_node_model(node("Det", &["x"], vec![]), shape, vec![], 22, "t");
+        check(&format!("Det {shape:?}"), convert_and_run("det", &onnx, &[Input::F32(&x)], count), &want);
     }
 }

@@ -10,6 +10,7 @@ mod causal_conv;
 mod col2im;
 mod crop_pad;
 mod cumprod;
+mod det;
 mod loss;
 mod lp_pool;
 mod max_unpool;
@@ -33,6 +34,7 @@ pub(crate) fn register(reg: &mut OnnxOpRegister) {
     reg.insert("NegativeLogLikelihoodLoss", loss::parse_nll);
     reg.insert("SoftmaxCrossEntropyLoss", loss::parse_sce);
     reg.insert("CumProd", cumprod::parse);
+    reg.insert("Det", det::parse);
     reg.insert("LpPool", lp_pool::parse);
     reg.insert("MaxUnpool", max_unpool::parse);
     reg.insert("CenterCropPad", crop_pad::parse);
