@@ -136,7 +136,7 @@ impl Expansion for Col2Im {
         let n_blocks: usize = g.blocks.iter().product();
         ensure!(
             l == n_blocks,
-            "Col2Im: {l} blocks in the input, but image {:?} with blocks {:?} holds {:?} = {n_blocks}",
+            "Col2Im: {l} blocks in the input, but image {:?} with block shape {:?} (and the pads, strides, dilations) has {:?} = {n_blocks}",
             g.image,
             g.block,
             g.blocks
