@@ -76,7 +76,9 @@ fn const_ints(g: &GraphProto, name: &str) -> Option<Vec<i64>> {
     if !t.int64_data.is_empty() {
         return Some(t.int64_data.clone());
     }
-    t.raw_data.len().is_multiple_of(8)
+    t.raw_data
+        .len()
+        .is_multiple_of(8)
         .then(|| t.raw_data.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap_or_default())).collect())
 }
 
