@@ -20,8 +20,11 @@ use tract_onnx::tract_hir::internal::{
     check_input_arity, check_output_arity, expand, Expansion, InferenceOp, InferenceResult, Solver, TensorProxy,
 };
 
+/// The op type [`mark`] gives a masked scatter.
+pub(crate) const OP_TYPE: &str = "KestrelMaskedScatter";
+
 /// Rewrites every masked scatter of the main graph (see the module docs) into
-/// [`crate::run_dims::MASKED_SCATTER`]`(data, mask, F)`; the NonZero, Transpose and Slice it
+/// [`OP_TYPE`]`(data, mask, F)`; the NonZero, Transpose and Slice it
 /// read stay for any other reader (and are pruned when there is none).
 pub(crate) fn mark(g: &mut GraphProto) {
     let producer: std::collections::HashMap<String, usize> =
@@ -54,7 +57,7 @@ pub(crate) fn mark(g: &mut GraphProto) {
     }
     for (i, mask, source) in rewrites {
         let n = &mut g.node[i];
-        n.op_type = crate::run_dims::MASKED_SCATTER.to_string();
+        n.op_type = OP_TYPE.to_string();
         n.input = vec![n.input[0].clone(), mask, source];
         n.attribute.clear();
     }

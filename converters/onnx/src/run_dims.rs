@@ -15,7 +15,6 @@
 //! bound when none is given) and wires [`NonZeroAt`], which the lowering
 //! ([`crate::lower`]'s `try_nonzero`) turns into generic ops.
 
-use crate::error::ConvertError;
 use std::path::Path;
 use tract_onnx::model::{OnnxOpRegister, ParsingContext};
 use tract_onnx::pb::{attribute_proto::AttributeType, AttributeProto, GraphProto, NodeProto};
@@ -42,11 +41,8 @@ pub(crate) fn is_run_dim(name: &str) -> bool {
 /// Registers the `NonZero` parser (replacing tract's) and the masked scatter's.
 pub(crate) fn register(reg: &mut OnnxOpRegister) {
     reg.insert("NonZero", parse);
-    reg.insert(MASKED_SCATTER, crate::masked_scatter::parse);
+    reg.insert(crate::masked_scatter::OP_TYPE, crate::masked_scatter::parse);
 }
-
-/// The op type [`mark`] gives a masked scatter (see [`crate::masked_scatter`]).
-pub(crate) const MASKED_SCATTER: &str = "KestrelMaskedScatter";
 
 /// Names every `NonZero` node of the main graph's count (`nonzero:<node name>`, or
 /// `nonzero:#<index>` for an unnamed node) and sets the value to convert at from `dims` (a
@@ -81,17 +77,6 @@ pub(crate) fn mark(g: &mut GraphProto, dims: &[(String, usize)]) {
 /// name; a false positive costs one typed load in [`discover`]).
 pub(crate) fn may_have(path: &Path) -> bool {
     std::fs::read(path).is_ok_and(|b| b.windows(7).any(|w| w == b"NonZero"))
-}
-
-/// The run-time dims of the model at `path` with the input dims `dims` (each at its bound):
-/// every `NonZero` count's symbol and bound (its input's element count), in graph order.
-pub(crate) fn discover(path: &Path, dims: &[(String, usize)]) -> Result<Vec<(String, usize)>, ConvertError> {
-    if !may_have(path) {
-        return Ok(Vec::new());
-    }
-    let bind = crate::load::DimBinding { batch: 1, dims, shapes: None };
-    let (model, _, _) = crate::load::load_typed_named(path, &bind)?;
-    Ok(model.nodes().iter().filter_map(|n| n.op_as::<NonZeroAt>()).map(|o| (o.sym.clone(), o.bound)).collect())
 }
 
 fn sym_name(node: &str, index: usize) -> String {

@@ -5,7 +5,7 @@
 //! scratch region follows at `B·arena_bytes_per_sample`. Scaling a valid per-sample plan by `B`
 //! keeps every two regions disjoint that were disjoint, so one plan serves every batch size.
 
-use crate::error::{RunDimFault, RunError};
+use crate::error::RunError;
 use crate::exec::{self, numel, region_start, OpIo};
 use crate::model::{Model, ARENA_ALIGN};
 use kestrel_rt_format::DType;
@@ -41,6 +41,7 @@ fn shared<'t, 'a>(lent: &'t Option<Lent<'_, 'a>>) -> Option<&'t crate::Table<'a>
     }
 }
 
+#[cfg(feature = "alloc")]
 /// Run-time dim `sym`'s value for this run, read from the node's output (one integer per
 /// sample; every sample of the batch must give the same one, within the symbol's range).
 fn run_dim_value(
@@ -56,16 +57,20 @@ fn run_dim_value(
         let raw = *out.get(sample).ok_or(RunError::Internal("run-time dim region"))?;
         let value = match dtype {
             DType::I32 => i64::from(raw.to_bits() as i32),
-            _ if raw.fract() == 0.0 && raw.abs() <= 16_777_216.0 => raw as i64,
+            _ if (-16_777_216.0..=16_777_216.0).contains(&raw) && (raw as i64) as f32 == raw => raw as i64,
             _ => -1,
         };
         let err = |why| RunError::RunDim { node, sym: sym as u32, value, sample: sample as u32, why, min, max };
         if value < i64::from(min) || value > i64::from(max) {
-            return Err(err(if value < 0 { RunDimFault::NotACount } else { RunDimFault::OutOfRange }));
+            return Err(err(if value < 0 {
+                crate::error::RunDimFault::NotACount
+            } else {
+                crate::error::RunDimFault::OutOfRange
+            }));
         }
         match first {
             None => first = Some(value),
-            Some(f) if f != value => return Err(err(RunDimFault::Disagrees)),
+            Some(f) if f != value => return Err(err(crate::error::RunDimFault::Disagrees)),
             Some(_) => {}
         }
     }

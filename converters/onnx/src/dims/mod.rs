@@ -148,7 +148,7 @@ pub(crate) fn convert_bounded(
     let inputs_syms = syms.len();
     let at_bound: Vec<(String, usize)> =
         dims.iter().cloned().chain(syms.iter().map(|(n, _, max)| (n.clone(), *max))).collect();
-    syms.extend(crate::run_dims::discover(path, &at_bound)?.into_iter().map(|(n, max)| (n, 1, max)));
+    syms.extend(discover_run_dims(path, &at_bound)?.into_iter().map(|(n, max)| (n, 1, max)));
     let run_time = |i: usize| i >= inputs_syms;
     if syms.len() > inputs_syms && !opts.calibrate.is_empty() {
         return Err(err("--calibrate with sizes decided at run time (NonZero) is not supported yet".into()));
@@ -711,4 +711,23 @@ fn dedup(points: &mut Vec<Vec<usize>>) {
             true
         }
     });
+}
+
+/// The run-time dims of the model at `path` with the input dims `dims` (each at its bound):
+/// every `NonZero` count's symbol and bound (its input's element count), in graph order.
+fn discover_run_dims(
+    path: &Path,
+    dims: &[(String, usize)],
+) -> Result<Vec<(String, usize)>, crate::error::ConvertError> {
+    if !crate::run_dims::may_have(path) {
+        return Ok(Vec::new());
+    }
+    let bind = crate::load::DimBinding { batch: 1, dims, shapes: None };
+    let (model, _, _) = crate::load::load_typed_named(path, &bind)?;
+    Ok(model
+        .nodes()
+        .iter()
+        .filter_map(|n| n.op_as::<crate::run_dims::NonZeroAt>())
+        .map(|o| (o.sym.clone(), o.bound))
+        .collect())
 }
