@@ -233,7 +233,9 @@ fn every_blocker_is_listed_at_once() {
     assert_eq!(text.matches("unsupported_many.onnx").count(), 1, "{text}");
     assert_eq!(text.lines().count(), 3, "{text}");
     assert!(text.contains("2 nodes cannot be converted") && text.contains("IsInf `isinf_7`"), "{text}");
-    assert!(text.len() < 400, "no op list dumped into the message: {text}");
+    // One line per blocker, each with at most its remedy (a random draw's is the longest, about
+    // 260 characters): no list of the supported ops dumped into the message.
+    assert!(text.len() < 800, "no op list dumped into the message: {text}");
     // Ops the importer does not know are listed before tract is asked, all of them, with the
     // remedy for onnxruntime's contrib ops.
     let e = convert(data("contrib_ops.onnx"), &ConvertOptions::default()).unwrap_err();
