@@ -55,14 +55,14 @@ fn tensor_bytes(g: &Graph<'_, '_>, id: TensorId) -> Option<u64> {
 /// shapes come from `graph` (its [`Graph::op`]: a table at a run's sizes has the op's attributes
 /// at those sizes too), so a run at `T = 8` of a file bounded at 64 counts its own `T`.
 ///
-/// Dense / conv / patch embedding: `2 · |y| · fan_in`; matmul: `2 · |y| · K`; attention:
-/// `2Td²` per projection, `2T²d` for the scores, for the weighted sum and (Super) for `W^A X`;
-/// AFT-full/local: `2Td²` per projection plus `4T·T'·d` for the two weighted sums (T' = T or the
-/// local window `2s−1`); AFT-conv: projections plus `4T·s²·d`; element-wise ops: `|y|`; layer
-/// norm: `8|x|`; softmax: `5|x|`; reductions: `|x|`; pooling: `|y| · kh·kw` (one max or add per
-/// window tap, padding taps included); LSTM/GRU: `2·T·(|w| + |r|)` for the input and recurrent
-/// products, `3·T` per gate row (two bias adds and an activation) and `4·T·dirs·H` for the state
-/// update.
+/// Dense / conv / patch embedding: `2 · |y| · fan_in`; matmul: `2 · |y| · K`; attention: `2Td²` per
+/// projection, `2T²d` for the scores, for the weighted sum and (Super) for `W^A X`; AFT-full/local:
+/// `2Td²` per projection plus `4T·T'·d` for the two weighted sums (T' = T or the local window
+/// `2s−1`); AFT-conv: projections plus `4T·s²·d`; element-wise ops: `|y|` (a chain: `|y|` per
+/// step); layer norm: `8|x|`; softmax: `5|x|`; reductions: `|x|`; pooling: `|y| · kh·kw` (one max
+/// or add per window tap, padding taps included); LSTM/GRU: `2·T·(|w| + |r|)` for the input and
+/// recurrent products, `3·T` per gate row (two bias adds and an activation) and `4·T·dirs·H` for
+/// the state update.
 pub fn op_flops(graph: &Graph<'_, '_>, op: &Op) -> Option<u64> {
     let proj = |t: u64, d_in: u64, p: &Proj| -> Option<u64> {
         let w = numel(graph, p.w)?;
@@ -133,6 +133,7 @@ pub fn op_flops(graph: &Graph<'_, '_>, op: &Op) -> Option<u64> {
         Op::Softmax(o) => 5 * numel(graph, o.x)?,
         Op::Unary(o) => numel(graph, o.y)?,
         Op::Binary(o) => numel(graph, o.y)?,
+        Op::Chain(o) => numel(graph, o.y)? * o.steps.as_slice().len() as u64,
         Op::Reduce(o) => numel(graph, o.x)?,
         Op::Pool2d(o) => numel(graph, o.y)? * u64::from(o.kernel[0]) * u64::from(o.kernel[1]),
         Op::Lstm(Lstm { x, w, r, direction, hidden, .. }) | Op::Gru(Gru { x, w, r, direction, hidden, .. }) => {

@@ -67,6 +67,8 @@ pub fn output_shape(
         // params, `LayerNormParams::with_axis`, when a model loads).
         Op::LayerNorm(o) => nonscalar(name, shape_of(o.x)),
         Op::Unary(o) => Ok(shape_of(o.x)),
+        // The constants and the channel geometry are checked by the kernels' params.
+        Op::Chain(o) => Ok(shape_of(o.x)),
         Op::Softmax(o) => nonscalar(name, shape_of(o.x)),
         Op::Binary(o) => broadcast(name, &shape_of(o.a), &shape_of(o.b)),
         Op::PatchEmbed(o) => {

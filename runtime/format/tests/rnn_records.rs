@@ -85,7 +85,8 @@ fn lstm_and_gru_records_round_trip_and_are_validated() {
     assert_eq!(kind_name(kind::SLICE), Some("Slice"));
     assert_eq!(kind_name(kind::SDPA), Some("Sdpa"));
     assert_eq!(kind_name(kind::GATHER), Some("Gather"));
-    assert_eq!(kind_name(19), None);
+    assert_eq!(kind_name(kind::CHAIN), Some("Chain"));
+    assert_eq!(kind_name(30), None);
 }
 
 #[test]

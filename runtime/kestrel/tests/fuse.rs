@@ -667,7 +667,7 @@ fn attention_on_computed_activations_fuses_into_sdpa() {
 /// `[3, 64]` → Dense → `Min 1` → `Max −1` → `Min` by a per-feature constant. The first two bounds
 /// and the Dense's `Min 1` (read through the reshape view's reader) fold into the layers' clamps;
 /// `Max −1` after the `Min` stays (on a NaN the two orders differ), and so does the `Min` by a
-/// constant that is not a scalar.
+/// constant that is not a scalar: the two as one element-wise chain.
 fn bounded_layers() -> ModelBuilder {
     let mut b = ModelBuilder::new("bounds");
     let mut rng = Rng::new(11);
@@ -730,9 +730,11 @@ fn bounds_after_layers_fold_into_their_clamps_in_order() {
         .map(|(k, c)| (k, b.weight_values(c.expect("a clamp")).unwrap().try_into().unwrap()))
         .collect();
     assert_eq!(clamps, vec![("conv", [0.0, 6.0]), ("dense", [f32::NEG_INFINITY, 1.0])]);
-    // Left: the Max after the Min, and the Min by a non-scalar constant.
-    let binaries: Vec<BinaryOp> =
-        b.ops().iter().filter_map(|o| if let Op::Binary(x) = o { Some(x.op) } else { None }).collect();
-    assert_eq!(binaries, vec![BinaryOp::Max, BinaryOp::Min]);
+    // Left: the Max after the Min, and the Min by a non-scalar constant, as one chain.
+    let chains: Vec<&[ChainStep]> =
+        b.ops().iter().filter_map(|o| if let Op::Chain(x) = o { Some(x.steps.as_slice()) } else { None }).collect();
+    let bound = |op, per_channel| ChainStep::Binary { op, c_first: false, per_channel };
+    assert_eq!(chains, vec![&[bound(BinaryOp::Max, false), bound(BinaryOp::Min, true)][..]]);
+    assert!(!b.ops().iter().any(|o| matches!(o, Op::Binary(_))), "{:?}", b.ops());
     assert_eq!(run(&b), want, "a clamp computes exactly what the bounds did");
 }

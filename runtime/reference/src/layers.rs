@@ -119,6 +119,35 @@ pub fn unary(f: UnaryFn, x: &[f64]) -> Vec<f64> {
     x.iter().map(|&v| unary_scalar(f, v)).collect()
 }
 
+/// A `Chain` of element-wise steps over `x` (whole samples): each step's f64 definition in the
+/// format's tables, in order; `c` the constants in step order, one for a scalar step and
+/// `channels` for a per-channel one; element `i` in channel `(i / inner) % channels`.
+pub fn chain(
+    steps: &[kestrel_rt_format::ops::ChainStep],
+    c: &[f64],
+    channels: usize,
+    inner: usize,
+    x: &[f64],
+) -> Vec<f64> {
+    x.iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let ch = (i / inner) % channels;
+            let mut off = 0;
+            steps.iter().fold(v, |v, &s| {
+                use kestrel_rt_format::ops::ChainStep;
+                let cv = match s {
+                    ChainStep::Unary(_) => 0.0,
+                    ChainStep::Binary { per_channel: true, .. } => c[off + ch],
+                    ChainStep::Binary { .. } => c[off],
+                };
+                off += s.constants(channels);
+                s.reference(v, cv)
+            })
+        })
+        .collect()
+}
+
 /// The scalar binary function: its f64 definition in the format's table.
 pub fn binary_scalar(f: BinaryFn, a: f64, b: f64) -> f64 {
     f.reference(a, b)

@@ -262,6 +262,8 @@ pub enum Kernel {
     Unary,
     /// `elementwise.wgsl: strided` (binary with broadcasting, transpose).
     Strided,
+    /// `elementwise.wgsl: chain` (a chain of element-wise steps, one thread per element).
+    Chain,
     /// `norm.wgsl: layer_norm` (one thread per row or position).
     LayerNorm,
     /// `norm.wgsl: layer_norm_split` (one workgroup per row or position, a shared-memory tree).
@@ -383,6 +385,7 @@ impl Kernel {
         Kernel::DenseSplitPatchSg,
         Kernel::Unary,
         Kernel::Strided,
+        Kernel::Chain,
         Kernel::LayerNorm,
         Kernel::LayerNormSplit,
         Kernel::Softmax,
@@ -422,7 +425,7 @@ impl Kernel {
             Dense | DenseLn | DenseSplit | DenseSplitLn | DenseSplitPatch | DenseBlock | DenseBlockLn
             | DenseBlockPatch | DenseTile => Family::Linear,
             DenseSplitSg | DenseSplitLnSg | DenseSplitPatchSg => Family::LinearSg,
-            Unary | Strided => Family::Elementwise,
+            Unary | Strided | Chain => Family::Elementwise,
             LayerNorm | LayerNormSplit | Softmax | SoftmaxSplit | Reduce | ReduceSplit => Family::Norm,
             MatMul | MatMulTile => Family::MatMul,
             Conv2d | Conv2dBlock | Conv2dTile => Family::Conv,
@@ -444,6 +447,7 @@ impl Kernel {
             DenseSplitPatch | DenseSplitPatchSg | DenseBlockPatch => Layout::DensePatch,
             Unary => Layout::Unary,
             Strided => Layout::Strided,
+            Chain => Layout::Chain,
             LayerNorm | LayerNormSplit => Layout::LayerNorm,
             Softmax | SoftmaxSplit => Layout::Softmax,
             Reduce | ReduceSplit => Layout::Reduce,
@@ -485,9 +489,9 @@ impl Kernel {
             DenseBlock => Start::Mode(Item, "dense_block_body", "0u"),
             DenseBlockLn => Start::Mode(Item, "dense_block_body", "1u"),
             DenseBlockPatch => Start::Mode(Item, "dense_block_body", "2u"),
-            Unary | Strided | LayerNorm | Softmax | Reduce | MatMul | Conv2d | Conv2dBlock | Pool2d | Embedding
-            | PatchGather | Gather | AlignTokens | AttendRows | SdpaRows | ExpValues | ExpKeys | AftFull | AftLocal
-            | AftConv | FfScores | FfPool | FfScaleRows => Start::Body(Item),
+            Unary | Strided | Chain | LayerNorm | Softmax | Reduce | MatMul | Conv2d | Conv2dBlock | Pool2d
+            | Embedding | PatchGather | Gather | AlignTokens | AttendRows | SdpaRows | ExpValues | ExpKeys
+            | AftFull | AftLocal | AftConv | FfScores | FfPool | FfScaleRows => Start::Body(Item),
             LayerNormSplit | SoftmaxSplit | ReduceSplit | Rnn | AftSimple => Start::Body(Row),
             DenseTile | MatMulTile | Conv2dTile => Start::Body(Tile),
             DenseSplit | DenseSplitSg | DenseSplitLn | DenseSplitLnSg | DenseSplitPatch | DenseSplitPatchSg
@@ -528,6 +532,7 @@ impl Kernel {
             DenseSplitPatchSg => "dense_split_patch_sg",
             Unary => "unary",
             Strided => "strided",
+            Chain => "chain",
             LayerNorm => "layer_norm",
             LayerNormSplit => "layer_norm_split",
             Softmax => "softmax",

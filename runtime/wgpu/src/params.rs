@@ -378,6 +378,13 @@ DensePatch dense_patch: Dense {
 Unary unary {
     x_base: usize = 2, y_base: usize = 3, op: usize = 4,
 }
+/// `elementwise.wgsl: chain`: `n_steps` steps, two 16-bit codes a word in `steps` (see
+/// `kestrel_rt_format::ops::ChainStep::code`), their constants `c` (when any), element `l` of a
+/// sample in channel `(l / inner) % channels`.
+Chain chain {
+    x_base: usize = 2, y_base: usize = 3, n_steps: usize = 4, channels: usize = 5, inner: usize = 6,
+    steps: usize = 7 [8 step 1], c: Wd = 15 opt,
+}
 /// `elementwise.wgsl: strided`: operands a and b (`*_kind` 0 an activation region, 1 a
 /// weight), each read with its strides per output axis; op 100 copies a, 101 a window of a
 /// (plus b where `window_add`).

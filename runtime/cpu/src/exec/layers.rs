@@ -4,6 +4,7 @@ use super::numel;
 use super::{info, lookup_err, OpIo};
 use crate::error::{RunError, ShapeError};
 use crate::graph::Graph;
+use crate::kernels::chain::{chain, ChainParams};
 use crate::kernels::conv::{conv2d_clamped, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
 use crate::kernels::elementwise::{binary, unary, BinaryParams, Operand, UnaryParams};
 use crate::kernels::embed::{
@@ -76,6 +77,7 @@ enum Prep<'a> {
         beta: Option<WeightView<'a>>,
     },
     Unary(UnaryParams),
+    Chain(ChainParams<'a>),
     Binary {
         p: BinaryParams,
         a: Src<'a>,
@@ -163,6 +165,10 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             Prep::LayerNorm { p, gamma, beta }
         }
         LayerOp::Unary(o) => Prep::Unary(UnaryParams::new(o.op, &shp(o.x)?)?),
+        LayerOp::Chain(o) => {
+            let c = o.c.map(|c| weight(file, c)).transpose()?;
+            Prep::Chain(ChainParams::new(o.steps, c.as_ref(), o.channels, o.inner, &shp(o.x)?)?)
+        }
         LayerOp::Binary(o) => {
             let p = BinaryParams::new(o.op, &shp(o.a)?, &shp(o.b)?)?;
             let (a, b) = (src(file, o.a)?, src(file, o.b)?);
@@ -258,6 +264,7 @@ pub(super) fn scratch_elems(file: &Graph<'_, '_>, op: &Op, fast: bool) -> Result
         Prep::Rnn { p, .. } => rnn_scratch(&p),
         Prep::Dense { .. }
         | Prep::Unary(_)
+        | Prep::Chain(_)
         | Prep::Binary { .. }
         | Prep::Softmax(_)
         | Prep::Reduce(_)
@@ -292,6 +299,14 @@ pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Resul
         if let Some(c) = clamp {
             c.apply(y);
         }
+        return Ok(());
+    }
+    if let (Prep::Chain(p), Op::Chain(o)) = (&prep, op) {
+        // Samples are contiguous and whole multiples of the channel pattern: one pass over the
+        // batch.
+        let (x, n) = main(o.x)?;
+        let whole = ChainParams { n: batch * n, ..*p };
+        chain(&whole, &x[..batch * n], &mut out[..batch * y_n]);
         return Ok(());
     }
     for s in 0..batch {

@@ -397,7 +397,7 @@ const ROW_BUF: usize = 1024;
 
 /// `y[i] = op(a[i], b[i])` over equal lengths, one loop per op (vectorised by the compiler).
 #[inline(always)]
-fn zip_op(op: BinaryOp, y: &mut [f32], a: &[f32], b: &[f32]) {
+pub(crate) fn zip_op(op: BinaryOp, y: &mut [f32], a: &[f32], b: &[f32]) {
     if op == BinaryOp::Pow && simd::pow_map(Operand2::Slice(a), Operand2::Slice(b), y) {
         return;
     }
@@ -637,7 +637,7 @@ fn one_per_run(y: &Shape, strides: &[usize; MAX_RANK], t: usize) -> bool {
 
 /// `y[i] = op(x[i], s)`, or `op(s, x[i])` when `scalar_left`: one loop per op (vectorised).
 #[inline(always)]
-fn scalar_op(op: BinaryOp, y: &mut [f32], x: &[f32], s: f32, scalar_left: bool) {
+pub(crate) fn scalar_op(op: BinaryOp, y: &mut [f32], x: &[f32], s: f32, scalar_left: bool) {
     if op == BinaryOp::Pow {
         let (a, b) =
             if scalar_left { (Operand2::One(s), Operand2::Slice(x)) } else { (Operand2::Slice(x), Operand2::One(s)) };

@@ -43,6 +43,7 @@ impl Op {
             Op::Pool2d(o) => OpClass::Layer(L::Pool2d(o)),
             Op::Lstm(o) => OpClass::Layer(L::Lstm(o)),
             Op::Gru(o) => OpClass::Layer(L::Gru(o)),
+            Op::Chain(o) => OpClass::Layer(L::Chain(o)),
         }
     }
 
@@ -130,6 +131,8 @@ pub enum LayerOp<'a> {
     Lstm(&'a Lstm),
     /// [`Op::Gru`].
     Gru(&'a Gru),
+    /// [`Op::Chain`].
+    Chain(&'a Chain),
 }
 
 /// A fused mechanism op (kind ids 32 and up), borrowed from its [`Op`] ([`Op::mechanism`]).

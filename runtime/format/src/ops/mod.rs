@@ -764,3 +764,5 @@ pub use table::{kind, kind_name, Op};
 
 mod record;
 pub use record::{OpRecordBuf, MAX_OP_ATTRS, MAX_OP_TENSORS};
+mod chain;
+pub use chain::{Chain, ChainStep, ChainSteps, MAX_CHAIN_STEPS};

@@ -8,6 +8,7 @@
 //! names every field of its struct exactly once (checked at compile time), and every match
 //! over [`Op`] is generated with one arm per entry.
 
+use super::chain::{chain_check, steps};
 use super::record::*;
 use super::*;
 
@@ -190,6 +191,10 @@ op_table! {
     Fastformer = 37 FASTFORMER
         [x: t("x"), q: proj("wq"), k: proj("wk"), v: proj("wv"), wqa: t("wqa"), wka: t("wka"), r: proj("wr"), y: t("y")]
         [heads: pos("heads"), scale: float("scale")],
+    /// See [`Chain`].
+    Chain = 19 CHAIN [x: t("x"), c: opt_t("c"), y: t("y")]
+        [channels: pos("channels"), inner: pos("inner"), steps: steps()]
+        check chain_check,
 }
 
 /// Pool2d: a max pool has no divisor, so no `count_include_pad`.

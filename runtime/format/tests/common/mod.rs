@@ -150,6 +150,28 @@ pub fn every_op() -> Vec<Op> {
             softcap: 50.0,
             y,
         }),
+        // Element-wise chains: per-channel and scalar constants on either side, and unary only.
+        Op::Chain(Chain {
+            x,
+            c: Some(1),
+            y,
+            channels: 4,
+            inner: 9,
+            steps: ChainSteps::new(&[
+                ChainStep::Binary { op: BinaryOp::Mul, c_first: false, per_channel: true },
+                ChainStep::Unary(UnaryOp::Relu),
+                ChainStep::Binary { op: BinaryOp::Sub, c_first: true, per_channel: false },
+            ])
+            .unwrap(),
+        }),
+        Op::Chain(Chain {
+            x,
+            c: None,
+            y,
+            channels: 1,
+            inner: 1,
+            steps: ChainSteps::new(&[ChainStep::Unary(UnaryOp::Tanh), ChainStep::Unary(UnaryOp::Exp)]).unwrap(),
+        }),
     ]);
     all
 }

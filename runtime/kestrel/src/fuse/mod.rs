@@ -9,6 +9,7 @@
 mod aft;
 mod aft_conv;
 mod attention;
+mod chain;
 mod channels;
 mod clamp;
 mod elementwise;
@@ -91,6 +92,8 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
     }
     // After everything else (no other pass sees a clamp): bounds into the layers before them.
     clamp::clamp_epilogue(b, &mut report);
+    // Then what is left of element-wise runs, after the layers or between them: one pass each.
+    chain::elementwise_chains(b, &mut report);
     report
 }
 

@@ -146,6 +146,10 @@ impl<'a> Interp<'a> {
                 }
             }
             Op::Unary(o) => r::unary(unary_fn(o.op), x_of(o.x)),
+            Op::Chain(o) => {
+                let c = o.c.map(|c| self.weight(c).to_vec()).unwrap_or_default();
+                r::chain(o.steps.as_slice(), &c, o.channels as usize, o.inner as usize, x_of(o.x))
+            }
             Op::Binary(o) => r::binary(binary_fn(o.op), x_of(o.a), &self.dims(o.a), x_of(o.b), &self.dims(o.b)).0,
             Op::Softmax(o) => r::softmax(x_of(o.x), *self.dims(o.x).last().unwrap()),
             Op::PatchEmbed(o) => {

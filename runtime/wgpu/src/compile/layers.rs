@@ -3,7 +3,8 @@
 use super::{numel, split_per, Ctx, Dispatch, Params};
 use crate::kernels::Kernel;
 use crate::params::{
-    conv, embedding, gather, layer_norm, matmul, matmul_tile, pool, reduce, rnn, sdpa, strided, unary, window, Field,
+    chain, conv, embedding, gather, layer_norm, matmul, matmul_tile, pool, reduce, rnn, sdpa, strided, unary, window,
+    Field,
 };
 use crate::GpuError;
 use kestrel_rt_core::params::{Conv2dParams, GatherParams, Pool2dParams, RnnCell, RnnParams, SliceParams};
@@ -56,6 +57,20 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 .set(unary::y_base, ctx.act(o.y)?.base)?
                 .set(unary::op, o.op as usize)?
                 .done(Kernel::Unary)]
+        }
+        LayerOp::Chain(o) => {
+            let n = numel(&ctx.info(o.x)?)?;
+            let mut p = Params::new(n)?
+                .set(chain::x_base, ctx.act(o.x)?.base)?
+                .set(chain::y_base, ctx.act(o.y)?.base)?
+                .set(chain::n_steps, o.steps.as_slice().len())?
+                .set(chain::channels, o.channels as usize)?
+                .set(chain::inner, o.inner as usize)?
+                .set_all(chain::steps, o.steps.words().map(|w| w as usize))?;
+            if let Some(c) = o.c {
+                p = p.set(chain::c, ctx.weight(c)?)?;
+            }
+            vec![p.done(Kernel::Chain)]
         }
         LayerOp::Binary(o) => {
             let y = shape(o.y)?;

@@ -9,6 +9,35 @@ fn unary_body(it: Item) {
     act[prm.y_base + it.g] = y;
 }
 
+// Parameters `ChainP`: x_base, y_base, n_steps, channels, inner, steps (two 16-bit step codes a
+// word: bits 0-7 the function, 8-9 the form, 0 unary, 1 f(v, c), 2 f(c, v), bit 10 one constant
+// per channel), c (the constants in step order). per = n (elements per sample).
+fn chain_body(it: Item) {
+    let prm = chain_p();
+    var v = act[prm.x_base + it.g];
+    let ch = (it.l / prm.inner) % prm.channels;
+    var off = 0u;
+    for (var k = 0u; k < prm.n_steps; k++) {
+        let code = (chain_p_steps(k / 2u) >> (16u * (k % 2u))) & 0xffffu;
+        let f = code & 0xffu;
+        let form = (code >> 8u) & 3u;
+        if form == 0u {
+            v = unary_fn(f, v);
+            continue;
+        }
+        var c: f32;
+        if (code & 0x400u) != 0u {
+            c = wflat(prm.c, off + ch);
+            off += prm.channels;
+        } else {
+            c = wflat(prm.c, off);
+            off += 1u;
+        }
+        v = select(binary_fn(f, v, c), binary_fn(f, c, v), form == 2u);
+    }
+    act[prm.y_base + it.g] = v;
+}
+
 // An operand of the strided kernel (`StridedP`'s a_* or b_* fields): kind (0 an activation
 // region r, 1 a weight w), read with the strides per output axis whose first word is `strides`.
 fn operand(kind: u32, r: Reg, w: Wd, strides: u32, s: u32, idx: array<u32, MAX_RANK>, rank: u32) -> f32 {
