@@ -92,8 +92,11 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
     }
     // After everything else (no other pass sees a clamp): bounds into the layers before them.
     clamp::clamp_epilogue(b, &mut report);
-    // Then what is left of element-wise runs, after the layers or between them: one pass each.
-    chain::elementwise_chains(b, &mut report);
+    // Then what is left of element-wise runs, after the layers or between them: one pass each
+    // (`KESTREL_FUSE_SKIP=chain` leaves them, for measuring what the pass gains).
+    if !std::env::var("KESTREL_FUSE_SKIP").is_ok_and(|v| v.split(',').any(|p| p == "chain")) {
+        chain::elementwise_chains(b, &mut report);
+    }
     report
 }
 
