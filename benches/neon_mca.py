@@ -13,11 +13,11 @@ Per loop and model:
 * bottleneck: the execution unit with the highest pressure per iteration; "latency" when the
   cycles exceed that pressure by more than 15 % (a dependency chain, e.g. the FMA latency).
 * % of pipe: ideal cycles / cycles. For a product loop (one with multiply-accumulates: fmla,
-  fmul, sdot, smull, sadalp, ...) the ideal is the busiest unit's pressure counting only the
-  useful instructions (the multiply-accumulates and the vector loads of operands, not stack
-  reloads, widenings, conversions, shuffles or loop control): useful vector ops / pipe capacity.
-  For any other loop (packing, quantising, the math functions) every instruction counts: the
-  busiest unit's pressure / cycles.
+  fmul, sdot, smull, sadalp, ...) the ideal is llvm-mca's resource bound (Block RThroughput) of
+  the useful instructions alone (the multiply-accumulates and the vector loads of operands, not
+  stack reloads, widenings, conversions, shuffles or loop control): useful vector ops / pipe
+  capacity. For any other loop (packing, quantising, the math functions) every instruction
+  counts: the loop's resource bound / cycles.
 """
 
 import argparse
@@ -114,7 +114,9 @@ def innermost_loops(body):
         if target in labels and labels[target] < i:
             s = labels[target]
             spans[s] = max(spans.get(s, i), i)
-    loops = sorted((s, e) for s, e in spans.items())
+    # A branch back in the layout is a loop only where its target reaches it again (LLVM also
+    # places straight-line blocks after the code they branch back into).
+    loops = sorted((s, e) for s, e in spans.items() if reaches(body, labels, s, e))
     return [(s, e) for s, e in loops if not any((s2, e2) != (s, e) and s <= s2 and e2 <= e for s2, e2 in loops)]
 
 
@@ -125,6 +127,37 @@ def source_line(src_root, rel, line):
 
 
 _SRC = {}
+
+
+def successors(body, labels, i):
+    """Indices control reaches from instruction or label i."""
+    k, t, _ = body[i]
+    nxt = [i + 1] if i + 1 < len(body) else []
+    if k != "insn":
+        return nxt
+    parts = t.split(None, 1)
+    mn = parts[0]
+    if mn in ("ret", "br", "brk", "udf"):
+        return []
+    if BRANCH.match(mn) and len(parts) > 1:
+        target = labels.get(parts[1].split(",")[-1].strip())
+        succ = [target] if target is not None else []
+        return succ if mn == "b" else succ + nxt
+    return nxt
+
+
+def reaches(body, labels, s, e):
+    """Whether control flows from index s to index e (through the function's branches)."""
+    seen, todo = {s}, [s]
+    while todo:
+        i = todo.pop()
+        if i == e:
+            return True
+        for j in successors(body, labels, i):
+            if j not in seen:
+                seen.add(j)
+                todo.append(j)
+    return False
 
 
 def enclosing_fn(src_root, rel, line, cache=_SRC):
@@ -175,15 +208,11 @@ def run_mca(mca, insns, cpu):
     summ = reg["SummaryView"]
     n = len(insns)
     total = collections.defaultdict(float)
-    useful = collections.defaultdict(float)
     for e in reg["ResourcePressureView"]["ResourcePressureInfo"]:
         i, res, u = e["InstructionIndex"], names[e["ResourceIndex"]], e["ResourceUsage"]
-        if i >= n:
-            continue
-        total[res] += u
-        if is_useful(insns[i]):
-            useful[res] += u
-    return summ["TotalCycles"] / summ["Iterations"], dict(total), dict(useful)
+        if i < n:
+            total[res] += u
+    return summ["TotalCycles"] / summ["Iterations"], dict(total), summ["BlockRThroughput"]
 
 
 def group(unit):
@@ -215,7 +244,7 @@ def decode_of(insns):
         return "int8 x int8 (sdot)"
     if mns & {"smull", "smull2", "sadalp"}:
         return "int8 x int8 (smull)"
-    if "ushr" in mns and mns & {"zip1", "and"} and mns & {"scvtf", "sshll", "sxtl"}:
+    if ("ushr" in mns or "shl" in mns) and "and" in mns and mns & {"zip1", "sshll", "sxtl"}:
         return "int4"
     if mns & {"scvtf", "sshll", "sxtl", "sshll2", "sxtl2", "tbl"} and "fmla" in mns:
         return "int8"
@@ -258,7 +287,7 @@ def main():
                 rel = rel.split("runtime/cpu/src/kernels/simd/")[-1]
                 site = f"{rel}:{ln} {enclosing_fn(a.src, files.get(fi, '?'), ln)}"
             line_text = "\n".join(source_line(a.src, files.get(fi, "?"), ln) for fi, ln in sorted({loc for _, loc in ours}))
-            tail = next((why for pat, why in TAILS if re.search(pat, line_text)), None)
+            tail = next((why for pat, why in TAILS if re.search(pat, line_text + "\n" + site)), None)
             stores = any(VSTORE.match(mnemonic(t)) and is_vector(t) and "[sp" not in t for t in insns)
             fn = site.rsplit(" ", 1)[-1]
             if tail:
@@ -267,7 +296,8 @@ def main():
                 role = "inner"
             else:
                 role = "setup"
-            if fn == "quantize":
+            if fn == "quantize" or role == "setup":
+                # Packing and quantising: their shuffles and conversions are the work.
                 product = False
             row = {
                 "entry": entry,
@@ -282,11 +312,13 @@ def main():
                 "mix": describe(insns),
                 "models": {},
             }
+            useful = [t for t in insns if is_useful(t)]
             for cpu in MODELS:
-                cyc, total, useful = run_mca(a.mca, insns, cpu)
+                cyc, total, rthroughput = run_mca(a.mca, insns, cpu)
                 busiest = max(total, key=total.get)
-                ideal = max(useful.values(), default=0.0) if product else total[busiest]
-                bound = "latency" if cyc > 1.15 * total[busiest] else group(busiest)
+                # The useful work's own bound: the resource bound of those instructions alone.
+                ideal = run_mca(a.mca, useful, cpu)[2] if product and useful else rthroughput
+                bound = "latency" if cyc > 1.15 * rthroughput else group(busiest)
                 row["models"][cpu] = {
                     "cycles_per_iter": round(cyc, 2),
                     "bottleneck": bound,
@@ -312,8 +344,10 @@ def main():
             "**Static estimates, not timings**: llvm-mca 19 steady state of each innermost loop body, "
             "data in L1, perfect branch prediction; `neoverse-n1` stands in for Cortex-A76/A78, "
             "`neoverse-v1` for Cortex-X1. % of pipe: useful vector ops (multiply-accumulates and operand "
-            "loads) / capacity of the busiest unit for product loops; the busiest unit's pressure / cycles "
-            "for the others (packing, quantising, math functions). Generated by `benches/neon_mca.sh`.\n\n"
+            "loads) / the capacity of their pipes (llvm-mca's resource bound of those instructions alone) "
+            "for product loops; the loop's resource bound / cycles for the others (packing, quantising, math "
+            "functions). Bottleneck: the unit with the highest pressure, or `latency` where the cycles exceed "
+            "the resource bound by more than 15 % (a dependency chain). Generated by `benches/neon_mca.sh`.\n\n"
         )
         f.write(
             "Roles: **inner** (a hot loop: the target applies), **tail** (a bounded remainder, a few iterations "

@@ -1,8 +1,12 @@
 //! aarch64 NEON kernels: the dense product `x · Wᵀ` for weights in every encoding (dequantised
 //! in registers: f16 by `fcvtl`, int8 by sign extension and `scvtf`, int4 by nibble unpacking and
 //! the group's scale) as a packed 8 × 8 GEMM from [`super::GEMM_MIN_ROWS`] rows and the
-//! driver's dot products (`f32_driver.rs`, over [`N2`]) below; f32 dot products (4 accumulators of 4 lanes); int8 × int8 through `smull` +
-//! `sadalp` (baseline NEON; the `sdot` intrinsics are not stable in Rust yet).
+//! driver's dot products (`f32_driver.rs`, over [`N2`]) below; f32 dot products (8 accumulators
+//! of 4 lanes); int8 × int8 through `smull` + `sadalp` (baseline NEON; the `sdot` intrinsics are
+//! not stable in Rust yet).
+//!
+//! Static estimates of every inner loop here: `benches/neon_mca.sh` (llvm-mca, results in
+//! `benches/results/llvm-mca-neon/`).
 //!
 //! Tested under QEMU user mode (`.cargo/config.toml`) against the scalar kernels and the f64
 //! reference; not yet timed on aarch64 hardware.
@@ -11,10 +15,10 @@ use super::f32_driver::{
     dots, gemm, weights, DenseOp, DotKernel, GemmKernel, Load, Panel, Tile, Vf, F16W, F32W, I4W, I8W,
 };
 use core::arch::aarch64::*;
-use half::f16;
 use kestrel_rt_format::WeightView;
 
-/// `Σ a·b`.
+/// `Σ a·b`: eight accumulators of 4 lanes (32 inputs per step: the loads and the FMA latency
+/// both covered on Neoverse N1 and V1), the remainder in straight-line steps of 4, then of 1.
 ///
 /// # Safety
 /// NEON (baseline on aarch64).
@@ -24,22 +28,36 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let (pa, pb) = (a.as_ptr(), b.as_ptr());
     // SAFETY: indices < n.
     unsafe {
-        let mut acc = [vdupq_n_f32(0.0); 4];
+        let mut acc = [vdupq_n_f32(0.0); 8];
         let mut i = 0;
-        while i + 16 <= n {
+        while i + 32 <= n {
             for (k, acc) in acc.iter_mut().enumerate() {
                 *acc = vfmaq_f32(*acc, vld1q_f32(pa.add(i + 4 * k)), vld1q_f32(pb.add(i + 4 * k)));
             }
+            i += 32;
+        }
+        // At most 7 steps of 4 left: 4, 2, 1 of them, each into its own accumulators.
+        let mut step = |k: usize, i: usize| acc[k] = vfmaq_f32(acc[k], vld1q_f32(pa.add(i)), vld1q_f32(pb.add(i)));
+        if i + 16 <= n {
+            (0..4).for_each(|k| step(k, i + 4 * k));
             i += 16;
         }
-        while i + 4 <= n {
-            acc[0] = vfmaq_f32(acc[0], vld1q_f32(pa.add(i)), vld1q_f32(pb.add(i)));
+        if i + 8 <= n {
+            (4..6).for_each(|k| step(k, i + 4 * (k - 4)));
+            i += 8;
+        }
+        if i + 4 <= n {
+            step(6, i);
             i += 4;
         }
-        let mut s = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])));
-        while i < n {
-            s += *pa.add(i) * *pb.add(i);
-            i += 1;
+        let h = |k: usize| vaddq_f32(acc[k], acc[k + 4]);
+        let mut s = vaddvq_f32(vaddq_f32(vaddq_f32(h(0), h(1)), vaddq_f32(h(2), h(3))));
+        // At most 3 left, in straight-line code (no loop for LLVM to vectorise).
+        for _ in 0..3 {
+            if i < n {
+                s += *pa.add(i) * *pb.add(i);
+                i += 1;
+            }
         }
         s
     }
@@ -140,13 +158,22 @@ impl Load<N2> for F16W<'_> {
     }
 }
 
-/// 8 sign-extended bytes as f32 lanes.
+/// 8 bytes as f32 lanes, each byte read as a signed fixed-point number with `F - 24` fractional
+/// bits (`F = 24`: the bytes as integers): each byte interleaved above zero bytes twice (`zip1`,
+/// then `zip1`/`zip2` of halves: `b · 2²⁴` per 32-bit lane), then converted as fixed point with
+/// `F` fractional bits (exact). 5 vector instructions per 8 bytes where the sign extensions
+/// (`sshll` ×3, `scvtf` ×2) cost 7 µops on Neoverse N1 and V1 (llvm-mca: 20 → 14 and 10 → 7
+/// cycles per 4 × 8 weights).
 #[inline(always)]
-unsafe fn widen8(n: int8x8_t) -> N2 {
+unsafe fn widen8<const F: i32>(n: int8x8_t) -> N2 {
     // SAFETY: NEON in every caller.
     unsafe {
-        let q = vmovl_s8(n);
-        N2(vcvtq_f32_s32(vmovl_s16(vget_low_s16(q))), vcvtq_f32_s32(vmovl_high_s16(q)))
+        let z = vdupq_n_s8(0);
+        let h = vreinterpretq_s16_s8(vzip1q_s8(z, vcombine_s8(n, vdup_n_s8(0))));
+        let z16 = vdupq_n_s16(0);
+        let lo = vreinterpretq_s32_s16(vzip1q_s16(z16, h));
+        let hi = vreinterpretq_s32_s16(vzip2q_s16(z16, h));
+        N2(vcvtq_n_f32_s32::<F>(lo), vcvtq_n_f32_s32::<F>(hi))
     }
     // SAFETY: see the comment above these impls.
 }
@@ -155,7 +182,7 @@ impl Load<N2> for I8W<'_> {
     #[inline(always)]
     unsafe fn load(&self, o: usize, k: usize) -> N2 {
         debug_assert!(k + 8 <= self.2);
-        unsafe { widen8(vld1_s8(self.0.as_ptr().add(o * self.2 + k))) }
+        unsafe { widen8::<24>(vld1_s8(self.0.as_ptr().add(o * self.2 + k))) }
     }
 }
 // SAFETY: see the comment above these impls.
@@ -164,14 +191,25 @@ impl Load<N2> for I4W<'_> {
     #[inline(always)]
     unsafe fn load(&self, o: usize, k: usize) -> N2 {
         debug_assert!(k + 8 <= self.cols && k.is_multiple_of(8));
-        // 4 bytes: 8 nibbles of one group.
+        // 4 bytes: 8 nibbles of one group. Each nibble moved to the top of its byte (the low one
+        // shifted up, the high one masked): a signed byte of 16 × the nibble, read by `widen8`
+        // with 4 more fractional bits.
         unsafe {
             let b = vreinterpret_u8_u32(vdup_n_u32(self.ptr(o, k).cast::<u32>().read_unaligned()));
-            // Element 2j is byte j's low nibble, 2j+1 its high one; sign-extend 4 → 8 bits.
-            let n = vzip1_u8(vand_u8(b, vdup_n_u8(0x0f)), vshr_n_u8::<4>(b));
-            let n = vsub_s8(vreinterpret_s8_u8(veor_u8(n, vdup_n_u8(8))), vdup_n_s8(8));
-            let v = widen8(n);
-            let s = vdupq_n_f32(f16::from_bits(self.scale_bits(o, k)).to_f32());
+            let n = vzip1_u8(vshl_n_u8::<4>(b), vand_u8(b, vdup_n_u8(0xf0)));
+            let v = widen8::<28>(vreinterpret_s8_u8(n));
+            // The group's f16 scale, converted by `fcvt` (base ARMv8 FP; `f16::to_f32` checks
+            // for FEAT_FP16 at run time).
+            let scale: f32;
+            core::arch::asm!(
+                "fmov {h:s}, {w:w}",
+                "fcvt {s:s}, {h:h}",
+                w = in(reg) u32::from(self.scale_bits(o, k)),
+                h = out(vreg) _,
+                s = out(vreg) scale,
+                options(pure, nomem, nostack),
+            );
+            let s = vdupq_n_f32(scale);
             N2(vmulq_f32(v.0, s), vmulq_f32(v.1, s))
         }
     }
@@ -310,7 +348,25 @@ unsafe impl GemmKernel for N2 {
     }
 }
 
-/// Integer `Σ a·b` of int8 slices.
+/// `acc += pairwise sums of p` (`sadalp`), in asm: LLVM rewrites the intrinsic after `smull`
+/// into `saddw` + `saddw2` (4 µops per 16 bytes where `sadalp` is 2).
+#[inline(always)]
+unsafe fn sadalp(acc: int32x4_t, p: int16x8_t) -> int32x4_t {
+    let mut a = acc;
+    // SAFETY: NEON; registers only.
+    unsafe {
+        core::arch::asm!(
+            "sadalp {a:v}.4s, {p:v}.8h",
+            a = inout(vreg) a,
+            p = in(vreg) p,
+            options(pure, nomem, nostack),
+        );
+    }
+    a
+}
+
+/// Integer `Σ a·b` of int8 slices: `smull` + `sadalp`, 64 bytes per step into eight
+/// accumulators (the `sadalp` latency covered on Neoverse V1 too), the tail in scalar.
 ///
 /// # Safety
 /// NEON.
@@ -319,16 +375,36 @@ pub unsafe fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     let n = a.len().min(b.len());
     // SAFETY: indices < n.
     unsafe {
-        let mut acc = vdupq_n_s32(0);
+        let mut acc = [vdupq_n_s32(0); 8];
         let mut i = 0;
-        while i + 16 <= n {
+        while i + 64 <= n {
+            for h in 0..4 {
+                let va = vld1q_s8(a.as_ptr().add(i + 16 * h));
+                let vb = vld1q_s8(b.as_ptr().add(i + 16 * h));
+                acc[2 * h] = sadalp(acc[2 * h], vmull_s8(vget_low_s8(va), vget_low_s8(vb)));
+                acc[2 * h + 1] = sadalp(acc[2 * h + 1], vmull_high_s8(va, vb));
+            }
+            i += 64;
+        }
+        if i + 32 <= n {
+            for h in 0..2 {
+                let va = vld1q_s8(a.as_ptr().add(i + 16 * h));
+                let vb = vld1q_s8(b.as_ptr().add(i + 16 * h));
+                acc[2 * h] = sadalp(acc[2 * h], vmull_s8(vget_low_s8(va), vget_low_s8(vb)));
+                acc[2 * h + 1] = sadalp(acc[2 * h + 1], vmull_high_s8(va, vb));
+            }
+            i += 32;
+        }
+        if i + 16 <= n {
             let va = vld1q_s8(a.as_ptr().add(i));
             let vb = vld1q_s8(b.as_ptr().add(i));
-            acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(va), vget_low_s8(vb)));
-            acc = vpadalq_s16(acc, vmull_high_s8(va, vb));
+            acc[0] = sadalp(acc[0], vmull_s8(vget_low_s8(va), vget_low_s8(vb)));
+            acc[1] = sadalp(acc[1], vmull_high_s8(va, vb));
             i += 16;
         }
-        let mut s = vaddvq_s32(acc);
+        let h = |k: usize| vaddq_s32(acc[k], acc[k + 4]);
+        let mut s = vaddvq_s32(vaddq_s32(vaddq_s32(h(0), h(1)), vaddq_s32(h(2), h(3))));
+        // At most 15 left.
         while i < n {
             s += i32::from(*a.get_unchecked(i)) * i32::from(*b.get_unchecked(i));
             i += 1;

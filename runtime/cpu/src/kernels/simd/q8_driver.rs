@@ -94,6 +94,9 @@ pub(super) unsafe trait Q8Kernel {
     /// A vector of zero sums.
     fn zero() -> Self::Sums;
     /// A vector of zero bytes.
+    // No caller since the GEMV's last block reads its last row again instead of zeros; every
+    // kernel still implements it (x86: `q8_512.rs`, `q8_avx.rs`), to be removed with theirs.
+    #[allow(dead_code)]
     fn zero_bytes() -> Self::Bytes;
     /// `TILE.gv` bytes of a row at `p` (all inside the row).
     ///
@@ -393,43 +396,55 @@ pub(super) unsafe fn gemv_r<K: Q8Kernel, const R: usize, const O: usize>(op: &Q8
             let kn = ks.min(cols - k0);
             let steps = kn.div_ceil(gv);
             quantize_block::<K>(x.as_ptr(), cols, 0, R, k0, kn, gv * steps, inv, xbm, ks);
+            let whole = kn / gv;
             for o0 in (0..out).step_by(O) {
                 let n = O.min(out - o0);
-                let row = |j: usize| wq.add((o0 + j) * cols + k0);
+                // A last block of fewer than `O` rows reads its last row again in the other
+                // lanes (their sums are dropped): no per-row test inside the loop.
+                let rows: [*const i8; O] = core::array::from_fn(|j| wq.add((o0 + j.min(n - 1)) * cols + k0));
                 let next = o0 + O < out;
                 let mut a = [[K::zero(); O]; R];
                 let mut ws = [K::zero(); O];
-                for s in 0..steps {
-                    if next {
-                        // The next block's line at this column.
-                        for j in 0..O {
-                            K::prefetch(wq.add((o0 + O + j).min(out - 1) * cols + k0 + gv * s));
+                // One step: `O` weight vectors (`$load`) times each row's activations.
+                macro_rules! step {
+                    ($s:expr, $load:expr) => {{
+                        let s = $s;
+                        if next {
+                            // The next block's line at this column.
+                            for j in 0..O {
+                                K::prefetch(wq.add((o0 + O + j).min(out - 1) * cols + k0 + gv * s));
+                            }
                         }
-                    }
-                    // Whole steps load unmasked; the last partial one stops at the inputs' end.
-                    let (mut wv, full) = ([K::zero_bytes(); O], gv * (s + 1) <= kn);
-                    for (j, v) in wv.iter_mut().enumerate() {
-                        if j < n {
-                            *v = if full { K::load_full(row(j).add(gv * s)) } else { K::load_row(row(j), gv * s, kn) };
+                        let wv: [K::Bytes; O] = core::array::from_fn(|j| $load(rows[j], s));
+                        if K::OFFSET {
+                            for (wsj, v) in ws.iter_mut().zip(&wv) {
+                                *wsj = K::sum_bytes(*wsj, *v);
+                            }
                         }
-                    }
-                    if K::OFFSET {
-                        for (wsj, v) in ws.iter_mut().zip(&wv) {
-                            *wsj = K::sum_bytes(*wsj, *v);
+                        for (r, ar) in a.iter_mut().enumerate() {
+                            let xv = K::load_act(xbm.add(r * ks + gv * s));
+                            for (aj, v) in ar.iter_mut().zip(&wv) {
+                                *aj = K::dot(*aj, xv, *v);
+                            }
                         }
-                    }
-                    for (r, ar) in a.iter_mut().enumerate() {
-                        let xv = K::load_act(xbm.add(r * ks + gv * s));
-                        for (aj, v) in ar.iter_mut().zip(&wv) {
-                            *aj = K::dot(*aj, xv, *v);
-                        }
-                    }
+                    }};
                 }
-                for j in 0..n {
-                    let off = if K::OFFSET { K::hsum(ws[j]).wrapping_mul(128) } else { 0 };
-                    for (r, ar) in a.iter().enumerate() {
+                // Whole steps load unmasked; the last partial one stops at the inputs' end.
+                for s in 0..whole {
+                    step!(s, |p: *const i8, s: usize| K::load_full(p.add(gv * s)));
+                }
+                if whole < steps {
+                    step!(whole, |p: *const i8, s: usize| K::load_row(p, gv * s, kn));
+                }
+                // Every lane's sum at a constant index (the accumulators stay in registers), then
+                // the block's `n` rows.
+                let off: [i32; O] =
+                    core::array::from_fn(|j| if K::OFFSET { K::hsum(ws[j]).wrapping_mul(128) } else { 0 });
+                let sums: [[i32; O]; R] = core::array::from_fn(|r| core::array::from_fn(|j| K::hsum(a[r][j])));
+                for (r, sr) in sums.iter().enumerate() {
+                    for j in 0..n {
                         let p = accp.add(r * out + o0 + j);
-                        *p = (*p).wrapping_add(K::hsum(ar[j]).wrapping_sub(off));
+                        *p = (*p).wrapping_add(sr[j].wrapping_sub(off[j]));
                     }
                 }
             }

@@ -91,12 +91,19 @@ unsafe impl Q8Kernel for DotProd {
         // SAFETY: indices < n.
         unsafe {
             let vinv = vdupq_n_f32(inv);
-            let (lo, hi) = (vdupq_n_s32(-127), vdupq_n_s32(127));
-            let q4 = |p: *const f32| vminq_s32(vmaxq_s32(vcvtaq_s32_f32(vmulq_f32(vld1q_f32(p), vinv)), lo), hi);
+            // Rounded (ties away), narrowed with saturation (NaN → 0 by `fcvtas`), then clamped
+            // at −127: `quantize_act`'s clamp to ±127. 16 inputs per step.
+            let q4 = |p: *const f32| vcvtaq_s32_f32(vmulq_f32(vld1q_f32(p), vinv));
+            let q8 = |p: *const f32| vqmovn_high_s32(vqmovn_s32(q4(p)), q4(p.add(4)));
+            let lo = vdupq_n_s8(-127);
             let mut i = 0;
-            while i + 8 <= n {
-                let h = vcombine_s16(vmovn_s32(q4(x.add(i))), vmovn_s32(q4(x.add(i + 4))));
-                vst1_s8(out.add(i), vmovn_s16(h));
+            while i + 16 <= n {
+                let b = vqmovn_high_s16(vqmovn_s16(q8(x.add(i))), q8(x.add(i + 8)));
+                vst1q_s8(out.add(i), vmaxq_s8(b, lo));
+                i += 16;
+            }
+            if i + 8 <= n {
+                vst1_s8(out.add(i), vmax_s8(vqmovn_s16(q8(x.add(i))), vget_low_s8(lo)));
                 i += 8;
             }
             if i < n {
@@ -138,14 +145,26 @@ unsafe impl Q8Kernel for DotProd {
     unsafe fn tile<const M: usize>(t: &Tile, ws: &Self::Offset, fin: Option<&Self::Finish>) {
         let Tile { xb, wp, kp, acc, ldy, ncols, load } = *t;
         let (xb, wp, k16, _) = (xb.cast::<i8>(), wp.cast::<i8>(), kp / 16, ws);
+        // Independent sums per output: the four `sdot`s of a step go to `C` chains (added at the
+        // end, exactly: integers), so a tile of few rows keeps enough `sdot`s in flight to cover
+        // their latency (2 cycles, 2 pipes on Neoverse N1, 4 on V1: 8 chains wanted).
+        const fn chains(m: usize) -> usize {
+            if m == 1 {
+                4
+            } else if m <= 3 {
+                2
+            } else {
+                1
+            }
+        }
         // SAFETY: per the callers' bounds.
         unsafe {
-            let mut a = [[vdupq_n_s32(0); 2]; M];
+            let mut a = [[[vdupq_n_s32(0); 2]; M]; 4];
             macro_rules! step {
                 ($xv:expr, $g:literal, $k4:expr) => {{
                     let p = wp.add($k4 * NR * 4);
                     let (w0, w1) = (vld1q_s8(p), vld1q_s8(p.add(16)));
-                    for (ai, xv) in a.iter_mut().zip($xv.iter()) {
+                    for (ai, xv) in a[$g % chains(M)].iter_mut().zip($xv.iter()) {
                         ai[0] = sdot_lane::<$g>(ai[0], w0, *xv);
                         ai[1] = sdot_lane::<$g>(ai[1], w1, *xv);
                     }
@@ -158,10 +177,15 @@ unsafe impl Q8Kernel for DotProd {
                 step!(xv, 2, 4 * s + 2);
                 step!(xv, 3, 4 * s + 3);
             }
-            for (i, ai) in a.iter().enumerate() {
+            let [a0, rest @ ..] = &a;
+            for (i, &a0i) in a0.iter().enumerate() {
                 let mut v = [0i32; NR];
-                vst1q_s32(v.as_mut_ptr(), ai[0]);
-                vst1q_s32(v.as_mut_ptr().add(4), ai[1]);
+                let mut s = a0i;
+                for ac in rest.iter().take(chains(M) - 1) {
+                    s = [vaddq_s32(s[0], ac[i][0]), vaddq_s32(s[1], ac[i][1])];
+                }
+                vst1q_s32(v.as_mut_ptr(), s[0]);
+                vst1q_s32(v.as_mut_ptr().add(4), s[1]);
                 store_columns(acc.add(i * ldy), &v, ncols, load, fin);
             }
         }
@@ -202,7 +226,8 @@ unsafe impl Q8Kernel for DotProd {
         unsafe { vaddvq_s32(v) }
     }
 
-    super::q8_driver::q8_gemv!(4, 4, 4);
+    // 8 weight rows per block for one row of activations: 8 independent `sdot` chains.
+    super::q8_driver::q8_gemv!(8, 4, 4);
 }
 
 super::q8_driver::q8_entry_points!(DotProd, "neon,dotprod", "aarch64 `sdot`", q8_i8_dotprod, q8_dense_i8_dotprod);
