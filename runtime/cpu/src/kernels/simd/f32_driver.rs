@@ -23,8 +23,9 @@
 //! The batch-1 GEMV ([`gemv_stream`]), where each weight is used once per row of `x` and the time
 //! is the weights' trip from memory: one weight row at a time, so the matrix is read as one
 //! sequential stream, every cache line prefetched into L1 [`STREAM_PF_BYTES`] ahead (while a row
-//! of `x`, up to 32 KiB, stays in L1); eight accumulators per row, each summing every eighth
-//! step, cover the FMA latency. Measured on one Zen 5 core of a shared VM (AVX-512), in one process, the stream and the 8-row blocks
+//! of `x`, up to 32 KiB, stays in L1); four accumulators per row, each summing every fourth
+//! step (1–6 rows of `x` per weight load: [`gemv_stream`]). Measured on one Zen 5 core of a
+//! shared VM (AVX-512, eight accumulators then), in one process, the stream and the 8-row blocks
 //! interleaved (2560 × 4096, 42 MB as f32, median of 57 calls each, three runs): the stream takes
 //! 0.84–0.88× the 8-row kernel's time for f32, 0.83× for f16, 0.73× for int4, and the same for
 //! int8 (10.5 MB, served from L3). A plain AVX-512 read of the same 42 MB with the same prefetch
@@ -272,6 +273,10 @@ pub(super) trait DotKernel: Vf {
     const KC: usize;
     /// Whether a GEMV over weights of `line_cols` columns per cache line, `cols` wide, streams.
     fn stream(line_cols: usize, cols: usize) -> bool;
+    /// Rows of `x` (1–6) that [`gemv_stream`] runs against one load of each weight vector: 4
+    /// accumulators each, plus the weight and `x` vectors, must fit the register file (3: 14 of
+    /// AVX2's 16 registers, 28 of NEON's 32 for its two-register vector).
+    const STREAM_ROWS: usize = 3;
 }
 
 /// Rows of `x` below which the dot products run as a GEMV (8-row blocks or the stream; from
@@ -369,7 +374,7 @@ unsafe fn block<V: Vf, L: Load<V>, const R: usize, const O: usize>(
             // do for 8 streams. Measured on the MNIST paper model at batch 1 (AVX2): f32 2,190 →
             // 1,720 µs per sample; int8 got slower (550–625 → 670 µs), so 1-byte encodings do not.
             let ahead = GEMV_PF_LINES * L::LINE_COLS;
-            if R == 1 && L::LINE_COLS <= 32 && k % L::LINE_COLS == 0 && k + ahead < inp {
+            if R <= 2 && L::LINE_COLS <= 32 && k % L::LINE_COLS == 0 && k + ahead < inp {
                 for j in 0..O {
                     V::prefetch_l1(w.addr(o0 + j, k + ahead));
                 }
@@ -424,16 +429,59 @@ unsafe fn pair_block<V: Vf, L: Load<V>, const R: usize>(
     }
 }
 
-/// The GEMV one weight row at a time (see the module notes): 8 accumulators of `V::L` lanes per
-/// row (`8·V::L` columns per step), added in a fixed tree, then the lanes, then the scalar
-/// column tail.
+/// The GEMV one weight row at a time (see the module notes): 4 accumulators of `V::L` lanes per
+/// row of `x` (`4·V::L` columns per step), added in a fixed tree, then the lanes, then the scalar
+/// column tail. Up to [`DotKernel::STREAM_ROWS`] rows of `x` share each weight vector (one load
+/// and decode for all of them, where each row alone reloaded and decoded it: on AVX-512, 2–7 rows
+/// measured 0.39–0.87 → 0.80–1.13 of the 8-row GEMM's rate at K = N = 384; 7 rows take two
+/// passes over the weight row, the second from L1). Every row's sums are the same whatever the
+/// row count, so a layer split by rows gives the same bits. (Four accumulators, not eight: a
+/// lone row is bound by its two loads per FMA, not by the FMA latency four chains cover.)
 ///
 /// # Safety
 /// As [`dots`].
 #[inline(always)]
-pub(super) unsafe fn gemv_stream<V: Vf, L: Load<V>>(op: DenseOp<'_, L>) {
-    let DenseOp { x, rows, w, out, y, ldy } = op;
-    const A: usize = 8;
+pub(super) unsafe fn gemv_stream<V: DotKernel, L: Load<V>>(op: DenseOp<'_, L>) {
+    let DenseOp { rows, out, .. } = op;
+    let most = V::STREAM_ROWS.clamp(1, 6);
+    // SAFETY: the caller's contract; every call covers rows r.. < rows.
+    unsafe {
+        for o in 0..out {
+            let mut r = 0;
+            while r < rows {
+                // More rows than `most`: two passes as even as that allows (7 → 4 + 3), then
+                // passes of `most`.
+                let left = rows - r;
+                let n = if left <= most {
+                    left
+                } else if left < 2 * most {
+                    left.div_ceil(2)
+                } else {
+                    most
+                };
+                match n {
+                    1 => stream_rows::<V, L, 1>(op, o, r),
+                    2 => stream_rows::<V, L, 2>(op, o, r),
+                    3 => stream_rows::<V, L, 3>(op, o, r),
+                    4 => stream_rows::<V, L, 4>(op, o, r),
+                    5 => stream_rows::<V, L, 5>(op, o, r),
+                    _ => stream_rows::<V, L, 6>(op, o, r),
+                }
+                r += n;
+            }
+        }
+    }
+}
+
+/// [`gemv_stream`]'s body: weight row `o` against rows `r0..r0 + R` of `x` (the first pass over
+/// the weight row, `r0 == 0`, prefetches it [`STREAM_PF_BYTES`] ahead).
+///
+/// # Safety
+/// As [`dots`]; `r0 + R <= rows`, `o < out`.
+#[inline(always)]
+unsafe fn stream_rows<V: Vf, L: Load<V>, const R: usize>(op: DenseOp<'_, L>, o: usize, r0: usize) {
+    let DenseOp { x, w, y, ldy, .. } = op;
+    const A: usize = 4;
     let inp = w.cols();
     let kv = inp / V::L * V::L;
     // Whole groups of A steps; the remaining steps go to accumulator 0.
@@ -441,44 +489,46 @@ pub(super) unsafe fn gemv_stream<V: Vf, L: Load<V>>(op: DenseOp<'_, L>) {
     // SAFETY: every (o, k) read is < (out, inp); x indices < rows·inp; y per the caller's
     // contract. Prefetch addresses may run past the matrix (`wrapping_add`): prefetches never fault.
     unsafe {
-        for o in 0..out {
-            for r in 0..rows {
-                let xr = x.as_ptr().add(r * inp);
-                let mut acc = [V::zero(); A];
-                let mut k = 0;
-                while k < ka {
-                    // Each line once (first pass over x only; later rows of x find W in L1/L2).
-                    if r == 0 {
-                        let mut c = 0;
-                        while c < V::L * A {
-                            V::prefetch_l1(w.addr(o, k + c).wrapping_add(STREAM_PF_BYTES));
-                            c += L::LINE_COLS;
-                        }
-                    }
-                    // Unrolled by hand with constant indices: as a loop, LLVM kept the int4
-                    // accumulators on the stack (a store-forwarding chain per FMA).
-                    macro_rules! step {
-                        ($($a:literal)*) => {$(
-                            acc[$a] = V::fma(w.load(o, k + V::L * $a), V::load(xr.add(k + V::L * $a)), acc[$a]);
-                        )*};
-                    }
-                    step!(0 1 2 3 4 5 6 7);
-                    k += V::L * A;
+        let xp = x.as_ptr().add(r0 * inp);
+        let mut acc = [[V::zero(); A]; R];
+        let mut k = 0;
+        while k < ka {
+            // Each line once (first pass over the weight row only; later passes find it in L1).
+            if r0 == 0 {
+                let mut c = 0;
+                while c < V::L * A {
+                    V::prefetch_l1(w.addr(o, k + c).wrapping_add(STREAM_PF_BYTES));
+                    c += L::LINE_COLS;
                 }
-                while k < kv {
-                    acc[0] = V::fma(w.load(o, k), V::load(xr.add(k)), acc[0]);
-                    k += V::L;
-                }
-                let t = V::add(
-                    V::add(V::add(acc[0], acc[1]), V::add(acc[2], acc[3])),
-                    V::add(V::add(acc[4], acc[5]), V::add(acc[6], acc[7])),
-                );
-                let mut s = V::hsum(t);
-                for kk in kv..inp {
-                    s += w.get(o, kk) * *xr.add(kk);
-                }
-                *y.add(r * ldy + o) = s * w.row_scale(o);
             }
+            // Unrolled by hand with constant indices: as a loop, LLVM kept the int4
+            // accumulators on the stack (a store-forwarding chain per FMA).
+            macro_rules! step {
+                ($($a:literal)*) => {$(
+                    let wv = w.load(o, k + V::L * $a);
+                    for (i, acc) in acc.iter_mut().enumerate() {
+                        acc[$a] = V::fma(wv, V::load(xp.add(i * inp + k + V::L * $a)), acc[$a]);
+                    }
+                )*};
+            }
+            step!(0 1 2 3);
+            k += V::L * A;
+        }
+        while k < kv {
+            let wv = w.load(o, k);
+            for (i, acc) in acc.iter_mut().enumerate() {
+                acc[0] = V::fma(wv, V::load(xp.add(i * inp + k)), acc[0]);
+            }
+            k += V::L;
+        }
+        for (i, acc) in acc.iter().enumerate() {
+            let xr = xp.add(i * inp);
+            let t = V::add(V::add(acc[0], acc[1]), V::add(acc[2], acc[3]));
+            let mut s = V::hsum(t);
+            for kk in kv..inp {
+                s += w.get(o, kk) * *xr.add(kk);
+            }
+            *y.add((r0 + i) * ldy + o) = s * w.row_scale(o);
         }
     }
 }
@@ -505,16 +555,18 @@ pub(super) unsafe fn dots<V: DotKernel, L: Load<V>>(op: DenseOp<'_, L>) {
     if rows < GEMV_MAX_ROWS && V::stream(L::LINE_COLS, inp) {
         unsafe { gemv_stream::<V, L>(op) }
     } else {
-        unsafe { dot_blocks::<V, L>(op) }
+        unsafe { dot_blocks::<V, L, GEMV_MAX_ROWS>(op) }
     }
 }
 
-/// [`dots`] without the stream: the blocks by weight rows and rows of `x`.
+/// [`dots`] without the stream: the blocks by weight rows and rows of `x`, the GEMV's eight
+/// weight rows at a time below `G` rows of `x` (two rows of `x` per block: each output is one
+/// FMA chain over all of `k`, whatever the row count below `G`).
 ///
 /// # Safety
 /// As [`dots`].
 #[inline(always)]
-pub(super) unsafe fn dot_blocks<V: DotKernel, L: Load<V>>(op: DenseOp<'_, L>) {
+pub(super) unsafe fn dot_blocks<V: DotKernel, L: Load<V>, const G: usize>(op: DenseOp<'_, L>) {
     let DenseOp { x, rows, w, out, y, ldy } = op;
     let inp = w.cols();
     // Column blocks outermost (partial sums accumulate in `y`), then weight-row blocks, then
@@ -527,15 +579,23 @@ pub(super) unsafe fn dot_blocks<V: DotKernel, L: Load<V>>(op: DenseOp<'_, L>) {
         loop {
             // Few rows: no reuse of `x` to protect, and whole weight rows keep the hardware
             // prefetcher on long sequential streams.
-            let k1 = if rows > 4 && inp - k0 > V::KC { k0 + V::KC } else { inp };
+            let gemv = rows < G;
+            let k1 = if !gemv && rows > 4 && inp - k0 > V::KC { k0 + V::KC } else { inp };
             let kr = (k0, k1, k0 > 0);
             let mut o = 0;
-            if rows < GEMV_MAX_ROWS {
+            if gemv {
                 while o + 8 <= out {
                     let next = NextBlock::rows(w, o + 8, 8, out, (k1 - k0) / V::L);
-                    for r in 0..rows {
+                    let mut r = 0;
+                    while r < rows {
                         let next = if r == 0 { next } else { NextBlock::NONE };
-                        block::<V, L, 1, 8>(x, r, w, o, ldy, kr, y, next);
+                        if rows - r >= 2 {
+                            block::<V, L, 2, 8>(x, r, w, o, ldy, kr, y, next);
+                            r += 2;
+                        } else {
+                            block::<V, L, 1, 8>(x, r, w, o, ldy, kr, y, next);
+                            r += 1;
+                        }
                     }
                     o += 8;
                 }

@@ -101,6 +101,8 @@ impl DotKernel for Y {
 /// weights), other encodings while a row of `x` fits in L1 beside the stream.
 impl DotKernel for Z {
     const KC: usize = 256;
+    /// 6 rows × 4 accumulators: 24 of the 32 AVX-512 registers.
+    const STREAM_ROWS: usize = 6;
     #[inline(always)]
     fn stream(line_cols: usize, cols: usize) -> bool {
         line_cols == 16 || cols <= STREAM_MAX_COLS
@@ -192,14 +194,18 @@ impl Load<Z> for I4W<'_> {
     unsafe fn load(&self, o: usize, k: usize) -> Z {
         debug_assert!(k + 16 <= self.cols && k.is_multiple_of(16));
         // SAFETY: see the comment above these two impls.
-        // 8 bytes → 16 nibbles in order → signed bytes through a 16-entry table → 16 f32, times
-        // the group's scale (16 columns never straddle a group of 32).
+        // 8 bytes, each doubled, zero-extended to 16 lanes; the odd lanes shifted right by 4:
+        // each lane's low 4 bits are its nibble, which `vpermps` (it reads only those) looks up
+        // in a 16-entry table of the signed values as f32; times the group's scale (16 columns
+        // never straddle a group of 32). Three vector operations fewer per 16 weights than
+        // masking, interleaving, a byte table and `vcvtdq2ps`; the same f32 values.
         unsafe {
             let b = _mm_loadl_epi64(self.ptr(o, k).cast());
-            let m = _mm_set1_epi8(0x0f);
-            let n = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16::<4>(b), m));
-            let lut = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
-            let v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(lut, n)));
+            let d = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
+            let n = _mm512_srlv_epi32(d, _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4));
+            let lut =
+                _mm512_setr_ps(0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, -8.0, -7.0, -6.0, -5.0, -4.0, -3.0, -2.0, -1.0);
+            let v = _mm512_permutexvar_ps(n, lut);
             Z(_mm512_mul_ps(v, _mm512_broadcastss_ps(scale_ps(self.scale_bits(o, k)))))
         }
     }

@@ -80,7 +80,7 @@ pub unsafe fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     }
 }
 
-/// The AVX-512 GEMV (below [`GEMV_MAX_ROWS`] rows): the driver's dot products at 16 lanes, the
+/// The AVX-512 GEMV (below [`gemm::MIN_ROWS`] rows): the driver's dot products at 16 lanes, the
 /// stream and the 8-row blocks each compiled on its own, one target-feature function per kernel
 /// and encoding (in one function, the CIFAR head's int8 GEMV through the blocks measured 5–6 %
 /// slower than before the shared driver; compiled apart, 3 %).
@@ -91,17 +91,17 @@ pub unsafe fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
 unsafe fn gemv_avx512<L: Load<Z>>(op: DenseOp<'_, L>) {
     /// Writes a not-inlined AVX-512 wrapper `$name` of the driver's `$f`.
     macro_rules! own_fn {
-        ($name:ident, $f:ident) => {
+        ($name:ident, $f:ident $(, $g:expr)?) => {
             #[inline(never)]
             #[target_feature(enable = "avx512f,avx2,fma,f16c")]
             unsafe fn $name<L: Load<Z>>(op: DenseOp<'_, L>) {
                 // SAFETY: the caller's contract.
-                unsafe { super::f32_driver::$f::<Z, L>(op) }
+                unsafe { super::f32_driver::$f::<Z, L $(, $g)?>(op) }
             }
         };
     }
     own_fn!(stream, gemv_stream);
-    own_fn!(blocks, dot_blocks);
+    own_fn!(blocks, dot_blocks, { gemm::MIN_ROWS });
     // SAFETY: the caller's contract.
     unsafe {
         if <Z as DotKernel>::stream(L::LINE_COLS, op.w.cols()) {
@@ -113,10 +113,10 @@ unsafe fn gemv_avx512<L: Load<Z>>(op: DenseOp<'_, L>) {
 }
 
 /// One tier's dense entry points: `$wt` over a slice and `$wt_ptr` at a row stride, with that
-/// tier's GEMM tiles (`gemm_tiers` parameters `$tiers`) and, below [`GEMV_MAX_ROWS`] rows, its
+/// tier's GEMM tiles (`gemm_tiers` parameters `$tiers`) and, below `$gemv_rows` rows, its
 /// GEMV `$gemv`.
 macro_rules! dense_entry_points {
-    ($features:literal, $needs:literal, $what:literal, $v:ty, [$($tiers:literal),*], $gemv:path,
+    ($features:literal, $needs:literal, $what:literal, $v:ty, [$($tiers:literal),*], $gemv:path, $gemv_rows:expr,
      $wt:ident, $wt_ptr:ident) => {
         #[doc = concat!("`y [rows, out] = x [rows, in] · Wᵀ` for any weight encoding (no bias) ", $what)]
         ///
@@ -140,7 +140,7 @@ macro_rules! dense_entry_points {
             // `WeightView::new`.
             unsafe {
                 if !gemm_tiers::<$v, $($tiers),*>(x, rows, w, y, ldy) {
-                    if rows < GEMV_MAX_ROWS {
+                    if rows < $gemv_rows {
                         weights!(w, l => $gemv(DenseOp { x, rows, w: l, out, y, ldy }))
                     } else {
                         weights!(w, l => dots::<Y, _>(DenseOp { x, rows, w: l, out, y, ldy }))
@@ -158,16 +158,18 @@ dense_entry_points!(
     gemm::Y,
     [6, 2, 6, 2],
     dots::<Y, _>,
+    GEMV_MAX_ROWS,
     matmul_wt,
     matmul_wt_ptr
 );
 dense_entry_points!(
     "avx512f,avx2,fma,f16c",
     "AVX-512F, AVX2, FMA and F16C",
-    "with the AVX-512 packed 8×32 GEMM from [`gemm::MIN_ROWS`] rows, the 16-lane GEMV below [`GEMV_MAX_ROWS`], the AVX2 dot products between (bandwidth-bound there).",
+    "with the AVX-512 packed 8×32 GEMM from [`gemm::MIN_ROWS`] rows, the 16-lane GEMV below (up to six rows of `x` per weight load).",
     gemm::Z,
     [12, 1, 8, 2],
     gemv_avx512,
+    gemm::MIN_ROWS,
     matmul_wt_avx512,
     matmul_wt_avx512_ptr
 );
