@@ -520,8 +520,10 @@ pub(super) unsafe fn gemm_i4(op: &super::Q8Int4<'_>, y: &mut [f32]) {
 const I4_SPAN: usize = 4096;
 /// Groups of 32 inputs per span.
 const I4_SPAN_GROUPS: usize = I4_SPAN / 32;
-/// Rows of `x` up to which the int4 product runs as [`gemv_i4`] (from there [`gemm_i4`]).
-pub(super) const I4_GEMV_MAX_ROWS: usize = 3;
+/// Rows of `x` up to which the int4 product runs as [`gemv_i4`] (from there [`gemm_i4`], whose
+/// per-call packing 4–6 rows do not amortise: at K = N = 384 the packed GEMM ran 4–6 rows at
+/// 0.62–0.81 of its 8-row rate, the stream 1–3 rows at 0.70–0.85).
+pub(super) const I4_GEMV_MAX_ROWS: usize = 6;
 /// Weight rows per block of [`gemv_i4`]: one output per lane.
 const I4_BLOCK: usize = 16;
 /// Bytes ahead that [`gemv_i4`] prefetches each weight row's stream into L1.
@@ -658,7 +660,10 @@ pub(super) unsafe fn gemv_i4(op: &super::Q8Int4<'_>, y: &mut [f32]) {
         match op.rows {
             1 => gemv_i4_rows::<1>(op, y),
             2 => gemv_i4_rows::<2>(op, y),
-            _ => gemv_i4_rows::<3>(op, y),
+            3 => gemv_i4_rows::<3>(op, y),
+            4 => gemv_i4_rows::<4>(op, y),
+            5 => gemv_i4_rows::<5>(op, y),
+            _ => gemv_i4_rows::<6>(op, y),
         }
     }
 }

@@ -288,7 +288,7 @@ pub unsafe fn dot_i8_vnni(a: &[i8], b: &[i8]) -> i32 {
 }
 
 /// `y[r·out + o] = Σ q(x[r, k]) · w[o, k] · scale(o, k / 32)` for int4 weights with the AVX-512
-/// VNNI kernels (the streaming [`super::q8_512::gemv_i4`] up to 3 rows, else the packed
+/// VNNI kernels (the streaming [`super::q8_512::gemv_i4`] up to 6 rows, else the packed
 /// [`super::q8_512::gemm_i4`]): f32 in the portable loop's order (per group an exact
 /// i32 sum, scaled; per 256-input chunk a partial), so equal to it bit for bit. `y` is overwritten.
 ///
