@@ -133,8 +133,19 @@ struct ScaleMatch {
     pattern: &'static str,
 }
 
+/// Node `n` as a scale by a constant: `Binary Mul` of an activation by a constant (either side),
+/// or `Binary Div` of an activation by a constant (a scale by its reciprocal). The node, the
+/// activation, the constant and whether it divides.
+fn scaled_by_constant(b: &ModelBuilder, n: usize) -> Option<(Binary, TensorId, TensorId, bool)> {
+    if let Some((mul, t, c)) = times_constant(b, n) {
+        return Some((mul, t, c, false));
+    }
+    let Op::Binary(div) = b.ops()[n] else { return None };
+    (div.op == BinaryOp::Div && !b.is_weight(div.a) && b.is_weight(div.b)).then_some((div, div.a, div.b, true))
+}
+
 fn match_scale(b: &ModelBuilder, mul_node: usize) -> Option<ScaleMatch> {
-    let (mul, view, c) = times_constant(b, mul_node)?;
+    let (mul, view, c, divide) = scaled_by_constant(b, mul_node)?;
     // The constant broadcasts into the activation's shape, never widens it.
     let out_dims = dims(b, mul.y)?;
     if dims(b, view)? != out_dims {
@@ -150,19 +161,36 @@ fn match_scale(b: &ModelBuilder, mul_node: usize) -> Option<ScaleMatch> {
     // Output channel of flat element i: a convolution's [O, H', W'] is O blocks of H'·W', a
     // dense layer's [.., N] cycles through N.
     let (channels, block, pattern) = match node {
-        Op::Conv2d(cv) if cv.act == Activation::None => {
+        Op::Conv2d(cv) if cv.act == Activation::None && cv.clamp.is_none() => {
             let o = *td.first()?;
             (o, numel / o.max(1), "conv+scale")
         }
-        Op::Dense(d) if d.act == Activation::None => (*td.last()?, 0, "dense+scale"),
+        Op::Dense(d) if d.act == Activation::None && d.clamp.is_none() => (*td.last()?, 0, "dense+scale"),
         _ => return None,
     };
     let (cv, cd) = (b.weight_values(c)?, dims(b, c)?);
-    // One value per channel: a scalar (or a constant of another size) is not this pattern.
-    if channels == 0 || cv.len() != channels || numel != out_dims.iter().product::<usize>() {
+    // One value per channel, or one for all (a constant of another size is not this pattern).
+    if channels == 0 || (cv.len() != channels && cv.len() != 1) || numel != out_dims.iter().product::<usize>() {
         return None;
     }
-    let gamma = per_channel(cv, &cd, &out_dims, |i| i.checked_div(block).unwrap_or(i % channels), channels)?;
+    let mut gamma = if cv.len() == 1 {
+        vec![cv[0]; channels]
+    } else {
+        per_channel(cv, &cd, &out_dims, |i| i.checked_div(block).unwrap_or(i % channels), channels)?
+    };
+    if divide {
+        gamma.iter_mut().for_each(|g| *g = 1.0 / *g);
+    }
+    // A zero or non-finite scale would turn the layer's infinities and NaNs into other values
+    // than the product did (0·∞): left alone.
+    if gamma.iter().any(|g| *g == 0.0 || !g.is_finite()) {
+        return None;
+    }
+    let pattern = match (pattern, divide) {
+        ("conv+scale", true) => "conv+scale (division)",
+        ("dense+scale", true) => "dense+scale (division)",
+        (p, _) => p,
+    };
     nodes.push(pn);
     nodes.sort_unstable();
     let inputs = match node {
@@ -224,7 +252,7 @@ pub(super) fn per_channel(
 fn scaled_ops(b: &mut ModelBuilder, m: &ScaleMatch) -> Option<Vec<Op>> {
     let out = m.region.output;
     let direct = dims(b, m.y)? == dims(b, out)?;
-    let name = if m.pattern == "conv+scale" { "conv2d_scaled" } else { "dense_scaled" };
+    let name = if m.pattern.starts_with("conv") { "conv2d_scaled" } else { "dense_scaled" };
     let y = if direct { out } else { b.new_activation(name, &dims(b, m.y)?).ok()? };
     // Row o of the weight and the bias b[o] times γ[o].
     let mut scaled = |p: Proj| -> Option<Proj> {

@@ -1,6 +1,6 @@
 //! Element-wise patterns: GELU written out with erf, and an activation following a dense layer.
 
-use super::{back_through_views, rewrite_each, scalar, sole_consumer, FusionReport};
+use super::{back_through_views, rewrite_each, rewrite_each_named, scalar, sole_consumer, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_rt_format::ops::{Activation, Binary, BinaryOp, Dense, Op, Unary, UnaryOp};
@@ -100,57 +100,67 @@ pub(super) fn dense_activation(b: &mut ModelBuilder, report: &mut FusionReport) 
     });
 }
 
-/// A bias added after reshape views of a bias-free, activation-free `Dense` (exporters write
-/// `[T, 1] → [T] → [T, 1] + b` for one-output projections, so the lowering's dense+bias fusion
-/// does not see it) → the bias folded into the `Dense`, the views kept. The constant must have
-/// `out` elements, and either `out == 1` or the sum's last axis be the features (`[.., out]`,
-/// the constant `[1, .., out]`); the numerical check proves the rest.
+/// A constant added to (or subtracted from) an activation-free `Dense`'s output, directly or
+/// after reshape views (exporters write `[T, 1] → [T] → [T, 1] + b` for one-output projections,
+/// and a graph may add a scalar, subtract a mean, or add a bias to a layer that has one) → the
+/// constant folded into the `Dense`'s bias (summed with the one it has), the views kept. The
+/// constant must have `out` elements or one, and for `out` elements either `out == 1` or the
+/// sum's last axis be the features (`[.., out]`, the constant `[1, .., out]`); the numerical
+/// check proves the rest.
 pub(super) fn dense_bias_through_views(b: &mut ModelBuilder, report: &mut FusionReport) {
     use kestrel_rt_format::ops::Reshape;
-    rewrite_each(b, report, "dense+bias (through views)", |b, i| {
-        let (region, dense, bias) = match_bias_through_views(b, i)?;
+    rewrite_each_named(b, report, |b, i| {
+        let (region, dense, bias, views) = match_bias_through_views(b, i)?;
         let (out, y) = (bias.len(), region.output);
         let dims: Vec<usize> =
             b.shape_of(dense.y).map(|s| s.dims().iter().map(|&v| v as usize).collect()).unwrap_or_default();
-        let (bid, dy) = b
-            .weight("folded_bias", &[out], bias)
-            .and_then(|bid| Ok((bid, b.new_activation("dense_biased", &dims)?)))
-            .ok()?;
+        let direct =
+            b.shape_of(y).map(|s| s.dims().iter().map(|&v| v as usize).collect::<Vec<_>>()) == Some(dims.clone());
+        let bid = b.weight("folded_bias", &[out], bias).ok()?;
+        let dy = if direct { y } else { b.new_activation("dense_biased", &dims).ok()? };
         let mut proj = dense.proj;
         proj.b = Some(bid);
-        Some((region, vec![Op::Dense(Dense { y: dy, proj, ..dense }), Op::Reshape(Reshape { x: dy, y })]))
+        let mut ops = vec![Op::Dense(Dense { y: dy, proj, ..dense })];
+        if !direct {
+            ops.push(Op::Reshape(Reshape { x: dy, y }));
+        }
+        Some((region, ops, if views { "dense+bias (through views)" } else { "dense+bias" }))
     });
 }
 
-fn match_bias_through_views(b: &ModelBuilder, add_node: usize) -> Option<(Region, Dense, Vec<f32>)> {
+fn match_bias_through_views(b: &ModelBuilder, add_node: usize) -> Option<(Region, Dense, Vec<f32>, bool)> {
     let Op::Binary(add) = b.ops()[add_node] else { return None };
-    if add.op != BinaryOp::Add {
-        return None;
-    }
-    let (view, c) = match (b.weight_values(add.a), b.weight_values(add.b)) {
-        (None, Some(c)) => (add.a, c),
-        (Some(c), None) => (add.b, c),
+    let (view, c, sign) = match (add.op, b.weight_values(add.a), b.weight_values(add.b)) {
+        (BinaryOp::Add, None, Some(c)) => (add.a, c, 1.0),
+        (BinaryOp::Add, Some(c), None) => (add.b, c, 1.0),
+        (BinaryOp::Sub, None, Some(c)) => (add.a, c, -1.0),
         _ => return None,
     };
-    // Back through one or more reshapes (each output read only by the next step).
+    // Back through reshapes (each output read only by the next step).
     let mut nodes = vec![add_node];
     let t = back_through_views(b, view, &mut nodes)?;
-    if nodes.len() < 2 {
-        return None; // no view in between: the lowering's own fusion covers a direct add
-    }
+    let views = nodes.len() >= 2;
     let dn = b.producer(t)?;
     let Op::Dense(dense) = b.ops()[dn] else { return None };
-    if dense.act != Activation::None || dense.proj.b.is_some() || sole_consumer(b, t)? != *nodes.last()? {
+    if dense.act != Activation::None || dense.clamp.is_some() || sole_consumer(b, t)? != *nodes.last()? {
         return None;
     }
     nodes.push(dn);
     let out = b.shape_of(dense.proj.w)?.as_matrix()?.0;
-    let (sum_dims, c_dims) = (b.shape_of(add.y)?, b.shape_of(if view == add.a { add.b } else { add.a })?);
+    let cid = if view == add.a { add.b } else { add.a };
+    let (sum_dims, c_dims) = (b.shape_of(add.y)?, b.shape_of(cid)?);
     let features_last = sum_dims.dims().last().is_some_and(|&l| l as usize == out)
         && c_dims.dims().split_last().is_some_and(|(&l, rest)| l as usize == out && rest.iter().all(|&v| v == 1));
-    if c.len() != out || !(out == 1 || features_last) || sum_dims.numel()? != b.shape_of(dense.y)?.numel()? {
+    let per_feature = c.len() == out && (out == 1 || features_last);
+    if !(per_feature || c.len() == 1) || sum_dims.numel()? != b.shape_of(dense.y)?.numel()? {
         return None;
     }
+    let c: Vec<f32> = if c.len() == 1 { vec![c[0]; out] } else { c.to_vec() };
+    let old = match dense.proj.b {
+        Some(old) => b.weight_values(old)?.to_vec(),
+        None => vec![0.0; out],
+    };
+    let bias: Vec<f32> = old.iter().zip(&c).map(|(o, v)| o + sign * v).collect();
     nodes.sort_unstable();
-    Some((Region { nodes, inputs: vec![dense.x], output: add.y }, dense, c.to_vec()))
+    Some((Region { nodes, inputs: vec![dense.x], output: add.y }, dense, bias, views))
 }

@@ -75,7 +75,7 @@ pub(super) fn conv_epilogue(b: &mut ModelBuilder, report: &mut FusionReport) {
 
 fn match_conv_epilogue(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>, &'static str)> {
     let Op::Conv2d(cv) = b.ops()[n] else { return None };
-    if cv.act != Activation::None {
+    if cv.act != Activation::None || cv.clamp.is_some() {
         return None;
     }
     let mut nodes = vec![n];
@@ -93,11 +93,13 @@ fn match_conv_epilogue(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op
             };
             (Conv2d { act, ..cv }, u.y, "conv+activation (after views)")
         }
-        Op::Binary(add) if add.op == BinaryOp::Add => {
+        // `x + c`, `c + x`, or `x − c` (a bias of −c).
+        Op::Binary(add) if matches!(add.op, BinaryOp::Add | BinaryOp::Sub) => {
             let (c, other) = if b.is_weight(add.b) { (add.b, add.a) } else { (add.a, add.b) };
-            if other != t || !b.is_weight(c) {
+            if other != t || !b.is_weight(c) || (add.op == BinaryOp::Sub && add.b != c) {
                 return None;
             }
+            let sign = if add.op == BinaryOp::Sub { -1.0 } else { 1.0 };
             let od = dims(b, add.y)?;
             let yd = dims(b, cv.y)?;
             if od.iter().product::<usize>() != yd.iter().product::<usize>() {
@@ -106,7 +108,8 @@ fn match_conv_epilogue(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op
             // Channel of each element of the sum: the conv's `[O, H, W]` layout, flat.
             let per = yd[1..].iter().product::<usize>().max(1);
             let values = b.weight_values(c)?.to_vec();
-            let bias = per_channel(&values, &dims(b, c)?, &od, |i| i / per, yd[0])?;
+            let bias: Vec<f32> =
+                per_channel(&values, &dims(b, c)?, &od, |i| i / per, yd[0])?.into_iter().map(|v| sign * v).collect();
             let merged: Vec<f32> = match cv.proj.b {
                 Some(old) => b.weight_values(old)?.iter().zip(&bias).map(|(a, c)| a + c).collect(),
                 None => bias,
