@@ -329,10 +329,11 @@ fn fusions_are_reported() {
 /// HardSigmoid (α 1/6, β 1/2) and `relu6(x + 3)/6` written out (Add, Clip, Div) become the
 /// activation of the Dense or Conv2d before them (one of each per layer kind), the `× 1/6` form
 /// on a Dense output that a residual Add also reads becomes one `Unary HardSigmoid`, and
-/// HardSigmoid with ONNX's default α = 0.2 stays arithmetic. The result matches tract.
+/// HardSigmoid with ONNX's default α = 0.2 stays arithmetic, one element-wise chain. The result
+/// matches tract.
 #[test]
 fn hard_sigmoid_fuses_into_its_producer_or_a_unary() {
-    use kestrel_rt::format::ops::{Activation, BinaryOp, Op, UnaryOp};
+    use kestrel_rt::format::ops::{Activation, BinaryOp, ChainStep, Op, UnaryOp};
     let count = |r: &Report, name: &str| r.fused.iter().find(|f| f.name == name).map_or(0, |f| f.count);
     let conv = convert(data("hard_sigmoid.onnx"), &ConvertOptions::default()).unwrap();
     let r = &conv.report;
@@ -352,11 +353,19 @@ fn hard_sigmoid_fuses_into_its_producer_or_a_unary() {
     };
     assert_eq!(fused(Activation::HardSigmoid), 4);
     let unary = |u: UnaryOp| ops.iter().filter(|o| matches!(o, Op::Unary(x) if x.op == u)).count();
-    assert_eq!((unary(UnaryOp::HardSigmoid), unary(UnaryOp::Relu)), (1, 1));
-    // Left as Binary: the residual Add, and α = 0.2's Mul, Add and Min (its Max 0 is the Relu).
+    assert_eq!((unary(UnaryOp::HardSigmoid), unary(UnaryOp::Relu)), (1, 0));
+    // Left as Binary: the residual Add; α = 0.2's Mul, Add, Min and Relu (its Max 0) are one
+    // element-wise chain.
     let binary: Vec<BinaryOp> =
         ops.iter().filter_map(|o| if let Op::Binary(b) = o { Some(b.op) } else { None }).collect();
-    assert_eq!(binary, [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Add, BinaryOp::Min], "{:?}", r.kestrel_ops);
+    assert_eq!(binary, [BinaryOp::Add], "{:?}", r.kestrel_ops);
+    let chains: Vec<Vec<ChainStep>> = ops
+        .iter()
+        .filter_map(|o| if let Op::Chain(c) = o { Some(c.steps.as_slice().to_vec()) } else { None })
+        .collect();
+    let scalar = |op| ChainStep::Binary { op, c_first: false, per_channel: false };
+    let alpha = [scalar(BinaryOp::Mul), scalar(BinaryOp::Add), scalar(BinaryOp::Min), ChainStep::Unary(UnaryOp::Relu)];
+    assert_eq!(chains, [alpha.to_vec()], "{:?}", r.kestrel_ops);
     check("hard_sigmoid", DType::F32, 1e-5);
 }
 
