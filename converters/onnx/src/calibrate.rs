@@ -67,7 +67,7 @@ fn targets(b: &ModelBuilder) -> Vec<(TensorId, Vec<String>)> {
             OpClass::Layer(LayerOp::MatMul(_) | LayerOp::Unary(_) | LayerOp::Binary(_) | LayerOp::Softmax(_)) => {
                 continue
             }
-            OpClass::Layer(LayerOp::Sdpa(_) | LayerOp::Gather(_) | LayerOp::Chain(_)) => continue,
+            OpClass::Layer(LayerOp::Sdpa(_) | LayerOp::Gather(_) | LayerOp::Chain(_) | LayerOp::Nms(_)) => continue,
             OpClass::Layer(LayerOp::Reduce(_) | LayerOp::LayerNorm(_) | LayerOp::Pool2d(_)) => continue,
             OpClass::Layer(LayerOp::Reshape(_) | LayerOp::Slice(_) | LayerOp::Transpose(_)) => continue,
         };

@@ -105,6 +105,8 @@ Mod | Binary Fmod (fmod = 1); fmod = 0: the remainder with the divisor's sign, f
 Mul | Binary
 Neg | Unary
 NegativeLogLikelihoodLoss | parsed by Kestrel (`src/expand/`): the targets compared with the class indices (a one-hot mask, ignore_index masked out), times the scores and weights, Reduce Sum over the classes; sum and mean as Reduce Sum and Div (mean by the weights picked) | targets constant or computed at run time
+NonMaxSuppression | Kestrel's Nms op (greedy per batch and class, as the standard's reference: score threshold, highest first with ties in index order, IoU above the threshold suppresses; `-1` past the last kept row), its count a run-time dim (`nms:<node>`, the rows not `-1` summed) and the output sliced to it | both box encodings; limits constant or computed at run time; at least one box selected per run (an empty selection is a run-time error), B·C·N < 2^24; the CPU (the GPU refuses run-time dims)
+NonZero | its count a run-time dim (`nonzero:<node>`, 1..=N): the running count of the mask by log-step shifted adds, the one-hot of the ranks times a constant coordinate table | at least one non-zero entry per run, N·N ≤ 2^24 (the one-hot at the bound); the CPU (the GPU refuses run-time dims)
 Not | Binary 1 − x | boolean operand
 OneHot | Embedding of the ids into the rows of off + (on − off)·I, or for f32 indices comparisons with 0..D and −D..0 | constant depth and values; integer ids in 0..D (another is a run-time error where ONNX gives an all-off row)
 Or | Binary Max on 0/1 values | boolean operands
@@ -163,7 +165,7 @@ Tanh | Unary
 TensorScatter | parsed by Kestrel (`src/expand/`): ScatterElements along the axis at write_indices[b] + j (modulo the length when circular) | write_indices constant or computed at run time
 ThresholdedRelu | a comparison and a select (tract's expansion)
 Tile | a repeating 0/1 Dense per repeated axis | constant repeats
-TopK | by ranks: pairwise comparisons along the axis (ties in index order), their one-hot below K picking values and indices (When and a Sum; indices as f32 values) | constant k; at most 2^26 pairwise comparisons (axis length² × the other elements)
+TopK | by ranks: pairwise comparisons along the axis (ties in index order), their one-hot below K picking values and indices (When and a Sum; indices as f32 values); a k computed at run time is a run-time dim (the graph at the bound, the one-hot with K leading, k read during each run) | k constant, or computed at run time in 1..=N (the CPU; the GPU refuses run-time dims); at most 2^26 pairwise comparisons (axis length² × the other elements)
 Transpose | Transpose (a view when only size-1 axes move)
 Trilu | Binary When against a 0/1 triangle (exact): a constant one, or the constant j − i compared with a k computed at run time
 Unsqueeze | Reshape view

@@ -142,6 +142,8 @@ pub fn op_flops(graph: &Graph<'_, '_>, op: &Op) -> Option<u64> {
             let states = direction.dirs() as u64 * u64::from(*hidden);
             2 * t * (numel(graph, *w)? + numel(graph, *r)?) + 3 * t * gate_rows + 4 * t * states
         }
+        // Comparisons, no arithmetic to speak of.
+        Op::Nms(_) => return None,
         Op::Reshape(_) | Op::Transpose(_) | Op::Slice(_) | Op::Gather(_) | Op::Embedding(_) => return None,
     })
 }

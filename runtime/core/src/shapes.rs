@@ -150,6 +150,29 @@ pub fn output_shape(
         Op::Gather(o) => {
             crate::params::GatherParams::with_output(&shape_of(o.x), &shape_of(o.idx), o.axis).map(|r| r.1)
         }
+        Op::Nms(o) => {
+            // boxes [B, N, 4], scores [B, C, N], each limit one element; the output [M, 3] as
+            // declared, 1 ≤ M ≤ B·C·N < 2^24 (its rows are the most it can keep).
+            let (bx, sc) = (shape_of(o.boxes), shape_of(o.scores));
+            let bad = |what| ShapeError::Invalid { op: name, what };
+            let (&[b, n, four], &[sb, c, sn]) = (bx.dims(), sc.dims()) else {
+                return Err(bad("boxes [B, N, 4] and scores [B, C, N]"));
+            };
+            if four != 4 || sb != b || sn != n {
+                return Err(bad("boxes [B, N, 4] and scores [B, C, N]"));
+            }
+            for t in [o.max_out, o.iou, o.score].into_iter().flatten() {
+                if shape_of(t).dims().iter().map(|&d| d as usize).product::<usize>() != 1 {
+                    return Err(bad("each limit (max_out, iou, score) must hold one element"));
+                }
+            }
+            let most = (b as usize).saturating_mul(c as usize).saturating_mul(n as usize);
+            let y = declared.ok_or(bad("the output's rows must be declared"))?;
+            match *y.dims() {
+                [m, 3] if m >= 1 && m as usize <= most && most < 1 << 24 => Ok(y),
+                _ => Err(bad("an output [M, 3] with 1 <= M <= B·C·N < 2^24")),
+            }
+        }
         Op::Transpose(o) => {
             let x = shape_of(o.x);
             let mut seen = [false; MAX_RANK];

@@ -8,6 +8,7 @@
 pub mod alloc_count;
 pub mod layers;
 pub mod mechanisms;
+pub mod nms;
 pub mod rnn;
 pub mod testing;
 pub mod tolerance;

@@ -724,10 +724,5 @@ fn discover_run_dims(
     }
     let bind = crate::load::DimBinding { batch: 1, dims, shapes: None };
     let (model, _, _) = crate::load::load_typed_named(path, &bind)?;
-    Ok(model
-        .nodes()
-        .iter()
-        .filter_map(|n| n.op_as::<crate::run_dims::NonZeroAt>())
-        .map(|o| (o.sym.clone(), o.bound))
-        .collect())
+    Ok(crate::run_dims::discover(&model))
 }

@@ -18,6 +18,7 @@ mod hard_sigmoid;
 mod linear;
 mod lrn;
 mod mask;
+mod nms;
 mod nonzero;
 mod pool;
 mod pool_indices;
@@ -567,7 +568,12 @@ impl<'m> Lowerer<'m> {
 
     fn lower(&mut self) -> Res<()> {
         let node = self.tnode();
-        if self.try_topk()? || self.try_scan()? || self.try_nonzero()? || self.try_masked_scatter()? {
+        if self.try_topk()?
+            || self.try_scan()?
+            || self.try_nonzero()?
+            || self.try_masked_scatter()?
+            || self.try_nms()?
+        {
             return Ok(());
         }
         if self.try_dropout()? || self.try_dynamic_quantize()? || self.try_pool_indices()? {

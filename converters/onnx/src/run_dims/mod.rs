@@ -25,8 +25,17 @@ use tract_onnx::tract_hir::internal::{
     TensorProxy, ToDimExp,
 };
 
+mod nms;
+mod topk;
+
+pub(crate) use nms::NmsAt;
+pub(crate) use topk::TopKAt;
+
 /// The prefix of a run-time dim's symbol name (`nonzero:<node name>`).
 pub(crate) const PREFIX: &str = "nonzero:";
+/// The ops whose output size the data decide, and their symbols' prefixes.
+const SIZED_BY_DATA: [(&str, &str); 3] =
+    [("NonZero", PREFIX), ("TopK", topk::PREFIX), ("NonMaxSuppression", nms::PREFIX)];
 /// The name a run-time dim's count tensor is kept under in the file (`run_dim:<symbol>`).
 pub(crate) const KEPT: &str = "run_dim:";
 /// Node attributes [`mark`] writes: the symbol's name, and the count to convert at.
@@ -35,25 +44,29 @@ const ATTR_VALUE: &str = "kestrel_run_dim_value";
 
 /// Whether `name` is a run-time dim's symbol (not an input's: `bind_symbols` leaves it alone).
 pub(crate) fn is_run_dim(name: &str) -> bool {
-    name.starts_with(PREFIX)
+    SIZED_BY_DATA.iter().any(|(_, prefix)| name.starts_with(prefix))
 }
 
 /// Registers the `NonZero` parser (replacing tract's) and the masked scatter's.
 pub(crate) fn register(reg: &mut OnnxOpRegister) {
     reg.insert("NonZero", parse);
+    reg.insert("TopK", topk::parse);
+    reg.insert("NonMaxSuppression", nms::parse);
     reg.insert(crate::masked_scatter::OP_TYPE, crate::masked_scatter::parse);
 }
 
-/// Names every `NonZero` node of the main graph's count (`nonzero:<node name>`, or
-/// `nonzero:#<index>` for an unnamed node) and sets the value to convert at from `dims` (a
-/// probe's); without one the count converts at its bound.
+/// Names the size every `NonZero` (its count) and `TopK` (its k) node of the main graph gives
+/// (`nonzero:<node name>`, `topk:<node name>`, or `…:#<index>` for an unnamed node) and sets
+/// the value to convert at from `dims` (a probe's); without one the size converts at its bound.
+/// (A TopK whose k is a constant ignores its name: its size is the constant.)
 pub(crate) fn mark(g: &mut GraphProto, dims: &[(String, usize)]) {
     crate::masked_scatter::mark(g);
     for (i, n) in g.node.iter_mut().enumerate() {
-        if n.op_type != "NonZero" || !(n.domain.is_empty() || n.domain == "ai.onnx") {
+        if !(n.domain.is_empty() || n.domain == "ai.onnx") {
             continue;
         }
-        let sym = sym_name(&n.name, i);
+        let Some(&(_, prefix)) = SIZED_BY_DATA.iter().find(|(op, _)| *op == n.op_type) else { continue };
+        let sym = sym_name(prefix, &n.name, i);
         n.attribute.retain(|a| a.name != ATTR_SYM && a.name != ATTR_VALUE);
         let value = dims.iter().find(|(d, _)| *d == sym).map(|&(_, v)| v);
         n.attribute.push(AttributeProto {
@@ -73,18 +86,39 @@ pub(crate) fn mark(g: &mut GraphProto, dims: &[(String, usize)]) {
     }
 }
 
-/// Whether the ONNX file at `path` may have a `NonZero` node (its bytes hold the op type's
-/// name; a false positive costs one typed load in [`discover`]).
+/// Whether the ONNX file at `path` may have a node whose size the data decide (its bytes hold
+/// the op type's name; a false positive costs one typed load in `dims`' discovery).
 pub(crate) fn may_have(path: &Path) -> bool {
-    std::fs::read(path).is_ok_and(|b| b.windows(7).any(|w| w == b"NonZero"))
+    std::fs::read(path)
+        .is_ok_and(|b| SIZED_BY_DATA.iter().any(|(op, _)| b.windows(op.len()).any(|w| w == op.as_bytes())))
 }
 
-fn sym_name(node: &str, index: usize) -> String {
+fn sym_name(prefix: &str, node: &str, index: usize) -> String {
     if node.is_empty() {
-        format!("{PREFIX}#{index}")
+        format!("{prefix}#{index}")
     } else {
-        format!("{PREFIX}{node}")
+        format!("{prefix}{node}")
     }
+}
+
+/// The run-time dims a typed model holds, in graph order: each symbol and its bound.
+pub(crate) fn discover(model: &TypedModel) -> Vec<(String, usize)> {
+    model
+        .nodes()
+        .iter()
+        .filter_map(|n| {
+            if let Some(o) = n.op_as::<NonZeroAt>() {
+                return Some((o.sym.clone(), o.bound));
+            }
+            if let Some(o) = n.op_as::<NmsAt>() {
+                return Some((o.sym.clone(), o.bound));
+            }
+            let o = n.op_as::<TopKAt>()?;
+            // A constant k is no run-time dim.
+            let k = model.outlet_fact(n.inputs[1]).ok()?;
+            k.konst.is_none().then(|| (o.sym.clone(), o.bound))
+        })
+        .collect()
 }
 
 fn parse(_ctx: &ParsingContext, node: &NodeProto) -> TractResult<(Box<dyn InferenceOp>, Vec<String>)> {

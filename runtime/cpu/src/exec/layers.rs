@@ -13,6 +13,7 @@ use crate::kernels::embed::{
 use crate::kernels::gather::{gather, GatherParams};
 use crate::kernels::linear::ProjW;
 use crate::kernels::matmul::{matmul, matmul_scratch, MatMulParams};
+use crate::kernels::nms::{nms, NmsLimits, NmsParams};
 use crate::kernels::norm::{layer_norm, layer_norm_scratch, LayerNormParams};
 use crate::kernels::pool::{pool2d, pool2d_scratch, pool2d_scratch_fast, Pool2dParams};
 use crate::kernels::reduce::{reduce, ReduceParams};
@@ -104,6 +105,12 @@ enum Prep<'a> {
     MatMul {
         p: MatMulParams,
         b: Src<'a>,
+    },
+    /// The scores and the limits (max out, IoU, score): activations or constants.
+    Nms {
+        p: NmsParams,
+        scores: Src<'a>,
+        limits: [Option<Src<'a>>; 3],
     },
     /// The bias: an activation (per sample) or a constant's f32 values.
     Sdpa {
@@ -210,6 +217,12 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             }
             Prep::Gather { p, idx }
         }
+        LayerOp::Nms(o) => {
+            let (bx, sc, y) = (shp(o.boxes)?, shp(o.scores)?, shp(o.y)?);
+            let p = NmsParams::new(bx.dims(), sc.dims(), y.dims(), o.center_point_box)?;
+            let lim = |t: Option<TensorId>| t.map(|t| src(file, t)).transpose();
+            Prep::Nms { p, scores: src(file, o.scores)?, limits: [lim(o.max_out)?, lim(o.iou)?, lim(o.score)?] }
+        }
         LayerOp::MatMul(o) => {
             let b = src(file, o.b)?;
             let p = MatMulParams::new(&shp(o.a)?, &shp(o.b)?, o.transpose_b, matches!(b, Src::Weight(_)))?;
@@ -262,6 +275,7 @@ pub(super) fn scratch_elems(file: &Graph<'_, '_>, op: &Op, fast: bool) -> Result
         Prep::Conv2d { p, .. } => conv2d_scratch(&p),
         Prep::Pool2d(p) => pool2d_scratch(&p),
         Prep::Rnn { p, .. } => rnn_scratch(&p),
+        Prep::Nms { p, .. } => p.scratch(),
         Prep::Dense { .. }
         | Prep::Unary(_)
         | Prep::Chain(_)
@@ -380,6 +394,29 @@ pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Resul
                     }
                     other => other,
                 })?;
+            }
+            (Prep::Nms { p, scores, limits }, Op::Nms(o)) => {
+                let (bx, n) = main(o.boxes)?;
+                let sc: &[f32] = match scores {
+                    Src::Act => main(o.scores).map(|(v, k)| &v[sample(k, s)])?,
+                    Src::Weight(w) => w.as_f32().ok_or(RunError::Internal("nms scores encoding"))?,
+                };
+                // Each limit's one value (this sample's, when computed).
+                let first = |src: &Src<'_>, id: TensorId| -> Result<f32, RunError> {
+                    let v = match src {
+                        Src::Act => main(id).ok().and_then(|(v, k)| v.get(s * k).copied()),
+                        Src::Weight(w) => w.as_f32().and_then(|v| v.first().copied()),
+                    };
+                    v.ok_or(RunError::Internal("nms limit"))
+                };
+                let mut vals = [None; 3];
+                for ((v, l), id) in vals.iter_mut().zip(limits).zip([o.max_out, o.iou, o.score]) {
+                    if let (Some(l), Some(id)) = (l, id) {
+                        *v = Some(first(l, id)?);
+                    }
+                }
+                let limits = NmsLimits { max_out: vals[0].unwrap_or(0.0), iou: vals[1].unwrap_or(0.0), score: vals[2] };
+                nms(p, limits, &bx[sample(n, s)], sc, scratch, y).map_err(|_| RunError::Internal("nms buffers"))?;
             }
             (Prep::MatMul { p, b }, Op::MatMul(o)) => {
                 let (a, n) = main(o.a)?;

@@ -14,6 +14,7 @@ pub mod fastformer;
 pub mod gather;
 pub mod linear;
 pub mod matmul;
+pub mod nms;
 pub mod norm;
 pub mod pool;
 pub mod reduce;

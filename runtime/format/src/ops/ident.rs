@@ -37,6 +37,7 @@ impl Op {
             Op::Reshape(o) => OpClass::Layer(L::Reshape(o)),
             Op::Slice(o) => OpClass::Layer(L::Slice(o)),
             Op::Gather(o) => OpClass::Layer(L::Gather(o)),
+            Op::Nms(o) => OpClass::Layer(L::Nms(o)),
             Op::Transpose(o) => OpClass::Layer(L::Transpose(o)),
             Op::Conv2d(o) => OpClass::Layer(L::Conv2d(o)),
             Op::PatchEmbed(o) => OpClass::Layer(L::PatchEmbed(o)),
@@ -119,6 +120,8 @@ pub enum LayerOp<'a> {
     Slice(&'a Slice),
     /// [`Op::Gather`].
     Gather(&'a Gather),
+    /// [`Op::Nms`].
+    Nms(&'a Nms),
     /// [`Op::Transpose`].
     Transpose(&'a Transpose),
     /// [`Op::Conv2d`].

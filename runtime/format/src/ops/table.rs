@@ -195,6 +195,9 @@ op_table! {
     Chain = 19 CHAIN [x: t("x"), c: opt_t("c"), y: t("y")]
         [channels: pos("channels"), inner: pos("inner"), steps: steps()]
         check chain_check,
+    /// See [`Nms`].
+    Nms = 20 NMS [boxes: t("boxes"), scores: t("scores"), max_out: opt(), iou: opt(), score: opt(), y: t("y")]
+        [center_point_box: flag("center_point_box")],
 }
 
 /// Pool2d: a max pool has no divisor, so no `count_include_pad`.

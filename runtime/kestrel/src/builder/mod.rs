@@ -163,6 +163,13 @@ impl ModelBuilder {
         self.op_impl(|y| Op::Reshape(kestrel_rt_format::ops::Reshape { x, y }), Some(shape))
     }
 
+    /// Adds an op whose output shape is not a function of its inputs' (non-maximum
+    /// suppression's rows, the most it can keep): declared as `dims`, checked by the op's rule.
+    pub fn op_declared(&mut self, dims: &[usize], make: impl FnOnce(TensorId) -> Op) -> Result<TensorId, Error> {
+        let shape = Self::shape(dims)?;
+        self.op_impl(make, Some(shape))
+    }
+
     fn op_impl(&mut self, make: impl FnOnce(TensorId) -> Op, declared: Option<Shape>) -> Result<TensorId, Error> {
         let y = self.tensors.len() as TensorId;
         let op = make(y);
@@ -196,6 +203,13 @@ impl ModelBuilder {
     /// finds it in the file): what a run-time dim is read from (format 2.0 `SymSource`). Dead
     /// node removal and compaction keep it and its producer, and no rewrite folds it away.
     pub fn keep(&mut self, id: TensorId, name: &str) -> Result<(), Error> {
+        // A reshape is a view: no node writes it when the graph runs, so nothing could be read
+        // from it after its node.
+        if self.ops.iter().any(|o| matches!(o, Op::Reshape(r) if r.y == id)) {
+            return Err(Error::Build(format!(
+                "keep: tensor {id} is a reshape (a view); keep the tensor a node writes"
+            )));
+        }
         match self.tensors.get_mut(id as usize) {
             Some(Draft::Act { name: n, .. }) => *n = name.to_string(),
             _ => return Err(Error::Build(format!("keep: tensor {id} is not an activation"))),

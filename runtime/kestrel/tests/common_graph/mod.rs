@@ -176,6 +176,26 @@ impl<'a> Interp<'a> {
                 let w = [u(o.start), u(o.step), u(o.count), u(o.offset), u(o.len)];
                 r::slice(x_of(o.x), &self.dims(o.x), u(o.axis), w).0
             }
+            Op::Nms(o) => {
+                let (bd, sd) = (self.dims(o.boxes), self.dims(o.scores));
+                let lim = |t: Option<TensorId>| t.map(|t| self.get(vals, t)[0]);
+                let kept = kestrel_rt_reference::nms::nms(
+                    x_of(o.boxes),
+                    x_of(o.scores),
+                    (bd[0], sd[1], bd[1]),
+                    o.center_point_box,
+                    lim(o.max_out).unwrap_or(0.0),
+                    lim(o.iou).unwrap_or(0.0),
+                    lim(o.score),
+                );
+                let mut out = vec![-1.0; self.dims(o.y)[0] * 3];
+                for (row, k) in out.chunks_exact_mut(3).zip(&kept) {
+                    for (v, &i) in row.iter_mut().zip(k) {
+                        *v = i as f64;
+                    }
+                }
+                out
+            }
             Op::Gather(o) => {
                 let (xd, id) = (self.dims(o.x), self.dims(o.idx));
                 r::gather(x_of(o.x), &xd, o.axis as usize, x_of(o.idx), &id).expect("indices in range").0

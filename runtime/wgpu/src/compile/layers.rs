@@ -17,6 +17,13 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
         return Err(GpuError::Model(format!("node {node}: {} is a mechanism (lowered in mechanisms.rs)", op.name())));
     };
     Ok(match layer {
+        // A sequential selection whose output size the data decide (a run-time dim, which this
+        // backend refuses anyway): the CPU runs it.
+        LayerOp::Nms(_) => {
+            return Err(GpuError::Unsupported(format!(
+                "node {node}: non-maximum suppression (Nms) runs on the CPU backend only"
+            )))
+        }
         LayerOp::Dense(o) => {
             let x = shape(o.x)?;
             let proj = ctx.proj(o.proj)?;

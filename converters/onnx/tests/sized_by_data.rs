@@ -1,0 +1,209 @@
+//! Ops whose output size the data decide, besides NonZero (`tests/nonzero.rs`): TopK with `k`
+//! computed at run time (a graph input, or a value the graph computes from the data). Each
+//! size converts as a run-time dim (`topk:<node>`, `1..=N`): one file, every run at the size its
+//! data give, against the definition and against tract on the same inputs. Fixtures:
+//! `tests/data/sized_by_data/gen.py`.
+
+mod common;
+
+use kestrel_rt::demo::Rng;
+use kestrel_rt::{Input, Model};
+use kestrel_rt_onnx::{convert, run_tract, ConvertOptions, InputTensor};
+use std::path::PathBuf;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/sized_by_data").join(format!("{name}.onnx"))
+}
+
+fn rand_vec(rng: &mut Rng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.uniform()).collect()
+}
+
+/// TopK of each row of `x` (`rows × n`): values and indices, the largest (or smallest) first,
+/// equal values in index order.
+fn topk_rows(x: &[f32], n: usize, k: usize, largest: bool) -> (Vec<f32>, Vec<f32>) {
+    let (mut v, mut i) = (Vec::new(), Vec::new());
+    for row in x.chunks_exact(n) {
+        let mut idx: Vec<usize> = (0..n).collect();
+        idx.sort_by(|&a, &b| {
+            let o = row[a].total_cmp(&row[b]);
+            if largest {
+                o.reverse()
+            } else {
+                o
+            }
+        });
+        for &j in &idx[..k] {
+            v.push(row[j]);
+            i.push(j as f32);
+        }
+    }
+    (v, i)
+}
+
+#[test]
+fn topk_with_k_a_graph_input_runs_at_each_k() {
+    let path = fixture("topk_input_k");
+    let conv = convert(&path, &ConvertOptions::default()).unwrap();
+    assert!(conv.report.notices.iter().any(|n| n.contains("`topk:top` 1..=10")), "{:?}", conv.report.notices);
+    let model = Model::from_bytes(&conv.kes).unwrap();
+    let dims = model.dims().unwrap();
+    assert_eq!((dims.len(), dims[0].name.as_str(), dims[0].max, dims[0].run_time), (1, "topk:top", 10, true));
+    let mut s = model.session(1).unwrap();
+    let mut rng = Rng::new(0x70F5);
+    for k in [3usize, 10, 1, 7, 2, 9] {
+        let mut x = rand_vec(&mut rng, 30);
+        // Ties, which come in index order.
+        x[4] = x[7];
+        let kk = [k as i64];
+        let y = s.run_vec(&[Input::F32(&x), Input::I64(&kk)]).unwrap();
+        assert_eq!(s.output_shape(0), Some(vec![3, k]));
+        assert_eq!(s.output_shape(1), Some(vec![3, k]));
+        let (v, i) = topk_rows(&x, 10, k, true);
+        assert_eq!((&y[0], &y[1]), (&v, &i), "k = {k}");
+        let t =
+            run_tract(&path, &[InputTensor::f32(&[3, 10], x.clone()), InputTensor::i64(&[1], kk.to_vec())]).unwrap();
+        assert_eq!((&y[0], &y[1]), (&t[0].1, &t[1].1), "against tract, k = {k}");
+    }
+    // k outside 1..=10: a clear error naming the run-time dim, and the session goes on.
+    let x = rand_vec(&mut rng, 30);
+    for bad in [0i64, 11, -2] {
+        let e = s.run_vec(&[Input::F32(&x), Input::I64(&[bad])]).unwrap_err().to_string();
+        assert!(e.contains("run-time dim") && e.contains("1..=10"), "{bad}: {e}");
+    }
+    let y = s.run_vec(&[Input::F32(&x), Input::I64(&[4])]).unwrap();
+    assert_eq!(y[0], topk_rows(&x, 10, 4, true).0);
+}
+
+#[test]
+fn topk_with_k_computed_from_the_data_runs_at_each_k() {
+    let path = fixture("topk_data_k");
+    let conv = convert(&path, &ConvertOptions::default()).unwrap();
+    let model = Model::from_bytes(&conv.kes).unwrap();
+    assert!(model.dims().unwrap().iter().any(|d| d.name == "topk:smallest" && d.max == 20 && d.run_time));
+    let mut s = model.session(1).unwrap();
+    let mut rng = Rng::new(0x70F6);
+    for above in [1usize, 20, 6, 13, 2] {
+        // `above` entries over 0.5, the rest below.
+        let mut x: Vec<f32> =
+            (0..20).map(|i| if i < above { 0.6 + rng.uniform().abs() } else { 0.4 - rng.uniform().abs() }).collect();
+        x.rotate_left(above / 2);
+        let y = s.run_vec(&[Input::F32(&x)]).unwrap();
+        let (v, i) = topk_rows(&x, 20, above, false);
+        assert_eq!(s.output_shape(1), Some(vec![above]));
+        assert_eq!(y[1], i, "{above} above");
+        let sum: f32 = v.iter().sum();
+        assert!((y[0][0] - sum).abs() <= 1e-5 * sum.abs().max(1.0), "{} vs {sum}", y[0][0]);
+        let t = run_tract(&path, &[InputTensor::f32(&[4, 5], x.clone())]).unwrap();
+        assert_eq!(y[1], t[1].1, "against tract");
+    }
+    // None above: k is 1 (the graph's Max), still in range.
+    let x = vec![0.1f32; 20];
+    let y = s.run_vec(&[Input::F32(&x)]).unwrap();
+    assert_eq!(y[1], vec![0.0]);
+}
+
+/// Random corner boxes on a coarse grid (so that they overlap, nest and coincide), `b × n`.
+fn grid_boxes(rng: &mut Rng, count: usize) -> Vec<f32> {
+    (0..count * 4).map(|_| ((rng.uniform().abs() * 12.0) as i32) as f32 * 0.25).collect()
+}
+
+fn selected(reference: &[[usize; 3]]) -> Vec<f32> {
+    reference.iter().flat_map(|r| r.iter().map(|&v| v as f32)).collect()
+}
+
+#[test]
+fn nms_with_constant_limits_selects_and_gathers_at_each_count() {
+    use kestrel_rt_reference::nms::nms;
+    let path = fixture("nms_gather");
+    let conv = convert(&path, &ConvertOptions::default()).unwrap();
+    let model = Model::from_bytes(&conv.kes).unwrap();
+    // 3 classes, at most 3 kept in each.
+    assert!(model.dims().unwrap().iter().any(|d| d.name == "nms:nms" && d.max == 9 && d.run_time));
+    let mut s = model.session(1).unwrap();
+    let mut rng = Rng::new(0x4E45);
+    let mut counts = Vec::new();
+    for run in 0..12 {
+        let boxes = grid_boxes(&mut rng, 8);
+        // A share of the boxes above the score threshold that changes from run to run.
+        let share = (run % 6) as f32 * 0.12 + 0.04;
+        let scores: Vec<f32> = (0..24)
+            .map(|_| {
+                if rng.uniform().abs() < share {
+                    0.3 + ((rng.uniform().abs() * 4.0) as i32) as f32 * 0.15
+                } else {
+                    0.1
+                }
+            })
+            .collect();
+        let b64: Vec<f64> = boxes.iter().map(|&v| f64::from(v)).collect();
+        let s64: Vec<f64> = scores.iter().map(|&v| f64::from(v)).collect();
+        let want = nms(&b64, &s64, (1, 3, 8), false, 3.0, f64::from(0.4f32), Some(f64::from(0.2f32)));
+        let inputs = [Input::F32(&boxes), Input::F32(&scores)];
+        let run = s.run_vec(&inputs);
+        if want.is_empty() {
+            // Nothing selected: an empty output is below the range, a clear error.
+            let e = run.unwrap_err().to_string();
+            assert!(e.contains("run-time dim") && e.contains("= 0"), "{e}");
+            continue;
+        }
+        let y = run.unwrap();
+        counts.push(want.len());
+        assert_eq!(s.output_shape(0), Some(vec![want.len(), 3]));
+        assert_eq!(y[0], selected(&want));
+        let kept: Vec<f32> = want.iter().flat_map(|r| boxes[r[2] * 4..r[2] * 4 + 4].to_vec()).collect();
+        assert_eq!(y[1], kept);
+        let t = run_tract(
+            &path,
+            &[InputTensor::f32(&[1, 8, 4], boxes.clone()), InputTensor::f32(&[1, 3, 8], scores.clone())],
+        )
+        .unwrap();
+        assert_eq!((&y[0], &y[1]), (&t[0].1, &t[1].1), "against tract");
+    }
+    counts.sort_unstable();
+    counts.dedup();
+    assert!(counts.len() >= 3, "the runs should select different counts: {counts:?}");
+}
+
+#[test]
+fn nms_with_limits_as_inputs_follows_each_run_s_limits() {
+    use kestrel_rt_reference::nms::nms;
+    let path = fixture("nms_inputs");
+    let conv = convert(&path, &ConvertOptions::default()).unwrap();
+    let model = Model::from_bytes(&conv.kes).unwrap();
+    // The limit per class is computed: every box of both batches and classes.
+    assert!(model.dims().unwrap().iter().any(|d| d.max == 24 && d.run_time));
+    let mut s = model.session(1).unwrap();
+    let mut rng = Rng::new(0x4E46);
+    for (max_out, iou, score) in [(2i64, 0.3f32, 0.1f32), (6, 0.0, -1.0), (1, 0.9, 0.5), (100, 0.5, 0.0), (4, 0.2, 0.3)]
+    {
+        // Centre-point boxes: centre on the grid, sizes 0.5..3.
+        let boxes: Vec<f32> = (0..12)
+            .flat_map(|_| {
+                let v = grid_boxes(&mut rng, 1);
+                [v[0], v[1], 0.5 + v[2] / 1.2, 0.5 + v[3] / 1.2]
+            })
+            .collect();
+        let scores: Vec<f32> = (0..24).map(|_| ((rng.uniform().abs() * 8.0) as i32) as f32 * 0.125).collect();
+        let b64: Vec<f64> = boxes.iter().map(|&v| f64::from(v)).collect();
+        let s64: Vec<f64> = scores.iter().map(|&v| f64::from(v)).collect();
+        let want = nms(&b64, &s64, (2, 2, 6), true, max_out as f64, f64::from(iou), Some(f64::from(score)));
+        let (m, i, sc) = ([max_out], [iou], [score]);
+        let y = s
+            .run_vec(&[Input::F32(&boxes), Input::F32(&scores), Input::I64(&m), Input::F32(&i), Input::F32(&sc)])
+            .unwrap();
+        assert_eq!(y[0], selected(&want), "max_out {max_out}, iou {iou}, score {score}");
+        let t = run_tract(
+            &path,
+            &[
+                InputTensor::f32(&[2, 6, 4], boxes.clone()),
+                InputTensor::f32(&[2, 2, 6], scores.clone()),
+                InputTensor::i64(&[1], m.to_vec()),
+                InputTensor::f32(&[1], i.to_vec()),
+                InputTensor::f32(&[1], sc.to_vec()),
+            ],
+        )
+        .unwrap();
+        assert_eq!(y[0], t[0].1, "against tract");
+    }
+}
