@@ -20,10 +20,29 @@ use tract_onnx::model::{OnnxOpRegister, ParsingContext};
 use tract_onnx::pb::{attribute_proto::AttributeType, AttributeProto, GraphProto, NodeProto};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::internal::{bail, ensure, format_err, EvalContext, EvalOp, StaticName};
+use tract_onnx::tract_core::ops::Op;
 use tract_onnx::tract_hir::internal::{
     check_input_arity, check_output_arity, expand, DimLike, Expansion, InferenceOp, InferenceResult, IntoExp, Solver,
     TensorProxy, ToDimExp,
 };
+
+/// The tract `Op` a typed op of a size the data decide is (its fields `sym`, `count` and
+/// `bound`): its name, a one-line info (the symbol, the value typed, the bound), typed.
+macro_rules! sized_by_data_op {
+    ($t:ty, $name:literal) => {
+        impl tract_onnx::tract_core::ops::Op for $t {
+            fn name(&self) -> StaticName {
+                $name.into()
+            }
+
+            fn info(&self) -> TractResult<Vec<String>> {
+                Ok(vec![format!("run-time dim `{}` at {} (of at most {})", self.sym, self.count, self.bound)])
+            }
+
+            tract_onnx::tract_core::op_as_typed_op!();
+        }
+    };
+}
 
 mod nms;
 mod topk;
@@ -191,19 +210,7 @@ pub(crate) struct NonZeroAt {
     pub bound: usize,
 }
 
-impl tract_onnx::tract_core::ops::Op for NonZeroAt {
-    fn name(&self) -> StaticName {
-        "NonZero".into()
-    }
-
-    fn info(&self) -> TractResult<Vec<String>> {
-        Ok(vec![format!("run-time dim `{}` at {} (of at most {})", self.sym, self.count, self.bound)])
-    }
-
-    fn as_typed(&self) -> Option<&dyn TypedOp> {
-        Some(self)
-    }
-}
+sized_by_data_op!(NonZeroAt, "NonZero");
 
 impl EvalOp for NonZeroAt {
     /// What tract computes (constant folding, `--verify`), when the count is the one typed.
@@ -231,19 +238,11 @@ impl EvalOp for NonZeroAt {
         Ok(tvec![Tensor::from_shape(&[rank, found], &flat)?.into_tvalue()])
     }
 
-    fn eval_out_of_plan(&self, inputs: TVec<TValue>) -> TractResult<Option<TVec<TValue>>> {
-        Ok(Some(EvalOp::eval(self, &EvalContext::out_of_plan(), inputs)?))
-    }
+    tract_onnx::tract_core::op_out_of_plan!();
 }
 
 impl TypedOp for NonZeroAt {
-    fn as_op(&self) -> &dyn tract_onnx::tract_core::ops::Op {
-        self
-    }
-
-    fn as_op_mut(&mut self) -> &mut dyn tract_onnx::tract_core::ops::Op {
-        self
-    }
+    tract_onnx::tract_core::as_op!();
 
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         Ok(tvec![i64::fact([inputs[0].rank(), self.count])])

@@ -10,6 +10,7 @@ use tract_onnx::model::{optional_inputs, ParsingContext};
 use tract_onnx::pb::NodeProto;
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::internal::{bail, ensure, format_err, EvalContext, EvalOp, StaticName};
+use tract_onnx::tract_core::ops::Op;
 use tract_onnx::tract_hir::internal::{
     check_input_arity, check_output_arity, expand, DimLike, Expansion, InferenceOp, InferenceResult, Solver,
     TensorProxy,
@@ -125,19 +126,7 @@ impl NmsAt {
     }
 }
 
-impl tract_onnx::tract_core::ops::Op for NmsAt {
-    fn name(&self) -> StaticName {
-        "NonMaxSuppression".into()
-    }
-
-    fn info(&self) -> TractResult<Vec<String>> {
-        Ok(vec![format!("run-time dim `{}` at {} (of at most {})", self.sym, self.count, self.bound)])
-    }
-
-    fn as_typed(&self) -> Option<&dyn TypedOp> {
-        Some(self)
-    }
-}
+sized_by_data_op!(NmsAt, "NonMaxSuppression");
 
 impl EvalOp for NmsAt {
     /// Kestrel's CPU kernel (constant folding), when the count is the one typed.
@@ -169,19 +158,11 @@ impl EvalOp for NmsAt {
         Ok(tvec![Tensor::from_shape(&[found, 3], &rows)?.into_tvalue()])
     }
 
-    fn eval_out_of_plan(&self, inputs: TVec<TValue>) -> TractResult<Option<TVec<TValue>>> {
-        Ok(Some(EvalOp::eval(self, &EvalContext::out_of_plan(), inputs)?))
-    }
+    tract_onnx::tract_core::op_out_of_plan!();
 }
 
 impl TypedOp for NmsAt {
-    fn as_op(&self) -> &dyn tract_onnx::tract_core::ops::Op {
-        self
-    }
-
-    fn as_op_mut(&mut self) -> &mut dyn tract_onnx::tract_core::ops::Op {
-        self
-    }
+    tract_onnx::tract_core::as_op!();
 
     fn output_facts(&self, _inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         Ok(tvec![i64::fact([self.count, 3])])

@@ -11,6 +11,7 @@ use tract_onnx::pb::NodeProto;
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::internal::{ensure, format_err, EvalContext, EvalOp, StaticName};
 use tract_onnx::tract_core::ops::array::Topk;
+use tract_onnx::tract_core::ops::Op;
 use tract_onnx::tract_hir::internal::{
     check_input_arity, check_output_arity, expand, DimLike, Expansion, InferenceOp, InferenceResult, Solver,
     TensorProxy,
@@ -116,19 +117,7 @@ pub(crate) struct TopKAt {
     pub largest: bool,
 }
 
-impl tract_onnx::tract_core::ops::Op for TopKAt {
-    fn name(&self) -> StaticName {
-        "Topk".into()
-    }
-
-    fn info(&self) -> TractResult<Vec<String>> {
-        Ok(vec![format!("run-time dim `{}` at {} (of at most {})", self.sym, self.count, self.bound)])
-    }
-
-    fn as_typed(&self) -> Option<&dyn TypedOp> {
-        Some(self)
-    }
-}
+sized_by_data_op!(TopKAt, "Topk");
 
 impl EvalOp for TopKAt {
     /// tract's `Topk` (constant folding), when k is the one typed.
@@ -139,19 +128,11 @@ impl EvalOp for TopKAt {
         EvalOp::eval(&op, ctx, inputs)
     }
 
-    fn eval_out_of_plan(&self, inputs: TVec<TValue>) -> TractResult<Option<TVec<TValue>>> {
-        Ok(Some(EvalOp::eval(self, &EvalContext::out_of_plan(), inputs)?))
-    }
+    tract_onnx::tract_core::op_out_of_plan!();
 }
 
 impl TypedOp for TopKAt {
-    fn as_op(&self) -> &dyn tract_onnx::tract_core::ops::Op {
-        self
-    }
-
-    fn as_op_mut(&mut self) -> &mut dyn tract_onnx::tract_core::ops::Op {
-        self
-    }
+    tract_onnx::tract_core::as_op!();
 
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         let mut values = inputs[0].without_value();
