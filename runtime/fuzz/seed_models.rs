@@ -2,7 +2,7 @@
 //! the first argument: one tiny model per case of the shared mechanism table
 //! (`kestrel_rt::mechanisms::CASES`) and weight encoding (and masked attention, attention on
 //! activations, `Sdpa`, and recurrences: an LSTM with peepholes feeding a GRU whose reset gate
-//! acts on the state, selection by index, `Gather`, and tensors of rank 7 and 8), plus the demo
+//! acts on the state, selection by index, `Gather`, non-maximum suppression, and tensors of rank 7 and 8), plus the demo
 //! text model. Run via `seed.sh`.
 
 use kestrel_rt::format::ops::*;
@@ -98,6 +98,31 @@ fn gather() -> Vec<u8> {
     b.build().unwrap()
 }
 
+/// Non-maximum suppression (`Nms`): computed boxes, constant scores and limits, the output at
+/// the most it may keep.
+fn nms() -> Vec<u8> {
+    let mut b = ModelBuilder::new("seed");
+    let boxes = b.input("boxes", &[1, 4, 4]).unwrap();
+    let scores = b.weight_as("scores", &[1, 2, 4], vec![0.9, 0.1, 0.5, 0.7, 0.3, 0.8, 0.2, 0.6], DType::F32).unwrap();
+    let max_out = b.weight_as("max_out", &[1], vec![2.0], DType::F32).unwrap();
+    let iou = b.weight_as("iou", &[1], vec![0.5], DType::F32).unwrap();
+    let y = b
+        .op_declared(&[4, 3], |y| {
+            Op::Nms(Nms {
+                boxes,
+                scores,
+                max_out: Some(max_out),
+                iou: Some(iou),
+                score: None,
+                center_point_box: false,
+                y,
+            })
+        })
+        .unwrap();
+    b.output(y);
+    b.build().unwrap()
+}
+
 /// Rank 8 (80-byte tensor entries and metadata inputs, an eight-attribute Transpose): a rank-8
 /// input transposed, plus a rank-7 weight broadcast onto it.
 fn rank8() -> Vec<u8> {
@@ -163,6 +188,7 @@ fn main() {
     std::fs::write(format!("{dir}/sdpa_f32.kes"), sdpa()).unwrap();
     std::fs::write(format!("{dir}/gather_f32.kes"), gather()).unwrap();
     std::fs::write(format!("{dir}/rank8_f32.kes"), rank8()).unwrap();
+    std::fs::write(format!("{dir}/nms_f32.kes"), nms()).unwrap();
     let text = kestrel_rt::demo::text_model(1, DType::I8).unwrap();
     std::fs::write(format!("{dir}/text_int8.kes"), text).unwrap();
 }

@@ -207,3 +207,29 @@ fn nms_with_limits_as_inputs_follows_each_run_s_limits() {
         assert_eq!(y[0], t[0].1, "against tract");
     }
 }
+
+#[test]
+fn an_nms_whose_rows_cannot_hold_what_it_may_keep_is_refused_at_load() {
+    use kestrel_rt::format::ops::{Nms, Op};
+    use kestrel_rt::format::DType;
+    let build = |rows: usize, max_out: Option<f32>| {
+        let mut b = kestrel_rt::ModelBuilder::new("t");
+        let boxes = b.input("boxes", &[1, 4, 4]).unwrap();
+        let scores = b.input("scores", &[1, 2, 4]).unwrap();
+        let max_out = max_out.map(|m| b.weight_as("m", &[1], vec![m], DType::F32).unwrap());
+        let y = b
+            .op_declared(&[rows, 3], |y| {
+                Op::Nms(Nms { boxes, scores, max_out, iou: None, score: None, center_point_box: false, y })
+            })
+            .unwrap();
+        b.output(y);
+        b.build()
+    };
+    // Two classes of four boxes, at most 3 each: 6 rows hold them, 5 do not.
+    assert!(build(6, Some(3.0)).is_ok());
+    let e = build(5, Some(3.0)).unwrap_err().to_string();
+    assert!(e.contains("fewer output rows than the boxes it may keep"), "{e}");
+    // No limit keeps none: any rows; a limit past N keeps N per class: 8 rows.
+    assert!(build(1, None).is_ok());
+    assert!(build(7, Some(100.0)).is_err() && build(8, Some(100.0)).is_ok());
+}

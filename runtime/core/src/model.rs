@@ -234,6 +234,30 @@ fn validate_node(file: &KesFile<'_>, node: u32, op: &Op, defined: &Defined) -> R
     if computed != y.shape {
         return Err(LoadError::OutputShape { node, op: name, tensor: y_id, declared: y.shape, computed });
     }
+    // Non-maximum suppression: the declared rows hold every box it may keep (B·C·N, or
+    // B·C·min(max_out, N) with a constant limit), so a run never selects past them.
+    if let Op::Nms(o) = op {
+        let (bx, sc) = (shape_of(o.boxes), shape_of(o.scores));
+        let (b, n, c) = (bx.dim(0), bx.dim(1), sc.dim(1));
+        let per_class = match o.max_out {
+            None => 0,
+            Some(t) if file.tensor(t)?.kind == TensorKind::Weight => {
+                let v = file.weight(t)?.as_f32().and_then(|v| v.first().copied()).unwrap_or(f32::NAN);
+                if v >= n as f32 {
+                    n
+                } else if v > 0.0 {
+                    v as usize
+                } else {
+                    0
+                }
+            }
+            Some(_) => n,
+        };
+        if y.shape.dim(0) < b.saturating_mul(c).saturating_mul(per_class) {
+            let source = ShapeError::Invalid { op: name, what: "fewer output rows than the boxes it may keep" };
+            return Err(LoadError::Shape { node, op: name, source });
+        }
+    }
     // Constant gather indices: each must name a row (a computed one is checked as it is read).
     if let Op::Gather(o) = op {
         if file.tensor(o.idx)?.kind == TensorKind::Weight {

@@ -6,7 +6,8 @@ use kestrel_rt_cpu::kernels::nms::{nms, NmsLimits, NmsParams};
 use kestrel_rt_reference::nms as reference;
 use proptest::prelude::*;
 
-/// The kernel's selected rows (those before the first `-1`), as index triples.
+/// The kernel's selected rows (those before the first `-1`), as index triples, with the
+/// output's rows the converter's bound (`B·C·min(max_out, N)`, at least 1).
 fn run(
     (b, c, n): (usize, usize, usize),
     center: bool,
@@ -14,7 +15,14 @@ fn run(
     boxes: &[f32],
     scores: &[f32],
 ) -> Vec<[usize; 3]> {
-    let bound = b * c * n;
+    let per_class = if limits.max_out >= n as f32 {
+        n
+    } else if limits.max_out > 0.0 {
+        limits.max_out as usize
+    } else {
+        0
+    };
+    let bound = (b * c * per_class).max(1);
     let p =
         NmsParams::new(&[b as u32, n as u32, 4], &[b as u32, c as u32, n as u32], &[bound as u32, 3], center).unwrap();
     let mut order = vec![0f32; p.scratch()];
@@ -41,8 +49,9 @@ fn case() -> impl Strategy<Value = Case> {
         .prop_flat_map(|(b, c, n, center)| {
             (
                 Just((b, c, n, center)),
-                // Coordinates on a coarse grid (so that boxes touch, nest and coincide), some flipped.
-                prop::collection::vec((0i32..12).prop_map(|v| v as f32 * 0.25), b * n * 4),
+                // Coordinates on a coarse grid (so that boxes touch, nest and coincide), some
+                // flipped, some negative (centre boxes of negative width or height).
+                prop::collection::vec((-4i32..12).prop_map(|v| v as f32 * 0.25), b * n * 4),
                 // Scores from a few values: ties are common.
                 prop::collection::vec((0i32..6).prop_map(|v| v as f32 * 0.2 - 0.1), b * c * n),
                 0i32..14,
@@ -81,6 +90,21 @@ fn nan_scores_come_last_and_limits_saturate() {
     for max_out in [-3.0, 0.0, f32::NAN] {
         assert!(run((1, 1, 3), false, NmsLimits { max_out, ..all }, &boxes, &scores).is_empty());
     }
+}
+
+#[test]
+fn nan_and_infinite_coordinates_neither_suppress_nor_are_suppressed() {
+    // Box 1 overlaps box 0 fully; boxes 2 and 3 have a NaN and an infinite coordinate.
+    let boxes = [0.0, 0.0, 2.0, 2.0, 0.0, 0.0, 2.0, 2.0, f32::NAN, 0.0, 2.0, 2.0, 0.0, 0.0, f32::INFINITY, 2.0];
+    let scores = [0.9, 0.8, 0.95, 0.7];
+    let limits = NmsLimits { max_out: 10.0, iou: 0.5, score: None };
+    // 2 first (highest), kept; 0 kept (no overlap with a NaN box); 1 suppressed by 0; 3 (area
+    // infinite: IoU NaN) kept.
+    assert_eq!(run((1, 1, 4), false, limits, &boxes, &scores), vec![[0, 0, 2], [0, 0, 0], [0, 0, 3]]);
+    // An IoU threshold of 0 (the default): any overlap suppresses.
+    let touching = [0.0, 0.0, 2.0, 2.0, 1.9, 1.9, 4.0, 4.0, 2.0, 2.0, 4.0, 4.0];
+    let z = NmsLimits { max_out: 10.0, iou: 0.0, score: None };
+    assert_eq!(run((1, 1, 3), false, z, &touching, &[0.9, 0.8, 0.7]), vec![[0, 0, 0], [0, 0, 2]]);
 }
 
 #[test]

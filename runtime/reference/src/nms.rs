@@ -53,8 +53,14 @@ pub fn nms(
             let sc = &scores[(b * classes + c) * n..(b * classes + c + 1) * n];
             let mut cand: Vec<usize> = (0..n).filter(|&i| score_threshold.is_none_or(|t| sc[i] > t)).collect();
             let key = |i: usize| if sc[i].is_nan() { f64::NEG_INFINITY } else { sc[i] };
-            // Stable: equal keys keep index order; among equal keys a NaN after a −∞.
-            cand.sort_by(|&i, &j| key(j).total_cmp(&key(i)).then(sc[i].is_nan().cmp(&sc[j].is_nan())));
+            // Stable: equal keys keep index order (−0 equals +0); among equal keys a NaN after
+            // a −∞. The keys are never NaN.
+            cand.sort_by(|&i, &j| {
+                key(j)
+                    .partial_cmp(&key(i))
+                    .unwrap_or(std::cmp::Ordering::Equal)
+                    .then(sc[i].is_nan().cmp(&sc[j].is_nan()))
+            });
             let mut kept: Vec<usize> = Vec::new();
             for i in cand {
                 if kept.len() >= max_out {

@@ -4,23 +4,20 @@
 //! kept as the run-time dim's source, and the output is the first `v` rows. Scores and limits
 //! may be constants (f32 weights) or computed; boxes are an activation.
 
-use super::{f32s, Lowerer, Res, Val};
+use super::{Lowerer, Res, Val};
 use crate::run_dims::{NmsAt, KEPT};
 use kestrel_rt_format::ops::{BinaryOp, Nms, Op, Reduce, ReduceOp, Slice, TensorId};
 use tract_onnx::prelude::*;
 
 impl Lowerer<'_> {
-    /// An operand of the `Nms` op: an activation, or a constant as an f32 weight.
+    /// An operand of the `Nms` op in its own shape: an activation, or a constant as an f32
+    /// weight.
     fn nms_operand(&mut self, o: OutletId, usage: &'static str) -> Res<(TensorId, Vec<usize>)> {
-        match self.val(o)? {
-            Val::Const(t) => {
-                let shape = t.shape().to_vec();
-                let v = f32s(&t)?;
-                let id = self.weight_f32(OutletId::new(self.node, 0), usage, &shape, v)?;
-                Ok((id, shape))
-            }
-            Val::Act { .. } => self.act(o),
-        }
+        let shape = match self.val(o)? {
+            Val::Const(t) => t.shape().to_vec(),
+            Val::Act { shape, .. } => shape,
+        };
+        Ok((self.f32_operand(o, usage, &shape)?, shape))
     }
 
     /// Lowers [`NmsAt`]; `Ok(false)` for anything else.
@@ -37,6 +34,10 @@ impl Lowerer<'_> {
         let mut limits = [None; 3];
         for (k, (slot, usage)) in limits.iter_mut().zip(["nms_max_out", "nms_iou", "nms_score"]).enumerate() {
             if let Some(i) = op.limit_input(k) {
+                // An empty limit is an absent one (as the standard's reference reads it).
+                if matches!(self.val(inputs[i])?, Val::Const(t) if t.len() == 0) {
+                    continue;
+                }
                 let (id, shape) = self.nms_operand(inputs[i], usage)?;
                 if shape.iter().product::<usize>() != 1 {
                     return Err(self.bad("a one-element limit", format!("{shape:?}")));

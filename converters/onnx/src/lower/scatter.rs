@@ -67,7 +67,7 @@ impl Lowerer<'_> {
 
     /// An f32 operand viewed as `view` (its element count): an activation (ids read as values)
     /// reshaped, or a constant stored as an exact f32 weight of that shape.
-    fn f32_operand(&mut self, o: OutletId, usage: &'static str, view: &[usize]) -> Res<TensorId> {
+    pub(super) fn f32_operand(&mut self, o: OutletId, usage: &'static str, view: &[usize]) -> Res<TensorId> {
         match self.val(o)? {
             Val::Const(t) => {
                 let v = super::f32s(&t)?;

@@ -39,7 +39,9 @@ impl Lowerer<'_> {
             },
             // k computed at run time: the graph at the value typed, k kept as the run-time
             // dim's source (one element per sample).
-            (Val::Act { id, shape, .. }, Some(op)) if shape.iter().product::<usize>() == 1 => {
+            (Val::Act { shape, .. }, Some(op)) if shape.iter().product::<usize>() == 1 => {
+                // Through `act`: integer ids read as values.
+                let (id, shape) = self.act(node.inputs[1])?;
                 (op.count, Some((id, shape, op.sym.clone())))
             }
             (Val::Act { .. }, _) => return Err(self.unsupported("TopK with k computed at run time")),

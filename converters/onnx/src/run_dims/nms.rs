@@ -83,6 +83,8 @@ impl Expansion for NmsHir {
         let per_class = match self.present[0] {
             None => 0,
             Some(i) => match &model.outlet_fact(inputs[i])?.konst {
+                // Empty: absent, as the standard's reference reads it.
+                Some(t) if t.len() == 0 => 0,
                 Some(t) => t.cast_to_scalar::<i64>()?.clamp(0, n as i64) as usize,
                 None => n,
             },

@@ -66,7 +66,14 @@ impl Expansion for TopKHir {
                 s.equals(&inputs[0].shape[ix], &outputs[0].shape[ix])?;
                 s.equals(&inputs[0].shape[ix], &outputs[1].shape[ix])?;
             }
-            Ok(())
+            // A constant k sizes the axis (a computed one is sized when wired).
+            s.given(&inputs[1].value, move |s, k| {
+                if let Ok(k) = k.cast_to::<TDim>().and_then(|t| t.try_as_plain_ram()?.to_scalar::<TDim>().cloned()) {
+                    s.equals(&outputs[0].shape[axis], k.clone())?;
+                    s.equals(&outputs[1].shape[axis], k)?;
+                }
+                Ok(())
+            })
         })
     }
 

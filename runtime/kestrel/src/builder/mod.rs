@@ -203,11 +203,11 @@ impl ModelBuilder {
     /// finds it in the file): what a run-time dim is read from (format 2.0 `SymSource`). Dead
     /// node removal and compaction keep it and its producer, and no rewrite folds it away.
     pub fn keep(&mut self, id: TensorId, name: &str) -> Result<(), Error> {
-        // A reshape is a view: no node writes it when the graph runs, so nothing could be read
-        // from it after its node.
-        if self.ops.iter().any(|o| matches!(o, Op::Reshape(r) if r.y == id)) {
+        // A run reads a kept tensor after the node that writes it: a reshape (a view) or a graph
+        // input is written by none.
+        if !self.ops.iter().any(|o| o.output() == id && !matches!(o, Op::Reshape(_))) {
             return Err(Error::Build(format!(
-                "keep: tensor {id} is a reshape (a view); keep the tensor a node writes"
+                "keep: tensor {id} is written by no node (a graph input or a reshape view); keep the tensor a node writes"
             )));
         }
         match self.tensors.get_mut(id as usize) {
