@@ -50,11 +50,11 @@ INT8_TARGET = 0.6
 # Models: (name, family, library, builder) with builder() -> (torch module, example inputs,
 # input names, human description of the input).
 
-def _tv(name, px=224):
+def _tv(name, px=224, **kw):
     def build():
         import torch
         import torchvision
-        m = getattr(torchvision.models, name)(weights=None)
+        m = getattr(torchvision.models, name)(weights=None, **kw)
         return m, (torch.rand(1, 3, px, px),), ["input"], f"1x3x{px}x{px}"
     return build
 
@@ -77,6 +77,42 @@ def _distilbert(seq=64):
             def __init__(self):
                 super().__init__()
                 self.m = DistilBertModel(DistilBertConfig())  # defaults: dim 768, 6 layers, 12 heads
+
+            def forward(self, ids):
+                return self.m(input_ids=ids).last_hidden_state
+
+        ids = (torch.arange(seq) % 2).reshape(1, seq).long()
+        return Enc(), (ids,), ["input_ids"], f"1x{seq} token ids"
+    return build
+
+
+def _bert_base(seq=64):
+    def build():
+        import torch
+        from transformers import BertConfig, BertModel
+
+        class Enc(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = BertModel(BertConfig())  # defaults = bert-base: hidden 768, 12 layers, 12 heads
+
+            def forward(self, ids):
+                return self.m(input_ids=ids).last_hidden_state
+
+        ids = (torch.arange(seq) % 2).reshape(1, seq).long()
+        return Enc(), (ids,), ["input_ids"], f"1x{seq} token ids"
+    return build
+
+
+def _t5_encoder(seq=64):
+    def build():
+        import torch
+        from transformers import T5Config, T5EncoderModel
+
+        class Enc(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = T5EncoderModel(T5Config())  # defaults = t5-small: d_model 512, 6 layers, 8 heads
 
             def forward(self, ids):
                 return self.m(input_ids=ids).last_hidden_state
@@ -115,6 +151,9 @@ MODELS = [
     ("densenet121", "CNN", "torchvision", _tv("densenet121")),
     ("regnet_y_400mf", "CNN", "torchvision", _tv("regnet_y_400mf")),
     ("mnasnet0_5", "CNN", "torchvision", _tv("mnasnet0_5")),
+    ("resnet50", "CNN", "torchvision", _tv("resnet50")),
+    ("mobilenet_v3_large", "CNN", "torchvision", _tv("mobilenet_v3_large")),
+    ("googlenet", "CNN", "torchvision", _tv("googlenet", aux_logits=False, init_weights=False)),
     ("convnext_atto", "CNN", "timm", _timm("convnext_atto")),
     ("vit_tiny_patch16_224", "transformer", "timm", _timm("vit_tiny_patch16_224")),
     # deit_tiny_patch16_224 is the same graph as vit_tiny_patch16_224 (d 192, 12 blocks, 3 heads) at random init.
@@ -122,6 +161,8 @@ MODELS = [
     ("efficientformer_l1", "transformer", "timm", _timm("efficientformer_l1")),
     ("mobilevit_xxs", "transformer", "timm", _timm("mobilevit_xxs", 256)),
     ("distilbert_base", "transformer", "huggingface", _distilbert(64)),
+    ("bert_base", "transformer", "huggingface", _bert_base(64)),
+    ("t5_small_encoder", "transformer", "huggingface", _t5_encoder(64)),
     ("lstm_2x256", "RNN", "torch.nn", _rnn("lstm")),
     ("gru_2x256", "RNN", "torch.nn", _rnn("gru")),
     ("bilstm_2x256", "RNN", "torch.nn", _rnn("lstm", bidir=True)),
