@@ -366,6 +366,44 @@ def write(out: Path, machine: dict, args, rows: list, cmd: str) -> None:
     (out / "table.md").write_text("\n".join(lines) + "\n")
 
 
+def compare(out: Path, files: list[Path]) -> None:
+    """``runs.md``: each model's f32 / ORT and int8 / ORT in every run of ``files`` (results.json of
+    separate runs of this script), their median, and the verdicts on the median."""
+    runs = [json.loads(f.read_text()) for f in files]
+    names = []
+    for r in runs:
+        names += [row["model"] for row in r["rows"] if row["model"] not in names]
+    by = [{row["model"]: row for row in r["rows"]} for r in runs]
+    lines = ["# f32 / ORT and int8 / ORT across runs (shared machine: the run-to-run spread)\n",
+             "Runs: " + ", ".join(f"{i + 1}: `{f.name}` ({len(r['rows'])} models)" for i, (f, r) in
+                                  enumerate(zip(files, runs))) + ". Verdicts on the median over the runs that timed "
+             "the model.\n",
+             "| model | family | " + " | ".join(f"f32/ORT run {i + 1}" for i in range(len(runs))) +
+             " | f32 median | target | met | " + " | ".join(f"int8/ORT run {i + 1}" for i in range(len(runs))) +
+             " | int8 median | ≤ 0.6 |",
+             "|---|---|" + "---|" * (2 * len(runs) + 5)]
+    met = met8 = n = 0
+    for m in names:
+        rows = [b.get(m) for b in by]
+        fam = next(r["family"] for r in rows if r)
+        f = [r.get("f32_over_ort") if r else None for r in rows]
+        q = [r.get("int8_over_ort") if r else None for r in rows]
+        fv = [x for x in f if x is not None]
+        qv = [x for x in q if x is not None]
+        fm = statistics.median(fv) if fv else None
+        qm = statistics.median(qv) if qv else None
+        ok = fm is not None and fm <= TARGETS[fam]
+        ok8 = qm is not None and qm <= INT8_TARGET
+        n += fm is not None
+        met += ok
+        met8 += ok8
+        lines.append(f"| {m} | {fam} | " + " | ".join(fmt(x, ".2f") for x in f) + f" | {fmt(fm, '.2f')} | "
+                     f"≤ {TARGETS[fam]} | {'yes' if ok else '**no**'} | " + " | ".join(fmt(x, ".2f") for x in q) +
+                     f" | {fmt(qm, '.2f')} | {'yes' if ok8 else '**no**'} |")
+    lines.insert(2, f"On the medians: f32 target met by **{met} of {n}**, int8 ≤ 0.6 by **{met8} of {n}**.\n")
+    (out / "runs.md").write_text("\n".join(lines) + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -376,7 +414,13 @@ def main() -> int:
     ap.add_argument("--profile-runs", type=int, default=10)
     ap.add_argument("--only", default="", help="comma-separated model names")
     ap.add_argument("--skip", default="", help="comma-separated model names to leave out")
+    ap.add_argument("--compare", type=Path, nargs="+", metavar="RESULTS.json",
+                    help="time nothing: write OUT/runs.md, the ratios of these runs side by side")
     args = ap.parse_args()
+    if args.compare:
+        args.out.mkdir(parents=True, exist_ok=True)
+        compare(args.out, args.compare)
+        return 0
     cmd = "python3 " + " ".join([str(Path(sys.argv[0]))] + sys.argv[1:])
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
