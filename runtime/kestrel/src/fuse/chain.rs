@@ -81,6 +81,20 @@ fn channel_pattern(cd: &[usize], od: &[usize]) -> Option<(usize, usize)> {
     Some((od[k], od[k + 1..].iter().product()))
 }
 
+/// Whether `t` (through views) is the input of a softmax over attention-shaped scores: such
+/// steps stay as they are, for the Sdpa patterns and the unfused-attention report that read
+/// them (a chain there would hide why an attention did not fuse).
+fn feeds_attention_softmax(b: &ModelBuilder, mut t: TensorId) -> bool {
+    loop {
+        let Some(c) = sole_consumer(b, t) else { return false };
+        match b.ops()[c] {
+            Op::Reshape(r) => t = r.y,
+            Op::Softmax(_) => return super::sdpa::attention_shaped(b, t, 12),
+            _ => return false,
+        }
+    }
+}
+
 fn match_chain(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
     // The running value the first step reads: a unary's input, or a binary's operand that is
     // not a constant.
@@ -123,7 +137,7 @@ fn match_chain(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
     }
     // Views after the last step stay where they are.
     nodes.truncate(last_step_nodes);
-    if steps.len() < 2 {
+    if steps.len() < 2 || feeds_attention_softmax(b, out) {
         return None;
     }
     let (channels, inner) = pattern.unwrap_or((1, 1));

@@ -81,13 +81,14 @@ pub fn unfused_attention(b: &ModelBuilder) -> Vec<UnfusedAttention> {
 /// Is `t` attention-shaped scores: from a product of two activations, through element-wise
 /// functions of one or two operands and views? Those the pattern does not fuse (a product by an
 /// activation, a clamp) leave the softmax attention-shaped, reported with the reason.
-fn attention_shaped(b: &ModelBuilder, t: TensorId, depth: usize) -> bool {
+pub(super) fn attention_shaped(b: &ModelBuilder, t: TensorId, depth: usize) -> bool {
     let Some(p) = b.producer(t) else { return false };
     match b.ops()[p] {
         Op::MatMul(m) => !b.is_weight(m.a) && !b.is_weight(m.b),
         _ if depth == 0 => false,
         Op::Binary(bin) => attention_shaped(b, bin.a, depth - 1) || attention_shaped(b, bin.b, depth - 1),
         Op::Unary(u) => attention_shaped(b, u.x, depth - 1),
+        Op::Chain(c) => attention_shaped(b, c.x, depth - 1),
         // Scores cut or picked (a relative shift's slice, a gathered window).
         Op::Slice(sl) => attention_shaped(b, sl.x, depth - 1),
         Op::Gather(g) => attention_shaped(b, g.x, depth - 1),
