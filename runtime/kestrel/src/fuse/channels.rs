@@ -165,7 +165,9 @@ fn match_scale(b: &ModelBuilder, mul_node: usize) -> Option<ScaleMatch> {
             let o = *td.first()?;
             (o, numel / o.max(1), "conv+scale")
         }
-        Op::Dense(d) if d.act == Activation::None && d.clamp.is_none() => (*td.last()?, 0, "dense+scale"),
+        Op::Dense(d) if d.act == Activation::None && d.clamp.is_none() && !super::is_selection(b, d.proj.w) => {
+            (*td.last()?, 0, "dense+scale")
+        }
         _ => return None,
     };
     let (cv, cd) = (b.weight_values(c)?, dims(b, c)?);

@@ -142,7 +142,11 @@ fn match_bias_through_views(b: &ModelBuilder, add_node: usize) -> Option<(Region
     let views = nodes.len() >= 2;
     let dn = b.producer(t)?;
     let Op::Dense(dense) = b.ops()[dn] else { return None };
-    if dense.act != Activation::None || dense.clamp.is_some() || sole_consumer(b, t)? != *nodes.last()? {
+    if dense.act != Activation::None
+        || dense.clamp.is_some()
+        || super::is_selection(b, dense.proj.w)
+        || sole_consumer(b, t)? != *nodes.last()?
+    {
         return None;
     }
     nodes.push(dn);

@@ -229,6 +229,14 @@ pub(crate) fn around_shape(
 }
 
 /// The single node consuming `id`, if exactly one does and `id` is not a graph output.
+/// Whether weight `w` is a 0/1 selection (a Dense the converter writes to pick, pad or gather
+/// values exactly): no scale or offset folds into it, since its outputs are exact copies that
+/// may go on to rounding or comparisons (grid coordinates before `Round`), where a folded
+/// product, rounded differently, can pick another value.
+pub(crate) fn is_selection(b: &ModelBuilder, w: u32) -> bool {
+    b.weight_values(w).is_some_and(|v| v.iter().all(|&x| x == 0.0 || x == 1.0))
+}
+
 pub(crate) fn sole_consumer(b: &ModelBuilder, id: u32) -> Option<usize> {
     let c = b.consumers(id);
     (c.len() == 1 && !b.escapes(id)).then(|| c[0])
