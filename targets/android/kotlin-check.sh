@@ -59,5 +59,12 @@ run_java() {
     fi
 }
 run_java dev.kestrel.JavaInterop "$model"
-run_java dev.kestrel.SdkCheckKt "$model"
+# SdkCheck's classify() checks the SDK against the CLI built from this checkout, on this machine
+# (the same kernels, so bit for bit); `cargo test --workspace` has built it already in CI.
+cargo build -q -p kestrel-rt-cli
+samples=apps/kestrel-cli/samples
+"$target_dir/debug/kestrel" classify --model "$model" --json --top 3 --batch 1 \
+    "$samples/fmnist/ankle-boot/00000.png" "$samples/preprocess/bag-rgba-40x30.png" \
+    "$samples/preprocess/coat-rgb-56x56.png" >"$out/cli-top3.json" || fail "kestrel classify failed"
+run_java dev.kestrel.SdkCheckKt "$model" "$out/cli-top3.json"
 run_java dev.kestrel.ConcurrencyCheckKt "$model" "${KESTREL_KOTLIN_ITERATIONS:-1000}" "${KESTREL_KOTLIN_SECONDS:-80}"

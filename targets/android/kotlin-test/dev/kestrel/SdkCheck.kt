@@ -269,25 +269,29 @@ private fun directAddress(b: ByteBuffer): Long {
     return f.getLong(b)
 }
 
+/** The three sample images [classify] checks (under apps/kestrel-cli/samples). */
+val CLASSIFY_SAMPLES = listOf("fmnist/ankle-boot/00000.png", "preprocess/bag-rgba-40x30.png", "preprocess/coat-rgb-56x56.png")
+
 /**
- * `kestrel classify --json --top 3` on three sample images with the bundled model (run from the
- * repository root; the probabilities are the f32 values the CLI prints, exactly): a grey 28×28
- * PNG, an RGBA 40×30 one (resized, colour to grey, alpha dropped) and an RGB 56×56 one.
+ * What `kestrel classify --json --top 3 --batch 1` printed for [CLASSIFY_SAMPLES] with the same
+ * model on this machine (kotlin-check.sh runs the CLI built from this checkout and passes the
+ * file): per image, its top-3 as (index, label, probability), the probabilities the f32 values the
+ * CLI prints. Read, not written down here: a kernel change may move the last bits, and the check
+ * is that the SDK and the CLI agree exactly, whatever they give.
  */
-private val CLI_TOP3 = mapOf(
-    "fmnist/ankle-boot/00000.png" to listOf(
-        Triple(9, "Ankle boot", 0.8547242283821106), Triple(5, "Sandal", 0.03612028434872627),
-        Triple(7, "Sneaker", 0.023155534639954567),
-    ),
-    "preprocess/bag-rgba-40x30.png" to listOf(
-        Triple(8, "Bag", 0.9071170687675476), Triple(7, "Sneaker", 0.014657373540103436),
-        Triple(3, "Dress", 0.012275885790586472),
-    ),
-    "preprocess/coat-rgb-56x56.png" to listOf(
-        Triple(4, "Coat", 0.48648613691329956), Triple(2, "Pullover", 0.3500171899795532),
-        Triple(1, "Trouser", 0.032218486070632935),
-    ),
-)
+private fun cliTop3(json: String): Map<String, List<Triple<Int, String, Double>>> {
+    val image = Regex(""""path":\s*"([^"]*)",\s*"predictions":\s*\[(.*?)]""", RegexOption.DOT_MATCHES_ALL)
+    val prediction = Regex(""""index":\s*(\d+),\s*"label":\s*"([^"]*)",\s*"probability":\s*([-+0-9.eE]+)""")
+    val top = image.findAll(json).associate { m ->
+        m.groupValues[1].substringAfter("apps/kestrel-cli/samples/") to prediction.findAll(m.groupValues[2]).map {
+            Triple(it.groupValues[1].toInt(), it.groupValues[2], it.groupValues[3].toDouble())
+        }.toList()
+    }
+    require(CLASSIFY_SAMPLES.all { top[it]?.size == 3 }) { "the CLI's JSON lacks a top-3 for a sample: $json" }
+    return top
+}
+
+private lateinit var CLI_TOP3: Map<String, List<Triple<Int, String, Double>>>
 
 /** Whether [got] is exactly the CLI's top-3 for [image] (indices, labels, probabilities bit for bit). */
 private fun sameAsCli(image: String, got: List<Classification>, what: String) {
@@ -309,7 +313,7 @@ private fun classify(path: String) {
     Model.load(path).use { model ->
         model.session(1, Backend.CPU).use { s ->
             // Grey: the raster's bytes.
-            val greyName = "fmnist/ankle-boot/00000.png"
+            val greyName = CLASSIFY_SAMPLES[0]
             val grey = javax.imageio.ImageIO.read(java.io.File(samples, greyName))
             check(grey.type == java.awt.image.BufferedImage.TYPE_BYTE_GRAY, "$greyName decodes to grey bytes")
             val g = (grey.raster.dataBuffer as java.awt.image.DataBufferByte).data
@@ -334,7 +338,7 @@ private fun classify(path: String) {
             check(kotlin.math.abs(all.sumOf { it.probability.toDouble() } - 1.0) < 1e-5, "probabilities sum to 1")
 
             // Colour: ARGB ints (TYPE_4BYTE_ABGR / TYPE_3BYTE_BGR are sRGB: getRGB is exact).
-            for (name in listOf("preprocess/bag-rgba-40x30.png", "preprocess/coat-rgb-56x56.png")) {
+            for (name in CLASSIFY_SAMPLES.drop(1)) {
                 val img = javax.imageio.ImageIO.read(java.io.File(samples, name))
                 val (cw, ch) = img.width to img.height
                 val argb = img.getRGB(0, 0, cw, ch, null, 0, cw)
@@ -521,6 +525,7 @@ private fun boundedDims() {
 
 fun main(args: Array<String>) {
     val path = args[0]
+    CLI_TOP3 = cliTop3(java.io.File(args[1]).readText())
     threads(path)
     boundedDims()
     buffers(path)
