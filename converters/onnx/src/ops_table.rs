@@ -42,7 +42,7 @@ BitwiseXor | as BitwiseAnd
 Cast | nothing (f32→f32, ids→ids; to f16 or f64 computed in f32, with a notice); f32 values to an integer type: truncated, x − fmod(x, 1); to bool: x ≠ 0; ids to a float: read as values (Embedding into 0..V) / ids to bool: Embedding into [0, 1] | ids→bool only for 0/1 ids (another is a run-time error)
 CausalConvWithState | parsed by Kestrel (`src/expand/`): the past state (or zeros) concatenated before the input, a grouped Conv (depthwise), SiLU as Sigmoid and Mul, present_state a Slice | weight constant or computed at run time
 Ceil | Unary
-Celu | Exp, Min and Max (tract's expansion)
+Celu | parsed by Kestrel (`src/expand/activations.rs`; tract's expansion drops the α of the negative branch): max(0, x) + α·(exp(min(0, x)/α) − 1) as Unary and Binary ops | α ≠ 0
 CenterCropPad | parsed by Kestrel (`src/expand/`): a Slice (crop, the start rounded down) and a zero Pad (an odd extra on the end) per listed axis | constant shape
 Clip | Binary Max/Min | constant bounds
 Col2Im | parsed by Kestrel (`src/expand/`): the columns reshaped to the blocks and a transposed convolution with one group per channel and a one-hot kernel (then as ConvTranspose) | constant image_shape and block_shape; every stride, dilation and padding
@@ -155,11 +155,13 @@ Softmax | Softmax (fused into attention where recognised) | one axis
 SoftmaxCrossEntropyLoss | parsed by Kestrel (`src/expand/`): log-softmax over the classes (Reduce Max, Exp, Reduce Sum, Log), then as NegativeLogLikelihoodLoss; the optional log_prob output | as NegativeLogLikelihoodLoss
 Softplus | Exp, Add, Log (tract's expansion)
 Softsign | Abs, Add, Div (tract's expansion)
+SpaceToDepth | parsed by Kestrel (`src/expand/space_to_depth.rs`; tract's parser ignores `mode`): reshapes and one transpose | DCR and CRD modes; H and W multiples of blocksize
 Split | a Slice per part | constant split sizes
 Sqrt | Unary
 Squeeze | Reshape view
 Sub | Binary
 SwiGLU | parsed by Kestrel (`src/expand/`): A · sigmoid(α·A) · B (Sigmoid, Binary Mul)
+Swish | Unary Silu (α = 1); else parsed by Kestrel (`src/expand/activations.rs`; tract's parser ignores `alpha`): x · sigmoid(α·x) as Binary and Unary ops
 Tan | Unary
 Tanh | Unary
 TensorScatter | parsed by Kestrel (`src/expand/`): ScatterElements along the axis at write_indices[b] + j (modulo the length when circular) | write_indices constant or computed at run time

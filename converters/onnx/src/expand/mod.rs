@@ -1,10 +1,12 @@
-//! ONNX ops that tract's importer has no parser for, read here as expansions into ops it has
+//! ONNX ops that tract's importer has no parser for (or a wrong one: `Celu`, `Swish`,
+//! `SpaceToDepth`), read here as expansions into ops it has
 //! (each registered by [`register`] before the graph is read). Each expansion wires tract core
 //! ops (reductions, element-wise ops, comparisons, slices, pads, pools, a transposed
 //! convolution), which the lowering then converts like any others; an input that shapes the
 //! output (an image shape, an axis, a crop size) must be a constant, and a malformed attribute
 //! or input is an error naming the op, never a panic.
 
+mod activations;
 mod affine_grid;
 mod causal_conv;
 mod col2im;
@@ -15,6 +17,7 @@ mod loss;
 mod lp_pool;
 mod max_unpool;
 mod reverse_sequence;
+mod space_to_depth;
 mod swiglu;
 mod tensor_scatter;
 mod upsample;
@@ -42,6 +45,10 @@ pub(crate) fn register(reg: &mut OnnxOpRegister) {
     reg.insert("TensorScatter", tensor_scatter::parse);
     reg.insert("Upsample", upsample::parse);
     reg.insert("ReverseSequence", reverse_sequence::parse);
+    // Ops tract's importer has a parser for that computes the wrong function (see each module).
+    reg.insert("Celu", activations::parse_celu);
+    reg.insert("Swish", activations::parse_swish);
+    reg.insert("SpaceToDepth", space_to_depth::parse);
 }
 
 /// Wires nodes named `<prefix>.<name>` into a typed model: what every expansion here needs.

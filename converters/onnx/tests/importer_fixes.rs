@@ -1,0 +1,118 @@
+//! The ONNX ops for which tract's importer has a parser that computes the wrong function, read
+//! by the converter's own (`src/expand/activations.rs`, `src/expand/space_to_depth.rs`): Celu
+//! (tract drops the `α·` of the negative branch), Swish (tract ignores `alpha`) and SpaceToDepth
+//! (tract ignores `mode = "CRD"`). Each is a one-node model over random inputs of both signs (the
+//! standard's `test_celu` feeds only positive numbers, which is how the first bug went unseen),
+//! converted, run on the CPU and, when there is one, the GPU, against its ONNX definition in f64.
+
+mod common;
+#[path = "common/proto.rs"]
+mod proto;
+
+use common::convert_and_run;
+use kestrel_rt::demo::Rng;
+use kestrel_rt::Input;
+use proto::{float_attr, i64_attr, one_node_model, str_attr, Msg};
+
+/// Largest error allowed against the f64 definition, relative to `max(1, |want|)`.
+const TOL: f64 = 1e-5;
+
+/// `n` random values in `[-4, 4)`, none zero, both signs.
+fn values(rng: &mut Rng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| (rng.uniform() * 4.0).clamp(-4.0, 4.0)).map(|v| if v == 0.0 { 0.5 } else { v }).collect()
+}
+
+fn node(op: &str, attrs: Vec<Msg>) -> Msg {
+    let n = Msg::default().str(1, "x").str(2, "y").str(3, "n").str(4, op);
+    attrs.into_iter().fold(n, |n, a| n.msg(5, a))
+}
+
+fn check(what: &str, got: Result<Vec<Vec<f32>>, String>, want: &[f64]) {
+    let got = got.unwrap_or_else(|e| panic!("{what}: {e}"));
+    for (backend, y) in got.iter().enumerate() {
+        assert_eq!(y.len(), want.len(), "{what}, backend {backend}: output size");
+        for (i, (&g, &w)) in y.iter().zip(want).enumerate() {
+            let err = (g as f64 - w).abs() / w.abs().max(1.0);
+            assert!(err <= TOL, "{what}, backend {backend}: element {i} is {g}, expected {w} (error {err:.2e})");
+        }
+    }
+}
+
+#[test]
+fn celu_matches_the_definition_on_both_signs() {
+    let mut rng = Rng::new(0xCE10);
+    let shape = [2usize, 3, 7];
+    let x = values(&mut rng, 42);
+    assert!(x.iter().any(|&v| v < -1.0) && x.iter().any(|&v| v > 1.0));
+    for alpha in [1.0f32, 2.0, 0.5, 3.7] {
+        let a = alpha as f64;
+        // ONNX: max(0, x) + min(0, α·(exp(x/α) − 1)).
+        let want: Vec<f64> = x.iter().map(|&v| (v as f64).max(0.0) + (a * ((v as f64 / a).exp() - 1.0)).min(0.0)).collect();
+        let onnx = one_node_model(node("Celu", vec![float_attr("alpha", alpha)]), &shape, vec![], 12, "t");
+        check(&format!("Celu alpha {alpha}"), convert_and_run("celu", &onnx, &[Input::F32(&x)], x.len()), &want);
+    }
+    let onnx = one_node_model(node("Celu", vec![float_attr("alpha", 0.0)]), &shape, vec![], 12, "t");
+    let err = convert_and_run("celu0", &onnx, &[Input::F32(&x)], x.len()).unwrap_err();
+    assert!(err.contains("alpha"), "{err}");
+}
+
+#[test]
+fn swish_honours_alpha() {
+    let mut rng = Rng::new(0x5815);
+    let shape = [3usize, 11];
+    let x = values(&mut rng, 33);
+    for alpha in [1.0f32, 0.5, 1.702, -0.75] {
+        let a = alpha as f64;
+        let want: Vec<f64> = x.iter().map(|&v| v as f64 / (1.0 + (-a * v as f64).exp())).collect();
+        let onnx = one_node_model(node("Swish", vec![float_attr("alpha", alpha)]), &shape, vec![], 24, "t");
+        check(&format!("Swish alpha {alpha}"), convert_and_run("swish", &onnx, &[Input::F32(&x)], x.len()), &want);
+    }
+}
+
+/// SpaceToDepth in f64 from ONNX's definition: `[N, C, H, W]` → `[N, C·B·B, H/B, W/B]`, output
+/// channel `(bh·B + bw)·C + c` (DCR) or `c·B·B + bh·B + bw` (CRD).
+fn space_to_depth_ref(x: &[f32], [n, c, h, w]: [usize; 4], b: usize, crd: bool) -> Vec<f64> {
+    let (ho, wo, co) = (h / b, w / b, c * b * b);
+    let mut y = vec![0f64; x.len()];
+    for ni in 0..n {
+        for ci in 0..c {
+            for hi in 0..h {
+                for wi in 0..w {
+                    let (bh, bw) = (hi % b, wi % b);
+                    let oc = if crd { ci * b * b + bh * b + bw } else { (bh * b + bw) * c + ci };
+                    let o = ((ni * co + oc) * ho + hi / b) * wo + wi / b;
+                    y[o] = x[((ni * c + ci) * h + hi) * w + wi] as f64;
+                }
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn space_to_depth_matches_the_definition_in_both_modes() {
+    let mut rng = Rng::new(0x52D0);
+    for (shape, b) in [([1usize, 2, 4, 6], 2usize), ([2, 3, 6, 3], 3), ([1, 5, 4, 4], 4), ([1, 3, 2, 2], 1)] {
+        let x = values(&mut rng, shape.iter().product());
+        for mode in [None, Some("DCR"), Some("CRD")] {
+            let mut attrs = vec![i64_attr("blocksize", b as i64)];
+            attrs.extend(mode.map(|m| str_attr("mode", m)));
+            let onnx = one_node_model(node("SpaceToDepth", attrs), &shape, vec![], 28, "t");
+            let want = space_to_depth_ref(&x, shape, b, mode == Some("CRD"));
+            let what = format!("SpaceToDepth {shape:?} block {b} mode {mode:?}");
+            check(&what, convert_and_run("s2d", &onnx, &[Input::F32(&x)], x.len()), &want);
+        }
+    }
+    // Malformed: an unknown mode, a block that does not divide the image, a block of 0.
+    let shape = [1usize, 2, 4, 6];
+    let x = values(&mut rng, 48);
+    for (attrs, needle) in [
+        (vec![i64_attr("blocksize", 2), str_attr("mode", "XYZ")], "mode"),
+        (vec![i64_attr("blocksize", 4)], "multiple"),
+        (vec![i64_attr("blocksize", 0)], "blocksize"),
+    ] {
+        let onnx = one_node_model(node("SpaceToDepth", attrs), &shape, vec![], 28, "t");
+        let err = convert_and_run("s2d_bad", &onnx, &[Input::F32(&x)], x.len()).unwrap_err();
+        assert!(err.contains(needle), "expected an error naming {needle}: {err}");
+    }
+}
