@@ -47,7 +47,8 @@ fn celu_matches_the_definition_on_both_signs() {
     for alpha in [1.0f32, 2.0, 0.5, 3.7] {
         let a = alpha as f64;
         // ONNX: max(0, x) + min(0, α·(exp(x/α) − 1)).
-        let want: Vec<f64> = x.iter().map(|&v| (v as f64).max(0.0) + (a * ((v as f64 / a).exp() - 1.0)).min(0.0)).collect();
+        let want: Vec<f64> =
+            x.iter().map(|&v| (v as f64).max(0.0) + (a * ((v as f64 / a).exp() - 1.0)).min(0.0)).collect();
         let onnx = one_node_model(node("Celu", vec![float_attr("alpha", alpha)]), &shape, vec![], 12, "t");
         check(&format!("Celu alpha {alpha}"), convert_and_run("celu", &onnx, &[Input::F32(&x)], x.len()), &want);
     }

@@ -12,11 +12,11 @@ use tract_onnx::model::ParsingContext;
 use tract_onnx::pb::NodeProto;
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::{math, nn};
-use tract_onnx::tract_hir::ops::element_wise::ElementWiseIntoHir;
 use tract_onnx::tract_hir::internal::{
     check_input_arity, check_output_arity, ensure, expand, Expansion, InferenceOp, InferenceResult, Solver, StaticName,
     TensorProxy,
 };
+use tract_onnx::tract_hir::ops::element_wise::ElementWiseIntoHir;
 
 /// Which activation, with its α.
 #[derive(Clone, Copy, Debug)]
