@@ -126,6 +126,11 @@ def main() -> int:
         "`converters/conformance/randomize.py`. Same tolerances as the original cases."
     )
     w("")
+    w(
+        "A sample of 23 of these cases (`converters/onnx/tests/data/conformance-random/`) runs in CI, held "
+        "against its `expected.txt` by `converters/onnx/tests/conformance.rs`."
+    )
+    w("")
     w("Regenerate (see `random_report.py`'s header for the full commands):")
     w("")
     w("```sh")
@@ -183,6 +188,17 @@ def main() -> int:
                 f"{'pass' if passed(t) else 'fail'} | {fmt(t.get('max_abs'))} | {msg} |"
             )
         w("")
+    gone = sorted(op for op in FIXED if op not in lost)
+    if gone:
+        w("## Found by this run and fixed")
+        w("")
+        for op in gone:
+            n = sum(1 for r in rows if r["op"] == op)
+            ok = sum(1 for r in rows if r["op"] == op and passed(r.get("kestrel")))
+            w(f"### {op} (Kestrel now passes {ok} of its {n} random cases)")
+            w("")
+            w(DIAGNOSES[op])
+            w("")
     if tract_lost:
         w("## tract only: passes the standard's data, fails random data (Kestrel passes)")
         w("")

@@ -1,5 +1,6 @@
 //! The CI sample of the ONNX backend node test cases (`tests/data/conformance/`, see its
-//! README) through Kestrel, held against `expected.txt`: a case listed `pass` must still pass.
+//! README) and a sample of them on random data (`tests/data/conformance-random/`) through
+//! Kestrel, each held against its folder's `expected.txt`: a case listed `pass` must still pass.
 //! Cases that newly pass are printed, not failed; `KESTREL_UPDATE_CONFORMANCE=1` rewrites the
 //! file. The full suite and the table are `examples/conformance.rs`'s.
 
@@ -25,7 +26,20 @@ fn read_expected(path: &Path) -> BTreeMap<String, bool> {
 
 #[test]
 fn conformance_sample_holds_its_expectations() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/conformance");
+    holds_expectations("conformance");
+}
+
+/// A few of the cases again on random data (`converters/conformance/randomize.py`, see
+/// `tests/data/conformance-random/README.md`): activations over both signs and large
+/// magnitudes, log-softmax over wide rows.
+#[test]
+fn random_data_sample_holds_its_expectations() {
+    holds_expectations("conformance-random");
+}
+
+/// Runs every case under `tests/data/<folder>` and holds the results against its `expected.txt`.
+fn holds_expectations(folder: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(folder);
     let expected_path = root.join("expected.txt");
     let dirs = harness::case_dirs(&root, None).expect("the sample folder");
     assert!(!dirs.is_empty(), "no cases under {}", root.display());
@@ -41,8 +55,12 @@ fn conformance_sample_holds_its_expectations() {
     println!("{passed} passed, {} failed", now.len() - passed);
 
     if std::env::var("KESTREL_UPDATE_CONFORMANCE").is_ok_and(|v| v == "1") {
-        let mut text = String::from(
-            "# Kestrel on the CI sample of the ONNX node test cases, one `<case> pass|fail` per line.\n\
+        let what = match folder {
+            "conformance" => "the CI sample of the ONNX node test cases".to_string(),
+            f => format!("tests/data/{f}"),
+        };
+        let mut text = format!(
+            "# Kestrel on {what}, one `<case> pass|fail` per line.\n\
              # Written by KESTREL_UPDATE_CONFORMANCE=1 cargo test -p kestrel-rt-onnx --test conformance.\n",
         );
         for (name, (p, _)) in &now {

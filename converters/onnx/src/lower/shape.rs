@@ -6,7 +6,8 @@ use kestrel_rt_format::ops::{Unary, UnaryOp};
 use tract_onnx::prelude::{Arc, OutletId, Tensor};
 use tract_onnx::tract_core::ops::array::Gather;
 use tract_onnx::tract_core::ops::change_axes::AxisOp;
-use tract_onnx::tract_core::ops::nn::{Reduce as TReduce, Reducer, RmsNorm, Softmax as TSoftmax};
+use tract_onnx::tract_core::ops::element_wise::ElementWiseOp;
+use tract_onnx::tract_core::ops::nn::{Reduce as TReduce, Reducer, RmsNorm, Softmax as TSoftmax, SoftmaxKind};
 use tract_transformers::ops::scaled_masked_softmax::ScaledMaskedSoftmax;
 
 impl Lowerer<'_> {
@@ -48,7 +49,14 @@ impl Lowerer<'_> {
             return Ok(true);
         }
         if let Some(op) = node.op_as::<TSoftmax>() {
-            if op.axes.len() != 1 || op.quant_output_dt.is_some() {
+            if op.quant_output_dt.is_some() {
+                return Err(self.unsupported(&format!("softmax over axes {:?}", op.axes)));
+            }
+            if let Some(ln) = self.log_of_softmax(op) {
+                self.log_softmax(node.inputs[0], &op.axes, ln)?;
+                return Ok(true);
+            }
+            if op.axes.len() != 1 {
                 return Err(self.unsupported(&format!("softmax over axes {:?}", op.axes)));
             }
             let (x, shape) = self.act(node.inputs[0])?;
@@ -218,6 +226,48 @@ impl Lowerer<'_> {
         let y = self.reshape(y, &[j, d], &out)?;
         self.count_fused("gather-rows-by-computed-indices");
         Ok(y)
+    }
+
+    /// A log-softmax: tract's Softmax of kind `LogSoftmax` (`Some(None)`), or a Softmax whose
+    /// only consumer is an `Ln` (tract's expansion of ONNX LogSoftmax, `ln(softmax(x))`:
+    /// `Some(Some(ln node))`).
+    fn log_of_softmax(&self, op: &TSoftmax) -> Option<Option<usize>> {
+        if op.kind == SoftmaxKind::LogSoftmax {
+            return Some(None);
+        }
+        let ln = self.only_succ(self.node)?;
+        ln.op_as::<ElementWiseOp>().is_some_and(|e| e.0.name() == "Ln").then_some(Some(ln.id))
+    }
+
+    /// `log_softmax(x) = (x − max) − ln Σ exp(x − max)` over `axes`. ln(softmax(x)) computed
+    /// as written underflows: an element more than ~104 below its row's maximum has a softmax
+    /// of 0 in f32 and a log-softmax of −inf where the value is finite (−10564 for ONNX's
+    /// `test_logsoftmax_large_number` on random data; a −1e9 attention mask gives −inf, not
+    /// about −1e9). The result is the Ln node's (`ln`), which is absorbed, else this node's.
+    fn log_softmax(&mut self, x: OutletId, axes: &[usize], ln: Option<usize>) -> Res<()> {
+        let (x, shape) = self.act(x)?;
+        let reduce = |l: &mut Self, mut t: TensorId, op: ReduceOp| -> Res<TensorId> {
+            for &axis in axes {
+                let a = t;
+                t = l.b.op(|y| Op::Reduce(Reduce { x: a, op, axis: axis as u32, keep_dims: true, y }))?;
+            }
+            Ok(t)
+        };
+        let m = reduce(self, x, ReduceOp::Max)?;
+        let c = self.b.op(|y| Op::Binary(Binary { a: x, b: m, op: BinaryOp::Sub, y }))?;
+        let e = self.b.op(|y| Op::Unary(Unary { x: c, op: UnaryOp::Exp, y }))?;
+        let s = reduce(self, e, ReduceOp::Sum)?;
+        let l = self.b.op(|y| Op::Unary(Unary { x: s, op: UnaryOp::Log, y }))?;
+        let y = self.b.op(|y| Op::Binary(Binary { a: c, b: l, op: BinaryOp::Sub, y }))?;
+        let val = Val::Act { id: y, shape, int: false };
+        match ln {
+            Some(n) => {
+                self.count_fused("softmax+ln as log-softmax");
+                self.absorb(n, val);
+            }
+            None => self.set_out(val),
+        }
+        Ok(())
     }
 
     /// tract's `ScaledMaskedSoftmax` (from an expanded ONNX Attention): `softmax(x·s + m)` over
