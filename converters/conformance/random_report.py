@@ -29,8 +29,9 @@ DIAGNOSES = {
         "tract's Celu expansion (tract-hir 0.23.9 `src/ops/activations.rs:90-102`, which Kestrel lowers) "
         "computes `max(0,x) + min(0, exp(x/alpha) - 1)`, dropping the `alpha *` factor: negative inputs come out "
         "scaled by 1/alpha (found -0.337, expected -0.674 with alpha 2). The standard's data is all "
-        "positive. tract fails the same cases with the same numbers. Being fixed by a Kestrel expansion "
-        "in converters/onnx/src/expand/ (lead)."
+        "positive. tract fails the same cases with the same numbers. Since this run, 08dfa77 parses "
+        "Celu with the converter's own expansion (converters/onnx/src/expand/activations.rs); not re-run "
+        "here."
     ),
     "LogSoftmax": (
         "tract expands LogSoftmax as `ln(softmax(x))` (tract-hir 0.23.9 `src/ops/nn/layer_max.rs:100-109`, "
