@@ -60,10 +60,15 @@ run_java() {
 }
 run_java dev.kestrel.JavaInterop "$model"
 # SdkCheck's classify() checks the SDK against the CLI built from this checkout, on this machine
-# (the same kernels, so bit for bit); `cargo test --workspace` has built it already in CI.
-cargo build -q -p kestrel-rt-cli
+# (the same kernels, so bit for bit). `cargo test --workspace` has built it in CI (with the
+# workspace's features: `cargo build -p kestrel-rt-cli` would rebuild its dependencies, minutes),
+# so a binary newer than every source and manifest is used as it is.
+cli="$target_dir/debug/kestrel"
+if [[ ! -x "$cli" ]] || [[ -n "$(find apps runtime converters targets Cargo.toml Cargo.lock \( -name '*.rs' -o -name Cargo.toml -o -name Cargo.lock \) -newer "$cli" -print -quit)" ]]; then
+    cargo build -q -p kestrel-rt-cli
+fi
 samples=apps/kestrel-cli/samples
-"$target_dir/debug/kestrel" classify --model "$model" --json --top 3 --batch 1 \
+"$cli" classify --model "$model" --json --top 3 --batch 1 \
     "$samples/fmnist/ankle-boot/00000.png" "$samples/preprocess/bag-rgba-40x30.png" \
     "$samples/preprocess/coat-rgb-56x56.png" >"$out/cli-top3.json" || fail "kestrel classify failed"
 run_java dev.kestrel.SdkCheckKt "$model" "$out/cli-top3.json"
