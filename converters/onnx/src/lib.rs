@@ -14,6 +14,8 @@
 //! and the `.kes` with Kestrel on the same inputs and compares them.
 
 mod attention;
+mod attrs;
+mod attrs_table;
 mod batch_norm;
 mod calibrate;
 mod dims;

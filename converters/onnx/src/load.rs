@@ -169,7 +169,7 @@ fn load_typed_inner(
         graph.map(|g| g.node.iter().map(|n| (n.name.clone(), n.op_type.clone())).collect()).unwrap_or_default(),
     );
     // Ops the importer has no parser for, all of them at once (tract stops at the first).
-    let unknown: Vec<Blocker> = graph
+    let mut unknown: Vec<Blocker> = graph
         .map(|g| {
             g.node
                 .iter()
@@ -191,6 +191,8 @@ fn load_typed_inner(
                 .collect()
         })
         .unwrap_or_default();
+    // And, with them, every node (subgraphs too) that sets an attribute its parser would ignore.
+    unknown.extend(crate::attrs::blockers(&proto));
     if !unknown.is_empty() {
         return Err(ConvertError::Unsupported { path: p.clone(), blockers: unknown });
     }
