@@ -2,7 +2,7 @@
 //! the first argument: one tiny model per case of the shared mechanism table
 //! (`kestrel_rt::mechanisms::CASES`) and weight encoding (and masked attention, attention on
 //! activations, `Sdpa`, and recurrences: an LSTM with peepholes feeding a GRU whose reset gate
-//! acts on the state, selection by index, `Gather`, non-maximum suppression, and tensors of rank 7 and 8), plus the demo
+//! acts on the state, selection by index, `Gather`, non-maximum suppression, concatenation, and tensors of rank 7 and 8), plus the demo
 //! text model. Run via `seed.sh`.
 
 use kestrel_rt::format::ops::*;
@@ -123,6 +123,24 @@ fn nms() -> Vec<u8> {
     b.build().unwrap()
 }
 
+/// Concatenation (`Concat`): three computed pieces along axis 1, chained into a second op whose
+/// first piece is the first's output, and ids joined bit for bit before an embedding.
+fn concat() -> Vec<u8> {
+    let mut b = ModelBuilder::new("seed");
+    let x = b.input("x", &[2, 3]).unwrap();
+    let r = b.op(|y| Op::Unary(Unary { x, op: UnaryOp::Relu, y })).unwrap();
+    let c = b.op(|y| Op::Concat(Concat::new(&[x, r, x], 1, y).unwrap())).unwrap();
+    let c2 = b.op(|y| Op::Concat(Concat::new(&[c, r], 1, y).unwrap())).unwrap();
+    let ids = b.input_ids("ids", 2).unwrap();
+    let both = b.op(|y| Op::Concat(Concat::new(&[ids, ids], 0, y).unwrap())).unwrap();
+    let mut n = 0u32;
+    let table = weight(&mut b, &mut n, &[4, 3]).unwrap();
+    let e = b.op(|y| Op::Embedding(Embedding { ids: both, table, pos: None, y })).unwrap();
+    b.output(c2);
+    b.output(e);
+    b.build().unwrap()
+}
+
 /// Rank 8 (80-byte tensor entries and metadata inputs, an eight-attribute Transpose): a rank-8
 /// input transposed, plus a rank-7 weight broadcast onto it.
 fn rank8() -> Vec<u8> {
@@ -189,6 +207,7 @@ fn main() {
     std::fs::write(format!("{dir}/gather_f32.kes"), gather()).unwrap();
     std::fs::write(format!("{dir}/rank8_f32.kes"), rank8()).unwrap();
     std::fs::write(format!("{dir}/nms_f32.kes"), nms()).unwrap();
+    std::fs::write(format!("{dir}/concat_f32.kes"), concat()).unwrap();
     let text = kestrel_rt::demo::text_model(1, DType::I8).unwrap();
     std::fs::write(format!("{dir}/text_int8.kes"), text).unwrap();
 }

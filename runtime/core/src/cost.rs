@@ -144,7 +144,9 @@ pub fn op_flops(graph: &Graph<'_, '_>, op: &Op) -> Option<u64> {
         }
         // Comparisons, no arithmetic to speak of.
         Op::Nms(_) => return None,
-        Op::Reshape(_) | Op::Transpose(_) | Op::Slice(_) | Op::Gather(_) | Op::Embedding(_) => return None,
+        Op::Reshape(_) | Op::Transpose(_) | Op::Slice(_) | Op::Concat(_) | Op::Gather(_) | Op::Embedding(_) => {
+            return None
+        }
     })
 }
 

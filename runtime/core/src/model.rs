@@ -120,6 +120,7 @@ fn check_role<'a>(
         }
         Role::ActOrF32Weight => t.dtype == DType::F32,
         Role::F32Weight => t.kind == TensorKind::Weight && t.dtype == DType::F32,
+        Role::AnyAct => t.kind == TensorKind::Activation && matches!(t.dtype, DType::F32 | DType::I32),
     };
     if ok {
         Ok(t)
@@ -131,6 +132,7 @@ fn check_role<'a>(
             Role::ActOrWeight => "an f32 activation or a weight",
             Role::ActOrF32Weight => "an f32 activation or an f32 weight",
             Role::F32Weight => "an f32 weight",
+            Role::AnyAct => "an f32 or i32 activation",
         };
         Err(LoadError::TensorRole { node, op: op.name(), tensor: id, slot, expected, found: kind_name(&t) })
     }
@@ -195,9 +197,25 @@ fn validate_node(file: &KesFile<'_>, node: u32, op: &Op, defined: &Defined) -> R
         }
     });
     result?;
-    // The output: a fresh f32 activation.
+    // The output: a fresh f32 activation (a concatenation's: of its pieces' dtype, each piece
+    // of the first's).
     let y_id = op.output();
-    let y = check_role(file, node, op, "y", y_id, Role::Act)?;
+    let y_role = match op {
+        Op::Concat(o) => {
+            let first = file.tensor(o.xs[0])?.dtype;
+            for &x in o.inputs() {
+                let role = if first == DType::I32 { Role::Ids } else { Role::Act };
+                check_role(file, node, op, "x", x, role)?;
+            }
+            if first == DType::I32 {
+                Role::Ids
+            } else {
+                Role::Act
+            }
+        }
+        _ => Role::Act,
+    };
+    let y = check_role(file, node, op, "y", y_id, y_role)?;
     if defined.before(file, node, y_id)? {
         return Err(LoadError::Redefinition { node, op: name, tensor: y_id });
     }

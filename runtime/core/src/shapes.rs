@@ -147,6 +147,33 @@ pub fn output_shape(
             }
             shape(name, &dims[..x.rank()])
         }
+        Op::Concat(o) => {
+            // Pieces agree except on the axis; the output's axis is the sum of theirs.
+            let first = shape_of(o.xs[0]);
+            let axis = o.axis as usize;
+            if axis >= first.rank() {
+                return Err(mismatch(name, "axis (< rank)", first.rank(), axis));
+            }
+            let mut dims = [0usize; MAX_RANK];
+            for (i, out) in dims.iter_mut().enumerate().take(first.rank()) {
+                *out = if i == axis { 0 } else { first.dim(i) };
+            }
+            for &x in o.inputs() {
+                let s = shape_of(x);
+                if s.rank() != first.rank() {
+                    return Err(mismatch(name, "piece rank", first.rank(), s.rank()));
+                }
+                for (i, out) in dims.iter_mut().enumerate().take(first.rank()) {
+                    if i == axis {
+                        *out =
+                            out.checked_add(s.dim(i)).ok_or(ShapeError::Invalid { op: name, what: "axis too long" })?;
+                    } else if s.dim(i) != *out {
+                        return Err(mismatch(name, "piece dim off the axis", *out, s.dim(i)));
+                    }
+                }
+            }
+            shape(name, &dims[..first.rank()])
+        }
         Op::Gather(o) => {
             crate::params::GatherParams::with_output(&shape_of(o.x), &shape_of(o.idx), o.axis).map(|r| r.1)
         }

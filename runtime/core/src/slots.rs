@@ -19,6 +19,8 @@ pub enum Role {
     ActOrF32Weight,
     /// A weight stored as f32 (a dense layer's or a convolution's clamp bounds).
     F32Weight,
+    /// An f32 or an i32 activation (a concatenation's pieces: values or ids, copied as bits).
+    AnyAct,
 }
 
 /// Calls `f(slot name, tensor id, role)` for every present input slot of `op`.
@@ -46,6 +48,7 @@ pub fn for_each_slot(op: &Op, mut f: impl FnMut(&'static str, TensorId, Role)) {
             (kind::NMS, 3) => ("iou", Role::ActOrF32Weight),
             (kind::NMS, 4) => ("score", Role::ActOrF32Weight),
             (kind::DENSE | kind::CONV2D, 3) => ("clamp", Role::F32Weight),
+            (kind::CONCAT, _) => ("x", Role::AnyAct),
             (_, 0) => ("x", Role::Act),
             _ => ("weight", Role::Weight),
         };

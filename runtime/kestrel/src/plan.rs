@@ -130,7 +130,7 @@ pub fn plan(
                     LayerOp::LayerNorm(ln) if ln.x == fed => fed = ln.y,
                     // Any other reader ends the walk (a layer norm reading `fed` as γ or β too).
                     LayerOp::LayerNorm(_) | LayerOp::Dense(_) | LayerOp::Embedding(_) | LayerOp::MatMul(_) => break,
-                    LayerOp::Sdpa(_) | LayerOp::Gather(_) | LayerOp::Nms(_) => break,
+                    LayerOp::Sdpa(_) | LayerOp::Gather(_) | LayerOp::Nms(_) | LayerOp::Concat(_) => break,
                     LayerOp::PatchEmbed(_) | LayerOp::Unary(_) | LayerOp::Binary(_) | LayerOp::Softmax(_) => break,
                     LayerOp::Chain(_) => break,
                     LayerOp::Reduce(_) | LayerOp::Slice(_) | LayerOp::Transpose(_) | LayerOp::Conv2d(_) => break,

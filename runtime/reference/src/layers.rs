@@ -323,6 +323,29 @@ pub fn slice(x: &[f64], shape: &[usize], axis: usize, window: [usize; 5]) -> (Ve
     (y, ys)
 }
 
+/// Concatenation along `axis`, from the definition: pieces `(values, dims)` whose dims agree
+/// except on `axis`; output index `m` on the axis reads piece `i` at `m − Σ_{k<i} n_k`, where
+/// `i` is the piece whose range holds `m`. Returns the values and the output's dims.
+pub fn concat(pieces: &[(&[f64], &[usize])], axis: usize) -> (Vec<f64>, Vec<usize>) {
+    let mut ys = pieces[0].1.to_vec();
+    ys[axis] = pieces.iter().map(|p| p.1[axis]).sum();
+    let y = (0..numel(&ys))
+        .map(|i| {
+            let mut ii = unravel(i, &ys);
+            let mut m = ii[axis];
+            for &(x, shape) in pieces {
+                if m < shape[axis] {
+                    ii[axis] = m;
+                    return x[ravel(&ii, shape)];
+                }
+                m -= shape[axis];
+            }
+            unreachable!("an output index past every piece")
+        })
+        .collect();
+    (y, ys)
+}
+
 /// Selection by index along `axis` (numpy `take`), from the definition: `x` of dims `shape`,
 /// `idx` the index values (any shape, `idx_shape`); the output's dims are `shape` with `axis`
 /// replaced by `idx_shape`, `y[a.., j.., b..] = x[a.., idx[j..], b..]`. An index `v` in `-n..0`

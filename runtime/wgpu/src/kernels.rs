@@ -298,6 +298,8 @@ pub enum Kernel {
     PatchGather,
     /// `embed.wgsl: gather` (one thread per output element).
     Gather,
+    /// `embed.wgsl: concat` (one piece of a concatenation; one thread per piece element).
+    Concat,
     /// `attention.wgsl: align_tokens` (Super's W^A X + b^A).
     AlignTokens,
     /// `attention.wgsl: attend`.
@@ -402,6 +404,7 @@ impl Kernel {
         Kernel::Embedding,
         Kernel::PatchGather,
         Kernel::Gather,
+        Kernel::Concat,
         Kernel::AlignTokens,
         Kernel::Attend,
         Kernel::AttendRows,
@@ -431,7 +434,7 @@ impl Kernel {
             Conv2d | Conv2dBlock | Conv2dTile => Family::Conv,
             Pool2d => Family::Pool,
             Rnn => Family::Rnn,
-            Embedding | PatchGather | Gather => Family::Embed,
+            Embedding | PatchGather | Gather | Concat => Family::Embed,
             AlignTokens | Attend | AttendRows | SdpaRows => Family::Attention,
             ExpValues | ExpKeys | AftBias | AftFull | AftLocal | AftSimple | AftConv => Family::Aft,
             FfScores | FfPool | FfScaleRows => Family::Fastformer,
@@ -459,6 +462,7 @@ impl Kernel {
             Embedding => Layout::Embedding,
             PatchGather => Layout::PatchGather,
             Gather => Layout::Gather,
+            Concat => Layout::Concat,
             AlignTokens => Layout::AlignTokens,
             Attend | AttendRows => Layout::Attend,
             SdpaRows => Layout::Sdpa,
@@ -490,7 +494,7 @@ impl Kernel {
             DenseBlockLn => Start::Mode(Item, "dense_block_body", "1u"),
             DenseBlockPatch => Start::Mode(Item, "dense_block_body", "2u"),
             Unary | Strided | Chain | LayerNorm | Softmax | Reduce | MatMul | Conv2d | Conv2dBlock | Pool2d
-            | Embedding | PatchGather | Gather | AlignTokens | AttendRows | SdpaRows | ExpValues | ExpKeys
+            | Embedding | PatchGather | Gather | Concat | AlignTokens | AttendRows | SdpaRows | ExpValues | ExpKeys
             | AftFull | AftLocal | AftConv | FfScores | FfPool | FfScaleRows => Start::Body(Item),
             LayerNormSplit | SoftmaxSplit | ReduceSplit | Rnn | AftSimple => Start::Body(Row),
             DenseTile | MatMulTile | Conv2dTile => Start::Body(Tile),
@@ -549,6 +553,7 @@ impl Kernel {
             Embedding => "embedding",
             PatchGather => "patch_gather",
             Gather => "gather",
+            Concat => "concat",
             AlignTokens => "align_tokens",
             Attend => "attend",
             AttendRows => "attend_rows",

@@ -456,6 +456,11 @@ Gather gather {
     x: Region = 2, y_base: usize = 4, n: usize = 5, k: usize = 6, inner: usize = 7, idx_const: bool = 8,
     idx: Region = 9 opt, idx_w: Wd = 12 opt,
 }
+/// `embed.wgsl: concat`: one piece `x` seen as `[outer, run]` (`run = n_i · inner`) copied to
+/// rows of `row` (`total · inner`) words of `y` starting at word `at` (`offset · inner`) of each.
+Concat concat {
+    x: Region = 2, y: Region = 4, run: usize = 6, row: usize = 7, at: usize = 8,
+}
 /// `attention.wgsl: align_tokens`.
 AlignTokens align_tokens {
     x_base: usize = 2, v_base: usize = 3, t: usize = 4, d: usize = 5, causal: bool = 6, has_bias: bool = 7,

@@ -332,6 +332,22 @@ fn layer_cases() -> Vec<Case> {
             c.b.op(|y| Op::Gather(Gather { x, idx, axis, y }))
         }));
     }
+    // Concat: pieces of a computed map along each axis, up to the per-op maximum (one
+    // dispatch a piece), a piece used twice.
+    for (axis, pieces) in [(0u32, 2usize), (1, 5), (2, MAX_CONCAT_INPUTS)] {
+        v.push(case("concat", format!("concat {pieces} pieces on axis {axis}"), move |c| {
+            let mut xs = Vec::new();
+            for k in 0..pieces {
+                let mut d = vec![3usize, 4, 5];
+                d[axis as usize] = 1 + k % 3;
+                let x = c.input(&d)?;
+                xs.push(c.b.op(|y| Op::Unary(Unary { x, op: UnaryOp::Relu, y }))?);
+            }
+            xs.push(xs[0]);
+            xs.truncate(MAX_CONCAT_INPUTS);
+            c.b.op(|y| Op::Concat(Concat::new(&xs, axis, y).expect("1 to 15 pieces")))
+        }));
+    }
     // b an activation or a weight, transposed or not; the last four with rows enough for the
     // tiled kernel (`matmul_tile` under the tiles-everywhere tuning): k not a multiple of 4
     // (zeros staged past it), partial tiles, broadcast batch axes, weights.

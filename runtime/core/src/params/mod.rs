@@ -1,6 +1,7 @@
 //! Op parameters derived from a node and its tensor shapes, checked once: the geometry both
 //! backends lower from (the CPU kernels and the wgpu dispatches read the same structs).
 
+mod concat;
 mod conv;
 mod gather;
 mod pool;
@@ -8,6 +9,7 @@ mod rnn;
 mod slice;
 mod window;
 
+pub use concat::ConcatParams;
 pub use conv::Conv2dParams;
 pub use gather::GatherParams;
 pub use pool::Pool2dParams;

@@ -5,6 +5,7 @@ use super::{info, lookup_err, OpIo};
 use crate::error::{RunError, ShapeError};
 use crate::graph::Graph;
 use crate::kernels::chain::{chain, ChainParams};
+use crate::kernels::concat::{concat_piece, ConcatParams};
 use crate::kernels::conv::{conv2d_clamped, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
 use crate::kernels::elementwise::{binary, unary, BinaryParams, Operand, UnaryParams};
 use crate::kernels::embed::{
@@ -97,6 +98,7 @@ enum Prep<'a> {
     Reduce(ReduceParams),
     Transpose(TransposeParams),
     Slice(SliceParams),
+    Concat(ConcatParams),
     /// The indices: an activation (per sample) or a constant's f32 values.
     Gather {
         p: GatherParams,
@@ -205,6 +207,14 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             }
             Prep::Slice(SliceParams::new(&shp(o.x)?, o)?)
         }
+        LayerOp::Concat(o) => {
+            for &x in o.inputs() {
+                if !matches!(src(file, x)?, Src::Act) {
+                    return Err(ShapeError::Invalid { op: op.name(), what: "every piece must be an activation" });
+                }
+            }
+            Prep::Concat(ConcatParams::new(o, shp)?)
+        }
         LayerOp::Gather(o) => {
             let p = GatherParams::new(&shp(o.x)?, &shp(o.idx)?, o.axis)?;
             let idx = src(file, o.idx)?;
@@ -284,6 +294,7 @@ pub(super) fn scratch_elems(file: &Graph<'_, '_>, op: &Op, fast: bool) -> Result
         | Prep::Reduce(_)
         | Prep::Transpose(_)
         | Prep::Slice(_)
+        | Prep::Concat(_)
         | Prep::Gather { .. }
         | Prep::Reshape => 0,
     })
@@ -321,6 +332,16 @@ pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Resul
         let (x, n) = main(o.x)?;
         let whole = ChainParams { n: batch * n, ..*p };
         chain(&whole, &x[..batch * n], &mut out[..batch * y_n]);
+        return Ok(());
+    }
+    if let (Prep::Concat(p), Op::Concat(o)) = (&prep, op) {
+        // Piece by piece over the batch's samples (ids and values alike: bit copies).
+        for (i, &x) in o.inputs().iter().enumerate() {
+            let (x, n) = main(x)?;
+            for s in 0..batch {
+                concat_piece(p, i, &x[sample(n, s)], &mut out[s * y_n..(s + 1) * y_n]);
+            }
+        }
         return Ok(());
     }
     for s in 0..batch {

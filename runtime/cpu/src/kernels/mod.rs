@@ -7,6 +7,7 @@ pub mod aft;
 pub mod attention;
 pub mod attention_q8;
 pub mod chain;
+pub mod concat;
 pub mod conv;
 pub mod elementwise;
 pub mod embed;

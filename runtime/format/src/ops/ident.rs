@@ -38,6 +38,7 @@ impl Op {
             Op::Slice(o) => OpClass::Layer(L::Slice(o)),
             Op::Gather(o) => OpClass::Layer(L::Gather(o)),
             Op::Nms(o) => OpClass::Layer(L::Nms(o)),
+            Op::Concat(o) => OpClass::Layer(L::Concat(o)),
             Op::Transpose(o) => OpClass::Layer(L::Transpose(o)),
             Op::Conv2d(o) => OpClass::Layer(L::Conv2d(o)),
             Op::PatchEmbed(o) => OpClass::Layer(L::PatchEmbed(o)),
@@ -122,6 +123,8 @@ pub enum LayerOp<'a> {
     Gather(&'a Gather),
     /// [`Op::Nms`].
     Nms(&'a Nms),
+    /// [`Op::Concat`].
+    Concat(&'a Concat),
     /// [`Op::Transpose`].
     Transpose(&'a Transpose),
     /// [`Op::Conv2d`].

@@ -9,6 +9,7 @@
 //! over [`Op`] is generated with one arm per entry.
 
 use super::chain::{chain_check, steps};
+use super::concat::pieces;
 use super::record::*;
 use super::*;
 
@@ -198,6 +199,8 @@ op_table! {
     /// See [`Nms`].
     Nms = 20 NMS [boxes: t("boxes"), scores: t("scores"), max_out: opt(), iou: opt(), score: opt(), y: t("y")]
         [center_point_box: flag("center_point_box")],
+    /// See [`Concat`].
+    Concat = 21 CONCAT [xs: pieces(), y: t("y")] [axis: raw()],
 }
 
 /// Pool2d: a max pool has no divisor, so no `count_include_pad`.

@@ -172,6 +172,9 @@ pub fn every_op() -> Vec<Op> {
             inner: 1,
             steps: ChainSteps::new(&[ChainStep::Unary(UnaryOp::Tanh), ChainStep::Unary(UnaryOp::Exp)]).unwrap(),
         }),
+        // Concatenations: one piece, and three (the other slots absent).
+        Op::Concat(Concat::new(&[x], 0, y).unwrap()),
+        Op::Concat(Concat::new(&[x, 1, 2], 2, y).unwrap()),
     ]);
     all
 }

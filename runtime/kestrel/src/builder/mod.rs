@@ -189,7 +189,15 @@ impl ModelBuilder {
         let shape = output_shape(&op, |id| self.shape_of(id).unwrap_or(empty), declared)
             .map_err(|e| Error::Build(format!("node {} ({}): {e}", self.ops.len(), op.name())))?;
         let name = format!("{}_{}", op.name().to_lowercase(), self.ops.len());
-        self.push(Draft::Act { name, dtype: DType::F32, shape });
+        // A concatenation of ids is ids (its pieces' dtype); every other output is f32.
+        let dtype = match op {
+            Op::Concat(c) => match self.tensors.get(c.xs[0] as usize) {
+                Some(Draft::Act { dtype, .. }) => *dtype,
+                _ => DType::F32,
+            },
+            _ => DType::F32,
+        };
+        self.push(Draft::Act { name, dtype, shape });
         self.ops.push(op);
         Ok(y)
     }

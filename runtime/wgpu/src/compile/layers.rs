@@ -3,11 +3,14 @@
 use super::{numel, split_per, Ctx, Dispatch, Params};
 use crate::kernels::Kernel;
 use crate::params::{
-    chain, conv, embedding, gather, layer_norm, matmul, matmul_tile, pool, reduce, rnn, sdpa, strided, unary, window,
-    Field,
+    chain, concat, conv, embedding, gather, layer_norm, matmul, matmul_tile, pool, reduce, rnn, sdpa, strided, unary,
+    window, Field,
 };
 use crate::GpuError;
-use kestrel_rt_core::params::{Conv2dParams, GatherParams, Pool2dParams, RnnCell, RnnParams, SliceParams};
+use kestrel_rt_core::error::ShapeError;
+use kestrel_rt_core::params::{
+    ConcatParams, Conv2dParams, GatherParams, Pool2dParams, RnnCell, RnnParams, SliceParams,
+};
 use kestrel_rt_format::ops::{GruReset, LayerOp, NormAxis, Op, TensorId};
 use kestrel_rt_format::{TensorKind, MAX_RANK};
 
@@ -160,6 +163,32 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 .set(strided::window_first, p.offset)?
                 .set(strided::window_count, p.count)?;
             vec![window.done(Kernel::Strided)]
+        }
+        LayerOp::Concat(o) => {
+            // One dispatch per piece, each copying its `[outer, n_i · inner]` rows into place.
+            let p = ConcatParams::new(o, |t| {
+                ctx.info(t)
+                    .map(|i| i.shape)
+                    .map_err(|_| ShapeError::Invalid { op: "Concat", what: "a piece is not in the tensor table" })
+            })
+            .map_err(|e| GpuError::Model(e.to_string()))?;
+            let y = ctx.act(o.y)?;
+            let mut out = Vec::with_capacity(p.pieces);
+            for (i, &x) in o.inputs().iter().enumerate() {
+                if p.piece_len(i) == 0 {
+                    continue;
+                }
+                out.push(
+                    Params::new(p.piece_len(i))?
+                        .set(concat::x, ctx.act(x)?)?
+                        .set(concat::y, y)?
+                        .set(concat::run, p.n[i] * p.inner)?
+                        .set(concat::row, p.total * p.inner)?
+                        .set(concat::at, p.offset[i] * p.inner)?
+                        .done(Kernel::Concat),
+                );
+            }
+            out
         }
         LayerOp::Gather(o) => {
             // One thread per output element of `[outer, k, inner]`.

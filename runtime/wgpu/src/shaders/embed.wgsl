@@ -67,3 +67,14 @@ fn gather_body(it: Item) {
     }
     act[prm.y_base + it.g] = out;
 }
+
+// One piece of a concatenation (`Concat`): x [outer, run] per sample (run = n_i · inner) copied
+// into its place in y, rows of `row` words (total · inner) from word `at` (offset · inner) of
+// each; one dispatch a piece, one thread per piece element. Ids are copied as their bits.
+// Parameters `ConcatP`: x, y, run, row, at. per = outer · run.
+fn concat_body(it: Item) {
+    let prm = concat_p();
+    let o = it.l / prm.run;
+    let j = it.l % prm.run;
+    act[prm.y.base + it.s * prm.y.stride + o * prm.row + prm.at + j] = act[prm.x.base + it.s * prm.x.stride + it.l];
+}
