@@ -22,8 +22,11 @@ fn run(pieces: &[(Vec<f32>, Vec<usize>)], axis: usize) -> Vec<f32> {
     y
 }
 
+/// Pieces (values, dims).
+type Pieces = Vec<(Vec<f32>, Vec<usize>)>;
+
 /// Pieces: rank, axis, the shared dims, each piece's length on the axis.
-fn case() -> impl Strategy<Value = (Vec<(Vec<f32>, Vec<usize>)>, usize)> {
+fn case() -> impl Strategy<Value = (Pieces, usize)> {
     (1usize..=4, 1usize..=MAX_CONCAT_INPUTS)
         .prop_flat_map(|(rank, n)| {
             (Just(rank), 0..rank, prop::collection::vec(1usize..5, rank), prop::collection::vec(1usize..6, n))
@@ -76,7 +79,7 @@ proptest! {
                 let v = (0..rows * l)
                     .map(|_| {
                         next += 1;
-                        f32::from_bits(if next % 3 == 0 { 0x7fa0_0000 | next } else { next * 7 })
+                        f32::from_bits(if next.is_multiple_of(3) { 0x7fa0_0000 | next } else { next * 7 })
                     })
                     .collect();
                 (v, vec![rows, l])

@@ -196,6 +196,12 @@ impl<'a> Interp<'a> {
                 }
                 out
             }
+            Op::Concat(o) => {
+                let dims: Vec<Vec<usize>> = o.inputs().iter().map(|&t| self.dims(t)).collect();
+                let pieces: Vec<(&[f64], &[usize])> =
+                    o.inputs().iter().zip(&dims).map(|(&t, d)| (x_of(t), d.as_slice())).collect();
+                r::concat(&pieces, o.axis as usize).0
+            }
             Op::Gather(o) => {
                 let (xd, id) = (self.dims(o.x), self.dims(o.idx));
                 r::gather(x_of(o.x), &xd, o.axis as usize, x_of(o.idx), &id).expect("indices in range").0
