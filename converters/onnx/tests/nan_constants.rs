@@ -135,3 +135,65 @@ fn a_nan_matmul_weight_is_refused() {
     let e = convert_and_run("nan-mm", &onnx, &[Input::F32(&[1.0, 2.0])], 2).unwrap_err();
     assert!(e.contains("NaN"), "{e}");
 }
+
+/// `Where` with a constant condition (a masked fill, the NaN guard after a softmax whose mask is
+/// constant) selects: a NaN or ±∞ in the branch it does not pick never reaches the output (it
+/// was lowered as `x·c + f·(1 − c)`, and `NaN·0` is NaN: the standard's fully-masked attention
+/// row). Both branches computed, or one constant, on inputs full of NaN and ±∞; the want is
+/// written element by element from the definition.
+#[test]
+fn where_with_a_constant_condition_selects() {
+    let mut rng = Rng::new(0x5E1E);
+    for case in 0..12 {
+        let (rows, cols) = (1 + below(&mut rng, 3), 2 + below(&mut rng, 6));
+        let n = rows * cols;
+        let x = specials(&mut rng, n);
+        // The condition: one per column, both values present.
+        let mut cond: Vec<f32> = (0..cols).map(|_| below(&mut rng, 2) as f32).collect();
+        cond[0] = 1.0;
+        cond[cols - 1] = 0.0;
+        // A NaN in a constant branch is refused at conversion (tested above): ±∞ and finite.
+        let fill: Vec<f32> = specials(&mut rng, cols).into_iter().map(|v| if v.is_nan() { 7.5 } else { v }).collect();
+        // Case parity: the computed branch is `then` (even) or `else` (odd); every third case
+        // the other branch is `Neg(x)` (computed too) instead of the constant.
+        let computed_then = case % 2 == 0;
+        let both = case % 3 == 0;
+        let other = if both { "nx" } else { "c" };
+        let (t, f) = if computed_then { ("x", other) } else { (other, "x") };
+        let cast = Msg::default().str(1, "cf").str(2, "cond").str(3, "cast").str(4, "Cast").msg(5, i64_attr("to", 9));
+        let neg = Msg::default().str(1, "x").str(2, "nx").str(3, "neg").str(4, "Neg");
+        let wh = Msg::default().str(1, "cond").str(1, t).str(1, f).str(2, "y").str(3, "w").str(4, "Where");
+        let graph = Msg::default()
+            .str(2, "g")
+            .msg(1, cast)
+            .msg(1, neg)
+            .msg(1, wh)
+            .msg(5, f32_tensor("cf", &[cols], &cond))
+            .msg(5, f32_tensor("c", &[cols], &fill))
+            .msg(11, float_value("x", Some(&[rows, cols])))
+            .msg(12, float_value("y", None));
+        let onnx =
+            Msg::default().int(1, 9).msg(8, Msg::default().int(2, 13)).str(2, "nan_constants.rs").msg(7, graph).0;
+        let want: Vec<f32> = (0..n)
+            .map(|i| {
+                let j = i % cols;
+                let other = if both { -x[i] } else { fill[j] };
+                let (tv, fv) = if computed_then { (x[i], other) } else { (other, x[i]) };
+                if cond[j] != 0.0 {
+                    tv
+                } else {
+                    fv
+                }
+            })
+            .collect();
+        let name = format!("case {case}: where(cond {cond:?}, {t}, {f}), x {x:?}, c {fill:?}");
+        let outs = convert_and_run(&format!("where_const{case}"), &onnx, &[Input::F32(&x)], n)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        for got in outs {
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                let ok = if w.is_nan() { g.is_nan() } else { g == w };
+                assert!(ok, "{name}: element {i}: {g}, expected {w}; got {got:?}");
+            }
+        }
+    }
+}

@@ -1,5 +1,5 @@
 //! Selections without a Kestrel op of their own, lowered exactly with generic ops:
-//! `Iff` with a constant condition (masked fill) → Mul by a 0/1 mask + Add of the filled values;
+//! `Iff` with a constant condition (masked fill) → `When` by a 0/1 mask + Add of the filled values;
 //! `Slice` and a `Gather` of constant indices forming a window (evenly spaced, increasing) → a
 //! Dense with a one-hot f32 weight over the selected axis (moved last with a Transpose when
 //! needed; the fusion passes turn it into a `Slice` or fold it into a projection), or a `Slice`
@@ -518,8 +518,9 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// `where(c, t, f)` with a constant condition: `t·c + f·(1−c)`, a constant branch folded
-    /// into an added f32 weight.
+    /// `where(c, t, f)` with a constant condition: `When(t, c) + When(f, 1−c)` (each branch
+    /// where it is selected, else 0, whatever its value: NaN and ±∞ included), a constant branch
+    /// folded into an added f32 weight.
     fn iff(&mut self) -> Res<()> {
         let node = self.model.node(self.node);
         let out = self.out_shape()?;
@@ -548,8 +549,11 @@ impl Lowerer<'_> {
                     has_bias = true;
                 }
                 Val::Act { id, int: false, .. } => {
+                    // `When`, not a product: an unselected NaN or ±∞ must not leak (NaN·0 is NaN;
+                    // a softmax row with every key masked is NaN, and the exporters' guard after
+                    // it selects 0 there).
                     let m = self.weight_f32(node.inputs[0], usage, &wshape, mask)?;
-                    acts.push(self.b.op(|y| Op::Binary(Binary { a: id, b: m, op: BinaryOp::Mul, y }))?);
+                    acts.push(self.b.op(|y| Op::Binary(Binary { a: id, b: m, op: BinaryOp::When, y }))?);
                 }
                 Val::Act { int: true, .. } => return Err(self.bad("f32 branches", "integer ids".into())),
             }

@@ -198,10 +198,11 @@ fn match_attention(b: &mut ModelBuilder, softmax: usize) -> Option<(Region, Vec<
         let p = b.producer(s)?;
         match b.ops()[p] {
             Op::MatMul(m) => break (p, m),
-            // A masked fill lowered as `s·keep + fill`: keep a constant (checked to be 0 or 1).
-            Op::Binary(bin) if bin.op == BinaryOp::Mul && (b.is_weight(bin.a) || b.is_weight(bin.b)) => {
+            // A masked fill lowered as `s·keep + fill` or `When(s, keep) + fill`: keep a constant
+            // (checked to be 0 or 1).
+            Op::Binary(bin) if is_keep(b, &bin) => {
                 let (x, m) = if b.is_weight(bin.b) { (bin.a, bin.b) } else { (bin.b, bin.a) };
-                if scalar(b, m).is_some() {
+                if bin.op == BinaryOp::Mul && scalar(b, m).is_some() {
                     let mut n = Vec::new();
                     s = through_layout(b, s, &mut n, &mut scale);
                     nodes.extend(n);
@@ -490,6 +491,16 @@ fn broadcast_dims(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
             _ => None,
         })
         .collect()
+}
+
+/// A product of the scores by a constant (`s·w`, `w·s`) or a selection by one (`When(s, w)`:
+/// `s` where `w ≠ 0`, else 0 — what a masked fill with a constant condition is lowered to).
+pub(super) fn is_keep(b: &ModelBuilder, bin: &Binary) -> bool {
+    match bin.op {
+        BinaryOp::Mul => b.is_weight(bin.a) || b.is_weight(bin.b),
+        BinaryOp::When => b.is_weight(bin.b) && !b.is_weight(bin.a),
+        _ => false,
+    }
 }
 
 /// A step between the score product and the softmax (see [`match_attention`]).

@@ -111,7 +111,7 @@ fn leads_to_scores(b: &ModelBuilder, t: TensorId, depth: usize) -> bool {
             leads_to_scores(b, bin.a, depth - 1) || leads_to_scores(b, bin.b, depth - 1)
         }
         Op::Binary(bin) if bin.op == BinaryOp::Sub => leads_to_scores(b, bin.a, depth - 1),
-        Op::Binary(bin) if matches!(bin.op, BinaryOp::Mul | BinaryOp::Div) => {
+        Op::Binary(bin) if matches!(bin.op, BinaryOp::Mul | BinaryOp::Div | BinaryOp::When) => {
             (b.is_weight(bin.b) && leads_to_scores(b, bin.a, depth - 1))
                 || (bin.op == BinaryOp::Mul && b.is_weight(bin.a) && leads_to_scores(b, bin.b, depth - 1))
         }
@@ -394,9 +394,12 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
             }
             // A masked fill lowered as `s·keep + fill` (keep checked to be 0 or 1).
             Op::Binary(bin)
-                if bin.op == BinaryOp::Mul
-                    && [bin.a, bin.b].iter().any(|&w| b.is_weight(w) && scalar(b, w).is_none()) =>
+                if (bin.op == BinaryOp::Mul
+                    && [bin.a, bin.b].iter().any(|&w| b.is_weight(w) && scalar(b, w).is_none()))
+                    || (bin.op == BinaryOp::When && b.is_weight(bin.b) && !b.is_weight(bin.a)) =>
             {
+                // `When(s, keep)` selects where a product would multiply: the same for finite
+                // scores, and a 0/1 keep is what `scaled_keep` accepts below.
                 let (x, m) = if b.is_weight(bin.b) { (bin.a, bin.b) } else { (bin.b, bin.a) };
                 if softcap.is_some() {
                     return Err("a masked fill before the soft cap".into());
@@ -416,6 +419,9 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
                         ));
                     }
                 };
+                if bin.op == BinaryOp::When && keep_scale != 1.0 {
+                    return Err(format!("a selection by a constant holding {keep_scale} (a masked fill keeps 0 or 1)"));
+                }
                 let at = dims(b, x).ok_or("shape")?;
                 if values.iter().all(|&v| v != 0.0) {
                     // No zero: a plain scale (Swin V2's logit scale), not a fill.
