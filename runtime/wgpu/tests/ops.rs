@@ -687,8 +687,19 @@ fn assert_subgroup_form_ran(g: &GpuContext, seen: &BTreeSet<Variant>, arith: Ari
 }
 
 /// Case families whose kernels have no f16 variant (so they run f32 even at `Precision::F16`).
-const F32_ONLY_FAMILIES: &[&str] =
-    &["layer_norm", "unary", "binary", "softmax", "embedding", "reduce", "transpose", "slice", "gather", "pool2d"];
+const F32_ONLY_FAMILIES: &[&str] = &[
+    "layer_norm",
+    "unary",
+    "binary",
+    "softmax",
+    "embedding",
+    "reduce",
+    "transpose",
+    "slice",
+    "gather",
+    "pool2d",
+    "concat",
+];
 
 /// The layer and generic cases at `precision`, under every tuning, and every form of their kernels
 /// at `arith`.
