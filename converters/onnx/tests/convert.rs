@@ -131,18 +131,21 @@ fn selections_lower_to_exact_generic_ops() {
     assert_eq!(v.tract.len(), 4);
     let conv = convert(data("assemble.onnx"), &opts(DType::I4)).unwrap();
     let fused: Vec<&str> = conv.report.fused.iter().map(|f| f.name.as_str()).collect();
-    // Concat pieces and constant padding (windows): slices, no products; the reflect pad's
-    // selecting product (not a window) as a 1×1 convolution, no transposes around it.
+    // Concat pieces and constant padding (windows): slices, no products, the placed pieces one
+    // Concat; the reflect pad's selecting product (not a window) as a 1×1 convolution, no
+    // transposes around it.
     assert_eq!(
         fused,
         [
             "concat-as-placing-dense",
             "pad-as-selecting-dense",
             "channels-last dense as 1x1 conv",
-            "one-hot dense as slice"
+            "one-hot dense as slice",
+            "placed slices as concat"
         ]
     );
-    assert_eq!(conv.report.kestrel_ops.get("Slice"), Some(&5), "{:?}", conv.report.kestrel_ops);
+    assert_eq!(conv.report.kestrel_ops.get("Slice"), Some(&3), "{:?}", conv.report.kestrel_ops);
+    assert_eq!(conv.report.kestrel_ops.get("Concat"), Some(&1), "{:?}", conv.report.kestrel_ops);
     let v = verify(data("assemble.onnx"), &conv.kes, &inputs("assemble", 3, 10)).unwrap();
     assert!(v.max_rel_err < 1e-6, "{}", v.max_rel_err);
     assert_eq!(v.tract.len(), 5);
