@@ -10,34 +10,10 @@
 //! absent attribute is its default. Values compare exactly: integers, strings as bytes, floats
 //! by their f32 bits.
 
+use crate::attr_types::{AttrDefault, Ignored};
 use crate::attrs_table::IGNORED;
 use crate::error::Blocker;
 use tract_onnx::pb::{attribute_proto::AttributeType, AttributeProto, GraphProto, ModelProto, NodeProto};
-
-/// An ignored attribute's ONNX default (floats as f32 bits, to compare exactly).
-/// Which variants the generated table uses changes with it (so some may be unused).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(dead_code)]
-pub(crate) enum AttrDefault {
-    /// No default (an optional attribute without one, or a required one): any value is refused.
-    None,
-    Int(i64),
-    Float(u32),
-    String(&'static str),
-    Ints(&'static [i64]),
-    Floats(&'static [u32]),
-    Strings(&'static [&'static str]),
-}
-
-/// One attribute the importer ignores: the op type, the attribute, the opset version from which
-/// this default holds (an attribute whose default changed has one entry per default).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Ignored {
-    pub op: &'static str,
-    pub attr: &'static str,
-    pub since: i64,
-    pub default: AttrDefault,
-}
 
 /// The table's entry for `op`'s `attr` at default-domain opset `opset`: the latest default
 /// from a version at or before it (the earliest one when the model predates them all).

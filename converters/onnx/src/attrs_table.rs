@@ -7,7 +7,7 @@
 //! read, with ONNX's default: a node that sets one to another value is refused
 //! (`crate::attrs`).
 
-use crate::attrs::{AttrDefault, Ignored};
+use crate::attr_types::{AttrDefault, Ignored};
 
 /// Every (op, attribute) the importer ignores, sorted; an attribute whose default changed
 /// between versions has one entry per default, from the version that set it.

@@ -14,6 +14,7 @@
 //! and the `.kes` with Kestrel on the same inputs and compares them.
 
 mod attention;
+mod attr_types;
 mod attrs;
 mod attrs_table;
 mod batch_norm;
