@@ -278,6 +278,7 @@ fn load_typed_inner(
     if explode_sdpa(&mut typed).map_err(tract_err(&p, "expand scaled dot-product attention"))? {
         declutter(&mut typed).map_err(tract_err(&p, "declutter the model"))?;
     }
+    crate::expand::restore_reductions(&mut typed);
     Ok((typed, inputs, names))
 }
 

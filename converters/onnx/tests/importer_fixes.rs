@@ -4,6 +4,8 @@
 //! (tract ignores `mode = "CRD"`). Each is a one-node model over random inputs of both signs (the
 //! standard's `test_celu` feeds only positive numbers, which is how the first bug went unseen),
 //! converted, run on the CPU and, when there is one, the GPU, against its ONNX definition in f64.
+//! Also ReduceMax/ReduceMin, whose tract evaluation (constant folding) starts from the finite
+//! bounds instead of ∓∞ (`src/expand/reduce_min_max.rs`).
 
 mod common;
 #[path = "common/proto.rs"]
@@ -115,5 +117,68 @@ fn space_to_depth_matches_the_definition_in_both_modes() {
         let onnx = one_node_model(node("SpaceToDepth", attrs), &shape, vec![], 28, "t");
         let err = convert_and_run("s2d_bad", &onnx, &[Input::F32(&x)], x.len()).unwrap_err();
         assert!(err.contains(needle), "expected an error naming {needle}: {err}");
+    }
+}
+
+/// A graph of nodes (`GraphProto`) reading `x` (f32, `shape`) and the initializers, writing `y`.
+fn graph_model(nodes: Vec<Msg>, shape: &[usize], initializers: Vec<Msg>, opset: i64) -> Vec<u8> {
+    let mut graph = Msg::default().str(2, "g");
+    for n in nodes {
+        graph = graph.msg(1, n);
+    }
+    for t in initializers {
+        graph = graph.msg(5, t);
+    }
+    graph = graph.msg(11, proto::float_value("x", Some(shape))).msg(12, proto::float_value("y", None));
+    Msg::default().int(1, 9).msg(8, Msg::default().int(2, opset)).str(2, "t").msg(7, graph).0
+}
+
+fn op_node(op: &str, inputs: &[&str], output: &str, attrs: Vec<Msg>) -> Msg {
+    let n = inputs.iter().fold(Msg::default(), |n, i| n.str(1, i)).str(2, output).str(3, output).str(4, op);
+    attrs.into_iter().fold(n, |n, a| n.msg(5, a))
+}
+
+/// ReduceMax / ReduceMin of a constant: a row of −∞ (+∞) and an empty set give ∓∞ (tract folds
+/// them to ∓f32::MAX, the finite bound). The exporters' guard after a masked softmax reads the
+/// row's maximum with IsInf, as here: `y = x · IsInf(ReduceMax(B))`, at the opsets where the axes
+/// are an attribute (13) and an input (18), kept and dropped.
+#[test]
+fn reduce_max_and_min_of_constants_fold_from_infinity() {
+    let inf = f32::INFINITY;
+    // Rows: all −∞; finite; the finite bound beside −∞ (its maximum is finite).
+    let rows = [[-inf, -inf, -inf], [1.0, -2.0, 3.0], [f32::MIN, -inf, f32::MIN]];
+    let mut rng = Rng::new(0x4ED0);
+    let x = values(&mut rng, 3);
+    for max in [true, false] {
+        let sign = if max { 1.0 } else { -1.0 };
+        let b: Vec<f32> = rows.iter().flatten().map(|&v| sign * v).collect();
+        for (opset, keep) in [(13, true), (13, false), (18, true), (18, false)] {
+            for empty in [false, true] {
+                let (bshape, bvals): (Vec<usize>, Vec<f32>) =
+                    if empty { (vec![3, 0], vec![]) } else { (vec![3, 3], b.clone()) };
+                // Every row of an empty set is ∓∞; otherwise only the first.
+                let want: Vec<f64> =
+                    x.iter().enumerate().map(|(i, &v)| if empty || i == 0 { v as f64 } else { 0.0 }).collect();
+                let op = if max { "ReduceMax" } else { "ReduceMin" };
+                let keep_attr = i64_attr("keepdims", i64::from(keep));
+                let mut inits = vec![proto::f32_tensor("b", &bshape, &bvals)];
+                let reduce = if opset >= 18 {
+                    inits.push(proto::i64_tensor("axes", &[1], &[1]));
+                    op_node(op, &["b", "axes"], "m", vec![keep_attr])
+                } else {
+                    op_node(op, &["b"], "m", vec![keep_attr, proto::i64s_attr("axes", &[1])])
+                };
+                let nodes = vec![
+                    reduce,
+                    op_node("IsInf", &["m"], "f", vec![]),
+                    op_node("Cast", &["f"], "ff", vec![i64_attr("to", 1)]),
+                    op_node("Mul", &["x", "ff"], "y", vec![]),
+                ];
+                let xshape: Vec<usize> = if keep { vec![3, 1] } else { vec![3] };
+                let onnx = graph_model(nodes, &xshape, inits, opset);
+                let what = format!("{op} opset {opset} keepdims {keep} empty {empty}");
+                check(&what, convert_and_run("reduce-inf", &onnx, &[Input::F32(&x)], 3), &want);
+            }
+        }
     }
 }

@@ -16,6 +16,7 @@ mod det;
 mod loss;
 mod lp_pool;
 mod max_unpool;
+mod reduce_min_max;
 mod reverse_sequence;
 mod space_to_depth;
 mod swiglu;
@@ -49,7 +50,12 @@ pub(crate) fn register(reg: &mut OnnxOpRegister) {
     reg.insert("Celu", activations::parse_celu);
     reg.insert("Swish", activations::parse_swish);
     reg.insert("SpaceToDepth", space_to_depth::parse);
+    // Parsed as tract does, evaluated (constant folding) with ONNX's values: see the module.
+    reg.insert("ReduceMax", reduce_min_max::parse_max);
+    reg.insert("ReduceMin", reduce_min_max::parse_min);
 }
+
+pub(crate) use reduce_min_max::restore as restore_reductions;
 
 /// Wires nodes named `<prefix>.<name>` into a typed model: what every expansion here needs.
 struct Wiring<'a> {
