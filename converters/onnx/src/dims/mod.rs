@@ -144,11 +144,13 @@ pub(crate) fn convert_bounded(
     let mut dims = opts.dims.clone();
     dims.extend(fixed);
     // Sizes the data decide (a NonZero's count): run-time dims, after the inputs' symbols, each
-    // in 1..=its bound; probed like the others, but along its own line only (see below).
+    // in 0..=its bound (a NonZero of an all-false mask, an NMS that keeps no box, a TopK with
+    // k = 0); probed like the others, but along its own line only and from 2 (see below): a run
+    // at 0 evaluates the bindings there and checks the graph, as at any other count.
     let inputs_syms = syms.len();
     let at_bound: Vec<(String, usize)> =
         dims.iter().cloned().chain(syms.iter().map(|(n, _, max)| (n.clone(), *max))).collect();
-    syms.extend(discover_run_dims(path, &at_bound)?.into_iter().map(|(n, max)| (n, 1, max)));
+    syms.extend(discover_run_dims(path, &at_bound)?.into_iter().map(|(n, max)| (n, 0, max)));
     let run_time = |i: usize| i >= inputs_syms;
     if syms.len() > inputs_syms && !opts.calibrate.is_empty() {
         return Err(err("--calibrate with sizes decided at run time (NonZero) is not supported yet".into()));
@@ -546,7 +548,7 @@ pub(crate) fn convert_bounded(
 
     bindings.sort_by_key(|(t, _)| *t);
     if syms.len() > inputs_syms {
-        let listed: Vec<String> = syms[inputs_syms..].iter().map(|s| format!("`{}` 1..={}", s.0, s.2)).collect();
+        let listed: Vec<String> = syms[inputs_syms..].iter().map(|s| format!("`{}` {}..={}", s.0, s.1, s.2)).collect();
         conv.report.notices.push(format!(
             "run-time dims ({}): sizes the data decide (NonZero's count), read during each run; the CPU runs \
              them, the GPU backend does not yet (AUTO runs such a model on the CPU)",
