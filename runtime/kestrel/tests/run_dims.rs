@@ -193,3 +193,19 @@ fn the_gpu_refuses_run_time_dims_and_auto_says_why() {
         _ => panic!("AUTO did not fall back to the CPU with the reason"),
     }
 }
+
+/// A range from 0 is for a run-time dim only: a symbol the input shapes give starts at 1, in the
+/// file (the dims section is refused) and in the builder.
+#[test]
+fn a_range_from_0_is_for_run_time_dims_only() {
+    use kestrel_rt::format::dims::{opcode, DimsSpec, Target};
+    let kes = build(N).unwrap();
+    let spec = DimsSpec {
+        syms: vec![("n".into(), 0, N as u32)],
+        bindings: vec![(Target::InputDim { input: 0, axis: 0 }, vec![opcode::SYM, 0])],
+    };
+    let e = kestrel_rt::format::attach_dims(&kes, &spec).unwrap_err();
+    assert!(e.to_string().contains("0 only for a run-time dim"), "{e}");
+    let e = kestrel_rt::builder::bounded_sweep_run_dims(&[("n", 0, N)], &[], |at| build(at[0])).unwrap_err();
+    assert!(e.to_string().contains("1 <= min"), "{e}");
+}
