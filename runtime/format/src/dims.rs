@@ -314,7 +314,9 @@ impl<'a> Dims<'a> {
         // entry, no box kept); an input's dim starts at 1.
         for i in 0..n_syms {
             if d.sym(i)?.min == 0 && d.source(i).is_none() {
-                return Err(bad("a symbol the input shapes give needs a range 1 <= min <= max (0 only for a run-time dim)"));
+                return Err(bad(
+                    "a symbol the input shapes give needs a range 1 <= min <= max (0 only for a run-time dim)",
+                ));
             }
         }
         Ok(d)

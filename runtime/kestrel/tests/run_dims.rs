@@ -41,8 +41,8 @@ fn model() -> Model {
 
 /// The file with `n` in `min..=N`.
 fn model_from(min: usize) -> Model {
-    let kes = kestrel_rt::builder::bounded_sweep_run_dims(&[("n", min, N)], &[("n", "reduce_1")], |at| build(at[0]))
-        .unwrap();
+    let kes =
+        kestrel_rt::builder::bounded_sweep_run_dims(&[("n", min, N)], &[("n", "reduce_1")], |at| build(at[0])).unwrap();
     Model::from_bytes(&kes).unwrap()
 }
 

@@ -640,10 +640,8 @@ fn run_dims_at_zero(kes: &[u8], syms: std::ops::Range<usize>) -> Vec<(usize, Str
         Ok(t) => t,
         Err(e) => return syms.map(|i| (i, format!("the file does not load: {e}"))).collect(),
     };
-    syms.filter_map(|i| {
-        kestrel_rt_cpu::dims::check_run_dim(&model, &mut table, i, 0).err().map(|e| (i, e.to_string()))
-    })
-    .collect()
+    syms.filter_map(|i| kestrel_rt_cpu::dims::check_run_dim(&model, &mut table, i, 0).err().map(|e| (i, e.to_string())))
+        .collect()
 }
 
 /// The value of each symbol in the calibration arrays (`--calibrate`, one per model input, the

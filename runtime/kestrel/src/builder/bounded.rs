@@ -161,7 +161,8 @@ pub fn bounded_sweep_run_dims(
 ) -> Result<Vec<u8>, Error> {
     // A run-time dim's range may start at 0 (no entry found, no box kept): the sweep builds it
     // from 1 and the file says 0, which each run then checks as it does every count.
-    let from_zero: Vec<bool> = syms.iter().map(|&(n, min, _)| min == 0 && sources.iter().any(|&(s, _)| s == n)).collect();
+    let from_zero: Vec<bool> =
+        syms.iter().map(|&(n, min, _)| min == 0 && sources.iter().any(|&(s, _)| s == n)).collect();
     let swept: Vec<(&str, usize, usize)> =
         syms.iter().zip(&from_zero).map(|(&(n, min, max), &z)| (n, if z { 1 } else { min }, max)).collect();
     let (kes, mut spec) = sweep(&swept, build)?;
