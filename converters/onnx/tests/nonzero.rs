@@ -1,6 +1,7 @@
 //! ONNX `NonZero`: its output `[rank, count]` has as many columns as the input has non-zero
 //! entries, a size the data decide. The count converts as a run-time dim (`nonzero:<node>`,
-//! `1..=N`): one file, every run at the count its data give, against the definition (row-major
+//! `0..=N`: an all-false mask gives none): one file, every run at the count its data give, 0
+//! included, against the definition (row-major
 //! coordinates of the non-zero entries) and against tract on the same inputs. Fixtures:
 //! `tests/data/nonzero/gen.py`.
 
@@ -50,16 +51,21 @@ fn coordinates_come_at_the_count_each_run_finds() {
     let path = fixture("coords");
     let conv = convert(&path, &ConvertOptions::default()).unwrap();
     assert!(
-        conv.report.notices.iter().any(|n| n.contains("run-time dims (`nonzero:nz` 1..=24): sizes the data decide")),
+        conv.report.notices.iter().any(|n| n.contains("run-time dims (`nonzero:nz` 0..=24): sizes the data decide")),
         "{:?}",
         conv.report.notices
     );
     let model = Model::from_bytes(&conv.kes).unwrap();
     let dims = model.dims().unwrap();
-    assert_eq!((dims.len(), dims[0].name.as_str(), dims[0].max, dims[0].run_time), (1, "nonzero:nz", 24, true));
+    assert_eq!(
+        (dims.len(), dims[0].name.as_str(), dims[0].min, dims[0].max, dims[0].run_time),
+        (1, "nonzero:nz", 0, 24, true)
+    );
     let mut s = model.session(1).unwrap();
     let mut rng = Rng::new(0x2E50);
-    for positives in [1, 24, 7, 2, 13, 23, 1] {
+    // 3 → 0 → 2 → 0 on one session among others, then counts drawn in 0..=24.
+    let drawn: Vec<usize> = (0..16).map(|_| (rng.uniform().abs() * 25.0) as usize % 25).collect();
+    for positives in [1, 24, 3, 0, 2, 0, 7, 2, 13, 23, 1].into_iter().chain(drawn) {
         let x = sample(&mut rng, 24, positives, 0.0);
         let y = s.run_vec(&[Input::F32(&x)]).unwrap();
         assert_eq!(s.output_shape(0), Some(vec![3, positives]));
@@ -67,11 +73,19 @@ fn coordinates_come_at_the_count_each_run_finds() {
         assert_eq!(y[0], want, "{positives} positives");
         assert_eq!(y[0], tract(&path, &x, &[2, 3, 4]), "against tract, {positives} positives");
     }
-    // No positive entry: a count of 0 is below the file's range, a clear error; the session goes on.
+    // No positive entry: [3, 0].
     let none = sample(&mut rng, 24, 0, 0.0);
-    let e = s.run_vec(&[Input::F32(&none)]).unwrap_err().to_string();
-    assert!(e.contains("run-time dim") && e.contains("= 0"), "{e}");
+    assert_eq!(s.run_vec(&[Input::F32(&none)]).unwrap()[0], Vec::<f32>::new());
+    assert_eq!(s.output_shape(0), Some(vec![3, 0]));
+    // A batch of two: samples that agree on 0 give [2 × 3 × 0]; samples that disagree are an
+    // error naming the samples, and the session goes on.
+    let mut s2 = model.session(2).unwrap();
+    let both: Vec<f32> = none.iter().chain(&sample(&mut rng, 24, 0, 0.0)).copied().collect();
+    assert!(s2.run_vec(&[Input::F32(&both)]).unwrap()[0].is_empty());
     let x = sample(&mut rng, 24, 5, 0.0);
+    let mixed: Vec<f32> = none.iter().chain(&x).copied().collect();
+    let e = s2.run_vec(&[Input::F32(&mixed)]).unwrap_err().to_string();
+    assert!(e.contains("run-time dim") && e.contains("differs from sample 0"), "{e}");
     assert_eq!(s.run_vec(&[Input::F32(&x)]).unwrap()[0], coords_above(&x, &[2, 3, 4], 0.0));
 }
 
@@ -82,13 +96,19 @@ fn boolean_indexing_then_reductions_match_the_definition_and_tract() {
     let model = Model::from_bytes(&conv.kes).unwrap();
     let mut s = model.session(1).unwrap();
     let mut rng = Rng::new(0x5E1);
-    for positives in [16, 3, 1, 9, 15, 2] {
+    let drawn: Vec<usize> = (0..12).map(|_| (rng.uniform().abs() * 17.0) as usize % 17).collect();
+    for positives in [16, 3, 0, 2, 0, 1, 9, 15, 2].into_iter().chain(drawn) {
         let x = sample(&mut rng, 16, positives, 0.25);
         let y = s.run_vec(&[Input::F32(&x)]).unwrap();
+        // Over no selected entry: ONNX's empty-set results, the sum 0 and the maximum −∞.
         let sel: Vec<f64> = x.iter().filter(|&&v| v > 0.25).map(|&v| f64::from(v)).collect();
-        let (sum, max) = (sel.iter().sum::<f64>(), sel.iter().copied().fold(f64::MIN, f64::max));
+        let (sum, max) = (sel.iter().sum::<f64>(), sel.iter().copied().fold(f64::NEG_INFINITY, f64::max));
         assert!((f64::from(y[0][0]) - sum).abs() <= 1e-5 * sum.abs().max(1.0), "{positives}: sum {} vs {sum}", y[0][0]);
         assert_eq!(f64::from(y[0][1]), max, "{positives}: max");
+        if positives == 0 {
+            assert_eq!(y[0], vec![0.0, f32::NEG_INFINITY]);
+            continue;
+        }
         let t = tract(&path, &x, &[1, 16]);
         assert!(
             (y[0][0] - t[0]).abs() <= 1e-5 * t[0].abs().max(1.0) && y[0][1] == t[1],

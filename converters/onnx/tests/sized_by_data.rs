@@ -1,6 +1,6 @@
 //! Ops whose output size the data decide, besides NonZero (`tests/nonzero.rs`): TopK with `k`
 //! computed at run time (a graph input, or a value the graph computes from the data). Each
-//! size converts as a run-time dim (`topk:<node>`, `1..=N`): one file, every run at the size its
+//! size converts as a run-time dim (`topk:<node>`, `0..=N`: k = 0, an NMS that keeps no box): one file, every run at the size its
 //! data give, against the definition and against tract on the same inputs. Fixtures:
 //! `tests/data/sized_by_data/gen.py`.
 
@@ -45,13 +45,15 @@ fn topk_rows(x: &[f32], n: usize, k: usize, largest: bool) -> (Vec<f32>, Vec<f32
 fn topk_with_k_a_graph_input_runs_at_each_k() {
     let path = fixture("topk_input_k");
     let conv = convert(&path, &ConvertOptions::default()).unwrap();
-    assert!(conv.report.notices.iter().any(|n| n.contains("`topk:top` 1..=10")), "{:?}", conv.report.notices);
+    assert!(conv.report.notices.iter().any(|n| n.contains("`topk:top` 0..=10")), "{:?}", conv.report.notices);
     let model = Model::from_bytes(&conv.kes).unwrap();
     let dims = model.dims().unwrap();
     assert_eq!((dims.len(), dims[0].name.as_str(), dims[0].max, dims[0].run_time), (1, "topk:top", 10, true));
     let mut s = model.session(1).unwrap();
     let mut rng = Rng::new(0x70F5);
-    for k in [3usize, 10, 1, 7, 2, 9] {
+    // k = 0 (ONNX allows it: empty outputs) in 3 → 0 → 2 → 0, then k drawn in 0..=10.
+    let drawn: Vec<usize> = (0..10).map(|_| (rng.uniform().abs() * 11.0) as usize % 11).collect();
+    for k in [3usize, 0, 2, 0, 10, 1, 7, 2, 9].into_iter().chain(drawn) {
         let mut x = rand_vec(&mut rng, 30);
         // Ties, which come in index order.
         x[4] = x[7];
@@ -65,11 +67,11 @@ fn topk_with_k_a_graph_input_runs_at_each_k() {
             run_tract(&path, &[InputTensor::f32(&[3, 10], x.clone()), InputTensor::i64(&[1], kk.to_vec())]).unwrap();
         assert_eq!((&y[0], &y[1]), (&t[0].1, &t[1].1), "against tract, k = {k}");
     }
-    // k outside 1..=10: a clear error naming the run-time dim, and the session goes on.
+    // k outside 0..=10: a clear error naming the run-time dim, and the session goes on.
     let x = rand_vec(&mut rng, 30);
-    for bad in [0i64, 11, -2] {
+    for bad in [11i64, -2] {
         let e = s.run_vec(&[Input::F32(&x), Input::I64(&[bad])]).unwrap_err().to_string();
-        assert!(e.contains("run-time dim") && e.contains("1..=10"), "{bad}: {e}");
+        assert!(e.contains("run-time dim") && e.contains("0..=10"), "{bad}: {e}");
     }
     let y = s.run_vec(&[Input::F32(&x), Input::I64(&[4])]).unwrap();
     assert_eq!(y[0], topk_rows(&x, 10, 4, true).0);
@@ -140,14 +142,7 @@ fn nms_with_constant_limits_selects_and_gathers_at_each_count() {
         let s64: Vec<f64> = scores.iter().map(|&v| f64::from(v)).collect();
         let want = nms(&b64, &s64, (1, 3, 8), false, 3.0, f64::from(0.4f32), Some(f64::from(0.2f32)));
         let inputs = [Input::F32(&boxes), Input::F32(&scores)];
-        let run = s.run_vec(&inputs);
-        if want.is_empty() {
-            // Nothing selected: an empty output is below the range, a clear error.
-            let e = run.unwrap_err().to_string();
-            assert!(e.contains("run-time dim") && e.contains("= 0"), "{e}");
-            continue;
-        }
-        let y = run.unwrap();
+        let y = s.run_vec(&inputs).unwrap();
         counts.push(want.len());
         assert_eq!(s.output_shape(0), Some(vec![want.len(), 3]));
         assert_eq!(y[0], selected(&want));
@@ -163,6 +158,68 @@ fn nms_with_constant_limits_selects_and_gathers_at_each_count() {
     counts.sort_unstable();
     counts.dedup();
     assert!(counts.len() >= 3, "the runs should select different counts: {counts:?}");
+}
+
+/// A detector head (boxes → NMS → the kept boxes gathered) on frames with no detection: every
+/// score below the threshold keeps no box, and the outputs are empty (`[0, 3]`, `[0, 4]`), in
+/// 3 → 0 → 2 → 0 on one session and at counts drawn in 0..=9, against the f64 reference and
+/// tract; a batch of two frames that disagree on the count is an error, two empty ones are not.
+#[test]
+fn nms_keeping_no_box_gives_empty_outputs() {
+    use kestrel_rt_reference::nms::nms;
+    let path = fixture("nms_gather");
+    let conv = convert(&path, &ConvertOptions::default()).unwrap();
+    let model = Model::from_bytes(&conv.kes).unwrap();
+    assert!(model.dims().unwrap().iter().any(|d| d.name == "nms:nms" && d.min == 0 && d.max == 9));
+    let mut s = model.session(1).unwrap();
+    let mut rng = Rng::new(0x4E47);
+    // Eight disjoint boxes (nothing suppressed): `kept` (box, class) pairs above the 0.2
+    // threshold, at most 3 per class, the others below it.
+    let boxes: Vec<f32> = (0..8).flat_map(|i| [i as f32, 0.0, i as f32 + 0.5, 0.5]).collect();
+    let frame = |rng: &mut Rng, kept: usize| -> Vec<f32> {
+        let mut scores: Vec<f32> = (0..24).map(|_| 0.19 * rng.uniform().abs()).collect();
+        let mut placed = 0;
+        while placed < kept {
+            let at = (rng.uniform().abs() * 24.0) as usize % 24;
+            let class = at / 8;
+            let in_class = scores[class * 8..class * 8 + 8].iter().filter(|&&v| v > 0.2).count();
+            if scores[at] <= 0.2 && in_class < 3 {
+                scores[at] = 0.3 + 0.5 * rng.uniform().abs();
+                placed += 1;
+            }
+        }
+        scores
+    };
+    let drawn: Vec<usize> = (0..10).map(|_| (rng.uniform().abs() * 10.0) as usize % 10).collect();
+    let b64: Vec<f64> = boxes.iter().map(|&v| f64::from(v)).collect();
+    for kept in [3usize, 0, 2, 0].into_iter().chain(drawn) {
+        let scores = frame(&mut rng, kept);
+        let s64: Vec<f64> = scores.iter().map(|&v| f64::from(v)).collect();
+        let want = nms(&b64, &s64, (1, 3, 8), false, 3.0, f64::from(0.4f32), Some(f64::from(0.2f32)));
+        assert_eq!(want.len(), kept, "the frame keeps {kept} boxes by the reference");
+        let y = s.run_vec(&[Input::F32(&boxes), Input::F32(&scores)]).unwrap();
+        assert_eq!(s.output_shape(0), Some(vec![kept, 3]));
+        assert_eq!(s.output_shape(1), Some(vec![kept, 4]));
+        assert_eq!(y[0], selected(&want), "{kept} kept");
+        let boxes_kept: Vec<f32> = want.iter().flat_map(|r| boxes[r[2] * 4..r[2] * 4 + 4].to_vec()).collect();
+        assert_eq!(y[1], boxes_kept, "{kept} kept");
+        let t = run_tract(
+            &path,
+            &[InputTensor::f32(&[1, 8, 4], boxes.clone()), InputTensor::f32(&[1, 3, 8], scores.clone())],
+        )
+        .unwrap();
+        assert_eq!((&y[0], &y[1]), (&t[0].1, &t[1].1), "against tract, {kept} kept");
+    }
+    let mut s2 = model.session(2).unwrap();
+    let two_boxes: Vec<f32> = boxes.iter().chain(&boxes).copied().collect();
+    let empty: Vec<f32> = frame(&mut rng, 0).into_iter().chain(frame(&mut rng, 0)).collect();
+    let y = s2.run_vec(&[Input::F32(&two_boxes), Input::F32(&empty)]).unwrap();
+    assert!(y[0].is_empty() && y[1].is_empty());
+    let mixed: Vec<f32> = frame(&mut rng, 0).into_iter().chain(frame(&mut rng, 2)).collect();
+    let e = s2.run_vec(&[Input::F32(&two_boxes), Input::F32(&mixed)]).unwrap_err().to_string();
+    assert!(e.contains("run-time dim") && e.contains("differs from sample 0"), "{e}");
+    let y = s2.run_vec(&[Input::F32(&two_boxes), Input::F32(&empty)]).unwrap();
+    assert!(y[0].is_empty() && y[1].is_empty(), "the session goes on");
 }
 
 #[test]

@@ -103,6 +103,10 @@ pub fn output_shape(
             if axis >= x.rank() {
                 return Err(mismatch(name, "axis (< rank)", x.rank(), axis));
             }
+            // A fold over an empty axis is its identity; an extreme's index is undefined there.
+            if x.dim(axis) == 0 && o.op.arg().is_some() {
+                return Err(ShapeError::Invalid { op: name, what: "an index reduction over an empty axis" });
+            }
             let mut dims = [0usize; MAX_RANK];
             let mut n = 0;
             for (i, &d) in x.dims().iter().enumerate() {
@@ -133,9 +137,10 @@ pub fn output_shape(
             if axis >= x.rank() {
                 return Err(mismatch(name, "axis (< rank)", x.rank(), axis));
             }
+            // A window of no element (`count` 0, a run-time dim at 0) reads nothing.
             let n = x.dim(axis) as u64;
             let last = u64::from(o.start) + (u64::from(o.count).max(1) - 1) * u64::from(o.step);
-            if o.step == 0 || o.count == 0 || last >= n {
+            if o.step == 0 || (o.count > 0 && last >= n) {
                 return Err(ShapeError::Invalid { op: name, what: "the window reads past the input's axis" });
             }
             if u64::from(o.offset) + u64::from(o.count) > u64::from(o.len) {

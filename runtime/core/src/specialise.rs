@@ -330,8 +330,6 @@ fn leading(w: WeightView<'_>, rank: usize, n: usize) -> Option<WeightView<'_>> {
     if rank == 1 {
         return WeightView::f32(1, n, w.as_f32()?.get(..n)?).ok();
     }
-    if n <= w.rows() {
-        return w.row_range(0, n);
-    }
-    None
+    // No rows at all (a run-time dim at 0): an empty view of the weight's encoding.
+    w.leading_rows(n)
 }

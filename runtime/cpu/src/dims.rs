@@ -48,3 +48,16 @@ pub(crate) fn check_scratch(model: &Model<'_>, table: &Table<'_>, first: u32) ->
     }
     Ok(())
 }
+
+/// Whether run-time dim `sym` ([`kestrel_rt_format::dims::Target::SymSource`]) can take
+/// `value`: the graph checked there (the core's shape checks, then every CPU kernel's, as a run
+/// does when it reads that value), the table then back at its bound. What a converter asks of
+/// a count of 0 before the file's range admits it.
+pub fn check_run_dim<'a>(model: &Model<'a>, table: &mut Table<'a>, sym: usize, value: u32) -> Result<(), RunError> {
+    if !table.is_of(model.file()) {
+        return Err(RunError::Internal("the decoded table is another model's"));
+    }
+    let r = table.set_run_dim(model.core(), sym, value).and_then(|_| check_scratch(model, table, 0));
+    table.reset_run_dims(model.core())?;
+    r
+}

@@ -189,8 +189,15 @@ fn element_count_overflow_is_a_shape_error() {
 }
 
 #[test]
-fn softmax_check_rejects_empty_rows() {
-    assert!(matches!(SoftmaxParams::new(&shape(&[3, 0])), Err(ShapeError::Invalid { op: "Softmax", .. })));
+fn softmax_of_empty_rows_computes_nothing() {
+    // An empty axis (a run-time dim at 0): no element, nothing read or written.
+    for dims in [[3, 0], [0, 5]] {
+        let p = SoftmaxParams::new(&shape(&dims)).unwrap();
+        assert_eq!(p.rows * p.n, 0, "{dims:?}");
+        let mut y = [7.0f32; 2];
+        softmax(&p, &[], &mut y, &mut []);
+        assert_eq!(y, [7.0; 2], "{dims:?}");
+    }
 }
 
 // ---------------------------------------------------------------- reduce
@@ -291,7 +298,78 @@ fn reduce_check_rejects_bad_axis() {
         ReduceParams::new(ReduceOp::Sum, &shape(&[2, 3]), 2, false),
         Err(ShapeError::Mismatch { op: "Reduce", expected: 2, found: 2, .. })
     ));
-    assert!(matches!(ReduceParams::new(ReduceOp::Max, &shape(&[2, 0]), 1, false), Err(ShapeError::Invalid { .. })));
+    // The index of an extreme of nothing is undefined: refused. A fold over nothing is not.
+    assert!(matches!(ReduceParams::new(ReduceOp::ArgMax, &shape(&[2, 0]), 1, false), Err(ShapeError::Invalid { .. })));
+    assert!(ReduceParams::new(ReduceOp::Max, &shape(&[2, 0]), 1, false).is_ok());
+}
+
+/// A fold over an empty axis (a run-time dim at 0) gives the ONNX empty-set value of its
+/// reduction (`test_reduce_*_empty_set`: sum 0, product 1, max −∞, min +∞, L2 0; the mean is
+/// 0/0, NaN as numpy's), at every output position, through every ISA tier.
+#[test]
+fn folds_over_an_empty_axis_give_the_empty_set_values() {
+    let empty_set = |op: ReduceOp| -> Option<f32> {
+        Some(match op {
+            ReduceOp::Sum | ReduceOp::L2 => 0.0,
+            ReduceOp::Prod => 1.0,
+            ReduceOp::Max => f32::NEG_INFINITY,
+            ReduceOp::Min => f32::INFINITY,
+            ReduceOp::Mean => f32::NAN,
+            _ => return None,
+        })
+    };
+    for &op in ReduceOp::ALL {
+        for (dims, axis, outputs) in [(&[2usize, 0, 3][..], 1, 6), (&[4, 0][..], 1, 4), (&[0][..], 0, 1)] {
+            let p = ReduceParams::new(op, &shape(dims), axis, true);
+            let Some(want) = empty_set(op) else {
+                assert!(p.is_err(), "{op:?} over an empty axis must be refused");
+                continue;
+            };
+            let p = p.unwrap();
+            use kestrel_rt_cpu::kernels::simd::Isa;
+            let tiers = [Isa::Scalar, Isa::Avx2, Isa::Avx512, kestrel_rt_cpu::kernels::simd::isa()];
+            for isa in tiers.into_iter().filter(|i| i.supported()) {
+                let mut y = vec![7.0f32; outputs];
+                kestrel_rt_cpu::kernels::reduce::reduce_on(isa, &p, &[], &mut y, &mut []);
+                for v in &y {
+                    assert!(v.to_bits() == want.to_bits() || (v.is_nan() && want.is_nan()), "{op:?} {dims:?}: {y:?}");
+                }
+            }
+        }
+    }
+}
+
+/// Kernels on zero extents (what follows a run-time dim at 0): nothing read past, zeros where
+/// an output has elements and its window none.
+#[test]
+fn kernels_take_zero_extents() {
+    use kestrel_rt_cpu::kernels::gather::{gather, GatherParams};
+    // A slice of no element from an empty axis into a padded output: zeros.
+    let op = Slice { x: 0, axis: 1, start: 0, step: 1, count: 0, offset: 0, len: 2, y: 1 };
+    let p = SliceParams::new(&shape(&[3, 0]), &op).unwrap();
+    let mut y = [7.0f32; 6];
+    slice(&p, &[], &mut y);
+    assert_eq!(y, [0.0; 6]);
+    // A slice of no element from a full axis, into an empty output.
+    let op = Slice { x: 0, axis: 0, start: 0, step: 1, count: 0, offset: 0, len: 0, y: 1 };
+    let p = SliceParams::new(&shape(&[4, 2]), &op).unwrap();
+    slice(&p, &[1.0; 8], &mut []);
+    // Gathers by no index, and of empty rows.
+    let p = GatherParams::new(&shape(&[4, 2]), &shape(&[0]), 0).unwrap();
+    gather(&p, &[1.0; 8], &[], &mut []).unwrap();
+    let p = GatherParams::new(&shape(&[3, 0]), &shape(&[2]), 0).unwrap();
+    gather(&p, &[], &[2.0, 0.0], &mut []).unwrap();
+    assert!(gather(&p, &[], &[3.0, 0.0], &mut []).is_err(), "an index out of range is still an error");
+    let p = GatherParams::new(&shape(&[0, 2]), &shape(&[0]), 0).unwrap();
+    gather(&p, &[], &[], &mut []).unwrap();
+    assert!(GatherParams::new(&shape(&[0, 2]), &shape(&[1]), 0).is_err(), "an index into an empty axis");
+    // Matrix products: M = 0 writes nothing; K = 0 sums over nothing: zeros.
+    let p = MatMulParams::new(&shape(&[0, 3]), &shape(&[3, 2]), false, false).unwrap();
+    matmul(&p, &[], Operand::Act(&[1.0; 6]), &mut [], &mut []);
+    let p = MatMulParams::new(&shape(&[2, 0]), &shape(&[0, 3]), false, false).unwrap();
+    let mut y = [7.0f32; 6];
+    matmul(&p, &[], Operand::Act(&[]), &mut y, &mut []);
+    assert_eq!(y, [0.0; 6]);
 }
 
 // ---------------------------------------------------------------- transpose
@@ -375,11 +453,15 @@ fn slice_params_reject_windows_outside_either_axis() {
     let op = |start, step, count, offset, len| Slice { x: 0, axis: 1, start, step, count, offset, len, y: 1 };
     let x = shape(&[2, 5]);
     assert!(SliceParams::new(&x, &op(0, 2, 3, 0, 3)).is_ok());
+    // A window of no element (a run-time dim at 0), wherever it starts.
+    assert!(SliceParams::new(&x, &op(0, 1, 0, 0, 1)).is_ok());
+    assert!(SliceParams::new(&x, &op(9, 1, 0, 0, 0)).is_ok());
     for bad in [
         op(0, 2, 4, 0, 4),
         op(5, 1, 1, 0, 1),
         op(0, 0, 1, 0, 1),
-        op(0, 1, 0, 0, 1),
+        op(0, 0, 0, 0, 1),
+        op(0, 1, 1, 1, 1),
         op(0, 1, 2, 1, 2),
         op(u32::MAX, 1, 1, 0, 1),
         op(1, u32::MAX, 2, 0, 2),

@@ -247,7 +247,7 @@ impl<'a> Expr<'a> {
 pub struct DimSym<'a> {
     /// Name (the ONNX `dim_param`, e.g. `sequence`).
     pub name: &'a str,
-    /// Smallest value a run may use (≥ 1).
+    /// Smallest value a run may use (≥ 1; 0 allowed for a run-time dim, [`Target::SymSource`]).
     pub min: u32,
     /// Largest value a run may use: the graph in the file is at this value.
     pub max: u32,
@@ -298,8 +298,8 @@ impl<'a> Dims<'a> {
         let d = Self { n_syms, n_bindings, syms, bindings, words, strings };
         for i in 0..n_syms {
             let sym = d.sym(i)?;
-            if sym.name.is_empty() || sym.min == 0 || sym.min > sym.max {
-                return Err(bad("a symbol needs a name and a range 1 <= min <= max"));
+            if sym.name.is_empty() || sym.min > sym.max {
+                return Err(bad("a symbol needs a name and a range min <= max"));
             }
             for j in 0..i {
                 if d.sym(j)?.name == sym.name {
@@ -309,6 +309,15 @@ impl<'a> Dims<'a> {
         }
         for i in 0..n_bindings {
             d.binding(i)?;
+        }
+        // A range may start at 0 for a run-time dim only (a count the data decide: no non-zero
+        // entry, no box kept); an input's dim starts at 1.
+        for i in 0..n_syms {
+            if d.sym(i)?.min == 0 && d.source(i).is_none() {
+                return Err(bad(
+                    "a symbol the input shapes give needs a range 1 <= min <= max (0 only for a run-time dim)",
+                ));
+            }
         }
         Ok(d)
     }

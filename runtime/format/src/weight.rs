@@ -212,6 +212,24 @@ impl<'a> WeightView<'a> {
         Some(WeightView { rows: r1 - r0, cols: c, data })
     }
 
+    /// The first `n` rows (`n` ≤ [`rows`](Self::rows)), `n` = 0 included: an empty view of the
+    /// same encoding (a bounded weight read to no row, a run-time dim at 0).
+    pub fn leading_rows(&self, n: usize) -> Option<WeightView<'a>> {
+        if n > self.rows {
+            return None;
+        }
+        if n > 0 {
+            return self.row_range(0, n);
+        }
+        let data = match self.data {
+            WeightData::F32(d) => WeightData::F32(&d[..0]),
+            WeightData::F16(d) => WeightData::F16(&d[..0]),
+            WeightData::I8 { q, scales } => WeightData::I8 { q: &q[..0], scales: &scales[..0] },
+            WeightData::I4 { q, scales } => WeightData::I4 { q: &q[..0], scales: &scales[..0] },
+        };
+        Some(WeightView { rows: 0, cols: self.cols, data })
+    }
+
     /// The stored data.
     pub fn data(&self) -> WeightData<'a> {
         self.data

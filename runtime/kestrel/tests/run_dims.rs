@@ -1,8 +1,10 @@
 //! Run-time dims (format 2.0 `SymSource`): a size the data decide during a run (the count of
 //! positive entries here, as a `NonZero`'s count is), read right after the node that computes
 //! it, with every size that follows it set before the next node runs; memory planned once, at
-//! the bound. Outputs that follow it come at each run's size. A value outside the file's range,
-//! a batch whose samples disagree, and a GPU session are clear errors, and the session runs on.
+//! the bound. Outputs that follow it come at each run's size, a count of 0 included (empty
+//! outputs; a sum over nothing is 0). A value outside the file's range (0 for a file whose range
+//! starts at 1, as files written before 0 was allowed), a batch whose samples disagree, and a GPU
+//! session are clear errors, and the session runs on.
 
 use kestrel_rt::demo::Rng;
 use kestrel_rt::format::ops::{Binary, BinaryOp, Op, Reduce, ReduceOp, Slice};
@@ -32,11 +34,23 @@ fn build(n: usize) -> Result<Vec<u8>, Error> {
     b.build()
 }
 
-/// The file: `n` in `1..=N`, read from the count (node 1's output, `reduce_1`).
+/// The file: `n` in `0..=N`, read from the count (node 1's output, `reduce_1`).
 fn model() -> Model {
+    model_from(0)
+}
+
+/// The file with `n` in `min..=N`.
+fn model_from(min: usize) -> Model {
     let kes =
-        kestrel_rt::builder::bounded_sweep_run_dims(&[("n", 1, N)], &[("n", "reduce_1")], |at| build(at[0])).unwrap();
+        kestrel_rt::builder::bounded_sweep_run_dims(&[("n", min, N)], &[("n", "reduce_1")], |at| build(at[0])).unwrap();
     Model::from_bytes(&kes).unwrap()
+}
+
+/// The outputs by the definition: the count, `2·x` up to it, and its sum (0 over nothing).
+fn want(x: &[f32], positives: usize) -> (Vec<f64>, f64) {
+    let y: Vec<f64> = x.iter().take(positives).map(|&v| 2.0 * f64::from(v)).collect();
+    let sum = y.iter().sum();
+    (y, sum)
 }
 
 /// `x` with exactly `positives` positive entries (the others negative), none zero.
@@ -58,22 +72,29 @@ fn each_run_takes_the_size_its_data_decide() {
     let m = model();
     let dims = m.dims().unwrap();
     assert_eq!(dims.len(), 1);
-    assert!(dims[0].run_time && dims[0].min == 1 && dims[0].max == N);
+    assert!(dims[0].run_time && dims[0].min == 0 && dims[0].max == N);
     let mut s = m.session(2).unwrap();
     let mut rng = Rng::new(11);
-    for positives in [5, 1, N, 7, 2, N - 1] {
+    // 3 → 0 → 2 → 0 on one session, among others; then counts drawn in 0..=N.
+    let drawn: Vec<usize> = (0..24).map(|_| (rng.vec(1, 1.0)[0].abs() * 1e4) as usize % (N + 1)).collect();
+    assert!(drawn.contains(&0) && drawn.iter().any(|&c| c > 0), "{drawn:?}");
+    for positives in [3, 0, 2, 0, 5, 1, N, 0, 7, 2, N - 1].into_iter().chain(drawn) {
         let x = sample(&mut rng, positives);
         let out = s.run_vec(&[Input::F32(&x)]).unwrap();
         assert_eq!(out[0], vec![positives as f32]);
         assert_eq!(s.output_shape(1), Some(vec![positives]), "{positives} positives");
-        let want: Vec<f64> = x.iter().take(positives).map(|&v| 2.0 * f64::from(v)).collect();
+        assert_eq!(s.output_shape(2), Some(vec![1]), "{positives} positives");
+        let (want, sum) = want(&x, positives);
         assert_eq!(out[1].len(), positives);
         for (g, w) in out[1].iter().zip(&want) {
             assert!((f64::from(*g) - w).abs() <= 1e-6 * w.abs().max(1.0), "{g} vs {w}");
         }
-        let sum: f64 = want.iter().sum();
         assert!((f64::from(out[2][0]) - sum).abs() <= 1e-5 * sum.abs().max(1.0), "{} vs {sum}", out[2][0]);
     }
+    // A batch whose samples agree on 0.
+    let x: Vec<f32> = sample(&mut rng, 0).into_iter().chain(sample(&mut rng, 0)).collect();
+    let out = s.run_vec(&[Input::F32(&x)]).unwrap();
+    assert_eq!((out[0].clone(), out[1].len(), out[2].clone()), (vec![0.0, 0.0], 0, vec![0.0, 0.0]));
     // A batch whose samples agree.
     let a = sample(&mut rng, 4);
     let b = sample(&mut rng, 4);
@@ -89,30 +110,41 @@ fn runs_allocate_nothing_and_fill_the_bound_buffers_leading_part() {
     let mut s = m.session(1).unwrap();
     let mut rng = Rng::new(5);
     let (mut c, mut y, mut sum) = ([0f32; 1], [7f32; N], [0f32; 1]);
-    for positives in [3, N, 1, 6] {
+    for positives in [3, 0, 2, 0, N, 1, 0, 6] {
         let x = sample(&mut rng, positives);
+        y.fill(7.0);
+        sum[0] = 7.0;
         let (r, allocs) = count(|| s.run(&[Input::F32(&x)], &mut [&mut c, &mut y, &mut sum]));
         r.unwrap();
         assert_eq!(allocs, 0, "{positives} positives: {allocs} allocations");
         assert_eq!(c[0], positives as f32);
+        assert_eq!(s.output_shape(1), Some(vec![positives]));
         assert_eq!(y[..positives], x[..positives].iter().map(|v| 2.0 * v).collect::<Vec<_>>()[..]);
         assert!(y[positives..].iter().all(|&v| v == 0.0), "the rest of the buffer is zeroed");
+        let (_, want_sum) = want(&x, positives);
+        assert!((f64::from(sum[0]) - want_sum).abs() <= 1e-5 * want_sum.abs().max(1.0), "{} vs {want_sum}", sum[0]);
     }
 }
 
 #[test]
 fn out_of_range_and_disagreeing_batches_are_errors_and_the_session_goes_on() {
-    let m = model();
-    let mut s = m.session(2).unwrap();
+    // A file whose range starts at 1 (as every file before 0 was allowed): 0 is below it.
+    let old = model_from(1);
+    assert_eq!(old.dims().unwrap()[0].min, 1);
+    let mut s = old.session(1).unwrap();
     let mut rng = Rng::new(3);
-    // No positive entry: 0 is below the file's range.
     let none = sample(&mut rng, 0);
     let e = s.run_vec(&[Input::F32(&none)]).unwrap_err();
     assert!(e.to_string().contains("run-time dim #0 = 0"), "{e}");
-    // Two samples with different counts.
-    let x: Vec<f32> = sample(&mut rng, 2).into_iter().chain(sample(&mut rng, 5)).collect();
-    let e = s.run_vec(&[Input::F32(&x)]).unwrap_err();
-    assert!(e.to_string().contains("differs from sample 0"), "{e}");
+    assert_eq!(s.run_vec(&[Input::F32(&sample(&mut rng, 4))]).unwrap()[1].len(), 4);
+    let m = model();
+    let mut s = m.session(2).unwrap();
+    // Two samples with different counts, 0 against some and some against 0.
+    for (a, b) in [(2, 5), (0, 3), (4, 0)] {
+        let x: Vec<f32> = sample(&mut rng, a).into_iter().chain(sample(&mut rng, b)).collect();
+        let e = s.run_vec(&[Input::F32(&x)]).unwrap_err();
+        assert!(e.to_string().contains("differs from sample 0"), "{a} and {b}: {e}");
+    }
     // And it runs on.
     let ok = sample(&mut rng, 9);
     let out = s.run_vec(&[Input::F32(&ok)]).unwrap();
@@ -160,4 +192,20 @@ fn the_gpu_refuses_run_time_dims_and_auto_says_why() {
         }
         _ => panic!("AUTO did not fall back to the CPU with the reason"),
     }
+}
+
+/// A range from 0 is for a run-time dim only: a symbol the input shapes give starts at 1, in the
+/// file (the dims section is refused) and in the builder.
+#[test]
+fn a_range_from_0_is_for_run_time_dims_only() {
+    use kestrel_rt::format::dims::{opcode, DimsSpec, Target};
+    let kes = build(N).unwrap();
+    let spec = DimsSpec {
+        syms: vec![("n".into(), 0, N as u32)],
+        bindings: vec![(Target::InputDim { input: 0, axis: 0 }, vec![opcode::SYM, 0])],
+    };
+    let e = kestrel_rt::format::attach_dims(&kes, &spec).unwrap_err();
+    assert!(e.to_string().contains("0 only for a run-time dim"), "{e}");
+    let e = kestrel_rt::builder::bounded_sweep_run_dims(&[("n", 0, N)], &[], |at| build(at[0])).unwrap_err();
+    assert!(e.to_string().contains("1 <= min"), "{e}");
 }

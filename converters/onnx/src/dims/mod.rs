@@ -144,11 +144,13 @@ pub(crate) fn convert_bounded(
     let mut dims = opts.dims.clone();
     dims.extend(fixed);
     // Sizes the data decide (a NonZero's count): run-time dims, after the inputs' symbols, each
-    // in 1..=its bound; probed like the others, but along its own line only (see below).
+    // in 0..=its bound (a NonZero of an all-false mask, an NMS that keeps no box, a TopK with
+    // k = 0); probed like the others, but along its own line only and from 2 (see below): a run
+    // at 0 evaluates the bindings there and checks the graph, as at any other count.
     let inputs_syms = syms.len();
     let at_bound: Vec<(String, usize)> =
         dims.iter().cloned().chain(syms.iter().map(|(n, _, max)| (n.clone(), *max))).collect();
-    syms.extend(discover_run_dims(path, &at_bound)?.into_iter().map(|(n, max)| (n, 1, max)));
+    syms.extend(discover_run_dims(path, &at_bound)?.into_iter().map(|(n, max)| (n, 0, max)));
     let run_time = |i: usize| i >= inputs_syms;
     if syms.len() > inputs_syms && !opts.calibrate.is_empty() {
         return Err(err("--calibrate with sizes decided at run time (NonZero) is not supported yet".into()));
@@ -545,8 +547,24 @@ pub(crate) fn convert_bounded(
     }
 
     bindings.sort_by_key(|(t, _)| *t);
+    let mut spec =
+        DimsSpec { syms: syms.iter().map(|(n, min, max)| (n.clone(), *min as u32, *max as u32)).collect(), bindings };
+    // A count of 0 (a NonZero of an all-false mask, an NMS that keeps no box): the bindings,
+    // fitted from 2 on, are checked there as a run reads it (every node's shape rule and CPU
+    // kernel); a graph that is not valid at 0 keeps the range from 1, saying why.
     if syms.len() > inputs_syms {
-        let listed: Vec<String> = syms[inputs_syms..].iter().map(|s| format!("`{}` 1..={}", s.0, s.2)).collect();
+        let kes = kestrel_rt_format::attach_dims(&conv.kes, &spec).map_err(kestrel_rt::Error::from)?;
+        for (i, why) in run_dims_at_zero(&kes, inputs_syms..syms.len()) {
+            spec.syms[i].1 = 1;
+            syms[i].1 = 1;
+            conv.report.notices.push(format!(
+                "run-time dim `{}`: a count of 0 is refused (range 1..={}): the graph is not valid there ({why})",
+                syms[i].0, syms[i].2
+            ));
+        }
+    }
+    if syms.len() > inputs_syms {
+        let listed: Vec<String> = syms[inputs_syms..].iter().map(|s| format!("`{}` {}..={}", s.0, s.1, s.2)).collect();
         conv.report.notices.push(format!(
             "run-time dims ({}): sizes the data decide (NonZero's count), read during each run; the CPU runs \
              them, the GPU backend does not yet (AUTO runs such a model on the CPU)",
@@ -563,8 +581,6 @@ pub(crate) fn convert_bounded(
             );
         }
     }
-    let spec =
-        DimsSpec { syms: syms.iter().map(|(n, min, max)| (n.clone(), *min as u32, *max as u32)).collect(), bindings };
     let n_bindings = spec.bindings.len();
     let kes = kestrel_rt_format::attach_dims(&conv.kes, &spec).map_err(kestrel_rt::Error::from)?;
     let checked = match &plain {
@@ -610,6 +626,22 @@ pub(crate) fn convert_bounded(
     });
     conv.kes = kes;
     Ok(conv)
+}
+
+/// The run-time dims among `syms` (symbol indices) at which the file `kes` is not valid at a
+/// count of 0, each with the reason (the graph checked there as a run that reads 0 checks it).
+fn run_dims_at_zero(kes: &[u8], syms: std::ops::Range<usize>) -> Vec<(usize, String)> {
+    let buf = kestrel_rt_format::aligned_copy(kes);
+    let model = match kestrel_rt_cpu::Model::parse(&buf) {
+        Ok(m) => m,
+        Err(e) => return syms.map(|i| (i, format!("the file does not load: {e}"))).collect(),
+    };
+    let mut table = match kestrel_rt_cpu::Table::new(model.core()) {
+        Ok(t) => t,
+        Err(e) => return syms.map(|i| (i, format!("the file does not load: {e}"))).collect(),
+    };
+    syms.filter_map(|i| kestrel_rt_cpu::dims::check_run_dim(&model, &mut table, i, 0).err().map(|e| (i, e.to_string())))
+        .collect()
 }
 
 /// The value of each symbol in the calibration arrays (`--calibrate`, one per model input, the

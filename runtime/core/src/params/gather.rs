@@ -34,7 +34,8 @@ impl GatherParams {
             return Err(ShapeError::Mismatch { op: OP, what: "axis (< rank)", expected: x.rank(), found: axis });
         }
         let n = x.dim(axis);
-        if n == 0 {
+        // An empty axis can be indexed by no index at all (a run-time dim at 0) only.
+        if n == 0 && idx.numel() != Some(0) {
             return Err(ShapeError::Invalid { op: OP, what: "the indexed axis is empty" });
         }
         let rank = x.rank() - 1 + idx.rank();

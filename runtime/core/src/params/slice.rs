@@ -40,7 +40,8 @@ impl SliceParams {
             .and_then(|c| c.checked_mul(step))
             .and_then(|v| v.checked_add(start))
             .filter(|_| step > 0);
-        if last.is_none_or(|l| l >= n) {
+        // A window of no element (`count` 0: a run-time dim at 0) reads nothing.
+        if step == 0 || (count > 0 && last.is_none_or(|l| l >= n)) {
             return Err(ShapeError::Invalid { op: OP, what: "the window reads past the input's axis" });
         }
         if offset.checked_add(count).is_none_or(|e| e > len) {

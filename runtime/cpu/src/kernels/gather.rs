@@ -17,6 +17,10 @@ pub fn gather(p: &GatherParams, x: &[f32], idx: &[f32], y: &mut [f32]) -> Result
     if let Some(position) = idx.iter().position(|&v| p.resolve(v).is_none()) {
         return Err(RunError::IndexOutOfRange { position, value_bits: idx[position].to_bits(), len: n });
     }
+    if inner == 0 || k == 0 {
+        // An empty output (a run-time dim at 0): nothing to copy.
+        return Ok(());
+    }
     for o in 0..p.outer {
         let src = &x[o * n * inner..(o + 1) * n * inner];
         let out = &mut y[o * k * inner..(o + 1) * k * inner];

@@ -131,6 +131,11 @@ pub fn matmul(p: &MatMulParams, a: &[f32], b: Operand<'_>, y: &mut [f32], scratc
     if mn == 0 {
         return;
     }
+    if k == 0 {
+        // A sum over an empty contraction (a run-time dim at 0): zeros.
+        y[..p.y.numel().unwrap_or(0)].fill(0.0);
+        return;
+    }
     let mut cached = usize::MAX;
     for_each_index(&p.batch_dims[..p.batch_rank], [&p.a_strides, &p.b_strides], |bi, [oa, ob]| {
         let ym = &mut y[bi * mn..(bi + 1) * mn];

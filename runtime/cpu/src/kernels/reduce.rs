@@ -23,7 +23,8 @@ pub struct ReduceParams {
 }
 
 impl ReduceParams {
-    /// Params reducing `axis` of an input of shape `x`; the axis must exist and be non-empty.
+    /// Params reducing `axis` of an input of shape `x`; the axis must exist, and be non-empty
+    /// for an index reduction.
     pub fn new(op: ReduceOp, x: &Shape, axis: usize, keep_dims: bool) -> Result<Self, ShapeError> {
         const OP: &str = "Reduce";
         let r = x.rank();
@@ -36,8 +37,10 @@ impl ReduceParams {
             });
         }
         let n = x.dim(axis);
-        if n == 0 {
-            return Err(ShapeError::Invalid { op: OP, what: "reduced axis is empty" });
+        // A fold over an empty axis (a run-time dim at 0) is its identity (`reduce`); the index
+        // of an extreme of nothing is undefined.
+        if n == 0 && op.arg().is_some() {
+            return Err(ShapeError::Invalid { op: OP, what: "an index reduction (ArgMax, ArgMin) over an empty axis" });
         }
         let overflow = ShapeError::Invalid { op: OP, what: "element count overflows" };
         let prod = |s: &[u32]| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d as usize));
@@ -73,6 +76,15 @@ pub fn reduce(p: &ReduceParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
 /// elsewhere): the tests pass each tier in turn.
 pub fn reduce_on(isa: Isa, p: &ReduceParams, x: &[f32], y: &mut [f32], _scratch: &mut [f32]) {
     if p.inner == 0 || p.outer == 0 {
+        return;
+    }
+    if p.n == 0 {
+        // Over an empty axis (a run-time dim at 0): the fold's identity, finished at n = 0, as
+        // ONNX's empty-set cases define it (sum 0, product 1, max −∞, min +∞, L2 0; the mean
+        // 0/0, NaN). An index reduction was refused by its params.
+        if let Some(v) = p.op.visit_fold(EmptyFold) {
+            y[..p.outer * p.inner].fill(v);
+        }
         return;
     }
     if p.op.arg().is_some() {
@@ -179,6 +191,16 @@ fn arg_columns<const MAX: bool, const LAST: bool>(xs: &[f32], ys: &mut [f32]) {
                 *o = if t { jf } else { *o };
             }
         }
+    }
+}
+
+/// A fold row's value over no element: its init, finished at `n` = 0.
+struct EmptyFold;
+
+impl FoldVisitor for EmptyFold {
+    type Out = f32;
+    fn visit<F: Fold>(self) -> f32 {
+        F::finish(F::INIT, 0.0)
     }
 }
 

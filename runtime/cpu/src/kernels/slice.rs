@@ -39,6 +39,11 @@ fn slice_body(p: &SliceParams, x: &[f32], y: &mut [f32]) {
     if olen == 0 || p.outer == 0 {
         return;
     }
+    if ilen == 0 {
+        // An empty input axis (a run-time dim at 0): the window reads nothing.
+        y[..p.outer * olen].fill(0.0);
+        return;
+    }
     for (out, src) in y[..p.outer * olen].chunks_exact_mut(olen).zip(x[..p.outer * ilen].chunks_exact(ilen)) {
         let (head, rest) = out.split_at_mut(p.offset * inner);
         head.fill(0.0);

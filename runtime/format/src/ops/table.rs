@@ -136,7 +136,8 @@ op_table! {
     MatMul = 11 MATMUL [a: t("a"), b: t("b"), y: t("y")] [transpose_b: flag("transpose_b")],
     /// See [`Slice`].
     Slice = 16 SLICE [x: t("x"), y: t("y")]
-        [axis: raw(), start: raw(), step: pos("step"), count: pos("count"), offset: raw(), len: pos("len")],
+        // `count` and `len` may be 0: a slice of nothing (a run-time dim at 0, `docs/FORMAT.md` §11).
+        [axis: raw(), start: raw(), step: pos("step"), count: raw(), offset: raw(), len: raw()],
     /// See [`Conv2d`].
     Conv2d = 12 CONV2D [x: t("x"), proj: proj("w"), clamp: opt_t("clamp"), y: t("y")]
         [stride: pos_each(["stride"; 2]), pad: raw_each(), dilation: pos_each(["dilation"; 2]), groups: pos("groups"),

@@ -152,13 +152,25 @@ pub fn bounded_sweep_dims(
 /// [`Target::SymSource`]): sizes the data decide, each read during a run from the activation
 /// named in `sources` (`(symbol, tensor name)`; one value per sample, such as a count of
 /// non-zero entries) right after the node that writes it. `build` gets a value for them like
-/// for the others (the graph at that size): the file holds the graph at their maximum.
+/// for the others (the graph at that size): the file holds the graph at their maximum. A
+/// run-time dim's range may start at 0 (swept from 1).
 pub fn bounded_sweep_run_dims(
     syms: &[(&str, usize, usize)],
     sources: &[(&str, &str)],
     build: impl FnMut(&[usize]) -> Result<Vec<u8>, Error>,
 ) -> Result<Vec<u8>, Error> {
-    let (kes, mut spec) = sweep(syms, build)?;
+    // A run-time dim's range may start at 0 (no entry found, no box kept): the sweep builds it
+    // from 1 and the file says 0, which each run then checks as it does every count.
+    let from_zero: Vec<bool> =
+        syms.iter().map(|&(n, min, _)| min == 0 && sources.iter().any(|&(s, _)| s == n)).collect();
+    let swept: Vec<(&str, usize, usize)> =
+        syms.iter().zip(&from_zero).map(|(&(n, min, max), &z)| (n, if z { 1 } else { min }, max)).collect();
+    let (kes, mut spec) = sweep(&swept, build)?;
+    for (s, &z) in spec.syms.iter_mut().zip(&from_zero) {
+        if z {
+            s.1 = 0;
+        }
+    }
     let buf = aligned_copy(&kes);
     let f = KesFile::parse(&buf)?;
     for &(sym, tensor) in sources {
