@@ -38,6 +38,9 @@ macro_rules! op_table {
         pub mod kind {
             #![allow(missing_docs)]
             $(pub const $konst: u16 = $id;)*
+
+            /// Every kind id this reader knows, in table order.
+            pub const ALL: &[u16] = &[$($id,)*];
         }
 
         /// The name of an op kind id, `None` if unknown.
