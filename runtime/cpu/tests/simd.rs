@@ -667,11 +667,12 @@ fn simd_matmul_kn(_isa: Isa, _a: &[f32], _m: usize, _k: usize, _b: &[f32], _n: u
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
-    /// Rows around the 6- and 8-row tiles, columns around the 16/32-lane panels (tails through
-    /// the zero-padded copy), depths across the 256-deep block.
+    /// Rows around the 6- and 8-row tiles (up to five whole tiles, each prefetching the next
+    /// one's rows of `a`, and a remainder), columns around the 16/32-lane panels (tails through
+    /// the zero-padded copy), depths across one and two 256-deep blocks.
     #[test]
     fn matmul_kn_matches_f64(
-        (m, n, k, a, b) in (1usize..20, 1usize..70, prop_oneof![0usize..40, 250usize..300]).prop_flat_map(|(m, n, k)| (
+        (m, n, k, a, b) in (1usize..44, 1usize..70, prop_oneof![0usize..40, 250usize..300, 505usize..530]).prop_flat_map(|(m, n, k)| (
             Just(m), Just(n), Just(k),
             proptest::collection::vec(-1.0f32..1.0, m * k),
             proptest::collection::vec(-2.0f32..2.0, k * n),

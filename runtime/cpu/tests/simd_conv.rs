@@ -33,10 +33,12 @@ proptest! {
 
     /// The implicit GEMM (a convolution's patches read in place): rows of `B` at arbitrary,
     /// overlapping offsets into one buffer, with the same tile, tail and depth coverage as
-    /// `matmul_kn_matches_f64`.
+    /// `matmul_kn_matches_f64`; up to five row tiles and a remainder (each whole tile prefetches
+    /// the next one's rows of `a`, the last the next panel's or block's first), up to three
+    /// blocks of depth.
     #[test]
     fn matmul_kn_rows_matches_f64(
-        (m, n, k, a, b, offs) in (1usize..20, 1usize..70, prop_oneof![0usize..40, 250usize..300], 0usize..50)
+        (m, n, k, a, b, offs) in (1usize..44, 1usize..70, prop_oneof![0usize..40, 250usize..300, 505usize..530], 0usize..50)
             .prop_flat_map(|(m, n, k, extra)| (
                 Just(m), Just(n), Just(k),
                 proptest::collection::vec(-1.0f32..1.0, m * k),
