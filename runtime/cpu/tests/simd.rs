@@ -693,6 +693,31 @@ proptest! {
     }
 }
 
+/// [`simd::matmul_kn`] with weights of at least `PF_MIN_A` elements (whole tiles prefetch the
+/// next tile's rows of `a`): 64 tiles of 8 rows and a remainder of 3, three depth blocks, a
+/// full column panel and a tail; every ISA here.
+#[test]
+fn matmul_kn_large_a_matches_f64() {
+    let (m, k, n) = (515usize, 530usize, 41usize);
+    let mut s = 11u32;
+    let mut next = move || {
+        s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        f64::from(s >> 8) / f64::from(1u32 << 24) * 2.0 - 1.0
+    };
+    let a: Vec<f32> = (0..m * k).map(|_| next() as f32).collect();
+    let b: Vec<f32> = (0..k * n).map(|_| next() as f32).collect();
+    let want: Vec<f64> =
+        (0..m * n).map(|i| (0..k).map(|j| f64::from(a[(i / n) * k + j]) * f64::from(b[j * n + i % n])).sum()).collect();
+    let mut y = vec![f32::NAN; m * n];
+    simd::matmul_kn(&a, m, k, &b, n, &mut y, n);
+    assert_close("matmul_kn large a (dispatched)", &y, &want, F32_APPROX);
+    for isa in isas() {
+        if let Some(got) = simd_matmul_kn(isa, &a, m, k, &b, n) {
+            assert_close(&format!("{isa:?} matmul_kn large a"), &got, &want, F32_APPROX);
+        }
+    }
+}
+
 fn simd_dot(isa: Isa, a: &[f32], b: &[f32]) -> Option<f32> {
     match isa {
         #[cfg(target_arch = "x86_64")]

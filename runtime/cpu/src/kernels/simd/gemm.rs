@@ -220,20 +220,30 @@ unsafe fn ukernel_pf<V: Vf, P: Panel, const MR: usize, const NV: usize>(kc: usiz
     }
 }
 
-/// [`panel_rows`] for the convolutions' GEMMs: whole `MR`-row tiles through [`ukernel_pf`], each
-/// prefetching the next tile's block of `a` (the last one `after`'s, the next block's first
-/// tile: null for none); a remainder of fewer rows through [`panel_rows`].
+/// Elements of `a` (`m·k`, 1 MiB of f32) from which the convolutions' GEMMs prefetch it: smaller
+/// weights stay in L2 between the panels that reread them, and the prefetches' extra
+/// instructions only slow their tiles down.
+pub const PF_MIN_A: usize = 1 << 18;
+
+/// [`panel_rows`] for the convolutions' GEMMs: with `a` of at least [`PF_MIN_A`] elements
+/// (`big`), whole `MR`-row tiles through [`ukernel_pf`], each prefetching the next tile's block
+/// of `a` (the last one `after`'s, the next block's first tile: null for none), and a remainder
+/// of fewer rows through [`panel_rows`]; otherwise [`panel_rows`] alone.
 ///
 /// # Safety
 /// As [`panel_rows`]; `after`, when not null, is readable for `MR` rows of `kc` at stride `t.lda`.
 #[inline(always)]
 unsafe fn rows_pf<V: GemmKernel, P: Panel, const MR: usize, const NV: usize>(
-    m: usize,
+    (m, big): (usize, bool),
     kc: usize,
     panel: P,
     t: Tile,
     after: *const f32,
 ) {
+    if !big {
+        // SAFETY: the caller's contract.
+        return unsafe { panel_rows::<V, _, MR, NV>(m, kc, panel, t) };
+    }
     let full = m / MR * MR;
     // SAFETY: rows m0.. < m of a and c, per the caller's contract.
     unsafe {
@@ -279,7 +289,7 @@ pub(super) unsafe fn gemm_kn<V: GemmKernel, const MR: usize, const NV: usize>(
         unsafe { zero_rows(y, m, n, ldy) };
         return;
     }
-    let nr = NV * V::L;
+    let (nr, big) = (NV * V::L, m * k >= PF_MIN_A);
     // Not zeroed: the tail copy writes every element the kernel reads.
     let mut tail = core::mem::MaybeUninit::<[f32; KC_KN * NR_MAX]>::uninit();
     let tp = tail.as_mut_ptr().cast::<f32>();
@@ -314,7 +324,7 @@ pub(super) unsafe fn gemm_kn<V: GemmKernel, const MR: usize, const NV: usize>(
                 } else {
                     core::ptr::null()
                 };
-                rows_pf::<V, _, MR, NV>(m, kc, panel, t, after);
+                rows_pf::<V, _, MR, NV>((m, big), kc, panel, t, after);
                 k0 += kc;
             }
             n0 += nr;
@@ -343,7 +353,7 @@ pub(super) unsafe fn gemm_kn_rows<V: GemmKernel, const MR: usize, const NV: usiz
         unsafe { zero_rows(y, m, n, ldy) };
         return;
     }
-    let nr = NV * V::L;
+    let (nr, big) = (NV * V::L, m * k >= PF_MIN_A);
     let mut tab = [0usize; KC_KN];
     // Not zeroed: the tail copy writes every element the kernel reads.
     let mut tail = core::mem::MaybeUninit::<[f32; KC_KN * NR_MAX]>::uninit();
@@ -376,14 +386,14 @@ pub(super) unsafe fn gemm_kn_rows<V: GemmKernel, const MR: usize, const NV: usiz
                 };
                 if nv == nr {
                     let full = Indexed(bp.add(n0), tab.as_ptr());
-                    rows_pf::<V, _, MR, NV>(m, kc, full, t, after);
+                    rows_pf::<V, _, MR, NV>((m, big), kc, full, t, after);
                 } else {
                     core::ptr::write_bytes(tp, 0, kc * nr);
                     for (kk, &off) in tab[..kc].iter().enumerate() {
                         let dst = core::slice::from_raw_parts_mut(tp.add(kk * nr), nv);
                         crate::kernels::copy_short(dst, core::slice::from_raw_parts(bp.add(off + n0), nv));
                     }
-                    rows_pf::<V, _, MR, NV>(m, kc, Strided(tp.cast_const(), nr), t, after);
+                    rows_pf::<V, _, MR, NV>((m, big), kc, Strided(tp.cast_const(), nr), t, after);
                 }
                 n0 += nr;
             }
