@@ -667,11 +667,12 @@ fn simd_matmul_kn(_isa: Isa, _a: &[f32], _m: usize, _k: usize, _b: &[f32], _n: u
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
-    /// Rows around the 6- and 8-row tiles, columns around the 16/32-lane panels (tails through
-    /// the zero-padded copy), depths across the 256-deep block.
+    /// Rows around the 6- and 8-row tiles (up to five whole tiles, each prefetching the next
+    /// one's rows of `a`, and a remainder), columns around the 16/32-lane panels (tails through
+    /// the zero-padded copy), depths across one and two 256-deep blocks.
     #[test]
     fn matmul_kn_matches_f64(
-        (m, n, k, a, b) in (1usize..20, 1usize..70, prop_oneof![0usize..40, 250usize..300]).prop_flat_map(|(m, n, k)| (
+        (m, n, k, a, b) in (1usize..44, 1usize..70, prop_oneof![0usize..40, 250usize..300, 505usize..530]).prop_flat_map(|(m, n, k)| (
             Just(m), Just(n), Just(k),
             proptest::collection::vec(-1.0f32..1.0, m * k),
             proptest::collection::vec(-2.0f32..2.0, k * n),
@@ -688,6 +689,31 @@ proptest! {
             if let Some(got) = simd_matmul_kn(isa, &a, m, k, &b, n) {
                 assert_close(&format!("{} matmul_kn", isa.name()), &got, &want, F32_APPROX);
             }
+        }
+    }
+}
+
+/// [`simd::matmul_kn`] with weights of at least `PF_MIN_A` elements (whole tiles prefetch the
+/// next tile's rows of `a`): 64 tiles of 8 rows and a remainder of 3, three depth blocks, a
+/// full column panel and a tail; every ISA here.
+#[test]
+fn matmul_kn_large_a_matches_f64() {
+    let (m, k, n) = (515usize, 530usize, 41usize);
+    let mut s = 11u32;
+    let mut next = move || {
+        s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        f64::from(s >> 8) / f64::from(1u32 << 24) * 2.0 - 1.0
+    };
+    let a: Vec<f32> = (0..m * k).map(|_| next() as f32).collect();
+    let b: Vec<f32> = (0..k * n).map(|_| next() as f32).collect();
+    let want: Vec<f64> =
+        (0..m * n).map(|i| (0..k).map(|j| f64::from(a[(i / n) * k + j]) * f64::from(b[j * n + i % n])).sum()).collect();
+    let mut y = vec![f32::NAN; m * n];
+    simd::matmul_kn(&a, m, k, &b, n, &mut y, n);
+    assert_close("matmul_kn large a (dispatched)", &y, &want, F32_APPROX);
+    for isa in isas() {
+        if let Some(got) = simd_matmul_kn(isa, &a, m, k, &b, n) {
+            assert_close(&format!("{isa:?} matmul_kn large a"), &got, &want, F32_APPROX);
         }
     }
 }

@@ -33,10 +33,12 @@ proptest! {
 
     /// The implicit GEMM (a convolution's patches read in place): rows of `B` at arbitrary,
     /// overlapping offsets into one buffer, with the same tile, tail and depth coverage as
-    /// `matmul_kn_matches_f64`.
+    /// `matmul_kn_matches_f64`; up to five row tiles and a remainder (each whole tile prefetches
+    /// the next one's rows of `a`, the last the next panel's or block's first), up to three
+    /// blocks of depth.
     #[test]
     fn matmul_kn_rows_matches_f64(
-        (m, n, k, a, b, offs) in (1usize..20, 1usize..70, prop_oneof![0usize..40, 250usize..300], 0usize..50)
+        (m, n, k, a, b, offs) in (1usize..44, 1usize..70, prop_oneof![0usize..40, 250usize..300, 505usize..530], 0usize..50)
             .prop_flat_map(|(m, n, k, extra)| (
                 Just(m), Just(n), Just(k),
                 proptest::collection::vec(-1.0f32..1.0, m * k),
@@ -153,4 +155,32 @@ fn matmul_kn_rows_checks_row_bounds() {
     let mut y = vec![0.0f32; 4 * 33];
     // Row 2 starts at 8: 8 + 33 > 40.
     simd::matmul_kn_rows(&a, 4, 3, &b, |kk| kk * 4, 33, &mut y, 33);
+}
+
+/// The implicit GEMM with weights of at least `PF_MIN_A` elements (the path whose whole tiles
+/// prefetch the next tile's weights): 65 tiles of 8 rows and a remainder of 5, three depth
+/// blocks, full column panels and a tail, rows of `B` at arbitrary offsets; every ISA here.
+#[test]
+fn matmul_kn_rows_large_a_matches_f64() {
+    let (m, k, n, extra) = (525usize, 515usize, 45usize, 61usize);
+    let mut s = 7u32;
+    let mut next = move || {
+        s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        f64::from(s >> 8) / f64::from(1u32 << 24) * 2.0 - 1.0
+    };
+    let a: Vec<f32> = (0..m * k).map(|_| next() as f32).collect();
+    let b: Vec<f32> = (0..n + extra).map(|_| next() as f32).collect();
+    let offs: Vec<usize> = (0..k).map(|j| (j * 37 + j / 3) % (extra + 1)).collect();
+    let want: Vec<f64> = (0..m * n)
+        .map(|i| (0..k).map(|j| f64::from(a[(i / n) * k + j]) * f64::from(b[offs[j] + i % n])).sum())
+        .collect();
+    let mut y = vec![f32::NAN; m * n];
+    simd::matmul_kn_rows(&a, m, k, &b, |kk| offs[kk], n, &mut y, n);
+    assert_close("matmul_kn_rows large a (dispatched)", &y, &want, F32_APPROX);
+    let p = simd::KnRows { m, k, n, a: &a, b: &b, rows: |kk: usize| offs[kk] };
+    for isa in isas() {
+        if let Some(got) = simd_matmul_kn_rows(isa, &p) {
+            assert_close(&format!("{} matmul_kn_rows large a", isa.name()), &got, &want, F32_APPROX);
+        }
+    }
 }

@@ -667,7 +667,7 @@ pub(super) struct Tile {
 impl Tile {
     /// The same tile `m` rows further down.
     #[inline(always)]
-    fn down(self, m: usize) -> Tile {
+    pub(super) fn down(self, m: usize) -> Tile {
         Tile { a: self.a.wrapping_add(m * self.lda), c: self.c.wrapping_add(m * self.ldc), ..self }
     }
 }

@@ -25,7 +25,7 @@
 
 pub(super) use super::f32_driver::Vf;
 use super::f32_driver::{
-    panel_rows, zero_rows, DenseOp, GemmKernel, Load, Panel, Strided, Tile, Weights, F32W, NR_MAX,
+    panel_rows, ukernel, zero_rows, DenseOp, GemmKernel, Load, Panel, Strided, Tile, Weights, F32W, NR_MAX,
 };
 pub(super) use super::loaders::{Y, Z};
 use core::arch::x86_64::*;
@@ -158,6 +158,107 @@ impl Panel for Indexed {
     }
 }
 
+/// [`ukernel`] (an `MR × NV·L` tile over `kc` rows of `b`) that also prefetches the next tile's
+/// `MR × kc` block of `a` (at `next`, row stride `t.lda`; none when null) into L1, one line every
+/// other step, row by row. The convolutions' `a` is their weights: a layer on a small map
+/// (ResNet's 512-channel 3×3 on 7×7: 9.4 MB) reads them from L3 or DRAM, 8 rows of 1 KiB per
+/// tile at a stride of `K`, which the hardware prefetchers do not follow.
+///
+/// # Safety
+/// As [`ukernel`]; `next`, when not null, is readable for the `MR` rows of `kc` at stride
+/// `t.lda` (prefetches do not fault, but the addresses must be in bounds to be formed).
+#[inline(always)]
+unsafe fn ukernel_pf<V: Vf, P: Panel, const MR: usize, const NV: usize>(kc: usize, b: P, t: Tile, next: *const f32) {
+    if next.is_null() {
+        // SAFETY: the caller's contract.
+        return unsafe { ukernel::<V, P, MR, NV>(kc, b, t) };
+    }
+    let Tile { a, lda, c, ldc, nvalid, add } = t;
+    let lines = kc.div_ceil(16);
+    // SAFETY: the caller guarantees MR rows of kc activations at a and next (stride lda), kc
+    // rows of NV·L f32 through b, and MR rows of nvalid outputs at c (stride ldc).
+    unsafe {
+        let mut acc = [[V::zero(); NV]; MR];
+        let mut ap = a;
+        for kk in 0..kc {
+            if kk % 2 == 0 {
+                let i = kk / 2;
+                let (r, line) = (i % MR, i / MR);
+                if line < lines {
+                    _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(r * lda + line * 16).cast());
+                }
+            }
+            let bp = b.row(kk);
+            let mut bv = [V::zero(); NV];
+            for (v, bv) in bv.iter_mut().enumerate() {
+                *bv = V::load(bp.add(v * V::L));
+            }
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let xa = V::splat(ap.add(r * lda));
+                for (acc, &bv) in acc.iter_mut().zip(&bv) {
+                    *acc = V::fma(xa, bv, *acc);
+                }
+            }
+            ap = ap.add(1);
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (v, &acc) in acc.iter().enumerate() {
+                let col = v * V::L;
+                let p = c.add(r * ldc + col);
+                if col + V::L <= nvalid {
+                    let val = if add { V::add(V::load(p), acc) } else { acc };
+                    V::store(p, val);
+                } else if col < nvalid {
+                    let mut tmp = [0.0f32; 16];
+                    V::store(tmp.as_mut_ptr(), acc);
+                    for (i, &t) in tmp.iter().enumerate().take(nvalid - col) {
+                        *p.add(i) = if add { *p.add(i) + t } else { t };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Elements of `a` (`m·k`, 1 MiB of f32) from which the convolutions' GEMMs prefetch it: smaller
+/// weights stay in L2 between the panels that reread them, and the prefetches' extra
+/// instructions only slow their tiles down.
+pub const PF_MIN_A: usize = 1 << 18;
+
+/// [`panel_rows`] for the convolutions' GEMMs: with `a` of at least [`PF_MIN_A`] elements
+/// (`big`), whole `MR`-row tiles through [`ukernel_pf`], each prefetching the next tile's block
+/// of `a` (the last one `after`'s, the next block's first tile: null for none), and a remainder
+/// of fewer rows through [`panel_rows`]; otherwise [`panel_rows`] alone.
+///
+/// # Safety
+/// As [`panel_rows`]; `after`, when not null, is readable for `MR` rows of `kc` at stride `t.lda`.
+#[inline(always)]
+unsafe fn rows_pf<V: GemmKernel, P: Panel, const MR: usize, const NV: usize>(
+    (m, big): (usize, bool),
+    kc: usize,
+    panel: P,
+    t: Tile,
+    after: *const f32,
+) {
+    if !big {
+        // SAFETY: the caller's contract.
+        return unsafe { panel_rows::<V, _, MR, NV>(m, kc, panel, t) };
+    }
+    let full = m / MR * MR;
+    // SAFETY: rows m0.. < m of a and c, per the caller's contract.
+    unsafe {
+        let mut m0 = 0;
+        while m0 < full {
+            let next = if m0 + MR < full { t.a.wrapping_add((m0 + MR) * t.lda) } else { after };
+            ukernel_pf::<V, P, MR, NV>(kc, panel, t.down(m0), next);
+            m0 += MR;
+        }
+        if full < m {
+            panel_rows::<V, _, MR, NV>(m - full, kc, panel, t.down(full));
+        }
+    }
+}
+
 /// Input features per block of [`gemm_kn`]: a `KC_KN × 32` block of `b` (32 KiB) stays in L1
 /// while the `m / MR` row blocks of `a` pass over it.
 const KC_KN: usize = 256;
@@ -188,7 +289,7 @@ pub(super) unsafe fn gemm_kn<V: GemmKernel, const MR: usize, const NV: usize>(
         unsafe { zero_rows(y, m, n, ldy) };
         return;
     }
-    let nr = NV * V::L;
+    let (nr, big) = (NV * V::L, m * k >= PF_MIN_A);
     // Not zeroed: the tail copy writes every element the kernel reads.
     let mut tail = core::mem::MaybeUninit::<[f32; KC_KN * NR_MAX]>::uninit();
     let tp = tail.as_mut_ptr().cast::<f32>();
@@ -216,7 +317,14 @@ pub(super) unsafe fn gemm_kn<V: GemmKernel, const MR: usize, const NV: usize>(
                     Strided(tp.cast_const(), nr)
                 };
                 let t = Tile { a: ap.add(k0), lda: k, c: y.add(n0), ldc: ldy, nvalid: nv, add: k0 > 0 };
-                panel_rows::<V, _, MR, NV>(m, kc, panel, t);
+                let after = if k0 + kc < k {
+                    ap.wrapping_add(k0 + kc)
+                } else if n0 + nr < n {
+                    ap
+                } else {
+                    core::ptr::null()
+                };
+                rows_pf::<V, _, MR, NV>((m, big), kc, panel, t, after);
                 k0 += kc;
             }
             n0 += nr;
@@ -245,7 +353,7 @@ pub(super) unsafe fn gemm_kn_rows<V: GemmKernel, const MR: usize, const NV: usiz
         unsafe { zero_rows(y, m, n, ldy) };
         return;
     }
-    let nr = NV * V::L;
+    let (nr, big) = (NV * V::L, m * k >= PF_MIN_A);
     let mut tab = [0usize; KC_KN];
     // Not zeroed: the tail copy writes every element the kernel reads.
     let mut tail = core::mem::MaybeUninit::<[f32; KC_KN * NR_MAX]>::uninit();
@@ -269,16 +377,23 @@ pub(super) unsafe fn gemm_kn_rows<V: GemmKernel, const MR: usize, const NV: usiz
             while n0 < n {
                 let nv = nr.min(n - n0);
                 let t = Tile { a: ap.add(k0), lda: k, c: y.add(n0), ldc: ldy, nvalid: nv, add };
+                let after = if n0 + nr < n {
+                    ap.wrapping_add(k0)
+                } else if k0 + kc < k {
+                    ap.wrapping_add(k0 + kc)
+                } else {
+                    core::ptr::null()
+                };
                 if nv == nr {
                     let full = Indexed(bp.add(n0), tab.as_ptr());
-                    panel_rows::<V, _, MR, NV>(m, kc, full, t);
+                    rows_pf::<V, _, MR, NV>((m, big), kc, full, t, after);
                 } else {
                     core::ptr::write_bytes(tp, 0, kc * nr);
                     for (kk, &off) in tab[..kc].iter().enumerate() {
                         let dst = core::slice::from_raw_parts_mut(tp.add(kk * nr), nv);
                         crate::kernels::copy_short(dst, core::slice::from_raw_parts(bp.add(off + n0), nv));
                     }
-                    panel_rows::<V, _, MR, NV>(m, kc, Strided(tp.cast_const(), nr), t);
+                    rows_pf::<V, _, MR, NV>((m, big), kc, Strided(tp.cast_const(), nr), t, after);
                 }
                 n0 += nr;
             }
