@@ -703,6 +703,23 @@ impl Panel for Strided {
 /// through `b`, `MR` rows of `nvalid` outputs at `c`.
 #[inline(always)]
 pub(super) unsafe fn ukernel<V: Vf, P: Panel, const MR: usize, const NV: usize>(kc: usize, b: P, t: Tile) {
+    // SAFETY: the caller's contract; the hook does nothing.
+    unsafe { ukernel_hooked::<V, P, MR, NV>(kc, b, t, |_| {}) }
+}
+
+/// [`ukernel`] calling `step(kk)` at the start of each of the `kc` steps (the convolutions'
+/// GEMMs prefetch the next tile's weights from it: `gemm::ukernel_pf`); inlined, a hook that does
+/// nothing leaves [`ukernel`]'s loop.
+///
+/// # Safety
+/// As [`ukernel`]; whatever `step` does must be sound at every step.
+#[inline(always)]
+pub(super) unsafe fn ukernel_hooked<V: Vf, P: Panel, const MR: usize, const NV: usize>(
+    kc: usize,
+    b: P,
+    t: Tile,
+    mut step: impl FnMut(usize),
+) {
     let Tile { a, lda, c, ldc, nvalid, add } = t;
     // SAFETY: the caller guarantees MR rows of kc activations at a (stride lda), kc rows of NV·L
     // f32 through b, and MR rows of nvalid outputs at c (stride ldc).
@@ -710,6 +727,7 @@ pub(super) unsafe fn ukernel<V: Vf, P: Panel, const MR: usize, const NV: usize>(
         let mut acc = [[V::zero(); NV]; MR];
         let mut ap = a;
         for kk in 0..kc {
+            step(kk);
             let bp = b.row(kk);
             let mut bv = [V::zero(); NV];
             for (v, bv) in bv.iter_mut().enumerate() {

@@ -25,7 +25,8 @@
 
 pub(super) use super::f32_driver::Vf;
 use super::f32_driver::{
-    panel_rows, ukernel, zero_rows, DenseOp, GemmKernel, Load, Panel, Strided, Tile, Weights, F32W, NR_MAX,
+    panel_rows, ukernel, ukernel_hooked, zero_rows, DenseOp, GemmKernel, Load, Panel, Strided, Tile, Weights, F32W,
+    NR_MAX,
 };
 pub(super) use super::loaders::{Y, Z};
 use core::arch::x86_64::*;
@@ -173,51 +174,21 @@ unsafe fn ukernel_pf<V: Vf, P: Panel, const MR: usize, const NV: usize>(kc: usiz
         // SAFETY: the caller's contract.
         return unsafe { ukernel::<V, P, MR, NV>(kc, b, t) };
     }
-    let Tile { a, lda, c, ldc, nvalid, add } = t;
-    let lines = kc.div_ceil(16);
-    // SAFETY: the caller guarantees MR rows of kc activations at a and next (stride lda), kc
-    // rows of NV·L f32 through b, and MR rows of nvalid outputs at c (stride ldc).
-    unsafe {
-        let mut acc = [[V::zero(); NV]; MR];
-        let mut ap = a;
-        for kk in 0..kc {
-            if kk % 2 == 0 {
-                let i = kk / 2;
-                let (r, line) = (i % MR, i / MR);
-                if line < lines {
-                    _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(r * lda + line * 16).cast());
-                }
-            }
-            let bp = b.row(kk);
-            let mut bv = [V::zero(); NV];
-            for (v, bv) in bv.iter_mut().enumerate() {
-                *bv = V::load(bp.add(v * V::L));
-            }
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let xa = V::splat(ap.add(r * lda));
-                for (acc, &bv) in acc.iter_mut().zip(&bv) {
-                    *acc = V::fma(xa, bv, *acc);
-                }
-            }
-            ap = ap.add(1);
-        }
-        for (r, acc) in acc.iter().enumerate() {
-            for (v, &acc) in acc.iter().enumerate() {
-                let col = v * V::L;
-                let p = c.add(r * ldc + col);
-                if col + V::L <= nvalid {
-                    let val = if add { V::add(V::load(p), acc) } else { acc };
-                    V::store(p, val);
-                } else if col < nvalid {
-                    let mut tmp = [0.0f32; 16];
-                    V::store(tmp.as_mut_ptr(), acc);
-                    for (i, &t) in tmp.iter().enumerate().take(nvalid - col) {
-                        *p.add(i) = if add { *p.add(i) + t } else { t };
-                    }
-                }
+    let (lda, lines) = (t.lda, kc.div_ceil(16));
+    // One line of the next tile every other step, row by row.
+    let prefetch = |kk: usize| {
+        if kk.is_multiple_of(2) {
+            let i = kk / 2;
+            let (r, line) = (i % MR, i / MR);
+            if line < lines {
+                // SAFETY: a prefetch does not fault; the address is within the next tile's
+                // block (the caller's contract on `next`).
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(r * lda + line * 16).cast()) };
             }
         }
-    }
+    };
+    // SAFETY: the caller's contract (as `ukernel`'s).
+    unsafe { ukernel_hooked::<V, P, MR, NV>(kc, b, t, prefetch) }
 }
 
 /// Elements of `a` (`m·k`, 1 MiB of f32) from which the convolutions' GEMMs prefetch it: smaller
