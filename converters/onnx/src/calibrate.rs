@@ -68,7 +68,7 @@ fn targets(b: &ModelBuilder) -> Vec<(TensorId, Vec<String>)> {
                 continue
             }
             OpClass::Layer(LayerOp::Sdpa(_) | LayerOp::Gather(_) | LayerOp::Chain(_) | LayerOp::Nms(_)) => continue,
-            OpClass::Layer(LayerOp::Concat(_)) => continue,
+            OpClass::Layer(LayerOp::Concat(_) | LayerOp::LinearAttn(_)) => continue,
             OpClass::Layer(LayerOp::Reduce(_) | LayerOp::LayerNorm(_) | LayerOp::Pool2d(_)) => continue,
             OpClass::Layer(LayerOp::Reshape(_) | LayerOp::Slice(_) | LayerOp::Transpose(_)) => continue,
         };

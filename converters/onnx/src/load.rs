@@ -138,6 +138,7 @@ fn load_typed_inner(
     let bytes = std::fs::read(path).map_err(|error| ConvertError::Io { path: p.clone(), error })?;
     let mut onnx = tract_onnx::onnx();
     crate::lower::rnn::register(&mut onnx.op_register);
+    crate::lower::linear_attn::register(&mut onnx.op_register);
     onnx.op_register.insert("ConstantOfShape", constant_of_shape);
     // ONNX Attention read by Kestrel: tract's importer refuses or ignores much of it.
     onnx.op_register.insert("Attention", crate::attention::parse);

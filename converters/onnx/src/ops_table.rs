@@ -93,6 +93,7 @@ LayerNormalization | LayerNorm
 LeakyRelu | Binary Mul + Max | alpha ≥ 0
 Less | Binary Less (1 or 0)
 LessOrEqual | Binary LessEq (1 or 0)
+LinearAttention | parsed by Kestrel (`src/lower/linear_attn.rs`): LinearAttn (one node per output read: output, present_state), every update rule (linear, gated, delta, gated_delta), grouped-query heads, per-key or per-head decay, per-head or shared beta, optional past_state | rank-3 packed Q/K/V; on the GPU d_k ≤ 256
 Log | Unary
 LpPool | parsed by Kestrel (`src/expand/`): Unary Abs, the p-th power, a zero Pad (pads, auto_pad, ceil mode), Pool2d Avg times the window size, the 1/p-th power | integer p; 1-D, 2-D and 3-D, every stride and dilation
 MatMul | Dense (constant operand) or MatMul; fused into Attention / AFT / Fastformer

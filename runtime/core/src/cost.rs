@@ -6,7 +6,9 @@
 //! profilers of the CPU and GPU sessions, `kestrel profile` and the scaling bench read them;
 //! like [`crate::shapes`], one exhaustive match over the ops.
 
+use crate::error::ShapeError;
 use crate::graph::Graph;
+use crate::params::LinearAttnParams;
 use kestrel_rt_format::ops::{Gru, Lstm, Proj, MAX_OP_TENSORS};
 use kestrel_rt_format::{KesFile, Op, TensorId, TensorKind};
 
@@ -141,6 +143,20 @@ pub fn op_flops(graph: &Graph<'_, '_>, op: &Op) -> Option<u64> {
             let gate_rows = first_dim(graph, *w)?;
             let states = direction.dirs() as u64 * u64::from(*hidden);
             2 * t * (numel(graph, *w)? + numel(graph, *r)?) + 3 * t * gate_rows + 4 * t * states
+        }
+        // Per token and key/value head, over its Dk × Dv state: the decay (1), the delta rule's
+        // read-out and correction (2 + 2), the rank-1 update (2), and each query head's read
+        // (2 per head in the group).
+        Op::LinearAttn(o) => {
+            let p = LinearAttnParams::of(o, |id| {
+                graph
+                    .tensor(id)
+                    .map(|t| t.shape)
+                    .map_err(|_| ShapeError::Invalid { op: "LinearAttn", what: "a tensor" })
+            })
+            .ok()?;
+            let per = u64::from(o.rule.gated()) + 4 * u64::from(o.rule.delta()) + 2 + 2 * (p.hq / p.hkv) as u64;
+            (p.n * p.t * p.hkv * p.dk * p.dv) as u64 * per
         }
         // Comparisons, no arithmetic to speak of.
         Op::Nms(_) => return None,

@@ -6,7 +6,7 @@
 
 use crate::error::expect_eq;
 use crate::error::ShapeError;
-use crate::params::{Pool2dParams, RnnParams};
+use crate::params::{LinearAttnParams, Pool2dParams, RnnParams};
 use kestrel_rt_format::ops::{Op, TensorId};
 use kestrel_rt_format::{Shape, MAX_RANK};
 
@@ -286,6 +286,9 @@ pub fn output_shape(
             .ok_or(ShapeError::Invalid { op: name, what: "output rank or dim too large" }),
         Op::Gru(o) => RnnParams::of_gru(o, |id| Ok(shape_of(id)))?
             .y_shape()
+            .ok_or(ShapeError::Invalid { op: name, what: "output rank or dim too large" }),
+        Op::LinearAttn(o) => LinearAttnParams::of(o, |id| Ok(shape_of(id)))?
+            .y_shape(o.output)
             .ok_or(ShapeError::Invalid { op: name, what: "output rank or dim too large" }),
         Op::Attention(o) => {
             // `[T, d]`, or `[G, T, d]`: G independent sequences per sample (MobileViT's

@@ -132,7 +132,7 @@ pub fn plan(
                     LayerOp::LayerNorm(_) | LayerOp::Dense(_) | LayerOp::Embedding(_) | LayerOp::MatMul(_) => break,
                     LayerOp::Sdpa(_) | LayerOp::Gather(_) | LayerOp::Nms(_) | LayerOp::Concat(_) => break,
                     LayerOp::PatchEmbed(_) | LayerOp::Unary(_) | LayerOp::Binary(_) | LayerOp::Softmax(_) => break,
-                    LayerOp::Chain(_) => break,
+                    LayerOp::Chain(_) | LayerOp::LinearAttn(_) => break,
                     LayerOp::Reduce(_) | LayerOp::Slice(_) | LayerOp::Transpose(_) | LayerOp::Conv2d(_) => break,
                     LayerOp::Pool2d(_) | LayerOp::Lstm(_) | LayerOp::Gru(_) => break,
                 }

@@ -7,6 +7,7 @@
 
 pub mod alloc_count;
 pub mod layers;
+pub mod linear_attn;
 pub mod mechanisms;
 pub mod nms;
 pub mod rnn;

@@ -309,6 +309,9 @@ pub enum Kernel {
     /// `attention.wgsl: sdpa_rows` (attention on activations: a thread per query row and sixteen
     /// output columns, online softmax, no barriers).
     SdpaRows,
+    /// `attention.wgsl: linear_attn` (linear attention with a recurrent state: a thread per
+    /// sequence, key/value head and state column, walking the tokens with the column in registers).
+    LinearAttn,
     /// `aft.wgsl: exp_values`.
     ExpValues,
     /// `aft.wgsl: exp_keys`.
@@ -409,6 +412,7 @@ impl Kernel {
         Kernel::Attend,
         Kernel::AttendRows,
         Kernel::SdpaRows,
+        Kernel::LinearAttn,
         Kernel::ExpValues,
         Kernel::ExpKeys,
         Kernel::AftBias,
@@ -435,7 +439,7 @@ impl Kernel {
             Pool2d => Family::Pool,
             Rnn => Family::Rnn,
             Embedding | PatchGather | Gather | Concat => Family::Embed,
-            AlignTokens | Attend | AttendRows | SdpaRows => Family::Attention,
+            AlignTokens | Attend | AttendRows | SdpaRows | LinearAttn => Family::Attention,
             ExpValues | ExpKeys | AftBias | AftFull | AftLocal | AftSimple | AftConv => Family::Aft,
             FfScores | FfPool | FfScaleRows => Family::Fastformer,
         }
@@ -466,6 +470,7 @@ impl Kernel {
             AlignTokens => Layout::AlignTokens,
             Attend | AttendRows => Layout::Attend,
             SdpaRows => Layout::Sdpa,
+            LinearAttn => Layout::LinearAttn,
             ExpValues => Layout::ExpValues,
             ExpKeys => Layout::ExpKeys,
             AftBias => Layout::AftBias,
@@ -494,8 +499,8 @@ impl Kernel {
             DenseBlockLn => Start::Mode(Item, "dense_block_body", "1u"),
             DenseBlockPatch => Start::Mode(Item, "dense_block_body", "2u"),
             Unary | Strided | Chain | LayerNorm | Softmax | Reduce | MatMul | Conv2d | Conv2dBlock | Pool2d
-            | Embedding | PatchGather | Gather | Concat | AlignTokens | AttendRows | SdpaRows | ExpValues | ExpKeys
-            | AftFull | AftLocal | AftConv | FfScores | FfPool | FfScaleRows => Start::Body(Item),
+            | Embedding | PatchGather | Gather | Concat | AlignTokens | AttendRows | SdpaRows | LinearAttn
+            | ExpValues | ExpKeys | AftFull | AftLocal | AftConv | FfScores | FfPool | FfScaleRows => Start::Body(Item),
             LayerNormSplit | SoftmaxSplit | ReduceSplit | Rnn | AftSimple => Start::Body(Row),
             DenseTile | MatMulTile | Conv2dTile => Start::Body(Tile),
             DenseSplit | DenseSplitSg | DenseSplitLn | DenseSplitLnSg | DenseSplitPatch | DenseSplitPatchSg
@@ -558,6 +563,7 @@ impl Kernel {
             Attend => "attend",
             AttendRows => "attend_rows",
             SdpaRows => "sdpa_rows",
+            LinearAttn => "linear_attn",
             ExpValues => "exp_values",
             ExpKeys => "exp_keys",
             AftBias => "aft_bias",

@@ -487,6 +487,18 @@ Sdpa sdpa {
     has_bias: bool = 18, bias_sh: usize = 19 opt, bias_si: usize = 20 opt, bias_sj: usize = 21 opt,
     bias_const: bool = 22 opt, softcap: f32 = 23, bias: Region = 24 opt, bias_w: Wd = 28 opt,
 }
+/// `attention.wgsl: linear_attn`: linear attention with a recurrent state (`LinearAttn`): `n`
+/// sequences of `t` tokens per sample, `q [n, t, hq·dk]`, `k [n, t, hkv·dk]`, `v [n, t, hkv·dv]`,
+/// the state before the first token `state [n, hkv, dk, dv]` (`has_state`; else zeros), the decay
+/// `decay` (`gated`: `[n, t, hkv·dk]` with `decay_per_key`, else `[n, t, hkv]`), the update rate
+/// `beta` (`delta`: `[n, t, hkv]` with `beta_per_head`, else `[n, t, 1]`); the output `o` is
+/// `[n, t, hq·dv]`, or the final state `[n, hkv, dk, dv]` with `write_state`.
+LinearAttn linear_attn {
+    q: Region = 2, k: Region = 4, v: Region = 6, o: Region = 8, state: Region = 10 opt, decay: Region = 12 opt,
+    beta: Region = 14 opt, n: usize = 16, t: usize = 17, hq: usize = 18, hkv: usize = 19, dk: usize = 20,
+    dv: usize = 21, scale: f32 = 22, has_state: bool = 23, gated: bool = 24, delta: bool = 25,
+    decay_per_key: bool = 26, beta_per_head: bool = 27, write_state: bool = 28,
+}
 /// `aft.wgsl: exp_values`.
 ExpValues exp_values {
     k: Region = 2, v: Region = 4, t: usize = 6, d: usize = 7, kcols: usize = 8,

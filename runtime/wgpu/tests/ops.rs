@@ -760,6 +760,11 @@ at_both_precisions! {
             let seen = check(&g, &sdpa_cases(), precision, &TUNINGS[..1]);
             assert!(seen.contains(&Variant::of(Kernel::SdpaRows, arith)), "sdpa_rows not exercised");
         };
+    linear_attn_kernel_matches_cpu, linear_attn_kernel_matches_cpu_f16:
+        |g, precision, arith| {
+            let seen = check(&g, &cases::linear_attn::linear_attn_cases(), precision, &TUNINGS[..1]);
+            assert!(seen.contains(&Variant::of(Kernel::LinearAttn, arith)), "linear_attn not exercised");
+        };
 }
 
 /// `Sdpa` (attention on activations, `sdpa_rows`): multi-head, grouped-query and multi-query

@@ -226,6 +226,7 @@ pub(super) enum Spec {
     Dense { x: Vec<usize>, out: usize },
     MatMul { a: Vec<usize>, b: Vec<usize>, transpose_b: bool, b_weight: bool },
     Sdpa { heads: usize, t: usize, d: usize, causal: bool },
+    LinearAttn { heads: usize, t: usize, d: usize, rule: LinearRule },
     Rnn { gru: bool, t: usize, i: usize, h: usize },
     Mechanism { m: Mechanism, t: usize, d: usize, heads: usize },
 }
@@ -385,6 +386,16 @@ pub fn cases(quick: bool) -> Vec<CaseDef> {
     for &(heads, t, d, causal) in sdpa {
         let variant = if causal { "causal" } else { "full" };
         add("sdpa", variant.into(), "", format!("q, k, v [{heads}, {t}, {d}]"), Spec::Sdpa { heads, t, d, causal });
+    }
+    // Linear attention with a recurrent state: a decode step (T = 1 over a past state) and a
+    // prefill, with the gated delta rule (the most work per token) and the plain one.
+    let lin: &[(usize, usize, usize)] = if quick { &[(2, 1, 16), (2, 8, 16)] } else { &[(16, 1, 128), (8, 256, 64)] };
+    for &(heads, t, d) in lin {
+        for rule in [LinearRule::Linear, LinearRule::GatedDelta] {
+            let variant = format!("{rule:?} T={t}");
+            let shape = format!("q, k, v [{t}, {heads}·{d}], state [{heads}, {d}, {d}]");
+            add("linear-attention", variant, "", shape, Spec::LinearAttn { heads, t, d, rule });
+        }
     }
     let (t, i, hid) = if quick { (8, 16, 16) } else { (64, 128, 128) };
     for gru in [false, true] {
@@ -568,6 +579,18 @@ pub(super) fn build(c: &CaseDef, seed: u64) -> Result<(Model, Vec<Feed>)> {
             let (q, k, v) = (g.input(&dims, UNIT)?, g.input(&dims, UNIT)?, g.input(&dims, UNIT)?);
             let scale = 1.0 / (d as f32).sqrt();
             g.op(|y| Op::Sdpa(Sdpa { q, k, v, bias: None, scale, causal, k_transposed: false, softcap: 0.0, y }))?
+        }
+        &Spec::LinearAttn { heads, t, d, rule } => {
+            let dims = [1, t, heads * d];
+            let (q, k, v) = (g.input(&dims, UNIT)?, g.input(&dims, UNIT)?, g.input(&dims, UNIT)?);
+            let state = Some(g.input(&[1, heads, d, d], UNIT)?);
+            let decay = if rule.gated() { Some(g.input(&[1, t, heads], [-0.1, 0.0])?) } else { None };
+            let beta = if rule.delta() { Some(g.input(&[1, t, heads], [0.0, 1.0])?) } else { None };
+            let (q_heads, kv_heads, scale) = (heads as u32, heads as u32, 1.0 / (d as f32).sqrt());
+            let output = LinearOutput::Output;
+            g.op(|y| {
+                Op::LinearAttn(LinearAttn { q, k, v, state, decay, beta, rule, q_heads, kv_heads, scale, output, y })
+            })?
         }
         &Spec::Rnn { gru, t, i, h } => {
             let gates = if gru { 3 } else { 4 };

@@ -16,6 +16,7 @@ mod fuse;
 mod grid_sample;
 mod hard_sigmoid;
 mod linear;
+pub(crate) mod linear_attn;
 mod lrn;
 mod mask;
 mod nms;
@@ -255,6 +256,16 @@ impl<'m> Lowerer<'m> {
         let z = self.weight_f32(o, "zero", &[1], vec![0.0])?;
         let y = self.b.op(|y| Op::Binary(Binary { a: w, b: z, op: BinaryOp::Add, y }))?;
         Ok((y, shape))
+    }
+
+    /// An activation input, or a constant input made one ([`Self::output_act`]: the constant
+    /// plus a zero weight, the same for every sample), for ops whose every operand is an
+    /// activation.
+    pub(super) fn act_or_const(&mut self, o: OutletId) -> Res<(TensorId, Vec<usize>)> {
+        let node = self.node;
+        let r = self.output_act(o);
+        self.node = node;
+        r
     }
 
     fn tnode(&self) -> &'m TypedNode {
@@ -665,6 +676,7 @@ impl<'m> Lowerer<'m> {
             || self.try_resize()?
             || self.try_deconv()?
             || self.try_rnn()?
+            || self.try_linear_attention()?
             || self.try_fft()?
             || self.try_stft()?
             || self.try_lrn()?

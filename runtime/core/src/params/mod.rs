@@ -4,6 +4,7 @@
 mod concat;
 mod conv;
 mod gather;
+mod linear_attn;
 mod pool;
 mod rnn;
 mod slice;
@@ -12,6 +13,7 @@ mod window;
 pub use concat::ConcatParams;
 pub use conv::Conv2dParams;
 pub use gather::GatherParams;
+pub use linear_attn::LinearAttnParams;
 pub use pool::Pool2dParams;
 pub use rnn::{rnn_scratch, RnnCell, RnnParams};
 pub use slice::SliceParams;

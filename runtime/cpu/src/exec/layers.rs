@@ -13,6 +13,7 @@ use crate::kernels::embed::{
 };
 use crate::kernels::gather::{gather, GatherParams};
 use crate::kernels::linear::ProjW;
+use crate::kernels::linear_attn::{linear_attn, LinearAttnIn, LinearAttnKernel};
 use crate::kernels::matmul::{matmul, matmul_scratch, MatMulParams};
 use crate::kernels::nms::{nms, NmsLimits, NmsParams};
 use crate::kernels::norm::{layer_norm, layer_norm_scratch, LayerNormParams};
@@ -129,6 +130,7 @@ enum Prep<'a> {
         p: RnnParams,
         wts: RnnWeights<'a>,
     },
+    LinearAttn(LinearAttnKernel),
     Reshape,
 }
 
@@ -269,6 +271,15 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
         LayerOp::Pool2d(o) => Prep::Pool2d(Pool2dParams::of(o, &shp(o.x)?)?),
         LayerOp::Lstm(o) => rnn_prep(file, RnnParams::of_lstm(o, shp)?, [o.w, o.r, o.b], [o.h0, o.c0, o.p])?,
         LayerOp::Gru(o) => rnn_prep(file, RnnParams::of_gru(o, shp)?, [o.w, o.r, o.b], [o.h0, None, None])?,
+        LayerOp::LinearAttn(o) => {
+            for id in [Some(o.q), Some(o.k), Some(o.v), o.state, o.decay, o.beta].into_iter().flatten() {
+                if !matches!(src(file, id)?, Src::Act) {
+                    return Err(ShapeError::Invalid { op: op.name(), what: "every operand must be an activation" });
+                }
+            }
+            let p = kestrel_rt_core::params::LinearAttnParams::of(o, shp)?;
+            Prep::LinearAttn(LinearAttnKernel { p, rule: o.rule, scale: o.scale, output: o.output })
+        }
         LayerOp::Reshape(_) => Prep::Reshape,
     })
 }
@@ -286,6 +297,7 @@ pub(super) fn scratch_elems(file: &Graph<'_, '_>, op: &Op, fast: bool) -> Result
         Prep::Pool2d(p) => pool2d_scratch(&p),
         Prep::Rnn { p, .. } => rnn_scratch(&p),
         Prep::Nms { p, .. } => p.scratch(),
+        Prep::LinearAttn(k) => k.scratch(),
         Prep::Dense { .. }
         | Prep::Unary(_)
         | Prep::Chain(_)
@@ -458,6 +470,23 @@ pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Resul
             (Prep::Rnn { p, wts }, Op::Lstm(Lstm { x, .. }) | Op::Gru(Gru { x, .. })) => {
                 let (x, n) = main(*x)?;
                 rnn(p, wts, &x[sample(n, s)], y, scratch);
+            }
+            (Prep::LinearAttn(k), Op::LinearAttn(o)) => {
+                let at = |id: TensorId| main(id).map(|(v, n)| &v[sample(n, s)]);
+                let opt = |id: Option<TensorId>| id.map(at).transpose();
+                let x = LinearAttnIn {
+                    q: at(o.q)?,
+                    k: at(o.k)?,
+                    v: at(o.v)?,
+                    state: opt(o.state)?,
+                    decay: opt(o.decay)?,
+                    beta: opt(o.beta)?,
+                };
+                k.check(&x, y.len()).map_err(|_| RunError::Internal("LinearAttn operands"))?;
+                if scratch.len() < k.scratch() {
+                    return Err(RunError::Internal("LinearAttn scratch"));
+                }
+                linear_attn(k, &x, y, scratch);
             }
             (Prep::Reshape, _) | (Prep::Sdpa { .. }, _) => {}
             _ => return Err(RunError::Internal("op and prepared kernel disagree")),

@@ -14,6 +14,7 @@ pub mod embed;
 pub mod fastformer;
 pub mod gather;
 pub mod linear;
+pub mod linear_attn;
 pub mod matmul;
 pub mod nms;
 pub mod norm;

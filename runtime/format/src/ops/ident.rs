@@ -46,6 +46,7 @@ impl Op {
             Op::Lstm(o) => OpClass::Layer(L::Lstm(o)),
             Op::Gru(o) => OpClass::Layer(L::Gru(o)),
             Op::Chain(o) => OpClass::Layer(L::Chain(o)),
+            Op::LinearAttn(o) => OpClass::Layer(L::LinearAttn(o)),
         }
     }
 
@@ -137,6 +138,8 @@ pub enum LayerOp<'a> {
     Lstm(&'a Lstm),
     /// [`Op::Gru`].
     Gru(&'a Gru),
+    /// [`Op::LinearAttn`]: linear attention with a recurrent state, on computed activations.
+    LinearAttn(&'a LinearAttn),
     /// [`Op::Chain`].
     Chain(&'a Chain),
 }

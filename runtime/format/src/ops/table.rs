@@ -205,6 +205,12 @@ op_table! {
         [center_point_box: flag("center_point_box")],
     /// See [`Concat`].
     Concat = 21 CONCAT [xs: pieces(), y: t("y")] [axis: raw()],
+    /// See [`LinearAttn`].
+    LinearAttn = 22 LINEAR_ATTN
+        [q: t("q"), k: t("k"), v: t("v"), state: opt(), decay: opt(), beta: opt(), y: t("y")]
+        [rule: code("rule"), q_heads: pos("q_heads"), kv_heads: pos("kv_heads"), scale: float("scale"),
+        output: code("output")]
+        check linear_attn_slots,
 }
 
 /// Pool2d: a max pool has no divisor, so no `count_include_pad`.
@@ -219,6 +225,18 @@ fn pool_divisor(op: &'static str, o: &Pool2d) -> Result<(), OpError> {
 fn gru_output(op: &'static str, o: &Gru) -> Result<(), OpError> {
     if o.output == RnnOutput::Cell {
         return Err(bad(op, "output (a GRU has no cell state)", 2));
+    }
+    Ok(())
+}
+
+/// LinearAttn: a decay exactly for the gated rules, an update rate exactly for the delta rules,
+/// query heads a multiple of the key/value heads.
+fn linear_attn_slots(op: &'static str, o: &LinearAttn) -> Result<(), OpError> {
+    if o.decay.is_some() != o.rule.gated() || o.beta.is_some() != o.rule.delta() {
+        return Err(bad(op, "rule (decay and beta slots)", o.rule as u32));
+    }
+    if !o.q_heads.is_multiple_of(o.kv_heads) {
+        return Err(bad(op, "q_heads (a multiple of kv_heads)", o.q_heads));
     }
     Ok(())
 }

@@ -4,7 +4,7 @@
 //! functions. It shares nothing with the CPU executor but the file reader.
 #![allow(dead_code)]
 
-use kestrel_rt::format::ops::{AftBias, GruReset, NormAxis, Op, Proj, RnnDirection, RnnOutput, TensorId};
+use kestrel_rt::format::ops::{AftBias, GruReset, LinearOutput, NormAxis, Op, Proj, RnnDirection, RnnOutput, TensorId};
 use kestrel_rt::format::{KesFile, TensorKind};
 use kestrel_rt::{Input, Model};
 use kestrel_rt_reference::layers::{self as r, ConvSpec, PoolSpec};
@@ -166,6 +166,32 @@ impl<'a> Interp<'a> {
             }
             Op::Reduce(o) => r::reduce(reduce_fn(o.op), x_of(o.x), &self.dims(o.x), o.axis as usize),
             Op::Reshape(o) => x_of(o.x).to_vec(),
+            Op::LinearAttn(o) => {
+                let (qd, vd) = (self.dims(o.q), self.dims(o.v));
+                let (hq, hkv) = (o.q_heads as usize, o.kv_heads as usize);
+                let last = |t: TensorId| *self.dims(t).last().unwrap();
+                let x = kestrel_rt_reference::linear_attn::LinearAttnIn {
+                    q: x_of(o.q),
+                    k: x_of(o.k),
+                    v: x_of(o.v),
+                    state: o.state.map(x_of),
+                    decay: o.decay.map(|d| (x_of(d), last(d))),
+                    beta: o.beta.map(|b| (x_of(b), last(b))),
+                };
+                let dims = [qd[2] / hq, vd[2] / hkv];
+                let (y, s) = kestrel_rt_reference::linear_attn::linear_attention(
+                    &x,
+                    [qd[0], qd[1]],
+                    [hq, hkv],
+                    dims,
+                    f64::from(o.scale),
+                );
+                if o.output == LinearOutput::State {
+                    s
+                } else {
+                    y
+                }
+            }
             Op::Transpose(o) => {
                 let xd = self.dims(o.x);
                 let perm: Vec<usize> = o.perm[..xd.len()].iter().map(|&p| p as usize).collect();

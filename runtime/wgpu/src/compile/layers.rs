@@ -3,15 +3,15 @@
 use super::{numel, split_per, Ctx, Dispatch, Params};
 use crate::kernels::Kernel;
 use crate::params::{
-    chain, concat, conv, embedding, gather, layer_norm, matmul, matmul_tile, pool, reduce, rnn, sdpa, strided, unary,
-    window, Field,
+    chain, concat, conv, embedding, gather, layer_norm, linear_attn, matmul, matmul_tile, pool, reduce, rnn, sdpa,
+    strided, unary, window, Field,
 };
 use crate::GpuError;
 use kestrel_rt_core::error::ShapeError;
 use kestrel_rt_core::params::{
-    ConcatParams, Conv2dParams, GatherParams, Pool2dParams, RnnCell, RnnParams, SliceParams,
+    ConcatParams, Conv2dParams, GatherParams, LinearAttnParams, Pool2dParams, RnnCell, RnnParams, SliceParams,
 };
-use kestrel_rt_format::ops::{GruReset, LayerOp, NormAxis, Op, TensorId};
+use kestrel_rt_format::ops::{GruReset, LayerOp, LinearOutput, NormAxis, Op, TensorId};
 use kestrel_rt_format::{TensorKind, MAX_RANK};
 
 pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<Dispatch>, GpuError> {
@@ -278,6 +278,46 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 };
             }
             vec![p.done(Kernel::SdpaRows)]
+        }
+        LayerOp::LinearAttn(o) => {
+            let bad = |_| ShapeError::Invalid { op: "LinearAttn", what: "a tensor the graph does not hold" };
+            let g = LinearAttnParams::of(o, |id| shape(id).map_err(bad)).map_err(|e| GpuError::Model(e.to_string()))?;
+            // The state column a thread holds in registers (`LINEAR_ATTN_MAX_DK` in the shader).
+            if g.dk > 256 {
+                return Err(GpuError::Unsupported(format!(
+                    "node {node}: LinearAttn with a key width Dk = {} (the GPU kernel holds at most 256)",
+                    g.dk
+                )));
+            }
+            // A thread per (sequence, key/value head, state column): `linear_attn`.
+            let mut p = Params::new(g.n * g.hkv * g.dv)?
+                .set(linear_attn::q, ctx.act(o.q)?)?
+                .set(linear_attn::k, ctx.act(o.k)?)?
+                .set(linear_attn::v, ctx.act(o.v)?)?
+                .set(linear_attn::o, ctx.act(o.y)?)?
+                .set(linear_attn::n, g.n)?
+                .set(linear_attn::t, g.t)?
+                .set(linear_attn::hq, g.hq)?
+                .set(linear_attn::hkv, g.hkv)?
+                .set(linear_attn::dk, g.dk)?
+                .set(linear_attn::dv, g.dv)?
+                .set(linear_attn::scale, o.scale)?
+                .set(linear_attn::has_state, o.state.is_some())?
+                .set(linear_attn::gated, o.decay.is_some())?
+                .set(linear_attn::delta, o.beta.is_some())?
+                .set(linear_attn::decay_per_key, g.decay_per_key)?
+                .set(linear_attn::beta_per_head, g.beta_per_head)?
+                .set(linear_attn::write_state, o.output == LinearOutput::State)?;
+            if let Some(s) = o.state {
+                p = p.set(linear_attn::state, ctx.act(s)?)?;
+            }
+            if let Some(d) = o.decay {
+                p = p.set(linear_attn::decay, ctx.act(d)?)?;
+            }
+            if let Some(b) = o.beta {
+                p = p.set(linear_attn::beta, ctx.act(b)?)?;
+            }
+            vec![p.done(Kernel::LinearAttn)]
         }
         LayerOp::Conv2d(o) => {
             let u = |v: u32| v as usize;

@@ -186,7 +186,7 @@ fn role(op: &Op) -> Role {
         LayerOp::Embedding(_) | LayerOp::MatMul(_) | LayerOp::Sdpa(_) | LayerOp::Transpose(_) => Role::Other,
         LayerOp::Gather(_) | LayerOp::Nms(_) | LayerOp::Concat(_) => Role::Other,
         LayerOp::Unary(_) | LayerOp::Binary(_) | LayerOp::Softmax(_) | LayerOp::Reduce(_) => Role::Other,
-        LayerOp::Chain(_) => Role::Other,
+        LayerOp::Chain(_) | LayerOp::LinearAttn(_) => Role::Other,
         LayerOp::Conv2d(_) | LayerOp::PatchEmbed(_) | LayerOp::Pool2d(_) | LayerOp::Lstm(_) | LayerOp::Gru(_) => {
             Role::Other
         }

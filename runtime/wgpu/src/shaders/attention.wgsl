@@ -450,3 +450,84 @@ fn sdpa_v4(row: u32, col: u32, dv: u32) -> vec4<f32> {
     }
     return act4_upto(row + col, dv - col);
 }
+
+// The widest key head `linear_attn` holds in registers (the lowering refuses wider ones).
+const LINEAR_ATTN_MAX_DK: u32 = 256u;
+
+// `linear_attn`: linear attention with a recurrent state (`LinearAttn`, ONNX LinearAttention),
+// one thread per (sample, sequence b, key/value head g, state column c): column c of the head's
+// state S [Dk, Dv] lives in registers and walks the tokens in order; every update rule is
+// column-separable (the decay scales rows, the delta rule's read-out Sᵀk of column c is the
+// column's dot with k, the rank-1 update adds k · u_c), so no thread waits on another. Per
+// token: decay (gated), u = β (v_c − colᵀ k) (delta) or v_c, col += k · u, then each query head
+// of the group writes o_c = scale · qᵀ col; with `write_state` the column is written to the
+// state output after the last token instead.
+// P: `linear_attn`; per = n · Hkv · Dv (threads).
+fn linear_attn_body(it: Item) {
+    let prm = linear_attn_p();
+    let t = prm.t;
+    let hq = prm.hq;
+    let hkv = prm.hkv;
+    let dk = prm.dk;
+    let dv = prm.dv;
+    let group = hq / hkv;
+    let s = it.s;
+    let c = it.l % dv;
+    let g = (it.l / dv) % hkv;
+    let b = it.l / (dv * hkv);
+    var col: array<f32, LINEAR_ATTN_MAX_DK>;
+    let head = (b * hkv + g) * dk * dv;
+    for (var r = 0u; r < dk; r++) {
+        if prm.has_state {
+            col[r] = act[prm.state.base + s * prm.state.stride + head + r * dv + c];
+        } else {
+            col[r] = 0.0;
+        }
+    }
+    for (var i = 0u; i < t; i++) {
+        let row = b * t + i;
+        let kb = prm.k.base + s * prm.k.stride + row * hkv * dk + g * dk;
+        if prm.gated {
+            let db = prm.decay.base + s * prm.decay.stride;
+            if prm.decay_per_key {
+                for (var r = 0u; r < dk; r++) {
+                    col[r] *= exp(act[db + row * hkv * dk + g * dk + r]);
+                }
+            } else {
+                let e = exp(act[db + row * hkv + g]);
+                for (var r = 0u; r < dk; r++) {
+                    col[r] *= e;
+                }
+            }
+        }
+        var u = act[prm.v.base + s * prm.v.stride + row * hkv * dv + g * dv + c];
+        if prm.delta {
+            var read = 0.0;
+            for (var r = 0u; r < dk; r++) {
+                read += col[r] * act[kb + r];
+            }
+            let bb = prm.beta.base + s * prm.beta.stride;
+            let bt = select(act[bb + row], act[bb + row * hkv + g], prm.beta_per_head);
+            u = bt * (u - read);
+        }
+        for (var r = 0u; r < dk; r++) {
+            col[r] += act[kb + r] * u;
+        }
+        if !prm.write_state {
+            for (var j = 0u; j < group; j++) {
+                let h = g * group + j;
+                let qb = prm.q.base + s * prm.q.stride + row * hq * dk + h * dk;
+                var o = 0.0;
+                for (var r = 0u; r < dk; r++) {
+                    o += act[qb + r] * col[r];
+                }
+                act[prm.o.base + s * prm.o.stride + row * hq * dv + h * dv + c] = prm.scale * o;
+            }
+        }
+    }
+    if prm.write_state {
+        for (var r = 0u; r < dk; r++) {
+            act[prm.o.base + s * prm.o.stride + head + r * dv + c] = col[r];
+        }
+    }
+}

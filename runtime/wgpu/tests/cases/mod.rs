@@ -3,6 +3,7 @@
 
 mod counts;
 pub mod fusion;
+pub mod linear_attn;
 
 use super::{case, Case};
 use kestrel_rt::format::ops::*;
