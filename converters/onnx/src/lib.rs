@@ -32,6 +32,7 @@ mod quant;
 mod random;
 mod report;
 mod run_dims;
+mod subgraph_types;
 mod validate;
 mod verify;
 

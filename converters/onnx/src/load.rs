@@ -156,6 +156,7 @@ fn load_typed_inner(
     if let Some(g) = proto.graph.as_mut() {
         unsigned_as_raw(g);
         pad_value_only_for_constant(g);
+        crate::subgraph_types::type_scan_bodies(g);
         forget_unknown_symbols(g);
         crate::batch_norm::mark(g);
         if run_dims {
