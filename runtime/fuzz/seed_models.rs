@@ -2,8 +2,9 @@
 //! the first argument: one tiny model per case of the shared mechanism table
 //! (`kestrel_rt::mechanisms::CASES`) and weight encoding (and masked attention, attention on
 //! activations, `Sdpa`, and recurrences: an LSTM with peepholes feeding a GRU whose reset gate
-//! acts on the state, selection by index, `Gather`, non-maximum suppression, concatenation, and tensors of rank 7 and 8), plus the demo
-//! text model. Run via `seed.sh`.
+//! acts on the state, selection by index, `Gather`, non-maximum suppression, concatenation,
+//! linear attention with a recurrent state, `LinearAttn`, and tensors of rank 7 and 8), plus the
+//! demo text model. Run via `seed.sh`.
 
 use kestrel_rt::format::ops::*;
 use kestrel_rt::format::DType;
@@ -82,6 +83,30 @@ fn sdpa() -> Vec<u8> {
         })
         .unwrap();
     b.output(y);
+    b.build().unwrap()
+}
+
+/// Linear attention with a recurrent state (`LinearAttn`): the gated delta rule, 4 query heads
+/// over 2 key/value heads, a per-key decay, a shared update rate and a past state; its output
+/// and its final state.
+fn linear_attn() -> Vec<u8> {
+    let (n, t, hq, hkv, dk, dv) = (1usize, 3usize, 4usize, 2usize, 4usize, 3usize);
+    let mut b = ModelBuilder::new("seed");
+    let q = b.input("q", &[n, t, hq * dk]).unwrap();
+    let k = b.input("k", &[n, t, hkv * dk]).unwrap();
+    let v = b.input("v", &[n, t, hkv * dv]).unwrap();
+    let state = Some(b.input("state", &[n, hkv, dk, dv]).unwrap());
+    let decay = Some(b.input("decay", &[n, t, hkv * dk]).unwrap());
+    let beta = Some(b.input("beta", &[n, t, 1]).unwrap());
+    let (rule, q_heads, kv_heads, scale) = (LinearRule::GatedDelta, hq as u32, hkv as u32, 0.5);
+    for output in [LinearOutput::Output, LinearOutput::State] {
+        let y = b
+            .op(|y| {
+                Op::LinearAttn(LinearAttn { q, k, v, state, decay, beta, rule, q_heads, kv_heads, scale, output, y })
+            })
+            .unwrap();
+        b.output(y);
+    }
     b.build().unwrap()
 }
 
@@ -208,6 +233,7 @@ fn main() {
     std::fs::write(format!("{dir}/rank8_f32.kes"), rank8()).unwrap();
     std::fs::write(format!("{dir}/nms_f32.kes"), nms()).unwrap();
     std::fs::write(format!("{dir}/concat_f32.kes"), concat()).unwrap();
+    std::fs::write(format!("{dir}/linear_attn_f32.kes"), linear_attn()).unwrap();
     let text = kestrel_rt::demo::text_model(1, DType::I8).unwrap();
     std::fs::write(format!("{dir}/text_int8.kes"), text).unwrap();
 }
