@@ -17,6 +17,7 @@ mod elementwise;
 mod layout;
 mod norm_affine;
 mod pointwise;
+mod query_rows;
 mod score_forms;
 mod score_mask;
 mod sdpa;

@@ -10,6 +10,7 @@
 //! has settled, so the projection-fused `Attention` keeps every block it can take; the numerical
 //! check of [`try_replace`] decides whether the node computes the same thing.
 
+use super::query_rows::{query_rows, slice_bias_rows, split_and_fuse, split_by_query_rows};
 use super::score_forms::{floor, head_mixing_at, mixes_heads, scaled_keep, unshare_fill_picks, where_fill, FLOOR_MAX};
 use super::score_mask::{broadcast_to, combine, MaskStep};
 use super::{dims, scalar, skip_nan_guard, sole_consumer, try_replace, FusionReport};
@@ -23,7 +24,7 @@ pub(super) fn sdpa(b: &mut ModelBuilder, report: &mut FusionReport) -> usize {
     for _ in 0..unshare_fill_picks(b) {
         report.count("shared masked-fill pick unshared");
     }
-    let mut n = 0;
+    let mut n = split_by_query_rows(b, report);
     let mut i = 0;
     while i < b.ops().len() {
         if matches!(b.ops()[i], Op::Softmax(_)) {
@@ -62,7 +63,12 @@ pub fn unfused_attention(b: &ModelBuilder) -> Vec<UnfusedAttention> {
         }
         let mut scratch = b.clone();
         let reason = match match_sdpa(&mut scratch, i) {
-            Err(why) => why,
+            // Weights split by query rows: one node per part (query_rows), or why a part is not.
+            Err(why) => match split_and_fuse(&mut b.clone(), i, &mut FusionReport::default()) {
+                None => why,
+                Some(Err(part)) => part,
+                Some(Ok(_)) => "matches, but was not applied (fusion did not run on this graph)".to_string(),
+            },
             Ok((region, ops)) => {
                 let mut r = FusionReport::default();
                 if try_replace(&mut scratch, &region, ops, "sdpa", &mut r) {
@@ -102,7 +108,7 @@ pub(super) fn attention_shaped(b: &ModelBuilder, t: TensorId, depth: usize) -> b
 
 /// Does `t` come, through additions, subtractions of a bias, scalar scales, products by a
 /// constant (masked fills), views and element-wise functions, from a product of two activations?
-fn leads_to_scores(b: &ModelBuilder, t: TensorId, depth: usize) -> bool {
+pub(super) fn leads_to_scores(b: &ModelBuilder, t: TensorId, depth: usize) -> bool {
     let Some(p) = b.producer(t) else { return false };
     match b.ops()[p] {
         Op::MatMul(m) => !b.is_weight(m.a) && !b.is_weight(m.b),
@@ -260,6 +266,20 @@ fn view_root_keeping_keys(b: &ModelBuilder, r: Reshape, at: usize) -> Option<(Te
     None
 }
 
+/// A chain of views from node `c` (reading `x`), each read only by the next, to the first whose
+/// output keeps `x`'s key axis ([`keeps_keys`]): that output and the chain's nodes.
+fn views_to_keys(b: &ModelBuilder, x: TensorId, c: usize) -> Option<(TensorId, Vec<usize>)> {
+    let mut chain = vec![c];
+    for _ in 0..4 {
+        let Op::Reshape(r) = b.ops()[*chain.last()?] else { return None };
+        if keeps_keys(b, x, r.y) {
+            return Some((r.y, chain));
+        }
+        chain.push(sole_consumer(b, r.y)?);
+    }
+    None
+}
+
 /// Which of two added terms that both come from score products carries the attention: the one
 /// reached from a product of activations through scales and row views only (the other, a
 /// relative-position or content-to-position product, then enters as an additive bias computed
@@ -285,7 +305,7 @@ fn main_scores(b: &ModelBuilder, a: TensorId, c: TensorId) -> Option<(TensorId, 
     }
 }
 
-fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>), String> {
+pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>), String> {
     let Op::Softmax(sm) = b.ops()[softmax] else { return Err("not a softmax".into()) };
     let mut nodes = vec![softmax];
     // Walking back from the softmax: scales seen so far apply to everything further back.
@@ -479,6 +499,9 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     // The weights transposed (keys × queries) and multiplied from the left by values laid out
     // `[.., Dv, Tk]` (EfficientViT's, SHViT's `v @ attnᵀ`): the transpose of `weights · vᵀ`.
     let mut weights_transposed = false;
+    // Query rows cut from the weights (the class token's row of a last block, after tract pushed
+    // the graph's slice up): the node computes those queries only (query_rows).
+    let mut qslice: Option<Slice> = None;
     let mm2n = loop {
         let after = skip_nan_guard(b, probs, &mut nodes);
         guarded |= after != probs;
@@ -489,10 +512,22 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
                 nodes.push(c);
                 probs = r.y;
             }
-            Op::Transpose(tr) if !weights_transposed && swaps_last_two(b, &tr) => {
+            // Views that move a unit axis past the keys and back (`[.., 1, Tk]` → `[.., Tk, 1]` →
+            // `[.., 1, Tk]`, tract's axis moves after a cut to one query row): one view.
+            Op::Reshape(_) if views_to_keys(b, probs, c).is_some() => {
+                let (y, chain) = views_to_keys(b, probs, c).ok_or("view")?;
+                nodes.extend(chain);
+                probs = y;
+            }
+            Op::Transpose(tr) if !weights_transposed && qslice.is_none() && swaps_last_two(b, &tr) => {
                 nodes.push(c);
                 probs = tr.y;
                 weights_transposed = true;
+            }
+            Op::Slice(sl) if !weights_transposed && qslice.is_none() && query_rows(b, &sl) => {
+                nodes.push(c);
+                probs = sl.y;
+                qslice = Some(sl);
             }
             _ => break c,
         }
@@ -543,6 +578,18 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     if hq * tq != rows || !hq.is_multiple_of(hk) {
         return Err("score rows regrouped across key heads".into());
     }
+    // The weights' rows after a cut of the query rows: `tq_out` queries per head.
+    let tq_out = match qslice {
+        Some(sl) => {
+            let sd = dims(b, sl.x).ok_or("shape")?;
+            if sd[sd.len() - 2] != tq || sd[..sd.len() - 2].iter().product::<usize>() != hq {
+                return Err("query rows cut where the weights' rows are grouped unlike the softmax's".into());
+            }
+            sl.count as usize
+        }
+        None => tq,
+    };
+    let rows_out = hq * tq_out;
     let pd = dims(b, probs).ok_or("shape")?;
     let pb = &pd[..pd.len() - 2];
     let hp: usize = pb.iter().product();
@@ -550,7 +597,10 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
         return Err("transposed weights regrouped unlike the scores".into());
     }
     let prow = if weights_transposed { pd[pd.len() - 1] } else { pd[pd.len() - 2] };
-    if hp * prow != rows || !hp.is_multiple_of(hk) || kv_heads(pb, vb) != Some(hk) || vb.iter().product::<usize>() != hk
+    if hp * prow != rows_out
+        || !hp.is_multiple_of(hk)
+        || kv_heads(pb, vb) != Some(hk)
+        || vb.iter().product::<usize>() != hk
     {
         return Err("values grouped unlike the keys".into());
     }
@@ -702,6 +752,10 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
         bias_ops.push(Op::Binary(Binary { a: x, b: f, op: BinaryOp::Max, y }));
         bias = Some(y);
     }
+    // Query rows cut after the softmax: the bias's rows cut alike.
+    if let (Some(sl), Some(x)) = (qslice, bias) {
+        bias = Some(slice_bias_rows(b, x, sl, tq, &mut bias_ops)?);
+    }
     // Reshape views to the node's `[H, T, D]` operands, and from its output to the product's.
     let mut ops = bias_ops;
     let mut view = |b: &mut ModelBuilder, t: TensorId, want: [usize; 3]| -> Result<TensorId, String> {
@@ -712,7 +766,7 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
         ops.push(Op::Reshape(Reshape { x: t, y }));
         Ok(y)
     };
-    let q3 = view(b, q, [hq, tq, d])?;
+    let mut q3 = view(b, q, [hq, tq, d])?;
     let k3 = view(b, k, if k_transposed { [hk, d, tk] } else { [hk, tk, d] })?;
     let v3 = if values_cf {
         let vt = view(b, v, [hk, dv, tk])?;
@@ -722,9 +776,14 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     } else {
         view(b, v, [hk, tk, dv])?
     };
+    if let Some(sl) = qslice {
+        let y = b.new_activation("sdpa_q_rows", &[hq, tq_out, d]).map_err(|e| e.to_string())?;
+        ops.push(Op::Slice(Slice { x: q3, axis: 1, y, ..sl }));
+        q3 = y;
+    }
     let out = mm2.y;
     // The node's output, `[hq, tq, dv]` (transposed to `[hq, dv, tq]` for transposed weights).
-    let want = if weights_transposed { [hq, dv, tq] } else { [hq, tq, dv] };
+    let want = if weights_transposed { [hq, dv, tq] } else { [hq, tq_out, dv] };
     let direct = dims(b, out).as_deref() == Some(&want[..]);
     let o = if direct { out } else { b.new_activation("sdpa_out", &want).map_err(|e| e.to_string())? };
     let y =
