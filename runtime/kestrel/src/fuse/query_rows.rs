@@ -13,7 +13,8 @@
 //! and the split is kept only where every part fuses (otherwise the copies would compute the
 //! scores again).
 
-use super::sdpa::{leads_to_scores, match_sdpa};
+use super::sdpa::match_sdpa;
+use super::sdpa_walk::leads_to_scores;
 use super::{dims, sole_consumer, try_replace, FusionReport};
 use crate::builder::{remap_op, Region};
 use crate::ModelBuilder;
