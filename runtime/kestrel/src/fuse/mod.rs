@@ -21,6 +21,7 @@ mod query_rows;
 mod score_forms;
 mod score_mask;
 mod sdpa;
+mod sdpa_reasons;
 mod sdpa_walk;
 mod select;
 mod slices;

@@ -13,6 +13,7 @@
 use super::query_rows::{query_rows, slice_bias_rows, split_and_fuse, split_by_query_rows};
 use super::score_forms::{floor, head_mixing_at, scaled_keep, unshare_fill_picks, where_fill, FLOOR_MAX};
 use super::score_mask::{broadcast_to, combine, MaskStep};
+use super::sdpa_reasons::{before_softmax, constant_operand, scores_shared, weights_used};
 use super::sdpa_walk::{
     attention_shaped, back_through_scales, keeps_keys, kv_heads, leads_to_scores, main_scores, scaled, swaps_last_two,
     view_root_keeping_keys, views_to_keys, SWAP_LAST_TWO,
@@ -210,7 +211,7 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
     let (mm1n, mm1) = loop {
         let p = b.producer(s).ok_or("the scores are a graph input")?;
         if sole_consumer(b, s) != Some(reader) {
-            return Err(format!("the scores' intermediate `{}` is read elsewhere", b.tensor_name(s).unwrap_or("?")));
+            return Err(scores_shared(b, s, reader));
         }
         match b.ops()[p] {
             Op::MatMul(m) => break (p, m),
@@ -364,7 +365,6 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
                 s = u.x;
             }
             op => {
-                let (i, o) = (dims(b, op.main_input()).unwrap_or_default(), dims(b, op.output()).unwrap_or_default());
                 if let Some(m) = head_mixing_at(b, p) {
                     let (mi, mo) = (dims(b, b.ops()[m].main_input()), dims(b, b.ops()[m].output()));
                     return Err(format!(
@@ -375,7 +375,7 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
                         mo.unwrap_or_default()
                     ));
                 }
-                return Err(format!("{} {i:?} -> {o:?} between the score product and the softmax", op.name()));
+                return Err(before_softmax(b, &op));
             }
         }
         nodes.push(p);
@@ -426,7 +426,7 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
         }
     };
     let Op::MatMul(mm2) = b.ops()[mm2n] else {
-        return Err(format!("the attention weights feed a {}, not a product with values", b.ops()[mm2n].name()));
+        return Err(weights_used(b, probs, mm2n));
     };
     let (weights, v) = if weights_transposed { (mm2.b, mm2.a) } else { (mm2.a, mm2.b) };
     if weights != probs || (weights_transposed && mm2.transpose_b) {
@@ -442,7 +442,7 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
     let values_cf = weights_transposed || mm2.transpose_b;
     for (what, t) in [("queries", q), ("keys", k), ("values", v)] {
         if b.is_weight(t) {
-            return Err(format!("constant {what}"));
+            return Err(constant_operand(what));
         }
     }
     // Shapes: `[qb.., Tq, D]`, keys `[kb.., Tk, D]` (or `[kb.., D, Tk]`), values `[vb.., Tk, Dv]`.
