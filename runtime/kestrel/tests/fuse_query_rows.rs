@@ -231,19 +231,30 @@ fn gated_weights_are_reported_as_such() {
     reported(&b, "weights gated or mixed before the product with values");
 }
 
-/// A pooling head's probe: constant queries from the left of the score product.
+/// A pooling head's probe: constant queries, whose scores tract writes as the keys times the
+/// constant (`k · Qᵀ`, `[H, T, 1]`) viewed as `[H, 1, T]` for the softmax.
 #[test]
 fn constant_queries_are_attention_shaped_and_reported() {
     let mut b = ModelBuilder::new("probe");
     let mut rng = Rng::new(4);
-    let q = b.weight("probe", &[H, 1, D], rng.vec(H * D, 1.0)).unwrap();
+    let q = b.weight("probe", &[H, D, 1], rng.vec(H * D, 1.0)).unwrap();
     let k = b.input("k", &[H, T, D]).unwrap();
     let v = b.input("v", &[H, T, D]).unwrap();
-    let s = op(&mut b, |y| Op::MatMul(MatMul { a: q, b: k, transpose_b: true, y }));
+    let s = op(&mut b, |y| Op::MatMul(MatMul { a: k, b: q, transpose_b: false, y }));
+    let s = b.reshape(s, &[H, 1, T]).unwrap();
     let p = op(&mut b, |y| Op::Softmax(Softmax { x: s, y }));
     let o = op(&mut b, |y| Op::MatMul(MatMul { a: p, b: v, transpose_b: false, y }));
     b.output(o);
     reported(&b, "constant queries");
+    // A classifier's softmax over a product by a constant is no attention: not reported.
+    let mut c = ModelBuilder::new("classifier");
+    let x = c.input("x", &[T, D]).unwrap();
+    let w = c.weight("w", &[D, 3], rng.vec(3 * D, 1.0)).unwrap();
+    let s = op(&mut c, |y| Op::MatMul(MatMul { a: x, b: w, transpose_b: false, y }));
+    let p = op(&mut c, |y| Op::Softmax(Softmax { x: s, y }));
+    c.output(p);
+    fuse(&mut c);
+    assert!(unfused_attention(&c).is_empty());
 }
 
 /// Attention sinks through the scores' log-sum-exp: the scores read by a reduction too.
@@ -260,4 +271,25 @@ fn scores_also_read_by_a_log_sum_exp_are_reported_as_such() {
     b.output(o);
     b.output(e);
     reported(&b, "log-sum-exp");
+}
+
+/// Attention sinks as tract lowers their concatenation: the scores padded with one key column,
+/// a learned logit added there, the column cut after the softmax.
+#[test]
+fn a_sink_column_padded_onto_the_scores_is_reported_as_such() {
+    let mut b = ModelBuilder::new("sink_column");
+    let mut rng = Rng::new(6);
+    let q = b.input("q", &[H, T, D]).unwrap();
+    let k = b.input("k", &[H, T, D]).unwrap();
+    let v = b.input("v", &[H, T, D]).unwrap();
+    let s = op(&mut b, |y| Op::MatMul(MatMul { a: q, b: k, transpose_b: true, y }));
+    let (t, n) = (T as u32, T as u32 + 1);
+    let padded = op(&mut b, |y| Op::Slice(Slice { x: s, axis: 2, start: 0, step: 1, count: t, offset: 0, len: n, y }));
+    let sink = b.weight("sink", &[H, 1, T + 1], rng.vec(H * (T + 1), 1.0)).unwrap();
+    let s = binary(&mut b, padded, sink, BinaryOp::Add);
+    let p = op(&mut b, |y| Op::Softmax(Softmax { x: s, y }));
+    let p = op(&mut b, |y| Op::Slice(Slice { x: p, axis: 2, start: 0, step: 1, count: t, offset: 0, len: t, y }));
+    let o = op(&mut b, |y| Op::MatMul(MatMul { a: p, b: v, transpose_b: false, y }));
+    b.output(o);
+    reported(&b, "attention sinks");
 }

@@ -13,7 +13,9 @@
 use super::query_rows::{query_rows, slice_bias_rows, split_and_fuse, split_by_query_rows};
 use super::score_forms::{floor, head_mixing_at, scaled_keep, unshare_fill_picks, where_fill, FLOOR_MAX};
 use super::score_mask::{broadcast_to, combine, MaskStep};
-use super::sdpa_reasons::{before_softmax, constant_operand, scores_shared, weights_used};
+use super::sdpa_reasons::{
+    before_softmax, constant_operand, constant_queries, neither_term_scores, scores_shared, weights_used,
+};
 use super::sdpa_walk::{
     attention_shaped, back_through_scales, keeps_keys, kv_heads, leads_to_scores, main_scores, scaled, swaps_last_two,
     view_root_keeping_keys, views_to_keys, SWAP_LAST_TWO,
@@ -64,6 +66,10 @@ pub fn unfused_attention(b: &ModelBuilder) -> Vec<UnfusedAttention> {
     for (i, op) in b.ops().iter().enumerate() {
         let Op::Softmax(sm) = *op else { continue };
         if !attention_shaped(b, sm.x, 12) {
+            if constant_queries(b, &sm) {
+                let name = b.tensor_name(sm.y).unwrap_or_default().to_string();
+                out.push(UnfusedAttention { node: i, name, reason: constant_operand("queries") });
+            }
             continue;
         }
         let mut scratch = b.clone();
@@ -285,7 +291,7 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
                         "an addition of two score products, neither a direct product (keys concatenated from two \
                          products, as global + local attention writes them)",
                     )?,
-                    (false, false) => return Err("an addition where neither term comes from the score product".into()),
+                    (false, false) => return Err(neither_term_scores(b, &bin)),
                 };
                 if dims(b, x) != dims(b, bin.y) {
                     return Err("a bias that broadcasts the scores to a larger shape".into());

@@ -9,10 +9,19 @@
 //! - **weights gated or mixed before the product with values** (ConViT's gated positional
 //!   self-attention, `(1 − σ(g))·softmax(q·kᵀ) + σ(g)·softmax(pos)`, renormalised): the fused
 //!   nodes multiply the softmax's own weights with the values;
+//! - **scores padded on the key axis** (a slice writing them into a longer key axis, as tract
+//!   lowers a concatenation): with a learned logit in the new column (attention sinks, FLiNT's and
+//!   GPT-OSS's), or beside another padded score product (keys concatenated from two products:
+//!   Pegasus-X's local blocks and global tokens); the fused nodes take one score product over
+//!   the keys, without a sink;
 //! - **constant queries** (learned query tokens folded with their projection: a pooling head's
-//!   probe, BLIP-2's Q-Former queries): the fused nodes take queries computed per sample.
+//!   probe, BLIP-2's Q-Former queries): the fused nodes take queries computed per sample. tract
+//!   writes their scores as the keys times the constant (`k · Qᵀ`, `[.., Tk, Tq]`) viewed or
+//!   transposed to `[.., Tq, Tk]`, which is no product of two activations; such a softmax is
+//!   found by [`constant_queries`] and reported too.
 
 use super::dims;
+use super::sdpa_walk::attention_shaped;
 use crate::ModelBuilder;
 use kestrel_rt_format::ops::*;
 
@@ -90,5 +99,74 @@ pub(super) fn constant_operand(what: &str) -> String {
             .into()
     } else {
         format!("constant {what}")
+    }
+}
+
+/// Is softmax `sm` over scores of constant queries: the keys times a constant (`k · Qᵀ`, the keys'
+/// rows the softmax's axis), through views, transposes and element-wise steps, and its weights
+/// (through views and transposes) the left or right factor of a product with activation values?
+pub(super) fn constant_queries(b: &ModelBuilder, sm: &Softmax) -> bool {
+    let Some(&tk) = dims(b, sm.x).as_deref().and_then(<[usize]>::last) else { return false };
+    keys_times_constant(b, sm.x, tk, 12) && weights_meet_values(b, sm.y)
+}
+
+fn keys_times_constant(b: &ModelBuilder, t: TensorId, tk: usize, depth: usize) -> bool {
+    let Some(p) = b.producer(t) else { return false };
+    match b.ops()[p] {
+        Op::MatMul(m) => {
+            let rows = dims(b, m.a).and_then(|d| d.len().checked_sub(2).map(|i| d[i]));
+            !b.is_weight(m.a) && b.is_weight(m.b) && rows == Some(tk)
+        }
+        _ if depth == 0 => false,
+        Op::Reshape(r) => keys_times_constant(b, r.x, tk, depth - 1),
+        Op::Transpose(r) => keys_times_constant(b, r.x, tk, depth - 1),
+        Op::Unary(u) => keys_times_constant(b, u.x, tk, depth - 1),
+        Op::Binary(bin) => keys_times_constant(b, bin.a, tk, depth - 1) || keys_times_constant(b, bin.b, tk, depth - 1),
+        _ => false,
+    }
+}
+
+fn weights_meet_values(b: &ModelBuilder, mut w: TensorId) -> bool {
+    for _ in 0..8 {
+        let readers = b.consumers(w);
+        let [c] = readers[..] else { return false };
+        match b.ops()[c] {
+            Op::Reshape(r) => w = r.y,
+            Op::Transpose(r) => w = r.y,
+            Op::MatMul(m) => return !b.is_weight(m.a) && !b.is_weight(m.b),
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// A slice writing `t`'s input into a longer last axis (a pad: output index `offset`, length
+/// `len > count`): whether that input is attention-shaped scores.
+fn padded_keys(b: &ModelBuilder, t: TensorId) -> Option<bool> {
+    let p = b.producer(t)?;
+    let Op::Slice(sl) = b.ops()[p] else { return None };
+    let r = dims(b, sl.x)?.len();
+    (r >= 1 && sl.axis as usize == r - 1 && (sl.offset > 0 || sl.len > sl.count)).then(|| attention_shaped(b, sl.x, 12))
+}
+
+/// An addition before the softmax where neither term comes from the score product through the
+/// steps the pattern takes.
+pub(super) fn neither_term_scores(b: &ModelBuilder, add: &Binary) -> String {
+    match (padded_keys(b, add.a), padded_keys(b, add.b)) {
+        (Some(true), Some(true)) => "keys concatenated from two score products (each padded on the key axis and \
+             added: local and global attention as Pegasus-X writes it): the fused nodes take one score product"
+            .into(),
+        (Some(true), _) | (_, Some(true)) => "the scores padded on the key axis with another term added in the new \
+             columns (attention sinks: a learned logit per head as an extra key, cut after the softmax): the fused \
+             nodes have no sink"
+            .into(),
+        _ => {
+            let name = |t: TensorId| b.producer(t).map_or("an input", |p| b.ops()[p].name());
+            format!(
+                "an addition of a {} and a {} where neither term comes from the score product",
+                name(add.a),
+                name(add.b)
+            )
+        }
     }
 }

@@ -8,14 +8,13 @@ use crate::ModelBuilder;
 use kestrel_rt_format::ops::*;
 use kestrel_rt_format::MAX_RANK;
 
-/// Is `t` attention-shaped scores: from a product of two activations (or of constant queries
-/// from the left and activation keys: learned query tokens), through element-wise functions of
-/// one or two operands and views? Those the pattern does not fuse (a product by an activation, a
-/// clamp, constant queries) leave the softmax attention-shaped, reported with the reason.
+/// Is `t` attention-shaped scores: from a product of two activations, through element-wise
+/// functions of one or two operands and views? Those the pattern does not fuse (a product by an
+/// activation, a clamp) leave the softmax attention-shaped, reported with the reason.
 pub(super) fn attention_shaped(b: &ModelBuilder, t: TensorId, depth: usize) -> bool {
     let Some(p) = b.producer(t) else { return false };
     match b.ops()[p] {
-        Op::MatMul(m) => !b.is_weight(m.b),
+        Op::MatMul(m) => !b.is_weight(m.a) && !b.is_weight(m.b),
         _ if depth == 0 => false,
         Op::Binary(bin) => attention_shaped(b, bin.a, depth - 1) || attention_shaped(b, bin.b, depth - 1),
         Op::Unary(u) => attention_shaped(b, u.x, depth - 1),
