@@ -8,14 +8,13 @@
 //! Weights cut by query rows are the attention of those queries only: the `Sdpa` pattern
 //! ([`sdpa`](super::sdpa)) takes one slice after the softmax, cuts the queries (and a bias's
 //! rows) alike, and its node computes the kept rows only. Weights read by several such slices are
-//! split first ([`split_by_query_rows`]): the score chain (the product through the softmax) is
-//! copied for every slice after the first, so each slice has its own; each part is then fused,
-//! and the split is kept only where every part fuses (otherwise the copies would compute the
-//! scores again).
+//! split first ([`split_chains`], by the pass in [`sdpa_pass`](super::sdpa_pass)): the score
+//! chain (the product through the softmax) is copied for every slice after the first, so each
+//! slice has its own; each part is then fused, and the split is kept only where every part fuses
+//! (otherwise the copies would compute the scores again).
 
-use super::sdpa::match_sdpa;
 use super::sdpa_walk::leads_to_scores;
-use super::{dims, sole_consumer, try_replace, FusionReport};
+use super::{dims, sole_consumer};
 use crate::builder::{remap_op, Region};
 use crate::ModelBuilder;
 use kestrel_rt_format::ops::*;
@@ -67,7 +66,7 @@ pub(super) fn slice_bias_rows(
 
 /// The readers of `t` (a softmax's weights) when there are two or more and every one cuts query
 /// rows.
-fn row_slices(b: &ModelBuilder, t: TensorId) -> Option<Vec<usize>> {
+pub(super) fn row_slices(b: &ModelBuilder, t: TensorId) -> Option<Vec<usize>> {
     let readers = b.consumers(t);
     let cuts = readers.iter().all(|&c| matches!(b.ops()[c], Op::Slice(sl) if query_rows(b, &sl)));
     (readers.len() >= 2 && cuts && !b.escapes(t)).then_some(readers)
@@ -75,7 +74,7 @@ fn row_slices(b: &ModelBuilder, t: TensorId) -> Option<Vec<usize>> {
 
 /// The score chain ending in softmax node `at`: the nodes from the score product (a product of
 /// two activations) to the softmax, each output read only by the next, in graph order.
-fn score_chain(b: &ModelBuilder, at: usize) -> Option<Vec<usize>> {
+pub(super) fn score_chain(b: &ModelBuilder, at: usize) -> Option<Vec<usize>> {
     let Op::Softmax(sm) = b.ops()[at] else { return None };
     let (mut chain, mut t, mut reader) = (vec![at], sm.x, at);
     for _ in 0..32 {
@@ -99,37 +98,21 @@ fn score_chain(b: &ModelBuilder, at: usize) -> Option<Vec<usize>> {
     None
 }
 
-/// Splits the weights of softmax node `at` by query rows (their readers all slices of query
-/// rows: one score chain per slice) and fuses every part in `b`. `None` where the weights are
-/// not so read; else the parts fused, or why one was not (then `b` holds a partial rewrite and
-/// is to be dropped).
-pub(super) fn split_and_fuse(
-    b: &mut ModelBuilder,
-    at: usize,
-    report: &mut FusionReport,
-) -> Option<Result<usize, String>> {
-    let Op::Softmax(sm) = b.ops()[at] else { return None };
-    let readers = row_slices(b, sm.y)?;
-    let parts = readers.len();
-    let Some(chain) = score_chain(b, at) else {
-        return Some(Err(format!(
-            "the attention weights are cut into {parts} parts by query rows, and the scores are not a chain of \
-             single-reader nodes from their product to be computed once per part"
-        )));
-    };
-    // Every slice after the first gets its own copy of the chain (last reader first: inserting
-    // before a reader moves only the nodes after it).
+/// Gives every slice reading softmax node `at`'s weights after the first its own copy of the score
+/// chain `chain` ([`score_chain`]): the weights each slice now reads, the original's first.
+pub(super) fn split_chains(b: &mut ModelBuilder, at: usize, chain: &[usize]) -> Result<Vec<TensorId>, String> {
+    let Op::Softmax(sm) = b.ops()[at] else { return Err("not a softmax".into()) };
+    let readers = b.consumers(sm.y);
     let mut weights = vec![sm.y];
+    // Last reader first: inserting before a reader moves only the nodes after it.
     for &c in readers[1..].iter().rev() {
         let mut map: HashMap<TensorId, TensorId> = HashMap::new();
         let mut ops = Vec::with_capacity(chain.len() + 1);
-        for &n in &chain {
+        for &n in chain {
             let op = b.ops()[n];
             let y = op.output();
-            let z = match dims(b, y).map(|d| b.new_activation("query_rows_scores", &d)) {
-                Some(Ok(z)) => z,
-                _ => return Some(Err("a score tensor without a shape".into())),
-            };
+            let d = dims(b, y).ok_or("a score tensor without a shape")?;
+            let z = b.new_activation("query_rows_scores", &d).map_err(|e| e.to_string())?;
             map.insert(y, z);
             ops.push(remap_op(&op, |t| map.get(&t).copied().unwrap_or(t)));
         }
@@ -137,58 +120,8 @@ pub(super) fn split_and_fuse(
         let reader = remap_op(&b.ops()[c], |t| if t == sm.y { copy } else { t });
         ops.push(reader);
         let region = Region { nodes: vec![c], inputs: Vec::new(), output: reader.output() };
-        if let Err(e) = b.replace(&region, ops) {
-            return Some(Err(format!("splitting the attention weights by query rows: {e}")));
-        }
+        b.replace(&region, ops).map_err(|e| format!("splitting the attention weights by query rows: {e}"))?;
         weights.push(copy);
     }
-    for (part, w) in weights.into_iter().enumerate() {
-        let Some(n) = b.producer(w) else { return Some(Err("a split softmax went missing".into())) };
-        let fused = match match_sdpa(b, n) {
-            Ok((region, ops)) => try_replace(b, &region, ops, "sdpa", report),
-            Err(why) => {
-                return Some(Err(format!(
-                    "the attention weights are cut into {parts} parts by query rows; part {} does not fuse: {why}",
-                    part + 1
-                )))
-            }
-        };
-        if !fused {
-            let why = report.rejected.last().cloned().unwrap_or_else(|| "the numerical check failed".into());
-            return Some(Err(format!(
-                "the attention weights are cut into {parts} parts by query rows; part {} was rejected: {why}",
-                part + 1
-            )));
-        }
-    }
-    Some(Ok(parts))
-}
-
-/// Fuses, as one `Sdpa` node per part, every attention whose weights are read by two or more
-/// slices of query rows ([`split_and_fuse`] on a copy of the graph, kept where every part fused).
-/// Returns the nodes made.
-pub(super) fn split_by_query_rows(b: &mut ModelBuilder, report: &mut FusionReport) -> usize {
-    let split: Vec<TensorId> = b
-        .ops()
-        .iter()
-        .filter_map(|op| match *op {
-            Op::Softmax(sm) if row_slices(b, sm.y).is_some() => Some(sm.y),
-            _ => None,
-        })
-        .collect();
-    let mut made = 0;
-    for w in split {
-        let Some(at) = b.producer(w) else { continue };
-        let mut scratch = b.clone();
-        let mut r = FusionReport::default();
-        if let Some(Ok(parts)) = split_and_fuse(&mut scratch, at, &mut r) {
-            *b = scratch;
-            for (k, n) in r.fused {
-                *report.fused.entry(k).or_default() += n;
-            }
-            report.count("attention weights split by query rows");
-            made += parts;
-        }
-    }
-    made
+    Ok(weights)
 }

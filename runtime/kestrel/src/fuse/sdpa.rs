@@ -8,92 +8,21 @@
 //! of the queries' with ones after it (grouped-query and multi-query attention, a broadcast
 //! product). Every intermediate must be read by the next node only. Runs after every other pass
 //! has settled, so the projection-fused `Attention` keeps every block it can take; the numerical
-//! check of [`try_replace`] decides whether the node computes the same thing.
+//! check of [`try_replace`](super::try_replace) decides whether the node computes the same thing.
 
-use super::query_rows::{query_rows, slice_bias_rows, split_and_fuse, split_by_query_rows};
-use super::score_forms::{floor, head_mixing_at, scaled_keep, unshare_fill_picks, where_fill, FLOOR_MAX};
+use super::query_rows::{query_rows, slice_bias_rows};
+use super::score_forms::{floor, head_mixing_at, scaled_keep, where_fill, FLOOR_MAX};
 use super::score_mask::{broadcast_to, combine, MaskStep};
-use super::sdpa_reasons::{
-    before_softmax, constant_operand, constant_queries, neither_term_scores, scores_shared, weights_used,
-};
+use super::sdpa_reasons::{before_softmax, constant_operand, neither_term_scores, scores_shared, weights_used};
 use super::sdpa_walk::{
-    attention_shaped, back_through_scales, keeps_keys, kv_heads, leads_to_scores, main_scores, scaled, swaps_last_two,
+    back_through_scales, keeps_keys, kv_heads, leads_to_scores, main_scores, scaled, swaps_last_two,
     view_root_keeping_keys, views_to_keys, SWAP_LAST_TWO,
 };
-use super::{dims, scalar, skip_nan_guard, sole_consumer, try_replace, FusionReport};
+use super::{dims, scalar, skip_nan_guard, sole_consumer};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_rt_format::ops::*;
 use kestrel_rt_format::DType;
-
-/// Fuses every attention-on-activations block it can prove; returns how many.
-pub(super) fn sdpa(b: &mut ModelBuilder, report: &mut FusionReport) -> usize {
-    for _ in 0..unshare_fill_picks(b) {
-        report.count("shared masked-fill pick unshared");
-    }
-    let mut n = split_by_query_rows(b, report);
-    let mut i = 0;
-    while i < b.ops().len() {
-        if matches!(b.ops()[i], Op::Softmax(_)) {
-            if let Ok((region, ops)) = match_sdpa(b, i) {
-                if try_replace(b, &region, ops, "sdpa", report) {
-                    n += 1;
-                    continue;
-                }
-            }
-        }
-        i += 1;
-    }
-    n
-}
-
-/// A softmax left in the graph that looks like attention (fed, through scales and additions, by
-/// a product of two activations), and why it was not fused.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UnfusedAttention {
-    /// The softmax's node index.
-    pub node: usize,
-    /// The softmax's output tensor's name.
-    pub name: String,
-    /// Why it stayed unfused.
-    pub reason: String,
-}
-
-/// Every attention-shaped softmax of `b` (see [`UnfusedAttention`]), with the reason the
-/// `Sdpa` pattern does not take it (structural, or the numerical check's verdict).
-pub fn unfused_attention(b: &ModelBuilder) -> Vec<UnfusedAttention> {
-    let mut out = Vec::new();
-    for (i, op) in b.ops().iter().enumerate() {
-        let Op::Softmax(sm) = *op else { continue };
-        if !attention_shaped(b, sm.x, 12) {
-            if constant_queries(b, &sm) {
-                let name = b.tensor_name(sm.y).unwrap_or_default().to_string();
-                out.push(UnfusedAttention { node: i, name, reason: constant_operand("queries") });
-            }
-            continue;
-        }
-        let mut scratch = b.clone();
-        let reason = match match_sdpa(&mut scratch, i) {
-            // Weights split by query rows: one node per part (query_rows), or why a part is not.
-            Err(why) => match split_and_fuse(&mut b.clone(), i, &mut FusionReport::default()) {
-                None => why,
-                Some(Err(part)) => part,
-                Some(Ok(_)) => "matches, but was not applied (fusion did not run on this graph)".to_string(),
-            },
-            Ok((region, ops)) => {
-                let mut r = FusionReport::default();
-                if try_replace(&mut scratch, &region, ops, "sdpa", &mut r) {
-                    "matches, but was not applied (fusion did not run on this graph)".to_string()
-                } else {
-                    r.rejected.pop().unwrap_or_else(|| "the numerical check failed".into())
-                }
-            }
-        };
-        let name = b.tensor_name(sm.y).unwrap_or_default().to_string();
-        out.push(UnfusedAttention { node: i, name, reason });
-    }
-    out
-}
 
 /// One additive bias term of the scores: the tensor and the scale applied to it afterwards
 /// (negated where subtracted); or, with `keep`, a masked fill's constant factor of the scores,
