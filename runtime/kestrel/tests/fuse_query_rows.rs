@@ -127,13 +127,18 @@ fn a_unit_axis_moved_past_the_keys_and_back_is_one_view() {
 }
 
 /// The class token's row and the patch rows go different ways (TNT, CvT, CrossViT): two slices,
-/// each with its own product with values; a constant bias is cut alike for each part.
+/// each with its own product with values; a bias (constant or computed) is cut alike for each
+/// part.
 #[test]
 fn weights_split_by_query_rows_fuse_one_node_per_part() {
-    for with_bias in [false, true] {
+    for bias in ["none", "constant", "computed"] {
         let mut b = ModelBuilder::new("split_rows");
         let mut rng = Rng::new(9);
-        let x = with_bias.then(|| b.weight("bias", &[1, H, T, T], rng.vec(H * T * T, 1.0)).unwrap());
+        let x = match bias {
+            "constant" => Some(b.weight("bias", &[1, H, T, T], rng.vec(H * T * T, 1.0)).unwrap()),
+            "computed" => Some(b.input("bias", &[1, H, T, T]).unwrap()),
+            _ => None,
+        };
         let (p, v) = scores(&mut b, x);
         let cls = rows(&mut b, p, 0, 1);
         let rest = rows(&mut b, p, 1, (T - 1) as u32);
