@@ -89,7 +89,7 @@ fn feeds_attention_softmax(b: &ModelBuilder, mut t: TensorId) -> bool {
         let Some(c) = sole_consumer(b, t) else { return false };
         match b.ops()[c] {
             Op::Reshape(r) => t = r.y,
-            Op::Softmax(_) => return super::sdpa::attention_shaped(b, t, 12),
+            Op::Softmax(_) => return super::sdpa_walk::attention_shaped(b, t, 12),
             _ => return false,
         }
     }

@@ -17,14 +17,18 @@ mod elementwise;
 mod layout;
 mod norm_affine;
 mod pointwise;
+mod query_rows;
 mod score_forms;
 mod score_mask;
 mod sdpa;
+mod sdpa_pass;
+mod sdpa_reasons;
+mod sdpa_walk;
 mod select;
 mod slices;
 mod subsample;
 
-pub use sdpa::{unfused_attention, UnfusedAttention};
+pub use sdpa_pass::{unfused_attention, UnfusedAttention};
 
 use crate::builder::Region;
 use crate::npy::Array;
@@ -88,7 +92,7 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         layout::layout_chains(b, &mut report);
         // Once the rest has settled (the projection-fused attention keeps every block it can
         // take): attention on computed activations, then another round if it fused any.
-        if b.ops().len() == before && sdpa::sdpa(b, &mut report) == 0 {
+        if b.ops().len() == before && sdpa_pass::sdpa(b, &mut report) == 0 {
             break;
         }
     }

@@ -8,205 +8,21 @@
 //! of the queries' with ones after it (grouped-query and multi-query attention, a broadcast
 //! product). Every intermediate must be read by the next node only. Runs after every other pass
 //! has settled, so the projection-fused `Attention` keeps every block it can take; the numerical
-//! check of [`try_replace`] decides whether the node computes the same thing.
+//! check of [`try_replace`](super::try_replace) decides whether the node computes the same thing.
 
-use super::score_forms::{floor, head_mixing_at, mixes_heads, scaled_keep, unshare_fill_picks, where_fill, FLOOR_MAX};
+use super::query_rows::{query_rows, slice_bias_rows};
+use super::score_forms::{floor, head_mixing_at, scaled_keep, where_fill, FLOOR_MAX};
 use super::score_mask::{broadcast_to, combine, MaskStep};
-use super::{dims, scalar, skip_nan_guard, sole_consumer, try_replace, FusionReport};
+use super::sdpa_reasons::{before_softmax, constant_operand, neither_term_scores, scores_shared, weights_used};
+use super::sdpa_walk::{
+    back_through_scales, keeps_keys, kv_heads, leads_to_scores, main_scores, scaled, swaps_last_two,
+    view_root_keeping_keys, views_to_keys, SWAP_LAST_TWO,
+};
+use super::{dims, scalar, skip_nan_guard, sole_consumer};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_rt_format::ops::*;
-use kestrel_rt_format::{DType, MAX_RANK};
-
-/// Fuses every attention-on-activations block it can prove; returns how many.
-pub(super) fn sdpa(b: &mut ModelBuilder, report: &mut FusionReport) -> usize {
-    for _ in 0..unshare_fill_picks(b) {
-        report.count("shared masked-fill pick unshared");
-    }
-    let mut n = 0;
-    let mut i = 0;
-    while i < b.ops().len() {
-        if matches!(b.ops()[i], Op::Softmax(_)) {
-            if let Ok((region, ops)) = match_sdpa(b, i) {
-                if try_replace(b, &region, ops, "sdpa", report) {
-                    n += 1;
-                    continue;
-                }
-            }
-        }
-        i += 1;
-    }
-    n
-}
-
-/// A softmax left in the graph that looks like attention (fed, through scales and additions, by
-/// a product of two activations), and why it was not fused.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UnfusedAttention {
-    /// The softmax's node index.
-    pub node: usize,
-    /// The softmax's output tensor's name.
-    pub name: String,
-    /// Why it stayed unfused.
-    pub reason: String,
-}
-
-/// Every attention-shaped softmax of `b` (see [`UnfusedAttention`]), with the reason the
-/// `Sdpa` pattern does not take it (structural, or the numerical check's verdict).
-pub fn unfused_attention(b: &ModelBuilder) -> Vec<UnfusedAttention> {
-    let mut out = Vec::new();
-    for (i, op) in b.ops().iter().enumerate() {
-        let Op::Softmax(sm) = *op else { continue };
-        if !attention_shaped(b, sm.x, 12) {
-            continue;
-        }
-        let mut scratch = b.clone();
-        let reason = match match_sdpa(&mut scratch, i) {
-            Err(why) => why,
-            Ok((region, ops)) => {
-                let mut r = FusionReport::default();
-                if try_replace(&mut scratch, &region, ops, "sdpa", &mut r) {
-                    "matches, but was not applied (fusion did not run on this graph)".to_string()
-                } else {
-                    r.rejected.pop().unwrap_or_else(|| "the numerical check failed".into())
-                }
-            }
-        };
-        let name = b.tensor_name(sm.y).unwrap_or_default().to_string();
-        out.push(UnfusedAttention { node: i, name, reason });
-    }
-    out
-}
-
-/// Is `t` attention-shaped scores: from a product of two activations, through element-wise
-/// functions of one or two operands and views? Those the pattern does not fuse (a product by an
-/// activation, a clamp) leave the softmax attention-shaped, reported with the reason.
-pub(super) fn attention_shaped(b: &ModelBuilder, t: TensorId, depth: usize) -> bool {
-    let Some(p) = b.producer(t) else { return false };
-    match b.ops()[p] {
-        Op::MatMul(m) => !b.is_weight(m.a) && !b.is_weight(m.b),
-        _ if depth == 0 => false,
-        Op::Binary(bin) => attention_shaped(b, bin.a, depth - 1) || attention_shaped(b, bin.b, depth - 1),
-        Op::Unary(u) => attention_shaped(b, u.x, depth - 1),
-        Op::Chain(c) => attention_shaped(b, c.x, depth - 1),
-        // Scores cut or picked (a relative shift's slice, a gathered window).
-        Op::Slice(sl) => attention_shaped(b, sl.x, depth - 1),
-        Op::Gather(g) => attention_shaped(b, g.x, depth - 1),
-        Op::Reshape(r) => attention_shaped(b, r.x, depth - 1),
-        Op::Transpose(r) => attention_shaped(b, r.x, depth - 1),
-        // Talking heads: the score heads mixed by a pointwise layer (reported, not fused).
-        Op::Conv2d(_) | Op::Dense(_) => mixes_heads(b, p),
-        _ => false,
-    }
-}
-
-/// Does `t` come, through additions, subtractions of a bias, scalar scales, products by a
-/// constant (masked fills), views and element-wise functions, from a product of two activations?
-fn leads_to_scores(b: &ModelBuilder, t: TensorId, depth: usize) -> bool {
-    let Some(p) = b.producer(t) else { return false };
-    match b.ops()[p] {
-        Op::MatMul(m) => !b.is_weight(m.a) && !b.is_weight(m.b),
-        _ if depth == 0 => false,
-        Op::Binary(bin) if bin.op == BinaryOp::Add => {
-            leads_to_scores(b, bin.a, depth - 1) || leads_to_scores(b, bin.b, depth - 1)
-        }
-        Op::Binary(bin) if bin.op == BinaryOp::Sub => leads_to_scores(b, bin.a, depth - 1),
-        Op::Binary(bin) if matches!(bin.op, BinaryOp::Mul | BinaryOp::Div | BinaryOp::When) => {
-            (b.is_weight(bin.b) && leads_to_scores(b, bin.a, depth - 1))
-                || (bin.op == BinaryOp::Mul && b.is_weight(bin.a) && leads_to_scores(b, bin.b, depth - 1))
-        }
-        // A soft cap (`tanh(s / c) · c`, Gemma 2's) is fused; other element-wise functions are
-        // not, but the softmax is attention-shaped (reported with the function as the reason).
-        Op::Unary(u) => leads_to_scores(b, u.x, depth - 1),
-        Op::Reshape(r) => leads_to_scores(b, r.x, depth - 1),
-        Op::Transpose(r) => leads_to_scores(b, r.x, depth - 1),
-        _ => false,
-    }
-}
-
-/// `x · s` or `x / s` (`s` a one-element weight): `x` and the factor.
-fn scaled(b: &ModelBuilder, bin: &Binary) -> Option<(TensorId, f32)> {
-    match bin.op {
-        BinaryOp::Mul => match (scalar(b, bin.b), scalar(b, bin.a)) {
-            (Some(s), _) => Some((bin.a, s)),
-            (None, Some(s)) => Some((bin.b, s)),
-            _ => None,
-        },
-        BinaryOp::Div => scalar(b, bin.b).map(|s| (bin.a, 1.0 / s)),
-        _ => None,
-    }
-}
-
-/// Walks back from `t` (read by node `reader`) through scalar scales (folded into `scale`) and,
-/// where `swap` is given, at most one transpose of the last two axes (flipping it); each step's
-/// output read only by the node after it.
-fn back_through_scales(
-    b: &ModelBuilder,
-    mut t: TensorId,
-    mut reader: usize,
-    nodes: &mut Vec<usize>,
-    scale: &mut f32,
-    mut swap: Option<&mut bool>,
-) -> TensorId {
-    while let Some(p) = b.producer(t) {
-        if sole_consumer(b, t) != Some(reader) {
-            break;
-        }
-        match b.ops()[p] {
-            Op::Binary(bin) => match scaled(b, &bin) {
-                Some((x, s)) => {
-                    *scale *= s;
-                    t = x;
-                }
-                None => break,
-            },
-            Op::Transpose(tr) => {
-                let Some(flag) = swap.as_deref_mut() else { break };
-                if !swaps_last_two(b, &tr) {
-                    break;
-                }
-                *flag = !*flag;
-                swap = None;
-                t = tr.x;
-            }
-            _ => break,
-        }
-        nodes.push(p);
-        reader = p;
-    }
-    t
-}
-
-/// The permutation of a `[H, A, B]` transpose to `[H, B, A]`.
-const SWAP_LAST_TWO: [u8; MAX_RANK] = [0, 2, 1, 3, 4, 5, 0, 0];
-
-/// Does `tr` swap the last two axes of its input (and only those)?
-fn swaps_last_two(b: &ModelBuilder, tr: &Transpose) -> bool {
-    let r = b.shape_of(tr.x).map_or(0, |s| s.rank());
-    r >= 2
-        && (0..r).all(|i| {
-            let want = if i + 2 == r {
-                r - 1
-            } else if i + 1 == r {
-                r - 2
-            } else {
-                i
-            };
-            usize::from(tr.perm[i]) == want
-        })
-}
-
-/// The key/value heads of a product whose queries have leading axes `qb` and keys `kb`: `Some(Hk)`
-/// where `kb` (left-padded with ones) is a prefix of `qb` followed by ones, so query head `h`
-/// (flat over `qb`) reads key head `h / (Hq / Hk)`.
-fn kv_heads(qb: &[usize], kb: &[usize]) -> Option<usize> {
-    if kb.len() > qb.len() {
-        return None;
-    }
-    let padded: Vec<usize> = std::iter::repeat_n(1, qb.len() - kb.len()).chain(kb.iter().copied()).collect();
-    let p = (0..qb.len()).find(|&i| padded[i] != qb[i]).unwrap_or(qb.len());
-    padded[p..].iter().all(|&d| d == 1).then(|| qb[..p].iter().product())
-}
+use kestrel_rt_format::DType;
 
 /// One additive bias term of the scores: the tensor and the scale applied to it afterwards
 /// (negated where subtracted); or, with `keep`, a masked fill's constant factor of the scores,
@@ -234,58 +50,87 @@ impl Term {
     }
 }
 
-/// Is `y` a view of `x` that keeps the last (key) axis? Such a view only regroups the rows of
-/// scores or weights (heads × queries, in flat order), which a softmax over the keys does not see.
-fn keeps_keys(b: &ModelBuilder, x: TensorId, y: TensorId) -> bool {
-    match (dims(b, x), dims(b, y)) {
-        (Some(a), Some(c)) => a.len() >= 2 && c.len() >= 2 && a.last() == c.last(),
-        _ => false,
-    }
+/// The numpy broadcast of dims `a` and `c`.
+fn broadcast_dims(a: &[usize], c: &[usize]) -> Option<Vec<usize>> {
+    let r = a.len().max(c.len());
+    let at = |d: &[usize], i: usize| if i + d.len() < r { 1 } else { d[i + d.len() - r] };
+    (0..r)
+        .map(|i| match (at(a, i), at(c, i)) {
+            (x, y) if x == y || y == 1 => Some(x),
+            (1, y) => Some(y),
+            _ => None,
+        })
+        .collect()
 }
 
-/// The root of a chain of views ending in `r` (node `at`) whose output keeps the root's key
-/// axis ([`keeps_keys`]), each view read only by the next: the root and the chain's other nodes.
-fn view_root_keeping_keys(b: &ModelBuilder, r: Reshape, at: usize) -> Option<(TensorId, Vec<usize>)> {
-    let (mut t, mut reader, mut chain) = (r.x, at, Vec::new());
-    for _ in 0..4 {
-        let p = b.producer(t)?;
-        let Op::Reshape(v) = b.ops()[p] else { return None };
-        (sole_consumer(b, t)? == reader).then_some(())?;
-        chain.push(p);
-        if keeps_keys(b, v.x, r.y) {
-            return Some((v.x, chain));
+/// Computed terms added where the scores are viewed unlike the softmax's grouping and not at
+/// every score's size (MViTv2's decomposed relative position: `[.., Tq, kh, kw]` plus `[.., kh,
+/// 1]` and `[.., 1, kw]`): those added at one view are summed there with broadcasting (plus a
+/// zero constant where they do not fill it) into one term of `full` values, computed in the
+/// region (`ops`; their tensors become region `inputs`). The terms, and the tensors so made.
+fn sum_regrouped(
+    b: &mut ModelBuilder,
+    terms: Vec<Term>,
+    full: usize,
+    grouped: &dyn Fn(&[usize]) -> bool,
+    ops: &mut Vec<Op>,
+    inputs: &mut Vec<TensorId>,
+) -> Result<(Vec<Term>, Vec<TensorId>), String> {
+    let mut out = Vec::new();
+    let mut groups: Vec<(Vec<usize>, Vec<Term>)> = Vec::new();
+    for term in terms {
+        let n = dims(b, term.t).map(|d| d.iter().product::<usize>());
+        if term.keep || term.constant(b) || term.fill.is_some() || grouped(&term.at) || n == Some(full) {
+            out.push(term);
+        } else if let Some((_, g)) = groups.iter_mut().find(|(at, _)| *at == term.at) {
+            g.push(term);
+        } else {
+            groups.push((term.at.clone(), vec![term]));
         }
-        (t, reader) = (v.x, p);
     }
-    None
-}
-
-/// Which of two added terms that both come from score products carries the attention: the one
-/// reached from a product of activations through scales and row views only (the other, a
-/// relative-position or content-to-position product, then enters as an additive bias computed
-/// outside the node). When both qualify the first is taken (the softmax of a sum does not depend
-/// on which term is the node's product and which its bias); `None` when neither does.
-fn main_scores(b: &ModelBuilder, a: TensorId, c: TensorId) -> Option<(TensorId, TensorId)> {
-    let direct = |mut t: TensorId| loop {
-        let Some(p) = b.producer(t) else { return false };
-        match b.ops()[p] {
-            Op::MatMul(m) => return !b.is_weight(m.a) && !b.is_weight(m.b),
-            Op::Reshape(r) if keeps_keys(b, r.x, r.y) => t = r.x,
-            Op::Binary(bin) => match scaled(b, &bin) {
-                Some((x, _)) => t = x,
-                None => return false,
-            },
-            _ => return false,
+    let e = |e: crate::Error| e.to_string();
+    let mut made = Vec::new();
+    for (at, group) in groups {
+        let mut sum: Option<TensorId> = None;
+        for term in group {
+            inputs.push(term.t);
+            let mut t = term.t;
+            let d = dims(b, t).ok_or("shape")?;
+            if term.scale != 1.0 {
+                let f = b.weight_as("sdpa_bias_scale", &[1], vec![term.scale], DType::F32).map_err(e)?;
+                let y = b.new_activation("sdpa_bias", &d).map_err(e)?;
+                ops.push(Op::Binary(Binary { a: t, b: f, op: BinaryOp::Mul, y }));
+                t = y;
+            }
+            sum = Some(match sum {
+                None => t,
+                Some(prev) => {
+                    let sd = broadcast_dims(&dims(b, prev).ok_or("shape")?, &d)
+                        .ok_or("two score biases that do not broadcast together")?;
+                    let y = b.new_activation("sdpa_bias", &sd).map_err(e)?;
+                    ops.push(Op::Binary(Binary { a: prev, b: t, op: BinaryOp::Add, y }));
+                    y
+                }
+            });
         }
-    };
-    match (direct(a), direct(c)) {
-        (true, _) => Some((a, c)),
-        (false, true) => Some((c, a)),
-        _ => None,
+        let mut t = sum.ok_or("an empty group of terms")?;
+        let d = dims(b, t).ok_or("shape")?;
+        if broadcast_dims(&d, &at).as_deref() != Some(&at[..]) || at.iter().product::<usize>() != full {
+            return Err("a score bias that does not broadcast to the scores it is added to".into());
+        }
+        if d.iter().product::<usize>() != full {
+            let zeros = b.weight_as("sdpa_bias_zeros", &at, vec![0.0; full], DType::F32).map_err(e)?;
+            let y = b.new_activation("sdpa_bias", &at).map_err(e)?;
+            ops.push(Op::Binary(Binary { a: t, b: zeros, op: BinaryOp::Add, y }));
+            t = y;
+        }
+        made.push(t);
+        out.push(Term::add(t, 1.0, at));
     }
+    Ok((out, made))
 }
 
-fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>), String> {
+pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>), String> {
     let Op::Softmax(sm) = b.ops()[softmax] else { return Err("not a softmax".into()) };
     let mut nodes = vec![softmax];
     // Walking back from the softmax: scales seen so far apply to everything further back.
@@ -301,7 +146,7 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     let (mm1n, mm1) = loop {
         let p = b.producer(s).ok_or("the scores are a graph input")?;
         if sole_consumer(b, s) != Some(reader) {
-            return Err(format!("the scores' intermediate `{}` is read elsewhere", b.tensor_name(s).unwrap_or("?")));
+            return Err(scores_shared(b, s, reader));
         }
         match b.ops()[p] {
             Op::MatMul(m) => break (p, m),
@@ -317,6 +162,10 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
                 s = root;
                 continue;
             }
+            // Any other view (the key axis split, MViTv2's `[.., Tq, kh, kw]`): the flat order of
+            // the scores stays, so each term is placed by the shape it is added at, and the
+            // softmax's grouping is checked against the product's below.
+            Op::Reshape(r) => s = r.x,
             // `where(m, fill, s)` with a computed condition: `s + When(fill, m)` (score_forms).
             Op::Binary(bin) if where_fill(b, &bin, p).is_some() => {
                 let w = where_fill(b, &bin, p).ok_or("where")?;
@@ -371,7 +220,7 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
                         "an addition of two score products, neither a direct product (keys concatenated from two \
                          products, as global + local attention writes them)",
                     )?,
-                    (false, false) => return Err("an addition where neither term comes from the score product".into()),
+                    (false, false) => return Err(neither_term_scores(b, &bin)),
                 };
                 if dims(b, x) != dims(b, bin.y) {
                     return Err("a bias that broadcasts the scores to a larger shape".into());
@@ -451,7 +300,6 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
                 s = u.x;
             }
             op => {
-                let (i, o) = (dims(b, op.main_input()).unwrap_or_default(), dims(b, op.output()).unwrap_or_default());
                 if let Some(m) = head_mixing_at(b, p) {
                     let (mi, mo) = (dims(b, b.ops()[m].main_input()), dims(b, b.ops()[m].output()));
                     return Err(format!(
@@ -462,7 +310,7 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
                         mo.unwrap_or_default()
                     ));
                 }
-                return Err(format!("{} {i:?} -> {o:?} between the score product and the softmax", op.name()));
+                return Err(before_softmax(b, &op));
             }
         }
         nodes.push(p);
@@ -479,6 +327,9 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     // The weights transposed (keys × queries) and multiplied from the left by values laid out
     // `[.., Dv, Tk]` (EfficientViT's, SHViT's `v @ attnᵀ`): the transpose of `weights · vᵀ`.
     let mut weights_transposed = false;
+    // Query rows cut from the weights (the class token's row of a last block, after tract pushed
+    // the graph's slice up): the node computes those queries only (query_rows).
+    let mut qslice: Option<Slice> = None;
     let mm2n = loop {
         let after = skip_nan_guard(b, probs, &mut nodes);
         guarded |= after != probs;
@@ -489,16 +340,28 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
                 nodes.push(c);
                 probs = r.y;
             }
-            Op::Transpose(tr) if !weights_transposed && swaps_last_two(b, &tr) => {
+            // Views that move a unit axis past the keys and back (`[.., 1, Tk]` → `[.., Tk, 1]` →
+            // `[.., 1, Tk]`, tract's axis moves after a cut to one query row): one view.
+            Op::Reshape(_) if views_to_keys(b, probs, c).is_some() => {
+                let (y, chain) = views_to_keys(b, probs, c).ok_or("view")?;
+                nodes.extend(chain);
+                probs = y;
+            }
+            Op::Transpose(tr) if !weights_transposed && qslice.is_none() && swaps_last_two(b, &tr) => {
                 nodes.push(c);
                 probs = tr.y;
                 weights_transposed = true;
+            }
+            Op::Slice(sl) if !weights_transposed && qslice.is_none() && query_rows(b, &sl) => {
+                nodes.push(c);
+                probs = sl.y;
+                qslice = Some(sl);
             }
             _ => break c,
         }
     };
     let Op::MatMul(mm2) = b.ops()[mm2n] else {
-        return Err(format!("the attention weights feed a {}, not a product with values", b.ops()[mm2n].name()));
+        return Err(weights_used(b, probs, mm2n));
     };
     let (weights, v) = if weights_transposed { (mm2.b, mm2.a) } else { (mm2.a, mm2.b) };
     if weights != probs || (weights_transposed && mm2.transpose_b) {
@@ -514,7 +377,7 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     let values_cf = weights_transposed || mm2.transpose_b;
     for (what, t) in [("queries", q), ("keys", k), ("values", v)] {
         if b.is_weight(t) {
-            return Err(format!("constant {what}"));
+            return Err(constant_operand(what));
         }
     }
     // Shapes: `[qb.., Tq, D]`, keys `[kb.., Tk, D]` (or `[kb.., D, Tk]`), values `[vb.., Tk, Dv]`.
@@ -543,6 +406,18 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     if hq * tq != rows || !hq.is_multiple_of(hk) {
         return Err("score rows regrouped across key heads".into());
     }
+    // The weights' rows after a cut of the query rows: `tq_out` queries per head.
+    let tq_out = match qslice {
+        Some(sl) => {
+            let sd = dims(b, sl.x).ok_or("shape")?;
+            if sd[sd.len() - 2] != tq || sd[..sd.len() - 2].iter().product::<usize>() != hq {
+                return Err("query rows cut where the weights' rows are grouped unlike the softmax's".into());
+            }
+            sl.count as usize
+        }
+        None => tq,
+    };
+    let rows_out = hq * tq_out;
     let pd = dims(b, probs).ok_or("shape")?;
     let pb = &pd[..pd.len() - 2];
     let hp: usize = pb.iter().product();
@@ -550,7 +425,10 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
         return Err("transposed weights regrouped unlike the scores".into());
     }
     let prow = if weights_transposed { pd[pd.len() - 1] } else { pd[pd.len() - 2] };
-    if hp * prow != rows || !hp.is_multiple_of(hk) || kv_heads(pb, vb) != Some(hk) || vb.iter().product::<usize>() != hk
+    if hp * prow != rows_out
+        || !hp.is_multiple_of(hk)
+        || kv_heads(pb, vb) != Some(hk)
+        || vb.iter().product::<usize>() != hk
     {
         return Err("values grouped unlike the keys".into());
     }
@@ -594,6 +472,11 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
         Err(e) if keeps => return Err(e.into()),
         _ => {}
     }
+    let grouped = |at: &[usize]| {
+        let r = at.len();
+        r >= 2 && at[r - 2] == tq && at[r - 1] == tk && at[..r - 2].iter().product::<usize>() == hq
+    };
+    let (terms, made) = sum_regrouped(b, terms, rows * tk, &grouped, &mut bias_ops, &mut inputs)?;
     for term in &terms {
         let constant = term.constant(b);
         if term.keep || (keeps && constant) {
@@ -605,11 +488,15 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
         let lead = &bd[..r.saturating_sub(2)];
         let heads = &term.at[..term.at.len() - 2];
         let mut materialise = false;
-        let want = if term.at[term.at.len() - 2] != tq {
-            // Added where the rows were grouped otherwise: only a bias with every row's own
-            // values keeps its meaning under the node's grouping.
+        let want = if !grouped(&term.at) {
+            // Added where the scores were viewed otherwise: a term with every score's own value
+            // keeps its meaning in the flat order; a constant is stored so (a computed one is
+            // summed so by `sum_regrouped`).
             if bd.iter().product::<usize>() != rows * tk {
-                return Err("a broadcast bias added where the score rows are grouped unlike the softmax's".into());
+                if !constant {
+                    return Err("a broadcast bias added where the score rows are grouped unlike the softmax's".into());
+                }
+                materialise = true;
             }
             [hq, tq, tk]
         } else {
@@ -633,7 +520,7 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
             // mask `[windows, 1, T, T]` beside heads): stored at every head's size.
             let (want, values) = if materialise {
                 let full = broadcast_to(values, &bd, &term.at)
-                    .filter(|v| v.len() == rows * tk && term.at[term.at.len() - 2] == tq)
+                    .filter(|v| v.len() == rows * tk)
                     .ok_or("a constant bias that does not broadcast to the scores")?;
                 ([hq, tq, tk], full)
             } else {
@@ -641,7 +528,9 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
             };
             consts.push((want.to_vec(), values.iter().map(|&x| x * term.scale).collect()));
         } else {
-            inputs.push(term.t);
+            if !made.contains(&term.t) {
+                inputs.push(term.t);
+            }
             let mut t = term.t;
             if let Some((fill, op)) = term.fill {
                 // The masked fill's term, `pick(fill, m)`, computed in the node's region.
@@ -702,6 +591,10 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
         bias_ops.push(Op::Binary(Binary { a: x, b: f, op: BinaryOp::Max, y }));
         bias = Some(y);
     }
+    // Query rows cut after the softmax: the bias's rows cut alike.
+    if let (Some(sl), Some(x)) = (qslice, bias) {
+        bias = Some(slice_bias_rows(b, x, sl, tq, &mut bias_ops)?);
+    }
     // Reshape views to the node's `[H, T, D]` operands, and from its output to the product's.
     let mut ops = bias_ops;
     let mut view = |b: &mut ModelBuilder, t: TensorId, want: [usize; 3]| -> Result<TensorId, String> {
@@ -712,7 +605,7 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
         ops.push(Op::Reshape(Reshape { x: t, y }));
         Ok(y)
     };
-    let q3 = view(b, q, [hq, tq, d])?;
+    let mut q3 = view(b, q, [hq, tq, d])?;
     let k3 = view(b, k, if k_transposed { [hk, d, tk] } else { [hk, tk, d] })?;
     let v3 = if values_cf {
         let vt = view(b, v, [hk, dv, tk])?;
@@ -722,9 +615,14 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
     } else {
         view(b, v, [hk, tk, dv])?
     };
+    if let Some(sl) = qslice {
+        let y = b.new_activation("sdpa_q_rows", &[hq, tq_out, d]).map_err(|e| e.to_string())?;
+        ops.push(Op::Slice(Slice { x: q3, axis: 1, y, ..sl }));
+        q3 = y;
+    }
     let out = mm2.y;
     // The node's output, `[hq, tq, dv]` (transposed to `[hq, dv, tq]` for transposed weights).
-    let want = if weights_transposed { [hq, dv, tq] } else { [hq, tq, dv] };
+    let want = if weights_transposed { [hq, dv, tq] } else { [hq, tq_out, dv] };
     let direct = dims(b, out).as_deref() == Some(&want[..]);
     let o = if direct { out } else { b.new_activation("sdpa_out", &want).map_err(|e| e.to_string())? };
     let y =
@@ -751,7 +649,6 @@ fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region, Vec<Op>),
 
 #[cfg(test)]
 mod tests {
-    use super::kv_heads;
     use crate::fuse::{fuse, unfused_attention};
     use crate::ModelBuilder;
     use kestrel_rt_format::ops::*;
@@ -774,16 +671,5 @@ mod tests {
         let left = unfused_attention(&b);
         assert_eq!(left.len(), 1, "{left:?}");
         assert!(left[0].reason.contains("Slice"), "{left:?}");
-    }
-
-    #[test]
-    fn key_heads_are_a_prefix_of_the_query_heads() {
-        assert_eq!(kv_heads(&[8], &[8]), Some(8));
-        assert_eq!(kv_heads(&[8], &[1]), Some(1));
-        assert_eq!(kv_heads(&[8], &[]), Some(1));
-        assert_eq!(kv_heads(&[2, 4], &[2, 1]), Some(2));
-        assert_eq!(kv_heads(&[2, 4], &[4]), None);
-        assert_eq!(kv_heads(&[2, 4], &[1, 4]), None);
-        assert_eq!(kv_heads(&[4], &[2, 4]), None);
     }
 }
