@@ -146,7 +146,7 @@ else
   fi
   if ((${#dirs[@]} == 0)); then
     SOURCE="fixtures"
-    notice "no exported paper models: using the bundled converters/fixtures models instead, which are SHRUNK (smaller heads, CIFAR-100 with 4 layers, vocabulary 2,000): not Table 5's sizes"
+    notice "no exported paper models: using the bundled converters/fixtures models instead, which are SHRUNK (smaller heads, CIFAR-100 with 2 layers, vocabulary 2,000): not Table 5's sizes"
     for t in $TASKS; do
       case $t in
         mnist) for m in standard optimised efficient super; do dirs+=("converters/fixtures/mnist_vit_${m}_h1"); done ;;

@@ -5,7 +5,7 @@ use kestrel_rt_onnx::{compare, convert, model_dirs, read_npy, run_kestrel, Conve
 use std::path::PathBuf;
 
 /// Fixtures committed under `converters/fixtures/` (`KESTREL_FIXTURES` overrides the directory).
-const COMMITTED_FIXTURES: usize = 40;
+const COMMITTED_FIXTURES: usize = 39;
 
 /// Every fixture directory with its name, sorted. Panics if the committed fixtures are missing,
 /// so no test here can pass without checking anything.

@@ -81,7 +81,7 @@ class Fixture:
 MNIST_HEAD = (16,)
 TEXT_VOCAB = 2_000
 CIFAR_HEAD = (16,)
-CIFAR_LAYERS = 4
+CIFAR_LAYERS = 2
 LAYER_T, LAYER_D = 16, 32
 
 
@@ -128,11 +128,6 @@ def fixtures() -> list[Fixture]:
                 _bind(builder, mech, h, vocab=TEXT_VOCAB), (tokens,), token_ids=True, vocab=TEXT_VOCAB,
                 shrunk={"vocab": f"20000 -> {TEXT_VOCAB}"},
             ))  # fmt: skip
-    out.append(Fixture(
-        "imdb_text_standard_h2_fullsize", "imdb", "standard", 2,
-        _bind(M.imdb_text, "standard", 2), (32,), token_ids=True, vocab=20_000,
-        notes="paper-size IMDB model (vocabulary 20,000)",
-    ))  # fmt: skip
 
     out.append(Fixture(
         "cifar100_vit_super_h1", "cifar100", "super", 1,
