@@ -77,6 +77,32 @@ fn conv2d_chunked_patches_match_reference() {
         (2, 1, 400, 2, 1, 150, [1, 2], [0, 3, 0, 3], [1, 2], 2),
         (2, 20, 20, 3, 12, 12, [1, 1], [1, 1, 1, 1], [1, 1], 1),
     ];
+    check_fixed_cases(&cases);
+}
+
+/// Padded planes over the size from which the stride phases store only their padding
+/// (`BORDER_FILL_MIN`, 4,096 elements a phase plane): depthwise and grouped layers at strides
+/// 1–4 with asymmetric padding and dilation, whose phase rectangles start and end at every
+/// offset; the NaN-filled scratch makes any padding cell left unwritten show in the output.
+#[test]
+fn conv2d_large_phase_planes_match_reference() {
+    // (C, H, W, O, kh, kw, stride, pad, dilation, groups)
+    let cases: [ConvCase; 7] = [
+        (2, 70, 70, 2, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 2),
+        (2, 66, 67, 2, 3, 3, [1, 1], [0, 2, 1, 0], [1, 1], 2),
+        (3, 131, 129, 3, 3, 3, [2, 2], [1, 0, 2, 1], [1, 1], 3),
+        (2, 140, 133, 2, 5, 5, [2, 2], [2, 2, 2, 2], [2, 2], 2),
+        (2, 280, 260, 2, 4, 3, [3, 4], [1, 3, 2, 0], [1, 1], 2),
+        (2, 260, 200, 4, 7, 7, [4, 3], [3, 2, 3, 1], [1, 2], 2),
+        // Grouped (2 channels a group) through the implicit GEMM's phase planes.
+        (4, 96, 90, 4, 3, 3, [2, 1], [1, 1, 0, 2], [1, 1], 2),
+    ];
+    check_fixed_cases(&cases);
+}
+
+/// Each case with seeded pseudo-random values (all nonzero) and a bias, f32 weights, the
+/// planner's scratch (NaN-filled), against the reference.
+fn check_fixed_cases(cases: &[ConvCase]) {
     let mut seed = 0x9E37_79B9u32;
     let mut next = move || {
         seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
@@ -87,7 +113,7 @@ fn conv2d_chunked_patches_match_reference() {
             v
         }
     };
-    for case in cases {
+    for &case in cases {
         let (c, h, w, o, kh, kw, stride, pad, dilation, groups) = case;
         let ws_shape = [o, c / groups, kh, kw];
         let p = Conv2dParams::new(&shape(&[c, h, w]), &shape(&ws_shape), stride, pad, dilation, groups).unwrap();

@@ -23,7 +23,7 @@
 //! faster best run wins; a tie goes to the CPU. The choice is cached
 //! in memory per model, adapter (with its limits), capacity and precision, so later sessions
 //! take it without timing; [`Measured`] says what was measured and whether it came from the
-//! cache (a GPU placement's [`GpuPlacement::auto`], a CPU one's [`NoGpu::Slower`]). The model
+//! cache (a GPU placement's `GpuPlacement::auto` (feature `gpu`), a CPU one's [`NoGpu::Slower`]). The model
 //! is identified by its size and a sample of its bytes: timing depends on the graph and its
 //! shapes, not on the weights' values.
 //!
@@ -156,7 +156,7 @@ pub struct Request<'a> {
     pub adapter: Option<&'a str>,
     /// Whether a GPU session may take fewer samples per run than asked when the batch's
     /// activations exceed a buffer limit of the adapter (the caller then runs larger batches in
-    /// chunks of [`GpuPlacement::capacity`]); otherwise that is a [`NoGpu::Refused`].
+    /// chunks of `GpuPlacement::capacity`); otherwise that is a `NoGpu::Refused` (feature `gpu`).
     pub split_batches: bool,
 }
 

@@ -241,30 +241,39 @@ impl<'m> Lowerer<'m> {
     /// every sample.
     pub fn output_act(&mut self, o: OutletId) -> Res<(TensorId, Vec<usize>)> {
         let Val::Const(t) = self.val(o)? else { return self.act(o) };
-        self.node = o.node;
-        let t = if t.datum_type() == TDim::datum_type() {
-            t.cast_to::<i64>().map(|c| c.into_owned()).map_err(|e| self.bad("a numeric constant", format!("{e}")))?
-        } else {
-            (*t).clone()
-        };
-        let shape = if t.rank() == 0 { vec![1] } else { t.shape().to_vec() };
-        let v = f32s(&t)?;
-        if v.len() != shape.iter().product::<usize>() {
-            return Err(self.bad("a numeric constant output", format!("{:?}", t.datum_type())));
-        }
-        let w = self.weight_f32(o, "constant_output", &shape, v)?;
-        let z = self.weight_f32(o, "zero", &[1], vec![0.0])?;
-        let y = self.b.op(|y| Op::Binary(Binary { a: w, b: z, op: BinaryOp::Add, y }))?;
-        Ok((y, shape))
+        // The weights and any error are named after the constant's own node, not the node being
+        // lowered (which is left as it was).
+        self.at_node(o.node, |l| {
+            let t = if t.datum_type() == TDim::datum_type() {
+                t.cast_to::<i64>().map(|c| c.into_owned()).map_err(|e| l.bad("a numeric constant", format!("{e}")))?
+            } else {
+                (*t).clone()
+            };
+            let shape = if t.rank() == 0 { vec![1] } else { t.shape().to_vec() };
+            let v = f32s(&t)?;
+            if v.len() != shape.iter().product::<usize>() {
+                return Err(l.bad("a numeric constant output", format!("{:?}", t.datum_type())));
+            }
+            let w = l.weight_f32(o, "constant_output", &shape, v)?;
+            let z = l.weight_f32(o, "zero", &[1], vec![0.0])?;
+            let y = l.b.op(|y| Op::Binary(Binary { a: w, b: z, op: BinaryOp::Add, y }))?;
+            Ok((y, shape))
+        })
     }
 
     /// An activation input, or a constant input made one ([`Self::output_act`]: the constant
     /// plus a zero weight, the same for every sample), for ops whose every operand is an
     /// activation.
     pub(super) fn act_or_const(&mut self, o: OutletId) -> Res<(TensorId, Vec<usize>)> {
-        let node = self.node;
-        let r = self.output_act(o);
-        self.node = node;
+        self.output_act(o)
+    }
+
+    /// Runs `f` with `node` as the node being lowered (naming synthesised weights and errors),
+    /// then restores the node that was.
+    fn at_node<R>(&mut self, node: usize, f: impl FnOnce(&mut Self) -> R) -> R {
+        let saved = std::mem::replace(&mut self.node, node);
+        let r = f(self);
+        self.node = saved;
         r
     }
 

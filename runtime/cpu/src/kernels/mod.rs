@@ -103,6 +103,45 @@ pub fn activate(act: Activation, y: &mut [f32]) {
     }
 }
 
+/// `dst.fill(v)` for short runs (a padded row's border columns), inlined as [`copy_short`] is:
+/// fixed 16/8/4-element stores, the last overlapping the previous; `fill` of an unknown length
+/// is a call to `memset` (for zeros) that costs more than the stores of a few columns.
+#[inline(always)]
+pub fn fill_short(dst: &mut [f32], v: f32) {
+    #[inline(always)]
+    fn blocks<const B: usize>(dst: &mut [f32], v: f32) {
+        let n = dst.len();
+        let mut at = 0;
+        while at + B <= n {
+            let d: &mut [f32; B] = (&mut dst[at..at + B]).try_into().expect("B elements");
+            *d = [v; B];
+            at += B;
+        }
+        if at < n {
+            let d: &mut [f32; B] = (&mut dst[n - B..]).try_into().expect("B elements");
+            *d = [v; B];
+        }
+    }
+    match dst.len() {
+        64.. => dst.fill(v),
+        16.. => blocks::<16>(dst, v),
+        8..=15 => blocks::<8>(dst, v),
+        4..=7 => blocks::<4>(dst, v),
+        n => {
+            // Unrolled, so that no loop becomes a `memset` call.
+            if n > 0 {
+                dst[0] = v;
+            }
+            if n > 1 {
+                dst[1] = v;
+            }
+            if n > 2 {
+                dst[2] = v;
+            }
+        }
+    }
+}
+
 /// `dst.copy_from_slice(src)` for short rows (a feature-map row, a patch row), inlined: fixed
 /// 16/8/4-element moves, the last one overlapping the previous instead of a remainder loop.
 /// `copy_from_slice` of an unknown length is a call to `memcpy`, which costs more than the copy
