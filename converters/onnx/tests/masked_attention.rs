@@ -5,11 +5,8 @@
 
 mod common;
 
-use common::gpu;
 use kestrel_rt::format::ops::Op;
-use kestrel_rt::Input;
-use kestrel_rt_onnx::{compare, convert, read_npy, run_kestrel, ConvertOptions, InputData, InputTensor};
-use kestrel_rt_wgpu::GpuSession;
+use kestrel_rt_onnx::{convert, read_npy, ConvertOptions, InputData, InputTensor};
 use std::path::PathBuf;
 
 const REL_TOL: f64 = 1e-4;
@@ -46,18 +43,5 @@ fn transformer_encoder_with_a_padding_mask_fuses_and_matches_onnxruntime() {
     assert!(masks.iter().all(|s| s.dims() == [8]), "{masks:?}");
 
     let (feeds, want, last) = io();
-    let got = run_kestrel(&conv.kes, &feeds).unwrap();
-    let (abs, rel, top1, _) = compare(std::slice::from_ref(&want), &got[..1], &[last]).unwrap();
-    println!("CPU vs onnxruntime: max abs {abs:.2e}, rel {rel:.2e}, top-1 {top1:.2}");
-    assert!(rel <= REL_TOL, "relative error {rel:.2e}");
-
-    let Some(ctx) = gpu() else { return };
-    let model = kestrel_rt::Model::from_bytes(&conv.kes).unwrap();
-    let cpu = model.cpu().unwrap();
-    let ins: Vec<Input<'_>> = feeds.iter().map(InputTensor::as_input).collect();
-    let mut out = vec![0f32; want.len()];
-    GpuSession::new(&ctx, &cpu, feeds[0].shape[0]).unwrap().run(&ins, &mut [out.as_mut_slice()]).unwrap();
-    let (abs, rel, _, _) = compare(&[want], &[out], &[last]).unwrap();
-    println!("wgpu vs onnxruntime: max abs {abs:.2e}, rel {rel:.2e}");
-    assert!(rel <= REL_TOL, "wgpu relative error {rel:.2e}");
+    common::matches_onnxruntime("masked encoder", &conv.kes, &feeds, &want, last, REL_TOL);
 }

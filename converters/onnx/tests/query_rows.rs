@@ -9,10 +9,7 @@
 
 mod common;
 
-use common::gpu;
-use kestrel_rt::Input;
-use kestrel_rt_onnx::{compare, convert, read_npy, run_kestrel, ConvertOptions, InputData, InputTensor};
-use kestrel_rt_wgpu::GpuSession;
+use kestrel_rt_onnx::{convert, read_npy, ConvertOptions, InputData};
 use std::path::PathBuf;
 
 const REL_TOL: f64 = 1e-4;
@@ -34,21 +31,7 @@ fn fuses_and_matches_onnxruntime(name: &str, sdpa: usize) {
     let y = read_npy(data(&format!("query_rows_{name}_out.npy"))).unwrap();
     let last = *y.shape.last().unwrap();
     let InputData::F32(want) = y.data else { panic!("output is not f32") };
-    let feeds = vec![x];
-    let got = run_kestrel(&conv.kes, &feeds).unwrap();
-    let (abs, rel, _, _) = compare(std::slice::from_ref(&want), &got[..1], &[last]).unwrap();
-    println!("{name}: CPU vs onnxruntime: max abs {abs:.2e}, rel {rel:.2e}");
-    assert!(rel <= REL_TOL, "{name}: relative error {rel:.2e}");
-
-    let Some(ctx) = gpu() else { return };
-    let model = kestrel_rt::Model::from_bytes(&conv.kes).unwrap();
-    let cpu = model.cpu().unwrap();
-    let ins: Vec<Input<'_>> = feeds.iter().map(InputTensor::as_input).collect();
-    let mut out = vec![0f32; want.len()];
-    GpuSession::new(&ctx, &cpu, feeds[0].shape[0]).unwrap().run(&ins, &mut [out.as_mut_slice()]).unwrap();
-    let (abs, rel, _, _) = compare(&[want], &[out], &[last]).unwrap();
-    println!("{name}: wgpu vs onnxruntime: max abs {abs:.2e}, rel {rel:.2e}");
-    assert!(rel <= REL_TOL, "{name}: wgpu relative error {rel:.2e}");
+    common::matches_onnxruntime(name, &conv.kes, &[x], &want, last, REL_TOL);
 }
 
 /// BEiT's last block: the weights cut to the patch rows (the first block is the projection-fused

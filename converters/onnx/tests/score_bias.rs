@@ -10,12 +10,9 @@
 
 mod common;
 
-use common::gpu;
 use kestrel_rt::format::ops::Op;
 use kestrel_rt::format::TensorKind;
-use kestrel_rt::Input;
 use kestrel_rt_onnx::{compare, convert, read_npy, run_kestrel, ConvertOptions, InputData, InputTensor};
-use kestrel_rt_wgpu::GpuSession;
 use std::path::PathBuf;
 
 const REL_TOL: f64 = 1e-4;
@@ -59,20 +56,7 @@ fn fuses_and_matches_onnxruntime(name: &str, mask_dims: &[u32], constant: bool) 
     assert_eq!(m.kind == TensorKind::Weight, constant, "{name}: mask kind {:?}", m.kind);
 
     let (feeds, want, last) = io(name);
-    let got = run_kestrel(&conv.kes, &feeds).unwrap();
-    let (abs, rel, _, _) = compare(std::slice::from_ref(&want), &got[..1], &[last]).unwrap();
-    println!("{name}: CPU vs onnxruntime: max abs {abs:.2e}, rel {rel:.2e}");
-    assert!(rel <= REL_TOL, "{name}: relative error {rel:.2e}");
-
-    let Some(ctx) = gpu() else { return };
-    let model = kestrel_rt::Model::from_bytes(&conv.kes).unwrap();
-    let cpu = model.cpu().unwrap();
-    let ins: Vec<Input<'_>> = feeds.iter().map(InputTensor::as_input).collect();
-    let mut out = vec![0f32; want.len()];
-    GpuSession::new(&ctx, &cpu, feeds[0].shape[0]).unwrap().run(&ins, &mut [out.as_mut_slice()]).unwrap();
-    let (abs, rel, _, _) = compare(&[want], &[out], &[last]).unwrap();
-    println!("{name}: wgpu vs onnxruntime: max abs {abs:.2e}, rel {rel:.2e}");
-    assert!(rel <= REL_TOL, "{name}: wgpu relative error {rel:.2e}");
+    common::matches_onnxruntime(name, &conv.kes, &feeds, &want, last, REL_TOL);
 }
 
 /// Swin: the relative-position bias (its table gathered by a fixed index, folded) plus the

@@ -44,3 +44,36 @@ pub fn convert_and_run(
     }
     Ok(outs)
 }
+
+/// Runs the converted file `kes` on `feeds` on the CPU and, when there is one, on the GPU (a
+/// session of the feeds' batch), each first output compared with `want` (onnxruntime's saved
+/// output, `last` its last axis, as `kestrel_rt_onnx::compare` takes it): the relative error of
+/// each is printed and must be at most `tol`.
+#[allow(dead_code)]
+pub fn matches_onnxruntime(
+    name: &str,
+    kes: &[u8],
+    feeds: &[kestrel_rt_onnx::InputTensor],
+    want: &[f32],
+    last: usize,
+    tol: f64,
+) {
+    use kestrel_rt_onnx::{compare, run_kestrel};
+    let got = run_kestrel(kes, feeds).unwrap();
+    let (abs, rel, _, _) = compare(&[want.to_vec()], &got[..1], &[last]).unwrap();
+    println!("{name}: CPU vs onnxruntime: max abs {abs:.2e}, rel {rel:.2e}");
+    assert!(rel <= tol, "{name}: relative error {rel:.2e} over {tol:.0e}");
+
+    let Some(ctx) = gpu() else { return };
+    let model = kestrel_rt::Model::from_bytes(kes).unwrap();
+    let cpu = model.cpu().unwrap();
+    let ins: Vec<kestrel_rt::Input<'_>> = feeds.iter().map(kestrel_rt_onnx::InputTensor::as_input).collect();
+    let mut out = vec![0f32; want.len()];
+    kestrel_rt_wgpu::GpuSession::new(&ctx, &cpu, feeds[0].shape[0])
+        .unwrap()
+        .run(&ins, &mut [out.as_mut_slice()])
+        .unwrap();
+    let (abs, rel, _, _) = compare(&[want.to_vec()], &[out], &[last]).unwrap();
+    println!("{name}: wgpu vs onnxruntime: max abs {abs:.2e}, rel {rel:.2e}");
+    assert!(rel <= tol, "{name}: wgpu relative error {rel:.2e} over {tol:.0e}");
+}
