@@ -8,8 +8,8 @@
 //! - the key axis split by a view for biases added there (MViTv2's decomposed relative position,
 //!   `[.., Tq, kh, kw]` plus `[.., kh, 1]` and `[.., 1, kw]`);
 //! - the forms no fused node computes, reported with a reason that names them: a softmax over the
-//!   queries (GroupViT), weights gated before the product with values (ConViT), constant queries
-//!   (a pooling head's probe), scores also read by a log-sum-exp (attention sinks).
+//!   queries (GroupViT), weights gated before the product with values (ConViT), scores also read
+//!   by a log-sum-exp (attention sinks); constant queries (a pooling head's probe) now fuse.
 //!
 //! Each fused graph computes the same outputs on seeded random inputs as the graph it replaces.
 
@@ -237,9 +237,10 @@ fn gated_weights_are_reported_as_such() {
 }
 
 /// A pooling head's probe: constant queries, whose scores tract writes as the keys times the
-/// constant (`k · Qᵀ`, `[H, T, 1]`) viewed as `[H, 1, T]` for the softmax.
+/// constant (`k · Qᵀ`, `[H, T, 1]`) viewed as `[H, 1, T]` for the softmax: fused, the constant
+/// made an activation (tests/fuse_const_queries.rs has the forms).
 #[test]
-fn constant_queries_are_attention_shaped_and_reported() {
+fn constant_queries_fuse_and_a_classifier_is_not_attention() {
     let mut b = ModelBuilder::new("probe");
     let mut rng = Rng::new(4);
     let q = b.weight("probe", &[H, D, 1], rng.vec(H * D, 1.0)).unwrap();
@@ -250,7 +251,7 @@ fn constant_queries_are_attention_shaped_and_reported() {
     let p = op(&mut b, |y| Op::Softmax(Softmax { x: s, y }));
     let o = op(&mut b, |y| Op::MatMul(MatMul { a: p, b: v, transpose_b: false, y }));
     b.output(o);
-    reported(&b, "constant queries");
+    fuses_to(&b, 1);
     // A classifier's softmax over a product by a constant is no attention: not reported.
     let mut c = ModelBuilder::new("classifier");
     let x = c.input("x", &[T, D]).unwrap();

@@ -13,6 +13,7 @@ mod chain;
 mod channels;
 mod clamp;
 mod concat;
+mod const_queries;
 mod elementwise;
 mod layout;
 mod norm_affine;

@@ -3,6 +3,7 @@
 //! fused one node per part ([`query_rows`](super::query_rows)), and the softmaxes left that look
 //! like attention are reported with the reason ([`unfused_attention`]).
 
+use super::const_queries::fuse_const_queries;
 use super::query_rows::{row_slices, score_chain, split_chains};
 use super::score_forms::unshare_fill_picks;
 use super::sdpa::match_sdpa;
@@ -21,10 +22,19 @@ pub(super) fn sdpa(b: &mut ModelBuilder, report: &mut FusionReport) -> usize {
     let mut i = 0;
     while i < b.ops().len() {
         if matches!(b.ops()[i], Op::Softmax(_)) {
-            if let Ok((region, ops)) = match_sdpa(b, i) {
-                if try_replace(b, &region, ops, "sdpa", report) {
-                    n += 1;
-                    continue;
+            match match_sdpa(b, i) {
+                Ok((region, ops)) => {
+                    if try_replace(b, &region, ops, "sdpa", report) {
+                        n += 1;
+                        continue;
+                    }
+                }
+                // Constant queries: the product made one of activations first (const_queries).
+                Err(_) => {
+                    if let Some(Ok(())) = fuse_const_queries(b, i, report) {
+                        n += 1;
+                        continue;
+                    }
                 }
             }
         }
@@ -52,9 +62,16 @@ pub fn unfused_attention(b: &ModelBuilder) -> Vec<UnfusedAttention> {
     for (i, op) in b.ops().iter().enumerate() {
         let Op::Softmax(sm) = *op else { continue };
         if !attention_shaped(b, sm.x, 12) {
-            if constant_queries(b, &sm) {
+            // Constant queries: why their rewrite or its `Sdpa` node did not apply, or the form
+            // found without a product to rewrite.
+            let reason = match fuse_const_queries(&mut b.clone(), i, &mut FusionReport::default()) {
+                Some(Err(why)) => Some(why),
+                Some(Ok(())) => Some("matches, but was not applied (fusion did not run on this graph)".to_string()),
+                None => constant_queries(b, &sm).then(|| constant_operand("queries")),
+            };
+            if let Some(reason) = reason {
                 let name = b.tensor_name(sm.y).unwrap_or_default().to_string();
-                out.push(UnfusedAttention { node: i, name, reason: constant_operand("queries") });
+                out.push(UnfusedAttention { node: i, name, reason });
             }
             continue;
         }

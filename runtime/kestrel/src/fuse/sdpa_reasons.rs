@@ -15,10 +15,11 @@
 //!   Pegasus-X's local blocks and global tokens); the fused nodes take one score product over
 //!   the keys, without a sink;
 //! - **constant queries** (learned query tokens folded with their projection: a pooling head's
-//!   probe, BLIP-2's Q-Former queries): the fused nodes take queries computed per sample. tract
-//!   writes their scores as the keys times the constant (`k · Qᵀ`, `[.., Tk, Tq]`) viewed or
-//!   transposed to `[.., Tq, Tk]`, which is no product of two activations; such a softmax is
-//!   found by [`constant_queries`] and reported too.
+//!   probe, BLIP-2's Q-Former queries) in a form [`const_queries`](super::const_queries) does not
+//!   rewrite: tract writes their scores as the keys times the constant (`k · Qᵀ`, `[.., Tk, Tq]`)
+//!   viewed or transposed to `[.., Tq, Tk]`, which is no product of two activations; such a
+//!   softmax is found by [`constant_queries`] and reported (`const_queries` names the step it
+//!   does not take where it finds the product).
 
 use super::dims;
 use super::sdpa_walk::attention_shaped;
@@ -126,7 +127,8 @@ fn keys_times_constant(b: &ModelBuilder, t: TensorId, tk: usize, depth: usize) -
     }
 }
 
-fn weights_meet_values(b: &ModelBuilder, mut w: TensorId) -> bool {
+/// Do the weights `w` (through views and transposes) meet a product of two activations?
+pub(super) fn weights_meet_values(b: &ModelBuilder, mut w: TensorId) -> bool {
     for _ in 0..8 {
         let readers = b.consumers(w);
         let [c] = readers[..] else { return false };
