@@ -9,29 +9,10 @@
 
 mod common;
 
-use kestrel_rt_onnx::{convert, read_npy, ConvertOptions, InputData};
-use std::path::PathBuf;
-
-const REL_TOL: f64 = 1e-4;
-
-fn data(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
-}
-
-/// Converts fixture `name`: no softmax left, nothing reported unfused, `sdpa` Sdpa nodes; the
-/// CPU and GPU runs match onnxruntime's output.
+/// Converts fixture `query_rows_<name>`: every softmax fused into `sdpa` Sdpa nodes, the CPU and
+/// GPU runs matching onnxruntime's output ([`common::fixture_fuses_every_softmax`]).
 fn fuses_and_matches_onnxruntime(name: &str, sdpa: usize) {
-    let conv = convert(data(&format!("query_rows_{name}.onnx")), &ConvertOptions::default()).unwrap();
-    let ops = &conv.report.kestrel_ops;
-    assert!(!ops.contains_key("Softmax"), "{name}: {ops:?}, {:?}", conv.report.unfused_attention);
-    assert!(conv.report.unfused_attention.is_empty(), "{name}: {:?}", conv.report.unfused_attention);
-    assert_eq!(ops.get("Sdpa"), Some(&sdpa), "{name}: {ops:?}, rejected: {:?}", conv.report.fusion_rejected);
-
-    let x = read_npy(data(&format!("query_rows_{name}_in.npy"))).unwrap();
-    let y = read_npy(data(&format!("query_rows_{name}_out.npy"))).unwrap();
-    let last = *y.shape.last().unwrap();
-    let InputData::F32(want) = y.data else { panic!("output is not f32") };
-    common::matches_onnxruntime(name, &conv.kes, &[x], &want, last, REL_TOL);
+    common::fixture_fuses_every_softmax(&format!("query_rows_{name}"), sdpa);
 }
 
 /// BEiT's last block: the weights cut to the patch rows (the first block is the projection-fused

@@ -77,3 +77,22 @@ pub fn matches_onnxruntime(
     println!("{name}: wgpu vs onnxruntime: max abs {abs:.2e}, rel {rel:.2e}");
     assert!(rel <= tol, "{name}: wgpu relative error {rel:.2e} over {tol:.0e}");
 }
+
+/// Converts fixture `tests/data/<stem>.onnx` with the default options: no softmax left, nothing
+/// reported unfused, `sdpa` Sdpa nodes; then [`matches_onnxruntime`] on `<stem>_in.npy` against
+/// `<stem>_out.npy` (onnxruntime's output) within 1e-4.
+#[allow(dead_code)]
+pub fn fixture_fuses_every_softmax(stem: &str, sdpa: usize) {
+    use kestrel_rt_onnx::{convert, read_npy, ConvertOptions, InputData};
+    let data = |s: String| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(s);
+    let conv = convert(data(format!("{stem}.onnx")), &ConvertOptions::default()).unwrap();
+    let ops = &conv.report.kestrel_ops;
+    assert!(!ops.contains_key("Softmax"), "{stem}: {ops:?}, {:?}", conv.report.unfused_attention);
+    assert!(conv.report.unfused_attention.is_empty(), "{stem}: {:?}", conv.report.unfused_attention);
+    assert_eq!(ops.get("Sdpa"), Some(&sdpa), "{stem}: {ops:?}, rejected: {:?}", conv.report.fusion_rejected);
+    let x = read_npy(data(format!("{stem}_in.npy"))).unwrap();
+    let y = read_npy(data(format!("{stem}_out.npy"))).unwrap();
+    let last = *y.shape.last().unwrap();
+    let InputData::F32(want) = y.data else { panic!("{stem}: output is not f32") };
+    matches_onnxruntime(stem, &conv.kes, &[x], &want, last, 1e-4);
+}
