@@ -79,7 +79,18 @@ fn sdpa() -> Vec<u8> {
     let bias = b.weight_as("bias", &[1, t, t], (0..t * t).map(|i| -(i as f32) * 0.25).collect(), DType::F32).unwrap();
     let y = b
         .op(|y| {
-            Op::Sdpa(Sdpa { q, k, v, bias: Some(bias), scale: 0.5, causal: false, k_transposed: true, softcap: 0.0, sink: None, y })
+            Op::Sdpa(Sdpa {
+                q,
+                k,
+                v,
+                bias: Some(bias),
+                scale: 0.5,
+                causal: false,
+                k_transposed: true,
+                softcap: 0.0,
+                sink: None,
+                y,
+            })
         })
         .unwrap();
     b.output(y);

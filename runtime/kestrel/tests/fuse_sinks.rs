@@ -129,7 +129,16 @@ fn block(form: Form, mask: Mask, grouped: bool, sinks: &[f32]) -> (ModelBuilder,
     let out = match form {
         Form::PaddedConstant | Form::PaddedBroadcast => {
             let pad = op(&mut b, |y| {
-                Op::Slice(Slice { x: s, axis: last, start: 0, step: 1, count: T as u32, offset: 0, len: T as u32 + 1, y })
+                Op::Slice(Slice {
+                    x: s,
+                    axis: last,
+                    start: 0,
+                    step: 1,
+                    count: T as u32,
+                    offset: 0,
+                    len: T as u32 + 1,
+                    y,
+                })
             });
             let term = if form == Form::PaddedConstant {
                 let full: Vec<f32> =
@@ -188,8 +197,7 @@ fn sinks_fuse_in_both_forms() {
     for form in [Form::PaddedConstant, Form::PaddedBroadcast, Form::Gate, Form::MaxShift] {
         for mask in [Mask::None, Mask::Input, Mask::Window] {
             for grouped in [false, true] {
-                let sinks: Vec<f32> =
-                    if grouped { vec![0.7, -1.3, 4.0, -30.0] } else { vec![1.5, -0.4, 9.0] };
+                let sinks: Vec<f32> = if grouped { vec![0.7, -1.3, 4.0, -30.0] } else { vec![1.5, -0.4, 9.0] };
                 let what = format!("{form:?} {mask:?} grouped {grouped}");
                 let (b, sizes) = block(form, mask, grouped, &sinks);
                 let mut fused = b.clone();

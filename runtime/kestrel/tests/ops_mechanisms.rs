@@ -437,7 +437,9 @@ fn sdpa_bad_shapes_are_rejected() {
         let v = b.input("v", vd).unwrap();
         let bias = bd.map(|d| b.input("bias", d).unwrap());
         let err = b
-            .op(|y| Op::Sdpa(Sdpa { q, k, v, bias, scale: 0.5, causal: false, k_transposed, softcap: 0.0, sink: None, y }))
+            .op(|y| {
+                Op::Sdpa(Sdpa { q, k, v, bias, scale: 0.5, causal: false, k_transposed, softcap: 0.0, sink: None, y })
+            })
             .unwrap_err();
         assert!(err.to_string().contains(what), "{qd:?} {kd:?} {vd:?} {bd:?}: {err}");
     }

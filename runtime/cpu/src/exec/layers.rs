@@ -264,9 +264,8 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             let sink = match o.sink.map(|z| src(file, z)).transpose()? {
                 Some(Src::Weight(w)) => {
                     // The loader admits only f32 weights of 1 or Hq elements in the sink slot.
-                    let values = w
-                        .as_f32()
-                        .ok_or(ShapeError::Invalid { op: "Sdpa", what: "a sink must be stored as f32" })?;
+                    let values =
+                        w.as_f32().ok_or(ShapeError::Invalid { op: "Sdpa", what: "a sink must be stored as f32" })?;
                     if values.len() != 1 && values.len() != p.g.hq {
                         return Err(ShapeError::Invalid { op: "Sdpa", what: "a sink of 1 or Hq values" });
                     }

@@ -133,7 +133,18 @@ pub fn every_op() -> Vec<Op> {
             sink: None,
             y,
         }),
-        Op::Sdpa(Sdpa { q: x, k: 1, v: 2, bias: None, scale: 0.5, causal: true, k_transposed: false, softcap: 0.0, sink: None, y }),
+        Op::Sdpa(Sdpa {
+            q: x,
+            k: 1,
+            v: 2,
+            bias: None,
+            scale: 0.5,
+            causal: true,
+            k_transposed: false,
+            softcap: 0.0,
+            sink: None,
+            y,
+        }),
         // LSTM peepholes (the 8-slot record) and the GRU's reset gate on the state (the
         // 4-attribute record).
         Op::Lstm(Lstm { p: Some(6), ..lstm(Some(4), Some(5), RnnOutput::Y) }),

@@ -381,7 +381,11 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
                 probs = tr.y;
                 weights_transposed = true;
             }
-            Op::Slice(sl) if !sink_cut && !weights_transposed && sink.as_ref().and_then(|z| z.padded).is_some_and(|tk| cuts_sink(b, &sl, tk)) => {
+            Op::Slice(sl)
+                if !sink_cut
+                    && !weights_transposed
+                    && sink.as_ref().and_then(|z| z.padded).is_some_and(|tk| cuts_sink(b, &sl, tk)) =>
+            {
                 nodes.push(c);
                 probs = sl.y;
                 sink_cut = true;
@@ -416,9 +420,9 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
         if weights_transposed || qslice.is_some() {
             return Err("a log-sum-exp gated softmax with weights transposed or cut by query rows".into());
         }
-        let (mn, m) = gated_output(b, mm2.y, gate)?;
-        nodes.push(mn);
-        gated = Some(m.y);
+        let (gn, y) = gated_output(b, mm2.y, gate)?;
+        nodes.extend(gn);
+        gated = Some(y);
     }
     // Values laid out `[.., Dv, Tk]`: multiplied from the left, or transposed by the product.
     let values_cf = weights_transposed || mm2.transpose_b;

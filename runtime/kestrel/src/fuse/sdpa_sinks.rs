@@ -122,7 +122,11 @@ pub(super) fn lse_gate(b: &ModelBuilder, s: TensorId, reader: usize) -> Result<O
     if exp.op != UnaryOp::Exp || b.escapes(s) {
         return Ok(None);
     }
-    let not = |what: &str| Err(format!("the scores' exponentials feed {what}, not a log-sum-exp gate (sigmoid(logsumexp(s) − sink)) of the output"));
+    let not = |what: &str| {
+        Err(format!(
+            "the scores' exponentials feed {what}, not a log-sum-exp gate (sigmoid(logsumexp(s) − sink)) of the output"
+        ))
+    };
     let (sd, _) = last(b, s).ok_or("shape")?;
     let mut nodes = vec![e];
     let Some(rn) = sole_consumer(b, exp.y) else { return not("more than one node") };
@@ -180,21 +184,21 @@ pub(super) fn lse_gate(b: &ModelBuilder, s: TensorId, reader: usize) -> Result<O
     Ok(Some((nodes, Sink { rows, padded: None, gate: Some(gate) })))
 }
 
-/// The product with values `y` multiplied by the gate (`Mul(y, g)` or `Mul(g, y)`, `g` the
-/// gate or a view of it, at `y`'s shape), the product `y`'s only reader: the product's node
-/// and the gate's views it reads through.
-pub(super) fn gated_output(b: &ModelBuilder, y: TensorId, gate: TensorId) -> Result<(usize, Binary), String> {
-    let Some(c) = sole_consumer(b, y) else {
-        return Err("the product with values of a log-sum-exp gated softmax is read by more than the gate".into());
-    };
-    let Op::Binary(m) = b.ops()[c] else {
-        return Err("the product with values of a log-sum-exp gated softmax is not multiplied by the gate".into());
-    };
+/// The product with values `y` (through single-reader views) multiplied by the gate (`Mul(y,
+/// g)` or `Mul(g, y)`, `g` the gate or a view of it, at the product's shape): the nodes (the
+/// views and the product) and the gated output.
+pub(super) fn gated_output(b: &ModelBuilder, y: TensorId, gate: TensorId) -> Result<(Vec<usize>, TensorId), String> {
+    let not = || "the product with values of a log-sum-exp gated softmax is not multiplied by the gate alone".to_string();
+    let mut nodes = Vec::new();
+    let y = views_forward(b, y, &mut nodes);
+    let c = sole_consumer(b, y).ok_or_else(not)?;
+    let Op::Binary(m) = b.ops()[c] else { return Err(not()) };
     let g = if m.a == y { m.b } else { m.a };
     if m.op != BinaryOp::Mul || g != gate || dims(b, m.y) != dims(b, y) {
-        return Err("the product with values of a log-sum-exp gated softmax is not multiplied by the gate".into());
+        return Err(not());
     }
-    Ok((c, m))
+    nodes.push(c);
+    Ok((nodes, m.y))
 }
 
 /// `Sub(x, m)` with `m = ReduceMax_last(x)` (kept dims) read by that subtraction only: the
