@@ -79,7 +79,46 @@ fn sdpa() -> Vec<u8> {
     let bias = b.weight_as("bias", &[1, t, t], (0..t * t).map(|i| -(i as f32) * 0.25).collect(), DType::F32).unwrap();
     let y = b
         .op(|y| {
-            Op::Sdpa(Sdpa { q, k, v, bias: Some(bias), scale: 0.5, causal: false, k_transposed: true, softcap: 0.0, y })
+            Op::Sdpa(Sdpa {
+                q,
+                k,
+                v,
+                bias: Some(bias),
+                scale: 0.5,
+                causal: false,
+                k_transposed: true,
+                softcap: 0.0,
+                sink: None,
+                y,
+            })
+        })
+        .unwrap();
+    b.output(y);
+    b.build().unwrap()
+}
+
+/// `Sdpa` with attention sinks (the 6-slot record): one logit per query head, a soft cap, causal.
+fn sdpa_sink() -> Vec<u8> {
+    let (h, t, d) = (4usize, 4usize, 4usize);
+    let mut b = ModelBuilder::new("seed");
+    let q = b.input("q", &[h, t, d]).unwrap();
+    let k = b.input("k", &[h / 2, t, d]).unwrap();
+    let v = b.input("v", &[h / 2, t, d]).unwrap();
+    let sink = b.weight_as("sink", &[h], vec![0.5, -1.0, 3.0, f32::NEG_INFINITY], DType::F32).unwrap();
+    let y = b
+        .op(|y| {
+            Op::Sdpa(Sdpa {
+                q,
+                k,
+                v,
+                bias: None,
+                scale: 0.5,
+                causal: true,
+                k_transposed: false,
+                softcap: 20.0,
+                sink: Some(sink),
+                y,
+            })
         })
         .unwrap();
     b.output(y);
@@ -229,6 +268,7 @@ fn main() {
         std::fs::write(format!("{dir}/rnn_{}.kes", dtype.name()), rnn(dtype)).unwrap();
     }
     std::fs::write(format!("{dir}/sdpa_f32.kes"), sdpa()).unwrap();
+    std::fs::write(format!("{dir}/sdpa_sink_f32.kes"), sdpa_sink()).unwrap();
     std::fs::write(format!("{dir}/gather_f32.kes"), gather()).unwrap();
     std::fs::write(format!("{dir}/rank8_f32.kes"), rank8()).unwrap();
     std::fs::write(format!("{dir}/nms_f32.kes"), nms()).unwrap();

@@ -309,6 +309,12 @@ pub fn output_shape(
         Op::Sdpa(o) => {
             let q = shape_of(o.q);
             let g = SdpaDims::new(&q, &shape_of(o.k), &shape_of(o.v), o.bias.map(&shape_of).as_ref(), o.k_transposed)?;
+            if let Some(sink) = o.sink {
+                let n = shape_of(sink).numel().unwrap_or(usize::MAX);
+                if n != 1 && n != g.hq {
+                    return Err(mismatch(name, "sink elements (1 or the query heads Hq)", g.hq, n));
+                }
+            }
             let mut dims = [g.hq, g.tq, g.dv];
             if q.rank() == 2 {
                 return shape(name, &dims[1..]);

@@ -202,6 +202,7 @@ pub fn bounded_rows_model(t: usize, tmax: usize) -> Result<Vec<u8>, Error> {
             causal: true,
             k_transposed: false,
             softcap: 0.0,
+            sink: None,
             y,
         })
     })?;

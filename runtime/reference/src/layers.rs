@@ -205,7 +205,9 @@ pub fn softmax(x: &[f64], n: usize) -> Vec<f64> {
 /// query head h reading key/value head `h / (Hq / Hk)`; `bias` (values and shape) broadcast
 /// numpy-style to `[Hq, Tq, Tk]`; with `causal` query i sees keys `j ≤ i`; a `softcap` `c > 0`
 /// caps the scaled scores before the bias is added, `c · tanh(scale · q · k / c)` (0: none). A
-/// row whose every visible score is −∞ gives zeros. Output `[Hq, Tq, Dv]`.
+/// row whose every visible score is −∞ gives zeros. A `sink` (`Hq` values, or one shared) joins
+/// each row's softmax denominator with no value row: `w_j = e^{z_j} / (Σ e^{z_j'} + e^{sink_h})`
+/// (its maximum taken with the scores'). Output `[Hq, Tq, Dv]`.
 #[allow(clippy::too_many_arguments)]
 pub fn sdpa(
     (q, qs): (&[f64], &[usize]),
@@ -216,6 +218,7 @@ pub fn sdpa(
     causal: bool,
     k_transposed: bool,
     softcap: f64,
+    sink: Option<&[f64]>,
 ) -> Vec<f64> {
     let three = |s: &[usize]| if s.len() == 3 { [s[0], s[1], s[2]] } else { [1, s[0], s[1]] };
     let ([hq, tq, d], [hk, _, _], [_, tk, dv]) = (three(qs), three(ks), three(vs));
@@ -250,12 +253,13 @@ pub fn sdpa(
                     capped + bias_at(h, i, j)
                 })
                 .collect();
-            let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let sink_h = sink.map_or(f64::NEG_INFINITY, |s| if s.len() == 1 { s[0] } else { s[h] });
+            let m = scores.iter().cloned().fold(sink_h, f64::max);
             if m == f64::NEG_INFINITY {
                 continue;
             }
             let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
-            let total: f64 = w.iter().sum();
+            let total: f64 = w.iter().sum::<f64>() + (sink_h - m).exp();
             for (j, wj) in w.iter().enumerate() {
                 for c in 0..dv {
                     y[(h * tq + i) * dv + c] += wj / total * v[(kh * tk + j) * dv + c];

@@ -770,7 +770,9 @@ at_both_precisions! {
 /// `Sdpa` (attention on activations, `sdpa_rows`): multi-head, grouped-query and multi-query
 /// heads, Tq ≠ Tk, Dv ≠ D and wider than one 16-column chunk, keys stored transposed, rank 2,
 /// causal, a bias per sample or constant in several broadcast shapes, masks with a fully masked
-/// row (−∞: zeros) and a row masked with f32::MIN (uniform weights), and soft-capped scores.
+/// row (−∞: zeros) and a row masked with f32::MIN (uniform weights), soft-capped scores, and
+/// attention sinks (per head or shared; beside the scores, dominating them, very negative, −∞ for
+/// some heads; with masks, a fully masked row, causal, caps and grouped heads).
 fn sdpa_cases() -> Vec<Case> {
     // (hq, hk, tq, tk, d, dv, causal, k transposed, rank 2, bias dims, constant bias, mask fill,
     // soft cap)
@@ -794,12 +796,26 @@ fn sdpa_cases() -> Vec<Case> {
         (4, 4, 5, 7, 6, 6, false, true, false, &[4, 5, 1], true, None, 50.0),
         (1, 1, 6, 3, 5, 7, true, false, true, &[3], false, None, 0.25),
     ];
+    // Sinks: 1 per head beside the scores, 2 one shared dominating them, 3 per head very
+    // negative, 4 per head with −∞ (none) for every other head.
+    let sinks: [(SdpaCase, u8); 8] = [
+        ((2, 2, 5, 5, 4, 4, false, false, false, &[], false, None, 0.0), 1),
+        ((4, 2, 3, 6, 8, 5, false, false, false, &[1, 3, 6], false, None, 0.0), 2),
+        ((6, 1, 4, 4, 4, 3, true, false, false, &[], false, None, 0.0), 3),
+        ((4, 4, 5, 7, 6, 6, false, true, false, &[4, 5, 7], true, None, 0.0), 4),
+        ((1, 1, 6, 3, 5, 7, false, false, true, &[3], false, None, 0.0), 1),
+        ((2, 1, 5, 6, 4, 4, false, false, false, &[5, 6], false, Some(f32::NEG_INFINITY), 0.0), 1),
+        ((4, 2, 5, 6, 8, 20, true, false, false, &[1, 5, 6], false, None, 1.5), 2),
+        ((4, 1, 2, 33, 8, 17, false, true, false, &[], false, None, 0.0), 1),
+    ];
     cases
         .into_iter()
-        .map(|(hq, hk, tq, tk, d, dv, causal, k_transposed, rank2, bias_dims, constant, fill, softcap)| {
+        .map(|c| (c, 0))
+        .chain(sinks)
+        .map(|((hq, hk, tq, tk, d, dv, causal, k_transposed, rank2, bias_dims, constant, fill, softcap), sink)| {
             let name = format!(
                 "sdpa hq{hq} hk{hk} tq{tq} tk{tk} d{d} dv{dv} causal={causal} kT={k_transposed} rank2={rank2} \
-                 bias {bias_dims:?} constant={constant} fill {fill:?} softcap {softcap}"
+                 bias {bias_dims:?} constant={constant} fill {fill:?} softcap {softcap} sink {sink}"
             );
             case("sdpa", name, move |c| {
                 let dims = |h: usize, a: usize, b: usize| if rank2 { vec![a, b] } else { vec![h, a, b] };
@@ -832,7 +848,22 @@ fn sdpa_cases() -> Vec<Case> {
                     }
                 };
                 let scale = 1.0 / (d as f32).sqrt();
-                c.b.op(|y| Op::Sdpa(Sdpa { q, k, v, bias, scale, causal, k_transposed, softcap, y }))
+                let sink = match sink {
+                    0 => None,
+                    2 => Some(c.b.weight_as("sink", &[1], vec![6.0], DType::F32)?),
+                    _ => {
+                        let mut z = c.vals(hq, 2.0);
+                        for (h, z) in z.iter_mut().enumerate() {
+                            *z = match sink {
+                                3 => -1.0e4 - *z,
+                                4 if h % 2 == 1 => f32::NEG_INFINITY,
+                                _ => *z,
+                            };
+                        }
+                        Some(c.b.weight_as("sink", &[hq], z, DType::F32)?)
+                    }
+                };
+                c.b.op(|y| Op::Sdpa(Sdpa { q, k, v, bias, scale, causal, k_transposed, softcap, sink, y }))
             })
         })
         .collect()

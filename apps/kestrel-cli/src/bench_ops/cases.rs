@@ -578,7 +578,9 @@ pub(super) fn build(c: &CaseDef, seed: u64) -> Result<(Model, Vec<Feed>)> {
             let dims = [heads, t, d];
             let (q, k, v) = (g.input(&dims, UNIT)?, g.input(&dims, UNIT)?, g.input(&dims, UNIT)?);
             let scale = 1.0 / (d as f32).sqrt();
-            g.op(|y| Op::Sdpa(Sdpa { q, k, v, bias: None, scale, causal, k_transposed: false, softcap: 0.0, y }))?
+            g.op(|y| {
+                Op::Sdpa(Sdpa { q, k, v, bias: None, scale, causal, k_transposed: false, softcap: 0.0, sink: None, y })
+            })?
         }
         &Spec::LinearAttn { heads, t, d, rule } => {
             let dims = [1, t, heads * d];

@@ -115,10 +115,11 @@ enum Prep<'a> {
         scores: Src<'a>,
         limits: [Option<Src<'a>>; 3],
     },
-    /// The bias: an activation (per sample) or a constant's f32 values.
+    /// The bias: an activation (per sample) or a constant's f32 values; the sink's f32 values.
     Sdpa {
         p: SdpaParams,
         bias: Option<Src<'a>>,
+        sink: Option<&'a [f32]>,
     },
     Conv2d {
         p: Conv2dParams,
@@ -260,7 +261,23 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
                     .ok_or(ShapeError::Invalid { op: "Sdpa", what: "a constant bias must be stored as f32" })?;
                 expect_len(values.len(), p.g.bias_len)?;
             }
-            Prep::Sdpa { p, bias }
+            let sink = match o.sink.map(|z| src(file, z)).transpose()? {
+                Some(Src::Weight(w)) => {
+                    // The loader admits only f32 weights of 1 or Hq elements in the sink slot.
+                    let values =
+                        w.as_f32().ok_or(ShapeError::Invalid { op: "Sdpa", what: "a sink must be stored as f32" })?;
+                    if values.len() != 1 && values.len() != p.g.hq {
+                        return Err(ShapeError::Invalid { op: "Sdpa", what: "a sink of 1 or Hq values" });
+                    }
+                    if values.iter().any(|z| z.is_nan() || *z == f32::INFINITY) {
+                        return Err(ShapeError::Invalid { op: "Sdpa", what: "a sink that is NaN or +∞" });
+                    }
+                    Some(values)
+                }
+                Some(Src::Act) => return Err(ShapeError::Invalid { op: "Sdpa", what: "a sink must be a weight" }),
+                None => None,
+            };
+            Prep::Sdpa { p, bias, sink }
         }
         LayerOp::Conv2d(o) => {
             let proj = proj(file, o.proj)?;
@@ -314,8 +331,8 @@ pub(super) fn scratch_elems(file: &Graph<'_, '_>, op: &Op, fast: bool) -> Result
 
 pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Result<(), RunError> {
     let prep = prepare(file, op).map_err(|_| RunError::Internal("a validated node failed its check"))?;
-    if let (Prep::Sdpa { p, bias }, Op::Sdpa(o)) = (&prep, op) {
-        return execute_sdpa(file, p, bias.as_ref(), o, io);
+    if let (Prep::Sdpa { p, bias, sink }, Op::Sdpa(o)) = (&prep, op) {
+        return execute_sdpa(file, p, (bias.as_ref(), *sink), o, io);
     }
     let (batch, cap) = (io.batch, io.cap.max(1));
     let (acts, out, scratch) = io.split();
@@ -506,7 +523,7 @@ fn expect_len(found: usize, expected: usize) -> Result<(), ShapeError> {
 fn execute_sdpa(
     file: &Graph<'_, '_>,
     p: &SdpaParams,
-    bias: Option<&Src<'_>>,
+    (bias, sink): (Option<&Src<'_>>, Option<&[f32]>),
     o: &kestrel_rt_format::ops::Sdpa,
     io: &mut OpIo<'_>,
 ) -> Result<(), RunError> {
@@ -552,12 +569,12 @@ fn execute_sdpa(
                     let sc = if t == 0 { first.part(0, per) } else { rest.part((t - 1) * per, per) };
                     (sc, outs.part(r0 * dv, (r1 - r0) * dv))
                 };
-                sdpa_rows(p, r0..r1, qs, ks, vs, bs, y, sc);
+                sdpa_rows(p, r0..r1, qs, ks, vs, bs, sink, y, sc);
             });
             continue;
         }
         let _ = chunk;
-        sdpa_rows(p, 0..rows, qs, ks, vs, bs, ys, scratch);
+        sdpa_rows(p, 0..rows, qs, ks, vs, bs, sink, ys, scratch);
     }
     Ok(())
 }

@@ -2,7 +2,8 @@
 //! keys and values computed by the graph (rotary embeddings, grouped-query heads, QK-norm,
 //! cross-attention), one query row at a time: its scores over the keys it sees in one row of
 //! scratch (`Tk` elements, the only buffer: the `[Hq, Tq, Tk]` scores are never stored), scaled
-//! and soft-capped where the node has a cap, the bias added, the masked softmax of [`attention`](super::attention), and the weighted sum of
+//! and soft-capped where the node has a cap, the bias added, the masked softmax of [`attention`](super::attention) (with a sink: its
+//! logit joins the row's maximum and the denominator, [`sink_softmax`]), and the weighted sum of
 //! values accumulated straight into the output row.
 
 use crate::error::{expect_eq, ShapeError};
@@ -69,7 +70,8 @@ pub fn sdpa_scratch(p: &SdpaParams) -> usize {
 
 /// Query rows `rows` (flat `h · Tq + i`) of one sample: `y` holds exactly those rows' outputs
 /// (`rows.len() · Dv` elements), `q`, `k`, `v` and `bias` the whole sample's operands (lengths
-/// as [`SdpaParams::check`]), `scratch` at least [`sdpa_scratch`] elements.
+/// as [`SdpaParams::check`]), `sink` the node's sink logits (`Hq` or one; `None`: no sink),
+/// `scratch` at least [`sdpa_scratch`] elements.
 #[allow(clippy::too_many_arguments)]
 pub fn sdpa_rows(
     p: &SdpaParams,
@@ -78,6 +80,7 @@ pub fn sdpa_rows(
     k: &[f32],
     v: &[f32],
     bias: Option<&[f32]>,
+    sink: Option<&[f32]>,
     y: &mut [f32],
     scratch: &mut [f32],
 ) {
@@ -111,9 +114,14 @@ pub fn sdpa_rows(
         } else {
             p.scale
         };
-        match bias {
-            Some(b) if bj == 1 => masked_softmax(s, scale, Some(&b[h * bh + i * bi..][..n])),
-            Some(b) => {
+        let sink_h = sink.map(|z| if z.len() == 1 { z[0] } else { z[h] });
+        match (bias, sink_h) {
+            (b, Some(z)) => {
+                let b = b.map(|b| (&b[h * bh + i * bi..], bj));
+                sink_softmax(s, scale, b, z);
+            }
+            (Some(b), None) if bj == 1 => masked_softmax(s, scale, Some(&b[h * bh + i * bi..][..n])),
+            (Some(b), None) => {
                 // Broadcast along the keys: one value for the row.
                 let c = b[h * bh + i * bi];
                 if c == f32::NEG_INFINITY {
@@ -123,7 +131,7 @@ pub fn sdpa_rows(
                     masked_softmax(s, 1.0, None);
                 }
             }
-            None => masked_softmax(s, scale, None),
+            (None, None) => masked_softmax(s, scale, None),
         }
         out.fill(0.0);
         let vh = &v[hk * tk * dv..(hk + 1) * tk * dv];
@@ -141,8 +149,59 @@ fn soft_cap(s: &mut [f32], scale: f32, c: f32) {
     }
 }
 
+/// The softmax of a row of scores with a sink: `s_j ← s_j · scale + bias_j` (`bias`: the row's
+/// values from its start, with the key stride 1 or 0), then `w_j = e^{s_j − m} / (Σ e^{s_j' − m} +
+/// e^{sink − m})`, `m` the largest of the scores and the sink (the stable form: no term above 1).
+/// A row whose scores and sink are all −∞ gets zeros, as [`masked_softmax`]; a fully masked row
+/// beside a finite sink gets zeros too (every key's weight `e^{−∞}`).
+pub fn sink_softmax(s: &mut [f32], scale: f32, bias: Option<(&[f32], usize)>, sink: f32) {
+    let mut m = sink;
+    match bias {
+        Some((b, 1)) => {
+            for (x, &c) in s.iter_mut().zip(b) {
+                *x = *x * scale + c;
+                m = m.max(*x);
+            }
+        }
+        Some((b, _)) => {
+            let c = b[0];
+            for x in s.iter_mut() {
+                *x = *x * scale + c;
+                m = m.max(*x);
+            }
+        }
+        None => {
+            for x in s.iter_mut() {
+                *x *= scale;
+                m = m.max(*x);
+            }
+        }
+    }
+    if m == f32::NEG_INFINITY || m.is_nan() {
+        s.fill(if m.is_nan() { f32::NAN } else { 0.0 });
+        return;
+    }
+    let mut total = libm::expf(sink - m);
+    for x in s.iter_mut() {
+        *x = libm::expf(*x - m);
+        total += *x;
+    }
+    let inv = 1.0 / total;
+    s.iter_mut().for_each(|x| *x *= inv);
+}
+
 /// Every query row of one sample (see [`sdpa_rows`]).
-pub fn sdpa(p: &SdpaParams, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, y: &mut [f32], scratch: &mut [f32]) {
+#[allow(clippy::too_many_arguments)]
+pub fn sdpa(
+    p: &SdpaParams,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    bias: Option<&[f32]>,
+    sink: Option<&[f32]>,
+    y: &mut [f32],
+    scratch: &mut [f32],
+) {
     let rows = p.rows();
-    sdpa_rows(p, 0..rows, q, k, v, bias, &mut y[..rows * p.g.dv], scratch);
+    sdpa_rows(p, 0..rows, q, k, v, bias, sink, &mut y[..rows * p.g.dv], scratch);
 }

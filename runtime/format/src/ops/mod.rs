@@ -434,7 +434,12 @@ pub struct MatMul {
 /// finite bias such as f32::MIN on every key leaves equal scores, so uniform weights. With a
 /// `softcap` `c > 0` the scaled scores are soft-capped before the bias is added (ONNX Attention's
 /// `softcap`, Gemma 2's `attn_logit_softcapping`): `w = softmax_j(c · tanh(scale · q[h, i] ·
-/// k[h', j] / c) + bias[h, i, j])`.
+/// k[h', j] / c) + bias[h, i, j])`. With a `sink` (attention sinks: GPT-OSS's, FLiNT's,
+/// GraniteMoeHybrid's learned logit per head) the softmax's denominator gains a term with no
+/// value row: `w_j = exp(z_j − m) / (Σ_j' exp(z_j' − m) + exp(sink[h] − m))` over the scores `z`
+/// above, `m` the maximum of the scores and the sink; the weights then sum to less than 1. The
+/// sink is a weight stored as f32 of `Hq` elements (one per query head) or one (shared), any
+/// shape, in the softmax's units (after the scale, the cap and the bias); a sink of −∞ is none.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Sdpa {
     /// Queries `[Hq, Tq, D]`.
@@ -454,6 +459,9 @@ pub struct Sdpa {
     /// Soft cap `c` of the scaled scores (`c · tanh(s / c)`), finite and positive; 0 = none (an
     /// optional fourth attribute, written only when set: records without it read as before).
     pub softcap: f32,
+    /// Optional per-head sink logits (`Hq` or one f32 weight values): an optional sixth slot,
+    /// present only when set (records without it read as before).
+    pub sink: Option<TensorId>,
     /// Output `[Hq, Tq, Dv]`.
     pub y: TensorId,
 }

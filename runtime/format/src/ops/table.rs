@@ -163,7 +163,8 @@ op_table! {
         reset: opt_code(GruReset::Product, "reset")]
         check gru_output,
     /// See [`Sdpa`].
-    Sdpa = 17 SDPA [q: t("q"), k: t("k"), v: t("v"), bias: opt(), y: t("y")]
+    // The sink is a 6th slot, present only when used (5-slot records read as before).
+    Sdpa = 17 SDPA [q: t("q"), k: t("k"), v: t("v"), bias: opt(), sink: opt_t("sink"), y: t("y")]
         // The soft cap only when set: records without one read as before.
         [scale: float("scale"), causal: flag("causal"), k_transposed: flag("k_transposed"),
         softcap: opt_pos_float("softcap")],

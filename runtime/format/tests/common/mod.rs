@@ -130,9 +130,21 @@ pub fn every_op() -> Vec<Op> {
             causal: false,
             k_transposed: true,
             softcap: 0.0,
+            sink: None,
             y,
         }),
-        Op::Sdpa(Sdpa { q: x, k: 1, v: 2, bias: None, scale: 0.5, causal: true, k_transposed: false, softcap: 0.0, y }),
+        Op::Sdpa(Sdpa {
+            q: x,
+            k: 1,
+            v: 2,
+            bias: None,
+            scale: 0.5,
+            causal: true,
+            k_transposed: false,
+            softcap: 0.0,
+            sink: None,
+            y,
+        }),
         // LSTM peepholes (the 8-slot record) and the GRU's reset gate on the state (the
         // 4-attribute record).
         Op::Lstm(Lstm { p: Some(6), ..lstm(Some(4), Some(5), RnnOutput::Y) }),
@@ -148,6 +160,7 @@ pub fn every_op() -> Vec<Op> {
             causal: true,
             k_transposed: false,
             softcap: 50.0,
+            sink: None,
             y,
         }),
         // Element-wise chains: per-channel and scalar constants on either side, and unary only.
@@ -175,6 +188,19 @@ pub fn every_op() -> Vec<Op> {
         // Concatenations: one piece, and three (the other slots absent).
         Op::Concat(Concat::new(&[x], 0, y).unwrap()),
         Op::Concat(Concat::new(&[x, 1, 2], 2, y).unwrap()),
+        // Sdpa's sink (the 6-slot record).
+        Op::Sdpa(Sdpa {
+            q: x,
+            k: 1,
+            v: 2,
+            bias: None,
+            scale: 0.25,
+            causal: false,
+            k_transposed: false,
+            softcap: 0.0,
+            sink: Some(4),
+            y,
+        }),
     ]);
     all
 }

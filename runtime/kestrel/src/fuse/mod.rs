@@ -24,6 +24,7 @@ mod score_mask;
 mod sdpa;
 mod sdpa_pass;
 mod sdpa_reasons;
+mod sdpa_sinks;
 mod sdpa_walk;
 mod select;
 mod slices;

@@ -14,6 +14,7 @@ use super::query_rows::{query_rows, slice_bias_rows};
 use super::score_forms::{floor, head_mixing_at, scaled_keep, where_fill, FLOOR_MAX};
 use super::score_mask::{broadcast_to, combine, MaskStep};
 use super::sdpa_reasons::{before_softmax, constant_operand, neither_term_scores, scores_shared, weights_used};
+use super::sdpa_sinks::{cuts_sink, gated_output, lse_gate, padded_sink, per_head, row_max_shift, Sink};
 use super::sdpa_walk::{
     back_through_scales, keeps_keys, kv_heads, leads_to_scores, main_scores, scaled, swaps_last_two,
     view_root_keeping_keys, views_to_keys, SWAP_LAST_TWO,
@@ -143,10 +144,20 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
     let mut softcap: Option<f32> = None;
     // A floor `max(scores, c)` nearest the softmax, `c` in the softmax's units (score_forms).
     let mut floor_at: Option<f32> = None;
+    // An attention sink (sdpa_sinks), and the row maximum of a stable softmax written out, whose
+    // reduction reads the scores beside the subtraction.
+    let (mut sink, mut row_max): (Option<Sink>, Option<usize>) = (None, None);
     let (mm1n, mm1) = loop {
         let p = b.producer(s).ok_or("the scores are a graph input")?;
         if sole_consumer(b, s) != Some(reader) {
-            return Err(scores_shared(b, s, reader));
+            if let Some(rn) = row_max.take() {
+                nodes.push(rn);
+            } else if let Some((gate, found)) = if s == sm.x { lse_gate(b, s, reader)? } else { None } {
+                nodes.extend(gate);
+                sink = Some(found);
+            } else {
+                return Err(scores_shared(b, s, reader));
+            }
         }
         match b.ops()[p] {
             Op::MatMul(m) => break (p, m),
@@ -220,13 +231,30 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
                         "an addition of two score products, neither a direct product (keys concatenated from two \
                          products, as global + local attention writes them)",
                     )?,
-                    (false, false) => return Err(neither_term_scores(b, &bin)),
+                    (false, false) => match padded_sink(b, &bin, p, scale) {
+                        Some((x, pad, found)) if sink.is_none() && terms.is_empty() && softcap.is_none() => {
+                            nodes.push(p);
+                            reader = pad[0];
+                            nodes.extend(pad);
+                            sink = Some(found);
+                            s = x;
+                            continue;
+                        }
+                        Some(_) => return Err("a bias, soft cap or second sink after the scores' sink column".into()),
+                        None => return Err(neither_term_scores(b, &bin)),
+                    },
                 };
                 if dims(b, x) != dims(b, bin.y) {
                     return Err("a bias that broadcasts the scores to a larger shape".into());
                 }
                 terms.push(Term::add(t, scale, dims(b, x).ok_or("shape")?));
                 s = x;
+            }
+            // `s − max_j s`: the same weights (where a row's maximum is finite), but not beside a
+            // sink, whose logit the shift would move.
+            Op::Binary(bin) if sink.is_none() && row_max_shift(b, &bin).is_some() => {
+                row_max = row_max_shift(b, &bin);
+                s = bin.a;
             }
             Op::Binary(bin) if bin.op == BinaryOp::Sub => {
                 if softcap.is_some() {
@@ -330,6 +358,7 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
     // Query rows cut from the weights (the class token's row of a last block, after tract pushed
     // the graph's slice up): the node computes those queries only (query_rows).
     let mut qslice: Option<Slice> = None;
+    let mut sink_cut = false;
     let mm2n = loop {
         let after = skip_nan_guard(b, probs, &mut nodes);
         guarded |= after != probs;
@@ -352,6 +381,15 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
                 probs = tr.y;
                 weights_transposed = true;
             }
+            Op::Slice(sl)
+                if !sink_cut
+                    && !weights_transposed
+                    && sink.as_ref().and_then(|z| z.padded).is_some_and(|tk| cuts_sink(b, &sl, tk)) =>
+            {
+                nodes.push(c);
+                probs = sl.y;
+                sink_cut = true;
+            }
             Op::Slice(sl) if !weights_transposed && qslice.is_none() && query_rows(b, &sl) => {
                 nodes.push(c);
                 probs = sl.y;
@@ -373,6 +411,19 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
         .into());
     }
     nodes.push(mm2n);
+    if sink.as_ref().is_some_and(|z| z.padded.is_some()) && !sink_cut {
+        return Err("the scores padded with a sink column whose weights are not cut back to the keys".into());
+    }
+    // The gate form's output: the product with values times the gate.
+    let mut gated = None;
+    if let Some(gate) = sink.as_ref().and_then(|z| z.gate) {
+        if weights_transposed || qslice.is_some() {
+            return Err("a log-sum-exp gated softmax with weights transposed or cut by query rows".into());
+        }
+        let (gn, y) = gated_output(b, mm2.y, gate)?;
+        nodes.extend(gn);
+        gated = Some(y);
+    }
     // Values laid out `[.., Dv, Tk]`: multiplied from the left, or transposed by the product.
     let values_cf = weights_transposed || mm2.transpose_b;
     for (what, t) in [("queries", q), ("keys", k), ("values", v)] {
@@ -406,6 +457,16 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
     if hq * tq != rows || !hq.is_multiple_of(hk) {
         return Err("score rows regrouped across key heads".into());
     }
+    // With a sink column a row whose every key is masked gets zero weights, as the node's.
+    let guarded = guarded || sink.as_ref().is_some_and(|z| z.padded.is_some());
+    let sink = match sink {
+        Some(z) if z.rows.len() == rows => {
+            let z = per_head(&z.rows, tq).ok_or("a sink that differs between the query rows of a head")?;
+            Some(b.weight_as("sdpa_sink", &[hq], z, DType::F32).map_err(|e| e.to_string())?)
+        }
+        Some(_) => return Err("a sink of another row count than the scores".into()),
+        None => None,
+    };
     // The weights' rows after a cut of the query rows: `tq_out` queries per head.
     let tq_out = match qslice {
         Some(sl) => {
@@ -620,7 +681,7 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
         ops.push(Op::Slice(Slice { x: q3, axis: 1, y, ..sl }));
         q3 = y;
     }
-    let out = mm2.y;
+    let out = gated.unwrap_or(mm2.y);
     // The node's output, `[hq, tq, dv]` (transposed to `[hq, dv, tq]` for transposed weights).
     let want = if weights_transposed { [hq, dv, tq] } else { [hq, tq_out, dv] };
     let direct = dims(b, out).as_deref() == Some(&want[..]);
@@ -628,7 +689,7 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
     let y =
         if weights_transposed { b.new_activation("sdpa_out", &[hq, tq, dv]).map_err(|e| e.to_string())? } else { o };
     let softcap = softcap.unwrap_or(0.0);
-    ops.push(Op::Sdpa(Sdpa { q: q3, k: k3, v: v3, bias, scale, causal: false, k_transposed, softcap, y }));
+    ops.push(Op::Sdpa(Sdpa { q: q3, k: k3, v: v3, bias, scale, causal: false, k_transposed, softcap, sink, y }));
     if weights_transposed {
         ops.push(Op::Transpose(Transpose { x: y, perm: SWAP_LAST_TWO, y: o }));
     }

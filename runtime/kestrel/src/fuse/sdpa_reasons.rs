@@ -1,19 +1,20 @@
 //! Why the `Sdpa` pattern ([`sdpa`](super::sdpa)) leaves an attention-shaped softmax, worded by
 //! the form met, for the forms no fused node computes:
 //!
-//! - **scores read by another node** besides the next step to the softmax (attention sinks
-//!   applied through the scores' log-sum-exp, GraniteMoeHybrid's and HunYuan's
-//!   `sigmoid(logsumexp(s) − sink)` gate): a fused node would compute the scores a second time;
+//! - **scores read by another node** besides the next step to the softmax (other than the
+//!   attention-sink gate `sigmoid(logsumexp(s) − sink)` and the row maximum of a stable softmax,
+//!   which [`sdpa_sinks`](super::sdpa_sinks) takes): a fused node would compute the scores a
+//!   second time;
 //! - **a softmax over the queries** (the scores transposed before it: GroupViT's group
 //!   assignment normalises each key over the groups): the fused nodes normalise over the keys;
 //! - **weights gated or mixed before the product with values** (ConViT's gated positional
 //!   self-attention, `(1 − σ(g))·softmax(q·kᵀ) + σ(g)·softmax(pos)`, renormalised): the fused
 //!   nodes multiply the softmax's own weights with the values;
 //! - **scores padded on the key axis** (a slice writing them into a longer key axis, as tract
-//!   lowers a concatenation): with a learned logit in the new column (attention sinks, FLiNT's and
-//!   GPT-OSS's), or beside another padded score product (keys concatenated from two products:
-//!   Pegasus-X's local blocks and global tokens); the fused nodes take one score product over
-//!   the keys, without a sink;
+//!   lowers a concatenation): with a new column that is no constant logit per head (a constant
+//!   one, FLiNT's and GPT-OSS's sinks, is the node's sink: [`sdpa_sinks`](super::sdpa_sinks)), or
+//!   beside another padded score product (keys concatenated from two products: Pegasus-X's local
+//!   blocks and global tokens); the fused nodes take one score product over the keys;
 //! - **constant queries** (learned query tokens folded with their projection: a pooling head's
 //!   probe, BLIP-2's Q-Former queries) in a form [`const_queries`](super::const_queries) does not
 //!   rewrite: tract writes their scores as the keys times the constant (`k · Qᵀ`, `[.., Tk, Tq]`)
@@ -49,8 +50,9 @@ pub(super) fn scores_shared(b: &ModelBuilder, t: TensorId, reader: usize) -> Str
         .into_iter()
         .any(|c| matches!(b.ops()[c], Op::Unary(u) if u.op == UnaryOp::Exp) || matches!(b.ops()[c], Op::Reduce(_)));
     let why = if lse {
-        " (attention sinks through the scores' log-sum-exp, as GraniteMoeHybrid and HunYuan write them): a fused \
-         node would compute the scores a second time"
+        " (a log-sum-exp or maximum of the scores not in the forms taken: an attention-sink gate \
+         sigmoid(logsumexp(s) − sink) multiplying the product with values, or s − max(s)): a fused node would \
+         compute the scores a second time"
     } else {
         ": a fused node would compute the scores a second time"
     };
@@ -159,8 +161,8 @@ pub(super) fn neither_term_scores(b: &ModelBuilder, add: &Binary) -> String {
              added: local and global attention as Pegasus-X writes it): the fused nodes take one score product"
             .into(),
         (Some(true), _) | (_, Some(true)) => "the scores padded on the key axis with another term added in the new \
-             columns (attention sinks: a learned logit per head as an extra key, cut after the softmax): the fused \
-             nodes have no sink"
+             columns that is not one constant logit per row (an attention sink: one column of zeros on the keys and \
+             the logit in the new column, cut after the softmax): the fused nodes' sink is a constant per head"
             .into(),
         _ => {
             let name = |t: TensorId| b.producer(t).map_or("an input", |p| b.ops()[p].name());

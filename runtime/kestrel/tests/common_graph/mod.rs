@@ -241,6 +241,7 @@ impl<'a> Interp<'a> {
                 o.causal,
                 o.k_transposed,
                 f64::from(o.softcap),
+                o.sink.map(x_of),
             ),
             Op::MatMul(o) => r::matmul(x_of(o.a), &self.dims(o.a), x_of(o.b), &self.dims(o.b), o.transpose_b).0,
             Op::Conv2d(o) => {

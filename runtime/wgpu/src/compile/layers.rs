@@ -267,7 +267,12 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 .set(sdpa::causal, o.causal)?
                 .set(sdpa::k_transposed, o.k_transposed)?
                 .set(sdpa::softcap, o.softcap)?
-                .set(sdpa::has_bias, o.bias.is_some())?;
+                .set(sdpa::has_bias, o.bias.is_some())?
+                .set(sdpa::has_sink, o.sink.is_some())?;
+            if let Some(z) = o.sink {
+                let per_head = shape(z)?.numel() != Some(1);
+                p = p.set(sdpa::sink_per_head, per_head)?.set(sdpa::sink_w, ctx.weight(z)?)?;
+            }
             if let Some(b) = o.bias {
                 let [sh, si, sj] = g.bias_strides;
                 p = p.set(sdpa::bias_sh, sh)?.set(sdpa::bias_si, si)?.set(sdpa::bias_sj, sj)?;

@@ -367,6 +367,9 @@ fn store4_upto(o: u32, col: u32, c: u32, a: vec4<f32>) {
 // and value head h / group. A row whose every score is −∞ keeps l = 0 and writes zeros (as the
 // CPU and `attend`); a finite bias on every key (f32::MIN) leaves equal scores, uniform weights.
 // With `softcap` c > 0 each scaled score s becomes c · tanh(s / c) before the bias is added.
+// With a sink (`has_sink`: the head's logit, or one shared) the walk starts from it, m = sink and
+// l = 1 with no value row, so it joins the running maximum and the denominator (a sink of −∞ is
+// none; a fully masked row beside a finite sink writes zeros).
 // P: `sdpa`; per = Hq · Tq · ⌈Dv / 16⌉ (threads).
 fn sdpa_rows_body(it: Item) {
     let prm = sdpa_p();
@@ -389,6 +392,13 @@ fn sdpa_rows_body(it: Item) {
     let scale = prm.scale;
     var m = -3.4028235e38;
     var l = 0.0;
+    if prm.has_sink {
+        let z = wflat(prm.sink_w, select(0u, h, prm.sink_per_head));
+        if z >= -3.4028235e38 {
+            m = z;
+            l = 1.0;
+        }
+    }
     var a0 = vec4<f32>(0.0);
     var a1 = vec4<f32>(0.0);
     var a2 = vec4<f32>(0.0);
