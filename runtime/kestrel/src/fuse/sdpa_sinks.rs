@@ -188,7 +188,8 @@ pub(super) fn lse_gate(b: &ModelBuilder, s: TensorId, reader: usize) -> Result<O
 /// g)` or `Mul(g, y)`, `g` the gate or a view of it, at the product's shape): the nodes (the
 /// views and the product) and the gated output.
 pub(super) fn gated_output(b: &ModelBuilder, y: TensorId, gate: TensorId) -> Result<(Vec<usize>, TensorId), String> {
-    let not = || "the product with values of a log-sum-exp gated softmax is not multiplied by the gate alone".to_string();
+    let not =
+        || "the product with values of a log-sum-exp gated softmax is not multiplied by the gate alone".to_string();
     let mut nodes = Vec::new();
     let y = views_forward(b, y, &mut nodes);
     let c = sole_consumer(b, y).ok_or_else(not)?;
