@@ -17,12 +17,10 @@ residual), exported with the legacy exporter (``dynamo=False``, opset 17, dynami
     python -m kestrel_torch.sinks --out ../onnx/tests/data
 """
 
-import argparse
-import os
 
 import numpy as np
-import onnxruntime as ort
 import torch
+from .fixture_export import export_fixture, main
 
 BATCH, T, C = 2, 8, 32
 
@@ -71,28 +69,8 @@ def build(name: str) -> torch.nn.Module:
 def export(name: str, out: str) -> None:
     model = build(name)
     x = torch.from_numpy(np.random.default_rng(5).standard_normal((BATCH, T, C)).astype(np.float32))
-    path = os.path.join(out, f"sinks_{name}.onnx")
-    torch.onnx.export(model, (x[:1],), path, input_names=["x"], output_names=["y"], opset_version=17,
-                      dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, dynamo=False)
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    y = sess.run(None, {"x": x.numpy()})[0]
-    with torch.no_grad():
-        want = model(x).numpy()
-    assert np.abs(y - want).max() <= 1e-4 * np.abs(want).max(), f"{name}: onnxruntime differs from torch"
-    np.save(os.path.join(out, f"sinks_{name}_in.npy"), x.numpy())
-    np.save(os.path.join(out, f"sinks_{name}_out.npy"), y.astype(np.float32))
-    print(name, os.path.getsize(path), "bytes")
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--only", default="")
-    args = ap.parse_args()
-    for name in ("padded", "gate"):
-        if args.only in name:
-            export(name, args.out)
+    export_fixture(f"sinks_{name}", model, x, out)
 
 
 if __name__ == "__main__":
-    main()
+    main(__doc__, ("padded", "gate"), export)
