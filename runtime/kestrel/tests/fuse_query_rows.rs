@@ -9,7 +9,8 @@
 //!   `[.., Tq, kh, kw]` plus `[.., kh, 1]` and `[.., 1, kw]`);
 //! - the forms no fused node computes, reported with a reason that names them: a softmax over the
 //!   queries (GroupViT), weights gated before the product with values (ConViT), scores also read
-//!   by a log-sum-exp (attention sinks); constant queries (a pooling head's probe) now fuse.
+//!   by another output, a sink column whose constant also biases the keys; constant queries (a
+//!   pooling head's probe) now fuse.
 //!
 //! Each fused graph computes the same outputs on seeded random inputs as the graph it replaces.
 
@@ -279,10 +280,12 @@ fn scores_also_read_by_a_log_sum_exp_are_reported_as_such() {
     reported(&b, "log-sum-exp");
 }
 
-/// Attention sinks as tract lowers their concatenation: the scores padded with one key column,
-/// a learned logit added there, the column cut after the softmax.
+/// Attention sinks as tract lowers their concatenation, the scores padded with one key column and
+/// the column cut after the softmax, but the constant added after the pad is nonzero on the keys
+/// too (a bias and a sink in one term): reported, naming the sink form it misses (the sink forms
+/// that fuse are tested in `fuse_sinks.rs`).
 #[test]
-fn a_sink_column_padded_onto_the_scores_is_reported_as_such() {
+fn a_sink_column_with_a_bias_on_the_keys_is_reported() {
     let mut b = ModelBuilder::new("sink_column");
     let mut rng = Rng::new(6);
     let q = b.input("q", &[H, T, D]).unwrap();
@@ -297,5 +300,5 @@ fn a_sink_column_padded_onto_the_scores_is_reported_as_such() {
     let p = op(&mut b, |y| Op::Slice(Slice { x: p, axis: 2, start: 0, step: 1, count: t, offset: 0, len: t, y }));
     let o = op(&mut b, |y| Op::MatMul(MatMul { a: p, b: v, transpose_b: false, y }));
     b.output(o);
-    reported(&b, "attention sinks");
+    reported(&b, "an attention sink: one column of zeros on the keys");
 }
