@@ -13,20 +13,13 @@
 //! Each fused graph computes the same outputs on seeded random inputs as the graph it replaces,
 //! its queries the constant made an activation (a constant plus a zero constant).
 
+mod common_fuse;
+
+use common_fuse::{assert_same_outputs, binary, op};
 use kestrel_rt::demo::Rng;
 use kestrel_rt::format::ops::*;
 use kestrel_rt::fuse::{fuse, unfused_attention};
-use kestrel_rt::{Input, Model, ModelBuilder};
-
-fn run(b: &ModelBuilder) -> Vec<f32> {
-    let model = Model::from_bytes(&b.build().unwrap()).unwrap();
-    let cpu = model.cpu().unwrap();
-    let mut rng = Rng::new(33);
-    let feeds: Vec<Vec<f32>> =
-        (0..cpu.input_count()).map(|i| rng.vec(2 * cpu.input(i).unwrap().shape.numel().unwrap(), 2.0)).collect();
-    let inputs: Vec<Input<'_>> = feeds.iter().map(|f| Input::F32(f)).collect();
-    model.session(2).unwrap().run_vec(&inputs).unwrap().concat()
-}
+use kestrel_rt::ModelBuilder;
 
 /// Fuses a copy of `b`: one `Sdpa` node reading the constant made an activation (by the fusion
 /// where `rewritten`, else by the graph), no softmax left, nothing reported, the same outputs.
@@ -54,12 +47,7 @@ fn fuses(b: &ModelBuilder, rewritten: bool) {
         }
     };
     assert!(made, "{:?}", fused.ops());
-    let (want, got) = (run(b), run(&fused));
-    assert_eq!(want.len(), got.len());
-    assert!(want.iter().chain(&got).all(|v| v.is_finite()));
-    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let err = want.iter().zip(&got).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
-    assert!(err <= 1e-5 * scale, "{err} of {scale}");
+    assert_same_outputs(b, &fused);
 }
 
 /// Leaves `b` unfused; the one report's reason contains `why`.
@@ -71,14 +59,6 @@ fn reported(b: &ModelBuilder, why: &str) {
     assert_eq!(left.len(), 1, "{left:?}");
     assert!(left[0].reason.contains("constant queries"), "{left:?}");
     assert!(left[0].reason.contains(why), "{left:?}");
-}
-
-fn op(b: &mut ModelBuilder, f: impl FnOnce(TensorId) -> Op) -> TensorId {
-    b.op(f).unwrap()
-}
-
-fn binary(b: &mut ModelBuilder, a: TensorId, c: TensorId, op: BinaryOp) -> TensorId {
-    self::op(b, |y| Op::Binary(Binary { a, b: c, op, y }))
 }
 
 fn matmul(b: &mut ModelBuilder, a: TensorId, c: TensorId, transpose_b: bool) -> TensorId {

@@ -60,36 +60,6 @@ pub enum OpError {
     },
 }
 
-/// The kind ids this reader knows, as ranges (`1-21, 32-37`), from the op table: what an
-/// [`OpError::UnknownKind`] says.
-struct KnownKinds;
-
-impl core::fmt::Display for KnownKinds {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let mut ids = [0u16; 64];
-        let n = kind::ALL.len().min(ids.len());
-        ids[..n].copy_from_slice(&kind::ALL[..n]);
-        let ids = &mut ids[..n];
-        ids.sort_unstable();
-        let mut i = 0;
-        while i < ids.len() {
-            let mut j = i;
-            while j + 1 < ids.len() && ids[j + 1] == ids[j] + 1 {
-                j += 1;
-            }
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            match j > i {
-                true => write!(f, "{}-{}", ids[i], ids[j])?,
-                false => write!(f, "{}", ids[i])?,
-            }
-            i = j + 1;
-        }
-        Ok(())
-    }
-}
-
 macro_rules! code_enum {
     ($(#[$m:meta])* $name:ident {
         $(#[$fm:meta])* $fv:ident = $fn:expr
@@ -808,30 +778,7 @@ pub use table::{kind, kind_name, Op};
 
 mod record;
 pub use record::{OpRecordBuf, MAX_OP_ATTRS, MAX_OP_TENSORS};
+mod known;
+use known::KnownKinds;
 mod chain;
 pub use chain::{Chain, ChainStep, ChainSteps, MAX_CHAIN_STEPS};
-
-#[cfg(test)]
-mod tests {
-    use super::{kind, kind_name, OpError};
-
-    #[test]
-    fn an_unknown_kind_names_the_known_ranges_from_the_table() {
-        extern crate std;
-        use std::string::ToString;
-        assert!(kind::ALL.len() <= 64, "KnownKinds holds at most 64 ids");
-        let msg = OpError::UnknownKind(999).to_string();
-        let ranges = msg.split("knows ids ").nth(1).unwrap().trim_end_matches(')');
-        // Every id the ranges name is known, and every known id is in a range.
-        let mut named = std::vec::Vec::new();
-        for r in ranges.split(", ") {
-            let (a, b) = r.split_once('-').unwrap_or((r, r));
-            let (a, b): (u16, u16) = (a.parse().unwrap(), b.parse().unwrap());
-            named.extend(a..=b);
-        }
-        for id in 0..=1024u16 {
-            assert_eq!(kind_name(id).is_some(), named.contains(&id), "id {id} in {msg}");
-        }
-        assert!(named.contains(&kind::DENSE) && named.contains(&kind::FASTFORMER), "{msg}");
-    }
-}
