@@ -7,6 +7,7 @@
 //! from the device's limits and features, so a device opened this way runs the kernels such a GPU
 //! would.
 
+use crate::kernels::PipelineCache;
 use crate::GpuError;
 use std::sync::{Arc, Mutex};
 
@@ -236,6 +237,11 @@ pub struct GpuContext {
     pub(crate) subgroups: bool,
     pub(crate) errors: Arc<Mutex<Vec<String>>>,
     pub(crate) lost: Arc<Mutex<Option<String>>>,
+    /// Shader modules and pipelines compiled on this device, shared by every session made on it
+    /// (and its clones): a second model, or the same model at another precision or tuning,
+    /// compiles only the kernel variants no earlier session used. Bounded by the number of
+    /// variants (`Kernel::ALL` × arithmetic); freed with the last clone of the context.
+    pub(crate) pipelines: Arc<Mutex<PipelineCache>>,
 }
 
 impl GpuContext {
@@ -310,6 +316,7 @@ impl GpuContext {
                 *l = Some(format!("{reason:?}: {msg}"));
             }
         });
+        let pipelines = Arc::new(Mutex::new(PipelineCache::new(&device)));
         Ok(Self {
             device,
             queue,
@@ -322,6 +329,7 @@ impl GpuContext {
             subgroups,
             errors,
             lost,
+            pipelines,
         })
     }
 

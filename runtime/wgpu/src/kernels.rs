@@ -660,13 +660,22 @@ impl Variant {
 pub const STORAGE_BUFFERS: u32 = 2;
 
 /// Shader modules per family variant and pipelines per kernel variant, built on first use and
-/// shared by every dispatch of a session. All pipelines share one bind group layout (arena,
+/// shared by every dispatch of every session on the device (the context holds one, behind a
+/// mutex: [`PipelineCache::shared_get`]). All pipelines share one bind group layout (arena,
 /// weights, params).
 pub(crate) struct PipelineCache {
     pub layout: wgpu::BindGroupLayout,
     pipeline_layout: wgpu::PipelineLayout,
     modules: HashMap<(Family, Arith), wgpu::ShaderModule>,
     pipelines: HashMap<Variant, wgpu::ComputePipeline>,
+    /// What was added, in order: a session whose creation reports an error takes back what it
+    /// added ([`rollback`](Self::rollback)), so an invalid pipeline is never handed to the next.
+    added: Vec<Added>,
+}
+
+enum Added {
+    Module((Family, Arith)),
+    Pipeline(Variant),
 }
 
 impl PipelineCache {
@@ -703,7 +712,7 @@ impl PipelineCache {
             bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
-        Self { layout, pipeline_layout, modules: HashMap::new(), pipelines: HashMap::new() }
+        Self { layout, pipeline_layout, modules: HashMap::new(), pipelines: HashMap::new(), added: Vec::new() }
     }
 
     /// The pipeline of `v`, compiling its family's module on first use. An f16 variant needs a
@@ -714,7 +723,9 @@ impl PipelineCache {
         }
         let k = v.kernel;
         let fam = k.family();
+        let added = &mut self.added;
         let module = self.modules.entry((fam, v.arith)).or_insert_with(|| {
+            added.push(Added::Module((fam, v.arith)));
             device.create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(k.entry()),
                 source: wgpu::ShaderSource::Wgsl(v.source().into()),
@@ -729,6 +740,44 @@ impl PipelineCache {
             cache: None,
         });
         self.pipelines.insert(v, p.clone());
+        self.added.push(Added::Pipeline(v));
         Ok(p)
+    }
+
+    /// How much has been added so far: [`rollback`](Self::rollback) to it removes what comes after.
+    pub fn mark(&self) -> usize {
+        self.added.len()
+    }
+
+    /// Removes every module and pipeline added since `mark` (a failed session creation's: wgpu
+    /// reports an invalid shader or pipeline in the error scope around it, and the cache must not
+    /// keep it for the next session).
+    pub fn rollback(&mut self, mark: usize) {
+        for a in self.added.drain(mark.min(self.added.len())..) {
+            match a {
+                Added::Module(key) => {
+                    self.modules.remove(&key);
+                }
+                Added::Pipeline(v) => {
+                    self.pipelines.remove(&v);
+                }
+            }
+        }
+    }
+
+    /// [`get`](Self::get) through the context's shared cache. A panic while another thread held
+    /// the lock leaves the maps consistent (an entry is inserted only once built), so a poisoned
+    /// lock is taken as it is.
+    pub fn shared_get(
+        cache: &std::sync::Mutex<Self>,
+        device: &wgpu::Device,
+        v: Variant,
+    ) -> Result<wgpu::ComputePipeline, GpuError> {
+        cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(device, v)
+    }
+
+    /// The bind group layout every pipeline of `cache` shares.
+    pub fn shared_layout(cache: &std::sync::Mutex<Self>) -> wgpu::BindGroupLayout {
+        cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).layout.clone()
     }
 }

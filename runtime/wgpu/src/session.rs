@@ -212,11 +212,13 @@ impl GpuSession {
         let upload_bytes = (params_offset + n_slots as u64 * PARAM_BYTES).max(4);
         let timestamps = ctx.timestamps;
         let dev = &ctx.device;
-        ctx.scoped("session creation", || -> Result<Self, GpuError> {
-            let mut cache = PipelineCache::new(dev);
+        let cache = ctx.pipelines.clone();
+        let mark = cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).mark();
+        let made = ctx.scoped("session creation", || -> Result<Self, GpuError> {
             for &v in &planned.variants {
-                cache.get(dev, v)?;
+                PipelineCache::shared_get(&cache, dev, v)?;
             }
+            let layout = PipelineCache::shared_layout(&cache);
             let mut padded = bytes.to_vec();
             padded.resize(weights_len as usize, 0);
             let weights =
@@ -261,11 +263,12 @@ impl GpuSession {
                 scratch_words,
                 tuning,
                 fit,
-                cache,
+                cache: cache.clone(),
+                layout,
                 capacity,
                 planned: planned.planned,
             };
-            let slots = Slots::new(dev, &lowering.cache.layout, &arena, &weights, n_slots);
+            let slots = Slots::new(dev, &lowering.layout, &arena, &weights, n_slots);
             let graph = kestrel_rt_core::graph::Graph::file(file);
             let form = lowering.form(dev, &slots, file, graph, compiled, Vec::new())?;
             Ok(Self {
@@ -287,7 +290,14 @@ impl GpuSession {
                 node_limit: usize::MAX,
                 weights,
             })
-        })?
+        });
+        let made = made.and_then(|r| r);
+        if made.is_err() {
+            // What this creation compiled may be invalid (the scope reported an error): the
+            // shared cache must not keep it.
+            ctx.pipelines.lock().unwrap_or_else(std::sync::PoisonError::into_inner).rollback(mark);
+        }
+        made
     }
 
     /// Batch capacity.

@@ -8,6 +8,7 @@ mod common;
 use common::{demo_image_model, demo_text_model, gpu, measure, run_cpu, Feed};
 use kestrel_rt_reference::tolerance::F32_MODEL;
 use kestrel_rt_wgpu::GpuSession;
+use std::collections::BTreeSet;
 
 #[test]
 fn steady_state_runs_create_nothing_on_the_gpu() {
@@ -84,4 +85,39 @@ fn negative_token_ids_count_from_the_end() {
     let below: Vec<i64> = (0..48).map(|i| if i == 5 { -vocab - 1 } else { i }).collect();
     let err = s.run(&[kestrel_rt::Input::I64(&below)], &mut [&mut out]).unwrap_err();
     assert!(err.to_string().contains("outside the vocabulary (-100..100)"), "{err}");
+}
+
+/// Sessions on one device (and on its clones) share its compiled kernels: a second session of a
+/// model compiles no pipeline, one of another model only the kernel variants no earlier session
+/// used, and dropping the sessions keeps them for the next; each session's results stay its
+/// own.
+#[test]
+fn sessions_on_one_device_share_compiled_kernels() {
+    let Some(g) = gpu() else { return };
+    let pipelines = |g: &kestrel_rt_wgpu::GpuContext| g.counts().compute_pipelines;
+    let before = pipelines(&g);
+    let image = demo_image_model();
+    let image_cpu = image.cpu().unwrap();
+    let first = GpuSession::new(&g, &image_cpu, 2).unwrap();
+    let image_variants: BTreeSet<_> = first.variants().into_iter().collect();
+    assert_eq!(pipelines(&g) - before, image_variants.len() as isize, "one pipeline per kernel variant");
+    let compiled = pipelines(&g);
+    let mut second = GpuSession::new(&g.clone(), &image_cpu, 4).unwrap();
+    assert_eq!(pipelines(&g), compiled, "the same model again compiled pipelines");
+    drop(first);
+    assert_eq!(pipelines(&g), compiled, "dropping a session dropped the device's kernels");
+    let mut rng = kestrel_rt::demo::Rng::new(5);
+    let x = rng.vec(4 * 256, 1.0);
+    let mut out = vec![0f32; 4 * 10];
+    second.run(&[kestrel_rt::Input::F32(&x)], &mut [&mut out]).unwrap();
+    let want = run_cpu(&image, &[Feed::F32(x)], 4);
+    assert!(measure(&out, &want[0], F32_MODEL).0 <= 1.0, "the second session's results");
+    drop(second);
+    let text = demo_text_model();
+    let text_cpu = text.cpu().unwrap();
+    let third = GpuSession::new(&g, &text_cpu, 2).unwrap();
+    let text_variants: BTreeSet<_> = third.variants().into_iter().collect();
+    let new = text_variants.difference(&image_variants).count();
+    assert!(new > 0 && new < text_variants.len(), "the text model shares some kernels and not others");
+    assert_eq!(pipelines(&g) - compiled, new as isize, "only the text model's own variants compiled");
 }

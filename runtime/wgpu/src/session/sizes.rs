@@ -14,7 +14,7 @@
 
 use super::{buffer, GpuSession};
 use crate::compile::{self, numel, Dispatch, Lowered};
-use crate::kernels::{Variant, PARAM_BYTES, PARAM_WORDS};
+use crate::kernels::{PipelineCache, Variant, PARAM_BYTES, PARAM_WORDS};
 use crate::{GpuError, Tuning};
 use kestrel_rt_core::graph::{Graph, Table};
 use kestrel_rt_format::dims::Target;
@@ -119,7 +119,9 @@ pub(super) struct Lowering {
     pub scratch_words: usize,
     pub tuning: Tuning,
     pub fit: compile::Fit,
-    pub cache: crate::kernels::PipelineCache,
+    /// The device's shared pipeline cache (the context's) and its bind group layout.
+    pub cache: std::sync::Arc<std::sync::Mutex<PipelineCache>>,
+    pub layout: wgpu::BindGroupLayout,
     /// The session's batch capacity.
     pub capacity: usize,
     /// Size combinations lowered at load, of all those within the bounds (1 of 1 without dims).
@@ -298,7 +300,7 @@ impl Lowering {
             let mut dispatches = Vec::with_capacity(ds.len());
             for d in ds {
                 let variant = Variant::of(d.kernel, self.fit.arith);
-                let pipe = self.cache.get(dev, variant)?;
+                let pipe = PipelineCache::shared_get(&self.cache, dev, variant)?;
                 let slot = slots.groups[param_words.len() / PARAM_WORDS].clone();
                 param_words.extend_from_slice(&d.params);
                 dispatches.push((d, variant, pipe, slot));
@@ -324,7 +326,7 @@ impl GpuSession {
             return;
         }
         let dev = &self.ctx.device;
-        self.slots = Slots::new(dev, &self.lowering.cache.layout, &self.arena, &self.weights, n);
+        self.slots = Slots::new(dev, &self.lowering.layout, &self.arena, &self.weights, n);
         self.upload = dev.create_buffer(&wgpu::BufferDescriptor {
             label: Some("inputs"),
             size: self.params_offset + n as u64 * PARAM_BYTES,
@@ -378,11 +380,20 @@ impl GpuSession {
         }
         let ctx = self.ctx.clone();
         let values = table.dim_values().to_vec();
+        let mark = self.lowering.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).mark();
         let form = ctx.scoped("lowering at new sizes", || {
             self.reserve_slots(dispatches(&lowered));
             let graph = Graph::with_table(file, Some(&table));
             self.lowering.form(&self.ctx.device, &self.slots, file, graph, lowered, values)
-        })??;
+        });
+        let form = match form.and_then(|r| r) {
+            Ok(f) => f,
+            Err(e) => {
+                // As at session creation: nothing compiled under a reported error stays cached.
+                self.lowering.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).rollback(mark);
+                return Err(e);
+            }
+        };
         self.form = form;
         Ok(())
     }
