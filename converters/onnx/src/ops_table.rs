@@ -219,7 +219,7 @@ pub fn supported_ops_markdown() -> String {
     let mut s = String::from(
         "# ONNX ops the converter takes\n\n\
          Generated from `converters/onnx/src/ops_table.rs` (a test keeps this file equal to it: \
-         `KESTREL_UPDATE_DOCS=1 cargo test -p kestrel-rt-onnx --test ops_doc` rewrites it).\n\n\
+         `KESTREL_UPDATE_DOCS=1 cargo test -p kestrel-rt-onnx --test suite ops_doc::` rewrites it).\n\n\
          Any op whose inputs are all constants is also accepted: it is evaluated at conversion \
          time and its result stored. tract (the ONNX importer) rewrites some ops into others \
          first (BatchNormalization into constants, Gemm into a matrix product); the lowering \

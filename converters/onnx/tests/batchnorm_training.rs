@@ -5,11 +5,8 @@
 //! and (deliberately wrong) input statistics are converted and run on the CPU and, when there
 //! is one, the GPU, and held against the f64 definition (onnx's reference implementation).
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::common;
+use crate::proto;
 
 use common::convert_and_run;
 use kestrel_rt::demo::Rng;

@@ -4,8 +4,7 @@
 //! files' dims (symbols, ranges, bindings) and the refusals; running them at other sizes is the
 //! runtime's side.
 
-#[path = "common/proto.rs"]
-mod proto;
+use crate::proto;
 
 use kestrel_rt::demo::Rng;
 use kestrel_rt_format::{aligned_copy, KesFile, Target};

@@ -6,9 +6,8 @@
 //! (lavapipe in CI), within 1e-4 of onnxruntime, in sessions that change size between runs and
 //! come back; the transformers' attention stays fused.
 
-mod common;
-#[path = "common/dynamic.rs"]
-mod dynamic;
+use crate::common;
+use crate::dynamic;
 
 use common::gpu;
 use dynamic::{cases, fixture, max_abs_diff, Case};

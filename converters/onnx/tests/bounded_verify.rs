@@ -7,8 +7,7 @@
 //! ran at that size); a size outside the file's ranges, a fixed axis that differs and a rank that
 //! fits neither are errors naming the input, before anything runs.
 
-#[path = "common/dynamic.rs"]
-mod dynamic;
+use crate::dynamic;
 
 use dynamic::{cases, fixture, max_abs_diff, MODELS};
 use kestrel_rt_onnx::{convert, run_kestrel, verify, ConvertError, ConvertOptions, InputTensor};

@@ -4,8 +4,7 @@
 //! clamp (`layer+clamp` in the report, no element-wise node left), and the converted model
 //! matches tract on seeded random inputs.
 
-#[path = "common/proto.rs"]
-mod proto;
+use crate::proto;
 
 use kestrel_rt::demo::Rng;
 use kestrel_rt_onnx::{convert, verify, ConvertOptions, InputTensor};

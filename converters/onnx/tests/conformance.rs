@@ -4,8 +4,7 @@
 //! Cases that newly pass are printed, not failed; `KESTREL_UPDATE_CONFORMANCE=1` rewrites the
 //! file. The full suite and the table are `examples/conformance.rs`'s.
 
-#[path = "common/conformance.rs"]
-mod harness;
+use crate::harness;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -61,7 +60,7 @@ fn holds_expectations(folder: &str) {
         };
         let mut text = format!(
             "# Kestrel on {what}, one `<case> pass|fail` per line.\n\
-             # Written by KESTREL_UPDATE_CONFORMANCE=1 cargo test -p kestrel-rt-onnx --test conformance.\n",
+             # Written by KESTREL_UPDATE_CONFORMANCE=1 cargo test -p kestrel-rt-onnx --test suite conformance::.\n",
         );
         for (name, (p, _)) in &now {
             text.push_str(&format!("{name} {}\n", if *p { "pass" } else { "fail" }));

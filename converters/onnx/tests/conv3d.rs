@@ -19,11 +19,9 @@
 //! on the wgpu backend when a GPU (lavapipe in CI) is present; each must match the reference (a
 //! max pool exactly: it selects an input).
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::common;
+use crate::proto;
 
 use arrays::{below, unravel};
 use common::gpu;

@@ -4,11 +4,9 @@
 //! initializer (the `Conv2d` path, itself tested against f64 references), and against tract, on
 //! the CPU and, when there is one, on the GPU.
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::common;
+use crate::proto;
 
 use arrays::below;
 use common::gpu;

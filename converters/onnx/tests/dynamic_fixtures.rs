@@ -5,8 +5,7 @@
 //! the ALiBi block fuse.
 //! The baseline that the bounded conversion (one `.kes` for every size within the bounds) extends.
 
-#[path = "common/dynamic.rs"]
-mod dynamic;
+use crate::dynamic;
 
 use dynamic::{cases, fixture, max_abs_diff};
 use kestrel_rt_onnx::{convert, run_kestrel, ConvertOptions};

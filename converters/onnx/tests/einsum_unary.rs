@@ -2,11 +2,9 @@
 //! random inputs: the converted model on the CPU and, when there is one, on the GPU, against the
 //! equation evaluated here by its definition.
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::common;
+use crate::proto;
 
 use arrays::{ravel, unravel};
 use common::convert_and_run;

@@ -2,9 +2,8 @@
 //! convert and run on every backend: a zero-element output is written as nothing, and the other
 //! outputs are unaffected.
 
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::common;
+use crate::proto;
 
 use proto::{i64_attr, i64_tensor, one_node_model, Msg};
 

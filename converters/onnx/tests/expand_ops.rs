@@ -6,11 +6,9 @@
 //! the GPU, and held against its definition written here in f64 (onnx's reference
 //! implementation, read op by op).
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::common;
+use crate::proto;
 
 use arrays::{below, ravel, unravel};
 use common::convert_and_run;

@@ -72,7 +72,7 @@ fn families_sample_holds_its_expectations() {
     if std::env::var("KESTREL_UPDATE_FAMILIES").is_ok_and(|v| v == "1") {
         let mut text = String::from(
             "# Kestrel on the CI sample of the model families, one `<export> pass|fail` per line.\n\
-             # Written by KESTREL_UPDATE_FAMILIES=1 cargo test -p kestrel-rt-onnx --test families.\n",
+             # Written by KESTREL_UPDATE_FAMILIES=1 cargo test -p kestrel-rt-onnx --test suite families::.\n",
         );
         for (name, r) in &now {
             text.push_str(&format!("{name} {}\n", if r.is_ok() { "pass" } else { "fail" }));

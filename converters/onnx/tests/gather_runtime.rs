@@ -3,11 +3,9 @@
 //! converted model on the CPU and, when there is one, on the GPU, against a reference written
 //! here (the indexing itself: exact). An index outside `0..N` at run time is a run-time error.
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::common;
+use crate::proto;
 
 use arrays::{below, ravel, unravel};
 use common::gpu;

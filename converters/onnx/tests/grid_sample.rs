@@ -9,11 +9,9 @@
 //! CPU runtime at batch 2 (two samples with their own input and grid) and, when a GPU (lavapipe
 //! in CI) is present, on the wgpu backend.
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::common;
+use crate::proto;
 
 use arrays::below;
 use common::gpu;

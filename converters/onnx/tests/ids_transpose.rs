@@ -4,9 +4,8 @@
 //! them as indices. Both held to the lookup done here, on the CPU and the GPU. Before, either was
 //! refused ("moving axes of integer ids").
 
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::common;
+use crate::proto;
 
 use common::gpu;
 use kestrel_rt::demo::Rng;

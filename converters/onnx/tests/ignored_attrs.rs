@@ -3,8 +3,7 @@
 //! their ONNX default — in the main graph and in subgraphs, every such node listed at once with
 //! the unknown ops — and accepted at their default or absent.
 
-#[path = "common/proto.rs"]
-mod proto;
+use crate::proto;
 
 use kestrel_rt_onnx::{convert, ConvertError, ConvertOptions};
 use proto::{float_value, i64_attr, Msg};
@@ -182,7 +181,7 @@ fn the_committed_table_is_what_the_audit_generates() {
     assert!(
         have == want,
         "{} is stale (a parser or ONNX changed): run `KESTREL_UPDATE_ATTRS=1 cargo test --release -p \
-         kestrel-rt-onnx --test ignored_attrs` and review the diff",
+         kestrel-rt-onnx --test suite ignored_attrs::` and review the diff",
         path.display()
     );
 }

@@ -7,9 +7,8 @@
 //! Also ReduceMax/ReduceMin, whose tract evaluation (constant folding) starts from the finite
 //! bounds instead of ∓∞ (`src/expand/reduce_min_max.rs`).
 
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::common;
+use crate::proto;
 
 use common::convert_and_run;
 use kestrel_rt::demo::Rng;

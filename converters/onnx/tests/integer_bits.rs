@@ -3,11 +3,9 @@
 //! exactly (|v| < 2^24), shift amounts inside and outside the type's width: the converted model
 //! on the CPU and, when there is one, on the GPU, against Rust's own integer arithmetic.
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::common;
+use crate::proto;
 
 use arrays::below;
 use common::convert_and_run;

@@ -4,9 +4,8 @@
 //! comparison and cast to float are exact, on the CPU and on the GPU, held to tract on the same
 //! inputs; an integer beyond 2^24 (no exact f32) is a run-time error naming it.
 
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::common;
+use crate::proto;
 
 use common::gpu;
 use kestrel_rt::Input;

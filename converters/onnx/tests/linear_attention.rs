@@ -7,11 +7,9 @@
 //! converter's evaluation of the ONNX node run by tract (`verify`), on the CPU and, when there
 //! is one, on the GPU. Malformed nodes are refused with a clear error.
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::common;
+use crate::proto;
 
 use arrays::below;
 use common::gpu;

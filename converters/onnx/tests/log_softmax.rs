@@ -6,9 +6,8 @@
 //! `test_logsoftmax_large_number` on random data, `converters/conformance/randomize.py`:
 //! expected −10564.87, found −inf). The converter now lowers the pair as a log-softmax.
 
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::common;
+use crate::proto;
 
 use common::convert_and_run;
 use kestrel_rt::demo::Rng;

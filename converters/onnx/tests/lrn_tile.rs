@@ -2,11 +2,9 @@
 //! repeats on every axis) on seeded random inputs: the converted model on the CPU and, when
 //! there is one, on the GPU, against references written here from ONNX's definitions.
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::common;
+use crate::proto;
 
 use arrays::{below, ravel, unravel};
 use common::convert_and_run;

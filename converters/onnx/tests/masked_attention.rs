@@ -3,7 +3,7 @@
 //! `Attention` node whose mask input is the padding bias, and the converted model matches
 //! onnxruntime's saved output (3 samples, two of them padded) on the CPU and on the GPU.
 
-mod common;
+use crate::common;
 
 use kestrel_rt::format::ops::Op;
 use kestrel_rt_onnx::{convert, read_npy, ConvertOptions, InputData, InputTensor};

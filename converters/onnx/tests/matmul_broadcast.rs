@@ -4,10 +4,8 @@
 //! constant (a Dense or a MatMul against a weight) or a second graph input (a MatMul of two
 //! activations), over seeded random shapes of rank 2 to 4 on each side.
 
-#[path = "common/arrays.rs"]
-mod arrays;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::proto;
 
 use arrays::below;
 use kestrel_rt::demo::Rng;

@@ -4,11 +4,9 @@
 //! ONNX file (Max and Min with ONNX's NaN, which tract drops): NaN exactly where tract has NaN,
 //! infinities equal, finite values within f32 rounding.
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::common;
+use crate::proto;
 
 use arrays::below;
 use common::convert_and_run;

@@ -2,9 +2,8 @@
 //! backward strides: converted and run on the CPU (and the GPU where there is one), compared
 //! with numpy's slicing rule computed here.
 
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::common;
+use crate::proto;
 
 use proto::{i64_tensor, one_node_model, Msg};
 

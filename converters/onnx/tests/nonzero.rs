@@ -5,7 +5,7 @@
 //! coordinates of the non-zero entries) and against tract on the same inputs. Fixtures:
 //! `tests/data/nonzero/gen.py`.
 
-mod common;
+use crate::common;
 
 use kestrel_rt::demo::Rng;
 use kestrel_rt::{Input, Model};

@@ -7,10 +7,9 @@
 //! attend (0). Each one-node model runs on seeded random inputs against an f64 reference written
 //! from the onnx reference; malformed attributes are refused by name.
 
-mod common;
+use crate::common;
 
-#[path = "common/proto.rs"]
-mod proto;
+use crate::proto;
 
 use kestrel_rt::demo::Rng;
 use kestrel_rt_onnx::{convert, run_kestrel, ConvertOptions, InputData, InputTensor};

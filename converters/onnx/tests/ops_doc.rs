@@ -12,7 +12,7 @@ fn the_supported_ops_doc_is_generated_from_the_code() {
     let have = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         have == want,
-        "{} is stale: run `KESTREL_UPDATE_DOCS=1 cargo test -p kestrel-rt-onnx --test ops_doc`",
+        "{} is stale: run `KESTREL_UPDATE_DOCS=1 cargo test -p kestrel-rt-onnx --test suite ops_doc::`",
         path.display()
     );
 }

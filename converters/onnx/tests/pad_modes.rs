@@ -4,11 +4,8 @@
 //! PyTorch's dynamo exporter writes the value input for every mode; tract's importer padded
 //! with it in `edge` and `reflect` mode too (hf/mimi_encoder: 64 % of the output off).
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::common;
+use crate::proto;
 
 use common::convert_and_run;
 use kestrel_rt::demo::Rng;

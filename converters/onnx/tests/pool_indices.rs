@@ -8,11 +8,9 @@
 //! values and indices must equal the reference exactly (on the CPU, and on the GPU when there
 //! is one); tract's (a second opinion) must too on the inputs without ties.
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::common;
+use crate::proto;
 
 use arrays::{below, ravel, unravel};
 use kestrel_rt::demo::Rng;

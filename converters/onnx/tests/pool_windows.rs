@@ -24,10 +24,8 @@ use std::path::PathBuf;
 /// largest magnitude), which this crate does not depend on: f32 sums against the f64 reference.
 const F32_KERNEL: (f64, f64) = (1e-5, 1e-5);
 
-#[path = "common/arrays.rs"]
-mod arrays;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::proto;
 use proto::{float_value, int_attr, ints_attr, str_attr, Msg};
 
 // ---------------------------------------------------------------- cases and the reference

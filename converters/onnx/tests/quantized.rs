@@ -4,11 +4,9 @@
 //! inputs: the converted model on the CPU and, when there is one, on the GPU, against a
 //! reference written here from ONNX's definitions (round half to even, saturation).
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::common;
+use crate::proto;
 
 use arrays::below;
 use common::convert_and_run;

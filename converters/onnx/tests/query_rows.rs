@@ -7,7 +7,7 @@
 //! `[kh, kw]`). Each converts with every softmax fused (no unfused attention reported), and matches
 //! onnxruntime's saved output (2 samples) within 1e-4 on the CPU and on the GPU.
 
-mod common;
+use crate::common;
 
 /// Converts fixture `query_rows_<name>`: every softmax fused into `sdpa` Sdpa nodes, the CPU and
 /// GPU runs matching onnxruntime's output ([`common::fixture_fuses_every_softmax`]).

@@ -6,9 +6,8 @@
 //! draw read only for its shape is folded away and the model converts, exact on the CPU and the
 //! GPU.
 
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::common;
+use crate::proto;
 
 use common::convert_and_run;
 use kestrel_rt::Input;

@@ -14,11 +14,9 @@
 //! Each model runs on Kestrel's CPU runtime and, when a GPU (lavapipe in CI) is present, on the
 //! wgpu backend, each held to the reference.
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::common;
+use crate::proto;
 
 use arrays::{below, unravel};
 use common::gpu;

@@ -5,9 +5,8 @@
 //! LSTMs with peepholes) match tract; the ONNX features Kestrel's ops do not have are blockers
 //! that say what they are.
 
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::common;
+use crate::proto;
 
 use common::gpu;
 use kestrel_rt::demo::Rng;

@@ -6,11 +6,9 @@
 //! from ONNX's definitions (onnxruntime's where ONNX leaves a case open); integer outputs and
 //! the identities compare exactly.
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::common;
+use crate::proto;
 
 use arrays::below;
 use kestrel_rt::demo::Rng;

@@ -3,11 +3,9 @@
 //! seeded random shapes: the converted model on the CPU and, when there is one, on the GPU,
 //! against a reference written here from ONNX's definitions (in f64, updates applied in order).
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::common;
+use crate::proto;
 
 use arrays::{below, ravel, unravel};
 use common::gpu;

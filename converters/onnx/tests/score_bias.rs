@@ -8,7 +8,7 @@
 //! for T5 with its padding mask), and matches onnxruntime's saved output (3 samples) within 1e-4
 //! on the CPU and on the GPU.
 
-mod common;
+use crate::common;
 
 use kestrel_rt::format::ops::Op;
 use kestrel_rt::format::TensorKind;

@@ -6,7 +6,7 @@
 //! softmax fused into an `Sdpa` with a sink (no unfused attention reported), and matches
 //! onnxruntime's saved output (2 samples) within 1e-4 on the CPU and on the GPU.
 
-mod common;
+use crate::common;
 
 /// Converts fixture `sinks_<name>`: every softmax fused into `sdpa` Sdpa nodes, the CPU and
 /// GPU runs matching onnxruntime's output ([`common::fixture_fuses_every_softmax`]).

@@ -4,8 +4,6 @@
 //! data give, against the definition and against tract on the same inputs. Fixtures:
 //! `tests/data/sized_by_data/gen.py`.
 
-mod common;
-
 use kestrel_rt::demo::Rng;
 use kestrel_rt::{Input, Model};
 use kestrel_rt_onnx::{convert, run_tract, ConvertOptions, InputTensor};

@@ -6,10 +6,9 @@
 //! as the onnx reference and onnxruntime read it; a form the fusion leaves as the expansion), each against an f64 reference on seeded random inputs, on the CPU and
 //! (where there is one) the GPU; a cap that is not a number is refused by name.
 
-mod common;
+use crate::common;
 
-#[path = "common/proto.rs"]
-mod proto;
+use crate::proto;
 
 use kestrel_rt::demo::Rng;
 use kestrel_rt::Input;

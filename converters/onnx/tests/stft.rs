@@ -3,11 +3,9 @@
 //! converted model on the CPU and, when there is one, on the GPU, against the transform's
 //! definition summed in f64 here.
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::common;
+use crate::proto;
 
 use arrays::below;
 use common::convert_and_run;

@@ -4,8 +4,7 @@
 //! arrays given, and two inputs disagreeing on one symbol is a typed error. The converted model
 //! against tract on seeded random inputs at several batch sizes.
 
-#[path = "common/proto.rs"]
-mod proto;
+use crate::proto;
 
 use kestrel_rt::demo::Rng;
 use kestrel_rt_onnx::{convert, run_tract, verify, ConvertError, ConvertOptions, InputTensor};

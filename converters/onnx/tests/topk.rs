@@ -2,11 +2,9 @@
 //! shapes with repeated values: the converted model on the CPU and, when there is one, on the
 //! GPU, against a reference written here (a stable sort: equal values in index order).
 
-#[path = "common/arrays.rs"]
-mod arrays;
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::arrays;
+use crate::common;
+use crate::proto;
 
 use arrays::{below, ravel, unravel};
 use common::gpu;

@@ -7,9 +7,8 @@
 //! outputs (one reversed) matches a direct f64 computation and tract; a Scan past the unrolling
 //! limit is a blocker that says so. Where there is a GPU, it agrees with the CPU.
 
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::common;
+use crate::proto;
 
 use kestrel_rt::demo::Rng;
 use kestrel_rt_onnx::{convert, run_kestrel, verify, ConvertError, ConvertOptions, InputTensor};

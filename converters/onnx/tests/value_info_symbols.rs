@@ -5,9 +5,8 @@
 //! a NonZero expected `u0`; hf/higgs_audio_v2: "Impossible to unify Sym(u2) with Sym(u1)"). They
 //! are forgotten before tract reads the graph; the inputs' own symbols are kept.
 
-mod common;
-#[path = "common/proto.rs"]
-mod proto;
+use crate::common;
+use crate::proto;
 
 use common::convert_and_run;
 use kestrel_rt::Input;

@@ -4,7 +4,7 @@
 //! the output's scale), except the ones listed in [`BLOCKED`], which must fail with a blocker
 //! naming the ONNX op — and must be removed from the list the day they convert.
 
-mod common;
+use crate::common;
 
 use common::gpu;
 use kestrel_rt::Input;
