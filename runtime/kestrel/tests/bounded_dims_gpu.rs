@@ -5,8 +5,8 @@
 //! first run, and AUTO still places such a model (timed at the bound).
 #![cfg(feature = "gpu")]
 
-mod common_dims;
-mod common_gpu;
+use crate::common_dims;
+use crate::common_gpu;
 
 use common_dims::{bounded_conv_net, bounded_transformer, conv_out_hw, C2, CIN, CLASSES, D, HMAX, HMIN, TMAX, WMIN};
 use common_gpu::have_gpu;

@@ -5,9 +5,8 @@
 //! random inputs with NaN and infinities mixed in.
 
 #[cfg(feature = "gpu")]
-mod common_gpu;
-mod common_graph;
-mod common_ops;
+use crate::common_graph;
+use crate::common_ops;
 
 use common_ops::*;
 use kestrel_rt::demo::Rng;

@@ -13,7 +13,7 @@
 //! Each fused graph computes the same outputs on seeded random inputs as the graph it replaces,
 //! its queries the constant made an activation (a constant plus a zero constant).
 
-mod common_fuse;
+use crate::common_fuse;
 
 use common_fuse::{assert_same_outputs, binary, op};
 use kestrel_rt::demo::Rng;

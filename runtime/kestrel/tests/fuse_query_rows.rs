@@ -14,7 +14,7 @@
 //!
 //! Each fused graph computes the same outputs on seeded random inputs as the graph it replaces.
 
-mod common_fuse;
+use crate::common_fuse;
 
 use common_fuse::{assert_same_outputs, binary, op};
 use kestrel_rt::demo::Rng;

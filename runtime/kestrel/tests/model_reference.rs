@@ -3,7 +3,7 @@
 //! shapes from its tensor table: the whole executor (tensor roles, batch loop, arena layout,
 //! views, every kernel in context) end to end at `F32_MODEL`.
 
-mod common_graph;
+use crate::common_graph;
 
 use common_graph::{reference_batch, run_session, Feed, Rng, DTYPES};
 use kestrel_rt::demo::{image_model, text_model};

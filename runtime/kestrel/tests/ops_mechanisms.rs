@@ -2,8 +2,8 @@
 //! Fastformer, Sdpa) and Gather through the whole stack, as `ops_session.rs` runs the layer ops:
 //! `ModelBuilder` → `.kes` bytes → `Model` → `Session`, against the f64 references, batch 3 and 1.
 
-mod common_graph;
-mod common_ops;
+use crate::common_graph;
+use crate::common_ops;
 
 use common_graph::{Feed, Rng};
 use common_ops::*;

@@ -11,8 +11,7 @@
 //! |weights|, no activation, itself compared too), as the kernel tests' `assert_close_dot` does:
 //! rounding scales with Σ|a·b|, not with a possibly cancelled result.
 
-mod common_graph;
-mod common_ops;
+use crate::common_ops;
 
 use common_ops::*;
 use kestrel_rt::format::ops::*;

@@ -6,10 +6,8 @@
 //! backend (lavapipe in CI; skipped without an adapter unless `KESTREL_REQUIRE_GPU=1`). Also: a
 //! rank-9 tensor is a clear build error, and a rank-8 model survives the file round trip.
 
-#[cfg(feature = "gpu")]
-mod common_gpu;
-mod common_graph;
-mod common_ops;
+use crate::common_graph;
+use crate::common_ops;
 
 use common_ops::*;
 use kestrel_rt::format::ops::*;
