@@ -115,6 +115,15 @@ unsafe impl Vf for N2 {
     unsafe fn prefetch_l2(_: *const u8) {}
 }
 
+// SAFETY: NEON is baseline on aarch64.
+unsafe impl super::pool_taps::MaxV for N2 {
+    #[inline(always)]
+    unsafe fn keep_max(a: Self, v: Self) -> Self {
+        // SAFETY: NEON. A compare and a select, `v > a ? v : a` (`fmax` would return NaN).
+        unsafe { N2(vbslq_f32(vcgtq_f32(v.0, a.0), v.0, a.0), vbslq_f32(vcgtq_f32(v.1, a.1), v.1, a.1)) }
+    }
+}
+
 /// No column blocking (a dot product sums all of `k` in one chain per lane) and no streaming
 /// GEMV (not timed on aarch64 hardware yet).
 impl DotKernel for N2 {
