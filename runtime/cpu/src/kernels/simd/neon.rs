@@ -66,7 +66,7 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 /// Two NEON registers used as one 8-lane vector (the dot products' and the GEMM's unit; the
 /// horizontal sum adds the halves, then the lanes).
 #[derive(Clone, Copy)]
-pub(super) struct N2(float32x4_t, float32x4_t);
+pub(super) struct N2(pub(super) float32x4_t, pub(super) float32x4_t);
 
 // SAFETY: NEON is baseline on aarch64; pointers valid for 8 lanes per the trait's contract.
 unsafe impl Vf for N2 {
@@ -113,15 +113,6 @@ unsafe impl Vf for N2 {
     unsafe fn prefetch_l1(_: *const u8) {}
     #[inline(always)]
     unsafe fn prefetch_l2(_: *const u8) {}
-}
-
-// SAFETY: NEON is baseline on aarch64.
-unsafe impl super::pool_taps::MaxV for N2 {
-    #[inline(always)]
-    unsafe fn keep_max(a: Self, v: Self) -> Self {
-        // SAFETY: NEON. A compare and a select, `v > a ? v : a` (`fmax` would return NaN).
-        unsafe { N2(vbslq_f32(vcgtq_f32(v.0, a.0), v.0, a.0), vbslq_f32(vcgtq_f32(v.1, a.1), v.1, a.1)) }
-    }
 }
 
 /// No column blocking (a dot product sums all of `k` in one chain per lane) and no streaming

@@ -162,3 +162,19 @@ mod x86 {
         unsafe { block::<Z, MAX>(off, src, acc) }
     }
 }
+
+#[cfg(target_arch = "aarch64")]
+mod arm {
+    use super::super::neon::N2;
+    use super::MaxV;
+    use core::arch::aarch64::{vbslq_f32, vcgtq_f32};
+
+    // SAFETY: NEON is baseline on aarch64.
+    unsafe impl MaxV for N2 {
+        #[inline(always)]
+        unsafe fn keep_max(a: Self, v: Self) -> Self {
+            // SAFETY: NEON. A compare and a select, `v > a ? v : a` (`fmax` would return NaN).
+            unsafe { N2(vbslq_f32(vcgtq_f32(v.0, a.0), v.0, a.0), vbslq_f32(vcgtq_f32(v.1, a.1), v.1, a.1)) }
+        }
+    }
+}
