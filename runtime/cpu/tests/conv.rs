@@ -9,7 +9,8 @@ mod common_layers;
 
 use common_layers::cases::*;
 use common_layers::*;
-use kestrel_rt_cpu::kernels::conv::{conv2d, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
+use kestrel_rt_cpu::kernels::conv::{conv2d, conv2d_clamped, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
+use kestrel_rt_cpu::kernels::{epilogue, Clamp, Elementwise};
 use kestrel_rt_cpu::ProjW;
 use kestrel_rt_format::ops::Activation;
 use kestrel_rt_reference::layers as r;
@@ -49,6 +50,56 @@ proptest! {
             let (y, want) = run(&xs, &ws, &bs, fast);
             let (mag, mag_want) = run(&abs(&xs), &abs(&ws), &abs(&bs), fast);
             assert_close_dot(&what, &y, &want, &mag, &mag_want);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// A layer's clamp after its activation (`conv2d_clamped`, the planner's scratch): against
+    /// the reference (activation, then `min(max(v, lo), hi)` in f64), and, where the epilogue is
+    /// a ReLU and/or a clamp (which the depthwise kernel applies as it copies each row out, with
+    /// the bias), equal to the unfused layer (no activation) followed by `epilogue` over the
+    /// whole output.
+    #[test]
+    fn conv2d_clamped_matches_reference_and_unfused_epilogue(
+        (case, xs, ws) in conv_case(),
+        bias in any::<bool>(),
+        bs in vals(16),
+        act in prop::sample::select(Activation::ALL),
+        (lo, width, clamped) in (-1.5f32..0.5, 0.0f32..2.0, any::<bool>()),
+    ) {
+        let (c, h, w, o, kh, kw, stride, pad, dilation, groups) = case;
+        let ws_shape = [o, c / groups, kh, kw];
+        let p = Conv2dParams::new(&shape(&[c, h, w]), &shape(&ws_shape), stride, pad, dilation, groups).unwrap();
+        let clamp = clamped.then_some(Clamp { lo, hi: lo + width });
+        let mut wt = TestWeight::new(kestrel_rt_format::DType::F32, &ws_shape, &ws);
+        let mut bt = TestWeight::new(kestrel_rt_format::DType::F32, &[o], &bs[..o]);
+        let mut wa = TestWeight::new(kestrel_rt_format::DType::F32, &ws_shape, &abs(&ws));
+        let mut ba = TestWeight::new(kestrel_rt_format::DType::F32, &[o], &abs(&bs[..o]));
+        let spec = r::ConvSpec { stride, pad, dilation, groups };
+        let reference = |x: &[f32], wt: &TestWeight, bt: &TestWeight, clamp: Option<Clamp>| {
+            let (y, _, _) = r::conv2d(&f64s(x), [c, h, w], &wt.decoded, ws_shape, bias.then_some(&bt.decoded[..]), spec);
+            let y = y.into_iter().map(|v| r::act(act_of(act), v));
+            y.map(|v| clamp.map_or(v, |c| v.max(f64::from(c.lo)).min(f64::from(c.hi)))).collect::<Vec<f64>>()
+        };
+        let want = reference(&xs, &wt, &bt, clamp);
+        let mag_want = reference(&abs(&xs), &wa, &ba, None);
+        let n = o * p.oh * p.ow;
+        let run = |x: &[f32], wt: &mut TestWeight, bt: &mut TestWeight, act: Activation, clamp: Option<Clamp>| {
+            let proj = ProjW { w: wt.view(), b: bias.then(|| bt.view()), act_scale: None };
+            let mut y = out(n);
+            conv2d_clamped(&p, &proj, act, clamp, x, &mut y, &mut scratch(conv2d_scratch_fast(&p)));
+            y
+        };
+        let y = run(&xs, &mut wt, &mut bt, act, clamp);
+        let mag = run(&abs(&xs), &mut wa, &mut ba, act, None);
+        assert_close_dot(&format!("conv2d_clamped {case:?} bias {bias} {act:?} {clamp:?}"), &y, &want, &mag, &mag_want);
+        if Elementwise::of(act, clamp).is_some() {
+            let mut unfused = run(&xs, &mut wt, &mut bt, Activation::None, None);
+            epilogue(act, clamp, &mut unfused);
+            prop_assert!(y == unfused, "{:?} {:?} {:?}: fused {:?} vs unfused {:?}", case, act, clamp, y, unfused);
         }
     }
 }

@@ -18,7 +18,7 @@ use kestrel_rt_cpu::error::ShapeError;
 use kestrel_rt_cpu::kernels::pool::{
     pool2d, pool2d_on, pool2d_path, pool2d_scratch, pool2d_scratch_fast, Pool2dParams, PoolPath,
 };
-use kestrel_rt_cpu::kernels::simd::Isa;
+use kestrel_rt_cpu::kernels::simd::{self, Isa};
 use kestrel_rt_format::ops::PoolKind;
 use kestrel_rt_reference::assert_close;
 use kestrel_rt_reference::layers as r;
@@ -31,12 +31,16 @@ use std::sync::Once;
 // ---------------------------------------------------------------- pool2d
 
 /// The builds of the pooling loops this CPU runs, called directly through `pool2d_on`: the
-/// portable one (`Isa::Scalar`) always, the AVX2 and AVX-512 ones where the CPU has them (a
-/// missing one is said once on stderr: its loops are then not run here).
+/// portable one (`Isa::Scalar`) always, the AVX2 and AVX-512 ones where the CPU has them, NEON
+/// on aarch64 (each with its `simd::pool_taps`; a missing one is said once on stderr: its loops
+/// are then not run here).
 fn tiers() -> Vec<Isa> {
     static SAID: Once = Once::new();
-    let (run, missing): (Vec<Isa>, Vec<Isa>) =
-        [Isa::Scalar, Isa::Avx2, Isa::Avx512].into_iter().partition(|i| i.supported());
+    #[cfg(target_arch = "aarch64")]
+    let all = [Isa::Scalar, Isa::Neon];
+    #[cfg(not(target_arch = "aarch64"))]
+    let all = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+    let (run, missing): (Vec<Isa>, Vec<Isa>) = all.into_iter().partition(|i| i.supported());
     if !missing.is_empty() {
         SAID.call_once(|| {
             let names: Vec<_> = missing.iter().map(|i| i.name()).collect();
@@ -105,6 +109,21 @@ proptest! {
     #[test]
     fn pool2d_matches_reference((case, xs) in pool_case()) {
         let hit = check_pool2d(&format!("{case:?}"), case, &xs).is_some();
+        prop_assume!(hit);
+    }
+
+    /// NaN inputs: a max pool passes over them (the reference's `f64::max` from −∞: a window
+    /// of NaN alone gives −∞), a mean propagates them, on every path and build (the phase path's
+    /// SIMD selects included).
+    #[test]
+    fn pool2d_nan_inputs_match_reference(
+        (case, xs, nan) in pool_case().prop_flat_map(|(case, xs)| {
+            let n = xs.len();
+            (Just(case), Just(xs), proptest::collection::vec(proptest::bool::weighted(0.2), n))
+        })
+    ) {
+        let xs: Vec<f32> = xs.iter().zip(&nan).map(|(&v, &n)| if n { f32::NAN } else { v }).collect();
+        let hit = check_pool2d(&format!("NaN {case:?}"), case, &xs).is_some();
         prop_assume!(hit);
     }
 
@@ -335,4 +354,56 @@ fn issue33_reported_one_d_dilated_pool() {
     eprintln!("issue 33: {wrong} of {} max outputs wrong, max error {:.3} of the output scale", p.ow, cmp.max_rel_err);
     assert_eq!(wrong, 0);
     check_pool2d("issue 33", g, &x).expect("accepted");
+}
+
+// ---------------------------------------------------------------- simd::pool_taps
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// The phase path's taps block (`simd::pool_taps`: `acc[j]` = max or sum over `t` of
+    /// `src[off[t] + j]`) on every build this CPU runs (the portable loops, AVX2, AVX-512, NEON)
+    /// against f64: up to a 7×7 window's 49 taps, lengths around the four-vector blocks and the
+    /// scalar tails, some inputs NaN. A max is exact (NaN passed over, as `f64::max` from −∞);
+    /// a sum adds in tap order (`F32_KERNEL`, floor from the sum of |x|; NaN propagates), and
+    /// every build gives the portable loops' values exactly.
+    #[test]
+    fn pool_taps_match_f64(
+        (off, src, n) in (1usize..50, 0usize..200, 0usize..40).prop_flat_map(|(taps, n, extra)| (
+            proptest::collection::vec(0usize..=extra, taps),
+            proptest::collection::vec(prop_oneof![8 => nz(), 1 => Just(f32::NAN)], n + extra),
+            Just(n),
+        ))
+    ) {
+        let (o_ref, s_ref) = (&off, &src);
+        let column = |j: usize| o_ref.iter().map(move |&o| f64::from(s_ref[o + j]));
+        let want_max: Vec<f64> = (0..n).map(|j| column(j).fold(f64::NEG_INFINITY, f64::max)).collect();
+        let want_sum: Vec<f64> = (0..n).map(|j| column(j).sum()).collect();
+        let mag: Vec<f64> = (0..n).map(|j| column(j).map(f64::abs).sum()).collect();
+        let mut portable = [out(n), out(n)];
+        simd::pool_taps::<true>(Isa::Scalar, &off, &src, &mut portable[0]);
+        simd::pool_taps::<false>(Isa::Scalar, &off, &src, &mut portable[1]);
+        let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x == y || (x.is_nan() && y.is_nan()));
+        for isa in tiers() {
+            let (mut max, mut sum) = (out(n), out(n));
+            simd::pool_taps::<true>(isa, &off, &src, &mut max);
+            simd::pool_taps::<false>(isa, &off, &src, &mut sum);
+            let who = isa.name();
+            assert_close(&format!("pool_taps max {who}"), &max, &want_max, EXACT);
+            for (j, (&g, (&w, &m))) in sum.iter().zip(want_sum.iter().zip(&mag)).enumerate() {
+                let ok = if w.is_nan() { g.is_nan() } else { (f64::from(g) - w).abs() <= 1e-5 * m + 1e-30 };
+                prop_assert!(ok, "pool_taps sum {} [{}]: {} vs {}", who, j, g, w);
+            }
+            prop_assert!(same(&max, &portable[0]) && same(&sum, &portable[1]), "pool_taps {} differs from the portable loops", who);
+        }
+    }
+}
+
+/// A tap reading past the source is refused (a panic, never a read outside it).
+#[test]
+#[should_panic(expected = "reads past")]
+fn pool_taps_checks_bounds() {
+    let src = vec![1.0f32; 40];
+    let mut acc = vec![0.0f32; 33];
+    simd::pool_taps::<true>(kestrel_rt_cpu::kernels::simd::isa(), &[0, 8], &src, &mut acc);
 }

@@ -7,7 +7,9 @@ pub use kestrel_rt_core::params::Conv2dParams;
 use kestrel_rt_core::params::Window2d;
 use kestrel_rt_format::ops::Activation;
 
+mod depthwise;
 mod depthwise_cl;
+use depthwise::Depthwise;
 use depthwise_cl::{channels_last_depthwise, cl_scratch, depthwise_cl};
 
 /// Scratch for [`conv2d`] at least: one decoded weight row (the direct loop).
@@ -400,149 +402,6 @@ fn im2row_phased(p: &Conv2dParams, ph: &Depthwise, planes: &[f32], xt: &mut [f32
                     *v = planes[base + off.get(t)];
                 }
             }
-        }
-    }
-}
-
-/// The depthwise kernel's geometry (one input channel per group). Each input plane is padded
-/// and split by stride phase into `sh·sw` planes of `hq × wq`: phase `(ry, rx)` holds the padded
-/// input's `(ry + i·sh, rx + j·sw)`. Output pixel `(oy, ox)`'s tap `(ky, kx)` is then element
-/// `(oy + ky·dh / sh, ox + kx·dw / sw)` of phase `(ky·dh mod sh, kx·dw mod sw)`, so each tap is
-/// one contiguous multiply-add over an accumulator of `H' × wq` (the columns from `W'` on are
-/// scratch, never read back), whatever the stride and dilation.
-#[derive(Clone, Copy, Debug)]
-struct Depthwise {
-    /// Where the phase planes put the padded input ([`PhaseGeom::of`] the window).
-    geom: PhaseGeom,
-    /// Phase planes (`sh · sw`).
-    phases: usize,
-    /// Accumulator length `H' · wq`.
-    acc: usize,
-    /// Taps per weight row `kh · kw`.
-    taps: usize,
-}
-
-impl Depthwise {
-    fn of(p: &Conv2dParams) -> Self {
-        let geom = PhaseGeom::of(&p.window);
-        Self {
-            geom,
-            phases: p.stride[0].saturating_mul(p.stride[1]),
-            acc: p.oh.saturating_mul(geom.wq),
-            taps: p.kh * p.kw,
-        }
-    }
-
-    /// One channel's phase planes.
-    fn set(&self) -> usize {
-        self.phases.saturating_mul(self.geom.hq).saturating_mul(self.geom.wq)
-    }
-
-    /// Phase planes, the accumulator and one decoded weight row.
-    fn scratch(&self) -> usize {
-        self.set().saturating_add(self.acc).saturating_add(self.taps)
-    }
-
-    /// Writes input channel `xc [H, W]` into the phase planes (zeros in the padding).
-    #[cfg_attr(target_arch = "x86_64", inline(always))]
-    fn split(&self, xc: &[f32], planes: &mut [f32]) {
-        split_phases(&self.geom, xc, 0.0, planes);
-    }
-
-    /// The depthwise convolution, compiled for the detected x86 ISA (the copies and the
-    /// per-tap loops vectorise to its width), portable elsewhere.
-    fn run(&self, p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use crate::kernels::simd::{isa, Isa};
-            match isa() {
-                // SAFETY: AVX-512F/AVX2/FMA detected by `isa()`.
-                Isa::Avx512 => return unsafe { dw_avx512(self, p, proj, epi, x, y, scratch) },
-                // SAFETY: AVX2/FMA detected by `isa()`.
-                Isa::Avx2 | Isa::Avx2Vnni => return unsafe { dw_avx2(self, p, proj, epi, x, y, scratch) },
-                _ => {}
-            }
-        }
-        self.run_body(p, proj, epi, x, y, scratch)
-    }
-
-    #[cfg_attr(target_arch = "x86_64", inline(always))]
-    fn run_body(&self, p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-        let og = p.o / p.groups;
-        let (oh, ow) = (p.oh, p.ow);
-        let plane = oh * ow;
-        let (planes, rest) = scratch.split_at_mut(self.set());
-        let (acc, wbuf) = rest.split_at_mut(self.acc);
-        let off = TapOffsets::new(p.kh, p.kw, p.stride, p.dilation, self.geom.hq * self.geom.wq, self.geom.wq);
-        let mut channel = usize::MAX;
-        for (oc, yp) in y[..p.o * plane].chunks_exact_mut(plane).enumerate() {
-            // One input channel per group: output channels oc of group oc / og read channel
-            // oc / og (all of them read channel 0 when the input has one channel).
-            let c = oc / og;
-            if c != channel {
-                self.split(&x[c * p.h * p.w..(c + 1) * p.h * p.w], planes);
-                channel = c;
-            }
-            let wr = proj.w.row(oc, wbuf);
-            taps_body(p, &off, wr, planes, acc);
-            let bias = proj.b.map_or(0.0, |b| b.get(oc / b.cols(), oc % b.cols()));
-            // The bias over the whole accumulator (contiguous: full vectors, where the rows of
-            // a small map, 6 or 12 wide, would run scalar), then each row one short copy.
-            if bias != 0.0 {
-                acc.iter_mut().for_each(|a| *a += bias);
-            }
-            for (yr, ar) in yp.chunks_exact_mut(ow).zip(acc.chunks_exact(self.geom.wq)) {
-                super::copy_short(yr, &ar[..ow]);
-            }
-            epi.apply(yp);
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn dw_avx512(
-    g: &Depthwise,
-    p: &Conv2dParams,
-    proj: &ProjW<'_>,
-    epi: Epi,
-    x: &[f32],
-    y: &mut [f32],
-    scratch: &mut [f32],
-) {
-    g.run_body(p, proj, epi, x, y, scratch)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dw_avx2(
-    g: &Depthwise,
-    p: &Conv2dParams,
-    proj: &ProjW<'_>,
-    epi: Epi,
-    x: &[f32],
-    y: &mut [f32],
-    scratch: &mut [f32],
-) {
-    g.run_body(p, proj, epi, x, y, scratch)
-}
-
-/// `acc = Σ_taps w[ky, kx] · phase(ky, kx)[shifted]`, taps in `(ky, kx)` order: through
-/// [`simd::taps`](crate::kernels::simd::taps) (x86: blocks of the accumulator held in registers
-/// across every tap, written with intrinsics — the compiler kept a plain-Rust block on the
-/// stack, 3× slower), else one contiguous multiply-add over the whole accumulator per tap.
-#[cfg_attr(target_arch = "x86_64", inline(always))]
-fn taps_body(p: &Conv2dParams, off: &TapOffsets, w: &[f32], planes: &[f32], acc: &mut [f32]) {
-    let taps = p.kh * p.kw;
-    if let Some(offs) = off.table(taps) {
-        return crate::kernels::simd::taps(&w[..taps], offs, planes, acc);
-    }
-    let n = acc.len();
-    acc.fill(0.0);
-    for (t, &wv) in w[..p.kh * p.kw].iter().enumerate() {
-        let base = off.get(t);
-        for (a, &v) in acc.iter_mut().zip(&planes[base..base + n]) {
-            *a += wv * v;
         }
     }
 }

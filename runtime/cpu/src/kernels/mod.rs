@@ -62,11 +62,18 @@ impl Clamp {
     /// clamp is fused from).
     #[inline]
     pub fn apply(self, y: &mut [f32]) {
-        let Clamp { lo, hi } = self;
-        y.iter_mut().for_each(|v| {
-            let m = if *v < lo { lo } else { *v };
-            *v = if m > hi { hi } else { m };
-        });
+        y.iter_mut().for_each(|v| *v = self.one(*v));
+    }
+
+    /// One element of [`Clamp::apply`].
+    #[inline(always)]
+    pub fn one(self, v: f32) -> f32 {
+        let m = if v < self.lo { self.lo } else { v };
+        if m > self.hi {
+            self.hi
+        } else {
+            m
+        }
     }
 }
 
@@ -85,6 +92,42 @@ pub fn epilogue(act: Activation, clamp: Option<Clamp>, y: &mut [f32]) {
     }
 }
 
+/// ONNX's Relu of one element: 0 for `v ≤ 0`, NaN stays NaN ([`activate`]'s ReLU).
+#[inline(always)]
+pub fn relu(v: f32) -> f32 {
+    if v <= 0.0 {
+        0.0
+    } else {
+        v
+    }
+}
+
+/// The epilogue [`epilogue`] applies, as a function of one element, when it is no more than a
+/// ReLU and a clamp (the cheap ones a copy-out can apply on the way, bit for bit the same);
+/// `None` for the other activations.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Elementwise {
+    /// No activation and no clamp.
+    Identity,
+    /// A ReLU alone.
+    Relu,
+    /// A clamp (a ReLU before it folded into its lower bound, as [`epilogue`] does).
+    Clamp(Clamp),
+}
+
+impl Elementwise {
+    /// [`epilogue`]`(act, clamp, ·)` as one of these, if it is one.
+    pub fn of(act: Activation, clamp: Option<Clamp>) -> Option<Self> {
+        match (act, clamp) {
+            (Activation::None, None) => Some(Self::Identity),
+            (Activation::Relu, None) => Some(Self::Relu),
+            (Activation::None, Some(c)) => Some(Self::Clamp(c)),
+            (Activation::Relu, Some(c)) => Some(Self::Clamp(Clamp { lo: c.lo.max(0.0), hi: c.hi })),
+            _ => None,
+        }
+    }
+}
+
 /// Applies a fused activation in place: GELU and SiLU vectorised where the CPU allows, the
 /// others in loops the compiler vectorises.
 #[inline]
@@ -93,7 +136,7 @@ pub fn activate(act: Activation, y: &mut [f32]) {
     match act {
         Activation::None => {}
         // NaN stays NaN (ONNX's Relu), as the format's table defines it.
-        Activation::Relu => y.iter_mut().for_each(|v| *v = if *v <= 0.0 { 0.0 } else { *v }),
+        Activation::Relu => y.iter_mut().for_each(|v| *v = relu(*v)),
         Activation::Gelu => simd::gelu(y),
         Activation::GeluTanh => simd::gelu_tanh(y),
         Activation::Silu => simd::silu(y),
@@ -177,5 +220,44 @@ pub fn copy_short(dst: &mut [f32], src: &[f32]) {
         8..=15 => blocks::<8>(dst, src),
         4..=7 => blocks::<4>(dst, src),
         _ => dst.iter_mut().zip(src).for_each(|(d, &s)| *d = s),
+    }
+}
+
+/// `dst[i] = f(src[i])` for short rows, inlined as [`copy_short`] is (fixed 16/8/4-element
+/// blocks, the last one overlapping the previous: `f` of the same source element again, so the
+/// overlap stores the same values): a feature map's rows copied out of an accumulator with their
+/// bias, activation or divisor applied on the way.
+///
+/// # Panics
+/// When the lengths differ.
+#[inline(always)]
+pub fn map_short(dst: &mut [f32], src: &[f32], f: impl Fn(f32) -> f32 + Copy) {
+    assert_eq!(dst.len(), src.len(), "map_short: lengths differ");
+    let n = dst.len();
+    #[inline(always)]
+    fn block<const B: usize>(dst: &mut [f32], src: &[f32], at: usize, f: impl Fn(f32) -> f32) {
+        let d: &mut [f32; B] = (&mut dst[at..at + B]).try_into().expect("B elements");
+        let s: &[f32; B] = (&src[at..at + B]).try_into().expect("B elements");
+        for (d, &s) in d.iter_mut().zip(s) {
+            *d = f(s);
+        }
+    }
+    #[inline(always)]
+    fn blocks<const B: usize>(dst: &mut [f32], src: &[f32], f: impl Fn(f32) -> f32 + Copy) {
+        let n = dst.len();
+        let mut at = 0;
+        while at + B <= n {
+            block::<B>(dst, src, at, f);
+            at += B;
+        }
+        if at < n {
+            block::<B>(dst, src, n - B, f);
+        }
+    }
+    match n {
+        16.. => blocks::<16>(dst, src, f),
+        8..=15 => blocks::<8>(dst, src, f),
+        4..=7 => blocks::<4>(dst, src, f),
+        _ => dst.iter_mut().zip(src).for_each(|(d, &s)| *d = f(s)),
     }
 }

@@ -10,11 +10,13 @@
 //!   instead reduces each contiguous input row segment in eight lanes.
 //! * Phased (given [`pool2d_scratch_fast`] scratch): the input split into its stride phases
 //!   (padded with −∞ for a max, 0 for a mean), every tap one contiguous maximum or sum over the
-//!   output plane, a block of 64 outputs at a time held in registers across the taps.
+//!   output plane through [`simd::pool_taps`] (AVX2, AVX-512, NEON: blocks of four vectors of
+//!   outputs held in registers across the taps).
 //! * Pairs: disjoint windows two columns wide (the CNN's 2×2 pool).
 //! * Global: a window over the whole unpadded plane, each channel one contiguous reduction.
 
 use crate::kernels::conv::{split_phases, PhaseGeom, TapOffsets};
+use crate::kernels::simd::{self, Isa};
 pub use kestrel_rt_core::params::Pool2dParams;
 use kestrel_rt_format::ops::PoolKind;
 
@@ -35,14 +37,12 @@ pub fn pool2d_scratch_fast(p: &Pool2dParams) -> usize {
     set.saturating_add(p.oh.saturating_mul(g.wq)).saturating_add(counts)
 }
 
-/// Outputs accumulated in registers across the taps ([`phased`]).
-const BLOCK: usize = 64;
-
 /// Pooling through the stride phases (see [`pool2d_scratch_fast`]): each output the maximum or
 /// the sum of its window's taps (the padding's −∞ never wins, as every window holds an input;
-/// its 0 adds nothing), a mean then divided by its count.
+/// its 0 adds nothing) through [`simd::pool_taps`] on `isa` (blocks of the accumulator held in
+/// registers across the taps), a mean then divided by its count as each row is copied out.
 #[cfg_attr(target_arch = "x86_64", inline(always))]
-fn phased<const MAX: bool>(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+fn phased<const MAX: bool>(isa: Isa, p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let g = PhaseGeom::of(&p.window);
     let [sh, sw] = p.stride;
     let (plane, oplane, pq) = (p.h * p.w, p.oh * p.ow, g.hq * g.wq);
@@ -60,24 +60,14 @@ fn phased<const MAX: bool>(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: 
     let whole = (p.kh * p.kw) as f32;
     for (xc, yc) in x[..p.c * plane].chunks_exact(plane).zip(y[..p.c * oplane].chunks_exact_mut(oplane)) {
         split_phases(&g, xc, init, planes);
-        let mut b0 = 0;
-        while b0 + BLOCK <= n {
-            let mut a = [init; BLOCK];
+        if let Some(offs) = off.table(taps) {
+            simd::pool_taps::<MAX>(isa, offs, planes, acc);
+        } else {
+            // Beyond the tabled taps: one pass per tap, offsets computed (the same values).
+            acc.fill(init);
             for t in 0..taps {
-                let src: &[f32; BLOCK] = planes[off.get(t) + b0..][..BLOCK].try_into().expect("BLOCK elements");
-                for (a, &v) in a.iter_mut().zip(src) {
-                    *a = combine::<MAX>(*a, v);
-                }
-            }
-            acc[b0..b0 + BLOCK].copy_from_slice(&a);
-            b0 += BLOCK;
-        }
-        if b0 < n {
-            let a = &mut acc[b0..];
-            a.fill(init);
-            for t in 0..taps {
-                let src = &planes[off.get(t) + b0..][..n - b0];
-                a.iter_mut().zip(src).for_each(|(a, &v)| *a = combine::<MAX>(*a, v));
+                let src = &planes[off.get(t)..][..n];
+                acc.iter_mut().zip(src).for_each(|(a, &v)| *a = combine::<MAX>(*a, v));
             }
         }
         for (i, (yr, ar)) in yc.chunks_exact_mut(p.ow).zip(acc.chunks_exact(g.wq)).enumerate() {
@@ -85,7 +75,7 @@ fn phased<const MAX: bool>(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: 
             if MAX {
                 super::copy_short(yr, ar);
             } else if p.count_include_pad {
-                yr.iter_mut().zip(ar).for_each(|(o, &a)| *o = a / whole);
+                super::map_short(yr, ar, |a| a / whole);
             } else {
                 let rows = (0..p.kh).filter(|&u| p.row(i, u).is_some()).count() as f32;
                 yr.iter_mut().zip(ar).zip(&*cols).for_each(|((o, &a), &c)| *o = a / (rows * c));
@@ -147,50 +137,46 @@ pub fn pool2d_path(p: &Pool2dParams, scratch: usize) -> PoolPath {
 /// [`pool2d_path`]). Compiled for the detected x86 ISA (the loops vectorise to its width),
 /// portable elsewhere.
 pub fn pool2d(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-    pool2d_on(crate::kernels::simd::isa(), p, x, y, scratch)
+    pool2d_on(simd::isa(), p, x, y, scratch)
 }
 
 /// [`pool2d`] compiled for `isa`: the AVX-512 or the AVX2 build of the same loops where `isa` is
 /// one of them and the CPU runs it, the portable build otherwise (scalar, NEON, or a tier the CPU
-/// lacks). [`pool2d`] passes the detected ISA; the tests pass each tier in turn.
-pub fn pool2d_on(isa: crate::kernels::simd::Isa, p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+/// lacks), the taps of the stride-phase path on `isa`'s [`simd::pool_taps`]. [`pool2d`] passes
+/// the detected ISA; the tests pass each tier in turn.
+pub fn pool2d_on(isa: Isa, p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    {
-        use crate::kernels::simd::Isa;
-        match isa {
-            // SAFETY: AVX-512F/AVX2/FMA checked by `supported()`.
-            Isa::Avx512 if isa.supported() => return unsafe { pool2d_avx512(p, x, y, scratch) },
-            // SAFETY: AVX2/FMA checked by `supported()`.
-            Isa::Avx2 | Isa::Avx2Vnni if isa.supported() => return unsafe { pool2d_avx2(p, x, y, scratch) },
-            _ => {}
-        }
+    match isa {
+        // SAFETY: AVX-512F/AVX2/FMA checked by `supported()`.
+        Isa::Avx512 if isa.supported() => return unsafe { pool2d_avx512(isa, p, x, y, scratch) },
+        // SAFETY: AVX2/FMA checked by `supported()`.
+        Isa::Avx2 | Isa::Avx2Vnni if isa.supported() => return unsafe { pool2d_avx2(isa, p, x, y, scratch) },
+        _ => {}
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = isa;
-    pool2d_body(p, x, y, scratch)
+    pool2d_body(isa, p, x, y, scratch)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn pool2d_avx512(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-    pool2d_body(p, x, y, scratch)
+unsafe fn pool2d_avx512(isa: Isa, p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    pool2d_body(isa, p, x, y, scratch)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn pool2d_avx2(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-    pool2d_body(p, x, y, scratch)
+unsafe fn pool2d_avx2(isa: Isa, p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    pool2d_body(isa, p, x, y, scratch)
 }
 
 #[cfg_attr(target_arch = "x86_64", inline(always))]
-fn pool2d_body(p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+fn pool2d_body(isa: Isa, p: &Pool2dParams, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     match pool2d_path(p, scratch.len()) {
         PoolPath::Pairs if p.kind == PoolKind::Max => return pool_pairs::<true>(p, x, y),
         PoolPath::Pairs => return pool_pairs::<false>(p, x, y),
         PoolPath::Global if p.kind == PoolKind::Max => return pool_global::<true>(p, x, y),
         PoolPath::Global => return pool_global::<false>(p, x, y),
-        PoolPath::Phased if p.kind == PoolKind::Max => return phased::<true>(p, x, y, scratch),
-        PoolPath::Phased => return phased::<false>(p, x, y, scratch),
+        PoolPath::Phased if p.kind == PoolKind::Max => return phased::<true>(isa, p, x, y, scratch),
+        PoolPath::Phased => return phased::<false>(isa, p, x, y, scratch),
         PoolPath::Rows => {}
     }
     let (plane, oplane) = (p.h * p.w, p.oh * p.ow);
@@ -229,7 +215,10 @@ fn pool_pairs<const MAX: bool>(p: &Pool2dParams, x: &[f32], y: &mut [f32]) {
             let r0 = i * p.kh;
             let first = &xc[r0 * p.w..][..2 * ow];
             for (o, pr) in yr.iter_mut().zip(first.chunks_exact(2)) {
-                *o = combine::<MAX>(pr[0], pr[1]);
+                // A max from −∞, as every other path and the reference: a window of NaN alone
+                // gives −∞ (`f32::max(NaN, NaN)` would give NaN).
+                let a = if MAX { f32::NEG_INFINITY.max(pr[0]) } else { pr[0] };
+                *o = combine::<MAX>(a, pr[1]);
             }
             for r in r0 + 1..r0 + p.kh {
                 let xr = &xc[r * p.w..][..2 * ow];
@@ -258,8 +247,9 @@ fn combine<const MAX: bool>(a: f32, v: f32) -> f32 {
 /// `f32::max(a, v)` (a NaN input is passed over, as `f32::max` does) in one `maxps`, where
 /// `f32::max`'s NaN checks take three instructions: global max pooling ran 2–2.7× faster for
 /// it (`kestrel bench ops --only pool`, AVX-512). Not in the other loops: in a loop of a runtime
-/// length the compiler turned the select into a branch on the data, and in the phase blocks it
-/// spilled the register block (3×3 max pools ran 1.5–4.6× slower).
+/// length the compiler turned the select into a branch on the data, and in a plain-Rust phase
+/// block it spilled the register block (3×3 max pools ran 1.5–4.6× slower); the phase path's
+/// taps use the same select in intrinsics ([`simd::pool_taps`]).
 #[inline(always)]
 fn fold<const MAX: bool>(a: f32, v: f32) -> f32 {
     if MAX {

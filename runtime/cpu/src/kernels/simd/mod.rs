@@ -24,6 +24,7 @@ mod loaders;
 pub(crate) mod multiversion;
 #[cfg(target_arch = "aarch64")]
 pub mod neon;
+mod pool_taps;
 mod q8;
 #[cfg(target_arch = "x86_64")]
 mod q8_512;
@@ -47,6 +48,7 @@ mod x86_math;
 mod x86_q8;
 #[cfg(target_arch = "x86_64")]
 mod x86_rows;
+pub use pool_taps::pool_taps;
 pub use q8::{
     has_dotprod, q8_accumulate_i8, q8_dense_i8, q8_int4, Q8AccumulateFn, Q8DenseFn, Q8Finish, Q8Int4, Q8Kernels,
     Q8Operands, Q8_EXACT_MAX_COLS, Q8_FUSED_MIN_ROWS, Q8_KERNELS,

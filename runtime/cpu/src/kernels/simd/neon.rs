@@ -66,7 +66,7 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 /// Two NEON registers used as one 8-lane vector (the dot products' and the GEMM's unit; the
 /// horizontal sum adds the halves, then the lanes).
 #[derive(Clone, Copy)]
-pub(super) struct N2(float32x4_t, float32x4_t);
+pub(super) struct N2(pub(super) float32x4_t, pub(super) float32x4_t);
 
 // SAFETY: NEON is baseline on aarch64; pointers valid for 8 lanes per the trait's contract.
 unsafe impl Vf for N2 {
