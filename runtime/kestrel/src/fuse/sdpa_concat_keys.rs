@@ -237,7 +237,12 @@ fn concat_scores(
     }
     let q = parts[0].mm.a;
     if parts.iter().any(|p| p.mm.a != q) {
-        return Err("score products of different queries: no one product over the keys".into());
+        let qd: Vec<Vec<usize>> = parts.iter().filter_map(|p| dims(b, p.mm.a)).collect();
+        return Err(format!(
+            "score products of different queries {qd:?} (where the same queries are grouped otherwise, several \
+             blocks each scored against shared keys, as Pegasus-X's global tokens beside each block's own: the \
+             shared keys are not broadcast over the blocks to join them): no one product over the keys"
+        ));
     }
     let mut ops = Vec::new();
     let ks: Vec<TensorId> = parts.iter().map(|p| p.mm.b).collect();
