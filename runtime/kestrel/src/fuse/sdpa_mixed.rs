@@ -124,8 +124,7 @@ fn find(b: &ModelBuilder, at: usize) -> Option<Result<Mixed, String>> {
     let mut t = views(b, sm.y, &mut nodes);
     let (mut gate, mut map): (Option<Vec<f32>>, Option<Vec<f32>>) = (None, None);
     // The gate and the map, in either order (at most one of each), each at the weights' size.
-    loop {
-        let Some(c) = sole_consumer(b, t) else { break };
+    while let Some(c) = sole_consumer(b, t) {
         let Op::Binary(bin) = b.ops()[c] else { break };
         let Some(k) = constant_beside(b, &bin, t) else { break };
         let (kd, yd) = (dims(b, k)?, dims(b, bin.y)?);
