@@ -8,9 +8,9 @@
 //! - the key axis split by a view for biases added there (MViTv2's decomposed relative position,
 //!   `[.., Tq, kh, kw]` plus `[.., kh, 1]` and `[.., 1, kw]`);
 //! - the forms no fused node computes, reported with a reason that names them: a softmax over the
-//!   queries (GroupViT), weights gated before the product with values (ConViT), scores also read
-//!   by another output, a sink column whose constant also biases the keys; constant queries (a
-//!   pooling head's probe) now fuse.
+//!   queries (GroupViT), scores also read by another output, a sink column whose constant also
+//!   biases the keys; constant queries (a pooling head's probe) now fuse, and so do weights mixed
+//!   with a constant map before the product with values (ConViT: tests/fuse_mixed.rs).
 //!
 //! Each fused graph computes the same outputs on seeded random inputs as the graph it replaces.
 
@@ -201,20 +201,6 @@ fn a_softmax_over_the_queries_is_reported_as_such() {
     let o = op(&mut b, |y| Op::MatMul(MatMul { a: pt, b: v, transpose_b: false, y }));
     b.output(o);
     reported(&b, "a softmax over the queries");
-}
-
-/// ConViT's gated positional self-attention: the weights scaled per head by a gate and mixed
-/// with other weights before the product with values.
-#[test]
-fn gated_weights_are_reported_as_such() {
-    let mut b = ModelBuilder::new("gated");
-    let mut rng = Rng::new(2);
-    let g = b.weight("gate", &[1, H, 1, 1], rng.vec(H, 1.0)).unwrap();
-    let (p, v) = scores(&mut b, None);
-    let gated = binary(&mut b, p, g, BinaryOp::Mul);
-    let o = times_values(&mut b, gated, v, T);
-    b.output(o);
-    reported(&b, "weights gated or mixed before the product with values");
 }
 
 /// A pooling head's probe: constant queries, whose scores tract writes as the keys times the

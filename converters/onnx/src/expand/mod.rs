@@ -1,5 +1,5 @@
 //! ONNX ops that tract's importer has no parser for (or a wrong one: `Celu`, `Swish`,
-//! `SpaceToDepth`), read here as expansions into ops it has
+//! `SpaceToDepth`, `Mod` of shape values), read here as expansions into ops it has
 //! (each registered by [`register`] before the graph is read). Each expansion wires tract core
 //! ops (reductions, element-wise ops, comparisons, slices, pads, pools, a transposed
 //! convolution), which the lowering then converts like any others; an input that shapes the
@@ -13,6 +13,7 @@ mod col2im;
 mod crop_pad;
 mod cumprod;
 mod det;
+mod floor_mod;
 mod loss;
 mod lp_pool;
 mod max_unpool;
@@ -50,6 +51,7 @@ pub(crate) fn register(reg: &mut OnnxOpRegister) {
     reg.insert("Celu", activations::parse_celu);
     reg.insert("Swish", activations::parse_swish);
     reg.insert("SpaceToDepth", space_to_depth::parse);
+    reg.insert("Mod", floor_mod::parse);
     // Parsed as tract does, evaluated (constant folding) with ONNX's values: see the module.
     reg.insert("ReduceMax", reduce_min_max::parse_max);
     reg.insert("ReduceMin", reduce_min_max::parse_min);

@@ -22,6 +22,8 @@ mod query_rows;
 mod score_forms;
 mod score_mask;
 mod sdpa;
+mod sdpa_concat_keys;
+mod sdpa_mixed;
 mod sdpa_pass;
 mod sdpa_reasons;
 mod sdpa_sinks;

@@ -1,12 +1,17 @@
 //! The `Sdpa` pass: every softmax the pattern ([`match_sdpa`]) takes becomes one `Sdpa` node
 //! (the numerical check of [`try_replace`] deciding), attention weights split by query rows are
-//! fused one node per part ([`query_rows`](super::query_rows)), and the softmaxes left that look
-//! like attention are reported with the reason ([`unfused_attention`]).
+//! fused one node per part ([`query_rows`](super::query_rows)), weights mixed with a constant
+//! attention map are split by linearity first ([`sdpa_mixed`](super::sdpa_mixed)), scores
+//! concatenated from several products become one product over the concatenated keys first
+//! ([`sdpa_concat_keys`](super::sdpa_concat_keys)), and the softmaxes left that look like
+//! attention are reported with the reason ([`unfused_attention`]).
 
 use super::const_queries::fuse_const_queries;
 use super::query_rows::{row_slices, score_chain, split_chains};
 use super::score_forms::unshare_fill_picks;
 use super::sdpa::match_sdpa;
+use super::sdpa_concat_keys::fuse_concat_keys;
+use super::sdpa_mixed::fuse_mixed;
 use super::sdpa_reasons::{constant_operand, constant_queries};
 use super::sdpa_walk::attention_shaped;
 use super::{try_replace, FusionReport};
@@ -29,8 +34,19 @@ pub(super) fn sdpa(b: &mut ModelBuilder, report: &mut FusionReport) -> usize {
                         continue;
                     }
                 }
+                // Weights mixed with a constant map: split by linearity first (sdpa_mixed).
+                // Scores concatenated from several products: one product over the keys joined
+                // first (sdpa_concat_keys).
                 // Constant queries: the product made one of activations first (const_queries).
                 Err(_) => {
+                    if let Some(Ok(())) = fuse_mixed(b, i, report) {
+                        n += 1;
+                        continue;
+                    }
+                    if let Some(Ok(())) = fuse_concat_keys(b, i, report) {
+                        n += 1;
+                        continue;
+                    }
                     if let Some(Ok(())) = fuse_const_queries(b, i, report) {
                         n += 1;
                         continue;
@@ -77,12 +93,20 @@ pub fn unfused_attention(b: &ModelBuilder) -> Vec<UnfusedAttention> {
         }
         let mut scratch = b.clone();
         let reason = match match_sdpa(&mut scratch, i) {
-            // Weights split by query rows: one node per part (query_rows), or why a part is not.
-            Err(why) => match split_and_fuse(&mut b.clone(), i, &mut FusionReport::default()) {
-                None => why,
-                Some(Err(part)) => part,
-                Some(Ok(_)) => "matches, but was not applied (fusion did not run on this graph)".to_string(),
-            },
+            // Weights mixed with a constant map (sdpa_mixed), scores concatenated from several
+            // products (sdpa_concat_keys), or weights split by query rows: one node per part
+            // (query_rows); or why not.
+            Err(why) => {
+                let mut r = FusionReport::default();
+                let found = fuse_mixed(&mut b.clone(), i, &mut r)
+                    .or_else(|| fuse_concat_keys(&mut b.clone(), i, &mut r))
+                    .or_else(|| split_and_fuse(&mut b.clone(), i, &mut r).map(|x| x.map(|_| ())));
+                match found {
+                    None => why,
+                    Some(Err(rewrite)) => rewrite,
+                    Some(Ok(())) => "matches, but was not applied (fusion did not run on this graph)".to_string(),
+                }
+            }
             Ok((region, ops)) => {
                 let mut r = FusionReport::default();
                 if try_replace(&mut scratch, &region, ops, "sdpa", &mut r) {

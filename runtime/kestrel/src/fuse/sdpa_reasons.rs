@@ -6,15 +6,25 @@
 //!   which [`sdpa_sinks`](super::sdpa_sinks) takes): a fused node would compute the scores a
 //!   second time;
 //! - **a softmax over the queries** (the scores transposed before it: GroupViT's group
-//!   assignment normalises each key over the groups): the fused nodes normalise over the keys;
-//! - **weights gated or mixed before the product with values** (ConViT's gated positional
-//!   self-attention, `(1 − σ(g))·softmax(q·kᵀ) + σ(g)·softmax(pos)`, renormalised): the fused
-//!   nodes multiply the softmax's own weights with the values;
+//!   assignment normalises each key over the groups): not an `Sdpa` of any operand order. The
+//!   node's weights sum to 1 over the axis its product with values sums over; these sum to 1
+//!   over the queries while the product sums over the keys (swapping queries and keys makes the
+//!   product sum over the queries instead). Written over the keys, `w_ij = exp(s_ij − lse_i' s_i'j)`
+//!   needs a bias of minus each key's log-sum-exp over the queries, computed from the same
+//!   scores in a pass of its own; and GroupViT's eval form (`hard_softmax`) keeps only the
+//!   one-hot of the argmax over the queries (`y_hard − y_soft + y_soft`, the soft weights
+//!   cancelling), divided by each group's count plus ε, which no softmax computes;
+//! - **weights gated or mixed before the product with values** by an activation, or by a
+//!   constant in a form [`sdpa_mixed`](super::sdpa_mixed) does not take (it takes ConViT's gated
+//!   positional self-attention, `(1 − σ(g))·softmax(q·kᵀ) + σ(g)·softmax(pos)`, renormalised,
+//!   and says why where it does not): the fused nodes multiply the softmax's own weights with
+//!   the values;
 //! - **scores padded on the key axis** (a slice writing them into a longer key axis, as tract
 //!   lowers a concatenation): with a new column that is no constant logit per head (a constant
-//!   one, FLiNT's and GPT-OSS's sinks, is the node's sink: [`sdpa_sinks`](super::sdpa_sinks)), or
-//!   beside another padded score product (keys concatenated from two products: Pegasus-X's local
-//!   blocks and global tokens); the fused nodes take one score product over the keys;
+//!   one, FLiNT's and GPT-OSS's sinks, is the node's sink: [`sdpa_sinks`](super::sdpa_sinks));
+//!   padded score products that tile the key axis (keys concatenated from several products:
+//!   Pegasus-X's local blocks and global tokens) are joined into one product by
+//!   [`sdpa_concat_keys`](super::sdpa_concat_keys), which says why where it does not;
 //! - **constant queries** (learned query tokens folded with their projection: a pooling head's
 //!   probe, BLIP-2's Q-Former queries) in a form [`const_queries`](super::const_queries) does not
 //!   rewrite: tract writes their scores as the keys times the constant (`k · Qᵀ`, `[.., Tk, Tq]`)
@@ -67,7 +77,11 @@ pub(super) fn before_softmax(b: &ModelBuilder, op: &Op) -> String {
         if r >= 2 && usize::from(tr.perm[r - 1]) == r - 2 && usize::from(tr.perm[r - 2]) == r - 1 {
             return format!(
                 "a softmax over the queries (the scores transposed {i:?} -> {o:?} before it, as GroupViT's group \
-                 assignment normalises over the groups): the fused nodes normalise over the keys"
+                 assignment normalises over the groups): no Sdpa computes it, whose weights sum to 1 over the keys \
+                 the product with values sums over, while these sum to 1 over the queries (as an Sdpa over the \
+                 keys it would need a bias of minus each key's log-sum-exp over the queries, a second pass over \
+                 the same scores; GroupViT's eval form keeps only a one-hot of the argmax over the queries, \
+                 straight-through y_hard − y_soft + y_soft, which is no softmax at all)"
             );
         }
     }
@@ -83,9 +97,8 @@ pub(super) fn weights_used(b: &ModelBuilder, w: TensorId, c: usize) -> String {
             let d = dims(b, other).unwrap_or_default();
             let kind = if b.is_weight(other) { "a constant" } else { "an activation" };
             format!(
-                "a {:?} with {kind} {d:?} (weights gated or mixed before the product with values, as ConViT's \
-                 gated positional self-attention mixes two softmaxes): the fused nodes multiply the softmax's own \
-                 weights with the values",
+                "a {:?} with {kind} {d:?} (weights gated or mixed before the product with values): the fused \
+                 nodes multiply the softmax's own weights with the values",
                 bin.op
             )
         }

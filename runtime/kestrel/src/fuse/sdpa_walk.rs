@@ -22,6 +22,8 @@ pub(super) fn attention_shaped(b: &ModelBuilder, t: TensorId, depth: usize) -> b
         // Scores cut or picked (a relative shift's slice, a gathered window).
         Op::Slice(sl) => attention_shaped(b, sl.x, depth - 1),
         Op::Gather(g) => attention_shaped(b, g.x, depth - 1),
+        // Score products concatenated on the key axis (Pegasus-X's global and local keys).
+        Op::Concat(c) => c.xs.iter().take_while(|&&x| x != NONE).any(|&x| attention_shaped(b, x, depth - 1)),
         Op::Reshape(r) => attention_shaped(b, r.x, depth - 1),
         Op::Transpose(r) => attention_shaped(b, r.x, depth - 1),
         // Talking heads: the score heads mixed by a pointwise layer (reported, not fused).
