@@ -6,7 +6,7 @@
 //! attention reported, and the output matches onnxruntime's saved output (2 samples) within 1e-4
 //! on the CPU and on the GPU.
 
-mod common;
+use crate::common;
 
 #[test]
 fn pegasus_x_legacy_fuses_every_softmax() {

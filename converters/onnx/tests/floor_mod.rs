@@ -6,7 +6,7 @@
 //! tiny local attention of `kestrel_torch/longt5.py` (6 tokens in blocks of 4) converts and
 //! matches onnxruntime's saved output (2 samples) within 1e-4 on the CPU and on the GPU.
 
-mod common;
+use crate::common;
 
 use kestrel_rt_onnx::{convert, read_npy, ConvertOptions, InputData};
 

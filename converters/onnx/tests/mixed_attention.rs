@@ -5,7 +5,7 @@
 //! `fuse/sdpa_mixed.rs`); no unfused attention reported, and the output matches onnxruntime's
 //! saved output (2 samples) within 1e-4 on the CPU and on the GPU.
 
-mod common;
+use crate::common;
 
 #[test]
 fn convit_legacy_fuses_every_softmax() {

@@ -9,7 +9,7 @@
 //! graph it replaces. Pads that leave a column unscored, and weights cut into other ranges than
 //! the products fill, are reported with a reason that names them.
 
-mod common_fuse;
+use crate::common_fuse;
 
 use common_fuse::{assert_same_outputs, binary, op};
 use kestrel_rt::demo::Rng;

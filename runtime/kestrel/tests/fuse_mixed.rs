@@ -7,7 +7,7 @@
 //! identity, a gate that differs along the keys and a gate computed from the input are reported
 //! with a reason that names them.
 
-mod common_fuse;
+use crate::common_fuse;
 
 use common_fuse::{assert_same_outputs, binary, op};
 use kestrel_rt::demo::Rng;
