@@ -6,18 +6,18 @@
 //! `Neg(Shape(x)[1])`, `Mod`, `Pad`), then pads by `−len`: the padded axis folds to 0 and the
 //! first broadcast against it fails (`broadcast((16), (0))`).
 //!
-//! Read here: `fmod = 1` as tract does (its `Rem`); `fmod = 0` as `((a rem b) + b) rem b`, the
-//! remainder with the divisor's sign for any signs wherever `rem` truncates (integers: `a rem b`
-//! has `a`'s sign and `|a rem b| < |b|`, so adding `b` lands on `b`'s side) and for `TDim` values
-//! with a positive divisor (tract's `TDim` remainder takes positive divisors only, as every
-//! block size is); unsigned types need no correction.
+//! Read here: `fmod = 1` as tract does (its `Rem`); `fmod = 0` on `TDim` values as
+//! `((a rem b) + b) rem b`, the remainder with the divisor's sign (tract's `TDim` remainder takes
+//! positive divisors only, as every block size is); on numbers as tract and ONNX Runtime compute
+//! it, `a rem b`, plus `b` where the two have opposite signs; unsigned types need no correction.
 
 use tract_onnx::model::ParsingContext;
 use tract_onnx::pb::NodeProto;
 use tract_onnx::prelude::*;
+use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::cast::wire_cast;
 use tract_onnx::tract_core::ops::change_axes::wire_rank_broadcast;
-use tract_onnx::tract_core::ops::math;
+use tract_onnx::tract_core::ops::{logic, math};
 use tract_onnx::tract_hir::internal::{
     expand, BinIntoHir, Expansion, InferenceOp, InferenceResult, Solver, StaticName, TensorProxy, TractErrorContext,
 };
@@ -61,6 +61,26 @@ impl Expansion for FloorMod {
         }
         let r = model.wire_node(format!("{prefix}.rem"), math::rem(), &wires)?[0];
         let shifted = model.wire_node(format!("{prefix}.shifted"), math::add(), &[r, wires[1]])?[0];
-        model.wire_node(prefix, math::rem(), &[shifted, wires[1]])
+        if dt == DatumType::TDim {
+            return model.wire_node(prefix, math::rem(), &[shifted, wires[1]]);
+        }
+        // Numbers: ONNX Runtime's rule, `r + b` where `r` and `b` have opposite signs (`r` kept
+        // where it is 0 or NaN): exact for integers without the second remainder's overflow, and
+        // for floats where `r + b` is not a remainder at all (`−2.5 mod ∞ = ∞`, as tract and
+        // onnxruntime give).
+        let zero = model.add_const(format!("{prefix}.zero"), Tensor::zero_scalar_dt(dt)?)?;
+        let mut cmp =
+            |name: &str, op: Box<dyn tract_onnx::tract_core::ops::binary::BinMiniOp>, x: OutletId, y: OutletId| {
+                let w = wire_rank_broadcast(format!("{prefix}.{name}"), model, &[x, y])?;
+                Ok::<_, TractError>(model.wire_node(format!("{prefix}.{name}"), TypedBinOp(op, None), &w)?[0])
+            };
+        let r_neg = cmp("r_neg", Box::new(logic::CompLT), r, zero)?;
+        let r_pos = cmp("r_pos", Box::new(logic::CompGT), r, zero)?;
+        let b_neg = cmp("b_neg", Box::new(logic::CompLT), wires[1], zero)?;
+        let b_pos = cmp("b_pos", Box::new(logic::CompGT), wires[1], zero)?;
+        let neg_pos = model.wire_node(format!("{prefix}.neg_pos"), logic::and(), &[r_neg, b_pos])?[0];
+        let pos_neg = model.wire_node(format!("{prefix}.pos_neg"), logic::and(), &[r_pos, b_neg])?[0];
+        let adjust = model.wire_node(format!("{prefix}.adjust"), logic::or(), &[neg_pos, pos_neg])?[0];
+        model.wire_node(prefix, logic::Iff, &[adjust, shifted, r])
     }
 }
