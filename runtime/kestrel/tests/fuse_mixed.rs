@@ -9,10 +9,9 @@
 
 use crate::common_fuse;
 
-use common_fuse::{assert_same_outputs, binary, op};
+use common_fuse::{binary, fuses_to, op, reported};
 use kestrel_rt::demo::Rng;
 use kestrel_rt::format::ops::*;
-use kestrel_rt::fuse::{fuse, unfused_attention};
 use kestrel_rt::ModelBuilder;
 
 const H: usize = 3;
@@ -102,25 +101,9 @@ fn mixed(gate: Option<(&[usize], Vec<f32>)>, map: Option<(&[usize], Vec<f32>)>, 
     b
 }
 
-/// Fuses a copy of `b`: one Sdpa node, no softmax left, nothing reported, the same outputs.
+/// Fuses a copy of `b` into one Sdpa node ([`fuses_to`]).
 fn fuses(b: &ModelBuilder) {
-    let mut fused = b.clone();
-    let report = fuse(&mut fused);
-    let sdpa = fused.ops().iter().filter(|o| matches!(o, Op::Sdpa(_))).count();
-    assert_eq!(sdpa, 1, "{report:?}\n{:?}", unfused_attention(&fused));
-    assert!(!fused.ops().iter().any(|o| matches!(o, Op::Softmax(_))), "{:?}", fused.ops());
-    assert!(unfused_attention(&fused).is_empty());
-    assert_same_outputs(b, &fused);
-}
-
-/// Leaves `b` unfused; the one report's reason contains `why`.
-fn reported(b: &ModelBuilder, why: &str) {
-    let mut fused = b.clone();
-    fuse(&mut fused);
-    assert!(!fused.ops().iter().any(|o| matches!(o, Op::Sdpa(_))), "{:?}", fused.ops());
-    let left = unfused_attention(&fused);
-    assert_eq!(left.len(), 1, "{left:?}");
-    assert!(left[0].reason.contains(why), "{left:?}");
+    fuses_to(b, 1);
 }
 
 /// ConViT's form: a gate per head, a map per head whose rows total 1 with it, renormalised

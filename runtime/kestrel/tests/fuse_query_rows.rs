@@ -16,34 +16,11 @@
 
 use crate::common_fuse;
 
-use common_fuse::{assert_same_outputs, binary, op};
+use common_fuse::{binary, fuses_to, op, reported};
 use kestrel_rt::demo::Rng;
 use kestrel_rt::format::ops::*;
 use kestrel_rt::fuse::{fuse, unfused_attention};
 use kestrel_rt::ModelBuilder;
-
-/// Fuses a copy of `b`; checks `nodes` Sdpa nodes, no softmax left and nothing reported, and the
-/// same outputs.
-fn fuses_to(b: &ModelBuilder, nodes: usize) -> ModelBuilder {
-    let mut fused = b.clone();
-    let report = fuse(&mut fused);
-    let sdpa = fused.ops().iter().filter(|o| matches!(o, Op::Sdpa(_))).count();
-    assert_eq!(sdpa, nodes, "{report:?}\n{:?}", unfused_attention(&fused));
-    assert!(!fused.ops().iter().any(|o| matches!(o, Op::Softmax(_))), "{:?}", fused.ops());
-    assert!(unfused_attention(&fused).is_empty());
-    assert_same_outputs(b, &fused);
-    fused
-}
-
-/// Leaves `b` unfused; the one report's reason contains `why`.
-fn reported(b: &ModelBuilder, why: &str) {
-    let mut fused = b.clone();
-    fuse(&mut fused);
-    assert!(!fused.ops().iter().any(|o| matches!(o, Op::Sdpa(_))), "{:?}", fused.ops());
-    let left = unfused_attention(&fused);
-    assert_eq!(left.len(), 1, "{left:?}");
-    assert!(left[0].reason.contains(why), "{left:?}");
-}
 
 fn rows(b: &mut ModelBuilder, x: TensorId, start: u32, count: u32) -> TensorId {
     let axis = b.shape_of(x).unwrap().rank() as u32 - 2;

@@ -1,9 +1,11 @@
-//! What the synthetic-graph fusion tests of `fuse_query_rows.rs` and `fuse_const_queries.rs`
-//! share: running a graph on seeded inputs, comparing a fused graph with the graph it replaces,
-//! and building nodes.
+//! What the synthetic-graph attention fusion tests (`fuse_query_rows.rs`,
+//! `fuse_const_queries.rs`, `fuse_mixed.rs`, `fuse_concat_keys.rs`) share: running a graph on
+//! seeded inputs, comparing a fused graph with the graph it replaces, the fused-or-reported
+//! checks, and building nodes.
 
 use kestrel_rt::demo::Rng;
 use kestrel_rt::format::ops::*;
+use kestrel_rt::fuse::{fuse, unfused_attention};
 use kestrel_rt::{Input, Model, ModelBuilder};
 
 /// `b` built and run at batch 2 on seeded random inputs (uniform, scale 2): every output,
@@ -26,6 +28,29 @@ pub fn assert_same_outputs(b: &ModelBuilder, fused: &ModelBuilder) {
     let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
     let err = want.iter().zip(&got).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
     assert!(err <= 1e-5 * scale, "{err} of {scale}");
+}
+
+/// Fuses a copy of `b`; checks `nodes` Sdpa nodes, no softmax left and nothing reported, and the
+/// same outputs; the fused copy.
+pub fn fuses_to(b: &ModelBuilder, nodes: usize) -> ModelBuilder {
+    let mut fused = b.clone();
+    let report = fuse(&mut fused);
+    let sdpa = fused.ops().iter().filter(|o| matches!(o, Op::Sdpa(_))).count();
+    assert_eq!(sdpa, nodes, "{report:?}\n{:?}", unfused_attention(&fused));
+    assert!(!fused.ops().iter().any(|o| matches!(o, Op::Softmax(_))), "{:?}", fused.ops());
+    assert!(unfused_attention(&fused).is_empty());
+    assert_same_outputs(b, &fused);
+    fused
+}
+
+/// Leaves `b` unfused (no Sdpa node); the one report's reason contains `why`.
+pub fn reported(b: &ModelBuilder, why: &str) {
+    let mut fused = b.clone();
+    fuse(&mut fused);
+    assert!(!fused.ops().iter().any(|o| matches!(o, Op::Sdpa(_))), "{:?}", fused.ops());
+    let left = unfused_attention(&fused);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].reason.contains(why), "{left:?}");
 }
 
 pub fn op(b: &mut ModelBuilder, f: impl FnOnce(TensorId) -> Op) -> TensorId {
