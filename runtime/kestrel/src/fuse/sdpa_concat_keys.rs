@@ -154,6 +154,9 @@ fn as_rows(b: &mut ModelBuilder, t: TensorId, swap: bool, ops: &mut Vec<Op>) -> 
         return Err("a product's factor of rank below 2".into());
     }
     if b.is_weight(t) {
+        if d.contains(&0) {
+            return Err("a constant factor with no elements".into());
+        }
         let v = b.weight_values(t).ok_or("the values of a constant factor")?.to_vec();
         let v = if swap {
             let (m, n) = (d[r - 2], d[r - 1]);

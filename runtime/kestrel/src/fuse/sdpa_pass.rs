@@ -26,7 +26,7 @@ pub(super) fn sdpa(b: &mut ModelBuilder, report: &mut FusionReport) -> usize {
     let mut n = split_by_query_rows(b, report);
     let mut i = 0;
     while i < b.ops().len() {
-        if matches!(b.ops()[i], Op::Softmax(_)) {
+        if matches!(b.ops()[i], Op::Softmax(sm) if has_elements(b, sm.y)) {
             match match_sdpa(b, i) {
                 Ok((region, ops)) => {
                     if try_replace(b, &region, ops, "sdpa", report) {
@@ -59,6 +59,13 @@ pub(super) fn sdpa(b: &mut ModelBuilder, report: &mut FusionReport) -> usize {
     n
 }
 
+/// `t` has a known shape with at least one element: a softmax over an empty axis (the converter
+/// keeps empty tensors) is no attention to fuse, and the passes' row walks (`chunks(tk)`) need
+/// rows.
+fn has_elements(b: &ModelBuilder, t: TensorId) -> bool {
+    b.shape_of(t).and_then(|s| s.numel()).is_some_and(|n| n > 0)
+}
+
 /// A softmax left in the graph that looks like attention (fed, through scales and additions, by
 /// a product of two activations), and why it was not fused.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,6 +84,9 @@ pub fn unfused_attention(b: &ModelBuilder) -> Vec<UnfusedAttention> {
     let mut out = Vec::new();
     for (i, op) in b.ops().iter().enumerate() {
         let Op::Softmax(sm) = *op else { continue };
+        if !has_elements(b, sm.y) {
+            continue;
+        }
         if !attention_shaped(b, sm.x, 12) {
             // Constant queries: why their rewrite or its `Sdpa` node did not apply, or the form
             // found without a product to rewrite.
