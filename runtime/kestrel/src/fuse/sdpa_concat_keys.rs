@@ -22,7 +22,7 @@
 //! layer, folded with their projections) is laid out at fuse time and made an activation
 //! (`Add(W, 0)`, as the converter makes one), a concatenation joining activations.
 
-use super::sdpa::match_sdpa;
+use super::sdpa_pass::adopt_sdpa;
 use super::{dims, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;
@@ -300,10 +300,16 @@ fn values_part(b: &ModelBuilder, slice: usize, nodes: &mut Vec<usize>) -> Option
     Some((mm, y))
 }
 
-/// Rewrites the weights `w` (`len` columns) split by column ranges `parts`, each multiplied with
-/// its values and the products summed, as one product with the values concatenated.
-fn concat_values(b: &mut ModelBuilder, w: TensorId, parts: &[Part], report: &mut FusionReport) -> Result<(), String> {
-    let not = |what: &str| format!("the weights of scores concatenated from {} products {what}", parts.len());
+/// Rewrites the weights `w` (`len` columns) split by column ranges `parts` (`(offset, n)`: columns
+/// `offset..offset + n`), each multiplied with its values and the products summed, as one product
+/// with the values concatenated.
+pub(super) fn concat_values(
+    b: &mut ModelBuilder,
+    w: TensorId,
+    parts: &[(usize, usize)],
+    report: &mut FusionReport,
+) -> Result<(), String> {
+    let not = |what: &str| format!("the weights of {} key parts {what}", parts.len());
     let readers = b.consumers(w);
     if readers.len() != parts.len() || b.escapes(w) {
         return Err(not("are not read by one slice per product alone"));
@@ -314,7 +320,7 @@ fn concat_values(b: &mut ModelBuilder, w: TensorId, parts: &[Part], report: &mut
     for &r in &readers {
         let Op::Slice(sl) = b.ops()[r] else { return Err(not("are read by another node than a slice")) };
         let whole = sl.axis as usize + 1 == wd.len() && sl.step == 1 && sl.offset == 0 && sl.len == sl.count;
-        let i = parts.iter().position(|p| whole && p.offset == sl.start as usize && p.n == sl.count as usize);
+        let i = parts.iter().position(|&(offset, n)| whole && offset == sl.start as usize && n == sl.count as usize);
         let Some(i) = i.filter(|&i| found[i].is_none()) else {
             return Err(not("are cut into other column ranges than the products fill"));
         };
@@ -377,6 +383,60 @@ fn concat_values(b: &mut ModelBuilder, w: TensorId, parts: &[Part], report: &mut
     }
 }
 
+/// The column ranges `(offset, n)` the parts fill.
+fn ranges(parts: &[Part]) -> Vec<(usize, usize)> {
+    parts.iter().map(|p| (p.offset, p.n)).collect()
+}
+
+/// The column ranges `(offset, n)`, in order, of the weights `w` where they are read only by two
+/// or more slices of their last axis (step 1, each writing a tensor of its own) that tile it:
+/// weights split back into the parts of keys joined before the scores (the values then joined
+/// by [`concat_values`]); `None` otherwise.
+pub(super) fn split_columns(b: &ModelBuilder, w: TensorId) -> Option<Vec<(usize, usize)>> {
+    let readers = b.consumers(w);
+    let wd = dims(b, w)?;
+    if readers.len() < 2 || b.escapes(w) {
+        return None;
+    }
+    let mut cols = Vec::new();
+    for &r in &readers {
+        let Op::Slice(sl) = b.ops()[r] else { return None };
+        let whole = sl.axis as usize + 1 == wd.len() && sl.step == 1 && sl.offset == 0 && sl.len == sl.count;
+        if !whole || sl.x != w {
+            return None;
+        }
+        cols.push((sl.start as usize, sl.count as usize));
+    }
+    cols.sort_unstable();
+    let mut at = 0;
+    for &(offset, n) in &cols {
+        (offset == at && n > 0).then_some(())?;
+        at += n;
+    }
+    (at == *wd.last()?).then_some(cols)
+}
+
+/// Fuses softmax node `at`, whose scores are one product (over keys joined before it) and whose
+/// weights are split back by column ranges, each range multiplied with its own values and the
+/// products summed ([`split_columns`]), as one `Sdpa` node over the values joined
+/// ([`concat_values`], checked numerically, then the `Sdpa` pattern): `None` where the weights
+/// are not so split, else `Ok` or why not (`b` then unchanged).
+pub(super) fn fuse_split_values(
+    b: &mut ModelBuilder,
+    at: usize,
+    report: &mut FusionReport,
+) -> Option<Result<(), String>> {
+    let Op::Softmax(sm) = b.ops()[at] else { return None };
+    let cols = split_columns(b, sm.y)?;
+    let why = |w: String| format!("the attention weights split into {} column ranges: {w}", cols.len());
+    let mut scratch = b.clone();
+    let mut r = FusionReport::default();
+    if let Err(w) = concat_values(&mut scratch, sm.y, &cols, &mut r) {
+        return Some(Err(why(w)));
+    }
+    Some(adopt_sdpa(b, scratch, sm.y, r, report).map_err(why))
+}
+
 /// Fuses softmax node `at`, whose scores are concatenated from several score products (module
 /// doc), as one `Sdpa` node over the concatenated keys and values in `b`: `None` where its
 /// scores are no such concatenation, else `Ok` or why not (`b` then unchanged).
@@ -391,21 +451,9 @@ pub(super) fn fuse_concat_keys(
     let mut scratch = b.clone();
     let mut r = FusionReport::default();
     let steps = concat_scores(&mut scratch, s, &parts, &adds, &mut r)
-        .and_then(|()| concat_values(&mut scratch, sm.y, &parts, &mut r));
+        .and_then(|()| concat_values(&mut scratch, sm.y, &ranges(&parts), &mut r));
     if let Err(w) = steps {
         return Some(Err(why(w)));
     }
-    let Some(n) = scratch.producer(sm.y) else { return Some(Err(why("the softmax went missing".into()))) };
-    let (region, ops) = match match_sdpa(&mut scratch, n) {
-        Ok(x) => x,
-        Err(w) => return Some(Err(why(w))),
-    };
-    if !try_replace(&mut scratch, &region, ops, "sdpa", &mut r) {
-        return Some(Err(why(r.rejected.pop().unwrap_or_else(|| "the numerical check failed".into()))));
-    }
-    *b = scratch;
-    for (k, n) in r.fused {
-        *report.fused.entry(k).or_default() += n;
-    }
-    Some(Ok(()))
+    Some(adopt_sdpa(b, scratch, sm.y, r, report).map_err(why))
 }
