@@ -4,8 +4,10 @@
 //! (`const_queries`). A softmax with no elements is left as it is and not reported (fuse/
 //! sdpa_pass.rs `has_elements`: the passes' row walks need rows), the graph computing what it
 //! did; a constant part with no keys beside a part with keys is reported with a reason naming it
-//! (sdpa_concat_keys.rs refuses a constant factor with no elements). Without those guards each
-//! case below panics in a pass.
+//! (sdpa_concat_keys.rs refuses a constant factor with no elements). Without those guards the
+//! constant bias over no keys and the constant part with no keys (stored keys last, transposed at
+//! fuse time) panic in a pass (`chunks(0)`), and the other forms are reported as unfused
+//! attention.
 
 use crate::common_fuse;
 
@@ -22,12 +24,15 @@ const D: usize = 4;
 #[derive(Clone, Copy, Debug)]
 enum Form {
     Plain,
+    /// A constant bias `[H, tq, tk]` added to the scores (the pattern's mask walk, by rows of
+    /// `tk`).
+    Biased,
     Mixed,
     ConcatKeys,
     ConstQueries,
 }
 
-const FORMS: [Form; 4] = [Form::Plain, Form::Mixed, Form::ConcatKeys, Form::ConstQueries];
+const FORMS: [Form; 5] = [Form::Plain, Form::Biased, Form::Mixed, Form::ConcatKeys, Form::ConstQueries];
 
 fn matmul(b: &mut ModelBuilder, a: TensorId, c: TensorId, transpose_b: bool) -> TensorId {
     op(b, |y| Op::MatMul(MatMul { a, b: c, transpose_b, y }))
@@ -54,14 +59,16 @@ fn attention(form: Form, tq: usize, tk: usize, constant_part: bool) -> ModelBuil
         let len = sizes[0] + sizes[1];
         let (mut sum, mut values, mut at) = (None, Vec::new(), 0u32);
         for (i, &n) in sizes.iter().enumerate() {
-            let (k, v) = if i == 0 && constant_part {
-                let k = b.weight("k0", &[H, n, D], rng.vec(H * n * D, 1.0)).unwrap();
+            // The constant keys stored `[H, D, n]` (laid out key rows first at fuse time).
+            let constant = i == 0 && constant_part;
+            let (k, v) = if constant {
+                let k = b.weight("k0", &[H, D, n], rng.vec(H * n * D, 1.0)).unwrap();
                 (k, b.weight("v0", &[H, n, D], rng.vec(H * n * D, 1.0)).unwrap())
             } else {
                 (b.input(&format!("k{i}"), &[H, n, D]).unwrap(), b.input(&format!("v{i}"), &[H, n, D]).unwrap())
             };
             values.push(v);
-            let s = matmul(&mut b, q, k, true);
+            let s = matmul(&mut b, q, k, !constant);
             let (count, offset) = (n as u32, at);
             let padded = op(&mut b, |y| {
                 Op::Slice(Slice { x: s, axis: 2, start: 0, step: 1, count, offset, len: len as u32, y })
@@ -92,7 +99,11 @@ fn attention(form: Form, tq: usize, tk: usize, constant_part: bool) -> ModelBuil
     let k = b.input("k", &[H, tk, D]).unwrap();
     let v = b.input("v", &[H, tk, D]).unwrap();
     let s = matmul(&mut b, q, k, true);
-    let s = binary(&mut b, s, scale, BinaryOp::Mul);
+    let mut s = binary(&mut b, s, scale, BinaryOp::Mul);
+    if let Form::Biased = form {
+        let bias = b.weight("bias", &[H, tq, tk], rng.vec(H * tq * tk, 1.0)).unwrap();
+        s = binary(&mut b, s, bias, BinaryOp::Add);
+    }
     let mut w = op(&mut b, |y| Op::Softmax(Softmax { x: s, y }));
     if let Form::Mixed = form {
         let gate = b.weight("gate", &[H, 1, 1], rng.vec(H, 1.0)).unwrap();
