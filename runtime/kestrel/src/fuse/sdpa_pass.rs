@@ -10,7 +10,7 @@
 use super::const_queries::fuse_const_queries;
 use super::query_rows::{row_slices, score_chain, split_chains};
 use super::score_forms::unshare_fill_picks;
-use super::sdpa::match_sdpa;
+use super::sdpa::{match_sdpa, merge_fused};
 use super::sdpa_concat_keys::{fuse_concat_keys, fuse_split_values};
 use super::sdpa_mixed::fuse_mixed;
 use super::sdpa_reasons::{constant_operand, constant_queries};
@@ -64,34 +64,6 @@ pub(super) fn sdpa(b: &mut ModelBuilder, report: &mut FusionReport) -> usize {
         i += 1;
     }
     n
-}
-
-/// Finishes a rewrite made in `scratch` (a copy of `b`, `r` its report) that leaves the softmax
-/// writing `w` in the plain `Sdpa` form: [`match_sdpa`] and the numerical check of
-/// [`try_replace`] on it; where both pass, `scratch` becomes `b` and `r`'s fused counts join
-/// `report`. Else why not (`b` then unchanged).
-pub(super) fn adopt_sdpa(
-    b: &mut ModelBuilder,
-    mut scratch: ModelBuilder,
-    w: TensorId,
-    mut r: FusionReport,
-    report: &mut FusionReport,
-) -> Result<(), String> {
-    let n = scratch.producer(w).ok_or("the softmax went missing")?;
-    let (region, ops) = match_sdpa(&mut scratch, n)?;
-    if !try_replace(&mut scratch, &region, ops, "sdpa", &mut r) {
-        return Err(r.rejected.pop().unwrap_or_else(|| "the numerical check failed".into()));
-    }
-    *b = scratch;
-    merge_fused(report, r);
-    Ok(())
-}
-
-/// Adds `r`'s fused counts to `report`'s.
-fn merge_fused(report: &mut FusionReport, r: FusionReport) {
-    for (k, n) in r.fused {
-        *report.fused.entry(k).or_default() += n;
-    }
 }
 
 /// `t` has a known shape with at least one element: a softmax over an empty axis (the converter
