@@ -65,6 +65,7 @@ mod score_bias;
 mod sinks;
 mod sized_by_data;
 mod softcap_attention;
+mod split_values;
 mod stft;
 mod symbolic_dims;
 mod topk;

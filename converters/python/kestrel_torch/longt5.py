@@ -11,7 +11,9 @@ masked), a softmax, the product with the values, the padded rows cut off.
 attention; exported with the legacy exporter (``longt5``: ONNX ``Mod`` with ``fmod = 0`` on shape
 values, which tract computed as the truncated remainder; the dynamo exporter folds the padding to
 constants, so it has no such ``Mod``), at opset 17 with a dynamic batch, into ``OUT/longt5.onnx``
-with ``longt5_in.npy`` and onnxruntime's ``longt5_out.npy`` (2 samples)::
+with ``longt5_in.npy`` and onnxruntime's ``longt5_out.npy`` (2 samples). ``longt5_one_block``: 3
+tokens, one block padded to 4 (as the measured export, 16 tokens in one block of 128: the padded
+query rows cut right after the softmax, the weights transposed and cut on the key axis there)::
 
     python -m kestrel_torch.longt5 --out ../onnx/tests/data
 """
@@ -22,6 +24,8 @@ import torch.nn.functional as F
 from .fixture_export import export_fixture, main
 
 BATCH, T, C, HEADS, BLOCK = 2, 6, 16, 2, 4
+# ``longt5_one_block``'s tokens: one block, padded.
+ONE_BLOCK = 3
 
 
 def blocks(x: torch.Tensor) -> torch.Tensor:
@@ -51,13 +55,13 @@ def local_mask(length: int) -> torch.Tensor:
 
 
 class LocalAttention(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, length: int = T):
         super().__init__()
         self.d = C // HEADS
         self.q, self.k, self.v = (torch.nn.Linear(C, C, bias=False) for _ in range(3))
         self.o = torch.nn.Linear(C, C, bias=False)
         self.bias = torch.nn.Parameter(torch.randn(HEADS, BLOCK, 3 * BLOCK) * 0.5)
-        self.register_buffer("mask", local_mask(T), persistent=False)
+        self.register_buffer("mask", local_mask(length), persistent=False)
 
     def forward(self, x):
         b, length = x.shape[0], x.shape[1]
@@ -70,15 +74,16 @@ class LocalAttention(torch.nn.Module):
         return x + self.o(y)
 
 
-def build() -> torch.nn.Module:
+def build(length: int = T) -> torch.nn.Module:
     torch.manual_seed(53)
-    return LocalAttention().eval()
+    return LocalAttention(length).eval()
 
 
 def export(name: str, out: str) -> None:
-    x = torch.from_numpy(np.random.default_rng(9).standard_normal((BATCH, T, C)).astype(np.float32))
-    export_fixture(name, build(), x, out)
+    length = ONE_BLOCK if name == "longt5_one_block" else T
+    x = torch.from_numpy(np.random.default_rng(9).standard_normal((BATCH, length, C)).astype(np.float32))
+    export_fixture(name, build(length), x, out)
 
 
 if __name__ == "__main__":
-    main(__doc__, ("longt5",), export)
+    main(__doc__, ("longt5", "longt5_one_block"), export)

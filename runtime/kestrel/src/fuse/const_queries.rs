@@ -17,10 +17,14 @@
 //! keys transposed by the product, `q · kᵀ` `[B.., Tq, Tk]`, the element-wise steps after it and
 //! a view to the layout the softmax's side had. That rewrite is checked numerically like every
 //! fusion; the `Sdpa` pattern then takes the softmax as any other (scales, biases, masks, heads,
-//! query rows), checked in turn, and the two are kept only together.
+//! query rows), checked in turn, and the two are kept only together. Weights split back by
+//! columns, each range times its own values (Pegasus-X's global tokens attending to themselves
+//! and to the blocks), have their values joined between the two
+//! ([`concat_values`](super::sdpa_concat_keys::concat_values), checked too).
 
 use super::score_mask::broadcast_to;
-use super::sdpa::match_sdpa;
+use super::sdpa::adopt_sdpa;
+use super::sdpa_concat_keys::{concat_values, split_columns};
 use super::sdpa_reasons::weights_meet_values;
 use super::{dims, scalar, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;
@@ -340,17 +344,12 @@ pub(super) fn fuse_const_queries(
     if let Err(w) = as_activation_product(&mut scratch, &c, &mut r) {
         return Some(Err(why(w)));
     }
-    let Some(n) = scratch.producer(sm.y) else { return Some(Err(why("the softmax went missing".into()))) };
-    let (region, ops) = match match_sdpa(&mut scratch, n) {
-        Ok(m) => m,
-        Err(w) => return Some(Err(why(w))),
-    };
-    if !try_replace(&mut scratch, &region, ops, "sdpa", &mut r) {
-        return Some(Err(why(r.rejected.pop().unwrap_or_else(|| "the numerical check failed".into()))));
+    // Weights split back by columns, each range times its own values (Pegasus-X's global tokens
+    // attending to themselves and the blocks): the values joined first.
+    if let Some(cols) = split_columns(&scratch, sm.y) {
+        if let Err(w) = concat_values(&mut scratch, sm.y, &cols, &mut r) {
+            return Some(Err(why(w)));
+        }
     }
-    *b = scratch;
-    for (k, n) in r.fused {
-        *report.fused.entry(k).or_default() += n;
-    }
-    Some(Ok(()))
+    Some(adopt_sdpa(b, scratch, sm.y, r, report).map_err(why))
 }

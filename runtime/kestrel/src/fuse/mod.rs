@@ -84,6 +84,7 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         // Before the pointwise pass: a placing product is a copy, not a 1×1 convolution.
         slices::unshare_selected(b, &mut report);
         slices::one_hot_windows(b, &mut report);
+        slices::slice_between_transposes(b, &mut report);
         concat::placed_slices(b, &mut report);
         slices::constant_adds(b, &mut report);
         slices::slice_before_norm(b, &mut report);

@@ -21,7 +21,7 @@
 //! turn, and the two are kept only together.
 
 use super::score_mask::broadcast_to;
-use super::sdpa::match_sdpa;
+use super::sdpa::adopt_sdpa;
 use super::sdpa_walk::keeps_keys;
 use super::{dims, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;
@@ -245,17 +245,5 @@ pub(super) fn fuse_mixed(b: &mut ModelBuilder, at: usize, report: &mut FusionRep
         Err(why) => return Some(Err(why)),
     };
     let why = |w: String| format!("the softmax of an attention mixed with a constant map: {w}");
-    let Some(n) = scratch.producer(w) else { return Some(Err(why("the softmax went missing".into()))) };
-    let (region, ops) = match match_sdpa(&mut scratch, n) {
-        Ok(x) => x,
-        Err(w) => return Some(Err(why(w))),
-    };
-    if !try_replace(&mut scratch, &region, ops, "sdpa", &mut r) {
-        return Some(Err(why(r.rejected.pop().unwrap_or_else(|| "the numerical check failed".into()))));
-    }
-    *b = scratch;
-    for (k, n) in r.fused {
-        *report.fused.entry(k).or_default() += n;
-    }
-    Some(Ok(()))
+    Some(adopt_sdpa(b, scratch, w, r, report).map_err(why))
 }

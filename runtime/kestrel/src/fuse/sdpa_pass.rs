@@ -3,14 +3,15 @@
 //! fused one node per part ([`query_rows`](super::query_rows)), weights mixed with a constant
 //! attention map are split by linearity first ([`sdpa_mixed`](super::sdpa_mixed)), scores
 //! concatenated from several products become one product over the concatenated keys first
-//! ([`sdpa_concat_keys`](super::sdpa_concat_keys)), and the softmaxes left that look like
+//! ([`sdpa_concat_keys`](super::sdpa_concat_keys)), as do weights split back by columns into
+//! products with their own values, and the softmaxes left that look like
 //! attention are reported with the reason ([`unfused_attention`]).
 
 use super::const_queries::fuse_const_queries;
 use super::query_rows::{row_slices, score_chain, split_chains};
 use super::score_forms::unshare_fill_picks;
-use super::sdpa::match_sdpa;
-use super::sdpa_concat_keys::fuse_concat_keys;
+use super::sdpa::{match_sdpa, merge_fused};
+use super::sdpa_concat_keys::{fuse_concat_keys, fuse_split_values};
 use super::sdpa_mixed::fuse_mixed;
 use super::sdpa_reasons::{constant_operand, constant_queries};
 use super::sdpa_walk::attention_shaped;
@@ -37,6 +38,8 @@ pub(super) fn sdpa(b: &mut ModelBuilder, report: &mut FusionReport) -> usize {
                 // Weights mixed with a constant map: split by linearity first (sdpa_mixed).
                 // Scores concatenated from several products: one product over the keys joined
                 // first (sdpa_concat_keys).
+                // Weights split by columns, each range times its own values: the values joined
+                // first (sdpa_concat_keys).
                 // Constant queries: the product made one of activations first (const_queries).
                 Err(_) => {
                     if let Some(Ok(())) = fuse_mixed(b, i, report) {
@@ -44,6 +47,10 @@ pub(super) fn sdpa(b: &mut ModelBuilder, report: &mut FusionReport) -> usize {
                         continue;
                     }
                     if let Some(Ok(())) = fuse_concat_keys(b, i, report) {
+                        n += 1;
+                        continue;
+                    }
+                    if let Some(Ok(())) = fuse_split_values(b, i, report) {
                         n += 1;
                         continue;
                     }
@@ -104,12 +111,13 @@ pub fn unfused_attention(b: &ModelBuilder) -> Vec<UnfusedAttention> {
         let mut scratch = b.clone();
         let reason = match match_sdpa(&mut scratch, i) {
             // Weights mixed with a constant map (sdpa_mixed), scores concatenated from several
-            // products (sdpa_concat_keys), or weights split by query rows: one node per part
+            // products or weights split by columns (sdpa_concat_keys), or weights split by query rows: one node per part
             // (query_rows); or why not.
             Err(why) => {
                 let mut r = FusionReport::default();
                 let found = fuse_mixed(&mut b.clone(), i, &mut r)
                     .or_else(|| fuse_concat_keys(&mut b.clone(), i, &mut r))
+                    .or_else(|| fuse_split_values(&mut b.clone(), i, &mut r))
                     .or_else(|| split_and_fuse(&mut b.clone(), i, &mut r).map(|x| x.map(|_| ())));
                 match found {
                     None => why,
@@ -190,9 +198,7 @@ fn split_by_query_rows(b: &mut ModelBuilder, report: &mut FusionReport) -> usize
         let mut r = FusionReport::default();
         if let Some(Ok(parts)) = split_and_fuse(&mut scratch, at, &mut r) {
             *b = scratch;
-            for (k, n) in r.fused {
-                *report.fused.entry(k).or_default() += n;
-            }
+            merge_fused(report, r);
             report.count("attention weights split by query rows");
             made += parts;
         }

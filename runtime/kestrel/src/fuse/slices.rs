@@ -12,6 +12,10 @@
 //! constant `cls` row, to which the position embedding is added next. Two constant `Add`s in a
 //! row become one, of their sum. And its classifier reads the class token's row of the final
 //! LayerNorm: the row is sliced first and only it normalised.
+//!
+//! A `Slice` between a `Transpose` and the transpose back is a `Slice` of the untransposed input
+//! on the axis it cuts there (LongT5's attention weights, cut on the key axis moved second to
+//! last, each part multiplied with its own values).
 
 use super::{dims, rewrite_each, sole_consumer, FusionReport};
 use crate::builder::Region;
@@ -29,7 +33,8 @@ pub(super) fn one_hot_windows(b: &mut ModelBuilder, report: &mut FusionReport) {
     rewrite_each(b, report, "one-hot dense as slice", match_window);
 }
 
-/// A `Transpose` read only by one-hot window layers, or a last-axis `LayerNorm` read only by
+/// A `Transpose` read only by one-hot window layers (or by slices each followed by the transpose
+/// back, [`slice_between_transposes`]), or a last-axis `LayerNorm` read only by
 /// whole-row `Slice`s, with two readers or more (a distilled ViT's two class-token heads, after
 /// `merge_duplicates` made their transposes one): every reader after the first gets its own copy
 /// of the node — the same op on the same input, so the values are exactly the same — which the
@@ -45,6 +50,7 @@ pub(super) fn unshare_selected(b: &mut ModelBuilder, report: &mut FusionReport) 
         let selects = |c: &usize| match (op, b.ops()[*c]) {
             (Op::Transpose(_), Op::Dense(d)) => d.x == y && window_dense(b, &d).is_some(),
             (Op::LayerNorm(ln), Op::Slice(s)) => ln.axis == NormAxis::Last && s.x == y && whole_rows(&s, rank),
+            (Op::Transpose(tr), Op::Slice(s)) => s.x == y && undone_by(b, &tr, s.y).is_some(),
             _ => false,
         };
         if readers.len() < 2 || b.escapes(y) || !readers.iter().all(selects) {
@@ -63,6 +69,38 @@ pub(super) fn unshare_selected(b: &mut ModelBuilder, report: &mut FusionReport) 
         }
         n += 1;
     }
+}
+
+/// `x`'s sole reader where it is a `Transpose` undoing `tr` (the inverse permutation).
+fn undone_by(b: &ModelBuilder, tr: &Transpose, x: TensorId) -> Option<usize> {
+    let t2 = sole_consumer(b, x)?;
+    let Op::Transpose(tr2) = b.ops()[t2] else { return None };
+    let r = dims(b, tr.x)?.len();
+    let p: Vec<usize> = tr.perm[..r].iter().map(|&a| usize::from(a)).collect();
+    let q: Vec<usize> = tr2.perm[..r].iter().map(|&a| usize::from(a)).collect();
+    (q == inverse(&p)).then_some(t2)
+}
+
+/// Every `Slice` between a `Transpose` and its inverse (LongT5's attention weights cut on the key
+/// axis with that axis moved), as one `Slice` of the first transpose's input on the axis the
+/// slice cuts there; a transpose read by several such slices is unshared first
+/// ([`unshare_selected`]).
+pub(super) fn slice_between_transposes(b: &mut ModelBuilder, report: &mut FusionReport) {
+    rewrite_each(b, report, "slice between inverse transposes", match_slice_between);
+}
+
+fn match_slice_between(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
+    let Op::Slice(s) = b.ops()[n] else { return None };
+    let t1 = b.producer(s.x)?;
+    let Op::Transpose(tr) = b.ops()[t1] else { return None };
+    (sole_consumer(b, s.x)? == n).then_some(())?;
+    let t2 = undone_by(b, &tr, s.y)?;
+    let axis = *tr.perm.get(s.axis as usize)?;
+    let y = b.ops()[t2].output();
+    let mut nodes = vec![t1, n, t2];
+    nodes.sort_unstable();
+    let slice = Slice { x: tr.x, axis: u32::from(axis), y, ..s };
+    Some((Region { nodes, inputs: vec![tr.x], output: y }, vec![Op::Slice(slice)]))
 }
 
 /// A slice of whole rows: not of the last axis, no zeros placed.
