@@ -88,7 +88,7 @@ fn sdpa() -> Vec<u8> {
                 causal: false,
                 k_transposed: true,
                 softcap: 0.0,
-                sink: None,
+                sink: None, mix_pre: None, mix_post: None,
                 y,
             })
         })
@@ -116,7 +116,7 @@ fn sdpa_sink() -> Vec<u8> {
                 causal: true,
                 k_transposed: false,
                 softcap: 20.0,
-                sink: Some(sink),
+                sink: Some(sink), mix_pre: None, mix_post: None,
                 y,
             })
         })

@@ -27,6 +27,7 @@ mod sdpa_mixed;
 mod sdpa_pass;
 mod sdpa_reasons;
 mod sdpa_sinks;
+mod sdpa_talking;
 mod sdpa_walk;
 mod select;
 mod slices;
