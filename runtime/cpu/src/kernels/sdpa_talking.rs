@@ -8,6 +8,7 @@
 
 use super::attention::axpy;
 use super::sdpa::{sink_softmax, SdpaParams};
+use super::simd::softmax;
 use kestrel_rt_format::weight::dot_f32;
 
 /// The node's head mixings, each `Hq · (Hq + 1)` values (row `g`: `W[g, 0..Hq]`, then `c[g]`).
@@ -19,24 +20,43 @@ pub struct Mix<'a> {
     pub post: Option<&'a [f32]>,
 }
 
-/// Scratch for [`talking_query`]: the query's scores over every head (`Hq · Tk`), one column
-/// across the heads (`Hq`) and the query's outputs (`Hq · Dv`).
+/// Scratch for [`talking_query`]: the query's scores over every head and their mixing (`Hq · Tk`
+/// each) and the query's outputs (`Hq · Dv`).
 pub fn talking_scratch(p: &SdpaParams) -> usize {
     let g = &p.g;
-    g.hq * g.tk + g.hq + g.hq * g.dv
+    2 * g.hq * g.tk + g.hq * g.dv
 }
 
-/// Mixes columns `0..n` of the rows `s` (`Hq` rows of `tk`) across the rows: `s[g][j] ← Σ_h
-/// m[g, h] · s[h][j] + m[g, Hq]`, `col` `Hq` elements of scratch.
-fn mix_heads(s: &mut [f32], tk: usize, n: usize, m: &[f32], col: &mut [f32]) {
-    let hq = col.len();
-    for j in 0..n {
-        for (h, c) in col.iter_mut().enumerate() {
-            *c = s[h * tk + j];
+/// Mixes columns `0..n` of the rows `from` (`Hq` rows of `tk`) across the rows into `to`:
+/// `to[g][j] = Σ_h m[g, h] · from[h][j] + m[g, Hq]` (along the keys, a row at a time).
+fn mix_heads(from: &[f32], to: &mut [f32], tk: usize, n: usize, m: &[f32]) {
+    let hq = from.len() / tk;
+    for (row, out) in m.chunks_exact(hq + 1).zip(to.chunks_exact_mut(tk)) {
+        let out = &mut out[..n];
+        out.fill(row[hq]);
+        for (&w, x) in row[..hq].iter().zip(from.chunks_exact(tk)) {
+            axpy(out, w, &x[..n]);
         }
-        for (g, row) in m.chunks_exact(hq + 1).enumerate() {
-            s[g * tk + j] = dot_f32(col, &row[..hq]) + row[hq];
+    }
+}
+
+/// Each head's softmax over its first `n` scores (with its sink; a row of −∞ gives zeros), the
+/// keys after them 0.
+fn softmax_heads(s: &mut [f32], tk: usize, n: usize, sink: Option<&[f32]>) {
+    for (h, row) in s.chunks_exact_mut(tk).enumerate() {
+        let (seen, masked) = row.split_at_mut(n);
+        match sink.map(|z| if z.len() == 1 { z[0] } else { z[h] }) {
+            Some(z) => sink_softmax(seen, 1.0, None, z),
+            None => {
+                let mx = seen.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                if mx == f32::NEG_INFINITY {
+                    seen.fill(0.0);
+                } else {
+                    softmax(seen);
+                }
+            }
         }
+        masked.fill(0.0);
     }
 }
 
@@ -59,11 +79,11 @@ pub fn talking_query<'s>(
     let (hq, tq, tk, d, dv) = (g.hq, g.tq, g.tk, g.d, g.dv);
     let group = hq / g.hk;
     let [bh, bi, bj] = g.bias_strides;
-    let (scores, rest) = scratch.split_at_mut(hq * tk);
-    let (col, rest) = rest.split_at_mut(hq);
+    let (mut a, rest) = scratch.split_at_mut(hq * tk);
+    let (mut b, rest) = rest.split_at_mut(hq * tk);
     let out = &mut rest[..hq * dv];
     let n = if p.causal { (i + 1).min(tk) } else { tk };
-    for (h, s) in scores.chunks_exact_mut(tk).enumerate() {
+    for (h, s) in a.chunks_exact_mut(tk).enumerate() {
         let s = &mut s[..n];
         let qi = &q[(h * tq + i) * d..(h * tq + i + 1) * d];
         let kh = &k[h / group * tk * d..(h / group + 1) * tk * d];
@@ -77,34 +97,35 @@ pub fn talking_query<'s>(
                 *sj = dot_f32(qi, &kh[j * d..(j + 1) * d]);
             }
         }
-        for x in s.iter_mut() {
-            let scaled = *x * p.scale;
-            *x = if p.softcap > 0.0 { p.softcap * libm::tanhf(scaled / p.softcap) } else { scaled };
+        if p.softcap > 0.0 {
+            for x in s.iter_mut() {
+                *x = p.softcap * libm::tanhf(*x * p.scale / p.softcap);
+            }
+        } else {
+            s.iter_mut().for_each(|x| *x *= p.scale);
         }
-        if let Some(b) = bias {
-            let b = &b[h * bh + i * bi..];
+        if let Some(bv) = bias {
+            let bv = &bv[h * bh + i * bi..];
             for (j, x) in s.iter_mut().enumerate() {
-                *x += b[j * bj];
+                *x += bv[j * bj];
             }
         }
     }
+    // `a` holds the current rows, `b` the other buffer.
     if let Some(m) = mix.pre {
-        mix_heads(scores, tk, n, m, col);
+        mix_heads(a, b, tk, n, m);
+        core::mem::swap(&mut a, &mut b);
     }
-    for (h, s) in scores.chunks_exact_mut(tk).enumerate() {
-        // A sink of −∞ is none: the masked softmax (a row of −∞ gives zeros).
-        let z = sink.map_or(f32::NEG_INFINITY, |z| if z.len() == 1 { z[0] } else { z[h] });
-        sink_softmax(&mut s[..n], 1.0, None, z);
-        s[n..].fill(0.0);
-    }
+    softmax_heads(a, tk, n, sink);
     let n = match mix.post {
         Some(m) => {
-            mix_heads(scores, tk, tk, m, col);
+            mix_heads(a, b, tk, tk, m);
+            core::mem::swap(&mut a, &mut b);
             tk
         }
         None => n,
     };
-    for (h, (s, o)) in scores.chunks_exact(tk).zip(out.chunks_exact_mut(dv)).enumerate() {
+    for (h, (s, o)) in a.chunks_exact(tk).zip(out.chunks_exact_mut(dv)).enumerate() {
         o.fill(0.0);
         let vh = &v[h / group * tk * dv..(h / group + 1) * tk * dv];
         for (j, &w) in s[..n].iter().enumerate() {
