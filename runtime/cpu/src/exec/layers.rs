@@ -21,7 +21,7 @@ use crate::kernels::pool::{pool2d, pool2d_scratch, pool2d_scratch_fast, Pool2dPa
 use crate::kernels::reduce::{reduce, ReduceParams};
 use crate::kernels::rnn::{rnn, rnn_scratch, RnnParams, RnnWeights};
 use crate::kernels::sdpa::{sdpa_rows, sdpa_scratch, SdpaParams};
-use crate::kernels::sdpa_talking::{sdpa_talking, talking_query, talking_scratch, Mix};
+use crate::kernels::sdpa_talking::{sdpa_talking, talking_scratch, Mix};
 use crate::kernels::slice::{slice, SliceParams};
 use crate::kernels::softmax::{softmax, SoftmaxParams};
 use crate::kernels::transpose::{transpose, TransposeParams};
@@ -603,7 +603,7 @@ fn execute_sdpa(
                     }
                 };
                 for i in (t * chunk).min(tq)..((t + 1) * chunk).min(tq) {
-                    let out = talking_query(p, mix, i, qs, ks, vs, bs, sink, sc);
+                    let out = crate::kernels::sdpa_talking::talking_query(p, mix, i, qs, ks, vs, bs, sink, sc);
                     for (h, row) in out.chunks_exact(dv).enumerate() {
                         // SAFETY: row h · Tq + i belongs to query i, this task's.
                         unsafe { outs.part((h * tq + i) * dv, dv) }.copy_from_slice(row);
