@@ -67,6 +67,7 @@ mod sized_by_data;
 mod softcap_attention;
 mod stft;
 mod symbolic_dims;
+mod talking_heads;
 mod topk;
 mod unrolled;
 mod value_info_symbols;

@@ -6,7 +6,7 @@
 //! every softmax fused into an `Sdpa` with both head mixings (no unfused attention reported) and
 //! matches onnxruntime's saved output (2 samples) within 1e-4 on the CPU and on the GPU.
 
-mod common;
+use crate::common;
 
 use kestrel_rt::format::ops::Op;
 use kestrel_rt_onnx::{convert, ConvertOptions};

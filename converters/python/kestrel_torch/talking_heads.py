@@ -12,7 +12,7 @@ attention written here as the timm modules compute it):
   depth-wise local branch of the values, GELU and a projection; 4 heads.
 
 Each is exported with the legacy exporter (opset 17) as ``OUT/talking_<name>.onnx`` and with the
-dynamo exporter (opset 18) as ``OUT/talking_<name>_dynamo.onnx``, a dynamic batch, with the input
+dynamo exporter (opset 17; ``fixture_export``) as ``OUT/talking_<name>_dynamo.onnx``, a dynamic batch, with the input
 ``…_in.npy`` and onnxruntime's output ``…_out.npy`` (2 samples)::
 
     python -m kestrel_torch.talking_heads --out ../onnx/tests/data

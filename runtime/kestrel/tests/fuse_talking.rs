@@ -7,13 +7,12 @@
 //! mixings the node does not take (a bias between the mixing and the softmax, a mixing with an
 //! activation) are reported with their reason.
 
-mod common_fuse;
+use crate::common_fuse;
 
-use common_fuse::{assert_same_outputs, binary, op};
+use common_fuse::{binary, fuses_to, op};
 use kestrel_rt::demo::Rng;
 use kestrel_rt::format::ops::*;
 use kestrel_rt::format::DType;
-use kestrel_rt::fuse::{fuse, unfused_attention};
 use kestrel_rt::ModelBuilder;
 
 const T: usize = 5;
@@ -116,29 +115,19 @@ fn block(f: Form) -> ModelBuilder {
     b
 }
 
-/// Fuses a copy of `b` to one `Sdpa` node with the mixings `f` asks for, no softmax or
-/// convolution left, nothing reported, and the same outputs.
+/// Fuses a copy of the block to one `Sdpa` node ([`fuses_to`]) with the mixings `f` asks for and
+/// no convolution left.
 fn fuses(f: Form) {
-    let b = block(f);
-    let mut fused = b.clone();
-    let report = fuse(&mut fused);
+    let fused = fuses_to(&block(f), 1);
     let nodes: Vec<Sdpa> =
         fused.ops().iter().filter_map(|o| if let Op::Sdpa(s) = o { Some(*s) } else { None }).collect();
-    assert_eq!(nodes.len(), 1, "{f:?}: {report:?}\n{:?}", unfused_attention(&fused));
     assert_eq!((nodes[0].mix_pre.is_some(), nodes[0].mix_post.is_some()), (f.pre, f.post), "{f:?}");
-    assert!(!fused.ops().iter().any(|o| matches!(o, Op::Softmax(_) | Op::Conv2d(_))), "{f:?}: {:?}", fused.ops());
-    assert!(unfused_attention(&fused).is_empty());
-    assert_same_outputs(&b, &fused);
+    assert!(!fused.ops().iter().any(|o| matches!(o, Op::Conv2d(_))), "{f:?}: {:?}", fused.ops());
 }
 
-/// Leaves the block unfused; the one report's reason contains `why`.
+/// Leaves the block unfused ([`common_fuse::reported`]: its one report's reason contains `why`).
 fn reported(f: Form, why: &str) {
-    let mut fused = block(f);
-    fuse(&mut fused);
-    assert!(!fused.ops().iter().any(|o| matches!(o, Op::Sdpa(_))), "{:?}", fused.ops());
-    let left = unfused_attention(&fused);
-    assert_eq!(left.len(), 1, "{left:?}");
-    assert!(left[0].reason.contains(why), "{left:?}");
+    common_fuse::reported(&block(f), why);
 }
 
 #[test]

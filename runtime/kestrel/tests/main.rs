@@ -29,6 +29,7 @@ mod fuse_score_forms;
 mod fuse_sdpa_forms;
 mod fuse_sinks;
 mod fuse_softcap;
+mod fuse_talking;
 mod memory;
 mod model_reference;
 mod npy;
