@@ -572,7 +572,7 @@ fn execute_sdpa(
     p.check(nq, nk, nv, ny, bias.map(|(b, n)| if n == 0 { b.len() } else { n }))
         .map_err(|_| RunError::Internal("Sdpa operands"))?;
     let per = scratch.len();
-    // Talking heads: the unit of work is a query over every head.
+    // Talking heads: the unit of work is a query over every head (in blocks of queries).
     let talking = mix.pre.is_some() || mix.post.is_some();
     let (units, need) = if talking { (p.g.tq, talking_scratch(p)) } else { (rows, sdpa_scratch(p)) };
     if per < need {
@@ -594,7 +594,7 @@ fn execute_sdpa(
             let (outs, first, rest) = (SharedMut::new(ys), SharedMut::new(&mut *scratch), SharedMut::new(&mut *spare));
             let tq = p.g.tq;
             crate::threads::for_each(tasks, &|t| {
-                // SAFETY: task t alone uses scratch copy t and the output rows of queries i0..i1.
+                // SAFETY: task t alone uses scratch copy t and the output rows of its queries.
                 let sc = unsafe {
                     if t == 0 {
                         first.part(0, per)
@@ -602,12 +602,17 @@ fn execute_sdpa(
                         rest.part((t - 1) * per, per)
                     }
                 };
-                for i in (t * chunk).min(tq)..((t + 1) * chunk).min(tq) {
-                    let out = crate::kernels::sdpa_talking::talking_query(p, mix, i, qs, ks, vs, bs, sink, sc);
-                    for (h, row) in out.chunks_exact(dv).enumerate() {
-                        // SAFETY: row h · Tq + i belongs to query i, this task's.
-                        unsafe { outs.part((h * tq + i) * dv, dv) }.copy_from_slice(row);
+                let (q0, q1) = ((t * chunk).min(tq), ((t + 1) * chunk).min(tq));
+                let qb = crate::kernels::sdpa_talking::block_rows(p, per).max(1);
+                let mut i0 = q0;
+                while i0 < q1 {
+                    let i1 = (i0 + qb).min(q1);
+                    let out = crate::kernels::sdpa_talking::talking_block(p, mix, i0..i1, qs, ks, vs, bs, sink, sc);
+                    for (h, rows) in out.chunks_exact((i1 - i0) * dv).enumerate() {
+                        // SAFETY: rows h · Tq + i0..i1 belong to queries i0..i1, this task's.
+                        unsafe { outs.part((h * tq + i0) * dv, (i1 - i0) * dv) }.copy_from_slice(rows);
                     }
+                    i0 = i1;
                 }
             });
             continue;

@@ -46,6 +46,9 @@ pub(super) fn head_mix(b: &ModelBuilder, n: usize) -> Result<Option<HeadMix>, St
         },
         None => vec![0.0; h],
     };
+    if super::skipped("talking") {
+        return why("left as it is (KESTREL_FUSE_SKIP=talking)");
+    }
     let mut rows = Vec::with_capacity(h * (h + 1));
     for g in 0..h {
         rows.extend_from_slice(&wv[g * h..(g + 1) * h]);
