@@ -3,7 +3,8 @@
 //! (`kestrel_rt_reference::layers::sdpa_mixed`): random mixing matrices and biases, 1 to 12
 //! query heads (grouped onto 1 to 4 key heads), either mixing or both, causal, keys transposed,
 //! soft caps, bias forms (per score, per key, shared by the heads, a fully masked row where
-//! only the weights are mixed), with and without sinks; and a mixing weight perturbed by a
+//! only the weights are mixed), with and without sinks, in blocks of 1 query to all of them (the
+//! scratch given decides), under every ISA the CPU runs; and a mixing weight perturbed by a
 //! little fails the comparison.
 
 #[allow(unused_imports)]
@@ -11,7 +12,8 @@ mod common_layers;
 
 use common_layers::*;
 use kestrel_rt_cpu::kernels::sdpa::SdpaParams;
-use kestrel_rt_cpu::kernels::sdpa_talking::{sdpa_talking, talking_scratch, Mix};
+use kestrel_rt_cpu::kernels::simd::{self, Isa};
+use kestrel_rt_cpu::kernels::sdpa_talking::{sdpa_talking, talking_scratch_for, Mix};
 use kestrel_rt_reference::layers as r;
 use kestrel_rt_reference::tolerance::{compare, F32_KERNEL};
 use proptest::prelude::*;
@@ -35,16 +37,18 @@ struct Case {
     /// 0 before the softmax only, 1 after it only, 2 both.
     mix: u8,
     sink: bool,
+    /// Queries per block (the scratch given holds this many).
+    block: usize,
 }
 
 fn case() -> impl Strategy<Value = Case> {
     (
-        (1usize..5, 1usize..4, 1usize..6, 1usize..9),
+        (1usize..5, 1usize..4, 1usize..20, 1usize..9),
         (1usize..9, 1usize..13),
         any::<(bool, bool, bool, bool)>(),
-        (0u8..5, 0u8..3),
+        (0u8..5, 0u8..3, 1usize..20),
     )
-        .prop_map(|((hk, group, tq, tk), (d, dv), (causal, k_transposed, cap, sink), (bias, mix))| Case {
+        .prop_map(|((hk, group, tq, tk), (d, dv), (causal, k_transposed, cap, sink), (bias, mix, block))| Case {
             hk,
             group,
             tq,
@@ -57,6 +61,7 @@ fn case() -> impl Strategy<Value = Case> {
             bias: if bias == 4 && mix != 1 { 3 } else { bias },
             mix,
             sink,
+            block: block.min(tq),
         })
 }
 
@@ -95,7 +100,7 @@ fn run(c: &Case, ops: &Ops, kernel_pre: &[f32], kernel_post: &[f32]) -> (Vec<f32
     let (pre, post) = (c.mix != 1, c.mix != 0);
     let mix = Mix { pre: pre.then_some(kernel_pre), post: post.then_some(kernel_post) };
     let mut y = out(hq * c.tq * c.dv);
-    let mut sc = scratch(talking_scratch(&p));
+    let mut sc = scratch(talking_scratch_for(&p, c.block));
     let bias = bd.as_ref().map(|_| &ops[3][..]);
     let sink = c.sink.then_some(&ops[4][..]);
     sdpa_talking(&p, mix, 0..c.tq, &ops[0], &ops[1], &ops[2], bias, sink, &mut y, &mut sc);
@@ -139,9 +144,14 @@ proptest! {
 
     #[test]
     fn sdpa_with_talking_heads_matches_the_reference((c, ops) in case().prop_flat_map(|c| (Just(c.clone()), operands(&c)))) {
-        let (got, want) = run(&c, &ops, &ops[5], &ops[6]);
-        let cmp = compare(&got, &want, F32_KERNEL);
-        prop_assert!(cmp.pass, "{c:?}: {cmp:?}");
+        // Under every ISA this CPU runs (the products, axpys and softmax dispatch on it).
+        for isa in Isa::ALL.into_iter().filter(|i| i.supported()) {
+            simd::set_isa(isa);
+            let (got, want) = run(&c, &ops, &ops[5], &ops[6]);
+            let cmp = compare(&got, &want, F32_KERNEL);
+            prop_assert!(cmp.pass, "{c:?} under {}: {cmp:?}", isa.name());
+        }
+        simd::set_isa(simd::detect());
     }
 }
 
@@ -162,6 +172,7 @@ fn a_perturbed_mixing_weight_fails() {
         bias: 1,
         mix: 2,
         sink: false,
+        block: 2,
     };
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let ops = operands(&c).new_tree(&mut runner).unwrap().current();
@@ -199,6 +210,7 @@ fn the_identity_mixing_is_plain_attention() {
         bias: 2,
         mix: 2,
         sink: true,
+        block: 3,
     };
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let mut ops = operands(&c).new_tree(&mut runner).unwrap().current();
