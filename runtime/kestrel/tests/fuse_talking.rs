@@ -159,3 +159,28 @@ fn mixings_the_node_does_not_take_are_reported() {
     reported(Form { act: true, post: false, ..PLAIN }, "followed by an activation");
     reported(Form { bias_after: true, ..PLAIN }, "between the head mixing and the softmax");
 }
+
+/// More query heads than the GPU kernel mixes (16): the wgpu session refuses the fused model with
+/// the reason, and AUTO places it on the CPU, saying why.
+#[cfg(feature = "gpu")]
+#[test]
+fn the_gpu_refuses_more_heads_than_it_mixes_and_auto_takes_the_cpu() {
+    use kestrel_rt::backend::{place, Backend, Placement, Request};
+    if !crate::common_gpu::have_gpu() {
+        return;
+    }
+    let fused = fuses_to(&block(Form { heads: 17, kv_heads: 17, ..PLAIN }), 1);
+    let owned = kestrel_rt::Model::from_bytes(&fused.build().unwrap()).unwrap();
+    let cpu = owned.cpu().unwrap();
+    let want = "Sdpa with talking heads over 17 query heads (the GPU kernel mixes at most 16)";
+    let r = Request { backend: Backend::Wgpu, adapter: Some("0"), ..Default::default() };
+    match place(&r, &cpu, 1) {
+        Err(why) => assert!(why.to_string().contains(want), "{why}"),
+        Ok(_) => panic!("WGPU took 17 talking heads"),
+    }
+    let r = Request { backend: Backend::Auto, adapter: Some("0"), ..Default::default() };
+    match place(&r, &cpu, 1) {
+        Ok(Placement::Cpu { fallback: Some(why) }) => assert!(why.to_string().contains(want), "{why}"),
+        _ => panic!("AUTO did not fall back to the CPU with the reason"),
+    }
+}
