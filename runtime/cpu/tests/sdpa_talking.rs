@@ -12,8 +12,8 @@ mod common_layers;
 
 use common_layers::*;
 use kestrel_rt_cpu::kernels::sdpa::SdpaParams;
-use kestrel_rt_cpu::kernels::simd::{self, Isa};
 use kestrel_rt_cpu::kernels::sdpa_talking::{sdpa_talking, talking_scratch_for, Mix};
+use kestrel_rt_cpu::kernels::simd::{self, Isa};
 use kestrel_rt_reference::layers as r;
 use kestrel_rt_reference::tolerance::{compare, F32_KERNEL};
 use proptest::prelude::*;
