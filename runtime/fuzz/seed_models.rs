@@ -89,6 +89,8 @@ fn sdpa() -> Vec<u8> {
                 k_transposed: true,
                 softcap: 0.0,
                 sink: None,
+                mix_pre: None,
+                mix_post: None,
                 y,
             })
         })
@@ -117,6 +119,45 @@ fn sdpa_sink() -> Vec<u8> {
                 k_transposed: false,
                 softcap: 20.0,
                 sink: Some(sink),
+                mix_pre: None,
+                mix_post: None,
+                y,
+            })
+        })
+        .unwrap();
+    b.output(y);
+    b.build().unwrap()
+}
+
+/// `Sdpa` with talking heads (the 8-slot record): the scores and the weights mixed across 3
+/// heads, a constant bias, no sink (its slot `NONE`).
+fn sdpa_talking() -> Vec<u8> {
+    let (h, t, d) = (3usize, 4usize, 4usize);
+    let mut b = ModelBuilder::new("seed");
+    let q = b.input("q", &[h, t, d]).unwrap();
+    let k = b.input("k", &[h, t, d]).unwrap();
+    let v = b.input("v", &[h, t, d]).unwrap();
+    let bias =
+        b.weight_as("bias", &[h, t, t], (0..h * t * t).map(|i| (i % 5) as f32 * 0.25).collect(), DType::F32).unwrap();
+    let mix = |b: &mut ModelBuilder, name: &str, s: f32| {
+        let w = (0..h * (h + 1)).map(|i| ((i * 7) % 5) as f32 * s - 0.5).collect();
+        b.weight_as(name, &[h, h + 1], w, DType::F32).unwrap()
+    };
+    let (mix_pre, mix_post) = (Some(mix(&mut b, "mix_pre", 0.3)), Some(mix(&mut b, "mix_post", 0.2)));
+    let y = b
+        .op(|y| {
+            Op::Sdpa(Sdpa {
+                q,
+                k,
+                v,
+                bias: Some(bias),
+                scale: 0.5,
+                causal: false,
+                k_transposed: false,
+                softcap: 0.0,
+                sink: None,
+                mix_pre,
+                mix_post,
                 y,
             })
         })
@@ -269,6 +310,7 @@ fn main() {
     }
     std::fs::write(format!("{dir}/sdpa_f32.kes"), sdpa()).unwrap();
     std::fs::write(format!("{dir}/sdpa_sink_f32.kes"), sdpa_sink()).unwrap();
+    std::fs::write(format!("{dir}/sdpa_talking_f32.kes"), sdpa_talking()).unwrap();
     std::fs::write(format!("{dir}/gather_f32.kes"), gather()).unwrap();
     std::fs::write(format!("{dir}/rank8_f32.kes"), rank8()).unwrap();
     std::fs::write(format!("{dir}/nms_f32.kes"), nms()).unwrap();

@@ -68,6 +68,7 @@ mod softcap_attention;
 mod split_values;
 mod stft;
 mod symbolic_dims;
+mod talking_heads;
 mod topk;
 mod unrolled;
 mod value_info_symbols;

@@ -315,6 +315,12 @@ pub fn output_shape(
                     return Err(mismatch(name, "sink elements (1 or the query heads Hq)", g.hq, n));
                 }
             }
+            for mix in [o.mix_pre, o.mix_post].into_iter().flatten() {
+                let n = shape_of(mix).numel().unwrap_or(usize::MAX);
+                if n != g.hq * (g.hq + 1) {
+                    return Err(mismatch(name, "head-mixing elements (Hq · (Hq + 1))", g.hq * (g.hq + 1), n));
+                }
+            }
             let mut dims = [g.hq, g.tq, g.dv];
             if q.rank() == 2 {
                 return shape(name, &dims[1..]);

@@ -43,6 +43,8 @@ pub fn for_each_slot(op: &Op, mut f: impl FnMut(&'static str, TensorId, Role)) {
             (kind::SDPA, 2) => ("v", Role::Act),
             (kind::SDPA, 3) => ("bias", Role::ActOrF32Weight),
             (kind::SDPA, 4) => ("sink", Role::F32Weight),
+            (kind::SDPA, 5) => ("mix_pre", Role::F32Weight),
+            (kind::SDPA, 6) => ("mix_post", Role::F32Weight),
             (kind::LINEAR_ATTN, i) => (["q", "k", "v", "state", "decay", "beta"][i.min(5)], Role::Act),
             (kind::GATHER, 1) => ("idx", Role::ActOrF32Weight),
             (kind::NMS, 1) => ("scores", Role::ActOrF32Weight),

@@ -203,6 +203,8 @@ pub fn bounded_rows_model(t: usize, tmax: usize) -> Result<Vec<u8>, Error> {
             k_transposed: false,
             softcap: 0.0,
             sink: None,
+            mix_pre: None,
+            mix_post: None,
             y,
         })
     })?;

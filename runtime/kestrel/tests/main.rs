@@ -31,6 +31,7 @@ mod fuse_sdpa_forms;
 mod fuse_sinks;
 mod fuse_softcap;
 mod fuse_split_values;
+mod fuse_talking;
 mod memory;
 mod model_reference;
 mod npy;

@@ -409,7 +409,22 @@ fn sdpa_heads_groups_bias_and_masks() {
                     }
                 };
                 let scale = 1.0 / (d as f32).sqrt();
-                c.b.op(|y| Op::Sdpa(Sdpa { q, k, v, bias, scale, causal, k_transposed, softcap, sink: None, y }))
+                c.b.op(|y| {
+                    Op::Sdpa(Sdpa {
+                        q,
+                        k,
+                        v,
+                        bias,
+                        scale,
+                        causal,
+                        k_transposed,
+                        softcap,
+                        sink: None,
+                        mix_pre: None,
+                        mix_post: None,
+                        y,
+                    })
+                })
             })
         })
         .collect();
@@ -438,7 +453,20 @@ fn sdpa_bad_shapes_are_rejected() {
         let bias = bd.map(|d| b.input("bias", d).unwrap());
         let err = b
             .op(|y| {
-                Op::Sdpa(Sdpa { q, k, v, bias, scale: 0.5, causal: false, k_transposed, softcap: 0.0, sink: None, y })
+                Op::Sdpa(Sdpa {
+                    q,
+                    k,
+                    v,
+                    bias,
+                    scale: 0.5,
+                    causal: false,
+                    k_transposed,
+                    softcap: 0.0,
+                    sink: None,
+                    mix_pre: None,
+                    mix_post: None,
+                    y,
+                })
             })
             .unwrap_err();
         assert!(err.to_string().contains(what), "{qd:?} {kd:?} {vd:?} {bd:?}: {err}");

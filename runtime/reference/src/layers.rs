@@ -210,6 +210,25 @@ pub fn softmax(x: &[f64], n: usize) -> Vec<f64> {
 /// (its maximum taken with the scores'). Output `[Hq, Tq, Dv]`.
 #[allow(clippy::too_many_arguments)]
 pub fn sdpa(
+    q: (&[f64], &[usize]),
+    k: (&[f64], &[usize]),
+    v: (&[f64], &[usize]),
+    bias: Option<(&[f64], &[usize])>,
+    scale: f64,
+    causal: bool,
+    k_transposed: bool,
+    softcap: f64,
+    sink: Option<&[f64]>,
+) -> Vec<f64> {
+    sdpa_mixed(q, k, v, bias, scale, causal, k_transposed, softcap, sink, (None, None))
+}
+
+/// [`sdpa`] with talking heads (`Sdpa`'s `mix_pre` and `mix_post`, each `Hq · (Hq + 1)` values,
+/// row `g` the weights `W[g, 0..Hq]` then the bias `c[g]`): the scores of the keys query i sees
+/// (scaled, capped, biased) mixed across the heads, `z'[g] = Σ_h W[g, h] · z[h] + c[g]`, before
+/// the softmax; the weights of every key (0 for the masked ones) mixed alike after it.
+#[allow(clippy::too_many_arguments)]
+pub fn sdpa_mixed(
     (q, qs): (&[f64], &[usize]),
     (k, ks): (&[f64], &[usize]),
     (v, vs): (&[f64], &[usize]),
@@ -219,6 +238,7 @@ pub fn sdpa(
     k_transposed: bool,
     softcap: f64,
     sink: Option<&[f64]>,
+    (mix_pre, mix_post): (Option<&[f64]>, Option<&[f64]>),
 ) -> Vec<f64> {
     let three = |s: &[usize]| if s.len() == 3 { [s[0], s[1], s[2]] } else { [1, s[0], s[1]] };
     let ([hq, tq, d], [hk, _, _], [_, tk, dv]) = (three(qs), three(ks), three(vs));
@@ -235,34 +255,68 @@ pub fn sdpa(
         }
         b[flat]
     };
+    // Mixes `x[.., i, j]` across the heads, `j < seen` (`x` is `[Hq, Tq, Tk]`).
+    let mix = |x: &mut [f64], m: &[f64], i: usize, seen: usize| {
+        for j in 0..seen {
+            let col: Vec<f64> = (0..hq).map(|h| x[(h * tq + i) * tk + j]).collect();
+            for g in 0..hq {
+                let row = &m[g * (hq + 1)..(g + 1) * (hq + 1)];
+                x[(g * tq + i) * tk + j] = col.iter().zip(row).map(|(c, w)| c * w).sum::<f64>() + row[hq];
+            }
+        }
+    };
+    let seen = |i: usize| if causal { (i + 1).min(tk) } else { tk };
+    // The scores, then the weights, `[Hq, Tq, Tk]` (the keys a query does not see: 0).
+    let mut z = vec![0.0; hq * tq * tk];
+    for h in 0..hq {
+        let kh = h / group;
+        for i in 0..tq {
+            for j in 0..seen(i) {
+                let dot: f64 = (0..d)
+                    .map(|c| {
+                        let kv = if k_transposed { k[(kh * d + c) * tk + j] } else { k[(kh * tk + j) * d + c] };
+                        q[(h * tq + i) * d + c] * kv
+                    })
+                    .sum();
+                let s = dot * scale;
+                let capped = if softcap > 0.0 { softcap * (s / softcap).tanh() } else { s };
+                z[(h * tq + i) * tk + j] = capped + bias_at(h, i, j);
+            }
+        }
+    }
+    for i in 0..tq {
+        if let Some(m) = mix_pre {
+            mix(&mut z, m, i, seen(i));
+        }
+    }
+    for h in 0..hq {
+        for i in 0..tq {
+            let row = &mut z[(h * tq + i) * tk..(h * tq + i + 1) * tk];
+            let (scores, masked) = row.split_at_mut(seen(i));
+            masked.fill(0.0);
+            let sink_h = sink.map_or(f64::NEG_INFINITY, |s| if s.len() == 1 { s[0] } else { s[h] });
+            let m = scores.iter().cloned().fold(sink_h, f64::max);
+            if m == f64::NEG_INFINITY {
+                scores.fill(0.0);
+                continue;
+            }
+            let total: f64 = scores.iter().map(|s| (s - m).exp()).sum::<f64>() + (sink_h - m).exp();
+            scores.iter_mut().for_each(|s| *s = (*s - m).exp() / total);
+        }
+    }
+    for i in 0..tq {
+        if let Some(m) = mix_post {
+            mix(&mut z, m, i, tk);
+        }
+    }
     let mut y = vec![0.0; hq * tq * dv];
     for h in 0..hq {
         let kh = h / group;
         for i in 0..tq {
-            let seen = if causal { (i + 1).min(tk) } else { tk };
-            let scores: Vec<f64> = (0..seen)
-                .map(|j| {
-                    let dot: f64 = (0..d)
-                        .map(|c| {
-                            let kv = if k_transposed { k[(kh * d + c) * tk + j] } else { k[(kh * tk + j) * d + c] };
-                            q[(h * tq + i) * d + c] * kv
-                        })
-                        .sum();
-                    let s = dot * scale;
-                    let capped = if softcap > 0.0 { softcap * (s / softcap).tanh() } else { s };
-                    capped + bias_at(h, i, j)
-                })
-                .collect();
-            let sink_h = sink.map_or(f64::NEG_INFINITY, |s| if s.len() == 1 { s[0] } else { s[h] });
-            let m = scores.iter().cloned().fold(sink_h, f64::max);
-            if m == f64::NEG_INFINITY {
-                continue;
-            }
-            let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
-            let total: f64 = w.iter().sum::<f64>() + (sink_h - m).exp();
-            for (j, wj) in w.iter().enumerate() {
+            for j in 0..tk {
+                let wj = z[(h * tq + i) * tk + j];
                 for c in 0..dv {
-                    y[(h * tq + i) * dv + c] += wj / total * v[(kh * tk + j) * dv + c];
+                    y[(h * tq + i) * dv + c] += wj * v[(kh * tk + j) * dv + c];
                 }
             }
         }

@@ -309,6 +309,9 @@ pub enum Kernel {
     /// `attention.wgsl: sdpa_rows` (attention on activations: a thread per query row and sixteen
     /// output columns, online softmax, no barriers).
     SdpaRows,
+    /// `attention.wgsl: sdpa_talking` (talking heads: a thread per query row and sixteen output
+    /// columns, every head's scores recomputed per key, two walks over the keys, no barriers).
+    SdpaTalking,
     /// `attention.wgsl: linear_attn` (linear attention with a recurrent state: a thread per
     /// sequence, key/value head and state column, walking the tokens with the column in registers).
     LinearAttn,
@@ -412,6 +415,7 @@ impl Kernel {
         Kernel::Attend,
         Kernel::AttendRows,
         Kernel::SdpaRows,
+        Kernel::SdpaTalking,
         Kernel::LinearAttn,
         Kernel::ExpValues,
         Kernel::ExpKeys,
@@ -439,7 +443,7 @@ impl Kernel {
             Pool2d => Family::Pool,
             Rnn => Family::Rnn,
             Embedding | PatchGather | Gather | Concat => Family::Embed,
-            AlignTokens | Attend | AttendRows | SdpaRows | LinearAttn => Family::Attention,
+            AlignTokens | Attend | AttendRows | SdpaRows | SdpaTalking | LinearAttn => Family::Attention,
             ExpValues | ExpKeys | AftBias | AftFull | AftLocal | AftSimple | AftConv => Family::Aft,
             FfScores | FfPool | FfScaleRows => Family::Fastformer,
         }
@@ -469,7 +473,7 @@ impl Kernel {
             Concat => Layout::Concat,
             AlignTokens => Layout::AlignTokens,
             Attend | AttendRows => Layout::Attend,
-            SdpaRows => Layout::Sdpa,
+            SdpaRows | SdpaTalking => Layout::Sdpa,
             LinearAttn => Layout::LinearAttn,
             ExpValues => Layout::ExpValues,
             ExpKeys => Layout::ExpKeys,
@@ -499,8 +503,10 @@ impl Kernel {
             DenseBlockLn => Start::Mode(Item, "dense_block_body", "1u"),
             DenseBlockPatch => Start::Mode(Item, "dense_block_body", "2u"),
             Unary | Strided | Chain | LayerNorm | Softmax | Reduce | MatMul | Conv2d | Conv2dBlock | Pool2d
-            | Embedding | PatchGather | Gather | Concat | AlignTokens | AttendRows | SdpaRows | LinearAttn
-            | ExpValues | ExpKeys | AftFull | AftLocal | AftConv | FfScores | FfPool | FfScaleRows => Start::Body(Item),
+            | Embedding | PatchGather | Gather | Concat | AlignTokens | AttendRows | SdpaRows | SdpaTalking
+            | LinearAttn | ExpValues | ExpKeys | AftFull | AftLocal | AftConv | FfScores | FfPool | FfScaleRows => {
+                Start::Body(Item)
+            }
             LayerNormSplit | SoftmaxSplit | ReduceSplit | Rnn | AftSimple => Start::Body(Row),
             DenseTile | MatMulTile | Conv2dTile => Start::Body(Tile),
             DenseSplit | DenseSplitSg | DenseSplitLn | DenseSplitLnSg | DenseSplitPatch | DenseSplitPatchSg
@@ -563,6 +569,7 @@ impl Kernel {
             Attend => "attend",
             AttendRows => "attend_rows",
             SdpaRows => "sdpa_rows",
+            SdpaTalking => "sdpa_talking",
             LinearAttn => "linear_attn",
             ExpValues => "exp_values",
             ExpKeys => "exp_keys",

@@ -481,13 +481,16 @@ Attend attend {
 /// `group` = Hq / Hk query heads per key head; the scaled scores soft-capped by `softcap` (0:
 /// none); the bias (`has_bias`) read at element `h·bias_sh + i·bias_si + j·bias_sj` of the
 /// activation region `bias` or, with `bias_const`, the weight `bias_w`; with `has_sink` the
-/// weight `sink_w` holds the sink logits, one per query head (`sink_per_head`) or one.
+/// weight `sink_w` holds the sink logits, one per query head (`sink_per_head`) or one; `hq`
+/// query heads; `sdpa_talking` (talking heads) mixes the scores across the heads by the weight
+/// `mix_pre_w` (`has_mix_pre`) and the weights by `mix_post_w` (`has_mix_post`), each `[Hq, Hq + 1]`.
 Sdpa sdpa {
     q: Region = 2, k: Region = 4, v: Region = 6, o: Region = 8, tq: usize = 10, tk: usize = 11, d: usize = 12,
     dv: usize = 13, group: usize = 14, scale: f32 = 15, causal: bool = 16, k_transposed: bool = 17,
     has_bias: bool = 18, bias_sh: usize = 19 opt, bias_si: usize = 20 opt, bias_sj: usize = 21 opt,
     bias_const: bool = 22 opt, softcap: f32 = 23, bias: Region = 24 opt, bias_w: Wd = 28 opt,
     has_sink: bool = 32, sink_per_head: bool = 33 opt, sink_w: Wd = 34 opt,
+    hq: usize = 38, has_mix_pre: bool = 39, has_mix_post: bool = 40, mix_pre_w: Wd = 41 opt, mix_post_w: Wd = 45 opt,
 }
 /// `attention.wgsl: linear_attn`: linear attention with a recurrent state (`LinearAttn`): `n`
 /// sequences of `t` tokens per sample, `q [n, t, hq·dk]`, `k [n, t, hkv·dk]`, `v [n, t, hkv·dv]`,

@@ -808,14 +808,26 @@ fn sdpa_cases() -> Vec<Case> {
         ((4, 2, 5, 6, 8, 20, true, false, false, &[1, 5, 6], false, None, 1.5), 2),
         ((4, 1, 2, 33, 8, 17, false, true, false, &[], false, None, 0.0), 1),
     ];
+    // Talking heads (`sdpa_talking`): the third code mixes the heads before the softmax (1),
+    // after it (2) or both (3); 1 to 12 heads, grouped, masks, caps and sinks beside the mixing.
+    let talking: [(SdpaCase, u8, u8); 7] = [
+        ((4, 4, 5, 5, 4, 4, false, false, false, &[], false, None, 0.0), 0, 3),
+        ((4, 2, 3, 6, 8, 5, true, false, false, &[4, 3, 6], true, None, 0.0), 0, 1),
+        ((3, 1, 4, 7, 4, 20, false, true, false, &[7], false, None, 1.5), 1, 2),
+        ((8, 8, 9, 9, 4, 8, false, false, false, &[8, 9, 9], true, None, 0.0), 0, 3),
+        ((1, 1, 6, 3, 5, 7, false, false, true, &[3], false, None, 0.0), 0, 3),
+        ((12, 4, 2, 5, 4, 4, true, false, false, &[], false, None, 0.0), 1, 3),
+        ((4, 1, 5, 6, 4, 4, false, false, false, &[5, 6], false, Some(f32::NEG_INFINITY), 0.0), 0, 2),
+    ];
     cases
         .into_iter()
-        .map(|c| (c, 0))
-        .chain(sinks)
-        .map(|((hq, hk, tq, tk, d, dv, causal, k_transposed, rank2, bias_dims, constant, fill, softcap), sink)| {
+        .map(|c| (c, 0, 0))
+        .chain(sinks.map(|(c, z)| (c, z, 0)))
+        .chain(talking)
+        .map(|((hq, hk, tq, tk, d, dv, causal, k_transposed, rank2, bias_dims, constant, fill, softcap), sink, mix)| {
             let name = format!(
                 "sdpa hq{hq} hk{hk} tq{tq} tk{tk} d{d} dv{dv} causal={causal} kT={k_transposed} rank2={rank2} \
-                 bias {bias_dims:?} constant={constant} fill {fill:?} softcap {softcap} sink {sink}"
+                 bias {bias_dims:?} constant={constant} fill {fill:?} softcap {softcap} sink {sink} mix {mix}"
             );
             case("sdpa", name, move |c| {
                 let dims = |h: usize, a: usize, b: usize| if rank2 { vec![a, b] } else { vec![h, a, b] };
@@ -863,7 +875,17 @@ fn sdpa_cases() -> Vec<Case> {
                         Some(c.b.weight_as("sink", &[hq], z, DType::F32)?)
                     }
                 };
-                c.b.op(|y| Op::Sdpa(Sdpa { q, k, v, bias, scale, causal, k_transposed, softcap, sink, y }))
+                let mut mixing = |on: bool| -> Result<Option<TensorId>, kestrel_rt::Error> {
+                    if !on {
+                        return Ok(None);
+                    }
+                    let w = c.vals(hq * (hq + 1), 2.0).iter().map(|w| w / hq as f32).collect();
+                    Ok(Some(c.b.weight_as("mix", &[hq, hq + 1], w, DType::F32)?))
+                };
+                let (mix_pre, mix_post) = (mixing(mix & 1 != 0)?, mixing(mix & 2 != 0)?);
+                c.b.op(|y| {
+                    Op::Sdpa(Sdpa { q, k, v, bias, scale, causal, k_transposed, softcap, sink, mix_pre, mix_post, y })
+                })
             })
         })
         .collect()

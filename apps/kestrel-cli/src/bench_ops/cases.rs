@@ -579,7 +579,20 @@ pub(super) fn build(c: &CaseDef, seed: u64) -> Result<(Model, Vec<Feed>)> {
             let (q, k, v) = (g.input(&dims, UNIT)?, g.input(&dims, UNIT)?, g.input(&dims, UNIT)?);
             let scale = 1.0 / (d as f32).sqrt();
             g.op(|y| {
-                Op::Sdpa(Sdpa { q, k, v, bias: None, scale, causal, k_transposed: false, softcap: 0.0, sink: None, y })
+                Op::Sdpa(Sdpa {
+                    q,
+                    k,
+                    v,
+                    bias: None,
+                    scale,
+                    causal,
+                    k_transposed: false,
+                    softcap: 0.0,
+                    sink: None,
+                    mix_pre: None,
+                    mix_post: None,
+                    y,
+                })
             })?
         }
         &Spec::LinearAttn { heads, t, d, rule } => {

@@ -21,6 +21,7 @@ use crate::kernels::pool::{pool2d, pool2d_scratch, pool2d_scratch_fast, Pool2dPa
 use crate::kernels::reduce::{reduce, ReduceParams};
 use crate::kernels::rnn::{rnn, rnn_scratch, RnnParams, RnnWeights};
 use crate::kernels::sdpa::{sdpa_rows, sdpa_scratch, SdpaParams};
+use crate::kernels::sdpa_talking::{sdpa_talking, talking_scratch, Mix};
 use crate::kernels::slice::{slice, SliceParams};
 use crate::kernels::softmax::{softmax, SoftmaxParams};
 use crate::kernels::transpose::{transpose, TransposeParams};
@@ -120,6 +121,7 @@ enum Prep<'a> {
         p: SdpaParams,
         bias: Option<Src<'a>>,
         sink: Option<&'a [f32]>,
+        mix: Mix<'a>,
     },
     Conv2d {
         p: Conv2dParams,
@@ -277,7 +279,32 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
                 Some(Src::Act) => return Err(ShapeError::Invalid { op: "Sdpa", what: "a sink must be a weight" }),
                 None => None,
             };
-            Prep::Sdpa { p, bias, sink }
+            // The head mixings: f32 weights of Hq · (Hq + 1) finite values.
+            let mut mixes = [None, None];
+            for (slot, t) in mixes.iter_mut().zip([o.mix_pre, o.mix_post]) {
+                *slot = match t.map(|t| src(file, t)).transpose()? {
+                    Some(Src::Weight(w)) => {
+                        let values = w
+                            .as_f32()
+                            .ok_or(ShapeError::Invalid { op: "Sdpa", what: "a head mixing must be stored as f32" })?;
+                        if values.len() != p.g.hq * (p.g.hq + 1) {
+                            return Err(ShapeError::Invalid {
+                                op: "Sdpa",
+                                what: "a head mixing of Hq · (Hq + 1) values",
+                            });
+                        }
+                        if values.iter().any(|z| !z.is_finite()) {
+                            return Err(ShapeError::Invalid { op: "Sdpa", what: "a head mixing that is not finite" });
+                        }
+                        Some(values)
+                    }
+                    Some(Src::Act) => {
+                        return Err(ShapeError::Invalid { op: "Sdpa", what: "a head mixing must be a weight" })
+                    }
+                    None => None,
+                };
+            }
+            Prep::Sdpa { p, bias, sink, mix: Mix { pre: mixes[0], post: mixes[1] } }
         }
         LayerOp::Conv2d(o) => {
             let proj = proj(file, o.proj)?;
@@ -309,6 +336,7 @@ pub(super) fn scratch_elems(file: &Graph<'_, '_>, op: &Op, fast: bool) -> Result
         Prep::PatchEmbed { p, .. } => patch_embed_scratch(&p),
         Prep::Embedding { p, .. } => embedding_scratch(&p),
         Prep::MatMul { p, .. } => matmul_scratch(&p),
+        Prep::Sdpa { p, mix, .. } if mix.pre.is_some() || mix.post.is_some() => talking_scratch(&p),
         Prep::Sdpa { p, .. } => sdpa_scratch(&p),
         Prep::Conv2d { p, .. } => conv2d_scratch(&p),
         Prep::Pool2d(p) => pool2d_scratch(&p),
@@ -331,8 +359,8 @@ pub(super) fn scratch_elems(file: &Graph<'_, '_>, op: &Op, fast: bool) -> Result
 
 pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Result<(), RunError> {
     let prep = prepare(file, op).map_err(|_| RunError::Internal("a validated node failed its check"))?;
-    if let (Prep::Sdpa { p, bias, sink }, Op::Sdpa(o)) = (&prep, op) {
-        return execute_sdpa(file, p, (bias.as_ref(), *sink), o, io);
+    if let (Prep::Sdpa { p, bias, sink, mix }, Op::Sdpa(o)) = (&prep, op) {
+        return execute_sdpa(file, p, (bias.as_ref(), *sink, *mix), o, io);
     }
     let (batch, cap) = (io.batch, io.cap.max(1));
     let (acts, out, scratch) = io.split();
@@ -523,7 +551,7 @@ fn expect_len(found: usize, expected: usize) -> Result<(), ShapeError> {
 fn execute_sdpa(
     file: &Graph<'_, '_>,
     p: &SdpaParams,
-    (bias, sink): (Option<&Src<'_>>, Option<&[f32]>),
+    (bias, sink, mix): (Option<&Src<'_>>, Option<&[f32]>, Mix<'_>),
     o: &kestrel_rt_format::ops::Sdpa,
     io: &mut OpIo<'_>,
 ) -> Result<(), RunError> {
@@ -544,19 +572,55 @@ fn execute_sdpa(
     p.check(nq, nk, nv, ny, bias.map(|(b, n)| if n == 0 { b.len() } else { n }))
         .map_err(|_| RunError::Internal("Sdpa operands"))?;
     let per = scratch.len();
-    if per < sdpa_scratch(p) {
+    // Talking heads: the unit of work is a query over every head (in blocks of queries).
+    let talking = mix.pre.is_some() || mix.post.is_some();
+    let (units, need) = if talking { (p.g.tq, talking_scratch(p)) } else { (rows, sdpa_scratch(p)) };
+    if per < need {
         return Err(RunError::Internal("Sdpa scratch"));
     }
     let copies = spare.len().checked_div(per).map_or(1, |c| c + 1);
     #[cfg(feature = "std")]
-    let tasks = crate::threads::threads().min(copies).min(rows).max(1);
+    let tasks = crate::threads::threads().min(copies).min(units).max(1);
     #[cfg(not(feature = "std"))]
     let tasks = 1.min(copies);
-    let chunk = rows.div_ceil(tasks);
+    let chunk = units.div_ceil(tasks);
     for s in 0..batch {
         let (qs, ks, vs) = (&q[s * nq..(s + 1) * nq], &k[s * nk..(s + 1) * nk], &v[s * nv..(s + 1) * nv]);
         let bs = bias.map(|(b, n)| if n == 0 { b } else { &b[s * n..(s + 1) * n] });
         let ys = &mut out[s * ny..(s + 1) * ny];
+        #[cfg(feature = "std")]
+        if tasks >= 2 && talking {
+            use crate::threads::SharedMut;
+            let (outs, first, rest) = (SharedMut::new(ys), SharedMut::new(&mut *scratch), SharedMut::new(&mut *spare));
+            let tq = p.g.tq;
+            crate::threads::for_each(tasks, &|t| {
+                // SAFETY: task t alone uses scratch copy t and the output rows of its queries.
+                let sc = unsafe {
+                    if t == 0 {
+                        first.part(0, per)
+                    } else {
+                        rest.part((t - 1) * per, per)
+                    }
+                };
+                let (q0, q1) = ((t * chunk).min(tq), ((t + 1) * chunk).min(tq));
+                let qb = crate::kernels::sdpa_talking::block_rows(p, per).max(1);
+                let mut i0 = q0;
+                while i0 < q1 {
+                    let i1 = (i0 + qb).min(q1);
+                    let out = crate::kernels::sdpa_talking::talking_block(p, mix, i0..i1, qs, ks, vs, bs, sink, sc);
+                    for (h, rows) in out.chunks_exact((i1 - i0) * dv).enumerate() {
+                        // SAFETY: rows h · Tq + i0..i1 belong to queries i0..i1, this task's.
+                        unsafe { outs.part((h * tq + i0) * dv, (i1 - i0) * dv) }.copy_from_slice(rows);
+                    }
+                    i0 = i1;
+                }
+            });
+            continue;
+        }
+        if talking {
+            sdpa_talking(p, mix, 0..p.g.tq, qs, ks, vs, bs, sink, ys, scratch);
+            continue;
+        }
         #[cfg(feature = "std")]
         if tasks >= 2 {
             use crate::threads::SharedMut;

@@ -22,6 +22,7 @@ pub mod pool;
 pub mod reduce;
 pub mod rnn;
 pub mod sdpa;
+pub mod sdpa_talking;
 pub mod simd;
 pub mod slice;
 pub mod softmax;

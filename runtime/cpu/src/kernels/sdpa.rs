@@ -115,24 +115,7 @@ pub fn sdpa_rows(
             p.scale
         };
         let sink_h = sink.map(|z| if z.len() == 1 { z[0] } else { z[h] });
-        match (bias, sink_h) {
-            (b, Some(z)) => {
-                let b = b.map(|b| (&b[h * bh + i * bi..], bj));
-                sink_softmax(s, scale, b, z);
-            }
-            (Some(b), None) if bj == 1 => masked_softmax(s, scale, Some(&b[h * bh + i * bi..][..n])),
-            (Some(b), None) => {
-                // Broadcast along the keys: one value for the row.
-                let c = b[h * bh + i * bi];
-                if c == f32::NEG_INFINITY {
-                    s.fill(0.0);
-                } else {
-                    s.iter_mut().for_each(|x| *x = *x * scale + c);
-                    masked_softmax(s, 1.0, None);
-                }
-            }
-            (None, None) => masked_softmax(s, scale, None),
-        }
+        row_softmax(s, scale, bias.map(|b| (&b[h * bh + i * bi..], bj)), sink_h);
         out.fill(0.0);
         let vh = &v[hk * tk * dv..(hk + 1) * tk * dv];
         for (j, &w) in s.iter().enumerate() {
@@ -141,9 +124,33 @@ pub fn sdpa_rows(
     }
 }
 
+/// The softmax of one row of scores as `Sdpa` takes it: `s_j · scale + bias_j` (`bias`: the row's
+/// values from its start and their key stride, 1 or 0: one value for the row), with the head's
+/// sink logit where it has one ([`sink_softmax`]); a row whose every logit is −∞ gets zeros.
+pub(crate) fn row_softmax(s: &mut [f32], scale: f32, bias: Option<(&[f32], usize)>, sink: Option<f32>) {
+    match (bias, sink) {
+        (b, Some(z)) => sink_softmax(s, scale, b, z),
+        (Some((b, 1)), None) => {
+            let n = s.len();
+            masked_softmax(s, scale, Some(&b[..n]))
+        }
+        (Some((b, _)), None) => {
+            // Broadcast along the keys: one value for the row.
+            let c = b[0];
+            if c == f32::NEG_INFINITY {
+                s.fill(0.0);
+            } else {
+                s.iter_mut().for_each(|x| *x = *x * scale + c);
+                masked_softmax(s, 1.0, None);
+            }
+        }
+        (None, None) => masked_softmax(s, scale, None),
+    }
+}
+
 /// `s ← c · tanh(scale · s / c)`: |·| ≤ c, finite for finite scores (the quotient is formed
 /// last, so a tiny cap saturates the tanh rather than making 0 · ∞).
-fn soft_cap(s: &mut [f32], scale: f32, c: f32) {
+pub(crate) fn soft_cap(s: &mut [f32], scale: f32, c: f32) {
     for x in s {
         *x = c * libm::tanhf(*x * scale / c);
     }

@@ -410,6 +410,12 @@ pub struct MatMul {
 /// above, `m` the maximum of the scores and the sink; the weights then sum to less than 1. The
 /// sink is a weight stored as f32 of `Hq` elements (one per query head) or one (shared), any
 /// shape, in the softmax's units (after the scale, the cap and the bias); a sink of −∞ is none.
+/// With talking heads (CaiT's, EfficientFormerV2's) the scores are mixed across the query heads
+/// before the softmax (`mix_pre`) and the weights after it (`mix_post`), each by a learned
+/// `[Hq, Hq]` matrix and `[Hq]` bias: `z'[g, i, j] = Σ_h Wpre[g, h] · z[h, i, j] + cpre[g]` over
+/// the scaled, capped and biased scores (the causal mask applied after it), the softmax (with
+/// the sink) of `z'`, then `w'[g, i, j] = Σ_h Wpost[g, h] · w[h, i, j] + cpost[g]` over every
+/// key (masked keys' weights 0 before the mix), and `y[g, i] = Σ_j w'[g, i, j] · v[g / group, j]`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Sdpa {
     /// Queries `[Hq, Tq, D]`.
@@ -432,6 +438,14 @@ pub struct Sdpa {
     /// Optional per-head sink logits (`Hq` or one f32 weight values): an optional sixth slot,
     /// present only when set (records without it read as before).
     pub sink: Option<TensorId>,
+    /// Optional head mixing of the scores before the softmax (talking heads): an f32 weight of
+    /// `Hq · (Hq + 1)` values, row `g` the weights `W[g, 0..Hq]` then the bias `c[g]`, so
+    /// `z'[g] = Σ_h W[g, h] · z[h] + c[g]`; an optional seventh slot (`NONE` there when only
+    /// `mix_post` is set; records without it read as before).
+    pub mix_pre: Option<TensorId>,
+    /// Optional head mixing of the weights after the softmax, laid out as `mix_pre`: an optional
+    /// eighth slot.
+    pub mix_post: Option<TensorId>,
     /// Output `[Hq, Tq, Dv]`.
     pub y: TensorId,
 }

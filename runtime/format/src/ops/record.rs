@@ -44,7 +44,7 @@ pub trait Code: Copy {
     fn from_code(v: u32) -> Option<Self>;
 }
 
-/// One side of the walk over a record: writing an op's values ([`OpRecordBuf`]), counting its
+/// One side of the walk over a record: writing an op's values ([`Writer`]), counting its
 /// slots ([`Counter`]) or reading them into a blank op ([`Decoder`]).
 pub(super) trait Slots {
     /// True when values are read from the record into the op (and checked).
@@ -58,6 +58,9 @@ pub(super) trait Slots {
     /// Whether an optional tensor slot is in the record: when writing, `present`; when
     /// decoding, whether the record has the extra slot.
     fn tensor_present(&mut self, present: bool) -> bool;
+    /// Whether the optional tensor slot just read may be `NONE` (absent): when more optional
+    /// slots follow it in the record (the last one written is always present).
+    fn none_allowed(&self) -> bool;
     /// Whether an op's optional trailing attributes, `n` of them, are in the record (as
     /// [`Slots::tensor_present`]; an op has at most one such group).
     fn attrs_present(&mut self, present: bool, n: usize) -> bool;
@@ -67,24 +70,66 @@ pub(super) trait Slots {
     }
 }
 
-impl Slots for OpRecordBuf {
+/// Writes an op's values into a record: its optional tensor slots up to the last one present
+/// (`optional_left` of them, from [`Presence`]), an absent one before it as `NONE`.
+pub(super) struct Writer {
+    pub(super) r: OpRecordBuf,
+    pub(super) optional_left: usize,
+}
+
+impl Slots for Writer {
     const DECODE: bool = false;
     fn op(&self) -> &'static str {
-        kind_name(self.kind).unwrap_or("?")
+        kind_name(self.r.kind).unwrap_or("?")
     }
     fn slot(&mut self, v: &mut u32) {
-        self.tensors[self.n_tensors as usize] = *v;
-        self.n_tensors += 1;
+        self.r.tensors[self.r.n_tensors as usize] = *v;
+        self.r.n_tensors += 1;
     }
     fn attr(&mut self, v: &mut u32) {
-        self.attrs[self.n_attrs as usize] = *v;
-        self.n_attrs += 1;
+        self.r.attrs[self.r.n_attrs as usize] = *v;
+        self.r.n_attrs += 1;
     }
-    fn tensor_present(&mut self, present: bool) -> bool {
-        present
+    fn tensor_present(&mut self, _: bool) -> bool {
+        let here = self.optional_left > 0;
+        self.optional_left = self.optional_left.saturating_sub(1);
+        here
+    }
+    fn none_allowed(&self) -> bool {
+        true
     }
     fn attrs_present(&mut self, present: bool, _: usize) -> bool {
         present
+    }
+}
+
+/// Finds how many of an op's optional tensor slots a record of it holds: up to the last one
+/// present.
+#[derive(Default)]
+pub(super) struct Presence {
+    seen: usize,
+    pub(super) upto: usize,
+}
+
+impl Slots for Presence {
+    const DECODE: bool = false;
+    fn op(&self) -> &'static str {
+        "?"
+    }
+    fn slot(&mut self, _: &mut u32) {}
+    fn attr(&mut self, _: &mut u32) {}
+    fn tensor_present(&mut self, present: bool) -> bool {
+        self.seen += 1;
+        if present {
+            self.upto = self.seen;
+        }
+        false
+    }
+    fn none_allowed(&self) -> bool {
+        true
+    }
+    fn attrs_present(&mut self, _: bool, _: usize) -> bool {
+        false
     }
 }
 
@@ -94,7 +139,8 @@ impl Slots for OpRecordBuf {
 pub(super) struct Counter {
     pub(super) tensors: usize,
     pub(super) attrs: usize,
-    pub(super) optional_tensor: bool,
+    /// The op's optional tensor slots (in record order, each written only with those before it).
+    pub(super) optional_tensors: usize,
     /// The attributes of the optional trailing group (0: none).
     pub(super) optional_attrs: usize,
 }
@@ -111,8 +157,11 @@ impl Slots for Counter {
         self.attrs += 1;
     }
     fn tensor_present(&mut self, _: bool) -> bool {
-        self.optional_tensor = true;
+        self.optional_tensors += 1;
         false
+    }
+    fn none_allowed(&self) -> bool {
+        true
     }
     fn attrs_present(&mut self, _: bool, n: usize) -> bool {
         self.optional_attrs = n;
@@ -126,7 +175,8 @@ pub(super) struct Decoder<'a> {
     pub(super) op: &'static str,
     pub(super) tensors: core::slice::Iter<'a, u32>,
     pub(super) attrs: core::slice::Iter<'a, u32>,
-    pub(super) with_tensor: bool,
+    /// The optional tensor slots left in the record.
+    pub(super) optional_left: usize,
     pub(super) with_attr: bool,
 }
 
@@ -142,7 +192,12 @@ impl Slots for Decoder<'_> {
         *v = self.attrs.next().copied().unwrap_or(0);
     }
     fn tensor_present(&mut self, _: bool) -> bool {
-        self.with_tensor
+        let here = self.optional_left > 0;
+        self.optional_left = self.optional_left.saturating_sub(1);
+        here
+    }
+    fn none_allowed(&self) -> bool {
+        self.optional_left > 0
     }
     fn attrs_present(&mut self, _: bool, _: usize) -> bool {
         self.with_attr
@@ -173,13 +228,17 @@ pub(super) fn opt<S: Slots>(s: &mut S, v: &mut Option<TensorId>) -> Result<(), O
     Ok(())
 }
 
-/// An optional tensor slot in the record only when present (the count of slots tells), never
-/// `NONE` when there.
+/// An optional tensor slot in the record only when present or when an optional slot after it
+/// is (the count of slots tells); `NONE` there only before a present one (the last optional
+/// slot of a record is never `NONE`).
 pub(super) fn opt_t<S: Slots>(s: &mut S, v: &mut Option<TensorId>, slot: &'static str) -> Result<(), OpError> {
     if s.tensor_present(v.is_some()) {
         let mut m = v.unwrap_or(NONE);
-        t(s, &mut m, slot)?;
-        *v = Some(m);
+        s.slot(&mut m);
+        if S::DECODE && m == NONE && !s.none_allowed() {
+            return Err(OpError::MissingTensor { op: s.op(), slot });
+        }
+        *v = (m != NONE).then_some(m);
     } else {
         *v = None;
     }

@@ -163,8 +163,10 @@ op_table! {
         reset: opt_code(GruReset::Product, "reset")]
         check gru_output,
     /// See [`Sdpa`].
-    // The sink is a 6th slot, present only when used (5-slot records read as before).
-    Sdpa = 17 SDPA [q: t("q"), k: t("k"), v: t("v"), bias: opt(), sink: opt_t("sink"), y: t("y")]
+    // The sink is a 6th slot, the head mixings a 7th and 8th, each present only when it or one
+    // after it is used (5- and 6-slot records read as before).
+    Sdpa = 17 SDPA [q: t("q"), k: t("k"), v: t("v"), bias: opt(), sink: opt_t("sink"), mix_pre: opt_t("mix_pre"),
+        mix_post: opt_t("mix_post"), y: t("y")]
         // The soft cap only when set: records without one read as before.
         [scale: float("scale"), causal: flag("causal"), k_transposed: flag("k_transposed"),
         softcap: opt_pos_float("softcap")],
@@ -262,11 +264,17 @@ fn attention_slots(op: &'static str, o: &Attention) -> Result<(), OpError> {
 impl Op {
     /// Encodes into a fixed-capacity record (tensor slots end with the output).
     pub fn encode(&self) -> OpRecordBuf {
-        let mut r = OpRecordBuf { kind: self.kind(), ..OpRecordBuf::default() };
+        // The optional slots written: up to the last one present (`NONE` in those before it
+        // that are absent).
+        let mut present = Presence::default();
+        let mut probe = *self;
+        let _ = walk(&mut present, &mut probe);
+        let mut w =
+            Writer { r: OpRecordBuf { kind: self.kind(), ..OpRecordBuf::default() }, optional_left: present.upto };
         let mut op = *self;
         // Writing checks nothing, so it cannot fail.
-        let _ = walk(&mut r, &mut op);
-        r
+        let _ = walk(&mut w, &mut op);
+        w.r
     }
 
     /// Decodes a record, checking slot and attribute counts (those of the kind, with or without
@@ -278,17 +286,19 @@ impl Op {
         let mut n = Counter::default();
         let mut counted = op;
         let _ = walk(&mut n, &mut counted);
-        let with_tensor = n.optional_tensor && tensors.len() == n.tensors + 1;
+        // The optional slots in the record: the first `extra` of the op's (0 where the count
+        // fits none).
+        let extra = tensors.len().checked_sub(n.tensors).filter(|&e| e <= n.optional_tensors).unwrap_or(0);
         let with_attr = n.optional_attrs > 0 && attrs.len() == n.attrs + n.optional_attrs;
         let na = n.attrs + if with_attr { n.optional_attrs } else { 0 };
-        let nt = n.tensors + usize::from(with_tensor);
+        let nt = n.tensors + extra;
         if tensors.len() != nt {
             return Err(OpError::TensorCount { op: name, expected: nt, found: tensors.len() });
         }
         if attrs.len() != na {
             return Err(OpError::AttrCount { op: name, expected: na, found: attrs.len() });
         }
-        let mut d = Decoder { op: name, tensors: tensors.iter(), attrs: attrs.iter(), with_tensor, with_attr };
+        let mut d = Decoder { op: name, tensors: tensors.iter(), attrs: attrs.iter(), optional_left: extra, with_attr };
         walk(&mut d, &mut op)?;
         Ok(op)
     }

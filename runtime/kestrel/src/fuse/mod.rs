@@ -27,6 +27,7 @@ mod sdpa_mixed;
 mod sdpa_pass;
 mod sdpa_reasons;
 mod sdpa_sinks;
+mod sdpa_talking;
 mod sdpa_walk;
 mod select;
 mod slices;
@@ -105,10 +106,17 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
     clamp::clamp_epilogue(b, &mut report);
     // Then what is left of element-wise runs, after the layers or between them: one pass each
     // (`KESTREL_FUSE_SKIP=chain` leaves them, for measuring what the pass gains).
-    if !std::env::var("KESTREL_FUSE_SKIP").is_ok_and(|v| v.split(',').any(|p| p == "chain")) {
+    if !skipped("chain") {
         chain::elementwise_chains(b, &mut report);
     }
     report
+}
+
+/// Whether `KESTREL_FUSE_SKIP` (a comma-separated list) names `pass`: a pass left out, for
+/// measuring what it gains (`chain`: the element-wise runs; `talking`: the head mixings of
+/// talking-heads attention, whose softmax is then reported unfused).
+pub(crate) fn skipped(pass: &str) -> bool {
+    std::env::var("KESTREL_FUSE_SKIP").is_ok_and(|v| v.split(',').any(|p| p == pass))
 }
 
 /// Tries `matcher` at every node in turn and applies each match whose replacement verifies

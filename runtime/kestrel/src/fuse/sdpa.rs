@@ -3,7 +3,8 @@
 //! on q, k or the scores (multiplied or divided), a soft cap of the scores (`tanh(s / c) · c`,
 //! Gemma 2's, with scales on either side of it), additive biases after it (constants or
 //! activations: masks, relative-position biases), a softmax over the keys, and
-//! `MatMul(weights, v)`. Query
+//! `MatMul(weights, v)`; talking heads, the scores or weights mixed across the heads by a
+//! pointwise convolution around the softmax, become the node's head mixings (`sdpa_talking`). Query
 //! and key/value heads are the products' leading axes: equal (multi-head), or the keys' a prefix
 //! of the queries' with ones after it (grouped-query and multi-query attention, a broadcast
 //! product). Every intermediate must be read by the next node only. Runs after every other pass
@@ -15,6 +16,7 @@ use super::score_forms::{floor, head_mixing_at, scaled_keep, where_fill, FLOOR_M
 use super::score_mask::{broadcast_to, combine, MaskStep};
 use super::sdpa_reasons::{before_softmax, constant_operand, neither_term_scores, scores_shared, weights_used};
 use super::sdpa_sinks::{cuts_sink, gated_output, lse_gate, padded_sink, per_head, row_max_shift, Sink};
+use super::sdpa_talking::{head_mix, mix_weight, post_mix, HeadMix};
 use super::sdpa_walk::{
     back_through_scales, keeps_keys, kv_heads, leads_to_scores, main_scores, scaled, swaps_last_two,
     view_root_keeping_keys, views_to_keys, SWAP_LAST_TWO,
@@ -147,6 +149,9 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
     // An attention sink (sdpa_sinks), and the row maximum of a stable softmax written out, whose
     // reduction reads the scores beside the subtraction.
     let (mut sink, mut row_max): (Option<Sink>, Option<usize>) = (None, None);
+    // Talking heads (sdpa_talking): the scores' head mixing, with the scales between it and the
+    // softmax (taken into its weights; the scale starts again at 1 behind it).
+    let mut mix_pre: Option<(HeadMix, f32)> = None;
     let (mm1n, mm1) = loop {
         let p = b.producer(s).ok_or("the scores are a graph input")?;
         if sole_consumer(b, s) != Some(reader) {
@@ -327,12 +332,26 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
                 softcap = Some(cap);
                 s = u.x;
             }
+            Op::Conv2d(_) if mix_pre.is_none() && head_mix(b, p)?.is_some() => {
+                let m = head_mix(b, p)?.ok_or("mixing")?;
+                if !terms.is_empty() || softcap.is_some() || floor_at.is_some() || sink.is_some() || row_max.is_some() {
+                    return Err(
+                        "talking heads: a bias, soft cap, floor or sink between the head mixing and the softmax \
+                                (the fused node mixes the scaled, capped and biased scores)"
+                            .into(),
+                    );
+                }
+                s = m.x;
+                mix_pre = Some((m, scale));
+                scale = 1.0;
+            }
             op => {
                 if let Some(m) = head_mixing_at(b, p) {
                     let (mi, mo) = (dims(b, b.ops()[m].main_input()), dims(b, b.ops()[m].output()));
                     return Err(format!(
                         "talking heads: the scores mixed across heads ({} {:?} -> {:?}) between the score product \
-                         and the softmax; the fused nodes take each head's own scores",
+                         and the softmax in a form not taken (the fused node takes a pointwise Conv2d over the \
+                         heads between views)",
                         b.ops()[m].name(),
                         mi.unwrap_or_default(),
                         mo.unwrap_or_default()
@@ -359,6 +378,7 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
     // the graph's slice up): the node computes those queries only (query_rows).
     let mut qslice: Option<Slice> = None;
     let mut sink_cut = false;
+    let mut mix_post: Option<HeadMix> = None;
     let mm2n = loop {
         let after = skip_nan_guard(b, probs, &mut nodes);
         guarded |= after != probs;
@@ -395,6 +415,15 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
                 probs = sl.y;
                 qslice = Some(sl);
             }
+            // The weights mixed across the heads (talking heads, sdpa_talking).
+            _ if mix_post.is_none() && !weights_transposed => match post_mix(b, probs)? {
+                Some((y, chain, m)) => {
+                    nodes.extend(chain);
+                    probs = y;
+                    mix_post = Some(m);
+                }
+                None => break c,
+            },
             _ => break c,
         }
     };
@@ -465,6 +494,14 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
             Some(b.weight_as("sdpa_sink", &[hq], z, DType::F32).map_err(|e| e.to_string())?)
         }
         Some(_) => return Err("a sink of another row count than the scores".into()),
+        None => None,
+    };
+    let mix_pre = match mix_pre {
+        Some((m, sc)) => Some(mix_weight(b, &m, sc, hq, "sdpa_mix_pre")?),
+        None => None,
+    };
+    let mix_post = match mix_post {
+        Some(m) => Some(mix_weight(b, &m, 1.0, hq, "sdpa_mix_post")?),
         None => None,
     };
     // The weights' rows after a cut of the query rows: `tq_out` queries per head.
@@ -689,7 +726,20 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
     let y =
         if weights_transposed { b.new_activation("sdpa_out", &[hq, tq, dv]).map_err(|e| e.to_string())? } else { o };
     let softcap = softcap.unwrap_or(0.0);
-    ops.push(Op::Sdpa(Sdpa { q: q3, k: k3, v: v3, bias, scale, causal: false, k_transposed, softcap, sink, y }));
+    ops.push(Op::Sdpa(Sdpa {
+        q: q3,
+        k: k3,
+        v: v3,
+        bias,
+        scale,
+        causal: false,
+        k_transposed,
+        softcap,
+        sink,
+        mix_pre,
+        mix_post,
+        y,
+    }));
     if weights_transposed {
         ops.push(Op::Transpose(Transpose { x: y, perm: SWAP_LAST_TWO, y: o }));
     }

@@ -52,6 +52,8 @@ pub(super) fn leads_to_scores(b: &ModelBuilder, t: TensorId, depth: usize) -> bo
         Op::Unary(u) => leads_to_scores(b, u.x, depth - 1),
         Op::Reshape(r) => leads_to_scores(b, r.x, depth - 1),
         Op::Transpose(r) => leads_to_scores(b, r.x, depth - 1),
+        // A head mixing (talking heads, sdpa_talking) of the scores.
+        Op::Conv2d(c) => leads_to_scores(b, c.x, depth - 1),
         _ => false,
     }
 }

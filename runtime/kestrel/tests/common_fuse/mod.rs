@@ -1,5 +1,5 @@
 //! What the synthetic-graph attention fusion tests (`fuse_query_rows.rs`,
-//! `fuse_const_queries.rs`, `fuse_mixed.rs`, `fuse_concat_keys.rs`) share: running a graph on
+//! `fuse_const_queries.rs`, `fuse_mixed.rs`, `fuse_concat_keys.rs`, `fuse_talking.rs`) share: running a graph on
 //! seeded inputs, comparing a fused graph with the graph it replaces, the fused-or-reported
 //! checks, and building nodes.
 

@@ -232,7 +232,7 @@ impl<'a> Interp<'a> {
                 let (xd, id) = (self.dims(o.x), self.dims(o.idx));
                 r::gather(x_of(o.x), &xd, o.axis as usize, x_of(o.idx), &id).expect("indices in range").0
             }
-            Op::Sdpa(o) => r::sdpa(
+            Op::Sdpa(o) => r::sdpa_mixed(
                 (x_of(o.q), &self.dims(o.q)),
                 (x_of(o.k), &self.dims(o.k)),
                 (x_of(o.v), &self.dims(o.v)),
@@ -242,6 +242,7 @@ impl<'a> Interp<'a> {
                 o.k_transposed,
                 f64::from(o.softcap),
                 o.sink.map(x_of),
+                (o.mix_pre.map(x_of), o.mix_post.map(x_of)),
             ),
             Op::MatMul(o) => r::matmul(x_of(o.a), &self.dims(o.a), x_of(o.b), &self.dims(o.b), o.transpose_b).0,
             Op::Conv2d(o) => {

@@ -282,7 +282,26 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                     p.set(sdpa::bias_const, false)?.set(sdpa::bias, ctx.act(b)?)?
                 };
             }
-            vec![p.done(Kernel::SdpaRows)]
+            // Talking heads: every head's scores per thread, one value per head in registers
+            // (`SDPA_TALKING_MAX_HEADS` in the shader).
+            let talking = o.mix_pre.is_some() || o.mix_post.is_some();
+            if talking && g.hq > 16 {
+                return Err(GpuError::Unsupported(format!(
+                    "node {node}: Sdpa with talking heads over {} query heads (the GPU kernel mixes at most 16)",
+                    g.hq
+                )));
+            }
+            p = p
+                .set(sdpa::hq, g.hq)?
+                .set(sdpa::has_mix_pre, o.mix_pre.is_some())?
+                .set(sdpa::has_mix_post, o.mix_post.is_some())?;
+            if let Some(w) = o.mix_pre {
+                p = p.set(sdpa::mix_pre_w, ctx.weight(w)?)?;
+            }
+            if let Some(w) = o.mix_post {
+                p = p.set(sdpa::mix_post_w, ctx.weight(w)?)?;
+            }
+            vec![p.done(if talking { Kernel::SdpaTalking } else { Kernel::SdpaRows })]
         }
         LayerOp::LinearAttn(o) => {
             let bad = |_| ShapeError::Invalid { op: "LinearAttn", what: "a tensor the graph does not hold" };

@@ -446,6 +446,135 @@ fn sdpa_rows_body(it: Item) {
     store4_upto(o, col + 12u, dv, a3 * inv);
 }
 
+// The most query heads `sdpa_talking` mixes (arrays of one value per head in registers; the
+// lowering refuses more).
+const SDPA_TALKING_MAX_HEADS: u32 = 16u;
+
+// Query i's scores at key j for every head (scaled, capped, biased as `sdpa_rows`), mixed across
+// the heads by `mix_pre_w` where there is one (`z'[g] = Σ_h W[g, h] · z[h] + c[g]`), into `z`.
+fn sdpa_talking_scores(prm: SdpaP, s: u32, i: u32, j: u32, z: ptr<function, array<f32, 16>>) {
+    let hq = prm.hq;
+    var raw: array<f32, 16>;
+    for (var h = 0u; h < hq; h++) {
+        let hk = h / max(prm.group, 1u);
+        let qb = prm.q.base + s * prm.q.stride + (h * prm.tq + i) * prm.d;
+        let kb = prm.k.base + s * prm.k.stride + hk * prm.tk * prm.d;
+        var sc = 0.0;
+        if prm.k_transposed {
+            for (var c = 0u; c < prm.d; c++) {
+                sc += act[qb + c] * act[kb + c * prm.tk + j];
+            }
+        } else {
+            for (var c = 0u; c < prm.d; c++) {
+                sc += act[qb + c] * act[kb + j * prm.d + c];
+            }
+        }
+        var sv = sc * prm.scale;
+        if prm.softcap > 0.0 {
+            sv = prm.softcap * tanh_stable(sv / prm.softcap);
+        }
+        if prm.has_bias {
+            let be = h * prm.bias_sh + i * prm.bias_si + j * prm.bias_sj;
+            if prm.bias_const {
+                sv += wflat(prm.bias_w, be);
+            } else {
+                sv += act[prm.bias.base + s * prm.bias.stride + be];
+            }
+        }
+        raw[h] = sv;
+    }
+    for (var g = 0u; g < hq; g++) {
+        if prm.has_mix_pre {
+            var acc = wflat(prm.mix_pre_w, g * (hq + 1u) + hq);
+            for (var h = 0u; h < hq; h++) {
+                acc += wflat(prm.mix_pre_w, g * (hq + 1u) + h) * raw[h];
+            }
+            (*z)[g] = acc;
+        } else {
+            (*z)[g] = raw[g];
+        }
+    }
+}
+
+// `sdpa_talking`: `Sdpa` with talking heads (`mix_pre`, `mix_post`), one thread per (sample,
+// query row r = g·Tq + i, sixteen-column chunk of Dv), no workgroup memory: a first walk over
+// the keys query i sees computes every head's (mixed) scores and each head's running maximum and
+// sum (the online softmax, starting from the head's sink where there is one); a second walk
+// computes head g's weight at each key, its own softmax weight or, with `mix_post`, `Σ_h W[g, h]
+// · w[h] + c[g]` over every key (a masked key's weights 0), and accumulates the values. Each
+// walk recomputes the Hq scores of a key (Hq · D products): no scores buffer.
+// P: `sdpa`; per = Hq · Tq · ⌈Dv / 16⌉ (threads).
+fn sdpa_talking_body(it: Item) {
+    let prm = sdpa_p();
+    let hq = prm.hq;
+    let tq = prm.tq;
+    let tk = prm.tk;
+    let dv = prm.dv;
+    let c16 = (dv + 15u) / 16u;
+    let s = it.s;
+    let e = it.l % c16;
+    let r = it.l / c16;
+    let g = r / tq;
+    let i = r % tq;
+    let vb = prm.v.base + s * prm.v.stride + g / max(prm.group, 1u) * tk * dv;
+    let seen = select(tk, min(i + 1u, tk), prm.causal);
+    let col = 16u * e;
+    var z: array<f32, 16>;
+    var m: array<f32, 16>;
+    var l: array<f32, 16>;
+    for (var h = 0u; h < hq; h++) {
+        m[h] = -3.4028235e38;
+        l[h] = 0.0;
+        if prm.has_sink {
+            let zs = wflat(prm.sink_w, select(0u, h, prm.sink_per_head));
+            if zs >= -3.4028235e38 {
+                m[h] = zs;
+                l[h] = 1.0;
+            }
+        }
+    }
+    for (var j = 0u; j < seen; j++) {
+        sdpa_talking_scores(prm, s, i, j, &z);
+        for (var h = 0u; h < hq; h++) {
+            let mn = max(m[h], z[h]);
+            l[h] = l[h] * exp(m[h] - mn) + exp(z[h] - mn);
+            m[h] = mn;
+        }
+    }
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
+    let keys = select(seen, tk, prm.has_mix_post);
+    for (var j = 0u; j < keys; j++) {
+        var w = 0.0;
+        if j < seen {
+            sdpa_talking_scores(prm, s, i, j, &z);
+        }
+        if prm.has_mix_post {
+            w = wflat(prm.mix_post_w, g * (hq + 1u) + hq);
+            if j < seen {
+                for (var h = 0u; h < hq; h++) {
+                    let p = select(0.0, exp(z[h] - m[h]) / l[h], l[h] > 0.0);
+                    w += wflat(prm.mix_post_w, g * (hq + 1u) + h) * p;
+                }
+            }
+        } else {
+            w = select(0.0, exp(z[g] - m[g]) / l[g], l[g] > 0.0);
+        }
+        let vr = vb + j * dv;
+        a0 += w * sdpa_v4(vr, col, dv);
+        a1 += w * sdpa_v4(vr, col + 4u, dv);
+        a2 += w * sdpa_v4(vr, col + 8u, dv);
+        a3 += w * sdpa_v4(vr, col + 12u, dv);
+    }
+    let o = prm.o.base + s * prm.o.stride + r * dv;
+    store4_upto(o, col, dv, a0);
+    store4_upto(o, col + 4u, dv, a1);
+    store4_upto(o, col + 8u, dv, a2);
+    store4_upto(o, col + 12u, dv, a3);
+}
+
 // tanh(x) through exp(−2|x|), finite for every finite x (a builtin `tanh` may overflow its
 // exponentials for large |x| on some drivers).
 fn tanh_stable(x: f32) -> f32 {
