@@ -333,9 +333,12 @@ impl GpuSession {
         let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("debug") });
         enc.copy_buffer_to_buffer(&self.arena, t.offset * self.capacity as u64, &tmp, 0, len);
         let index = self.ctx.queue.submit([enc.finish()]);
-        tmp.map_async(wgpu::MapMode::Read, .., |_| {});
+        let mapped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let m = mapped.clone();
+        tmp.map_async(wgpu::MapMode::Read, .., move |_| m.store(true, std::sync::atomic::Ordering::Release));
         dev.poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: Some(RUN_TIMEOUT) })
             .map_err(|e| GpuError::Poll(e.to_string()))?;
+        await_callbacks(dev, || mapped.load(std::sync::atomic::Ordering::Acquire))?;
         let view = tmp.get_mapped_range(..).map_err(|e| GpuError::Map(e.to_string()))?;
         Ok(bytemuck::cast_slice(&view).to_vec())
     }
@@ -431,6 +434,7 @@ impl GpuSession {
             .device
             .poll(wgpu::PollType::Wait { submission_index: None, timeout: Some(RUN_TIMEOUT) })
             .map_err(|e| GpuError::Poll(e.to_string()))?;
+        await_callbacks(&self.ctx.device, || done.lock().map(|v| v.is_some()).unwrap_or(true))?;
         match done.lock().ok().and_then(|mut v| v.take()) {
             Some(Ok(())) => {
                 self.upload_mapped = true;
@@ -597,6 +601,10 @@ impl GpuSession {
             .poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: Some(RUN_TIMEOUT) })
             .map_err(|e| GpuError::Poll(e.to_string()))?;
         ctx.take_error("run")?;
+        let pending: &[usize] = if timed { &[READ, TIMES, UPLOAD] } else { &[READ, UPLOAD] };
+        await_callbacks(&ctx.device, || {
+            status.lock().map(|v| pending.iter().all(|&s| v[s].is_some())).unwrap_or(true)
+        })?;
         let results: [MapResult; 3] = status.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default();
         self.upload_mapped = matches!(results[UPLOAD], Some(Ok(())));
         let wanted: &[usize] = if timed { &[READ, TIMES] } else { &[READ] };
@@ -673,6 +681,21 @@ impl GpuSession {
 
 /// A buffer mapping's outcome, once its callback has run.
 type MapResult = Option<Result<(), String>>;
+
+/// Waits until `ready()` holds, polling `device` without blocking. A mapping's callback runs in
+/// whichever thread polls the device: with several sessions on one device (every session an app
+/// or the C ABI makes on an adapter shares its context), each run on a thread of its own, another
+/// thread's poll can take this run's callbacks and still be calling them when this thread's own
+/// wait for the submission returns. Bounded by [`RUN_TIMEOUT`]; the caller reports a mapping
+/// still missing then.
+fn await_callbacks(device: &wgpu::Device, ready: impl Fn() -> bool) -> Result<(), GpuError> {
+    let start = Instant::now();
+    while !ready() && start.elapsed() < RUN_TIMEOUT {
+        device.poll(wgpu::PollType::Poll).map_err(|e| GpuError::Poll(e.to_string()))?;
+        std::thread::yield_now();
+    }
+    Ok(())
+}
 
 /// Records one dispatch into `pass`.
 fn record(pass: &mut wgpu::ComputePass<'_>, dispatch: &NodeDispatch, batch: usize) -> Result<(), GpuError> {

@@ -121,3 +121,34 @@ fn sessions_on_one_device_share_compiled_kernels() {
     assert!(new > 0 && new < text_variants.len(), "the text model shares some kernels and not others");
     assert_eq!(pipelines(&g) - compiled, new as isize, "only the text model's own variants compiled");
 }
+
+/// Sessions on one device, each run on a thread of its own, as an app runs two models (or the C
+/// ABI's sessions on one adapter's shared context): every run of every thread succeeds with the
+/// CPU's results. A mapping's callback runs in whichever thread polls the device, so a thread's
+/// wait could return while another thread was still calling its callbacks; such a run failed with
+/// "the readback buffer was not mapped after the wait" (seen on lavapipe with the runtime's test
+/// suite running its GPU tests in parallel on one context).
+#[test]
+fn sessions_on_one_device_run_from_many_threads() {
+    let Some(g) = gpu() else { return };
+    let image = demo_image_model();
+    let image_cpu = image.cpu().unwrap();
+    let mut rng = kestrel_rt::demo::Rng::new(11);
+    let x = rng.vec(2 * 256, 1.0);
+    let want = run_cpu(&image, &[Feed::F32(x.clone())], 2).remove(0);
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (g, image_cpu, x, want) = (&g, &image_cpu, &x, &want);
+            s.spawn(move || {
+                let mut session = GpuSession::new(g, image_cpu, 2).unwrap();
+                let mut out = vec![0f32; 2 * 10];
+                for run in 0..40 {
+                    session
+                        .run(&[kestrel_rt::Input::F32(x)], &mut [&mut out])
+                        .unwrap_or_else(|e| panic!("thread {t}, run {run}: {e}"));
+                    assert!(measure(&out, want, F32_MODEL).0 <= 1.0, "thread {t}, run {run}: results");
+                }
+            });
+        }
+    });
+}
