@@ -201,9 +201,9 @@ fn a_scale_folded_into_a_constant_of_the_scores_fuses() {
 }
 
 /// CaiT's talking heads: the scores `[H, T, T]` mixed across heads by a pointwise convolution
-/// before the softmax.
+/// before the softmax fuse (`Sdpa`'s `mix_pre`; every mixing form: `fuse_talking.rs`).
 #[test]
-fn talking_heads_are_reported_by_name() {
+fn talking_heads_fuse() {
     let mut b = ModelBuilder::new("talking");
     let [q, k, v, _] = inputs(&mut b);
     let s = op(&mut b, |y| Op::MatMul(MatMul { a: q, b: k, transpose_b: true, y }));
@@ -224,7 +224,7 @@ fn talking_heads_are_reported_by_name() {
         })
     });
     let s = b.reshape(mixed, &[1, H, T, T]).unwrap();
-    assert_left(finish(b, s, v), "talking heads");
+    assert_fuses(&finish(b, s, v), 1, "talking heads");
 }
 
 /// SHViT and EfficientViT (MSRA): the scores viewed through a chain that splits and merges the
