@@ -202,9 +202,9 @@ fn string_array<'l>(env: &mut Env<'l>, items: &[String]) -> Result<JObjectArray<
 
 mod buffers;
 mod classify;
-mod model;
+mod models;
 mod run;
-mod session;
+mod sessions;
 
 /// A Java `int[]` of `values` (TOO_LARGE for one past `int`).
 fn int_array<'l>(env: &mut Env<'l>, values: &[usize]) -> Result<JIntArray<'l>, Failure> {
