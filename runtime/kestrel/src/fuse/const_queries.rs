@@ -23,7 +23,7 @@
 //! ([`concat_values`](super::sdpa_concat_keys::concat_values), checked too).
 
 use super::score_mask::broadcast_to;
-use super::sdpa::adopt_sdpa;
+use super::sdpa_adopt::adopt_sdpa;
 use super::sdpa_concat_keys::{concat_values, split_columns};
 use super::sdpa_reasons::weights_meet_values;
 use super::{dims, scalar, sole_consumer, try_replace, FusionReport};

@@ -22,6 +22,7 @@ mod query_rows;
 mod score_forms;
 mod score_mask;
 mod sdpa;
+mod sdpa_adopt;
 mod sdpa_concat_keys;
 mod sdpa_mixed;
 mod sdpa_pass;

@@ -21,7 +21,7 @@ use super::sdpa_walk::{
     back_through_scales, keeps_keys, kv_heads, leads_to_scores, main_scores, scaled, swaps_last_two,
     view_root_keeping_keys, views_to_keys, SWAP_LAST_TWO,
 };
-use super::{dims, scalar, skip_nan_guard, sole_consumer, try_replace, FusionReport};
+use super::{dims, scalar, skip_nan_guard, sole_consumer};
 use crate::builder::Region;
 use crate::ModelBuilder;
 use kestrel_rt_format::ops::*;
@@ -756,34 +756,6 @@ pub(super) fn match_sdpa(b: &mut ModelBuilder, softmax: usize) -> Result<(Region
     }
     let inputs = unique;
     Ok((Region { nodes, inputs, output: out }, ops))
-}
-
-/// Finishes a rewrite made in `scratch` (a copy of `b`, `r` its report) that leaves the softmax
-/// writing `w` in the plain `Sdpa` form: [`match_sdpa`] and the numerical check of
-/// [`try_replace`] on it; where both pass, `scratch` becomes `b` and `r`'s fused counts join
-/// `report`. Else why not (`b` then unchanged).
-pub(super) fn adopt_sdpa(
-    b: &mut ModelBuilder,
-    mut scratch: ModelBuilder,
-    w: TensorId,
-    mut r: FusionReport,
-    report: &mut FusionReport,
-) -> Result<(), String> {
-    let n = scratch.producer(w).ok_or("the softmax went missing")?;
-    let (region, ops) = match_sdpa(&mut scratch, n)?;
-    if !try_replace(&mut scratch, &region, ops, "sdpa", &mut r) {
-        return Err(r.rejected.pop().unwrap_or_else(|| "the numerical check failed".into()));
-    }
-    *b = scratch;
-    merge_fused(report, r);
-    Ok(())
-}
-
-/// Adds `r`'s fused counts to `report`'s.
-pub(super) fn merge_fused(report: &mut FusionReport, r: FusionReport) {
-    for (k, n) in r.fused {
-        *report.fused.entry(k).or_default() += n;
-    }
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@
 //! (`Add(W, 0)`, as the converter makes one), a concatenation joining activations.
 
 use super::query_rows::query_rows;
-use super::sdpa::adopt_sdpa;
+use super::sdpa_adopt::adopt_sdpa;
 use super::{dims, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;
 use crate::ModelBuilder;

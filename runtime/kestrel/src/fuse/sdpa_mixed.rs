@@ -21,7 +21,7 @@
 //! turn, and the two are kept only together.
 
 use super::score_mask::broadcast_to;
-use super::sdpa::adopt_sdpa;
+use super::sdpa_adopt::adopt_sdpa;
 use super::sdpa_walk::keeps_keys;
 use super::{dims, sole_consumer, try_replace, FusionReport};
 use crate::builder::Region;

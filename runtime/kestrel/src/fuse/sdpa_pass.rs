@@ -10,7 +10,8 @@
 use super::const_queries::fuse_const_queries;
 use super::query_rows::{row_slices, score_chain, split_chains};
 use super::score_forms::unshare_fill_picks;
-use super::sdpa::{match_sdpa, merge_fused};
+use super::sdpa::match_sdpa;
+use super::sdpa_adopt::merge_fused;
 use super::sdpa_concat_keys::{fuse_concat_keys, fuse_split_values};
 use super::sdpa_mixed::fuse_mixed;
 use super::sdpa_reasons::{constant_operand, constant_queries};
