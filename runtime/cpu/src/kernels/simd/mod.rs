@@ -20,6 +20,8 @@ mod f32_driver;
 #[cfg(target_arch = "x86_64")]
 mod gemm;
 #[cfg(target_arch = "x86_64")]
+mod i4_gemv;
+#[cfg(target_arch = "x86_64")]
 mod loaders;
 pub(crate) mod multiversion;
 #[cfg(target_arch = "aarch64")]

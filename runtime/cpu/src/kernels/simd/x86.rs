@@ -114,10 +114,10 @@ unsafe fn gemv_avx512<L: Load<Z>>(op: DenseOp<'_, L>) {
 
 /// One tier's dense entry points: `$wt` over a slice and `$wt_ptr` at a row stride, with that
 /// tier's GEMM tiles (`gemm_tiers` parameters `$tiers`) and, below `$gemv_rows` rows, its
-/// GEMV `$gemv`.
+/// GEMV `$gemv` (after `$first`, which may take the call: true when it did).
 macro_rules! dense_entry_points {
-    ($features:literal, $needs:literal, $what:literal, $v:ty, [$($tiers:literal),*], $gemv:path, $gemv_rows:expr,
-     $wt:ident, $wt_ptr:ident) => {
+    ($features:literal, $needs:literal, $what:literal, $v:ty, [$($tiers:literal),*], $first:path, $gemv:path,
+     $gemv_rows:expr, $wt:ident, $wt_ptr:ident) => {
         #[doc = concat!("`y [rows, out] = x [rows, in] · Wᵀ` for any weight encoding (no bias) ", $what)]
         ///
         /// # Safety
@@ -139,7 +139,7 @@ macro_rules! dense_entry_points {
             // SAFETY: the caller's contract; the view's data lengths were validated by
             // `WeightView::new`.
             unsafe {
-                if !gemm_tiers::<$v, $($tiers),*>(x, rows, w, y, ldy) {
+                if !gemm_tiers::<$v, $($tiers),*>(x, rows, w, y, ldy) && !$first(x, rows, w, y, ldy) {
                     if rows < $gemv_rows {
                         weights!(w, l => $gemv(DenseOp { x, rows, w: l, out, y, ldy }))
                     } else {
@@ -157,6 +157,7 @@ dense_entry_points!(
     "with AVX2: the packed 6×16 GEMM ([`super::gemm`]) from [`gemm::MIN_ROWS`] rows (the transposed-`x` kernel up to [`gemm::SMALL_M_MAX`] rows of f32), the driver's dot products below.",
     gemm::Y,
     [6, 2, 6, 2],
+    int4_gemv,
     dots::<Y, _>,
     GEMV_MAX_ROWS,
     matmul_wt,
@@ -168,11 +169,37 @@ dense_entry_points!(
     "with the AVX-512 packed 8×32 GEMM from [`gemm::MIN_ROWS`] rows, the 16-lane GEMV below (up to six rows of `x` per weight load).",
     gemm::Z,
     [12, 1, 8, 2],
+    no_first,
     gemv_avx512,
     gemm::MIN_ROWS,
     matmul_wt_avx512,
     matmul_wt_avx512_ptr
 );
+
+/// AVX2's int4 GEMV ([`super::i4_gemv`]) for 1–3 rows of `x` and int4 weights: true when it
+/// took the call.
+///
+/// # Safety
+/// AVX2, FMA and F16C available; `x` and `y` as [`matmul_wt_ptr`] (checked here: `x`).
+#[inline(always)]
+unsafe fn int4_gemv(x: &[f32], rows: usize, w: &WeightView<'_>, y: *mut f32, ldy: usize) -> bool {
+    let WeightData::I4 { q, scales } = w.data() else { return false };
+    if rows == 0 || rows > super::i4_gemv::MAX_ROWS {
+        return false;
+    }
+    let (out, l) = (w.rows(), super::f32_driver::I4W::new(q, scales, w.cols()));
+    assert!(x.len() >= rows * w.cols() && ldy >= out);
+    // SAFETY: the caller's contract on y and the features; x checked; the view's data lengths
+    // were validated by `WeightView::new`.
+    unsafe { super::i4_gemv::gemv_i4(DenseOp { x, rows, w: &l, out, y, ldy }) };
+    true
+}
+
+/// No call taken first (the AVX-512 tier's int4 GEMV is its own, `gemv_avx512`).
+#[inline(always)]
+fn no_first(_: &[f32], _: usize, _: &WeightView<'_>, _: *mut f32, _: usize) -> bool {
+    false
+}
 
 /// The entry points' GEMM tiers, with vectors `V`: from [`gemm::MIN_ROWS`] to
 /// [`gemm::SMALL_M_MAX`] rows of f32 the transposed-`x` kernel (`SMR`×`SNV` vectors), from
