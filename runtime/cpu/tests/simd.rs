@@ -409,7 +409,7 @@ fn check_q8(rows: usize, out: usize, cols: usize, x: &[f32], w: &[i8]) {
     }
     if !ran {
         eprintln!(
-            "no packed int8 GEMM on this CPU (AVX-512 VNNI, AVX-VNNI, aarch64 dotprod): only the dot products run"
+            "no packed int8 GEMM on this CPU (AVX-512 VNNI, AVX-VNNI, AVX2, aarch64 dotprod): only the dot products run"
         );
     }
 }

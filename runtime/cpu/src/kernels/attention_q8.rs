@@ -1,6 +1,6 @@
 //! The int8 internals of the blocked attention path (`Internals::Int8`, opt-in at conversion):
 //! the scores `Q_h·K_hᵀ` and the weighted values `P·V_h` as int8 × int8 → i32 products
-//! ([`matmul_nt_q8`]: the packed VNNI / dot-product kernels), everything around them in f32;
+//! ([`matmul_nt_q8`]: the packed VNNI, AVX2 or `sdot` kernels), everything around them in f32;
 //! and (in `attention.rs`) the output projection reads the heads' outputs quantised at one scale
 //! taken at run time where its weights are integer.
 //!

@@ -32,6 +32,8 @@ mod q8;
 mod q8_512;
 #[cfg(target_arch = "x86_64")]
 mod q8_avx;
+#[cfg(target_arch = "x86_64")]
+mod q8_avx2;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod q8_driver;
 #[cfg(target_arch = "aarch64")]
@@ -70,13 +72,14 @@ pub const GEMM_MIN_ROWS: usize = 8;
 pub enum Isa {
     /// Portable Rust (the reference kernels).
     Scalar,
-    /// x86_64 AVX2 + FMA + F16C (int8 × int8 through `vpmaddubsw`/`vpmaddwd`).
+    /// x86_64 AVX2 + FMA + F16C (int8 × int8 through `vpmaddubsw`/`vpmaddwd`: the packed AVX2
+    /// kernels, `q8_avx2.rs`).
     Avx2,
     /// x86_64 AVX2 + FMA + F16C with AVX-VNNI (`vpdpbusd`): the packed int8 × int8 kernels.
     Avx2Vnni,
     /// x86_64 AVX-512F on top of AVX2 + FMA + F16C: the packed 8×32 GEMM for dense layers of
     /// 8 rows or more, the 16-lane GEMV below 4; int8 × int8 through the packed AVX-512 VNNI
-    /// kernels when the CPU has AVX-512 VNNI and BW, else AVX-VNNI / AVX2 dot products.
+    /// kernels when the CPU has AVX-512 VNNI and BW, else the AVX-VNNI or AVX2 packed kernels.
     Avx512,
     /// aarch64 NEON (Advanced SIMD); int8 × int8 through `sdot` when the CPU has the
     /// dot-product extension.

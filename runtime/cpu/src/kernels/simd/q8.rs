@@ -5,7 +5,7 @@
 #[cfg(target_arch = "aarch64")]
 use super::q8_neon;
 #[cfg(target_arch = "x86_64")]
-use super::{has_avx512_vnni, x86};
+use super::{has_avx512_vnni, x86, x86_q8};
 use super::{isa, Isa};
 
 /// Input features up to which an int8 × int8 product is exact in i32 (`127² · K < 2³¹`):
@@ -44,7 +44,7 @@ pub type Q8DenseFn = unsafe fn(&Q8Operands<'_>, &Q8Finish<'_>, &mut [f32]) -> bo
 /// One ISA's packed int8 × int8 kernels: the shared driver (`q8_driver.rs`) over that ISA's
 /// kernel, compiled for it. [`Q8_KERNELS`] lists them; the dispatch and the tests walk it.
 pub struct Q8Kernels {
-    /// A short name (`avx512-vnni`, `avx-vnni`, `neon-sdot`).
+    /// A short name (`avx512-vnni`, `avx-vnni`, `avx2`, `neon-sdot`).
     pub name: &'static str,
     /// Whether this CPU has the instructions (the entry points' safety condition).
     pub supported: fn() -> bool,
@@ -64,7 +64,8 @@ pub struct Q8Kernels {
 }
 
 /// Every packed int8 kernel compiled for this architecture, in dispatch order (the first the
-/// CPU and the session ISA allow runs).
+/// CPU and the session ISA allow runs): on x86_64 the VNNI kernels first, so they win where
+/// present, then plain AVX2 (`vpmaddubsw`/`vpmaddwd`) for the AVX2 CPUs without VNNI.
 pub const Q8_KERNELS: &[Q8Kernels] = &[
     #[cfg(target_arch = "x86_64")]
     Q8Kernels {
@@ -81,6 +82,14 @@ pub const Q8_KERNELS: &[Q8Kernels] = &[
         under: |isa| matches!(isa, Isa::Avx2Vnni | Isa::Avx512),
         accumulate: x86::q8_i8_avxvnni,
         dense: x86::q8_dense_i8_avxvnni,
+    },
+    #[cfg(target_arch = "x86_64")]
+    Q8Kernels {
+        name: "avx2",
+        supported: || Isa::Avx2.supported(),
+        under: |isa| matches!(isa, Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512),
+        accumulate: x86_q8::q8_i8_avx2,
+        dense: x86_q8::q8_dense_i8_avx2,
     },
     #[cfg(target_arch = "aarch64")]
     Q8Kernels {
@@ -101,9 +110,9 @@ fn q8_kernels() -> Option<&'static Q8Kernels> {
 /// `acc[r·out + o] += Σ_k q(x[r·cols + k]) · w[o·cols + k]` in wrapping i32 (exact for
 /// `cols <= Q8_EXACT_MAX_COLS`), `q` being [`kestrel_rt_format::weight::quantize_act`] at scale
 /// `1 / inv`, with a packed integer GEMM where the CPU has one ([`Q8_KERNELS`]: x86_64 AVX-512
-/// VNNI, else AVX-VNNI at 256 bits; aarch64 the dot-product instructions). Returns false,
-/// touching nothing, elsewhere: the caller runs the dot products ([`super::dot_i8`]), which give
-/// the same integers.
+/// VNNI, else AVX-VNNI at 256 bits, else plain AVX2; aarch64 the dot-product instructions).
+/// Returns false, touching nothing, elsewhere (no AVX2, aarch64 without `dotprod`, the portable
+/// ISA): the caller runs the dot products ([`super::dot_i8`]), which give the same integers.
 pub fn q8_accumulate_i8(x: &[f32], rows: usize, inv: f32, w: &[i8], cols: usize, out: usize, acc: &mut [i32]) -> bool {
     let Some(k) = q8_kernels() else { return false };
     // SAFETY: the kernels' instructions are detected (`supported`); they check lengths.

@@ -26,9 +26,10 @@ unsafe fn dpbusd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
     unsafe { _mm256_dpbusd_avx_epi32(acc, a, b) }
 }
 
-/// Transposes 8 rows of 8 four-byte groups: `out[c]` lane `r` = `r_in[r]` lane `c`.
+/// Transposes 8 rows of 8 four-byte groups: `out[c]` lane `r` = `r_in[r]` lane `c` (also the
+/// AVX2 kernel's packer, `q8_avx2.rs`).
 #[inline(always)]
-unsafe fn transpose8(r: &[__m256i; 8]) -> [__m256i; 8] {
+pub(super) unsafe fn transpose8(r: &[__m256i; 8]) -> [__m256i; 8] {
     // SAFETY: AVX2 in every caller.
     unsafe {
         // Loops, not `array::from_fn`: closures would not inherit the callers' target features.
@@ -57,13 +58,74 @@ unsafe fn transpose8(r: &[__m256i; 8]) -> [__m256i; 8] {
 
 /// Wrapping sum of 8 i32 lanes.
 #[inline(always)]
-unsafe fn hsum(v: __m256i) -> i32 {
+pub(super) unsafe fn hsum(v: __m256i) -> i32 {
     // SAFETY: AVX2 in every caller.
     unsafe {
         let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
         let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
         let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
         _mm_cvtsi128_si32(s)
+    }
+}
+
+/// `q(x[i])` for `i < 8` as i32 lanes (`quantize_act` at scale `1 / inv`: round half away from
+/// zero, NaN to 0, clamped to ±127), the activation quantiser of this kernel and of the AVX2 one
+/// (`q8_avx2.rs`), which store it offset and signed respectively.
+#[inline(always)]
+pub(super) unsafe fn quantize8(x: *const f32, inv: f32) -> __m256i {
+    // SAFETY: AVX2 in every caller; `x` readable for 8 floats (the callers' contract).
+    unsafe {
+        let (half, nhalf, one) = (_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5), _mm256_set1_ps(1.0));
+        let (lo, hi) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0));
+        let v = _mm256_mul_ps(_mm256_loadu_ps(x), _mm256_set1_ps(inv));
+        let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
+        let f = _mm256_sub_ps(v, t);
+        let t = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(f, half), one));
+        let t = _mm256_sub_ps(t, _mm256_and_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(f, nhalf), one));
+        let t = _mm256_and_ps(t, _mm256_cmp_ps::<_CMP_ORD_Q>(v, v));
+        _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(t, lo), hi))
+    }
+}
+
+/// A tile row's two vectors of sums `v` (16 columns, first `ncols` kept) into `p`: added to
+/// what it holds (`load`) or stored, as i32 or finished to f32 with `fin` — the epilogue of this
+/// kernel's tile and of the AVX2 one's (`q8_avx2.rs`).
+///
+/// # Safety
+/// AVX2 in the caller; `p` as [`store_columns`] states for `ncols ≤ 16`; `fin` made for this panel.
+#[inline(always)]
+pub(super) unsafe fn store_row(p: *mut i32, v: [__m256i; 2], ncols: usize, load: bool, fin: Option<&SliceFinish>) {
+    // SAFETY: per the contract.
+    unsafe {
+        if ncols == NR {
+            // A whole panel: 8 lanes at a time, the finish's scales and biases loaded as
+            // vectors (the same operations per lane as the scalar path below).
+            for (h, &vh) in v.iter().enumerate() {
+                let ph = p.add(8 * h);
+                let mut s = vh;
+                if load {
+                    s = _mm256_add_epi32(s, _mm256_loadu_si256(ph.cast()));
+                }
+                match fin {
+                    None => _mm256_storeu_si256(ph.cast(), s),
+                    Some(f) => {
+                        let (sc, xs, bias) = f.at(8 * h);
+                        let sc = _mm256_loadu_ps(sc);
+                        let r = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), sc), _mm256_set1_ps(xs));
+                        let r = match bias {
+                            Some(b) => _mm256_add_ps(r, _mm256_loadu_ps(b)),
+                            None => r,
+                        };
+                        _mm256_storeu_ps(ph.cast(), r);
+                    }
+                }
+            }
+            return;
+        }
+        let mut c = [0i32; NR];
+        _mm256_storeu_si256(c.as_mut_ptr().cast(), v[0]);
+        _mm256_storeu_si256(c.as_mut_ptr().add(8).cast(), v[1]);
+        store_columns(p, &c, ncols, load, fin);
     }
 }
 
@@ -83,21 +145,11 @@ unsafe impl Q8Kernel for AvxVnni {
     unsafe fn quantize(x: *const f32, n: usize, inv: f32, out: *mut u8) {
         // SAFETY: indices < n.
         unsafe {
-            let vinv = _mm256_set1_ps(inv);
-            let (half, nhalf, one) = (_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5), _mm256_set1_ps(1.0));
-            let (lo, hi) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0));
             let off = _mm256_set1_epi32(128);
             let gather = _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0);
             let mut i = 0;
             while i + 8 <= n {
-                let v = _mm256_mul_ps(_mm256_loadu_ps(x.add(i)), vinv);
-                let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
-                let f = _mm256_sub_ps(v, t);
-                let t = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(f, half), one));
-                let t = _mm256_sub_ps(t, _mm256_and_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(f, nhalf), one));
-                let t = _mm256_and_ps(t, _mm256_cmp_ps::<_CMP_ORD_Q>(v, v));
-                let t = _mm256_min_ps(_mm256_max_ps(t, lo), hi);
-                let u = _mm256_add_epi32(_mm256_cvtps_epi32(t), off);
+                let u = _mm256_add_epi32(quantize8(x.add(i), inv), off);
                 // 1..255 in each i32 → bytes: lane-wise packs, then the two lanes' first dwords.
                 let p = _mm256_packus_epi16(_mm256_packus_epi32(u, u), _mm256_setzero_si256());
                 let p = _mm256_permutevar8x32_epi32(p, gather);
@@ -157,36 +209,8 @@ unsafe impl Q8Kernel for AvxVnni {
                 }
             }
             for (i, ai) in a.iter().enumerate() {
-                if ncols == NR {
-                    // A whole panel: 8 lanes at a time, the finish's scales and biases loaded as
-                    // vectors (the same operations per lane as the scalar path below).
-                    let p = acc.add(i * ldy);
-                    for (h, (&av, &wv)) in ai.iter().zip(ws).enumerate() {
-                        let ph = p.add(8 * h);
-                        let mut v = _mm256_sub_epi32(av, wv);
-                        if load {
-                            v = _mm256_add_epi32(v, _mm256_loadu_si256(ph.cast()));
-                        }
-                        match fin {
-                            None => _mm256_storeu_si256(ph.cast(), v),
-                            Some(f) => {
-                                let (sc, xs, bias) = f.at(8 * h);
-                                let sc = _mm256_loadu_ps(sc);
-                                let r = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), sc), _mm256_set1_ps(xs));
-                                let r = match bias {
-                                    Some(b) => _mm256_add_ps(r, _mm256_loadu_ps(b)),
-                                    None => r,
-                                };
-                                _mm256_storeu_ps(ph.cast(), r);
-                            }
-                        }
-                    }
-                    continue;
-                }
-                let mut v = [0i32; NR];
-                _mm256_storeu_si256(v.as_mut_ptr().cast(), _mm256_sub_epi32(ai[0], ws[0]));
-                _mm256_storeu_si256(v.as_mut_ptr().add(8).cast(), _mm256_sub_epi32(ai[1], ws[1]));
-                store_columns(acc.add(i * ldy), &v, ncols, load, fin);
+                let v = [_mm256_sub_epi32(ai[0], ws[0]), _mm256_sub_epi32(ai[1], ws[1])];
+                store_row(acc.add(i * ldy), v, ncols, load, fin);
             }
         }
     }

@@ -8,7 +8,8 @@
 //! GEMM; [`q8_entry_points!`] writes each ISA's `#[target_feature]` entry points from it, so
 //! every ISA's kernels inline into one function compiled for that ISA.
 //!
-//! Kernels: AVX-512 VNNI (`q8_512.rs`), AVX-VNNI (`q8_avx.rs`), aarch64 `sdot` (`q8_neon.rs`).
+//! Kernels: AVX-512 VNNI (`q8_512.rs`), AVX-VNNI (`q8_avx.rs`), plain AVX2 (`q8_avx2.rs`:
+//! signed activations, `vpmaddubsw`/`vpmaddwd`, no offset), aarch64 `sdot` (`q8_neon.rs`).
 //! They are listed once, with their CPU checks, in `q8.rs`'s table, which the dispatch and the
 //! tests (`runtime/cpu/tests/simd.rs`: every kernel bit for bit against the portable loop)
 //! walk alike.

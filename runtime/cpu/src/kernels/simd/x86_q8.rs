@@ -1,8 +1,8 @@
 //! x86_64 entry points of the int8 products (the shared driver `q8_driver.rs` over the AVX-512
-//! VNNI and AVX-VNNI kernels, exact sums and the in-tile finish) and of the int8 attention
+//! VNNI, AVX-VNNI and plain AVX2 kernels, exact sums and the in-tile finish) and of the int8 attention
 //! internals' helpers: `#[target_feature]` wrappers that check lengths.
 
-use super::{q8_512, q8_avx};
+use super::{q8_512, q8_avx, q8_avx2};
 
 /// [`super::abs_max`] on AVX-512F.
 ///
@@ -65,4 +65,12 @@ super::q8_driver::q8_entry_points!(
     "AVX-VNNI (256-bit)",
     q8_i8_avxvnni,
     q8_dense_i8_avxvnni
+);
+
+super::q8_driver::q8_entry_points!(
+    q8_avx2::Avx2,
+    "avx2,fma,f16c",
+    "AVX2 (`vpmaddubsw`, no VNNI)",
+    q8_i8_avx2,
+    q8_dense_i8_avx2
 );
