@@ -36,6 +36,8 @@ mod q8_avx;
 mod q8_avx2;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod q8_driver;
+#[cfg(target_arch = "x86_64")]
+mod q8_i4_avx2;
 #[cfg(target_arch = "aarch64")]
 mod q8_neon;
 mod rows;

@@ -178,7 +178,8 @@ pub fn has_dotprod() -> bool {
 /// `y[r·out + o] = Σ_chunks Σ_groups (Σ_k q(x[r, k]) · w[o, k]) · scale(o, group)` for int4
 /// weights (`q`, `scales` as `WeightData::I4`) with calibrated activations, in f32 in the order of
 /// the portable loop (`WeightView::dot_row_q8` per 256-input chunk, chunks added to `y`), with a
-/// packed integer GEMM where the CPU has one (x86_64: AVX-512 VNNI). Returns false, touching
+/// packed integer GEMM where the CPU has one (x86_64: AVX-512 VNNI), else on x86_64 the AVX2
+/// kernel of `q8_i4_avx2.rs` (`vpmaddubsw`, eight weight rows per pass). Returns false, touching
 /// nothing, elsewhere.
 #[allow(clippy::too_many_arguments)]
 pub fn q8_int4(
@@ -196,6 +197,13 @@ pub fn q8_int4(
         Isa::Avx512 if has_avx512_vnni() => {
             // SAFETY: AVX-512F/BW/VNNI and AVX2/FMA/F16C detected; the kernel checks lengths.
             unsafe { x86::q8_i4_avx512vnni(&Q8Operands { x, rows, inv, w: (q, scales), cols, out }, y) };
+            true
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => {
+            // SAFETY: every one of these tiers has AVX2, FMA and F16C (detected); the kernel
+            // checks lengths.
+            unsafe { x86_q8::q8_i4_avx2(&Q8Operands { x, rows, inv, w: (q, scales), cols, out }, y) };
             true
         }
         _ => {

@@ -2,7 +2,7 @@
 //! VNNI, AVX-VNNI and plain AVX2 kernels, exact sums and the in-tile finish) and of the int8 attention
 //! internals' helpers: `#[target_feature]` wrappers that check lengths.
 
-use super::{q8_512, q8_avx, q8_avx2};
+use super::{q8_512, q8_avx, q8_avx2, q8_i4_avx2};
 
 /// [`super::abs_max`] on AVX-512F.
 ///
@@ -74,3 +74,14 @@ super::q8_driver::q8_entry_points!(
     q8_i8_avx2,
     q8_dense_i8_avx2
 );
+
+/// int4 weights × calibrated int8 activations on plain AVX2 ([`super::q8_i4_avx2`]): `y`
+/// overwritten with the portable loop's f32 values, bit for bit.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C. (Lengths are checked.)
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q8_i4_avx2(op: &super::Q8Int4<'_>, y: &mut [f32]) {
+    // SAFETY: features per the contract; the kernel checks lengths.
+    unsafe { q8_i4_avx2::q8_i4(op, y) }
+}
