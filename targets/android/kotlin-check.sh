@@ -46,11 +46,11 @@ run_java() {
     local err="$out/stderr.txt"
     # --add-opens: SdkCheck reads the int fd of a FileDescriptor and a direct buffer's address
     # (what Android hands out as ParcelFileDescriptor.fd; the host JVM keeps them private).
-    # -Xss8m: the checks run the *debug* JNI library, whose unoptimised frames on the AVX2
-    # kernels' path overflowed the JVM's default thread stack (SIGSEGV, no hs_err) on an
-    # AVX2-only Zen 3 (2026-12-01; -Xss16m passed). The release library is what apps ship; its
-    # stack use under a 1 MiB Android thread is an open item of the SDK.
-    timeout 150 java -Xss8m -Xcheck:jni --add-opens java.base/java.io=ALL-UNNAMED --add-opens java.base/java.nio=ALL-UNNAMED \
+    # -Xss512k: every Java thread (the checks' own and the ones they start) gets the stack of an
+    # iOS secondary thread, half of Android's 1 MiB: the SDK must run there, and this is the
+    # *debug* library (the workspace's dev profile optimises the kernel and GPU crates at
+    # opt-level 1, whose frames at opt-level 0 reached 1 MiB and overflowed the JVM's default).
+    timeout 150 java -Xss512k -Xcheck:jni --add-opens java.base/java.io=ALL-UNNAMED --add-opens java.base/java.nio=ALL-UNNAMED \
         -Djava.library.path="$(dirname "$lib")" -cp "$out/classes:$stdlib" "$@" 2>"$err" ||
         {
             cat "$err" >&2

@@ -94,13 +94,14 @@ expect_fail "check-aar.py without --host (the host library is 4 KB aligned)" "${
 "${check[@]}" "$aar" --host "${abi_args[@]}"
 
 # The AAR's classes and host library work together: JavaInterop.java (the Kotlin check's Java
-# caller) compiled against classes.jar alone and run with the AAR's jni/x86_64 library.
+# caller) compiled against classes.jar alone and run with the AAR's jni/x86_64 library, on
+# 512 KiB thread stacks (an iOS secondary thread's; kotlin-check.sh says why).
 source $android/kotlinc.sh
 mkdir -p "$work/unpacked" "$work/interop"
 (cd "$work/unpacked" && jar xf ../kestrel-host-smoke.aar classes.jar jni/x86_64/libkestrel_jni.so)
 javac -Xlint:all -Werror --release 17 -cp "$work/unpacked/classes.jar:$kotlin_stdlib" -d "$work/interop" \
     $android/kotlin-test/dev/kestrel/JavaInterop.java
-java -Xcheck:jni -Djava.library.path="$work/unpacked/jni/x86_64" \
+java -Xss512k -Xcheck:jni -Djava.library.path="$work/unpacked/jni/x86_64" \
     -cp "$work/interop:$work/unpacked/classes.jar:$kotlin_stdlib" dev.kestrel.JavaInterop \
     apps/kestrel-cli/models/fmnist_vit_super.int8.kes >"$work/interop.txt" 2>&1 ||
     { cat "$work/interop.txt" >&2; fail "JavaInterop against the AAR's classes.jar and library failed"; }
