@@ -22,6 +22,8 @@ mod gemm;
 #[cfg(target_arch = "x86_64")]
 mod i4_gemv;
 #[cfg(target_arch = "x86_64")]
+mod i8_avx2;
+#[cfg(target_arch = "x86_64")]
 mod loaders;
 pub(crate) mod multiversion;
 #[cfg(target_arch = "aarch64")]

@@ -216,11 +216,6 @@ unsafe impl Q8Kernel for Avx512Vnni {
     }
 
     #[inline(always)]
-    fn zero_bytes() -> __m512i {
-        Self::zero()
-    }
-
-    #[inline(always)]
     unsafe fn load_full(p: *const i8) -> __m512i {
         // SAFETY: the trait's contract.
         unsafe { _mm512_loadu_si512(p.cast()) }

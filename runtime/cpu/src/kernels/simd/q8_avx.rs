@@ -222,11 +222,6 @@ unsafe impl Q8Kernel for AvxVnni {
     }
 
     #[inline(always)]
-    fn zero_bytes() -> __m256i {
-        Self::zero()
-    }
-
-    #[inline(always)]
     unsafe fn load_full(p: *const i8) -> __m256i {
         // SAFETY: the trait's contract.
         unsafe { _mm256_loadu_si256(p.cast()) }

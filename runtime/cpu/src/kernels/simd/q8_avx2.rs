@@ -15,6 +15,7 @@
 //!   panel as `q8_avx.rs` packs them (its 8 × 8 transposes of 4-byte groups).
 //! * the GEMV (1–3 rows): weight rows read in place, 32 bytes per load.
 
+use super::i8_avx2::madd_abs;
 use super::q8_avx::{hsum, quantize8, store_row, transpose8};
 use super::q8_driver::{Q8Kernel, Q8Tile, SliceFinish, Tile};
 use core::arch::x86_64::*;
@@ -28,17 +29,6 @@ const NR: usize = 16;
 /// Rows per micro-kernel tile: 8 accumulators, the step's two `|w|`, the ones and the
 /// temporaries fit the 16 registers (6 rows, as `q8_avx.rs`, would spill).
 const MR: usize = 4;
-
-/// `acc += Σ₄ x · w` per i32 lane, given `aw = |w|` (unsigned bytes): `vpmaddubsw` of `|w|` and
-/// `sign(x, w)` (pairs, exact in i16: see the module docs), then `vpmaddwd` against ones.
-#[inline(always)]
-unsafe fn dot_abs(acc: __m256i, x: __m256i, w: __m256i, aw: __m256i) -> __m256i {
-    // SAFETY: AVX2 in every caller.
-    unsafe {
-        let p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
-        _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
-    }
-}
 
 /// The plain AVX2 kernel of the shared int8 driver.
 pub(super) struct Avx2;
@@ -107,8 +97,8 @@ unsafe impl Q8Kernel for Avx2 {
                 let (u0, u1) = (_mm256_abs_epi8(b0), _mm256_abs_epi8(b1));
                 for (i, ai) in a.iter_mut().enumerate() {
                     let x = _mm256_set1_epi32(core::ptr::read_unaligned(xb.add(i * KC + 4 * k).cast::<i32>()));
-                    ai[0] = dot_abs(ai[0], x, b0, u0);
-                    ai[1] = dot_abs(ai[1], x, b1, u1);
+                    ai[0] = madd_abs(ai[0], x, b0, u0);
+                    ai[1] = madd_abs(ai[1], x, b1, u1);
                 }
             }
             for (i, ai) in a.iter().enumerate() {
@@ -124,11 +114,6 @@ unsafe impl Q8Kernel for Avx2 {
     }
 
     #[inline(always)]
-    fn zero_bytes() -> __m256i {
-        Self::zero()
-    }
-
-    #[inline(always)]
     unsafe fn load_full(p: *const i8) -> __m256i {
         // SAFETY: the trait's contract.
         unsafe { _mm256_loadu_si256(p.cast()) }
@@ -138,14 +123,14 @@ unsafe impl Q8Kernel for Avx2 {
     fn dot(acc: __m256i, x: __m256i, w: __m256i) -> __m256i {
         // SAFETY: AVX2 in every caller (the GEMV's rows share `|w|`: the same pure operation on
         // the same vector, computed once after inlining).
-        unsafe { dot_abs(acc, x, w, _mm256_abs_epi8(w)) }
+        unsafe { madd_abs(acc, x, w, _mm256_abs_epi8(w)) }
     }
 
     #[inline(always)]
     fn sum_bytes(acc: __m256i, w: __m256i) -> __m256i {
         // Unused (no offset to take back), implemented for the trait: `Σ₄ w` per lane.
         // SAFETY: AVX2 in every caller.
-        unsafe { dot_abs(acc, _mm256_set1_epi8(1), w, _mm256_abs_epi8(w)) }
+        unsafe { madd_abs(acc, _mm256_set1_epi8(1), w, _mm256_abs_epi8(w)) }
     }
 
     #[inline(always)]

@@ -94,11 +94,6 @@ pub(super) unsafe trait Q8Kernel {
 
     /// A vector of zero sums.
     fn zero() -> Self::Sums;
-    /// A vector of zero bytes.
-    // No caller since the GEMV's last block reads its last row again instead of zeros; every
-    // kernel still implements it (x86: `q8_512.rs`, `q8_avx.rs`), to be removed with theirs.
-    #[allow(dead_code)]
-    fn zero_bytes() -> Self::Bytes;
     /// `TILE.gv` bytes of a row at `p` (all inside the row).
     ///
     /// # Safety

@@ -13,6 +13,7 @@
 //! chunk's total added to `y` in order — so every output equals `WeightView::dot_row_q8`'s loop
 //! bit for bit (`runtime/cpu/tests/simd.rs`).
 
+use super::i8_avx2::madd;
 use super::Q8Int4;
 use core::arch::x86_64::*;
 use kestrel_rt_format::weight::{int4_groups, int4_row_bytes, quantize_act};
@@ -44,19 +45,6 @@ unsafe fn decode(p: *const u8) -> __m256i {
         let w = _mm256_set_m128i(hi, lo);
         let eight = _mm256_set1_epi8(8);
         _mm256_sub_epi8(_mm256_xor_si256(w, eight), eight)
-    }
-}
-
-/// `Σ₄ x · w` per i32 lane, exact for |w| ≤ 8, |x| ≤ 127.
-///
-/// # Safety
-/// AVX2 in the caller.
-#[inline(always)]
-unsafe fn dot(w: __m256i, x: __m256i) -> __m256i {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
-        _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
     }
 }
 
@@ -125,7 +113,11 @@ pub(super) unsafe fn q8_i4(op: &Q8Int4<'_>, y: &mut [f32]) {
                             let mut sb = [0u16; O];
                             for (j, (vj, sj)) in v.iter_mut().zip(sb.iter_mut()).enumerate() {
                                 let o = o0 + j.min(n - 1);
-                                *vj = dot(decode(q.as_ptr().add(o * rb + (g0 + g) * INT4_GROUP / 2)), xv);
+                                *vj = madd(
+                                    _mm256_setzero_si256(),
+                                    decode(q.as_ptr().add(o * rb + (g0 + g) * INT4_GROUP / 2)),
+                                    xv,
+                                );
                                 *sj = scales.get_unchecked(o * groups + g0 + g).to_bits();
                             }
                             let s = _mm256_cvtph_ps(_mm_loadu_si128(sb.as_ptr().cast()));

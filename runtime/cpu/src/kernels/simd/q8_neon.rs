@@ -198,12 +198,6 @@ unsafe impl Q8Kernel for DotProd {
     }
 
     #[inline(always)]
-    fn zero_bytes() -> int8x16_t {
-        // SAFETY: NEON is baseline on aarch64.
-        unsafe { vdupq_n_s8(0) }
-    }
-
-    #[inline(always)]
     unsafe fn load_full(p: *const i8) -> int8x16_t {
         // SAFETY: the trait's contract.
         unsafe { vld1q_s8(p) }

@@ -233,25 +233,6 @@ unsafe fn gemm_tiers<V: GemmKernel<Pack = Y>, const SMR: usize, const SNV: usize
     true
 }
 
-/// `vpdpbusd` (unsigned × signed) take. `w = -128` never occurs (weights and activations are
-/// clamped to ±127).
-#[inline(always)]
-unsafe fn sign_split(w: __m256i, x: __m256i) -> (__m256i, __m256i) {
-    // SAFETY: AVX2 available in every caller.
-    unsafe { (_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)) }
-}
-
-/// `Σ a·b` in i32 over 32 int8 lanes: `vpmaddubsw` (pairs, ≤ 2·127² fits i16) then `vpmaddwd`.
-#[inline(always)]
-unsafe fn madd32(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
-    // SAFETY: AVX2 available in every caller.
-    unsafe {
-        let (u, s) = sign_split(a, b);
-        let p16 = _mm256_maddubs_epi16(u, s);
-        _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
-    }
-}
-
 /// Integer `Σ a·b` of two int8 slices (values in ±127), 32 lanes per step: `vpmaddubsw` +
 /// `vpmaddwd`, or with `VNNI` the AVX-VNNI `vpdpbusd`; the tail in scalar.
 ///
@@ -269,7 +250,7 @@ unsafe fn dot_i8_by<const VNNI: bool>(a: &[i8], b: &[i8]) -> i32 {
             let va = _mm256_loadu_si256(a.as_ptr().add(i).cast());
             let vb = _mm256_loadu_si256(b.as_ptr().add(i).cast());
             if VNNI {
-                let (u, s) = sign_split(va, vb);
+                let (u, s) = super::i8_avx2::sign_split(va, vb);
                 // VEX-encoded AVX-VNNI `vpdpbusd` (acc += Σ₄ u8·i8 per i32 lane), written when
                 // the MSRV predated `_mm256_dpbusd_avx_epi32` (stable since 1.89, which
                 // `q8_avx.rs` uses).
@@ -281,7 +262,7 @@ unsafe fn dot_i8_by<const VNNI: bool>(a: &[i8], b: &[i8]) -> i32 {
                     options(pure, nomem, nostack),
                 );
             } else {
-                acc = madd32(acc, va, vb);
+                acc = super::i8_avx2::madd(acc, va, vb);
             }
             i += 32;
         }
@@ -360,7 +341,7 @@ pub unsafe fn dot_i4_group(bytes: &[u8], xq: &[i8]) -> i32 {
         let second = _mm_sub_epi8(_mm_xor_si128(_mm_unpackhi_epi8(lo, hi), eight), eight);
         let w = _mm256_set_m128i(second, first);
         let x = _mm256_loadu_si256(xs.as_ptr().cast());
-        hsum_i32(madd32(_mm256_setzero_si256(), w, x))
+        hsum_i32(super::i8_avx2::madd(_mm256_setzero_si256(), w, x))
     }
 }
 
