@@ -119,6 +119,97 @@ proptest! {
     }
 }
 
+/// The row-by-row depthwise taps' signature (`w, off, src, ld, bias, ow, y`).
+type TapsRowsFn = unsafe fn(&[f32], &[usize], &[f32], usize, f32, usize, &mut [f32]);
+
+/// `isa`'s row-by-row depthwise taps.
+#[cfg(target_arch = "x86_64")]
+fn taps_rows_of(isa: Isa) -> TapsRowsFn {
+    if isa == Isa::Avx512 {
+        simd::x86::taps_rows_avx512
+    } else {
+        simd::x86::taps_rows
+    }
+}
+
+/// The dispatched kernel (no per-ISA entry points off x86).
+#[cfg(not(target_arch = "x86_64"))]
+fn taps_rows_of(_: Isa) -> TapsRowsFn {
+    simd::taps_rows
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The depthwise taps written row by row into an output plane (`y[r·ow + j] = Σ_t
+    /// w[t]·src[off[t] + r·ld + j] + bias`) against f64, and bit for bit against the same ISA's
+    /// accumulator path it replaces (taps over `rows · ld`, the bias added when non-zero, each
+    /// row's first `ow` copied): up to 49 taps, rows narrower than a vector, around the 4-vector
+    /// blocks and with a partial last vector, rows 0–7 apart beyond their width, zero and
+    /// non-zero biases.
+    #[test]
+    fn taps_rows_match_f64_and_the_accumulator_path(
+        (w, off, src, ow, rows, ld, bias) in (1usize..50, 1usize..80, 1usize..5, 0usize..8, 0usize..30, any::<bool>())
+            .prop_flat_map(|(taps, ow, rows, pad, extra, zero_bias)| (
+                proptest::collection::vec(-1.0f32..1.0, taps),
+                proptest::collection::vec(0usize..=extra, taps),
+                proptest::collection::vec(-2.0f32..2.0, extra + rows * (ow + pad)),
+                Just(ow),
+                Just(rows),
+                Just(ow + pad),
+                if zero_bias { Just(0.0f32).boxed() } else { (-1.0f32..1.0).boxed() },
+            ))
+    ) {
+        let want: Vec<f64> = (0..rows * ow)
+            .map(|i| {
+                let (r, j) = (i / ow, i % ow);
+                let s: f64 = w.iter().zip(&off).map(|(&wv, &o)| f64::from(wv) * f64::from(src[o + r * ld + j])).sum();
+                s + f64::from(bias)
+            })
+            .collect();
+        check_every_isa("taps_rows", &want, |isa, got| match isa {
+            None => simd::taps_rows(&w, &off, &src, ld, bias, ow, got),
+            // SAFETY: supported ISAs only.
+            Some(isa) => unsafe { taps_rows_of(isa)(&w, &off, &src, ld, bias, ow, got) },
+        });
+        // The accumulator path, bit for bit.
+        let run = |isa: Option<Isa>| {
+            let (mut acc, mut rowwise) = (vec![f32::NAN; rows * ld], vec![f32::NAN; rows * ow]);
+            match isa {
+                None => {
+                    simd::taps(&w, &off, &src, &mut acc);
+                    simd::taps_rows(&w, &off, &src, ld, bias, ow, &mut rowwise);
+                }
+                // SAFETY: supported ISAs only.
+                Some(isa) => unsafe {
+                    depthwise(isa).0(&w, &off, &src, &mut acc);
+                    taps_rows_of(isa)(&w, &off, &src, ld, bias, ow, &mut rowwise);
+                },
+            }
+            if bias != 0.0 {
+                acc.iter_mut().for_each(|a| *a += bias);
+            }
+            let copied: Vec<u32> = acc.chunks_exact(ld).flat_map(|r| r[..ow].iter().map(|v| v.to_bits())).collect();
+            let bits: Vec<u32> = rowwise.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(bits, copied, "{:?}: taps_rows against the accumulator path", isa.map(|i| i.name()));
+        };
+        run(None);
+        for isa in isas() {
+            run(Some(isa));
+        }
+    }
+}
+
+/// A row-by-row tap reading past its source, or rows closer than their width, is refused.
+#[test]
+#[should_panic(expected = "taps_rows")]
+fn taps_rows_checks_bounds() {
+    let (w, off, src) = ([1.0f32; 2], [0usize, 3], vec![1.0f32; 20]);
+    let mut y = vec![0.0f32; 2 * 8];
+    // Row 1 of tap 1 reads 3 + 9 + 8 = 20 — the last element is 19: fine; ld = 10 reads 21.
+    simd::taps_rows(&w, &off, &src, 10, 0.0, 8, &mut y);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 

@@ -536,6 +536,38 @@ pub fn taps(w: &[f32], off: &[usize], src: &[f32], acc: &mut [f32]) {
     })
 }
 
+/// [`taps`] row by row into an output plane `y [rows, ow]` whose rows lie `ld` apart in `src`,
+/// `+ bias` after the taps when `bias ≠ 0`: bit for bit what [`taps`] into an accumulator of rows
+/// `ld` apart, the bias added over it and each row copied out give, in one pass. x86: four
+/// vectors of a row in registers across every tap, the row's last partial vector overlapping the
+/// one before (rows narrower than a vector element by element); elsewhere one pass per tap.
+///
+/// # Panics
+/// When a tap reads past `src` (`off[t] + (rows − 1)·ld + ow > src.len()`), `ld < ow`, or `off`
+/// is shorter than `w`.
+pub fn taps_rows(w: &[f32], off: &[usize], src: &[f32], ld: usize, bias: f32, ow: usize, y: &mut [f32]) {
+    assert!(off.len() >= w.len(), "taps_rows: {} offsets for {} weights", off.len(), w.len());
+    by_tier!(avx2: x86::taps_rows(w, off, src, ld, bias, ow, y), avx512: x86::taps_rows_avx512(w, off, src, ld, bias, ow, y), other: {
+        let rows = y.len().checked_div(ow).unwrap_or(0);
+        let span = rows.saturating_sub(1) * ld + ow;
+        assert!(
+            rows == 0 || (ld >= ow && off[..w.len()].iter().all(|&o| o <= src.len() && src.len() - o >= span)),
+            "taps_rows: a tap reads past its source"
+        );
+        for (r, yr) in y.chunks_exact_mut(ow.max(1)).take(rows).enumerate() {
+            yr.fill(0.0);
+            for (&wv, &o) in w.iter().zip(off) {
+                for (a, &v) in yr.iter_mut().zip(&src[o + r * ld..o + r * ld + ow]) {
+                    *a += wv * v;
+                }
+            }
+            if bias != 0.0 {
+                yr.iter_mut().for_each(|a| *a += bias);
+            }
+        }
+    })
+}
+
 /// `y[c] = Σ_i w[t_i·C + c] · x[o_i + c]` (`C = y.len()`, pairs `(t_i, o_i)` in order): one
 /// output pixel of a channels-innermost depthwise convolution (weights `[taps, C]`, input
 /// `[H·W, C]`). x86: four vectors of channels in registers across the taps, fused

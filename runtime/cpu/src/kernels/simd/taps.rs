@@ -55,6 +55,100 @@ pub(super) unsafe fn taps<V: Vf>(w: &[f32], off: &[usize], src: &[f32], acc: &mu
     }
 }
 
+/// [`taps`] written row by row into an output plane: `y[r·ow + j] = Σ_t w[t] · src[off[t] + r·ld
+/// + j]`, then `+ bias` when `bias ≠ 0`, for every row `r < y.len() / ow` and `j < ow` — the
+/// values [`taps`] into an accumulator of rows `ld` apart, a bias pass and a row copy give, bit
+/// for bit (taps in order, each a fused multiply-add from zero, the bias added last and not at
+/// all when zero), without the accumulator's store, the bias pass and the copy. Blocks of four
+/// vectors in registers across every tap; a row's last partial vector recomputed overlapping the
+/// one before; rows narrower than a vector through the scalar `vfmadd…ss`.
+///
+/// # Safety
+/// The CPU must support `V`'s instructions. (Bounds are checked: `ld ≥ ow` and every `off[t] +
+/// (rows − 1)·ld + ow` within `src`.)
+#[inline(always)]
+pub(super) unsafe fn taps_rows<V: Vf>(
+    w: &[f32],
+    off: &[usize],
+    src: &[f32],
+    ld: usize,
+    bias: f32,
+    ow: usize,
+    y: &mut [f32],
+) {
+    let taps = w.len().min(off.len());
+    let rows = y.len().checked_div(ow).unwrap_or(0);
+    if rows == 0 {
+        return;
+    }
+    let span = (rows - 1) * ld + ow;
+    assert!(
+        ld >= ow && off[..taps].iter().all(|&o| o <= src.len() && src.len() - o >= span),
+        "taps_rows: a tap reads past its source"
+    );
+    let l = V::L;
+    let (sp, yp, wp) = (src.as_ptr(), y.as_mut_ptr(), w.as_ptr());
+    // SAFETY: every read is src[off[t] + r·ld + j + i] with r < rows, j + i < ow (checked above);
+    // every write is y[r·ow + j + i] with j + i < ow, r < rows = y.len() / ow.
+    unsafe {
+        let (bv, add) = (V::splat(&bias), bias != 0.0);
+        // The bias after the taps (a macro: a closure would not inherit the target features).
+        macro_rules! fin {
+            ($a:expr) => {
+                if add {
+                    V::add($a, bv)
+                } else {
+                    $a
+                }
+            };
+        }
+        for r in 0..rows {
+            let (s, yr) = (sp.add(r * ld), yp.add(r * ow));
+            if ow < l {
+                for j in 0..ow {
+                    let mut a = 0.0f32;
+                    for (t, &o) in off[..taps].iter().enumerate() {
+                        a = _mm_cvtss_f32(_mm_fmadd_ss(
+                            _mm_set_ss(*wp.add(t)),
+                            _mm_set_ss(*s.add(o + j)),
+                            _mm_set_ss(a),
+                        ));
+                    }
+                    *yr.add(j) = if add { a + bias } else { a };
+                }
+                continue;
+            }
+            let mut j = 0;
+            while j + 4 * l <= ow {
+                let mut a = [V::zero(); 4];
+                for (t, &o) in off[..taps].iter().enumerate() {
+                    let wv = V::splat(wp.add(t));
+                    let p = s.add(o + j);
+                    a[0] = V::fma(wv, V::load(p), a[0]);
+                    a[1] = V::fma(wv, V::load(p.add(l)), a[1]);
+                    a[2] = V::fma(wv, V::load(p.add(2 * l)), a[2]);
+                    a[3] = V::fma(wv, V::load(p.add(3 * l)), a[3]);
+                }
+                V::store(yr.add(j), fin!(a[0]));
+                V::store(yr.add(j + l), fin!(a[1]));
+                V::store(yr.add(j + 2 * l), fin!(a[2]));
+                V::store(yr.add(j + 3 * l), fin!(a[3]));
+                j += 4 * l;
+            }
+            while j < ow {
+                // The last partial vector overlaps the one before (the same values again).
+                let jj = j.min(ow - l);
+                let mut a = V::zero();
+                for (t, &o) in off[..taps].iter().enumerate() {
+                    a = V::fma(V::splat(wp.add(t)), V::load(s.add(o + jj)), a);
+                }
+                V::store(yr.add(jj), fin!(a));
+                j = jj + l;
+            }
+        }
+    }
+}
+
 /// `y[c] = Σ_i w[t_i·C + c] · x[o_i + c]` for `c < C = y.len()`, over the `(t_i, o_i)` pairs in
 /// order: a channels-innermost depthwise convolution's output pixel (`t_i` a tap inside the
 /// input, `o_i` its input pixel's offset in `x [H·W, C]`), four vectors of channels held in

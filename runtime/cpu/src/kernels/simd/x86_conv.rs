@@ -10,7 +10,7 @@ use super::gemm::{self, Vf};
 /// take a one-vector tile (a two-vector tile would be half padding).
 macro_rules! conv_entry_points {
     ($features:literal, $needs:literal, $v:ty, $mr:literal, $tile:literal,
-     $kn:ident, $kn_rows:ident, $taps:ident, $taps_cl:ident) => {
+     $kn:ident, $kn_rows:ident, $taps:ident, $taps_rows:ident, $taps_cl:ident) => {
         #[doc = concat!("`y [m, n] = a [m, k] · b [k, n]` (f32, row-major, `y`'s rows at stride `ldy`; see [`gemm::gemm_kn`]) with the ", $tile, " micro-kernel.")]
         ///
         /// # Safety
@@ -55,6 +55,16 @@ macro_rules! conv_entry_points {
             unsafe { super::taps::taps::<$v>(w, off, src, acc) }
         }
 
+        #[doc = concat!("[`super::taps_rows`] with ", stringify!($v), " vectors.")]
+        ///
+        /// # Safety
+        #[doc = concat!("The CPU must support ", $needs, ". (Bounds are checked.)")]
+        #[target_feature(enable = $features)]
+        pub unsafe fn $taps_rows(w: &[f32], off: &[usize], src: &[f32], ld: usize, bias: f32, ow: usize, y: &mut [f32]) {
+            // SAFETY: the target features per this function's contract.
+            unsafe { super::taps::taps_rows::<$v>(w, off, src, ld, bias, ow, y) }
+        }
+
         #[doc = concat!("[`super::taps_cl`] with ", stringify!($v), " vectors.")]
         ///
         /// # Safety
@@ -76,6 +86,7 @@ conv_entry_points!(
     matmul_kn,
     matmul_kn_rows,
     taps,
+    taps_rows,
     taps_cl
 );
 conv_entry_points!(
@@ -87,5 +98,6 @@ conv_entry_points!(
     matmul_kn_avx512,
     matmul_kn_rows_avx512,
     taps_avx512,
+    taps_rows_avx512,
     taps_cl_avx512
 );
