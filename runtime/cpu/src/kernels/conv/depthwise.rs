@@ -2,17 +2,11 @@
 //! channel's input padded and split by stride phase once, every tap one contiguous multiply-add
 //! over the output plane ([`simd::taps`](crate::kernels::simd::taps)), each output row then
 //! copied out with its bias and the layer's ReLU or clamp applied on the way (the output written
-//! once; other activations run over the finished plane). From [`ROW_TAPS_MIN_WIDTH`] output
-//! columns the taps write the output rows themselves, bias included, bit for bit the same.
+//! once; other activations run over the finished plane). From one vector of output columns the
+//! taps write the output rows themselves, bias included, bit for bit the same.
 
 use super::{split_phases, Conv2dParams, Epi, PhaseGeom, TapOffsets};
 use crate::kernels::linear::ProjW;
-
-/// Output widths from which the taps write each output row straight into the output plane
-/// ([`simd::taps_rows`](crate::kernels::simd::taps_rows): no accumulator, bias pass or row copy);
-/// narrower maps keep the accumulator, whose rows run together into whole vectors (a 7- or
-/// 14-wide row alone is mostly a partial vector).
-const ROW_TAPS_MIN_WIDTH: usize = 16;
 
 /// The depthwise kernel's geometry (one input channel per group). Each input plane is padded
 /// and split by stride phase into `sh·sw` planes of `hq × wq`: phase `(ry, rx)` holds the padded
@@ -93,6 +87,11 @@ impl Depthwise {
         let (acc, wbuf) = rest.split_at_mut(self.acc);
         let off = TapOffsets::new(p.kh, p.kw, p.stride, p.dilation, self.geom.hq * self.geom.wq, self.geom.wq);
         let mut channel = usize::MAX;
+        // From one vector of output columns the taps write each output row straight into the
+        // output ([`simd::taps_rows`](crate::kernels::simd::taps_rows): no accumulator store,
+        // bias pass or row copy); narrower maps keep the accumulator, whose rows run together
+        // into whole vectors.
+        let rowwise = ow >= crate::kernels::simd::taps_rows_min_width();
         for (oc, yp) in y[..p.o * plane].chunks_exact_mut(plane).enumerate() {
             // One input channel per group: output channels oc of group oc / og read channel
             // oc / og (all of them read channel 0 when the input has one channel).
@@ -104,7 +103,7 @@ impl Depthwise {
             let wr = proj.w.row(oc, wbuf);
             let bias = proj.b.map_or(0.0, |b| b.get(oc / b.cols(), oc % b.cols()));
             let taps = p.kh * p.kw;
-            if let (true, Some(offs)) = (ow >= ROW_TAPS_MIN_WIDTH, off.table(taps)) {
+            if let (true, Some(offs)) = (rowwise, off.table(taps)) {
                 // Rows straight into the output (the same values as the accumulator's path).
                 crate::kernels::simd::taps_rows(&wr[..taps], offs, planes, self.geom.wq, bias, ow, yp);
                 epi.apply(yp);

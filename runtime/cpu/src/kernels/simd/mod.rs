@@ -536,6 +536,17 @@ pub fn taps(w: &[f32], off: &[usize], src: &[f32], acc: &mut [f32]) {
     })
 }
 
+/// The narrowest output row [`taps_rows`] is meant for on this CPU: one vector (narrower rows
+/// run element by element; the accumulator path of [`taps`] runs them together into vectors).
+pub fn taps_rows_min_width() -> usize {
+    match isa() {
+        Isa::Avx2 | Isa::Avx2Vnni => 8,
+        // AVX-512's 16 lanes; elsewhere the plain loops, whose per-row passes cost more than the
+        // accumulator's bias pass and copy on short rows.
+        _ => 16,
+    }
+}
+
 /// [`taps`] row by row into an output plane `y [rows, ow]` whose rows lie `ld` apart in `src`,
 /// `+ bias` after the taps when `bias ≠ 0`: bit for bit what [`taps`] into an accumulator of rows
 /// `ld` apart, the bias added over it and each row copied out give, in one pass. x86: four

@@ -60,8 +60,9 @@ pub(super) unsafe fn taps<V: Vf>(w: &[f32], off: &[usize], src: &[f32], acc: &mu
 /// values [`taps`] into an accumulator of rows `ld` apart, a bias pass and a row copy give, bit
 /// for bit (taps in order, each a fused multiply-add from zero, the bias added last and not at
 /// all when zero), without the accumulator's store, the bias pass and the copy. Blocks of four
-/// vectors in registers across every tap; a row's last partial vector recomputed overlapping the
-/// one before; rows narrower than a vector through the scalar `vfmadd…ss`.
+/// vectors in registers across every tap, then one of the one to four left (a row's last
+/// partial vector recomputed overlapping the one before); rows narrower than a vector through
+/// the scalar `vfmadd…ss` (callers take those through the accumulator: `super::taps_rows_min_width`).
 ///
 /// # Safety
 /// The CPU must support `V`'s instructions. (Bounds are checked: `ld ≥ ow` and every `off[t] +
@@ -92,16 +93,6 @@ pub(super) unsafe fn taps_rows<V: Vf>(
     // every write is y[r·ow + j + i] with j + i < ow, r < rows = y.len() / ow.
     unsafe {
         let (bv, add) = (V::splat(&bias), bias != 0.0);
-        // The bias after the taps (a macro: a closure would not inherit the target features).
-        macro_rules! fin {
-            ($a:expr) => {
-                if add {
-                    V::add($a, bv)
-                } else {
-                    $a
-                }
-            };
-        }
         for r in 0..rows {
             let (s, yr) = (sp.add(r * ld), yp.add(r * ow));
             if ow < l {
@@ -118,33 +109,52 @@ pub(super) unsafe fn taps_rows<V: Vf>(
                 }
                 continue;
             }
+            // Blocks of four vectors, then one block of the 1–4 vectors left, its last vector
+            // overlapping the one before where the row ends inside it (the same values again).
             let mut j = 0;
             while j + 4 * l <= ow {
-                let mut a = [V::zero(); 4];
-                for (t, &o) in off[..taps].iter().enumerate() {
-                    let wv = V::splat(wp.add(t));
-                    let p = s.add(o + j);
-                    a[0] = V::fma(wv, V::load(p), a[0]);
-                    a[1] = V::fma(wv, V::load(p.add(l)), a[1]);
-                    a[2] = V::fma(wv, V::load(p.add(2 * l)), a[2]);
-                    a[3] = V::fma(wv, V::load(p.add(3 * l)), a[3]);
-                }
-                V::store(yr.add(j), fin!(a[0]));
-                V::store(yr.add(j + l), fin!(a[1]));
-                V::store(yr.add(j + 2 * l), fin!(a[2]));
-                V::store(yr.add(j + 3 * l), fin!(a[3]));
+                row_block::<V, 4>(wp, &off[..taps], s, yr, [j, j + l, j + 2 * l, j + 3 * l], add, bv);
                 j += 4 * l;
             }
-            while j < ow {
-                // The last partial vector overlaps the one before (the same values again).
-                let jj = j.min(ow - l);
-                let mut a = V::zero();
-                for (t, &o) in off[..taps].iter().enumerate() {
-                    a = V::fma(V::splat(wp.add(t)), V::load(s.add(o + jj)), a);
-                }
-                V::store(yr.add(jj), fin!(a));
-                j = jj + l;
+            let last = ow - l;
+            match (ow - j).div_ceil(l) {
+                0 => {}
+                1 => row_block::<V, 1>(wp, &off[..taps], s, yr, [last], add, bv),
+                2 => row_block::<V, 2>(wp, &off[..taps], s, yr, [j, last], add, bv),
+                3 => row_block::<V, 3>(wp, &off[..taps], s, yr, [j, j + l, last], add, bv),
+                _ => row_block::<V, 4>(wp, &off[..taps], s, yr, [j, j + l, j + 2 * l, last], add, bv),
             }
+        }
+    }
+}
+
+/// `K` vectors of one output row of [`taps_rows`], at columns `at` (`yr[at[k]..][..L] = Σ_t
+/// w[t] · s[off[t] + at[k]..]`, `+ bv` with `add`), held in registers across every tap.
+///
+/// # Safety
+/// `V`'s instructions available; every `s[off[t] + at[k] ..][..L]` readable and `yr[at[k]..][..L]`
+/// writable.
+#[inline(always)]
+unsafe fn row_block<V: Vf, const K: usize>(
+    wp: *const f32,
+    off: &[usize],
+    s: *const f32,
+    yr: *mut f32,
+    at: [usize; K],
+    add: bool,
+    bv: V,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let mut a = [V::zero(); K];
+        for (t, &o) in off.iter().enumerate() {
+            let (wv, p) = (V::splat(wp.add(t)), s.add(o));
+            for k in 0..K {
+                a[k] = V::fma(wv, V::load(p.add(at[k])), a[k]);
+            }
+        }
+        for k in 0..K {
+            V::store(yr.add(at[k]), if add { V::add(a[k], bv) } else { a[k] });
         }
     }
 }
