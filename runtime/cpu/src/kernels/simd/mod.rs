@@ -536,9 +536,11 @@ pub fn taps(w: &[f32], off: &[usize], src: &[f32], acc: &mut [f32]) {
     })
 }
 
-/// The narrowest output row [`taps_rows`] is meant for on this CPU: one vector (narrower rows
-/// run element by element; the accumulator path of [`taps`] runs them together into vectors).
-pub fn taps_rows_min_width() -> usize {
+/// The vector width of [`taps_rows`] on this CPU: rows narrower than it run element by element,
+/// and a row of `ow` columns computes `ow` rounded up to it (its last vector overlapping), so a
+/// caller with an alternative (the accumulator path of [`taps`], whose rows run together into
+/// vectors) compares the two.
+pub fn taps_rows_lanes() -> usize {
     match isa() {
         Isa::Avx2 | Isa::Avx2Vnni => 8,
         // AVX-512's 16 lanes; elsewhere the plain loops, whose per-row passes cost more than the

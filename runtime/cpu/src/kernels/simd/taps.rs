@@ -62,7 +62,7 @@ pub(super) unsafe fn taps<V: Vf>(w: &[f32], off: &[usize], src: &[f32], acc: &mu
 /// all when zero), without the accumulator's store, the bias pass and the copy. Blocks of four
 /// vectors in registers across every tap, then one of the one to four left (a row's last
 /// partial vector recomputed overlapping the one before); rows narrower than a vector through
-/// the scalar `vfmadd…ss` (callers take those through the accumulator: `super::taps_rows_min_width`).
+/// the scalar `vfmadd…ss` (callers take those through the accumulator: `super::taps_rows_lanes`).
 ///
 /// # Safety
 /// The CPU must support `V`'s instructions. (Bounds are checked: `ld ≥ ow` and every `off[t] +
