@@ -1,6 +1,7 @@
 //! The C ABI on the threads apps call it from: iOS gives secondary threads (NSThread, pthreads,
 //! GCD workers) 512 KiB of stack and Android's Java threads 1 MiB, so every entry point an app
-//! calls — load, session (CPU and AUTO), run at batch 1 and at the capacity, free — must fit in
+//! calls — load, session (CPU and AUTO), run at batch 1 and at the capacity, `kestrel_classify`
+//! of an image (image classifiers), free — must fit in
 //! **256 KiB**, half the smallest of them. Run on such a thread, with one thread (the caller runs
 //! every kernel itself), for every bundled model and for built models that reach each kernel
 //! family whose frames are the largest (the packed GEMM and the transposed-`x` GEMM per weight
@@ -37,7 +38,7 @@ fn check(s: Status, what: &str) {
 /// Loads `bytes`, makes a session on `backend`, runs batch 1 and batch [`CAPACITY`] and frees
 /// everything, through the C ABI; the outputs of both runs, or `None` when the backend (WGPU)
 /// has no adapter or does not take the model.
-fn calls(bytes: &[u8], backend: KestrelBackend) -> Option<Vec<f32>> {
+fn calls(bytes: &[u8], backend: KestrelBackend) -> Option<(Vec<f32>, bool)> {
     let mut m = std::ptr::null_mut();
     // SAFETY: a live buffer and a valid out-pointer.
     check(unsafe { kestrel_model_load_memory(bytes.as_ptr(), bytes.len(), &mut m) }, "load");
@@ -89,12 +90,26 @@ fn calls(bytes: &[u8], backend: KestrelBackend) -> Option<Vec<f32>> {
         drop(ids);
         all.extend(y);
     }
+    // An image classifier's `kestrel_classify` (resampling, preprocessing, a batch-1 run, the
+    // top classes) of a 40×30 RGBA image; models without image preprocessing refuse it.
+    let (w, h) = (40usize, 30usize);
+    let pixels: Vec<u8> = (0..w * h * 4).map(|i| (i * 37 % 251) as u8).collect();
+    let mut top = [KestrelClass { index: 0, probability: 0.0, label: std::ptr::null() }; 3];
+    // SAFETY: a buffer of `h` rows of `4·w` bytes; `top` holds 3 results.
+    let classified = match unsafe { kestrel_classify(s, pixels.as_ptr(), w, h, 4 * w, 0, 3, top.as_mut_ptr()) } {
+        Status::KESTREL_ERR_UNSUPPORTED => false,
+        status => {
+            check(status, "classify");
+            all.extend(top.iter().flat_map(|c| [c.index as f32, c.probability]));
+            true
+        }
+    };
     // SAFETY: handles from the calls above, freed once.
     unsafe {
         check(kestrel_session_free(s), "session free");
         check(kestrel_model_free(m), "model free");
     }
-    Some(all)
+    Some((all, classified))
 }
 
 /// A convolutional stem and head: 3×3 convolution (3 → 16) with ReLU, depthwise 3×3, 1×1
@@ -178,13 +193,14 @@ fn main() {
         }
     }
     for (name, bytes) in &models {
-        let mut gpu = "";
+        let (mut gpu, mut classify) = ("", "");
         for backend in [
             KestrelBackend::KESTREL_BACKEND_CPU,
             KestrelBackend::KESTREL_BACKEND_AUTO,
             KestrelBackend::KESTREL_BACKEND_WGPU,
         ] {
-            let Some(want) = calls(bytes, backend) else { continue };
+            let Some((want, classified)) = calls(bytes, backend) else { continue };
+            classify = if classified { ", kestrel_classify" } else { classify };
             gpu = if backend == KestrelBackend::KESTREL_BACKEND_WGPU { ", a WGPU session" } else { gpu };
             let bytes = bytes.clone();
             let got = std::thread::Builder::new()
@@ -193,13 +209,17 @@ fn main() {
                 .unwrap()
                 .join()
                 .unwrap()
-                .expect("the backend took the model on the main thread");
+                .expect("the backend took the model on the main thread")
+                .0;
             assert!(
                 want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()) && want.len() == got.len(),
                 "{name}"
             );
         }
-        println!("stack: {name}: load, CPU and AUTO sessions{gpu}, batch 1 and {CAPACITY} in {} KiB", STACK >> 10);
+        println!(
+            "stack: {name}: load, CPU and AUTO sessions{gpu}, batch 1 and {CAPACITY}{classify} in {} KiB",
+            STACK >> 10
+        );
     }
     println!("stack: {} models ok", models.len());
 }
