@@ -35,10 +35,11 @@ proptest! {
     /// overlapping offsets into one buffer, with the same tile, tail and depth coverage as
     /// `matmul_kn_matches_f64`; up to five row tiles and a remainder (each whole tile prefetches
     /// the next one's rows of `a`, the last the next panel's or block's first), up to three
-    /// blocks of depth.
+    /// blocks of depth, and columns across several of the chunks a block is walked in (a
+    /// 256-deep block: 64 columns a chunk, the last one partial).
     #[test]
     fn matmul_kn_rows_matches_f64(
-        (m, n, k, a, b, offs) in (1usize..44, 1usize..70, prop_oneof![0usize..40, 250usize..300, 505usize..530], 0usize..50)
+        (m, n, k, a, b, offs) in (1usize..44, prop_oneof![1usize..70, 120usize..300], prop_oneof![0usize..40, 250usize..300, 505usize..530], 0usize..50)
             .prop_flat_map(|(m, n, k, extra)| (
                 Just(m), Just(n), Just(k),
                 proptest::collection::vec(-1.0f32..1.0, m * k),
