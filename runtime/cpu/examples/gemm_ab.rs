@@ -7,6 +7,7 @@
 //! cargo run --release -p kestrel-rt-cpu --example gemm_ab -- rows 192 f32 [min_ms]
 //! cargo run --release -p kestrel-rt-cpu --example gemm_ab -- gemv 2048x4096 i4q8 [min_ms] [m]
 //! cargo run --release -p kestrel-rt-cpu --example gemm_ab -- bandwidth
+//! cargo run --release -p kestrel-rt-cpu --example gemm_ab -- conv 320x7x7 1280 1 1 0 [min_ms] [cold]
 //! ```
 //!
 //! * `rows KN ENC`: median GFLOP/s of `y [M, KN] = x [M, KN] · Wᵀ` at every M of the sweep and
@@ -17,13 +18,21 @@
 //! * `bandwidth`: one thread's read bandwidth, a 256 MiB buffer flushed then read once through
 //!   the SIMD dot kernel, best of 5.
 //!
+//! * `conv CxHxW O K S P`: the fastest call (GFLOP/s) of an f32 `K×K` convolution of `C`
+//!   channels to `O` (stride `S`, padding `P`, one group, no bias) over `min_ms` (default 150) of
+//!   calls, with the planner's fast scratch; with `cold`, the weights rotate through copies
+//!   spanning 64 MiB, so each call reads its weights from DRAM as a layer of a model does. The
+//!   fastest call, not the median: on a shared VM, where a process's buffer addresses and the
+//!   neighbours' load move a median by up to 30 %, compare the best of several processes.
+//!
 //! `ENC`: `f32`, `f16`, `i8`, `i4` (f32 activations, `linear`), `i8q8`, `i4q8` (calibrated int8
 //! activations at scale 1/127, `linear_q8`).
 
+use kestrel_rt_cpu::kernels::conv::{conv2d, conv2d_scratch_fast, Conv2dParams};
 use kestrel_rt_cpu::kernels::linear::linear_q8;
 use kestrel_rt_format::ops::Activation;
 use kestrel_rt_format::weight::{EncodedWeight, ViewStore};
-use kestrel_rt_format::{DType, WeightData, WeightView};
+use kestrel_rt_format::{DType, Shape, WeightData, WeightView};
 use std::time::Instant;
 
 /// The row counts of the sweep (as `kestrel bench gemm --rows-sweep`).
@@ -139,6 +148,50 @@ fn time_dense(m: usize, n: usize, k: usize, enc: &str, min_ms: f64) -> f64 {
     2.0 * (m * n * k) as f64 / secs[secs.len() / 2] / 1e9
 }
 
+/// `conv CxHxW O K S P [min_ms] [cold]`: GFLOP/s of the fastest call.
+fn time_conv(args: &[String]) -> String {
+    let num = |i: usize, what: &str| -> usize {
+        args.get(i).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{what}"))
+    };
+    let dims: Vec<usize> = args.first().expect("CxHxW").split('x').map(|d| d.parse().expect("CxHxW")).collect();
+    let [c, h, w] = dims[..] else { panic!("CxHxW") };
+    let (o, k, stride, pad) = (num(1, "O"), num(2, "K"), num(3, "S"), num(4, "P"));
+    let min_ms: f64 = args.get(5).map_or(150.0, |s| s.parse().expect("min_ms"));
+    let cold = args.get(6).is_some_and(|s| s == "cold");
+    let shape = |d: &[usize]| Shape::from_usize(d).expect("shape");
+    let p = Conv2dParams::new(&shape(&[c, h, w]), &shape(&[o, c, k, k]), [stride; 2], [pad; 4], [1, 1], 1)
+        .expect("geometry");
+    let wlen = o * c * k * k;
+    let copies = if cold { (64usize << 20) / (wlen * 4).max(1) + 1 } else { 1 };
+    let enc: Vec<EncodedWeight> = (0..copies)
+        .map(|i| EncodedWeight::encode(DType::F32, o, c * k * k, &values(wlen, 2 + i as u64)).expect("encode"))
+        .collect();
+    let mut stores: Vec<ViewStore> = (0..copies).map(|_| ViewStore::default()).collect();
+    let projs: Vec<kestrel_rt_cpu::ProjW<'_>> = enc
+        .iter()
+        .zip(stores.iter_mut())
+        .map(|(e, st)| kestrel_rt_cpu::ProjW { w: e.view(st), b: None, act_scale: None })
+        .collect();
+    let x = values(c * h * w, 1);
+    let mut y = vec![0.0f32; o * p.oh * p.ow];
+    let mut scratch = vec![0.0f32; conv2d_scratch_fast(&p)];
+    let act = kestrel_rt_format::ops::Activation::None;
+    let (mut best, mut i) = (f64::MAX, 0usize);
+    let start = Instant::now();
+    while i < 3 || start.elapsed().as_secs_f64() * 1e3 < min_ms {
+        let t0 = Instant::now();
+        conv2d(&p, &projs[i % copies], act, std::hint::black_box(&x), &mut y, &mut scratch);
+        best = best.min(t0.elapsed().as_secs_f64());
+        std::hint::black_box(&y);
+        i += 1;
+    }
+    let gflops = 2.0 * (wlen * p.oh * p.ow) as f64 / best / 1e9;
+    format!(
+        "{{\"kind\":\"conv\",\"input\":[{c},{h},{w}],\"out\":{o},\"k\":{k},\"stride\":{stride},\"pad\":{pad},\"cold\":{cold},\"us\":{:.1},\"gflops\":{gflops:.2}}}",
+        best * 1e6
+    )
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize| args.get(i).map(String::as_str);
@@ -208,6 +261,9 @@ fn main() {
                 dot.max(read)
             );
         }
-        _ => eprintln!("usage: gemm_ab rows KN ENC [min_ms] | gemv NxK ENC [min_ms] [m] | bandwidth"),
+        Some("conv") => println!("{}", time_conv(&args[1..])),
+        _ => eprintln!(
+            "usage: gemm_ab rows KN ENC [min_ms] | gemv NxK ENC [min_ms] [m] | bandwidth | conv CxHxW O K S P [min_ms] [cold]"
+        ),
     }
 }
