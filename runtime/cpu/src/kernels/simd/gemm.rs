@@ -196,36 +196,26 @@ unsafe fn ukernel_pf<V: Vf, P: Panel, const MR: usize, const NV: usize>(kc: usiz
 /// instructions only slow their tiles down.
 pub const PF_MIN_A: usize = 1 << 18;
 
-/// [`panel_rows`] for the convolutions' GEMMs: with `a` of at least [`PF_MIN_A`] elements
-/// (`big`), whole `MR`-row tiles through [`ukernel_pf`], each prefetching the next tile's block
-/// of `a` (the last one `after`'s, the next block's first tile: null for none), and a remainder
-/// of fewer rows through [`panel_rows`]; otherwise [`panel_rows`] alone.
+/// One tile of `rows ≤ MR` rows for the convolutions' GEMMs: a whole `MR`-row tile with `a` of
+/// at least [`PF_MIN_A`] elements (`big`) through [`ukernel_pf`], prefetching the block of `a`
+/// at `next` (the next tile's; null for none); otherwise through [`panel_rows`].
 ///
 /// # Safety
-/// As [`panel_rows`]; `after`, when not null, is readable for `MR` rows of `kc` at stride `t.lda`.
+/// As [`panel_rows`]; `next`, when not null, is readable for `MR` rows of `kc` at stride `t.lda`.
 #[inline(always)]
-unsafe fn rows_pf<V: GemmKernel, P: Panel, const MR: usize, const NV: usize>(
-    (m, big): (usize, bool),
+unsafe fn tile_pf<V: GemmKernel, P: Panel, const MR: usize, const NV: usize>(
+    (rows, big): (usize, bool),
     kc: usize,
     panel: P,
     t: Tile,
-    after: *const f32,
+    next: *const f32,
 ) {
-    if !big {
-        // SAFETY: the caller's contract.
-        return unsafe { panel_rows::<V, _, MR, NV>(m, kc, panel, t) };
-    }
-    let full = m / MR * MR;
-    // SAFETY: rows m0.. < m of a and c, per the caller's contract.
+    // SAFETY: the caller's contract.
     unsafe {
-        let mut m0 = 0;
-        while m0 < full {
-            let next = if m0 + MR < full { t.a.wrapping_add((m0 + MR) * t.lda) } else { after };
-            ukernel_pf::<V, P, MR, NV>(kc, panel, t.down(m0), next);
-            m0 += MR;
-        }
-        if full < m {
-            panel_rows::<V, _, MR, NV>(m - full, kc, panel, t.down(full));
+        if big && rows == MR {
+            ukernel_pf::<V, P, MR, NV>(kc, panel, t, next);
+        } else {
+            panel_rows::<V, _, MR, NV>(rows, kc, panel, t);
         }
     }
 }
@@ -289,7 +279,7 @@ unsafe fn copy_tail(
 /// gives them, a partial last one from the zero-padded copy at `tp` — so each row of `y` is
 /// written in runs of the chunk's width and the tile's block of `a` is read from L1 after the
 /// chunk's first panel. The last panel of a tile prefetches the next tile's block of `a` when
-/// `big` (see [`rows_pf`]).
+/// `big` (see [`tile_pf`]).
 ///
 /// # Safety
 /// `a` holds `m` rows of `lda ≥ k0 + kc`; `panel(n0)` gives the `kc` rows of columns
@@ -321,9 +311,9 @@ unsafe fn chunk_tiles<V: GemmKernel, P: Panel, const MR: usize, const NV: usize>
                 let after =
                     if last && m0 + rows < m { ap.wrapping_add((m0 + rows) * lda + k0) } else { core::ptr::null() };
                 if nv == nr {
-                    rows_pf::<V, _, MR, NV>((rows, big), kc, panel(n0), t, after);
+                    tile_pf::<V, _, MR, NV>((rows, big), kc, panel(n0), t, after);
                 } else {
-                    rows_pf::<V, _, MR, NV>((rows, big), kc, Strided(tp, nr), t, after);
+                    tile_pf::<V, _, MR, NV>((rows, big), kc, Strided(tp, nr), t, after);
                 }
                 n0 += nr;
             }
