@@ -670,11 +670,12 @@ proptest! {
     /// Rows around the 6- and 8-row tiles (up to five whole tiles, each prefetching the next
     /// one's rows of `a`, and a remainder), columns around the 16/32-lane panels (tails through
     /// the zero-padded copy) and across several of the column chunks a shallow `b` is walked
-    /// in (500–700 columns: 1 to 14 chunks for depths under 40), depths across one and two
-    /// 256-deep blocks.
+    /// in (500–700 columns: 1 to 14 chunks for depths under 40), rows of `b` within 128 bytes
+    /// of 4 KiB apart (1,000–1,055 columns: chunks copied into a padded buffer first, the last
+    /// one partial), depths across one and two 256-deep blocks.
     #[test]
     fn matmul_kn_matches_f64(
-        (m, n, k, a, b) in (1usize..44, prop_oneof![1usize..70, 500usize..700], prop_oneof![0usize..40, 250usize..300, 505usize..530]).prop_flat_map(|(m, n, k)| (
+        (m, n, k, a, b) in (1usize..44, prop_oneof![1usize..70, 500usize..700, 1000usize..1056], prop_oneof![0usize..40, 250usize..300, 505usize..530]).prop_flat_map(|(m, n, k)| (
             Just(m), Just(n), Just(k),
             proptest::collection::vec(-1.0f32..1.0, m * k),
             proptest::collection::vec(-2.0f32..2.0, k * n),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The conv-chunks A/B (see README.md): gemm_ab's `conv` mode, built before (OLD) and after (NEW)
 # the change, interleaved process by process, ROUNDS rounds, weights evicted ("cold"). Prints one
-# JSON line per call with the binary's label; table.py keeps each binary's best.
+# JSON line per call with the binary's label; table.py keeps each binary's best. Shapes as
+# arguments ("CxHxW O K S P" each) replace the default list.
 set -euo pipefail
 OLD=${OLD:?path to gemm_ab built before}; NEW=${NEW:?path to gemm_ab built after}; ROUNDS=${ROUNDS:-3}
 shapes=(
@@ -13,6 +14,7 @@ shapes=(
     "512x7x7 512 3 1 1" "256x14x14 256 3 1 1" "128x28x28 128 3 1 1" "64x56x56 64 3 1 1"
     "3x224x224 32 3 2 1" "256x14x14 512 3 2 1"
 )
+if (($#)); then shapes=("$@"); fi
 for r in $(seq "$ROUNDS"); do
     for s in "${shapes[@]}"; do
         read -r in o k st p <<<"$s"

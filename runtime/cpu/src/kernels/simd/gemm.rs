@@ -276,14 +276,15 @@ unsafe fn copy_tail(
 
 /// One `kc` block of one chunk of columns `c0..c1` of [`gemm_kn`] / [`gemm_kn_rows`]: per tile
 /// of rows of `a` (see [`tile_rows`]), every panel of the chunk — full ones as `panel(n0)`
-/// gives them, a partial last one from the zero-padded copy at `tp` — so each row of `y` is
+/// gives them, a partial last one as `tail` (a zero-padded copy) — so each row of `y` is
 /// written in runs of the chunk's width and the tile's block of `a` is read from L1 after the
 /// chunk's first panel. The last panel of a tile prefetches the next tile's block of `a` when
 /// `big` (see [`tile_pf`]).
 ///
 /// # Safety
 /// `a` holds `m` rows of `lda ≥ k0 + kc`; `panel(n0)` gives the `kc` rows of columns
-/// `n0..n0 + NV·L` of `B`'s block; `tp` holds the copy when `(c1 − c0) % (NV·L) ≠ 0`; `y` holds
+/// `n0..n0 + NV·L` of `B`'s block; `tail` the last `(c1 − c0) % (NV·L)` columns, zero-padded to
+/// a panel, when there are any; `y` holds
 /// `m` rows of `c1` at stride `ldy`, which no one else accesses meanwhile.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -292,7 +293,7 @@ unsafe fn chunk_tiles<V: GemmKernel, P: Panel, const MR: usize, const NV: usize>
     (k0, kc): (usize, usize),
     (c0, c1): (usize, usize),
     panel: impl Fn(usize) -> P,
-    tp: *const f32,
+    tail: Strided,
     y: *mut f32,
     ldy: usize,
 ) {
@@ -313,11 +314,66 @@ unsafe fn chunk_tiles<V: GemmKernel, P: Panel, const MR: usize, const NV: usize>
                 if nv == nr {
                     tile_pf::<V, _, MR, NV>((rows, big), kc, panel(n0), t, after);
                 } else {
-                    tile_pf::<V, _, MR, NV>((rows, big), kc, Strided(tp, nr), t, after);
+                    tile_pf::<V, _, MR, NV>((rows, big), kc, tail, t, after);
                 }
                 n0 += nr;
             }
             m0 += rows;
+        }
+    }
+}
+
+/// Padding (f32) past a packed chunk's panels in each of its rows, so rows do not start a
+/// multiple of 4 KiB apart.
+const PACK_PAD: usize = 16;
+
+/// Room of [`gemm_kn`]'s stack buffer (f32): the tail copy (`KC_KN × NR_MAX`), or a packed
+/// chunk of `KC_KN` rows of at least one panel plus [`PACK_PAD`].
+const PACK_LEN: usize = KC_KN * (NR_MAX + PACK_PAD);
+
+/// Whether rows `n` f32 apart start within 128 bytes of a multiple of 4 KiB from each other: a
+/// 1×1 convolution over a 32×32, 64×64 or 192×192 map, whose `k` rows of `b` (and `m` of `y`)
+/// then share a handful of L1 sets and evict each other (such layers ran at half the rate of a
+/// 31×31 or 63×63 one). [`gemm_kn`] copies their chunks into a padded buffer first.
+#[inline(always)]
+fn aliases(n: usize) -> bool {
+    let off = (n * 4) % 4096;
+    n * 4 >= 4096 - 128 && off.min(4096 - off) < 128
+}
+
+/// Row stride (f32) of a packed chunk of `cols` columns: whole panels, then [`PACK_PAD`].
+#[inline(always)]
+fn pack_stride(cols: usize, nr: usize) -> usize {
+    cols.div_ceil(nr) * nr + PACK_PAD
+}
+
+/// Columns per packed chunk for a `kc`-row block: the most whole panels of `nr` whose padded
+/// rows fit [`PACK_LEN`], at most [`col_chunk`]'s.
+#[inline(always)]
+fn pack_chunk(kc: usize, nr: usize) -> usize {
+    let fit = (PACK_LEN / kc.max(1)).saturating_sub(PACK_PAD) / nr * nr;
+    fit.clamp(nr, col_chunk(kc, nr))
+}
+
+/// Copies columns `n0..n0 + cols` of the `kc` rows at `row(kk)` into `tp` at row stride `ps`
+/// (zero from `cols` to the panels' end): a packed chunk.
+///
+/// # Safety
+/// `tp` is writable for `kc · ps` f32 (`ps ≥ cols` rounded up to panels); each `row(kk)` is
+/// readable for `n0 + cols` f32.
+#[inline(always)]
+unsafe fn copy_block(
+    tp: *mut f32,
+    (kc, ps): (usize, usize),
+    (n0, cols): (usize, usize),
+    row: impl Fn(usize) -> *const f32,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        for kk in 0..kc {
+            let dst = tp.add(kk * ps);
+            core::ptr::copy_nonoverlapping(row(kk).add(n0), dst, cols);
+            core::ptr::write_bytes(dst.add(cols), 0, ps - PACK_PAD - cols);
         }
     }
 }
@@ -353,14 +409,16 @@ pub(super) unsafe fn gemm_kn<V: GemmKernel, const MR: usize, const NV: usize>(
         return;
     }
     let (nr, big) = (NV * V::L, m * k >= PF_MIN_A);
-    // Not zeroed: the tail copy writes every element the kernel reads.
-    let mut tail = core::mem::MaybeUninit::<[f32; KC_KN * NR_MAX]>::uninit();
-    let tp = tail.as_mut_ptr().cast::<f32>();
+    // Not zeroed: the copies write every element the kernel reads.
+    let mut buf = core::mem::MaybeUninit::<[f32; PACK_LEN]>::uninit();
+    let tp = buf.as_mut_ptr().cast::<f32>();
     let (ap, bp) = (a.as_ptr(), b.as_ptr());
-    let chunk = col_chunk(KC_KN.min(k), nr);
+    let packed = aliases(n);
+    let chunk = if packed { pack_chunk(KC_KN.min(k), nr) } else { col_chunk(KC_KN.min(k), nr) };
     // SAFETY: chunk_tiles reads rows < m, columns k0..k0+kc ≤ k of a; rows k0..k0+kc of b,
-    // columns n0..n0+nr ≤ n (full panels) or the tail copy (kc·nr ≤ its room); and writes rows
-    // < m, columns < n of y.
+    // columns n0..n0+nr ≤ n (full panels), the tail copy (kc·nr ≤ its room) or the packed chunk
+    // (kc rows of its padded width ≤ its room, see pack_chunk); and writes rows < m, columns
+    // < n of y.
     unsafe {
         let mut c0 = 0;
         while c0 < n {
@@ -369,11 +427,19 @@ pub(super) unsafe fn gemm_kn<V: GemmKernel, const MR: usize, const NV: usize>(
             while k0 < k {
                 let kc = KC_KN.min(k - k0);
                 let nv_tail = (c1 - c0) % nr;
-                if nv_tail > 0 {
-                    copy_tail(tp, (kc, nr), (c1 - nv_tail, nv_tail), |kk| bp.add((k0 + kk) * n));
+                if packed {
+                    let ps = pack_stride(c1 - c0, nr);
+                    copy_block(tp, (kc, ps), (c0, c1 - c0), |kk| bp.add((k0 + kk) * n));
+                    let panel = |n0: usize| Strided(tp.add(n0 - c0).cast_const(), ps);
+                    let tail = Strided(tp.add(c1 - nv_tail - c0).cast_const(), ps);
+                    chunk_tiles::<V, _, MR, NV>((ap, k, m, big), (k0, kc), (c0, c1), panel, tail, y, ldy);
+                } else {
+                    if nv_tail > 0 {
+                        copy_tail(tp, (kc, nr), (c1 - nv_tail, nv_tail), |kk| bp.add((k0 + kk) * n));
+                    }
+                    let panel = |n0: usize| Strided(bp.add(k0 * n + n0), n);
+                    chunk_tiles::<V, _, MR, NV>((ap, k, m, big), (k0, kc), (c0, c1), panel, Strided(tp, nr), y, ldy);
                 }
-                let panel = |n0: usize| Strided(bp.add(k0 * n + n0), n);
-                chunk_tiles::<V, _, MR, NV>((ap, k, m, big), (k0, kc), (c0, c1), panel, tp, y, ldy);
                 k0 += kc;
             }
             c0 = c1;
@@ -429,7 +495,7 @@ pub(super) unsafe fn gemm_kn_rows<V: GemmKernel, const MR: usize, const NV: usiz
                     copy_tail(tp, (kc, nr), (c1 - nv_tail, nv_tail), |kk| bp.add(tab[kk]));
                 }
                 let panel = |n0: usize| Indexed(bp.add(n0), tab.as_ptr());
-                chunk_tiles::<V, _, MR, NV>((ap, k, m, big), (k0, kc), (c0, c1), panel, tp, y, ldy);
+                chunk_tiles::<V, _, MR, NV>((ap, k, m, big), (k0, kc), (c0, c1), panel, Strided(tp, nr), y, ldy);
                 c0 = c1;
             }
         }
