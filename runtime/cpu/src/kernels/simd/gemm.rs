@@ -166,8 +166,9 @@ impl Panel for Indexed {
 /// tile at a stride of `K`, which the hardware prefetchers do not follow.
 ///
 /// # Safety
-/// As [`ukernel`]; `next`, when not null, is readable for the `MR` rows of `kc` at stride
-/// `t.lda` (prefetches do not fault, but the addresses must be in bounds to be formed).
+/// As [`ukernel`]. `next`, when not null, points into `a` (its `MR` rows of `kc` at stride
+/// `t.lda` are formed with `wrapping_add` and only prefetched, which does not fault, so rows past
+/// the end of `a` are harmless).
 #[inline(always)]
 unsafe fn ukernel_pf<V: Vf, P: Panel, const MR: usize, const NV: usize>(kc: usize, b: P, t: Tile, next: *const f32) {
     if next.is_null() {
@@ -181,8 +182,8 @@ unsafe fn ukernel_pf<V: Vf, P: Panel, const MR: usize, const NV: usize>(kc: usiz
             let i = kk / 2;
             let (r, line) = (i % MR, i / MR);
             if line < lines {
-                // SAFETY: a prefetch does not fault; the address is within the next tile's
-                // block (the caller's contract on `next`).
+                // SAFETY: a prefetch does not fault, whatever the address (formed with
+                // wrapping_add: past the end of `a` for a short last tile, never dereferenced).
                 unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(r * lda + line * 16).cast()) };
             }
         }
@@ -201,7 +202,9 @@ pub const PF_MIN_A: usize = 1 << 18;
 /// at `next` (the next tile's; null for none); otherwise through [`panel_rows`].
 ///
 /// # Safety
-/// As [`panel_rows`]; `next`, when not null, is readable for `MR` rows of `kc` at stride `t.lda`.
+/// As [`panel_rows`]. `next`, when not null, is the next tile's first row of `a`; that tile may
+/// have fewer than `MR` rows, so the prefetches can touch up to a row past `a` (addresses formed
+/// with `wrapping_add`; a prefetch does not fault).
 #[inline(always)]
 unsafe fn tile_pf<V: GemmKernel, P: Panel, const MR: usize, const NV: usize>(
     (rows, big): (usize, bool),
