@@ -254,25 +254,27 @@ fn tile_rows<const MR: usize>(m: usize, m0: usize) -> usize {
     base + usize::from(i < extra)
 }
 
-/// Copies columns `n0..n0 + nv` of the `kc` rows at `row(kk)` into `tp` (`[kc, nr]`, zero past
-/// `nv`): a chunk's last, partial panel. One zeroing of the block, then each row's `nv`
-/// columns (inline copies: a memcpy call per row cost more than the row).
+/// Copies columns `n0..n0 + cols` of the `kc` rows at `row(kk)` into `tp` at row stride
+/// `stride`, each row zero from `cols` to `width`: a chunk's last, partial panel (`[kc, nr]`,
+/// `width = stride = nr`) or a whole packed chunk (see [`aliases`]). Inline copies: a memcpy
+/// call per row cost more than a short row.
 ///
 /// # Safety
-/// `tp` is writable for `kc · nr` f32 (`nv ≤ nr`); each `row(kk)` is readable for `n0 + nv`.
+/// `tp` is writable for `kc` rows of `stride ≥ width ≥ cols` f32; each `row(kk)` is readable
+/// for `n0 + cols` f32.
 #[inline(always)]
-unsafe fn copy_tail(
+unsafe fn copy_rows(
     tp: *mut f32,
-    (kc, nr): (usize, usize),
-    (n0, nv): (usize, usize),
+    (kc, stride, width): (usize, usize, usize),
+    (n0, cols): (usize, usize),
     row: impl Fn(usize) -> *const f32,
 ) {
     // SAFETY: the caller's contract.
     unsafe {
-        core::ptr::write_bytes(tp, 0, kc * nr);
         for kk in 0..kc {
-            let dst = core::slice::from_raw_parts_mut(tp.add(kk * nr), nv);
-            crate::kernels::copy_short(dst, core::slice::from_raw_parts(row(kk).add(n0), nv));
+            let dst = core::slice::from_raw_parts_mut(tp.add(kk * stride), width);
+            crate::kernels::copy_short(&mut dst[..cols], core::slice::from_raw_parts(row(kk).add(n0), cols));
+            dst[cols..].fill(0.0);
         }
     }
 }
@@ -358,29 +360,6 @@ fn pack_chunk(kc: usize, nr: usize) -> usize {
     fit.clamp(nr, col_chunk(kc, nr))
 }
 
-/// Copies columns `n0..n0 + cols` of the `kc` rows at `row(kk)` into `tp` at row stride `ps`
-/// (zero from `cols` to the panels' end): a packed chunk.
-///
-/// # Safety
-/// `tp` is writable for `kc · ps` f32 (`ps ≥ cols` rounded up to panels); each `row(kk)` is
-/// readable for `n0 + cols` f32.
-#[inline(always)]
-unsafe fn copy_block(
-    tp: *mut f32,
-    (kc, ps): (usize, usize),
-    (n0, cols): (usize, usize),
-    row: impl Fn(usize) -> *const f32,
-) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        for kk in 0..kc {
-            let dst = tp.add(kk * ps);
-            core::ptr::copy_nonoverlapping(row(kk).add(n0), dst, cols);
-            core::ptr::write_bytes(dst.add(cols), 0, ps - PACK_PAD - cols);
-        }
-    }
-}
-
 /// `y [m, n] = a [m, k] · b [k, n]`, all f32 and row-major (`a` at row stride `k`, `b` at `n`,
 /// `y` at `ldy`), with [`gemm`]'s micro-kernel reading `b`'s rows in place — no packing: `b` is
 /// a 1×1 convolution's input itself. Per chunk of columns ([`col_chunk`]), per [`KC_KN`] block
@@ -432,13 +411,13 @@ pub(super) unsafe fn gemm_kn<V: GemmKernel, const MR: usize, const NV: usize>(
                 let nv_tail = (c1 - c0) % nr;
                 if packed {
                     let ps = pack_stride(c1 - c0, nr);
-                    copy_block(tp, (kc, ps), (c0, c1 - c0), |kk| bp.add((k0 + kk) * n));
+                    copy_rows(tp, (kc, ps, ps - PACK_PAD), (c0, c1 - c0), |kk| bp.add((k0 + kk) * n));
                     let panel = |n0: usize| Strided(tp.add(n0 - c0).cast_const(), ps);
                     let tail = Strided(tp.add(c1 - nv_tail - c0).cast_const(), ps);
                     chunk_tiles::<V, _, MR, NV>((ap, k, m, big), (k0, kc), (c0, c1), panel, tail, y, ldy);
                 } else {
                     if nv_tail > 0 {
-                        copy_tail(tp, (kc, nr), (c1 - nv_tail, nv_tail), |kk| bp.add((k0 + kk) * n));
+                        copy_rows(tp, (kc, nr, nr), (c1 - nv_tail, nv_tail), |kk| bp.add((k0 + kk) * n));
                     }
                     let panel = |n0: usize| Strided(bp.add(k0 * n + n0), n);
                     chunk_tiles::<V, _, MR, NV>((ap, k, m, big), (k0, kc), (c0, c1), panel, Strided(tp, nr), y, ldy);
@@ -495,7 +474,7 @@ pub(super) unsafe fn gemm_kn_rows<V: GemmKernel, const MR: usize, const NV: usiz
                 let c1 = (c0 + chunk).min(n);
                 let nv_tail = (c1 - c0) % nr;
                 if nv_tail > 0 {
-                    copy_tail(tp, (kc, nr), (c1 - nv_tail, nv_tail), |kk| bp.add(tab[kk]));
+                    copy_rows(tp, (kc, nr, nr), (c1 - nv_tail, nv_tail), |kk| bp.add(tab[kk]));
                 }
                 let panel = |n0: usize| Indexed(bp.add(n0), tab.as_ptr());
                 chunk_tiles::<V, _, MR, NV>((ap, k, m, big), (k0, kc), (c0, c1), panel, Strided(tp, nr), y, ldy);
