@@ -19,7 +19,8 @@
 //!   the SIMD dot kernel, best of 5.
 //!
 //! * `conv CxHxW O K S P`: the fastest call (GFLOP/s) of an f32 `K×K` convolution of `C`
-//!   channels to `O` (stride `S`, padding `P`, one group, no bias) over `min_ms` (default 150) of
+//!   channels to `O` (stride `S`, padding `P`, one group, no bias; `O` = `dw`: depthwise, `C`
+//!   groups of one channel) over `min_ms` (default 150) of
 //!   calls, with the planner's fast scratch; with `cold`, the weights rotate through copies
 //!   spanning 64 MiB, so each call reads its weights from DRAM as a layer of a model does. The
 //!   fastest call, not the median: on a shared VM, where a process's buffer addresses and the
@@ -155,16 +156,19 @@ fn time_conv(args: &[String]) -> String {
     };
     let dims: Vec<usize> = args.first().expect("CxHxW").split('x').map(|d| d.parse().expect("CxHxW")).collect();
     let [c, h, w] = dims[..] else { panic!("CxHxW") };
-    let (o, k, stride, pad) = (num(1, "O"), num(2, "K"), num(3, "S"), num(4, "P"));
+    // O = `dw`: a depthwise convolution (C groups of one channel).
+    let dw = args.get(1).is_some_and(|s| s == "dw");
+    let (o, k, stride, pad) = (if dw { c } else { num(1, "O") }, num(2, "K"), num(3, "S"), num(4, "P"));
+    let (groups, cg) = if dw { (c, 1) } else { (1, c) };
     let min_ms: f64 = args.get(5).map_or(150.0, |s| s.parse().expect("min_ms"));
     let cold = args.get(6).is_some_and(|s| s == "cold");
     let shape = |d: &[usize]| Shape::from_usize(d).expect("shape");
-    let p = Conv2dParams::new(&shape(&[c, h, w]), &shape(&[o, c, k, k]), [stride; 2], [pad; 4], [1, 1], 1)
+    let p = Conv2dParams::new(&shape(&[c, h, w]), &shape(&[o, cg, k, k]), [stride; 2], [pad; 4], [1, 1], groups)
         .expect("geometry");
-    let wlen = o * c * k * k;
+    let wlen = o * cg * k * k;
     let copies = if cold { (64usize << 20) / (wlen * 4).max(1) + 1 } else { 1 };
     let enc: Vec<EncodedWeight> = (0..copies)
-        .map(|i| EncodedWeight::encode(DType::F32, o, c * k * k, &values(wlen, 2 + i as u64)).expect("encode"))
+        .map(|i| EncodedWeight::encode(DType::F32, o, cg * k * k, &values(wlen, 2 + i as u64)).expect("encode"))
         .collect();
     let mut stores: Vec<ViewStore> = (0..copies).map(|_| ViewStore::default()).collect();
     let projs: Vec<kestrel_rt_cpu::ProjW<'_>> = enc
@@ -187,7 +191,7 @@ fn time_conv(args: &[String]) -> String {
     }
     let gflops = 2.0 * (wlen * p.oh * p.ow) as f64 / best / 1e9;
     format!(
-        "{{\"kind\":\"conv\",\"input\":[{c},{h},{w}],\"out\":{o},\"k\":{k},\"stride\":{stride},\"pad\":{pad},\"cold\":{cold},\"us\":{:.1},\"gflops\":{gflops:.2}}}",
+        "{{\"kind\":\"conv\",\"input\":[{c},{h},{w}],\"out\":{o},\"groups\":{groups},\"k\":{k},\"stride\":{stride},\"pad\":{pad},\"cold\":{cold},\"us\":{:.1},\"gflops\":{gflops:.2}}}",
         best * 1e6
     )
 }

@@ -119,14 +119,38 @@ fn conv2d_chunked_patches_match_reference() {
         (4, 64, 32, 64, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 1),
         // Two groups of 40 channels · 9 taps = 360 deep; stride 2 and dilation 2 (wq = 37).
         (80, 70, 70, 130, 3, 3, [2, 2], [2, 2, 2, 2], [2, 2], 2),
-        // Depthwise 12×12 on a 2×2 output (channels-innermost): 144 taps inside the input, more
-        // than the tap list holds (121), through the one-pass-per-tap loop.
+        // Depthwise 12×12 on a 2×2 output: 144 taps, more than the tap table holds (121),
+        // through the per-channel planes (the channels-innermost path takes at most 121).
         (3, 13, 13, 3, 12, 12, [1, 1], [0, 0, 0, 0], [1, 1], 3),
         // Kernels over 121 taps through the paths that read the tap-offset table (it used to
         // hand the first 121 taps tap 0's offset): depthwise 1×150 by stride phases, and a dense
         // 12×12 by the implicit GEMM.
         (2, 1, 400, 2, 1, 150, [1, 2], [0, 3, 0, 3], [1, 2], 2),
         (2, 20, 20, 3, 12, 12, [1, 1], [1, 1, 1, 1], [1, 1], 1),
+    ];
+    check_fixed_cases(&cases);
+}
+
+/// Depthwise layers on output planes up to 28 × 28 (channels-innermost, eight channels a block
+/// on x86): channel counts of one block, several, and a partial last block; rows of at least
+/// eight pixels (each block of sums transposed straight into the output rows, the row's last
+/// pixels recomputed) and narrower; strides, dilation, asymmetric padding, 3×3, 5×5 and 7×7
+/// kernels; against the reference, the scratch NaN-filled (an unzeroed border or weight lane
+/// shows).
+#[test]
+fn conv2d_depthwise_channels_innermost_match_reference() {
+    // (C, H, W, O, kh, kw, stride, pad, dilation, groups)
+    let cases: [ConvCase; 9] = [
+        (8, 14, 14, 8, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 8),
+        (29, 14, 14, 29, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 29),
+        (21, 28, 28, 21, 5, 5, [2, 2], [2, 2, 2, 2], [1, 1], 21),
+        (40, 7, 7, 40, 5, 5, [1, 1], [2, 2, 2, 2], [1, 1], 40),
+        (17, 13, 11, 17, 3, 3, [1, 2], [0, 2, 1, 0], [2, 1], 17),
+        (12, 9, 30, 12, 7, 7, [1, 1], [3, 3, 3, 3], [1, 1], 12),
+        (9, 6, 9, 9, 3, 3, [1, 1], [1, 0, 1, 1], [1, 1], 9),
+        (33, 27, 23, 33, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 33),
+        // One pixel wide, seven rows (flattened plane of seven: below one block of eight).
+        (10, 7, 1, 10, 3, 1, [1, 1], [1, 0, 1, 0], [1, 1], 10),
     ];
     check_fixed_cases(&cases);
 }

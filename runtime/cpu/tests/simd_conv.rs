@@ -64,8 +64,8 @@ proptest! {
 
 /// The planar depthwise taps' signature (`w, off, src, acc`).
 type TapsFn = unsafe fn(&[f32], &[usize], &[f32], &mut [f32]);
-/// The channels-innermost depthwise pixel's signature (`w, pairs, x, y`).
-type TapsClFn = unsafe fn(&[f32], &[(usize, usize)], &[f32], &mut [f32]);
+/// The channels-innermost depthwise convolution's signature (`geometry, w, x, y`).
+type TapsClFn = unsafe fn(&simd::ClTaps<'_>, &[f32], &[f32], &mut [f32]);
 
 /// `isa`'s depthwise entry points.
 #[cfg(target_arch = "x86_64")]
@@ -214,28 +214,53 @@ fn taps_rows_checks_bounds() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
-    /// The channels-innermost depthwise pixel (`y[c] = Σ_i w[t_i·C + c]·x[o_i + c]`) of every
-    /// ISA against f64: up to 25 taps (some skipped, as padding skips them), channel counts
-    /// around the 4-vector blocks and scalar tails.
+    /// The channels-innermost depthwise convolution (`y[px·C + c] = Σ_t w[t·C + c]·x[origin(px) +
+    /// off[t] + c]` over a padded `[Hp, Wp, C]` input) of every ISA against f64: kernels up to
+    /// 5×5 with strides and dilations up to 2, rows of 1–21 pixels (whole and partial blocks of
+    /// eight), channel counts below one vector, whole vectors and an overlapping last vector.
     #[test]
     fn taps_cl_match_f64(
-        (w, pairs, x, c) in (1usize..26, 1usize..150, 1usize..6).prop_flat_map(|(taps, c, pixels)| (
-            proptest::collection::vec(-1.0f32..1.0, taps * c),
-            proptest::collection::vec((0usize..taps, 0usize..pixels), 0..taps),
-            proptest::collection::vec(-2.0f32..2.0, pixels * c),
-            Just(c),
-        ))
+        (c, oh, ow, [kh, kw], [sh, sw], [dh, dw], seed) in (
+            1usize..40, 1usize..4, 1usize..22, [1usize..6, 1usize..6], [1usize..3, 1usize..3], [1usize..3, 1usize..3], any::<u64>(),
+        )
     ) {
-        let pairs: Vec<(usize, usize)> = pairs.into_iter().map(|(t, px)| (t, px * c)).collect();
-        let want: Vec<f64> = (0..c)
-            .map(|j| pairs.iter().map(|&(t, o)| f64::from(w[t * c + j]) * f64::from(x[o + j])).sum())
+        let (hp, wp) = ((oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1);
+        let mut rng = seed | 1;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        };
+        let taps = kh * kw;
+        let w: Vec<f32> = (0..taps * c).map(|_| next()).collect();
+        let x: Vec<f32> = (0..hp * wp * c).map(|_| 2.0 * next()).collect();
+        let off: Vec<usize> = (0..taps).map(|t| ((t / kw) * dh * wp + (t % kw) * dw) * c).collect();
+        let g = simd::ClTaps { c, oh, ow, row: sh * wp * c, col: sw * c, off: &off };
+        let want: Vec<f64> = (0..oh * ow * c)
+            .map(|i| {
+                let (px, j) = (i / c, i % c);
+                let o = (px / ow) * g.row + (px % ow) * g.col;
+                off.iter().enumerate().map(|(t, &ot)| f64::from(w[t * c + j]) * f64::from(x[o + ot + j])).sum()
+            })
             .collect();
         check_every_isa("taps_cl", &want, |isa, got| match isa {
-            None => simd::taps_cl(&w, &pairs, &x, got),
+            None => simd::taps_cl(&g, &w, &x, got),
             // SAFETY: supported ISAs only.
-            Some(isa) => unsafe { depthwise(isa).1(&w, &pairs, &x, got) },
+            Some(isa) => unsafe { depthwise(isa).1(&g, &w, &x, got) },
         });
     }
+}
+
+/// A channels-innermost tap reading past its input is refused (a panic, never a read outside).
+#[test]
+#[should_panic(expected = "taps_cl")]
+fn taps_cl_checks_bounds() {
+    let (w, x) = (vec![1.0f32; 2 * 8], vec![1.0f32; 3 * 8]);
+    let mut y = vec![0.0f32; 2 * 8];
+    // Pixel 1's second tap reads from 8 + 16 = 24: past the 24 elements.
+    let g = simd::ClTaps { c: 8, oh: 1, ow: 2, row: 0, col: 8, off: &[0, 16] };
+    simd::taps_cl(&g, &w, &x, &mut y);
 }
 
 /// A row of the implicit `B` that would run past the buffer is refused (a panic, never a read

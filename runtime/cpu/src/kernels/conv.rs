@@ -10,7 +10,7 @@ use kestrel_rt_format::ops::Activation;
 mod depthwise;
 mod depthwise_cl;
 use depthwise::Depthwise;
-use depthwise_cl::{channels_last_depthwise, cl_scratch, depthwise_cl};
+use depthwise_cl::{channels_last_depthwise, cl_scratch, depthwise_cl, run_channels_last};
 
 /// Scratch for [`conv2d`] at least: one decoded weight row (the direct loop).
 pub fn conv2d_scratch(p: &Conv2dParams) -> usize {
@@ -56,7 +56,7 @@ pub fn conv2d_clamped(
 ) {
     let epi = Epi { act, clamp };
     let n = p.o * p.oh * p.ow;
-    if channels_last_depthwise(p) && scratch.len() >= cl_scratch(p) {
+    if run_channels_last(p) && scratch.len() >= cl_scratch(p) {
         depthwise_cl(p, proj, x, y, scratch);
         return finish_planes(proj, p.oh * p.ow, epi, &mut y[..n]);
     }

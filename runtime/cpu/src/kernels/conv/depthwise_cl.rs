@@ -1,135 +1,118 @@
 //! Depthwise convolution channels-innermost, for output maps of at most [`CL_MAX_PLANE`]
-//! pixels: input and weights transposed to `[·, C]`, each output pixel's in-bounds taps summed
-//! with the channels in registers ([`simd::taps_cl`](crate::kernels::simd::taps_cl)), the result
-//! transposed back (the caller adds the bias with the activation, per plane).
+//! pixels, eight channels at a time: their planes moved into one padded `[Hp, Wp, 8]` plane,
+//! every output pixel's taps summed with the channels in vector lanes and up to eight pixels in
+//! registers ([`simd::taps_cl`](crate::kernels::simd::taps_cl)), the sums moved back (the caller
+//! adds the bias with the activation, per plane).
 
-use super::{transpose2d, Conv2dParams, MAX_TAPS};
+use super::{Conv2dParams, MAX_TAPS};
 use crate::kernels::linear::ProjW;
+use crate::kernels::simd::{ClBlock, ClTaps};
 
 /// Output planes up to which a depthwise convolution (one input channel per output channel)
-/// runs channels-innermost: one vector multiply-add per output pixel and tap across all
-/// channels, instead of per channel a handful of taps over a plane too small to vectorise.
-/// 64 pixels (8 × 8) measured on MNASNet 1.0's 480-channel 6 × 6 maps: 99 → 38 µs per node
-/// against the per-channel planes (2026-11-29, AVX-512); at 144 its 12 × 12 maps got slower
-/// (+22–30 µs a node), so the limit stays below them. Files plan the scratch for the path they
-/// will take: one converted before a change of the limit keeps the per-channel path.
-const CL_MAX_PLANE: usize = 64;
+/// runs channels-innermost on x86 (AVX2, AVX-512): every vector operation full width across
+/// eight channels, eight output pixels in registers per weight load, instead of per channel a
+/// handful of taps over a plane too small to vectorise well, its rows copied in and out one
+/// short row at a time. Measured on Zen 3 (AVX2; `gemm_ab conv C×H×W dw K S P`, best of three
+/// interleaved processes, against the per-channel planes and, on 7 × 7 maps, the previous
+/// channels-innermost kernel; benches/results/amd-epyc-zen3-2core-shared-vm/depthwise-cl/):
+/// 7 × 7 outputs 1.8–2.7×, stride 2 into 14 × 14 1.95–2.25× and into 28 × 28 1.16–1.22×, 5 × 5
+/// stride 1 on 14 × 14 and 28 × 28 1.22–1.75×, 3 × 3 stride 1 on 14 × 14 and 28 × 28
+/// 1.05–1.08×. Larger outputs keep the planes, whose rows are long enough for them (3 × 3 on
+/// 56 × 56 and 112 × 112 measured 0.8× channels-innermost). Files plan the scratch: one
+/// converted before a change of the limit takes this path where its scratch holds it, else the
+/// per-channel planes.
+const CL_MAX_PLANE: usize = 28 * 28;
 
+/// The limit where the blocks are moved element by element (no x86 vector kernel): the 6×6
+/// and 7×7 maps whose per-channel planes are too small for any vector width.
+const CL_MAX_PLANE_PORTABLE: usize = 64;
+
+/// Whether a depthwise convolution may run channels-innermost on some CPU (its scratch is
+/// planned for it).
 pub(super) fn channels_last_depthwise(p: &Conv2dParams) -> bool {
-    p.groups == p.c && p.o == p.c && p.oh * p.ow <= CL_MAX_PLANE
+    p.groups == p.c && p.o == p.c && p.oh * p.ow <= CL_MAX_PLANE && p.kh * p.kw <= MAX_TAPS
 }
 
-/// The channels-last copies of the input `[H·W, C]`, the weights `[kh·kw, C]` and the output
-/// `[H'·W', C]`, and one decoded weight row.
-pub(super) fn cl_scratch(p: &Conv2dParams) -> usize {
-    let per = (p.h.saturating_mul(p.w)).saturating_add(p.kh * p.kw).saturating_add(p.oh.saturating_mul(p.ow));
-    p.c.saturating_mul(per).saturating_add(p.kh * p.kw)
-}
-
-/// Depthwise convolution channels-innermost (see [`CL_MAX_PLANE`]): input and weights
-/// transposed to `[·, C]`, each output pixel's taps inside the input accumulated in tap order
-/// (the padding contributes nothing), the result transposed back (no bias: the caller adds it).
-pub(super) fn depthwise_cl(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+/// Whether it runs channels-innermost on this CPU.
+pub(super) fn run_channels_last(p: &Conv2dParams) -> bool {
     #[cfg(target_arch = "x86_64")]
-    {
+    let vector = {
         use crate::kernels::simd::{isa, Isa};
-        match isa() {
-            // SAFETY: AVX-512F/AVX2/FMA detected by `isa()`.
-            Isa::Avx512 => return unsafe { depthwise_cl_avx512(p, proj, x, y, scratch) },
-            // SAFETY: AVX2/FMA detected by `isa()`.
-            Isa::Avx2 | Isa::Avx2Vnni => return unsafe { depthwise_cl_avx2(p, proj, x, y, scratch) },
-            _ => {}
-        }
-    }
-    depthwise_cl_body(p, proj, x, y, scratch)
+        matches!(isa(), Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let vector = false;
+    channels_last_depthwise(p) && (vector || p.oh * p.ow <= CL_MAX_PLANE_PORTABLE)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn depthwise_cl_avx512(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-    depthwise_cl_body(p, proj, x, y, scratch)
+/// The padded input's sides `Hp × Wp`.
+fn padded(p: &Conv2dParams) -> (usize, usize) {
+    (p.h.saturating_add(p.pad[0]).saturating_add(p.pad[2]), p.w.saturating_add(p.pad[1]).saturating_add(p.pad[3]))
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn depthwise_cl_avx2(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-    depthwise_cl_body(p, proj, x, y, scratch)
+/// Channels per block: one AVX2 vector.
+const BLOCK: usize = 8;
+
+/// One block's padded input `[Hp·Wp, 8]` and output `[H'·W', 8]`, the weights blocked
+/// `[⌈C/8⌉, kh·kw, 8]`, and one decoded weight row.
+pub(super) fn cl_scratch(p: &Conv2dParams) -> usize {
+    let (hp, wp) = padded(p);
+    let taps = p.kh * p.kw;
+    let per_block = hp.saturating_mul(wp).saturating_add(p.oh.saturating_mul(p.ow));
+    let weights = p.c.div_ceil(BLOCK).saturating_mul(taps);
+    per_block.saturating_add(weights).saturating_mul(BLOCK).saturating_add(taps)
 }
 
-/// [`depthwise_cl`]'s body, compiled per ISA.
-#[cfg_attr(target_arch = "x86_64", inline(always))]
-fn depthwise_cl_body(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
-    let (c, hw, taps, plane) = (p.c, p.h * p.w, p.kh * p.kw, p.oh * p.ow);
-    let (xt, rest) = scratch.split_at_mut(hw * c);
-    let (wt, rest) = rest.split_at_mut(taps * c);
-    let (yt, wrow) = rest.split_at_mut(plane * c);
-    transpose2d(&x[..c * hw], c, hw, xt);
-    match proj.w.as_f32() {
-        Some(d) => transpose2d(&d[..c * taps], c, taps, wt),
-        None => {
-            for oc in 0..c {
+/// Depthwise convolution channels-innermost (see [`CL_MAX_PLANE`]), eight channels at a time
+/// ([`simd::depthwise_cl8`](crate::kernels::simd::depthwise_cl8)): their planes moved into one
+/// padded `[Hp, Wp, 8]` plane (its border zeroed once per call), every tap of every output pixel
+/// summed in tap order (the padding's taps add zero products), the sums moved back to the
+/// channels' output planes (no bias: the caller adds it).
+pub(super) fn depthwise_cl(p: &Conv2dParams, proj: &ProjW<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    let (c, taps, plane, hw) = (p.c, p.kh * p.kw, p.oh * p.ow, p.h * p.w);
+    let (hp, wp) = padded(p);
+    let blocks = c.div_ceil(BLOCK);
+    let (xb, rest) = scratch.split_at_mut(hp * wp * BLOCK);
+    let (yb, rest) = rest.split_at_mut(plane * BLOCK);
+    let (wb, wrow) = rest.split_at_mut(blocks * taps * BLOCK);
+    xb.fill(0.0);
+    // The last block's lanes past C stay zero.
+    wb[(blocks - 1) * taps * BLOCK..].fill(0.0);
+    for oc in 0..c {
+        let row = match proj.w.as_f32() {
+            Some(d) => &d[oc * taps..(oc + 1) * taps],
+            None => {
                 proj.w.decode_row(oc, &mut wrow[..taps]);
-                for (t, &v) in wrow[..taps].iter().enumerate() {
-                    wt[t * c + oc] = v;
-                }
+                &wrow[..taps]
             }
+        };
+        let at = (oc / BLOCK) * taps * BLOCK + oc % BLOCK;
+        for (t, &v) in row.iter().enumerate() {
+            wb[at + t * BLOCK] = v;
         }
     }
-    cl_taps_body(p, xt, wt, yt);
-    transpose2d(yt, plane, c, &mut y[..c * plane]);
-}
-
-/// The multiply-adds of [`depthwise_cl`]: per output pixel, the taps inside the input listed
-/// (tap, input offset) and summed in tap order by [`simd::taps_cl`](crate::kernels::simd::taps_cl)
-/// (kernels up to [`MAX_TAPS`] taps), else one pass over the channels per tap.
-#[cfg_attr(target_arch = "x86_64", inline(always))]
-fn cl_taps_body(p: &Conv2dParams, xt: &[f32], wt: &[f32], yt: &mut [f32]) {
-    let c = p.c;
-    let mut pairs = [(0usize, 0usize); MAX_TAPS];
-    for oy in 0..p.oh {
-        for ox in 0..p.ow {
-            let yr = &mut yt[(oy * p.ow + ox) * c..][..c];
-            let mut n = 0;
-            taps_inside(p, oy, ox, |t, at| {
-                if let Some(slot) = pairs.get_mut(n) {
-                    *slot = (t, at * c);
-                }
-                n += 1;
-            });
-            if n <= MAX_TAPS {
-                crate::kernels::simd::taps_cl(wt, &pairs[..n], xt, yr);
-                continue;
-            }
-            // More taps inside the input than the list holds: one pass over the channels per tap.
-            yr.fill(0.0);
-            taps_inside(p, oy, ox, |t, at| {
-                for ((o, &s), &wv) in yr.iter_mut().zip(&xt[at * c..][..c]).zip(&wt[t * c..][..c]) {
-                    *o += wv * s;
-                }
-            });
-        }
+    let mut off = [0usize; MAX_TAPS];
+    for (t, o) in off[..taps].iter_mut().enumerate() {
+        *o = ((t / p.kw) * p.dilation[0] * wp + (t % p.kw) * p.dilation[1]) * BLOCK;
     }
-}
-
-/// Calls `f(tap, input pixel)` for each tap `ky·kw + kx` of output pixel `(oy, ox)` that lies
-/// inside the input (the padding contributes nothing), in tap order; the input pixel is
-/// `iy·W + ix`.
-#[cfg_attr(target_arch = "x86_64", inline(always))]
-fn taps_inside(p: &Conv2dParams, oy: usize, ox: usize, mut f: impl FnMut(usize, usize)) {
-    let [sh, sw] = p.stride;
-    let [dh, dw] = p.dilation;
-    let (pt, pl) = (p.pad[0], p.pad[1]);
-    for ky in 0..p.kh {
-        let iy = oy * sh + ky * dh;
-        if iy < pt || iy - pt >= p.h {
-            continue;
-        }
-        for kx in 0..p.kw {
-            let ix = ox * sw + kx * dw;
-            if ix < pl || ix - pl >= p.w {
-                continue;
-            }
-            f(ky * p.kw + kx, (iy - pt) * p.w + ix - pl);
-        }
+    let taps_g = ClTaps {
+        c: BLOCK,
+        oh: p.oh,
+        ow: p.ow,
+        row: p.stride[0] * wp * BLOCK,
+        col: p.stride[1] * BLOCK,
+        off: &off[..taps],
+    };
+    for jb in 0..blocks {
+        let rows = (c - jb * BLOCK).min(BLOCK);
+        let b = ClBlock { rows, h: p.h, w: p.w, pt: p.pad[0], pl: p.pad[1], hp, wp, taps: taps_g };
+        crate::kernels::simd::depthwise_cl8(
+            &b,
+            &x[jb * BLOCK * hw..],
+            &wb[jb * taps * BLOCK..(jb + 1) * taps * BLOCK],
+            xb,
+            yb,
+            &mut y[jb * BLOCK * plane..],
+        );
     }
 }

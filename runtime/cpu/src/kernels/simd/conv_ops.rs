@@ -89,20 +89,128 @@ pub fn taps_rows(w: &[f32], off: &[usize], src: &[f32], ld: usize, bias: f32, ow
     })
 }
 
-/// `y[c] = Σ_i w[t_i·C + c] · x[o_i + c]` (`C = y.len()`, pairs `(t_i, o_i)` in order): one
-/// output pixel of a channels-innermost depthwise convolution (weights `[taps, C]`, input
-/// `[H·W, C]`). x86: four vectors of channels in registers across the taps, fused
-/// multiply-adds; elsewhere one pass per tap.
+/// The geometry of a channels-innermost depthwise convolution ([`taps_cl`]) over a padded input
+/// `x [Hp, Wp, C]`: output pixel `(oy, ox)`'s tap `t` reads `x[oy·row + ox·col + off[t] ..][..C]`.
+#[derive(Clone, Copy, Debug)]
+pub struct ClTaps<'a> {
+    /// Channels `C` (the innermost axis of `x`, `w` and `y`).
+    pub c: usize,
+    /// Output rows `H'`.
+    pub oh: usize,
+    /// Output columns `W'`.
+    pub ow: usize,
+    /// Elements of `x` between output rows' origins (`sh·Wp·C`).
+    pub row: usize,
+    /// Elements of `x` between neighbouring output pixels' origins (`sw·C`).
+    pub col: usize,
+    /// Each tap's offset from its output pixel's origin (`(ky·dh·Wp + kx·dw)·C`), in tap order.
+    pub off: &'a [usize],
+}
+
+impl ClTaps<'_> {
+    /// Whether `w`, `x` and `y` of these lengths hold every element [`taps_cl`] touches.
+    pub fn fits(&self, w: usize, x: usize, y: usize) -> bool {
+        let (c, taps) = (self.c, self.off.len());
+        let Some(pixels) = self.oh.checked_mul(self.ow) else { return false };
+        if pixels == 0 || c == 0 {
+            return true;
+        }
+        let last = (self.oh - 1).checked_mul(self.row).zip((self.ow - 1).checked_mul(self.col));
+        let Some(last) = last.and_then(|(a, b)| a.checked_add(b)) else { return false };
+        taps.checked_mul(c).is_some_and(|n| n <= w)
+            && pixels.checked_mul(c).is_some_and(|n| n <= y)
+            && self.off.iter().all(|&o| last.checked_add(o).and_then(|e| e.checked_add(c)).is_some_and(|e| e <= x))
+    }
+}
+
+/// `y[(oy·W' + ox)·C + c] = Σ_t w[t·C + c] · x[oy·row + ox·col + off[t] + c]` (taps in order):
+/// a depthwise convolution channels-innermost over its padded input (weights `[taps, C]`, output
+/// `[H'·W', C]`). x86: a vector of channels times up to eight neighbouring pixels in registers
+/// across the taps, fused multiply-adds; elsewhere one pass per tap.
 ///
 /// # Panics
-/// When a pair reads past `w` or `x`.
-pub fn taps_cl(w: &[f32], pairs: &[(usize, usize)], x: &[f32], y: &mut [f32]) {
-    by_tier!(avx2: x86::taps_cl(w, pairs, x, y), avx512: x86::taps_cl_avx512(w, pairs, x, y), other: {
-        let c = y.len();
-        y.fill(0.0);
-        for &(t, o) in pairs {
-            for ((a, &wv), &v) in y.iter_mut().zip(&w[t * c..(t + 1) * c]).zip(&x[o..o + c]) {
-                *a += wv * v;
+/// When a tap reads past `w` or `x`, or `y` is shorter than `H'·W'·C`.
+pub fn taps_cl(g: &ClTaps<'_>, w: &[f32], x: &[f32], y: &mut [f32]) {
+    by_tier!(avx2: x86::taps_cl(g, w, x, y), avx512: x86::taps_cl_avx512(g, w, x, y), other: {
+        assert!(g.fits(w.len(), x.len(), y.len()), "taps_cl: a tap reads past its weights or input");
+        let c = g.c;
+        for (px, yr) in y.chunks_exact_mut(c.max(1)).take(g.oh * g.ow).enumerate() {
+            let o = (px / g.ow) * g.row + (px % g.ow) * g.col;
+            yr.fill(0.0);
+            for (t, &ot) in g.off.iter().enumerate() {
+                for ((a, &wv), &v) in yr.iter_mut().zip(&w[t * c..(t + 1) * c]).zip(&x[o + ot..o + ot + c]) {
+                    *a += wv * v;
+                }
+            }
+        }
+    })
+}
+
+/// One block of up to eight channels of a channels-innermost depthwise convolution
+/// ([`depthwise_cl8`]): the channels' `H × W` planes moved into a padded `[Hp, Wp, 8]` plane,
+/// their taps ([`ClTaps`] with `c = 8`) into `[H'·W', 8]`, and that moved back to the channels'
+/// output planes.
+#[derive(Clone, Copy, Debug)]
+pub struct ClBlock<'a> {
+    /// Channels in the block (1–8); the lanes past them compute zeros that are never stored.
+    pub rows: usize,
+    /// Input plane height `H`.
+    pub h: usize,
+    /// Input plane width `W`.
+    pub w: usize,
+    /// Zero rows above the input in the padded plane.
+    pub pt: usize,
+    /// Zero columns left of the input in the padded plane.
+    pub pl: usize,
+    /// Padded plane height `Hp ≥ pt + H`.
+    pub hp: usize,
+    /// Padded plane width `Wp ≥ pl + W`.
+    pub wp: usize,
+    /// The taps over the padded plane (`c = 8`, `row = sh·Wp·8`, `col = sw·8`).
+    pub taps: ClTaps<'a>,
+}
+
+impl ClBlock<'_> {
+    /// Whether buffers of these lengths hold everything [`depthwise_cl8`] reads and writes.
+    pub fn fits(&self, x: usize, w: usize, xb: usize, yb: usize, y: usize) -> bool {
+        let plane = self.taps.oh.checked_mul(self.taps.ow);
+        let hw = self.h.checked_mul(self.w);
+        (1..=8).contains(&self.rows)
+            && self.taps.c == 8
+            && self.pt.checked_add(self.h).is_some_and(|r| r <= self.hp)
+            && self.pl.checked_add(self.w).is_some_and(|c| c <= self.wp)
+            && self.hp.checked_mul(self.wp).and_then(|n| n.checked_mul(8)).is_some_and(|n| n <= xb)
+            && hw.and_then(|n| n.checked_mul(self.rows)).is_some_and(|n| n <= x)
+            && plane.and_then(|n| n.checked_mul(self.rows)).is_some_and(|n| n <= y)
+            && self.taps.fits(w, xb, yb)
+    }
+}
+
+/// A block of up to eight channels of a depthwise convolution, channels-innermost: `x [rows, H,
+/// W]` moved into the interior of `xb [Hp, Wp, 8]` (whose border the caller has zeroed: only the
+/// interior is written), `yb [H'·W', 8]` = the taps over `xb` with weights `w [taps, 8]`
+/// ([`taps_cl`]'s sums, taps in order), then `y [rows, H'·W']` = `yb`'s first `rows` lanes.
+/// x86 (AVX2 and AVX-512 CPUs): eight-by-eight transposes in registers, masked at the edges;
+/// elsewhere element by element.
+///
+/// # Panics
+/// When a buffer is shorter than the block needs ([`ClBlock::fits`]).
+pub fn depthwise_cl8(b: &ClBlock<'_>, x: &[f32], w: &[f32], xb: &mut [f32], yb: &mut [f32], y: &mut [f32]) {
+    by_tier!(avx2: x86::depthwise_cl8(b, x, w, xb, yb, y), avx512: x86::depthwise_cl8(b, x, w, xb, yb, y), other: {
+        assert!(b.fits(x.len(), w.len(), xb.len(), yb.len(), y.len()), "depthwise_cl8: a buffer is too short");
+        let hw = b.h * b.w;
+        for r in 0..b.rows {
+            for iy in 0..b.h {
+                for ix in 0..b.w {
+                    xb[((iy + b.pt) * b.wp + b.pl + ix) * 8 + r] = x[r * hw + iy * b.w + ix];
+                }
+            }
+        }
+        taps_cl(&b.taps, w, xb, yb);
+        let plane = b.taps.oh * b.taps.ow;
+        for r in 0..b.rows {
+            for px in 0..plane {
+                y[r * plane + px] = yb[px * 8 + r];
             }
         }
     })

@@ -40,7 +40,7 @@ pub const MIN_ROWS: usize = super::GEMM_MIN_ROWS;
 
 /// Transposes the 8×8 block `r` (row i = `r[i]`) in registers: returns its columns.
 #[inline(always)]
-unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+pub(super) unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
     // SAFETY: AVX available in every caller.
     unsafe {
         let t0 = _mm256_unpacklo_ps(r[0], r[1]);

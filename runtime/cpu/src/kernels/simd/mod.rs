@@ -238,7 +238,9 @@ macro_rules! by_tier {
 
 // The convolution products and depthwise taps (after `by_tier!`, which they use).
 mod conv_ops;
-pub use conv_ops::{matmul_kn, matmul_kn_rows, taps, taps_cl, taps_rows, taps_rows_lanes, KnRows};
+pub use conv_ops::{
+    depthwise_cl8, matmul_kn, matmul_kn_rows, taps, taps_cl, taps_rows, taps_rows_lanes, ClBlock, ClTaps, KnRows,
+};
 
 /// `Σ a[i]·b[i]` over the common length.
 #[inline]

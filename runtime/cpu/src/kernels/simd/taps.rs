@@ -1,9 +1,13 @@
 //! The depthwise convolution's inner product over taps (x86): `acc[j] = Σ_t w[t] · src[off[t] +
 //! j]`, blocks of four vectors of `acc` kept in registers across every tap (one store per
-//! element, instead of a load and a store of `acc` per tap).
+//! element, instead of a load and a store of `acc` per tap); and channels-innermost, eight
+//! channels in a vector's lanes and up to eight output pixels in registers (`taps_cl`,
+//! `depthwise_cl8`).
 
-use super::gemm::Vf;
-use core::arch::x86_64::{_mm_cvtss_f32, _mm_fmadd_ss, _mm_set_ss};
+use super::gemm::{transpose8, Vf, Y};
+use core::arch::x86_64::{
+    __m256i, _mm256_loadu_si256, _mm256_maskload_ps, _mm256_setzero_ps, _mm_cvtss_f32, _mm_fmadd_ss, _mm_set_ss,
+};
 
 /// `acc[j] = Σ_t w[t] · src[off[t] + j]` for `j < acc.len()`, taps in order, each a fused
 /// multiply-add (the tail past the last whole vector through the scalar `vfmadd…ss`, the same
@@ -159,56 +163,230 @@ unsafe fn row_block<V: Vf, const K: usize>(
     }
 }
 
-/// `y[c] = Σ_i w[t_i·C + c] · x[o_i + c]` for `c < C = y.len()`, over the `(t_i, o_i)` pairs in
-/// order: a channels-innermost depthwise convolution's output pixel (`t_i` a tap inside the
-/// input, `o_i` its input pixel's offset in `x [H·W, C]`), four vectors of channels held in
-/// registers across the taps.
+/// A channels-innermost depthwise convolution ([`super::ClTaps`]), `y [H'·W', C]` from `x`,
+/// `w [taps, C]`: one vector of channels at a time (the last one overlapping the one before
+/// where `C` is not a whole number of vectors; the scalar `vfmadd…ss` below one vector), and
+/// for it each output row in blocks of up to eight pixels held in registers across every tap
+/// (one weight load per tap and block: loads per multiply-add 9/8, where one pixel's vectors
+/// of channels take two). Taps in order, each a fused multiply-add from zero.
 ///
 /// # Safety
 /// The CPU must support `V`'s instructions. (Bounds are checked.)
 #[inline(always)]
-pub(super) unsafe fn taps_cl<V: Vf>(w: &[f32], pairs: &[(usize, usize)], x: &[f32], y: &mut [f32]) {
-    let c = y.len();
-    assert!(
-        pairs.iter().all(|&(t, o)| t.checked_mul(c).is_some_and(|at| at <= w.len() && w.len() - at >= c)
-            && o <= x.len()
-            && x.len() - o >= c),
-        "taps_cl: a tap reads past its weights or input"
-    );
+pub(super) unsafe fn taps_cl<V: Vf>(g: &super::ClTaps<'_>, w: &[f32], x: &[f32], y: &mut [f32]) {
+    let (c, off) = (g.c, g.off);
+    let Some(pixels) = g.oh.checked_mul(g.ow).filter(|&n| n > 0 && c > 0) else { return };
+    assert!(g.fits(w.len(), x.len(), y.len()), "taps_cl: a tap reads past its weights or input");
     let (wp, xp, yp) = (w.as_ptr(), x.as_ptr(), y.as_mut_ptr());
     let l = V::L;
-    let mut j = 0;
-    // SAFETY: reads w[t·C + j + i] and x[o + j + i] with j + i < C (checked above); writes
-    // y[j + i], j + i < C.
+    if c < l {
+        for px in 0..pixels {
+            let o = (px / g.ow) * g.row + (px % g.ow) * g.col;
+            for j in 0..c {
+                let mut a = 0.0f32;
+                for (t, &ot) in off.iter().enumerate() {
+                    // SAFETY: FMA available in every caller (`V`'s instructions include it).
+                    a = unsafe {
+                        _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(w[t * c + j]), _mm_set_ss(x[o + ot + j]), _mm_set_ss(a)))
+                    };
+                }
+                y[px * c + j] = a;
+            }
+        }
+        return;
+    }
+    // SAFETY: reads w[t·C + j + i] (t < taps, j + i < C), x[oy·row + ox·col + off[t] + j + i]
+    // (oy < H', ox < W', j + i < C) and writes y[(oy·W' + ox)·C + j + i]: all within the lengths
+    // `fits` checked.
     unsafe {
-        while j + 4 * l <= c {
-            let mut a = [V::zero(); 4];
-            for &(t, o) in pairs {
-                let (pw, px) = (wp.add(t * c + j), xp.add(o + j));
-                for (v, a) in a.iter_mut().enumerate() {
-                    *a = V::fma(V::load(pw.add(v * l)), V::load(px.add(v * l)), *a);
+        let mut j = 0;
+        loop {
+            let jj = j.min(c - l);
+            for oy in 0..g.oh {
+                let (xr, yr) = (xp.add(oy * g.row + jj), yp.add(oy * g.ow * c + jj));
+                let blk = |ox: usize| (xr.add(ox * g.col), yr.add(ox * c));
+                let mut ox = 0;
+                while ox + 8 <= g.ow {
+                    let (s, d) = blk(ox);
+                    cl_block::<V, 8>(wp.add(jj), c, off, s, g.col, d);
+                    ox += 8;
+                }
+                let (s, d) = blk(ox);
+                match g.ow - ox {
+                    1 => cl_block::<V, 1>(wp.add(jj), c, off, s, g.col, d),
+                    2 => cl_block::<V, 2>(wp.add(jj), c, off, s, g.col, d),
+                    3 => cl_block::<V, 3>(wp.add(jj), c, off, s, g.col, d),
+                    4 => cl_block::<V, 4>(wp.add(jj), c, off, s, g.col, d),
+                    5 => cl_block::<V, 5>(wp.add(jj), c, off, s, g.col, d),
+                    6 => cl_block::<V, 6>(wp.add(jj), c, off, s, g.col, d),
+                    7 => cl_block::<V, 7>(wp.add(jj), c, off, s, g.col, d),
+                    _ => {}
                 }
             }
-            for (v, a) in a.iter().enumerate() {
-                V::store(yp.add(j + v * l), *a);
+            if jj + l >= c {
+                break;
             }
-            j += 4 * l;
-        }
-        while j + l <= c {
-            let mut a = V::zero();
-            for &(t, o) in pairs {
-                a = V::fma(V::load(wp.add(t * c + j)), V::load(xp.add(o + j)), a);
-            }
-            V::store(yp.add(j), a);
             j += l;
         }
     }
-    for (jj, out) in y.iter_mut().enumerate().skip(j) {
-        let mut a = 0.0f32;
-        for &(t, o) in pairs {
-            // SAFETY: FMA available in every caller (`V`'s instructions include it).
-            a = unsafe { _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(w[t * c + jj]), _mm_set_ss(x[o + jj]), _mm_set_ss(a))) };
+}
+
+/// `K` neighbouring output pixels of [`taps_cl`] for one vector of channels: `d[k·C..][..L] =
+/// Σ_t w[t·C..][..L] · s[k·col + off[t]..][..L]` ([`cl_sums`]).
+///
+/// # Safety
+/// `V`'s instructions available; every read and write within the caller's buffers.
+#[inline(always)]
+unsafe fn cl_block<V: Vf, const K: usize>(
+    w: *const f32,
+    c: usize,
+    off: &[usize],
+    s: *const f32,
+    col: usize,
+    d: *mut f32,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        for (k, a) in cl_sums::<V, K>(w, c, off, s, col).iter().enumerate() {
+            V::store(d.add(k * c), *a);
         }
-        *out = a;
     }
+}
+
+/// The sums of `K` neighbouring output pixels for one vector of channels, `Σ_t w[t·C..][..L] ·
+/// s[k·col + off[t]..][..L]` for `k < K`, held in registers across the taps (taps in order, each
+/// a fused multiply-add from zero).
+///
+/// # Safety
+/// `V`'s instructions available; every read within the caller's buffers.
+#[inline(always)]
+unsafe fn cl_sums<V: Vf, const K: usize>(w: *const f32, c: usize, off: &[usize], s: *const f32, col: usize) -> [V; K] {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let mut a = [V::zero(); K];
+        for (t, &o) in off.iter().enumerate() {
+            let (wv, p) = (V::load(w.add(t * c)), s.add(o));
+            for (k, a) in a.iter_mut().enumerate() {
+                *a = V::fma(wv, V::load(p.add(k * col)), *a);
+            }
+        }
+        a
+    }
+}
+
+/// [`super::depthwise_cl8`] (AVX2): each input row's channels moved into `xb` eight pixels at a
+/// time (eight-by-eight transposes in registers; a row's last pixels as the last eight again,
+/// masked loads in rows narrower than eight), the taps ([`taps_cl`] with one vector of eight
+/// channels), then `yb` moved back eight pixels at a time (likewise; a plane of fewer than
+/// eight pixels through a buffer).
+///
+/// # Safety
+/// AVX2, FMA and F16C available. (Lengths are checked.)
+#[inline(always)]
+pub(super) unsafe fn depthwise_cl8(
+    b: &super::ClBlock<'_>,
+    x: &[f32],
+    w: &[f32],
+    xb: &mut [f32],
+    yb: &mut [f32],
+    y: &mut [f32],
+) {
+    assert!(b.fits(x.len(), w.len(), xb.len(), yb.len(), y.len()), "depthwise_cl8: a buffer is too short");
+    let (hw, plane) = (b.h * b.w, b.taps.oh * b.taps.ow);
+    // SAFETY: `fits` checked every extent: rows · H·W elements of x, the interior of xb
+    // ((pt + H) rows of Wp, pl + W ≤ Wp), rows · H'·W' of y; the masked loads and stores touch
+    // only the first n ≤ 8 lanes of each row.
+    unsafe {
+        let xbp = xb.as_mut_ptr();
+        for iy in 0..b.h {
+            let dst = xbp.add(((iy + b.pt) * b.wp + b.pl) * 8);
+            let mut ix = 0;
+            while ix < b.w {
+                // A row's last pixels: the last eight again where the row has eight (the same
+                // values written twice), else masked loads.
+                if ix + 8 > b.w && b.w >= 8 {
+                    ix = b.w - 8;
+                }
+                let n = (b.w - ix).min(8);
+                let src = x.as_ptr().add(iy * b.w + ix);
+                let mut r = [_mm256_setzero_ps(); 8];
+                if n == 8 {
+                    for (i, v) in r.iter_mut().enumerate().take(b.rows) {
+                        *v = Y::load(src.add(i * hw)).0;
+                    }
+                } else {
+                    let m = lanes(n);
+                    for (i, v) in r.iter_mut().enumerate().take(b.rows) {
+                        *v = _mm256_maskload_ps(src.add(i * hw), m);
+                    }
+                }
+                let t = transpose8(r);
+                for (k, v) in t.iter().enumerate().take(n) {
+                    Y::store(dst.add((ix + k) * 8), Y(*v));
+                }
+                ix += 8;
+            }
+        }
+        let g = &b.taps;
+        if g.ow >= 8 {
+            // Rows of at least eight pixels: each block of eight pixels' sums transposed in
+            // registers and stored straight into the channels' output rows (a row's last
+            // pixels as its last eight again).
+            let (xbp, yp) = (xb.as_ptr(), y.as_mut_ptr());
+            for oy in 0..g.oh {
+                let mut ox = 0;
+                loop {
+                    ox = ox.min(g.ow - 8);
+                    let a = cl_sums::<Y, 8>(w.as_ptr(), 8, g.off, xbp.add(oy * g.row + ox * g.col), g.col);
+                    let t = transpose8(a.map(|v| v.0));
+                    for (i, v) in t.iter().enumerate().take(b.rows) {
+                        Y::store(yp.add(i * plane + oy * g.ow + ox), Y(*v));
+                    }
+                    if ox + 8 >= g.ow {
+                        break;
+                    }
+                    ox += 8;
+                }
+            }
+            return;
+        }
+        taps_cl::<Y>(g, w, xb, yb);
+        let (ybp, yp) = (yb.as_ptr(), y.as_mut_ptr());
+        let mut px = 0;
+        while px < plane {
+            if px + 8 > plane && plane >= 8 {
+                px = plane - 8;
+            }
+            let n = (plane - px).min(8);
+            let mut r = [_mm256_setzero_ps(); 8];
+            for (k, v) in r.iter_mut().enumerate().take(n) {
+                *v = Y::load(ybp.add((px + k) * 8)).0;
+            }
+            let t = transpose8(r);
+            if n == 8 {
+                for (i, v) in t.iter().enumerate().take(b.rows) {
+                    Y::store(yp.add(i * plane + px), Y(*v));
+                }
+            } else {
+                // A plane of fewer than eight pixels: through a buffer (masked stores are
+                // microcoded on AMD cores, tens of cycles each).
+                let mut tail = [0.0f32; 8];
+                for (i, v) in t.iter().enumerate().take(b.rows) {
+                    Y::store(tail.as_mut_ptr(), Y(*v));
+                    for (k, &e) in tail[..n].iter().enumerate() {
+                        *yp.add(i * plane + px + k) = e;
+                    }
+                }
+            }
+            px += 8;
+        }
+    }
+}
+
+/// The mask of the first `n` (≤ 8) lanes, for `vmaskmovps` loads.
+#[inline(always)]
+unsafe fn lanes(n: usize) -> __m256i {
+    const M: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0];
+    // SAFETY: 8 - n.min(8) + 8 ≤ 16 elements of M.
+    unsafe { _mm256_loadu_si256(M.as_ptr().add(8 - n.min(8)).cast()) }
 }

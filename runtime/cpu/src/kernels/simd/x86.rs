@@ -347,8 +347,8 @@ pub unsafe fn dot_i4_group(bytes: &[u8], xq: &[i8]) -> i32 {
 
 // The convolution GEMMs and depthwise taps live in `x86_conv.rs`.
 pub use super::x86_conv::{
-    matmul_kn, matmul_kn_avx512, matmul_kn_rows, matmul_kn_rows_avx512, taps, taps_avx512, taps_cl, taps_cl_avx512,
-    taps_rows, taps_rows_avx512,
+    depthwise_cl8, matmul_kn, matmul_kn_avx512, matmul_kn_rows, matmul_kn_rows_avx512, taps, taps_avx512, taps_cl,
+    taps_cl_avx512, taps_rows, taps_rows_avx512,
 };
 
 // The FMA peak probes and the vectorised GELU/softmax live in `x86_math.rs`.

@@ -70,9 +70,9 @@ macro_rules! conv_entry_points {
         /// # Safety
         #[doc = concat!("The CPU must support ", $needs, ". (Bounds are checked.)")]
         #[target_feature(enable = $features)]
-        pub unsafe fn $taps_cl(w: &[f32], pairs: &[(usize, usize)], x: &[f32], y: &mut [f32]) {
+        pub unsafe fn $taps_cl(g: &super::ClTaps<'_>, w: &[f32], x: &[f32], y: &mut [f32]) {
             // SAFETY: the target features per this function's contract.
-            unsafe { super::taps::taps_cl::<$v>(w, pairs, x, y) }
+            unsafe { super::taps::taps_cl::<$v>(g, w, x, y) }
         }
     };
 }
@@ -101,3 +101,21 @@ conv_entry_points!(
     taps_rows_avx512,
     taps_cl_avx512
 );
+
+/// [`super::depthwise_cl8`] with AVX2 vectors (eight lanes: the block's width, also on AVX-512
+/// CPUs).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C. (Lengths are checked.)
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn depthwise_cl8(
+    b: &super::ClBlock<'_>,
+    x: &[f32],
+    w: &[f32],
+    xb: &mut [f32],
+    yb: &mut [f32],
+    y: &mut [f32],
+) {
+    // SAFETY: the target features per this function's contract.
+    unsafe { super::taps::depthwise_cl8(b, x, w, xb, yb, y) }
+}
