@@ -294,8 +294,9 @@ pub(super) unsafe fn depthwise_cl8(
     assert!(b.fits(x.len(), w.len(), xb.len(), yb.len(), y.len()), "depthwise_cl8: a buffer is too short");
     let (hw, plane) = (b.h * b.w, b.taps.oh * b.taps.ow);
     // SAFETY: `fits` checked every extent: rows · H·W elements of x, the interior of xb
-    // ((pt + H) rows of Wp, pl + W ≤ Wp), rows · H'·W' of y; the masked loads and stores touch
-    // only the first n ≤ 8 lanes of each row.
+    // ((pt + H) rows of Wp, pl + W ≤ Wp), the taps within xb and yb, rows · H'·W' of y. A block
+    // of eight pixels starts at most eight before a row's (or the plane's) end; the masked loads
+    // of a narrower row read only its first n lanes, and the tail copy writes only n elements.
     unsafe {
         let xbp = xb.as_mut_ptr();
         for iy in 0..b.h {
