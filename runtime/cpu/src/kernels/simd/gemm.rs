@@ -25,9 +25,9 @@
 
 pub(super) use super::f32_driver::Vf;
 use super::f32_driver::{
-    panel_rows, ukernel, ukernel_hooked, zero_rows, DenseOp, GemmKernel, Load, Panel, Strided, Tile, Weights, F32W,
-    NR_MAX,
+    panel_rows, ukernel, ukernel_hooked, zero_rows, DenseOp, GemmKernel, Panel, Strided, Tile, NR_MAX,
 };
+use super::f32_weights::{Load, Weights, F32W};
 pub(super) use super::loaders::{Y, Z};
 use core::arch::x86_64::*;
 

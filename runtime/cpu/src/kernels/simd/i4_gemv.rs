@@ -30,7 +30,7 @@
 //! so a row's padding nibbles (anything) multiply zeros.
 
 use super::f32_driver::DenseOp;
-use super::f32_driver::I4W;
+use super::f32_weights::I4W;
 use core::arch::x86_64::*;
 use kestrel_rt_format::INT4_GROUP;
 

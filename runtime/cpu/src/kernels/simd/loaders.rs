@@ -4,7 +4,8 @@
 //! nibble unpacking and the group's scale), used by the dot products (`x86.rs`) and the packed
 //! GEMMs (`gemm.rs`: always 8 columns at a time, [`Y`]).
 
-use super::f32_driver::{DotKernel, Load, Vf, F16W, F32W, I4W, I8W};
+use super::f32_driver::{DotKernel, Vf};
+use super::f32_weights::{Load, F16W, F32W, I4W, I8W};
 use core::arch::x86_64::*;
 
 /// Implements [`Vf`] for a one-register wrapper: the same operations, the intrinsics of its

@@ -17,6 +17,8 @@ use kestrel_rt_format::WeightView;
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod f32_driver;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod f32_weights;
 #[cfg(target_arch = "x86_64")]
 mod gemm;
 #[cfg(target_arch = "x86_64")]

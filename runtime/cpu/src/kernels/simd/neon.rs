@@ -11,9 +11,8 @@
 //! Tested under QEMU user mode (`.cargo/config.toml`) against the scalar kernels and the f64
 //! reference; not yet timed on aarch64 hardware.
 
-use super::f32_driver::{
-    dots, gemm, weights, DenseOp, DotKernel, GemmKernel, Load, Panel, Tile, Vf, F16W, F32W, I4W, I8W,
-};
+use super::f32_driver::{dots, gemm, DenseOp, DotKernel, GemmKernel, Panel, Tile, Vf};
+use super::f32_weights::{weights, Load, F16W, F32W, I4W, I8W};
 use core::arch::aarch64::*;
 use kestrel_rt_format::WeightView;
 

@@ -7,7 +7,8 @@
 //! lanes below 4 rows), the packed GEMM of `gemm.rs` from there. Everything is `#[inline(always)]`
 //! into the `#[target_feature]` entry points, so it compiles for their ISA.
 
-use super::f32_driver::{dots, gemm as packed, weights, DenseOp, DotKernel, GemmKernel, Load, GEMV_MAX_ROWS};
+use super::f32_driver::{dots, gemm as packed, DenseOp, DotKernel, GemmKernel, GEMV_MAX_ROWS};
+use super::f32_weights::{weights, Load};
 use super::gemm;
 use super::loaders::{hsum, Y, Z};
 use super::q8_512;
@@ -187,7 +188,7 @@ unsafe fn int4_gemv(x: &[f32], rows: usize, w: &WeightView<'_>, y: *mut f32, ldy
     if rows == 0 || rows > super::i4_gemv::MAX_ROWS {
         return false;
     }
-    let (out, l) = (w.rows(), super::f32_driver::I4W::new(q, scales, w.cols()));
+    let (out, l) = (w.rows(), super::f32_weights::I4W::new(q, scales, w.cols()));
     assert!(x.len() >= rows * w.cols() && ldy >= out);
     // SAFETY: the caller's contract on y and the features; x checked; the view's data lengths
     // were validated by `WeightView::new`.
@@ -223,7 +224,7 @@ unsafe fn gemm_tiers<V: GemmKernel<Pack = Y>, const SMR: usize, const SNV: usize
     unsafe {
         let f32_rows = if let WeightData::F32(d) = w.data() { Some(d) } else { None };
         if let (Some(d), true) = (f32_rows, (gemm::MIN_ROWS..=gemm::SMALL_M_MAX).contains(&rows)) {
-            gemm::gemm_small_m::<V, SMR, SNV>(DenseOp { x, rows, w: &super::f32_driver::DenseW(d, inp), out, y, ldy })
+            gemm::gemm_small_m::<V, SMR, SNV>(DenseOp { x, rows, w: &super::f32_weights::DenseW(d, inp), out, y, ldy })
         } else if rows >= gemm::MIN_ROWS {
             weights!(w, l => packed::<V, _, MR, NV>(DenseOp { x, rows, w: l, out, y, ldy }))
         } else {
