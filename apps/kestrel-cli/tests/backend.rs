@@ -3,7 +3,7 @@
 
 use kestrel_rt::npy::{self, Array};
 
-mod support;
+use crate::support;
 use support::{have_gpu, kestrel};
 
 fn f32s(path: &std::path::Path) -> Vec<f32> {

@@ -1,7 +1,7 @@
 //! `kestrel bench ops --quick`: every unary and binary op and every op family is timed, each case
 //! against its copy peer, and the results (JSON, table, roofline PNG) are consistent.
 
-mod support;
+use crate::support;
 use kestrel_rt::format::ops::{BinaryOp, ReduceOp, UnaryOp};
 use support::kestrel;
 

@@ -2,7 +2,7 @@
 //! (format 2.0): each `.npy` runs at its own size, the bench times and the profiler costs each
 //! size given, and sizes out of range are errors naming the dim.
 
-mod support;
+use crate::support;
 use kestrel_rt::format::ops::{Dense, Op, Proj, Softmax};
 use kestrel_rt::ModelBuilder;
 use support::{kestrel, scratch_dir};

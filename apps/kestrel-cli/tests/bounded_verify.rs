@@ -4,7 +4,7 @@
 //! JSON's `verify_runs`, `verify` holding the worst. A file outside the range is an error naming
 //! the file, the dim and its range.
 
-mod support;
+use crate::support;
 use std::path::PathBuf;
 use support::{kestrel, scratch_dir};
 

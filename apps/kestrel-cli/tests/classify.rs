@@ -6,7 +6,7 @@ use kestrel_rt_cli::preprocess::{decode, ImagePrep, InputPrep};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-mod support;
+use crate::support;
 use std::time::Instant;
 use support::have_gpu;
 

@@ -1,6 +1,6 @@
 //! The README's main command and `inspect`, run as a user would run them.
 
-mod support;
+use crate::support;
 use support::kestrel;
 
 #[test]

@@ -2,8 +2,8 @@
 //! run through the `kestrel` binary as a user would, and must end with exit status 1 and a
 //! clear, typed error on stderr (or, for NaN inputs, a warning).
 
-mod bad_inputs;
-mod support;
+use crate::bad_inputs;
+use crate::support;
 
 use bad_inputs::{bundled, fixture, npy_claiming, png_header, repo, sample_image, with_plan};
 use std::path::{Path, PathBuf};

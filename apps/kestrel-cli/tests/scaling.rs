@@ -8,7 +8,7 @@ use kestrel_rt_cli::scaling::{
 };
 use std::time::Duration;
 
-mod support;
+use crate::support;
 use support::kestrel;
 
 fn config(sizes: &[usize], d: usize, cap: u64) -> Config {

@@ -15,7 +15,7 @@ use kestrel_rt_cli::preprocess::{decode_image, ImagePrep};
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 
-mod support;
+use crate::support;
 
 const OK: Status = Status::KESTREL_OK;
 

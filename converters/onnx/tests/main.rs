@@ -2,7 +2,7 @@
 //! test -p kestrel-rt-onnx --test suite <file>::` runs one file's tests). One binary rather than
 //! one per file: each links tract, the runtime and wgpu, and linking ~55 of them was minutes of
 //! every clean build. `autotests = false` in Cargo.toml, so a new file must be declared here;
-//! [`every_test_file_is_a_module`] fails otherwise.
+//! [`every_test_file_is_built`] fails otherwise.
 
 #[path = "common/arrays.rs"]
 mod arrays;
@@ -74,21 +74,13 @@ mod unrolled;
 mod value_info_symbols;
 mod zoo;
 
-/// Every `tests/*.rs` file is declared above (with `autotests = false`, Cargo would not build one
-/// that is not: its tests would silently never run).
+/// Every `tests/*.rs` file is a module above or a `[[test]]` of its own in Cargo.toml (with
+/// `autotests = false`, Cargo would not build one that is neither: its tests would silently
+/// never run).
 #[test]
-fn every_test_file_is_a_module() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests");
-    let declared: Vec<&str> =
-        include_str!("main.rs").lines().filter_map(|l| l.strip_prefix("mod ")?.strip_suffix(';')).collect();
-    let mut missing = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("tests/ lists") {
-        let name = entry.expect("tests/ entry").file_name().into_string().expect("a UTF-8 file name");
-        if let Some(stem) = name.strip_suffix(".rs").filter(|&s| s != "main") {
-            if !declared.contains(&stem) {
-                missing.push(name);
-            }
-        }
-    }
-    assert!(missing.is_empty(), "test files not declared as modules in tests/main.rs: {missing:?}");
+fn every_test_file_is_built() {
+    kestrel_rt_reference::test_files::assert_every_test_file_is_built(
+        env!("CARGO_MANIFEST_DIR"),
+        include_str!("main.rs"),
+    );
 }

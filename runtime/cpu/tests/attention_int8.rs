@@ -4,10 +4,8 @@
 //! weight encoding and block size; the f32 path on the same layer must differ (the integer path
 //! ran) and non-finite activations must still propagate.
 
-mod common_mech;
-
-use common_mech::layers::*;
-use common_mech::{Rng, DTYPES};
+use crate::common_mech::layers::*;
+use crate::common_mech::{Rng, DTYPES};
 use kestrel_rt_cpu::kernels::attention::*;
 use kestrel_rt_format::DType;
 use kestrel_rt_reference::compare;
@@ -71,7 +69,7 @@ fn int8_internals_with_a_per_head_bias_match_the_reference() {
 }
 
 /// Rows of the output with the largest int8 error, printed: how the tolerance was chosen
-/// (`cargo test --release -p kestrel-rt-cpu --test attention_int8 -- --nocapture worst`).
+/// (`cargo test --release -p kestrel-rt-cpu --test suite -- --nocapture attention_int8::worst`).
 #[test]
 fn worst_int8_error_over_fixed_layers() {
     let mut worst = 0f64;

@@ -3,12 +3,8 @@
 //! with less scratch falls back to) on random geometry, against the f64 reference
 //! (`kestrel_rt_reference::layers::conv2d`), for every weight encoding.
 
-// Shared with layers.rs; this file uses only part of it.
-#[allow(unused_imports)]
-mod common_layers;
-
-use common_layers::cases::*;
-use common_layers::*;
+use crate::common_layers::cases::*;
+use crate::common_layers::*;
 use kestrel_rt_cpu::kernels::conv::{conv2d, conv2d_clamped, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
 use kestrel_rt_cpu::kernels::{epilogue, Clamp, Elementwise};
 use kestrel_rt_cpu::ProjW;

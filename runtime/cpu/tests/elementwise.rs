@@ -3,10 +3,8 @@
 //! definitions through `kestrel_rt_reference::layers`): every row on random values from its test
 //! domain, on special values, with numpy broadcasting and weight operands in every encoding.
 
-mod common_layers;
-
-use common_layers::cases::*;
-use common_layers::*;
+use crate::common_layers::cases::*;
+use crate::common_layers::*;
 use kestrel_rt_cpu::error::ShapeError;
 use kestrel_rt_cpu::kernels::elementwise::{
     binary, binary_on, binary_scratch, unary, unary_on, unary_scratch, BinaryParams, Operand, UnaryParams,

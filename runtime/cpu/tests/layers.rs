@@ -2,10 +2,8 @@
 //! `kestrel_rt_reference::layers`, for every op variant and every weight encoding (the reference
 //! gets the decoded weights, so encodings share one tolerance), plus shape-check errors.
 
-mod common_layers;
-
-use common_layers::cases::*;
-use common_layers::*;
+use crate::common_layers::cases::*;
+use crate::common_layers::*;
 use kestrel_rt_cpu::error::{RunError, ShapeError};
 use kestrel_rt_cpu::kernels::conv::{conv2d, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
 use kestrel_rt_cpu::kernels::elementwise::{BinaryParams, Operand, UnaryParams};

@@ -5,10 +5,7 @@
 //! transposes of any rank with dims past the 8 × 8 and 16 × 16 tiles (and their edges), slices
 //! of any step (contiguous windows, strided picks of one element, row copies).
 
-#[allow(unused_imports)]
-mod common_layers;
-
-use common_layers::*;
+use crate::common_layers::*;
 use kestrel_rt_cpu::kernels::reduce::{reduce_on, reduce_scratch, ReduceParams};
 use kestrel_rt_cpu::kernels::simd::Isa;
 use kestrel_rt_cpu::kernels::slice::{slice_on, SliceParams};

@@ -3,10 +3,7 @@
 //! heads, per-key and per-head decays, per-head and shared update rates, with and without a past
 //! state, both outputs, on random non-zero inputs; and the shape checks.
 
-#[allow(unused_imports)]
-mod common_layers;
-
-use common_layers::*;
+use crate::common_layers::*;
 use kestrel_rt_core::params::LinearAttnParams;
 use kestrel_rt_cpu::error::ShapeError;
 use kestrel_rt_cpu::kernels::linear_attn::{linear_attn, LinearAttnIn, LinearAttnKernel};

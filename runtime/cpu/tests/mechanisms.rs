@@ -2,10 +2,8 @@
 //! f64 references in `kestrel_rt_reference::mechanisms`, in every weight encoding, plus named
 //! checks of the properties the efficient forms must keep (stability, locality, causality).
 
-mod common_mech;
-
-use common_mech::layers::*;
-use common_mech::{max_diff, seeded_input, to_f64, Rng, TProj, DTYPES, TW};
+use crate::common_mech::layers::*;
+use crate::common_mech::{max_diff, seeded_input, to_f64, Rng, TProj, DTYPES, TW};
 use kestrel_rt_cpu::kernels::aft::*;
 use kestrel_rt_cpu::kernels::attention::*;
 use kestrel_rt_cpu::kernels::fastformer::*;

@@ -1,11 +1,7 @@
 //! Property tests of the layer norm kernel (last axis and channels-first) against the f64
 //! references in `kestrel_rt_reference::layers`, for every weight encoding, plus its shape checks.
 
-// Shared with layers.rs; this file uses only part of it.
-#[allow(unused_imports)]
-mod common_layers;
-
-use common_layers::*;
+use crate::common_layers::*;
 use kestrel_rt_cpu::error::ShapeError;
 use kestrel_rt_cpu::kernels::norm::{channels_chunk, layer_norm, layer_norm_scratch, LayerNormParams};
 use kestrel_rt_format::ops::NormAxis;

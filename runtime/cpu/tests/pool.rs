@@ -8,12 +8,8 @@
 //! minimal scratch, then the planner's) and each build of the loops this CPU runs (portable,
 //! AVX2, AVX-512, called directly, and the dispatch); and issue 33's 1-D pool.
 
-// Shared with layers.rs; this file uses only part of it.
-#[allow(unused_imports)]
-mod common_layers;
-
-use common_layers::cases::*;
-use common_layers::*;
+use crate::common_layers::cases::*;
+use crate::common_layers::*;
 use kestrel_rt_cpu::error::ShapeError;
 use kestrel_rt_cpu::kernels::pool::{
     pool2d, pool2d_on, pool2d_path, pool2d_scratch, pool2d_scratch_fast, Pool2dParams, PoolPath,

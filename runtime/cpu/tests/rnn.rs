@@ -4,10 +4,7 @@
 //! reference gets the decoded weights), random non-zero inputs; the vectorised σ and tanh against
 //! libm; and the shape checks.
 
-#[allow(unused_imports)]
-mod common_layers;
-
-use common_layers::*;
+use crate::common_layers::*;
 use kestrel_rt_cpu::error::ShapeError;
 use kestrel_rt_cpu::kernels::rnn::{rnn, rnn_scratch, RnnCell, RnnParams, RnnWeights};
 use kestrel_rt_cpu::kernels::simd;

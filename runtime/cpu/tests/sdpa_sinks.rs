@@ -5,10 +5,7 @@
 //! caps, every bias form (per key, one per row, shared by the heads, a fully masked row); and a
 //! sink perturbed by a little fails the comparison.
 
-#[allow(unused_imports)]
-mod common_layers;
-
-use common_layers::*;
+use crate::common_layers::*;
 use kestrel_rt_cpu::kernels::sdpa::{sdpa, sdpa_scratch, SdpaParams};
 use kestrel_rt_reference::layers as r;
 use kestrel_rt_reference::tolerance::{compare, F32_KERNEL};

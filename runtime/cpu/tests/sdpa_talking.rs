@@ -7,10 +7,7 @@
 //! scratch given decides), under every ISA the CPU runs; and a mixing weight perturbed by a
 //! little fails the comparison.
 
-#[allow(unused_imports)]
-mod common_layers;
-
-use common_layers::*;
+use crate::common_layers::*;
 use kestrel_rt_cpu::kernels::sdpa::SdpaParams;
 use kestrel_rt_cpu::kernels::sdpa_talking::{sdpa_talking, talking_scratch_for, Mix};
 use kestrel_rt_cpu::kernels::simd::{self, Isa};

@@ -3,9 +3,7 @@
 //! The ISA-specific entry points are called directly (not through the process-wide dispatch),
 //! for every ISA this CPU supports; on a CPU without one the tests say so on stderr.
 
-mod common_simd;
-
-use common_simd::{check_softmax, isas};
+use crate::common_simd::{check_softmax, isas};
 use kestrel_rt_cpu::kernels::linear::linear_scalar_body;
 use kestrel_rt_cpu::kernels::simd::{self, Isa};
 use kestrel_rt_format::weight::{EncodedWeight, ViewStore};

@@ -2,9 +2,7 @@
 //! (`matmul_kn_rows`, patch rows at arbitrary offsets) and the depthwise taps (planar and
 //! channels-innermost), through the dispatch and every ISA's entry point this CPU supports.
 
-mod common_simd;
-
-use common_simd::isas;
+use crate::common_simd::isas;
 use kestrel_rt_cpu::kernels::simd::{self, Isa};
 use kestrel_rt_reference::tolerance::{assert_close, F32_APPROX};
 use proptest::prelude::*;

@@ -3,9 +3,7 @@
 //! scaled or not, through every ISA's kernel against the f64 softmax. The AVX-512 exp once
 //! returned NaN below about −1e15 (its range reduction, unclamped, lost the remainder).
 
-mod common_simd;
-
-use common_simd::check_softmax;
+use crate::common_simd::check_softmax;
 use kestrel_rt_cpu::kernels::simd;
 use proptest::prelude::*;
 

@@ -8,9 +8,7 @@
 //! NaN exactly where the definition is NaN, the definition's infinities, and zeros with the
 //! definition's sign.
 
-mod common_simd;
-
-use common_simd::isas;
+use crate::common_simd::isas;
 use kestrel_rt_cpu::kernels::simd::vmath::{self, Operand2, ULP_BOUNDS};
 use kestrel_rt_cpu::kernels::simd::Isa;
 use kestrel_rt_format::ops::{BinaryOp, UnaryOp};

@@ -4,7 +4,7 @@
 //! malformed records decodes to the results in `errors.golden` (both written by the encoder and
 //! decoder as they were before the op set became one table; `KES_BLESS=1` rewrites them).
 
-mod common;
+use crate::common;
 
 use common::every_op;
 use kestrel_rt_format::ops::*;

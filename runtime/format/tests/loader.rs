@@ -1,7 +1,7 @@
 //! Loader tests on a small model written by the writer: round trip, truncation, corruption,
 //! and one test per validation rule (corrupt files are resealed so they pass the checksum).
 
-mod common;
+use crate::common;
 
 use common::section;
 

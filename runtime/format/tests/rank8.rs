@@ -3,7 +3,7 @@
 //! file without one is written as format 1.0 (72-byte records); a Transpose of rank ≤ 6 keeps its
 //! six attributes; rank 9 and malformed extensions are typed errors, never panics.
 
-mod common;
+use crate::common;
 
 use kestrel_rt_format::ops::{Op, OpError, Transpose};
 use kestrel_rt_format::weight::EncodedWeight;

@@ -11,10 +11,7 @@
 use kestrel_rt::demo::Rng;
 use kestrel_rt::format::ops::{Op, Softmax};
 use kestrel_rt::{Error, Input, Model, ModelBuilder};
-use kestrel_rt_reference::alloc_count::{count_this_thread as count, Counting};
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+use kestrel_rt_reference::alloc_count::count_this_thread as count;
 
 const TMAX: usize = 29;
 const D: usize = 8;

@@ -1,10 +1,15 @@
-//! The runtime's integration tests, one test binary (each file in `tests/` a module: `cargo test
-//! -p kestrel-rt --test suite <file>::` runs one file's tests), except those that count
-//! allocations with their own global allocator (`bounded_dims`, `no_alloc`, `rnn_session`,
-//! `run_dims`, `threads`: a binary each, declared in Cargo.toml). One binary rather than one per
-//! file: each links the runtime and wgpu, and linking them was minutes of every clean build.
-//! `autotests = false`, so a new file must be declared here or in Cargo.toml;
-//! [`every_test_file_is_built`] fails otherwise.
+//! The runtime's integration tests, one test binary: each file in `tests/` is a module (`cargo test
+//! -p kestrel-rt --test suite <file>::` runs one file's tests), except `threads` (it counts
+//! allocations on every thread, so it has its own `main` without libtest's harness: a `[[test]]` in
+//! Cargo.toml). The tests that check a call allocates nothing count per thread with the global
+//! allocator below. One binary rather than one per file: each links the runtime and wgpu, and
+//! linking them was minutes of every clean build. `autotests = false`, so a new file must be
+//! declared here or in Cargo.toml; [`every_test_file_is_built`] fails otherwise.
+
+// Counts allocations per thread for the tests that check a call allocates nothing
+// (`alloc_count::count_this_thread`: tests run on parallel threads, each counts its own).
+#[global_allocator]
+static GLOBAL: kestrel_rt_reference::alloc_count::Counting = kestrel_rt_reference::alloc_count::Counting;
 
 mod common_dims;
 mod common_fuse;
@@ -13,6 +18,7 @@ mod common_gpu;
 mod common_graph;
 mod common_ops;
 
+mod bounded_dims;
 mod bounded_dims_gpu;
 mod dead_nodes;
 mod fuse;
@@ -34,13 +40,16 @@ mod fuse_split_values;
 mod fuse_talking;
 mod memory;
 mod model_reference;
+mod no_alloc;
 mod npy;
 mod ops_mechanisms;
 mod ops_session;
 mod planner;
 mod profile;
 mod rank8_ops;
+mod rnn_session;
 mod roundtrip;
+mod run_dims;
 mod validation;
 
 /// Every `tests/*.rs` file is a module above or a `[[test]]` of its own in Cargo.toml (with
@@ -48,19 +57,8 @@ mod validation;
 /// never run).
 #[test]
 fn every_test_file_is_built() {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let manifest = std::fs::read_to_string(format!("{root}/Cargo.toml")).expect("Cargo.toml reads");
-    let declared: Vec<&str> =
-        include_str!("main.rs").lines().filter_map(|l| l.strip_prefix("mod ")?.strip_suffix(';')).collect();
-    let mut missing = Vec::new();
-    for entry in std::fs::read_dir(format!("{root}/tests")).expect("tests/ lists") {
-        let name = entry.expect("tests/ entry").file_name().into_string().expect("a UTF-8 file name");
-        if let Some(stem) = name.strip_suffix(".rs").filter(|&s| s != "main") {
-            let own_binary = manifest.contains(&format!("path = \"tests/{name}\""));
-            if !declared.contains(&stem) && !own_binary {
-                missing.push(name);
-            }
-        }
-    }
-    assert!(missing.is_empty(), "test files neither modules of tests/main.rs nor [[test]]s in Cargo.toml: {missing:?}");
+    kestrel_rt_reference::test_files::assert_every_test_file_is_built(
+        env!("CARGO_MANIFEST_DIR"),
+        include_str!("main.rs"),
+    );
 }

@@ -3,12 +3,10 @@
 use kestrel_rt::demo::{image_model, text_model, Rng};
 use kestrel_rt::format::DType;
 use kestrel_rt::{Input, Model};
-use kestrel_rt_reference::alloc_count::{count_this_thread as count, Counting};
+use kestrel_rt_reference::alloc_count::count_this_thread as count;
 
-// Counted per thread: the test harness runs tests on parallel threads, and only the thread inside
-// `count` is measured.
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+// Counted per thread by main.rs's global allocator: the harness runs tests on parallel threads,
+// and only the thread inside `count_this_thread` is measured.
 
 #[test]
 fn counter_sees_allocations() {

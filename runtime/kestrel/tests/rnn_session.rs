@@ -5,13 +5,13 @@
 //! peepholes and GRUs with either `linear_before_reset`, at batch 3 and batch 1 per sample. A
 //! second graph reads two outputs of one recurrence (two nodes) and feeds Y into a dense layer.
 
-mod common_graph;
+use crate::common_graph;
 
 use common_graph::{reference_batch, run_session, Feed, Rng, DTYPES};
 use kestrel_rt::format::ops::*;
 use kestrel_rt::format::DType;
 use kestrel_rt::{Model, ModelBuilder};
-use kestrel_rt_reference::alloc_count::{count_this_thread, Counting};
+use kestrel_rt_reference::alloc_count::count_this_thread;
 use kestrel_rt_reference::assert_close;
 use kestrel_rt_reference::tolerance::F32_APPROX;
 
@@ -160,10 +160,8 @@ fn stacked_layers_and_two_outputs_of_one_recurrence() {
     });
 }
 
-// Counted per thread: the harness runs tests on parallel threads; only the thread inside
-// `count_this_thread` is measured.
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+// Counted per thread by main.rs's global allocator: the harness runs tests on parallel threads,
+// and only the thread inside `count_this_thread` is measured.
 
 /// `run` of a bidirectional LSTM with peepholes and a GRU (reset gate on the state) allocates
 /// nothing: the projection, the recurrent products and the gates all work in the plan's scratch.

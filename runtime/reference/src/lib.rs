@@ -11,6 +11,7 @@ pub mod linear_attn;
 pub mod mechanisms;
 pub mod nms;
 pub mod rnn;
+pub mod test_files;
 pub mod testing;
 pub mod tolerance;
 

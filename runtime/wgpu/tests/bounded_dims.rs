@@ -9,10 +9,9 @@
 //! size change creates a GPU object (buffer, bind group, pipeline, allocation), a size never set
 //! before included, neither while a run is in flight nor after it.
 
-mod common;
+use crate::common;
 
-#[path = "../../kestrel/tests/common_dims/mod.rs"]
-mod common_dims;
+use crate::common_dims;
 
 use common::{gpu, measure};
 use common_dims::{

@@ -3,7 +3,7 @@
 //! (`DeviceLimits::Exactly`): the device has what was asked for, kernels are chosen within its
 //! limits (never assumed), and a model runs as on the CPU.
 
-mod common;
+use crate::common;
 
 use common::{demo_image_model, demo_text_model, gpu, measure, run_cpu, Feed};
 use kestrel_rt_reference::tolerance::F32_MODEL;

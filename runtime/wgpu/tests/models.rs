@@ -4,7 +4,7 @@
 //! arithmetic (`Precision::F16`) every model must still give the same top-1 on every sample; the
 //! errors are printed next to the reference's top-1 margins.
 
-mod common;
+use crate::common;
 
 use common::{
     argmax_rows, demo_image_model, gpu, gpu_f16, measure, run_cpu, run_gpu, run_gpu_at, top1_with_margin, Feed, DTYPES,

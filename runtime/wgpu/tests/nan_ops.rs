@@ -4,7 +4,7 @@
 //! (the strided kernel), and fused into a dense layer (its ReLU and its clamp, the fusion of
 //! Max/Min by constants).
 
-mod common;
+use crate::common;
 
 use common::{gpu, Feed};
 use kestrel_rt::format::ops::*;

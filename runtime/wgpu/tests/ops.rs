@@ -11,8 +11,10 @@
 //!   `common/mod.rs`) for every case that runs an f16 kernel; the cases made only of f32-only
 //!   families (element-wise, norms, reductions, embeddings) must still meet `F32_KERNEL` there.
 
+// `cases` names this module's items as `crate::ops::`.
+#[path = "cases/mod.rs"]
 mod cases;
-mod common;
+use crate::common;
 
 use common::{gpu, gpu_f16, measure, Feed, DTYPES, F16_KERNEL};
 use kestrel_rt::demo::Rng;

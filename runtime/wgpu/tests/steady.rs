@@ -3,7 +3,7 @@
 //! the submission and again after the wait). Inputs reach the GPU through the session's own
 //! mapped staging buffer, outputs through its readback buffer.
 
-mod common;
+use crate::common;
 
 use common::{demo_image_model, demo_text_model, gpu, measure, run_cpu, Feed};
 use kestrel_rt_reference::tolerance::F32_MODEL;

@@ -12,15 +12,11 @@ use kestrel_rt::demo::Rng;
 use kestrel_rt::format::ops::{Dense, Op, Proj, Reduce, ReduceOp};
 use kestrel_rt::format::{Colour, FeedDType, InputSpec, Layout, PreprocessSpec, Shape};
 use kestrel_rt::ModelBuilder;
-use kestrel_rt_reference::alloc_count::{count_this_thread as count, Counting};
+use kestrel_rt_reference::alloc_count::count_this_thread as count;
 use std::ffi::CStr;
 
 #[cfg(feature = "wgpu")]
-#[path = "support/gpu.rs"]
-mod gpu;
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+use crate::gpu;
 
 const OK: Status = Status::KESTREL_OK;
 /// The bounded height's range.

@@ -2,27 +2,22 @@
 //! `kestrel_model_dim_info`, `kestrel_session_set_input_shapes`, and the session's current
 //! shapes (`kestrel_session_input_info` / `kestrel_session_output_info`). The committed fixture
 //! (`tests/data/bounded_dims.kes`, `sequence` in 2..=16; regenerate with
-//! `KESTREL_BLESS_FIXTURES=1 cargo test -p kestrel-rt-ffi --test bounded_dims`) runs at many
+//! `KESTREL_BLESS_FIXTURES=1 cargo test -p kestrel-rt-ffi --test suite bounded_dims::`) runs at many
 //! lengths, each equal to the graph built at that length; two sessions of one model run
 //! different lengths at once on two threads; setting shapes and running allocate nothing; every
 //! bad argument is a typed status with a message naming the input, the dim and its range, and
 //! leaves the session at the bound, running.
 
-#[path = "support/bounded.rs"]
-mod bounded;
+use crate::bounded;
 #[cfg(feature = "wgpu")]
-#[path = "support/gpu.rs"]
-mod gpu;
+use crate::gpu;
 
 use bounded::{D, SYM, TMAX, TMIN};
 use kestrel_ffi::abi::*;
 use kestrel_ffi::{KestrelModel, KestrelSession, Status};
-use kestrel_rt_reference::alloc_count::{count_this_thread as count, Counting};
+use kestrel_rt_reference::alloc_count::count_this_thread as count;
 use std::ffi::CStr;
 use std::path::Path;
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 const OK: Status = Status::KESTREL_OK;
 
@@ -47,7 +42,7 @@ fn committed_fixtures_are_current() {
         assert!(
             committed == bytes,
             "targets/ffi/tests/data/{name} is stale: regenerate it with \
-             `KESTREL_BLESS_FIXTURES=1 cargo test -p kestrel-rt-ffi --test bounded_dims` and commit it"
+             `KESTREL_BLESS_FIXTURES=1 cargo test -p kestrel-rt-ffi --test suite bounded_dims::` and commit it"
         );
         assert!(bytes.len() < 100_000, "{name}: {} bytes", bytes.len());
     }

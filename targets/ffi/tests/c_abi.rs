@@ -13,8 +13,7 @@
 //!   `KESTREL_ERR_NO_GPU`, AUTO falls back to the CPU). `KESTREL_REQUIRE_GPU=1` (set by `.ci/run`)
 //!   makes a missing adapter a failure instead of a skip.
 
-#[path = "support/fixtures.rs"]
-mod fixtures;
+use crate::fixtures;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

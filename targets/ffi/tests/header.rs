@@ -1,5 +1,5 @@
 //! The committed `include/kestrel.h` must be what cbindgen generates from the sources now.
-//! Regenerate with `KESTREL_BLESS_HEADER=1 cargo test -p kestrel-rt-ffi --test header`.
+//! Regenerate with `KESTREL_BLESS_HEADER=1 cargo test -p kestrel-rt-ffi --test suite header::`.
 
 use std::path::Path;
 
@@ -24,6 +24,6 @@ fn committed_header_is_current() {
     assert!(
         committed == generated,
         "targets/ffi/include/kestrel.h is stale: regenerate it with \
-         `KESTREL_BLESS_HEADER=1 cargo test -p kestrel-rt-ffi --test header` and commit it"
+         `KESTREL_BLESS_HEADER=1 cargo test -p kestrel-rt-ffi --test suite header::` and commit it"
     );
 }

@@ -2,7 +2,7 @@
 //! `tests/ops.rs` under every tuning and encoding): merged projections, the residual epilogue, the
 //! norm prologue, the Add after a slice, row slices and patches read in place.
 
-use crate::*;
+use crate::ops::*;
 
 /// Case `c` built at `dtype` (weights from `seed`) in a session of capacity 2 under `tuning` (the
 /// device's own where `None`): its dispatches, each node's, and its kernels.

@@ -2,7 +2,7 @@
 //! or a mechanism's output projection adding the Add's other operand) and the patchifying
 //! convolution (a patch gather and a dense layer with a channels-first output).
 
-use crate::{case, Case};
+use crate::ops::{case, Case};
 use kestrel_rt::format::ops::*;
 
 /// Dense then Add of an activation (either operand order) runs as one dispatch. The dense input
@@ -89,7 +89,7 @@ pub fn residual_attention_cases() -> Vec<Case> {
 /// β into the readers first; `kestrel_rt::fuse`), and one whose output is read twice.
 pub fn norm_prologue_cases() -> Vec<Case> {
     // Plain (γ = 1, no β, as the converter leaves a norm it folded into its readers), or affine.
-    fn layer_norm(c: &mut crate::Ctx, x: TensorId, d: usize, affine: bool) -> Result<TensorId, kestrel_rt::Error> {
+    fn layer_norm(c: &mut crate::ops::Ctx, x: TensorId, d: usize, affine: bool) -> Result<TensorId, kestrel_rt::Error> {
         let g: Vec<f32> = if affine { c.vals(d, 0.5).iter().map(|v| 1.0 + v).collect() } else { vec![1.0; d] };
         let gamma = c.b.weight_as("gamma", &[d], g, kestrel_rt::format::DType::F32)?;
         let beta = if affine {
@@ -102,7 +102,7 @@ pub fn norm_prologue_cases() -> Vec<Case> {
     }
     // A dense layer of `out` features over rows of `inp`, with or without a bias.
     fn dense(
-        c: &mut crate::Ctx,
+        c: &mut crate::ops::Ctx,
         x: TensorId,
         (out, inp): (usize, usize),
         bias: bool,
@@ -115,7 +115,7 @@ pub fn norm_prologue_cases() -> Vec<Case> {
     // its output and `x`: the LayerNorm's input is read again afterwards (a transformer's
     // residual stream), so the memory plan cannot put the dense output over it.
     fn norm_dense_residual(
-        c: &mut crate::Ctx,
+        c: &mut crate::ops::Ctx,
         x: TensorId,
         d: usize,
         act: Activation,
@@ -235,7 +235,7 @@ pub fn slice_view_cases() -> Vec<Case> {
 /// (the norm prologue), and a convolution in each form (one thread per output, register-blocked,
 /// tiled, patchifying).
 pub fn clamp_cases() -> Vec<Case> {
-    fn bounds(c: &mut crate::Ctx, lo: f32, hi: f32) -> Result<Option<TensorId>, kestrel_rt::Error> {
+    fn bounds(c: &mut crate::ops::Ctx, lo: f32, hi: f32) -> Result<Option<TensorId>, kestrel_rt::Error> {
         c.b.weight_as("clamp", &[2], vec![lo, hi], kestrel_rt::format::DType::F32).map(Some)
     }
     let mut v = Vec::new();

@@ -3,7 +3,7 @@
 //! decays, per-head and shared update rates, with and without a past state, both outputs, two
 //! sequences per sample, key widths up to 64 and value widths past one workgroup's columns.
 
-use crate::{case, Case};
+use crate::ops::{case, Case};
 use kestrel_rt::format::ops::*;
 
 pub fn linear_attn_cases() -> Vec<Case> {

@@ -114,7 +114,7 @@ fn attention_case(
 /// An attention node on `x` (`[T, d]` or `[G, T, d]`): the variant's projections with biases,
 /// scale 1/√c.
 pub fn attention_op(
-    c: &mut crate::Ctx,
+    c: &mut crate::ops::Ctx,
     x: TensorId,
     variant: AttentionVariant,
     (t, d, heads): (usize, usize, u32),
@@ -213,8 +213,8 @@ pub fn score_bias_cases() -> Vec<Case> {
                 c.b.weight_as("bias", &dims, draw(), kestrel_rt::format::DType::F32)?
             } else {
                 let m = c.b.input(&format!("x{}", c.feeds.len()), &dims)?;
-                let vals: Vec<f32> = (0..crate::BATCH).flat_map(|_| draw()).collect();
-                c.feeds.push(crate::Feed::F32(vals));
+                let vals: Vec<f32> = (0..crate::ops::BATCH).flat_map(|_| draw()).collect();
+                c.feeds.push(crate::ops::Feed::F32(vals));
                 m
             };
             attention_op(c, x, variant, (t, d, heads), causal, Some(m))
@@ -246,8 +246,8 @@ pub fn score_bias_cases() -> Vec<Case> {
                 c.b.weight_as("bias", &dims, draw(), kestrel_rt::format::DType::F32)?
             } else {
                 let m = c.b.input(&format!("x{}", c.feeds.len()), &dims)?;
-                let vals: Vec<f32> = (0..crate::BATCH).flat_map(|_| draw()).collect();
-                c.feeds.push(crate::Feed::F32(vals));
+                let vals: Vec<f32> = (0..crate::ops::BATCH).flat_map(|_| draw()).collect();
+                c.feeds.push(crate::ops::Feed::F32(vals));
                 m
             };
             attention_op(c, x, variant, (t, d, heads), causal, Some(m))

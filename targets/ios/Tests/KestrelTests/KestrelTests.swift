@@ -3,7 +3,7 @@ import KestrelFFI
 @testable import Kestrel
 
 /// Runs on a Mac (`swift test` after ./build-xcframework.sh) with KESTREL_TEST_DIR pointing at a
-/// fixture directory made by `cargo test -p kestrel-rt-ffi --test c_abi`
+/// fixture directory made by `cargo test -p kestrel-rt-ffi --test suite c_abi::`
 /// (target/tmp/kestrel-ffi-c: image.kes, image_input.bin, image_expected.bin).
 final class KestrelTests: XCTestCase {
     func testImageModelMatchesPyTorch() throws {
