@@ -9,7 +9,7 @@ use proptest::prelude::*;
 
 /// [`simd::matmul_kn_rows`] for `isa` through its entry point (None: not available here).
 #[cfg(target_arch = "x86_64")]
-fn simd_matmul_kn_rows<F: Fn(usize) -> usize>(isa: Isa, p: &simd::KnRows<'_, F>) -> Option<Vec<f32>> {
+fn simd_matmul_kn_rows(isa: Isa, p: &simd::KnRows<'_>) -> Option<Vec<f32>> {
     let mut y = vec![f32::NAN; p.m * p.n];
     match isa {
         // SAFETY: only called for supported ISAs.
@@ -22,7 +22,7 @@ fn simd_matmul_kn_rows<F: Fn(usize) -> usize>(isa: Isa, p: &simd::KnRows<'_, F>)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn simd_matmul_kn_rows<F>(_: Isa, _: &simd::KnRows<'_, F>) -> Option<Vec<f32>> {
+fn simd_matmul_kn_rows(_: Isa, _: &simd::KnRows<'_>) -> Option<Vec<f32>> {
     None
 }
 
@@ -49,9 +49,9 @@ proptest! {
             .map(|i| (0..k).map(|j| f64::from(a[(i / n) * k + j]) * f64::from(b[offs[j] + i % n])).sum())
             .collect();
         let mut y = vec![f32::NAN; m * n];
-        simd::matmul_kn_rows(&a, m, k, &b, |kk| offs[kk], n, &mut y, n);
+        simd::matmul_kn_rows(&a, m, k, &b, &|kk| offs[kk], n, &mut y, n);
         assert_close("matmul_kn_rows (dispatched)", &y, &want, F32_APPROX);
-        let p = simd::KnRows { m, k, n, a: &a, b: &b, rows: |kk: usize| offs[kk] };
+        let p = simd::KnRows { m, k, n, a: &a, b: &b, rows: &|kk: usize| offs[kk] };
         for isa in isas() {
             if let Some(got) = simd_matmul_kn_rows(isa, &p) {
                 assert_close(&format!("{} matmul_kn_rows", isa.name()), &got, &want, F32_APPROX);
@@ -269,7 +269,7 @@ fn matmul_kn_rows_checks_row_bounds() {
     let (a, b) = (vec![1.0f32; 4 * 3], vec![1.0f32; 40]);
     let mut y = vec![0.0f32; 4 * 33];
     // Row 2 starts at 8: 8 + 33 > 40.
-    simd::matmul_kn_rows(&a, 4, 3, &b, |kk| kk * 4, 33, &mut y, 33);
+    simd::matmul_kn_rows(&a, 4, 3, &b, &|kk| kk * 4, 33, &mut y, 33);
 }
 
 /// The implicit GEMM with weights of at least `PF_MIN_A` elements (the path whose whole tiles
@@ -290,9 +290,9 @@ fn matmul_kn_rows_large_a_matches_f64() {
         .map(|i| (0..k).map(|j| f64::from(a[(i / n) * k + j]) * f64::from(b[offs[j] + i % n])).sum())
         .collect();
     let mut y = vec![f32::NAN; m * n];
-    simd::matmul_kn_rows(&a, m, k, &b, |kk| offs[kk], n, &mut y, n);
+    simd::matmul_kn_rows(&a, m, k, &b, &|kk| offs[kk], n, &mut y, n);
     assert_close("matmul_kn_rows large a (dispatched)", &y, &want, F32_APPROX);
-    let p = simd::KnRows { m, k, n, a: &a, b: &b, rows: |kk: usize| offs[kk] };
+    let p = simd::KnRows { m, k, n, a: &a, b: &b, rows: &|kk: usize| offs[kk] };
     for isa in isas() {
         if let Some(got) = simd_matmul_kn_rows(isa, &p) {
             assert_close(&format!("{} matmul_kn_rows large a", isa.name()), &got, &want, F32_APPROX);

@@ -227,7 +227,7 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi, x: &[f32], y: &mut 
             let oy1 = (oy0 + rows).min(p.oh);
             let n = (oy1 - oy0) * wq;
             let row_of = |kk: usize| (kk / taps) * set + off.get(kk % taps) + oy0 * wq;
-            crate::kernels::simd::matmul_kn_rows(ag, og, k, &planes[..cg * set], row_of, n, prod, n);
+            crate::kernels::simd::matmul_kn_rows(ag, og, k, &planes[..cg * set], &row_of, n, prod, n);
             for (o, pr) in prod[..og * n].chunks_exact_mut(n).enumerate() {
                 let bias = proj.b.map_or(0.0, |b| {
                     let oc = g * og + o;

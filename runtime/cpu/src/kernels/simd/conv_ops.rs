@@ -217,8 +217,11 @@ pub fn depthwise_cl8(b: &ClBlock<'_>, x: &[f32], w: &[f32], xb: &mut [f32], yb: 
 }
 
 /// The operands of [`matmul_kn_rows`]: `a [m, k]` (f32, row-major) and the implicit `B`, whose
-/// row `kk` is `b[rows(kk) ..][..n]`.
-pub struct KnRows<'a, F> {
+/// row `kk` is `b[rows(kk) ..][..n]`. `rows` is a trait object, not a type parameter: it is
+/// called once per row of `B` and block of `k` (the x86 kernels table the offsets before the
+/// micro-kernels run), and as a type parameter every caller's closure compiled both tiers' GEMM
+/// again (the kernel tests' four closures: 431 s, the slowest test target of a clean build).
+pub struct KnRows<'a> {
     /// Rows of `a` (and of `y`).
     pub m: usize,
     /// Columns of `a`, rows of `B`.
@@ -230,7 +233,7 @@ pub struct KnRows<'a, F> {
     /// Where the rows of `B` lie.
     pub b: &'a [f32],
     /// The offset in `b` of each row of `B`.
-    pub rows: F,
+    pub rows: &'a dyn Fn(usize) -> usize,
 }
 
 /// `y [m, n] = a [m, k] · B` (row stride `ldy`) where row `kk` of the implicit `B` is
@@ -246,7 +249,7 @@ pub fn matmul_kn_rows(
     m: usize,
     k: usize,
     b: &[f32],
-    rows: impl Fn(usize) -> usize,
+    rows: &dyn Fn(usize) -> usize,
     n: usize,
     y: &mut [f32],
     ldy: usize,

@@ -438,12 +438,12 @@ pub(super) unsafe fn gemm_kn<V: GemmKernel, const MR: usize, const NV: usize>(
 /// # Safety
 /// As [`gemm_kn`] on `y`. (`rows(kk) + n <= b.len()` is checked for every row.)
 #[inline(always)]
-pub(super) unsafe fn gemm_kn_rows<V: GemmKernel, const MR: usize, const NV: usize, F: Fn(usize) -> usize>(
-    p: &super::KnRows<'_, F>,
+pub(super) unsafe fn gemm_kn_rows<V: GemmKernel, const MR: usize, const NV: usize>(
+    p: &super::KnRows<'_>,
     y: *mut f32,
     ldy: usize,
 ) {
-    let (a, m, k, b, rows, n) = (p.a, p.m, p.k, p.b, &p.rows, p.n);
+    let (a, m, k, b, rows, n) = (p.a, p.m, p.k, p.b, p.rows, p.n);
     assert!(a.len() >= m * k && ldy >= n && NV * V::L <= NR_MAX && MR <= 8);
     if k == 0 {
         // SAFETY: the caller's contract on y.

@@ -33,14 +33,14 @@ macro_rules! conv_entry_points {
         /// # Safety
         #[doc = concat!("The CPU must support ", $needs, ". (Lengths are checked.)")]
         #[target_feature(enable = $features)]
-        pub unsafe fn $kn_rows<F: Fn(usize) -> usize>(p: &super::KnRows<'_, F>, y: &mut [f32], ldy: usize) {
+        pub unsafe fn $kn_rows(p: &super::KnRows<'_>, y: &mut [f32], ldy: usize) {
             assert!(ldy >= p.n && (p.m == 0 || y.len() >= (p.m - 1) * ldy + p.n));
             // SAFETY: y is exclusively borrowed and holds m rows of n at stride ldy.
             unsafe {
                 if p.n <= <$v>::L {
-                    gemm::gemm_kn_rows::<$v, $mr, 1, F>(p, y.as_mut_ptr(), ldy)
+                    gemm::gemm_kn_rows::<$v, $mr, 1>(p, y.as_mut_ptr(), ldy)
                 } else {
-                    gemm::gemm_kn_rows::<$v, $mr, 2, F>(p, y.as_mut_ptr(), ldy)
+                    gemm::gemm_kn_rows::<$v, $mr, 2>(p, y.as_mut_ptr(), ldy)
                 }
             }
         }
