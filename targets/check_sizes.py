@@ -6,7 +6,8 @@ prints them next to the budgets in size-budgets.json, and fails if any exceeds i
 
 Measured (built beforehand by targets/ci.sh; target directory $CARGO_TARGET_DIR or target/):
   - libkestrel_ffi.a for aarch64-linux-android and aarch64-apple-ios (profile release-mobile), in
-    two variants: CPU only (`--no-default-features`, built into <target dir>/cpu-only) and with
+    two variants: CPU only (`--no-default-features`, built into <target dir>/cpu-only for Android
+    and <target dir>/cpu-only-ios for iOS: targets/ci.sh builds them at once) and with
     the wgpu backend (default features): the file size, and for Android the sum of its code/data
     sections;
   - the firmware ELF (thumbv7em-none-eabihf, release): flash (text + rodata + data initialisers)
@@ -30,7 +31,7 @@ TARGET_DIR = ROOT / os.environ.get("CARGO_TARGET_DIR", "target")  # an absolute 
 LIBS = [
     ("android_aarch64_cpu_staticlib", TARGET_DIR / "cpu-only", "aarch64-linux-android", True),
     ("android_aarch64_wgpu_staticlib", TARGET_DIR, "aarch64-linux-android", True),
-    ("ios_aarch64_cpu_staticlib", TARGET_DIR / "cpu-only", "aarch64-apple-ios", False),
+    ("ios_aarch64_cpu_staticlib", TARGET_DIR / "cpu-only-ios", "aarch64-apple-ios", False),
     ("ios_aarch64_wgpu_staticlib", TARGET_DIR, "aarch64-apple-ios", False),
 ]
 FIRMWARE = ROOT / "targets/embedded/target/thumbv7em-none-eabihf/release/kestrel-firmware"

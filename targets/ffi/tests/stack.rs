@@ -10,7 +10,8 @@
 //! model (lavapipe in CI: device creation and every pipeline's shader compiled on that thread). The outputs must equal the same calls' outputs
 //! on the main thread bit for bit. A stack overflow aborts this process (SIGSEGV): the test
 //! fails. (Test builds are optimised, `[profile.test]`, as the shipped libraries are; the debug
-//! JNI library is held to 512 KiB by `targets/android/kotlin-check.sh`.)
+//! JNI library is held to 512 KiB by `targets/android/kotlin-check.sh` run alone; CI runs it on
+//! this optimised build.)
 //!
 //! No libtest harness (`harness = false`): the thread count is process-wide.
 
