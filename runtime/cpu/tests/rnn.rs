@@ -10,10 +10,10 @@ use kestrel_rt_cpu::kernels::rnn::{rnn, rnn_scratch, RnnCell, RnnParams, RnnWeig
 use kestrel_rt_cpu::kernels::simd;
 use kestrel_rt_format::ops::{GruReset, RnnDirection, RnnOutput};
 use kestrel_rt_format::DType;
-use kestrel_rt_reference::assert_close;
 use kestrel_rt_reference::rnn::{self as r, Cell, RnnRef};
 use kestrel_rt_reference::testing::{rnn_pick, rnn_reversed};
 use kestrel_rt_reference::tolerance::{F32_APPROX, F32_KERNEL};
+use kestrel_rt_reference::{assert_close, assert_close_at_scale};
 use proptest::prelude::*;
 
 /// 64 cases per property (fast), unless `PROPTEST_CASES` asks for another count.
@@ -138,7 +138,10 @@ fn check(
         let mut y = out(want.len());
         rnn(&p, &wts, x, &mut y, &mut scratch(rnn_scratch(&p)));
         let what = format!("{cell:?} {var:?} {direction:?} {output:?} T={t} I={i} H={h} {dt:?} h0={h0} c0={c0}");
-        assert_close(&what, &y, &want, F32_APPROX);
+        // The states are sums and differences of gate products in (−1, 1) (the cell state of up
+        // to T of them): their rounding is relative to 1 however small an output ends up (a case
+        // on record: H = 1, T = 4, a hidden state of −3.4e-6 off by 4.4e-9, 1.3e-3 of itself).
+        assert_close_at_scale(&what, &y, &want, F32_APPROX, 1.0);
     }
 }
 

@@ -15,4 +15,4 @@ pub mod test_files;
 pub mod testing;
 pub mod tolerance;
 
-pub use tolerance::{assert_close, compare, Comparison, Tolerance};
+pub use tolerance::{assert_close, assert_close_at_scale, compare, compare_at_scale, Comparison, Tolerance};
