@@ -21,8 +21,8 @@
 # The real AAR needs the NDK-built libraries (build-android.sh: arm64-v8a, armeabi-v7a, x86_64) and
 # android.jar to compile KestrelAndroid.kt (ANDROID_JAR, else
 # $ANDROID_HOME/platforms/android-<compileSdk>/android.jar). --host packs the host's
-# libkestrel_jni.so (cargo build -p kestrel-rt-jni, or KESTREL_HOST_JNI_LIB) as the host ABI (x86_64 or arm64-v8a) and, when
-# there is no android.jar, leaves KestrelAndroid.kt out: a layout test that runs on CI, not an
+# libkestrel_jni.so (KESTREL_HOST_JNI_LIB, else cargo build -p kestrel-rt-jni) as the host ABI
+# (x86_64 or arm64-v8a) and, when there is no android.jar, leaves KestrelAndroid.kt out: a layout test that runs on CI, not an
 # AAR to ship (a glibc library does not load on Android).
 #
 # An app uses it with `implementation(files("libs/kestrel-<version>.aar"))` (docs/android.md).
@@ -68,10 +68,9 @@ if ((host)); then
         aarch64) host_abi=arm64-v8a ;;
         *) fail "no Android ABI for host $(uname -m)" ;;
     esac
-    if [[ -z "${libs[$host_abi]:-}" && -n "${KESTREL_HOST_JNI_LIB:-}" ]]; then
-        # A host library already built (kotlin-check.sh says when CI sets it).
-        libs[$host_abi]="$KESTREL_HOST_JNI_LIB"
-    elif [[ -z "${libs[$host_abi]:-}" ]]; then
+    # --lib, else a host library already built (KESTREL_HOST_JNI_LIB, set by CI), else the dev one.
+    libs[$host_abi]="${libs[$host_abi]:-${KESTREL_HOST_JNI_LIB:-}}"
+    if [[ -z "${libs[$host_abi]}" ]]; then
         cargo build -q -p kestrel-rt-jni
         libs[$host_abi]="$target_dir/debug/libkestrel_jni.so"
     fi
