@@ -10,7 +10,7 @@ mod devices;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use kestrel_rt::format::ops::MechanismOp as M;
-use kestrel_rt::format::{DType, TensorKind};
+use kestrel_rt::format::{limbs, DType, FeedDType, OutputKind, TensorKind};
 use kestrel_rt::{npy, Input};
 use kestrel_rt_cli::backend;
 use std::fmt::Write as _;
@@ -288,8 +288,14 @@ fn run_model(
     let mut shapes: Vec<Vec<usize>> = Vec::new();
     for (i, p) in inputs.iter().enumerate() {
         kestrel_rt_cli::check_input_file(p)?;
-        let a = npy::read(p)?;
+        let mut a = npy::read(p)?;
         let t = cpu.input(i)?;
+        // Integers the model holds exactly as byte limbs (the inputs of 32- and 64-bit bit
+        // operations): encoded here, the array gaining the limbs' axis.
+        let tensor = cpu.file().inputs().get(i);
+        if cpu.file().meta().inputs().any(|m| Some(m.tensor) == tensor && m.feed == FeedDType::I64Limbs) {
+            a = a.into_limbs().with_context(|| format!("input {i} ({})", p.display()))?;
+        }
         let per_sample: Vec<u32> = if bounded {
             let dims = a.shape();
             let rank = t.shape.rank();
@@ -338,9 +344,22 @@ fn run_model(
         // The model's own output name (the ONNX graph's) where the metadata has one, else the
         // tensor's.
         let id = cpu.file().outputs().nth(i);
-        let name = cpu.file().meta().outputs().find(|o| Some(o.tensor) == id).map_or(t.name, |o| o.name);
+        let meta = cpu.file().meta().outputs().find(|o| Some(o.tensor) == id);
+        let name = meta.map_or(t.name, |o| o.name);
         let mut shape = if single && !inputs.is_empty() { vec![] } else { vec![batch] };
         shape.extend(out_shapes.get(i).cloned().unwrap_or_default());
+        if meta.is_some_and(|o| o.kind == OutputKind::I64Limbs) {
+            // Integers held exactly as byte limbs: decoded, written as int64.
+            shape.pop();
+            let mut ints = vec![0i64; data.len() / limbs::LIMBS];
+            limbs::decode_into(data, &mut ints).map_err(|e| anyhow::anyhow!("output {i} ({name}): {e}"))?;
+            writeln!(w, "output {i}   {name} {shape:?} int64")?;
+            if let Some(out) = outputs.get(i) {
+                npy::write_i64(out, &shape, &ints)?;
+                writeln!(w, "           written to {}", out.display())?;
+            }
+            continue;
+        }
         writeln!(w, "output {i}   {name} {:?}", shape)?;
         if let Some((n, first)) = npy::non_finite(data) {
             eprintln!(

@@ -215,7 +215,18 @@ pub(crate) fn convert_core(
         let bound =
             if [DatumType::I64, DatumType::I32].contains(&inp.dt) { lower::read_as_ids(&model, outlet) } else { None };
         let int = bound.is_some();
-        if !int && inp.dt != DatumType::F32 {
+        // Integers read by a bit operation on a 32- or 64-bit type: exact over their whole
+        // range, as byte limbs (a trailing axis of 8; `kestrel_rt_format::limbs`).
+        let wide = !int && lower::wide::wide_type(inp.dt).is_some() && lower::wide::feeds_wide_op(&model, outlet);
+        if wide {
+            notices.push(format!(
+                "input `{}` is {:?} read by integer bit operations: Kestrel takes it exactly, each integer as {} \
+                 byte limbs on a trailing axis (encode with `kestrel_rt::format::limbs::encode`)",
+                inp.name,
+                inp.dt,
+                kestrel_rt_format::limbs::LIMBS
+            ));
+        } else if !int && inp.dt != DatumType::F32 {
             notices.push(format!(
                 "input `{}` is {:?} in the ONNX graph: Kestrel takes it as f32{}",
                 inp.name,
@@ -242,7 +253,11 @@ pub(crate) fn convert_core(
                 inp.name, inp.shape
             ));
         }
-        let (id, kshape, feed) = if int {
+        let (id, kshape, feed) = if wide {
+            let limbs = kestrel_rt_format::limbs::LIMBS;
+            let shape: Vec<usize> = user_shape.iter().copied().chain([limbs]).collect();
+            (l.b.input(&inp.name, &shape)?, shape, FeedDType::I64Limbs)
+        } else if int {
             let n = inp.shape.iter().product();
             let feed = if inp.dt == i32::datum_type() { FeedDType::I32 } else { FeedDType::I64 };
             (l.b.input_ids(&inp.name, n)?, vec![n], feed)
@@ -257,8 +272,14 @@ pub(crate) fn convert_core(
         if let Some(b) = bound {
             l.id_bounds.insert(id, b);
         }
-        let inner = if !int && user_shape != inp.shape { l.b.reshape(id, &inp.shape)? } else { id };
-        l.set_input(outlet, Val::Act { id: inner, shape: inp.shape.clone(), int });
+        if wide {
+            let inner_shape: Vec<usize> = inp.shape.iter().copied().chain([kestrel_rt_format::limbs::LIMBS]).collect();
+            let inner = if user_shape != inp.shape { l.b.reshape(id, &inner_shape)? } else { id };
+            l.wide.insert(outlet, (inner, inp.shape.clone()));
+        } else {
+            let inner = if !int && user_shape != inp.shape { l.b.reshape(id, &inp.shape)? } else { id };
+            l.set_input(outlet, Val::Act { id: inner, shape: inp.shape.clone(), int });
+        }
         let shape = Shape::from_usize(&kshape).ok_or_else(|| ConvertError::BadInput {
             input: inp.name.clone(),
             expected: format!("at most {} axes", kestrel_rt_format::MAX_RANK),
@@ -291,7 +312,12 @@ pub(crate) fn convert_core(
     // sample, and so is every output).
     let batched = inputs.iter().any(|i| i.batched);
     for &o in model.output_outlets().map_err(error::tract_err(&p, "list the outputs"))? {
-        let (id, _) = l.output_act(o)?;
+        // Integers of bit operations on 32- and 64-bit types leave as limbs, exactly.
+        let wide = l.wide.get(&o).map(|&(id, _)| id);
+        let (id, _) = match wide {
+            Some(id) => (id, Vec::new()),
+            None => l.output_act(o)?,
+        };
         // Outputs drop the leading batch-1 axis too (a view), when the inputs have one.
         let id = match l.b.shape_of(id).map(|s| s.dims().to_vec()) {
             Some(d) if batched && d.len() >= 2 && d[0] == 1 => {
@@ -302,7 +328,9 @@ pub(crate) fn convert_core(
         };
         let node = model.node(o.node);
         let label = model.outlet_label(o).unwrap_or(&node.name).to_string();
-        let kind = if node.op.name() == "Softmax" {
+        let kind = if wide.is_some() {
+            OutputKind::I64Limbs
+        } else if node.op.name() == "Softmax" {
             OutputKind::Probabilities
         } else if label.contains("logit") {
             OutputKind::Logits

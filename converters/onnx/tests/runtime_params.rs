@@ -91,6 +91,9 @@ fn run(name: &str, onnx: &[u8], inputs: &[Vec<f64>]) -> Vec<Vec<Vec<f32>>> {
             FeedDType::F32 => Feed::F32(v.iter().map(|&x| x as f32).collect()),
             FeedDType::I64 => Feed::I64(v.iter().map(|&x| x as i64).collect()),
             FeedDType::I32 => Feed::I32(v.iter().map(|&x| x as i32).collect()),
+            FeedDType::I64Limbs => {
+                Feed::F32(v.iter().flat_map(|&x| kestrel_rt::format::limbs::encode(x as i64)).collect())
+            }
         })
         .collect();
     let ins: Vec<Input<'_>> = feeds

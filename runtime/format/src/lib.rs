@@ -23,6 +23,7 @@ pub mod dims;
 pub mod dtype;
 pub mod error;
 pub mod layout;
+pub mod limbs;
 pub mod meta;
 pub mod ops;
 pub mod reader;

@@ -34,6 +34,10 @@ meta_enum!(
         I64 = 1,
         /// i32 values.
         I32 = 2,
+        /// 64-bit integers held exactly beyond f32's range: the tensor has a trailing axis of
+        /// [`LIMBS`](crate::limbs::LIMBS) byte limbs the application writes with
+        /// [`limbs::encode`](crate::limbs::encode) (an integer input of an integer bit operation).
+        I64Limbs = 3,
     }
 );
 
@@ -68,6 +72,9 @@ meta_enum!(
         Embedding = 2,
         /// Anything else.
         Other = 3,
+        /// 64-bit integers held exactly beyond f32's range, as [`LIMBS`](crate::limbs::LIMBS)
+        /// byte limbs on a trailing axis ([`limbs::decode`](crate::limbs::decode) gives them back).
+        I64Limbs = 4,
     }
 );
 

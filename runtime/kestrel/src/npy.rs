@@ -199,6 +199,40 @@ pub fn write_f32(path: impl AsRef<Path>, shape: &[usize], data: &[f32]) -> Resul
     Ok(())
 }
 
+/// Writes an int64 array (as [`write_f32`] writes float32: the element count of `shape` must
+/// equal `data.len()`).
+pub fn write_i64(path: impl AsRef<Path>, shape: &[usize], data: &[i64]) -> Result<(), Error> {
+    use std::io::Write as _;
+    let path = path.as_ref();
+    let header = header("<i8", shape, data.len()).map_err(|e| npy_err(path, e))?;
+    let io = |error| Error::Io { path: path.display().to_string(), error };
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
+    file.write_all(&header).map_err(io)?;
+    for v in data {
+        file.write_all(&v.to_le_bytes()).map_err(io)?;
+    }
+    file.into_inner().map_err(|e| io(e.into_error()))?;
+    Ok(())
+}
+
+impl Array {
+    /// An integer array as the byte limbs an input fed as limbs takes
+    /// ([`FeedDType::I64Limbs`](kestrel_rt_format::FeedDType::I64Limbs)): f32, one more axis of
+    /// [`LIMBS`](kestrel_rt_format::limbs::LIMBS). A float array is refused (integers expected).
+    pub fn into_limbs(self) -> Result<Array, Error> {
+        use kestrel_rt_format::limbs::{encode, LIMBS};
+        match self {
+            Array::I64 { mut shape, data } => {
+                shape.push(LIMBS);
+                Ok(Array::F32 { shape, data: data.iter().flat_map(|&v| encode(v)).collect() })
+            }
+            Array::F32 { .. } => Err(Error::Npy(
+                "an integer input held exactly as byte limbs takes an int64 or int32 array, not float32".into(),
+            )),
+        }
+    }
+}
+
 /// The bytes of the `.npy` file [`write_f32`] writes.
 pub fn encode_f32(shape: &[usize], data: &[f32]) -> Result<Vec<u8>, Error> {
     let mut out = header("<f4", shape, data.len()).map_err(Error::Npy)?;

@@ -32,6 +32,7 @@ mod select;
 mod shape;
 mod strided;
 mod topk;
+pub(crate) mod wide;
 
 use crate::error::{Blocker, ConvertError};
 use crate::quant;
@@ -129,6 +130,10 @@ pub(crate) struct Lowerer<'m> {
     /// Node copies made by unrolling so far (scan bodies, recurrences), held to
     /// [`scan::MAX_UNROLLED`].
     unrolled: usize,
+    /// Integers of 32- and 64-bit bit operations held as byte limbs (`wide.rs`): the `[.., 8]`
+    /// activation and the logical shape. Read by any other op, an outlet gets its f32 form in
+    /// `vals` too.
+    pub(crate) wide: HashMap<OutletId, (TensorId, Vec<usize>)>,
 }
 
 /// The result of lowering one node.
@@ -182,6 +187,7 @@ impl<'m> Lowerer<'m> {
             composed: 0,
             quantised: false,
             unrolled: 0,
+            wide: HashMap::new(),
         }
     }
 
@@ -452,7 +458,8 @@ impl<'m> Lowerer<'m> {
         for &n in &order {
             progress.step();
             self.node = n;
-            if self.skip.contains(&n) || self.vals.contains_key(&OutletId::new(n, 0)) {
+            let first = OutletId::new(n, 0);
+            if self.skip.contains(&n) || self.vals.contains_key(&first) || self.wide.contains_key(&first) {
                 continue;
             }
             let node = self.model.node(n);
@@ -470,14 +477,16 @@ impl<'m> Lowerer<'m> {
             }
             // A Scan keeps state across runs in tract, so it is not folded: it unrolls (and its
             // body folds) instead.
-            let done = if !node.inputs.is_empty()
-                && !node.op_is::<Scan>()
-                && node.inputs.iter().all(|i| matches!(self.vals.get(i), Some(Val::Const(_))))
-            {
-                self.fold()
-            } else {
-                self.lower()
-            };
+            let done = self.read_wide_inputs().and_then(|()| {
+                if !node.inputs.is_empty()
+                    && !node.op_is::<Scan>()
+                    && node.inputs.iter().all(|i| matches!(self.vals.get(i), Some(Val::Const(_))))
+                {
+                    self.fold()
+                } else {
+                    self.lower()
+                }
+            });
             // Every blocker is collected (the user fixes them all at once); anything else stops.
             match done {
                 Ok(()) => {}
@@ -531,6 +540,21 @@ impl<'m> Lowerer<'m> {
                 _ => {
                     self.failed.insert(n);
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// The f32 form of every limb value (`wide.rs`) the node being lowered reads, unless it is
+    /// a bit operation on limbs itself.
+    fn read_wide_inputs(&mut self) -> Res<()> {
+        let node = self.tnode();
+        if self.wide.is_empty() || wide::on_limbs(self.model, node, &self.wide) {
+            return Ok(());
+        }
+        for &i in &node.inputs {
+            if !self.vals.contains_key(&i) {
+                self.value_of_wide(i)?;
             }
         }
         Ok(())
@@ -673,6 +697,7 @@ impl<'m> Lowerer<'m> {
             return self.conv(op);
         }
         if self.try_quant()?
+            || self.try_wide_bits()?
             || self.try_bits()?
             || self.try_elementwise()?
             || self.try_trilu()?

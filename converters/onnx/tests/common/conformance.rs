@@ -311,6 +311,19 @@ pub fn values_f64(t: &Tensor) -> Result<Vec<f64>, String> {
     })
 }
 
+/// Every element of an integer or bool tensor as a 64-bit two's-complement pattern (`u64` as
+/// its bits, unlike [`values_i64`]); `None` for other element types.
+fn values_bits64(t: &Tensor) -> Option<Result<Vec<i64>, String>> {
+    if t.datum_type() == DatumType::U64 {
+        let view = match t.try_as_plain_ram() {
+            Ok(v) => v,
+            Err(e) => return Some(Err(e.to_string())),
+        };
+        return Some(view.as_slice::<u64>().map_err(|e| e.to_string()).map(|s| s.iter().map(|&x| x as i64).collect()));
+    }
+    values_i64(t)
+}
+
 /// Every element of an integer or bool tensor as i64; `None` for other element types.
 fn values_i64(t: &Tensor) -> Option<Result<Vec<i64>, String>> {
     let view = match t.try_as_plain_ram() {
@@ -390,7 +403,12 @@ fn kestrel_case(model: &Path, meta: &CaseMeta, data: &CaseData) -> Outcome {
             );
         };
         let t = &data.inputs[i];
-        let per_sample: Vec<usize> = spec.shape.dims().iter().map(|&d| d as usize).collect();
+        let mut per_sample: Vec<usize> = spec.shape.dims().iter().map(|&d| d as usize).collect();
+        // Integers fed as limbs: the per-sample shape has one more axis, the limbs'.
+        let limbs = spec.feed == FeedDType::I64Limbs;
+        if limbs {
+            per_sample.pop();
+        }
         let shape = t.shape();
         let int_spec = spec.feed != FeedDType::F32;
         let batch1 = shape == per_sample.as_slice()
@@ -422,6 +440,11 @@ fn kestrel_case(model: &Path, meta: &CaseMeta, data: &CaseData) -> Outcome {
                     Err(e) => return Outcome::fail("feed", e, Vec::new()),
                 },
                 _ => return not_taken(),
+            },
+            FeedDType::I64Limbs => match values_bits64(t) {
+                Some(Ok(v)) => Feed::F32(v.iter().flat_map(|&x| kestrel_rt::format::limbs::encode(x)).collect()),
+                Some(Err(e)) => return Outcome::fail("feed", e, Vec::new()),
+                None => return not_taken(),
             },
             FeedDType::I64 | FeedDType::I32 => match values_i64(t) {
                 Some(Ok(v)) if spec.feed == FeedDType::I64 => Feed::I64(v),
@@ -471,8 +494,23 @@ fn kestrel_case(model: &Path, meta: &CaseMeta, data: &CaseData) -> Outcome {
             *s = now;
         }
     }
-    let found: Vec<(Vec<usize>, Vec<f64>)> =
-        out_shapes.into_iter().zip(outs).map(|(s, v)| (s, v.into_iter().map(f64::from).collect())).collect();
+    let kinds: Vec<_> = file.meta().outputs().map(|o| o.kind).collect();
+    let mut found: Vec<(Vec<usize>, Vec<f64>)> = Vec::with_capacity(outs.len());
+    for (i, (mut s, v)) in out_shapes.into_iter().zip(outs).enumerate() {
+        if kinds.get(i) != Some(&kestrel_rt::format::OutputKind::I64Limbs) {
+            found.push((s, v.into_iter().map(f64::from).collect()));
+            continue;
+        }
+        // Integers as limbs: decoded exactly, read as the expected type (u64 as its bits).
+        s.pop();
+        let mut ints = vec![0i64; v.len() / kestrel_rt::format::limbs::LIMBS];
+        if let Err(e) = kestrel_rt::format::limbs::decode_into(&v, &mut ints) {
+            return Outcome::fail("compare", format!("output {i}: {e}"), Vec::new());
+        }
+        let unsigned = data.outputs.get(i).is_some_and(|t| t.datum_type() == DatumType::U64);
+        let v = ints.into_iter().map(|x| if unsigned { x as u64 as f64 } else { x as f64 }).collect();
+        found.push((s, v));
+    }
     compare_outputs(meta, data, &found, ShapeRule::LeadingOne)
 }
 
