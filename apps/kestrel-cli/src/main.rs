@@ -384,6 +384,13 @@ fn inspect(w: &mut String, path: &PathBuf) -> Result<()> {
     writeln!(w, "file       {} ({} bytes, format {major}.{minor})", path.display(), model.bytes().len())?;
     writeln!(w, "name       {}", meta.model_name())?;
     writeln!(w, "task       {}", meta.task())?;
+    // What the application feeds and reads (integers as limbs say so: `docs/FORMAT.md`).
+    for i in meta.inputs() {
+        writeln!(w, "input      {} {:?} per sample, fed as {:?}", i.name, i.shape.dims(), i.feed)?;
+    }
+    for o in meta.outputs() {
+        writeln!(w, "output     {} ({:?})", o.name, o.kind)?;
+    }
     let plan = cpu.plan();
     writeln!(w, "arena      {} bytes/sample + {} scratch bytes", plan.arena_bytes_per_sample, plan.scratch_bytes)?;
     if let Some(d) = f.dims() {

@@ -87,6 +87,55 @@ fn run_reads_npy_batches_and_writes_npy_outputs() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A model whose int64 input and output are read by bit operations (held exactly as byte limbs):
+/// `kestrel run` takes and writes int64 arrays over the whole range, encoding and decoding the
+/// limbs itself.
+#[test]
+fn run_takes_and_writes_integers_beyond_f32s_range() {
+    use crate::proto::{i64_tensor, i64_value, Msg};
+    let dir = support::scratch_dir("cli-run-limbs");
+    let key: Vec<i64> = vec![-1, 0x5555_5555_5555_5555, 1 << 40, i64::MIN];
+    let node = Msg::default().str(1, "a").str(1, "k").str(2, "y").str(3, "xor").str(4, "BitwiseXor");
+    let graph = Msg::default()
+        .msg(1, node)
+        .str(2, "g")
+        .msg(5, i64_tensor("k", &[4], &key))
+        .msg(11, i64_value("a", &[4]))
+        .msg(12, i64_value("y", &[4]));
+    let onnx = Msg::default().int(1, 9).msg(8, Msg::default().int(2, 18)).str(2, "cli.rs").msg(7, graph).0;
+    let (onnx_path, kes, a_path, y_path) =
+        (dir.join("xor.onnx"), dir.join("xor.kes"), dir.join("a.npy"), dir.join("y.npy"));
+    std::fs::write(&onnx_path, onnx).unwrap();
+    let (ok, stdout, stderr) = kestrel(&["convert", onnx_path.to_str().unwrap(), "-o", kes.to_str().unwrap()]);
+    assert!(ok, "{stdout}{stderr}");
+    let (ok, stdout, stderr) = kestrel(&["inspect", kes.to_str().unwrap()]);
+    assert!(ok && stdout.contains("input      a [4, 8] per sample, fed as I64Limbs"), "{stdout}{stderr}");
+    assert!(stdout.contains("output     y (I64Limbs)"), "{stdout}");
+    let a: Vec<i64> = vec![123_456_789_012_345, -98_765_432_109, (1 << 24) + 1, 7];
+    kestrel_rt::npy::write_i64(&a_path, &[4], &a).unwrap();
+    let (ok, stdout, stderr) = kestrel(&[
+        "run",
+        kes.to_str().unwrap(),
+        "--input",
+        a_path.to_str().unwrap(),
+        "--output",
+        y_path.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(stdout.contains("int64"), "{stdout}");
+    let kestrel_rt::npy::Array::I64 { shape, data } = kestrel_rt::npy::read(&y_path).unwrap() else {
+        panic!("an int64 output")
+    };
+    assert_eq!(shape, vec![4]);
+    let want: Vec<i64> = a.iter().zip(&key).map(|(x, k)| x ^ k).collect();
+    assert_eq!(data, want);
+    // Floats where the model takes integers: a clear error.
+    kestrel_rt::npy::write_f32(&a_path, &[4], &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    let (ok, _, stderr) = kestrel(&["run", kes.to_str().unwrap(), "--input", a_path.to_str().unwrap()]);
+    assert!(!ok && stderr.contains("int64 or int32 array"), "{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn convert_quantises_fuses_and_verifies_the_readme_model() {
     let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../converters/fixtures/mnist_vit_super_h1");

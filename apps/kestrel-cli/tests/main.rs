@@ -6,6 +6,9 @@
 //! must be declared here or as a `[[test]]` there; [`every_test_file_is_built`] fails otherwise.
 
 mod bad_inputs;
+/// ONNX messages by hand (the converter tests' writer).
+#[path = "../../../converters/onnx/tests/common/proto.rs"]
+mod proto;
 mod support;
 
 mod backend;

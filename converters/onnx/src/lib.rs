@@ -313,7 +313,11 @@ pub(crate) fn convert_core(
     let batched = inputs.iter().any(|i| i.batched);
     for &o in model.output_outlets().map_err(error::tract_err(&p, "list the outputs"))? {
         // Integers of bit operations on 32- and 64-bit types leave as limbs, exactly.
-        let wide = l.wide.get(&o).map(|&(id, _)| id);
+        // So do constant integer outputs f32 cannot hold exactly.
+        let wide = match l.wide.get(&o) {
+            Some(&(id, _)) => Some(id),
+            None => l.limbs_constant_output(o)?,
+        };
         let (id, _) = match wide {
             Some(id) => (id, Vec::new()),
             None => l.output_act(o)?,

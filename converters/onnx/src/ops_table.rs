@@ -225,6 +225,16 @@ pub fn supported_ops_markdown() -> String {
          first (BatchNormalization into constants, Gemm into a matrix product); the lowering \
          works on what it produces. A model that does not convert gets every blocking node \
          listed at once, by ONNX op type and node name, with a remedy where one exists.\n\n\
+         Inputs that decide a shape — axes, target shapes, sizes and scales, pads, split sizes, \
+         repeats, a range's bounds — must be constants or fold to constants (an initializer, a \
+         `Constant`, shape arithmetic on declared dims): a model's memory is planned once, when \
+         it loads. Exported models hold them so; the ONNX standard's backend test cases feed \
+         them as graph inputs, and tract refuses those as Kestrel does. `docs/onnx-conformance.md` \
+         runs each such case again with every input but the first stored as an initializer (its \
+         constant-parameter variant), where they pass; ops whose first input is itself such a \
+         parameter (ConstantOfShape, the window functions, MelWeightMatrix) fold entirely when \
+         it is constant. Sizes that data decide (NonZero, NonMaxSuppression) are run-time dims \
+         within a bound.\n\n\
          | ONNX op | becomes in Kestrel | limits |\n|---|---|---|\n",
     );
     for o in ONNX_OPS.iter() {

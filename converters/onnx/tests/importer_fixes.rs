@@ -181,3 +181,49 @@ fn reduce_max_and_min_of_constants_fold_from_infinity() {
         }
     }
 }
+
+/// ReduceMax / ReduceMin over an empty axis of a bool or integer input: the type's least
+/// (greatest) value, as ONNX defines it, not the ∓∞ of f32 activations; a value f32 cannot hold
+/// exactly (2^31 − 1) leaves as limbs, exactly.
+#[test]
+fn reduce_max_and_min_of_an_empty_integer_set_are_the_types_extremes() {
+    use kestrel_rt::format::{limbs, OutputKind};
+    // (ONNX element type, max, expected) — bool 9, int8 3, int32 6, uint16 4.
+    let cases: [(i64, bool, i64); 7] = [
+        (9, true, 0),
+        (9, false, 1),
+        (3, true, -128),
+        (3, false, 127),
+        (6, true, -(1 << 31)),
+        (4, false, 65535),
+        (6, false, (1 << 31) - 1),
+    ];
+    for (elem, max, want) in cases {
+        let op = if max { "ReduceMax" } else { "ReduceMin" };
+        let value = |name: &str, dims: &[usize]| {
+            let shape = dims.iter().fold(Msg::default(), |s, &d| s.msg(1, Msg::default().int(1, d as i64)));
+            Msg::default().str(1, name).msg(2, Msg::default().msg(1, Msg::default().int(1, elem).msg(2, shape)))
+        };
+        let node = op_node(op, &["b"], "y", vec![i64_attr("keepdims", 1), proto::i64s_attr("axes", &[1])]);
+        let graph = Msg::default().str(2, "g").msg(1, node).msg(11, value("b", &[3, 0])).msg(12, value("y", &[3, 1]));
+        let onnx = Msg::default().int(1, 9).msg(8, Msg::default().int(2, 13)).str(2, "t").msg(7, graph).0;
+        let what = format!("{op} over an empty axis of element type {elem}");
+        let path = std::env::temp_dir().join(format!("kestrel-test-{}-empty{elem}{max}.onnx", std::process::id()));
+        std::fs::write(&path, onnx).unwrap();
+        let conv = kestrel_rt_onnx::convert(&path, &kestrel_rt_onnx::ConvertOptions::default());
+        std::fs::remove_file(&path).ok();
+        let model = kestrel_rt::Model::from_bytes(&conv.unwrap_or_else(|e| panic!("{what}: {e}")).kes).unwrap();
+        let kind = model.cpu().unwrap().file().meta().outputs().next().unwrap().kind;
+        let exact = (-(1 << 24)..=1 << 24).contains(&want);
+        assert_eq!(kind == OutputKind::I64Limbs, !exact, "{what}: output kind {kind:?}");
+        let n = if exact { 3 } else { 3 * limbs::LIMBS };
+        let y = model.session(1).unwrap().run_vec(&[Input::F32(&[])]).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(y[0].len(), n, "{what}");
+        let got: Vec<i64> = if exact {
+            y[0].iter().map(|&v| v as i64).collect()
+        } else {
+            y[0].chunks(limbs::LIMBS).map(|c| limbs::decode(c).unwrap()).collect()
+        };
+        assert_eq!(got, vec![want; 3], "{what}");
+    }
+}

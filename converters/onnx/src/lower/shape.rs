@@ -11,6 +11,35 @@ use tract_onnx::tract_core::ops::nn::{Reduce as TReduce, Reducer, RmsNorm, Softm
 use tract_transformers::ops::scaled_masked_softmax::ScaledMaskedSoftmax;
 
 impl Lowerer<'_> {
+    /// The max (min) of an empty set of a bool or integer type: the type's least (greatest)
+    /// value, as ONNX defines it (f32 activations would give −∞ / +∞), a constant of the
+    /// output's shape and type (exact; an output beyond f32's range leaves as limbs).
+    fn empty_integer_extreme(&mut self, max: bool, dt: tract_onnx::prelude::DatumType) -> Res<()> {
+        use tract_onnx::prelude::DatumType as D;
+        let out = self.out_shape()?;
+        let n: usize = out.iter().product();
+        macro_rules! filled {
+            ($t:ty) => {
+                Tensor::from_shape(&out, &vec![if max { <$t>::MIN } else { <$t>::MAX }; n])
+            };
+        }
+        let t = match dt {
+            D::Bool => Tensor::from_shape(&out, &vec![!max; n]),
+            D::I8 => filled!(i8),
+            D::I16 => filled!(i16),
+            D::I32 => filled!(i32),
+            D::I64 => filled!(i64),
+            D::U8 => filled!(u8),
+            D::U16 => filled!(u16),
+            D::U32 => filled!(u32),
+            D::U64 => filled!(u64),
+            _ => return Err(self.unsupported(&format!("the extreme of an empty set of {dt:?}"))),
+        }
+        .map_err(|e| self.bad("a constant", format!("{e}")))?;
+        self.set_out(Val::Const(Arc::new(t)));
+        Ok(())
+    }
+
     /// Lowers the node if it is an axis, softmax, reduce or gather op; `Ok(false)` otherwise.
     pub(super) fn try_shape(&mut self) -> Res<bool> {
         let node = self.model.node(self.node);
@@ -97,6 +126,15 @@ impl Lowerer<'_> {
                 r => ReduceOp::from_importer_name(&format!("{r:?}"))
                     .ok_or_else(|| self.unsupported(&format!("reducer {r:?}")))?,
             };
+            let dt = self
+                .model
+                .outlet_fact(node.inputs[0])
+                .map_err(|e| self.bad("a typed input", format!("{e}")))?
+                .datum_type;
+            let empty = op.axes.iter().any(|&a| self.val(node.inputs[0]).is_ok_and(|v| v.shape().get(a) == Some(&0)));
+            if empty && !dt.is_float() && matches!(op.reducer, Reducer::Max | Reducer::Min) {
+                return self.empty_integer_extreme(op.reducer == Reducer::Max, dt).map(|()| true);
+            }
             let (mut x, mut shape) = self.act(node.inputs[0])?;
             if op.reducer == Reducer::MeanOfSquares {
                 let xx = x;

@@ -313,6 +313,31 @@ impl Lowerer<'_> {
         self.binary_op(kept, lost, BinaryOp::Add)
     }
 
+    /// A constant graph output of integers f32 cannot all hold exactly (beyond ±2^24: a type's
+    /// extreme, a hash constant) as a limb activation `[shape.., 8]`; `None` for any other.
+    pub(crate) fn limbs_constant_output(&mut self, o: OutletId) -> Res<Option<TensorId>> {
+        let Val::Const(t) = self.val(o)? else { return Ok(None) };
+        if !t.datum_type().is_integer() || t.datum_type() == DatumType::Bool {
+            return Ok(None);
+        }
+        let Some(v) = const_ints(&t) else { return Ok(None) };
+        let unsigned = t.datum_type() == DatumType::U64;
+        let exact = |x: i64| if unsigned { (x as u64) <= 1 << 24 } else { (-(1 << 24)..=1 << 24).contains(&x) };
+        if v.iter().all(|&x| exact(x)) {
+            return Ok(None);
+        }
+        let node = self.node;
+        self.node = o.node;
+        let dims: Vec<usize> = t.shape().iter().copied().chain([LIMBS]).collect();
+        let limbs: Vec<f32> = v.iter().flat_map(|&x| kestrel_rt_format::limbs::encode(x)).collect();
+        let made = self.wconst("limbs_constant_output", &dims, limbs).and_then(|w| {
+            let z = self.wconst("zero", &[1], vec![0.0])?;
+            self.binary_op(w, z, BinaryOp::Add)
+        });
+        self.node = node;
+        made.map(Some)
+    }
+
     /// Gives a limb value read by an op other than a wide bit operation its f32 form (once).
     pub(super) fn value_of_wide(&mut self, o: OutletId) -> Res<()> {
         let Some((l, shape)) = self.wide.get(&o).cloned() else { return Ok(()) };
