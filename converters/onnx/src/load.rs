@@ -156,6 +156,7 @@ fn load_typed_inner(
     if let Some(g) = proto.graph.as_mut() {
         unsigned_as_raw(g);
         pad_value_only_for_constant(g);
+        pad_value_as_scalar(g);
         crate::subgraph_types::type_scan_bodies(g);
         forget_unknown_symbols(g);
         crate::batch_norm::mark(g);
@@ -445,6 +446,43 @@ fn pad_value_only_for_constant(g: &mut tract_onnx::pb::GraphProto) {
         for a in &mut n.attribute {
             a.g.iter_mut().chain(a.graphs.iter_mut()).for_each(pad_value_only_for_constant);
         }
+    }
+}
+
+/// ONNX `Pad`'s `constant_value` is a scalar or a one-element tensor (ONNX's own function
+/// bodies write `[1]`: Attention's expansion pads its bias so); tract's importer (0.23) types
+/// only a scalar and fails on the rest. The input is reshaped to a scalar before every Pad that
+/// has one (a view, folded when constant), in subgraphs too.
+fn pad_value_as_scalar(g: &mut tract_onnx::pb::GraphProto) {
+    let mut at = 0;
+    while at < g.node.len() {
+        for a in &mut g.node[at].attribute {
+            a.g.iter_mut().chain(a.graphs.iter_mut()).for_each(pad_value_as_scalar);
+        }
+        let n = &g.node[at];
+        if !(n.op_type == "Pad" && n.domain.is_empty() && n.input.get(2).is_some_and(|v| !v.is_empty())) {
+            at += 1;
+            continue;
+        }
+        let value = n.input[2].clone();
+        let scalar = format!("{value}.kestrel_scalar.{at}");
+        let shape = format!("{scalar}.shape");
+        g.initializer.push(tract_onnx::pb::TensorProto {
+            dims: vec![0],
+            data_type: 7,
+            name: shape.clone(),
+            ..Default::default()
+        });
+        let reshape = tract_onnx::pb::NodeProto {
+            input: vec![value, shape],
+            output: vec![scalar.clone()],
+            name: format!("{scalar}.reshape"),
+            op_type: "Reshape".into(),
+            ..Default::default()
+        };
+        g.node[at].input[2] = scalar;
+        g.node.insert(at, reshape);
+        at += 2;
     }
 }
 

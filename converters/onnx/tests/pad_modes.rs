@@ -69,7 +69,10 @@ fn every_mode_with_and_without_the_value_input_matches_the_definition() {
             if mode == "reflect" && shape.iter().zip(pads).any(|(&n, &(b, a))| b.max(a) >= n) {
                 continue;
             }
-            for with_value in [false, true] {
+            // The value input absent, a scalar, or a one-element tensor (ONNX's function bodies
+            // write `[1]`).
+            let forms: [(bool, &[usize]); 3] = [(false, &[]), (true, &[]), (true, &[1])];
+            for (with_value, value_dims) in forms {
                 let n: usize = shape.iter().product();
                 let x: Vec<f32> = (0..n).map(|_| rng.uniform() * 3.0).collect();
                 let value = 7.5f32;
@@ -78,15 +81,19 @@ fn every_mode_with_and_without_the_value_input_matches_the_definition() {
                 let mut inits = vec![i64_tensor("pads", &[flat.len()], &flat)];
                 if with_value {
                     node = node.str(1, "value");
-                    inits.push(f32_tensor("value", &[], &[value]));
+                    inits.push(f32_tensor("value", value_dims, &[value]));
                 }
                 let node = node.str(2, "y").str(3, "pad").str(4, "Pad").msg(5, str_attr("mode", mode));
                 let onnx = one_node_model(node, shape, inits, 18, "t");
                 let fill = if with_value { value } else { 0.0 };
                 let (want, _) = reference(&x, shape, pads, mode, fill);
-                let got =
-                    convert_and_run(&format!("pad-{case}-{mode}-{with_value}"), &onnx, &[Input::F32(&x)], want.len())
-                        .unwrap_or_else(|e| panic!("case {case} {mode} value {with_value}: {e}"));
+                let got = convert_and_run(
+                    &format!("pad-{case}-{mode}-{with_value}-{}", value_dims.len()),
+                    &onnx,
+                    &[Input::F32(&x)],
+                    want.len(),
+                )
+                .unwrap_or_else(|e| panic!("case {case} {mode} value {with_value}: {e}"));
                 for (backend, y) in got.iter().enumerate() {
                     assert_eq!(y, &want, "case {case} {shape:?} {pads:?} {mode} value {with_value}, backend {backend}");
                 }
