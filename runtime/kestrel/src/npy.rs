@@ -186,30 +186,30 @@ pub fn non_finite(data: &[f32]) -> Option<(usize, usize)> {
 ///
 /// The element count of `shape` must equal `data.len()` (an error, before the file is created).
 pub fn write_f32(path: impl AsRef<Path>, shape: &[usize], data: &[f32]) -> Result<(), Error> {
-    use std::io::Write as _;
-    let path = path.as_ref();
-    let header = header("<f4", shape, data.len()).map_err(|e| npy_err(path, e))?;
-    let io = |error| Error::Io { path: path.display().to_string(), error };
-    let mut file = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
-    file.write_all(&header).map_err(io)?;
-    for v in data {
-        file.write_all(&v.to_le_bytes()).map_err(io)?;
-    }
-    file.into_inner().map_err(|e| io(e.into_error()))?;
-    Ok(())
+    write_le(path.as_ref(), "<f4", shape, data.len(), data.iter().map(|v| v.to_le_bytes()))
 }
 
 /// Writes an int64 array (as [`write_f32`] writes float32: the element count of `shape` must
 /// equal `data.len()`).
 pub fn write_i64(path: impl AsRef<Path>, shape: &[usize], data: &[i64]) -> Result<(), Error> {
+    write_le(path.as_ref(), "<i8", shape, data.len(), data.iter().map(|v| v.to_le_bytes()))
+}
+
+/// Writes `count` little-endian items of `descr` in `shape`.
+fn write_le<const N: usize>(
+    path: &Path,
+    descr: &str,
+    shape: &[usize],
+    count: usize,
+    items: impl Iterator<Item = [u8; N]>,
+) -> Result<(), Error> {
     use std::io::Write as _;
-    let path = path.as_ref();
-    let header = header("<i8", shape, data.len()).map_err(|e| npy_err(path, e))?;
+    let header = header(descr, shape, count).map_err(|e| npy_err(path, e))?;
     let io = |error| Error::Io { path: path.display().to_string(), error };
     let mut file = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
     file.write_all(&header).map_err(io)?;
-    for v in data {
-        file.write_all(&v.to_le_bytes()).map_err(io)?;
+    for v in items {
+        file.write_all(&v).map_err(io)?;
     }
     file.into_inner().map_err(|e| io(e.into_error()))?;
     Ok(())

@@ -285,15 +285,22 @@ impl Lowerer<'_> {
         self.binary_op(q, hi, BinaryOp::Sub)
     }
 
-    /// A limb value `[shape.., 8]` as f32 values `[shape..]`: exact in `-2^24..2^24`, NaN
-    /// beyond (never a rounded integer).
-    fn value_of_limbs(&mut self, l: TensorId, signed: bool) -> Res<TensorId> {
+    /// A limb value's low three bytes as a number (`Σ_{k<3} l_k·2^8k`, exact) and the sum of
+    /// its five high bytes (0 for a small non-negative value, 5·255 for a small negative one).
+    fn low_and_high(&mut self, l: TensorId) -> Res<(TensorId, TensorId)> {
         let low = self.wconst("limb_low_weights", &[LIMBS], vec![1.0, 256.0, 65536.0, 0.0, 0.0, 0.0, 0.0, 0.0])?;
         let low = self.binary_op(l, low, BinaryOp::Mul)?;
         let low = self.sum_last(low)?;
         let high = self.wconst("limb_high_mask", &[LIMBS], vec![0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])?;
         let high = self.binary_op(l, high, BinaryOp::Mul)?;
         let high = self.sum_last(high)?;
+        Ok((low, high))
+    }
+
+    /// A limb value `[shape.., 8]` as f32 values `[shape..]`: exact in `-2^24..2^24`, NaN
+    /// beyond (never a rounded integer).
+    fn value_of_limbs(&mut self, l: TensorId, signed: bool) -> Res<TensorId> {
+        let (low, high) = self.low_and_high(l)?;
         let zero = self.wconst("zero", &[1], vec![0.0])?;
         let mut ok = self.binary_op(high, zero, BinaryOp::Equal)?;
         let mut v = low;
@@ -441,13 +448,7 @@ impl Lowerer<'_> {
         // The amount as an f32 value where it is small (0..2^24), and whether it lies in 0..w.
         let (amount, shape) = match self.wide.get(&o).cloned() {
             Some((l, shape)) => {
-                let low =
-                    self.wconst("limb_low_weights", &[LIMBS], vec![1.0, 256.0, 65536.0, 0.0, 0.0, 0.0, 0.0, 0.0])?;
-                let low = self.binary_op(l, low, BinaryOp::Mul)?;
-                let low = self.sum_last(low)?;
-                let high = self.wconst("limb_high_mask", &[LIMBS], vec![0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])?;
-                let high = self.binary_op(l, high, BinaryOp::Mul)?;
-                let high = self.sum_last(high)?;
+                let (low, high) = self.low_and_high(l)?;
                 // Any byte above the third set: a huge (or negative) amount, out of range.
                 let big = self.wconst("shift_out_of_range", &[1], vec![16_777_216.0])?;
                 let high = self.binary_op(high, big, BinaryOp::Mul)?;
