@@ -109,7 +109,7 @@ NegativeLogLikelihoodLoss | parsed by Kestrel (`src/expand/`): the targets compa
 NonMaxSuppression | Kestrel's Nms op (greedy per batch and class, as the standard's reference: score threshold, highest first with ties in index order, IoU above the threshold suppresses; `-1` past the last kept row), its count a run-time dim (`nms:<node>`, the rows not `-1` summed) and the output sliced to it | both box encodings; limits constant or computed at run time; at least one box selected per run (an empty selection is a run-time error), B·C·N < 2^24; the CPU (the GPU refuses run-time dims)
 NonZero | its count a run-time dim (`nonzero:<node>`, 1..=N): the running count of the mask by log-step shifted adds, the one-hot of the ranks times a constant coordinate table | at least one non-zero entry per run, N·N ≤ 2^24 (the one-hot at the bound); the CPU (the GPU refuses run-time dims)
 Not | Binary 1 − x | boolean operand
-OneHot | Embedding of the ids into the rows of off + (on − off)·I, or for f32 indices comparisons with 0..D and −D..0 | constant depth and values; integer ids in 0..D (another is a run-time error where ONNX gives an all-off row)
+OneHot | the indices as values (integers exact to 2^24), truncated, compared with 0..D and −D..0, scaled to the values | constant depth and values; an index outside −D..D gives an all-off row, as ONNX defines
 Or | Binary Max on 0/1 values | boolean operands
 PRelu | Mul, a comparison and a select (tract's expansion)
 Pad | a Slice into zeros plus the constant (edge, reflect: Dense with a 0/1 weight) | constant mode, constant pads

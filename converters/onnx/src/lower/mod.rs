@@ -723,7 +723,8 @@ impl<'m> Lowerer<'m> {
 }
 
 /// Whether a graph input of integers is read as token ids: as indices (a `Gather`'s,
-/// `GatherElements`', `OneHot`'s) or by a cast to bool (an attention mask: an `Embedding` into
+/// `GatherElements`'; not a `OneHot`'s, whose index outside the depth is an all-off row, not an
+/// error: it compares values) or by a cast to bool (an attention mask: an `Embedding` into
 /// `[[0], [1]]`), through reshapes. An integer input read only otherwise is taken as f32 values.
 /// `Some(bound)` when read by a table lookup (the smallest table's rows on the gathered axis),
 /// `Some(2)` for a cast to bool only; `None` when read only otherwise.
@@ -748,9 +749,9 @@ pub(crate) fn read_as_ids(model: &TypedModel, outlet: OutletId) -> Option<usize>
 }
 
 /// The length of the axis a node indexes with its input `slot` (a Gather's or GatherElements'
-/// indices, a OneHot's), `None` when the slot holds no indices.
+/// indices), `None` when the slot holds no indices.
 fn index_bound(model: &TypedModel, node: &TypedNode, slot: usize) -> Option<usize> {
-    use tract_onnx::tract_core::ops::array::{GatherElements, OneHot};
+    use tract_onnx::tract_core::ops::array::GatherElements;
     let axis_len = |axis: usize| -> Option<usize> {
         let f = model.outlet_fact(*node.inputs.first()?).ok()?;
         f.shape.as_concrete().and_then(|s| s.get(axis).copied())
@@ -761,7 +762,7 @@ fn index_bound(model: &TypedModel, node: &TypedNode, slot: usize) -> Option<usiz
     if let Some(g) = node.op_as::<GatherElements>() {
         return (slot == 1).then(|| axis_len(g.axis)).flatten();
     }
-    node.op_as::<OneHot>().filter(|_| slot == 0).map(|o| o.dim)
+    None
 }
 
 /// A constant's values as f32.

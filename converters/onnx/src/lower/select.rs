@@ -392,11 +392,11 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// ONNX OneHot with a constant depth D and values: the indices' one-hot on a new axis.
-    /// Integer ids: an `Embedding` into the rows of `off + (on − off)·I` (an index outside `0..D`
-    /// a run-time error); f32 indices (an ArgMax's, or a float input): truncated as ONNX casts
-    /// them (`t = x − fmod(x, 1)`), compared with `0..D` and with `−D..0` (negative indices count
-    /// from the end), scaled to the values; the new axis moved into place.
+    /// ONNX OneHot with a constant depth D and values: the indices' one-hot on a new axis. The
+    /// indices as values (integers exact to 2^24; ids another op reads as a table's indices read
+    /// as values), truncated as ONNX casts them (`t = x − fmod(x, 1)`), compared with `0..D` and
+    /// with `−D..0` (negative indices count from the end; one outside `−D..D` gives an all-off
+    /// row, as ONNX defines), scaled to the values; the new axis moved into place.
     fn one_hot(&mut self, op: &OneHot) -> Res<()> {
         let node = self.model.node(self.node);
         let here = OutletId::new(self.node, 0);
@@ -406,31 +406,26 @@ impl Lowerer<'_> {
         if d == 0 {
             return Err(self.unsupported("one-hot of depth 0"));
         }
-        let (y, in_shape) = match self.val(node.inputs[0])? {
-            Val::Act { id, shape, int: true } => {
-                let table: Vec<f32> = (0..d * d).map(|k| if k / d == k % d { on } else { off }).collect();
-                let t = self.weight_f32(here, "one_hot_rows", &[d, d], table)?;
-                (self.b.op(|y| Op::Embedding(Embedding { ids: id, table: t, pos: None, y }))?, shape)
-            }
-            Val::Act { id, shape, int: false } => {
-                let n: usize = shape.iter().product();
-                let x = self.reshape(id, &shape, &[n, 1])?;
-                let one = self.weight_f32(here, "one", &[1], vec![1.0])?;
-                let frac = self.binary_op(x, one, BinaryOp::Fmod)?;
-                let t = self.binary_op(x, frac, BinaryOp::Sub)?;
-                let mut y = self.one_hot_of(t, &[n, 1], false, d)?;
-                if on - off != 1.0 {
-                    let s = self.weight_f32(here, "one_hot_scale", &[1], vec![on - off])?;
-                    y = self.binary_op(y, s, BinaryOp::Mul)?;
-                }
-                if off != 0.0 {
-                    let o = self.weight_f32(here, "one_hot_off", &[1], vec![off])?;
-                    y = self.binary_op(y, o, BinaryOp::Add)?;
-                }
-                (y, shape)
-            }
-            Val::Const(_) => return Err(self.bad("indices computed at run time", "a constant".into())),
-        };
+        if let Val::Const(_) = self.val(node.inputs[0])? {
+            return Err(self.bad("indices computed at run time", "a constant".into()));
+        }
+        // Ids another op reads as a table's indices are read as values here.
+        let (x, shape) = self.act(node.inputs[0])?;
+        let n: usize = shape.iter().product();
+        let x = self.reshape(x, &shape, &[n, 1])?;
+        let one = self.weight_f32(here, "one", &[1], vec![1.0])?;
+        let frac = self.binary_op(x, one, BinaryOp::Fmod)?;
+        let t = self.binary_op(x, frac, BinaryOp::Sub)?;
+        let mut y = self.one_hot_of(t, &[n, 1], false, d)?;
+        if on - off != 1.0 {
+            let s = self.weight_f32(here, "one_hot_scale", &[1], vec![on - off])?;
+            y = self.binary_op(y, s, BinaryOp::Mul)?;
+        }
+        if off != 0.0 {
+            let o = self.weight_f32(here, "one_hot_off", &[1], vec![off])?;
+            y = self.binary_op(y, o, BinaryOp::Add)?;
+        }
+        let in_shape = shape;
         // [indices…, D] → D moved to `axis`.
         let flat: Vec<usize> = in_shape.iter().copied().chain([d]).collect();
         let n: usize = in_shape.iter().product();
