@@ -163,10 +163,34 @@ fn batch_of(path: &Path, inputs: &[InputTensor]) -> Result<usize, ConvertError> 
 /// number of samples any input holds (the session itself checks that they agree). A model with
 /// bounded dims runs at the inputs' own sizes.
 pub fn run_kestrel(kes: &[u8], inputs: &[InputTensor]) -> Result<Vec<Vec<f32>>, ConvertError> {
+    use kestrel_rt_format::{limbs, FeedDType, OutputKind};
     let model = kestrel_rt::Model::from_bytes(kes)?;
     let cpu = model.cpu()?;
+    let file = *cpu.file();
+    let meta = file.meta();
+    // Integers the model holds as byte limbs (`kestrel_rt_format::limbs`) go in encoded.
+    let encoded: Vec<Option<Vec<f32>>> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, x)| {
+            let tensor = file.inputs().get(i);
+            let limbs_in = meta.inputs().any(|m| Some(m.tensor) == tensor && m.feed == FeedDType::I64Limbs);
+            match &x.data {
+                InputData::I64(d) if limbs_in => Some(d.iter().flat_map(|&v| limbs::encode(v)).collect()),
+                _ => None,
+            }
+        })
+        .collect();
+    let feeds: Vec<Input<'_>> = inputs
+        .iter()
+        .zip(&encoded)
+        .map(|(x, e)| match e {
+            Some(e) => Input::F32(e),
+            None => x.as_input(),
+        })
+        .collect();
     let shaped = bounded_shapes(&model, inputs)?;
-    let batch = inputs
+    let batch = feeds
         .iter()
         .enumerate()
         .filter_map(|(i, x)| {
@@ -174,23 +198,31 @@ pub fn run_kestrel(kes: &[u8], inputs: &[InputTensor]) -> Result<Vec<Vec<f32>>, 
                 Some((shapes, _)) => shapes.get(i)?.iter().product(),
                 None => cpu.input(i).ok()?.shape.dims().iter().map(|&d| d as usize).product(),
             };
-            let len = match &x.data {
-                InputData::F32(d) => d.len(),
-                InputData::I64(d) => d.len(),
+            let len = match x {
+                Input::F32(d) => d.len(),
+                Input::I64(d) => d.len(),
+                Input::I32(d) => d.len(),
             };
             (n > 0).then(|| len / n)
         })
         .max()
         .unwrap_or(1);
     let mut session = model.session(batch.max(1))?;
-    let feeds: Vec<Input<'_>> = inputs.iter().map(InputTensor::as_input).collect();
-    Ok(match &shaped {
+    let mut outs = match &shaped {
         Some((shapes, _)) => {
             let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
             session.run_vec_shaped(&feeds, &refs)?
         }
         None => session.run_vec(&feeds)?,
-    })
+    };
+    // Integers held as limbs come out as their values (in f32, as tract's are read).
+    for (i, o) in outs.iter_mut().enumerate() {
+        let tensor = file.outputs().get(i);
+        if meta.outputs().any(|m| Some(m.tensor) == tensor && m.kind == OutputKind::I64Limbs) {
+            *o = o.chunks(limbs::LIMBS).map(|c| limbs::decode(c).map_or(f32::NAN, |v| v as f32)).collect();
+        }
+    }
+    Ok(outs)
 }
 
 /// Each input's per-sample shape, and the bounded dims' values (name, value) there.

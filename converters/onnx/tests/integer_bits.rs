@@ -334,3 +334,26 @@ fn wide_results_read_as_values_are_exact_or_nan() {
         }
     }
 }
+
+/// `verify` (what `kestrel convert --verify` runs) on a model whose input and output are held as
+/// limbs: the integers go in encoded and come out decoded, matching tract exactly.
+#[test]
+fn verify_runs_a_model_with_integers_held_as_limbs() {
+    let (elem, w, signed) = TYPES[3];
+    let mut rng = Rng::new(0x71F7);
+    let n = 12;
+    let key: Vec<i64> = (0..n).map(|_| draw(&mut rng, w, signed)).collect();
+    let onnx = model("BitwiseXor", elem, n, Some(Some(&key)), None);
+    let path = std::env::temp_dir().join(format!("kestrel-test-{}-bits-verify.onnx", std::process::id()));
+    std::fs::write(&path, &onnx).unwrap();
+    let conv = kestrel_rt_onnx::convert(&path, &kestrel_rt_onnx::ConvertOptions::default()).unwrap();
+    // Full-range values (compared in f32, as tract's outputs are read: both round alike).
+    let a: Vec<i64> = (0..n).map(|_| draw(&mut rng, w, signed)).collect();
+    let input = kestrel_rt_onnx::InputTensor::i64(&[n], a.clone());
+    let report = kestrel_rt_onnx::verify(&path, &conv.kes, std::slice::from_ref(&input));
+    std::fs::remove_file(&path).ok();
+    let report = report.unwrap();
+    assert_eq!(report.max_abs_err, 0.0, "{report:?}");
+    let want: Vec<f32> = a.iter().zip(&key).map(|(x, k)| (x ^ k) as f32).collect();
+    assert_eq!(report.kestrel[0], want);
+}
