@@ -81,9 +81,7 @@ impl Lowerer<'_> {
 
     /// Records `y` (reshaped to `out` if the broadcast produced another rank) as the output.
     fn finish(&mut self, y: TensorId, out: Vec<usize>) -> Res<()> {
-        let ys: Vec<usize> =
-            self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect()).unwrap_or_default();
-        let y = self.reshape(y, &ys, &out)?;
+        let y = self.reshape_to(y, &out)?;
         self.out(y, out);
         Ok(())
     }

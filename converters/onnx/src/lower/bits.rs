@@ -69,9 +69,7 @@ impl Lowerer<'_> {
             "ShiftLeft" | "ShiftRight" => self.shift(name == "ShiftLeft", w, signed)?,
             op => self.bitwise(op, w, signed)?,
         };
-        let ys: Vec<usize> =
-            self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect()).unwrap_or_default();
-        let y = self.reshape(y, &ys, &out)?;
+        let y = self.reshape_to(y, &out)?;
         self.out(y, out);
         self.count_fused("integer-bits");
         Ok(true)

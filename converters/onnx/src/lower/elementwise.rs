@@ -204,9 +204,7 @@ impl Lowerer<'_> {
             let frac = self.b.op(|y| Op::Binary(Binary { a: q, b: one, op: BinaryOp::Fmod, y }))?;
             y = self.b.op(|y| Op::Binary(Binary { a: q, b: frac, op: BinaryOp::Sub, y }))?;
         }
-        let ys: Vec<usize> =
-            self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect()).unwrap_or_default();
-        let y = self.reshape(y, &ys, &out)?;
+        let y = self.reshape_to(y, &out)?;
         self.out(y, out);
         Ok(())
     }

@@ -427,6 +427,17 @@ impl<'m> Lowerer<'m> {
         Ok(self.b.reshape(id, to)?)
     }
 
+    /// A tensor's dims as the builder holds them (empty for an unknown id).
+    pub(super) fn dims_of(&self, id: TensorId) -> Vec<usize> {
+        self.b.shape_of(id).map(|s| s.dims().iter().map(|&d| d as usize).collect()).unwrap_or_default()
+    }
+
+    /// `id` viewed as `to` (a composition's broadcast result made the node's exact shape).
+    pub(super) fn reshape_to(&mut self, id: TensorId, to: &[usize]) -> Res<TensorId> {
+        let from = self.dims_of(id);
+        self.reshape(id, &from, to)
+    }
+
     /// A materialised transpose, skipped for the identity. Returns the new id and shape.
     pub fn transpose(&mut self, id: TensorId, shape: &[usize], perm: &[usize]) -> Res<(TensorId, Vec<usize>)> {
         if perm.iter().enumerate().all(|(i, &p)| i == p) {

@@ -564,9 +564,7 @@ impl Lowerer<'_> {
             let a = y;
             y = self.b.op(|y| Op::Binary(Binary { a, b: w, op: BinaryOp::Add, y }))?;
         }
-        let ys: Vec<usize> =
-            self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect()).unwrap_or_default();
-        let y = self.reshape(y, &ys, &out)?;
+        let y = self.reshape_to(y, &out)?;
         self.out(y, out);
         self.count_fused("masked-fill");
         Ok(())

@@ -356,9 +356,7 @@ impl Lowerer<'_> {
             };
             y = self.binary_op(y, m, BinaryOp::When)?;
         }
-        let ys: Vec<usize> =
-            self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect()).unwrap_or_default();
-        let y = self.reshape(y, &ys, &out)?;
+        let y = self.reshape_to(y, &out)?;
         self.out(y, out);
         Ok(())
     }

@@ -192,10 +192,8 @@ impl Lowerer<'_> {
                 self.limbs_of_bits(r)?
             }
         };
-        let ys: Vec<usize> =
-            self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect()).unwrap_or_default();
         let want: Vec<usize> = out.iter().copied().chain([LIMBS]).collect();
-        let y = if ys == want { y } else { self.reshape(y, &ys, &want)? };
+        let y = self.reshape_to(y, &want)?;
         self.wide.insert(self.here(), (y, out));
         self.count_fused("integer-bits-limbs");
         Ok(true)
@@ -248,13 +246,18 @@ impl Lowerer<'_> {
 
     /// `[.., 8]` limbs to `[.., 8, 8]` bits: `floor(l / 2^i) mod 2`.
     fn bits_of_limbs(&mut self, l: TensorId) -> Res<TensorId> {
-        let dims: Vec<usize> =
-            self.b.shape_of(l).map(|s| s.dims().iter().map(|&d| d as usize).collect()).unwrap_or_default();
+        let dims = self.dims_of(l);
         let col: Vec<usize> = dims.iter().copied().chain([1]).collect();
         let c = self.reshape(l, &dims, &col)?;
-        let inv: Vec<f32> = (0..LIMB_BITS).map(|i| 0.5f32.powi(i as i32)).collect();
-        let inv = self.wconst("limb_bit_scales", &[LIMB_BITS], inv)?;
-        let q = self.binary_op(c, inv, BinaryOp::Mul)?;
+        self.binary_digits(c, LIMB_BITS)
+    }
+
+    /// The low `n` binary digits of non-negative integers `[.., 1]` as a last axis `[.., n]`:
+    /// `floor(x / 2^i) mod 2` (exact: scalings by powers of two and floors).
+    fn binary_digits(&mut self, x: TensorId, n: usize) -> Res<TensorId> {
+        let inv: Vec<f32> = (0..n).map(|i| 0.5f32.powi(i as i32)).collect();
+        let inv = self.wconst("binary_digit_scales", &[n], inv)?;
+        let q = self.binary_op(x, inv, BinaryOp::Mul)?;
         let q = self.unary_op(q, UnaryOp::Floor)?;
         let two = self.wconst("two", &[1], vec![2.0])?;
         self.binary_op(q, two, BinaryOp::Fmod)
@@ -369,8 +372,7 @@ impl Lowerer<'_> {
         let (l, _) = self.wide_act(node.inputs[0])?;
         let (digits, valid) = self.shift_amount(node.inputs[1], w)?;
         let bits = self.bits_of_limbs(l)?;
-        let dims: Vec<usize> =
-            self.b.shape_of(bits).map(|s| s.dims().iter().map(|&d| d as usize).collect()).unwrap_or_default();
+        let dims = self.dims_of(bits);
         let flat: Vec<usize> = dims[..dims.len() - 2].iter().copied().chain([BITS]).collect();
         let mut x = self.reshape(bits, &dims, &flat)?;
         let sign = if signed && !left { Some(self.slice_last(x, (BITS - 1) as u32, 1, 0, 1)?) } else { None };
@@ -416,8 +418,7 @@ impl Lowerer<'_> {
                 kept
             };
         }
-        let xd: Vec<usize> =
-            self.b.shape_of(x).map(|s| s.dims().iter().map(|&d| d as usize).collect()).unwrap_or_default();
+        let xd = self.dims_of(x);
         let split: Vec<usize> = xd[..xd.len() - 1].iter().copied().chain([LIMBS, LIMB_BITS]).collect();
         let x = self.reshape(x, &xd, &split)?;
         self.limbs_of_bits(x)
@@ -465,12 +466,7 @@ impl Lowerer<'_> {
         let col: Vec<usize> = shape.iter().copied().chain([1]).collect();
         let amount = self.reshape(amount, &shape, &col)?;
         let valid = self.reshape(valid, &shape, &col)?;
-        let inv: Vec<f32> = (0..DIGITS).map(|k| 0.5f32.powi(k as i32)).collect();
-        let inv = self.wconst("shift_digit_scales", &[DIGITS], inv)?;
-        let q = self.binary_op(amount, inv, BinaryOp::Mul)?;
-        let q = self.unary_op(q, UnaryOp::Floor)?;
-        let two = self.wconst("two", &[1], vec![2.0])?;
-        let all = self.binary_op(q, two, BinaryOp::Fmod)?;
+        let all = self.binary_digits(amount, DIGITS)?;
         let mut digits = Vec::with_capacity(DIGITS);
         for k in 0..DIGITS {
             digits.push(self.slice_last(all, k as u32, 1, 0, 1)?);
