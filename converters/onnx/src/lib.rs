@@ -318,9 +318,9 @@ pub(crate) fn convert_core(
             Some(&(id, _)) => Some(id),
             None => l.limbs_constant_output(o)?,
         };
-        let (id, _) = match wide {
-            Some(id) => (id, Vec::new()),
-            None => l.output_act(o)?,
+        let id = match wide {
+            Some(id) => id,
+            None => l.output_act(o)?.0,
         };
         // Outputs drop the leading batch-1 axis too (a view), when the inputs have one.
         let id = match l.b.shape_of(id).map(|s| s.dims().to_vec()) {
