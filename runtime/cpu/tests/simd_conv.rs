@@ -60,6 +60,49 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// The packed-weights GEMM (x86: products of at least 128 columns, `gemm_pa.rs`), through
+    /// `matmul_kn_rows` and `matmul_kn`: several 64-row groups of packed weights with a partial
+    /// last group and a partial last tile (of 8 rows on AVX-512, 6 on AVX2), depths from one
+    /// partial 8-column step to three blocks (each not a multiple of 8), columns across several
+    /// 32-column panels with a partial last one; rows of `B` at arbitrary offsets.
+    #[test]
+    fn packed_weight_gemm_matches_f64(
+        (m, n, k, a, b, offs) in (60usize..140, 128usize..200, prop_oneof![1usize..20, 180usize..200, 380usize..400], 0usize..40)
+            .prop_flat_map(|(m, n, k, extra)| (
+                Just(m), Just(n), Just(k),
+                proptest::collection::vec(-1.0f32..1.0, m * k),
+                proptest::collection::vec(-2.0f32..2.0, (n + extra).max(k * n)),
+                proptest::collection::vec(0usize..=extra, k),
+            ))
+    ) {
+        let want: Vec<f64> = (0..m * n)
+            .map(|i| (0..k).map(|j| f64::from(a[(i / n) * k + j]) * f64::from(b[offs[j] + i % n])).sum())
+            .collect();
+        let p = simd::KnRows { m, k, n, a: &a, b: &b, rows: &|kk: usize| offs[kk] };
+        let mut y = vec![f32::NAN; m * n];
+        simd::matmul_kn_rows(&a, m, k, &b, &|kk| offs[kk], n, &mut y, n);
+        assert_close("packed matmul_kn_rows (dispatched)", &y, &want, F32_APPROX);
+        for isa in isas() {
+            if let Some(got) = simd_matmul_kn_rows(isa, &p) {
+                assert_close(&format!("{} packed matmul_kn_rows", isa.name()), &got, &want, F32_APPROX);
+            }
+        }
+        // Row-major B (a 1×1 convolution's input), into rows of a wider y.
+        let want: Vec<f64> = (0..m * n)
+            .map(|i| (0..k).map(|j| f64::from(a[(i / n) * k + j]) * f64::from(b[j * n + i % n])).sum())
+            .collect();
+        let ldy = n + 3;
+        let mut y = vec![f32::NAN; m * ldy];
+        simd::matmul_kn(&a, m, k, &b[..k * n], n, &mut y, ldy);
+        let got: Vec<f32> = y.chunks(ldy).flat_map(|r| r[..n].to_vec()).collect();
+        assert_close("packed matmul_kn (dispatched)", &got, &want, F32_APPROX);
+        assert!(y.chunks(ldy).all(|r| r[n..].iter().all(|v| v.is_nan())), "matmul_kn wrote past n in a row of y");
+    }
+}
+
 /// The planar depthwise taps' signature (`w, off, src, acc`).
 type TapsFn = unsafe fn(&[f32], &[usize], &[f32], &mut [f32]);
 /// The channels-innermost depthwise convolution's signature (`geometry, w, x, y`).

@@ -517,7 +517,28 @@ pub(super) unsafe fn ukernel_hooked<V: Vf, P: Panel, const MR: usize, const NV: 
             }
             ap = ap.add(1);
         }
-        for (r, acc) in acc.iter().enumerate() {
+        store_tile::<V, MR, NV>(&acc, (c, ldc), MR, nvalid, add);
+    }
+}
+
+/// Writes (or, with `add`, adds to `y`) the first `rows` rows of a tile's sums `acc`: each row's
+/// first `nvalid` columns at `c + r·ldc`, whole vectors stored directly, a partial last one
+/// through a buffer.
+///
+/// # Safety
+/// `V`'s instructions available; `rows ≤ MR` rows of `nvalid ≤ NV·L` writable f32 at `c` (row
+/// stride `ldc`).
+#[inline(always)]
+pub(super) unsafe fn store_tile<V: Vf, const MR: usize, const NV: usize>(
+    acc: &[[V; NV]; MR],
+    (c, ldc): (*mut f32, usize),
+    rows: usize,
+    nvalid: usize,
+    add: bool,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        for (r, acc) in acc.iter().enumerate().take(rows) {
             for (v, &acc) in acc.iter().enumerate() {
                 let col = v * V::L;
                 let p = c.add(r * ldc + col);

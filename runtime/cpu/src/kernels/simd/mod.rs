@@ -22,6 +22,8 @@ mod f32_weights;
 #[cfg(target_arch = "x86_64")]
 mod gemm;
 #[cfg(target_arch = "x86_64")]
+mod gemm_pa;
+#[cfg(target_arch = "x86_64")]
 mod i4_gemv;
 #[cfg(target_arch = "x86_64")]
 mod i8_avx2;

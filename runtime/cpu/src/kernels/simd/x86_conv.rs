@@ -4,14 +4,26 @@
 //! `taps.rs`.
 
 use super::gemm::{self, Vf};
+use super::gemm_pa;
 
 /// One ISA's entry points: the same bodies, the target features, vector type `$v` and
 /// micro-kernel rows `$mr` of that ISA. Where `n` fits in one vector of columns, the GEMMs
 /// take a one-vector tile (a two-vector tile would be half padding).
 macro_rules! conv_entry_points {
     ($features:literal, $needs:literal, $v:ty, $mr:literal, $tile:literal,
-     $kn:ident, $kn_rows:ident, $taps:ident, $taps_rows:ident, $taps_cl:ident) => {
-        #[doc = concat!("`y [m, n] = a [m, k] · b [k, n]` (f32, row-major, `y`'s rows at stride `ldy`; see [`gemm::gemm_kn`]) with the ", $tile, " micro-kernel.")]
+     $kn:ident, $kn_rows:ident, $pa:ident, $taps:ident, $taps_rows:ident, $taps_cl:ident) => {
+        #[doc = concat!("[`gemm_pa::gemm_pa`] with the ", $tile, " micro-kernel: its own frame (its stack buffers, ~72 KiB, never add to the row-major path's).")]
+        ///
+        /// # Safety
+        #[doc = concat!("The CPU must support ", $needs, "; as [`gemm_pa::gemm_pa`] on `y`.")]
+        #[target_feature(enable = $features)]
+        #[inline(never)]
+        unsafe fn $pa(p: &super::KnRows<'_>, y: *mut f32, ldy: usize) {
+            // SAFETY: the caller's contract.
+            unsafe { gemm_pa::gemm_pa::<$v, $mr, 2>(p, y, ldy) }
+        }
+
+        #[doc = concat!("`y [m, n] = a [m, k] · b [k, n]` (f32, row-major, `y`'s rows at stride `ldy`; see [`gemm::gemm_kn`]) with the ", $tile, " micro-kernel; over weights packed per call where [`gemm_pa::takes`] ([`gemm_pa::gemm_pa`]).")]
         ///
         /// # Safety
         #[doc = concat!("The CPU must support ", $needs, ". (Lengths are checked.)")]
@@ -20,7 +32,10 @@ macro_rules! conv_entry_points {
             assert!(ldy >= n && (m == 0 || y.len() >= (m - 1) * ldy + n));
             // SAFETY: y is exclusively borrowed and holds m rows of n at stride ldy.
             unsafe {
-                if n <= <$v>::L {
+                if gemm_pa::takes(m, k, n) {
+                    assert!(b.len() >= k * n, "matmul_kn: b is shorter than k·n");
+                    $pa(&super::KnRows { m, k, n, a, b, rows: &|kk| kk * n }, y.as_mut_ptr(), ldy)
+                } else if n <= <$v>::L {
                     gemm::gemm_kn::<$v, $mr, 1>(a, m, k, b, n, y.as_mut_ptr(), ldy)
                 } else {
                     gemm::gemm_kn::<$v, $mr, 2>(a, m, k, b, n, y.as_mut_ptr(), ldy)
@@ -28,7 +43,7 @@ macro_rules! conv_entry_points {
             }
         }
 
-        #[doc = concat!("`y [m, n] = a [m, k] · B`, row `kk` of `B` at `b[rows(kk)..][..n]` ([`super::KnRows`]; see [`gemm::gemm_kn_rows`]), with the ", $tile, " micro-kernel.")]
+        #[doc = concat!("`y [m, n] = a [m, k] · B`, row `kk` of `B` at `b[rows(kk)..][..n]` ([`super::KnRows`]; see [`gemm::gemm_kn_rows`]), with the ", $tile, " micro-kernel; over weights packed per call where [`gemm_pa::takes`] ([`gemm_pa::gemm_pa`]).")]
         ///
         /// # Safety
         #[doc = concat!("The CPU must support ", $needs, ". (Lengths are checked.)")]
@@ -37,7 +52,9 @@ macro_rules! conv_entry_points {
             assert!(ldy >= p.n && (p.m == 0 || y.len() >= (p.m - 1) * ldy + p.n));
             // SAFETY: y is exclusively borrowed and holds m rows of n at stride ldy.
             unsafe {
-                if p.n <= <$v>::L {
+                if gemm_pa::takes(p.m, p.k, p.n) {
+                    $pa(p, y.as_mut_ptr(), ldy)
+                } else if p.n <= <$v>::L {
                     gemm::gemm_kn_rows::<$v, $mr, 1>(p, y.as_mut_ptr(), ldy)
                 } else {
                     gemm::gemm_kn_rows::<$v, $mr, 2>(p, y.as_mut_ptr(), ldy)
@@ -85,6 +102,7 @@ conv_entry_points!(
     "6×16 AVX2",
     matmul_kn,
     matmul_kn_rows,
+    matmul_pa,
     taps,
     taps_rows,
     taps_cl
@@ -97,6 +115,7 @@ conv_entry_points!(
     "8×32 AVX-512",
     matmul_kn_avx512,
     matmul_kn_rows_avx512,
+    matmul_pa_avx512,
     taps_avx512,
     taps_rows_avx512,
     taps_cl_avx512
