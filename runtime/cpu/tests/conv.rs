@@ -171,9 +171,35 @@ fn conv2d_large_phase_planes_match_reference() {
     check_fixed_cases(&cases);
 }
 
+/// Ungrouped layers whose plane has at most a quarter as many pixels as output channels, with
+/// weights stored in every encoding: those not in f32 multiply transposed through the dense
+/// kernels (the weights dequantised as they are packed, never decoded whole) rather than by the
+/// implicit GEMM; planes from 16 pixels (below, every encoding takes the small-plane path),
+/// padded, strided, dilated and 1×1.
+#[test]
+fn conv2d_encoded_weights_on_small_maps_match_reference() {
+    // (C, H, W, O, kh, kw, stride, pad, dilation, groups)
+    let cases: [ConvCase; 5] = [
+        (16, 4, 4, 64, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 1),
+        (24, 9, 9, 100, 3, 3, [2, 2], [1, 1, 1, 1], [1, 1], 1),
+        (40, 7, 7, 200, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 1),
+        (32, 9, 8, 96, 3, 3, [1, 1], [0, 1, 1, 0], [2, 1], 1),
+        (48, 5, 6, 130, 1, 1, [1, 1], [0, 0, 0, 0], [1, 1], 1),
+    ];
+    for dt in DTYPES {
+        check_cases(&cases, dt);
+    }
+}
+
 /// Each case with seeded pseudo-random values (all nonzero) and a bias, f32 weights, the
 /// planner's scratch (NaN-filled), against the reference.
 fn check_fixed_cases(cases: &[ConvCase]) {
+    check_cases(cases, kestrel_rt_format::DType::F32);
+}
+
+/// [`check_fixed_cases`] with weights (and bias) stored as `dt`, against the reference on the
+/// decoded values.
+fn check_cases(cases: &[ConvCase], dt: kestrel_rt_format::DType) {
     let mut seed = 0x9E37_79B9u32;
     let mut next = move || {
         seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
@@ -192,8 +218,8 @@ fn check_fixed_cases(cases: &[ConvCase]) {
         let ws: Vec<f32> = (0..o * (c / groups) * kh * kw).map(|_| next()).collect();
         let bs: Vec<f32> = (0..o).map(|_| next()).collect();
         let run = |x: &[f32], ws: &[f32], bs: &[f32]| {
-            let mut wt = TestWeight::new(kestrel_rt_format::DType::F32, &ws_shape, ws);
-            let mut bt = TestWeight::new(kestrel_rt_format::DType::F32, &[o], bs);
+            let mut wt = TestWeight::new(dt, &ws_shape, ws);
+            let mut bt = TestWeight::new(dt, &[o], bs);
             let spec = r::ConvSpec { stride, pad, dilation, groups };
             let (want, _, _) = r::conv2d(&f64s(x), [c, h, w], &wt.decoded, ws_shape, Some(&bt.decoded[..]), spec);
             let proj = ProjW { w: wt.view(), b: Some(bt.view()), act_scale: None };
@@ -203,6 +229,6 @@ fn check_fixed_cases(cases: &[ConvCase]) {
         };
         let (y, want) = run(&xs, &ws, &bs);
         let (mag, mag_want) = run(&abs(&xs), &abs(&ws), &abs(&bs));
-        assert_close_dot(&format!("conv2d {case:?}"), &y, &want, &mag, &mag_want);
+        assert_close_dot(&format!("conv2d {case:?} {dt:?}"), &y, &want, &mag, &mag_want);
     }
 }

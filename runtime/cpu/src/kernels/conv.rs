@@ -103,6 +103,24 @@ fn small_plane(p: &Conv2dParams) -> bool {
     p.groups == 1 && p.oh * p.ow < SMALL_PLANE
 }
 
+/// Whether an ungrouped convolution with weights stored in another encoding than f32 (int8, int4,
+/// f16) multiplies transposed like a small plane (`yᵀ = patchesᵀ · Wᵀ`, the dense kernels, which
+/// dequantise the weights as they pack them, reading each stored byte once): where its plane has
+/// at most a quarter as many pixels as it has output channels, decoding every weight to f32 for
+/// the implicit GEMM moves more data than gathering the patches (ResNet-18's 512-channel 3 × 3
+/// layers on 7 × 7 with int8 weights: 2.25 → 2.03 ms; its 256-channel 14 × 14 layers, where the
+/// gather of 196 × 2304 patches costs more, 1.43 → 2.07 ms, so they keep the implicit GEMM).
+/// Taken only when `room`, the scratch left for the decoded weights, holds the patches and the
+/// transposed output instead (a file planned for the decoded weights always has it then).
+fn decode_costs_more(p: &Conv2dParams, proj: &ProjW<'_>, room: usize) -> bool {
+    let plane = p.oh * p.ow;
+    p.groups == 1
+        && proj.w.as_f32().is_none()
+        && !patchify(p)
+        && plane.saturating_mul(4) <= p.o
+        && plane.saturating_mul(p.patch_len().saturating_add(p.o)) <= room
+}
+
 /// Whether `p` cuts its input into non-overlapping patches (a ViT's patch embedding: kernel =
 /// stride, no padding, no dilation, one group): each patch row is then a contiguous copy.
 fn patchify(p: &Conv2dParams) -> bool {
@@ -184,7 +202,7 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi, x: &[f32], y: &mut 
     let (prod, rest) = scratch.split_at_mut(product_len(p));
     let (planes, wbuf) = rest.split_at_mut(planes_len(p));
     let ph = Depthwise::of(p);
-    if small_plane(p) {
+    if small_plane(p) || decode_costs_more(p, proj, wbuf.len()) {
         let (xt, rest) = wbuf.split_at_mut(plane * k);
         let yt = &mut rest[..plane * p.o];
         if pointwise(p) {
