@@ -315,6 +315,18 @@ fn matmul_kn_rows_checks_row_bounds() {
     simd::matmul_kn_rows(&a, 4, 3, &b, &|kk| kk * 4, 33, &mut y, 33);
 }
 
+/// A row of `B` past `b` in the packed-weights GEMM (128 columns, 128 deep, 32 rows): a panic
+/// naming it, before anything is read.
+#[test]
+#[should_panic(expected = "outside")]
+fn packed_weight_gemm_checks_row_bounds() {
+    let (m, k, n) = (32usize, 128usize, 128usize);
+    let (a, b) = (vec![1.0f32; m * k], vec![1.0f32; k * n]);
+    let mut y = vec![0.0f32; m * n];
+    // The last row starts at 127 · 128 + 1: one element past b.
+    simd::matmul_kn_rows(&a, m, k, &b, &|kk| kk * n + usize::from(kk == k - 1), n, &mut y, n);
+}
+
 /// The implicit GEMM with weights of at least `PF_MIN_A` elements (the path whose whole tiles
 /// prefetch the next tile's weights): 65 tiles of 8 rows and a remainder of 5, three depth
 /// blocks, full column panels and a tail, rows of `B` at arbitrary offsets; every ISA here.

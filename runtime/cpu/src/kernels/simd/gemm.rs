@@ -459,11 +459,7 @@ pub(super) unsafe fn gemm_kn_rows<V: GemmKernel, const MR: usize, const NV: usiz
     let mut k0 = 0;
     while k0 < k {
         let kc = KC_KN.min(k - k0);
-        for (kk, t) in tab[..kc].iter_mut().enumerate() {
-            let off = rows(k0 + kk);
-            assert!(off <= b.len() && b.len() - off >= n, "gemm_kn_rows: row {} outside b", k0 + kk);
-            *t = off;
-        }
+        table_rows(&mut tab[..kc], rows, k0, (n, b.len()));
         let chunk = col_chunk(kc, nr);
         // SAFETY: chunk_tiles reads rows < m, columns k0..k0+kc ≤ k of a; rows at tabled
         // offsets (each holding n f32 inside b, checked above), columns n0..n0+nr ≤ n (full
@@ -482,6 +478,21 @@ pub(super) unsafe fn gemm_kn_rows<V: GemmKernel, const MR: usize, const NV: usiz
             }
         }
         k0 += kc;
+    }
+}
+
+/// Tables the offsets of rows `k0..k0 + tab.len()` of an implicit `B` (`rows(kk)`), each
+/// checked to hold `n` f32 inside `b` (of `len`): a block of [`gemm_kn_rows`] or
+/// [`super::gemm_pa::gemm_pa`].
+///
+/// # Panics
+/// When a row lies outside `b`.
+#[inline(always)]
+pub(super) fn table_rows(tab: &mut [usize], rows: &dyn Fn(usize) -> usize, k0: usize, (n, len): (usize, usize)) {
+    for (kk, t) in tab.iter_mut().enumerate() {
+        let off = rows(k0 + kk);
+        assert!(off <= len && len - off >= n, "implicit GEMM: row {} of B outside b", k0 + kk);
+        *t = off;
     }
 }
 

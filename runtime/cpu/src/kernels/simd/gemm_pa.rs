@@ -176,11 +176,7 @@ pub(super) unsafe fn gemm_pa<V: Vf, const MR: usize, const NV: usize>(p: &super:
     let mut k0 = 0;
     while k0 < k {
         let kc = depth.min(k - k0);
-        for (kk, t) in tab[..kc].iter_mut().enumerate() {
-            let off = rows(k0 + kk);
-            assert!(off <= b.len() && b.len() - off >= n, "gemm_pa: row {} outside b", k0 + kk);
-            *t = off;
-        }
+        super::gemm::table_rows(&mut tab[..kc], rows, k0, (n, b.len()));
         // SAFETY: pack_group reads rows < m, columns k0..k0+kc ≤ k of a (length checked) and
         // writes tiles·MR·kc + 8 ≤ PACK_ROOM f32 (tiles·MR ≤ GROUP_ROWS, kc ≤ KC_PA); the panel
         // copies read columns n0..n0+nv ≤ n of the tabled rows (each holding n f32 inside b,
