@@ -7,8 +7,9 @@ pub fn exp(x: f32) -> f32 {
     libm::expf(x)
 }
 
-/// √x: with `std` the LLVM intrinsic (a loop over it vectorises: `vsqrtps`), without it libm's
-/// (`sqrtss` on x86, one element at a time). Both are correctly rounded.
+/// √x: with `std` the LLVM intrinsic (a loop over it vectorises: `vsqrtps`), without it
+/// [`kestrel_rt_format::sqrtf`] (one element at a time; never libm's legacy-SSE `sqrtss`). Both
+/// are correctly rounded.
 #[inline(always)]
 pub fn sqrt(x: f32) -> f32 {
     #[cfg(feature = "std")]
@@ -17,7 +18,7 @@ pub fn sqrt(x: f32) -> f32 {
     }
     #[cfg(not(feature = "std"))]
     {
-        libm::sqrtf(x)
+        kestrel_rt_format::sqrtf(x)
     }
 }
 

@@ -27,6 +27,7 @@ pub mod limbs;
 pub mod meta;
 pub mod ops;
 pub mod reader;
+mod sqrt;
 pub mod weight;
 #[cfg(feature = "std")]
 pub mod writer;
@@ -45,6 +46,7 @@ pub use meta::{Colour, FeedDType, InputMeta, Layout, Metadata, OutputKind, Outpu
 pub use meta::{InputSpec, MetadataSpec, OutputSpec, PreprocessSpec};
 pub use ops::{Op, OpError, TensorId, NONE};
 pub use reader::{KesFile, MemoryPlan, Ops, TensorIds, TensorInfo, TensorKind};
+pub use sqrt::sqrtf;
 pub use weight::{WeightData, WeightError, WeightView};
 #[cfg(feature = "std")]
 pub use writer::{attach_dims, write_model, ModelSpec, TensorSpec};

@@ -112,7 +112,7 @@ pub fn layer_norm(
     for (xr, yr) in x[..p.rows * d].chunks_exact(d).zip(y[..p.rows * d].chunks_exact_mut(d)) {
         let mean = sum_lanes(xr, |v| v) * inv_d;
         let var = sum_lanes(xr, |v| (v - mean) * (v - mean)) * inv_d;
-        let inv = 1.0 / libm::sqrtf(var + p.eps);
+        let inv = 1.0 / crate::math::sqrt(var + p.eps);
         for (((o, &v), &gg), &bb) in yr.iter_mut().zip(xr).zip(g.iter()).zip(b) {
             *o = (v - mean) * inv * gg + bb;
         }

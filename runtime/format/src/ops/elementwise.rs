@@ -17,9 +17,10 @@
 //! reference, the wgpu shaders and the converter's mapping all follow.
 
 use super::record;
+use crate::sqrtf;
 use libm::{
     acosf, acoshf, asinf, asinhf, atanf, atanhf, ceilf, cosf, coshf, erff, expf, fabsf, floorf, fmodf, logf, powf,
-    rintf, sinf, sinhf, sqrtf, tanf, tanhf,
+    rintf, sinf, sinhf, tanf, tanhf,
 };
 
 /// Declares an element-wise function table: the code enum (through `code_enum!`), then

@@ -25,7 +25,7 @@
 //! reference, the wgpu shader and the converter's mapping all follow.
 
 use super::record;
-use libm::sqrtf;
+use crate::sqrtf;
 
 /// A fold reduction's f32 arithmetic (the CPU kernels'), one zero-sized type per `fold` row of
 /// [`ReduceOp`]'s table; reached through [`ReduceOp::visit_fold`], so that a kernel matches on

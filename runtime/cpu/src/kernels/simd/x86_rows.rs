@@ -53,10 +53,10 @@ pub unsafe fn layer_norm_rows_avx512(x: &[f32], y: &mut [f32], d: usize, g: &[f3
         unsafe {
             let mean = sum16::<false>(xr.as_ptr(), d, 0.0) * inv_d;
             let var = sum16::<true>(xr.as_ptr(), d, mean) * inv_d;
-            // √ by the VEX instruction: libm's `sqrtf` is the legacy-SSE `sqrtss`, which after
-            // 512-bit code costs a state transition (it made this kernel 6× slower).
-            let sd = _mm_sqrt_ss(_mm_set_ss(var + eps));
-            let (vm, inv) = (_mm512_set1_ps(mean), _mm512_set1_ps(1.0 / _mm_cvtss_f32(sd)));
+            // √ by the VEX instruction (`kestrel_rt_format::sqrtf`, inlined here; libm's legacy-SSE
+            // `sqrtss` made this kernel 6× slower).
+            let sd = kestrel_rt_format::sqrtf(var + eps);
+            let (vm, inv) = (_mm512_set1_ps(mean), _mm512_set1_ps(1.0 / sd));
             let mut i = 0;
             while i < d {
                 let m = if d - i >= 16 { !0 } else { ((1u32 << (d - i)) - 1) as __mmask16 };
