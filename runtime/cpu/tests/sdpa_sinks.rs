@@ -2,11 +2,13 @@
 //! softmax's denominator, no value row) against the f64 reference
 //! (`kestrel_rt_reference::layers::sdpa`): per-head and shared sinks small beside the scores,
 //! dominating them, very negative and −∞ (no sink); grouped heads, causal, keys transposed, soft
-//! caps, every bias form (per key, one per row, shared by the heads, a fully masked row); and a
+//! caps, every bias form (per key, one per row, shared by the heads, a fully masked row); a row
+//! at a time (the minimum scratch) and in blocks of 4–8 rows through the GEMM kernels (the
+//! planner's scratch holds more), the rows split in two ranges as threads split them; and a
 //! sink perturbed by a little fails the comparison.
 
 use crate::common_layers::*;
-use kestrel_rt_cpu::kernels::sdpa::{sdpa, sdpa_scratch, SdpaParams};
+use kestrel_rt_cpu::kernels::sdpa::{sdpa, sdpa_rows, sdpa_scratch, sdpa_scratch_fast, SdpaParams};
 use kestrel_rt_reference::layers as r;
 use kestrel_rt_reference::tolerance::{compare, F32_KERNEL};
 use proptest::prelude::*;
@@ -29,29 +31,40 @@ struct Case {
     /// 0 small (beside the scores), 1 dominating, 2 very negative, 3 −∞.
     regime: u8,
     per_head: bool,
+    /// Rows per block of scores the scratch holds: 0 the minimum (a row at a time), else 4–8.
+    block: usize,
+    /// Where the rows are split in two calls (as threads split them), as a fraction of 8.
+    split: usize,
 }
 
 fn case() -> impl Strategy<Value = Case> {
     (
-        (1usize..3, 1usize..4, 1usize..6, 1usize..9),
+        (1usize..3, 1usize..4, prop_oneof![1usize..6, 6usize..20], 1usize..9),
         (1usize..9, 1usize..21),
         any::<(bool, bool, bool, bool)>(),
         (0u8..5, 0u8..4),
+        (prop_oneof![Just(0usize), 4usize..9], 0usize..8),
     )
-        .prop_map(|((hk, group, tq, tk), (d, dv), (causal, k_transposed, cap, per_head), (bias, regime))| Case {
-            hk,
-            group,
-            tq,
-            tk,
-            d,
-            dv,
-            causal,
-            k_transposed,
-            softcap: if cap { 2.5 } else { 0.0 },
-            bias,
-            regime,
-            per_head,
-        })
+        .prop_map(
+            |((hk, group, tq, tk), (d, dv), (causal, k_transposed, cap, per_head), (bias, regime), (block, split))| {
+                Case {
+                    hk,
+                    group,
+                    tq,
+                    tk,
+                    d,
+                    dv,
+                    causal,
+                    k_transposed,
+                    softcap: if cap { 2.5 } else { 0.0 },
+                    bias,
+                    regime,
+                    per_head,
+                    block,
+                    split,
+                }
+            },
+        )
 }
 
 fn bias_dims(c: &Case) -> Option<Vec<usize>> {
@@ -85,9 +98,21 @@ fn run(c: &Case, ops: &[Vec<f32>; 5], kernel_sink: &[f32]) -> (Vec<f32>, Vec<f64
     )
     .unwrap();
     let mut y = out(hq * c.tq * c.dv);
-    let mut sc = scratch(sdpa_scratch(&p));
+    let n = if c.block == 0 { sdpa_scratch(&p) } else { (c.block * c.tk).max(sdpa_scratch(&p)) };
+    assert!(sdpa_scratch_fast(&p) >= sdpa_scratch(&p));
+    let mut sc = scratch(n);
     let bias = bd.as_ref().map(|_| &ops[3][..]);
-    sdpa(&p, &ops[0], &ops[1], &ops[2], bias, Some(kernel_sink), &mut y, &mut sc);
+    // −∞ sinks are no sink: half those cases pass none (the softmax without a sink).
+    let kernel_sink = if c.regime == 3 && c.split % 2 == 1 { None } else { Some(kernel_sink) };
+    if c.split == 0 {
+        sdpa(&p, &ops[0], &ops[1], &ops[2], bias, kernel_sink, &mut y, &mut sc);
+    } else {
+        let rows = p.rows();
+        let at = rows * c.split / 8;
+        let (y0, y1) = y.split_at_mut(at * c.dv);
+        sdpa_rows(&p, 0..at, &ops[0], &ops[1], &ops[2], bias, kernel_sink, y0, &mut sc);
+        sdpa_rows(&p, at..rows, &ops[0], &ops[1], &ops[2], bias, kernel_sink, y1, &mut sc);
+    }
     let (bias64, sink64) = (f64s(&ops[3]), f64s(&ops[4]));
     let want = r::sdpa(
         (&f64s(&ops[0]), &qd),
@@ -160,6 +185,8 @@ fn a_perturbed_sink_fails() {
         bias: 0,
         regime: 0,
         per_head: true,
+        block: 4,
+        split: 0,
     };
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let ops = operands(&c).new_tree(&mut runner).unwrap().current();
@@ -190,6 +217,8 @@ fn a_fully_masked_row_beside_a_sink_is_zero() {
         bias: 4,
         regime: 0,
         per_head: false,
+        block: 0,
+        split: 0,
     };
     let ops = [vec![0.5; 4], vec![0.25; 6], vec![1.0; 6], vec![0.0; 6], vec![0.3]];
     let mut ops = ops;

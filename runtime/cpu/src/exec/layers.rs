@@ -20,7 +20,7 @@ use crate::kernels::norm::{layer_norm, layer_norm_scratch, LayerNormParams};
 use crate::kernels::pool::{pool2d, pool2d_scratch, pool2d_scratch_fast, Pool2dParams};
 use crate::kernels::reduce::{reduce, ReduceParams};
 use crate::kernels::rnn::{rnn, rnn_scratch, RnnParams, RnnWeights};
-use crate::kernels::sdpa::{sdpa_rows, sdpa_scratch, SdpaParams};
+use crate::kernels::sdpa::{sdpa_rows, sdpa_scratch, sdpa_scratch_fast, SdpaParams};
 use crate::kernels::sdpa_talking::{sdpa_talking, talking_scratch, Mix};
 use crate::kernels::slice::{slice, SliceParams};
 use crate::kernels::softmax::{softmax, SoftmaxParams};
@@ -337,6 +337,7 @@ pub(super) fn scratch_elems(file: &Graph<'_, '_>, op: &Op, fast: bool) -> Result
         Prep::Embedding { p, .. } => embedding_scratch(&p),
         Prep::MatMul { p, .. } => matmul_scratch(&p),
         Prep::Sdpa { p, mix, .. } if mix.pre.is_some() || mix.post.is_some() => talking_scratch(&p),
+        Prep::Sdpa { p, .. } if fast => sdpa_scratch_fast(&p),
         Prep::Sdpa { p, .. } => sdpa_scratch(&p),
         Prep::Conv2d { p, .. } => conv2d_scratch(&p),
         Prep::Pool2d(p) => pool2d_scratch(&p),

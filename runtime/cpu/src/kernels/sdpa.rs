@@ -63,15 +63,35 @@ impl SdpaParams {
     }
 }
 
-/// Scratch for [`sdpa_rows`]: one row of scores (`Tk`).
+/// Scratch for [`sdpa_rows`] at least: one row of scores (`Tk`).
 pub fn sdpa_scratch(p: &SdpaParams) -> usize {
     p.g.tk
+}
+
+/// A block's scores (`QB · Tk` f32) are kept within this many elements (128 KiB: in L2 between
+/// the two products and the softmax).
+const BLOCK_SCORES: usize = 32 * 1024;
+
+/// Fewest query rows a block is multiplied in (below, a row at a time).
+const MIN_BLOCK: usize = 4;
+
+/// Query rows per block of the blocked path: [`BLOCK_SCORES`] over `Tk`, between 16 (the
+/// products' packing amortised) and 64, at most `Tq`.
+pub fn block_queries(p: &SdpaParams) -> usize {
+    (BLOCK_SCORES / p.g.tk.max(1)).clamp(16, 64).min(p.g.tq).max(1)
+}
+
+/// Scratch for [`sdpa_rows`]'s blocked path (what the planner reserves): a block's scores.
+pub fn sdpa_scratch_fast(p: &SdpaParams) -> usize {
+    (block_queries(p) * p.g.tk).max(sdpa_scratch(p))
 }
 
 /// Query rows `rows` (flat `h · Tq + i`) of one sample: `y` holds exactly those rows' outputs
 /// (`rows.len() · Dv` elements), `q`, `k`, `v` and `bias` the whole sample's operands (lengths
 /// as [`SdpaParams::check`]), `sink` the node's sink logits (`Hq` or one; `None`: no sink),
-/// `scratch` at least [`sdpa_scratch`] elements.
+/// `scratch` at least [`sdpa_scratch`] elements. With room for [`MIN_BLOCK`] rows of scores or
+/// more ([`sdpa_scratch_fast`] reserves [`block_queries`]), a head's rows go in blocks through
+/// the GEMM kernels ([`block`]); otherwise one row at a time ([`one_by_one`]).
 #[allow(clippy::too_many_arguments)]
 pub fn sdpa_rows(
     p: &SdpaParams,
@@ -84,6 +104,73 @@ pub fn sdpa_rows(
     y: &mut [f32],
     scratch: &mut [f32],
 ) {
+    let (tq, tk, dv) = (p.g.tq, p.g.tk, p.g.dv);
+    let qb = (scratch.len() / tk.max(1)).min(block_queries(p));
+    if qb < MIN_BLOCK || tk == 0 || p.g.d == 0 || dv == 0 {
+        return one_by_one(p, rows, (q, k, v, bias, sink), y, scratch);
+    }
+    let mut r = rows.start;
+    while r < rows.end {
+        // A block: rows of one head, ending at the head's last query or the range's end.
+        let end = rows.end.min((r / tq + 1) * tq).min(r + qb);
+        let out = &mut y[(r - rows.start) * dv..(end - rows.start) * dv];
+        if end - r < MIN_BLOCK {
+            one_by_one(p, r..end, (q, k, v, bias, sink), out, scratch);
+        } else {
+            block(p, r..end, (q, k, v, bias, sink), out, scratch);
+        }
+        r = end;
+    }
+}
+
+/// The operands of one sample: `q`, `k`, `v`, the bias and the sinks.
+type Operands<'a> = (&'a [f32], &'a [f32], &'a [f32], Option<&'a [f32]>, Option<&'a [f32]>);
+
+/// Rows `rows` of one head (flat `h · Tq + i`) in one block: their scores over the keys the last
+/// of them sees by one GEMM (`Q · Kᵀ`: the dense kernels over `K` as `[Tk, D]` weights, or
+/// `Q · K` for keys stored `[D, Tk]`), each row's soft cap, bias and softmax as
+/// [`one_by_one`]'s (the keys it does not see weighted 0), then the outputs by one GEMM
+/// (`W · V`). `scratch` holds the block's scores.
+fn block(p: &SdpaParams, rows: core::ops::Range<usize>, ops: Operands<'_>, y: &mut [f32], scratch: &mut [f32]) {
+    let (q, k, v, bias, sink) = ops;
+    let g = &p.g;
+    let (tq, tk, d, dv) = (g.tq, g.tk, g.d, g.dv);
+    let (h, i0, nb) = (rows.start / tq, rows.start % tq, rows.len());
+    let hk = h / (g.hq / g.hk);
+    let [bh, bi, bj] = g.bias_strides;
+    let seen = |i: usize| if p.causal { (i + 1).min(tk) } else { tk };
+    let qh = &q[rows.start * d..rows.end * d];
+    let kh = &k[hk * tk * d..(hk + 1) * tk * d];
+    // Keys in the product: the ones the block's last row sees (all of them stored transposed,
+    // whose rows are the key axis's full length).
+    let ld = if p.k_transposed { tk } else { seen(i0 + nb - 1) };
+    let s = &mut scratch[..nb * ld];
+    if p.k_transposed {
+        super::simd::matmul_kn(qh, nb, d, kh, tk, s, tk);
+    } else {
+        let kv = kestrel_rt_format::WeightView::f32(ld, d, &kh[..ld * d]).expect("K_h view: ld·D elements");
+        super::linear::matmul_nt(qh, nb, &kv, s);
+    }
+    let scale = if p.softcap > 0.0 {
+        soft_cap(s, p.scale, p.softcap);
+        1.0
+    } else {
+        p.scale
+    };
+    let sink_h = sink.map(|z| if z.len() == 1 { z[0] } else { z[h] });
+    for (rr, row) in s.chunks_exact_mut(ld).enumerate() {
+        let i = i0 + rr;
+        let (sv, unseen) = row.split_at_mut(seen(i).min(ld));
+        row_softmax(sv, scale, bias.map(|b| (&b[h * bh + i * bi..], bj)), sink_h);
+        unseen.fill(0.0);
+    }
+    super::simd::matmul_kn(s, nb, ld, &v[hk * tk * dv..(hk * tk + ld) * dv], dv, y, dv);
+}
+
+/// [`sdpa_rows`] a row at a time: its scores in one row of `scratch`, the weighted sum of values
+/// accumulated straight into its output row.
+fn one_by_one(p: &SdpaParams, rows: core::ops::Range<usize>, ops: Operands<'_>, y: &mut [f32], scratch: &mut [f32]) {
+    let (q, k, v, bias, sink) = ops;
     let g = &p.g;
     let (tq, tk, d, dv) = (g.tq, g.tk, g.d, g.dv);
     let group = g.hq / g.hk;
