@@ -63,14 +63,15 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
-    /// The packed-weights GEMM (x86: products of at least 128 columns, `gemm_pa.rs`), through
-    /// `matmul_kn_rows` and `matmul_kn`: several 64-row groups of packed weights with a partial
-    /// last group and a partial last tile (of 8 rows on AVX-512, 6 on AVX2), depths from one
-    /// partial 8-column step to three blocks (each not a multiple of 8), columns across several
-    /// 32-column panels with a partial last one; rows of `B` at arbitrary offsets.
+    /// The packed-weights GEMM (x86: products of at least 128 columns, 128 deep and 32 rows,
+    /// `gemm_pa.rs`), through `matmul_kn_rows` and `matmul_kn`: several 64-row groups of packed
+    /// weights with a partial last group and a partial last tile (of 8 rows on AVX-512, 6 on
+    /// AVX2), depths of one block whose last 8-column step is partial (128–139) to three blocks
+    /// (each not a multiple of 8), and below the threshold (1–19: the row-major kernels), columns
+    /// across several 32-column panels with a partial last one; rows of `B` at arbitrary offsets.
     #[test]
     fn packed_weight_gemm_matches_f64(
-        (m, n, k, a, b, offs) in (60usize..140, 128usize..200, prop_oneof![1usize..20, 180usize..200, 380usize..400], 0usize..40)
+        (m, n, k, a, b, offs) in (60usize..140, 128usize..200, prop_oneof![1usize..20, 128usize..140, 180usize..200, 380usize..400], 0usize..40)
             .prop_flat_map(|(m, n, k, extra)| (
                 Just(m), Just(n), Just(k),
                 proptest::collection::vec(-1.0f32..1.0, m * k),
