@@ -145,19 +145,8 @@ fn block(p: &SdpaParams, rows: core::ops::Range<usize>, ops: Operands<'_>, y: &m
     // whose rows are the key axis's full length).
     let ld = if p.k_transposed { tk } else { seen(i0 + nb - 1) };
     let s = &mut scratch[..nb * ld];
-    if p.k_transposed {
-        super::simd::matmul_kn(qh, nb, d, kh, tk, s, tk);
-    } else {
-        let kv = kestrel_rt_format::WeightView::f32(ld, d, &kh[..ld * d]).expect("K_h view: ld·D elements");
-        super::linear::matmul_nt(qh, nb, &kv, s);
-    }
-    let scale = if p.softcap > 0.0 {
-        soft_cap(s, p.scale, p.softcap);
-        1.0
-    } else {
-        p.scale
-    };
-    let sink_h = sink.map(|z| if z.len() == 1 { z[0] } else { z[h] });
+    head_scores(p, (qh, nb), kh, ld, s);
+    let (scale, sink_h) = (capped_scale(p, s), head_sink(sink, h));
     for (rr, row) in s.chunks_exact_mut(ld).enumerate() {
         let i = i0 + rr;
         let (sv, unseen) = row.split_at_mut(seen(i).min(ld));
@@ -165,6 +154,37 @@ fn block(p: &SdpaParams, rows: core::ops::Range<usize>, ops: Operands<'_>, y: &m
         unseen.fill(0.0);
     }
     super::simd::matmul_kn(s, nb, ld, &v[hk * tk * dv..(hk * tk + ld) * dv], dv, y, dv);
+}
+
+/// The scores of `nb` query rows `qh` (`[nb, D]`) of one head over its first `keys` keys `kh`
+/// (the head's `[Tk, D]`, or `[D, Tk]` stored transposed, where `keys` must be `Tk`) into `s`
+/// (`[nb, keys]`), by one GEMM: the dense kernels over the keys as `[keys, D]` weights, or
+/// `matmul_kn` for transposed keys. Shared with the talking-heads blocks.
+pub(crate) fn head_scores(p: &SdpaParams, (qh, nb): (&[f32], usize), kh: &[f32], keys: usize, s: &mut [f32]) {
+    let (tk, d) = (p.g.tk, p.g.d);
+    if p.k_transposed {
+        debug_assert_eq!(keys, tk, "transposed keys: every key's column");
+        super::simd::matmul_kn(qh, nb, d, kh, tk, s, tk);
+    } else {
+        let kv = kestrel_rt_format::WeightView::f32(keys, d, &kh[..keys * d]).expect("K_h view: keys·D elements");
+        super::linear::matmul_nt(qh, nb, &kv, s);
+    }
+}
+
+/// Applies the node's soft cap to scores `s` where it has one (the scale taken into it) and
+/// returns the scale the softmax then applies (1 after a cap, else the node's).
+pub(crate) fn capped_scale(p: &SdpaParams, s: &mut [f32]) -> f32 {
+    if p.softcap > 0.0 {
+        soft_cap(s, p.scale, p.softcap);
+        1.0
+    } else {
+        p.scale
+    }
+}
+
+/// Head `h`'s sink logit: the node's one shared value or its per-head one (`None`: no sink).
+pub(crate) fn head_sink(sink: Option<&[f32]>, h: usize) -> Option<f32> {
+    sink.map(|z| if z.len() == 1 { z[0] } else { z[h] })
 }
 
 /// [`sdpa_rows`] a row at a time: its scores in one row of `scratch`, the weighted sum of values
@@ -194,15 +214,8 @@ fn one_by_one(p: &SdpaParams, rows: core::ops::Range<usize>, ops: Operands<'_>, 
                 *sj = dot_f32(qi, &kh[j * d..(j + 1) * d]);
             }
         }
-        // The scale, taken into the soft cap where there is one (the softmax then scales by 1).
-        let scale = if p.softcap > 0.0 {
-            soft_cap(s, p.scale, p.softcap);
-            1.0
-        } else {
-            p.scale
-        };
-        let sink_h = sink.map(|z| if z.len() == 1 { z[0] } else { z[h] });
-        row_softmax(s, scale, bias.map(|b| (&b[h * bh + i * bi..], bj)), sink_h);
+        let scale = capped_scale(p, s);
+        row_softmax(s, scale, bias.map(|b| (&b[h * bh + i * bi..], bj)), head_sink(sink, h));
         out.fill(0.0);
         let vh = &v[hk * tk * dv..(hk + 1) * tk * dv];
         for (j, &w) in s.iter().enumerate() {

@@ -9,10 +9,8 @@
 //! ([`talking_scratch`]); nothing is allocated here.
 
 use super::attention::axpy;
-use super::linear::matmul_nt;
-use super::sdpa::{row_softmax, soft_cap, SdpaParams};
+use super::sdpa::{capped_scale, head_scores, head_sink, row_softmax, SdpaParams};
 use super::simd::matmul_kn;
-use kestrel_rt_format::weight::WeightView;
 
 /// The node's head mixings, each `Hq · (Hq + 1)` values (row `g`: `W[g, 0..Hq]`, then `c[g]`).
 #[derive(Clone, Copy, Debug, Default)]
@@ -98,21 +96,11 @@ pub fn talking_block<'s>(
     for (h, s) in cur.chunks_exact_mut(blk).enumerate() {
         let qh = &q[(h * tq + i0) * d..(h * tq + i0 + nb) * d];
         let kh = &k[h / group * tk * d..(h / group + 1) * tk * d];
-        if p.k_transposed {
-            matmul_kn(qh, nb, d, kh, tk, s, tk);
-        } else {
-            let kv = WeightView::f32(tk, d, kh).expect("K_h view: Tk·D elements");
-            matmul_nt(qh, nb, &kv, s);
-        }
+        head_scores(p, (qh, nb), kh, tk, s);
     }
     // The scale, taken into the soft cap where there is one.
-    let mut scale = p.scale;
-    if p.softcap > 0.0 {
-        soft_cap(cur, scale, p.softcap);
-        scale = 1.0;
-    }
+    let scale = capped_scale(p, cur);
     let bias_row = |h: usize, r: usize| bias.map(|b| (&b[h * bh + (i0 + r) * bi..], bj));
-    let sink_of = |h: usize| sink.map(|z| if z.len() == 1 { z[0] } else { z[h] });
     let seen = |r: usize| if p.causal { (i0 + r + 1).min(tk) } else { tk };
     // What the softmax takes: the mixed scores (scale and bias applied before the mixing, the
     // scale folded into its weights where there is no bias), or the scores themselves.
@@ -139,7 +127,7 @@ pub fn talking_block<'s>(
     for (hr, row) in cur.chunks_exact_mut(tk).enumerate() {
         let (h, r) = (hr / nb, hr % nb);
         let (s, unseen) = row.split_at_mut(seen(r));
-        row_softmax(s, scale, bias_row(h, r).filter(|_| biased), sink_of(h));
+        row_softmax(s, scale, bias_row(h, r).filter(|_| biased), head_sink(sink, h));
         unseen.fill(0.0);
     }
     if let Some(m) = mix.post {

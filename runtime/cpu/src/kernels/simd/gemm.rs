@@ -263,7 +263,7 @@ fn tile_rows<const MR: usize>(m: usize, m0: usize) -> usize {
 /// `tp` is writable for `kc` rows of `stride ≥ width ≥ cols` f32; each `row(kk)` is readable
 /// for `n0 + cols` f32.
 #[inline(always)]
-unsafe fn copy_rows(
+pub(super) unsafe fn copy_rows(
     tp: *mut f32,
     (kc, stride, width): (usize, usize, usize),
     (n0, cols): (usize, usize),

@@ -17,7 +17,7 @@
 //! to the summation order (blocks of `k` of equal depth, at most [`KC_PA`]).
 
 use super::f32_driver::{store_tile, zero_rows, Vf, NR_MAX};
-use super::gemm::transpose8;
+use super::gemm::{copy_rows, transpose8};
 use core::arch::x86_64::*;
 
 /// Deepest block of `k`: a panel of `B` (`KC_PA × 32` f32, 24 KiB) stays in L1 and a group's
@@ -191,6 +191,8 @@ pub(super) unsafe fn gemm_pa<V: Vf, const MR: usize, const NV: usize>(p: &super:
                 while n0 < n {
                     let nv = nr.min(n - n0);
                     if nv == nr {
+                        // Whole panels by vector copies (measured 2–3 % faster on a 56² 3×3
+                        // layer than `copy_rows`' short-slice copies).
                         for (kk, &off) in tab[..kc].iter().enumerate() {
                             let (src, dst) = (bp.add(off + n0), tp.add(kk * nr));
                             for v in 0..NV {
@@ -198,14 +200,7 @@ pub(super) unsafe fn gemm_pa<V: Vf, const MR: usize, const NV: usize>(p: &super:
                             }
                         }
                     } else {
-                        for (kk, &off) in tab[..kc].iter().enumerate() {
-                            let dst = core::slice::from_raw_parts_mut(tp.add(kk * nr), nr);
-                            crate::kernels::copy_short(
-                                &mut dst[..nv],
-                                core::slice::from_raw_parts(bp.add(off + n0), nv),
-                            );
-                            dst[nv..].fill(0.0);
-                        }
+                        copy_rows(tp, (kc, nr, nr), (n0, nv), |kk| bp.add(tab[kk]));
                     }
                     for t in 0..tiles {
                         let first = r0 + t * MR;
