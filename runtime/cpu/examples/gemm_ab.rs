@@ -5,6 +5,7 @@
 //!
 //! ```sh
 //! cargo run --release -p kestrel-rt-cpu --example gemm_ab -- rows 192 f32 [min_ms]
+//! cargo run --release -p kestrel-rt-cpu --example gemm_ab -- dense 197x192x768 f32 [min_ms]
 //! cargo run --release -p kestrel-rt-cpu --example gemm_ab -- gemv 2048x4096 i4q8 [min_ms] [m]
 //! cargo run --release -p kestrel-rt-cpu --example gemm_ab -- bandwidth
 //! cargo run --release -p kestrel-rt-cpu --example gemm_ab -- conv 320x7x7 1280 1 1 0 [min_ms] [cold]
@@ -12,6 +13,8 @@
 //!
 //! * `rows KN ENC`: median GFLOP/s of `y [M, KN] = x [M, KN] · Wᵀ` at every M of the sweep and
 //!   at the next multiple of 8, random data, median call over `min_ms` (default 25) per point.
+//! * `dense MxKxN ENC`: median GFLOP/s of one product `y [M, N] = x [M, K] · Wᵀ` over `min_ms`
+//!   (default 300) of calls.
 //! * `gemv NxK ENC`: median µs of one call with the weights evicted from every cache level first
 //!   (`clflushopt` over the weight and scale bytes, then a fence: a flush buffer cannot evict a
 //!   480 MiB L3), over `min_ms` (default 200) of calls.
@@ -265,9 +268,37 @@ fn main() {
                 dot.max(read)
             );
         }
+        Some("dense") => {
+            let dims: Vec<usize> = arg(1).expect("MxKxN").split('x').map(|d| d.parse().expect("MxKxN")).collect();
+            let [m, k, n] = dims[..] else { panic!("MxKxN") };
+            let enc = arg(2).expect("encoding");
+            let min_ms: f64 = arg(3).map_or(300.0, |s| s.parse().expect("min_ms"));
+            let g = time_dense(m, n, k, enc, min_ms);
+            println!("{{\"kind\":\"dense\",\"m\":{m},\"k\":{k},\"n\":{n},\"enc\":\"{enc}\",\"gflops\":{g:.2}}}");
+        }
+        Some("kn") => {
+            // The same product as `dense MxKxN f32` with the weights transposed, `[K, N]`
+            // row-major, through `matmul_kn` (the convolutions' GEMM).
+            let dims: Vec<usize> = arg(1).expect("MxKxN").split('x').map(|d| d.parse().expect("MxKxN")).collect();
+            let [m, k, n] = dims[..] else { panic!("MxKxN") };
+            let min_ms: f64 = arg(2).map_or(300.0, |s| s.parse().expect("min_ms"));
+            let (a, b) = (values(m * k, 1), values(k * n, 2));
+            let mut y = vec![0.0f32; m * n];
+            let mut secs = Vec::new();
+            let start = Instant::now();
+            while secs.len() < 3 || start.elapsed().as_secs_f64() * 1e3 < min_ms {
+                let t0 = Instant::now();
+                kestrel_rt_cpu::kernels::simd::matmul_kn(std::hint::black_box(&a), m, k, &b, n, &mut y, n);
+                secs.push(t0.elapsed().as_secs_f64());
+                std::hint::black_box(&y);
+            }
+            secs.sort_by(f64::total_cmp);
+            let g = 2.0 * (m * n * k) as f64 / secs[secs.len() / 2] / 1e9;
+            println!("{{\"kind\":\"kn\",\"m\":{m},\"k\":{k},\"n\":{n},\"gflops\":{g:.2}}}");
+        }
         Some("conv") => println!("{}", time_conv(&args[1..])),
         _ => eprintln!(
-            "usage: gemm_ab rows KN ENC [min_ms] | gemv NxK ENC [min_ms] [m] | bandwidth | conv CxHxW O K S P [min_ms] [cold]"
+            "usage: gemm_ab rows KN ENC [min_ms] | dense MxKxN ENC [min_ms] | gemv NxK ENC [min_ms] [m] | bandwidth | conv CxHxW O K S P [min_ms] [cold]"
         ),
     }
 }

@@ -2,7 +2,7 @@
 //! path for dense layers with at least [`MIN_ROWS`] rows (tokens × batch).
 //!
 //! The classic register-blocked outer-product formulation: `W` is packed, a panel of `NR` output
-//! features × [`KC`] input features at a time, into a stack buffer laid out `[k][NR]`
+//! features × `KC` input features at a time, into a stack buffer laid out `[k][NR]`
 //! (transposed with 8×8 register transposes, dequantised from f16/int8/int4 on the way and
 //! multiplied by the per-row scale, so every encoding shares one f32 micro-kernel). The
 //! micro-kernel keeps an `MR × NR` tile of `y` in registers; each step loads `NR / lanes` packed
@@ -19,8 +19,9 @@
 //! [`MIN_ROWS`] to [`SMALL_M_MAX`] rows with f32 weights, [`gemm_small_m`] computes `yᵀ = W·xᵀ`
 //! instead (`x` transposed into a small buffer, the weights broadcast straight from memory).
 //!
-//! Sums run over `k` in order within each [`KC`] block; blocks accumulate in `y`, in both
-//! kernels, so they give identical results. Results equal the scalar kernels' up to f32
+//! Sums run over `k` in order within each block of the ISA's `KC` inputs ([`KC`] on AVX2,
+//! [`KC_512`] on AVX-512); blocks accumulate in `y`, in both kernels, so they give identical
+//! results. Results equal the scalar kernels' up to f32
 //! summation order (`runtime/cpu/tests/simd.rs`).
 
 pub(super) use super::f32_driver::Vf;
@@ -31,9 +32,16 @@ use super::f32_weights::{Load, Weights, F32W};
 pub(super) use super::loaders::{Y, Z};
 use core::arch::x86_64::*;
 
-/// Input features per packed panel: `KC × 32` f32 = 32 KiB, which stays in L1/L2 while every
-/// row of `x` passes over it. A multiple of the int4 group and of 8.
+/// Input features per packed panel of the AVX2 GEMM: `KC × 16` f32 = 32 KiB, which stays in L1
+/// while every row of `x` passes over it. A multiple of the int4 group and of 8.
 pub const KC: usize = 512;
+
+/// Input features per packed panel of the AVX-512 GEMM: its panels are twice as wide (`32`
+/// features), so `KC_512 × 32` f32 = 32 KiB stays in a 48 KiB L1 beside the rows of `x`. At
+/// [`KC`] (64 KiB, from L2) the same products ran 4–8 % slower (Intel Xeon, Sapphire Rapids
+/// class, `gemm_ab dense`, alternated: 64 × 768 × 768 150–151 → 157–159 GFLOP/s, 128 × 768 ×
+/// 3072 162–167 → 175–176, 128 × 3072 × 768 153–157 → 164, 197 × 768 × 192 190 → 200–201).
+pub const KC_512: usize = 256;
 
 /// Rows from which the GEMM kernels are used (below, the dot-product kernels are faster).
 pub const MIN_ROWS: usize = super::GEMM_MIN_ROWS;
@@ -75,11 +83,11 @@ pub(super) unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
 /// AVX2 and AVX-512 pack with the 8-column AVX2 loads and transposes; their tiles are the
 /// driver's broadcast kernel.
 macro_rules! x86_gemm_kernel {
-    ($($v:ty),*) => {$(
+    ($($v:ty: $kc:expr),*) => {$(
         // SAFETY: as `Vf` for the vector (packing needs AVX2/F16C, which every caller has).
         unsafe impl GemmKernel for $v {
             type Pack = Y;
-            const KC: usize = KC;
+            const KC: usize = $kc;
             #[inline(always)]
             unsafe fn pack<L: Load<Y>>(w: &L, n0: usize, nv: usize, k0: usize, kc: usize, nr: usize, buf: *mut f32) {
                 // SAFETY: the trait's contract.
@@ -88,7 +96,7 @@ macro_rules! x86_gemm_kernel {
         }
     )*};
 }
-x86_gemm_kernel!(Y, Z);
+x86_gemm_kernel!(Y: KC, Z: KC_512);
 
 /// Stores the 8×8 block `rows` transposed: its column `i` at `dst + i·ld`.
 ///
@@ -496,15 +504,6 @@ pub(super) fn table_rows(tab: &mut [usize], rows: &dyn Fn(usize) -> usize, k0: u
     }
 }
 
-/// Input features per block of the transposed-`x` kernel ([`gemm_small_m`]). Equal to [`KC`]
-/// on purpose: both kernels then sum every output in the same order (an FMA chain over `k`
-/// within each block, block sums added to `y` in order), so results do not depend on which of
-/// them a row count selects — and a layer split by rows across threads stays bit-identical.
-pub const KC_T: usize = KC;
-
-/// How far ahead (f32 elements) [`ukernel_t`] prefetches each weight row: 8 lines.
-const PF_AHEAD: usize = 128;
-
 /// Rows up to which [`gemm_small_m`] is used (one vector of rows on AVX-512, two on AVX2):
 /// measured on the MNIST head (2048 × 4096, f32 from DRAM), 16 rows run at 111 GFLOP/s with it
 /// against 80 packed; at 32 rows the packed kernel wins (117 against 61).
@@ -544,11 +543,12 @@ unsafe fn pack_xt(x: &[f32], inp: usize, m0: usize, mv: usize, k0: usize, kc: us
 
 /// `yᵀ` tile: `y[r, o0 + j] (=|+=) Σ_kk w_j[kk] · xt[kk, r]` for `j < ov`, `r < mv`, where `w_j`
 /// is the pointer `w[j]` (one weight row, f32, already scaled) and `xt` the packed
-/// `[kc][NV·L]` transposed rows of `x`.
+/// `[kc][NV·L]` transposed rows of `x`; the next tile's weights, `next` f32 past each `w_j`, are
+/// prefetched meanwhile.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn ukernel_t<V: Vf, const MR: usize, const NV: usize>(
-    kc: usize,
+    (kc, next): (usize, usize),
     w: [*const f32; MR],
     xt: *const f32,
     c: *mut f32,
@@ -557,17 +557,19 @@ unsafe fn ukernel_t<V: Vf, const MR: usize, const NV: usize>(
     add: bool,
 ) {
     // SAFETY: the caller guarantees kc f32 at every w[j], kc·NV·L at xt, and rows < mv ×
-    // features < ov of y at c (row stride ldc).
+    // features < ov of y at c (row stride ldc). Prefetch addresses may run past the weights
+    // (`wrapping_add`): a prefetch never faults.
     unsafe {
         let mut acc = [[V::zero(); NV]; MR];
         let mut tp = xt;
         for kk in 0..kc {
             // One software prefetch per step, rotating over the MR weight streams: each stream
-            // gets its line PF_AHEAD floats ahead once every 16 steps (a 64-byte line = 16 f32),
-            // which the hardware prefetchers alone do not keep up with for 12 streams from DRAM.
+            // gets the next tile's line at the same column once every 16 steps (a 64-byte line
+            // = 16 f32), which the hardware prefetchers do not follow for 12 streams `K` apart.
+            // (Prefetching each row ahead instead missed the first lines of every block.)
             let j = kk % 16;
             if j < MR {
-                _mm_prefetch::<_MM_HINT_T0>(w[j].add(kk + PF_AHEAD).cast());
+                _mm_prefetch::<_MM_HINT_T0>(w[j].wrapping_add(next + kk).cast());
             }
             let mut xv = [V::zero(); NV];
             for (v, xv) in xv.iter_mut().enumerate() {
@@ -598,7 +600,11 @@ unsafe fn ukernel_t<V: Vf, const MR: usize, const NV: usize>(
 }
 
 /// `y [rows, out] = x [rows, K] · Wᵀ` for few rows (≤ `NV·lanes`; used up to [`SMALL_M_MAX`])
-/// and f32 weights: `yᵀ = W · xᵀ` with `xᵀ` packed once per [`KC_T`] block and the weights
+/// and f32 weights: `yᵀ = W · xᵀ` with `xᵀ` packed once per block of `V::KC` inputs (the packed
+/// [`gemm`]'s blocks, on purpose: both kernels then sum every output in the same order, an FMA
+/// chain over `k` within each block, block sums added to `y` in order, so results do not depend
+/// on which of them a row count selects, and a layer split by rows across threads stays
+/// bit-identical) and the weights
 /// broadcast straight from memory, `MR` rows at a time (no transpose of the weights; each
 /// weight is one broadcast-FMA per vector of rows). For other encodings the packed [`gemm`]
 /// is faster (measured: dequantising `MR` rows into a buffer first costs more than packing).
@@ -606,11 +612,11 @@ unsafe fn ukernel_t<V: Vf, const MR: usize, const NV: usize>(
 /// # Safety
 /// As [`gemm`] (`y`: `rows` rows of `out` at stride `ldy`); `rows <= NV · V::L`.
 #[inline(always)]
-pub(super) unsafe fn gemm_small_m<V: Vf, const MR: usize, const NV: usize>(op: DenseOp<'_, F32W<'_>>) {
+pub(super) unsafe fn gemm_small_m<V: GemmKernel, const MR: usize, const NV: usize>(op: DenseOp<'_, F32W<'_>>) {
     let DenseOp { x, rows, w, out, y, ldy } = op;
     let inp = w.cols();
     let nr = NV * V::L;
-    assert!(x.len() >= rows * inp && ldy >= out && rows <= nr && nr <= NR_MAX);
+    assert!(x.len() >= rows * inp && ldy >= out && rows <= nr && nr <= NR_MAX && V::KC <= KC);
     assert!(w.0.len() >= out * inp, "gemm_small_m: weights too short");
     if inp == 0 {
         // SAFETY: the caller's contract on y.
@@ -618,7 +624,7 @@ pub(super) unsafe fn gemm_small_m<V: Vf, const MR: usize, const NV: usize>(op: D
         return;
     }
     // Not zeroed: `pack_xt` writes every element the kernel reads.
-    let mut xt = core::mem::MaybeUninit::<[f32; KC_T * NR_MAX]>::uninit();
+    let mut xt = core::mem::MaybeUninit::<[f32; KC * NR_MAX]>::uninit();
     let tp = xt.as_mut_ptr().cast::<f32>();
     let yp = y;
     // SAFETY: packing reads rows < rows and columns < inp of x; weight pointers stay inside
@@ -627,14 +633,14 @@ pub(super) unsafe fn gemm_small_m<V: Vf, const MR: usize, const NV: usize>(op: D
     unsafe {
         let mut k0 = 0;
         while k0 < inp {
-            let kc = KC_T.min(inp - k0);
+            let kc = V::KC.min(inp - k0);
             pack_xt(x, inp, 0, rows, k0, kc, nr, tp);
             let add = k0 > 0;
             let mut o0 = 0;
             while o0 < out {
                 let ov = MR.min(out - o0);
                 let wp: [*const f32; MR] = core::array::from_fn(|j| w.0.as_ptr().add((o0 + j.min(ov - 1)) * inp + k0));
-                ukernel_t::<V, MR, NV>(kc, wp, tp, yp.add(o0), ldy, (rows, ov), add);
+                ukernel_t::<V, MR, NV>((kc, MR * inp), wp, tp, yp.add(o0), ldy, (rows, ov), add);
                 o0 += MR;
             }
             k0 += kc;
