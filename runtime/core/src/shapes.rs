@@ -273,10 +273,17 @@ pub fn output_shape(
             };
             let ho = out(h, kh, o.stride[0], o.dilation[0], o.pad[0], o.pad[2]);
             let wo = out(wd, kw, o.stride[1], o.dilation[1], o.pad[1], o.pad[3]);
-            match (ho, wo, kh > 0 && kw > 0) {
-                (Some(ho), Some(wo), true) if ho > 0 && wo > 0 => shape(name, &[oc, ho, wo]),
-                _ => Err(ShapeError::Invalid { op: name, what: "kernel larger than the padded input" }),
+            let y = match (ho, wo, kh > 0 && kw > 0) {
+                (Some(ho), Some(wo), true) if ho > 0 && wo > 0 => shape(name, &[oc, ho, wo])?,
+                _ => return Err(ShapeError::Invalid { op: name, what: "kernel larger than the padded input" }),
+            };
+            // A residual is added element by element: exactly the output's shape.
+            if let Some(r) = o.residual {
+                if shape_of(r) != y {
+                    return Err(ShapeError::Invalid { op: name, what: "residual shape must equal the output's" });
+                }
             }
+            Ok(y)
         }
         Op::Pool2d(o) => Pool2dParams::of(o, &shape_of(o.x))?
             .y_shape()

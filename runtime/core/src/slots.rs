@@ -52,6 +52,7 @@ pub fn for_each_slot(op: &Op, mut f: impl FnMut(&'static str, TensorId, Role)) {
             (kind::NMS, 3) => ("iou", Role::ActOrF32Weight),
             (kind::NMS, 4) => ("score", Role::ActOrF32Weight),
             (kind::DENSE | kind::CONV2D, 3) => ("clamp", Role::F32Weight),
+            (kind::CONV2D, 4) => ("residual", Role::Act),
             (kind::CONCAT, _) => ("x", Role::AnyAct),
             (_, 0) => ("x", Role::Act),
             _ => ("weight", Role::Weight),

@@ -5,7 +5,9 @@
 
 use crate::common_layers::cases::*;
 use crate::common_layers::*;
-use kestrel_rt_cpu::kernels::conv::{conv2d, conv2d_clamped, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
+use kestrel_rt_cpu::kernels::conv::{
+    conv2d, conv2d_clamped, conv2d_residual, conv2d_scratch, conv2d_scratch_fast, Conv2dParams,
+};
 use kestrel_rt_cpu::kernels::{epilogue, Clamp, Elementwise};
 use kestrel_rt_cpu::ProjW;
 use kestrel_rt_format::ops::Activation;
@@ -198,7 +200,7 @@ fn check_fixed_cases(cases: &[ConvCase]) {
 }
 
 /// [`check_fixed_cases`] with weights (and bias) stored as `dt`, against the reference on the
-/// decoded values.
+/// decoded values; every layer with a bias and a residual.
 fn check_cases(cases: &[ConvCase], dt: kestrel_rt_format::DType) {
     let mut seed = 0x9E37_79B9u32;
     let mut next = move || {
@@ -217,18 +219,78 @@ fn check_cases(cases: &[ConvCase], dt: kestrel_rt_format::DType) {
         let xs: Vec<f32> = (0..c * h * w).map(|_| next()).collect();
         let ws: Vec<f32> = (0..o * (c / groups) * kh * kw).map(|_| next()).collect();
         let bs: Vec<f32> = (0..o).map(|_| next()).collect();
-        let run = |x: &[f32], ws: &[f32], bs: &[f32]| {
+        // A residual too (each path adds it to its planes or chunks of rows at their offsets).
+        let rs: Vec<f32> = (0..o * p.oh * p.ow).map(|_| next()).collect();
+        let run = |x: &[f32], ws: &[f32], bs: &[f32], rs: &[f32]| {
             let mut wt = TestWeight::new(dt, &ws_shape, ws);
             let mut bt = TestWeight::new(dt, &[o], bs);
             let spec = r::ConvSpec { stride, pad, dilation, groups };
             let (want, _, _) = r::conv2d(&f64s(x), [c, h, w], &wt.decoded, ws_shape, Some(&bt.decoded[..]), spec);
+            let want: Vec<f64> = want.iter().zip(rs).map(|(&v, &r)| v + f64::from(r)).collect();
             let proj = ProjW { w: wt.view(), b: Some(bt.view()), act_scale: None };
             let mut y = out(o * p.oh * p.ow);
-            conv2d(&p, &proj, Activation::None, x, &mut y, &mut scratch(conv2d_scratch_fast(&p)));
+            let epi = (Activation::None, None, Some(rs));
+            conv2d_residual(&p, &proj, epi, x, &mut y, &mut scratch(conv2d_scratch_fast(&p)));
             (y, want)
         };
-        let (y, want) = run(&xs, &ws, &bs);
-        let (mag, mag_want) = run(&abs(&xs), &abs(&ws), &abs(&bs));
+        let (y, want) = run(&xs, &ws, &bs, &rs);
+        let (mag, mag_want) = run(&abs(&xs), &abs(&ws), &abs(&bs), &abs(&rs));
         assert_close_dot(&format!("conv2d {case:?} {dt:?}"), &y, &want, &mag, &mag_want);
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// A residual added before the activation and clamp (`conv2d_residual`, `y = clamp(act(conv(x)
+    /// + b + r))`, a ResNet block's skip connection folded in) on every path, with the planner's
+    /// scratch and with the minimum (the direct loop): against the reference, and, bit for bit,
+    /// against the layer without its epilogue followed by the residual's add and `epilogue` over
+    /// the whole output (where the epilogue is a ReLU and/or a clamp).
+    #[test]
+    fn conv2d_residual_matches_reference_and_unfused_add(
+        (case, xs, ws) in conv_case(),
+        rs in vals(4096),
+        bias in any::<bool>(),
+        bs in vals(16),
+        act in prop::sample::select(Activation::ALL),
+        (lo, width, clamped) in (-1.5f32..0.5, 0.0f32..2.0, any::<bool>()),
+        fast in any::<bool>(),
+    ) {
+        let (c, h, w, o, kh, kw, stride, pad, dilation, groups) = case;
+        let ws_shape = [o, c / groups, kh, kw];
+        let p = Conv2dParams::new(&shape(&[c, h, w]), &shape(&ws_shape), stride, pad, dilation, groups).unwrap();
+        let n = o * p.oh * p.ow;
+        // The residual: the drawn values cycled over the output (never all zeros).
+        let res: Vec<f32> = rs.iter().copied().cycle().take(n).collect();
+        let clamp = clamped.then_some(Clamp { lo, hi: lo + width });
+        let mut wt = TestWeight::new(kestrel_rt_format::DType::F32, &ws_shape, &ws);
+        let mut bt = TestWeight::new(kestrel_rt_format::DType::F32, &[o], &bs[..o]);
+        let mut wa = TestWeight::new(kestrel_rt_format::DType::F32, &ws_shape, &abs(&ws));
+        let mut ba = TestWeight::new(kestrel_rt_format::DType::F32, &[o], &abs(&bs[..o]));
+        let spec = r::ConvSpec { stride, pad, dilation, groups };
+        let reference = |x: &[f32], wt: &TestWeight, bt: &TestWeight, res: &[f32], clamp: Option<Clamp>| {
+            let (y, _, _) = r::conv2d(&f64s(x), [c, h, w], &wt.decoded, ws_shape, bias.then_some(&bt.decoded[..]), spec);
+            let y = y.into_iter().zip(res).map(|(v, &r)| r::act(act_of(act), v + f64::from(r)));
+            y.map(|v| clamp.map_or(v, |c| v.max(f64::from(c.lo)).min(f64::from(c.hi)))).collect::<Vec<f64>>()
+        };
+        let want = reference(&xs, &wt, &bt, &res, clamp);
+        let mag_want = reference(&abs(&xs), &wa, &ba, &abs(&res), None);
+        let room = if fast { conv2d_scratch_fast(&p) } else { conv2d_scratch(&p) };
+        let run = |x: &[f32], wt: &mut TestWeight, bt: &mut TestWeight, epi: (Activation, Option<Clamp>, Option<&[f32]>)| {
+            let proj = ProjW { w: wt.view(), b: bias.then(|| bt.view()), act_scale: None };
+            let mut y = out(n);
+            conv2d_residual(&p, &proj, epi, x, &mut y, &mut scratch(room));
+            y
+        };
+        let y = run(&xs, &mut wt, &mut bt, (act, clamp, Some(&res)));
+        let mag = run(&abs(&xs), &mut wa, &mut ba, (act, None, Some(&abs(&res))));
+        assert_close_dot(&format!("conv2d_residual {case:?} bias {bias} {act:?} {clamp:?} fast {fast}"), &y, &want, &mag, &mag_want);
+        if Elementwise::of(act, clamp).is_some() {
+            let mut unfused = run(&xs, &mut wt, &mut bt, (Activation::None, None, None));
+            unfused.iter_mut().zip(&res).for_each(|(v, &r)| *v += r);
+            epilogue(act, clamp, &mut unfused);
+            prop_assert!(y == unfused, "{:?} {:?} {:?}: fused {:?} vs unfused {:?}", case, act, clamp, y, unfused);
+        }
     }
 }

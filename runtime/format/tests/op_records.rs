@@ -49,6 +49,7 @@ fn conv2d_records_with_and_without_an_activation() {
     let conv = |act| {
         Op::Conv2d(Conv2d {
             clamp: None,
+            residual: None,
             x: 0,
             proj: Proj { w: 1, b: None },
             stride: [1, 1],
@@ -153,6 +154,7 @@ fn hard_sigmoid_codes_round_trip_and_the_next_codes_are_rejected() {
     assert_eq!((Activation::HardSigmoid as u32, UnaryOp::HardSigmoid as u32), (6, 14));
     let conv = Op::Conv2d(Conv2d {
         clamp: None,
+        residual: None,
         x: 0,
         proj: Proj { w: 1, b: Some(2) },
         stride: [1, 1],

@@ -49,6 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 groups: g as u32,
                 act: Activation::None,
                 clamp: None,
+                residual: None,
                 y,
             })
         })?;

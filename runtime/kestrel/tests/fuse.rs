@@ -698,6 +698,7 @@ fn bounded_layers() -> ModelBuilder {
                 groups: 1,
                 act: Activation::None,
                 clamp: None,
+                residual: None,
                 y,
             })
         })

@@ -45,6 +45,7 @@ fn graph(conv: bool, bias: bool, steps: &[Step], seed: u64) -> (ModelBuilder, us
                     groups: 1,
                     act: Activation::None,
                     clamp: None,
+                    residual: None,
                     y,
                 })
             })

@@ -228,6 +228,7 @@ fn an_affine_after_an_activated_convolution_becomes_one_chain() {
                 groups: 1,
                 act: Activation::None,
                 clamp: None,
+                residual: None,
                 y,
             })
         })

@@ -62,6 +62,7 @@ fn block(sp: Spelling) -> ModelBuilder {
         .op(|y| {
             Op::Conv2d(Conv2d {
                 clamp: None,
+                residual: None,
                 x: v,
                 proj: Proj { w, b: bias },
                 stride: [1, 1],

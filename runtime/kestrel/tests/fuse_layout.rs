@@ -135,6 +135,7 @@ fn a_patchifying_conv_then_token_transpose_becomes_a_patch_embedding() {
             .op(|y| {
                 Op::Conv2d(Conv2d {
                     clamp: None,
+                    residual: None,
                     x,
                     proj: Proj { w: wt, b: Some(bias) },
                     stride: [p as u32; 2],

@@ -220,6 +220,7 @@ fn talking_heads_fuse() {
             groups: 1,
             act: Activation::None,
             clamp: None,
+            residual: None,
             y,
         })
     });

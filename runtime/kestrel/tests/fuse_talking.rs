@@ -56,6 +56,7 @@ fn mixing(b: &mut ModelBuilder, rng: &mut Rng, x: TensorId, h: usize, act: Activ
             groups: 1,
             act,
             clamp: None,
+            residual: None,
             y,
         })
     });

@@ -32,6 +32,7 @@ mod fuse_empty;
 mod fuse_layout;
 mod fuse_mixed;
 mod fuse_query_rows;
+mod fuse_residual;
 mod fuse_score_forms;
 mod fuse_sdpa_forms;
 mod fuse_sinks;

@@ -262,6 +262,7 @@ fn conv2d_stride_pad_dilation_groups() {
                 c.b.op(|y| {
                     Op::Conv2d(Conv2d {
                         clamp: None,
+                        residual: None,
                         x,
                         proj: Proj { w: wt, b },
                         stride,
@@ -325,6 +326,7 @@ fn dense_and_conv2d_with_clamp_bounds() {
                             groups,
                             act,
                             clamp,
+                            residual: None,
                             y,
                         })
                     })

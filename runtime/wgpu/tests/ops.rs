@@ -757,6 +757,8 @@ at_both_precisions! {
         |g, precision, _arith| { check(&g, &pool_cases(), precision, &TUNINGS); };
     clamped_layers_match_cpu, clamped_layers_match_cpu_f16:
         |g, precision, _arith| { check(&g, &cases::fusion::clamp_cases(), precision, &TUNINGS); };
+    residual_convolutions_match_cpu, residual_convolutions_match_cpu_f16:
+        |g, precision, _arith| { check(&g, &cases::fusion::conv_residual_cases(), precision, &TUNINGS); };
     sdpa_kernel_matches_cpu, sdpa_kernel_matches_cpu_f16:
         |g, precision, arith| {
             let seen = check(&g, &sdpa_cases(), precision, &TUNINGS[..1]);

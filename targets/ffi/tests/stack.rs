@@ -141,6 +141,7 @@ fn cnn(dtype: DType) -> Vec<u8> {
                     groups: g as u32,
                     act,
                     clamp: None,
+                    residual: None,
                     y,
                 })
             })

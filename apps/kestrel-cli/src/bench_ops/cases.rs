@@ -559,6 +559,7 @@ pub(super) fn build(c: &CaseDef, seed: u64) -> Result<(Model, Vec<Feed>)> {
                     groups: groups as u32,
                     act: Activation::None,
                     clamp: None,
+                    residual: None,
                     y,
                 })
             })?

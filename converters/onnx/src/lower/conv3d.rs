@@ -272,7 +272,18 @@ impl Lowerer<'_> {
         let groups = u(g * stacks)?;
         let act = v.act;
         let y = self.b.op(|y| {
-            Op::Conv2d(Conv2d { clamp: None, x: taps, proj: Proj { w: wid, b }, stride, pad, dilation, groups, act, y })
+            Op::Conv2d(Conv2d {
+                clamp: None,
+                residual: None,
+                x: taps,
+                proj: Proj { w: wid, b },
+                stride,
+                pad,
+                dilation,
+                groups,
+                act,
+                y,
+            })
         })?;
         let ys =
             self.b.shape_of(y).map(|s| s.dims().iter().map(|&d| d as usize).collect::<Vec<_>>()).unwrap_or_default();

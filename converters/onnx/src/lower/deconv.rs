@@ -113,6 +113,7 @@ impl Lowerer<'_> {
         let y = self.b.op(|y| {
             Op::Conv2d(Conv2d {
                 clamp: None,
+                residual: None,
                 x: z,
                 proj: Proj { w, b },
                 stride: [1, 1],

@@ -124,6 +124,7 @@ impl Lowerer<'_> {
         let y = self.b.op(|y| {
             Op::Conv2d(Conv2d {
                 clamp: None,
+                residual: None,
                 x: xp,
                 proj: Proj { w, b: None },
                 stride: [1, stride_w],

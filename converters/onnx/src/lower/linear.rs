@@ -330,6 +330,7 @@ impl Lowerer<'_> {
         let y = self.b.op(|y| {
             Op::Conv2d(Conv2d {
                 clamp: None,
+                residual: None,
                 x,
                 proj: Proj { w, b: bias.map(|(_, b)| b) },
                 stride: [1, 1],
@@ -516,7 +517,18 @@ impl Lowerer<'_> {
         let act = self.match_activation(OutletId::new(self.node, 0));
         let a = act.as_ref().map_or(Activation::None, |a| a.0);
         let y = self.b.op(|y| {
-            Op::Conv2d(Conv2d { clamp: None, x, proj: Proj { w, b }, stride, pad, dilation, groups, act: a, y })
+            Op::Conv2d(Conv2d {
+                clamp: None,
+                residual: None,
+                x,
+                proj: Proj { w, b },
+                stride,
+                pad,
+                dilation,
+                groups,
+                act: a,
+                y,
+            })
         })?;
         let out = self.out_shape()?;
         let ys =

@@ -6,7 +6,7 @@ use crate::error::{RunError, ShapeError};
 use crate::graph::Graph;
 use crate::kernels::chain::{chain, ChainParams};
 use crate::kernels::concat::{concat_piece, ConcatParams};
-use crate::kernels::conv::{conv2d_clamped, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
+use crate::kernels::conv::{conv2d_residual, conv2d_scratch, conv2d_scratch_fast, Conv2dParams};
 use crate::kernels::elementwise::{binary, unary, BinaryParams, Operand, UnaryParams};
 use crate::kernels::embed::{
     embedding, embedding_scratch, patch_embed, patch_embed_scratch, EmbeddingParams, PatchEmbedParams,
@@ -310,6 +310,13 @@ fn prepare<'a>(file: &Graph<'_, 'a>, op: &Op) -> Result<Prep<'a>, ShapeError> {
             let proj = proj(file, o.proj)?;
             let p = Conv2dParams::of(o, &shp(o.x)?, &shp(o.proj.w)?)?;
             proj.check("Conv2d", p.o, p.patch_len())?;
+            // A residual is an activation of the output's shape (the shape is checked with the
+            // op's shapes; dtypes with every tensor's).
+            if let Some(r) = o.residual {
+                if !matches!(src(file, r)?, Src::Act) {
+                    return Err(ShapeError::Invalid { op: "Conv2d", what: "a residual must be an activation" });
+                }
+            }
             Prep::Conv2d { p, proj, clamp: clamp_of(file, o.clamp)? }
         }
         LayerOp::Pool2d(o) => Prep::Pool2d(Pool2dParams::of(o, &shp(o.x)?)?),
@@ -507,7 +514,8 @@ pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Resul
             }
             (Prep::Conv2d { p, proj, clamp }, Op::Conv2d(o)) => {
                 let (x, n) = main(o.x)?;
-                conv2d_clamped(p, proj, o.act, *clamp, &x[sample(n, s)], y, scratch);
+                let r = o.residual.map(|r| main(r).map(|(v, k)| &v[sample(k, s)])).transpose()?;
+                conv2d_residual(p, proj, (o.act, *clamp, r), &x[sample(n, s)], y, scratch);
             }
             (Prep::Pool2d(p), Op::Pool2d(o)) => {
                 let (x, n) = main(o.x)?;

@@ -54,8 +54,29 @@ pub fn conv2d_clamped(
     y: &mut [f32],
     scratch: &mut [f32],
 ) {
-    let epi = Epi { act, clamp };
+    conv2d_residual(p, proj, (act, clamp, None), x, y, scratch);
+}
+
+/// [`conv2d_clamped`] with a residual `r [O, H', W']` added before the activation (`y =
+/// clamp(act(conv(x) + b + r))`, a ResNet block's skip connection): each output plane, or chunk
+/// of rows, gets its residual in the epilogue pass while it is in cache, not in an `Add` of its
+/// own over memory.
+///
+/// # Panics
+/// If `r` is shorter than the output (`O·H'·W'`).
+pub fn conv2d_residual(
+    p: &Conv2dParams,
+    proj: &ProjW<'_>,
+    (act, clamp, residual): (Activation, Option<crate::kernels::Clamp>, Option<&[f32]>),
+    x: &[f32],
+    y: &mut [f32],
+    scratch: &mut [f32],
+) {
     let n = p.o * p.oh * p.ow;
+    if let Some(r) = residual {
+        assert!(r.len() >= n, "conv2d: residual of {} values for {n} outputs", r.len());
+    }
+    let epi = Epi { act, clamp, residual };
     if run_channels_last(p) && scratch.len() >= cl_scratch(p) {
         depthwise_cl(p, proj, x, y, scratch);
         return finish_planes(proj, p.oh * p.ow, epi, &mut y[..n]);
@@ -69,21 +90,30 @@ pub fn conv2d_clamped(
         return conv2d_gemm(p, proj, epi, x, y, scratch);
     }
     conv2d_direct(p, proj, x, y, scratch);
-    epi.apply(&mut y[..n]);
+    epi.apply(&mut y[..n], 0);
 }
 
-/// What follows the bias: the layer's activation, then its clamp. The fast paths apply it to
-/// each output plane (or chunk of rows) as they finish it, while it is in cache, not in a pass
-/// over the whole output.
+/// What follows the bias: the layer's residual, then its activation, then its clamp. The fast
+/// paths apply it to each output plane (or chunk of rows) as they finish it, while it is in
+/// cache, not in a pass over the whole output.
 #[derive(Clone, Copy)]
-struct Epi {
+struct Epi<'r> {
     act: Activation,
     clamp: Option<crate::kernels::Clamp>,
+    /// The residual over the whole output (`O·H'·W'`, checked).
+    residual: Option<&'r [f32]>,
 }
 
-impl Epi {
+impl Epi<'_> {
+    /// The epilogue of `y`, the outputs from flat index `at` of the layer's output on.
     #[cfg_attr(target_arch = "x86_64", inline(always))]
-    fn apply(self, y: &mut [f32]) {
+    fn apply(self, y: &mut [f32], at: usize) {
+        if let Some(r) = self.residual {
+            // `y + 1·r` through the detected ISA's vectors (this pass may be compiled for the
+            // baseline): one rounding, the plain sum's bits.
+            let n = y.len();
+            crate::kernels::simd::axpy(y, 1.0, &r[at..at + n]);
+        }
         crate::kernels::epilogue(self.act, self.clamp, y);
     }
 }
@@ -178,7 +208,7 @@ fn product_len(p: &Conv2dParams) -> usize {
 
 /// Convolution as a GEMM per group: `y_g [O/g, H'·W'] = W_g [O/g, K] · patches_g [K, H'·W']`
 /// with `K = C/g·kh·kw`, then the bias.
-fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
     let (cg, og, k) = (p.c / p.groups, p.o / p.groups, p.patch_len());
     let plane = p.oh * p.ow;
     if patchify(p) {
@@ -255,11 +285,12 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi, x: &[f32], y: &mut 
                 if bias != 0.0 {
                     pr.iter_mut().for_each(|v| *v += bias);
                 }
-                let yo = &mut yg[o * plane + oy0 * p.ow..oy1 * p.ow + o * plane];
+                let at = o * plane + oy0 * p.ow;
+                let yo = &mut yg[at..oy1 * p.ow + o * plane];
                 for (yr, src) in yo.chunks_exact_mut(p.ow).zip(pr.chunks_exact(wq)) {
                     super::copy_short(yr, &src[..p.ow]);
                 }
-                epi.apply(yo);
+                epi.apply(yo, g * og * plane + at);
             }
         }
     }
@@ -271,7 +302,7 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi, x: &[f32], y: &mut 
 /// Per output channel's plane: `y[o, ·] += b[o]`, then the activation and clamp, while the plane
 /// is in cache; compiled for the detected x86 ISA (the passes vectorise to its width: built for
 /// the baseline, SSE2, the bias, ReLU and clamp passes took 14 % of MobileNetV2's time).
-fn finish_planes(proj: &ProjW<'_>, plane: usize, epi: Epi, y: &mut [f32]) {
+fn finish_planes(proj: &ProjW<'_>, plane: usize, epi: Epi<'_>, y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         use crate::kernels::simd::{isa, Isa};
@@ -288,18 +319,18 @@ fn finish_planes(proj: &ProjW<'_>, plane: usize, epi: Epi, y: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn finish_avx512(proj: &ProjW<'_>, plane: usize, epi: Epi, y: &mut [f32]) {
+unsafe fn finish_avx512(proj: &ProjW<'_>, plane: usize, epi: Epi<'_>, y: &mut [f32]) {
     finish_body(proj, plane, epi, y)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn finish_avx2(proj: &ProjW<'_>, plane: usize, epi: Epi, y: &mut [f32]) {
+unsafe fn finish_avx2(proj: &ProjW<'_>, plane: usize, epi: Epi<'_>, y: &mut [f32]) {
     finish_body(proj, plane, epi, y)
 }
 
 #[cfg_attr(target_arch = "x86_64", inline(always))]
-fn finish_body(proj: &ProjW<'_>, plane: usize, epi: Epi, y: &mut [f32]) {
+fn finish_body(proj: &ProjW<'_>, plane: usize, epi: Epi<'_>, y: &mut [f32]) {
     for (o, yp) in y.chunks_exact_mut(plane.max(1)).enumerate() {
         if let Some(b) = proj.b {
             let bias = b.get(o / b.cols(), o % b.cols());
@@ -307,7 +338,7 @@ fn finish_body(proj: &ProjW<'_>, plane: usize, epi: Epi, y: &mut [f32]) {
                 yp.iter_mut().for_each(|v| *v += bias);
             }
         }
-        epi.apply(yp);
+        epi.apply(yp, o * plane);
     }
 }
 

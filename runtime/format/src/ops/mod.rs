@@ -472,6 +472,11 @@ pub struct Conv2d {
     /// `[lo, hi]` (a ReLU6's or Clip's bounds folded in); the record's optional slot before `y`,
     /// present only when used (records without it read as before).
     pub clamp: Option<TensorId>,
+    /// A residual added before the activation, `y = min(max(act(conv(x) + b + r), lo), hi)`: an
+    /// f32 activation of the output's shape `[O, H', W']` (a ResNet block's skip connection,
+    /// its `Add` folded in); an optional slot after `clamp` (`NONE` there when only the
+    /// residual is set), present only when used (records without it read as before).
+    pub residual: Option<TensorId>,
     /// Output `[O, H', W']`.
     pub y: TensorId,
 }

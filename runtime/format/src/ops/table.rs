@@ -142,7 +142,7 @@ op_table! {
         // `count` and `len` may be 0: a slice of nothing (a run-time dim at 0, `docs/FORMAT.md` §11).
         [axis: raw(), start: raw(), step: pos("step"), count: raw(), offset: raw(), len: raw()],
     /// See [`Conv2d`].
-    Conv2d = 12 CONV2D [x: t("x"), proj: proj("w"), clamp: opt_t("clamp"), y: t("y")]
+    Conv2d = 12 CONV2D [x: t("x"), proj: proj("w"), clamp: opt_t("clamp"), residual: opt_t("residual"), y: t("y")]
         [stride: pos_each(["stride"; 2]), pad: raw_each(), dilation: pos_each(["dilation"; 2]), groups: pos("groups"),
         // Only when fused: files without fused activations stay readable by 1.1.
         act: opt_code(Activation::None, "activation")],

@@ -29,6 +29,7 @@ pub fn every_op() -> Vec<Op> {
     use AttentionVariant::*;
     let conv = |act, b| Conv2d {
         clamp: None,
+        residual: None,
         x,
         proj: Proj { w: 1, b },
         stride: [1, 2],

@@ -68,7 +68,7 @@ fn classify(b: &ModelBuilder, t: TensorId, nodes: &mut Vec<usize>) -> Option<Use
     for (n, read) in uses_through_views(b, t, nodes)? {
         match b.ops()[n] {
             Op::Binary(m) if m.op == BinaryOp::Mul && u.product.is_none() => u.product = Some((n, m, read)),
-            Op::Conv2d(c) if u.conv.is_none() => u.conv = Some((n, c)),
+            Op::Conv2d(c) if u.conv.is_none() && c.residual.is_none() => u.conv = Some((n, c)),
             Op::Reduce(r) if r.op == ReduceOp::Sum && u.sum.is_none() => u.sum = Some((n, r)),
             _ => return None,
         }

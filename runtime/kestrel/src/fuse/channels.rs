@@ -161,7 +161,7 @@ fn match_scale(b: &ModelBuilder, mul_node: usize) -> Option<ScaleMatch> {
     // Output channel of flat element i: a convolution's [O, H', W'] is O blocks of H'·W', a
     // dense layer's [.., N] cycles through N.
     let (channels, block, pattern) = match node {
-        Op::Conv2d(cv) if cv.act == Activation::None && cv.clamp.is_none() => {
+        Op::Conv2d(cv) if cv.act == Activation::None && cv.clamp.is_none() && cv.residual.is_none() => {
             let o = *td.first()?;
             (o, numel / o.max(1), "conv+scale")
         }

@@ -79,5 +79,10 @@ fn match_clamp(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op>)> {
     }
     nodes.sort_unstable();
     let x = b.ops()[n].main_input();
-    Some((Region { nodes, inputs: vec![x], output: out }, ops))
+    // A convolution's residual is the region's input too.
+    let residual = match b.ops()[n] {
+        Op::Conv2d(c) => c.residual,
+        _ => None,
+    };
+    Some((Region { nodes, inputs: core::iter::once(x).chain(residual).collect(), output: out }, ops))
 }

@@ -19,6 +19,7 @@ mod layout;
 mod norm_affine;
 mod pointwise;
 mod query_rows;
+mod residual;
 mod score_forms;
 mod score_mask;
 mod sdpa;
@@ -93,6 +94,7 @@ pub fn fuse(b: &mut ModelBuilder) -> FusionReport {
         pointwise::channels_last_dense(b, &mut report);
         pointwise::patch_embed(b, &mut report);
         pointwise::conv_epilogue(b, &mut report);
+        residual::conv_residual(b, &mut report);
         // After the mechanisms and the slice-before-norm pass: the projections are final.
         norm_affine::norm_affine_into_projections(b, &mut report);
         // Last: the patterns above read layout ops as their exporters wrote them.

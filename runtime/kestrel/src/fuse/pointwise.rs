@@ -51,6 +51,7 @@ fn match_channels_last_dense(b: &mut ModelBuilder, n: usize) -> Option<(Region, 
     let yout = if direct { y } else { b.new_activation("pointwise_out", &[o, 1, s]).ok()? };
     ops.push(Op::Conv2d(Conv2d {
         clamp: None,
+        residual: None,
         x: xin,
         proj: Proj { w, b: d.proj.b },
         stride: [1, 1],
@@ -129,7 +130,9 @@ fn match_conv_epilogue(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op
         ops.push(Op::Reshape(Reshape { x: y, y: out }));
     }
     nodes.sort_unstable();
-    Some((Region { nodes, inputs: vec![cv.x], output: out }, ops, pattern))
+    // A residual (added before the activation and the bias's sum alike) is the region's input too.
+    let inputs = core::iter::once(cv.x).chain(cv.residual).collect();
+    Some((Region { nodes, inputs, output: out }, ops, pattern))
 }
 
 /// A patchifying `Conv2d` (kernel = stride = p, no padding, one group, no activation, `[C, H,

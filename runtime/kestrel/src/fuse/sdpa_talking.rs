@@ -34,6 +34,9 @@ pub(super) fn head_mix(b: &ModelBuilder, n: usize) -> Result<Option<HeadMix>, St
     if c.groups != 1 || c.stride != [1, 1] || c.dilation != [1, 1] || c.pad != [0; 4] {
         return why("with groups, strides, dilation or padding");
     }
+    if c.residual.is_some() {
+        return why("with a residual");
+    }
     if c.act != Activation::None || c.clamp.is_some() {
         return why("followed by an activation or bounds");
     }

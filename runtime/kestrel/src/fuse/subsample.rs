@@ -63,7 +63,7 @@ fn match_subsampled_conv(b: &ModelBuilder, first: usize) -> Option<(Region, Conv
         }
         match op {
             Op::Reshape(r) => y = r.y,
-            Op::Conv2d(conv) => break conv,
+            Op::Conv2d(conv) if conv.residual.is_none() => break conv,
             _ => return None,
         }
     };

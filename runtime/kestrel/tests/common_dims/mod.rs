@@ -73,6 +73,7 @@ pub fn conv_net(h: usize, w: usize) -> Vec<u8> {
                 groups: 1,
                 act: Activation::Relu,
                 clamp: None,
+                residual: None,
                 y,
             })
         })
@@ -104,6 +105,7 @@ pub fn conv_net(h: usize, w: usize) -> Vec<u8> {
                 groups: 1,
                 act: Activation::None,
                 clamp: None,
+                residual: None,
                 y,
             })
         })

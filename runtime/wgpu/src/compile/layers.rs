@@ -11,7 +11,7 @@ use kestrel_rt_core::error::ShapeError;
 use kestrel_rt_core::params::{
     ConcatParams, Conv2dParams, GatherParams, LinearAttnParams, Pool2dParams, RnnCell, RnnParams, SliceParams,
 };
-use kestrel_rt_format::ops::{GruReset, LayerOp, LinearOutput, NormAxis, Op, TensorId};
+use kestrel_rt_format::ops::{Activation, GruReset, LayerOp, LinearOutput, NormAxis, Op, TensorId};
 use kestrel_rt_format::{TensorKind, MAX_RANK};
 
 pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<Dispatch>, GpuError> {
@@ -367,9 +367,18 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 && c.groups == 1
                 && c.h % c.kh == 0
                 && c.w % c.kw == 0;
+            // A residual: the convolution without its activation, then `y += r` and the
+            // activation as element-wise dispatches in place (`y = act(conv(x) + b + r)`).
+            let act = if o.residual.is_some() { Activation::None } else { o.act };
+            let mut after = Vec::new();
+            if let Some(r) = o.residual {
+                after = residual_then_act(ctx, r, o.y, o.act)?;
+            }
             if patchify {
                 let (xr, y) = (ctx.act(o.x)?, ctx.act(o.y)?);
-                return ctx.patch_dense(xr, (c.c, c.h, c.w, c.kh), c.o, (w, b), o.act as u32, y, true);
+                let mut d = ctx.patch_dense(xr, (c.c, c.h, c.w, c.kh), c.o, (w, b), act as u32, y, true)?;
+                d.extend(after);
+                return Ok(d);
             }
             // Tiled through workgroup memory (implicit GEMM) where the tiles fill the device
             // (`Tuning::dense_tile_min_workgroups`, as dense layers) and a group has channels
@@ -394,17 +403,19 @@ pub(super) fn compile(ctx: &mut Ctx<'_, '_>, node: u32, op: &Op) -> Result<Vec<D
                 .set(conv::groups, c.groups)?
                 .set(conv::has_bias, b.is_some())?
                 .set(conv::weight, w)?
-                .set(conv::activation, o.act as usize)?;
+                .set(conv::activation, act as usize)?;
             if let Some(b) = b {
                 p = p.set(conv::bias, b)?;
             }
-            vec![p.done(if tiled {
+            let mut d = vec![p.done(if tiled {
                 Kernel::Conv2dTile
             } else if blocked {
                 Kernel::Conv2dBlock
             } else {
                 Kernel::Conv2d
-            })]
+            })];
+            d.extend(after);
+            d
         }
         LayerOp::Pool2d(o) => {
             let c = Pool2dParams::of(o, &shape(o.x)?).map_err(|e| GpuError::Model(e.to_string()))?;
@@ -525,6 +536,40 @@ pub(super) fn clamp(ctx: &Ctx<'_, '_>, clamp: TensorId, y: TensorId) -> Result<V
                 .map(|p| p.done(Kernel::Strided))
         })
         .collect()
+}
+
+/// A convolution's residual and activation after it, in place on its output `y`: `y += r` (a
+/// `strided` Add of the activation `r`, of `y`'s shape), then the activation as a `unary`
+/// dispatch (none for [`Activation::None`]).
+fn residual_then_act(ctx: &Ctx<'_, '_>, r: TensorId, y: TensorId, act: Activation) -> Result<Vec<Dispatch>, GpuError> {
+    use kestrel_rt_format::ops::{BinaryOp, UnaryOp};
+    let shape = ctx.info(y)?.shape;
+    if ctx.info(r)?.kind != TensorKind::Activation || ctx.info(r)?.shape != shape {
+        return Err(GpuError::Model(format!("residual {r}: expected an activation of the output's shape")));
+    }
+    let full = broadcast_strides(&dims(&shape), shape.rank());
+    let p = operand(ctx, strided_out(ctx, y, BinaryOp::Add as usize)?, OPERAND_A, y, &full)?;
+    let mut d = vec![operand(ctx, p, OPERAND_B, r, &full)?.done(Kernel::Strided)];
+    let unary = match act {
+        Activation::None => None,
+        Activation::Relu => Some(UnaryOp::Relu),
+        Activation::Gelu => Some(UnaryOp::Gelu),
+        Activation::GeluTanh => Some(UnaryOp::GeluTanh),
+        Activation::Silu => Some(UnaryOp::Silu),
+        Activation::HardSwish => Some(UnaryOp::HardSwish),
+        Activation::HardSigmoid => Some(UnaryOp::HardSigmoid),
+    };
+    if let Some(u) = unary {
+        let yb = ctx.act(y)?.base;
+        d.push(
+            Params::new(shape.numel().unwrap_or(0))?
+                .set(unary::x_base, yb)?
+                .set(unary::y_base, yb)?
+                .set(unary::op, u as usize)?
+                .done(Kernel::Unary),
+        );
+    }
+    Ok(d)
 }
 
 /// The fields of one operand of the `strided` kernel (`operand` in `elementwise.wgsl`).

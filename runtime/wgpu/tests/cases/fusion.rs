@@ -49,6 +49,7 @@ pub fn patchify_cases() -> Vec<Case> {
             c.b.op(|y| {
                 Op::Conv2d(Conv2d {
                     clamp: None,
+                    residual: None,
                     x,
                     proj: Proj { w: w_, b },
                     stride: [s, s],
@@ -295,6 +296,52 @@ pub fn clamp_cases() -> Vec<Case> {
                     groups,
                     act: Activation::Relu,
                     clamp,
+                    residual: None,
+                    y,
+                })
+            })
+        }));
+    }
+    v
+}
+
+/// Convolutions with a residual (`y = clamp(act(conv(x) + b + r))`, a ResNet block's skip
+/// folded in) in each form (one thread per output, register-blocked, tiled, patchifying), with
+/// and without an activation and a clamp: the convolution, then the residual's add and the
+/// activation in place.
+pub fn conv_residual_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for (ci, co, k, stride, groups, act, clamp) in [
+        (3usize, 5usize, 3usize, 1u32, 1u32, Activation::Relu, None),
+        (4, 8, 3, 2, 2, Activation::None, None),
+        (6, 6, 3, 1, 6, Activation::Silu, Some(0.5f32)),
+        (5, 40, 3, 1, 1, Activation::Relu, Some(3.0)),
+        (3, 8, 4, 4, 1, Activation::Gelu, None),
+    ] {
+        let name = format!("conv2d {ci}->{co} k{k} s{stride} g{groups} + residual {act:?} clamp {clamp:?}");
+        v.push(case("conv2d", name, move |c| {
+            let (h, w) = (9usize, 8usize);
+            let p = if stride as usize == k { 0 } else { 1 };
+            let (oh, ow) = ((h + 2 * p - k) / stride as usize + 1, (w + 2 * p - k) / stride as usize + 1);
+            let x = c.input(&[ci, h, w])?;
+            let r = c.input(&[co, oh, ow])?;
+            let wt = c.w(&[co, ci / groups as usize, k, k], 0.5)?;
+            let b = Some(c.w(&[co], 0.5)?);
+            let clamp = match clamp {
+                Some(hi) => Some(c.b.weight_as("clamp", &[2], vec![-hi, hi], kestrel_rt::format::DType::F32)?),
+                None => None,
+            };
+            c.b.op(|y| {
+                Op::Conv2d(Conv2d {
+                    x,
+                    proj: Proj { w: wt, b },
+                    stride: [stride, stride],
+                    pad: [p as u32; 4],
+                    dilation: [1, 1],
+                    groups,
+                    act,
+                    clamp,
+                    residual: Some(r),
                     y,
                 })
             })

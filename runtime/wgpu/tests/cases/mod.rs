@@ -351,6 +351,7 @@ pub fn conv_cases() -> Vec<Case> {
             c.b.op(|y| {
                 Op::Conv2d(Conv2d {
                     clamp: None,
+                    residual: None,
                     x,
                     proj: Proj { w, b },
                     stride: [stride, stride],

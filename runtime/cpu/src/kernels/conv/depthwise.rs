@@ -59,7 +59,7 @@ impl Depthwise {
         &self,
         p: &Conv2dParams,
         proj: &ProjW<'_>,
-        epi: Epi,
+        epi: Epi<'_>,
         x: &[f32],
         y: &mut [f32],
         scratch: &mut [f32],
@@ -79,7 +79,15 @@ impl Depthwise {
     }
 
     #[cfg_attr(target_arch = "x86_64", inline(always))]
-    fn run_body(&self, p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+    fn run_body(
+        &self,
+        p: &Conv2dParams,
+        proj: &ProjW<'_>,
+        epi: Epi<'_>,
+        x: &[f32],
+        y: &mut [f32],
+        scratch: &mut [f32],
+    ) {
         let og = p.o / p.groups;
         let (oh, ow) = (p.oh, p.ow);
         let plane = oh * ow;
@@ -111,11 +119,11 @@ impl Depthwise {
             if let (true, Some(offs)) = (rowwise, off.table(taps)) {
                 // Rows straight into the output (the same values as the accumulator's path).
                 crate::kernels::simd::taps_rows(&wr[..taps], offs, planes, self.geom.wq, bias, ow, yp);
-                epi.apply(yp);
+                epi.apply(yp, oc * plane);
                 continue;
             }
             taps_body(p, &off, wr, planes, acc);
-            copy_out(yp, acc, ow, self.geom.wq, bias, epi);
+            copy_out(yp, acc, (ow, self.geom.wq), bias, (epi, oc * plane));
         }
     }
 }
@@ -126,7 +134,7 @@ unsafe fn dw_avx512(
     g: &Depthwise,
     p: &Conv2dParams,
     proj: &ProjW<'_>,
-    epi: Epi,
+    epi: Epi<'_>,
     x: &[f32],
     y: &mut [f32],
     scratch: &mut [f32],
@@ -140,7 +148,7 @@ unsafe fn dw_avx2(
     g: &Depthwise,
     p: &Conv2dParams,
     proj: &ProjW<'_>,
-    epi: Epi,
+    epi: Epi<'_>,
     x: &[f32],
     y: &mut [f32],
     scratch: &mut [f32],
@@ -175,12 +183,12 @@ fn taps_body(p: &Conv2dParams, off: &TapOffsets, w: &[f32], planes: &[f32], acc:
 /// was measured 0.74–0.92× as fast on the 3×3 depthwise layers of `kestrel bench ops` (interleaved
 /// rounds, AVX-512), so the passes stay separate.
 #[cfg_attr(target_arch = "x86_64", inline(always))]
-fn copy_out(yp: &mut [f32], acc: &mut [f32], ow: usize, wq: usize, bias: f32, epi: Epi) {
+fn copy_out(yp: &mut [f32], acc: &mut [f32], (ow, wq): (usize, usize), bias: f32, (epi, at): (Epi<'_>, usize)) {
     if bias != 0.0 {
         acc.iter_mut().for_each(|a| *a += bias);
     }
     for (yr, ar) in yp.chunks_exact_mut(ow).zip(acc.chunks_exact(wq)) {
         crate::kernels::copy_short(yr, &ar[..ow]);
     }
-    epi.apply(yp);
+    epi.apply(yp, at);
 }
