@@ -307,21 +307,33 @@ fn pool2d_paths_match_reference() {
     use PoolPath::*;
     // (what, geometry, the paths of its max pool with the minimal and the planner's scratch)
     let cases: &[(&str, PoolCase, [PoolPath; 2])] = &[
-        ("1-d phases, 7 taps, stride 3", (2, 1, 4099, [1, 7], [1, 3], [0, 3, 0, 5], [1, 2]), [Rows, Phased]),
-        ("1-d phases, 122 taps, stride 2", (1, 1, 3001, [1, 122], [1, 2], [0, 60, 0, 61], [1, 1]), [Rows, Phased]),
-        ("1-d phases, 200 taps, stride 1", (1, 1, 2000, [1, 200], [1, 1], [0, 199, 0, 0], [1, 1]), [Rows, Phased]),
+        ("1-d separable, 7 taps, stride 3", (2, 1, 4099, [1, 7], [1, 3], [0, 3, 0, 5], [1, 2]), [Rows, Separable]),
+        (
+            "1-d separable, 122 taps, stride 2",
+            (1, 1, 3001, [1, 122], [1, 2], [0, 60, 0, 61], [1, 1]),
+            [Rows, Separable],
+        ),
+        (
+            "1-d separable, 200 taps, stride 1",
+            (1, 1, 2000, [1, 200], [1, 1], [0, 199, 0, 0], [1, 1]),
+            [Rows, Separable],
+        ),
         ("2-d phases, 12×12 taps", (2, 30, 40, [12, 12], [2, 3], [5, 6, 4, 7], [1, 1]), [Rows, Phased]),
         ("2-d phases, 11×11 taps (tabled)", (1, 40, 50, [11, 11], [3, 2], [0, 10, 10, 0], [1, 2]), [Rows, Phased]),
         ("pairs, wide", (2, 4, 2051, [2, 2], [2, 2], [0; 4], [1, 1]), [Pairs, Pairs]),
         ("global, 1000 wide", (2, 3, 1000, [3, 1000], [1, 1], [0; 4], [1, 1]), [Global, Global]),
         ("global, 7×9", (3, 7, 9, [7, 9], [1, 1], [0; 4], [1, 1]), [Global, Global]),
         ("global, one column", (2, 33, 1, [33, 1], [1, 1], [0; 4], [1, 1]), [Global, Global]),
-        ("two windows a row, padded", (2, 3, 1000, [3, 1000], [1, 1], [0, 1, 0, 0], [1, 1]), [Rows, Phased]),
+        ("two windows a row, padded", (2, 3, 1000, [3, 1000], [1, 1], [0, 1, 0, 0], [1, 1]), [Rows, Separable]),
         ("3×3 stride 1, small map", (5, 7, 7, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1]), [Rows, Phased]),
         ("3×3 stride 2, odd map", (3, 13, 11, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1]), [Rows, Phased]),
         ("1-d as width 1", (1, 5000, 1, [150, 1], [7, 1], [70, 0, 80, 0], [3, 1]), [Rows, Rows]),
         ("padding after past the extent", (1, 1, 50, [1, 3], [1, 20], [0, 1, 0, 9], [1, 2]), [Rows, Phased]),
-        ("ceil mode's extra padding", (2, 9, 2001, [3, 3], [2, 2], [1, 1, 2, 2], [1, 1]), [Rows, Phased]),
+        ("ceil mode's extra padding", (2, 9, 2001, [3, 3], [2, 2], [1, 1, 2, 2], [1, 1]), [Rows, Separable]),
+        ("separable, stride 3 columns, dilated", (2, 5, 130, [3, 4], [2, 3], [1, 2, 2, 3], [2, 2]), [Rows, Separable]),
+        ("separable, odd padded row, stride 2", (3, 6, 97, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1]), [Rows, Separable]),
+        ("separable, padding past the extent", (1, 2, 100, [2, 3], [1, 20], [0, 1, 1, 9], [1, 2]), [Rows, Separable]),
+        ("phases below the separable width", (2, 9, 95, [3, 3], [2, 2], [1, 1, 2, 2], [1, 1]), [Rows, Phased]),
     ];
     for (i, &(what, g, want)) in cases.iter().enumerate() {
         let (c, h, w, kernel, stride, pad, dilation) = g;
@@ -343,7 +355,7 @@ fn issue33_reported_one_d_dilated_pool() {
     let (_, _, w, kernel, stride, pad, dilation) = g;
     let p = Pool2dParams::new(PoolKind::Max, &shape(&[1, 1, w]), kernel, stride, pad, dilation, false).unwrap();
     assert_eq!(p.ow, 21_821);
-    assert_eq!(pool2d_path(&p, pool2d_scratch_fast(&p)), PoolPath::Phased);
+    assert_eq!(pool2d_path(&p, pool2d_scratch_fast(&p)), PoolPath::Separable);
     let x = seeded(w, 33);
     let (want, _, _) =
         r::pool2d(&f64s(&x), [1, 1, w], pool_fn(PoolKind::Max, false), r::PoolSpec { kernel, stride, pad, dilation });
