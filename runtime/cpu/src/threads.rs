@@ -286,3 +286,34 @@ impl SharedMut {
         unsafe { core::slice::from_raw_parts_mut(self.0.add(start), len) }
     }
 }
+
+/// The scratch copies of one parallel section: the op's own scratch (task 0's) and the
+/// session's spare copies after it (task `t`'s is spare copy `t − 1`), `per` elements each.
+pub(crate) struct ScratchCopies {
+    first: SharedMut,
+    rest: SharedMut,
+    per: usize,
+}
+
+impl ScratchCopies {
+    /// Shares `scratch` and `spare` (`per = scratch.len()` elements a copy).
+    pub(crate) fn new(scratch: &mut [f32], spare: &mut [f32]) -> Self {
+        ScratchCopies { per: scratch.len(), first: SharedMut::new(scratch), rest: SharedMut::new(spare) }
+    }
+
+    /// Task `t`'s copy.
+    ///
+    /// # Safety
+    /// Task `t` alone uses copy `t` while the section runs.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn of(&self, t: usize) -> &mut [f32] {
+        // SAFETY: the caller's contract (copies are disjoint ranges).
+        unsafe {
+            if t == 0 {
+                self.first.part(0, self.per)
+            } else {
+                self.rest.part((t - 1) * self.per, self.per)
+            }
+        }
+    }
+}

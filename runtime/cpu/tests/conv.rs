@@ -6,7 +6,8 @@
 use crate::common_layers::cases::*;
 use crate::common_layers::*;
 use kestrel_rt_cpu::kernels::conv::{
-    conv2d, conv2d_clamped, conv2d_residual, conv2d_scratch, conv2d_scratch_fast, Conv2dParams,
+    conv2d, conv2d_clamped, conv2d_part, conv2d_residual, conv2d_scratch, conv2d_scratch_fast, conv2d_splits,
+    Conv2dParams,
 };
 use kestrel_rt_cpu::kernels::{epilogue, Clamp, Elementwise};
 use kestrel_rt_cpu::ProjW;
@@ -291,6 +292,66 @@ proptest! {
             unfused.iter_mut().zip(&res).for_each(|(v, &r)| *v += r);
             epilogue(act, clamp, &mut unfused);
             prop_assert!(y == unfused, "{:?} {:?} {:?}: fused {:?} vs unfused {:?}", case, act, clamp, y, unfused);
+        }
+    }
+}
+
+/// Ungrouped and depthwise layers split by output channels (`conv2d_part`, as threads split
+/// them) equal the whole layer bit for bit: f32 weights (read in place) and int8 (each part
+/// decodes its rows), a residual, an activation and a clamp, parts of 1 to 40 channels cut
+/// anywhere (below the 32 rows from which the whole takes the packed-weights GEMM, so each part
+/// must keep the whole's kernel; across the depthwise kernel's 8-channel blocks), on the
+/// implicit GEMM (3×3, strided), the 1×1 path, a layer whose weights are past 1 MiB (the
+/// row-major kernels) and depthwise layers channels-innermost and by phase planes.
+#[test]
+fn conv2d_parts_equal_the_whole_bit_for_bit() {
+    // (C, H, W, O, kh, kw, stride, pad, dilation, groups)
+    let cases: [ConvCase; 8] = [
+        // Depthwise: channels-innermost (≤ 28 × 28 outputs on x86) and by phase planes.
+        (37, 28, 28, 37, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 37),
+        (24, 70, 66, 24, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 24),
+        (20, 61, 61, 20, 5, 5, [2, 2], [2, 2, 2, 2], [1, 1], 20),
+        (64, 20, 20, 64, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 1),
+        (48, 23, 19, 40, 3, 3, [2, 2], [1, 0, 1, 1], [1, 1], 1),
+        (128, 16, 16, 48, 1, 1, [1, 1], [0; 4], [1, 1], 1),
+        (300, 12, 12, 100, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 1),
+        (3, 30, 30, 16, 7, 7, [2, 2], [3, 3, 3, 3], [1, 1], 1),
+    ];
+    let mut rng = kestrel_rt_reference::testing::Rng::new(77);
+    let mut vals = |n: usize, a: f64| -> Vec<f32> { (0..n).map(|_| rng.nz(a)).collect() };
+    for (i, &(c, h, w, o, kh, kw, stride, pad, dilation, groups)) in cases.iter().enumerate() {
+        let ws_shape = [o, c / groups, kh, kw];
+        let p = Conv2dParams::new(&shape(&[c, h, w]), &shape(&ws_shape), stride, pad, dilation, groups).unwrap();
+        let (plane, n) = (p.oh * p.ow, o * p.oh * p.ow);
+        let x = vals(c * h * w, 1.0);
+        let ws = vals(o * (c / groups) * kh * kw, 0.2);
+        let bs = vals(o, 0.5);
+        let res = vals(n, 1.0);
+        for dt in [kestrel_rt_format::DType::F32, kestrel_rt_format::DType::I8] {
+            let mut wt = TestWeight::new(dt, &ws_shape, &ws);
+            let mut bt = TestWeight::new(kestrel_rt_format::DType::F32, &[o], &bs);
+            let proj = ProjW { w: wt.view(), b: Some(bt.view()), act_scale: None };
+            let room = conv2d_scratch_fast(&p);
+            assert!(conv2d_splits(&p, &proj, room), "case {i} {dt:?}: expected to split");
+            let epi = (Activation::Relu, Some(Clamp { lo: 0.0, hi: 2.5 }), Some(&res[..]));
+            let mut whole = out(n);
+            conv2d_residual(&p, &proj, epi, &x, &mut whole, &mut scratch(room));
+            // Cuts: every channel alone near the start, then uneven parts.
+            let mut cuts = vec![0, 1, 2, 9];
+            let mut at = 9;
+            while at < o {
+                at = (at + 1 + (vals(1, 1.0)[0].abs() * 39.0) as usize).min(o);
+                cuts.push(at);
+            }
+            cuts.retain(|&c| c <= o);
+            cuts.dedup();
+            let mut parts = out(n);
+            for pair in cuts.windows(2) {
+                let (o0, o1) = (pair[0], pair[1]);
+                conv2d_part(&p, &proj, epi, &x, &mut parts[o0 * plane..o1 * plane], &mut scratch(room), o0..o1);
+            }
+            let same = whole.iter().zip(&parts).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "case {i} {dt:?}: parts {cuts:?} differ from the whole");
         }
     }
 }

@@ -649,9 +649,9 @@ fn simd_matmul_kn(isa: Isa, a: &[f32], m: usize, k: usize, b: &[f32], n: usize) 
     let mut y = vec![f32::NAN; m * n];
     match isa {
         // SAFETY: only called for supported ISAs.
-        Isa::Avx2 | Isa::Avx2Vnni => unsafe { simd::x86::matmul_kn(a, m, k, b, n, &mut y, n) },
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { simd::x86::matmul_kn(a, (m, m), k, b, n, &mut y, n) },
         // SAFETY: only called for supported ISAs.
-        Isa::Avx512 => unsafe { simd::x86::matmul_kn_avx512(a, m, k, b, n, &mut y, n) },
+        Isa::Avx512 => unsafe { simd::x86::matmul_kn_avx512(a, (m, m), k, b, n, &mut y, n) },
         _ => return None,
     }
     Some(y)

@@ -51,7 +51,7 @@ proptest! {
         let mut y = vec![f32::NAN; m * n];
         simd::matmul_kn_rows(&a, m, k, &b, &|kk| offs[kk], n, &mut y, n);
         assert_close("matmul_kn_rows (dispatched)", &y, &want, F32_APPROX);
-        let p = simd::KnRows { m, k, n, a: &a, b: &b, rows: &|kk: usize| offs[kk] };
+        let p = simd::KnRows { m, whole_m: m, k, n, a: &a, b: &b, rows: &|kk: usize| offs[kk] };
         for isa in isas() {
             if let Some(got) = simd_matmul_kn_rows(isa, &p) {
                 assert_close(&format!("{} matmul_kn_rows", isa.name()), &got, &want, F32_APPROX);
@@ -82,7 +82,7 @@ proptest! {
         let want: Vec<f64> = (0..m * n)
             .map(|i| (0..k).map(|j| f64::from(a[(i / n) * k + j]) * f64::from(b[offs[j] + i % n])).sum())
             .collect();
-        let p = simd::KnRows { m, k, n, a: &a, b: &b, rows: &|kk: usize| offs[kk] };
+        let p = simd::KnRows { m, whole_m: m, k, n, a: &a, b: &b, rows: &|kk: usize| offs[kk] };
         let mut y = vec![f32::NAN; m * n];
         simd::matmul_kn_rows(&a, m, k, &b, &|kk| offs[kk], n, &mut y, n);
         assert_close("packed matmul_kn_rows (dispatched)", &y, &want, F32_APPROX);
@@ -348,7 +348,7 @@ fn matmul_kn_rows_large_a_matches_f64() {
     let mut y = vec![f32::NAN; m * n];
     simd::matmul_kn_rows(&a, m, k, &b, &|kk| offs[kk], n, &mut y, n);
     assert_close("matmul_kn_rows large a (dispatched)", &y, &want, F32_APPROX);
-    let p = simd::KnRows { m, k, n, a: &a, b: &b, rows: &|kk: usize| offs[kk] };
+    let p = simd::KnRows { m, whole_m: m, k, n, a: &a, b: &b, rows: &|kk: usize| offs[kk] };
     for isa in isas() {
         if let Some(got) = simd_matmul_kn_rows(isa, &p) {
             assert_close(&format!("{} matmul_kn_rows large a", isa.name()), &got, &want, F32_APPROX);

@@ -1,5 +1,6 @@
 //! Sessions on the thread pool: mechanism ops run several samples at once (one scratch copy per
-//! thread in the session's arena) and dense layers split across threads. Outputs must equal the
+//! thread in the session's arena), dense layers split across threads, and convolutions by
+//! output channels (each part with its thread's scratch copy). Outputs must equal the
 //! one-thread outputs bit for bit, and a run must not allocate on any thread.
 //!
 //! No libtest harness (`harness = false` in Cargo.toml): the thread count is process-wide and
@@ -54,6 +55,50 @@ fn masked_attention_model(dtype: DType) -> Vec<u8> {
     b.build().unwrap()
 }
 
+/// Convolutions large enough to split by output channels: 3×3 16 → 64 with a ReLU, 3×3 64 → 64
+/// with the first's output as its residual and a clamp, a 5×5 depthwise, a 1×1 64 → 40 and a
+/// strided 3×3 40 → 24 (channel counts not multiples of a thread's share), on a 32 × 32 map.
+fn conv_model(dtype: DType) -> Vec<u8> {
+    use kestrel_rt::format::ops::{Activation, Conv2d, Op, Proj};
+    let mut b = kestrel_rt::ModelBuilder::new("convs");
+    let mut rng = Rng::new(11);
+    let x = b.input("x", &[16, 32, 32]).unwrap();
+    let mut conv = |b: &mut kestrel_rt::ModelBuilder,
+                    x: u32,
+                    (ci, co, k, s, groups): (usize, usize, usize, u32, usize),
+                    residual: Option<u32>,
+                    act| {
+        let fan = ci / groups * k * k;
+        let w = b.weight("w", &[co, ci / groups, k, k], rng.vec(co * fan, (1.0 / fan as f32).sqrt())).unwrap();
+        let bias = b.weight("b", &[co], rng.vec(co, 0.1)).unwrap();
+        let clamp = residual.map(|_| b.weight_as("clamp", &[2], vec![0.0, 3.0], DType::F32).unwrap());
+        let p = (k / 2) as u32;
+        b.op(|y| {
+            Op::Conv2d(Conv2d {
+                x,
+                proj: Proj { w, b: Some(bias) },
+                stride: [s, s],
+                pad: [p; 4],
+                dilation: [1, 1],
+                groups: groups as u32,
+                act,
+                clamp,
+                residual,
+                y,
+            })
+        })
+        .unwrap()
+    };
+    let a = conv(&mut b, x, (16, 64, 3, 1, 1), None, Activation::Relu);
+    let c = conv(&mut b, a, (64, 64, 3, 1, 1), Some(a), Activation::Relu);
+    let c = conv(&mut b, c, (64, 64, 5, 1, 64), None, Activation::Relu);
+    let d = conv(&mut b, c, (64, 40, 1, 1, 1), None, Activation::None);
+    let e = conv(&mut b, d, (40, 24, 3, 2, 1), None, Activation::Silu);
+    b.output(e);
+    b.set_weight_dtype(dtype);
+    b.build().unwrap()
+}
+
 fn main() {
     threaded_sessions_match_one_thread_bit_for_bit_without_allocating();
     println!("test threaded_sessions_match_one_thread_bit_for_bit_without_allocating ... ok");
@@ -61,6 +106,7 @@ fn main() {
 
 fn threaded_sessions_match_one_thread_bit_for_bit_without_allocating() {
     let images: &'static [f32] = Rng::new(5).vec(7 * 256, 1.0).leak();
+    let maps: &'static [f32] = Rng::new(6).vec(7 * 16 * 32 * 32, 1.0).leak();
     let ids: &'static [i64] = (0..7 * 24).map(|i| (i * 37 % 100) as i64).collect::<Vec<_>>().leak();
     // A different padding mask per sample: key 0 kept, keys masked with f32::MIN by a pattern.
     let masks: &'static [f32] =
@@ -72,10 +118,13 @@ fn threaded_sessions_match_one_thread_bit_for_bit_without_allocating() {
         let text_in = |b: usize| vec![Input::I64(&ids[..b * 24])];
         let masked = masked_attention_model(dtype);
         let masked_in = |b: usize| vec![Input::F32(&images[..b * 48]), Input::F32(&masks[..b * 6])];
+        let convs = conv_model(dtype);
+        let conv_in = |b: usize| vec![Input::F32(&maps[..b * 16 * 32 * 32])];
         for (name, bytes, input, outs) in [
             ("image", &img, &image_in as &dyn Fn(usize) -> Vec<Input<'static>>, 10),
             ("text", &txt, &text_in, 2),
             ("masked attention", &masked, &masked_in, 48),
+            ("convolutions", &convs, &conv_in, 24 * 16 * 16),
         ] {
             let (one, _) = run(bytes, input, 7, outs, 1);
             assert!(one.iter().any(|&v| v != 0.0));

@@ -218,17 +218,11 @@ pub(super) fn execute(file: &Graph<'_, '_>, op: &Op, io: &mut OpIo<'_>) -> Resul
         let copies = spare.len().checked_div(per).map_or(usize::MAX, |c| c + 1);
         let tasks = crate::threads::threads().min(copies).min(batch);
         if tasks >= 2 {
-            let (outs, first, rest) = (SharedMut::new(out), SharedMut::new(scratch), SharedMut::new(spare));
+            let (outs, copies) = (SharedMut::new(out), crate::threads::ScratchCopies::new(scratch, spare));
             crate::threads::for_each(tasks, &|t| {
                 // SAFETY: task t alone uses scratch copy t and the output of samples ≡ t
                 // (mod tasks).
-                let sc = unsafe {
-                    if t == 0 {
-                        first.part(0, per)
-                    } else {
-                        rest.part((t - 1) * per, per)
-                    }
-                };
+                let sc = unsafe { copies.of(t) };
                 for s in (t..batch).step_by(tasks) {
                     // SAFETY: as above.
                     let y = unsafe { outs.part(s * n, n) };

@@ -45,6 +45,12 @@ pub(crate) struct Acts<'s> {
 }
 
 impl<'s> Acts<'s> {
+    /// Activation `id`'s capacity region and its elements per sample.
+    pub fn of(&self, file: &Graph<'_, '_>, id: TensorId) -> Result<(&'s [f32], usize), RunError> {
+        let t = info(file, id)?;
+        Ok((self.region(&t)?, numel(&t)?))
+    }
+
     /// The capacity region of activation `t` (it never overlaps the output: checked at load).
     pub fn region(&self, t: &TensorInfo<'_>) -> Result<&'s [f32], RunError> {
         let start = region_start(t, self.cap)?;

@@ -79,7 +79,7 @@ pub fn conv2d_residual(
     let epi = Epi { act, clamp, residual };
     if run_channels_last(p) && scratch.len() >= cl_scratch(p) {
         depthwise_cl(p, proj, x, y, scratch);
-        return finish_planes(proj, p.oh * p.ow, epi, &mut y[..n]);
+        return finish_planes(proj, p.oh * p.ow, epi, &mut y[..n], 0);
     }
     if p.c / p.groups == 1 {
         let dw = Depthwise::of(p);
@@ -87,10 +87,84 @@ pub fn conv2d_residual(
             return dw.run(p, proj, epi, x, y, scratch);
         }
     } else if scratch.len() >= gemm_scratch(p) {
-        return conv2d_gemm(p, proj, epi, x, y, scratch);
+        return conv2d_gemm(p, proj, epi, x, y, scratch, 0..p.o);
     }
     conv2d_direct(p, proj, x, y, scratch);
     epi.apply(&mut y[..n], 0);
+}
+
+/// Whether `p`, given `scratch` elements of scratch (a copy per part), can be computed in parts
+/// of its output channels ([`conv2d_part`]) that each sum exactly as the whole: an ungrouped
+/// layer (more than one input channel) on the implicit-GEMM or 1×1 path (not the transposed
+/// small-plane, patch or decoded-weight paths, which run whole), whose kernels are chosen for the
+/// whole product ([`simd::matmul_kn_part`](crate::kernels::simd::matmul_kn_part)); or a
+/// depthwise layer (one output channel per input channel, no bias or an f32 one), whose
+/// channels are independent: a part is the depthwise layer of its channels, on the same path.
+pub fn conv2d_splits(p: &Conv2dParams, proj: &ProjW<'_>, scratch: usize) -> bool {
+    if depthwise_part(p, proj) {
+        // The whole on the path its parts take (a part's smaller scratch need must not move it
+        // to the channels-innermost path where the whole runs by phase planes).
+        let cl = run_channels_last(p) && scratch >= cl_scratch(p);
+        return cl || (!run_channels_last(p) && scratch >= Depthwise::of(p).scratch());
+    }
+    let room = scratch.saturating_sub(product_len(p)).saturating_sub(planes_len(p));
+    p.groups == 1
+        && p.c > 1
+        && p.o > 1
+        && scratch >= gemm_scratch(p)
+        && !patchify(p)
+        && !small_plane(p)
+        && !decode_costs_more(p, proj, room)
+}
+
+/// Output channels `part` of [`conv2d_residual`] (where [`conv2d_splits`]): `y` holds those
+/// channels' planes (`part.len() · H'·W'`), the residual (if any) is the whole layer's; every
+/// output equals the whole layer's bit for bit (threads split a layer so).
+///
+/// # Panics
+/// If the layer does not split ([`conv2d_splits`]), `part` is empty or past `O`, or a slice is
+/// short.
+pub fn conv2d_part(
+    p: &Conv2dParams,
+    proj: &ProjW<'_>,
+    (act, clamp, residual): (Activation, Option<crate::kernels::Clamp>, Option<&[f32]>),
+    x: &[f32],
+    y: &mut [f32],
+    scratch: &mut [f32],
+    part: core::ops::Range<usize>,
+) {
+    assert!(conv2d_splits(p, proj, scratch.len()), "conv2d_part: a layer that does not split");
+    assert!(part.start < part.end && part.end <= p.o, "conv2d_part: channels {part:?} of {}", p.o);
+    if let Some(r) = residual {
+        assert!(r.len() >= p.o * p.oh * p.ow, "conv2d: residual of {} values", r.len());
+    }
+    let n = part.len() * p.oh * p.ow;
+    if depthwise_part(p, proj) {
+        // The depthwise layer of channels o0..o1: its input planes, weight rows, bias values and
+        // residual planes.
+        let (o0, o1, plane) = (part.start, part.end, p.oh * p.ow);
+        let c = o1 - o0;
+        let shape = |d: &[usize]| kestrel_rt_format::Shape::from_usize(d).expect("conv2d_part: shape");
+        let sub =
+            Conv2dParams::new(&shape(&[c, p.h, p.w]), &shape(&[c, 1, p.kh, p.kw]), p.stride, p.pad, p.dilation, c)
+                .expect("conv2d_part: a part of a valid layer");
+        let w = proj.w.row_range(o0, o1).expect("conv2d_part: channels within the layer");
+        let b = proj.b.map(|b| {
+            let v = b.as_f32().expect("conv2d_part: an f32 bias (conv2d_splits)");
+            kestrel_rt_format::WeightView::f32(1, c, &v[o0..o1]).expect("conv2d_part: bias part")
+        });
+        let part_proj = ProjW { w, b, act_scale: proj.act_scale };
+        let xs = &x[o0 * p.h * p.w..o1 * p.h * p.w];
+        let rs = residual.map(|r| &r[o0 * plane..o1 * plane]);
+        return conv2d_residual(&sub, &part_proj, (act, clamp, rs), xs, &mut y[..n], scratch);
+    }
+    conv2d_gemm(p, proj, Epi { act, clamp, residual }, x, &mut y[..n], scratch, part);
+}
+
+/// Whether `p` is a depthwise layer [`conv2d_part`] splits by channels: one output channel per
+/// input channel, more than one, and no bias or an f32 one (a part's bias is a slice of it).
+fn depthwise_part(p: &Conv2dParams, proj: &ProjW<'_>) -> bool {
+    p.groups == p.c && p.o == p.c && p.c > 1 && proj.b.is_none_or(|b| b.as_f32().is_some_and(|v| v.len() == p.o))
 }
 
 /// What follows the bias: the layer's residual, then its activation, then its clamp. The fast
@@ -208,7 +282,19 @@ fn product_len(p: &Conv2dParams) -> usize {
 
 /// Convolution as a GEMM per group: `y_g [O/g, H'·W'] = W_g [O/g, K] · patches_g [K, H'·W']`
 /// with `K = C/g·kh·kw`, then the bias.
-fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi<'_>, x: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+///
+/// `part`: the output channels computed (all of them, or a part of an ungrouped layer that
+/// [`conv2d_splits`] allows: `y` then holds only those channels' planes, and every output is
+/// summed as in the whole).
+fn conv2d_gemm(
+    p: &Conv2dParams,
+    proj: &ProjW<'_>,
+    epi: Epi<'_>,
+    x: &[f32],
+    y: &mut [f32],
+    scratch: &mut [f32],
+    part: core::ops::Range<usize>,
+) {
     let (cg, og, k) = (p.c / p.groups, p.o / p.groups, p.patch_len());
     let plane = p.oh * p.ow;
     if patchify(p) {
@@ -226,7 +312,7 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi<'_>, x: &[f32], y: &
         }
         crate::kernels::linear::matmul_nt(xt, plane, &proj.w, yt);
         transpose2d(yt, plane, p.o, &mut y[..p.o * plane]);
-        finish_planes(proj, plane, epi, &mut y[..p.o * plane]);
+        finish_planes(proj, plane, epi, &mut y[..p.o * plane], 0);
         return;
     }
     let (prod, rest) = scratch.split_at_mut(product_len(p));
@@ -244,22 +330,34 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi<'_>, x: &[f32], y: &
         }
         crate::kernels::linear::matmul_nt(xt, plane, &proj.w, yt);
         transpose2d(yt, plane, p.o, &mut y[..p.o * plane]);
-        finish_planes(proj, plane, epi, &mut y[..p.o * plane]);
+        finish_planes(proj, plane, epi, &mut y[..p.o * plane], 0);
         return;
     }
-    let a: &[f32] = match proj.w.as_f32() {
-        Some(d) => d,
-        None => {
+    // The weight rows computed: every group's, or the part's (one group).
+    let (o0, o1) = (part.start, part.end);
+    let whole = o0 == 0 && o1 == p.o;
+    debug_assert!(whole || p.groups == 1);
+    let a: &[f32] = match (proj.w.as_f32(), whole) {
+        (Some(d), true) => d,
+        (Some(d), false) => &d[o0 * k..o1 * k],
+        (None, true) => {
             proj.w.decode_into(wbuf);
             wbuf
         }
+        (None, false) => {
+            let rows = proj.w.row_range(o0, o1).expect("conv2d: a part within the layer's channels");
+            rows.decode_into(wbuf);
+            &wbuf[..(o1 - o0) * k]
+        }
     };
+    // Rows of each group's product computed here (the part's), of `og` in the whole.
+    let m = if whole { og } else { o1 - o0 };
     for g in 0..p.groups {
         let xg = &x[g * cg * p.h * p.w..(g + 1) * cg * p.h * p.w];
-        let ag = &a[g * og * k..(g + 1) * og * k];
-        let yg = &mut y[g * og * plane..(g + 1) * og * plane];
+        let ag = &a[g * m * k..(g + 1) * m * k];
+        let yg = &mut y[g * m * plane..(g + 1) * m * plane];
         if pointwise(p) {
-            crate::kernels::simd::matmul_kn(ag, og, k, xg, plane, yg, plane);
+            crate::kernels::simd::matmul_kn_part(ag, (m, og), k, xg, plane, yg, plane);
             continue;
         }
         // The implicit GEMM: patch row `(ci, tap)` is channel ci's phase planes from the tap's
@@ -275,12 +373,11 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi<'_>, x: &[f32], y: &
             let oy1 = (oy0 + rows).min(p.oh);
             let n = (oy1 - oy0) * wq;
             let row_of = |kk: usize| (kk / taps) * set + off.get(kk % taps) + oy0 * wq;
-            crate::kernels::simd::matmul_kn_rows(ag, og, k, &planes[..cg * set], &row_of, n, prod, n);
-            for (o, pr) in prod[..og * n].chunks_exact_mut(n).enumerate() {
-                let bias = proj.b.map_or(0.0, |b| {
-                    let oc = g * og + o;
-                    b.get(oc / b.cols(), oc % b.cols())
-                });
+            crate::kernels::simd::matmul_kn_rows_part(ag, (m, og), k, &planes[..cg * set], &row_of, n, prod, n);
+            for (o, pr) in prod[..m * n].chunks_exact_mut(n).enumerate() {
+                // The layer's channel of row o.
+                let oc = g * og + o0 + o;
+                let bias = proj.b.map_or(0.0, |b| b.get(oc / b.cols(), oc % b.cols()));
                 // The bias over the contiguous product rows, then each output row one short copy.
                 if bias != 0.0 {
                     pr.iter_mut().for_each(|v| *v += bias);
@@ -290,48 +387,50 @@ fn conv2d_gemm(p: &Conv2dParams, proj: &ProjW<'_>, epi: Epi<'_>, x: &[f32], y: &
                 for (yr, src) in yo.chunks_exact_mut(p.ow).zip(pr.chunks_exact(wq)) {
                     super::copy_short(yr, &src[..p.ow]);
                 }
-                epi.apply(yo, g * og * plane + at);
+                epi.apply(yo, oc * plane + oy0 * p.ow);
             }
         }
     }
     if pointwise(p) {
-        finish_planes(proj, plane, epi, &mut y[..p.o * plane]);
+        finish_planes(proj, plane, epi, &mut y[..(o1 - o0) * plane], o0);
     }
 }
 
 /// Per output channel's plane: `y[o, ·] += b[o]`, then the activation and clamp, while the plane
 /// is in cache; compiled for the detected x86 ISA (the passes vectorise to its width: built for
 /// the baseline, SSE2, the bias, ReLU and clamp passes took 14 % of MobileNetV2's time).
-fn finish_planes(proj: &ProjW<'_>, plane: usize, epi: Epi<'_>, y: &mut [f32]) {
+fn finish_planes(proj: &ProjW<'_>, plane: usize, epi: Epi<'_>, y: &mut [f32], o0: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use crate::kernels::simd::{isa, Isa};
         match isa() {
             // SAFETY: AVX-512F/AVX2/FMA detected by `isa()`.
-            Isa::Avx512 => return unsafe { finish_avx512(proj, plane, epi, y) },
+            Isa::Avx512 => return unsafe { finish_avx512(proj, plane, epi, y, o0) },
             // SAFETY: AVX2/FMA detected by `isa()`.
-            Isa::Avx2 | Isa::Avx2Vnni => return unsafe { finish_avx2(proj, plane, epi, y) },
+            Isa::Avx2 | Isa::Avx2Vnni => return unsafe { finish_avx2(proj, plane, epi, y, o0) },
             _ => {}
         }
     }
-    finish_body(proj, plane, epi, y)
+    finish_body(proj, plane, epi, y, o0)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn finish_avx512(proj: &ProjW<'_>, plane: usize, epi: Epi<'_>, y: &mut [f32]) {
-    finish_body(proj, plane, epi, y)
+unsafe fn finish_avx512(proj: &ProjW<'_>, plane: usize, epi: Epi<'_>, y: &mut [f32], o0: usize) {
+    finish_body(proj, plane, epi, y, o0)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn finish_avx2(proj: &ProjW<'_>, plane: usize, epi: Epi<'_>, y: &mut [f32]) {
-    finish_body(proj, plane, epi, y)
+unsafe fn finish_avx2(proj: &ProjW<'_>, plane: usize, epi: Epi<'_>, y: &mut [f32], o0: usize) {
+    finish_body(proj, plane, epi, y, o0)
 }
 
 #[cfg_attr(target_arch = "x86_64", inline(always))]
-fn finish_body(proj: &ProjW<'_>, plane: usize, epi: Epi<'_>, y: &mut [f32]) {
+fn finish_body(proj: &ProjW<'_>, plane: usize, epi: Epi<'_>, y: &mut [f32], o0: usize) {
     for (o, yp) in y.chunks_exact_mut(plane.max(1)).enumerate() {
+        // The layer's channel of this plane.
+        let o = o0 + o;
         if let Some(b) = proj.b {
             let bias = b.get(o / b.cols(), o % b.cols());
             if bias != 0.0 {

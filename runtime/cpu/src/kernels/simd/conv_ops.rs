@@ -12,9 +12,25 @@ use super::{axpy, isa, Isa};
 /// transposes). x86: the register-blocked GEMM micro-kernels reading `b` in place; elsewhere one
 /// [`axpy`] per `(row, k)`. Each output sums over `k` in order. Panics if a slice is too short.
 pub fn matmul_kn(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &mut [f32], ldy: usize) {
+    matmul_kn_part(a, (m, m), k, b, n, y, ldy)
+}
+
+/// [`matmul_kn`] over `m` rows of a product of `whole_m` rows (`a` and `y` the part's rows): the
+/// kernel is chosen for the whole product, so each row sums exactly as it would in the whole
+/// (a layer split across threads by output channels gives the same bits).
+pub fn matmul_kn_part(
+    a: &[f32],
+    (m, whole_m): (usize, usize),
+    k: usize,
+    b: &[f32],
+    n: usize,
+    y: &mut [f32],
+    ldy: usize,
+) {
     let y_len = if m == 0 { 0 } else { (m - 1) * ldy + n };
     assert!(a.len() >= m * k && b.len() >= k * n && y.len() >= y_len && ldy >= n, "matmul_kn: slices too short");
-    by_tier!(avx2: x86::matmul_kn(a, m, k, b, n, y, ldy), avx512: x86::matmul_kn_avx512(a, m, k, b, n, y, ldy), other: {
+    let mm = (m, whole_m.max(m));
+    by_tier!(avx2: x86::matmul_kn(a, mm, k, b, n, y, ldy), avx512: x86::matmul_kn_avx512(a, mm, k, b, n, y, ldy), other: {
         for o in 0..m {
             let yr = &mut y[o * ldy..o * ldy + n];
             yr.fill(0.0);
@@ -224,6 +240,9 @@ pub fn depthwise_cl8(b: &ClBlock<'_>, x: &[f32], w: &[f32], xb: &mut [f32], yb: 
 pub struct KnRows<'a> {
     /// Rows of `a` (and of `y`).
     pub m: usize,
+    /// Rows of the whole product the kernel is chosen for: `m`, or more where these rows are
+    /// part of a product split across threads (each row then sums as in the whole).
+    pub whole_m: usize,
     /// Columns of `a`, rows of `B`.
     pub k: usize,
     /// Columns of `B` (and of `y`).
@@ -254,9 +273,24 @@ pub fn matmul_kn_rows(
     y: &mut [f32],
     ldy: usize,
 ) {
+    matmul_kn_rows_part(a, (m, m), k, b, rows, n, y, ldy)
+}
+
+/// [`matmul_kn_rows`] over `m` rows of a product of `whole_m` rows (as [`matmul_kn_part`]).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_kn_rows_part(
+    a: &[f32],
+    (m, whole_m): (usize, usize),
+    k: usize,
+    b: &[f32],
+    rows: &dyn Fn(usize) -> usize,
+    n: usize,
+    y: &mut [f32],
+    ldy: usize,
+) {
     let y_len = if m == 0 { 0 } else { (m - 1) * ldy + n };
     assert!(a.len() >= m * k && y.len() >= y_len && ldy >= n, "matmul_kn_rows: slices too short");
-    let p = KnRows { m, k, n, a, b, rows };
+    let p = KnRows { m, whole_m: whole_m.max(m), k, n, a, b, rows };
     by_tier!(
         avx2: x86::matmul_kn_rows(&p, y, ldy),
         avx512: x86::matmul_kn_rows_avx512(&p, y, ldy),

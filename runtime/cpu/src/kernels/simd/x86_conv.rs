@@ -23,18 +23,18 @@ macro_rules! conv_entry_points {
             unsafe { gemm_pa::gemm_pa::<$v, $mr, 2>(p, y, ldy) }
         }
 
-        #[doc = concat!("`y [m, n] = a [m, k] · b [k, n]` (f32, row-major, `y`'s rows at stride `ldy`; see [`gemm::gemm_kn`]) with the ", $tile, " micro-kernel; over weights packed per call where [`gemm_pa::takes`] ([`gemm_pa::gemm_pa`]).")]
+        #[doc = concat!("`y [m, n] = a [m, k] · b [k, n]` (f32, row-major, `y`'s rows at stride `ldy`; see [`gemm::gemm_kn`]) with the ", $tile, " micro-kernel; over weights packed per call where [`gemm_pa::takes`] ([`gemm_pa::gemm_pa`]) for `whole_m` rows (`m`, or the rows of the whole product these `m` are part of: every part then sums as the whole).")]
         ///
         /// # Safety
         #[doc = concat!("The CPU must support ", $needs, ". (Lengths are checked.)")]
         #[target_feature(enable = $features)]
-        pub unsafe fn $kn(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &mut [f32], ldy: usize) {
+        pub unsafe fn $kn(a: &[f32], (m, whole_m): (usize, usize), k: usize, b: &[f32], n: usize, y: &mut [f32], ldy: usize) {
             assert!(ldy >= n && (m == 0 || y.len() >= (m - 1) * ldy + n));
             // SAFETY: y is exclusively borrowed and holds m rows of n at stride ldy.
             unsafe {
-                if gemm_pa::takes(m, k, n) {
+                if gemm_pa::takes(whole_m, k, n) {
                     assert!(b.len() >= k * n, "matmul_kn: b is shorter than k·n");
-                    $pa(&super::KnRows { m, k, n, a, b, rows: &|kk| kk * n }, y.as_mut_ptr(), ldy)
+                    $pa(&super::KnRows { m, whole_m, k, n, a, b, rows: &|kk| kk * n }, y.as_mut_ptr(), ldy)
                 } else if n <= <$v>::L {
                     gemm::gemm_kn::<$v, $mr, 1>(a, m, k, b, n, y.as_mut_ptr(), ldy)
                 } else {
@@ -52,7 +52,7 @@ macro_rules! conv_entry_points {
             assert!(ldy >= p.n && (p.m == 0 || y.len() >= (p.m - 1) * ldy + p.n));
             // SAFETY: y is exclusively borrowed and holds m rows of n at stride ldy.
             unsafe {
-                if gemm_pa::takes(p.m, p.k, p.n) {
+                if gemm_pa::takes(p.whole_m, p.k, p.n) {
                     $pa(p, y.as_mut_ptr(), ldy)
                 } else if p.n <= <$v>::L {
                     gemm::gemm_kn_rows::<$v, $mr, 1>(p, y.as_mut_ptr(), ldy)
