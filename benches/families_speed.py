@@ -3,8 +3,9 @@
 Standard configurations of torchvision, timm and Hugging Face models (random init, nothing
 downloaded), plus LSTM/GRU models, at their real widths and depths: exported with the legacy
 exporter (``torch.onnx.export(..., dynamo=False)``, opset 17) at batch 1, converted with
-``kestrel convert`` (f32 and ``--weights int8``), and timed on one thread against onnxruntime
-(``intra_op_num_threads=1``, ``inter_op_num_threads=1``, sequential, all graph optimisations).
+``kestrel convert`` (f32 and ``--weights int8``), and timed on one thread (``--threads N``: N)
+against onnxruntime (``intra_op_num_threads`` the same, ``inter_op_num_threads=1``, sequential,
+all graph optimisations).
 
 Usage (needs torch, torchvision, timm, transformers, onnx, onnxruntime from PyPI; a release CLI)::
 
@@ -206,10 +207,14 @@ def export(name: str, builder, work: Path) -> tuple[Path, dict]:
     return path, meta
 
 
+# Threads of both runtimes (``--threads``): onnxruntime's intra-op pool, Kestrel's worker pool.
+THREADS = 1
+
+
 def ort_session(path: Path):
     import onnxruntime as ort
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
+    so.intra_op_num_threads = THREADS
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -237,7 +242,7 @@ def time_ort(sess, feed: dict, samples: int) -> float:
 
 
 def time_kestrel(cli: Path, kes: Path, samples: int) -> float:
-    r = subprocess.run([str(cli), "bench", str(kes), "--samples", str(samples), "--reps", "1", "--threads", "1",
+    r = subprocess.run([str(cli), "bench", str(kes), "--samples", str(samples), "--reps", "1", "--threads", str(THREADS),
                         "--batch", "1", "--json"], check=True, capture_output=True, text=True)
     return json.loads(r.stdout)["us_per_sample"]
 
@@ -319,7 +324,8 @@ def write(out: Path, machine: dict, args, rows: list, cmd: str) -> None:
         f"{machine.get('torch', '?')}, torchvision {machine.get('torchvision', '?')}, timm {machine.get('timm', '?')}, "
         f"transformers {machine.get('transformers', '?')}.\n",
         f"Command: `{cmd}`\n",
-        "f32, batch 1, one thread (Kestrel `bench --threads 1`; onnxruntime intra/inter-op 1, sequential, "
+        f"f32, batch 1, {THREADS} thread{'s' if THREADS > 1 else ''} (Kestrel `bench --threads {THREADS}`; onnxruntime "
+        f"intra-op {THREADS}, inter-op 1, sequential, "
         "ORT_ENABLE_ALL). Random init, legacy exporter (opset 17), static shapes. Times: median µs/sample over "
         f"{args.reps} interleaved rounds (each round one pass of Kestrel f32, Kestrel int8 and onnxruntime, "
         f"rotating order; a pass ~{args.pass_ms} ms). Ratio = Kestrel / onnxruntime f32 (below 1: Kestrel faster). "
@@ -410,6 +416,7 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/families-speed"))
     ap.add_argument("--cli", type=Path, default=ROOT / "target/release/kestrel")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=1, help="threads of both runtimes (default 1)")
     ap.add_argument("--pass-ms", type=float, default=60.0, help="target duration of one timed pass")
     ap.add_argument("--profile-runs", type=int, default=10)
     ap.add_argument("--only", default="", help="comma-separated model names")
@@ -421,6 +428,8 @@ def main() -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         compare(args.out, args.compare)
         return 0
+    global THREADS
+    THREADS = args.threads
     cmd = "python3 " + " ".join([str(Path(sys.argv[0]))] + sys.argv[1:])
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
