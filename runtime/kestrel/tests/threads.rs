@@ -57,7 +57,9 @@ fn masked_attention_model(dtype: DType) -> Vec<u8> {
 
 /// Convolutions large enough to split by output channels: 3×3 16 → 64 with a ReLU, 3×3 64 → 64
 /// with the first's output as its residual and a clamp, a 5×5 depthwise, a 1×1 64 → 40 and a
-/// strided 3×3 40 → 24 (channel counts not multiples of a thread's share), on a 32 × 32 map.
+/// strided 3×3 40 → 24 (channel counts not multiples of a thread's share), on a 32 × 32 map;
+/// then a stride-4 3×3 24 → 64 onto 4 × 4 (int8 weights: the transposed product over the
+/// patches, split as a dense layer).
 fn conv_model(dtype: DType) -> Vec<u8> {
     use kestrel_rt::format::ops::{Activation, Conv2d, Op, Proj};
     let mut b = kestrel_rt::ModelBuilder::new("convs");
@@ -94,7 +96,9 @@ fn conv_model(dtype: DType) -> Vec<u8> {
     let c = conv(&mut b, c, (64, 64, 5, 1, 64), None, Activation::Relu);
     let d = conv(&mut b, c, (64, 40, 1, 1, 1), None, Activation::None);
     let e = conv(&mut b, d, (40, 24, 3, 2, 1), None, Activation::Silu);
-    b.output(e);
+    // A 4 × 4 output plane of 64 channels: with int8 weights, a dense layer over the patches.
+    let f = conv(&mut b, e, (24, 64, 3, 4, 1), None, Activation::Relu);
+    b.output(f);
     b.set_weight_dtype(dtype);
     b.build().unwrap()
 }
@@ -124,7 +128,7 @@ fn threaded_sessions_match_one_thread_bit_for_bit_without_allocating() {
             ("image", &img, &image_in as &dyn Fn(usize) -> Vec<Input<'static>>, 10),
             ("text", &txt, &text_in, 2),
             ("masked attention", &masked, &masked_in, 48),
-            ("convolutions", &convs, &conv_in, 24 * 16 * 16),
+            ("convolutions", &convs, &conv_in, 64 * 4 * 4),
         ] {
             let (one, _) = run(bytes, input, 7, outs, 1);
             assert!(one.iter().any(|&v| v != 0.0));

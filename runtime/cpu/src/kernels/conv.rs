@@ -310,7 +310,8 @@ fn conv2d_gemm(
                 super::copy_short(seg, &x[at..at + p.kw]);
             }
         }
-        crate::kernels::linear::matmul_nt(xt, plane, &proj.w, yt);
+        // A dense layer over the patches, split across the pool as any (bit-identical).
+        crate::kernels::linear::linear(xt, plane, &proj.w, None, Activation::None, yt);
         transpose2d(yt, plane, p.o, &mut y[..p.o * plane]);
         finish_planes(proj, plane, epi, &mut y[..p.o * plane], 0);
         return;
@@ -328,7 +329,8 @@ fn conv2d_gemm(
             split_channels(p, &ph, x, p.c, planes);
             im2row_phased(p, &ph, planes, xt);
         }
-        crate::kernels::linear::matmul_nt(xt, plane, &proj.w, yt);
+        // A dense layer over the patches, split across the pool as any (bit-identical).
+        crate::kernels::linear::linear(xt, plane, &proj.w, None, Activation::None, yt);
         transpose2d(yt, plane, p.o, &mut y[..p.o * plane]);
         finish_planes(proj, plane, epi, &mut y[..p.o * plane], 0);
         return;
