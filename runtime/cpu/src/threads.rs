@@ -1,6 +1,6 @@
 //! Optional worker threads (`std` feature): one process-wide pool, created by
-//! [`set_threads`] and never per run, that splits the large dense layers of a run across
-//! cores. A parallel section ([`for_each`]) allocates nothing: the job is a borrowed closure
+//! [`set_threads`] and never per run, that splits the large dense layers, convolutions (by
+//! output channels) and mechanism ops of a run across cores. A parallel section ([`for_each`]) allocates nothing: the job is a borrowed closure
 //! published through the pool's shared state, tasks are claimed with an atomic counter, and the
 //! caller works on tasks itself and returns only when every worker has left the job.
 //!
