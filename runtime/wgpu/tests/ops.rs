@@ -383,152 +383,6 @@ fn layer_cases() -> Vec<Case> {
     v
 }
 
-fn mechanism_cases() -> Vec<Case> {
-    let mut v = Vec::new();
-    for variant in AttentionVariant::ALL.iter().copied() {
-        for (t, d, heads, causal) in
-            [(7usize, 8usize, 1u32, false), (5, 12, 2, true), (9, 16, 4, false), (6, 8, 2, false)]
-        {
-            v.push(case("attention", format!("attention {variant:?} T{t} d{d} h{heads} causal={causal}"), move |c| {
-                let x = c.input(&[t, d])?;
-                cases::attention_op(c, x, variant, (t, d, heads), causal, None)
-            }));
-        }
-    }
-    v.extend(cases::fusion::residual_attention_cases());
-    // Masked attention: `[T]` and `[T, T]` masks, f32::MIN (transformers), −∞ and −1e4 fills,
-    // with and without the causal mask, and rows masked entirely.
-    use AttentionVariant::{Efficient, Optimised, Standard, Super};
-    for (variant, t, d, heads, causal, per_query, fill, full_row) in [
-        (Standard, 7usize, 8usize, 2u32, false, false, f32::MIN, false),
-        (Efficient, 5, 12, 2, true, true, f32::NEG_INFINITY, false),
-        (Super, 9, 16, 4, false, true, f32::MIN, false),
-        (Optimised, 6, 8, 1, true, false, -1e4, false),
-        (Standard, 6, 8, 2, false, true, f32::MIN, true),
-        (Efficient, 6, 8, 2, false, true, f32::NEG_INFINITY, true),
-    ] {
-        v.push(cases::attention(variant, t, d, heads, causal, Some((per_query, fill, full_row))));
-    }
-    v.extend(cases::attention_cases());
-    v.extend(cases::score_bias_cases());
-    // AFT and Fastformer layers as the shared case table builds them (`kestrel_rt::mechanisms::Case`,
-    // `Case::add`: the builder of the demo, the benches and the reference tests), over shapes
-    // that stress the kernels: full and factorised AFT-full biases; AFT-local's w full `[T, T]`
-    // (files from before the band) and as its band `[T, 2s − 1]`, windows from 1 to past T;
-    // AFT-conv on 3×4, 4×4 and 2×5 grids (`conv_grid`); causal and not; one to four heads.
-    use kestrel_rt::mechanisms::{Case as Layer, Mechanism as M};
-    let (full, local) = (Layer::new(M::AftFull), Layer::new(M::AftLocal));
-    let (conv, ff) = (Layer::new(M::AftConv), Layer::new(M::Fastformer));
-    let mut layers = vec![
-        (Layer { rank: 0, ..full }, 6usize, 8usize),
-        (Layer { rank: 0, causal: true, ..full }, 7, 4),
-        (Layer { rank: 3, ..full }, 5, 8),
-        (Layer { rank: 2, causal: true, ..full }, 8, 6),
-        (Layer::new(M::AftSimple), 8, 6),
-        (Layer { causal: true, ..Layer::new(M::AftSimple) }, 7, 4),
-        (Layer { causal: true, ..Layer::new(M::AftSimple) }, 1, 8),
-        (Layer { heads: 2, kernel: 3, ..conv }, 12, 8),
-        (Layer { heads: 1, kernel: 3, ..conv }, 16, 6),
-        (Layer { heads: 4, kernel: 5, ..conv }, 10, 8),
-        (Layer { heads: 1, ..ff }, 6, 8),
-        (Layer { heads: 2, ..ff }, 5, 8),
-        (Layer { heads: 4, ..ff }, 9, 16),
-    ];
-    for band in [false, true] {
-        for (t, d, causal, window) in [(8usize, 6usize, false, 3usize), (7, 4, true, 2), (5, 8, false, 1)] {
-            layers.push((Layer { causal, window, band, ..local }, t, d));
-        }
-    }
-    layers.push((Layer { window: 9, band: false, ..local }, 6, 4));
-    for (layer, t, d) in layers {
-        v.push(case(layer.mechanism.name(), format!("{} T{t} d{d}", layer.label()), move |c| {
-            let x = c.input(&[t, d])?;
-            c.layer(&layer, x, t, d)
-        }));
-    }
-    v
-}
-
-/// Shapes large enough that a thread-per-row kernel would loop over T·c ≥ 16 384 elements
-/// (lavapipe cuts such loops short: the attention core was rewritten as a workgroup per row).
-fn large_cases() -> Vec<Case> {
-    let mut v = Vec::new();
-    for (variant, t, d, heads) in [
-        (AttentionVariant::Efficient, 128usize, 128usize, 1u32),
-        (AttentionVariant::Super, 144, 144, 1),
-        (AttentionVariant::Standard, 64, 256, 2),
-    ] {
-        v.push(case("attention", format!("attention {variant:?} T{t} d{d} h{heads}"), move |c| {
-            let x = c.input(&[t, d])?;
-            cases::attention_op(c, x, variant, (t, d, heads), false, None)
-        }));
-    }
-    // A key mask over more keys than a workgroup has threads (several chunks per pass).
-    v.push(case("attention", "attention Standard T130 d32 h2 mask [T] fill f32::MIN", |c| {
-        let (t, d) = (130, 32);
-        let x = c.input(&[t, d])?;
-        let mask = Some(c.mask_input(t, false, false, f32::MIN, false)?);
-        let (q, k, vv, o) =
-            (c.proj(d, d, true)?, Some(c.proj(d, d, true)?), Some(c.proj(d, d, true)?), c.proj(d, d, true)?);
-        let variant = AttentionVariant::Standard;
-        c.b.op(|y| {
-            Op::Attention(Attention {
-                x,
-                variant,
-                heads: 2,
-                causal: false,
-                scale: 0.25,
-                q,
-                k,
-                v: vv,
-                align: None,
-                o,
-                mask,
-                y,
-                internals: Internals::F32,
-            })
-        })
-    }));
-    v.extend(cases::large_attention_cases());
-    v.push(case("dense", "dense 1x20736->16 (a flattened ViT head)", |c| {
-        let x = c.input(&[20736])?;
-        let proj = c.proj(16, 20736, true)?;
-        c.b.op(|y| Op::Dense(Dense { clamp: None, x, proj, act: Activation::None, y }))
-    }));
-    // A factorised bias of rank r.
-    for (t, d, r, causal) in [(128usize, 16usize, 8usize, false), (160, 8, 12, true)] {
-        let name = format!("aft_full T{t} d{d} factorised r{r}{}", if causal { " causal" } else { "" });
-        v.push(case("aft_full", name, move |c| {
-            let x = c.input(&[t, d])?;
-            let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
-            let bias = AftBias::Factorised { u: c.w(&[t, r], 0.5)?, v: c.w(&[t, r], 0.5)? };
-            let o = c.proj(d, d, true)?;
-            c.b.op(|y| Op::AftFull(AftFull { x, causal, q, k, v: vv, bias, o, y }))
-        }));
-    }
-    // More tokens than a workgroup has threads: blocks of 5 (causal, a scan across blocks) and of
-    // 5 with a short last block (non-causal, a tree join).
-    for (t, d, causal) in [(300usize, 8usize, true), (257, 6, false)] {
-        v.push(case("aft_simple", format!("aft_simple T{t} d{d} causal={causal}"), move |c| {
-            let x = c.input(&[t, d])?;
-            let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
-            let o = c.proj(d, d, true)?;
-            c.b.op(|y| Op::AftSimple(AftSimple { x, causal, q, k, v: vv, o, y }))
-        }));
-    }
-    v.push(case("fastformer", "fastformer T128 d128 h1", |c| {
-        let (t, d) = (128, 128);
-        let x = c.input(&[t, d])?;
-        let (q, k, vv) = (c.proj(d, d, true)?, c.proj(d, d, true)?, c.proj(d, d, true)?);
-        let (wqa, wka) = (c.w(&[1, d], 0.1)?, c.w(&[1, d], 0.1)?);
-        let r = c.proj(d, d, true)?;
-        c.b.op(|y| {
-            Op::Fastformer(Fastformer { x, heads: 1, scale: 1.0 / (d as f32).sqrt(), q, k, v: vv, wqa, wka, r, y })
-        })
-    }));
-    v
-}
-
 fn build(c: &Case, dtype: DType, seed: u64) -> (kestrel_rt::Model, Vec<Feed>) {
     let mut b = ModelBuilder::new(&c.name);
     b.set_weight_dtype(dtype);
@@ -643,36 +497,6 @@ fn assert_both_forms_ran(seen: &BTreeSet<Variant>, arith: Arith) {
     }
 }
 
-/// Max and both average divisors: a global pool, the CNN stem's 3×3 stride-2 pool, a 2×2
-/// stride-2 pool on an odd size with ONNX ceil mode's extra bottom/right padding, dilation with
-/// asymmetric padding; then issue 33's 1-D pool (`[1, 220000]`: kernel 200, stride 10, dilation
-/// 10, padding 100 each side — the CPU's phase path read the first 121 taps' offsets from an
-/// unfilled table; the shader computes each tap's coordinate, and matches the fixed CPU), as
-/// the converter lowers it (height 1) and along the height (width 1), and a 12×12 window (144
-/// taps) with stride, dilation and padding.
-fn pool_cases() -> Vec<Case> {
-    let mut v = Vec::new();
-    for (ch, h, w, k, stride, pad, dil) in [
-        (3usize, 7usize, 7usize, [7u32, 7u32], [1u32, 1u32], [0u32, 0, 0, 0], [1u32, 1u32]),
-        (4, 12, 12, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1]),
-        (3, 7, 9, [2, 2], [2, 2], [0, 0, 1, 1], [1, 1]),
-        (2, 9, 8, [3, 2], [2, 1], [2, 1, 0, 1], [2, 3]),
-        (1, 1, 220_000, [1, 200], [1, 10], [0, 100, 0, 100], [1, 10]),
-        (1, 220_000, 1, [200, 1], [10, 1], [100, 0, 100, 0], [10, 1]),
-        (2, 30, 40, [12, 12], [2, 3], [5, 6, 4, 7], [1, 2]),
-    ] {
-        for (kind, count_include_pad) in [(PoolKind::Max, false), (PoolKind::Avg, false), (PoolKind::Avg, true)] {
-            let name =
-                format!("pool2d {kind:?} {ch}x{h}x{w} k{k:?} s{stride:?} p{pad:?} d{dil:?} cip={count_include_pad}");
-            v.push(case("pool2d", name, move |c| {
-                let x = c.input(&[ch, h, w])?;
-                c.b.op(|y| Op::Pool2d(Pool2d { x, kind, kernel: k, stride, pad, dilation: dil, count_include_pad, y }))
-            }));
-        }
-    }
-    v
-}
-
 /// The cooperative dense layer reduced through subgroup shuffles (`dense_split_sg`, beside the
 /// workgroup-memory `dense_split` of the no-subgroup tuning) wherever the device has `SUBGROUP`
 /// (lavapipe does, so CI checks it).
@@ -750,18 +574,18 @@ at_both_precisions! {
     layer_and_generic_kernels_match_cpu, layer_and_generic_kernels_match_cpu_f16:
         |g, precision, arith| layer_kernels_match(&g, precision, arith);
     mechanism_kernels_match_cpu, mechanism_kernels_match_cpu_f16:
-        |g, precision, arith| attention_cases_match(&g, &mechanism_cases(), precision, arith, &TUNINGS);
+        |g, precision, arith| attention_cases_match(&g, &cases::mechanisms::mechanism_cases(), precision, arith, &TUNINGS);
     large_shapes_match_cpu, large_shapes_match_cpu_f16:
-        |g, precision, arith| attention_cases_match(&g, &large_cases(), precision, arith, &TUNINGS[..2]);
+        |g, precision, arith| attention_cases_match(&g, &cases::mechanisms::large_cases(), precision, arith, &TUNINGS[..2]);
     pool_kernels_match_cpu, pool_kernels_match_cpu_f16:
-        |g, precision, _arith| { check(&g, &pool_cases(), precision, &TUNINGS); };
+        |g, precision, _arith| { check(&g, &cases::pool_cases(), precision, &TUNINGS); };
     clamped_layers_match_cpu, clamped_layers_match_cpu_f16:
         |g, precision, _arith| { check(&g, &cases::fusion::clamp_cases(), precision, &TUNINGS); };
     residual_convolutions_match_cpu, residual_convolutions_match_cpu_f16:
         |g, precision, _arith| { check(&g, &cases::fusion::conv_residual_cases(), precision, &TUNINGS); };
     sdpa_kernel_matches_cpu, sdpa_kernel_matches_cpu_f16:
         |g, precision, arith| {
-            let seen = check(&g, &sdpa_cases(), precision, &TUNINGS[..1]);
+            let seen = check(&g, &cases::sdpa::sdpa_cases(), precision, &TUNINGS[..1]);
             assert!(seen.contains(&Variant::of(Kernel::SdpaRows, arith)), "sdpa_rows not exercised");
         };
     linear_attn_kernel_matches_cpu, linear_attn_kernel_matches_cpu_f16:
@@ -769,130 +593,6 @@ at_both_precisions! {
             let seen = check(&g, &cases::linear_attn::linear_attn_cases(), precision, &TUNINGS[..1]);
             assert!(seen.contains(&Variant::of(Kernel::LinearAttn, arith)), "linear_attn not exercised");
         };
-}
-
-/// `Sdpa` (attention on activations, `sdpa_rows`): multi-head, grouped-query and multi-query
-/// heads, Tq ≠ Tk, Dv ≠ D and wider than one 16-column chunk, keys stored transposed, rank 2,
-/// causal, a bias per sample or constant in several broadcast shapes, masks with a fully masked
-/// row (−∞: zeros) and a row masked with f32::MIN (uniform weights), soft-capped scores, and
-/// attention sinks (per head or shared; beside the scores, dominating them, very negative, −∞ for
-/// some heads; with masks, a fully masked row, causal, caps and grouped heads).
-fn sdpa_cases() -> Vec<Case> {
-    // (hq, hk, tq, tk, d, dv, causal, k transposed, rank 2, bias dims, constant bias, mask fill,
-    // soft cap)
-    type SdpaCase =
-        (usize, usize, usize, usize, usize, usize, bool, bool, bool, &'static [usize], bool, Option<f32>, f32);
-    let cases: [SdpaCase; 15] = [
-        (2, 2, 5, 5, 4, 4, false, false, false, &[], false, None, 0.0),
-        (4, 2, 3, 6, 8, 5, false, false, false, &[1, 3, 6], false, None, 0.0),
-        (6, 1, 4, 4, 4, 3, true, false, false, &[], false, None, 0.0),
-        (4, 4, 5, 7, 6, 6, false, true, false, &[4, 5, 7], true, None, 0.0),
-        (1, 1, 6, 3, 5, 7, false, false, true, &[3], false, None, 0.0),
-        (4, 2, 5, 5, 4, 20, true, true, false, &[4, 1, 5], true, None, 0.0),
-        (2, 1, 5, 6, 4, 4, false, false, false, &[5, 6], false, Some(f32::NEG_INFINITY), 0.0),
-        (2, 2, 4, 4, 4, 4, true, false, false, &[4, 4], false, Some(f32::MIN), 0.0),
-        (8, 2, 3, 9, 16, 40, false, false, false, &[1, 1, 1, 9], false, None, 0.0),
-        (4, 1, 2, 33, 8, 17, false, true, false, &[], false, None, 0.0),
-        // Soft caps (`c · tanh(s / c)` before the bias): tight and loose, a fully masked row.
-        (4, 2, 5, 6, 8, 5, false, false, false, &[1, 5, 6], false, None, 0.5),
-        (2, 2, 7, 7, 8, 20, true, true, false, &[], false, None, 1.5),
-        (2, 1, 5, 6, 4, 4, false, false, false, &[5, 6], false, Some(f32::NEG_INFINITY), 0.75),
-        (4, 4, 5, 7, 6, 6, false, true, false, &[4, 5, 1], true, None, 50.0),
-        (1, 1, 6, 3, 5, 7, true, false, true, &[3], false, None, 0.25),
-    ];
-    // Sinks: 1 per head beside the scores, 2 one shared dominating them, 3 per head very
-    // negative, 4 per head with −∞ (none) for every other head.
-    let sinks: [(SdpaCase, u8); 8] = [
-        ((2, 2, 5, 5, 4, 4, false, false, false, &[], false, None, 0.0), 1),
-        ((4, 2, 3, 6, 8, 5, false, false, false, &[1, 3, 6], false, None, 0.0), 2),
-        ((6, 1, 4, 4, 4, 3, true, false, false, &[], false, None, 0.0), 3),
-        ((4, 4, 5, 7, 6, 6, false, true, false, &[4, 5, 7], true, None, 0.0), 4),
-        ((1, 1, 6, 3, 5, 7, false, false, true, &[3], false, None, 0.0), 1),
-        ((2, 1, 5, 6, 4, 4, false, false, false, &[5, 6], false, Some(f32::NEG_INFINITY), 0.0), 1),
-        ((4, 2, 5, 6, 8, 20, true, false, false, &[1, 5, 6], false, None, 1.5), 2),
-        ((4, 1, 2, 33, 8, 17, false, true, false, &[], false, None, 0.0), 1),
-    ];
-    // Talking heads (`sdpa_talking`): the third code mixes the heads before the softmax (1),
-    // after it (2) or both (3); 1 to 12 heads, grouped, masks, caps and sinks beside the mixing.
-    let talking: [(SdpaCase, u8, u8); 7] = [
-        ((4, 4, 5, 5, 4, 4, false, false, false, &[], false, None, 0.0), 0, 3),
-        ((4, 2, 3, 6, 8, 5, true, false, false, &[4, 3, 6], true, None, 0.0), 0, 1),
-        ((3, 1, 4, 7, 4, 20, false, true, false, &[7], false, None, 1.5), 1, 2),
-        ((8, 8, 9, 9, 4, 8, false, false, false, &[8, 9, 9], true, None, 0.0), 0, 3),
-        ((1, 1, 6, 3, 5, 7, false, false, true, &[3], false, None, 0.0), 0, 3),
-        ((12, 4, 2, 5, 4, 4, true, false, false, &[], false, None, 0.0), 1, 3),
-        ((4, 1, 5, 6, 4, 4, false, false, false, &[5, 6], false, Some(f32::NEG_INFINITY), 0.0), 0, 2),
-    ];
-    cases
-        .into_iter()
-        .map(|c| (c, 0, 0))
-        .chain(sinks.map(|(c, z)| (c, z, 0)))
-        .chain(talking)
-        .map(|((hq, hk, tq, tk, d, dv, causal, k_transposed, rank2, bias_dims, constant, fill, softcap), sink, mix)| {
-            let name = format!(
-                "sdpa hq{hq} hk{hk} tq{tq} tk{tk} d{d} dv{dv} causal={causal} kT={k_transposed} rank2={rank2} \
-                 bias {bias_dims:?} constant={constant} fill {fill:?} softcap {softcap} sink {sink} mix {mix}"
-            );
-            case("sdpa", name, move |c| {
-                let dims = |h: usize, a: usize, b: usize| if rank2 { vec![a, b] } else { vec![h, a, b] };
-                let q = c.input(&dims(hq, tq, d))?;
-                let k = if k_transposed { c.input(&dims(hk, d, tk))? } else { c.input(&dims(hk, tk, d))? };
-                let v = c.input(&dims(hk, tk, dv))?;
-                let n: usize = bias_dims.iter().product();
-                let bias = match (bias_dims.is_empty(), constant, fill) {
-                    (true, ..) => None,
-                    (false, true, _) => {
-                        let vals = c.vals(n, 2.0);
-                        Some(c.b.weight_as("bias", bias_dims, vals, DType::F32)?)
-                    }
-                    (false, false, None) => Some(c.input(bias_dims)?),
-                    (false, false, Some(fill)) => {
-                        // A `[Tq, Tk]` mask: row 1 masked entirely, about a third of the other
-                        // keys masked (never key 0).
-                        let id = c.b.input(&format!("x{}", c.feeds.len()), bias_dims)?;
-                        let mut m = Vec::new();
-                        for _ in 0..BATCH {
-                            for i in 0..tq {
-                                for j in 0..tk {
-                                    let r = c.rng.uniform();
-                                    m.push(if i == 1 || (j > 0 && r < -1.0 / 3.0) { fill } else { 0.0 });
-                                }
-                            }
-                        }
-                        c.feeds.push(Feed::F32(m));
-                        Some(id)
-                    }
-                };
-                let scale = 1.0 / (d as f32).sqrt();
-                let sink = match sink {
-                    0 => None,
-                    2 => Some(c.b.weight_as("sink", &[1], vec![6.0], DType::F32)?),
-                    _ => {
-                        let mut z = c.vals(hq, 2.0);
-                        for (h, z) in z.iter_mut().enumerate() {
-                            *z = match sink {
-                                3 => -1.0e4 - *z,
-                                4 if h % 2 == 1 => f32::NEG_INFINITY,
-                                _ => *z,
-                            };
-                        }
-                        Some(c.b.weight_as("sink", &[hq], z, DType::F32)?)
-                    }
-                };
-                let mut mixing = |on: bool| -> Result<Option<TensorId>, kestrel_rt::Error> {
-                    if !on {
-                        return Ok(None);
-                    }
-                    let w = c.vals(hq * (hq + 1), 2.0).iter().map(|w| w / hq as f32).collect();
-                    Ok(Some(c.b.weight_as("mix", &[hq, hq + 1], w, DType::F32)?))
-                };
-                let (mix_pre, mix_post) = (mixing(mix & 1 != 0)?, mixing(mix & 2 != 0)?);
-                c.b.op(|y| {
-                    Op::Sdpa(Sdpa { q, k, v, bias, scale, causal, k_transposed, softcap, sink, mix_pre, mix_post, y })
-                })
-            })
-        })
-        .collect()
 }
 
 /// A dense row whose first input, 1 + 2⁻¹², is not an f16 number: the f32 path keeps it (as the

@@ -4,6 +4,8 @@
 mod counts;
 pub mod fusion;
 pub mod linear_attn;
+pub mod mechanisms;
+pub mod sdpa;
 
 use super::{case, Case};
 use kestrel_rt::format::ops::*;
@@ -363,6 +365,36 @@ pub fn conv_cases() -> Vec<Case> {
                 })
             })
         }));
+    }
+    v
+}
+
+/// Max and both average divisors: a global pool, the CNN stem's 3×3 stride-2 pool, a 2×2
+/// stride-2 pool on an odd size with ONNX ceil mode's extra bottom/right padding, dilation with
+/// asymmetric padding; then issue 33's 1-D pool (`[1, 220000]`: kernel 200, stride 10, dilation
+/// 10, padding 100 each side — the CPU's phase path read the first 121 taps' offsets from an
+/// unfilled table; the shader computes each tap's coordinate, and matches the fixed CPU), as
+/// the converter lowers it (height 1) and along the height (width 1), and a 12×12 window (144
+/// taps) with stride, dilation and padding.
+pub fn pool_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for (ch, h, w, k, stride, pad, dil) in [
+        (3usize, 7usize, 7usize, [7u32, 7u32], [1u32, 1u32], [0u32, 0, 0, 0], [1u32, 1u32]),
+        (4, 12, 12, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1]),
+        (3, 7, 9, [2, 2], [2, 2], [0, 0, 1, 1], [1, 1]),
+        (2, 9, 8, [3, 2], [2, 1], [2, 1, 0, 1], [2, 3]),
+        (1, 1, 220_000, [1, 200], [1, 10], [0, 100, 0, 100], [1, 10]),
+        (1, 220_000, 1, [200, 1], [10, 1], [100, 0, 100, 0], [10, 1]),
+        (2, 30, 40, [12, 12], [2, 3], [5, 6, 4, 7], [1, 2]),
+    ] {
+        for (kind, count_include_pad) in [(PoolKind::Max, false), (PoolKind::Avg, false), (PoolKind::Avg, true)] {
+            let name =
+                format!("pool2d {kind:?} {ch}x{h}x{w} k{k:?} s{stride:?} p{pad:?} d{dil:?} cip={count_include_pad}");
+            v.push(case("pool2d", name, move |c| {
+                let x = c.input(&[ch, h, w])?;
+                c.b.op(|y| Op::Pool2d(Pool2d { x, kind, kernel: k, stride, pad, dilation: dil, count_include_pad, y }))
+            }));
+        }
     }
     v
 }
