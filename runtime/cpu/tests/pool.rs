@@ -334,6 +334,10 @@ fn pool2d_paths_match_reference() {
         ("separable, odd padded row, stride 2", (3, 6, 97, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1]), [Rows, Separable]),
         ("separable, padding past the extent", (1, 2, 100, [2, 3], [1, 20], [0, 1, 1, 9], [1, 2]), [Rows, Separable]),
         ("phases below the separable width", (2, 9, 95, [3, 3], [2, 2], [1, 1, 2, 2], [1, 1]), [Rows, Phased]),
+        // Taller maps: the phase planes split and pooled a band of output rows at a time.
+        ("phases in bands, stride 2", (2, 90, 90, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1]), [Rows, Phased]),
+        ("phases in bands, stride 1, dilated", (2, 100, 80, [5, 3], [1, 1], [4, 2, 3, 1], [2, 1]), [Rows, Phased]),
+        ("phases in bands, stride 3", (1, 200, 60, [4, 4], [3, 3], [1, 2, 0, 1], [1, 1]), [Rows, Phased]),
     ];
     for (i, &(what, g, want)) in cases.iter().enumerate() {
         let (c, h, w, kernel, stride, pad, dilation) = g;

@@ -18,7 +18,7 @@
 //! * Pairs: disjoint windows two columns wide (the CNN's 2×2 pool).
 //! * Global: a window over the whole unpadded plane, each channel one contiguous reduction.
 
-use crate::kernels::conv::{split_phases, PhaseGeom, TapOffsets};
+use crate::kernels::conv::{fill_padding, Bands, PhaseGeom, TapOffsets};
 use crate::kernels::simd::{self, Isa};
 pub use kestrel_rt_core::params::Pool2dParams;
 use kestrel_rt_format::ops::PoolKind;
@@ -51,7 +51,6 @@ fn phased<const MAX: bool>(isa: Isa, p: &Pool2dParams, x: &[f32], y: &mut [f32],
     let (plane, oplane, pq) = (p.h * p.w, p.oh * p.ow, g.hq * g.wq);
     let (planes, rest) = scratch.split_at_mut(sh * sw * pq);
     let (acc, rest) = rest.split_at_mut(p.oh * g.wq);
-    let n = acc.len();
     let taps = p.kh * p.kw;
     let off = TapOffsets::new(p.kh, p.kw, p.stride, p.dilation, pq, g.wq);
     let init = if MAX { f32::NEG_INFINITY } else { 0.0 };
@@ -61,27 +60,39 @@ fn phased<const MAX: bool>(isa: Isa, p: &Pool2dParams, x: &[f32], y: &mut [f32],
         *c = (0..p.kw).filter(|&v| p.col(j, v).is_some()).count() as f32;
     }
     let whole = (p.kh * p.kw) as f32;
+    // The planes padded once (every channel's split writes the same cells), then each channel
+    // split a band of output rows at a time, just before the band's taps read it (in L1).
+    fill_padding(&g, init, planes);
+    let mut bands = Bands::new(&g, p.kh, p.dilation[0]);
     for (xc, yc) in x[..p.c * plane].chunks_exact(plane).zip(y[..p.c * oplane].chunks_exact_mut(oplane)) {
-        split_phases(&g, xc, init, planes);
-        if let Some(offs) = off.table(taps) {
-            simd::pool_taps::<MAX>(isa, offs, planes, acc);
-        } else {
-            // Beyond the tabled taps: one pass per tap, offsets computed (the same values).
-            acc.fill(init);
-            for t in 0..taps {
-                let src = &planes[off.get(t)..][..n];
-                acc.iter_mut().zip(src).for_each(|(a, &v)| *a = combine::<MAX>(*a, v));
-            }
-        }
-        for (i, (yr, ar)) in yc.chunks_exact_mut(p.ow).zip(acc.chunks_exact(g.wq)).enumerate() {
-            let ar = &ar[..p.ow];
-            if MAX {
-                super::copy_short(yr, ar);
-            } else if p.count_include_pad {
-                super::map_short(yr, ar, |a| a / whole);
+        bands.restart();
+        for oy0 in (0..p.oh).step_by(bands.rows) {
+            let oy1 = (oy0 + bands.rows).min(p.oh);
+            bands.through(&g, xc, planes, oy1);
+            // Output row oy reads phase rows from oy on: the band's planes start at row oy0.
+            let src = &planes[oy0 * g.wq..];
+            let acc = &mut acc[..(oy1 - oy0) * g.wq];
+            if let Some(offs) = off.table(taps) {
+                simd::pool_taps::<MAX>(isa, offs, src, acc);
             } else {
-                let rows = (0..p.kh).filter(|&u| p.row(i, u).is_some()).count() as f32;
-                yr.iter_mut().zip(ar).zip(&*cols).for_each(|((o, &a), &c)| *o = a / (rows * c));
+                // Beyond the tabled taps: one pass per tap, offsets computed (the same values).
+                acc.fill(init);
+                for t in 0..taps {
+                    let src = &src[off.get(t)..][..acc.len()];
+                    acc.iter_mut().zip(src).for_each(|(a, &v)| *a = combine::<MAX>(*a, v));
+                }
+            }
+            let yb = &mut yc[oy0 * p.ow..oy1 * p.ow];
+            for (i, (yr, ar)) in yb.chunks_exact_mut(p.ow).zip(acc.chunks_exact(g.wq)).enumerate() {
+                let ar = &ar[..p.ow];
+                if MAX {
+                    super::copy_short(yr, ar);
+                } else if p.count_include_pad {
+                    super::map_short(yr, ar, |a| a / whole);
+                } else {
+                    let rows = (0..p.kh).filter(|&u| p.row(oy0 + i, u).is_some()).count() as f32;
+                    yr.iter_mut().zip(ar).zip(&*cols).for_each(|((o, &a), &c)| *o = a / (rows * c));
+                }
             }
         }
     }

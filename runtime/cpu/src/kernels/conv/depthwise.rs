@@ -5,7 +5,7 @@
 //! once; other activations run over the finished plane). Where the output rows are at least two
 //! vectors wide the taps write them themselves, bias included, bit for bit the same.
 
-use super::{split_phases, Conv2dParams, Epi, PhaseGeom, TapOffsets};
+use super::{fill_padding, split_phases, Bands, Conv2dParams, Epi, PhaseGeom, TapOffsets};
 use crate::kernels::linear::ProjW;
 
 /// The depthwise kernel's geometry (one input channel per group). Each input plane is padded
@@ -94,6 +94,11 @@ impl Depthwise {
         let (planes, rest) = scratch.split_at_mut(self.set());
         let (acc, wbuf) = rest.split_at_mut(self.acc);
         let off = TapOffsets::new(p.kh, p.kw, p.stride, p.dilation, self.geom.hq * self.geom.wq, self.geom.wq);
+        // The planes padded once (every channel's split writes the same cells), then each
+        // channel's split a band of output rows at a time, just before the band's taps read it
+        // (see `Bands`: a large map's planes no longer make a round trip through L2).
+        fill_padding(&self.geom, 0.0, planes);
+        let mut bands = Bands::new(&self.geom, p.kh, p.dilation[0]);
         let mut channel = usize::MAX;
         // The taps write each output row straight into the output
         // ([`simd::taps_rows`](crate::kernels::simd::taps_rows): no accumulator store, bias pass
@@ -105,25 +110,34 @@ impl Depthwise {
         // was 1.07–1.34× as fast.
         let l = crate::kernels::simd::taps_rows_lanes();
         let rowwise = ow >= 2 * l && ow.div_ceil(l) * l <= self.geom.wq;
+        let (taps, wq) = (p.kh * p.kw, self.geom.wq);
         for (oc, yp) in y[..p.o * plane].chunks_exact_mut(plane).enumerate() {
             // One input channel per group: output channels oc of group oc / og read channel
             // oc / og (all of them read channel 0 when the input has one channel).
             let c = oc / og;
+            let xc = &x[c * p.h * p.w..(c + 1) * p.h * p.w];
             if c != channel {
-                self.split(&x[c * p.h * p.w..(c + 1) * p.h * p.w], planes);
+                bands.restart();
                 channel = c;
             }
             let wr = proj.w.row(oc, wbuf);
             let bias = proj.b.map_or(0.0, |b| b.get(oc / b.cols(), oc % b.cols()));
-            let taps = p.kh * p.kw;
-            if let (true, Some(offs)) = (rowwise, off.table(taps)) {
-                // Rows straight into the output (the same values as the accumulator's path).
-                crate::kernels::simd::taps_rows(&wr[..taps], offs, planes, self.geom.wq, bias, ow, yp);
-                epi.apply(yp, oc * plane);
-                continue;
+            for oy0 in (0..oh).step_by(bands.rows) {
+                let oy1 = (oy0 + bands.rows).min(oh);
+                bands.through(&self.geom, xc, planes, oy1);
+                // Output row oy reads phase rows from oy on: the band's planes start at row oy0.
+                let src = &planes[oy0 * wq..];
+                let (yb, at) = (&mut yp[oy0 * ow..oy1 * ow], oc * plane + oy0 * ow);
+                if let (true, Some(offs)) = (rowwise, off.table(taps)) {
+                    // Rows straight into the output (the same values as the accumulator's path).
+                    crate::kernels::simd::taps_rows(&wr[..taps], offs, src, wq, bias, ow, yb);
+                    epi.apply(yb, at);
+                    continue;
+                }
+                let accb = &mut acc[..(oy1 - oy0) * wq];
+                taps_body(p, &off, wr, src, accb);
+                copy_out(yb, accb, (ow, wq), bias, (epi, at));
             }
-            taps_body(p, &off, wr, planes, acc);
-            copy_out(yp, acc, (ow, self.geom.wq), bias, (epi, oc * plane));
         }
     }
 }
