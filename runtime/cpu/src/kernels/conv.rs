@@ -492,16 +492,42 @@ unsafe fn finish_avx2(proj: &ProjW<'_>, plane: usize, epi: Epi<'_>, y: &mut [f32
 
 #[cfg_attr(target_arch = "x86_64", inline(always))]
 fn finish_body(proj: &ProjW<'_>, plane: usize, epi: Epi<'_>, y: &mut [f32], o0: usize) {
+    use crate::kernels::{relu, Elementwise};
+    // As `chunk_body`: a ReLU or clamp in the same pass as the bias and the residual.
+    match Elementwise::of(epi.act, epi.clamp) {
+        Some(Elementwise::Identity) => finish_store(proj, (plane, o0), epi, y, (|v| v, true), false),
+        Some(Elementwise::Relu) => finish_store(proj, (plane, o0), epi, y, (relu, false), false),
+        Some(Elementwise::Clamp(k)) => finish_store(proj, (plane, o0), epi, y, (move |v| k.one(v), false), false),
+        None => finish_store(proj, (plane, o0), epi, y, (|v| v, true), true),
+    }
+}
+
+/// [`finish_body`] with `f` (the identity when `ident`) applied to each output in the pass
+/// that adds its bias and residual, and the epilogue's activation after when `activate`.
+#[cfg_attr(target_arch = "x86_64", inline(always))]
+fn finish_store(
+    proj: &ProjW<'_>,
+    (plane, o0): (usize, usize),
+    epi: Epi<'_>,
+    y: &mut [f32],
+    (f, ident): (impl Fn(f32) -> f32 + Copy, bool),
+    activate: bool,
+) {
     for (o, yp) in y.chunks_exact_mut(plane.max(1)).enumerate() {
         // The layer's channel of this plane.
         let o = o0 + o;
-        if let Some(b) = proj.b {
-            let bias = b.get(o / b.cols(), o % b.cols());
-            if bias != 0.0 {
-                yp.iter_mut().for_each(|v| *v += bias);
-            }
+        let bias = proj.b.map_or(0.0, |b| b.get(o / b.cols(), o % b.cols()));
+        // No `+ 0.0` where there is no bias (it would turn a −0 output into +0).
+        match (epi.residual_at(o * plane, yp.len()), bias != 0.0) {
+            (Some(r), true) => yp.iter_mut().zip(r).for_each(|(v, &r)| *v = f((*v + bias) + r)),
+            (Some(r), false) => yp.iter_mut().zip(r).for_each(|(v, &r)| *v = f(*v + r)),
+            (None, true) => yp.iter_mut().for_each(|v| *v = f(*v + bias)),
+            (None, false) if !ident => yp.iter_mut().for_each(|v| *v = f(*v)),
+            (None, false) => {}
         }
-        epi.apply(yp, o * plane);
+        if activate {
+            epi.activate(yp);
+        }
     }
 }
 
