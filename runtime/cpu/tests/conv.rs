@@ -110,7 +110,7 @@ proptest! {
 #[test]
 fn conv2d_chunked_patches_match_reference() {
     // (C, H, W, O, kh, kw, stride, pad, dilation, groups)
-    let cases: [ConvCase; 8] = [
+    let cases: [ConvCase; 10] = [
         (64, 21, 20, 9, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 1),
         (48, 30, 27, 5, 3, 3, [2, 2], [1, 0, 1, 1], [1, 1], 1),
         (64, 18, 18, 6, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 2),
@@ -126,6 +126,10 @@ fn conv2d_chunked_patches_match_reference() {
         // 12×12 by the implicit GEMM.
         (2, 1, 400, 2, 1, 150, [1, 2], [0, 3, 0, 3], [1, 2], 2),
         (2, 20, 20, 3, 12, 12, [1, 1], [1, 1, 1, 1], [1, 1], 1),
+        // More than 64 output channels a group: chunks of 64 channels (and the rest) by more
+        // output rows than a chunk of all of them would hold.
+        (16, 40, 40, 150, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 1),
+        (32, 36, 30, 200, 3, 3, [1, 2], [1, 1, 0, 1], [1, 1], 2),
     ];
     check_fixed_cases(&cases);
 }
@@ -306,7 +310,7 @@ proptest! {
 #[test]
 fn conv2d_parts_equal_the_whole_bit_for_bit() {
     // (C, H, W, O, kh, kw, stride, pad, dilation, groups)
-    let cases: [ConvCase; 8] = [
+    let cases: [ConvCase; 9] = [
         // Depthwise: channels-innermost (≤ 28 × 28 outputs on x86) and by phase planes.
         (37, 28, 28, 37, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 37),
         (24, 70, 66, 24, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 24),
@@ -316,6 +320,8 @@ fn conv2d_parts_equal_the_whole_bit_for_bit() {
         (128, 16, 16, 48, 1, 1, [1, 1], [0; 4], [1, 1], 1),
         (300, 12, 12, 100, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 1),
         (3, 30, 30, 16, 7, 7, [2, 2], [3, 3, 3, 3], [1, 1], 1),
+        // Chunks of 64 channels by 23 rows (the whole: 64, 64, 22 channels; a part: its own).
+        (16, 40, 40, 150, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 1),
     ];
     let mut rng = kestrel_rt_reference::testing::Rng::new(77);
     let mut vals = |n: usize, a: f64| -> Vec<f32> { (0..n).map(|_| rng.nz(a)).collect() };

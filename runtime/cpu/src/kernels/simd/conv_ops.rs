@@ -15,6 +15,20 @@ pub fn matmul_kn(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, y: &mut [f3
     matmul_kn_part(a, (m, m), k, b, n, y, ldy)
 }
 
+/// Whether [`matmul_kn_rows`] multiplies an `m × k` weight matrix packed per call (given enough
+/// columns): a caller then gains by giving it long rows of patches per call, each packing paid
+/// over more columns. x86 (AVX2, AVX-512) below 1 MiB of weights; never elsewhere.
+pub fn packs_weights(m: usize, k: usize) -> bool {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 => super::gemm_pa::takes(m, k, usize::MAX),
+        _ => {
+            let _ = (m, k);
+            false
+        }
+    }
+}
+
 /// [`matmul_kn`] over `m` rows of a product of `whole_m` rows (`a` and `y` the part's rows): the
 /// kernel is chosen for the whole product, so each row sums exactly as it would in the whole
 /// (a layer split across threads by output channels gives the same bits).

@@ -243,8 +243,8 @@ macro_rules! by_tier {
 // The convolution products and depthwise taps (after `by_tier!`, which they use).
 mod conv_ops;
 pub use conv_ops::{
-    depthwise_cl8, matmul_kn, matmul_kn_part, matmul_kn_rows, matmul_kn_rows_part, taps, taps_cl, taps_rows,
-    taps_rows_lanes, ClBlock, ClTaps, KnRows,
+    depthwise_cl8, matmul_kn, matmul_kn_part, matmul_kn_rows, matmul_kn_rows_part, packs_weights, taps, taps_cl,
+    taps_rows, taps_rows_lanes, ClBlock, ClTaps, KnRows,
 };
 
 /// `Σ a[i]·b[i]` over the common length.
