@@ -199,6 +199,17 @@ pub(super) unsafe fn gemm_pa<V: Vf, const MR: usize, const NV: usize>(p: &super:
                                 V::store(dst.add(v * V::L), V::load(src.add(v * V::L)));
                             }
                         }
+                    } else if NV > 1 && nv <= V::L {
+                        // A last panel of at most one vector of columns: one-vector tiles (a
+                        // whole panel's tiles would be mostly padding; the same sums).
+                        copy_rows(tp, (kc, V::L, V::L), (n0, nv), |kk| bp.add(tab[kk]));
+                        for t in 0..tiles {
+                            let first = r0 + t * MR;
+                            let c = y.add(first * ldy + n0);
+                            tile::<V, MR, 1>(kc, wp.add(t * kc * MR), tp, (c, ldy, MR.min(m - first), nv, k0 > 0));
+                        }
+                        n0 += nr;
+                        continue;
                     } else {
                         copy_rows(tp, (kc, nr, nr), (n0, nv), |kk| bp.add(tab[kk]));
                     }
