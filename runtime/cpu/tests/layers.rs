@@ -21,8 +21,32 @@ use kestrel_rt_format::ops::{Activation, BinaryOp, ReduceOp, Slice, UnaryOp};
 use kestrel_rt_format::{DType, WeightView};
 use kestrel_rt_reference::assert_close;
 use kestrel_rt_reference::layers as r;
-use kestrel_rt_reference::tolerance::{EXACT, F32_KERNEL};
+use kestrel_rt_reference::tolerance::{EXACT, F32_APPROX, F32_KERNEL};
 use proptest::prelude::*;
+
+// ---------------------------------------------------------------- fused activations
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// The fused activation pass (every convolution's and dense layer's epilogue) computes the
+    /// element-wise function it stands for (`Activation::as_unary`, the mapping the fusion passes
+    /// fold through): against that function's f64 reference over its domain and past it, with
+    /// NaN and the infinities mixed in.
+    #[test]
+    fn fused_activations_match_their_element_wise_reference(
+        mut xs in prop::collection::vec(-8.0f32..8.0, 1..300),
+    ) {
+        xs.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0]);
+        for &a in &Activation::ALL[1..] {
+            let u = a.as_unary().expect("every activation but the identity is a function");
+            let mut y = xs.clone();
+            kestrel_rt_cpu::kernels::activate(a, &mut y);
+            let want: Vec<f64> = xs.iter().map(|&x| u.reference(f64::from(x))).collect();
+            assert_close(&format!("activate {a:?} as {u:?}"), &y, &want, F32_APPROX);
+        }
+    }
+}
 
 // ---------------------------------------------------------------- dense (linear / ProjW)
 

@@ -181,3 +181,22 @@ fn hard_sigmoid_codes_round_trip_and_the_next_codes_are_rejected() {
         assert!(matches!(err, OpError::BadAttr { attr: a, value, .. } if a == name && value == next), "{err:?}");
     }
 }
+
+/// Each fused activation is one element-wise function and back (`Activation::as_unary` /
+/// `of_unary`: what the fusion passes fold and what the GPU runs where it does not fuse), the
+/// identity none, and no two activations share a function.
+#[test]
+fn activations_map_to_their_element_wise_functions() {
+    use kestrel_rt_format::ops::{Activation, UnaryOp};
+    for &a in Activation::ALL {
+        match a.as_unary() {
+            None => assert_eq!(a, Activation::None),
+            Some(u) => assert_eq!(Activation::of_unary(u), Some(a), "{a:?} -> {u:?} -> back"),
+        }
+    }
+    let mapped: Vec<_> = UnaryOp::ALL.iter().filter_map(|&u| Activation::of_unary(u).map(|a| (u, a))).collect();
+    assert_eq!(mapped.len(), Activation::ALL.len() - 1, "{mapped:?}");
+    for (u, a) in mapped {
+        assert_eq!(a.as_unary(), Some(u));
+    }
+}

@@ -358,6 +358,31 @@ impl BinaryOp {
     }
 }
 
+impl super::Activation {
+    /// The element-wise function computing this fused activation on its own (`None` for the
+    /// identity): what a backend runs when it cannot fuse it, and what the fusion passes fold.
+    pub const fn as_unary(self) -> Option<UnaryOp> {
+        use super::Activation as A;
+        match self {
+            A::None => None,
+            A::Relu => Some(UnaryOp::Relu),
+            A::Gelu => Some(UnaryOp::Gelu),
+            A::GeluTanh => Some(UnaryOp::GeluTanh),
+            A::Silu => Some(UnaryOp::Silu),
+            A::HardSwish => Some(UnaryOp::HardSwish),
+            A::HardSigmoid => Some(UnaryOp::HardSigmoid),
+        }
+    }
+
+    /// The fused activation an element-wise function is, where it is one ([`as_unary`]'s
+    /// inverse).
+    ///
+    /// [`as_unary`]: Self::as_unary
+    pub fn of_unary(op: UnaryOp) -> Option<Self> {
+        Self::ALL.iter().copied().find(|a| a.as_unary() == Some(op))
+    }
+}
+
 impl UnaryOp {
     /// Whether the function gives only 0 or 1 (the predicates and logical not).
     pub fn is_predicate(self) -> bool {

@@ -89,12 +89,9 @@ pub(super) fn dense_activation(b: &mut ModelBuilder, report: &mut FusionReport) 
         }
         let n = sole_consumer(b, d.y)?;
         let Op::Unary(u) = b.ops()[n] else { return None };
-        let act = match u.op {
-            UnaryOp::Relu => Activation::Relu,
-            UnaryOp::Gelu => Activation::Gelu,
-            UnaryOp::GeluTanh => Activation::GeluTanh,
-            _ => return None,
-        };
+        // Deliberately these three (the transformer MLP's), as before the shared mapping.
+        let act = Activation::of_unary(u.op)
+            .filter(|a| matches!(a, Activation::Relu | Activation::Gelu | Activation::GeluTanh))?;
         let region = Region { nodes: vec![i, n], inputs: vec![d.x], output: u.y };
         Some((region, vec![Op::Dense(Dense { clamp: None, x: d.x, proj: d.proj, act, y: u.y })]))
     });

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::builder::Region;
 use crate::ModelBuilder;
-use kestrel_rt_format::ops::{Activation, BinaryOp, Conv2d, Op, Proj, Reshape, UnaryOp};
+use kestrel_rt_format::ops::{Activation, BinaryOp, Conv2d, Op, Proj, Reshape};
 
 /// `Transpose(P) → Dense → Transpose(P⁻¹)` where `P` moves axis `k` of `x [1…, C, S…]` last
 /// (only unit axes before `k`) → a 1×1 `Conv2d` on `[C, 1, ΠS]` with the dense weight viewed
@@ -83,15 +83,7 @@ fn match_conv_epilogue(b: &mut ModelBuilder, n: usize) -> Option<(Region, Vec<Op
     let (t, en, eop) = forward_through_views(b, cv.y, &mut nodes)?;
     let (mut conv, out, pattern) = match eop {
         Op::Unary(u) => {
-            let act = match u.op {
-                UnaryOp::Relu => Activation::Relu,
-                UnaryOp::Gelu => Activation::Gelu,
-                UnaryOp::GeluTanh => Activation::GeluTanh,
-                UnaryOp::Silu => Activation::Silu,
-                UnaryOp::HardSwish => Activation::HardSwish,
-                UnaryOp::HardSigmoid => Activation::HardSigmoid,
-                _ => return None,
-            };
+            let act = Activation::of_unary(u.op)?;
             (Conv2d { act, ..cv }, u.y, "conv+activation (after views)")
         }
         // `x + c`, `c + x`, or `x − c` (a bias of −c).

@@ -542,7 +542,7 @@ pub(super) fn clamp(ctx: &Ctx<'_, '_>, clamp: TensorId, y: TensorId) -> Result<V
 /// `strided` Add of the activation `r`, of `y`'s shape), then the activation as a `unary`
 /// dispatch (none for [`Activation::None`]).
 fn residual_then_act(ctx: &Ctx<'_, '_>, r: TensorId, y: TensorId, act: Activation) -> Result<Vec<Dispatch>, GpuError> {
-    use kestrel_rt_format::ops::{BinaryOp, UnaryOp};
+    use kestrel_rt_format::ops::BinaryOp;
     let shape = ctx.info(y)?.shape;
     if ctx.info(r)?.kind != TensorKind::Activation || ctx.info(r)?.shape != shape {
         return Err(GpuError::Model(format!("residual {r}: expected an activation of the output's shape")));
@@ -550,16 +550,7 @@ fn residual_then_act(ctx: &Ctx<'_, '_>, r: TensorId, y: TensorId, act: Activatio
     let full = broadcast_strides(&dims(&shape), shape.rank());
     let p = operand(ctx, strided_out(ctx, y, BinaryOp::Add as usize)?, OPERAND_A, y, &full)?;
     let mut d = vec![operand(ctx, p, OPERAND_B, r, &full)?.done(Kernel::Strided)];
-    let unary = match act {
-        Activation::None => None,
-        Activation::Relu => Some(UnaryOp::Relu),
-        Activation::Gelu => Some(UnaryOp::Gelu),
-        Activation::GeluTanh => Some(UnaryOp::GeluTanh),
-        Activation::Silu => Some(UnaryOp::Silu),
-        Activation::HardSwish => Some(UnaryOp::HardSwish),
-        Activation::HardSigmoid => Some(UnaryOp::HardSigmoid),
-    };
-    if let Some(u) = unary {
+    if let Some(u) = act.as_unary() {
         let yb = ctx.act(y)?.base;
         d.push(
             Params::new(shape.numel().unwrap_or(0))?
