@@ -6,8 +6,8 @@
 use crate::common_layers::cases::*;
 use crate::common_layers::*;
 use kestrel_rt_cpu::kernels::conv::{
-    conv2d, conv2d_clamped, conv2d_part, conv2d_residual, conv2d_scratch, conv2d_scratch_fast, conv2d_splits,
-    Conv2dParams,
+    conv2d, conv2d_clamped, conv2d_part, conv2d_part_unit, conv2d_residual, conv2d_scratch, conv2d_scratch_fast,
+    conv2d_splits, Conv2dParams,
 };
 use kestrel_rt_cpu::kernels::{epilogue, Clamp, Elementwise};
 use kestrel_rt_cpu::ProjW;
@@ -310,7 +310,7 @@ proptest! {
 #[test]
 fn conv2d_parts_equal_the_whole_bit_for_bit() {
     // (C, H, W, O, kh, kw, stride, pad, dilation, groups)
-    let cases: [ConvCase; 9] = [
+    let cases: [ConvCase; 12] = [
         // Depthwise: channels-innermost (≤ 28 × 28 outputs on x86) and by phase planes.
         (37, 28, 28, 37, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 37),
         (24, 70, 66, 24, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 24),
@@ -322,6 +322,11 @@ fn conv2d_parts_equal_the_whole_bit_for_bit() {
         (3, 30, 30, 16, 7, 7, [2, 2], [3, 3, 3, 3], [1, 1], 1),
         // Chunks of 64 channels by 23 rows (the whole: 64, 64, 22 channels; a part: its own).
         (16, 40, 40, 150, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 1),
+        // Grouped, split by whole groups: 4 groups of 8 → 12, 8 strided groups of 8 → 8 (as
+        // RegNet's), 3 groups of a 1×1 with 80 channels each (chunks of 64 and 16).
+        (32, 20, 20, 48, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 4),
+        (64, 15, 14, 64, 3, 3, [2, 2], [1, 1, 1, 1], [1, 1], 8),
+        (48, 30, 10, 240, 3, 3, [1, 1], [1, 1, 1, 1], [1, 1], 3),
     ];
     let mut rng = kestrel_rt_reference::testing::Rng::new(77);
     let mut vals = |n: usize, a: f64| -> Vec<f32> { (0..n).map(|_| rng.nz(a)).collect() };
@@ -342,15 +347,20 @@ fn conv2d_parts_equal_the_whole_bit_for_bit() {
             let epi = (Activation::Relu, Some(Clamp { lo: 0.0, hi: 2.5 }), Some(&res[..]));
             let mut whole = out(n);
             conv2d_residual(&p, &proj, epi, &x, &mut whole, &mut scratch(room));
-            // Cuts: every channel alone near the start, then uneven parts.
+            // Cuts: every channel (or group, `unit` channels) alone near the start, then uneven
+            // parts.
+            let unit = conv2d_part_unit(&p, &proj);
+            let units = o / unit;
             let mut cuts = vec![0, 1, 2, 9];
             let mut at = 9;
-            while at < o {
-                at = (at + 1 + (vals(1, 1.0)[0].abs() * 39.0) as usize).min(o);
+            while at < units {
+                at = (at + 1 + (vals(1, 1.0)[0].abs() * 39.0) as usize).min(units);
                 cuts.push(at);
             }
-            cuts.retain(|&c| c <= o);
+            cuts.retain(|&c| c <= units);
+            cuts.push(units);
             cuts.dedup();
+            cuts.iter_mut().for_each(|c| *c *= unit);
             let mut parts = out(n);
             for pair in cuts.windows(2) {
                 let (o0, o1) = (pair[0], pair[1]);

@@ -56,7 +56,8 @@ fn masked_attention_model(dtype: DType) -> Vec<u8> {
 }
 
 /// Convolutions large enough to split by output channels: 3×3 16 → 64 with a ReLU, 3×3 64 → 64
-/// with the first's output as its residual and a clamp, a 5×5 depthwise, a 1×1 64 → 40 and a
+/// with the first's output as its residual and a clamp, a 5×5 depthwise, a 3×3 of 4 groups
+/// (split by whole groups), a 1×1 64 → 40 and a
 /// strided 3×3 40 → 24 (channel counts not multiples of a thread's share), on a 32 × 32 map;
 /// then a stride-4 3×3 24 → 64 onto 4 × 4 (int8 weights: the transposed product over the
 /// patches, split as a dense layer).
@@ -94,6 +95,7 @@ fn conv_model(dtype: DType) -> Vec<u8> {
     let a = conv(&mut b, x, (16, 64, 3, 1, 1), None, Activation::Relu);
     let c = conv(&mut b, a, (64, 64, 3, 1, 1), Some(a), Activation::Relu);
     let c = conv(&mut b, c, (64, 64, 5, 1, 64), None, Activation::Relu);
+    let c = conv(&mut b, c, (64, 64, 3, 1, 4), None, Activation::Relu);
     let d = conv(&mut b, c, (64, 40, 1, 1, 1), None, Activation::None);
     let e = conv(&mut b, d, (40, 24, 3, 2, 1), None, Activation::Silu);
     // A 4 × 4 output plane of 64 channels: with int8 weights, a dense layer over the patches.

@@ -672,10 +672,12 @@ fn execute_conv(
         if tasks >= 2 {
             use crate::threads::SharedMut;
             let (outs, copies) = (SharedMut::new(ys), crate::threads::ScratchCopies::new(&mut *scratch, &mut *spare));
-            // Whole tiles of 8 channels, as even as that allows.
-            let tiles = p.o.div_ceil(8);
+            // Whole units (tiles of 8 channels, or a grouped layer's groups), as even as that
+            // allows.
+            let u = part_unit(p, proj);
+            let tiles = p.o.div_ceil(u);
             crate::threads::for_each(tasks, &|t| {
-                let (o0, o1) = ((t * tiles / tasks * 8).min(p.o), ((t + 1) * tiles / tasks * 8).min(p.o));
+                let (o0, o1) = ((t * tiles / tasks * u).min(p.o), ((t + 1) * tiles / tasks * u).min(p.o));
                 if o0 >= o1 {
                     return;
                 }
@@ -695,15 +697,26 @@ fn execute_conv(
     Ok(())
 }
 
+/// Channels a part of `p` holds a multiple of: a grouped layer's groups
+/// ([`conv2d_part_unit`](crate::kernels::conv::conv2d_part_unit)), else tiles of 8 (a register
+/// tile's rows).
+#[cfg(feature = "std")]
+fn part_unit(p: &Conv2dParams, proj: &ProjW<'_>) -> usize {
+    match crate::kernels::conv::conv2d_part_unit(p, proj) {
+        1 => 8,
+        u => u,
+    }
+}
+
 /// Parts [`execute_conv`] splits a layer into: up to one per thread and scratch copy (`per`
-/// elements each, `spare` more), 8 channels (a register tile's rows) or more, where the layer
-/// splits exactly and is large enough; else 1.
+/// elements each, `spare` more), whole units ([`part_unit`]), where the layer splits exactly and
+/// is large enough; else 1.
 #[cfg(feature = "std")]
 fn conv_tasks(p: &Conv2dParams, proj: &ProjW<'_>, (per, spare): (usize, usize), outputs: usize) -> usize {
     let copies = spare.checked_div(per).map_or(1, |c| c + 1);
     let macs = outputs.saturating_mul(p.patch_len());
     if macs >= CONV_PAR_MIN_MACS && crate::kernels::conv::conv2d_splits(p, proj, per) {
-        crate::threads::threads().min(copies).min(p.o / 8).max(1)
+        crate::threads::threads().min(copies).min(p.o / part_unit(p, proj)).max(1)
     } else {
         1
     }

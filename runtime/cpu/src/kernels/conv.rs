@@ -12,7 +12,7 @@ mod parts;
 mod phases;
 use depthwise::Depthwise;
 use depthwise_cl::{channels_last_depthwise, cl_scratch, depthwise_cl, run_channels_last};
-pub use parts::{conv2d_part, conv2d_splits};
+pub use parts::{conv2d_part, conv2d_part_unit, conv2d_splits};
 use phases::MAX_TAPS;
 pub(crate) use phases::{fill_padding, split_phases, Bands, PhaseGeom, TapOffsets};
 
