@@ -62,7 +62,7 @@ pub fn conv2d_part(
         // residual planes; each group computed as the whole computes it.
         let (og, cg, plane) = (p.o / p.groups, p.c / p.groups, p.oh * p.ow);
         assert!(
-            part.start % og == 0 && part.end % og == 0,
+            part.start.is_multiple_of(og) && part.end.is_multiple_of(og),
             "conv2d_part: channels {part:?} are not whole groups of {og}"
         );
         let (g0, g1) = (part.start / og, part.end / og);
