@@ -80,7 +80,7 @@ pub fn conv2d_residual(
     let epi = Epi::new(p, act, clamp, residual);
     if run_channels_last(p) && scratch.len() >= cl_scratch(p) {
         depthwise_cl(p, proj, x, y, scratch);
-        return finish_planes(proj, p.oh * p.ow, epi, &mut y[..n], 0);
+        return finish(proj, epi, &mut y[..n], Finish::Planes { plane: p.oh * p.ow, o0: 0 });
     }
     if p.c / p.groups == 1 {
         let dw = Depthwise::of(p);
@@ -276,7 +276,7 @@ fn conv2d_gemm(
         // A dense layer over the patches, split across the pool as any (bit-identical).
         crate::kernels::linear::linear(xt, plane, &proj.w, None, Activation::None, yt);
         transpose2d(yt, plane, p.o, &mut y[..p.o * plane]);
-        finish_planes(proj, plane, epi, &mut y[..p.o * plane], 0);
+        finish(proj, epi, &mut y[..p.o * plane], Finish::Planes { plane, o0: 0 });
         return;
     }
     let (prod, rest) = scratch.split_at_mut(product_len(p));
@@ -295,7 +295,7 @@ fn conv2d_gemm(
         // A dense layer over the patches, split across the pool as any (bit-identical).
         crate::kernels::linear::linear(xt, plane, &proj.w, None, Activation::None, yt);
         transpose2d(yt, plane, p.o, &mut y[..p.o * plane]);
-        finish_planes(proj, plane, epi, &mut y[..p.o * plane], 0);
+        finish(proj, epi, &mut y[..p.o * plane], Finish::Planes { plane, o0: 0 });
         return;
     }
     // The weight rows computed: every group's, or the part's (one group).
@@ -350,17 +350,17 @@ fn conv2d_gemm(
                 let (am, b) = (&ag[m0 * k..(m0 + mv) * k], &planes[..cg * set]);
                 crate::kernels::simd::matmul_kn_rows_part(am, (mv, og), k, b, &row_of, n, prod, n);
                 let chunk = Chunk { c0: g * og + o0 + m0, ow: p.ow, wq, plane, rows: oy0..oy1 };
-                finish_chunk(proj, epi, &prod[..mv * n], &mut yg[m0 * plane..], &chunk);
+                finish(proj, epi, &mut yg[m0 * plane..], Finish::Chunk(&prod[..mv * n], &chunk));
             }
         }
     }
     if pointwise(p) {
-        finish_planes(proj, plane, epi, &mut y[..(o1 - o0) * plane], o0);
+        finish(proj, epi, &mut y[..(o1 - o0) * plane], Finish::Planes { plane, o0 });
     }
 }
 
 /// Output rows `rows` of every channel of an implicit GEMM's product chunk (see
-/// [`finish_chunk`]).
+/// [`Finish::Chunk`]).
 struct Chunk {
     /// The layer's channel of the product's first row.
     c0: usize,
@@ -373,64 +373,95 @@ struct Chunk {
     rows: core::ops::Range<usize>,
 }
 
-/// `y[o, rows] = prod[o]` row by row (its first `ow` of each `wq` columns) `+ b[o]` and the
-/// residual in the same pass, then the activation and clamp over the channel's rows while they
-/// are in L1; compiled for the detected x86 ISA. The same operations in the same order as a
-/// bias pass over the product, a copy and the epilogue's residual pass (one rounding each), so
-/// the same bits, in one pass over memory instead of three (they were 6 % of ResNet-18's time,
-/// built for the baseline).
-fn finish_chunk(proj: &ProjW<'_>, epi: Epi<'_>, prod: &[f32], y: &mut [f32], c: &Chunk) {
+/// What a convolution's finishing pass ([`finish`]) writes.
+#[derive(Clone, Copy)]
+enum Finish<'a> {
+    /// An implicit GEMM's product chunk into its output rows (see [`Chunk`]).
+    Chunk(&'a [f32], &'a Chunk),
+    /// Output planes of `plane` pixels in place, the first the layer's channel `o0`.
+    Planes { plane: usize, o0: usize },
+}
+
+/// A convolution's outputs finished: `+ b[o]` and the residual, in one pass with a ReLU or
+/// clamp, then any other activation over the rows while they are in L1 — a product chunk
+/// copied into its output rows on the way (the first `ow` of each `wq` columns), or output
+/// planes in place. Compiled for the detected x86 ISA (built for the baseline, SSE2, the
+/// separate bias, copy, residual and activation passes took 6 % of ResNet-18's time and 14 %
+/// of MobileNetV2's). The same operations in the same order as those passes (one rounding
+/// each), so the same bits.
+fn finish(proj: &ProjW<'_>, epi: Epi<'_>, y: &mut [f32], job: Finish<'_>) {
     #[cfg(target_arch = "x86_64")]
     {
         use crate::kernels::simd::{isa, Isa};
         match isa() {
             // SAFETY: AVX-512F/AVX2/FMA detected by `isa()`.
-            Isa::Avx512 => return unsafe { chunk_avx512(proj, epi, prod, y, c) },
+            Isa::Avx512 => return unsafe { finish_avx512(proj, epi, y, job) },
             // SAFETY: AVX2/FMA detected by `isa()`.
-            Isa::Avx2 | Isa::Avx2Vnni => return unsafe { chunk_avx2(proj, epi, prod, y, c) },
+            Isa::Avx2 | Isa::Avx2Vnni => return unsafe { finish_avx2(proj, epi, y, job) },
             _ => {}
         }
     }
-    chunk_body(proj, epi, prod, y, c)
+    finish_body(proj, epi, y, job)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn chunk_avx512(proj: &ProjW<'_>, epi: Epi<'_>, prod: &[f32], y: &mut [f32], c: &Chunk) {
-    chunk_body(proj, epi, prod, y, c)
+unsafe fn finish_avx512(proj: &ProjW<'_>, epi: Epi<'_>, y: &mut [f32], job: Finish<'_>) {
+    finish_body(proj, epi, y, job)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn chunk_avx2(proj: &ProjW<'_>, epi: Epi<'_>, prod: &[f32], y: &mut [f32], c: &Chunk) {
-    chunk_body(proj, epi, prod, y, c)
+unsafe fn finish_avx2(proj: &ProjW<'_>, epi: Epi<'_>, y: &mut [f32], job: Finish<'_>) {
+    finish_body(proj, epi, y, job)
 }
 
 #[cfg_attr(target_arch = "x86_64", inline(always))]
-fn chunk_body(proj: &ProjW<'_>, epi: Epi<'_>, prod: &[f32], y: &mut [f32], c: &Chunk) {
+fn finish_body(proj: &ProjW<'_>, epi: Epi<'_>, y: &mut [f32], job: Finish<'_>) {
     use crate::kernels::{relu, Elementwise};
     // A ReLU or clamp on the way (the same function of each element as the epilogue's pass);
     // other activations over the rows after.
     match Elementwise::of(epi.act, epi.clamp) {
-        Some(Elementwise::Identity) => chunk_store(proj, epi, prod, y, c, |v| v, false),
-        Some(Elementwise::Relu) => chunk_store(proj, epi, prod, y, c, relu, false),
-        Some(Elementwise::Clamp(k)) => chunk_store(proj, epi, prod, y, c, move |v| k.one(v), false),
-        None => chunk_store(proj, epi, prod, y, c, |v| v, true),
+        Some(Elementwise::Identity) => finish_store(proj, epi, y, job, (|v| v, true), false),
+        Some(Elementwise::Relu) => finish_store(proj, epi, y, job, (relu, false), false),
+        Some(Elementwise::Clamp(k)) => finish_store(proj, epi, y, job, (move |v| k.one(v), false), false),
+        None => finish_store(proj, epi, y, job, (|v| v, true), true),
     }
 }
 
-/// [`chunk_body`] with `f` applied to each output as it is stored, and the epilogue's
-/// activation after when `activate`.
+/// [`finish_body`] with `f` (the identity when `ident`) applied to each output as it is stored,
+/// and the epilogue's activation after when `activate`. No `+ 0.0` where there is no bias (it
+/// would turn a −0 into +0).
 #[cfg_attr(target_arch = "x86_64", inline(always))]
-fn chunk_store(
+fn finish_store(
     proj: &ProjW<'_>,
     epi: Epi<'_>,
-    prod: &[f32],
     y: &mut [f32],
-    c: &Chunk,
-    f: impl Fn(f32) -> f32 + Copy,
+    job: Finish<'_>,
+    (f, ident): (impl Fn(f32) -> f32 + Copy, bool),
     activate: bool,
 ) {
+    let (prod, c) = match job {
+        Finish::Chunk(prod, c) => (prod, c),
+        Finish::Planes { plane, o0 } => {
+            for (o, yp) in y.chunks_exact_mut(plane.max(1)).enumerate() {
+                // The layer's channel of this plane.
+                let o = o0 + o;
+                let bias = proj.b.map_or(0.0, |b| b.get(o / b.cols(), o % b.cols()));
+                match (epi.residual_at(o * plane, yp.len()), bias != 0.0) {
+                    (Some(r), true) => yp.iter_mut().zip(r).for_each(|(v, &r)| *v = f((*v + bias) + r)),
+                    (Some(r), false) => yp.iter_mut().zip(r).for_each(|(v, &r)| *v = f(*v + r)),
+                    (None, true) => yp.iter_mut().for_each(|v| *v = f(*v + bias)),
+                    (None, false) if !ident => yp.iter_mut().for_each(|v| *v = f(*v)),
+                    (None, false) => {}
+                }
+                if activate {
+                    epi.activate(yp);
+                }
+            }
+            return;
+        }
+    };
     let (ow, wq) = (c.ow, c.wq);
     let n = c.rows.len() * wq;
     if n == 0 || ow == 0 {
@@ -445,8 +476,7 @@ fn chunk_store(
         let residual = epi.residual_at(oc * c.plane + c.rows.start * ow, c.rows.len() * ow);
         for (i, (yr, pr)) in yo.chunks_exact_mut(ow).zip(pr.chunks_exact(wq)).enumerate() {
             let pr = &pr[..ow];
-            // No `+ 0.0` where there is no bias (it would turn a −0 product into +0). Index
-            // loops: iterator chains were left out of line, built for the baseline.
+            // Index loops: iterator chains were left out of line, built for the baseline.
             match (residual, bias != 0.0) {
                 (Some(r), true) => {
                     let r = &r[i * ow..(i + 1) * ow];
@@ -474,77 +504,6 @@ fn chunk_store(
         }
         if activate {
             epi.activate(yo);
-        }
-    }
-}
-
-/// Per output channel's plane: `y[o, ·] += b[o]`, then the activation and clamp, while the plane
-/// is in cache; compiled for the detected x86 ISA (the passes vectorise to its width: built for
-/// the baseline, SSE2, the bias, ReLU and clamp passes took 14 % of MobileNetV2's time).
-fn finish_planes(proj: &ProjW<'_>, plane: usize, epi: Epi<'_>, y: &mut [f32], o0: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use crate::kernels::simd::{isa, Isa};
-        match isa() {
-            // SAFETY: AVX-512F/AVX2/FMA detected by `isa()`.
-            Isa::Avx512 => return unsafe { finish_avx512(proj, plane, epi, y, o0) },
-            // SAFETY: AVX2/FMA detected by `isa()`.
-            Isa::Avx2 | Isa::Avx2Vnni => return unsafe { finish_avx2(proj, plane, epi, y, o0) },
-            _ => {}
-        }
-    }
-    finish_body(proj, plane, epi, y, o0)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn finish_avx512(proj: &ProjW<'_>, plane: usize, epi: Epi<'_>, y: &mut [f32], o0: usize) {
-    finish_body(proj, plane, epi, y, o0)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn finish_avx2(proj: &ProjW<'_>, plane: usize, epi: Epi<'_>, y: &mut [f32], o0: usize) {
-    finish_body(proj, plane, epi, y, o0)
-}
-
-#[cfg_attr(target_arch = "x86_64", inline(always))]
-fn finish_body(proj: &ProjW<'_>, plane: usize, epi: Epi<'_>, y: &mut [f32], o0: usize) {
-    use crate::kernels::{relu, Elementwise};
-    // As `chunk_body`: a ReLU or clamp in the same pass as the bias and the residual.
-    match Elementwise::of(epi.act, epi.clamp) {
-        Some(Elementwise::Identity) => finish_store(proj, (plane, o0), epi, y, (|v| v, true), false),
-        Some(Elementwise::Relu) => finish_store(proj, (plane, o0), epi, y, (relu, false), false),
-        Some(Elementwise::Clamp(k)) => finish_store(proj, (plane, o0), epi, y, (move |v| k.one(v), false), false),
-        None => finish_store(proj, (plane, o0), epi, y, (|v| v, true), true),
-    }
-}
-
-/// [`finish_body`] with `f` (the identity when `ident`) applied to each output in the pass
-/// that adds its bias and residual, and the epilogue's activation after when `activate`.
-#[cfg_attr(target_arch = "x86_64", inline(always))]
-fn finish_store(
-    proj: &ProjW<'_>,
-    (plane, o0): (usize, usize),
-    epi: Epi<'_>,
-    y: &mut [f32],
-    (f, ident): (impl Fn(f32) -> f32 + Copy, bool),
-    activate: bool,
-) {
-    for (o, yp) in y.chunks_exact_mut(plane.max(1)).enumerate() {
-        // The layer's channel of this plane.
-        let o = o0 + o;
-        let bias = proj.b.map_or(0.0, |b| b.get(o / b.cols(), o % b.cols()));
-        // No `+ 0.0` where there is no bias (it would turn a −0 output into +0).
-        match (epi.residual_at(o * plane, yp.len()), bias != 0.0) {
-            (Some(r), true) => yp.iter_mut().zip(r).for_each(|(v, &r)| *v = f((*v + bias) + r)),
-            (Some(r), false) => yp.iter_mut().zip(r).for_each(|(v, &r)| *v = f(*v + r)),
-            (None, true) => yp.iter_mut().for_each(|v| *v = f(*v + bias)),
-            (None, false) if !ident => yp.iter_mut().for_each(|v| *v = f(*v)),
-            (None, false) => {}
-        }
-        if activate {
-            epi.activate(yp);
         }
     }
 }
